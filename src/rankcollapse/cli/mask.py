@@ -1,9 +1,141 @@
-"""`rankcollapse mask` sub-command."""
+"""`rankcollapse mask`: describe, draw and compare attention masks as graphs."""
 
 from __future__ import annotations
 
+import json
+import math
+import sys
+from pathlib import Path
+from typing import List, Optional
+
 import typer
+
+from ..errors import ConfigError, MaskError
+
+mask_app = typer.Typer(
+    help="Attention masks as graphs: M[i, j] = token i attends to token j (edge j -> i).",
+    no_args_is_help=True,
+)
+
+_SPEC_HELP = ("Mask spec: NAME or NAME:key=value,... (e.g. causal_sliding_window:w=4), "
+              "file:PATH, composed with & and |.")
+
+
+def _check_n(n: int) -> int:
+    if n < 1:
+        raise MaskError(f"--n must be >= 1, got {n}")
+    return n
+
+
+@mask_app.command("describe")
+def describe(
+    spec: str = typer.Argument(..., help=_SPEC_HELP),
+    n: int = typer.Option(..., "--n", help="Number of tokens N."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document to stdout."),
+    per_token: bool = typer.Option(False, "--per-token", help="Include each token's distance from the best center."),
+) -> None:
+    """Graph analysis: centers, quasi-strong connectivity, radius, diameter, degrees."""
+    from ..masks import analyze, parse_mask
+
+    a = analyze(parse_mask(spec, _check_n(n)))
+    d = a.to_dict(per_token=per_token)
+    if as_json:
+        json.dump(d, sys.stdout)
+        sys.stdout.write("\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"mask {a.spec}  (N = {a.n_tokens})", show_header=False)
+    for key, value in d.items():
+        if key in ("spec",):
+            continue
+        if isinstance(value, list) and len(value) > 12:
+            value = f"{value[:6]} ... ({len(value)} in all)"
+        table.add_row(key, str(value))
+    Console().print(table)
+
+
+@mask_app.command("show")
+def show(
+    spec: str = typer.Argument(..., help=_SPEC_HELP),
+    n: int = typer.Option(..., "--n", help="Number of tokens N (at most 2048 for a drawing)."),
+    out: Path = typer.Option(..., "--out", help="Image file to write (.png, .pdf, .svg)."),
+) -> None:
+    """Draw the mask: query tokens down, key tokens across, centers highlighted."""
+    from ..masks import analyze, parse_mask
+    from ..masks.plot import draw_mask
+
+    n = _check_n(n)
+    if n > 2048:
+        raise MaskError(f"--n {n} is too large to draw one cell per token pair (at most 2048)")
+    mask = parse_mask(spec, n)
+    draw_mask(mask, analyze(mask), out)
+    typer.echo(f"wrote {out}", err=True)
+
+
+@mask_app.command("compare")
+def compare(
+    specs: List[str] = typer.Argument(..., help=_SPEC_HELP),
+    n: int = typer.Option(..., "--n", help="Number of tokens N."),
+    d_qk: float = typer.Option(1.0, "--d-qk", help="Attention temperature d_QK (> 0)."),
+    token_norm: float = typer.Option(1.0, "--token-norm", help="Bound R on token norms (1 under SA-LN)."),
+    weight_norm: float = typer.Option(1.0, "--weight-norm", help="Bound C on ||W_Q||_2, ||W_K||_2."),
+    exponent: str = typer.Option("t/r", "--exponent", help="Envelope exponent: t/r or t/(2r)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as one JSON document."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the table as CSV."),
+) -> None:
+    """Compare masks by radius and the Theorem-1 per-layer contraction bound."""
+    from ..masks.rates import compare_masks
+
+    if d_qk <= 0:
+        raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
+    df = compare_masks(specs, _check_n(n), d_qk=d_qk, token_norm=token_norm,
+                       weight_norm=weight_norm, exponent=exponent)
+    if out is not None:
+        from .._io import atomic_path
+
+        with atomic_path(out) as tmp:
+            df.to_csv(tmp, index=False)
+    if as_json:
+        rows = [{k: _plain(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
+        json.dump(rows, sys.stdout)
+        sys.stdout.write("\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"masks at N = {n}, d_qk = {d_qk}, exponent {exponent}; "
+                        "eps = Theorem-1 entry bound, factor = (1-eps^r)^(1/r)")
+    for col in df.columns:
+        table.add_column(_SHORT.get(col, col), overflow="fold")
+    for r in df.itertuples(index=False):
+        table.add_row(*(_fmt(v) for v in r))
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
+_SHORT = {"n_tokens": "N", "n_edges": "edges", "quasi_strongly_connected": "QSC",
+          "n_centers": "centers", "radius": "r", "max_in_degree": "max keys",
+          "epsilon": "eps", "log10_factor": "log10 factor",
+          "log10_layers_per_decade": "log10 layers/10x"}
+
+
+def _plain(v):
+    """JSON-ready scalar: numpy scalars unwrapped, NaN / NA as null."""
+    import pandas as pd
+
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
+def _fmt(v) -> str:
+    v = _plain(v)
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return "-" if v is None else str(v)
 
 
 def register(app: typer.Typer) -> None:
-    """Attach this sub-command to the main app (filled in by its module's owner)."""
+    """Attach ``rankcollapse mask`` to the main app."""
+    app.add_typer(mask_app, name="mask")

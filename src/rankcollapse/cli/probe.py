@@ -1,9 +1,148 @@
-"""`rankcollapse probe` sub-command."""
+"""`rankcollapse probe MODEL`: per-layer rank-collapse metrics of a pretrained model on
+real text, optionally under interventions (mask, temperature, dropped components)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
 import typer
+
+from ..errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PLOT_METRICS = (("mu", "μ(X)"), ("rank_fraction", "rank fraction"), ("sigma_min", "σ_min"), ("avg_abs_cos", "avg |cos|"))
 
 
 def register(app: typer.Typer) -> None:
-    """Attach this sub-command to the main app (filled in by its module's owner)."""
+    """Attach ``probe`` to the main app."""
+    app.command("probe")(probe_command)
+
+
+def probe_command(
+    model: str = typer.Argument(..., help="minilm, smollm2, a hub name (offline cache) or a local folder"),
+    corpus: str = typer.Option("wiki", "--corpus", help="wiki: the shipped Wikipedia extracts"),
+    text_file: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 file, one document per line (or .jsonl)"),
+    windows: int = typer.Option(16, "--windows", help="number of token windows"),
+    length: int = typer.Option(128, "--length", help="tokens per window"),
+    mask: Optional[str] = typer.Option(None, "--mask", help="replacement self-attention mask spec"),
+    d_qk_scale: float = typer.Option(1.0, "--d-qk-scale", help="logits divided by sqrt(X); 1 = unmodified"),
+    drop: str = typer.Option("", "--drop", help="components to remove: skip,mlp,norm[,final_norm]; 'mlp:0-3' for blocks"),
+    points: str = typer.Option("hidden_states", "--points", help="hidden_states or all"),
+    gguf_file: Optional[str] = typer.Option(None, "--gguf-file", help="GGUF weights file inside MODEL"),
+    batch_size: int = typer.Option(8, "--batch-size"),
+    seed: int = typer.Option(0, "--seed", help="seeds the document order"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object to stdout"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write table, plots and windows.npz here"),
+) -> None:
+    """Per-layer μ, rank fraction, σ_min, avg |cos| of MODEL's hidden states on real text."""
+    # Before transformers is imported: a hub name must fail at once, not wait on the network.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ..data import make_windows, read_text_file, wikipedia_texts
+    from ..models import load_model, probe
+
+    if corpus != "wiki" and text_file is None:
+        raise ConfigError(f"unknown corpus {corpus!r}; use --corpus wiki or --text-file FILE")
+    if windows < 1 or length < 2 or batch_size < 1:
+        raise ConfigError(f"--windows and --batch-size must be >= 1 and --length >= 2 (got {windows}, {batch_size}, {length})")
+    texts = read_text_file(text_file) if text_file is not None else wikipedia_texts()
+    loaded = load_model(model, gguf_file=gguf_file)
+    wins = make_windows(texts, loaded.tokenizer, length=length, n_windows=windows, seed=seed, allow_fewer=text_file is not None)
+    for note in loaded.notes:
+        typer.echo(f"note: {note}", err=True)
+    table = probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, drop=drop, batch_size=batch_size, points=points)
+    doc = to_json(table)
+    if out is not None:
+        write_outputs(out, table, wins, doc)
+        typer.echo(f"wrote {out}/probe.csv, probe.png, windows.npz, probe.json", err=True)
+    if as_json:
+        sys.stdout.write(json.dumps(doc) + "\n")
+    else:
+        _print_summary(table)
+
+
+def to_json(table: Any) -> dict[str, Any]:
+    """The ``--json`` document: settings plus one entry per recorded point with each
+    metric's mean over windows."""
+    wide = table.pivot_table(index=["layer", "point"], columns="metric", values="mean", sort=False)
+    order = {p: i for i, p in enumerate(dict.fromkeys(table["point"]))}
+    wide = wide.reset_index().sort_values(["layer", "point"], key=lambda s: s.map(order) if s.name == "point" else s)
+    layers = []
+    for row in wide.to_dict("records"):
+        entry = {"layer": int(row.pop("layer")), "point": row.pop("point")}
+        entry.update({k: (None if v != v else float(v)) for k, v in row.items()})
+        layers.append(entry)
+    attrs = table.attrs
+    return {
+        "model": attrs.get("model"), "family": attrs.get("family"), "n_windows": attrs.get("n_windows"),
+        "length": attrs.get("length"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
+        "drop": attrs.get("drop"), "notes": attrs.get("notes"), "layers": layers,
+    }
+
+
+def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None:
+    """Table (CSV), plot, exact inputs (``windows.npz``) and the JSON document."""
+    from .._io import atomic_path, write_json_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    wins.save(out / "windows.npz")
+    with atomic_path(out / "probe.csv") as tmp:
+        table.assign(model=doc["model"]).to_csv(tmp, index=False)
+    write_json_atomic(out / "probe.json", doc)
+    plot_layers({doc["model"]: table}, out / "probe.png")
+
+
+def plot_layers(tables: dict[str, Any], path: Path) -> None:
+    """Four panels (μ, rank fraction, σ_min, avg |cos|) against layer, one line per
+    model; each layer's ``hidden_states`` entry (``final_norm`` where there is one)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .._io import atomic_path
+
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    for name, table in tables.items():
+        hs = _hidden_state_rows(table)
+        for ax, (metric, label) in zip(axes, PLOT_METRICS):
+            rows = hs[hs["metric"] == metric].sort_values("layer")
+            if len(rows):
+                ax.plot(rows["layer"], rows["mean"], marker="o", ms=3, label=name)
+                ax.fill_between(rows["layer"], rows["q05"], rows["q95"], alpha=0.15)
+            ax.set_xlabel("layer (hidden_states index)")
+            ax.set_title(label)
+    axes[0].set_yscale("log")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+def _hidden_state_rows(table: Any) -> Any:
+    """One point per layer: the ``hidden_states`` entry (final norm beats the raw last block)."""
+    pts = table["point"].str.replace(r"^(encoder|decoder)\.", "", regex=True)
+    keep = table[pts.isin(["embeddings", "final_norm"]) | pts.str.fullmatch(r"layer\.\d+\.output")]
+    if "decoder." in "".join(table["point"].unique()):
+        keep = keep[~keep["point"].str.startswith("decoder.")]
+    rank = keep["point"].str.endswith("final_norm").astype(int)
+    return keep.assign(_r=rank).sort_values("_r").drop_duplicates(["layer", "metric"], keep="last").drop(columns="_r")
+
+
+def _print_summary(table: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    wide = table.pivot_table(index=["layer", "point"], columns="metric", values="mean", sort=False).reset_index()
+    t = Table(title=f"{table.attrs.get('model')} ({table.attrs.get('family')}), {table.attrs.get('n_windows')} windows")
+    for col in wide.columns:
+        t.add_column(str(col))
+    for row in wide.itertuples(index=False):
+        t.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
+    Console(file=sys.stdout).print(t)

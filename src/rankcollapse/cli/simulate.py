@@ -1,9 +1,142 @@
-"""`rankcollapse simulate` sub-command."""
+"""`rankcollapse simulate`: run the self-attention dynamics and print μ per layer."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import typer
+
+from ..errors import ConfigError, DataError
+
+INPUTS = ("wiki", "gaussian", "sphere", "hemisphere")
+
+
+def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: int, seed: int):
+    """X(0) ``(B, N, d)`` from ``source`` (see ``--input``), validated before any run."""
+    import numpy as np
+    import torch
+
+    from ..dynamics import gaussian_tokens, hemisphere_tokens, sphere_tokens
+
+    if source == "wiki":
+        from ..data import make_windows, wikipedia_texts
+        from ..models import embed, load_model
+
+        loaded = load_model("minilm")
+        if d_model not in (None, loaded.model.config.hidden_size):
+            raise ConfigError(f"--input wiki uses MiniLM embeddings of width "
+                              f"{loaded.model.config.hidden_size}; drop --d-model or set it to that")
+        windows = make_windows(wikipedia_texts(), loaded.tokenizer, length=n_tokens, n_windows=samples, seed=seed)
+        return embed(loaded, windows)
+    d = 64 if d_model is None else d_model
+    draw = {"gaussian": gaussian_tokens, "sphere": sphere_tokens, "hemisphere": hemisphere_tokens}.get(source)
+    if draw is not None:
+        return draw(samples, n_tokens, d, seed=seed)
+    path = Path(source)
+    if not path.is_file():
+        raise DataError(f"--input {source!r} is neither one of {INPUTS} nor a readable .npy/.pt file")
+    X = torch.load(path, weights_only=True) if path.suffix == ".pt" else torch.as_tensor(np.load(path))
+    if X.ndim == 2:
+        X = X.unsqueeze(0)
+    if X.ndim != 3 or X.shape[1] != n_tokens:
+        raise ConfigError(f"--input {source}: expected shape (N, d) or (B, N, d) with N={n_tokens}, "
+                          f"got {tuple(X.shape)}")
+    return X
+
+
+def _plot(result, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .._io import atomic_path
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in ("mu", "mu_relative"):
+        if name in result.metrics:
+            y = result.metrics[name].mean(1).numpy()
+            ax.plot(range(1, len(y)), y[1:], marker=".", label=f"{name} (mean over samples)")
+            ax.axhline(y[0], ls=":", lw=0.8, color=ax.lines[-1].get_color())
+    ax.set(xscale="log", yscale="log", xlabel="layer t", ylabel="value (dotted: t = 0)", title=title)
+    ax.legend()
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+
+
+def simulate_command(
+    mask: str = typer.Option("causal", "--mask", help="mask spec, e.g. causal_sliding_window:w=4"),
+    n_tokens: int = typer.Option(128, "--n-tokens", help="tokens per sample N"),
+    depth: int = typer.Option(32, "--depth", help="layers T"),
+    variant: str = typer.Option("pure", "--variant", help="pure | ln | skip | skip_ln"),
+    norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm"),
+    placement: str = typer.Option(None, "--placement", help="override: theory | post_ln | pre_ln"),
+    alpha: float = typer.Option(None, "--alpha", help="override the skip weight"),
+    heads: int = typer.Option(None, "--heads", help="attention heads"),
+    mlp: bool = typer.Option(None, "--mlp/--no-mlp", help="add the MLP sublayer (post_ln/pre_ln)"),
+    uniform: bool = typer.Option(False, "--uniform", help="uniform attention over the mask (W_Q = W_K = 0)"),
+    value: str = typer.Option("gaussian", "--value", help="W_V family, e.g. orthogonal, gaussian:std=0.02"),
+    query_key: str = typer.Option("gaussian", "--query-key", help="W_Q/W_K family"),
+    shared: bool = typer.Option(False, "--shared", help="one set of weights for all layers (ALBERT-style)"),
+    pretrained: str = typer.Option(None, "--pretrained", help="attention weights of minilm | smollm2 | a model dir"),
+    d_qk: float = typer.Option(1.0, "--d-qk", help="temperature d_QK > 0"),
+    source: str = typer.Option("gaussian", "--input", help="wiki | gaussian | sphere | hemisphere | FILE.npy/.pt"),
+    d_model: int = typer.Option(None, "--d-model", help="width d (default 64; wiki: 384)"),
+    samples: int = typer.Option(8, "--samples", help="samples B"),
+    seed: int = typer.Option(0, "--seed"),
+    metrics: str = typer.Option("mu,mu_relative", "--metrics", help="comma-separated metric names"),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 | float64"),
+    device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:0"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON document to stdout"),
+    out: Path = typer.Option(None, "--out", help="folder for result.json and mu_loglog.png"),
+) -> None:
+    """Simulate masked self-attention dynamics (theory.md §2) and report metrics per layer."""
+    import torch
+
+    from .._io import versions, write_json_atomic
+    from ..dynamics import simulate
+    from ..dynamics.config import resolve_variant
+
+    if dtype not in ("float32", "float64"):
+        raise ConfigError(f"--dtype must be float32 or float64, got {dtype!r}")
+    if not d_qk > 0:
+        raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
+    cfg = resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
+                          attention="uniform" if uniform else None)
+    weights = None
+    if pretrained is not None:
+        from ..dynamics.pretrained import extract_attention_weights
+        from ..models import load_model
+
+        weights = extract_attention_weights(load_model(pretrained).model)
+        depth = len(weights)
+    X0 = _initial_tokens(source, n_tokens, d_model, samples, seed)
+    res = simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
+                   weights=weights, shared=shared, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
+                   seed=seed, dtype=getattr(torch, dtype), device=device, record_epsilon=True)
+    layers = [{"t": t, **{k: float(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
+               (None if t == 0 else float(res.epsilon[t - 1]))} for t in range(depth + 1)]
+    doc = {"settings": {**res.config, "input": source, "pretrained": pretrained}, "layers": layers,
+           "versions": versions()}
+    if out is not None:
+        write_json_atomic(out / "result.json", doc)
+        _plot(res, out / "mu_loglog.png", f"{mask}, {res.config['variant']}, d_qk={d_qk}")
+    if as_json:
+        sys.stdout.write(json.dumps(doc) + "\n")
+        return
+    names = list(res.metrics)
+    typer.echo("t\t" + "\t".join(names) + "\tepsilon")
+    for row in layers:
+        eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.3e}"
+        typer.echo(f"{row['t']}\t" + "\t".join(f"{row[k]:.4e}" for k in names) + f"\t{eps}")
+    if out is not None:
+        typer.echo(f"wrote {out / 'result.json'} and {out / 'mu_loglog.png'}", err=True)
 
 
 def register(app: typer.Typer) -> None:
-    """Attach this sub-command to the main app (filled in by its module's owner)."""
+    """Attach ``rankcollapse simulate``."""
+    app.command("simulate")(simulate_command)

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from ..errors import MaskError
+from ..errors import ConfigError, MaskError
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -33,8 +33,10 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if bool(empty.any()):
         rows = torch.nonzero(empty.reshape(-1, empty.shape[-1]).any(0)).flatten()[:10].tolist()
         raise MaskError(f"rows {rows} of the mask allow no key (softmax over nothing)")
-    neg = torch.finfo(scores.dtype).min
-    s = scores.masked_fill(~allowed, neg)
+    info = torch.finfo(scores.dtype)
+    # Clamp overflowed (+-inf) logits to the finite range so that max-subtraction never
+    # forms inf - inf; the largest logit of a row then gets (almost) all the weight.
+    s = scores.clamp(info.min, info.max).masked_fill(~allowed, info.min)
     s = s - s.amax(dim=-1, keepdim=True)
     e = torch.exp(s).masked_fill(~allowed, 0.0)
     return e / e.sum(dim=-1, keepdim=True)
@@ -61,9 +63,88 @@ def attention_weights(
     -------
     A : ``(N, N)`` or ``(B, N, N)``, row-stochastic, zero off the mask.
     """
-    if d_qk <= 0:
-        raise ValueError(f"d_qk must be > 0, got {d_qk}")
+    if not d_qk > 0:
+        raise ConfigError(f"d_qk must be > 0, got {d_qk}")
     Q = X @ W_Q
     K = X @ W_K
     scores = Q @ K.transpose(-1, -2) / math.sqrt(d_qk)
     return masked_softmax(scores, mask)
+
+
+def rotate_half_rope(x: torch.Tensor, inv_freq: torch.Tensor, scaling: float = 1.0) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021, RoFormer eq. 34) in the rotate-half
+    layout used by Llama: ``x cos + rotate_half(x) sin`` with angles ``pos * inv_freq``.
+
+    x : ``(B, H, N, d_k)``; inv_freq : ``(d_k/2,)``; positions are ``0..N-1``.
+    """
+    n = x.shape[-2]
+    pos = torch.arange(n, device=x.device, dtype=torch.float32)
+    freqs = pos[:, None] * inv_freq.to(device=x.device, dtype=torch.float32)[None, :]  # (N, d_k/2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = (emb.cos() * scaling).to(x.dtype), (emb.sin() * scaling).to(x.dtype)
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _heads(Y: torch.Tensor, n_heads: int) -> torch.Tensor:
+    B, N, width = Y.shape
+    return Y.view(B, N, n_heads, width // n_heads).transpose(1, 2)  # (B, H, N, d_head)
+
+
+def project_qkv(X: torch.Tensor, lw, *, uniform: bool = False):
+    """Queries, keys, values ``(B, H, N, d_k|d_v)`` of layer weights ``lw`` (a
+    :class:`~rankcollapse.dynamics.weights.LayerWeights`), with RoPE and grouped KV
+    heads repeated to ``H``. ``uniform`` zeroes the queries (``W_Q = W_K = 0``)."""
+    H = lw.n_heads
+    H_kv = lw.n_kv_heads or H
+    if lw.W_QKV is not None and not uniform:  # one fused (d, 3d) matmul instead of three
+        Q, K, V = (_heads(Y, H) for Y in (X @ lw.W_QKV).split(lw.W_Q.shape[1], dim=-1))
+        return Q, K, V
+    V = _heads(_affine(X, lw.W_V, lw.b_V), H_kv)
+    if uniform:
+        d_k = lw.W_Q.shape[1] // H
+        Q = X.new_zeros(X.shape[0], H, X.shape[1], d_k)
+        K = X.new_zeros(X.shape[0], H_kv, X.shape[1], d_k)
+    else:
+        Q = _heads(_affine(X, lw.W_Q, lw.b_Q), H)
+        K = _heads(_affine(X, lw.W_K, lw.b_K), H_kv)
+        if lw.rope_inv_freq is not None:
+            Q = rotate_half_rope(Q, lw.rope_inv_freq, lw.rope_scaling)
+            K = rotate_half_rope(K, lw.rope_inv_freq, lw.rope_scaling)
+    if H_kv != H:  # grouped-query attention: each KV head serves H / H_kv query heads
+        K = K.repeat_interleave(H // H_kv, dim=1)
+        V = V.repeat_interleave(H // H_kv, dim=1)
+    return Q, K, V
+
+
+def _affine(X: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    return X @ W if b is None else torch.addmm(b, X.reshape(-1, X.shape[-1]), W).view(*X.shape[:-1], -1)
+
+
+def merge_heads(O: torch.Tensor, lw) -> torch.Tensor:
+    """``(B, H, N, d_v)`` head outputs -> ``(B, N, H d_v)``, then ``W_O`` (+ ``b_O``) if set."""
+    B, H, N, d_v = O.shape
+    Y = O.transpose(1, 2).reshape(B, N, H * d_v)
+    return Y if lw.W_O is None else _affine(Y, lw.W_O, lw.b_O)
+
+
+def dense_attention(Q, K, V, mask: torch.Tensor, *, scale: float, bias: torch.Tensor | None = None,
+                    need_weights: bool = False):
+    """Masked softmax attention on the full ``(N, N)`` score matrix.
+
+    Q, K : ``(B, H, N, d_k)``; V : ``(B, H, N, d_v)``; mask bool ``(N, N)``; bias
+    ``(H, N, N)`` added to the scaled scores (T5). Returns ``(out (B, H, N, d_v), A)``
+    with ``A (B, H, N, N)`` when ``need_weights`` else None. Without weights or bias it
+    calls ``F.scaled_dot_product_attention`` (same mask convention: True = attend) and
+    falls back to :func:`masked_softmax` if that produced non-finite values.
+    """
+    if not need_weights and bias is None:
+        out = torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=scale)
+        if bool(torch.isfinite(out.sum())):  # one reduction; a finite sum implies finite entries
+            return out, None
+        # overflowed logits: redo this layer with the clamped, max-subtracted softmax
+    scores = (Q @ K.transpose(-1, -2)) * scale  # (B, H, N, N)
+    if bias is not None:
+        scores = scores + bias
+    A = masked_softmax(scores, mask)
+    return A @ V, A

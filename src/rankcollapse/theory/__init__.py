@@ -1,0 +1,25 @@
+"""The paper's theorems as code (theory.md §5; derivations in docs/theory.md).
+
+- Theorem 1 (masked pure SA collapses): :func:`check_collapse_bound`, :func:`radius_sweep`.
+- Theorem 2 (SA-LN with orthogonal W_V on the sphere): :func:`check_sphere_collapse`.
+- SA-LN equilibria: :func:`causal_example_2x2`, :func:`equilibria` (≥ 2^k of rank k),
+  :func:`find_equilibria`; stability: :func:`jacobian`, :func:`tangent_jacobian`,
+  :func:`stability`; basins: :func:`basin_estimate`; pictures: :mod:`.portrait`.
+"""
+
+from .basin import BasinEstimate, basin_estimate
+from .bound import BoundResult, EnvelopeViolation, check_collapse_bound, fit_rate, haar_orthogonal, radius_sweep
+from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria, numerical_rank
+from .finder import FinderResult, FinderSettings, find_equilibria
+from .portrait import portrait_2d, portrait_2d_data, trajectories_3d
+from .sphere import SphereResult, check_sphere_collapse
+from .stability import StabilityReport, jacobian, stability, tangent_basis, tangent_jacobian
+from .system import AttentionSystem, causal_uniform_system
+
+__all__ = [
+    "AttentionSystem", "BasinEstimate", "BoundResult", "EnvelopeViolation", "Equilibrium", "EquilibriumSet",
+    "FinderResult", "FinderSettings", "SphereResult", "StabilityReport", "basin_estimate", "causal_example_2x2",
+    "causal_uniform_system", "check_collapse_bound", "check_sphere_collapse", "equilibria", "find_equilibria",
+    "fit_rate", "haar_orthogonal", "jacobian", "numerical_rank", "portrait_2d", "portrait_2d_data",
+    "radius_sweep", "stability", "tangent_basis", "tangent_jacobian", "trajectories_3d",
+]

@@ -1,0 +1,116 @@
+"""Block configuration of the simulated network: normalisation, placement, skip, MLP.
+
+The four named variants of theory.md §2 and issue 2 are presets of :class:`BlockConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from ..errors import ConfigError
+
+NORMS = ("none", "sphere", "layernorm", "rmsnorm")
+PLACEMENTS = ("theory", "post_ln", "pre_ln")
+ATTENTIONS = ("softmax", "uniform")
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """One layer of the simulated network (all fields keyword-only in spirit).
+
+    Update rules (row-vector convention, ``SA(X) = A X W_V`` or its multi-head form):
+
+    - ``placement="theory"``: ``X <- norm(SA(X))`` (theory.md §2; no skip, ``alpha`` must be 0).
+    - ``placement="post_ln"``: ``X <- norm(alpha X + SA(X))``; with MLP then
+      ``X <- norm(alpha X + MLP(X))`` (BERT-style post-LN).
+    - ``placement="pre_ln"``: ``X <- alpha X + SA(norm(X))``; with MLP then
+      ``X <- alpha X + MLP(norm(X))`` (GPT-2/Llama-style pre-LN); ``final_norm`` applies
+      ``norm`` once after the last layer.
+
+    Attributes
+    ----------
+    norm : "none" | "sphere" | "layernorm" | "rmsnorm"
+        ``sphere`` puts every row on the unit sphere (SA-LN, theory.md §2); ``layernorm``
+        centres and divides by the std (``eps``); ``rmsnorm`` divides by the RMS.
+        Affine parameters are applied only when layer weights carry them.
+    placement : "theory" | "post_ln" | "pre_ln"
+    alpha : float
+        Skip weight (0 = no skip connection).
+    attention : "softmax" | "uniform"
+        ``uniform`` is attention with ``W_Q = W_K = 0``: uniform over each row of the mask.
+    n_heads : int
+        Heads; ``d`` must be divisible by it.
+    out_proj : bool
+        Multiply the concatenated heads by ``W_O`` (drawn from the value family).
+    mlp : bool
+        Add the MLP sublayer ``GELU(X W_1) W_2`` (width ``mlp_ratio * d``).
+    final_norm : bool
+        Apply ``norm`` after the last layer (reported separately).
+    eps : float
+        Epsilon of layernorm/rmsnorm.
+    """
+
+    norm: str = "none"
+    placement: str = "theory"
+    alpha: float = 0.0
+    attention: str = "softmax"
+    n_heads: int = 1
+    out_proj: bool = False
+    mlp: bool = False
+    mlp_ratio: int = 4
+    final_norm: bool = False
+    eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.norm not in NORMS:
+            raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        if self.attention not in ATTENTIONS:
+            raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        if self.placement == "theory" and self.alpha != 0:
+            raise ConfigError("placement 'theory' has no skip connection: use post_ln or pre_ln with alpha")
+        if self.placement == "theory" and self.mlp:
+            raise ConfigError("the MLP sublayer needs placement post_ln or pre_ln")
+        if not isinstance(self.n_heads, int) or self.n_heads < 1:
+            raise ConfigError(f"n_heads must be a positive int, got {self.n_heads!r}")
+        if self.mlp_ratio < 1:
+            raise ConfigError(f"mlp_ratio must be >= 1, got {self.mlp_ratio}")
+        if not self.eps > 0:
+            raise ConfigError(f"eps must be > 0, got {self.eps}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+VARIANTS: dict[str, BlockConfig] = {
+    # X <- A X W_V
+    "pure": BlockConfig(),
+    # X <- D A X W_V (rows to the unit sphere, theory.md §2)
+    "ln": BlockConfig(norm="sphere"),
+    # X <- X + A X W_V
+    "skip": BlockConfig(placement="post_ln", alpha=1.0),
+    # X <- LayerNorm(X + A X W_V), no affine
+    "skip_ln": BlockConfig(norm="layernorm", placement="post_ln", alpha=1.0),
+}
+
+
+def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
+    """Return the :class:`BlockConfig` of a variant name or config, with ``overrides``.
+
+    Raises
+    ------
+    ConfigError
+        Unknown variant name or invalid override.
+    """
+    if isinstance(variant, BlockConfig):
+        cfg = variant
+    elif variant in VARIANTS:
+        cfg = VARIANTS[variant]
+    else:
+        raise ConfigError(f"unknown variant {variant!r}; choose one of {sorted(VARIANTS)} or pass a BlockConfig")
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return replace(cfg, **overrides) if overrides else cfg
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from exc

@@ -1,0 +1,107 @@
+"""Normalisations, the MLP sublayer and one block of the simulated network.
+
+The update rules are those of :class:`~rankcollapse.dynamics.config.BlockConfig`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .attention import dense_attention, merge_heads, project_qkv
+from .config import BlockConfig
+from .sparse import BlockPlan, blocked_attention
+from .weights import LayerWeights
+
+
+def sphere(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows divided by their Euclidean norm: ``D X`` with ``D = diag(1/||x_i||)``
+    (theory.md §2, SA-LN). Rule for zero rows: they stay zero (no direction exists);
+    the count of such rows is returned so the caller can warn.
+
+    Returns ``(X_normalised, n_zero_rows)`` (0-d int64 tensor, no device sync).
+    """
+    norms = torch.linalg.vector_norm(X, dim=-1, keepdim=True)
+    zero = norms == 0
+    return X / norms.masked_fill(zero, 1.0), zero.sum()
+
+
+def apply_norm(X: torch.Tensor, kind: str, eps: float, weight=None, bias=None):
+    """``kind`` normalisation of the rows of X; returns ``(X, n_zero_rows)``.
+
+    layernorm: ``(x - mean(x)) / sqrt(var(x) + eps)`` (Ba et al. 2016); rmsnorm:
+    ``x / sqrt(mean(x^2) + eps)`` (Zhang & Sennrich 2019); affine only when weights given.
+    """
+    zero = X.new_zeros((), dtype=torch.int64)
+    if kind == "none":
+        return X, zero
+    if kind == "sphere":
+        return sphere(X)
+    if kind == "layernorm":
+        return F.layer_norm(X, (X.shape[-1],), weight, bias, eps), zero
+    return F.rms_norm(X, (X.shape[-1],), weight, eps), zero
+
+
+def mlp(X: torch.Tensor, lw: LayerWeights) -> torch.Tensor:
+    """``GELU(X W_1 + b_1) W_2 + b_2`` (Hendrycks & Gimpel 2016 GELU, erf form)."""
+    H = F.gelu(X @ lw.W_1 + (0 if lw.b_1 is None else lw.b_1))
+    return H @ lw.W_2 + (0 if lw.b_2 is None else lw.b_2)
+
+
+class Attention:
+    """Masked self-attention on a fixed mask, dense or blocked, with optional records.
+
+    Parameters
+    ----------
+    mask_dense : bool ``(N, N)`` or None; plan : :class:`BlockPlan` or None (exactly one).
+    d_qk : temperature; scores are ``q k^T / sqrt(d_qk)`` unless the layer sets ``scale``.
+    uniform : attention uniform over each mask row (``W_Q = W_K = 0``).
+    record_epsilon, record_attention : keep the smallest allowed entry / the matrices.
+    """
+
+    def __init__(self, *, mask_dense=None, plan: BlockPlan | None = None, d_qk: float = 1.0,
+                 uniform: bool = False, record_epsilon: bool = False, record_attention: bool = False):
+        self.mask_dense, self.plan = mask_dense, plan
+        self.default_scale = 1.0 / math.sqrt(d_qk)
+        self.uniform = uniform
+        self.record_epsilon, self.record_attention = record_epsilon, record_attention
+        self.epsilon: list[torch.Tensor] = []
+        self.attention: list[torch.Tensor] = []
+
+    def __call__(self, X: torch.Tensor, lw: LayerWeights) -> torch.Tensor:
+        Q, K, V = project_qkv(X, lw, uniform=self.uniform)  # (B, H, N, d_head)
+        scale = self.default_scale if lw.scale is None else lw.scale
+        if self.plan is not None:
+            O, eps = blocked_attention(Q, K, V, self.plan, scale=scale, need_epsilon=self.record_epsilon)
+        else:
+            bias = None if lw.position_bias is None else lw.position_bias(X.shape[1]).to(X.dtype)
+            need = self.record_epsilon or self.record_attention
+            O, A = dense_attention(Q, K, V, self.mask_dense, scale=scale, bias=bias, need_weights=need)
+            eps = None if A is None else A.masked_fill(~self.mask_dense, float("inf")).amin()
+            if self.record_attention:
+                self.attention.append(A.detach())
+        if self.record_epsilon:
+            self.epsilon.append(eps)
+        return merge_heads(O, lw)
+
+
+def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: Attention):
+    """One layer; returns ``(X_next, n_zero_rows)`` (zero rows met by a ``sphere`` norm)."""
+    a, nk = cfg.alpha, cfg.norm
+    if cfg.placement == "theory":
+        return apply_norm(attend(X, lw), nk, cfg.eps)
+    if cfg.placement == "post_ln":
+        Y = attend(X, lw)
+        X, z = apply_norm(Y if a == 0 else a * X + Y, nk, cfg.eps)
+        if cfg.mlp:
+            X, z2 = apply_norm(a * X + mlp(X, lw), nk, cfg.eps)
+            z = z + z2
+        return X, z
+    Xn, z = apply_norm(X, nk, cfg.eps)
+    X = a * X + attend(Xn, lw)
+    if cfg.mlp:
+        Xn, z2 = apply_norm(X, nk, cfg.eps)
+        X, z = a * X + mlp(Xn, lw), z + z2
+    return X, z

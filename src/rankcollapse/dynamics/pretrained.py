@@ -1,0 +1,150 @@
+"""Self-attention weights of pretrained Hugging Face models, for "the pretrained
+self-attention network": every layer reduced to its attention sublayer
+``SA(X) = concat_h(softmax(q_h k_h^T * scale + bias_h) v_h) W_O + b_O`` (no skip, no norm,
+no MLP unless the caller's :class:`~rankcollapse.dynamics.config.BlockConfig` adds them).
+
+Family quirks handled (row-vector convention: ``nn.Linear`` weights are transposed):
+
+- BERT: ``query/key/value`` and ``attention.output.dense`` (``W_O``), biases, scale
+  ``1/sqrt(d_head)``.
+- ALBERT: one shared layer (per layer group) repeated ``num_hidden_layers`` times; the
+  simulation runs at ``hidden_size`` (the embedding projection is not part of attention).
+- GPT-2: ``Conv1D`` weights are already ``(in, out)``; ``c_attn`` is split into Q, K, V;
+  the module's ``scaling`` (``1/sqrt(d_head)``, divided by ``layer+1`` with
+  ``scale_attn_by_inverse_layer_idx``) is kept.
+- T5 (encoder stack): no biases and no ``1/sqrt(d)`` scaling (scale 1); the relative
+  position bias of the first layer is shared by every layer, computed by the model's
+  own ``compute_bias`` (bidirectional buckets). Decoder layers are not extracted.
+- Llama: RoPE (the model's ``inv_freq`` and ``attention_scaling``, rotate-half layout),
+  grouped-query attention (KV heads repeated), scale ``1/sqrt(d_head)``.
+
+The model's own causal masking is not part of the weights: pass the mask to
+:func:`~rankcollapse.dynamics.simulate` (``causal`` for GPT-2 and Llama).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import ModelError
+from .weights import LayerWeights
+
+LayerAttentionWeights = LayerWeights
+
+
+def _t(linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    b = None if linear.bias is None else linear.bias.detach().clone()
+    return linear.weight.detach().T.clone(), b
+
+
+def _qkvo(q, k, v, o, **kw) -> LayerWeights:
+    (W_Q, b_Q), (W_K, b_K), (W_V, b_V), (W_O, b_O) = map(_t, (q, k, v, o))
+    return LayerWeights(W_Q, W_K, W_V, W_O, b_Q, b_K, b_V, b_O, **kw)
+
+
+def _bert(base, cfg) -> list[LayerWeights]:
+    out = []
+    for i, layer in enumerate(base.encoder.layer):
+        sa = layer.attention.self
+        out.append(_qkvo(sa.query, sa.key, sa.value, layer.attention.output.dense, n_heads=sa.num_attention_heads,
+                         scale=float(sa.scaling), meta={"family": "bert", "layer": i}))
+    return out
+
+
+def _albert(base, cfg) -> list[LayerWeights]:
+    groups = base.encoder.albert_layer_groups
+    per_group = cfg.num_hidden_layers // cfg.num_hidden_groups
+    out = []
+    for i in range(cfg.num_hidden_layers):
+        for inner in groups[i // per_group].albert_layers:
+            a = inner.attention
+            out.append(_qkvo(a.query, a.key, a.value, a.dense, n_heads=cfg.num_attention_heads,
+                             scale=float(a.attention_head_size ** -0.5),
+                             meta={"family": "albert", "layer": i, "shared_group": i // per_group}))
+    return out
+
+
+def _gpt2(base, cfg) -> list[LayerWeights]:
+    out = []
+    for i, block in enumerate(base.h):
+        attn = block.attn
+        W, b = attn.c_attn.weight.detach(), attn.c_attn.bias.detach()  # Conv1D: (d, 3d), x @ W
+        W_Q, W_K, W_V = W.split(attn.embed_dim, dim=1)
+        b_Q, b_K, b_V = b.split(attn.embed_dim)
+        out.append(LayerWeights(W_Q.clone(), W_K.clone(), W_V.clone(), attn.c_proj.weight.detach().clone(),
+                                b_Q.clone(), b_K.clone(), b_V.clone(), attn.c_proj.bias.detach().clone(),
+                                n_heads=attn.num_heads, scale=float(attn.scaling),
+                                meta={"family": "gpt2", "layer": i}))
+    return out
+
+
+def _t5(base, cfg) -> list[LayerWeights]:
+    stack = base.encoder if hasattr(base, "encoder") else base
+    first = stack.block[0].layer[0].SelfAttention
+
+    def position_bias(n: int) -> torch.Tensor:
+        with torch.no_grad():
+            return first.compute_bias(n, n, device=first.q.weight.device)[0]  # (H, n, n)
+
+    out = []
+    for i, block in enumerate(stack.block):
+        a = block.layer[0].SelfAttention
+        out.append(_qkvo(a.q, a.k, a.v, a.o, n_heads=a.n_heads, scale=1.0, position_bias=position_bias,
+                         meta={"family": "t5", "layer": i}))
+    return out
+
+
+def _llama(base, cfg) -> list[LayerWeights]:
+    rope = base.rotary_emb
+    out = []
+    for i, layer in enumerate(base.layers):
+        a = layer.self_attn
+        out.append(_qkvo(a.q_proj, a.k_proj, a.v_proj, a.o_proj, n_heads=cfg.num_attention_heads,
+                         n_kv_heads=cfg.num_key_value_heads, scale=float(a.scaling),
+                         rope_inv_freq=rope.inv_freq.detach().float().clone(),
+                         rope_scaling=float(getattr(rope, "attention_scaling", 1.0)),
+                         meta={"family": "llama", "layer": i}))
+    return out
+
+
+_EXTRACTORS = {"bert": _bert, "albert": _albert, "gpt2": _gpt2, "t5": _t5, "llama": _llama}
+
+
+def model_family(hf_model) -> str:
+    """``bert | albert | gpt2 | t5 | llama`` from ``config.model_type``.
+
+    Raises
+    ------
+    ModelError
+        A model type whose attention layout is not known.
+    """
+    mt = getattr(hf_model.config, "model_type", "")
+    family = {"bert": "bert", "albert": "albert", "gpt2": "gpt2", "t5": "t5", "llama": "llama",
+              "mistral": "llama", "qwen2": "llama"}.get(mt)
+    if family is None:
+        raise ModelError(f"cannot extract attention weights of model_type {mt!r}; supported: {sorted(_EXTRACTORS)}")
+    return family
+
+
+def extract_attention_weights(hf_model) -> list[LayerAttentionWeights]:
+    """Per-layer Q, K, V, O (+ biases, scale, RoPE, position bias) of a HF model.
+
+    Parameters
+    ----------
+    hf_model : a ``transformers`` model (base or with a head) of family BERT, ALBERT,
+        GPT-2, T5 (encoder) or Llama; or a :class:`rankcollapse.models.LoadedModel`.
+
+    Returns
+    -------
+    list of :class:`~rankcollapse.dynamics.weights.LayerWeights`, one per layer,
+    float tensors detached from the model (same dtype as the model).
+
+    Raises
+    ------
+    ModelError
+        Unsupported family.
+    """
+    hf_model = getattr(hf_model, "model", hf_model) if not hasattr(hf_model, "config") else hf_model
+    family = model_family(hf_model)
+    base = getattr(hf_model, hf_model.base_model_prefix, hf_model)
+    return _EXTRACTORS[family](base, hf_model.config)

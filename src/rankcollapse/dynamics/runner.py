@@ -1,0 +1,202 @@
+"""``simulate``: run the self-attention dynamics of theory.md §2 and stream metrics.
+
+Default initialisation (documented in docs/dynamics.md): one head, ``W_Q, W_K, W_V``
+``(d, d)`` with i.i.d. ``N(0, 1/d)`` entries, drawn per layer from ``(seed, layer, role)``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from .config import BlockConfig, resolve_variant
+from .layers import Attention, apply_norm, block_forward
+from .masking import resolve_mask
+from .weights import LayerWeights, MatrixSource, random_layers
+
+DEFAULT_SIM_METRICS = ("mu", "mu_relative")
+_DENSE_SCORE_BUDGET = 64 * 2**20  # bytes of (B, H, N, N) scores above which sparse masks go blocked
+
+
+@dataclass
+class SimResult:
+    """Output of :func:`simulate`.
+
+    metrics : name -> ``(depth+1, B)`` float64 CPU tensor; row ``t`` is after ``t`` layers
+        (row 0 = the input).
+    final_metrics : name -> ``(B,)`` after the final norm, or None without ``final_norm``.
+    epsilon : ``(depth,)`` smallest allowed attention entry of each layer (over batch
+        and heads), or None.
+    states : list of ``depth+1`` tensors ``(B, N, d)`` (CPU), or None.
+    attention : list of ``depth`` tensors ``(B, H, N, N)`` (CPU), or None.
+    config : JSON-able settings of the run.
+    """
+
+    metrics: dict[str, torch.Tensor]
+    config: dict
+    epsilon: torch.Tensor | None = None
+    states: list[torch.Tensor] | None = None
+    attention: list[torch.Tensor] | None = None
+    final_metrics: dict[str, torch.Tensor] | None = None
+    zero_rows: list[int] = field(default_factory=list)
+
+
+def _as_tokens(X0, dtype, device) -> torch.Tensor:
+    X = torch.as_tensor(np.asarray(X0)) if not isinstance(X0, torch.Tensor) else X0
+    if X.ndim == 2:
+        X = X.unsqueeze(0)
+    if X.ndim != 3 or min(X.shape) < 1:
+        raise ConfigError(f"X0 must have shape (N, d) or (B, N, d), got {tuple(X.shape)}")
+    if not X.is_floating_point():
+        raise ConfigError(f"X0 must be a floating-point array, got {X.dtype}")
+    if dtype is None:
+        dtype = X.dtype if X.dtype in (torch.float32, torch.float64) else torch.float32
+    if dtype not in (torch.float32, torch.float64):
+        raise ConfigError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    X = X.detach().to(device=device if device is not None else X.device, dtype=dtype)
+    if not bool(torch.isfinite(X).all()):
+        raise ConfigError("X0 contains NaN or Inf")
+    return X
+
+
+def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
+    """Names, ``measure(X, mask) -> {name: (B,)}`` and whether a metric needs the mask."""
+    if isinstance(metrics, Mapping):
+        fns = dict(metrics)
+        return tuple(fns), lambda X, mask: {k: f(X) for k, f in fns.items()}, False
+    from ..metrics import METRICS, compute_metrics
+
+    names = tuple(DEFAULT_SIM_METRICS if metrics is None else ([metrics] if isinstance(metrics, str) else metrics))
+    unknown = [n for n in names if n not in METRICS]
+    if unknown:
+        raise ConfigError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")
+    uses_mask = any(METRICS[n].uses_mask for n in names)
+    return names, lambda X, mask: compute_metrics(X, names, mask=mask), uses_mask
+
+
+def _check_weights(weights: Sequence[LayerWeights], depth: int, d: int) -> None:
+    if len(weights) != depth:
+        raise ConfigError(f"weights has {len(weights)} layers, depth is {depth}")
+    for t, lw in enumerate(weights):
+        if lw.W_Q.shape[0] != d or lw.W_K.shape[0] != d or lw.W_V.shape[0] != d:
+            raise ConfigError(f"layer {t} weights expect width {lw.W_Q.shape[0]}, X0 has d={d}")
+        out = lw.W_V.shape[1] * lw.n_heads // (lw.n_kv_heads or lw.n_heads)
+        if (lw.W_O.shape[1] if lw.W_O is not None else out) != d:
+            raise ConfigError(f"layer {t} attention output width is not d={d} (W_V/W_O shapes)")
+
+
+def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk: float = 1.0,
+             value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
+             weights: Sequence[LayerWeights] | None = None, metrics=None, seed: int = 0,
+             dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+             n_heads: int | None = None, shared: bool = False, path: str = "auto", block_size: int = 128,
+             record_states: bool = False, record_epsilon: bool = False, record_attention: bool = False,
+             ) -> SimResult:
+    """Run ``depth`` layers of masked self-attention dynamics from ``X0``.
+
+    Pure SA (theory.md §2): ``X(t+1) = A(t) X(t) W_V(t)``, ``A(t) = softmax_G(X W_Q
+    (X W_K)^T / sqrt(d_qk))``; other variants per :class:`BlockConfig`.
+
+    Parameters
+    ----------
+    X0 : ``(N, d)`` or ``(B, N, d)`` float tensor or array.
+    mask : spec string (``rankcollapse.masks.parse_mask``), ``Mask``, bool ``(N, N)``
+        tensor/array, or scipy sparse matrix; True = token i attends to j.
+    depth : number of layers T >= 1.
+    variant : ``"pure"``, ``"ln"``, ``"skip"``, ``"skip_ln"`` or a :class:`BlockConfig`.
+    d_qk : temperature > 0 (ignored by layers whose weights set ``scale``).
+    value, query_key : weight family spec (:mod:`rankcollapse.dynamics.weights`), a
+        ``(d, d)`` matrix for all layers, or a list of ``depth`` matrices.
+    weights : explicit per-layer :class:`LayerWeights` (e.g. from
+        :func:`rankcollapse.dynamics.pretrained.extract_attention_weights`); overrides
+        ``value``/``query_key``/``n_heads``.
+    metrics : names from ``rankcollapse.metrics.METRICS`` (default ``("mu",
+        "mu_relative")``), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
+    seed : weight seed. dtype : float32 (default) or float64. device : default X0's.
+    n_heads : heads (default ``variant.n_heads``). shared : one layer's weights for all.
+    path : ``"dense"``, ``"blocked"`` (memory O(edges), :mod:`.sparse`) or ``"auto"``
+        (blocked when the mask's density < 1/4 and the dense scores exceed 64 MiB).
+    record_states, record_epsilon, record_attention : keep X(t), ε(t), A(t).
+
+    Returns
+    -------
+    SimResult
+
+    Raises
+    ------
+    ConfigError
+        Bad option or shape (checked before any layer runs), or X overflowing to
+        non-finite values (names the layer).
+    MaskError
+        Bad mask or a row with no allowed key.
+    """
+    if not isinstance(depth, int) or depth < 1:
+        raise ConfigError(f"depth must be a positive int, got {depth!r}")
+    if not d_qk > 0:
+        raise ConfigError(f"d_qk must be > 0, got {d_qk}")
+    if path not in ("auto", "dense", "blocked"):
+        raise ConfigError(f"path must be 'auto', 'dense' or 'blocked', got {path!r}")
+    cfg = resolve_variant(variant, n_heads=n_heads)
+    given_weights = weights is not None
+    X = _as_tokens(X0, dtype, device)
+    B, N, d = X.shape
+    if weights is None:
+        weights = random_layers(d, depth, value=value, query_key=query_key, n_heads=cfg.n_heads,
+                                out_proj=cfg.out_proj, mlp_ratio=cfg.mlp_ratio if cfg.mlp else None,
+                                shared=shared, seed=seed)
+    _check_weights(weights, depth, d)
+    if cfg.mlp and any(lw.W_1 is None for lw in weights):
+        raise ConfigError("mlp=True but the given weights carry no MLP (W_1, W_2)")
+    names, measure, uses_mask = _metric_fn(metrics)
+    H = max(lw.n_heads for lw in weights)
+    m = resolve_mask(mask, N)
+    density = m.n_edges / N**2
+    dense_bytes = B * H * N * N * X.element_size()
+    if path == "auto":
+        path = "blocked" if density < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET else "dense"
+    if path == "blocked" and (record_attention or any(lw.position_bias is not None for lw in weights)):
+        raise ConfigError("record_attention and position bias (T5) need path='dense'")
+    attend = Attention(mask_dense=m.dense(X.device) if path == "dense" else None,
+                       plan=m.plan(block_size, X.device) if path == "blocked" else None, d_qk=d_qk,
+                       uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
+                       record_attention=record_attention)
+    weights = [lw.to(X.dtype, X.device) for lw in weights]
+    metric_mask = m.dense(X.device) if uses_mask else None  # built once, not per layer
+    rows = [measure(X, metric_mask)]
+    states = [X.cpu()] if record_states else None
+    zero_rows = []
+    with torch.no_grad():
+        for t, lw in enumerate(weights):
+            X, z = block_forward(X, lw, cfg, attend)
+            if not bool(torch.isfinite(X.sum())) and not bool(torch.isfinite(X).all()):
+                raise ConfigError(f"X has non-finite values after layer {t + 1} (overflow in {X.dtype}); "
+                                  "use dtype=torch.float64, a smaller-norm value family, or a normalisation")
+            zero_rows.append(z)
+            rows.append(measure(X, metric_mask))
+            if record_states:
+                states.append(X.cpu())
+        final = None
+        if cfg.final_norm:
+            Xf, z = apply_norm(X, cfg.norm, cfg.eps)
+            final = {k: v.detach().to("cpu", torch.float64).reshape(B) for k, v in measure(Xf, metric_mask).items()}
+    zero_rows = [int(z) for z in zero_rows]
+    if any(zero_rows):
+        warnings.warn(f"sphere normalisation met zero rows (left at zero) in layers "
+                      f"{[t + 1 for t, z in enumerate(zero_rows) if z]}", RuntimeWarning, stacklevel=2)
+    out = {k: torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]) for k in names}
+    config = {"variant": variant if isinstance(variant, str) else "custom", "block": cfg.to_dict(), "depth": depth,
+              "d_qk": d_qk, "value": value if isinstance(value, str) else "user",
+              "query_key": query_key if isinstance(query_key, str) else "user",
+              "weights": "given" if given_weights else "family", "seed": seed,
+              "shared": shared, "dtype": str(X.dtype).replace("torch.", ""), "device": str(X.device),
+              "path": path, "block_size": block_size, "mask": m.spec, "n_tokens": N, "d_model": d, "batch": B,
+              "metrics": list(names)}
+    return SimResult(metrics=out, config=config,
+                     epsilon=torch.stack(attend.epsilon).to("cpu", torch.float64) if record_epsilon else None,
+                     states=states, attention=[a.cpu() for a in attend.attention] if record_attention else None,
+                     final_metrics=final, zero_rows=zero_rows)

@@ -1,0 +1,252 @@
+"""Weight families for the simulated network and the per-layer weight record.
+
+Row-vector convention throughout: a token ``x`` (row) maps to ``x W``; every matrix is
+``(d_in, d_out)``. Weights are drawn in float64 on the CPU from a generator seeded by
+``(seed, layer, role)`` (``numpy.random.SeedSequence``), then cast to the caller's
+dtype/device, so the same seed gives the same numbers on every device, and changing
+the value family leaves ``W_Q``/``W_K`` unchanged.
+
+Families (spec ``NAME`` or ``NAME:key=value,...``):
+
+==================  ==========================================================  =================================
+name                distribution                                                source
+==================  ==========================================================  =================================
+``gaussian``        i.i.d. ``N(0, std^2)``, default ``std = 1/sqrt(d_in)``       LeCun init; theory default
+``bert``            i.i.d. ``N(0, 0.02^2)``                                     BERT ``initializer_range``
+``xavier``          i.i.d. ``U(-a, a)``, ``a = gain sqrt(6/(d_in+d_out))``      Glorot & Bengio 2010
+``orthogonal``      Haar-distributed orthogonal times ``scale``                 QR with sign fix, Mezzadri 2007
+``identity``        ``I``                                                       --
+``scaled_identity`` ``scale * I`` (default ``scale=1``)                         --
+``spd``             ``Q diag(lam) Q^T``, Q Haar, ``lam ~ U(lo, hi)``             symmetric positive definite
+``nonnegative``     ``|N(0, std^2)|`` entrywise, default ``std = 1/sqrt(d_in)``  half-normal
+``zero``            ``0`` (with ``W_Q``/``W_K``: uniform attention)             --
+==================  ==========================================================  =================================
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+
+ROLES = {"W_Q": 1, "W_K": 2, "W_V": 3, "W_O": 4, "W_1": 5, "W_2": 6}
+_SQUARE = ("orthogonal", "identity", "scaled_identity", "spd")
+
+
+@dataclass
+class LayerWeights:
+    """Attention (and optional MLP) weights of one layer.
+
+    Shapes: ``W_Q`` ``(d, H d_k)``, ``W_K`` ``(d, H_kv d_k)``, ``W_V`` ``(d, H_kv d_v)``,
+    ``W_O`` ``(H d_v, d)`` or None (heads are concatenated), biases ``(out,)`` or None.
+    ``scale`` multiplies the scores ``q k^T``; None means ``1/sqrt(d_qk)`` of the run.
+    ``rope_inv_freq`` ``(d_k/2,)`` turns on rotary embeddings (rotate-half layout, Su et
+    al. 2021, as in Llama); ``position_bias(n) -> (H, n, n)`` is added to the scores (T5).
+    ``W_1 (d, m)``, ``W_2 (m, d)`` with biases give the MLP ``GELU(x W_1 + b_1) W_2 + b_2``.
+    """
+
+    W_Q: torch.Tensor
+    W_K: torch.Tensor
+    W_V: torch.Tensor
+    W_O: torch.Tensor | None = None
+    b_Q: torch.Tensor | None = None
+    b_K: torch.Tensor | None = None
+    b_V: torch.Tensor | None = None
+    b_O: torch.Tensor | None = None
+    n_heads: int = 1
+    n_kv_heads: int | None = None
+    scale: float | None = None
+    rope_inv_freq: torch.Tensor | None = None
+    rope_scaling: float = 1.0
+    position_bias: Callable[[int], torch.Tensor] | None = None
+    W_1: torch.Tensor | None = None
+    b_1: torch.Tensor | None = None
+    W_2: torch.Tensor | None = None
+    b_2: torch.Tensor | None = None
+    meta: dict = field(default_factory=dict)
+    W_QKV: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def d_model(self) -> int:
+        return self.W_Q.shape[0]
+
+    def to(self, dtype: torch.dtype, device: torch.device | str | None) -> "LayerWeights":
+        """Copy with every tensor cast to ``dtype`` and moved to ``device``."""
+        out = {}
+        for name, value in self.__dict__.items():
+            is_float = isinstance(value, torch.Tensor) and value.is_floating_point()
+            out[name] = value.to(device=device, dtype=dtype) if is_float else value
+        lw = LayerWeights(**out)
+        plain = all(getattr(lw, b) is None for b in ("b_Q", "b_K", "b_V")) and lw.rope_inv_freq is None
+        if plain and lw.n_kv_heads in (None, lw.n_heads) and lw.W_Q.shape == lw.W_K.shape == lw.W_V.shape:
+            lw.W_QKV = torch.cat((lw.W_Q, lw.W_K, lw.W_V), dim=1)  # fused projection (d, 3 d_out)
+        return lw
+
+
+def parse_family(spec: str) -> tuple[str, dict[str, float]]:
+    """Split ``NAME:key=value,...`` into the name and float parameters.
+
+    Raises
+    ------
+    ConfigError
+        Unknown family, malformed or unknown parameter.
+    """
+    name, _, rest = spec.partition(":")
+    name = name.strip()
+    if name not in FAMILIES:
+        raise ConfigError(f"unknown weight family {name!r}; choose one of {sorted(FAMILIES)}")
+    params: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ConfigError(f"weight family {spec!r}: expected key=value, got {item!r}")
+        try:
+            params[key.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(f"weight family {spec!r}: {key!r} must be a number, got {value!r}") from None
+    allowed = FAMILY_PARAMS[name]
+    unknown = set(params) - set(allowed)
+    if unknown:
+        raise ConfigError(f"weight family {name!r} takes {allowed or 'no parameters'}, got {sorted(unknown)}")
+    return name, params
+
+
+def generator(seed: int, layer: int, role: str) -> torch.Generator:
+    """CPU generator for weight ``role`` of ``layer`` under ``seed`` (independent streams)."""
+    state = np.random.SeedSequence([int(seed), int(layer), ROLES[role]]).generate_state(2, np.uint64)
+    return torch.Generator().manual_seed(int(state[0] % (2**63 - 1)))
+
+
+def haar_orthogonal(d: int, gen: torch.Generator) -> torch.Tensor:
+    """Haar-distributed ``(d, d)`` orthogonal matrix: QR of a Gaussian with the signs of
+    ``diag(R)`` moved into ``Q`` (Mezzadri 2007, "How to generate random matrices from the
+    classical compact groups", §5)."""
+    Z = torch.randn(d, d, generator=gen, dtype=torch.float64)
+    Q, R = torch.linalg.qr(Z)
+    return Q * torch.sign(torch.diagonal(R)).unsqueeze(0)
+
+
+def draw(spec: str, d_in: int, d_out: int, gen: torch.Generator) -> torch.Tensor:
+    """Draw one ``(d_in, d_out)`` float64 matrix of family ``spec`` (see module table).
+
+    Raises
+    ------
+    ConfigError
+        Bad spec, or a square-only family with ``d_in != d_out``.
+    """
+    name, p = parse_family(spec)
+    if name in _SQUARE and d_in != d_out:
+        raise ConfigError(f"weight family {name!r} needs a square matrix, got ({d_in}, {d_out})")
+    return FAMILIES[name](d_in, d_out, gen, p)
+
+
+def _gaussian(d_in, d_out, gen, p):
+    return torch.randn(d_in, d_out, generator=gen, dtype=torch.float64) * p.get("std", 1 / math.sqrt(d_in))
+
+
+def _xavier(d_in, d_out, gen, p):
+    a = p.get("gain", 1.0) * math.sqrt(6.0 / (d_in + d_out))
+    return (torch.rand(d_in, d_out, generator=gen, dtype=torch.float64) * 2 - 1) * a
+
+
+def _spd(d, _, gen, p):
+    lo, hi = p.get("lo", 0.5), p.get("hi", 1.5)
+    if not 0 < lo <= hi:
+        raise ConfigError(f"spd needs 0 < lo <= hi, got lo={lo}, hi={hi}")
+    Q = haar_orthogonal(d, gen)
+    lam = lo + (hi - lo) * torch.rand(d, generator=gen, dtype=torch.float64)
+    return (Q * lam) @ Q.T
+
+
+FAMILIES: dict[str, Callable] = {
+    "gaussian": _gaussian,
+    "bert": lambda i, o, g, p: torch.randn(i, o, generator=g, dtype=torch.float64) * 0.02,
+    "xavier": _xavier,
+    "orthogonal": lambda d, _, g, p: haar_orthogonal(d, g) * p.get("scale", 1.0),
+    "identity": lambda d, _, g, p: torch.eye(d, dtype=torch.float64),
+    "scaled_identity": lambda d, _, g, p: torch.eye(d, dtype=torch.float64) * p.get("scale", 1.0),
+    "spd": _spd,
+    "nonnegative": lambda i, o, g, p: _gaussian(i, o, g, p).abs(),
+    "zero": lambda i, o, g, p: torch.zeros(i, o, dtype=torch.float64),
+}
+FAMILY_PARAMS: dict[str, tuple[str, ...]] = {
+    "gaussian": ("std",), "bert": (), "xavier": ("gain",), "orthogonal": ("scale",), "identity": (),
+    "scaled_identity": ("scale",), "spd": ("lo", "hi"), "nonnegative": ("std",), "zero": (),
+}
+
+MatrixSource = str | torch.Tensor | np.ndarray | Sequence[torch.Tensor | np.ndarray]
+
+
+def layer_matrix(source: MatrixSource, role: str, layer: int, depth: int, shape: tuple[int, int],
+                 seed: int) -> torch.Tensor:
+    """The float64 ``shape`` matrix ``role`` of ``layer`` from a family spec, one user
+    matrix (all layers) or a list of ``depth`` user matrices.
+
+    Raises
+    ------
+    ConfigError
+        Wrong shape (names the role, layer and both shapes), wrong list length, NaN/Inf.
+    """
+    if isinstance(source, str):
+        return draw(source, shape[0], shape[1], generator(seed, layer, role))
+    if isinstance(source, (list, tuple)):
+        if len(source) != depth:
+            raise ConfigError(f"{role}: got a list of {len(source)} matrices for depth {depth}")
+        source = source[layer]
+    M = torch.as_tensor(np.asarray(source) if not isinstance(source, torch.Tensor) else source)
+    M = M.detach().to(device="cpu", dtype=torch.float64)
+    if tuple(M.shape) != tuple(shape):
+        raise ConfigError(f"{role} of layer {layer} has shape {tuple(M.shape)}, expected {tuple(shape)}")
+    if not bool(torch.isfinite(M).all()):
+        raise ConfigError(f"{role} of layer {layer} contains NaN or Inf")
+    return M
+
+
+def random_layers(d: int, depth: int, *, value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
+                  n_heads: int = 1, out_proj: bool = False, mlp_ratio: int | None = None,
+                  shared: bool = False, seed: int = 0) -> list[LayerWeights]:
+    """Per-layer weights ``W_Q, W_K`` from ``query_key``, ``W_V`` (and ``W_O``) from ``value``.
+
+    Parameters
+    ----------
+    d : model width; ``n_heads`` must divide it (head width ``d / n_heads``; ``W_Q``,
+        ``W_K``, ``W_V`` are ``(d, d)`` holding the heads side by side).
+    depth : number of layers.
+    value, query_key : family spec (module table), one ``(d, d)`` matrix, or a list of
+        ``depth`` matrices.
+    out_proj : also draw ``W_O (d, d)`` from ``value``.
+    mlp_ratio : if given, MLP weights ``W_1 (d, m d)``, ``W_2 (m d, d)`` from ``gaussian``.
+    shared : one set of weights reused by every layer (ALBERT-style parameter sharing).
+    seed : see module docstring.
+
+    Returns
+    -------
+    list of ``depth`` float64 CPU :class:`LayerWeights`.
+
+    Raises
+    ------
+    ConfigError
+        ``n_heads`` not dividing ``d``, bad family or matrix.
+    """
+    if d % n_heads:
+        raise ConfigError(f"n_heads={n_heads} does not divide d={d}")
+    n_draw = 1 if shared else depth
+    layers = []
+    for t in range(n_draw):
+        lw = LayerWeights(
+            W_Q=layer_matrix(query_key, "W_Q", t, depth, (d, d), seed),
+            W_K=layer_matrix(query_key, "W_K", t, depth, (d, d), seed),
+            W_V=layer_matrix(value, "W_V", t, depth, (d, d), seed),
+            W_O=layer_matrix(value, "W_O", t, depth, (d, d), seed) if out_proj else None,
+            n_heads=n_heads,
+        )
+        if mlp_ratio:
+            lw.W_1 = layer_matrix("gaussian", "W_1", t, depth, (d, mlp_ratio * d), seed)
+            lw.W_2 = layer_matrix("gaussian", "W_2", t, depth, (mlp_ratio * d, d), seed)
+        layers.append(lw)
+    return layers * depth if shared else layers

@@ -1,0 +1,176 @@
+"""Declarative experiment configs (``configs/<name>.yaml``): loading, validation,
+expansion into units of work, and hashes.
+
+A config names its inputs, its scales (``quick``, ``paper``, ``smoke``), its units
+(each a ``kind`` with a ``grid`` of values whose Cartesian product gives one unit per
+combination and seed), its plots and its pre-registered claims. A unit's identity is
+the canonical JSON of everything that determines its numbers; its hash keys the cache.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from .. import __version__
+from .._io import config_hash
+from ..errors import ConfigError
+
+EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory")
+ALIASES = {"": "main", "all": "all"}
+SCALES = ("quick", "paper", "smoke")
+UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "theory")
+#: Bumped when a unit's computation changes meaning, so stale cache entries are not reused.
+CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One cacheable unit of work: a kind plus the parameters that fix its numbers."""
+
+    kind: str
+    params: dict[str, Any] = field(hash=False)
+    experiment: str = ""
+
+    @property
+    def hash(self) -> str:
+        return config_hash({"kind": self.kind, "params": self.params, "v": CACHE_VERSION, "pkg": __version__})
+
+    @property
+    def label(self) -> str:
+        keys = ("model", "mask", "variant", "value", "d_qk", "check", "setting", "seed")
+        bits = [f"{k}={self.params[k]}" for k in keys if k in self.params and self.params[k] not in ("", None, "default")]
+        return f"{self.kind}[{', '.join(bits)}]"
+
+
+def load_config(name: str) -> dict[str, Any]:
+    """The parsed YAML config of experiment ``name`` (one of :data:`EXPERIMENTS`).
+
+    Raises
+    ------
+    ConfigError
+        Unknown experiment or a config that fails validation (names the key).
+    """
+    if name not in EXPERIMENTS:
+        raise ConfigError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)} or 'all'")
+    text = resources.files(__package__).joinpath("configs", f"{name}.yaml").read_text(encoding="utf-8")
+    cfg = yaml.safe_load(text)
+    validate(cfg, name)
+    return cfg
+
+
+def resolve_names(name: str | None) -> list[str]:
+    """``None``/``''``/``main`` -> ``['main']``; ``all`` -> every experiment."""
+    name = ALIASES.get(name or "", name)
+    if name == "all":
+        return list(EXPERIMENTS)
+    if name not in EXPERIMENTS:
+        raise ConfigError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)} or 'all'")
+    return [name]
+
+
+def validate(cfg: Any, name: str) -> None:
+    """Structural checks: required keys, scales, unit kinds, claim ids."""
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"config {name}: top level must be a mapping")
+    for key in ("name", "title", "data", "scales", "units"):
+        if key not in cfg:
+            raise ConfigError(f"config {name}: missing key {key!r}")
+    missing = [s for s in ("quick", "paper") if s not in cfg["scales"]]
+    if missing:
+        raise ConfigError(f"config {name}: scales {missing} missing")
+    for u in cfg["units"]:
+        if u.get("kind") not in UNIT_KINDS:
+            raise ConfigError(f"config {name}: unit kind {u.get('kind')!r} not in {UNIT_KINDS}")
+    ids = [c["id"] for c in cfg.get("claims", [])]
+    if len(ids) != len(set(ids)):
+        raise ConfigError(f"config {name}: duplicate claim ids {ids}")
+
+
+def scale_settings(cfg: dict[str, Any], scale: str) -> dict[str, Any]:
+    """The settings of ``scale`` (validated name)."""
+    if scale not in SCALES:
+        raise ConfigError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
+    if scale not in cfg["scales"]:
+        raise ConfigError(f"experiment {cfg['name']} has no scale {scale!r}")
+    return dict(cfg["scales"][scale])
+
+
+def expand_units(
+    cfg: dict[str, Any], scale: str, seed: int, *, data: dict[str, Any], overrides: dict[str, Any] | None = None
+) -> list[Unit]:
+    """All units of ``cfg`` at ``scale``.
+
+    Parameters
+    ----------
+    data : the input description shared by every unit (corpus, text file digest,
+        window length, data seed); part of every unit's hash.
+    overrides : user overrides from the command line (``masks``, ``depth``,
+        ``n_windows``, ``extra_models``) applied before hashing.
+    """
+    sc = scale_settings(cfg, scale)
+    overrides = overrides or {}
+    units = []
+    for spec in cfg["units"]:
+        grid = {k: list(v) if isinstance(v, list) else [v] for k, v in spec.get("grid", {}).items()}
+        grid = _apply_grid_overrides(spec["kind"], grid, overrides)
+        for combo in itertools.product(*grid.values()):
+            params = dict(spec.get("params", {}))
+            params.update(zip(grid.keys(), combo))
+            params["data"] = data
+            params["setting"] = "default"
+            params.update(_scale_params(spec, sc, params, overrides))
+            seeds = [seed + k for k in range(int(sc.get("n_seeds", 1)))] if spec["kind"] == "simulate" else [-1]
+            for s in seeds:
+                units.append(Unit(spec["kind"], {**params, "seed": s}, cfg["name"]))
+    return units
+
+
+def _apply_grid_overrides(kind: str, grid: dict[str, list], overrides: dict[str, Any]) -> dict[str, list]:
+    grid = dict(grid)
+    if overrides.get("masks") and "mask" in grid and kind == "simulate":
+        grid["mask"] = list(overrides["masks"])
+    if overrides.get("extra_models") and "model" in grid and kind == "probe":
+        grid["model"] = grid["model"] + [m for m in overrides["extra_models"] if m not in grid["model"]]
+    return grid
+
+
+def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[str, Any]:
+    kind = spec["kind"]
+    out: dict[str, Any] = {}
+    if kind in ("simulate", "pretrained_sa", "probe"):
+        per_model = sc.get("windows_per_model", {})
+        n = per_model.get(params.get("model", ""), sc.get("n_windows", 16))
+        out["n_windows"] = int(overrides.get("n_windows") or n)
+    if kind == "simulate":
+        out["depth"] = int(overrides.get("depth") or params.get("depth") or sc["depth"])
+    if kind == "theory":
+        out["budget"] = sc.get("theory_budget", {})
+    return out
+
+
+def with_override(unit: Unit, override: dict[str, Any], label: str) -> Unit:
+    """A copy of ``unit`` with parameters changed for a nearby-setting run.
+
+    ``window`` changes the width in the mask spec (``sliding_window:w=9`` -> ``w=W``);
+    other keys replace the parameter of the same name.
+    """
+    params = dict(unit.params)
+    for k, v in override.items():
+        if k == "window":
+            name = str(params["mask"]).split(":")[0]
+            if name in ("sliding_window", "causal_sliding_window"):
+                params["mask"] = f"{name}:w={v}"
+        else:
+            params[k] = v
+    params["setting"] = label
+    return Unit(unit.kind, params, unit.experiment)
+
+
+def setting_label(override: dict[str, Any]) -> str:
+    """Stable, readable label of an override, e.g. ``init_scale=2,value=orthogonal``."""
+    return ",".join(f"{k}={override[k]}" for k in sorted(override))

@@ -1,0 +1,92 @@
+"""Shared inputs of one run: texts, token windows, loaded models and X(0) embeddings.
+
+Loaded once per process and handed to every unit (no module-level state).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import data
+from ..errors import DataError
+
+
+def data_spec(text: str | Path | None, length: int, seed: int) -> dict[str, Any]:
+    """The input description that enters every unit hash.
+
+    A user text file is identified by its SHA-256, so editing it invalidates the cache.
+
+    Raises
+    ------
+    DataError
+        ``length`` < 1, or the text file cannot be read (names the file).
+    """
+    if int(length) < 1:
+        raise DataError(f"window length N must be >= 1, got {length}")
+    if text is None:
+        return {"corpus": "wikipedia", "length": int(length), "seed": int(seed)}
+    docs = data.read_text_file(text)  # raises DataError with one clear line
+    digest = hashlib.sha256("\n".join(docs).encode()).hexdigest()[:16]
+    return {"corpus": "file", "path": str(Path(text).resolve()), "sha256": digest, "length": int(length), "seed": int(seed)}
+
+
+class RunContext:
+    """Lazily loaded inputs shared by the units of one run.
+
+    Parameters
+    ----------
+    data : output of :func:`data_spec`.
+    device : torch device for simulations (chosen by the caller).
+    """
+
+    def __init__(self, data: dict[str, Any], device: str | torch.device = "cpu") -> None:
+        self.data = data
+        self.device = torch.device(device)
+        self._texts: list[str] | None = None
+        self._models: dict[str, Any] = {}
+        self._windows: dict[tuple[str, int], Any] = {}
+
+    def texts(self) -> list[str]:
+        if self._texts is None:
+            if self.data["corpus"] == "wikipedia":
+                self._texts = data.wikipedia_texts()
+            else:
+                self._texts = data.read_text_file(self.data["path"])
+        return self._texts
+
+    def model(self, name: str) -> Any:
+        """The loaded model ``name`` (``minilm``, ``smollm2`` or a path/hub id)."""
+        if name not in self._models:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from ..models.loading import load_model
+
+            self._models[name] = load_model(name)
+        return self._models[name]
+
+    def windows(self, model: str, n_windows: int) -> Any:
+        """``n_windows`` windows of ``length`` tokens cut with ``model``'s tokenizer."""
+        key = (model, int(n_windows))
+        if key not in self._windows:
+            tok = self.model(model).tokenizer
+            self._windows[key] = data.make_windows(
+                self.texts(), tok, length=self.data["length"], n_windows=n_windows, seed=self.data["seed"]
+            )
+        return self._windows[key]
+
+    def embeddings(self, model: str, n_windows: int, *, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """X(0): the embedding-layer output ``(B, N, d)`` of windows ``start:stop``."""
+        from ..models.probe import embed
+
+        win = self.windows(model, n_windows)
+        stop = win.n_windows if stop is None else stop
+        part = type(win)(win.input_ids[start:stop], win.attention_mask[start:stop], win.special_tokens_mask[start:stop])
+        with torch.no_grad():
+            X = embed(self.model(model), part)
+        if not torch.isfinite(X).all():
+            raise DataError(f"embeddings of {model} contain NaN/Inf")
+        return X.detach()

@@ -1,0 +1,112 @@
+"""Figures from the tidy table, declared in the configs' ``plots`` lists.
+
+Each plot: rows selected by ``select`` and ``metric``; one panel per value of
+``panels``; one line per value of ``lines``; the line is the mean over windows
+(averaged over weight seeds) and the band the window inter-quartile range (q25-q75,
+averaged over seeds). Log-log axes draw layers t >= 1 (the input, t = 0, is the
+dotted reference line of the same colour).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .claims import _select  # noqa: E402
+
+METRIC_LABELS = {
+    "mu": "μ(X) = ‖X − 1γ_X‖_F",
+    "mu_relative": "μ(X) / ‖X‖_F",
+    "avg_abs_cos": "average |cos| over token pairs",
+    "rank_fraction": "numerical rank / min(N, d)",
+    "sigma_min": "σ_min(X)",
+    "sigma_ratio": "σ₂ / σ₁",
+}
+_LINE_ORDER = {"mask": ["complete", "causal", "sliding_window", "causal_sliding_window"]}
+
+
+def make_plots(table: pd.DataFrame, configs: list[dict[str, Any]], folder: Path) -> dict[str, dict[str, str]]:
+    """Draw every declared plot that has rows; returns ``{id: {path, title, caption}}``."""
+    from .._io import atomic_path
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict[str, dict[str, str]] = {}
+    for cfg in configs:
+        for spec in cfg.get("plots", []):
+            if spec["id"] in out:
+                continue
+            fig = draw(table, spec)
+            if fig is None:
+                continue
+            path = folder / f"{spec['id']}.png"
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+            plt.close(fig)
+            out[spec["id"]] = {"path": str(path), "title": spec["title"], "caption": spec.get("caption", ""), "experiment": cfg["name"]}
+    return out
+
+
+def _ordered(values: list[Any], key: str) -> list[Any]:
+    order = _LINE_ORDER.get(key, [])
+    known = [v for v in order if v in values]
+    return known + sorted((v for v in values if v not in order), key=lambda v: (str(type(v)), v))
+
+
+def draw(table: pd.DataFrame, spec: dict[str, Any]):
+    """One figure for ``spec`` or None when the table has no matching rows."""
+    rows = _select(table, {**spec.get("select", {}), "metric": spec["metric"]}, "default")
+    if rows.empty:
+        return None
+    panel_key, line_key = spec.get("panels"), spec["lines"]
+    panels = _ordered(list(rows[panel_key].unique()), panel_key) if panel_key else [None]
+    ncol = min(len(panels), int(spec.get("ncols", 4)))
+    nrow = int(np.ceil(len(panels) / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.1 * nrow), squeeze=False, sharey=spec.get("sharey", True))
+    loglog = bool(spec.get("loglog", False))
+    lines = _ordered(list(rows[line_key].unique()), line_key)
+    colours = {v: plt.cm.tab10(i % 10) for i, v in enumerate(lines)}
+    for ax, panel in zip(axes.flat, panels):
+        sub = rows if panel is None else rows[rows[panel_key] == panel]
+        for value in lines:
+            _line(ax, sub[sub[line_key] == value], f"{spec.get('line_label', line_key)}={value}" if spec.get("line_label") else str(value),
+                  colours[value], loglog, spec)
+        ax.set_title(f"{spec.get('panel_label', panel_key)}: {panel}" if panel is not None else spec["title"], fontsize=10)
+        ax.set_xlabel(spec.get("xlabel", "layer t"))
+        ax.set_yscale(spec.get("yscale", "log"))
+        if loglog:
+            ax.set_xscale("log")
+        ax.grid(True, which="major", alpha=0.3)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(spec.get("ylabel", METRIC_LABELS.get(spec["metric"], spec["metric"])))
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), bbox_to_anchor=(0.5, -0.02 - 0.04 * nrow),
+               frameon=False, title=spec.get("legend_title", line_key))
+    fig.suptitle(spec["title"], fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def _line(ax, rows: pd.DataFrame, label: str, colour, loglog: bool, spec: dict[str, Any]) -> None:
+    if rows.empty:
+        return
+    g = rows.groupby("layer")[["mean", "q25", "q75"]].mean().sort_index()
+    if spec.get("x") == "depth_fraction":
+        x = g.index.to_numpy() / max(g.index.max(), 1)
+    else:
+        x = g.index.to_numpy().astype(float)
+    y, lo, hi = g["mean"].to_numpy(), g["q25"].to_numpy(), g["q75"].to_numpy()
+    if loglog:
+        ax.axhline(y[0], color=colour, ls=":", lw=0.8, alpha=0.7)
+        keep = x >= 1
+        x, y, lo, hi = x[keep], y[keep], lo[keep], hi[keep]
+    ax.plot(x, y, color=colour, lw=1.6, label=label, marker="o" if len(x) <= 12 else None, ms=3)
+    ax.fill_between(x, lo, hi, color=colour, alpha=0.15, lw=0)

@@ -1,0 +1,243 @@
+"""Run experiments: expand configs into units, compute the missing ones (cache keyed by
+unit hash, one Parquet file per unit written atomically, so an interrupted run resumes),
+assemble the tidy table, evaluate the claims, run nearby settings for claims not
+reproduced, and write the outputs. ``COMPLETE`` is written last: a folder without it
+is not a finished run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from .._io import atomic_path, config_hash, versions, write_json_atomic, write_text_atomic
+from ..errors import ConfigError
+from . import claims as claims_mod
+from .config import Unit, expand_units, load_config, resolve_names, setting_label, with_override
+from .context import RunContext, data_spec
+from .table import normalise
+from .units import EXECUTORS, mask_name
+
+log = logging.getLogger(__name__)
+MARKER = "COMPLETE"
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_experiment` produced."""
+
+    out: Path
+    table: pd.DataFrame
+    claims: list[dict[str, Any]]
+    config: dict[str, Any]
+    timings: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def default_cache_dir(out: Path) -> Path:
+    """Cache shared by sibling run folders: ``<out>/../.rankcollapse-cache``."""
+    return Path(out).resolve().parent / ".rankcollapse-cache"
+
+
+def check_overrides(overrides: dict[str, Any], length: int) -> None:
+    """Validate command-line overrides before anything is written.
+
+    Raises
+    ------
+    MaskError, ConfigError
+        A mask spec that does not parse for ``length`` tokens, or a count < 1.
+    """
+    from ..masks import parse_mask
+
+    for spec in overrides.get("masks") or ():
+        parse_mask(spec, length)
+    for key in ("depth", "n_windows"):
+        if overrides.get(key) is not None and int(overrides[key]) < 1:
+            raise ConfigError(f"--{key.replace('_', '-')} must be >= 1, got {overrides[key]}")
+
+
+def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, length: int = 128,
+         overrides: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], list[Unit], dict[str, Any]]:
+    """Configs, de-duplicated units and the data spec of a run (validates everything)."""
+    overrides = overrides or {}
+    cfgs = [load_config(n) for n in resolve_names(name)]
+    data = data_spec(text, length, seed)
+    check_overrides(overrides, length)
+    units: dict[str, Unit] = {}
+    for cfg in cfgs:
+        for u in expand_units(cfg, scale, seed, data=data, overrides=overrides):
+            units.setdefault(u.hash, u)
+    return cfgs, list(units.values()), data
+
+
+def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path, *, progress: bool = True) -> tuple[pd.DataFrame, list[dict]]:
+    """Tidy rows of every unit, computing only those missing from ``cache``."""
+    units = list(units)
+    frames, timings = [], []
+    cache.mkdir(parents=True, exist_ok=True)
+    with _progress(progress) as bar:
+        task = bar.add_task("units", total=len(units)) if bar else None
+        for u in units:
+            path = cache / f"{u.kind}-{u.hash}.parquet"
+            t0 = time.perf_counter()
+            if bar:
+                bar.update(task, description=u.label[:70])
+            if path.exists():
+                df, cached = pd.read_parquet(path), True
+            else:
+                df = EXECUTORS[u.kind](u, ctx)
+                with atomic_path(path) as tmp:
+                    df.to_parquet(tmp, index=False)
+                cached = False
+            df = df.assign(experiment=u.experiment)
+            frames.append(df)
+            timings.append({"unit": u.label, "hash": u.hash, "cached": cached, "seconds": round(time.perf_counter() - t0, 3)})
+            if bar:
+                bar.advance(task)
+    table = normalise(pd.concat(frames, ignore_index=True)) if frames else normalise(pd.DataFrame())
+    return table, timings
+
+
+def _progress(enabled: bool):
+    from contextlib import nullcontext
+
+    if not enabled:
+        return nullcontext(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description:<70}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=False)
+
+
+def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Claims of every config, evaluated on ``table`` under the default setting."""
+    out = []
+    for cfg in cfgs:
+        for claim in cfg.get("claims", []):
+            out.append(claims_mod.claim_record(claim, cfg["name"], claims_mod.evaluate_claim(table, claim)))
+    return sorted(out, key=lambda c: c["id"])
+
+
+def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]) -> list[tuple[str, dict, list[Unit]]]:
+    """For each pre-registered nearby setting of ``claim``: (label, override, units)."""
+    filt = claim.get("nearby_units", {})
+    base = [u for u in units if u.params.get("setting") == "default" and _unit_matches(u, filt)]
+    out = []
+    for override in claim.get("nearby", []):
+        label = setting_label(override)
+        out.append((label, override, [with_override(u, override, label) for u in base]))
+    return out
+
+
+def _unit_matches(u: Unit, filt: dict[str, Any]) -> bool:
+    for k, want in filt.items():
+        wants = [str(w) for w in (want if isinstance(want, list) else [want])]
+        have = u.kind if k == "kind" else mask_name(u.params.get("mask", "")) if k == "mask" else u.params.get(k, "")
+        if str(have) not in wants:
+            return False
+    return True
+
+
+def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units: list[Unit], ctx: RunContext,
+               cache: Path, *, progress: bool) -> tuple[pd.DataFrame, list[dict]]:
+    """Run nearby settings of every claim whose default verdict is not ``reproduced``
+    and attach their verdicts to the claim records."""
+    by_id = {r["id"]: r for r in records}
+    frames, timings = [], []
+    for cfg in cfgs:
+        cfg_units = [u for u in units if u.experiment == cfg["name"]]
+        for claim in cfg.get("claims", []):
+            rec = by_id[claim["id"]]
+            if rec["verdict"] in ("reproduced", "not run"):
+                continue
+            for label, override, nunits in nearby_units(cfg, claim, cfg_units):
+                if not nunits:
+                    continue
+                table, tim = compute_units(nunits, ctx, cache, progress=progress)
+                frames.append(table)
+                timings += tim
+                res = claims_mod.evaluate_claim(table, claim, setting=label, override=override)
+                rec["nearby"].append({"setting": label, "verdict": res["verdict"], "measured": res["measured"]})
+    table = pd.concat(frames, ignore_index=True) if frames else None
+    return table, timings
+
+
+def run_experiment(name: str | None = "main", scale: str = "quick", out: str | Path | None = None, seed: int = 0, *,
+                   text: str | Path | None = None, length: int = 128, cache_dir: str | Path | None = None,
+                   overrides: dict[str, Any] | None = None, device: str = "cpu", progress: bool = True,
+                   write: bool = True) -> RunResult:
+    """Run experiment ``name`` (``main``, ``fig2``, ``fig3``, ``fig4``, ``theory`` or ``all``).
+
+    Parameters
+    ----------
+    scale : ``quick`` (minutes on 2 cores), ``paper`` (3000 windows) or ``smoke`` (tests).
+    out : output folder (default ``runs/<UTC time>``).
+    seed : seeds the window order and (``seed + k``) the weights of seed ``k``.
+    text : a UTF-8 text file (one document per line) or JSONL instead of Wikipedia.
+    length : tokens per window (N).
+    overrides : ``masks`` (list of specs), ``depth``, ``n_windows``, ``extra_models``.
+
+    Raises
+    ------
+    ConfigError, MaskError, DataError, AssetMissingError
+        Bad input, raised before the output folder is created.
+    """
+    t0 = time.perf_counter()
+    cfgs, units, data = plan(name, scale, seed, text=text, length=length, overrides=overrides)
+    ctx = RunContext(data, device)
+    _preflight(ctx, units)
+    out = Path(out) if out is not None else Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(out)
+    if write:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MARKER).unlink(missing_ok=True)
+    table, timings = compute_units(units, ctx, cache, progress=progress)
+    records = evaluate_claims(cfgs, table)
+    near, near_t = run_nearby(cfgs, records, units, ctx, cache, progress=progress)
+    if near is not None:
+        table = normalise(pd.concat([table, near], ignore_index=True))
+    config = run_config(cfgs, scale, seed, data, overrides or {}, units)
+    result = RunResult(out, table, records, config, timings + near_t, time.perf_counter() - t0)
+    if write:
+        write_outputs(result)
+    return result
+
+
+def _preflight(ctx: RunContext, units: list[Unit]) -> None:
+    """Cut the windows X(0) needs before anything is written, so a text that is too
+    short fails with one line and no output folder."""
+    need = [int(u.params["n_windows"]) for u in units if u.kind == "simulate"]
+    if need:
+        ctx.windows(units[[u.kind for u in units].index("simulate")].params["model"], max(need))
+
+
+def run_config(cfgs, scale, seed, data, overrides, units) -> dict[str, Any]:
+    """``config.json`` content: configs, options, unit hashes, run hash, versions."""
+    body = {"experiments": [c["name"] for c in cfgs], "scale": scale, "seed": seed, "data": data,
+            "overrides": overrides, "configs": cfgs}
+    return {**body, "config_hash": config_hash(body), "units": {u.hash: u.label for u in units}, "versions": versions()}
+
+
+def write_outputs(result: RunResult) -> None:
+    """Table (Parquet + CSV), plots, claims.json, config.json, report, then the marker."""
+    from .. import report
+    from . import plots
+
+    out = result.out
+    with atomic_path(out / "table.parquet") as tmp:
+        result.table.to_parquet(tmp, index=False)
+    with atomic_path(out / "table.csv") as tmp:
+        result.table.to_csv(tmp, index=False)
+    figures = plots.make_plots(result.table, result.config["configs"], out / "plots")
+    write_json_atomic(out / "claims.json", result.claims)
+    write_json_atomic(out / "config.json", {**result.config, "timings": result.timings,
+                                            "seconds": round(result.seconds, 2)})
+    write_text_atomic(out / "report.html", report.render_html(result, figures))
+    write_text_atomic(out / "report.md", report.render_markdown(result, figures))
+    write_text_atomic(out / MARKER, f"config_hash {result.config['config_hash']}\n")

@@ -1,0 +1,104 @@
+"""The tidy results table shared by every experiment.
+
+One row per (unit of work, seed, measurement point/layer, metric). Statistics are over
+windows (samples): ``mean, std, q05, q25, q50, q75, q95, n_samples``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+import torch
+
+KEY_COLUMNS = ("experiment", "model", "mask", "variant", "layer", "metric")
+STAT_COLUMNS = ("mean", "std", "q05", "q25", "q50", "q75", "q95", "n_samples")
+#: Extra columns every row carries (filled with a neutral value where meaningless).
+EXTRA_COLUMNS = {
+    "source": "",  # simulate | probe | pretrained_sa | theory
+    "mask_spec": "",
+    "value": "",  # W_V family of simulated networks
+    "d_qk": float("nan"),
+    "init_scale": float("nan"),
+    "seed": -1,  # weight seed; -1 where no random weights are drawn
+    "point": "",  # measurement-point name (``embeddings``, ``layer.3.output``, ``final_norm``)
+    "setting": "default",  # label of a nearby-setting override (claims follow-up runs)
+    "unit": "",  # config hash of the unit that produced the row
+}
+COLUMNS = KEY_COLUMNS + tuple(EXTRA_COLUMNS) + STAT_COLUMNS
+_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+
+def summarise(values: torch.Tensor | np.ndarray) -> dict[str, np.ndarray]:
+    """Statistics over samples of per-layer values.
+
+    Parameters
+    ----------
+    values : array ``(L, B)``: L layers (or points), B samples. NaNs are ignored.
+
+    Returns
+    -------
+    dict of arrays ``(L,)``: ``mean``, ``std`` (ddof 0), ``q05`` ... ``q95``, ``n_samples``.
+    """
+    v = np.asarray(values.detach().cpu().double() if isinstance(values, torch.Tensor) else values, dtype=np.float64)
+    if v.ndim == 1:
+        v = v[:, None]
+    finite = np.isfinite(v)
+    n = finite.sum(axis=1)
+    with np.errstate(all="ignore"):
+        out = {"mean": np.nanmean(v, axis=1) if v.size else np.full(v.shape[0], np.nan)}
+        out["std"] = np.nanstd(v, axis=1)
+        qs = np.nanquantile(v, _QUANTILES, axis=1) if n.min(initial=1) > 0 else np.full((5, v.shape[0]), np.nan)
+    for name, q in zip(("q05", "q25", "q50", "q75", "q95"), qs):
+        out[name] = q
+    out["n_samples"] = n.astype(np.int64)
+    return out
+
+
+def rows_from_metrics(
+    metrics: Mapping[str, torch.Tensor | np.ndarray],
+    labels: Mapping[str, Any],
+    *,
+    layers: list[int] | None = None,
+    points: list[str] | None = None,
+) -> pd.DataFrame:
+    """Tidy rows from ``{metric: (L, B) values}`` plus constant ``labels``.
+
+    ``layers`` defaults to ``0..L-1``; ``points`` to ``"layer.<t>"`` (``"input"`` for 0).
+    """
+    frames = []
+    for name, vals in metrics.items():
+        stats = summarise(vals)
+        n_layers = len(stats["mean"])
+        lay = layers if layers is not None else list(range(n_layers))
+        pts = points if points is not None else ["input" if t == 0 else f"layer.{t}" for t in lay]
+        df = pd.DataFrame({"layer": lay, "point": pts, "metric": name, **stats})
+        frames.append(df)
+    return normalise(pd.concat(frames, ignore_index=True), labels)
+
+
+def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Add constant ``labels`` and missing columns (neutral defaults); fix column order
+    and dtypes so tables from different units concatenate cleanly."""
+    df = df.copy()
+    for k, v in (labels or {}).items():
+        df[k] = v
+    for k in KEY_COLUMNS:
+        if k not in df:
+            df[k] = ""
+    for k, v in EXTRA_COLUMNS.items():
+        if k not in df:
+            df[k] = v
+    for k in STAT_COLUMNS:
+        if k not in df:
+            df[k] = np.nan if k != "n_samples" else 0
+    df["layer"] = df["layer"].astype(np.int64)
+    df["seed"] = df["seed"].astype(np.int64)
+    df["n_samples"] = df["n_samples"].astype(np.int64)
+    for k in ("d_qk", "init_scale") + STAT_COLUMNS[:-1]:
+        df[k] = df[k].astype(np.float64)
+    for k in ("experiment", "model", "mask", "variant", "metric", "source", "mask_spec", "value", "point", "setting", "unit"):
+        df[k] = df[k].astype(str)
+    extra = [c for c in df.columns if c not in COLUMNS]
+    return df[list(COLUMNS) + extra].reset_index(drop=True)

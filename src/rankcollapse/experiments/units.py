@@ -1,0 +1,158 @@
+"""Executors of the unit kinds: each turns one :class:`~.config.Unit` into tidy rows.
+
+They only call the public APIs of the other areas (``masks.parse_mask``,
+``dynamics.simulate``, ``dynamics.pretrained``, ``models.probe``/``embed``,
+``theory``); nothing here re-implements a metric, a mask or a network.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..errors import ConfigError
+from .config import Unit
+from .context import RunContext
+from .table import normalise, rows_from_metrics
+
+DEFAULT_SIM_METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_ratio")
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def mask_name(spec: str) -> str:
+    """``sliding_window:w=9`` -> ``sliding_window``."""
+    return str(spec).split(":")[0]
+
+
+def _labels(unit: Unit, **extra: Any) -> dict[str, Any]:
+    p = unit.params
+    out = {
+        "experiment": unit.experiment,
+        "source": unit.kind,
+        "model": p.get("model", ""),
+        "mask": mask_name(p.get("mask", "")),
+        "mask_spec": str(p.get("mask", "")),
+        "variant": str(p.get("variant", "")),
+        "value": str(p.get("value", "")),
+        "d_qk": float(p.get("d_qk", np.nan)),
+        "init_scale": float(p.get("init_scale", np.nan)),
+        "seed": int(p.get("seed", -1)),
+        "setting": p.get("setting", "default"),
+        "unit": unit.hash,
+    }
+    out.update(extra)
+    return out
+
+
+def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], torch.Tensor], n: int,
+                     kw_fn: Callable[[int], dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Run ``dynamics.simulate`` over windows in chunks (same weights for every chunk);
+    concatenate per-sample metrics. ``kw_fn(d)`` gives the remaining keywords."""
+    from ..dynamics import simulate
+    from ..masks import parse_mask
+
+    p = unit.params
+    chunk = int(p.get("chunk", 64))
+    parts: list[dict[str, torch.Tensor]] = []
+    for start in range(0, n, chunk):
+        X0 = x0_fn(start, min(n, start + chunk))
+        mask = parse_mask(str(p["mask"]), X0.shape[-2])
+        res = simulate(
+            X0,
+            mask=mask,
+            seed=int(p.get("seed", 0)),
+            dtype=_DTYPES[p.get("dtype", "float64")],
+            device=ctx.device,
+            metrics=list(p.get("metrics", DEFAULT_SIM_METRICS)),
+            **kw_fn(X0.shape[-1]),
+        )
+        parts.append({k: v.detach().cpu() for k, v in res.metrics.items()})
+    return {k: torch.cat([pt[k] for pt in parts], dim=1) for k in parts[0]}
+
+
+def _weight_kwargs(p: dict[str, Any], d: int) -> dict[str, Any]:
+    """Map config parameters onto ``simulate`` keywords.
+
+    ``init_scale`` s draws ``W_Q, W_K ~ N(0, s^2/d)`` (s = 1 is the default family),
+    which multiplies the attention logits by s^2; ``value`` is the W_V family spec.
+    """
+    kw: dict[str, Any] = {"d_qk": float(p.get("d_qk", 1.0)), "value": p.get("value") or "gaussian"}
+    s = float(p.get("init_scale", 1.0))
+    if s != 1.0:
+        kw["query_key"] = f"gaussian:std={s / d ** 0.5!r}"
+    return kw
+
+
+def run_simulate(unit: Unit, ctx: RunContext) -> pd.DataFrame:
+    """Random-init network on X(0) = ``model``'s embeddings (theory.md §2, §5.4)."""
+    p = unit.params
+    n = int(p["n_windows"])
+    variant = _variant(p)
+    metrics = _simulate_chunks(
+        unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b), n,
+        lambda d: {"depth": int(p["depth"]), "variant": variant, **_weight_kwargs(p, d)},
+    )
+    return rows_from_metrics(metrics, _labels(unit))
+
+
+def _variant(p: dict[str, Any]) -> Any:
+    """Variant name, or a BlockConfig when a nearby setting changes the norm type."""
+    if not p.get("norm"):
+        return p["variant"]
+    from ..dynamics.config import resolve_variant
+
+    return resolve_variant(p["variant"], norm=p["norm"])
+
+
+def run_pretrained_sa(unit: Unit, ctx: RunContext) -> pd.DataFrame:
+    """Attention-only network with a pretrained model's extracted attention weights
+    (``dynamics.pretrained``): layer t uses the model's layer-t attention, scores divided
+    by ``sqrt(d_qk)`` instead of the model's own ``sqrt(d_head)``."""
+    from ..dynamics.pretrained import extract_attention_weights
+
+    p = unit.params
+    n = int(p["n_windows"])
+    loaded = ctx.model(p["model"])
+    weights = extract_attention_weights(loaded.model)
+    metrics = _simulate_chunks(
+        unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b), n,
+        lambda d: {"depth": len(weights), "variant": _variant(p), "weights": weights, "d_qk": float(p["d_qk"])},
+    )
+    return rows_from_metrics(metrics, _labels(unit, value="pretrained"))
+
+
+def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
+    """Per-layer metrics of a real pretrained model (``models.probe``)."""
+    from ..models.probe import probe
+
+    p = unit.params
+    loaded = ctx.model(p["model"])
+    win = ctx.windows(p["model"], int(p["n_windows"]))
+    drop = tuple(p.get("drop", ()))
+    df = probe(loaded, win, drop=drop, metrics=list(p.get("metrics", DEFAULT_SIM_METRICS)), batch_size=int(p.get("batch_size", 8)))
+    native = "causal" if loaded.family in ("gpt2", "llama") else "complete"
+    variant = "full" if not drop else "drop_" + "_".join(drop)
+    labels = _labels(unit, mask=native, mask_spec=native, variant=variant, value="pretrained", family=loaded.family)
+    return normalise(df, labels)
+
+
+def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
+    """Numerical checks of theory.md §5 (``rankcollapse.theory``)."""
+    from . import theory_units
+
+    check = unit.params["check"]
+    fn = getattr(theory_units, f"check_{check}", None)
+    if fn is None:
+        raise ConfigError(f"unknown theory check {check!r}")
+    return normalise(fn(unit.params, ctx), _labels(unit, model="theory", variant=check))
+
+
+EXECUTORS: dict[str, Callable[[Unit, RunContext], pd.DataFrame]] = {
+    "simulate": run_simulate,
+    "pretrained_sa": run_pretrained_sa,
+    "probe": run_probe,
+    "theory": run_theory,
+}

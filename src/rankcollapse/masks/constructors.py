@@ -1,0 +1,277 @@
+"""Local and causal masks: complete, causal, sliding windows, dilated, prefix, blocks,
+packed documents.
+
+Every constructor states the exact key set ``K(i) = {j : M[i, j]}`` of query ``i``
+(0-based, ``N`` tokens), builds its CSR straight from that rule, gives a matching
+FlexAttention predicate, and records the graph quantities known in closed form
+(theory.md §4), which the tests check against the generic analysis.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import MaskError
+from ._build import interval_csr, progressions, union_csr
+from .mask import Mask, check_n
+
+
+def check_int(value: Any, name: str, *, low: int) -> int:
+    """Return ``value`` as an int ``>= low`` or raise :class:`MaskError` naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise MaskError(f"{name} must be an integer, got {value!r}")
+    if value < low:
+        raise MaskError(f"{name} must be >= {low}, got {value}")
+    return int(value)
+
+
+def closed(
+    n: int, *, centers: Any, radius: int | None, strongly: bool, diameter: int | None = None
+) -> dict[str, Any]:
+    """Closed-form graph facts; ``centers`` is an int array (empty = not QSC)."""
+    centers = np.asarray(centers, dtype=np.int64)
+    return {
+        "quasi_strongly_connected": bool(centers.size),
+        "strongly_connected": strongly,
+        "centers": centers,
+        "radius": radius,
+        "diameter": diameter,
+    }
+
+
+def _identity_like(n: int) -> dict[str, Any]:
+    """Closed form of a mask whose only edges are self-loops."""
+    one = n == 1
+    return closed(n, centers=[0] if one else [], radius=0 if one else None, strongly=one,
+                  diameter=0 if one else None)
+
+
+def complete(n: int) -> Mask:
+    """Full attention: ``K(i) = {0, ..., N-1}``.
+
+    Strongly connected; every token is a center; radius = diameter = 1 for N > 1
+    (theory.md §4 table). Source: Vaswani et al. 2017 (encoder self-attention).
+    """
+    n = check_n(n)
+    r = int(n > 1)
+    return Mask(
+        n, "complete",
+        build_csr=lambda: interval_csr(np.zeros(n), np.full(n, n - 1), n),
+        mask_mod=lambda b, h, q, kv: (q >= 0) & (kv >= 0),
+        closed_form=closed(n, centers=np.arange(n), radius=r, strongly=True, diameter=r),
+    )
+
+
+def causal(n: int) -> Mask:
+    """Causal (decoder) attention: ``K(i) = {0, ..., i}``.
+
+    Centers ``{0}``, radius 1 for N > 1; not strongly connected for N > 1
+    (theory.md §4 table). Source: Vaswani et al. 2017 (decoder self-attention).
+    """
+    n = check_n(n)
+    idx = np.arange(n)
+    return Mask(
+        n, "causal",
+        build_csr=lambda: interval_csr(np.zeros(n), idx, n),
+        mask_mod=lambda b, h, q, kv: kv <= q,
+        closed_form=closed(n, centers=[0], radius=int(n > 1), strongly=n == 1,
+                           diameter=0 if n == 1 else None),
+    )
+
+
+def sliding_window(n: int, w: int) -> Mask:
+    """Bidirectional sliding window of odd width ``w = 2h + 1``: ``K(i) = {j : |i - j| <= h}``.
+
+    For ``h >= 1`` strongly connected, every token a center, radius
+    ``ceil(ceil((N-1)/2) / h)`` and diameter ``ceil((N-1)/h)`` (theory.md §4 table).
+    ``w = 1`` leaves only self-loops (not QSC for N > 1). Source: Beltagy et al. 2020
+    (Longformer local attention); Child et al. 2019 §4 (local pattern).
+
+    Raises
+    ------
+    MaskError
+        ``w`` even or < 1.
+    """
+    n = check_n(n)
+    w = check_int(w, "sliding_window width w", low=1)
+    if w % 2 == 0:
+        raise MaskError(f"sliding_window width w must be odd (w = 2h+1, centred on the query), got {w}")
+    h = (w - 1) // 2
+    idx = np.arange(n)
+    cf = _identity_like(n) if h == 0 else closed(
+        n, centers=idx, radius=math.ceil(math.ceil((n - 1) / 2) / h), strongly=True,
+        diameter=math.ceil((n - 1) / h))
+    return Mask(
+        n, f"sliding_window:w={w}",
+        build_csr=lambda: interval_csr(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1), n),
+        mask_mod=lambda b, hh, q, kv: (q - kv).abs() <= h,
+        closed_form=cf,
+    )
+
+
+def causal_sliding_window(n: int, w: int) -> Mask:
+    """Causal sliding window of width ``w`` (the query and ``w - 1`` previous tokens):
+    ``K(i) = {j : i - w + 1 <= j <= i}``.
+
+    Same convention as Hugging Face ``sliding_window`` (``kv > q - w``) and Mistral.
+    For ``w >= 2``: centers ``{0}``, radius ``ceil((N-1)/(w-1))`` (theory.md §4 table).
+    Source: Child et al. 2019; Jiang et al. 2023 (Mistral sliding-window attention).
+
+    Raises
+    ------
+    MaskError
+        ``w < 1``.
+    """
+    n = check_n(n)
+    w = check_int(w, "causal_sliding_window width w", low=1)
+    idx = np.arange(n)
+    cf = _identity_like(n) if w == 1 else closed(
+        n, centers=[0], radius=math.ceil((n - 1) / (w - 1)), strongly=n == 1,
+        diameter=0 if n == 1 else None)
+    return Mask(
+        n, f"causal_sliding_window:w={w}",
+        build_csr=lambda: interval_csr(np.maximum(idx - w + 1, 0), idx, n),
+        mask_mod=lambda b, h, q, kv: (kv <= q) & (q - kv < w),
+        closed_form=cf,
+    )
+
+
+def dilated(n: int, w: int, dilation: int, causal: bool = False) -> Mask:
+    """Dilated sliding window (Longformer's dilated heads).
+
+    ``causal=False`` (``w = 2h + 1`` odd): ``K(i) = {i + k*dilation : |k| <= h} ∩ [0, N)``.
+    ``causal=True``: ``K(i) = {i - k*dilation : 0 <= k < w} ∩ [0, N)``.
+    With ``dilation = 1`` this is :func:`sliding_window` / :func:`causal_sliding_window`.
+    With ``dilation > 1`` tokens only meet tokens of the same residue mod ``dilation``,
+    so for N > 1 the graph is not QSC. Source: Beltagy et al. 2020 §3.1.
+
+    Raises
+    ------
+    MaskError
+        ``w < 1``, ``dilation < 1``, or an even ``w`` with ``causal=False``.
+    """
+    n = check_n(n)
+    w = check_int(w, "dilated width w", low=1)
+    d = check_int(dilation, "dilation", low=1)
+    causal = bool(causal)
+    base = (causal_sliding_window(n, w) if causal else sliding_window(n, w)) if d == 1 else None
+    idx = np.arange(n)
+    if causal:
+        first, step, count = idx, -d, np.minimum(w, idx // d + 1)
+    else:
+        if w % 2 == 0:
+            raise MaskError(f"dilated width w must be odd when causal=false, got {w}")
+        h = (w - 1) // 2
+        kmin, kmax = -np.minimum(h, idx // d), np.minimum(h, (n - 1 - idx) // d)
+        first, step, count = idx + kmin * d, d, kmax - kmin + 1
+
+    def mod(b, hh, q, kv):
+        diff = q - kv
+        ok = (diff % d == 0) & (diff.abs() <= d * ((w - 1) if causal else (w - 1) // 2))
+        return ok & (kv <= q) if causal else ok
+
+    return Mask(
+        n, f"dilated:w={w},dilation={d},causal={str(causal).lower()}",
+        build_csr=lambda: union_csr([progressions(first, step, count)], n),
+        mask_mod=mod,
+        closed_form=base.closed_form if base is not None else _identity_like(n) if n == 1
+        else closed(n, centers=[], radius=None, strongly=False),
+    )
+
+
+def prefix(n: int, k: int) -> Mask:
+    """Prefix-LM mask with ``k`` prefix tokens: ``K(i) = {0, ..., max(i, k - 1)}``
+    (prefix tokens attend to the whole prefix, later tokens causally).
+
+    Centers ``{0, ..., k-1}`` (all tokens if ``k = N``), radius 1 for N > 1
+    (theory.md §4 table). Source: Raffel et al. 2020 (T5 prefix LM).
+
+    Raises
+    ------
+    MaskError
+        ``k < 1`` or ``k > N``.
+    """
+    n = check_n(n)
+    k = check_int(k, "prefix length k", low=1)
+    if k > n:
+        raise MaskError(f"prefix length k={k} exceeds the number of tokens N={n}")
+    idx = np.arange(n)
+    r = int(n > 1)
+    return Mask(
+        n, f"prefix:k={k}",
+        build_csr=lambda: interval_csr(np.zeros(n), np.maximum(idx, k - 1), n),
+        mask_mod=lambda b, h, q, kv: (kv <= q) | (kv < k),
+        closed_form=closed(n, centers=np.arange(k), radius=r, strongly=k == n,
+                           diameter=r if k == n else None),
+    )
+
+
+def documents(n: int, lengths: list[int], causal: bool = False) -> Mask:
+    """Packed sequences (block diagonal): tokens attend only within their document.
+
+    Documents are consecutive runs of ``lengths[0], lengths[1], ...`` tokens
+    (sum = N). ``K(i) = {j : doc(j) = doc(i)}``, intersected with ``{j <= i}`` when
+    ``causal=True``. Two or more documents: not QSC (theory.md §4 table); the source
+    components are the documents (or their first tokens when causal). Source: packed
+    training without cross-document attention (e.g. Krell et al. 2021).
+
+    Raises
+    ------
+    MaskError
+        Empty list, a length < 1, or lengths not summing to N.
+    """
+    n = check_n(n)
+    lengths = [check_int(x, "document length", low=1) for x in lengths]
+    if not lengths or sum(lengths) != n:
+        raise MaskError(f"document lengths {lengths} sum to {sum(lengths)}, not N={n}")
+    causal = bool(causal)
+    ends = np.cumsum(lengths)
+    doc = np.repeat(np.arange(len(lengths)), lengths)
+    starts = ends - np.asarray(lengths)
+    spec = f"documents:lengths={'+'.join(map(str, lengths))},causal={str(causal).lower()}"
+    return _blocks(n, doc, starts, ends, causal, spec)
+
+
+def block(n: int, size: int, causal: bool = False) -> Mask:
+    """Block-local attention: consecutive blocks of ``size`` tokens (the last may be
+    shorter); ``K(i) = {j : j // size = i // size}``, and ``j <= i`` if ``causal``.
+
+    One block: complete (or causal). Two or more: not QSC. Source: Child et al. 2019
+    (local blocks); Qiu et al. 2020 (blockwise self-attention).
+
+    Raises
+    ------
+    MaskError
+        ``size < 1``.
+    """
+    n = check_n(n)
+    size = check_int(size, "block size", low=1)
+    causal = bool(causal)
+    lengths = [size] * (n // size) + ([n % size] if n % size else [])
+    ends = np.cumsum(lengths)
+    doc = np.arange(n) // size
+    spec = f"block:size={size},causal={str(causal).lower()}"
+    return _blocks(n, doc, ends - np.asarray(lengths), ends, causal, spec)
+
+
+def _blocks(n: int, doc: np.ndarray, starts: np.ndarray, ends: np.ndarray, is_causal: bool,
+            spec: str) -> Mask:
+    idx = np.arange(n)
+    lo = starts[doc]
+    hi = idx if is_causal else ends[doc] - 1
+    doc_t = torch.as_tensor(doc, dtype=torch.int64)
+    if is_causal:
+        def mod(b, h, q, kv):
+            return (doc_t.to(q.device)[q] == doc_t.to(q.device)[kv]) & (kv <= q)
+    else:
+        def mod(b, h, q, kv):
+            return doc_t.to(q.device)[q] == doc_t.to(q.device)[kv]
+    if len(starts) == 1:
+        cf = (causal(n) if is_causal else complete(n)).closed_form
+    else:
+        cf = closed(n, centers=[], radius=None, strongly=False)
+    return Mask(n, spec, build_csr=lambda: interval_csr(lo, hi, n), mask_mod=mod, closed_form=cf)

@@ -1,0 +1,126 @@
+"""Conversions between :class:`Mask` and the formats frameworks expect.
+
+Our convention ``M[i, j] = True`` (query i attends to key j) is the one of PyTorch
+``scaled_dot_product_attention`` boolean masks, FlexAttention ``mask_mod(b, h, q_idx,
+kv_idx)`` and Hugging Face ``transformers.masking_utils`` (``sdpa_mask``: True = take
+part; ``eager_mask``: 0 = take part, ``torch.finfo(dtype).min`` = masked). Window
+widths differ between libraries: our ``causal_sliding_window:w`` equals HF
+``sliding_window=w`` (``kv > q - w``); our ``sliding_window:w=2h+1`` equals HF's
+bidirectional ``sliding_window=h`` (``|q - kv| <= h``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Literal
+
+import torch
+
+from ..errors import MaskError
+from .mask import Mask
+
+
+def to_additive(
+    mask: Mask, *, dtype: torch.dtype = torch.float32, fill: Literal["-inf", "min"] = "-inf",
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Additive float mask ``(N, N)``: 0 where allowed, ``-inf`` (or ``finfo(dtype).min``
+    with ``fill="min"``) where masked; add it to the attention logits before softmax."""
+    if fill not in ("-inf", "min"):
+        raise MaskError(f"fill must be '-inf' or 'min', got {fill!r}")
+    neg = float("-inf") if fill == "-inf" else torch.finfo(dtype).min
+    dense = mask.to_dense(device=device)
+    zero = torch.zeros((), dtype=dtype, device=dense.device)
+    return torch.where(dense, zero, torch.tensor(neg, dtype=dtype, device=dense.device))
+
+
+def from_additive(additive: torch.Tensor, spec: str | None = None) -> Mask:
+    """Mask from an additive ``(N, N)`` float mask: allowed iff the entry is finite and
+    above ``finfo(dtype).min`` (so both ``-inf`` and dtype-min fills read as masked).
+
+    Raises
+    ------
+    MaskError
+        Not a 2-D square floating tensor, or a row with no key.
+    """
+    if not isinstance(additive, torch.Tensor) or not additive.is_floating_point():
+        raise MaskError("additive mask must be a floating-point torch tensor")
+    allowed = torch.isfinite(additive) & (additive > torch.finfo(additive.dtype).min)
+    return Mask.from_dense(allowed, spec=spec)
+
+
+def to_hf_4d(
+    mask: Mask, *, batch_size: int = 1, form: Literal["bool", "additive"] = "additive",
+    dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Hugging Face 4-D attention mask ``(batch_size, 1, N, N)``.
+
+    ``form="bool"``: True = attend, as ``transformers.masking_utils.sdpa_mask`` builds.
+    ``form="additive"``: 0 = attend, ``torch.finfo(dtype).min`` = masked, as
+    ``transformers.masking_utils.eager_mask`` builds (and as models accept in
+    ``attention_mask=`` when given a 4-D mask).
+    """
+    if batch_size < 1:
+        raise MaskError(f"batch_size must be >= 1, got {batch_size}")
+    if form == "bool":
+        base = mask.to_dense(device=device)
+    elif form == "additive":
+        base = to_additive(mask, dtype=dtype, fill="min", device=device)
+    else:
+        raise MaskError(f"form must be 'bool' or 'additive', got {form!r}")
+    return base[None, None].expand(batch_size, 1, mask.n_tokens, mask.n_tokens).contiguous()
+
+
+def from_hf_4d(mask4d: torch.Tensor, *, batch_index: int = 0, spec: str | None = None) -> Mask:
+    """Mask from a Hugging Face 4-D mask ``(B, 1, N, N)`` (bool or additive), batch row
+    ``batch_index``.
+
+    Raises
+    ------
+    MaskError
+        Wrong rank, a head dimension other than 1, or a batch index out of range.
+    """
+    if mask4d.ndim != 4 or mask4d.shape[1] != 1:
+        raise MaskError(f"HF 4-D mask must have shape (B, 1, N, N), got {tuple(mask4d.shape)}")
+    if not 0 <= batch_index < mask4d.shape[0]:
+        raise MaskError(f"batch_index {batch_index} outside 0..{mask4d.shape[0] - 1}")
+    m = mask4d[batch_index, 0]
+    if m.dtype == torch.bool:
+        return Mask.from_dense(m, spec=spec)
+    return from_additive(m, spec=spec)
+
+
+def to_block_mask(mask: Mask, *, block_size: int = 128, device: torch.device | str = "cpu"):
+    """FlexAttention ``BlockMask`` for ``mask`` via ``create_block_mask(mask.mask_mod, ...)``.
+
+    The predicate is evaluated block by block (memory O(N^2 / block_size^2) for the
+    block table plus one block of predicate values at a time in compiled use).
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    n = mask.n_tokens
+    return create_block_mask(mask.mask_mod, None, None, n, n, device=device, BLOCK_SIZE=block_size)
+
+
+def block_mask_to_dense(block_mask, *, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Dense bool ``(N, N)`` that FlexAttention actually applies for ``block_mask``.
+
+    Runs ``flex_attention`` with all scores equal and ``V = I``: each output row is
+    uniform over the keys the block mask lets through, so ``out > 0`` is the mask. This
+    reads the mask back through FlexAttention itself (full and partial blocks and
+    ``mask_mod``), an end-to-end check. Eager CPU path, O(N^2): for small N.
+    """
+    from torch.nn.attention.flex_attention import flex_attention
+
+    n = block_mask.seq_lengths[0]
+    q = torch.zeros(1, 1, n, 16, device=device)
+    v = torch.eye(n, device=device)[None, None]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # eager (uncompiled) path notice
+        out = flex_attention(q, q, v, block_mask=block_mask)
+    return out[0, 0] > 0
+
+
+def from_block_mask(block_mask, spec: str | None = None) -> Mask:
+    """Mask read back from a FlexAttention ``BlockMask`` (see :func:`block_mask_to_dense`)."""
+    return Mask.from_dense(block_mask_to_dense(block_mask), spec=spec)

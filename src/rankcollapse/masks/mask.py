@@ -1,0 +1,237 @@
+"""The :class:`Mask` type: one attention mask in one convention.
+
+``M[i, j] = True`` iff token ``i`` attends to token ``j`` (theory.md §1), i.e. the
+graph edge ``j -> i``. A mask keeps a compact CSR form (built straight from the
+structure for the named constructors, never through an ``N x N`` dense matrix) and,
+where natural, a vectorised FlexAttention predicate ``mask_mod(b, h, q_idx, kv_idx)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from ..errors import MaskError
+
+MaskMod = Callable[[Any, Any, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def check_n(n: Any, name: str = "n") -> int:
+    """Return ``n`` as a positive int or raise :class:`MaskError` naming it."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise MaskError(f"{name} must be a positive integer, got {n!r}")
+    if n < 1:
+        raise MaskError(f"{name} must be >= 1, got {n}")
+    return int(n)
+
+
+def _empty_rows_error(csr: sp.csr_array, spec: str) -> None:
+    counts = np.diff(csr.indptr)
+    empty = np.flatnonzero(counts == 0)
+    if empty.size:
+        shown = empty[:10].tolist()
+        more = f" (and {empty.size - 10} more)" if empty.size > 10 else ""
+        raise MaskError(f"mask {spec!r}: rows {shown}{more} allow no key (softmax over nothing)")
+
+
+def normalise_csr(csr: Any, n: int) -> sp.csr_array:
+    """Canonical bool CSR: sorted indices, no duplicates, no stored False, int64 index."""
+    csr = sp.csr_array(csr, dtype=bool)
+    csr.eliminate_zeros()
+    csr.sum_duplicates()
+    csr.sort_indices()
+    if csr.shape != (n, n):
+        raise MaskError(f"mask must be square {n}x{n}, got shape {csr.shape}")
+    return csr
+
+
+class Mask:
+    """An attention mask on ``n_tokens`` tokens.
+
+    Parameters
+    ----------
+    n_tokens : int
+        Number of tokens ``N`` (>= 1).
+    spec : str
+        Canonical spec string (``NAME:key=value,...``) that rebuilds this mask.
+    csr : scipy.sparse array ``(N, N)``, optional
+        Boolean sparse form; checked for shape and empty rows at construction.
+    build_csr : callable, optional
+        Zero-argument function returning the CSR form (used by structured
+        constructors, which guarantee a non-empty row for every token).
+    mask_mod : callable, optional
+        Vectorised predicate ``mask_mod(b, h, q_idx, kv_idx) -> bool tensor`` with
+        FlexAttention's signature; ``b`` and ``h`` are ignored.
+    closed_form : dict, optional
+        Graph quantities known in closed form (``centers``, ``radius``, ``diameter``,
+        ``quasi_strongly_connected``, ``strongly_connected``), used to cross-check the
+        generic analysis.
+
+    Raises
+    ------
+    MaskError
+        Non-square matrix, ``N < 1``, or a row with no allowed key.
+    """
+
+    def __init__(
+        self,
+        n_tokens: int,
+        spec: str,
+        *,
+        csr: Any = None,
+        build_csr: Callable[[], sp.csr_array] | None = None,
+        mask_mod: MaskMod | None = None,
+        closed_form: dict[str, Any] | None = None,
+    ) -> None:
+        self.n_tokens = check_n(n_tokens, "n_tokens")
+        self.spec = spec
+        # unstructured masks get an exact predicate backed by a lazily built lookup table
+        self.mask_mod: MaskMod = mask_mod if mask_mod is not None else _lazy_lookup(self.to_csr)
+        self._predicate_is_structural = mask_mod is not None
+        self.closed_form = closed_form
+        if (csr is None) == (build_csr is None):
+            raise MaskError("give exactly one of csr= or build_csr=")
+        self._csr: sp.csr_array | None = None
+        self._build_csr = build_csr
+        if csr is not None:
+            self._csr = normalise_csr(csr, self.n_tokens)
+            _empty_rows_error(self._csr, spec)
+
+    # ------------------------------------------------------------------ forms
+    def to_csr(self) -> sp.csr_array:
+        """Boolean ``scipy.sparse.csr_array`` of shape ``(N, N)`` (cached, sorted indices)."""
+        if self._csr is None:
+            self._csr = normalise_csr(self._build_csr(), self.n_tokens)
+        return self._csr
+
+    def to_dense(self, device: torch.device | str | None = None) -> torch.Tensor:
+        """Dense ``torch.bool`` tensor ``(N, N)``; ``N^2`` bytes, meant for small N."""
+        if self._predicate_is_structural:
+            idx = torch.arange(self.n_tokens, device=device)
+            out = self.mask_mod(0, 0, idx[:, None], idx[None, :])
+            return out.expand(self.n_tokens, self.n_tokens).to(torch.bool).contiguous()
+        return torch.from_numpy(self.to_csr().toarray()).to(device=device)
+
+    def to_numpy(self) -> np.ndarray:
+        """Dense ``numpy.bool_`` array ``(N, N)`` built from the CSR form."""
+        return self.to_csr().toarray()
+
+    @property
+    def n_edges(self) -> int:
+        """Number of allowed (query, key) pairs, self-loops included."""
+        return int(self.to_csr().nnz)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_tokens, self.n_tokens)
+
+    def row_keys(self, i: int) -> np.ndarray:
+        """Sorted key indices token ``i`` attends to."""
+        csr = self.to_csr()
+        return csr.indices[csr.indptr[i] : csr.indptr[i + 1]].astype(np.int64)
+
+    # ------------------------------------------------------------ constructors
+    @classmethod
+    def from_dense(cls, matrix: Any, spec: str | None = None) -> "Mask":
+        """Mask from a dense boolean ``(N, N)`` tensor or array.
+
+        Raises
+        ------
+        MaskError
+            Not 2-D, not square, not boolean (0/1 integers are accepted), or a row
+            with no key.
+        """
+        arr = matrix.detach().cpu().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix)
+        if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+            raise MaskError(f"mask matrix must be square 2-D (N, N), got shape {tuple(arr.shape)}")
+        if arr.dtype != np.bool_:
+            if not np.issubdtype(arr.dtype, np.number) or not np.isin(arr, (0, 1)).all():
+                raise MaskError(f"mask matrix must be boolean (or 0/1), got dtype {arr.dtype}")
+            arr = arr.astype(bool)
+        n = check_n(arr.shape[0], "mask size")
+        return cls(n, spec or f"dense:n={n}", csr=sp.csr_array(arr))
+
+    @classmethod
+    def from_csr(cls, csr: Any, spec: str | None = None) -> "Mask":
+        """Mask from any scipy sparse matrix/array of shape ``(N, N)`` (nonzero = allowed)."""
+        if not sp.issparse(csr) or len(csr.shape) != 2 or csr.shape[0] != csr.shape[1]:
+            raise MaskError(f"expected a square scipy sparse matrix, got {type(csr).__name__}")
+        n = check_n(csr.shape[0], "mask size")
+        return cls(n, spec or f"sparse:n={n}", csr=csr)
+
+    @classmethod
+    def from_edges(cls, edges: Any, n: int, spec: str | None = None) -> "Mask":
+        """Mask from an ``(E, 2)`` integer array of ``(i, j)`` pairs meaning i attends to j.
+
+        Raises
+        ------
+        MaskError
+            Bad shape, negative index, index ``>= n`` or a row with no key.
+        """
+        n = check_n(n)
+        e = np.asarray(edges)
+        if e.size == 0:
+            e = e.reshape(0, 2)
+        if e.ndim != 2 or e.shape[1] != 2 or not np.issubdtype(e.dtype, np.integer):
+            raise MaskError(f"edge list must be integer pairs (E, 2), got shape {e.shape}, dtype {e.dtype}")
+        bad = np.flatnonzero((e < 0).any(1) | (e >= n).any(1))
+        if bad.size:
+            i, j = e[bad[0]]
+            raise MaskError(f"edge {bad[0]} ({i} {j}) names a token outside 0..{n - 1}")
+        coo = sp.coo_array((np.ones(len(e), bool), (e[:, 0], e[:, 1])), shape=(n, n))
+        return cls(n, spec or f"edges:n={n}", csr=coo.tocsr())
+
+    # ------------------------------------------------------------- algebra
+    def __and__(self, other: "Mask") -> "Mask":
+        return _combine(self, other, "&")
+
+    def __or__(self, other: "Mask") -> "Mask":
+        return _combine(self, other, "|")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mask):
+            return NotImplemented
+        if self.n_tokens != other.n_tokens:
+            return False
+        a, b = self.to_csr(), other.to_csr()
+        return a.nnz == b.nnz and (a != b).nnz == 0
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Mask({self.spec!r}, n_tokens={self.n_tokens})"
+
+
+def _lazy_lookup(get_csr: Callable[[], sp.csr_array]) -> MaskMod:
+    """Exact predicate for an unstructured mask: a dense lookup table built on first
+    use (N^2 bytes; an arbitrary mask has no cheaper exact elementwise predicate)."""
+    table: list[torch.Tensor] = []
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        if not table:
+            table.append(torch.from_numpy(get_csr().toarray()))
+        return table[0].to(q_idx.device)[q_idx, kv_idx]
+
+    return mask_mod
+
+
+def _combine(a: Mask, b: Mask, op: str) -> Mask:
+    if not isinstance(b, Mask):
+        return NotImplemented
+    if a.n_tokens != b.n_tokens:
+        raise MaskError(f"cannot combine masks of {a.n_tokens} and {b.n_tokens} tokens")
+    x, y = a.to_csr(), b.to_csr()
+    csr = x.multiply(y) if op == "&" else (x + y)
+    mod = None
+    if a._predicate_is_structural and b._predicate_is_structural:
+        ma, mb = a.mask_mod, b.mask_mod
+        if op == "&":
+            def mod(bb, h, q, kv):
+                return ma(bb, h, q, kv) & mb(bb, h, q, kv)
+        else:
+            def mod(bb, h, q, kv):
+                return ma(bb, h, q, kv) | mb(bb, h, q, kv)
+    return Mask(a.n_tokens, f"{a.spec}{op}{b.spec}", csr=csr, mask_mod=mod)

@@ -1,0 +1,250 @@
+"""Sparse-attention patterns from the literature, random graphs and masks from files.
+
+Key sets ``K(i) = {j : M[i, j]}`` are stated exactly for 0-based tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import MaskError
+from ._build import columns_coo, interval_coo, progressions, rows_coo, union_csr
+from .constructors import check_int, closed, sliding_window
+from .mask import Mask, check_n
+
+
+def strided(n: int, stride: int) -> Mask:
+    """Sparse Transformer *strided* pattern, both heads merged (causal).
+
+    ``K(i) = {j : max(0, i - l) <= j <= i} ∪ {j <= i : (i - j) mod l = 0}`` with
+    ``l = stride``: Child et al. 2019, "Generating Long Sequences with Sparse
+    Transformers", §4.2, ``A(1)_i = {t, ..., i}, t = max(0, i - l)`` and
+    ``A(2)_i = {j : (i - j) mod l = 0}``.
+    Center ``{0}``; radius 2 when some token ``i > l`` has ``i mod l != 0`` (reached via
+    ``i mod l``), else 1 (N > 1).
+
+    Raises
+    ------
+    MaskError
+        ``stride < 1``.
+    """
+    n = check_n(n)
+    l = check_int(stride, "strided stride", low=1)
+    idx = np.arange(n)
+    far = l >= 2 and n - 1 > l
+    r = 2 if far else int(n > 1)
+    return Mask(
+        n, f"strided:stride={l}",
+        build_csr=lambda: union_csr([interval_coo(np.maximum(idx - l, 0), idx),
+                                     progressions(idx, -l, idx // l + 1)], n),
+        mask_mod=lambda b, h, q, kv: (kv <= q) & ((q - kv <= l) | ((q - kv) % l == 0)),
+        closed_form=closed(n, centers=[0], radius=r, strongly=n == 1, diameter=0 if n == 1 else None),
+    )
+
+
+def fixed(n: int, stride: int, c: int = 1) -> Mask:
+    """Sparse Transformer *fixed* pattern, both heads merged (causal).
+
+    ``K(i) = {j <= i : j // l = i // l} ∪ {j <= i : j mod l >= l - c}`` with
+    ``l = stride``: Child et al. 2019 §4.2, ``A(1)_i = {j : floor(j/l) = floor(i/l)}``,
+    ``A(2)_i = {j : j mod l ∈ {t, ..., l}}, t = l - c`` ("summary" positions).
+    Center ``{0}``; radius 1 if one block (N <= l) or ``c = l``, else 2.
+
+    Raises
+    ------
+    MaskError
+        ``stride < 1`` or ``c`` outside ``1..stride``.
+    """
+    n = check_n(n)
+    l = check_int(stride, "fixed stride", low=1)
+    c = check_int(c, "fixed summary width c", low=1)
+    if c > l:
+        raise MaskError(f"fixed summary width c={c} must be <= stride={l}")
+    idx = np.arange(n)
+    pieces = [interval_coo((idx // l) * l, idx)]
+    for off in range(l - c, l):  # one progression per summary offset (c of them)
+        first = np.full(n, off)
+        pieces.append(progressions(first, l, np.maximum((idx - off) // l + 1, 0)))
+    r = 0 if n == 1 else (1 if n <= l or c == l else 2)
+    return Mask(
+        n, f"fixed:stride={l},c={c}",
+        build_csr=lambda: union_csr(pieces, n),
+        mask_mod=lambda b, h, q, kv: (kv <= q) & ((kv // l == q // l) | (kv % l >= l - c)),
+        closed_form=closed(n, centers=[0], radius=r, strongly=n == 1, diameter=0 if n == 1 else None),
+    )
+
+
+def _check_globals(globals_: Sequence[int], n: int, name: str) -> np.ndarray:
+    g = np.asarray([check_int(x, f"{name} global token", low=0) for x in globals_], dtype=np.int64)
+    if g.size and g.max() >= n:
+        raise MaskError(f"{name} global token {int(g.max())} is outside 0..{n - 1}")
+    if np.unique(g).size != g.size:
+        raise MaskError(f"{name} global tokens {g.tolist()} contain duplicates")
+    return np.sort(g)
+
+
+def _window_with_globals(n: int, w: int, g: np.ndarray, name: str) -> tuple[list, Any, np.ndarray]:
+    base = sliding_window(n, w)
+    h = (w - 1) // 2
+    idx = np.arange(n)
+    pieces = [interval_coo(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1)),
+              columns_coo(n, g), rows_coo(n, g)]
+    is_g = torch.zeros(n, dtype=torch.bool)
+    is_g[torch.as_tensor(g, dtype=torch.long)] = True
+    return pieces, base, is_g
+
+
+def longformer(n: int, w: int, globals: Sequence[int] = ()) -> Mask:
+    """Longformer: bidirectional window of odd width ``w = 2h + 1`` plus global tokens.
+
+    ``K(i) = {j : |i - j| <= h} ∪ G`` for ``i ∉ G`` and ``K(g) = {0..N-1}`` for ``g ∈ G``
+    (global tokens attend to and are attended by all): Beltagy et al. 2020,
+    "Longformer", §3.1. With ``G`` non-empty and N > 1: strongly connected,
+    radius 1, diameter 1 if the non-global tokens lie within ``h`` of each other, else 2.
+
+    Raises
+    ------
+    MaskError
+        Even or non-positive ``w``, a global token outside ``0..N-1`` or repeated.
+    """
+    n = check_n(n)
+    g = _check_globals(globals, n, "longformer")
+    pieces, base, is_g = _window_with_globals(n, w, g, "longformer")
+    h = (w - 1) // 2
+    if g.size and n > 1:
+        rest = np.setdiff1d(np.arange(n), g)
+        diam = 2 if rest.size and rest.max() - rest.min() > h else 1
+        cf = closed(n, centers=np.arange(n), radius=1, strongly=True, diameter=diam)
+    else:
+        cf = base.closed_form
+    return Mask(
+        n, f"longformer:w={w},globals={'+'.join(map(str, g.tolist()))}",
+        build_csr=lambda: union_csr(pieces, n),
+        mask_mod=lambda b, hh, q, kv: ((q - kv).abs() <= h) | is_g.to(q.device)[q] | is_g.to(q.device)[kv],
+        closed_form=cf,
+    )
+
+
+def _distinct_random_keys(rng: np.random.Generator, n: int, r: int) -> np.ndarray:
+    """``(n, r)`` keys, each row ``r`` distinct tokens drawn uniformly (rejection by row)."""
+    if r * r > n:  # many collisions expected: exact per-row permutation, n is small here
+        return np.argsort(rng.random((n, n)), axis=1)[:, :r]
+    keys = rng.integers(0, n, size=(n, r))
+    while True:
+        s = np.sort(keys, axis=1)
+        dup = (s[:, 1:] == s[:, :-1]).any(axis=1)
+        if not dup.any():
+            return keys
+        keys[dup] = rng.integers(0, n, size=(int(dup.sum()), r))
+
+
+def bigbird(n: int, w: int, globals: Sequence[int] = (), random: int = 0, seed: int = 0) -> Mask:
+    """BigBird: bidirectional window (odd ``w``) + global tokens + ``random`` random keys.
+
+    ``K(i) = {j : |i - j| <= h} ∪ G ∪ R(i)`` for ``i ∉ G``, ``K(g) = {0..N-1}``, where
+    ``R(i)`` holds ``random`` distinct tokens drawn uniformly per query with
+    ``numpy.random.default_rng(seed)``: Zaheer et al. 2020, "Big Bird", §2 (token-level
+    version of its block-sparse pattern). With ``G`` non-empty and N > 1: strongly
+    connected, radius 1.
+
+    Raises
+    ------
+    MaskError
+        Bad ``w`` or globals (see :func:`longformer`), ``random`` < 0 or > N.
+    """
+    n = check_n(n)
+    g = _check_globals(globals, n, "bigbird")
+    r = check_int(random, "bigbird random", low=0)
+    if r > n:
+        raise MaskError(f"bigbird random={r} exceeds the number of tokens N={n}")
+    seed = check_int(seed, "seed", low=0)
+    pieces, base, _ = _window_with_globals(n, w, g, "bigbird")
+    if r:
+        keys = _distinct_random_keys(np.random.default_rng(seed), n, r)
+        pieces.append((np.repeat(np.arange(n), r), keys.ravel()))
+    if g.size and n > 1:
+        cf = closed(n, centers=np.arange(n), radius=1, strongly=True)
+        del cf["diameter"]  # depends on the random keys
+    else:
+        cf = base.closed_form if r == 0 else None
+    csr = union_csr(pieces, n)
+    spec = f"bigbird:w={w},globals={'+'.join(map(str, g.tolist()))},random={r},seed={seed}"
+    return Mask(n, spec, csr=csr, closed_form=cf)
+
+
+def random(n: int, p: float, seed: int = 0) -> Mask:
+    """Erdős–Rényi directed graph ``G(N, p)`` plus self-loops: ``K(i) = {i} ∪ {j : U_ij < p}``.
+
+    Every off-diagonal pair is kept independently with probability ``p``: the edge
+    count is drawn from Binomial(N(N-1), p) and that many distinct pairs are chosen
+    uniformly (``numpy.random.default_rng(seed)``), O(E) memory.
+
+    Raises
+    ------
+    MaskError
+        ``p`` outside ``[0, 1]``.
+    """
+    n = check_n(n)
+    if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0 or math.isnan(p):
+        raise MaskError(f"random edge probability p must be in [0, 1], got {p!r}")
+    seed = check_int(seed, "seed", low=0)
+    rng = np.random.default_rng(seed)
+    pairs = n * (n - 1)
+    k = int(rng.binomial(pairs, p)) if pairs else 0
+    flat = rng.choice(pairs, size=k, replace=False) if k else np.zeros(0, dtype=np.int64)
+    rows, off = np.divmod(flat, max(n - 1, 1))
+    cols = off + (off >= rows)  # skip the diagonal
+    idx = np.arange(n)
+    csr = union_csr([(rows, cols), (idx, idx)], n)
+    return Mask(n, f"random:p={p},seed={seed}", csr=csr)
+
+
+def from_file(path: str | Path, n: int) -> Mask:
+    """Mask read from ``path``: a ``.npy`` boolean ``(N, N)`` matrix, or a text edge list
+    with one ``i j`` pair per line meaning token i attends to token j (``#`` comments).
+
+    Raises
+    ------
+    MaskError
+        Unreadable file, non-square or non-boolean matrix, size different from ``n``,
+        malformed line, token outside ``0..n-1``, or a row with no key.
+    """
+    n = check_n(n)
+    path = Path(path)
+    spec = f"file:{path}"
+    if not path.is_file():
+        raise MaskError(f"mask file {str(path)!r} does not exist or is not a file")
+    if path.suffix == ".npy":
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise MaskError(f"mask file {str(path)!r} is not a readable .npy array: {exc}") from None
+        if arr.dtype != np.bool_:
+            raise MaskError(f"mask file {str(path)!r} must hold a boolean matrix, got dtype {arr.dtype}")
+        if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+            raise MaskError(f"mask file {str(path)!r} must hold a square (N, N) matrix, got shape {arr.shape}")
+        if arr.shape[0] != n:
+            raise MaskError(f"mask file {str(path)!r} has N={arr.shape[0]} tokens, but n={n} was asked")
+        return Mask.from_dense(arr, spec=spec)
+    return Mask.from_edges(_read_edge_list(path), n, spec=spec)
+
+
+def _read_edge_list(path: Path) -> np.ndarray:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MaskError(f"mask file {str(path)!r} is not readable text: {exc}") from None
+    pairs = []
+    for lineno, line in enumerate(lines, 1):
+        body = line.split("#", 1)[0].split()
+        if not body:
+            continue
+        if len(body) != 2 or not all(x.lstrip("-").isdigit() for x in body):
+            raise MaskError(f"mask file {str(path)!r} line {lineno}: expected two integers 'i j', got {line.strip()!r}")
+        pairs.append((int(body[0]), int(body[1])))
+    return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)

@@ -1,0 +1,52 @@
+"""Drawing a mask: query tokens on the vertical axis, key tokens across."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .graph import MaskAnalysis
+from .mask import Mask
+
+
+def draw_mask(mask: Mask, analysis: MaskAnalysis, out: str | Path) -> Path:
+    """Write an image of ``mask`` (dark cell ``(i, j)`` = query i attends to key j).
+
+    Centers are marked in red on both axes; the title gives QSC, radius and diameter.
+    The file is written atomically; the format follows the suffix (png, pdf, svg).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .._io import atomic_path
+
+    n = mask.n_tokens
+    dense = mask.to_numpy()
+    size = min(9.0, 3.0 + n / 16)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow(dense, cmap="Greys", vmin=0, vmax=1.4, interpolation="nearest", origin="upper")
+    centers = np.asarray(analysis.centers, dtype=int)
+    if centers.size:
+        ax.scatter(centers, np.full(centers.size, -0.5 - n * 0.02), marker="v", color="crimson",
+                   s=18, clip_on=False, label="centers")
+        ax.scatter(np.full(centers.size, -0.5 - n * 0.02), centers, marker=">", color="crimson",
+                   s=18, clip_on=False)
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, -0.14), frameon=False, fontsize=8)
+    status = (f"QSC, radius {analysis.radius}" if analysis.quasi_strongly_connected
+              else "not QSC")
+    if analysis.diameter is not None:
+        status += f", diameter {analysis.diameter}"
+    ax.set_title(f"{mask.spec}\nN = {n}; {status}", fontsize=9)
+    ax.set_xlabel("key token j")
+    ax.set_ylabel("query token i  (M[i, j]: i attends to j)")
+    ax.set_xlim(-0.5 - n * 0.04, n - 0.5)
+    ax.set_ylim(n - 0.5, -0.5 - n * 0.04)
+    fig.tight_layout()
+    out = Path(out)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format=out.suffix.lstrip(".") or "png", dpi=120)
+    plt.close(fig)
+    return out

@@ -1,0 +1,166 @@
+"""Mask spec strings: ``NAME``, ``NAME:key=value,key=value``, ``file:PATH``, composed
+with ``&`` (intersection, binds tighter) and ``|`` (union), e.g.
+``causal&sliding_window:w=9`` or ``block:size=4|prefix:k=2``.
+
+Values: integers, floats, booleans (``true/false/1/0/yes/no``) and ``+``-separated
+integer lists (``lengths=3+5+8``, ``globals=0+7``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import MaskError
+from . import constructors as c
+from . import patterns as p
+from .mask import Mask, check_n
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Key:
+    """One spec key: its name, kind (int, float, bool, ints) and default."""
+
+    name: str
+    kind: str
+    default: Any = _REQUIRED
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class MaskKind:
+    """A named constructor and the keys its spec accepts."""
+
+    name: str
+    build: Callable[..., Mask]
+    keys: tuple[Key, ...]
+    summary: str
+
+
+def _kinds() -> dict[str, MaskKind]:
+    w_odd = Key("w", "int", help="odd window width 2h+1")
+    entries = [
+        MaskKind("complete", c.complete, (), "every token attends to every token"),
+        MaskKind("causal", c.causal, (), "token i attends to j <= i"),
+        MaskKind("sliding_window", c.sliding_window, (w_odd,), "|i - j| <= (w-1)/2"),
+        MaskKind("causal_sliding_window", c.causal_sliding_window,
+                 (Key("w", "int", help="window width incl. the query"),), "i-w+1 <= j <= i"),
+        MaskKind("dilated", c.dilated, (Key("w", "int"), Key("dilation", "int"),
+                                        Key("causal", "bool", False)),
+                 "window of w keys spaced by dilation"),
+        MaskKind("prefix", c.prefix, (Key("k", "int", help="prefix length"),),
+                 "prefix tokens bidirectional, rest causal"),
+        MaskKind("block", c.block, (Key("size", "int"), Key("causal", "bool", False)),
+                 "block-local attention"),
+        MaskKind("documents", c.documents, (Key("lengths", "ints", help="e.g. 3+5+8"),
+                                            Key("causal", "bool", False)),
+                 "packed documents, block diagonal"),
+        MaskKind("strided", p.strided, (Key("stride", "int"),),
+                 "Sparse Transformer strided pattern (Child et al. 2019)"),
+        MaskKind("fixed", p.fixed, (Key("stride", "int"), Key("c", "int", 1)),
+                 "Sparse Transformer fixed pattern (Child et al. 2019)"),
+        MaskKind("longformer", p.longformer, (w_odd, Key("globals", "ints", ())),
+                 "window plus global tokens (Beltagy et al. 2020)"),
+        MaskKind("bigbird", p.bigbird, (w_odd, Key("globals", "ints", ()), Key("random", "int", 0),
+                                        Key("seed", "int", 0)),
+                 "window + globals + random keys (Zaheer et al. 2020)"),
+        MaskKind("random", p.random, (Key("p", "float"), Key("seed", "int", 0)),
+                 "Erdos-Renyi G(N, p) plus self-loops"),
+    ]
+    return {e.name: e for e in entries}
+
+
+MASK_KINDS: dict[str, MaskKind] = _kinds()
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def _convert(kind: str, name: str, key: str, raw: str) -> Any:
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "ints":
+            return tuple(int(x) for x in raw.split("+")) if raw else ()
+    except ValueError:
+        pass
+    else:
+        if kind == "bool":
+            low = raw.lower()
+            if low in _TRUE | _FALSE:
+                return low in _TRUE
+    want = {"int": "an integer", "float": "a number", "ints": "integers joined by '+'",
+            "bool": "true or false"}[kind]
+    raise MaskError(f"mask {name!r}: key {key!r} must be {want}, got {raw!r}")
+
+
+def _parse_atom(text: str, n: int) -> Mask:
+    text = text.strip()
+    if not text:
+        raise MaskError("empty mask spec (nothing between '&' or '|')")
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    if name == "file":
+        if not rest.strip():
+            raise MaskError("mask spec 'file:' needs a path, e.g. file:mask.npy")
+        return p.from_file(rest.strip(), n)
+    if name not in MASK_KINDS:
+        raise MaskError(f"unknown mask {name!r}; known: {', '.join(sorted(MASK_KINDS) + ['file'])}")
+    kind = MASK_KINDS[name]
+    allowed = {k.name: k for k in kind.keys}
+    values: dict[str, Any] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq:
+            raise MaskError(f"mask {name!r}: expected key=value, got {item!r}")
+        if key not in allowed:
+            known = ", ".join(allowed) or "none"
+            raise MaskError(f"mask {name!r} has no key {key!r}; its keys: {known}")
+        if key in values:
+            raise MaskError(f"mask {name!r}: key {key!r} given twice")
+        values[key] = _convert(allowed[key].kind, name, key, raw.strip())
+    for k in kind.keys:
+        if k.name not in values:
+            if k.default is _REQUIRED:
+                raise MaskError(f"mask {name!r} needs key {k.name!r} (e.g. {name}:{k.name}=...)")
+            values[k.name] = k.default
+    return kind.build(n, **values)
+
+
+def parse_mask(spec: str, n: int) -> Mask:
+    """Build the mask described by ``spec`` for ``n`` tokens.
+
+    Parameters
+    ----------
+    spec : str
+        ``NAME[:key=value,...]`` or ``file:PATH``, composed with ``&`` / ``|``
+        (``&`` binds tighter). Names: see ``MASK_KINDS``.
+    n : int
+        Number of tokens N >= 1.
+
+    Returns
+    -------
+    Mask
+
+    Raises
+    ------
+    MaskError
+        Unknown name or key, missing key, malformed value, a parameter the
+        constructor rejects, or a composition leaving a row with no key.
+    """
+    if not isinstance(spec, str):
+        raise MaskError(f"mask spec must be a string, got {type(spec).__name__}")
+    n = check_n(n)
+    if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|"):
+        return _parse_atom(spec, n)
+    union: Mask | None = None
+    for term in spec.split("|"):
+        inter: Mask | None = None
+        for atom in term.split("&"):
+            m = _parse_atom(atom, n)
+            inter = m if inter is None else inter & m
+        union = inter if union is None else union | inter
+    return union

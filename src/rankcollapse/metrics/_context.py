@@ -1,0 +1,260 @@
+"""Input checking, padding-aware grouping and the intermediates metrics share.
+
+Every metric is a function ``fn(ctx) -> (G,)`` of a :class:`MetricContext` that holds
+the *real* tokens of ``G`` samples sharing one length ``L`` as a dense ``(G, L, d)``
+tensor. A padded batch is split into one context per distinct length (a Python loop
+over lengths, never over samples), so a padded sample gives exactly the numbers of
+its unpadded rows: N-dependent normalisations (``min(N, d)``, mean-centring, the
+``1/(N(N-1))`` of pair averages) all see ``L``, not the padded length.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+import torch
+
+from ..errors import MetricError
+
+MetricFn = Callable[["MetricContext"], torch.Tensor]
+
+
+class ZeroRowWarning(UserWarning):
+    """Some tokens are exactly zero and were left out of cosine-based averages."""
+
+
+@dataclass(frozen=True)
+class RankTolerance:
+    """Numerical-rank threshold: ``atol`` if given, else ``rtol * sigma_1``, else
+    numpy's ``matrix_rank`` rule ``sigma_1 * max(N, d) * eps(dtype)``."""
+
+    atol: float | None = None
+    rtol: float | None = None
+
+    def threshold(self, svals: torch.Tensor, n: int, d: int) -> torch.Tensor:
+        """Per-sample threshold ``(G, 1)`` for singular values ``svals`` ``(G, k)``."""
+        if self.atol is not None:
+            return torch.full_like(svals[..., :1], float(self.atol))
+        rtol = self.rtol if self.rtol is not None else max(n, d) * torch.finfo(svals.dtype).eps
+        return svals[..., :1] * rtol
+
+
+class MetricContext:
+    """Real tokens ``X`` ``(G, L, d)`` of the samples ``samples`` plus lazily cached
+    intermediates (singular values, Gram matrices...) shared by all metrics of a call."""
+
+    def __init__(self, X, samples, graph, tolerance, batched):
+        self.X = X
+        self.samples = samples
+        self.tolerance = tolerance
+        self._graph = graph
+        self._batched = batched
+        self._cache: dict[str, object] = {}
+
+    @property
+    def n_tokens(self) -> int:
+        return self.X.shape[-2]
+
+    @property
+    def dim(self) -> int:
+        return self.X.shape[-1]
+
+    def cached(self, key: str, make: Callable[[], object]):
+        """Compute ``make()`` once per context."""
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def fail(self, bad: torch.Tensor, problem: str) -> None:
+        """Raise :class:`MetricError` if any entry of the ``(G,)`` mask ``bad`` is set."""
+        if bool(bad.any()):
+            if not self._batched:
+                raise MetricError(problem)
+            idx = self.samples[bad].tolist()
+            raise MetricError(f"{problem} (batch samples {idx[:10]}{'...' if len(idx) > 10 else ''})")
+
+    # ---- shared intermediates -------------------------------------------------
+    @property
+    def svals(self) -> torch.Tensor:
+        """Singular values ``(G, min(L, d))``, descending: one ``svdvals`` per context."""
+        return self.cached("svals", lambda: torch.linalg.svdvals(self.X))
+
+    @property
+    def frobenius(self) -> torch.Tensor:
+        """``||X||_F`` per sample, ``(G,)``."""
+        return self.cached("fro", lambda: torch.linalg.vector_norm(self.X, dim=(-2, -1)))
+
+    @property
+    def mean_token(self) -> torch.Tensor:
+        """``gamma_X = (1/L) 1^T X``, ``(G, d)``."""
+        return self.cached("mean", lambda: self.X.mean(dim=-2))
+
+    @property
+    def centered(self) -> torch.Tensor:
+        """``X - 1 gamma_X``, ``(G, L, d)``."""
+        return self.cached("centered", lambda: self.X - self.mean_token.unsqueeze(-2))
+
+    @property
+    def centered_gram(self) -> torch.Tensor:
+        """``(X - 1 gamma)(X - 1 gamma)^T``, ``(G, L, L)``."""
+        return self.cached("cgram", lambda: self.centered @ self.centered.mT)
+
+    @property
+    def row_valid(self) -> torch.Tensor:
+        """Bool ``(G, L)``: token is non-zero (zero tokens have no direction)."""
+        return self.cached("valid", self._row_valid)
+
+    def _row_valid(self) -> torch.Tensor:
+        valid = torch.linalg.vector_norm(self.X, dim=-1) > 0
+        self.fail(~valid.any(dim=-1), "every token is zero: cosine similarity is undefined")
+        n_zero = int((~valid).sum())
+        if n_zero:
+            warnings.warn(
+                f"{n_zero} zero token(s) have no direction; they are excluded from cosine metrics",
+                ZeroRowWarning,
+                stacklevel=6,
+            )
+        return valid
+
+    @property
+    def unit(self) -> torch.Tensor:
+        """Rows scaled to unit norm; zero rows stay zero. ``(G, L, d)``."""
+
+        def make():
+            norms = torch.linalg.vector_norm(self.X, dim=-1, keepdim=True)
+            return torch.where(self.row_valid.unsqueeze(-1), self.X / norms.clamp_min(1e-300), 0.0)
+
+        return self.cached("unit", make)
+
+    @property
+    def cos(self) -> torch.Tensor:
+        """Pairwise cosines ``(G, L, L)`` with the diagonal set to 0 (pairs i != j only);
+        rows/columns of zero tokens are 0."""
+
+        def make():
+            C = self.unit @ self.unit.mT
+            C.diagonal(dim1=-2, dim2=-1).zero_()
+            return C
+
+        return self.cached("cos", make)
+
+    @property
+    def graph(self) -> torch.Tensor:
+        """Edge weights ``(G or 1, L, L)`` (``1.0`` where token i attends to token j);
+        the complete graph when no mask was given."""
+        if self._graph is None:
+            return self.cached("complete", lambda: torch.ones(1, self.n_tokens, self.n_tokens, dtype=self.X.dtype, device=self.X.device))
+        return self.cached("graph", lambda: self._graph.to(self.X.dtype))
+
+
+# ---- input handling -----------------------------------------------------------
+def as_batch(X, dtype) -> tuple[torch.Tensor, bool]:
+    if isinstance(X, np.ndarray):
+        X = torch.from_numpy(np.ascontiguousarray(X))
+    if not isinstance(X, torch.Tensor):
+        raise MetricError(f"X must be a torch.Tensor or numpy array, got {type(X).__name__}")
+    if X.ndim not in (2, 3):
+        raise MetricError(f"X must have shape (N, d) or (B, N, d), got {X.ndim} dimension(s) {tuple(X.shape)}")
+    if X.is_complex():
+        raise MetricError("X must be real, got a complex tensor")
+    if X.numel() == 0:
+        raise MetricError(f"X is empty: shape {tuple(X.shape)}")
+    if dtype is not None:
+        if not dtype.is_floating_point:
+            raise MetricError(f"dtype must be a floating type, got {dtype}")
+        X = X.to(dtype)
+    elif not X.dtype.is_floating_point:
+        X = X.to(torch.get_default_dtype())
+    elif X.dtype in (torch.float16, torch.bfloat16):
+        X = X.float()  # linalg kernels need at least single precision
+    batched = X.ndim == 3
+    return (X if batched else X.unsqueeze(0)), batched
+
+
+def _as_padding(padding_mask, shape, batched, device) -> torch.Tensor | None:
+    if padding_mask is None:
+        return None
+    pm = torch.as_tensor(np.asarray(padding_mask) if not isinstance(padding_mask, torch.Tensor) else padding_mask)
+    want = tuple(shape) if batched else tuple(shape[1:])
+    if tuple(pm.shape) != want:
+        raise MetricError(f"padding_mask must have shape {want} (True = real token), got {tuple(pm.shape)}")
+    if pm.dtype != torch.bool:
+        if pm.is_floating_point() or not bool(((pm == 0) | (pm == 1)).all()):
+            raise MetricError("padding_mask must be boolean (or integer 0/1), True = real token")
+        pm = pm.bool()
+    pm = pm.to(device).reshape(shape)
+    empty = ~pm.any(dim=-1)
+    if bool(empty.any()):
+        where = f"samples {torch.nonzero(empty).flatten()[:10].tolist()}" if batched else "the input"
+        raise MetricError(f"padding_mask removes every token of {where}")
+    return None if bool(pm.all()) else pm
+
+
+def _as_graph(mask, n: int, b: int, device) -> torch.Tensor | None:
+    if mask is None:
+        return None
+    if hasattr(mask, "to_dense"):
+        mask = mask.to_dense()
+    M = torch.as_tensor(np.asarray(mask) if not isinstance(mask, torch.Tensor) else mask)
+    if M.dtype != torch.bool:
+        raise MetricError(f"mask must be a Mask or a boolean (N, N) matrix, got dtype {M.dtype}")
+    if M.ndim == 2:
+        M = M.unsqueeze(0)
+    if M.ndim != 3 or M.shape[-2:] != (n, n) or M.shape[0] not in (1, b):
+        raise MetricError(f"mask must have shape ({n}, {n}) or ({b}, {n}, {n}) for {n} tokens, got {tuple(M.shape)}")
+    return M.to(device)
+
+
+def check_finite(X: torch.Tensor, pm: torch.Tensor | None, batched: bool) -> None:
+    bad_rows = ~torch.isfinite(X).all(dim=-1)
+    if pm is not None:
+        bad_rows &= pm
+    bad = bad_rows.any(dim=-1)
+    if bool(bad.any()):
+        where = f"samples {torch.nonzero(bad).flatten()[:10].tolist()}" if batched else "X"
+        raise MetricError(f"NaN or Inf in {where}")
+
+
+def _groups(X, pm, graph):
+    """Yield ``(samples, X_real (G, L, d), graph_real (G or 1, L, L) | None)``, one per
+    distinct number ``L`` of real tokens; boolean indexing keeps the token order."""
+    B, N, d = X.shape
+    if pm is None:
+        yield torch.arange(B, device=X.device), X, graph
+        return
+    lengths = pm.sum(dim=-1)
+    for L in torch.unique(lengths).tolist():
+        samples = torch.nonzero(lengths == L).flatten()
+        keep = pm[samples]
+        Xg = X[samples][keep].reshape(len(samples), L, d)
+        Wg = None
+        if graph is not None:
+            pairs = keep.unsqueeze(-1) & keep.unsqueeze(-2)
+            Wg = graph.expand(B, N, N)[samples][pairs].reshape(len(samples), L, L)
+        yield samples, Xg, Wg
+
+
+def evaluate(
+    X,
+    fns: Mapping[str, MetricFn],
+    *,
+    padding_mask=None,
+    mask=None,
+    dtype: torch.dtype | None = None,
+    tolerance: RankTolerance = RankTolerance(),
+) -> dict[str, torch.Tensor]:
+    """Run the metric functions ``fns`` on every sample; values ``(B,)`` or 0-d."""
+    Xb, batched = as_batch(X, dtype)
+    B, N, _ = Xb.shape
+    pm = _as_padding(padding_mask, (B, N), batched, Xb.device)
+    graph = _as_graph(mask, N, B, Xb.device)
+    check_finite(Xb, pm, batched)
+    out = {name: torch.empty(B, dtype=Xb.dtype, device=Xb.device) for name in fns}
+    for samples, Xg, Wg in _groups(Xb, pm, graph):
+        ctx = MetricContext(Xg, samples, Wg, tolerance, batched)
+        for name, fn in fns.items():
+            out[name][samples] = fn(ctx).to(Xb.dtype)
+    return out if batched else {name: v[0] for name, v in out.items()}

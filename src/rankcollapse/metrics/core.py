@@ -1,0 +1,174 @@
+"""Token-similarity metrics: μ(X), cosines and the Dong et al. (2021) residual.
+
+All public functions take ``X`` of shape ``(N, d)`` (result: 0-d tensor) or
+``(B, N, d)`` (result: ``(B,)``), an optional ``padding_mask`` (``(N,)`` or ``(B, N)``,
+True = real token; padded rows are never part of X) and an optional ``dtype`` to
+compute in (e.g. ``torch.float64``). Bad input raises
+:class:`rankcollapse.errors.MetricError`.
+
+Zero tokens and cosines: a zero row has no direction. Cosine metrics leave zero rows
+out of their averages and emit a :class:`ZeroRowWarning`; if every token is zero
+they raise. With fewer than two non-zero tokens (e.g. ``N = 1``) there is no pair:
+``avg_abs_cos`` and ``avg_cos`` are then defined as 1, their value for a fully
+collapsed set of tokens (consistent with ``mu = 0`` for ``N = 1``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._context import MetricContext, evaluate
+
+
+# ---- metric functions on a context (G samples of L real tokens) -----------------
+def _mu(ctx: MetricContext) -> torch.Tensor:
+    return torch.linalg.vector_norm(ctx.centered, dim=(-2, -1))
+
+
+def _mu_relative(ctx: MetricContext) -> torch.Tensor:
+    ctx.fail(ctx.frobenius == 0, "X is the zero matrix: mu / ||X||_F is undefined")
+    return _mu(ctx) / ctx.frobenius
+
+
+def _pair_mean(ctx: MetricContext, values: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` ``(G, L, L)`` (zero on the diagonal and on zero tokens) over
+    ordered pairs i != j of non-zero tokens; 1 where there is no such pair."""
+    n = ctx.row_valid.sum(dim=-1).to(values.dtype)
+    pairs = n * (n - 1)
+    total = values.sum(dim=(-2, -1))
+    return torch.where(pairs > 0, total / pairs.clamp_min(1), torch.ones_like(total))
+
+
+def _avg_abs_cos(ctx: MetricContext) -> torch.Tensor:
+    return _pair_mean(ctx, ctx.cos.abs())
+
+
+def _avg_cos(ctx: MetricContext) -> torch.Tensor:
+    return _pair_mean(ctx, ctx.cos)
+
+
+def _cos_to_mean(ctx: MetricContext) -> torch.Tensor:
+    mean = ctx.mean_token
+    mean_norm = torch.linalg.vector_norm(mean, dim=-1)
+    ctx.fail(mean_norm == 0, "the mean token is zero: cosine to the mean is undefined")
+    valid = ctx.row_valid
+    cos = (ctx.unit @ (mean / mean_norm.unsqueeze(-1)).unsqueeze(-1)).squeeze(-1)
+    return (cos * valid).sum(dim=-1) / valid.sum(dim=-1)
+
+
+def composite_norm(R: torch.Tensor) -> torch.Tensor:
+    """Dong et al.'s composite norm ``||R||_{1,inf} = sqrt(||R||_1 ||R||_inf)``.
+
+    ``||R||_1`` is the induced 1-norm (largest absolute column sum) and ``||R||_inf``
+    the induced inf-norm (largest absolute row sum) of each ``(N, d)`` matrix in
+    ``R`` ``(..., N, d)``; result ``(...)``. Source: Dong, Cordonnier & Loukas,
+    "Attention is not all you need: pure attention loses rank doubly exponentially
+    with depth", ICML 2021, Sec. 2.2.
+    """
+    A = R.abs()
+    return torch.sqrt(A.sum(dim=-2).amax(dim=-1) * A.sum(dim=-1).amax(dim=-1))
+
+
+def _dong_residual(ctx: MetricContext) -> torch.Tensor:
+    return composite_norm(ctx.centered)
+
+
+def _dong_residual_relative(ctx: MetricContext) -> torch.Tensor:
+    ctx.fail(ctx.frobenius == 0, "X is the zero matrix: the relative residual is undefined")
+    return composite_norm(ctx.centered) / composite_norm(ctx.X)
+
+
+# ---- public functions -------------------------------------------------------------
+def _one(fn, name, X, padding_mask, dtype):
+    return evaluate(X, {name: fn}, padding_mask=padding_mask, dtype=dtype)[name]
+
+
+def mu(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Distance to token uniformity ``mu(X) = ||X - 1 gamma_X||_F``.
+
+    ``gamma_X = (1/N) 1^T X`` is the mean token; ``mu = 0`` iff all tokens are equal
+    (``mu = 0`` for ``N = 1``). Source: Wu et al., NeurIPS 2024, "On the Role of
+    Attention Masks and LayerNorm in Transformers" (theory.md §3).
+
+    Parameters
+    ----------
+    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real; integer input is cast to
+        the default float dtype, half precision to float32.
+    padding_mask : bool ``(N,)`` / ``(B, N)``, True = real token; optional.
+    dtype : torch dtype to compute in, e.g. ``torch.float64``; optional.
+
+    Returns
+    -------
+    torch.Tensor : 0-d for ``(N, d)`` input, ``(B,)`` for a batch.
+
+    Raises
+    ------
+    MetricError
+        NaN/Inf in a real token, empty X, wrong number of dimensions, a padding mask
+        of the wrong shape or one that removes every token of a sample.
+    """
+    return _one(_mu, "mu", X, padding_mask, dtype)
+
+
+def mu_relative(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Scale-free token uniformity ``mu(X) / ||X||_F`` in ``[0, 1]``.
+
+    Pure attention can shrink or grow norms, so the ratio separates collapse from
+    scale (theory.md §3). Same parameters and errors as :func:`mu`; also raises
+    :class:`MetricError` if X is the zero matrix.
+    """
+    return _one(_mu_relative, "mu_relative", X, padding_mask, dtype)
+
+
+def avg_abs_cos(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Average absolute pairwise cosine ``(1/(N(N-1))) sum_{i != j} |cos(x_i, x_j)|``.
+
+    Anisotropy measure of Fig. 4 in Wu et al. (NeurIPS 2024). Zero tokens are left
+    out (``N`` counts non-zero tokens) with a :class:`ZeroRowWarning`; with fewer
+    than two non-zero tokens the value is 1 (the fully collapsed value). Same
+    parameters as :func:`mu`; raises :class:`MetricError` if every token is zero.
+    """
+    return _one(_avg_abs_cos, "avg_abs_cos", X, padding_mask, dtype)
+
+
+def avg_cos(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Average signed pairwise cosine ``(1/(N(N-1))) sum_{i != j} cos(x_i, x_j)``.
+
+    Unlike :func:`avg_abs_cos` it tells tokens at ``+v`` from tokens at ``±v``
+    (Ethayarajh 2019 uses this as "self-similarity"/anisotropy). Same conventions and
+    errors as :func:`avg_abs_cos`.
+    """
+    return _one(_avg_cos, "avg_cos", X, padding_mask, dtype)
+
+
+def cos_to_mean(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Mean cosine between each non-zero token and the mean token ``gamma_X``.
+
+    ``(1/|V|) sum_{i in V} cos(x_i, gamma_X)`` over the non-zero tokens ``V``;
+    ``gamma_X`` averages all real tokens. Equals 1 iff all tokens point along the
+    mean. Raises :class:`MetricError` if ``gamma_X = 0`` (no direction) or every token
+    is zero; otherwise as :func:`mu`.
+    """
+    return _one(_cos_to_mean, "cos_to_mean", X, padding_mask, dtype)
+
+
+def dong_residual(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Dong et al. (2021) residual ``||X - 1 x^T||_{1,inf}`` with ``x = gamma_X``.
+
+    Dong, Cordonnier & Loukas (ICML 2021, Sec. 2.2) define ``res(X) = X - 1 x^T``
+    with ``x`` minimising the composite norm ``sqrt(||R||_1 ||R||_inf)`` (see
+    :func:`composite_norm`). That minimisation is non-convex (a product of two
+    polyhedral norms) and has no closed form, so we take ``x`` = the mean token
+    ``gamma_X``: it is unique, shift-equivariant, zero residual iff ``mu = 0``, and
+    provably within a factor 2 of the true minimum, because for every ``x``,
+    ``||X - 1 gamma^T||_1 <= 2 ||X - 1 x^T||_1`` and likewise for ``||.||_inf``
+    (triangle inequality with ``gamma - x = mean_i (x_i - x)``). Same parameters and
+    errors as :func:`mu`.
+    """
+    return _one(_dong_residual, "dong_residual", X, padding_mask, dtype)
+
+
+def dong_residual_relative(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """``||X - 1 gamma_X^T||_{1,inf} / ||X||_{1,inf}``, the relative residual Dong et al.
+    (2021) plot against depth. Raises :class:`MetricError` for the zero matrix."""
+    return _one(_dong_residual_relative, "dong_residual_relative", X, padding_mask, dtype)

@@ -1,0 +1,124 @@
+"""Metrics by name: the registry reports, the simulator and the CLI refer to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+
+from ..errors import MetricError
+from . import core, graph, spectral
+from .isoscore import _isoscore
+from ._context import MetricFn, RankTolerance, evaluate
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A named metric.
+
+    Attributes
+    ----------
+    name : registry key.
+    fn : ``fn(ctx) -> (G,)`` on a :class:`~rankcollapse.metrics._context.MetricContext`.
+    description : one line, with the formula.
+    collapse_value : the value at full token collapse (all tokens equal), if defined.
+    uses_mask : True if the attention-mask graph changes the value.
+    """
+
+    name: str
+    fn: MetricFn
+    description: str
+    collapse_value: float | None = None
+    uses_mask: bool = False
+
+
+_SPECS = (
+    MetricSpec("mu", core._mu, "||X - 1 gamma_X||_F, distance to token uniformity", 0.0),
+    MetricSpec("mu_relative", core._mu_relative, "mu(X) / ||X||_F", 0.0),
+    MetricSpec("rank_fraction", spectral._rank_fraction, "numerical rank / min(N, d)"),
+    MetricSpec("numerical_rank", spectral._numerical_rank, "#{sigma_k > sigma_1 max(N, d) eps}", 1.0),
+    MetricSpec("sigma_min", spectral._sigma_min, "smallest singular value sigma_min(N, d)"),
+    MetricSpec("sigma_ratio", spectral._sigma_ratio, "sigma_2 / sigma_1", 0.0),
+    MetricSpec("rank_one_distance", spectral._rank_one_distance, "sqrt(sum_{k>=2} sigma_k^2)", 0.0),
+    MetricSpec("stable_rank", spectral._stable_rank, "||X||_F^2 / sigma_1^2", 1.0),
+    MetricSpec("effective_rank", spectral._effective_rank, "exp(entropy of sigma / sum sigma)", 1.0),
+    MetricSpec("avg_abs_cos", core._avg_abs_cos, "mean_{i != j} |cos(x_i, x_j)|", 1.0),
+    MetricSpec("avg_cos", core._avg_cos, "mean_{i != j} cos(x_i, x_j)", 1.0),
+    MetricSpec("cos_to_mean", core._cos_to_mean, "mean_i cos(x_i, gamma_X)", 1.0),
+    MetricSpec("dong_residual", core._dong_residual, "sqrt(||R||_1 ||R||_inf), R = X - 1 gamma_X", 0.0),
+    MetricSpec("dong_residual_relative", core._dong_residual_relative, "dong_residual / ||X||_{1,inf}", 0.0),
+    MetricSpec("dirichlet_energy", graph._dirichlet_energy, "(1/N) sum_{M[i,j]} ||x_i - x_j||^2", 0.0, True),
+    MetricSpec("mean_average_distance", graph._mean_average_distance, "mean_i mean_{j: M[i,j]} (1 - cos)", 0.0, True),
+    MetricSpec("isoscore", _isoscore, "IsoScore (Rudman et al. 2022), 1 = isotropic", 0.0),
+)
+
+METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
+"""All metrics by name, in report order."""
+
+DEFAULT_METRICS: tuple[str, ...] = (
+    "mu",
+    "mu_relative",
+    "rank_fraction",
+    "sigma_min",
+    "avg_abs_cos",
+    "sigma_ratio",
+    "rank_one_distance",
+    "stable_rank",
+    "effective_rank",
+)
+"""The first-cut metrics plus the spectral ones that come free with the same SVD."""
+
+
+def compute_metrics(
+    X,
+    names: Iterable[str] | None = None,
+    *,
+    padding_mask=None,
+    mask=None,
+    dtype: torch.dtype | None = None,
+    rank_atol: float | None = None,
+    rank_rtol: float | None = None,
+) -> dict[str, torch.Tensor]:
+    """Compute several metrics at once, sharing one SVD and one Gram matrix per length.
+
+    Parameters
+    ----------
+    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real.
+    names : metric names (keys of :data:`METRICS`); default :data:`DEFAULT_METRICS`;
+        ``"all"`` for every metric.
+    padding_mask : bool ``(N,)`` or ``(B, N)`` (integer 0/1 accepted), True = real
+        token. Each sample's metrics are exactly those of its real rows.
+    mask : :class:`rankcollapse.masks.Mask` or bool ``(N, N)`` / ``(B, N, N)`` over the
+        padded positions, for ``dirichlet_energy`` and ``mean_average_distance``
+        (default: complete graph).
+    dtype : compute dtype, e.g. ``torch.float64`` for float64 accumulation; default
+        the dtype of X (half precision is computed in float32).
+    rank_atol, rank_rtol : numerical-rank tolerance, see
+        :func:`rankcollapse.metrics.numerical_rank` (default numpy's rule).
+
+    Returns
+    -------
+    dict[str, torch.Tensor] : ``name -> value``, 0-d for ``(N, d)``, ``(B,)`` for a
+        batch, in the compute dtype, in the order of ``names``.
+
+    Raises
+    ------
+    MetricError
+        Unknown metric name; X not 2-D/3-D, empty, non-finite on a real token; a
+        padding mask of the wrong shape or removing every token of a sample; a
+        metric undefined on the input (e.g. ``mu_relative`` of the zero matrix).
+    """
+    if names is None:
+        names = DEFAULT_METRICS
+    elif isinstance(names, str):
+        names = tuple(METRICS) if names == "all" else (names,)
+    names = tuple(dict.fromkeys(names))
+    unknown = [n for n in names if n not in METRICS]
+    if unknown:
+        raise MetricError(f"unknown metric(s) {unknown}; available: {', '.join(METRICS)}")
+    if not names:
+        raise MetricError("no metric names given")
+    fns = {n: METRICS[n].fn for n in names}
+    tolerance = RankTolerance(rank_atol, rank_rtol)
+    return evaluate(X, fns, padding_mask=padding_mask, mask=mask, dtype=dtype, tolerance=tolerance)

@@ -1,0 +1,126 @@
+"""Singular-value metrics. One ``torch.linalg.svdvals`` per call feeds all of them.
+
+``sigma_1 >= ... >= sigma_k`` with ``k = min(N, d)`` are the singular values of the
+real tokens ``X`` ``(N, d)``. Public functions take ``(N, d)`` or ``(B, N, d)`` input
+plus ``padding_mask`` and ``dtype`` exactly like :func:`rankcollapse.metrics.mu`.
+Metrics normalised by ``sigma_1`` raise :class:`MetricError` on the zero matrix.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._context import MetricContext, RankTolerance, as_batch, check_finite, evaluate
+
+
+def _nonzero(ctx: MetricContext, what: str) -> torch.Tensor:
+    S = ctx.svals
+    ctx.fail(S[..., 0] == 0, f"X is the zero matrix: {what} is undefined")
+    return S
+
+
+def _numerical_rank(ctx: MetricContext) -> torch.Tensor:
+    S = ctx.svals
+    tol = ctx.tolerance.threshold(S, ctx.n_tokens, ctx.dim)
+    return (S > tol).sum(dim=-1).to(S.dtype)
+
+
+def _rank_fraction(ctx: MetricContext) -> torch.Tensor:
+    return _numerical_rank(ctx) / min(ctx.n_tokens, ctx.dim)
+
+
+def _sigma_min(ctx: MetricContext) -> torch.Tensor:
+    return ctx.svals[..., -1]
+
+
+def _sigma_ratio(ctx: MetricContext) -> torch.Tensor:
+    S = _nonzero(ctx, "sigma_2 / sigma_1")
+    if S.shape[-1] < 2:  # rank <= 1 by shape: sigma_2 = 0
+        return torch.zeros_like(S[..., 0])
+    return S[..., 1] / S[..., 0]
+
+
+def _rank_one_distance(ctx: MetricContext) -> torch.Tensor:
+    return torch.linalg.vector_norm(ctx.svals[..., 1:], dim=-1)
+
+
+def _stable_rank(ctx: MetricContext) -> torch.Tensor:
+    S = _nonzero(ctx, "the stable rank")
+    return (S / S[..., :1]).square().sum(dim=-1)
+
+
+def _effective_rank(ctx: MetricContext) -> torch.Tensor:
+    S = _nonzero(ctx, "the effective rank")
+    p = S / S.sum(dim=-1, keepdim=True)
+    return torch.exp(-torch.special.xlogy(p, p).sum(dim=-1))
+
+
+def _one(fn, name, X, padding_mask, dtype, tolerance=RankTolerance()):
+    return evaluate(X, {name: fn}, padding_mask=padding_mask, dtype=dtype, tolerance=tolerance)[name]
+
+
+def singular_values(X, *, dtype=None) -> torch.Tensor:
+    """Singular values ``(min(N, d),)`` or ``(B, min(N, d))``, descending.
+
+    No padding mask: padded samples have different numbers of singular values; use
+    the metrics below (which accept ``padding_mask``) for those. Raises
+    :class:`MetricError` on NaN/Inf, empty input or wrong number of dimensions.
+    """
+    Xb, batched = as_batch(X, dtype)
+    check_finite(Xb, None, batched)
+    S = torch.linalg.svdvals(Xb)
+    return S if batched else S[0]
+
+
+def numerical_rank(X, *, padding_mask=None, dtype=None, atol=None, rtol=None) -> torch.Tensor:
+    """Numerical rank ``#{k : sigma_k > tol}`` (as a float tensor).
+
+    Default ``tol = sigma_1 * max(N, d) * eps`` with ``eps`` the machine epsilon of the
+    compute dtype, the rule of ``numpy.linalg.matrix_rank`` (Press et al., Numerical
+    Recipes, 2nd ed., §2.6). ``rtol`` replaces ``max(N, d) * eps``; ``atol`` gives an
+    absolute ``tol`` and takes precedence. The zero matrix has rank 0.
+    """
+    return _one(_numerical_rank, "numerical_rank", X, padding_mask, dtype, RankTolerance(atol, rtol))
+
+
+def rank_fraction(X, *, padding_mask=None, dtype=None, atol=None, rtol=None) -> torch.Tensor:
+    """Fraction of full rank ``numerical_rank(X) / min(N, d)`` in ``[0, 1]``.
+
+    "Percentage of full rank" of Fig. 4 in Wu et al. (NeurIPS 2024); ``N`` is the
+    number of real (unpadded) tokens. Tolerance as in :func:`numerical_rank`.
+    """
+    return _one(_rank_fraction, "rank_fraction", X, padding_mask, dtype, RankTolerance(atol, rtol))
+
+
+def sigma_min(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Smallest singular value ``sigma_{min(N, d)}`` (Fig. 4 of Wu et al., NeurIPS 2024).
+
+    For ``N < d`` this is the N-th singular value (the matrix has only N)."""
+    return _one(_sigma_min, "sigma_min", X, padding_mask, dtype)
+
+
+def sigma_ratio(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """``sigma_2 / sigma_1`` in ``[0, 1]``; 0 iff X has rank one (tokens at ``±v``,
+    which ``mu`` misses; theory.md §3). 0 when ``min(N, d) = 1``. Raises
+    :class:`MetricError` for the zero matrix."""
+    return _one(_sigma_ratio, "sigma_ratio", X, padding_mask, dtype)
+
+
+def rank_one_distance(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Frobenius distance to the nearest matrix of rank <= 1,
+    ``sqrt(sum_{k >= 2} sigma_k^2)`` (Eckart–Young; theory.md §3)."""
+    return _one(_rank_one_distance, "rank_one_distance", X, padding_mask, dtype)
+
+
+def stable_rank(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Stable rank ``||X||_F^2 / sigma_1^2 = sum_k (sigma_k / sigma_1)^2`` in
+    ``[1, min(N, d)]`` (Rudelson & Vershynin, 2007). Raises for the zero matrix."""
+    return _one(_stable_rank, "stable_rank", X, padding_mask, dtype)
+
+
+def effective_rank(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Effective rank ``exp(H(p))`` with ``p_k = sigma_k / sum_j sigma_j`` and Shannon
+    entropy ``H(p) = -sum_k p_k log p_k`` (``0 log 0 = 0``); in ``[1, min(N, d)]``.
+    Source: Roy & Vetterli, "The effective rank", EUSIPCO 2007, Def. 1. Raises for
+    the zero matrix."""
+    return _one(_effective_rank, "effective_rank", X, padding_mask, dtype)

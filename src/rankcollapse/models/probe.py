@@ -1,0 +1,192 @@
+"""Per-layer metrics of a pretrained model on token windows, as a tidy table.
+
+``probe`` runs the model over the windows in batches, records the requested points
+with :class:`~rankcollapse.models.recorder.Recorder` (by default every ``hidden_states``
+entry, plus the last block's output before the final norm where there is one), computes
+:mod:`rankcollapse.metrics` per window with padding excluded, and summarises over
+windows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..data import Windows
+from ..errors import ModelError
+from . import families
+from .interventions import intervene
+from .recorder import Recorder
+
+TABLE_COLUMNS = ("layer", "point", "metric", "mean", "std", "q05", "q50", "q95", "n_samples")
+PROBE_DEFAULT_METRICS = ("mu", "mu_relative", "rank_fraction", "sigma_min", "avg_abs_cos")
+
+
+def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Keyword arguments for one forward pass of ``loaded.model`` on a batch.
+
+    T5 (encoder-decoder) gets the same window as decoder input, shifted right by one
+    token with the model's own ``_shift_right`` (teacher forcing, as in training with
+    ``labels=input_ids``); the decoder's padding mask is shifted the same way.
+    Causal LMs run without a KV cache.
+
+    Raises
+    ------
+    ModelError
+        A generic encoder-decoder (unknown decoder inputs).
+    """
+    model = loaded.model
+    device = loaded.device
+    kw: dict[str, Any] = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+    if getattr(model.config, "is_encoder_decoder", False):
+        if loaded.family != "t5":
+            raise ModelError(f"encoder-decoder model {type(model).__name__} is only supported for the t5 family")
+        if getattr(model, "decoder", None) is not None:
+            kw["decoder_input_ids"] = model._shift_right(kw["input_ids"])
+            kw["decoder_attention_mask"] = decoder_padding(kw["attention_mask"])
+    if loaded.family in ("gpt2", "llama", "t5"):
+        kw["use_cache"] = False
+    return kw
+
+
+def decoder_padding(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Padding mask of the right-shifted decoder input: the start token is real, then
+    the encoder's mask without its last entry. Shape ``(B, N)``."""
+    first = torch.ones_like(attention_mask[:, :1])
+    return torch.cat([first, attention_mask[:, :-1]], dim=1)
+
+
+@torch.no_grad()
+def embed(loaded: Any, windows: Windows, *, batch_size: int = 8) -> torch.Tensor:
+    """The token embeddings X(0) of ``windows``: the input of the first block
+    (``hidden_states[0]``; for T5 the encoder's), computed without running the blocks.
+
+    Returns
+    -------
+    torch.Tensor, shape (B, N, d), the model's dtype, on CPU.
+    """
+    name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
+    parts = []
+    for start in range(0, windows.n_windows, batch_size):
+        ids = windows.input_ids[start : start + batch_size]
+        am = windows.attention_mask[start : start + batch_size]
+        with Recorder(loaded, [name], stop=True) as rec:
+            loaded.model(**model_inputs(loaded, ids, am))
+        parts.append(rec.outputs[name].cpu())
+    return torch.cat(parts, dim=0)
+
+
+def default_points(loaded: Any, detail: str = "hidden_states") -> list[str]:
+    """Point names probed by default (every ``hidden_states`` entry of every stack)."""
+    return [n for s in families.stacks(loaded.model, loaded.family) for n in families.point_names(s, detail)]
+
+
+@torch.no_grad()
+def probe(
+    loaded: Any,
+    windows: Windows,
+    *,
+    mask: Any = None,
+    d_qk_scale: float = 1.0,
+    drop: Sequence[str] = (),
+    metrics: Sequence[str] | None = None,
+    batch_size: int = 8,
+    points: Sequence[str] | str = "hidden_states",
+    exclude_special: bool = False,
+) -> pd.DataFrame:
+    """Metrics per layer and recorded point, summarised over windows.
+
+    Parameters
+    ----------
+    loaded : LoadedModel
+    windows : token windows (``rankcollapse.data.make_windows``), ``(B, N)``.
+    mask : replacement self-attention mask (a ``rankcollapse.masks.Mask``, a spec string
+        or a bool ``(N, N)`` tensor); None keeps the model's own mask.
+    d_qk_scale : attention temperature multiplier s: logits are divided by sqrt(s)
+        (as if d_qk were s times larger; paper Sec. 3); 1 leaves the model unchanged.
+    drop : components to remove, e.g. ``("mlp",)``, ``("skip:0-3", "norm")``
+        (see :func:`rankcollapse.models.interventions.intervene`).
+    metrics : metric names from ``rankcollapse.metrics.METRICS``; None =
+        ``mu, mu_relative, rank_fraction, sigma_min, avg_abs_cos``.
+    batch_size : windows per forward pass.
+    points : ``"hidden_states"`` (default), ``"all"`` (also block inputs, norms and
+        sublayer outputs) or an explicit list of point names.
+    exclude_special : also leave out special tokens ([CLS], [SEP], BOS) from metrics.
+        Padding is always left out.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``layer, point, metric, mean, std, q05, q50, q95, n_samples``. ``layer``
+        is the ``hidden_states`` index (0 = embeddings, k = after block k; points inside
+        block k, 0-based names, count as k+1); ``std`` is the population std over windows;
+        ``df.attrs`` holds ``model``, ``family``, ``notes`` and the intervention settings.
+
+    Raises
+    ------
+    ModelError, MaskError, ConfigError
+        Unknown point, unsupported intervention, mask size different from the windows.
+    """
+    from ..metrics import compute_metrics
+
+    names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
+    stack_list = families.stacks(loaded.model, loaded.family)
+    point_list = default_points(loaded, points) if isinstance(points, str) else list(points)
+    values: dict[tuple[str, str], list[torch.Tensor]] = {}
+    for start in range(0, windows.n_windows, batch_size):
+        ids = windows.input_ids[start : start + batch_size]
+        am = windows.attention_mask[start : start + batch_size]
+        inputs = model_inputs(loaded, ids, am)
+        real = am.bool()
+        if exclude_special:
+            real = real & ~windows.special_tokens_mask[start : start + batch_size]
+        with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am):
+            with Recorder(loaded, point_list) as rec:
+                loaded.model(**inputs)
+        for name, X in rec.outputs.items():
+            pad = decoder_padding(real) if name.startswith("decoder.") else real
+            result = compute_metrics(X, list(names), padding_mask=pad.to(X.device), dtype=torch.float64)
+            for metric, v in result.items():
+                values.setdefault((name, metric), []).append(v.detach().cpu().double())
+    df = _summarise(values, point_list, names, stack_list)
+    df.attrs.update(
+        model=loaded.name, family=loaded.family, notes=list(loaded.notes),
+        mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
+        d_qk_scale=float(d_qk_scale), drop=list(drop), n_windows=windows.n_windows, length=windows.length,
+    )
+    return df
+
+
+def _stack_of(name: str, stack_list: list[families.Stack]) -> families.Stack:
+    for stack in stack_list:
+        if stack.prefix and name.startswith(stack.prefix):
+            return stack
+    return stack_list[0]
+
+
+def _summarise(values: dict, point_list: list[str], names: Sequence[str], stack_list: list) -> pd.DataFrame:
+    keyed = {
+        (families.depth_of(name, _stack_of(name, stack_list)), name, metric): values[(name, metric)]
+        for name in point_list
+        for metric in names
+    }
+    return summarise(keyed)
+
+
+def summarise(values: dict[tuple[int, str, str], list[torch.Tensor]]) -> pd.DataFrame:
+    """Tidy table from per-window values keyed by ``(layer, point, metric)``; non-finite
+    values are left out of the statistics and of ``n_samples``."""
+    rows = []
+    for (layer, point, metric), chunks in values.items():
+        v = torch.cat([c.reshape(-1) for c in chunks]).double().numpy()
+        v = v[np.isfinite(v)]
+        if v.size == 0:
+            stats = dict(mean=np.nan, std=np.nan, q05=np.nan, q50=np.nan, q95=np.nan)
+        else:
+            q05, q50, q95 = np.quantile(v, [0.05, 0.5, 0.95])
+            stats = dict(mean=float(v.mean()), std=float(v.std()), q05=q05, q50=q50, q95=q95)
+        rows.append(dict(layer=layer, point=point, metric=metric, **stats, n_samples=int(v.size)))
+    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))

@@ -1,0 +1,151 @@
+"""Record named activations of an unmodified Hugging Face model with forward hooks.
+
+In the manner of baukit's ``nethook.Trace``: hooks are installed on entry and removed
+on exit; the model's code and weights are never touched. Point names are listed in
+:mod:`rankcollapse.models.families`.
+
+Example
+-------
+>>> with Recorder(loaded, ["embeddings", "layer.2.output"]) as rec:   # doctest: +SKIP
+...     loaded.model(input_ids=ids, attention_mask=am)
+>>> rec.outputs["layer.2.output"].shape                                # (B, N, d)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+from ..errors import ModelError
+from . import families
+from .families import Stack, Tap
+
+
+class StopForward(Exception):
+    """Raised inside the forward pass once every requested point is captured
+    (``Recorder(stop=True)``); the recorder's ``with`` block swallows it."""
+
+
+def resolve_points(stack_list: list[Stack]) -> dict[str, tuple[Tap, int]]:
+    """Every point name of every stack -> (tap, occurrence), where occurrence counts
+    earlier calls of the same module (ALBERT's shared layer fires once per depth)."""
+    table: dict[str, tuple[Tap, int]] = {}
+    for stack in stack_list:
+        p = stack.prefix
+        blocks = stack.blocks
+        table[f"{p}embeddings"] = (Tap(blocks[0].block, "input"), 0)
+        for k, parts in enumerate(blocks):
+            occ = sum(1 for j in range(k) if blocks[j].block is parts.block)
+            table[f"{p}layer.{k}.input"] = (Tap(parts.block, "input"), occ)
+            table[f"{p}layer.{k}.output"] = (Tap(parts.block, "output", 0), occ)
+            for j, norm in enumerate(parts.norms):
+                table[f"{p}layer.{k}.norm_{j + 1}"] = (Tap(norm, "output", 0), occ)
+            if parts.attn is not None:
+                table[f"{p}layer.{k}.attn_output"] = (parts.attn.branch, occ)
+            if parts.mlp is not None:
+                table[f"{p}layer.{k}.mlp_output"] = (parts.mlp.branch, occ)
+        if stack.final_norm is not None:
+            table[f"{p}final_norm"] = (Tap(stack.final_norm, "output", 0), 0)
+    return table
+
+
+def _pick(value: Any, index: int) -> torch.Tensor:
+    if isinstance(value, (tuple, list)):
+        value = value[index]
+    elif hasattr(value, "to_tuple"):  # a ModelOutput
+        value = value.to_tuple()[index]
+    return value
+
+
+class Recorder:
+    """Context manager capturing named points of a model during its forward passes.
+
+    Parameters
+    ----------
+    loaded : LoadedModel (or any object with ``.model`` and ``.family``).
+    points : names to record (see :mod:`rankcollapse.models.families`); None = the
+        ``hidden_states`` points of every stack.
+    stop : raise :class:`StopForward` as soon as every point is captured, so a caller
+        that needs only early points (e.g. ``embeddings``) skips the rest of the model.
+        The exception is swallowed by this context manager's ``__exit__``.
+
+    Attributes
+    ----------
+    outputs : dict[str, torch.Tensor]
+        Point name -> tensor ``(B, N, d)`` from the latest forward pass (detached).
+
+    Raises
+    ------
+    ModelError
+        A requested point does not exist in this model.
+    """
+
+    def __init__(self, loaded: Any, points: Iterable[str] | None = None, *, stop: bool = False):
+        self.model: nn.Module = loaded.model
+        self.stacks = families.stacks(self.model, loaded.family)
+        table = resolve_points(self.stacks)
+        if points is None:
+            points = [n for s in self.stacks for n in families.point_names(s)]
+        self.points = list(points)
+        unknown = [p for p in self.points if p not in table]
+        if unknown:
+            raise ModelError(
+                f"unknown recording point(s) {unknown[:5]} for family {loaded.family!r}; "
+                f"available e.g. {list(table)[:6]}"
+            )
+        # (module id, io) -> occurrence -> [(name, index)]
+        self._plan: dict[tuple[int, str], dict[int, list[tuple[str, int]]]] = defaultdict(lambda: defaultdict(list))
+        self._modules: dict[tuple[int, str], nn.Module] = {}
+        for name in self.points:
+            tap, occ = table[name]
+            key = (id(tap.module), tap.io)
+            self._plan[key][occ].append((name, tap.index))
+            self._modules[key] = tap.module
+        self.stop = stop
+        self.outputs: dict[str, torch.Tensor] = {}
+        self._calls: dict[tuple[int, str], int] = defaultdict(int)
+        self._handles: list[Any] = []
+
+    def _store(self, key: tuple[int, str], value: Any) -> None:
+        occ = self._calls[key]
+        self._calls[key] = occ + 1
+        for name, index in self._plan[key].get(occ, ()):
+            self.outputs[name] = _pick(value, index).detach()
+        if self.stop and len(self.outputs) == len(self.points):
+            raise StopForward()
+
+    def _reset(self, *_: Any, **__: Any) -> None:
+        self._calls.clear()
+        self.outputs = {}
+
+    def __enter__(self) -> "Recorder":
+        self._reset()
+        self._handles.append(self.model.register_forward_pre_hook(self._reset))
+        for key, module in self._modules.items():
+            if key[1] == "input":
+                hook = self._input_hook(key)
+                self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+            else:
+                self._handles.append(module.register_forward_hook(self._output_hook(key)))
+        return self
+
+    def _input_hook(self, key: tuple[int, str]):
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            self._store(key, args[0] if args else kwargs["hidden_states"])
+
+        return hook
+
+    def _output_hook(self, key: tuple[int, str]):
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+            self._store(key, output)
+
+        return hook
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        return exc_type is not None and issubclass(exc_type, StopForward)

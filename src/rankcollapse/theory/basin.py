@@ -1,0 +1,99 @@
+"""Monte Carlo basin sizes of SA-LN equilibria (theory.md §5.3: "small basins").
+
+Starts are i.i.d. uniform on ``(S^{d-1})^N`` (for ``d = 2``: a uniform random angle per
+token); every start runs ``depth`` SA-LN steps (batched, float64); the final state is
+classified by its numerical rank and whether it is a fixed point. The fraction ending at
+a rank-``k`` state gets a binomial confidence interval (Wilson score, scipy.stats).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from scipy.stats import binomtest
+
+from ..errors import ConfigError
+from .equilibria import causal_example_2x2
+from .system import AttentionSystem, random_sphere_tokens
+
+
+@dataclass
+class BasinEstimate:
+    """Fraction of random starts converging to a rank-``target_rank`` fixed point."""
+
+    target_rank: int
+    n_samples: int
+    n_hits: int
+    fraction: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    method: str
+    seed: int
+    depth: int
+    n_converged: int
+    rank_counts: dict[int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def run_sa_ln(system: AttentionSystem, X0: torch.Tensor, depth: int) -> torch.Tensor:
+    """``depth`` SA-LN steps from ``X0`` ``(B, N, d)`` (float64); returns the final states."""
+    system = system.to(torch.float64)
+    X = X0.to(torch.float64)
+    for _ in range(depth):  # loop over layers only
+        X = system.step(X, check=False)
+    return X
+
+
+def classify(system: AttentionSystem, X: torch.Tensor, *, conv_tol: float = 1e-8, rank_rtol: float = 1e-6):
+    """Per-sample ``(rank, converged)`` of final states ``(B, N, d)``: numerical rank
+    (σ_i > rank_rtol·σ_1) and ``max |F(X) - X| ≤ conv_tol``."""
+    s = torch.linalg.svdvals(X)
+    rank = (s > rank_rtol * s[:, :1]).sum(1)
+    res = (system.step(X, check=False) - X).flatten(1).abs().amax(1)
+    return rank, torch.isfinite(res) & (res <= conv_tol)
+
+
+def basin_estimate(
+    system: AttentionSystem | None = None,
+    *,
+    target_rank: int | None = None,
+    n_samples: int = 4000,
+    seed: int = 0,
+    depth: int = 400,
+    confidence: float = 0.95,
+    method: str = "wilson",
+) -> BasinEstimate:
+    """Estimate the fraction of uniform random starts ending at a rank-``target_rank`` equilibrium.
+
+    Parameters
+    ----------
+    system : default the ``N = d = 2`` causal example (:func:`causal_example_2x2`).
+    target_rank : default ``min(N, d)``.
+    method : ``"wilson"`` or ``"exact"`` (Clopper–Pearson), passed to
+        ``scipy.stats.binomtest(...).proportion_ci``.
+
+    Raises
+    ------
+    ConfigError
+        Non-positive ``n_samples``/``depth``, rank out of range, unknown method.
+    """
+    system = (system or causal_example_2x2().system).to(torch.float64)
+    N, d = system.n_tokens, system.dim
+    k = min(N, d) if target_rank is None else target_rank
+    if n_samples < 1 or depth < 1 or not 1 <= k <= min(N, d):
+        raise ConfigError(f"need n_samples ≥ 1, depth ≥ 1, 1 ≤ target_rank ≤ {min(N, d)}")
+    if method not in ("wilson", "exact"):
+        raise ConfigError(f"method must be 'wilson' or 'exact', got {method!r}")
+    g = torch.Generator().manual_seed(seed)
+    X = run_sa_ln(system, random_sphere_tokens((n_samples, N, d), g), depth)
+    rank, conv = classify(system, X)
+    hits = int(((rank == k) & conv).sum())
+    ci = binomtest(hits, n_samples).proportion_ci(confidence_level=confidence, method=method)
+    counts = {int(r): int((rank[conv] == r).sum()) for r in torch.unique(rank[conv]).tolist()}
+    return BasinEstimate(k, n_samples, hits, hits / n_samples, float(ci.low), float(ci.high), confidence,
+                         method, seed, depth, int(conv.sum()), counts)

@@ -1,0 +1,201 @@
+"""Theorem 1 (theory.md §5.1) checked against measurement: masked pure SA collapses.
+
+Envelope (proof in docs/theory.md § "Theorem 1: a rigorous envelope"): with orthogonal
+``W_V(t)``, every allowed attention entry ``≥ ε`` along the trajectory, self-loops, and
+a QSC mask of radius ``r``,
+``μ(X(t)) ≤ C (1 - ε^r)^{t/r}``, ``C = (√N / 2) ‖osc(X(0))‖_2 / (1 - ε^r) ≤ √N μ(X(0)) / (1 - ε^r)``,
+where ``osc`` is the per-column max minus min. The weaker exponent ``t/(2r)`` (a
+possible reading of the paper) is a parameter. ``ε`` is measured on the same
+trajectory, so a measured point above its envelope is a bug (or a counterexample).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..dynamics.attention import attention_weights
+from ..errors import ConfigError
+from ..metrics import mu as mu_metric
+
+EXPONENTS = ("t/r", "t/(2r)")
+
+
+class EnvelopeViolation(UserWarning):
+    """A measured μ(X(t)) above its Theorem 1 envelope."""
+
+
+def haar_orthogonal(n_layers: int, d: int, generator: torch.Generator, dtype=torch.float64) -> torch.Tensor:
+    """``n_layers`` Haar-distributed orthogonal ``(d, d)`` matrices (QR of a Gaussian, sign-fixed;
+    Mezzadri 2007, "How to generate random matrices from the classical compact groups")."""
+    G = torch.randn(n_layers, d, d, generator=generator, dtype=dtype)
+    Q, R = torch.linalg.qr(G)
+    return Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)
+
+
+def resolve_mask(mask: Any, n: int | None):
+    """A :class:`rankcollapse.masks.Mask` from a Mask or a spec string (needs ``n``)."""
+    from ..masks import Mask, parse_mask
+
+    if isinstance(mask, Mask):
+        return mask
+    if isinstance(mask, str):
+        if n is None:
+            raise ConfigError(f"mask spec {mask!r} needs n (number of tokens)")
+        return parse_mask(mask, n)
+    return Mask.from_dense(mask)
+
+
+@dataclass
+class BoundResult:
+    """Measured μ and the Theorem 1 envelope, per layer and sample.
+
+    ``mu`` and ``envelope`` are float64 ``(depth+1, B)``; ``epsilon`` ``(B,)``;
+    ``measured_rate`` is the median over samples of ``exp(slope)`` of a least-squares fit
+    of ``log μ(t)`` (per-layer decay factor, < 1 = collapse); ``envelope_rate`` is the
+    median of ``(1 - ε^r)^{1/r}`` (or ``^{1/(2r)}``).
+    """
+
+    mask: str
+    radius: int
+    exponent: str
+    mu: torch.Tensor
+    envelope: torch.Tensor
+    epsilon: torch.Tensor
+    measured_rate: float
+    envelope_rate: float
+    n_violations: int
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def holds(self) -> bool:
+        return self.n_violations == 0
+
+    def table(self) -> pd.DataFrame:
+        """Tidy table: ``layer, sample, mu, envelope``."""
+        T, B = self.mu.shape
+        return pd.DataFrame({
+            "layer": np.repeat(np.arange(T), B), "sample": np.tile(np.arange(B), T),
+            "mu": self.mu.flatten().numpy(), "envelope": self.envelope.flatten().numpy(),
+        })
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mask": self.mask, "radius": self.radius, "exponent": self.exponent,
+            "epsilon_median": float(self.epsilon.median()), "measured_rate": self.measured_rate,
+            "envelope_rate": self.envelope_rate, "n_violations": self.n_violations, "holds": self.holds,
+            "mu_median": self.mu.median(dim=1).values.tolist(),
+            "envelope_median": self.envelope.median(dim=1).values.tolist(), "config": self.config,
+        }
+
+
+def fit_rate(mu: torch.Tensor, floor: float = 1e-12) -> torch.Tensor:
+    """Per-sample ``exp(slope)`` of least-squares ``log μ(t)`` vs ``t`` over layers with
+    ``μ(t) > floor · μ(0)``. ``mu`` ``(T, B)`` → ``(B,)``."""
+    T = mu.shape[0]
+    t = torch.arange(T, dtype=torch.float64).unsqueeze(1).expand_as(mu)
+    keep = (mu > floor * mu[:1]) & (mu > 1e-280)
+    w = keep.double()
+    n = w.sum(0).clamp_min(1)
+    y = torch.where(keep, mu.clamp_min(1e-300).log(), torch.zeros_like(mu))
+    tm, ym = (w * t).sum(0) / n, (w * y).sum(0) / n
+    slope = (w * (t - tm) * (y - ym)).sum(0) / (w * (t - tm) ** 2).sum(0).clamp_min(1e-300)
+    return slope.exp()
+
+
+def check_collapse_bound(
+    mask: Any,
+    *,
+    n: int | None = None,
+    d: int = 16,
+    depth: int = 60,
+    n_samples: int = 8,
+    seed: int = 0,
+    exponent: str = "t/r",
+    d_qk: float = 1.0,
+    qk_scale: float = 1.0,
+    X0: torch.Tensor | None = None,
+) -> BoundResult:
+    """Run pure SA with per-layer Haar-orthogonal ``W_V`` and check Theorem 1's envelope.
+
+    Parameters
+    ----------
+    mask : Mask, bool ``(N, N)`` or spec string (with ``n``); must be QSC with self-loops.
+    d, depth, n_samples, seed : width, layers, batch size and seed (all weights and X(0)).
+    exponent : ``"t/r"`` or ``"t/(2r)"``.
+    d_qk, qk_scale : temperature, and std·√d of the Gaussian ``W_Q, W_K`` entries (A1).
+    X0 : optional ``(B, N, d)`` inputs; default Gaussian with entries of std ``1/√d``.
+
+    Returns
+    -------
+    BoundResult
+        A measured point above the envelope also emits an :class:`EnvelopeViolation` warning.
+
+    Raises
+    ------
+    ConfigError
+        Unknown exponent, a mask that is not QSC or lacks self-loops, bad sizes.
+    """
+    from ..masks import analyze
+
+    if exponent not in EXPONENTS:
+        raise ConfigError(f"exponent must be one of {EXPONENTS}, got {exponent!r}")
+    m = resolve_mask(mask, n)
+    info = analyze(m)
+    if not info.quasi_strongly_connected:
+        raise ConfigError(f"mask {m.spec!r} is not quasi-strongly connected ({info.reason}): Theorem 1 does not apply")
+    if not info.self_loops:
+        raise ConfigError(f"mask {m.spec!r} lacks self-loops: the envelope's proof needs them")
+    N, r = m.n_tokens, int(info.radius)
+    g = torch.Generator().manual_seed(seed)
+    if X0 is None:
+        X0 = torch.randn(n_samples, N, d, generator=g, dtype=torch.float64) / math.sqrt(d)
+    X = X0.to(torch.float64)
+    if X.ndim != 3 or X.shape[1] != N:
+        raise ConfigError(f"X0 must be (B, {N}, d), got {tuple(X.shape)}")
+    B, _, d = X.shape
+    W_Q = torch.randn(depth, d, d, generator=g, dtype=torch.float64) * qk_scale / math.sqrt(d)
+    W_K = torch.randn(depth, d, d, generator=g, dtype=torch.float64) * qk_scale / math.sqrt(d)
+    W_V = haar_orthogonal(depth, d, g)
+    dense = m.to_dense()
+    mus, eps = [mu_metric(X)], torch.ones(B, dtype=torch.float64)
+    for t in range(depth):  # loop over layers only
+        A = attention_weights(X, dense, W_Q[t], W_K[t], d_qk=d_qk)
+        eps = torch.minimum(eps, A.masked_fill(~dense, 2.0).flatten(1).amin(1))
+        X = A @ X @ W_V[t]
+        mus.append(mu_metric(X))
+    mu_t = torch.stack(mus)  # (T, B)
+    contraction = 1 - eps**r
+    osc = (X0.amax(1) - X0.amin(1)).to(torch.float64)  # (B, d)
+    C = math.sqrt(N) / 2 * torch.linalg.vector_norm(osc, dim=1) / contraction
+    power = torch.arange(depth + 1, dtype=torch.float64).unsqueeze(1) / (r if exponent == "t/r" else 2 * r)
+    envelope = C * contraction**power
+    bad = mu_t > envelope * (1 + 1e-9) + 1e-300
+    n_bad = int(bad.sum())
+    if n_bad:
+        warnings.warn(f"Theorem 1 envelope violated at {n_bad} (layer, sample) points for mask {m.spec!r}", EnvelopeViolation, stacklevel=2)
+    env_rate = contraction ** (1 / (r if exponent == "t/r" else 2 * r))
+    cfg = {"n": N, "d": d, "depth": depth, "n_samples": B, "seed": seed, "d_qk": d_qk, "qk_scale": qk_scale}
+    return BoundResult(m.spec, r, exponent, mu_t, envelope, eps, float(fit_rate(mu_t).median()),
+                       float(env_rate.median()), n_bad, cfg)
+
+
+def radius_sweep(n: int = 32, widths: tuple[int, ...] = (32, 17, 9, 5, 3, 2), **kwargs: Any) -> pd.DataFrame:
+    """Theorem 1 check across ``causal_sliding_window:w`` masks at fixed ``n``.
+
+    Returns a table ``mask, width, radius, epsilon, measured_rate, envelope_rate,
+    n_violations, holds`` (one row per width, same seed and inputs for all).
+    """
+    rows = []
+    for w in widths:
+        res = check_collapse_bound(f"causal_sliding_window:w={w}", n=n, **kwargs)
+        rows.append({"mask": res.mask, "width": w, "radius": res.radius, "epsilon": float(res.epsilon.median()),
+                     "measured_rate": res.measured_rate, "envelope_rate": res.envelope_rate,
+                     "n_violations": res.n_violations, "holds": res.holds})
+    return pd.DataFrame(rows)

@@ -1,0 +1,197 @@
+"""Equilibria of SA-LN: the N = d = 2 causal example and a construction of every rank.
+
+Derivations and proofs: ``docs/theory.md`` (§ "Equilibria of every rank"). Both
+systems use the causal mask with ``W_Q = W_K = 0``, so ``A[i, j] = 1/(i+1)`` for
+``j ≤ i`` and the SA-LN step is ``x_i ↦ normalise(S_i W_V)`` with ``S_i = Σ_{j≤i} x_j``.
+An SA-LN state ``X`` is an equilibrium iff ``S_i W_V = α_i x_i`` with ``α_i > 0``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.optimize import brentq
+
+from ..errors import ConfigError
+from .system import AttentionSystem, causal_uniform_system, fixed_point_residual
+
+#: Eigenvalue ratio of the construction; any ρ with σ(ρ) < 1 and τ(ρ)/(1-σ(ρ))² < 1 works.
+RHO = 4.0
+#: Largest rank the construction builds in float64 (ρ^(k-1) must stay finite and well scaled).
+MAX_RANK = 500
+#: Largest number of equilibria enumerated without an explicit ``limit``.
+MAX_ENUMERATED = 4096
+FIXED_POINT_TOL = 1e-10
+
+
+@dataclass
+class Equilibrium:
+    """One SA-LN equilibrium ``X`` ``(N, d)`` float64 with its rank and fixed-point error."""
+
+    X: torch.Tensor
+    rank: int
+    residual: float
+    signs: tuple[int, ...] = ()
+    stability: Any = None  # StabilityReport, filled by ``with_stability``
+
+    @property
+    def stable(self) -> bool | None:
+        return None if self.stability is None else bool(self.stability.stable)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"X": self.X.tolist(), "rank": self.rank, "stable": self.stable, "residual": self.residual}
+        if self.signs:
+            out["signs"] = list(self.signs)
+        if self.stability is not None:
+            out["stability"] = self.stability.to_dict()
+        return out
+
+
+@dataclass
+class EquilibriumSet:
+    """A system and equilibria of it (``equilibria`` list), JSON-ready via ``to_dict``."""
+
+    system: AttentionSystem
+    equilibria: list[Equilibrium]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def with_stability(self) -> "EquilibriumSet":
+        """Attach a tangent-space stability report to every equilibrium (in place)."""
+        from .stability import stability
+
+        for eq in self.equilibria:
+            eq.stability = stability(self.system, eq.X)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.system.to_dict(), "equilibria": [e.to_dict() for e in self.equilibria], "info": self.info}
+
+
+def numerical_rank(X: torch.Tensor, rtol: float = 1e-8) -> int:
+    """Number of singular values of ``X`` above ``rtol · σ_1``."""
+    s = torch.linalg.svdvals(X.double())
+    return int((s > rtol * s[0]).sum()) if s.numel() and s[0] > 0 else 0
+
+
+def causal_example_2x2() -> EquilibriumSet:
+    """The ``N = d = 2`` causal example of theory.md §5.3, in closed form.
+
+    ``W_Q = W_K = 0``, ``W_V = [[1, -3], [0, 2]]``. Token 0 sits at ``s (0, 1)``, the left
+    eigenvector of the dominant eigenvalue 2; token 1 solves ``x (I - W_V) = x_0 W_V``
+    (``α = 1``, the other eigenvalue) on the unit circle: ``x_1 = s (β, 3β - 2)`` with
+    ``10 β² - 12 β + 3 = 0``, i.e. ``β = (6 ∓ √6)/10``. ``β = (6 - √6)/10`` gives
+    ``B = ((6-√6)/10, -(2+3√6)/10)``, the locally stable rank-2 state. Four rank-2
+    equilibria in all (2 signs × 2 roots), plus the rank-1 ones ``± (0,1), ± (0,1)``.
+    """
+    W_V = torch.tensor([[1.0, -3.0], [0.0, 2.0]], dtype=torch.float64)
+    system = causal_uniform_system(W_V, 2)
+    eqs = []
+    for s, beta in itertools.product((1, -1), ((6 - math.sqrt(6)) / 10, (6 + math.sqrt(6)) / 10)):
+        X = s * torch.tensor([[0.0, 1.0], [beta, 3 * beta - 2]], dtype=torch.float64)
+        eqs.append(Equilibrium(X, numerical_rank(X), fixed_point_residual(system, X), (s, 1 if beta < 0.6 else -1)))
+    B = ((6 - math.sqrt(6)) / 10, -(2 + 3 * math.sqrt(6)) / 10)
+    return EquilibriumSet(system, eqs, {"construction": "causal_example_2x2", "B": B})
+
+
+def construction_eigenvalues(d: int, rank: int, rho: float = RHO) -> np.ndarray:
+    """``λ_t = ρ^(t - (rank-1)/2)`` for ``t < rank`` and ``λ_0 / 2`` for the ``d - rank`` spare directions.
+
+    Centring the exponents keeps ``λ²`` inside float64's range up to ``rank = 500``
+    (the overall scale of ``W_V`` does not change the SA-LN dynamics).
+    """
+    lam = rho ** (np.arange(rank, dtype=np.float64) - (rank - 1) / 2)
+    return np.concatenate([lam, np.full(d - rank, lam[0] / 2)])
+
+
+def _token_after_rank(S: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """Token ``t ≥ k``: ``x_j = λ_j S_j / (α - λ_j)`` with the unique ``α > max λ`` making ``‖x‖ = 1``."""
+    top = lam.max()
+
+    def excess(alpha: float) -> float:
+        return float(np.sum((lam * S / (alpha - lam)) ** 2) - 1.0)
+
+    hi = top + 2.0 * float(np.abs(lam * S).sum()) + 1.0
+    lo = top * (1 + 1e-15) + 1e-300
+    for _ in range(60):  # f → ∞ as α ↓ max λ (S at the top coordinate is ≠ 0, proven)
+        if excess(lo) > 0:
+            break
+        lo = top + (lo - top) * 1e-3
+    alpha = brentq(excess, lo, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500)
+    x = lam * S / (alpha - lam)
+    return x / np.linalg.norm(x)
+
+
+def construct_equilibrium(n: int, lam: np.ndarray, signs: tuple[int, ...]) -> np.ndarray:
+    """The equilibrium of the rank-``k`` construction with sign pattern ``signs`` (length k).
+
+    Tokens ``t < k`` (α = λ_t): ``x_t[j] = λ_j S_{t-1}[j] / (λ_t - λ_j)`` for ``j < t``,
+    ``x_t[t] = s_t sqrt(1 - Σ_{j<t} x_t[j]²)``, zero after ``t``. Tokens ``t ≥ k``: see
+    :func:`_token_after_rank`. Returns ``(n, d)`` float64.
+    """
+    k, d = len(signs), lam.shape[0]
+    X = np.zeros((n, d))
+    S = np.zeros(d)
+    for t in range(n):
+        if t < k:
+            x = np.zeros(d)
+            x[:t] = lam[:t] * S[:t] / (lam[t] - lam[:t])
+            rest = 1.0 - float(np.sum(x[:t] ** 2))
+            assert rest > 0, "construction lemma violated"  # proven: rest ≥ 1 - B²τ(ρ) ≈ 0.65
+            x[t] = signs[t] * math.sqrt(rest)
+        else:
+            x = np.zeros(d)
+            x[:k] = _token_after_rank(S[:k], lam[:k])
+        X[t] = x
+        S = S + x
+    return X
+
+
+def equilibria(n: int, d: int, rank: int, *, limit: int | None = None, stability: bool = True) -> EquilibriumSet:
+    """A system with at least ``2^rank`` distinct SA-LN equilibria of rank exactly ``rank``.
+
+    Causal mask, ``W_Q = W_K = 0`` (``d_qk = 1``), ``W_V = diag(λ)`` with ``λ_t ∝ 4^t``
+    for ``t < rank`` and ``λ_0/2`` elsewhere (:func:`construction_eigenvalues`). One equilibrium per sign pattern
+    ``s ∈ {±1}^rank``; proof of existence, distinctness and rank in docs/theory.md.
+
+    Parameters
+    ----------
+    n, d : number of tokens and dimension.
+    rank : ``1 ≤ rank ≤ min(n, d)`` (and ``≤ MAX_RANK``).
+    limit : enumerate only the first ``limit`` sign patterns (required above 4096).
+    stability : attach a tangent-space stability report to each equilibrium.
+
+    Returns
+    -------
+    EquilibriumSet
+        Every equilibrium verified: fixed-point residual ≤ 1e-10 (float64), rank checked.
+
+    Raises
+    ------
+    ConfigError
+        If ``rank`` is out of range, or ``2^rank > 4096`` without ``limit``.
+    """
+    if n < 1 or d < 1:
+        raise ConfigError(f"need n ≥ 1 and d ≥ 1, got n={n}, d={d}")
+    if not 1 <= rank <= min(n, d):
+        raise ConfigError(f"rank must satisfy 1 ≤ rank ≤ min(N, d) = {min(n, d)}, got {rank}")
+    if rank > MAX_RANK:
+        raise ConfigError(f"rank {rank} > {MAX_RANK}: eigenvalue ratios 4^(rank-1) leave float64's range")
+    count = 2**rank if limit is None else min(limit, 2**rank)
+    if limit is None and count > MAX_ENUMERATED:
+        raise ConfigError(f"2^{rank} equilibria are too many to list; pass limit (e.g. --limit 64)")
+    lam = construction_eigenvalues(d, rank)
+    system = causal_uniform_system(torch.diag(torch.tensor(lam)), n)
+    eqs = []
+    for signs in itertools.islice(itertools.product((1, -1), repeat=rank), count):
+        X = torch.from_numpy(construct_equilibrium(n, lam, signs))
+        eq = Equilibrium(X, numerical_rank(X), fixed_point_residual(system, X), tuple(signs))
+        if eq.residual > FIXED_POINT_TOL or eq.rank != rank:
+            raise ConfigError(f"construction failed for signs {signs}: residual {eq.residual:.2e}, rank {eq.rank}")
+        eqs.append(eq)
+    out = EquilibriumSet(system, eqs, {"construction": "causal_diagonal", "rho": RHO, "eigenvalues": lam.tolist()})
+    return out.with_stability() if stability else out

@@ -1,0 +1,157 @@
+"""Numerical search for SA-LN equilibria of any system on the product of spheres.
+
+From many seeded random starts (uniform on ``(S^{d-1})^N``), batched: a damped
+fixed-point phase ``X ← normalise((1-η) X + η F(X))`` (reaches stable equilibria),
+then Newton steps on the tangent space (part of the starts skip the damped phase, so Newton also reaches unstable ones):
+solve ``Q^T (J - I) Q δ = -Q^T (F(X) - X)`` in least squares and retract
+``X ← normalise(X + Q δ)``. Converged states (``max |F(X) - X| ≤ tol``) are
+deduplicated by max-abs distance; sign-distinct states stay distinct. At degenerate
+equilibria (a tangent eigenvalue equal to 1) Newton converges only linearly and the
+state error is about ``sqrt(residual)``: hence dedup and rank tolerances of 1e-4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import ConfigError, ConvergenceError
+from .equilibria import Equilibrium, EquilibriumSet, numerical_rank
+from .stability import tangent_basis
+from .system import AttentionSystem, normalize_rows, random_sphere_tokens
+
+
+@dataclass
+class FinderSettings:
+    """What the finder tries; echoed in results and in ``ConvergenceError`` messages."""
+
+    n_starts: int = 64
+    seed: int = 0
+    damping: float = 0.5
+    fixed_point_iters: int = 200
+    newton_iters: int = 30
+    newton_only_fraction: float = 0.5
+    tol: float = 1e-10
+    dedup_tol: float = 1e-4
+    rank_rtol: float = 1e-4
+    batch: int = 16
+
+    def describe(self) -> str:
+        return (
+            f"{self.n_starts} seeded starts (seed {self.seed}), {self.fixed_point_iters} damped fixed-point "
+            f"iterations (damping {self.damping}; skipped for a fraction {self.newton_only_fraction} of starts) "
+            f"then up to {self.newton_iters} tangent Newton steps, tol {self.tol:g}"
+        )
+
+
+@dataclass
+class FinderResult(EquilibriumSet):
+    """Equilibria found, with how many starts converged."""
+
+    n_converged: int = 0
+    n_starts: int = 0
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def _batched_step(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
+    return system.step(X, check=False)
+
+
+def _batched_jacobians(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
+    """Per-sample Jacobians ``(B, N d, N d)`` of the step (samples do not interact)."""
+    B, N, d = X.shape
+    J = torch.autograd.functional.jacobian(lambda Z: _batched_step(system, Z), X, vectorize=True)
+    J = J.reshape(B, N * d, B, N * d)
+    idx = torch.arange(B)
+    return J[idx, :, idx, :]
+
+
+def _newton(system: AttentionSystem, X: torch.Tensor, iters: int, tol: float) -> torch.Tensor:
+    """Tangent-space Newton on a batch ``(B, N, d)``; samples already converged are left alone."""
+    B, N, d = X.shape
+    for _ in range(iters):
+        R = _batched_step(system, X) - X
+        todo = R.flatten(1).abs().amax(dim=1) > tol
+        todo &= torch.isfinite(R.flatten(1)).all(dim=1)
+        if not bool(todo.any()):
+            break
+        Xt = X[todo]
+        Q = torch.stack([tangent_basis(x) for x in Xt])  # (b, Nd, N(d-1)); b ≤ batch size
+        J = _batched_jacobians(system, Xt)
+        eye = torch.eye(N * d, dtype=X.dtype)
+        M = Q.transpose(1, 2) @ (J - eye) @ Q
+        rhs = -(Q.transpose(1, 2) @ R[todo].reshape(-1, N * d, 1))
+        delta = torch.linalg.lstsq(M, rhs).solution
+        X = X.clone()
+        X[todo] = normalize_rows((Xt.reshape(-1, N * d, 1) + Q @ delta).reshape(-1, N, d))
+    return X
+
+
+def _dedup(states: torch.Tensor, tol: float) -> list[torch.Tensor]:
+    kept: list[torch.Tensor] = []
+    for X in states:
+        if not any(float((X - Y).abs().max()) <= tol for Y in kept):
+            kept.append(X)
+    return kept
+
+
+def find_equilibria(
+    system: AttentionSystem,
+    settings: FinderSettings | None = None,
+    *,
+    starts: torch.Tensor | None = None,
+    **overrides: Any,
+) -> FinderResult:
+    """Search equilibria of the SA-LN step of ``system``.
+
+    Parameters
+    ----------
+    system : the system (cast to float64).
+    settings : :class:`FinderSettings`; keyword ``overrides`` replace its fields.
+    starts : optional extra initial states ``(B, N, d)`` (rows normalised), sent straight to Newton.
+
+    Returns
+    -------
+    FinderResult
+        Distinct equilibria (each with residual ≤ ``tol``, rank, stability report),
+        sorted by rank then residual, and the count of converged starts.
+
+    Raises
+    ------
+    ConvergenceError
+        If no start converges (the message says what was tried and the best residual).
+    ConfigError
+        If a setting is out of range.
+    """
+    s = settings or FinderSettings()
+    for k, v in overrides.items():
+        if not hasattr(s, k):
+            raise ConfigError(f"unknown finder setting {k!r}")
+        setattr(s, k, v)
+    if s.n_starts < 1 or not 0 < s.damping <= 1 or s.batch < 1 or not 0 <= s.newton_only_fraction <= 1:
+        raise ConfigError(f"bad finder settings: {s}")
+    system = system.to(torch.float64)
+    g = torch.Generator().manual_seed(s.seed)
+    X = random_sphere_tokens((s.n_starts, system.n_tokens, system.dim), g)
+    # Damped iteration only reaches stable equilibria: part of the starts go to Newton directly.
+    n_fp = s.n_starts - int(round(s.newton_only_fraction * s.n_starts))
+    for _ in range(s.fixed_point_iters):
+        X[:n_fp] = normalize_rows((1 - s.damping) * X[:n_fp] + s.damping * _batched_step(system, X[:n_fp]))
+    if starts is not None:  # given starts go straight to Newton
+        if starts.ndim != 3 or starts.shape[1:] != X.shape[1:]:
+            raise ConfigError(f"starts must be (B, {system.n_tokens}, {system.dim}), got {tuple(starts.shape)}")
+        X = torch.cat([normalize_rows(starts.to(torch.float64)), X])
+    X = torch.cat([_newton(system, chunk, s.newton_iters, s.tol) for chunk in X.split(s.batch)])
+    res = (_batched_step(system, X) - X).flatten(1).abs().amax(dim=1)
+    ok = torch.isfinite(res) & (res <= s.tol)
+    if not bool(ok.any()):
+        best = float(res[torch.isfinite(res)].min()) if bool(torch.isfinite(res).any()) else float("nan")
+        raise ConvergenceError(f"no equilibrium found: tried {s.describe()}; best residual {best:.3g}")
+    found = _dedup(X[ok], s.dedup_tol)
+    eqs = [Equilibrium(x, numerical_rank(x, s.rank_rtol), float((system.step(x) - x).abs().max())) for x in found]
+    eqs.sort(key=lambda e: (e.rank, e.residual))
+    out = FinderResult(system, eqs, {"finder": s.describe()}, int(ok.sum()), X.shape[0], vars(s).copy())
+    out.with_stability()
+    return out

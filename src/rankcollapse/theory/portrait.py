@@ -1,0 +1,110 @@
+"""Phase portraits of SA-LN (theory.md §5.3; the paper's Figure 1 idea).
+
+``portrait_2d``: for the ``N = d = 2`` causal example, the final angle of token 1 as a
+function of its starting angle, with token 0 starting at ``+(0, 1)`` and at ``-(0, 1)``.
+``trajectories_3d``: token paths on the unit sphere for a ``d = 3`` system.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from .equilibria import causal_example_2x2
+from .system import AttentionSystem, causal_uniform_system, random_sphere_tokens
+
+
+def portrait_2d_data(system: AttentionSystem | None = None, *, n_angles: int = 721, depth: int = 400) -> dict[str, Any]:
+    """Final angle (degrees) of token 1 per starting angle, for token 0 starting at ``±(0, 1)``.
+
+    Returns ``{"start_deg": (n,), "final_deg": {+1: (n,), -1: (n,)}, "rank2": {±1: bool (n,)}}``.
+    """
+    system = (system or causal_example_2x2().system).to(torch.float64)
+    if system.n_tokens != 2 or system.dim != 2:
+        raise ConfigError("portrait_2d needs an N = d = 2 system")
+    theta = torch.linspace(-180.0, 180.0, n_angles, dtype=torch.float64)
+    tok1 = torch.stack([torch.cos(torch.deg2rad(theta)), torch.sin(torch.deg2rad(theta))], dim=-1)
+    out: dict[str, Any] = {"start_deg": theta.numpy(), "final_deg": {}, "rank2": {}}
+    for s in (1, -1):
+        tok0 = torch.tensor([0.0, float(s)], dtype=torch.float64).expand(n_angles, 2)
+        X = torch.stack([tok0, tok1], dim=1)
+        for _ in range(depth):
+            X = system.step(X, check=False)
+        final = torch.rad2deg(torch.atan2(X[:, 1, 1], X[:, 1, 0]))
+        out["final_deg"][s] = final.numpy()
+        out["rank2"][s] = (torch.linalg.det(X).abs() > 1e-6).numpy()
+    return out
+
+
+def portrait_2d(path: str | Path, **kwargs: Any) -> dict[str, Any]:
+    """Draw :func:`portrait_2d_data` to a PNG at ``path``; returns the data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = portrait_2d_data(**kwargs)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for s, color in ((1, "tab:blue"), (-1, "tab:orange")):
+        ax.scatter(data["start_deg"], data["final_deg"][s], s=4, color=color,
+                   label=f"token 0 starts at {'+' if s > 0 else '-'}(0, 1)")
+    b = math.degrees(math.atan2(-(2 + 3 * math.sqrt(6)) / 10, (6 - math.sqrt(6)) / 10))
+    for y in (b, b + 180, 90, -90):
+        ax.axhline(y, color="grey", lw=0.5, ls=":")
+    ax.set(xlabel="starting angle of token 1 (deg)", ylabel="final angle of token 1 (deg)",
+           title="SA-LN, N = d = 2, causal, W_V = [[1,-3],[0,2]]")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return data
+
+
+def trajectories_3d(path: str | Path, system: AttentionSystem | None = None, *, n_starts: int = 6,
+                    depth: int = 60, seed: int = 0) -> np.ndarray:
+    """Draw token trajectories on the unit sphere (``d = 3``) to a PNG; returns ``(depth+1, B, N, 3)``.
+
+    Default system: the ``N = d = 2`` example lifted to ``N = d = 3`` (causal,
+    ``W_Q = W_K = 0``, ``W_V = diag([[1, -3], [0, 2]], 1/2)``): some starts end at rank 2.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if system is None:
+        W_V = torch.zeros(3, 3, dtype=torch.float64)
+        W_V[:2, :2] = causal_example_2x2().system.W_V
+        W_V[2, 2] = 0.5
+        system = causal_uniform_system(W_V, 3)
+    system = system.to(torch.float64)
+    if system.dim != 3:
+        raise ConfigError(f"trajectories_3d needs d = 3, got d = {system.dim}")
+    g = torch.Generator().manual_seed(seed)
+    X = random_sphere_tokens((n_starts, system.n_tokens, 3), g)
+    path_states = [X]
+    for _ in range(depth):
+        X = system.step(X, check=False)
+        path_states.append(X)
+    traj = torch.stack(path_states).numpy()
+    fig = plt.figure(figsize=(6, 6))
+    ax = fig.add_subplot(projection="3d")
+    u, v = np.meshgrid(np.linspace(0, 2 * np.pi, 40), np.linspace(0, np.pi, 20))
+    ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="lightgrey", lw=0.3)
+    colors = plt.cm.tab10(np.arange(system.n_tokens) % 10)
+    for b in range(n_starts):
+        for i in range(system.n_tokens):
+            p = traj[:, b, i]
+            ax.plot(p[:, 0], p[:, 1], p[:, 2], ".-", color=colors[i], lw=0.4, ms=2)
+            ax.scatter(*p[-1], color=colors[i], s=40, edgecolor="k")
+    ax.set(title=f"SA-LN token trajectories on S^2 (N = {system.n_tokens}, {depth} layers)\n"
+           "colour = token index, large dot = final state")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return traj

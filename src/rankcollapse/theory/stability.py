@@ -1,0 +1,107 @@
+"""Linear stability of SA-LN equilibria on the product of spheres.
+
+The SA-LN step ``F`` maps ``(S^{d-1})^N`` to itself. At a fixed point ``X``, its
+derivative maps the tangent space ``T = Π_i x_i^⊥`` into itself; with ``Q`` an
+orthonormal basis of ``T`` (``(N d, N (d-1))``, block diagonal), the tangent Jacobian is
+``Q^T J Q`` with ``J = ∂ vec F / ∂ vec X`` (autograd). The equilibrium is linearly
+(asymptotically) stable iff the spectral radius of ``Q^T J Q`` is < 1 (standard
+discrete-time linearisation; Hartman–Grobman for hyperbolic points).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .system import AttentionSystem
+
+#: Eigenvalue moduli within this of 1 are reported as "neutral" (linearisation undecided).
+NEUTRAL_TOL = 1e-9
+
+
+def tangent_basis(X: torch.Tensor) -> torch.Tensor:
+    """Orthonormal basis of ``Π_i x_i^⊥``, shape ``(N d, N (d-1))``, block diagonal.
+
+    Token ``i``'s block is the last ``d-1`` right singular vectors of the ``(1, d)`` row
+    ``x_i`` (batched SVD, no loop over tokens).
+    """
+    N, d = X.shape
+    _, _, Vh = torch.linalg.svd(X.unsqueeze(1))  # (N, d, d)
+    blocks = Vh[:, 1:, :].transpose(1, 2)  # (N, d, d-1)
+    eye = torch.eye(N, dtype=X.dtype)
+    return torch.einsum("ij,iab->iajb", eye, blocks).reshape(N * d, N * (d - 1))
+
+
+def jacobian(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
+    """Full Jacobian ``∂ vec F(X) / ∂ vec X`` of the SA-LN step, ``(N d, N d)`` float64."""
+    system = system.to(torch.float64)
+    X = X.to(torch.float64)
+    J = torch.autograd.functional.jacobian(system.step, X)  # (N, d, N, d)
+    n = X.numel()
+    return J.reshape(n, n)
+
+
+def tangent_jacobian(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
+    """``Q^T J Q``: the SA-LN step's derivative on the tangent space at ``X``, ``(N(d-1),)*2``."""
+    X = X.to(torch.float64)
+    Q = tangent_basis(X)
+    return Q.T @ jacobian(system, X) @ Q
+
+
+@dataclass
+class StabilityReport:
+    """Eigenvalues of the tangent Jacobian with a verdict per direction.
+
+    ``eigenvalues`` complex ``(N(d-1),)``; ``token[m]`` is the token whose tangent block
+    carries most of eigenvector ``m``; ``verdicts[m]`` ∈ {"stable", "unstable", "neutral"}.
+    """
+
+    eigenvalues: torch.Tensor
+    token: list[int]
+    verdicts: list[str]
+    spectral_radius: float
+
+    @property
+    def stable(self) -> bool:
+        return self.spectral_radius < 1.0 - NEUTRAL_TOL
+
+    @property
+    def n_unstable(self) -> int:
+        return self.verdicts.count("unstable")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stable": self.stable,
+            "spectral_radius": self.spectral_radius,
+            "n_unstable_directions": self.n_unstable,
+            "directions": [
+                {"eigenvalue": [float(z.real), float(z.imag)], "modulus": float(abs(z)), "token": t, "verdict": v}
+                for z, t, v in zip(self.eigenvalues.tolist(), self.token, self.verdicts)
+            ],
+        }
+
+
+def stability(system: AttentionSystem, X: torch.Tensor) -> StabilityReport:
+    """Stability verdict of the SA-LN equilibrium ``X`` ``(N, d)`` per tangent direction.
+
+    Raises
+    ------
+    ConfigError
+        If the step is undefined at ``X`` (zero row before normalisation).
+    """
+    X = X.to(torch.float64)
+    N, d = X.shape
+    if d == 1:  # the sphere S^0 is two points: no tangent directions
+        return StabilityReport(torch.zeros(0, dtype=torch.complex128), [], [], 0.0)
+    T = tangent_jacobian(system, X)
+    vals, vecs = torch.linalg.eig(T)
+    mass = (vecs.abs() ** 2).reshape(N, d - 1, -1).sum(dim=1)  # (N, n_dirs)
+    token = mass.argmax(dim=0).tolist()
+    mod = vals.abs()
+    verdicts = ["unstable" if m > 1 + NEUTRAL_TOL else "stable" if m < 1 - NEUTRAL_TOL else "neutral" for m in mod.tolist()]
+    order = torch.argsort(mod, descending=True)
+    return StabilityReport(
+        vals[order], [token[i] for i in order], [verdicts[i] for i in order], float(mod.max())
+    )

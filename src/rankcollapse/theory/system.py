@@ -1,0 +1,148 @@
+"""One self-attention system (mask, W_Q, W_K, W_V, d_qk) and its SA / SA-LN steps.
+
+theory.md §2: pure SA is ``X ↦ A X W_V`` and SA-LN is ``X ↦ D A X W_V`` with ``D``
+the diagonal matrix that puts every row back on the unit sphere. Row-vector
+convention: a token ``x`` maps to ``x W_V``. The weights are the same at every layer
+(time-invariant system), which is the setting of equilibria and stability.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..dynamics.attention import attention_weights
+from ..errors import ConfigError, MaskError
+
+#: A row whose norm before normalisation is below this makes the SA-LN step undefined.
+ZERO_ROW_TOL = 1e-300
+
+
+@dataclass(frozen=True)
+class AttentionSystem:
+    """A time-invariant single-head self-attention layer.
+
+    Attributes
+    ----------
+    mask : bool tensor ``(N, N)``, ``mask[i, j]`` = token i attends to token j.
+    W_Q, W_K : float tensors ``(d, d_k)``.
+    W_V : float tensor ``(d, d)``, row-vector convention ``x ↦ x W_V``.
+    d_qk : float, attention temperature (theory.md §1).
+    """
+
+    mask: torch.Tensor
+    W_Q: torch.Tensor
+    W_K: torch.Tensor
+    W_V: torch.Tensor
+    d_qk: float = 1.0
+
+    def __post_init__(self) -> None:
+        m = self.mask
+        if m.dtype != torch.bool or m.ndim != 2 or m.shape[0] != m.shape[1]:
+            raise MaskError(f"mask must be a square bool matrix, got {tuple(m.shape)} {m.dtype}")
+        empty = (~m.any(dim=1)).nonzero().flatten().tolist()
+        if empty:
+            raise MaskError(f"mask rows {empty[:10]} allow no key (softmax over nothing)")
+        d = self.W_V.shape[0]
+        if self.W_V.shape != (d, d):
+            raise ConfigError(f"W_V must be square (d, d), got {tuple(self.W_V.shape)}")
+        for name in ("W_Q", "W_K"):
+            w = getattr(self, name)
+            if w.ndim != 2 or w.shape[0] != d:
+                raise ConfigError(f"{name} must be (d={d}, d_k), got {tuple(w.shape)}")
+        if self.W_Q.shape != self.W_K.shape:
+            raise ConfigError(f"W_Q {tuple(self.W_Q.shape)} and W_K {tuple(self.W_K.shape)} differ")
+        if not self.d_qk > 0:
+            raise ConfigError(f"d_qk must be > 0, got {self.d_qk}")
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.mask.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.W_V.shape[0])
+
+    def to(self, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> "AttentionSystem":
+        """Copy with float tensors cast to ``dtype`` (and moved to ``device``)."""
+        f = lambda w: w.to(dtype=dtype, device=device)  # noqa: E731
+        return AttentionSystem(self.mask.to(device=device), f(self.W_Q), f(self.W_K), f(self.W_V), self.d_qk)
+
+    def attention(self, X: torch.Tensor) -> torch.Tensor:
+        """``A(X)``, shape ``(N, N)`` or ``(B, N, N)``."""
+        return attention_weights(X, self.mask, self.W_Q, self.W_K, d_qk=self.d_qk)
+
+    def sa_step(self, X: torch.Tensor) -> torch.Tensor:
+        """Pure SA step ``A X W_V`` for ``X`` of shape ``(N, d)`` or ``(B, N, d)``."""
+        return self.attention(X) @ X @ self.W_V
+
+    def step(self, X: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+        """SA-LN step ``D A X W_V`` (rows normalised to unit norm).
+
+        Raises
+        ------
+        ConfigError
+            If ``check`` and some row of ``A X W_V`` is zero (the step is undefined).
+        """
+        Y = self.sa_step(X)
+        norms = torch.linalg.vector_norm(Y, dim=-1, keepdim=True)
+        if check and bool((norms <= ZERO_ROW_TOL).any()):
+            rows = (norms.squeeze(-1) <= ZERO_ROW_TOL).nonzero().tolist()[:5]
+            raise ConfigError(
+                f"SA-LN step undefined: rows {rows} of A X W_V are zero before normalisation"
+            )
+        return Y / norms
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict with keys ``mask``, ``W_Q``, ``W_K``, ``W_V``, ``d_qk``."""
+        return {
+            "mask": self.mask.cpu().tolist(),
+            "W_Q": self.W_Q.detach().cpu().double().tolist(),
+            "W_K": self.W_K.detach().cpu().double().tolist(),
+            "W_V": self.W_V.detach().cpu().double().tolist(),
+            "d_qk": float(self.d_qk),
+        }
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any], dtype: torch.dtype = torch.float64) -> "AttentionSystem":
+        """Inverse of :meth:`to_dict`.
+
+        Raises
+        ------
+        ConfigError
+            If a key is missing or a matrix is malformed.
+        """
+        missing = [k for k in ("mask", "W_Q", "W_K", "W_V") if k not in obj]
+        if missing:
+            raise ConfigError(f"system is missing keys {missing}")
+        try:
+            mask = torch.tensor(obj["mask"], dtype=torch.bool)
+            mats = [torch.tensor(obj[k], dtype=dtype) for k in ("W_Q", "W_K", "W_V")]
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"malformed system matrix: {exc}") from exc
+        return cls(mask, *mats, d_qk=float(obj.get("d_qk", 1.0)))
+
+
+def causal_uniform_system(W_V: torch.Tensor, n_tokens: int) -> AttentionSystem:
+    """Causal mask with ``W_Q = W_K = 0`` (so ``A[i, j] = 1/(i+1)`` for ``j ≤ i``)."""
+    d = W_V.shape[0]
+    mask = torch.ones(n_tokens, n_tokens, dtype=torch.bool).tril()
+    zeros = torch.zeros(d, 1, dtype=W_V.dtype)
+    return AttentionSystem(mask, zeros, zeros.clone(), W_V, 1.0)
+
+
+def normalize_rows(X: torch.Tensor) -> torch.Tensor:
+    """Rows of ``X`` divided by their Euclidean norms."""
+    return X / torch.linalg.vector_norm(X, dim=-1, keepdim=True)
+
+
+def random_sphere_tokens(shape: tuple[int, ...], generator: torch.Generator, dtype=torch.float64) -> torch.Tensor:
+    """Tokens i.i.d. uniform on the unit sphere (normalised Gaussians), shape ``(..., d)``."""
+    return normalize_rows(torch.randn(*shape, generator=generator, dtype=dtype))
+
+
+def fixed_point_residual(system: AttentionSystem, X: torch.Tensor) -> float:
+    """``max |step(X) - X|`` (float64), the fixed-point error of an SA-LN state."""
+    return float((system.step(X) - X).abs().max())

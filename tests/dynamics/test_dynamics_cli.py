@@ -1,0 +1,49 @@
+"""`rankcollapse simulate` through the real entry point."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+CMD = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "simulate"]
+
+
+def run(*args):
+    return subprocess.run(CMD + list(args), capture_output=True, text=True, timeout=120)
+
+
+def test_json_layers_and_plot(tmp_path):
+    p = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--samples", "3", "--value", "orthogonal",
+            "--d-model", "8", "--seed", "1", "--json", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert [row["t"] for row in doc["layers"]] == list(range(6))
+    assert doc["settings"]["mask"] == "causal" and doc["settings"]["depth"] == 5
+    mus = [row["mu"] for row in doc["layers"]]
+    assert all(b < a for a, b in zip(mus, mus[1:]))  # QSC mask, orthogonal W_V: μ falls
+    assert 0 < doc["layers"][-1]["mu_relative"] < 1
+    assert (tmp_path / "mu_loglog.png").stat().st_size > 1000
+    assert json.loads((tmp_path / "result.json").read_text())["layers"] == doc["layers"]
+    again = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--samples", "3", "--value", "orthogonal",
+                "--d-model", "8", "--seed", "1", "--json")
+    assert json.loads(again.stdout)["layers"] == doc["layers"]
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--d-qk", "-1"], "--d-qk must be > 0"),
+    (["--heads", "3", "--d-model", "8"], "n_heads=3 does not divide d=8"),
+    (["--mask", "nosuchmask"], "nosuchmask"),
+    (["--input", "/nonexistent.npy"], "neither one of"),
+    (["--variant", "ln", "--placement", "theory", "--alpha", "1"], "theory"),
+])
+def test_bad_input_one_line_exit_2(args, msg, tmp_path, monkeypatch, capsys):
+    from rankcollapse.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "simulate", *args, "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert msg in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,219 @@
+"""Simulator core: the four variants against float64 numpy references, invariants, errors."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from rankcollapse.dynamics import BlockConfig, LayerWeights, simulate, sphere_tokens
+from rankcollapse.dynamics.attention import attention_weights, masked_softmax
+from rankcollapse.errors import ConfigError, MaskError
+
+
+def mu_np(X):
+    return np.linalg.norm(X - X.mean(-2, keepdims=True), axis=(-2, -1))
+
+
+MU = {"mu": lambda X: torch.linalg.vector_norm(X - X.mean(-2, keepdim=True), dim=(-2, -1))}
+
+
+def causal(n):
+    return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+def np_softmax_masked(S, M):
+    S = np.where(M, S, -np.inf)
+    E = np.exp(S - S.max(-1, keepdims=True))
+    return E / E.sum(-1, keepdims=True)
+
+
+def reference(X, M, Ws, variant, d_qk):
+    """float64 numpy implementation of theory.md §2 and the skip variants."""
+    out = [X]
+    for W_Q, W_K, W_V in Ws:
+        A = np_softmax_masked(X @ W_Q @ (X @ W_K).swapaxes(-1, -2) / math.sqrt(d_qk), M)
+        Y = A @ X @ W_V
+        if variant == "ln":
+            Y = Y / np.linalg.norm(Y, axis=-1, keepdims=True)
+        elif variant == "skip":
+            Y = X + Y
+        elif variant == "skip_ln":
+            Z = X + Y
+            Zc = Z - Z.mean(-1, keepdims=True)
+            Y = Zc / np.sqrt((Zc**2).mean(-1, keepdims=True) + 1e-5)
+        X = Y
+        out.append(X)
+    return out
+
+
+@pytest.mark.parametrize("variant", ["pure", "ln", "skip", "skip_ln"])
+def test_variants_match_numpy_reference(variant):
+    rng = np.random.default_rng(0)
+    B, N, d, T, d_qk = 3, 7, 5, 4, 2.0
+    X0 = rng.normal(size=(B, N, d))
+    M = np.tril(np.ones((N, N), bool))
+    Ws = [tuple(rng.normal(size=(d, d)) / math.sqrt(d) for _ in range(3)) for _ in range(T)]
+    weights = [LayerWeights(*(torch.tensor(w) for w in ws)) for ws in Ws]
+    res = simulate(torch.tensor(X0), mask=torch.tensor(M), depth=T, variant=variant, d_qk=d_qk,
+                   weights=weights, metrics=MU, dtype=torch.float64, record_states=True)
+    ref = reference(X0, M, Ws, variant, d_qk)
+    for t in range(T + 1):
+        np.testing.assert_allclose(res.states[t].numpy(), ref[t], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(res.metrics["mu"].numpy(), np.stack([mu_np(x) for x in ref]), rtol=1e-10)
+    assert res.metrics["mu"].shape == (T + 1, B)
+
+
+def test_masked_entries_zero_rows_sum_to_one():
+    X = torch.randn(2, 9, 4, dtype=torch.float64)
+    M = causal(9)
+    M[5, 0] = False
+    A = attention_weights(X, M, torch.randn(4, 4).double(), torch.randn(4, 4).double(), d_qk=4.0)
+    assert bool((A[:, ~M] == 0).all())
+    assert bool((A[:, M] > 0).all())
+    torch.testing.assert_close(A.sum(-1), torch.ones(2, 9, dtype=A.dtype))
+    res = simulate(X, mask=M, depth=3, metrics=MU, record_attention=True, record_epsilon=True, n_heads=2)
+    for t, At in enumerate(res.attention):
+        assert At.shape == (2, 2, 9, 9)
+        assert bool((At[..., ~M] == 0).all())
+        torch.testing.assert_close(At.sum(-1), torch.ones(2, 2, 9, dtype=At.dtype))
+        assert float(res.epsilon[t]) == pytest.approx(float(At[..., M].min()))
+
+
+def test_sphere_rows_unit_norm_and_seed_reproducible():
+    X = sphere_tokens(2, 12, 6, seed=1)
+    kw = dict(mask=causal(12), depth=6, variant="ln", metrics=MU, record_states=True)
+    a, b, c = simulate(X, seed=3, **kw), simulate(X, seed=3, **kw), simulate(X, seed=4, **kw)
+    for S in a.states[1:]:
+        torch.testing.assert_close(S.norm(dim=-1), torch.ones(2, 12, dtype=S.dtype))
+    assert torch.equal(a.metrics["mu"], b.metrics["mu"])
+    assert not torch.equal(a.metrics["mu"], c.metrics["mu"])
+
+
+def test_registry_metrics_streamed():
+    X = torch.randn(2, 10, 8, dtype=torch.float64)
+    res = simulate(X, mask=causal(10), depth=3, metrics=("mu", "mu_relative"), record_states=True)
+    for t, S in enumerate(res.states):
+        np.testing.assert_allclose(res.metrics["mu"][t].numpy(), mu_np(S.numpy()), rtol=1e-5)
+        rel = mu_np(S.numpy()) / np.linalg.norm(S.numpy(), axis=(-2, -1))
+        np.testing.assert_allclose(res.metrics["mu_relative"][t].numpy(), rel, rtol=1e-5)
+
+
+def test_multihead_matches_torch_multihead_attention():
+    torch.manual_seed(0)
+    N, d, H = 6, 8, 2
+    X = torch.randn(1, N, d, dtype=torch.float64)
+    M = causal(N)
+    mha = torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True, dtype=torch.float64)
+    Wq, Wk, Wv = mha.in_proj_weight.detach().chunk(3)
+    lw = LayerWeights(Wq.T, Wk.T, Wv.T, W_O=mha.out_proj.weight.detach().T, n_heads=H)
+    res = simulate(X, mask=M, depth=1, weights=[lw], d_qk=d // H, metrics=MU, record_states=True)
+    expected = mha(X, X, X, attn_mask=~M, need_weights=False)[0]
+    torch.testing.assert_close(res.states[1], expected.detach())
+
+
+def test_uniform_attention_averages_over_mask():
+    N, d = 5, 3
+    X = torch.randn(1, N, d, dtype=torch.float64)
+    M = causal(N)
+    cfg = BlockConfig(attention="uniform")
+    res = simulate(X, mask=M, depth=1, variant=cfg, value="identity", metrics=MU, record_states=True)
+    expected = (M.double() / M.sum(1, keepdim=True)) @ X[0]
+    torch.testing.assert_close(res.states[1][0], expected)
+
+
+def test_pre_ln_mlp_and_final_norm():
+    N, d = 4, 6
+    X = torch.randn(1, N, d, dtype=torch.float64)
+    cfg = BlockConfig(norm="rmsnorm", placement="pre_ln", alpha=1.0, mlp=True, mlp_ratio=2, final_norm=True)
+    res = simulate(X, mask=causal(N), depth=1, variant=cfg, value="orthogonal", metrics=MU, record_states=True)
+    from rankcollapse.dynamics.weights import random_layers
+
+    lw = random_layers(d, 1, value="orthogonal", mlp_ratio=2)[0]
+    rms = lambda Z: Z / torch.sqrt((Z**2).mean(-1, keepdim=True) + 1e-5)
+    Xn = rms(X[0])
+    A = masked_softmax(Xn @ lw.W_Q @ (Xn @ lw.W_K).T, causal(N))
+    Y = X[0] + A @ Xn @ lw.W_V
+    Y = Y + torch.nn.functional.gelu(rms(Y) @ lw.W_1) @ lw.W_2
+    torch.testing.assert_close(res.states[1][0], Y)
+    assert float(res.final_metrics["mu"][0]) == pytest.approx(float(MU["mu"](rms(Y))))
+
+
+def test_qsc_orthogonal_value_collapses_geometrically_documents_do_not():
+    X = torch.randn(8, 32, 16, dtype=torch.float64)
+    res = simulate(X, mask=causal(32), depth=40, value="orthogonal", metrics=MU, d_qk=16.0)
+    mu = res.metrics["mu"].mean(1)
+    rates = (mu[1:] / mu[:-1]).numpy()
+    assert (rates < 1).all()                      # monotone
+    assert float(mu[-1] / mu[0]) < 1e-3           # geometric, not polynomial
+    slope = np.polyfit(np.arange(20, 41), np.log(mu[20:].numpy()), 1)[0]
+    assert slope < -0.1
+    docs = torch.block_diag(*[torch.ones(8, 8, dtype=torch.bool).tril()] * 4)
+    res_docs = simulate(X, mask=docs, depth=40, value="orthogonal", metrics=MU, d_qk=16.0)
+    mu_docs = res_docs.metrics["mu"].mean(1)
+    assert float(mu_docs[-1] / mu_docs[0]) > 0.1
+    assert float(mu_docs[-1] / mu_docs[-11]) > 0.95  # settled at a non-zero value
+
+
+def test_huge_logits_never_nan():
+    M = causal(6)
+    S = torch.tensor([[1e38, 3e38, -1e38, 0, 0, 0]]).repeat(6, 1) * 10  # overflows to +-inf
+    A = masked_softmax(S, M)
+    assert bool(torch.isfinite(A).all())
+    torch.testing.assert_close(A.sum(-1), torch.ones(6))
+    X = torch.randn(2, 6, 4) * 1e15
+    res = simulate(X, mask=M, depth=3, variant="ln", d_qk=1e-6, metrics=MU)
+    assert bool(torch.isfinite(res.metrics["mu"]).all())
+
+
+def test_zero_rows_under_sphere_warn_and_stay_zero():
+    X = torch.randn(1, 4, 3, dtype=torch.float64)
+    with pytest.warns(RuntimeWarning, match="zero rows"):
+        res = simulate(X, mask=causal(4), depth=2, variant="ln", value=torch.zeros(3, 3), metrics=MU,
+                       record_states=True)
+    assert bool((res.states[2] == 0).all())
+    assert res.zero_rows == [4, 4]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(d_qk=0.0), "d_qk"),
+        (dict(d_qk=-1.0), "d_qk"),
+        (dict(value=torch.eye(5)), r"W_V of layer 0 has shape \(5, 5\), expected \(4, 4\)"),
+        (dict(n_heads=3), "n_heads=3 does not divide d=4"),
+        (dict(variant="nope"), "unknown variant"),
+        (dict(depth=0), "depth"),
+        (dict(value="gaussian:sd=1"), "takes"),
+        (dict(value="orthogonal", dtype=torch.float16), "dtype"),
+        (dict(variant=BlockConfig(), n_heads=0), "n_heads"),
+    ],
+)
+def test_bad_options_fail_before_work(kwargs, match):
+    calls = []
+    metrics = {"mu": lambda X: calls.append(1) or MU["mu"](X)}
+    args = dict(mask=causal(6), depth=2, metrics=metrics) | kwargs
+    with pytest.raises(ConfigError, match=match):
+        simulate(torch.randn(2, 6, 4), **args)
+    assert calls == []
+
+
+def test_bad_shapes_and_masks():
+    with pytest.raises(ConfigError, match=r"\(N, d\) or \(B, N, d\)"):
+        simulate(torch.randn(6), mask=causal(6), depth=1, metrics=MU)
+    with pytest.raises(MaskError, match=r"expected \(5, 5\)"):
+        simulate(torch.randn(5, 3), mask=causal(6), depth=1, metrics=MU)
+    M = causal(5)
+    M[2] = False
+    with pytest.raises(MaskError, match=r"rows \[2\]"):
+        simulate(torch.randn(5, 3), mask=M, depth=1, metrics=MU)
+    with pytest.raises(ConfigError, match="theory"):
+        BlockConfig(alpha=1.0)
+
+
+def test_float32_matches_float64():
+    X = torch.randn(2, 16, 8, dtype=torch.float64)
+    a = simulate(X, mask=causal(16), depth=5, variant="skip_ln", metrics=MU, dtype=torch.float32)
+    b = simulate(X, mask=causal(16), depth=5, variant="skip_ln", metrics=MU, dtype=torch.float64)
+    torch.testing.assert_close(a.metrics["mu"], b.metrics["mu"], rtol=1e-4, atol=1e-5)

@@ -1,0 +1,136 @@
+"""Independent float64 numpy implementations, written from the formulas with explicit
+loops over tokens and pairs (no shared code with rankcollapse.metrics)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def mu(X):
+    return float(np.linalg.norm(X - X.mean(axis=0), "fro"))
+
+
+def mu_relative(X):
+    return mu(X) / float(np.linalg.norm(X, "fro"))
+
+
+def svals(X):
+    return np.linalg.svd(X, compute_uv=False)
+
+
+def numerical_rank(X):
+    return float(np.linalg.matrix_rank(X))
+
+
+def rank_fraction(X):
+    return numerical_rank(X) / min(X.shape)
+
+
+def sigma_min(X):
+    return float(svals(X)[-1])
+
+
+def sigma_ratio(X):
+    s = svals(X)
+    return float(s[1] / s[0]) if len(s) > 1 else 0.0
+
+
+def rank_one_distance(X):
+    U, s, Vt = np.linalg.svd(X, full_matrices=False)
+    best = s[0] * np.outer(U[:, 0], Vt[0])  # Eckart–Young rank-one approximation
+    return float(np.linalg.norm(X - best, "fro"))
+
+
+def stable_rank(X):
+    return float(np.linalg.norm(X, "fro") ** 2 / np.linalg.norm(X, 2) ** 2)
+
+
+def effective_rank(X):
+    s = svals(X)
+    p = s / s.sum()
+    p = p[p > 0]
+    return float(math.exp(-np.sum(p * np.log(p))))
+
+
+def _cos(a, b):
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _nonzero_rows(X):
+    return [x for x in X if np.linalg.norm(x) > 0]
+
+
+def avg_abs_cos(X, signed=False):
+    rows = _nonzero_rows(X)
+    if len(rows) < 2:
+        return 1.0
+    vals = [_cos(a, b) for i, a in enumerate(rows) for j, b in enumerate(rows) if i != j]
+    return float(np.mean(vals if signed else np.abs(vals)))
+
+
+def avg_cos(X):
+    return avg_abs_cos(X, signed=True)
+
+
+def cos_to_mean(X):
+    m = X.mean(axis=0)
+    return float(np.mean([_cos(x, m) for x in _nonzero_rows(X)]))
+
+
+def dong_residual(X):
+    R = X - X.mean(axis=0)
+    return float(math.sqrt(np.linalg.norm(R, 1) * np.linalg.norm(R, np.inf)))
+
+
+def dong_residual_relative(X):
+    return dong_residual(X) / math.sqrt(np.linalg.norm(X, 1) * np.linalg.norm(X, np.inf))
+
+
+def dirichlet_energy(X, M=None):
+    N = X.shape[0]
+    M = np.ones((N, N), bool) if M is None else M
+    total = sum(np.sum((X[i] - X[j]) ** 2) for i in range(N) for j in range(N) if M[i, j])
+    return float(total / N)
+
+
+def mean_average_distance(X, M=None):
+    N = X.shape[0]
+    M = np.ones((N, N), bool) if M is None else M
+    nz = [np.linalg.norm(x) > 0 for x in X]
+    row_means = []
+    for i in range(N):
+        d = [1 - _cos(X[i], X[j]) for j in range(N) if M[i, j] and i != j and nz[i] and nz[j]]
+        if d:
+            row_means.append(np.mean(d))
+    return float(np.mean(row_means)) if row_means else 0.0
+
+
+def isoscore(X):
+    """Rudman et al. (2022) Algorithm 1 step by step: PCA via the d x d covariance."""
+    N, n = X.shape
+    Xc = X - X.mean(axis=0)
+    cov = Xc.T @ Xc / max(N - 1, 1)
+    _, V = np.linalg.eigh(cov)
+    X_pca = Xc @ V  # step 2: reorient
+    var = np.array([np.sum(X_pca[:, k] ** 2) / max(N - 1, 1) for k in range(n)])  # step 3
+    if np.linalg.norm(var) == 0:
+        return 0.0
+    if n == 1:
+        return 1.0
+    var_hat = math.sqrt(n) * var / np.linalg.norm(var)  # step 4
+    delta = np.linalg.norm(var_hat - 1) / math.sqrt(2 * (n - math.sqrt(n)))  # step 5
+    phi = (n - delta**2 * (n - math.sqrt(n))) ** 2 / n**2  # step 6
+    return float((n * phi - 1) / (n - 1))  # step 7
+
+
+ALL = {
+    fn.__name__: fn
+    for fn in (
+        mu, mu_relative, numerical_rank, rank_fraction, sigma_min, sigma_ratio,
+        rank_one_distance, stable_rank, effective_rank, avg_abs_cos, avg_cos,
+        cos_to_mean, dong_residual, dong_residual_relative, dirichlet_energy,
+        mean_average_distance, isoscore,
+    )
+}

@@ -1,0 +1,167 @@
+"""Interventions on tiny random models: exact no-ops, masked attention weights exactly
+zero, temperature in closed form, dropped components against hand-built references."""
+
+import pytest
+import torch
+from conftest import build_tiny, tiny_windows
+
+from rankcollapse.errors import ConfigError, MaskError, ModelError
+from rankcollapse.models import Recorder, attention_only, intervene, model_inputs, parse_drop, probe
+from rankcollapse.models.interventions import additive_mask
+
+
+def _run(loaded, w, **kw):
+    with torch.no_grad(), intervene(loaded, attention_mask=w.attention_mask, **kw):
+        return loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask), output_attentions=True)
+
+
+def _last(out):
+    return out.encoder_last_hidden_state if hasattr(out, "encoder_last_hidden_state") else out.last_hidden_state
+
+
+def test_scale_one_reproduces_model_exactly(tiny, windows):
+    base, same = _run(tiny, windows), _run(tiny, windows, d_qk_scale=1.0)
+    assert torch.equal(base.last_hidden_state, same.last_hidden_state)
+    assert not torch.equal(base.last_hidden_state, _run(tiny, windows, d_qk_scale=4.0).last_hidden_state)
+
+
+def test_own_pattern_as_mask_changes_nothing(tiny, windows):
+    causal = tiny.family in ("gpt2", "llama")
+    spec = "causal" if causal else "complete"
+    base = _run(tiny, windows)
+    torch.testing.assert_close(_last(_run(tiny, windows, mask=spec)), _last(base), atol=1e-5, rtol=1e-5)
+
+
+def test_masked_attention_weights_are_exactly_zero():
+    loaded, w = build_tiny("llama"), tiny_windows(pad_last=0)
+    out = _run(loaded, w, mask="causal_sliding_window:w=3")
+    n = w.length
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None]
+    allowed = (j <= i) & (j > i - 3)
+    for A in out.attentions:  # (B, H, N, N)
+        assert torch.all(A[..., ~allowed] == 0)
+        torch.testing.assert_close(A.sum(-1), torch.ones_like(A.sum(-1)))
+
+
+def test_padding_keys_get_zero_weight_under_a_replacement_mask():
+    loaded, w = build_tiny("bert"), tiny_windows(pad_last=3)
+    A = _run(loaded, w, mask="sliding_window:w=5").attentions[0]
+    assert torch.all(A[-1, :, :7, -3:] == 0)  # real queries; all-padding rows are excluded from metrics
+
+
+def test_temperature_scales_layer0_logits_in_closed_form():
+    # A = softmax(z); with scale s the first layer gives softmax(z / sqrt(s)) = softmax(log A / sqrt(s)).
+    loaded, w = build_tiny("bert"), tiny_windows(pad_last=0)
+    s = 3.0
+    A = _run(loaded, w).attentions[0].double()
+    A_s = _run(loaded, w, d_qk_scale=s).attentions[0].double()
+    torch.testing.assert_close(A_s, torch.softmax(torch.log(A) / s**0.5, dim=-1), atol=1e-6, rtol=1e-5)
+
+
+def test_drop_mlp_pre_ln_block_is_input_plus_attention():
+    loaded, w = build_tiny("llama"), tiny_windows()
+    names = ["layer.0.input", "layer.0.attn_output", "layer.0.mlp_output", "layer.0.output"]
+    with intervene(loaded, drop="mlp"), Recorder(loaded, names) as rec, torch.no_grad():
+        loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
+    o = rec.outputs
+    assert torch.all(o["layer.0.mlp_output"] == 0)
+    assert torch.equal(o["layer.0.output"], o["layer.0.input"] + o["layer.0.attn_output"])
+
+
+def test_drop_skip_and_mlp_is_attention_of_normed_input():
+    loaded, w = build_tiny("llama"), tiny_windows(pad_last=0)
+    m, n = loaded.model, w.length
+    with intervene(loaded, drop=["skip", "mlp"]), Recorder(loaded, ["layer.0.input", "layer.0.output"]) as rec, torch.no_grad():
+        m(**model_inputs(loaded, w.input_ids, w.attention_mask))
+    X = rec.outputs["layer.0.input"]
+    with torch.no_grad():
+        pos = torch.arange(n)[None]
+        blk = m.layers[0]
+        mask4 = additive_mask(torch.ones(n, n, dtype=torch.bool).tril(), w.attention_mask, X.dtype)
+        ref = blk.self_attn(blk.input_layernorm(X), attention_mask=mask4,
+                            position_embeddings=m.rotary_emb(X, position_ids=pos))[0]
+    torch.testing.assert_close(rec.outputs["layer.0.output"], ref, atol=1e-5, rtol=1e-5)
+
+
+def test_drop_skip_post_ln_is_norm_of_attention():
+    loaded, w = build_tiny("bert"), tiny_windows()
+    names = ["layer.0.attn_output", "layer.0.norm_1"]
+    with intervene(loaded, drop="skip"), Recorder(loaded, names) as rec, torch.no_grad():
+        loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
+    raw = rec.outputs["layer.0.attn_output"]  # what the block adds: SA(X) - X
+    # LN(X + (SA(X) - X)) = LN(SA(X)): recompute SA(X) from the block input.
+    with Recorder(loaded, ["layer.0.input"]) as rec0, torch.no_grad():
+        loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
+    sa = raw + rec0.outputs["layer.0.input"]
+    ln = loaded.model.encoder.layer[0].attention.output.LayerNorm
+    torch.testing.assert_close(rec.outputs["layer.0.norm_1"], ln(sa), atol=1e-5, rtol=1e-5)
+
+
+def test_drop_norm_makes_norms_identity():
+    loaded, w = build_tiny("gpt2"), tiny_windows()
+    with intervene(loaded, drop="norm"), Recorder(loaded, ["layer.1.input", "layer.1.norm_1"]) as rec, torch.no_grad():
+        loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
+    assert torch.equal(rec.outputs["layer.1.norm_1"], rec.outputs["layer.1.input"])
+
+
+def test_drop_some_blocks_of_albert_shared_layer():
+    loaded, w = build_tiny("albert"), tiny_windows()
+    names = ["layer.0.output", "layer.1.output"]
+    with Recorder(loaded, names) as base, torch.no_grad():
+        loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
+    with intervene(loaded, drop="mlp:1"), Recorder(loaded, names) as rec, torch.no_grad():
+        loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
+    assert torch.equal(rec.outputs["layer.0.output"], base.outputs["layer.0.output"])
+    assert not torch.allclose(rec.outputs["layer.1.output"], base.outputs["layer.1.output"])
+
+
+def test_hooks_removed_after_intervention(tiny, windows):
+    before = _last(_run(tiny, windows))
+    _run(tiny, windows, mask="complete", d_qk_scale=2.0, drop=["mlp", "skip:0"])
+    assert torch.equal(_last(_run(tiny, windows)), before)
+
+
+def test_attention_only_pure_collapses_and_repeats_blocks():
+    loaded, w = build_tiny("bert"), tiny_windows(pad_last=0)
+    df = attention_only(loaded, w, depth=12, keep=(), metrics=["mu_relative"])
+    mu = df.sort_values("layer")["mean"].to_numpy()
+    assert len(mu) == 13 and mu[-1] < 1e-2 * mu[0]
+    assert set(df.point[1:]) == {"attention_only.block.0", "attention_only.block.1", "attention_only.block.2"}
+
+
+def test_probe_with_interventions_records_settings():
+    loaded, w = build_tiny("t5"), tiny_windows()
+    df = probe(loaded, w, mask="causal", d_qk_scale=2.0, drop=["mlp"], metrics=["mu"])
+    assert df.attrs["mask"] == "causal" and df.attrs["d_qk_scale"] == 2.0
+    assert df["point"].str.startswith("decoder.").any()
+
+
+@pytest.mark.parametrize(
+    "kw, err, text",
+    [
+        (dict(mask="causal_sliding_window:w=3", size=12), MaskError, "12"),
+        (dict(d_qk_scale=0.0), ConfigError, "d_qk_scale"),
+        (dict(d_qk_scale=float("nan")), ConfigError, "d_qk_scale"),
+        (dict(drop="dropout"), ConfigError, "dropout"),
+        (dict(drop="mlp:7"), ConfigError, "outside"),
+    ],
+)
+def test_bad_interventions(kw, err, text):
+    loaded, w = build_tiny("llama"), tiny_windows()
+    size = kw.pop("size", None)
+    if size is not None:
+        from rankcollapse.masks import parse_mask
+
+        kw["mask"] = parse_mask(kw["mask"], size)
+    with pytest.raises(err, match=text):
+        _run(loaded, w, **kw)
+
+
+def test_generic_family_refuses_interventions():
+    loaded, w = build_tiny("roberta"), tiny_windows()
+    with pytest.raises(ModelError, match="generic"):
+        _run(loaded, w, mask="complete")
+
+
+def test_parse_drop_block_lists():
+    assert parse_drop("skip:0-1,3,mlp", 4) == {"skip": {0, 1, 3}, "mlp": {0, 1, 2, 3}}

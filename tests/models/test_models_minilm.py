@@ -1,0 +1,89 @@
+"""Real MiniLM (all-MiniLM-L6-v2) on a user text file through the real CLI entry point:
+the JSON numbers equal metrics computed from the model's own hidden_states."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rankcollapse.data import Windows, make_windows, read_text_file
+from rankcollapse.metrics import compute_metrics
+from rankcollapse.models import load_model
+
+CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
+WORDS = "the river city was built near old stone bridge where people trade grain wool and salt every year".split()
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory) -> Path:
+    rng = np.random.default_rng(0)
+    path = tmp_path_factory.mktemp("text") / "docs.txt"
+    path.write_text("\n".join(" ".join(rng.choice(WORDS, 60)) for _ in range(20)) + "\n", encoding="utf-8")
+    return path
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + ["probe", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_probe_json_matches_hidden_states(text_file, tmp_path):
+    res = _cli("minilm", "--text-file", str(text_file), "--windows", "4", "--length", "48", "--json",
+               "--out", str(tmp_path / "run"))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["model"] == "minilm" and doc["n_windows"] == 4 and len(doc["layers"]) == 7
+    assert [e["layer"] for e in doc["layers"]] == list(range(7))
+    assert doc["layers"][0]["point"] == "embeddings" and doc["layers"][6]["point"] == "layer.5.output"
+
+    loaded = load_model("minilm")
+    wins = make_windows(read_text_file(text_file), loaded.tokenizer, length=48, n_windows=4, seed=0)
+    saved = Windows.load(tmp_path / "run" / "windows.npz")
+    assert torch.equal(saved.input_ids, wins.input_ids) and saved.input_ids.shape == (4, 48)
+    with torch.no_grad():
+        hs = loaded.model(input_ids=wins.input_ids, attention_mask=wins.attention_mask, output_hidden_states=True).hidden_states
+    for entry, h in zip(doc["layers"], hs):
+        direct = compute_metrics(h, ["mu", "sigma_min"], padding_mask=wins.attention_mask.bool(), dtype=torch.float64)
+        for metric in ("mu", "sigma_min"):
+            np.testing.assert_allclose(entry[metric], direct[metric].mean().item(), rtol=1e-4)
+        assert {"mu_relative", "rank_fraction", "avg_abs_cos"} <= set(entry)
+    for name in ("probe.csv", "probe.png", "probe.json"):
+        assert (tmp_path / "run" / name).stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "content, extra, text",
+    [
+        (b"", [], "no text"),
+        (b"\xff\xfe bad bytes\n", [], "UTF-8"),
+        (b"just a few words\n", [], "fewer than one window"),
+        (None, ["--mask", "causal_sliding_window:w=0"], "w"),
+        (None, ["--drop", "attention"], "attention"),
+        (None, ["--d-qk-scale", "-1"], "d_qk_scale"),
+    ],
+)
+def test_bad_input_one_line_exit_2(tmp_path, text_file, content, extra, text):
+    path = text_file
+    if content is not None:
+        path = tmp_path / "bad.txt"
+        path.write_bytes(content)
+    res = _cli("minilm", "--text-file", str(path), "--windows", "2", "--length", "32", *extra)
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("rankcollapse: error:")]
+    assert len(lines) == 1 and text in lines[0] and "Traceback" not in res.stderr
+
+
+def test_mask_file_of_wrong_size(tmp_path, text_file):
+    mask_path = tmp_path / "m.npy"
+    np.save(mask_path, np.tril(np.ones((20, 20), dtype=bool)))
+    res = _cli("minilm", "--text-file", str(text_file), "--windows", "2", "--length", "32", "--mask", f"file:{mask_path}")
+    assert res.returncode == 2 and "rankcollapse: error:" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_hub_name_offline_fails_fast():
+    res = _cli("some-org/not-a-local-model", "--windows", "2", "--length", "16")
+    assert res.returncode == 2
+    assert "some-org/not-a-local-model" in res.stderr and "HF_HUB_OFFLINE" in res.stderr
