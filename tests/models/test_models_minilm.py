@@ -2,7 +2,6 @@
 the JSON numbers equal metrics computed from the model's own hidden_states."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from rankcollapse.data import Windows, make_windows, read_text_file
 from rankcollapse.metrics import compute_metrics
 from rankcollapse.models import load_model
 
-CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
 WORDS = "the river city was built near old stone bridge where people trade grain wool and salt every year".split()
 
 
@@ -26,15 +24,23 @@ def text_file(tmp_path_factory) -> Path:
     return path
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(CLI + ["probe", *args], capture_output=True, text=True, timeout=300)
+def _main(monkeypatch, capsys, *args: str) -> tuple[int, str]:
+    """The real entry point in-process (same error mapping as the console script)."""
+    from rankcollapse.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "probe", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    return exc.value.code, capsys.readouterr().err
 
 
-def test_probe_json_matches_hidden_states(text_file, tmp_path):
-    res = _cli("minilm", "--text-file", str(text_file), "--windows", "4", "--length", "48", "--json",
-               "--out", str(tmp_path / "run"))
-    assert res.returncode == 0, res.stderr
-    doc = json.loads(res.stdout)
+def test_probe_json_matches_hidden_states(monkeypatch, capsys, text_file, tmp_path):
+    from rankcollapse.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "probe", "minilm", "--text-file", str(text_file), "--windows", "4",
+                                      "--length", "48", "--json", "--out", str(tmp_path / "run")])
+    main()
+    doc = json.loads(capsys.readouterr().out)  # stdout holds exactly one JSON document
     assert doc["model"] == "minilm" and doc["n_windows"] == 4 and len(doc["layers"]) == 7
     assert [e["layer"] for e in doc["layers"]] == list(range(7))
     assert doc["layers"][0]["point"] == "embeddings" and doc["layers"][6]["point"] == "layer.5.output"
@@ -62,28 +68,30 @@ def test_probe_json_matches_hidden_states(text_file, tmp_path):
         (b"just a few words\n", [], "fewer than one window"),
         (None, ["--mask", "causal_sliding_window:w=0"], "w"),
         (None, ["--drop", "attention"], "attention"),
-        (None, ["--d-qk-scale", "-1"], "d_qk_scale"),
+        (None, ["--d-qk-scale", "-1"], "--d-qk-scale"),
     ],
 )
-def test_bad_input_one_line_exit_2(tmp_path, text_file, content, extra, text):
+def test_bad_input_one_line_exit_2(monkeypatch, capsys, tmp_path, text_file, content, extra, text):
     path = text_file
     if content is not None:
         path = tmp_path / "bad.txt"
         path.write_bytes(content)
-    res = _cli("minilm", "--text-file", str(path), "--windows", "2", "--length", "32", *extra)
-    assert res.returncode == 2, res.stderr
-    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("rankcollapse: error:")]
-    assert len(lines) == 1 and text in lines[0] and "Traceback" not in res.stderr
+    code, err = _main(monkeypatch, capsys, "minilm", "--text-file", str(path), "--windows", "2", "--length", "32", *extra)
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("rankcollapse: error:")]
+    assert len(lines) == 1 and text in lines[0], err
 
 
-def test_mask_file_of_wrong_size(tmp_path, text_file):
+def test_mask_file_of_wrong_size(monkeypatch, capsys, tmp_path, text_file):
     mask_path = tmp_path / "m.npy"
     np.save(mask_path, np.tril(np.ones((20, 20), dtype=bool)))
-    res = _cli("minilm", "--text-file", str(text_file), "--windows", "2", "--length", "32", "--mask", f"file:{mask_path}")
-    assert res.returncode == 2 and "rankcollapse: error:" in res.stderr and "Traceback" not in res.stderr
+    code, err = _main(monkeypatch, capsys, "minilm", "--text-file", str(text_file), "--length", "32",
+                      "--mask", f"file:{mask_path}")
+    assert code == 2 and "rankcollapse: error:" in err and "32" in err
 
 
-def test_hub_name_offline_fails_fast():
-    res = _cli("some-org/not-a-local-model", "--windows", "2", "--length", "16")
-    assert res.returncode == 2
-    assert "some-org/not-a-local-model" in res.stderr and "HF_HUB_OFFLINE" in res.stderr
+def test_hub_name_offline_fails_fast(monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, err = _main(monkeypatch, capsys, "some-org/not-a-local-model", "--windows", "2", "--length", "16")
+    assert code == 2
+    assert "some-org/not-a-local-model" in err and "HF_HUB_OFFLINE" in err

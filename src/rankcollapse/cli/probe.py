@@ -50,6 +50,7 @@ def probe_command(
         raise ConfigError(f"unknown corpus {corpus!r}; use --corpus wiki or --text-file FILE")
     if windows < 1 or length < 2 or batch_size < 1:
         raise ConfigError(f"--windows and --batch-size must be >= 1 and --length >= 2 (got {windows}, {batch_size}, {length})")
+    _check_interventions(mask, d_qk_scale, drop, length)
     texts = read_text_file(text_file) if text_file is not None else wikipedia_texts()
     loaded = load_model(model, gguf_file=gguf_file)
     wins = make_windows(texts, loaded.tokenizer, length=length, n_windows=windows, seed=seed, allow_fewer=text_file is not None)
@@ -64,6 +65,21 @@ def probe_command(
         sys.stdout.write(json.dumps(doc) + "\n")
     else:
         _print_summary(table)
+
+
+def _check_interventions(mask: Optional[str], d_qk_scale: float, drop: str, length: int) -> None:
+    """Fail on bad intervention options before the (slow) model load."""
+    import math
+
+    from ..models.interventions import COMPONENTS, dense_mask, split_drop
+
+    if not (math.isfinite(d_qk_scale) and d_qk_scale > 0):
+        raise ConfigError(f"--d-qk-scale must be a positive finite number, got {d_qk_scale}")
+    for item in split_drop(drop):
+        if item.partition(":")[0] not in COMPONENTS:
+            raise ConfigError(f"unknown component to drop {item!r}; choose from {', '.join(COMPONENTS)}")
+    if mask is not None:
+        dense_mask(mask, length)
 
 
 def to_json(table: Any) -> dict[str, Any]:

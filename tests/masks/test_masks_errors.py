@@ -1,0 +1,83 @@
+"""Bad input: one clear MaskError naming the problem; exit status 2 at the CLI."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rankcollapse.errors import MaskError
+from rankcollapse.masks import Mask, parse_mask
+
+BAD_SPECS = [
+    ("nosuch", 8, "unknown mask 'nosuch'"),
+    ("sliding_window:w=4", 8, "must be odd"),
+    ("sliding_window:x=3", 8, "has no key 'x'"),
+    ("sliding_window", 8, "needs key 'w'"),
+    ("sliding_window:w=abc", 8, "must be an integer"),
+    ("sliding_window:w=3,w=5", 8, "given twice"),
+    ("causal_sliding_window:w=0", 8, "must be >= 1"),
+    ("prefix:k=9", 8, "exceeds the number of tokens"),
+    ("documents:lengths=3+4", 8, "sum to 7, not N=8"),
+    ("documents:lengths=8+0", 8, "document length must be >= 1"),
+    ("longformer:w=3,globals=0+8", 8, "global token 8 is outside 0..7"),
+    ("fixed:stride=2,c=3", 8, "must be <= stride"),
+    ("random:p=1.5", 8, "p must be in [0, 1]"),
+    ("block:size=-2", 8, "block size must be >= 1"),
+    ("dilated:w=3,dilation=2,causal=maybe", 8, "true or false"),
+    ("causal&", 8, "empty mask spec"),
+    ("causal", 0, "n must be >= 1"),
+    ("file:/nonexistent/m.npy", 8, "does not exist"),
+]
+
+
+@pytest.mark.parametrize(("spec", "n", "message"), BAD_SPECS)
+def test_bad_spec_raises_mask_error(spec, n, message):
+    with pytest.raises(MaskError) as info:
+        parse_mask(spec, n)
+    assert message in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_bad_files(tmp_path):
+    np.save(tmp_path / "rect.npy", np.ones((3, 4), dtype=bool))
+    np.save(tmp_path / "float.npy", np.ones((3, 3)))
+    np.save(tmp_path / "empty_row.npy", np.array([[1, 0], [0, 0]], dtype=bool))
+    (tmp_path / "far.txt").write_text("0 0\n1 1\n2 5\n")
+    (tmp_path / "junk.txt").write_text("0 0\n1 x\n")
+    cases = [("rect.npy", 3, "square"), ("float.npy", 3, "boolean"), ("empty_row.npy", 2, "rows [1]"),
+             ("far.txt", 3, "(2 5) names a token outside 0..2"), ("junk.txt", 2, "line 2"),
+             ("rect.npy", 4, "square")]
+    (tmp_path / "swap.txt").write_text("0 1\n1 0\n")
+    with pytest.raises(MaskError, match=r"rows \[0\] allow no key"):
+        parse_mask(f"file:{tmp_path / 'swap.txt'}&causal", 2)
+    for name, n, message in cases:
+        with pytest.raises(MaskError) as info:
+            parse_mask(f"file:{tmp_path / name}", n)
+        assert message in str(info.value), str(info.value)
+
+
+def test_bad_matrices():
+    with pytest.raises(MaskError, match="square"):
+        Mask.from_dense(np.ones((2, 3), dtype=bool))
+    with pytest.raises(MaskError, match="boolean"):
+        Mask.from_dense(np.full((2, 2), 0.5))
+    with pytest.raises(MaskError, match=r"rows \[0\]"):
+        Mask.from_dense(np.array([[False, False], [True, True]]))
+    with pytest.raises(MaskError, match="cannot combine"):
+        parse_mask("causal", 3) & parse_mask("causal", 4)
+
+
+@pytest.mark.parametrize("args", [
+    ["mask", "describe", "sliding_window:w=4", "--n", "9", "--json"],
+    ["mask", "describe", "causal", "--n", "0"],
+    ["mask", "compare", "causal", "nosuch", "--n", "5"],
+    ["mask", "compare", "causal", "--n", "5", "--exponent", "t^2"],
+])
+def test_cli_exit_status_2_one_line(args):
+    code = "import sys; from rankcollapse.cli import main; sys.argv = ['rankcollapse', *sys.argv[1:]]; main()"
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    assert res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rankcollapse: error:")
