@@ -27,7 +27,9 @@ from rankcollapse.dynamics import simulate
 from rankcollapse.dynamics.weights import random_layers
 
 LONG_CHILD = """
-import time, torch
+import sys, time, torch
+if int(sys.argv[1]) > 0:
+    torch.set_num_threads(int(sys.argv[1]))
 from rankcollapse.dynamics import simulate
 X = torch.randn(1, 65536, 64, generator=torch.Generator().manual_seed(0))
 t0 = time.perf_counter()
@@ -63,7 +65,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="16 layers instead of 64; skip the long run")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default); on an oversubscribed "
+                    "machine 1 avoids OpenMP barrier stalls on the many small block operations")
     args = ap.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     B, N, d, T = 64, 128, 384, 16 if args.quick else 64
     X = torch.randn(B, N, d, generator=torch.Generator().manual_seed(0))
     mask = torch.ones(N, N, dtype=torch.bool).tril()
@@ -83,11 +89,11 @@ def main() -> None:
     if not args.quick:
         usage0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         t0 = time.perf_counter()
-        child = subprocess.run([sys.executable, "-c", LONG_CHILD], capture_output=True, text=True, check=True)
+        child = subprocess.run([sys.executable, "-c", LONG_CHILD, str(args.threads)], capture_output=True, text=True, check=True)
         wall = time.perf_counter() - t0
         secs, path, _ = child.stdout.split()
         peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        out |= {"long_seconds_in_simulate": float(secs), "long_wall_seconds_incl_import": wall, "long_path": path,
+        out |= {"long_seconds_in_simulate": float(secs), "long_wall_seconds_incl_import": wall, "long_path": path, "threads": torch.get_num_threads(),
                 "long_peak_rss_gib": max(peak_kib, usage0) / 2**20,
                 "dense_scores_gib_per_head": 65536**2 * 4 / 2**30}
     if args.json:

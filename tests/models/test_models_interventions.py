@@ -3,7 +3,7 @@ zero, temperature in closed form, dropped components against hand-built referenc
 
 import pytest
 import torch
-from conftest import build_tiny, tiny_windows
+from models_tiny import build_tiny, tiny_windows
 
 from rankcollapse.errors import ConfigError, MaskError, ModelError
 from rankcollapse.models import Recorder, attention_only, intervene, model_inputs, parse_drop, probe

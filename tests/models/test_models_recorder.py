@@ -4,7 +4,7 @@ model's own hidden_states, the sublayer points add up, the tidy table is complet
 import numpy as np
 import pytest
 import torch
-from conftest import build_tiny, tiny_windows
+from models_tiny import build_tiny, tiny_windows
 
 from rankcollapse.errors import ModelError
 from rankcollapse.metrics import compute_metrics

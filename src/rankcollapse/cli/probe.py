@@ -4,7 +4,6 @@ real text, optionally under interventions (mask, temperature, dropped components
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -14,7 +13,6 @@ import typer
 
 from ..errors import ConfigError
 
-log = logging.getLogger(__name__)
 
 PLOT_METRICS = (("mu", "μ(X)"), ("rank_fraction", "rank fraction"), ("sigma_min", "σ_min"), ("avg_abs_cos", "avg |cos|"))
 

@@ -12,7 +12,10 @@ table, evaluated separately for every weight seed:
 - ``{stat: ratio, num: Q, den: Q}``: quotient of two quantities;
 - ``{const: x}``.
 
-``select`` filters rows by column (a list means any of). A check *holds* when it is
+``select`` filters rows by column (a list means any of). A check with
+``for_each: {key: [v1, v2]}`` stands for one copy per value, with every ``"{key}"``
+string in its selects replaced. A check marked ``informational: true`` is measured and
+reported but does not enter the verdict. A check *holds* when it is
 true for every seed, *fails* when false for every seed, and is *split* otherwise.
 ``expect: all`` (default): all checks hold -> reproduced; all fail -> not reproduced;
 anything else -> mixed. ``expect: mixed`` encodes a paper effect that is itself mixed:
@@ -163,6 +166,40 @@ def verdict_from(outcomes: list[str], expect: str = "all") -> str:
     return "mixed"
 
 
+def expand_checks(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Unroll ``for_each`` templates (see module docstring)."""
+    out = []
+    for c in checks:
+        loops = c.get("for_each")
+        if not loops:
+            out.append(c)
+            continue
+        keys = list(loops)
+        for combo in _product([loops[k] for k in keys]):
+            sub = dict(zip(keys, combo))
+            body = {k: v for k, v in c.items() if k != "for_each"}
+            body = _fill(body, sub)
+            body["name"] = f"{c.get('name', 'check')} [{', '.join(f'{k}={v}' for k, v in sub.items())}]"
+            out.append(body)
+    return out
+
+
+def _product(lists: list[list[Any]]) -> list[tuple]:
+    import itertools
+
+    return list(itertools.product(*lists))
+
+
+def _fill(obj: Any, sub: dict[str, Any]) -> Any:
+    if isinstance(obj, dict):
+        return {k: _fill(v, sub) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_fill(v, sub) for v in obj]
+    if isinstance(obj, str) and obj.startswith("{") and obj.endswith("}") and obj[1:-1] in sub:
+        return sub[obj[1:-1]]
+    return obj
+
+
 def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "default",
                    override: dict[str, Any] | None = None) -> dict[str, Any]:
     """Verdict and measured numbers of one claim under one setting.
@@ -172,10 +209,14 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     """
     rule = _override_rule(claim["rule"], override or {})
     try:
-        checks = [evaluate_check(table, c, setting) for c in rule["checks"]]
+        checks = []
+        for c in expand_checks(rule["checks"]):
+            res = evaluate_check(table, c, setting)
+            res["informational"] = bool(c.get("informational", False))
+            checks.append(res)
     except MissingData as exc:
         return {"verdict": "not run", "measured": {"checks": []}, "missing": str(exc)}
-    verdict = verdict_from([c["outcome"] for c in checks], rule.get("expect", "all"))
+    verdict = verdict_from([c["outcome"] for c in checks if not c["informational"]], rule.get("expect", "all"))
     return {"verdict": verdict, "measured": {"checks": checks}}
 
 
@@ -197,7 +238,10 @@ def rule_text(claim: dict[str, Any]) -> str:
     head = "reproduced iff every check holds for every seed" if expect == "all" else (
         "reproduced iff at least one check holds and at least one fails (the paper's effect is mixed)"
     )
-    checks = "; ".join(_qtext(c["lhs"]) + f" {c.get('op', '>=')} {float(c.get('factor', 1)):g} x " + _qtext(c.get("rhs", {"const": 1.0})) for c in rule["checks"])
+    checks = "; ".join(
+        ("(info) " if c.get("informational") else "") + _qtext(c["lhs"]) + f" {c.get('op', '>=')} "
+        f"{float(c.get('factor', 1)):g} x " + _qtext(c.get("rhs", {"const": 1.0})) for c in expand_checks(rule["checks"])
+    )
     return f"{rule.get('statement', '')} [{head}: {checks}]".strip()
 
 

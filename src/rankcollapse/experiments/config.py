@@ -124,6 +124,8 @@ def expand_units(
             params["data"] = data
             params["setting"] = "default"
             params.update(_scale_params(spec, sc, params, overrides))
+            if params.get("model") in sc.get("exclude_models", ()):
+                continue
             seeds = [seed + k for k in range(int(sc.get("n_seeds", 1)))] if spec["kind"] == "simulate" else [-1]
             for s in seeds:
                 units.append(Unit(spec["kind"], {**params, "seed": s}, cfg["name"]))

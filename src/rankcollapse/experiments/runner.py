@@ -117,11 +117,18 @@ def _progress(enabled: bool):
 
 def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame) -> list[dict[str, Any]]:
     """Claims of every config, evaluated on ``table`` under the default setting."""
-    out = []
-    for cfg in cfgs:
+    out = {}
+    for cfg in claim_sources(cfgs):
         for claim in cfg.get("claims", []):
-            out.append(claims_mod.claim_record(claim, cfg["name"], claims_mod.evaluate_claim(table, claim)))
-    return sorted(out, key=lambda c: c["id"])
+            out.setdefault(claim["id"], claims_mod.claim_record(claim, cfg["name"], claims_mod.evaluate_claim(table, claim)))
+    return sorted(out.values(), key=lambda c: c["id"])
+
+
+def claim_sources(cfgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The configs whose claims a run evaluates: its own plus their ``claims_from``."""
+    names = [c["name"] for c in cfgs]
+    extra = [n for c in cfgs for n in c.get("claims_from", []) if n not in names]
+    return list(cfgs) + [load_config(n) for n in dict.fromkeys(extra)]
 
 
 def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]) -> list[tuple[str, dict, list[Unit]]]:
@@ -150,13 +157,12 @@ def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units:
     and attach their verdicts to the claim records."""
     by_id = {r["id"]: r for r in records}
     frames, timings = [], []
-    for cfg in cfgs:
-        cfg_units = [u for u in units if u.experiment == cfg["name"]]
+    for cfg in claim_sources(cfgs):
         for claim in cfg.get("claims", []):
             rec = by_id[claim["id"]]
             if rec["verdict"] in ("reproduced", "not run"):
                 continue
-            for label, override, nunits in nearby_units(cfg, claim, cfg_units):
+            for label, override, nunits in nearby_units(cfg, claim, units):
                 if not nunits:
                     continue
                 table, tim = compute_units(nunits, ctx, cache, progress=progress)

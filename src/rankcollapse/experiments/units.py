@@ -7,6 +7,7 @@ They only call the public APIs of the other areas (``masks.parse_mask``,
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import numpy as np
@@ -116,7 +117,8 @@ def run_pretrained_sa(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     p = unit.params
     n = int(p["n_windows"])
     loaded = ctx.model(p["model"])
-    weights = extract_attention_weights(loaded.model)
+    # scale=None: the logits become q.k / sqrt(d_qk), replacing the model's 1/sqrt(d_head)
+    weights = [dataclasses.replace(lw, scale=None) for lw in extract_attention_weights(loaded.model)]
     metrics = _simulate_chunks(
         unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b), n,
         lambda d: {"depth": len(weights), "variant": _variant(p), "weights": weights, "d_qk": float(p["d_qk"])},

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import MaskError
-from ._build import interval_csr, progressions, union_csr
+from ._build import progressions, union_csr
 from .mask import Mask, check_n
 
 
@@ -60,7 +60,7 @@ def complete(n: int) -> Mask:
     r = int(n > 1)
     return Mask(
         n, "complete",
-        build_csr=lambda: interval_csr(np.zeros(n), np.full(n, n - 1), n),
+        intervals=(np.zeros(n), np.full(n, n - 1)),
         mask_mod=lambda b, h, q, kv: (q >= 0) & (kv >= 0),
         closed_form=closed(n, centers=np.arange(n), radius=r, strongly=True, diameter=r),
     )
@@ -76,7 +76,7 @@ def causal(n: int) -> Mask:
     idx = np.arange(n)
     return Mask(
         n, "causal",
-        build_csr=lambda: interval_csr(np.zeros(n), idx, n),
+        intervals=(np.zeros(n), idx),
         mask_mod=lambda b, h, q, kv: kv <= q,
         closed_form=closed(n, centers=[0], radius=int(n > 1), strongly=n == 1,
                            diameter=0 if n == 1 else None),
@@ -107,7 +107,7 @@ def sliding_window(n: int, w: int) -> Mask:
         diameter=math.ceil((n - 1) / h))
     return Mask(
         n, f"sliding_window:w={w}",
-        build_csr=lambda: interval_csr(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1), n),
+        intervals=(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1)),
         mask_mod=lambda b, hh, q, kv: (q - kv).abs() <= h,
         closed_form=cf,
     )
@@ -134,7 +134,7 @@ def causal_sliding_window(n: int, w: int) -> Mask:
         diameter=0 if n == 1 else None)
     return Mask(
         n, f"causal_sliding_window:w={w}",
-        build_csr=lambda: interval_csr(np.maximum(idx - w + 1, 0), idx, n),
+        intervals=(np.maximum(idx - w + 1, 0), idx),
         mask_mod=lambda b, h, q, kv: (kv <= q) & (q - kv < w),
         closed_form=cf,
     )
@@ -203,7 +203,7 @@ def prefix(n: int, k: int) -> Mask:
     r = int(n > 1)
     return Mask(
         n, f"prefix:k={k}",
-        build_csr=lambda: interval_csr(np.zeros(n), np.maximum(idx, k - 1), n),
+        intervals=(np.zeros(n), np.maximum(idx, k - 1)),
         mask_mod=lambda b, h, q, kv: (kv <= q) | (kv < k),
         closed_form=closed(n, centers=np.arange(k), radius=r, strongly=k == n,
                            diameter=r if k == n else None),
@@ -274,4 +274,4 @@ def _blocks(n: int, doc: np.ndarray, starts: np.ndarray, ends: np.ndarray, is_ca
         cf = (causal(n) if is_causal else complete(n)).closed_form
     else:
         cf = closed(n, centers=[], radius=None, strongly=False)
-    return Mask(n, spec, build_csr=lambda: interval_csr(lo, hi, n), mask_mod=mod, closed_form=cf)
+    return Mask(n, spec, intervals=(lo, hi), mask_mod=mod, closed_form=cf)

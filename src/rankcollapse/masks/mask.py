@@ -15,6 +15,7 @@ import scipy.sparse as sp
 import torch
 
 from ..errors import MaskError
+from ._build import interval_csr
 
 MaskMod = Callable[[Any, Any, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -65,6 +66,9 @@ class Mask:
     mask_mod : callable, optional
         Vectorised predicate ``mask_mod(b, h, q_idx, kv_idx) -> bool tensor`` with
         FlexAttention's signature; ``b`` and ``h`` are ignored.
+    intervals : (lo, hi) int arrays ``(N,)``, optional
+        Row ``i`` attends to keys ``lo[i] .. hi[i]`` (inclusive); the CSR is built from
+        them on first use and the edge count is known without building it.
     closed_form : dict, optional
         Graph quantities known in closed form (``centers``, ``radius``, ``diameter``,
         ``quasi_strongly_connected``, ``strongly_connected``), used to cross-check the
@@ -83,6 +87,7 @@ class Mask:
         *,
         csr: Any = None,
         build_csr: Callable[[], sp.csr_array] | None = None,
+        intervals: tuple[np.ndarray, np.ndarray] | None = None,
         mask_mod: MaskMod | None = None,
         closed_form: dict[str, Any] | None = None,
     ) -> None:
@@ -92,13 +97,19 @@ class Mask:
         self.mask_mod: MaskMod = mask_mod if mask_mod is not None else _lazy_lookup(self.to_csr)
         self._predicate_is_structural = mask_mod is not None
         self.closed_form = closed_form
+        self.n_edges_hint: int | None = None
+        if intervals is not None:
+            lo, hi = (np.asarray(a, dtype=np.int64) for a in intervals)
+            self.n_edges_hint = int(np.maximum(hi - lo + 1, 0).sum())
+            build_csr = lambda: interval_csr(lo, hi, self.n_tokens)  # noqa: E731
         if (csr is None) == (build_csr is None):
-            raise MaskError("give exactly one of csr= or build_csr=")
+            raise MaskError("give exactly one of csr=, build_csr= or intervals=")
         self._csr: sp.csr_array | None = None
         self._build_csr = build_csr
         if csr is not None:
             self._csr = normalise_csr(csr, self.n_tokens)
             _empty_rows_error(self._csr, spec)
+            self.n_edges_hint = int(self._csr.nnz)
 
     # ------------------------------------------------------------------ forms
     def to_csr(self) -> sp.csr_array:
@@ -223,10 +234,13 @@ def _combine(a: Mask, b: Mask, op: str) -> Mask:
         return NotImplemented
     if a.n_tokens != b.n_tokens:
         raise MaskError(f"cannot combine masks of {a.n_tokens} and {b.n_tokens} tokens")
-    x, y = a.to_csr(), b.to_csr()
-    csr = x.multiply(y) if op == "&" else (x + y)
+    structural = a._predicate_is_structural and b._predicate_is_structural
+    if op == "&":
+        csr = _intersect(a, b)
+    else:
+        csr = a.to_csr() + b.to_csr()
     mod = None
-    if a._predicate_is_structural and b._predicate_is_structural:
+    if structural:
         ma, mb = a.mask_mod, b.mask_mod
         if op == "&":
             def mod(bb, h, q, kv):
@@ -235,3 +249,25 @@ def _combine(a: Mask, b: Mask, op: str) -> Mask:
             def mod(bb, h, q, kv):
                 return ma(bb, h, q, kv) | mb(bb, h, q, kv)
     return Mask(a.n_tokens, f"{a.spec}{op}{b.spec}", csr=csr, mask_mod=mod)
+
+
+def _intersect(a: Mask, b: Mask, chunk: int = 1 << 22) -> sp.csr_array:
+    """CSR of ``a & b`` that only builds the sparser operand (by edge count, when known)
+    and filters its entries with the other's predicate, so ``causal&sliding_window``
+    never forms causal's N^2/2 edges."""
+    inf = float("inf")
+    size = lambda m: inf if m.n_edges_hint is None else m.n_edges_hint  # noqa: E731
+    base, other = (a, b) if size(a) <= size(b) else (b, a)
+    if not other._predicate_is_structural:
+        return base.to_csr().multiply(other.to_csr())
+    csr = base.to_csr()
+    rows = np.repeat(np.arange(base.n_tokens, dtype=np.int64), np.diff(csr.indptr))
+    keep = np.empty(csr.nnz, dtype=bool)
+    for s in range(0, csr.nnz, chunk):  # bounded temporary memory
+        q = torch.from_numpy(rows[s : s + chunk])
+        kv = torch.from_numpy(csr.indices[s : s + chunk].astype(np.int64))
+        keep[s : s + chunk] = other.mask_mod(0, 0, q, kv).numpy()
+    indptr = np.zeros(base.n_tokens + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=base.n_tokens), out=indptr[1:])
+    return sp.csr_array((np.ones(int(keep.sum()), dtype=bool), csr.indices[keep], indptr),
+                        shape=csr.shape)

@@ -80,7 +80,7 @@ class MetricContext:
     @property
     def svals(self) -> torch.Tensor:
         """Singular values ``(G, min(L, d))``, descending: one ``svdvals`` per context."""
-        return self.cached("svals", lambda: torch.linalg.svdvals(self.X))
+        return self.cached("svals", lambda: svdvals_fast(self.X))
 
     @property
     def frobenius(self) -> torch.Tensor:
@@ -148,6 +148,12 @@ class MetricContext:
         if self._graph is None:
             return self.cached("complete", lambda: torch.ones(1, self.n_tokens, self.n_tokens, dtype=self.X.dtype, device=self.X.device))
         return self.cached("graph", lambda: self._graph.to(self.X.dtype))
+
+
+def svdvals_fast(X: torch.Tensor) -> torch.Tensor:
+    """``torch.linalg.svdvals`` of the tall orientation: same values, but LAPACK on CPU
+    is several times slower for wide ``(N < d)`` matrices than for their transpose."""
+    return torch.linalg.svdvals(X.mT if X.shape[-2] < X.shape[-1] else X)
 
 
 # ---- input handling -----------------------------------------------------------

@@ -8,7 +8,6 @@ with ``gguf_file``. ``trust_remote_code`` is never enabled.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,6 @@ import torch
 from .. import assets
 from ..errors import ModelError
 
-log = logging.getLogger(__name__)
 
 FAMILIES = ("bert", "albert", "gpt2", "t5", "llama", "generic")
 

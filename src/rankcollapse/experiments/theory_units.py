@@ -1,0 +1,78 @@
+"""Theory checks as table rows (the ``theory`` unit kind), via ``rankcollapse.theory``.
+
+Rows use ``model = "theory"``, ``variant = <check>``; scalar results sit at ``layer 0``
+(or at ``layer = k`` for per-rank counts) with ``n_samples`` the number of draws behind
+them; trajectories use one row per layer like the simulations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from .table import rows_from_metrics
+
+
+def _scalar_rows(values: dict[str, float], mask: str = "", layer: int = 0, n: int = 1, **stats: Any) -> list[dict]:
+    return [{"layer": layer, "metric": k, "mean": float(v), "std": 0.0, "q05": float(v), "q25": float(v), "q50": float(v),
+             "q75": float(v), "q95": float(v), "n_samples": n, "mask": mask.split(":")[0], "mask_spec": mask, **stats}
+            for k, v in values.items()]
+
+
+def check_collapse_bound(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+    """Theorem 1 envelope on pure SA with orthogonal W_V, across causal-sliding widths
+    (``theory.radius_sweep``): fitted per-layer rate, envelope rate, violations."""
+    from ..theory import radius_sweep
+
+    b = p.get("budget", {})
+    df = radius_sweep(n=int(p.get("n", 32)), widths=tuple(p.get("widths", (32, 9, 3))),
+                      depth=int(b.get("bound_depth", 60)), n_samples=int(b.get("bound_samples", 8)), seed=int(p.get("seed_theory", 0)))
+    rows = []
+    for _, r in df.iterrows():
+        rows += _scalar_rows({"measured_rate": r["measured_rate"], "envelope_rate": r["envelope_rate"],
+                              "n_violations": r["n_violations"], "radius": r["radius"]}, str(r["mask"]), layer=int(r["radius"]))
+    return pd.DataFrame(rows)
+
+
+def check_sphere_collapse(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+    """Theorem 2 setting: SA-LN with Haar-orthogonal W_V on inputs with non-negative
+    cosines (``theory.check_sphere_collapse``); μ per layer and the fitted rate."""
+    from ..theory import check_sphere_collapse as run
+
+    b = p.get("budget", {})
+    frames = []
+    for mask in p.get("masks", ("complete", "causal", "sliding_window:w=3")):
+        res = run(mask, n=int(p.get("n", 16)), d=int(p.get("d", 8)), depth=int(b.get("sphere_depth", 80)),
+                  n_samples=int(b.get("sphere_samples", 8)), inputs=p.get("inputs", "nonnegative"))
+        traj = rows_from_metrics({"mu": res.mu}, {"mask": mask.split(":")[0], "mask_spec": mask})
+        frames += [traj, pd.DataFrame(_scalar_rows({"measured_rate": res.measured_rate, "min_cos0": res.min_cos0}, mask))]
+    return pd.concat(frames, ignore_index=True)
+
+
+def check_equilibria(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+    """The SA-LN construction with >= 2^k equilibria of rank k (``theory.equilibria``):
+    per rank k, the number of verified equilibria and how many are stable."""
+    from ..theory import equilibria
+
+    n, d = int(p.get("n", 4)), int(p.get("d", 4))
+    rows = []
+    for k in range(1, min(n, d) + 1):
+        es = equilibria(n, d, k)
+        stable = sum(bool(e.stable) for e in es.equilibria)
+        rows += _scalar_rows({"n_equilibria": len(es.equilibria), "n_stable": stable, "expected_min": 2**k},
+                             "causal", layer=k)
+    return pd.DataFrame(rows)
+
+
+def check_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+    """Fraction of uniform random starts of the N = d = 2 causal example that converge
+    to a rank-2 equilibrium (``theory.basin_estimate``), with its confidence interval."""
+    from ..theory import basin_estimate
+
+    b = p.get("budget", {})
+    est = basin_estimate(n_samples=int(b.get("basin_samples", 2000)), depth=int(b.get("basin_depth", 400)))
+    rows = _scalar_rows({"basin_fraction": est.fraction}, "causal", n=est.n_samples)
+    rows[0].update(q05=est.ci_low, q95=est.ci_high)
+    rows += _scalar_rows({"basin_ci_low": est.ci_low, "basin_ci_high": est.ci_high}, "causal", n=est.n_samples)
+    return pd.DataFrame(rows)
