@@ -1,9 +1,72 @@
-"""`rankcollapse reproduce` sub-command."""
+"""`rankcollapse reproduce [NAME]`: run an experiment of the paper end to end."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
 import typer
+
+HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory or all) on real
+Wikipedia windows and write the tidy table, plots, claims.json, config.json and a
+self-contained report.html to --out (default runs/<UTC time>). Results are cached by
+config hash next to the output folder, so a rerun only computes what changed and an
+interrupted run resumes."""
 
 
 def register(app: typer.Typer) -> None:
-    """Attach this sub-command to the main app (filled in by its module's owner)."""
+    """Attach ``reproduce`` to the main app."""
+
+    @app.command("reproduce", help=HELP)
+    def reproduce(
+        name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory or all."),
+        scale: str = typer.Option("quick", "--scale", help="quick (minutes on 2 cores), paper (3000 windows) or smoke."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/<UTC time>)."),
+        seed: int = typer.Option(0, "--seed", help="Seeds window order and weights (weight seed k = seed + k)."),
+        text: Optional[Path] = typer.Option(None, "--text", help="UTF-8 text file (one document per line) or JSONL instead of Wikipedia."),
+        length: int = typer.Option(128, "--length", help="Tokens per window N."),
+        masks: Optional[List[str]] = typer.Option(None, "--mask", help="Replace the simulated masks (repeatable), e.g. sliding_window:w=5."),
+        depth: Optional[int] = typer.Option(None, "--depth", help="Replace the simulated depth."),
+        windows: Optional[int] = typer.Option(None, "--windows", help="Replace the number of windows."),
+        models: Optional[List[str]] = typer.Option(None, "--model", help="Extra pretrained model to probe (hub id or local folder; repeatable)."),
+        cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cache folder (default <out>/../.rankcollapse-cache)."),
+        device: str = typer.Option("cpu", "--device", help="torch device for simulations."),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
+        as_json: bool = typer.Option(False, "--json", help="Print claims as one JSON document on stdout."),
+    ) -> None:
+        from ..experiments.runner import run_experiment
+
+        overrides = {"masks": masks or None, "depth": depth, "n_windows": windows, "extra_models": models or None}
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        result = run_experiment(name, scale, out, seed, text=text, length=length, cache_dir=cache_dir,
+                                overrides=overrides, device=device, progress=progress and not as_json)
+        if as_json:
+            json.dump({"out": str(result.out), "config_hash": result.config["config_hash"], "claims": result.claims},
+                      sys.stdout, indent=2, default=str)
+            sys.stdout.write("\n")
+            return
+        print_summary(result)
+
+
+def print_summary(result) -> None:
+    """Claims table and where the outputs are (stdout)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..report import measured_text
+
+    console = Console()
+    table = Table(title=f"rankcollapse {', '.join(result.config['experiments'])} "
+                        f"({result.config['scale']}, hash {result.config['config_hash']}, {result.seconds:.0f} s)")
+    for col in ("id", "effect", "paper", "verdict", "measured"):
+        table.add_column(col, overflow="fold")
+    colours = {"reproduced": "green", "not reproduced": "red", "mixed": "yellow"}
+    for c in result.claims:
+        near = [f"{n['setting']}: {n['verdict']}" for n in c.get("nearby", [])]
+        meas = measured_text(c["measured"]) + ("\nnearby: " + "; ".join(near) if near else "")
+        table.add_row(c["id"], c["effect"], c.get("paper_effect", ""),
+                      f"[{colours.get(c['verdict'], 'white')}]{c['verdict']}[/]", meas)
+    console.print(table)
+    console.print(f"report: {result.out / 'report.html'}   table: {result.out / 'table.parquet'}   claims: {result.out / 'claims.json'}")

@@ -1,0 +1,11 @@
+"""Experiments of the paper as declarative configs, a cached runner, claims and plots.
+
+``run_experiment(name, scale, out, seed)`` runs ``main``, ``fig2``, ``fig3``, ``fig4``,
+``theory`` or ``all`` (see ``docs/reproduce.md``).
+"""
+
+from .claims import evaluate_claim, verdict_from
+from .config import EXPERIMENTS, load_config
+from .runner import RunResult, run_experiment
+
+__all__ = ["EXPERIMENTS", "RunResult", "evaluate_claim", "load_config", "run_experiment", "verdict_from"]

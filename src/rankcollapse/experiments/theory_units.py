@@ -55,7 +55,7 @@ def check_equilibria(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     per rank k, the number of verified equilibria and how many are stable."""
     from ..theory import equilibria
 
-    n, d = int(p.get("n", 4)), int(p.get("d", 4))
+    n, d = int(p.get("eq_n", 4)), int(p.get("eq_d", 4))
     rows = []
     for k in range(1, min(n, d) + 1):
         es = equilibria(n, d, k)
