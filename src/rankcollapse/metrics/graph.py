@@ -29,7 +29,7 @@ def _mean_average_distance(ctx: MetricContext) -> torch.Tensor:
     valid = ctx.row_valid
     target = ctx.graph * (valid.unsqueeze(-1) & valid.unsqueeze(-2))
     target = target * (1.0 - torch.eye(ctx.n_tokens, dtype=target.dtype, device=target.device))
-    distance = 1.0 - (ctx.unit @ ctx.unit.mT)
+    distance = 1.0 - ctx.cos  # the diagonal is not a target pair
     count = target.sum(dim=-1)
     row_mean = (target * distance).sum(dim=-1) / count.clamp_min(1.0)
     has_pairs = count > 0
