@@ -27,19 +27,12 @@ for _name in _SUBCOMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}").register(app)
 
 
-def fail(message: str) -> None:
-    """Print ``rankcollapse: error: message`` to stderr and exit with status 2."""
-    typer.echo(f"rankcollapse: error: {message}", err=True)
-    raise typer.Exit(code=2)
-
-
 def main() -> None:
-    """Console entry point."""
+    """Console entry point: user errors become one line on stderr and exit status 2."""
     try:
         app(standalone_mode=False)
     except RankCollapseError as exc:
-        print(f"rankcollapse: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        _fail_line(str(exc))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
@@ -48,10 +41,15 @@ def main() -> None:
     except KeyboardInterrupt:
         print("rankcollapse: interrupted; rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            print(f"rankcollapse: error: {exc.format_message()}", file=sys.stderr)
+    except typer.TyperException as exc:  # click usage errors (typer vendors click)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()
             sys.exit(2)
-        raise
+        where = getattr(getattr(exc, "ctx", None), "command_path", "rankcollapse")
+        _fail_line(f"{exc.format_message()} (see '{where} --help')")
+
+
+def _fail_line(message: str) -> None:
+    one_line = " ".join(message.split())
+    print(f"rankcollapse: error: {one_line}", file=sys.stderr)
+    sys.exit(2)
