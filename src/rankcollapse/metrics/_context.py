@@ -53,6 +53,7 @@ class MetricContext:
         self._graph = graph
         self._batched = batched
         self._cache: dict[str, object] = {}
+        self.n_zero_rows = 0
 
     @property
     def n_tokens(self) -> int:
@@ -83,9 +84,14 @@ class MetricContext:
         return self.cached("svals", lambda: svdvals_fast(self.X))
 
     @property
+    def row_norms(self) -> torch.Tensor:
+        """``||x_i||_2`` per token, ``(G, L)``."""
+        return self.cached("row_norms", lambda: torch.linalg.vector_norm(self.X, dim=-1))
+
+    @property
     def frobenius(self) -> torch.Tensor:
         """``||X||_F`` per sample, ``(G,)``."""
-        return self.cached("fro", lambda: torch.linalg.vector_norm(self.X, dim=(-2, -1)))
+        return self.cached("fro", lambda: torch.linalg.vector_norm(self.row_norms, dim=-1))
 
     @property
     def mean_token(self) -> torch.Tensor:
@@ -108,34 +114,26 @@ class MetricContext:
         return self.cached("valid", self._row_valid)
 
     def _row_valid(self) -> torch.Tensor:
-        valid = torch.linalg.vector_norm(self.X, dim=-1) > 0
+        valid = self.row_norms > 0
         self.fail(~valid.any(dim=-1), "every token is zero: cosine similarity is undefined")
-        n_zero = int((~valid).sum())
-        if n_zero:
-            warnings.warn(
-                f"{n_zero} zero token(s) have no direction; they are excluded from cosine metrics",
-                ZeroRowWarning,
-                stacklevel=6,
-            )
+        self.n_zero_rows = int((~valid).sum())  # reported once per call by evaluate()
         return valid
 
     @property
-    def unit(self) -> torch.Tensor:
-        """Rows scaled to unit norm; zero rows stay zero. ``(G, L, d)``."""
-
-        def make():
-            norms = torch.linalg.vector_norm(self.X, dim=-1, keepdim=True)
-            return torch.where(self.row_valid.unsqueeze(-1), self.X / norms.clamp_min(1e-300), 0.0)
-
-        return self.cached("unit", make)
+    def inv_norms(self) -> torch.Tensor:
+        """``1 / ||x_i||`` for non-zero tokens, 0 for zero tokens, ``(G, L)``."""
+        valid = self.row_valid
+        return self.cached("inv", lambda: torch.where(valid, self.row_norms, 1.0).reciprocal() * valid)
 
     @property
     def cos(self) -> torch.Tensor:
         """Pairwise cosines ``(G, L, L)`` with the diagonal set to 0 (pairs i != j only);
-        rows/columns of zero tokens are 0."""
+        rows/columns of zero tokens are 0. Scales the Gram of X instead of forming the
+        unit rows, which saves a pass over ``(G, L, d)``."""
 
         def make():
-            C = self.unit @ self.unit.mT
+            inv = self.inv_norms
+            C = (self.X @ self.X.mT) * inv.unsqueeze(-1) * inv.unsqueeze(-2)
             C.diagonal(dim1=-2, dim2=-1).zero_()
             return C
 
@@ -146,7 +144,8 @@ class MetricContext:
         """Edge weights ``(G or 1, L, L)`` (``1.0`` where token i attends to token j);
         the complete graph when no mask was given."""
         if self._graph is None:
-            return self.cached("complete", lambda: torch.ones(1, self.n_tokens, self.n_tokens, dtype=self.X.dtype, device=self.X.device))
+            shape = (1, self.n_tokens, self.n_tokens)
+            return self.cached("graph", lambda: torch.ones(shape, dtype=self.X.dtype, device=self.X.device))
         return self.cached("graph", lambda: self._graph.to(self.X.dtype))
 
 
@@ -215,6 +214,8 @@ def _as_graph(mask, n: int, b: int, device) -> torch.Tensor | None:
 
 
 def check_finite(X: torch.Tensor, pm: torch.Tensor | None, batched: bool) -> None:
+    if bool(torch.isfinite(X.sum(dim=(-2, -1))).all()):
+        return  # fast path: one reduction; a NaN/Inf anywhere makes its sample's sum non-finite
     bad_rows = ~torch.isfinite(X).all(dim=-1)
     if pm is not None:
         bad_rows &= pm
@@ -251,16 +252,23 @@ def evaluate(
     mask=None,
     dtype: torch.dtype | None = None,
     tolerance: RankTolerance = RankTolerance(),
+    stacklevel: int = 3,
 ) -> dict[str, torch.Tensor]:
-    """Run the metric functions ``fns`` on every sample; values ``(B,)`` or 0-d."""
+    """Run the metric functions ``fns`` on every sample; values ``(B,)`` or 0-d.
+    ``stacklevel`` makes a :class:`ZeroRowWarning` point at the caller's line."""
     Xb, batched = as_batch(X, dtype)
     B, N, _ = Xb.shape
     pm = _as_padding(padding_mask, (B, N), batched, Xb.device)
     graph = _as_graph(mask, N, B, Xb.device)
     check_finite(Xb, pm, batched)
     out = {name: torch.empty(B, dtype=Xb.dtype, device=Xb.device) for name in fns}
+    n_zero = 0
     for samples, Xg, Wg in _groups(Xb, pm, graph):
         ctx = MetricContext(Xg, samples, Wg, tolerance, batched)
         for name, fn in fns.items():
             out[name][samples] = fn(ctx).to(Xb.dtype)
+        n_zero += ctx.n_zero_rows
+    if n_zero:
+        message = f"{n_zero} zero token(s) have no direction; they are excluded from cosine metrics"
+        warnings.warn(message, ZeroRowWarning, stacklevel=stacklevel)
     return out if batched else {name: v[0] for name, v in out.items()}

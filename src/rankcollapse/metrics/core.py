@@ -52,35 +52,45 @@ def _cos_to_mean(ctx: MetricContext) -> torch.Tensor:
     mean_norm = torch.linalg.vector_norm(mean, dim=-1)
     ctx.fail(mean_norm == 0, "the mean token is zero: cosine to the mean is undefined")
     valid = ctx.row_valid
-    cos = (ctx.unit @ (mean / mean_norm.unsqueeze(-1)).unsqueeze(-1)).squeeze(-1)
-    return (cos * valid).sum(dim=-1) / valid.sum(dim=-1)
+    cos = (ctx.X @ (mean / mean_norm.unsqueeze(-1)).unsqueeze(-1)).squeeze(-1) * ctx.inv_norms
+    return cos.sum(dim=-1) / valid.sum(dim=-1)
 
 
-def composite_norm(R: torch.Tensor) -> torch.Tensor:
+def composite_norm(R: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Dong et al.'s composite norm ``||R||_{1,inf} = sqrt(||R||_1 ||R||_inf)``.
 
     ``||R||_1`` is the induced 1-norm (largest absolute column sum) and ``||R||_inf``
     the induced inf-norm (largest absolute row sum) of each ``(N, d)`` matrix in
-    ``R`` ``(..., N, d)``; result ``(...)``. Source: Dong, Cordonnier & Loukas,
-    "Attention is not all you need: pure attention loses rank doubly exponentially
-    with depth", ICML 2021, Sec. 2.2.
+    ``R`` ``(..., N, d)``; result ``(...)``. ``out`` (shape of R) is scratch space for
+    ``|R|``. Source: Dong, Cordonnier & Loukas, "Attention is not all you need: pure
+    attention loses rank doubly exponentially with depth", ICML 2021, Sec. 2.2.
     """
-    A = R.abs()
+    A = torch.abs(R, out=out) if out is not None else R.abs()
     return torch.sqrt(A.sum(dim=-2).amax(dim=-1) * A.sum(dim=-1).amax(dim=-1))
 
 
+def _composite(ctx: MetricContext, which: str) -> torch.Tensor:
+    """Composite norm of ``ctx.centered`` or ``ctx.X``, sharing one scratch buffer."""
+
+    def make():
+        scratch = ctx.cached("scratch", lambda: torch.empty_like(ctx.X))
+        return composite_norm(ctx.centered if which == "centered" else ctx.X, out=scratch)
+
+    return ctx.cached(f"composite_{which}", make)
+
+
 def _dong_residual(ctx: MetricContext) -> torch.Tensor:
-    return composite_norm(ctx.centered)
+    return _composite(ctx, "centered")
 
 
 def _dong_residual_relative(ctx: MetricContext) -> torch.Tensor:
     ctx.fail(ctx.frobenius == 0, "X is the zero matrix: the relative residual is undefined")
-    return composite_norm(ctx.centered) / composite_norm(ctx.X)
+    return _composite(ctx, "centered") / _composite(ctx, "X")
 
 
 # ---- public functions -------------------------------------------------------------
 def _one(fn, name, X, padding_mask, dtype):
-    return evaluate(X, {name: fn}, padding_mask=padding_mask, dtype=dtype)[name]
+    return evaluate(X, {name: fn}, padding_mask=padding_mask, dtype=dtype, stacklevel=4)[name]
 
 
 def mu(X, *, padding_mask=None, dtype=None) -> torch.Tensor:

@@ -12,11 +12,19 @@ For points in ``R^n`` (``n = d``):
 4. Fraction of dimensions used ``phi = (n - delta^2 (n - sqrt(n)))^2 / n^2``.
 5. ``IsoScore = (n phi - 1) / (n - 1)`` in [0, 1].
 
-Closed form: points spread isotropically over k of the n dimensions (k equal
-eigenvalues, the rest 0) give ``||lambda_hat - 1||^2 = 2n - 2 sqrt(nk)``, hence
-``delta^2 = (n - sqrt(nk)) / (n - sqrt(n))``, ``phi = k / n`` and
-``IsoScore = (k - 1) / (n - 1)`` exactly. So N tokens in d > N dimensions score at
-most ``(N - 2) / (d - 1)``.
+Closed form used for computation: since ``||lambda_hat||^2 = n``,
+``||lambda_hat - 1||^2 = 2n - 2 sqrt(n) r`` with ``r = sum(lambda) / ||lambda||_2``, so
+``delta^2 (n - sqrt(n)) = n - sqrt(n) r``, ``phi = r^2 / n`` and
+
+    IsoScore = (PR - 1) / (n - 1),   PR = (sum lambda)^2 / sum lambda^2
+                                        = tr(C)^2 / ||C||_F^2,
+
+the participation ratio of the covariance ``C``. The PCA step drops out (IsoScore is
+rotation invariant), and ``tr(C)``, ``||C||_F`` come from the centred ``(N, N)`` Gram
+matrix (same non-zero eigenvalues as ``C``): no eigendecomposition is needed. Points
+spread isotropically over k of the n dimensions have ``PR = k``, hence
+``IsoScore = (k - 1) / (n - 1)`` exactly; N tokens in d > N dimensions score at most
+``(N - 2) / (d - 1)``.
 
 Conventions (the formula is 0/0 there): zero covariance (all tokens equal, e.g.
 ``N = 1``) scores 0, the least isotropic value; ``d = 1`` with non-zero variance
@@ -25,37 +33,28 @@ scores 1 (the only dimension is used).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ._context import MetricContext, evaluate
 
 
-def _covariance_spectrum(ctx: MetricContext) -> torch.Tensor:
-    """Eigenvalues ``(G, d)`` of ``Xc^T Xc`` (the covariance up to a scale IsoScore
-    ignores), from the smaller of the two Gram matrices; zero-padded to d."""
+def _participation_ratio(ctx: MetricContext) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tr C)^2 / ||C||_F^2`` of the covariance C, ``(G,)``, and whether C = 0."""
     Xc = ctx.centered
-    if ctx.n_tokens < ctx.dim:
-        lam = torch.linalg.eigvalsh(ctx.centered_gram)
-        lam = torch.nn.functional.pad(lam, (0, ctx.dim - ctx.n_tokens))
-    else:
-        lam = torch.linalg.eigvalsh(Xc.mT @ Xc)
-    return lam.clamp_min(0.0)
+    gram = ctx.centered_gram if ctx.n_tokens <= ctx.dim else Xc.mT @ Xc  # the smaller one
+    trace = gram.diagonal(dim1=-2, dim2=-1).sum(dim=-1)
+    fro_sq = gram.square().sum(dim=(-2, -1))
+    degenerate = fro_sq == 0
+    return trace.square() / torch.where(degenerate, 1.0, fro_sq), degenerate
 
 
 def _isoscore(ctx: MetricContext) -> torch.Tensor:
-    lam = _covariance_spectrum(ctx)
+    pr, degenerate = _participation_ratio(ctx)
     n = ctx.dim
-    norm = torch.linalg.vector_norm(lam, dim=-1, keepdim=True)
-    degenerate = norm.squeeze(-1) == 0
     if n == 1:
-        return torch.where(degenerate, 0.0, 1.0).to(lam.dtype)
-    lam_hat = math.sqrt(n) * lam / norm.clamp_min(torch.finfo(lam.dtype).tiny)
-    slack = n - math.sqrt(n)
-    defect_sq = (lam_hat - 1.0).square().sum(dim=-1) / (2.0 * slack)
-    phi = (n - defect_sq * slack).square() / n**2
-    score = ((n * phi - 1.0) / (n - 1)).clamp(0.0, 1.0)
+        score = torch.ones_like(pr)
+    else:  # PR lies in [1, rank C]; clamp only rounding
+        score = ((pr - 1.0) / (n - 1)).clamp(0.0, 1.0)
     return torch.where(degenerate, torch.zeros_like(score), score)
 
 

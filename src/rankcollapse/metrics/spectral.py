@@ -56,7 +56,8 @@ def _effective_rank(ctx: MetricContext) -> torch.Tensor:
 
 
 def _one(fn, name, X, padding_mask, dtype, tolerance=RankTolerance()):
-    return evaluate(X, {name: fn}, padding_mask=padding_mask, dtype=dtype, tolerance=tolerance)[name]
+    values = evaluate(X, {name: fn}, padding_mask=padding_mask, dtype=dtype, tolerance=tolerance, stacklevel=4)
+    return values[name]
 
 
 def singular_values(X, *, dtype=None) -> torch.Tensor:
