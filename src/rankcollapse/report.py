@@ -40,7 +40,9 @@ def measured_text(measured: dict[str, Any]) -> str:
     for c in measured.get("checks", []):
         lhs, rhs = c["lhs"], c["rhs"]
         rng = f" (seeds {fmt(lhs['min'])}..{fmt(lhs['max'])})" if lhs["n_seeds"] > 1 else ""
-        parts.append(f"{c.get('check') or c['text']}: {fmt(lhs['mean'])}{rng} vs {fmt(rhs['mean'])} → {c['outcome']}")
+        rel = f" {c.get('op', 'vs')} {fmt(c.get('factor', 1.0))} × "
+        info = " (info)" if c.get("informational") else ""
+        parts.append(f"{c.get('check') or c['text']}: {fmt(lhs['mean'])}{rng}{rel}{fmt(rhs['mean'])} → {c['outcome']}{info}")
     return "\n".join(parts)
 
 

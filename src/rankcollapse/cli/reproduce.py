@@ -34,6 +34,7 @@ def register(app: typer.Typer) -> None:
         cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cache folder (default <out>/../.rankcollapse-cache)."),
         device: str = typer.Option("cpu", "--device", help="torch device for simulations."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
+        nearby: bool = typer.Option(True, "--nearby/--no-nearby", help="Run the nearby settings of claims not reproduced."),
         as_json: bool = typer.Option(False, "--json", help="Print claims as one JSON document on stdout."),
     ) -> None:
         from ..experiments.runner import run_experiment
@@ -41,7 +42,8 @@ def register(app: typer.Typer) -> None:
         overrides = {"masks": masks or None, "depth": depth, "n_windows": windows, "extra_models": models or None}
         overrides = {k: v for k, v in overrides.items() if v is not None}
         result = run_experiment(name, scale, out, seed, text=text, length=length, cache_dir=cache_dir,
-                                overrides=overrides, device=device, progress=progress and not as_json)
+                                overrides=overrides, device=device, progress=progress and not as_json,
+                                nearby=nearby)
         if as_json:
             json.dump({"out": str(result.out), "config_hash": result.config["config_hash"], "claims": result.claims},
                       sys.stdout, indent=2, default=str)

@@ -128,23 +128,49 @@ def merge_heads(O: torch.Tensor, lw) -> torch.Tensor:
     return Y if lw.W_O is None else _affine(Y, lw.W_O, lw.b_O)
 
 
+def scores_may_overflow(Q: torch.Tensor, K: torch.Tensor, scale: float,
+                        bias: torch.Tensor | None = None) -> bool:
+    """Whether some score ``scale * q . k (+ bias)`` may leave ``Q.dtype``'s finite range.
+
+    Uses ``|q . k| <= d_k max|q| max|k|`` (two reductions, one host sync). Overflowed
+    scores are not safe in ``F.scaled_dot_product_attention``: with ``+inf`` logits it
+    returns finite zeros on CPU instead of NaN, so a finiteness check cannot catch it.
+    """
+    bound = abs(scale) * Q.shape[-1] * float(Q.abs().amax()) * float(K.abs().amax())
+    if bias is not None:
+        bound += float(bias.abs().amax())
+    return not bound < torch.finfo(Q.dtype).max / 16
+
+
+def safe_softmax_scores(Q, K, mask: torch.Tensor, *, scale: float, bias: torch.Tensor | None = None,
+                        overflow: bool | None = None):
+    """Masked attention matrix ``(B, H, Nq, Nk)`` in ``Q.dtype``, exact even when the
+    scores overflow ``Q.dtype``: then they are formed in float64 (finite up to token
+    norms ~1e150) and the clamped, max-subtracted :func:`masked_softmax` runs there.
+    ``overflow`` is :func:`scores_may_overflow`, computed here when None."""
+    if overflow is None:
+        overflow = scores_may_overflow(Q, K, scale, bias)
+    work = torch.float64 if overflow else Q.dtype
+    scores = (Q.to(work) @ K.to(work).transpose(-1, -2)) * scale
+    if bias is not None:
+        scores = scores + bias.to(work)
+    return masked_softmax(scores, mask).to(Q.dtype)
+
+
 def dense_attention(Q, K, V, mask: torch.Tensor, *, scale: float, bias: torch.Tensor | None = None,
                     need_weights: bool = False):
     """Masked softmax attention on the full ``(N, N)`` score matrix.
 
     Q, K : ``(B, H, N, d_k)``; V : ``(B, H, N, d_v)``; mask bool ``(N, N)``; bias
     ``(H, N, N)`` added to the scaled scores (T5). Returns ``(out (B, H, N, d_v), A)``
-    with ``A (B, H, N, N)`` when ``need_weights`` else None. Without weights or bias it
-    calls ``F.scaled_dot_product_attention`` (same mask convention: True = attend) and
-    falls back to :func:`masked_softmax` if that produced non-finite values.
+    with ``A (B, H, N, N)`` when ``need_weights`` else None. Without weights or bias,
+    and when no score can overflow (:func:`scores_may_overflow`), it calls
+    ``F.scaled_dot_product_attention`` (same mask convention: True = attend); otherwise,
+    or if that produced non-finite values, :func:`safe_softmax_scores`.
     """
-    if not need_weights and bias is None:
+    if not need_weights and bias is None and not scores_may_overflow(Q, K, scale):
         out = torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=scale)
         if bool(torch.isfinite(out.sum())):  # one reduction; a finite sum implies finite entries
             return out, None
-        # overflowed logits: redo this layer with the clamped, max-subtracted softmax
-    scores = (Q @ K.transpose(-1, -2)) * scale  # (B, H, N, N)
-    if bias is not None:
-        scores = scores + bias
-    A = masked_softmax(scores, mask)
+    A = safe_softmax_scores(Q, K, mask, scale=scale, bias=bias)
     return A @ V, A

@@ -5,6 +5,7 @@ The four named variants of theory.md §2 and issue 2 are presets of :class:`Bloc
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 
 from ..errors import ConfigError
@@ -72,15 +73,24 @@ class BlockConfig:
             raise ConfigError("placement 'theory' has no skip connection: use post_ln or pre_ln with alpha")
         if self.placement == "theory" and self.mlp:
             raise ConfigError("the MLP sublayer needs placement post_ln or pre_ln")
-        if not isinstance(self.n_heads, int) or self.n_heads < 1:
-            raise ConfigError(f"n_heads must be a positive int, got {self.n_heads!r}")
-        if self.mlp_ratio < 1:
-            raise ConfigError(f"mlp_ratio must be >= 1, got {self.mlp_ratio}")
-        if not self.eps > 0:
-            raise ConfigError(f"eps must be > 0, got {self.eps}")
+        for name in ("n_heads", "mlp_ratio"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive int, got {value!r}")
+        for name in ("out_proj", "mlp", "final_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not _finite_number(self.alpha):
+            raise ConfigError(f"alpha must be a finite number, got {self.alpha!r}")
+        if not _finite_number(self.eps) or not self.eps > 0:
+            raise ConfigError(f"eps must be a finite number > 0, got {self.eps!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _finite_number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 VARIANTS: dict[str, BlockConfig] = {

@@ -21,11 +21,16 @@ def sphere(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     (theory.md §2, SA-LN). Rule for zero rows: they stay zero (no direction exists);
     the count of such rows is returned so the caller can warn.
 
+    Rows are first divided by their largest absolute entry, so rows whose norm
+    would overflow the dtype (``||x|| > 1.8e19`` in float32 squares past its range)
+    still land on the sphere instead of becoming 0.
+
     Returns ``(X_normalised, n_zero_rows)`` (0-d int64 tensor, no device sync).
     """
-    norms = torch.linalg.vector_norm(X, dim=-1, keepdim=True)
-    zero = norms == 0
-    return X / norms.masked_fill(zero, 1.0), zero.sum()
+    peak = X.abs().amax(dim=-1, keepdim=True)
+    zero = peak == 0
+    Y = X / peak.masked_fill(zero, 1.0)
+    return Y / torch.linalg.vector_norm(Y, dim=-1, keepdim=True).masked_fill(zero, 1.0), zero.sum()
 
 
 def apply_norm(X: torch.Tensor, kind: str, eps: float, weight=None, bias=None):

@@ -6,6 +6,7 @@ Default initialisation (documented in docs/dynamics.md): one head, ``W_Q, W_K, W
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
@@ -13,7 +14,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MetricError
 from .config import BlockConfig, resolve_variant
 from .layers import Attention, apply_norm, block_forward
 from .masking import resolve_mask
@@ -64,6 +65,29 @@ def _as_tokens(X0, dtype, device) -> torch.Tensor:
     return X
 
 
+def _check_int(value, name: str, *, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def _check_device(device) -> torch.device | None:
+    """``device`` as a ``torch.device`` that exists on this machine (None = X0's)."""
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(f"device {device!r} is not a torch device ({exc})") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (dev.index or 0) >= count:
+            raise ConfigError(f"device {device!r} is not available: this machine has {count} CUDA device(s)")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device {device!r} is not available on this machine")
+    return dev
+
+
 def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
     """Names, ``measure(X, mask) -> {name: (B,)}`` and whether a metric needs the mask."""
     if isinstance(metrics, Mapping):
@@ -77,6 +101,14 @@ def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
         raise ConfigError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")
     uses_mask = any(METRICS[n].uses_mask for n in names)
     return names, lambda X, mask: compute_metrics(X, names, mask=mask), uses_mask
+
+
+def _measure_at(measure: Callable, X: torch.Tensor, mask, t: int) -> dict:
+    """``measure(X, mask)``, with a metric failure naming the layer it happened after."""
+    try:
+        return measure(X, mask)
+    except MetricError as exc:
+        raise MetricError(f"after layer {t}: {exc}") from None
 
 
 def _check_weights(weights: Sequence[LayerWeights], depth: int, d: int) -> None:
@@ -135,12 +167,14 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     MaskError
         Bad mask or a row with no allowed key.
     """
-    if not isinstance(depth, int) or depth < 1:
-        raise ConfigError(f"depth must be a positive int, got {depth!r}")
-    if not d_qk > 0:
-        raise ConfigError(f"d_qk must be > 0, got {d_qk}")
+    depth = _check_int(depth, "depth", low=1)
+    seed = _check_int(seed, "seed", low=0)
+    block_size = _check_int(block_size, "block_size", low=1)
+    if isinstance(d_qk, bool) or not isinstance(d_qk, (int, float, np.number)) or not 0 < d_qk < math.inf:
+        raise ConfigError(f"d_qk must be a finite number > 0, got {d_qk!r}")
     if path not in ("auto", "dense", "blocked"):
         raise ConfigError(f"path must be 'auto', 'dense' or 'blocked', got {path!r}")
+    device = _check_device(device)
     cfg = resolve_variant(variant, n_heads=n_heads)
     given_weights = weights is not None
     X = _as_tokens(X0, dtype, device)
@@ -167,7 +201,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
                        record_attention=record_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
     metric_mask = m.dense(X.device) if uses_mask else None  # built once, not per layer
-    rows = [measure(X, metric_mask)]
+    rows = [_measure_at(measure, X, metric_mask, 0)]
     states = [X.cpu()] if record_states else None
     zero_rows = []
     with torch.no_grad():
@@ -177,7 +211,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
                 raise ConfigError(f"X has non-finite values after layer {t + 1} (overflow in {X.dtype}); "
                                   "use dtype=torch.float64, a smaller-norm value family, or a normalisation")
             zero_rows.append(z)
-            rows.append(measure(X, metric_mask))
+            rows.append(_measure_at(measure, X, metric_mask, t + 1))
             if record_states:
                 states.append(X.cpu())
         final = None

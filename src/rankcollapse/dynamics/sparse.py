@@ -18,7 +18,7 @@ import scipy.sparse
 import torch
 
 from ..errors import MaskError
-from .attention import masked_softmax
+from .attention import safe_softmax_scores, scores_may_overflow
 
 
 @dataclass
@@ -92,20 +92,23 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     """
     out = torch.empty(*Q.shape[:-1], V.shape[-1], dtype=V.dtype, device=V.device)
     eps = None
+    overflow = scores_may_overflow(Q, K, scale)  # once for all blocks
+    use_sdpa = not need_epsilon and not overflow
     for blk in plan.blocks:
         if blk.keys is None:
             k, v = K[..., blk.k_start : blk.k_stop, :], V[..., blk.k_start : blk.k_stop, :]
         else:
             k, v = K.index_select(-2, blk.keys), V.index_select(-2, blk.keys)
         q = Q[..., blk.start : blk.stop, :]  # (B, H, Bq, d_k)
-        if need_epsilon:
-            A = masked_softmax((q @ k.transpose(-1, -2)) * scale, blk.local)  # (B, H, Bq, K_b)
-            out[..., blk.start : blk.stop, :] = A @ v
-            low = A.masked_fill(~blk.local, float("inf")).amin()
-            eps = low if eps is None else torch.minimum(eps, low)
-        else:
+        o = None
+        if use_sdpa:
             o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=blk.local, scale=scale)
-            if not bool(torch.isfinite(o.sum())):
-                o = masked_softmax((q @ k.transpose(-1, -2)) * scale, blk.local) @ v
-            out[..., blk.start : blk.stop, :] = o
+            o = o if bool(torch.isfinite(o.sum())) else None
+        if o is None:
+            A = safe_softmax_scores(q, k, blk.local, scale=scale, overflow=overflow)  # (B, H, Bq, K_b)
+            o = A @ v
+            if need_epsilon:
+                low = A.masked_fill(~blk.local, float("inf")).amin()
+                eps = low if eps is None else torch.minimum(eps, low)
+        out[..., blk.start : blk.stop, :] = o
     return out, eps

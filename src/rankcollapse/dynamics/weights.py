@@ -185,12 +185,13 @@ MatrixSource = str | torch.Tensor | np.ndarray | Sequence[torch.Tensor | np.ndar
 def layer_matrix(source: MatrixSource, role: str, layer: int, depth: int, shape: tuple[int, int],
                  seed: int) -> torch.Tensor:
     """The float64 ``shape`` matrix ``role`` of ``layer`` from a family spec, one user
-    matrix (all layers) or a list of ``depth`` user matrices.
+    matrix (all layers) or a list of ``depth`` entries, each a matrix or a family spec.
 
     Raises
     ------
     ConfigError
-        Wrong shape (names the role, layer and both shapes), wrong list length, NaN/Inf.
+        Wrong shape (names the role, layer and both shapes), wrong list length, NaN/Inf,
+        a non-numeric entry.
     """
     if isinstance(source, str):
         return draw(source, shape[0], shape[1], generator(seed, layer, role))
@@ -198,7 +199,14 @@ def layer_matrix(source: MatrixSource, role: str, layer: int, depth: int, shape:
         if len(source) != depth:
             raise ConfigError(f"{role}: got a list of {len(source)} matrices for depth {depth}")
         source = source[layer]
-    M = torch.as_tensor(np.asarray(source) if not isinstance(source, torch.Tensor) else source)
+        if isinstance(source, str):  # a per-layer list may mix family specs and matrices
+            return draw(source, shape[0], shape[1], generator(seed, layer, role))
+    try:
+        M = torch.as_tensor(np.asarray(source) if not isinstance(source, torch.Tensor) else source)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{role} of layer {layer} is not a numeric matrix ({exc})") from None
+    if not (M.is_floating_point() or M.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)):
+        raise ConfigError(f"{role} of layer {layer} must be a real numeric matrix, got dtype {M.dtype}")
     M = M.detach().to(device="cpu", dtype=torch.float64)
     if tuple(M.shape) != tuple(shape):
         raise ConfigError(f"{role} of layer {layer} has shape {tuple(M.shape)}, expected {tuple(shape)}")

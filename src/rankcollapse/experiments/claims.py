@@ -100,9 +100,11 @@ def _layer(series: pd.Series, layer: Any) -> int:
 
 
 def _align(a: pd.Series, b: pd.Series) -> tuple[pd.Series, pd.Series]:
-    if len(a) == 1 and len(b) > 1:
+    """Pair values by seed; a side without seeds (index ``[-1]``: a constant or a
+    pretrained model) is broadcast to the other side's seeds."""
+    if list(a.index) == [-1]:
         a = pd.Series(a.iloc[0], index=b.index)
-    elif len(b) == 1 and len(a) > 1:
+    elif list(b.index) == [-1]:
         b = pd.Series(b.iloc[0], index=a.index)
     common = a.index.intersection(b.index)
     if common.empty:
@@ -125,6 +127,8 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
         "lhs": _stats(lhs),
         "rhs": _stats(rhs),
         "per_seed": {int(s): [float(l), float(r), bool(k)] for s, l, r, k in zip(lhs.index, lhs, rhs, ok)},
+        "op": op,
+        "factor": factor,
         "outcome": outcome,
     }
 
@@ -211,8 +215,15 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     try:
         checks = []
         for c in expand_checks(rule["checks"]):
-            res = evaluate_check(table, c, setting)
-            res["informational"] = bool(c.get("informational", False))
+            info = bool(c.get("informational", False))
+            try:
+                res = evaluate_check(table, c, setting)
+            except MissingData as exc:
+                if not info:
+                    raise
+                res = {"check": c.get("name", ""), "text": str(exc), "outcome": "missing",
+                       "lhs": _stats(pd.Series([np.nan])), "rhs": _stats(pd.Series([np.nan])), "per_seed": {}}
+            res["informational"] = info
             checks.append(res)
     except MissingData as exc:
         return {"verdict": "not run", "measured": {"checks": []}, "missing": str(exc)}

@@ -50,6 +50,7 @@ class RunContext:
         self._texts: list[str] | None = None
         self._models: dict[str, Any] = {}
         self._windows: dict[tuple[str, int], Any] = {}
+        self._embeddings: dict[tuple[str, int, int, int | None], torch.Tensor] = {}
 
     def texts(self) -> list[str]:
         if self._texts is None:
@@ -82,6 +83,9 @@ class RunContext:
         """X(0): the embedding-layer output ``(B, N, d)`` of windows ``start:stop``."""
         from ..models.probe import embed
 
+        key = (model, int(n_windows), int(start), stop)
+        if key in self._embeddings:
+            return self._embeddings[key]
         win = self.windows(model, n_windows)
         stop = win.n_windows if stop is None else stop
         part = type(win)(win.input_ids[start:stop], win.attention_mask[start:stop], win.special_tokens_mask[start:stop])
@@ -89,4 +93,5 @@ class RunContext:
             X = embed(self.model(model), part)
         if not torch.isfinite(X).all():
             raise DataError(f"embeddings of {model} contain NaN/Inf")
-        return X.detach()
+        self._embeddings[key] = X.detach()
+        return self._embeddings[key]

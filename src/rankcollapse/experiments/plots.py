@@ -16,6 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -29,7 +30,8 @@ METRIC_LABELS = {
     "sigma_min": "σ_min(X)",
     "sigma_ratio": "σ₂ / σ₁",
 }
-_LINE_ORDER = {"mask": ["complete", "causal", "sliding_window", "causal_sliding_window"]}
+_LINE_ORDER = {"mask": ["complete", "causal", "sliding_window", "causal_sliding_window"],
+               "variant": ["pure", "ln", "skip", "skip_ln", "full", "drop_norm"]}
 
 
 def make_plots(table: pd.DataFrame, configs: list[dict[str, Any]], folder: Path) -> dict[str, dict[str, str]]:
@@ -66,7 +68,7 @@ def draw(table: pd.DataFrame, spec: dict[str, Any]):
         return None
     panel_key, line_key = spec.get("panels"), spec["lines"]
     panels = _ordered(list(rows[panel_key].unique()), panel_key) if panel_key else [None]
-    ncol = min(len(panels), int(spec.get("ncols", 4)))
+    ncol = min(len(panels), int(spec.get("ncols", 2)))
     nrow = int(np.ceil(len(panels) / ncol))
     fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.1 * nrow), squeeze=False, sharey=spec.get("sharey", True))
     loglog = bool(spec.get("loglog", False))
@@ -81,15 +83,18 @@ def draw(table: pd.DataFrame, spec: dict[str, Any]):
         ax.set_xlabel(spec.get("xlabel", "layer t"))
         ax.set_yscale(spec.get("yscale", "log"))
         if loglog:
-            ax.set_xscale("log")
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(True, which="major", alpha=0.3)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel(spec.get("ylabel", METRIC_LABELS.get(spec["metric"], spec["metric"])))
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), bbox_to_anchor=(0.5, -0.02 - 0.04 * nrow),
-               frameon=False, title=spec.get("legend_title", line_key))
+    if labels:
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False,
+                   title=spec.get("legend_title", line_key))
     fig.suptitle(spec["title"], fontsize=11)
     fig.tight_layout()
     return fig

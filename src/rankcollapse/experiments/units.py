@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RankCollapseError
 from .config import Unit
 from .context import RunContext
 from .table import normalise, rows_from_metrics
@@ -134,10 +134,18 @@ def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     loaded = ctx.model(p["model"])
     win = ctx.windows(p["model"], int(p["n_windows"]))
     drop = tuple(p.get("drop", ()))
-    df = probe(loaded, win, drop=drop, metrics=list(p.get("metrics", DEFAULT_SIM_METRICS)), batch_size=int(p.get("batch_size", 8)))
     native = "causal" if loaded.family in ("gpt2", "llama") else "complete"
     variant = "full" if not drop else "drop_" + "_".join(drop)
     labels = _labels(unit, mask=native, mask_spec=native, variant=variant, value="pretrained", family=loaded.family)
+    try:
+        df = probe(loaded, win, drop=drop, metrics=list(p.get("metrics", DEFAULT_SIM_METRICS)),
+                   batch_size=int(p.get("batch_size", 8)))
+    except RankCollapseError as exc:
+        if not drop:
+            raise
+        # removing components can overflow float32 activations: a measured outcome, kept as a row
+        df = pd.DataFrame([{"layer": 0, "point": "overflow", "metric": "nonfinite", "mean": 1.0, "n_samples": win.n_windows,
+                            "note": str(exc)[:200]}])
     return normalise(df, labels)
 
 
@@ -149,7 +157,8 @@ def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     fn = getattr(theory_units, f"check_{check}", None)
     if fn is None:
         raise ConfigError(f"unknown theory check {check!r}")
-    return normalise(fn(unit.params, ctx), _labels(unit, model="theory", variant=check))
+    labels = {k: v for k, v in _labels(unit, model="theory", variant=check).items() if k not in ("mask", "mask_spec")}
+    return normalise(fn(unit.params, ctx), labels)
 
 
 EXECUTORS: dict[str, Callable[[Unit, RunContext], pd.DataFrame]] = {
