@@ -44,8 +44,8 @@ def wikipedia_texts() -> list[str]:
 
 
 def read_text_file(path: str | Path) -> list[str]:
-    """Documents from a UTF-8 file: one per non-empty line, or for ``*.jsonl`` the
-    ``"text"`` field of each line's object.
+    """Documents from a UTF-8 file (a leading byte order mark is dropped): one per
+    non-empty line, or for ``*.jsonl`` (any case) the ``"text"`` field of each line's object.
 
     Raises
     ------
@@ -59,11 +59,11 @@ def read_text_file(path: str | Path) -> list[str]:
     except OSError as exc:
         raise DataError(f"cannot read text file {str(path)!r}: {exc.strerror or exc}") from None
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a leading byte order mark is not text
     except UnicodeDecodeError as exc:
         raise DataError(f"{path} is not valid UTF-8 (byte {exc.start}); convert it to UTF-8 first") from None
     lines = [ln.strip() for ln in text.splitlines()]
-    if path.suffix == ".jsonl":
+    if path.suffix.lower() == ".jsonl":
         docs = []
         for k, ln in enumerate(lines, 1):
             if not ln:
@@ -119,11 +119,24 @@ class Windows:
 
     @classmethod
     def load(cls, path: str | Path) -> "Windows":
-        z = np.load(path)
+        """Inverse of :meth:`save`.
+
+        Raises
+        ------
+        DataError
+            Unreadable file, not an ``.npz`` archive, or a missing array.
+        """
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in ("input_ids", "attention_mask", "special_tokens_mask")}
+        except KeyError as exc:
+            raise DataError(f"{path} lacks the array {exc}; expected input_ids, attention_mask, special_tokens_mask") from None
+        except (OSError, ValueError) as exc:
+            raise DataError(f"cannot read windows file {path}: {exc}") from None
         return cls(
-            torch.from_numpy(z["input_ids"]).long(),
-            torch.from_numpy(z["attention_mask"]).long(),
-            torch.from_numpy(z["special_tokens_mask"]).bool(),
+            torch.from_numpy(arrays["input_ids"]).long(),
+            torch.from_numpy(arrays["attention_mask"]).long(),
+            torch.from_numpy(arrays["special_tokens_mask"]).bool(),
         )
 
 

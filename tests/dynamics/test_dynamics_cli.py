@@ -36,10 +36,16 @@ def test_json_layers_and_plot(tmp_path):
     (["--mask", "nosuchmask"], "nosuchmask"),
     (["--input", "/nonexistent.npy"], "neither one of"),
     (["--variant", "ln", "--placement", "theory", "--alpha", "1"], "theory"),
+    (["--device", "nosuchdevice"], "not a torch device"),
+    (["--device", "cuda:99"], "not available"),
+    (["--seed", "-1"], "seed must be an integer >= 0"),
+    (["--input", "BADFILE"], "not a readable .npy/.pt array"),
 ])
 def test_bad_input_one_line_exit_2(args, msg, tmp_path, monkeypatch, capsys):
     from rankcollapse.cli import main
 
+    (tmp_path / "bad.npy").write_bytes(b"not an array")
+    args = [str(tmp_path / "bad.npy") if a == "BADFILE" else a for a in args]
     monkeypatch.setattr(sys, "argv", ["rankcollapse", "simulate", *args, "--out", str(tmp_path / "o")])
     with pytest.raises(SystemExit) as exc:
         main()
@@ -47,3 +53,27 @@ def test_bad_input_one_line_exit_2(args, msg, tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert msg in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_settings_name_the_variant_and_plot_draws_requested_metrics(tmp_path):
+    p = run("--mask", "causal", "--n-tokens", "8", "--depth", "3", "--samples", "2", "--d-model", "4",
+            "--variant", "ln", "--metrics", "avg_abs_cos", "--json", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["settings"]["variant"] == "ln" and doc["settings"]["block"]["norm"] == "sphere"
+    assert "avg_abs_cos" in doc["layers"][0] and "mu" not in doc["layers"][0]
+    assert "No artists with labels" not in p.stderr  # the plot is not empty
+
+
+def test_json_numbers_are_strict():
+    from rankcollapse.cli.simulate import _json_number
+
+    assert _json_number(float("nan")) is None and _json_number(float("inf")) is None
+    assert _json_number(2.5) == 2.5
+
+
+def test_pretrained_defaults_to_the_model_width():
+    p = run("--mask", "complete", "--n-tokens", "8", "--samples", "1", "--pretrained", "minilm", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["settings"]["d_model"] == 384 and len(doc["layers"]) == doc["settings"]["depth"] + 1

@@ -1,7 +1,6 @@
 """Simulator core: the four variants against float64 numpy references, invariants, errors."""
 
 import math
-import warnings
 
 import numpy as np
 import pytest

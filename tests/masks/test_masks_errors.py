@@ -46,7 +46,7 @@ def test_bad_files(tmp_path):
     (tmp_path / "far.txt").write_text("0 0\n1 1\n2 5\n")
     (tmp_path / "junk.txt").write_text("0 0\n1 x\n")
     cases = [("rect.npy", 3, "square"), ("float.npy", 3, "boolean"), ("empty_row.npy", 2, "rows [1]"),
-             ("far.txt", 3, "(2 5) names a token outside 0..2"), ("junk.txt", 2, "line 2"),
+             ("far.txt", 3, "line 3: edge '2 5' names a token outside 0..2"), ("junk.txt", 2, "line 2"),
              ("rect.npy", 4, "square")]
     (tmp_path / "swap.txt").write_text("0 1\n1 0\n")
     with pytest.raises(MaskError, match=r"rows \[0\] allow no key"):

@@ -3,7 +3,6 @@ zero, temperature in closed form, dropped components against hand-built referenc
 
 import pytest
 import torch
-from models_tiny import build_tiny, tiny_windows
 
 from rankcollapse.errors import ConfigError, MaskError, ModelError
 from rankcollapse.models import Recorder, attention_only, intervene, model_inputs, parse_drop, probe
@@ -32,8 +31,8 @@ def test_own_pattern_as_mask_changes_nothing(tiny, windows):
     torch.testing.assert_close(_last(_run(tiny, windows, mask=spec)), _last(base), atol=1e-5, rtol=1e-5)
 
 
-def test_masked_attention_weights_are_exactly_zero():
-    loaded, w = build_tiny("llama"), tiny_windows(pad_last=0)
+def test_masked_attention_weights_are_exactly_zero(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("llama"), make_windows_tiny(pad_last=0)
     out = _run(loaded, w, mask="causal_sliding_window:w=3")
     n = w.length
     i, j = torch.arange(n)[:, None], torch.arange(n)[None]
@@ -43,23 +42,23 @@ def test_masked_attention_weights_are_exactly_zero():
         torch.testing.assert_close(A.sum(-1), torch.ones_like(A.sum(-1)))
 
 
-def test_padding_keys_get_zero_weight_under_a_replacement_mask():
-    loaded, w = build_tiny("bert"), tiny_windows(pad_last=3)
+def test_padding_keys_get_zero_weight_under_a_replacement_mask(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("bert"), make_windows_tiny(pad_last=3)
     A = _run(loaded, w, mask="sliding_window:w=5").attentions[0]
     assert torch.all(A[-1, :, :7, -3:] == 0)  # real queries; all-padding rows are excluded from metrics
 
 
-def test_temperature_scales_layer0_logits_in_closed_form():
+def test_temperature_scales_layer0_logits_in_closed_form(make_tiny, make_windows_tiny):
     # A = softmax(z); with scale s the first layer gives softmax(z / sqrt(s)) = softmax(log A / sqrt(s)).
-    loaded, w = build_tiny("bert"), tiny_windows(pad_last=0)
+    loaded, w = make_tiny("bert"), make_windows_tiny(pad_last=0)
     s = 3.0
     A = _run(loaded, w).attentions[0].double()
     A_s = _run(loaded, w, d_qk_scale=s).attentions[0].double()
     torch.testing.assert_close(A_s, torch.softmax(torch.log(A) / s**0.5, dim=-1), atol=1e-6, rtol=1e-5)
 
 
-def test_drop_mlp_pre_ln_block_is_input_plus_attention():
-    loaded, w = build_tiny("llama"), tiny_windows()
+def test_drop_mlp_pre_ln_block_is_input_plus_attention(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("llama"), make_windows_tiny()
     names = ["layer.0.input", "layer.0.attn_output", "layer.0.mlp_output", "layer.0.output"]
     with intervene(loaded, drop="mlp"), Recorder(loaded, names) as rec, torch.no_grad():
         loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
@@ -68,8 +67,8 @@ def test_drop_mlp_pre_ln_block_is_input_plus_attention():
     assert torch.equal(o["layer.0.output"], o["layer.0.input"] + o["layer.0.attn_output"])
 
 
-def test_drop_skip_and_mlp_is_attention_of_normed_input():
-    loaded, w = build_tiny("llama"), tiny_windows(pad_last=0)
+def test_drop_skip_and_mlp_is_attention_of_normed_input(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("llama"), make_windows_tiny(pad_last=0)
     m, n = loaded.model, w.length
     with intervene(loaded, drop=["skip", "mlp"]), Recorder(loaded, ["layer.0.input", "layer.0.output"]) as rec, torch.no_grad():
         m(**model_inputs(loaded, w.input_ids, w.attention_mask))
@@ -83,8 +82,8 @@ def test_drop_skip_and_mlp_is_attention_of_normed_input():
     torch.testing.assert_close(rec.outputs["layer.0.output"], ref, atol=1e-5, rtol=1e-5)
 
 
-def test_drop_skip_post_ln_is_norm_of_attention():
-    loaded, w = build_tiny("bert"), tiny_windows()
+def test_drop_skip_post_ln_is_norm_of_attention(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("bert"), make_windows_tiny()
     names = ["layer.0.attn_output", "layer.0.norm_1"]
     with intervene(loaded, drop="skip"), Recorder(loaded, names) as rec, torch.no_grad():
         loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
@@ -97,15 +96,15 @@ def test_drop_skip_post_ln_is_norm_of_attention():
     torch.testing.assert_close(rec.outputs["layer.0.norm_1"], ln(sa), atol=1e-5, rtol=1e-5)
 
 
-def test_drop_norm_makes_norms_identity():
-    loaded, w = build_tiny("gpt2"), tiny_windows()
+def test_drop_norm_makes_norms_identity(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("gpt2"), make_windows_tiny()
     with intervene(loaded, drop="norm"), Recorder(loaded, ["layer.1.input", "layer.1.norm_1"]) as rec, torch.no_grad():
         loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
     assert torch.equal(rec.outputs["layer.1.norm_1"], rec.outputs["layer.1.input"])
 
 
-def test_drop_some_blocks_of_albert_shared_layer():
-    loaded, w = build_tiny("albert"), tiny_windows()
+def test_drop_some_blocks_of_albert_shared_layer(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("albert"), make_windows_tiny()
     names = ["layer.0.output", "layer.1.output"]
     with Recorder(loaded, names) as base, torch.no_grad():
         loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
@@ -121,16 +120,16 @@ def test_hooks_removed_after_intervention(tiny, windows):
     assert torch.equal(_last(_run(tiny, windows)), before)
 
 
-def test_attention_only_pure_collapses_and_repeats_blocks():
-    loaded, w = build_tiny("bert"), tiny_windows(pad_last=0)
+def test_attention_only_pure_collapses_and_repeats_blocks(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("bert"), make_windows_tiny(pad_last=0)
     df = attention_only(loaded, w, depth=12, keep=(), metrics=["mu_relative"])
     mu = df.sort_values("layer")["mean"].to_numpy()
     assert len(mu) == 13 and mu[-1] < 1e-2 * mu[0]
     assert set(df.point[1:]) == {"attention_only.block.0", "attention_only.block.1", "attention_only.block.2"}
 
 
-def test_probe_with_interventions_records_settings():
-    loaded, w = build_tiny("t5"), tiny_windows()
+def test_probe_with_interventions_records_settings(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("t5"), make_windows_tiny()
     df = probe(loaded, w, mask="causal", d_qk_scale=2.0, drop=["mlp"], metrics=["mu"])
     assert df.attrs["mask"] == "causal" and df.attrs["d_qk_scale"] == 2.0
     assert df["point"].str.startswith("decoder.").any()
@@ -146,8 +145,8 @@ def test_probe_with_interventions_records_settings():
         (dict(drop="mlp:7"), ConfigError, "outside"),
     ],
 )
-def test_bad_interventions(kw, err, text):
-    loaded, w = build_tiny("llama"), tiny_windows()
+def test_bad_interventions(kw, err, text, make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("llama"), make_windows_tiny()
     size = kw.pop("size", None)
     if size is not None:
         from rankcollapse.masks import parse_mask
@@ -157,11 +156,36 @@ def test_bad_interventions(kw, err, text):
         _run(loaded, w, **kw)
 
 
-def test_generic_family_refuses_interventions():
-    loaded, w = build_tiny("roberta"), tiny_windows()
+def test_generic_family_refuses_interventions(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("roberta"), make_windows_tiny()
     with pytest.raises(ModelError, match="generic"):
         _run(loaded, w, mask="complete")
 
 
 def test_parse_drop_block_lists():
     assert parse_drop("skip:0-1,3,mlp", 4) == {"skip": {0, 1, 3}, "mlp": {0, 1, 2, 3}}
+
+
+def test_reversed_block_range_is_an_error():
+    # 'skip:3-1' once meant an empty range, silently widened to every block.
+    with pytest.raises(ConfigError, match="3-1"):
+        parse_drop("skip:3-1", 4)
+
+
+@pytest.mark.parametrize("kind", ["bert", "albert"])
+def test_final_norm_drop_refused_without_a_final_norm(make_tiny, make_windows_tiny, kind):
+    loaded, w = make_tiny(kind), make_windows_tiny()
+    with pytest.raises(ModelError, match="final norm"):
+        _run(loaded, w, drop="final_norm")
+
+
+def test_final_norm_drop_makes_last_hidden_state_the_raw_block_output(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("gpt2"), make_windows_tiny()
+    with intervene(loaded, drop="final_norm"), Recorder(loaded, ["layer.2.output", "final_norm"]) as rec, torch.no_grad():
+        loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
+    assert torch.equal(rec.outputs["final_norm"], rec.outputs["layer.2.output"])
+
+
+def test_probe_records_drop_string_as_component_list(make_tiny, make_windows_tiny):
+    df = probe(make_tiny("llama"), make_windows_tiny(), drop="skip:0-1,mlp", metrics=["mu"])
+    assert df.attrs["drop"] == ["skip:0-1", "mlp"]

@@ -95,3 +95,25 @@ def test_hub_name_offline_fails_fast(monkeypatch, capsys):
     code, err = _main(monkeypatch, capsys, "some-org/not-a-local-model", "--windows", "2", "--length", "16")
     assert code == 2
     assert "some-org/not-a-local-model" in err and "HF_HUB_OFFLINE" in err
+
+
+@pytest.mark.parametrize(
+    "extra, text",
+    [
+        (["--drop", "final_norm"], "final norm"),
+        (["--drop", "skip:3-1"], "3-1"),
+        (["--gguf-file", "x.gguf"], "gguf"),
+    ],
+)
+def test_unsupported_options_for_minilm_exit_2(monkeypatch, capsys, text_file, extra, text):
+    code, err = _main(monkeypatch, capsys, "minilm", "--text-file", str(text_file), "--windows", "2", "--length", "32", *extra)
+    lines = [ln for ln in err.splitlines() if ln.startswith("rankcollapse: error:")]
+    assert code == 2 and len(lines) == 1 and text in lines[0], err
+
+
+def test_local_folder_without_config_names_what_is_missing(monkeypatch, capsys, tmp_path):
+    (tmp_path / "notes.txt").write_text("not a model", encoding="utf-8")
+    code, err = _main(monkeypatch, capsys, str(tmp_path), "--windows", "2", "--length", "16")
+    assert code == 2 and "config.json" in err and str(tmp_path) in err, err
+    code, err = _main(monkeypatch, capsys, str(tmp_path / "notes.txt"), "--windows", "2", "--length", "16")
+    assert code == 2 and "not a folder" in err, err

@@ -4,7 +4,6 @@ model's own hidden_states, the sublayer points add up, the tidy table is complet
 import numpy as np
 import pytest
 import torch
-from models_tiny import build_tiny, tiny_windows
 
 from rankcollapse.errors import ModelError
 from rankcollapse.metrics import compute_metrics
@@ -41,9 +40,9 @@ def test_recorder_equals_hidden_states(tiny, windows):
             assert (raw - states[L]).abs().max() > 1e-3
 
 
-def test_pre_ln_block_is_sum_of_recorded_sublayers():
+def test_pre_ln_block_is_sum_of_recorded_sublayers(make_tiny, make_windows_tiny):
     for kind in ("llama", "gpt2"):
-        loaded, w = build_tiny(kind), tiny_windows()
+        loaded, w = make_tiny(kind), make_windows_tiny()
         names = default_points(loaded, "all")
         with Recorder(loaded, names) as rec, torch.no_grad():
             loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
@@ -54,8 +53,8 @@ def test_pre_ln_block_is_sum_of_recorded_sublayers():
             torch.testing.assert_close(o[f"layer.{k + 1}.input"] if k < 2 else o["layer.2.output"], o[f"layer.{k}.output"])
 
 
-def test_post_ln_block_output_is_second_norm():
-    loaded, w = build_tiny("bert"), tiny_windows()
+def test_post_ln_block_output_is_second_norm(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("bert"), make_windows_tiny()
     with Recorder(loaded, default_points(loaded, "all")) as rec, torch.no_grad():
         loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
     for k in range(3):
@@ -65,16 +64,16 @@ def test_post_ln_block_output_is_second_norm():
         torch.testing.assert_close(rec.outputs[f"layer.{k}.norm_1"], ref, atol=1e-6, rtol=1e-6)
 
 
-def test_albert_shared_layer_gives_one_output_per_depth():
-    loaded, w = build_tiny("albert"), tiny_windows()
+def test_albert_shared_layer_gives_one_output_per_depth(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("albert"), make_windows_tiny()
     with Recorder(loaded) as rec, torch.no_grad():
         loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
     outs = [rec.outputs[f"layer.{k}.output"] for k in range(3)]
     assert not torch.equal(outs[0], outs[1]) and not torch.equal(outs[1], outs[2])
 
 
-def test_generic_family_records_block_outputs():
-    loaded, w = build_tiny("roberta"), tiny_windows()
+def test_generic_family_records_block_outputs(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("roberta"), make_windows_tiny()
     assert loaded.family == "generic"
     hs = _hidden_states(loaded, w)[""]
     with Recorder(loaded) as rec, torch.no_grad():
@@ -109,9 +108,9 @@ def test_probe_table_complete_and_matches_direct_metrics(tiny, windows):
         assert layers == list(range(L + 1))
 
 
-def test_padding_is_excluded_from_metrics():
-    loaded = build_tiny("bert")
-    w = tiny_windows(n_windows=1, length=10, pad_last=4)
+def test_padding_is_excluded_from_metrics(make_tiny, make_windows_tiny):
+    loaded = make_tiny("bert")
+    w = make_windows_tiny(n_windows=1, length=10, pad_last=4)
     df = probe(loaded, w, metrics=["mu"])
     with Recorder(loaded) as rec, torch.no_grad():
         loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
@@ -121,6 +120,6 @@ def test_padding_is_excluded_from_metrics():
     np.testing.assert_allclose(got, mu_ref.item(), rtol=1e-6)
 
 
-def test_unknown_point_is_a_model_error():
+def test_unknown_point_is_a_model_error(make_tiny):
     with pytest.raises(ModelError, match="layer.9.output"):
-        Recorder(build_tiny("llama"), ["layer.9.output"])
+        Recorder(make_tiny("llama"), ["layer.9.output"])

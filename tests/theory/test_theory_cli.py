@@ -7,7 +7,6 @@ import sys
 import numpy as np
 import pytest
 
-from test_theory_equilibria import numpy_step  # noqa: E402  (same folder, rootdir-relative import)
 
 CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
 
@@ -17,7 +16,7 @@ def run(*args):
 
 
 @pytest.mark.parametrize("n,d,k", [(2, 2, 2), (6, 4, 3)])
-def test_equilibria_json_is_verifiable_from_printed_system(n, d, k):
+def test_equilibria_json_is_verifiable_from_printed_system(n, d, k, numpy_step):
     p = run("equilibria", "--n", str(n), "--d", str(d), "--rank", str(k), "--json")
     assert p.returncode == 0, p.stderr
     obj = json.loads(p.stdout)
@@ -48,3 +47,20 @@ def test_basin_and_find_json(tmp_path):
     assert any(e["rank"] == 2 and e["stable"] for e in f["equilibria"])
     bad = run("find", "--system", str(tmp_path / "missing.json"))
     assert bad.returncode == 2 and "cannot read system JSON" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["bound", "--n", "1", "--widths", "2"], "at least 2 tokens"),
+        (["basin", "--confidence", "1.5", "--samples", "10"], "confidence"),
+    ],
+)
+def test_bad_theory_options_one_line_exit_2(monkeypatch, capsys, args, text):
+    from rankcollapse.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "theory", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1 and text in err, err

@@ -13,18 +13,6 @@ from rankcollapse.theory.stability import jacobian, stability
 from rankcollapse.theory.system import AttentionSystem, causal_uniform_system
 
 
-def numpy_step(system: dict, X: np.ndarray) -> np.ndarray:
-    """Independent float64 SA-LN step from the printed system (row-vector convention)."""
-    M = np.array(system["mask"], dtype=bool)
-    WQ, WK, WV = (np.array(system[k], dtype=np.float64) for k in ("W_Q", "W_K", "W_V"))
-    S = (X @ WQ) @ (X @ WK).T / math.sqrt(system["d_qk"])
-    S = np.where(M, S, -np.inf)
-    E = np.exp(S - S.max(axis=1, keepdims=True))
-    A = E / E.sum(axis=1, keepdims=True)
-    Y = A @ X @ WV
-    return Y / np.linalg.norm(Y, axis=1, keepdims=True)
-
-
 def test_2x2_example_closed_form_and_stability():
     es = causal_example_2x2().with_stability()
     B = np.array([(6 - math.sqrt(6)) / 10, -(2 + 3 * math.sqrt(6)) / 10])
@@ -42,7 +30,7 @@ def test_2x2_example_closed_form_and_stability():
 
 
 @pytest.mark.parametrize("n,d,k", [(2, 2, 2), (6, 4, 3), (3, 5, 3), (5, 5, 1), (7, 3, 2), (5, 5, 5)])
-def test_construction_has_2k_distinct_rank_k_fixed_points(n, d, k):
+def test_construction_has_2k_distinct_rank_k_fixed_points(n, d, k, numpy_step):
     es = equilibria(n, d, k)
     obj = es.to_dict()
     Xs = [np.array(e["X"]) for e in obj["equilibria"]]
@@ -104,3 +92,13 @@ def test_finder_from_given_starts_finds_unstable_construction_points():
     res = find_equilibria(es.system, starts=starts, n_starts=4, seed=1)
     rank3 = [e for e in res.equilibria if e.rank == 3]
     assert len(rank3) >= 8 and not any(e.stable for e in rank3)
+
+
+def test_tangent_basis_batched_equals_per_sample_and_is_tangent():
+    from rankcollapse.theory.stability import tangent_basis
+
+    X = torch.nn.functional.normalize(torch.randn(5, 4, 3, dtype=torch.float64), dim=-1)
+    Q = tangent_basis(X)  # (5, 12, 8)
+    assert all(torch.equal(Q[b], tangent_basis(X[b])) for b in range(5))
+    torch.testing.assert_close(Q.transpose(1, 2) @ Q, torch.eye(8, dtype=torch.float64).expand(5, 8, 8))
+    assert float((X.reshape(5, 1, 12) @ Q).abs().max()) < 1e-14

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -13,8 +14,12 @@ from ..errors import ConfigError, DataError
 INPUTS = ("wiki", "gaussian", "sphere", "hemisphere")
 
 
-def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: int, seed: int):
-    """X(0) ``(B, N, d)`` from ``source`` (see ``--input``), validated before any run."""
+def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: int, seed: int, loaded=None):
+    """X(0) ``(B, N, d)`` from ``source`` (see ``--input``), validated before any run.
+
+    ``wiki`` embeds Wikipedia windows with ``loaded`` (the ``--pretrained`` model) or,
+    without one, MiniLM.
+    """
     import numpy as np
     import torch
 
@@ -24,10 +29,11 @@ def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: in
         from ..data import make_windows, wikipedia_texts
         from ..models import embed, load_model
 
-        loaded = load_model("minilm")
-        if d_model not in (None, loaded.model.config.hidden_size):
-            raise ConfigError(f"--input wiki uses MiniLM embeddings of width "
-                              f"{loaded.model.config.hidden_size}; drop --d-model or set it to that")
+        loaded = load_model("minilm") if loaded is None else loaded
+        width = loaded.model.config.hidden_size
+        if d_model not in (None, width):
+            raise ConfigError(f"--input wiki uses {loaded.name} embeddings of width {width}; "
+                              "drop --d-model or set it to that")
         windows = make_windows(wikipedia_texts(), loaded.tokenizer, length=n_tokens, n_windows=samples, seed=seed)
         return embed(loaded, windows)
     d = 64 if d_model is None else d_model
@@ -37,13 +43,25 @@ def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: in
     path = Path(source)
     if not path.is_file():
         raise DataError(f"--input {source!r} is neither one of {INPUTS} nor a readable .npy/.pt file")
-    X = torch.load(path, weights_only=True) if path.suffix == ".pt" else torch.as_tensor(np.load(path))
+    try:
+        X = torch.load(path, weights_only=True) if path.suffix == ".pt" else torch.as_tensor(
+            np.load(path, allow_pickle=False))
+    except Exception as exc:  # any unreadable file: pickle, zip, numpy and torch errors differ
+        raise DataError(f"--input {source!r} is not a readable .npy/.pt array: {exc}") from None
+    if not isinstance(X, torch.Tensor):
+        raise DataError(f"--input {source!r} holds a {type(X).__name__}, not one tensor")
     if X.ndim == 2:
         X = X.unsqueeze(0)
     if X.ndim != 3 or X.shape[1] != n_tokens:
         raise ConfigError(f"--input {source}: expected shape (N, d) or (B, N, d) with N={n_tokens}, "
                           f"got {tuple(X.shape)}")
     return X
+
+
+def _json_number(value) -> float | None:
+    """A float for JSON; NaN/Inf (not valid JSON) become null."""
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def _plot(result, path: Path, title: str) -> None:
@@ -55,11 +73,11 @@ def _plot(result, path: Path, title: str) -> None:
     from .._io import atomic_path
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name in ("mu", "mu_relative"):
-        if name in result.metrics:
-            y = result.metrics[name].mean(1).numpy()
-            ax.plot(range(1, len(y)), y[1:], marker=".", label=f"{name} (mean over samples)")
-            ax.axhline(y[0], ls=":", lw=0.8, color=ax.lines[-1].get_color())
+    names = [k for k in ("mu", "mu_relative") if k in result.metrics] or list(result.metrics)
+    for name in names:  # μ when recorded, else every requested metric
+        y = result.metrics[name].mean(1).numpy()
+        ax.plot(range(1, len(y)), y[1:], marker=".", label=f"{name} (mean over samples)")
+        ax.axhline(y[0], ls=":", lw=0.8, color=ax.lines[-1].get_color())
     ax.set(xscale="log", yscale="log", xlabel="layer t", ylabel="value (dotted: t = 0)", title=title)
     ax.legend()
     fig.tight_layout()
@@ -107,32 +125,36 @@ def simulate_command(
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
     cfg = resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
                           attention="uniform" if uniform else None)
-    weights = None
+    weights = loaded = None
     if pretrained is not None:
         from ..dynamics.pretrained import extract_attention_weights
         from ..models import load_model
 
-        weights = extract_attention_weights(load_model(pretrained).model)
+        loaded = load_model(pretrained)
+        weights = extract_attention_weights(loaded.model)
         depth = len(weights)
-    X0 = _initial_tokens(source, n_tokens, d_model, samples, seed)
+        d_model = weights[0].d_model if d_model is None and source != "wiki" else d_model
+    X0 = _initial_tokens(source, n_tokens, d_model, samples, seed, loaded)
     res = simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
                    weights=weights, shared=shared, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
                    seed=seed, dtype=getattr(torch, dtype), device=device, record_epsilon=True)
-    layers = [{"t": t, **{k: float(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
-               (None if t == 0 else float(res.epsilon[t - 1]))} for t in range(depth + 1)]
-    doc = {"settings": {**res.config, "input": source, "pretrained": pretrained}, "layers": layers,
+    layers = [{"t": t, **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
+               (None if t == 0 else _json_number(res.epsilon[t - 1]))} for t in range(depth + 1)]
+    # the CLI always passes a BlockConfig; record the variant it started from
+    doc = {"settings": {**res.config, "variant": variant, "input": source, "pretrained": pretrained}, "layers": layers,
            "versions": versions()}
     if out is not None:
         write_json_atomic(out / "result.json", doc)
-        _plot(res, out / "mu_loglog.png", f"{mask}, {res.config['variant']}, d_qk={d_qk}")
+        _plot(res, out / "mu_loglog.png", f"{mask}, {variant}, d_qk={d_qk}")
     if as_json:
-        sys.stdout.write(json.dumps(doc) + "\n")
+        sys.stdout.write(json.dumps(doc, allow_nan=False) + "\n")
         return
     names = list(res.metrics)
     typer.echo("t\t" + "\t".join(names) + "\tepsilon")
     for row in layers:
         eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.3e}"
-        typer.echo(f"{row['t']}\t" + "\t".join(f"{row[k]:.4e}" for k in names) + f"\t{eps}")
+        cells = ("undefined" if row[k] is None else f"{row[k]:.4e}" for k in names)
+        typer.echo(f"{row['t']}\t" + "\t".join(cells) + f"\t{eps}")
     if out is not None:
         typer.echo(f"wrote {out / 'result.json'} and {out / 'mu_loglog.png'}", err=True)
 

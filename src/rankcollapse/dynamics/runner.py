@@ -21,6 +21,7 @@ from .masking import resolve_mask
 from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
+_FLOAT32_METRIC_LIMIT = 1e12  # above this |x|, metrics of float32 X are computed in float64
 _DENSE_SCORE_BUDGET = 64 * 2**20  # bytes of (B, H, N, N) scores above which sparse masks go blocked
 
 
@@ -100,7 +101,13 @@ def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
     if unknown:
         raise ConfigError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")
     uses_mask = any(METRICS[n].uses_mask for n in names)
-    return names, lambda X, mask: compute_metrics(X, names, mask=mask), uses_mask
+
+    def measure(X, mask):
+        # float32 tokens past ~1e12 overflow squared norms (mu = inf) though X is finite
+        wide = X.dtype == torch.float32 and not float(X.abs().amax()) < _FLOAT32_METRIC_LIMIT
+        return compute_metrics(X, names, mask=mask, dtype=torch.float64 if wide else None)
+
+    return names, measure, uses_mask
 
 
 def _measure_at(measure: Callable, X: torch.Tensor, mask, t: int) -> dict:
@@ -120,6 +127,39 @@ def _check_weights(weights: Sequence[LayerWeights], depth: int, d: int) -> None:
         out = lw.W_V.shape[1] * lw.n_heads // (lw.n_kv_heads or lw.n_heads)
         if (lw.W_O.shape[1] if lw.W_O is not None else out) != d:
             raise ConfigError(f"layer {t} attention output width is not d={d} (W_V/W_O shapes)")
+
+
+def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callable, metric_mask,
+                record_states: bool):
+    """The layer loop: returns (metric rows, states or None, zero rows per layer, final
+    metrics or None). Zero rows met under ``sphere`` are warned about even when a later
+    layer fails."""
+    B = X.shape[0]
+    rows = [_measure_at(measure, X, metric_mask, 0)]
+    states = [X.cpu()] if record_states else None
+    zero_rows: list = []
+    final = None
+    try:
+        with torch.no_grad():
+            for t, lw in enumerate(weights):
+                X, z = block_forward(X, lw, cfg, attend)
+                if not bool(torch.isfinite(X.sum())) and not bool(torch.isfinite(X).all()):
+                    raise ConfigError(f"X has non-finite values after layer {t + 1} (overflow in {X.dtype}); "
+                                      "use dtype=torch.float64, a smaller-norm value family, or a normalisation")
+                zero_rows.append(z)
+                rows.append(_measure_at(measure, X, metric_mask, t + 1))
+                if record_states:
+                    states.append(X.cpu())
+            if cfg.final_norm:
+                Xf, _ = apply_norm(X, cfg.norm, cfg.eps)
+                final = {k: v.detach().to("cpu", torch.float64).reshape(B)
+                         for k, v in _measure_at(measure, Xf, metric_mask, len(weights)).items()}
+    finally:
+        zero_rows = [int(z) for z in zero_rows]
+        if any(zero_rows):
+            warnings.warn(f"sphere normalisation met zero rows (left at zero) in layers "
+                          f"{[t + 1 for t, z in enumerate(zero_rows) if z]}", RuntimeWarning, stacklevel=3)
+    return rows, states, zero_rows, final
 
 
 def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk: float = 1.0,
@@ -201,27 +241,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
                        record_attention=record_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
     metric_mask = m.dense(X.device) if uses_mask else None  # built once, not per layer
-    rows = [_measure_at(measure, X, metric_mask, 0)]
-    states = [X.cpu()] if record_states else None
-    zero_rows = []
-    with torch.no_grad():
-        for t, lw in enumerate(weights):
-            X, z = block_forward(X, lw, cfg, attend)
-            if not bool(torch.isfinite(X.sum())) and not bool(torch.isfinite(X).all()):
-                raise ConfigError(f"X has non-finite values after layer {t + 1} (overflow in {X.dtype}); "
-                                  "use dtype=torch.float64, a smaller-norm value family, or a normalisation")
-            zero_rows.append(z)
-            rows.append(_measure_at(measure, X, metric_mask, t + 1))
-            if record_states:
-                states.append(X.cpu())
-        final = None
-        if cfg.final_norm:
-            Xf, z = apply_norm(X, cfg.norm, cfg.eps)
-            final = {k: v.detach().to("cpu", torch.float64).reshape(B) for k, v in measure(Xf, metric_mask).items()}
-    zero_rows = [int(z) for z in zero_rows]
-    if any(zero_rows):
-        warnings.warn(f"sphere normalisation met zero rows (left at zero) in layers "
-                      f"{[t + 1 for t, z in enumerate(zero_rows) if z]}", RuntimeWarning, stacklevel=2)
+    rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states)
     out = {k: torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]) for k in names}
     config = {"variant": variant if isinstance(variant, str) else "custom", "block": cfg.to_dict(), "depth": depth,
               "d_qk": d_qk, "value": value if isinstance(value, str) else "user",

@@ -8,11 +8,17 @@ table, evaluated separately for every weight seed:
   (``layer: last`` = deepest layer present);
 - ``{stat: change, metric, layer, from, select}``: ``value(layer) / value(from)``
   (``from`` defaults to 0, the input);
-- ``{stat: min | max, metric, select}``: min / max over layers of the mean;
+- ``{stat: min | max, metric, select, from_layer}``: min / max over layers
+  ``>= from_layer`` (default 0) of the mean;
 - ``{stat: ratio, num: Q, den: Q}``: quotient of two quantities;
 - ``{const: x}``.
 
-``select`` filters rows by column (a list means any of). A check with
+``select`` filters rows by column (a list means any of). Rows of the ``final_norm``
+point (a pretrained model's last entry, after its final norm, sharing the last block's
+layer index) are left out unless ``select`` names a ``point``. A check with
+``floor: x`` clips both sides to at least ``x`` before comparing, so two values at the
+floating-point floor (e.g. μ/‖X‖_F ~ 1e-16 after full collapse in float64) compare
+as equal instead of their rounding noise deciding the outcome. A check with
 ``for_each: {key: [v1, v2]}`` stands for one copy per value, with every ``"{key}"``
 string in its selects replaced. A check marked ``informational: true`` is measured and
 reported but does not enter the verdict. A check *holds* when it is
@@ -72,6 +78,8 @@ def quantity(table: pd.DataFrame, q: dict[str, Any], setting: str = "default") -
         num, den = _align(num, den)
         return num / den
     rows = _select(table, {**q.get("select", {}), "metric": q["metric"]}, setting)
+    if "point" not in q.get("select", {}):
+        rows = rows[rows["point"] != "final_norm"]
     if rows.empty:
         raise MissingData(f"no rows for metric={q['metric']} select={q.get('select', {})} setting={setting}")
     means = _per_seed_mean(rows)
@@ -79,7 +87,7 @@ def quantity(table: pd.DataFrame, q: dict[str, Any], setting: str = "default") -
     for seed, grp in means.groupby("seed"):
         series = grp.set_index("layer")["mean"]
         if stat in ("min", "max"):
-            out[seed] = float(getattr(series, stat)())
+            out[seed] = float(getattr(series[series.index >= int(q.get("from_layer", 0))], stat)())
             continue
         layer = _layer(series, q.get("layer", "last"))
         val = float(series.loc[layer])
@@ -119,6 +127,8 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
         raise ConfigError(f"unknown operator {op!r}; use one of {list(_OPS)}")
     factor = float(check.get("factor", 1.0))
     lhs, rhs = _align(quantity(table, check["lhs"], setting), quantity(table, check.get("rhs", {"const": 1.0}), setting))
+    if "floor" in check:
+        lhs, rhs = lhs.clip(lower=float(check["floor"])), rhs.clip(lower=float(check["floor"]))
     ok = np.array([_OPS[op](float(l), factor * float(r)) for l, r in zip(lhs, rhs)])
     outcome = "holds" if ok.all() else "fails" if not ok.any() else "split"
     return {
@@ -129,6 +139,7 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
         "per_seed": {int(s): [float(l), float(r), bool(k)] for s, l, r, k in zip(lhs.index, lhs, rhs, ok)},
         "op": op,
         "factor": factor,
+        "floor": check.get("floor"),
         "outcome": outcome,
     }
 
@@ -145,7 +156,9 @@ def _qtext(q: dict[str, Any]) -> str:
     if stat == "ratio":
         return f"({_qtext(q['num'])} / {_qtext(q['den'])})"
     sel = ",".join(f"{k}={v}" for k, v in q.get("select", {}).items())
-    where = {"value": f"@{q.get('layer', 'last')}", "change": f"@{q.get('layer', 'last')}/@{q.get('from', 0)}"}.get(stat, "")
+    where = {"value": f"@{q.get('layer', 'last')}", "change": f"@{q.get('layer', 'last')}/@{q.get('from', 0)}",
+             "min": f"@{q.get('from_layer', 0)}.." if q.get("from_layer") else "",
+             "max": f"@{q.get('from_layer', 0)}.." if q.get("from_layer") else ""}.get(stat, "")
     head = {"value": "", "change": "change ", "min": "min_layers ", "max": "max_layers "}[stat]
     return f"{head}{q['metric']}{where}[{sel}]"
 
@@ -251,7 +264,8 @@ def rule_text(claim: dict[str, Any]) -> str:
     )
     checks = "; ".join(
         ("(info) " if c.get("informational") else "") + _qtext(c["lhs"]) + f" {c.get('op', '>=')} "
-        f"{float(c.get('factor', 1)):g} x " + _qtext(c.get("rhs", {"const": 1.0})) for c in expand_checks(rule["checks"])
+        f"{float(c.get('factor', 1)):g} x " + _qtext(c.get("rhs", {"const": 1.0}))
+        + (f" (both sides floored at {float(c['floor']):g})" if "floor" in c else "") for c in expand_checks(rule["checks"])
     )
     return f"{rule.get('statement', '')} [{head}: {checks}]".strip()
 

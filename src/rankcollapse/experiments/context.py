@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,9 @@ import torch
 
 from .. import data
 from ..errors import DataError
+
+#: How many distinct weight draws :meth:`RunContext.random_weights` keeps.
+WEIGHT_CACHE = 2
 
 
 def data_spec(text: str | Path | None, length: int, seed: int) -> dict[str, Any]:
@@ -35,6 +39,22 @@ def data_spec(text: str | Path | None, length: int, seed: int) -> dict[str, Any]
     return {"corpus": "file", "path": str(Path(text).resolve()), "sha256": digest, "length": int(length), "seed": int(seed)}
 
 
+@contextmanager
+def _quiet_transformers():
+    """Silence transformers' own progress bars ("Loading weights", GGUF de-quantising)
+    while a run loads a model: the run draws one progress bar of its own, and an error
+    must stay the only line on stderr. The previous setting is restored."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 class RunContext:
     """Lazily loaded inputs shared by the units of one run.
 
@@ -51,6 +71,24 @@ class RunContext:
         self._models: dict[str, Any] = {}
         self._windows: dict[tuple[str, int], Any] = {}
         self._embeddings: dict[tuple[str, int, int, int | None], torch.Tensor] = {}
+        self._weights: dict[tuple, list] = {}
+
+    def random_weights(self, d: int, depth: int, *, seed: int, value: Any, query_key: Any, n_heads: int = 1,
+                       out_proj: bool = False, mlp_ratio: int | None = None) -> list:
+        """``dynamics.weights.random_layers`` with the same arguments, drawn once and reused
+        by every unit that shares them (the four masks x four variants of one seed use the
+        same weights). Only the most recent :data:`WEIGHT_CACHE` draws are kept (float64,
+        ~1 MiB per ``(384, 384)`` matrix); the runner orders units so that those sharing
+        weights run one after another."""
+        from ..dynamics.weights import random_layers
+
+        key = (int(d), int(depth), int(seed), str(value), str(query_key), int(n_heads), bool(out_proj), mlp_ratio)
+        if key not in self._weights:
+            while len(self._weights) >= WEIGHT_CACHE:
+                self._weights.pop(next(iter(self._weights)))
+            self._weights[key] = random_layers(d, depth, value=value, query_key=query_key, n_heads=n_heads,
+                                               out_proj=out_proj, mlp_ratio=mlp_ratio, seed=seed)
+        return self._weights[key]
 
     def texts(self) -> list[str]:
         if self._texts is None:
@@ -66,7 +104,8 @@ class RunContext:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             from ..models.loading import load_model
 
-            self._models[name] = load_model(name)
+            with _quiet_transformers():
+                self._models[name] = load_model(name)
         return self._models[name]
 
     def windows(self, model: str, n_windows: int) -> Any:

@@ -101,13 +101,18 @@ def draw(table: pd.DataFrame, spec: dict[str, Any]):
 
 
 def _line(ax, rows: pd.DataFrame, label: str, colour, loglog: bool, spec: dict[str, Any]) -> None:
+    # a pretrained model's entry after its final norm shares the last block's layer
+    # index: drawn as its own marker, not averaged into the curve
+    final = rows[rows["point"] == "final_norm"]
+    rows = rows[rows["point"] != "final_norm"]
     if rows.empty:
         return
     g = rows.groupby("layer")[["mean", "q25", "q75"]].mean().sort_index()
-    if spec.get("x") == "depth_fraction":
-        x = g.index.to_numpy() / max(g.index.max(), 1)
-    else:
-        x = g.index.to_numpy().astype(float)
+    span = max(g.index.max(), 1) if spec.get("x") == "depth_fraction" else 1
+    x = g.index.to_numpy().astype(float) / span
+    if not final.empty:
+        ax.plot(final["layer"].to_numpy() / span, final["mean"].to_numpy(), ls="none", marker="x", ms=7, mew=1.6,
+                color=colour, label=f"{label} (after final norm)")
     y, lo, hi = g["mean"].to_numpy(), g["q25"].to_numpy(), g["q75"].to_numpy()
     if loglog:
         ax.axhline(y[0], color=colour, ls=":", lw=0.8, alpha=0.7)

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from .._io import atomic_path, config_hash, versions, write_json_atomic, write_text_atomic
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from . import claims as claims_mod
 from .config import Unit, expand_units, load_config, resolve_names, setting_label, with_override
 from .context import RunContext, data_spec
@@ -25,6 +25,8 @@ from .units import EXECUTORS, mask_name
 
 log = logging.getLogger(__name__)
 MARKER = "COMPLETE"
+#: Metrics recorded by nearby-setting runs: the ones the claim rules read.
+NEARBY_METRICS = ("mu", "mu_relative")
 
 
 @dataclass
@@ -56,9 +58,9 @@ def check_overrides(overrides: dict[str, Any], length: int) -> None:
 
     for spec in overrides.get("masks") or ():
         parse_mask(spec, length)
-    for key in ("depth", "n_windows"):
+    for key, option in (("depth", "--depth"), ("n_windows", "--windows")):
         if overrides.get(key) is not None and int(overrides[key]) < 1:
-            raise ConfigError(f"--{key.replace('_', '-')} must be >= 1, got {overrides[key]}")
+            raise ConfigError(f"{option} must be >= 1, got {overrides[key]}")
 
 
 def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, length: int = 128,
@@ -78,13 +80,14 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
 def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path, *, progress: bool = True) -> tuple[pd.DataFrame, list[dict]]:
     """Tidy rows of every unit, computing only those missing from ``cache``."""
     units = list(units)
-    frames, timings = [], []
+    frames, timings = {}, []
     cache.mkdir(parents=True, exist_ok=True)
     with _progress(progress) as bar:
         task = bar.add_task("units", total=len(units)) if bar else None
-        for u in units:
+        for i in sorted(range(len(units)), key=lambda k: _share_key(units[k])):
+            u = units[i]
             path = cache / f"{u.kind}-{u.hash}.parquet"
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             if bar:
                 bar.update(task, description=u.label[:70])
             if path.exists():
@@ -94,13 +97,22 @@ def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path, *, progre
                 with atomic_path(path) as tmp:
                     df.to_parquet(tmp, index=False)
                 cached = False
-            df = df.assign(experiment=u.experiment)
-            frames.append(df)
-            timings.append({"unit": u.label, "hash": u.hash, "cached": cached, "seconds": round(time.perf_counter() - t0, 3)})
+            frames[i] = df.assign(experiment=u.experiment)
+            timings.append({"unit": u.label, "hash": u.hash, "cached": cached, "seconds": round(time.perf_counter() - t0, 3),
+                            "cpu_seconds": round(time.process_time() - c0, 3)})
             if bar:
                 bar.advance(task)
+    frames = [frames[i] for i in range(len(units))]  # table rows in unit order, whatever the compute order
     table = normalise(pd.concat(frames, ignore_index=True)) if frames else normalise(pd.DataFrame())
     return table, timings
+
+
+def _share_key(u: Unit) -> tuple:
+    """Compute order: units that share inputs and weights (same kind, model, families,
+    seed) run one after another, so the run context's small weight cache hits."""
+    p = u.params
+    return (u.kind, str(p.get("model", "")), str(p.get("value", "")), str(p.get("init_scale", "")),
+            int(p.get("seed", -1)), int(p.get("depth", 0)))
 
 
 def _progress(enabled: bool):
@@ -141,7 +153,10 @@ def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]) 
     out = []
     for override in claim.get("nearby", []):
         label = setting_label(override)
-        out.append((label, override, [with_override(u, override, label) for u in base]))
+        # a first look records only what the rules read (mu, mu_relative), not the full metric set
+        out.append((label, override, [with_override(u, {**override, "metrics": list(NEARBY_METRICS)}, label)
+                                      if u.kind in ("simulate", "pretrained_sa") else with_override(u, override, label)
+                                      for u in base]))
     return out
 
 
@@ -224,11 +239,19 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
 
 
 def _preflight(ctx: RunContext, units: list[Unit]) -> None:
-    """Cut the windows X(0) needs before anything is written, so a text that is too
-    short fails with one line and no output folder."""
-    need = [int(u.params["n_windows"]) for u in units if u.kind == "simulate"]
-    if need:
-        ctx.windows(units[[u.kind for u in units].index("simulate")].params["model"], max(need))
+    """Load every model and cut the windows each needs before anything is written, so a
+    missing model or a text that is too short fails with one line and no output folder."""
+    need: dict[str, int] = {}
+    for u in units:
+        if "n_windows" in u.params and u.params.get("model"):
+            need[u.params["model"]] = max(need.get(u.params["model"], 0), int(u.params["n_windows"]))
+    try:
+        for model, n in need.items():
+            ctx.windows(model, n)
+    except DataError as exc:
+        if ctx.data["corpus"] != "file":
+            raise
+        raise DataError(f"{ctx.data['path']}: {exc}") from None
 
 
 def run_config(cfgs, scale, seed, data, overrides, units) -> dict[str, Any]:

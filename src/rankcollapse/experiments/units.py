@@ -64,7 +64,7 @@ def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], to
         res = simulate(
             X0,
             mask=mask,
-            seed=int(p.get("seed", 0)),
+            seed=max(int(p.get("seed", 0)), 0),  # -1 = no random weights (pretrained_sa)
             dtype=_DTYPES[p.get("dtype", "float64")],
             device=ctx.device,
             metrics=list(p.get("metrics", DEFAULT_SIM_METRICS)),
@@ -94,9 +94,24 @@ def run_simulate(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     variant = _variant(p)
     metrics = _simulate_chunks(
         unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b), n,
-        lambda d: {"depth": int(p["depth"]), "variant": variant, **_weight_kwargs(p, d)},
+        lambda d: {"depth": int(p["depth"]), "variant": variant, **_shared_weights(p, d, variant, ctx)},
     )
     return rows_from_metrics(metrics, _labels(unit))
+
+
+def _shared_weights(p: dict[str, Any], d: int, variant: Any, ctx: RunContext) -> dict[str, Any]:
+    """``simulate`` keywords with the weights drawn once per (seed, families, depth)
+    through the run context: the same numbers ``simulate`` would draw itself from
+    ``value``/``query_key`` (``dynamics.weights.random_layers``), without redrawing them
+    for every mask and variant."""
+    from ..dynamics.config import resolve_variant
+
+    kw = _weight_kwargs(p, d)
+    cfg = resolve_variant(variant)
+    weights = ctx.random_weights(d, int(p["depth"]), seed=int(p.get("seed", 0)), value=kw.pop("value"),
+                                 query_key=kw.pop("query_key", "gaussian"), n_heads=cfg.n_heads,
+                                 out_proj=cfg.out_proj, mlp_ratio=cfg.mlp_ratio if cfg.mlp else None)
+    return {**kw, "weights": weights}
 
 
 def _variant(p: dict[str, Any]) -> Any:

@@ -248,7 +248,19 @@ def _combine(a: Mask, b: Mask, op: str) -> Mask:
         else:
             def mod(bb, h, q, kv):
                 return ma(bb, h, q, kv) | mb(bb, h, q, kv)
-    return Mask(a.n_tokens, f"{a.spec}{op}{b.spec}", csr=csr, mask_mod=mod)
+    sa, sb = (_grouped(m.spec) if op == "&" else m.spec for m in (a, b))
+    return Mask(a.n_tokens, f"{sa}{op}{sb}", csr=csr, mask_mod=mod)
+
+
+def _grouped(spec: str) -> str:
+    """``spec`` in parentheses if it has a top-level ``|`` (so that ``&``, which binds
+    tighter, keeps the meaning when the combined spec is parsed again)."""
+    depth = 0
+    for ch in spec:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "|" and depth == 0:
+            return f"({spec})"
+    return spec
 
 
 def _intersect(a: Mask, b: Mask, chunk: int = 1 << 22) -> sp.csr_array:

@@ -231,10 +231,10 @@ def from_file(path: str | Path, n: int) -> Mask:
         if arr.shape[0] != n:
             raise MaskError(f"mask file {str(path)!r} has N={arr.shape[0]} tokens, but n={n} was asked")
         return Mask.from_dense(arr, spec=spec)
-    return Mask.from_edges(_read_edge_list(path), n, spec=spec)
+    return Mask.from_edges(_read_edge_list(path, n), n, spec=spec)
 
 
-def _read_edge_list(path: Path) -> np.ndarray:
+def _read_edge_list(path: Path, n: int) -> np.ndarray:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -246,5 +246,9 @@ def _read_edge_list(path: Path) -> np.ndarray:
             continue
         if len(body) != 2 or not all(x.lstrip("-").isdigit() for x in body):
             raise MaskError(f"mask file {str(path)!r} line {lineno}: expected two integers 'i j', got {line.strip()!r}")
-        pairs.append((int(body[0]), int(body[1])))
+        i, j = int(body[0]), int(body[1])
+        if not (0 <= i < n and 0 <= j < n):
+            raise MaskError(f"mask file {str(path)!r} line {lineno}: edge '{i} {j}' names a token "
+                            f"outside 0..{n - 1} (n={n})")
+        pairs.append((i, j))
     return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)

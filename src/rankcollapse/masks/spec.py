@@ -2,12 +2,15 @@
 with ``&`` (intersection, binds tighter) and ``|`` (union), e.g.
 ``causal&sliding_window:w=9`` or ``block:size=4|prefix:k=2``.
 
+Parentheses group: ``(causal|sliding_window:w=3)&block:size=4``.
+
 Values: integers, floats, booleans (``true/false/1/0/yes/no``) and ``+``-separated
 integer lists (``lengths=3+5+8``, ``globals=0+7``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -137,7 +140,8 @@ def parse_mask(spec: str, n: int) -> Mask:
     ----------
     spec : str
         ``NAME[:key=value,...]`` or ``file:PATH``, composed with ``&`` / ``|``
-        (``&`` binds tighter). Names: see ``MASK_KINDS``.
+        (``&`` binds tighter) and grouped with parentheses:
+        ``(causal|sliding_window:w=3)&block:size=4``. Names: see ``MASK_KINDS``.
     n : int
         Number of tokens N >= 1.
 
@@ -148,19 +152,48 @@ def parse_mask(spec: str, n: int) -> Mask:
     Raises
     ------
     MaskError
-        Unknown name or key, missing key, malformed value, a parameter the
-        constructor rejects, or a composition leaving a row with no key.
+        Unknown name or key, missing key, malformed value, unbalanced parentheses, a
+        parameter the constructor rejects, or a composition leaving a row with no key.
     """
     if not isinstance(spec, str):
         raise MaskError(f"mask spec must be a string, got {type(spec).__name__}")
     n = check_n(n)
-    if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|"):
-        return _parse_atom(spec, n)
-    union: Mask | None = None
-    for term in spec.split("|"):
-        inter: Mask | None = None
-        for atom in term.split("&"):
-            m = _parse_atom(atom, n)
-            inter = m if inter is None else inter & m
-        union = inter if union is None else union | inter
-    return union
+    if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
+        return _parse_atom(spec, n)  # a lone path may hold any character
+    tokens = [t for t in (p.strip() for p in re.split(r"([&|()])", spec)) if t]
+    mask, pos = _parse_union(tokens, 0, n, spec)
+    if pos != len(tokens):
+        raise MaskError(f"unbalanced parentheses in mask spec {spec!r} (unexpected {tokens[pos]!r})")
+    return mask
+
+
+_OPS = ("&", "|", "(", ")")
+
+
+# Recursive descent: union := intersection ('|' intersection)*;
+# intersection := operand ('&' operand)*; operand := '(' union ')' | atom.
+def _parse_union(tokens: list[str], pos: int, n: int, spec: str) -> tuple[Mask, int]:
+    mask, pos = _parse_intersection(tokens, pos, n, spec)
+    while pos < len(tokens) and tokens[pos] == "|":
+        other, pos = _parse_intersection(tokens, pos + 1, n, spec)
+        mask = mask | other
+    return mask, pos
+
+
+def _parse_intersection(tokens: list[str], pos: int, n: int, spec: str) -> tuple[Mask, int]:
+    mask, pos = _parse_operand(tokens, pos, n, spec)
+    while pos < len(tokens) and tokens[pos] == "&":
+        other, pos = _parse_operand(tokens, pos + 1, n, spec)
+        mask = mask & other
+    return mask, pos
+
+
+def _parse_operand(tokens: list[str], pos: int, n: int, spec: str) -> tuple[Mask, int]:
+    if pos < len(tokens) and tokens[pos] == "(":
+        mask, pos = _parse_union(tokens, pos + 1, n, spec)
+        if pos >= len(tokens) or tokens[pos] != ")":
+            raise MaskError(f"unbalanced parentheses in mask spec {spec!r} (missing ')')")
+        return mask, pos + 1
+    if pos >= len(tokens) or tokens[pos] in _OPS:
+        raise MaskError(f"empty mask spec (nothing between '&', '|' or parentheses) in {spec!r}")
+    return _parse_atom(tokens[pos], n), pos + 1

@@ -49,7 +49,8 @@ def parse_drop(drop: Sequence[str] | str, n_layers: int) -> dict[str, set[int]]:
     Raises
     ------
     ConfigError
-        Unknown component or a block index outside ``0..n_layers-1``.
+        Unknown component, a block index outside ``0..n_layers-1``, a reversed range
+        (``3-1``) or a block list on ``final_norm``.
     """
     if isinstance(drop, str):
         drop = split_drop(drop)
@@ -62,9 +63,14 @@ def parse_drop(drop: Sequence[str] | str, n_layers: int) -> dict[str, set[int]]:
         for part in filter(None, (p.strip() for p in spec.split(","))) if spec else []:
             lo, _, hi = part.partition("-")
             try:
-                layers.update(range(int(lo), int(hi or lo) + 1))
+                first, last = int(lo), int(hi or lo)
             except ValueError:
                 raise ConfigError(f"bad block list {spec!r} in {item!r}; use e.g. 'skip:0-3,7'") from None
+            if last < first:  # an empty range would otherwise widen to every block
+                raise ConfigError(f"empty block range {part!r} in {item!r}; write it low-high, e.g. 'skip:1-3'")
+            layers.update(range(first, last + 1))
+        if name == "final_norm" and layers:
+            raise ConfigError(f"{item!r}: the final norm is not per block; write 'final_norm' alone")
         bad = sorted(k for k in layers if not 0 <= k < n_layers)
         if bad:
             raise ConfigError(f"drop {item!r}: block(s) {bad} outside 0..{n_layers - 1}")
@@ -268,7 +274,8 @@ def intervene(
     MaskError
         Mask size differs from the window length.
     ModelError
-        The family does not support the intervention (generic models).
+        The family does not support the intervention (generic models; ``final_norm``
+        on a model without a final norm, e.g. BERT/ALBERT).
     """
     if not (isinstance(d_qk_scale, (int, float)) and math.isfinite(d_qk_scale) and d_qk_scale > 0):
         raise ConfigError(f"d_qk_scale must be a positive finite number, got {d_qk_scale!r}")
@@ -314,6 +321,11 @@ def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask
 
 def _install_drops(loaded: Any, stack: Stack, drop_list: list[str]) -> list[Any]:
     chosen = parse_drop(drop_list, stack.n_layers)
+    if "final_norm" in chosen and stack.final_norm is None:
+        raise ModelError(
+            f"family {loaded.family!r} ({type(loaded.model).__name__}) has no final norm to drop; "
+            "'final_norm' applies to gpt2, t5 and llama"
+        )
     tracker = _BlockTracker(stack)
     handles = [loaded.model.register_forward_pre_hook(tracker.reset)]
     handles.extend(m.register_forward_pre_hook(tracker.enter_block, with_kwargs=True) for m in tracker.modules.values())

@@ -111,10 +111,13 @@ def load_model(
         ``minilm``/``smollm2`` requested but its package is not installed.
     ModelError
         The name is neither a local folder nor available offline (the message says what
-        was looked for), or loading failed.
+        was looked for), a local path that is not a model folder (no ``config.json`` /
+        ``gguf_file``), ``gguf_file`` given with ``minilm``/``smollm2``, or loading failed.
     """
     key = str(name_or_path).strip().lower()
     notes: list[str] = []
+    if key in ("minilm", "smollm2") and gguf_file is not None:
+        raise ModelError(f"gguf_file {gguf_file!r} does not apply to {key!r}: its weights file is fixed by its package")
     if key == "minilm":
         source, gguf_file = str(assets.minilm_dir()), None
         notes.append("all-MiniLM-L6-v2 (sentence-transformers), fp32 weights, post-LN BERT encoder")
@@ -129,12 +132,23 @@ def load_model(
     if local_files_only is None:
         local_files_only = _offline()
     is_local = Path(source).exists()
+    if is_local:
+        _check_local(Path(source), gguf_file)
     if not is_local and local_files_only and not _looks_like_hub_name(source):
         raise ModelError(f"model {source!r} is neither 'minilm', 'smollm2', a local folder nor a hub name")
     model, tokenizer = _from_pretrained(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
     model.to(device)
     model.eval()
     return LoadedModel(model=model, tokenizer=tokenizer, family=detect_family(model), name=str(name_or_path), notes=notes)
+
+
+def _check_local(path: Path, gguf_file: str | None) -> None:
+    """A local source must be a folder with ``config.json`` (or the named GGUF file)."""
+    if not path.is_dir():
+        raise ModelError(f"model path {str(path)!r} is not a folder; give a folder with config.json and weights")
+    need = gguf_file if gguf_file is not None else "config.json"
+    if not (path / need).is_file():
+        raise ModelError(f"model folder {str(path)!r} has no {need}; it is not a Hugging Face model folder")
 
 
 def _looks_like_hub_name(source: str) -> bool:

@@ -18,7 +18,7 @@ import torch
 from ..data import Windows
 from ..errors import ModelError
 from . import families
-from .interventions import intervene
+from .interventions import intervene, split_drop
 from .recorder import Recorder
 
 TABLE_COLUMNS = ("layer", "point", "metric", "mean", "std", "q05", "q50", "q95", "n_samples")
@@ -91,7 +91,7 @@ def probe(
     *,
     mask: Any = None,
     d_qk_scale: float = 1.0,
-    drop: Sequence[str] = (),
+    drop: Sequence[str] | str = (),
     metrics: Sequence[str] | None = None,
     batch_size: int = 8,
     points: Sequence[str] | str = "hidden_states",
@@ -107,8 +107,8 @@ def probe(
         or a bool ``(N, N)`` tensor); None keeps the model's own mask.
     d_qk_scale : attention temperature multiplier s: logits are divided by sqrt(s)
         (as if d_qk were s times larger; paper Sec. 3); 1 leaves the model unchanged.
-    drop : components to remove, e.g. ``("mlp",)``, ``("skip:0-3", "norm")``
-        (see :func:`rankcollapse.models.interventions.intervene`).
+    drop : components to remove, e.g. ``("mlp",)``, ``("skip:0-3", "norm")`` or the
+        string ``"skip:0-3,norm"`` (see :func:`rankcollapse.models.interventions.intervene`).
     metrics : metric names from ``rankcollapse.metrics.METRICS``; None =
         ``mu, mu_relative, rank_fraction, sigma_min, avg_abs_cos``.
     batch_size : windows per forward pass.
@@ -155,7 +155,7 @@ def probe(
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
-        d_qk_scale=float(d_qk_scale), drop=list(drop), n_windows=windows.n_windows, length=windows.length,
+        d_qk_scale=float(d_qk_scale), drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, length=windows.length,
     )
     return df
 

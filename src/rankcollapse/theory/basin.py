@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from scipy.stats import binomtest
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ConvergenceError
 from .equilibria import causal_example_2x2
 from .system import AttentionSystem, random_sphere_tokens
 
@@ -51,11 +51,13 @@ def run_sa_ln(system: AttentionSystem, X0: torch.Tensor, depth: int) -> torch.Te
 
 def classify(system: AttentionSystem, X: torch.Tensor, *, conv_tol: float = 1e-8, rank_rtol: float = 1e-6):
     """Per-sample ``(rank, converged)`` of final states ``(B, N, d)``: numerical rank
-    (σ_i > rank_rtol·σ_1) and ``max |F(X) - X| ≤ conv_tol``."""
-    s = torch.linalg.svdvals(X)
+    (σ_i > rank_rtol·σ_1) and ``max |F(X) - X| ≤ conv_tol``; non-finite states (an
+    undefined step on the way) count as not converged."""
+    finite = torch.isfinite(X).flatten(1).all(1)
+    s = torch.linalg.svdvals(torch.where(finite[:, None, None], X, torch.zeros_like(X)))
     rank = (s > rank_rtol * s[:, :1]).sum(1)
     res = (system.step(X, check=False) - X).flatten(1).abs().amax(1)
-    return rank, torch.isfinite(res) & (res <= conv_tol)
+    return rank, finite & torch.isfinite(res) & (res <= conv_tol)
 
 
 def basin_estimate(
@@ -80,18 +82,33 @@ def basin_estimate(
     Raises
     ------
     ConfigError
-        Non-positive ``n_samples``/``depth``, rank out of range, unknown method.
+        Non-positive ``n_samples``/``depth``, rank out of range, unknown method,
+        ``confidence`` outside (0, 1), or an SA-LN step undefined (zero row) for every start.
+    ConvergenceError
+        No start reached a fixed point (the message says what was tried).
     """
     system = (system or causal_example_2x2().system).to(torch.float64)
     N, d = system.n_tokens, system.dim
     k = min(N, d) if target_rank is None else target_rank
     if n_samples < 1 or depth < 1 or not 1 <= k <= min(N, d):
-        raise ConfigError(f"need n_samples ≥ 1, depth ≥ 1, 1 ≤ target_rank ≤ {min(N, d)}")
+        raise ConfigError(f"need n_samples ≥ 1, depth ≥ 1, 1 ≤ target_rank ≤ {min(N, d)}; "
+                          f"got n_samples={n_samples}, depth={depth}, target_rank={k}")
     if method not in ("wilson", "exact"):
         raise ConfigError(f"method must be 'wilson' or 'exact', got {method!r}")
+    if not 0 < confidence < 1:
+        raise ConfigError(f"confidence must be strictly between 0 and 1, got {confidence}")
     g = torch.Generator().manual_seed(seed)
     X = run_sa_ln(system, random_sphere_tokens((n_samples, N, d), g), depth)
+    finite = torch.isfinite(X).flatten(1).all(1)
+    if not bool(finite.any()):
+        raise ConfigError(f"SA-LN step undefined: a row of A X W_V became zero before normalisation "
+                          f"for all {n_samples} starts (W_V singular on the tokens' span?)")
     rank, conv = classify(system, X)
+    if not bool(conv.any()):
+        raise ConvergenceError(
+            f"none of {n_samples} starts (seed {seed}) reached a fixed point within {depth} SA-LN steps "
+            f"(tolerance 1e-8); try a larger depth, or the system may have no attracting equilibrium"
+        )
     hits = int(((rank == k) & conv).sum())
     ci = binomtest(hits, n_samples).proportion_ci(confidence_level=confidence, method=method)
     counts = {int(r): int((rank[conv] == r).sum()) for r in torch.unique(rank[conv]).tolist()}

@@ -140,13 +140,19 @@ def check_collapse_bound(
     Raises
     ------
     ConfigError
-        Unknown exponent, a mask that is not QSC or lacks self-loops, bad sizes.
+        Unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d`` < 1, a mask
+        that is not QSC or lacks self-loops, ``X0`` of the wrong shape.
     """
     from ..masks import analyze
 
     if exponent not in EXPONENTS:
         raise ConfigError(f"exponent must be one of {EXPONENTS}, got {exponent!r}")
+    if depth < 1 or n_samples < 1 or d < 1:
+        raise ConfigError(f"need depth ≥ 1, n_samples ≥ 1 and d must be ≥ 1; got depth={depth}, "
+                          f"n_samples={n_samples}, d={d}")
     m = resolve_mask(mask, n)
+    if m.n_tokens < 2:  # radius 0: μ is identically 0 and there is no rate to check
+        raise ConfigError(f"Theorem 1 needs at least 2 tokens, got N={m.n_tokens}")
     info = analyze(m)
     if not info.quasi_strongly_connected:
         raise ConfigError(f"mask {m.spec!r} is not quasi-strongly connected ({info.reason}): Theorem 1 does not apply")

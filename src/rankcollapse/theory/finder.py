@@ -78,7 +78,7 @@ def _newton(system: AttentionSystem, X: torch.Tensor, iters: int, tol: float) ->
         if not bool(todo.any()):
             break
         Xt = X[todo]
-        Q = torch.stack([tangent_basis(x) for x in Xt])  # (b, Nd, N(d-1)); b ≤ batch size
+        Q = tangent_basis(Xt)  # (b, Nd, N(d-1)); b ≤ batch size
         J = _batched_jacobians(system, Xt)
         eye = torch.eye(N * d, dtype=X.dtype)
         M = Q.transpose(1, 2) @ (J - eye) @ Q
@@ -123,7 +123,8 @@ def find_equilibria(
     ConvergenceError
         If no start converges (the message says what was tried and the best residual).
     ConfigError
-        If a setting is out of range.
+        If a setting is out of range, or the step is undefined (a zero row before
+        normalisation) at every state tried.
     """
     s = settings or FinderSettings()
     for k, v in overrides.items():
@@ -147,7 +148,10 @@ def find_equilibria(
     res = (_batched_step(system, X) - X).flatten(1).abs().amax(dim=1)
     ok = torch.isfinite(res) & (res <= s.tol)
     if not bool(ok.any()):
-        best = float(res[torch.isfinite(res)].min()) if bool(torch.isfinite(res).any()) else float("nan")
+        if not bool(torch.isfinite(res).any()):
+            raise ConfigError(f"SA-LN step undefined: a row of A X W_V is zero before normalisation at "
+                              f"every state tried ({s.describe()})")
+        best = float(res[torch.isfinite(res)].min())
         raise ConvergenceError(f"no equilibrium found: tried {s.describe()}; best residual {best:.3g}")
     found = _dedup(X[ok], s.dedup_tol)
     eqs = [Equilibrium(x, numerical_rank(x, s.rank_rtol), float((system.step(x) - x).abs().max())) for x in found]

@@ -7,7 +7,6 @@ function of its starting angle, with token 0 starting at ``+(0, 1)`` and at ``-(
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -49,20 +48,41 @@ def portrait_2d(path: str | Path, **kwargs: Any) -> dict[str, Any]:
     import matplotlib.pyplot as plt
 
     data = portrait_2d_data(**kwargs)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    system = (kwargs.get("system") or causal_example_2x2().system)
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
     for s, color in ((1, "tab:blue"), (-1, "tab:orange")):
         ax.scatter(data["start_deg"], data["final_deg"][s], s=4, color=color,
                    label=f"token 0 starts at {'+' if s > 0 else '-'}(0, 1)")
-    b = math.degrees(math.atan2(-(2 + 3 * math.sqrt(6)) / 10, (6 - math.sqrt(6)) / 10))
-    for y in (b, b + 180, 90, -90):
+    finals = np.concatenate([data["final_deg"][1], data["final_deg"][-1]])
+    for y in np.unique(np.round(finals[np.isfinite(finals)], 3)):  # the limits actually reached
         ax.axhline(y, color="grey", lw=0.5, ls=":")
+        ax.annotate(f"{y:.2f}°", (180, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
     ax.set(xlabel="starting angle of token 1 (deg)", ylabel="final angle of token 1 (deg)",
-           title="SA-LN, N = d = 2, causal, W_V = [[1,-3],[0,2]]")
-    ax.legend(loc="lower right", fontsize=8)
+           title=f"SA-LN, N = d = 2, causal, W_V = {_matrix_text(system.W_V)}")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return data
+
+
+def _matrix_text(W: torch.Tensor) -> str:
+    """``[[1, -3], [0, 2]]``: a small matrix in the title, entries to 4 significant digits."""
+    return "[" + ", ".join("[" + ", ".join(f"{float(v):.4g}" for v in row) + "]" for row in W) + "]"
+
+
+def _pick_starts(system: AttentionSystem, n_starts: int, depth: int, generator: torch.Generator) -> torch.Tensor:
+    """``n_starts`` random starts, about half of them ending above rank 1 when any of a
+    pool of ``32 n_starts`` does (rank-2 basins are small; a plain draw rarely shows one)."""
+    pool = random_sphere_tokens((32 * n_starts, system.n_tokens, 3), generator)
+    X = pool
+    for _ in range(depth):
+        X = system.step(X, check=False)
+    high = torch.linalg.matrix_rank(X, rtol=1e-6) > 1
+    idx_high, idx_low = high.nonzero().flatten(), (~high).nonzero().flatten()
+    n_high = min(len(idx_high), n_starts // 2)
+    chosen = torch.cat([idx_high[:n_high], idx_low[: n_starts - n_high]])
+    return pool[chosen]
 
 
 def trajectories_3d(path: str | Path, system: AttentionSystem | None = None, *, n_starts: int = 6,
@@ -70,7 +90,8 @@ def trajectories_3d(path: str | Path, system: AttentionSystem | None = None, *, 
     """Draw token trajectories on the unit sphere (``d = 3``) to a PNG; returns ``(depth+1, B, N, 3)``.
 
     Default system: the ``N = d = 2`` example lifted to ``N = d = 3`` (causal,
-    ``W_Q = W_K = 0``, ``W_V = diag([[1, -3], [0, 2]], 1/2)``): some starts end at rank 2.
+    ``W_Q = W_K = 0``, ``W_V = diag([[1, -3], [0, 2]], 1/2)``). Starts are drawn from a
+    seeded pool so that about half end above rank 1 when any can (see ``_pick_starts``).
     """
     import matplotlib
 
@@ -86,7 +107,7 @@ def trajectories_3d(path: str | Path, system: AttentionSystem | None = None, *, 
     if system.dim != 3:
         raise ConfigError(f"trajectories_3d needs d = 3, got d = {system.dim}")
     g = torch.Generator().manual_seed(seed)
-    X = random_sphere_tokens((n_starts, system.n_tokens, 3), g)
+    X = _pick_starts(system, n_starts, depth, g)
     path_states = [X]
     for _ in range(depth):
         X = system.step(X, check=False)
@@ -97,13 +118,16 @@ def trajectories_3d(path: str | Path, system: AttentionSystem | None = None, *, 
     u, v = np.meshgrid(np.linspace(0, 2 * np.pi, 40), np.linspace(0, np.pi, 20))
     ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="lightgrey", lw=0.3)
     colors = plt.cm.tab10(np.arange(system.n_tokens) % 10)
-    for b in range(n_starts):
+    for b in range(traj.shape[1]):
         for i in range(system.n_tokens):
             p = traj[:, b, i]
-            ax.plot(p[:, 0], p[:, 1], p[:, 2], ".-", color=colors[i], lw=0.4, ms=2)
-            ax.scatter(*p[-1], color=colors[i], s=40, edgecolor="k")
+            ax.plot(p[:, 0], p[:, 1], p[:, 2], ".-", color=colors[i], lw=0.4, ms=2,
+                    label=f"token {i}" if b == 0 else None)
+            ax.scatter(*p[-1], color=colors[i], s=60 - 15 * i, edgecolor="k", depthshade=False)
+    n_high = sum(int(np.linalg.matrix_rank(x, tol=1e-6)) > 1 for x in traj[-1])
+    ax.legend(loc="upper left", fontsize=8)
     ax.set(title=f"SA-LN token trajectories on S^2 (N = {system.n_tokens}, {depth} layers)\n"
-           "colour = token index, large dot = final state")
+           f"large dot = final state; {n_high} of {traj.shape[1]} starts end above rank 1")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

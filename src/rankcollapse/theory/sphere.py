@@ -88,10 +88,14 @@ def check_sphere_collapse(
     Raises
     ------
     ConfigError
-        Unknown ``inputs``, or a zero row before normalisation (undefined step).
+        Unknown ``inputs``, sizes out of range (N < 2, d < 2, depth or n_samples < 1,
+        beta < 0), or a zero row before normalisation (undefined step).
     """
     m = resolve_mask(mask, n)
     N = m.n_tokens
+    if N < 2 or d < 2 or depth < 1 or n_samples < 1 or not beta >= 0:
+        raise ConfigError(f"need N ≥ 2 tokens, d ≥ 2, depth ≥ 1, n_samples ≥ 1 and beta ≥ 0; got N={N}, d={d}, "
+                          f"depth={depth}, n_samples={n_samples}, beta={beta}")
     g = torch.Generator().manual_seed(seed)
     X = make_inputs(inputs, n_samples, N, d, g)
     cos0 = float((X @ X.transpose(1, 2)).amin())

@@ -22,16 +22,17 @@ NEUTRAL_TOL = 1e-9
 
 
 def tangent_basis(X: torch.Tensor) -> torch.Tensor:
-    """Orthonormal basis of ``Π_i x_i^⊥``, shape ``(N d, N (d-1))``, block diagonal.
+    """Orthonormal basis of ``Π_i x_i^⊥``, block diagonal.
 
+    ``X`` is ``(N, d)`` or batched ``(..., N, d)``; returns ``(..., N d, N (d-1))``.
     Token ``i``'s block is the last ``d-1`` right singular vectors of the ``(1, d)`` row
-    ``x_i`` (batched SVD, no loop over tokens).
+    ``x_i`` (batched SVD, no loop over tokens or samples).
     """
-    N, d = X.shape
-    _, _, Vh = torch.linalg.svd(X.unsqueeze(1))  # (N, d, d)
-    blocks = Vh[:, 1:, :].transpose(1, 2)  # (N, d, d-1)
-    eye = torch.eye(N, dtype=X.dtype)
-    return torch.einsum("ij,iab->iajb", eye, blocks).reshape(N * d, N * (d - 1))
+    *batch, N, d = X.shape
+    _, _, Vh = torch.linalg.svd(X.unsqueeze(-2))  # (..., N, d, d)
+    blocks = Vh[..., 1:, :].transpose(-1, -2)  # (..., N, d, d-1)
+    eye = torch.eye(N, dtype=X.dtype, device=X.device)
+    return torch.einsum("ij,...iab->...iajb", eye, blocks).reshape(*batch, N * d, N * (d - 1))
 
 
 def jacobian(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:

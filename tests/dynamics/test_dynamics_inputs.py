@@ -1,0 +1,64 @@
+"""Bad options are ConfigErrors raised before any layer runs; per-layer family lists."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rankcollapse.dynamics import BlockConfig, simulate
+from rankcollapse.dynamics.weights import random_layers
+from rankcollapse.errors import ConfigError, MetricError
+
+
+def X():
+    return torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(device="nosuchdevice"), "not a torch device"),
+    (dict(device="cuda:99"), "not available"),
+    (dict(d_qk="1"), "d_qk must be a finite number"),
+    (dict(d_qk=math.inf), "d_qk must be a finite number"),
+    (dict(seed=-1), "seed must be an integer >= 0"),
+    (dict(depth=True), "depth must be an integer"),
+    (dict(depth=2.0), "depth must be an integer"),
+    (dict(block_size=0), "block_size"),
+    (dict(n_heads=True), "n_heads must be a positive int"),
+    (dict(value=[object(), object()]), "W_V of layer 0 is not a numeric matrix"),
+    (dict(value=[["a", "b"], ["c", "d"]]), "W_V of layer 0"),
+])
+def test_bad_options_fail_before_any_layer(kwargs, match):
+    calls = []
+    metrics = {"n": lambda X: calls.append(1) or X.new_zeros(X.shape[0])}
+    with pytest.raises(ConfigError, match=match):
+        simulate(X(), **({"mask": "causal", "depth": 2, "metrics": metrics} | kwargs))
+    assert calls == []
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(placement="pre_ln", alpha=math.nan), "alpha must be a finite number"),
+    (dict(eps="1e-5"), "eps must be a finite number"),
+    (dict(placement="pre_ln", mlp=True, mlp_ratio=2.5), "mlp_ratio must be a positive int"),
+    (dict(mlp="yes", placement="pre_ln"), "mlp must be True or False"),
+])
+def test_block_config_rejects_bad_fields(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        BlockConfig(**kwargs)
+
+
+def test_numpy_integer_depth_is_accepted():
+    res = simulate(X(), mask="causal", depth=np.int64(2))
+    assert res.metrics["mu"].shape == (3, 2)
+
+
+def test_per_layer_list_may_mix_family_specs_and_matrices():
+    eye = torch.eye(4, dtype=torch.float64)
+    layers = random_layers(4, 2, value=["orthogonal", eye], seed=3)
+    assert torch.equal(layers[1].W_V, eye)
+    assert torch.equal(layers[0].W_V, random_layers(4, 2, value="orthogonal", seed=3)[0].W_V)
+
+
+def test_undefined_metric_names_the_layer():
+    with pytest.warns(RuntimeWarning, match="zero rows"), pytest.raises(MetricError, match="after layer 1"):
+        simulate(X(), mask="causal", depth=2, variant="ln", value="zero")

@@ -1,0 +1,93 @@
+"""Bad input to the theory checks: clear errors naming what was wrong, never a silently
+wrong number; and portraits that describe the system they draw."""
+
+import numpy as np
+import pytest
+import torch
+
+from rankcollapse.errors import ConfigError, ConvergenceError
+from rankcollapse.theory.basin import basin_estimate
+from rankcollapse.theory.bound import check_collapse_bound
+from rankcollapse.theory.finder import find_equilibria
+from rankcollapse.theory.portrait import portrait_2d, trajectories_3d
+from rankcollapse.theory.system import causal_uniform_system
+
+ZERO_V = causal_uniform_system(torch.zeros(2, 2, dtype=torch.float64), 2)
+ROTATION_V = causal_uniform_system(torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64), 2)
+
+
+@pytest.mark.parametrize(
+    "kw, text",
+    [
+        (dict(mask="causal", n=1), "at least 2 tokens"),
+        (dict(mask="causal", n=8, depth=0), "depth"),
+        (dict(mask="causal", n=8, n_samples=0), "n_samples"),
+        (dict(mask="causal", n=8, d=0), "d must"),
+    ],
+)
+def test_bound_rejects_degenerate_settings(kw, text):
+    with pytest.raises(ConfigError, match=text):
+        check_collapse_bound(**kw)
+
+
+@pytest.mark.parametrize("confidence", [0.0, 1.0, 1.5, float("nan")])
+def test_basin_confidence_out_of_range(confidence):
+    with pytest.raises(ConfigError, match="confidence"):
+        basin_estimate(n_samples=10, depth=5, confidence=confidence)
+
+
+def test_basin_undefined_step_is_reported():
+    with pytest.raises(ConfigError, match="undefined"):
+        basin_estimate(ZERO_V, n_samples=10, depth=5)
+
+
+def test_basin_with_no_converged_start_raises():
+    # A rotation by 90 degrees never settles: a fraction 0 of converged starts would be a silent lie.
+    with pytest.raises(ConvergenceError, match="10 starts"):
+        basin_estimate(ROTATION_V, n_samples=10, depth=50)
+
+
+def test_finder_names_an_undefined_step():
+    with pytest.raises(ConfigError, match="zero before normalisation"):
+        find_equilibria(ZERO_V, n_starts=4, fixed_point_iters=5, newton_iters=2)
+
+
+def test_portrait_2d_describes_the_system_it_draws(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    system = causal_uniform_system(torch.tensor([[0.5, 0.0], [0.0, 2.0]], dtype=torch.float64), 2)
+    captured = {}
+    orig = plt.Figure.savefig
+
+    def spy(fig, *a, **k):
+        ax = fig.axes[0]
+        captured["title"] = ax.get_title()
+        captured["lines"] = sorted(round(float(line.get_ydata()[0]), 6) for line in ax.get_lines())
+        return orig(fig, *a, **k)
+
+    plt.Figure.savefig = spy
+    try:
+        data = portrait_2d(tmp_path / "p.png", system=system, n_angles=61, depth=200)
+    finally:
+        plt.Figure.savefig = orig
+    assert "0.5" in captured["title"] and "-3" not in captured["title"]
+    finals = np.concatenate([data["final_deg"][1], data["final_deg"][-1]])
+    for y in captured["lines"]:  # every reference line is a final angle actually reached
+        assert np.isclose(finals, y, atol=1e-3).any()
+
+
+def test_trajectories_3d_default_shows_a_rank_2_end(tmp_path):
+    traj = trajectories_3d(tmp_path / "t.png")
+    ranks = [np.linalg.matrix_rank(x, tol=1e-6) for x in traj[-1]]
+    assert 2 in ranks and 1 in ranks
+
+
+@pytest.mark.parametrize("kw", [dict(n=1), dict(n=4, d=1), dict(n=4, depth=0), dict(n=4, beta=-1.0)])
+def test_sphere_check_rejects_degenerate_settings(kw):
+    from rankcollapse.theory.sphere import check_sphere_collapse
+
+    with pytest.raises(ConfigError, match="need N ≥ 2"):
+        check_sphere_collapse("causal", **kw)
