@@ -117,3 +117,31 @@ def test_normalise_fills_columns():
     df = normalise(pd.DataFrame({"layer": [0], "metric": ["mu"], "mean": [1.0]}), {"model": "m"})
     assert list(df.columns) == list(COLUMNS)
     assert df.loc[0, "seed"] == -1 and df.loc[0, "setting"] == "default" and math.isnan(df.loc[0, "q25"])
+
+
+def test_floor_makes_two_collapsed_values_equal():
+    t = pd.concat([_curve("complete", "pure", [1.0, 1e-8, 3e-16]), _curve("complete", "ln", [1.0, 1e-9, 1e-14])],
+                  ignore_index=True)
+    check = {"lhs": _q("ln"), "op": ">=", "factor": 10, "rhs": _q("pure")}
+    assert C.evaluate_check(t, check)["outcome"] == "holds"  # 1e-14 >= 10 x 3e-16: rounding noise decides
+    assert C.evaluate_check(t, {**check, "floor": 1e-12})["outcome"] == "fails"  # both collapsed: no effect
+    assert C.evaluate_check(t, {**check, "lhs": _q("pure", "value", 0), "floor": 1e-12})["outcome"] == "holds"
+
+
+def test_min_from_layer_and_final_norm_left_out():
+    vals = np.array([[0.6], [1.0], [1.0], [0.2]])
+    t = rows_from_metrics({"rank_fraction": vals}, {"source": "probe", "model": "m", "variant": "full"},
+                          layers=[0, 1, 2, 2], points=["embeddings", "layer.0.output", "layer.1.output", "final_norm"])
+    q = {"stat": "min", "metric": "rank_fraction", "select": {"model": "m"}}
+    assert C.quantity(t, q).to_dict() == {-1: 0.6}
+    assert C.quantity(t, {**q, "from_layer": 1}).to_dict() == {-1: 1.0}  # final_norm (0.2) not averaged in
+    assert C.quantity(t, {**q, "select": {"model": "m", "point": "final_norm"}}).to_dict() == {-1: 0.2}
+
+
+def test_c02_and_c11_read_one_comparison():
+    fig2 = {c["id"]: c for c in load_config("fig2")["claims"]}
+    c02, c11 = (C.expand_checks(fig2[k]["rule"]["checks"]) for k in ("C02", "C11"))
+    scored = [c for c in c11 if not c.get("informational")]
+    assert [(c["lhs"], c["rhs"], c["factor"], c["floor"]) for c in scored] == \
+        [(c["lhs"], c["rhs"], c["factor"], c["floor"]) for c in c02]
+    assert fig2["C11"]["rule"]["expect"] == "mixed" and fig2["C02"]["rule"].get("expect", "all") == "all"

@@ -10,6 +10,7 @@ its unpadded rows: N-dependent normalisations (``min(N, d)``, mean-centring, the
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -86,12 +87,12 @@ class MetricContext:
     @property
     def row_norms(self) -> torch.Tensor:
         """``||x_i||_2`` per token, ``(G, L)``."""
-        return self.cached("row_norms", lambda: torch.linalg.vector_norm(self.X, dim=-1))
+        return self.cached("row_norms", lambda: stable_norm(self.X, -1))
 
     @property
     def frobenius(self) -> torch.Tensor:
         """``||X||_F`` per sample, ``(G,)``."""
-        return self.cached("fro", lambda: torch.linalg.vector_norm(self.row_norms, dim=-1))
+        return self.cached("fro", lambda: stable_norm(self.row_norms, -1))
 
     @property
     def mean_token(self) -> torch.Tensor:
@@ -147,6 +148,27 @@ class MetricContext:
             shape = (1, self.n_tokens, self.n_tokens)
             return self.cached("graph", lambda: torch.ones(shape, dtype=self.X.dtype, device=self.X.device))
         return self.cached("graph", lambda: self._graph.to(self.X.dtype))
+
+
+def stable_norm(Y: torch.Tensor, dim) -> torch.Tensor:
+    """``torch.linalg.vector_norm(Y, dim=dim)`` without overflow or underflow of the squares.
+
+    float32 squares overflow for entries above ~1.8e19 (a finite X would get ``mu = inf``)
+    and vanish below ~1e-19 (``mu = 0``). The plain norm is kept where it is safely
+    inside the range; otherwise the slices are divided by a power of two near their
+    largest absolute entry (exact) before squaring and the norm is scaled back, as
+    LAPACK's ``xNRM2`` does (Blue 1978, "A portable Fortran program to find the
+    Euclidean norm of a vector"). Costs one extra reduction and a ``(G,)`` host check.
+    """
+    r = torch.linalg.vector_norm(Y, dim=dim)
+    info = torch.finfo(Y.dtype)
+    low = math.sqrt(info.tiny) / info.eps  # below this, lost squares could matter
+    if bool((torch.isfinite(r) & (r >= low)).all()):
+        return r
+    peak = Y.abs().amax(dim=dim, keepdim=True)
+    _, exponent = torch.frexp(peak)  # peak = m 2^e, 0.5 <= m < 1
+    s = torch.where(peak > 0, torch.ldexp(torch.ones_like(peak), exponent - 1), 1.0)
+    return torch.linalg.vector_norm(Y / s, dim=dim) * s.reshape(r.shape)
 
 
 def svdvals_fast(X: torch.Tensor) -> torch.Tensor:

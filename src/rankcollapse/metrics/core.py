@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from ._context import MetricContext, evaluate
+from ._context import MetricContext, evaluate, stable_norm
 
 
 # ---- metric functions on a context (G samples of L real tokens) -----------------
 def _mu(ctx: MetricContext) -> torch.Tensor:
-    return torch.linalg.vector_norm(ctx.centered, dim=(-2, -1))
+    return stable_norm(ctx.centered, (-2, -1))
 
 
 def _mu_relative(ctx: MetricContext) -> torch.Tensor:
@@ -49,7 +49,7 @@ def _avg_cos(ctx: MetricContext) -> torch.Tensor:
 
 def _cos_to_mean(ctx: MetricContext) -> torch.Tensor:
     mean = ctx.mean_token
-    mean_norm = torch.linalg.vector_norm(mean, dim=-1)
+    mean_norm = stable_norm(mean, -1)
     ctx.fail(mean_norm == 0, "the mean token is zero: cosine to the mean is undefined")
     valid = ctx.row_valid
     cos = (ctx.X @ (mean / mean_norm.unsqueeze(-1)).unsqueeze(-1)).squeeze(-1) * ctx.inv_norms

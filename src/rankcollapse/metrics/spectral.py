@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ._context import MetricContext, RankTolerance, as_batch, check_finite, evaluate, svdvals_fast
+from ._context import MetricContext, RankTolerance, as_batch, check_finite, evaluate, stable_norm, svdvals_fast
 
 
 def _nonzero(ctx: MetricContext, what: str) -> torch.Tensor:
@@ -41,7 +41,7 @@ def _sigma_ratio(ctx: MetricContext) -> torch.Tensor:
 
 
 def _rank_one_distance(ctx: MetricContext) -> torch.Tensor:
-    return torch.linalg.vector_norm(ctx.svals[..., 1:], dim=-1)
+    return stable_norm(ctx.svals[..., 1:], -1)
 
 
 def _stable_rank(ctx: MetricContext) -> torch.Tensor:
