@@ -24,7 +24,9 @@ _BADGE = {"reproduced": "#1a7f37", "not reproduced": "#b42318", "mixed": "#b5470
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#101828}
 table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #d0d5dd;padding:4px 6px;vertical-align:top}
 th{background:#f2f4f7}.v{color:#fff;border-radius:4px;padding:1px 6px;white-space:nowrap}figure{margin:1.5em 0}
-img{max-width:100%}pre{background:#f9fafb;padding:8px;overflow-x:auto;font-size:12px}code{font-size:12px}"""
+img{max-width:100%}pre{background:#f9fafb;padding:8px;overflow-x:auto;font-size:12px}code{font-size:12px}
+td pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0 0 4px 0;padding:4px;font-size:11px}
+table.claims{table-layout:fixed;width:100%}table.claims td{overflow-wrap:anywhere}"""
 _SELF_CHECK = """window.addEventListener('load',function(){var bad=0,imgs=document.images;
 for(var i=0;i<imgs.length;i++){if(!imgs[i].complete||imgs[i].naturalWidth===0){bad++;}}
 document.body.setAttribute('data-images-ok',String(imgs.length-bad));document.body.setAttribute('data-images-bad',String(bad));});"""
@@ -62,8 +64,16 @@ def _claims_html(claims: list[dict[str, Any]], figures: dict[str, Any]) -> str:
         notes = f"<br><small>{_e(c['notes'])}</small>" if c.get("notes") else ""
         rows.append(f"<tr id='claim-{_e(c['id'])}'><td>{_e(c['id'])}</td><td>{effect}{notes}</td><td>{_badge(c['verdict'])}</td>"
                     f"<td><pre>{_e(measured_text(c['measured']))}</pre><small>{_e(c.get('comparison', ''))}</small></td>"
-                    f"<td><small>{_e(c['rule'])}</small></td><td>{near}</td><td>{plot}</td></tr>")
-    return f"<table>{head}{''.join(rows)}</table>"
+                    f"<td>{_rule_html(c['rule'])}</td><td>{near}</td><td>{plot}</td></tr>")
+    cols = "".join(f"<col style='width:{w}'>" for w in ("4%", "16%", "8%", "35%", "22%", "10%", "5%"))
+    return f"<table class='claims'><colgroup>{cols}</colgroup>{head}{''.join(rows)}</table>"
+
+
+def _rule_html(rule: str) -> str:
+    """The rule's statement, with its formal checks folded away."""
+    statement, _, formal = rule.partition(" [")
+    checks = f"<details><summary>checks</summary><small>{_e('[' + formal)}</small></details>" if formal else ""
+    return f"<small>{_e(statement)}</small>{checks}"
 
 
 def _nearby_html(claims: list[dict[str, Any]]) -> str:

@@ -53,22 +53,22 @@ def register(app: typer.Typer) -> None:
 
 
 def print_summary(result) -> None:
-    """Claims table and where the outputs are (stdout)."""
+    """Short claims table and where the outputs are (stdout); the measured numbers of
+    every check are in the report and claims.json."""
     from rich.console import Console
     from rich.table import Table
-
-    from ..report import measured_text
 
     console = Console()
     table = Table(title=f"rankcollapse {', '.join(result.config['experiments'])} "
                         f"({result.config['scale']}, hash {result.config['config_hash']}, {result.seconds:.0f} s)")
-    for col in ("id", "effect", "paper", "verdict", "measured"):
+    for col in ("id", "effect", "paper", "verdict", "checks", "nearby settings"):
         table.add_column(col, overflow="fold")
     colours = {"reproduced": "green", "not reproduced": "red", "mixed": "yellow"}
     for c in result.claims:
-        near = [f"{n['setting']}: {n['verdict']}" for n in c.get("nearby", [])]
-        meas = measured_text(c["measured"]) + ("\nnearby: " + "; ".join(near) if near else "")
+        scored = [k for k in c["measured"].get("checks", []) if not k.get("informational")]
+        held = f"{sum(k['outcome'] == 'holds' for k in scored)}/{len(scored)} hold"
+        near = "; ".join(f"{n['setting']}: {n['verdict']}" for n in c.get("nearby", [])) or "-"
         table.add_row(c["id"], c["effect"], c.get("paper_effect", ""),
-                      f"[{colours.get(c['verdict'], 'white')}]{c['verdict']}[/]", meas)
+                      f"[{colours.get(c['verdict'], 'white')}]{c['verdict']}[/]", held, near)
     console.print(table)
     console.print(f"report: {result.out / 'report.html'}   table: {result.out / 'table.parquet'}   claims: {result.out / 'claims.json'}")

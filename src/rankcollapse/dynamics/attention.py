@@ -94,9 +94,16 @@ def _heads(Y: torch.Tensor, n_heads: int) -> torch.Tensor:
 def project_qkv(X: torch.Tensor, lw, *, uniform: bool = False):
     """Queries, keys, values ``(B, H, N, d_k|d_v)`` of layer weights ``lw`` (a
     :class:`~rankcollapse.dynamics.weights.LayerWeights`), with RoPE and grouped KV
-    heads repeated to ``H``. ``uniform`` zeroes the queries (``W_Q = W_K = 0``)."""
+    heads repeated to ``H``. ``uniform`` zeroes the queries (``W_Q = W_K = 0``).
+
+    With ``lw.W_MV = [W_Q W_K^T | W_V]`` (one head, ``d_k >= d``) the queries are
+    ``X W_Q W_K^T`` and the keys ``X``: the same scores ``X W_Q (X W_K)^T`` from two
+    ``(d, d)`` projections instead of three."""
     H = lw.n_heads
     H_kv = lw.n_kv_heads or H
+    if lw.W_MV is not None and not uniform:  # scores X (W_Q W_K^T) X^T: keys are X itself
+        Q, V = (X @ lw.W_MV).split((X.shape[-1], lw.W_V.shape[1]), dim=-1)
+        return Q.unsqueeze(1), X.unsqueeze(1), V.unsqueeze(1)
     if lw.W_QKV is not None and not uniform:  # one fused (d, 3d) matmul instead of three
         Q, K, V = (_heads(Y, H) for Y in (X @ lw.W_QKV).split(lw.W_Q.shape[1], dim=-1))
         return Q, K, V
@@ -132,13 +139,15 @@ def scores_may_overflow(Q: torch.Tensor, K: torch.Tensor, scale: float,
                         bias: torch.Tensor | None = None) -> bool:
     """Whether some score ``scale * q . k (+ bias)`` may leave ``Q.dtype``'s finite range.
 
-    Uses ``|q . k| <= d_k max|q| max|k|`` (two reductions, one host sync). Overflowed
-    scores are not safe in ``F.scaled_dot_product_attention``: with ``+inf`` logits it
-    returns finite zeros on CPU instead of NaN, so a finiteness check cannot catch it.
+    Uses ``|q . k| <= d_k max|q| max|k|`` (min/max reductions, no temporaries, one
+    host sync). Overflowed scores are not safe in ``F.scaled_dot_product_attention``:
+    with ``+inf`` logits it returns finite zeros on CPU instead of NaN, so a finiteness
+    check of its output cannot catch it. NaN in Q or K also counts as overflow.
     """
-    bound = abs(scale) * Q.shape[-1] * float(Q.abs().amax()) * float(K.abs().amax())
-    if bias is not None:
-        bound += float(bias.abs().amax())
+    parts = (Q, K) if bias is None else (Q, K, bias)
+    ends = [e for x in parts for e in (x.amin(), x.amax())]  # faster than aminmax on strided views
+    q_lo, q_hi, k_lo, k_hi, *b = torch.stack(ends).to(torch.float64).tolist()
+    bound = abs(scale) * Q.shape[-1] * max(-q_lo, q_hi) * max(-k_lo, k_hi) + max([0.0, *(abs(v) for v in b)])
     return not bound < torch.finfo(Q.dtype).max / 16
 
 
@@ -158,19 +167,21 @@ def safe_softmax_scores(Q, K, mask: torch.Tensor, *, scale: float, bias: torch.T
 
 
 def dense_attention(Q, K, V, mask: torch.Tensor, *, scale: float, bias: torch.Tensor | None = None,
-                    need_weights: bool = False):
+                    need_weights: bool = False, overflow: bool | None = None):
     """Masked softmax attention on the full ``(N, N)`` score matrix.
 
     Q, K : ``(B, H, N, d_k)``; V : ``(B, H, N, d_v)``; mask bool ``(N, N)``; bias
     ``(H, N, N)`` added to the scaled scores (T5). Returns ``(out (B, H, N, d_v), A)``
     with ``A (B, H, N, N)`` when ``need_weights`` else None. Without weights or bias,
     and when no score can overflow (:func:`scores_may_overflow`), it calls
-    ``F.scaled_dot_product_attention`` (same mask convention: True = attend); otherwise,
-    or if that produced non-finite values, :func:`safe_softmax_scores`.
+    ``F.scaled_dot_product_attention`` (same mask convention: True = attend); otherwise
+    :func:`safe_softmax_scores`. With bounded scores SDPA's softmax is exact, so its
+    output is not checked here: it can only overflow in ``A V``, as the safe path
+    would, and the caller's per-layer finiteness check names the layer. ``overflow``:
+    a caller's a-priori verdict of :func:`scores_may_overflow` (None = compute it).
     """
-    if not need_weights and bias is None and not scores_may_overflow(Q, K, scale):
-        out = torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=scale)
-        if bool(torch.isfinite(out.sum())):  # one reduction; a finite sum implies finite entries
-            return out, None
-    A = safe_softmax_scores(Q, K, mask, scale=scale, bias=bias)
+    if not need_weights and bias is None:
+        if not (scores_may_overflow(Q, K, scale) if overflow is None else overflow):
+            return torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=scale), None
+    A = safe_softmax_scores(Q, K, mask, scale=scale, bias=bias, overflow=overflow)
     return A @ V, A

@@ -75,15 +75,23 @@ class Attention:
         self.epsilon: list[torch.Tensor] = []
         self.attention: list[torch.Tensor] = []
 
-    def __call__(self, X: torch.Tensor, lw: LayerWeights) -> torch.Tensor:
+    def __call__(self, X: torch.Tensor, lw: LayerWeights, x_peak: float | None = None) -> torch.Tensor:
+        """Attention output ``(B, N, d)``; ``x_peak`` = ``max |X|`` if the caller knows it."""
         Q, K, V = project_qkv(X, lw, uniform=self.uniform)  # (B, H, N, d_head)
         scale = self.default_scale if lw.scale is None else lw.scale
+        overflow = None  # unknown: the attention reduces over Q and K
+        if x_peak is not None and lw.W_MV is not None and lw.position_bias is None and not self.uniform:
+            # keys are X, queries X W_QK: |q . x| <= d max|x| (max|x| ||W_QK||_1), no pass over Q
+            bound = abs(scale) * X.shape[-1] * x_peak * x_peak * lw.W_QK_norm1
+            overflow = not bound < torch.finfo(X.dtype).max / 16
         if self.plan is not None:
-            O, eps = blocked_attention(Q, K, V, self.plan, scale=scale, need_epsilon=self.record_epsilon)
+            O, eps = blocked_attention(Q, K, V, self.plan, scale=scale, need_epsilon=self.record_epsilon,
+                                       overflow=overflow)
         else:
             bias = None if lw.position_bias is None else lw.position_bias(X.shape[1]).to(X.dtype)
             need = self.record_epsilon or self.record_attention
-            O, A = dense_attention(Q, K, V, self.mask_dense, scale=scale, bias=bias, need_weights=need)
+            O, A = dense_attention(Q, K, V, self.mask_dense, scale=scale, bias=bias, need_weights=need,
+                                   overflow=overflow)
             eps = None if A is None else A.masked_fill(~self.mask_dense, float("inf")).amin()
             if self.record_attention:
                 self.attention.append(A.detach())
@@ -92,20 +100,22 @@ class Attention:
         return merge_heads(O, lw)
 
 
-def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: Attention):
-    """One layer; returns ``(X_next, n_zero_rows)`` (zero rows met by a ``sphere`` norm)."""
+def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: Attention,
+                  x_peak: float | None = None):
+    """One layer; returns ``(X_next, n_zero_rows)`` (zero rows met by a ``sphere`` norm).
+    ``x_peak`` = ``max |X|`` if known (spares the attention its overflow reductions)."""
     a, nk = cfg.alpha, cfg.norm
     if cfg.placement == "theory":
-        return apply_norm(attend(X, lw), nk, cfg.eps)
+        return apply_norm(attend(X, lw, x_peak), nk, cfg.eps)
     if cfg.placement == "post_ln":
-        Y = attend(X, lw)
+        Y = attend(X, lw, x_peak)
         X, z = apply_norm(Y if a == 0 else a * X + Y, nk, cfg.eps)
         if cfg.mlp:
             X, z2 = apply_norm(a * X + mlp(X, lw), nk, cfg.eps)
             z = z + z2
         return X, z
     Xn, z = apply_norm(X, nk, cfg.eps)
-    X = a * X + attend(Xn, lw)
+    X = a * X + attend(Xn, lw, x_peak if nk == "none" else None)
     if cfg.mlp:
         Xn, z2 = apply_norm(X, nk, cfg.eps)
         X, z = a * X + mlp(Xn, lw), z + z2

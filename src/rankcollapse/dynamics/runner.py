@@ -89,11 +89,18 @@ def _check_device(device) -> torch.device | None:
     return dev
 
 
+def _peak(X: torch.Tensor) -> float:
+    """``max |X|`` with one reduction and one host sync; NaN or Inf if X has any."""
+    lo, hi = X.aminmax()
+    return float(torch.maximum(-lo, hi))
+
+
 def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
-    """Names, ``measure(X, mask) -> {name: (B,)}`` and whether a metric needs the mask."""
+    """Names, ``measure(X, mask, peak) -> {name: (B,)}`` (``peak`` = :func:`_peak` of X)
+    and whether a metric needs the mask."""
     if isinstance(metrics, Mapping):
         fns = dict(metrics)
-        return tuple(fns), lambda X, mask: {k: f(X) for k, f in fns.items()}, False
+        return tuple(fns), lambda X, mask, peak: {k: f(X) for k, f in fns.items()}, False
     from ..metrics import METRICS, compute_metrics
 
     names = tuple(DEFAULT_SIM_METRICS if metrics is None else ([metrics] if isinstance(metrics, str) else metrics))
@@ -102,18 +109,18 @@ def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
         raise ConfigError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")
     uses_mask = any(METRICS[n].uses_mask for n in names)
 
-    def measure(X, mask):
-        # float32 tokens past ~1e12 overflow squared norms (mu = inf) though X is finite
-        wide = X.dtype == torch.float32 and not float(X.abs().amax()) < _FLOAT32_METRIC_LIMIT
+    def measure(X, mask, peak):
+        # float32 tokens past ~1e12 overflow Gram matrices (cosines) though X is finite
+        wide = X.dtype == torch.float32 and not peak < _FLOAT32_METRIC_LIMIT
         return compute_metrics(X, names, mask=mask, dtype=torch.float64 if wide else None)
 
     return names, measure, uses_mask
 
 
-def _measure_at(measure: Callable, X: torch.Tensor, mask, t: int) -> dict:
-    """``measure(X, mask)``, with a metric failure naming the layer it happened after."""
+def _measure_at(measure: Callable, X: torch.Tensor, mask, t: int, peak: float | None = None) -> dict:
+    """``measure(X, mask, peak)``, with a metric failure naming the layer it happened after."""
     try:
-        return measure(X, mask)
+        return measure(X, mask, _peak(X) if peak is None else peak)
     except MetricError as exc:
         raise MetricError(f"after layer {t}: {exc}") from None
 
@@ -135,19 +142,21 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
     metrics or None). Zero rows met under ``sphere`` are warned about even when a later
     layer fails."""
     B = X.shape[0]
-    rows = [_measure_at(measure, X, metric_mask, 0)]
+    peak = _peak(X)
+    rows = [_measure_at(measure, X, metric_mask, 0, peak)]
     states = [X.cpu()] if record_states else None
     zero_rows: list = []
     final = None
     try:
         with torch.no_grad():
             for t, lw in enumerate(weights):
-                X, z = block_forward(X, lw, cfg, attend)
-                if not bool(torch.isfinite(X.sum())) and not bool(torch.isfinite(X).all()):
+                X, z = block_forward(X, lw, cfg, attend, peak)
+                peak = _peak(X)  # the layer's one sync: finiteness, metric dtype, next score bound
+                if not math.isfinite(peak):
                     raise ConfigError(f"X has non-finite values after layer {t + 1} (overflow in {X.dtype}); "
                                       "use dtype=torch.float64, a smaller-norm value family, or a normalisation")
                 zero_rows.append(z)
-                rows.append(_measure_at(measure, X, metric_mask, t + 1))
+                rows.append(_measure_at(measure, X, metric_mask, t + 1, peak))
                 if record_states:
                     states.append(X.cpu())
             if cfg.final_norm:

@@ -83,16 +83,19 @@ class BlockPlan:
         return max(b.local.shape[1] for b in self.blocks)
 
 
-def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: bool = False):
+def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: bool = False,
+                      overflow: bool | None = None):
     """Masked softmax attention block by block.
 
     Q, K : ``(B, H, N, d_k)``; V : ``(B, H, N, d_v)``. Returns ``(out (B, H, N, d_v),
     eps)`` with ``eps`` the smallest allowed attention entry (0-d tensor) when
-    ``need_epsilon`` else None.
+    ``need_epsilon`` else None. ``overflow``: a caller's a-priori verdict of
+    :func:`~rankcollapse.dynamics.attention.scores_may_overflow` (None = compute it).
     """
     out = torch.empty(*Q.shape[:-1], V.shape[-1], dtype=V.dtype, device=V.device)
     eps = None
-    overflow = scores_may_overflow(Q, K, scale)  # once for all blocks
+    if overflow is None:
+        overflow = scores_may_overflow(Q, K, scale)  # once for all blocks
     use_sdpa = not need_epsilon and not overflow
     for blk in plan.blocks:
         if blk.keys is None:
@@ -100,11 +103,9 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
         else:
             k, v = K.index_select(-2, blk.keys), V.index_select(-2, blk.keys)
         q = Q[..., blk.start : blk.stop, :]  # (B, H, Bq, d_k)
-        o = None
-        if use_sdpa:
+        if use_sdpa:  # bounded scores: exact, no per-block check (see dense_attention)
             o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=blk.local, scale=scale)
-            o = o if bool(torch.isfinite(o.sum())) else None
-        if o is None:
+        else:
             A = safe_softmax_scores(q, k, blk.local, scale=scale, overflow=overflow)  # (B, H, Bq, K_b)
             o = A @ v
             if need_epsilon:

@@ -70,21 +70,39 @@ class LayerWeights:
     b_2: torch.Tensor | None = None
     meta: dict = field(default_factory=dict)
     W_QKV: torch.Tensor | None = field(default=None, repr=False)
+    W_MV: torch.Tensor | None = field(default=None, repr=False)
+    W_QK_norm1: float | None = field(default=None, repr=False)
 
     @property
     def d_model(self) -> int:
         return self.W_Q.shape[0]
 
     def to(self, dtype: torch.dtype, device: torch.device | str | None) -> "LayerWeights":
-        """Copy with every tensor cast to ``dtype`` and moved to ``device``."""
+        """Copy with every tensor cast to ``dtype`` and moved to ``device``, plus the
+        fused projections the attention uses when the layer allows them:
+
+        - ``W_MV = [W_Q W_K^T | W_V]`` ``(d, d + d_v)`` for one head with ``d_k >= d``:
+          scores ``X (W_Q W_K^T) X^T`` cost one ``(d, d)`` projection less than
+          ``X W_Q (X W_K)^T``; the product is formed in the source precision (float64
+          for drawn weights) before the cast, with its induced 1-norm ``W_QK_norm1``
+          (largest absolute column sum) for the a-priori score bound;
+        - else ``W_QKV = [W_Q | W_K | W_V]`` (one matmul instead of three).
+        """
         out = {}
         for name, value in self.__dict__.items():
             is_float = isinstance(value, torch.Tensor) and value.is_floating_point()
             out[name] = value.to(device=device, dtype=dtype) if is_float else value
         lw = LayerWeights(**out)
+        lw.W_MV = lw.W_QKV = None
         plain = all(getattr(lw, b) is None for b in ("b_Q", "b_K", "b_V")) and lw.rope_inv_freq is None
-        if plain and lw.n_kv_heads in (None, lw.n_heads) and lw.W_Q.shape == lw.W_K.shape == lw.W_V.shape:
-            lw.W_QKV = torch.cat((lw.W_Q, lw.W_K, lw.W_V), dim=1)  # fused projection (d, 3 d_out)
+        if not plain or lw.n_kv_heads not in (None, lw.n_heads) or lw.W_Q.shape != lw.W_K.shape:
+            return lw
+        if lw.n_heads == 1 and lw.W_Q.shape[1] >= lw.W_Q.shape[0]:
+            W_QK = (self.W_Q @ self.W_K.T).to(device=device, dtype=dtype)
+            lw.W_MV = torch.cat((W_QK, lw.W_V), dim=1)
+            lw.W_QK_norm1 = float(W_QK.abs().sum(dim=0).amax())  # max |x W_QK| <= max|x| * this
+        elif lw.W_Q.shape == lw.W_V.shape:
+            lw.W_QKV = torch.cat((lw.W_Q, lw.W_K, lw.W_V), dim=1)
         return lw
 
 

@@ -6,8 +6,9 @@ Loaded once per process and handed to every unit (no module-level state).
 from __future__ import annotations
 
 import hashlib
+import io
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +42,18 @@ def data_spec(text: str | Path | None, length: int, seed: int) -> dict[str, Any]
 
 @contextmanager
 def _quiet_transformers():
-    """Silence transformers' own progress bars ("Loading weights", GGUF de-quantising)
-    while a run loads a model: the run draws one progress bar of its own, and an error
-    must stay the only line on stderr. The previous setting is restored."""
+    """Silence the progress bars drawn while a run loads a model (transformers' "Loading
+    weights", and the GGUF de-quantising bar, a plain tqdm on ``sys.stderr``): the run
+    draws one progress bar of its own, and an error must stay the only line on stderr.
+    Logging handlers keep their own stream, so warnings still show. The previous
+    transformers setting is restored."""
     from transformers.utils import logging as hf_logging
 
     was = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        yield
+        with redirect_stderr(io.StringIO()):
+            yield
     finally:
         if was:
             hf_logging.enable_progress_bar()

@@ -4,7 +4,8 @@ Each plot: rows selected by ``select`` and ``metric``; one panel per value of
 ``panels``; one line per value of ``lines``; the line is the mean over windows
 (averaged over weight seeds) and the band the window inter-quartile range (q25-q75,
 averaged over seeds). Log-log axes draw layers t >= 1 (the input, t = 0, is the
-dotted reference line of the same colour).
+dotted reference line of the same colour). On a log y-axis, values <= 0 (μ exactly 0
+after full collapse) are drawn at :data:`LOG_FLOOR`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ METRIC_LABELS = {
     "sigma_min": "σ_min(X)",
     "sigma_ratio": "σ₂ / σ₁",
 }
+#: Readable names of source values used as panel titles.
+PANEL_NAMES = {"probe": "full pretrained model", "pretrained_sa": "attention-only network (no LN, skip, MLP)",
+               "simulate": "random-init network"}
+#: Where log-scale plots draw values <= 0 (μ exactly 0 after full collapse in float64).
+LOG_FLOOR = 1e-17
 _LINE_ORDER = {"mask": ["complete", "causal", "sliding_window", "causal_sliding_window"],
                "variant": ["pure", "ln", "skip", "skip_ln", "full", "drop_norm"]}
 
@@ -55,6 +61,13 @@ def make_plots(table: pd.DataFrame, configs: list[dict[str, Any]], folder: Path)
     return out
 
 
+def _num(v: Any) -> str:
+    """Legend value: ``0.015625`` -> ``1/64``, ``32.0`` -> ``32``."""
+    if isinstance(v, (float, np.floating)) and 0 < v < 1 and float(1 / v).is_integer():
+        return f"1/{int(1 / v)}"
+    return f"{v:g}" if isinstance(v, (float, np.floating)) else str(v)
+
+
 def _ordered(values: list[Any], key: str) -> list[Any]:
     order = _LINE_ORDER.get(key, [])
     known = [v for v in order if v in values]
@@ -77,9 +90,10 @@ def draw(table: pd.DataFrame, spec: dict[str, Any]):
     for ax, panel in zip(axes.flat, panels):
         sub = rows if panel is None else rows[rows[panel_key] == panel]
         for value in lines:
-            _line(ax, sub[sub[line_key] == value], f"{spec.get('line_label', line_key)}={value}" if spec.get("line_label") else str(value),
-                  colours[value], loglog, spec)
-        ax.set_title(f"{spec.get('panel_label', panel_key)}: {panel}" if panel is not None else spec["title"], fontsize=10)
+            _line(ax, sub[sub[line_key] == value], f"{spec.get('line_label', line_key)}={_num(value)}" if spec.get("line_label")
+                  else str(value), colours[value], loglog, spec)
+        if panel is not None:
+            ax.set_title(f"{spec.get('panel_label', panel_key)}: {PANEL_NAMES.get(str(panel), panel)}", fontsize=10)
         ax.set_xlabel(spec.get("xlabel", "layer t"))
         ax.set_yscale(spec.get("yscale", "log"))
         if loglog:
@@ -91,7 +105,11 @@ def draw(table: pd.DataFrame, spec: dict[str, Any]):
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel(spec.get("ylabel", METRIC_LABELS.get(spec["metric"], spec["metric"])))
-    handles, labels = axes.flat[0].get_legend_handles_labels()
+    legend: dict[str, Any] = {}  # every panel's entries (a line may exist in one panel only)
+    for ax in axes.flat[:len(panels)]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(lab, h)
+    handles, labels = list(legend.values()), list(legend)
     if labels:
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False,
                    title=spec.get("legend_title", line_key))
@@ -114,6 +132,8 @@ def _line(ax, rows: pd.DataFrame, label: str, colour, loglog: bool, spec: dict[s
         ax.plot(final["layer"].to_numpy() / span, final["mean"].to_numpy(), ls="none", marker="x", ms=7, mew=1.6,
                 color=colour, label=f"{label} (after final norm)")
     y, lo, hi = g["mean"].to_numpy(), g["q25"].to_numpy(), g["q75"].to_numpy()
+    if spec.get("yscale", "log") == "log":  # exact zeros (full collapse) drawn at the floor, not dropped
+        y, lo, hi = (np.maximum(v, LOG_FLOOR) for v in (y, lo, hi))
     if loglog:
         ax.axhline(y[0], color=colour, ls=":", lw=0.8, alpha=0.7)
         keep = x >= 1

@@ -220,9 +220,9 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     t0 = time.perf_counter()
     cfgs, units, data = plan(name, scale, seed, text=text, length=length, overrides=overrides)
     ctx = RunContext(data, device)
-    _preflight(ctx, units)
     out = Path(out) if out is not None else Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(out)
+    _preflight(ctx, [u for u in units if not (cache / f"{u.kind}-{u.hash}.parquet").exists()])
     if write:
         out.mkdir(parents=True, exist_ok=True)
         (out / MARKER).unlink(missing_ok=True)
@@ -239,8 +239,10 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
 
 
 def _preflight(ctx: RunContext, units: list[Unit]) -> None:
-    """Load every model and cut the windows each needs before anything is written, so a
-    missing model or a text that is too short fails with one line and no output folder."""
+    """Load every model the units to compute need and cut their windows before anything
+    is written, so a missing model or a text that is too short fails with one line and
+    no output folder. Cached units need nothing: their inputs were valid when computed
+    (the unit hash covers the data)."""
     need: dict[str, int] = {}
     for u in units:
         if "n_windows" in u.params and u.params.get("model"):

@@ -163,7 +163,7 @@ def stable_norm(Y: torch.Tensor, dim) -> torch.Tensor:
     r = torch.linalg.vector_norm(Y, dim=dim)
     info = torch.finfo(Y.dtype)
     low = math.sqrt(info.tiny) / info.eps  # below this, lost squares could matter
-    if bool((torch.isfinite(r) & (r >= low)).all()):
+    if Y.numel() == 0 or bool((torch.isfinite(r) & (r >= low)).all()):
         return r
     peak = Y.abs().amax(dim=dim, keepdim=True)
     _, exponent = torch.frexp(peak)  # peak = m 2^e, 0.5 <= m < 1
