@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -62,6 +63,21 @@ def config_hash(config: Any, length: int = 12) -> str:
     """SHA-256 of the canonical JSON of ``config`` (sorted keys), first ``length`` hex digits."""
     blob = json.dumps(config, sort_keys=True, default=_json_default, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """SHA-256 (12 hex digits) of the package's own source files and configs plus the
+    versions of the numeric stack, so that cached results are reused only by the code
+    that produced them."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    digest.update(json.dumps(versions(), sort_keys=True).encode())
+    return digest.hexdigest()[:12]
 
 
 def versions() -> dict[str, str]:

@@ -38,3 +38,9 @@ def test_config_hash_is_order_independent_and_sensitive():
 def test_versions_record_the_numeric_stack():
     v = versions()
     assert v["torch"].startswith("2.") and v["rankcollapse"] != "not installed"
+
+
+def test_code_fingerprint_is_stable_within_a_process():
+    from rankcollapse._io import code_fingerprint
+
+    assert code_fingerprint() == code_fingerprint() and len(code_fingerprint()) == 12

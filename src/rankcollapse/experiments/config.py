@@ -16,16 +16,15 @@ from typing import Any
 
 import yaml
 
-from .. import __version__
-from .._io import config_hash
+from .._io import code_fingerprint, config_hash
 from ..errors import ConfigError
 
 EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory")
 ALIASES = {"": "main", "all": "all"}
 SCALES = ("quick", "paper", "smoke")
 UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "theory")
-#: Bumped (per unit kind) when a unit's computation or labels change, so stale cache
-#: entries are not reused.
+#: Bumped (per unit kind) when a unit's labels change; any change to the package's code
+#: or the numeric stack also changes every hash (``code_fingerprint``).
 CACHE_VERSION = {"simulate": 1, "probe": 1, "pretrained_sa": 1, "theory": 2}
 
 
@@ -39,7 +38,7 @@ class Unit:
 
     @property
     def hash(self) -> str:
-        return config_hash({"kind": self.kind, "params": self.params, "v": CACHE_VERSION[self.kind], "pkg": __version__})
+        return config_hash({"kind": self.kind, "params": self.params, "v": CACHE_VERSION[self.kind], "code": code_fingerprint()})
 
     @property
     def label(self) -> str:
