@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
         scale: str = typer.Option("quick", "--scale", help="quick (minutes on 2 cores), paper (3000 windows) or smoke."),
         out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/<UTC time>)."),
         seed: int = typer.Option(0, "--seed", help="Seeds window order and weights (weight seed k = seed + k)."),
-        text: Optional[Path] = typer.Option(None, "--text", help="UTF-8 text file (one document per line) or JSONL instead of Wikipedia."),
+        text: Optional[Path] = typer.Option(None, "--text-file", "--text", help="UTF-8 text file (one document per line) or JSONL instead of Wikipedia."),
         length: int = typer.Option(128, "--length", help="Tokens per window N."),
         masks: Optional[List[str]] = typer.Option(None, "--mask", help="Replace the simulated masks (repeatable), e.g. sliding_window:w=5."),
         depth: Optional[int] = typer.Option(None, "--depth", help="Replace the simulated depth."),
