@@ -88,7 +88,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="16 layers instead of 64; skip the long run")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default); on an oversubscribed "
                     "machine 1 avoids OpenMP barrier stalls on the many small block operations")
     args = ap.parse_args()

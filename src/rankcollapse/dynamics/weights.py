@@ -36,6 +36,7 @@ from ..errors import ConfigError
 
 ROLES = {"W_Q": 1, "W_K": 2, "W_V": 3, "W_O": 4, "W_1": 5, "W_2": 6}
 _SQUARE = ("orthogonal", "identity", "scaled_identity", "spd")
+_FUSED = ("W_QKV", "W_MV")  # rebuilt by LayerWeights.to, not cast
 
 
 @dataclass
@@ -90,17 +91,20 @@ class LayerWeights:
         """
         out = {}
         for name, value in self.__dict__.items():
-            is_float = isinstance(value, torch.Tensor) and value.is_floating_point()
+            is_float = isinstance(value, torch.Tensor) and value.is_floating_point() and name not in _FUSED
             out[name] = value.to(device=device, dtype=dtype) if is_float else value
         lw = LayerWeights(**out)
-        lw.W_MV = lw.W_QKV = None
+        lw.W_MV = lw.W_QKV = lw.W_QK_norm1 = None
         plain = all(getattr(lw, b) is None for b in ("b_Q", "b_K", "b_V")) and lw.rope_inv_freq is None
         if not plain or lw.n_kv_heads not in (None, lw.n_heads) or lw.W_Q.shape != lw.W_K.shape:
             return lw
         if lw.n_heads == 1 and lw.W_Q.shape[1] >= lw.W_Q.shape[0]:
-            W_QK = (self.W_Q @ self.W_K.T).to(device=device, dtype=dtype)
-            lw.W_MV = torch.cat((W_QK, lw.W_V), dim=1)
+            if self.W_MV is not None:  # already fused: one cast
+                lw.W_MV, lw.W_QK_norm1 = self.W_MV.to(device=device, dtype=dtype), self.W_QK_norm1
+                return lw
+            W_QK = self.W_Q @ self.W_K.T  # source precision; few small ops (they stall under OpenMP)
             lw.W_QK_norm1 = float(W_QK.abs().sum(dim=0).amax())  # max |x W_QK| <= max|x| * this
+            lw.W_MV = torch.cat((W_QK, self.W_V), dim=1).to(device=device, dtype=dtype)
         elif lw.W_Q.shape == lw.W_V.shape:
             lw.W_QKV = torch.cat((lw.W_Q, lw.W_K, lw.W_V), dim=1)
         return lw
