@@ -29,7 +29,7 @@ def np_softmax_masked(S, M):
 
 
 def reference(X, M, Ws, variant, d_qk):
-    """float64 numpy implementation of theory.md §2 and the skip variants."""
+    """float64 numpy implementation of spec.md §2 and the skip variants."""
     out = [X]
     for W_Q, W_K, W_V in Ws:
         A = np_softmax_masked(X @ W_Q @ (X @ W_K).swapaxes(-1, -2) / math.sqrt(d_qk), M)

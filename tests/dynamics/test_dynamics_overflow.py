@@ -14,7 +14,7 @@ from rankcollapse.masks import parse_mask
 
 
 def reference_attention(Q, K, V, M, scale):
-    """float64 numpy masked softmax attention (theory.md §1)."""
+    """float64 numpy masked softmax attention (spec.md §1)."""
     q, k, v = (t.double().numpy() for t in (Q, K, V))
     S = np.where(M.numpy(), q @ k.swapaxes(-1, -2) * scale, -np.inf)
     E = np.exp(S - S.max(-1, keepdims=True))

@@ -1,4 +1,4 @@
-"""Graph facts of the structured masks: theory.md §4 table, closed forms checked
+"""Graph facts of the structured masks: spec.md §4 table, closed forms checked
 against the generic algorithm on many sizes, and the CLI's JSON."""
 
 import json

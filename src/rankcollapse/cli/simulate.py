@@ -112,7 +112,7 @@ def simulate_command(
     as_json: bool = typer.Option(False, "--json", help="print one JSON document to stdout"),
     out: Path = typer.Option(None, "--out", help="folder for result.json and mu_loglog.png"),
 ) -> None:
-    """Simulate masked self-attention dynamics (theory.md §2) and report metrics per layer."""
+    """Simulate masked self-attention dynamics (spec.md §2) and report metrics per layer."""
     import torch
 
     from .._io import versions, write_json_atomic

@@ -69,7 +69,7 @@ def bound_cmd(
 def equilibria_cmd(
     n: int = typer.Option(2, "--n"), d: int = typer.Option(2, "--d"), rank: int = typer.Option(2, "--rank"),
     limit: Optional[int] = typer.Option(None, help="List only this many (needed when 2^rank > 4096)."),
-    example: bool = typer.Option(False, help="The N = d = 2 example of theory.md §5.3 instead."),
+    example: bool = typer.Option(False, help="The N = d = 2 example of spec.md §5.3 instead."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """A system with ≥ 2^rank SA-LN equilibria of rank exactly `rank`, each verified and classified."""

@@ -1,4 +1,4 @@
-"""Self-attention dynamics (theory.md §2): masked attention, blocks, weights, simulator."""
+"""Self-attention dynamics (spec.md §2): masked attention, blocks, weights, simulator."""
 
 from .config import VARIANTS, BlockConfig
 from .inputs import gaussian_tokens, hemisphere_tokens, sphere_tokens

@@ -1,4 +1,4 @@
-"""Masked softmax attention (theory.md §1), the reference dense path.
+"""Masked softmax attention (spec.md §1), the reference dense path.
 
 ``A = softmax_G(X W_Q (X W_K)^T / sqrt(d_qk))`` with ``A[i, j] = 0`` where
 ``mask[i, j]`` is False. Rows of ``A`` sum to 1 and allowed entries are > 0.
@@ -57,7 +57,7 @@ def attention_weights(
     X : ``(N, d)`` or ``(B, N, d)`` tokens.
     mask : bool ``(N, N)``.
     W_Q, W_K : ``(d, d_k)`` (row-vector convention ``x -> x W``).
-    d_qk : temperature, > 0 (theory.md §1; smaller = sharper).
+    d_qk : temperature, > 0 (spec.md §1; smaller = sharper).
 
     Returns
     -------

@@ -1,6 +1,6 @@
 """Block configuration of the simulated network: normalisation, placement, skip, MLP.
 
-The four named variants of theory.md §2 and issue 2 are presets of :class:`BlockConfig`.
+The four named variants of spec.md §2 and issue 2 are presets of :class:`BlockConfig`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class BlockConfig:
 
     Update rules (row-vector convention, ``SA(X) = A X W_V`` or its multi-head form):
 
-    - ``placement="theory"``: ``X <- norm(SA(X))`` (theory.md §2; no skip, ``alpha`` must be 0).
+    - ``placement="theory"``: ``X <- norm(SA(X))`` (spec.md §2; no skip, ``alpha`` must be 0).
     - ``placement="post_ln"``: ``X <- norm(alpha X + SA(X))``; with MLP then
       ``X <- norm(alpha X + MLP(X))`` (BERT-style post-LN).
     - ``placement="pre_ln"``: ``X <- alpha X + SA(norm(X))``; with MLP then
@@ -31,7 +31,7 @@ class BlockConfig:
     Attributes
     ----------
     norm : "none" | "sphere" | "layernorm" | "rmsnorm"
-        ``sphere`` puts every row on the unit sphere (SA-LN, theory.md §2); ``layernorm``
+        ``sphere`` puts every row on the unit sphere (SA-LN, spec.md §2); ``layernorm``
         centres and divides by the std (``eps``); ``rmsnorm`` divides by the RMS.
         Affine parameters are applied only when layer weights carry them.
     placement : "theory" | "post_ln" | "pre_ln"
@@ -96,7 +96,7 @@ def _finite_number(value) -> bool:
 VARIANTS: dict[str, BlockConfig] = {
     # X <- A X W_V
     "pure": BlockConfig(),
-    # X <- D A X W_V (rows to the unit sphere, theory.md §2)
+    # X <- D A X W_V (rows to the unit sphere, spec.md §2)
     "ln": BlockConfig(norm="sphere"),
     # X <- X + A X W_V
     "skip": BlockConfig(placement="post_ln", alpha=1.0),

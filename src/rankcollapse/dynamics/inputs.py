@@ -35,7 +35,7 @@ def hemisphere_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0, pole:
                       ) -> torch.Tensor:
     """Tokens uniform on the open hemisphere ``{x in S^{d-1}: <x, pole> > 0}`` (default
     pole ``e_1``): sphere samples reflected across the pole's hyperplane when needed, so
-    every pair has ``<x_i, pole> > 0`` (the initial condition of theory.md §5.2).
+    every pair has ``<x_i, pole> > 0`` (the initial condition of spec.md §5.2).
 
     Raises
     ------

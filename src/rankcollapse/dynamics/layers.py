@@ -18,7 +18,7 @@ from .weights import LayerWeights
 
 def sphere(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows divided by their Euclidean norm: ``D X`` with ``D = diag(1/||x_i||)``
-    (theory.md §2, SA-LN). Rule for zero rows: they stay zero (no direction exists);
+    (spec.md §2, SA-LN). Rule for zero rows: they stay zero (no direction exists);
     the count of such rows is returned so the caller can warn.
 
     Rows are first divided by their largest absolute entry, so rows whose norm

@@ -1,4 +1,4 @@
-"""``simulate``: run the self-attention dynamics of theory.md §2 and stream metrics.
+"""``simulate``: run the self-attention dynamics of spec.md §2 and stream metrics.
 
 Default initialisation (documented in docs/dynamics.md): one head, ``W_Q, W_K, W_V``
 ``(d, d)`` with i.i.d. ``N(0, 1/d)`` entries, drawn per layer from ``(seed, layer, role)``.
@@ -180,7 +180,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
              ) -> SimResult:
     """Run ``depth`` layers of masked self-attention dynamics from ``X0``.
 
-    Pure SA (theory.md §2): ``X(t+1) = A(t) X(t) W_V(t)``, ``A(t) = softmax_G(X W_Q
+    Pure SA (spec.md §2): ``X(t+1) = A(t) X(t) W_V(t)``, ``A(t) = softmax_G(X W_Q
     (X W_K)^T / sqrt(d_qk))``; other variants per :class:`BlockConfig`.
 
     Parameters

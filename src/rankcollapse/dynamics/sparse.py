@@ -3,7 +3,7 @@
 Queries are processed in blocks of ``block_size`` rows. For each block the union of the
 keys its rows may attend to is read from the mask's CSR form; scores are computed only
 against those keys and masked with the block's local pattern, then the masked softmax of
-theory.md §1 is applied. For a banded mask of width ``w`` a block touches about
+spec.md §1 is applied. For a banded mask of width ``w`` a block touches about
 ``block_size + w`` keys, so peak memory is ``O(B H block_size (block_size + w))``. The
 result equals dense masked attention (same formula, same keys; verified to 1e-5 in
 ``tests/dynamics``).

@@ -88,7 +88,7 @@ def _weight_kwargs(p: dict[str, Any], d: int) -> dict[str, Any]:
 
 
 def run_simulate(unit: Unit, ctx: RunContext) -> pd.DataFrame:
-    """Random-init network on X(0) = ``model``'s embeddings (theory.md §2, §5.4)."""
+    """Random-init network on X(0) = ``model``'s embeddings (spec.md §2, §5.4)."""
     p = unit.params
     n = int(p["n_windows"])
     variant = _variant(p)
@@ -165,7 +165,7 @@ def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
 
 
 def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
-    """Numerical checks of theory.md §5 (``rankcollapse.theory``)."""
+    """Numerical checks of spec.md §5 (``rankcollapse.theory``)."""
     from . import theory_units
 
     check = unit.params["check"]

@@ -1,4 +1,4 @@
-"""Attention masks as graphs (theory.md §1, §4).
+"""Attention masks as graphs (spec.md §1, §4).
 
 One convention everywhere: ``M[i, j] = True`` iff token ``i`` attends to token ``j``
 (graph edge ``j -> i``), 0-based. Build masks with the named constructors or

@@ -4,7 +4,7 @@ packed documents.
 Every constructor states the exact key set ``K(i) = {j : M[i, j]}`` of query ``i``
 (0-based, ``N`` tokens), builds its CSR straight from that rule, gives a matching
 FlexAttention predicate, and records the graph quantities known in closed form
-(theory.md §4), which the tests check against the generic analysis.
+(spec.md §4), which the tests check against the generic analysis.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def complete(n: int) -> Mask:
     """Full attention: ``K(i) = {0, ..., N-1}``.
 
     Strongly connected; every token is a center; radius = diameter = 1 for N > 1
-    (theory.md §4 table). Source: Vaswani et al. 2017 (encoder self-attention).
+    (spec.md §4 table). Source: Vaswani et al. 2017 (encoder self-attention).
     """
     n = check_n(n)
     r = int(n > 1)
@@ -70,7 +70,7 @@ def causal(n: int) -> Mask:
     """Causal (decoder) attention: ``K(i) = {0, ..., i}``.
 
     Centers ``{0}``, radius 1 for N > 1; not strongly connected for N > 1
-    (theory.md §4 table). Source: Vaswani et al. 2017 (decoder self-attention).
+    (spec.md §4 table). Source: Vaswani et al. 2017 (decoder self-attention).
     """
     n = check_n(n)
     idx = np.arange(n)
@@ -87,7 +87,7 @@ def sliding_window(n: int, w: int) -> Mask:
     """Bidirectional sliding window of odd width ``w = 2h + 1``: ``K(i) = {j : |i - j| <= h}``.
 
     For ``h >= 1`` strongly connected, every token a center, radius
-    ``ceil(ceil((N-1)/2) / h)`` and diameter ``ceil((N-1)/h)`` (theory.md §4 table).
+    ``ceil(ceil((N-1)/2) / h)`` and diameter ``ceil((N-1)/h)`` (spec.md §4 table).
     ``w = 1`` leaves only self-loops (not QSC for N > 1). Source: Beltagy et al. 2020
     (Longformer local attention); Child et al. 2019 §4 (local pattern).
 
@@ -118,7 +118,7 @@ def causal_sliding_window(n: int, w: int) -> Mask:
     ``K(i) = {j : i - w + 1 <= j <= i}``.
 
     Same convention as Hugging Face ``sliding_window`` (``kv > q - w``) and Mistral.
-    For ``w >= 2``: centers ``{0}``, radius ``ceil((N-1)/(w-1))`` (theory.md §4 table).
+    For ``w >= 2``: centers ``{0}``, radius ``ceil((N-1)/(w-1))`` (spec.md §4 table).
     Source: Child et al. 2019; Jiang et al. 2023 (Mistral sliding-window attention).
 
     Raises
@@ -188,7 +188,7 @@ def prefix(n: int, k: int) -> Mask:
     (prefix tokens attend to the whole prefix, later tokens causally).
 
     Centers ``{0, ..., k-1}`` (all tokens if ``k = N``), radius 1 for N > 1
-    (theory.md §4 table). Source: Raffel et al. 2020 (T5 prefix LM).
+    (spec.md §4 table). Source: Raffel et al. 2020 (T5 prefix LM).
 
     Raises
     ------
@@ -215,7 +215,7 @@ def documents(n: int, lengths: list[int], causal: bool = False) -> Mask:
 
     Documents are consecutive runs of ``lengths[0], lengths[1], ...`` tokens
     (sum = N). ``K(i) = {j : doc(j) = doc(i)}``, intersected with ``{j <= i}`` when
-    ``causal=True``. Two or more documents: not QSC (theory.md §4 table); the source
+    ``causal=True``. Two or more documents: not QSC (spec.md §4 table); the source
     components are the documents (or their first tokens when causal). Source: packed
     training without cross-document attention (e.g. Krell et al. 2021).
 

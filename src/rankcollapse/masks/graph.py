@@ -1,4 +1,4 @@
-"""Graph analysis of a mask (theory.md §4): connectivity, centers, radius, diameter.
+"""Graph analysis of a mask (spec.md §4): connectivity, centers, radius, diameter.
 
 The mask ``M`` is the digraph with an edge ``j -> i`` whenever ``M[i, j]`` (token i
 attends to j). Forward search from a token follows ``M^T``; backward search follows
@@ -61,7 +61,7 @@ def bfs_distances(graph: sp.csr_array, source: int) -> np.ndarray:
 
 @dataclass
 class MaskAnalysis:
-    """Graph facts of a mask (theory.md §4).
+    """Graph facts of a mask (spec.md §4).
 
     Attributes
     ----------
@@ -188,7 +188,7 @@ def _is_symmetric(csr: sp.csr_array, csr_t: sp.csr_array) -> bool:
 
 
 def analyze(mask: Mask) -> MaskAnalysis:
-    """Analyse the graph of ``mask`` (theory.md §4) exactly, in O(E) memory.
+    """Analyse the graph of ``mask`` (spec.md §4) exactly, in O(E) memory.
 
     Parameters
     ----------

@@ -1,6 +1,6 @@
 """The :class:`Mask` type: one attention mask in one convention.
 
-``M[i, j] = True`` iff token ``i`` attends to token ``j`` (theory.md §1), i.e. the
+``M[i, j] = True`` iff token ``i`` attends to token ``j`` (spec.md §1), i.e. the
 graph edge ``j -> i``. A mask keeps a compact CSR form (built straight from the
 structure for the named constructors, never through an ``N x N`` dense matrix) and,
 where natural, a vectorised FlexAttention predicate ``mask_mod(b, h, q_idx, kv_idx)``.

@@ -1,4 +1,4 @@
-"""Collapse-rate envelope of Theorem 1 (theory.md §5.1, reconstructed form) and the
+"""Collapse-rate envelope of Theorem 1 (spec.md §5.1, reconstructed form) and the
 mask comparison table.
 
 For a QSC mask with radius ``r``, pure masked self-attention satisfies
@@ -75,7 +75,7 @@ def collapse_envelope(
 ) -> np.ndarray:
     """Theorem 1 envelope ``C (1 - eps^r)^(t / (k r))`` at layers ``t`` (float64 array).
 
-    Source: Wu et al. 2024, Theorem 1 (theory.md §5.1; exponent variant a parameter).
+    Source: Wu et al. 2024, Theorem 1 (spec.md §5.1; exponent variant a parameter).
     """
     t = np.asarray(t, dtype=np.float64)
     if (t < 0).any():

@@ -98,7 +98,7 @@ def mu(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
 
     ``gamma_X = (1/N) 1^T X`` is the mean token; ``mu = 0`` iff all tokens are equal
     (``mu = 0`` for ``N = 1``). Source: Wu et al., NeurIPS 2024, "On the Role of
-    Attention Masks and LayerNorm in Transformers" (theory.md §3).
+    Attention Masks and LayerNorm in Transformers" (spec.md §3).
 
     Parameters
     ----------
@@ -124,7 +124,7 @@ def mu_relative(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     """Scale-free token uniformity ``mu(X) / ||X||_F`` in ``[0, 1]``.
 
     Pure attention can shrink or grow norms, so the ratio separates collapse from
-    scale (theory.md §3). Same parameters and errors as :func:`mu`; also raises
+    scale (spec.md §3). Same parameters and errors as :func:`mu`; also raises
     :class:`MetricError` if X is the zero matrix.
     """
     return _one(_mu_relative, "mu_relative", X, padding_mask, dtype)

@@ -2,7 +2,7 @@
 
 The graph is a mask ``M`` (a :class:`rankcollapse.masks.Mask` or a bool ``(N, N)`` /
 ``(B, N, N)`` matrix over the padded positions, ``M[i, j]`` = token i attends to
-token j, theory.md §1); without a mask, the complete graph. With padding, the graph
+token j, spec.md §1); without a mask, the complete graph. With padding, the graph
 is restricted to the real tokens. Both measures are computed from ``(N, N)`` Gram
 matrices, never from ``(N, N, d)`` differences.
 """

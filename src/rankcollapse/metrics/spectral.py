@@ -102,14 +102,14 @@ def sigma_min(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
 
 def sigma_ratio(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     """``sigma_2 / sigma_1`` in ``[0, 1]``; 0 iff X has rank one (tokens at ``±v``,
-    which ``mu`` misses; theory.md §3). 0 when ``min(N, d) = 1``. Raises
+    which ``mu`` misses; spec.md §3). 0 when ``min(N, d) = 1``. Raises
     :class:`MetricError` for the zero matrix."""
     return _one(_sigma_ratio, "sigma_ratio", X, padding_mask, dtype)
 
 
 def rank_one_distance(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     """Frobenius distance to the nearest matrix of rank <= 1,
-    ``sqrt(sum_{k >= 2} sigma_k^2)`` (Eckart–Young; theory.md §3)."""
+    ``sqrt(sum_{k >= 2} sigma_k^2)`` (Eckart–Young; spec.md §3)."""
     return _one(_rank_one_distance, "rank_one_distance", X, padding_mask, dtype)
 
 

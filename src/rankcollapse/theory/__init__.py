@@ -1,4 +1,4 @@
-"""The paper's theorems as code (theory.md §5; derivations in docs/theory.md).
+"""The paper's theorems as code (spec.md §5; derivations in docs/theory.md).
 
 - Theorem 1 (masked pure SA collapses): :func:`check_collapse_bound`, :func:`radius_sweep`.
 - Theorem 2 (SA-LN with orthogonal W_V on the sphere): :func:`check_sphere_collapse`.

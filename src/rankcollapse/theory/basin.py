@@ -1,4 +1,4 @@
-"""Monte Carlo basin sizes of SA-LN equilibria (theory.md §5.3: "small basins").
+"""Monte Carlo basin sizes of SA-LN equilibria (spec.md §5.3: "small basins").
 
 Starts are i.i.d. uniform on ``(S^{d-1})^N`` (for ``d = 2``: a uniform random angle per
 token); every start runs ``depth`` SA-LN steps (batched, float64); the final state is

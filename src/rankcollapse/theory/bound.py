@@ -1,6 +1,6 @@
-"""Theorem 1 (theory.md §5.1) checked against measurement: masked pure SA collapses.
+"""Theorem 1 (spec.md §5.1) checked against measurement: masked pure SA collapses.
 
-Envelope (proof in docs/theory.md § "Theorem 1: a rigorous envelope"): with orthogonal
+Envelope (proof in docs/spec.md § "Theorem 1: a rigorous envelope"): with orthogonal
 ``W_V(t)``, every allowed attention entry ``≥ ε`` along the trajectory, self-loops, and
 a QSC mask of radius ``r``,
 ``μ(X(t)) ≤ C (1 - ε^r)^{t/r}``, ``C = (√N / 2) ‖osc(X(0))‖_2 / (1 - ε^r) ≤ √N μ(X(0)) / (1 - ε^r)``,

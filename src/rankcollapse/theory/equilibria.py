@@ -79,7 +79,7 @@ def numerical_rank(X: torch.Tensor, rtol: float = 1e-8) -> int:
 
 
 def causal_example_2x2() -> EquilibriumSet:
-    """The ``N = d = 2`` causal example of theory.md §5.3, in closed form.
+    """The ``N = d = 2`` causal example of spec.md §5.3, in closed form.
 
     ``W_Q = W_K = 0``, ``W_V = [[1, -3], [0, 2]]``. Token 0 sits at ``s (0, 1)``, the left
     eigenvector of the dominant eigenvalue 2; token 1 solves ``x (I - W_V) = x_0 W_V``

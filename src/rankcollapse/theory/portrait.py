@@ -1,4 +1,4 @@
-"""Phase portraits of SA-LN (theory.md §5.3; the paper's Figure 1 idea).
+"""Phase portraits of SA-LN (spec.md §5.3; the paper's Figure 1 idea).
 
 ``portrait_2d``: for the ``N = d = 2`` causal example, the final angle of token 1 as a
 function of its starting angle, with token 0 starting at ``+(0, 1)`` and at ``-(0, 1)``.

@@ -1,4 +1,4 @@
-"""Theorem 2 (theory.md §5.2) checked: SA-LN with orthogonal W_V still collapses.
+"""Theorem 2 (spec.md §5.2) checked: SA-LN with orthogonal W_V still collapses.
 
 QSC mask, per-layer Haar-orthogonal ``W_V``, initial tokens with non-negative pairwise
 cosines: all tokens converge exponentially to one common point on the sphere

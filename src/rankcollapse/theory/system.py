@@ -1,6 +1,6 @@
 """One self-attention system (mask, W_Q, W_K, W_V, d_qk) and its SA / SA-LN steps.
 
-theory.md §2: pure SA is ``X ↦ A X W_V`` and SA-LN is ``X ↦ D A X W_V`` with ``D``
+spec.md §2: pure SA is ``X ↦ A X W_V`` and SA-LN is ``X ↦ D A X W_V`` with ``D``
 the diagonal matrix that puts every row back on the unit sphere. Row-vector
 convention: a token ``x`` maps to ``x W_V``. The weights are the same at every layer
 (time-invariant system), which is the setting of equilibria and stability.
@@ -29,7 +29,7 @@ class AttentionSystem:
     mask : bool tensor ``(N, N)``, ``mask[i, j]`` = token i attends to token j.
     W_Q, W_K : float tensors ``(d, d_k)``.
     W_V : float tensor ``(d, d)``, row-vector convention ``x ↦ x W_V``.
-    d_qk : float, attention temperature (theory.md §1).
+    d_qk : float, attention temperature (spec.md §1).
     """
 
     mask: torch.Tensor
