@@ -26,7 +26,8 @@ table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px soli
 th{background:#f2f4f7}.v{color:#fff;border-radius:4px;padding:1px 6px;white-space:nowrap}figure{margin:1.5em 0}
 img{max-width:100%}pre{background:#f9fafb;padding:8px;overflow-x:auto;font-size:12px}code{font-size:12px}
 td pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0 0 4px 0;padding:4px;font-size:11px}
-table.claims{table-layout:fixed;width:100%}table.claims td{overflow-wrap:anywhere}"""
+table.claims{table-layout:fixed;width:100%}table.claims td{overflow-wrap:break-word}
+table.claims td.nb,table.claims td.pl{font-size:12px}table.claims td.nb code{white-space:nowrap}"""
 _SELF_CHECK = """window.addEventListener('load',function(){var bad=0,imgs=document.images;
 for(var i=0;i<imgs.length;i++){if(!imgs[i].complete||imgs[i].naturalWidth===0){bad++;}}
 document.body.setAttribute('data-images-ok',String(imgs.length-bad));document.body.setAttribute('data-images-bad',String(bad));});"""
@@ -56,17 +57,38 @@ def _claims_html(claims: list[dict[str, Any]], figures: dict[str, Any]) -> str:
     head = "<tr><th>id</th><th>effect (paper)</th><th>verdict</th><th>measured</th><th>rule</th><th>nearby settings</th><th>plot</th></tr>"
     rows = []
     for c in claims:
-        near = "<br>".join(f"{_e(n['setting'])}: {_badge(n['verdict'])}" for n in c.get("nearby", [])) or "—"
+        near = "<br>".join(f"<code>{_e(n['setting'])}</code> {_badge(n['verdict'])}" for n in c.get("nearby", [])) or "—"
         if c["verdict"] not in ("reproduced", "not run"):
             near += f"<br><a href='#nearby-{_e(c['id'])}'>evidence</a>"
-        plot = f'<a href="#fig-{_e(c["plot"])}">{_e(c["plot"])}</a>' if c.get("plot") in figures else _e(c.get("plot") or "—")
+        plot = _plot_link(c.get("plot") or "", figures)
         effect = f"<b>{_e(c['effect'])}</b> — {_e(c.get('paper_effect', ''))}<br><small>{_e(c.get('where', ''))}; {_e(c.get('measured_quantity', ''))}</small>"
         notes = f"<br><small>{_e(c['notes'])}</small>" if c.get("notes") else ""
         rows.append(f"<tr id='claim-{_e(c['id'])}'><td>{_e(c['id'])}</td><td>{effect}{notes}</td><td>{_badge(c['verdict'])}</td>"
                     f"<td><pre>{_e(measured_text(c['measured']))}</pre><small>{_e(c.get('comparison', ''))}</small></td>"
-                    f"<td>{_rule_html(c['rule'])}</td><td>{near}</td><td>{plot}</td></tr>")
-    cols = "".join(f"<col style='width:{w}'>" for w in ("4%", "16%", "8%", "35%", "22%", "10%", "5%"))
+                    f"<td>{_rule_html(c['rule'])}</td><td class='nb'>{near}</td><td class='pl'>{plot}</td></tr>")
+    cols = "".join(f"<col style='width:{w}'>" for w in ("4%", "15%", "10%", "28%", "16%", "15%", "12%"))
     return f"<table class='claims'><colgroup>{cols}</colgroup>{head}{''.join(rows)}</table>"
+
+
+def _plot_link(plot: str, figures: dict[str, Any]) -> str:
+    """A link to the claim's figure: the figure of that id, or the one this run drew in
+    its place (a plot's ``aliases``, e.g. main's ``sim_mu_relative`` for fig2's)."""
+    if not plot:
+        return "—"
+    fid = plot if plot in figures else next((f for f, v in figures.items() if plot in v.get("aliases", ())), None)
+    name = _e(fid or plot).replace("_", "_<wbr>")
+    return f'<a href="#fig-{_e(fid)}">{name}</a>' if fid else f"{name}<br><small>(not drawn in this run)</small>"
+
+
+def _rules_yaml(configs: list[dict[str, Any]]) -> str:
+    """The rules this run evaluated, from the configs that define them (a config with
+    ``claims_from`` evaluates another config's claims)."""
+    from .experiments.runner import claim_sources
+
+    users = {n: c["name"] for c in configs for n in c.get("claims_from", [])}
+    doc = [{"config": c["name"] + (f" (evaluated by {users[c['name']]})" if c["name"] in users else ""),
+            "claims": c["claims"]} for c in claim_sources(configs) if c.get("claims")]
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=110)
 
 
 def _rule_html(rule: str) -> str:
@@ -135,7 +157,7 @@ def render_html(result: Any, figures: dict[str, Any]) -> str:
     timing = "".join(f"<tr><td>{_e(t['unit'])}</td><td>{'cache' if t['cached'] else 'computed'}</td><td>{t['seconds']:.2f}</td></tr>"
                      for t in result.timings)
     settings = yaml.safe_dump([{k: v for k, v in c.items() if k != "claims"} for c in cfg["configs"]], sort_keys=False, allow_unicode=True)
-    rules = yaml.safe_dump([{c["name"]: c.get("claims", [])} for c in cfg["configs"]], sort_keys=False, allow_unicode=True)
+    rules = _rules_yaml(cfg["configs"])
     verdicts = {v: sum(c["verdict"] == v for c in result.claims) for v in ("reproduced", "mixed", "not reproduced", "not run")}
     return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>rankcollapse report {_e(cfg['config_hash'])}</title>
 <style>{_CSS}</style></head><body>

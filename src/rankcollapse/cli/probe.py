@@ -43,6 +43,7 @@ def probe_command(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ..data import make_windows, read_text_file, wikipedia_texts
     from ..models import load_model, probe
+    from ..models.probe import embedding_rank_note
 
     if corpus != "wiki" and text_file is None:
         raise ConfigError(f"unknown corpus {corpus!r}; use --corpus wiki or --text-file FILE")
@@ -63,6 +64,9 @@ def probe_command(
         sys.stdout.write(json.dumps(doc) + "\n")
     else:
         _print_summary(table)
+        note = embedding_rank_note(loaded, wins, table)
+        if note is not None:
+            typer.echo(note)
 
 
 def _check_interventions(mask: Optional[str], d_qk_scale: float, drop: str, length: int) -> None:
@@ -113,7 +117,10 @@ def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None
 
 def plot_layers(tables: dict[str, Any], path: Path) -> None:
     """Four panels (μ, rank fraction, σ_min, avg |cos|) against layer, one line per
-    model; each layer's ``hidden_states`` entry (``final_norm`` where there is one)."""
+    model through the embeddings and every block output (``layer.k.output``); where
+    the model has a final norm, its output is a separate star marker at the last
+    layer (it shares the ``hidden_states`` index with the raw last block output).
+    The title gives the intervention settings (mask, d_qk_scale, drop)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,32 +128,46 @@ def plot_layers(tables: dict[str, Any], path: Path) -> None:
 
     from .._io import atomic_path
 
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.9))
     for name, table in tables.items():
-        hs = _hidden_state_rows(table)
+        blocks, final = _layer_rows(table)
         for ax, (metric, label) in zip(axes, PLOT_METRICS):
-            rows = hs[hs["metric"] == metric].sort_values("layer")
+            rows = blocks[blocks["metric"] == metric].sort_values("layer")
             if len(rows):
-                ax.plot(rows["layer"], rows["mean"], marker="o", ms=3, label=name)
-                ax.fill_between(rows["layer"], rows["q05"], rows["q95"], alpha=0.15)
+                line = ax.plot(rows["layer"], rows["mean"], marker="o", ms=3, label=f"{name} (block outputs)")[0]
+                ax.fill_between(rows["layer"], rows["q05"], rows["q95"], alpha=0.15, color=line.get_color())
+                fin = final[final["metric"] == metric]
+                if len(fin):
+                    ax.plot(fin["layer"], fin["mean"], linestyle="none", marker="*", ms=11, mfc="none",
+                            color=line.get_color(), label=f"{name} final_norm")
             ax.set_xlabel("layer (hidden_states index)")
             ax.set_title(label)
     axes[0].set_yscale("log")
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(_settings_title(tables), fontsize=10)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
 
 
-def _hidden_state_rows(table: Any) -> Any:
-    """One point per layer: the ``hidden_states`` entry (final norm beats the raw last block)."""
+def _settings_title(tables: dict[str, Any]) -> str:
+    """``model: mask=..., d_qk_scale=..., drop=...`` per table, joined by ``; ``."""
+    parts = []
+    for name, table in tables.items():
+        a = table.attrs
+        drop = ",".join(a.get("drop") or []) or "none"
+        parts.append(f"{name}: mask={a.get('mask') or 'model default'}, d_qk_scale={a.get('d_qk_scale', 1.0):g}, drop={drop}")
+    return "; ".join(parts)
+
+
+def _layer_rows(table: Any) -> tuple[Any, Any]:
+    """``(blocks, final)``: rows of ``embeddings`` and ``layer.k.output`` (one per
+    layer), and rows of ``final_norm`` (empty for families without one). T5: encoder."""
     pts = table["point"].str.replace(r"^(encoder|decoder)\.", "", regex=True)
-    keep = table[pts.isin(["embeddings", "final_norm"]) | pts.str.fullmatch(r"layer\.\d+\.output")]
-    if "decoder." in "".join(table["point"].unique()):
-        keep = keep[~keep["point"].str.startswith("decoder.")]
-    rank = keep["point"].str.endswith("final_norm").astype(int)
-    return keep.assign(_r=rank).sort_values("_r").drop_duplicates(["layer", "metric"], keep="last").drop(columns="_r")
+    encoder_only = ~table["point"].str.startswith("decoder.")
+    blocks = table[encoder_only & (pts.eq("embeddings") | pts.str.fullmatch(r"layer\.\d+\.output"))]
+    return blocks, table[encoder_only & pts.eq("final_norm")]
 
 
 def _print_summary(table: Any) -> None:

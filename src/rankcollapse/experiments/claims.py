@@ -81,7 +81,9 @@ def quantity(table: pd.DataFrame, q: dict[str, Any], setting: str = "default") -
     if "point" not in q.get("select", {}):
         rows = rows[rows["point"] != "final_norm"]
     if rows.empty:
-        raise MissingData(f"no rows for metric={q['metric']} select={q.get('select', {})} setting={setting}")
+        err = MissingData(f"no rows for metric={q['metric']} select={q.get('select', {})} setting={setting}")
+        err.select = dict(q.get("select", {}))
+        raise err
     means = _per_seed_mean(rows)
     out = {}
     for seed, grp in means.groupby("seed"):
@@ -239,7 +241,8 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
             res["informational"] = info
             checks.append(res)
     except MissingData as exc:
-        return {"verdict": "not run", "measured": {"checks": []}, "missing": str(exc)}
+        return {"verdict": "not run", "measured": {"checks": []}, "missing": str(exc),
+                "missing_select": getattr(exc, "select", {})}
     verdict = verdict_from([c["outcome"] for c in checks if not c["informational"]], rule.get("expect", "all"))
     return {"verdict": verdict, "measured": {"checks": checks}}
 
@@ -270,8 +273,10 @@ def rule_text(claim: dict[str, Any]) -> str:
     return f"{rule.get('statement', '')} [{head}: {checks}]".strip()
 
 
-def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any]) -> dict[str, Any]:
-    """The claims.json object of one claim."""
+def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any], *,
+                 excluded_models: tuple[str, ...] = (), scale: str = "") -> dict[str, Any]:
+    """The claims.json object of one claim. ``excluded_models``: models the run's scale
+    leaves out (``exclude_models``), so a claim that needs one says so plainly."""
     rec = {
         "id": claim["id"],
         "effect": claim["effect"],
@@ -288,7 +293,13 @@ def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any])
         "nearby": [],
     }
     if "missing" in result:
-        rec["notes"] = (rec["notes"] + " Not run: " + result["missing"]).strip()
+        model = result.get("missing_select", {}).get("model")
+        if model in excluded_models:
+            why = (f"Not run: the rule needs model {model}, which --scale {scale} excludes to stay fast; "
+                   f"run `rankcollapse reproduce {experiment} --scale quick` to decide this claim.")
+        else:
+            why = "Not run: the run has no rows the rule needs (" + result["missing"] + ")."
+        rec["notes"] = (rec["notes"] + " " + why).strip()
     return rec
 
 

@@ -43,7 +43,9 @@ class Unit:
     @property
     def label(self) -> str:
         keys = ("model", "mask", "variant", "value", "d_qk", "check", "setting", "seed")
-        bits = [f"{k}={self.params[k]}" for k in keys if k in self.params and self.params[k] not in ("", None, "default")]
+        # seed -1 = a unit without random weights (probe, pretrained network, theory): no seed shown
+        bits = [f"{k}={self.params[k]}" for k in keys
+                if k in self.params and self.params[k] not in ("", None, "default") and not (k == "seed" and self.params[k] == -1)]
         return f"{self.kind}[{', '.join(bits)}]"
 
 
@@ -155,11 +157,37 @@ def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[s
     return out
 
 
+def effective_override(unit: Unit, override: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``override`` that changes ``unit``'s numbers.
+
+    A setting is meaningless for some units and must leave them alone: ``window`` only
+    changes windowed masks; ``norm`` only changes variants that have a norm (pure SA and
+    skip without norm have none, so ``norm=layernorm`` must not turn them into SA-LN);
+    any other key only where it differs from the unit's value.
+    """
+    from ..dynamics.config import resolve_variant
+
+    params, out = unit.params, {}
+    for k, v in override.items():
+        if k == "window":
+            if str(params.get("mask", "")).split(":")[0] in ("sliding_window", "causal_sliding_window"):
+                out[k] = v
+        elif k == "norm":
+            variant = params.get("variant")
+            has_norm = variant is not None and resolve_variant(str(variant)).norm != "none"
+            if has_norm and resolve_variant(str(variant)).norm != v:
+                out[k] = v
+        elif params.get(k) != v:
+            out[k] = v
+    return out
+
+
 def with_override(unit: Unit, override: dict[str, Any], label: str) -> Unit:
     """A copy of ``unit`` with parameters changed for a nearby-setting run.
 
     ``window`` changes the width in the mask spec (``sliding_window:w=9`` -> ``w=W``);
-    other keys replace the parameter of the same name.
+    other keys replace the parameter of the same name. Apply only the
+    :func:`effective_override`: a key that does not apply to the unit must be left out.
     """
     params = dict(unit.params)
     for k, v in override.items():

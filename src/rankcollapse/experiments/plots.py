@@ -57,7 +57,8 @@ def make_plots(table: pd.DataFrame, configs: list[dict[str, Any]], folder: Path)
             with atomic_path(path) as tmp:
                 fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
             plt.close(fig)
-            out[spec["id"]] = {"path": str(path), "title": spec["title"], "caption": spec.get("caption", ""), "experiment": cfg["name"]}
+            out[spec["id"]] = {"path": str(path), "title": spec["title"], "caption": spec.get("caption", ""),
+                               "experiment": cfg["name"], "aliases": list(spec.get("aliases", []))}
     return out
 
 
@@ -83,15 +84,18 @@ def draw(table: pd.DataFrame, spec: dict[str, Any]):
     panels = _ordered(list(rows[panel_key].unique()), panel_key) if panel_key else [None]
     ncol = min(len(panels), int(spec.get("ncols", 2)))
     nrow = int(np.ceil(len(panels) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.1 * nrow), squeeze=False, sharey=spec.get("sharey", True))
+    sharey = spec.get("sharey", "auto")
+    if sharey == "auto":
+        sharey = _share_y(rows, panel_key, panels, spec.get("yscale", "log") == "log")
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.1 * nrow), squeeze=False, sharey=bool(sharey))
     loglog = bool(spec.get("loglog", False))
     lines = _ordered(list(rows[line_key].unique()), line_key)
-    colours = {v: plt.cm.tab10(i % 10) for i, v in enumerate(lines)}
+    styles = {v: _style(i) for i, v in enumerate(lines)}
     for ax, panel in zip(axes.flat, panels):
         sub = rows if panel is None else rows[rows[panel_key] == panel]
         for value in lines:
             _line(ax, sub[sub[line_key] == value], f"{spec.get('line_label', line_key)}={_num(value)}" if spec.get("line_label")
-                  else str(value), colours[value], loglog, spec)
+                  else str(value), styles[value], loglog, spec)
         if panel is not None:
             ax.set_title(f"{spec.get('panel_label', panel_key)}: {PANEL_NAMES.get(str(panel), panel)}", fontsize=10)
         ax.set_xlabel(spec.get("xlabel", "layer t"))
@@ -118,7 +122,38 @@ def draw(table: pd.DataFrame, spec: dict[str, Any]):
     return fig
 
 
-def _line(ax, rows: pd.DataFrame, label: str, colour, loglog: bool, spec: dict[str, Any]) -> None:
+#: Line styles and markers cycled with the colours: lines that coincide (e.g. two masks
+#: that collapse identically) stay visible, the wider solid line under the thinner ones.
+_DASHES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 2, 1, 2)), (0, (3, 1, 1, 1, 1, 1)))
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def _style(i: int) -> dict[str, Any]:
+    return {"color": plt.cm.tab10(i % 10), "ls": _DASHES[i % len(_DASHES)], "marker": _MARKERS[i % len(_MARKERS)],
+            "lw": max(2.6 - 0.45 * i, 1.1)}
+
+
+def _share_y(rows: pd.DataFrame, panel_key: str | None, panels: list[Any], log: bool) -> bool:
+    """Share the y-axis only when every panel spans at least half of the common range
+    (in decades on a log axis): a panel whose values sit in a narrow band far from the
+    others (e.g. skip at ~1 beside pure SA falling to 1e-16) would be a flat line."""
+    if panel_key is None or len(panels) < 2:
+        return True
+    span = []
+    for panel in panels:
+        v = rows.loc[(rows[panel_key] == panel) & (rows["point"] != "final_norm"), "mean"].to_numpy(dtype=float)
+        v = v[np.isfinite(v)]
+        v = np.log10(np.maximum(v, LOG_FLOOR)) if log else v
+        if v.size:
+            span.append((v.min(), v.max()))
+    if len(span) < 2:
+        return True
+    lo, hi = min(a for a, _ in span), max(b for _, b in span)
+    total = hi - lo
+    return total == 0 or all((b - a) >= 0.5 * total for a, b in span)
+
+
+def _line(ax, rows: pd.DataFrame, label: str, style: dict[str, Any], loglog: bool, spec: dict[str, Any]) -> None:
     # a pretrained model's entry after its final norm shares the last block's layer
     # index: drawn as its own marker, not averaged into the curve
     final = rows[rows["point"] == "final_norm"]
@@ -128,6 +163,7 @@ def _line(ax, rows: pd.DataFrame, label: str, colour, loglog: bool, spec: dict[s
     g = rows.groupby("layer")[["mean", "q25", "q75"]].mean().sort_index()
     span = max(g.index.max(), 1) if spec.get("x") == "depth_fraction" else 1
     x = g.index.to_numpy().astype(float) / span
+    colour = style["color"]
     if not final.empty:
         ax.plot(final["layer"].to_numpy() / span, final["mean"].to_numpy(), ls="none", marker="x", ms=7, mew=1.6,
                 color=colour, label=f"{label} (after final norm)")
@@ -138,5 +174,6 @@ def _line(ax, rows: pd.DataFrame, label: str, colour, loglog: bool, spec: dict[s
         ax.axhline(y[0], color=colour, ls=":", lw=0.8, alpha=0.7)
         keep = x >= 1
         x, y, lo, hi = x[keep], y[keep], lo[keep], hi[keep]
-    ax.plot(x, y, color=colour, lw=1.6, label=label, marker="o" if len(x) <= 12 else None, ms=3)
+    ax.plot(x, y, color=colour, ls=style["ls"], lw=style["lw"], label=label, marker=style["marker"], ms=4,
+            markevery=0.08, mfc="none", mew=1.1)
     ax.fill_between(x, lo, hi, color=colour, alpha=0.15, lw=0)

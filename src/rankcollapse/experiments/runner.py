@@ -8,6 +8,7 @@ is not a finished run.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ import pandas as pd
 from .._io import atomic_path, config_hash, versions, write_json_atomic, write_text_atomic
 from ..errors import ConfigError, DataError
 from . import claims as claims_mod
-from .config import Unit, expand_units, load_config, resolve_names, setting_label, with_override
+from .config import Unit, effective_override, expand_units, load_config, resolve_names, setting_label, with_override
 from .context import RunContext, data_spec
 from .table import normalise
 from .units import EXECUTORS, mask_name
@@ -77,19 +78,25 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
     return cfgs, list(units.values()), data
 
 
-def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path, *, progress: bool = True) -> tuple[pd.DataFrame, list[dict]]:
-    """Tidy rows of every unit, computing only those missing from ``cache``."""
+def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path, *, progress: bool = True,
+                  title: str = "units") -> tuple[pd.DataFrame, list[dict]]:
+    """Tidy rows of every unit, computing only those missing from ``cache``.
+
+    Progress goes to stderr: a live bar on a terminal; otherwise (a log file, a pipe)
+    one line per call once the group is done, so logs stay short.
+    """
     units = list(units)
     frames, timings = {}, []
     cache.mkdir(parents=True, exist_ok=True)
-    with _progress(progress) as bar:
-        task = bar.add_task("units", total=len(units)) if bar else None
+    t_start = time.perf_counter()
+    with _progress(progress and _stderr_is_tty()) as bar:
+        task = bar.add_task(title, total=len(units)) if bar else None
         for i in sorted(range(len(units)), key=lambda k: _share_key(units[k])):
             u = units[i]
             path = cache / f"{u.kind}-{u.hash}.parquet"
             t0, c0 = time.perf_counter(), time.process_time()
             if bar:
-                bar.update(task, description=u.label[:70])
+                bar.update(task, description=_short(f"{title}: {u.label}", 70))
             if path.exists():
                 df, cached = pd.read_parquet(path), True
             else:
@@ -102,9 +109,22 @@ def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path, *, progre
                             "cpu_seconds": round(time.process_time() - c0, 3)})
             if bar:
                 bar.advance(task)
+    if progress and not _stderr_is_tty() and units:
+        n_cached = sum(t["cached"] for t in timings)
+        print(f"{title}: {len(units)} units ({n_cached} cached) in {time.perf_counter() - t_start:.1f} s",
+              file=sys.stderr, flush=True)
     frames = [frames[i] for i in range(len(units))]  # table rows in unit order, whatever the compute order
     table = normalise(pd.concat(frames, ignore_index=True)) if frames else normalise(pd.DataFrame())
     return table, timings
+
+
+def _stderr_is_tty() -> bool:
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+def _short(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters with an ellipsis (rich's bar column is fixed)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _share_key(u: Unit) -> tuple:
@@ -123,16 +143,18 @@ def _progress(enabled: bool):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    return Progress(TextColumn("{task.description:<70}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    return Progress(TextColumn("{task.description:<70}"), BarColumn(bar_width=20), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=Console(stderr=True), transient=False)
 
 
-def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame) -> list[dict[str, Any]]:
+def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame, scale: str = "") -> list[dict[str, Any]]:
     """Claims of every config, evaluated on ``table`` under the default setting."""
     out = {}
+    excluded = tuple(m for c in cfgs for m in c["scales"].get(scale, {}).get("exclude_models", ()))
     for cfg in claim_sources(cfgs):
         for claim in cfg.get("claims", []):
-            out.setdefault(claim["id"], claims_mod.claim_record(claim, cfg["name"], claims_mod.evaluate_claim(table, claim)))
+            res = claims_mod.evaluate_claim(table, claim)
+            out.setdefault(claim["id"], claims_mod.claim_record(claim, cfg["name"], res, excluded_models=excluded, scale=scale))
     return sorted(out.values(), key=lambda c: c["id"])
 
 
@@ -143,8 +165,11 @@ def claim_sources(cfgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(cfgs) + [load_config(n) for n in dict.fromkeys(extra)]
 
 
-def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]) -> list[tuple[str, dict, list[Unit]]]:
-    """For each pre-registered nearby setting of ``claim``: (label, override, units)."""
+def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]
+                 ) -> list[tuple[str, dict, list[Unit], list[Unit]]]:
+    """For each pre-registered nearby setting of ``claim``: (label, override, units to
+    run, units reused unchanged). A setting changes only the units where it means
+    something (:func:`~.config.effective_override`); the others keep their default rows."""
     filt = claim.get("nearby_units", {})
     # nearby settings are a first look: one weight seed (the run's first)
     first = min((int(u.params.get("seed", -1)) for u in units if u.kind == "simulate"), default=-1)
@@ -153,10 +178,17 @@ def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]) 
     out = []
     for override in claim.get("nearby", []):
         label = setting_label(override)
-        # a first look records only what the rules read (mu, mu_relative), not the full metric set
-        out.append((label, override, [with_override(u, {**override, "metrics": list(NEARBY_METRICS)}, label)
-                                      if u.kind in ("simulate", "pretrained_sa") else with_override(u, override, label)
-                                      for u in base]))
+        changed, reused = [], []
+        for u in base:
+            eff = effective_override(u, override)
+            if not eff:
+                reused.append(u)
+                continue
+            if u.kind in ("simulate", "pretrained_sa"):
+                # a first look records only what the rules read (mu, mu_relative)
+                eff = {**eff, "metrics": list(NEARBY_METRICS)}
+            changed.append(with_override(u, eff, label))
+        out.append((label, override, changed, reused))
     return out
 
 
@@ -170,29 +202,40 @@ def _unit_matches(u: Unit, filt: dict[str, Any]) -> bool:
 
 
 def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units: list[Unit], ctx: RunContext,
-               cache: Path, *, progress: bool, default: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+               cache: Path, *, progress: bool, default: pd.DataFrame) -> tuple[pd.DataFrame | None, list[dict]]:
     """Run nearby settings of every claim whose default verdict is not ``reproduced``
     and attach their verdicts to the claim records. Rows of units a setting does not
-    change (e.g. theory checks) are read from the ``default`` table."""
+    change (theory checks, or a unit where the setting is meaningless) are read from the
+    ``default`` table. A unit shared by several claims (same hash) is computed and
+    tabled once; its ``claims`` column lists the claims that read it."""
     by_id = {r["id"]: r for r in records}
-    frames, timings = [], []
+    frames: dict[str, pd.DataFrame] = {}
+    users: dict[str, list[str]] = {}
+    timings: list[dict] = []
     for cfg in claim_sources(cfgs):
         for claim in cfg.get("claims", []):
             rec = by_id[claim["id"]]
             if rec["verdict"] in ("reproduced", "not run"):
                 continue
-            for label, override, nunits in nearby_units(cfg, claim, units):
+            for label, override, nunits, reused in nearby_units(cfg, claim, units):
                 if not nunits:
                     continue
-                table, tim = compute_units(nunits, ctx, cache, progress=progress)
-                frames.append(table)
-                timings += tim
+                todo = [u for u in nunits if u.hash not in frames]
+                if todo:
+                    table, tim = compute_units(todo, ctx, cache, progress=progress, title=f"{claim['id']} {label}")
+                    frames.update({h: g for h, g in table.groupby("unit", sort=False)})
+                    timings += tim
+                for u in nunits:
+                    users.setdefault(u.hash, []).append(claim["id"])
                 base = {u.hash for u in units if _unit_matches(u, claim.get("nearby_units", {}))}
-                kept = default[~default["unit"].isin(base)].assign(setting=label)
-                res = claims_mod.evaluate_claim(pd.concat([table, kept], ignore_index=True), claim, setting=label,
-                                                override=override)
+                keep = ~default["unit"].isin(base) | default["unit"].isin({u.hash for u in reused})
+                kept = default[keep].assign(setting=label)
+                rows = pd.concat([frames[u.hash] for u in nunits] + [kept], ignore_index=True)
+                res = claims_mod.evaluate_claim(rows, claim, setting=label, override=override)
                 rec["nearby"].append({"setting": label, "verdict": res["verdict"], "measured": res["measured"]})
-    table = pd.concat(frames, ignore_index=True) if frames else None
+    if not frames:
+        return None, timings
+    table = pd.concat([g.assign(claims=",".join(dict.fromkeys(users[h]))) for h, g in frames.items()], ignore_index=True)
     return table, timings
 
 
@@ -226,8 +269,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     if write:
         out.mkdir(parents=True, exist_ok=True)
         (out / MARKER).unlink(missing_ok=True)
-    table, timings = compute_units(units, ctx, cache, progress=progress)
-    records = evaluate_claims(cfgs, table)
+    table, timings = compute_units(units, ctx, cache, progress=progress, title="/".join(c["name"] for c in cfgs))
+    records = evaluate_claims(cfgs, table, scale)
     near, near_t = run_nearby(cfgs, records, units, ctx, cache, progress=progress, default=table) if nearby else (None, [])
     if near is not None:
         table = normalise(pd.concat([table, near], ignore_index=True))

@@ -25,6 +25,7 @@ EXTRA_COLUMNS = {
     "point": "",  # measurement-point name (``embeddings``, ``layer.3.output``, ``final_norm``)
     "setting": "default",  # label of a nearby-setting override (claims follow-up runs)
     "unit": "",  # config hash of the unit that produced the row
+    "claims": "",  # nearby-setting rows: ids of the claims that read the unit ("C02,C11")
 }
 COLUMNS = KEY_COLUMNS + tuple(EXTRA_COLUMNS) + STAT_COLUMNS
 _QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
@@ -100,5 +101,6 @@ def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.D
         df[k] = df[k].astype(np.float64)
     for k in ("experiment", "model", "mask", "variant", "metric", "source", "mask_spec", "value", "point", "setting", "unit"):
         df[k] = df[k].astype(str)
+    df["claims"] = df["claims"].fillna("").astype(str)
     extra = [c for c in df.columns if c not in COLUMNS]
     return df[list(COLUMNS) + extra].reset_index(drop=True)

@@ -30,16 +30,23 @@ class ZeroRowWarning(UserWarning):
 @dataclass(frozen=True)
 class RankTolerance:
     """Numerical-rank threshold: ``atol`` if given, else ``rtol * sigma_1``, else
-    numpy's ``matrix_rank`` rule ``sigma_1 * max(N, d) * eps(dtype)``."""
+    numpy's ``matrix_rank`` rule ``sigma_1 * max(N, d) * eps``.
+
+    ``eps`` is the larger machine epsilon of the *input's* dtype (the precision the
+    data has) and the compute dtype: float32 data computed in float64 keeps the
+    float32 eps, since its last ~1e-7 relative digits are rounding noise, not rank.
+    """
 
     atol: float | None = None
     rtol: float | None = None
 
-    def threshold(self, svals: torch.Tensor, n: int, d: int) -> torch.Tensor:
-        """Per-sample threshold ``(G, 1)`` for singular values ``svals`` ``(G, k)``."""
+    def threshold(self, svals: torch.Tensor, n: int, d: int, data_eps: float = 0.0) -> torch.Tensor:
+        """Per-sample threshold ``(G, 1)`` for singular values ``svals`` ``(G, k)``;
+        ``data_eps`` is the machine epsilon of the input's own dtype."""
         if self.atol is not None:
             return torch.full_like(svals[..., :1], float(self.atol))
-        rtol = self.rtol if self.rtol is not None else max(n, d) * torch.finfo(svals.dtype).eps
+        eps = max(torch.finfo(svals.dtype).eps, data_eps)
+        rtol = self.rtol if self.rtol is not None else max(n, d) * eps
         return svals[..., :1] * rtol
 
 
@@ -47,8 +54,9 @@ class MetricContext:
     """Real tokens ``X`` ``(G, L, d)`` of the samples ``samples`` plus lazily cached
     intermediates (singular values, Gram matrices...) shared by all metrics of a call."""
 
-    def __init__(self, X, samples, graph, tolerance, batched):
+    def __init__(self, X, samples, graph, tolerance, batched, data_eps=0.0):
         self.X = X
+        self.data_eps = data_eps  # eps of the input's own dtype (before any cast)
         self.samples = samples
         self.tolerance = tolerance
         self._graph = graph
@@ -178,6 +186,17 @@ def svdvals_fast(X: torch.Tensor) -> torch.Tensor:
 
 
 # ---- input handling -----------------------------------------------------------
+def data_eps(X) -> float:
+    """Machine epsilon of the input's own floating dtype (0 for integer or other
+    input, which is exact): the precision the data has, whatever the compute dtype."""
+    dtype = getattr(X, "dtype", None)
+    if isinstance(dtype, torch.dtype):
+        return torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+    if isinstance(dtype, np.dtype) and np.issubdtype(dtype, np.floating):
+        return float(np.finfo(dtype).eps)
+    return 0.0
+
+
 def as_batch(X, dtype) -> tuple[torch.Tensor, bool]:
     if isinstance(X, np.ndarray):
         X = torch.from_numpy(np.ascontiguousarray(X))
@@ -278,6 +297,7 @@ def evaluate(
 ) -> dict[str, torch.Tensor]:
     """Run the metric functions ``fns`` on every sample; values ``(B,)`` or 0-d.
     ``stacklevel`` makes a :class:`ZeroRowWarning` point at the caller's line."""
+    eps = data_eps(X)
     Xb, batched = as_batch(X, dtype)
     B, N, _ = Xb.shape
     pm = _as_padding(padding_mask, (B, N), batched, Xb.device)
@@ -286,7 +306,7 @@ def evaluate(
     out = {name: torch.empty(B, dtype=Xb.dtype, device=Xb.device) for name in fns}
     n_zero = 0
     for samples, Xg, Wg in _groups(Xb, pm, graph):
-        ctx = MetricContext(Xg, samples, Wg, tolerance, batched)
+        ctx = MetricContext(Xg, samples, Wg, tolerance, batched, eps)
         for name, fn in fns.items():
             out[name][samples] = fn(ctx).to(Xb.dtype)
         n_zero += ctx.n_zero_rows

@@ -21,7 +21,7 @@ def _nonzero(ctx: MetricContext, what: str) -> torch.Tensor:
 
 def _numerical_rank(ctx: MetricContext) -> torch.Tensor:
     S = ctx.svals
-    tol = ctx.tolerance.threshold(S, ctx.n_tokens, ctx.dim)
+    tol = ctx.tolerance.threshold(S, ctx.n_tokens, ctx.dim, ctx.data_eps)
     return (S > tol).sum(dim=-1).to(S.dtype)
 
 
@@ -76,10 +76,13 @@ def singular_values(X, *, dtype=None) -> torch.Tensor:
 def numerical_rank(X, *, padding_mask=None, dtype=None, atol=None, rtol=None) -> torch.Tensor:
     """Numerical rank ``#{k : sigma_k > tol}`` (as a float tensor).
 
-    Default ``tol = sigma_1 * max(N, d) * eps`` with ``eps`` the machine epsilon of the
-    compute dtype, the rule of ``numpy.linalg.matrix_rank`` (Press et al., Numerical
-    Recipes, 2nd ed., §2.6). ``rtol`` replaces ``max(N, d) * eps``; ``atol`` gives an
-    absolute ``tol`` and takes precedence. The zero matrix has rank 0.
+    Default ``tol = sigma_1 * max(N, d) * eps``, the rule of ``numpy.linalg.matrix_rank``
+    (Press et al., Numerical Recipes, 2nd ed., §2.6), with ``eps`` the machine epsilon
+    of the *input's* dtype (the precision the data has; the compute dtype's if that is
+    coarser): float32 data computed with ``dtype=torch.float64`` keeps the float32
+    eps, so rounding noise is not counted as rank. ``rtol`` replaces
+    ``max(N, d) * eps``; ``atol`` gives an absolute ``tol`` and takes precedence. The
+    zero matrix has rank 0.
     """
     return _one(_numerical_rank, "numerical_rank", X, padding_mask, dtype, RankTolerance(atol, rtol))
 

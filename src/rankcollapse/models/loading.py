@@ -75,8 +75,18 @@ def detect_family(model: Any) -> str:
     return _MODEL_TYPE_FAMILY.get(model_type, "generic")
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+def _local_only_default() -> bool:
+    """Offline unless the caller opted in with ``HF_HUB_OFFLINE=0`` (or false/no/off)."""
+    return os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _hub_cache() -> str:
+    try:
+        from huggingface_hub import constants
+
+        return str(constants.HF_HUB_CACHE)
+    except (ImportError, AttributeError):
+        return "the Hugging Face cache"
 
 
 def load_model(
@@ -99,7 +109,10 @@ def load_model(
     device : where the model is placed (the caller chooses; default CPU).
     attn_implementation : ``"eager"`` (needed for attention maps), ``"sdpa"``, or None
         for the transformers default.
-    local_files_only : never touch the network. None follows ``HF_HUB_OFFLINE``.
+    local_files_only : never touch the network. None (default) means True: the
+        network is used only with an explicit ``local_files_only=False`` or with the
+        environment variable ``HF_HUB_OFFLINE=0``. Offline, an unknown name fails in
+        well under a second instead of retrying huggingface.co.
 
     Returns
     -------
@@ -130,7 +143,7 @@ def load_model(
         if gguf_file is not None:
             notes.append(f"weights dequantised from GGUF file {gguf_file}")
     if local_files_only is None:
-        local_files_only = _offline()
+        local_files_only = _local_only_default()
     is_local = Path(source).exists()
     if is_local:
         _check_local(Path(source), gguf_file)
@@ -176,12 +189,19 @@ def _from_pretrained(
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         model = AutoModel.from_pretrained(source, **model_kwargs)
     except OSError as exc:
-        where = "local folder" if is_local else "hub name"
-        offline = " with HF_HUB_OFFLINE=1 (no network)" if local_files_only else ""
+        if is_local:
+            looked = f"in the local folder {source!r}"
+        else:
+            looked = f"as a local folder (none at {str(Path(source).resolve())!r}) or in the cache {_hub_cache()!r}"
+        how = (
+            "offline (HF_HUB_OFFLINE=1 / local_files_only=True; pass local_files_only=False or set "
+            "HF_HUB_OFFLINE=0 to download)"
+            if local_files_only
+            else "online"
+        )
         raise ModelError(
-            f"cannot load model {source!r} ({where}{offline}): not found in the local Hugging Face cache "
-            f"or folder; use 'minilm', 'smollm2' or a local folder with config.json and weights "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+            f"cannot load model {source!r}: looked {looked}, {how}; use 'minilm', 'smollm2' or a local "
+            f"folder with config.json and weights ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
         ) from None
     except (ValueError, KeyError) as exc:
         raise ModelError(f"cannot load model {source!r}: {str(exc).splitlines()[0][:300]}") from None

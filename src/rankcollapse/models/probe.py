@@ -190,3 +190,44 @@ def summarise(values: dict[tuple[int, str, str], list[torch.Tensor]]) -> pd.Data
             stats = dict(mean=float(v.mean()), std=float(v.std()), q05=q05, q50=q50, q95=q95)
         rows.append(dict(layer=layer, point=point, metric=metric, **stats, n_samples=int(v.size)))
     return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+
+
+# Families whose position information acts inside attention (RoPE, relative bias), so
+# the embeddings of repeated tokens are identical rows.
+_POSITION_IN_ATTENTION = {"llama": "RoPE", "t5": "relative position bias"}
+
+
+def distinct_token_fraction(windows: Windows, dim: int) -> torch.Tensor:
+    """Per window, ``#distinct real token ids / min(n_real, dim)``, shape ``(B,)``: the
+    largest rank the embeddings can have when position is not in them."""
+    real = windows.attention_mask.bool()
+    ids = torch.where(real, windows.input_ids, -1).sort(dim=-1).values
+    new = torch.ones_like(ids, dtype=torch.bool)
+    new[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    distinct = (new & (ids >= 0)).sum(dim=-1)
+    return distinct / torch.clamp(real.sum(dim=-1), max=dim)
+
+
+def embedding_rank_note(loaded: Any, windows: Windows, table: pd.DataFrame) -> str | None:
+    """One line explaining a rank-deficient embedding layer, or None.
+
+    For families that add position inside attention (Llama: RoPE; T5: relative bias)
+    the input embeddings carry no position, so repeated tokens give identical rows:
+    ``rank_fraction`` of layer 0 is the fraction of distinct tokens and ``sigma_min`` is
+    0 up to rounding. Returned only when the measured ``rank_fraction`` equals that
+    fraction (mean over windows, special tokens included), i.e. repetition explains it.
+    """
+    how = _POSITION_IN_ATTENTION.get(loaded.family)
+    name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
+    rows = table[(table["point"] == name) & (table["metric"] == "rank_fraction")]
+    if how is None or rows.empty or float(rows["mean"].iloc[0]) >= 1.0:
+        return None
+    measured = float(rows["mean"].iloc[0])
+    expected = float(distinct_token_fraction(windows, int(loaded.model.config.hidden_size)).double().mean())
+    if abs(measured - expected) > 1e-6:
+        return None
+    return (
+        f"note: layer 0 ({name}) rank_fraction {measured:.3g} < 1 is not collapse: {how} acts inside attention, "
+        f"so the input embeddings carry no position and repeated tokens give identical rows "
+        f"({expected:.3g} of tokens are distinct; sigma_min ~ 0 there)"
+    )

@@ -79,23 +79,43 @@ def numerical_rank(X: torch.Tensor, rtol: float = 1e-8) -> int:
 
 
 def causal_example_2x2() -> EquilibriumSet:
-    """The ``N = d = 2`` causal example of spec.md §5.3, in closed form.
+    """All ten equilibria of the ``N = d = 2`` causal example of spec.md §5.3, in closed form.
 
-    ``W_Q = W_K = 0``, ``W_V = [[1, -3], [0, 2]]``. Token 0 sits at ``s (0, 1)``, the left
-    eigenvector of the dominant eigenvalue 2; token 1 solves ``x (I - W_V) = x_0 W_V``
-    (``α = 1``, the other eigenvalue) on the unit circle: ``x_1 = s (β, 3β - 2)`` with
-    ``10 β² - 12 β + 3 = 0``, i.e. ``β = (6 ∓ √6)/10``. ``β = (6 - √6)/10`` gives
-    ``B = ((6-√6)/10, -(2+3√6)/10)``, the locally stable rank-2 state. Four rank-2
-    equilibria in all (2 signs × 2 roots), plus the rank-1 ones ``± (0,1), ± (0,1)``.
+    ``W_Q = W_K = 0``, ``W_V = [[1, -3], [0, 2]]``. Token 0 is a left eigenvector of
+    ``W_V``: ``s (0, 1)`` (eigenvalue 2) or ``s (1, 3)/√10`` (eigenvalue 1), ``s = ±1``.
+    Token 1 solves ``x_1 (α I - W_V) = x_0 W_V`` with ``α > 0``, ``‖x_1‖ = 1``
+    (derivation: docs/theory.md §3a). Order, each for ``s = +1`` then ``s = -1``:
+
+    * ``x_0 = s(0, 1)``, ``x_1 = s(β, 3β - 2)`` with ``10 β² - 12 β + 3 = 0``:
+      ``β = (6 - √6)/10`` gives ``B = ((6-√6)/10, -(2+3√6)/10)``, rank 2, locally
+      stable; ``β = (6 + √6)/10`` gives ``B'``, rank 2, unstable (first four entries,
+      ``signs = (s, ±1)``);
+    * ``x_0 = x_1 = s(0, 1)``: rank 1, stable;
+    * ``x_0 = x_1 = s(1, 3)/√10``: rank 1, unstable (token 0);
+    * ``x_0 = s(1, 3)/√10``, ``x_1 = s(1, -3)/√10`` (``α = 2``): rank 2, unstable.
+
+    ``info["labels"]`` names each one; ``info["B"]`` is B.
     """
     W_V = torch.tensor([[1.0, -3.0], [0.0, 2.0]], dtype=torch.float64)
     system = causal_uniform_system(W_V, 2)
-    eqs = []
-    for s, beta in itertools.product((1, -1), ((6 - math.sqrt(6)) / 10, (6 + math.sqrt(6)) / 10)):
-        X = s * torch.tensor([[0.0, 1.0], [beta, 3 * beta - 2]], dtype=torch.float64)
-        eqs.append(Equilibrium(X, numerical_rank(X), fixed_point_residual(system, X), (s, 1 if beta < 0.6 else -1)))
-    B = ((6 - math.sqrt(6)) / 10, -(2 + 3 * math.sqrt(6)) / 10)
-    return EquilibriumSet(system, eqs, {"construction": "causal_example_2x2", "B": B})
+    r6, r10 = math.sqrt(6), math.sqrt(10)
+    top, low = (0.0, 1.0), (1 / r10, 3 / r10)
+    cases = []
+    for s, beta in itertools.product((1, -1), ((6 - r6) / 10, (6 + r6) / 10)):
+        name = "B" if beta < 0.6 else "B'"
+        cases.append(((s, 1 if beta < 0.6 else -1), f"{'+' if s > 0 else '-'}[(0,1), {name}]", s, top, (beta, 3 * beta - 2)))
+    for s in (1, -1):
+        sign = "+" if s > 0 else "-"
+        cases.append(((), f"{sign}[(0,1), (0,1)]", s, top, top))
+        cases.append(((), f"{sign}[(1,3), (1,3)]/√10", s, low, low))
+        cases.append(((), f"{sign}[(1,3), (1,-3)]/√10", s, low, (1 / r10, -3 / r10)))
+    eqs, labels = [], []
+    for signs, label, s, x0, x1 in cases:
+        X = s * torch.tensor([x0, x1], dtype=torch.float64)
+        eqs.append(Equilibrium(X, numerical_rank(X), fixed_point_residual(system, X), signs))
+        labels.append(label)
+    B = ((6 - r6) / 10, -(2 + 3 * r6) / 10)
+    return EquilibriumSet(system, eqs, {"construction": "causal_example_2x2", "B": B, "labels": labels})
 
 
 def construction_eigenvalues(d: int, rank: int, rho: float = RHO) -> np.ndarray:

@@ -1,0 +1,110 @@
+"""Nearby settings touch only the units where they mean something, shared units are
+tabled once, and the run's messages (labels, not-run notes, progress, report) are plain."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rankcollapse import report
+from rankcollapse.experiments import plots, runner
+from rankcollapse.experiments.config import Unit, effective_override, load_config
+
+from test_experiments_runner import FakeExecutor  # noqa: E402  (same folder on sys.path)
+
+
+def _unit(**params):
+    return Unit("simulate", {"mask": "complete", "variant": "pure", "value": "gaussian", "seed": 0, **params}, "fig2")
+
+
+@pytest.mark.parametrize("params, override, expected", [
+    ({"variant": "pure"}, {"norm": "layernorm"}, {}),  # pure SA has no norm to change
+    ({"variant": "skip"}, {"norm": "rmsnorm"}, {}),
+    ({"variant": "ln"}, {"norm": "layernorm"}, {"norm": "layernorm"}),
+    ({"variant": "skip_ln"}, {"norm": "rmsnorm"}, {"norm": "rmsnorm"}),
+    ({"variant": "skip_ln"}, {"norm": "layernorm"}, {}),  # already layernorm
+    ({"mask": "causal"}, {"window": 3}, {}),  # no window to change
+    ({"mask": "sliding_window:w=9"}, {"window": 3}, {"window": 3}),
+    ({}, {"value": "gaussian"}, {}),
+    ({}, {"value": "orthogonal", "init_scale": 2.0}, {"value": "orthogonal", "init_scale": 2.0}),
+])
+def test_effective_override_leaves_meaningless_keys_out(params, override, expected):
+    assert effective_override(_unit(**params), override) == expected
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    ex = FakeExecutor()
+    monkeypatch.setattr(runner, "EXECUTORS", {k: ex for k in ("simulate", "probe", "pretrained_sa", "theory")})
+    monkeypatch.setattr(runner, "_preflight", lambda ctx, units: None)
+    return ex
+
+
+def test_norm_setting_changes_only_the_ln_side(fake, tmp_path):
+    cfgs, units, data = runner.plan("fig2", "smoke", 0)
+    claim = next(c for c in load_config("fig2")["claims"] if c["id"] == "C02")
+    label, _, changed, reused = next(x for x in runner.nearby_units(cfgs[0], claim, units) if x[0] == "norm=layernorm")
+    assert {u.params["variant"] for u in changed} == {"ln"} and len(changed) == 4
+    assert all(u.params["norm"] == "layernorm" and u.params["setting"] == label for u in changed)
+    assert {u.params["variant"] for u in reused} == {"pure"} and len(reused) == 4
+
+    table, _ = runner.compute_units(units, runner.RunContext(data, "cpu"), tmp_path, progress=False)
+    records = runner.evaluate_claims(cfgs, table, "smoke")
+    for r in records:  # force the follow-up runs of the two claims that share units
+        r["verdict"] = "not reproduced" if r["id"] in ("C02", "C11") else "reproduced"
+    near, _ = runner.run_nearby(cfgs, records, units, runner.RunContext(data, "cpu"), tmp_path,
+                                progress=False, default=table)
+    # every nearby unit once: one row per (unit, seed, layer, metric), claims listed
+    assert not near.duplicated(["unit", "seed", "layer", "metric", "point"]).any()
+    assert set(near["claims"]) == {"C02,C11"}
+    assert len(near[(near.setting == "norm=layernorm") & (near.metric == "mu")]) == 4 * 17
+    assert set(near.loc[near.setting == "norm=layernorm", "variant"]) == {"ln"}
+    # the pure side of the norm setting reads the default pure rows: same numbers
+    c02 = next(r for r in records if r["id"] == "C02")
+    fresh = next(r for r in runner.evaluate_claims(cfgs, table, "smoke") if r["id"] == "C02")
+    default_rhs = [c["rhs"]["mean"] for c in fresh["measured"]["checks"]]
+    norm_rhs = [c["rhs"]["mean"] for c in next(n for n in c02["nearby"] if n["setting"] == "norm=layernorm")["measured"]["checks"]]
+    assert norm_rhs == pytest.approx(default_rhs)
+
+
+def test_excluded_model_is_named_plainly(fake, monkeypatch, tmp_path):
+    def probe(unit, ctx):  # probe rows labelled like the real executor's
+        variant = "drop_norm" if unit.params.get("drop") else "full"
+        return fake(unit, ctx).assign(variant=variant, mask="complete")
+
+    monkeypatch.setitem(runner.EXECUTORS, "probe", probe)
+    res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", progress=False, nearby=False)
+    c03 = next(c for c in res.claims if c["id"] == "C03")
+    assert c03["verdict"] == "not run"
+    assert "needs model smollm2, which --scale smoke excludes" in c03["notes"]
+    assert "no rows for" not in c03["notes"]
+
+
+def test_unit_label_has_no_seed_without_weights():
+    assert Unit("probe", {"model": "minilm", "seed": -1}).label == "probe[model=minilm]"
+    assert _unit(seed=3).label == "simulate[mask=complete, variant=pure, value=gaussian, seed=3]"
+
+
+def test_progress_without_tty_is_one_line_per_group(fake, tmp_path, capsys):
+    cfgs, units, data = runner.plan("main", "smoke", 0)
+    runner.compute_units(units, runner.RunContext(data, "cpu"), tmp_path, progress=True, title="main")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [err[0]] and err[0].startswith(f"main: {len(units)} units (0 cached) in ")
+
+
+def test_report_lists_evaluated_rules_and_links_aliased_figure():
+    rules = report._rules_yaml([load_config("main")])
+    assert "fig2 (evaluated by main)" in rules and "id: C02" in rules and "[]" not in rules
+    figures = {"sim_mu_relative": {"aliases": ["fig2_mu_relative"]}}
+    assert report._plot_link("fig2_mu_relative", figures).startswith('<a href="#fig-sim_mu_relative">')
+    assert "not drawn" in report._plot_link("fig2_pretrained", figures)
+
+
+def _rows(panel_values):
+    return pd.DataFrame([{"variant": p, "point": "", "mean": v} for p, vals in panel_values.items() for v in vals])
+
+
+def test_y_axis_shared_only_for_comparable_ranges():
+    far = _rows({"pure": np.logspace(0, -16, 5), "skip": [1.0, 0.9, 0.6]})
+    near = _rows({"pure": np.logspace(0, -16, 5), "ln": np.logspace(0, -15, 5)})
+    assert plots._share_y(far, "variant", ["pure", "skip"], log=True) is False
+    assert plots._share_y(near, "variant", ["pure", "ln"], log=True) is True
