@@ -4,7 +4,7 @@ against a brute-force root search over token angles, independent of the closed f
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import minimize_scalar
+from scipy.optimize import brentq, minimize_scalar
 
 from rankcollapse.theory.equilibria import causal_example_2x2
 
@@ -21,11 +21,15 @@ def _fixed_angles(image) -> list[float]:
     g = lambda t: float(np.linalg.det(np.stack([_unit(t), image(_unit(t))])))  # noqa: E731
     grid = np.linspace(-np.pi, np.pi, 20001)
     vals = np.array([g(t) for t in grid])
-    cand = np.nonzero((np.sign(vals[:-1]) != np.sign(vals[1:])) | (np.abs(vals[:-1]) < 1e-3))[0]
+    crossing = np.sign(vals[:-1]) != np.sign(vals[1:])
+    cand = np.nonzero(crossing | (np.abs(vals[:-1]) < 1e-3))[0]
     roots: list[float] = []
     for i in cand:
-        t = minimize_scalar(lambda s: g(s) ** 2, bounds=(grid[max(i - 1, 0)], grid[min(i + 2, 20000)]),
-                            method="bounded", options={"xatol": 1e-13}).x
+        if crossing[i]:
+            t = brentq(g, grid[i], grid[i + 1], xtol=1e-15)
+        else:  # a touching zero (double root) has no sign change
+            t = minimize_scalar(lambda s: abs(g(s)), bounds=(grid[max(i - 1, 0)], grid[min(i + 2, 20000)]),
+                                method="bounded", options={"xatol": 1e-14}).x
         x, y = _unit(t), image(_unit(t))
         if abs(g(t)) < 1e-9 and x @ y > 1e-9 and not any(abs(np.angle(np.exp(1j * (t - r)))) < 1e-5 for r in roots):
             roots.append(t)

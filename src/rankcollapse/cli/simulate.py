@@ -88,7 +88,7 @@ def _plot(result, path: Path, title: str) -> None:
 
 def simulate_command(
     mask: str = typer.Option("causal", "--mask", help="mask spec, e.g. causal_sliding_window:w=4"),
-    n_tokens: int = typer.Option(128, "--n-tokens", help="tokens per sample N"),
+    n_tokens: int = typer.Option(128, "--n-tokens", "--n", help="tokens per sample N (--n is an alias, as in `mask --n`)"),
     depth: int = typer.Option(32, "--depth", help="layers T"),
     variant: str = typer.Option("pure", "--variant", help="pure | ln | skip | skip_ln"),
     norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm"),
@@ -102,12 +102,16 @@ def simulate_command(
     shared: bool = typer.Option(False, "--shared", help="one set of weights for all layers (ALBERT-style)"),
     pretrained: str = typer.Option(None, "--pretrained", help="attention weights of minilm | smollm2 | a model dir"),
     d_qk: float = typer.Option(1.0, "--d-qk", help="temperature d_QK > 0"),
-    source: str = typer.Option("gaussian", "--input", help="wiki | gaussian | sphere | hemisphere | FILE.npy/.pt"),
+    source: str = typer.Option("gaussian", "--input", help="wiki | gaussian | sphere | hemisphere | FILE.npy/.pt. "
+                               "gaussian (default) tokens are N(0, I), not on the unit sphere, so the first "
+                               "layer's normalisation/averaging gives a large one-off drop of μ; use sphere "
+                               "to start on the sphere"),
     d_model: int = typer.Option(None, "--d-model", help="width d (default 64; wiki: 384)"),
     samples: int = typer.Option(8, "--samples", help="samples B"),
     seed: int = typer.Option(0, "--seed"),
     metrics: str = typer.Option("mu,mu_relative", "--metrics", help="comma-separated metric names"),
-    dtype: str = typer.Option("float32", "--dtype", help="float32 | float64"),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 | float64. float32 runs floor μ/‖X‖_F "
+                              "(mu_relative) at ~1e-7 (rounding); use float64 to follow collapse further"),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:0"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document to stdout"),
     out: Path = typer.Option(None, "--out", help="folder for result.json and mu_loglog.png"),

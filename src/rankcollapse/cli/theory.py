@@ -55,14 +55,30 @@ def bound_cmd(
     kw = dict(d=d, depth=depth, n_samples=samples, seed=seed, exponent=exponent)
     if mask is not None:
         res = check_collapse_bound(mask, n=n, **kw)
-        _emit(res.to_dict(), as_json, [f"{res.mask}: r={res.radius} ε={float(res.epsilon.median()):.3g} "
-                                       f"measured rate {res.measured_rate:.4f}/layer, envelope rate "
-                                       f"{res.envelope_rate:.6f}, violations {res.n_violations}"])
+        lines = [f"{res.mask}: r={res.radius} ε={float(res.epsilon.median()):.3g} "
+                 f"measured rate {res.measured_rate:.4f}/layer, envelope rate "
+                 f"{res.envelope_rate:.6f}, violations {res.n_violations}"]
+        _emit(res.to_dict(), as_json, lines + _loose_note([res.mask], [res.envelope_rate]))
         return
     table = radius_sweep(n, _widths(widths), **kw)
     ok = bool(table["holds"].all())
+    lines = [table.to_string(index=False), "envelope holds everywhere" if ok else "ENVELOPE VIOLATED"]
     _emit({"sweep": table.to_dict(orient="records"), "all_hold": ok, "config": {"n": n, **kw}}, as_json,
-          [table.to_string(index=False), "envelope holds everywhere" if ok else "ENVELOPE VIOLATED"])
+          lines + _loose_note(list(table["mask"]), list(table["envelope_rate"])))
+
+
+#: A guaranteed per-layer factor above this says almost nothing about finite depth.
+LOOSE_RATE = 0.999
+
+
+def _loose_note(masks: list[str], rates: list[float]) -> list[str]:
+    """One line naming the masks whose envelope is too loose to be informative."""
+    loose = [m for m, r in zip(masks, rates) if r > LOOSE_RATE]
+    if not loose:
+        return []
+    return [f"note: envelope too loose to be informative for {', '.join(loose)}: the guaranteed per-layer "
+            f"factor is > {LOOSE_RATE} (μ may shrink by < 0.1 % a layer); the bound holds but only says "
+            f"μ does not grow, not how fast it decays"]
 
 
 @sub.command("equilibria")
@@ -78,14 +94,24 @@ def equilibria_cmd(
     es = causal_example_2x2().with_stability() if example else equilibria(n, d, rank, limit=limit)
     obj = es.to_dict()
     lines = [f"W_V = {obj['W_V']}", f"{len(es.equilibria)} equilibria (causal mask, W_Q = W_K = 0):"]
-    lines += [f"  rank {e.rank}  stable={e.stable}  residual={e.residual:.1e}  "
-              f"unstable directions={e.stability.n_unstable}" for e in es.equilibria]
+    labels = es.info.get("labels", [""] * len(es.equilibria))
+    for e, label in zip(es.equilibria, labels):
+        head = f"  {label}  " if label else "  "
+        lines.append(f"{head}rank {e.rank}  stable={e.stable}  residual={e.residual:.1e}  "
+                     f"unstable directions={e.stability.n_unstable}")
+        if example or e.X.numel() <= 16:
+            lines.append("    X = " + "; ".join("(" + ", ".join(f"{v + 0.0:+.5f}" for v in row) + ")" for row in e.X.tolist()))
+    if "B" in es.info:
+        b0, b1 = es.info["B"]
+        lines.append(f"B = ((6-√6)/10, -(2+3√6)/10) = ({b0:.5f}, {b1:.5f}): token 1 of the stable rank-2 equilibria")
     _emit(obj, as_json, lines)
 
 
 @sub.command("find")
 def find_cmd(
-    system: Path = typer.Option(..., help="System JSON (keys mask, W_Q, W_K, W_V, d_qk)."),
+    system: Path = typer.Option(..., help="System JSON: mask (bool (N,N) list or spec string like 'causal'), "
+                                "W_Q, W_K (d,d_k), W_V (d,d), optional d_qk, n_tokens; "
+                                "`theory equilibria --json` output is one."),
     starts: int = typer.Option(64), seed: int = typer.Option(0), as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Search equilibria of any system (damped fixed point + tangent Newton, many starts)."""
@@ -99,7 +125,8 @@ def find_cmd(
 
 @sub.command("basin")
 def basin_cmd(
-    system: Optional[Path] = typer.Option(None, help="System JSON; default the N = d = 2 example."),
+    system: Optional[Path] = typer.Option(None, help="System JSON (schema as for `theory find`); "
+                                          "default the N = d = 2 example."),
     rank: Optional[int] = typer.Option(None, "--rank", help="Target rank; default min(N, d)."),
     samples: int = typer.Option(4000), seed: int = typer.Option(0), depth: int = typer.Option(400),
     confidence: float = typer.Option(0.95), method: str = typer.Option("wilson", help="'wilson' or 'exact'."),
@@ -108,9 +135,16 @@ def basin_cmd(
     """Monte Carlo fraction of uniform random starts ending at a rank-k equilibrium, with a CI."""
     from ..theory.basin import basin_estimate
 
-    b = basin_estimate(_load_system(system), target_rank=rank, n_samples=samples, seed=seed, depth=depth,
+    from ..theory.equilibria import causal_example_2x2
+
+    sysobj = _load_system(system)
+    used = sysobj if sysobj is not None else causal_example_2x2().system
+    b = basin_estimate(used, target_rank=rank, n_samples=samples, seed=seed, depth=depth,
                        confidence=confidence, method=method)
-    _emit(b.to_dict(), as_json, [f"rank-{b.target_rank} fraction {b.fraction:.4f} "
+    name = str(system) if system is not None else "the N = d = 2 causal example (docs/theory.md §3a)"
+    where = (f"system {name}: N={used.n_tokens}, d={used.dim}, "
+             f"W_V={[[round(v, 6) for v in row] for row in used.W_V.tolist()]}")
+    _emit({**b.to_dict(), "system": {"source": name, **used.to_dict()}}, as_json, [where, f"rank-{b.target_rank} fraction {b.fraction:.4f} "
                                  f"({confidence:.0%} {method} CI {b.ci_low:.4f}-{b.ci_high:.4f}); "
                                  f"{b.n_samples} samples, seed {b.seed}, {b.depth} layers, final ranks {b.rank_counts}"])
 

@@ -107,22 +107,50 @@ class AttentionSystem:
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any], dtype: torch.dtype = torch.float64) -> "AttentionSystem":
-        """Inverse of :meth:`to_dict`.
+        """Inverse of :meth:`to_dict` (the schema of ``theory find/basin --system``).
+
+        Keys: ``mask`` — a boolean ``(N, N)`` nested list (``true`` = token i attends to
+        token j; 0/1 accepted) or a mask spec string such as ``"causal"``
+        (:func:`rankcollapse.masks.parse_mask`, with ``N`` from ``n_tokens`` or else from
+        ``W_V``'s size); ``W_Q``, ``W_K`` ``(d, d_k)`` and ``W_V`` ``(d, d)`` nested lists
+        (row-vector convention ``x ↦ x W_V``); optional ``d_qk`` (default 1) and
+        ``n_tokens``. Other keys (e.g. ``equilibria`` of ``theory equilibria --json``)
+        are ignored.
 
         Raises
         ------
         ConfigError
             If a key is missing or a matrix is malformed.
+        MaskError
+            If a mask spec string is invalid.
         """
+        if not isinstance(obj, dict):
+            raise ConfigError(f"system must be a JSON object with keys mask, W_Q, W_K, W_V, got {type(obj).__name__}")
         missing = [k for k in ("mask", "W_Q", "W_K", "W_V") if k not in obj]
         if missing:
             raise ConfigError(f"system is missing keys {missing}")
         try:
-            mask = torch.tensor(obj["mask"], dtype=torch.bool)
             mats = [torch.tensor(obj[k], dtype=dtype) for k in ("W_Q", "W_K", "W_V")]
+            mask = _mask_of(obj, mats[2])
+        except (MaskError, ConfigError):
+            raise
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"malformed system matrix: {exc}") from exc
         return cls(mask, *mats, d_qk=float(obj.get("d_qk", 1.0)))
+
+
+def _mask_of(obj: dict[str, Any], W_V: torch.Tensor) -> torch.Tensor:
+    """The ``mask`` entry as a bool tensor: a nested list, or a spec string built for
+    ``n_tokens`` tokens (default: as many as ``W_V`` has rows)."""
+    spec = obj["mask"]
+    if not isinstance(spec, str):
+        return torch.tensor(spec, dtype=torch.bool)
+    from ..masks import parse_mask
+
+    n = obj.get("n_tokens", W_V.shape[0] if W_V.ndim == 2 else None)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ConfigError(f"n_tokens must be a positive integer for mask spec {spec!r}, got {n!r}")
+    return torch.as_tensor(parse_mask(spec, n).to_dense(), dtype=torch.bool)
 
 
 def causal_uniform_system(W_V: torch.Tensor, n_tokens: int) -> AttentionSystem:
