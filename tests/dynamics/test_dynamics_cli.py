@@ -28,6 +28,9 @@ def test_json_layers_and_plot(tmp_path):
     again = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--samples", "3", "--value", "orthogonal",
                 "--d-model", "8", "--seed", "1", "--json")
     assert json.loads(again.stdout)["layers"] == doc["layers"]
+    alias = run("--mask", "causal", "--n", "16", "--depth", "5", "--samples", "3", "--value", "orthogonal",
+                "--d-model", "8", "--seed", "1", "--json")
+    assert json.loads(alias.stdout)["layers"] == doc["layers"]  # --n is --n-tokens
 
 
 @pytest.mark.parametrize("args, msg", [
