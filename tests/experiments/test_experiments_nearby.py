@@ -9,7 +9,6 @@ from rankcollapse import report
 from rankcollapse.experiments import plots, runner
 from rankcollapse.experiments.config import Unit, effective_override, load_config
 
-from test_experiments_runner import FakeExecutor  # noqa: E402  (same folder on sys.path)
 
 
 def _unit(**params):
@@ -29,14 +28,6 @@ def _unit(**params):
 ])
 def test_effective_override_leaves_meaningless_keys_out(params, override, expected):
     assert effective_override(_unit(**params), override) == expected
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    ex = FakeExecutor()
-    monkeypatch.setattr(runner, "EXECUTORS", {k: ex for k in ("simulate", "probe", "pretrained_sa", "theory")})
-    monkeypatch.setattr(runner, "_preflight", lambda ctx, units: None)
-    return ex
 
 
 def test_norm_setting_changes_only_the_ln_side(fake, tmp_path):

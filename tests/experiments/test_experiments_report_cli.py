@@ -10,7 +10,6 @@ import pytest
 from rankcollapse import cli
 from rankcollapse.experiments import runner
 
-from test_experiments_runner import FakeExecutor  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -26,10 +25,7 @@ def _chromium(path: Path) -> tuple[str, list[str]]:
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (apt-get install -y chromium)")
-def test_report_opens_in_chromium_without_console_errors(monkeypatch, tmp_path):
-    ex = FakeExecutor()
-    monkeypatch.setattr(runner, "EXECUTORS", {k: ex for k in ("simulate", "probe", "pretrained_sa", "theory")})
-    monkeypatch.setattr(runner, "_preflight", lambda ctx, units: None)
+def test_report_opens_in_chromium_without_console_errors(fake, tmp_path):
     res = runner.run_experiment("main", "smoke", tmp_path / "run", progress=False, nearby=False)
     bad = tmp_path / "bad.html"  # control: the console capture must see an error
     bad.write_text('<html><body><script>console.error("boom")</script></body></html>')

@@ -3,41 +3,9 @@ interruption, the completion marker, and verdicts recomputed from the stored tab
 
 import json
 
-import numpy as np
 import pytest
 
 from rankcollapse.experiments import runner
-from rankcollapse.experiments.table import rows_from_metrics
-from rankcollapse.experiments.units import _labels
-
-METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_min", "measured_rate", "n_equilibria",
-           "expected_min", "basin_ci_low")
-
-
-class FakeExecutor:
-    """Deterministic rows: metric value exp(-rate * layer), rate from the unit hash."""
-
-    def __init__(self, fail_after: int | None = None):
-        self.calls = 0
-        self.fail_after = fail_after
-
-    def __call__(self, unit, ctx):
-        if self.fail_after is not None and self.calls >= self.fail_after:
-            raise KeyboardInterrupt
-        self.calls += 1
-        depth = int(unit.params.get("depth", 6))
-        rate = int(unit.hash[:4], 16) / 65535.0
-        vals = np.exp(-rate * np.arange(depth + 1))[:, None] * np.ones((1, 2))
-        return rows_from_metrics({m: vals for m in METRICS}, _labels(unit))
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    ex = FakeExecutor()
-    monkeypatch.setattr(runner, "EXECUTORS", {k: ex for k in ("simulate", "probe", "pretrained_sa", "theory")})
-    monkeypatch.setattr(runner, "_preflight", lambda ctx, units: None)
-    return ex
-
 
 def test_outputs_cache_and_recheck(fake, tmp_path):
     out = tmp_path / "run"
@@ -57,17 +25,14 @@ def test_outputs_cache_and_recheck(fake, tmp_path):
     assert other.config["config_hash"] != res.config["config_hash"] and fake.calls > n_units
 
 
-def test_interrupted_run_resumes_and_is_not_marked_complete(monkeypatch, tmp_path):
-    flaky = FakeExecutor(fail_after=3)
-    monkeypatch.setattr(runner, "EXECUTORS", {k: flaky for k in ("simulate", "probe", "pretrained_sa", "theory")})
-    monkeypatch.setattr(runner, "_preflight", lambda ctx, units: None)
+def test_interrupted_run_resumes_and_is_not_marked_complete(install_executor, fake_executor_cls, tmp_path):
+    install_executor(fake_executor_cls(fail_after=3))
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         runner.run_experiment("main", "smoke", out, progress=False, nearby=False)
     assert not (out / "COMPLETE").exists() and not (out / "report.html").exists()
     assert len(list((tmp_path / ".rankcollapse-cache").glob("*.parquet"))) == 3
-    resumed = FakeExecutor()
-    monkeypatch.setattr(runner, "EXECUTORS", {k: resumed for k in ("simulate", "probe", "pretrained_sa", "theory")})
+    resumed = install_executor(fake_executor_cls())
     res = runner.run_experiment("main", "smoke", out, progress=False, nearby=False)
     assert resumed.calls == len(res.config["units"]) - 3
     assert (out / "COMPLETE").exists()

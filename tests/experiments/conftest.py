@@ -1,0 +1,55 @@
+"""Shared fixtures of the experiments tests: a synthetic executor in place of the real
+simulations, probes and theory checks."""
+
+import numpy as np
+import pytest
+
+from rankcollapse.experiments import runner
+from rankcollapse.experiments.table import rows_from_metrics
+from rankcollapse.experiments.units import _labels
+
+METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_min", "measured_rate", "n_equilibria",
+           "expected_min", "basin_ci_low")
+
+
+class FakeExecutor:
+    """Deterministic rows: metric value exp(-rate * layer), rate from the unit hash."""
+
+    def __init__(self, fail_after: int | None = None):
+        self.calls = 0
+        self.fail_after = fail_after
+
+    def __call__(self, unit, ctx):
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise KeyboardInterrupt
+        self.calls += 1
+        depth = int(unit.params.get("depth", 6))
+        rate = int(unit.hash[:4], 16) / 65535.0
+        vals = np.exp(-rate * np.arange(depth + 1))[:, None] * np.ones((1, 2))
+        return rows_from_metrics({m: vals for m in METRICS}, _labels(unit))
+
+
+@pytest.fixture
+def fake_executor_cls():
+    """The synthetic executor class, for tests that need their own instances."""
+    return FakeExecutor
+
+
+@pytest.fixture
+def install_executor(monkeypatch):
+    """``install_executor(ex)`` makes ``ex`` run every unit kind (and skips pre-flight)."""
+
+    def install(ex):
+        monkeypatch.setattr(runner, "EXECUTORS", {k: ex for k in ("simulate", "probe", "pretrained_sa", "theory")})
+        monkeypatch.setattr(runner, "_preflight", lambda ctx, units: None)
+        return ex
+
+    return install
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    ex = FakeExecutor()
+    monkeypatch.setattr(runner, "EXECUTORS", {k: ex for k in ("simulate", "probe", "pretrained_sa", "theory")})
+    monkeypatch.setattr(runner, "_preflight", lambda ctx, units: None)
+    return ex
