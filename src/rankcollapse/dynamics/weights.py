@@ -144,13 +144,13 @@ def generator(seed: int, layer: int, role: str) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0] % (2**63 - 1)))
 
 
-def haar_orthogonal(d: int, gen: torch.Generator) -> torch.Tensor:
-    """Haar-distributed ``(d, d)`` orthogonal matrix: QR of a Gaussian with the signs of
-    ``diag(R)`` moved into ``Q`` (Mezzadri 2007, "How to generate random matrices from the
-    classical compact groups", §5)."""
-    Z = torch.randn(d, d, generator=gen, dtype=torch.float64)
+def haar_orthogonal(d: int, gen: torch.Generator, batch: tuple[int, ...] = ()) -> torch.Tensor:
+    """Haar-distributed orthogonal matrices, float64 of shape ``(*batch, d, d)``: QR of a
+    Gaussian with the signs of ``diag(R)`` moved into ``Q`` (Mezzadri 2007, "How to
+    generate random matrices from the classical compact groups", §5)."""
+    Z = torch.randn(*batch, d, d, generator=gen, dtype=torch.float64)
     Q, R = torch.linalg.qr(Z)
-    return Q * torch.sign(torch.diagonal(R)).unsqueeze(0)
+    return Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)
 
 
 def draw(spec: str, d_in: int, d_out: int, gen: torch.Generator) -> torch.Tensor:

@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 
 from ..dynamics.attention import attention_weights
+from ..dynamics.weights import haar_orthogonal
 from ..errors import ConfigError
 from ..metrics import mu as mu_metric
 
@@ -29,14 +30,6 @@ EXPONENTS = ("t/r", "t/(2r)")
 
 class EnvelopeViolation(UserWarning):
     """A measured μ(X(t)) above its Theorem 1 envelope."""
-
-
-def haar_orthogonal(n_layers: int, d: int, generator: torch.Generator, dtype=torch.float64) -> torch.Tensor:
-    """``n_layers`` Haar-distributed orthogonal ``(d, d)`` matrices (QR of a Gaussian, sign-fixed;
-    Mezzadri 2007, "How to generate random matrices from the classical compact groups")."""
-    G = torch.randn(n_layers, d, d, generator=generator, dtype=dtype)
-    Q, R = torch.linalg.qr(G)
-    return Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)
 
 
 def resolve_mask(mask: Any, n: int | None):
@@ -168,7 +161,7 @@ def check_collapse_bound(
     B, _, d = X.shape
     W_Q = torch.randn(depth, d, d, generator=g, dtype=torch.float64) * qk_scale / math.sqrt(d)
     W_K = torch.randn(depth, d, d, generator=g, dtype=torch.float64) * qk_scale / math.sqrt(d)
-    W_V = haar_orthogonal(depth, d, g)
+    W_V = haar_orthogonal(d, g, batch=(depth,))
     dense = m.to_dense()
     mus, eps = [mu_metric(X)], torch.ones(B, dtype=torch.float64)
     for t in range(depth):  # loop over layers only

@@ -18,7 +18,8 @@ import torch
 from ..dynamics.attention import attention_weights
 from ..errors import ConfigError
 from ..metrics import mu as mu_metric
-from .bound import fit_rate, haar_orthogonal, resolve_mask
+from ..dynamics.weights import haar_orthogonal
+from .bound import fit_rate, resolve_mask
 from .system import normalize_rows
 
 INPUTS = ("nonnegative", "antipodal", "sphere")
@@ -99,7 +100,7 @@ def check_sphere_collapse(
     g = torch.Generator().manual_seed(seed)
     X = make_inputs(inputs, n_samples, N, d, g)
     cos0 = float((X @ X.transpose(1, 2)).amin())
-    W_V = haar_orthogonal(depth, d, g)
+    W_V = haar_orthogonal(d, g, batch=(depth,))
     W = math.sqrt(beta) * torch.eye(d, dtype=torch.float64)
     dense = m.to_dense()
     mus = [mu_metric(X)]
