@@ -73,7 +73,8 @@ def _check_interventions(mask: Optional[str], d_qk_scale: float, drop: str, leng
     """Fail on bad intervention options before the (slow) model load."""
     import math
 
-    from ..models.interventions import COMPONENTS, dense_mask, split_drop
+    from ..masks import dense_mask
+    from ..models.interventions import COMPONENTS, split_drop
 
     if not (math.isfinite(d_qk_scale) and d_qk_scale > 0):
         raise ConfigError(f"--d-qk-scale must be a positive finite number, got {d_qk_scale}")

@@ -15,9 +15,10 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, MetricError
+from ..masks import resolve_mask
 from .config import BlockConfig, resolve_variant
 from .layers import Attention, apply_norm, block_forward
-from .masking import resolve_mask
+from .sparse import BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
@@ -245,7 +246,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     if path == "blocked" and (record_attention or any(lw.position_bias is not None for lw in weights)):
         raise ConfigError("record_attention and position bias (T5) need path='dense'")
     attend = Attention(mask_dense=m.dense(X.device) if path == "dense" else None,
-                       plan=m.plan(block_size, X.device) if path == "blocked" else None, d_qk=d_qk,
+                       plan=BlockPlan(m.csr(), block_size=block_size, device=X.device) if path == "blocked" else None, d_qk=d_qk,
                        uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
                        record_attention=record_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]

@@ -20,7 +20,8 @@ import torch
 from ..data import Windows
 from ..errors import ConfigError
 from . import families
-from .interventions import additive_mask, dense_mask, intervene
+from ..masks import dense_mask
+from .interventions import additive_mask, intervene
 from .probe import embed, summarise
 
 _CAUSAL_FAMILIES = ("gpt2", "llama")
