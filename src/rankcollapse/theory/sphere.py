@@ -19,7 +19,8 @@ from ..dynamics.attention import attention_weights
 from ..errors import ConfigError
 from ..metrics import mu as mu_metric
 from ..dynamics.weights import haar_orthogonal
-from .bound import fit_rate, resolve_mask
+from ..masks import resolve_mask
+from .bound import fit_rate
 from .system import normalize_rows
 
 INPUTS = ("nonnegative", "antipodal", "sphere")
@@ -102,7 +103,7 @@ def check_sphere_collapse(
     cos0 = float((X @ X.transpose(1, 2)).amin())
     W_V = haar_orthogonal(d, g, batch=(depth,))
     W = math.sqrt(beta) * torch.eye(d, dtype=torch.float64)
-    dense = m.to_dense()
+    dense = m.dense()
     mus = [mu_metric(X)]
     for t in range(depth):  # loop over layers only
         Y = attention_weights(X, dense, W, W, d_qk=1.0) @ X @ W_V[t]
