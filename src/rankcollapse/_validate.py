@@ -37,9 +37,9 @@ def check_int(value: Any, name: str, *, low: int | None = None, high: int | None
     if not INT64_MIN <= value <= INT64_MAX:
         raise error(f"{name} must fit a signed 64-bit integer, got {value}")
     if low is not None and value < low:
-        raise error(f"{name} must be >= {low}, got {value}")
+        raise error(f"{name} must be an integer >= {low}, got {value}")
     if high is not None and value > high:
-        raise error(f"{name} must be <= {high}, got {value}")
+        raise error(f"{name} must be an integer <= {high}, got {value}")
     return value
 
 

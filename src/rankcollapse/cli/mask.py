@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 
+from .._validate import check_int
 from ..errors import ConfigError, MaskError
 
 mask_app = typer.Typer(
@@ -18,12 +19,6 @@ mask_app = typer.Typer(
 
 _SPEC_HELP = ("Mask spec: NAME or NAME:key=value,... (e.g. causal_sliding_window:w=4), "
               "file:PATH, composed with & and |.")
-
-
-def _check_n(n: int) -> int:
-    if n < 1:
-        raise MaskError(f"--n must be >= 1, got {n}")
-    return n
 
 
 @mask_app.command("describe")
@@ -36,7 +31,7 @@ def describe(
     """Graph analysis: centers, quasi-strong connectivity, radius, diameter, degrees."""
     from ..masks import analyze, parse_mask
 
-    a = analyze(parse_mask(spec, _check_n(n)))
+    a = analyze(parse_mask(spec, check_int(n, "--n", low=1, error=MaskError)))
     d = a.to_dict(per_token=per_token)
     if as_json:
         json.dump(d, sys.stdout)
@@ -65,7 +60,7 @@ def show(
     from ..masks import analyze, parse_mask
     from ..masks.plot import draw_mask
 
-    n = _check_n(n)
+    n = check_int(n, "--n", low=1, error=MaskError)
     if n > 2048:
         raise MaskError(f"--n {n} is too large to draw one cell per token pair (at most 2048)")
     mask = parse_mask(spec, n)
@@ -89,7 +84,7 @@ def compare(
 
     if d_qk <= 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
-    df = compare_masks(specs, _check_n(n), d_qk=d_qk, token_norm=token_norm,
+    df = compare_masks(specs, check_int(n, "--n", low=1, error=MaskError), d_qk=d_qk, token_norm=token_norm,
                        weight_norm=weight_norm, exponent=exponent)
     if out is not None:
         from .._io import atomic_path

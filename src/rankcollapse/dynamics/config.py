@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
+from .._validate import check_float, check_int
 from ..errors import ConfigError
 
 NORMS = ("none", "sphere", "layernorm", "rmsnorm")
@@ -74,23 +75,15 @@ class BlockConfig:
         if self.placement == "theory" and self.mlp:
             raise ConfigError("the MLP sublayer needs placement post_ln or pre_ln")
         for name in ("n_heads", "mlp_ratio"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive int, got {value!r}")
+            check_int(getattr(self, name), name, low=1)
         for name in ("out_proj", "mlp", "final_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if not _finite_number(self.alpha):
-            raise ConfigError(f"alpha must be a finite number, got {self.alpha!r}")
-        if not _finite_number(self.eps) or not self.eps > 0:
-            raise ConfigError(f"eps must be a finite number > 0, got {self.eps!r}")
+        check_float(self.alpha, "alpha")
+        check_float(self.eps, "eps", low=0, strict_low=True)
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def _finite_number(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 VARIANTS: dict[str, BlockConfig] = {

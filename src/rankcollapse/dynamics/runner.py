@@ -14,6 +14,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from .._validate import check_float, check_int
 from ..errors import ConfigError, MetricError
 from ..masks import resolve_mask
 from .config import BlockConfig, resolve_variant
@@ -65,12 +66,6 @@ def _as_tokens(X0, dtype, device) -> torch.Tensor:
     if not bool(torch.isfinite(X).all()):
         raise ConfigError("X0 contains NaN or Inf")
     return X
-
-
-def _check_int(value, name: str, *, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
 
 
 def _check_device(device) -> torch.device | None:
@@ -217,11 +212,10 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     MaskError
         Bad mask or a row with no allowed key.
     """
-    depth = _check_int(depth, "depth", low=1)
-    seed = _check_int(seed, "seed", low=0)
-    block_size = _check_int(block_size, "block_size", low=1)
-    if isinstance(d_qk, bool) or not isinstance(d_qk, (int, float, np.number)) or not 0 < d_qk < math.inf:
-        raise ConfigError(f"d_qk must be a finite number > 0, got {d_qk!r}")
+    depth = check_int(depth, "depth", low=1)
+    seed = check_int(seed, "seed", low=0)
+    block_size = check_int(block_size, "block_size", low=1)
+    d_qk = check_float(d_qk, "d_qk", low=0, strict_low=True)
     if path not in ("auto", "dense", "blocked"):
         raise ConfigError(f"path must be 'auto', 'dense' or 'blocked', got {path!r}")
     device = _check_device(device)

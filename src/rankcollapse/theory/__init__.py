@@ -9,7 +9,7 @@
 
 from .basin import BasinEstimate, basin_estimate
 from .bound import BoundResult, EnvelopeViolation, check_collapse_bound, fit_rate, radius_sweep
-from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria, numerical_rank
+from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria
 from .finder import FinderResult, FinderSettings, find_equilibria
 from .portrait import portrait_2d, portrait_2d_data, trajectories_3d
 from .sphere import SphereResult, check_sphere_collapse
@@ -20,6 +20,6 @@ __all__ = [
     "AttentionSystem", "BasinEstimate", "BoundResult", "EnvelopeViolation", "Equilibrium", "EquilibriumSet",
     "FinderResult", "FinderSettings", "SphereResult", "StabilityReport", "basin_estimate", "causal_example_2x2",
     "causal_uniform_system", "check_collapse_bound", "check_sphere_collapse", "equilibria", "find_equilibria",
-    "fit_rate", "jacobian", "numerical_rank", "portrait_2d", "portrait_2d_data",
+    "fit_rate", "jacobian", "portrait_2d", "portrait_2d_data",
     "radius_sweep", "stability", "tangent_basis", "tangent_jacobian", "trajectories_3d",
 ]

@@ -16,12 +16,12 @@ from typing import Any
 import torch
 
 from ..dynamics.attention import attention_weights
+from ..dynamics.layers import sphere
 from ..errors import ConfigError
 from ..metrics import mu as mu_metric
 from ..dynamics.weights import haar_orthogonal
 from ..masks import resolve_mask
 from .bound import fit_rate
-from .system import normalize_rows
 
 INPUTS = ("nonnegative", "antipodal", "sphere")
 
@@ -35,13 +35,13 @@ def make_inputs(kind: str, B: int, N: int, d: int, generator: torch.Generator) -
     """
     G = torch.randn(B, N, d, generator=generator, dtype=torch.float64)
     if kind == "nonnegative":
-        return normalize_rows(G.abs())
+        return sphere(G.abs())[0]
     if kind == "antipodal":
-        v = normalize_rows(torch.randn(B, 1, d, generator=generator, dtype=torch.float64))
+        v = sphere(torch.randn(B, 1, d, generator=generator, dtype=torch.float64))[0]
         signs = (1 - 2 * (torch.arange(N) % 2)).to(torch.float64).view(1, N, 1)
-        return normalize_rows(signs * v + 1e-3 * G)
+        return sphere(signs * v + 1e-3 * G)[0]
     if kind == "sphere":
-        return normalize_rows(G)
+        return sphere(G)[0]
     raise ConfigError(f"inputs must be one of {INPUTS}, got {kind!r}")
 
 
