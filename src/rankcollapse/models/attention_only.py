@@ -24,9 +24,6 @@ from ..masks import dense_mask
 from .interventions import additive_mask, intervene
 from .probe import embed, summarise
 
-_CAUSAL_FAMILIES = ("gpt2", "llama")
-
-
 def _call_block(loaded: Any, stack: families.Stack, k: int, X: torch.Tensor, mask4: torch.Tensor) -> torch.Tensor:
     block = stack.blocks[k].block
     if loaded.family == "llama":
@@ -97,9 +94,7 @@ def attention_only(
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     drop = ["mlp"] + [c for c in ("skip", "norm") if c not in keep]
     n = windows.length
-    allowed = torch.ones(n, n, dtype=torch.bool).tril() if loaded.family in _CAUSAL_FAMILIES else torch.ones(n, n, dtype=torch.bool)
-    if mask is not None:
-        allowed = dense_mask(mask, n)
+    allowed = dense_mask(families.family(loaded.family).native_mask if mask is None else mask, n)
     X_all = embed(loaded, windows, batch_size=batch_size)
     values: dict[tuple[int, str, str], list[torch.Tensor]] = {}
     for start in range(0, windows.n_windows, batch_size):
