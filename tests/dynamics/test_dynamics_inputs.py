@@ -62,3 +62,24 @@ def test_per_layer_list_may_mix_family_specs_and_matrices():
 def test_undefined_metric_names_the_layer():
     with pytest.warns(RuntimeWarning, match="zero rows"), pytest.raises(MetricError, match="after layer 1"):
         simulate(X(), mask="causal", depth=2, variant="ln", value="zero")
+
+
+def test_variant_and_placement_aliases_record_the_canonical_names():
+    from rankcollapse.dynamics.config import VARIANTS, resolve_variant
+
+    assert resolve_variant("sphere") == VARIANTS["ln"] and resolve_variant("post_ln") == VARIANTS["skip_ln"]
+    assert BlockConfig(placement="none").placement == "theory" == BlockConfig().placement
+    X = torch.randn(2, 5, 3, dtype=torch.float64)
+    a = simulate(X, mask="causal", depth=3, variant="sphere", seed=1)
+    b = simulate(X, mask="causal", depth=3, variant="ln", seed=1)
+    assert a.config == b.config and a.config["variant"] == "ln"
+    assert torch.equal(a.metrics["mu"], b.metrics["mu"])
+
+
+def test_sphere_theorem_d_qk_is_beta_relation():
+    """check_sphere_collapse(d_qk=q) uses beta = 1/sqrt(q): the same run as beta given."""
+    from rankcollapse.theory import check_sphere_collapse
+
+    a = check_sphere_collapse("causal", n=6, d=3, depth=5, n_samples=2, d_qk=0.25)
+    b = check_sphere_collapse("causal", n=6, d=3, depth=5, n_samples=2, beta=2.0)
+    assert torch.equal(a.mu, b.mu)

@@ -17,7 +17,7 @@ import torch
 from .._validate import check_float, check_int
 from ..errors import ConfigError, MetricError
 from ..masks import resolve_mask
-from .config import BlockConfig, resolve_variant
+from .config import BlockConfig, canonical_variant, resolve_variant
 from .layers import Attention, apply_norm, block_forward
 from .sparse import BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
@@ -185,8 +185,11 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     mask : spec string (``rankcollapse.masks.parse_mask``), ``Mask``, bool ``(N, N)``
         tensor/array, or scipy sparse matrix; True = token i attends to j.
     depth : number of layers T >= 1.
-    variant : ``"pure"``, ``"ln"``, ``"skip"``, ``"skip_ln"`` or a :class:`BlockConfig`.
-    d_qk : temperature > 0 (ignored by layers whose weights set ``scale``).
+    variant : ``"pure"``, ``"ln"`` (alias ``"sphere"``), ``"skip"``, ``"skip_ln"`` (alias
+        ``"post_ln"``) or a :class:`BlockConfig`; the config records the canonical name.
+    d_qk : temperature > 0: scores ``q k^T / sqrt(d_qk)`` (ignored by layers whose weights
+        set ``scale``). ``probe``'s ``d_qk_scale = s`` multiplies a model's own ``d_qk``
+        by ``s``; ``theory sphere``'s ``beta`` is ``1 / sqrt(d_qk)`` (docs/dynamics.md).
     value, query_key : weight family spec (:mod:`rankcollapse.dynamics.weights`), a
         ``(d, d)`` matrix for all layers, or a list of ``depth`` matrices.
     weights : explicit per-layer :class:`LayerWeights` (e.g. from
@@ -247,7 +250,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     metric_mask = m.dense(X.device) if uses_mask else None  # built once, not per layer
     rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states)
     out = {k: torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]) for k in names}
-    config = {"variant": variant if isinstance(variant, str) else "custom", "block": cfg.to_dict(), "depth": depth,
+    config = {"variant": canonical_variant(variant) if isinstance(variant, str) else "custom", "block": cfg.to_dict(), "depth": depth,
               "d_qk": d_qk, "value": value if isinstance(value, str) else "user",
               "query_key": query_key if isinstance(query_key, str) else "user",
               "weights": "given" if given_weights else "family", "seed": seed,

@@ -17,6 +17,7 @@ import torch
 
 from ..dynamics.attention import attention_weights
 from ..dynamics.layers import sphere
+from .._validate import check_float
 from ..errors import ConfigError
 from ..metrics import mu as mu_metric
 from ..dynamics.weights import haar_orthogonal
@@ -76,11 +77,14 @@ def check_sphere_collapse(
     seed: int = 0,
     beta: float = 1.0,
     collapse_tol: float = 1e-8,
+    d_qk: float | None = None,
 ) -> SphereResult:
     """Run SA-LN ``X ↦ D A X W_V(t)`` with Haar-orthogonal ``W_V(t)`` and measure collapse.
 
     Attention uses ``W_Q = W_K = sqrt(beta) I`` (``d_qk = 1``): scores ``β ⟨x_i, x_j⟩``,
-    larger ``beta`` = sharper attention to similar tokens.
+    larger ``beta`` = sharper attention to similar tokens. ``d_qk``, if given, sets
+    ``beta = 1 / sqrt(d_qk)``: the same scores as ``simulate`` with ``W_Q = W_K = I``
+    and that ``d_qk`` (the one temperature relation, docs/dynamics.md).
 
     Returns
     -------
@@ -93,6 +97,8 @@ def check_sphere_collapse(
         Unknown ``inputs``, sizes out of range (N < 2, d < 2, depth or n_samples < 1,
         beta < 0), or a zero row before normalisation (undefined step).
     """
+    if d_qk is not None:
+        beta = 1.0 / math.sqrt(check_float(d_qk, "d_qk", low=0, strict_low=True))
     m = resolve_mask(mask, n)
     N = m.n_tokens
     if N < 2 or d < 2 or depth < 1 or n_samples < 1 or not beta >= 0:
