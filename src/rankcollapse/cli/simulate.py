@@ -120,6 +120,7 @@ def simulate_command(
     import torch
 
     from .._io import versions, write_json_atomic
+    from ..points import point_after
     from ..dynamics import simulate
     from ..dynamics.config import resolve_variant
 
@@ -142,7 +143,7 @@ def simulate_command(
     res = simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
                    weights=weights, shared=shared, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
                    seed=seed, dtype=getattr(torch, dtype), device=device, record_epsilon=True)
-    layers = [{"t": t, **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
+    layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
                (None if t == 0 else _json_number(res.epsilon[t - 1]))} for t in range(depth + 1)]
     # the CLI always passes a BlockConfig; record the variant it started from
     doc = {"settings": {**res.config, "variant": variant, "input": source, "pretrained": pretrained}, "layers": layers,

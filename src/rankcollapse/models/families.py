@@ -5,7 +5,8 @@ blocks in the order they are *called* (ALBERT calls one shared layer L times, so
 same module appears L times) and, per block, the modules the recorder and the
 interventions attach to. Nothing here changes a model.
 
-Point names (stable across families; T5 prefixes ``encoder.`` / ``decoder.``):
+Point names (stable across families, and shared with simulations through
+:mod:`rankcollapse.points`; T5 prefixes ``encoder.`` / ``decoder.``):
 
 ``embeddings``            input of block 0 (= ``hidden_states[0]``)
 ``layer.k.input``         input of block k (0-based)
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import ModelError
+from ..points import block_output, point_after
 
 
 @dataclass(frozen=True)
@@ -254,7 +256,7 @@ def point_names(stack: Stack, detail: str = "hidden_states") -> list[str]:
     if detail not in ("hidden_states", "all"):
         raise ModelError(f"unknown point detail {detail!r}; use 'hidden_states' or 'all'")
     p = stack.prefix
-    names = [f"{p}embeddings"]
+    names = [point_after(0, p)]
     for k, parts in enumerate(stack.blocks):
         if detail == "all":
             names.append(f"{p}layer.{k}.input")
@@ -263,7 +265,7 @@ def point_names(stack: Stack, detail: str = "hidden_states") -> list[str]:
                 names.append(f"{p}layer.{k}.attn_output")
             if parts.mlp is not None:
                 names.append(f"{p}layer.{k}.mlp_output")
-        names.append(f"{p}layer.{k}.output")
+        names.append(block_output(k, p))
     if stack.final_norm is not None:
         names.append(f"{p}final_norm")
     return names
