@@ -18,7 +18,6 @@ placement ``theory``   ``none``     no residual: ``X <- norm(SA(X))``
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, replace
 
 from .._validate import check_float, check_int

@@ -17,6 +17,7 @@ import torch
 from .._validate import check_float, check_int
 from ..errors import ConfigError, MetricError
 from ..masks import resolve_mask
+from ..metrics import METRICS, compute_metrics
 from .config import BlockConfig, canonical_variant, resolve_variant
 from .layers import Attention, apply_norm, block_forward
 from .sparse import BlockPlan
@@ -97,8 +98,6 @@ def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
     if isinstance(metrics, Mapping):
         fns = dict(metrics)
         return tuple(fns), lambda X, mask, peak: {k: f(X) for k, f in fns.items()}, False
-    from ..metrics import METRICS, compute_metrics
-
     names = tuple(DEFAULT_SIM_METRICS if metrics is None else ([metrics] if isinstance(metrics, str) else metrics))
     unknown = [n for n in names if n not in METRICS]
     if unknown:

@@ -23,10 +23,11 @@ import torch
 
 from ..data import Windows
 from ..errors import ConfigError
-from . import families
 from ..masks import dense_mask
+from ..metrics import compute_metrics
+from . import families
 from .interventions import additive_mask, intervene
-from .probe import embed, summarise
+from .probe import PROBE_DEFAULT_METRICS, embed, summarise
 
 def _call_block(loaded: Any, stack: families.Stack, k: int, X: torch.Tensor, mask4: torch.Tensor) -> torch.Tensor:
     block = stack.blocks[k].block
@@ -84,9 +85,6 @@ def attention_only(
     ModelError
         Generic family.
     """
-    from ..metrics import compute_metrics
-    from .probe import PROBE_DEFAULT_METRICS
-
     stack = families.stacks(loaded.model, loaded.family)[0]
     if depth < 1:
         raise ConfigError(f"depth must be >= 1, got {depth}")

@@ -36,7 +36,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from ..errors import ConfigError, MaskError, ModelError
+from ..errors import ConfigError, ModelError
 from ..masks import dense_mask
 from . import families
 from .families import Stack, Tap

@@ -17,6 +17,7 @@ import torch
 
 from ..data import Windows
 from ..errors import ModelError
+from ..metrics import compute_metrics
 from . import families
 from .interventions import intervene, split_drop
 from .recorder import Recorder
@@ -130,8 +131,6 @@ def probe(
     ModelError, MaskError, ConfigError
         Unknown point, unsupported intervention, mask size different from the windows.
     """
-    from ..metrics import compute_metrics
-
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     stack_list = families.stacks(loaded.model, loaded.family)
     point_list = default_points(loaded, points) if isinstance(points, str) else list(points)

@@ -19,6 +19,7 @@ from scipy.optimize import brentq
 
 from ..errors import ConfigError
 from ..metrics import numerical_rank
+from .stability import stability
 from .system import AttentionSystem, causal_uniform_system, fixed_point_residual
 
 #: Eigenvalue ratio of the construction; any ρ with σ(ρ) < 1 and τ(ρ)/(1-σ(ρ))² < 1 works.
@@ -67,8 +68,6 @@ class EquilibriumSet:
 
     def with_stability(self) -> "EquilibriumSet":
         """Attach a tangent-space stability report to every equilibrium (in place)."""
-        from .stability import stability
-
         for eq in self.equilibria:
             eq.stability = stability(self.system, eq.X)
         return self
