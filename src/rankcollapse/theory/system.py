@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..dynamics.attention import attention_weights
-from ..masks import check_rows_allow_key, parse_mask
+from ..masks import check_rows_allow_key, dense_mask
 from ..errors import ConfigError, MaskError
 
 #: A row whose norm before normalisation is below this makes the SA-LN step undefined.
@@ -147,7 +147,7 @@ def _mask_of(obj: dict[str, Any], W_V: torch.Tensor) -> torch.Tensor:
     n = obj.get("n_tokens", W_V.shape[0] if W_V.ndim == 2 else None)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ConfigError(f"n_tokens must be a positive integer for mask spec {spec!r}, got {n!r}")
-    return torch.as_tensor(parse_mask(spec, n).to_dense(), dtype=torch.bool)
+    return dense_mask(spec, n)
 
 
 def causal_uniform_system(W_V: torch.Tensor, n_tokens: int) -> AttentionSystem:
