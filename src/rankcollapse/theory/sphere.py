@@ -116,7 +116,7 @@ def check_sphere_collapse(
         norms = torch.linalg.vector_norm(Y, dim=-1, keepdim=True)
         if bool((norms == 0).any()):
             raise ConfigError(f"SA-LN step undefined at layer {t}: a zero row before normalisation")
-        X = Y / norms
+        X = sphere(Y)[0]
         mus.append(mu_metric(X))
     mu_t = torch.stack(mus)
     final = float(mu_t[-1].median())

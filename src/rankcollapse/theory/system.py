@@ -92,7 +92,7 @@ class AttentionSystem:
             raise ConfigError(
                 f"SA-LN step undefined: rows {rows} of A X W_V are zero before normalisation"
             )
-        return Y / norms
+        return Y / norms  # unchecked zero rows become NaN: basin/finder count them as undefined
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with keys ``mask``, ``W_Q``, ``W_K``, ``W_V``, ``d_qk``."""
