@@ -6,3 +6,19 @@ to token ``j`` (graph edge ``j -> i``). See ``docs/spec.md`` (specification) and
 """
 
 __version__ = "0.1.0"
+
+import importlib
+
+#: Subpackages, imported on first attribute access (PEP 562): ``import rankcollapse``
+#: stays cheap, ``rankcollapse.masks.causal(8)`` works without a separate import.
+SUBPACKAGES = ("masks", "metrics", "dynamics", "models", "theory", "experiments", "data", "points")
+
+
+def __getattr__(name: str):
+    if name in SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(SUBPACKAGES))

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from . import assets
+from ._io import atomic_path
 from .errors import DataError
 
 log = logging.getLogger(__name__)
@@ -111,8 +112,6 @@ class Windows:
 
     def save(self, path: str | Path) -> None:
         """Save as ``.npz`` with ``input_ids``, ``attention_mask``, ``special_tokens_mask``."""
-        from ._io import atomic_path
-
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as fh:
                 np.savez(fh, **{k: v.numpy() for k, v in self.__dict__.items()})

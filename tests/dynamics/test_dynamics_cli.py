@@ -18,7 +18,8 @@ def test_json_layers_and_plot(tmp_path):
             "--d-model", "8", "--seed", "1", "--json", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert [row["t"] for row in doc["layers"]] == list(range(6))
+    assert [row["t"] for row in doc["layers"]] == [row["layer"] for row in doc["layers"]] == list(range(6))
+    assert [row["point"] for row in doc["layers"]][:2] == ["embeddings", "layer.0.output"]
     assert doc["settings"]["mask"] == "causal" and doc["settings"]["depth"] == 5
     mus = [row["mu"] for row in doc["layers"]]
     assert all(b < a for a, b in zip(mus, mus[1:]))  # QSC mask, orthogonal W_V: μ falls

@@ -201,7 +201,7 @@ def test_bad_options_fail_before_work(kwargs, match):
 def test_bad_shapes_and_masks():
     with pytest.raises(ConfigError, match=r"\(N, d\) or \(B, N, d\)"):
         simulate(torch.randn(6), mask=causal(6), depth=1, metrics=MU)
-    with pytest.raises(MaskError, match=r"expected \(5, 5\)"):
+    with pytest.raises(MaskError, match=r"shape \(5, 5\) for N=5"):
         simulate(torch.randn(5, 3), mask=causal(6), depth=1, metrics=MU)
     M = causal(5)
     M[2] = False

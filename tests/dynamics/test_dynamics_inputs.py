@@ -18,13 +18,13 @@ def X():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(device="nosuchdevice"), "not a torch device"),
     (dict(device="cuda:99"), "not available"),
-    (dict(d_qk="1"), "d_qk must be a finite number"),
+    (dict(d_qk="1"), "d_qk must be a number"),
     (dict(d_qk=math.inf), "d_qk must be a finite number"),
     (dict(seed=-1), "seed must be an integer >= 0"),
     (dict(depth=True), "depth must be an integer"),
     (dict(depth=2.0), "depth must be an integer"),
     (dict(block_size=0), "block_size"),
-    (dict(n_heads=True), "n_heads must be a positive int"),
+    (dict(n_heads=True), "n_heads must be an integer"),
     (dict(value=[object(), object()]), "W_V of layer 0 is not a numeric matrix"),
     (dict(value=[["a", "b"], ["c", "d"]]), "W_V of layer 0"),
 ])
@@ -38,8 +38,8 @@ def test_bad_options_fail_before_any_layer(kwargs, match):
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(placement="pre_ln", alpha=math.nan), "alpha must be a finite number"),
-    (dict(eps="1e-5"), "eps must be a finite number"),
-    (dict(placement="pre_ln", mlp=True, mlp_ratio=2.5), "mlp_ratio must be a positive int"),
+    (dict(eps="1e-5"), "eps must be a number"),
+    (dict(placement="pre_ln", mlp=True, mlp_ratio=2.5), "mlp_ratio must be an integer"),
     (dict(mlp="yes", placement="pre_ln"), "mlp must be True or False"),
 ])
 def test_block_config_rejects_bad_fields(kwargs, match):
@@ -62,3 +62,24 @@ def test_per_layer_list_may_mix_family_specs_and_matrices():
 def test_undefined_metric_names_the_layer():
     with pytest.warns(RuntimeWarning, match="zero rows"), pytest.raises(MetricError, match="after layer 1"):
         simulate(X(), mask="causal", depth=2, variant="ln", value="zero")
+
+
+def test_variant_and_placement_aliases_record_the_canonical_names():
+    from rankcollapse.dynamics.config import VARIANTS, resolve_variant
+
+    assert resolve_variant("sphere") == VARIANTS["ln"] and resolve_variant("post_ln") == VARIANTS["skip_ln"]
+    assert BlockConfig(placement="none").placement == "theory" == BlockConfig().placement
+    X = torch.randn(2, 5, 3, dtype=torch.float64)
+    a = simulate(X, mask="causal", depth=3, variant="sphere", seed=1)
+    b = simulate(X, mask="causal", depth=3, variant="ln", seed=1)
+    assert a.config == b.config and a.config["variant"] == "ln"
+    assert torch.equal(a.metrics["mu"], b.metrics["mu"])
+
+
+def test_sphere_theorem_d_qk_is_beta_relation():
+    """check_sphere_collapse(d_qk=q) uses beta = 1/sqrt(q): the same run as beta given."""
+    from rankcollapse.theory import check_sphere_collapse
+
+    a = check_sphere_collapse("causal", n=6, d=3, depth=5, n_samples=2, d_qk=0.25)
+    b = check_sphere_collapse("causal", n=6, d=3, depth=5, n_samples=2, beta=2.0)
+    assert torch.equal(a.mu, b.mu)

@@ -27,5 +27,7 @@ def test_rows_from_metrics_layout():
     df = rows_from_metrics({"mu": np.ones((3, 2)), "mu_relative": np.zeros((3, 2))}, {"mask": "causal", "seed": 4})
     assert len(df) == 6
     assert df["layer"].tolist() == [0, 1, 2, 0, 1, 2]
-    assert df["point"].tolist()[:2] == ["input", "layer.1"]
+    # one naming scheme with probes: layer = layers applied, point = module path
+    assert df["point"].tolist()[:3] == ["embeddings", "layer.0.output", "layer.1.output"]
+    assert df["layer"].tolist()[:3] == [0, 1, 2]
     assert set(df["mask"]) == {"causal"} and set(df["seed"]) == {4}

@@ -83,3 +83,19 @@ def test_portrait_2d_arc_matches_closed_form(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 10_000
     traj = trajectories_3d(tmp_path / "t.png", n_starts=3, depth=20)
     assert traj.shape == (21, 3, 3, 3) and np.allclose(np.linalg.norm(traj, axis=-1), 1)
+
+
+def test_bound_curve_is_simulate_with_the_same_seed():
+    """The bound's trajectory is simulate's: same seed, same μ(t) (to rounding: the bound
+    records A, which takes the explicit-softmax path instead of the fused kernel)."""
+    import math
+
+    from rankcollapse.dynamics import gaussian_tokens, simulate
+
+    for qk_scale in (1.0, 0.5):
+        res = check_collapse_bound("causal_sliding_window:w=3", n=8, d=4, depth=12, n_samples=3, seed=7,
+                                   qk_scale=qk_scale, d_qk=2.0)
+        X0 = gaussian_tokens(3, 8, 4, seed=7, std=1 / math.sqrt(4))
+        sim = simulate(X0, mask="causal_sliding_window:w=3", depth=12, d_qk=2.0, value="orthogonal",
+                       query_key=res.config["query_key"], seed=7, dtype=torch.float64, metrics=("mu",))
+        torch.testing.assert_close(sim.metrics["mu"], res.mu, rtol=1e-12, atol=0)

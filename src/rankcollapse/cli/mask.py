@@ -9,6 +9,9 @@ from typing import List, Optional
 
 import typer
 
+from .. import masks
+from .._io import atomic_path
+from .._validate import check_int
 from ..errors import ConfigError, MaskError
 
 mask_app = typer.Typer(
@@ -20,12 +23,6 @@ _SPEC_HELP = ("Mask spec: NAME or NAME:key=value,... (e.g. causal_sliding_window
               "file:PATH, composed with & and |.")
 
 
-def _check_n(n: int) -> int:
-    if n < 1:
-        raise MaskError(f"--n must be >= 1, got {n}")
-    return n
-
-
 @mask_app.command("describe")
 def describe(
     spec: str = typer.Argument(..., help=_SPEC_HELP),
@@ -34,9 +31,7 @@ def describe(
     per_token: bool = typer.Option(False, "--per-token", help="Include each token's distance from the best center."),
 ) -> None:
     """Graph analysis: centers, quasi-strong connectivity, radius, diameter, degrees."""
-    from ..masks import analyze, parse_mask
-
-    a = analyze(parse_mask(spec, _check_n(n)))
+    a = masks.analyze(masks.parse_mask(spec, check_int(n, "--n", low=1, error=MaskError)))
     d = a.to_dict(per_token=per_token)
     if as_json:
         json.dump(d, sys.stdout)
@@ -62,14 +57,11 @@ def show(
     out: Path = typer.Option(..., "--out", help="Image file to write (.png, .pdf, .svg)."),
 ) -> None:
     """Draw the mask: query tokens down, key tokens across, centers highlighted."""
-    from ..masks import analyze, parse_mask
-    from ..masks.plot import draw_mask
-
-    n = _check_n(n)
+    n = check_int(n, "--n", low=1, error=MaskError)
     if n > 2048:
         raise MaskError(f"--n {n} is too large to draw one cell per token pair (at most 2048)")
-    mask = parse_mask(spec, n)
-    draw_mask(mask, analyze(mask), out)
+    mask = masks.parse_mask(spec, n)
+    masks.draw_mask(mask, masks.analyze(mask), out)
     typer.echo(f"wrote {out}", err=True)
 
 
@@ -85,15 +77,11 @@ def compare(
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the table as CSV."),
 ) -> None:
     """Compare masks by radius and the Theorem-1 per-layer contraction bound."""
-    from ..masks.rates import compare_masks
-
     if d_qk <= 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
-    df = compare_masks(specs, _check_n(n), d_qk=d_qk, token_norm=token_norm,
+    df = masks.compare_masks(specs, check_int(n, "--n", low=1, error=MaskError), d_qk=d_qk, token_norm=token_norm,
                        weight_norm=weight_norm, exponent=exponent)
     if out is not None:
-        from .._io import atomic_path
-
         with atomic_path(out) as tmp:
             df.to_csv(tmp, index=False)
     if as_json:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import typer
 
+from .. import masks, metrics
 from ..errors import DataError, MetricError
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -26,9 +27,7 @@ def _load_array(path: Path, what: str) -> np.ndarray:
 def _graph_mask(spec: str | None, n_tokens: int):
     if spec is None:
         return None
-    from ..masks import parse_mask
-
-    return parse_mask(spec, n_tokens)
+    return masks.parse_mask(spec, n_tokens)
 
 
 def _rows(values: dict[str, torch.Tensor], batched: bool) -> dict | list[dict]:
@@ -67,16 +66,14 @@ def metrics_command(
     dtype: str = typer.Option("float64", "--dtype", help="Compute dtype: float64 or float32."),
 ) -> None:
     """Compute collapse and anisotropy metrics of a saved token array."""
-    from ..metrics import METRICS, compute_metrics
-
     if dtype not in _DTYPES:
         raise MetricError(f"--dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     X = _load_array(file, "token array")
     if X.ndim not in (2, 3):
         raise MetricError(f"{file}: expected shape (N, d) or (B, N, d), got {X.shape}")
     pm = _load_array(padding_mask, "padding mask") if padding_mask is not None else None
-    chosen = tuple(METRICS) if names is None else tuple(n.strip() for n in names.split(",") if n.strip())
-    values = compute_metrics(
+    chosen = tuple(metrics.METRICS) if names is None else tuple(n.strip() for n in names.split(",") if n.strip())
+    values = metrics.compute_metrics(
         X, chosen, padding_mask=pm, mask=_graph_mask(mask, X.shape[-2]), dtype=_DTYPES[dtype]
     )
     batched = X.ndim == 3

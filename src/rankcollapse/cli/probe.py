@@ -11,6 +11,9 @@ from typing import Any, Optional
 
 import typer
 
+from .. import data, masks, models
+from .._io import atomic_path, write_json_atomic
+from .._validate import check_float
 from ..errors import ConfigError
 
 
@@ -41,21 +44,17 @@ def probe_command(
     """Per-layer μ, rank fraction, σ_min, avg |cos| of MODEL's hidden states on real text."""
     # Before transformers is imported: a hub name must fail at once, not wait on the network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ..data import make_windows, read_text_file, wikipedia_texts
-    from ..models import load_model, probe
-    from ..models.probe import embedding_rank_note
-
     if corpus != "wiki" and text_file is None:
         raise ConfigError(f"unknown corpus {corpus!r}; use --corpus wiki or --text-file FILE")
     if windows < 1 or length < 2 or batch_size < 1:
         raise ConfigError(f"--windows and --batch-size must be >= 1 and --length >= 2 (got {windows}, {batch_size}, {length})")
     _check_interventions(mask, d_qk_scale, drop, length)
-    texts = read_text_file(text_file) if text_file is not None else wikipedia_texts()
-    loaded = load_model(model, gguf_file=gguf_file)
-    wins = make_windows(texts, loaded.tokenizer, length=length, n_windows=windows, seed=seed, allow_fewer=text_file is not None)
+    texts = data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
+    loaded = models.load_model(model, gguf_file=gguf_file)
+    wins = data.make_windows(texts, loaded.tokenizer, length=length, n_windows=windows, seed=seed, allow_fewer=text_file is not None)
     for note in loaded.notes:
         typer.echo(f"note: {note}", err=True)
-    table = probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, drop=drop, batch_size=batch_size, points=points)
+    table = models.probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, drop=drop, batch_size=batch_size, points=points)
     doc = to_json(table)
     if out is not None:
         write_outputs(out, table, wins, doc)
@@ -64,24 +63,20 @@ def probe_command(
         sys.stdout.write(json.dumps(doc) + "\n")
     else:
         _print_summary(table)
-        note = embedding_rank_note(loaded, wins, table)
+        note = models.embedding_rank_note(loaded, wins, table)
         if note is not None:
             typer.echo(note)
 
 
 def _check_interventions(mask: Optional[str], d_qk_scale: float, drop: str, length: int) -> None:
     """Fail on bad intervention options before the (slow) model load."""
-    import math
-
-    from ..models.interventions import COMPONENTS, dense_mask, split_drop
-
-    if not (math.isfinite(d_qk_scale) and d_qk_scale > 0):
-        raise ConfigError(f"--d-qk-scale must be a positive finite number, got {d_qk_scale}")
-    for item in split_drop(drop):
-        if item.partition(":")[0] not in COMPONENTS:
-            raise ConfigError(f"unknown component to drop {item!r}; choose from {', '.join(COMPONENTS)}")
+    check_float(d_qk_scale, "--d-qk-scale", low=0, strict_low=True)
+    components = models.interventions.COMPONENTS
+    for item in models.interventions.split_drop(drop):
+        if item.partition(":")[0] not in components:
+            raise ConfigError(f"unknown component to drop {item!r}; choose from {', '.join(components)}")
     if mask is not None:
-        dense_mask(mask, length)
+        masks.dense_mask(mask, length)
 
 
 def to_json(table: Any) -> dict[str, Any]:
@@ -105,8 +100,6 @@ def to_json(table: Any) -> dict[str, Any]:
 
 def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None:
     """Table (CSV), plot, exact inputs (``windows.npz``) and the JSON document."""
-    from .._io import atomic_path, write_json_atomic
-
     out.mkdir(parents=True, exist_ok=True)
     wins.save(out / "windows.npz")
     with atomic_path(out / "probe.csv") as tmp:
@@ -125,8 +118,6 @@ def plot_layers(tables: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from .._io import atomic_path
 
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.9))
     for name, table in tables.items():

@@ -7,9 +7,14 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
+import torch
 import typer
 
+from .. import data, dynamics, models
+from .._io import atomic_path, versions, write_json_atomic
 from ..errors import ConfigError, DataError
+from ..points import point_after
 
 INPUTS = ("wiki", "gaussian", "sphere", "hemisphere")
 
@@ -20,24 +25,17 @@ def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: in
     ``wiki`` embeds Wikipedia windows with ``loaded`` (the ``--pretrained`` model) or,
     without one, MiniLM.
     """
-    import numpy as np
-    import torch
-
-    from ..dynamics import gaussian_tokens, hemisphere_tokens, sphere_tokens
-
     if source == "wiki":
-        from ..data import make_windows, wikipedia_texts
-        from ..models import embed, load_model
-
-        loaded = load_model("minilm") if loaded is None else loaded
+        loaded = models.load_model("minilm") if loaded is None else loaded
         width = loaded.model.config.hidden_size
         if d_model not in (None, width):
             raise ConfigError(f"--input wiki uses {loaded.name} embeddings of width {width}; "
                               "drop --d-model or set it to that")
-        windows = make_windows(wikipedia_texts(), loaded.tokenizer, length=n_tokens, n_windows=samples, seed=seed)
-        return embed(loaded, windows)
+        windows = data.make_windows(data.wikipedia_texts(), loaded.tokenizer, length=n_tokens, n_windows=samples, seed=seed)
+        return models.embed(loaded, windows)
     d = 64 if d_model is None else d_model
-    draw = {"gaussian": gaussian_tokens, "sphere": sphere_tokens, "hemisphere": hemisphere_tokens}.get(source)
+    draw = {"gaussian": dynamics.gaussian_tokens, "sphere": dynamics.sphere_tokens,
+            "hemisphere": dynamics.hemisphere_tokens}.get(source)
     if draw is not None:
         return draw(samples, n_tokens, d, seed=seed)
     path = Path(source)
@@ -70,8 +68,6 @@ def _plot(result, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .._io import atomic_path
-
     fig, ax = plt.subplots(figsize=(6, 4))
     names = [k for k in ("mu", "mu_relative") if k in result.metrics] or list(result.metrics)
     for name in names:  # μ when recorded, else every requested metric
@@ -90,9 +86,9 @@ def simulate_command(
     mask: str = typer.Option("causal", "--mask", help="mask spec, e.g. causal_sliding_window:w=4"),
     n_tokens: int = typer.Option(128, "--n-tokens", "--n", help="tokens per sample N (--n is an alias, as in `mask --n`)"),
     depth: int = typer.Option(32, "--depth", help="layers T"),
-    variant: str = typer.Option("pure", "--variant", help="pure | ln | skip | skip_ln"),
+    variant: str = typer.Option("pure", "--variant", help="pure | ln (alias sphere) | skip | skip_ln (alias post_ln)"),
     norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm"),
-    placement: str = typer.Option(None, "--placement", help="override: theory | post_ln | pre_ln"),
+    placement: str = typer.Option(None, "--placement", help="override: theory (alias none) | post_ln | pre_ln"),
     alpha: float = typer.Option(None, "--alpha", help="override the skip weight"),
     heads: int = typer.Option(None, "--heads", help="attention heads"),
     mlp: bool = typer.Option(None, "--mlp/--no-mlp", help="add the MLP sublayer (post_ln/pre_ln)"),
@@ -117,32 +113,23 @@ def simulate_command(
     out: Path = typer.Option(None, "--out", help="folder for result.json and mu_loglog.png"),
 ) -> None:
     """Simulate masked self-attention dynamics (spec.md §2) and report metrics per layer."""
-    import torch
-
-    from .._io import versions, write_json_atomic
-    from ..dynamics import simulate
-    from ..dynamics.config import resolve_variant
-
     if dtype not in ("float32", "float64"):
         raise ConfigError(f"--dtype must be float32 or float64, got {dtype!r}")
     if not d_qk > 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
-    cfg = resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
+    cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
                           attention="uniform" if uniform else None)
     weights = loaded = None
     if pretrained is not None:
-        from ..dynamics.pretrained import extract_attention_weights
-        from ..models import load_model
-
-        loaded = load_model(pretrained)
-        weights = extract_attention_weights(loaded.model)
+        loaded = models.load_model(pretrained)
+        weights = dynamics.extract_attention_weights(loaded.model)
         depth = len(weights)
         d_model = weights[0].d_model if d_model is None and source != "wiki" else d_model
     X0 = _initial_tokens(source, n_tokens, d_model, samples, seed, loaded)
-    res = simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
+    res = dynamics.simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
                    weights=weights, shared=shared, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
                    seed=seed, dtype=getattr(torch, dtype), device=device, record_epsilon=True)
-    layers = [{"t": t, **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
+    layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
                (None if t == 0 else _json_number(res.epsilon[t - 1]))} for t in range(depth + 1)]
     # the CLI always passes a BlockConfig; record the variant it started from
     doc = {"settings": {**res.config, "variant": variant, "input": source, "pretrained": pretrained}, "layers": layers,

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from .. import theory
 from ..errors import ConfigError
 
 sub = typer.Typer(help="Theorems as code: collapse envelopes, SA-LN equilibria, stability, basins, portraits.",
@@ -22,15 +23,13 @@ def _emit(obj: dict, as_json: bool, lines: list[str]) -> None:
 
 
 def _load_system(path: Optional[Path]):
-    from ..theory.system import AttentionSystem
-
     if path is None:
         return None
     try:
         obj = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read system JSON {path}: {exc}") from exc
-    return AttentionSystem.from_dict(obj)
+    return theory.AttentionSystem.from_dict(obj)
 
 
 def _widths(text: str) -> tuple[int, ...]:
@@ -50,17 +49,15 @@ def bound_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Theorem 1: measured μ decay under pure SA vs the envelope C(1-ε^r)^{t/r}."""
-    from ..theory.bound import check_collapse_bound, radius_sweep
-
     kw = dict(d=d, depth=depth, n_samples=samples, seed=seed, exponent=exponent)
     if mask is not None:
-        res = check_collapse_bound(mask, n=n, **kw)
+        res = theory.check_collapse_bound(mask, n=n, **kw)
         lines = [f"{res.mask}: r={res.radius} ε={float(res.epsilon.median()):.3g} "
                  f"measured rate {res.measured_rate:.4f}/layer, envelope rate "
                  f"{res.envelope_rate:.6f}, violations {res.n_violations}"]
         _emit(res.to_dict(), as_json, lines + _loose_note([res.mask], [res.envelope_rate]))
         return
-    table = radius_sweep(n, _widths(widths), **kw)
+    table = theory.radius_sweep(n, _widths(widths), **kw)
     ok = bool(table["holds"].all())
     lines = [table.to_string(index=False), "envelope holds everywhere" if ok else "ENVELOPE VIOLATED"]
     _emit({"sweep": table.to_dict(orient="records"), "all_hold": ok, "config": {"n": n, **kw}}, as_json,
@@ -89,9 +86,7 @@ def equilibria_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """A system with ≥ 2^rank SA-LN equilibria of rank exactly `rank`, each verified and classified."""
-    from ..theory.equilibria import causal_example_2x2, equilibria
-
-    es = causal_example_2x2().with_stability() if example else equilibria(n, d, rank, limit=limit)
+    es = theory.causal_example_2x2().with_stability() if example else theory.equilibria(n, d, rank, limit=limit)
     obj = es.to_dict()
     lines = [f"W_V = {obj['W_V']}", f"{len(es.equilibria)} equilibria (causal mask, W_Q = W_K = 0):"]
     labels = es.info.get("labels", [""] * len(es.equilibria))
@@ -115,9 +110,7 @@ def find_cmd(
     starts: int = typer.Option(64), seed: int = typer.Option(0), as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Search equilibria of any system (damped fixed point + tangent Newton, many starts)."""
-    from ..theory.finder import find_equilibria
-
-    res = find_equilibria(_load_system(system), n_starts=starts, seed=seed)
+    res = theory.find_equilibria(_load_system(system), n_starts=starts, seed=seed)
     obj = {**res.to_dict(), "n_converged": res.n_converged, "n_starts": res.n_starts}
     _emit(obj, as_json, [f"{res.n_converged}/{res.n_starts} starts converged; {len(res.equilibria)} distinct"]
           + [f"  rank {e.rank} stable={e.stable} residual={e.residual:.1e}" for e in res.equilibria])
@@ -133,13 +126,9 @@ def basin_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Monte Carlo fraction of uniform random starts ending at a rank-k equilibrium, with a CI."""
-    from ..theory.basin import basin_estimate
-
-    from ..theory.equilibria import causal_example_2x2
-
     sysobj = _load_system(system)
-    used = sysobj if sysobj is not None else causal_example_2x2().system
-    b = basin_estimate(used, target_rank=rank, n_samples=samples, seed=seed, depth=depth,
+    used = sysobj if sysobj is not None else theory.causal_example_2x2().system
+    b = theory.basin_estimate(used, target_rank=rank, n_samples=samples, seed=seed, depth=depth,
                        confidence=confidence, method=method)
     name = str(system) if system is not None else "the N = d = 2 causal example (docs/theory.md §3a)"
     where = (f"system {name}: N={used.n_tokens}, d={used.dim}, "
@@ -156,9 +145,8 @@ def sphere_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Theorem 2: SA-LN with orthogonal W_V, inputs meeting vs violating the cosine condition."""
-    from ..theory.sphere import INPUTS, check_sphere_collapse
-
-    rs = [check_sphere_collapse(mask, n=n, d=d, depth=depth, inputs=k, beta=beta, seed=seed) for k in INPUTS]
+    rs = [theory.check_sphere_collapse(mask, n=n, d=d, depth=depth, inputs=k, beta=beta, seed=seed)
+          for k in theory.sphere.INPUTS]
     _emit({"results": [r.to_dict() for r in rs]}, as_json,
           [f"{r.inputs:12s} min cos(0)={r.min_cos0:+.3f} rate={r.measured_rate:.4f} final μ={r.final_mu:.3g} "
            f"collapsed={r.collapsed}" for r in rs])
@@ -170,12 +158,10 @@ def portrait_cmd(
     seed: int = typer.Option(0), as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """N = d = 2 final angle vs starting angle, and d = 3 trajectories on the sphere (PNG)."""
-    from ..theory.portrait import portrait_2d, trajectories_3d
-
     out.mkdir(parents=True, exist_ok=True)
     p2, p3 = out / "portrait_2d.png", out / "trajectories_3d.png"
-    data = portrait_2d(p2)
-    trajectories_3d(p3, seed=seed)
+    data = theory.portrait_2d(p2)
+    theory.trajectories_3d(p3, seed=seed)
     frac = float(data["rank2"][1].mean())
     _emit({"portrait_2d": str(p2), "trajectories_3d": str(p3), "rank2_arc_fraction": frac}, as_json,
           [f"wrote {p2} and {p3}; token 1 ends at rank 2 for {frac:.1%} of starting angles (token 0 at +(0,1))"])

@@ -1,17 +1,20 @@
 """Self-attention dynamics (spec.md §2): masked attention, blocks, weights, simulator."""
 
-from .config import VARIANTS, BlockConfig
-from .inputs import gaussian_tokens, hemisphere_tokens, sphere_tokens
-from .runner import SimResult, simulate
-from .weights import LayerWeights
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "VARIANTS",
-    "BlockConfig",
-    "LayerWeights",
-    "SimResult",
-    "gaussian_tokens",
-    "hemisphere_tokens",
-    "simulate",
-    "sphere_tokens",
-]
+from .._lazy import attach
+
+__getattr__, __dir__, __all__ = attach(__name__, {
+    "config": ("VARIANTS", "BlockConfig", "resolve_variant"),
+    "inputs": ("gaussian_tokens", "hemisphere_tokens", "sphere_tokens"),
+    "pretrained": ("extract_attention_weights",),
+    "runner": ("SimResult", "simulate"),
+    "weights": ("LayerWeights",),
+})
+
+if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
+    from .config import VARIANTS, BlockConfig, resolve_variant
+    from .inputs import gaussian_tokens, hemisphere_tokens, sphere_tokens
+    from .pretrained import extract_attention_weights
+    from .runner import SimResult, simulate
+    from .weights import LayerWeights

@@ -10,7 +10,8 @@ import math
 
 import torch
 
-from ..errors import ConfigError, MaskError
+from ..errors import ConfigError
+from ..masks.rows import check_rows_allow_key
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -28,11 +29,8 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     MaskError
         If some row has no allowed key (names the first such rows).
     """
+    check_rows_allow_key(mask)
     allowed = mask.expand_as(scores) if mask.shape != scores.shape else mask
-    empty = ~allowed.any(dim=-1)
-    if bool(empty.any()):
-        rows = torch.nonzero(empty.reshape(-1, empty.shape[-1]).any(0)).flatten()[:10].tolist()
-        raise MaskError(f"rows {rows} of the mask allow no key (softmax over nothing)")
     info = torch.finfo(scores.dtype)
     # Clamp overflowed (+-inf) logits to the finite range so that max-subtraction never
     # forms inf - inf; the largest logit of a row then gets (almost) all the weight.

@@ -1,17 +1,30 @@
 """Block configuration of the simulated network: normalisation, placement, skip, MLP.
 
-The four named variants of spec.md §2 and issue 2 are presets of :class:`BlockConfig`.
+The four named variants of spec.md §2 are presets of :class:`BlockConfig`. Newer names
+that say what they are are accepted as aliases; result tables still record the
+canonical (first-column) names, so existing tables and experiment configs stay valid:
+
+=====================  ===========  ==============================================
+canonical name         alias        update rule
+=====================  ===========  ==============================================
+variant ``pure``       --           ``X <- A X W_V``
+variant ``ln``         ``sphere``   ``X <- D A X W_V``: rows to the unit sphere
+                                    (SA-LN of spec.md §2; not LayerNorm)
+variant ``skip``       --           ``X <- X + A X W_V``
+variant ``skip_ln``    ``post_ln``  ``X <- LayerNorm(X + A X W_V)`` (real LayerNorm)
+placement ``theory``   ``none``     no residual: ``X <- norm(SA(X))``
+=====================  ===========  ==============================================
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, replace
 
+from .._validate import check_float, check_int
 from ..errors import ConfigError
 
 NORMS = ("none", "sphere", "layernorm", "rmsnorm")
-PLACEMENTS = ("theory", "post_ln", "pre_ln")
+PLACEMENTS = ("theory", "post_ln", "pre_ln")  # "none" accepted for "theory"
 ATTENTIONS = ("softmax", "uniform")
 
 
@@ -35,6 +48,7 @@ class BlockConfig:
         centres and divides by the std (``eps``); ``rmsnorm`` divides by the RMS.
         Affine parameters are applied only when layer weights carry them.
     placement : "theory" | "post_ln" | "pre_ln"
+        ``"none"`` is accepted for ``"theory"`` (no residual; see :data:`VARIANT_ALIASES`).
     alpha : float
         Skip weight (0 = no skip connection).
     attention : "softmax" | "uniform"
@@ -63,6 +77,8 @@ class BlockConfig:
     eps: float = 1e-5
 
     def __post_init__(self) -> None:
+        # accepted alias -> canonical placement (frozen dataclass: set through object)
+        object.__setattr__(self, "placement", PLACEMENT_ALIASES.get(self.placement, self.placement))
         if self.norm not in NORMS:
             raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
         if self.placement not in PLACEMENTS:
@@ -74,24 +90,20 @@ class BlockConfig:
         if self.placement == "theory" and self.mlp:
             raise ConfigError("the MLP sublayer needs placement post_ln or pre_ln")
         for name in ("n_heads", "mlp_ratio"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive int, got {value!r}")
+            check_int(getattr(self, name), name, low=1)
         for name in ("out_proj", "mlp", "final_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if not _finite_number(self.alpha):
-            raise ConfigError(f"alpha must be a finite number, got {self.alpha!r}")
-        if not _finite_number(self.eps) or not self.eps > 0:
-            raise ConfigError(f"eps must be a finite number > 0, got {self.eps!r}")
+        check_float(self.alpha, "alpha")
+        check_float(self.eps, "eps", low=0, strict_low=True)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _finite_number(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-
+# aliases: see the module docstring's table
+VARIANT_ALIASES = {"sphere": "ln", "post_ln": "skip_ln"}
+PLACEMENT_ALIASES = {"none": "theory"}
 
 VARIANTS: dict[str, BlockConfig] = {
     # X <- A X W_V
@@ -105,6 +117,11 @@ VARIANTS: dict[str, BlockConfig] = {
 }
 
 
+def canonical_variant(name: str) -> str:
+    """The canonical variant name of ``name`` (an alias of :data:`VARIANT_ALIASES` or itself)."""
+    return VARIANT_ALIASES.get(name, name) if isinstance(name, str) else name
+
+
 def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
     """Return the :class:`BlockConfig` of a variant name or config, with ``overrides``.
 
@@ -115,10 +132,11 @@ def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
     """
     if isinstance(variant, BlockConfig):
         cfg = variant
-    elif variant in VARIANTS:
-        cfg = VARIANTS[variant]
+    elif canonical_variant(variant) in VARIANTS:
+        cfg = VARIANTS[canonical_variant(variant)]
     else:
-        raise ConfigError(f"unknown variant {variant!r}; choose one of {sorted(VARIANTS)} or pass a BlockConfig")
+        raise ConfigError(f"unknown variant {variant!r}; choose one of {sorted(VARIANTS)} (aliases "
+                          f"{sorted(VARIANT_ALIASES)}) or pass a BlockConfig")
     overrides = {k: v for k, v in overrides.items() if v is not None}
     try:
         return replace(cfg, **overrides) if overrides else cfg

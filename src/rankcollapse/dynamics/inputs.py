@@ -9,26 +9,30 @@ from __future__ import annotations
 
 import torch
 
+from .._validate import check_int
 from ..errors import ConfigError
+from .layers import sphere
 
 
 def _check(batch: int, n_tokens: int, d: int) -> None:
     for name, value in (("batch", batch), ("n_tokens", n_tokens), ("d", d)):
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{name} must be a positive int, got {value!r}")
+        check_int(value, name, low=1)
 
 
-def gaussian_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0, std: float = 1.0) -> torch.Tensor:
-    """i.i.d. ``N(0, std^2)`` entries, shape ``(batch, n_tokens, d)``."""
+def gaussian_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0, std: float = 1.0,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+    """i.i.d. ``N(0, std^2)`` entries, shape ``(batch, n_tokens, d)``; drawn from
+    ``generator`` instead of a fresh one seeded by ``seed`` when given."""
     _check(batch, n_tokens, d)
-    gen = torch.Generator().manual_seed(int(seed))
+    gen = torch.Generator().manual_seed(check_int(seed, "seed", low=0)) if generator is None else generator
     return torch.randn(batch, n_tokens, d, generator=gen, dtype=torch.float64) * std
 
 
-def sphere_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0) -> torch.Tensor:
-    """Tokens uniform on the unit sphere ``S^{d-1}`` (normalised Gaussians; Muller 1959)."""
-    X = gaussian_tokens(batch, n_tokens, d, seed=seed)
-    return X / torch.linalg.vector_norm(X, dim=-1, keepdim=True)
+def sphere_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """Tokens uniform on the unit sphere ``S^{d-1}`` (normalised Gaussians; Muller 1959),
+    projected by :func:`~rankcollapse.dynamics.layers.sphere`."""
+    return sphere(gaussian_tokens(batch, n_tokens, d, seed=seed, generator=generator))[0]
 
 
 def hemisphere_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0, pole: torch.Tensor | None = None,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ModelError
+from ..models.families import MODEL_TYPES, family_of
 from .weights import LayerWeights
 
 LayerAttentionWeights = LayerWeights
@@ -111,7 +112,8 @@ _EXTRACTORS = {"bert": _bert, "albert": _albert, "gpt2": _gpt2, "t5": _t5, "llam
 
 
 def model_family(hf_model) -> str:
-    """``bert | albert | gpt2 | t5 | llama`` from ``config.model_type``.
+    """``bert | albert | gpt2 | t5 | llama`` from ``config.model_type``, by the family
+    registry :data:`rankcollapse.models.families.REGISTRY` (Mistral and Qwen2 are Llama).
 
     Raises
     ------
@@ -119,10 +121,9 @@ def model_family(hf_model) -> str:
         A model type whose attention layout is not known.
     """
     mt = getattr(hf_model.config, "model_type", "")
-    family = {"bert": "bert", "albert": "albert", "gpt2": "gpt2", "t5": "t5", "llama": "llama",
-              "mistral": "llama", "qwen2": "llama"}.get(mt)
-    if family is None:
-        raise ModelError(f"cannot extract attention weights of model_type {mt!r}; supported: {sorted(_EXTRACTORS)}")
+    family = family_of(mt)
+    if family not in _EXTRACTORS:
+        raise ModelError(f"cannot extract attention weights of model_type {mt!r}; supported: {sorted(MODEL_TYPES)}")
     return family
 
 

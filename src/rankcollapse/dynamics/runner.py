@@ -14,10 +14,13 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from .._validate import check_float, check_int
 from ..errors import ConfigError, MetricError
-from .config import BlockConfig, resolve_variant
+from ..masks import resolve_mask
+from ..metrics import METRICS, compute_metrics
+from .config import BlockConfig, canonical_variant, resolve_variant
 from .layers import Attention, apply_norm, block_forward
-from .masking import resolve_mask
+from .sparse import BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
@@ -66,12 +69,6 @@ def _as_tokens(X0, dtype, device) -> torch.Tensor:
     return X
 
 
-def _check_int(value, name: str, *, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
 def _check_device(device) -> torch.device | None:
     """``device`` as a ``torch.device`` that exists on this machine (None = X0's)."""
     if device is None:
@@ -101,8 +98,6 @@ def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
     if isinstance(metrics, Mapping):
         fns = dict(metrics)
         return tuple(fns), lambda X, mask, peak: {k: f(X) for k, f in fns.items()}, False
-    from ..metrics import METRICS, compute_metrics
-
     names = tuple(DEFAULT_SIM_METRICS if metrics is None else ([metrics] if isinstance(metrics, str) else metrics))
     unknown = [n for n in names if n not in METRICS]
     if unknown:
@@ -189,8 +184,11 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     mask : spec string (``rankcollapse.masks.parse_mask``), ``Mask``, bool ``(N, N)``
         tensor/array, or scipy sparse matrix; True = token i attends to j.
     depth : number of layers T >= 1.
-    variant : ``"pure"``, ``"ln"``, ``"skip"``, ``"skip_ln"`` or a :class:`BlockConfig`.
-    d_qk : temperature > 0 (ignored by layers whose weights set ``scale``).
+    variant : ``"pure"``, ``"ln"`` (alias ``"sphere"``), ``"skip"``, ``"skip_ln"`` (alias
+        ``"post_ln"``) or a :class:`BlockConfig`; the config records the canonical name.
+    d_qk : temperature > 0: scores ``q k^T / sqrt(d_qk)`` (ignored by layers whose weights
+        set ``scale``). ``probe``'s ``d_qk_scale = s`` multiplies a model's own ``d_qk``
+        by ``s``; ``theory sphere``'s ``beta`` is ``1 / sqrt(d_qk)`` (docs/dynamics.md).
     value, query_key : weight family spec (:mod:`rankcollapse.dynamics.weights`), a
         ``(d, d)`` matrix for all layers, or a list of ``depth`` matrices.
     weights : explicit per-layer :class:`LayerWeights` (e.g. from
@@ -216,11 +214,10 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     MaskError
         Bad mask or a row with no allowed key.
     """
-    depth = _check_int(depth, "depth", low=1)
-    seed = _check_int(seed, "seed", low=0)
-    block_size = _check_int(block_size, "block_size", low=1)
-    if isinstance(d_qk, bool) or not isinstance(d_qk, (int, float, np.number)) or not 0 < d_qk < math.inf:
-        raise ConfigError(f"d_qk must be a finite number > 0, got {d_qk!r}")
+    depth = check_int(depth, "depth", low=1)
+    seed = check_int(seed, "seed", low=0)
+    block_size = check_int(block_size, "block_size", low=1)
+    d_qk = check_float(d_qk, "d_qk", low=0, strict_low=True)
     if path not in ("auto", "dense", "blocked"):
         raise ConfigError(f"path must be 'auto', 'dense' or 'blocked', got {path!r}")
     device = _check_device(device)
@@ -245,14 +242,14 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     if path == "blocked" and (record_attention or any(lw.position_bias is not None for lw in weights)):
         raise ConfigError("record_attention and position bias (T5) need path='dense'")
     attend = Attention(mask_dense=m.dense(X.device) if path == "dense" else None,
-                       plan=m.plan(block_size, X.device) if path == "blocked" else None, d_qk=d_qk,
+                       plan=BlockPlan(m.csr(), block_size=block_size, device=X.device) if path == "blocked" else None, d_qk=d_qk,
                        uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
                        record_attention=record_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
     metric_mask = m.dense(X.device) if uses_mask else None  # built once, not per layer
     rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states)
     out = {k: torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]) for k in names}
-    config = {"variant": variant if isinstance(variant, str) else "custom", "block": cfg.to_dict(), "depth": depth,
+    config = {"variant": canonical_variant(variant) if isinstance(variant, str) else "custom", "block": cfg.to_dict(), "depth": depth,
               "d_qk": d_qk, "value": value if isinstance(value, str) else "user",
               "query_key": query_key if isinstance(query_key, str) else "user",
               "weights": "given" if given_weights else "family", "seed": seed,

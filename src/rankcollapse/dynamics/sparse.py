@@ -18,6 +18,7 @@ import scipy.sparse
 import torch
 
 from ..errors import MaskError
+from ..masks.rows import check_rows_allow_key
 from .attention import safe_softmax_scores, scores_may_overflow
 
 
@@ -56,9 +57,7 @@ class BlockPlan:
         n, m = csr.shape
         if n != m:
             raise MaskError(f"mask must be square, got shape {csr.shape}")
-        empty = np.flatnonzero(np.diff(csr.indptr) == 0)
-        if empty.size:
-            raise MaskError(f"rows {empty[:10].tolist()} of the mask allow no key (softmax over nothing)")
+        check_rows_allow_key(csr)
         if block_size < 1:
             raise MaskError(f"block_size must be >= 1, got {block_size}")
         self.n_tokens, self.n_edges, self.block_size = n, int(csr.nnz), block_size

@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..points import point_after
+
 KEY_COLUMNS = ("experiment", "model", "mask", "variant", "layer", "metric")
 STAT_COLUMNS = ("mean", "std", "q05", "q25", "q50", "q75", "q95", "n_samples")
 #: Extra columns every row carries (filled with a neutral value where meaningless).
@@ -66,14 +68,16 @@ def rows_from_metrics(
 ) -> pd.DataFrame:
     """Tidy rows from ``{metric: (L, B) values}`` plus constant ``labels``.
 
-    ``layers`` defaults to ``0..L-1``; ``points`` to ``"layer.<t>"`` (``"input"`` for 0).
+    ``layers`` (layers applied) defaults to ``0..L-1``; ``points`` to the module path of
+    :func:`rankcollapse.points.point_after` (``embeddings``, ``layer.{t-1}.output``), the
+    names a probe of a pretrained model writes.
     """
     frames = []
     for name, vals in metrics.items():
         stats = summarise(vals)
         n_layers = len(stats["mean"])
         lay = layers if layers is not None else list(range(n_layers))
-        pts = points if points is not None else ["input" if t == 0 else f"layer.{t}" for t in lay]
+        pts = points if points is not None else [point_after(t) for t in lay]
         df = pd.DataFrame({"layer": lay, "point": pts, "metric": name, **stats})
         frames.append(df)
     return normalise(pd.concat(frames, ignore_index=True), labels)

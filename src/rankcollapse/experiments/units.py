@@ -143,13 +143,14 @@ def run_pretrained_sa(unit: Unit, ctx: RunContext) -> pd.DataFrame:
 
 def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     """Per-layer metrics of a real pretrained model (``models.probe``)."""
+    from ..models.families import family
     from ..models.probe import probe
 
     p = unit.params
     loaded = ctx.model(p["model"])
     win = ctx.windows(p["model"], int(p["n_windows"]))
     drop = tuple(p.get("drop", ()))
-    native = "causal" if loaded.family in ("gpt2", "llama") else "complete"
+    native = family(loaded.family).native_mask
     variant = "full" if not drop else "drop_" + "_".join(drop)
     labels = _labels(unit, mask=native, mask_spec=native, variant=variant, value="pretrained", family=loaded.family)
     try:

@@ -3,43 +3,38 @@
 One convention everywhere: ``M[i, j] = True`` iff token ``i`` attends to token ``j``
 (graph edge ``j -> i``), 0-based. Build masks with the named constructors or
 :func:`parse_mask` (``"causal_sliding_window:w=4"``, ``"causal&sliding_window:w=9"``),
-analyse them with :func:`analyze`, convert them with :mod:`rankcollapse.masks.convert`.
+analyse them with :func:`analyze`, accept any mask form with :func:`resolve_mask`
+/ :func:`dense_mask` (:mod:`.adapt`), convert them with :mod:`rankcollapse.masks.convert`.
 """
 
-from .constructors import (
-    block,
-    causal,
-    causal_sliding_window,
-    complete,
-    dilated,
-    documents,
-    prefix,
-    sliding_window,
-)
-from .graph import MaskAnalysis, analyze, bfs_distances
-from .mask import Mask
-from .patterns import bigbird, fixed, from_file, longformer, random, strided
-from .spec import MASK_KINDS, parse_mask
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "MASK_KINDS",
-    "Mask",
-    "MaskAnalysis",
-    "analyze",
-    "bfs_distances",
-    "bigbird",
-    "block",
-    "causal",
-    "causal_sliding_window",
-    "complete",
-    "dilated",
-    "documents",
-    "fixed",
-    "from_file",
-    "longformer",
-    "parse_mask",
-    "prefix",
-    "random",
-    "sliding_window",
-    "strided",
-]
+from .._lazy import attach
+
+__getattr__, __dir__, __all__ = attach(__name__, {
+    "constructors": (
+        "block", "causal", "causal_sliding_window", "complete", "dilated", "documents", "prefix",
+        "sliding_window",
+    ),
+    "adapt": ("MaskInput", "dense_mask", "resolve_mask"),
+    "graph": ("MaskAnalysis", "analyze", "bfs_distances"),
+    "mask": ("Mask",),
+    "plot": ("draw_mask",),
+    "rates": ("compare_masks",),
+    "patterns": ("bigbird", "fixed", "from_file", "longformer", "random", "strided"),
+    "rows": ("check_rows_allow_key", "empty_rows"),
+    "spec": ("MASK_KINDS", "parse_mask"),
+})
+
+if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
+    from .constructors import (
+        block, causal, causal_sliding_window, complete, dilated, documents, prefix, sliding_window,
+    )
+    from .adapt import MaskInput, dense_mask, resolve_mask
+    from .graph import MaskAnalysis, analyze, bfs_distances
+    from .mask import Mask
+    from .plot import draw_mask
+    from .rates import compare_masks
+    from .patterns import bigbird, fixed, from_file, longformer, random, strided
+    from .rows import check_rows_allow_key, empty_rows
+    from .spec import MASK_KINDS, parse_mask

@@ -17,16 +17,8 @@ import torch
 
 from ..errors import MaskError
 from ._build import progressions, union_csr
-from .mask import Mask, check_n
-
-
-def check_int(value: Any, name: str, *, low: int) -> int:
-    """Return ``value`` as an int ``>= low`` or raise :class:`MaskError` naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise MaskError(f"{name} must be an integer, got {value!r}")
-    if value < low:
-        raise MaskError(f"{name} must be >= {low}, got {value}")
-    return int(value)
+from .._validate import check_int
+from .mask import Mask
 
 
 def closed(
@@ -56,7 +48,7 @@ def complete(n: int) -> Mask:
     Strongly connected; every token is a center; radius = diameter = 1 for N > 1
     (spec.md §4 table). Source: Vaswani et al. 2017 (encoder self-attention).
     """
-    n = check_n(n)
+    n = check_int(n, "n", low=1, error=MaskError)
     r = int(n > 1)
     return Mask(
         n, "complete",
@@ -72,7 +64,7 @@ def causal(n: int) -> Mask:
     Centers ``{0}``, radius 1 for N > 1; not strongly connected for N > 1
     (spec.md §4 table). Source: Vaswani et al. 2017 (decoder self-attention).
     """
-    n = check_n(n)
+    n = check_int(n, "n", low=1, error=MaskError)
     idx = np.arange(n)
     return Mask(
         n, "causal",
@@ -96,8 +88,8 @@ def sliding_window(n: int, w: int) -> Mask:
     MaskError
         ``w`` even or < 1.
     """
-    n = check_n(n)
-    w = check_int(w, "sliding_window width w", low=1)
+    n = check_int(n, "n", low=1, error=MaskError)
+    w = check_int(w, "sliding_window width w", low=1, error=MaskError)
     if w % 2 == 0:
         raise MaskError(f"sliding_window width w must be odd (w = 2h+1, centred on the query), got {w}")
     h = (w - 1) // 2
@@ -126,8 +118,8 @@ def causal_sliding_window(n: int, w: int) -> Mask:
     MaskError
         ``w < 1``.
     """
-    n = check_n(n)
-    w = check_int(w, "causal_sliding_window width w", low=1)
+    n = check_int(n, "n", low=1, error=MaskError)
+    w = check_int(w, "causal_sliding_window width w", low=1, error=MaskError)
     idx = np.arange(n)
     cf = _identity_like(n) if w == 1 else closed(
         n, centers=[0], radius=math.ceil((n - 1) / (w - 1)), strongly=n == 1,
@@ -154,9 +146,9 @@ def dilated(n: int, w: int, dilation: int, causal: bool = False) -> Mask:
     MaskError
         ``w < 1``, ``dilation < 1``, or an even ``w`` with ``causal=False``.
     """
-    n = check_n(n)
-    w = check_int(w, "dilated width w", low=1)
-    d = check_int(dilation, "dilation", low=1)
+    n = check_int(n, "n", low=1, error=MaskError)
+    w = check_int(w, "dilated width w", low=1, error=MaskError)
+    d = check_int(dilation, "dilation", low=1, error=MaskError)
     causal = bool(causal)
     base = (causal_sliding_window(n, w) if causal else sliding_window(n, w)) if d == 1 else None
     idx = np.arange(n)
@@ -195,8 +187,8 @@ def prefix(n: int, k: int) -> Mask:
     MaskError
         ``k < 1`` or ``k > N``.
     """
-    n = check_n(n)
-    k = check_int(k, "prefix length k", low=1)
+    n = check_int(n, "n", low=1, error=MaskError)
+    k = check_int(k, "prefix length k", low=1, error=MaskError)
     if k > n:
         raise MaskError(f"prefix length k={k} exceeds the number of tokens N={n}")
     idx = np.arange(n)
@@ -224,8 +216,8 @@ def documents(n: int, lengths: list[int], causal: bool = False) -> Mask:
     MaskError
         Empty list, a length < 1, or lengths not summing to N.
     """
-    n = check_n(n)
-    lengths = [check_int(x, "document length", low=1) for x in lengths]
+    n = check_int(n, "n", low=1, error=MaskError)
+    lengths = [check_int(x, "document length", low=1, error=MaskError) for x in lengths]
     if not lengths or sum(lengths) != n:
         raise MaskError(f"document lengths {lengths} sum to {sum(lengths)}, not N={n}")
     causal = bool(causal)
@@ -248,8 +240,8 @@ def block(n: int, size: int, causal: bool = False) -> Mask:
     MaskError
         ``size < 1``.
     """
-    n = check_n(n)
-    size = check_int(size, "block size", low=1)
+    n = check_int(n, "n", low=1, error=MaskError)
+    size = check_int(size, "block size", low=1, error=MaskError)
     causal = bool(causal)
     lengths = [size] * (n // size) + ([n % size] if n % size else [])
     ends = np.cumsum(lengths)

@@ -15,27 +15,11 @@ import scipy.sparse as sp
 import torch
 
 from ..errors import MaskError
+from .._validate import check_int
 from ._build import interval_csr
+from .rows import check_rows_allow_key
 
 MaskMod = Callable[[Any, Any, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def check_n(n: Any, name: str = "n") -> int:
-    """Return ``n`` as a positive int or raise :class:`MaskError` naming it."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise MaskError(f"{name} must be a positive integer, got {n!r}")
-    if n < 1:
-        raise MaskError(f"{name} must be >= 1, got {n}")
-    return int(n)
-
-
-def _empty_rows_error(csr: sp.csr_array, spec: str) -> None:
-    counts = np.diff(csr.indptr)
-    empty = np.flatnonzero(counts == 0)
-    if empty.size:
-        shown = empty[:10].tolist()
-        more = f" (and {empty.size - 10} more)" if empty.size > 10 else ""
-        raise MaskError(f"mask {spec!r}: rows {shown}{more} allow no key (softmax over nothing)")
 
 
 def normalise_csr(csr: Any, n: int) -> sp.csr_array:
@@ -91,7 +75,7 @@ class Mask:
         mask_mod: MaskMod | None = None,
         closed_form: dict[str, Any] | None = None,
     ) -> None:
-        self.n_tokens = check_n(n_tokens, "n_tokens")
+        self.n_tokens = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
         self.spec = spec
         # unstructured masks get an exact predicate backed by a lazily built lookup table
         self.mask_mod: MaskMod = mask_mod if mask_mod is not None else _lazy_lookup(self.to_csr)
@@ -108,7 +92,7 @@ class Mask:
         self._build_csr = build_csr
         if csr is not None:
             self._csr = normalise_csr(csr, self.n_tokens)
-            _empty_rows_error(self._csr, spec)
+            check_rows_allow_key(self._csr, spec)
             self.n_edges_hint = int(self._csr.nnz)
 
     # ------------------------------------------------------------------ forms
@@ -162,7 +146,7 @@ class Mask:
             if not np.issubdtype(arr.dtype, np.number) or not np.isin(arr, (0, 1)).all():
                 raise MaskError(f"mask matrix must be boolean (or 0/1), got dtype {arr.dtype}")
             arr = arr.astype(bool)
-        n = check_n(arr.shape[0], "mask size")
+        n = check_int(arr.shape[0], "mask size", low=1, error=MaskError)
         return cls(n, spec or f"dense:n={n}", csr=sp.csr_array(arr))
 
     @classmethod
@@ -170,7 +154,7 @@ class Mask:
         """Mask from any scipy sparse matrix/array of shape ``(N, N)`` (nonzero = allowed)."""
         if not sp.issparse(csr) or len(csr.shape) != 2 or csr.shape[0] != csr.shape[1]:
             raise MaskError(f"expected a square scipy sparse matrix, got {type(csr).__name__}")
-        n = check_n(csr.shape[0], "mask size")
+        n = check_int(csr.shape[0], "mask size", low=1, error=MaskError)
         return cls(n, spec or f"sparse:n={n}", csr=csr)
 
     @classmethod
@@ -182,7 +166,7 @@ class Mask:
         MaskError
             Bad shape, negative index, index ``>= n`` or a row with no key.
         """
-        n = check_n(n)
+        n = check_int(n, "n", low=1, error=MaskError)
         e = np.asarray(edges)
         if e.size == 0:
             e = e.reshape(0, 2)

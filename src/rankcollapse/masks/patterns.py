@@ -14,8 +14,9 @@ import torch
 
 from ..errors import MaskError
 from ._build import columns_coo, interval_coo, progressions, rows_coo, union_csr
-from .constructors import check_int, closed, sliding_window
-from .mask import Mask, check_n
+from .._validate import check_int
+from .constructors import closed, sliding_window
+from .mask import Mask
 
 
 def strided(n: int, stride: int) -> Mask:
@@ -33,8 +34,8 @@ def strided(n: int, stride: int) -> Mask:
     MaskError
         ``stride < 1``.
     """
-    n = check_n(n)
-    l = check_int(stride, "strided stride", low=1)
+    n = check_int(n, "n", low=1, error=MaskError)
+    l = check_int(stride, "strided stride", low=1, error=MaskError)
     idx = np.arange(n)
     far = l >= 2 and n - 1 > l
     r = 2 if far else int(n > 1)
@@ -60,9 +61,9 @@ def fixed(n: int, stride: int, c: int = 1) -> Mask:
     MaskError
         ``stride < 1`` or ``c`` outside ``1..stride``.
     """
-    n = check_n(n)
-    l = check_int(stride, "fixed stride", low=1)
-    c = check_int(c, "fixed summary width c", low=1)
+    n = check_int(n, "n", low=1, error=MaskError)
+    l = check_int(stride, "fixed stride", low=1, error=MaskError)
+    c = check_int(c, "fixed summary width c", low=1, error=MaskError)
     if c > l:
         raise MaskError(f"fixed summary width c={c} must be <= stride={l}")
     idx = np.arange(n)
@@ -80,7 +81,7 @@ def fixed(n: int, stride: int, c: int = 1) -> Mask:
 
 
 def _check_globals(globals_: Sequence[int], n: int, name: str) -> np.ndarray:
-    g = np.asarray([check_int(x, f"{name} global token", low=0) for x in globals_], dtype=np.int64)
+    g = np.asarray([check_int(x, f"{name} global token", low=0, error=MaskError) for x in globals_], dtype=np.int64)
     if g.size and g.max() >= n:
         raise MaskError(f"{name} global token {int(g.max())} is outside 0..{n - 1}")
     if np.unique(g).size != g.size:
@@ -112,7 +113,7 @@ def longformer(n: int, w: int, globals: Sequence[int] = ()) -> Mask:
     MaskError
         Even or non-positive ``w``, a global token outside ``0..N-1`` or repeated.
     """
-    n = check_n(n)
+    n = check_int(n, "n", low=1, error=MaskError)
     g = _check_globals(globals, n, "longformer")
     pieces, base, is_g = _window_with_globals(n, w, g, "longformer")
     h = (w - 1) // 2
@@ -157,12 +158,12 @@ def bigbird(n: int, w: int, globals: Sequence[int] = (), random: int = 0, seed: 
     MaskError
         Bad ``w`` or globals (see :func:`longformer`), ``random`` < 0 or > N.
     """
-    n = check_n(n)
+    n = check_int(n, "n", low=1, error=MaskError)
     g = _check_globals(globals, n, "bigbird")
-    r = check_int(random, "bigbird random", low=0)
+    r = check_int(random, "bigbird random", low=0, error=MaskError)
     if r > n:
         raise MaskError(f"bigbird random={r} exceeds the number of tokens N={n}")
-    seed = check_int(seed, "seed", low=0)
+    seed = check_int(seed, "seed", low=0, error=MaskError)
     pieces, base, _ = _window_with_globals(n, w, g, "bigbird")
     if r:
         keys = _distinct_random_keys(np.random.default_rng(seed), n, r)
@@ -189,10 +190,10 @@ def random(n: int, p: float, seed: int = 0) -> Mask:
     MaskError
         ``p`` outside ``[0, 1]``.
     """
-    n = check_n(n)
+    n = check_int(n, "n", low=1, error=MaskError)
     if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0 or math.isnan(p):
         raise MaskError(f"random edge probability p must be in [0, 1], got {p!r}")
-    seed = check_int(seed, "seed", low=0)
+    seed = check_int(seed, "seed", low=0, error=MaskError)
     rng = np.random.default_rng(seed)
     pairs = n * (n - 1)
     k = int(rng.binomial(pairs, p)) if pairs else 0
@@ -214,7 +215,7 @@ def from_file(path: str | Path, n: int) -> Mask:
         Unreadable file, non-square or non-boolean matrix, size different from ``n``,
         malformed line, token outside ``0..n-1``, or a row with no key.
     """
-    n = check_n(n)
+    n = check_int(n, "n", low=1, error=MaskError)
     path = Path(path)
     spec = f"file:{path}"
     if not path.is_file():

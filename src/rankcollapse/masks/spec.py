@@ -17,7 +17,8 @@ from typing import Any, Callable
 from ..errors import MaskError
 from . import constructors as c
 from . import patterns as p
-from .mask import Mask, check_n
+from .._validate import check_int
+from .mask import Mask
 
 _REQUIRED = object()
 
@@ -157,7 +158,7 @@ def parse_mask(spec: str, n: int) -> Mask:
     """
     if not isinstance(spec, str):
         raise MaskError(f"mask spec must be a string, got {type(spec).__name__}")
-    n = check_n(n)
+    n = check_int(n, "n", low=1, error=MaskError)
     if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
         return _parse_atom(spec, n)  # a lone path may hold any character
     tokens = [t for t in (p.strip() for p in re.split(r"([&|()])", spec)) if t]

@@ -5,56 +5,35 @@ with optional float64 computation. See ``docs/metrics.md`` for formulas, sources
 conventions.
 """
 
-from ._context import MetricContext, RankTolerance, ZeroRowWarning
-from .core import (
-    avg_abs_cos,
-    avg_cos,
-    composite_norm,
-    cos_to_mean,
-    dong_residual,
-    dong_residual_relative,
-    mu,
-    mu_relative,
-)
-from .graph import dirichlet_energy, mean_average_distance
-from .isoscore import isoscore
-from .registry import DEFAULT_METRICS, METRICS, MetricSpec, compute_metrics
-from .spectral import (
-    effective_rank,
-    numerical_rank,
-    rank_fraction,
-    rank_one_distance,
-    sigma_min,
-    sigma_ratio,
-    singular_values,
-    stable_rank,
-)
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "DEFAULT_METRICS",
-    "METRICS",
-    "MetricContext",
-    "MetricSpec",
-    "RankTolerance",
-    "ZeroRowWarning",
-    "avg_abs_cos",
-    "avg_cos",
-    "composite_norm",
-    "compute_metrics",
-    "cos_to_mean",
-    "dirichlet_energy",
-    "dong_residual",
-    "dong_residual_relative",
-    "effective_rank",
-    "isoscore",
-    "mean_average_distance",
-    "mu",
-    "mu_relative",
-    "numerical_rank",
-    "rank_fraction",
-    "rank_one_distance",
-    "sigma_min",
-    "sigma_ratio",
-    "singular_values",
-    "stable_rank",
-]
+from .._lazy import attach
+
+__getattr__, __dir__, __all__ = attach(__name__, {
+    "_context": ("MetricContext", "RankTolerance", "ZeroRowWarning"),
+    "core": (
+        "avg_abs_cos", "avg_cos", "composite_norm", "cos_to_mean", "dong_residual",
+        "dong_residual_relative", "mu", "mu_relative",
+    ),
+    "graph": ("dirichlet_energy", "mean_average_distance"),
+    "isoscore": ("isoscore",),
+    "registry": ("DEFAULT_METRICS", "METRICS", "MetricSpec", "compute_metrics"),
+    "spectral": (
+        "effective_rank", "numerical_rank", "rank_fraction", "rank_one_distance", "sigma_min",
+        "sigma_ratio", "singular_values", "stable_rank",
+    ),
+})
+
+if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
+    from ._context import MetricContext, RankTolerance, ZeroRowWarning
+    from .core import (
+        avg_abs_cos, avg_cos, composite_norm, cos_to_mean, dong_residual, dong_residual_relative, mu,
+        mu_relative,
+    )
+    from .graph import dirichlet_energy, mean_average_distance
+    from .isoscore import isoscore
+    from .registry import DEFAULT_METRICS, METRICS, MetricSpec, compute_metrics
+    from .spectral import (
+        effective_rank, numerical_rank, rank_fraction, rank_one_distance, sigma_min, sigma_ratio,
+        singular_values, stable_rank,
+    )

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import MetricError
+from ..masks.adapt import dense_mask
 
 MetricFn = Callable[["MetricContext"], torch.Tensor]
 
@@ -240,18 +241,12 @@ def _as_padding(padding_mask, shape, batched, device) -> torch.Tensor | None:
 
 
 def _as_graph(mask, n: int, b: int, device) -> torch.Tensor | None:
+    """The graph of a metric: any mask form, or a ``(b, n, n)`` batch; rows without
+    in-edges are allowed (a graph is not a softmax)."""
     if mask is None:
         return None
-    if hasattr(mask, "to_dense"):
-        mask = mask.to_dense()
-    M = torch.as_tensor(np.asarray(mask) if not isinstance(mask, torch.Tensor) else mask)
-    if M.dtype != torch.bool:
-        raise MetricError(f"mask must be a Mask or a boolean (N, N) matrix, got dtype {M.dtype}")
-    if M.ndim == 2:
-        M = M.unsqueeze(0)
-    if M.ndim != 3 or M.shape[-2:] != (n, n) or M.shape[0] not in (1, b):
-        raise MetricError(f"mask must have shape ({n}, {n}) or ({b}, {n}, {n}) for {n} tokens, got {tuple(M.shape)}")
-    return M.to(device)
+    M = dense_mask(mask, n, batch=b, require_keys=False, error=MetricError)
+    return (M if M.ndim == 3 else M.unsqueeze(0)).to(device)
 
 
 def check_finite(X: torch.Tensor, pm: torch.Tensor | None, batched: bool) -> None:

@@ -5,26 +5,26 @@ See ``docs/models.md``. Public API: :func:`load_model`, :class:`LoadedModel`,
 :func:`attention_only`.
 """
 
-from .attention_only import attention_only
-from .interventions import intervene, parse_drop
-from .loading import FAMILIES, LoadedModel, detect_family, load_model
-from .probe import PROBE_DEFAULT_METRICS, TABLE_COLUMNS, default_points, embed, model_inputs, probe
-from .recorder import Recorder, StopForward
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "FAMILIES",
-    "attention_only",
-    "LoadedModel",
-    "PROBE_DEFAULT_METRICS",
-    "Recorder",
-    "StopForward",
-    "TABLE_COLUMNS",
-    "default_points",
-    "detect_family",
-    "embed",
-    "intervene",
-    "load_model",
-    "model_inputs",
-    "parse_drop",
-    "probe",
-]
+from .._lazy import attach
+
+__getattr__, __dir__, __all__ = attach(__name__, {
+    "attention_only": ("attention_only",),
+    "interventions": ("intervene", "parse_drop"),
+    "loading": ("FAMILIES", "LoadedModel", "detect_family", "load_model"),
+    "probe": (
+        "PROBE_DEFAULT_METRICS", "TABLE_COLUMNS", "default_points", "embed", "embedding_rank_note", "model_inputs",
+        "probe",
+    ),
+    "recorder": ("Recorder", "StopForward"),
+})
+
+if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
+    from .attention_only import attention_only
+    from .interventions import intervene, parse_drop
+    from .loading import FAMILIES, LoadedModel, detect_family, load_model
+    from .probe import (
+        PROBE_DEFAULT_METRICS, TABLE_COLUMNS, default_points, embed, embedding_rank_note, model_inputs, probe,
+    )
+    from .recorder import Recorder, StopForward

@@ -1,11 +1,12 @@
-"""Where each family keeps its blocks, sublayers and norms.
+"""The model-family registry, and where each family keeps its blocks, sublayers and norms.
 
 A family layout lists, per stack (one for encoders and decoders, two for T5), the
 blocks in the order they are *called* (ALBERT calls one shared layer L times, so the
 same module appears L times) and, per block, the modules the recorder and the
 interventions attach to. Nothing here changes a model.
 
-Point names (stable across families; T5 prefixes ``encoder.`` / ``decoder.``):
+Point names (stable across families, and shared with simulations through
+:mod:`rankcollapse.points`; T5 prefixes ``encoder.`` / ``decoder.``):
 
 ``embeddings``            input of block 0 (= ``hidden_states[0]``)
 ``layer.k.input``         input of block k (0-based)
@@ -26,6 +27,68 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import ModelError
+from ..points import block_output, point_after
+
+
+@dataclass(frozen=True)
+class Family:
+    """What the toolkit knows about one model family: the one registry that loading,
+    recording, interventions, the attention-only network and the weight extraction of
+    :mod:`rankcollapse.dynamics.pretrained` all read.
+
+    Attributes
+    ----------
+    name : the layout (module names, recorder points) the family's models share.
+    model_types : Hugging Face ``config.model_type`` values laid out this way.
+    causal : the model's own self-attention is causal (else bidirectional).
+    position_in_attention : how position enters *inside* attention (``"RoPE"``,
+        ``"relative position bias"``), or None when the embeddings carry it.
+    """
+
+    name: str
+    model_types: tuple[str, ...]
+    causal: bool = False
+    position_in_attention: str | None = None
+
+    @property
+    def native_mask(self) -> str:
+        """The mask spec of the model's own self-attention pattern."""
+        return "causal" if self.causal else "complete"
+
+
+#: The families, by layout name. Mistral and Qwen2 share Llama's module layout
+#: (``layers[k].self_attn.{q,k,v,o}_proj``, ``input_layernorm``, RoPE, GQA); Qwen2's
+#: q/k/v biases are read by the weight extraction.
+REGISTRY: dict[str, Family] = {f.name: f for f in (
+    Family("bert", ("bert",)),
+    Family("albert", ("albert",)),
+    Family("gpt2", ("gpt2",), causal=True),
+    Family("t5", ("t5",), position_in_attention="relative position bias"),
+    Family("llama", ("llama", "mistral", "qwen2"), causal=True, position_in_attention="RoPE"),
+)}
+GENERIC = Family("generic", ())
+#: ``config.model_type`` -> family name.
+MODEL_TYPES: dict[str, str] = {mt: f.name for f in REGISTRY.values() for mt in f.model_types}
+
+
+def family_of(model_type: str) -> str:
+    """Family name of a ``config.model_type`` (``"generic"`` if the layout is unknown)."""
+    return MODEL_TYPES.get(model_type, GENERIC.name)
+
+
+def family(name: str) -> Family:
+    """The :class:`Family` called ``name`` (``generic`` included).
+
+    Raises
+    ------
+    ModelError
+        Unknown family name.
+    """
+    if name == GENERIC.name:
+        return GENERIC
+    if name not in REGISTRY:
+        raise ModelError(f"unknown model family {name!r}; known: {', '.join([*REGISTRY, GENERIC.name])}")
+    return REGISTRY[name]
 
 
 @dataclass(frozen=True)
@@ -164,6 +227,7 @@ def _generic(model: nn.Module) -> list[Stack]:
 
 
 _LAYOUTS = {"bert": _bert, "albert": _albert, "gpt2": _gpt2, "llama": _llama, "t5": _t5, "generic": _generic}
+assert set(_LAYOUTS) == {*REGISTRY, GENERIC.name}  # one registry: every family has a layout
 
 
 def stacks(model: nn.Module, family: str) -> list[Stack]:
@@ -192,7 +256,7 @@ def point_names(stack: Stack, detail: str = "hidden_states") -> list[str]:
     if detail not in ("hidden_states", "all"):
         raise ModelError(f"unknown point detail {detail!r}; use 'hidden_states' or 'all'")
     p = stack.prefix
-    names = [f"{p}embeddings"]
+    names = [point_after(0, p)]
     for k, parts in enumerate(stack.blocks):
         if detail == "all":
             names.append(f"{p}layer.{k}.input")
@@ -201,7 +265,7 @@ def point_names(stack: Stack, detail: str = "hidden_states") -> list[str]:
                 names.append(f"{p}layer.{k}.attn_output")
             if parts.mlp is not None:
                 names.append(f"{p}layer.{k}.mlp_output")
-        names.append(f"{p}layer.{k}.output")
+        names.append(block_output(k, p))
     if stack.final_norm is not None:
         names.append(f"{p}final_norm")
     return names

@@ -36,7 +36,8 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from ..errors import ConfigError, MaskError, ModelError
+from ..errors import ConfigError, ModelError
+from ..masks import dense_mask
 from . import families
 from .families import Stack, Tap
 
@@ -88,26 +89,6 @@ def split_drop(text: str) -> list[str]:
         elif tok:
             items.append(tok)
     return items
-
-
-def dense_mask(mask: Any, n: int) -> torch.Tensor:
-    """A bool ``(n, n)`` tensor from a Mask, a spec string or a bool matrix.
-
-    Raises
-    ------
-    MaskError
-        Unparseable spec, or a mask whose size is not the window length ``n``.
-    """
-    if isinstance(mask, str):
-        from ..masks import parse_mask
-
-        mask = parse_mask(mask, n)
-    dense = mask.to_dense() if hasattr(mask, "to_dense") and not isinstance(mask, torch.Tensor) else torch.as_tensor(mask)
-    if dense.dim() != 2 or dense.shape[0] != dense.shape[1]:
-        raise MaskError(f"attention mask must be square (N, N), got shape {tuple(dense.shape)}")
-    if dense.shape[0] != n:
-        raise MaskError(f"mask has {dense.shape[0]} tokens but the windows have {n}; build it for N={n}")
-    return dense.bool()
 
 
 def additive_mask(allowed: torch.Tensor, padding: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -17,18 +17,10 @@ import torch
 
 from .. import assets
 from ..errors import ModelError
+from . import families
 
 
-FAMILIES = ("bert", "albert", "gpt2", "t5", "llama", "generic")
-
-# config.model_type -> family whose module layout (and hence recorder points) applies.
-_MODEL_TYPE_FAMILY = {
-    "bert": "bert",
-    "albert": "albert",
-    "gpt2": "gpt2",
-    "t5": "t5",
-    "llama": "llama",
-}
+FAMILIES = (*families.REGISTRY, families.GENERIC.name)
 
 SMOLLM2_NOTE = (
     "SmolLM2-135M-Instruct weights are Q4_1 (4-bit) quantised then dequantised to float32: "
@@ -70,9 +62,9 @@ class LoadedModel:
 
 
 def detect_family(model: Any) -> str:
-    """Family of a Hugging Face model from ``config.model_type`` (``generic`` if unknown)."""
-    model_type = getattr(model.config, "model_type", "")
-    return _MODEL_TYPE_FAMILY.get(model_type, "generic")
+    """Family of a Hugging Face model from ``config.model_type`` by the registry
+    :data:`rankcollapse.models.families.REGISTRY` (``generic`` if unknown)."""
+    return families.family_of(getattr(model.config, "model_type", ""))
 
 
 def _local_only_default() -> bool:

@@ -17,6 +17,7 @@ import torch
 
 from ..data import Windows
 from ..errors import ModelError
+from ..metrics import compute_metrics
 from . import families
 from .interventions import intervene, split_drop
 from .recorder import Recorder
@@ -130,8 +131,6 @@ def probe(
     ModelError, MaskError, ConfigError
         Unknown point, unsupported intervention, mask size different from the windows.
     """
-    from ..metrics import compute_metrics
-
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     stack_list = families.stacks(loaded.model, loaded.family)
     point_list = default_points(loaded, points) if isinstance(points, str) else list(points)
@@ -194,9 +193,6 @@ def summarise(values: dict[tuple[int, str, str], list[torch.Tensor]]) -> pd.Data
 
 # Families whose position information acts inside attention (RoPE, relative bias), so
 # the embeddings of repeated tokens are identical rows.
-_POSITION_IN_ATTENTION = {"llama": "RoPE", "t5": "relative position bias"}
-
-
 def distinct_token_fraction(windows: Windows, dim: int) -> torch.Tensor:
     """Per window, ``#distinct real token ids / min(n_real, dim)``, shape ``(B,)``: the
     largest rank the embeddings can have when position is not in them."""
@@ -217,7 +213,7 @@ def embedding_rank_note(loaded: Any, windows: Windows, table: pd.DataFrame) -> s
     0 up to rounding. Returned only when the measured ``rank_fraction`` equals that
     fraction (mean over windows, special tokens included), i.e. repetition explains it.
     """
-    how = _POSITION_IN_ATTENTION.get(loaded.family)
+    how = families.family(loaded.family).position_in_attention
     name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
     rows = table[(table["point"] == name) & (table["metric"] == "rank_fraction")]
     if how is None or rows.empty or float(rows["mean"].iloc[0]) >= 1.0:

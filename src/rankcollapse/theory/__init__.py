@@ -7,19 +7,27 @@
   :func:`stability`; basins: :func:`basin_estimate`; pictures: :mod:`.portrait`.
 """
 
-from .basin import BasinEstimate, basin_estimate
-from .bound import BoundResult, EnvelopeViolation, check_collapse_bound, fit_rate, radius_sweep
-from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria, numerical_rank
-from .finder import FinderResult, FinderSettings, find_equilibria
-from .portrait import portrait_2d, portrait_2d_data, trajectories_3d
-from .sphere import SphereResult, check_sphere_collapse
-from .stability import StabilityReport, jacobian, stability, tangent_basis, tangent_jacobian
-from .system import AttentionSystem, causal_uniform_system
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "AttentionSystem", "BasinEstimate", "BoundResult", "EnvelopeViolation", "Equilibrium", "EquilibriumSet",
-    "FinderResult", "FinderSettings", "SphereResult", "StabilityReport", "basin_estimate", "causal_example_2x2",
-    "causal_uniform_system", "check_collapse_bound", "check_sphere_collapse", "equilibria", "find_equilibria",
-    "fit_rate", "jacobian", "numerical_rank", "portrait_2d", "portrait_2d_data",
-    "radius_sweep", "stability", "tangent_basis", "tangent_jacobian", "trajectories_3d",
-]
+from .._lazy import attach
+
+__getattr__, __dir__, __all__ = attach(__name__, {
+    "basin": ("BasinEstimate", "basin_estimate"),
+    "bound": ("BoundResult", "EnvelopeViolation", "check_collapse_bound", "fit_rate", "radius_sweep"),
+    "equilibria": ("Equilibrium", "EquilibriumSet", "causal_example_2x2", "equilibria"),
+    "finder": ("FinderResult", "FinderSettings", "find_equilibria"),
+    "portrait": ("portrait_2d", "portrait_2d_data", "trajectories_3d"),
+    "sphere": ("SphereResult", "check_sphere_collapse"),
+    "stability": ("StabilityReport", "jacobian", "stability", "tangent_basis", "tangent_jacobian"),
+    "system": ("AttentionSystem", "causal_uniform_system"),
+})
+
+if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
+    from .basin import BasinEstimate, basin_estimate
+    from .bound import BoundResult, EnvelopeViolation, check_collapse_bound, fit_rate, radius_sweep
+    from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria
+    from .finder import FinderResult, FinderSettings, find_equilibria
+    from .portrait import portrait_2d, portrait_2d_data, trajectories_3d
+    from .sphere import SphereResult, check_sphere_collapse
+    from .stability import StabilityReport, jacobian, stability, tangent_basis, tangent_jacobian
+    from .system import AttentionSystem, causal_uniform_system

@@ -14,9 +14,11 @@ from typing import Any
 import torch
 from scipy.stats import binomtest
 
+from ..dynamics.inputs import sphere_tokens
+from ..metrics import numerical_rank
 from ..errors import ConfigError, ConvergenceError
 from .equilibria import causal_example_2x2
-from .system import AttentionSystem, random_sphere_tokens
+from .system import AttentionSystem
 
 
 @dataclass
@@ -54,8 +56,7 @@ def classify(system: AttentionSystem, X: torch.Tensor, *, conv_tol: float = 1e-8
     (σ_i > rank_rtol·σ_1) and ``max |F(X) - X| ≤ conv_tol``; non-finite states (an
     undefined step on the way) count as not converged."""
     finite = torch.isfinite(X).flatten(1).all(1)
-    s = torch.linalg.svdvals(torch.where(finite[:, None, None], X, torch.zeros_like(X)))
-    rank = (s > rank_rtol * s[:, :1]).sum(1)
+    rank = numerical_rank(torch.where(finite[:, None, None], X, torch.zeros_like(X)), rtol=rank_rtol).long()
     res = (system.step(X, check=False) - X).flatten(1).abs().amax(1)
     return rank, finite & torch.isfinite(res) & (res <= conv_tol)
 
@@ -98,7 +99,7 @@ def basin_estimate(
     if not 0 < confidence < 1:
         raise ConfigError(f"confidence must be strictly between 0 and 1, got {confidence}")
     g = torch.Generator().manual_seed(seed)
-    X = run_sa_ln(system, random_sphere_tokens((n_samples, N, d), g), depth)
+    X = run_sa_ln(system, sphere_tokens(n_samples, N, d, generator=g), depth)
     finite = torch.isfinite(X).flatten(1).all(1)
     if not bool(finite.any()):
         raise ConfigError(f"SA-LN step undefined: a row of A X W_V became zero before normalisation "

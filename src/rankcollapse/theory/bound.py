@@ -20,29 +20,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..dynamics.attention import attention_weights
-from ..dynamics.weights import haar_orthogonal
+from ..dynamics import gaussian_tokens, simulate
 from ..errors import ConfigError
-from ..metrics import mu as mu_metric
+from ..masks import analyze, resolve_mask
 
 EXPONENTS = ("t/r", "t/(2r)")
 
 
 class EnvelopeViolation(UserWarning):
     """A measured μ(X(t)) above its Theorem 1 envelope."""
-
-
-def resolve_mask(mask: Any, n: int | None):
-    """A :class:`rankcollapse.masks.Mask` from a Mask or a spec string (needs ``n``)."""
-    from ..masks import Mask, parse_mask
-
-    if isinstance(mask, Mask):
-        return mask
-    if isinstance(mask, str):
-        if n is None:
-            raise ConfigError(f"mask spec {mask!r} needs n (number of tokens)")
-        return parse_mask(mask, n)
-    return Mask.from_dense(mask)
 
 
 @dataclass
@@ -117,10 +103,21 @@ def check_collapse_bound(
 ) -> BoundResult:
     """Run pure SA with per-layer Haar-orthogonal ``W_V`` and check Theorem 1's envelope.
 
+    The trajectory is :func:`rankcollapse.dynamics.simulate`'s, so every curve is
+    reproducible through it with the same seed::
+
+        X0 = gaussian_tokens(n_samples, N, d, seed=seed, std=1 / sqrt(d))
+        simulate(X0, mask=mask, depth=depth, d_qk=d_qk, value="orthogonal",
+                 query_key=result.config["query_key"], seed=seed,
+                 dtype=torch.float64).metrics["mu"]  # == result.mu
+
+    (``query_key`` is ``"gaussian"`` for ``qk_scale=1``, else ``"gaussian:std=…"``).
+
     Parameters
     ----------
     mask : Mask, bool ``(N, N)`` or spec string (with ``n``); must be QSC with self-loops.
-    d, depth, n_samples, seed : width, layers, batch size and seed (all weights and X(0)).
+    d, depth, n_samples, seed : width, layers, batch size and seed (weights, and X(0)
+        unless given).
     exponent : ``"t/r"`` or ``"t/(2r)"``.
     d_qk, qk_scale : temperature, and std·√d of the Gaussian ``W_Q, W_K`` entries (A1).
     X0 : optional ``(B, N, d)`` inputs; default Gaussian with entries of std ``1/√d``.
@@ -135,9 +132,9 @@ def check_collapse_bound(
     ConfigError
         Unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d`` < 1, a mask
         that is not QSC or lacks self-loops, ``X0`` of the wrong shape.
+    MaskError
+        A spec without ``n``, or an invalid mask.
     """
-    from ..masks import analyze
-
     if exponent not in EXPONENTS:
         raise ConfigError(f"exponent must be one of {EXPONENTS}, got {exponent!r}")
     if depth < 1 or n_samples < 1 or d < 1:
@@ -146,30 +143,25 @@ def check_collapse_bound(
     m = resolve_mask(mask, n)
     if m.n_tokens < 2:  # radius 0: μ is identically 0 and there is no rate to check
         raise ConfigError(f"Theorem 1 needs at least 2 tokens, got N={m.n_tokens}")
-    info = analyze(m)
+    info = analyze(m.mask())
     if not info.quasi_strongly_connected:
         raise ConfigError(f"mask {m.spec!r} is not quasi-strongly connected ({info.reason}): Theorem 1 does not apply")
     if not info.self_loops:
         raise ConfigError(f"mask {m.spec!r} lacks self-loops: the envelope's proof needs them")
     N, r = m.n_tokens, int(info.radius)
-    g = torch.Generator().manual_seed(seed)
     if X0 is None:
-        X0 = torch.randn(n_samples, N, d, generator=g, dtype=torch.float64) / math.sqrt(d)
-    X = X0.to(torch.float64)
-    if X.ndim != 3 or X.shape[1] != N:
-        raise ConfigError(f"X0 must be (B, {N}, d), got {tuple(X.shape)}")
-    B, _, d = X.shape
-    W_Q = torch.randn(depth, d, d, generator=g, dtype=torch.float64) * qk_scale / math.sqrt(d)
-    W_K = torch.randn(depth, d, d, generator=g, dtype=torch.float64) * qk_scale / math.sqrt(d)
-    W_V = haar_orthogonal(d, g, batch=(depth,))
-    dense = m.to_dense()
-    mus, eps = [mu_metric(X)], torch.ones(B, dtype=torch.float64)
-    for t in range(depth):  # loop over layers only
-        A = attention_weights(X, dense, W_Q[t], W_K[t], d_qk=d_qk)
-        eps = torch.minimum(eps, A.masked_fill(~dense, 2.0).flatten(1).amin(1))
-        X = A @ X @ W_V[t]
-        mus.append(mu_metric(X))
-    mu_t = torch.stack(mus)  # (T, B)
+        X0 = gaussian_tokens(n_samples, N, d, seed=seed, std=1 / math.sqrt(d))
+    X0 = torch.as_tensor(X0).to(torch.float64)
+    if X0.ndim != 3 or X0.shape[1] != N:
+        raise ConfigError(f"X0 must be (B, {N}, d), got {tuple(X0.shape)}")
+    B, _, d = X0.shape
+    query_key = "gaussian" if qk_scale == 1 else f"gaussian:std={qk_scale / math.sqrt(d)}"
+    sim = simulate(X0, mask=m, depth=depth, d_qk=d_qk, value="orthogonal", query_key=query_key, seed=seed,
+                   dtype=torch.float64, metrics=("mu",), path="dense", record_attention=True)
+    dense = m.dense()
+    # ε per sample: smallest allowed attention entry over heads and layers
+    eps = torch.stack([A.masked_fill(~dense, 2.0).flatten(1).amin(1) for A in sim.attention]).amin(0).clamp_max(1.0)
+    mu_t = sim.metrics["mu"]  # (T, B)
     contraction = 1 - eps**r
     osc = (X0.amax(1) - X0.amin(1)).to(torch.float64)  # (B, d)
     C = math.sqrt(N) / 2 * torch.linalg.vector_norm(osc, dim=1) / contraction
@@ -180,7 +172,8 @@ def check_collapse_bound(
     if n_bad:
         warnings.warn(f"Theorem 1 envelope violated at {n_bad} (layer, sample) points for mask {m.spec!r}", EnvelopeViolation, stacklevel=2)
     env_rate = contraction ** (1 / (r if exponent == "t/r" else 2 * r))
-    cfg = {"n": N, "d": d, "depth": depth, "n_samples": B, "seed": seed, "d_qk": d_qk, "qk_scale": qk_scale}
+    cfg = {"n": N, "d": d, "depth": depth, "n_samples": B, "seed": seed, "d_qk": d_qk, "qk_scale": qk_scale,
+           "value": "orthogonal", "query_key": query_key}
     return BoundResult(m.spec, r, exponent, mu_t, envelope, eps, float(fit_rate(mu_t).median()),
                        float(env_rate.median()), n_bad, cfg)
 

@@ -18,6 +18,8 @@ import torch
 from scipy.optimize import brentq
 
 from ..errors import ConfigError
+from ..metrics import numerical_rank
+from .stability import stability
 from .system import AttentionSystem, causal_uniform_system, fixed_point_residual
 
 #: Eigenvalue ratio of the construction; any ρ with σ(ρ) < 1 and τ(ρ)/(1-σ(ρ))² < 1 works.
@@ -27,6 +29,10 @@ MAX_RANK = 500
 #: Largest number of equilibria enumerated without an explicit ``limit``.
 MAX_ENUMERATED = 4096
 FIXED_POINT_TOL = 1e-10
+#: Rank of a constructed equilibrium: singular values above ``RANK_RTOL · σ_1``
+#: (:func:`rankcollapse.metrics.numerical_rank`'s ``rtol``). The states come from root
+#: finding accurate to ~1e-12, so numpy's ``max(N, d) eps`` rule would count that noise.
+RANK_RTOL = 1e-8
 
 
 @dataclass
@@ -62,20 +68,12 @@ class EquilibriumSet:
 
     def with_stability(self) -> "EquilibriumSet":
         """Attach a tangent-space stability report to every equilibrium (in place)."""
-        from .stability import stability
-
         for eq in self.equilibria:
             eq.stability = stability(self.system, eq.X)
         return self
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.system.to_dict(), "equilibria": [e.to_dict() for e in self.equilibria], "info": self.info}
-
-
-def numerical_rank(X: torch.Tensor, rtol: float = 1e-8) -> int:
-    """Number of singular values of ``X`` above ``rtol · σ_1``."""
-    s = torch.linalg.svdvals(X.double())
-    return int((s > rtol * s[0]).sum()) if s.numel() and s[0] > 0 else 0
 
 
 def causal_example_2x2() -> EquilibriumSet:
@@ -112,7 +110,7 @@ def causal_example_2x2() -> EquilibriumSet:
     eqs, labels = [], []
     for signs, label, s, x0, x1 in cases:
         X = s * torch.tensor([x0, x1], dtype=torch.float64)
-        eqs.append(Equilibrium(X, numerical_rank(X), fixed_point_residual(system, X), signs))
+        eqs.append(Equilibrium(X, int(numerical_rank(X, rtol=RANK_RTOL)), fixed_point_residual(system, X), signs))
         labels.append(label)
     B = ((6 - r6) / 10, -(2 + 3 * r6) / 10)
     return EquilibriumSet(system, eqs, {"construction": "causal_example_2x2", "B": B, "labels": labels})
@@ -209,7 +207,7 @@ def equilibria(n: int, d: int, rank: int, *, limit: int | None = None, stability
     eqs = []
     for signs in itertools.islice(itertools.product((1, -1), repeat=rank), count):
         X = torch.from_numpy(construct_equilibrium(n, lam, signs))
-        eq = Equilibrium(X, numerical_rank(X), fixed_point_residual(system, X), tuple(signs))
+        eq = Equilibrium(X, int(numerical_rank(X, rtol=RANK_RTOL)), fixed_point_residual(system, X), tuple(signs))
         if eq.residual > FIXED_POINT_TOL or eq.rank != rank:
             raise ConfigError(f"construction failed for signs {signs}: residual {eq.residual:.2e}, rank {eq.rank}")
         eqs.append(eq)

@@ -17,10 +17,13 @@ from typing import Any
 
 import torch
 
+from ..dynamics.layers import sphere
+from ..dynamics.inputs import sphere_tokens
 from ..errors import ConfigError, ConvergenceError
-from .equilibria import Equilibrium, EquilibriumSet, numerical_rank
+from ..metrics import numerical_rank
+from .equilibria import Equilibrium, EquilibriumSet
 from .stability import tangent_basis
-from .system import AttentionSystem, normalize_rows, random_sphere_tokens
+from .system import AttentionSystem
 
 
 @dataclass
@@ -85,7 +88,7 @@ def _newton(system: AttentionSystem, X: torch.Tensor, iters: int, tol: float) ->
         rhs = -(Q.transpose(1, 2) @ R[todo].reshape(-1, N * d, 1))
         delta = torch.linalg.lstsq(M, rhs).solution
         X = X.clone()
-        X[todo] = normalize_rows((Xt.reshape(-1, N * d, 1) + Q @ delta).reshape(-1, N, d))
+        X[todo] = sphere((Xt.reshape(-1, N * d, 1) + Q @ delta).reshape(-1, N, d))[0]
     return X
 
 
@@ -135,15 +138,15 @@ def find_equilibria(
         raise ConfigError(f"bad finder settings: {s}")
     system = system.to(torch.float64)
     g = torch.Generator().manual_seed(s.seed)
-    X = random_sphere_tokens((s.n_starts, system.n_tokens, system.dim), g)
+    X = sphere_tokens(s.n_starts, system.n_tokens, system.dim, generator=g)
     # Damped iteration only reaches stable equilibria: part of the starts go to Newton directly.
     n_fp = s.n_starts - int(round(s.newton_only_fraction * s.n_starts))
     for _ in range(s.fixed_point_iters):
-        X[:n_fp] = normalize_rows((1 - s.damping) * X[:n_fp] + s.damping * _batched_step(system, X[:n_fp]))
+        X[:n_fp] = sphere((1 - s.damping) * X[:n_fp] + s.damping * _batched_step(system, X[:n_fp]))[0]
     if starts is not None:  # given starts go straight to Newton
         if starts.ndim != 3 or starts.shape[1:] != X.shape[1:]:
             raise ConfigError(f"starts must be (B, {system.n_tokens}, {system.dim}), got {tuple(starts.shape)}")
-        X = torch.cat([normalize_rows(starts.to(torch.float64)), X])
+        X = torch.cat([sphere(starts.to(torch.float64))[0], X])
     X = torch.cat([_newton(system, chunk, s.newton_iters, s.tol) for chunk in X.split(s.batch)])
     res = (_batched_step(system, X) - X).flatten(1).abs().amax(dim=1)
     ok = torch.isfinite(res) & (res <= s.tol)
@@ -154,7 +157,7 @@ def find_equilibria(
         best = float(res[torch.isfinite(res)].min())
         raise ConvergenceError(f"no equilibrium found: tried {s.describe()}; best residual {best:.3g}")
     found = _dedup(X[ok], s.dedup_tol)
-    eqs = [Equilibrium(x, numerical_rank(x, s.rank_rtol), float((system.step(x) - x).abs().max())) for x in found]
+    eqs = [Equilibrium(x, int(numerical_rank(x, rtol=s.rank_rtol)), float((system.step(x) - x).abs().max())) for x in found]
     eqs.sort(key=lambda e: (e.rank, e.residual))
     out = FinderResult(system, eqs, {"finder": s.describe()}, int(ok.sum()), X.shape[0], vars(s).copy())
     out.with_stability()

@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..dynamics.inputs import sphere_tokens
 from ..errors import ConfigError
 from .equilibria import causal_example_2x2
-from .system import AttentionSystem, causal_uniform_system, random_sphere_tokens
+from .system import AttentionSystem, causal_uniform_system
 
 
 def portrait_2d_data(system: AttentionSystem | None = None, *, n_angles: int = 721, depth: int = 400) -> dict[str, Any]:
@@ -74,7 +75,7 @@ def _matrix_text(W: torch.Tensor) -> str:
 def _pick_starts(system: AttentionSystem, n_starts: int, depth: int, generator: torch.Generator) -> torch.Tensor:
     """``n_starts`` random starts, about half of them ending above rank 1 when any of a
     pool of ``32 n_starts`` does (rank-2 basins are small; a plain draw rarely shows one)."""
-    pool = random_sphere_tokens((32 * n_starts, system.n_tokens, 3), generator)
+    pool = sphere_tokens(32 * n_starts, system.n_tokens, 3, generator=generator)
     X = pool
     for _ in range(depth):
         X = system.step(X, check=False)

@@ -16,11 +16,13 @@ from typing import Any
 import torch
 
 from ..dynamics.attention import attention_weights
+from ..dynamics.layers import sphere
+from .._validate import check_float
 from ..errors import ConfigError
 from ..metrics import mu as mu_metric
 from ..dynamics.weights import haar_orthogonal
-from .bound import fit_rate, resolve_mask
-from .system import normalize_rows
+from ..masks import resolve_mask
+from .bound import fit_rate
 
 INPUTS = ("nonnegative", "antipodal", "sphere")
 
@@ -34,13 +36,13 @@ def make_inputs(kind: str, B: int, N: int, d: int, generator: torch.Generator) -
     """
     G = torch.randn(B, N, d, generator=generator, dtype=torch.float64)
     if kind == "nonnegative":
-        return normalize_rows(G.abs())
+        return sphere(G.abs())[0]
     if kind == "antipodal":
-        v = normalize_rows(torch.randn(B, 1, d, generator=generator, dtype=torch.float64))
+        v = sphere(torch.randn(B, 1, d, generator=generator, dtype=torch.float64))[0]
         signs = (1 - 2 * (torch.arange(N) % 2)).to(torch.float64).view(1, N, 1)
-        return normalize_rows(signs * v + 1e-3 * G)
+        return sphere(signs * v + 1e-3 * G)[0]
     if kind == "sphere":
-        return normalize_rows(G)
+        return sphere(G)[0]
     raise ConfigError(f"inputs must be one of {INPUTS}, got {kind!r}")
 
 
@@ -75,11 +77,14 @@ def check_sphere_collapse(
     seed: int = 0,
     beta: float = 1.0,
     collapse_tol: float = 1e-8,
+    d_qk: float | None = None,
 ) -> SphereResult:
     """Run SA-LN ``X ↦ D A X W_V(t)`` with Haar-orthogonal ``W_V(t)`` and measure collapse.
 
     Attention uses ``W_Q = W_K = sqrt(beta) I`` (``d_qk = 1``): scores ``β ⟨x_i, x_j⟩``,
-    larger ``beta`` = sharper attention to similar tokens.
+    larger ``beta`` = sharper attention to similar tokens. ``d_qk``, if given, sets
+    ``beta = 1 / sqrt(d_qk)``: the same scores as ``simulate`` with ``W_Q = W_K = I``
+    and that ``d_qk`` (the one temperature relation, docs/dynamics.md).
 
     Returns
     -------
@@ -92,6 +97,8 @@ def check_sphere_collapse(
         Unknown ``inputs``, sizes out of range (N < 2, d < 2, depth or n_samples < 1,
         beta < 0), or a zero row before normalisation (undefined step).
     """
+    if d_qk is not None:
+        beta = 1.0 / math.sqrt(check_float(d_qk, "d_qk", low=0, strict_low=True))
     m = resolve_mask(mask, n)
     N = m.n_tokens
     if N < 2 or d < 2 or depth < 1 or n_samples < 1 or not beta >= 0:
@@ -102,14 +109,14 @@ def check_sphere_collapse(
     cos0 = float((X @ X.transpose(1, 2)).amin())
     W_V = haar_orthogonal(d, g, batch=(depth,))
     W = math.sqrt(beta) * torch.eye(d, dtype=torch.float64)
-    dense = m.to_dense()
+    dense = m.dense()
     mus = [mu_metric(X)]
     for t in range(depth):  # loop over layers only
         Y = attention_weights(X, dense, W, W, d_qk=1.0) @ X @ W_V[t]
         norms = torch.linalg.vector_norm(Y, dim=-1, keepdim=True)
         if bool((norms == 0).any()):
             raise ConfigError(f"SA-LN step undefined at layer {t}: a zero row before normalisation")
-        X = Y / norms
+        X = sphere(Y)[0]
         mus.append(mu_metric(X))
     mu_t = torch.stack(mus)
     final = float(mu_t[-1].median())

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..dynamics.attention import attention_weights
+from ..masks import check_rows_allow_key, dense_mask
 from ..errors import ConfigError, MaskError
 
 #: A row whose norm before normalisation is below this makes the SA-LN step undefined.
@@ -42,9 +43,7 @@ class AttentionSystem:
         m = self.mask
         if m.dtype != torch.bool or m.ndim != 2 or m.shape[0] != m.shape[1]:
             raise MaskError(f"mask must be a square bool matrix, got {tuple(m.shape)} {m.dtype}")
-        empty = (~m.any(dim=1)).nonzero().flatten().tolist()
-        if empty:
-            raise MaskError(f"mask rows {empty[:10]} allow no key (softmax over nothing)")
+        check_rows_allow_key(m)
         d = self.W_V.shape[0]
         if self.W_V.shape != (d, d):
             raise ConfigError(f"W_V must be square (d, d), got {tuple(self.W_V.shape)}")
@@ -93,7 +92,7 @@ class AttentionSystem:
             raise ConfigError(
                 f"SA-LN step undefined: rows {rows} of A X W_V are zero before normalisation"
             )
-        return Y / norms
+        return Y / norms  # unchecked zero rows become NaN: basin/finder count them as undefined
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with keys ``mask``, ``W_Q``, ``W_K``, ``W_V``, ``d_qk``."""
@@ -145,12 +144,10 @@ def _mask_of(obj: dict[str, Any], W_V: torch.Tensor) -> torch.Tensor:
     spec = obj["mask"]
     if not isinstance(spec, str):
         return torch.tensor(spec, dtype=torch.bool)
-    from ..masks import parse_mask
-
     n = obj.get("n_tokens", W_V.shape[0] if W_V.ndim == 2 else None)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ConfigError(f"n_tokens must be a positive integer for mask spec {spec!r}, got {n!r}")
-    return torch.as_tensor(parse_mask(spec, n).to_dense(), dtype=torch.bool)
+    return dense_mask(spec, n)
 
 
 def causal_uniform_system(W_V: torch.Tensor, n_tokens: int) -> AttentionSystem:
@@ -159,16 +156,6 @@ def causal_uniform_system(W_V: torch.Tensor, n_tokens: int) -> AttentionSystem:
     mask = torch.ones(n_tokens, n_tokens, dtype=torch.bool).tril()
     zeros = torch.zeros(d, 1, dtype=W_V.dtype)
     return AttentionSystem(mask, zeros, zeros.clone(), W_V, 1.0)
-
-
-def normalize_rows(X: torch.Tensor) -> torch.Tensor:
-    """Rows of ``X`` divided by their Euclidean norms."""
-    return X / torch.linalg.vector_norm(X, dim=-1, keepdim=True)
-
-
-def random_sphere_tokens(shape: tuple[int, ...], generator: torch.Generator, dtype=torch.float64) -> torch.Tensor:
-    """Tokens i.i.d. uniform on the unit sphere (normalised Gaussians), shape ``(..., d)``."""
-    return normalize_rows(torch.randn(*shape, generator=generator, dtype=dtype))
 
 
 def fixed_point_residual(system: AttentionSystem, X: torch.Tensor) -> float:

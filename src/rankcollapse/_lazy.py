@@ -1,0 +1,64 @@
+"""Package-level lazy imports (PEP 562) for the subpackages' public names.
+
+``import rankcollapse.models`` must not pull in pandas, scipy or the model code until a
+name is used (the command line starts in well under a second), yet each package's
+``__init__`` should show what it exports and from where. A package calls
+:func:`attach` with ``{submodule: (names...)}``; the names are imported on first
+access and cached, and the same imports are written under ``TYPE_CHECKING`` for
+readers and static tools.
+
+One subtlety: an export may share its name with its submodule (``models.probe`` the
+function lives in ``models/probe.py``). Python binds a submodule to its parent's
+attribute when it is first imported, which would shadow the function; the package's
+module class below binds the export instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import Callable, Iterable, Mapping
+
+
+class _LazyPackage(types.ModuleType):
+    """Module class of a lazy package: a submodule never shadows an export of the same name."""
+
+    _lazy_exports: dict[str, str] = {}
+
+    def __setattr__(self, name: str, value: object) -> None:
+        home = self._lazy_exports.get(name)
+        if home == name and isinstance(value, types.ModuleType) and value.__name__ == f"{self.__name__}.{name}":
+            value = getattr(value, name)  # the import system binds the (fully run) submodule
+        super().__setattr__(name, value)
+
+
+def attach(package: str, exports: Mapping[str, Iterable[str]]) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
+    """``(__getattr__, __dir__, __all__)`` for ``package`` exporting ``exports``
+    (``{submodule: names}``); call as ``__getattr__, __dir__, __all__ = attach(__name__, {...})``.
+    A submodule listed there is also reachable as an attribute (``theory.sphere.INPUTS``)
+    unless an export has its name.
+
+    Raises
+    ------
+    AttributeError
+        From ``__getattr__``, for a name the package does not export.
+    """
+    where = {name: sub for sub, names in exports.items() for name in names}
+    module = sys.modules[package]
+    module.__class__ = _LazyPackage
+    object.__setattr__(module, "_lazy_exports", where)
+
+    def __getattr__(name: str) -> object:
+        if name not in where:
+            if name in exports:  # a submodule without an export of its name: the module
+                return importlib.import_module(f"{package}.{name}")
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+        setattr(module, name, value)  # cache: later lookups skip __getattr__
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(module.__dict__) | set(where))
+
+    return __getattr__, __dir__, sorted(where)

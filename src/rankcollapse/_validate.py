@@ -1,0 +1,75 @@
+"""Argument validation shared by every layer: one rule, one message, a typed error.
+
+Each check returns the value in its canonical Python type or raises ``error`` (a
+:class:`~rankcollapse.errors.RankCollapseError` subclass chosen by the caller, so a
+mask constructor raises :class:`MaskError` and ``simulate`` :class:`ConfigError`)
+with a message that names the argument. Integers must fit a signed 64-bit integer
+(numpy and torch, which consume them, cannot hold more); numbers must be finite.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError, RankCollapseError
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def check_int(value: Any, name: str, *, low: int | None = None, high: int | None = None,
+              error: type[RankCollapseError] = ConfigError) -> int:
+    """``value`` as a Python ``int`` in ``[low, high]`` (bounds optional).
+
+    Accepts ``int`` and numpy integers; rejects ``bool``, floats (even integral ones),
+    and integers outside the signed 64-bit range.
+
+    Raises
+    ------
+    error
+        Naming ``name``, the value and the rule it breaks.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise error(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise error(f"{name} must fit a signed 64-bit integer, got {value}")
+    if low is not None and value < low:
+        raise error(f"{name} must be an integer >= {low}, got {value}")
+    if high is not None and value > high:
+        raise error(f"{name} must be an integer <= {high}, got {value}")
+    return value
+
+
+def check_positive_int(value: Any, name: str, *, error: type[RankCollapseError] = ConfigError) -> int:
+    """``value`` as an ``int >= 1`` (see :func:`check_int`)."""
+    return check_int(value, name, low=1, error=error)
+
+
+def check_float(value: Any, name: str, *, low: float | None = None, high: float | None = None,
+                strict_low: bool = False, error: type[RankCollapseError] = ConfigError) -> float:
+    """``value`` as a finite Python ``float`` with ``value >= low`` (``> low`` when
+    ``strict_low``) and ``value <= high``.
+
+    Accepts ints, floats and numpy numbers; rejects ``bool``, strings, NaN and ±inf.
+
+    Raises
+    ------
+    error
+        Naming ``name``, the value and the rule it breaks.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise error(f"{name} must be a number, got {value!r}")
+    try:
+        out = float(value)
+    except OverflowError:  # an int beyond float range
+        raise error(f"{name} must be a finite number, got {value}") from None
+    if not math.isfinite(out):
+        raise error(f"{name} must be a finite number, got {value!r}")
+    if low is not None and (out <= low if strict_low else out < low):
+        raise error(f"{name} must be {'>' if strict_low else '>='} {low}, got {value!r}")
+    if high is not None and out > high:
+        raise error(f"{name} must be <= {high}, got {value!r}")
+    return out

@@ -1,0 +1,29 @@
+"""Names of measurement points: one scheme for simulated and pretrained networks.
+
+Every results table carries two columns:
+
+- ``layer``: the number of layers (blocks) applied, ``0`` = the network's input (a
+  model's embeddings, a simulation's ``X(0)``), ``t`` = after ``t`` layers (=
+  ``hidden_states[t]`` of a Hugging Face model);
+- ``point``: the module path of the tensor, the same names in both worlds:
+  ``embeddings`` (input of block 0), ``layer.{k}.output`` (output of block ``k``,
+  0-based, so at ``layer = k + 1``), and for models also ``layer.{k}.input``,
+  ``layer.{k}.attn_output``, ... and ``final_norm`` (see :mod:`rankcollapse.models.families`).
+
+So a simulation's row at ``layer = 3`` has ``point = "layer.2.output"``, exactly as a
+probe's row after three blocks: tables join on either column.
+"""
+
+from __future__ import annotations
+
+INPUT = "embeddings"
+
+
+def block_output(k: int, prefix: str = "") -> str:
+    """``layer.{k}.output``: the output of block ``k`` (0-based), at ``layer = k + 1``."""
+    return f"{prefix}layer.{k}.output"
+
+
+def point_after(t: int, prefix: str = "") -> str:
+    """The point after ``t`` layers: ``embeddings`` for ``t = 0``, else ``layer.{t-1}.output``."""
+    return f"{prefix}{INPUT}" if t == 0 else block_output(t - 1, prefix)

@@ -1,0 +1,49 @@
+"""The one validation module: typed errors naming the argument, 64-bit and finite."""
+
+import math
+
+import numpy as np
+import pytest
+
+from rankcollapse._validate import check_float, check_int
+from rankcollapse.dynamics import simulate
+from rankcollapse.errors import ConfigError, MaskError
+from rankcollapse.masks import causal, parse_mask
+
+
+@pytest.mark.parametrize("value, text", [
+    (True, "must be an integer, got True"), (2.0, "must be an integer, got 2.0"), ("3", "must be an integer"),
+    (2**63, "must fit a signed 64-bit integer"), (-(2**63) - 1, "must fit a signed 64-bit integer"),
+    (0, "must be an integer >= 1, got 0"), (11, "must be an integer <= 10, got 11"),
+])
+def test_check_int_rejects_with_the_argument_named(value, text):
+    with pytest.raises(ConfigError, match="^width " + text):
+        check_int(value, "width", low=1, high=10)
+
+
+def test_check_int_accepts_numpy_and_int64_extremes():
+    assert check_int(np.int32(5), "k") == 5 and type(check_int(np.int64(5), "k")) is int
+    assert check_int(2**63 - 1, "seed") == 2**63 - 1 and check_int(-(2**63), "x") == -(2**63)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, np.float32("nan"), 10**400, True, "1"])
+def test_check_float_rejects_nan_inf_and_non_numbers(value):
+    with pytest.raises(MaskError, match="^beta must be a"):
+        check_float(value, "beta", error=MaskError)
+
+
+def test_check_float_bounds():
+    assert check_float(np.float32(0.5), "p", low=0, high=1) == 0.5
+    with pytest.raises(ConfigError, match="d_qk must be > 0"):
+        check_float(0.0, "d_qk", low=0, strict_low=True)
+
+
+def test_callers_raise_their_own_error_type():
+    with pytest.raises(MaskError, match="n must fit a signed 64-bit integer"):
+        causal(2**64)
+    with pytest.raises(MaskError, match="w must fit a signed 64-bit integer"):
+        parse_mask(f"causal_sliding_window:w={2**70}", 8)
+    with pytest.raises(ConfigError, match="seed must fit a signed 64-bit integer"):
+        simulate(np.ones((4, 2)), mask="causal", depth=1, seed=2**64)
+    with pytest.raises(ConfigError, match="d_qk must be a finite number"):
+        simulate(np.ones((4, 2)), mask="causal", depth=1, d_qk=math.nan)
