@@ -22,7 +22,7 @@ from rankcollapse.experiments.executors import Done, check_executor
 from rankcollapse.experiments.outdir import LOCK_NAME, OutputFolder, owner
 from rankcollapse.experiments.progress import UnitProgress
 
-CLI = [os.path.join(os.path.dirname(sys.executable), "rankcollapse")]
+CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
 
 
 def test_cache_key_is_numerics_version_and_library_versions_not_source(monkeypatch):
