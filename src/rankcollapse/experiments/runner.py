@@ -1,8 +1,9 @@
-"""Run experiments: expand configs into units, compute the missing ones (cache keyed by
-unit hash, one Parquet file per unit written atomically, so an interrupted run resumes),
-assemble the tidy table, evaluate the claims, run nearby settings for claims not
-reproduced, and write the outputs. ``COMPLETE`` is written last: a folder without it
-is not a finished run.
+"""Run experiments: expand configs into units, compute the missing ones on the run's
+executor (:mod:`.executors`; cache in :mod:`.cache`, one Parquet file per unit written
+atomically, so an interrupted run resumes), assemble the tidy table in unit order,
+evaluate the claims, run nearby settings for claims not reproduced, and write the
+outputs into a folder the run owns (:mod:`.outdir`). ``COMPLETE`` is written last: a
+folder without it is not a finished run.
 """
 
 from __future__ import annotations
