@@ -22,7 +22,6 @@ from rankcollapse.experiments.executors import Done, check_executor
 from rankcollapse.experiments.outdir import LOCK_NAME, OutputFolder, owner
 from rankcollapse.experiments.progress import UnitProgress
 
-CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
 
 
 def test_cache_key_is_numerics_version_and_library_versions_not_source(monkeypatch):
@@ -101,9 +100,9 @@ def test_table_in_unit_order_whatever_the_completion_order(fake, tmp_path):
 
 
 def test_recompute_reruns_every_unit_and_timings_are_recorded(fake, tmp_path):
-    res = runner.run_experiment("main", "smoke", tmp_path / "run", progress=False, nearby=False)
+    res = runner.run_experiment("main", "smoke", tmp_path / "run", progress=False, nearby=False, write=False)
     n = fake.calls
-    runner.run_experiment("main", "smoke", tmp_path / "run", progress=False, nearby=False)
+    runner.run_experiment("main", "smoke", tmp_path / "run", progress=False, nearby=False, write=False)
     assert fake.calls == n
     again = runner.run_experiment("main", "smoke", tmp_path / "run", progress=False, nearby=False, recompute=True)
     assert fake.calls == 2 * n
@@ -148,12 +147,16 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path):
         assert owner(tmp_path / "out")["pid"] == os.getpid()
 
 
-def test_cli_second_run_into_same_out_exits_2_naming_the_first(tmp_path):
-    with OutputFolder(tmp_path / "out"):
-        proc = subprocess.run([*CLI, "reproduce", "theory", "--scale", "smoke", "--out", str(tmp_path / "out"),
-                               "--no-progress"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip().splitlines() == [
+def test_cli_second_run_into_same_out_exits_2_naming_the_first(fake, tmp_path, monkeypatch, capsys):
+    from rankcollapse.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "reproduce", "theory", "--scale", "smoke", "--out",
+                                      str(tmp_path / "out"), "--no-progress"])
+    with OutputFolder(tmp_path / "out"), pytest.raises(SystemExit) as exit_:
+        main()  # another open of the lock file: refused like another process
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == "" and fake.calls == 0
+    assert err.strip().splitlines() == [
         f"rankcollapse: error: {tmp_path / 'out'} is in use by {_describe(tmp_path / 'out')}; "
         "wait for it (--wait) or choose another --out"]
 
