@@ -288,6 +288,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     out = Path(out) if out is not None else Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     cache = UnitCache(Path(cache_dir) if cache_dir is not None else default_cache_dir(out), recompute=recompute)
     check_executor(executor, workers=workers, address=address)
+    cache.remove_orphans()  # temporary files of writers that died a day ago or more
     _preflight(ctx, [u for u in units if not cache.has(u)])
     with ExitStack() as stack:
         if write:
