@@ -53,7 +53,7 @@ def ray_cluster():
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     address = f"127.0.0.1:{port}"
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 400  # minutes on a loaded 2-core machine
         while subprocess.run([str(RAY), "status", f"--address={address}"], capture_output=True,
                              env=_env()).returncode != 0:
             assert proc.poll() is None and time.time() < deadline, "ray head did not start"
@@ -154,3 +154,24 @@ def test_driver_killed_mid_run_resumes_on_rerun(tmp_path, ray_cluster, serial_ta
     cached = {f"{t['kind']}-{t['hash']}.parquet" for t in timings if t["cached"]}
     assert done_before <= cached and len(timings) == 12  # nothing finished was lost or recomputed
     assert _table(tmp_path / "out") == serial_table and (tmp_path / "out" / "COMPLETE").exists()
+
+
+def test_process_pool_driver_killed_leaves_no_workers_and_resumes(tmp_path, serial_table):
+    cmd = [*SWEEP, "--executor", "processes", "--workers", "2"]
+    proc = subprocess.Popen([*CLI, *cmd, "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")],
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not list((tmp_path / "cache").glob("*.parquet")):
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    workers = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+    assert len(workers) == 2
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=20)
+    for p in alive:  # do not leave them running if the test fails
+        p.kill()
+    assert not alive, "pool workers outlived the killed driver"
+    rerun = _run(cmd, tmp_path / "out", tmp_path / "cache")
+    assert rerun.returncode == 0, rerun.stderr
+    assert _table(tmp_path / "out") == serial_table

@@ -96,9 +96,24 @@ class SerialExecutor:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(data: dict[str, Any], device: str) -> None:
+def _init_worker(data: dict[str, Any], device: str, parent: int | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     _WORKER["ctx"] = RunContext(data, device)
+    if parent is not None:
+        _exit_with_parent(parent)
+
+
+def _exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
+    """End this worker when the driver ``parent`` dies (``kill -9`` included): a pool
+    worker otherwise outlives it, idle, or finishing a unit nobody will read."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _worker_run(unit: Unit) -> tuple[pd.DataFrame, float, float, str]:
@@ -123,7 +138,7 @@ class ProcessExecutor:
             import multiprocessing as mp
 
             self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
-                                             initializer=_init_worker, initargs=(self._data, self._device))
+                                             initializer=_init_worker, initargs=(self._data, self._device, os.getpid()))
         return self._pool
 
     def map(self, units: list[Unit], ctx: RunContext, table: Mapping[str, UnitFn]) -> Iterator[Done]:
