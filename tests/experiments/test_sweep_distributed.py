@@ -26,7 +26,10 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 def _env():
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p),
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MPLBACKEND": "Agg", "RAY_USAGE_STATS_ENABLED": "0"}
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MPLBACKEND": "Agg", "RAY_USAGE_STATS_ENABLED": "0",
+            # a private cluster bound to 127.0.0.1: no token authentication (Ray turns it on
+            # when it finds a ~/.ray/auth_token left by an earlier local ray.init)
+            "RAY_AUTH_MODE": "disabled"}
 
 
 def _run(args, out, cache, **kw):
