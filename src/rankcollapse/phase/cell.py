@@ -1,0 +1,173 @@
+"""Run one phase cell: build X(0) and per-layer weights, call
+:func:`rankcollapse.dynamics.simulate`, and reduce the trajectories to per-trajectory
+measurements that :mod:`.regime` labels.
+
+Weights (float64, drawn from :func:`rankcollapse.dynamics.weights.generator` streams
+``(seed, layer, role)``):
+
+- ``W_Q, W_K`` ``(d, d_qk)`` i.i.d. ``N(0, s^2/d)`` with ``s = qk_scale``; scores
+  ``q k^T / sqrt(d_qk)`` (``s = 0``: uniform attention over each mask row);
+- ``W_V`` ``(d, d)`` times ``value_scale`` (``a``): ``gaussian`` ``N(0, a^2/d)``;
+  ``orthogonal`` ``a Q`` (Haar); ``near_identity`` ``a I + N(0, 0.1^2/d)``;
+  ``constructed`` ``a diag(lambda)`` of :func:`rankcollapse.theory.equilibria.construction_eigenvalues`
+  (rank ``min(d, N)``); ``pretrained`` ``a`` times the top-left ``(d, d)`` block of
+  all-MiniLM-L6-v2's ``W_V`` of layer ``t mod 6``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..dynamics.config import BlockConfig
+from ..dynamics.inputs import gaussian_tokens, hemisphere_tokens, sphere_tokens
+from ..dynamics.weights import LayerWeights, generator, haar_orthogonal
+from ..errors import ConfigError
+from ..masks import parse_mask
+from ..masks.graph import analyze
+from .regime import trajectory_measures
+
+NEAR_IDENTITY_NOISE = 0.1  # std * sqrt(d) of the noise added to a I (fixed, documented)
+
+
+def block_config(cell: dict[str, Any]) -> BlockConfig:
+    """The :class:`BlockConfig` of a cell: ``sphere_sqrtd`` is RMSNorm without affine
+    (rows to norm ``sqrt(d)``, up to ``eps``); ``post`` without skip is the theory
+    placement ``X <- norm(SA(X))``."""
+    norm = "rmsnorm" if cell["norm"] == "sphere_sqrtd" else cell["norm"]
+    alpha = 1.0 if cell["skip"] else 0.0
+    if cell["placement"] == "post":
+        placement = "post_ln" if cell["skip"] else "theory"
+    else:
+        placement = "pre_ln"
+    return BlockConfig(norm=norm, placement=placement, alpha=alpha)
+
+
+@lru_cache(maxsize=1)
+def _minilm_value_matrices() -> tuple[torch.Tensor, ...]:
+    from ..dynamics.pretrained import extract_attention_weights
+    from ..models.loading import load_model
+
+    loaded = load_model("minilm")
+    model = getattr(loaded, "model", loaded)
+    return tuple(lw.W_V.detach().to(torch.float64).cpu() for lw in extract_attention_weights(model))
+
+
+def _value(cell: dict[str, Any], t: int, seed: int) -> torch.Tensor:
+    d, a, fam = cell["d_model"], float(cell["value_scale"]), cell["value"]
+    gen = generator(seed, t, "W_V")
+    if fam == "gaussian":
+        return torch.randn(d, d, generator=gen, dtype=torch.float64) * (a / math.sqrt(d))
+    if fam == "orthogonal":
+        return haar_orthogonal(d, gen) * a
+    if fam == "near_identity":
+        noise = torch.randn(d, d, generator=gen, dtype=torch.float64) * (NEAR_IDENTITY_NOISE / math.sqrt(d))
+        return a * torch.eye(d, dtype=torch.float64) + noise
+    if fam == "constructed":
+        from ..theory.equilibria import construction_eigenvalues
+
+        lam = construction_eigenvalues(d, min(d, cell["n_tokens"]))
+        return a * torch.diag(torch.as_tensor(lam, dtype=torch.float64))
+    if fam == "pretrained":
+        mats = _minilm_value_matrices()
+        W = mats[t % len(mats)]
+        if d > min(W.shape):
+            raise ConfigError(f"value 'pretrained' has width {min(W.shape)}, d_model={d} is larger")
+        return a * W[:d, :d].clone()
+    raise ConfigError(f"unknown value family {fam!r}")
+
+
+def build_weights(cell: dict[str, Any], seed: int) -> list[LayerWeights]:
+    """Per-layer float64 weights of ``cell`` under weight seed ``seed`` (module docstring)."""
+    d, depth = cell["d_model"], cell["depth"]
+    d_qk = cell["d_qk"] or d
+    std = float(cell["qk_scale"]) / math.sqrt(d)
+    layers = []
+    for t in range(1 if cell["shared"] else depth):
+        W_Q = torch.randn(d, d_qk, generator=generator(seed, t, "W_Q"), dtype=torch.float64) * std
+        W_K = torch.randn(d, d_qk, generator=generator(seed, t, "W_K"), dtype=torch.float64) * std
+        layers.append(LayerWeights(W_Q=W_Q, W_K=W_K, W_V=_value(cell, t, seed), scale=1 / math.sqrt(d_qk)))
+    return layers * depth if cell["shared"] else layers
+
+
+@lru_cache(maxsize=4)
+def _minilm_tokens(n_tokens: int, batch: int) -> torch.Tensor:
+    from ..experiments.context import RunContext, data_spec
+
+    ctx = RunContext(data_spec(None, n_tokens, 0))
+    return ctx.embeddings("minilm", batch).to(torch.float64)
+
+
+def make_input(kind: str, batch: int, n_tokens: int, d: int, seed: int) -> torch.Tensor:
+    """X(0) ``(batch, n_tokens, d)`` float64: ``gaussian`` N(0, 1); ``sphere`` uniform on
+    the unit sphere; ``hemisphere`` uniform on an open hemisphere (Theorem 2's start);
+    ``minilm``: all-MiniLM-L6-v2 embeddings of Wikipedia windows (window ``seed*batch``
+    onward) projected on the top-``d`` right singular vectors of those tokens."""
+    if kind == "gaussian":
+        return gaussian_tokens(batch, n_tokens, d, seed=seed)
+    if kind == "sphere":
+        return sphere_tokens(batch, n_tokens, d, seed=seed)
+    if kind == "hemisphere":
+        return hemisphere_tokens(batch, n_tokens, d, seed=seed).to(torch.float64)
+    if kind == "minilm":
+        E = _minilm_tokens(n_tokens, batch * (seed + 1))[seed * batch:(seed + 1) * batch]
+        if d > E.shape[-1]:
+            raise ConfigError(f"input 'minilm' has width {E.shape[-1]}, d_model={d} is larger")
+        _, _, Vh = torch.linalg.svd(E.reshape(-1, E.shape[-1]), full_matrices=False)
+        return E @ Vh[:d].T
+    raise ConfigError(f"unknown input {kind!r}")
+
+
+def _entropy_per_layer(attention: list[torch.Tensor], allowed: torch.Tensor) -> np.ndarray:
+    """``(depth, B)`` mean over heads and rows with > 1 allowed key of the row entropy
+    divided by ``log(#allowed keys)``."""
+    A = torch.stack(attention)  # (T, B, H, N, N)
+    plogp = torch.where(A > 0, A * torch.log(A.clamp_min(1e-300)), torch.zeros((), dtype=A.dtype))
+    H = -plogp.sum(-1)  # (T, B, H, N)
+    k = allowed.sum(-1).to(A.dtype)
+    rows = k > 1
+    Hn = H[..., rows] / torch.log(k[rows])
+    return Hn.mean(dim=(-1, -2)).numpy()
+
+
+def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: int = 0) -> dict[str, Any]:
+    """Simulate ``cell`` for ``seeds`` weight draws (``seed``, ``seed+1``, ...) with
+    ``samples`` inputs each and return the cell's row (see :func:`.regime.label_cell`).
+
+    Raises
+    ------
+    ConfigError, MaskError
+        A cell the dynamics cannot run (bad mask, width mismatch).
+    """
+    from ..dynamics import simulate
+    from .regime import label_cell, theory_prediction
+
+    N, d = cell["n_tokens"], cell["d_model"]
+    mask = parse_mask(cell["mask"], N)
+    info = analyze(mask)
+    cfg = block_config(cell)
+    trajectories = []
+    eps_min = 1.0
+    for s in range(seed, seed + seeds):
+        X0 = make_input(cell["input"], samples, N, d, s)
+        weights = build_weights(cell, s)
+        try:
+            res = simulate(X0, mask=mask, depth=cell["depth"], variant=cfg, weights=weights,
+                           metrics=("mu_relative",), dtype=torch.float64,
+                           record_states=True, record_attention=True, record_epsilon=True)
+        except ConfigError as exc:
+            if "non-finite" not in str(exc):
+                raise
+            trajectories += [{"diverged": True}] * samples
+            continue
+        ent = _entropy_per_layer(res.attention, mask.to_dense())
+        eps_min = min(eps_min, float(res.epsilon.min()))
+        trajectories += trajectory_measures(res.metrics, res.states, ent)
+    row = label_cell(trajectories)
+    row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_min=eps_min)
+    row.update(theory_prediction(cell, info, eps_min))
+    return row
