@@ -57,40 +57,52 @@ def _minilm_value_matrices() -> tuple[torch.Tensor, ...]:
     return tuple(lw.W_V.detach().to(torch.float64).cpu() for lw in extract_attention_weights(model))
 
 
-def _value(cell: dict[str, Any], t: int, seed: int) -> torch.Tensor:
+@lru_cache(maxsize=32)
+def _base(seed: int, role: str, kind: str, n: int, rows: int, cols: int) -> torch.Tensor:
+    """``(n, rows, cols)`` float64 draws of one weight role under ``seed``: standard
+    Gaussians (``kind="normal"``) or Haar orthogonal matrices (``kind="haar"``). Shared by
+    every cell with the same seed and shapes (common random numbers: cells that differ
+    only in a scale see the same underlying draw). Read-only."""
+    gen = generator(seed, 0, role)
+    if kind == "haar":
+        return haar_orthogonal(rows, gen, batch=(n,))
+    return torch.randn(n, rows, cols, generator=gen, dtype=torch.float64)
+
+
+def _values(cell: dict[str, Any], n: int, seed: int) -> torch.Tensor:
+    """``(n, d, d)`` value matrices of the ``n`` drawn layers."""
     d, a, fam = cell["d_model"], float(cell["value_scale"]), cell["value"]
-    gen = generator(seed, t, "W_V")
     if fam == "gaussian":
-        return torch.randn(d, d, generator=gen, dtype=torch.float64) * (a / math.sqrt(d))
+        return _base(seed, "W_V", "normal", n, d, d) * (a / math.sqrt(d))
     if fam == "orthogonal":
-        return haar_orthogonal(d, gen) * a
+        return _base(seed, "W_V", "haar", n, d, d) * a
     if fam == "near_identity":
-        noise = torch.randn(d, d, generator=gen, dtype=torch.float64) * (NEAR_IDENTITY_NOISE / math.sqrt(d))
+        noise = _base(seed, "W_V", "normal", n, d, d) * (NEAR_IDENTITY_NOISE / math.sqrt(d))
         return a * torch.eye(d, dtype=torch.float64) + noise
     if fam == "constructed":
         from ..theory.equilibria import construction_eigenvalues
 
         lam = construction_eigenvalues(d, min(d, cell["n_tokens"]))
-        return a * torch.diag(torch.as_tensor(lam, dtype=torch.float64))
+        return (a * torch.diag(torch.as_tensor(lam, dtype=torch.float64))).expand(n, d, d)
     if fam == "pretrained":
         mats = _minilm_value_matrices()
-        W = mats[t % len(mats)]
-        if d > min(W.shape):
-            raise ConfigError(f"value 'pretrained' has width {min(W.shape)}, d_model={d} is larger")
-        return a * W[:d, :d].clone()
+        if d > min(mats[0].shape):
+            raise ConfigError(f"value 'pretrained' has width {min(mats[0].shape)}, d_model={d} is larger")
+        return a * torch.stack([mats[t % len(mats)][:d, :d] for t in range(n)])
     raise ConfigError(f"unknown value family {fam!r}")
 
 
 def build_weights(cell: dict[str, Any], seed: int) -> list[LayerWeights]:
-    """Per-layer float64 weights of ``cell`` under weight seed ``seed`` (module docstring)."""
+    """Per-layer float64 weights of ``cell`` under weight seed ``seed`` (module docstring);
+    layer ``t`` uses slice ``t`` of each role's draw (:func:`_base`)."""
     d, depth = cell["d_model"], cell["depth"]
     d_qk = cell["d_qk"] or d
+    n = 1 if cell["shared"] else depth
     std = float(cell["qk_scale"]) / math.sqrt(d)
-    layers = []
-    for t in range(1 if cell["shared"] else depth):
-        W_Q = torch.randn(d, d_qk, generator=generator(seed, t, "W_Q"), dtype=torch.float64) * std
-        W_K = torch.randn(d, d_qk, generator=generator(seed, t, "W_K"), dtype=torch.float64) * std
-        layers.append(LayerWeights(W_Q=W_Q, W_K=W_K, W_V=_value(cell, t, seed), scale=1 / math.sqrt(d_qk)))
+    WQ = _base(seed, "W_Q", "normal", n, d, d_qk) * std
+    WK = _base(seed, "W_K", "normal", n, d, d_qk) * std
+    WV = _values(cell, n, seed)
+    layers = [LayerWeights(W_Q=WQ[t], W_K=WK[t], W_V=WV[t].clone(), scale=1 / math.sqrt(d_qk)) for t in range(n)]
     return layers * depth if cell["shared"] else layers
 
 

@@ -1,9 +1,11 @@
-"""Run a phase grid on the sweep engine: one cached unit per cell.
+"""Run a phase grid on the sweep engine: one cached unit per batch of cells.
 
-Each cell is a :class:`CellUnit` of kind ``phase_cell``; the executors of
+Cells equal on :data:`.batched.GROUP_KEYS` are cut into batches of at most
+:data:`BATCH_CELLS` and each batch is a :class:`CellUnit` of kind ``phase_cell``,
+simulated at once by :func:`.batched.run_group`. The executors of
 :mod:`rankcollapse.experiments.executors` run the units (serial, worker processes or
 Ray) and :class:`rankcollapse.experiments.cache.UnitCache` stores one Parquet file per
-cell, so a rerun or an extended grid computes only the new cells.
+batch, so a rerun computes nothing and an extended grid only the new batches.
 """
 
 from __future__ import annotations
@@ -16,19 +18,22 @@ from typing import Any
 import pandas as pd
 
 from .._io import code_fingerprint, config_hash
+from .batched import GROUP_KEYS, run_group
 from ..experiments.cache import UnitCache
 from ..experiments.config import Unit
 from ..experiments.context import RunContext
 from ..experiments.executors import make_executor
 from ..experiments.progress import UnitProgress
 
+#: Most cells simulated in one batch (one unit).
+BATCH_CELLS = 64
 #: Bumped when a change alters the numbers of a cell (invalidates cached cells).
 PHASE_VERSION = 1
 
 
 @dataclass(frozen=True)
 class CellUnit(Unit):
-    """A phase cell as a sweep unit: ``params = {"cell": {...}, "samples", "seeds", "seed"}``."""
+    """A batch of phase cells as a sweep unit: ``params = {"cells": [...], "samples", "seeds", "seed"}``."""
 
     @property
     def hash(self) -> str:
@@ -36,16 +41,24 @@ class CellUnit(Unit):
 
     @property
     def label(self) -> str:
-        return "phase[" + ", ".join(f"{k}={v}" for k, v in self.params["cell"].items()) + "]"
+        first = self.params["cells"][0]
+        return f"phase[{len(self.params['cells'])} cells, " + ", ".join(f"{k}={first[k]}" for k in GROUP_KEYS) + "]"
 
 
 def cell_unit(unit: Unit, ctx: RunContext) -> pd.DataFrame:
-    """The executor entry point of a ``phase_cell`` unit: a one-row frame."""
-    from .cell import run_cell
-
+    """The executor entry point of a ``phase_cell`` unit: one row per cell."""
     p = unit.params
-    row = run_cell(p["cell"], samples=p["samples"], seeds=p["seeds"], seed=p["seed"])
-    return pd.DataFrame([{**p["cell"], **row}])
+    rows = run_group(p["cells"], samples=p["samples"], seeds=p["seeds"], seed=p["seed"])
+    return pd.DataFrame([{**c, **r} for c, r in zip(p["cells"], rows)])
+
+
+def batches(cells: list[dict[str, Any]], size: int) -> list[list[int]]:
+    """Indices of ``cells`` grouped by :data:`.batched.GROUP_KEYS` (first-seen order),
+    each group cut into runs of at most ``size``."""
+    groups: dict[tuple, list[int]] = {}
+    for i, c in enumerate(cells):
+        groups.setdefault(tuple(c[k] for k in GROUP_KEYS), []).append(i)
+    return [idx[j:j + size] for idx in groups.values() for j in range(0, len(idx), size)]
 
 
 TABLE = {"phase_cell": cell_unit}
@@ -54,12 +67,12 @@ TABLE = {"phase_cell": cell_unit}
 def run_phase(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, seed: int = 0,
               cache_dir: str | Path, executor: str = "serial", workers: int | None = None,
               address: str | None = None, progress: bool = False) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Rows of every cell (in cell order), computing only cells missing from the cache.
+    """Rows of every cell (in cell order), computing only batches missing from the cache.
 
     Returns
     -------
     (table, timing) : one row per cell (axis values, measures, regime, theory columns);
-        ``timing`` has ``cells``, ``computed``, ``cached``, ``wall_s``, ``cpu_s`` (summed
+        ``timing`` has ``cells``, ``units``, ``computed``, ``cached`` (units), ``wall_s``, ``cpu_s`` (summed
         over the workers), ``executor`` and ``workers``.
 
     Raises
@@ -67,8 +80,9 @@ def run_phase(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     ConfigError
         Bad executor options; a cell the dynamics cannot run.
     """
-    units = [CellUnit("phase_cell", {"cell": c, "samples": int(samples), "seeds": int(seeds), "seed": int(seed)})
-             for c in cells]
+    parts = batches(cells, BATCH_CELLS)
+    units = [CellUnit("phase_cell", {"cells": [cells[i] for i in part], "samples": int(samples), "seeds": int(seeds),
+                                     "seed": int(seed)}) for part in parts]
     cache = UnitCache(Path(cache_dir))
     cache.remove_orphans()
     t0 = time.perf_counter()
@@ -89,8 +103,11 @@ def run_phase(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     finally:
         if ex is not None:
             ex.close()
+    order = [i for part in parts for i in part]
     table = pd.concat(frames, ignore_index=True)
-    timing = {"cells": len(units), "computed": len(todo), "cached": len(units) - len(todo),
+    table.index = order
+    table = table.sort_index().reset_index(drop=True)
+    timing = {"cells": len(cells), "units": len(units), "computed": len(todo), "cached": len(units) - len(todo),
               "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(cpu, 2),
               "executor": executor, "workers": getattr(ex, "workers", 1) if ex else 0}
     return table, timing
