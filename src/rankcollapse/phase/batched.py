@@ -26,7 +26,7 @@ from ..dynamics.layers import apply_norm
 from ..masks import parse_mask
 from ..masks.graph import analyze
 from ..metrics import mu_relative
-from .cell import block_config, build_weights, make_input
+from .cell import block_config, build_weights, make_input, value_log_norm
 from .regime import label_cell, theory_prediction, trajectory_measures
 
 #: the axes a batch must share
@@ -110,6 +110,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
         row = label_cell(trs[i * per:(i + 1) * per])
         e = float(eps_min[i * per:(i + 1) * per].min())
         row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_min=e)
-        row.update(theory_prediction(cell, info, e))
+        row["value_log_norm"] = value_log_norm(cell, seed_range)
+        row.update(theory_prediction(cell, info, e, row["value_log_norm"]))
         out.append(row)
     return out

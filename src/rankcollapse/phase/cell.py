@@ -106,6 +106,18 @@ def build_weights(cell: dict[str, Any], seed: int) -> list[LayerWeights]:
     return layers * depth if cell["shared"] else layers
 
 
+def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
+    """``max`` over the weight seeds of ``sum_t ln ||W_V(t)||_2``: at most 0 means the
+    products of the value matrices stay bounded by 1 (Theorem 1's assumption A2)."""
+    worst = -math.inf
+    for s in seeds:
+        n = 1 if cell["shared"] else cell["depth"]
+        norms = torch.linalg.matrix_norm(_values(cell, n, s), ord=2)
+        total = float(torch.log(norms).sum()) * (cell["depth"] if cell["shared"] else 1)
+        worst = max(worst, total)
+    return worst
+
+
 @lru_cache(maxsize=4)
 def _minilm_tokens(n_tokens: int, batch: int) -> torch.Tensor:
     from ..experiments.context import RunContext, data_spec
@@ -181,5 +193,6 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
         trajectories += trajectory_measures(res.metrics, res.states, ent)
     row = label_cell(trajectories)
     row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_min=eps_min)
-    row.update(theory_prediction(cell, info, eps_min))
+    row["value_log_norm"] = value_log_norm(cell, range(seed, seed + seeds))
+    row.update(theory_prediction(cell, info, eps_min, row["value_log_norm"]))
     return row

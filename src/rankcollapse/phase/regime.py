@@ -128,13 +128,17 @@ def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def theory_prediction(cell: dict[str, Any], info: Any, epsilon_min: float) -> dict[str, Any]:
+def theory_prediction(cell: dict[str, Any], info: Any, epsilon_min: float,
+                      value_log_norm: float = 0.0) -> dict[str, Any]:
     """What the paper's theorems say about ``cell`` (docs/phase.md), as
     ``theory_regime`` (``""`` = no prediction), ``theory_source`` and ``theory_rate``
     (Theorem 1's per-layer log10 envelope factor from the mask radius and the smallest
     attention entry seen, or NaN).
 
-    - Theorem 1 (pure SA: no norm, no skip, quasi-strongly connected mask): ``rank_collapse``.
+    - Theorem 1 (pure SA: no norm, no skip, quasi-strongly connected mask, and its
+      assumption A2 checked as ``value_log_norm = sum_t ln ||W_V(t)||_2 <= 1e-9``, round-off of orthogonal W_V):
+      ``rank_collapse``. Pure-SA cells that fail A2 get no prediction and
+      ``theory_source = "pure_sa_outside_A2"`` (so the naive reading can be scored too).
     - Theorem 2 (unit-sphere norm, no skip, orthogonal ``W_V``, tokens in an open
       hemisphere, quasi-strongly connected mask): ``rank_collapse``.
     - Equilibria (unit-sphere norm, no skip, the constructed ``W_V``, ``W_Q = W_K = 0``,
@@ -144,7 +148,9 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_min: float) -> di
 
     no_skip = not cell["skip"] and cell["placement"] == "post"
     regime, source, rate = "", "", float("nan")
-    if no_skip and cell["norm"] == "none" and info.quasi_strongly_connected:
+    if no_skip and cell["norm"] == "none" and info.quasi_strongly_connected and value_log_norm > 1e-9:
+        source = "pure_sa_outside_A2"
+    elif no_skip and cell["norm"] == "none" and info.quasi_strongly_connected:
         regime, source = "rank_collapse", "theorem1"
         if 0 < epsilon_min < 1 and info.radius:
             rate = log_contraction(epsilon_min, max(1, int(info.radius))) / math.log(10)
