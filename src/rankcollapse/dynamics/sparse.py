@@ -32,7 +32,7 @@ import torch
 from ..errors import MaskError
 from .attention import safe_softmax_scores, scores_may_overflow
 
-DEFAULT_BLOCK_SIZE = 64
+DEFAULT_BLOCK_SIZE = 128
 SCORE_BUDGET = 16 * 2**20  # bytes of float scores per chunk: fits in L2/L3-friendly pieces
 
 
@@ -42,7 +42,7 @@ class BlockPlan:
     Parameters
     ----------
     csr : ``scipy.sparse`` matrix/array ``(N, N)``, nonzero = token i attends to j.
-    block_size : query rows per block (default 64).
+    block_size : query rows per block (default 128).
     device : where the index vectors and local masks live.
 
     Attributes
@@ -118,9 +118,9 @@ class BlockPlan:
         self.rel_lo = torch.as_tensor(rel_lo, dtype=idx_dtype, device=self.device)
         self.rel_hi = torch.as_tensor(rel_hi, dtype=idx_dtype, device=self.device)
         self.starts = torch.as_tensor(starts + self.pad_lo, dtype=torch.long, device=self.device)
-        self.local = None
-        self.key_index = None
+        self.local = self.blocked = self.key_index = None
         self.proxy = self._proxy(full)
+        self._pattern()
 
     def _gathered(self, csr, full: np.ndarray) -> None:
         n, bq, nb = self.n_tokens, self.block_size, self.n_blocks
@@ -145,8 +145,28 @@ class BlockPlan:
         self.pad_lo, self.pad_hi, self.offset = 0, 1, 0
         self.key_index = torch.as_tensor(key_index, device=self.device)
         self.local = torch.as_tensor(local, device=self.device)
+        self.blocked = ~self.local
         self.rel_lo = self.rel_hi = self.starts = None
+        self.pattern_blocked = self.exceptions = self.exception_blocked = None
         self.proxy = self._proxy(full)
+
+    def _pattern(self) -> None:
+        """Shared ``(Bq, K_w)`` mask of a regular banded layout (the middle block's) and
+        the blocks that differ from it; none when more than a quarter differ."""
+        self.pattern_blocked = self.exceptions = self.exception_blocked = None
+        if not self.regular:
+            return
+        mid = self.n_blocks // 2
+        same = (self.rel_lo == self.rel_lo[mid]).all(dim=1) & (self.rel_hi == self.rel_hi[mid]).all(dim=1)
+        if self.proxy is not None:
+            same &= ~self.proxy.any(dim=1)
+        exc = torch.nonzero(~same).flatten()
+        if exc.numel() > self.n_blocks // 4:
+            return
+        self.pattern_blocked = ~self.allowed(mid, mid + 1)[0]
+        self.exceptions = exc
+        k = torch.arange(self.max_keys, device=self.rel_lo.device, dtype=self.rel_lo.dtype)
+        self.exception_blocked = (k < self.rel_lo[exc, :, None]) | (k > self.rel_hi[exc, :, None])
 
     def _proxy(self, full: np.ndarray) -> torch.Tensor | None:
         """Bool ``(nb, Bq)``: rows whose windowed softmax is a placeholder (full rows,
@@ -168,6 +188,28 @@ class BlockPlan:
             return self.local[b0:b1]
         k = torch.arange(self.max_keys, device=self.rel_lo.device, dtype=self.rel_lo.dtype)
         return (k >= self.rel_lo[b0:b1, :, None]) & (k <= self.rel_hi[b0:b1, :, None])
+
+    def fill_masked(self, s: torch.Tensor, b0: int, b1: int) -> None:
+        """Set the masked entries of scores ``s (..., b1 - b0, Bq, K_w)`` to ``-inf`` in place.
+
+        Banded masks share one ``(Bq, K_w)`` pattern in every block but a few near the
+        ends (the exceptions): one broadcast fill, with the exceptions' raw scores kept
+        aside and masked with their own pattern."""
+        inf = float("-inf")
+        if self.pattern_blocked is None:
+            s.masked_fill_(self.blocked[b0:b1] if self.blocked is not None else ~self.allowed(b0, b1), inf)
+            return
+        pick = (self.exceptions >= b0) & (self.exceptions < b1)
+        at = self.exceptions[pick] - b0
+        raw = s[..., at, :, :] if at.numel() else None
+        s.masked_fill_(self.pattern_blocked, inf)
+        if raw is not None:
+            s[..., at, :, :] = raw.masked_fill(self.exception_blocked[pick], inf)
+
+    def not_counted(self, b0: int, b1: int) -> torch.Tensor:
+        """Bool ``(b1 - b0, Bq, K_w)``: entries left out of ε (masked keys, proxy rows)."""
+        out = ~self.allowed(b0, b1)
+        return out if self.proxy is None else out | self.proxy[b0:b1, :, None]
 
     def keys(self, Kp: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
         """Window keys ``(..., b1 - b0, K_w, d)`` of padded keys ``Kp (..., N_p, d)``."""
@@ -191,6 +233,19 @@ def _pad_keys(K: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     return torch.nn.functional.pad(K, (0, 0, lo, hi))
 
 
+def _window_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, overflow: bool):
+    """Masked, scaled scores ``(..., c, Bq, K_w)`` of blocks ``b0 .. b1 - 1`` (masked
+    entries ``-inf``; clamped to the finite range first when they may overflow)."""
+    s = torch.matmul(q, k.transpose(-1, -2))
+    if scale != 1.0:
+        s.mul_(scale)
+    if overflow:  # clamp +-inf before max-subtraction, as masked_softmax does
+        info = torch.finfo(s.dtype)
+        s.clamp_(info.min, info.max)
+    plan.fill_masked(s, b0, b1)
+    return s
+
+
 def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: bool = False,
                       overflow: bool | None = None):
     """Masked softmax attention on the windows of ``plan`` (module docstring).
@@ -202,36 +257,38 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     compute it); when scores may overflow they are formed in float64, as on the
     dense path.
     """
-    B, H, N, _ = Q.shape
+    B, H, N, d_k = Q.shape
+    d_v = V.shape[-1]
     bq, nb = plan.block_size, plan.n_blocks
     if overflow is None:
         overflow = scores_may_overflow(Q, K, scale)
     work = torch.float64 if overflow else Q.dtype
     n_p = nb * bq
     Qp = torch.nn.functional.pad(Q, (0, 0, 0, n_p - N)) if n_p != N else Q
-    Qb = Qp.reshape(B, H, nb, bq, Q.shape[-1])  # (B, H, nb, Bq, d_k)
+    # one (B H) slice goes through 3-D bmm on strided window views (no copies); larger
+    # batches through 5-D matmul, which copies the windows
+    flat = B * H == 1
+    Qb = Qp.reshape(nb, bq, d_k) if flat else Qp.reshape(B, H, nb, bq, d_k)
     Kp, Vp = _pad_keys(K, plan.pad_lo, plan.pad_hi), _pad_keys(V, plan.pad_lo, plan.pad_hi)
-    out = torch.empty(B, H, nb, bq, V.shape[-1], dtype=V.dtype, device=V.device)
+    if flat:
+        Kp, Vp = Kp.reshape(-1, d_k), Vp.reshape(-1, d_v)
+    if overflow:
+        Qb, Kp = Qb.to(work), Kp.to(work)
+    out = torch.empty(*Qb.shape[:-1], d_v, dtype=V.dtype, device=V.device)  # (..., nb, Bq, d_v)
     step = plan.blocks_per_chunk(B * H, torch.finfo(work).bits // 8)
     lows = []
     for b0 in range(0, nb, step):  # a few chunks bound the score memory; no loop over blocks
         b1 = min(nb, b0 + step)
-        q, k, v = Qb[:, :, b0:b1], plan.keys(Kp, b0, b1), plan.keys(Vp, b0, b1)
-        allowed = plan.allowed(b0, b1)  # (c, Bq, K_w)
-        if overflow:
-            q, k = q.to(work), k.to(work)
-        s = torch.matmul(q, k.transpose(-1, -2))  # (B, H, c, Bq, K_w)
-        s.mul_(scale)
-        if overflow:  # clamp +-inf before max-subtraction, as masked_softmax does
-            info = torch.finfo(work)
-            s.clamp_(info.min, info.max)
-        s.masked_fill_(~allowed, float("-inf"))
-        A = torch.softmax(s, dim=-1).to(V.dtype)
-        out[:, :, b0:b1] = torch.matmul(A, v)
+        s = _window_scores(Qb[..., b0:b1, :, :], plan.keys(Kp, b0, b1), plan, b0, b1, scale, overflow)
+        A = torch.softmax(s, dim=-1).to(V.dtype)  # (..., c, Bq, K_w)
+        v = plan.keys(Vp, b0, b1)
+        if flat:
+            torch.bmm(A, v, out=out[b0:b1])
+        else:
+            out[..., b0:b1, :, :] = torch.matmul(A, v)
         if need_epsilon:
-            fill = ~allowed if plan.proxy is None else ~allowed | plan.proxy[b0:b1, :, None]
-            lows.append(A.masked_fill(fill, float("inf")).amin())
-    out = out.reshape(B, H, n_p, V.shape[-1])[:, :, :N]
+            lows.append(A.masked_fill(plan.not_counted(b0, b1), float("inf")).amin())
+    out = out.reshape(B, H, n_p, d_v)[:, :, :N]
     if plan.full_rows.numel():  # global queries: a dense (G, N) slab
         rows = plan.full_rows.to(Q.device)
         qf = Q.index_select(-2, rows)
