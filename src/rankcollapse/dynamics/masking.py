@@ -58,6 +58,16 @@ class ResolvedMask:
                 self._csr.toarray())
         return self._dense.to(device=device, dtype=torch.bool)
 
+    def flex(self, device):
+        """:class:`~rankcollapse.dynamics.flex.FlexBackend` of this mask on ``device``."""
+        from .flex import FlexBackend
+
+        if self.mask_obj is None:
+            from ..masks import Mask
+
+            self.mask_obj = Mask.from_csr(self._csr) if self._csr is not None else Mask.from_dense(self._dense)
+        return FlexBackend(self.mask_obj, device)
+
     def plan(self, block_size: int, device) -> BlockPlan:
         """:class:`BlockPlan` built from the CSR form (no ``N^2`` memory for Mask inputs)."""
         csr = self._csr if self._csr is not None else scipy.sparse.csr_array(self._dense.numpy())

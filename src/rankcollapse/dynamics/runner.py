@@ -21,6 +21,7 @@ from .masking import resolve_mask
 from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
+PATHS = ("auto", "dense", "blocked", "flex")
 _FLOAT32_METRIC_LIMIT = 1e12  # above this |x|, metrics of float32 X are computed in float64
 _DENSE_SCORE_BUDGET = 64 * 2**20  # bytes of (B, H, N, N) scores above which sparse masks go blocked
 
@@ -200,8 +201,10 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         "mu_relative")``), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
     seed : weight seed. dtype : float32 (default) or float64. device : default X0's.
     n_heads : heads (default ``variant.n_heads``). shared : one layer's weights for all.
-    path : ``"dense"``, ``"blocked"`` (memory O(edges), :mod:`.sparse`) or ``"auto"``
-        (blocked when the mask's density < 1/4 and the dense scores exceed 64 MiB).
+    path : ``"dense"``, ``"blocked"`` (windowed kernel, memory O(edges), :mod:`.sparse`),
+        ``"flex"`` (compiled FlexAttention, :mod:`.flex`; no ``record_epsilon``) or
+        ``"auto"`` (blocked when the mask's density < 1/4 and the dense scores exceed
+        64 MiB, else dense).
     record_states, record_epsilon, record_attention : keep X(t), ε(t), A(t).
 
     Returns
@@ -221,8 +224,8 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     block_size = _check_int(block_size, "block_size", low=1)
     if isinstance(d_qk, bool) or not isinstance(d_qk, (int, float, np.number)) or not 0 < d_qk < math.inf:
         raise ConfigError(f"d_qk must be a finite number > 0, got {d_qk!r}")
-    if path not in ("auto", "dense", "blocked"):
-        raise ConfigError(f"path must be 'auto', 'dense' or 'blocked', got {path!r}")
+    if path not in PATHS:
+        raise ConfigError(f"path must be one of {PATHS}, got {path!r}")
     device = _check_device(device)
     cfg = resolve_variant(variant, n_heads=n_heads)
     given_weights = weights is not None
@@ -242,10 +245,14 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     dense_bytes = B * H * N * N * X.element_size()
     if path == "auto":
         path = "blocked" if density < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET else "dense"
-    if path == "blocked" and (record_attention or any(lw.position_bias is not None for lw in weights)):
+    if path in ("blocked", "flex") and (record_attention or any(lw.position_bias is not None for lw in weights)):
         raise ConfigError("record_attention and position bias (T5) need path='dense'")
+    if path == "flex" and record_epsilon:
+        raise ConfigError("record_epsilon needs path 'dense' or 'blocked' (FlexAttention returns no weights)")
     attend = Attention(mask_dense=m.dense(X.device) if path == "dense" else None,
-                       plan=m.plan(block_size, X.device) if path == "blocked" else None, d_qk=d_qk,
+                       plan=m.plan(block_size, X.device) if path == "blocked" else None,
+                       flex=m.flex(X.device) if path == "flex" else None,
+                       make_plan=lambda: m.plan(block_size, X.device), d_qk=d_qk,
                        uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
                        record_attention=record_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
