@@ -149,3 +149,26 @@ def test_overflowing_scores_match_dense_safe_path():
     out, _ = blocked_attention(Q, K, V, BlockPlan(mask.to_csr(), block_size=32), scale=1.0)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, dense)
+
+
+@pytest.mark.parametrize("spec", ["causal_sliding_window:w=17", "sliding_window:w=9", "documents:lengths=40+60,causal=true",
+                                  "prefix:k=7", "complete"])
+def test_plan_from_intervals_equals_plan_from_csr(spec):
+    mask = parse_mask(spec, 100)
+    a, b = BlockPlan(intervals=mask.intervals, block_size=16), BlockPlan(mask.to_csr(), block_size=16)
+    assert (a.kind, a.max_keys, a.n_edges) == (b.kind, b.max_keys, b.n_edges)
+    Q, K, V = (torch.randn(1, 2, 100, 4, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    torch.testing.assert_close(blocked_attention(Q, K, V, a, scale=1.0)[0], blocked_attention(Q, K, V, b, scale=1.0)[0])
+
+
+def test_simulate_never_builds_the_csr_of_a_window():
+    mask = parse_mask("causal_sliding_window:w=8", 5000)
+    simulate(torch.randn(1, 5000, 4), mask=mask, depth=1, path="blocked", metrics=("mu",))
+    assert mask._csr is None
+
+
+def test_plan_rejects_bad_intervals():
+    with pytest.raises(MaskError, match="allow no key"):
+        BlockPlan(intervals=(np.array([0, 1, 2]), np.array([0, 0, 2])))
+    with pytest.raises(MaskError, match="exactly one"):
+        BlockPlan()

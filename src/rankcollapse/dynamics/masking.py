@@ -22,6 +22,7 @@ class ResolvedMask:
         self.mask_obj = None
         self._dense = None
         self._csr = None
+        self._intervals = None
         if isinstance(source, str):
             from ..masks import parse_mask
 
@@ -31,7 +32,9 @@ class ResolvedMask:
             self.spec = str(getattr(source, "spec", "custom"))
             if source.n_tokens != n:
                 raise MaskError(f"mask {self.spec!r} is for {source.n_tokens} tokens, X0 has {n}")
-            self._csr = scipy.sparse.csr_array(source.to_csr())
+            self._intervals = getattr(source, "intervals", None)
+            if self._intervals is None:  # windows keep row intervals: no CSR of N w edges
+                self._csr = scipy.sparse.csr_array(source.to_csr())
         elif scipy.sparse.issparse(source):
             self.spec = "custom"
             self._csr = scipy.sparse.csr_array(source).astype(bool)
@@ -41,10 +44,14 @@ class ResolvedMask:
                 raise MaskError(f"mask matrix must be bool, got {M.dtype}")
             self.spec = "custom"
             self._dense = M.detach().cpu()
-        shape = tuple(self._csr.shape if self._csr is not None else self._dense.shape)
-        if shape != (n, n):
-            raise MaskError(f"mask has shape {shape}, X0 has {n} tokens (expected ({n}, {n}))")
-        counts = np.diff(self._csr.indptr) if self._csr is not None else self._dense.sum(1).numpy()
+        if self._intervals is not None:
+            lo, hi = self._intervals
+            counts = hi - lo + 1
+        else:
+            shape = tuple(self._csr.shape if self._csr is not None else self._dense.shape)
+            if shape != (n, n):
+                raise MaskError(f"mask has shape {shape}, X0 has {n} tokens (expected ({n}, {n}))")
+            counts = np.diff(self._csr.indptr) if self._csr is not None else self._dense.sum(1).numpy()
         empty = np.flatnonzero(counts == 0)
         if empty.size:
             raise MaskError(f"rows {empty[:10].tolist()} of the mask allow no key (softmax over nothing)")
@@ -69,7 +76,10 @@ class ResolvedMask:
         return FlexBackend(self.mask_obj, device)
 
     def plan(self, block_size: int, device) -> BlockPlan:
-        """:class:`BlockPlan` built from the CSR form (no ``N^2`` memory for Mask inputs)."""
+        """:class:`BlockPlan` built from the row intervals or the CSR form (no ``N^2``
+        memory for Mask inputs)."""
+        if self._intervals is not None:
+            return BlockPlan(intervals=self._intervals, block_size=block_size, device=device)
         csr = self._csr if self._csr is not None else scipy.sparse.csr_array(self._dense.numpy())
         return BlockPlan(csr, block_size=block_size, device=device)
 

@@ -42,6 +42,9 @@ class BlockPlan:
     Parameters
     ----------
     csr : ``scipy.sparse`` matrix/array ``(N, N)``, nonzero = token i attends to j.
+    intervals : ``(lo, hi)`` int arrays ``(N,)`` instead of ``csr``: row i attends keys
+        ``lo[i] .. hi[i]`` (inclusive), as :class:`~rankcollapse.masks.Mask` keeps for
+        windows; the plan is then built in O(N) without the CSR form.
     block_size : query rows per block (default 128).
     device : where the index vectors and local masks live.
 
@@ -54,33 +57,45 @@ class BlockPlan:
     Raises
     ------
     MaskError
-        Non-square mask, a row with no allowed key, or ``block_size < 1``.
+        Non-square mask, a row with no allowed key, intervals outside ``0..N-1``, or
+        ``block_size < 1``.
     """
 
-    def __init__(self, csr, *, block_size: int = DEFAULT_BLOCK_SIZE, device: torch.device | str | None = None):
-        csr = scipy.sparse.csr_array(csr)
-        if not csr.has_canonical_format:
-            csr.sum_duplicates()
-        csr.eliminate_zeros()
-        n, m = csr.shape
-        if n != m:
-            raise MaskError(f"mask must be square, got shape {csr.shape}")
-        counts = np.diff(csr.indptr)
-        empty = np.flatnonzero(counts == 0)
+    def __init__(self, csr=None, *, intervals: tuple[np.ndarray, np.ndarray] | None = None,
+                 block_size: int = DEFAULT_BLOCK_SIZE, device: torch.device | str | None = None):
+        if (csr is None) == (intervals is None):
+            raise MaskError("give exactly one of csr or intervals=(lo, hi)")
+        if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
+            raise MaskError(f"block_size must be an integer >= 1, got {block_size!r}")
+        if intervals is not None:  # row i attends lo[i] .. hi[i]: no CSR needed (N = 2^20 has 268M edges)
+            lo, hi = (np.asarray(a, dtype=np.int64) for a in intervals)
+            n = lo.shape[0]
+            counts = hi - lo + 1
+            if hi.shape != lo.shape or (lo < 0).any() or (hi >= n).any():
+                raise MaskError(f"intervals must be two (N,) arrays with 0 <= lo, hi < N={n}")
+        else:
+            csr = scipy.sparse.csr_array(csr)
+            if not csr.has_canonical_format:
+                csr.sum_duplicates()
+            csr.eliminate_zeros()
+            n, m = csr.shape
+            if n != m:
+                raise MaskError(f"mask must be square, got shape {csr.shape}")
+            counts = np.diff(csr.indptr)
+        empty = np.flatnonzero(counts <= 0)
         if empty.size:
             raise MaskError(f"rows {empty[:10].tolist()} of the mask allow no key (softmax over nothing)")
-        if block_size < 1:
-            raise MaskError(f"block_size must be >= 1, got {block_size}")
-        self.n_tokens, self.n_edges, self.block_size = n, int(csr.nnz), int(block_size)
-        self.n_blocks = -(-n // block_size)
+        self.n_tokens, self.n_edges, self.block_size = n, int(counts.sum()), int(block_size)
+        self.n_blocks = -(-n // self.block_size)
         self.device = device
         full = counts == n
         if full.all() or n == 1:  # complete mask: one window of N keys serves every row
             full[:] = False
         self.full_rows = torch.as_tensor(np.flatnonzero(full), dtype=torch.long, device=device)
-        indptr, indices = csr.indptr.astype(np.int64), csr.indices
-        lo, hi = indices[indptr[:-1]].astype(np.int64), indices[indptr[1:] - 1].astype(np.int64)
-        if bool(((hi - lo + 1 == counts) | full).all()):
+        if intervals is None:
+            indptr, indices = csr.indptr.astype(np.int64), csr.indices
+            lo, hi = indices[indptr[:-1]].astype(np.int64), indices[indptr[1:] - 1].astype(np.int64)
+        if intervals is not None or bool(((hi - lo + 1 == counts) | full).all()):
             self._intervals(lo, hi, full)
         else:
             self._gathered(csr, full)
