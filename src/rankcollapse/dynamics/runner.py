@@ -176,7 +176,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
              value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
              weights: Sequence[LayerWeights] | None = None, metrics=None, seed: int = 0,
              dtype: torch.dtype | None = None, device: torch.device | str | None = None,
-             n_heads: int | None = None, shared: bool = False, path: str = "auto", block_size: int = 128,
+             n_heads: int | None = None, shared: bool = False, path: str = "auto", block_size: int = 64,
              record_states: bool = False, record_epsilon: bool = False, record_attention: bool = False,
              ) -> SimResult:
     """Run ``depth`` layers of masked self-attention dynamics from ``X0``.

@@ -32,8 +32,8 @@ import torch
 from ..errors import MaskError
 from .attention import safe_softmax_scores, scores_may_overflow
 
-DEFAULT_BLOCK_SIZE = 128
-SCORE_BUDGET = 16 * 2**20  # bytes of float scores per chunk: fits in L2/L3-friendly pieces
+DEFAULT_BLOCK_SIZE = 64
+SCORE_BUDGET = 2 * 2**20  # bytes of float scores per chunk: small enough that the softmax passes stay in cache
 
 
 class BlockPlan:
@@ -45,7 +45,7 @@ class BlockPlan:
     intervals : ``(lo, hi)`` int arrays ``(N,)`` instead of ``csr``: row i attends keys
         ``lo[i] .. hi[i]`` (inclusive), as :class:`~rankcollapse.masks.Mask` keeps for
         windows; the plan is then built in O(N) without the CSR form.
-    block_size : query rows per block (default 128).
+    block_size : query rows per block (default 64).
     device : where the index vectors and local masks live.
 
     Attributes
@@ -243,9 +243,16 @@ class BlockPlan:
 
 
 def _pad_keys(K: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """``K (..., N, d)`` with ``lo`` zero rows before and ``hi`` after (only the margins
+    are zero-filled: one copy of K, not a fill and a copy)."""
     if not lo and not hi:
         return K
-    return torch.nn.functional.pad(K, (0, 0, lo, hi))
+    *lead, n, d = K.shape
+    out = K.new_empty(*lead, lo + n + hi, d)
+    out[..., :lo, :].zero_()
+    out[..., lo + n:, :].zero_()
+    out[..., lo:lo + n, :] = K
+    return out
 
 
 def _window_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, overflow: bool):
