@@ -17,12 +17,14 @@ SCRIPTS = {
     "masks": ["bench_masks.py"],
     "metrics": ["bench_metrics.py"],
     "dynamics": ["bench_dynamics.py"],
+    "long": ["bench_long.py"],
     "recorder": ["bench_recorder.py"],
 }
 QUICK = {
     "masks": ["--n", "16384"],
     "metrics": ["--shape", "64", "128", "768"],
     "dynamics": ["--quick"],
+    "long": ["--n", "4096", "--skip-sdpa"],
     "recorder": ["--repeats", "3"],
 }
 
