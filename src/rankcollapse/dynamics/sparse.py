@@ -232,7 +232,6 @@ class BlockPlan:
             return Kp[..., self.key_index[b0:b1], :]
         if self.regular:  # a strided view: window b starts b * Bq rows after window 0
             *lead, n_p, d = Kp.shape
-            Kp = Kp.contiguous()
             s = Kp.stride()
             start = self.offset + self.pad_lo + b0 * self.block_size
             return Kp.as_strided((*lead, b1 - b0, self.max_keys, d),
@@ -291,7 +290,8 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     # batches through 5-D matmul, which copies the windows
     flat = B * H == 1
     Qb = Qp.reshape(nb, bq, d_k) if flat else Qp.reshape(B, H, nb, bq, d_k)
-    Kp, Vp = _pad_keys(K, plan.pad_lo, plan.pad_hi), _pad_keys(V, plan.pad_lo, plan.pad_hi)
+    # padded once per call and made contiguous, so that every chunk's windows are views
+    Kp, Vp = (_pad_keys(T, plan.pad_lo, plan.pad_hi).contiguous() for T in (K, V))
     if flat:
         Kp, Vp = Kp.reshape(-1, d_k), Vp.reshape(-1, d_v)
     if overflow:
