@@ -241,6 +241,21 @@ class BlockPlan:
         return Kp[..., idx, :]
 
 
+FLUSH_SUBNORMAL = True
+
+
+def _flush_subnormal(A: torch.Tensor) -> None:
+    """Set attention weights below the smallest normal number (``finfo.tiny``, 1.2e-38 in
+    float32) to 0, in place. Near-hard attention (large scores) gives many subnormal
+    weights, and subnormal operands make CPU matmuls several times slower; dropping them
+    changes each output by less than ``K_w * tiny * max|v|``, far below rounding (ε is
+    read before this)."""
+    info = torch.finfo(A.dtype)
+    largest_subnormal = float(torch.nextafter(torch.tensor(info.tiny, dtype=A.dtype),
+                                              torch.tensor(0.0, dtype=A.dtype)))
+    torch.nn.functional.threshold_(A, largest_subnormal, 0.0)
+
+
 def _pad_keys(K: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     """``K (..., N, d)`` with ``lo`` zero rows before and ``hi`` after (only the margins
     are zero-filled: one copy of K, not a fill and a copy)."""
@@ -303,13 +318,15 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
         b1 = min(nb, b0 + step)
         s = _window_scores(Qb[..., b0:b1, :, :], plan.keys(Kp, b0, b1), plan, b0, b1, scale, overflow)
         A = torch.softmax(s, dim=-1).to(V.dtype)  # (..., c, Bq, K_w)
+        if need_epsilon:
+            lows.append(A.masked_fill(plan.not_counted(b0, b1), float("inf")).amin())
+        if FLUSH_SUBNORMAL:
+            _flush_subnormal(A)
         v = plan.keys(Vp, b0, b1)
         if flat:
             torch.bmm(A, v, out=out[b0:b1])
         else:
             out[..., b0:b1, :, :] = torch.matmul(A, v)
-        if need_epsilon:
-            lows.append(A.masked_fill(plan.not_counted(b0, b1), float("inf")).amin())
     out = out.reshape(B, H, n_p, d_v)[:, :, :N]
     if plan.full_rows.numel():  # global queries: a dense (G, N) slab
         rows = plan.full_rows.to(Q.device)
