@@ -172,3 +172,21 @@ def test_plan_rejects_bad_intervals():
         BlockPlan(intervals=(np.array([0, 1, 2]), np.array([0, 0, 2])))
     with pytest.raises(MaskError, match="exactly one"):
         BlockPlan()
+
+
+def test_near_hard_attention_subnormal_weights():
+    """Weights below float32's smallest normal number are dropped before A V (speed);
+    the output still equals dense attention and ε still reports the subnormal minimum."""
+    n = 300
+    mask = parse_mask("causal_sliding_window:w=32", n)
+    gen = torch.Generator().manual_seed(5)
+    Q, K, V = (torch.randn(1, 1, n, 8, generator=gen) for _ in range(3))
+    Q[..., 0], K[..., 0] = 1.0, 0.0
+    Q[..., 1:] = 0.0
+    K[..., 0, 0] = 95.0  # rows that see key 0 give the others exp(-95) ~ 5e-42: subnormal
+    dense, A = dense_attention(Q, K, V, mask.to_dense(), scale=1.0, need_weights=True)
+    low = A[..., mask.to_dense()].min()
+    assert 0 < float(low) < torch.finfo(torch.float32).tiny
+    out, eps = blocked_attention(Q, K, V, BlockPlan(mask.to_csr(), block_size=16), scale=1.0, need_epsilon=True)
+    torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-6)
+    assert float(eps) == float(low)
