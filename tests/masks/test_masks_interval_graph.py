@@ -79,3 +79,11 @@ def test_million_tokens_from_closed_forms_without_csr():
 def test_bad_method():
     with pytest.raises(MaskError, match="method"):
         analyze(parse_mask("causal", 4), method="bfs")
+
+
+def test_rate_table_at_a_million_tokens():
+    from rankcollapse.masks.rates import compare_masks
+
+    table = compare_masks(["causal_sliding_window:w=256", "causal"], 2**20)
+    assert table["radius"].tolist() == [-(-(2**20 - 1) // 255), 1]
+    assert table["max_in_degree"].tolist() == [256, 2**20]
