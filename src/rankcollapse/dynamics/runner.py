@@ -205,6 +205,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         ``"flex"`` (compiled FlexAttention, :mod:`.flex`; no ``record_epsilon``) or
         ``"auto"`` (blocked when the mask's density < 1/4 and the dense scores exceed
         64 MiB, else dense).
+    block_size : query rows per block of the windowed kernel (default 64).
     record_states, record_epsilon, record_attention : keep X(t), ε(t), A(t).
 
     Returns
