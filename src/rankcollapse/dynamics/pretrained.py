@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ModelError
-from ..models.families import MODEL_TYPES, family_of
+from ..models.families import MODEL_TYPES, albert_group, family_of
 from .weights import LayerWeights
 
 LayerAttentionWeights = LayerWeights
@@ -54,14 +54,14 @@ def _bert(base, cfg) -> list[LayerWeights]:
 
 def _albert(base, cfg) -> list[LayerWeights]:
     groups = base.encoder.albert_layer_groups
-    per_group = cfg.num_hidden_layers // cfg.num_hidden_groups
     out = []
     for i in range(cfg.num_hidden_layers):
-        for inner in groups[i // per_group].albert_layers:
+        g = albert_group(i, cfg.num_hidden_layers, cfg.num_hidden_groups)
+        for inner in groups[g].albert_layers:
             a = inner.attention
             out.append(_qkvo(a.query, a.key, a.value, a.dense, n_heads=cfg.num_attention_heads,
                              scale=float(a.attention_head_size ** -0.5),
-                             meta={"family": "albert", "layer": i, "shared_group": i // per_group}))
+                             meta={"family": "albert", "layer": i, "shared_group": g}))
     return out
 
 

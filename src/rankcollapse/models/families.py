@@ -146,11 +146,18 @@ def _bert(model: nn.Module) -> list[Stack]:
     return [Stack("", blocks, None, "post_ln")]
 
 
+def albert_group(layer: int, n_layers: int, n_groups: int) -> int:
+    """The hidden group ALBERT's layer ``layer`` (0-based) runs, by transformers' own
+    rule in ``AlbertTransformer.forward``: ``int(layer / (n_layers / n_groups))``.
+    3 layers in 2 groups run groups 0, 0, 1; 4 layers in 3 groups run 0, 0, 1, 2."""
+    return int(layer / (n_layers / n_groups))
+
+
 def _albert(model: nn.Module) -> list[Stack]:
     enc, cfg = model.encoder, model.config
     calls = []
     for i in range(cfg.num_hidden_layers):
-        group = enc.albert_layer_groups[int(i / (cfg.num_hidden_layers / cfg.num_hidden_groups))]
+        group = enc.albert_layer_groups[albert_group(i, cfg.num_hidden_layers, cfg.num_hidden_groups)]
         calls.extend(group.albert_layers)
     blocks = tuple(
         BlockParts(
