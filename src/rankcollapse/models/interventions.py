@@ -40,6 +40,7 @@ from ..errors import ConfigError, ModelError
 from ..masks import dense_mask
 from . import families
 from .families import Stack, Tap
+from .loading import as_loaded
 
 COMPONENTS = ("skip", "mlp", "norm", "final_norm")
 
@@ -220,7 +221,7 @@ def _supported(loaded: Any, what: str) -> list[Stack]:
     if loaded.family == "generic":
         raise ModelError(
             f"{what} is not supported for the generic family ({type(loaded.model).__name__}); "
-            "supported families: bert, albert, gpt2, t5, llama"
+            f"supported families: {', '.join(families.REGISTRY)}"
         )
     return families.stacks(loaded.model, loaded.family)
 
@@ -260,6 +261,7 @@ def intervene(
     """
     if not (isinstance(d_qk_scale, (int, float)) and math.isfinite(d_qk_scale) and d_qk_scale > 0):
         raise ConfigError(f"d_qk_scale must be a positive finite number, got {d_qk_scale!r}")
+    loaded = as_loaded(loaded)
     drop_list = split_drop(drop) if isinstance(drop, str) else list(drop)
     if mask is None and d_qk_scale == 1.0 and not drop_list:
         yield
