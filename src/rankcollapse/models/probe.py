@@ -196,6 +196,47 @@ def probe(
     return df
 
 
+@torch.no_grad()
+def attention_maps(
+    loaded: Any,
+    windows: Windows,
+    *,
+    mask: Any = None,
+    d_qk_scale: float = 1.0,
+    drop: Sequence[str] | str = (),
+    batch_size: int = 8,
+) -> dict[str, torch.Tensor]:
+    """Self-attention probabilities of every block on ``windows``, under the same
+    interventions as :func:`probe`.
+
+    The model runs with eager attention for the call (switched automatically by
+    :class:`Recorder` ``(attentions=True)`` and restored), so the maps are exactly
+    the model's own ``output_attentions``.
+
+    Returns
+    -------
+    dict[str, torch.Tensor]
+        ``{prefix}layer.k.attention`` -> float32 ``(B, H, N, N)`` on CPU; row i of a
+        real query sums to 1 over the real keys (padding keys get 0).
+
+    Raises
+    ------
+    ModelError
+        The model cannot switch to eager attention or returns no probabilities.
+    """
+    loaded = as_loaded(loaded)
+    parts: dict[str, list[torch.Tensor]] = {}
+    for start in range(0, windows.n_windows, batch_size):
+        ids = windows.input_ids[start : start + batch_size]
+        am = windows.attention_mask[start : start + batch_size]
+        with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am):
+            with Recorder(loaded, [], attentions=True) as rec:
+                loaded.model(**model_inputs(loaded, ids, am))
+        for name, a in rec.attention_maps.items():
+            parts.setdefault(name, []).append(a.float().cpu())
+    return {name: torch.cat(chunks) for name, chunks in parts.items()}
+
+
 def _stack_of(name: str, stack_list: list[families.Stack]) -> families.Stack:
     for stack in stack_list:
         if stack.prefix and name.startswith(stack.prefix):
