@@ -2,7 +2,7 @@
 
 See ``docs/models.md``. Public API: :func:`load_model`, :class:`LoadedModel`,
 :class:`Recorder`, :func:`intervene`, :func:`probe`, :func:`embed`,
-:func:`attention_only`.
+:func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`.
 """
 
 from typing import TYPE_CHECKING
@@ -14,8 +14,8 @@ __getattr__, __dir__, __all__ = attach(__name__, {
     "interventions": ("intervene", "parse_drop"),
     "loading": ("FAMILIES", "LoadedModel", "as_loaded", "detect_family", "load_model"),
     "probe": (
-        "PROBE_DEFAULT_METRICS", "TABLE_COLUMNS", "attention_maps", "default_points", "embed", "embedding_rank_note", "model_inputs",
-        "position_ids", "probe",
+        "PROBE_DEFAULT_METRICS", "TABLE_COLUMNS", "attention_maps", "default_points", "embed",
+        "embedding_rank_note", "model_inputs", "position_ids", "probe",
     ),
     "recorder": ("Recorder", "StopForward", "switch_attention"),
 })
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .interventions import intervene, parse_drop
     from .loading import FAMILIES, LoadedModel, as_loaded, detect_family, load_model
     from .probe import (
-        PROBE_DEFAULT_METRICS, TABLE_COLUMNS, attention_maps, default_points, embed, embedding_rank_note, model_inputs, position_ids,
-        probe,
+        PROBE_DEFAULT_METRICS, TABLE_COLUMNS, attention_maps, default_points, embed, embedding_rank_note,
+        model_inputs, position_ids, probe,
     )
     from .recorder import Recorder, StopForward, switch_attention

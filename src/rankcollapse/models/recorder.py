@@ -92,7 +92,9 @@ class Recorder:
         A requested point does not exist in this model.
     """
 
-    def __init__(self, loaded: Any, points: Iterable[str] | None = None, *, stop: bool = False, attentions: bool = False):
+    def __init__(
+        self, loaded: Any, points: Iterable[str] | None = None, *, stop: bool = False, attentions: bool = False
+    ):
         loaded = as_loaded(loaded)
         self.model: nn.Module = loaded.model
         self.stacks = families.stacks(self.model, loaded.family)
