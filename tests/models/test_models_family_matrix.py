@@ -178,3 +178,22 @@ def test_probe_accepts_a_plain_model_with_a_head():
 def test_anything_else_is_a_clear_error():
     with pytest.raises(ModelError, match="PreTrainedModel, got Linear"):
         Recorder(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("kind", ["roberta", "gemma", "mistral", "qwen2"])
+def test_weight_extraction_reproduces_the_first_attention_layer(kind):
+    from rankcollapse.dynamics import simulate
+    from rankcollapse.dynamics.pretrained import extract_attention_weights
+
+    model = build(kind, "eager")
+    x = ids(1, 8)
+    causal = kind != "roberta"
+    M = torch.ones(8, 8, dtype=torch.bool)
+    M = M.tril() if causal else M
+    with Recorder(model, ["embeddings", "layer.0.attn_output", "layer.0.norm_1"]) as rec:
+        _run(model, x, torch.ones_like(x))
+    X = rec.outputs["embeddings"] if kind == "roberta" else rec.outputs["layer.0.norm_1"]
+    weights = extract_attention_weights(model)
+    res = simulate(X.double(), mask=M, depth=1, weights=[weights[0]], metrics={"n": lambda Z: Z.norm()},
+                   record_states=True, dtype=torch.float64)
+    torch.testing.assert_close(res.states[1].float(), rec.outputs["layer.0.attn_output"], rtol=1e-4, atol=1e-5)

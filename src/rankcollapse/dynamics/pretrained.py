@@ -5,7 +5,7 @@ no MLP unless the caller's :class:`~rankcollapse.dynamics.config.BlockConfig` ad
 
 Family quirks handled (row-vector convention: ``nn.Linear`` weights are transposed):
 
-- BERT: ``query/key/value`` and ``attention.output.dense`` (``W_O``), biases, scale
+- BERT (and RoBERTa, same modules): ``query/key/value`` and ``attention.output.dense`` (``W_O``), biases, scale
   ``1/sqrt(d_head)``.
 - ALBERT: one shared layer (per layer group) repeated ``num_hidden_layers`` times; the
   simulation runs at ``hidden_size`` (the embedding projection is not part of attention).
@@ -108,12 +108,13 @@ def _llama(base, cfg) -> list[LayerWeights]:
     return out
 
 
-_EXTRACTORS = {"bert": _bert, "albert": _albert, "gpt2": _gpt2, "t5": _t5, "llama": _llama}
+_EXTRACTORS = {"bert": _bert, "roberta": _bert, "albert": _albert, "gpt2": _gpt2, "t5": _t5, "llama": _llama}
 
 
 def model_family(hf_model) -> str:
-    """``bert | albert | gpt2 | t5 | llama`` from ``config.model_type``, by the family
-    registry :data:`rankcollapse.models.families.REGISTRY` (Mistral and Qwen2 are Llama).
+    """``bert | roberta | albert | gpt2 | t5 | llama`` from ``config.model_type``, by the
+    family registry :data:`rankcollapse.models.families.REGISTRY` (Mistral, Qwen2 and
+    Gemma are Llama).
 
     Raises
     ------
