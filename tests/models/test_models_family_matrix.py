@@ -197,3 +197,12 @@ def test_weight_extraction_reproduces_the_first_attention_layer(kind):
     res = simulate(X.double(), mask=M, depth=1, weights=[weights[0]], metrics={"n": lambda Z: Z.norm()},
                    record_states=True, dtype=torch.float64)
     torch.testing.assert_close(res.states[1].float(), rec.outputs["layer.0.attn_output"], rtol=1e-4, atol=1e-5)
+
+
+def test_left_padded_gpt2_probe_gives_the_unpadded_metrics():
+    model = build("gpt2")
+    x = ids(1, 8)
+    plain = probe(model, Windows(x, torch.ones_like(x), torch.zeros_like(x, dtype=torch.bool)), metrics=("mu",))
+    xp, am, _ = _padded(x, 4, "left")
+    padded = probe(model, Windows(xp, am, torch.zeros_like(xp, dtype=torch.bool)), metrics=("mu",))
+    assert padded["mean"].to_numpy() == pytest.approx(plain["mean"].to_numpy(), rel=1e-5)

@@ -24,3 +24,15 @@ def test_minilm_in_bfloat16_keeps_its_rank():
         assert float(r16["numerical_rank"]) > 0, point  # was 0 at every layer
         # sigma_min is far above the bf16 noise floor u ||X||_F here: the same full rank as float32
         assert float(r16["numerical_rank"]) == float(r32["numerical_rank"]) == 32, point
+
+
+def test_minilm_in_bfloat16_probe_reports_the_float32_rank():
+    from rankcollapse.models import probe
+
+    loaded = load_model("minilm")
+    w = make_windows([TEXT], loaded.tokenizer, length=32, n_windows=1)
+    r32 = probe(loaded, w, metrics=("rank_fraction",))
+    loaded.model.to(torch.bfloat16)
+    r16 = probe(loaded, w, metrics=("rank_fraction",))
+    assert (r16["mean"] > 0).all()  # was 0.0 at every layer
+    assert r16["mean"].tolist() == r32["mean"].tolist() == [1.0] * 7
