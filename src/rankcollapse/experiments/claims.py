@@ -19,7 +19,8 @@ decisive statistic T is ``lhs / rhs`` (``compare: ratio``, the default), ``lhs -
 ``factor`` (times the constant). Its 95 % interval is the 2.5-97.5 percentile range of
 T over bootstrap replicates that resample windows and seeds (paired across the two
 sides). For ``>=`` / ``>``: *holds* when the whole interval clears τ, *fails* when it lies
-wholly below, *undecided* otherwise (``<=`` / ``<`` mirrored). Two collapsed sides (a
+wholly below, *undecided* otherwise (``<=`` / ``<`` mirrored; ``within``: the interval
+inside ``[1/τ, τ]`` holds, wholly outside it fails). Two collapsed sides (a
 relative metric at or below the epsilon of its dtype) compare equal: T = 1 (ratio) or 0.
 
 ``for_each: {key: [v1, v2]}`` stands for one copy per value, every ``"{key}"`` string in
@@ -43,7 +44,7 @@ from .quantities import AmbiguousSelection, EvalContext, MissingData, Value, eva
 
 VERDICTS = ("reproduced", "not reproduced", "mixed", "mixed (depth-sensitive)", "not run")
 OUTCOMES = ("holds", "fails", "undecided")
-_OPS = {">=": (lambda a, b: a >= b), "<=": (lambda a, b: a <= b), ">": (lambda a, b: a > b), "<": (lambda a, b: a < b)}
+_OPS = (">=", "<=", ">", "<", "within")
 
 
 def quantity(table: pd.DataFrame, q: dict[str, Any], setting: str = "default",
@@ -63,6 +64,8 @@ def _interval(reps: np.ndarray) -> tuple[float, float]:
 def _outcome(op: str, lo: float, hi: float, tau: float) -> str:
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return "undecided"
+    if op == "within":  # within a factor tau either way: [1/tau, tau]
+        return "holds" if lo >= 1 / tau and hi <= tau else "fails" if hi < 1 / tau or lo > tau else "undecided"
     up = {">=": (lo >= tau, hi < tau), ">": (lo > tau, hi <= tau),
           "<=": (hi <= tau, lo > tau), "<": (hi < tau, lo >= tau)}[op]
     return "holds" if up[0] else "fails" if up[1] else "undecided"
@@ -297,7 +300,9 @@ def rule_text(claim: dict[str, Any]) -> str:
     parts = []
     for c in expand_checks(rule["checks"]):
         rhs = c.get("rhs", {"const": 1.0})
-        if "const" in rhs:
+        if c.get("op") == "within":
+            body = f"{_qtext(c['lhs'])} within a factor {float(c.get('factor', 1)):g} of {_qtext(rhs)}"
+        elif "const" in rhs:
             body = f"{_qtext(c['lhs'])} {c.get('op', '>=')} {float(c.get('factor', 1)) * float(rhs['const']):g}"
         elif c.get("compare") == "difference":
             body = f"{_qtext(c['lhs'])} - {_qtext(rhs)} {c.get('op', '>=')} {float(c.get('factor', 0)):g}"
