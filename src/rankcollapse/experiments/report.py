@@ -126,8 +126,9 @@ def results_markdown(claims: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(RESULTS_COLUMNS) + " |", "|" + "---|" * len(RESULTS_COLUMNS)]
     for c in claims:
         deep = c.get("depth_check") or {}
-        cells = [c["id"], f"{c['effect']} ({c.get('paper_effect', '')})", c["verdict"], number(c),
-                 deep.get("verdict", "—") if deep else "—", c.get("original_verdict") or "unchanged"]
+        at2 = deep.get("verdict", "—") if deep else ("n/a (fixed depth)" if c["verdict"] != "not run" else "—")
+        cells = [c["id"], f"{c['effect']} ({c.get('paper_effect', '')})", c["verdict"], number(c), at2,
+                 c.get("original_verdict") or "unchanged"]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -121,7 +121,7 @@ def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.D
     if "values" not in df:
         df["values"] = [np.empty(0)] * len(df)
     else:
-        df["values"] = [np.asarray(v, dtype=np.float64) if v is not None else np.empty(0) for v in df["values"]]
+        df["values"] = [_as_values(v) for v in df["values"]]
     df["n_samples"] = df["n_samples"].astype(np.int64)
     for k in ("d_qk", "init_scale") + STAT_COLUMNS[:-1]:
         df[k] = df[k].astype(np.float64)
@@ -131,6 +131,14 @@ def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.D
     df["claims"] = df["claims"].fillna("").astype(str)
     extra = [c for c in df.columns if c not in COLUMNS]
     return df[list(COLUMNS) + extra].reset_index(drop=True)
+
+
+def _as_values(v: Any) -> np.ndarray:
+    """A row's per-window values as a 1-D float64 array; empty for a missing entry
+    (None or NaN, as left by concatenating rows without values)."""
+    if v is None or (np.ndim(v) == 0 and (not isinstance(v, (int, float, np.number)) or np.isnan(v))):
+        return np.empty(0)
+    return np.asarray(v, dtype=np.float64).reshape(-1)
 
 
 def condition_of(row: Mapping[str, Any]) -> str:
