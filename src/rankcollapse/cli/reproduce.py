@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, all, or summary."),
         target: Optional[Path] = typer.Argument(None, help="With `summary`: the run folder to summarise."),
         fmt: str = typer.Option("markdown", "--format", help="With `summary`: markdown (the README table) or json."),
-        scale: str = typer.Option("quick", "--scale", help="quick (minutes on 2 cores), paper (3000 windows) or smoke."),
+        scale: str = typer.Option("quick", "--scale", help="quick (minutes on 2 cores), large (256 windows x 4 seeds), paper (3000 windows) or smoke."),
         out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/<UTC time>)."),
         seed: int = typer.Option(0, "--seed", help="Seeds window order and weights (weight seed k = seed + k)."),
         text: Optional[Path] = typer.Option(None, "--text-file", "--text", help="UTF-8 text file (one document per line) or JSONL instead of Wikipedia."),

@@ -1,7 +1,8 @@
 """Declarative experiment configs (``configs/<name>.yaml``): loading, validation,
 expansion into units of work, and hashes.
 
-A config names its inputs, its scales (``quick``, ``paper``, ``smoke``), its units
+A config names its inputs, its scales (``smoke``, ``quick``, ``large`` = 256 windows x
+4 seeds, ``paper``), its units
 (each a ``kind`` with a ``grid`` of values whose Cartesian product gives one unit per
 combination and seed), its plots and its pre-registered claims. A unit's identity is
 the canonical JSON of everything that determines its numbers; its hash keys the cache.
@@ -21,7 +22,7 @@ from ..errors import ConfigError
 
 EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory")
 ALIASES = {"": "main", "all": "all"}
-SCALES = ("quick", "paper", "smoke")
+SCALES = ("quick", "large", "paper", "smoke")
 UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "theory")
 #: Bumped (per unit kind) when a unit's labels change; any change to the package's code
 #: or the numeric stack also changes every hash (``code_fingerprint``).
