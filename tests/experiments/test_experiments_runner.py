@@ -45,7 +45,7 @@ def test_all_writes_twelve_claims(fake, tmp_path):
     assert [c["id"] for c in claims] == [f"C{k:02d}" for k in range(1, 13)]
     for c in claims:
         assert {"id", "effect", "verdict", "measured", "rule", "experiment", "comparison", "plot", "notes"} <= set(c)
-        assert c["verdict"] in ("reproduced", "not reproduced", "mixed", "not run")
+        assert c["verdict"] in C_VERDICTS
     assert set(res.config["experiments"]) == {"main", "fig2", "fig3", "fig4", "theory"}
 
 
