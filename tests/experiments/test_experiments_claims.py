@@ -199,3 +199,13 @@ def test_c02_and_c11_read_one_comparison():
     scored = [c for c in c02 if not c.get("informational")]
     assert [(c["lhs"], c["rhs"], c["factor"], c["op"]) for c in c11] == [(c["lhs"], c["rhs"], c["factor"], c["op"]) for c in scored]
     assert fig2["C11"]["rule"]["expect"] == "mixed" and fig2["C02"]["rule"].get("expect", "all") == "all"
+
+
+def test_decisive_check_is_the_nearest_to_its_threshold():
+    far = {"check": "far", "op": ">=", "threshold": 2.0, "interval": [20.0, 40.0], "outcome": "holds"}
+    near = {"check": "near", "op": "<=", "threshold": 1.0, "interval": [0.5, 0.9], "outcome": "holds"}
+    within = {"check": "within", "op": "within", "threshold": 10.0, "interval": [0.105, 1.0], "outcome": "holds"}
+    assert C.decisive([far, near], "reproduced")["check"] == "near"
+    assert C.decisive([far, near, within], "reproduced")["check"] == "within"  # 0.105 is 5 % above the lower bound 0.1
+    failing = {**far, "check": "fails", "interval": [0.5, 1.0], "outcome": "fails"}
+    assert C.decisive([near, failing], "not reproduced")["check"] == "fails"

@@ -271,6 +271,9 @@ def decisive(checks: list[dict[str, Any]], verdict: str) -> dict[str, Any] | Non
 def _margin(c: dict[str, Any]) -> float:
     lo, hi = c["interval"]
     tau = c["threshold"]
+    if c["op"] == "within":  # the nearer of the two bounds 1/tau and tau, relative to each
+        edges = ((lo - 1 / tau) * tau, (tau - hi) / tau)
+        return min(edges) if all(map(math.isfinite, edges)) else math.inf
     edge = (lo - tau) if c["op"] in (">=", ">") else (tau - hi)
     scale = abs(tau) if tau else 1.0
     return edge / scale if math.isfinite(edge) else math.inf
