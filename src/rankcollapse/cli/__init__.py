@@ -21,7 +21,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_SUBCOMMAND_MODULES = ("mask", "metrics", "simulate", "theory", "probe", "reproduce")
+_SUBCOMMAND_MODULES = ("mask", "metrics", "simulate", "theory", "probe", "reproduce", "phase")
 
 for _name in _SUBCOMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}").register(app)
