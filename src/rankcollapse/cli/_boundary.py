@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 from typer import _click as click  # typer vendors click; its classes are these
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from ..errors import RankCollapseError
 
@@ -69,10 +69,10 @@ class Command(TyperCommand):
         _, _, order = parser.parse_args(args=list(args))
         seen: set[str] = set()
         for param in order:
-            single = isinstance(param, click.core.Option) and not param.multiple and not param.count \
+            single = isinstance(param, TyperOption) and not param.multiple and not param.count \
                 and not param.is_flag
             if single and param.name in seen:
-                raise click.UsageError(f"option {param.opts[0]} given more than once; it takes one value",
+                raise click.exceptions.UsageError(f"option {param.opts[0]} given more than once; it takes one value",
                                        ctx=ctx)
             seen.add(param.name)
         return super().parse_args(ctx, args)
