@@ -89,3 +89,42 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out
+
+
+def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | None = None):
+    """The numeric array saved in the ``.npy`` file ``path`` (numpy, native byte order).
+
+    One loader for every array the toolkit reads (token arrays, padding masks, mask
+    matrices), so each refuses bad files the same way. Big-endian arrays are converted
+    to native order; no pickles are ever loaded.
+
+    Raises
+    ------
+    error (default :class:`~rankcollapse.errors.DataError`)
+        Naming ``what`` and ``path``: missing or not a file, empty (0 bytes), truncated
+        or not ``.npy``, an ``.npz`` archive, or a dtype that is not bool/int/float
+        (strings, datetimes, objects, structured records, complex).
+    """
+    import numpy as np
+
+    from .errors import DataError
+
+    error = error or DataError
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{what} {str(path)!r} does not exist or is not a file")
+    if path.stat().st_size == 0:
+        raise error(f"{what} {str(path)!r} is empty (0 bytes)")
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise error(f"{what} {str(path)!r} is not a readable .npy array: {exc}") from None
+    if not isinstance(arr, np.ndarray):  # np.load opens .npz archives lazily
+        arr.close()
+        raise error(f"{what} {str(path)!r} is an .npz archive; save one array with numpy.save (.npy)")
+    dt = arr.dtype
+    if dt.names is not None or dt.kind not in "biuf":
+        raise error(f"{what} {str(path)!r} holds dtype {dt.str} ({dt}); expected bool, integer or float")
+    if not dt.isnative:
+        arr = arr.astype(dt.newbyteorder("="))
+    return arr

@@ -12,6 +12,7 @@ anything else is labelled an internal error, still as one line. A real
 from __future__ import annotations
 
 import errno
+import math
 import os
 import sys
 from typing import Any
@@ -20,6 +21,7 @@ import typer
 from typer import _click as click  # typer vendors click; its classes are these
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
+from .._validate import INT64_MAX, INT64_MIN
 from ..errors import RankCollapseError
 
 PREFIX = "rankcollapse: error: "
@@ -76,6 +78,26 @@ class Command(TyperCommand):
                                        ctx=ctx)
             seen.add(param.name)
         return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        for param in self.params:
+            for value in _values(ctx.params.get(param.name)):
+                _check_number(value, param)
+        return super().invoke(ctx)
+
+
+def _values(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _check_number(value: Any, param: Any) -> None:
+    """Numbers every option must meet, whatever the command: finite floats (NaN and
+    inf are no setting) and integers that fit 64 bits (numpy and torch consume them)."""
+    name = (param.opts or [param.name])[0]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise click.exceptions.UsageError(f"{name} must be a finite number, got {value}")
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        raise click.exceptions.UsageError(f"{name} must fit a signed 64-bit integer, got {value}")
 
 
 class Group(TyperGroup):

@@ -13,6 +13,7 @@ from .. import masks
 from .._io import atomic_path
 from .._validate import check_int
 from ..errors import ConfigError, MaskError
+from ..masks.plot import image_format
 
 mask_app = typer.Typer(
     help="Attention masks as graphs: M[i, j] = token i attends to token j (edge j -> i).",
@@ -60,6 +61,7 @@ def show(
     n = check_int(n, "--n", low=1, error=MaskError)
     if n > 2048:
         raise MaskError(f"--n {n} is too large to draw one cell per token pair (at most 2048)")
+    image_format(out)  # before any work
     mask = masks.parse_mask(spec, n)
     masks.draw_mask(mask, masks.analyze(mask), out)
     typer.echo(f"wrote {out}", err=True)

@@ -12,16 +12,14 @@ import torch
 import typer
 
 from .. import masks, metrics
+from .._io import load_npy
 from ..errors import DataError, MetricError
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
 def _load_array(path: Path, what: str) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise DataError(f"cannot read {what} {path}: {exc}") from None
+    return load_npy(path, what, error=DataError)
 
 
 def _graph_mask(spec: str | None, n_tokens: int):

@@ -12,7 +12,7 @@ import torch
 import typer
 
 from .. import data, dynamics, models
-from .._io import atomic_path, versions, write_json_atomic
+from .._io import atomic_path, load_npy, versions, write_json_atomic
 from ..errors import ConfigError, DataError
 from ..points import point_after
 
@@ -41,13 +41,18 @@ def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: in
     path = Path(source)
     if not path.is_file():
         raise DataError(f"--input {source!r} is neither one of {INPUTS} nor a readable .npy/.pt file")
+    if path.suffix != ".pt":
+        return _as_batch(torch.as_tensor(load_npy(path, "--input", error=DataError)), source, n_tokens)
     try:
-        X = torch.load(path, weights_only=True) if path.suffix == ".pt" else torch.as_tensor(
-            np.load(path, allow_pickle=False))
+        X = torch.load(path, weights_only=True)
     except Exception as exc:  # any unreadable file: pickle, zip, numpy and torch errors differ
         raise DataError(f"--input {source!r} is not a readable .npy/.pt array: {exc}") from None
     if not isinstance(X, torch.Tensor):
         raise DataError(f"--input {source!r} holds a {type(X).__name__}, not one tensor")
+    return _as_batch(X, source, n_tokens)
+
+
+def _as_batch(X: torch.Tensor, source: str, n_tokens: int) -> torch.Tensor:
     if X.ndim == 2:
         X = X.unsqueeze(0)
     if X.ndim != 3 or X.shape[1] != n_tokens:
