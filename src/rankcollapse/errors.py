@@ -35,3 +35,8 @@ class ModelError(RankCollapseError):
 
 class ConvergenceError(RankCollapseError):
     """An iterative solver did not converge; the message says what was tried."""
+
+
+class MemoryLimitError(ConfigError):
+    """A request whose estimated memory exceeds the limit; the message gives the
+    estimate and the option (``--max-memory``) that lifts it."""

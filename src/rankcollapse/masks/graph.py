@@ -97,6 +97,7 @@ class MaskAnalysis:
     n_bfs: int
     closed_form_agrees: bool | None = None
     distance_from_center: np.ndarray | None = field(default=None, repr=False)
+    method: str = "graph_search"  # or "closed_form" for masks too large to search (masks.closed)
 
     def to_dict(self, *, per_token: bool = False) -> dict[str, Any]:
         """JSON-ready dict; ``per_token`` adds ``distance_from_center``."""
@@ -187,12 +188,15 @@ def _is_symmetric(csr: sp.csr_array, csr_t: sp.csr_array) -> bool:
     return csr.nnz == csr_t.nnz and (csr != csr_t).nnz == 0
 
 
-def analyze(mask: Mask) -> MaskAnalysis:
+def analyze(mask: Mask, *, max_memory: int | str | None = None) -> MaskAnalysis:
     """Analyse the graph of ``mask`` (spec.md §4) exactly, in O(E) memory.
 
     Parameters
     ----------
     mask : Mask or bool tensor/array ``(N, N)``.
+    max_memory : bytes (or a size such as ``"8GiB"``) the graph search may use; default
+        half the physical memory. Above it, masks with a closed form are analysed from
+        it (:mod:`rankcollapse.masks.closed`); others are refused.
 
     Returns
     -------
@@ -202,6 +206,8 @@ def analyze(mask: Mask) -> MaskAnalysis:
     ------
     MaskError
         If ``mask`` is a matrix that is not a valid mask (see :meth:`Mask.from_dense`).
+    MemoryLimitError
+        The search would need more than ``max_memory`` and the mask has no closed form.
 
     Notes
     -----
@@ -212,6 +218,11 @@ def analyze(mask: Mask) -> MaskAnalysis:
     """
     if not isinstance(mask, Mask):
         mask = Mask.from_dense(mask)
+    from .closed import analyze_within  # closed imports this module
+
+    closed = analyze_within(mask, max_memory)
+    if closed is not None:
+        return closed
     csr = mask.to_csr()
     n = mask.n_tokens
     n_comp, labels = csgraph.connected_components(csr, directed=True, connection="strong")

@@ -82,8 +82,10 @@ class Mask:
         self._predicate_is_structural = mask_mod is not None
         self.closed_form = closed_form
         self.n_edges_hint: int | None = None
+        self.intervals: tuple[np.ndarray, np.ndarray] | None = None  # per-row keys lo[i] .. hi[i]
         if intervals is not None:
             lo, hi = (np.asarray(a, dtype=np.int64) for a in intervals)
+            self.intervals = (lo, hi)
             self.n_edges_hint = int(np.maximum(hi - lo + 1, 0).sum())
             build_csr = lambda: interval_csr(lo, hi, self.n_tokens)  # noqa: E731
         if (csr is None) == (build_csr is None):
@@ -94,6 +96,11 @@ class Mask:
             self._csr = normalise_csr(csr, self.n_tokens)
             check_rows_allow_key(self._csr, spec)
             self.n_edges_hint = int(self._csr.nnz)
+
+    @property
+    def is_built(self) -> bool:
+        """True once the CSR form exists (its memory is already spent)."""
+        return self._csr is not None
 
     # ------------------------------------------------------------------ forms
     def to_csr(self) -> sp.csr_array:
