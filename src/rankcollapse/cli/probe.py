@@ -15,6 +15,7 @@ from .. import data, masks, models
 from .._io import atomic_path, write_json_atomic
 from .._validate import check_float
 from ..errors import ConfigError
+from ..models.probe import check_positions
 
 
 PLOT_METRICS = (("mu", "μ(X)"), ("rank_fraction", "rank fraction"), ("sigma_min", "σ_min"), ("avg_abs_cos", "avg |cos|"))
@@ -51,6 +52,7 @@ def probe_command(
     _check_interventions(mask, d_qk_scale, drop, length)
     texts = data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
     loaded = models.load_model(model, gguf_file=gguf_file)
+    check_positions(loaded, length)  # before windows are built or anything is written
     wins = data.make_windows(texts, loaded.tokenizer, length=length, n_windows=windows, seed=seed, allow_fewer=text_file is not None)
     for note in loaded.notes:
         typer.echo(f"note: {note}", err=True)

@@ -13,6 +13,7 @@ import typer
 
 from .. import data, dynamics, models
 from .._io import atomic_path, load_npy, versions, write_json_atomic
+from .._memory import parse_size
 from ..errors import ConfigError, DataError
 from ..points import point_after
 
@@ -116,6 +117,8 @@ def simulate_command(
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:0"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document to stdout"),
     out: Path = typer.Option(None, "--out", help="folder for result.json and mu_loglog.png"),
+    max_memory: str = typer.Option(None, "--max-memory", help="memory the attention may use, e.g. 64GiB "
+                                   "(default half the RAM); checked before anything is allocated"),
 ) -> None:
     """Simulate masked self-attention dynamics (spec.md §2) and report metrics per layer."""
     if dtype not in ("float32", "float64"):
@@ -133,7 +136,8 @@ def simulate_command(
     X0 = _initial_tokens(source, n_tokens, d_model, samples, seed, loaded)
     res = dynamics.simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
                    weights=weights, shared=shared, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
-                   seed=seed, dtype=getattr(torch, dtype), device=device, record_epsilon=True)
+                   seed=seed, dtype=getattr(torch, dtype), device=device, record_epsilon=True,
+                   max_memory=parse_size(max_memory))
     layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
                (None if t == 0 else _json_number(res.epsilon[t - 1]))} for t in range(depth + 1)]
     # the CLI always passes a BlockConfig; record the variant it started from

@@ -16,6 +16,7 @@ from typing import Literal
 
 import torch
 
+from .._validate import check_int
 from ..errors import MaskError
 from .mask import Mask
 
@@ -95,9 +96,15 @@ def to_block_mask(mask: Mask, *, block_size: int = 128, device: torch.device | s
 
     The predicate is evaluated block by block (memory O(N^2 / block_size^2) for the
     block table plus one block of predicate values at a time in compiled use).
+
+    Raises
+    ------
+    MaskError
+        ``block_size`` not an integer >= 1.
     """
     from torch.nn.attention.flex_attention import create_block_mask
 
+    block_size = check_int(block_size, "block_size", low=1, error=MaskError)
     n = mask.n_tokens
     return create_block_mask(mask.mask_mod, None, None, n, n, device=device, BLOCK_SIZE=block_size)
 
