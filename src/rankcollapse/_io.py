@@ -128,3 +128,31 @@ def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | Non
     if not dt.isnative:
         arr = arr.astype(dt.newbyteorder("="))
     return arr
+
+
+def check_writable(path: str | os.PathLike, *, folder: bool, option: str = "--out") -> Path:
+    """Check, before any work, that ``path`` can be written: a folder (``folder=True``)
+    must not be an existing file; a file must not be an existing folder; the nearest
+    existing ancestor must be a writable folder (no file in the way). Creates nothing.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``option``, the path and what is in the way.
+    """
+    from .errors import ConfigError
+
+    path = Path(path)
+    if folder and path.exists() and not path.is_dir():
+        raise ConfigError(f"{option} {str(path)!r} is an existing file, not a folder")
+    if not folder and path.is_dir():
+        raise ConfigError(f"{option} {str(path)!r} is an existing folder, not a file")
+    parent = path if folder else path.parent
+    parent = Path(os.path.abspath(parent))
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{option} {str(path)!r}: {str(parent)!r} is a file where a folder is needed")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {str(path)!r}: the folder {str(parent)!r} is not writable")
+    return path

@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from .. import masks
-from .._io import atomic_path
+from .._io import atomic_path, check_writable
 from .._memory import parse_size
 from .._validate import check_int
 from ..errors import ConfigError, MaskError
@@ -67,6 +67,7 @@ def show(
     if n > 2048:
         raise MaskError(f"--n {n} is too large to draw one cell per token pair (at most 2048)")
     image_format(out)  # before any work
+    check_writable(out, folder=False)
     mask = masks.parse_mask(spec, n)
     masks.draw_mask(mask, masks.analyze(mask), out)
     typer.echo(f"wrote {out}", err=True)
@@ -87,6 +88,8 @@ def compare(
     """Compare masks by radius and the Theorem-1 per-layer contraction bound."""
     if d_qk <= 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
+    if out is not None:
+        check_writable(out, folder=False)
     df = masks.compare_masks(specs, check_int(n, "--n", low=1, error=MaskError), d_qk=d_qk, token_norm=token_norm,
                        weight_norm=weight_norm, exponent=exponent, max_memory=parse_size(max_memory))
     if out is not None:

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import typer
 
 from .. import data, masks, models
-from .._io import atomic_path, write_json_atomic
+from .._io import atomic_path, check_writable, write_json_atomic
 from .._validate import check_float
 from ..errors import ConfigError
 from ..models.probe import check_positions
@@ -50,6 +50,8 @@ def probe_command(
     if windows < 1 or length < 2 or batch_size < 1:
         raise ConfigError(f"--windows and --batch-size must be >= 1 and --length >= 2 (got {windows}, {batch_size}, {length})")
     _check_interventions(mask, d_qk_scale, drop, length)
+    if out is not None:
+        check_writable(out, folder=True)
     texts = data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
     loaded = models.load_model(model, gguf_file=gguf_file)
     check_positions(loaded, length)  # before windows are built or anything is written

@@ -12,7 +12,7 @@ import torch
 import typer
 
 from .. import data, dynamics, models
-from .._io import atomic_path, load_npy, versions, write_json_atomic
+from .._io import atomic_path, check_writable, load_npy, versions, write_json_atomic
 from .._memory import parse_size
 from ..errors import ConfigError, DataError
 from ..points import point_after
@@ -123,6 +123,8 @@ def simulate_command(
     """Simulate masked self-attention dynamics (spec.md §2) and report metrics per layer."""
     if dtype not in ("float32", "float64"):
         raise ConfigError(f"--dtype must be float32 or float64, got {dtype!r}")
+    if out is not None:
+        check_writable(out, folder=True)
     if not d_qk > 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
