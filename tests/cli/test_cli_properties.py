@@ -135,9 +135,25 @@ def probe_invalid(draw):
     return ["probe", "minilm", *bad, *_opt(draw, "--out", OUT_DIRS), "--json"]
 
 
+@st.composite
+def reproduce_invalid(draw):
+    """Reproduce arguments that must be refused before any output folder or cache entry."""
+    bad = draw(st.sampled_from([
+        ["--seed", draw(st.sampled_from(["-1", "99999999999999999999", "nan", "\u00b2", "1.5"]))],
+        ["--device", draw(st.sampled_from(["bogus", "cuda:97", "", "cpu:x"]))],
+        ["--cache-dir", draw(st.sampled_from(["afile", "afile/sub"]))],
+        ["--length", draw(st.sampled_from(["0", "1", "-5", "nan", "99999999999999999999"]))],
+        ["--scale", "bogus"], ["--executor", "bogus"], ["--depth", "0"], ["--windows", "-1"],
+        ["--mask", "file:empty.npy"], ["--text-file", "missing.txt"],
+    ]))
+    out = draw(st.sampled_from(["run", "afile", "afile/sub", "new/run"]))
+    return ["reproduce", "main", "--scale", "smoke", "--no-progress", *bad, "--out", out, "--json"]
+
+
 COMMANDS = {
     "mask describe": mask_describe(), "mask compare": mask_compare(), "mask show": mask_show(),
     "metrics": metrics_cmd(), "simulate": simulate_cmd(), "theory": theory_cmd(), "probe": probe_invalid(),
+    "reproduce": reproduce_invalid(),
 }
 
 
@@ -171,8 +187,14 @@ def test_every_argument_vector_keeps_the_contract(root, command):
     (["theory", "equilibria", "--n", "2", "--d", "2", "--rank", "2", "--limit", "0"], "limit must be an integer >= 1"),
     (["mask", "compare", "causal", "--n", "8", "--d-qk", "nan", "--json"], "--d-qk must be a finite number"),
     (["simulate", "--mask", "complete", "--mask", "causal"], "--mask given more than once"),
-    (["simulate", "--n-tokens", "100000", "--mask", "complete"], "--max-memory"),
+    (["simulate", "--n-tokens", "100000", "--mask", "complete", "--samples", "1", "--d-model", "4"], "--max-memory"),
     (["simulate", "--out", "afile", "--depth", "1"], "is an existing file"),
+    (["reproduce", "--scale", "smoke", "--device", "bogus", "--out", "r"], "not a torch device"),
+    (["reproduce", "--scale", "smoke", "--device", "cuda:97", "--out", "r"], "not available"),
+    (["reproduce", "--scale", "smoke", "--seed", "-1", "--out", "r"], "--seed must be an integer >= 0"),
+    (["reproduce", "--scale", "smoke", "--cache-dir", "afile", "--out", "r"], "--cache-dir 'afile' is an existing file"),
+    pytest.param(["reproduce", "--scale", "smoke", "--length", "1024", "--out", "r", "--no-progress"], "512 positions",
+                 marks=pytest.mark.slow),  # loads MiniLM (~13 s)
 ])
 def test_issue_inputs_end_in_one_line(root, argv, message):
     code, out, err = check_run(argv, root)

@@ -82,7 +82,7 @@ class Command(TyperCommand):
     def invoke(self, ctx: click.Context) -> Any:
         for param in self.params:
             for value in _values(ctx.params.get(param.name)):
-                _check_number(value, param)
+                _check_number(value, param, ctx)
         return super().invoke(ctx)
 
 
@@ -90,14 +90,14 @@ def _values(value: Any) -> tuple:
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
-def _check_number(value: Any, param: Any) -> None:
+def _check_number(value: Any, param: Any, ctx: click.Context) -> None:
     """Numbers every option must meet, whatever the command: finite floats (NaN and
     inf are no setting) and integers that fit 64 bits (numpy and torch consume them)."""
     name = (param.opts or [param.name])[0]
     if isinstance(value, float) and not math.isfinite(value):
-        raise click.exceptions.UsageError(f"{name} must be a finite number, got {value}")
+        raise click.exceptions.UsageError(f"{name} must be a finite number, got {value}", ctx=ctx)
     if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
-        raise click.exceptions.UsageError(f"{name} must fit a signed 64-bit integer, got {value}")
+        raise click.exceptions.UsageError(f"{name} must fit a signed 64-bit integer, got {value}", ctx=ctx)
 
 
 class Group(TyperGroup):

@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from .._validate import check_float, check_int
+from .._validate import check_device, check_float, check_int
 from ..errors import ConfigError, MetricError
 from .._memory import check_memory
 from ..masks import Mask, parse_mask, resolve_mask
@@ -72,19 +72,7 @@ def _as_tokens(X0, dtype, device) -> torch.Tensor:
 
 def _check_device(device) -> torch.device | None:
     """``device`` as a ``torch.device`` that exists on this machine (None = X0's)."""
-    if device is None:
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"device {device!r} is not a torch device ({exc})") from None
-    if dev.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if (dev.index or 0) >= count:
-            raise ConfigError(f"device {device!r} is not available: this machine has {count} CUDA device(s)")
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"device {device!r} is not available on this machine")
-    return dev
+    return None if device is None else check_device(device)
 
 
 def _peak(X: torch.Tensor) -> float:
