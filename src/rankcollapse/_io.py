@@ -138,7 +138,10 @@ def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | Non
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
-        raise error(f"{what} {str(path)!r} is not a readable .npy array: {exc}") from None
+        # numpy's own text for pickles suggests loading them unsafely: never repeat it
+        why = ("it is not a .npy file or holds pickled Python objects, which are refused "
+               "(unpickling can run code)") if "pickle" in str(exc) else str(exc)
+        raise error(f"{what} {str(path)!r} is not a readable .npy array: {why}") from None
     if not isinstance(arr, np.ndarray):  # np.load opens .npz archives lazily
         arr.close()
         raise error(f"{what} {str(path)!r} is an .npz archive; save one array with numpy.save (.npy)")

@@ -221,3 +221,15 @@ def test_huge_complete_mask_is_described_from_its_closed_form(root):
     code, out, _ = check_run(["mask", "describe", "complete", "--n", "65536", "--json"], root)
     d = json.loads(out)
     assert code == 0 and d["method"] == "closed_form" and d["radius"] == 1 and d["n_edges"] == 65536**2
+
+
+def test_pickles_are_refused_without_suggesting_unsafe_loading(root):
+    import numpy as np
+
+    np.save(root / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    try:
+        code, _, err = check_run(["metrics", "objects.npy"], root)
+    finally:
+        (root / "objects.npy").unlink()
+    assert code == 2 and "refused" in err
+    assert "allow_pickle" not in err and "unsafely" not in err
