@@ -67,8 +67,10 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
-    """Console entry point (see :func:`run`)."""
-    sys.exit(run())
+    """Console entry point (see :func:`run`); returns normally on success."""
+    code = run()
+    if code:
+        sys.exit(code)
 
 
 def _fail_line(message: str) -> int:
