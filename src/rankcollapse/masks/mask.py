@@ -82,7 +82,7 @@ class Mask:
         self._predicate_is_structural = mask_mod is not None
         self.closed_form = closed_form
         self.n_edges_hint: int | None = None
-        self.intervals: tuple[np.ndarray, np.ndarray] | None = None  # per-row keys lo[i] .. hi[i]
+        self.intervals: tuple[np.ndarray, np.ndarray] | None = None  # (lo, hi) when built from them
         if intervals is not None:
             lo, hi = (np.asarray(a, dtype=np.int64) for a in intervals)
             self.intervals = (lo, hi)
