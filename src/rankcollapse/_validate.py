@@ -82,7 +82,7 @@ def check_device(value: Any, name: str = "device", *, error: type[RankCollapseEr
 
     try:
         dev = torch.device(value)
-    except (RuntimeError, TypeError) as exc:
+    except (RuntimeError, TypeError, ValueError) as exc:
         raise error(f"{name} {value!r} is not a torch device ({exc})") from None
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -10,15 +10,19 @@ from typing import List, Optional
 import typer
 
 from .. import masks
-from .._io import atomic_path
+from .._io import atomic_path, check_writable
+from .._memory import parse_size
 from .._validate import check_int
 from ..errors import ConfigError, MaskError
+from ..masks.plot import image_format
 
 mask_app = typer.Typer(
     help="Attention masks as graphs: M[i, j] = token i attends to token j (edge j -> i).",
     no_args_is_help=True,
 )
 
+_MEMORY_HELP = ("Memory the graph analysis may use, e.g. 32GiB (default half the RAM); "
+                "larger complete/causal/window masks use their closed form instead.")
 _SPEC_HELP = ("Mask spec: NAME or NAME:key=value,... (e.g. causal_sliding_window:w=4), "
               "file:PATH, composed with & and |.")
 
@@ -29,9 +33,11 @@ def describe(
     n: int = typer.Option(..., "--n", help="Number of tokens N."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document to stdout."),
     per_token: bool = typer.Option(False, "--per-token", help="Include each token's distance from the best center."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help=_MEMORY_HELP),
 ) -> None:
     """Graph analysis: centers, quasi-strong connectivity, radius, diameter, degrees."""
-    a = masks.analyze(masks.parse_mask(spec, check_int(n, "--n", low=1, error=MaskError)))
+    a = masks.analyze(masks.parse_mask(spec, check_int(n, "--n", low=1, error=MaskError)),
+                      max_memory=parse_size(max_memory))
     d = a.to_dict(per_token=per_token)
     if as_json:
         json.dump(d, sys.stdout)
@@ -60,6 +66,8 @@ def show(
     n = check_int(n, "--n", low=1, error=MaskError)
     if n > 2048:
         raise MaskError(f"--n {n} is too large to draw one cell per token pair (at most 2048)")
+    image_format(out)  # before any work
+    check_writable(out, folder=False)
     mask = masks.parse_mask(spec, n)
     masks.draw_mask(mask, masks.analyze(mask), out)
     typer.echo(f"wrote {out}", err=True)
@@ -75,12 +83,15 @@ def compare(
     exponent: str = typer.Option("t/r", "--exponent", help="Envelope exponent: t/r or t/(2r)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table as one JSON document."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the table as CSV."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help=_MEMORY_HELP),
 ) -> None:
     """Compare masks by radius and the Theorem-1 per-layer contraction bound."""
     if d_qk <= 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
+    if out is not None:
+        check_writable(out, folder=False)
     df = masks.compare_masks(specs, check_int(n, "--n", low=1, error=MaskError), d_qk=d_qk, token_norm=token_norm,
-                       weight_norm=weight_norm, exponent=exponent)
+                       weight_norm=weight_norm, exponent=exponent, max_memory=parse_size(max_memory))
     if out is not None:
         with atomic_path(out) as tmp:
             df.to_csv(tmp, index=False)

@@ -12,9 +12,10 @@ from typing import Any, Optional
 import typer
 
 from .. import data, masks, models
-from .._io import atomic_path, write_json_atomic
+from .._io import atomic_path, check_writable, write_json_atomic
 from .._validate import check_device, check_float
 from ..errors import ConfigError
+from ..models.probe import check_positions
 
 
 PLOT_METRICS = (("mu", "μ(X)"), ("rank_fraction", "rank fraction"), ("sigma_min", "σ_min"), ("avg_abs_cos", "avg |cos|"))
@@ -54,8 +55,11 @@ def probe_command(
     dev = check_device(device, "--device")
     if attentions and out is None:
         raise ConfigError("--attentions writes OUT/attentions.npz: give --out too")
+    if out is not None:
+        check_writable(out, folder=True)
     texts = data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
     loaded = models.load_model(model, gguf_file=gguf_file, device=dev)
+    check_positions(loaded, length)  # before windows are built or anything is written
     wins = data.make_windows(texts, loaded.tokenizer, length=length, n_windows=windows, seed=seed, allow_fewer=text_file is not None)
     for note in loaded.notes:
         typer.echo(f"note: {note}", err=True)

@@ -14,9 +14,10 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from .._validate import check_float, check_int
+from .._validate import check_device, check_float, check_int
 from ..errors import ConfigError, MetricError
-from ..masks import resolve_mask
+from .._memory import check_memory
+from ..masks import Mask, parse_mask, resolve_mask
 from ..metrics import METRICS, compute_metrics
 from .config import BlockConfig, canonical_variant, resolve_variant
 from .layers import Attention, apply_norm, block_forward
@@ -73,19 +74,7 @@ def _as_tokens(X0, dtype, device) -> torch.Tensor:
 
 def _check_device(device) -> torch.device | None:
     """``device`` as a ``torch.device`` that exists on this machine (None = X0's)."""
-    if device is None:
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"device {device!r} is not a torch device ({exc})") from None
-    if dev.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if (dev.index or 0) >= count:
-            raise ConfigError(f"device {device!r} is not available: this machine has {count} CUDA device(s)")
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"device {device!r} is not available on this machine")
-    return dev
+    return None if device is None else check_device(device)
 
 
 def _peak(X: torch.Tensor) -> float:
@@ -168,13 +157,27 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
     return rows, states, zero_rows, final
 
 
+def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, path: str, max_memory) -> None:
+    """Refuse a run whose attention would not fit: the dense path holds about three
+    ``(B, H, N, N)`` score arrays (scores, weights, their product's workspace) and the
+    ``(N, N)`` mask; the blocked path about three scores per edge, and the CSR form."""
+    edges = mask.n_edges_hint if isinstance(mask, Mask) else None
+    if edges is None:
+        edges = N * N  # unknown without building the mask: assume dense
+    dense_bytes = B * H * N * N * itemsize
+    dense = path == "dense" or (path == "auto" and not (edges / N**2 < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET))
+    need = 3 * dense_bytes + N * N if dense else 3 * B * H * edges * itemsize + 16 * edges
+    check_memory(need, f"attention over N = {N} tokens ({'dense' if dense else 'blocked'} path, "
+                       f"{B} samples x {H} heads)", max_memory)
+
+
 def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk: float = 1.0,
              value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
              weights: Sequence[LayerWeights] | None = None, metrics=None, seed: int = 0,
              dtype: torch.dtype | None = None, device: torch.device | str | None = None,
              n_heads: int | None = None, shared: bool = False, path: str = "auto", block_size: int = 64,
              record_states: bool = False, record_epsilon: bool = False, record_attention: bool = False,
-             ) -> SimResult:
+             max_memory: int | str | None = None) -> SimResult:
     """Run ``depth`` layers of masked self-attention dynamics from ``X0``.
 
     Pure SA (spec.md §2): ``X(t+1) = A(t) X(t) W_V(t)``, ``A(t) = softmax_G(X W_Q
@@ -206,6 +209,8 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         64 MiB, else dense).
     block_size : query rows per block of the windowed kernel (default 64).
     record_states, record_epsilon, record_attention : keep X(t), ε(t), A(t).
+    max_memory : bytes (or ``"8GiB"``) the attention may use (default half the RAM):
+        estimated from the mask's edge count before the mask or any score is built.
 
     Returns
     -------
@@ -216,6 +221,8 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     ConfigError
         Bad option or shape (checked before any layer runs), or X overflowing to
         non-finite values (names the layer).
+    MemoryLimitError
+        The attention's estimated memory exceeds ``max_memory``.
     MaskError
         Bad mask or a row with no allowed key.
     """
@@ -239,6 +246,9 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         raise ConfigError("mlp=True but the given weights carry no MLP (W_1, W_2)")
     names, measure, uses_mask = _metric_fn(metrics)
     H = max(lw.n_heads for lw in weights)
+    if isinstance(mask, str):  # a Mask knows its edge count before building anything
+        mask = parse_mask(mask, N)
+    _check_attention_memory(mask, B, H, N, X.element_size(), path, max_memory)
     m = resolve_mask(mask, N)
     density = m.n_edges / N**2
     dense_bytes = B * H * N * N * X.element_size()

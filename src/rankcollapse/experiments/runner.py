@@ -18,8 +18,10 @@ from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
-from .._io import atomic_path, config_hash, numerics_key, versions, write_json_atomic, write_text_atomic
+from .._io import atomic_path, check_writable, config_hash, numerics_key, versions, write_json_atomic, write_text_atomic
+from .._validate import check_device, check_int
 from ..errors import ConfigError, DataError
+from ..models.probe import check_positions
 from . import claims as claims_mod
 from .config import (Unit, claim_depth, effective_override, expand_units, load_config, resolve_names, setting_label,
                      with_override)
@@ -290,16 +292,25 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
 
     Raises
     ------
-    ConfigError, MaskError, DataError, AssetMissingError
-        Bad input, raised before the output folder is created.
+    ConfigError, MaskError, DataError, AssetMissingError, ModelError
+        Bad input (a negative seed, an unknown or absent device, an ``out`` or
+        ``cache_dir`` that cannot be a folder, windows longer than a model's positions),
+        raised before the output folder or any cache entry is created.
     OutputBusyError
         Another live run holds ``out`` (and ``wait`` is false).
     """
     t0 = time.perf_counter()
+    # every argument is checked before the first write (output folder, cache entry)
+    seed = check_int(seed, "--seed", low=0)
+    length = check_int(length, "--length", low=2)
+    device = str(check_device(device))
     cfgs, units, data = plan(name, scale, seed, text=text, length=length, overrides=overrides)
     ctx = RunContext(data, device)
     out = Path(out) if out is not None else Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     cache = UnitCache(Path(cache_dir) if cache_dir is not None else default_cache_dir(out), recompute=recompute)
+    if write:
+        check_writable(out, folder=True, option="--out")
+    check_writable(cache.root, folder=True, option="--cache-dir")
     check_executor(executor, workers=workers, address=address)
     cache.remove_orphans()  # temporary files of writers that died a day ago or more
     _preflight(ctx, [u for u in units if not cache.has(u)])
@@ -335,6 +346,7 @@ def _preflight(ctx: RunContext, units: list[Unit]) -> None:
             need[u.params["model"]] = max(need.get(u.params["model"], 0), int(u.params["n_windows"]))
     try:
         for model, n in need.items():
+            check_positions(ctx.model(model), ctx.data["length"])
             ctx.windows(model, n)
     except DataError as exc:
         if ctx.data["corpus"] != "file":

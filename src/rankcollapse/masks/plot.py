@@ -6,8 +6,27 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import MaskError
 from .graph import MaskAnalysis
 from .mask import Mask
+
+
+def image_format(out: str | Path) -> str:
+    """The matplotlib format named by ``out``'s suffix (``png`` when it has none).
+
+    Raises
+    ------
+    MaskError
+        The suffix names no format matplotlib can write (checked before any drawing).
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    fmt = Path(out).suffix.lstrip(".").lower() or "png"
+    known = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in known:
+        raise MaskError(f"--out {str(out)!r}: cannot write images of format {fmt!r}; "
+                        f"use one of {', '.join(sorted(known))}")
+    return fmt
 
 
 def draw_mask(mask: Mask, analysis: MaskAnalysis, out: str | Path) -> Path:
@@ -15,7 +34,13 @@ def draw_mask(mask: Mask, analysis: MaskAnalysis, out: str | Path) -> Path:
 
     Centers are marked in red on both axes; the title gives QSC, radius and diameter.
     The file is written atomically; the format follows the suffix (png, pdf, svg).
+
+    Raises
+    ------
+    MaskError
+        An unknown image format (:func:`image_format`).
     """
+    fmt = image_format(out)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -47,6 +72,6 @@ def draw_mask(mask: Mask, analysis: MaskAnalysis, out: str | Path) -> Path:
     fig.tight_layout()
     out = Path(out)
     with atomic_path(out) as tmp:
-        fig.savefig(tmp, format=out.suffix.lstrip(".") or "png", dpi=120)
+        fig.savefig(tmp, format=fmt, dpi=120)
     plt.close(fig)
     return out

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from ..data import Windows
-from ..errors import ModelError
+from ..errors import ConfigError, ModelError
 from ..metrics import compute_metrics
 from . import families
 from .interventions import intervene, split_drop
@@ -121,6 +121,23 @@ def default_points(loaded: Any, detail: str = "hidden_states") -> list[str]:
 
 
 @torch.no_grad()
+def check_positions(loaded: Any, length: int) -> None:
+    """Refuse windows longer than the model's position table (``max_position_embeddings``
+    or ``n_positions`` in its config), before any forward pass.
+
+    Raises
+    ------
+    ConfigError
+        ``length`` exceeds the model's positions (names both numbers).
+    """
+    config = getattr(loaded.model, "config", None)
+    limit = next((getattr(config, k) for k in ("max_position_embeddings", "n_positions")
+                  if isinstance(getattr(config, k, None), int)), None)
+    if limit is not None and length > limit:
+        raise ConfigError(f"windows of {length} tokens exceed {getattr(loaded, 'name', 'the model')}'s "
+                          f"{limit} positions; use --length <= {limit}")
+
+
 def probe(
     loaded: Any,
     windows: Windows,
@@ -165,9 +182,11 @@ def probe(
     Raises
     ------
     ModelError, MaskError, ConfigError
-        Unknown point, unsupported intervention, mask size different from the windows.
+        Unknown point, unsupported intervention, mask size different from the windows,
+        windows longer than the model's positions (:func:`check_positions`).
     """
     loaded = as_loaded(loaded)
+    check_positions(loaded, windows.length)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     stack_list = families.stacks(loaded.model, loaded.family)
     point_list = default_points(loaded, points) if isinstance(points, str) else list(points)
