@@ -84,10 +84,11 @@ def describe_schedule(schedule: Any, n: int | None = None, *, per_token: bool = 
 
 
 def measure_rate(schedule: MaskSchedule, *, d: int = 16, depth: int = 60, n_samples: int = 8,
-                 seed: int = 0, d_qk: float = 1.0) -> float:
+                 seed: int = 0, d_qk: float = 1.0, quantiles: bool = False):
     """Median over samples of the measured per-layer decay factor of ``μ`` (pure SA,
     Haar ``W_V``, Gaussian ``W_Q, W_K`` of std ``1/√d``, float64) —
-    :func:`rankcollapse.theory.bound.fit_rate` of :func:`rankcollapse.dynamics.simulate`."""
+    :func:`rankcollapse.theory.bound.fit_rate` of :func:`rankcollapse.dynamics.simulate`.
+    With ``quantiles``: ``(q25, median, q75)`` over samples."""
     import torch
 
     from ..dynamics import gaussian_tokens, simulate
@@ -96,7 +97,11 @@ def measure_rate(schedule: MaskSchedule, *, d: int = 16, depth: int = 60, n_samp
     X0 = gaussian_tokens(n_samples, schedule.n_tokens, d, seed=seed, std=1 / math.sqrt(d))
     sim = simulate(X0, mask=schedule, depth=depth, d_qk=d_qk, value="orthogonal", query_key="gaussian",
                    seed=seed, dtype=torch.float64, metrics=("mu",))
-    return float(fit_rate(sim.metrics["mu"]).median())
+    rates = fit_rate(sim.metrics["mu"])
+    if quantiles:
+        q = torch.quantile(rates, torch.tensor([0.25, 0.5, 0.75], dtype=rates.dtype))
+        return tuple(float(x) for x in q)
+    return float(rates.median())
 
 
 def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d: int = 16,
@@ -107,7 +112,8 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
     Columns: ``spec, period, n_tokens, mean_edges_per_layer, quasi_strongly_connected,
     radius`` (of the composed graph), ``epsilon, log10_rate_per_layer,
     log10_layers_per_decade, rank_predicted`` and, with ``measure``, ``measured_rate``
-    (:func:`measure_rate`) and ``rank_measured``. Rank 1 = slowest collapse (most layers
+    (median over samples, :func:`measure_rate`), ``measured_q25, measured_q75`` and
+    ``rank_measured``. Rank 1 = slowest collapse (most layers
     per decade / measured factor closest to 1); non-QSC schedules rank first (no
     collapse is implied). Compare rows of equal ``mean_edges_per_layer``.
     """
@@ -121,7 +127,9 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
                "radius": r}
         row.update(predicted_rate(sched, r, d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm))
         if measure:
-            row["measured_rate"] = measure_rate(sched, d=d, depth=depth, n_samples=n_samples, seed=seed, d_qk=d_qk)
+            q25, med, q75 = measure_rate(sched, d=d, depth=depth, n_samples=n_samples, seed=seed, d_qk=d_qk,
+                                         quantiles=True)
+            row.update(measured_rate=med, measured_q25=q25, measured_q75=q75)
         rows.append(row)
     df = pd.DataFrame(rows).astype({"radius": "Int64"})
     slow = df["log10_layers_per_decade"].astype(float).fillna(math.inf)
