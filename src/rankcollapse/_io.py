@@ -65,19 +65,39 @@ def config_hash(config: Any, length: int = 12) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 
 
+#: Declared version of the package's numerics. Bump it when a change alters the numbers
+#: any unit produces (an algorithm, a default dtype, a metric's formula); leave it when a
+#: change does not (docstrings, refactors, speed-ups with identical results), so cached
+#: results stay valid. Unit label changes bump ``experiments.config.CACHE_VERSION`` instead.
+NUMERICS_VERSION = 1
+#: Libraries whose version can change a unit's numbers (kernels, tokenizers, weights loading).
+NUMERIC_LIBRARIES = ("torch", "numpy", "scipy", "networkx", "transformers", "tokenizers", "safetensors")
+
+
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """SHA-256 (12 hex digits) of the package's own source files and configs plus the
-    versions of the numeric stack, so that cached results are reused only by the code
-    that produced them."""
-    root = Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    digest.update(json.dumps(versions(), sort_keys=True).encode())
-    return digest.hexdigest()[:12]
+    """The part of every unit's cache key that stands for the code: SHA-256 (12 hex
+    digits) of :data:`NUMERICS_VERSION` and the versions of :data:`NUMERIC_LIBRARIES`.
+
+    Deliberately not a hash of the source: an edit that does not change numbers keeps
+    the cache, and machines of a cluster with the same versions share results. The
+    device is not part of it: float64 CPU and CUDA runs of a unit agree to rounding and
+    share one entry (a float32 unit is float32 on every device); a run that needs
+    device-specific bits uses its own ``--cache-dir`` or ``--recompute``.
+    """
+    return config_hash(numerics_key())
+
+
+def numerics_key() -> dict[str, Any]:
+    """What :func:`code_fingerprint` hashes: ``{"numerics": N, "torch": "2.x", ...}``."""
+    out: dict[str, Any] = {"numerics": NUMERICS_VERSION}
+    for name in NUMERIC_LIBRARIES:
+        try:
+            # the local part (torch's "+cpu"/"+cu126") names the build, not the numerics
+            out[name] = metadata.version(name).split("+")[0]
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
 
 
 def versions() -> dict[str, str]:

@@ -35,3 +35,7 @@ class ModelError(RankCollapseError):
 
 class ConvergenceError(RankCollapseError):
     """An iterative solver did not converge; the message says what was tried."""
+
+
+class OutputBusyError(RankCollapseError):
+    """The output folder is held by another live run (the message names it)."""

@@ -75,11 +75,13 @@ def test_unit_label_has_no_seed_without_weights():
     assert _unit(seed=3).label == "simulate[mask=complete, variant=pure, value=gaussian, seed=3]"
 
 
-def test_progress_without_tty_is_one_line_per_group(fake, tmp_path, capsys):
+def test_progress_without_tty_is_one_line_per_unit(fake, tmp_path, capsys):
     cfgs, units, data = runner.plan("main", "smoke", 0)
     runner.compute_units(units, runner.RunContext(data, "cpu"), tmp_path, progress=True, title="main")
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [err[0]] and err[0].startswith(f"main: {len(units)} units (0 cached) in ")
+    assert err[0] == f"main: {len(units)} units, 0 cached, computing {len(units)} (serial, 1 worker)"
+    assert [ln.split("]")[0] for ln in err[1:-1]] == [f"main [{k}/{len(units)}" for k in range(1, len(units) + 1)]
+    assert len(err) == len(units) + 2 and err[-1].startswith(f"main: {len(units)} units (0 cached) in ")
 
 
 def test_report_lists_evaluated_rules_and_links_aliased_figure():

@@ -13,8 +13,11 @@ HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, all, or
 collapse rate of mask schedules at equal attention budget) on real
 Wikipedia windows and write the tidy table, plots, claims.json, config.json and a
 self-contained report.html to --out (default runs/<UTC time>). Results are cached by
-config hash next to the output folder, so a rerun only computes what changed and an
-interrupted run resumes."""
+unit next to the output folder (or --cache-dir, which a cluster may share), so a rerun
+only computes what changed and an interrupted run resumes. Units run in this process,
+in worker processes (--executor processes --workers N) or on a Ray cluster
+(--executor ray --address auto); the numbers are the same. One run at a time owns
+--out: a second exits 2 naming the first (or waits, --wait)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -37,6 +40,11 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
         nearby: bool = typer.Option(True, "--nearby/--no-nearby", help="Run the nearby settings of claims not reproduced."),
         as_json: bool = typer.Option(False, "--json", help="Print claims as one JSON document on stdout."),
+        executor: str = typer.Option("serial", "--executor", help="Where units run: serial, processes (local worker processes) or ray (a Ray cluster). Numbers do not depend on it."),
+        workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (processes; default every core) or CPUs of a private Ray instance (ray without --address)."),
+        address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (host:port, or auto for the cluster started on this machine)."),
+        recompute: bool = typer.Option(False, "--recompute", help="Recompute every unit and overwrite its cache entry."),
+        wait: bool = typer.Option(False, "--wait", help="If another run holds --out, wait for it instead of failing."),
     ) -> None:
         if name == "schedules":  # the schedule study has its own small runner (docs/schedules.md)
             from ..experiments.schedules import run_schedule_study
@@ -52,7 +60,8 @@ def register(app: typer.Typer) -> None:
         overrides = {k: v for k, v in overrides.items() if v is not None}
         result = run_experiment(name, scale, out, seed, text=text, length=length, cache_dir=cache_dir,
                                 overrides=overrides, device=device, progress=progress and not as_json,
-                                nearby=nearby)
+                                nearby=nearby, executor=executor, workers=workers, address=address,
+                                recompute=recompute, wait=wait)
         if as_json:
             json.dump({"out": str(result.out), "config_hash": result.config["config_hash"], "claims": result.claims},
                       sys.stdout, indent=2, default=str)

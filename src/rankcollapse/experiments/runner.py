@@ -1,26 +1,32 @@
-"""Run experiments: expand configs into units, compute the missing ones (cache keyed by
-unit hash, one Parquet file per unit written atomically, so an interrupted run resumes),
-assemble the tidy table, evaluate the claims, run nearby settings for claims not
-reproduced, and write the outputs. ``COMPLETE`` is written last: a folder without it
-is not a finished run.
+"""Run experiments: expand configs into units, compute the missing ones on the run's
+executor (:mod:`.executors`; cache in :mod:`.cache`, one Parquet file per unit written
+atomically, so an interrupted run resumes), assemble the tidy table in unit order,
+evaluate the claims, run nearby settings for claims not reproduced, and write the
+outputs into a folder the run owns (:mod:`.outdir`). ``COMPLETE`` is written last: a
+folder without it is not a finished run.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
+from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
-from .._io import atomic_path, config_hash, versions, write_json_atomic, write_text_atomic
+from .._io import atomic_path, config_hash, numerics_key, versions, write_json_atomic, write_text_atomic
 from ..errors import ConfigError, DataError
 from . import claims as claims_mod
 from .config import Unit, effective_override, expand_units, load_config, resolve_names, setting_label, with_override
+from .cache import UnitCache, as_cache
 from .context import RunContext, data_spec
+from .executors import SerialExecutor, check_executor, make_executor
+from .outdir import OutputFolder, remove_unwritten, snapshot
+from .progress import UnitProgress
 from .table import normalise
 from .units import EXECUTORS, mask_name
 
@@ -28,6 +34,7 @@ log = logging.getLogger(__name__)
 MARKER = "COMPLETE"
 #: Metrics recorded by nearby-setting runs: the ones the claim rules read.
 NEARBY_METRICS = ("mu", "mu_relative")
+_EXECUTOR: ContextVar[Any] = ContextVar("rankcollapse_executor", default=None)
 
 
 @dataclass
@@ -78,53 +85,73 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
     return cfgs, list(units.values()), data
 
 
-def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path, *, progress: bool = True,
-                  title: str = "units") -> tuple[pd.DataFrame, list[dict]]:
+def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path | UnitCache, *, progress: bool = True,
+                  title: str = "units", executor: Any = None) -> tuple[pd.DataFrame, list[dict]]:
     """Tidy rows of every unit, computing only those missing from ``cache``.
 
-    Progress goes to stderr: a live bar on a terminal; otherwise (a log file, a pipe)
-    one line per call once the group is done, so logs stay short.
+    Parameters
+    ----------
+    cache : a cache folder or a :class:`~.cache.UnitCache` (``recompute`` forces).
+    executor : where units run (:mod:`.executors`); default: the run's executor
+        (:func:`using_executor`), or serial in this process.
+
+    Returns
+    -------
+    (table, timings) : the normalised table, rows in the order of ``units`` whatever
+        the order units finish in; one timing record per unit (wall and CPU seconds
+        measured where the unit ran, ``cached``, ``worker``).
+
+    Progress goes to stderr (:mod:`.progress`). Each computed unit is written to the
+    cache as soon as it arrives, so an interrupted run loses only the units in flight.
     """
     units = list(units)
-    frames, timings = {}, []
-    cache.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-    with _progress(progress and _stderr_is_tty()) as bar:
-        task = bar.add_task(title, total=len(units)) if bar else None
-        for i in sorted(range(len(units)), key=lambda k: _share_key(units[k])):
-            u = units[i]
-            path = cache / f"{u.kind}-{u.hash}.parquet"
-            t0, c0 = time.perf_counter(), time.process_time()
-            if bar:
-                bar.update(task, description=_short(f"{title}: {u.label}", 70))
-            if path.exists():
-                df, cached = pd.read_parquet(path), True
-            else:
-                df = EXECUTORS[u.kind](u, ctx)
-                with atomic_path(path) as tmp:
-                    df.to_parquet(tmp, index=False)
-                cached = False
-            frames[i] = df.assign(experiment=u.experiment)
-            timings.append({"unit": u.label, "hash": u.hash, "cached": cached, "seconds": round(time.perf_counter() - t0, 3),
-                            "cpu_seconds": round(time.process_time() - c0, 3)})
-            if bar:
-                bar.advance(task)
-    if progress and not _stderr_is_tty() and units:
-        n_cached = sum(t["cached"] for t in timings)
-        print(f"{title}: {len(units)} units ({n_cached} cached) in {time.perf_counter() - t_start:.1f} s",
-              file=sys.stderr, flush=True)
-    frames = [frames[i] for i in range(len(units))]  # table rows in unit order, whatever the compute order
-    table = normalise(pd.concat(frames, ignore_index=True)) if frames else normalise(pd.DataFrame())
-    return table, timings
+    cache = as_cache(cache)
+    executor = executor or _EXECUTOR.get() or SerialExecutor()
+    frames: dict[int, pd.DataFrame] = {}
+    timings: dict[int, dict] = {}
+    todo = []
+    for i in sorted(range(len(units)), key=lambda k: _share_key(units[k])):
+        u = units[i]
+        t0 = time.perf_counter()
+        df = cache.get(u)
+        if df is None:
+            todo.append(i)
+            continue
+        frames[i] = df
+        timings[i] = _timing(u, True, time.perf_counter() - t0, 0.0, "cache")
+    with UnitProgress(title, len(units), enabled=progress) as bar:
+        bar.start(len(frames), len(todo), getattr(executor, "workers", 1), executor.name)
+        if todo:
+            bar.running(units[todo[0]].label)
+        for done in executor.map([units[i] for i in todo], ctx, EXECUTORS):
+            i = todo[done.index]
+            cache.put(units[i], done.frame)
+            frames[i] = done.frame
+            timings[i] = _timing(units[i], False, done.wall, done.cpu, done.worker)
+            bar.finished(units[i].label, done.wall, done.worker)
+            left = [k for k in todo if k not in frames]
+            if left:
+                bar.running(units[left[0]].label)
+    # table rows in unit order, whatever the compute order
+    parts = [frames[i].assign(experiment=units[i].experiment) for i in range(len(units))]
+    table = normalise(pd.concat(parts, ignore_index=True)) if parts else normalise(pd.DataFrame())
+    return table, [timings[i] for i in sorted(timings, key=lambda k: _share_key(units[k]))]
 
 
-def _stderr_is_tty() -> bool:
-    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+def _timing(u: Unit, cached: bool, wall: float, cpu: float, worker: str) -> dict[str, Any]:
+    return {"unit": u.label, "hash": u.hash, "kind": u.kind, "cached": cached, "seconds": round(wall, 3),
+            "cpu_seconds": round(cpu, 3), "worker": worker}
 
 
-def _short(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters with an ellipsis (rich's bar column is fixed)."""
-    return text if len(text) <= width else text[: width - 1] + "…"
+@contextmanager
+def using_executor(executor: Any) -> Iterator[Any]:
+    """Make ``executor`` the default of :func:`compute_units` inside the block (every
+    group of a run, nearby settings included, runs on the run's executor)."""
+    token = _EXECUTOR.set(executor)
+    try:
+        yield executor
+    finally:
+        _EXECUTOR.reset(token)
 
 
 def _share_key(u: Unit) -> tuple:
@@ -133,18 +160,6 @@ def _share_key(u: Unit) -> tuple:
     p = u.params
     return (u.kind, str(p.get("model", "")), str(p.get("value", "")), str(p.get("init_scale", "")),
             int(p.get("seed", -1)), int(p.get("depth", 0)))
-
-
-def _progress(enabled: bool):
-    from contextlib import nullcontext
-
-    if not enabled:
-        return nullcontext(None)
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description:<70}"), BarColumn(bar_width=20), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True), transient=False)
 
 
 def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame, scale: str = "") -> list[dict[str, Any]]:
@@ -242,42 +257,57 @@ def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units:
 def run_experiment(name: str | None = "main", scale: str = "quick", out: str | Path | None = None, seed: int = 0, *,
                    text: str | Path | None = None, length: int = 128, cache_dir: str | Path | None = None,
                    overrides: dict[str, Any] | None = None, device: str = "cpu", progress: bool = True,
-                   nearby: bool = True, write: bool = True) -> RunResult:
+                   nearby: bool = True, write: bool = True, executor: str = "serial", workers: int | None = None,
+                   address: str | None = None, recompute: bool = False, wait: bool = False) -> RunResult:
     """Run experiment ``name`` (``main``, ``fig2``, ``fig3``, ``fig4``, ``theory`` or ``all``).
 
     Parameters
     ----------
     scale : ``quick`` (minutes on 2 cores), ``paper`` (3000 windows) or ``smoke`` (tests).
-    out : output folder (default ``runs/<UTC time>``).
+    out : output folder (default ``runs/<UTC time>``); held exclusively while the run lives.
     seed : seeds the window order and (``seed + k``) the weights of seed ``k``.
     text : a UTF-8 text file (one document per line) or JSONL instead of Wikipedia.
     length : tokens per window (N).
     overrides : ``masks`` (list of specs), ``depth``, ``n_windows``, ``extra_models``.
     nearby : run the pre-registered nearby settings of claims not reproduced.
+    executor, workers, address : where units run (:func:`.executors.make_executor`);
+        the numbers do not depend on them.
+    recompute : recompute every unit of the run and overwrite its cache entries.
+    wait : if another run holds ``out``, wait for it instead of failing.
 
     Raises
     ------
     ConfigError, MaskError, DataError, AssetMissingError
         Bad input, raised before the output folder is created.
+    OutputBusyError
+        Another live run holds ``out`` (and ``wait`` is false).
     """
     t0 = time.perf_counter()
     cfgs, units, data = plan(name, scale, seed, text=text, length=length, overrides=overrides)
     ctx = RunContext(data, device)
     out = Path(out) if out is not None else Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(out)
-    _preflight(ctx, [u for u in units if not (cache / f"{u.kind}-{u.hash}.parquet").exists()])
-    if write:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / MARKER).unlink(missing_ok=True)
-    table, timings = compute_units(units, ctx, cache, progress=progress, title="/".join(c["name"] for c in cfgs))
-    records = evaluate_claims(cfgs, table, scale)
-    near, near_t = run_nearby(cfgs, records, units, ctx, cache, progress=progress, default=table) if nearby else (None, [])
-    if near is not None:
-        table = normalise(pd.concat([table, near], ignore_index=True))
-    config = run_config(cfgs, scale, seed, data, overrides or {}, units)
-    result = RunResult(out, table, records, config, timings + near_t, time.perf_counter() - t0)
-    if write:
-        write_outputs(result)
+    cache = UnitCache(Path(cache_dir) if cache_dir is not None else default_cache_dir(out), recompute=recompute)
+    check_executor(executor, workers=workers, address=address)
+    cache.remove_orphans()  # temporary files of writers that died a day ago or more
+    _preflight(ctx, [u for u in units if not cache.has(u)])
+    with ExitStack() as stack:
+        if write:
+            stack.enter_context(OutputFolder(out, wait=wait))
+            (out / MARKER).unlink(missing_ok=True)
+        ex = make_executor(executor, workers=workers, address=address, data=data, device=device)
+        stack.callback(ex.close)
+        stack.enter_context(using_executor(ex))
+        table, timings = compute_units(units, ctx, cache, progress=progress, title="/".join(c["name"] for c in cfgs))
+        records = evaluate_claims(cfgs, table, scale)
+        near, near_t = run_nearby(cfgs, records, units, ctx, cache, progress=progress, default=table) if nearby else (None, [])
+        if near is not None:
+            table = normalise(pd.concat([table, near], ignore_index=True))
+        config = run_config(cfgs, scale, seed, data, overrides or {}, units)
+        config["execution"] = {"executor": ex.name, "workers": getattr(ex, "workers", 1), "numerics": numerics_key(),
+                               "cache": str(cache.root)}
+        result = RunResult(out, table, records, config, timings + near_t, time.perf_counter() - t0)
+        if write:
+            write_outputs(result)
     return result
 
 
@@ -307,11 +337,17 @@ def run_config(cfgs, scale, seed, data, overrides, units) -> dict[str, Any]:
 
 
 def write_outputs(result: RunResult) -> None:
-    """Table (Parquet + CSV), plots, claims.json, config.json, report, then the marker."""
+    """Table (Parquet + CSV), plots, claims.json, config.json, report, then the marker.
+    Outputs of an earlier run that this one did not rewrite (plots of a different
+    experiment, orphan temporary files) are removed before the marker is written, so a
+    folder marked ``COMPLETE`` holds one run's outputs only. The caller holds the folder
+    (:class:`~.outdir.OutputFolder`)."""
     from .. import report
     from . import plots
 
     out = result.out
+    before = snapshot(out)
+    (out / MARKER).unlink(missing_ok=True)
     with atomic_path(out / "table.parquet") as tmp:
         result.table.to_parquet(tmp, index=False)
     with atomic_path(out / "table.csv") as tmp:
@@ -322,6 +358,7 @@ def write_outputs(result: RunResult) -> None:
                                             "seconds": round(result.seconds, 2)})
     write_text_atomic(out / "report.html", report.render_html(result, figures))
     write_text_atomic(out / "report.md", report.render_markdown(result, figures))
+    remove_unwritten(out, before)
     write_text_atomic(out / MARKER, f"config_hash {result.config['config_hash']}\n")
 
 

@@ -1,0 +1,96 @@
+"""The unit cache: one Parquet file per unit, named by the unit's kind and hash.
+
+The hash (:attr:`~.config.Unit.hash`) covers the unit's parameters, its data spec, the
+declared numerics version and the versions of the libraries that change numbers
+(:func:`rankcollapse._io.code_fingerprint`), so a file's name says what it holds
+(content addressing by key). The cache stores whatever frame a unit returns, per-window
+rows included; it never interprets them.
+
+Safe for many writers (processes of one machine, or the nodes of a cluster sharing the
+folder over NFS): a file is written to a temporary name in the same folder and renamed
+with ``os.replace``, so a reader sees either nothing or a whole file, and two writers of
+the same unit write the same bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .._io import atomic_path
+from .config import Unit
+
+#: Temporary files older than this (seconds) belong to a dead writer and may be removed.
+ORPHAN_AGE_S = 24 * 3600
+
+
+@dataclass
+class UnitCache:
+    """Read and write unit results under ``root``.
+
+    Parameters
+    ----------
+    root : the cache folder (created on first write).
+    recompute : ignore existing entries of the units of this run and overwrite them;
+        each unit is recomputed once per run even when several groups ask for it.
+    """
+
+    root: Path
+    recompute: bool = False
+    _fresh: set[str] = field(default_factory=set, repr=False)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+
+    def path(self, unit: Unit) -> Path:
+        """``<root>/<kind>-<hash>.parquet``."""
+        return self.root / f"{unit.kind}-{unit.hash}.parquet"
+
+    def has(self, unit: Unit) -> bool:
+        """Whether ``unit`` can be read instead of computed."""
+        if self.recompute and unit.hash not in self._fresh:
+            return False
+        return self.path(unit).exists()
+
+    def get(self, unit: Unit) -> pd.DataFrame | None:
+        """The stored frame of ``unit``, or ``None`` when it must be computed."""
+        if not self.has(unit):
+            return None
+        try:
+            return pd.read_parquet(self.path(unit))
+        except FileNotFoundError:  # removed by someone else between the check and the read
+            return None
+
+    def put(self, unit: Unit, frame: pd.DataFrame) -> Path:
+        """Store ``frame`` atomically (temporary file + ``os.replace``); returns the path."""
+        path = self.path(unit)
+        with atomic_path(path) as tmp:
+            frame.to_parquet(tmp, index=False)
+        self._fresh.add(unit.hash)
+        return path
+
+    def remove_orphans(self, max_age_s: float = ORPHAN_AGE_S) -> int:
+        """Delete temporary files of writers that died more than ``max_age_s`` ago
+        (a live writer's file is younger); returns how many were removed."""
+        if not self.root.is_dir():
+            return 0
+        now, n = time.time(), 0
+        for tmp in self.root.glob(".*.tmp"):
+            try:
+                if now - tmp.stat().st_mtime > max_age_s:
+                    tmp.unlink()
+                    n += 1
+            except FileNotFoundError:
+                pass
+        return n
+
+
+def as_cache(cache: Path | str | UnitCache) -> UnitCache:
+    """A :class:`UnitCache` for a folder (callers may pass either)."""
+    return cache if isinstance(cache, UnitCache) else UnitCache(Path(cache))
+
+
+__all__ = ["UnitCache", "as_cache", "ORPHAN_AGE_S"]

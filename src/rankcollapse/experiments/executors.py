@@ -1,0 +1,286 @@
+"""Where units run: in this process (``serial``), in local worker processes
+(``processes``), or on a Ray cluster (``ray``).
+
+Every executor runs a unit the same way (:func:`run_unit`): the unit's randomness comes
+from its own parameters (the weight seed is part of the unit), never from the order or
+the worker, and torch runs each unit on :data:`UNIT_THREADS` intra-op threads whatever
+the executor, because torch's parallel reductions split work by thread count and so
+change the last bits of a result. The speed-up comes from running units side by side.
+The results are therefore identical to the last digit under every executor and worker
+count; the caller assembles the table in unit order.
+
+An executor's :meth:`map` yields :class:`Done` records as units finish (any order); the
+caller writes each to the cache at once, so a killed driver loses only units in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+import pandas as pd
+
+from ..errors import ConfigError
+from .config import Unit
+from .context import RunContext
+
+#: Intra-op torch threads of every unit, under every executor (see the module docstring).
+UNIT_THREADS = 1
+#: Executor names accepted by :func:`make_executor`.
+EXECUTOR_NAMES = ("serial", "processes", "ray")
+#: How often a unit whose worker died is resubmitted (Ray ``max_retries``; the process
+#: pool is rebuilt this many times).
+RETRIES = 3
+
+UnitFn = Callable[[Unit, RunContext], pd.DataFrame]
+
+
+@dataclass
+class Done:
+    """One finished unit: its index in the submitted list, its frame, and where and how
+    long it ran (``wall`` and ``cpu`` seconds measured in the worker)."""
+
+    index: int
+    frame: pd.DataFrame
+    wall: float
+    cpu: float
+    worker: str
+
+
+@contextmanager
+def unit_threads(n: int = UNIT_THREADS) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads, restoring the previous number."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def run_unit(unit: Unit, ctx: RunContext, table: Mapping[str, UnitFn]) -> tuple[pd.DataFrame, float, float, str]:
+    """``table[unit.kind](unit, ctx)`` on :data:`UNIT_THREADS` threads:
+    ``(frame, wall seconds, CPU seconds of this process, worker name)``."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    with unit_threads():
+        frame = table[unit.kind](unit, ctx)
+    return frame, time.perf_counter() - t0, time.process_time() - c0, f"{socket.gethostname()}:{os.getpid()}"
+
+
+class SerialExecutor:
+    """Units one after another in this process, sharing the caller's run context."""
+
+    name = "serial"
+    workers = 1
+
+    def map(self, units: list[Unit], ctx: RunContext, table: Mapping[str, UnitFn]) -> Iterator[Done]:
+        for i, u in enumerate(units):
+            frame, wall, cpu, worker = run_unit(u, ctx, table)
+            yield Done(i, frame, wall, cpu, worker)
+
+    def close(self) -> None:
+        pass
+
+
+# --- worker processes -------------------------------------------------------------------
+# One run context per worker process (models and windows loaded once, reused by every
+# unit the worker runs); the only module state, and it lives in the workers.
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(data: dict[str, Any], device: str, parent: int | None = None) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _WORKER["ctx"] = RunContext(data, device)
+    if parent is not None:
+        _exit_with_parent(parent)
+
+
+def _exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
+    """End this worker when the driver ``parent`` dies (``kill -9`` included): a pool
+    worker otherwise outlives it, idle, or finishing a unit nobody will read."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _worker_run(unit: Unit) -> tuple[pd.DataFrame, float, float, str]:
+    from .units import EXECUTORS
+
+    return run_unit(unit, _WORKER["ctx"], EXECUTORS)
+
+
+class ProcessExecutor:
+    """Units in ``workers`` local processes (``spawn``: a fresh interpreter, no state
+    inherited from the driver). A pool whose worker dies (killed, out of memory) is
+    rebuilt and the unfinished units resubmitted, at most :data:`RETRIES` times."""
+
+    name = "processes"
+
+    def __init__(self, workers: int, data: dict[str, Any], device: str) -> None:
+        self.workers, self._data, self._device = int(workers), data, str(device)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _get_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            import multiprocessing as mp
+
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                             initializer=_init_worker, initargs=(self._data, self._device, os.getpid()))
+        return self._pool
+
+    def map(self, units: list[Unit], ctx: RunContext, table: Mapping[str, UnitFn]) -> Iterator[Done]:
+        pending = dict(enumerate(units))
+        for attempt in range(RETRIES + 1):
+            pool = self._get_pool()
+            futures: dict[Future, int] = {pool.submit(_worker_run, u): i for i, u in pending.items()}
+            try:
+                while futures:
+                    finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        i = futures.pop(f)
+                        frame, wall, cpu, worker = f.result()
+                        del pending[i]
+                        yield Done(i, frame, wall, cpu, worker)
+                return
+            except BrokenProcessPool:
+                self.close()  # a worker died: rebuild the pool, resubmit what is left
+                if attempt == RETRIES:
+                    raise
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                self.close()
+                raise
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+# --- Ray --------------------------------------------------------------------------------
+def _ray_run_unit(unit: Unit, data: dict[str, Any], device: str) -> tuple[pd.DataFrame, float, float, str]:
+    """The Ray task: runs in a Ray worker process, which keeps one run context per data
+    spec between tasks (workers are reused)."""
+    from .._io import config_hash
+    from .units import EXECUTORS
+
+    key = config_hash([data, device])
+    if _WORKER.get("key") != key:
+        _init_worker(data, device)
+        _WORKER["key"] = key
+    return run_unit(unit, _WORKER["ctx"], EXECUTORS)
+
+
+class RayExecutor:
+    """Units as Ray tasks (one CPU each) on the cluster at ``address`` (``auto``: the
+    cluster started on this machine with ``ray start``), or on a private local Ray
+    instance with ``workers`` CPUs when ``address`` is ``None``. A task whose worker
+    dies is retried by Ray (``max_retries``); an error raised by a unit is not retried.
+
+    Raises
+    ------
+    ConfigError
+        Ray is not installed (``pip install 'rankcollapse[distributed]'``) or the cluster
+        cannot be reached.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None, workers: int | None, data: dict[str, Any], device: str) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--executor ray needs Ray: pip install 'rankcollapse[distributed]'") from None
+        self._data, self._device, self._own = data, str(device), not ray.is_initialized()
+        if self._own:
+            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
+            try:
+                if address:
+                    ray.init(address=address, **kw)
+                else:
+                    ray.init(num_cpus=workers or os.cpu_count(), **kw)
+            except ConnectionError as exc:
+                raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
+        self.workers = int(ray.cluster_resources().get("CPU", 1))
+        self._task = ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=False)(_ray_run_unit)
+
+    def map(self, units: list[Unit], ctx: RunContext, table: Mapping[str, UnitFn]) -> Iterator[Done]:
+        import ray
+
+        refs = {self._task.remote(u, self._data, self._device): i for i, u in enumerate(units)}
+        try:
+            while refs:
+                ready, _ = ray.wait(list(refs), num_returns=1)
+                for ref in ready:
+                    i = refs.pop(ref)
+                    frame, wall, cpu, worker = ray.get(ref)
+                    yield Done(i, frame, wall, cpu, worker)
+        except BaseException:
+            for ref in refs:
+                ray.cancel(ref, force=True)
+            raise
+
+    def close(self) -> None:
+        if self._own:
+            import ray
+
+            ray.shutdown()
+
+
+def check_executor(name: str, *, workers: int | None = None, address: str | None = None) -> None:
+    """Validate executor options without starting anything.
+
+    Raises
+    ------
+    ConfigError
+        Unknown name, ``workers`` < 1, ``address`` without ``ray``, Ray not installed.
+    """
+    if name not in EXECUTOR_NAMES:
+        raise ConfigError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTOR_NAMES)}")
+    if workers is not None and int(workers) < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    if address and name != "ray":
+        raise ConfigError("--address needs --executor ray")
+    if name == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError("--executor ray needs Ray: pip install 'rankcollapse[distributed]'")
+
+
+def make_executor(name: str, *, workers: int | None = None, address: str | None = None,
+                  data: dict[str, Any] | None = None, device: str = "cpu"):
+    """The executor ``name`` (one of :data:`EXECUTOR_NAMES`).
+
+    Parameters
+    ----------
+    workers : worker processes (``processes``; default: every core) or CPUs of a private
+        local Ray instance (``ray`` without ``address``).
+    address : Ray cluster address (``auto``, ``host:port``); only with ``ray``.
+    data : the run's data spec (workers build their own run context from it).
+
+    Raises
+    ------
+    ConfigError
+        Unknown name, ``workers`` < 1, ``address`` without ``ray``, Ray missing.
+    """
+    check_executor(name, workers=workers, address=address)
+    if name == "serial":
+        return SerialExecutor()
+    if name == "processes":
+        return ProcessExecutor(workers or os.cpu_count() or 1, data or {}, device)
+    return RayExecutor(address, workers, data or {}, device)

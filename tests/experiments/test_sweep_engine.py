@@ -1,0 +1,201 @@
+"""Sweep engine mechanics with the synthetic executor: cache key and cache, table order
+independent of completion order, --recompute, output folder ownership and cleanup,
+progress lines, per-unit timings, executor option errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+from rankcollapse import _io
+from rankcollapse.errors import ConfigError, OutputBusyError
+from rankcollapse.experiments import runner
+from rankcollapse.experiments.cache import UnitCache
+from rankcollapse.experiments.config import Unit
+from rankcollapse.experiments.executors import Done, check_executor
+from rankcollapse.experiments.outdir import LOCK_NAME, OutputFolder, owner
+from rankcollapse.experiments.progress import UnitProgress
+
+
+
+def test_cache_key_is_numerics_version_and_library_versions_not_source(monkeypatch):
+    key = _io.numerics_key()
+    assert key["numerics"] == _io.NUMERICS_VERSION and "+" not in key["torch"]
+    assert set(key) == {"numerics", *_io.NUMERIC_LIBRARIES}
+    assert _io.code_fingerprint() == _io.config_hash(key)
+    unit = Unit("simulate", {"mask": "complete", "seed": 0})
+    before = unit.hash
+    _io.code_fingerprint.cache_clear()
+    monkeypatch.setattr(_io, "NUMERICS_VERSION", _io.NUMERICS_VERSION + 1)
+    try:
+        assert unit.hash != before  # a declared numerics change invalidates the cache
+    finally:
+        _io.code_fingerprint.cache_clear()
+    monkeypatch.undo()
+    assert unit.hash == before
+
+
+def test_unit_cache_roundtrip_recompute_once_and_orphans(tmp_path):
+    u = Unit("theory", {"check": "x"})
+    frame = pd.DataFrame({"layer": [0, 1], "mean": [1.0, 0.25]})
+    cache = UnitCache(tmp_path)
+    assert cache.get(u) is None
+    path = cache.put(u, frame)
+    assert path.name == f"theory-{u.hash}.parquet"
+    pd.testing.assert_frame_equal(cache.get(u), frame)
+    forced = UnitCache(tmp_path, recompute=True)
+    assert forced.get(u) is None  # recompute ignores the stored entry ...
+    forced.put(u, frame.assign(mean=[2.0, 3.0]))
+    assert forced.get(u)["mean"].tolist() == [2.0, 3.0]  # ... once: its own result is reused
+    old = tmp_path / ".theory-x.parquet.abc.tmp"
+    old.write_text("partial")
+    os.utime(old, (time.time() - 2 * 86400,) * 2)
+    young = tmp_path / ".theory-y.parquet.def.tmp"
+    young.write_text("being written")
+    assert cache.remove_orphans() == 1 and not old.exists() and young.exists()
+
+
+def test_unit_cache_many_writers_leave_one_whole_file(tmp_path):
+    u = Unit("theory", {"check": "y"})
+    frame = pd.DataFrame({"mean": [float(k) for k in range(2000)]})
+    threads = [threading.Thread(target=UnitCache(tmp_path).put, args=(u, frame)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [p.name for p in tmp_path.iterdir()] == [f"theory-{u.hash}.parquet"]
+    pd.testing.assert_frame_equal(UnitCache(tmp_path).get(u), frame)
+
+
+class ReversedExecutor:
+    """Finishes units in reverse order, like a pool where the last unit is quickest."""
+
+    name, workers = "reversed", 2
+
+    def map(self, units, ctx, table):
+        for i in reversed(range(len(units))):
+            yield Done(i, table[units[i].kind](units[i], ctx), 0.5, 0.25, "w")
+
+    def close(self):
+        pass
+
+
+def test_table_in_unit_order_whatever_the_completion_order(fake, tmp_path):
+    cfgs, units, data = runner.plan("main", "smoke", 0)
+    ctx = runner.RunContext(data, "cpu")
+    serial, _ = runner.compute_units(units, ctx, tmp_path / "a", progress=False)
+    rev, timings = runner.compute_units(units, ctx, tmp_path / "b", progress=False, executor=ReversedExecutor())
+    pd.testing.assert_frame_equal(rev, serial)
+    assert {t["worker"] for t in timings} == {"w"} and {t["cpu_seconds"] for t in timings} == {0.25}
+    with runner.using_executor(ReversedExecutor()):  # the run's executor is the default
+        again, timings = runner.compute_units(units, ctx, tmp_path / "c", progress=False)
+    pd.testing.assert_frame_equal(again, serial)
+    assert {t["worker"] for t in timings} == {"w"}
+
+
+def test_recompute_reruns_every_unit_and_timings_are_recorded(fake, tmp_path):
+    res = runner.run_experiment("main", "smoke", tmp_path / "run", progress=False, nearby=False, write=False)
+    n = fake.calls
+    runner.run_experiment("main", "smoke", tmp_path / "run", progress=False, nearby=False, write=False)
+    assert fake.calls == n
+    again = runner.run_experiment("main", "smoke", tmp_path / "run", progress=False, nearby=False, recompute=True)
+    assert fake.calls == 2 * n
+    pd.testing.assert_frame_equal(again.table, res.table)
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert len(cfg["timings"]) == n and all(not t["cached"] for t in cfg["timings"])
+    assert all(t["seconds"] >= 0 and t["cpu_seconds"] >= 0 and t["worker"] for t in cfg["timings"])
+    assert cfg["execution"]["executor"] == "serial" and cfg["execution"]["numerics"] == _io.numerics_key()
+
+
+def test_second_owner_is_refused_naming_the_first_or_waits(tmp_path):
+    with OutputFolder(tmp_path / "out"):
+        info = owner(tmp_path / "out")
+        assert info["pid"] == os.getpid() and info["host"]
+        with pytest.raises(OutputBusyError, match=f"in use by run pid {os.getpid()} on host"):
+            OutputFolder(tmp_path / "out").__enter__()
+    got = []
+    first = OutputFolder(tmp_path / "out").__enter__()
+    waiter = threading.Thread(target=lambda: got.append(OutputFolder(tmp_path / "out", wait=True, poll_s=0.05).__enter__()))
+    waiter.start()
+    time.sleep(0.3)
+    assert not got  # still waiting
+    first.__exit__(None, None, None)
+    waiter.join(5)
+    assert len(got) == 1
+    got[0].__exit__(None, None, None)
+
+
+def test_lock_of_a_killed_run_is_taken_over(tmp_path):
+    code = ("import sys,time; from rankcollapse.experiments.outdir import OutputFolder; "
+            "OutputFolder(sys.argv[1]).__enter__(); print('locked', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "out")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        with pytest.raises(OutputBusyError, match=f"pid {proc.pid}"):
+            OutputFolder(tmp_path / "out").__enter__()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert owner(tmp_path / "out")["pid"] == proc.pid  # the dead run's record is still there
+    with OutputFolder(tmp_path / "out"):
+        assert owner(tmp_path / "out")["pid"] == os.getpid()
+
+
+def test_cli_second_run_into_same_out_exits_2_naming_the_first(fake, tmp_path, monkeypatch, capsys):
+    from rankcollapse.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "reproduce", "theory", "--scale", "smoke", "--out",
+                                      str(tmp_path / "out"), "--no-progress"])
+    with OutputFolder(tmp_path / "out"), pytest.raises(SystemExit) as exit_:
+        main()  # another open of the lock file: refused like another process
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == "" and fake.calls == 0
+    assert err.strip().splitlines() == [
+        f"rankcollapse: error: {tmp_path / 'out'} is in use by {_describe(tmp_path / 'out')}; "
+        "wait for it (--wait) or choose another --out"]
+
+
+def _describe(out):
+    info = owner(out)
+    return f"run pid {info['pid']} on host {info['host']} since {info['started']}"
+
+
+def test_rerun_clears_outputs_it_did_not_write_and_marks_complete_last(fake, tmp_path):
+    out = tmp_path / "run"
+    runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)
+    (out / "plots" / "fig2_stale.png").write_bytes(b"old plot")
+    (out / ".table.csv.x1.tmp").write_text("orphan")
+    (out / "plots" / ".p.png.x2.tmp").write_text("orphan")
+    (out / "notes.txt").write_text("the user's own file")
+    runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)
+    names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert "plots/fig2_stale.png" not in names and not [n for n in names if n.endswith(".tmp")]
+    assert {"notes.txt", "COMPLETE", "table.parquet", "report.html", LOCK_NAME} <= names
+    complete = (out / "COMPLETE").stat().st_mtime_ns
+    assert all((out / n).stat().st_mtime_ns <= complete for n in names if n not in ("notes.txt", LOCK_NAME))
+
+
+def test_progress_bar_on_a_terminal_shows_counts(capsys):
+    with UnitProgress("fig3", 3, tty=True) as bar:
+        bar.start(1, 2, 2, "processes")
+        bar.running("pretrained_sa[mask=causal]")
+        bar.finished("pretrained_sa[mask=causal]", 1.0)
+        bar.finished("pretrained_sa[mask=complete]", 1.0)
+    err = capsys.readouterr().err
+    assert "3/3" in err and "ETA" in err
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"name": "threads"}, "unknown executor 'threads'"),
+    ({"name": "processes", "workers": 0}, "--workers must be >= 1"),
+    ({"name": "processes", "address": "auto"}, "--address needs --executor ray"),
+])
+def test_executor_options_are_checked(kw, message):
+    with pytest.raises(ConfigError, match=message):
+        check_executor(**kw)
