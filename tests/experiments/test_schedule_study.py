@@ -26,3 +26,20 @@ def test_smoke_run_writes_table_and_figure(tmp_path):
     assert len(back) == len(table) == 4  # four families all meet the w'=24 budget within 3 %
     assert ((back["mean_edges_per_layer"] - back["budget"]).abs() <= 0.03 * back["budget"]).all()
     assert back["measured_rate"].between(0, 1).all() and set(back["rank_measured"]) <= {1, 2, 3, 4}
+
+
+def test_simulate_unit_takes_a_schedule_mask():
+    from types import SimpleNamespace
+
+    import torch
+
+    from rankcollapse.dynamics import gaussian_tokens, simulate
+    from rankcollapse.experiments.config import Unit
+    from rankcollapse.experiments.units import _simulate_chunks
+
+    spec = "schedule:causal_sliding_window:w=2*2,causal"
+    unit = Unit("simulate", {"mask": spec, "seed": 0, "dtype": "float64", "metrics": ["mu"]}, "schedules")
+    X0 = gaussian_tokens(3, 10, 4, seed=1).double()
+    got = _simulate_chunks(unit, SimpleNamespace(device="cpu"), lambda a, b: X0[a:b], 3, lambda d: {"depth": 4})
+    want = simulate(X0, mask=spec, depth=4, seed=0, dtype=torch.float64, metrics=["mu"]).metrics["mu"]
+    assert torch.equal(got["mu"], want)
