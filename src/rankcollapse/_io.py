@@ -69,7 +69,7 @@ def config_hash(config: Any, length: int = 12) -> str:
 #: any unit produces (an algorithm, a default dtype, a metric's formula); leave it when a
 #: change does not (docstrings, refactors, speed-ups with identical results), so cached
 #: results stay valid. Unit label changes bump ``experiments.config.CACHE_VERSION`` instead.
-NUMERICS_VERSION = 1
+NUMERICS_VERSION = 2
 #: Libraries whose version can change a unit's numbers (kernels, tokenizers, weights loading).
 NUMERIC_LIBRARIES = ("torch", "numpy", "scipy", "networkx", "transformers", "tokenizers", "safetensors")
 

@@ -21,30 +21,34 @@ from ._context import MetricContext, evaluate, stable_norm
 
 
 # ---- metric functions on a context (G samples of L real tokens) -----------------
+def _mu_normalised(ctx: MetricContext) -> torch.Tensor:
+    """``mu`` of the normalised tokens ``ctx.X`` (``mu(X) / ctx.scale``)."""
+    return ctx.cached("mu_n", lambda: stable_norm(ctx.centered, (-2, -1)))
+
+
 def _mu(ctx: MetricContext) -> torch.Tensor:
-    return stable_norm(ctx.centered, (-2, -1))
+    return _mu_normalised(ctx) * ctx.scale
 
 
 def _mu_relative(ctx: MetricContext) -> torch.Tensor:
     ctx.fail(ctx.frobenius == 0, "X is the zero matrix: mu / ||X||_F is undefined")
-    return _mu(ctx) / ctx.frobenius
+    return _mu_normalised(ctx) / ctx.frobenius
 
 
-def _pair_mean(ctx: MetricContext, values: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` ``(G, L, L)`` (zero on the diagonal and on zero tokens) over
-    ordered pairs i != j of non-zero tokens; 1 where there is no such pair."""
-    n = ctx.row_valid.sum(dim=-1).to(values.dtype)
+def _pair_mean(ctx: MetricContext, total: torch.Tensor) -> torch.Tensor:
+    """``total`` ``(G,)`` (a sum over ordered pairs i != j of non-zero tokens) divided
+    by the number of such pairs; 1 where there is no such pair."""
+    n = ctx.row_valid.sum(dim=-1).to(total.dtype)
     pairs = n * (n - 1)
-    total = values.sum(dim=(-2, -1))
     return torch.where(pairs > 0, total / pairs.clamp_min(1), torch.ones_like(total))
 
 
 def _avg_abs_cos(ctx: MetricContext) -> torch.Tensor:
-    return _pair_mean(ctx, ctx.cos.abs())
+    return _pair_mean(ctx, ctx.abs_cos_pair_sum())
 
 
 def _avg_cos(ctx: MetricContext) -> torch.Tensor:
-    return _pair_mean(ctx, ctx.cos)
+    return _pair_mean(ctx, ctx.cos_pair_sum())
 
 
 def _cos_to_mean(ctx: MetricContext) -> torch.Tensor:
@@ -52,7 +56,7 @@ def _cos_to_mean(ctx: MetricContext) -> torch.Tensor:
     mean_norm = stable_norm(mean, -1)
     ctx.fail(mean_norm == 0, "the mean token is zero: cosine to the mean is undefined")
     valid = ctx.row_valid
-    cos = (ctx.X @ (mean / mean_norm.unsqueeze(-1)).unsqueeze(-1)).squeeze(-1) * ctx.inv_norms
+    cos = (ctx.unit_rows @ (mean / mean_norm.unsqueeze(-1)).unsqueeze(-1)).squeeze(-1)
     return cos.sum(dim=-1) / valid.sum(dim=-1)
 
 
@@ -80,7 +84,7 @@ def _composite(ctx: MetricContext, which: str) -> torch.Tensor:
 
 
 def _dong_residual(ctx: MetricContext) -> torch.Tensor:
-    return _composite(ctx, "centered")
+    return _composite(ctx, "centered") * ctx.scale
 
 
 def _dong_residual_relative(ctx: MetricContext) -> torch.Tensor:

@@ -37,7 +37,7 @@ _SPECS = (
     MetricSpec("mu", core._mu, "||X - 1 gamma_X||_F, distance to token uniformity", 0.0),
     MetricSpec("mu_relative", core._mu_relative, "mu(X) / ||X||_F", 0.0),
     MetricSpec("rank_fraction", spectral._rank_fraction, "numerical rank / min(N, d)"),
-    MetricSpec("numerical_rank", spectral._numerical_rank, "#{sigma_k > sigma_1 max(N, d) eps}", 1.0),
+    MetricSpec("numerical_rank", spectral._numerical_rank, "#{sigma_k > max(sigma_1 max(N, d) eps, u ||X||_F)}", 1.0),
     MetricSpec("sigma_min", spectral._sigma_min, "smallest singular value sigma_min(N, d)"),
     MetricSpec("sigma_ratio", spectral._sigma_ratio, "sigma_2 / sigma_1", 0.0),
     MetricSpec("rank_one_distance", spectral._rank_one_distance, "sqrt(sum_{k>=2} sigma_k^2)", 0.0),
@@ -79,6 +79,7 @@ def compute_metrics(
     dtype: torch.dtype | None = None,
     rank_atol: float | None = None,
     rank_rtol: float | None = None,
+    rank_noise_floor: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Compute several metrics at once, sharing one SVD and one Gram matrix per length.
 
@@ -95,7 +96,10 @@ def compute_metrics(
     dtype : compute dtype, e.g. ``torch.float64`` for float64 accumulation; default
         the dtype of X (half precision is computed in float32).
     rank_atol, rank_rtol : numerical-rank tolerance, see
-        :func:`rankcollapse.metrics.numerical_rank` (default numpy's rule).
+        :func:`rankcollapse.metrics.numerical_rank` (default: the SVD's error in the
+        compute dtype).
+    rank_noise_floor : also count the storage dtype's rounding noise floor
+        ``u ||X||_F`` in the rank tolerance (default True; see ``numerical_rank``).
 
     Returns
     -------
@@ -120,5 +124,5 @@ def compute_metrics(
     if not names:
         raise MetricError("no metric names given")
     fns = {n: METRICS[n].fn for n in names}
-    tolerance = RankTolerance(rank_atol, rank_rtol)
+    tolerance = RankTolerance(rank_atol, rank_rtol, rank_noise_floor)
     return evaluate(X, fns, padding_mask=padding_mask, mask=mask, dtype=dtype, tolerance=tolerance)

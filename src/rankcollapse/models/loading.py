@@ -67,6 +67,34 @@ def detect_family(model: Any) -> str:
     return families.family_of(getattr(model.config, "model_type", ""))
 
 
+def as_loaded(model: Any, tokenizer: Any = None, *, name: str | None = None) -> "LoadedModel":
+    """A :class:`LoadedModel` for ``model``: returned as is if it already is one (or
+    has ``.model`` and ``.family``); a ``transformers.PreTrainedModel`` (a base model
+    or one with a task head, whose ``base_model`` is then used: hooks on its modules
+    fire when the head model runs too) is wrapped with ``tokenizer``, its family read
+    from ``config.model_type``. The model is not modified (no eval(), no move).
+
+    Raises
+    ------
+    ModelError
+        Anything else (the message names the type received).
+    """
+    if isinstance(model, LoadedModel) or (hasattr(model, "model") and hasattr(model, "family")):
+        return model
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        PreTrainedModel = ()
+    if not isinstance(model, PreTrainedModel):
+        raise ModelError(
+            f"expected a LoadedModel (rankcollapse.models.load_model) or a transformers PreTrainedModel, "
+            f"got {type(model).__name__}"
+        )
+    base = model.base_model
+    label = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+    return LoadedModel(model=base, tokenizer=tokenizer, family=detect_family(base), name=str(label))
+
+
 def _local_only_default() -> bool:
     """Offline unless the caller opted in with ``HF_HUB_OFFLINE=0`` (or false/no/off)."""
     return os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() not in ("0", "false", "no", "off")
