@@ -89,7 +89,7 @@ def _check_interventions(mask: Optional[str], d_qk_scale: float, drop: str, leng
         if item.partition(":")[0] not in components:
             raise ConfigError(f"unknown component to drop {item!r}; choose from {', '.join(components)}")
     if mask is not None:
-        masks.dense_mask(mask, length)
+        masks.parse_schedule(mask, length) if masks.is_schedule(mask) else masks.dense_mask(mask, length)
 
 
 def to_json(table: Any) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from typing import List, Optional
 
 import typer
 
-HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory or all) on real
+HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, all, or schedules:
+collapse rate of mask schedules at equal attention budget) on real
 Wikipedia windows and write the tidy table, plots, claims.json, config.json and a
 self-contained report.html to --out (default runs/<UTC time>). Results are cached by
 unit next to the output folder (or --cache-dir, which a cluster may share), so a rerun
@@ -55,6 +56,14 @@ def register(app: typer.Typer) -> None:
             return
         if target is not None:
             raise typer.BadParameter(f"unexpected argument {target}; only `summary` takes a folder")
+        if name == "schedules":  # the schedule study has its own small runner (docs/schedules.md)
+            from ..experiments.schedules import run_schedule_study
+
+            dest = out or Path("runs") / "schedules"
+            table = run_schedule_study(dest, scale, seed)
+            typer.echo(table.to_string(index=False))
+            typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
+            return
         from ..experiments.runner import run_experiment
 
         overrides = {"masks": masks or None, "depth": depth, "n_windows": windows, "extra_models": models or None}

@@ -18,9 +18,11 @@ from .._validate import check_device, check_float, check_int
 from ..errors import ConfigError, MetricError
 from .._memory import check_memory
 from ..masks import Mask, parse_mask, resolve_mask
+from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, compute_metrics
 from .config import BlockConfig, canonical_variant, resolve_variant
 from .layers import Attention, apply_norm, block_forward
+from .scheduled import ScheduledAttention
 from .flex import FlexBackend
 from .sparse import BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
@@ -187,7 +189,10 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     ----------
     X0 : ``(N, d)`` or ``(B, N, d)`` float tensor or array.
     mask : spec string (``rankcollapse.masks.parse_mask``), ``Mask``, bool ``(N, N)``
-        tensor/array, or scipy sparse matrix; True = token i attends to j.
+        tensor/array, or scipy sparse matrix; True = token i attends to j. Or a
+        schedule (``"schedule:A*k,B"``, a list, :class:`~rankcollapse.masks.schedule.MaskSchedule`):
+        layer ``t`` uses mask ``t mod period``; mask-aware metrics and the auto path
+        see the composed graph of one period.
     depth : number of layers T >= 1.
     variant : ``"pure"``, ``"ln"`` (alias ``"sphere"``), ``"skip"``, ``"skip_ln"`` (alias
         ``"post_ln"``) or a :class:`BlockConfig`; the config records the canonical name.
@@ -246,7 +251,11 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         raise ConfigError("mlp=True but the given weights carry no MLP (W_1, W_2)")
     names, measure, uses_mask = _metric_fn(metrics)
     H = max(lw.n_heads for lw in weights)
-    if isinstance(mask, str):  # a Mask knows its edge count before building anything
+    # a schedule runs layer t on its mask t mod period; metrics see the composed graph
+    sched = parse_schedule(mask, N) if is_schedule(mask) else None
+    if sched is not None:
+        mask = sched.composed()
+    elif isinstance(mask, str):  # a Mask knows its edge count before building anything
         mask = parse_mask(mask, N)
     _check_attention_memory(mask, B, H, N, X.element_size(), path, max_memory)
     m = resolve_mask(mask, N)
@@ -258,12 +267,16 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         raise ConfigError("record_attention and position bias (T5) need path='dense'")
     if path == "flex" and record_epsilon:
         raise ConfigError("record_epsilon needs path 'dense' or 'blocked' (FlexAttention returns no weights)")
-    attend = Attention(mask_dense=m.dense(X.device) if path == "dense" else None,
-                       plan=_plan(m, block_size, X.device) if path == "blocked" else None,
-                       flex=FlexBackend(m.mask(), X.device) if path == "flex" else None,
-                       make_plan=lambda: _plan(m, block_size, X.device), d_qk=d_qk,
-                       uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
-                       record_attention=record_attention)
+
+    def make_attention(mi):
+        return Attention(mask_dense=mi.dense(X.device) if path == "dense" else None,
+                         plan=_plan(mi, block_size, X.device) if path == "blocked" else None,
+                         flex=FlexBackend(mi.mask(), X.device) if path == "flex" else None,
+                         make_plan=lambda: _plan(mi, block_size, X.device), d_qk=d_qk,
+                         uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
+                         record_attention=record_attention)
+
+    attend = make_attention(m) if sched is None else ScheduledAttention(sched, make_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
     metric_mask = m.dense(X.device) if uses_mask else None  # built once, not per layer
     rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states)
@@ -273,7 +286,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
               "query_key": query_key if isinstance(query_key, str) else "user",
               "weights": "given" if given_weights else "family", "seed": seed,
               "shared": shared, "dtype": str(X.dtype).replace("torch.", ""), "device": str(X.device),
-              "path": path, "block_size": block_size, "mask": m.spec, "n_tokens": N, "d_model": d, "batch": B,
+              "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "batch": B,
               "metrics": list(names)}
     return SimResult(metrics=out, config=config,
                      epsilon=torch.stack(attend.epsilon).to("cpu", torch.float64) if record_epsilon else None,

@@ -71,14 +71,15 @@ def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], to
     """Run ``dynamics.simulate`` over windows in chunks (same weights for every chunk);
     concatenate per-sample metrics. ``kw_fn(d)`` gives the remaining keywords."""
     from ..dynamics import simulate
-    from ..masks import parse_mask
+    from ..masks import is_schedule, parse_mask, parse_schedule
 
     p = unit.params
     chunk = int(p.get("chunk", 64))
     parts: list[dict[str, torch.Tensor]] = []
     for start in range(0, n, chunk):
         X0 = x0_fn(start, min(n, start + chunk))
-        mask = parse_mask(str(p["mask"]), X0.shape[-2])
+        spec = str(p["mask"])  # a schedule (schedule:A*k,B) gives each layer its own mask
+        mask = parse_schedule(spec, X0.shape[-2]) if is_schedule(spec) else parse_mask(spec, X0.shape[-2])
         res = simulate(
             X0,
             mask=mask,

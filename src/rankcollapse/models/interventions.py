@@ -38,6 +38,7 @@ from torch import nn
 
 from ..errors import ConfigError, ModelError
 from ..masks import dense_mask
+from ..masks.schedule import is_schedule, parse_schedule
 from ..masks.rows import check_rows_allow_key
 from . import families
 from .families import Stack, Tap
@@ -262,7 +263,9 @@ def intervene(
     loaded : LoadedModel
     mask : replacement self-attention mask: ``rankcollapse.masks.Mask``, spec string
         (``"causal_sliding_window:w=16"``) or bool ``(N, N)`` tensor, ``M[i, j]`` = token
-        i attends to token j.
+        i attends to token j; or a schedule (``"schedule:causal_sliding_window:w=16*5,causal"``):
+        block ``k`` gets the schedule's mask ``k mod period`` (models with one attention
+        module per layer).
     d_qk_scale : s > 0; attention logits are divided by sqrt(s).
     drop : components to remove (see :func:`parse_drop`).
     attention_mask : ``(B, N)`` padding mask (1 = real) of the batch about to run;
@@ -318,11 +321,30 @@ def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask
     padding = attention_mask.to(loaded.device)
     if stack.prefix == "decoder.":
         padding = torch.cat([torch.ones_like(padding[:, :1]), padding[:, :-1]], dim=1)
+    arg = stack.blocks[0].mask_arg
+    if is_schedule(mask):
+        return _install_schedule(loaded, stack, attn_modules, parse_schedule(mask, padding.shape[1]), padding, arg)
     allowed = dense_mask(mask, padding.shape[1])
     check_real_rows(allowed, padding, getattr(mask, "spec", mask if isinstance(mask, str) else None))
     value = additive_mask(allowed, padding, loaded.dtype)
-    arg = stack.blocks[0].mask_arg
     return [m.register_forward_pre_hook(_mask_hook(m, arg, value), with_kwargs=True) for m in attn_modules]
+
+
+def _install_schedule(loaded: Any, stack: Stack, attn_modules: list[nn.Module], schedule: Any, padding: torch.Tensor,
+                      arg: str) -> list[Any]:
+    """Per-layer masks: block ``k``'s attention gets ``schedule.layer(k)`` (one additive
+    mask per distinct mask of the period)."""
+    if len(attn_modules) != len(stack.blocks):
+        raise ModelError("a mask schedule needs one attention module per layer; this model shares its layers")
+    values: dict[int, torch.Tensor] = {}
+    handles = []
+    for k, parts in enumerate(stack.blocks):
+        m = schedule.layer(k)
+        if id(m) not in values:
+            values[id(m)] = additive_mask(dense_mask(m, padding.shape[1]), padding, loaded.dtype)
+        handles.append(parts.self_attn.register_forward_pre_hook(_mask_hook(parts.self_attn, arg, values[id(m)]),
+                                                                  with_kwargs=True))
+    return handles
 
 
 def _install_drops(loaded: Any, stack: Stack, drop_list: list[str]) -> list[Any]:
