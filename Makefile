@@ -18,7 +18,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 setup: $(VENV)/.installed
 
 demo: setup
-	$(BIN)/rankcollapse reproduce --scale quick --out runs/demo
+	$(BIN)/rankcollapse reproduce --scale quick --out runs/demo --executor processes --workers 2
 
 test: setup
 	$(BIN)/python -m pytest -q
