@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
+from .._display import NotebookResult
 from .._validate import check_float, check_int
 from ..errors import ConfigError, MetricError
 from ..masks import resolve_mask
@@ -29,7 +30,7 @@ _DENSE_SCORE_BUDGET = 64 * 2**20  # bytes of (B, H, N, N) scores above which spa
 
 
 @dataclass
-class SimResult:
+class SimResult(NotebookResult):
     """Output of :func:`simulate`.
 
     metrics : name -> ``(depth+1, B)`` float64 CPU tensor; row ``t`` is after ``t`` layers
@@ -49,6 +50,44 @@ class SimResult:
     attention: list[torch.Tensor] | None = None
     final_metrics: dict[str, torch.Tensor] | None = None
     zero_rows: list[int] = field(default_factory=list)
+
+    def to_pandas(self) -> Any:
+        """Tidy :class:`pandas.DataFrame` ``layer, sample, metric, value`` (layer 0 = the
+        input); values after the final norm, when recorded, have ``layer = "final_norm"``."""
+        import pandas as pd
+
+        frames = []
+        for name, values in self.metrics.items():
+            T, B = values.shape
+            frames.append(pd.DataFrame({"layer": np.repeat(np.arange(T), B).astype(object),
+                                        "sample": np.tile(np.arange(B), T), "metric": name,
+                                        "value": values.flatten().numpy()}))
+        for name, values in (self.final_metrics or {}).items():
+            frames.append(pd.DataFrame({"layer": "final_norm", "sample": np.arange(values.shape[0]),
+                                        "metric": name, "value": values.numpy()}))
+        return pd.concat(frames, ignore_index=True)
+
+    def to_dict(self) -> dict:
+        """Settings and the last layer's mean of every metric (JSON-ready)."""
+        last = {f"final_mean_{k}": float(v[-1].mean()) for k, v in self.metrics.items()}
+        scalars = {k: v for k, v in self.config.items() if isinstance(v, (bool, int, float, str))}
+        return {**scalars, **last, "zero_rows": list(self.zero_rows)}
+
+    def plot(self, metrics: list[str] | None = None, *, ax: Any = None, title: str | None = None) -> Any:
+        """Mean over samples of ``metrics`` (default μ and μ/‖X‖_F when recorded) against
+        layer on log-log axes, layer 0 dotted; returns the figure (drawn on ``ax`` if given)."""
+        from .._figure import new_axes
+
+        fig, ax = new_axes(ax, figsize=(6, 4))
+        names = metrics or [k for k in ("mu", "mu_relative") if k in self.metrics] or list(self.metrics)
+        for name in names:
+            y = self.metrics[name].mean(1).numpy()
+            ax.plot(range(1, len(y)), y[1:], marker=".", label=f"{name} (mean over samples)")
+            ax.axhline(y[0], ls=":", lw=0.8, color=ax.lines[-1].get_color())
+        ax.set(xscale="log", yscale="log", xlabel="layer t", ylabel="value (dotted: t = 0)", title=title or "")
+        ax.legend()
+        fig.tight_layout()
+        return fig
 
 
 def _as_tokens(X0, dtype, device) -> torch.Tensor:

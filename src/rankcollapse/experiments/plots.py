@@ -13,15 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import matplotlib.ticker
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from .claims import _select  # noqa: E402
+from .._figure import colour, new_figure
+from ..errors import ConfigError
+from .claims import _select
 
 METRIC_LABELS = {
     "mu": "μ(X) = ‖X − 1γ_X‖_F",
@@ -56,7 +54,6 @@ def make_plots(table: pd.DataFrame, configs: list[dict[str, Any]], folder: Path)
             path = folder / f"{spec['id']}.png"
             with atomic_path(path) as tmp:
                 fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-            plt.close(fig)
             out[spec["id"]] = {"path": str(path), "title": spec["title"], "caption": spec.get("caption", ""),
                                "experiment": cfg["name"], "aliases": list(spec.get("aliases", []))}
     return out
@@ -75,8 +72,11 @@ def _ordered(values: list[Any], key: str) -> list[Any]:
     return known + sorted((v for v in values if v not in order), key=lambda v: (str(type(v)), v))
 
 
-def draw(table: pd.DataFrame, spec: dict[str, Any]):
-    """One figure for ``spec`` or None when the table has no matching rows."""
+def draw(table: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
+    """One figure for ``spec`` or None when the table has no matching rows.
+
+    ``ax``: a matplotlib axes, or an array of them (one per panel), to draw on; by
+    default a new pyplot-free figure (the backend is never changed)."""
     rows = _select(table, {**spec.get("select", {}), "metric": spec["metric"]}, "default")
     if rows.empty:
         return None
@@ -87,7 +87,14 @@ def draw(table: pd.DataFrame, spec: dict[str, Any]):
     sharey = spec.get("sharey", "auto")
     if sharey == "auto":
         sharey = _share_y(rows, panel_key, panels, spec.get("yscale", "log") == "log")
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.1 * nrow), squeeze=False, sharey=bool(sharey))
+    if ax is None:
+        fig = new_figure((3.6 * ncol, 3.1 * nrow))
+        axes = fig.subplots(nrow, ncol, squeeze=False, sharey=bool(sharey))
+    else:
+        axes = np.asarray(ax, dtype=object).reshape(1, -1)
+        if axes.size < len(panels):
+            raise ConfigError(f"plot {spec.get('id', '')!r} has {len(panels)} panels; ax= gave {axes.size} axes")
+        fig = axes.flat[0].figure
     loglog = bool(spec.get("loglog", False))
     lines = _ordered(list(rows[line_key].unique()), line_key)
     styles = {v: _style(i) for i, v in enumerate(lines)}
@@ -129,7 +136,7 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
 def _style(i: int) -> dict[str, Any]:
-    return {"color": plt.cm.tab10(i % 10), "ls": _DASHES[i % len(_DASHES)], "marker": _MARKERS[i % len(_MARKERS)],
+    return {"color": colour(i), "ls": _DASHES[i % len(_DASHES)], "marker": _MARKERS[i % len(_MARKERS)],
             "lw": max(2.6 - 0.45 * i, 1.1)}
 
 

@@ -16,7 +16,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
     "bound": ("BoundResult", "EnvelopeViolation", "check_collapse_bound", "fit_rate", "radius_sweep"),
     "equilibria": ("Equilibrium", "EquilibriumSet", "causal_example_2x2", "equilibria"),
     "finder": ("FinderResult", "FinderSettings", "find_equilibria"),
-    "portrait": ("portrait_2d", "portrait_2d_data", "trajectories_3d"),
+    "portrait": ("plot_portrait_2d", "plot_trajectories_3d", "portrait_2d", "portrait_2d_data", "trajectories_3d"),
     "sphere": ("SphereResult", "check_sphere_collapse"),
     "stability": ("StabilityReport", "jacobian", "stability", "tangent_basis", "tangent_jacobian"),
     "system": ("AttentionSystem", "causal_uniform_system"),
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .bound import BoundResult, EnvelopeViolation, check_collapse_bound, fit_rate, radius_sweep
     from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria
     from .finder import FinderResult, FinderSettings, find_equilibria
-    from .portrait import portrait_2d, portrait_2d_data, trajectories_3d
+    from .portrait import plot_portrait_2d, plot_trajectories_3d, portrait_2d, portrait_2d_data, trajectories_3d
     from .sphere import SphereResult, check_sphere_collapse
     from .stability import StabilityReport, jacobian, stability, tangent_basis, tangent_jacobian
     from .system import AttentionSystem, causal_uniform_system

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from scipy.stats import binomtest
 
+from .._display import NotebookResult
 from ..dynamics.inputs import sphere_tokens
 from ..metrics import numerical_rank
 from ..errors import ConfigError, ConvergenceError
@@ -22,7 +23,7 @@ from .system import AttentionSystem
 
 
 @dataclass
-class BasinEstimate:
+class BasinEstimate(NotebookResult):
     """Fraction of random starts converging to a rank-``target_rank`` fixed point."""
 
     target_rank: int
