@@ -17,6 +17,7 @@ SCRIPTS = {
     "masks": ["bench_masks.py"],
     "metrics": ["bench_metrics.py"],
     "dynamics": ["bench_dynamics.py"],
+    "long": ["bench_long.py"],
     "recorder": ["bench_recorder.py"],
     "sweep": ["bench_sweep.py"],
 }
@@ -24,6 +25,7 @@ QUICK = {
     "masks": ["--n", "16384"],
     "metrics": ["--shape", "64", "128", "768"],
     "dynamics": ["--quick"],
+    "long": ["--n", "4096", "--skip-sdpa"],
     "recorder": ["--repeats", "3"],
     "sweep": ["--repeats", "1", "--units", "4", "--windows", "8"],
 }

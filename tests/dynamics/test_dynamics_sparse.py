@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rankcollapse.dynamics import simulate
 from rankcollapse.dynamics.attention import dense_attention
@@ -58,8 +60,22 @@ def test_simulate_paths_agree(spec, variant):
 def test_banded_plan_touches_block_plus_window_keys():
     plan = BlockPlan(parse_mask("causal_sliding_window:w=256", 4096).to_csr(), block_size=128)
     assert plan.max_keys == 128 + 255
-    assert all(b.keys is None for b in plan.blocks)  # contiguous: sliced, not gathered
+    assert plan.kind == "intervals" and plan.regular  # strided views of the keys, no gather
+    assert plan.exceptions.tolist() == [0, 1]  # blocks whose window runs past token 0
     assert plan.n_edges == parse_mask("causal_sliding_window:w=256", 4096).n_edges
+
+
+def test_layouts_by_mask_kind():
+    n = 512
+    kinds = {spec: BlockPlan(parse_mask(spec, n).to_csr(), block_size=32)
+             for spec in ("sliding_window:w=31", "documents:lengths=100+412", "dilated:w=5,dilation=2",
+                          "longformer:w=9,globals=0+300")}
+    assert kinds["sliding_window:w=31"].pattern_blocked is not None
+    assert kinds["documents:lengths=100+412"].kind == "intervals"
+    assert kinds["dilated:w=5,dilation=2"].kind == "gathered"
+    lf = kinds["longformer:w=9,globals=0+300"]
+    assert lf.full_rows.tolist() == [0, 300]  # global queries go to the dense slab
+    assert lf.max_keys <= 32 + 8 + 2  # block + window + the two global keys, not N
 
 
 def test_auto_path_picks_blocked_for_long_sparse_masks():
@@ -76,3 +92,101 @@ def test_plan_rejects_empty_rows():
     csr = scipy.sparse.csr_array(np.eye(4, dtype=bool)[[0, 1, 1, 3]] * np.array([1, 1, 0, 1])[:, None])
     with pytest.raises(MaskError, match=r"rows \[2\]"):
         BlockPlan(csr)
+
+
+@st.composite
+def _case(draw):
+    n = draw(st.integers(1, 200))
+    kind = draw(st.sampled_from(["sliding_window", "causal_sliding_window", "dilated", "block", "documents",
+                                 "longformer", "bigbird"]))
+    w = draw(st.integers(1, 40))
+    if kind == "sliding_window":
+        spec = f"sliding_window:w={2 * (w // 2) + 1}"
+    elif kind == "causal_sliding_window":
+        spec = f"causal_sliding_window:w={w}"
+    elif kind == "dilated":
+        causal = draw(st.booleans())
+        spec = f"dilated:w={w if causal else 2 * (w // 2) + 1},dilation={draw(st.integers(1, 4))},causal={causal}"
+    elif kind == "block":
+        spec = f"block:size={w},causal={draw(st.booleans())}"
+    elif kind == "documents":
+        cuts = sorted(draw(st.sets(st.integers(1, max(1, n - 1)), max_size=4)) - {n})
+        lengths = np.diff([0, *cuts, n]).tolist()
+        spec = f"documents:lengths={'+'.join(map(str, lengths))},causal={draw(st.booleans())}"
+    else:
+        g = sorted(draw(st.sets(st.integers(0, n - 1), max_size=3)))
+        spec = f"{kind}:w={2 * (w // 2) + 1},globals={'+'.join(map(str, g))}"
+        if kind == "bigbird":
+            spec += f",random={draw(st.integers(0, min(3, n)))},seed=1"
+    return n, spec, draw(st.integers(1, 70)), draw(st.sampled_from([1, 4, 16])), draw(
+        st.sampled_from([torch.float32, torch.float64])), draw(st.sampled_from([(1, 1), (2, 2)]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_case())
+def test_windowed_kernel_equals_dense(case):
+    """Hypothesis over N, window, block size, d, dtype and batch/heads: the windowed
+    kernel (both layouts, shared patterns, dense slab) equals dense masked attention."""
+    n, spec, block_size, d, dtype, (b, h) = case
+    mask = parse_mask(spec, n)
+    gen = torch.Generator().manual_seed(n)
+    Q, K, V = (torch.randn(b, h, n, d, generator=gen, dtype=dtype) for _ in range(3))
+    dense, A = dense_attention(Q, K, V, mask.to_dense(), scale=0.7, need_weights=True)
+    plan = BlockPlan(mask.to_csr(), block_size=block_size)
+    out, eps = blocked_attention(Q, K, V, plan, scale=0.7, need_epsilon=True)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(out, dense, rtol=tol, atol=tol)
+    assert float(eps) == pytest.approx(float(A[..., mask.to_dense()].min()), rel=1e-4 if dtype == torch.float32 else 1e-10)
+    safe, _ = blocked_attention(Q, K, V, plan, scale=0.7, overflow=True)  # float64 score path
+    torch.testing.assert_close(safe, dense, rtol=tol, atol=tol)
+
+
+def test_overflowing_scores_match_dense_safe_path():
+    mask = parse_mask("causal_sliding_window:w=16", 300)
+    Q = torch.randn(1, 1, 300, 4) * 1e19  # q . k overflows float32
+    K, V = torch.randn(1, 1, 300, 4) * 1e19, torch.randn(1, 1, 300, 4)
+    dense, _ = dense_attention(Q, K, V, mask.to_dense(), scale=1.0)
+    out, _ = blocked_attention(Q, K, V, BlockPlan(mask.to_csr(), block_size=32), scale=1.0)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, dense)
+
+
+@pytest.mark.parametrize("spec", ["causal_sliding_window:w=17", "sliding_window:w=9", "documents:lengths=40+60,causal=true",
+                                  "prefix:k=7", "complete"])
+def test_plan_from_intervals_equals_plan_from_csr(spec):
+    mask = parse_mask(spec, 100)
+    a, b = BlockPlan(intervals=mask.intervals, block_size=16), BlockPlan(mask.to_csr(), block_size=16)
+    assert (a.kind, a.max_keys, a.n_edges) == (b.kind, b.max_keys, b.n_edges)
+    Q, K, V = (torch.randn(1, 2, 100, 4, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    torch.testing.assert_close(blocked_attention(Q, K, V, a, scale=1.0)[0], blocked_attention(Q, K, V, b, scale=1.0)[0])
+
+
+def test_simulate_never_builds_the_csr_of_a_window():
+    mask = parse_mask("causal_sliding_window:w=8", 5000)
+    simulate(torch.randn(1, 5000, 4), mask=mask, depth=1, path="blocked", metrics=("mu",))
+    assert mask._csr is None
+
+
+def test_plan_rejects_bad_intervals():
+    with pytest.raises(MaskError, match="allow no key"):
+        BlockPlan(intervals=(np.array([0, 1, 2]), np.array([0, 0, 2])))
+    with pytest.raises(MaskError, match="exactly one"):
+        BlockPlan()
+
+
+def test_near_hard_attention_subnormal_weights():
+    """Weights below float32's smallest normal number are dropped before A V (speed);
+    the output still equals dense attention and ε still reports the subnormal minimum."""
+    n = 300
+    mask = parse_mask("causal_sliding_window:w=32", n)
+    gen = torch.Generator().manual_seed(5)
+    Q, K, V = (torch.randn(1, 1, n, 8, generator=gen) for _ in range(3))
+    Q[..., 0], K[..., 0] = 1.0, 0.0
+    Q[..., 1:] = 0.0
+    K[..., 0, 0] = 95.0  # rows that see key 0 give the others exp(-95) ~ 5e-42: subnormal
+    dense, A = dense_attention(Q, K, V, mask.to_dense(), scale=1.0, need_weights=True)
+    low = A[..., mask.to_dense()].min()
+    assert 0 < float(low) < torch.finfo(torch.float32).tiny
+    out, eps = blocked_attention(Q, K, V, BlockPlan(mask.to_csr(), block_size=16), scale=1.0, need_epsilon=True)
+    torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-6)
+    assert float(eps) == float(low)

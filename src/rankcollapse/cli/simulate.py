@@ -95,6 +95,8 @@ def simulate_command(
     dtype: str = typer.Option("float32", "--dtype", help="float32 | float64. float32 runs floor μ/‖X‖_F "
                               "(mu_relative) at ~1e-7 (rounding); use float64 to follow collapse further"),
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:0"),
+    backend: str = typer.Option("auto", "--backend", help="attention backend: auto | dense | blocked (windowed "
+                                "kernel for sparse masks) | flex (torch.compile FlexAttention; no epsilon column)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document to stdout"),
     out: Path = typer.Option(None, "--out", help="folder for result.json and mu_loglog.png"),
 ) -> None:
@@ -114,9 +116,11 @@ def simulate_command(
     X0 = _initial_tokens(source, n_tokens, d_model, samples, seed, loaded)
     res = dynamics.simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
                    weights=weights, shared=shared, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
-                   seed=seed, dtype=getattr(torch, dtype), device=device, record_epsilon=True)
+                   seed=seed, dtype=getattr(torch, dtype), device=device, path=backend,
+                   record_epsilon=backend != "flex")
     layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
-               (None if t == 0 else _json_number(res.epsilon[t - 1]))} for t in range(depth + 1)]
+               (None if t == 0 or res.epsilon is None else _json_number(res.epsilon[t - 1]))}
+              for t in range(depth + 1)]
     # the CLI always passes a BlockConfig; record the variant it started from
     doc = {"settings": {**res.config, "variant": variant, "input": source, "pretrained": pretrained}, "layers": layers,
            "versions": versions()}

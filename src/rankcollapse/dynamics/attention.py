@@ -164,6 +164,20 @@ def safe_softmax_scores(Q, K, mask: torch.Tensor, *, scale: float, bias: torch.T
     return masked_softmax(scores, mask).to(Q.dtype)
 
 
+SMALL_SCORES = 16 * 2**20  # bytes of (B, H, N, N) scores below which CPU attention skips SDPA
+
+
+def _small_attention(Q, K, V, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Two batched matmuls and a softmax, for bounded scores: on the CPU this is ~25%
+    faster than the flash kernel of ``F.scaled_dot_product_attention`` when the scores
+    are small (e.g. (B, N, d) = (64, 128, 384)), which tiles ``N = 128`` poorly."""
+    s = Q @ K.transpose(-1, -2)  # (B, H, N, N)
+    if scale != 1.0:
+        s.mul_(scale)
+    s.masked_fill_(~mask, float("-inf"))  # every row has an allowed key (validated)
+    return torch.softmax(s, dim=-1) @ V
+
+
 def dense_attention(Q, K, V, mask: torch.Tensor, *, scale: float, bias: torch.Tensor | None = None,
                     need_weights: bool = False, overflow: bool | None = None):
     """Masked softmax attention on the full ``(N, N)`` score matrix.
@@ -172,7 +186,9 @@ def dense_attention(Q, K, V, mask: torch.Tensor, *, scale: float, bias: torch.Te
     ``(H, N, N)`` added to the scaled scores (T5). Returns ``(out (B, H, N, d_v), A)``
     with ``A (B, H, N, N)`` when ``need_weights`` else None. Without weights or bias,
     and when no score can overflow (:func:`scores_may_overflow`), it calls
-    ``F.scaled_dot_product_attention`` (same mask convention: True = attend); otherwise
+    ``F.scaled_dot_product_attention`` (same mask convention: True = attend), or on the
+    CPU for scores under :data:`SMALL_SCORES` bytes two batched matmuls and a softmax
+    (faster there); otherwise
     :func:`safe_softmax_scores`. With bounded scores SDPA's softmax is exact, so its
     output is not checked here: it can only overflow in ``A V``, as the safe path
     would, and the caller's per-layer finiteness check names the layer. ``overflow``:
@@ -180,6 +196,9 @@ def dense_attention(Q, K, V, mask: torch.Tensor, *, scale: float, bias: torch.Te
     """
     if not need_weights and bias is None:
         if not (scores_may_overflow(Q, K, scale) if overflow is None else overflow):
+            if Q.device.type == "cpu" and Q.shape[0] * Q.shape[1] * Q.shape[2] * K.shape[2] * Q.element_size() \
+                    <= SMALL_SCORES:
+                return _small_attention(Q, K, V, mask, scale), None
             return torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=scale), None
     A = safe_softmax_scores(Q, K, mask, scale=scale, bias=bias, overflow=overflow)
     return A @ V, A

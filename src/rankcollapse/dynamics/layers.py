@@ -10,7 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .attention import dense_attention, merge_heads, project_qkv
+from .attention import dense_attention, merge_heads, project_qkv, scores_may_overflow
 from .config import BlockConfig
 from .sparse import BlockPlan, blocked_attention
 from .weights import LayerWeights
@@ -60,15 +60,19 @@ class Attention:
 
     Parameters
     ----------
-    mask_dense : bool ``(N, N)`` or None; plan : :class:`BlockPlan` or None (exactly one).
+    mask_dense : bool ``(N, N)`` or None; plan : :class:`BlockPlan` or None; flex :
+        :class:`~rankcollapse.dynamics.flex.FlexBackend` or None (exactly one of the three).
+    make_plan : zero-argument callable returning a :class:`BlockPlan`, used by the flex
+        backend for layers whose scores may overflow (built on first need).
     d_qk : temperature; scores are ``q k^T / sqrt(d_qk)`` unless the layer sets ``scale``.
     uniform : attention uniform over each mask row (``W_Q = W_K = 0``).
     record_epsilon, record_attention : keep the smallest allowed entry / the matrices.
     """
 
-    def __init__(self, *, mask_dense=None, plan: BlockPlan | None = None, d_qk: float = 1.0,
-                 uniform: bool = False, record_epsilon: bool = False, record_attention: bool = False):
-        self.mask_dense, self.plan = mask_dense, plan
+    def __init__(self, *, mask_dense=None, plan: BlockPlan | None = None, flex=None, make_plan=None,
+                 d_qk: float = 1.0, uniform: bool = False, record_epsilon: bool = False,
+                 record_attention: bool = False):
+        self.mask_dense, self.plan, self.flex, self.make_plan = mask_dense, plan, flex, make_plan
         self.default_scale = 1.0 / math.sqrt(d_qk)
         self.uniform = uniform
         self.record_epsilon, self.record_attention = record_epsilon, record_attention
@@ -84,6 +88,13 @@ class Attention:
             # keys are X, queries X W_QK: |q . x| <= d max|x| (max|x| ||W_QK||_1), no pass over Q
             bound = abs(scale) * X.shape[-1] * x_peak * x_peak * lw.W_QK_norm1
             overflow = not bound < torch.finfo(X.dtype).max / 16
+        if self.flex is not None:
+            if overflow is None:
+                overflow = scores_may_overflow(Q, K, scale)
+            if not overflow:
+                return merge_heads(self.flex(Q, K, V, scale=scale), lw)
+            if self.plan is None:  # FlexAttention has no float64-score path: the windowed kernel does
+                self.plan = self.make_plan()
         if self.plan is not None:
             O, eps = blocked_attention(Q, K, V, self.plan, scale=scale, need_epsilon=self.record_epsilon,
                                        overflow=overflow)

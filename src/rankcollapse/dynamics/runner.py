@@ -21,10 +21,12 @@ from ..masks import resolve_mask
 from ..metrics import METRICS, compute_metrics
 from .config import BlockConfig, canonical_variant, resolve_variant
 from .layers import Attention, apply_norm, block_forward
+from .flex import FlexBackend
 from .sparse import BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
+PATHS = ("auto", "dense", "blocked", "flex")
 _FLOAT32_METRIC_LIMIT = 1e12  # above this |x|, metrics of float32 X are computed in float64
 _DENSE_SCORE_BUDGET = 64 * 2**20  # bytes of (B, H, N, N) scores above which sparse masks go blocked
 
@@ -209,7 +211,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
              value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
              weights: Sequence[LayerWeights] | None = None, metrics=None, seed: int = 0,
              dtype: torch.dtype | None = None, device: torch.device | str | None = None,
-             n_heads: int | None = None, shared: bool = False, path: str = "auto", block_size: int = 128,
+             n_heads: int | None = None, shared: bool = False, path: str = "auto", block_size: int = 64,
              record_states: bool = False, record_epsilon: bool = False, record_attention: bool = False,
              ) -> SimResult:
     """Run ``depth`` layers of masked self-attention dynamics from ``X0``.
@@ -237,8 +239,11 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         "mu_relative")``), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
     seed : weight seed. dtype : float32 (default) or float64. device : default X0's.
     n_heads : heads (default ``variant.n_heads``). shared : one layer's weights for all.
-    path : ``"dense"``, ``"blocked"`` (memory O(edges), :mod:`.sparse`) or ``"auto"``
-        (blocked when the mask's density < 1/4 and the dense scores exceed 64 MiB).
+    path : ``"dense"``, ``"blocked"`` (windowed kernel, memory O(edges), :mod:`.sparse`),
+        ``"flex"`` (compiled FlexAttention, :mod:`.flex`; no ``record_epsilon``) or
+        ``"auto"`` (blocked when the mask's density < 1/4 and the dense scores exceed
+        64 MiB, else dense).
+    block_size : query rows per block of the windowed kernel (default 64).
     record_states, record_epsilon, record_attention : keep X(t), ε(t), A(t).
 
     Returns
@@ -257,8 +262,8 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     seed = check_int(seed, "seed", low=0)
     block_size = check_int(block_size, "block_size", low=1)
     d_qk = check_float(d_qk, "d_qk", low=0, strict_low=True)
-    if path not in ("auto", "dense", "blocked"):
-        raise ConfigError(f"path must be 'auto', 'dense' or 'blocked', got {path!r}")
+    if path not in PATHS:
+        raise ConfigError(f"path must be one of {PATHS}, got {path!r}")
     device = _check_device(device)
     cfg = resolve_variant(variant, n_heads=n_heads)
     given_weights = weights is not None
@@ -278,10 +283,14 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     dense_bytes = B * H * N * N * X.element_size()
     if path == "auto":
         path = "blocked" if density < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET else "dense"
-    if path == "blocked" and (record_attention or any(lw.position_bias is not None for lw in weights)):
+    if path in ("blocked", "flex") and (record_attention or any(lw.position_bias is not None for lw in weights)):
         raise ConfigError("record_attention and position bias (T5) need path='dense'")
+    if path == "flex" and record_epsilon:
+        raise ConfigError("record_epsilon needs path 'dense' or 'blocked' (FlexAttention returns no weights)")
     attend = Attention(mask_dense=m.dense(X.device) if path == "dense" else None,
-                       plan=BlockPlan(m.csr(), block_size=block_size, device=X.device) if path == "blocked" else None, d_qk=d_qk,
+                       plan=_plan(m, block_size, X.device) if path == "blocked" else None,
+                       flex=FlexBackend(m.mask(), X.device) if path == "flex" else None,
+                       make_plan=lambda: _plan(m, block_size, X.device), d_qk=d_qk,
                        uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
                        record_attention=record_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
@@ -299,3 +308,11 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
                      epsilon=torch.stack(attend.epsilon).to("cpu", torch.float64) if record_epsilon else None,
                      states=states, attention=[a.cpu() for a in attend.attention] if record_attention else None,
                      final_metrics=final, zero_rows=zero_rows)
+
+
+def _plan(m, block_size: int, device) -> BlockPlan:
+    """:class:`BlockPlan` of a resolved mask: from its row intervals when it has them
+    (windows at N = 2^20 never build their CSR form), else from the CSR form."""
+    if m.intervals is not None:
+        return BlockPlan(intervals=m.intervals, block_size=block_size, device=device)
+    return BlockPlan(m.csr(), block_size=block_size, device=device)

@@ -1,114 +1,339 @@
 """Long-sequence attention whose memory grows with the mask's edges, not ``N^2``.
 
-Queries are processed in blocks of ``block_size`` rows. For each block the union of the
-keys its rows may attend to is read from the mask's CSR form; scores are computed only
-against those keys and masked with the block's local pattern, then the masked softmax of
-spec.md §1 is applied. For a banded mask of width ``w`` a block touches about
-``block_size + w`` keys, so peak memory is ``O(B H block_size (block_size + w))``. The
-result equals dense masked attention (same formula, same keys; verified to 1e-5 in
-``tests/dynamics``).
+Queries are cut into ``nb`` blocks of ``block_size`` rows. Every block reads the same
+number ``K_w`` of keys (its *window*), so all blocks of a chunk go through one batched
+matmul ``(nb, Bq, d) @ (nb, d, K_w)``, a masked softmax and a second batched matmul;
+there is no Python loop over blocks or tokens, only over a few chunks that bound the
+score memory (``score_budget`` bytes). Two window layouts, chosen from the CSR form:
+
+* **intervals** — every row's keys are one contiguous run ``lo[i] .. hi[i]`` (sliding
+  and causal sliding windows, blocks, documents, prefix, causal). Block ``b`` reads the
+  keys ``start_b .. start_b + K_w - 1``; when ``start_b = b Bq + c`` (the windows of
+  banded masks) they are a strided *view* of the zero-padded keys (no copy), otherwise
+  a gather. The block's local mask is ``lo[i] <= key <= hi[i]``, formed per chunk from
+  two ``(N,)`` integer vectors: no stored ``(N, K_w)`` mask, so N = 1,048,576 fits.
+* **gathered** — anything else (dilated windows, Longformer/BigBird windows with
+  global keys, random keys): block ``b`` reads the sorted union of its rows' keys,
+  padded to the widest block, and a stored bool local mask ``(nb, Bq, K_w)``.
+
+Rows that attend to every token (Longformer/BigBird *global* queries) would widen their
+block's window to N; they are taken out and computed as a small dense slab ``(G, N)``.
+Softmax of each row is the masked softmax of spec.md §1 over exactly its keys, so the
+result equals dense masked attention (``tests/dynamics/test_dynamics_sparse.py``
+checks this with hypothesis over N, block size, window and masks, float32 and float64).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse
 import torch
 
 from ..errors import MaskError
-from ..masks.rows import check_rows_allow_key
+from ..masks.rows import raise_empty
 from .attention import safe_softmax_scores, scores_may_overflow
 
-
-@dataclass
-class QueryBlock:
-    """Rows ``[start, stop)``; keys either the slice ``[k_start, k_stop)`` (contiguous)
-    or the index tensor ``keys``; ``local`` bool ``(stop - start, n_keys)``."""
-
-    start: int
-    stop: int
-    k_start: int
-    k_stop: int
-    keys: torch.Tensor | None
-    local: torch.Tensor
+DEFAULT_BLOCK_SIZE = 64
+SCORE_BUDGET = 2 * 2**20  # bytes of float scores per chunk: small enough that the softmax passes stay in cache
 
 
 class BlockPlan:
-    """Query blocks of a CSR mask, built once and reused by every layer.
+    """Windows of a CSR mask, built once (vectorised, O(N + E)) and reused by every layer.
 
     Parameters
     ----------
     csr : ``scipy.sparse`` matrix/array ``(N, N)``, nonzero = token i attends to j.
-    block_size : rows per query block (default 128).
-    device : where the local masks and key indices live.
+    intervals : ``(lo, hi)`` int arrays ``(N,)`` instead of ``csr``: row i attends keys
+        ``lo[i] .. hi[i]`` (inclusive), as :class:`~rankcollapse.masks.Mask` keeps for
+        windows; the plan is then built in O(N) without the CSR form.
+    block_size : query rows per block (default 64).
+    device : where the index vectors and local masks live.
+
+    Attributes
+    ----------
+    kind : ``"intervals"`` or ``"gathered"`` (module docstring).
+    max_keys : ``K_w``, keys every block reads (sets the score memory per block).
+    full_rows : int64 tensor ``(G,)`` of rows attending to all N tokens (dense slab).
 
     Raises
     ------
     MaskError
-        Non-square mask or a row with no allowed key.
+        Non-square mask, a row with no allowed key, intervals outside ``0..N-1``, or
+        ``block_size < 1``.
     """
 
-    def __init__(self, csr, *, block_size: int = 128, device: torch.device | str | None = None):
-        csr = scipy.sparse.csr_array(csr)
-        csr.sum_duplicates()
-        csr.eliminate_zeros()
-        n, m = csr.shape
-        if n != m:
-            raise MaskError(f"mask must be square, got shape {csr.shape}")
-        check_rows_allow_key(csr)
-        if block_size < 1:
-            raise MaskError(f"block_size must be >= 1, got {block_size}")
-        self.n_tokens, self.n_edges, self.block_size = n, int(csr.nnz), block_size
-        self.blocks = [self._block(csr, s, min(s + block_size, n), device) for s in range(0, n, block_size)]
+    def __init__(self, csr=None, *, intervals: tuple[np.ndarray, np.ndarray] | None = None,
+                 block_size: int = DEFAULT_BLOCK_SIZE, device: torch.device | str | None = None):
+        if (csr is None) == (intervals is None):
+            raise MaskError("give exactly one of csr or intervals=(lo, hi)")
+        if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
+            raise MaskError(f"block_size must be an integer >= 1, got {block_size!r}")
+        if intervals is not None:  # row i attends lo[i] .. hi[i]: no CSR needed (N = 2^20 has 268M edges)
+            lo, hi = (np.asarray(a, dtype=np.int64) for a in intervals)
+            n = lo.shape[0]
+            counts = hi - lo + 1
+            if hi.shape != lo.shape or (lo < 0).any() or (hi >= n).any():
+                raise MaskError(f"intervals must be two (N,) arrays with 0 <= lo, hi < N={n}")
+        else:
+            csr = scipy.sparse.csr_array(csr)
+            if not csr.has_canonical_format:
+                csr.sum_duplicates()
+            csr.eliminate_zeros()
+            n, m = csr.shape
+            if n != m:
+                raise MaskError(f"mask must be square, got shape {csr.shape}")
+            counts = np.diff(csr.indptr)
+        raise_empty(np.flatnonzero(counts <= 0))
+        self.n_tokens, self.n_edges, self.block_size = n, int(counts.sum()), int(block_size)
+        self.n_blocks = -(-n // self.block_size)
+        self.device = device
+        full = counts == n
+        if full.all() or n == 1:  # complete mask: one window of N keys serves every row
+            full[:] = False
+        self.full_rows = torch.as_tensor(np.flatnonzero(full), dtype=torch.long, device=device)
+        if intervals is None:
+            indptr, indices = csr.indptr.astype(np.int64), csr.indices
+            lo, hi = indices[indptr[:-1]].astype(np.int64), indices[indptr[1:] - 1].astype(np.int64)
+        if intervals is not None or bool(((hi - lo + 1 == counts) | full).all()):
+            self._intervals(lo, hi, full)
+        else:
+            self._gathered(csr, full)
 
-    @staticmethod
-    def _block(csr, start: int, stop: int, device) -> QueryBlock:
-        lo, hi = csr.indptr[start], csr.indptr[stop]
-        cols = csr.indices[lo:hi]
-        keys = np.unique(cols)
-        rows = np.repeat(np.arange(stop - start), np.diff(csr.indptr[start : stop + 1]))
-        local = np.zeros((stop - start, keys.size), dtype=bool)
-        local[rows, np.searchsorted(keys, cols)] = True
-        contiguous = keys[-1] - keys[0] + 1 == keys.size
-        key_index = None if contiguous else torch.as_tensor(keys, dtype=torch.long, device=device)
-        return QueryBlock(start, stop, int(keys[0]), int(keys[-1]) + 1, key_index,
-                          torch.as_tensor(local, device=device))
+    # -------------------------------------------------------------- layouts
+    def _pad_rows(self, a: np.ndarray, fill) -> np.ndarray:
+        out = np.full(self.n_blocks * self.block_size, fill, dtype=a.dtype)
+        out[: a.shape[0]] = a
+        return out.reshape(self.n_blocks, self.block_size)
 
-    @property
-    def max_keys(self) -> int:
-        """Largest number of keys any block touches (sets the peak score memory)."""
-        return max(b.local.shape[1] for b in self.blocks)
+    def _intervals(self, lo: np.ndarray, hi: np.ndarray, full: np.ndarray) -> None:
+        n, bq, nb = self.n_tokens, self.block_size, self.n_blocks
+        big = np.iinfo(np.int64).max
+        blo = self._pad_rows(np.where(full, big, lo), big).min(axis=1)
+        bhi = self._pad_rows(np.where(full, -1, hi), -1).max(axis=1)
+        base = np.arange(nb, dtype=np.int64) * bq
+        none = blo == big  # blocks with only full or padding rows: any window will do
+        blo, bhi = np.where(none, base, blo), np.where(none, base, bhi)
+        c = int((blo - base).min())
+        width_regular = int((bhi - base - c).max()) + 1
+        width_own = int((bhi - blo).max()) + 1
+        self.regular = width_regular <= width_own + bq // 4  # banded: windows slide by Bq
+        self.kind = "intervals"
+        self.max_keys = width_regular if self.regular else width_own
+        starts = base + c if self.regular else blo
+        self.pad_lo = max(0, -int(starts.min()))
+        self.pad_hi = max(0, int(starts.max()) + self.max_keys - n)
+        self.offset = c  # first window start (regular layout)
+        row_start = np.repeat(starts, bq)[:n]
+        # local bounds of each row inside its block's window; proxies (full rows, padding)
+        # get key 0 of the window so that no row of the batched softmax is empty
+        rel_lo = self._pad_rows(np.where(full, 0, lo - row_start), 0)
+        rel_hi = self._pad_rows(np.where(full, 0, hi - row_start), 0)
+        idx_dtype = torch.int32 if self.max_keys < 2**31 else torch.int64
+        self.rel_lo = torch.as_tensor(rel_lo, dtype=idx_dtype, device=self.device)
+        self.rel_hi = torch.as_tensor(rel_hi, dtype=idx_dtype, device=self.device)
+        self.starts = torch.as_tensor(starts + self.pad_lo, dtype=torch.long, device=self.device)
+        self.local = self.blocked = self.key_index = None
+        self.proxy = self._proxy(full)
+        self._pattern()
+
+    def _gathered(self, csr, full: np.ndarray) -> None:
+        n, bq, nb = self.n_tokens, self.block_size, self.n_blocks
+        keep = ~full
+        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(csr.indptr))
+        cols = csr.indices.astype(np.int64)
+        sel = keep[rows]
+        rows, cols = rows[sel], cols[sel]
+        pair = (rows // bq) * n + cols
+        union = np.unique(pair)
+        ub = union // n
+        per_block = np.bincount(ub, minlength=nb)
+        first = np.concatenate(([0], np.cumsum(per_block)[:-1]))
+        width = max(int(per_block.max()), 1)
+        key_index = np.full((nb, width), n, dtype=np.int64)  # n = the zero key appended at the end
+        key_index[ub, np.arange(union.shape[0]) - first[ub]] = union % n
+        local = np.zeros((nb, bq, width), dtype=bool)
+        local[rows // bq, rows % bq, np.searchsorted(union, pair) - first[rows // bq]] = True
+        proxy_rows = np.flatnonzero(np.concatenate((full, np.ones(nb * bq - n, dtype=bool))))
+        local.reshape(nb * bq, width)[proxy_rows, 0] = True
+        self.kind, self.regular, self.max_keys = "gathered", False, width
+        self.pad_lo, self.pad_hi, self.offset = 0, 1, 0
+        self.key_index = torch.as_tensor(key_index, device=self.device)
+        self.local = torch.as_tensor(local, device=self.device)
+        self.blocked = ~self.local
+        self.rel_lo = self.rel_hi = self.starts = None
+        self.pattern_blocked = self.exceptions = self.exception_blocked = None
+        self.proxy = self._proxy(full)
+
+    def _pattern(self) -> None:
+        """Shared ``(Bq, K_w)`` mask of a regular banded layout (the middle block's) and
+        the blocks that differ from it; none when more than a quarter differ."""
+        self.pattern_blocked = self.exceptions = self.exception_blocked = None
+        if not self.regular:
+            return
+        mid = self.n_blocks // 2
+        same = (self.rel_lo == self.rel_lo[mid]).all(dim=1) & (self.rel_hi == self.rel_hi[mid]).all(dim=1)
+        if self.proxy is not None:
+            same &= ~self.proxy.any(dim=1)
+        exc = torch.nonzero(~same).flatten()
+        if exc.numel() > self.n_blocks // 4:
+            return
+        self.pattern_blocked = ~self.allowed(mid, mid + 1)[0]
+        self.exceptions = exc
+        k = torch.arange(self.max_keys, device=self.rel_lo.device, dtype=self.rel_lo.dtype)
+        self.exception_blocked = (k < self.rel_lo[exc, :, None]) | (k > self.rel_hi[exc, :, None])
+
+    def _proxy(self, full: np.ndarray) -> torch.Tensor | None:
+        """Bool ``(nb, Bq)``: rows whose windowed softmax is a placeholder (full rows,
+        padding), left out of ε; None when there are none."""
+        pad = self.n_blocks * self.block_size - self.n_tokens
+        if not pad and not full.any():
+            return None
+        return torch.as_tensor(self._pad_rows(full, True), device=self.device)
+
+    # -------------------------------------------------------------- per chunk
+    def blocks_per_chunk(self, batch_heads: int, itemsize: int) -> int:
+        """Blocks whose ``(B H, Bq, K_w)`` scores fit in :data:`SCORE_BUDGET`."""
+        per_block = batch_heads * self.block_size * self.max_keys * itemsize
+        return max(1, min(self.n_blocks, SCORE_BUDGET // max(per_block, 1)))
+
+    def allowed(self, b0: int, b1: int) -> torch.Tensor:
+        """Bool local mask ``(b1 - b0, Bq, K_w)`` of blocks ``b0 .. b1 - 1``."""
+        if self.local is not None:
+            return self.local[b0:b1]
+        k = torch.arange(self.max_keys, device=self.rel_lo.device, dtype=self.rel_lo.dtype)
+        return (k >= self.rel_lo[b0:b1, :, None]) & (k <= self.rel_hi[b0:b1, :, None])
+
+    def fill_masked(self, s: torch.Tensor, b0: int, b1: int) -> None:
+        """Set the masked entries of scores ``s (..., b1 - b0, Bq, K_w)`` to ``-inf`` in place.
+
+        Banded masks share one ``(Bq, K_w)`` pattern in every block but a few near the
+        ends (the exceptions): one broadcast fill, with the exceptions' raw scores kept
+        aside and masked with their own pattern."""
+        inf = float("-inf")
+        if self.pattern_blocked is None:
+            s.masked_fill_(self.blocked[b0:b1] if self.blocked is not None else ~self.allowed(b0, b1), inf)
+            return
+        pick = (self.exceptions >= b0) & (self.exceptions < b1)
+        at = self.exceptions[pick] - b0
+        raw = s[..., at, :, :] if at.numel() else None
+        s.masked_fill_(self.pattern_blocked, inf)
+        if raw is not None:
+            s[..., at, :, :] = raw.masked_fill(self.exception_blocked[pick], inf)
+
+    def not_counted(self, b0: int, b1: int) -> torch.Tensor:
+        """Bool ``(b1 - b0, Bq, K_w)``: entries left out of ε (masked keys, proxy rows)."""
+        out = ~self.allowed(b0, b1)
+        return out if self.proxy is None else out | self.proxy[b0:b1, :, None]
+
+    def keys(self, Kp: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
+        """Window keys ``(..., b1 - b0, K_w, d)`` of padded keys ``Kp (..., N_p, d)``."""
+        if self.key_index is not None:
+            return Kp[..., self.key_index[b0:b1], :]
+        if self.regular:  # a strided view: window b starts b * Bq rows after window 0
+            *lead, n_p, d = Kp.shape
+            s = Kp.stride()
+            start = self.offset + self.pad_lo + b0 * self.block_size
+            return Kp.as_strided((*lead, b1 - b0, self.max_keys, d),
+                                 (*s[:-2], self.block_size * s[-2], s[-2], s[-1]),
+                                 Kp.storage_offset() + start * s[-2])
+        idx = self.starts[b0:b1, None] + torch.arange(self.max_keys, device=Kp.device)
+        return Kp[..., idx, :]
+
+
+FLUSH_SUBNORMAL = True
+
+
+def _flush_subnormal(A: torch.Tensor) -> None:
+    """Set attention weights below the smallest normal number (``finfo.tiny``, 1.2e-38 in
+    float32) to 0, in place. Near-hard attention (large scores) gives many subnormal
+    weights, and subnormal operands make CPU matmuls several times slower; dropping them
+    changes each output by less than ``K_w * tiny * max|v|``, far below rounding (ε is
+    read before this)."""
+    info = torch.finfo(A.dtype)
+    largest_subnormal = float(torch.nextafter(torch.tensor(info.tiny, dtype=A.dtype),
+                                              torch.tensor(0.0, dtype=A.dtype)))
+    torch.nn.functional.threshold_(A, largest_subnormal, 0.0)
+
+
+def _pad_keys(K: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """``K (..., N, d)`` with ``lo`` zero rows before and ``hi`` after (only the margins
+    are zero-filled: one copy of K, not a fill and a copy)."""
+    if not lo and not hi:
+        return K
+    *lead, n, d = K.shape
+    out = K.new_empty(*lead, lo + n + hi, d)
+    out[..., :lo, :].zero_()
+    out[..., lo + n:, :].zero_()
+    out[..., lo:lo + n, :] = K
+    return out
+
+
+def _window_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, overflow: bool):
+    """Masked, scaled scores ``(..., c, Bq, K_w)`` of blocks ``b0 .. b1 - 1`` (masked
+    entries ``-inf``; clamped to the finite range first when they may overflow)."""
+    s = torch.matmul(q, k.transpose(-1, -2))
+    if scale != 1.0:
+        s.mul_(scale)
+    if overflow:  # clamp +-inf before max-subtraction, as masked_softmax does
+        info = torch.finfo(s.dtype)
+        s.clamp_(info.min, info.max)
+    plan.fill_masked(s, b0, b1)
+    return s
 
 
 def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: bool = False,
                       overflow: bool | None = None):
-    """Masked softmax attention block by block.
+    """Masked softmax attention on the windows of ``plan`` (module docstring).
 
-    Q, K : ``(B, H, N, d_k)``; V : ``(B, H, N, d_v)``. Returns ``(out (B, H, N, d_v),
-    eps)`` with ``eps`` the smallest allowed attention entry (0-d tensor) when
-    ``need_epsilon`` else None. ``overflow``: a caller's a-priori verdict of
-    :func:`~rankcollapse.dynamics.attention.scores_may_overflow` (None = compute it).
+    Q, K : ``(B, H, N, d_k)``; V : ``(B, H, N, d_v)``, float32 or float64. Returns
+    ``(out (B, H, N, d_v), eps)`` with ``eps`` the smallest allowed attention entry
+    (0-d tensor) when ``need_epsilon`` else None. ``overflow``: a caller's a-priori
+    verdict of :func:`~rankcollapse.dynamics.attention.scores_may_overflow` (None =
+    compute it); when scores may overflow they are formed in float64, as on the
+    dense path.
     """
-    out = torch.empty(*Q.shape[:-1], V.shape[-1], dtype=V.dtype, device=V.device)
-    eps = None
+    B, H, N, d_k = Q.shape
+    d_v = V.shape[-1]
+    bq, nb = plan.block_size, plan.n_blocks
     if overflow is None:
-        overflow = scores_may_overflow(Q, K, scale)  # once for all blocks
-    use_sdpa = not need_epsilon and not overflow
-    for blk in plan.blocks:
-        if blk.keys is None:
-            k, v = K[..., blk.k_start : blk.k_stop, :], V[..., blk.k_start : blk.k_stop, :]
+        overflow = scores_may_overflow(Q, K, scale)
+    work = torch.float64 if overflow else Q.dtype
+    n_p = nb * bq
+    Qp = torch.nn.functional.pad(Q, (0, 0, 0, n_p - N)) if n_p != N else Q
+    # one (B H) slice goes through 3-D bmm on strided window views (no copies); larger
+    # batches through 5-D matmul, which copies the windows
+    flat = B * H == 1
+    Qb = Qp.reshape(nb, bq, d_k) if flat else Qp.reshape(B, H, nb, bq, d_k)
+    # padded once per call and made contiguous, so that every chunk's windows are views
+    Kp, Vp = (_pad_keys(T, plan.pad_lo, plan.pad_hi).contiguous() for T in (K, V))
+    if flat:
+        Kp, Vp = Kp.reshape(-1, d_k), Vp.reshape(-1, d_v)
+    if overflow:
+        Qb, Kp = Qb.to(work), Kp.to(work)
+    out = torch.empty(*Qb.shape[:-1], d_v, dtype=V.dtype, device=V.device)  # (..., nb, Bq, d_v)
+    step = plan.blocks_per_chunk(B * H, torch.finfo(work).bits // 8)
+    lows = []
+    for b0 in range(0, nb, step):  # a few chunks bound the score memory; no loop over blocks
+        b1 = min(nb, b0 + step)
+        s = _window_scores(Qb[..., b0:b1, :, :], plan.keys(Kp, b0, b1), plan, b0, b1, scale, overflow)
+        A = torch.softmax(s, dim=-1).to(V.dtype)  # (..., c, Bq, K_w)
+        if need_epsilon:
+            lows.append(A.masked_fill(plan.not_counted(b0, b1), float("inf")).amin())
+        if FLUSH_SUBNORMAL:
+            _flush_subnormal(A)
+        v = plan.keys(Vp, b0, b1)
+        if flat:
+            torch.bmm(A, v, out=out[b0:b1])
         else:
-            k, v = K.index_select(-2, blk.keys), V.index_select(-2, blk.keys)
-        q = Q[..., blk.start : blk.stop, :]  # (B, H, Bq, d_k)
-        if use_sdpa:  # bounded scores: exact, no per-block check (see dense_attention)
-            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=blk.local, scale=scale)
-        else:
-            A = safe_softmax_scores(q, k, blk.local, scale=scale, overflow=overflow)  # (B, H, Bq, K_b)
-            o = A @ v
-            if need_epsilon:
-                low = A.masked_fill(~blk.local, float("inf")).amin()
-                eps = low if eps is None else torch.minimum(eps, low)
-        out[..., blk.start : blk.stop, :] = o
+            out[..., b0:b1, :, :] = torch.matmul(A, v)
+    out = out.reshape(B, H, n_p, d_v)[:, :, :N]
+    if plan.full_rows.numel():  # global queries: a dense (G, N) slab
+        rows = plan.full_rows.to(Q.device)
+        qf = Q.index_select(-2, rows)
+        every = torch.ones(1, N, dtype=torch.bool, device=Q.device)
+        Af = safe_softmax_scores(qf, K, every, scale=scale, overflow=overflow)  # (B, H, G, N)
+        out[:, :, rows] = Af @ V
+        if need_epsilon:
+            lows.append(Af.amin())
+    eps = torch.stack(lows).amin() if need_epsilon else None
     return out, eps

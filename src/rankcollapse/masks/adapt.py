@@ -21,7 +21,7 @@ import torch
 
 from ..errors import MaskError, RankCollapseError
 from .mask import Mask
-from .rows import check_rows_allow_key
+from .rows import check_rows_allow_key, raise_empty
 from .spec import parse_mask
 
 
@@ -67,10 +67,15 @@ class MaskInput:
         self._mask: Mask | None = None
         self._dense: torch.Tensor | None = None
         self._csr: sp.csr_array | None = None
+        #: ``(lo, hi)`` row intervals of a window-like Mask (row i attends lo[i]..hi[i]),
+        #: kept so that kernels never build the CSR form of N·w edges; else None.
+        self.intervals: tuple[np.ndarray, np.ndarray] | None = None
         if _is_mask_like(source):
             self.spec = str(getattr(source, "spec", "custom"))
             self._mask = source if isinstance(source, Mask) else None
-            self._csr = sp.csr_array(source.to_csr())
+            self.intervals = getattr(source, "intervals", None)
+            if self.intervals is None:
+                self._csr = sp.csr_array(source.to_csr())
         elif sp.issparse(source):
             self.spec = "custom"
             self._csr = sp.csr_array(source).astype(bool)
@@ -78,11 +83,23 @@ class MaskInput:
         else:
             self.spec = "custom"
             self._dense = _as_bool_tensor(source, MaskError).cpu()
+        if self.intervals is not None:
+            self._init_intervals(n)
+            return
         shape = tuple(self._csr.shape if self._csr is not None else self._dense.shape)
         _check_shape(shape, shape[0] if n is None else n, MaskError)
         self.n_tokens = int(shape[0])
         check_rows_allow_key(self._csr if self._csr is not None else self._dense, None if self.spec == "custom" else self.spec)
         self.n_edges = int(self._csr.nnz) if self._csr is not None else int(self._dense.sum())
+
+    def _init_intervals(self, n: int | None) -> None:
+        lo, hi = self.intervals
+        size = int(lo.shape[0])
+        _check_shape((size, size), size if n is None else n, MaskError)
+        self.n_tokens = size
+        counts = hi - lo + 1
+        raise_empty(np.flatnonzero(counts <= 0), self.spec)
+        self.n_edges = int(counts.sum())
 
     def dense(self, device: torch.device | str | None = None) -> torch.Tensor:
         """Bool ``(N, N)`` on ``device`` (built from the CSR form on first use)."""
@@ -93,7 +110,7 @@ class MaskInput:
     def csr(self) -> sp.csr_array:
         """Bool ``scipy.sparse.csr_array`` ``(N, N)`` (no ``N^2`` memory for Mask inputs)."""
         if self._csr is None:
-            self._csr = sp.csr_array(self._dense.numpy())
+            self._csr = sp.csr_array(self._mask.to_csr()) if self._dense is None else sp.csr_array(self._dense.numpy())
         return self._csr
 
     def mask(self) -> Mask:

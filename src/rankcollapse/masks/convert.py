@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 from typing import Literal
 
+import numpy as np
 import torch
 
 from ..errors import MaskError
@@ -90,16 +91,70 @@ def from_hf_4d(mask4d: torch.Tensor, *, batch_index: int = 0, spec: str | None =
     return from_additive(m, spec=spec)
 
 
+def block_counts(mask: Mask, block_size: int, *, rows_per_chunk: int = 1 << 16) -> np.ndarray:
+    """Allowed entries in every ``block_size x block_size`` tile: int64 ``(n_b, n_b)``,
+    ``n_b = ceil(N / block_size)``, counted from the CSR form in O(E) time; memory
+    O(n_b^2) for the table plus O(E) of one chunk of ``rows_per_chunk`` query rows."""
+    csr = mask.to_csr()
+    n, bs = mask.n_tokens, block_size
+    nb = -(-n // bs)
+    counts = np.zeros((nb, nb), dtype=np.int64)
+    step = max(bs, rows_per_chunk // bs * bs)  # whole query blocks per chunk
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        lo, hi = csr.indptr[r0], csr.indptr[r1]
+        q_block = np.repeat(np.arange(r0, r1, dtype=np.int64) // bs, np.diff(csr.indptr[r0 : r1 + 1]))
+        tile = (q_block - r0 // bs) * nb + csr.indices[lo:hi].astype(np.int64) // bs
+        q0, q1 = r0 // bs, -(-r1 // bs)
+        counts[q0:q1] = np.bincount(tile, minlength=(q1 - q0) * nb).reshape(q1 - q0, nb)
+    return counts
+
+
+def _ordered_blocks(sel: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """FlexAttention's ``(num_blocks (1, 1, n_b), indices (1, 1, n_b, n_b))`` for the
+    tiles ``sel`` (bool ``(n_b, n_b)``): per query block, the selected kv blocks first."""
+    num = sel.sum(axis=1).astype(np.int32)
+    order = np.argsort(~sel, axis=1, kind="stable").astype(np.int32)
+    return (torch.as_tensor(num, device=device)[None, None],
+            torch.as_tensor(order, device=device)[None, None])
+
+
 def to_block_mask(mask: Mask, *, block_size: int = 128, device: torch.device | str = "cpu"):
-    """FlexAttention ``BlockMask`` for ``mask`` via ``create_block_mask(mask.mask_mod, ...)``.
+    """FlexAttention ``BlockMask`` for ``mask``, built from its CSR form.
 
-    The predicate is evaluated block by block (memory O(N^2 / block_size^2) for the
-    block table plus one block of predicate values at a time in compiled use).
+    Tiles of ``block_size x block_size`` (query, key) positions are counted from the
+    CSR (:func:`block_counts`, O(E) time, no ``N^2`` predicate evaluation): a tile with
+    every entry allowed is *full* (FlexAttention skips ``mask_mod`` there), one with
+    some is *partial* (``mask.mask_mod`` decides per entry), one with none is skipped.
+    Tiles cut by the end of the sequence (N not a multiple of ``block_size``) are
+    never full, so that FlexAttention's own bound check applies. Memory
+    O(N^2 / block_size^2) for the tile tables, as FlexAttention's own.
+
+    Raises
+    ------
+    MaskError
+        ``block_size < 1``.
     """
-    from torch.nn.attention.flex_attention import create_block_mask
+    from torch.nn.attention.flex_attention import BlockMask
 
-    n = mask.n_tokens
-    return create_block_mask(mask.mask_mod, None, None, n, n, device=device, BLOCK_SIZE=block_size)
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise MaskError(f"block_size must be a positive integer, got {block_size!r}")
+    n, bs = mask.n_tokens, block_size
+    counts = block_counts(mask, bs)
+    edge = np.full(counts.shape[0], bs, dtype=np.int64)
+    edge[-1] = n - bs * (counts.shape[0] - 1)
+    capacity = edge[:, None] * edge[None, :]
+    full = counts == capacity
+    if n % bs:
+        full[-1, :] = full[:, -1] = False
+    partial = (counts > 0) & ~full
+    if partial.any():  # evaluate the predicate once eagerly: a lookup-table predicate builds
+        zero = torch.zeros(1, dtype=torch.long, device=device)  # its table here, not under tracing
+        mask.mask_mod(0, 0, zero, zero)
+    kv_num, kv_idx = _ordered_blocks(partial, device)
+    full_num, full_idx = _ordered_blocks(full, device)
+    return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=bs,
+                                    mask_mod=mask.mask_mod, seq_lengths=(n, n))
 
 
 def block_mask_to_dense(block_mask, *, device: torch.device | str = "cpu") -> torch.Tensor:

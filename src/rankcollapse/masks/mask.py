@@ -82,8 +82,10 @@ class Mask:
         self._predicate_is_structural = mask_mod is not None
         self.closed_form = closed_form
         self.n_edges_hint: int | None = None
+        self.intervals: tuple[np.ndarray, np.ndarray] | None = None  # (lo, hi) when built from them
         if intervals is not None:
             lo, hi = (np.asarray(a, dtype=np.int64) for a in intervals)
+            self.intervals = (lo, hi)
             self.n_edges_hint = int(np.maximum(hi - lo + 1, 0).sum())
             build_csr = lambda: interval_csr(lo, hi, self.n_tokens)  # noqa: E731
         if (csr is None) == (build_csr is None):

@@ -54,7 +54,13 @@ def check_rows_allow_key(allowed: Any, spec: str | None = None) -> None:
         ``"mask 'SPEC': rows [i, ...] allow no key (softmax over nothing)"`` (the first
         ten rows, then how many more).
     """
-    empty = empty_rows(allowed)
+    raise_empty(empty_rows(allowed), spec)
+
+
+def raise_empty(empty: np.ndarray, spec: str | None = None) -> None:
+    """Raise the :func:`check_rows_allow_key` error for the empty rows ``empty``
+    (int ``(k,)``); do nothing when ``k = 0``. For callers that already know the key
+    count of every row (``np.flatnonzero(counts == 0)``), e.g. from row intervals."""
     if empty.size:
         shown = empty[:_SHOWN].tolist()
         more = f" (and {empty.size - _SHOWN} more)" if empty.size > _SHOWN else ""

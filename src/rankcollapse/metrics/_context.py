@@ -22,6 +22,7 @@ from ..errors import MetricError
 from ..masks.adapt import dense_mask
 
 MetricFn = Callable[["MetricContext"], torch.Tensor]
+PAIR_BUDGET = 64 * 2**20  # bytes of a (G, L, L) pair matrix above which pair sums avoid forming it
 
 
 class ZeroRowWarning(UserWarning):
@@ -148,6 +149,46 @@ class MetricContext:
             return C
 
         return self.cached("cos", make)
+
+    def _pairs_fit(self) -> bool:
+        G, L, _ = self.X.shape
+        return G * L * L * self.X.element_size() <= PAIR_BUDGET
+
+    @property
+    def unit(self) -> torch.Tensor:
+        """Unit tokens ``x_i / ||x_i||`` ``(G, L, d)``; zero tokens stay 0."""
+        return self.cached("unit", lambda: self.X * self.inv_norms.unsqueeze(-1))
+
+    def cos_pair_sum(self) -> torch.Tensor:
+        """``sum_{i != j} cos(x_i, x_j)`` over non-zero tokens, ``(G,)``.
+
+        Small L: the sum of :attr:`cos`. Large L (the ``(G, L, L)`` matrix over
+        :data:`PAIR_BUDGET`): the d-dimensional form ``||sum_i u_i||^2 - sum_i ||u_i||^2``
+        with ``u_i`` the unit tokens (expand the square), O(L d) time and memory."""
+        if self._pairs_fit():
+            return self.cos.sum(dim=(-2, -1))
+        u = self.unit
+        return u.sum(dim=-2).square().sum(dim=-1) - u.square().sum(dim=(-2, -1))
+
+    def abs_cos_pair_sum(self) -> torch.Tensor:
+        """``sum_{i != j} |cos(x_i, x_j)|`` over non-zero tokens, ``(G,)``.
+
+        |cos| has no low-dimensional form; for large L the pairs are summed in row
+        chunks of the upper triangle (``|C|`` is symmetric: off-diagonal chunks count
+        twice), memory ``O(PAIR_BUDGET)``, time ``L^2 d``."""
+        if self._pairs_fit():
+            return self.cos.abs().sum(dim=(-2, -1))
+        u = self.unit
+        G, L, _ = u.shape
+        rows = max(1, PAIR_BUDGET // (2 * G * L * u.element_size()))
+        total = u.new_zeros(G)
+        for a in range(0, L, rows):  # chunks of rows, not tokens: L / rows iterations
+            b = min(L, a + rows)
+            block = (u[:, a:b] @ u[:, a:].mT).abs_()  # (G, b - a, L - a): pairs (i, j >= a)
+            diag = block[:, :, : b - a].diagonal(dim1=-2, dim2=-1).sum(dim=-1)
+            square = block[:, :, : b - a].sum(dim=(-2, -1))
+            total += square - diag + 2.0 * block[:, :, b - a:].sum(dim=(-2, -1))
+        return total
 
     @property
     def graph(self) -> torch.Tensor:

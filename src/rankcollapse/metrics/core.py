@@ -30,21 +30,20 @@ def _mu_relative(ctx: MetricContext) -> torch.Tensor:
     return _mu(ctx) / ctx.frobenius
 
 
-def _pair_mean(ctx: MetricContext, values: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` ``(G, L, L)`` (zero on the diagonal and on zero tokens) over
-    ordered pairs i != j of non-zero tokens; 1 where there is no such pair."""
-    n = ctx.row_valid.sum(dim=-1).to(values.dtype)
+def _pair_mean(ctx: MetricContext, total: torch.Tensor) -> torch.Tensor:
+    """``total`` ``(G,)`` (a sum over ordered pairs i != j of non-zero tokens) divided
+    by the number of such pairs; 1 where there is no such pair."""
+    n = ctx.row_valid.sum(dim=-1).to(total.dtype)
     pairs = n * (n - 1)
-    total = values.sum(dim=(-2, -1))
     return torch.where(pairs > 0, total / pairs.clamp_min(1), torch.ones_like(total))
 
 
 def _avg_abs_cos(ctx: MetricContext) -> torch.Tensor:
-    return _pair_mean(ctx, ctx.cos.abs())
+    return _pair_mean(ctx, ctx.abs_cos_pair_sum())
 
 
 def _avg_cos(ctx: MetricContext) -> torch.Tensor:
-    return _pair_mean(ctx, ctx.cos)
+    return _pair_mean(ctx, ctx.cos_pair_sum())
 
 
 def _cos_to_mean(ctx: MetricContext) -> torch.Tensor:

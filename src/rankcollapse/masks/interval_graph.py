@@ -1,0 +1,75 @@
+"""Exact graph facts of *monotone interval* masks in O(N log N), without the CSR form.
+
+A mask is a monotone interval mask when row ``i`` attends exactly the keys
+``lo[i] .. hi[i]`` with ``lo[i] <= i <= hi[i]`` (self-loops) and ``lo``, ``hi``
+non-decreasing: complete, causal, sliding and causal sliding windows, prefix, block and
+document masks. Edges are ``j -> i`` for ``lo[i] <= j <= hi[i]`` (spec.md §4). Three
+facts make every quantity of :func:`rankcollapse.masks.analyze` cheap:
+
+1. **Reachable sets are intervals.** If the set reached from ``v`` after ``k`` steps is
+   ``[a, b]``, one more step reaches ``{i : lo[i] <= b, hi[i] >= a}``, an interval by
+   monotonicity: ``b' = max{i : lo[i] <= b}``, ``a' = min{i : hi[i] >= a}`` (two binary
+   searches). A BFS from ``v`` therefore costs O(ecc(v) log N), and its distance vector
+   O(N) to write out.
+2. **Strong components are runs.** Information passes from ``p`` to ``p + 1`` iff
+   ``lo[p+1] <= p`` (if not, no token ``>= p+1`` attends any token ``<= p``), and from
+   ``p + 1`` to ``p`` iff ``hi[p] >= p + 1``; so ``p, p+1`` share a component iff both
+   hold, and the components are the maximal runs between the cut points.
+3. **Sources.** A run ``[s, e]`` has an entering edge iff some row in it attends
+   outside it; by monotonicity iff ``lo[s] < s`` or ``hi[e] > e``.
+
+The reverse graph (``i -> j``) is again a monotone interval mask, with
+``lo'[j] = min{i : hi[i] >= j}`` and ``hi'[j] = max{i : lo[i] <= j}``, so backward
+distances use the same expansion. Tests check every field against the CSR path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def is_monotone_interval(lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether ``lo[i] <= i <= hi[i]`` and ``lo``, ``hi`` are non-decreasing."""
+    idx = np.arange(lo.shape[0])
+    return bool((lo <= idx).all() and (hi >= idx).all() and (np.diff(lo) >= 0).all() and (np.diff(hi) >= 0).all())
+
+
+def reverse(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals of the reverse graph: row ``j`` of it holds the queries that attend ``j``."""
+    j = np.arange(lo.shape[0])
+    return np.searchsorted(hi, j, side="left"), np.searchsorted(lo, j, side="right") - 1
+
+
+def distances(lo: np.ndarray, hi: np.ndarray, source: int) -> np.ndarray:
+    """Hop distance from ``source`` to every token along ``j -> i`` (``lo[i] <= j <= hi[i]``).
+
+    Returns int64 ``(N,)``, ``-1`` where unreachable (fact 1 of the module docstring).
+    """
+    n = lo.shape[0]
+    a_steps, b_steps = [source], [source]
+    a = b = source
+    while True:
+        b2 = int(np.searchsorted(lo, b, side="right")) - 1
+        a2 = int(np.searchsorted(hi, a, side="left"))
+        if a2 == a and b2 == b:
+            break
+        a, b = a2, b2
+        a_steps.append(a)
+        b_steps.append(b)
+    dist = np.full(n, -1, dtype=np.int64)
+    idx = np.arange(n)
+    right = idx[source:b + 1]  # first step k with b_k >= i
+    dist[source:b + 1] = np.searchsorted(np.asarray(b_steps), right, side="left")
+    left = idx[a:source]  # first step k with a_k <= i (a_k non-increasing)
+    dist[a:source] = np.searchsorted(-np.asarray(a_steps), -left, side="left")
+    return dist
+
+
+def components(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Strong components (fact 2) as runs: ``(starts, ends, is_source)``, ends inclusive."""
+    n = lo.shape[0]
+    p = np.arange(n - 1)
+    cut = (lo[1:] > p) | (hi[:-1] < p + 1)
+    starts = np.concatenate(([0], np.flatnonzero(cut) + 1))
+    ends = np.concatenate((starts[1:] - 1, [n - 1]))
+    return starts, ends, (lo[starts] == starts) & (hi[ends] == ends)
