@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .._display import NotebookResult
+from .._progress import Steps, steps
 from .._validate import check_float, check_int
 from ..errors import ConfigError, MetricError
 from ..masks import resolve_mask
@@ -173,7 +174,7 @@ def _check_weights(weights: Sequence[LayerWeights], depth: int, d: int) -> None:
 
 
 def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callable, metric_mask,
-                record_states: bool):
+                record_states: bool, bar: Steps | None = None):
     """The layer loop: returns (metric rows, states or None, zero rows per layer, final
     metrics or None). Zero rows met under ``sphere`` are warned about even when a later
     layer fails."""
@@ -195,6 +196,8 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                 rows.append(_measure_at(measure, X, metric_mask, t + 1, peak))
                 if record_states:
                     states.append(X.cpu())
+                if bar is not None:
+                    bar.advance()
             if cfg.final_norm:
                 Xf, _ = apply_norm(X, cfg.norm, cfg.eps)
                 final = {k: v.detach().to("cpu", torch.float64).reshape(B)
@@ -213,7 +216,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
              dtype: torch.dtype | None = None, device: torch.device | str | None = None,
              n_heads: int | None = None, shared: bool = False, path: str = "auto", block_size: int = 64,
              record_states: bool = False, record_epsilon: bool = False, record_attention: bool = False,
-             ) -> SimResult:
+             progress: bool | None = None) -> SimResult:
     """Run ``depth`` layers of masked self-attention dynamics from ``X0``.
 
     Pure SA (spec.md §2): ``X(t+1) = A(t) X(t) W_V(t)``, ``A(t) = softmax_G(X W_Q
@@ -245,6 +248,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         64 MiB, else dense).
     block_size : query rows per block of the windowed kernel (default 64).
     record_states, record_epsilon, record_attention : keep X(t), ε(t), A(t).
+    progress : a progress bar over layers on stderr; None = only when stderr is a terminal.
 
     Returns
     -------
@@ -295,7 +299,9 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
                        record_attention=record_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
     metric_mask = m.dense(X.device) if uses_mask else None  # built once, not per layer
-    rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states)
+    with steps(len(weights), "simulate: layers", progress) as bar:
+        rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states,
+                                                     bar)
     out = {k: torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]) for k in names}
     config = {"variant": canonical_variant(variant) if isinstance(variant, str) else "custom", "block": cfg.to_dict(), "depth": depth,
               "d_qk": d_qk, "value": value if isinstance(value, str) else "user",
