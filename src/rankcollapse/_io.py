@@ -69,7 +69,7 @@ def config_hash(config: Any, length: int = 12) -> str:
 #: any unit produces (an algorithm, a default dtype, a metric's formula); leave it when a
 #: change does not (docstrings, refactors, speed-ups with identical results), so cached
 #: results stay valid. Unit label changes bump ``experiments.config.CACHE_VERSION`` instead.
-NUMERICS_VERSION = 1
+NUMERICS_VERSION = 2
 #: Libraries whose version can change a unit's numbers (kernels, tokenizers, weights loading).
 NUMERIC_LIBRARIES = ("torch", "numpy", "scipy", "networkx", "transformers", "tokenizers", "safetensors")
 
@@ -109,3 +109,73 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out
+
+
+def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | None = None):
+    """The numeric array saved in the ``.npy`` file ``path`` (numpy, native byte order).
+
+    One loader for every array the toolkit reads (token arrays, padding masks, mask
+    matrices), so each refuses bad files the same way. Big-endian arrays are converted
+    to native order; no pickles are ever loaded.
+
+    Raises
+    ------
+    error (default :class:`~rankcollapse.errors.DataError`)
+        Naming ``what`` and ``path``: missing or not a file, empty (0 bytes), truncated
+        or not ``.npy``, an ``.npz`` archive, or a dtype that is not bool/int/float
+        (strings, datetimes, objects, structured records, complex).
+    """
+    import numpy as np
+
+    from .errors import DataError
+
+    error = error or DataError
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{what} {str(path)!r} does not exist or is not a file")
+    if path.stat().st_size == 0:
+        raise error(f"{what} {str(path)!r} is empty (0 bytes)")
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        # numpy's own text for pickles suggests loading them unsafely: never repeat it
+        why = ("it is not a .npy file or holds pickled Python objects, which are refused "
+               "(unpickling can run code)") if "pickle" in str(exc) else str(exc)
+        raise error(f"{what} {str(path)!r} is not a readable .npy array: {why}") from None
+    if not isinstance(arr, np.ndarray):  # np.load opens .npz archives lazily
+        arr.close()
+        raise error(f"{what} {str(path)!r} is an .npz archive; save one array with numpy.save (.npy)")
+    dt = arr.dtype
+    if dt.names is not None or dt.kind not in "biuf":
+        raise error(f"{what} {str(path)!r} holds dtype {dt.str} ({dt}); expected bool, integer or float")
+    if not dt.isnative:
+        arr = arr.astype(dt.newbyteorder("="))
+    return arr
+
+
+def check_writable(path: str | os.PathLike, *, folder: bool, option: str = "--out") -> Path:
+    """Check, before any work, that ``path`` can be written: a folder (``folder=True``)
+    must not be an existing file; a file must not be an existing folder; the nearest
+    existing ancestor must be a writable folder (no file in the way). Creates nothing.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``option``, the path and what is in the way.
+    """
+    from .errors import ConfigError
+
+    path = Path(path)
+    if folder and path.exists() and not path.is_dir():
+        raise ConfigError(f"{option} {str(path)!r} is an existing file, not a folder")
+    if not folder and path.is_dir():
+        raise ConfigError(f"{option} {str(path)!r} is an existing folder, not a file")
+    parent = path if folder else path.parent
+    parent = Path(os.path.abspath(parent))
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{option} {str(path)!r}: {str(parent)!r} is a file where a folder is needed")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {str(path)!r}: the folder {str(parent)!r} is not writable")
+    return path

@@ -73,3 +73,21 @@ def check_float(value: Any, name: str, *, low: float | None = None, high: float 
     if high is not None and out > high:
         raise error(f"{name} must be <= {high}, got {value!r}")
     return out
+
+
+def check_device(value: Any, name: str = "device", *, error: type[RankCollapseError] = ConfigError):
+    """``value`` as a ``torch.device`` that exists on this machine (CUDA index below
+    the device count, MPS only where available)."""
+    import torch
+
+    try:
+        dev = torch.device(value)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise error(f"{name} {value!r} is not a torch device ({exc})") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (dev.index or 0) >= count:
+            raise error(f"{name} {value!r} is not available: this machine has {count} CUDA device(s)")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise error(f"{name} {value!r} is not available on this machine")
+    return dev

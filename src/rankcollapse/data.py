@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -125,12 +126,19 @@ class Windows:
         DataError
             Unreadable file, not an ``.npz`` archive, or a missing array.
         """
+        if Path(path).is_file() and Path(path).stat().st_size == 0:
+            raise DataError(f"windows file {path} is empty (0 bytes)")
         try:
-            with np.load(path, allow_pickle=False) as z:
+            z = np.load(path, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise DataError(f"windows file {path} is a single array, not an .npz archive of windows")
+            with z:
                 arrays = {k: z[k] for k in ("input_ids", "attention_mask", "special_tokens_mask")}
         except KeyError as exc:
             raise DataError(f"{path} lacks the array {exc}; expected input_ids, attention_mask, special_tokens_mask") from None
-        except (OSError, ValueError) as exc:
+        except DataError:
+            raise
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise DataError(f"cannot read windows file {path}: {exc}") from None
         return cls(
             torch.from_numpy(arrays["input_ids"]).long(),

@@ -37,5 +37,10 @@ class ConvergenceError(RankCollapseError):
     """An iterative solver did not converge; the message says what was tried."""
 
 
+class MemoryLimitError(ConfigError):
+    """A request whose estimated memory exceeds the limit; the message gives the
+    estimate and the option (``--max-memory``) that lifts it."""
+
+
 class OutputBusyError(RankCollapseError):
     """The output folder is held by another live run (the message names it)."""

@@ -67,7 +67,7 @@ def _commands() -> list[tuple[str, str]]:
             if line and not line.startswith("#"):
                 found.append((name, line))
     for doc in DOCS:
-        text = _FENCE.sub("", doc.read_text(encoding="utf-8"))
+        text = _FENCE.sub("", doc.read_text(encoding="utf-8")).replace("\\\n", " ")  # join continued lines
         for line in re.findall(r"^    ((?:rankcollapse|echo) .*)$", text, re.M):
             found.append((doc.name, line.split(" #")[0].strip()))
     return list(dict.fromkeys(found))  # in order; a line repeated in one doc runs once

@@ -43,7 +43,7 @@ def test_json_layers_and_plot(tmp_path):
     (["--device", "nosuchdevice"], "not a torch device"),
     (["--device", "cuda:99"], "not available"),
     (["--seed", "-1"], "seed must be an integer >= 0"),
-    (["--input", "BADFILE"], "not a readable .npy/.pt array"),
+    (["--input", "BADFILE"], "not a readable .npy array"),
 ])
 def test_bad_input_one_line_exit_2(args, msg, tmp_path, monkeypatch, capsys):
     from rankcollapse.cli import main

@@ -40,20 +40,21 @@ def test_norm_setting_changes_only_the_ln_side(fake, tmp_path):
 
     table, _ = runner.compute_units(units, runner.RunContext(data, "cpu"), tmp_path, progress=False)
     records = runner.evaluate_claims(cfgs, table, "smoke")
-    for r in records:  # force the follow-up runs of the two claims that share units
-        r["verdict"] = "not reproduced" if r["id"] in ("C02", "C11") else "reproduced"
     near, _ = runner.run_nearby(cfgs, records, units, runner.RunContext(data, "cpu"), tmp_path,
                                 progress=False, default=table)
     # every nearby unit once: one row per (unit, seed, layer, metric), claims listed
     assert not near.duplicated(["unit", "seed", "layer", "metric", "point"]).any()
-    assert set(near["claims"]) == {"C02,C11"}
-    assert len(near[(near.setting == "norm=layernorm") & (near.metric == "mu")]) == 4 * 17
+    assert set(near.loc[near.setting == "norm=layernorm", "claims"]) == {"C02,C11"}
+    # nearby settings run for every decided claim, whatever its verdict
+    assert {c["id"] for c in records if c["nearby"]} >= {"C01", "C02", "C04", "C05", "C11"}
+    assert len(near[(near.setting == "norm=layernorm") & (near.metric == "mu")]) == 4 * 33  # depth 2 x 16
     assert set(near.loc[near.setting == "norm=layernorm", "variant"]) == {"ln"}
     # the pure side of the norm setting reads the default pure rows: same numbers
     c02 = next(r for r in records if r["id"] == "C02")
     fresh = next(r for r in runner.evaluate_claims(cfgs, table, "smoke") if r["id"] == "C02")
-    default_rhs = [c["rhs"]["mean"] for c in fresh["measured"]["checks"]]
-    norm_rhs = [c["rhs"]["mean"] for c in next(n for n in c02["nearby"] if n["setting"] == "norm=layernorm")["measured"]["checks"]]
+    default_rhs = [c["rhs"]["mean"] for c in fresh["checks"] if not c["informational"]]
+    norm_rhs = [c["rhs"]["mean"] for c in next(n for n in c02["nearby"] if n["setting"] == "norm=layernorm")["checks"]
+                if not c["informational"]]
     assert norm_rhs == pytest.approx(default_rhs)
 
 

@@ -36,10 +36,12 @@ def test_report_opens_in_chromium_without_console_errors(fake, tmp_path):
     assert n_img >= 2
     assert f'data-images-ok="{n_img}"' in dom and 'data-images-bad="0"' in dom
     assert "Wikipedia" in dom and "CC BY-SA 4.0" in dom and res.config["config_hash"] in dom
-    assert "Claims not reproduced under the defaults: evidence and nearby settings" in dom
+    # scorecard first: every claim with its verdict, decisive number and a link to its section
+    score = dom[dom.index('id="scorecard"'):dom.index("<h2>Claims</h2>")]
     for c in res.claims:
-        if c["verdict"] in ("not reproduced", "mixed"):
-            assert f'id="nearby-{c["id"]}"' in dom
+        assert f'href="#claim-{c["id"]}"' in score and f'id="claim-{c["id"]}"' in dom
+    assert "<th>Config hash</th>" in dom and "{&quot;" not in dom  # labelled fields, no raw JSON dicts
+    assert "<summary>experiment configs (YAML)</summary>" in dom
 
 
 def _run_cli(monkeypatch, capsys, *args) -> tuple[int, str]:
@@ -77,3 +79,35 @@ def test_text_shorter_than_window(monkeypatch, capsys, tmp_path):
     assert code == 2 and len(lines) == 1 and lines[0].startswith("rankcollapse: error:")
     assert "window" in lines[0] and str(short) in lines[0]
     assert not out.exists()
+
+
+def test_summary_prints_the_results_table(fake, monkeypatch, capsys, tmp_path):
+    import json
+
+    res = runner.run_experiment("fig2", "smoke", tmp_path / "run", progress=False, nearby=False)
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "reproduce", "summary", str(res.out), "--format", "markdown"])
+    cli.main()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("| id | effect (paper) | verdict |") and len(out) == 2 + len(res.claims)
+    assert all(row.startswith(f"| {c['id']} | ") for row, c in zip(out[2:], res.claims))
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "reproduce", "summary", str(res.out), "--format", "json"])
+    cli.main()
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in rows] == [c["id"] for c in res.claims]
+    assert {"verdict", "measured", "interval", "depth", "n_windows", "n_seeds", "original_verdict"} <= set(rows[0])
+    code, err = _run_cli(monkeypatch, capsys, "summary", str(tmp_path / "nothing"))
+    assert code == 2 and "claims.json" in err
+
+
+def test_claims_json_has_the_interface_fields(fake, tmp_path):
+    import json
+
+    res = runner.run_experiment("all", "smoke", tmp_path / "run", progress=False, nearby=False, write=False)
+    claims = json.loads(json.dumps(res.claims))  # what write_outputs stores
+    need = {"id", "effect", "verdict", "measured", "rule", "interval", "depth", "n_windows", "n_seeds", "original_verdict"}
+    for c in claims:
+        assert need <= set(c), c["id"]
+        assert c["interval"] is None or len(c["interval"]) == 2
+        if c["original_verdict"] is not None:
+            assert c["change_reason"] and c["original_rule"]
+    assert {c["id"] for c in claims if c["original_verdict"]} == {"C02", "C03", "C05", "C08", "C09", "C10", "C11", "C12"}

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from rankcollapse.experiments import runner
+from rankcollapse.experiments.claims import VERDICTS as C_VERDICTS
 
 def test_outputs_cache_and_recheck(fake, tmp_path):
     out = tmp_path / "run"
@@ -44,15 +45,15 @@ def test_all_writes_twelve_claims(fake, tmp_path):
     assert [c["id"] for c in claims] == [f"C{k:02d}" for k in range(1, 13)]
     for c in claims:
         assert {"id", "effect", "verdict", "measured", "rule", "experiment", "comparison", "plot", "notes"} <= set(c)
-        assert c["verdict"] in ("reproduced", "not reproduced", "mixed", "not run")
+        assert c["verdict"] in C_VERDICTS
     assert set(res.config["experiments"]) == {"main", "fig2", "fig3", "fig4", "theory"}
 
 
-def test_nearby_settings_run_for_claims_not_reproduced(fake, tmp_path):
+def test_nearby_settings_run_for_every_decided_claim(fake, tmp_path):
     res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", progress=False)
+    cfg = {c["id"]: c for c in runner.load_config("fig2")["claims"]}
     for c in res.claims:
-        if c["verdict"] in ("not reproduced", "mixed") and c["id"] != "C03":
-            assert c["nearby"], c["id"]
+        if c["verdict"] != "not run" and cfg[c["id"]].get("nearby"):
+            assert [n["setting"] for n in c["nearby"]] == [runner.setting_label(o) for o in cfg[c["id"]]["nearby"]], c["id"]
             assert set(res.table["setting"]) >= {n["setting"] for n in c["nearby"]}
-        if c["verdict"] == "reproduced":
-            assert c["nearby"] == []
+            assert all(n["verdict"] in C_VERDICTS for n in c["nearby"])

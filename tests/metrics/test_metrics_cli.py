@@ -83,7 +83,7 @@ def test_table_output_and_graph_mask(arrays):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (("missing.npy",), "cannot read token array"),
+        (("missing.npy",), "token array 'missing.npy' does not exist"),
         (("{nan}",), "NaN or Inf"),
         (("{bad_rank}",), "expected shape (N, d) or (B, N, d)"),
         (("{single}", "--names", "mu,bogus"), "unknown metric(s) ['bogus']"),

@@ -22,6 +22,7 @@ CONFIGS = {
                                     num_attention_heads=4, num_key_value_heads=2),
     "roberta": lambda: tf.RobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                         intermediate_size=64),
+    "distilbert": lambda: tf.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64),
 }
 
 
@@ -57,7 +58,7 @@ def windows() -> Windows:
 
 @pytest.fixture
 def make_tiny():
-    """``make_tiny(kind)``: a fresh tiny model of ``kind`` (bert, albert, gpt2, t5, llama, roberta)."""
+    """``make_tiny(kind)``: a fresh tiny model of ``kind`` (bert, albert, gpt2, t5, llama, roberta, distilbert)."""
     return build_tiny
 
 

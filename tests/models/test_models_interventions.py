@@ -157,7 +157,7 @@ def test_bad_interventions(kw, err, text, make_tiny, make_windows_tiny):
 
 
 def test_generic_family_refuses_interventions(make_tiny, make_windows_tiny):
-    loaded, w = make_tiny("roberta"), make_windows_tiny()
+    loaded, w = make_tiny("distilbert"), make_windows_tiny()
     with pytest.raises(ModelError, match="generic"):
         _run(loaded, w, mask="complete")
 

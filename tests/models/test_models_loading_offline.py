@@ -58,6 +58,7 @@ def test_explicit_local_files_only_is_passed_through(monkeypatch):
         raise ModelError("stop")
 
     monkeypatch.setattr(loading, "_from_pretrained", fake)
+    monkeypatch.setattr(loading, "_check_hub_reachable", lambda source: None)  # online: cache first, then the hub
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     for explicit, expected in ((None, True), (False, False), (True, True)):
         with pytest.raises(ModelError):

@@ -73,7 +73,7 @@ def test_albert_shared_layer_gives_one_output_per_depth(make_tiny, make_windows_
 
 
 def test_generic_family_records_block_outputs(make_tiny, make_windows_tiny):
-    loaded, w = make_tiny("roberta"), make_windows_tiny()
+    loaded, w = make_tiny("distilbert"), make_windows_tiny()
     assert loaded.family == "generic"
     hs = _hidden_states(loaded, w)[""]
     with Recorder(loaded) as rec, torch.no_grad():

@@ -1,17 +1,21 @@
 """The ``rankcollapse`` command line: a thin layer over the Python API.
 
-Each sub-command lives in its own module exposing ``register(app)``. Errors that
-are the user's (``RankCollapseError``) print one line and exit with status 2.
+Each sub-command lives in its own module exposing ``register(app)``. Every error
+below a command (the user's ``RankCollapseError``, an operating-system error, any
+other) prints one line and exits with status 2 (see :mod:`._boundary`); only a real
+interrupt exits with 130.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from typing import Sequence
 
 import typer
+from typer import _click as click  # typer vendors click
 
-from ..errors import RankCollapseError
+from ._boundary import PREFIX, CliError, Group, describe
 
 app = typer.Typer(
     name="rankcollapse",
@@ -19,37 +23,57 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=Group,
 )
 
-_SUBCOMMAND_MODULES = ("mask", "metrics", "simulate", "theory", "probe", "reproduce")
+_SUBCOMMAND_MODULES = ("mask", "metrics", "simulate", "theory", "probe", "reproduce", "phase")
 
 for _name in _SUBCOMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}").register(app)
 
 
-def main() -> None:
-    """Console entry point: user errors become one line on stderr and exit status 2."""
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI on ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    Errors print one line on stderr: status 2 for every error, 130 for a real
+    interrupt (Ctrl-C), 0 on success.
+    """
     try:
-        app(standalone_mode=False)
-    except RankCollapseError as exc:
-        _fail_line(str(exc))
+        rv = app(args=None if argv is None else list(argv), standalone_mode=False)
+        if rv == 130:  # typer turns a KeyboardInterrupt into exit status 130
+            print("rankcollapse: interrupted; rerun the same command to resume", file=sys.stderr)
+        return rv if isinstance(rv, int) else 0
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        print("rankcollapse: aborted", file=sys.stderr)
-        sys.exit(130)
+        return exc.exit_code
+    except typer.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt) or exc.__cause__ is None:
+            print("rankcollapse: interrupted; rerun the same command to resume", file=sys.stderr)
+            return 130
+        return _fail_line(describe(exc.__cause__))  # e.g. an EOFError outside a command
     except KeyboardInterrupt:
         print("rankcollapse: interrupted; rerun the same command to resume", file=sys.stderr)
-        sys.exit(130)
-    except typer.TyperException as exc:  # click usage errors (typer vendors click)
+        return 130
+    except CliError as exc:
+        exc.show()
+        return exc.exit_code
+    except click.ClickException as exc:  # usage errors (typer vendors click)
         if type(exc).__name__ == "NoArgsIsHelpError":
             exc.show()
-            sys.exit(2)
+            return 2
         where = getattr(getattr(exc, "ctx", None), "command_path", "rankcollapse")
-        _fail_line(f"{exc.format_message()} (see '{where} --help')")
+        return _fail_line(f"{exc.format_message()} (see '{where} --help')")
+    except Exception as exc:  # noqa: BLE001 - the boundary before any command runs
+        return _fail_line(describe(exc))
 
 
-def _fail_line(message: str) -> None:
+def main() -> None:
+    """Console entry point (see :func:`run`); returns normally on success."""
+    code = run()
+    if code:
+        sys.exit(code)
+
+
+def _fail_line(message: str) -> int:
     one_line = " ".join(message.split())
-    print(f"rankcollapse: error: {one_line}", file=sys.stderr)
-    sys.exit(2)
+    print(f"{PREFIX}{one_line}", file=sys.stderr)
+    return 2

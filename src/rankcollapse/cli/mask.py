@@ -10,29 +10,48 @@ from typing import List, Optional
 import typer
 
 from .. import masks
-from .._io import atomic_path
+from .._io import atomic_path, check_writable
+from .._memory import parse_size
 from .._validate import check_int
 from ..errors import ConfigError, MaskError
+from ..masks.plot import image_format
+from ..masks.schedule import is_schedule, parse_schedule
+from ..masks.schedule_rates import compare_schedules, describe_schedule
 
 mask_app = typer.Typer(
     help="Attention masks as graphs: M[i, j] = token i attends to token j (edge j -> i).",
     no_args_is_help=True,
 )
 
+_MEMORY_HELP = ("Memory the graph analysis may use, e.g. 32GiB (default half the RAM); "
+                "larger complete/causal/window masks use their closed form instead.")
 _SPEC_HELP = ("Mask spec: NAME or NAME:key=value,... (e.g. causal_sliding_window:w=4), "
-              "file:PATH, composed with & and |.")
+              "file:PATH, composed with & and |; or a schedule of per-layer masks, "
+              "schedule:MASK*k,MASK,... (e.g. schedule:sliding_window:w=9*5,complete).")
 
 
 @mask_app.command("describe")
 def describe(
     spec: str = typer.Argument(..., help=_SPEC_HELP),
-    n: int = typer.Option(..., "--n", help="Number of tokens N."),
+    n: int = typer.Option(..., "--n", "--n-tokens", help="Number of tokens N."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document to stdout."),
     per_token: bool = typer.Option(False, "--per-token", help="Include each token's distance from the best center."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help=_MEMORY_HELP),
 ) -> None:
-    """Graph analysis: centers, quasi-strong connectivity, radius, diameter, degrees."""
-    a = masks.analyze(masks.parse_mask(spec, check_int(n, "--n", low=1, error=MaskError)))
-    d = a.to_dict(per_token=per_token)
+    """Graph analysis: centers, quasi-strong connectivity, radius, diameter, degrees.
+
+    For a schedule: the composed graph of one period, plus period, per-layer predicted
+    rate and each layer's description (layers)."""
+    n = check_int(n, "--n", low=1, error=MaskError)
+    if is_schedule(spec):
+        d = describe_schedule(spec, n, per_token=per_token)
+        if as_json:
+            json.dump(d, sys.stdout)
+            sys.stdout.write("\n")
+            return
+        d = {k: v for k, v in d.items() if k != "layers"} | {"layers": [x["spec"] for x in d["layers"]]}
+    else:
+        d = masks.analyze(masks.parse_mask(spec, n), max_memory=parse_size(max_memory)).to_dict(per_token=per_token)
     if as_json:
         json.dump(d, sys.stdout)
         sys.stdout.write("\n")
@@ -40,7 +59,7 @@ def describe(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"mask {a.spec}  (N = {a.n_tokens})", show_header=False)
+    table = Table(title=f"mask {d['spec']}  (N = {n})", show_header=False)
     for key, value in d.items():
         if key in ("spec",):
             continue
@@ -53,14 +72,17 @@ def describe(
 @mask_app.command("show")
 def show(
     spec: str = typer.Argument(..., help=_SPEC_HELP),
-    n: int = typer.Option(..., "--n", help="Number of tokens N (at most 2048 for a drawing)."),
+    n: int = typer.Option(..., "--n", "--n-tokens", help="Number of tokens N (at most 2048 for a drawing)."),
     out: Path = typer.Option(..., "--out", help="Image file to write (.png, .pdf, .svg)."),
 ) -> None:
-    """Draw the mask: query tokens down, key tokens across, centers highlighted."""
+    """Draw the mask: query tokens down, key tokens across, centers highlighted.
+    A schedule draws its composed graph of one period."""
     n = check_int(n, "--n", low=1, error=MaskError)
     if n > 2048:
         raise MaskError(f"--n {n} is too large to draw one cell per token pair (at most 2048)")
-    mask = masks.parse_mask(spec, n)
+    image_format(out)  # before any work
+    check_writable(out, folder=False)
+    mask = parse_schedule(spec, n).composed() if is_schedule(spec) else masks.parse_mask(spec, n)
     masks.draw_mask(mask, masks.analyze(mask), out)
     typer.echo(f"wrote {out}", err=True)
 
@@ -68,19 +90,39 @@ def show(
 @mask_app.command("compare")
 def compare(
     specs: List[str] = typer.Argument(..., help=_SPEC_HELP),
-    n: int = typer.Option(..., "--n", help="Number of tokens N."),
+    n: int = typer.Option(..., "--n", "--n-tokens", help="Number of tokens N."),
     d_qk: float = typer.Option(1.0, "--d-qk", help="Attention temperature d_QK (> 0)."),
     token_norm: float = typer.Option(1.0, "--token-norm", help="Bound R on token norms (1 under SA-LN)."),
     weight_norm: float = typer.Option(1.0, "--weight-norm", help="Bound C on ||W_Q||_2, ||W_K||_2."),
     exponent: str = typer.Option("t/r", "--exponent", help="Envelope exponent: t/r or t/(2r)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table as one JSON document."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the table as CSV."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help=_MEMORY_HELP),
+    measure: bool = typer.Option(False, "--measure", help="Also simulate pure SA and rank by measured rate "
+                                 "(schedule table; Haar W_V, Gaussian W_Q, W_K, float64)."),
+    depth: int = typer.Option(60, "--depth", help="Layers simulated with --measure."),
+    samples: int = typer.Option(8, "--samples", help="Samples simulated with --measure."),
+    d_model: int = typer.Option(16, "--d", help="Token width d simulated with --measure."),
+    seed: int = typer.Option(0, "--seed", help="Seed of --measure."),
 ) -> None:
-    """Compare masks by radius and the Theorem-1 per-layer contraction bound."""
+    """Compare masks by radius and the Theorem-1 per-layer contraction bound.
+
+    With a schedule among the specs (or --measure): the schedule table, ranked by
+    predicted (and measured) rate, with the mean attended pairs per layer as the cost."""
     if d_qk <= 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
-    df = masks.compare_masks(specs, check_int(n, "--n", low=1, error=MaskError), d_qk=d_qk, token_norm=token_norm,
-                       weight_norm=weight_norm, exponent=exponent)
+    if out is not None:
+        check_writable(out, folder=False)
+    n = check_int(n, "--n", low=1, error=MaskError)
+    if measure or any(is_schedule(s) for s in specs):
+        df = compare_schedules(specs, n, measure=measure, d=check_int(d_model, "--d", low=1),
+                               depth=check_int(depth, "--depth", low=1), n_samples=check_int(samples, "--samples", low=1),
+                               seed=check_int(seed, "--seed", low=0), d_qk=d_qk, token_norm=token_norm,
+                               weight_norm=weight_norm)
+    else:
+        df = masks.compare_masks(specs, n, d_qk=d_qk, token_norm=token_norm,
+                                 weight_norm=weight_norm, exponent=exponent,
+                                 max_memory=parse_size(max_memory))
     if out is not None:
         with atomic_path(out) as tmp:
             df.to_csv(tmp, index=False)
@@ -104,7 +146,9 @@ def compare(
 _SHORT = {"n_tokens": "N", "n_edges": "edges", "quasi_strongly_connected": "QSC",
           "n_centers": "centers", "radius": "r", "max_in_degree": "max keys",
           "epsilon": "eps", "log10_factor": "log10 factor",
-          "log10_layers_per_decade": "log10 layers/10x"}
+          "log10_layers_per_decade": "log10 layers/10x", "mean_edges_per_layer": "edges/layer",
+          "log10_rate_per_layer": "log10 rate", "measured_rate": "measured", "rank_predicted": "rank pred",
+          "rank_measured": "rank meas"}
 
 
 def _plain(v):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Optional
 
@@ -12,16 +11,15 @@ import torch
 import typer
 
 from .. import masks, metrics
+from .._io import load_npy
+from .._memory import parse_size
 from ..errors import DataError, MetricError
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
 def _load_array(path: Path, what: str) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise DataError(f"cannot read {what} {path}: {exc}") from None
+    return load_npy(path, what, error=DataError)
 
 
 def _graph_mask(spec: str | None, n_tokens: int):
@@ -30,27 +28,27 @@ def _graph_mask(spec: str | None, n_tokens: int):
     return masks.parse_mask(spec, n_tokens)
 
 
-def _rows(values: dict[str, torch.Tensor], batched: bool) -> dict | list[dict]:
-    if not batched:
-        return {name: float(v) for name, v in values.items()}
-    table = torch.stack([v.double() for v in values.values()], dim=1).tolist()
-    return [dict(zip(values, row)) for row in table]
-
-
-def _print_table(values: dict[str, torch.Tensor], batched: bool, shape: tuple) -> None:
+def _print_table(report, shape: tuple) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    batched = report.batched
     table = Table(title=f"metrics of X {shape}" + (" (over samples)" if batched else ""))
     table.add_column("metric")
     cols = ("mean", "std", "min", "max") if batched else ("value",)
     for col in cols:
         table.add_column(col, justify="right")
-    for name, v in values.items():
+    for name, v in report.values.items():
+        if name in report.undefined:
+            table.add_row(name, *(["undefined"] * len(cols)))
+            continue
         v = v.double()
         stats = (v.mean(), v.std(correction=0), v.min(), v.max()) if batched else (v,)
         table.add_row(name, *(f"{float(s):.6g}" for s in stats))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for name, reason in report.undefined.items():
+        console.print(f"{name}: undefined: {reason}", markup=False, soft_wrap=True)
 
 
 def metrics_command(
@@ -64,6 +62,9 @@ def metrics_command(
         None, "--mask", help="Mask spec for the graph metrics, e.g. causal (default: complete)."
     ),
     dtype: str = typer.Option("float64", "--dtype", help="Compute dtype: float64 or float32."),
+    max_memory: Optional[str] = typer.Option(
+        None, "--max-memory", help="Memory the (N, N) pairwise metrics may use, e.g. 32GiB (default half the RAM)."
+    ),
 ) -> None:
     """Compute collapse and anisotropy metrics of a saved token array."""
     if dtype not in _DTYPES:
@@ -73,18 +74,12 @@ def metrics_command(
         raise MetricError(f"{file}: expected shape (N, d) or (B, N, d), got {X.shape}")
     pm = _load_array(padding_mask, "padding mask") if padding_mask is not None else None
     chosen = tuple(metrics.METRICS) if names is None else tuple(n.strip() for n in names.split(",") if n.strip())
-    values = metrics.compute_metrics(
-        X, chosen, padding_mask=pm, mask=_graph_mask(mask, X.shape[-2]), dtype=_DTYPES[dtype]
-    )
-    batched = X.ndim == 3
-    if as_json:
-        rows = _rows(values, batched)
-        flat = rows if isinstance(rows, list) else [rows]
-        if any(not math.isfinite(x) for r in flat for x in r.values()):
-            raise MetricError("a metric came out non-finite; refusing to print it")
-        typer.echo(json.dumps(rows, indent=2))
+    report = metrics.report_metrics(X, chosen, padding_mask=pm, mask=_graph_mask(mask, X.shape[-2]),
+                                    dtype=_DTYPES[dtype], max_memory=parse_size(max_memory))
+    if as_json:  # undefined metrics are null with their reason: always strict JSON
+        typer.echo(json.dumps(report.rows(), indent=2, allow_nan=False))
     else:
-        _print_table(values, batched, tuple(X.shape))
+        _print_table(report, tuple(X.shape))
 
 
 def register(app: typer.Typer) -> None:

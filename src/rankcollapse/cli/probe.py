@@ -12,9 +12,10 @@ from typing import Any, Optional
 import typer
 
 from .. import data, masks, models
-from .._io import atomic_path, write_json_atomic
-from .._validate import check_float
+from .._io import atomic_path, check_writable, write_json_atomic
+from .._validate import check_device, check_float
 from ..errors import ConfigError
+from ..models.probe import check_positions
 
 
 PLOT_METRICS = (("mu", "μ(X)"), ("rank_fraction", "rank fraction"), ("sigma_min", "σ_min"), ("avg_abs_cos", "avg |cos|"))
@@ -38,6 +39,8 @@ def probe_command(
     gguf_file: Optional[str] = typer.Option(None, "--gguf-file", help="GGUF weights file inside MODEL"),
     batch_size: int = typer.Option(8, "--batch-size"),
     seed: int = typer.Option(0, "--seed", help="seeds the document order"),
+    device: str = typer.Option("cpu", "--device", help="torch device for the model and metrics, e.g. cpu or cuda:0"),
+    attentions: bool = typer.Option(False, "--attentions", help="also write attention probabilities to OUT/attentions.npz"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object to stdout"),
     out: Optional[Path] = typer.Option(None, "--out", help="write table, plots and windows.npz here"),
 ) -> None:
@@ -49,8 +52,14 @@ def probe_command(
     if windows < 1 or length < 2 or batch_size < 1:
         raise ConfigError(f"--windows and --batch-size must be >= 1 and --length >= 2 (got {windows}, {batch_size}, {length})")
     _check_interventions(mask, d_qk_scale, drop, length)
+    dev = check_device(device, "--device")
+    if attentions and out is None:
+        raise ConfigError("--attentions writes OUT/attentions.npz: give --out too")
+    if out is not None:
+        check_writable(out, folder=True)
     texts = data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
-    loaded = models.load_model(model, gguf_file=gguf_file)
+    loaded = models.load_model(model, gguf_file=gguf_file, device=dev)
+    check_positions(loaded, length)  # before windows are built or anything is written
     wins = data.make_windows(texts, loaded.tokenizer, length=length, n_windows=windows, seed=seed, allow_fewer=text_file is not None)
     for note in loaded.notes:
         typer.echo(f"note: {note}", err=True)
@@ -59,6 +68,10 @@ def probe_command(
     if out is not None:
         write_outputs(out, table, wins, doc)
         typer.echo(f"wrote {out}/probe.csv, probe.png, windows.npz, probe.json", err=True)
+    if attentions:
+        maps = models.attention_maps(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, drop=drop, batch_size=batch_size)
+        write_attentions(out / "attentions.npz", maps)
+        typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
     if as_json:
         sys.stdout.write(json.dumps(doc) + "\n")
     else:
@@ -76,7 +89,7 @@ def _check_interventions(mask: Optional[str], d_qk_scale: float, drop: str, leng
         if item.partition(":")[0] not in components:
             raise ConfigError(f"unknown component to drop {item!r}; choose from {', '.join(components)}")
     if mask is not None:
-        masks.dense_mask(mask, length)
+        masks.parse_schedule(mask, length) if masks.is_schedule(mask) else masks.dense_mask(mask, length)
 
 
 def to_json(table: Any) -> dict[str, Any]:
@@ -106,6 +119,15 @@ def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None
         table.assign(model=doc["model"]).to_csv(tmp, index=False)
     write_json_atomic(out / "probe.json", doc)
     plot_layers({doc["model"]: table}, out / "probe.png")
+
+
+def write_attentions(path: Path, maps: dict[str, Any]) -> None:
+    """Attention probabilities, one float32 ``(B, H, N, N)`` array per
+    ``layer.k.attention`` point, as a compressed ``.npz`` (written atomically)."""
+    import numpy as np
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.savez_compressed(fh, **{name: a.numpy() for name, a in maps.items()})
 
 
 def plot_layers(tables: dict[str, Any], path: Path | None = None, *, ax: Any = None) -> Any:

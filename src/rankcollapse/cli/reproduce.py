@@ -9,14 +9,18 @@ from typing import List, Optional
 
 import typer
 
-HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory or all) on real
+HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, all, or schedules:
+collapse rate of mask schedules at equal attention budget) on real
 Wikipedia windows and write the tidy table, plots, claims.json, config.json and a
 self-contained report.html to --out (default runs/<UTC time>). Results are cached by
 unit next to the output folder (or --cache-dir, which a cluster may share), so a rerun
 only computes what changed and an interrupted run resumes. Units run in this process,
 in worker processes (--executor processes --workers N) or on a Ray cluster
 (--executor ray --address auto); the numbers are the same. One run at a time owns
---out: a second exits 2 naming the first (or waits, --wait)."""
+--out: a second exits 2 naming the first (or waits, --wait).
+
+`rankcollapse reproduce summary DIR [--format markdown|json]` prints the results table
+of a finished run (its claims.json) without running anything."""
 
 
 def register(app: typer.Typer) -> None:
@@ -24,8 +28,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command("reproduce", help=HELP)
     def reproduce(
-        name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory or all."),
-        scale: str = typer.Option("quick", "--scale", help="quick (minutes on 2 cores), paper (3000 windows) or smoke."),
+        name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, all, or summary."),
+        target: Optional[Path] = typer.Argument(None, help="With `summary`: the run folder to summarise."),
+        fmt: str = typer.Option("markdown", "--format", help="With `summary`: markdown (the README table) or json."),
+        scale: str = typer.Option("quick", "--scale", help="quick (minutes on 2 cores), large (256 windows x 4 seeds), paper (3000 windows) or smoke."),
         out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/<UTC time>)."),
         seed: int = typer.Option(0, "--seed", help="Seeds window order and weights (weight seed k = seed + k)."),
         text: Optional[Path] = typer.Option(None, "--text-file", "--text", help="UTF-8 text file (one document per line) or JSONL instead of Wikipedia."),
@@ -45,6 +51,19 @@ def register(app: typer.Typer) -> None:
         recompute: bool = typer.Option(False, "--recompute", help="Recompute every unit and overwrite its cache entry."),
         wait: bool = typer.Option(False, "--wait", help="If another run holds --out, wait for it instead of failing."),
     ) -> None:
+        if name == "summary":
+            print_results(target, fmt)
+            return
+        if target is not None:
+            raise typer.BadParameter(f"unexpected argument {target}; only `summary` takes a folder")
+        if name == "schedules":  # the schedule study has its own small runner (docs/schedules.md)
+            from ..experiments.schedules import run_schedule_study
+
+            dest = out or Path("runs") / "schedules"
+            table = run_schedule_study(dest, scale, seed)
+            typer.echo(table.to_string(index=False))
+            typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
+            return
         from ..experiments.runner import run_experiment
 
         overrides = {"masks": masks or None, "depth": depth, "n_windows": windows, "extra_models": models or None}
@@ -61,6 +80,26 @@ def register(app: typer.Typer) -> None:
         print_summary(result)
 
 
+def print_results(folder: Optional[Path], fmt: str) -> None:
+    """The results table of the finished run in ``folder`` on stdout (exit 2 on bad input)."""
+    from ..errors import ConfigError
+    from ..experiments.report import results_json, results_markdown
+
+    if folder is None:
+        raise ConfigError("reproduce summary needs a run folder: rankcollapse reproduce summary DIR")
+    if fmt not in ("markdown", "json"):
+        raise ConfigError(f"--format must be markdown or json, got {fmt!r}")
+    path = Path(folder) / "claims.json"
+    if not path.is_file():
+        raise ConfigError(f"{folder}: no claims.json (not a finished run folder)")
+    claims = json.loads(path.read_text(encoding="utf-8"))
+    if fmt == "json":
+        json.dump(results_json(claims), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(results_markdown(claims))
+
+
 def print_summary(result) -> None:
     """Short claims table and where the outputs are (stdout); the measured numbers of
     every check are in the report and claims.json."""
@@ -70,14 +109,16 @@ def print_summary(result) -> None:
     console = Console()
     table = Table(title=f"rankcollapse {', '.join(result.config['experiments'])} "
                         f"({result.config['scale']}, hash {result.config['config_hash']}, {result.seconds:.0f} s)")
-    for col in ("id", "effect", "paper", "verdict", "checks", "nearby settings"):
+    from ..experiments.report import number
+
+    for col in ("id", "effect", "paper", "verdict", "decisive [95% interval]", "checks", "nearby settings"):
         table.add_column(col, overflow="fold")
-    colours = {"reproduced": "green", "not reproduced": "red", "mixed": "yellow"}
+    colours = {"reproduced": "green", "not reproduced": "red", "mixed": "yellow", "mixed (depth-sensitive)": "yellow"}
     for c in result.claims:
-        scored = [k for k in c["measured"].get("checks", []) if not k.get("informational")]
+        scored = [k for k in c.get("checks", []) if not k.get("informational")]
         held = f"{sum(k['outcome'] == 'holds' for k in scored)}/{len(scored)} hold"
         near = "; ".join(f"{n['setting']}: {n['verdict']}" for n in c.get("nearby", [])) or "-"
         table.add_row(c["id"], c["effect"], c.get("paper_effect", ""),
-                      f"[{colours.get(c['verdict'], 'white')}]{c['verdict']}[/]", held, near)
+                      f"[{colours.get(c['verdict'], 'white')}]{c['verdict']}[/]", number(c), held, near)
     console.print(table)
     console.print(f"report: {result.out / 'report.html'}   table: {result.out / 'table.parquet'}   claims: {result.out / 'claims.json'}")

@@ -12,7 +12,8 @@ import torch
 import typer
 
 from .. import data, dynamics, models
-from .._io import atomic_path, versions, write_json_atomic
+from .._io import atomic_path, check_writable, load_npy, versions, write_json_atomic
+from .._memory import parse_size
 from ..errors import ConfigError, DataError
 from ..points import point_after
 
@@ -41,13 +42,18 @@ def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: in
     path = Path(source)
     if not path.is_file():
         raise DataError(f"--input {source!r} is neither one of {INPUTS} nor a readable .npy/.pt file")
+    if path.suffix != ".pt":
+        return _as_batch(torch.as_tensor(load_npy(path, "--input", error=DataError)), source, n_tokens)
     try:
-        X = torch.load(path, weights_only=True) if path.suffix == ".pt" else torch.as_tensor(
-            np.load(path, allow_pickle=False))
+        X = torch.load(path, weights_only=True)
     except Exception as exc:  # any unreadable file: pickle, zip, numpy and torch errors differ
         raise DataError(f"--input {source!r} is not a readable .npy/.pt array: {exc}") from None
     if not isinstance(X, torch.Tensor):
         raise DataError(f"--input {source!r} holds a {type(X).__name__}, not one tensor")
+    return _as_batch(X, source, n_tokens)
+
+
+def _as_batch(X: torch.Tensor, source: str, n_tokens: int) -> torch.Tensor:
     if X.ndim == 2:
         X = X.unsqueeze(0)
     if X.ndim != 3 or X.shape[1] != n_tokens:
@@ -99,10 +105,14 @@ def simulate_command(
                                 "kernel for sparse masks) | flex (torch.compile FlexAttention; no epsilon column)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document to stdout"),
     out: Path = typer.Option(None, "--out", help="folder for result.json and mu_loglog.png"),
+    max_memory: str = typer.Option(None, "--max-memory", help="memory the attention may use, e.g. 64GiB "
+                                   "(default half the RAM); checked before anything is allocated"),
 ) -> None:
     """Simulate masked self-attention dynamics (spec.md §2) and report metrics per layer."""
     if dtype not in ("float32", "float64"):
         raise ConfigError(f"--dtype must be float32 or float64, got {dtype!r}")
+    if out is not None:
+        check_writable(out, folder=True)
     if not d_qk > 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
@@ -117,7 +127,7 @@ def simulate_command(
     res = dynamics.simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
                    weights=weights, shared=shared, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
                    seed=seed, dtype=getattr(torch, dtype), device=device, path=backend,
-                   record_epsilon=backend != "flex")
+                   record_epsilon=backend != "flex", max_memory=parse_size(max_memory))
     layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
                (None if t == 0 or res.epsilon is None else _json_number(res.epsilon[t - 1]))}
               for t in range(depth + 1)]

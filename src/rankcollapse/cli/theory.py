@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from .. import theory
+from .._io import check_writable
 from ..errors import ConfigError
 
 sub = typer.Typer(help="Theorems as code: collapse envelopes, SA-LN equilibria, stability, basins, portraits.",
@@ -158,6 +159,7 @@ def portrait_cmd(
     seed: int = typer.Option(0), as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """N = d = 2 final angle vs starting angle, and d = 3 trajectories on the sphere (PNG)."""
+    check_writable(out, folder=True)
     out.mkdir(parents=True, exist_ok=True)
     p2, p3 = out / "portrait_2d.png", out / "trajectories_3d.png"
     data = theory.portrait_2d(p2)

@@ -5,7 +5,7 @@ no MLP unless the caller's :class:`~rankcollapse.dynamics.config.BlockConfig` ad
 
 Family quirks handled (row-vector convention: ``nn.Linear`` weights are transposed):
 
-- BERT: ``query/key/value`` and ``attention.output.dense`` (``W_O``), biases, scale
+- BERT (and RoBERTa, same modules): ``query/key/value`` and ``attention.output.dense`` (``W_O``), biases, scale
   ``1/sqrt(d_head)``.
 - ALBERT: one shared layer (per layer group) repeated ``num_hidden_layers`` times; the
   simulation runs at ``hidden_size`` (the embedding projection is not part of attention).
@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ModelError
-from ..models.families import MODEL_TYPES, family_of
+from ..models.families import MODEL_TYPES, albert_group, family_of
 from .weights import LayerWeights
 
 LayerAttentionWeights = LayerWeights
@@ -54,14 +54,14 @@ def _bert(base, cfg) -> list[LayerWeights]:
 
 def _albert(base, cfg) -> list[LayerWeights]:
     groups = base.encoder.albert_layer_groups
-    per_group = cfg.num_hidden_layers // cfg.num_hidden_groups
     out = []
     for i in range(cfg.num_hidden_layers):
-        for inner in groups[i // per_group].albert_layers:
+        g = albert_group(i, cfg.num_hidden_layers, cfg.num_hidden_groups)
+        for inner in groups[g].albert_layers:
             a = inner.attention
             out.append(_qkvo(a.query, a.key, a.value, a.dense, n_heads=cfg.num_attention_heads,
                              scale=float(a.attention_head_size ** -0.5),
-                             meta={"family": "albert", "layer": i, "shared_group": i // per_group}))
+                             meta={"family": "albert", "layer": i, "shared_group": g}))
     return out
 
 
@@ -108,12 +108,13 @@ def _llama(base, cfg) -> list[LayerWeights]:
     return out
 
 
-_EXTRACTORS = {"bert": _bert, "albert": _albert, "gpt2": _gpt2, "t5": _t5, "llama": _llama}
+_EXTRACTORS = {"bert": _bert, "roberta": _bert, "albert": _albert, "gpt2": _gpt2, "t5": _t5, "llama": _llama}
 
 
 def model_family(hf_model) -> str:
-    """``bert | albert | gpt2 | t5 | llama`` from ``config.model_type``, by the family
-    registry :data:`rankcollapse.models.families.REGISTRY` (Mistral and Qwen2 are Llama).
+    """``bert | roberta | albert | gpt2 | t5 | llama`` from ``config.model_type``, by the
+    family registry :data:`rankcollapse.models.families.REGISTRY` (Mistral, Qwen2 and
+    Gemma are Llama).
 
     Raises
     ------

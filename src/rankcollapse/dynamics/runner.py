@@ -16,12 +16,15 @@ import torch
 
 from .._display import NotebookResult
 from .._progress import Steps, steps
-from .._validate import check_float, check_int
+from .._validate import check_device, check_float, check_int
 from ..errors import ConfigError, MetricError
-from ..masks import resolve_mask
+from .._memory import check_memory
+from ..masks import Mask, parse_mask, resolve_mask
+from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, compute_metrics
 from .config import BlockConfig, canonical_variant, resolve_variant
 from .layers import Attention, apply_norm, block_forward
+from .scheduled import ScheduledAttention
 from .flex import FlexBackend
 from .sparse import BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
@@ -113,19 +116,7 @@ def _as_tokens(X0, dtype, device) -> torch.Tensor:
 
 def _check_device(device) -> torch.device | None:
     """``device`` as a ``torch.device`` that exists on this machine (None = X0's)."""
-    if device is None:
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"device {device!r} is not a torch device ({exc})") from None
-    if dev.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if (dev.index or 0) >= count:
-            raise ConfigError(f"device {device!r} is not available: this machine has {count} CUDA device(s)")
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"device {device!r} is not available on this machine")
-    return dev
+    return None if device is None else check_device(device)
 
 
 def _peak(X: torch.Tensor) -> float:
@@ -210,13 +201,27 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
     return rows, states, zero_rows, final
 
 
+def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, path: str, max_memory) -> None:
+    """Refuse a run whose attention would not fit: the dense path holds about three
+    ``(B, H, N, N)`` score arrays (scores, weights, their product's workspace) and the
+    ``(N, N)`` mask; the blocked path about three scores per edge, and the CSR form."""
+    edges = mask.n_edges_hint if isinstance(mask, Mask) else None
+    if edges is None:
+        edges = N * N  # unknown without building the mask: assume dense
+    dense_bytes = B * H * N * N * itemsize
+    dense = path == "dense" or (path == "auto" and not (edges / N**2 < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET))
+    need = 3 * dense_bytes + N * N if dense else 3 * B * H * edges * itemsize + 16 * edges
+    check_memory(need, f"attention over N = {N} tokens ({'dense' if dense else 'blocked'} path, "
+                       f"{B} samples x {H} heads)", max_memory)
+
+
 def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk: float = 1.0,
              value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
              weights: Sequence[LayerWeights] | None = None, metrics=None, seed: int = 0,
              dtype: torch.dtype | None = None, device: torch.device | str | None = None,
              n_heads: int | None = None, shared: bool = False, path: str = "auto", block_size: int = 64,
              record_states: bool = False, record_epsilon: bool = False, record_attention: bool = False,
-             progress: bool | None = None) -> SimResult:
+             progress: bool | None = None, max_memory: int | str | None = None) -> SimResult:
     """Run ``depth`` layers of masked self-attention dynamics from ``X0``.
 
     Pure SA (spec.md §2): ``X(t+1) = A(t) X(t) W_V(t)``, ``A(t) = softmax_G(X W_Q
@@ -226,7 +231,10 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     ----------
     X0 : ``(N, d)`` or ``(B, N, d)`` float tensor or array.
     mask : spec string (``rankcollapse.masks.parse_mask``), ``Mask``, bool ``(N, N)``
-        tensor/array, or scipy sparse matrix; True = token i attends to j.
+        tensor/array, or scipy sparse matrix; True = token i attends to j. Or a
+        schedule (``"schedule:A*k,B"``, a list, :class:`~rankcollapse.masks.schedule.MaskSchedule`):
+        layer ``t`` uses mask ``t mod period``; mask-aware metrics and the auto path
+        see the composed graph of one period.
     depth : number of layers T >= 1.
     variant : ``"pure"``, ``"ln"`` (alias ``"sphere"``), ``"skip"``, ``"skip_ln"`` (alias
         ``"post_ln"``) or a :class:`BlockConfig`; the config records the canonical name.
@@ -249,6 +257,8 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     block_size : query rows per block of the windowed kernel (default 64).
     record_states, record_epsilon, record_attention : keep X(t), ε(t), A(t).
     progress : a progress bar over layers on stderr; None = only when stderr is a terminal.
+    max_memory : bytes (or ``"8GiB"``) the attention may use (default half the RAM):
+        estimated from the mask's edge count before the mask or any score is built.
 
     Returns
     -------
@@ -259,6 +269,8 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     ConfigError
         Bad option or shape (checked before any layer runs), or X overflowing to
         non-finite values (names the layer).
+    MemoryLimitError
+        The attention's estimated memory exceeds ``max_memory``.
     MaskError
         Bad mask or a row with no allowed key.
     """
@@ -282,6 +294,13 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         raise ConfigError("mlp=True but the given weights carry no MLP (W_1, W_2)")
     names, measure, uses_mask = _metric_fn(metrics)
     H = max(lw.n_heads for lw in weights)
+    # a schedule runs layer t on its mask t mod period; metrics see the composed graph
+    sched = parse_schedule(mask, N) if is_schedule(mask) else None
+    if sched is not None:
+        mask = sched.composed()
+    elif isinstance(mask, str):  # a Mask knows its edge count before building anything
+        mask = parse_mask(mask, N)
+    _check_attention_memory(mask, B, H, N, X.element_size(), path, max_memory)
     m = resolve_mask(mask, N)
     density = m.n_edges / N**2
     dense_bytes = B * H * N * N * X.element_size()
@@ -291,12 +310,16 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         raise ConfigError("record_attention and position bias (T5) need path='dense'")
     if path == "flex" and record_epsilon:
         raise ConfigError("record_epsilon needs path 'dense' or 'blocked' (FlexAttention returns no weights)")
-    attend = Attention(mask_dense=m.dense(X.device) if path == "dense" else None,
-                       plan=_plan(m, block_size, X.device) if path == "blocked" else None,
-                       flex=FlexBackend(m.mask(), X.device) if path == "flex" else None,
-                       make_plan=lambda: _plan(m, block_size, X.device), d_qk=d_qk,
-                       uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
-                       record_attention=record_attention)
+
+    def make_attention(mi):
+        return Attention(mask_dense=mi.dense(X.device) if path == "dense" else None,
+                         plan=_plan(mi, block_size, X.device) if path == "blocked" else None,
+                         flex=FlexBackend(mi.mask(), X.device) if path == "flex" else None,
+                         make_plan=lambda: _plan(mi, block_size, X.device), d_qk=d_qk,
+                         uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
+                         record_attention=record_attention)
+
+    attend = make_attention(m) if sched is None else ScheduledAttention(sched, make_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
     metric_mask = m.dense(X.device) if uses_mask else None  # built once, not per layer
     with steps(len(weights), "simulate: layers", progress) as bar:
@@ -308,7 +331,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
               "query_key": query_key if isinstance(query_key, str) else "user",
               "weights": "given" if given_weights else "family", "seed": seed,
               "shared": shared, "dtype": str(X.dtype).replace("torch.", ""), "device": str(X.device),
-              "path": path, "block_size": block_size, "mask": m.spec, "n_tokens": N, "d_model": d, "batch": B,
+              "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "batch": B,
               "metrics": list(names)}
     return SimResult(metrics=out, config=config,
                      epsilon=torch.stack(attend.epsilon).to("cpu", torch.float64) if record_epsilon else None,

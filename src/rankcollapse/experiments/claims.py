@@ -1,167 +1,149 @@
 """Pre-registered claims: each of the paper's measured effects is a rule evaluated on
-the tidy table, giving ``reproduced`` / ``not reproduced`` / ``mixed``.
+the tidy table, giving ``reproduced`` / ``not reproduced`` / ``mixed`` / ``not run``.
 
 A rule is a list of checks ``lhs OP factor * rhs`` between *quantities* read from the
-table, evaluated separately for every weight seed:
+table (:mod:`.quantities`: every quantity reads exactly one condition; a selection that
+matches two is an error naming them):
 
-- ``{stat: value, metric, layer, select}``: the mean over windows at ``layer``
-  (``layer: last`` = deepest layer present);
-- ``{stat: change, metric, layer, from, select}``: ``value(layer) / value(from)``
-  (``from`` defaults to 0, the input);
-- ``{stat: min | max, metric, select, from_layer}``: min / max over layers
-  ``>= from_layer`` (default 0) of the mean;
-- ``{stat: ratio, num: Q, den: Q}``: quotient of two quantities;
-- ``{const: x}``.
+- ``{stat: value, metric, layer, select}``: the mean at ``layer`` (``last`` = the claim
+  depth for simulated networks, the deepest layer otherwise);
+- ``{stat: change, metric, layer, from, select}``: ``value(layer) / value(from)``;
+- ``{stat: min | max, metric, select, from_layer}``: min / max over layers;
+- ``{stat: rate, metric, select, from_layer}``: fitted per-layer rate ``exp(slope)`` of
+  ``log value`` over layers ``from_layer`` (default 1) .. last, floor layers left out;
+- ``{stat: ratio | difference, num: Q, den: Q}``; ``{const: x}``.
 
-``select`` filters rows by column (a list means any of). Rows of the ``final_norm``
-point (a pretrained model's last entry, after its final norm, sharing the last block's
-layer index) are left out unless ``select`` names a ``point``. A check with
-``floor: x`` clips both sides to at least ``x`` before comparing, so two values at the
-floating-point floor (e.g. μ/‖X‖_F ~ 1e-16 after full collapse in float64) compare
-as equal instead of their rounding noise deciding the outcome. A check with
-``for_each: {key: [v1, v2]}`` stands for one copy per value, with every ``"{key}"``
-string in its selects replaced. A check marked ``informational: true`` is measured and
-reported but does not enter the verdict. A check *holds* when it is
-true for every seed, *fails* when false for every seed, and is *split* otherwise.
+Statistics (:mod:`.quantities`). Means pool windows and weight seeds; each check's
+decisive statistic T is ``lhs / rhs`` (``compare: ratio``, the default), ``lhs - rhs``
+(``compare: difference``) or ``lhs`` when ``rhs`` is a constant, and the threshold τ is
+``factor`` (times the constant). Its 95 % interval is the 2.5-97.5 percentile range of
+T over bootstrap replicates that resample windows and seeds (paired across the two
+sides). For ``>=`` / ``>``: *holds* when the whole interval clears τ, *fails* when it lies
+wholly below, *undecided* otherwise (``<=`` / ``<`` mirrored; ``within``: the interval
+inside ``[1/τ, τ]`` holds, wholly outside it fails). Two collapsed sides (a
+relative metric at or below the epsilon of its dtype) compare equal: T = 1 (ratio) or 0.
+
+``for_each: {key: [v1, v2]}`` stands for one copy per value, every ``"{key}"`` string in
+its selects replaced. ``informational: true``: measured and reported, not in the verdict.
 ``expect: all`` (default): all checks hold -> reproduced; all fail -> not reproduced;
-anything else -> mixed. ``expect: mixed`` encodes a paper effect that is itself mixed:
-at least one check holds and one fails -> reproduced; all hold or all fail -> not
-reproduced; otherwise mixed. Missing rows give ``not run``.
+anything else -> mixed. ``expect: mixed`` (a paper effect that is itself mixed): at least
+one check holds and one fails -> reproduced; all hold or all fail -> not reproduced;
+otherwise mixed. Missing rows give ``not run``, naming the missing inputs.
 """
 
 from __future__ import annotations
 
 import math
-import operator
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
+from .quantities import AmbiguousSelection, EvalContext, MissingData, Value, evaluate  # noqa: F401
 
-VERDICTS = ("reproduced", "not reproduced", "mixed", "not run")
-_OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
-
-
-class MissingData(LookupError):
-    """The table holds no rows for a quantity's selection."""
+VERDICTS = ("reproduced", "not reproduced", "mixed", "mixed (depth-sensitive)", "not run")
+OUTCOMES = ("holds", "fails", "undecided")
+_OPS = (">=", "<=", ">", "<", "within")
 
 
-def _select(table: pd.DataFrame, select: dict[str, Any], setting: str) -> pd.DataFrame:
-    keep = table["setting"] == setting
-    for col, want in select.items():
-        if col not in table:
-            raise ConfigError(f"claim selects on unknown column {col!r}")
-        wants = want if isinstance(want, list) else [want]
-        if table[col].dtype.kind == "f":
-            hit = np.zeros(len(table), dtype=bool)
-            for w in wants:
-                hit |= np.isclose(table[col].to_numpy(), float(w))
-            keep &= hit
-        else:
-            keep &= table[col].astype(str).isin([str(w) for w in wants])
-    return table[keep]
+def quantity(table: pd.DataFrame, q: dict[str, Any], setting: str = "default",
+             ctx: EvalContext | None = None) -> Value:
+    """Evaluate quantity ``q`` (point estimate, bootstrap replicates, per-seed values)."""
+    return evaluate(table, q, setting, ctx or EvalContext())
 
 
-def _per_seed_mean(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows.groupby(["seed", "layer"], as_index=False)["mean"].mean()
+def _interval(reps: np.ndarray) -> tuple[float, float]:
+    reps = reps[np.isfinite(reps)]
+    if not reps.size:
+        return (math.nan, math.nan)
+    lo, hi = np.percentile(reps, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
-def quantity(table: pd.DataFrame, q: dict[str, Any], setting: str = "default") -> pd.Series:
-    """Evaluate quantity ``q`` per seed; a Series indexed by seed (``-1`` = no seed)."""
-    if "const" in q:
-        return pd.Series({-1: float(q["const"])})
-    stat = q.get("stat", "value")
-    if stat == "ratio":
-        num, den = quantity(table, q["num"], setting), quantity(table, q["den"], setting)
-        num, den = _align(num, den)
-        return num / den
-    rows = _select(table, {**q.get("select", {}), "metric": q["metric"]}, setting)
-    if "point" not in q.get("select", {}):
-        rows = rows[rows["point"] != "final_norm"]
-    if rows.empty:
-        err = MissingData(f"no rows for metric={q['metric']} select={q.get('select', {})} setting={setting}")
-        err.select = dict(q.get("select", {}))
-        raise err
-    means = _per_seed_mean(rows)
-    out = {}
-    for seed, grp in means.groupby("seed"):
-        series = grp.set_index("layer")["mean"]
-        if stat in ("min", "max"):
-            out[seed] = float(getattr(series[series.index >= int(q.get("from_layer", 0))], stat)())
-            continue
-        layer = _layer(series, q.get("layer", "last"))
-        val = float(series.loc[layer])
-        if stat == "change":
-            val = val / float(series.loc[_layer(series, q.get("from", 0))])
-        elif stat != "value":
-            raise ConfigError(f"unknown quantity stat {stat!r}")
-        out[seed] = val
-    return pd.Series(out)
+def _outcome(op: str, lo: float, hi: float, tau: float) -> str:
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "undecided"
+    if op == "within":  # within a factor tau either way: [1/tau, tau]
+        return "holds" if lo >= 1 / tau and hi <= tau else "fails" if hi < 1 / tau or lo > tau else "undecided"
+    up = {">=": (lo >= tau, hi < tau), ">": (lo > tau, hi <= tau),
+          "<=": (hi <= tau, lo > tau), "<": (hi < tau, lo >= tau)}[op]
+    return "holds" if up[0] else "fails" if up[1] else "undecided"
 
 
-def _layer(series: pd.Series, layer: Any) -> int:
-    if layer == "last":
-        return int(series.index.max())
-    if int(layer) not in series.index:
-        raise MissingData(f"layer {layer} not in table (have {series.index.min()}..{series.index.max()})")
-    return int(layer)
-
-
-def _align(a: pd.Series, b: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """Pair values by seed; a side without seeds (index ``[-1]``: a constant or a
-    pretrained model) is broadcast to the other side's seeds."""
-    if list(a.index) == [-1]:
-        a = pd.Series(a.iloc[0], index=b.index)
-    elif list(b.index) == [-1]:
-        b = pd.Series(b.iloc[0], index=a.index)
-    common = a.index.intersection(b.index)
-    if common.empty:
-        raise MissingData("the two sides of a check share no seed")
-    return a.loc[common], b.loc[common]
-
-
-def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "default") -> dict[str, Any]:
-    """One check: per-seed values, outcome ``holds`` / ``fails`` / ``split``."""
+def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "default",
+                   ctx: EvalContext | None = None) -> dict[str, Any]:
+    """One check: decisive statistic with its 95 % bootstrap interval, outcome
+    ``holds`` / ``fails`` / ``undecided``, and per-seed values (for reference)."""
+    ctx = ctx or EvalContext()
     op = check.get("op", ">=")
     if op not in _OPS:
         raise ConfigError(f"unknown operator {op!r}; use one of {list(_OPS)}")
-    factor = float(check.get("factor", 1.0))
-    lhs, rhs = _align(quantity(table, check["lhs"], setting), quantity(table, check.get("rhs", {"const": 1.0}), setting))
-    if "floor" in check:
-        lhs, rhs = lhs.clip(lower=float(check["floor"])), rhs.clip(lower=float(check["floor"]))
-    ok = np.array([_OPS[op](float(l), factor * float(r)) for l, r in zip(lhs, rhs)])
-    outcome = "holds" if ok.all() else "fails" if not ok.any() else "split"
+    compare = check.get("compare", "ratio")
+    if compare not in ("ratio", "difference"):
+        raise ConfigError(f"unknown compare {compare!r}; use ratio or difference")
+    rhs_q = check.get("rhs", {"const": 1.0})
+    lhs, rhs = quantity(table, check["lhs"], setting, ctx), quantity(table, rhs_q, setting, ctx)
+    factor = float(check.get("factor", 0.0 if compare == "difference" else 1.0))
+    with np.errstate(all="ignore"):
+        if "const" in rhs_q:
+            stat, reps, tau, kind = lhs.point, lhs.reps, factor * rhs.point, "value"
+            per = {s: v for s, v in lhs.per_seed.items()}
+        elif compare == "difference":
+            stat, reps, tau, kind = lhs.point - rhs.point, lhs.reps - rhs.reps, factor, "difference"
+            per = _paired(lhs, rhs, np.subtract)
+        else:
+            stat, reps, tau, kind = lhs.point / rhs.point, lhs.reps / rhs.reps, factor, "ratio"
+            per = _paired(lhs, rhs, np.divide)
+    both_collapsed = lhs.collapsed and rhs.collapsed and "const" not in rhs_q
+    if both_collapsed:  # two values at the numerical floor are equal, whatever their rounding
+        stat = 1.0 if kind == "ratio" else 0.0
+        reps = np.full_like(reps, stat)
+        per = {s: stat for s in per}
+    lo, hi = _interval(reps)
     return {
         "check": check.get("name", ""),
-        "text": f"{_qtext(check['lhs'])} {op} {factor:g} x {_qtext(check.get('rhs', {'const': 1.0}))}",
-        "lhs": _stats(lhs),
-        "rhs": _stats(rhs),
-        "per_seed": {int(s): [float(l), float(r), bool(k)] for s, l, r, k in zip(lhs.index, lhs, rhs, ok)},
+        "text": f"{_qtext(check['lhs'])} {op} {factor:g} x {_qtext(rhs_q)}",
+        "statistic": kind,
+        "value": float(stat),
+        "interval": [lo, hi],
+        "threshold": float(tau),
         "op": op,
         "factor": factor,
-        "floor": check.get("floor"),
-        "outcome": outcome,
+        "lhs": _stats(lhs),
+        "rhs": _stats(rhs),
+        "collapsed": [lhs.collapsed, rhs.collapsed],
+        "per_seed": {int(s): float(v) for s, v in per.items()},
+        "n_windows": max(lhs.n_windows, rhs.n_windows),
+        "n_seeds": max(lhs.n_seeds, rhs.n_seeds),
+        "outcome": _outcome(op, lo, hi, tau),
     }
 
 
-def _stats(s: pd.Series) -> dict[str, float]:
-    v = s.to_numpy(dtype=float)
-    return {"mean": float(v.mean()), "min": float(v.min()), "max": float(v.max()), "n_seeds": int(len(v))}
+def _paired(a: Value, b: Value, op) -> dict[int, float]:
+    seeds = sorted((set(a.per_seed) | set(b.per_seed)) - {-1}) or [-1]
+    get = lambda v, s: v.per_seed.get(s, v.per_seed.get(-1, math.nan))  # noqa: E731
+    return {s: float(op(get(a, s), get(b, s))) for s in seeds}
+
+
+def _stats(v: Value) -> dict[str, Any]:
+    lo, hi = _interval(v.reps)
+    return {"mean": float(v.point), "interval": [lo, hi], "collapsed": v.collapsed, "n_seeds": v.n_seeds,
+            "n_windows": v.n_windows}
 
 
 def _qtext(q: dict[str, Any]) -> str:
     if "const" in q:
         return f"{q['const']:g}"
     stat = q.get("stat", "value")
-    if stat == "ratio":
-        return f"({_qtext(q['num'])} / {_qtext(q['den'])})"
+    if stat in ("ratio", "difference"):
+        return f"({_qtext(q['num'])} {'/' if stat == 'ratio' else '-'} {_qtext(q['den'])})"
     sel = ",".join(f"{k}={v}" for k, v in q.get("select", {}).items())
+    fl = q.get("from_layer")
     where = {"value": f"@{q.get('layer', 'last')}", "change": f"@{q.get('layer', 'last')}/@{q.get('from', 0)}",
-             "min": f"@{q.get('from_layer', 0)}.." if q.get("from_layer") else "",
-             "max": f"@{q.get('from_layer', 0)}.." if q.get("from_layer") else ""}.get(stat, "")
-    head = {"value": "", "change": "change ", "min": "min_layers ", "max": "max_layers "}[stat]
+             "min": f"@{fl}.." if fl else "", "max": f"@{fl}.." if fl else "",
+             "rate": f"@{fl if fl is not None else 1}..last"}.get(stat, "")
+    head = {"value": "", "change": "change ", "min": "min_layers ", "max": "max_layers ", "rate": "rate "}[stat]
     return f"{head}{q['metric']}{where}[{sel}]"
 
 
@@ -220,31 +202,81 @@ def _fill(obj: Any, sub: dict[str, Any]) -> Any:
 
 
 def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "default",
-                   override: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Verdict and measured numbers of one claim under one setting.
+                   override: dict[str, Any] | None = None, *, depth: int | None = None,
+                   depth_check: bool = True, n_boot: int | None = None) -> dict[str, Any]:
+    """Verdict, decisive number and interval of one claim under one setting.
 
     ``override`` (a nearby setting) replaces the selected value of every column it
-    changes, so the same rule reads the rows of the changed setting.
+    changes, so the same rule reads the rows of the changed setting. ``depth`` is the
+    claim depth D; with ``depth_check`` the rule is read again at 2 D (``last`` and the
+    explicit layers of simulated networks doubled) where the rows reach it, and a verdict
+    that differs there becomes ``mixed (depth-sensitive)``.
     """
     rule = _override_rule(claim["rule"], override or {})
-    try:
-        checks = []
-        for c in expand_checks(rule["checks"]):
-            info = bool(c.get("informational", False))
-            try:
-                res = evaluate_check(table, c, setting)
-            except MissingData as exc:
-                if not info:
-                    raise
-                res = {"check": c.get("name", ""), "text": str(exc), "outcome": "missing",
-                       "lhs": _stats(pd.Series([np.nan])), "rhs": _stats(pd.Series([np.nan])), "per_seed": {}}
-            res["informational"] = info
-            checks.append(res)
-    except MissingData as exc:
-        return {"verdict": "not run", "measured": {"checks": []}, "missing": str(exc),
-                "missing_select": getattr(exc, "select", {})}
-    verdict = verdict_from([c["outcome"] for c in checks if not c["informational"]], rule.get("expect", "all"))
-    return {"verdict": verdict, "measured": {"checks": checks}}
+    seed = sum(map(ord, str(claim.get("id", ""))))  # fixed bootstrap draws per claim
+    ctx = EvalContext(depth=depth, seed=seed, **({"n_boot": n_boot} if n_boot else {}))
+    res = _evaluate_rule(table, rule, setting, ctx)
+    res["depth"] = depth
+    if res["verdict"] == "not run" or not depth_check or depth is None:
+        return res
+    deep = _evaluate_rule(table, rule, setting, EvalContext(depth=2 * depth, layer_factor=2, seed=seed,
+                                                            **({"n_boot": n_boot} if n_boot else {})))
+    if deep["verdict"] == "not run":
+        res["depth_check"] = {"depth": 2 * depth, "verdict": "not run", "missing": deep.get("missing", "")}
+        return res
+    res["depth_check"] = {"depth": 2 * depth, "verdict": deep["verdict"], "measured": deep["measured"],
+                          "interval": deep["interval"]}
+    if deep["verdict"] != res["verdict"]:
+        res["verdict_at_depth"] = res["verdict"]
+        res["verdict"] = "mixed (depth-sensitive)"
+    return res
+
+
+def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx: EvalContext) -> dict[str, Any]:
+    checks = []
+    for c in expand_checks(rule["checks"]):
+        info = bool(c.get("informational", False))
+        try:
+            res = evaluate_check(table, c, setting, ctx)
+        except MissingData as exc:
+            if not info:
+                return {"verdict": "not run", "measured": None, "interval": None, "checks": [], "missing": str(exc),
+                        "missing_select": exc.select, "n_windows": 0, "n_seeds": 0}
+            res = {"check": c.get("name", ""), "text": str(exc), "outcome": "missing", "value": math.nan,
+                   "interval": [math.nan, math.nan], "per_seed": {}, "n_windows": 0, "n_seeds": 0}
+        res["informational"] = info
+        checks.append(res)
+    scored = [c for c in checks if not c["informational"]]
+    verdict = verdict_from([c["outcome"] for c in scored], rule.get("expect", "all"))
+    key = decisive(scored, verdict)
+    return {"verdict": verdict, "measured": key["value"] if key else None, "interval": key["interval"] if key else None,
+            "decisive": key["check"] if key else "", "checks": checks,
+            "n_windows": max((c["n_windows"] for c in scored), default=0),
+            "n_seeds": max((c["n_seeds"] for c in scored), default=0)}
+
+
+def decisive(checks: list[dict[str, Any]], verdict: str) -> dict[str, Any] | None:
+    """The check that decides the verdict: the first check whose outcome goes against it
+    (a failing check of a claim not reproduced, an undecided one of a mixed claim), else
+    the check closest to its threshold (smallest relative margin of its interval)."""
+    if not checks:
+        return None
+    against = {"not reproduced": "fails", "mixed": "undecided"}.get(verdict)
+    for c in checks:
+        if c["outcome"] == against:
+            return c
+    return min(checks, key=_margin)
+
+
+def _margin(c: dict[str, Any]) -> float:
+    lo, hi = c["interval"]
+    tau = c["threshold"]
+    if c["op"] == "within":  # the nearer of the two bounds 1/tau and tau, relative to each
+        edges = ((lo - 1 / tau) * tau, (tau - hi) / tau)
+        return min(edges) if all(map(math.isfinite, edges)) else math.inf
+    edge = (lo - tau) if c["op"] in (">=", ">") else (tau - hi)
+    scale = abs(tau) if tau else 1.0
+    return edge / scale if math.isfinite(edge) else math.inf
 
 
 def _override_rule(rule: Any, override: dict[str, Any]) -> Any:
@@ -254,7 +286,11 @@ def _override_rule(rule: Any, override: dict[str, Any]) -> Any:
         return rule
     out = {k: _override_rule(v, override) for k, v in rule.items()}
     if "select" in out:
-        out["select"] = {k: override.get(k, v) for k, v in out["select"].items()}
+        sel = {k: override.get(k, v) for k, v in out["select"].items()}
+        spec = str(sel.get("mask_spec", ""))
+        if "window" in override and spec.split(":")[0] in ("sliding_window", "causal_sliding_window"):
+            sel["mask_spec"] = f"{spec.split(':')[0]}:w={override['window']}"
+        out["select"] = sel
     return out
 
 
@@ -262,21 +298,28 @@ def rule_text(claim: dict[str, Any]) -> str:
     """Human-readable rule: the statement plus every check."""
     rule = claim["rule"]
     expect = rule.get("expect", "all")
-    head = "reproduced iff every check holds for every seed" if expect == "all" else (
-        "reproduced iff at least one check holds and at least one fails (the paper's effect is mixed)"
-    )
-    checks = "; ".join(
-        ("(info) " if c.get("informational") else "") + _qtext(c["lhs"]) + f" {c.get('op', '>=')} "
-        f"{float(c.get('factor', 1)):g} x " + _qtext(c.get("rhs", {"const": 1.0}))
-        + (f" (both sides floored at {float(c['floor']):g})" if "floor" in c else "") for c in expand_checks(rule["checks"])
-    )
-    return f"{rule.get('statement', '')} [{head}: {checks}]".strip()
+    head = ("reproduced iff the 95% interval of every check clears its threshold" if expect == "all" else
+            "reproduced iff at least one check holds and at least one fails (the paper's effect is mixed)")
+    parts = []
+    for c in expand_checks(rule["checks"]):
+        rhs = c.get("rhs", {"const": 1.0})
+        if c.get("op") == "within":
+            body = f"{_qtext(c['lhs'])} within a factor {float(c.get('factor', 1)):g} of {_qtext(rhs)}"
+        elif "const" in rhs:
+            body = f"{_qtext(c['lhs'])} {c.get('op', '>=')} {float(c.get('factor', 1)) * float(rhs['const']):g}"
+        elif c.get("compare") == "difference":
+            body = f"{_qtext(c['lhs'])} - {_qtext(rhs)} {c.get('op', '>=')} {float(c.get('factor', 0)):g}"
+        else:
+            body = f"{_qtext(c['lhs'])} / {_qtext(rhs)} {c.get('op', '>=')} {float(c.get('factor', 1)):g}"
+        parts.append(("(info) " if c.get("informational") else "") + body)
+    return f"{rule.get('statement', '')} [{head}: {'; '.join(parts)}]".strip()
 
 
 def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any], *,
                  excluded_models: tuple[str, ...] = (), scale: str = "") -> dict[str, Any]:
     """The claims.json object of one claim. ``excluded_models``: models the run's scale
     leaves out (``exclude_models``), so a claim that needs one says so plainly."""
+    original = claim.get("original") or {}
     rec = {
         "id": claim["id"],
         "effect": claim["effect"],
@@ -285,7 +328,17 @@ def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any],
         "measured_quantity": claim.get("measured_quantity", ""),
         "verdict": result["verdict"],
         "measured": result["measured"],
+        "interval": result["interval"],
+        "decisive": result.get("decisive", ""),
         "rule": rule_text(claim),
+        "depth": result.get("depth"),
+        "depth_check": result.get("depth_check"),
+        "n_windows": result.get("n_windows", 0),
+        "n_seeds": result.get("n_seeds", 0),
+        "original_verdict": original.get("verdict"),
+        "original_rule": original.get("rule"),
+        "change_reason": " ".join(str(original.get("reason", "")).split()) or None,
+        "checks": result["checks"],
         "experiment": experiment,
         "comparison": claim.get("comparison", ""),
         "plot": claim.get("plot", ""),
@@ -298,13 +351,23 @@ def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any],
             why = (f"Not run: the rule needs model {model}, which --scale {scale} excludes to stay fast; "
                    f"run `rankcollapse reproduce {experiment} --scale quick` to decide this claim.")
         else:
-            why = "Not run: the run has no rows the rule needs (" + result["missing"] + ")."
+            why = "Not run: missing input: " + result["missing"] + "."
+        rec["missing"] = result["missing"]
         rec["notes"] = (rec["notes"] + " " + why).strip()
     return rec
 
 
-def fmt(x: float) -> str:
-    """Compact number for tables: 3 significant digits."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+def fmt(x: float | None) -> str:
+    """Compact number for tables: 3 significant digits (``—`` for None)."""
+    if x is None:
+        return "—"
+    if isinstance(x, float) and not math.isfinite(x):
         return str(x)
     return f"{x:.3g}"
+
+
+def fmt_interval(iv: list[float] | None) -> str:
+    """``[lo, hi]`` as ``[0.12, 0.34]`` (``—`` for None)."""
+    if not iv:
+        return "—"
+    return f"[{fmt(iv[0])}, {fmt(iv[1])}]"

@@ -1,7 +1,8 @@
 """Declarative experiment configs (``configs/<name>.yaml``): loading, validation,
 expansion into units of work, and hashes.
 
-A config names its inputs, its scales (``quick``, ``paper``, ``smoke``), its units
+A config names its inputs, its scales (``smoke``, ``quick``, ``large`` = 256 windows x
+4 seeds, ``paper``), its units
 (each a ``kind`` with a ``grid`` of values whose Cartesian product gives one unit per
 combination and seed), its plots and its pre-registered claims. A unit's identity is
 the canonical JSON of everything that determines its numbers; its hash keys the cache.
@@ -21,11 +22,15 @@ from ..errors import ConfigError
 
 EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory")
 ALIASES = {"": "main", "all": "all"}
-SCALES = ("quick", "paper", "smoke")
+SCALES = ("quick", "large", "paper", "smoke")
 UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "theory")
 #: Bumped (per unit kind) when a unit's labels change; any change to the package's code
 #: or the numeric stack also changes every hash (``code_fingerprint``).
-CACHE_VERSION = {"simulate": 1, "probe": 1, "pretrained_sa": 1, "theory": 2}
+CACHE_VERSION = {"simulate": 2, "probe": 2, "pretrained_sa": 2, "theory": 3}
+#: Simulated networks run to this multiple of the claim depth, so every verdict is also
+#: read at twice the depth from the same trajectories (weights are drawn per layer from
+#: the seed, so the first D layers of a 2 D run are those of a D run).
+DEPTH_CHECK = 2
 
 
 @dataclass(frozen=True)
@@ -151,10 +156,19 @@ def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[s
         n = per_model.get(params.get("model", ""), sc.get("n_windows", 16))
         out["n_windows"] = int(overrides.get("n_windows") or n)
     if kind == "simulate":
-        out["depth"] = int(overrides.get("depth") or params.get("depth") or sc["depth"])
+        out["depth"] = DEPTH_CHECK * int(overrides.get("depth") or params.get("depth") or sc["depth"])
     if kind == "theory":
         out["budget"] = sc.get("theory_budget", {})
     return out
+
+
+def claim_depth(cfg: dict[str, Any], scale: str, overrides: dict[str, Any] | None = None) -> int | None:
+    """The depth D at which ``cfg``'s claims read simulated networks (``layer: last``);
+    None for a config without simulated units. Units run to ``DEPTH_CHECK * D``."""
+    if not any(u["kind"] == "simulate" for u in cfg["units"]):
+        return None
+    sc = scale_settings(cfg, scale)
+    return int((overrides or {}).get("depth") or sc["depth"])
 
 
 def effective_override(unit: Unit, override: dict[str, Any]) -> dict[str, Any]:

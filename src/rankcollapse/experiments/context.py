@@ -64,7 +64,7 @@ class RunContext:
     Parameters
     ----------
     data : output of :func:`data_spec`.
-    device : torch device for simulations (chosen by the caller).
+    device : torch device for simulations and loaded models (chosen by the caller).
     """
 
     def __init__(self, data: dict[str, Any], device: str | torch.device = "cpu") -> None:
@@ -109,7 +109,7 @@ class RunContext:
             from ..models.loading import load_model
 
             with _quiet_transformers():
-                self._models[name] = load_model(name)
+                self._models[name] = load_model(name, device=self.device)
         return self._models[name]
 
     def windows(self, model: str, n_windows: int) -> Any:

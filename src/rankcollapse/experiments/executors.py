@@ -116,10 +116,11 @@ def _exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _worker_run(unit: Unit) -> tuple[pd.DataFrame, float, float, str]:
-    from .units import EXECUTORS
+def _worker_run(unit: Unit, table: Mapping[str, UnitFn] | None = None) -> tuple[pd.DataFrame, float, float, str]:
+    if table is None:  # the experiments' units; other callers pass their own table
+        from .units import EXECUTORS as table
 
-    return run_unit(unit, _WORKER["ctx"], EXECUTORS)
+    return run_unit(unit, _WORKER["ctx"], table)
 
 
 class ProcessExecutor:
@@ -145,7 +146,8 @@ class ProcessExecutor:
         pending = dict(enumerate(units))
         for attempt in range(RETRIES + 1):
             pool = self._get_pool()
-            futures: dict[Future, int] = {pool.submit(_worker_run, u): i for i, u in pending.items()}
+            table = dict(table)  # module-level functions: pickled by reference
+            futures: dict[Future, int] = {pool.submit(_worker_run, u, table): i for i, u in pending.items()}
             try:
                 while futures:
                     finished, _ = wait(futures, return_when=FIRST_COMPLETED)

@@ -1,11 +1,17 @@
 """Figures from the tidy table, declared in the configs' ``plots`` lists.
 
 Each plot: rows selected by ``select`` and ``metric``; one panel per value of
-``panels``; one line per value of ``lines``; the line is the mean over windows
-(averaged over weight seeds) and the band the window inter-quartile range (q25-q75,
-averaged over seeds). Log-log axes draw layers t >= 1 (the input, t = 0, is the
-dotted reference line of the same colour). On a log y-axis, values <= 0 (μ exactly 0
-after full collapse) are drawn at :data:`LOG_FLOOR`.
+``panels``; one line per *condition* (:data:`~.table.CONDITION_COLUMNS`): lines are
+named by ``lines`` (``mask`` means the full mask spec, e.g. ``sliding_window:w=3``) plus
+every other condition column that differs between the panel's rows, so two conditions
+are never averaged into one line. The caption ends with the condition columns shared by
+every line ("Drawn: ..."), read from the rows, not from the config. The line is the mean
+over windows (averaged over weight seeds) and the band the window inter-quartile range
+(q25-q75, averaged over seeds). Log-log axes draw layers t >= 1 (the input, t = 0, is
+the dotted reference line of the same colour). On a log y-axis only values <= 0 (μ
+exactly 0 after full collapse) are moved: to a floor one decade below the smallest
+positive value of the figure, drawn with a hollow downward triangle and a grey dotted
+line labelled "≤ 0"; every positive value is drawn where it is.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import pandas as pd
 
 from .._figure import colour, new_figure
 from ..errors import ConfigError
-from .claims import _select
+from .quantities import select_rows
+from .table import CONDITION_COLUMNS
 
 METRIC_LABELS = {
     "mu": "μ(X) = ‖X − 1γ_X‖_F",
@@ -32,7 +39,7 @@ METRIC_LABELS = {
 #: Readable names of source values used as panel titles.
 PANEL_NAMES = {"probe": "full pretrained model", "pretrained_sa": "attention-only network (no LN, skip, MLP)",
                "simulate": "random-init network"}
-#: Where log-scale plots draw values <= 0 (μ exactly 0 after full collapse in float64).
+#: Floor for values <= 0 on a log axis when a figure has no positive value at all.
 LOG_FLOOR = 1e-17
 _LINE_ORDER = {"mask": ["complete", "causal", "sliding_window", "causal_sliding_window"],
                "variant": ["pure", "ln", "skip", "skip_ln", "full", "drop_norm"]}
@@ -51,10 +58,12 @@ def make_plots(table: pd.DataFrame, configs: list[dict[str, Any]], folder: Path)
             fig = draw(table, spec)
             if fig is None:
                 continue
+            drawn = drawn_text(table, spec)
             path = folder / f"{spec['id']}.png"
             with atomic_path(path) as tmp:
                 fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-            out[spec["id"]] = {"path": str(path), "title": spec["title"], "caption": spec.get("caption", ""),
+            caption = (spec.get("caption", "") + (f" Drawn: {drawn}." if drawn else "")).strip()
+            out[spec["id"]] = {"path": str(path), "title": spec["title"], "caption": caption,
                                "experiment": cfg["name"], "aliases": list(spec.get("aliases", []))}
     return out
 
@@ -67,9 +76,46 @@ def _num(v: Any) -> str:
 
 
 def _ordered(values: list[Any], key: str) -> list[Any]:
+    """Known families first in the paper's order (a label ``sliding_window:w=3 · norm=...``
+    sorts by its family), the rest sorted."""
     order = _LINE_ORDER.get(key, [])
-    known = [v for v in order if v in values]
-    return known + sorted((v for v in values if v not in order), key=lambda v: (str(type(v)), v))
+    rank = {v: i for i, v in enumerate(order)}
+    fam = lambda v: str(v).split(" · ")[0].split(":")[0]  # noqa: E731
+    return sorted(values, key=lambda v: (rank.get(fam(v), len(order)), str(type(v)), v))
+
+
+def _rows(table: pd.DataFrame, spec: dict[str, Any]) -> pd.DataFrame:
+    return select_rows(table, {**spec.get("select", {}), "metric": spec["metric"]}, "default")
+
+
+def _line_key(spec: dict[str, Any]) -> str:
+    return "mask_spec" if spec["lines"] == "mask" else spec["lines"]
+
+
+def _varying(rows: pd.DataFrame, skip: set[str]) -> list[str]:
+    """Condition columns (besides ``skip``) that take more than one value in ``rows``."""
+    return [c for c in CONDITION_COLUMNS if c in rows and c not in skip and rows[c].astype(str).nunique() > 1]
+
+
+def drawn_text(table: pd.DataFrame, spec: dict[str, Any]) -> str:
+    """The condition columns every line of the figure shares, e.g. ``value=gaussian, d_qk=1``."""
+    rows = _rows(table, spec)
+    if rows.empty:
+        return ""
+    bits = []
+    for c in CONDITION_COLUMNS:
+        if c not in rows or c == "setting":
+            continue
+        vals = rows[c].astype(str).unique()
+        if len(vals) == 1 and vals[0] not in ("", "nan", "-1"):
+            bits.append(f"{c}={_num(rows[c].iloc[0])}")
+    return ", ".join(bits)
+
+
+def _log_floor(rows: pd.DataFrame) -> float:
+    v = rows[["mean", "q25", "q75"]].to_numpy(dtype=float).ravel()
+    v = v[np.isfinite(v) & (v > 0)]
+    return float(10 ** np.floor(np.log10(v.min()) - 1)) if v.size else LOG_FLOOR
 
 
 def draw(table: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
@@ -77,16 +123,18 @@ def draw(table: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
 
     ``ax``: a matplotlib axes, or an array of them (one per panel), to draw on; by
     default a new pyplot-free figure (the backend is never changed)."""
-    rows = _select(table, {**spec.get("select", {}), "metric": spec["metric"]}, "default")
+    rows = _rows(table, spec)
     if rows.empty:
         return None
-    panel_key, line_key = spec.get("panels"), spec["lines"]
+    panel_key, line_key = spec.get("panels"), _line_key(spec)
     panels = _ordered(list(rows[panel_key].unique()), panel_key) if panel_key else [None]
     ncol = min(len(panels), int(spec.get("ncols", 2)))
     nrow = int(np.ceil(len(panels) / ncol))
+    log = spec.get("yscale", "log") == "log"
+    floor = _log_floor(rows) if log else None
     sharey = spec.get("sharey", "auto")
     if sharey == "auto":
-        sharey = _share_y(rows, panel_key, panels, spec.get("yscale", "log") == "log")
+        sharey = _share_y(rows, panel_key, panels, log)
     if ax is None:
         fig = new_figure((3.6 * ncol, 3.1 * nrow))
         axes = fig.subplots(nrow, ncol, squeeze=False, sharey=bool(sharey))
@@ -96,13 +144,15 @@ def draw(table: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
             raise ConfigError(f"plot {spec.get('id', '')!r} has {len(panels)} panels; ax= gave {axes.size} axes")
         fig = axes.flat[0].figure
     loglog = bool(spec.get("loglog", False))
-    lines = _ordered(list(rows[line_key].unique()), line_key)
+    extra = _varying(rows, {line_key, spec["lines"], "mask", panel_key or ""})
+    rows = rows.assign(_line=[_label(r, line_key, extra, spec) for r in rows[[line_key] + extra].to_dict("records")])
+    lines = _ordered(list(rows["_line"].unique()), spec["lines"])
     styles = {v: _style(i) for i, v in enumerate(lines)}
+    any_floor = False
     for ax, panel in zip(axes.flat, panels):
         sub = rows if panel is None else rows[rows[panel_key] == panel]
         for value in lines:
-            _line(ax, sub[sub[line_key] == value], f"{spec.get('line_label', line_key)}={_num(value)}" if spec.get("line_label")
-                  else str(value), styles[value], loglog, spec)
+            any_floor |= _line(ax, sub[sub["_line"] == value], value, styles[value], loglog, spec, floor)
         if panel is not None:
             ax.set_title(f"{spec.get('panel_label', panel_key)}: {PANEL_NAMES.get(str(panel), panel)}", fontsize=10)
         ax.set_xlabel(spec.get("xlabel", "layer t"))
@@ -112,6 +162,9 @@ def draw(table: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
             ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(True, which="major", alpha=0.3)
+    if any_floor:
+        for ax in axes.flat[:len(panels)]:
+            ax.axhline(floor, color="0.5", ls=":", lw=0.8, label=f"values ≤ 0, drawn at {floor:g}")
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
@@ -123,10 +176,15 @@ def draw(table: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
     handles, labels = list(legend.values()), list(legend)
     if labels:
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False,
-                   title=spec.get("legend_title", line_key))
+                   title=spec.get("legend_title", spec["lines"]))
     fig.suptitle(spec["title"], fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def _label(rec: dict[str, Any], line_key: str, extra: list[str], spec: dict[str, Any]) -> str:
+    head = f"{spec['line_label']}={_num(rec[line_key])}" if spec.get("line_label") else _num(rec[line_key])
+    return " · ".join([head] + [f"{c}={_num(rec[c])}" for c in extra])
 
 
 #: Line styles and markers cycled with the colours: lines that coincide (e.g. two masks
@@ -160,13 +218,15 @@ def _share_y(rows: pd.DataFrame, panel_key: str | None, panels: list[Any], log: 
     return total == 0 or all((b - a) >= 0.5 * total for a, b in span)
 
 
-def _line(ax, rows: pd.DataFrame, label: str, style: dict[str, Any], loglog: bool, spec: dict[str, Any]) -> None:
+def _line(ax, rows: pd.DataFrame, label: str, style: dict[str, Any], loglog: bool, spec: dict[str, Any],
+          floor: float | None) -> bool:
+    """Draw one condition's line; True when a value <= 0 was drawn at the log floor."""
     # a pretrained model's entry after its final norm shares the last block's layer
     # index: drawn as its own marker, not averaged into the curve
     final = rows[rows["point"] == "final_norm"]
     rows = rows[rows["point"] != "final_norm"]
     if rows.empty:
-        return
+        return False
     g = rows.groupby("layer")[["mean", "q25", "q75"]].mean().sort_index()
     span = max(g.index.max(), 1) if spec.get("x") == "depth_fraction" else 1
     x = g.index.to_numpy().astype(float) / span
@@ -175,12 +235,17 @@ def _line(ax, rows: pd.DataFrame, label: str, style: dict[str, Any], loglog: boo
         ax.plot(final["layer"].to_numpy() / span, final["mean"].to_numpy(), ls="none", marker="x", ms=7, mew=1.6,
                 color=colour, label=f"{label} (after final norm)")
     y, lo, hi = g["mean"].to_numpy(), g["q25"].to_numpy(), g["q75"].to_numpy()
-    if spec.get("yscale", "log") == "log":  # exact zeros (full collapse) drawn at the floor, not dropped
-        y, lo, hi = (np.maximum(v, LOG_FLOOR) for v in (y, lo, hi))
+    low = np.zeros(len(y), dtype=bool)
+    if floor is not None:  # only values <= 0 (exact collapse) move, to the marked floor
+        low = y <= 0
+        y, lo, hi = (np.where(v <= 0, floor, v) for v in (y, lo, hi))
     if loglog:
         ax.axhline(y[0], color=colour, ls=":", lw=0.8, alpha=0.7)
         keep = x >= 1
-        x, y, lo, hi = x[keep], y[keep], lo[keep], hi[keep]
+        x, y, lo, hi, low = x[keep], y[keep], lo[keep], hi[keep], low[keep]
     ax.plot(x, y, color=colour, ls=style["ls"], lw=style["lw"], label=label, marker=style["marker"], ms=4,
             markevery=0.08, mfc="none", mew=1.1)
     ax.fill_between(x, lo, hi, color=colour, alpha=0.15, lw=0)
+    if low.any():
+        ax.plot(x[low], y[low], ls="none", marker="v", ms=6, mfc="none", color=colour)
+    return bool(low.any())

@@ -18,17 +18,20 @@ from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
-from .._io import atomic_path, config_hash, numerics_key, versions, write_json_atomic, write_text_atomic
+from .._io import atomic_path, check_writable, config_hash, numerics_key, versions, write_json_atomic, write_text_atomic
+from .._validate import check_device, check_int
 from ..errors import ConfigError, DataError
+from ..models.probe import check_positions
 from . import claims as claims_mod
-from .config import Unit, effective_override, expand_units, load_config, resolve_names, setting_label, with_override
+from .config import (Unit, claim_depth, effective_override, expand_units, load_config, resolve_names, setting_label,
+                     with_override)
 from .cache import UnitCache, as_cache
 from .context import RunContext, data_spec
 from .executors import SerialExecutor, check_executor, make_executor
 from .outdir import OutputFolder, remove_unwritten, snapshot
 from .progress import UnitProgress
 from .table import normalise
-from .units import EXECUTORS, mask_name
+from .units import EXECUTORS, _norm_of, mask_name
 
 log = logging.getLogger(__name__)
 MARKER = "COMPLETE"
@@ -162,13 +165,21 @@ def _share_key(u: Unit) -> tuple:
             int(p.get("seed", -1)), int(p.get("depth", 0)))
 
 
-def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame, scale: str = "") -> list[dict[str, Any]]:
-    """Claims of every config, evaluated on ``table`` under the default setting."""
+def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame, scale: str = "",
+                    overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Claims of every config, evaluated on ``table`` under the default setting, at the
+    claim depth and at twice it. A ``main`` run lists only the claims it can decide
+    (``claims_from`` configs contribute the claims its rows decide); a claim of the
+    experiment's own config that cannot be decided is kept and names its missing inputs."""
     out = {}
     excluded = tuple(m for c in cfgs for m in c["scales"].get(scale, {}).get("exclude_models", ()))
+    own = {c["name"] for c in cfgs}
     for cfg in claim_sources(cfgs):
+        depth = claim_depth(cfg, scale, overrides) if scale in cfg["scales"] else None
         for claim in cfg.get("claims", []):
-            res = claims_mod.evaluate_claim(table, claim)
+            res = claims_mod.evaluate_claim(table, claim, depth=depth)
+            if res["verdict"] == "not run" and cfg["name"] not in own and not (overrides or {}).get("masks"):
+                continue  # borrowed claim this run has no rows for
             out.setdefault(claim["id"], claims_mod.claim_record(claim, cfg["name"], res, excluded_models=excluded, scale=scale))
     return sorted(out.values(), key=lambda c: c["id"])
 
@@ -210,7 +221,9 @@ def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]
 def _unit_matches(u: Unit, filt: dict[str, Any]) -> bool:
     for k, want in filt.items():
         wants = [str(w) for w in (want if isinstance(want, list) else [want])]
-        have = u.kind if k == "kind" else mask_name(u.params.get("mask", "")) if k == "mask" else u.params.get(k, "")
+        have = (u.kind if k == "kind" else mask_name(u.params.get("mask", "")) if k == "mask"
+                else _norm_of(u.params) if k == "norm" else float(u.params.get("radius", 1.0)) if k == "radius"
+                else u.params.get(k, ""))
         if str(have) not in wants:
             return False
     return True
@@ -218,8 +231,8 @@ def _unit_matches(u: Unit, filt: dict[str, Any]) -> bool:
 
 def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units: list[Unit], ctx: RunContext,
                cache: Path, *, progress: bool, default: pd.DataFrame) -> tuple[pd.DataFrame | None, list[dict]]:
-    """Run nearby settings of every claim whose default verdict is not ``reproduced``
-    and attach their verdicts to the claim records. Rows of units a setting does not
+    """Run the nearby settings of every claim the run decided (whatever its default
+    verdict: a setting shows where the verdict holds) and attach their verdicts. Rows of units a setting does not
     change (theory checks, or a unit where the setting is meaningless) are read from the
     ``default`` table. A unit shared by several claims (same hash) is computed and
     tabled once; its ``claims`` column lists the claims that read it."""
@@ -229,8 +242,8 @@ def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units:
     timings: list[dict] = []
     for cfg in claim_sources(cfgs):
         for claim in cfg.get("claims", []):
-            rec = by_id[claim["id"]]
-            if rec["verdict"] in ("reproduced", "not run"):
+            rec = by_id.get(claim["id"])
+            if rec is None or rec["verdict"] == "not run":
                 continue
             for label, override, nunits, reused in nearby_units(cfg, claim, units):
                 if not nunits:
@@ -246,8 +259,10 @@ def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units:
                 keep = ~default["unit"].isin(base) | default["unit"].isin({u.hash for u in reused})
                 kept = default[keep].assign(setting=label)
                 rows = pd.concat([frames[u.hash] for u in nunits] + [kept], ignore_index=True)
-                res = claims_mod.evaluate_claim(rows, claim, setting=label, override=override)
-                rec["nearby"].append({"setting": label, "verdict": res["verdict"], "measured": res["measured"]})
+                res = claims_mod.evaluate_claim(rows, claim, setting=label, override=override, depth=rec["depth"])
+                rec["nearby"].append({"setting": label, "verdict": res["verdict"], "measured": res["measured"],
+                                      "interval": res["interval"], "checks": res["checks"],
+                                      **({"missing": res["missing"]} if "missing" in res else {})})
     if not frames:
         return None, timings
     table = pd.concat([g.assign(claims=",".join(dict.fromkeys(users[h]))) for h, g in frames.items()], ignore_index=True)
@@ -277,16 +292,25 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
 
     Raises
     ------
-    ConfigError, MaskError, DataError, AssetMissingError
-        Bad input, raised before the output folder is created.
+    ConfigError, MaskError, DataError, AssetMissingError, ModelError
+        Bad input (a negative seed, an unknown or absent device, an ``out`` or
+        ``cache_dir`` that cannot be a folder, windows longer than a model's positions),
+        raised before the output folder or any cache entry is created.
     OutputBusyError
         Another live run holds ``out`` (and ``wait`` is false).
     """
     t0 = time.perf_counter()
+    # every argument is checked before the first write (output folder, cache entry)
+    seed = check_int(seed, "--seed", low=0)
+    length = check_int(length, "--length", low=2)
+    device = str(check_device(device))
     cfgs, units, data = plan(name, scale, seed, text=text, length=length, overrides=overrides)
     ctx = RunContext(data, device)
     out = Path(out) if out is not None else Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     cache = UnitCache(Path(cache_dir) if cache_dir is not None else default_cache_dir(out), recompute=recompute)
+    if write:
+        check_writable(out, folder=True, option="--out")
+    check_writable(cache.root, folder=True, option="--cache-dir")
     check_executor(executor, workers=workers, address=address)
     cache.remove_orphans()  # temporary files of writers that died a day ago or more
     _preflight(ctx, [u for u in units if not cache.has(u)])
@@ -298,7 +322,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
         stack.callback(ex.close)
         stack.enter_context(using_executor(ex))
         table, timings = compute_units(units, ctx, cache, progress=progress, title="/".join(c["name"] for c in cfgs))
-        records = evaluate_claims(cfgs, table, scale)
+        records = evaluate_claims(cfgs, table, scale, overrides)
         near, near_t = run_nearby(cfgs, records, units, ctx, cache, progress=progress, default=table) if nearby else (None, [])
         if near is not None:
             table = normalise(pd.concat([table, near], ignore_index=True))
@@ -322,6 +346,7 @@ def _preflight(ctx: RunContext, units: list[Unit]) -> None:
             need[u.params["model"]] = max(need.get(u.params["model"], 0), int(u.params["n_windows"]))
     try:
         for model, n in need.items():
+            check_positions(ctx.model(model), ctx.data["length"])
             ctx.windows(model, n)
     except DataError as exc:
         if ctx.data["corpus"] != "file":
@@ -342,7 +367,7 @@ def write_outputs(result: RunResult) -> None:
     experiment, orphan temporary files) are removed before the marker is written, so a
     folder marked ``COMPLETE`` holds one run's outputs only. The caller holds the folder
     (:class:`~.outdir.OutputFolder`)."""
-    from .. import report
+    from . import report
     from . import plots
 
     out = result.out
@@ -351,7 +376,7 @@ def write_outputs(result: RunResult) -> None:
     with atomic_path(out / "table.parquet") as tmp:
         result.table.to_parquet(tmp, index=False)
     with atomic_path(out / "table.csv") as tmp:
-        result.table.to_csv(tmp, index=False)
+        result.table.drop(columns=["values"], errors="ignore").to_csv(tmp, index=False)
     figures = plots.make_plots(result.table, result.config["configs"], out / "plots")
     write_json_atomic(out / "claims.json", result.claims)
     write_json_atomic(out / "config.json", {**result.config, "timings": result.timings,
@@ -369,10 +394,11 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
 
     out = Path(out)
     config = json.loads((out / "config.json").read_text())
-    stored = {c["id"]: c["verdict"] for c in json.loads((out / "claims.json").read_text())}
+    stored = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
     table = pd.read_parquet(out / "table.parquet")
     rules = {}
     for cfg in config["configs"] + [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]:
         for claim in cfg.get("claims", []):
             rules.setdefault(claim["id"], claim)
-    return [(cid, stored[cid], claims_mod.evaluate_claim(table, rules[cid])["verdict"]) for cid in sorted(stored)]
+    return [(cid, stored[cid]["verdict"], claims_mod.evaluate_claim(table, rules[cid], depth=stored[cid].get("depth"))["verdict"])
+            for cid in sorted(stored)]

@@ -2,6 +2,17 @@
 
 One row per (unit of work, seed, measurement point/layer, metric). Statistics are over
 windows (samples): ``mean, std, q05, q25, q50, q75, q95, n_samples``.
+
+Per-window values. Every row also keeps the values it summarises, in window order, in
+the list column ``values`` (float64; window ``j`` is the same text window in every unit
+of a run, so two conditions can be compared window by window). The claims' bootstrap
+intervals resample these windows (and the weight seeds). A row without them (a theory
+scalar) has an empty list and enters an interval as a constant. ``table.csv`` leaves the
+column out; ``table.parquet`` and the unit cache keep it.
+
+Condition columns. ``CONDITION_COLUMNS`` identify one experimental condition (the full
+mask spec, variant, norm, logit radius, value family, init scale, d_qk, model, depth,
+source, setting); rows of one condition differ only by seed, layer/point and metric.
 """
 
 from __future__ import annotations
@@ -28,8 +39,15 @@ EXTRA_COLUMNS = {
     "setting": "default",  # label of a nearby-setting override (claims follow-up runs)
     "unit": "",  # config hash of the unit that produced the row
     "claims": "",  # nearby-setting rows: ids of the claims that read the unit ("C02,C11")
+    "norm": "",  # normalisation of a simulated block (none|sphere|layernorm|rmsnorm)
+    "radius": float("nan"),  # sphere radius R of SA-LN rows: logits scaled by R^2 (1 = unit sphere)
+    "depth": -1,  # layers the unit ran (-1: a pretrained model's own depth or a theory check)
+    "dtype": "",  # floating-point type the metric values were computed from
 }
-COLUMNS = KEY_COLUMNS + tuple(EXTRA_COLUMNS) + STAT_COLUMNS
+#: Columns that together identify one condition (see module docstring).
+CONDITION_COLUMNS = ("source", "model", "mask_spec", "variant", "norm", "radius", "value", "init_scale", "d_qk",
+                     "depth", "setting")
+COLUMNS = KEY_COLUMNS + tuple(EXTRA_COLUMNS) + STAT_COLUMNS + ("values",)
 _QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
@@ -78,7 +96,9 @@ def rows_from_metrics(
         n_layers = len(stats["mean"])
         lay = layers if layers is not None else list(range(n_layers))
         pts = points if points is not None else [point_after(t) for t in lay]
-        df = pd.DataFrame({"layer": lay, "point": pts, "metric": name, **stats})
+        arr = np.asarray(vals.detach().cpu().double() if isinstance(vals, torch.Tensor) else vals, dtype=np.float64)
+        arr = arr[:, None] if arr.ndim == 1 else arr
+        df = pd.DataFrame({"layer": lay, "point": pts, "metric": name, **stats, "values": list(arr)})
         frames.append(df)
     return normalise(pd.concat(frames, ignore_index=True), labels)
 
@@ -100,11 +120,40 @@ def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.D
             df[k] = np.nan if k != "n_samples" else 0
     df["layer"] = df["layer"].astype(np.int64)
     df["seed"] = df["seed"].astype(np.int64)
+    df["depth"] = df["depth"].astype(np.int64)
+    df["radius"] = df["radius"].astype(np.float64)
+    if "values" not in df:
+        df["values"] = [np.empty(0)] * len(df)
+    else:
+        df["values"] = [_as_values(v) for v in df["values"]]
     df["n_samples"] = df["n_samples"].astype(np.int64)
     for k in ("d_qk", "init_scale") + STAT_COLUMNS[:-1]:
         df[k] = df[k].astype(np.float64)
-    for k in ("experiment", "model", "mask", "variant", "metric", "source", "mask_spec", "value", "point", "setting", "unit"):
+    for k in ("experiment", "model", "mask", "variant", "metric", "source", "mask_spec", "value", "point", "setting", "unit",
+              "norm", "dtype"):
         df[k] = df[k].astype(str)
     df["claims"] = df["claims"].fillna("").astype(str)
     extra = [c for c in df.columns if c not in COLUMNS]
     return df[list(COLUMNS) + extra].reset_index(drop=True)
+
+
+def _as_values(v: Any) -> np.ndarray:
+    """A row's per-window values as a 1-D float64 array; empty for a missing entry
+    (None or NaN, as left by concatenating rows without values)."""
+    if v is None or (np.ndim(v) == 0 and (not isinstance(v, (int, float, np.number)) or np.isnan(v))):
+        return np.empty(0)
+    return np.asarray(v, dtype=np.float64).reshape(-1)
+
+
+def condition_of(row: Mapping[str, Any]) -> str:
+    """Readable label of one condition, e.g.
+    ``simulate minilm mask=sliding_window:w=9 variant=ln norm=sphere value=gaussian d_qk=1``;
+    columns that do not apply (empty or NaN) are left out."""
+    bits = []
+    for k in CONDITION_COLUMNS:
+        v = row.get(k)
+        if v is None or v == "" or (isinstance(v, float) and np.isnan(v)) or (k == "depth" and int(v) < 0) \
+                or (k == "setting" and v == "default"):
+            continue
+        bits.append(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}")
+    return " ".join(bits)

@@ -76,3 +76,61 @@ def check_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     rows[0].update(q05=est.ci_low, q95=est.ci_high)
     rows += _scalar_rows({"basin_ci_low": est.ci_low, "basin_ci_high": est.ci_high}, "causal", n=est.n_samples)
     return pd.DataFrame(rows)
+
+
+def check_equilibria_search(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+    """Equilibria of ONE system counted by an independent search, per rank k.
+
+    The system: causal mask, ``W_Q = W_K = 0``, ``W_V = diag(λ)`` with the full-rank
+    construction eigenvalues ``λ = construction_eigenvalues(d, min(N, d))``. For every
+    k its first k coordinates carry the rank-k construction (eigenvalues are a rescaled
+    prefix, and the scale of W_V does not change SA-LN), so this one system should hold
+    ≥ 2^k equilibria of every rank k at once. ``theory.find_equilibria`` searches from
+    random starts and from the constructed states (any k, any sign pattern); every state
+    it returns is a fixed point to ``tol = 1e-12`` (max |F(X) - X|), deduplicated, its
+    rank the numerical rank. Rows per rank k (``layer = k``): ``n_found`` (distinct
+    verified equilibria of rank k), ``n_found_random`` (those the random starts alone
+    found), ``expected_min = 2^k``.
+    """
+    import itertools
+
+    import numpy as np
+    import torch
+
+    from ..theory import causal_uniform_system, find_equilibria
+    from ..theory.equilibria import construct_equilibrium, construction_eigenvalues
+
+    n, d = int(p.get("eq_n", 4)), int(p.get("eq_d", 4))
+    top = min(n, d)
+    lam = construction_eigenvalues(d, top)
+    system = causal_uniform_system(torch.diag(torch.tensor(lam)), n)
+    starts = [construct_equilibrium(n, lam, signs) for k in range(1, top + 1)
+              for signs in itertools.product((1, -1), repeat=k)]
+    settings = {"n_starts": int(p.get("search_starts", 256)), "seed": int(p.get("seed_theory", 0)), "tol": 1e-12}
+    found = find_equilibria(system, starts=torch.from_numpy(np.stack(starts)), **settings)
+    alone = find_equilibria(system, **settings)  # random starts only: what the search finds by itself
+    rows = []
+    for k in range(1, top + 1):
+        rows += _scalar_rows({"n_found": sum(e.rank == k for e in found.equilibria),
+                              "n_found_random": sum(e.rank == k for e in alone.equilibria),
+                              "expected_min": 2**k}, "causal", layer=k)
+    return pd.DataFrame(rows)
+
+
+def check_averaging_rate(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+    """Per-layer μ contraction of uniform averaging over each mask at N = ``rate_n``:
+    the second-largest eigenvalue modulus of the row-stochastic matrix ``P = D^-1 M``
+    (M the mask), the rate at which ``X <- P X`` removes the non-uniform part. Rows
+    ``averaging_rate`` at layer 0, one per mask."""
+    import numpy as np
+
+    from ..masks import parse_mask
+
+    n = int(p.get("rate_n", 128))
+    rows = []
+    for spec in p.get("rate_masks", ("complete", "causal", "sliding_window:w=9")):
+        M = parse_mask(str(spec), n).to_dense().double().numpy()
+        P = M / M.sum(axis=1, keepdims=True)
+        ev = np.sort(np.abs(np.linalg.eigvals(P)))[::-1]
+        rows += _scalar_rows({"averaging_rate": float(ev[1]) if n > 1 else 0.0}, str(spec))
+    return pd.DataFrame(rows)

@@ -17,7 +17,7 @@ import torch
 from ..errors import ConfigError, RankCollapseError
 from .config import Unit
 from .context import RunContext
-from .table import normalise, rows_from_metrics
+from .table import normalise, rows_from_metrics, summarise
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_ratio")
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -43,9 +43,27 @@ def _labels(unit: Unit, **extra: Any) -> dict[str, Any]:
         "seed": int(p.get("seed", -1)),
         "setting": p.get("setting", "default"),
         "unit": unit.hash,
+        "norm": _norm_of(p),
+        "radius": float(p.get("radius", 1.0)) if unit.kind in ("simulate", "pretrained_sa") else np.nan,
+        "depth": int(p.get("depth", -1)) if unit.kind == "simulate" else -1,
+        # the coarsest float type in the chain that produced the numbers: every network here
+        # starts from a model's float32 embeddings (a float64 simulation of them keeps
+        # float32's resolution of the input); theory checks are float64 throughout
+        "dtype": "float64" if unit.kind == "theory" else "float32",
     }
     out.update(extra)
     return out
+
+
+def _norm_of(p: dict[str, Any]) -> str:
+    """The norm a simulated block applies (``none``/``sphere``/``layernorm``/``rmsnorm``);
+    empty for units without a variant preset (probes, theory)."""
+    from ..dynamics.config import VARIANTS
+
+    variant = str(p.get("variant", ""))
+    if variant not in VARIANTS:
+        return ""
+    return str(p.get("norm") or VARIANTS[variant].norm)
 
 
 def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], torch.Tensor], n: int,
@@ -53,14 +71,15 @@ def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], to
     """Run ``dynamics.simulate`` over windows in chunks (same weights for every chunk);
     concatenate per-sample metrics. ``kw_fn(d)`` gives the remaining keywords."""
     from ..dynamics import simulate
-    from ..masks import parse_mask
+    from ..masks import is_schedule, parse_mask, parse_schedule
 
     p = unit.params
     chunk = int(p.get("chunk", 64))
     parts: list[dict[str, torch.Tensor]] = []
     for start in range(0, n, chunk):
         X0 = x0_fn(start, min(n, start + chunk))
-        mask = parse_mask(str(p["mask"]), X0.shape[-2])
+        spec = str(p["mask"])  # a schedule (schedule:A*k,B) gives each layer its own mask
+        mask = parse_schedule(spec, X0.shape[-2]) if is_schedule(spec) else parse_mask(spec, X0.shape[-2])
         res = simulate(
             X0,
             mask=mask,
@@ -79,9 +98,12 @@ def _weight_kwargs(p: dict[str, Any], d: int) -> dict[str, Any]:
 
     ``init_scale`` s draws ``W_Q, W_K ~ N(0, s^2/d)`` (s = 1 is the default family),
     which multiplies the attention logits by s^2; ``value`` is the W_V family spec.
+    ``radius`` R puts SA-LN rows on the sphere of radius R instead of 1: since the
+    logits are bilinear in the rows, that is the unit sphere with ``W_Q, W_K`` scaled by R
+    (logits times R^2, ../shared/docs/theory.md §2), and μ/‖X‖_F does not depend on R.
     """
     kw: dict[str, Any] = {"d_qk": float(p.get("d_qk", 1.0)), "value": p.get("value") or "gaussian"}
-    s = float(p.get("init_scale", 1.0))
+    s = float(p.get("init_scale", 1.0)) * float(p.get("radius", 1.0))
     if s != 1.0:
         kw["query_key"] = f"gaussian:std={s / d ** 0.5!r}"
     return kw
@@ -154,8 +176,8 @@ def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     variant = "full" if not drop else "drop_" + "_".join(drop)
     labels = _labels(unit, mask=native, mask_spec=native, variant=variant, value="pretrained", family=loaded.family)
     try:
-        df = probe(loaded, win, drop=drop, metrics=list(p.get("metrics", DEFAULT_SIM_METRICS)),
-                   batch_size=int(p.get("batch_size", 8)))
+        df = _probe_per_window(probe, loaded, win, drop, list(p.get("metrics", DEFAULT_SIM_METRICS)),
+                               int(p.get("batch_size", 8)))
     except RankCollapseError as exc:
         if not drop:
             raise
@@ -163,6 +185,25 @@ def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
         df = pd.DataFrame([{"layer": 0, "point": "overflow", "metric": "nonfinite", "mean": 1.0, "n_samples": win.n_windows,
                             "note": str(exc)[:200]}])
     return normalise(df, labels)
+
+
+def _probe_per_window(probe: Callable, loaded: Any, win: Any, drop: tuple, metrics: list[str], batch_size: int
+                      ) -> pd.DataFrame:
+    """``models.probe`` over all windows, plus each row's per-window values (the
+    ``values`` column): one probe call per window gives the value of every window (its
+    mean over one window), in window order. The statistics are recomputed from those
+    values, so they equal the batched call's up to batch-size rounding in float32."""
+    parts = []
+    for j in range(win.n_windows):
+        one = dataclasses.replace(win, **{f.name: getattr(win, f.name)[j:j + 1] for f in dataclasses.fields(win)})
+        parts.append(probe(loaded, one, drop=drop, metrics=metrics, batch_size=1).set_index(["layer", "point", "metric"])["mean"])
+    vals = pd.concat(parts, axis=1)
+    rows = []
+    for (layer, point, metric), v in vals.iterrows():
+        arr = v.to_numpy(dtype=np.float64)
+        stats = {k: float(x[0]) for k, x in summarise(arr[None, :]).items()}
+        rows.append({"layer": layer, "point": point, "metric": metric, **stats, "values": arr})
+    return pd.DataFrame(rows)
 
 
 def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:

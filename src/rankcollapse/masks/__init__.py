@@ -23,6 +23,8 @@ __getattr__, __dir__, __all__ = attach(__name__, {
     "rates": ("compare_masks",),
     "patterns": ("bigbird", "fixed", "from_file", "longformer", "random", "strided"),
     "rows": ("check_rows_allow_key", "empty_rows"),
+    "schedule": ("MaskSchedule", "is_schedule", "parse_schedule"),
+    "schedule_rates": ("compare_schedules", "describe_schedule"),
     "spec": ("MASK_KINDS", "parse_mask"),
 })
 
@@ -37,4 +39,6 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .rates import compare_masks
     from .patterns import bigbird, fixed, from_file, longformer, random, strided
     from .rows import check_rows_allow_key, empty_rows
+    from .schedule import MaskSchedule, is_schedule, parse_schedule
+    from .schedule_rates import compare_schedules, describe_schedule
     from .spec import MASK_KINDS, parse_mask

@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from .._validate import check_int
 from ..errors import MaskError
 from .mask import Mask
 
@@ -137,8 +138,7 @@ def to_block_mask(mask: Mask, *, block_size: int = 128, device: torch.device | s
     """
     from torch.nn.attention.flex_attention import BlockMask
 
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise MaskError(f"block_size must be a positive integer, got {block_size!r}")
+    block_size = check_int(block_size, "block_size", low=1, error=MaskError)  # also beyond 64 bits
     n, bs = mask.n_tokens, block_size
     counts = block_counts(mask, bs)
     edge = np.full(counts.shape[0], bs, dtype=np.int64)

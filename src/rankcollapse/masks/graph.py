@@ -27,6 +27,7 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 
 from .._display import NotebookResult
+from .._memory import check_memory
 from ..errors import MaskError
 from . import interval_graph
 from .mask import Mask
@@ -194,7 +195,19 @@ def _is_symmetric(csr: sp.csr_array, csr_t: sp.csr_array) -> bool:
     return csr.nnz == csr_t.nnz and (csr != csr_t).nnz == 0
 
 
-def analyze(mask: Mask, *, method: str = "auto") -> MaskAnalysis:
+#: CSR indices and data of the mask and of its transpose, plus the search's copies.
+BYTES_PER_EDGE, BYTES_PER_TOKEN = 16, 64
+
+
+def csr_analysis_bytes(mask: Mask) -> int | None:
+    """Memory the CSR path needs for ``mask`` (bytes); None when the CSR already exists
+    or the edge count is unknown without building it."""
+    if mask.n_edges_hint is None or mask.is_built:
+        return None
+    return BYTES_PER_EDGE * mask.n_edges_hint + BYTES_PER_TOKEN * mask.n_tokens
+
+
+def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = None) -> MaskAnalysis:
     """Analyse the graph of ``mask`` (spec.md §4) exactly, in O(E) memory.
 
     Parameters
@@ -214,6 +227,10 @@ def analyze(mask: Mask, *, method: str = "auto") -> MaskAnalysis:
     MaskError
         If ``mask`` is a matrix that is not a valid mask (see :meth:`Mask.from_dense`),
         or an unknown ``method``.
+    MemoryLimitError
+        The CSR path would need more than ``max_memory`` (bytes or a size such as
+        ``"8GiB"``; default half the physical memory), estimated from the edge count
+        before the CSR is built (:func:`csr_analysis_bytes`).
 
     Notes
     -----
@@ -231,6 +248,9 @@ def analyze(mask: Mask, *, method: str = "auto") -> MaskAnalysis:
         result = _analyze_intervals(mask, *iv)
         result.closed_form_agrees = closed_form_agrees(mask, result)
         return result
+    need = csr_analysis_bytes(mask)
+    if need is not None:
+        check_memory(need, f"the graph analysis of mask {mask.spec!r} at N = {mask.n_tokens}", max_memory)
     csr = mask.to_csr()
     n = mask.n_tokens
     n_comp, labels = csgraph.connected_components(csr, directed=True, connection="strong")

@@ -97,6 +97,11 @@ class Mask:
             check_rows_allow_key(self._csr, spec)
             self.n_edges_hint = int(self._csr.nnz)
 
+    @property
+    def is_built(self) -> bool:
+        """True once the CSR form exists (its memory is already spent)."""
+        return self._csr is not None
+
     # ------------------------------------------------------------------ forms
     def to_csr(self) -> sp.csr_array:
         """Boolean ``scipy.sparse.csr_array`` of shape ``(N, N)`` (cached, sorted indices)."""

@@ -6,6 +6,7 @@ Key sets ``K(i) = {j : M[i, j]}`` are stated exactly for 0-based tokens.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -14,6 +15,7 @@ import torch
 
 from ..errors import MaskError
 from ._build import columns_coo, interval_coo, progressions, rows_coo, union_csr
+from .._io import load_npy
 from .._validate import check_int
 from .constructors import closed, sliding_window
 from .mask import Mask
@@ -221,10 +223,7 @@ def from_file(path: str | Path, n: int) -> Mask:
     if not path.is_file():
         raise MaskError(f"mask file {str(path)!r} does not exist or is not a file")
     if path.suffix == ".npy":
-        try:
-            arr = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise MaskError(f"mask file {str(path)!r} is not a readable .npy array: {exc}") from None
+        arr = load_npy(path, "mask file", error=MaskError)
         if arr.dtype != np.bool_:
             raise MaskError(f"mask file {str(path)!r} must hold a boolean matrix, got dtype {arr.dtype}")
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
@@ -233,6 +232,10 @@ def from_file(path: str | Path, n: int) -> Mask:
             raise MaskError(f"mask file {str(path)!r} has N={arr.shape[0]} tokens, but n={n} was asked")
         return Mask.from_dense(arr, spec=spec)
     return Mask.from_edges(_read_edge_list(path, n), n, spec=spec)
+
+
+#: an ASCII decimal integer; str.isdigit would admit superscripts that int() rejects
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 def _read_edge_list(path: Path, n: int) -> np.ndarray:
@@ -245,7 +248,7 @@ def _read_edge_list(path: Path, n: int) -> np.ndarray:
         body = line.split("#", 1)[0].split()
         if not body:
             continue
-        if len(body) != 2 or not all(x.lstrip("-").isdigit() for x in body):
+        if len(body) != 2 or not all(_INTEGER.fullmatch(x) for x in body):
             raise MaskError(f"mask file {str(path)!r} line {lineno}: expected two integers 'i j', got {line.strip()!r}")
         i, j = int(body[0]), int(body[1])
         if not (0 <= i < n and 0 <= j < n):

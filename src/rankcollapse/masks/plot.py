@@ -7,8 +7,27 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import MaskError
 from .graph import MaskAnalysis
 from .mask import Mask
+
+
+def image_format(out: str | Path) -> str:
+    """The matplotlib format named by ``out``'s suffix (``png`` when it has none).
+
+    Raises
+    ------
+    MaskError
+        The suffix names no format matplotlib can write (checked before any drawing).
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    fmt = Path(out).suffix.lstrip(".").lower() or "png"
+    known = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in known:
+        raise MaskError(f"--out {str(out)!r}: cannot write images of format {fmt!r}; "
+                        f"use one of {', '.join(sorted(known))}")
+    return fmt
 
 
 def draw_mask(mask: Mask, analysis: MaskAnalysis | None = None, out: str | Path | None = None, *,
@@ -20,7 +39,14 @@ def draw_mask(mask: Mask, analysis: MaskAnalysis | None = None, out: str | Path 
     matplotlib axes to draw on (else a new pyplot-free figure). ``out``: also write the
     image there, atomically; the format follows the suffix (png, pdf, svg). Never
     changes matplotlib's backend.
+
+    Raises
+    ------
+    MaskError
+        An unknown image format (:func:`image_format`; checked before any drawing).
     """
+    if out is not None:
+        image_format(out)
     from .._figure import new_axes, save_figure
 
     if analysis is None:

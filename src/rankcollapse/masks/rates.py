@@ -111,7 +111,7 @@ def epsilon_lower_bound(
 
 def compare_masks(
     specs: Sequence[str], n: int, *, d_qk: float = 1.0, token_norm: float = 1.0,
-    weight_norm: float = 1.0, exponent: str = "t/r",
+    weight_norm: float = 1.0, exponent: str = "t/r", max_memory: int | str | None = None,
 ) -> pd.DataFrame:
     """Table of masks by radius and predicted per-layer contraction.
 
@@ -119,11 +119,12 @@ def compare_masks(
     max_in_degree, epsilon, log10_factor, log10_layers_per_decade``. ``epsilon`` is
     :func:`epsilon_lower_bound` for each mask's own max in-degree; ``log10_factor`` is
     ``log10`` of ``(1 - eps^r)^(1/(k r))``. Non-QSC masks get no rate (NaN): Theorem 1
-    gives no collapse to one token there.
+    gives no collapse to one token there. ``max_memory`` bounds each graph analysis
+    (see :func:`~rankcollapse.masks.analyze`).
     """
     rows = []
     for spec in specs:
-        a = analyze(parse_mask(spec, n))
+        a = analyze(parse_mask(spec, n), max_memory=max_memory)
         eps = epsilon_lower_bound(d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm,
                                   max_in_degree=a.in_degree["max"])
         rate = a.radius is not None and a.radius >= 1 and 0.0 < eps < 1.0

@@ -18,6 +18,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
     "graph": ("dirichlet_energy", "mean_average_distance"),
     "isoscore": ("isoscore",),
     "registry": ("DEFAULT_METRICS", "METRICS", "MetricSpec", "compute_metrics"),
+    "report": ("MetricReport", "report_metrics"),
     "spectral": (
         "effective_rank", "numerical_rank", "rank_fraction", "rank_one_distance", "sigma_min",
         "sigma_ratio", "singular_values", "stable_rank",
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .graph import dirichlet_energy, mean_average_distance
     from .isoscore import isoscore
     from .registry import DEFAULT_METRICS, METRICS, MetricSpec, compute_metrics
+    from .report import MetricReport, report_metrics
     from .spectral import (
         effective_rank, numerical_rank, rank_fraction, rank_one_distance, sigma_min, sigma_ratio,
         singular_values, stable_rank,

@@ -31,33 +31,56 @@ class ZeroRowWarning(UserWarning):
 
 @dataclass(frozen=True)
 class RankTolerance:
-    """Numerical-rank threshold: ``atol`` if given, else ``rtol * sigma_1``, else
-    numpy's ``matrix_rank`` rule ``sigma_1 * max(N, d) * eps``.
+    """Numerical-rank threshold: ``atol`` if given, else ``rtol * sigma_1`` if given,
+    else the larger of two stated error sources.
 
-    ``eps`` is the larger machine epsilon of the *input's* dtype (the precision the
-    data has) and the compute dtype: float32 data computed in float64 keeps the
-    float32 eps, since its last ~1e-7 relative digits are rounding noise, not rank.
+    1. **Error of the computation**: ``sigma_1 * max(N, d) * eps(compute dtype)``,
+       numpy's ``matrix_rank`` rule. A backward-stable SVD returns the exact singular
+       values of ``X + E`` with ``||E||_2 <= p(N, d) eps ||X||_2`` (Golub & Van Loan,
+       Matrix Computations, 4th ed., §8.6.3), and numpy/Numerical Recipes (§2.6) take
+       ``p = max(N, d)``. Half-precision input is computed in float32 (see
+       :func:`as_batch`), so ``eps`` is never bfloat16's.
+    2. **Noise floor of the storage** (``noise_floor=True``, the default): rounding
+       the data to its own dtype moves each entry by at most ``u |x_ij|`` (unit
+       roundoff ``u = eps / 2``), a perturbation with ``||E||_2 <= ||E||_F <= u ||X||_F``.
+       By Weyl's inequality every singular value above ``u ||X||_F`` is non-zero in
+       the unrounded data too, and one below it may be rounding alone. It only
+       matters when the compute dtype is finer than the storage (float32 hidden
+       states computed in float64); otherwise term 1 is always larger.
     """
 
     atol: float | None = None
     rtol: float | None = None
+    noise_floor: bool = True
 
-    def threshold(self, svals: torch.Tensor, n: int, d: int, data_eps: float = 0.0) -> torch.Tensor:
-        """Per-sample threshold ``(G, 1)`` for singular values ``svals`` ``(G, k)``;
-        ``data_eps`` is the machine epsilon of the input's own dtype."""
+    def threshold(self, svals: torch.Tensor, n: int, d: int, frobenius: torch.Tensor, storage_eps: float = 0.0):
+        """Per-sample threshold ``(G, 1)`` for singular values ``svals`` ``(G, k)`` of
+        the normalised tokens (see :class:`MetricContext`); ``frobenius`` ``(G,)`` is
+        their ``||X||_F`` and ``storage_eps`` the machine epsilon of the input's dtype."""
         if self.atol is not None:
-            return torch.full_like(svals[..., :1], float(self.atol))
-        eps = max(torch.finfo(svals.dtype).eps, data_eps)
-        rtol = self.rtol if self.rtol is not None else max(n, d) * eps
-        return svals[..., :1] * rtol
+            raise ValueError("atol is compared on the original scale; see _numerical_rank")
+        if self.rtol is not None:
+            return svals[..., :1] * self.rtol
+        tol = svals[..., :1] * (max(n, d) * torch.finfo(svals.dtype).eps)
+        if self.noise_floor and storage_eps > 0:
+            tol = torch.maximum(tol, (0.5 * storage_eps) * frobenius.unsqueeze(-1).to(svals.dtype))
+        return tol
 
 
 class MetricContext:
-    """Real tokens ``X`` ``(G, L, d)`` of the samples ``samples`` plus lazily cached
-    intermediates (singular values, Gram matrices...) shared by all metrics of a call."""
+    """Real tokens of the samples ``samples`` plus lazily cached intermediates
+    (singular values, Gram matrices...) shared by all metrics of a call.
+
+    ``X`` ``(G, L, d)`` holds each sample divided by ``scale`` ``(G,)``, a power of two
+    near its largest absolute entry (so ``max |X| in [1, 2)``). The division is exact,
+    so scale-invariant metrics computed from ``X`` are the same at every input scale
+    over the dtype's normal range (no Gram entry, square or sum under/overflows);
+    metrics that scale with X multiply their value by ``scale`` (``scale**2`` for
+    squared quantities) at the end.
+    """
 
     def __init__(self, X, samples, graph, tolerance, batched, data_eps=0.0):
-        self.X = X
+        self.X, self.scale = pow2_normalise(X)
         self.data_eps = data_eps  # eps of the input's own dtype (before any cast)
         self.samples = samples
         self.tolerance = tolerance
@@ -137,14 +160,20 @@ class MetricContext:
         return self.cached("inv", lambda: torch.where(valid, self.row_norms, 1.0).reciprocal() * valid)
 
     @property
+    def unit_rows(self) -> torch.Tensor:
+        """``x_i / ||x_i||`` ``(G, L, d)``; zero tokens stay zero. The row norms come
+        from :func:`stable_norm`, so tokens far smaller than the sample's largest stay
+        exact (a Gram of X would square them below the dtype's range)."""
+        return self.cached("unit", lambda: self.X * self.inv_norms.unsqueeze(-1))
+
+    @property
     def cos(self) -> torch.Tensor:
         """Pairwise cosines ``(G, L, L)`` with the diagonal set to 0 (pairs i != j only);
-        rows/columns of zero tokens are 0. Scales the Gram of X instead of forming the
-        unit rows, which saves a pass over ``(G, L, d)``."""
+        rows/columns of zero tokens are 0: the Gram of the unit rows."""
 
         def make():
-            inv = self.inv_norms
-            C = (self.X @ self.X.mT) * inv.unsqueeze(-1) * inv.unsqueeze(-2)
+            U = self.unit_rows
+            C = U @ U.mT
             C.diagonal(dim1=-2, dim2=-1).zero_()
             return C
 
@@ -219,6 +248,17 @@ def stable_norm(Y: torch.Tensor, dim) -> torch.Tensor:
     _, exponent = torch.frexp(peak)  # peak = m 2^e, 0.5 <= m < 1
     s = torch.where(peak > 0, torch.ldexp(torch.ones_like(peak), exponent - 1), 1.0)
     return torch.linalg.vector_norm(Y / s, dim=dim) * s.reshape(r.shape)
+
+
+def pow2_normalise(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(X / s, s)`` with ``s`` ``(G,)`` a power of two such that each sample of
+    ``X`` ``(G, L, d)`` has ``max |X / s|`` in ``[1, 2)`` (``s = 1`` for a zero sample).
+    Dividing by a power of two is exact (only entries below ``tiny * s`` lose digits),
+    as in LAPACK's ``xLASCL`` scaling before an SVD."""
+    peak = X.abs().amax(dim=(-2, -1))
+    _, exponent = torch.frexp(peak)  # peak = m 2^e, 0.5 <= m < 1
+    s = torch.where(peak > 0, torch.ldexp(torch.ones_like(peak), exponent - 1), torch.ones_like(peak))
+    return X / s.reshape(-1, 1, 1), s
 
 
 def svdvals_fast(X: torch.Tensor) -> torch.Tensor:

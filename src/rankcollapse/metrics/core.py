@@ -21,13 +21,18 @@ from ._context import MetricContext, evaluate, stable_norm
 
 
 # ---- metric functions on a context (G samples of L real tokens) -----------------
+def _mu_normalised(ctx: MetricContext) -> torch.Tensor:
+    """``mu`` of the normalised tokens ``ctx.X`` (``mu(X) / ctx.scale``)."""
+    return ctx.cached("mu_n", lambda: stable_norm(ctx.centered, (-2, -1)))
+
+
 def _mu(ctx: MetricContext) -> torch.Tensor:
-    return stable_norm(ctx.centered, (-2, -1))
+    return _mu_normalised(ctx) * ctx.scale
 
 
 def _mu_relative(ctx: MetricContext) -> torch.Tensor:
     ctx.fail(ctx.frobenius == 0, "X is the zero matrix: mu / ||X||_F is undefined")
-    return _mu(ctx) / ctx.frobenius
+    return _mu_normalised(ctx) / ctx.frobenius
 
 
 def _pair_mean(ctx: MetricContext, total: torch.Tensor) -> torch.Tensor:
@@ -51,7 +56,7 @@ def _cos_to_mean(ctx: MetricContext) -> torch.Tensor:
     mean_norm = stable_norm(mean, -1)
     ctx.fail(mean_norm == 0, "the mean token is zero: cosine to the mean is undefined")
     valid = ctx.row_valid
-    cos = (ctx.X @ (mean / mean_norm.unsqueeze(-1)).unsqueeze(-1)).squeeze(-1) * ctx.inv_norms
+    cos = (ctx.unit_rows @ (mean / mean_norm.unsqueeze(-1)).unsqueeze(-1)).squeeze(-1)
     return cos.sum(dim=-1) / valid.sum(dim=-1)
 
 
@@ -79,7 +84,7 @@ def _composite(ctx: MetricContext, which: str) -> torch.Tensor:
 
 
 def _dong_residual(ctx: MetricContext) -> torch.Tensor:
-    return _composite(ctx, "centered")
+    return _composite(ctx, "centered") * ctx.scale
 
 
 def _dong_residual_relative(ctx: MetricContext) -> torch.Tensor:

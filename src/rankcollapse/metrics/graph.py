@@ -22,7 +22,7 @@ def _dirichlet_energy(ctx: MetricContext) -> torch.Tensor:
     sq = G.diagonal(dim1=-2, dim2=-1)
     degree = W.sum(dim=-1) + W.sum(dim=-2)
     total = (sq * degree).sum(dim=-1) - 2.0 * (W * G).sum(dim=(-2, -1))
-    return total.clamp_min(0.0) / ctx.n_tokens
+    return total.clamp_min(0.0) / ctx.n_tokens * ctx.scale * ctx.scale  # E(cX) = c^2 E(X)
 
 
 def _mean_average_distance(ctx: MetricContext) -> torch.Tensor:

@@ -7,6 +7,8 @@ from typing import Iterable
 
 import torch
 
+from .._memory import check_memory
+from .._validate import check_float
 from ..errors import MetricError
 from . import core, graph, spectral
 from .isoscore import _isoscore
@@ -37,7 +39,7 @@ _SPECS = (
     MetricSpec("mu", core._mu, "||X - 1 gamma_X||_F, distance to token uniformity", 0.0),
     MetricSpec("mu_relative", core._mu_relative, "mu(X) / ||X||_F", 0.0),
     MetricSpec("rank_fraction", spectral._rank_fraction, "numerical rank / min(N, d)"),
-    MetricSpec("numerical_rank", spectral._numerical_rank, "#{sigma_k > sigma_1 max(N, d) eps}", 1.0),
+    MetricSpec("numerical_rank", spectral._numerical_rank, "#{sigma_k > max(sigma_1 max(N, d) eps, u ||X||_F)}", 1.0),
     MetricSpec("sigma_min", spectral._sigma_min, "smallest singular value sigma_min(N, d)"),
     MetricSpec("sigma_ratio", spectral._sigma_ratio, "sigma_2 / sigma_1", 0.0),
     MetricSpec("rank_one_distance", spectral._rank_one_distance, "sqrt(sum_{k>=2} sigma_k^2)", 0.0),
@@ -55,6 +57,30 @@ _SPECS = (
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
 """All metrics by name, in report order."""
+
+#: Metrics whose formulas hold ``(B, N, N)`` pairwise matrices (cosines, the centred
+#: Gram, the graph); the others need O(N d) memory.
+PAIRWISE = frozenset({"avg_abs_cos", "avg_cos", "dirichlet_energy", "mean_average_distance"})
+#: ``(B, N, N)`` arrays alive at once in the pairwise formulas (Gram, cosines, graph).
+PAIRWISE_COPIES = 3
+
+
+def pairwise_bytes(shape: tuple[int, ...], itemsize: int) -> int:
+    """Memory of the pairwise intermediates for X of ``shape`` ``(N, d)``/``(B, N, d)``."""
+    b = shape[0] if len(shape) == 3 else 1
+    n = shape[-2]
+    return PAIRWISE_COPIES * b * n * n * itemsize
+
+
+def check_pairwise_memory(X, names, dtype, max_memory) -> None:
+    """Refuse (:class:`MemoryLimitError`) pairwise metrics among ``names`` whose
+    matrices for ``X`` would exceed ``max_memory`` (default half the RAM)."""
+    shape = tuple(getattr(X, "shape", ()))
+    if PAIRWISE.intersection(names) and len(shape) in (2, 3):
+        itemsize = 4 if dtype == torch.float32 or (dtype is None and getattr(X, "dtype", None) in _SINGLE) else 8
+        check_memory(pairwise_bytes(shape, itemsize), f"computing (N, N) pairwise matrices at N = {shape[-2]}",
+                     max_memory)
+
 
 DEFAULT_METRICS: tuple[str, ...] = (
     "mu",
@@ -79,6 +105,8 @@ def compute_metrics(
     dtype: torch.dtype | None = None,
     rank_atol: float | None = None,
     rank_rtol: float | None = None,
+    rank_noise_floor: bool = True,
+    max_memory: int | str | None = None,
 ) -> dict[str, torch.Tensor]:
     """Compute several metrics at once, sharing one SVD and one Gram matrix per length.
 
@@ -92,10 +120,15 @@ def compute_metrics(
     mask : :class:`rankcollapse.masks.Mask` or bool ``(N, N)`` / ``(B, N, N)`` over the
         padded positions, for ``dirichlet_energy`` and ``mean_average_distance``
         (default: complete graph).
-    dtype : compute dtype, e.g. ``torch.float64`` for float64 accumulation; default
-        the dtype of X (half precision is computed in float32).
+    dtype : compute dtype, e.g. ``torch.float64`` (or ``"float64"``) for float64
+        accumulation; default the dtype of X (half precision is computed in float32).
     rank_atol, rank_rtol : numerical-rank tolerance, see
-        :func:`rankcollapse.metrics.numerical_rank` (default numpy's rule).
+        :func:`rankcollapse.metrics.numerical_rank` (default: the SVD's error in the
+        compute dtype).
+    rank_noise_floor : also count the storage dtype's rounding noise floor
+        ``u ||X||_F`` in the rank tolerance (default True; see ``numerical_rank``).
+    max_memory : bytes (or ``"8GiB"``) the pairwise metrics (:data:`PAIRWISE`) may
+        allocate; default half the physical memory. Checked before any allocation.
 
     Returns
     -------
@@ -107,7 +140,12 @@ def compute_metrics(
     MetricError
         Unknown metric name; X not 2-D/3-D, empty, non-finite on a real token; a
         padding mask of the wrong shape or removing every token of a sample; a
-        metric undefined on the input (e.g. ``mu_relative`` of the zero matrix).
+        metric undefined on the input (e.g. ``mu_relative`` of the zero matrix);
+        ``dtype`` not a floating torch dtype or its name; ``rank_atol``/``rank_rtol``
+        negative or not finite. :func:`~rankcollapse.metrics.report_metrics` reports
+        undefined metrics as None with a reason instead.
+    MemoryLimitError
+        The pairwise metrics' ``(B, N, N)`` matrices would exceed ``max_memory``.
     """
     if names is None:
         names = DEFAULT_METRICS
@@ -120,5 +158,22 @@ def compute_metrics(
     if not names:
         raise MetricError("no metric names given")
     fns = {n: METRICS[n].fn for n in names}
-    tolerance = RankTolerance(rank_atol, rank_rtol)
+    rank_atol, rank_rtol = (None if t is None else check_float(t, name, low=0.0, error=MetricError)
+                            for t, name in ((rank_atol, "rank_atol"), (rank_rtol, "rank_rtol")))
+    tolerance = RankTolerance(rank_atol, rank_rtol, rank_noise_floor)
+    dtype = _as_dtype(dtype)
+    check_pairwise_memory(X, names, dtype, max_memory)
     return evaluate(X, fns, padding_mask=padding_mask, mask=mask, dtype=dtype, tolerance=tolerance)
+
+
+def _as_dtype(dtype) -> torch.dtype | None:
+    """``dtype`` as a floating torch dtype; names such as ``"float64"`` accepted."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    named = getattr(torch, dtype, None) if isinstance(dtype, str) else None
+    if not isinstance(named, torch.dtype):
+        raise MetricError(f"dtype must be a torch floating dtype such as torch.float64 or 'float64', got {dtype!r}")
+    return named
+
+
+_SINGLE = (torch.float32, torch.float16, torch.bfloat16)

@@ -21,8 +21,11 @@ def _nonzero(ctx: MetricContext, what: str) -> torch.Tensor:
 
 def _numerical_rank(ctx: MetricContext) -> torch.Tensor:
     S = ctx.svals
-    tol = ctx.tolerance.threshold(S, ctx.n_tokens, ctx.dim, ctx.data_eps)
-    return (S > tol).sum(dim=-1).to(S.dtype)
+    if ctx.tolerance.atol is not None:  # absolute: compare on the input's own scale
+        above = S * ctx.scale.unsqueeze(-1) > ctx.tolerance.atol
+    else:
+        above = S > ctx.tolerance.threshold(S, ctx.n_tokens, ctx.dim, ctx.frobenius, ctx.data_eps)
+    return above.sum(dim=-1).to(S.dtype)
 
 
 def _rank_fraction(ctx: MetricContext) -> torch.Tensor:
@@ -30,7 +33,7 @@ def _rank_fraction(ctx: MetricContext) -> torch.Tensor:
 
 
 def _sigma_min(ctx: MetricContext) -> torch.Tensor:
-    return ctx.svals[..., -1]
+    return ctx.svals[..., -1] * ctx.scale
 
 
 def _sigma_ratio(ctx: MetricContext) -> torch.Tensor:
@@ -41,7 +44,7 @@ def _sigma_ratio(ctx: MetricContext) -> torch.Tensor:
 
 
 def _rank_one_distance(ctx: MetricContext) -> torch.Tensor:
-    return stable_norm(ctx.svals[..., 1:], -1)
+    return stable_norm(ctx.svals[..., 1:], -1) * ctx.scale
 
 
 def _stable_rank(ctx: MetricContext) -> torch.Tensor:
@@ -73,27 +76,31 @@ def singular_values(X, *, dtype=None) -> torch.Tensor:
     return S if batched else S[0]
 
 
-def numerical_rank(X, *, padding_mask=None, dtype=None, atol=None, rtol=None) -> torch.Tensor:
+def numerical_rank(X, *, padding_mask=None, dtype=None, atol=None, rtol=None, noise_floor=True) -> torch.Tensor:
     """Numerical rank ``#{k : sigma_k > tol}`` (as a float tensor).
 
-    Default ``tol = sigma_1 * max(N, d) * eps``, the rule of ``numpy.linalg.matrix_rank``
-    (Press et al., Numerical Recipes, 2nd ed., §2.6), with ``eps`` the machine epsilon
-    of the *input's* dtype (the precision the data has; the compute dtype's if that is
-    coarser): float32 data computed with ``dtype=torch.float64`` keeps the float32
-    eps, so rounding noise is not counted as rank. ``rtol`` replaces
-    ``max(N, d) * eps``; ``atol`` gives an absolute ``tol`` and takes precedence. The
-    zero matrix has rank 0.
+    Default ``tol = max(sigma_1 max(N, d) eps_c, u_s ||X||_F)``: the error of the SVD
+    in the compute dtype (numpy's ``matrix_rank`` rule, ``eps_c`` of the compute dtype;
+    half precision is computed in float32) and, with ``noise_floor=True``, the noise
+    floor of the input's storage (unit roundoff ``u_s = eps_s / 2`` of the input's
+    dtype; by Weyl's inequality a singular value above ``u_s ||X||_F`` is not rounding
+    alone). See :class:`rankcollapse.metrics.RankTolerance` and docs/metrics.md.
+    ``rtol`` gives ``tol = rtol sigma_1`` and ``atol`` an absolute ``tol`` (on the
+    input's scale; it takes precedence); either replaces both terms. The zero matrix
+    has rank 0.
     """
-    return _one(_numerical_rank, "numerical_rank", X, padding_mask, dtype, RankTolerance(atol, rtol))
+    tolerance = RankTolerance(atol, rtol, noise_floor)
+    return _one(_numerical_rank, "numerical_rank", X, padding_mask, dtype, tolerance)
 
 
-def rank_fraction(X, *, padding_mask=None, dtype=None, atol=None, rtol=None) -> torch.Tensor:
+def rank_fraction(X, *, padding_mask=None, dtype=None, atol=None, rtol=None, noise_floor=True) -> torch.Tensor:
     """Fraction of full rank ``numerical_rank(X) / min(N, d)`` in ``[0, 1]``.
 
     "Percentage of full rank" of Fig. 4 in Wu et al. (NeurIPS 2024); ``N`` is the
     number of real (unpadded) tokens. Tolerance as in :func:`numerical_rank`.
     """
-    return _one(_rank_fraction, "rank_fraction", X, padding_mask, dtype, RankTolerance(atol, rtol))
+    tolerance = RankTolerance(atol, rtol, noise_floor)
+    return _one(_rank_fraction, "rank_fraction", X, padding_mask, dtype, tolerance)
 
 
 def sigma_min(X, *, padding_mask=None, dtype=None) -> torch.Tensor:

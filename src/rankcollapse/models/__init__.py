@@ -2,7 +2,7 @@
 
 See ``docs/models.md``. Public API: :func:`load_model`, :class:`LoadedModel`,
 :class:`Recorder`, :func:`intervene`, :func:`probe`, :func:`embed`,
-:func:`attention_only`.
+:func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`.
 """
 
 from typing import TYPE_CHECKING
@@ -12,19 +12,20 @@ from .._lazy import attach
 __getattr__, __dir__, __all__ = attach(__name__, {
     "attention_only": ("attention_only",),
     "interventions": ("intervene", "parse_drop"),
-    "loading": ("FAMILIES", "LoadedModel", "detect_family", "load_model"),
+    "loading": ("FAMILIES", "LoadedModel", "as_loaded", "detect_family", "load_model"),
     "probe": (
-        "PROBE_DEFAULT_METRICS", "TABLE_COLUMNS", "default_points", "embed", "embedding_rank_note", "model_inputs",
-        "probe",
+        "PROBE_DEFAULT_METRICS", "TABLE_COLUMNS", "attention_maps", "default_points", "embed",
+        "embedding_rank_note", "model_inputs", "position_ids", "probe",
     ),
-    "recorder": ("Recorder", "StopForward"),
+    "recorder": ("Recorder", "StopForward", "switch_attention"),
 })
 
 if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .attention_only import attention_only
     from .interventions import intervene, parse_drop
-    from .loading import FAMILIES, LoadedModel, detect_family, load_model
+    from .loading import FAMILIES, LoadedModel, as_loaded, detect_family, load_model
     from .probe import (
-        PROBE_DEFAULT_METRICS, TABLE_COLUMNS, default_points, embed, embedding_rank_note, model_inputs, probe,
+        PROBE_DEFAULT_METRICS, TABLE_COLUMNS, attention_maps, default_points, embed, embedding_rank_note,
+        model_inputs, position_ids, probe,
     )
-    from .recorder import Recorder, StopForward
+    from .recorder import Recorder, StopForward, switch_attention

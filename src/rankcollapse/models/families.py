@@ -43,12 +43,18 @@ class Family:
     causal : the model's own self-attention is causal (else bidirectional).
     position_in_attention : how position enters *inside* attention (``"RoPE"``,
         ``"relative position bias"``), or None when the embeddings carry it.
+    position_ids : how the model's ``position_ids`` are made from the padding mask
+        (see :func:`rankcollapse.models.probe.position_ids`): ``"count"`` (the k-th
+        real token gets k, whatever padding precedes it; absolute and rotary
+        positions), ``"padding_idx"`` (RoBERTa: ``padding_idx + 1 + k``, padding gets
+        ``padding_idx``) or ``None`` (no position ids: T5's relative bias).
     """
 
     name: str
     model_types: tuple[str, ...]
     causal: bool = False
     position_in_attention: str | None = None
+    position_ids: str | None = "count"
 
     @property
     def native_mask(self) -> str:
@@ -56,19 +62,35 @@ class Family:
         return "causal" if self.causal else "complete"
 
 
-#: The families, by layout name. Mistral and Qwen2 share Llama's module layout
+#: The families, by layout name. Mistral, Qwen2 and Gemma share Llama's module layout
 #: (``layers[k].self_attn.{q,k,v,o}_proj``, ``input_layernorm``, RoPE, GQA); Qwen2's
-#: q/k/v biases are read by the weight extraction.
+#: q/k/v biases are read by the weight extraction. RoBERTa has BERT's modules but
+#: offsets its positions by ``padding_idx + 1``.
 REGISTRY: dict[str, Family] = {f.name: f for f in (
     Family("bert", ("bert",)),
+    Family("roberta", ("roberta", "xlm-roberta", "camembert"), position_ids="padding_idx"),
     Family("albert", ("albert",)),
     Family("gpt2", ("gpt2",), causal=True),
-    Family("t5", ("t5",), position_in_attention="relative position bias"),
-    Family("llama", ("llama", "mistral", "qwen2"), causal=True, position_in_attention="RoPE"),
+    Family("t5", ("t5",), position_in_attention="relative position bias", position_ids=None),
+    Family("llama", ("llama", "mistral", "qwen2", "gemma"), causal=True, position_in_attention="RoPE"),
 )}
 GENERIC = Family("generic", ())
 #: ``config.model_type`` -> family name.
 MODEL_TYPES: dict[str, str] = {mt: f.name for f in REGISTRY.values() for mt in f.model_types}
+
+
+#: Generic-layout model types known to number positions 0, 1, ... from their first
+#: token (absolute or rotary): their ``position_ids`` are made from the padding mask
+#: too. Other generic models keep their own (correct for right padding only).
+COUNT_POSITIONS_GENERIC = frozenset({"distilbert", "gpt_neox", "opt", "phi"})
+
+
+def position_rule(family_name: str, model_type: str) -> str | None:
+    """How ``position_ids`` follow the padding mask for this model (see
+    :attr:`Family.position_ids`); None = leave them to the model."""
+    if family_name == GENERIC.name:
+        return "count" if model_type in COUNT_POSITIONS_GENERIC else None
+    return family(family_name).position_ids
 
 
 def family_of(model_type: str) -> str:
@@ -146,11 +168,18 @@ def _bert(model: nn.Module) -> list[Stack]:
     return [Stack("", blocks, None, "post_ln")]
 
 
+def albert_group(layer: int, n_layers: int, n_groups: int) -> int:
+    """The hidden group ALBERT's layer ``layer`` (0-based) runs, by transformers' own
+    rule in ``AlbertTransformer.forward``: ``int(layer / (n_layers / n_groups))``.
+    3 layers in 2 groups run groups 0, 0, 1; 4 layers in 3 groups run 0, 0, 1, 2."""
+    return int(layer / (n_layers / n_groups))
+
+
 def _albert(model: nn.Module) -> list[Stack]:
     enc, cfg = model.encoder, model.config
     calls = []
     for i in range(cfg.num_hidden_layers):
-        group = enc.albert_layer_groups[int(i / (cfg.num_hidden_layers / cfg.num_hidden_groups))]
+        group = enc.albert_layer_groups[albert_group(i, cfg.num_hidden_layers, cfg.num_hidden_groups)]
         calls.extend(group.albert_layers)
     blocks = tuple(
         BlockParts(
@@ -226,7 +255,7 @@ def _generic(model: nn.Module) -> list[Stack]:
     return [Stack("", tuple(BlockParts(block=b) for b in lists[0]), None, "unknown")]
 
 
-_LAYOUTS = {"bert": _bert, "albert": _albert, "gpt2": _gpt2, "llama": _llama, "t5": _t5, "generic": _generic}
+_LAYOUTS = {"bert": _bert, "roberta": _bert, "albert": _albert, "gpt2": _gpt2, "llama": _llama, "t5": _t5, "generic": _generic}
 assert set(_LAYOUTS) == {*REGISTRY, GENERIC.name}  # one registry: every family has a layout
 
 

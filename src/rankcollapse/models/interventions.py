@@ -38,8 +38,11 @@ from torch import nn
 
 from ..errors import ConfigError, ModelError
 from ..masks import dense_mask
+from ..masks.schedule import is_schedule, parse_schedule
+from ..masks.rows import check_rows_allow_key
 from . import families
 from .families import Stack, Tap
+from .loading import as_loaded
 
 COMPONENTS = ("skip", "mlp", "norm", "final_norm")
 
@@ -97,6 +100,25 @@ def additive_mask(allowed: torch.Tensor, padding: torch.Tensor, dtype: torch.dty
     ok = allowed.to(padding.device)[None, None] & padding.bool()[:, None, None, :]
     out = torch.zeros(ok.shape, dtype=dtype, device=padding.device)
     return out.masked_fill_(~ok, torch.finfo(dtype).min)
+
+
+def check_real_rows(allowed: torch.Tensor, padding: torch.Tensor, spec: str | None = None) -> None:
+    """Padding never feeds a real token: every real query row of ``allowed ∧ real
+    keys`` must keep a key, by the empty-row rule of :mod:`rankcollapse.masks.rows`.
+
+    ``allowed`` bool ``(N, N)``; ``padding`` ``(B, N)``, 1 = real token. Padding rows
+    are not checked (they are excluded from metrics).
+
+    Raises
+    ------
+    MaskError
+        Naming the real rows left with no real key (e.g. row 3 allowed only key 30
+        when positions 24-31 are padding).
+    """
+    real = padding.bool()
+    ok = allowed.to(real.device)[None] & real[:, None, :]
+    label = f"{spec if spec is not None else 'mask'} on the real tokens (padding keys removed)"
+    check_rows_allow_key(ok | ~real[:, :, None], label)
 
 
 def _mask_hook(module: nn.Module, arg: str, value: torch.Tensor):
@@ -220,7 +242,7 @@ def _supported(loaded: Any, what: str) -> list[Stack]:
     if loaded.family == "generic":
         raise ModelError(
             f"{what} is not supported for the generic family ({type(loaded.model).__name__}); "
-            "supported families: bert, albert, gpt2, t5, llama"
+            f"supported families: {', '.join(families.REGISTRY)}"
         )
     return families.stacks(loaded.model, loaded.family)
 
@@ -241,7 +263,9 @@ def intervene(
     loaded : LoadedModel
     mask : replacement self-attention mask: ``rankcollapse.masks.Mask``, spec string
         (``"causal_sliding_window:w=16"``) or bool ``(N, N)`` tensor, ``M[i, j]`` = token
-        i attends to token j.
+        i attends to token j; or a schedule (``"schedule:causal_sliding_window:w=16*5,causal"``):
+        block ``k`` gets the schedule's mask ``k mod period`` (models with one attention
+        module per layer).
     d_qk_scale : s > 0; attention logits are divided by sqrt(s).
     drop : components to remove (see :func:`parse_drop`).
     attention_mask : ``(B, N)`` padding mask (1 = real) of the batch about to run;
@@ -253,13 +277,16 @@ def intervene(
         ``d_qk_scale`` not a positive finite number, unknown component, ``mask`` without
         ``attention_mask``.
     MaskError
-        Mask size differs from the window length.
+        Mask size differs from the window length, or a real token keeps no real key
+        once padding keys are removed (padding never feeds real tokens; the message
+        names the rows).
     ModelError
         The family does not support the intervention (generic models; ``final_norm``
         on a model without a final norm, e.g. BERT/ALBERT).
     """
     if not (isinstance(d_qk_scale, (int, float)) and math.isfinite(d_qk_scale) and d_qk_scale > 0):
         raise ConfigError(f"d_qk_scale must be a positive finite number, got {d_qk_scale!r}")
+    loaded = as_loaded(loaded)
     drop_list = split_drop(drop) if isinstance(drop, str) else list(drop)
     if mask is None and d_qk_scale == 1.0 and not drop_list:
         yield
@@ -294,10 +321,30 @@ def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask
     padding = attention_mask.to(loaded.device)
     if stack.prefix == "decoder.":
         padding = torch.cat([torch.ones_like(padding[:, :1]), padding[:, :-1]], dim=1)
-    allowed = dense_mask(mask, padding.shape[1])
-    value = additive_mask(allowed, padding, loaded.dtype)
     arg = stack.blocks[0].mask_arg
+    if is_schedule(mask):
+        return _install_schedule(loaded, stack, attn_modules, parse_schedule(mask, padding.shape[1]), padding, arg)
+    allowed = dense_mask(mask, padding.shape[1])
+    check_real_rows(allowed, padding, getattr(mask, "spec", mask if isinstance(mask, str) else None))
+    value = additive_mask(allowed, padding, loaded.dtype)
     return [m.register_forward_pre_hook(_mask_hook(m, arg, value), with_kwargs=True) for m in attn_modules]
+
+
+def _install_schedule(loaded: Any, stack: Stack, attn_modules: list[nn.Module], schedule: Any, padding: torch.Tensor,
+                      arg: str) -> list[Any]:
+    """Per-layer masks: block ``k``'s attention gets ``schedule.layer(k)`` (one additive
+    mask per distinct mask of the period)."""
+    if len(attn_modules) != len(stack.blocks):
+        raise ModelError("a mask schedule needs one attention module per layer; this model shares its layers")
+    values: dict[int, torch.Tensor] = {}
+    handles = []
+    for k, parts in enumerate(stack.blocks):
+        m = schedule.layer(k)
+        if id(m) not in values:
+            values[id(m)] = additive_mask(dense_mask(m, padding.shape[1]), padding, loaded.dtype)
+        handles.append(parts.self_attn.register_forward_pre_hook(_mask_hook(parts.self_attn, arg, values[id(m)]),
+                                                                  with_kwargs=True))
+    return handles
 
 
 def _install_drops(loaded: Any, stack: Stack, drop_list: list[str]) -> list[Any]:

@@ -9,6 +9,7 @@ with ``gguf_file``. ``trust_remote_code`` is never enabled.
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,34 @@ def detect_family(model: Any) -> str:
     """Family of a Hugging Face model from ``config.model_type`` by the registry
     :data:`rankcollapse.models.families.REGISTRY` (``generic`` if unknown)."""
     return families.family_of(getattr(model.config, "model_type", ""))
+
+
+def as_loaded(model: Any, tokenizer: Any = None, *, name: str | None = None) -> "LoadedModel":
+    """A :class:`LoadedModel` for ``model``: returned as is if it already is one (or
+    has ``.model`` and ``.family``); a ``transformers.PreTrainedModel`` (a base model
+    or one with a task head, whose ``base_model`` is then used: hooks on its modules
+    fire when the head model runs too) is wrapped with ``tokenizer``, its family read
+    from ``config.model_type``. The model is not modified (no eval(), no move).
+
+    Raises
+    ------
+    ModelError
+        Anything else (the message names the type received).
+    """
+    if isinstance(model, LoadedModel) or (hasattr(model, "model") and hasattr(model, "family")):
+        return model
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        PreTrainedModel = ()
+    if not isinstance(model, PreTrainedModel):
+        raise ModelError(
+            f"expected a LoadedModel (rankcollapse.models.load_model) or a transformers PreTrainedModel, "
+            f"got {type(model).__name__}"
+        )
+    base = model.base_model
+    label = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+    return LoadedModel(model=base, tokenizer=tokenizer, family=detect_family(base), name=str(label))
 
 
 def _local_only_default() -> bool:
@@ -141,7 +170,7 @@ def load_model(
         _check_local(Path(source), gguf_file)
     if not is_local and local_files_only and not _looks_like_hub_name(source):
         raise ModelError(f"model {source!r} is neither 'minilm', 'smollm2', a local folder nor a hub name")
-    model, tokenizer = _from_pretrained(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
+    model, tokenizer = _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
     model.to(device)
     model.eval()
     return LoadedModel(model=model, tokenizer=tokenizer, family=detect_family(model), name=str(name_or_path), notes=notes)
@@ -154,11 +183,56 @@ def _check_local(path: Path, gguf_file: str | None) -> None:
     need = gguf_file if gguf_file is not None else "config.json"
     if not (path / need).is_file():
         raise ModelError(f"model folder {str(path)!r} has no {need}; it is not a Hugging Face model folder")
+    for weights in sorted(path.glob("*.safetensors")):
+        _check_safetensors(weights)
+
+
+def _check_safetensors(path: Path) -> None:
+    """Read the header of a ``.safetensors`` file (no tensor data) so that a truncated
+    or corrupt file is named before transformers starts loading."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            f.keys()
+    except Exception as exc:  # safetensors raises its own SafetensorError (and OSError)
+        raise ModelError(f"weights file {str(path)!r} is corrupt or truncated: {str(exc).splitlines()[0][:200]}") from None
 
 
 def _looks_like_hub_name(source: str) -> bool:
     parts = source.split("/")
     return 1 <= len(parts) <= 2 and all(p and not p.startswith(".") for p in parts)
+
+
+def _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local):
+    """Online, a hub model already in the cache loads without the network; otherwise
+    the hub is checked once (one connection, a few seconds) so that a machine without
+    network fails at once with one line instead of retrying each file."""
+    if is_local or local_files_only:
+        return _from_pretrained(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
+    try:
+        return _from_pretrained(source, gguf_file, dtype, attn_implementation, True, is_local)
+    except ModelError:
+        _check_hub_reachable(source)
+    return _from_pretrained(source, gguf_file, dtype, attn_implementation, False, is_local)
+
+
+#: Seconds to wait for the hub before declaring it unreachable.
+HUB_CONNECT_TIMEOUT = 5.0
+
+
+def _check_hub_reachable(source: str) -> None:
+    import socket
+    from urllib.parse import urlparse
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    url = urlparse(endpoint)
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=HUB_CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise ModelError(f"cannot download model {source!r}: {host}:{port} is unreachable ({exc}) and the model "
+                         f"is not in the cache {_hub_cache()!r}; use a local folder, 'minilm' or 'smollm2'") from None
 
 
 def _from_pretrained(
@@ -197,4 +271,14 @@ def _from_pretrained(
         ) from None
     except (ValueError, KeyError) as exc:
         raise ModelError(f"cannot load model {source!r}: {str(exc).splitlines()[0][:300]}") from None
+    except Exception as exc:
+        if isinstance(exc, pickle.UnpicklingError) or "weights_only" in str(exc):
+            raise ModelError(_REFUSED_PICKLE.format(source=source)) from None
+        raise
     return model, tokenizer
+
+
+_REFUSED_PICKLE = (
+    "model {source!r}: its PyTorch pickle weights (pytorch_model.bin) hold objects other than "
+    "plain tensors, and unpickling those can run arbitrary code, so the file is refused; "
+    "use a copy of the model saved in the safetensors format")

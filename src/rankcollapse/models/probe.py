@@ -11,16 +11,19 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import inspect
+
 import numpy as np
 import pandas as pd
 import torch
 
 from ..data import Windows
-from ..errors import ModelError
+from ..errors import ConfigError, ModelError
 from .._progress import steps
 from ..metrics import compute_metrics
 from . import families
 from .interventions import intervene, split_drop
+from .loading import as_loaded
 from .recorder import Recorder
 
 TABLE_COLUMNS = ("layer", "point", "metric", "mean", "std", "q05", "q50", "q95", "n_samples")
@@ -40,6 +43,7 @@ def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     ModelError
         A generic encoder-decoder (unknown decoder inputs).
     """
+    loaded = as_loaded(loaded)
     model = loaded.model
     device = loaded.device
     kw: dict[str, Any] = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
@@ -49,9 +53,39 @@ def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
         if getattr(model, "decoder", None) is not None:
             kw["decoder_input_ids"] = model._shift_right(kw["input_ids"])
             kw["decoder_attention_mask"] = decoder_padding(kw["attention_mask"])
-    if loaded.family in ("gpt2", "llama", "t5"):
+    params = inspect.signature(model.forward).parameters
+    rule = families.position_rule(loaded.family, getattr(model.config, "model_type", ""))
+    if rule is not None and "position_ids" in params:
+        kw["position_ids"] = position_ids(kw["attention_mask"], rule, getattr(model.config, "pad_token_id", None))
+    if "use_cache" in params:
         kw["use_cache"] = False
     return kw
+
+
+def position_ids(attention_mask: torch.Tensor, rule: str = "count", padding_idx: int | None = None) -> torch.Tensor:
+    """Position ids ``(B, N)`` that follow the padding mask ``(B, N)`` (1 = real).
+
+    ``"count"``: the k-th real token of a row gets position k (0-based) wherever it
+    sits, so left padding does not shift absolute positions (GPT-2, BERT) and a
+    window gets the positions of its unpadded self; padding gets 0 (it is masked as a
+    key and excluded from metrics). ``"padding_idx"``: RoBERTa's numbering
+    ``padding_idx + 1 + k``, padding gets ``padding_idx`` (as
+    ``create_position_ids_from_input_ids`` does from the pad token).
+
+    Raises
+    ------
+    ModelError
+        Unknown rule, or ``"padding_idx"`` without a ``padding_idx``.
+    """
+    real = attention_mask.bool()
+    count = real.long().cumsum(dim=-1) - 1
+    if rule == "count":
+        return torch.where(real, count, torch.zeros_like(count))
+    if rule == "padding_idx":
+        if padding_idx is None:
+            raise ModelError("RoBERTa-style position ids need config.pad_token_id")
+        return torch.where(real, count + padding_idx + 1, torch.full_like(count, padding_idx))
+    raise ModelError(f"unknown position-id rule {rule!r}; use 'count' or 'padding_idx'")
 
 
 def decoder_padding(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -70,6 +104,7 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8) -> torch.Tensor
     -------
     torch.Tensor, shape (B, N, d), the model's dtype, on CPU.
     """
+    loaded = as_loaded(loaded)
     name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
     parts = []
     for start in range(0, windows.n_windows, batch_size):
@@ -87,6 +122,23 @@ def default_points(loaded: Any, detail: str = "hidden_states") -> list[str]:
 
 
 @torch.no_grad()
+def check_positions(loaded: Any, length: int) -> None:
+    """Refuse windows longer than the model's position table (``max_position_embeddings``
+    or ``n_positions`` in its config), before any forward pass.
+
+    Raises
+    ------
+    ConfigError
+        ``length`` exceeds the model's positions (names both numbers).
+    """
+    config = getattr(loaded.model, "config", None)
+    limit = next((getattr(config, k) for k in ("max_position_embeddings", "n_positions")
+                  if isinstance(getattr(config, k, None), int)), None)
+    if limit is not None and length > limit:
+        raise ConfigError(f"windows of {length} tokens exceed {getattr(loaded, 'name', 'the model')}'s "
+                          f"{limit} positions; use --length <= {limit}")
+
+
 def probe(
     loaded: Any,
     windows: Windows,
@@ -104,7 +156,8 @@ def probe(
 
     Parameters
     ----------
-    loaded : LoadedModel
+    loaded : LoadedModel, or any ``transformers.PreTrainedModel`` (with or without a
+        task head; see :func:`rankcollapse.models.as_loaded`).
     windows : token windows (``rankcollapse.data.make_windows``), ``(B, N)``.
     mask : replacement self-attention mask (a ``rankcollapse.masks.Mask``, a spec string
         or a bool ``(N, N)`` tensor); None keeps the model's own mask.
@@ -132,8 +185,11 @@ def probe(
     Raises
     ------
     ModelError, MaskError, ConfigError
-        Unknown point, unsupported intervention, mask size different from the windows.
+        Unknown point, unsupported intervention, mask size different from the windows,
+        windows longer than the model's positions (:func:`check_positions`).
     """
+    loaded = as_loaded(loaded)
+    check_positions(loaded, windows.length)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     stack_list = families.stacks(loaded.model, loaded.family)
     point_list = default_points(loaded, points) if isinstance(points, str) else list(points)
@@ -171,6 +227,47 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
         result = compute_metrics(X, list(names), padding_mask=pad.to(X.device), dtype=torch.float64)
         for metric, v in result.items():
             values.setdefault((name, metric), []).append(v.detach().cpu().double())
+
+
+@torch.no_grad()
+def attention_maps(
+    loaded: Any,
+    windows: Windows,
+    *,
+    mask: Any = None,
+    d_qk_scale: float = 1.0,
+    drop: Sequence[str] | str = (),
+    batch_size: int = 8,
+) -> dict[str, torch.Tensor]:
+    """Self-attention probabilities of every block on ``windows``, under the same
+    interventions as :func:`probe`.
+
+    The model runs with eager attention for the call (switched automatically by
+    :class:`Recorder` ``(attentions=True)`` and restored), so the maps are exactly
+    the model's own ``output_attentions``.
+
+    Returns
+    -------
+    dict[str, torch.Tensor]
+        ``{prefix}layer.k.attention`` -> float32 ``(B, H, N, N)`` on CPU; row i of a
+        real query sums to 1 over the real keys (padding keys get 0).
+
+    Raises
+    ------
+    ModelError
+        The model cannot switch to eager attention or returns no probabilities.
+    """
+    loaded = as_loaded(loaded)
+    parts: dict[str, list[torch.Tensor]] = {}
+    for start in range(0, windows.n_windows, batch_size):
+        ids = windows.input_ids[start : start + batch_size]
+        am = windows.attention_mask[start : start + batch_size]
+        with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am):
+            with Recorder(loaded, [], attentions=True) as rec:
+                loaded.model(**model_inputs(loaded, ids, am))
+        for name, a in rec.attention_maps.items():
+            parts.setdefault(name, []).append(a.float().cpu())
+    return {name: torch.cat(chunks) for name, chunks in parts.items()}
 
 
 def _stack_of(name: str, stack_list: list[families.Stack]) -> families.Stack:

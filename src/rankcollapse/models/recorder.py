@@ -22,6 +22,7 @@ from torch import nn
 from ..errors import ModelError
 from . import families
 from .families import Stack, Tap
+from .loading import as_loaded
 
 
 class StopForward(Exception):
@@ -71,11 +72,19 @@ class Recorder:
     stop : raise :class:`StopForward` as soon as every point is captured, so a caller
         that needs only early points (e.g. ``embeddings``) skips the rest of the model.
         The exception is swallowed by this context manager's ``__exit__``.
+    attentions : also record the self-attention probabilities of every block. Inside
+        the ``with`` block the model runs with eager attention (SDPA and flash kernels
+        never form the probabilities; the previous implementation is restored on
+        exit) and ``output_attentions=True`` is added to its call.
 
     Attributes
     ----------
     outputs : dict[str, torch.Tensor]
         Point name -> tensor ``(B, N, d)`` from the latest forward pass (detached).
+    attention_maps : dict[str, torch.Tensor]
+        With ``attentions=True``: ``{prefix}layer.k.attention`` -> softmax probabilities
+        ``(B, H, N, N)`` (row i: how query token i attends to each key), exactly the
+        model's own ``output_attentions`` under eager attention.
 
     Raises
     ------
@@ -83,7 +92,10 @@ class Recorder:
         A requested point does not exist in this model.
     """
 
-    def __init__(self, loaded: Any, points: Iterable[str] | None = None, *, stop: bool = False):
+    def __init__(
+        self, loaded: Any, points: Iterable[str] | None = None, *, stop: bool = False, attentions: bool = False
+    ):
+        loaded = as_loaded(loaded)
         self.model: nn.Module = loaded.model
         self.stacks = families.stacks(self.model, loaded.family)
         table = resolve_points(self.stacks)
@@ -105,6 +117,9 @@ class Recorder:
             self._plan[key][occ].append((name, tap.index))
             self._modules[key] = tap.module
         self.stop = stop
+        self.attentions = attentions
+        self.attention_maps: dict[str, torch.Tensor] = {}
+        self._previous_impl: str | None = None
         self.outputs: dict[str, torch.Tensor] = {}
         self._calls: dict[tuple[int, str], int] = defaultdict(int)
         self._handles: list[Any] = []
@@ -120,10 +135,24 @@ class Recorder:
     def _reset(self, *_: Any, **__: Any) -> None:
         self._calls.clear()
         self.outputs = {}
+        self.attention_maps = {}
+
+    def _store_attentions(self, module: nn.Module, args: tuple, output: Any) -> None:
+        for stack in self.stacks:
+            field = {"": "attentions", "encoder.": "encoder_attentions", "decoder.": "decoder_attentions"}[stack.prefix]
+            maps = getattr(output, field, None)
+            if not maps or any(m is None for m in maps):
+                raise ModelError(f"{type(module).__name__} returned no attention probabilities in {field!r}")
+            for k, a in enumerate(maps):
+                self.attention_maps[f"{stack.prefix}layer.{k}.attention"] = a.detach()
 
     def __enter__(self) -> "Recorder":
         self._reset()
         self._handles.append(self.model.register_forward_pre_hook(self._reset))
+        if self.attentions:
+            self._previous_impl = switch_attention(self.model, "eager")
+            self._handles.append(self.model.register_forward_pre_hook(_ask_attentions, with_kwargs=True))
+            self._handles.append(self.model.register_forward_hook(self._store_attentions))
         for key, module in self._modules.items():
             if key[1] == "input":
                 hook = self._input_hook(key)
@@ -148,4 +177,32 @@ class Recorder:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        if self._previous_impl is not None:
+            switch_attention(self.model, self._previous_impl)
+            self._previous_impl = None
         return exc_type is not None and issubclass(exc_type, StopForward)
+
+
+def _ask_attentions(module: nn.Module, args: tuple, kwargs: dict):
+    return args, dict(kwargs, output_attentions=True)
+
+
+def switch_attention(model: nn.Module, implementation: str) -> str:
+    """Set ``model``'s attention implementation (``"eager"``, ``"sdpa"``...) with
+    transformers' own ``set_attn_implementation``; returns the previous one.
+
+    Raises
+    ------
+    ModelError
+        The model cannot switch (no ``set_attn_implementation``, or transformers refuses).
+    """
+    previous = getattr(model.config, "_attn_implementation", None) or "eager"
+    if previous == implementation:
+        return previous
+    if not hasattr(model, "set_attn_implementation"):
+        raise ModelError(f"{type(model).__name__} cannot switch to {implementation} attention")
+    try:
+        model.set_attn_implementation(implementation)
+    except (ValueError, ImportError) as exc:
+        raise ModelError(f"{type(model).__name__} cannot switch to {implementation} attention: {exc}") from None
+    return previous

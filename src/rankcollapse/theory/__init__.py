@@ -17,6 +17,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
     "equilibria": ("Equilibrium", "EquilibriumSet", "causal_example_2x2", "equilibria"),
     "finder": ("FinderResult", "FinderSettings", "find_equilibria"),
     "portrait": ("plot_portrait_2d", "plot_trajectories_3d", "portrait_2d", "portrait_2d_data", "trajectories_3d"),
+    "schedule_bound": ("check_schedule_bound",),
     "sphere": ("SphereResult", "check_sphere_collapse"),
     "stability": ("StabilityReport", "jacobian", "stability", "tangent_basis", "tangent_jacobian"),
     "system": ("AttentionSystem", "causal_uniform_system"),
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria
     from .finder import FinderResult, FinderSettings, find_equilibria
     from .portrait import plot_portrait_2d, plot_trajectories_3d, portrait_2d, portrait_2d_data, trajectories_3d
+    from .schedule_bound import check_schedule_bound
     from .sphere import SphereResult, check_sphere_collapse
     from .stability import StabilityReport, jacobian, stability, tangent_basis, tangent_jacobian
     from .system import AttentionSystem, causal_uniform_system

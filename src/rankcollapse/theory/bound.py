@@ -24,6 +24,7 @@ from .._display import NotebookResult
 from ..dynamics import gaussian_tokens, simulate
 from ..errors import ConfigError
 from ..masks import analyze, resolve_mask
+from ..masks.schedule import is_schedule
 
 EXPONENTS = ("t/r", "t/(2r)")
 
@@ -121,6 +122,8 @@ def check_collapse_bound(
     Parameters
     ----------
     mask : Mask, bool ``(N, N)`` or spec string (with ``n``); must be QSC with self-loops.
+        A schedule (``"schedule:..."``) is checked against its own envelope by
+        :func:`~rankcollapse.theory.schedule_bound.check_schedule_bound`.
     d, depth, n_samples, seed : width, layers, batch size and seed (weights, and X(0)
         unless given).
     exponent : ``"t/r"`` or ``"t/(2r)"``.
@@ -140,6 +143,11 @@ def check_collapse_bound(
     MaskError
         A spec without ``n``, or an invalid mask.
     """
+    if is_schedule(mask):  # per-layer masks: the envelope of the composed graph (docs/theory.md §7)
+        from .schedule_bound import check_schedule_bound
+
+        return check_schedule_bound(mask, n=n, d=d, depth=depth, n_samples=n_samples, seed=seed,
+                                    exponent=exponent, d_qk=d_qk, qk_scale=qk_scale, X0=X0)
     if exponent not in EXPONENTS:
         raise ConfigError(f"exponent must be one of {EXPONENTS}, got {exponent!r}")
     if depth < 1 or n_samples < 1 or d < 1:

@@ -18,6 +18,7 @@ import torch
 from scipy.optimize import brentq
 
 from .._display import NotebookResult
+from .._validate import check_int
 from ..errors import ConfigError
 from ..metrics import numerical_rank
 from .stability import stability
@@ -205,10 +206,12 @@ def equilibria(n: int, d: int, rank: int, *, limit: int | None = None, stability
     Raises
     ------
     ConfigError
-        If ``rank`` is out of range, or ``2^rank > 4096`` without ``limit``.
+        If ``rank`` is out of range, or ``2^rank > 4096`` without ``limit``, or
+        ``n``, ``d``, ``limit`` is not an integer ``>= 1``.
     """
-    if n < 1 or d < 1:
-        raise ConfigError(f"need n ≥ 1 and d ≥ 1, got n={n}, d={d}")
+    n, d = check_int(n, "n", low=1), check_int(d, "d", low=1)
+    rank = check_int(rank, "rank")
+    limit = None if limit is None else check_int(limit, "limit", low=1)
     if not 1 <= rank <= min(n, d):
         raise ConfigError(f"rank must satisfy 1 ≤ rank ≤ min(N, d) = {min(n, d)}, got {rank}")
     if rank > MAX_RANK:

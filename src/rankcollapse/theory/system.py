@@ -15,6 +15,7 @@ import torch
 
 from ..dynamics.attention import attention_weights
 from ..masks import check_rows_allow_key, dense_mask
+from .._validate import check_float
 from ..errors import ConfigError, MaskError
 
 #: A row whose norm before normalisation is below this makes the SA-LN step undefined.
@@ -53,8 +54,10 @@ class AttentionSystem:
                 raise ConfigError(f"{name} must be (d={d}, d_k), got {tuple(w.shape)}")
         if self.W_Q.shape != self.W_K.shape:
             raise ConfigError(f"W_Q {tuple(self.W_Q.shape)} and W_K {tuple(self.W_K.shape)} differ")
-        if not self.d_qk > 0:
-            raise ConfigError(f"d_qk must be > 0, got {self.d_qk}")
+        object.__setattr__(self, "d_qk", check_float(self.d_qk, "d_qk", low=0.0, strict_low=True))
+        for name in ("W_Q", "W_K", "W_V"):
+            if not bool(torch.isfinite(getattr(self, name)).all()):
+                raise ConfigError(f"{name} has NaN or infinite entries")
 
     @property
     def n_tokens(self) -> int:
@@ -135,7 +138,7 @@ class AttentionSystem:
             raise
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"malformed system matrix: {exc}") from exc
-        return cls(mask, *mats, d_qk=float(obj.get("d_qk", 1.0)))
+        return cls(mask, *mats, d_qk=obj.get("d_qk", 1.0))
 
 
 def _mask_of(obj: dict[str, Any], W_V: torch.Tensor) -> torch.Tensor:

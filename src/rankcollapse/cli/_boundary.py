@@ -1,0 +1,122 @@
+"""The CLI's single error boundary and its one-value-per-option rule.
+
+Every command runs inside :meth:`Group.invoke`, so an error raised anywhere below a
+command becomes one line on stderr and exit status 2, whether the CLI runs from the
+console entry point or in-process (typer's ``CliRunner``). Errors are described by
+their kind: the toolkit's own errors carry their message; operating-system errors
+(an ``--out`` that is a file, a read-only folder) name the path and the reason;
+anything else is labelled an internal error, still as one line. A real
+``KeyboardInterrupt`` is not caught here: the entry point turns it into exit 130.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import sys
+from typing import Any
+
+import typer
+from typer import _click as click  # typer vendors click; its classes are these
+from typer.core import TyperCommand, TyperGroup, TyperOption
+
+from .._validate import INT64_MAX, INT64_MIN
+from ..errors import RankCollapseError
+
+PREFIX = "rankcollapse: error: "
+
+
+class CliError(click.ClickException):
+    """A failed command: printed as one line, exit status 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()) or "failed")
+
+    def show(self, file: Any = None) -> None:
+        click.echo(PREFIX + self.format_message(), file=file or sys.stderr)
+
+
+def describe(exc: BaseException) -> str:
+    """One line for ``exc``, by its kind (see the module docstring)."""
+    if isinstance(exc, RankCollapseError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        where = exc.filename if exc.filename is not None else ""
+        if exc.errno == errno.EEXIST:
+            reason = "a file is in the way of a folder to create (or the path exists)"
+        elif exc.errno in (errno.ENOTDIR,):
+            reason = "a file is in the way where a folder is expected"
+        return f"cannot use {where}: {reason}" if where else f"operating-system error: {reason}"
+    if isinstance(exc, MemoryError):
+        return ("out of memory: the request does not fit in RAM; shrink the input or lower --n "
+                "(commands that estimate their size first take --max-memory)")
+    if isinstance(exc, EOFError):
+        return f"a file ended early (empty or truncated): {exc}".rstrip(": ")
+    return f"internal error ({type(exc).__name__}: {exc}); please report this with the command line"
+
+
+def _as_cli_error(exc: Exception) -> CliError:
+    return CliError(describe(exc))
+
+
+class Command(TyperCommand):
+    """A command where an option that takes one value may be given only once."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        parser = self.make_parser(ctx)
+        _, _, order = parser.parse_args(args=list(args))
+        seen: set[str] = set()
+        for param in order:
+            single = isinstance(param, TyperOption) and not param.multiple and not param.count \
+                and not param.is_flag
+            if single and param.name in seen:
+                raise click.exceptions.UsageError(f"option {param.opts[0]} given more than once; it takes one value",
+                                       ctx=ctx)
+            seen.add(param.name)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        for param in self.params:
+            for value in _values(ctx.params.get(param.name)):
+                _check_number(value, param, ctx)
+        return super().invoke(ctx)
+
+
+def _values(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _check_number(value: Any, param: Any, ctx: click.Context) -> None:
+    """Numbers every option must meet, whatever the command: finite floats (NaN and
+    inf are no setting) and integers that fit 64 bits (numpy and torch consume them)."""
+    name = (param.opts or [param.name])[0]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise click.exceptions.UsageError(f"{name} must be a finite number, got {value}", ctx=ctx)
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        raise click.exceptions.UsageError(f"{name} must fit a signed 64-bit integer, got {value}", ctx=ctx)
+
+
+class Group(TyperGroup):
+    """The root group: the error boundary of every sub-command."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd = super().get_command(ctx, cmd_name)
+        # typer builds every command with its own classes; give each the rules above
+        # (same state, a subclass adding behaviour only) so no registration can miss them
+        if type(cmd) is TyperCommand:
+            cmd.__class__ = Command
+        elif type(cmd) is TyperGroup:
+            cmd.__class__ = Group
+        return cmd
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, click.ClickException, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # the boundary: any other error becomes one line, exit 2
+            raise _as_cli_error(exc) from exc

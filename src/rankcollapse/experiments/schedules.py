@@ -1,0 +1,108 @@
+"""The schedule study (``configs/schedules.yaml``, docs/schedules.md): collapse rate of
+mask schedules at equal attention budget.
+
+For every budget (mean attended ``(query, key)`` pairs per layer, set by an all-local
+window) each schedule family gets the window width that matches the budget most
+closely (:func:`window_for_budget`); :func:`~rankcollapse.masks.compare_schedules` then
+gives the predicted envelope rate and the measured rate of pure SA (Haar ``W_V``,
+Gaussian ``W_Q, W_K``, float64). Writes ``schedules.csv``, ``schedules.png`` and
+``schedules.json`` atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from .._io import atomic_path
+from ..errors import ConfigError
+from ..masks.schedule import parse_schedule
+from ..masks.schedule_rates import compare_schedules
+
+
+def load_study(scale: str = "quick") -> dict[str, Any]:
+    """``configs/schedules.yaml`` with the ``scale`` overrides applied (simulation keys
+    and ``budget_widths``). Raises ConfigError for an unknown scale."""
+    cfg = yaml.safe_load(resources.files(__package__).joinpath("configs", "schedules.yaml").read_text("utf-8"))
+    if scale not in cfg["scales"]:
+        raise ConfigError(f"unknown scale {scale!r}; choose from {sorted(cfg['scales'])}")
+    over = dict(cfg["scales"][scale])
+    if "budget_widths" in over:
+        cfg["budget_widths"] = over.pop("budget_widths")
+    cfg["simulation"] = {**cfg["simulation"], **over}
+    cfg["scale"] = scale
+    return cfg
+
+
+def window_for_budget(template: str, n: int, budget: float) -> tuple[int, str, float]:
+    """Width ``w`` (1..n) whose schedule ``template.format(w=w)`` has mean edges per layer
+    closest to ``budget`` (ties: the smaller ``w``). Returns ``(w, spec, mean edges)``."""
+    best = None
+    for w in range(1, n + 1):
+        spec = template.format(w=w)
+        spec = spec if spec.startswith("schedule:") else "schedule:" + spec
+        e = parse_schedule(spec, n).mean_edges()
+        if best is None or abs(e - budget) < abs(best[2] - budget):
+            best = (w, spec, e)
+    return best
+
+
+def run_schedule_study(out: Path, scale: str = "quick", seed: int = 0) -> pd.DataFrame:
+    """Run the study and write its table and figure to ``out``; returns the table
+    (columns of :func:`compare_schedules` plus ``family, width, budget``)."""
+    cfg = load_study(scale)
+    n, sim = int(cfg["n_tokens"]), cfg["simulation"]
+    frames = []
+    for bw in cfg["budget_widths"]:
+        budget = parse_schedule(f"causal_sliding_window:w={bw}", n).mean_edges()
+        picks = {fam: window_for_budget(t, n, budget) for fam, t in cfg["families"].items()}
+        # a family that cannot meet the budget (e.g. 1 local : 1 global below N(N+1)/4) is left out
+        picks = {f: p for f, p in picks.items() if abs(p[2] - budget) <= cfg["budget_tolerance"] * budget}
+        df = compare_schedules([p[1] for p in picks.values()], n, measure=True, d=sim["d"], depth=sim["depth"],
+                               n_samples=sim["n_samples"], seed=seed, d_qk=sim["d_qk"])
+        df.insert(0, "family", list(picks))
+        df.insert(1, "width", [p[0] for p in picks.values()])
+        df.insert(2, "budget", budget)
+        frames.append(df)
+    table = pd.concat(frames, ignore_index=True)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "schedules.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    with atomic_path(out / "schedules.json") as tmp:
+        Path(tmp).write_text(json.dumps({"config": cfg, "seed": seed,
+                                         "rows": json.loads(table.to_json(orient="records"))}, indent=1))
+    plot_study(table, out / "schedules.png", cfg)
+    return table
+
+
+def plot_study(table: pd.DataFrame, path: Path, cfg: dict[str, Any]) -> None:
+    """Two panels vs budget (mean edges / layer): measured per-layer decay factor of μ
+    (median, bars = sample quartiles), and the envelope's predicted log10 layers per 10x
+    decay; one line per family."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for fam, g in table.groupby("family", sort=False):
+        a.errorbar(g["budget"], g["measured_rate"], yerr=[g["measured_rate"] - g["measured_q25"],
+                   g["measured_q75"] - g["measured_rate"]], fmt="o-", capsize=3, label=fam)
+        b.plot(g["budget"], g["log10_layers_per_decade"], "o-", label=fam)
+    sim = cfg["simulation"]
+    a.set(xlabel="attended pairs per layer (mean over the period)", ylabel="measured per-layer factor of μ",
+          title=f"measured (N={cfg['n_tokens']}, d={sim['d']}, {sim['n_samples']} samples)")
+    b.set(xlabel="attended pairs per layer (mean over the period)", ylabel="log10 layers per 10x (envelope)",
+          title="predicted: (1-ε^{p r})^{t/(p r)}")
+    a.legend(fontsize=8)
+    fig.suptitle(cfg["title"], fontsize=10)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)

@@ -1,0 +1,217 @@
+"""Mask schedules: a periodic list of per-layer masks (Gemma 2/3, ModernBERT, GPT-OSS).
+
+Spec forms (layer ``t`` uses mask ``t mod period``):
+
+- ``schedule:MASK*k,MASK,...`` — comma-separated mask specs, each optionally repeated
+  ``*k`` times, e.g. ``schedule:sliding_window:w=9*5,complete`` (five windowed layers,
+  one global). A comma-separated item of the form ``key=value`` continues the previous
+  mask spec (``schedule:block:size=4,causal=true*2,causal``).
+- a YAML/JSON list string ``["causal_sliding_window:w=9*5", "causal"]`` (or
+  ``schedule:PATH`` of a ``.yaml/.yml/.json`` file holding such a list, or a list with
+  ``{mask: SPEC, repeat: k}`` items), or a Python list of specs / :class:`Mask`.
+
+Theory (docs/theory.md §7): with ``X(t+1) = A(t) X(t) W_V(t)`` the product over one
+period ``A(p-1) ... A(0)`` has exactly the support of the *composed graph*
+``M_H = M_{p-1} ∘ ... ∘ M_0`` (boolean matrix product, paths taking one edge of each
+layer's mask in order); self-loops make ``M_H ⊇ M_t`` for every ``t``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import MaskError
+from .graph import MaskAnalysis, analyze
+from .mask import Mask
+from .spec import parse_mask
+
+PREFIX = "schedule:"
+_REPEAT = re.compile(r"^(.*?)\s*\*\s*(\d+)\s*$", re.S)
+_CONTINUATION = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*=")
+
+
+def is_schedule(source: Any) -> bool:
+    """Whether ``source`` is a schedule (spec string, list string, list or object)."""
+    if isinstance(source, MaskSchedule):
+        return True
+    if isinstance(source, str):
+        s = source.strip()
+        return s.startswith(PREFIX) or s.startswith("[")
+    # a list of specs / Masks / {mask, repeat} items (not a nested bool matrix)
+    return isinstance(source, (list, tuple)) and len(source) > 0 and all(
+        isinstance(x, (str, Mask, dict)) for x in source)
+
+
+def _split_items(body: str) -> list[str]:
+    """Comma-separated items, with ``key=value`` items joined to the mask before them."""
+    items: list[str] = []
+    for raw in body.split(","):
+        if items and _CONTINUATION.match(raw) and ":" not in raw.split("=", 1)[0]:
+            items[-1] += "," + raw.strip()
+        else:
+            items.append(raw.strip())
+    return items
+
+
+def _expand(item: Any) -> list[Any]:
+    """One list element -> its repeated masks (``"SPEC*k"``, ``{mask, repeat}``, Mask)."""
+    if isinstance(item, Mask):
+        return [item]
+    if isinstance(item, dict):
+        if "mask" not in item:
+            raise MaskError(f"schedule item {item!r} needs a 'mask' key")
+        k = item.get("repeat", 1)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise MaskError(f"schedule item repeat must be an integer >= 1, got {k!r}")
+        return [str(item["mask"])] * k
+    if not isinstance(item, str):
+        raise MaskError(f"schedule items must be mask specs, got {type(item).__name__}")
+    m = _REPEAT.match(item)
+    if not m:
+        return [item.strip()]
+    k = int(m.group(2))
+    if k < 1:
+        raise MaskError(f"schedule item {item!r}: repeat count must be >= 1")
+    return [m.group(1).strip()] * k
+
+
+def _items(source: Any) -> list[Any]:
+    if isinstance(source, (list, tuple)):
+        return list(source)
+    s = source.strip()
+    body = s[len(PREFIX):].strip() if s.startswith(PREFIX) else s
+    if body.endswith((".yaml", ".yml", ".json")) and Path(body).is_file():
+        body = Path(body).read_text()
+    if body.lstrip().startswith("[") or "\n" in body:
+        import yaml
+
+        try:
+            data = yaml.safe_load(body)
+        except yaml.YAMLError as exc:
+            raise MaskError(f"schedule list is not valid YAML/JSON: {exc}") from None
+        if not isinstance(data, list):
+            raise MaskError(f"a schedule file or list string must hold a list, got {type(data).__name__}")
+        return data
+    return _split_items(body)
+
+
+class MaskSchedule:
+    """A periodic schedule of masks on ``n_tokens`` tokens.
+
+    Attributes
+    ----------
+    masks : list of :class:`Mask`, one per layer of the period (``period = len(masks)``).
+    spec : canonical spec ``schedule:A*k,B`` (runs of equal specs folded).
+    """
+
+    def __init__(self, masks: Sequence[Mask], spec: str | None = None):
+        if not masks:
+            raise MaskError("a schedule needs at least one mask")
+        n = {m.n_tokens for m in masks}
+        if len(n) != 1:
+            raise MaskError(f"schedule masks have different numbers of tokens {sorted(n)}")
+        self.masks = list(masks)
+        self.n_tokens = n.pop()
+        self.spec = spec or canonical_spec([m.spec for m in self.masks])
+
+    @property
+    def period(self) -> int:
+        return len(self.masks)
+
+    def layer(self, t: int) -> Mask:
+        """Mask of layer ``t`` (0-based): ``masks[t mod period]``."""
+        return self.masks[t % self.period]
+
+    def edges_per_layer(self) -> list[int]:
+        """Attended ``(query, key)`` pairs of each layer of the period (its cost)."""
+        return [int(m.to_csr().nnz) for m in self.masks]
+
+    def mean_edges(self) -> float:
+        """Mean attended pairs per layer (the attention budget)."""
+        return float(np.mean(self.edges_per_layer()))
+
+    def composed(self) -> Mask:
+        """The composed graph of one period: boolean ``M_{p-1} ... M_0`` as a :class:`Mask`
+        (entry ``(i, j)`` iff a path ``j -> ... -> i`` takes one edge of each layer's mask,
+        layer 0 first). Sparse products, O(edges of the result) memory."""
+        prod = sp.csr_array(self.masks[0].to_csr(), dtype=np.int8)
+        for m in self.masks[1:]:
+            prod = sp.csr_array(m.to_csr(), dtype=np.int8) @ prod
+            prod.data[:] = 1  # keep it boolean: path counts are not needed
+        return Mask(self.n_tokens, f"composed({self.spec})", csr=prod.astype(bool))
+
+    def __repr__(self) -> str:
+        return f"MaskSchedule({self.spec!r}, n_tokens={self.n_tokens})"
+
+
+def canonical_spec(specs: Sequence[str]) -> str:
+    """``schedule:A*k,B`` from per-layer specs (consecutive equal specs folded)."""
+    parts: list[str] = []
+    i = 0
+    while i < len(specs):
+        j = i
+        while j < len(specs) and specs[j] == specs[i]:
+            j += 1
+        parts.append(specs[i] if j - i == 1 else f"{specs[i]}*{j - i}")
+        i = j
+    return PREFIX + ",".join(parts)
+
+
+def parse_schedule(source: Any, n: int) -> MaskSchedule:
+    """Build the schedule described by ``source`` for ``n`` tokens (forms: module docstring).
+
+    A plain mask spec or :class:`Mask` gives a period-1 schedule.
+
+    Raises
+    ------
+    MaskError
+        Empty schedule, bad repeat count, invalid YAML/JSON, or any per-mask error of
+        :func:`~rankcollapse.masks.parse_mask` (the message names the schedule item).
+    """
+    if isinstance(source, MaskSchedule):
+        if source.n_tokens != n:
+            raise MaskError(f"schedule is for N={source.n_tokens} tokens, not {n}")
+        return source
+    if isinstance(source, Mask):
+        return MaskSchedule([source])
+    if isinstance(source, str) and not is_schedule(source):
+        return MaskSchedule([parse_mask(source, n)])
+    masks: list[Mask] = []
+    cache: dict[str, Mask] = {}
+    for item in _items(source):
+        for one in _expand(item):
+            if isinstance(one, Mask):
+                masks.append(one)
+                continue
+            if not one:
+                raise MaskError(f"empty mask in schedule {source!r}")
+            if one not in cache:
+                try:
+                    cache[one] = parse_mask(one, n)
+                except MaskError as exc:
+                    raise MaskError(f"schedule item {one!r}: {exc}") from None
+            masks.append(cache[one])
+    return MaskSchedule(masks)
+
+
+def schedule_log_rate(epsilon: float, period: int, radius: int) -> float:
+    """Natural log of the envelope's per-layer factor ``(1 - eps^(p r))^(1/(p r))``.
+
+    ``eps`` bounds every allowed entry of every layer, ``p`` is the period and ``r`` the
+    composed graph's radius (docs/theory.md §7). Computed in log space (finite and < 0
+    even when ``eps^(p r)`` underflows). Raises MaskError for eps outside (0, 1).
+    """
+    if not 0.0 < epsilon < 1.0 or period < 1 or radius < 1:
+        raise MaskError(f"need 0 < epsilon < 1, period >= 1, radius >= 1; got {epsilon}, {period}, {radius}")
+    pr = period * radius
+    log_x = pr * math.log(epsilon)
+    if log_x > -700:
+        return math.log1p(-math.exp(log_x)) / pr
+    return -math.exp(log_x - math.log(pr))

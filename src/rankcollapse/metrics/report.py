@@ -1,0 +1,114 @@
+"""A metrics report where one undefined metric never hides the others.
+
+:func:`report_metrics` computes the requested metrics together (sharing one SVD and
+one Gram matrix per length, as :func:`~rankcollapse.metrics.compute_metrics`); a
+metric that is undefined for the input (the mean token is zero, X is the zero
+matrix...), whose value is not finite at the input's scale (squares of entries
+near 1e300 leave float64), or whose ``(N, N)`` intermediates exceed the memory limit
+is reported as ``None`` with a reason, and the others are still computed. Only an
+input that no metric can take (NaN in X, a wrong shape) raises.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import torch
+
+from ..errors import MemoryLimitError, MetricError
+from .registry import DEFAULT_METRICS, METRICS, PAIRWISE, _as_dtype, check_pairwise_memory, compute_metrics
+
+@dataclass
+class MetricReport:
+    """Values of the metrics that are defined, and why the others are not.
+
+    Attributes
+    ----------
+    values : ``name -> tensor`` (0-d for ``(N, d)``, ``(B,)`` for a batch), every
+        requested metric in order; NaN where the metric is undefined.
+    undefined : ``name -> reason`` for each metric undefined on X; a metric undefined
+        on some samples of a batch is undefined for all (the reason names them).
+    batched : True for a ``(B, N, d)`` input.
+    """
+
+    values: dict[str, torch.Tensor]
+    undefined: dict[str, str] = field(default_factory=dict)
+    batched: bool = False
+
+    def rows(self) -> dict | list[dict]:
+        """JSON-ready rows (strict JSON: undefined values are ``None``): one dict for
+        ``(N, d)``, one per sample for a batch; a row with undefined metrics carries
+        ``"undefined": {name: reason}``."""
+        table = {name: v.double().reshape(-1).tolist() for name, v in self.values.items()}
+        n_rows = len(next(iter(table.values())))
+        out = []
+        for i in range(n_rows):
+            row = {name: (col[i] if math.isfinite(col[i]) else None) for name, col in table.items()}
+            missing = {name: self.undefined[name] for name, v in row.items() if v is None and name in self.undefined}
+            if missing:
+                row["undefined"] = missing
+            out.append(row)
+        return out if self.batched else out[0]
+
+
+def report_metrics(
+    X, names: Iterable[str] | None = None, *, padding_mask=None, mask=None, dtype=None,
+    rank_atol: float | None = None, rank_rtol: float | None = None, max_memory: int | str | None = None,
+) -> MetricReport:
+    """Metrics of ``X`` with undefined ones reported, not raised (module docstring).
+
+    Parameters are those of :func:`~rankcollapse.metrics.compute_metrics`, plus
+    ``max_memory``: bytes (or ``"8GiB"``) the pairwise metrics may use (default half
+    the RAM); above it they are undefined with the estimate in the reason.
+
+    Raises
+    ------
+    MetricError
+        Unknown names, or an input no requested metric can take (the first error).
+    """
+    names = DEFAULT_METRICS if names is None else ((names,) if isinstance(names, str) else tuple(names))
+    names = tuple(METRICS) if names == ("all",) else tuple(dict.fromkeys(names))
+    unknown = [n for n in names if n not in METRICS]
+    if unknown or not names:
+        compute_metrics(X, names)  # raises the registry's message
+    kw = dict(padding_mask=padding_mask, mask=mask, dtype=dtype, rank_atol=rank_atol, rank_rtol=rank_rtol,
+              max_memory=max_memory)
+    undefined = _too_large(X, names, dtype, max_memory)
+    todo = [n for n in names if n not in undefined]
+    values = _compute(X, todo, undefined, kw) if todo else {}
+    if not values:
+        raise MetricError("; ".join(f"{n}: {r}" for n, r in undefined.items()))
+    template = next(iter(values.values()))
+    for name, v in values.items():
+        if name not in undefined and not bool(torch.isfinite(v).all()):
+            undefined[name] = (f"not finite in {v.dtype} at this input's scale (the formula's squares or sums "
+                               "leave the floating-point range)")
+    values = {n: values.get(n, torch.full_like(template, math.nan)) for n in names}
+    return MetricReport(values, {n: undefined[n] for n in names if n in undefined}, batched=template.ndim == 1)
+
+
+def _too_large(X, names, dtype, max_memory) -> dict[str, str]:
+    try:
+        check_pairwise_memory(X, names, _as_dtype(dtype), max_memory)
+    except MemoryLimitError as exc:
+        return {n: str(exc) for n in names if n in PAIRWISE}
+    return {}
+
+
+def _compute(X, todo, undefined, kw) -> dict[str, torch.Tensor]:
+    try:
+        return compute_metrics(X, todo, **kw)
+    except MetricError:
+        pass  # find which metrics fail; the others are still reported
+    values, first = {}, None
+    for name in todo:
+        try:
+            values[name] = compute_metrics(X, [name], **kw)[name]
+        except MetricError as exc:
+            undefined[name] = str(exc)
+            first = first or exc
+    if not values and first is not None:
+        raise first
+    return values

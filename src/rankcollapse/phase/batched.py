@@ -1,0 +1,116 @@
+"""Many phase cells in one batched simulation.
+
+Cells that share the tensor shapes and the block (``n_tokens, d_model, d_qk, depth,
+mask, norm, placement, skip, input``) differ only in their weights, so they run as one
+batch: element ``b`` of the batch carries its own ``W_Q, W_K, W_V`` per layer and every
+layer is a handful of batched matmuls instead of one :func:`rankcollapse.dynamics.simulate`
+call per cell. The update is the one of :func:`rankcollapse.dynamics.layers.block_forward`
+for a single head without MLP (tests check both paths agree to round-off):
+
+- ``post`` without skip: ``X <- norm(A X W_V)``; with skip: ``X <- norm(X + A X W_V)``;
+- ``pre``: ``X <- alpha X + A' Z W_V`` with ``Z = norm(X)`` and ``A'`` computed from ``Z``,
+
+with ``A = softmax_G(X W_Q (X W_K)^T / sqrt(d_qk))`` (:func:`~rankcollapse.dynamics.attention.masked_softmax`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..dynamics.attention import masked_softmax
+from ..dynamics.layers import apply_norm
+from ..masks import parse_mask
+from ..masks.graph import analyze
+from ..metrics import mu_relative
+from .cell import block_config, build_weights, make_input, value_log_norm
+from .regime import label_cell, theory_prediction, trajectory_measures
+
+#: the axes a batch must share
+GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "skip", "input")
+
+
+def _stack(cells: list[dict[str, Any]], seeds: range, samples: int, depth: int):
+    """Per-layer weights ``(depth, B, ...)`` with ``B = len(cells) * len(seeds) * samples``."""
+    Q, K, V, scale = [], [], [], None
+    for cell, s in itertools.product(cells, seeds):
+        layers = build_weights(cell, s)
+        scale = layers[0].scale
+        for name, acc in (("W_Q", Q), ("W_K", K), ("W_V", V)):
+            acc.append(torch.stack([getattr(lw, name) for lw in layers]) if len(layers) > 1 or depth == 1
+                       else getattr(layers[0], name).expand(depth, *getattr(layers[0], name).shape))
+    rep = lambda acc: torch.stack(acc, 1).repeat_interleave(samples, dim=1)  # noqa: E731
+    return rep(Q), rep(K), rep(V), scale
+
+
+def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, seed: int = 0) -> list[dict[str, Any]]:
+    """The rows of ``cells`` (all equal on :data:`GROUP_KEYS`), same fields as
+    :func:`.cell.run_cell`.
+
+    Raises
+    ------
+    ConfigError, MaskError
+        Cells that differ on a group key; a bad mask or input.
+    """
+    from ..errors import ConfigError
+
+    first = cells[0]
+    if any(c[k] != first[k] for c in cells for k in GROUP_KEYS):
+        raise ConfigError(f"run_group needs cells equal on {GROUP_KEYS}")
+    N, d, depth = first["n_tokens"], first["d_model"], first["depth"]
+    mask = parse_mask(first["mask"], N)
+    info = analyze(mask)
+    allowed = mask.to_dense()
+    cfg = block_config(first)
+    seed_range = range(seed, seed + seeds)
+    X = torch.cat([make_input(first["input"], samples, N, d, s) for s in seed_range] * len(cells))
+    WQ, WK, WV, scale = _stack(cells, seed_range, samples, depth)
+    B = X.shape[0]
+    k = allowed.sum(-1).to(torch.float64)
+    rows = k > 1
+    logk = torch.log(k[rows])
+    mus, ents, states = [mu_relative(X)], [], {0: X}
+    X0 = X
+    diverged = torch.zeros(B, dtype=torch.bool)
+    eps_min = torch.ones(B, dtype=torch.float64)
+    keep = {depth - max(1, depth // 10), depth}
+    with torch.no_grad():
+        for t in range(depth):
+            Z = apply_norm(X, cfg.norm, cfg.eps)[0] if cfg.placement == "pre_ln" else X
+            S = (Z @ WQ[t]) @ (Z @ WK[t]).transpose(-1, -2) * scale
+            A = masked_softmax(S, allowed)
+            SA = A @ Z @ WV[t]
+            if cfg.placement == "pre_ln":
+                X = cfg.alpha * X + SA
+            else:
+                X = apply_norm(cfg.alpha * X + SA if cfg.alpha else SA, cfg.norm, cfg.eps)[0]
+            diverged |= ~torch.isfinite(X).all(dim=(-1, -2))  # overflow: simulate() would raise
+            X = torch.where(diverged[:, None, None], X0, X)  # keep NaN/Inf out of the other metrics
+            plogp = torch.where(A > 0, A * torch.log(A.clamp_min(1e-300)), torch.zeros((), dtype=A.dtype))
+            ents.append((-plogp.sum(-1)[:, rows] / logk).mean(-1))
+            eps_min = torch.minimum(eps_min, A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2)))
+            mus.append(torch.where(diverged, torch.ones((), dtype=X.dtype), mu_relative(X)))
+            if t + 1 in keep:
+                states[t + 1] = X
+    metrics = {"mu_relative": torch.stack(mus)}
+    entropy = torch.stack(ents).numpy()
+    # trajectory_measures reads only states[0], states[-1 - w] and states[-1]
+    kept: list = [None] * (depth + 1)
+    for t, S_t in states.items():
+        kept[t] = S_t
+    trs = trajectory_measures(metrics, kept, entropy)
+    for b in np.nonzero(diverged.numpy())[0]:
+        trs[b] = {"diverged": True}
+    per = seeds * samples
+    out = []
+    for i, cell in enumerate(cells):
+        row = label_cell(trs[i * per:(i + 1) * per])
+        e = float(eps_min[i * per:(i + 1) * per].min())
+        row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_min=e)
+        row["value_log_norm"] = value_log_norm(cell, seed_range)
+        row.update(theory_prediction(cell, info, e, row["value_log_norm"]))
+        out.append(row)
+    return out

@@ -1,0 +1,141 @@
+"""Summaries of a phase table: regime counts, the paired effect of a normalisation,
+stable states of rank > 1, the collapse boundary against mask radius and ``d_qk``, and
+the theory's agreement. Used to write docs/phase.md; every number comes from the table.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .grid import AXES
+from .report import theory_agreement
+
+
+def _log10(x: pd.Series) -> pd.Series:
+    return np.log10(x.clip(lower=1e-300))
+
+
+def paired_norm_effect(table: pd.DataFrame, norm: str, base: str = "none") -> pd.DataFrame:
+    """Cells with ``norm`` joined to the same cell with ``base`` (every other axis equal):
+    columns ``regime_base``, ``regime``, ``dlog10_mu`` (log10 mu_relative, norm minus base)
+    and the axis values."""
+    axes = [a for a in AXES if a in table and a != "norm"]
+    left = table[table["norm"] == base].set_index(axes)
+    right = table[table["norm"] == norm].set_index(axes)
+    joined = right[["regime", "mu_relative"]].join(left[["regime", "mu_relative"]], rsuffix="_base", how="inner")
+    joined["dlog10_mu"] = _log10(joined["mu_relative"]) - _log10(joined["mu_relative_base"])
+    return joined.reset_index()
+
+
+def helps(pairs: pd.DataFrame) -> pd.Series:
+    """Pairs where the base collapses (or diverges) and the normalised cell does not."""
+    bad = pairs["regime_base"].isin(["rank_collapse", "diverging"])
+    return bad & ~pairs["regime"].isin(["rank_collapse", "diverging"])
+
+
+def summarize(table: pd.DataFrame) -> dict[str, Any]:
+    """The numbers docs/phase.md reports (JSON-able)."""
+    out: dict[str, Any] = {"cells": int(len(table)), "regimes": table["regime"].value_counts().to_dict()}
+    out["norm_effect"] = {}
+    for norm in ("sphere", "layernorm", "rmsnorm"):
+        if norm not in set(table["norm"]) or "none" not in set(table["norm"]):
+            continue
+        p = paired_norm_effect(table, norm)
+        h = helps(p)
+        by = p.assign(helps=h).groupby(["skip", "placement"])["helps"].mean().round(4)
+        out["norm_effect"][norm] = {
+            "pairs": int(len(p)), "helps": int(h.sum()), "hurts": int((~p["regime_base"].isin(["rank_collapse", "diverging"])
+                                                                     & p["regime"].isin(["rank_collapse"])).sum()),
+            "median_dlog10_mu": float(p["dlog10_mu"].median()),
+            "median_dlog10_mu_where_base_collapses": float(p.loc[p["regime_base"] == "rank_collapse", "dlog10_mu"].median()),
+            "helps_by_skip_placement": {f"skip={k[0]},{k[1]}": v for k, v in by.items()},
+            "regime_pairs": {f"{a} -> {b}": int(n) for (a, b), n in p.groupby(["regime_base", "regime"]).size().items()},
+        }
+    st = table[(table["regime"] == "stable_rank_k") & (table["k"] > 1)]
+    out["stable_rank_gt1"] = {"cells": int(len(st)), "k_values": st["k"].value_counts().to_dict(),
+                              "by_value": st["value"].value_counts().to_dict() if len(st) else {},
+                              "by_norm": st["norm"].value_counts().to_dict() if len(st) else {},
+                              "by_skip": st["skip"].value_counts().to_dict() if len(st) else {}}
+    rc = table.assign(collapse=table["regime"] == "rank_collapse", log10_mu=_log10(table["mu_relative"]))
+    if "mask" in table:
+        out["by_mask"] = {m: {"radius": int(g["radius"].iloc[0]), "frac_rank_collapse": round(float(g["collapse"].mean()), 4),
+                              "median_rate_collapsing": float(g.loc[g["collapse"], "rate"].median())}
+                          for m, g in rc.groupby("mask")}
+    if "d_qk" in table:
+        out["by_d_qk"] = {int(k): {"frac_rank_collapse": round(float(g["collapse"].mean()), 4),
+                                   "median_entropy": float(g["attention_entropy"].median())}
+                          for k, g in rc.groupby("d_qk")}
+    out["by_qk_scale"] = {float(k): {r: round(float((g["regime"] == r).mean()), 4) for r in sorted(set(table["regime"]))}
+                          for k, g in rc.groupby("qk_scale")}
+    out["theory"] = theory_agreement(table)
+    t1 = table[(table["theory_source"] == "theorem1") & (table["regime"] == "rank_collapse")
+               & np.isfinite(table["theory_rate"]) & (table["theory_rate"] < 0)]
+    if len(t1):
+        out["theory"]["theorem1_rate"] = {
+            "cells": int(len(t1)), "bound_holds": float((t1["rate"] <= t1["theory_rate"]).mean()),
+            "median_log10_ratio": float(np.median(np.log10(t1["rate"] / t1["theory_rate"]))),
+        }
+    return out
+
+
+def boundary_figure(table: pd.DataFrame, by: str, path: Path, title: str) -> None:
+    """Fraction of ``rank_collapse`` cells against ``qk_scale``, one line per value of ``by``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.2, 3.0))
+    for key, g in table.groupby(by):
+        f = g.groupby("qk_scale")["regime"].apply(lambda r: (r == "rank_collapse").mean())
+        label = f"{by}={key}" + (f" (r={int(g['radius'].iloc[0])})" if by == "mask" else "")
+        ax.plot(f.index, f.values, marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("query/key scale s")
+    ax.set_ylabel("fraction rank_collapse")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def regime_figure(table: pd.DataFrame, path: Path, rows: tuple[str, ...] = ("norm", "skip", "placement")) -> None:
+    """Stacked regime fractions per ``qk_scale`` (x) for every combination of ``rows``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .regime import REGIMES
+    from .report import COLOURS
+
+    groups = list(table.groupby(list(rows)))
+    ncol = 4
+    nrow = math.ceil(len(groups) / ncol)
+    fig, axs = plt.subplots(nrow, ncol, figsize=(2.4 * ncol, 1.9 * nrow + 0.4), squeeze=False, sharey=True)
+    for ax in axs.flat[len(groups):]:
+        ax.axis("off")
+    for ax, (key, g) in zip(axs.flat, groups):
+        frac = pd.crosstab(g["qk_scale"], g["regime"], normalize="index").reindex(columns=list(REGIMES), fill_value=0)
+        bottom = np.zeros(len(frac))
+        xs = np.arange(len(frac))
+        for r in REGIMES:
+            ax.bar(xs, frac[r].values, bottom=bottom, color=COLOURS[r], width=0.85)
+            bottom += frac[r].values
+        ax.set_xticks(xs, [f"{v:g}" for v in frac.index], fontsize=5)
+        ax.tick_params(labelsize=5)
+        ax.set_title(", ".join(f"{n}={v}" for n, v in zip(rows, key if isinstance(key, tuple) else (key,))), fontsize=6)
+    fig.supxlabel("query/key scale s", fontsize=7)
+    from matplotlib.patches import Patch
+
+    fig.legend(handles=[Patch(color=COLOURS[r], label=r) for r in REGIMES], loc="lower center", ncol=5, fontsize=6)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

@@ -1,0 +1,130 @@
+"""Write a phase table: ``phase.parquet``, regime heatmaps and ``report.html``.
+
+Heatmaps put two axes on the plot (default: the first two axes with more than one value)
+and draw one panel per combination of the other varied axes; a cell's colour is its
+regime and its text ``log10(mu/||X||_F)``. More than :data:`PANELS_PER_FILE` panels are
+split over ``heatmap_000.png``, ``heatmap_001.png``, ...
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .._io import atomic_path, write_text_atomic
+from .regime import REGIMES
+
+PANELS_PER_FILE = 24
+COLOURS = {"rank_collapse": "#d62728", "entropy_collapse": "#ff7f0e", "stable_rank_k": "#2ca02c",
+           "diverging": "#7f7f7f", "undecided": "#1f77b4"}
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _panels(table: pd.DataFrame, axes: list[str], plot: tuple[str, str]):
+    rest = [a for a in axes if a not in plot]
+    if not rest:
+        yield "", table
+        return
+    for key, sub in table.groupby(rest, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        yield ", ".join(f"{a}={_fmt(v)}" for a, v in zip(rest, key)), sub
+
+
+def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, str] | None = None) -> list[Path]:
+    """Regime heatmaps of ``table`` over the varied ``axes``; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    varied = [a for a in axes if table[a].nunique() > 1] or axes[:1]
+    if plot is None:
+        plot = (varied[0], varied[1] if len(varied) > 1 else varied[0])
+    xs, ys = list(dict.fromkeys(table[plot[0]])), list(dict.fromkeys(table[plot[1]]))
+    panels = list(_panels(table, varied, plot))
+    files = []
+    for f, start in enumerate(range(0, len(panels), PANELS_PER_FILE)):
+        chunk = panels[start:start + PANELS_PER_FILE]
+        ncol = min(4, len(chunk))
+        nrow = math.ceil(len(chunk) / ncol)
+        fig, axs = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 2.6 * nrow + 0.6), squeeze=False)
+        for ax in axs.flat[len(chunk):]:
+            ax.axis("off")
+        for ax, (title, sub) in zip(axs.flat, chunk):
+            for _, r in sub.iterrows():
+                i, j = xs.index(r[plot[0]]), ys.index(r[plot[1]])
+                ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, color=COLOURS[r["regime"]]))
+                mu = r["mu_relative"]
+                txt = "-inf" if mu == 0 else (f"{math.log10(mu):.0f}" if mu == mu else "nan")
+                ax.text(i, j, txt, ha="center", va="center", fontsize=6)
+            ax.set_xlim(-0.5, len(xs) - 0.5)
+            ax.set_ylim(-0.5, len(ys) - 0.5)
+            ax.set_xticks(range(len(xs)), [_fmt(x) for x in xs], fontsize=6, rotation=45)
+            ax.set_yticks(range(len(ys)), [_fmt(y) for y in ys], fontsize=6)
+            ax.set_xlabel(plot[0], fontsize=7)
+            ax.set_ylabel(plot[1], fontsize=7)
+            ax.set_title(title, fontsize=6)
+        fig.legend(handles=[Patch(color=COLOURS[r], label=r) for r in REGIMES], loc="lower center", ncol=5, fontsize=7)
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        path = out / (f"heatmap_{f:03d}.png" if len(panels) > PANELS_PER_FILE else "heatmap.png")
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+        plt.close(fig)
+        files.append(path)
+    return files
+
+
+_TEMPLATE = """<!doctype html><html><head><meta charset="utf-8"><title>rankcollapse phase</title>
+<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}
+td,th{border:1px solid #ccc;padding:2px 6px}</style></head><body>
+<h1>Phase diagram: {{ n_cells }} cells</h1>
+<p>Fixed: {{ fixed }}. Samples per seed: {{ samples }}, seeds: {{ seeds }}, first seed {{ seed }}.
+Computed {{ timing.computed }}, cached {{ timing.cached }}, wall {{ timing.wall_s }} s
+({{ timing.executor }}, {{ timing.workers }} workers).</p>
+<h2>Regimes</h2><table><tr><th>regime</th><th>cells</th></tr>
+{% for r, n in regimes %}<tr><td>{{ r }}</td><td>{{ n }}</td></tr>{% endfor %}</table>
+<h2>Theory</h2><p>{{ theory }}</p>
+{% for f in figures %}<p><img src="{{ f }}" style="max-width:100%"></p>{% endfor %}
+<h2>Cells</h2>{{ cells_html }}
+<p>Labelling rule: docs/phase.md.</p></body></html>"""
+
+
+def theory_agreement(table: pd.DataFrame) -> dict[str, Any]:
+    """Over cells where the theory predicts a regime: ``n`` and agreement ``rate``
+    (overall and per source)."""
+    pred = table[table["theory_regime"] != ""]
+    out: dict[str, Any] = {"n": int(len(pred)),
+                           "agree": float((pred["theory_regime"] == pred["regime"]).mean()) if len(pred) else float("nan")}
+    for src, sub in pred.groupby("theory_source"):
+        out[src] = {"n": int(len(sub)), "agree": float((sub["theory_regime"] == sub["regime"]).mean())}
+    return out
+
+
+def write_report(table: pd.DataFrame, axes: list[str], out: Path, *, meta: dict[str, Any],
+                 plot: tuple[str, str] | None = None) -> dict[str, Any]:
+    """Write ``phase.parquet``, heatmaps and ``report.html`` under ``out``; returns the paths."""
+    import jinja2
+
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "phase.parquet") as tmp:
+        table.to_parquet(tmp, index=False)
+    figs = heatmaps(table, axes, out, plot)
+    counts = table["regime"].value_counts()
+    html = jinja2.Template(_TEMPLATE, autoescape=True).render(
+        n_cells=len(table), fixed=meta.get("fixed", {}), samples=meta.get("samples"), seeds=meta.get("seeds"),
+        seed=meta.get("seed"), timing=meta.get("timing", {}),
+        regimes=[(r, int(counts.get(r, 0))) for r in REGIMES], theory=theory_agreement(table),
+        figures=[f.name for f in figs],
+        cells_html=jinja2.utils.markupsafe.Markup(table.head(2000).to_html(index=False, float_format=lambda v: f"{v:.3g}")))
+    write_text_atomic(out / "report.html", html)
+    return {"parquet": str(out / "phase.parquet"), "heatmaps": [str(f) for f in figs], "report": str(out / "report.html")}
+
+
+__all__ = ["heatmaps", "theory_agreement", "write_report"]

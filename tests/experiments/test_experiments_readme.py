@@ -1,0 +1,56 @@
+"""The README's results table is the output of `reproduce summary` on the quick run
+committed under ``docs/results/quick`` (claims.json, config.json), and that run is the
+one today's code and configs would make: its unit hashes (config, numerics version,
+library versions) equal the ones :func:`runner.plan` gives now, and its stored table
+rechecks to the same verdicts. A change to a rule, a config or the numerics therefore
+fails this test until the run is redone (``rankcollapse reproduce all --scale quick
+--out docs/results/quick``) and the README table pasted from ``rankcollapse reproduce
+summary docs/results/quick``.
+
+The table sits between the markers ``<!-- claims:start -->`` and ``<!-- claims:end -->``;
+missing markers fail the test."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from rankcollapse.experiments import runner
+from rankcollapse.experiments.report import results_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+RESULTS = ROOT / "docs" / "results" / "quick"
+
+
+def readme_table(text: str) -> str:
+    """The text between the claims markers (stripped), or AssertionError."""
+    m = re.search(r"<!-- claims:start -->\n(.*?)<!-- claims:end -->", text, flags=re.S)
+    assert m, "README.md has no <!-- claims:start --> ... <!-- claims:end --> block"
+    return m.group(1).strip()
+
+
+def test_marker_extraction():
+    assert readme_table("x\n<!-- claims:start -->\n| a |\n<!-- claims:end -->\n") == "| a |"
+    with pytest.raises(AssertionError, match="claims:start"):
+        readme_table("no markers here")
+
+
+def test_readme_table_is_the_committed_quick_run():
+    claims = json.loads((RESULTS / "claims.json").read_text())
+    assert readme_table(README.read_text(encoding="utf-8")) == results_markdown(claims).strip()
+
+
+def test_committed_quick_run_is_todays_run():
+    config = json.loads((RESULTS / "config.json").read_text())
+    assert config["scale"] == "quick" and config["seed"] == 0
+    _, units, _ = runner.plan("all", "quick", 0)
+    assert sorted(config["units"]) == sorted(u.hash for u in units)
+
+
+@pytest.mark.slow
+def test_committed_quick_run_rechecks():
+    if not (RESULTS / "table.parquet").exists():
+        pytest.fail("docs/results/quick/table.parquet is missing")
+    assert all(stored == again for _, stored, again in runner.recheck(RESULTS))

@@ -1,0 +1,168 @@
+"""Mask schedules: parsing, the composed graph against an independent path composition
+(numpy boolean products + networkx), describe and compare."""
+
+import json
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rankcollapse.errors import MaskError
+from rankcollapse.masks import analyze, parse_mask
+from rankcollapse.masks.schedule import MaskSchedule, is_schedule, parse_schedule
+from rankcollapse.masks.schedule_rates import compare_schedules, describe_schedule
+
+
+def test_repeat_and_period():
+    s = parse_schedule("schedule:sliding_window:w=9*5,complete", 32)
+    assert s.period == 6
+    assert [m.spec for m in s.masks[:5]] == ["sliding_window:w=9"] * 5
+    assert s.layer(5).spec == "complete" and s.layer(6).spec == "sliding_window:w=9" and s.layer(11).spec == "complete"
+    assert s.spec == "schedule:sliding_window:w=9*5,complete"
+    assert s.edges_per_layer() == [32 * 9 - 2 * (4 + 3 + 2 + 1)] * 5 + [32 * 32]
+
+
+def test_key_value_items_continue_the_previous_mask():
+    s = parse_schedule("schedule:random:p=0.2,seed=3*2,block:size=4,causal=true", 16)
+    assert s.period == 3
+    assert s.masks[0].to_csr().nnz == parse_mask("random:p=0.2,seed=3", 16).to_csr().nnz
+    assert s.masks[2].spec == parse_mask("block:size=4,causal=true", 16).spec
+
+
+def test_yaml_json_and_list_forms_agree(tmp_path):
+    want = parse_schedule("schedule:causal_sliding_window:w=3*2,causal", 16)
+    f = tmp_path / "s.yaml"
+    f.write_text("- causal_sliding_window:w=3*2\n- causal\n")
+    for src in ('["causal_sliding_window:w=3*2", "causal"]', ["causal_sliding_window:w=3*2", "causal"],
+                [{"mask": "causal_sliding_window:w=3", "repeat": 2}, "causal"], f"schedule:{f}"):
+        got = parse_schedule(src, 16)
+        assert [m.spec for m in got.masks] == [m.spec for m in want.masks]
+
+
+def test_is_schedule_does_not_take_a_bool_matrix():
+    assert not is_schedule([[True, False], [True, True]]) and not is_schedule("causal")
+    assert is_schedule("schedule:causal") and is_schedule(["causal"])
+
+
+@pytest.mark.parametrize("bad, msg", [("schedule:", "empty"), ("schedule:causal*0", "repeat"),
+                                      ("schedule:causal,nosuch", "nosuch"), ("[1, 2", "YAML"),
+                                      ([{"repeat": 2}], "'mask'")])
+def test_bad_schedules_raise_mask_error(bad, msg):
+    with pytest.raises(MaskError, match=msg):
+        parse_schedule(bad, 8)
+
+
+def test_composed_graph_hand_built():
+    # two layers of a causal window of width 2: paths of length <= 2 backwards
+    s = parse_schedule("schedule:causal_sliding_window:w=2*2", 6)
+    assert np.array_equal(s.composed().to_dense().numpy(), parse_mask("causal_sliding_window:w=3", 6).to_dense().numpy())
+    # window then causal = causal; centers {0}, radius 1
+    a = analyze(parse_schedule("schedule:causal_sliding_window:w=3,causal", 8).composed())
+    assert a.centers == [0] and a.radius == 1
+
+
+_ATOMS = st.sampled_from(["causal", "complete", "causal_sliding_window:w=2", "causal_sliding_window:w=3",
+                          "sliding_window:w=3", "block:size=2", "block:size=3,causal=true", "prefix:k=2"])
+_RANDOM = st.builds(lambda p, s: f"random:p={p},seed={s}", st.sampled_from([0.05, 0.15, 0.3]),
+                    st.integers(0, 50))
+
+
+def _reference(masks: list[np.ndarray]):
+    """Path composition with numpy boolean products, graph facts with networkx."""
+    H = masks[0].copy()
+    for M in masks[1:]:
+        H = (M.astype(np.int64) @ H.astype(np.int64)) > 0
+    g = nx.DiGraph()
+    g.add_nodes_from(range(H.shape[0]))
+    g.add_edges_from((int(j), int(i)) for i, j in zip(*np.nonzero(H)))  # i attends j: edge j -> i
+    n = H.shape[0]
+    lengths = {c: nx.single_source_shortest_path_length(g, c) for c in g}
+    centers = sorted(c for c, d in lengths.items() if len(d) == n)
+    radius = min(max(lengths[c].values()) for c in centers) if centers else None
+    return H, centers, radius
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(2, 12), items=st.lists(st.one_of(_ATOMS, _RANDOM), min_size=1, max_size=4),
+       reps=st.lists(st.integers(1, 3), min_size=4, max_size=4))
+def test_composed_graph_matches_independent_path_composition(n, items, reps):
+    spec = "schedule:" + ",".join(f"{it}*{k}" for it, k in zip(items, reps))
+    try:
+        s = parse_schedule(spec, n)
+    except MaskError:  # a constructor rejects its size (e.g. prefix:k=2 at N=2): nothing to compare
+        return
+    dense = [m.to_dense().numpy() for m in s.masks]
+    H, centers, radius = _reference(dense)
+    assert np.array_equal(s.composed().to_dense().numpy(), H)
+    d = describe_schedule(s)
+    assert d["centers"] == centers and d["radius"] == radius
+    assert d["quasi_strongly_connected"] == bool(centers)
+    assert d["period"] == sum(reps[: len(items)]) and len(d["layers"]) == d["period"]
+    # self-loops make composition monotone: H contains every layer's mask
+    assert all((H | M).sum() == H.sum() for M in dense)
+
+
+def test_describe_reports_rate_and_layers():
+    d = describe_schedule("schedule:causal_sliding_window:w=3*2,causal", 16)
+    assert d["period"] == 3 and d["n_tokens"] == 16 and d["centers"] == [0] and d["radius"] == 1
+    assert [x["spec"] for x in d["layers"]] == ["causal_sliding_window:w=3"] * 2 + ["causal"]
+    assert d["edges_per_layer"] == [45, 45, 136]
+    # eps = e^-2 / 16 (largest in-degree 16); factor (1 - eps^3)^(1/3)
+    eps = np.exp(-2.0) / 16
+    assert d["epsilon"] == pytest.approx(eps)
+    assert d["log10_rate_per_layer"] == pytest.approx(np.log10(1 - eps**3) / 3, rel=1e-9)
+
+
+def test_non_qsc_schedule_has_no_rate():
+    d = describe_schedule("schedule:block:size=4*2", 8)
+    assert not d["quasi_strongly_connected"] and d["radius"] is None and d["log10_rate_per_layer"] is None
+
+
+def test_period_one_schedule_equals_the_mask():
+    a = analyze(parse_mask("causal_sliding_window:w=4", 20))
+    d = describe_schedule("schedule:causal_sliding_window:w=4", 20)
+    assert d["period"] == 1 and d["centers"] == a.centers and d["radius"] == a.radius and d["n_edges"] == a.n_edges
+
+
+def test_compare_ranks_at_equal_budget():
+    # ranks follow the predicted per-layer rate, (1 - eps^(p r))^(1/(p r))
+    df = compare_schedules(["schedule:causal_sliding_window:w=2*3,causal", "causal_sliding_window:w=2"], 32)
+    assert list(df["period"]) == [4, 1]
+    assert list(df["radius"]) == [1, 31]
+    # the interleaved schedule has effective radius 4*1 < 31: faster predicted collapse -> rank 2
+    assert list(df["rank_predicted"]) == [2, 1]
+    assert df["mean_edges_per_layer"].iloc[1] == 63
+
+
+def test_measured_rank_uses_simulation():
+    df = compare_schedules(["schedule:causal_sliding_window:w=2*3,causal", "causal_sliding_window:w=2"], 16,
+                           measure=True, depth=30, n_samples=4)
+    assert df["measured_rate"].between(0, 1).all()
+    # a local chain of width 2 collapses more slowly than one that reaches everyone every 4 layers
+    assert df["measured_rate"].iloc[1] > df["measured_rate"].iloc[0]
+    assert list(df["rank_measured"]) == [2, 1]
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", "from rankcollapse.cli import main; main()", "mask", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_describe_schedule_interface(tmp_path):
+    p = _cli("describe", "schedule:causal_sliding_window:w=3*2,causal", "--n-tokens", "16", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert {"n_tokens", "centers", "radius", "quasi_strongly_connected", "period", "layers"} <= set(d)
+    assert d["n_tokens"] == 16 and d["period"] == 3 and len(d["layers"]) == 3
+    p = _cli("show", "schedule:causal_sliding_window:w=3*2,causal", "--n", "16", "--out", str(tmp_path / "s.png"))
+    assert p.returncode == 0 and (tmp_path / "s.png").stat().st_size > 0
+    p = _cli("compare", "schedule:causal_sliding_window:w=3*2,causal", "causal", "--n", "16", "--json")
+    rows = json.loads(p.stdout)
+    # same eps (largest in-degree 16 in both); effective radius p r = 3 vs 1: the schedule is slower
+    assert [r["period"] for r in rows] == [3, 1] and [r["rank_predicted"] for r in rows] == [1, 2]
+    p = _cli("describe", "schedule:causal*x", "--n", "8")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1

@@ -1,0 +1,100 @@
+"""The phase grid, sweep cache, report files and the `rankcollapse phase` command."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from rankcollapse.errors import ConfigError
+from rankcollapse.phase.grid import DEFAULTS, expand_grid, parse_axis
+from rankcollapse.phase.report import theory_agreement, write_report
+from rankcollapse.phase.sweep import batches, run_phase
+
+CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
+
+
+def test_parse_axis_values_and_errors():
+    assert parse_axis("qk_scale=0.25,1,4") == ("qk_scale", [0.25, 1.0, 4.0])
+    assert parse_axis("skip=off,on") == ("skip", [False, True])
+    assert parse_axis("mask=complete,bigbird:w=3;g=1;r=0") == ("mask", ["complete", "bigbird:w=3,g=1,r=0"])
+    for bad in ("nosuch=1", "qk_scale", "qk_scale=", "qk_scale=-1", "norm=batchnorm", "depth=2000", "d_qk=x"):
+        with pytest.raises(ConfigError):
+            parse_axis(bad)
+
+
+def test_expand_grid_is_the_product_over_defaults():
+    cells = expand_grid({"qk_scale": [0.5, 2.0], "norm": ["none", "sphere", "layernorm"]}, {"depth": 8})
+    assert len(cells) == 6
+    assert [c["norm"] for c in cells[:3]] == ["none", "sphere", "layernorm"]  # last axis fastest
+    assert all(c["depth"] == 8 and c["mask"] == DEFAULTS["mask"] for c in cells)
+    with pytest.raises(ConfigError):
+        expand_grid({"bogus": [1]})
+
+
+def test_batches_group_by_shared_keys_and_cut():
+    cells = expand_grid({"qk_scale": [0.5, 1.0, 2.0], "norm": ["none", "sphere"]})
+    parts = batches(cells, 2)
+    assert sorted(i for p in parts for i in p) == list(range(6))
+    for p in parts:
+        assert len(p) <= 2 and len({cells[i]["norm"] for i in p}) == 1
+
+
+def test_run_phase_caches_units_and_keeps_cell_order(tmp_path):
+    cells = expand_grid({"qk_scale": [0.0, 1.0], "norm": ["none", "layernorm"]}, {"depth": 8, "n_tokens": 8, "d_model": 4})
+    t1, timing1 = run_phase(cells, samples=2, cache_dir=tmp_path)
+    t2, timing2 = run_phase(cells, samples=2, cache_dir=tmp_path)
+    assert timing1["computed"] == 2 and timing2["computed"] == 0 and timing2["cached"] == 2
+    assert list(t1["qk_scale"]) == [0.0, 0.0, 1.0, 1.0] and list(t1["norm"]) == ["none", "layernorm"] * 2
+    pd.testing.assert_frame_equal(t1, t2)
+
+
+def test_write_report_files_and_theory_agreement(tmp_path):
+    cells = expand_grid({"qk_scale": [0.0, 1.0], "norm": ["none", "sphere"], "mask": ["complete", "causal"]},
+                        {"depth": 8, "n_tokens": 8, "d_model": 4, "value": "orthogonal"})
+    table, timing = run_phase(cells, samples=2, cache_dir=tmp_path / "c")
+    paths = write_report(table, ["qk_scale", "norm", "mask"], tmp_path, meta={"timing": timing})
+    assert pd.read_parquet(paths["parquet"]).shape[0] == 8
+    assert paths["heatmaps"] == [str(tmp_path / "heatmap.png")]
+    assert "8 cells" in (tmp_path / "report.html").read_text()
+    agree = theory_agreement(table)
+    pred = table[table["theory_regime"] != ""]
+    assert agree["n"] == len(pred) == 4  # norm none, no skip, ||W_V||_2 = 1: Theorem 1
+    assert agree["agree"] == pytest.approx((pred["theory_regime"] == pred["regime"]).mean())
+
+
+def test_cli_json_and_files(tmp_path):
+    out = subprocess.run([*CLI, "phase", "--axis", "qk_scale=0.25,4", "--axis", "norm=none,layernorm",
+                          "--depth", "8", "--n-tokens", "8", "--d-model", "4", "--samples", "2",
+                          "--out", str(tmp_path), "--json"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert len(data["cells"]) == 4
+    keys = {"qk_scale", "norm", "mu_relative", "numerical_rank", "attention_entropy", "rate", "regime"}
+    assert keys <= set(data["cells"][0])
+    assert all(c["regime"] in {"rank_collapse", "entropy_collapse", "stable_rank_k", "diverging", "undecided"}
+               for c in data["cells"])
+    for name in ("phase.parquet", "heatmap.png", "report.html"):
+        assert (tmp_path / name).is_file()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--axis", "nosuch=1"), "--axis expects NAME="),
+    (("--axis", "norm=batchnorm"), "--axis norm"),
+    (("--samples", "0"), "--samples must be >= 1"),
+])
+def test_cli_errors_are_one_line(tmp_path, args, fragment):
+    out = subprocess.run([*CLI, "phase", *args, "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0]
+
+
+@pytest.mark.slow
+def test_processes_executor_gives_the_serial_numbers(tmp_path):
+    cells = expand_grid({"qk_scale": [0.5, 2.0], "norm": ["none", "sphere"]}, {"depth": 8, "n_tokens": 8, "d_model": 4})
+    serial, _ = run_phase(cells, samples=2, cache_dir=tmp_path / "a")
+    procs, timing = run_phase(cells, samples=2, cache_dir=tmp_path / "b", executor="processes", workers=2)
+    assert timing["computed"] == 2
+    pd.testing.assert_frame_equal(serial, procs)

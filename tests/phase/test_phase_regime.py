@@ -1,0 +1,142 @@
+"""Regime labels of the phase sweep on cells with known answers, and the rule itself."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rankcollapse.dynamics import simulate
+from rankcollapse.masks import parse_mask
+from rankcollapse.phase.batched import run_group
+from rankcollapse.phase.cell import _entropy_per_layer, run_cell
+from rankcollapse.phase.grid import DEFAULTS
+from rankcollapse.phase.regime import (fit_log10_rate, label_cell, label_trajectory, theory_prediction,
+                                       trajectory_measures)
+from rankcollapse.theory.equilibria import causal_example_2x2
+
+
+def cell(**over):
+    return {**DEFAULTS, **over}
+
+
+def test_pure_attention_complete_mask_collapses():
+    (row,) = run_group([cell(value="orthogonal")], samples=2)  # ||W_V||_2 = 1: A2 holds
+    assert row["value_log_norm"] == pytest.approx(0.0, abs=1e-9)
+    assert row["regime"] == "rank_collapse"
+    assert row["mu_relative"] < 1e-6
+    assert row["rate"] < 0 and row["rate_lo"] <= row["rate"] <= row["rate_hi"]
+    assert row["theory_regime"] == "rank_collapse" and row["theory_source"] == "theorem1"
+
+
+def test_causal_2x2_construction_from_its_basin_is_stable_rank_2():
+    """W_V = [[1,-3],[0,2]], W_Q = W_K = 0, causal, unit sphere: B is locally stable."""
+    eqs = causal_example_2x2()
+    B = torch.tensor([[0.0, 1.0], list(eqs.info["B"])], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    X0 = B + 0.05 * torch.randn(3, 2, 2, generator=gen, dtype=torch.float64)
+    X0 = X0 / X0.norm(dim=-1, keepdim=True)
+    W_V = torch.tensor([[1.0, -3.0], [0.0, 2.0]], dtype=torch.float64)
+    mask = parse_mask("causal", 2)
+    res = simulate(X0, mask=mask, depth=400, variant="sphere", value=W_V, query_key="zero",
+                   metrics=("mu_relative",), dtype=torch.float64, record_states=True, record_attention=True)
+    ent = _entropy_per_layer(res.attention, mask.to_dense())
+    row = label_cell(trajectory_measures(res.metrics, res.states, ent))
+    assert row["regime"] == "stable_rank_k" and row["k"] == 2
+    assert torch.allclose(res.states[-1], B.expand(3, 2, 2), atol=1e-8)
+    assert row["attention_entropy"] == pytest.approx(1.0, abs=1e-12)  # W_Q = W_K = 0: uniform rows
+
+
+@pytest.mark.parametrize("mask", ["complete", "causal"])
+def test_orthogonal_values_with_sphere_norm_from_a_hemisphere_collapse(mask):
+    """Theorem 2: SA + unit-sphere norm, orthogonal W_V, tokens in an open hemisphere."""
+    (row,) = run_group([cell(norm="sphere", value="orthogonal", input="hemisphere", mask=mask, depth=128)], samples=2)
+    assert row["regime"] == "rank_collapse"
+    assert row["theory_regime"] == "rank_collapse" and row["theory_source"] == "theorem2"
+
+
+def test_vanishing_query_key_scale_gives_uniform_attention():
+    rows = run_group([cell(qk_scale=0.0), cell(qk_scale=1e-4)], samples=2)
+    assert rows[0]["attention_entropy"] == pytest.approx(1.0, abs=1e-12)
+    assert rows[1]["attention_entropy"] > 0.9999
+
+
+def test_batched_path_matches_simulate_per_cell():
+    cells = [cell(norm="layernorm", skip=True, placement="pre", qk_scale=1.0, value="near_identity"),
+             cell(norm="rmsnorm", mask="sliding_window:w=3", value="orthogonal", value_scale=2.0),
+             cell(norm="none", d_qk=4, shared=True, value_scale=0.5)]
+    for c in cells:
+        (got,) = run_group([c], samples=2)
+        ref = run_cell(c, samples=2)
+        assert got["regime"] == ref["regime"] and got["k"] == ref["k"]
+        for key in ("attention_entropy", "stable_rank", "numerical_rank", "epsilon_min"):
+            assert got[key] == pytest.approx(ref[key], rel=1e-8, abs=1e-12), key
+        assert got["mu_relative"] == pytest.approx(ref["mu_relative"], rel=1e-6, abs=1e-13)
+
+
+def _tr(**over):
+    base = {"diverged": False, "mu_relative": 0.5, "norm_ratio": 1.0, "change": 1.0, "k": 3,
+            "numerical_rank": 3.0, "stable_rank": 2.0, "rate": -0.1, "attention_entropy": 0.5, "entropy_last": 0.5}
+    return {**base, **over}
+
+
+@pytest.mark.parametrize("over, label", [
+    ({"diverged": True}, "diverging"),
+    ({"norm_ratio": 1e13}, "diverging"),
+    ({"norm_ratio": float("nan")}, "diverging"),
+    ({"mu_relative": 1e-7}, "rank_collapse"),
+    ({"change": 1e-5}, "stable_rank_k"),
+    ({"change": 1e-5, "mu_relative": 1e-4}, "undecided"),   # converged but nearly collapsed
+    ({"entropy_last": 0.97}, "entropy_collapse"),
+    ({"entropy_last": 0.01}, "entropy_collapse"),
+    ({}, "undecided"),
+])
+def test_label_trajectory_rule(over, label):
+    assert label_trajectory(_tr(**over)) == label
+
+
+def test_label_cell_needs_a_strict_majority():
+    two_two = [_tr(mu_relative=1e-9)] * 2 + [_tr(change=0.0)] * 2
+    assert label_cell(two_two)["regime"] == "undecided"
+    row = label_cell([_tr(change=0.0, k=2)] * 3 + [_tr(mu_relative=1e-9)])
+    assert row["regime"] == "stable_rank_k" and row["k"] == 2
+    assert row["frac_stable_rank_k"] == 0.75 and row["frac_rank_collapse"] == 0.25
+
+
+def test_label_cell_rate_interval_is_the_t_interval():
+    rows = [_tr(rate=r) for r in (-1.0, -2.0, -3.0)]
+    row = label_cell(rows)
+    half = 4.302652729911275 * 1.0 / math.sqrt(3)  # t_{0.975, 2} * sd / sqrt(n)
+    assert row["rate"] == pytest.approx(-2.0)
+    assert row["rate_lo"] == pytest.approx(-2.0 - half) and row["rate_hi"] == pytest.approx(-2.0 + half)
+
+
+def test_fit_rate_of_an_exact_geometric_decay():
+    m = 10.0 ** (-0.5 * np.arange(40))
+    # the fit stops where m first drops below 1e-12 (t = 25)
+    assert fit_log10_rate(m) == pytest.approx(-0.5, rel=1e-12)
+    assert math.isnan(fit_log10_rate(np.array([0.3])))
+
+
+def test_value_log_norm_is_the_sum_of_log_spectral_norms():
+    from rankcollapse.phase.cell import build_weights, value_log_norm
+
+    c = cell(value="gaussian", value_scale=0.5, depth=5)
+    expected = sum(math.log(float(torch.linalg.matrix_norm(lw.W_V, ord=2))) for lw in build_weights(c, 0))
+    assert value_log_norm(c, range(1)) == pytest.approx(expected, rel=1e-12)
+    assert value_log_norm(cell(value="orthogonal", value_scale=0.5, depth=4), range(2)) == pytest.approx(4 * math.log(0.5))
+
+
+def test_theory_prediction_sources():
+    from rankcollapse.masks.graph import analyze
+
+    info = analyze(parse_mask("causal", 8))
+    assert theory_prediction(cell(), info, 0.01)["theory_source"] == "theorem1"
+    r = theory_prediction(cell(), info, 0.01)["theory_rate"]
+    assert r == pytest.approx(math.log10(1 - 0.01))  # radius 1: (1 - eps^r)^(t/r)
+    assert theory_prediction(cell(skip=True), info, 0.01)["theory_regime"] == ""
+    outside = theory_prediction(cell(), info, 0.01, value_log_norm=0.5)
+    assert outside["theory_regime"] == "" and outside["theory_source"] == "pure_sa_outside_A2"
+    assert theory_prediction(cell(norm="layernorm"), info, 0.01)["theory_regime"] == ""
+    eq = theory_prediction(cell(norm="sphere", value="constructed", qk_scale=0.0, mask="causal"), info, 0.01)
+    assert eq["theory_regime"] == "stable_rank_k" and eq["theory_source"] == "equilibria"
