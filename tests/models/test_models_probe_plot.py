@@ -3,10 +3,6 @@ note explains rank-deficient embeddings of position-free (RoPE) families."""
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -34,14 +30,10 @@ def test_layer_rows_separate_final_norm_from_last_block_output(make_tiny, make_w
     assert "d_qk_scale=2" in title and "drop=mlp" in title and "mask=model default" in title
 
 
-def test_plot_draws_final_norm_as_its_own_labelled_series(tmp_path, monkeypatch, make_tiny, make_windows_tiny):
+def test_plot_draws_final_norm_as_its_own_labelled_series(tmp_path, make_tiny, make_windows_tiny):
     loaded = make_tiny("llama")
     table = probe(loaded, make_windows_tiny(), mask="causal_sliding_window:w=4")
-    saved = {}
-    real_close = plt.close
-    monkeypatch.setattr(plt, "close", lambda fig: saved.setdefault("fig", fig))
-    probe_cli.plot_layers({"tiny": table}, tmp_path / "probe.png")
-    real_close(saved["fig"])
+    saved = {"fig": probe_cli.plot_layers({"tiny": table}, tmp_path / "probe.png")}
     assert (tmp_path / "probe.png").stat().st_size > 0
     ax = saved["fig"].axes[0]
     labels = [ln.get_label() for ln in ax.get_lines()]

@@ -130,18 +130,24 @@ def write_attentions(path: Path, maps: dict[str, Any]) -> None:
         np.savez_compressed(fh, **{name: a.numpy() for name, a in maps.items()})
 
 
-def plot_layers(tables: dict[str, Any], path: Path) -> None:
+def plot_layers(tables: dict[str, Any], path: Path | None = None, *, ax: Any = None) -> Any:
     """Four panels (μ, rank fraction, σ_min, avg |cos|) against layer, one line per
     model through the embeddings and every block output (``layer.k.output``); where
     the model has a final norm, its output is a separate star marker at the last
     layer (it shares the ``hidden_states`` index with the raw last block output).
-    The title gives the intervention settings (mask, d_qk_scale, drop)."""
-    import matplotlib
+    The title gives the intervention settings (mask, d_qk_scale, drop). ``ax``: four
+    axes to draw on (else a new pyplot-free figure); ``path``: also write a PNG there.
+    Returns the figure; never changes matplotlib's backend."""
+    from .._figure import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.9))
+    if ax is None:
+        fig = new_figure((16, 3.9))
+        axes = fig.subplots(1, 4)
+    else:
+        axes = list(ax)
+        if len(axes) != 4:
+            raise ConfigError(f"plot_layers draws four panels; ax= gave {len(axes)} axes")
+        fig = axes[0].figure
     for name, table in tables.items():
         blocks, final = _layer_rows(table)
         for ax, (metric, label) in zip(axes, PLOT_METRICS):
@@ -159,9 +165,9 @@ def plot_layers(tables: dict[str, Any], path: Path) -> None:
     axes[0].legend(fontsize=7)
     fig.suptitle(_settings_title(tables), fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    if path is not None:
+        save_figure(fig, path, dpi=110)
+    return fig
 
 
 def _settings_title(tables: dict[str, Any]) -> str:

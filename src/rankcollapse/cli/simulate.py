@@ -69,23 +69,9 @@ def _json_number(value) -> float | None:
 
 
 def _plot(result, path: Path, title: str) -> None:
-    import matplotlib
+    from .._figure import save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    names = [k for k in ("mu", "mu_relative") if k in result.metrics] or list(result.metrics)
-    for name in names:  # μ when recorded, else every requested metric
-        y = result.metrics[name].mean(1).numpy()
-        ax.plot(range(1, len(y)), y[1:], marker=".", label=f"{name} (mean over samples)")
-        ax.axhline(y[0], ls=":", lw=0.8, color=ax.lines[-1].get_color())
-    ax.set(xscale="log", yscale="log", xlabel="layer t", ylabel="value (dotted: t = 0)", title=title)
-    ax.legend()
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_figure(result.plot(title=title), path, dpi=120)
 
 
 def simulate_command(

@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
+from .._display import NotebookResult
+from .._progress import Steps, steps
 from .._validate import check_device, check_float, check_int
 from ..errors import ConfigError, MetricError
 from .._memory import check_memory
@@ -34,7 +36,7 @@ _DENSE_SCORE_BUDGET = 64 * 2**20  # bytes of (B, H, N, N) scores above which spa
 
 
 @dataclass
-class SimResult:
+class SimResult(NotebookResult):
     """Output of :func:`simulate`.
 
     metrics : name -> ``(depth+1, B)`` float64 CPU tensor; row ``t`` is after ``t`` layers
@@ -54,6 +56,44 @@ class SimResult:
     attention: list[torch.Tensor] | None = None
     final_metrics: dict[str, torch.Tensor] | None = None
     zero_rows: list[int] = field(default_factory=list)
+
+    def to_pandas(self) -> Any:
+        """Tidy :class:`pandas.DataFrame` ``layer, sample, metric, value`` (layer 0 = the
+        input); values after the final norm, when recorded, have ``layer = "final_norm"``."""
+        import pandas as pd
+
+        frames = []
+        for name, values in self.metrics.items():
+            T, B = values.shape
+            frames.append(pd.DataFrame({"layer": np.repeat(np.arange(T), B).astype(object),
+                                        "sample": np.tile(np.arange(B), T), "metric": name,
+                                        "value": values.flatten().numpy()}))
+        for name, values in (self.final_metrics or {}).items():
+            frames.append(pd.DataFrame({"layer": "final_norm", "sample": np.arange(values.shape[0]),
+                                        "metric": name, "value": values.numpy()}))
+        return pd.concat(frames, ignore_index=True)
+
+    def to_dict(self) -> dict:
+        """Settings and the last layer's mean of every metric (JSON-ready)."""
+        last = {f"final_mean_{k}": float(v[-1].mean()) for k, v in self.metrics.items()}
+        scalars = {k: v for k, v in self.config.items() if isinstance(v, (bool, int, float, str))}
+        return {**scalars, **last, "zero_rows": list(self.zero_rows)}
+
+    def plot(self, metrics: list[str] | None = None, *, ax: Any = None, title: str | None = None) -> Any:
+        """Mean over samples of ``metrics`` (default μ and μ/‖X‖_F when recorded) against
+        layer on log-log axes, layer 0 dotted; returns the figure (drawn on ``ax`` if given)."""
+        from .._figure import new_axes
+
+        fig, ax = new_axes(ax, figsize=(6, 4))
+        names = metrics or [k for k in ("mu", "mu_relative") if k in self.metrics] or list(self.metrics)
+        for name in names:
+            y = self.metrics[name].mean(1).numpy()
+            ax.plot(range(1, len(y)), y[1:], marker=".", label=f"{name} (mean over samples)")
+            ax.axhline(y[0], ls=":", lw=0.8, color=ax.lines[-1].get_color())
+        ax.set(xscale="log", yscale="log", xlabel="layer t", ylabel="value (dotted: t = 0)", title=title or "")
+        ax.legend()
+        fig.tight_layout()
+        return fig
 
 
 def _as_tokens(X0, dtype, device) -> torch.Tensor:
@@ -125,7 +165,7 @@ def _check_weights(weights: Sequence[LayerWeights], depth: int, d: int) -> None:
 
 
 def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callable, metric_mask,
-                record_states: bool):
+                record_states: bool, bar: Steps | None = None):
     """The layer loop: returns (metric rows, states or None, zero rows per layer, final
     metrics or None). Zero rows met under ``sphere`` are warned about even when a later
     layer fails."""
@@ -147,6 +187,8 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                 rows.append(_measure_at(measure, X, metric_mask, t + 1, peak))
                 if record_states:
                     states.append(X.cpu())
+                if bar is not None:
+                    bar.advance()
             if cfg.final_norm:
                 Xf, _ = apply_norm(X, cfg.norm, cfg.eps)
                 final = {k: v.detach().to("cpu", torch.float64).reshape(B)
@@ -179,7 +221,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
              dtype: torch.dtype | None = None, device: torch.device | str | None = None,
              n_heads: int | None = None, shared: bool = False, path: str = "auto", block_size: int = 64,
              record_states: bool = False, record_epsilon: bool = False, record_attention: bool = False,
-             max_memory: int | str | None = None) -> SimResult:
+             progress: bool | None = None, max_memory: int | str | None = None) -> SimResult:
     """Run ``depth`` layers of masked self-attention dynamics from ``X0``.
 
     Pure SA (spec.md §2): ``X(t+1) = A(t) X(t) W_V(t)``, ``A(t) = softmax_G(X W_Q
@@ -214,6 +256,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         64 MiB, else dense).
     block_size : query rows per block of the windowed kernel (default 64).
     record_states, record_epsilon, record_attention : keep X(t), ε(t), A(t).
+    progress : a progress bar over layers on stderr; None = only when stderr is a terminal.
     max_memory : bytes (or ``"8GiB"``) the attention may use (default half the RAM):
         estimated from the mask's edge count before the mask or any score is built.
 
@@ -279,7 +322,9 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     attend = make_attention(m) if sched is None else ScheduledAttention(sched, make_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
     metric_mask = m.dense(X.device) if uses_mask else None  # built once, not per layer
-    rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states)
+    with steps(len(weights), "simulate: layers", progress) as bar:
+        rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states,
+                                                     bar)
     out = {k: torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]) for k in names}
     config = {"variant": canonical_variant(variant) if isinstance(variant, str) else "custom", "block": cfg.to_dict(), "depth": depth,
               "d_qk": d_qk, "value": value if isinstance(value, str) else "user",

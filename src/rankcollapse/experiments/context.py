@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 from typing import Any
@@ -105,7 +104,8 @@ class RunContext:
     def model(self, name: str) -> Any:
         """The loaded model ``name`` (``minilm``, ``smollm2`` or a path/hub id)."""
         if name not in self._models:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            # offline by load_model's default (local_files_only unless the caller set
+            # HF_HUB_OFFLINE=0); the process environment is left alone
             from ..models.loading import load_model
 
             with _quiet_transformers():

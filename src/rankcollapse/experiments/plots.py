@@ -19,16 +19,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import matplotlib.ticker
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from .quantities import select_rows  # noqa: E402
-from .table import CONDITION_COLUMNS  # noqa: E402
+from .._figure import colour, new_figure
+from ..errors import ConfigError
+from .quantities import select_rows
+from .table import CONDITION_COLUMNS
 
 METRIC_LABELS = {
     "mu": "μ(X) = ‖X − 1γ_X‖_F",
@@ -64,7 +62,6 @@ def make_plots(table: pd.DataFrame, configs: list[dict[str, Any]], folder: Path)
             path = folder / f"{spec['id']}.png"
             with atomic_path(path) as tmp:
                 fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-            plt.close(fig)
             caption = (spec.get("caption", "") + (f" Drawn: {drawn}." if drawn else "")).strip()
             out[spec["id"]] = {"path": str(path), "title": spec["title"], "caption": caption,
                                "experiment": cfg["name"], "aliases": list(spec.get("aliases", []))}
@@ -121,8 +118,11 @@ def _log_floor(rows: pd.DataFrame) -> float:
     return float(10 ** np.floor(np.log10(v.min()) - 1)) if v.size else LOG_FLOOR
 
 
-def draw(table: pd.DataFrame, spec: dict[str, Any]):
-    """One figure for ``spec`` or None when the table has no matching rows."""
+def draw(table: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
+    """One figure for ``spec`` or None when the table has no matching rows.
+
+    ``ax``: a matplotlib axes, or an array of them (one per panel), to draw on; by
+    default a new pyplot-free figure (the backend is never changed)."""
     rows = _rows(table, spec)
     if rows.empty:
         return None
@@ -135,7 +135,14 @@ def draw(table: pd.DataFrame, spec: dict[str, Any]):
     sharey = spec.get("sharey", "auto")
     if sharey == "auto":
         sharey = _share_y(rows, panel_key, panels, log)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.1 * nrow), squeeze=False, sharey=bool(sharey))
+    if ax is None:
+        fig = new_figure((3.6 * ncol, 3.1 * nrow))
+        axes = fig.subplots(nrow, ncol, squeeze=False, sharey=bool(sharey))
+    else:
+        axes = np.asarray(ax, dtype=object).reshape(1, -1)
+        if axes.size < len(panels):
+            raise ConfigError(f"plot {spec.get('id', '')!r} has {len(panels)} panels; ax= gave {axes.size} axes")
+        fig = axes.flat[0].figure
     loglog = bool(spec.get("loglog", False))
     extra = _varying(rows, {line_key, spec["lines"], "mask", panel_key or ""})
     rows = rows.assign(_line=[_label(r, line_key, extra, spec) for r in rows[[line_key] + extra].to_dict("records")])
@@ -187,7 +194,7 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
 def _style(i: int) -> dict[str, Any]:
-    return {"color": plt.cm.tab10(i % 10), "ls": _DASHES[i % len(_DASHES)], "marker": _MARKERS[i % len(_MARKERS)],
+    return {"color": colour(i), "ls": _DASHES[i % len(_DASHES)], "marker": _MARKERS[i % len(_MARKERS)],
             "lw": max(2.6 - 0.45 * i, 1.1)}
 
 

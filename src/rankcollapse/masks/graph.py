@@ -26,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse import csgraph
 
+from .._display import NotebookResult
 from .._memory import check_memory
 from ..errors import MaskError
 from . import interval_graph
@@ -63,7 +64,7 @@ def bfs_distances(graph: sp.csr_array, source: int) -> np.ndarray:
 
 
 @dataclass
-class MaskAnalysis:
+class MaskAnalysis(NotebookResult):
     """Graph facts of a mask (spec.md §4).
 
     Attributes

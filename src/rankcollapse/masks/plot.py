@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,29 +30,33 @@ def image_format(out: str | Path) -> str:
     return fmt
 
 
-def draw_mask(mask: Mask, analysis: MaskAnalysis, out: str | Path) -> Path:
-    """Write an image of ``mask`` (dark cell ``(i, j)`` = query i attends to key j).
+def draw_mask(mask: Mask, analysis: MaskAnalysis | None = None, out: str | Path | None = None, *,
+              ax: Any = None) -> Any:
+    """Draw ``mask`` (dark cell ``(i, j)`` = query i attends to key j); returns the figure.
 
     Centers are marked in red on both axes; the title gives QSC, radius and diameter.
-    The file is written atomically; the format follows the suffix (png, pdf, svg).
+    ``analysis`` defaults to :func:`rankcollapse.masks.analyze` of ``mask``. ``ax``: a
+    matplotlib axes to draw on (else a new pyplot-free figure). ``out``: also write the
+    image there, atomically; the format follows the suffix (png, pdf, svg). Never
+    changes matplotlib's backend.
 
     Raises
     ------
     MaskError
-        An unknown image format (:func:`image_format`).
+        An unknown image format (:func:`image_format`; checked before any drawing).
     """
-    fmt = image_format(out)
-    import matplotlib
+    if out is not None:
+        image_format(out)
+    from .._figure import new_axes, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    if analysis is None:
+        from .graph import analyze
 
-    from .._io import atomic_path
-
+        analysis = analyze(mask)
     n = mask.n_tokens
     dense = mask.to_numpy()
     size = min(9.0, 3.0 + n / 16)
-    fig, ax = plt.subplots(figsize=(size, size))
+    fig, ax = new_axes(ax, figsize=(size, size))
     ax.imshow(dense, cmap="Greys", vmin=0, vmax=1.4, interpolation="nearest", origin="upper")
     centers = np.asarray(analysis.centers, dtype=int)
     if centers.size:
@@ -70,8 +75,6 @@ def draw_mask(mask: Mask, analysis: MaskAnalysis, out: str | Path) -> Path:
     ax.set_xlim(-0.5 - n * 0.04, n - 0.5)
     ax.set_ylim(n - 0.5, -0.5 - n * 0.04)
     fig.tight_layout()
-    out = Path(out)
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format=fmt, dpi=120)
-    plt.close(fig)
-    return out
+    if out is not None:
+        save_figure(fig, out, dpi=120)
+    return fig

@@ -19,6 +19,7 @@ import torch
 
 from ..data import Windows
 from ..errors import ConfigError, ModelError
+from .._progress import steps
 from ..metrics import compute_metrics
 from . import families
 from .interventions import intervene, split_drop
@@ -149,6 +150,7 @@ def probe(
     batch_size: int = 8,
     points: Sequence[str] | str = "hidden_states",
     exclude_special: bool = False,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """Metrics per layer and recorded point, summarised over windows.
 
@@ -170,6 +172,7 @@ def probe(
         sublayer outputs) or an explicit list of point names.
     exclude_special : also leave out special tokens ([CLS], [SEP], BOS) from metrics.
         Padding is always left out.
+    progress : a progress bar over batches on stderr; None = only on a terminal.
 
     Returns
     -------
@@ -191,21 +194,11 @@ def probe(
     stack_list = families.stacks(loaded.model, loaded.family)
     point_list = default_points(loaded, points) if isinstance(points, str) else list(points)
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
-    for start in range(0, windows.n_windows, batch_size):
-        ids = windows.input_ids[start : start + batch_size]
-        am = windows.attention_mask[start : start + batch_size]
-        inputs = model_inputs(loaded, ids, am)
-        real = am.bool()
-        if exclude_special:
-            real = real & ~windows.special_tokens_mask[start : start + batch_size]
-        with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am):
-            with Recorder(loaded, point_list) as rec:
-                loaded.model(**inputs)
-        for name, X in rec.outputs.items():
-            pad = decoder_padding(real) if name.startswith("decoder.") else real
-            result = compute_metrics(X, list(names), padding_mask=pad.to(X.device), dtype=torch.float64)
-            for metric, v in result.items():
-                values.setdefault((name, metric), []).append(v.detach().cpu().double())
+    with steps(-(-windows.n_windows // batch_size), "probe: batches", progress) as bar:
+        for start in range(0, windows.n_windows, batch_size):
+            _probe_batch(loaded, windows, start, batch_size, mask, d_qk_scale, drop, point_list, names,
+                         exclude_special, values)
+            bar.advance()
     df = _summarise(values, point_list, names, stack_list)
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
@@ -213,6 +206,27 @@ def probe(
         d_qk_scale=float(d_qk_scale), drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, length=windows.length,
     )
     return df
+
+
+def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mask: Any, d_qk_scale: float,
+                 drop: Any, point_list: list[str], names: Sequence[str], exclude_special: bool,
+                 values: dict[tuple[str, str], list[torch.Tensor]]) -> None:
+    """One forward pass over windows ``start : start + batch_size``; appends each point's
+    metrics ``(batch,)`` to ``values[(point, metric)]``."""
+    ids = windows.input_ids[start : start + batch_size]
+    am = windows.attention_mask[start : start + batch_size]
+    inputs = model_inputs(loaded, ids, am)
+    real = am.bool()
+    if exclude_special:
+        real = real & ~windows.special_tokens_mask[start : start + batch_size]
+    with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am):
+        with Recorder(loaded, point_list) as rec:
+            loaded.model(**inputs)
+    for name, X in rec.outputs.items():
+        pad = decoder_padding(real) if name.startswith("decoder.") else real
+        result = compute_metrics(X, list(names), padding_mask=pad.to(X.device), dtype=torch.float64)
+        for metric, v in result.items():
+            values.setdefault((name, metric), []).append(v.detach().cpu().double())
 
 
 @torch.no_grad()

@@ -16,7 +16,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
     "bound": ("BoundResult", "EnvelopeViolation", "check_collapse_bound", "fit_rate", "radius_sweep"),
     "equilibria": ("Equilibrium", "EquilibriumSet", "causal_example_2x2", "equilibria"),
     "finder": ("FinderResult", "FinderSettings", "find_equilibria"),
-    "portrait": ("portrait_2d", "portrait_2d_data", "trajectories_3d"),
+    "portrait": ("plot_portrait_2d", "plot_trajectories_3d", "portrait_2d", "portrait_2d_data", "trajectories_3d"),
     "schedule_bound": ("check_schedule_bound",),
     "sphere": ("SphereResult", "check_sphere_collapse"),
     "stability": ("StabilityReport", "jacobian", "stability", "tangent_basis", "tangent_jacobian"),
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .bound import BoundResult, EnvelopeViolation, check_collapse_bound, fit_rate, radius_sweep
     from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria
     from .finder import FinderResult, FinderSettings, find_equilibria
-    from .portrait import portrait_2d, portrait_2d_data, trajectories_3d
+    from .portrait import plot_portrait_2d, plot_trajectories_3d, portrait_2d, portrait_2d_data, trajectories_3d
     from .schedule_bound import check_schedule_bound
     from .sphere import SphereResult, check_sphere_collapse
     from .stability import StabilityReport, jacobian, stability, tangent_basis, tangent_jacobian

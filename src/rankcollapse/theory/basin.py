@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from scipy.stats import binomtest
 
+from .._display import NotebookResult
+from .._progress import steps
 from ..dynamics.inputs import sphere_tokens
 from ..metrics import numerical_rank
 from ..errors import ConfigError, ConvergenceError
@@ -22,7 +24,7 @@ from .system import AttentionSystem
 
 
 @dataclass
-class BasinEstimate:
+class BasinEstimate(NotebookResult):
     """Fraction of random starts converging to a rank-``target_rank`` fixed point."""
 
     target_rank: int
@@ -42,12 +44,15 @@ class BasinEstimate:
         return dict(vars(self))
 
 
-def run_sa_ln(system: AttentionSystem, X0: torch.Tensor, depth: int) -> torch.Tensor:
-    """``depth`` SA-LN steps from ``X0`` ``(B, N, d)`` (float64); returns the final states."""
+def run_sa_ln(system: AttentionSystem, X0: torch.Tensor, depth: int, progress: bool | None = False) -> torch.Tensor:
+    """``depth`` SA-LN steps from ``X0`` ``(B, N, d)`` (float64); returns the final states.
+    ``progress``: a bar over layers on stderr (None = only on a terminal)."""
     system = system.to(torch.float64)
     X = X0.to(torch.float64)
-    for _ in range(depth):  # loop over layers only
-        X = system.step(X, check=False)
+    with steps(depth, "basin: layers", progress) as bar:
+        for _ in range(depth):  # loop over layers only
+            X = system.step(X, check=False)
+            bar.advance()
     return X
 
 
@@ -70,6 +75,7 @@ def basin_estimate(
     depth: int = 400,
     confidence: float = 0.95,
     method: str = "wilson",
+    progress: bool | None = None,
 ) -> BasinEstimate:
     """Estimate the fraction of uniform random starts ending at a rank-``target_rank`` equilibrium.
 
@@ -79,6 +85,7 @@ def basin_estimate(
     target_rank : default ``min(N, d)``.
     method : ``"wilson"`` or ``"exact"`` (Clopper–Pearson), passed to
         ``scipy.stats.binomtest(...).proportion_ci``.
+    progress : a bar over layers on stderr; None = only when stderr is a terminal.
 
     Raises
     ------
@@ -99,7 +106,7 @@ def basin_estimate(
     if not 0 < confidence < 1:
         raise ConfigError(f"confidence must be strictly between 0 and 1, got {confidence}")
     g = torch.Generator().manual_seed(seed)
-    X = run_sa_ln(system, sphere_tokens(n_samples, N, d, generator=g), depth)
+    X = run_sa_ln(system, sphere_tokens(n_samples, N, d, generator=g), depth, progress)
     finite = torch.isfinite(X).flatten(1).all(1)
     if not bool(finite.any()):
         raise ConfigError(f"SA-LN step undefined: a row of A X W_V became zero before normalisation "

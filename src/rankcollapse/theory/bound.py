@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .._display import NotebookResult
 from ..dynamics import gaussian_tokens, simulate
 from ..errors import ConfigError
 from ..masks import analyze, resolve_mask
@@ -33,7 +34,7 @@ class EnvelopeViolation(UserWarning):
 
 
 @dataclass
-class BoundResult:
+class BoundResult(NotebookResult):
     """Measured μ and the Theorem 1 envelope, per layer and sample.
 
     ``mu`` and ``envelope`` are float64 ``(depth+1, B)``; ``epsilon`` ``(B,)``;
@@ -64,6 +65,10 @@ class BoundResult:
             "layer": np.repeat(np.arange(T), B), "sample": np.tile(np.arange(B), T),
             "mu": self.mu.flatten().numpy(), "envelope": self.envelope.flatten().numpy(),
         })
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The tidy table of :meth:`table`."""
+        return self.table()
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from scipy.optimize import brentq
 
+from .._display import NotebookResult
 from .._validate import check_int
 from ..errors import ConfigError
 from ..metrics import numerical_rank
@@ -60,7 +61,7 @@ class Equilibrium:
 
 
 @dataclass
-class EquilibriumSet:
+class EquilibriumSet(NotebookResult):
     """A system and equilibria of it (``equilibria`` list), JSON-ready via ``to_dict``."""
 
     system: AttentionSystem
@@ -72,6 +73,19 @@ class EquilibriumSet:
         for eq in self.equilibria:
             eq.stability = stability(self.system, eq.X)
         return self
+
+    def to_pandas(self) -> Any:
+        """One row per equilibrium: ``rank, residual, stable, spectral_radius, signs, X``."""
+        import pandas as pd
+
+        return pd.DataFrame([{"rank": e.rank, "residual": e.residual, "stable": e.stable,
+                              "spectral_radius": None if e.stability is None else e.stability.spectral_radius,
+                              "signs": list(e.signs), "X": e.X.tolist()} for e in self.equilibria],
+                            columns=["rank", "residual", "stable", "spectral_radius", "signs", "X"])
+
+    def _facts(self) -> dict[str, Any]:
+        return {"n_tokens": self.system.n_tokens, "dim": self.system.dim, "n_equilibria": len(self.equilibria),
+                **{k: v for k, v in self.info.items() if isinstance(v, (bool, int, float, str))}}
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.system.to_dict(), "equilibria": [e.to_dict() for e in self.equilibria], "info": self.info}

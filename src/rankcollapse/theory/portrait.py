@@ -41,16 +41,26 @@ def portrait_2d_data(system: AttentionSystem | None = None, *, n_angles: int = 7
     return out
 
 
-def portrait_2d(path: str | Path, **kwargs: Any) -> dict[str, Any]:
-    """Draw :func:`portrait_2d_data` to a PNG at ``path``; returns the data."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def portrait_2d(path: str | Path | None = None, *, ax: Any = None, **kwargs: Any) -> dict[str, Any]:
+    """Compute :func:`portrait_2d_data` (``kwargs``), draw it with :func:`plot_portrait_2d`
+    (on ``ax`` when given) and write a PNG at ``path`` when given; returns the data."""
     data = portrait_2d_data(**kwargs)
-    system = (kwargs.get("system") or causal_example_2x2().system)
-    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    fig = plot_portrait_2d(data, kwargs.get("system"), ax=ax)
+    if path is not None:
+        from .._figure import save_figure
+
+        save_figure(fig, path, dpi=120)
+    return data
+
+
+def plot_portrait_2d(data: dict[str, Any], system: AttentionSystem | None = None, *, ax: Any = None) -> Any:
+    """Draw :func:`portrait_2d_data`'s output (final vs starting angle of token 1, degrees);
+    returns the figure. ``system``: the one the data came from (for the title; default the
+    ``N = d = 2`` causal example). Never changes matplotlib's backend."""
+    from .._figure import new_axes
+
+    system = system or causal_example_2x2().system
+    fig, ax = new_axes(ax, figsize=(6.4, 4.6))
     for s, color in ((1, "tab:blue"), (-1, "tab:orange")):
         ax.scatter(data["start_deg"], data["final_deg"][s], s=4, color=color,
                    label=f"token 0 starts at {'+' if s > 0 else '-'}(0, 1)")
@@ -62,9 +72,7 @@ def portrait_2d(path: str | Path, **kwargs: Any) -> dict[str, Any]:
            title=f"SA-LN, N = d = 2, causal, W_V = {_matrix_text(system.W_V)}")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return data
+    return fig
 
 
 def _matrix_text(W: torch.Tensor) -> str:
@@ -86,19 +94,15 @@ def _pick_starts(system: AttentionSystem, n_starts: int, depth: int, generator: 
     return pool[chosen]
 
 
-def trajectories_3d(path: str | Path, system: AttentionSystem | None = None, *, n_starts: int = 6,
+def trajectories_3d(path: str | Path | None = None, system: AttentionSystem | None = None, *, n_starts: int = 6,
                     depth: int = 60, seed: int = 0) -> np.ndarray:
     """Draw token trajectories on the unit sphere (``d = 3``) to a PNG; returns ``(depth+1, B, N, 3)``.
 
     Default system: the ``N = d = 2`` example lifted to ``N = d = 3`` (causal,
     ``W_Q = W_K = 0``, ``W_V = diag([[1, -3], [0, 2]], 1/2)``). Starts are drawn from a
     seeded pool so that about half end above rank 1 when any can (see ``_pick_starts``).
+    ``path``: also write a PNG there. Draw the result with :func:`plot_trajectories_3d`.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if system is None:
         W_V = torch.zeros(3, 3, dtype=torch.float64)
         W_V[:2, :2] = causal_example_2x2().system.W_V
@@ -114,22 +118,33 @@ def trajectories_3d(path: str | Path, system: AttentionSystem | None = None, *, 
         X = system.step(X, check=False)
         path_states.append(X)
     traj = torch.stack(path_states).numpy()
-    fig = plt.figure(figsize=(6, 6))
-    ax = fig.add_subplot(projection="3d")
+    if path is not None:
+        from .._figure import save_figure
+
+        save_figure(plot_trajectories_3d(traj), path, dpi=110)
+    return traj
+
+
+def plot_trajectories_3d(traj: np.ndarray, *, ax: Any = None) -> Any:
+    """Draw token paths ``traj`` of shape ``(depth+1, B, N, 3)`` on the unit sphere;
+    returns the figure. ``ax``: a 3-D axes (``projection="3d"``) to draw on."""
+    from .._figure import colour, new_axes
+
+    traj = np.asarray(traj)
+    depth, n_tokens = traj.shape[0] - 1, traj.shape[2]
+    fig, ax = new_axes(ax, figsize=(6, 6), projection="3d")
     u, v = np.meshgrid(np.linspace(0, 2 * np.pi, 40), np.linspace(0, np.pi, 20))
     ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="lightgrey", lw=0.3)
-    colors = plt.cm.tab10(np.arange(system.n_tokens) % 10)
+    colors = [colour(i) for i in range(n_tokens)]
     for b in range(traj.shape[1]):
-        for i in range(system.n_tokens):
+        for i in range(n_tokens):
             p = traj[:, b, i]
             ax.plot(p[:, 0], p[:, 1], p[:, 2], ".-", color=colors[i], lw=0.4, ms=2,
                     label=f"token {i}" if b == 0 else None)
             ax.scatter(*p[-1], color=colors[i], s=60 - 15 * i, edgecolor="k", depthshade=False)
     n_high = sum(int(np.linalg.matrix_rank(x, tol=1e-6)) > 1 for x in traj[-1])
     ax.legend(loc="upper left", fontsize=8)
-    ax.set(title=f"SA-LN token trajectories on S^2 (N = {system.n_tokens}, {depth} layers)\n"
+    ax.set(title=f"SA-LN token trajectories on S^2 (N = {n_tokens}, {depth} layers)\n"
            f"large dot = final state; {n_high} of {traj.shape[1]} starts end above rank 1")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return traj
+    return fig

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .._display import NotebookResult
 from ..dynamics.attention import attention_weights
 from ..dynamics.layers import sphere
 from .._validate import check_float
@@ -47,7 +48,7 @@ def make_inputs(kind: str, B: int, N: int, d: int, generator: torch.Generator) -
 
 
 @dataclass
-class SphereResult:
+class SphereResult(NotebookResult):
     """μ per layer ``(depth+1, B)``, min pairwise cosine at t=0, fitted rate, and final μ."""
 
     mask: str
@@ -58,6 +59,15 @@ class SphereResult:
     final_mu: float
     collapsed: bool
     config: dict[str, Any]
+
+    def to_pandas(self) -> Any:
+        """Tidy :class:`pandas.DataFrame` ``layer, sample, mu``."""
+        import numpy as np
+        import pandas as pd
+
+        T, B = self.mu.shape
+        return pd.DataFrame({"layer": np.repeat(np.arange(T), B), "sample": np.tile(np.arange(B), T),
+                             "mu": self.mu.flatten().numpy()})
 
     def to_dict(self) -> dict[str, Any]:
         return {"mask": self.mask, "inputs": self.inputs, "min_cos0": self.min_cos0,

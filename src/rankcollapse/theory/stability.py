@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .._display import NotebookResult
 from .system import AttentionSystem
 
 #: Eigenvalue moduli within this of 1 are reported as "neutral" (linearisation undecided).
@@ -52,7 +53,7 @@ def tangent_jacobian(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class StabilityReport:
+class StabilityReport(NotebookResult):
     """Eigenvalues of the tangent Jacobian with a verdict per direction.
 
     ``eigenvalues`` complex ``(N(d-1),)``; ``token[m]`` is the token whose tangent block
@@ -71,6 +72,17 @@ class StabilityReport:
     @property
     def n_unstable(self) -> int:
         return self.verdicts.count("unstable")
+
+    def to_pandas(self) -> Any:
+        """One row per tangent direction: ``eigenvalue_real, eigenvalue_imag, modulus, token, verdict``."""
+        import pandas as pd
+
+        ev = self.eigenvalues.to(torch.complex128)
+        return pd.DataFrame({"eigenvalue_real": ev.real.numpy(), "eigenvalue_imag": ev.imag.numpy(),
+                             "modulus": ev.abs().numpy(), "token": list(self.token), "verdict": list(self.verdicts)})
+
+    def _facts(self) -> dict[str, Any]:
+        return {"stable": self.stable, "spectral_radius": self.spectral_radius, "n_unstable": self.n_unstable}
 
     def to_dict(self) -> dict[str, Any]:
         return {

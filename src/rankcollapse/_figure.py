@@ -1,0 +1,47 @@
+"""Figures without pyplot: plotting never touches matplotlib's backend or pyplot state.
+
+Every plotting function in the package draws on a caller's ``ax`` when given one and
+otherwise on a new :class:`matplotlib.figure.Figure` (not registered with pyplot, so a
+notebook's inline backend and open figures are left alone); it returns the figure.
+Jupyter displays a returned ``Figure``; ``fig.savefig(path)`` writes it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def new_axes(ax: Any = None, *, figsize: tuple[float, float] = (6.0, 4.0), **subplot_kw: Any) -> tuple[Any, Any]:
+    """``(figure, axes)``: ``ax`` and its figure when given, else a new pyplot-free figure."""
+    if ax is not None:
+        return ax.figure, ax
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    return fig, fig.add_subplot(**subplot_kw)
+
+
+def new_figure(figsize: tuple[float, float]) -> Any:
+    """A new pyplot-free :class:`~matplotlib.figure.Figure`."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize)
+
+
+def save_figure(fig: Any, path: str | Path, *, dpi: int = 120, **kwargs: Any) -> Path:
+    """Write ``fig`` atomically to ``path``; the format follows the suffix (png by default)."""
+    from ._io import atomic_path
+
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=dpi, **kwargs)
+    return path
+
+
+def colour(i: int, name: str = "tab10") -> tuple[float, float, float, float]:
+    """Colour ``i`` of the qualitative colormap ``name`` (no pyplot needed)."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps[name]
+    return cmap(i % cmap.N)

@@ -1,0 +1,145 @@
+"""Schema of the experiment configs (``configs/*.yaml``), checked with pydantic.
+
+Every mapping whose keys the code reads (top level, ``data``, units, plots, claims,
+rules, checks, quantities) forbids unknown keys, so a typo (``factr:``, ``opp:``) is an
+error naming the key and where it is, never a silent default that changes a
+pre-registered rule. Free-form mappings (``scales``, unit ``grid``/``params``,
+``select`` filters, ``nearby`` overrides) keep any key: their keys are table columns
+or unit parameters, checked where they are used.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ConfigError
+
+UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "theory")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Data(_Strict):
+    corpus: str
+    length: int = Field(gt=1)
+    embed_model: Optional[str] = None
+    path: Optional[str] = None
+    seed: Optional[int] = None
+
+
+class Unit(_Strict):
+    kind: Literal["simulate", "probe", "pretrained_sa", "theory"]
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Plot(_Strict):
+    id: str
+    title: str
+    metric: str
+    lines: str
+    caption: str = ""
+    select: dict[str, Any] = Field(default_factory=dict)
+    panels: Optional[str] = None
+    loglog: bool = False
+    x: Optional[str] = None
+    xlabel: Optional[str] = None
+    ylabel: Optional[str] = None
+    yscale: Optional[Literal["log", "linear", "symlog"]] = None
+    ncols: Optional[int] = Field(default=None, ge=1)
+    sharey: Union[bool, Literal["auto"], None] = None
+    line_label: Optional[str] = None
+    panel_label: Optional[str] = None
+    legend_title: Optional[str] = None
+    aliases: list[str] = Field(default_factory=list)
+
+
+class Quantity(_Strict):
+    stat: Optional[str] = None
+    metric: Optional[str] = None
+    layer: Any = None
+    from_layer: Any = None
+    floor: Optional[float] = None
+    select: dict[str, Any] = Field(default_factory=dict)
+    num: Optional["Quantity"] = None
+    den: Optional["Quantity"] = None
+    const: Optional[float] = None
+
+
+class Check(_Strict):
+    lhs: Quantity
+    op: Literal[">=", "<=", ">", "<", "within"]
+    rhs: Optional[Quantity] = None
+    name: Optional[str] = None
+    factor: Any = None
+    compare: Optional[Literal["ratio", "difference"]] = None
+    informational: bool = False
+    for_each: dict[str, list[Any]] = Field(default_factory=dict)
+
+
+class Rule(_Strict):
+    statement: str
+    checks: list[Check] = Field(min_length=1)
+    expect: Optional[Literal["all", "mixed"]] = None
+
+
+class Original(_Strict):
+    verdict: str
+    rule: Optional[str] = None
+    reason: Optional[str] = None
+
+
+class Claim(_Strict):
+    id: str
+    effect: str
+    rule: Rule
+    paper_effect: Optional[str] = None
+    where: Optional[str] = None
+    measured_quantity: Optional[str] = None
+    comparison: Optional[str] = None
+    plot: Optional[str] = None
+    notes: Optional[str] = None
+    original: Optional[Original] = None
+    nearby_units: dict[str, Any] = Field(default_factory=dict)
+    nearby: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ExperimentConfig(_Strict):
+    name: str
+    title: str
+    data: Data
+    scales: dict[str, dict[str, Any]]
+    units: list[Unit]
+    plots: list[Plot] = Field(default_factory=list)
+    claims: list[Claim] = Field(default_factory=list)
+    claims_from: Any = None
+
+
+def validate_config(cfg: Any, name: str) -> ExperimentConfig:
+    """Check ``cfg`` (a parsed YAML config) against :class:`ExperimentConfig`.
+
+    Raises
+    ------
+    ConfigError
+        One line per problem: where (``claims[2].rule.checks[0]``) and what
+        (``unknown key 'factr'``, a missing required key, a value not allowed).
+    """
+    try:
+        return ExperimentConfig.model_validate(cfg)
+    except ValidationError as exc:
+        raise ConfigError(f"config {name}: " + "; ".join(_problem(e) for e in exc.errors())) from None
+
+
+def _problem(err: dict[str, Any]) -> str:
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"][:-1]).lstrip(".")
+    last = err["loc"][-1] if err["loc"] else ""
+    prefix = f"{where}: " if where else ""
+    if err["type"] == "extra_forbidden":
+        return f"{prefix}unknown key {last!r}"
+    if err["type"] == "missing":
+        return f"{prefix}missing key {last!r}"
+    return f"{prefix}{last}: {err['msg']} (got {err.get('input')!r})"

@@ -1,0 +1,165 @@
+"""Every code block of README.md and docs/*.md runs as written.
+
+``python`` blocks of one file run in order in one namespace, in a temporary folder.
+``bash`` blocks (and indented ``rankcollapse ...`` lines) run through the CLI in
+process (typer's runner; ``&&`` and ``> file`` handled), in a temporary folder holding
+the input files the docs name (X.npy, pm.npy, my.txt, my_corpus.txt). Commands that load
+SmolLM2, MiniLM or run an experiment job go to the slow test, some with smaller sizes
+(:data:`SMALLER`). The few that cannot run here are listed in :data:`ILLUSTRATIVE`
+with the reason; a new command that matches none of the lists runs in the fast test.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_FENCE = re.compile(r"```(\w*)\n(.*?)```", re.S)
+
+#: Commands that cannot run in a test, by pattern, with the reason. Keep this short.
+ILLUSTRATIVE = {
+    r"^(make|pip|python3 -m venv)\b": "set-up commands (CI runs its own set-up)",
+    r"HF_HUB_OFFLINE=0": "needs a reachable Hugging Face hub",
+    r"--scale paper": "paper scale takes hours",
+    r"--executor ray": "needs a Ray cluster",
+    r"--model (gpt2|t5-small|albert)": "hub checkpoints not installed here",
+    r"\[--": "synopsis with optional arguments in brackets",
+}
+#: Commands that run only in the slow test (real models or a whole experiment job).
+SLOW = r"\bprobe\b|\breproduce\b|--input wiki|--pretrained"
+#: Smaller sizes for the test runs: (pattern, replacement), applied in order.
+SMALLER = [(r"--scale quick", "--scale smoke"), (r"--windows \d+", "--windows 2"),
+           (r"--length \d+", "--length 32"), (r"--depth \d+", "--depth 4"), (r"--n-tokens \d+", "--n-tokens 16"),
+           (r"theory basin$", "theory basin --samples 200 --depth 100"),
+           (r"theory bound$", "theory bound --n 12 --widths 12,5,2 --depth 20 --samples 2"),
+           (r"(simulate .*--variant skip_ln.*)", r"\1 --n-tokens 16 --depth 4")]
+
+
+def _smaller(command: str) -> str:
+    for pattern, repl in SMALLER:
+        command = re.sub(pattern, repl, command)
+    return command
+#: python blocks run by another test (they load real models).
+PY_ELSEWHERE = {"models.md": "tests/models/test_models_docs_snippets.py"}
+
+
+def _blocks(lang: str) -> list[tuple[str, int, str]]:
+    out = []
+    for doc in DOCS:
+        for i, (fence, body) in enumerate(_FENCE.findall(doc.read_text(encoding="utf-8"))):
+            if fence == lang:
+                out.append((doc.name, i, body))
+    return out
+
+
+def _commands() -> list[tuple[str, str]]:
+    """``(doc name, command)`` of every shell line in bash blocks and indented blocks."""
+    found = []
+    for name, _, body in _blocks("bash"):
+        for line in body.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()
+            if line and not line.startswith("#"):
+                found.append((name, line))
+    for doc in DOCS:
+        text = _FENCE.sub("", doc.read_text(encoding="utf-8")).replace("\\\n", " ")  # join continued lines
+        for line in re.findall(r"^    ((?:rankcollapse|echo) .*)$", text, re.M):
+            found.append((doc.name, line.split(" #")[0].strip()))
+    return list(dict.fromkeys(found))  # in order; a line repeated in one doc runs once
+
+
+def _kind(command: str) -> str:
+    if any(re.search(p, command) for p in ILLUSTRATIVE):
+        return "illustrative"
+    return "slow" if re.search(SLOW, command) else "fast"
+
+
+_DIRS: dict[str, Path] = {}
+
+
+@pytest.fixture
+def workdir(doc, tmp_path_factory, monkeypatch):
+    """One folder per document: its commands run in order there (a file one writes, the
+    next may read)."""
+    if doc not in _DIRS:
+        _DIRS[doc] = _inputs(tmp_path_factory.mktemp(doc.replace(".", "_")))
+    monkeypatch.chdir(_DIRS[doc])
+    return _DIRS[doc]
+
+
+def _inputs(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "X.npy", rng.standard_normal((3, 8, 4)))
+    pm = np.ones((3, 8), dtype=bool)
+    pm[1, 6:] = False
+    np.save(tmp_path / "pm.npy", pm)
+    text = ("Attention masks shape how tokens mix. " * 40 + "\n\n") * 6
+    (tmp_path / "my.txt").write_text(text)
+    (tmp_path / "my_corpus.txt").write_text(text)
+    return tmp_path
+
+
+def _run(command: str, cwd: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rankcollapse.cli import app
+
+    for part in command.split("&&"):
+        words = shlex.split(part)
+        target = None
+        if ">" in words:
+            k = words.index(">")
+            target, words = words[k + 1], words[:k]
+        if words[0] == "echo":
+            (cwd / target).write_text(" ".join(words[1:]) + "\n")
+            continue
+        assert words[0] == "rankcollapse", command
+        res = CliRunner().invoke(app, words[1:], catch_exceptions=True)
+        assert res.exit_code == 0, f"{command!r} exited {res.exit_code}: {res.output[-800:]} {res.exception!r}"
+        if target is not None:
+            (cwd / target).write_text(res.stdout)
+
+
+def test_every_command_is_classified_and_few_are_illustrative():
+    cmds = _commands()
+    assert len(cmds) >= 30
+    illustrative = [c for _, c in cmds if _kind(c) == "illustrative"]
+    assert len(illustrative) <= 14, illustrative
+    assert all(c.startswith(("rankcollapse", "echo")) for _, c in cmds if _kind(c) != "illustrative")
+
+
+@pytest.mark.parametrize("doc,command", [c for c in _commands() if _kind(c[1]) == "fast"],
+                         ids=lambda v: v if v.endswith(".md") else v[:60])
+def test_fast_command_runs(doc, command, workdir):
+    _run(_smaller(command), workdir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc,command", [c for c in _commands() if _kind(c[1]) == "slow"],
+                         ids=lambda v: v if v.endswith(".md") else v[:60])
+def test_slow_command_runs(doc, command, workdir):
+    command = _smaller(command)
+    if re.search(r"\breproduce\b", command) and "--scale" not in command:
+        command += " --scale smoke"
+    _run(command, workdir)
+
+
+@pytest.mark.parametrize("doc", sorted({n for n, _, _ in _blocks("python")} - set(PY_ELSEWHERE)))
+def test_python_blocks_run_in_order(doc, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from rankcollapse.metrics import METRICS
+
+    registered = dict(METRICS)
+    namespace: dict = {"__name__": f"doc_{doc}"}
+    try:
+        for name, i, body in _blocks("python"):
+            if name == doc:
+                exec(compile(body, f"{doc} block {i}", "exec"), namespace)
+    finally:  # a block may register a metric: leave the registry as it was
+        METRICS.clear()
+        METRICS.update(registered)
