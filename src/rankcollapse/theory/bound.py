@@ -94,6 +94,30 @@ def fit_rate(mu: torch.Tensor, floor: float = 1e-12) -> torch.Tensor:
     return slope.exp()
 
 
+def orthogonal_run(X0, mask: Any, N: int, d: int, *, n_samples: int, depth: int, d_qk: float, qk_scale: float,
+                   seed: int):
+    """The pure-SA run both envelope checks measure: ``X0`` (default Gaussian tokens,
+    std ``1/sqrt(d)``) through ``depth`` layers of :func:`simulate` with Haar-orthogonal
+    ``W_V`` (so assumption A2 holds), Gaussian ``W_Q, W_K`` scaled by ``qk_scale``,
+    float64, attention recorded. Returns ``(X0 (B, N, d) float64, SimResult)``.
+
+    Raises
+    ------
+    ConfigError
+        ``X0`` not of shape ``(B, N, d)``.
+    """
+    if X0 is None:
+        X0 = gaussian_tokens(n_samples, N, d, seed=seed, std=1 / math.sqrt(d))
+    X0 = torch.as_tensor(X0).to(torch.float64)
+    if X0.ndim != 3 or X0.shape[1] != N:
+        raise ConfigError(f"X0 must be (B, {N}, d), got {tuple(X0.shape)}")
+    d = X0.shape[2]
+    query_key = "gaussian" if qk_scale == 1 else f"gaussian:std={qk_scale / math.sqrt(d)}"
+    sim = simulate(X0, mask=mask, depth=depth, d_qk=d_qk, value="orthogonal", query_key=query_key, seed=seed,
+                   dtype=torch.float64, metrics=("mu",), path="dense", record_attention=True)
+    return X0, sim
+
+
 def check_collapse_bound(
     mask: Any,
     *,
@@ -162,15 +186,8 @@ def check_collapse_bound(
     if not info.self_loops:
         raise ConfigError(f"mask {m.spec!r} lacks self-loops: the envelope's proof needs them")
     N, r = m.n_tokens, int(info.radius)
-    if X0 is None:
-        X0 = gaussian_tokens(n_samples, N, d, seed=seed, std=1 / math.sqrt(d))
-    X0 = torch.as_tensor(X0).to(torch.float64)
-    if X0.ndim != 3 or X0.shape[1] != N:
-        raise ConfigError(f"X0 must be (B, {N}, d), got {tuple(X0.shape)}")
+    X0, sim = orthogonal_run(X0, m, N, d, n_samples=n_samples, depth=depth, d_qk=d_qk, qk_scale=qk_scale, seed=seed)
     B, _, d = X0.shape
-    query_key = "gaussian" if qk_scale == 1 else f"gaussian:std={qk_scale / math.sqrt(d)}"
-    sim = simulate(X0, mask=m, depth=depth, d_qk=d_qk, value="orthogonal", query_key=query_key, seed=seed,
-                   dtype=torch.float64, metrics=("mu",), path="dense", record_attention=True)
     dense = m.dense()
     # ε per sample: smallest allowed attention entry over heads and layers
     eps = torch.stack([A.masked_fill(~dense, 2.0).flatten(1).amin(1) for A in sim.attention]).amin(0).clamp_max(1.0)
@@ -186,7 +203,7 @@ def check_collapse_bound(
         warnings.warn(f"Theorem 1 envelope violated at {n_bad} (layer, sample) points for mask {m.spec!r}", EnvelopeViolation, stacklevel=2)
     env_rate = contraction ** (1 / (r if exponent == "t/r" else 2 * r))
     cfg = {"n": N, "d": d, "depth": depth, "n_samples": B, "seed": seed, "d_qk": d_qk, "qk_scale": qk_scale,
-           "value": "orthogonal", "query_key": query_key}
+           "value": "orthogonal", "query_key": sim.config["query_key"]}
     return BoundResult(m.spec, r, exponent, mu_t, envelope, eps, float(fit_rate(mu_t).median()),
                        float(env_rate.median()), n_bad, cfg)
 

@@ -21,11 +21,10 @@ from typing import Any
 
 import torch
 
-from ..dynamics import gaussian_tokens, simulate
 from ..errors import ConfigError
 from ..masks import analyze
 from ..masks.schedule import parse_schedule
-from .bound import EXPONENTS, BoundResult, EnvelopeViolation, fit_rate
+from .bound import EXPONENTS, BoundResult, EnvelopeViolation, fit_rate, orthogonal_run
 
 
 def _period_support(attention: list[torch.Tensor], p: int) -> torch.Tensor:
@@ -75,15 +74,8 @@ def check_schedule_bound(
     if not info.quasi_strongly_connected:
         raise ConfigError(f"schedule {sched.spec!r}: composed graph is not quasi-strongly connected ({info.reason})")
     r = int(info.radius)
-    if X0 is None:
-        X0 = gaussian_tokens(n_samples, N, d, seed=seed, std=1 / math.sqrt(d))
-    X0 = torch.as_tensor(X0).to(torch.float64)
-    if X0.ndim != 3 or X0.shape[1] != N:
-        raise ConfigError(f"X0 must be (B, {N}, d), got {tuple(X0.shape)}")
+    X0, sim = orthogonal_run(X0, sched, N, d, n_samples=n_samples, depth=depth, d_qk=d_qk, qk_scale=qk_scale, seed=seed)
     B, _, d = X0.shape
-    query_key = "gaussian" if qk_scale == 1 else f"gaussian:std={qk_scale / math.sqrt(d)}"
-    sim = simulate(X0, mask=sched, depth=depth, d_qk=d_qk, value="orthogonal", query_key=query_key, seed=seed,
-                   dtype=torch.float64, metrics=("mu",), path="dense", record_attention=True)
     dense = [sched.layer(t).to_dense() for t in range(depth)]
     # ε per sample: smallest allowed entry over heads and layers, each under its own mask
     eps = torch.stack([A.masked_fill(~M, 2.0).flatten(1).amin(1)
@@ -107,7 +99,7 @@ def check_schedule_bound(
         warnings.warn(f"schedule envelope violated at {n_bad} (layer, sample) points for {sched.spec!r}",
                       EnvelopeViolation, stacklevel=2)
     cfg = {"n": N, "d": d, "depth": depth, "n_samples": B, "seed": seed, "d_qk": d_qk, "qk_scale": qk_scale,
-           "value": "orthogonal", "query_key": query_key, "period": p, "effective_radius": pr,
+           "value": "orthogonal", "query_key": sim.config["query_key"], "period": p, "effective_radius": pr,
            "support_agrees": support_agrees}
     return BoundResult(sched.spec, r, exponent, mu_t, envelope, eps, float(fit_rate(mu_t).median()),
                        float((contraction ** (1 / (k * pr))).median()), n_bad, cfg)
