@@ -19,6 +19,7 @@ import yaml
 
 from .._io import code_fingerprint, config_hash
 from ..errors import ConfigError
+from .schema import validate_config
 
 EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory")
 ALIASES = {"": "main", "all": "all"}
@@ -67,6 +68,7 @@ def load_config(name: str) -> dict[str, Any]:
     text = resources.files(__package__).joinpath("configs", f"{name}.yaml").read_text(encoding="utf-8")
     cfg = yaml.safe_load(text)
     validate(cfg, name)
+    validate_config(cfg, name)  # the pydantic schema: an unknown or misspelt key is an error naming it
     return cfg
 
 
