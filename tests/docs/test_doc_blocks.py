@@ -38,7 +38,7 @@ SMALLER = [(r"--scale quick", "--scale smoke"), (r"--windows \d+", "--windows 2"
            (r"--length \d+", "--length 32"), (r"--depth \d+", "--depth 4"), (r"--n-tokens \d+", "--n-tokens 16"),
            (r"theory basin$", "theory basin --samples 200 --depth 100"),
            (r"theory bound$", "theory bound --n 12 --widths 12,5,2 --depth 20 --samples 2"),
-           (r"(simulate .*--variant skip_ln.*)", r"\1 --n-tokens 16 --depth 4")]
+           (r"(simulate .*--variant post_ln.*)", r"\1 --n-tokens 16 --depth 4")]
 
 
 def _smaller(command: str) -> str:

@@ -39,7 +39,7 @@ def test_json_layers_and_plot(tmp_path):
     (["--heads", "3", "--d-model", "8"], "n_heads=3 does not divide d=8"),
     (["--mask", "nosuchmask"], "nosuchmask"),
     (["--input", "/nonexistent.npy"], "neither one of"),
-    (["--variant", "ln", "--placement", "theory", "--alpha", "1"], "theory"),
+    (["--variant", "sphere", "--placement", "none", "--alpha", "1"], "placement 'none' has no skip"),
     (["--device", "nosuchdevice"], "not a torch device"),
     (["--device", "cuda:99"], "not available"),
     (["--seed", "-1"], "seed must be an integer >= 0"),
@@ -61,10 +61,10 @@ def test_bad_input_one_line_exit_2(args, msg, tmp_path, monkeypatch, capsys):
 
 def test_settings_name_the_variant_and_plot_draws_requested_metrics(tmp_path):
     p = run("--mask", "causal", "--n-tokens", "8", "--depth", "3", "--samples", "2", "--d-model", "4",
-            "--variant", "ln", "--metrics", "avg_abs_cos", "--json", "--out", str(tmp_path))
+            "--variant", "sphere", "--metrics", "avg_abs_cos", "--json", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert doc["settings"]["variant"] == "ln" and doc["settings"]["block"]["norm"] == "sphere"
+    assert doc["settings"]["variant"] == "sphere" and doc["settings"]["block"]["norm"] == "sphere"
     assert "avg_abs_cos" in doc["layers"][0] and "mu" not in doc["layers"][0]
     assert "No artists with labels" not in p.stderr  # the plot is not empty
 

@@ -34,11 +34,14 @@ def reference(X, M, Ws, variant, d_qk):
     for W_Q, W_K, W_V in Ws:
         A = np_softmax_masked(X @ W_Q @ (X @ W_K).swapaxes(-1, -2) / math.sqrt(d_qk), M)
         Y = A @ X @ W_V
-        if variant == "ln":
+        if variant == "sphere":
             Y = Y / np.linalg.norm(Y, axis=-1, keepdims=True)
+        elif variant == "layernorm":
+            Yc = Y - Y.mean(-1, keepdims=True)
+            Y = Yc / np.sqrt((Yc**2).mean(-1, keepdims=True) + 1e-5)
         elif variant == "skip":
             Y = X + Y
-        elif variant == "skip_ln":
+        elif variant == "post_ln":
             Z = X + Y
             Zc = Z - Z.mean(-1, keepdims=True)
             Y = Zc / np.sqrt((Zc**2).mean(-1, keepdims=True) + 1e-5)
@@ -47,7 +50,7 @@ def reference(X, M, Ws, variant, d_qk):
     return out
 
 
-@pytest.mark.parametrize("variant", ["pure", "ln", "skip", "skip_ln"])
+@pytest.mark.parametrize("variant", ["pure", "sphere", "layernorm", "skip", "post_ln"])
 def test_variants_match_numpy_reference(variant):
     rng = np.random.default_rng(0)
     B, N, d, T, d_qk = 3, 7, 5, 4, 2.0
@@ -82,7 +85,7 @@ def test_masked_entries_zero_rows_sum_to_one():
 
 def test_sphere_rows_unit_norm_and_seed_reproducible():
     X = sphere_tokens(2, 12, 6, seed=1)
-    kw = dict(mask=causal(12), depth=6, variant="ln", metrics=MU, record_states=True)
+    kw = dict(mask=causal(12), depth=6, variant="sphere", metrics=MU, record_states=True)
     a, b, c = simulate(X, seed=3, **kw), simulate(X, seed=3, **kw), simulate(X, seed=4, **kw)
     for S in a.states[1:]:
         torch.testing.assert_close(S.norm(dim=-1), torch.ones(2, 12, dtype=S.dtype))
@@ -162,14 +165,14 @@ def test_huge_logits_never_nan():
     assert bool(torch.isfinite(A).all())
     torch.testing.assert_close(A.sum(-1), torch.ones(6))
     X = torch.randn(2, 6, 4) * 1e15
-    res = simulate(X, mask=M, depth=3, variant="ln", d_qk=1e-6, metrics=MU)
+    res = simulate(X, mask=M, depth=3, variant="sphere", d_qk=1e-6, metrics=MU)
     assert bool(torch.isfinite(res.metrics["mu"]).all())
 
 
 def test_zero_rows_under_sphere_warn_and_stay_zero():
     X = torch.randn(1, 4, 3, dtype=torch.float64)
     with pytest.warns(RuntimeWarning, match="zero rows"):
-        res = simulate(X, mask=causal(4), depth=2, variant="ln", value=torch.zeros(3, 3), metrics=MU,
+        res = simulate(X, mask=causal(4), depth=2, variant="sphere", value=torch.zeros(3, 3), metrics=MU,
                        record_states=True)
     assert bool((res.states[2] == 0).all())
     assert res.zero_rows == [4, 4]
@@ -207,12 +210,12 @@ def test_bad_shapes_and_masks():
     M[2] = False
     with pytest.raises(MaskError, match=r"rows \[2\]"):
         simulate(torch.randn(5, 3), mask=M, depth=1, metrics=MU)
-    with pytest.raises(ConfigError, match="theory"):
+    with pytest.raises(ConfigError, match="placement 'none'"):
         BlockConfig(alpha=1.0)
 
 
 def test_float32_matches_float64():
     X = torch.randn(2, 16, 8, dtype=torch.float64)
-    a = simulate(X, mask=causal(16), depth=5, variant="skip_ln", metrics=MU, dtype=torch.float32)
-    b = simulate(X, mask=causal(16), depth=5, variant="skip_ln", metrics=MU, dtype=torch.float64)
+    a = simulate(X, mask=causal(16), depth=5, variant="post_ln", metrics=MU, dtype=torch.float32)
+    b = simulate(X, mask=causal(16), depth=5, variant="post_ln", metrics=MU, dtype=torch.float64)
     torch.testing.assert_close(a.metrics["mu"], b.metrics["mu"], rtol=1e-4, atol=1e-5)

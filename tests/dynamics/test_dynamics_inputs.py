@@ -61,19 +61,33 @@ def test_per_layer_list_may_mix_family_specs_and_matrices():
 
 def test_undefined_metric_names_the_layer():
     with pytest.warns(RuntimeWarning, match="zero rows"), pytest.raises(MetricError, match="after layer 1"):
-        simulate(X(), mask="causal", depth=2, variant="ln", value="zero")
+        simulate(X(), mask="causal", depth=2, variant="sphere", value="zero")
 
 
-def test_variant_and_placement_aliases_record_the_canonical_names():
+def test_deprecated_variant_and_placement_names_warn_and_record_the_new_names():
     from rankcollapse.dynamics.config import VARIANTS, resolve_variant
 
-    assert resolve_variant("sphere") == VARIANTS["ln"] and resolve_variant("post_ln") == VARIANTS["skip_ln"]
-    assert BlockConfig(placement="none").placement == "theory" == BlockConfig().placement
+    with pytest.warns(FutureWarning, match="'ln' is deprecated; use 'sphere'"):
+        assert resolve_variant("ln") == VARIANTS["sphere"]
+    with pytest.warns(FutureWarning, match="'skip_ln' is deprecated; use 'post_ln'"):
+        assert resolve_variant("skip_ln") == VARIANTS["post_ln"]
+    with pytest.warns(FutureWarning, match="placement 'theory' is deprecated; use 'none'"):
+        assert BlockConfig(placement="theory").placement == "none" == BlockConfig().placement
     X = torch.randn(2, 5, 3, dtype=torch.float64)
     a = simulate(X, mask="causal", depth=3, variant="sphere", seed=1)
-    b = simulate(X, mask="causal", depth=3, variant="ln", seed=1)
-    assert a.config == b.config and a.config["variant"] == "ln"
+    with pytest.warns(FutureWarning):
+        b = simulate(X, mask="causal", depth=3, variant="ln", seed=1)
+    assert a.config == b.config and a.config["variant"] == "sphere"
     assert torch.equal(a.metrics["mu"], b.metrics["mu"])
+
+
+def test_config_records_the_preset_actually_run():
+    from rankcollapse.dynamics.config import resolve_variant
+
+    X = torch.randn(2, 5, 3, dtype=torch.float64)
+    run = lambda v: simulate(X, mask="causal", depth=2, variant=v).config["variant"]  # noqa: E731
+    assert run(resolve_variant("sphere", norm="layernorm")) == "layernorm"
+    assert run(resolve_variant("post_ln", norm="rmsnorm")) == "custom"
 
 
 def test_sphere_theorem_d_qk_is_beta_relation():

@@ -45,7 +45,7 @@ def test_blocked_equals_dense(spec, block_size):
 
 
 @pytest.mark.parametrize("spec", ["sliding_window:w=9", "longformer:w=7,globals=3", "bigbird:w=5,globals=0,random=2"])
-@pytest.mark.parametrize("variant", ["pure", "ln", "skip_ln"])
+@pytest.mark.parametrize("variant", ["pure", "sphere", "post_ln"])
 def test_simulate_paths_agree(spec, variant):
     X = torch.randn(2, N, 16)
     kw = dict(mask=spec, depth=3, variant=variant, n_heads=2, record_states=True, record_epsilon=True,

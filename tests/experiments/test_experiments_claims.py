@@ -27,9 +27,9 @@ def table() -> pd.DataFrame:
     return pd.concat([
         _curve("complete", "pure", [1.0, 0.1, 0.01], seed=0),
         _curve("complete", "pure", [1.0, 0.2, 0.04], seed=1),
-        _curve("complete", "ln", [1.0, 0.9, 0.8], seed=0),
-        _curve("complete", "ln", [1.0, 0.5, 0.02], seed=1),
-        _curve("complete", "ln", [2.0, 2.0, 2.0], seed=0, setting="init_scale=2"),
+        _curve("complete", "sphere", [1.0, 0.9, 0.8], seed=0),
+        _curve("complete", "sphere", [1.0, 0.5, 0.02], seed=1),
+        _curve("complete", "sphere", [2.0, 2.0, 2.0], seed=0, setting="init_scale=2"),
     ], ignore_index=True)
 
 
@@ -41,8 +41,8 @@ def test_quantities_pool_windows_and_seeds(table):
     v = C.quantity(table, _q("pure", "value", 1))
     assert v.point == pytest.approx(0.15) and v.per_seed == pytest.approx({0: 0.1, 1: 0.2})
     assert C.quantity(table, _q("pure")).point == pytest.approx(0.025)  # ratio of pooled means
-    assert C.quantity(table, {"stat": "min", "metric": "mu_relative", "select": {"variant": "ln"}}).point == pytest.approx(0.41)
-    ratio = C.quantity(table, {"stat": "ratio", "num": _q("ln"), "den": _q("pure")})
+    assert C.quantity(table, {"stat": "min", "metric": "mu_relative", "select": {"variant": "sphere"}}).point == pytest.approx(0.41)
+    ratio = C.quantity(table, {"stat": "ratio", "num": _q("sphere"), "den": _q("pure")})
     assert ratio.point == pytest.approx(0.41 / 0.025) and ratio.per_seed == pytest.approx({0: 80.0, 1: 0.5})
     assert C.quantity(table, {"const": 3}).point == 3.0
     # bootstrap replicates resample the two seeds: every replicate is one of the 3 seed mixes
@@ -58,10 +58,10 @@ def test_fitted_rate_is_the_geometric_factor():
 
 def test_interval_must_clear_the_threshold():
     # two seeds disagree: seed 0 keeps 100x, seed 1 only 2x -> the point clears 10x, the interval does not
-    t = pd.concat([_curve("complete", "ln", [1.0, 1.0], seed=0), _curve("complete", "ln", [1.0, 0.02], seed=1),
+    t = pd.concat([_curve("complete", "sphere", [1.0, 1.0], seed=0), _curve("complete", "sphere", [1.0, 0.02], seed=1),
                    _curve("complete", "pure", [1.0, 0.01], seed=0), _curve("complete", "pure", [1.0, 0.01], seed=1)],
                   ignore_index=True)
-    res = C.evaluate_check(t, {"lhs": _q("ln"), "op": ">=", "factor": 10, "rhs": _q("pure")}, ctx=EvalContext(n_boot=400))
+    res = C.evaluate_check(t, {"lhs": _q("sphere"), "op": ">=", "factor": 10, "rhs": _q("pure")}, ctx=EvalContext(n_boot=400))
     assert res["value"] == pytest.approx(51.0) and res["interval"][0] < 10 < res["interval"][1]
     assert res["outcome"] == "undecided"
     assert C.verdict_from([res["outcome"]]) == "mixed"
@@ -79,8 +79,8 @@ def test_selection_of_two_conditions_is_an_error_naming_both():
 
 def test_values_at_the_dtype_floor_are_collapsed_and_equal():
     t = pd.concat([_curve("complete", "pure", [1.0, 1.6e-9], dtype="float32"),
-                   _curve("complete", "ln", [1.0, 2.2e-8], dtype="float32")], ignore_index=True)
-    check = {"lhs": _q("ln"), "op": ">=", "factor": 10, "rhs": _q("pure")}
+                   _curve("complete", "sphere", [1.0, 2.2e-8], dtype="float32")], ignore_index=True)
+    check = {"lhs": _q("sphere"), "op": ">=", "factor": 10, "rhs": _q("pure")}
     res = C.evaluate_check(t, check)
     assert res["collapsed"] == [True, True] and res["value"] == 1.0 and res["outcome"] == "fails"
     t64 = t.assign(dtype="float64")  # in float64 both values are far above the floor: a real 13.75x
@@ -89,10 +89,10 @@ def test_values_at_the_dtype_floor_are_collapsed_and_equal():
 
 
 def test_depth_check_flags_a_verdict_that_flips():
-    # ln keeps 10x more at depth 2 but not at depth 4: depth-sensitive
-    t = pd.concat([_curve("complete", "ln", [1.0, 0.5, 0.3, 0.01, 0.001], depth=4),
+    # sphere keeps 10x more at depth 2 but not at depth 4: depth-sensitive
+    t = pd.concat([_curve("complete", "sphere", [1.0, 0.5, 0.3, 0.01, 0.001], depth=4),
                    _curve("complete", "pure", [1.0, 0.5, 0.02, 0.005, 0.001], depth=4)], ignore_index=True)
-    claim = {"id": "D", "effect": "e", "rule": {"checks": [{"lhs": _q("ln"), "op": ">=", "factor": 10, "rhs": _q("pure")}]}}
+    claim = {"id": "D", "effect": "e", "rule": {"checks": [{"lhs": _q("sphere"), "op": ">=", "factor": 10, "rhs": _q("pure")}]}}
     res = C.evaluate_claim(t, claim, depth=2)
     assert res["verdict"] == "mixed (depth-sensitive)" and res["verdict_at_depth"] == "reproduced"
     assert res["depth_check"] == {**res["depth_check"], "depth": 4, "verdict": "not reproduced"}
@@ -114,15 +114,15 @@ def test_verdict_from(outcomes, expect, verdict):
 
 
 def test_within_is_two_sided():
-    t = _curve("complete", "skip_ln", [1.0, 3.0, 30.0])
-    assert C.evaluate_check(t, {"lhs": _q("skip_ln", layer=1), "op": "within", "factor": 10})["outcome"] == "holds"
-    assert C.evaluate_check(t, {"lhs": _q("skip_ln", layer=2), "op": "within", "factor": 10})["outcome"] == "fails"
+    t = _curve("complete", "post_ln", [1.0, 3.0, 30.0])
+    assert C.evaluate_check(t, {"lhs": _q("post_ln", layer=1), "op": "within", "factor": 10})["outcome"] == "holds"
+    assert C.evaluate_check(t, {"lhs": _q("post_ln", layer=2), "op": "within", "factor": 10})["outcome"] == "fails"
 
 
 def test_claim_for_each_informational_and_missing(table):
     claim = {"id": "X", "effect": "e", "rule": {"checks": [
         {"name": "collapse", "for_each": {"variant": ["pure"]}, "lhs": _q("{variant}"), "op": "<=", "factor": 0.05},
-        {"name": "info", "informational": True, "lhs": _q("ln"), "op": ">=", "factor": 100},
+        {"name": "info", "informational": True, "lhs": _q("sphere"), "op": ">=", "factor": 100},
     ]}}
     res = C.evaluate_claim(table, claim)
     assert res["verdict"] == "reproduced"  # the failing check is informational only
@@ -133,7 +133,7 @@ def test_claim_for_each_informational_and_missing(table):
 
 def test_override_reads_changed_setting(table):
     claim = {"id": "Z", "effect": "e", "rule": {"checks": [
-        {"lhs": {"stat": "value", "metric": "mu_relative", "layer": 2, "select": {"variant": "ln", "init_scale": 1.0}},
+        {"lhs": {"stat": "value", "metric": "mu_relative", "layer": 2, "select": {"variant": "sphere", "init_scale": 1.0}},
          "op": ">=", "factor": 1.5}]}}
     table = table.assign(init_scale=np.where(table["setting"] == "default", 1.0, 2.0))
     assert C.evaluate_claim(table, claim)["verdict"] == "not reproduced"

@@ -18,9 +18,9 @@ def _unit(**params):
 @pytest.mark.parametrize("params, override, expected", [
     ({"variant": "pure"}, {"norm": "layernorm"}, {}),  # pure SA has no norm to change
     ({"variant": "skip"}, {"norm": "rmsnorm"}, {}),
-    ({"variant": "ln"}, {"norm": "layernorm"}, {"norm": "layernorm"}),
-    ({"variant": "skip_ln"}, {"norm": "rmsnorm"}, {"norm": "rmsnorm"}),
-    ({"variant": "skip_ln"}, {"norm": "layernorm"}, {}),  # already layernorm
+    ({"variant": "sphere"}, {"norm": "layernorm"}, {"norm": "layernorm"}),
+    ({"variant": "post_ln"}, {"norm": "rmsnorm"}, {"norm": "rmsnorm"}),
+    ({"variant": "post_ln"}, {"norm": "layernorm"}, {}),  # already layernorm
     ({"mask": "causal"}, {"window": 3}, {}),  # no window to change
     ({"mask": "sliding_window:w=9"}, {"window": 3}, {"window": 3}),
     ({}, {"value": "gaussian"}, {}),
@@ -34,7 +34,7 @@ def test_norm_setting_changes_only_the_ln_side(fake, tmp_path):
     cfgs, units, data = runner.plan("fig2", "smoke", 0)
     claim = next(c for c in load_config("fig2")["claims"] if c["id"] == "C02")
     label, _, changed, reused = next(x for x in runner.nearby_units(cfgs[0], claim, units) if x[0] == "norm=layernorm")
-    assert {u.params["variant"] for u in changed} == {"ln"} and len(changed) == 4
+    assert {u.params["variant"] for u in changed} == {"sphere"} and len(changed) == 4
     assert all(u.params["norm"] == "layernorm" and u.params["setting"] == label for u in changed)
     assert {u.params["variant"] for u in reused} == {"pure"} and len(reused) == 4
 
@@ -48,7 +48,7 @@ def test_norm_setting_changes_only_the_ln_side(fake, tmp_path):
     # nearby settings run for every decided claim, whatever its verdict
     assert {c["id"] for c in records if c["nearby"]} >= {"C01", "C02", "C04", "C05", "C11"}
     assert len(near[(near.setting == "norm=layernorm") & (near.metric == "mu")]) == 4 * 33  # depth 2 x 16
-    assert set(near.loc[near.setting == "norm=layernorm", "variant"]) == {"ln"}
+    assert set(near.loc[near.setting == "norm=layernorm", "variant"]) == {"sphere"}
     # the pure side of the norm setting reads the default pure rows: same numbers
     c02 = next(r for r in records if r["id"] == "C02")
     fresh = next(r for r in runner.evaluate_claims(cfgs, table, "smoke") if r["id"] == "C02")
@@ -99,6 +99,6 @@ def _rows(panel_values):
 
 def test_y_axis_shared_only_for_comparable_ranges():
     far = _rows({"pure": np.logspace(0, -16, 5), "skip": [1.0, 0.9, 0.6]})
-    near = _rows({"pure": np.logspace(0, -16, 5), "ln": np.logspace(0, -15, 5)})
+    near = _rows({"pure": np.logspace(0, -16, 5), "sphere": np.logspace(0, -15, 5)})
     assert plots._share_y(far, "variant", ["pure", "skip"], log=True) is False
-    assert plots._share_y(near, "variant", ["pure", "ln"], log=True) is True
+    assert plots._share_y(near, "variant", ["pure", "sphere"], log=True) is True

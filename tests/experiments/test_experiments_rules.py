@@ -93,14 +93,14 @@ def c02(present):
     def f(s, m, l):
         if s.get("norm") == "layernorm" or s.get("radius") == R:
             return None  # reference checks: their rows may be missing
-        ln = s["variant"] == "ln"
+        ln = s["variant"] == "sphere"
         return (1.0, 0.99 if ln == present else 0.9)
     return f
 
 
 def c11(present):
     def f(s, m, l):
-        ln = s["variant"] == "ln"
+        ln = s["variant"] == "sphere"
         helps = (not _windowed(s)) or not present  # present: helps on global masks only
         return (1.0, 0.99 if ln == helps else 0.9)
     return f

@@ -21,7 +21,7 @@ class TinyContext(RunContext):
         return self.X0[start:stop]
 
 
-@pytest.mark.parametrize("variant, value, init_scale", [("pure", "gaussian", 1.0), ("skip_ln", "orthogonal", 2.0)])
+@pytest.mark.parametrize("variant, value, init_scale", [("pure", "gaussian", 1.0), ("post_ln", "orthogonal", 2.0)])
 def test_shared_weights_match_simulate_own_draw(variant, value, init_scale):
     ctx = TinyContext()
     params = {"model": "m", "mask": "causal", "variant": variant, "value": value, "init_scale": init_scale,

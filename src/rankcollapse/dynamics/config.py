@@ -1,30 +1,36 @@
 """Block configuration of the simulated network: normalisation, placement, skip, MLP.
 
-The four named variants of spec.md §2 are presets of :class:`BlockConfig`. Newer names
-that say what they are are accepted as aliases; result tables still record the
-canonical (first-column) names, so existing tables and experiment configs stay valid:
+The named variants of spec.md §2 (and real LayerNorm beside them) are presets of
+:class:`BlockConfig`; names say what the block does, and result tables record them:
 
-=====================  ===========  ==============================================
-canonical name         alias        update rule
-=====================  ===========  ==============================================
-variant ``pure``       --           ``X <- A X W_V``
-variant ``ln``         ``sphere``   ``X <- D A X W_V``: rows to the unit sphere
-                                    (SA-LN of spec.md §2; not LayerNorm)
-variant ``skip``       --           ``X <- X + A X W_V``
-variant ``skip_ln``    ``post_ln``  ``X <- LayerNorm(X + A X W_V)`` (real LayerNorm)
-placement ``theory``   ``none``     no residual: ``X <- norm(SA(X))``
-=====================  ===========  ==============================================
+==================  ===============================================================
+variant             update rule
+==================  ===============================================================
+``pure``            ``X <- A X W_V``
+``sphere``          ``X <- D A X W_V``: rows to the unit sphere (SA-LN of spec.md §2;
+                    not LayerNorm)
+``layernorm``       ``X <- LayerNorm(A X W_V)``: real LayerNorm (centre and scale,
+                    rows at radius sqrt(d)), no skip
+``skip``            ``X <- X + A X W_V``
+``post_ln``         ``X <- LayerNorm(X + A X W_V)`` (real LayerNorm, BERT-style)
+==================  ===============================================================
+
+Placements: ``none`` (no residual: ``X <- norm(SA(X))``), ``post_ln``, ``pre_ln``.
+
+Deprecated names, still accepted with a :class:`FutureWarning`: variant ``ln`` (now
+``sphere``), variant ``skip_ln`` (now ``post_ln``), placement ``theory`` (now ``none``).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, replace
 
 from .._validate import check_float, check_int
 from ..errors import ConfigError
 
 NORMS = ("none", "sphere", "layernorm", "rmsnorm")
-PLACEMENTS = ("theory", "post_ln", "pre_ln")  # "none" accepted for "theory"
+PLACEMENTS = ("none", "post_ln", "pre_ln")
 ATTENTIONS = ("softmax", "uniform")
 
 
@@ -34,7 +40,7 @@ class BlockConfig:
 
     Update rules (row-vector convention, ``SA(X) = A X W_V`` or its multi-head form):
 
-    - ``placement="theory"``: ``X <- norm(SA(X))`` (spec.md §2; no skip, ``alpha`` must be 0).
+    - ``placement="none"``: ``X <- norm(SA(X))`` (spec.md §2; no skip, ``alpha`` must be 0).
     - ``placement="post_ln"``: ``X <- norm(alpha X + SA(X))``; with MLP then
       ``X <- norm(alpha X + MLP(X))`` (BERT-style post-LN).
     - ``placement="pre_ln"``: ``X <- alpha X + SA(norm(X))``; with MLP then
@@ -47,8 +53,9 @@ class BlockConfig:
         ``sphere`` puts every row on the unit sphere (SA-LN, spec.md §2); ``layernorm``
         centres and divides by the std (``eps``); ``rmsnorm`` divides by the RMS.
         Affine parameters are applied only when layer weights carry them.
-    placement : "theory" | "post_ln" | "pre_ln"
-        ``"none"`` is accepted for ``"theory"`` (no residual; see :data:`VARIANT_ALIASES`).
+    placement : "none" | "post_ln" | "pre_ln"
+        ``"none"``: no residual. The deprecated name ``"theory"`` is accepted (with a
+        :class:`FutureWarning`) for ``"none"``.
     alpha : float
         Skip weight (0 = no skip connection).
     attention : "softmax" | "uniform"
@@ -66,7 +73,7 @@ class BlockConfig:
     """
 
     norm: str = "none"
-    placement: str = "theory"
+    placement: str = "none"
     alpha: float = 0.0
     attention: str = "softmax"
     n_heads: int = 1
@@ -78,16 +85,17 @@ class BlockConfig:
 
     def __post_init__(self) -> None:
         # accepted alias -> canonical placement (frozen dataclass: set through object)
-        object.__setattr__(self, "placement", PLACEMENT_ALIASES.get(self.placement, self.placement))
+        if self.placement in DEPRECATED_PLACEMENTS:
+            object.__setattr__(self, "placement", _deprecated("placement", self.placement, DEPRECATED_PLACEMENTS))
         if self.norm not in NORMS:
             raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if self.attention not in ATTENTIONS:
             raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
-        if self.placement == "theory" and self.alpha != 0:
-            raise ConfigError("placement 'theory' has no skip connection: use post_ln or pre_ln with alpha")
-        if self.placement == "theory" and self.mlp:
+        if self.placement == "none" and self.alpha != 0:
+            raise ConfigError("placement 'none' has no skip connection: use post_ln or pre_ln with alpha")
+        if self.placement == "none" and self.mlp:
             raise ConfigError("the MLP sublayer needs placement post_ln or pre_ln")
         for name in ("n_heads", "mlp_ratio"):
             check_int(getattr(self, name), name, low=1)
@@ -101,25 +109,42 @@ class BlockConfig:
         return asdict(self)
 
 
-# aliases: see the module docstring's table
-VARIANT_ALIASES = {"sphere": "ln", "post_ln": "skip_ln"}
-PLACEMENT_ALIASES = {"none": "theory"}
+#: Old names -> new names; accepted with a FutureWarning (see the module docstring).
+DEPRECATED_VARIANTS = {"ln": "sphere", "skip_ln": "post_ln"}
+DEPRECATED_PLACEMENTS = {"theory": "none"}
 
 VARIANTS: dict[str, BlockConfig] = {
     # X <- A X W_V
     "pure": BlockConfig(),
     # X <- D A X W_V (rows to the unit sphere, spec.md §2)
-    "ln": BlockConfig(norm="sphere"),
+    "sphere": BlockConfig(norm="sphere"),
+    # X <- LayerNorm(A X W_V), no affine, no skip
+    "layernorm": BlockConfig(norm="layernorm"),
     # X <- X + A X W_V
     "skip": BlockConfig(placement="post_ln", alpha=1.0),
     # X <- LayerNorm(X + A X W_V), no affine
-    "skip_ln": BlockConfig(norm="layernorm", placement="post_ln", alpha=1.0),
+    "post_ln": BlockConfig(norm="layernorm", placement="post_ln", alpha=1.0),
 }
 
 
+def _deprecated(kind: str, name: str, table: dict[str, str]) -> str:
+    new = table[name]
+    warnings.warn(f"{kind} {name!r} is deprecated; use {new!r} (same block)", FutureWarning, stacklevel=4)
+    return new
+
+
 def canonical_variant(name: str) -> str:
-    """The canonical variant name of ``name`` (an alias of :data:`VARIANT_ALIASES` or itself)."""
-    return VARIANT_ALIASES.get(name, name) if isinstance(name, str) else name
+    """The current variant name of ``name`` (a deprecated name is mapped, with a
+    :class:`FutureWarning`; any other value is returned unchanged)."""
+    if isinstance(name, str) and name in DEPRECATED_VARIANTS:
+        return _deprecated("variant", name, DEPRECATED_VARIANTS)
+    return name
+
+
+def variant_name(cfg: BlockConfig) -> str | None:
+    """The preset name of ``cfg`` (e.g. ``"sphere"`` with its norm overridden to
+    layernorm is ``"layernorm"``), or None when no preset equals it."""
+    return next((name for name, preset in VARIANTS.items() if preset == cfg), None)
 
 
 def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
@@ -130,13 +155,14 @@ def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
     ConfigError
         Unknown variant name or invalid override.
     """
+    name = canonical_variant(variant)
     if isinstance(variant, BlockConfig):
         cfg = variant
-    elif canonical_variant(variant) in VARIANTS:
-        cfg = VARIANTS[canonical_variant(variant)]
+    elif name in VARIANTS:
+        cfg = VARIANTS[name]
     else:
-        raise ConfigError(f"unknown variant {variant!r}; choose one of {sorted(VARIANTS)} (aliases "
-                          f"{sorted(VARIANT_ALIASES)}) or pass a BlockConfig")
+        raise ConfigError(f"unknown variant {variant!r}; choose one of {list(VARIANTS)} (deprecated names "
+                          f"{sorted(DEPRECATED_VARIANTS)}) or pass a BlockConfig")
     overrides = {k: v for k, v in overrides.items() if v is not None}
     try:
         return replace(cfg, **overrides) if overrides else cfg

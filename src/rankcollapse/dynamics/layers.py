@@ -116,7 +116,7 @@ def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: A
     """One layer; returns ``(X_next, n_zero_rows)`` (zero rows met by a ``sphere`` norm).
     ``x_peak`` = ``max |X|`` if known (spares the attention its overflow reductions)."""
     a, nk = cfg.alpha, cfg.norm
-    if cfg.placement == "theory":
+    if cfg.placement == "none":
         return apply_norm(attend(X, lw, x_peak), nk, cfg.eps)
     if cfg.placement == "post_ln":
         Y = attend(X, lw, x_peak)

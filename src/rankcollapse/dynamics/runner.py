@@ -22,7 +22,7 @@ from .._memory import check_memory
 from ..masks import Mask, parse_mask, resolve_mask
 from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, compute_metrics
-from .config import BlockConfig, canonical_variant, resolve_variant
+from .config import BlockConfig, resolve_variant, variant_name
 from .layers import Attention, apply_norm, block_forward
 from .scheduled import ScheduledAttention
 from .flex import FlexBackend
@@ -236,8 +236,11 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         layer ``t`` uses mask ``t mod period``; mask-aware metrics and the auto path
         see the composed graph of one period.
     depth : number of layers T >= 1.
-    variant : ``"pure"``, ``"ln"`` (alias ``"sphere"``), ``"skip"``, ``"skip_ln"`` (alias
-        ``"post_ln"``) or a :class:`BlockConfig`; the config records the canonical name.
+    variant : ``"pure"``, ``"sphere"``, ``"layernorm"``, ``"skip"``, ``"post_ln"``
+        (:data:`~rankcollapse.dynamics.config.VARIANTS`; the deprecated ``"ln"`` and
+        ``"skip_ln"`` are accepted with a FutureWarning) or a :class:`BlockConfig`. The
+        config records the preset equal to the block actually run (overrides included),
+        or ``"custom"``.
     d_qk : temperature > 0: scores ``q k^T / sqrt(d_qk)`` (ignored by layers whose weights
         set ``scale``). ``probe``'s ``d_qk_scale = s`` multiplies a model's own ``d_qk``
         by ``s``; ``theory sphere``'s ``beta`` is ``1 / sqrt(d_qk)`` (docs/dynamics.md).
@@ -326,7 +329,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states,
                                                      bar)
     out = {k: torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]) for k in names}
-    config = {"variant": canonical_variant(variant) if isinstance(variant, str) else "custom", "block": cfg.to_dict(), "depth": depth,
+    config = {"variant": variant_name(cfg) or "custom", "block": cfg.to_dict(), "depth": depth,
               "d_qk": d_qk, "value": value if isinstance(value, str) else "user",
               "query_key": query_key if isinstance(query_key, str) else "user",
               "weights": "given" if given_weights else "family", "seed": seed,

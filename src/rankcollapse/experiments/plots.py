@@ -42,7 +42,7 @@ PANEL_NAMES = {"probe": "full pretrained model", "pretrained_sa": "attention-onl
 #: Floor for values <= 0 on a log axis when a figure has no positive value at all.
 LOG_FLOOR = 1e-17
 _LINE_ORDER = {"mask": ["complete", "causal", "sliding_window", "causal_sliding_window"],
-               "variant": ["pure", "ln", "skip", "skip_ln", "full", "drop_norm"]}
+               "variant": ["pure", "sphere", "layernorm", "skip", "post_ln", "full", "drop_norm"]}
 
 
 def make_plots(table: pd.DataFrame, configs: list[dict[str, Any]], folder: Path) -> dict[str, dict[str, str]]:

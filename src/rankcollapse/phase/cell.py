@@ -41,7 +41,7 @@ def block_config(cell: dict[str, Any]) -> BlockConfig:
     norm = "rmsnorm" if cell["norm"] == "sphere_sqrtd" else cell["norm"]
     alpha = 1.0 if cell["skip"] else 0.0
     if cell["placement"] == "post":
-        placement = "post_ln" if cell["skip"] else "theory"
+        placement = "post_ln" if cell["skip"] else "none"
     else:
         placement = "pre_ln"
     return BlockConfig(norm=norm, placement=placement, alpha=alpha)
