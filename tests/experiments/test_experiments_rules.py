@@ -195,3 +195,24 @@ def test_rule_passes_when_present_and_fails_when_absent(cid, present):
     assert res["verdict"] == ("reproduced" if present else "not reproduced"), (cid, present, [
         (c["check"], c["outcome"], c["value"], c["interval"]) for c in res["checks"]])
     assert res["measured"] is not None and len(res["interval"]) == 2
+
+
+def _window_cases():
+    return [(cid, o) for cid in sorted(CLAIMS) for o in CLAIMS[cid].get("nearby", []) if set(o) == {"window"}]
+
+
+@pytest.mark.parametrize("cid, override", _window_cases())
+def test_window_setting_reads_the_rows_of_its_width(cid, override):
+    """A nearby window setting reads the windowed rows at its width wherever the rule
+    names the window mask, including masks a ``for_each`` loop fills in: the rows of the
+    present scenario relabelled to width w and to the setting reproduce as by default."""
+    from rankcollapse.experiments.config import setting_label
+
+    claim, label = CLAIMS[cid], setting_label(override)
+    table = table_for(claim, SCENARIOS[cid](True))
+    windowed = table["mask_spec"].astype(str).str.contains("sliding_window:w=")
+    assert windowed.any()
+    table.loc[windowed, "mask_spec"] = table.loc[windowed, "mask_spec"].astype(str).str.replace(
+        r"w=\d+", f"w={override['window']}", regex=True)
+    res = C.evaluate_claim(table.assign(setting=label), claim, setting=label, override=override, depth=D, n_boot=200)
+    assert res["verdict"] == "reproduced", res.get("missing")

@@ -212,7 +212,9 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     explicit layers of simulated networks doubled) where the rows reach it, and a verdict
     that differs there becomes ``mixed (depth-sensitive)``.
     """
-    rule = _override_rule(claim["rule"], override or {})
+    # override after unrolling for_each: a mask that a loop fills in ("{mask}") is only
+    # a window spec the override can rewrite once it is filled in
+    rule = _override_rule({**claim["rule"], "checks": expand_checks(claim["rule"]["checks"])}, override or {})
     seed = sum(map(ord, str(claim.get("id", ""))))  # fixed bootstrap draws per claim
     ctx = EvalContext(depth=depth, seed=seed, **({"n_boot": n_boot} if n_boot else {}))
     res = _evaluate_rule(table, rule, setting, ctx)
