@@ -216,3 +216,14 @@ def test_window_setting_reads_the_rows_of_its_width(cid, override):
         r"w=\d+", f"w={override['window']}", regex=True)
     res = C.evaluate_claim(table.assign(setting=label), claim, setting=label, override=override, depth=D, n_boot=200)
     assert res["verdict"] == "reproduced", res.get("missing")
+
+
+def test_window_setting_names_the_width_it_reads():
+    claim = CLAIMS["C06"]
+    table = table_for(claim, SCENARIOS["C06"](True))
+    windowed = table["mask_spec"].astype(str) == "sliding_window:w=9"
+    table.loc[windowed, "mask_spec"] = "sliding_window:w=3"
+    res = C.evaluate_claim(table.assign(setting="window=3"), claim, setting="window=3", override={"window": 3},
+                           depth=D, n_boot=50)
+    names = [c["check"] for c in res["checks"]]
+    assert "d_qk 1/64 vs 64 [mask=sliding_window:w=3]" in names and not any("w=9" in n for n in names)

@@ -212,9 +212,7 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     explicit layers of simulated networks doubled) where the rows reach it, and a verdict
     that differs there becomes ``mixed (depth-sensitive)``.
     """
-    # override after unrolling for_each: a mask that a loop fills in ("{mask}") is only
-    # a window spec the override can rewrite once it is filled in
-    rule = _override_rule({**claim["rule"], "checks": expand_checks(claim["rule"]["checks"])}, override or {})
+    rule = _override_rule(claim["rule"], override or {})
     seed = sum(map(ord, str(claim.get("id", ""))))  # fixed bootstrap draws per claim
     ctx = EvalContext(depth=depth, seed=seed, **({"n_boot": n_boot} if n_boot else {}))
     res = _evaluate_rule(table, rule, setting, ctx)
@@ -281,17 +279,35 @@ def _margin(c: dict[str, Any]) -> float:
     return edge / scale if math.isfinite(edge) else math.inf
 
 
-def _override_rule(rule: Any, override: dict[str, Any]) -> Any:
+def _override_rule(rule: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """The rule a nearby setting reads: ``for_each`` loops unrolled first (a window spec
+    that a loop fills in, ``mask_spec: "{mask}"``, is rewritten like a literal one and
+    the check's name shows the width read), then every selected value the override
+    changes replaced."""
+    if not override:
+        return rule
+    checks = [{**c, "for_each": {k: [_window_spec(v, override) for v in vs] for k, vs in c["for_each"].items()}}
+              if c.get("for_each") else c for c in rule["checks"]]
+    return {**rule, "checks": _override_selects(expand_checks(checks), override)}
+
+
+def _window_spec(value: Any, override: dict[str, Any]) -> Any:
+    family = str(value).split(":")[0]
+    if "window" in override and isinstance(value, str) and family in ("sliding_window", "causal_sliding_window"):
+        return f"{family}:w={override['window']}"
+    return value
+
+
+def _override_selects(rule: Any, override: dict[str, Any]) -> Any:
     if isinstance(rule, list):
-        return [_override_rule(r, override) for r in rule]
+        return [_override_selects(r, override) for r in rule]
     if not isinstance(rule, dict):
         return rule
-    out = {k: _override_rule(v, override) for k, v in rule.items()}
+    out = {k: _override_selects(v, override) for k, v in rule.items()}
     if "select" in out:
         sel = {k: override.get(k, v) for k, v in out["select"].items()}
-        spec = str(sel.get("mask_spec", ""))
-        if "window" in override and spec.split(":")[0] in ("sliding_window", "causal_sliding_window"):
-            sel["mask_spec"] = f"{spec.split(':')[0]}:w={override['window']}"
+        if "mask_spec" in sel:
+            sel["mask_spec"] = _window_spec(sel["mask_spec"], override)
         out["select"] = sel
     return out
 
