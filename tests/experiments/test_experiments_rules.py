@@ -36,7 +36,7 @@ CLAIMS = _claims()
 
 
 def _quantities(q):
-    if "const" in q:
+    if "const" in q or q.get("stat") == "envelope_rate":  # constants: no rows
         return []
     if q.get("stat") in ("ratio", "difference"):
         return _quantities(q["num"]) + _quantities(q["den"])

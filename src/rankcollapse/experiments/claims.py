@@ -11,6 +11,9 @@ matches two is an error naming them):
 - ``{stat: min | max, metric, select, from_layer}``: min / max over layers;
 - ``{stat: rate, metric, select, from_layer}``: fitted per-layer rate ``exp(slope)`` of
   ``log value`` over layers ``from_layer`` (default 1) .. last, floor layers left out;
+- ``{stat: envelope_rate, n, select: {mask_spec}}``: the fastest per-layer rate Theorem 1's
+  envelope certifies for that mask at ``n`` tokens, ``(1 - deg_max^{-r})^{1/r}``
+  (:mod:`rankcollapse.theory.envelope`; a constant of the mask, read from no row);
 - ``{stat: ratio | difference, num: Q, den: Q}``; ``{const: x}``.
 
 Statistics (:mod:`.quantities`). Means pool windows and weight seeds; each check's
@@ -138,6 +141,8 @@ def _qtext(q: dict[str, Any]) -> str:
     stat = q.get("stat", "value")
     if stat in ("ratio", "difference"):
         return f"({_qtext(q['num'])} {'/' if stat == 'ratio' else '-'} {_qtext(q['den'])})"
+    if stat == "envelope_rate":
+        return f"theorem1_envelope_rate[mask_spec={q.get('select', {}).get('mask_spec')},N={q.get('n')}]"
     sel = ",".join(f"{k}={v}" for k, v in q.get("select", {}).items())
     fl = q.get("from_layer")
     where = {"value": f"@{q.get('layer', 'last')}", "change": f"@{q.get('layer', 'last')}/@{q.get('from', 0)}",
