@@ -197,7 +197,12 @@ def test_c02_and_c11_read_one_comparison():
     fig2 = {c["id"]: c for c in load_config("fig2")["claims"]}
     c02, c11 = (C.expand_checks(fig2[k]["rule"]["checks"]) for k in ("C02", "C11"))
     scored = [c for c in c02 if not c.get("informational")]
-    assert [(c["lhs"], c["rhs"], c["factor"], c["op"]) for c in c11] == [(c["lhs"], c["rhs"], c["factor"], c["op"]) for c in scored]
+    assert [(c["lhs"], c["rhs"], c["factor"], c["op"]) for c in c11 if not c.get("informational")] == [
+        (c["lhs"], c["rhs"], c["factor"], c["op"]) for c in scored]
+    # the asymptotic reading of each side (rate vs 1, vs the Theorem-1 envelope) is shared too
+    rates = lambda checks: [(c["name"], c["lhs"], c.get("rhs")) for c in checks if "rate" in c["name"]  # noqa: E731
+                            and ("< 1" in c["name"] or "envelope" in c["name"])]
+    assert rates(c11) == rates(c02) and len(rates(c02)) == 12
     assert fig2["C11"]["rule"]["expect"] == "mixed" and fig2["C02"]["rule"].get("expect", "all") == "all"
 
 
@@ -209,3 +214,27 @@ def test_decisive_check_is_the_nearest_to_its_threshold():
     assert C.decisive([far, near, within], "reproduced")["check"] == "within"  # 0.105 is 5 % above the lower bound 0.1
     failing = {**far, "check": "fails", "interval": [0.5, 1.0], "outcome": "fails"}
     assert C.decisive([near, failing], "not reproduced")["check"] == "fails"
+
+
+def test_envelope_rate_quantity_is_the_theorem_constant(table):
+    # complete mask on 4 tokens: radius 1, deg_max 4, rate 1 - 1/4; no row is read
+    q = {"stat": "envelope_rate", "n": 4, "select": {"mask_spec": "complete"}}
+    v = C.quantity(table.iloc[:0], q, ctx=EvalContext(n_boot=20))
+    assert v.point == pytest.approx(0.75, abs=1e-15) and np.all(v.reps == v.point)
+    # pure SA's pooled means 0.15 -> 0.025 over layers 1..2: rate 1/6, ratio (1/6) / 0.75 = 2/9
+    check = {"lhs": _q("pure", stat="rate"), "op": "<=", "factor": 1, "rhs": q}
+    res = C.evaluate_check(table, check, ctx=EvalContext(n_boot=200))
+    assert res["value"] == pytest.approx(2 / 9, rel=1e-12)
+    assert res["outcome"] == "holds" and res["interval"][1] < 1
+    assert "theorem1_envelope_rate[mask_spec=complete,N=4]" in res["text"]
+    with pytest.raises(ConfigError, match="mask_spec and n"):
+        C.quantity(table, {"stat": "envelope_rate", "select": {"mask_spec": "complete"}})
+
+
+def test_window_override_rewrites_the_envelope_mask():
+    claim = {"id": "W", "effect": "e", "rule": {"checks": [{"for_each": {"mask": ["sliding_window:w=9"]},
+             "lhs": {"stat": "envelope_rate", "n": 16, "select": {"mask_spec": "{mask}"}}, "op": "<", "rhs": {"const": 1.0}}]}}
+    from rankcollapse.theory import envelope_rate
+
+    res = C.evaluate_claim(pd.DataFrame(), claim, setting="window=3", override={"window": 3}, n_boot=10)
+    assert res["checks"][0]["value"] == envelope_rate("sliding_window:w=3", n=16)

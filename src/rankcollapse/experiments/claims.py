@@ -11,6 +11,9 @@ matches two is an error naming them):
 - ``{stat: min | max, metric, select, from_layer}``: min / max over layers;
 - ``{stat: rate, metric, select, from_layer}``: fitted per-layer rate ``exp(slope)`` of
   ``log value`` over layers ``from_layer`` (default 1) .. last, floor layers left out;
+- ``{stat: envelope_rate, n, select: {mask_spec}}``: the fastest per-layer rate Theorem 1's
+  envelope certifies for that mask at ``n`` tokens, ``(1 - deg_max^{-r})^{1/r}``
+  (:mod:`rankcollapse.theory.envelope`; a constant of the mask, read from no row);
 - ``{stat: ratio | difference, num: Q, den: Q}``; ``{const: x}``.
 
 Statistics (:mod:`.quantities`). Means pool windows and weight seeds; each check's
@@ -138,6 +141,8 @@ def _qtext(q: dict[str, Any]) -> str:
     stat = q.get("stat", "value")
     if stat in ("ratio", "difference"):
         return f"({_qtext(q['num'])} {'/' if stat == 'ratio' else '-'} {_qtext(q['den'])})"
+    if stat == "envelope_rate":
+        return f"theorem1_envelope_rate[mask_spec={q.get('select', {}).get('mask_spec')},N={q.get('n')}]"
     sel = ",".join(f"{k}={v}" for k, v in q.get("select", {}).items())
     fl = q.get("from_layer")
     where = {"value": f"@{q.get('layer', 'last')}", "change": f"@{q.get('layer', 'last')}/@{q.get('from', 0)}",
@@ -279,17 +284,35 @@ def _margin(c: dict[str, Any]) -> float:
     return edge / scale if math.isfinite(edge) else math.inf
 
 
-def _override_rule(rule: Any, override: dict[str, Any]) -> Any:
+def _override_rule(rule: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """The rule a nearby setting reads: ``for_each`` loops unrolled first (a window spec
+    that a loop fills in, ``mask_spec: "{mask}"``, is rewritten like a literal one and
+    the check's name shows the width read), then every selected value the override
+    changes replaced."""
+    if not override:
+        return rule
+    checks = [{**c, "for_each": {k: [_window_spec(v, override) for v in vs] for k, vs in c["for_each"].items()}}
+              if c.get("for_each") else c for c in rule["checks"]]
+    return {**rule, "checks": _override_selects(expand_checks(checks), override)}
+
+
+def _window_spec(value: Any, override: dict[str, Any]) -> Any:
+    family = str(value).split(":")[0]
+    if "window" in override and isinstance(value, str) and family in ("sliding_window", "causal_sliding_window"):
+        return f"{family}:w={override['window']}"
+    return value
+
+
+def _override_selects(rule: Any, override: dict[str, Any]) -> Any:
     if isinstance(rule, list):
-        return [_override_rule(r, override) for r in rule]
+        return [_override_selects(r, override) for r in rule]
     if not isinstance(rule, dict):
         return rule
-    out = {k: _override_rule(v, override) for k, v in rule.items()}
+    out = {k: _override_selects(v, override) for k, v in rule.items()}
     if "select" in out:
         sel = {k: override.get(k, v) for k, v in out["select"].items()}
-        spec = str(sel.get("mask_spec", ""))
-        if "window" in override and spec.split(":")[0] in ("sliding_window", "causal_sliding_window"):
-            sel["mask_spec"] = f"{spec.split(':')[0]}:w={override['window']}"
+        if "mask_spec" in sel:
+            sel["mask_spec"] = _window_spec(sel["mask_spec"], override)
         out["select"] = sel
     return out
 

@@ -199,6 +199,8 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
         with np.errstate(all="ignore"):
             return Value(float(op(a.point, b.point)), op(a.reps, b.reps), per, a.collapsed and b.collapsed,
                          max(a.n_windows, b.n_windows), max(a.n_seeds, b.n_seeds), a.conditions + b.conditions)
+    if stat == "envelope_rate":
+        return Value.const(_envelope_rate(q), ctx.n_boot)
     sel = dict(q.get("select", {}))
     rows = select_rows(table, {**sel, "metric": q["metric"]}, setting)
     if "point" not in sel:
@@ -222,6 +224,18 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     return Value(float(vals[0]), vals[1 + S:], {s: float(vals[1 + i]) for i, s in enumerate(seeds)},
                  bool(collapsed[hit].all()) if hit is not None else False, W if rows["values"].map(len).max() else 0,
                  len([s for s in seeds if s >= 0]), tuple(conditions(rows)))
+
+
+def _envelope_rate(q: dict[str, Any]) -> float:
+    """Fastest per-layer rate Theorem 1's envelope certifies for ``select.mask_spec`` at
+    ``n`` tokens (:func:`rankcollapse.theory.envelope.envelope_rate`, ε = 1/deg_max): a
+    constant of the mask, read from no row."""
+    from ..theory.envelope import envelope_rate
+
+    spec = q.get("select", {}).get("mask_spec")
+    if not spec or "n" not in q:
+        raise ConfigError(f"envelope_rate needs select.mask_spec and n, got {q}")
+    return envelope_rate(str(spec), n=int(q["n"]))
 
 
 def _index(layers: np.ndarray, layer: Any, ctx: EvalContext, simulated: bool) -> int:
@@ -254,7 +268,8 @@ def _stat(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], stat: str, ctx: 
         return getattr(np, f"nan{stat}")(M[:, keep], axis=1), None
     if stat == "rate":
         return _rate(M, layers, q, ctx, simulated, floor), None
-    raise ConfigError(f"unknown quantity stat {stat!r}; use value, change, min, max, rate, ratio or difference")
+    raise ConfigError(f"unknown quantity stat {stat!r}; use value, change, min, max, rate, envelope_rate, ratio or "
+                      "difference")
 
 
 def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext, simulated: bool,

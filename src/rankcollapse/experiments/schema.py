@@ -68,6 +68,7 @@ class Quantity(_Strict):
     num: Optional["Quantity"] = None
     den: Optional["Quantity"] = None
     const: Optional[float] = None
+    n: Optional[int] = Field(default=None, ge=2)  # tokens, for stat: envelope_rate
 
 
 class Check(_Strict):
