@@ -190,3 +190,36 @@ def test_near_hard_attention_subnormal_weights():
     out, eps = blocked_attention(Q, K, V, BlockPlan(mask.to_csr(), block_size=16), scale=1.0, need_epsilon=True)
     torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-6)
     assert float(eps) == float(low)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("spec", ["causal_sliding_window:w=64", "sliding_window:w=33", "block:size=32,causal=true"])
+def test_banded_fused_scores_equal_dense(spec, dtype):
+    """One (B H) slice of a banded mask takes the fused path (mask and scale inside
+    ``baddbmm``, the end blocks with their own bias); it equals dense attention."""
+    n = 1000
+    mask = parse_mask(spec, n)
+    plan = BlockPlan(intervals=mask.intervals, block_size=32)
+    assert plan.pattern_blocked is not None and plan.exceptions.numel() > 0
+    gen = torch.Generator().manual_seed(4)
+    Q, K, V = (torch.randn(1, 1, n, 16, generator=gen, dtype=dtype) for _ in range(3))
+    dense, A = dense_attention(Q, K, V, mask.to_dense(), scale=0.3, need_weights=True)
+    out, eps = blocked_attention(Q, K, V, plan, scale=0.3, need_epsilon=True)
+    tol = 1e-5 if dtype == torch.float32 else 1e-13
+    torch.testing.assert_close(out, dense, rtol=tol, atol=tol)
+    assert float(eps) == pytest.approx(float(A[..., mask.to_dense()].min()), rel=tol)
+    assert set(plan.biases(dtype)[0].unique().tolist()) == {0.0, float("-inf")}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("size", [1e-30, 1.0, 1e20])
+def test_simulate_mu_equals_compute_metrics(dtype, size):
+    """The simulator's μ (no input checks, no rescaling) is the registry's μ of the states."""
+    from rankcollapse.metrics import compute_metrics
+
+    X = torch.randn(2, 120, 8, generator=torch.Generator().manual_seed(1), dtype=dtype) * size
+    r = simulate(X, mask="causal_sliding_window:w=9", depth=3, metrics=("mu", "mu_relative"), record_states=True,
+                 path="blocked", block_size=16)
+    for t, state in enumerate(r.states):
+        ref = compute_metrics(state, ("mu",))["mu"].to(r.metrics["mu"].dtype)
+        torch.testing.assert_close(r.metrics["mu"][t], ref, rtol=4 * torch.finfo(dtype).eps, atol=0.0)

@@ -220,6 +220,19 @@ class BlockPlan:
         if raw is not None:
             s[..., at, :, :] = raw.masked_fill(self.exception_blocked[pick], inf)
 
+    def biases(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Additive masks of a banded layout in ``dtype``, built once per dtype: the
+        pattern's ``(Bq, K_w)`` and the exceptions' ``(E, Bq, K_w)`` (0 allowed,
+        ``-inf`` masked), fused into the score matmul (``baddbmm``) instead of a
+        separate scale and masked-fill pass over the scores."""
+        cache = self.__dict__.setdefault("_biases", {})
+        if dtype not in cache:
+            inf = float("-inf")
+            pattern = torch.zeros(self.pattern_blocked.shape, dtype=dtype, device=self.pattern_blocked.device)
+            exc = torch.zeros(self.exception_blocked.shape, dtype=dtype, device=self.exception_blocked.device)
+            cache[dtype] = (pattern.masked_fill_(self.pattern_blocked, inf), exc.masked_fill_(self.exception_blocked, inf))
+        return cache[dtype]
+
     def not_counted(self, b0: int, b1: int) -> torch.Tensor:
         """Bool ``(b1 - b0, Bq, K_w)``: entries left out of ε (masked keys, proxy rows)."""
         out = ~self.allowed(b0, b1)
@@ -271,6 +284,8 @@ def _pad_keys(K: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
 def _window_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, overflow: bool):
     """Masked, scaled scores ``(..., c, Bq, K_w)`` of blocks ``b0 .. b1 - 1`` (masked
     entries ``-inf``; clamped to the finite range first when they may overflow)."""
+    if not overflow and plan.pattern_blocked is not None and q.dim() == 3:
+        return _banded_scores(q, k, plan, b0, b1, scale)
     s = torch.matmul(q, k.transpose(-1, -2))
     if scale != 1.0:
         s.mul_(scale)
@@ -278,6 +293,19 @@ def _window_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, overfl
         info = torch.finfo(s.dtype)
         s.clamp_(info.min, info.max)
     plan.fill_masked(s, b0, b1)
+    return s
+
+
+def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float):
+    """:func:`_window_scores` of one ``(B H)`` slice of a banded layout: scale and mask
+    fused into the matmul, ``s = bias + scale q k^T`` (``-inf + finite = -inf``, and
+    ``0 + x = x`` exactly, so the scores are those of the unfused path)."""
+    pattern, exc_bias = plan.biases(q.dtype)
+    s = torch.baddbmm(pattern, q, k.transpose(-1, -2), alpha=scale)
+    pick = (plan.exceptions >= b0) & (plan.exceptions < b1)
+    if bool(pick.any()):  # the few blocks near the ends with their own pattern
+        at = plan.exceptions[pick] - b0
+        s[at] = torch.baddbmm(exc_bias[pick], q[at], k[at].transpose(-1, -2), alpha=scale)
     return s
 
 
