@@ -150,7 +150,7 @@ elif case in ("to_block_mask", "create_block_mask"):
 first, mus = timed(run)
 out |= {"first": first, "peak_first_mib": rss(), "mu": mus}
 if (case != "sdpa" or "--again" in sys.argv) and "--once" not in sys.argv:
-    out["again"] = min(timed(run)[0] for _ in range(2))
+    out["again"] = min(timed(run)[0] for _ in range(5))  # best of 5: the machine may be shared
 out["peak_mib"] = rss()
 print(json.dumps(out))
 '''

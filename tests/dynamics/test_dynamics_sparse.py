@@ -223,3 +223,30 @@ def test_simulate_mu_equals_compute_metrics(dtype, size):
     for t, state in enumerate(r.states):
         ref = compute_metrics(state, ("mu",))["mu"].to(r.metrics["mu"].dtype)
         torch.testing.assert_close(r.metrics["mu"][t], ref, rtol=4 * torch.finfo(dtype).eps, atol=0.0)
+
+
+@pytest.mark.parametrize("spec", ["causal_sliding_window:w=40", "longformer:w=7,globals=0+50", "dilated:w=5,dilation=3"])
+def test_chunks_in_parallel_threads_equal_sequential_and_dense(spec, monkeypatch):
+    """Many chunks (a tiny score budget) spread over two Python threads give the same
+    bits as the sequential loop, equal dense attention, and leave the intra-op thread
+    count as it was."""
+    import rankcollapse.dynamics.sparse as sparse
+
+    n = 600
+    mask = parse_mask(spec, n)
+    plan = BlockPlan(mask.to_csr(), block_size=16)
+    gen = torch.Generator().manual_seed(2)
+    Q, K, V = (torch.randn(1, 1, n, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    monkeypatch.setattr(sparse, "SCORE_BUDGET", 16 * plan.max_keys * 8 * 3)  # 3 blocks a chunk
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        par, eps_par = blocked_attention(Q, K, V, plan, scale=0.4, need_epsilon=True)
+        assert torch.get_num_threads() == 2
+        monkeypatch.setattr(sparse, "PARALLEL_CHUNKS", False)
+        seq, eps_seq = blocked_attention(Q, K, V, plan, scale=0.4, need_epsilon=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(par, seq) and float(eps_par) == float(eps_seq)
+    dense, _ = dense_attention(Q, K, V, mask.to_dense(), scale=0.4)
+    torch.testing.assert_close(par, dense, rtol=1e-12, atol=1e-12)

@@ -25,6 +25,9 @@ checks this with hypothesis over N, block size, window and masks, float32 and fl
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
+
 import numpy as np
 import scipy.sparse
 import torch
@@ -179,6 +182,8 @@ class BlockPlan:
             return
         self.pattern_blocked = ~self.allowed(mid, mid + 1)[0]
         self.exceptions = exc
+        # first and last exception block (host ints): chunks outside skip the lookup
+        self.exception_range = (int(exc.min()), int(exc.max())) if exc.numel() else (self.n_blocks, -1)
         k = torch.arange(self.max_keys, device=self.rel_lo.device, dtype=self.rel_lo.dtype)
         self.exception_blocked = (k < self.rel_lo[exc, :, None]) | (k > self.rel_hi[exc, :, None])
 
@@ -262,10 +267,13 @@ def _flush_subnormal(A: torch.Tensor) -> None:
     weights, and subnormal operands make CPU matmuls several times slower; dropping them
     changes each output by less than ``K_w * tiny * max|v|``, far below rounding (ε is
     read before this)."""
-    info = torch.finfo(A.dtype)
-    largest_subnormal = float(torch.nextafter(torch.tensor(info.tiny, dtype=A.dtype),
-                                              torch.tensor(0.0, dtype=A.dtype)))
-    torch.nn.functional.threshold_(A, largest_subnormal, 0.0)
+    torch.nn.functional.threshold_(A, _largest_subnormal(A.dtype), 0.0)
+
+
+@functools.cache
+def _largest_subnormal(dtype: torch.dtype) -> float:
+    tiny = torch.tensor(torch.finfo(dtype).tiny, dtype=dtype)
+    return float(torch.nextafter(tiny, torch.zeros_like(tiny)))
 
 
 def _pad_keys(K: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
@@ -302,11 +310,48 @@ def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float):
     ``0 + x = x`` exactly, so the scores are those of the unfused path)."""
     pattern, exc_bias = plan.biases(q.dtype)
     s = torch.baddbmm(pattern, q, k.transpose(-1, -2), alpha=scale)
-    pick = (plan.exceptions >= b0) & (plan.exceptions < b1)
-    if bool(pick.any()):  # the few blocks near the ends with their own pattern
+    if plan.exception_range[0] < b1 and plan.exception_range[1] >= b0:  # blocks near the ends: own pattern
+        pick = (plan.exceptions >= b0) & (plan.exceptions < b1)
         at = plan.exceptions[pick] - b0
         s[at] = torch.baddbmm(exc_bias[pick], q[at], k[at].transpose(-1, -2), alpha=scale)
     return s
+
+
+PARALLEL_CHUNKS = True
+_POOL: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+
+
+def _over_chunks(chunk, starts: range, device: torch.device) -> None:
+    """Run ``chunk(b0)`` for every start, in parallel *across* chunks on CPU.
+
+    With T > 1 intra-op threads, each small op of a chunk (matmul, softmax, ...) is one
+    OpenMP parallel region ending in a barrier: about 50 barriers a layer. On a machine
+    whose cores are shared with other processes a barrier waits for a descheduled
+    thread (a scheduler time slice, milliseconds), and two threads ran 3-5x slower than
+    one. Here T Python threads (torch releases the GIL inside ops) each take every T-th
+    chunk with one intra-op thread: one join per call. Chunks write disjoint rows of
+    the output, so the result does not depend on the schedule. The intra-op thread
+    count is process-wide in torch, so it is set to 1 for the duration and restored."""
+    threads = torch.get_num_threads()
+    if not PARALLEL_CHUNKS or threads < 2 or len(starts) < 2 or device.type != "cpu":
+        for b0 in starts:
+            chunk(b0)
+        return
+    workers = min(threads, len(starts))
+    pool = _POOL.get(workers)
+    if pool is None:
+        pool = _POOL[workers] = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="rankcollapse-chunks")
+
+    def part(t: int) -> None:
+        for b0 in starts[t::workers]:
+            chunk(b0)
+
+    torch.set_num_threads(1)
+    try:
+        for f in [pool.submit(part, t) for t in range(workers)]:
+            f.result()
+    finally:
+        torch.set_num_threads(threads)
 
 
 def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: bool = False,
@@ -341,7 +386,8 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     out = torch.empty(*Qb.shape[:-1], d_v, dtype=V.dtype, device=V.device)  # (..., nb, Bq, d_v)
     step = plan.blocks_per_chunk(B * H, torch.finfo(work).bits // 8)
     lows = []
-    for b0 in range(0, nb, step):  # a few chunks bound the score memory; no loop over blocks
+
+    def chunk(b0: int) -> None:
         b1 = min(nb, b0 + step)
         s = _window_scores(Qb[..., b0:b1, :, :], plan.keys(Kp, b0, b1), plan, b0, b1, scale, overflow)
         A = torch.softmax(s, dim=-1).to(V.dtype)  # (..., c, Bq, K_w)
@@ -354,6 +400,8 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
             torch.bmm(A, v, out=out[b0:b1])
         else:
             out[..., b0:b1, :, :] = torch.matmul(A, v)
+
+    _over_chunks(chunk, range(0, nb, step), Q.device)  # a few chunks bound the score memory
     out = out.reshape(B, H, n_p, d_v)[:, :, :N]
     if plan.full_rows.numel():  # global queries: a dense (G, N) slab
         rows = plan.full_rows.to(Q.device)
