@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import threading
 
 import numpy as np
 import scipy.sparse
@@ -304,12 +305,13 @@ def _window_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, overfl
     return s
 
 
-def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float):
+def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, out=None):
     """:func:`_window_scores` of one ``(B H)`` slice of a banded layout: scale and mask
     fused into the matmul, ``s = bias + scale q k^T`` (``-inf + finite = -inf``, and
-    ``0 + x = x`` exactly, so the scores are those of the unfused path)."""
+    ``0 + x = x`` exactly, so the scores are those of the unfused path); written into
+    ``out`` ``(b1 - b0, Bq, K_w)`` when given."""
     pattern, exc_bias = plan.biases(q.dtype)
-    s = torch.baddbmm(pattern, q, k.transpose(-1, -2), alpha=scale)
+    s = torch.baddbmm(pattern, q, k.transpose(-1, -2), alpha=scale, out=out)
     if plan.exception_range[0] < b1 and plan.exception_range[1] >= b0:  # blocks near the ends: own pattern
         pick = (plan.exceptions >= b0) & (plan.exceptions < b1)
         at = plan.exceptions[pick] - b0
@@ -387,10 +389,24 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     step = plan.blocks_per_chunk(B * H, torch.finfo(work).bits // 8)
     lows = []
 
+    # one (B H) slice of a banded layout: scores and weights in two buffers per worker
+    # thread, reused by every chunk (no allocation per chunk: with one malloc arena per
+    # thread, freed chunks would stay in the process's resident memory)
+    fused = flat and not overflow and plan.pattern_blocked is not None
+    buffers = threading.local()
+
     def chunk(b0: int) -> None:
         b1 = min(nb, b0 + step)
-        s = _window_scores(Qb[..., b0:b1, :, :], plan.keys(Kp, b0, b1), plan, b0, b1, scale, overflow)
-        A = torch.softmax(s, dim=-1).to(V.dtype)  # (..., c, Bq, K_w)
+        q, k = Qb[..., b0:b1, :, :], plan.keys(Kp, b0, b1)
+        if fused:
+            if not hasattr(buffers, "s"):
+                buffers.s, buffers.a = (torch.empty(step, bq, plan.max_keys, dtype=V.dtype, device=V.device)
+                                        for _ in range(2))
+            s = _banded_scores(q, k, plan, b0, b1, scale, out=buffers.s[: b1 - b0])
+            A = torch.ops.aten._softmax.out(s, -1, False, out=buffers.a[: b1 - b0])
+        else:
+            s = _window_scores(q, k, plan, b0, b1, scale, overflow)
+            A = torch.softmax(s, dim=-1).to(V.dtype)  # (..., c, Bq, K_w)
         if need_epsilon:
             lows.append(A.masked_fill(plan.not_counted(b0, b1), float("inf")).amin())
         if FLUSH_SUBNORMAL:
