@@ -250,3 +250,23 @@ def test_chunks_in_parallel_threads_equal_sequential_and_dense(spec, monkeypatch
     assert torch.equal(par, seq) and float(eps_par) == float(eps_seq)
     dense, _ = dense_attention(Q, K, V, mask.to_dense(), scale=0.4)
     torch.testing.assert_close(par, dense, rtol=1e-12, atol=1e-12)
+
+
+def test_simulate_blocked_with_two_threads_restores_them_and_equals_one_thread(monkeypatch):
+    import rankcollapse.dynamics.sparse as sparse
+
+    X = torch.randn(1, 700, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    kw = dict(mask="causal_sliding_window:w=50", depth=3, metrics=("mu",), path="blocked", block_size=16,
+              record_states=True)
+    monkeypatch.setattr(sparse, "SCORE_BUDGET", 16 * 66 * 8 * 4)  # several chunks a layer
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        two = simulate(X, **kw)
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        one = simulate(X, **kw)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(two.metrics["mu"], one.metrics["mu"])
+    assert all(torch.equal(a, b) for a, b in zip(two.states, one.states))

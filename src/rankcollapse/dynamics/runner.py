@@ -6,6 +6,7 @@ Default initialisation (documented in docs/dynamics.md): one head, ``W_Q, W_K, W
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from .config import BlockConfig, canonical_variant, resolve_variant
 from .layers import Attention, apply_norm, block_forward
 from .scheduled import ScheduledAttention
 from .flex import FlexBackend
-from .sparse import BlockPlan
+from .sparse import BlockPlan, chunk_threads
 from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
@@ -338,7 +339,8 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     attend = make_attention(m) if sched is None else ScheduledAttention(sched, make_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
     metric_mask = m.dense(X.device) if uses_mask else None  # built once, not per layer
-    with steps(len(weights), "simulate: layers", progress) as bar:
+    threads = chunk_threads() if path == "blocked" and (X.device.type == "cpu") else contextlib.nullcontext()
+    with steps(len(weights), "simulate: layers", progress) as bar, threads:
         rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states,
                                                      bar)
     out = {k: torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]) for k in names}

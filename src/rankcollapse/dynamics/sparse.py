@@ -26,6 +26,7 @@ checks this with hypothesis over N, block size, window and masks, float32 and fl
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import threading
 
@@ -321,6 +322,26 @@ def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, out=No
 
 PARALLEL_CHUNKS = True
 _POOL: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+_WORKERS: list[int] = []  # set by chunk_threads(): chunk workers while intra-op threads are 1
+
+
+@contextlib.contextmanager
+def chunk_threads():
+    """Run a block of windowed-kernel layers with one intra-op thread, the kernel's
+    chunks spread over the former thread count of Python threads (:func:`_over_chunks`).
+    The small ops around the kernel (projections, key padding, μ) then need no OpenMP
+    barrier either; the thread count is restored on exit."""
+    threads = torch.get_num_threads()
+    if threads < 2 or not PARALLEL_CHUNKS:
+        yield
+        return
+    _WORKERS.append(threads)
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        _WORKERS.pop()
 
 
 def _over_chunks(chunk, starts: range, device: torch.device) -> None:
@@ -334,7 +355,7 @@ def _over_chunks(chunk, starts: range, device: torch.device) -> None:
     chunk with one intra-op thread: one join per call. Chunks write disjoint rows of
     the output, so the result does not depend on the schedule. The intra-op thread
     count is process-wide in torch, so it is set to 1 for the duration and restored."""
-    threads = torch.get_num_threads()
+    threads = _WORKERS[-1] if _WORKERS else torch.get_num_threads()
     if not PARALLEL_CHUNKS or threads < 2 or len(starts) < 2 or device.type != "cpu":
         for b0 in starts:
             chunk(b0)
@@ -348,12 +369,13 @@ def _over_chunks(chunk, starts: range, device: torch.device) -> None:
         for b0 in starts[t::workers]:
             chunk(b0)
 
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         for f in [pool.submit(part, t) for t in range(workers)]:
             f.result()
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
 
 
 def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: bool = False,
