@@ -238,12 +238,13 @@ def test_chunks_in_parallel_threads_equal_sequential_and_dense(spec, monkeypatch
     gen = torch.Generator().manual_seed(2)
     Q, K, V = (torch.randn(1, 1, n, 8, generator=gen, dtype=torch.float64) for _ in range(3))
     monkeypatch.setattr(sparse, "SCORE_BUDGET", 16 * plan.max_keys * 8 * 3)  # 3 blocks a chunk
+    from rankcollapse.dynamics import chunks
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         par, eps_par = blocked_attention(Q, K, V, plan, scale=0.4, need_epsilon=True)
         assert torch.get_num_threads() == 2
-        monkeypatch.setattr(sparse, "PARALLEL_CHUNKS", False)
+        monkeypatch.setattr(chunks, "PARALLEL_CHUNKS", False)
         seq, eps_seq = blocked_attention(Q, K, V, plan, scale=0.4, need_epsilon=True)
     finally:
         torch.set_num_threads(threads)

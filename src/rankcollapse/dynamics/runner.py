@@ -28,7 +28,8 @@ from .config import BlockConfig, canonical_variant, resolve_variant
 from .layers import Attention, apply_norm, block_forward
 from .scheduled import ScheduledAttention
 from .flex import FlexBackend
-from .sparse import BlockPlan, chunk_threads
+from .chunks import chunk_threads
+from .sparse import BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
