@@ -190,3 +190,84 @@ def test_near_hard_attention_subnormal_weights():
     out, eps = blocked_attention(Q, K, V, BlockPlan(mask.to_csr(), block_size=16), scale=1.0, need_epsilon=True)
     torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-6)
     assert float(eps) == float(low)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("spec", ["causal_sliding_window:w=64", "sliding_window:w=33", "block:size=32,causal=true"])
+def test_banded_fused_scores_equal_dense(spec, dtype):
+    """One (B H) slice of a banded mask takes the fused path (mask and scale inside
+    ``baddbmm``, the end blocks with their own bias); it equals dense attention."""
+    n = 1000
+    mask = parse_mask(spec, n)
+    plan = BlockPlan(intervals=mask.intervals, block_size=32)
+    assert plan.pattern_blocked is not None and plan.exceptions.numel() > 0
+    gen = torch.Generator().manual_seed(4)
+    Q, K, V = (torch.randn(1, 1, n, 16, generator=gen, dtype=dtype) for _ in range(3))
+    dense, A = dense_attention(Q, K, V, mask.to_dense(), scale=0.3, need_weights=True)
+    out, eps = blocked_attention(Q, K, V, plan, scale=0.3, need_epsilon=True)
+    tol = 1e-5 if dtype == torch.float32 else 1e-13
+    torch.testing.assert_close(out, dense, rtol=tol, atol=tol)
+    assert float(eps) == pytest.approx(float(A[..., mask.to_dense()].min()), rel=tol)
+    assert set(plan.biases(dtype)[0].unique().tolist()) == {0.0, float("-inf")}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("size", [1e-30, 1.0, 1e20])
+def test_simulate_mu_equals_compute_metrics(dtype, size):
+    """The simulator's μ (no input checks, no rescaling) is the registry's μ of the states."""
+    from rankcollapse.metrics import compute_metrics
+
+    X = torch.randn(2, 120, 8, generator=torch.Generator().manual_seed(1), dtype=dtype) * size
+    r = simulate(X, mask="causal_sliding_window:w=9", depth=3, metrics=("mu", "mu_relative"), record_states=True,
+                 path="blocked", block_size=16)
+    for t, state in enumerate(r.states):
+        ref = compute_metrics(state, ("mu",))["mu"].to(r.metrics["mu"].dtype)
+        torch.testing.assert_close(r.metrics["mu"][t], ref, rtol=4 * torch.finfo(dtype).eps, atol=0.0)
+
+
+@pytest.mark.parametrize("spec", ["causal_sliding_window:w=40", "longformer:w=7,globals=0+50", "dilated:w=5,dilation=3"])
+def test_chunks_in_parallel_threads_equal_sequential_and_dense(spec, monkeypatch):
+    """Many chunks (a tiny score budget) spread over two Python threads give the same
+    bits as the sequential loop, equal dense attention, and leave the intra-op thread
+    count as it was."""
+    import rankcollapse.dynamics.sparse as sparse
+
+    n = 600
+    mask = parse_mask(spec, n)
+    plan = BlockPlan(mask.to_csr(), block_size=16)
+    gen = torch.Generator().manual_seed(2)
+    Q, K, V = (torch.randn(1, 1, n, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    monkeypatch.setattr(sparse, "SCORE_BUDGET", 16 * plan.max_keys * 8 * 3)  # 3 blocks a chunk
+    from rankcollapse.dynamics import chunks
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        par, eps_par = blocked_attention(Q, K, V, plan, scale=0.4, need_epsilon=True)
+        assert torch.get_num_threads() == 2
+        monkeypatch.setattr(chunks, "PARALLEL_CHUNKS", False)
+        seq, eps_seq = blocked_attention(Q, K, V, plan, scale=0.4, need_epsilon=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(par, seq) and float(eps_par) == float(eps_seq)
+    dense, _ = dense_attention(Q, K, V, mask.to_dense(), scale=0.4)
+    torch.testing.assert_close(par, dense, rtol=1e-12, atol=1e-12)
+
+
+def test_simulate_blocked_with_two_threads_restores_them_and_equals_one_thread(monkeypatch):
+    import rankcollapse.dynamics.sparse as sparse
+
+    X = torch.randn(1, 700, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    kw = dict(mask="causal_sliding_window:w=50", depth=3, metrics=("mu",), path="blocked", block_size=16,
+              record_states=True)
+    monkeypatch.setattr(sparse, "SCORE_BUDGET", 16 * 66 * 8 * 4)  # several chunks a layer
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        two = simulate(X, **kw)
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        one = simulate(X, **kw)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(two.metrics["mu"], one.metrics["mu"])
+    assert all(torch.equal(a, b) for a, b in zip(two.states, one.states))

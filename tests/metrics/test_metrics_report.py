@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+import metrics_numpy_reference as ref
+
 from rankcollapse.errors import MemoryLimitError, MetricError
 from rankcollapse.metrics import compute_metrics, report_metrics
 
@@ -65,10 +67,46 @@ def test_input_no_metric_can_take_still_raises():
 def test_pairwise_metrics_sized_before_allocation():
     X = np.zeros((100_000, 8))
     X[:, 0] = 1.0
-    with pytest.raises(MemoryLimitError, match=r"GiB.*--max-memory"):
-        compute_metrics(X, ["avg_cos"], max_memory="1GiB")
-    rep = report_metrics(X, ["mu", "avg_cos"], max_memory="1GiB")
-    assert rep.rows()["mu"] == 0.0 and "max-memory" in rep.undefined["avg_cos"]
+    with pytest.raises(MemoryLimitError, match=r"dirichlet_energy.*GiB.*--max-memory"):
+        compute_metrics(X, ["dirichlet_energy"], max_memory="1GiB")
+    rep = report_metrics(X, ["mu", "avg_cos", "dirichlet_energy"], max_memory="1GiB")
+    assert rep.rows()["mu"] == 0.0 and "max-memory" in rep.undefined["dirichlet_energy"]
+    assert rep.rows()["avg_cos"] == 1.0  # the d-dimensional form: O(N d) memory, not refused
+
+
+def test_guard_sizes_the_chunked_path_not_the_dense_one():
+    """Past PAIR_BUDGET the cosine averages run in d-dimensional forms and row chunks:
+    a limit far below the dense (N, N) matrices still lets all O(N d) metrics through,
+    with the float64 values of the dense formulas (numpy reference)."""
+    from rankcollapse.metrics.registry import metrics_bytes
+
+    n, d = 3000, 16  # (N, N) float64 = 72 MB > PAIR_BUDGET (64 MiB): chunked path
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((n, d)) + 0.5 * rng.standard_normal(d)
+    limit = 150 * 10**6  # dense needs 3 (N, N) float64 = 216 MB
+    assert metrics_bytes(X.shape, ["dirichlet_energy"], 8) == (5 * n * d * 8 + 3 * n * n * 8, True)
+    with pytest.raises(MemoryLimitError, match="mean_average_distance"):
+        compute_metrics(X, ["avg_abs_cos", "mean_average_distance"], max_memory=limit)
+    names = ("mu", "mu_relative", "avg_cos", "avg_abs_cos", "cos_to_mean", "numerical_rank", "rank_fraction",
+             "sigma_min", "sigma_ratio", "stable_rank", "effective_rank", "rank_one_distance")
+    got = compute_metrics(X, names, max_memory=limit)
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    C = U @ U.T  # the dense float64 reference, built here and not by the guarded path
+    off = ~np.eye(n, dtype=bool)
+    expect = {"avg_cos": C[off].mean(), "avg_abs_cos": np.abs(C[off]).mean()}
+    for name in names:
+        value = expect[name] if name in expect else getattr(ref, name)(X)
+        assert float(got[name]) == pytest.approx(value, rel=1e-9, abs=1e-12), name
+
+
+def test_guard_at_65536_tokens_estimates_o_n_d():
+    from rankcollapse.metrics.registry import metrics_bytes
+
+    shape = (1, 65_536, 64)
+    est, dense = metrics_bytes(shape, ["mu", "avg_cos", "avg_abs_cos", "sigma_min", "effective_rank"], 4)
+    assert not dense and est < 200 * 2**20  # 144 MiB, far from the 48 GiB of (N, N) matrices
+    est, dense = metrics_bytes(shape, ["avg_cos", "mean_average_distance"], 4)
+    assert dense and est > 48 * 2**30
 
 
 def test_argument_errors_are_typed():

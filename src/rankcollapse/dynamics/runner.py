@@ -6,6 +6,7 @@ Default initialisation (documented in docs/dynamics.md): one head, ``W_Q, W_K, W
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -22,10 +23,12 @@ from .._memory import check_memory
 from ..masks import Mask, parse_mask, resolve_mask
 from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, compute_metrics
+from ..metrics._context import stable_norm
 from .config import BlockConfig, resolve_variant, variant_name
 from .layers import Attention, apply_norm, block_forward
 from .scheduled import ScheduledAttention
 from .flex import FlexBackend
+from .chunks import chunk_threads
 from .sparse import BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
 
@@ -137,12 +140,27 @@ def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
         raise ConfigError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")
     uses_mask = any(METRICS[n].uses_mask for n in names)
 
+    rest = tuple(n for n in names if n != "mu")
+
     def measure(X, mask, peak):
         # float32 tokens past ~1e12 overflow Gram matrices (cosines) though X is finite
         wide = X.dtype == torch.float32 and not peak < _FLOAT32_METRIC_LIMIT
-        return compute_metrics(X, names, mask=mask, dtype=torch.float64 if wide else None)
+        if wide or "mu" not in names or X.dtype not in (torch.float32, torch.float64) or not math.isfinite(peak):
+            return compute_metrics(X, names, mask=mask, dtype=torch.float64 if wide else None)
+        out = compute_metrics(X, rest, mask=mask) if rest else {}
+        out["mu"] = _mu_finite(X)
+        return {n: out[n] for n in names}
 
     return names, measure, uses_mask
+
+
+def _mu_finite(X: torch.Tensor) -> torch.Tensor:
+    """``mu`` ``(B,)`` of finite tokens ``X`` ``(B, N, d)`` (the layer loop has checked
+    them): :func:`~rankcollapse.metrics.mu` without its input checks and power-of-two
+    rescaling, which only move the exponent (exact), so the value is the same; two
+    passes over X instead of six, which matters at N = 65,536 where μ is recorded
+    after every layer."""
+    return stable_norm(X - X.mean(dim=-2, keepdim=True), (-2, -1))
 
 
 def _measure_at(measure: Callable, X: torch.Tensor, mask, t: int, peak: float | None = None) -> dict:
@@ -325,7 +343,8 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     attend = make_attention(m) if sched is None else ScheduledAttention(sched, make_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
     metric_mask = m.dense(X.device) if uses_mask else None  # built once, not per layer
-    with steps(len(weights), "simulate: layers", progress) as bar:
+    threads = chunk_threads() if path == "blocked" and (X.device.type == "cpu") else contextlib.nullcontext()
+    with steps(len(weights), "simulate: layers", progress) as bar, threads:
         rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states,
                                                      bar)
     out = {k: torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]) for k in names}

@@ -25,6 +25,9 @@ checks this with hypothesis over N, block size, window and masks, float32 and fl
 
 from __future__ import annotations
 
+import functools
+import threading
+
 import numpy as np
 import scipy.sparse
 import torch
@@ -32,6 +35,7 @@ import torch
 from ..errors import MaskError
 from ..masks.rows import raise_empty
 from .attention import safe_softmax_scores, scores_may_overflow
+from .chunks import over_chunks
 
 DEFAULT_BLOCK_SIZE = 64
 SCORE_BUDGET = 2 * 2**20  # bytes of float scores per chunk: small enough that the softmax passes stay in cache
@@ -179,6 +183,8 @@ class BlockPlan:
             return
         self.pattern_blocked = ~self.allowed(mid, mid + 1)[0]
         self.exceptions = exc
+        # first and last exception block (host ints): chunks outside skip the lookup
+        self.exception_range = (int(exc.min()), int(exc.max())) if exc.numel() else (self.n_blocks, -1)
         k = torch.arange(self.max_keys, device=self.rel_lo.device, dtype=self.rel_lo.dtype)
         self.exception_blocked = (k < self.rel_lo[exc, :, None]) | (k > self.rel_hi[exc, :, None])
 
@@ -220,6 +226,19 @@ class BlockPlan:
         if raw is not None:
             s[..., at, :, :] = raw.masked_fill(self.exception_blocked[pick], inf)
 
+    def biases(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Additive masks of a banded layout in ``dtype``, built once per dtype: the
+        pattern's ``(Bq, K_w)`` and the exceptions' ``(E, Bq, K_w)`` (0 allowed,
+        ``-inf`` masked), fused into the score matmul (``baddbmm``) instead of a
+        separate scale and masked-fill pass over the scores."""
+        cache = self.__dict__.setdefault("_biases", {})
+        if dtype not in cache:
+            inf = float("-inf")
+            pattern = torch.zeros(self.pattern_blocked.shape, dtype=dtype, device=self.pattern_blocked.device)
+            exc = torch.zeros(self.exception_blocked.shape, dtype=dtype, device=self.exception_blocked.device)
+            cache[dtype] = (pattern.masked_fill_(self.pattern_blocked, inf), exc.masked_fill_(self.exception_blocked, inf))
+        return cache[dtype]
+
     def not_counted(self, b0: int, b1: int) -> torch.Tensor:
         """Bool ``(b1 - b0, Bq, K_w)``: entries left out of ε (masked keys, proxy rows)."""
         out = ~self.allowed(b0, b1)
@@ -249,10 +268,13 @@ def _flush_subnormal(A: torch.Tensor) -> None:
     weights, and subnormal operands make CPU matmuls several times slower; dropping them
     changes each output by less than ``K_w * tiny * max|v|``, far below rounding (ε is
     read before this)."""
-    info = torch.finfo(A.dtype)
-    largest_subnormal = float(torch.nextafter(torch.tensor(info.tiny, dtype=A.dtype),
-                                              torch.tensor(0.0, dtype=A.dtype)))
-    torch.nn.functional.threshold_(A, largest_subnormal, 0.0)
+    torch.nn.functional.threshold_(A, _largest_subnormal(A.dtype), 0.0)
+
+
+@functools.cache
+def _largest_subnormal(dtype: torch.dtype) -> float:
+    tiny = torch.tensor(torch.finfo(dtype).tiny, dtype=dtype)
+    return float(torch.nextafter(tiny, torch.zeros_like(tiny)))
 
 
 def _pad_keys(K: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
@@ -271,6 +293,8 @@ def _pad_keys(K: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
 def _window_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, overflow: bool):
     """Masked, scaled scores ``(..., c, Bq, K_w)`` of blocks ``b0 .. b1 - 1`` (masked
     entries ``-inf``; clamped to the finite range first when they may overflow)."""
+    if not overflow and plan.pattern_blocked is not None and q.dim() == 3:
+        return _banded_scores(q, k, plan, b0, b1, scale)
     s = torch.matmul(q, k.transpose(-1, -2))
     if scale != 1.0:
         s.mul_(scale)
@@ -278,6 +302,20 @@ def _window_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, overfl
         info = torch.finfo(s.dtype)
         s.clamp_(info.min, info.max)
     plan.fill_masked(s, b0, b1)
+    return s
+
+
+def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, out=None):
+    """:func:`_window_scores` of one ``(B H)`` slice of a banded layout: scale and mask
+    fused into the matmul, ``s = bias + scale q k^T`` (``-inf + finite = -inf``, and
+    ``0 + x = x`` exactly, so the scores are those of the unfused path); written into
+    ``out`` ``(b1 - b0, Bq, K_w)`` when given."""
+    pattern, exc_bias = plan.biases(q.dtype)
+    s = torch.baddbmm(pattern, q, k.transpose(-1, -2), alpha=scale, out=out)
+    if plan.exception_range[0] < b1 and plan.exception_range[1] >= b0:  # blocks near the ends: own pattern
+        pick = (plan.exceptions >= b0) & (plan.exceptions < b1)
+        at = plan.exceptions[pick] - b0
+        s[at] = torch.baddbmm(exc_bias[pick], q[at], k[at].transpose(-1, -2), alpha=scale)
     return s
 
 
@@ -313,10 +351,25 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     out = torch.empty(*Qb.shape[:-1], d_v, dtype=V.dtype, device=V.device)  # (..., nb, Bq, d_v)
     step = plan.blocks_per_chunk(B * H, torch.finfo(work).bits // 8)
     lows = []
-    for b0 in range(0, nb, step):  # a few chunks bound the score memory; no loop over blocks
+
+    # one (B H) slice of a banded layout: scores and weights in two buffers per worker
+    # thread, reused by every chunk (no allocation per chunk: with one malloc arena per
+    # thread, freed chunks would stay in the process's resident memory)
+    fused = flat and not overflow and plan.pattern_blocked is not None
+    buffers = threading.local()
+
+    def chunk(b0: int) -> None:
         b1 = min(nb, b0 + step)
-        s = _window_scores(Qb[..., b0:b1, :, :], plan.keys(Kp, b0, b1), plan, b0, b1, scale, overflow)
-        A = torch.softmax(s, dim=-1).to(V.dtype)  # (..., c, Bq, K_w)
+        q, k = Qb[..., b0:b1, :, :], plan.keys(Kp, b0, b1)
+        if fused:
+            if not hasattr(buffers, "s"):
+                buffers.s, buffers.a = (torch.empty(step, bq, plan.max_keys, dtype=V.dtype, device=V.device)
+                                        for _ in range(2))
+            s = _banded_scores(q, k, plan, b0, b1, scale, out=buffers.s[: b1 - b0])
+            A = torch.ops.aten._softmax.out(s, -1, False, out=buffers.a[: b1 - b0])
+        else:
+            s = _window_scores(q, k, plan, b0, b1, scale, overflow)
+            A = torch.softmax(s, dim=-1).to(V.dtype)  # (..., c, Bq, K_w)
         if need_epsilon:
             lows.append(A.masked_fill(plan.not_counted(b0, b1), float("inf")).amin())
         if FLUSH_SUBNORMAL:
@@ -326,6 +379,8 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
             torch.bmm(A, v, out=out[b0:b1])
         else:
             out[..., b0:b1, :, :] = torch.matmul(A, v)
+
+    over_chunks(chunk, range(0, nb, step), Q.device)  # a few chunks bound the score memory
     out = out.reshape(B, H, n_p, d_v)[:, :, :N]
     if plan.full_rows.numel():  # global queries: a dense (G, N) slab
         rows = plan.full_rows.to(Q.device)

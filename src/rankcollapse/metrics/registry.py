@@ -10,7 +10,7 @@ import torch
 from .._memory import check_memory
 from .._validate import check_float
 from ..errors import MetricError
-from . import core, graph, spectral
+from . import _context, core, graph, spectral
 from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
 
@@ -58,28 +58,62 @@ _SPECS = (
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
 """All metrics by name, in report order."""
 
-#: Metrics whose formulas hold ``(B, N, N)`` pairwise matrices (cosines, the centred
-#: Gram, the graph); the others need O(N d) memory.
+#: Metrics whose formulas may hold ``(B, N, N)`` pairwise matrices (cosines, the
+#: centred Gram, the graph); the others need O(N d) memory.
 PAIRWISE = frozenset({"avg_abs_cos", "avg_cos", "dirichlet_energy", "mean_average_distance"})
-#: ``(B, N, N)`` arrays alive at once in the pairwise formulas (Gram, cosines, graph).
+#: Pairwise metrics that always form the ``(B, N, N)`` matrices (the graph is dense).
+DENSE_PAIRWISE = frozenset({"dirichlet_energy", "mean_average_distance"})
+#: ``(B, N, N)`` arrays alive at once in the dense pairwise formulas (Gram, cosines, graph).
 PAIRWISE_COPIES = 3
+#: ``(B, N, d)`` arrays alive at once in any call (input cast, normalised, centred,
+#: unit tokens, scratch).
+TOKEN_COPIES = 5
 
 
 def pairwise_bytes(shape: tuple[int, ...], itemsize: int) -> int:
-    """Memory of the pairwise intermediates for X of ``shape`` ``(N, d)``/``(B, N, d)``."""
+    """Memory of the dense pairwise intermediates for X of ``shape`` ``(N, d)``/``(B, N, d)``."""
     b = shape[0] if len(shape) == 3 else 1
     n = shape[-2]
     return PAIRWISE_COPIES * b * n * n * itemsize
 
 
+def metrics_bytes(shape: tuple[int, ...], names, itemsize: int) -> tuple[int, bool]:
+    """``(bytes, dense)``: the memory ``names`` need on X of ``shape`` along the path
+    :class:`~rankcollapse.metrics._context.MetricContext` takes, and whether that path
+    forms ``(B, N, N)`` matrices.
+
+    - ``dirichlet_energy``, ``mean_average_distance``: dense, :func:`pairwise_bytes`.
+    - ``avg_cos``, ``avg_abs_cos``: the ``(B, N, N)`` cosines (plus ``|cos|``) while they
+      fit :data:`~rankcollapse.metrics._context.PAIR_BUDGET`; beyond it the signed sum's
+      d-dimensional form and row chunks of ``|cos|``, at most ``PAIR_BUDGET`` bytes.
+    - everything: :data:`TOKEN_COPIES` ``(B, N, d)`` arrays; the SVD of the tall
+      ``(N, d)`` orientation needs O(N d) workspace.
+    """
+    b = shape[0] if len(shape) == 3 else 1
+    n, d = shape[-2], shape[-1]
+    tokens = TOKEN_COPIES * b * n * d * itemsize
+    names = set(names)
+    if names & DENSE_PAIRWISE:
+        return tokens + pairwise_bytes(shape, itemsize), True
+    if names & {"avg_cos", "avg_abs_cos"}:
+        pairs = b * n * n * itemsize
+        if pairs <= _context.PAIR_BUDGET:
+            return tokens + 2 * pairs, False
+        return tokens + _context.PAIR_BUDGET, False
+    return tokens, False
+
+
 def check_pairwise_memory(X, names, dtype, max_memory) -> None:
-    """Refuse (:class:`MemoryLimitError`) pairwise metrics among ``names`` whose
-    matrices for ``X`` would exceed ``max_memory`` (default half the RAM)."""
+    """Refuse (:class:`MemoryLimitError`) metrics ``names`` whose intermediates for
+    ``X`` (:func:`metrics_bytes`, the path actually taken) would exceed ``max_memory``
+    (default half the RAM)."""
     shape = tuple(getattr(X, "shape", ()))
-    if PAIRWISE.intersection(names) and len(shape) in (2, 3):
+    if len(shape) in (2, 3):
         itemsize = 4 if dtype == torch.float32 or (dtype is None and getattr(X, "dtype", None) in _SINGLE) else 8
-        check_memory(pairwise_bytes(shape, itemsize), f"computing (N, N) pairwise matrices at N = {shape[-2]}",
-                     max_memory)
+        estimate, dense = metrics_bytes(shape, names, itemsize)
+        what = (f"computing (N, N) pairwise matrices ({', '.join(sorted(DENSE_PAIRWISE.intersection(names)))}) "
+                f"at N = {shape[-2]}" if dense else f"computing metrics at N = {shape[-2]}")
+        check_memory(estimate, what, max_memory)
 
 
 DEFAULT_METRICS: tuple[str, ...] = (
@@ -127,8 +161,10 @@ def compute_metrics(
         compute dtype).
     rank_noise_floor : also count the storage dtype's rounding noise floor
         ``u ||X||_F`` in the rank tolerance (default True; see ``numerical_rank``).
-    max_memory : bytes (or ``"8GiB"``) the pairwise metrics (:data:`PAIRWISE`) may
-        allocate; default half the physical memory. Checked before any allocation.
+    max_memory : bytes (or ``"8GiB"``) the metrics may allocate; default half the
+        physical memory. Checked before any allocation against the estimate of the path
+        taken (:func:`metrics_bytes`): cosine averages at large N go through d-dimensional
+        forms and row chunks, only the graph metrics form ``(B, N, N)`` matrices.
 
     Returns
     -------
@@ -145,7 +181,8 @@ def compute_metrics(
         negative or not finite. :func:`~rankcollapse.metrics.report_metrics` reports
         undefined metrics as None with a reason instead.
     MemoryLimitError
-        The pairwise metrics' ``(B, N, N)`` matrices would exceed ``max_memory``.
+        The intermediates of the path taken (:func:`metrics_bytes`) would exceed
+        ``max_memory``.
     """
     if names is None:
         names = DEFAULT_METRICS

@@ -18,7 +18,7 @@ from typing import Iterable
 import torch
 
 from ..errors import MemoryLimitError, MetricError
-from .registry import DEFAULT_METRICS, METRICS, PAIRWISE, _as_dtype, check_pairwise_memory, compute_metrics
+from .registry import DEFAULT_METRICS, METRICS, _as_dtype, check_pairwise_memory, compute_metrics
 
 @dataclass
 class MetricReport:
@@ -92,9 +92,17 @@ def report_metrics(
 def _too_large(X, names, dtype, max_memory) -> dict[str, str]:
     try:
         check_pairwise_memory(X, names, _as_dtype(dtype), max_memory)
-    except MemoryLimitError as exc:
-        return {n: str(exc) for n in names if n in PAIRWISE}
-    return {}
+    except MemoryLimitError:
+        pass
+    else:
+        return {}
+    undefined = {}
+    for name in names:  # which metrics are too large on their own; the others still run
+        try:
+            check_pairwise_memory(X, (name,), _as_dtype(dtype), max_memory)
+        except MemoryLimitError as exc:
+            undefined[name] = str(exc)
+    return undefined
 
 
 def _compute(X, todo, undefined, kw) -> dict[str, torch.Tensor]:

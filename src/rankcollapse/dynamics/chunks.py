@@ -1,0 +1,67 @@
+"""Chunks of the windowed kernel spread over worker threads (one intra-op thread each).
+
+With T > 1 intra-op threads, each small op of a chunk (matmul, softmax, ...) is one
+OpenMP parallel region ending in a barrier: about 50 a layer. On a machine whose cores
+are shared with other processes a barrier waits for a descheduled thread (a scheduler
+time slice, milliseconds), and two threads ran 3-5x slower than one. Here T Python
+threads (torch releases the GIL inside ops) each take every T-th chunk with one
+intra-op thread: one join per call.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+
+import torch
+
+PARALLEL_CHUNKS = True
+_POOL: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+_WORKERS: list[int] = []  # set by chunk_threads(): chunk workers while intra-op threads are 1
+
+
+@contextlib.contextmanager
+def chunk_threads():
+    """Run a block of windowed-kernel layers with one intra-op thread, the kernel's
+    chunks spread over the former thread count of Python threads (:func:`over_chunks`).
+    The small ops around the kernel (projections, key padding, μ) then need no OpenMP
+    barrier either; the thread count is restored on exit."""
+    threads = torch.get_num_threads()
+    if threads < 2 or not PARALLEL_CHUNKS:
+        yield
+        return
+    _WORKERS.append(threads)
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        _WORKERS.pop()
+
+
+def over_chunks(chunk, starts: range, device: torch.device) -> None:
+    """Run ``chunk(b0)`` for every start, across worker threads on the CPU (module
+    docstring). Chunks write disjoint rows of the output, so the result does not depend
+    on the schedule. The intra-op thread count is process-wide in torch, so it is set
+    to 1 for the duration and restored."""
+    threads = _WORKERS[-1] if _WORKERS else torch.get_num_threads()
+    if not PARALLEL_CHUNKS or threads < 2 or len(starts) < 2 or device.type != "cpu":
+        for b0 in starts:
+            chunk(b0)
+        return
+    workers = min(threads, len(starts))
+    pool = _POOL.get(workers)
+    if pool is None:
+        pool = _POOL[workers] = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="rankcollapse-chunks")
+
+    def part(t: int) -> None:
+        for b0 in starts[t::workers]:
+            chunk(b0)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for f in [pool.submit(part, t) for t in range(workers)]:
+            f.result()
+    finally:
+        torch.set_num_threads(before)
