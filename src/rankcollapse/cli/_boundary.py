@@ -23,6 +23,7 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .._validate import INT64_MAX, INT64_MIN
 from ..errors import RankCollapseError
+from ._vocab import rewrite
 
 PREFIX = "rankcollapse: error: "
 
@@ -67,6 +68,8 @@ class Command(TyperCommand):
     """A command where an option that takes one value may be given only once."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args, notes = rewrite(self, args)  # old spellings -> canonical flags (_vocab)
+        ctx.meta["rankcollapse.notes"] = notes
         parser = self.make_parser(ctx)
         _, _, order = parser.parse_args(args=list(args))
         seen: set[str] = set()
@@ -83,6 +86,8 @@ class Command(TyperCommand):
         for param in self.params:
             for value in _values(ctx.params.get(param.name)):
                 _check_number(value, param, ctx)
+        for line in ctx.meta.get("rankcollapse.notes", ()):  # parsed fine: now say what is old
+            click.echo(line, err=True)
         return super().invoke(ctx)
 
 
