@@ -53,7 +53,7 @@ def describe(exc: BaseException) -> str:
             reason = "a file is in the way where a folder is expected"
         return f"cannot use {where}: {reason}" if where else f"operating-system error: {reason}"
     if isinstance(exc, MemoryError):
-        return ("out of memory: the request does not fit in RAM; shrink the input or lower --n "
+        return ("out of memory: the request does not fit in RAM; shrink the input or lower --n-tokens "
                 "(commands that estimate their size first take --max-memory)")
     if isinstance(exc, EOFError):
         return f"a file ended early (empty or truncated): {exc}".rstrip(": ")
@@ -81,6 +81,14 @@ class Command(TyperCommand):
                                        ctx=ctx)
             seen.add(param.name)
         return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        """The usage line without hidden (deprecated) arguments."""
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if not getattr(param, "hidden", False):
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
 
     def invoke(self, ctx: click.Context) -> Any:
         for param in self.params:

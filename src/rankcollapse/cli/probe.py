@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
 
 
 def probe_command(
-    model_arg: Optional[str] = typer.Argument(None, hidden=True, metavar="[MODEL]",
+    model_arg: Optional[str] = typer.Argument(None, hidden=True, metavar="MODEL",
                                               help="deprecated: the model as a positional argument"),
     model: Optional[str] = typer.Option(None, "--model", help="minilm, smollm2, a hub name (offline cache) or a "
                                         "local folder (required)"),
@@ -43,7 +43,7 @@ def probe_command(
                                                help="deprecated: logits divided by sqrt(X); use --d-qk"),
     drop: str = typer.Option("", "--drop", help="components to remove: skip,mlp,norm[,final_norm]; 'mlp:0-3' for blocks"),
     points: str = typer.Option("hidden_states", "--points", help="hidden_states or all"),
-    gguf_file: Optional[str] = typer.Option(None, "--gguf-file", help="GGUF weights file inside MODEL"),
+    gguf_file: Optional[str] = typer.Option(None, "--gguf-file", help="GGUF weights file inside the --model folder"),
     batch_size: int = typer.Option(8, "--batch-size"),
     seed: int = typer.Option(0, "--seed", help="seeds the document order"),
     device: str = typer.Option("cpu", "--device", help="torch device for the model and metrics, e.g. cpu or cuda:0"),
@@ -62,7 +62,7 @@ def probe_command(
     if windows < 1 or length < 2 or batch_size < 1:
         raise ConfigError(f"--samples and --batch-size must be >= 1 and --n-tokens >= 2 "
                           f"(got {windows}, {batch_size}, {length})")
-    _check_interventions(mask, d_qk_scale if d_qk is None else d_qk, drop, length)
+    _check_interventions(mask, *((d_qk_scale, "--d-qk-scale") if d_qk is None else (d_qk, "--d-qk")), drop, length)
     dev = check_device(device, "--device")
     if attentions and out is None:
         raise ConfigError("--attentions writes OUT/attentions.npz: give --out too")
@@ -118,9 +118,9 @@ def _d_qk_scale(d_qk: Optional[float], d_qk_scale: Optional[float]) -> float:
     return d_qk_scale
 
 
-def _check_interventions(mask: Optional[str], temperature: float, drop: str, length: int) -> None:
+def _check_interventions(mask: Optional[str], temperature: float, flag: str, drop: str, length: int) -> None:
     """Fail on bad intervention options before the (slow) model load."""
-    check_float(temperature, "--d-qk", low=0, strict_low=True)
+    check_float(temperature, flag, low=0, strict_low=True)
     components = models.interventions.COMPONENTS
     for item in models.interventions.split_drop(drop):
         if item.partition(":")[0] not in components:

@@ -209,7 +209,8 @@ def probe(
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
-        d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk), drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, length=windows.length,
+        d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
+        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, length=windows.length,
     )
     return df
 
