@@ -94,9 +94,11 @@ class Command(TyperCommand):
         for param in self.params:
             for value in _values(ctx.params.get(param.name)):
                 _check_number(value, param, ctx)
-        for line in ctx.meta.get("rankcollapse.notes", ()):  # parsed fine: now say what is old
+        result = super().invoke(ctx)
+        # after success only: a failed command prints exactly one line (its error)
+        for line in ctx.meta.get("rankcollapse.notes", ()):
             click.echo(line, err=True)
-        return super().invoke(ctx)
+        return result
 
 
 def _values(value: Any) -> tuple:

@@ -5,7 +5,8 @@ The canonical vocabulary (docs/cli.md): ``--n-tokens``, ``--samples``, ``--d-mod
 ``--format json|csv|markdown|table``. An old spelling is rewritten to its canonical
 flag before the command line is parsed, only on commands that have that flag and do
 not use the old name for something else, so it never shows in ``--help``; the command
-then prints one deprecation note per old flag on stderr before it runs.
+then prints one deprecation note per old flag on stderr once it has succeeded (a
+failed command prints only its one error line).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from typer import _click as click  # typer vendors click
+from typer._click.globals import get_current_context
 
 #: old spelling -> the canonical tokens it stands for (first token = canonical flag)
 DEPRECATED: dict[str, tuple[str, ...]] = {
@@ -63,9 +65,15 @@ def rewrite(command: click.Command, args: Iterable[str]) -> tuple[list[str], lis
     return out, list(notes.values())
 
 
-def note(old: str, new: str) -> str:
-    """The deprecation line for an alias handled inside a command (e.g. a positional)."""
-    return NOTE.format(old=old, new=new)
+def deprecated(old: str, new: str) -> None:
+    """Say, once the command has succeeded, that ``old`` is deprecated for ``new`` (an
+    alias handled inside a command, e.g. a positional); at once outside a command."""
+    line = NOTE.format(old=old, new=new)
+    ctx = get_current_context(silent=True)
+    if ctx is None:
+        click.echo(line, err=True)
+    else:
+        ctx.meta.setdefault("rankcollapse.notes", []).append(line)
 
 
 def out_file(out: Path, name: str, file_suffixes: tuple[str, ...]) -> Path:
@@ -74,7 +82,6 @@ def out_file(out: Path, name: str, file_suffixes: tuple[str, ...]) -> Path:
     The old use, ``--out FILE`` with one of ``file_suffixes`` (e.g. ``x.png``), still
     writes that file, with a deprecation note on stderr."""
     if out.suffix.lower() in file_suffixes and not out.is_dir():
-        click.echo(NOTE.format(old=f"--out {out} (a file)", new=f"--out FOLDER (writes FOLDER/{name})"),
-                   err=True)
+        deprecated(f"--out {out} (a file)", f"--out FOLDER (writes FOLDER/{name})")
         return out
     return out / name

@@ -16,7 +16,7 @@ from .._validate import check_device, check_float
 from ..errors import ConfigError
 from ..models.probe import check_positions
 from ._output import check_format, print_json, print_records, print_table
-from ._vocab import note
+from ._vocab import deprecated
 
 
 PLOT_METRICS = (("mu", "μ(X)"), ("rank_fraction", "rank fraction"), ("sigma_min", "σ_min"), ("avg_abs_cos", "avg |cos|"))
@@ -101,7 +101,7 @@ def _model_name(model: Optional[str], positional: Optional[str]) -> str:
     if model is not None and positional is not None:
         raise ConfigError(f"give the model once: --model {model} (not also the positional {positional!r})")
     if positional is not None:
-        typer.echo(note("the positional MODEL", f"--model {positional}"), err=True)
+        deprecated("the positional MODEL", f"--model {positional}")
         return positional
     if model is None:
         raise ConfigError("missing --model: minilm, smollm2, a hub name (offline cache) or a local folder")
@@ -114,7 +114,7 @@ def _d_qk_scale(d_qk: Optional[float], d_qk_scale: Optional[float]) -> float:
         return 1.0
     if d_qk is not None:
         raise ConfigError("give --d-qk or the deprecated --d-qk-scale, not both")
-    typer.echo(note("--d-qk-scale S", "--d-qk D (D = S x the model's own d_qk, 1/scaling²)"), err=True)
+    deprecated("--d-qk-scale S", "--d-qk D (D = S x the model's own d_qk, 1/scaling²)")
     return d_qk_scale
 
 
