@@ -29,7 +29,7 @@ import io, json, resource, sys, time, contextlib
 t0 = time.perf_counter()
 from rankcollapse.cli import main
 t1 = time.perf_counter()
-sys.argv = ["rankcollapse", "mask", "describe", sys.argv[1], "--n", sys.argv[2], "--json"]
+sys.argv = ["rankcollapse", "mask", "describe", sys.argv[1], "--n-tokens", sys.argv[2], "--format", "json"]
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
     try:

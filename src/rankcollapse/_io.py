@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
 import tempfile
@@ -47,8 +48,27 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as indented JSON atomically."""
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    """Write ``obj`` as indented strict JSON atomically (NaN and infinities as null,
+    see :func:`strict_json`)."""
+    text = json.dumps(strict_json(obj), indent=2, sort_keys=False, allow_nan=False, default=_json_default)
+    write_text_atomic(path, text + "\n")
+
+
+def strict_json(obj: Any) -> Any:
+    """``obj`` ready for strict JSON (RFC 8259 has no NaN/Infinity): non-finite floats
+    become None; numpy/torch values (``tolist``) become plain numbers and lists; paths
+    become text. Containers are copied, never changed in place."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k if isinstance(k, str) else str(k): strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return strict_json(obj.tolist())
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
 
 
 def _json_default(o: Any) -> Any:

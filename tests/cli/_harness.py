@@ -69,11 +69,17 @@ def check_run(argv: list[str], root: Path) -> tuple[int, str, str]:
         assert lines and lines[-1].startswith("rankcollapse: error: "), where
         assert snapshot(root) == before, f"left behind {snapshot(root) - before}: {where}"
     else:
-        if "--json" in argv:
+        if wants_json(argv):
             json.loads(out, parse_constant=_reject)
         assert not _NONFINITE.search(out), where
         remove_new(root, before)
     return code, out, err
+
+
+def wants_json(argv: list[str]) -> bool:
+    """Whether ``argv`` asks for JSON on stdout (``--format json`` or the old ``--json``)."""
+    return "--json" in argv or any(a == "--format" and b == "json" for a, b in zip(argv, argv[1:])) \
+        or "--format=json" in argv
 
 
 def _reject(token: str):

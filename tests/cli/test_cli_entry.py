@@ -23,9 +23,9 @@ def test_help_lists_every_subcommand():
     "args, fragment",
     [
         (("nosuch",), "No such command 'nosuch'"),
-        (("mask", "describe", "causal", "--n", "x"), "--n"),
-        (("mask", "describe", "causal", "--n", "4", "--bogus"), "No such option: --bogus"),
-        (("mask", "describe", "nosuchmask", "--n", "4"), "unknown mask 'nosuchmask'"),
+        (("mask", "describe", "causal", "--n-tokens", "x"), "--n-tokens"),
+        (("mask", "describe", "causal", "--n-tokens", "4", "--bogus"), "No such option: --bogus"),
+        (("mask", "describe", "nosuchmask", "--n-tokens", "4"), "unknown mask 'nosuchmask'"),
     ],
 )
 def test_errors_are_one_line_with_status_2(args, fragment):

@@ -23,6 +23,7 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .._validate import INT64_MAX, INT64_MIN
 from ..errors import RankCollapseError
+from ._vocab import rewrite
 
 PREFIX = "rankcollapse: error: "
 
@@ -52,7 +53,7 @@ def describe(exc: BaseException) -> str:
             reason = "a file is in the way where a folder is expected"
         return f"cannot use {where}: {reason}" if where else f"operating-system error: {reason}"
     if isinstance(exc, MemoryError):
-        return ("out of memory: the request does not fit in RAM; shrink the input or lower --n "
+        return ("out of memory: the request does not fit in RAM; shrink the input or lower --n-tokens "
                 "(commands that estimate their size first take --max-memory)")
     if isinstance(exc, EOFError):
         return f"a file ended early (empty or truncated): {exc}".rstrip(": ")
@@ -67,6 +68,8 @@ class Command(TyperCommand):
     """A command where an option that takes one value may be given only once."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args, notes = rewrite(self, args)  # old spellings -> canonical flags (_vocab)
+        ctx.meta["rankcollapse.notes"] = notes
         parser = self.make_parser(ctx)
         _, _, order = parser.parse_args(args=list(args))
         seen: set[str] = set()
@@ -79,11 +82,23 @@ class Command(TyperCommand):
             seen.add(param.name)
         return super().parse_args(ctx, args)
 
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        """The usage line without hidden (deprecated) arguments."""
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if not getattr(param, "hidden", False):
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
     def invoke(self, ctx: click.Context) -> Any:
         for param in self.params:
             for value in _values(ctx.params.get(param.name)):
                 _check_number(value, param, ctx)
-        return super().invoke(ctx)
+        result = super().invoke(ctx)
+        # after success only: a failed command prints exactly one line (its error)
+        for line in ctx.meta.get("rankcollapse.notes", ()):
+            click.echo(line, err=True)
+        return result
 
 
 def _values(value: Any) -> tuple:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -17,6 +15,10 @@ from ..errors import ConfigError, MaskError
 from ..masks.plot import image_format
 from ..masks.schedule import is_schedule, parse_schedule
 from ..masks.schedule_rates import compare_schedules, describe_schedule
+from ._output import FORMAT_HELP, check_format, print_json, print_records, print_table
+from ._vocab import out_file
+
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
 
 mask_app = typer.Typer(
     help="Attention masks as graphs: M[i, j] = token i attends to token j (edge j -> i).",
@@ -33,8 +35,8 @@ _SPEC_HELP = ("Mask spec: NAME or NAME:key=value,... (e.g. causal_sliding_window
 @mask_app.command("describe")
 def describe(
     spec: str = typer.Argument(..., help=_SPEC_HELP),
-    n: int = typer.Option(..., "--n", "--n-tokens", help="Number of tokens N."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document to stdout."),
+    n: int = typer.Option(..., "--n-tokens", help="Number of tokens N."),
+    fmt: str = typer.Option("table", "--format", help="Output on stdout: table or json."),
     per_token: bool = typer.Option(False, "--per-token", help="Include each token's distance from the best center."),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help=_MEMORY_HELP),
 ) -> None:
@@ -42,21 +44,19 @@ def describe(
 
     For a schedule: the composed graph of one period, plus period, per-layer predicted
     rate and each layer's description (layers)."""
-    n = check_int(n, "--n", low=1, error=MaskError)
+    as_json = check_format(fmt, ("table", "json")) == "json"
+    n = check_int(n, "--n-tokens", low=1, error=MaskError)
     if is_schedule(spec):
         d = describe_schedule(spec, n, per_token=per_token)
         if as_json:
-            json.dump(d, sys.stdout)
-            sys.stdout.write("\n")
+            print_json(d)
             return
         d = {k: v for k, v in d.items() if k != "layers"} | {"layers": [x["spec"] for x in d["layers"]]}
     else:
         d = masks.analyze(masks.parse_mask(spec, n), max_memory=parse_size(max_memory)).to_dict(per_token=per_token)
     if as_json:
-        json.dump(d, sys.stdout)
-        sys.stdout.write("\n")
+        print_json(d)
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"mask {d['spec']}  (N = {n})", show_header=False)
@@ -66,20 +66,23 @@ def describe(
         if isinstance(value, list) and len(value) > 12:
             value = f"{value[:6]} ... ({len(value)} in all)"
         table.add_row(key, str(value))
-    Console().print(table)
+    print_table(table)
 
 
 @mask_app.command("show")
 def show(
     spec: str = typer.Argument(..., help=_SPEC_HELP),
-    n: int = typer.Option(..., "--n", "--n-tokens", help="Number of tokens N (at most 2048 for a drawing)."),
-    out: Path = typer.Option(..., "--out", help="Image file to write (.png, .pdf, .svg)."),
+    n: int = typer.Option(..., "--n-tokens", help="Number of tokens N (at most 2048 for a drawing)."),
+    out: Path = typer.Option(..., "--out", help="Output folder; the drawing is OUT/mask.png (or .pdf, .svg: "
+                             "--image-format)."),
+    image: str = typer.Option("png", "--image-format", help="png, pdf or svg."),
 ) -> None:
     """Draw the mask: query tokens down, key tokens across, centers highlighted.
     A schedule draws its composed graph of one period."""
-    n = check_int(n, "--n", low=1, error=MaskError)
+    n = check_int(n, "--n-tokens", low=1, error=MaskError)
     if n > 2048:
-        raise MaskError(f"--n {n} is too large to draw one cell per token pair (at most 2048)")
+        raise MaskError(f"--n-tokens {n} is too large to draw one cell per token pair (at most 2048)")
+    out = out_file(out, f"mask.{image}", IMAGE_SUFFIXES)
     image_format(out)  # before any work
     check_writable(out, folder=False)
     mask = parse_schedule(spec, n).composed() if is_schedule(spec) else masks.parse_mask(spec, n)
@@ -90,32 +93,35 @@ def show(
 @mask_app.command("compare")
 def compare(
     specs: List[str] = typer.Argument(..., help=_SPEC_HELP),
-    n: int = typer.Option(..., "--n", "--n-tokens", help="Number of tokens N."),
+    n: int = typer.Option(..., "--n-tokens", help="Number of tokens N."),
     d_qk: float = typer.Option(1.0, "--d-qk", help="Attention temperature d_QK (> 0)."),
     token_norm: float = typer.Option(1.0, "--token-norm", help="Bound R on token norms (1 under SA-LN)."),
     weight_norm: float = typer.Option(1.0, "--weight-norm", help="Bound C on ||W_Q||_2, ||W_K||_2."),
     exponent: str = typer.Option("t/r", "--exponent", help="Envelope exponent: t/r or t/(2r)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the table as one JSON document."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the table as CSV."),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the table to the folder OUT as "
+                                       "OUT/compare.csv."),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help=_MEMORY_HELP),
     measure: bool = typer.Option(False, "--measure", help="Also simulate pure SA and rank by measured rate "
                                  "(schedule table; Haar W_V, Gaussian W_Q, W_K, float64)."),
     depth: int = typer.Option(60, "--depth", help="Layers simulated with --measure."),
     samples: int = typer.Option(8, "--samples", help="Samples simulated with --measure."),
-    d_model: int = typer.Option(16, "--d", help="Token width d simulated with --measure."),
+    d_model: int = typer.Option(16, "--d-model", help="Token width d simulated with --measure."),
     seed: int = typer.Option(0, "--seed", help="Seed of --measure."),
 ) -> None:
     """Compare masks by radius and the Theorem-1 per-layer contraction bound.
 
     With a schedule among the specs (or --measure): the schedule table, ranked by
     predicted (and measured) rate, with the mean attended pairs per layer as the cost."""
+    check_format(fmt)
     if d_qk <= 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
     if out is not None:
+        out = out_file(out, "compare.csv", (".csv",))
         check_writable(out, folder=False)
-    n = check_int(n, "--n", low=1, error=MaskError)
+    n = check_int(n, "--n-tokens", low=1, error=MaskError)
     if measure or any(is_schedule(s) for s in specs):
-        df = compare_schedules(specs, n, measure=measure, d=check_int(d_model, "--d", low=1),
+        df = compare_schedules(specs, n, measure=measure, d=check_int(d_model, "--d-model", low=1),
                                depth=check_int(depth, "--depth", low=1), n_samples=check_int(samples, "--samples", low=1),
                                seed=check_int(seed, "--seed", low=0), d_qk=d_qk, token_norm=token_norm,
                                weight_norm=weight_norm)
@@ -126,21 +132,22 @@ def compare(
     if out is not None:
         with atomic_path(out) as tmp:
             df.to_csv(tmp, index=False)
-    if as_json:
-        rows = [{k: _plain(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
-        json.dump(rows, sys.stdout)
-        sys.stdout.write("\n")
+    rows = [{k: _plain(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
+    if fmt == "json":
+        print_json(rows)
         return
-    from rich.console import Console
+    if fmt in ("csv", "markdown"):
+        print_records(rows, fmt, df.columns)
+        return
     from rich.table import Table
 
     table = Table(title=f"masks at N = {n}, d_qk = {d_qk}, exponent {exponent}; "
                         "eps = Theorem-1 entry bound, factor = (1-eps^r)^(1/r)")
     for col in df.columns:
-        table.add_column(_SHORT.get(col, col), overflow="fold")
+        table.add_column(_SHORT.get(col, col))
     for r in df.itertuples(index=False):
         table.add_row(*(_fmt(v) for v in r))
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    print_table(table)
 
 
 _SHORT = {"n_tokens": "N", "n_edges": "edges", "quasi_strongly_connected": "QSC",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -14,6 +13,7 @@ from .. import masks, metrics
 from .._io import load_npy
 from .._memory import parse_size
 from ..errors import DataError, MetricError
+from ._output import FORMAT_HELP, check_format, print_json, print_records, print_table
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -29,7 +29,6 @@ def _graph_mask(spec: str | None, n_tokens: int):
 
 
 def _print_table(report, shape: tuple) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     batched = report.batched
@@ -45,16 +44,15 @@ def _print_table(report, shape: tuple) -> None:
         v = v.double()
         stats = (v.mean(), v.std(correction=0), v.min(), v.max()) if batched else (v,)
         table.add_row(name, *(f"{float(s):.6g}" for s in stats))
-    console = Console()
-    console.print(table)
+    print_table(table)
     for name, reason in report.undefined.items():
-        console.print(f"{name}: undefined: {reason}", markup=False, soft_wrap=True)
+        typer.echo(f"{name}: undefined: {reason}")
 
 
 def metrics_command(
     file: Path = typer.Argument(..., help="A .npy array of tokens, shape (N, d) or (B, N, d)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document to stdout."),
-    names: Optional[str] = typer.Option(None, "--names", help="Comma-separated metric names (default: all)."),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    names: Optional[str] = typer.Option(None, "--metrics", help="Comma-separated metric names (default: all)."),
     padding_mask: Optional[Path] = typer.Option(
         None, "--padding-mask", help="A .npy bool/0-1 array (N,) or (B, N); True = real token."
     ),
@@ -67,6 +65,7 @@ def metrics_command(
     ),
 ) -> None:
     """Compute collapse and anisotropy metrics of a saved token array."""
+    check_format(fmt)
     if dtype not in _DTYPES:
         raise MetricError(f"--dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     X = _load_array(file, "token array")
@@ -76,8 +75,10 @@ def metrics_command(
     chosen = tuple(metrics.METRICS) if names is None else tuple(n.strip() for n in names.split(",") if n.strip())
     report = metrics.report_metrics(X, chosen, padding_mask=pm, mask=_graph_mask(mask, X.shape[-2]),
                                     dtype=_DTYPES[dtype], max_memory=parse_size(max_memory))
-    if as_json:  # undefined metrics are null with their reason: always strict JSON
-        typer.echo(json.dumps(report.rows(), indent=2, allow_nan=False))
+    if fmt == "json":  # undefined metrics are null with their reason: always strict JSON
+        print_json(report.rows(), indent=2)
+    elif fmt in ("csv", "markdown"):
+        print_records(report.rows(), fmt)
     else:
         _print_table(report, tuple(X.shape))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Optional
@@ -10,6 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
+from ._output import check_format, print_json, print_records
 
 JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entropy", "rate", "rate_lo", "rate_hi",
                 "regime", "k", "theory_regime")
@@ -36,9 +36,11 @@ def phase(
     workers: Optional[int] = typer.Option(None, "--workers", help="worker processes / Ray CPUs"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="per-cell cache (default OUT/cache)"),
     progress: bool = typer.Option(False, "--progress", help="per-cell progress on stderr"),
-    as_json: bool = typer.Option(False, "--json", help="print {'cells': [...]} as JSON"),
+    fmt: str = typer.Option("table", "--format", help="stdout: table (a summary line), json ({'cells': [...]}), "
+                            "csv or markdown (one row per cell)"),
 ) -> None:
     """Run every cell of the grid, label its regime (docs/phase.md) and write the report."""
+    check_format(fmt)
     from ..phase.grid import expand_grid, parse_axis
     from ..phase.report import write_report
     from ..phase.sweep import run_phase
@@ -69,10 +71,12 @@ def phase(
     paths = write_report(table, names, out, plot=plot_axes,
                          meta={"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples,
                                "seeds": seeds, "seed": seed, "timing": timing})
-    if as_json:
-        rows = [{**{a: _clean(r[a]) for a in names}, **{c: _clean(r[c]) for c in JSON_COLUMNS}}
-                for r in table.to_dict("records")]
-        print(json.dumps({"cells": rows, "timing": timing, "files": paths}))
+    rows = [{**{a: _clean(r[a]) for a in names}, **{c: _clean(r[c]) for c in JSON_COLUMNS}}
+            for r in table.to_dict("records")]
+    if fmt == "json":
+        print_json({"cells": rows, "timing": timing, "files": paths})
+    elif fmt in ("csv", "markdown"):
+        print_records(rows, fmt)
     else:
         counts = table["regime"].value_counts().to_dict()
         typer.echo(f"{len(table)} cells ({timing['computed']} computed, {timing['wall_s']} s): {counts}")

@@ -3,7 +3,6 @@ real text, optionally under interventions (mask, temperature, dropped components
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -16,6 +15,8 @@ from .._io import atomic_path, check_writable, write_json_atomic
 from .._validate import check_device, check_float
 from ..errors import ConfigError
 from ..models.probe import check_positions
+from ._output import check_format, print_json, print_records, print_table
+from ._vocab import deprecated
 
 
 PLOT_METRICS = (("mu", "μ(X)"), ("rank_fraction", "rank fraction"), ("sigma_min", "σ_min"), ("avg_abs_cos", "avg |cos|"))
@@ -27,31 +28,41 @@ def register(app: typer.Typer) -> None:
 
 
 def probe_command(
-    model: str = typer.Argument(..., help="minilm, smollm2, a hub name (offline cache) or a local folder"),
+    model_arg: Optional[str] = typer.Argument(None, hidden=True, metavar="MODEL",
+                                              help="deprecated: the model as a positional argument"),
+    model: Optional[str] = typer.Option(None, "--model", help="minilm, smollm2, a hub name (offline cache) or a "
+                                        "local folder (required)"),
     corpus: str = typer.Option("wiki", "--corpus", help="wiki: the shipped Wikipedia extracts"),
     text_file: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 file, one document per line (or .jsonl)"),
-    windows: int = typer.Option(16, "--windows", help="number of token windows"),
-    length: int = typer.Option(128, "--length", help="tokens per window"),
+    windows: int = typer.Option(16, "--samples", help="number of token windows B"),
+    length: int = typer.Option(128, "--n-tokens", help="tokens per window N"),
     mask: Optional[str] = typer.Option(None, "--mask", help="replacement self-attention mask spec"),
-    d_qk_scale: float = typer.Option(1.0, "--d-qk-scale", help="logits divided by sqrt(X); 1 = unmodified"),
+    d_qk: Optional[float] = typer.Option(None, "--d-qk", help="attention temperature d_QK > 0: scores "
+                                         "q·k / sqrt(d_qk) as in simulate (default: the model's own, 1/scaling²)"),
+    d_qk_scale: Optional[float] = typer.Option(None, "--d-qk-scale", hidden=True,
+                                               help="deprecated: logits divided by sqrt(X); use --d-qk"),
     drop: str = typer.Option("", "--drop", help="components to remove: skip,mlp,norm[,final_norm]; 'mlp:0-3' for blocks"),
     points: str = typer.Option("hidden_states", "--points", help="hidden_states or all"),
-    gguf_file: Optional[str] = typer.Option(None, "--gguf-file", help="GGUF weights file inside MODEL"),
+    gguf_file: Optional[str] = typer.Option(None, "--gguf-file", help="GGUF weights file inside the --model folder"),
     batch_size: int = typer.Option(8, "--batch-size"),
     seed: int = typer.Option(0, "--seed", help="seeds the document order"),
     device: str = typer.Option("cpu", "--device", help="torch device for the model and metrics, e.g. cpu or cuda:0"),
     attentions: bool = typer.Option(False, "--attentions", help="also write attention probabilities to OUT/attentions.npz"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object to stdout"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write table, plots and windows.npz here"),
+    fmt: str = typer.Option("table", "--format", help="stdout: table, json (one object), csv or markdown"),
+    out: Optional[Path] = typer.Option(None, "--out", help="folder: probe.csv, probe.json, probe.png, windows.npz"),
 ) -> None:
-    """Per-layer μ, rank fraction, σ_min, avg |cos| of MODEL's hidden states on real text."""
+    """Per-layer μ, rank fraction, σ_min, avg |cos| of a model's hidden states on real text."""
+    check_format(fmt)
+    model = _model_name(model, model_arg)
+    d_qk_scale = _d_qk_scale(d_qk, d_qk_scale)
     # Before transformers is imported: a hub name must fail at once, not wait on the network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if corpus != "wiki" and text_file is None:
         raise ConfigError(f"unknown corpus {corpus!r}; use --corpus wiki or --text-file FILE")
     if windows < 1 or length < 2 or batch_size < 1:
-        raise ConfigError(f"--windows and --batch-size must be >= 1 and --length >= 2 (got {windows}, {batch_size}, {length})")
-    _check_interventions(mask, d_qk_scale, drop, length)
+        raise ConfigError(f"--samples and --batch-size must be >= 1 and --n-tokens >= 2 "
+                          f"(got {windows}, {batch_size}, {length})")
+    _check_interventions(mask, *((d_qk_scale, "--d-qk-scale") if d_qk is None else (d_qk, "--d-qk")), drop, length)
     dev = check_device(device, "--device")
     if attentions and out is None:
         raise ConfigError("--attentions writes OUT/attentions.npz: give --out too")
@@ -63,17 +74,21 @@ def probe_command(
     wins = data.make_windows(texts, loaded.tokenizer, length=length, n_windows=windows, seed=seed, allow_fewer=text_file is not None)
     for note in loaded.notes:
         typer.echo(f"note: {note}", err=True)
-    table = models.probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, drop=drop, batch_size=batch_size, points=points)
+    table = models.probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop, batch_size=batch_size,
+                         points=points)
     doc = to_json(table)
     if out is not None:
         write_outputs(out, table, wins, doc)
         typer.echo(f"wrote {out}/probe.csv, probe.png, windows.npz, probe.json", err=True)
     if attentions:
-        maps = models.attention_maps(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, drop=drop, batch_size=batch_size)
+        maps = models.attention_maps(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
+                                     batch_size=batch_size)
         write_attentions(out / "attentions.npz", maps)
         typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
-    if as_json:
-        sys.stdout.write(json.dumps(doc) + "\n")
+    if fmt == "json":
+        print_json(doc)
+    elif fmt in ("csv", "markdown"):
+        print_records(doc["layers"], fmt)
     else:
         _print_summary(table)
         note = models.embedding_rank_note(loaded, wins, table)
@@ -81,9 +96,31 @@ def probe_command(
             typer.echo(note)
 
 
-def _check_interventions(mask: Optional[str], d_qk_scale: float, drop: str, length: int) -> None:
+def _model_name(model: Optional[str], positional: Optional[str]) -> str:
+    """``--model``, or the deprecated positional MODEL (with a note)."""
+    if model is not None and positional is not None:
+        raise ConfigError(f"give the model once: --model {model} (not also the positional {positional!r})")
+    if positional is not None:
+        deprecated("the positional MODEL", f"--model {positional}")
+        return positional
+    if model is None:
+        raise ConfigError("missing --model: minilm, smollm2, a hub name (offline cache) or a local folder")
+    return model
+
+
+def _d_qk_scale(d_qk: Optional[float], d_qk_scale: Optional[float]) -> float:
+    """The deprecated ``--d-qk-scale`` (with a note), or 1 when ``--d-qk`` is used."""
+    if d_qk_scale is None:
+        return 1.0
+    if d_qk is not None:
+        raise ConfigError("give --d-qk or the deprecated --d-qk-scale, not both")
+    deprecated("--d-qk-scale S", "--d-qk D (D = S x the model's own d_qk, 1/scaling²)")
+    return d_qk_scale
+
+
+def _check_interventions(mask: Optional[str], temperature: float, flag: str, drop: str, length: int) -> None:
     """Fail on bad intervention options before the (slow) model load."""
-    check_float(d_qk_scale, "--d-qk-scale", low=0, strict_low=True)
+    check_float(temperature, flag, low=0, strict_low=True)
     components = models.interventions.COMPONENTS
     for item in models.interventions.split_drop(drop):
         if item.partition(":")[0] not in components:
@@ -107,6 +144,7 @@ def to_json(table: Any) -> dict[str, Any]:
     return {
         "model": attrs.get("model"), "family": attrs.get("family"), "n_windows": attrs.get("n_windows"),
         "length": attrs.get("length"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
+        "d_qk": attrs.get("d_qk"),
         "drop": attrs.get("drop"), "notes": attrs.get("notes"), "layers": layers,
     }
 
@@ -190,7 +228,6 @@ def _layer_rows(table: Any) -> tuple[Any, Any]:
 
 
 def _print_summary(table: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     wide = table.pivot_table(index=["layer", "point"], columns="metric", values="mean", sort=False).reset_index()
@@ -199,4 +236,4 @@ def _print_summary(table: Any) -> None:
         t.add_column(str(col))
     for row in wide.itertuples(index=False):
         t.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
-    Console(file=sys.stdout).print(t)
+    print_table(t)

@@ -9,6 +9,8 @@ from typing import List, Optional
 
 import typer
 
+from ._output import check_format, print_json, print_table
+
 HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, all, or schedules:
 collapse rate of mask schedules at equal attention budget) on real
 Wikipedia windows and write the tidy table, plots, claims.json, config.json and a
@@ -30,21 +32,21 @@ def register(app: typer.Typer) -> None:
     def reproduce(
         name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, all, or summary."),
         target: Optional[Path] = typer.Argument(None, help="With `summary`: the run folder to summarise."),
-        fmt: str = typer.Option("markdown", "--format", help="With `summary`: markdown (the README table) or json."),
+        fmt: Optional[str] = typer.Option(None, "--format", help="stdout: table (default) or json (the claims); "
+                                          "with `summary`: markdown (default, the README table) or json."),
         scale: str = typer.Option("quick", "--scale", help="quick (minutes on 2 cores), large (256 windows x 4 seeds), paper (3000 windows) or smoke."),
         out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/<UTC time>)."),
         seed: int = typer.Option(0, "--seed", help="Seeds window order and weights (weight seed k = seed + k)."),
-        text: Optional[Path] = typer.Option(None, "--text-file", "--text", help="UTF-8 text file (one document per line) or JSONL instead of Wikipedia."),
-        length: int = typer.Option(128, "--length", help="Tokens per window N."),
+        text: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 text file (one document per line) or JSONL instead of Wikipedia."),
+        length: int = typer.Option(128, "--n-tokens", help="Tokens per window N."),
         masks: Optional[List[str]] = typer.Option(None, "--mask", help="Replace the simulated masks (repeatable), e.g. sliding_window:w=5."),
         depth: Optional[int] = typer.Option(None, "--depth", help="Replace the simulated depth."),
-        windows: Optional[int] = typer.Option(None, "--windows", help="Replace the number of windows."),
+        windows: Optional[int] = typer.Option(None, "--samples", help="Replace the number of windows."),
         models: Optional[List[str]] = typer.Option(None, "--model", help="Extra pretrained model to probe (hub id or local folder; repeatable)."),
         cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cache folder (default <out>/../.rankcollapse-cache)."),
         device: str = typer.Option("cpu", "--device", help="torch device for simulations."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
         nearby: bool = typer.Option(True, "--nearby/--no-nearby", help="Run the nearby settings of claims not reproduced."),
-        as_json: bool = typer.Option(False, "--json", help="Print claims as one JSON document on stdout."),
         executor: str = typer.Option("serial", "--executor", help="Where units run: serial, processes (local worker processes) or ray (a Ray cluster). Numbers do not depend on it."),
         workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (processes; default every core) or CPUs of a private Ray instance (ray without --address)."),
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (host:port, or auto for the cluster started on this machine)."),
@@ -52,8 +54,9 @@ def register(app: typer.Typer) -> None:
         wait: bool = typer.Option(False, "--wait", help="If another run holds --out, wait for it instead of failing."),
     ) -> None:
         if name == "summary":
-            print_results(target, fmt)
+            print_results(target, fmt or "markdown")
             return
+        as_json = check_format(fmt or "table", ("table", "json")) == "json"
         if target is not None:
             raise typer.BadParameter(f"unexpected argument {target}; only `summary` takes a folder")
         if name == "schedules":  # the schedule study has its own small runner (docs/schedules.md)
@@ -73,9 +76,8 @@ def register(app: typer.Typer) -> None:
                                 nearby=nearby, executor=executor, workers=workers, address=address,
                                 recompute=recompute, wait=wait)
         if as_json:
-            json.dump({"out": str(result.out), "config_hash": result.config["config_hash"], "claims": result.claims},
-                      sys.stdout, indent=2, default=str)
-            sys.stdout.write("\n")
+            print_json({"out": str(result.out), "config_hash": result.config["config_hash"], "claims": result.claims},
+                       indent=2)
             return
         print_summary(result)
 
@@ -87,15 +89,14 @@ def print_results(folder: Optional[Path], fmt: str) -> None:
 
     if folder is None:
         raise ConfigError("reproduce summary needs a run folder: rankcollapse reproduce summary DIR")
-    if fmt not in ("markdown", "json"):
-        raise ConfigError(f"--format must be markdown or json, got {fmt!r}")
+    if fmt not in ("markdown", "table", "json"):
+        raise ConfigError(f"--format must be markdown (alias table) or json, got {fmt!r}")
     path = Path(folder) / "claims.json"
     if not path.is_file():
         raise ConfigError(f"{folder}: no claims.json (not a finished run folder)")
     claims = json.loads(path.read_text(encoding="utf-8"))
     if fmt == "json":
-        json.dump(results_json(claims), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print_json(results_json(claims), indent=2)
     else:
         sys.stdout.write(results_markdown(claims))
 
@@ -103,10 +104,8 @@ def print_results(folder: Optional[Path], fmt: str) -> None:
 def print_summary(result) -> None:
     """Short claims table and where the outputs are (stdout); the measured numbers of
     every check are in the report and claims.json."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
     table = Table(title=f"rankcollapse {', '.join(result.config['experiments'])} "
                         f"({result.config['scale']}, hash {result.config['config_hash']}, {result.seconds:.0f} s)")
     from ..experiments.report import number
@@ -120,5 +119,5 @@ def print_summary(result) -> None:
         near = "; ".join(f"{n['setting']}: {n['verdict']}" for n in c.get("nearby", [])) or "-"
         table.add_row(c["id"], c["effect"], c.get("paper_effect", ""),
                       f"[{colours.get(c['verdict'], 'white')}]{c['verdict']}[/]", number(c), held, near)
-    console.print(table)
-    console.print(f"report: {result.out / 'report.html'}   table: {result.out / 'table.parquet'}   claims: {result.out / 'claims.json'}")
+    print_table(table)
+    typer.echo(f"report: {result.out / 'report.html'}   table: {result.out / 'table.parquet'}   claims: {result.out / 'claims.json'}")

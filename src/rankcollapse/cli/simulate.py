@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from .._io import atomic_path, check_writable, load_npy, versions, write_json_at
 from .._memory import parse_size
 from ..errors import ConfigError, DataError
 from ..points import point_after
+from ._output import check_format, print_json, print_records
 
 INPUTS = ("wiki", "gaussian", "sphere", "hemisphere")
 
@@ -23,7 +23,7 @@ INPUTS = ("wiki", "gaussian", "sphere", "hemisphere")
 def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: int, seed: int, loaded=None):
     """X(0) ``(B, N, d)`` from ``source`` (see ``--input``), validated before any run.
 
-    ``wiki`` embeds Wikipedia windows with ``loaded`` (the ``--pretrained`` model) or,
+    ``wiki`` embeds Wikipedia windows with ``loaded`` (the ``--model`` model) or,
     without one, MiniLM.
     """
     if source == "wiki":
@@ -76,7 +76,7 @@ def _plot(result, path: Path, title: str) -> None:
 
 def simulate_command(
     mask: str = typer.Option("causal", "--mask", help="mask spec, e.g. causal_sliding_window:w=4"),
-    n_tokens: int = typer.Option(128, "--n-tokens", "--n", help="tokens per sample N (--n is an alias, as in `mask --n`)"),
+    n_tokens: int = typer.Option(128, "--n-tokens", help="tokens per sample N"),
     depth: int = typer.Option(32, "--depth", help="layers T"),
     variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln (ln, skip_ln: deprecated)"),
     norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm"),
@@ -88,7 +88,8 @@ def simulate_command(
     value: str = typer.Option("gaussian", "--value", help="W_V family, e.g. orthogonal, gaussian:std=0.02"),
     query_key: str = typer.Option("gaussian", "--query-key", help="W_Q/W_K family"),
     shared: bool = typer.Option(False, "--shared", help="one set of weights for all layers (ALBERT-style)"),
-    pretrained: str = typer.Option(None, "--pretrained", help="attention weights of minilm | smollm2 | a model dir"),
+    pretrained: str = typer.Option(None, "--model", help="attention weights (and, with --input wiki, embeddings) "
+                                   "of minilm | smollm2 | a model dir"),
     d_qk: float = typer.Option(1.0, "--d-qk", help="temperature d_QK > 0"),
     source: str = typer.Option("gaussian", "--input", help="wiki | gaussian | sphere | hemisphere | FILE.npy/.pt. "
                                "gaussian (default) tokens are N(0, I), not on the unit sphere, so the first "
@@ -103,12 +104,13 @@ def simulate_command(
     device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda:0"),
     backend: str = typer.Option("auto", "--backend", help="attention backend: auto | dense | blocked (windowed "
                                 "kernel for sparse masks) | flex (torch.compile FlexAttention; no epsilon column)"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON document to stdout"),
+    fmt: str = typer.Option("table", "--format", help="stdout: table (tab-separated), json, csv or markdown"),
     out: Path = typer.Option(None, "--out", help="folder for result.json and mu_loglog.png"),
     max_memory: str = typer.Option(None, "--max-memory", help="memory the attention may use, e.g. 64GiB "
                                    "(default half the RAM); checked before anything is allocated"),
 ) -> None:
     """Simulate masked self-attention dynamics (spec.md §2) and report metrics per layer."""
+    check_format(fmt)
     if dtype not in ("float32", "float64"):
         raise ConfigError(f"--dtype must be float32 or float64, got {dtype!r}")
     if out is not None:
@@ -137,8 +139,11 @@ def simulate_command(
     if out is not None:
         write_json_atomic(out / "result.json", doc)
         _plot(res, out / "mu_loglog.png", f"{mask}, {variant}, d_qk={d_qk}")
-    if as_json:
-        sys.stdout.write(json.dumps(doc, allow_nan=False) + "\n")
+    if fmt == "json":
+        print_json(doc)
+        return
+    if fmt in ("csv", "markdown"):
+        print_records(layers, fmt)
         return
     names = list(res.metrics)
     typer.echo("t\t" + "\t".join(names) + "\tepsilon")

@@ -9,16 +9,24 @@ from typing import Optional
 import typer
 
 from .. import theory
-from .._io import check_writable
+from .._io import check_writable, write_json_atomic
 from ..errors import ConfigError
+from ._output import check_format, print_json, print_records
 
 sub = typer.Typer(help="Theorems as code: collapse envelopes, SA-LN equilibria, stability, basins, portraits.",
                   no_args_is_help=True)
 
 
-def _emit(obj: dict, as_json: bool, lines: list[str]) -> None:
-    if as_json:
-        typer.echo(json.dumps(obj, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
+def _table_or_json(value: str) -> str:
+    return check_format(value, ("table", "json"))
+
+
+_FORMAT = typer.Option("table", "--format", callback=_table_or_json, help="stdout: table (text) or json.")
+
+
+def _emit(obj: dict, fmt: str, lines: list[str]) -> None:
+    if check_format(fmt, ("table", "json")) == "json":
+        print_json(obj)
     else:
         typer.echo("\n".join(lines))
 
@@ -42,26 +50,34 @@ def _widths(text: str) -> tuple[int, ...]:
 
 @sub.command("bound")
 def bound_cmd(
-    n: int = typer.Option(32, "--n", help="Number of tokens."),
+    n: int = typer.Option(32, "--n-tokens", help="Number of tokens N."),
     widths: str = typer.Option("32,17,9,5,3,2", help="causal_sliding_window widths to sweep."),
     mask: Optional[str] = typer.Option(None, help="Check one mask spec instead of the sweep."),
-    d: int = typer.Option(16, "--d"), depth: int = typer.Option(60), samples: int = typer.Option(8),
-    seed: int = typer.Option(0), exponent: str = typer.Option("t/r", help="'t/r' or 't/(2r)'."),
-    as_json: bool = typer.Option(False, "--json"),
+    d: int = typer.Option(16, "--d-model", help="Token width d."), depth: int = typer.Option(60),
+    samples: int = typer.Option(8), seed: int = typer.Option(0),
+    exponent: str = typer.Option("t/r", help="'t/r' or 't/(2r)'."),
+    fmt: str = typer.Option("table", "--format", help="stdout: table (text), json, or csv / markdown (the sweep)."),
 ) -> None:
     """Theorem 1: measured μ decay under pure SA vs the envelope C(1-ε^r)^{t/r}."""
+    check_format(fmt)
     kw = dict(d=d, depth=depth, n_samples=samples, seed=seed, exponent=exponent)
     if mask is not None:
         res = theory.check_collapse_bound(mask, n=n, **kw)
         lines = [f"{res.mask}: r={res.radius} ε={float(res.epsilon.median()):.3g} "
                  f"measured rate {res.measured_rate:.4f}/layer, envelope rate "
                  f"{res.envelope_rate:.6f}, violations {res.n_violations}"]
-        _emit(res.to_dict(), as_json, lines + _loose_note([res.mask], [res.envelope_rate]))
+        if fmt in ("csv", "markdown"):
+            print_records([res.to_dict()], fmt)
+            return
+        _emit(res.to_dict(), fmt, lines + _loose_note([res.mask], [res.envelope_rate]))
         return
     table = theory.radius_sweep(n, _widths(widths), **kw)
+    if fmt in ("csv", "markdown"):
+        print_records(table.to_dict(orient="records"), fmt)
+        return
     ok = bool(table["holds"].all())
     lines = [table.to_string(index=False), "envelope holds everywhere" if ok else "ENVELOPE VIOLATED"]
-    _emit({"sweep": table.to_dict(orient="records"), "all_hold": ok, "config": {"n": n, **kw}}, as_json,
+    _emit({"sweep": table.to_dict(orient="records"), "all_hold": ok, "config": {"n": n, **kw}}, fmt,
           lines + _loose_note(list(table["mask"]), list(table["envelope_rate"])))
 
 
@@ -81,10 +97,11 @@ def _loose_note(masks: list[str], rates: list[float]) -> list[str]:
 
 @sub.command("equilibria")
 def equilibria_cmd(
-    n: int = typer.Option(2, "--n"), d: int = typer.Option(2, "--d"), rank: int = typer.Option(2, "--rank"),
+    n: int = typer.Option(2, "--n-tokens", help="Number of tokens N."),
+    d: int = typer.Option(2, "--d-model", help="Token width d."), rank: int = typer.Option(2, "--rank"),
     limit: Optional[int] = typer.Option(None, help="List only this many (needed when 2^rank > 4096)."),
     example: bool = typer.Option(False, help="The N = d = 2 example of spec.md §5.3 instead."),
-    as_json: bool = typer.Option(False, "--json"),
+    fmt: str = _FORMAT,
 ) -> None:
     """A system with ≥ 2^rank SA-LN equilibria of rank exactly `rank`, each verified and classified."""
     es = theory.causal_example_2x2().with_stability() if example else theory.equilibria(n, d, rank, limit=limit)
@@ -100,20 +117,35 @@ def equilibria_cmd(
     if "B" in es.info:
         b0, b1 = es.info["B"]
         lines.append(f"B = ((6-√6)/10, -(2+3√6)/10) = ({b0:.5f}, {b1:.5f}): token 1 of the stable rank-2 equilibria")
-    _emit(obj, as_json, lines)
+    _emit(obj, fmt, lines)
+
+
+@sub.command("system")
+def system_cmd(
+    out: Path = typer.Option(..., "--out", help="Output folder; writes OUT/system.json."),
+    fmt: str = _FORMAT,
+) -> None:
+    """Write a system JSON for `theory find` and `theory basin`: the N = d = 2 causal example
+    (spec.md §5.3: W_Q = W_K = 0, W_V = [[1, -3], [0, 2]]); edit it for other systems."""
+    check_writable(out, folder=True)
+    path = out / "system.json"
+    obj = theory.causal_example_2x2().system.to_dict()
+    write_json_atomic(path, obj)
+    _emit({"system": str(path), **obj}, fmt, [f"wrote {path}: N = d = 2 causal example (W_Q = W_K = 0, "
+                                              f"W_V = {obj['W_V']}); use it with --system {path}"])
 
 
 @sub.command("find")
 def find_cmd(
     system: Path = typer.Option(..., help="System JSON: mask (bool (N,N) list or spec string like 'causal'), "
                                 "W_Q, W_K (d,d_k), W_V (d,d), optional d_qk, n_tokens; "
-                                "`theory equilibria --json` output is one."),
-    starts: int = typer.Option(64), seed: int = typer.Option(0), as_json: bool = typer.Option(False, "--json"),
+                                "`theory system` and `theory equilibria --format json` write one."),
+    starts: int = typer.Option(64), seed: int = typer.Option(0), fmt: str = _FORMAT,
 ) -> None:
     """Search equilibria of any system (damped fixed point + tangent Newton, many starts)."""
     res = theory.find_equilibria(_load_system(system), n_starts=starts, seed=seed)
     obj = {**res.to_dict(), "n_converged": res.n_converged, "n_starts": res.n_starts}
-    _emit(obj, as_json, [f"{res.n_converged}/{res.n_starts} starts converged; {len(res.equilibria)} distinct"]
+    _emit(obj, fmt, [f"{res.n_converged}/{res.n_starts} starts converged; {len(res.equilibria)} distinct"]
           + [f"  rank {e.rank} stable={e.stable} residual={e.residual:.1e}" for e in res.equilibria])
 
 
@@ -124,7 +156,7 @@ def basin_cmd(
     rank: Optional[int] = typer.Option(None, "--rank", help="Target rank; default min(N, d)."),
     samples: int = typer.Option(4000), seed: int = typer.Option(0), depth: int = typer.Option(400),
     confidence: float = typer.Option(0.95), method: str = typer.Option("wilson", help="'wilson' or 'exact'."),
-    as_json: bool = typer.Option(False, "--json"),
+    fmt: str = _FORMAT,
 ) -> None:
     """Monte Carlo fraction of uniform random starts ending at a rank-k equilibrium, with a CI."""
     sysobj = _load_system(system)
@@ -134,21 +166,22 @@ def basin_cmd(
     name = str(system) if system is not None else "the N = d = 2 causal example (docs/theory.md §3a)"
     where = (f"system {name}: N={used.n_tokens}, d={used.dim}, "
              f"W_V={[[round(v, 6) for v in row] for row in used.W_V.tolist()]}")
-    _emit({**b.to_dict(), "system": {"source": name, **used.to_dict()}}, as_json, [where, f"rank-{b.target_rank} fraction {b.fraction:.4f} "
+    _emit({**b.to_dict(), "system": {"source": name, **used.to_dict()}}, fmt, [where, f"rank-{b.target_rank} fraction {b.fraction:.4f} "
                                  f"({confidence:.0%} {method} CI {b.ci_low:.4f}-{b.ci_high:.4f}); "
                                  f"{b.n_samples} samples, seed {b.seed}, {b.depth} layers, final ranks {b.rank_counts}"])
 
 
 @sub.command("sphere")
 def sphere_cmd(
-    mask: str = typer.Option("causal"), n: int = typer.Option(16, "--n"), d: int = typer.Option(8, "--d"),
+    mask: str = typer.Option("causal"), n: int = typer.Option(16, "--n-tokens", help="Number of tokens N."),
+    d: int = typer.Option(8, "--d-model", help="Token width d."),
     depth: int = typer.Option(80), beta: float = typer.Option(8.0), seed: int = typer.Option(0),
-    as_json: bool = typer.Option(False, "--json"),
+    fmt: str = _FORMAT,
 ) -> None:
     """Theorem 2: SA-LN with orthogonal W_V, inputs meeting vs violating the cosine condition."""
     rs = [theory.check_sphere_collapse(mask, n=n, d=d, depth=depth, inputs=k, beta=beta, seed=seed)
           for k in theory.sphere.INPUTS]
-    _emit({"results": [r.to_dict() for r in rs]}, as_json,
+    _emit({"results": [r.to_dict() for r in rs]}, fmt,
           [f"{r.inputs:12s} min cos(0)={r.min_cos0:+.3f} rate={r.measured_rate:.4f} final μ={r.final_mu:.3g} "
            f"collapsed={r.collapsed}" for r in rs])
 
@@ -156,7 +189,7 @@ def sphere_cmd(
 @sub.command("portrait")
 def portrait_cmd(
     out: Path = typer.Option(Path("runs/theory"), help="Folder for the PNGs."),
-    seed: int = typer.Option(0), as_json: bool = typer.Option(False, "--json"),
+    seed: int = typer.Option(0), fmt: str = _FORMAT,
 ) -> None:
     """N = d = 2 final angle vs starting angle, and d = 3 trajectories on the sphere (PNG)."""
     check_writable(out, folder=True)
@@ -165,7 +198,7 @@ def portrait_cmd(
     data = theory.portrait_2d(p2)
     theory.trajectories_3d(p3, seed=seed)
     frac = float(data["rank2"][1].mean())
-    _emit({"portrait_2d": str(p2), "trajectories_3d": str(p3), "rank2_arc_fraction": frac}, as_json,
+    _emit({"portrait_2d": str(p2), "trajectories_3d": str(p3), "rank2_arc_fraction": frac}, fmt,
           [f"wrote {p2} and {p3}; token 1 ends at rank 2 for {frac:.1%} of starting angles (token 0 at +(0,1))"])
 
 

@@ -18,6 +18,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
         "embedding_rank_note", "model_inputs", "position_ids", "probe",
     ),
     "recorder": ("Recorder", "StopForward", "switch_attention"),
+    "temperature": ("d_qk_scale_for", "model_d_qk"),
 })
 
 if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
@@ -29,3 +30,4 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
         model_inputs, position_ids, probe,
     )
     from .recorder import Recorder, StopForward, switch_attention
+    from .temperature import d_qk_scale_for, model_d_qk

@@ -25,6 +25,7 @@ from . import families
 from .interventions import intervene, split_drop
 from .loading import as_loaded
 from .recorder import Recorder
+from .temperature import d_qk_scale_for
 
 TABLE_COLUMNS = ("layer", "point", "metric", "mean", "std", "q05", "q50", "q95", "n_samples")
 PROBE_DEFAULT_METRICS = ("mu", "mu_relative", "rank_fraction", "sigma_min", "avg_abs_cos")
@@ -147,6 +148,7 @@ def probe(
     d_qk_scale: float = 1.0,
     drop: Sequence[str] | str = (),
     metrics: Sequence[str] | None = None,
+    d_qk: float | None = None,
     batch_size: int = 8,
     points: Sequence[str] | str = "hidden_states",
     exclude_special: bool = False,
@@ -163,6 +165,9 @@ def probe(
         or a bool ``(N, N)`` tensor); None keeps the model's own mask.
     d_qk_scale : attention temperature multiplier s: logits are divided by sqrt(s)
         (as if d_qk were s times larger; paper Sec. 3); 1 leaves the model unchanged.
+    d_qk : the attention temperature itself, scores ``q·k / sqrt(d_qk)`` as in
+        :func:`rankcollapse.dynamics.simulate`; sets ``d_qk_scale = d_qk · scaling²``
+        (:mod:`rankcollapse.models.temperature`). None keeps ``d_qk_scale``.
     drop : components to remove, e.g. ``("mlp",)``, ``("skip:0-3", "norm")`` or the
         string ``"skip:0-3,norm"`` (see :func:`rankcollapse.models.interventions.intervene`).
     metrics : metric names from ``rankcollapse.metrics.METRICS``; None =
@@ -189,6 +194,7 @@ def probe(
         windows longer than the model's positions (:func:`check_positions`).
     """
     loaded = as_loaded(loaded)
+    d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
     check_positions(loaded, windows.length)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     stack_list = families.stacks(loaded.model, loaded.family)
@@ -203,7 +209,8 @@ def probe(
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
-        d_qk_scale=float(d_qk_scale), drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, length=windows.length,
+        d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
+        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, length=windows.length,
     )
     return df
 
@@ -238,6 +245,7 @@ def attention_maps(
     d_qk_scale: float = 1.0,
     drop: Sequence[str] | str = (),
     batch_size: int = 8,
+    d_qk: float | None = None,
 ) -> dict[str, torch.Tensor]:
     """Self-attention probabilities of every block on ``windows``, under the same
     interventions as :func:`probe`.
@@ -258,6 +266,7 @@ def attention_maps(
         The model cannot switch to eager attention or returns no probabilities.
     """
     loaded = as_loaded(loaded)
+    d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
     parts: dict[str, list[torch.Tensor]] = {}
     for start in range(0, windows.n_windows, batch_size):
         ids = windows.input_ids[start : start + batch_size]

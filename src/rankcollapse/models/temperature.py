@@ -1,0 +1,63 @@
+"""The attention temperature of a pretrained model, as ``d_qk``.
+
+A model scores ``q·k · scaling`` (``scaling = 1/sqrt(d_head)`` for BERT, GPT-2, Llama;
+1 for T5). In the paper's notation (Sec. 3, Eq. (1); spec.md §1) scores are
+``q·k / sqrt(d_qk)``, so the model's own ``d_qk = 1 / scaling²``. Asking for another
+``d_qk = D`` is the intervention ``d_qk_scale = s = D · scaling²``
+(:func:`rankcollapse.models.interventions.intervene` divides ``scaling`` by ``sqrt(s)``).
+The same ``d_qk`` is ``simulate``'s ``d_qk``, and ``theory sphere``'s ``beta`` is
+``1 / sqrt(d_qk)`` with ``W_Q = W_K = I`` (docs/dynamics.md).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import ConfigError, ModelError
+from . import families
+from .loading import as_loaded
+
+
+def model_d_qk(loaded: Any) -> float:
+    """The model's own ``d_qk = 1 / scaling²`` (a float > 0).
+
+    Raises
+    ------
+    ModelError
+        A generic-family model, a self-attention module without a numeric ``scaling``,
+        or modules that disagree (no single ``d_qk`` to speak of).
+    """
+    loaded = as_loaded(loaded)
+    if loaded.family == "generic":
+        raise ModelError(f"d_qk= is not supported for the generic family ({type(loaded.model).__name__})")
+    scalings = set()
+    for stack in families.stacks(loaded.model, loaded.family):
+        for block in stack.blocks:
+            s = getattr(block.self_attn, "scaling", None)
+            if not isinstance(s, (int, float)) or not s > 0:
+                raise ModelError(f"{type(block.self_attn).__name__} has no numeric 'scaling'; cannot set d_qk")
+            scalings.add(float(s))
+    if len(scalings) != 1:
+        raise ModelError(f"the model's attention modules use different scalings {sorted(scalings)}; "
+                         "give d_qk_scale instead of d_qk")
+    return 1.0 / scalings.pop() ** 2
+
+
+def d_qk_scale_for(loaded: Any, d_qk: float | None, d_qk_scale: float = 1.0) -> float:
+    """The ``d_qk_scale`` that gives attention temperature ``d_qk`` (None: ``d_qk_scale``).
+
+    Raises
+    ------
+    ConfigError
+        ``d_qk`` not a positive finite number, or both ``d_qk`` and ``d_qk_scale != 1``.
+    ModelError
+        See :func:`model_d_qk`.
+    """
+    if d_qk is None:
+        return d_qk_scale
+    if isinstance(d_qk, bool) or not isinstance(d_qk, (int, float)) or not (math.isfinite(d_qk) and d_qk > 0):
+        raise ConfigError(f"d_qk must be a positive finite number, got {d_qk!r}")
+    if d_qk_scale != 1.0:
+        raise ConfigError("give d_qk or d_qk_scale, not both (d_qk_scale = d_qk / the model's own d_qk)")
+    return float(d_qk) / model_d_qk(loaded)

@@ -1,0 +1,256 @@
+"""One flag name per concept: old spellings are hidden aliases with the same result and a
+one-line deprecation note; --out is a folder with fixed file names; strict JSON; help
+fits 100 columns; tables off a terminal keep whole names."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from rankcollapse.cli import app
+from rankcollapse.cli._output import dumps, print_json
+from rankcollapse.cli._vocab import DEPRECATED, rewrite
+
+from ._harness import _reject, invoke
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vocab")
+    rng = np.random.default_rng(0)
+    np.save(root / "x.npy", rng.standard_normal((3, 6, 4)))
+    np.save(root / "zeros.npy", np.zeros((2, 6, 4)))
+    return root
+
+
+def _strict(text: str):
+    return json.loads(text, parse_constant=_reject)
+
+
+#: (old argv, canonical argv, old flags that must be named in the notes)
+PAIRS = [
+    (["mask", "describe", "causal", "--n", "6", "--json"],
+     ["mask", "describe", "causal", "--n-tokens", "6", "--format", "json"], ["--n", "--json"]),
+    (["mask", "describe", "sliding_window:w=3", "--n=7", "--json"],
+     ["mask", "describe", "sliding_window:w=3", "--n-tokens=7", "--format=json"], ["--n", "--json"]),
+    (["mask", "compare", "causal", "schedule:sliding_window:w=3*2,complete", "--n", "8", "--measure", "--d", "4",
+      "--depth", "3", "--samples", "2", "--json"],
+     ["mask", "compare", "causal", "schedule:sliding_window:w=3*2,complete", "--n-tokens", "8", "--measure",
+      "--d-model", "4", "--depth", "3", "--samples", "2", "--format", "json"], ["--n", "--d", "--json"]),
+    (["metrics", "x.npy", "--names", "mu,avg_cos", "--json"],
+     ["metrics", "x.npy", "--metrics", "mu,avg_cos", "--format", "json"], ["--names", "--json"]),
+    (["simulate", "--length", "8", "--depth", "2", "--samples", "2", "--d-model", "4", "--json"],
+     ["simulate", "--n-tokens", "8", "--depth", "2", "--samples", "2", "--d-model", "4", "--format", "json"],
+     ["--length", "--json"]),
+    (["simulate", "--n", "8", "--depth", "2", "--samples", "2", "--d-model", "4", "--format", "csv"],
+     ["simulate", "--n-tokens", "8", "--depth", "2", "--samples", "2", "--d-model", "4", "--format", "csv"], ["--n"]),
+    (["theory", "bound", "--n", "8", "--d", "4", "--widths", "8,3", "--depth", "5", "--samples", "2", "--json"],
+     ["theory", "bound", "--n-tokens", "8", "--d-model", "4", "--widths", "8,3", "--depth", "5", "--samples", "2",
+      "--format", "json"], ["--n", "--d", "--json"]),
+    (["theory", "sphere", "--n", "4", "--d", "3", "--depth", "5", "--json"],
+     ["theory", "sphere", "--n-tokens", "4", "--d-model", "3", "--depth", "5", "--format", "json"], ["--n", "--d", "--json"]),
+    (["theory", "equilibria", "--n", "2", "--d", "2", "--rank", "2", "--json"],
+     ["theory", "equilibria", "--n-tokens", "2", "--d-model", "2", "--rank", "2", "--format", "json"], ["--n", "--d", "--json"]),
+]
+
+
+@pytest.mark.parametrize("old, new, flags", PAIRS, ids=[" ".join(p[1][:2]) for p in PAIRS])
+def test_old_spelling_gives_the_canonical_result_and_one_note_each(root, old, new, flags):
+    code_old, out_old, err_old = invoke(old, root)
+    code_new, out_new, err_new = invoke(new, root)
+    assert code_old == code_new == 0, err_old + err_new
+    assert out_old == out_new
+    assert "deprecated" not in err_new
+    notes = [line for line in err_old.splitlines() if "deprecated" in line]
+    assert len(notes) == len(flags)
+    for flag, line in zip(flags, notes):
+        assert line == f"rankcollapse: note: {flag} is deprecated; use {' '.join(DEPRECATED[flag])}"
+
+
+def test_rewrite_maps_every_old_spelling_only_where_the_canonical_flag_exists():
+    import typer.main
+
+    cli = typer.main.get_command(app)
+    simulate, reproduce = cli.commands["simulate"], cli.commands["reproduce"]
+    for old, new in DEPRECATED.items():
+        cmd = reproduce if old == "--text" else simulate
+        args, notes = rewrite(cmd, [old, "5", "--", old])
+        assert args == [*new, "5", "--", old] and len(notes) == 1
+    basin = cli.commands["theory"].commands["basin"]  # no --n-tokens there: --n stays (a usage error)
+    assert rewrite(basin, ["--n", "3", "--samples", "2"]) == (["--n", "3", "--samples", "2"], [])
+
+
+def test_help_hides_the_old_spellings(root):
+    old = re.compile(r"(?<![\w-])--(n|d|length|windows|names|pretrained|json|text|d-qk-scale)(?![\w-])")
+    for argv in _commands():
+        code, out, _ = invoke([*argv, "--help"], root)
+        assert code == 0 and not old.search(out), (argv, old.search(out))
+
+
+def _commands() -> list[list[str]]:
+    """Every leaf command, e.g. ``["mask", "show"]``, ``["metrics"]``."""
+    import typer.main
+
+    found = []
+    for name, cmd in typer.main.get_command(app).commands.items():
+        subs = getattr(cmd, "commands", None)
+        found += [[name, s] for s in subs] if subs else [[name]]
+    return found
+
+
+def test_every_command_is_listed():
+    names = {" ".join(c) for c in _commands()}
+    assert {"mask describe", "mask show", "mask compare", "metrics", "simulate", "probe", "phase", "theory bound",
+            "theory system", "theory find", "theory basin", "reproduce"} <= names
+
+
+_BOX = re.compile(r"[^\s│╭╮╰╯─┃━┏┓┗┛]+")
+
+
+@pytest.mark.parametrize("argv", _commands(), ids=lambda a: " ".join(a))
+def test_help_fits_100_columns_without_cutting_words(root, monkeypatch, argv):
+    monkeypatch.setenv("COLUMNS", "100")
+    code, narrow, _ = invoke([*argv, "--help"], root)
+    assert code == 0
+    assert max(len(line) for line in narrow.splitlines()) <= 100
+    monkeypatch.setenv("COLUMNS", "2000")
+    _, wide, _ = invoke([*argv, "--help"], root)
+    # the same words in the same order: wrapping moved whole words, never split one
+    assert _BOX.findall(narrow) == _BOX.findall(wide)
+
+
+def test_mask_show_out_is_a_folder_and_a_file_out_still_works(root):
+    from matplotlib.image import imread
+
+    code, _, err = invoke(["mask", "show", "causal", "--n-tokens", "8", "--out", "shown"], root)
+    assert code == 0 and "deprecated" not in err
+    code, _, err = invoke(["mask", "show", "causal", "--n-tokens", "8", "--out", "old.png"], root)
+    assert code == 0 and "rankcollapse: note: --out old.png (a file) is deprecated" in err
+    assert np.array_equal(imread(root / "shown" / "mask.png"), imread(root / "old.png"))
+    code, _, _ = invoke(["mask", "show", "causal", "--n-tokens", "8", "--out", "svg", "--image-format", "svg"], root)
+    assert code == 0 and (root / "svg" / "mask.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_mask_compare_out_folder_holds_compare_csv(root):
+    argv = ["mask", "compare", "causal", "complete", "--n-tokens", "8"]
+    assert invoke([*argv, "--out", "cmp"], root)[0] == 0
+    code, _, err = invoke([*argv, "--out", "old.csv"], root)
+    assert code == 0 and "deprecated" in err
+    assert (root / "cmp" / "compare.csv").read_text() == (root / "old.csv").read_text()
+    _, csv_out, _ = invoke([*argv, "--format", "csv"], root)
+    written = (root / "cmp" / "compare.csv").read_text().splitlines()
+    assert csv_out.splitlines()[0] == written[0] and written[0].startswith("spec,n_tokens,n_edges")
+    assert len(csv_out.splitlines()) == len(written) == 3
+
+
+def test_markdown_and_csv_have_one_row_per_record(root):
+    _, md, _ = invoke(["metrics", "x.npy", "--metrics", "mu,rank_fraction", "--format", "markdown"], root)
+    lines = md.splitlines()
+    assert lines[0] == "| mu | rank_fraction |" and lines[1] == "| --- | --- |" and len(lines) == 2 + 3
+    _, js, _ = invoke(["metrics", "x.npy", "--metrics", "mu", "--format", "json"], root)
+    _, csv_out, _ = invoke(["metrics", "x.npy", "--metrics", "mu", "--format", "csv"], root)
+    assert [float(v) for v in csv_out.split()[1:]] == pytest.approx([r["mu"] for r in _strict(js)], rel=1e-5)
+
+
+def test_unknown_format_is_one_line_exit_2(root):
+    code, out, err = invoke(["theory", "equilibria", "--format", "csv"], root)
+    assert code == 2 and out == ""
+    assert err.strip() == "rankcollapse: error: --format must be one of table, json here, got 'csv'"
+
+
+def test_tables_off_a_terminal_keep_whole_names(root, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "40")  # a narrow pipe must not matter
+    _, out, _ = invoke(["metrics", "zeros.npy"], root)
+    assert "…" not in out
+    for name in ("dong_residual_relative", "mean_average_distance", "undefined"):
+        assert name in out
+    _, out, _ = invoke(["mask", "compare", "causal", "schedule:sliding_window:w=3*2,complete", "--n-tokens", "16"],
+                       root)
+    assert "…" not in out and "schedule:sliding_window:w=3*2,complete" in out and "log10 layers/10x" in out
+
+
+STRICT_JSON = [
+    ["mask", "describe", "causal", "--n-tokens", "6", "--format", "json"],
+    ["mask", "describe", "schedule:sliding_window:w=3*2,complete", "--n-tokens", "6", "--format", "json"],
+    ["mask", "compare", "causal", "complete", "--n-tokens", "6", "--format", "json"],
+    ["metrics", "zeros.npy", "--format", "json"],
+    ["simulate", "--n-tokens", "6", "--depth", "2", "--d-model", "3", "--format", "json", "--out", "sim"],
+    ["theory", "bound", "--n-tokens", "6", "--d-model", "3", "--widths", "6,2", "--depth", "4", "--samples", "2",
+     "--format", "json"],
+    ["theory", "equilibria", "--format", "json"],
+    ["theory", "system", "--out", "sys", "--format", "json"],
+    ["theory", "find", "--system", "sys/system.json", "--starts", "4", "--format", "json"],
+    ["theory", "basin", "--samples", "50", "--depth", "200", "--format", "json"],
+    ["theory", "sphere", "--n-tokens", "4", "--d-model", "3", "--depth", "4", "--format", "json"],
+    ["phase", "--axis", "d_qk=1,4", "--depth", "3", "--n-tokens", "6", "--d-model", "3", "--samples", "2",
+     "--out", "ph", "--format", "json"],
+]
+
+
+def test_every_json_the_cli_prints_or_writes_is_strict(root):
+    for argv in STRICT_JSON:  # in order: theory find reads the system theory system wrote
+        code, out, err = invoke(argv, root)
+        assert code == 0, (argv, err)
+        _strict(out)
+    assert _strict((root / "sim" / "result.json").read_text())["layers"][0]["epsilon"] is None  # no layer yet
+    assert _strict((root / "sys" / "system.json").read_text())["W_V"] == [[1.0, -3.0], [0.0, 2.0]]
+    for path in (root / "ph").rglob("*.json"):
+        _strict(path.read_text())
+
+
+def test_json_helpers_turn_non_finite_numbers_into_null(capsys):
+    import torch
+
+    from rankcollapse._io import write_json_atomic
+
+    obj = {"a": math.nan, "b": np.float32("inf"), "c": torch.tensor([1.0, -math.inf]), "d": [np.int64(3)]}
+    assert _strict(dumps(obj)) == {"a": None, "b": None, "c": [1.0, None], "d": [3]}
+    print_json(obj)
+    assert _strict(capsys.readouterr().out)["c"] == [1.0, None]
+
+
+def test_write_json_atomic_is_strict(tmp_path):
+    from rankcollapse._io import write_json_atomic
+
+    write_json_atomic(tmp_path / "a.json", {"x": [math.nan, 1.5, math.inf]})
+    assert _strict((tmp_path / "a.json").read_text()) == {"x": [None, 1.5, None]}
+
+
+def test_theory_system_feeds_find_and_basin(root):
+    code, out, _ = invoke(["theory", "system", "--out", "sys2"], root)
+    assert code == 0 and "sys2/system.json" in out
+    code, out, err = invoke(["theory", "basin", "--system", "sys2/system.json", "--samples", "100", "--depth", "200",
+                             "--format", "json"], root)
+    code_d, out_d, _ = invoke(["theory", "basin", "--samples", "100", "--depth", "200", "--format", "json"], root)
+    assert code == code_d == 0, err
+    # the written system is the default N = d = 2 example: the same estimate
+    assert _strict(out)["fraction"] == _strict(out_d)["fraction"]
+
+
+@pytest.mark.slow
+def test_probe_aliases_and_d_qk(root):
+    """probe: positional MODEL, --windows, --length and --d-qk-scale are the canonical
+    --model, --samples, --n-tokens and --d-qk (MiniLM: d_qk = d_head = 32)."""
+    old = ["probe", "minilm", "--windows", "2", "--length", "16", "--d-qk-scale", "4", "--format", "json"]
+    new = ["probe", "--model", "minilm", "--samples", "2", "--n-tokens", "16", "--d-qk", "128", "--format", "json"]
+    code_old, out_old, err_old = invoke(old, root)
+    code_new, out_new, err_new = invoke(new, root)
+    assert code_old == code_new == 0, err_old + err_new
+    a, b = _strict(out_old), _strict(out_new)
+    assert a["d_qk_scale"] == 4.0 and b["d_qk_scale"] == pytest.approx(4.0, rel=1e-12) and b["d_qk"] == 128.0
+    assert [r["point"] for r in a["layers"]] == [r["point"] for r in b["layers"]]
+    for ra, rb in zip(a["layers"], b["layers"]):  # d_qk_scale = 128 / 32 up to one rounding
+        assert {k: pytest.approx(v, rel=1e-5) for k, v in ra.items() if k != "point"} == \
+            {k: v for k, v in rb.items() if k != "point"}
+    for line in ("--windows is deprecated; use --samples", "--length is deprecated; use --n-tokens",
+                 "the positional MODEL is deprecated; use --model minilm", "--d-qk-scale S is deprecated"):
+        assert line in err_old
+    assert "deprecated" not in err_new
+    code, out, _ = invoke(["probe", "--model", "minilm", "--samples", "2", "--n-tokens", "16"], root)
+    assert code == 0 and "…" not in out and "embeddings" in out and "mu_relative" in out
+    code, _, err = invoke(["probe", "--samples", "2"], root)
+    assert code == 2 and "missing --model" in err
