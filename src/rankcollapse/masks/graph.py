@@ -111,6 +111,23 @@ class MaskAnalysis(NotebookResult):
             out["distance_from_center"] = None if d is None else d.tolist()
         return out
 
+    def to_pandas(self, *, per_token: bool = False) -> Any:
+        """A :class:`pandas.DataFrame` of the analysis.
+
+        Default: one row of the scalar graph facts (``spec, n_tokens, radius, ...``).
+        ``per_token``: one row per token, columns ``token, distance_from_center`` (hop
+        distance from ``best_center``, -1 = unreachable; all -1 when not QSC) and
+        ``is_center`` (the token is in ``centers``)."""
+        if not per_token:
+            return super().to_pandas()
+        import pandas as pd
+
+        d = self.distance_from_center
+        dist = np.full(self.n_tokens, -1, dtype=np.int64) if d is None else np.asarray(d, dtype=np.int64)
+        tokens = np.arange(self.n_tokens)
+        return pd.DataFrame({"token": tokens, "distance_from_center": dist,
+                             "is_center": np.isin(tokens, np.asarray(self.centers, dtype=np.int64))})
+
 
 def _degree_stats(deg: np.ndarray) -> dict[str, float]:
     return {"min": int(deg.min()), "mean": float(deg.mean()), "max": int(deg.max())}

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 
+from .._display import NotebookResult
 from ..errors import MemoryLimitError, MetricError
 from .registry import DEFAULT_METRICS, METRICS, _as_dtype, check_pairwise_memory, compute_metrics
 
 @dataclass
-class MetricReport:
+class MetricReport(NotebookResult):
     """Values of the metrics that are defined, and why the others are not.
 
     Attributes
@@ -51,6 +52,30 @@ class MetricReport:
                 row["undefined"] = missing
             out.append(row)
         return out if self.batched else out[0]
+
+    def to_pandas(self) -> Any:
+        """Tidy :class:`pandas.DataFrame` ``sample, metric, value, undefined`` in float64:
+        one row per sample and metric (metrics in the requested order, samples in batch
+        order; ``sample`` is 0 for an ``(N, d)`` input). ``value`` is NaN and
+        ``undefined`` gives the reason where the metric is undefined (else ``""``)."""
+        import numpy as np
+        import pandas as pd
+
+        names = list(self.values)
+        cols = [self.values[n].detach().double().cpu().reshape(-1).numpy() for n in names]
+        B = len(cols[0]) if cols else 0
+        return pd.DataFrame({
+            "sample": np.tile(np.arange(B), len(names)),
+            "metric": np.repeat(np.array(names, dtype=object), B),
+            "value": np.concatenate(cols) if cols else np.zeros(0),
+            "undefined": np.repeat(np.array([self.undefined.get(n, "") for n in names], dtype=object), B),
+        })
+
+    def to_dict(self) -> dict[str, Any]:
+        """Summary for a notebook: metrics, sample count, and the undefined ones."""
+        n = len(next(iter(self.values.values())).reshape(-1)) if self.values else 0
+        return {"metrics": list(self.values), "batched": self.batched, "n_samples": n,
+                "undefined": list(self.undefined)}
 
 
 def report_metrics(

@@ -83,14 +83,14 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def boundary_figure(table: pd.DataFrame, by: str, path: Path, title: str) -> None:
-    """Fraction of ``rank_collapse`` cells against ``qk_scale``, one line per value of ``by``."""
-    import matplotlib
+def boundary_figure(table: pd.DataFrame, by: str, path: Path | None, title: str, *, ax: Any = None) -> Any:
+    """Fraction of ``rank_collapse`` cells against ``qk_scale``, one line per value of ``by``.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Draws on ``ax`` when given (else a new pyplot-free figure), writes a PNG to ``path``
+    unless it is None, and returns the figure."""
+    from .._figure import new_axes, save_figure
 
-    fig, ax = plt.subplots(figsize=(4.2, 3.0))
+    fig, ax = new_axes(ax, figsize=(4.2, 3.0))
     for key, g in table.groupby(by):
         f = g.groupby("qk_scale")["regime"].apply(lambda r: (r == "rank_collapse").mean())
         label = f"{by}={key}" + (f" (r={int(g['radius'].iloc[0])})" if by == "mask" else "")
@@ -101,25 +101,27 @@ def boundary_figure(table: pd.DataFrame, by: str, path: Path, title: str) -> Non
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    if path is not None:
+        fig.tight_layout()
+        save_figure(fig, path, dpi=80)
+    return fig
 
 
-def regime_figure(table: pd.DataFrame, path: Path, rows: tuple[str, ...] = ("norm", "skip", "placement")) -> None:
-    """Stacked regime fractions per ``qk_scale`` (x) for every combination of ``rows``."""
-    import matplotlib
+def regime_figure(table: pd.DataFrame, path: Path | None,
+                  rows: tuple[str, ...] = ("norm", "skip", "placement")) -> Any:
+    """Stacked regime fractions per ``qk_scale`` (x) for every combination of ``rows``.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    One panel per combination on a new pyplot-free figure; writes a PNG to ``path`` unless
+    it is None, and returns the figure."""
+    from .._figure import new_figure, save_figure
     from .regime import REGIMES
     from .report import COLOURS
 
     groups = list(table.groupby(list(rows)))
     ncol = 4
     nrow = math.ceil(len(groups) / ncol)
-    fig, axs = plt.subplots(nrow, ncol, figsize=(2.4 * ncol, 1.9 * nrow + 0.4), squeeze=False, sharey=True)
+    fig = new_figure((2.4 * ncol, 1.9 * nrow + 0.4))
+    axs = fig.subplots(nrow, ncol, squeeze=False, sharey=True)
     for ax in axs.flat[len(groups):]:
         ax.axis("off")
     for ax, (key, g) in zip(axs.flat, groups):
@@ -137,5 +139,6 @@ def regime_figure(table: pd.DataFrame, path: Path, rows: tuple[str, ...] = ("nor
 
     fig.legend(handles=[Patch(color=COLOURS[r], label=r) for r in REGIMES], loc="lower center", ncol=5, fontsize=6)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    if path is not None:
+        save_figure(fig, path, dpi=80)
+    return fig

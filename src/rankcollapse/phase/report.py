@@ -38,11 +38,9 @@ def _panels(table: pd.DataFrame, axes: list[str], plot: tuple[str, str]):
 
 def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, str] | None = None) -> list[Path]:
     """Regime heatmaps of ``table`` over the varied ``axes``; returns the files written."""
-    import matplotlib
+    from matplotlib.patches import Patch, Rectangle
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
+    from .._figure import new_figure, save_figure
 
     varied = [a for a in axes if table[a].nunique() > 1] or axes[:1]
     if plot is None:
@@ -54,13 +52,14 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
         chunk = panels[start:start + PANELS_PER_FILE]
         ncol = min(4, len(chunk))
         nrow = math.ceil(len(chunk) / ncol)
-        fig, axs = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 2.6 * nrow + 0.6), squeeze=False)
+        fig = new_figure((3.2 * ncol, 2.6 * nrow + 0.6))
+        axs = fig.subplots(nrow, ncol, squeeze=False)
         for ax in axs.flat[len(chunk):]:
             ax.axis("off")
         for ax, (title, sub) in zip(axs.flat, chunk):
             for _, r in sub.iterrows():
                 i, j = xs.index(r[plot[0]]), ys.index(r[plot[1]])
-                ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, color=COLOURS[r["regime"]]))
+                ax.add_patch(Rectangle((i - 0.5, j - 0.5), 1, 1, color=COLOURS[r["regime"]]))
                 mu = r["mu_relative"]
                 txt = "-inf" if mu == 0 else (f"{math.log10(mu):.0f}" if mu == mu else "nan")
                 ax.text(i, j, txt, ha="center", va="center", fontsize=6)
@@ -74,9 +73,7 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
         fig.legend(handles=[Patch(color=COLOURS[r], label=r) for r in REGIMES], loc="lower center", ncol=5, fontsize=7)
         fig.tight_layout(rect=(0, 0.06, 1, 1))
         path = out / (f"heatmap_{f:03d}.png" if len(panels) > PANELS_PER_FILE else "heatmap.png")
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
-        plt.close(fig)
+        save_figure(fig, path, dpi=110)
         files.append(path)
     return files
 

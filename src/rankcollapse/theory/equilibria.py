@@ -59,6 +59,15 @@ class Equilibrium:
             out["stability"] = self.stability.to_dict()
         return out
 
+    def to_pandas(self) -> Any:
+        """Tidy :class:`pandas.DataFrame` ``token, coordinate, value`` of ``X`` (float64,
+        row-major: token ``i``, coordinate ``k`` is ``X[i, k]``)."""
+        import pandas as pd
+
+        N, d = self.X.shape
+        return pd.DataFrame({"token": np.repeat(np.arange(N), d), "coordinate": np.tile(np.arange(d), N),
+                             "value": self.X.detach().double().cpu().reshape(-1).numpy()})
+
 
 @dataclass
 class EquilibriumSet(NotebookResult):
