@@ -23,8 +23,8 @@ import torch
 from .._display import NotebookResult
 from ..dynamics import gaussian_tokens, simulate
 from ..errors import ConfigError
-from ..masks import analyze, resolve_mask
 from ..masks.schedule import is_schedule
+from .envelope import theorem1_mask
 
 EXPONENTS = ("t/r", "t/(2r)")
 
@@ -177,14 +177,7 @@ def check_collapse_bound(
     if depth < 1 or n_samples < 1 or d < 1:
         raise ConfigError(f"need depth ≥ 1, n_samples ≥ 1 and d must be ≥ 1; got depth={depth}, "
                           f"n_samples={n_samples}, d={d}")
-    m = resolve_mask(mask, n)
-    if m.n_tokens < 2:  # radius 0: μ is identically 0 and there is no rate to check
-        raise ConfigError(f"Theorem 1 needs at least 2 tokens, got N={m.n_tokens}")
-    info = analyze(m.mask())
-    if not info.quasi_strongly_connected:
-        raise ConfigError(f"mask {m.spec!r} is not quasi-strongly connected ({info.reason}): Theorem 1 does not apply")
-    if not info.self_loops:
-        raise ConfigError(f"mask {m.spec!r} lacks self-loops: the envelope's proof needs them")
+    m, info = theorem1_mask(mask, n)
     N, r = m.n_tokens, int(info.radius)
     X0, sim = orthogonal_run(X0, m, N, d, n_samples=n_samples, depth=depth, d_qk=d_qk, qk_scale=qk_scale, seed=seed)
     B, _, d = X0.shape

@@ -57,7 +57,15 @@ class EnvelopeDepth:
         return dict(self.__dict__)
 
 
-def _mask_terms(mask: Any, n: int | None) -> tuple[str, int, int, int]:
+def theorem1_mask(mask: Any, n: int | None) -> tuple[Any, Any]:
+    """``(resolved mask, its analysis)`` for a mask Theorem 1 applies to.
+
+    Raises
+    ------
+    ConfigError
+        Fewer than 2 tokens (radius 0: μ is identically 0, no rate), a mask that is not
+        quasi-strongly connected, or one without self-loops (the envelope's proof needs them).
+    """
     m = resolve_mask(mask, n)
     if m.n_tokens < 2:
         raise ConfigError(f"Theorem 1 needs at least 2 tokens, got N={m.n_tokens}")
@@ -66,6 +74,11 @@ def _mask_terms(mask: Any, n: int | None) -> tuple[str, int, int, int]:
         raise ConfigError(f"mask {m.spec!r} is not quasi-strongly connected ({info.reason}): Theorem 1 does not apply")
     if not info.self_loops:
         raise ConfigError(f"mask {m.spec!r} lacks self-loops: the envelope's proof needs them")
+    return m, info
+
+
+def _mask_terms(mask: Any, n: int | None) -> tuple[str, int, int, int]:
+    m, info = theorem1_mask(mask, n)
     deg_max = int(m.dense().sum(dim=1).max())
     return m.spec, m.n_tokens, int(info.radius), deg_max
 
