@@ -24,10 +24,10 @@ README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "results" / "quick"
 
 
-def readme_table(text: str) -> str:
-    """The text between the claims markers (stripped), or AssertionError."""
-    m = re.search(r"<!-- claims:start -->\n(.*?)<!-- claims:end -->", text, flags=re.S)
-    assert m, "README.md has no <!-- claims:start --> ... <!-- claims:end --> block"
+def readme_table(text: str, name: str = "claims") -> str:
+    """The text between the ``<!-- {name}:start/end -->`` markers (stripped), or AssertionError."""
+    m = re.search(rf"<!-- {name}:start -->\n(.*?)<!-- {name}:end -->", text, flags=re.S)
+    assert m, f"README.md has no <!-- {name}:start --> ... <!-- {name}:end --> block"
     return m.group(1).strip()
 
 
@@ -40,6 +40,14 @@ def test_marker_extraction():
 def test_readme_table_is_the_committed_quick_run():
     claims = json.loads((RESULTS / "claims.json").read_text())
     assert readme_table(README.read_text(encoding="utf-8")) == results_markdown(claims).strip()
+
+
+def test_readme_large_table_is_the_committed_large_run():
+    large = ROOT / "docs" / "results" / "large"
+    claims = json.loads((large / "claims.json").read_text())
+    config = json.loads((large / "config.json").read_text())
+    assert config["scale"] == "large" and config["overrides"]["n_windows"] == 64
+    assert readme_table(README.read_text(encoding="utf-8"), "claims-large") == results_markdown(claims).strip()
 
 
 def test_committed_quick_run_is_todays_run(monkeypatch):
