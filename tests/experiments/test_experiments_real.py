@@ -14,7 +14,7 @@ def test_real_main_smoke_run_verdicts_recompute_and_rerun_uses_cache(tmp_path):
     t = first.table
     sim = t[(t["source"] == "simulate") & (t["metric"] == "mu_relative")]
     assert set(sim["mask"]) == {"complete", "causal", "sliding_window", "causal_sliding_window"}
-    assert set(sim["variant"]) == {"pure", "sphere", "skip", "post_ln"}
+    assert set(sim["variant"]) == {"pure", "sphere", "layernorm", "skip", "post_ln"}
     pure = sim[(sim["mask"] == "complete") & (sim["variant"] == "pure")].set_index("layer")["mean"]
     assert pure.iloc[-1] <= pure.loc[0] / 100  # issue 2: >= 100x collapse on real embeddings
     assert all(stored == again for _, stored, again in runner.recheck(out))
