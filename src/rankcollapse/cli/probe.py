@@ -4,7 +4,6 @@ real text, optionally under interventions (mask, temperature, dropped components
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any, Optional
 

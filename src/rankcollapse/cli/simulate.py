@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 import typer
 
 from .. import data, dynamics, models
-from .._io import atomic_path, check_writable, load_npy, versions, write_json_atomic
+from .._io import check_writable, load_npy, versions, write_json_atomic
 from .._memory import parse_size
 from ..errors import ConfigError, DataError
 from ..points import point_after
