@@ -73,3 +73,12 @@ def test_bad_rule_values_are_errors():
     del cfg["claims"][0]["rule"]["statement"]
     with pytest.raises(ConfigError, match="missing key 'statement'"):
         validate_config(cfg, "demo")
+
+
+def test_experiment_names_resolve_lists_in_order_without_repeats():
+    from rankcollapse.experiments.config import EXPERIMENTS, resolve_names
+
+    assert resolve_names(None) == ["main"] and resolve_names("all") == list(EXPERIMENTS)
+    assert resolve_names("fig4, fig3,fig4") == ["fig4", "fig3"]
+    with pytest.raises(ConfigError, match="'fig9'"):
+        resolve_names("fig3,fig9")

@@ -1,6 +1,8 @@
 """Recorder and probe on tiny random models of every family: recorded points equal the
 model's own hidden_states, the sublayer points add up, the tidy table is complete."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -106,6 +108,21 @@ def test_probe_table_complete_and_matches_direct_metrics(tiny, windows):
             np.testing.assert_allclose(row["mean"].iloc[0], direct[metric].mean().item(), rtol=1e-6)
         layers = sorted(df[df.point.str.startswith(stack.prefix)].layer.unique()) if stack.prefix else sorted(df.layer.unique())
         assert layers == list(range(L + 1))
+
+
+def test_probe_per_window_values_are_each_windows_own_probe(tiny, windows):
+    """Batched per-window values equal one probe call per window, and their mean is the row's mean."""
+    metrics = ["mu", "sigma_min"]
+    df = probe(tiny, windows, metrics=metrics, batch_size=2, per_window=True)
+    assert list(df.columns) == list(TABLE_COLUMNS) + ["values"]
+    for j in range(windows.n_windows):
+        one = dataclasses.replace(windows, **{f.name: getattr(windows, f.name)[j:j + 1] for f in dataclasses.fields(windows)})
+        own = probe(tiny, one, metrics=metrics, batch_size=1)
+        got = np.array([v[j] for v in df["values"]])
+        np.testing.assert_allclose(got, own["mean"].to_numpy(), rtol=1e-5)
+    means = np.array([v.mean() for v in df["values"]])
+    np.testing.assert_allclose(df["mean"].to_numpy(), means, rtol=1e-12)
+    assert all(v.shape == (windows.n_windows,) and v.dtype == np.float64 for v in df["values"])
 
 
 def test_padding_is_excluded_from_metrics(make_tiny, make_windows_tiny):

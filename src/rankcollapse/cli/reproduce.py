@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("reproduce", help=HELP)
     def reproduce(
-        name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, all, or summary."),
+        name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, all, a comma-separated list (fig3,fig4), or summary."),
         target: Optional[Path] = typer.Argument(None, help="With `summary`: the run folder to summarise."),
         fmt: Optional[str] = typer.Option(None, "--format", help="stdout: table (default) or json (the claims); "
                                           "with `summary`: markdown (default, the README table) or json."),

@@ -25,9 +25,10 @@ EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory")
 ALIASES = {"": "main", "all": "all"}
 SCALES = ("quick", "large", "paper", "smoke")
 UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "theory")
-#: Bumped (per unit kind) when a unit's labels change; any change to the package's code
-#: or the numeric stack also changes every hash (``code_fingerprint``).
-CACHE_VERSION = {"simulate": 2, "probe": 2, "pretrained_sa": 2, "theory": 3}
+#: Bumped (per unit kind) when a unit's labels or numbers change (probe 3: windows
+#: probed in batches, float32 rounding differs); ``NUMERICS_VERSION`` and the numeric
+#: libraries' versions change every hash (``code_fingerprint``).
+CACHE_VERSION = {"simulate": 2, "probe": 3, "pretrained_sa": 2, "theory": 3}
 #: Simulated networks run to this multiple of the claim depth, so every verdict is also
 #: read at twice the depth from the same trajectories (weights are drawn per layer from
 #: the seed, so the first D layers of a 2 D run are those of a D run).
@@ -73,13 +74,19 @@ def load_config(name: str) -> dict[str, Any]:
 
 
 def resolve_names(name: str | None) -> list[str]:
-    """``None``/``''``/``main`` -> ``['main']``; ``all`` -> every experiment."""
+    """``None``/``''``/``main`` -> ``['main']``; ``all`` -> every experiment; a
+    comma-separated list (``fig3,fig4``) -> those experiments, in that order.
+
+    Raises ConfigError naming an unknown experiment."""
     name = ALIASES.get(name or "", name)
     if name == "all":
         return list(EXPERIMENTS)
-    if name not in EXPERIMENTS:
-        raise ConfigError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)} or 'all'")
-    return [name]
+    names = [ALIASES.get(n.strip(), n.strip()) for n in str(name).split(",")]
+    bad = [n for n in names if n not in EXPERIMENTS]
+    if bad:
+        raise ConfigError(f"unknown experiment {bad[0]!r}; choose one of {', '.join(EXPERIMENTS)}, 'all' "
+                          "or a comma-separated list")
+    return list(dict.fromkeys(names))
 
 
 def validate(cfg: Any, name: str) -> None:

@@ -189,19 +189,13 @@ def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
 
 def _probe_per_window(probe: Callable, loaded: Any, win: Any, drop: tuple, metrics: list[str], batch_size: int
                       ) -> pd.DataFrame:
-    """``models.probe`` over all windows, plus each row's per-window values (the
-    ``values`` column): one probe call per window gives the value of every window (its
-    mean over one window), in window order. The statistics are recomputed from those
-    values, so they equal the batched call's up to batch-size rounding in float32."""
-    parts = []
-    for j in range(win.n_windows):
-        one = dataclasses.replace(win, **{f.name: getattr(win, f.name)[j:j + 1] for f in dataclasses.fields(win)})
-        parts.append(probe(loaded, one, drop=drop, metrics=metrics, batch_size=1).set_index(["layer", "point", "metric"])["mean"])
-    vals = pd.concat(parts, axis=1)
+    """``models.probe`` over all windows in batches, plus each row's per-window values
+    (the ``values`` column, window order); the statistics are recomputed from those
+    values with :func:`table.summarise`, as for simulated rows."""
+    df = probe(loaded, win, drop=drop, metrics=metrics, batch_size=batch_size, per_window=True)
     rows = []
-    for (layer, point, metric), v in vals.iterrows():
-        arr = v.to_numpy(dtype=np.float64)
-        stats = {k: float(x[0]) for k, x in summarise(arr[None, :]).items()}
+    for layer, point, metric, arr in df[["layer", "point", "metric", "values"]].itertuples(index=False):
+        stats = {k: float(x[0]) for k, x in summarise(np.asarray(arr, dtype=np.float64)[None, :]).items()}
         rows.append({"layer": layer, "point": point, "metric": metric, **stats, "values": arr})
     return pd.DataFrame(rows)
 

@@ -153,6 +153,7 @@ def probe(
     points: Sequence[str] | str = "hidden_states",
     exclude_special: bool = False,
     progress: bool | None = None,
+    per_window: bool = False,
 ) -> pd.DataFrame:
     """Metrics per layer and recorded point, summarised over windows.
 
@@ -178,6 +179,9 @@ def probe(
     exclude_special : also leave out special tokens ([CLS], [SEP], BOS) from metrics.
         Padding is always left out.
     progress : a progress bar over batches on stderr; None = only on a terminal.
+    per_window : also return each row's per-window values (column ``values``: a float64
+        array ``(B,)`` in window order, non-finite values kept), from the same batched
+        forward passes, so intervals over windows need no second run.
 
     Returns
     -------
@@ -186,6 +190,7 @@ def probe(
         is the ``hidden_states`` index (0 = embeddings, k = after block k; points inside
         block k, 0-based names, count as k+1); ``std`` is the population std over windows;
         ``df.attrs`` holds ``model``, ``family``, ``notes`` and the intervention settings.
+        With ``per_window``, also ``values``.
 
     Raises
     ------
@@ -205,7 +210,7 @@ def probe(
             _probe_batch(loaded, windows, start, batch_size, mask, d_qk_scale, drop, point_list, names,
                          exclude_special, values)
             bar.advance()
-    df = _summarise(values, point_list, names, stack_list)
+    df = _summarise(values, point_list, names, stack_list, per_window)
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
@@ -286,29 +291,32 @@ def _stack_of(name: str, stack_list: list[families.Stack]) -> families.Stack:
     return stack_list[0]
 
 
-def _summarise(values: dict, point_list: list[str], names: Sequence[str], stack_list: list) -> pd.DataFrame:
+def _summarise(values: dict, point_list: list[str], names: Sequence[str], stack_list: list,
+               per_window: bool = False) -> pd.DataFrame:
     keyed = {
         (families.depth_of(name, _stack_of(name, stack_list)), name, metric): values[(name, metric)]
         for name in point_list
         for metric in names
     }
-    return summarise(keyed)
+    return summarise(keyed, per_window=per_window)
 
 
-def summarise(values: dict[tuple[int, str, str], list[torch.Tensor]]) -> pd.DataFrame:
+def summarise(values: dict[tuple[int, str, str], list[torch.Tensor]], *, per_window: bool = False) -> pd.DataFrame:
     """Tidy table from per-window values keyed by ``(layer, point, metric)``; non-finite
-    values are left out of the statistics and of ``n_samples``."""
+    values are left out of the statistics and of ``n_samples``. ``per_window`` adds the
+    column ``values`` (all of a row's per-window values, window order)."""
     rows = []
     for (layer, point, metric), chunks in values.items():
-        v = torch.cat([c.reshape(-1) for c in chunks]).double().numpy()
-        v = v[np.isfinite(v)]
+        every = torch.cat([c.reshape(-1) for c in chunks]).double().numpy()
+        v = every[np.isfinite(every)]
         if v.size == 0:
             stats = dict(mean=np.nan, std=np.nan, q05=np.nan, q50=np.nan, q95=np.nan)
         else:
             q05, q50, q95 = np.quantile(v, [0.05, 0.5, 0.95])
             stats = dict(mean=float(v.mean()), std=float(v.std()), q05=q05, q50=q50, q95=q95)
-        rows.append(dict(layer=layer, point=point, metric=metric, **stats, n_samples=int(v.size)))
-    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+        rows.append(dict(layer=layer, point=point, metric=metric, **stats, n_samples=int(v.size),
+                         **({"values": every} if per_window else {})))
+    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS) + (["values"] if per_window else []))
 
 
 # Families whose position information acts inside attention (RoPE, relative bias), so
