@@ -73,3 +73,22 @@ def test_sphere_and_hemisphere_tokens():
     assert bool((Hm[..., 0] >= 0).all())
     pole = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
     assert bool((hemisphere_tokens(1, 50, 5, pole=pole) @ pole >= 0).all())
+
+
+def test_random_layers_do_not_depend_on_the_thread_count():
+    """Layers are drawn on up to get_num_threads() threads; every matrix has its own
+    generator, so the weights are bit-identical to a one-thread draw."""
+    def draw_all(threads):
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            layers = random_layers(16, 5, query_key="gaussian:std=0.3", out_proj=True, mlp_ratio=2, seed=7)
+        finally:
+            torch.set_num_threads(old)
+        return [m for lw in layers for m in (lw.W_Q, lw.W_K, lw.W_V, lw.W_O, lw.W_1, lw.W_2)]
+
+    one, many = draw_all(1), draw_all(4)
+    assert all(torch.equal(a, b) for a, b in zip(one, many))
+    # and each matrix is its own generator's draw, scaled: W_V of layer 2
+    expected = torch.randn(16, 16, generator=generator(7, 2, "W_V"), dtype=torch.float64) / math.sqrt(16)
+    assert torch.equal(one[2 * 6 + 2], expected)

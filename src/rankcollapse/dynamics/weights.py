@@ -25,6 +25,7 @@ name                distribution                                                
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -168,7 +169,8 @@ def draw(spec: str, d_in: int, d_out: int, gen: torch.Generator) -> torch.Tensor
 
 
 def _gaussian(d_in, d_out, gen, p):
-    return torch.randn(d_in, d_out, generator=gen, dtype=torch.float64) * p.get("std", 1 / math.sqrt(d_in))
+    # in place: the same products as ``randn * std``, without a second (d_in, d_out) buffer
+    return torch.randn(d_in, d_out, generator=gen, dtype=torch.float64).mul_(p.get("std", 1 / math.sqrt(d_in)))
 
 
 def _xavier(d_in, d_out, gen, p):
@@ -266,8 +268,8 @@ def random_layers(d: int, depth: int, *, value: MatrixSource = "gaussian", query
     if d % n_heads:
         raise ConfigError(f"n_heads={n_heads} does not divide d={d}")
     n_draw = 1 if shared else depth
-    layers = []
-    for t in range(n_draw):
+
+    def one(t: int) -> LayerWeights:
         lw = LayerWeights(
             W_Q=layer_matrix(query_key, "W_Q", t, depth, (d, d), seed),
             W_K=layer_matrix(query_key, "W_K", t, depth, (d, d), seed),
@@ -278,5 +280,19 @@ def random_layers(d: int, depth: int, *, value: MatrixSource = "gaussian", query
         if mlp_ratio:
             lw.W_1 = layer_matrix("gaussian", "W_1", t, depth, (d, mlp_ratio * d), seed)
             lw.W_2 = layer_matrix("gaussian", "W_2", t, depth, (mlp_ratio * d, d), seed)
-        layers.append(lw)
+        return lw
+
+    layers = _map_layers(one, n_draw)
     return layers * depth if shared else layers
+
+
+def _map_layers(fn, n: int) -> list:
+    """``[fn(0), ..., fn(n - 1)]``, on up to ``torch.get_num_threads()`` Python threads
+    (torch's sampling releases the GIL). Every matrix has its own generator
+    (:func:`generator`), so the draws do not depend on the schedule: the weights are
+    the same with any thread count."""
+    threads = min(torch.get_num_threads(), n)
+    if threads < 2:
+        return [fn(t) for t in range(n)]
+    with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="rankcollapse-draw") as pool:
+        return list(pool.map(fn, range(n)))
