@@ -192,7 +192,8 @@ def _probe_per_window(probe: Callable, loaded: Any, win: Any, drop: tuple, metri
     """``models.probe`` over all windows in batches, plus each row's per-window values
     (the ``values`` column, window order); the statistics are recomputed from those
     values with :func:`table.summarise`, as for simulated rows."""
-    df = probe(loaded, win, drop=drop, metrics=metrics, batch_size=batch_size, per_window=True)
+    # no bar of its own: the sweep's progress (one line or bar per unit) is the run's
+    df = probe(loaded, win, drop=drop, metrics=metrics, batch_size=batch_size, per_window=True, progress=False)
     rows = []
     for layer, point, metric, arr in df[["layer", "point", "metric", "values"]].itertuples(index=False):
         stats = {k: float(x[0]) for k, x in summarise(np.asarray(arr, dtype=np.float64)[None, :]).items()}
