@@ -14,6 +14,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rankcollapse.experiments import runner
@@ -50,18 +51,16 @@ def test_readme_large_table_is_the_committed_large_run():
     assert readme_table(README.read_text(encoding="utf-8"), "claims-large") == results_markdown(claims).strip()
 
 
-
 def test_readme_paper_table_is_the_committed_paper_run():
     """Fig. 3 and Fig. 4 at the paper's scale: every row of the committed table is a
     statistic over all 3000 windows, and the README quotes that run's claims."""
-    import pandas as pd
-
     paper = ROOT / "docs" / "results" / "paper"
     claims = json.loads((paper / "claims.json").read_text())
     config = json.loads((paper / "config.json").read_text())
     assert config["scale"] == "paper" and config["experiments"] == ["fig3", "fig4"] and not config["overrides"]
     assert (pd.read_csv(paper / "table.csv")["n_samples"] == 3000).all()
     assert readme_table(README.read_text(encoding="utf-8"), "claims-paper") == results_markdown(claims).strip()
+
 
 def test_committed_quick_run_is_todays_run(monkeypatch):
     from rankcollapse._io import NUMERICS_VERSION, config_hash
