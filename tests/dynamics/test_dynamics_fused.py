@@ -40,3 +40,50 @@ def test_float32_fused_run_tracks_the_float64_run():
     a = simulate(X0.float(), mask="causal", depth=12, metrics=("mu",), seed=1)
     b = simulate(X0, mask="causal", depth=12, metrics=("mu",), seed=1)
     torch.testing.assert_close(a.metrics["mu"], b.metrics["mu"], rtol=1e-4, atol=1e-6)
+
+
+def test_projection_scratch_gives_the_same_bits_and_is_reused():
+    """With a scratch dict the fused projections are written into one kept tensor:
+    the same values as a fresh ``X W``, the same storage on the next layer, and a fresh
+    tensor again when autograd needs one."""
+    scratch: dict = {}
+    for n_heads in (1, 2):
+        lws = [lw.to(torch.float32, "cpu") for lw in random_layers(8, 2, n_heads=n_heads, seed=1)]
+        X = torch.randn(3, 10, 8, generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            ptrs = []
+            for lw in lws:
+                got, ref = project_qkv(X, lw, scratch=scratch), project_qkv(X, lw)
+                assert all(torch.equal(g, r) for g, r in zip(got, ref))
+                ptrs.append(got[0].untyped_storage().data_ptr())
+            assert ptrs[0] == ptrs[1]
+    Xg = torch.randn(3, 10, 8, requires_grad=True)
+    Q, _, _ = project_qkv(Xg, lws[0], scratch=scratch)
+    assert Q.requires_grad and Q.untyped_storage().data_ptr() != ptrs[0]
+
+
+def test_small_attention_flushes_subnormal_weights_and_equals_the_safe_path():
+    """Near-hard attention on the small dense path: weights below ``finfo.tiny`` are
+    dropped before ``A V`` (2-3x faster there), the output is the safe path's."""
+    from rankcollapse.dynamics.attention import flush_subnormal
+
+    for dtype, big in ((torch.float32, 95.0), (torch.float64, 730.0)):
+        tiny = torch.finfo(dtype).tiny
+        A = torch.tensor([tiny / 4, tiny, 0.5, 0.0], dtype=dtype)
+        assert flush_subnormal(A).tolist() == [0.0, tiny, 0.5, 0.0]
+        n = 40
+        Q = torch.zeros(2, 1, n, 4, dtype=dtype)
+        K = torch.randn(2, 1, n, 4, generator=torch.Generator().manual_seed(0), dtype=dtype)
+        Q[..., 0], K[..., 0] = 1.0, 0.0
+        K[..., 0, 0] = big  # rows that see key 0 give every other key exp(-big): subnormal
+        V = torch.randn(2, 1, n, 4, generator=torch.Generator().manual_seed(1), dtype=dtype)
+        M = parse_mask("causal", n).to_dense()
+        fast, _ = dense_attention(Q, K, V, M, scale=1.0)
+        scratch: dict = {}
+        with torch.no_grad():  # scores and weights in kept tensors: the same bits, twice
+            for _ in range(2):
+                assert torch.equal(dense_attention(Q, K, V, M, scale=1.0, scratch=scratch)[0], fast)
+        assert set(scratch) == {"scores", "weights"}
+        safe, W = dense_attention(Q, K, V, M, scale=1.0, need_weights=True)
+        assert 0 < float(W[..., M].min()) < tiny  # the safe path keeps (and reports) them
+        assert torch.equal(fast, safe) or torch.allclose(fast, safe, rtol=4 * torch.finfo(dtype).eps, atol=0)

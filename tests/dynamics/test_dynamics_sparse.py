@@ -271,3 +271,73 @@ def test_simulate_blocked_with_two_threads_restores_them_and_equals_one_thread(m
         torch.set_num_threads(threads)
     assert torch.equal(two.metrics["mu"], one.metrics["mu"])
     assert all(torch.equal(a, b) for a, b in zip(two.states, one.states))
+
+
+@pytest.mark.parametrize("n, spec, block_size", [(16384, "causal_sliding_window:w=256", 64), (1000, "sliding_window:w=33", 32),
+                                                 (60, "causal_sliding_window:w=40", 16), (300, "block:size=32", 32)])
+def test_inner_blocks_are_the_windows_inside_the_keys(n, spec, block_size):
+    """Inner blocks read keys 0 .. N-1 only (views of K and V, no padded copy); every
+    other block's window reaches past an end and reads a zero-padded slab."""
+    plan = BlockPlan(intervals=parse_mask(spec, n).intervals, block_size=block_size)
+    assert plan.regular
+    b0, b1 = plan.inner_blocks()
+    starts = plan.offset + np.arange(plan.n_blocks) * block_size
+    inside = (starts >= 0) & (starts + plan.max_keys <= n)
+    assert inside.tolist() == [b0 <= b < b1 for b in range(plan.n_blocks)]
+    if spec.startswith("causal_sliding_window:w=256"):
+        assert (b0, b1) == (4, 256)  # windows of 320 keys start 256 rows before their block
+    if n == 60:
+        assert b0 == b1  # every window (55 keys) reaches past an end of 60 keys
+    K = torch.arange(n, dtype=torch.float64)[:, None].expand(n, 2)  # row i holds i
+    for b in (0, plan.n_blocks - 1):
+        slab, first = plan.window_slab(K, b, b + 1)
+        keys = plan.keys(slab, b, b + 1, first=first)[0, :, 0]
+        want = torch.arange(starts[b], starts[b] + plan.max_keys, dtype=torch.float64)
+        torch.testing.assert_close(keys, torch.where((want >= 0) & (want < n), want, 0.0))
+
+
+@pytest.mark.parametrize("spec", ["causal_sliding_window:w=100", "sliding_window:w=41", "causal_sliding_window:w=300"])
+@pytest.mark.parametrize("bh", [(1, 1), (2, 3)])
+def test_edge_and_inner_chunks_equal_dense(spec, bh, monkeypatch):
+    """Chunks of edge blocks (slabs) and of inner blocks (views), several of each, and
+    values that are a strided view (the fused projection's columns): equal to dense."""
+    import rankcollapse.dynamics.sparse as sparse
+
+    n = 517
+    mask = parse_mask(spec, n)
+    plan = BlockPlan(intervals=mask.intervals, block_size=16)
+    monkeypatch.setattr(sparse, "SCORE_BUDGET", 16 * plan.max_keys * 8 * 2 * bh[0] * bh[1])  # 2 blocks a chunk
+    gen = torch.Generator().manual_seed(7)
+    Q, K = (torch.randn(*bh, n, 8, generator=gen, dtype=torch.float64) for _ in range(2))
+    V = torch.randn(*bh, n, 24, generator=gen, dtype=torch.float64)[..., 8:16]  # row stride 24
+    dense, _ = dense_attention(Q, K, V, mask.to_dense(), scale=0.6)
+    out, _ = blocked_attention(Q, K, V, plan, scale=0.6)
+    torch.testing.assert_close(out, dense, rtol=1e-12, atol=1e-12)
+
+
+def test_workspace_is_kept_per_thread():
+    import threading
+
+    plan = BlockPlan(intervals=parse_mask("causal_sliding_window:w=8", 100).intervals, block_size=16)
+    a = plan.workspace((2, 16, 23), torch.float32, "cpu")
+    assert a[0] is plan.workspace((2, 16, 23), torch.float32, "cpu")[0] and a[0] is not a[1]
+    other = []
+    t = threading.Thread(target=lambda: other.append(plan.workspace((2, 16, 23), torch.float32, "cpu")))
+    t.start()
+    t.join()
+    assert other[0][0].data_ptr() not in (a[0].data_ptr(), a[1].data_ptr())
+
+
+def test_mu_scratch_gives_the_same_bits_and_is_reused():
+    from rankcollapse.dynamics.runner import _mu_finite
+
+    scratch: dict = {}
+    X = torch.randn(3, 50, 8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():  # as in simulate
+        a = _mu_finite(X, scratch)
+        buf = scratch["centred"]
+        b = _mu_finite(X * 2, scratch)
+        assert scratch["centred"] is buf
+        assert torch.equal(_mu_finite(X[:, ::2], scratch), _mu_finite(X[:, ::2]))  # another shape: a new buffer
+        assert scratch["centred"].shape == (3, 25, 8)
+    assert torch.equal(a, _mu_finite(X)) and torch.equal(b, _mu_finite(X * 2))

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -89,21 +90,25 @@ def _heads(Y: torch.Tensor, n_heads: int) -> torch.Tensor:
     return Y.view(B, N, n_heads, width // n_heads).transpose(1, 2)  # (B, H, N, d_head)
 
 
-def project_qkv(X: torch.Tensor, lw, *, uniform: bool = False):
+def project_qkv(X: torch.Tensor, lw, *, uniform: bool = False, scratch: dict | None = None):
     """Queries, keys, values ``(B, H, N, d_k|d_v)`` of layer weights ``lw`` (a
     :class:`~rankcollapse.dynamics.weights.LayerWeights`), with RoPE and grouped KV
     heads repeated to ``H``. ``uniform`` zeroes the queries (``W_Q = W_K = 0``).
 
     With ``lw.W_MV = [W_Q W_K^T | W_V]`` (one head, ``d_k >= d``) the queries are
     ``X W_Q W_K^T`` and the keys ``X``: the same scores ``X W_Q (X W_K)^T`` from two
-    ``(d, d)`` projections instead of three."""
+    ``(d, d)`` projections instead of three.
+
+    ``scratch``: a dict kept across layers by the caller; with autograd off the fused
+    projections are written into a tensor it holds (:func:`kept`; same values). The
+    results are then views of it, valid until the next call with the same dict."""
     H = lw.n_heads
     H_kv = lw.n_kv_heads or H
     if lw.W_MV is not None and not uniform:  # scores X (W_Q W_K^T) X^T: keys are X itself
-        Q, V = (X @ lw.W_MV).split((X.shape[-1], lw.W_V.shape[1]), dim=-1)
+        Q, V = _fused(X, lw.W_MV, scratch).split((X.shape[-1], lw.W_V.shape[1]), dim=-1)
         return Q.unsqueeze(1), X.unsqueeze(1), V.unsqueeze(1)
     if lw.W_QKV is not None and not uniform:  # one fused (d, 3d) matmul instead of three
-        Q, K, V = (_heads(Y, H) for Y in (X @ lw.W_QKV).split(lw.W_Q.shape[1], dim=-1))
+        Q, K, V = (_heads(Y, H) for Y in _fused(X, lw.W_QKV, scratch).split(lw.W_Q.shape[1], dim=-1))
         return Q, K, V
     V = _heads(_affine(X, lw.W_V, lw.b_V), H_kv)
     if uniform:
@@ -120,6 +125,25 @@ def project_qkv(X: torch.Tensor, lw, *, uniform: bool = False):
         K = K.repeat_interleave(H // H_kv, dim=1)
         V = V.repeat_interleave(H // H_kv, dim=1)
     return Q, K, V
+
+
+def kept(scratch: dict | None, name: str, shape, dtype: torch.dtype, device) -> torch.Tensor | None:
+    """Tensor ``name`` of the dict ``scratch``, allocated once and reused while its
+    shape, dtype and device stay the same (every layer of a run); None without a dict
+    or under autograd. A fresh large tensor faults in each 4 KiB page on first write,
+    which on the CPU can cost as much as the matmul that fills it."""
+    if scratch is None or torch.is_grad_enabled():
+        return None
+    t = scratch.get(name)
+    if t is None or t.shape != tuple(shape) or t.dtype != dtype or t.device != torch.device(device):
+        t = scratch[name] = torch.empty(shape, dtype=dtype, device=device)
+    return t
+
+
+def _fused(X: torch.Tensor, W: torch.Tensor, scratch: dict | None) -> torch.Tensor:
+    """``X W``, into the kept tensor ``scratch["projection"]`` if given."""
+    out = kept(scratch, "projection", (*X.shape[:-1], W.shape[1]), X.dtype, X.device)
+    return X @ W if out is None else torch.matmul(X, W, out=out)
 
 
 def _affine(X: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
@@ -164,22 +188,49 @@ def safe_softmax_scores(Q, K, mask: torch.Tensor, *, scale: float, bias: torch.T
     return masked_softmax(scores, mask).to(Q.dtype)
 
 
+FLUSH_SUBNORMAL = True  # False keeps subnormal attention weights (for timing comparisons)
+
+
+def flush_subnormal(A: torch.Tensor) -> torch.Tensor:
+    """Set attention weights below the smallest normal number (``finfo.tiny``, 1.2e-38 in
+    float32, 2.2e-308 in float64) to 0, in place, on the CPU; returns ``A``.
+
+    Near-hard attention (large scores) gives many subnormal weights, and subnormal
+    operands make CPU matmuls several times slower (``A V`` at (B, N, d) = (64, 128,
+    384): 2-3x). Dropping them changes each output by less than ``N_keys * tiny *
+    max|v|``, far below the rounding of any output that is not itself near ``tiny``.
+    Callers that report the weights or their smallest entry (ε) read them first."""
+    if FLUSH_SUBNORMAL and A.device.type == "cpu":
+        torch.nn.functional.threshold_(A, _largest_subnormal(A.dtype), 0.0)
+    return A
+
+
+@functools.cache
+def _largest_subnormal(dtype: torch.dtype) -> float:
+    tiny = torch.tensor(torch.finfo(dtype).tiny, dtype=dtype)
+    return float(torch.nextafter(tiny, torch.zeros_like(tiny)))
+
+
 SMALL_SCORES = 16 * 2**20  # bytes of (B, H, N, N) scores below which CPU attention skips SDPA
 
 
-def _small_attention(Q, K, V, mask: torch.Tensor, scale: float) -> torch.Tensor:
+def _small_attention(Q, K, V, mask: torch.Tensor, scale: float, scratch: dict | None = None) -> torch.Tensor:
     """Two batched matmuls and a softmax, for bounded scores: on the CPU this is ~25%
     faster than the flash kernel of ``F.scaled_dot_product_attention`` when the scores
-    are small (e.g. (B, N, d) = (64, 128, 384)), which tiles ``N = 128`` poorly."""
-    s = Q @ K.transpose(-1, -2)  # (B, H, N, N)
+    are small (e.g. (B, N, d) = (64, 128, 384)), which tiles ``N = 128`` poorly. The
+    scores and weights go into kept tensors of ``scratch`` (:func:`kept`) if given."""
+    shape = (*Q.shape[:-1], K.shape[-2])  # (B, H, N, N)
+    s_buf, a_buf = (kept(scratch, n, shape, Q.dtype, Q.device) for n in ("scores", "weights"))
+    s = Q @ K.transpose(-1, -2) if s_buf is None else torch.matmul(Q, K.transpose(-1, -2), out=s_buf)
     if scale != 1.0:
         s.mul_(scale)
     s.masked_fill_(~mask, float("-inf"))  # every row has an allowed key (validated)
-    return torch.softmax(s, dim=-1) @ V
+    A = torch.softmax(s, dim=-1) if a_buf is None else torch.ops.aten._softmax.out(s, -1, False, out=a_buf)
+    return flush_subnormal(A) @ V
 
 
 def dense_attention(Q, K, V, mask: torch.Tensor, *, scale: float, bias: torch.Tensor | None = None,
-                    need_weights: bool = False, overflow: bool | None = None):
+                    need_weights: bool = False, overflow: bool | None = None, scratch: dict | None = None):
     """Masked softmax attention on the full ``(N, N)`` score matrix.
 
     Q, K : ``(B, H, N, d_k)``; V : ``(B, H, N, d_v)``; mask bool ``(N, N)``; bias
@@ -193,12 +244,14 @@ def dense_attention(Q, K, V, mask: torch.Tensor, *, scale: float, bias: torch.Te
     output is not checked here: it can only overflow in ``A V``, as the safe path
     would, and the caller's per-layer finiteness check names the layer. ``overflow``:
     a caller's a-priori verdict of :func:`scores_may_overflow` (None = compute it).
+    ``scratch``: a dict kept across calls for the small path's scores and weights
+    (:func:`kept`).
     """
     if not need_weights and bias is None:
         if not (scores_may_overflow(Q, K, scale) if overflow is None else overflow):
             if Q.device.type == "cpu" and Q.shape[0] * Q.shape[1] * Q.shape[2] * K.shape[2] * Q.element_size() \
                     <= SMALL_SCORES:
-                return _small_attention(Q, K, V, mask, scale), None
+                return _small_attention(Q, K, V, mask, scale, scratch), None
             return torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=scale), None
     A = safe_softmax_scores(Q, K, mask, scale=scale, bias=bias, overflow=overflow)
     return A @ V, A

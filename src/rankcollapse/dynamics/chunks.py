@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+from collections.abc import Sequence
 
 import torch
 
@@ -39,15 +40,15 @@ def chunk_threads():
         _WORKERS.pop()
 
 
-def over_chunks(chunk, starts: range, device: torch.device) -> None:
-    """Run ``chunk(b0)`` for every start, across worker threads on the CPU (module
-    docstring). Chunks write disjoint rows of the output, so the result does not depend
-    on the schedule. The intra-op thread count is process-wide in torch, so it is set
-    to 1 for the duration and restored."""
+def over_chunks(chunk, starts: Sequence, device: torch.device) -> None:
+    """Run ``chunk(s)`` for every item ``s`` of ``starts`` (e.g. block ranges), across
+    worker threads on the CPU (module docstring). Chunks write disjoint rows of the
+    output, so the result does not depend on the schedule. The intra-op thread count
+    is process-wide in torch, so it is set to 1 for the duration and restored."""
     threads = _WORKERS[-1] if _WORKERS else torch.get_num_threads()
     if not PARALLEL_CHUNKS or threads < 2 or len(starts) < 2 or device.type != "cpu":
-        for b0 in starts:
-            chunk(b0)
+        for s in starts:
+            chunk(s)
         return
     workers = min(threads, len(starts))
     pool = _POOL.get(workers)
@@ -55,8 +56,8 @@ def over_chunks(chunk, starts: range, device: torch.device) -> None:
         pool = _POOL[workers] = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="rankcollapse-chunks")
 
     def part(t: int) -> None:
-        for b0 in starts[t::workers]:
-            chunk(b0)
+        for s in starts[t::workers]:
+            chunk(s)
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -78,10 +78,11 @@ class Attention:
         self.record_epsilon, self.record_attention = record_epsilon, record_attention
         self.epsilon: list[torch.Tensor] = []
         self.attention: list[torch.Tensor] = []
+        self._scratch: dict = {}  # projection, scores and weights, reused by every layer
 
     def __call__(self, X: torch.Tensor, lw: LayerWeights, x_peak: float | None = None) -> torch.Tensor:
         """Attention output ``(B, N, d)``; ``x_peak`` = ``max |X|`` if the caller knows it."""
-        Q, K, V = project_qkv(X, lw, uniform=self.uniform)  # (B, H, N, d_head)
+        Q, K, V = project_qkv(X, lw, uniform=self.uniform, scratch=self._scratch)  # (B, H, N, d_head)
         scale = self.default_scale if lw.scale is None else lw.scale
         overflow = None  # unknown: the attention reduces over Q and K
         if x_peak is not None and lw.W_MV is not None and lw.position_bias is None and not self.uniform:
@@ -102,7 +103,7 @@ class Attention:
             bias = None if lw.position_bias is None else lw.position_bias(X.shape[1]).to(X.dtype)
             need = self.record_epsilon or self.record_attention
             O, A = dense_attention(Q, K, V, self.mask_dense, scale=scale, bias=bias, need_weights=need,
-                                   overflow=overflow)
+                                   overflow=overflow, scratch=self._scratch)
             eps = None if A is None else A.masked_fill(~self.mask_dense, float("inf")).amin()
             if self.record_attention:
                 self.attention.append(A.detach())

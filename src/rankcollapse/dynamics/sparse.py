@@ -9,9 +9,11 @@ score memory (``score_budget`` bytes). Two window layouts, chosen from the CSR f
 * **intervals** — every row's keys are one contiguous run ``lo[i] .. hi[i]`` (sliding
   and causal sliding windows, blocks, documents, prefix, causal). Block ``b`` reads the
   keys ``start_b .. start_b + K_w - 1``; when ``start_b = b Bq + c`` (the windows of
-  banded masks) they are a strided *view* of the zero-padded keys (no copy), otherwise
-  a gather. The block's local mask is ``lo[i] <= key <= hi[i]``, formed per chunk from
-  two ``(N,)`` integer vectors: no stored ``(N, K_w)`` mask, so N = 1,048,576 fits.
+  banded masks) they are a strided *view* of the keys themselves (no copy; the few
+  blocks whose windows reach past either end read a small zero-padded slab), otherwise
+  a gather from the zero-padded keys. The block's local mask is
+  ``lo[i] <= key <= hi[i]``, formed per chunk from two ``(N,)`` integer vectors: no
+  stored ``(N, K_w)`` mask, so N = 1,048,576 fits.
 * **gathered** — anything else (dilated windows, Longformer/BigBird windows with
   global keys, random keys): block ``b`` reads the sorted union of its rows' keys,
   padded to the widest block, and a stored bool local mask ``(nb, Bq, K_w)``.
@@ -25,7 +27,6 @@ checks this with hypothesis over N, block size, window and masks, float32 and fl
 
 from __future__ import annotations
 
-import functools
 import threading
 
 import numpy as np
@@ -34,7 +35,7 @@ import torch
 
 from ..errors import MaskError
 from ..masks.rows import raise_empty
-from .attention import safe_softmax_scores, scores_may_overflow
+from .attention import flush_subnormal, safe_softmax_scores, scores_may_overflow
 from .chunks import over_chunks
 
 DEFAULT_BLOCK_SIZE = 64
@@ -239,42 +240,57 @@ class BlockPlan:
             cache[dtype] = (pattern.masked_fill_(self.pattern_blocked, inf), exc.masked_fill_(self.exception_blocked, inf))
         return cache[dtype]
 
+    def workspace(self, shape: tuple[int, ...], dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two scratch tensors ``shape`` of the calling thread, kept for the plan's
+        lifetime (every layer of a run reuses them)."""
+        cache = self.__dict__.setdefault("_workspace", {})
+        key = (threading.get_ident(), tuple(shape), dtype, str(device))
+        if key not in cache:
+            cache[key] = tuple(torch.empty(shape, dtype=dtype, device=device) for _ in range(2))
+        return cache[key]
+
     def not_counted(self, b0: int, b1: int) -> torch.Tensor:
         """Bool ``(b1 - b0, Bq, K_w)``: entries left out of ε (masked keys, proxy rows)."""
         out = ~self.allowed(b0, b1)
         return out if self.proxy is None else out | self.proxy[b0:b1, :, None]
 
-    def keys(self, Kp: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
-        """Window keys ``(..., b1 - b0, K_w, d)`` of padded keys ``Kp (..., N_p, d)``."""
+    def keys(self, Kp: torch.Tensor, b0: int, b1: int, first: int | None = None) -> torch.Tensor:
+        """Window keys ``(..., b1 - b0, K_w, d)`` of padded keys ``Kp (..., N_p, d)``.
+
+        Regular layouts also take any slab of keys: ``first`` is the key index of
+        ``Kp``'s row 0 (default ``-pad_lo``, the padded keys; 0 for the keys
+        themselves, whose :meth:`inner_blocks` windows need no padding)."""
         if self.key_index is not None:
             return Kp[..., self.key_index[b0:b1], :]
         if self.regular:  # a strided view: window b starts b * Bq rows after window 0
             *lead, n_p, d = Kp.shape
             s = Kp.stride()
-            start = self.offset + self.pad_lo + b0 * self.block_size
+            start = self.offset + b0 * self.block_size - (-self.pad_lo if first is None else first)
             return Kp.as_strided((*lead, b1 - b0, self.max_keys, d),
                                  (*s[:-2], self.block_size * s[-2], s[-2], s[-1]),
                                  Kp.storage_offset() + start * s[-2])
         idx = self.starts[b0:b1, None] + torch.arange(self.max_keys, device=Kp.device)
         return Kp[..., idx, :]
 
+    def inner_blocks(self) -> tuple[int, int]:
+        """Blocks ``b0 .. b1 - 1`` of a regular layout whose windows lie inside keys
+        ``0 .. N - 1`` (all but a few at the ends): views of the unpadded keys."""
+        bq, n, nb = self.block_size, self.n_tokens, self.n_blocks
+        b0 = min(nb, max(0, -(self.offset // bq)))  # ceil(-offset / Bq)
+        b1 = max(b0, min(nb, (n - self.max_keys - self.offset) // bq + 1))
+        return b0, b1
 
-FLUSH_SUBNORMAL = True
-
-
-def _flush_subnormal(A: torch.Tensor) -> None:
-    """Set attention weights below the smallest normal number (``finfo.tiny``, 1.2e-38 in
-    float32) to 0, in place. Near-hard attention (large scores) gives many subnormal
-    weights, and subnormal operands make CPU matmuls several times slower; dropping them
-    changes each output by less than ``K_w * tiny * max|v|``, far below rounding (ε is
-    read before this)."""
-    torch.nn.functional.threshold_(A, _largest_subnormal(A.dtype), 0.0)
-
-
-@functools.cache
-def _largest_subnormal(dtype: torch.dtype) -> float:
-    tiny = torch.tensor(torch.finfo(dtype).tiny, dtype=dtype)
-    return float(torch.nextafter(tiny, torch.zeros_like(tiny)))
+    def window_slab(self, T: torch.Tensor, b0: int, b1: int) -> tuple[torch.Tensor, int]:
+        """Rows of ``T (..., N, d)`` read by the windows of blocks ``b0 .. b1 - 1`` of a
+        regular layout, zero where a window reaches past either end, and the key index
+        of the slab's row 0 (for :meth:`keys`)."""
+        r0 = self.offset + b0 * self.block_size
+        r1 = self.offset + (b1 - 1) * self.block_size + self.max_keys
+        slab = T.new_zeros(*T.shape[:-2], r1 - r0, T.shape[-1])
+        lo, hi = max(r0, 0), min(r1, self.n_tokens)
+        if hi > lo:
+            slab[..., lo - r0:hi - r0, :] = T[..., lo:hi, :]
+        return slab, r0
 
 
 def _pad_keys(K: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
@@ -342,45 +358,60 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     # batches through 5-D matmul, which copies the windows
     flat = B * H == 1
     Qb = Qp.reshape(nb, bq, d_k) if flat else Qp.reshape(B, H, nb, bq, d_k)
-    # padded once per call and made contiguous, so that every chunk's windows are views
-    Kp, Vp = (_pad_keys(T, plan.pad_lo, plan.pad_hi).contiguous() for T in (K, V))
+    step = plan.blocks_per_chunk(B * H, torch.finfo(work).bits // 8)
+    # regular layouts: inner blocks' windows are views of K and V themselves, the few
+    # blocks at the ends read a small zero-padded slab (no padded copy of K and V);
+    # other layouts gather from K and V padded once per call
+    slabs = plan.regular and plan.key_index is None
+    if slabs:
+        Kp, Vp = (T if T.stride(-1) == 1 else T.contiguous() for T in (K, V))
+        inner = plan.inner_blocks()
+        bounds = [(b, min(b + step, e)) for s, e in ((0, inner[0]), inner, (inner[1], nb)) for b in range(s, e, step)]
+    else:
+        Kp, Vp = (_pad_keys(T, plan.pad_lo, plan.pad_hi).contiguous() for T in (K, V))
+        bounds = [(b, min(b + step, nb)) for b in range(0, nb, step)]
     if flat:
         Kp, Vp = Kp.reshape(-1, d_k), Vp.reshape(-1, d_v)
     if overflow:
         Qb, Kp = Qb.to(work), Kp.to(work)
     out = torch.empty(*Qb.shape[:-1], d_v, dtype=V.dtype, device=V.device)  # (..., nb, Bq, d_v)
-    step = plan.blocks_per_chunk(B * H, torch.finfo(work).bits // 8)
     lows = []
 
-    # one (B H) slice of a banded layout: scores and weights in two buffers per worker
-    # thread, reused by every chunk (no allocation per chunk: with one malloc arena per
-    # thread, freed chunks would stay in the process's resident memory)
-    fused = flat and not overflow and plan.pattern_blocked is not None
-    buffers = threading.local()
+    def windows(T: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
+        """Window keys (or values) ``(..., b1 - b0, K_w, d)`` of blocks ``b0 .. b1 - 1``."""
+        if not slabs:
+            return plan.keys(T, b0, b1)
+        if inner[0] <= b0 and b1 <= inner[1]:
+            return plan.keys(T, b0, b1, first=0)
+        slab, first = plan.window_slab(T, b0, b1)
+        return plan.keys(slab, b0, b1, first=first)
 
-    def chunk(b0: int) -> None:
-        b1 = min(nb, b0 + step)
-        q, k = Qb[..., b0:b1, :, :], plan.keys(Kp, b0, b1)
+    # one (B H) slice of a banded layout: scores and weights in two buffers per worker
+    # thread, kept by the plan and reused by every chunk of every layer (no allocation
+    # per chunk: with one malloc arena per thread, freed chunks would stay in the
+    # process's resident memory; none per layer: fresh pages cost a fault each)
+    fused = flat and not overflow and plan.pattern_blocked is not None
+
+    def chunk(bounds: tuple[int, int]) -> None:
+        b0, b1 = bounds
+        q, k = Qb[..., b0:b1, :, :], windows(Kp, b0, b1)
         if fused:
-            if not hasattr(buffers, "s"):
-                buffers.s, buffers.a = (torch.empty(step, bq, plan.max_keys, dtype=V.dtype, device=V.device)
-                                        for _ in range(2))
-            s = _banded_scores(q, k, plan, b0, b1, scale, out=buffers.s[: b1 - b0])
-            A = torch.ops.aten._softmax.out(s, -1, False, out=buffers.a[: b1 - b0])
+            buf_s, buf_a = plan.workspace((step, bq, plan.max_keys), V.dtype, V.device)
+            s = _banded_scores(q, k, plan, b0, b1, scale, out=buf_s[: b1 - b0])
+            A = torch.ops.aten._softmax.out(s, -1, False, out=buf_a[: b1 - b0])
         else:
             s = _window_scores(q, k, plan, b0, b1, scale, overflow)
             A = torch.softmax(s, dim=-1).to(V.dtype)  # (..., c, Bq, K_w)
         if need_epsilon:
             lows.append(A.masked_fill(plan.not_counted(b0, b1), float("inf")).amin())
-        if FLUSH_SUBNORMAL:
-            _flush_subnormal(A)
-        v = plan.keys(Vp, b0, b1)
+        flush_subnormal(A)  # after ε: subnormal weights slow the A V matmul several times
+        v = windows(Vp, b0, b1)
         if flat:
             torch.bmm(A, v, out=out[b0:b1])
         else:
             out[..., b0:b1, :, :] = torch.matmul(A, v)
 
-    over_chunks(chunk, range(0, nb, step), Q.device)  # a few chunks bound the score memory
+    over_chunks(chunk, bounds, Q.device)  # a few chunks bound the score memory
     out = out.reshape(B, H, n_p, d_v)[:, :, :N]
     if plan.full_rows.numel():  # global queries: a dense (G, N) slab
         rows = plan.full_rows.to(Q.device)
