@@ -87,3 +87,21 @@ def test_small_attention_flushes_subnormal_weights_and_equals_the_safe_path():
         safe, W = dense_attention(Q, K, V, M, scale=1.0, need_weights=True)
         assert 0 < float(W[..., M].min()) < tiny  # the safe path keeps (and reports) them
         assert torch.equal(fast, safe) or torch.allclose(fast, safe, rtol=4 * torch.finfo(dtype).eps, atol=0)
+
+
+def test_flush_leaves_float16_and_weights_autograd_needs():
+    """float16's smallest normal (6.1e-5) times N is not negligible, and autograd keeps
+    the softmax output for backward: neither is flushed, and backward through the small
+    path gives the safe path's gradient."""
+    from rankcollapse.dynamics.attention import flush_subnormal
+
+    half = torch.tensor([4e-5, 0.5], dtype=torch.float16)
+    assert flush_subnormal(half.clone()).tolist() == half.tolist()
+    g = torch.Generator().manual_seed(0)
+    Q = torch.randn(1, 1, 6, 4, generator=g, requires_grad=True)
+    K, V = torch.randn(1, 1, 6, 4, generator=g), torch.randn(1, 1, 6, 4, generator=g)
+    M = parse_mask("causal", 6).to_dense()
+    dense_attention(Q, K, V, M, scale=0.5)[0].sum().backward()
+    fast, Q.grad = Q.grad.clone(), None
+    dense_attention(Q, K, V, M, scale=0.5, need_weights=True)[0].sum().backward()
+    torch.testing.assert_close(fast, Q.grad)

@@ -341,3 +341,24 @@ def test_mu_scratch_gives_the_same_bits_and_is_reused():
         assert torch.equal(_mu_finite(X[:, ::2], scratch), _mu_finite(X[:, ::2]))  # another shape: a new buffer
         assert scratch["centred"].shape == (3, 25, 8)
     assert torch.equal(a, _mu_finite(X)) and torch.equal(b, _mu_finite(X * 2))
+
+
+def test_two_threads_under_inference_mode_and_a_plan_reused_outside_it():
+    """The chunk workers run in the caller's inference/grad mode, and the plan's kept
+    buffers made under inference mode stay writable in later calls outside it."""
+    mask = parse_mask("causal_sliding_window:w=8", 300)
+    plan = BlockPlan(intervals=mask.intervals, block_size=16)
+    Q, K, V = (torch.randn(1, 1, 300, 4, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.inference_mode():
+            a, _ = blocked_attention(Q, K, V, plan, scale=1.0)
+            r = simulate(torch.randn(100, 8), mask="causal_sliding_window:w=8", depth=2, path="blocked",
+                         block_size=16, metrics=("mu",))
+        b, _ = blocked_attention(Q, K, V, plan, scale=1.0)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(a, b) and torch.isfinite(r.metrics["mu"]).all()
+    dense, _ = dense_attention(Q, K, V, mask.to_dense(), scale=1.0)
+    torch.testing.assert_close(b, dense)

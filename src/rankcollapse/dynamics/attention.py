@@ -131,12 +131,14 @@ def kept(scratch: dict | None, name: str, shape, dtype: torch.dtype, device) -> 
     """Tensor ``name`` of the dict ``scratch``, allocated once and reused while its
     shape, dtype and device stay the same (every layer of a run); None without a dict
     or under autograd. A fresh large tensor faults in each 4 KiB page on first write,
-    which on the CPU can cost as much as the matmul that fills it."""
+    which on the CPU can cost as much as the matmul that fills it. The tensor is a
+    normal one even when made under ``torch.inference_mode`` (writable outside it)."""
     if scratch is None or torch.is_grad_enabled():
         return None
     t = scratch.get(name)
     if t is None or t.shape != tuple(shape) or t.dtype != dtype or t.device != torch.device(device):
-        t = scratch[name] = torch.empty(shape, dtype=dtype, device=device)
+        with torch.inference_mode(False):
+            t = scratch[name] = torch.empty(shape, dtype=dtype, device=device)
     return t
 
 
@@ -191,16 +193,21 @@ def safe_softmax_scores(Q, K, mask: torch.Tensor, *, scale: float, bias: torch.T
 FLUSH_SUBNORMAL = True  # False keeps subnormal attention weights (for timing comparisons)
 
 
+_FLUSHED = (torch.float32, torch.float64, torch.bfloat16)  # tiny <= 1.2e-38: N tiny far below eps
+
+
 def flush_subnormal(A: torch.Tensor) -> torch.Tensor:
     """Set attention weights below the smallest normal number (``finfo.tiny``, 1.2e-38 in
-    float32, 2.2e-308 in float64) to 0, in place, on the CPU; returns ``A``.
+    float32 and bfloat16, 2.2e-308 in float64) to 0, in place, on the CPU; returns ``A``.
 
     Near-hard attention (large scores) gives many subnormal weights, and subnormal
     operands make CPU matmuls several times slower (``A V`` at (B, N, d) = (64, 128,
     384): 2-3x). Dropping them changes each output by less than ``N_keys * tiny *
     max|v|``, far below the rounding of any output that is not itself near ``tiny``.
-    Callers that report the weights or their smallest entry (ε) read them first."""
-    if FLUSH_SUBNORMAL and A.device.type == "cpu":
+    Left alone: float16 (``tiny`` = 6.1e-5, so ``N_keys * tiny`` is not negligible)
+    and weights autograd needs. Callers that report the weights or their smallest
+    entry (ε) read them first."""
+    if FLUSH_SUBNORMAL and A.device.type == "cpu" and A.dtype in _FLUSHED and not A.requires_grad:
         torch.nn.functional.threshold_(A, _largest_subnormal(A.dtype), 0.0)
     return A
 

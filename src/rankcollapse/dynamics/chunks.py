@@ -55,9 +55,13 @@ def over_chunks(chunk, starts: Sequence, device: torch.device) -> None:
     if pool is None:
         pool = _POOL[workers] = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="rankcollapse-chunks")
 
+    # grad and inference mode are per thread: the workers run in the caller's
+    inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+
     def part(t: int) -> None:
-        for s in starts[t::workers]:
-            chunk(s)
+        with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+            for s in starts[t::workers]:
+                chunk(s)
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -242,11 +242,13 @@ class BlockPlan:
 
     def workspace(self, shape: tuple[int, ...], dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
         """Two scratch tensors ``shape`` of the calling thread, kept for the plan's
-        lifetime (every layer of a run reuses them)."""
+        lifetime (every layer of a run reuses them). They are normal tensors even when
+        made under ``torch.inference_mode`` (writable outside it on later calls)."""
         cache = self.__dict__.setdefault("_workspace", {})
         key = (threading.get_ident(), tuple(shape), dtype, str(device))
         if key not in cache:
-            cache[key] = tuple(torch.empty(shape, dtype=dtype, device=device) for _ in range(2))
+            with torch.inference_mode(False):
+                cache[key] = tuple(torch.empty(shape, dtype=dtype, device=device) for _ in range(2))
         return cache[key]
 
     def not_counted(self, b0: int, b1: int) -> torch.Tensor:
