@@ -191,8 +191,6 @@ def safe_softmax_scores(Q, K, mask: torch.Tensor, *, scale: float, bias: torch.T
 
 
 FLUSH_SUBNORMAL = True  # False keeps subnormal attention weights (for timing comparisons)
-
-
 _FLUSHED = (torch.float32, torch.float64, torch.bfloat16)  # tiny <= 1.2e-38: N tiny far below eps
 
 

@@ -256,18 +256,18 @@ class BlockPlan:
         out = ~self.allowed(b0, b1)
         return out if self.proxy is None else out | self.proxy[b0:b1, :, None]
 
-    def keys(self, Kp: torch.Tensor, b0: int, b1: int, first: int | None = None) -> torch.Tensor:
-        """Window keys ``(..., b1 - b0, K_w, d)`` of padded keys ``Kp (..., N_p, d)``.
+    def keys(self, Kp: torch.Tensor, b0: int, b1: int, first: int = 0) -> torch.Tensor:
+        """Window keys ``(..., b1 - b0, K_w, d)`` of blocks ``b0 .. b1 - 1``.
 
-        Regular layouts also take any slab of keys: ``first`` is the key index of
-        ``Kp``'s row 0 (default ``-pad_lo``, the padded keys; 0 for the keys
-        themselves, whose :meth:`inner_blocks` windows need no padding)."""
+        Regular layouts read the keys themselves ``Kp (..., N, d)`` (the windows of
+        :meth:`inner_blocks`) or a slab of them whose row 0 is key ``first``
+        (:meth:`window_slab`); the others read the zero-padded keys ``(..., N_p, d)``."""
         if self.key_index is not None:
             return Kp[..., self.key_index[b0:b1], :]
         if self.regular:  # a strided view: window b starts b * Bq rows after window 0
             *lead, n_p, d = Kp.shape
             s = Kp.stride()
-            start = self.offset + b0 * self.block_size - (-self.pad_lo if first is None else first)
+            start = self.offset + b0 * self.block_size - first
             return Kp.as_strided((*lead, b1 - b0, self.max_keys, d),
                                  (*s[:-2], self.block_size * s[-2], s[-2], s[-1]),
                                  Kp.storage_offset() + start * s[-2])
@@ -364,7 +364,7 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     # regular layouts: inner blocks' windows are views of K and V themselves, the few
     # blocks at the ends read a small zero-padded slab (no padded copy of K and V);
     # other layouts gather from K and V padded once per call
-    slabs = plan.regular and plan.key_index is None
+    slabs = plan.regular  # gathered layouts are never regular
     if slabs:
         Kp, Vp = (T if T.stride(-1) == 1 else T.contiguous() for T in (K, V))
         inner = plan.inner_blocks()
@@ -384,7 +384,7 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
         if not slabs:
             return plan.keys(T, b0, b1)
         if inner[0] <= b0 and b1 <= inner[1]:
-            return plan.keys(T, b0, b1, first=0)
+            return plan.keys(T, b0, b1)
         slab, first = plan.window_slab(T, b0, b1)
         return plan.keys(slab, b0, b1, first=first)
 
