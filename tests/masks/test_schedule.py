@@ -101,6 +101,33 @@ def test_composed_graph_matches_independent_path_composition(n, items, reps):
     assert d["period"] == sum(reps[: len(items)]) and len(d["layers"]) == d["period"]
     # self-loops make composition monotone: H contains every layer's mask
     assert all((H | M).sum() == H.sum() for M in dense)
+    # scrambling length against its definition read literally (no monotonicity assumed)
+    want = _reference_scrambling(dense, 2 * len(dense) * n) if centers else None
+    assert d["scrambling_length"] == want
+    if want is not None:
+        assert d["effective_radius"] == min(want, d["period"] * radius)
+
+
+def _reference_scrambling(masks: list[np.ndarray], cap: int):
+    """Least L with every window of L layers, at every phase, composing to a graph with a
+    token that reaches every token (a column of nonzeros)."""
+    p, n = len(masks), masks[0].shape[0]
+    for L in range(1, cap + 1):
+        ok = True
+        for s in range(p):
+            P = np.eye(n, dtype=np.int64)
+            for t in range(s, s + L):
+                P = (masks[t % p].astype(np.int64) @ P > 0).astype(np.int64)
+            ok = ok and bool((P > 0).all(axis=0).any())
+        if ok:
+            return L
+    return None
+
+
+def test_composed_graph_of_dense_layers_does_not_overflow():
+    # 256 paths through each pair: an 8-bit path count wraps to 0 and drops the edge
+    s = parse_schedule("schedule:complete*2", 256)
+    assert s.composed().to_csr().nnz == 256 * 256
 
 
 def test_describe_reports_rate_and_layers():
@@ -126,11 +153,12 @@ def test_period_one_schedule_equals_the_mask():
 
 
 def test_compare_ranks_at_equal_budget():
-    # ranks follow the predicted per-layer rate, (1 - eps^(p r))^(1/(p r))
+    # ranks follow the predicted per-layer rate, (1 - eps^e)^(1/e), e = min(p r_H, L)
     df = compare_schedules(["schedule:causal_sliding_window:w=2*3,causal", "causal_sliding_window:w=2"], 32)
     assert list(df["period"]) == [4, 1]
     assert list(df["radius"]) == [1, 31]
-    # the interleaved schedule has effective radius 4*1 < 31: faster predicted collapse -> rank 2
+    # the interleaved schedule has effective radius min(4*1, L = 4) < 31: faster predicted collapse -> rank 2
+    assert list(df["effective_radius"]) == [4, 31] and list(df["scrambling_length"]) == [4, 31]
     assert list(df["rank_predicted"]) == [2, 1]
     assert df["mean_edges_per_layer"].iloc[1] == 63
 

@@ -112,7 +112,9 @@ def compare(
     """Compare masks by radius and the Theorem-1 per-layer contraction bound.
 
     With a schedule among the specs (or --measure): the schedule table, ranked by
-    predicted (and measured) rate, with the mean attended pairs per layer as the cost."""
+    predicted (and measured) rate, with the mean attended pairs per layer as the cost;
+    the envelope's exponent is e = min(p r_H, L) (L: scrambling length), so a schedule's
+    bound does not depend on how it is written (complete and complete*5 agree)."""
     check_format(fmt)
     if d_qk <= 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
@@ -142,7 +144,8 @@ def compare(
     from rich.table import Table
 
     table = Table(title=f"masks at N = {n}, d_qk = {d_qk}, exponent {exponent}; "
-                        "eps = Theorem-1 entry bound, factor = (1-eps^r)^(1/r)")
+                        "eps = Theorem-1 entry bound, factor = (1-eps^e)^(1/e), e = r for a mask, "
+                        "min(p r_H, L) for a schedule")
     for col in df.columns:
         table.add_column(_SHORT.get(col, col))
     for r in df.itertuples(index=False):
@@ -155,7 +158,8 @@ _SHORT = {"n_tokens": "N", "n_edges": "edges", "quasi_strongly_connected": "QSC"
           "epsilon": "eps", "log10_factor": "log10 factor",
           "log10_layers_per_decade": "log10 layers/10x", "mean_edges_per_layer": "edges/layer",
           "log10_rate_per_layer": "log10 rate", "measured_rate": "measured", "rank_predicted": "rank pred",
-          "rank_measured": "rank meas"}
+          "rank_measured": "rank meas", "period_radius": "p r_H", "scrambling_length": "L",
+          "effective_radius": "e"}
 
 
 def _plain(v):

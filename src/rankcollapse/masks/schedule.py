@@ -19,7 +19,6 @@ layer's mask in order); self-loops make ``M_H ⊇ M_t`` for every ``t``.
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -140,12 +139,12 @@ class MaskSchedule:
     def composed(self) -> Mask:
         """The composed graph of one period: boolean ``M_{p-1} ... M_0`` as a :class:`Mask`
         (entry ``(i, j)`` iff a path ``j -> ... -> i`` takes one edge of each layer's mask,
-        layer 0 first). Sparse products, O(edges of the result) memory."""
-        prod = sp.csr_array(self.masks[0].to_csr(), dtype=np.int8)
+        layer 0 first). Sparse boolean products (scipy adds bools as logical or, so path
+        counts never overflow), O(edges of the result) memory."""
+        prod = sp.csr_array(self.masks[0].to_csr(), dtype=bool)
         for m in self.masks[1:]:
-            prod = sp.csr_array(m.to_csr(), dtype=np.int8) @ prod
-            prod.data[:] = 1  # keep it boolean: path counts are not needed
-        return Mask(self.n_tokens, f"composed({self.spec})", csr=prod.astype(bool))
+            prod = sp.csr_array(m.to_csr(), dtype=bool) @ prod
+        return Mask(self.n_tokens, f"composed({self.spec})", csr=prod)
 
     def __repr__(self) -> str:
         return f"MaskSchedule({self.spec!r}, n_tokens={self.n_tokens})"
@@ -202,16 +201,16 @@ def parse_schedule(source: Any, n: int) -> MaskSchedule:
 
 
 def schedule_log_rate(epsilon: float, period: int, radius: int) -> float:
-    """Natural log of the envelope's per-layer factor ``(1 - eps^(p r))^(1/(p r))``.
+    """Natural log of the per-layer factor ``(1 - eps^(p r))^(1/(p r))`` of the
+    period-aligned envelope (docs/theory.md §7).
 
-    ``eps`` bounds every allowed entry of every layer, ``p`` is the period and ``r`` the
-    composed graph's radius (docs/theory.md §7). Computed in log space (finite and < 0
-    even when ``eps^(p r)`` underflows). Raises MaskError for eps outside (0, 1).
+    Deprecated: the envelope's exponent is the effective radius ``min(p r_H, L)``
+    (:class:`rankcollapse.theory.envelope.Theorem1Terms`); use
+    :func:`rankcollapse.theory.envelope.log_contraction` with it. This is that function at
+    ``p r``. Raises MaskError for eps outside (0, 1), period or radius < 1.
     """
+    from ..theory.envelope import log_contraction
+
     if not 0.0 < epsilon < 1.0 or period < 1 or radius < 1:
         raise MaskError(f"need 0 < epsilon < 1, period >= 1, radius >= 1; got {epsilon}, {period}, {radius}")
-    pr = period * radius
-    log_x = pr * math.log(epsilon)
-    if log_x > -700:
-        return math.log1p(-math.exp(log_x)) / pr
-    return -math.exp(log_x - math.log(pr))
+    return log_contraction(epsilon, period * radius)

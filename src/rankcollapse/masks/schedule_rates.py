@@ -1,10 +1,11 @@
 """Analysis and comparison of mask schedules (docs/theory.md §7, docs/schedules.md).
 
 :func:`describe_schedule` reports the composed graph's facts (centers, QSC, radius) with
-the period, the per-layer descriptions and the predicted per-layer collapse rate;
-:func:`compare_schedules` ranks schedules by predicted and (optionally) measured rate,
-with the attention budget (mean attended pairs per layer) in the table so that
-schedules of equal cost can be compared.
+the period, the scrambling length, the per-layer descriptions and the predicted
+per-layer collapse rate; :func:`compare_schedules` ranks schedules by predicted and
+(optionally) measured rate, with the attention budget (mean attended pairs per layer) in
+the table so that schedules of equal cost can be compared. The Theorem-1 quantities come
+from :mod:`rankcollapse.theory.envelope` (their one home).
 """
 
 from __future__ import annotations
@@ -15,38 +16,25 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from ..theory.envelope import predicted_rate as _predicted_rate
+from ..theory.envelope import schedule_terms, theorem1_terms
 from .graph import analyze
-from .rates import epsilon_lower_bound
-from .schedule import MaskSchedule, parse_schedule, schedule_log_rate
+from .schedule import MaskSchedule, parse_schedule
+
+#: Keys of :func:`describe_schedule` / columns of :func:`compare_schedules` from the terms.
+TERM_KEYS = ("period_radius", "scrambling_length", "effective_radius")
 
 
-def _log_neg_rate(epsilon: float, period: int, radius: int) -> float:
-    """``log(-log factor)`` of :func:`schedule_log_rate`, finite for any ``eps^(p r)``."""
-    pr = period * radius
-    log_x = pr * math.log(epsilon)
-    if log_x > -700:
-        return math.log(-math.log1p(-math.exp(log_x))) - math.log(pr)
-    return log_x - math.log(pr)
-
-
-def predicted_rate(schedule: MaskSchedule, radius: int | None, *, d_qk: float = 1.0,
+def predicted_rate(schedule: MaskSchedule, radius: int | None = None, *, d_qk: float = 1.0,
                    token_norm: float = 1.0, weight_norm: float = 1.0) -> dict[str, Any]:
     """Envelope rate of a schedule from the a-priori entry bound.
 
-    ``epsilon`` = :func:`~rankcollapse.masks.rates.epsilon_lower_bound` with the largest
-    in-degree over the period's masks (A1 bounds ``d_qk``, ``R``, ``C``); the per-layer
-    factor is ``(1 - eps^(p r))^(1/(p r))`` (docs/theory.md §7). Keys: ``epsilon``,
-    ``log10_rate_per_layer`` (log10 of the factor, < 0) and ``log10_layers_per_decade``;
-    None when the composed graph is not QSC (no collapse to one token is implied).
+    Deprecated: use :func:`rankcollapse.theory.envelope.predicted_rate` with
+    :func:`rankcollapse.theory.envelope.theorem1_terms`. ``radius`` is ignored (the
+    effective radius ``min(p r_H, L)`` is computed from the schedule). Keys ``epsilon``,
+    ``log10_rate_per_layer``, ``log10_layers_per_decade``.
     """
-    max_in = max(int(analyze_in_degree(m)) for m in schedule.masks)
-    eps = epsilon_lower_bound(d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm, max_in_degree=max_in)
-    if radius is None or radius < 1 or not 0.0 < eps < 1.0:
-        return {"epsilon": eps, "log10_rate_per_layer": None, "log10_layers_per_decade": None}
-    p = schedule.period
-    return {"epsilon": eps,
-            "log10_rate_per_layer": schedule_log_rate(eps, p, radius) / math.log(10),
-            "log10_layers_per_decade": (math.log(math.log(10.0)) - _log_neg_rate(eps, p, radius)) / math.log(10)}
+    return _predicted_rate(theorem1_terms(schedule), d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm)
 
 
 def analyze_in_degree(mask) -> int:
@@ -59,9 +47,11 @@ def describe_schedule(schedule: Any, n: int | None = None, *, per_token: bool = 
     """JSON-ready description of a schedule: the composed graph's
     :meth:`~rankcollapse.masks.MaskAnalysis.to_dict` keys (``n_tokens``, ``centers``,
     ``radius``, ``quasi_strongly_connected``, ...; ``spec`` is the schedule's), plus
-    ``period``, ``edges_per_layer``, ``mean_edges_per_layer``, ``epsilon``,
-    ``log10_rate_per_layer``, ``log10_layers_per_decade`` (:func:`predicted_rate`;
-    ``bounds`` = its keyword arguments) and ``layers`` (each layer's description).
+    ``period``, ``edges_per_layer``, ``mean_edges_per_layer``, ``period_radius`` (``p r_H``),
+    ``scrambling_length`` (``L``), ``effective_radius`` (``min(p r_H, L)``, the envelope's
+    exponent), ``epsilon``, ``log10_rate_per_layer``, ``log10_layers_per_decade``
+    (:func:`rankcollapse.theory.envelope.predicted_rate`; ``bounds`` = its keyword
+    arguments) and ``layers`` (each layer's description).
 
     Raises MaskError for a bad schedule (see :func:`parse_schedule`).
     """
@@ -74,7 +64,9 @@ def describe_schedule(schedule: Any, n: int | None = None, *, per_token: bool = 
     out["period"] = sched.period
     out["edges_per_layer"] = sched.edges_per_layer()
     out["mean_edges_per_layer"] = sched.mean_edges()
-    out.update(predicted_rate(sched, a.radius if a.quasi_strongly_connected else None, **bounds))
+    terms = schedule_terms(sched, a)
+    out.update({k: getattr(terms, k) for k in TERM_KEYS})
+    out.update(_predicted_rate(terms, **bounds))
     cache: dict[str, dict] = {}
     for m in sched.masks:
         if m.spec not in cache:
@@ -110,8 +102,10 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
     """Rank schedules (plain masks are period-1 schedules) by collapse rate at their cost.
 
     Columns: ``spec, period, n_tokens, mean_edges_per_layer, quasi_strongly_connected,
-    radius`` (of the composed graph), ``epsilon, log10_rate_per_layer,
-    log10_layers_per_decade, rank_predicted`` and, with ``measure``, ``measured_rate``
+    radius`` (``r_H``, of the composed graph), ``period_radius`` (``p r_H``),
+    ``scrambling_length`` (``L``), ``effective_radius`` (``min(p r_H, L)``, the exponent of
+    the envelope), ``epsilon, log10_rate_per_layer, log10_layers_per_decade,
+    rank_predicted`` and, with ``measure``, ``measured_rate``
     (median over samples, :func:`measure_rate`), ``measured_q25, measured_q75`` and
     ``rank_measured``. Rank 1 = slowest collapse (most layers
     per decade / measured factor closest to 1); non-QSC schedules rank first (no
@@ -120,18 +114,18 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
     rows = []
     for spec in specs:
         sched = parse_schedule(spec, n)
-        a = analyze(sched.composed())
-        r = a.radius if a.quasi_strongly_connected else None
+        terms = theorem1_terms(sched)
         row = {"spec": sched.spec, "period": sched.period, "n_tokens": n,
-               "mean_edges_per_layer": sched.mean_edges(), "quasi_strongly_connected": a.quasi_strongly_connected,
-               "radius": r}
-        row.update(predicted_rate(sched, r, d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm))
+               "mean_edges_per_layer": sched.mean_edges(),
+               "quasi_strongly_connected": terms.quasi_strongly_connected, "radius": terms.radius}
+        row.update({k: getattr(terms, k) for k in TERM_KEYS})
+        row.update(_predicted_rate(terms, d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm))
         if measure:
             q25, med, q75 = measure_rate(sched, d=d, depth=depth, n_samples=n_samples, seed=seed, d_qk=d_qk,
                                          quantiles=True)
             row.update(measured_rate=med, measured_q25=q25, measured_q75=q75)
         rows.append(row)
-    df = pd.DataFrame(rows).astype({"radius": "Int64"})
+    df = pd.DataFrame(rows).astype({k: "Int64" for k in ("radius", *TERM_KEYS)})
     slow = df["log10_layers_per_decade"].astype(float).fillna(math.inf)
     df["rank_predicted"] = slow.rank(ascending=False, method="min").astype(int)
     if measure:

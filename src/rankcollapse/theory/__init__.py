@@ -1,7 +1,10 @@
 """The paper's theorems as code (spec.md §5; derivations in docs/theory.md).
 
 - Theorem 1 (masked pure SA collapses): :func:`check_collapse_bound`, :func:`radius_sweep`;
-  the envelope of a mask before a run: :func:`envelope_rate`, :func:`envelope_crossing_depth`.
+  the envelope of a mask or schedule before a run: :func:`envelope_rate`,
+  :func:`envelope_crossing_depth`; its graph terms (radius, scrambling length, effective
+  radius): :func:`theorem1_terms`, :func:`scrambling_length` — every Theorem-1 quantity
+  lives in :mod:`.envelope`.
 - Theorem 2 (SA-LN with orthogonal W_V on the sphere): :func:`check_sphere_collapse`.
 - SA-LN equilibria: :func:`causal_example_2x2`, :func:`equilibria` (≥ 2^k of rank k),
   :func:`find_equilibria`; stability: :func:`jacobian`, :func:`tangent_jacobian`,
@@ -15,7 +18,8 @@ from .._lazy import attach
 __getattr__, __dir__, __all__ = attach(__name__, {
     "basin": ("BasinEstimate", "basin_estimate"),
     "bound": ("BoundResult", "EnvelopeViolation", "check_collapse_bound", "fit_rate", "radius_sweep"),
-    "envelope": ("EnvelopeDepth", "envelope_crossing_depth", "envelope_rate"),
+    "envelope": ("EnvelopeDepth", "Theorem1Terms", "envelope_crossing_depth", "envelope_rate", "scrambling_length",
+                 "theorem1_terms"),
     "equilibria": ("Equilibrium", "EquilibriumSet", "causal_example_2x2", "equilibria"),
     "finder": ("FinderResult", "FinderSettings", "find_equilibria"),
     "portrait": ("plot_portrait_2d", "plot_trajectories_3d", "portrait_2d", "portrait_2d_data", "trajectories_3d"),
@@ -28,7 +32,9 @@ __getattr__, __dir__, __all__ = attach(__name__, {
 if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .basin import BasinEstimate, basin_estimate
     from .bound import BoundResult, EnvelopeViolation, check_collapse_bound, fit_rate, radius_sweep
-    from .envelope import EnvelopeDepth, envelope_crossing_depth, envelope_rate
+    from .envelope import (
+        EnvelopeDepth, Theorem1Terms, envelope_crossing_depth, envelope_rate, scrambling_length, theorem1_terms,
+    )
     from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria
     from .finder import FinderResult, FinderSettings, find_equilibria
     from .portrait import plot_portrait_2d, plot_trajectories_3d, portrait_2d, portrait_2d_data, trajectories_3d

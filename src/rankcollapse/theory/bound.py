@@ -23,10 +23,9 @@ import torch
 from .._display import NotebookResult
 from ..dynamics import gaussian_tokens, simulate
 from ..errors import ConfigError
+from ..masks import resolve_mask
 from ..masks.schedule import is_schedule
-from .envelope import theorem1_mask
-
-EXPONENTS = ("t/r", "t/(2r)")
+from .envelope import EXPONENTS, measured_envelope, require_theorem1
 
 
 class EnvelopeViolation(UserWarning):
@@ -40,7 +39,7 @@ class BoundResult(NotebookResult):
     ``mu`` and ``envelope`` are float64 ``(depth+1, B)``; ``epsilon`` ``(B,)``;
     ``measured_rate`` is the median over samples of ``exp(slope)`` of a least-squares fit
     of ``log μ(t)`` (per-layer decay factor, < 1 = collapse); ``envelope_rate`` is the
-    median of ``(1 - ε^r)^{1/r}`` (or ``^{1/(2r)}``).
+    median of ``(1 - ε^e)^{1/e}`` (or ``^{1/(2e)}``, ``e`` the effective radius, ``r`` for a mask).
     """
 
     mask: str
@@ -92,6 +91,28 @@ def fit_rate(mu: torch.Tensor, floor: float = 1e-12) -> torch.Tensor:
     tm, ym = (w * t).sum(0) / n, (w * y).sum(0) / n
     slope = (w * (t - tm) * (y - ym)).sum(0) / (w * (t - tm) ** 2).sum(0).clamp_min(1e-300)
     return slope.exp()
+
+
+def measured_epsilon(attention: list[torch.Tensor], layer_masks: list[torch.Tensor]) -> torch.Tensor:
+    """ε per sample: the smallest allowed attention entry over heads and layers, each layer
+    under its own bool ``(N, N)`` mask (``attention[t]`` is ``(B, H, N, N)``); ``(B,)``
+    float64, at most 1."""
+    return torch.stack([A.masked_fill(~M, 2.0).flatten(1).amin(1)
+                        for A, M in zip(attention, layer_masks)]).amin(0).clamp_max(1.0)
+
+
+def envelope_result(spec: str, radius: int, effective_radius: int, exponent: str, X0: torch.Tensor,
+                    mu: torch.Tensor, epsilon: torch.Tensor, config: dict[str, Any]) -> BoundResult:
+    """:class:`BoundResult` of a measured run: the envelope of exponent ``effective_radius``
+    (:func:`~rankcollapse.theory.envelope.measured_envelope`) against ``mu`` ``(T, B)``,
+    the points above it counted (and warned about with :class:`EnvelopeViolation`)."""
+    envelope, rate = measured_envelope(X0, epsilon, effective_radius, mu.shape[0] - 1, exponent=exponent)
+    n_bad = int((mu > envelope * (1 + 1e-9) + 1e-300).sum())
+    if n_bad:
+        warnings.warn(f"Theorem 1 envelope violated at {n_bad} (layer, sample) points for {spec!r}",
+                      EnvelopeViolation, stacklevel=3)
+    return BoundResult(spec, radius, exponent, mu, envelope, epsilon, float(fit_rate(mu).median()),
+                       float(rate.median()), n_bad, config)
 
 
 def orthogonal_run(X0, mask: Any, N: int, d: int, *, n_samples: int, depth: int, d_qk: float, qk_scale: float,
@@ -173,32 +194,18 @@ def check_collapse_bound(
         return check_schedule_bound(mask, n=n, d=d, depth=depth, n_samples=n_samples, seed=seed,
                                     exponent=exponent, d_qk=d_qk, qk_scale=qk_scale, X0=X0)
     if exponent not in EXPONENTS:
-        raise ConfigError(f"exponent must be one of {EXPONENTS}, got {exponent!r}")
+        raise ConfigError(f"exponent must be one of {tuple(EXPONENTS)}, got {exponent!r}")
     if depth < 1 or n_samples < 1 or d < 1:
         raise ConfigError(f"need depth ≥ 1, n_samples ≥ 1 and d must be ≥ 1; got depth={depth}, "
                           f"n_samples={n_samples}, d={d}")
-    m, info = theorem1_mask(mask, n)
-    N, r = m.n_tokens, int(info.radius)
+    m = resolve_mask(mask, n)
+    terms = require_theorem1(m)
+    N, r = m.n_tokens, int(terms.radius)
     X0, sim = orthogonal_run(X0, m, N, d, n_samples=n_samples, depth=depth, d_qk=d_qk, qk_scale=qk_scale, seed=seed)
-    B, _, d = X0.shape
-    dense = m.dense()
-    # ε per sample: smallest allowed attention entry over heads and layers
-    eps = torch.stack([A.masked_fill(~dense, 2.0).flatten(1).amin(1) for A in sim.attention]).amin(0).clamp_max(1.0)
-    mu_t = sim.metrics["mu"]  # (T, B)
-    contraction = 1 - eps**r
-    osc = (X0.amax(1) - X0.amin(1)).to(torch.float64)  # (B, d)
-    C = math.sqrt(N) / 2 * torch.linalg.vector_norm(osc, dim=1) / contraction
-    power = torch.arange(depth + 1, dtype=torch.float64).unsqueeze(1) / (r if exponent == "t/r" else 2 * r)
-    envelope = C * contraction**power
-    bad = mu_t > envelope * (1 + 1e-9) + 1e-300
-    n_bad = int(bad.sum())
-    if n_bad:
-        warnings.warn(f"Theorem 1 envelope violated at {n_bad} (layer, sample) points for mask {m.spec!r}", EnvelopeViolation, stacklevel=2)
-    env_rate = contraction ** (1 / (r if exponent == "t/r" else 2 * r))
-    cfg = {"n": N, "d": d, "depth": depth, "n_samples": B, "seed": seed, "d_qk": d_qk, "qk_scale": qk_scale,
-           "value": "orthogonal", "query_key": sim.config["query_key"]}
-    return BoundResult(m.spec, r, exponent, mu_t, envelope, eps, float(fit_rate(mu_t).median()),
-                       float(env_rate.median()), n_bad, cfg)
+    eps = measured_epsilon(sim.attention, [m.dense()] * depth)
+    cfg = {"n": N, "d": X0.shape[2], "depth": depth, "n_samples": X0.shape[0], "seed": seed, "d_qk": d_qk,
+           "qk_scale": qk_scale, "value": "orthogonal", "query_key": sim.config["query_key"]}
+    return envelope_result(m.spec, r, r, exponent, X0, sim.metrics["mu"], eps, cfg)
 
 
 def radius_sweep(n: int = 32, widths: tuple[int, ...] = (32, 17, 9, 5, 3, 2), **kwargs: Any) -> pd.DataFrame:

@@ -1,45 +1,348 @@
-"""Theorem 1's envelope of a mask before any run: its fastest certified rate and the
-depth at which it crosses a threshold (spec.md §5.1; envelope in :mod:`.bound`).
+"""Every Theorem-1 quantity, for masks and schedules alike (spec.md §5.1, docs/theory.md
+§1 and §7): the graph terms (radius, scrambling length, effective radius), the entry
+bound ε, the per-layer envelope rate, the envelope curve and its threshold-crossing depth.
+A mask is a period-1 schedule; nothing here depends on how a schedule is written.
 
-For a quasi-strongly connected mask of radius ``r`` with self-loops and every allowed
-attention entry ``≥ ε``, Theorem 1 gives (docs/spec.md § "Theorem 1: a rigorous
-envelope", :func:`~.bound.check_collapse_bound`)
+For a schedule of period ``p`` whose layer masks have self-loops, pure SA with orthogonal
+``W_V(t)`` and every allowed attention entry ``≥ ε`` satisfies (docs/theory.md §7)
 
-``μ(X(t)) ≤ C (1 - ε^r)^{t/r}``, ``C ≤ √N μ(X(0)) / (1 - ε^r)``,
+``μ(X(t)) ≤ C (1 - ε^e)^{t/e}``, ``C = (√N / 2) ‖osc(X(0))‖₂ / (1 - ε^e) ≤ √N μ(X(0)) / (1 - ε^e)``,
 
-so relative to the input ``μ(X(t)) / μ(X(0)) ≤ E(t) = √N (1 - ε^r)^{t/r - 1}``.
+with the **effective radius** ``e = min(p r_H, L)``: ``r_H`` is the radius of the composed
+graph ``H = M_{p-1} ∘ ... ∘ M_0`` (QSC), and ``L`` the **scrambling length**, the least
+``L`` such that every window of ``L`` consecutive layers (at any phase) composes to a graph
+in which some token reaches every token. Both exponents give a valid envelope; the smaller
+one gives the faster rate. For a mask (``p = 1``) ``L = r_H = r`` and this is Theorem 1.
 
-``ε`` is a property of the trajectory. Before a run it is bounded by the mask alone:
-the row with the most allowed keys (``deg_max`` of them) has entries summing to 1, so
-``ε ≤ 1 / deg_max``, reached by uniform attention. With that ε the envelope is the
-fastest the theorem can certify for the mask: every trajectory's envelope decays at a
-per-layer rate ``≥ ρ* = (1 - deg_max^{-r})^{1/r}``, and no envelope crosses a threshold
-τ before ``t*(τ)``, the least ``t`` with ``E(t) ≤ τ``. A measured rate below ρ* does not
-contradict the theorem (it bounds μ from above); it says the data collapse faster than
-the theorem can guarantee.
+``ε`` is a property of the trajectory. Before a run it is bounded by the masks alone: the
+row with the most allowed keys (``deg_max`` of them, over the period's layers) has entries
+summing to 1, so ``ε ≤ 1 / deg_max``, reached by uniform attention. With that ε the
+envelope is the fastest the theorem can certify: every trajectory's envelope decays at a
+per-layer rate ``≥ ρ* = (1 - deg_max^{-e})^{1/e}``, and no envelope relative to the input,
+``E(t) = √N (1 - ε^e)^{t/e - 1}``, crosses a threshold τ before ``t*(τ)``. A measured rate
+below ρ* does not contradict the theorem (it bounds μ from above); it says the data
+collapse faster than the theorem can guarantee. Under assumption A1 the a-priori bound is
+:func:`epsilon_lower_bound`.
+
+All scalar rates are computed in log space, so ``ε^e`` far below the float range (long
+windows) still gives a finite ``log10`` of the per-layer contraction.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
+
+import numpy as np
+import scipy.sparse as sp
 
 from ..errors import ConfigError
-from ..masks import analyze, resolve_mask
+
+#: Envelope exponents: ``t/r`` (Theorem 1 as proved, k = 1) and the weaker ``t/(2r)`` (k = 2).
+EXPONENTS = {"t/r": 1, "t/(2r)": 2}
 
 #: Depth cap of :func:`envelope_crossing_depth` (layers; cheap at N = 128).
 MAX_DEPTH = 4096
 
 
+# --------------------------------------------------------------------------- formulas in (ε, e)
+
+def _k(exponent: str) -> int:
+    if exponent not in EXPONENTS:
+        raise ConfigError(f"exponent must be one of {sorted(EXPONENTS)}, got {exponent!r}")
+    return EXPONENTS[exponent]
+
+
+def _check_eps_r(epsilon: float, radius: int) -> None:
+    if not 0.0 < epsilon < 1.0:
+        raise ConfigError(f"epsilon must lie in (0, 1), got {epsilon}")
+    if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 1:
+        raise ConfigError(f"radius must be an integer >= 1, got {radius!r}")
+
+
+def log_contraction(epsilon: float, radius: int, *, exponent: str = "t/r") -> float:
+    """Natural log of the per-layer factor ``(1 - ε^e)^{1/(k e)}`` (a value < 0), ``e`` =
+    ``radius`` (a mask's radius, or a schedule's effective radius), ``k`` = 1 for
+    ``"t/r"``, 2 for ``"t/(2r)"``.
+
+    Uses ``log1p(-ε^e)`` and, when ``ε^e`` underflows, ``-ε^e`` in log space
+    (``log1p(-x) = -x + O(x^2)``), so it never returns exactly 0 for ``ε > 0``
+    (down to ``ε^e ~ 1e-308``).
+
+    Raises
+    ------
+    ConfigError
+        ``epsilon`` outside (0, 1), ``radius < 1`` or an unknown exponent.
+    """
+    k = _k(exponent)
+    _check_eps_r(epsilon, radius)
+    log_x = radius * math.log(epsilon)  # log(eps^e)
+    if log_x > -700:
+        return math.log1p(-math.exp(log_x)) / (k * radius)
+    return -math.exp(log_x - math.log(k * radius))
+
+
+def log10_layers_per_decade(epsilon: float, radius: int, *, exponent: str = "t/r") -> float:
+    """``log10`` of the number of layers the envelope needs to fall by 10x:
+    ``ln(10) / -log(factor)``, computed in log space (finite even for ``ε^e`` ~ 1e-5000).
+    Raises ConfigError as :func:`log_contraction`."""
+    k = _k(exponent)
+    _check_eps_r(epsilon, radius)
+    log_x = radius * math.log(epsilon)
+    if log_x > -700:
+        log_neg = math.log(-math.log1p(-math.exp(log_x))) - math.log(k * radius)
+    else:
+        log_neg = log_x - math.log(k * radius)
+    return (math.log(math.log(10.0)) - log_neg) / math.log(10.0)
+
+
+def collapse_envelope(t: np.ndarray | Sequence[float] | float, epsilon: float, radius: int, *,
+                      exponent: str = "t/r", C: float = 1.0) -> np.ndarray:
+    """Theorem 1 envelope ``C (1 - ε^e)^{t/(k e)}`` at layers ``t`` (float64 array).
+
+    Source: Wu et al. 2024, Theorem 1 (spec.md §5.1; exponent variant a parameter).
+    Raises ConfigError for ``t < 0`` or as :func:`log_contraction`.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    if (t < 0).any():
+        raise ConfigError("layer indices t must be >= 0")
+    return C * np.exp(t * log_contraction(epsilon, radius, exponent=exponent))
+
+
+def epsilon_lower_bound(*, d_qk: float, token_norm: float, weight_norm: float, max_in_degree: int) -> float:
+    """Lower bound on every allowed attention entry (assumption A1).
+
+    With ``||x_i|| <= R`` (``token_norm``) and ``||W_Q||_2, ||W_K||_2 <= C``
+    (``weight_norm``), every logit obeys
+    ``|s_ij| = |x_i W_Q W_K^T x_j^T| / sqrt(d_qk) <= C^2 R^2 / sqrt(d_qk) =: s``; a row
+    with ``|K(i)|`` keys then has ``A_ij >= e^{-s} / (|K(i)| e^{s})``. Hence
+    ``eps = exp(-2 C^2 R^2 / sqrt(d_qk)) / max_i |K(i)|`` (in-degree = keys per query).
+    Under SA-LN ``R = 1``.
+
+    Raises
+    ------
+    ConfigError
+        Non-positive ``d_qk``, negative norms or an in-degree < 1.
+    """
+    if d_qk <= 0 or token_norm < 0 or weight_norm < 0:
+        raise ConfigError(f"need d_qk > 0 and norms >= 0, got d_qk={d_qk}, "
+                          f"token_norm={token_norm}, weight_norm={weight_norm}")
+    if max_in_degree < 1:
+        raise ConfigError(f"max_in_degree must be >= 1, got {max_in_degree}")
+    s = weight_norm**2 * token_norm**2 / math.sqrt(d_qk)
+    return math.exp(-2.0 * s) / max_in_degree
+
+
+def measured_envelope(X0: Any, epsilon: Any, radius: int, depth: int, *, exponent: str = "t/r") -> tuple[Any, Any]:
+    """The envelope of a measured trajectory: ``(envelope (depth+1, B), rate (B,))``,
+    float64 tensors, with ``C = (√N / 2) ‖osc(X0)‖₂ / (1 - ε^e)`` per sample (``osc`` the
+    per-column max minus min over tokens) and ``rate = (1 - ε^e)^{1/(k e)}``.
+
+    ``X0``: ``(B, N, d)`` inputs; ``epsilon``: ``(B,)`` smallest allowed entry of each
+    sample's trajectory; ``radius``: the effective radius ``e``. Source: docs/theory.md §1,
+    §7. Raises ConfigError for an unknown exponent.
+    """
+    import torch
+
+    k = _k(exponent)
+    N = X0.shape[1]
+    contraction = 1 - epsilon**radius
+    osc = (X0.amax(1) - X0.amin(1)).to(torch.float64)  # (B, d)
+    C = math.sqrt(N) / 2 * torch.linalg.vector_norm(osc, dim=1) / contraction
+    power = torch.arange(depth + 1, dtype=torch.float64).unsqueeze(1) / (k * radius)
+    return C * contraction**power, contraction ** (1 / (k * radius))
+
+
+# --------------------------------------------------------------------------- graph terms
+
+@dataclass(frozen=True)
+class Theorem1Terms:
+    """The graph facts Theorem 1's envelope of a mask or schedule rests on.
+
+    ``radius``: radius ``r_H`` of the composed graph of one period (a mask's radius for
+    ``period`` 1), None when it is not QSC; ``scrambling_length``: ``L``
+    (:func:`scrambling_length`), None when not QSC or a layer lacks self-loops;
+    ``max_in_degree``: most keys of a query over the period's masks; ``self_loops``:
+    every layer mask has them; ``reason``: why the composed graph is not QSC.
+    """
+
+    spec: str
+    n_tokens: int
+    period: int
+    quasi_strongly_connected: bool
+    self_loops: bool
+    radius: int | None
+    scrambling_length: int | None
+    max_in_degree: int
+    reason: str | None = None
+
+    @property
+    def period_radius(self) -> int | None:
+        """``p r_H``: the exponent of the period-aligned envelope (docs/theory.md §7)."""
+        return None if self.radius is None else self.period * self.radius
+
+    @property
+    def effective_radius(self) -> int | None:
+        """``min(p r_H, L)``: the exponent of the envelope reported (``p r_H`` alone when
+        ``L`` is undefined); None when the composed graph is not QSC."""
+        pr, L = self.period_radius, self.scrambling_length
+        return pr if L is None else (L if pr is None else min(pr, L))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "period_radius": self.period_radius, "effective_radius": self.effective_radius}
+
+
+def _rooted(product: sp.csr_array, n: int) -> bool:
+    """Whether some column of the boolean ``product`` is all True (a token reaching every token)."""
+    return bool(product.nnz) and int(np.bincount(product.indices, minlength=n).max()) == n
+
+
+def _window_scrambling(layers: list[sp.csr_array], start: int, n: int, cap: int) -> int | None:
+    """Least ``l`` such that the window ``start, ..., start+l-1`` (layers taken mod the
+    period) composes to a rooted graph; None past ``cap``. With self-loops the composed
+    window only grows with ``l``, so the first rooted length is the least."""
+    p = len(layers)
+    prod = layers[start % p]
+    for length in range(1, cap + 1):
+        if _rooted(prod, n):
+            return length
+        prod = layers[(start + length) % p] @ prod  # bool @ bool: scipy's boolean product
+    return None
+
+
+def _scrambling(layers: list[sp.csr_array], n: int, cap: int) -> int | None:
+    """``max`` over phases of the least scrambling window length (module docstring)."""
+    best = 0
+    for s in range(len(layers)):
+        length = _window_scrambling(layers, s, n, cap)
+        if length is None:
+            return None
+        best = max(best, length)
+    return best
+
+
+def theorem1_terms(source: Any, n: int | None = None, *, max_memory: int | str | None = None) -> Theorem1Terms:
+    """:class:`Theorem1Terms` of a mask (any form of :func:`~rankcollapse.masks.resolve_mask`)
+    or a schedule (any form of :func:`~rankcollapse.masks.parse_schedule`; a plain mask is
+    a period-1 schedule). Never refuses a mask Theorem 1 does not apply to (its fields are
+    None); :func:`require_theorem1` does.
+
+    For period 1, ``L = r`` (:func:`mask_terms`), read from the graph analysis (closed
+    forms for large window masks). For a longer period, ``L`` is the largest over the ``p`` phases of the
+    least window length whose sparse boolean product has a full column; the search stops at
+    ``p (r_H + 1) - 1`` layers, which every window of that length reaches (it contains
+    ``r_H`` whole periods, padded by self-loops). Cost: at most ``p² (r_H + 1)`` sparse
+    products of ``N × N`` boolean matrices.
+
+    Raises
+    ------
+    MaskError
+        A bad spec or schedule, a spec without ``n``.
+    MemoryLimitError
+        The graph analysis would exceed ``max_memory`` (see :func:`~rankcollapse.masks.analyze`).
+    """
+    from ..masks import analyze, resolve_mask
+    from ..masks.schedule import MaskSchedule, is_schedule, parse_schedule
+
+    if is_schedule(source):
+        if n is None and not isinstance(source, MaskSchedule):
+            raise ConfigError("a schedule needs the number of tokens n")
+        sched = parse_schedule(source, source.n_tokens if n is None else n)
+        if sched.period > 1:
+            return schedule_terms(sched, max_memory=max_memory)
+        source, spec = sched.masks[0], sched.spec
+    else:
+        spec = None
+    resolved = resolve_mask(source, n)
+    return mask_terms(analyze(resolved.mask(), max_memory=max_memory), spec or resolved.spec)
+
+
+def mask_terms(info: Any, spec: str | None = None) -> Theorem1Terms:
+    """:class:`Theorem1Terms` of one mask (period 1) from its
+    :class:`~rankcollapse.masks.MaskAnalysis` ``info``: ``L = r`` with self-loops (with them
+    ``M^l`` has column ``c`` full iff every token is within ``l`` hops of ``c``)."""
+    qsc = bool(info.quasi_strongly_connected)
+    r = int(info.radius) if qsc else None
+    return Theorem1Terms(spec or info.spec, int(info.n_tokens), 1, qsc, bool(info.self_loops), r,
+                         r if qsc and info.self_loops else None, int(info.in_degree["max"]), info.reason)
+
+
+def schedule_terms(sched: Any, info: Any = None, *, max_memory: int | str | None = None) -> Theorem1Terms:
+    """:class:`Theorem1Terms` of a :class:`~rankcollapse.masks.MaskSchedule` of any period
+    (search for ``L``: :func:`theorem1_terms`); ``info``: the composed graph's
+    :class:`~rankcollapse.masks.MaskAnalysis` when the caller has it (else analysed here)."""
+    from ..masks import analyze
+
+    if info is None:
+        info = analyze(sched.composed(), max_memory=max_memory)
+    layers = [sp.csr_array(m.to_csr(), dtype=bool) for m in sched.masks]
+    loops = all(bool(c.diagonal().all()) for c in layers)
+    qsc = bool(info.quasi_strongly_connected)
+    r = int(info.radius) if qsc else None
+    N, p = sched.n_tokens, sched.period
+    L = None if not (qsc and loops) else r if p == 1 else _scrambling(layers, N, p * (r + 1) - 1)
+    max_in = max(int(np.diff(c.indptr).max()) for c in layers)
+    return Theorem1Terms(sched.spec, N, p, qsc, loops, r, L, max_in, info.reason)
+
+
+def scrambling_length(source: Any, n: int | None = None) -> int | None:
+    """Scrambling length ``L`` of a schedule or mask: the least ``L`` such that every window
+    of ``L`` consecutive layers, at any phase, composes to a graph in which some token
+    reaches every token (docs/theory.md §7). None when the composed graph is not QSC or a
+    layer mask lacks self-loops. Forms, cost and errors: :func:`theorem1_terms`."""
+    return theorem1_terms(source, n).scrambling_length
+
+
+def require_theorem1(source: Any, n: int | None = None) -> Theorem1Terms:
+    """:func:`theorem1_terms` of a mask or schedule the envelope applies to.
+
+    Raises
+    ------
+    ConfigError
+        Fewer than 2 tokens (radius 0: μ is identically 0, no rate), a composed graph that
+        is not quasi-strongly connected, or a layer mask without self-loops (the proof needs them).
+    MaskError
+        As :func:`theorem1_terms`.
+    """
+    terms = theorem1_terms(source, n)
+    if terms.n_tokens < 2:
+        raise ConfigError(f"Theorem 1 needs at least 2 tokens, got N={terms.n_tokens}")
+    what = "mask" if terms.period == 1 else "schedule"
+    if not terms.quasi_strongly_connected:
+        graph = "" if terms.period == 1 else " (its composed graph)"
+        raise ConfigError(f"{what} {terms.spec!r}{graph} is not quasi-strongly connected ({terms.reason}): "
+                          "Theorem 1 does not apply")
+    if not terms.self_loops:
+        raise ConfigError(f"{what} {terms.spec!r} lacks self-loops: the envelope's proof needs them")
+    return terms
+
+
+def theorem1_mask(mask: Any, n: int | None) -> tuple[Any, Any]:
+    """``(resolved mask, its analysis)`` for a mask Theorem 1 applies to.
+
+    Raises ConfigError (fewer than 2 tokens, not QSC, no self-loops) or MaskError, as
+    :func:`require_theorem1`.
+    """
+    from ..masks import analyze, resolve_mask
+
+    m = resolve_mask(mask, n)
+    require_theorem1(m)
+    return m, analyze(m.mask())
+
+
+# --------------------------------------------------------------------------- rates of a mask or schedule
+
 @dataclass(frozen=True)
 class EnvelopeDepth:
-    """The Theorem-1 envelope of one mask at one threshold.
+    """The Theorem-1 envelope of one mask or schedule at one threshold.
 
     ``depth``: least layer ``t`` with ``E(t) ≤ threshold``, or ``cap`` when it is deeper
-    (``capped`` true); ``rate``: per-layer envelope rate ``(1 - ε^r)^{1/r}``;
-    ``epsilon``, ``radius``, ``n_tokens``: the inputs; ``exact_depth``: the real-valued
-    solution (may exceed the cap; ``inf`` when ``ε^r`` underflows to 0 in float64).
+    (``capped`` true); ``rate``: per-layer envelope rate ``(1 - ε^e)^{1/e}``;
+    ``radius``: the effective radius ``e`` (a mask's radius ``r``); ``epsilon``,
+    ``n_tokens``: the inputs; ``exact_depth``: the real-valued solution (may exceed the
+    cap; ``inf`` when ``ε^e`` underflows to 0 in float64); ``period``,
+    ``scrambling_length``: the schedule's (1 and ``r`` for a mask).
     """
 
     mask: str
@@ -52,60 +355,11 @@ class EnvelopeDepth:
     capped: bool
     exact_depth: float
     cap: int
+    period: int = 1
+    scrambling_length: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def theorem1_mask(mask: Any, n: int | None) -> tuple[Any, Any]:
-    """``(resolved mask, its analysis)`` for a mask Theorem 1 applies to.
-
-    Raises
-    ------
-    ConfigError
-        Fewer than 2 tokens (radius 0: μ is identically 0, no rate), a mask that is not
-        quasi-strongly connected, or one without self-loops (the envelope's proof needs them).
-    """
-    m = resolve_mask(mask, n)
-    if m.n_tokens < 2:
-        raise ConfigError(f"Theorem 1 needs at least 2 tokens, got N={m.n_tokens}")
-    info = analyze(m.mask())
-    if not info.quasi_strongly_connected:
-        raise ConfigError(f"mask {m.spec!r} is not quasi-strongly connected ({info.reason}): Theorem 1 does not apply")
-    if not info.self_loops:
-        raise ConfigError(f"mask {m.spec!r} lacks self-loops: the envelope's proof needs them")
-    return m, info
-
-
-def _mask_terms(mask: Any, n: int | None) -> tuple[str, int, int, int]:
-    m, info = theorem1_mask(mask, n)
-    deg_max = int(m.dense().sum(dim=1).max())
-    return m.spec, m.n_tokens, int(info.radius), deg_max
-
-
-def envelope_rate(mask: Any, n: int | None = None, *, epsilon: float | None = None) -> float:
-    """Per-layer rate ``(1 - ε^r)^{1/r}`` of the Theorem-1 envelope of ``mask``.
-
-    Parameters
-    ----------
-    mask : Mask, bool ``(N, N)`` or spec string (with ``n``); QSC with self-loops.
-    epsilon : smallest allowed attention entry, in (0, 1]; default ``1 / deg_max``, the
-        largest it can be, which gives the fastest rate the theorem certifies.
-
-    Returns
-    -------
-    float in [0, 1]; 1.0 exactly when ``ε^r`` underflows float64 (no certified decay).
-
-    Raises
-    ------
-    ConfigError
-        A mask that is not QSC or lacks self-loops, fewer than 2 tokens, ε outside (0, 1].
-    MaskError
-        A spec without ``n``, or an invalid mask.
-    """
-    _, _, r, deg_max = _mask_terms(mask, n)
-    eps = _epsilon(epsilon, deg_max)
-    return math.exp(math.log1p(-(eps**r)) / r) if eps**r < 1 else 0.0
 
 
 def _epsilon(epsilon: float | None, deg_max: int) -> float:
@@ -115,11 +369,42 @@ def _epsilon(epsilon: float | None, deg_max: int) -> float:
     return eps
 
 
+def _rate(eps: float, e: int) -> float:
+    """``(1 - ε^e)^{1/e}`` for ε in (0, 1]: 0 at ε = 1 (μ certified 0 at once)."""
+    return 0.0 if eps >= 1 else math.exp(log_contraction(eps, e))
+
+
+def envelope_rate(mask: Any, n: int | None = None, *, epsilon: float | None = None) -> float:
+    """Per-layer rate ``(1 - ε^e)^{1/e}`` of the Theorem-1 envelope of a mask or schedule
+    (``e`` = effective radius, :class:`Theorem1Terms`; ``r`` for a mask).
+
+    Parameters
+    ----------
+    mask : Mask, bool ``(N, N)``, spec string (with ``n``) or schedule; QSC with self-loops.
+    epsilon : smallest allowed attention entry, in (0, 1]; default ``1 / deg_max``, the
+        largest it can be, which gives the fastest rate the theorem certifies.
+
+    Returns
+    -------
+    float in [0, 1]; within rounding of 1.0 when ``ε^e`` is below float64's resolution
+    (no certified decay at float precision).
+
+    Raises
+    ------
+    ConfigError
+        Not QSC, a layer without self-loops, fewer than 2 tokens, ε outside (0, 1].
+    MaskError
+        A spec without ``n``, or an invalid mask.
+    """
+    terms = require_theorem1(mask, n)
+    return _rate(_epsilon(epsilon, terms.max_in_degree), terms.effective_radius)
+
+
 def envelope_crossing_depth(mask: Any, threshold: float, n: int | None = None, *, epsilon: float | None = None,
                             cap: int = MAX_DEPTH) -> EnvelopeDepth:
-    """Least depth at which the Theorem-1 envelope of ``mask`` relative to the input,
-    ``E(t) = √N (1 - ε^r)^{t/r - 1}``, is at or below ``threshold`` (module docstring):
-    ``t* = ⌈r (1 + ln(τ/√N) / ln(1 - ε^r))⌉``, at least 0, capped at ``cap``.
+    """Least depth at which the Theorem-1 envelope relative to the input,
+    ``E(t) = √N (1 - ε^e)^{t/e - 1}``, is at or below ``threshold`` (module docstring):
+    ``t* = ⌈e (1 + ln(τ/√N) / ln(1 - ε^e))⌉``, at least 0, capped at ``cap``.
 
     With the default ε (``1 / deg_max``) no trajectory of pure SA with orthogonal W_V is
     guaranteed below ``threshold`` before ``t*``: a collapse claim read at a shallower
@@ -127,7 +412,7 @@ def envelope_crossing_depth(mask: Any, threshold: float, n: int | None = None, *
 
     Parameters
     ----------
-    mask, n, epsilon : as :func:`envelope_rate`.
+    mask, n, epsilon : as :func:`envelope_rate` (masks and schedules).
     threshold : τ in (0, 1), a fraction of the input μ.
     cap : largest depth returned (layers, ≥ 1).
 
@@ -140,17 +425,34 @@ def envelope_crossing_depth(mask: Any, threshold: float, n: int | None = None, *
         raise ConfigError(f"threshold must be in (0, 1), got {threshold}")
     if int(cap) < 1:
         raise ConfigError(f"cap must be >= 1, got {cap}")
-    spec, N, r, deg_max = _mask_terms(mask, n)
-    eps = _epsilon(epsilon, deg_max)
-    contraction = eps**r
-    if contraction >= 1:  # ε = 1: the bound (1 - ε^r) is 0, μ is certified 0 at once
+    terms = require_theorem1(mask, n)
+    N, e = terms.n_tokens, terms.effective_radius
+    eps = _epsilon(epsilon, terms.max_in_degree)
+    if eps >= 1:  # the bound (1 - ε^e) is 0: μ is certified 0 at once
         exact = 0.0
-    elif contraction == 0:  # ε^r below float64: the envelope certifies nothing
-        exact = math.inf
     else:
-        exact = r * (1 + math.log(float(threshold) / math.sqrt(N)) / math.log1p(-contraction))
+        log_factor = e * log_contraction(eps, e)  # ln(1 - ε^e)
+        exact = math.inf if log_factor == 0 else e * (1 + math.log(float(threshold) / math.sqrt(N)) / log_factor)
     depth = max(0, math.ceil(exact - 1e-9)) if math.isfinite(exact) else math.inf
     capped = depth > cap
-    rate = math.exp(math.log1p(-contraction) / r) if contraction < 1 else 0.0
-    return EnvelopeDepth(spec, N, r, eps, rate, float(threshold), int(cap if capped else depth), bool(capped),
-                         float(exact), int(cap))
+    return EnvelopeDepth(terms.spec, N, e, eps, _rate(eps, e), float(threshold), int(cap if capped else depth),
+                         bool(capped), float(exact), int(cap), terms.period, terms.scrambling_length)
+
+
+def predicted_rate(terms: Theorem1Terms, *, d_qk: float = 1.0, token_norm: float = 1.0, weight_norm: float = 1.0,
+                   exponent: str = "t/r") -> dict[str, Any]:
+    """Envelope rate of a mask or schedule from the a-priori entry bound (A1).
+
+    ``epsilon`` = :func:`epsilon_lower_bound` with ``terms.max_in_degree``; the per-layer
+    factor is ``(1 - ε^e)^{1/(k e)}`` with ``e = terms.effective_radius`` (docs/theory.md
+    §7). Keys: ``epsilon``, ``log10_rate_per_layer`` (log10 of the factor, < 0) and
+    ``log10_layers_per_decade``; both None when the composed graph is not QSC (no collapse
+    to one token is implied). Raises ConfigError as :func:`epsilon_lower_bound`.
+    """
+    eps = epsilon_lower_bound(d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm,
+                              max_in_degree=terms.max_in_degree)
+    e = terms.effective_radius
+    if e is None or e < 1 or not 0.0 < eps < 1.0:
+        return {"epsilon": eps, "log10_rate_per_layer": None, "log10_layers_per_decade": None}
+    return {"epsilon": eps, "log10_rate_per_layer": log_contraction(eps, e, exponent=exponent) / math.log(10),
+            "log10_layers_per_decade": log10_layers_per_decade(eps, e, exponent=exponent)}
