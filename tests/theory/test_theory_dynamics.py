@@ -41,6 +41,20 @@ def test_envelope_per_point_and_exponent_variant():
     assert a.table().shape == (21 * 3, 4)
 
 
+def test_epsilon_median_and_envelope_rate_describe_one_sample():
+    # 8 samples: torch.median takes the lower middle; the rate decreases in ε, so the
+    # lower-middle rate belongs to the upper-middle ε (another sample)
+    res = check_collapse_bound("causal_sliding_window:w=5", n=16, d=8, depth=20, n_samples=8, seed=0)
+    eps_med = float(res.epsilon.median())
+    r = res.radius
+    assert res.to_dict()["epsilon_median"] == eps_med
+    assert res.envelope_rate == pytest.approx((1 - eps_med**r) ** (1 / r), rel=1e-14)
+    rates = (1 - res.epsilon**r) ** (1 / r)
+    assert float(rates.median()) != pytest.approx(res.envelope_rate, rel=1e-14)  # the test can tell them apart
+    table = radius_sweep(16, (5,), d=8, depth=20, n_samples=8, seed=0)
+    assert table.loc[0, "epsilon"] == eps_med and table.loc[0, "envelope_rate"] == res.envelope_rate
+
+
 def test_bound_rejects_non_qsc_and_bad_exponent():
     with pytest.raises(ConfigError, match="not quasi-strongly connected"):
         check_collapse_bound("block:size=4", n=8, depth=2)

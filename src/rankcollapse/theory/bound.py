@@ -38,8 +38,10 @@ class BoundResult(NotebookResult):
 
     ``mu`` and ``envelope`` are float64 ``(depth+1, B)``; ``epsilon`` ``(B,)``;
     ``measured_rate`` is the median over samples of ``exp(slope)`` of a least-squares fit
-    of ``log μ(t)`` (per-layer decay factor, < 1 = collapse); ``envelope_rate`` is the
-    median of ``(1 - ε^e)^{1/e}`` (or ``^{1/(2e)}``, ``e`` the effective radius, ``r`` for a mask).
+    of ``log μ(t)`` (per-layer decay factor, < 1 = collapse); ``envelope_rate`` is
+    ``(1 - ε^e)^{1/e}`` (or ``^{1/(2e)}``, ``e`` the effective radius, ``r`` for a mask) of
+    the sample whose ε is the median (``torch.median``: the lower middle for an even count),
+    so that ``epsilon_median`` and ``envelope_rate`` describe one and the same sample.
     """
 
     mask: str
@@ -105,14 +107,16 @@ def envelope_result(spec: str, radius: int, effective_radius: int, exponent: str
                     mu: torch.Tensor, epsilon: torch.Tensor, config: dict[str, Any]) -> BoundResult:
     """:class:`BoundResult` of a measured run: the envelope of exponent ``effective_radius``
     (:func:`~rankcollapse.theory.envelope.measured_envelope`) against ``mu`` ``(T, B)``,
-    the points above it counted (and warned about with :class:`EnvelopeViolation`)."""
+    the points above it counted (and warned about with :class:`EnvelopeViolation`), and
+    ``envelope_rate`` read at the median-ε sample."""
     envelope, rate = measured_envelope(X0, epsilon, effective_radius, mu.shape[0] - 1, exponent=exponent)
     n_bad = int((mu > envelope * (1 + 1e-9) + 1e-300).sum())
     if n_bad:
         warnings.warn(f"Theorem 1 envelope violated at {n_bad} (layer, sample) points for {spec!r}",
                       EnvelopeViolation, stacklevel=3)
+    median = int(epsilon.median(dim=0).indices)  # the lower middle, the sample epsilon_median reports
     return BoundResult(spec, radius, exponent, mu, envelope, epsilon, float(fit_rate(mu).median()),
-                       float(rate.median()), n_bad, config)
+                       float(rate[median]), n_bad, config)
 
 
 def orthogonal_run(X0, mask: Any, N: int, d: int, *, n_samples: int, depth: int, d_qk: float, qk_scale: float,
