@@ -84,8 +84,8 @@ def run_schedule_study(out: Path, scale: str = "quick", seed: int = 0) -> pd.Dat
 def plot_study(table: pd.DataFrame, path: Path | None, cfg: dict[str, Any]) -> Any:
     """Two panels vs budget (mean edges / layer): measured per-layer decay factor of μ
     (median, bars = sample quartiles), and the envelope's predicted log10 layers per 10x
-    decay; one line per family. Draws on a new pyplot-free figure, writes a PNG to ``path``
-    unless it is None, and returns the figure."""
+    decay (exponent ``e = min(p r_H, L)``); one line per family. Draws on a new
+    pyplot-free figure, writes a PNG to ``path`` unless it is None, and returns the figure."""
     from .._figure import new_figure, save_figure
 
     fig = new_figure((10, 4))
@@ -98,7 +98,7 @@ def plot_study(table: pd.DataFrame, path: Path | None, cfg: dict[str, Any]) -> A
     a.set(xlabel="attended pairs per layer (mean over the period)", ylabel="measured per-layer factor of μ",
           title=f"measured (N={cfg['n_tokens']}, d={sim['d']}, {sim['n_samples']} samples)")
     b.set(xlabel="attended pairs per layer (mean over the period)", ylabel="log10 layers per 10x (envelope)",
-          title="predicted: (1-ε^{p r})^{t/(p r)}")
+          title="predicted: (1-ε^e)^{t/e}, e = min(p r_H, L)")
     a.legend(fontsize=8)
     fig.suptitle(cfg["title"], fontsize=10)
     fig.tight_layout()
