@@ -66,8 +66,8 @@ def isoscore(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
 
     Parameters
     ----------
-    X : ``(N, d)`` or ``(B, N, d)`` (rows are points; not the ``(d, N)`` layout of the
-        public IsoScore package).
+    X : ``(N, d)`` or ``(B, N, d)`` (rows are points, as in the PyPI IsoScore package
+        2.0.1, which takes ``(num_samples, dimension)``).
     padding_mask, dtype : as :func:`rankcollapse.metrics.mu`.
 
     Raises
