@@ -63,7 +63,9 @@ def bound_cmd(
     kw = dict(d=d, depth=depth, n_samples=samples, seed=seed, exponent=exponent)
     if mask is not None:
         res = theory.check_collapse_bound(mask, n=n, **kw)
-        lines = [f"{res.mask}: r={res.radius} ε={float(res.epsilon.median()):.3g} "
+        exp = (f" L={res.config['scrambling_length']} e={res.config['effective_radius']}"
+               if "effective_radius" in res.config else "")  # a schedule: the envelope's exponent e = min(p r_H, L)
+        lines = [f"{res.mask}: r={res.radius}{exp} ε={float(res.epsilon.median()):.3g} "
                  f"measured rate {res.measured_rate:.4f}/layer, envelope rate "
                  f"{res.envelope_rate:.6f}, violations {res.n_violations}"]
         if fmt in ("csv", "markdown"):
