@@ -130,3 +130,25 @@ def test_scrambling_envelope_holds_on_random_schedules(spec, n, qk_scale):
     t = torch.arange(depth + 1, dtype=torch.float64).unsqueeze(1)
     bound = K * (1 - res.epsilon**L) ** torch.div(t, L, rounding_mode="floor")
     assert bool((res.mu <= bound * (1 + 1e-9)).all())
+
+
+@pytest.mark.parametrize("spec, n", [("schedule:causal_sliding_window:w=4*3,causal", 40),
+                                     ("schedule:sliding_window:w=5*2,block:size=4,causal_sliding_window:w=2", 24),
+                                     ("schedule:prefix:k=3,causal_sliding_window:w=3*4", 30)])
+def test_interval_and_sparse_paths_agree(spec, n):
+    """Interval masks compose in O(N); the same masks as plain CSR go through sparse products."""
+    sched = parse_schedule(spec, n)
+    assert sched.intervals() is not None and sched.composed().intervals is not None
+    plain = MaskSchedule([Mask.from_csr(m.to_csr(), m.spec) for m in sched.masks])
+    assert plain.intervals() is None
+    assert np.array_equal(plain.composed().to_dense().numpy(), sched.composed().to_dense().numpy())
+    assert theorem1_terms(plain) == theorem1_terms(sched)
+
+
+def test_long_sequence_from_intervals():
+    # N = 2^20: five windows of 1024 reach 5115 tokens back, so only the causal layer roots a
+    # window: L = 6 = p r_H, found without building any N x N form
+    sched = parse_schedule("schedule:causal_sliding_window:w=1024*5,causal", 1 << 20)
+    terms = theorem1_terms(sched)
+    assert (terms.radius, terms.scrambling_length, terms.effective_radius) == (1, 6, 6)
+    assert not sched.composed().is_built and not any(m.is_built for m in sched.masks)

@@ -73,3 +73,23 @@ def components(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     starts = np.concatenate(([0], np.flatnonzero(cut) + 1))
     ends = np.concatenate((starts[1:] - 1, [n - 1]))
     return starts, ends, (lo[starts] == starts) & (hi[ends] == ends)
+
+
+def compose(outer: tuple[np.ndarray, np.ndarray], inner: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals of the composed graph ``outer ∘ inner`` (boolean product ``M_outer M_inner``:
+    ``i`` reaches key ``c`` iff ``i`` attends some ``j`` under ``outer`` that attends ``c``
+    under ``inner``), both monotone interval masks.
+
+    Row ``i`` of the product is the union of ``inner``'s rows ``lo_o[i] .. hi_o[i]``; they
+    are monotone and each holds its own index (self-loops), so consecutive rows touch and
+    the union is the interval ``[lo_i[lo_o[i]], hi_i[hi_o[i]]]``, again monotone with
+    self-loops. O(N).
+    """
+    (lo_o, hi_o), (lo_i, hi_i) = outer, inner
+    return lo_i[lo_o], hi_i[hi_o]
+
+
+def has_full_column(lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether some key is attended by every row (a token reaching every token in one
+    step): by monotonicity iff ``lo[N-1] <= hi[0]``. O(1)."""
+    return bool(lo[-1] <= hi[0])

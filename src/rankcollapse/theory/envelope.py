@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..errors import ConfigError
 
@@ -193,35 +192,6 @@ class Theorem1Terms:
         return {**self.__dict__, "period_radius": self.period_radius, "effective_radius": self.effective_radius}
 
 
-def _rooted(product: sp.csr_array, n: int) -> bool:
-    """Whether some column of the boolean ``product`` is all True (a token reaching every token)."""
-    return bool(product.nnz) and int(np.bincount(product.indices, minlength=n).max()) == n
-
-
-def _window_scrambling(layers: list[sp.csr_array], start: int, n: int, cap: int) -> int | None:
-    """Least ``l`` such that the window ``start, ..., start+l-1`` (layers taken mod the
-    period) composes to a rooted graph; None past ``cap``. With self-loops the composed
-    window only grows with ``l``, so the first rooted length is the least."""
-    p = len(layers)
-    prod = layers[start % p]
-    for length in range(1, cap + 1):
-        if _rooted(prod, n):
-            return length
-        prod = layers[(start + length) % p] @ prod  # bool @ bool: scipy's boolean product
-    return None
-
-
-def _scrambling(layers: list[sp.csr_array], n: int, cap: int) -> int | None:
-    """``max`` over phases of the least scrambling window length (module docstring)."""
-    best = 0
-    for s in range(len(layers)):
-        length = _window_scrambling(layers, s, n, cap)
-        if length is None:
-            return None
-        best = max(best, length)
-    return best
-
-
 def theorem1_terms(source: Any, n: int | None = None, *, max_memory: int | str | None = None) -> Theorem1Terms:
     """:class:`Theorem1Terms` of a mask (any form of :func:`~rankcollapse.masks.resolve_mask`)
     or a schedule (any form of :func:`~rankcollapse.masks.parse_schedule`; a plain mask is
@@ -229,11 +199,13 @@ def theorem1_terms(source: Any, n: int | None = None, *, max_memory: int | str |
     None); :func:`require_theorem1` does.
 
     For period 1, ``L = r`` (:func:`mask_terms`), read from the graph analysis (closed
-    forms for large window masks). For a longer period, ``L`` is the largest over the ``p`` phases of the
-    least window length whose sparse boolean product has a full column; the search stops at
-    ``p (r_H + 1) - 1`` layers, which every window of that length reaches (it contains
-    ``r_H`` whole periods, padded by self-loops). Cost: at most ``p² (r_H + 1)`` sparse
-    products of ``N × N`` boolean matrices.
+    forms for large window masks). For a longer period, ``L`` is the largest over the
+    ``p`` phases of the least window length whose composed graph has a full column; the
+    search stops at ``p (r_H + 1) - 1`` layers, which every window of that length reaches
+    (it contains ``r_H`` whole periods, padded by self-loops). At most ``p² (r_H + 1)``
+    compositions: O(N) each when every layer is a monotone interval mask (windows, causal,
+    complete, ...), else sparse boolean products restricted to the candidate roots
+    (:mod:`._scrambling`).
 
     Raises
     ------
@@ -276,14 +248,26 @@ def schedule_terms(sched: Any, info: Any = None, *, max_memory: int | str | None
 
     if info is None:
         info = analyze(sched.composed(), max_memory=max_memory)
-    layers = [sp.csr_array(m.to_csr(), dtype=bool) for m in sched.masks]
-    loops = all(bool(c.diagonal().all()) for c in layers)
+    from ._scrambling import scrambling_search
+
+    facts = [_layer_facts(m) for m in {id(m): m for m in sched.masks}.values()]  # each distinct layer once
+    loops = all(f[0] for f in facts)
     qsc = bool(info.quasi_strongly_connected)
     r = int(info.radius) if qsc else None
     N, p = sched.n_tokens, sched.period
-    L = None if not (qsc and loops) else r if p == 1 else _scrambling(layers, N, p * (r + 1) - 1)
-    max_in = max(int(np.diff(c.indptr).max()) for c in layers)
-    return Theorem1Terms(sched.spec, N, p, qsc, loops, r, L, max_in, info.reason)
+    L = None if not (qsc and loops) else r if p == 1 else scrambling_search(sched, r, max_memory=max_memory)
+    return Theorem1Terms(sched.spec, N, p, qsc, loops, r, L, max(f[1] for f in facts), info.reason)
+
+
+def _layer_facts(mask: Any) -> tuple[bool, int]:
+    """``(every token attends itself, most keys of a query)`` of one layer mask, from its
+    row intervals when it has them (no CSR form), else from the CSR form."""
+    if mask.intervals is not None:
+        lo, hi = mask.intervals
+        idx = np.arange(lo.shape[0])
+        return bool(((lo <= idx) & (idx <= hi)).all()), int((hi - lo + 1).max())
+    csr = mask.to_csr()
+    return bool(csr.diagonal().all()), int(np.diff(csr.indptr).max())
 
 
 def scrambling_length(source: Any, n: int | None = None) -> int | None:
