@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -171,6 +172,69 @@ def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | Non
     if not dt.isnative:
         arr = arr.astype(dt.newbyteorder("="))
     return arr
+
+
+def read_regular(path: str | os.PathLike, what: str = "file") -> bytes:
+    """The bytes of ``path``, which must be a regular file reached without a symbolic link
+    in its last component: the toolkit's own records (cache entries, ``claims.json``,
+    lock files) are read only through this, so a planted link to a system file or a FIFO
+    is refused instead of opened, parsed or waited on.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist (callers decide whether that is an error).
+    UnsafePathError
+        ``path`` is a symbolic link, or not a regular file (folder, FIFO, device).
+    """
+    import stat
+
+    from .errors import UnsafePathError
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(f"{what} {str(path)!r} is a symbolic link; refused (the toolkit "
+                                  "reads only regular files it could have written)") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePathError(f"{what} {str(path)!r} is not a regular file; refused")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def open_private(path: str | os.PathLike, what: str = "file") -> int:
+    """A read-write descriptor of ``path`` (created ``0o644`` if missing) that never
+    follows a symbolic link and is a regular file: writing through it can never reach
+    another file (a lock file planted as a link to ``/etc/passwd`` is refused).
+
+    Raises
+    ------
+    UnsafePathError
+        ``path`` is a symbolic link or not a regular file.
+    """
+    import stat
+
+    from .errors import UnsafePathError
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(f"{what} {str(path)!r} is a symbolic link; refused (the toolkit "
+                                  "never writes through a link it did not create)") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePathError(f"{what} {str(path)!r} is not a regular file; refused")
+    return fd
 
 
 def check_writable(path: str | os.PathLike, *, folder: bool, option: str = "--out") -> Path:

@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
 
 def print_results(folder: Optional[Path], fmt: str) -> None:
     """The results table of the finished run in ``folder`` on stdout (exit 2 on bad input)."""
+    from .._io import read_regular
     from ..errors import ConfigError
     from ..experiments.report import results_json, results_markdown
 
@@ -92,9 +93,9 @@ def print_results(folder: Optional[Path], fmt: str) -> None:
     if fmt not in ("markdown", "table", "json"):
         raise ConfigError(f"--format must be markdown (alias table) or json, got {fmt!r}")
     path = Path(folder) / "claims.json"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise ConfigError(f"{folder}: no claims.json (not a finished run folder)")
-    claims = json.loads(path.read_text(encoding="utf-8"))
+    claims = json.loads(read_regular(path, "claims file").decode("utf-8"))
     if fmt == "json":
         print_json(results_json(claims), indent=2)
     else:
