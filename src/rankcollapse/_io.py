@@ -209,6 +209,44 @@ def read_regular(path: str | os.PathLike, what: str = "file") -> bytes:
         os.close(fd)
 
 
+def read_user_json(path: str | os.PathLike, what: str, error: type | None = None) -> Any:
+    """Parse a user's JSON file (a link to it is fine) with every failure one typed line:
+    not a regular file (a FIFO is refused at once instead of waited on), not UTF-8, not
+    JSON, nested too deep for the parser, or numbers outside float range.
+
+    Raises
+    ------
+    error (default :class:`~rankcollapse.errors.DataError`)
+        Naming ``what``, the path and the reason.
+    """
+    import stat
+
+    from .errors import DataError
+
+    error = error or DataError
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise error(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise error(f"{what} {str(path)!r} is not a regular file (a FIFO, device or folder); refused")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            raw = fh.read()
+    finally:
+        os.close(fd)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {str(path)!r} is not valid UTF-8 (byte {exc.start}); save it as UTF-8") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise error(f"{what} {str(path)!r} is nested too deeply to be a {what}") from None
+    except ValueError as exc:  # JSONDecodeError, and integers too long to convert
+        raise error(f"{what} {str(path)!r} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+
+
 def open_private(path: str | os.PathLike, what: str = "file") -> int:
     """A read-write descriptor of ``path`` (created ``0o644`` if missing) that never
     follows a symbolic link and is a regular file: writing through it can never reach

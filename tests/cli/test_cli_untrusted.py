@@ -133,3 +133,65 @@ def test_a_model_folder_asking_for_custom_code_is_refused_before_loading(tmp_pat
         load_model(str(folder))
     captured = capfd.readouterr()
     assert captured.out == "" and captured.err == ""  # nothing from transformers first
+
+
+def _one_line_refusal(code: int, out: str, err: str) -> str:
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rankcollapse: error: "), err
+    return lines[0]
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("content,why", [
+    (DEEP, "nested too deeply"),
+    ('{"mask": "causal", "W_Q": [[1%s]], "W_K": [[1]], "W_V": [[1]]}' % ("0" * 400), "malformed"),
+    ("{\"mask\": \"caf\xe9\"}", "not valid UTF-8"),
+    ("{", "not valid JSON"),
+])
+def test_theory_system_files_that_are_not_systems_are_one_line(tmp_path, content, why):
+    path = tmp_path / "system.json"
+    path.write_bytes(content.encode("latin-1"))
+    line = _one_line_refusal(*invoke(["theory", "find", "--system", str(path)], tmp_path))
+    assert why in line
+
+
+def test_a_fifo_as_system_or_text_file_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    line = _one_line_refusal(*invoke(["theory", "find", "--system", str(fifo)], tmp_path))
+    assert "not a regular file" in line
+    from rankcollapse.data import read_text_file
+    from rankcollapse.errors import DataError
+
+    with pytest.raises(DataError, match="not a regular file"):
+        read_text_file(fifo)
+
+
+def test_a_jsonl_line_nested_too_deep_is_a_data_error(tmp_path):
+    from rankcollapse.data import read_text_file
+    from rankcollapse.errors import DataError
+
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"text": "fine"}\n' + DEEP + "\n")
+    with pytest.raises(DataError, match=":2:"):
+        read_text_file(path)
+
+
+@pytest.mark.parametrize("claims,complete,why", [
+    ({}, True, "not a claims file"),
+    ([{}], True, "not a claims file"),
+    ([], True, "not a claims file"),
+    ("[" * 50_000 + "]" * 50_000, True, "nested too deeply"),
+    ([{"id": "C01", "effect": "e", "verdict": "reproduced"}], False, "did not finish"),
+])
+def test_summary_refuses_what_is_not_a_finished_run(tmp_path, claims, complete, why):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "claims.json").write_text(claims if isinstance(claims, str) else json.dumps(claims))
+    if complete:
+        (run / "COMPLETE").write_text("config_hash x\n")
+    line = _one_line_refusal(*invoke(["reproduce", "summary", str(run)], tmp_path))
+    assert why in line
