@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -171,6 +172,107 @@ def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | Non
     if not dt.isnative:
         arr = arr.astype(dt.newbyteorder("="))
     return arr
+
+
+def read_regular(path: str | os.PathLike, what: str = "file") -> bytes:
+    """The bytes of ``path``, which must be a regular file reached without a symbolic link
+    in its last component: the toolkit's own records (cache entries, ``claims.json``,
+    lock files) are read only through this, so a planted link to a system file or a FIFO
+    is refused instead of opened, parsed or waited on.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist (callers decide whether that is an error).
+    UnsafePathError
+        ``path`` is a symbolic link, or not a regular file (folder, FIFO, device).
+    """
+    import stat
+
+    from .errors import UnsafePathError
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(f"{what} {str(path)!r} is a symbolic link; refused (the toolkit "
+                                  "reads only regular files it could have written)") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePathError(f"{what} {str(path)!r} is not a regular file; refused")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_user_json(path: str | os.PathLike, what: str, error: type | None = None) -> Any:
+    """Parse a user's JSON file (a link to it is fine) with every failure one typed line:
+    not a regular file (a FIFO is refused at once instead of waited on), not UTF-8, not
+    JSON, nested too deep for the parser, or numbers outside float range.
+
+    Raises
+    ------
+    error (default :class:`~rankcollapse.errors.DataError`)
+        Naming ``what``, the path and the reason.
+    """
+    import stat
+
+    from .errors import DataError
+
+    error = error or DataError
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise error(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise error(f"{what} {str(path)!r} is not a regular file (a FIFO, device or folder); refused")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            raw = fh.read()
+    finally:
+        os.close(fd)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {str(path)!r} is not valid UTF-8 (byte {exc.start}); save it as UTF-8") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise error(f"{what} {str(path)!r} is nested too deeply to be a {what}") from None
+    except ValueError as exc:  # JSONDecodeError, and integers too long to convert
+        raise error(f"{what} {str(path)!r} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+
+
+def open_private(path: str | os.PathLike, what: str = "file") -> int:
+    """A read-write descriptor of ``path`` (created ``0o644`` if missing) that never
+    follows a symbolic link and is a regular file: writing through it can never reach
+    another file (a lock file planted as a link to ``/etc/passwd`` is refused).
+
+    Raises
+    ------
+    UnsafePathError
+        ``path`` is a symbolic link or not a regular file.
+    """
+    import stat
+
+    from .errors import UnsafePathError
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(f"{what} {str(path)!r} is a symbolic link; refused (the toolkit "
+                                  "never writes through a link it did not create)") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePathError(f"{what} {str(path)!r} is not a regular file; refused")
+    return fd
 
 
 def check_writable(path: str | os.PathLike, *, folder: bool, option: str = "--out") -> Path:

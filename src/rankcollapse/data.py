@@ -56,6 +56,8 @@ def read_text_file(path: str | Path) -> list[str]:
         not an object with a string ``"text"``.
     """
     path = Path(path)
+    if path.exists() and not path.is_file():  # a FIFO would block the read forever
+        raise DataError(f"text file {str(path)!r} is not a regular file (a FIFO, device or folder); refused")
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -74,6 +76,9 @@ def read_text_file(path: str | Path) -> list[str]:
                 obj = json.loads(ln)
             except json.JSONDecodeError as exc:
                 raise DataError(f"{path}:{k}: not valid JSON ({exc.msg})") from None
+            except (RecursionError, ValueError):  # nested too deep; an integer too long
+                raise DataError(f"{path}:{k}: not a JSON object with a 'text' field (nested too deep or "
+                                "a number out of range)") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                 raise DataError(f"{path}:{k}: expected an object with a string field 'text'")
             docs.append(obj["text"].strip())

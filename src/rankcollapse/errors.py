@@ -44,3 +44,35 @@ class MemoryLimitError(ConfigError):
 
 class OutputBusyError(RankCollapseError):
     """The output folder is held by another live run (the message names it)."""
+
+
+class UnsafePathError(RankCollapseError):
+    """A path the toolkit would write through or read as its own record is not a regular
+    file of its folder (a symbolic link, a device, a FIFO): it is refused, never followed."""
+
+
+#: The most characters of a file's content (or any other foreign text) an error quotes.
+EXCERPT_CHARS = 40
+
+
+def excerpt(text: object, limit: int = EXCERPT_CHARS) -> str:
+    """A short, escaped quotation of ``text`` for an error message.
+
+    Errors about a file's content quote at most ``limit`` characters of it, and nothing
+    past its first control character, escaped with ``repr`` (a NUL appears as
+    ``\\x00``), followed by how many were left out, so a message never echoes a whole
+    file (``/proc/self/environ`` holds secrets) and always stays one short line.
+
+    >>> excerpt("a b")
+    "'a b'"
+    >>> excerpt("x" * 50, limit=4)
+    "'xxxx' (+46 more characters)"
+    """
+    s = str(text)
+    # a control character (NUL, escape...) means the text is not what was expected
+    # (a binary file, an environment block): quote nothing past it
+    cut = next((i for i, ch in enumerate(s[:limit]) if ch != "\t" and (ch < " " or ch == "\x7f")), None)
+    keep = limit if cut is None else cut + 1
+    if len(s) <= keep:
+        return repr(s)
+    return f"{s[:keep]!r} (+{len(s) - keep} more characters)"

@@ -26,6 +26,9 @@ from ..errors import RankCollapseError
 from ._vocab import rewrite
 
 PREFIX = "rankcollapse: error: "
+#: The longest error line printed; the toolkit's own messages are far shorter, and
+#: quotations of foreign text go through :func:`rankcollapse.errors.excerpt`.
+MAX_LINE = 600
 
 
 class CliError(click.ClickException):
@@ -34,7 +37,10 @@ class CliError(click.ClickException):
     exit_code = 2
 
     def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()) or "failed")
+        line = " ".join(str(message).split()) or "failed"
+        if len(line) > MAX_LINE:  # a last guard: no error line echoes a whole file or environment
+            line = f"{line[:MAX_LINE]} ... (+{len(line) - MAX_LINE} more characters)"
+        super().__init__(line)
 
     def show(self, file: Any = None) -> None:
         click.echo(PREFIX + self.format_message(), file=file or sys.stderr)

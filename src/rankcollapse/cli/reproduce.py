@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
 
 def print_results(folder: Optional[Path], fmt: str) -> None:
     """The results table of the finished run in ``folder`` on stdout (exit 2 on bad input)."""
+    from .._io import read_regular
     from ..errors import ConfigError
     from ..experiments.report import results_json, results_markdown
 
@@ -92,13 +93,35 @@ def print_results(folder: Optional[Path], fmt: str) -> None:
     if fmt not in ("markdown", "table", "json"):
         raise ConfigError(f"--format must be markdown (alias table) or json, got {fmt!r}")
     path = Path(folder) / "claims.json"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise ConfigError(f"{folder}: no claims.json (not a finished run folder)")
-    claims = json.loads(path.read_text(encoding="utf-8"))
+    raw = read_regular(path, "claims file")  # a planted link or FIFO is refused before anything else
+    if not (Path(folder) / "COMPLETE").is_file():
+        raise ConfigError(f"{folder}: the run did not finish (no COMPLETE marker); its claims are not a result")
+    claims = _checked_claims(raw, path)
     if fmt == "json":
         print_json(results_json(claims), indent=2)
     else:
         sys.stdout.write(results_markdown(claims))
+
+
+def _checked_claims(raw: bytes, path: Path) -> list[dict]:
+    """The claims of ``claims.json`` if it has the shape a run writes: a non-empty list
+    of objects with string ``id``, ``effect`` and ``verdict`` (anything else is refused,
+    never printed as a table)."""
+    from ..errors import ConfigError
+
+    try:
+        claims = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ConfigError(f"{path} is nested too deeply to be a claims file") from None
+    except ValueError as exc:  # not UTF-8, not JSON
+        raise ConfigError(f"{path} is not a claims file ({str(exc).splitlines()[0][:120]})") from None
+    ok = isinstance(claims, list) and claims and all(
+        isinstance(c, dict) and all(isinstance(c.get(k), str) for k in ("id", "effect", "verdict")) for c in claims)
+    if not ok:
+        raise ConfigError(f"{path} is not a claims file: expected a non-empty list of claims with id, effect and verdict")
+    return claims
 
 
 def print_summary(result) -> None:

@@ -34,11 +34,9 @@ def _emit(obj: dict, fmt: str, lines: list[str]) -> None:
 def _load_system(path: Optional[Path]):
     if path is None:
         return None
-    try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read system JSON {path}: {exc}") from exc
-    return theory.AttentionSystem.from_dict(obj)
+    from .._io import read_user_json
+
+    return theory.AttentionSystem.from_dict(read_user_json(path, "system JSON", ConfigError))
 
 
 def _widths(text: str) -> tuple[int, ...]:

@@ -14,13 +14,16 @@ the same unit write the same bytes.
 
 from __future__ import annotations
 
+import io
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from .._io import atomic_path
+from .._io import atomic_path, read_regular
 from .config import Unit
 
 #: Temporary files older than this (seconds) belong to a dead writer and may be removed.
@@ -59,10 +62,28 @@ class UnitCache:
         """The stored frame of ``unit``, or ``None`` when it must be computed."""
         if not self.has(unit):
             return None
+        path = self.path(unit)
         try:
-            return pd.read_parquet(self.path(unit))
+            return pd.read_parquet(io.BytesIO(read_regular(path, "cache entry")))
         except FileNotFoundError:  # removed by someone else between the check and the read
             return None
+        except Exception as exc:  # a link, a folder, truncated or foreign bytes: never trusted
+            self._set_aside(path, exc)
+            return None
+
+    def _set_aside(self, path: Path, exc: Exception) -> None:
+        """Rename an entry that cannot be trusted to ``<name>.rejected-<time>`` (the link
+        itself when it is a link: its target is never touched) and say so on one line;
+        the unit is then computed again."""
+        aside = path.with_name(f"{path.name}.rejected-{time.strftime('%Y%m%dT%H%M%S')}")
+        try:
+            os.replace(path, aside)
+        except OSError:
+            aside = None
+        why = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        where = f"; moved to {aside.name}" if aside else ""
+        print(f"rankcollapse: warning: cache entry {path.name} is unreadable ({why}){where}; "
+              "recomputing it", file=sys.stderr, flush=True)
 
     def put(self, unit: Unit, frame: pd.DataFrame) -> Path:
         """Store ``frame`` atomically (temporary file + ``os.replace``); returns the path."""

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .._io import open_private, read_regular
 from ..errors import OutputBusyError
 
 LOCK_NAME = ".rankcollapse.lock"
@@ -51,7 +52,7 @@ class OutputFolder:
 
     def __enter__(self) -> "OutputFolder":
         self.out.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_private(self.lock_path, "lock file")
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -81,9 +82,10 @@ class OutputFolder:
 def owner(out: str | os.PathLike) -> dict[str, Any]:
     """The owner recorded in ``out``'s lock file (``{}`` if none or unreadable)."""
     try:
-        return json.loads((Path(out) / LOCK_NAME).read_text() or "{}")
-    except (OSError, ValueError):
+        info = json.loads(read_regular(Path(out) / LOCK_NAME, "lock file") or b"{}")
+    except (OSError, ValueError):  # UnsafePathError is a ValueError: an unsafe lock names no owner
         return {}
+    return info if isinstance(info, dict) else {}
 
 
 def describe(info: dict[str, Any]) -> str:

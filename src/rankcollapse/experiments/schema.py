@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import ConfigError
+from ..errors import ConfigError, excerpt
 
 UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "theory")
 
@@ -143,4 +143,4 @@ def _problem(err: dict[str, Any]) -> str:
         return f"{prefix}unknown key {last!r}"
     if err["type"] == "missing":
         return f"{prefix}missing key {last!r}"
-    return f"{prefix}{last}: {err['msg']} (got {err.get('input')!r})"
+    return f"{prefix}{last}: {err['msg']} (got {excerpt(err.get('input'))})"

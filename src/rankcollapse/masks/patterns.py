@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..errors import MaskError
+from ..errors import MaskError, excerpt
 from ._build import columns_coo, interval_coo, progressions, rows_coo, union_csr
 from .._io import load_npy
 from .._validate import check_int
@@ -249,7 +249,7 @@ def _read_edge_list(path: Path, n: int) -> np.ndarray:
         if not body:
             continue
         if len(body) != 2 or not all(_INTEGER.fullmatch(x) for x in body):
-            raise MaskError(f"mask file {str(path)!r} line {lineno}: expected two integers 'i j', got {line.strip()!r}")
+            raise MaskError(f"mask file {str(path)!r} line {lineno}: expected two integers 'i j', got {excerpt(line.strip())}")
         i, j = int(body[0]), int(body[1])
         if not (0 <= i < n and 0 <= j < n):
             raise MaskError(f"mask file {str(path)!r} line {lineno}: edge '{i} {j}' names a token "

@@ -245,6 +245,8 @@ def _from_pretrained(
 ) -> tuple[Any, Any]:
     from transformers import AutoModel, AutoTokenizer
 
+    if is_local:
+        _refuse_custom_code(source)
     kwargs: dict[str, Any] = {"local_files_only": local_files_only, "trust_remote_code": False}
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
@@ -276,6 +278,27 @@ def _from_pretrained(
             raise ModelError(_REFUSED_PICKLE.format(source=source)) from None
         raise
     return model, tokenizer
+
+
+def _refuse_custom_code(folder: str) -> None:
+    """Refuse a local model folder whose config or tokenizer config names custom code
+    (``auto_map``) before transformers reads it, so the refusal is the only line: custom
+    code is never run (``trust_remote_code`` stays off) and a half-loaded stand-in would
+    give numbers of another model."""
+    import json
+
+    for name in ("config.json", "tokenizer_config.json"):
+        path = Path(folder) / name
+        if not path.is_file():
+            continue
+        try:
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            continue  # transformers' own reading names a malformed file
+        if isinstance(cfg, dict) and cfg.get("auto_map"):
+            raise ModelError(f"model {folder!r}: {name} asks for custom code (auto_map); custom model code is "
+                             "never run here, so the folder is refused. Use a model whose architecture "
+                             "transformers ships")
 
 
 _REFUSED_PICKLE = (

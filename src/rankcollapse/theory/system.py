@@ -136,8 +136,8 @@ class AttentionSystem:
             mask = _mask_of(obj, mats[2])
         except (MaskError, ConfigError):
             raise
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"malformed system matrix: {exc}") from exc
+        except (TypeError, ValueError, OverflowError, RuntimeError) as exc:  # ragged, non-numeric, > 64-bit
+            raise ConfigError(f"malformed system matrix: {str(exc).splitlines()[0][:160]}") from None
         return cls(mask, *mats, d_qk=obj.get("d_qk", 1.0))
 
 
