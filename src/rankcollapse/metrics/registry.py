@@ -146,7 +146,8 @@ def compute_metrics(
 
     Parameters
     ----------
-    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real.
+    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real (bool, integer or floating;
+        numpy arrays in either byte order, big-endian ones converted to native order).
     names : metric names (keys of :data:`METRICS`); default :data:`DEFAULT_METRICS`;
         ``"all"`` for every metric.
     padding_mask : bool ``(N,)`` or ``(B, N)`` (integer 0/1 accepted), True = real
@@ -174,7 +175,8 @@ def compute_metrics(
     Raises
     ------
     MetricError
-        Unknown metric name; X not 2-D/3-D, empty, non-finite on a real token; a
+        Unknown metric name; X not 2-D/3-D, empty, non-finite on a real token, or
+        a numpy array of a non-numeric dtype (strings, objects); a
         padding mask of the wrong shape or removing every token of a sample; a
         metric undefined on the input (e.g. ``mu_relative`` of the zero matrix);
         ``dtype`` not a floating torch dtype or its name; ``rank_atol``/``rank_rtol``

@@ -35,14 +35,16 @@ def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     """Keyword arguments for one forward pass of ``loaded.model`` on a batch.
 
     T5 (encoder-decoder) gets the same window as decoder input, shifted right by one
-    token with the model's own ``_shift_right`` (teacher forcing, as in training with
-    ``labels=input_ids``); the decoder's padding mask is shifted the same way.
-    Causal LMs run without a KV cache.
+    token behind the model's ``decoder_start_token_id`` (teacher forcing, as T5's own
+    ``_shift_right`` does in training with ``labels=input_ids``); the decoder's
+    padding mask is shifted the same way. Causal LMs run without a KV cache.
 
     Raises
     ------
     ModelError
-        A generic encoder-decoder (unknown decoder inputs).
+        A generic encoder-decoder (unknown decoder inputs); a T5 whose config and
+        generation config name no ``decoder_start_token_id`` (a model built from a
+        bare config): the decoder input is undefined, and no default is guessed.
     """
     loaded = as_loaded(loaded)
     model = loaded.model
@@ -52,7 +54,9 @@ def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
         if loaded.family != "t5":
             raise ModelError(f"encoder-decoder model {type(model).__name__} is only supported for the t5 family")
         if getattr(model, "decoder", None) is not None:
-            kw["decoder_input_ids"] = model._shift_right(kw["input_ids"])
+            ids = kw["input_ids"]
+            start = torch.full_like(ids[:, :1], decoder_start_id(model))
+            kw["decoder_input_ids"] = torch.cat([start, ids[:, :-1]], dim=1)
             kw["decoder_attention_mask"] = decoder_padding(kw["attention_mask"])
     params = inspect.signature(model.forward).parameters
     rule = families.position_rule(loaded.family, getattr(model.config, "model_type", ""))
@@ -61,6 +65,26 @@ def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     if "use_cache" in params:
         kw["use_cache"] = False
     return kw
+
+
+def decoder_start_id(model: Any) -> int:
+    """The token a T5 decoder starts from: ``config.decoder_start_token_id``, else the
+    generation config's.
+
+    Raises
+    ------
+    ModelError
+        Neither names one (e.g. a ``T5Config`` built without it); the message says how
+        to set it or how to probe the encoder alone.
+    """
+    for source in (model.config, getattr(model, "generation_config", None)):
+        value = getattr(source, "decoder_start_token_id", None) if source is not None else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    raise ModelError(
+        f"{type(model).__name__} has no decoder_start_token_id (in its config or generation config), so its "
+        "decoder input is undefined; set model.config.decoder_start_token_id (T5 checkpoints use the pad "
+        "token, 0), or load the encoder alone (transformers.T5EncoderModel) to probe it")
 
 
 def position_ids(attention_mask: torch.Tensor, rule: str = "count", padding_idx: int | None = None) -> torch.Tensor:
@@ -104,8 +128,14 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8) -> torch.Tensor
     Returns
     -------
     torch.Tensor, shape (B, N, d), the model's dtype, on CPU.
+
+    Raises
+    ------
+    ConfigError
+        Windows longer than the model's positions (:func:`check_positions`).
     """
     loaded = as_loaded(loaded)
+    check_positions(loaded, windows.length)
     name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
     parts = []
     for start in range(0, windows.n_windows, batch_size):
@@ -137,7 +167,7 @@ def check_positions(loaded: Any, length: int) -> None:
                   if isinstance(getattr(config, k, None), int)), None)
     if limit is not None and length > limit:
         raise ConfigError(f"windows of {length} tokens exceed {getattr(loaded, 'name', 'the model')}'s "
-                          f"{limit} positions; use --length <= {limit}")
+                          f"{limit} positions; use windows of at most {limit} tokens (--n-tokens {limit})")
 
 
 def probe(
