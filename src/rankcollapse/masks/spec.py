@@ -155,9 +155,13 @@ def parse_mask(spec: str, n: int) -> Mask:
     MaskError
         Unknown name or key, missing key, malformed value, unbalanced parentheses, a
         parameter the constructor rejects, or a composition leaving a row with no key.
+        A schedule spec (``schedule:...`` or a list string) is one mask per layer, not
+        one mask: the error routes to :func:`~rankcollapse.masks.parse_schedule`.
     """
     if not isinstance(spec, str):
         raise MaskError(f"mask spec must be a string, got {type(spec).__name__}")
+    if spec.strip().startswith(("schedule:", "[")):
+        raise MaskError(SCHEDULE_HERE.format(spec=spec))
     n = check_int(n, "n", low=1, error=MaskError)
     if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
         return _parse_atom(spec, n)  # a lone path may hold any character
@@ -212,6 +216,12 @@ def _npy_rows(path: str) -> int:
 
 
 _OPS = ("&", "|", "(", ")")
+
+#: The one message for a schedule where a single mask is parsed.
+SCHEDULE_HERE = (
+    "{spec!r} is a mask schedule (one mask per layer) and one mask is needed here; schedules are taken by "
+    "simulate, probe, theory bound and mask describe/show/compare, and in Python by "
+    "rankcollapse.masks.parse_schedule(spec, n) (single masks too; .composed() is the one-period graph)")
 
 
 # Recursive descent: union := intersection ('|' intersection)*;
