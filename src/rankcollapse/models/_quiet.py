@@ -5,14 +5,17 @@ initialised weights, deprecated options) and Python warnings while it loads; on 
 command line they would stand before the one error line a failure prints, and on
 success they repeat what the notes already say. The project reports what qualifies
 the numbers itself (:attr:`LoadedModel.notes`), so loading runs with transformers'
-and huggingface_hub's progress bars off, transformers' logging at ``ERROR`` and
-transformers' Python warnings ignored; every setting is restored afterwards.
+and huggingface_hub's progress bars off, transformers' logging at ``ERROR``,
+transformers' Python warnings ignored, and ``sys.stderr`` held in a buffer (bars that
+ignore those switches, such as the GGUF de-quantisation bar, write there); every
+setting is restored afterwards. Errors are exceptions, raised after the block.
 """
 
 from __future__ import annotations
 
+import io
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from typing import Iterator
 
 
@@ -29,7 +32,7 @@ def quiet_loading() -> Iterator[None]:
     hub_utils.disable_progress_bars()
     hf_logging.set_verbosity_error()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), redirect_stderr(io.StringIO()):
             warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub)(\.|$)")
             yield
     finally:
