@@ -52,7 +52,8 @@ def test_padding_leaves_out_padded_queries_and_keys():
     pm = np.ones((2, N), dtype=bool)
     pm[1, 5:] = False
     allowed = np.ones((2, N, N), dtype=bool) & pm[:, :, None] & pm[:, None, :]
-    A = np.nan_to_num(_softmax_rows(rng, 2, 3, N, allowed[:, None]))  # padded query rows: all zero
+    A = np.nan_to_num(_softmax_rows(rng, 2, 3, N, allowed[:, None]))
+    A[1, :, 5:, :] = 1.0 / N  # padded queries' rows hold anything (a model attends from them too): not read
     got = attention_entropy(A, padding_mask=pm)
     np.testing.assert_allclose(got.numpy(), _reference(A, allowed), rtol=1e-12, atol=0)
 

@@ -87,7 +87,7 @@ def test_metrics_option_values_are_the_registry_values(monkeypatch, capsys, text
 
 @pytest.mark.parametrize("args, message", [
     (["--model", "minilm", "--metrics", "nosuch"], "unknown metric 'nosuch'"),
-    (["--model", "minilm", "--metrics", "attention_entropy"], "metric of attention probabilities"),
+    (["--model", "minilm", "--metrics", "mu,nosuch"], "unknown metric 'nosuch'"),
     (["--model", "minilm", "--model", "minilm"], "--model minilm given twice"),
     (["--model", "minilm", "--model", "smollm2", "--attentions", "--out", "x"], "applies to one model"),
 ])
@@ -112,3 +112,51 @@ def test_plot_layers_is_public_and_draws_one_line_per_model(make_tiny, make_wind
 
     with pytest.raises(ConfigError, match="in no table"):
         plot_layers(tables, metrics=["avg_cos"])
+
+
+def _entropy_reference(A, allowed, real):
+    """float64 loops: mean over heads and real queries with >= 2 allowed real keys of
+    -sum p log p / log k."""
+    out = []
+    for b in range(A.shape[0]):
+        vals = []
+        for h in range(A.shape[1]):
+            for i in range(A.shape[2]):
+                keys = np.flatnonzero(allowed[i] & real[b]) if real[b, i] else []
+                if len(keys) < 2:
+                    continue
+                p = A[b, h, i, keys].astype(np.float64)
+                p = p[p > 0]
+                vals.append(-(p * np.log(p)).sum() / np.log(len(keys)))
+        out.append(np.mean(vals))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("kind, mask", [("gpt2", None), ("bert", None), ("bert", "causal_sliding_window:w=3")])
+def test_probe_attention_entropy_matches_a_plain_forward(make_tiny, make_windows_tiny, kind, mask):
+    """probe(metrics=["attention_entropy"]) against the model's own output_attentions
+    (eager, no hooks) and a numpy loop; padded queries and keys are left out."""
+    import torch
+
+    from rankcollapse.masks import parse_mask
+
+    loaded, w = make_tiny(kind), make_windows_tiny()
+    table = probe(loaded, w, metrics=["mu", "attention_entropy"], mask=mask, per_window=True)
+    assert set(table[table["metric"] == "mu"]["point"]) >= {"embeddings", "layer.0.output"}
+    rows = table[table["metric"] == "attention_entropy"].set_index("point")
+    assert list(rows.index) == [f"layer.{k}.attention" for k in range(3)] and list(rows["layer"]) == [1, 2, 3]
+    n = w.length
+    allowed = parse_mask(mask or ("causal" if kind == "gpt2" else "complete"), n).to_dense().numpy()
+    real = w.attention_mask.bool().numpy()
+    if mask is None:  # the model's own masking: a plain forward is the independent path
+        with torch.no_grad():
+            maps = loaded.model(input_ids=w.input_ids, attention_mask=w.attention_mask,
+                                output_attentions=True).attentions
+    else:
+        from rankcollapse.models import attention_maps
+
+        got = attention_maps(loaded, w, mask=mask)
+        maps = [got[f"layer.{k}.attention"] for k in range(3)]
+    for k, A in enumerate(maps):
+        want = _entropy_reference(A.double().numpy(), allowed, real)
+        np.testing.assert_allclose(rows.loc[f"layer.{k}.attention", "values"], want, rtol=1e-5)

@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ..models.probe import check_positions
 from ._output import check_format, print_json, print_records, print_table
 from ._vocab import deprecated
-from ..models.plot import PLOT_METRICS, _layer_rows, _settings_title, plot_layers  # noqa: F401 - public before 0.2
+from ..models.plot import PLOT_METRICS, plot_layers  # plot_layers: also importable from here, as before
 
 
 def register(app: typer.Typer) -> None:
@@ -30,9 +30,10 @@ def probe_command(
     model: Optional[List[str]] = typer.Option(None, "--model", help="minilm, smollm2, a hub name (offline cache) "
                                               "or a local folder (required; repeat to compare models in one "
                                               "table and one figure)"),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="comma-separated token metrics (names: "
-                                          "rankcollapse metrics --help; default mu,mu_relative,rank_fraction,"
-                                          "sigma_min,avg_abs_cos) or 'all'"),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="comma-separated metrics: those of "
+                                          "rankcollapse metrics, attention_entropy (of each block's attention), "
+                                          "or all (the token metrics); default mu,mu_relative,rank_fraction,"
+                                          "sigma_min,avg_abs_cos"),
     corpus: str = typer.Option("wiki", "--corpus", help="wiki: the shipped Wikipedia extracts"),
     text_file: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 file, one document per line (or .jsonl)"),
     windows: int = typer.Option(16, "--samples", help="number of token windows B"),
@@ -133,11 +134,9 @@ def _metric_names(text: Optional[str]) -> tuple[str, ...] | None:
     if names == ("all",):
         return tuple(METRICS)
     for name in names:
-        if name in ATTENTION_METRICS:
-            raise ConfigError(f"--metrics {name}: a metric of attention probabilities, not of hidden states; "
-                              "write them with --attentions and use rankcollapse.metrics.attention_entropy")
-        if name not in METRICS:
-            raise ConfigError(f"unknown metric {name!r} in --metrics; choose from {', '.join(METRICS)} or all")
+        if name not in METRICS and name not in ATTENTION_METRICS:
+            raise ConfigError(f"unknown metric {name!r} in --metrics; choose from "
+                              f"{', '.join((*METRICS, *ATTENTION_METRICS))} or all")
     if not names:
         raise ConfigError("--metrics is empty; give metric names or all")
     return names

@@ -50,8 +50,9 @@ def attention_entropy(A, mask=None, *, padding_mask=None) -> torch.Tensor:
     """
     A, batched, eps = _as_heads(A)
     B, _, N, _ = A.shape
-    allowed = _allowed(mask, padding_mask, B, N, A.device)  # (B or 1, N, N)
-    if bool((A.masked_fill(allowed.unsqueeze(1), 0.0) != 0).any()):
+    allowed, real = _allowed(mask, padding_mask, B, N, A.device)  # (B or 1, N, N), (B or 1, N)
+    outside = (A.masked_fill(allowed.unsqueeze(1), 0.0) != 0).any(-1)  # (B, H, N): mass off the allowed keys
+    if bool((outside & real.unsqueeze(1)).any()):  # padded queries' rows are not read
         raise MetricError("attention puts mass on keys the mask does not allow")
     counted = (allowed.sum(-1) >= 2).expand(B, N)
     if not bool(counted.any(-1).all()):
@@ -100,18 +101,18 @@ def _as_heads(A) -> tuple[torch.Tensor, bool, float]:
     return heads, A.ndim >= 3, eps
 
 
-def _allowed(mask, padding_mask, B: int, N: int, device) -> torch.Tensor:
-    """Allowed keys ``(B or 1, N, N)``: the mask (default complete) and, with padding,
-    real queries and keys only."""
+def _allowed(mask, padding_mask, B: int, N: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(allowed, real)``: allowed keys ``(B or 1, N, N)`` (the mask, default complete,
+    and with padding real queries and keys only) and real queries ``(B or 1, N)``."""
     M = (torch.ones(1, N, N, dtype=torch.bool) if mask is None
          else dense_mask(mask, N, batch=B, require_keys=False, error=MetricError))
     M = (M if M.ndim == 3 else M.unsqueeze(0)).to(device)
     if padding_mask is None:
-        return M
+        return M, torch.ones(1, N, dtype=torch.bool, device=device)
     pm = torch.as_tensor(padding_mask).to(device)
     if pm.dtype != torch.bool:
         pm = pm != 0
     pm = pm if pm.ndim == 2 else pm.unsqueeze(0)
     if pm.shape[-1] != N or pm.shape[0] not in (1, B) or pm.ndim != 2:
         raise MetricError(f"padding_mask must have shape ({N},) or ({B}, {N}), got {tuple(pm.shape)}")
-    return M & pm.unsqueeze(-1) & pm.unsqueeze(-2)
+    return M & pm.unsqueeze(-1) & pm.unsqueeze(-2), pm

@@ -104,11 +104,11 @@ def _settings_title(tables: dict[str, Any]) -> str:
 
 
 def _layer_rows(table: Any) -> tuple[Any, Any]:
-    """``(blocks, final)``: rows of ``embeddings`` and ``layer.k.output`` (one per
-    layer), and rows of ``final_norm`` (empty for families without one). T5: encoder."""
+    """``(blocks, final)``: rows of ``embeddings``, ``layer.k.output`` and
+    ``layer.k.attention`` (attention metrics; one per layer), and rows of ``final_norm`` (empty for families without one). T5: encoder."""
     pts = table["point"].str.replace(r"^(encoder|decoder)\.", "", regex=True)
     encoder_only = ~table["point"].str.startswith("decoder.")
-    blocks = table[encoder_only & (pts.eq("embeddings") | pts.str.fullmatch(r"layer\.\d+\.output"))]
+    blocks = table[encoder_only & (pts.eq("embeddings") | pts.str.fullmatch(r"layer\.\d+\.(output|attention)"))]
     return blocks, table[encoder_only & pts.eq("final_norm")]
 
 
