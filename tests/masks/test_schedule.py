@@ -194,3 +194,24 @@ def test_cli_describe_schedule_interface(tmp_path):
     assert [r["period"] for r in rows] == [3, 1] and [r["rank_predicted"] for r in rows] == [1, 2]
     p = _cli("describe", "schedule:causal*x", "--n", "8")
     assert p.returncode == 2 and p.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("spec", ["schedule:sliding_window:w=9*5,complete", '["causal", "complete"]'])
+def test_parse_mask_routes_a_schedule_to_parse_schedule(spec):
+    """parse_mask builds one mask; a schedule spec is refused with a message that names
+    parse_schedule (not "unknown mask 'schedule'"), and parse_schedule builds it."""
+    from rankcollapse.errors import MaskError
+    from rankcollapse.masks import dense_mask, parse_mask
+
+    for one_mask in (parse_mask, dense_mask):
+        with pytest.raises(MaskError, match=r"mask schedule \(one mask per layer\).*parse_schedule\(spec, n\)"):
+            one_mask(spec, 16)
+    assert parse_schedule(spec, 16).period in (2, 6)
+
+
+def test_parse_schedule_is_the_one_entry_point_for_masks_and_schedules():
+    """A single mask spec through parse_schedule is a period-1 schedule of that mask."""
+    from rankcollapse.masks import parse_mask
+
+    s = parse_schedule("causal_sliding_window:w=3", 10)
+    assert s.period == 1 and bool((s.layer(7).to_dense() == parse_mask("causal_sliding_window:w=3", 10).to_dense()).all())

@@ -84,3 +84,25 @@ def test_errors_are_value_errors():
     assert issubclass(MetricError, RankCollapseError) and issubclass(MetricError, ValueError)
     with pytest.raises(ValueError):
         M.mu(np.zeros((0, 2)))
+
+
+@pytest.mark.parametrize("X", [np.array([["a", "b"], ["c", "d"]]), np.array([[1, 2], [3, 4]], dtype=object),
+                               np.array([["2020-01-01"] * 2] * 2, dtype="datetime64[D]")])
+def test_non_numeric_numpy_arrays_are_refused(X):
+    """Strings, objects and dates have no metric: a MetricError naming the dtype (not
+    torch's TypeError)."""
+    with pytest.raises(MetricError, match="must hold numbers"):
+        M.compute_metrics(X)
+
+
+@pytest.mark.parametrize("dtype", [">f8", ">f4", ">i4", "<f8"])
+def test_either_byte_order_gives_the_native_values(dtype):
+    """Big-endian arrays (a file from another machine) are valid data: the metrics equal
+    those of the same values in native order."""
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(2, 6, 4)) if dtype[1] == "f" else rng.integers(1, 10, size=(2, 6, 4))
+    native = values.astype(np.dtype(dtype).newbyteorder("="))
+    X = native.astype(dtype)
+    got, want = M.compute_metrics(X, "all"), M.compute_metrics(native, "all")
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=0, equal_nan=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from rankcollapse.cli import probe as probe_cli  # noqa: E402
+from rankcollapse.models import plot as probe_cli  # noqa: E402
 from rankcollapse.data import Windows  # noqa: E402
 from rankcollapse.models import probe  # noqa: E402
 from rankcollapse.models.probe import distinct_token_fraction, embedding_rank_note  # noqa: E402

@@ -43,7 +43,7 @@ def test_plotting_functions_draw_on_given_ax():
     from matplotlib.figure import Figure
 
     from rankcollapse import dynamics, masks, theory
-    from rankcollapse.cli.probe import plot_layers
+    from rankcollapse.models import plot_layers
 
     fig = Figure()
     ax = fig.add_subplot()

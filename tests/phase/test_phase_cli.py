@@ -98,3 +98,22 @@ def test_processes_executor_gives_the_serial_numbers(tmp_path):
     procs, timing = run_phase(cells, samples=2, cache_dir=tmp_path / "b", executor="processes", workers=2)
     assert timing["computed"] == 2
     pd.testing.assert_frame_equal(serial, procs)
+
+
+def test_heatmap_legend_says_what_colours_and_numbers_mean(tmp_path, monkeypatch):
+    """The colour is the regime (one patch per regime) and the number log10(μ/‖X‖_F):
+    both are named in the legend."""
+    from rankcollapse import _figure
+    from rankcollapse.phase.report import heatmaps
+    from rankcollapse.phase.regime import REGIMES
+
+    figs = []
+    monkeypatch.setattr(_figure, "save_figure", lambda fig, path, **kw: figs.append(fig))
+    table = pd.DataFrame({"qk_scale": [0.25, 8.0], "norm": ["none", "none"], "regime": ["rank_collapse", "undecided"],
+                          "mu_relative": [1e-300, 0.08]})
+    heatmaps(table, ["qk_scale", "norm"], tmp_path)
+    (legend,) = figs[0].legends
+    assert [t.get_text() for t in legend.get_texts()] == list(REGIMES)
+    assert "log10(μ/‖X‖_F) at the last layer" in legend.get_title().get_text()
+    texts = sorted(t.get_text() for t in figs[0].axes[0].texts)
+    assert texts == ["-1", "-300"]

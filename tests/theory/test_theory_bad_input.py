@@ -91,3 +91,20 @@ def test_sphere_check_rejects_degenerate_settings(kw):
 
     with pytest.raises(ConfigError, match="need N ≥ 2"):
         check_sphere_collapse("causal", **kw)
+
+
+@pytest.mark.parametrize("mu", [torch.empty(0), torch.empty(0, 3), torch.ones(1, 3), torch.ones(5, 0), torch.ones(4)])
+def test_fit_rate_refuses_series_without_a_slope(mu):
+    """An empty series, one layer or no sample has no rate: a ConfigError, never a
+    RuntimeError or a rate of 1."""
+    from rankcollapse.theory import fit_rate
+
+    with pytest.raises(ConfigError, match="T >= 2"):
+        fit_rate(mu)
+
+
+def test_fit_rate_of_a_geometric_series():
+    from rankcollapse.theory import fit_rate
+
+    mu = torch.tensor([0.5, 0.25]).double().pow(torch.arange(6.0).double().unsqueeze(1))  # (6, 2)
+    torch.testing.assert_close(fit_rate(mu), torch.tensor([0.5, 0.25], dtype=torch.float64))

@@ -32,10 +32,22 @@ _SPEC_HELP = ("Mask spec: NAME or NAME:key=value,... (e.g. causal_sliding_window
               "schedule:MASK*k,MASK,... (e.g. schedule:sliding_window:w=9*5,complete).")
 
 
+def _n_tokens(spec: str, n: Optional[int]) -> int:
+    """``--n-tokens``, or the N a ``.npy`` mask file fixes (:func:`masks.spec_n_tokens`);
+    a given N must match the file (checked when the file is read)."""
+    if n is not None:
+        return check_int(n, "--n-tokens", low=1, error=MaskError)
+    fixed = masks.spec_n_tokens(spec)
+    if fixed is None:
+        raise MaskError(f"--n-tokens is needed for {spec!r} (only a .npy mask file fixes the number of tokens)")
+    return fixed
+
+
 @mask_app.command("describe")
 def describe(
     spec: str = typer.Argument(..., help=_SPEC_HELP),
-    n: int = typer.Option(..., "--n-tokens", help="Number of tokens N."),
+    n: Optional[int] = typer.Option(None, "--n-tokens", help="Number of tokens N (optional for a .npy mask "
+                                    "file, whose shape fixes it)."),
     fmt: str = typer.Option("table", "--format", help="Output on stdout: table or json."),
     per_token: bool = typer.Option(False, "--per-token", help="Include each token's distance from the best center."),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help=_MEMORY_HELP),
@@ -45,7 +57,7 @@ def describe(
     For a schedule: the composed graph of one period, plus period, per-layer predicted
     rate and each layer's description (layers)."""
     as_json = check_format(fmt, ("table", "json")) == "json"
-    n = check_int(n, "--n-tokens", low=1, error=MaskError)
+    n = _n_tokens(spec, n)
     if is_schedule(spec):
         d = describe_schedule(spec, n, per_token=per_token)
         if as_json:
@@ -72,14 +84,15 @@ def describe(
 @mask_app.command("show")
 def show(
     spec: str = typer.Argument(..., help=_SPEC_HELP),
-    n: int = typer.Option(..., "--n-tokens", help="Number of tokens N (at most 2048 for a drawing)."),
+    n: Optional[int] = typer.Option(None, "--n-tokens", help="Number of tokens N (at most 2048 for a drawing; "
+                                    "optional for a .npy mask file, whose shape fixes it)."),
     out: Path = typer.Option(..., "--out", help="Output folder; the drawing is OUT/mask.png (or .pdf, .svg: "
                              "--image-format)."),
     image: str = typer.Option("png", "--image-format", help="png, pdf or svg."),
 ) -> None:
     """Draw the mask: query tokens down, key tokens across, centers highlighted.
     A schedule draws its composed graph of one period."""
-    n = check_int(n, "--n-tokens", low=1, error=MaskError)
+    n = _n_tokens(spec, n)
     if n > 2048:
         raise MaskError(f"--n-tokens {n} is too large to draw one cell per token pair (at most 2048)")
     out = out_file(out, f"mask.{image}", IMAGE_SUFFIXES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -16,9 +16,7 @@ from ..errors import ConfigError
 from ..models.probe import check_positions
 from ._output import check_format, print_json, print_records, print_table
 from ._vocab import deprecated
-
-
-PLOT_METRICS = (("mu", "μ(X)"), ("rank_fraction", "rank fraction"), ("sigma_min", "σ_min"), ("avg_abs_cos", "avg |cos|"))
+from ..models.plot import PLOT_METRICS, plot_layers  # plot_layers: also importable from here, as before
 
 
 def register(app: typer.Typer) -> None:
@@ -29,8 +27,13 @@ def register(app: typer.Typer) -> None:
 def probe_command(
     model_arg: Optional[str] = typer.Argument(None, hidden=True, metavar="MODEL",
                                               help="deprecated: the model as a positional argument"),
-    model: Optional[str] = typer.Option(None, "--model", help="minilm, smollm2, a hub name (offline cache) or a "
-                                        "local folder (required)"),
+    model: Optional[List[str]] = typer.Option(None, "--model", help="minilm, smollm2, a hub name (offline cache) "
+                                              "or a local folder (required; repeat to compare models in one "
+                                              "table and one figure)"),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="comma-separated metrics: those of "
+                                          "rankcollapse metrics, attention_entropy (of each block's attention), "
+                                          "or all (the token metrics); default mu,mu_relative,rank_fraction,"
+                                          "sigma_min,avg_abs_cos"),
     corpus: str = typer.Option("wiki", "--corpus", help="wiki: the shipped Wikipedia extracts"),
     text_file: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 file, one document per line (or .jsonl)"),
     windows: int = typer.Option(16, "--samples", help="number of token windows B"),
@@ -48,11 +51,13 @@ def probe_command(
     device: str = typer.Option("cpu", "--device", help="torch device for the model and metrics, e.g. cpu or cuda:0"),
     attentions: bool = typer.Option(False, "--attentions", help="also write attention probabilities to OUT/attentions.npz"),
     fmt: str = typer.Option("table", "--format", help="stdout: table, json (one object), csv or markdown"),
-    out: Optional[Path] = typer.Option(None, "--out", help="folder: probe.csv, probe.json, probe.png, windows.npz"),
+    out: Optional[Path] = typer.Option(None, "--out", help="folder: probe.csv, probe.json, probe.png, windows.npz "
+                                       "(windows_K.npz per model with several --model)"),
 ) -> None:
-    """Per-layer μ, rank fraction, σ_min, avg |cos| of a model's hidden states on real text."""
+    """Per-layer μ, rank fraction, σ_min, avg |cos| (or --metrics) of models' hidden states on real text."""
     check_format(fmt)
-    model = _model_name(model, model_arg)
+    names = _model_names(model, model_arg)
+    metric_names = _metric_names(metrics)
     d_qk_scale = _d_qk_scale(d_qk, d_qk_scale)
     # Before transformers is imported: a hub name must fail at once, not wait on the network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -65,16 +70,25 @@ def probe_command(
     dev = check_device(device, "--device")
     if attentions and out is None:
         raise ConfigError("--attentions writes OUT/attentions.npz: give --out too")
+    if len(names) > 1 and (attentions or gguf_file is not None):
+        raise ConfigError(f"{'--attentions' if attentions else '--gguf-file'} applies to one model: give one --model")
     if out is not None:
         check_writable(out, folder=True)
     texts = data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
-    loaded = models.load_model(model, gguf_file=gguf_file, device=dev)
-    check_positions(loaded, length)  # before windows are built or anything is written
-    wins = data.make_windows(texts, loaded.tokenizer, length=length, n_windows=windows, seed=seed, allow_fewer=text_file is not None)
-    for note in loaded.notes:
-        typer.echo(f"note: {note}", err=True)
-    table = models.probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop, batch_size=batch_size,
-                         points=points)
+    runs = []  # (loaded, windows, table) per model; nothing is written until every model ran
+    for model in names:
+        loaded = models.load_model(model, gguf_file=gguf_file, device=dev)
+        check_positions(loaded, length)  # before windows are built or anything is written
+        wins = data.make_windows(texts, loaded.tokenizer, length=length, n_windows=windows, seed=seed, allow_fewer=text_file is not None)
+        for note in loaded.notes:
+            typer.echo(f"note: {note}", err=True)
+        table = models.probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
+                             batch_size=batch_size, points=points, metrics=metric_names)
+        runs.append((loaded, wins, table))
+    if len(runs) > 1:
+        _several_models(runs, out, fmt)
+        return
+    loaded, wins, table = runs[0]
     doc = to_json(table)
     if out is not None:
         write_outputs(out, table, wins, doc)
@@ -95,16 +109,69 @@ def probe_command(
             typer.echo(note)
 
 
-def _model_name(model: Optional[str], positional: Optional[str]) -> str:
-    """``--model``, or the deprecated positional MODEL (with a note)."""
-    if model is not None and positional is not None:
-        raise ConfigError(f"give the model once: --model {model} (not also the positional {positional!r})")
+def _model_names(model: Optional[List[str]], positional: Optional[str]) -> list[str]:
+    """The ``--model`` values, or the deprecated positional MODEL (with a note)."""
+    if model and positional is not None:
+        raise ConfigError(f"give the model once: --model {model[0]} (not also the positional {positional!r})")
     if positional is not None:
         deprecated("the positional MODEL", f"--model {positional}")
-        return positional
-    if model is None:
+        return [positional]
+    if not model:
         raise ConfigError("missing --model: minilm, smollm2, a hub name (offline cache) or a local folder")
-    return model
+    twice = sorted({m for m in model if model.count(m) > 1})
+    if twice:
+        raise ConfigError(f"--model {twice[0]} given twice")
+    return list(model)
+
+
+def _metric_names(text: Optional[str]) -> tuple[str, ...] | None:
+    """``--metrics`` as registry names (None: the probe's default), checked before any load."""
+    from ..metrics import ATTENTION_METRICS, METRICS
+
+    if text is None:
+        return None
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if names == ("all",):
+        return tuple(METRICS)
+    for name in names:
+        if name not in METRICS and name not in ATTENTION_METRICS:
+            raise ConfigError(f"unknown metric {name!r} in --metrics; choose from "
+                              f"{', '.join((*METRICS, *ATTENTION_METRICS))} or all")
+    if not names:
+        raise ConfigError("--metrics is empty; give metric names or all")
+    return names
+
+
+def _plotted(tables: dict[str, Any]) -> list[str] | None:
+    """Panels of probe.png: the default four, or the metrics asked for when they differ."""
+    held = list(dict.fromkeys(m for t in tables.values() for m in t["metric"]))
+    return None if {m for m, _ in PLOT_METRICS} <= set(held) else held
+
+
+def _several_models(runs: list, out: Optional[Path], fmt: str) -> None:
+    """Outputs of several ``--model``: one table (rows tagged ``model``), one figure
+    with a line per model, ``windows_K.npz`` per model (K = position in ``models``)."""
+    import pandas as pd
+
+    tables = {t.attrs["model"]: t for _, _, t in runs}
+    docs = [to_json(t) for t in tables.values()]
+    combined = {"models": docs}
+    rows = [{"model": d["model"], **row} for d in docs for row in d["layers"]]
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for k, (_, wins, _) in enumerate(runs):
+            wins.save(out / f"windows_{k}.npz")
+        with atomic_path(out / "probe.csv") as tmp:
+            pd.concat([t.assign(model=name) for name, t in tables.items()], ignore_index=True).to_csv(tmp, index=False)
+        write_json_atomic(out / "probe.json", combined)
+        plot_layers(tables, out / "probe.png", metrics=_plotted(tables))
+        typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json, windows_0..{len(runs) - 1}.npz", err=True)
+    if fmt == "json":
+        print_json(combined)
+    elif fmt in ("csv", "markdown"):
+        print_records(rows, fmt)
+    else:
+        _print_summary(*tables.values())
 
 
 def _d_qk_scale(d_qk: Optional[float], d_qk_scale: Optional[float]) -> float:
@@ -155,7 +222,7 @@ def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None
     with atomic_path(out / "probe.csv") as tmp:
         table.assign(model=doc["model"]).to_csv(tmp, index=False)
     write_json_atomic(out / "probe.json", doc)
-    plot_layers({doc["model"]: table}, out / "probe.png")
+    plot_layers({doc["model"]: table}, out / "probe.png", metrics=_plotted({doc["model"]: table}))
 
 
 def write_attentions(path: Path, maps: dict[str, Any]) -> None:
@@ -167,70 +234,20 @@ def write_attentions(path: Path, maps: dict[str, Any]) -> None:
         np.savez_compressed(fh, **{name: a.numpy() for name, a in maps.items()})
 
 
-def plot_layers(tables: dict[str, Any], path: Path | None = None, *, ax: Any = None) -> Any:
-    """Four panels (μ, rank fraction, σ_min, avg |cos|) against layer, one line per
-    model through the embeddings and every block output (``layer.k.output``); where
-    the model has a final norm, its output is a separate star marker at the last
-    layer (it shares the ``hidden_states`` index with the raw last block output).
-    The title gives the intervention settings (mask, d_qk_scale, drop). ``ax``: four
-    axes to draw on (else a new pyplot-free figure); ``path``: also write a PNG there.
-    Returns the figure; never changes matplotlib's backend."""
-    from .._figure import new_figure, save_figure
-
-    if ax is None:
-        fig = new_figure((16, 3.9))
-        axes = fig.subplots(1, 4)
-    else:
-        axes = list(ax)
-        if len(axes) != 4:
-            raise ConfigError(f"plot_layers draws four panels; ax= gave {len(axes)} axes")
-        fig = axes[0].figure
-    for name, table in tables.items():
-        blocks, final = _layer_rows(table)
-        for ax, (metric, label) in zip(axes, PLOT_METRICS):
-            rows = blocks[blocks["metric"] == metric].sort_values("layer")
-            if len(rows):
-                line = ax.plot(rows["layer"], rows["mean"], marker="o", ms=3, label=f"{name} (block outputs)")[0]
-                ax.fill_between(rows["layer"], rows["q05"], rows["q95"], alpha=0.15, color=line.get_color())
-                fin = final[final["metric"] == metric]
-                if len(fin):
-                    ax.plot(fin["layer"], fin["mean"], linestyle="none", marker="*", ms=11, mfc="none",
-                            color=line.get_color(), label=f"{name} final_norm")
-            ax.set_xlabel("layer (hidden_states index)")
-            ax.set_title(label)
-    axes[0].set_yscale("log")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(_settings_title(tables), fontsize=10)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path, dpi=110)
-    return fig
-
-
-def _settings_title(tables: dict[str, Any]) -> str:
-    """``model: mask=..., d_qk_scale=..., drop=...`` per table, joined by ``; ``."""
-    parts = []
-    for name, table in tables.items():
-        a = table.attrs
-        drop = ",".join(a.get("drop") or []) or "none"
-        parts.append(f"{name}: mask={a.get('mask') or 'model default'}, d_qk_scale={a.get('d_qk_scale', 1.0):g}, drop={drop}")
-    return "; ".join(parts)
-
-
-def _layer_rows(table: Any) -> tuple[Any, Any]:
-    """``(blocks, final)``: rows of ``embeddings`` and ``layer.k.output`` (one per
-    layer), and rows of ``final_norm`` (empty for families without one). T5: encoder."""
-    pts = table["point"].str.replace(r"^(encoder|decoder)\.", "", regex=True)
-    encoder_only = ~table["point"].str.startswith("decoder.")
-    blocks = table[encoder_only & (pts.eq("embeddings") | pts.str.fullmatch(r"layer\.\d+\.output"))]
-    return blocks, table[encoder_only & pts.eq("final_norm")]
-
-
-def _print_summary(table: Any) -> None:
+def _print_summary(*tables: Any) -> None:
+    """One rich table: per layer and point, each metric's mean; a ``model`` column
+    first when several models are compared."""
+    import pandas as pd
     from rich.table import Table
 
-    wide = table.pivot_table(index=["layer", "point"], columns="metric", values="mean", sort=False).reset_index()
-    t = Table(title=f"{table.attrs.get('model')} ({table.attrs.get('family')}), {table.attrs.get('n_windows')} windows")
+    several = len(tables) > 1
+    wide = pd.concat([t.pivot_table(index=["layer", "point"], columns="metric", values="mean", sort=False)
+                      .reset_index().assign(model=t.attrs.get("model")) for t in tables], ignore_index=True)
+    wide = wide[["model", *[c for c in wide.columns if c != "model"]]] if several else wide.drop(columns="model")
+    first = tables[0].attrs
+    title = (", ".join(f"{t.attrs.get('model')} ({t.attrs.get('family')})" for t in tables)
+             + f", {first.get('n_windows')} windows")
+    t = Table(title=title)
     for col in wide.columns:
         t.add_column(str(col))
     for row in wide.itertuples(index=False):

@@ -52,20 +52,29 @@ def check_overrides(overrides: dict[str, Any], length: int) -> None:
     Raises
     ------
     MaskError, ConfigError
-        A mask spec that does not parse for ``length`` tokens, or a count < 1.
+        A mask spec that does not parse for ``length`` tokens, or a count that is
+        not an integer >= 1.
     """
     from ..masks import parse_mask
 
     for spec in overrides.get("masks") or ():
         parse_mask(spec, length)
-    for key, option in (("depth", "--depth"), ("n_windows", "--windows")):
-        if overrides.get(key) is not None and int(overrides[key]) < 1:
-            raise ConfigError(f"{option} must be >= 1, got {overrides[key]}")
+    for key, option in (("depth", "--depth"), ("n_windows", "--samples")):
+        if overrides.get(key) is not None:
+            check_int(overrides[key], option, low=1)
 
 
 def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, length: int = 128,
          overrides: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], list[Unit], dict[str, Any]]:
-    """Configs, de-duplicated units and the data spec of a run (validates everything)."""
+    """Configs, de-duplicated units and the data spec of a run (validates everything).
+
+    Raises
+    ------
+    ConfigError, MaskError, DataError
+        ``seed`` not an integer >= 0, bad overrides (:func:`check_overrides`), an
+        unknown experiment or scale, an unreadable text file.
+    """
+    seed = check_int(seed, "--seed", low=0)
     overrides = overrides or {}
     cfgs = [load_config(n) for n in resolve_names(name)]
     data = data_spec(text, length, seed)
@@ -284,7 +293,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     t0 = time.perf_counter()
     # every argument is checked before the first write (output folder, cache entry)
     seed = check_int(seed, "--seed", low=0)
-    length = check_int(length, "--length", low=2)
+    length = check_int(length, "--n-tokens", low=2)
     device = str(check_device(device))
     cfgs, units, data = plan(name, scale, seed, text=text, length=length, overrides=overrides)
     ctx = RunContext(data, device)
@@ -370,10 +379,19 @@ def write_outputs(result: RunResult) -> None:
 
 def recheck(out: str | Path) -> list[tuple[str, str, str]]:
     """Recompute every verdict of a finished run from its stored ``table.parquet`` and
-    the rules stored in its ``config.json``: ``[(id, stored, recomputed)]``."""
+    the rules stored in its ``config.json``: ``[(id, stored, recomputed)]``.
+
+    Raises
+    ------
+    ConfigError
+        ``out`` is not a finished run folder (names the missing file).
+    """
     import json
 
     out = Path(out)
+    for name in ("config.json", "claims.json", "table.parquet"):
+        if not (out / name).is_file():
+            raise ConfigError(f"{str(out)!r} is not a finished run folder: no {name} in it")
     config = json.loads((out / "config.json").read_text())
     stored = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
     table = pd.read_parquet(out / "table.parquet")

@@ -25,7 +25,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
     "rows": ("check_rows_allow_key", "empty_rows"),
     "schedule": ("MaskSchedule", "is_schedule", "parse_schedule"),
     "schedule_rates": ("compare_schedules", "describe_schedule"),
-    "spec": ("MASK_KINDS", "parse_mask"),
+    "spec": ("MASK_KINDS", "parse_mask", "spec_n_tokens"),
 })
 
 if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
@@ -41,4 +41,4 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .rows import check_rows_allow_key, empty_rows
     from .schedule import MaskSchedule, is_schedule, parse_schedule
     from .schedule_rates import compare_schedules, describe_schedule
-    from .spec import MASK_KINDS, parse_mask
+    from .spec import MASK_KINDS, parse_mask, spec_n_tokens

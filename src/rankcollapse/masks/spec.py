@@ -155,9 +155,13 @@ def parse_mask(spec: str, n: int) -> Mask:
     MaskError
         Unknown name or key, missing key, malformed value, unbalanced parentheses, a
         parameter the constructor rejects, or a composition leaving a row with no key.
+        A schedule spec (``schedule:...`` or a list string) is one mask per layer, not
+        one mask: the error routes to :func:`~rankcollapse.masks.parse_schedule`.
     """
     if not isinstance(spec, str):
         raise MaskError(f"mask spec must be a string, got {type(spec).__name__}")
+    if spec.strip().startswith(("schedule:", "[")):
+        raise MaskError(SCHEDULE_HERE.format(spec=spec))
     n = check_int(n, "n", low=1, error=MaskError)
     if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
         return _parse_atom(spec, n)  # a lone path may hold any character
@@ -168,7 +172,56 @@ def parse_mask(spec: str, n: int) -> Mask:
     return mask
 
 
+def spec_n_tokens(spec: str) -> int | None:
+    """The number of tokens N that ``spec`` fixes, or None if it fixes none.
+
+    Only a ``.npy`` mask file fixes N (its ``(N, N)`` shape, read from the header
+    without loading the matrix); other masks, edge lists included, are defined for any
+    N. Schedules are not read (give N).
+
+    Raises
+    ------
+    MaskError
+        A ``.npy`` file that cannot be read (the message of
+        :func:`~rankcollapse.masks.from_file`), or two ``.npy`` files of different N.
+    """
+    if not isinstance(spec, str) or spec.strip().startswith(("schedule:", "[")):
+        return None
+    if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
+        atoms = [spec.strip()]
+    else:
+        atoms = [t.strip() for t in re.split(r"[&|()]", spec) if t.strip().startswith("file:")]
+    sizes = {}
+    for atom in atoms:
+        path = atom.partition(":")[2].strip()
+        if path.endswith(".npy"):
+            sizes[path] = _npy_rows(path)
+    if len(set(sizes.values())) > 1:
+        raise MaskError(f"mask files of different sizes: {', '.join(f'{p} (N={n})' for p, n in sizes.items())}")
+    return next(iter(sizes.values()), None)
+
+
+def _npy_rows(path: str) -> int:
+    """Rows of the square matrix in the ``.npy`` file ``path`` (memory-mapped header)."""
+    import numpy as np
+
+    try:
+        shape = np.load(path, mmap_mode="r", allow_pickle=False).shape
+    except Exception:  # noqa: BLE001 - the one loader names what is wrong
+        shape = None
+    if shape is None or len(shape) != 2 or shape[0] != shape[1] or shape[0] < 1:
+        p.from_file(path, 1)  # raises the loader's message (missing, empty, pickles, not square...)
+        raise MaskError(f"mask file {path!r} does not hold a square (N, N) matrix")
+    return int(shape[0])
+
+
 _OPS = ("&", "|", "(", ")")
+
+#: The one message for a schedule where a single mask is parsed.
+SCHEDULE_HERE = (
+    "{spec!r} is a mask schedule (one mask per layer) and one mask is needed here; schedules are taken by "
+    "simulate, probe, theory bound and mask describe/show/compare, and in Python by "
+    "rankcollapse.masks.parse_schedule(spec, n) (single masks too; .composed() is the one-period graph)")
 
 
 # Recursive descent: union := intersection ('|' intersection)*;

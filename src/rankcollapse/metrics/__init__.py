@@ -11,13 +11,14 @@ from .._lazy import attach
 
 __getattr__, __dir__, __all__ = attach(__name__, {
     "_context": ("MetricContext", "RankTolerance", "ZeroRowWarning"),
+    "attention": ("attention_entropy",),
     "core": (
         "avg_abs_cos", "avg_cos", "composite_norm", "cos_to_mean", "dong_residual",
         "dong_residual_relative", "mu", "mu_relative",
     ),
     "graph": ("dirichlet_energy", "mean_average_distance"),
     "isoscore": ("isoscore",),
-    "registry": ("DEFAULT_METRICS", "METRICS", "MetricSpec", "compute_metrics"),
+    "registry": ("ATTENTION_METRICS", "DEFAULT_METRICS", "METRICS", "MetricSpec", "compute_metrics"),
     "report": ("MetricReport", "report_metrics"),
     "spectral": (
         "effective_rank", "numerical_rank", "rank_fraction", "rank_one_distance", "sigma_min",
@@ -27,13 +28,14 @@ __getattr__, __dir__, __all__ = attach(__name__, {
 
 if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from ._context import MetricContext, RankTolerance, ZeroRowWarning
+    from .attention import attention_entropy
     from .core import (
         avg_abs_cos, avg_cos, composite_norm, cos_to_mean, dong_residual, dong_residual_relative, mu,
         mu_relative,
     )
     from .graph import dirichlet_energy, mean_average_distance
     from .isoscore import isoscore
-    from .registry import DEFAULT_METRICS, METRICS, MetricSpec, compute_metrics
+    from .registry import ATTENTION_METRICS, DEFAULT_METRICS, METRICS, MetricSpec, compute_metrics
     from .report import MetricReport, report_metrics
     from .spectral import (
         effective_rank, numerical_rank, rank_fraction, rank_one_distance, sigma_min, sigma_ratio,

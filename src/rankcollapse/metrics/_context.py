@@ -279,9 +279,21 @@ def data_eps(X) -> float:
     return 0.0
 
 
+def _numpy_to_torch(X: np.ndarray) -> torch.Tensor:
+    """A numeric numpy array as a tensor. Non-native byte order (big-endian ``>f8``
+    from a file written on another machine) is valid data: it is converted to native
+    order (values unchanged). Strings, objects, dates and other non-numeric dtypes
+    are refused: they have no metric."""
+    if X.dtype.kind not in "biufc":
+        raise MetricError(f"X must hold numbers (bool, integer or floating), got numpy dtype {X.dtype}")
+    if not X.dtype.isnative:
+        X = X.astype(X.dtype.newbyteorder("="))
+    return torch.from_numpy(np.ascontiguousarray(X))
+
+
 def as_batch(X, dtype) -> tuple[torch.Tensor, bool]:
     if isinstance(X, np.ndarray):
-        X = torch.from_numpy(np.ascontiguousarray(X))
+        X = _numpy_to_torch(X)
     if not isinstance(X, torch.Tensor):
         raise MetricError(f"X must be a torch.Tensor or numpy array, got {type(X).__name__}")
     if X.ndim not in (2, 3):

@@ -11,6 +11,7 @@ from .._memory import check_memory
 from .._validate import check_float
 from ..errors import MetricError
 from . import _context, core, graph, spectral
+from .attention import attention_entropy
 from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
 
@@ -22,7 +23,9 @@ class MetricSpec:
     Attributes
     ----------
     name : registry key.
-    fn : ``fn(ctx) -> (G,)`` on a :class:`~rankcollapse.metrics._context.MetricContext`.
+    fn : ``fn(ctx) -> (G,)`` on a :class:`~rankcollapse.metrics._context.MetricContext`
+        (:data:`METRICS`), or ``fn(A, mask, padding_mask=) -> (B,)`` on attention
+        probabilities (:data:`ATTENTION_METRICS`).
     description : one line, with the formula.
     collapse_value : the value at full token collapse (all tokens equal), if defined.
     uses_mask : True if the attention-mask graph changes the value.
@@ -56,7 +59,17 @@ _SPECS = (
 )
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
-"""All metrics by name, in report order."""
+"""All metrics of token matrices X by name, in report order."""
+
+ATTENTION_METRICS: dict[str, MetricSpec] = {
+    "attention_entropy": MetricSpec(
+        "attention_entropy", attention_entropy,
+        "mean over heads and rows with >= 2 allowed keys of -sum_j A_ij log A_ij / log(#allowed keys); "
+        "1 = uniform, 0 = one-hot", None, True),
+}
+"""Metrics of attention probabilities ``A`` (``(B, H, N, N)``, a softmax output), not of
+tokens: ``fn(A, mask=, padding_mask=)``; :func:`compute_metrics` takes them with
+``attention=A`` (see :func:`~rankcollapse.metrics.attention.attention_entropy`)."""
 
 #: Metrics whose formulas may hold ``(B, N, N)`` pairwise matrices (cosines, the
 #: centred Gram, the graph); the others need O(N d) memory.
@@ -141,14 +154,18 @@ def compute_metrics(
     rank_rtol: float | None = None,
     rank_noise_floor: bool = True,
     max_memory: int | str | None = None,
+    attention=None,
 ) -> dict[str, torch.Tensor]:
     """Compute several metrics at once, sharing one SVD and one Gram matrix per length.
 
     Parameters
     ----------
-    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real.
-    names : metric names (keys of :data:`METRICS`); default :data:`DEFAULT_METRICS`;
-        ``"all"`` for every metric.
+    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real (bool, integer or floating;
+        numpy arrays in either byte order, big-endian ones converted to native order).
+    names : metric names (keys of :data:`METRICS`, or of :data:`ATTENTION_METRICS`
+        with ``attention``); default :data:`DEFAULT_METRICS`; ``"all"`` for every
+        metric of :data:`METRICS` (and of :data:`ATTENTION_METRICS` when ``attention``
+        is given).
     padding_mask : bool ``(N,)`` or ``(B, N)`` (integer 0/1 accepted), True = real
         token. Each sample's metrics are exactly those of its real rows.
     mask : :class:`rankcollapse.masks.Mask` or bool ``(N, N)`` / ``(B, N, N)`` over the
@@ -161,6 +178,9 @@ def compute_metrics(
         compute dtype).
     rank_noise_floor : also count the storage dtype's rounding noise floor
         ``u ||X||_F`` in the rank tolerance (default True; see ``numerical_rank``).
+    attention : the attention probabilities of the layer that produced X, ``(N, N)``,
+        ``(B, N, N)`` or ``(B, H, N, N)``, for the metrics of :data:`ATTENTION_METRICS`
+        (``mask`` gives their allowed keys and ``padding_mask`` their real tokens).
     max_memory : bytes (or ``"8GiB"``) the metrics may allocate; default half the
         physical memory. Checked before any allocation against the estimate of the path
         taken (:func:`metrics_bytes`): cosine averages at large N go through d-dimensional
@@ -174,7 +194,8 @@ def compute_metrics(
     Raises
     ------
     MetricError
-        Unknown metric name; X not 2-D/3-D, empty, non-finite on a real token; a
+        Unknown metric name; X not 2-D/3-D, empty, non-finite on a real token, or
+        a numpy array of a non-numeric dtype (strings, objects); a
         padding mask of the wrong shape or removing every token of a sample; a
         metric undefined on the input (e.g. ``mu_relative`` of the zero matrix);
         ``dtype`` not a floating torch dtype or its name; ``rank_atol``/``rank_rtol``
@@ -187,20 +208,28 @@ def compute_metrics(
     if names is None:
         names = DEFAULT_METRICS
     elif isinstance(names, str):
-        names = tuple(METRICS) if names == "all" else (names,)
+        names = (*METRICS, *(ATTENTION_METRICS if attention is not None else ())) if names == "all" else (names,)
     names = tuple(dict.fromkeys(names))
-    unknown = [n for n in names if n not in METRICS]
+    unknown = [n for n in names if n not in METRICS and n not in ATTENTION_METRICS]
     if unknown:
-        raise MetricError(f"unknown metric(s) {unknown}; available: {', '.join(METRICS)}")
+        raise MetricError(f"unknown metric(s) {unknown}; available: {', '.join((*METRICS, *ATTENTION_METRICS))}")
     if not names:
         raise MetricError("no metric names given")
-    fns = {n: METRICS[n].fn for n in names}
+    of_attention = [n for n in names if n in ATTENTION_METRICS]
+    if of_attention and attention is None:
+        raise MetricError(f"{', '.join(of_attention)}: a metric of attention probabilities, not of tokens; "
+                          "give attention=A, the layer's softmax output (B, H, N, N)")
+    fns = {n: METRICS[n].fn for n in names if n in METRICS}
     rank_atol, rank_rtol = (None if t is None else check_float(t, name, low=0.0, error=MetricError)
                             for t, name in ((rank_atol, "rank_atol"), (rank_rtol, "rank_rtol")))
     tolerance = RankTolerance(rank_atol, rank_rtol, rank_noise_floor)
     dtype = _as_dtype(dtype)
-    check_pairwise_memory(X, names, dtype, max_memory)
-    return evaluate(X, fns, padding_mask=padding_mask, mask=mask, dtype=dtype, tolerance=tolerance)
+    check_pairwise_memory(X, fns, dtype, max_memory)
+    out = evaluate(X, fns, padding_mask=padding_mask, mask=mask, dtype=dtype, tolerance=tolerance) if fns else {}
+    for n in of_attention:
+        value = ATTENTION_METRICS[n].fn(attention, mask, padding_mask=padding_mask)
+        out[n] = value.to(dtype or (next(iter(out.values())).dtype if out else value.dtype))
+    return {n: out[n] for n in names}
 
 
 def _as_dtype(dtype) -> torch.dtype | None:

@@ -2,7 +2,7 @@
 
 See ``docs/models.md``. Public API: :func:`load_model`, :class:`LoadedModel`,
 :class:`Recorder`, :func:`intervene`, :func:`probe`, :func:`embed`,
-:func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`.
+:func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`, :func:`plot_layers`.
 """
 
 from typing import TYPE_CHECKING
@@ -17,6 +17,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
         "PROBE_DEFAULT_METRICS", "TABLE_COLUMNS", "attention_maps", "default_points", "embed",
         "embedding_rank_note", "model_inputs", "position_ids", "probe",
     ),
+    "plot": ("plot_layers",),
     "recorder": ("Recorder", "StopForward", "switch_attention"),
     "temperature": ("d_qk_scale_for", "model_d_qk"),
 })
@@ -29,5 +30,6 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
         PROBE_DEFAULT_METRICS, TABLE_COLUMNS, attention_maps, default_points, embed, embedding_rank_note,
         model_inputs, position_ids, probe,
     )
+    from .plot import plot_layers
     from .recorder import Recorder, StopForward, switch_attention
     from .temperature import d_qk_scale_for, model_d_qk

@@ -19,6 +19,7 @@ import torch
 from .. import assets
 from ..errors import ModelError
 from . import families
+from ._quiet import quiet_loading
 
 
 FAMILIES = (*families.REGISTRY, families.GENERIC.name)
@@ -170,7 +171,9 @@ def load_model(
         _check_local(Path(source), gguf_file)
     if not is_local and local_files_only and not _looks_like_hub_name(source):
         raise ModelError(f"model {source!r} is neither 'minilm', 'smollm2', a local folder nor a hub name")
-    model, tokenizer = _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
+    with quiet_loading():  # no progress bar or warning before the result or the one error line
+        model, tokenizer = _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only,
+                                                  is_local)
     model.to(device)
     model.eval()
     return LoadedModel(model=model, tokenizer=tokenizer, family=detect_family(model), name=str(name_or_path), notes=notes)

@@ -21,6 +21,7 @@ from ..data import Windows
 from ..errors import ConfigError, ModelError
 from .._progress import steps
 from ..metrics import compute_metrics
+from ..metrics.attention import attention_entropy
 from . import families
 from .interventions import intervene, split_drop
 from .loading import as_loaded
@@ -35,14 +36,16 @@ def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     """Keyword arguments for one forward pass of ``loaded.model`` on a batch.
 
     T5 (encoder-decoder) gets the same window as decoder input, shifted right by one
-    token with the model's own ``_shift_right`` (teacher forcing, as in training with
-    ``labels=input_ids``); the decoder's padding mask is shifted the same way.
-    Causal LMs run without a KV cache.
+    token behind the model's ``decoder_start_token_id`` (teacher forcing, as T5's own
+    ``_shift_right`` does in training with ``labels=input_ids``); the decoder's
+    padding mask is shifted the same way. Causal LMs run without a KV cache.
 
     Raises
     ------
     ModelError
-        A generic encoder-decoder (unknown decoder inputs).
+        A generic encoder-decoder (unknown decoder inputs); a T5 whose config and
+        generation config name no ``decoder_start_token_id`` (a model built from a
+        bare config): the decoder input is undefined, and no default is guessed.
     """
     loaded = as_loaded(loaded)
     model = loaded.model
@@ -52,7 +55,9 @@ def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
         if loaded.family != "t5":
             raise ModelError(f"encoder-decoder model {type(model).__name__} is only supported for the t5 family")
         if getattr(model, "decoder", None) is not None:
-            kw["decoder_input_ids"] = model._shift_right(kw["input_ids"])
+            ids = kw["input_ids"]
+            start = torch.full_like(ids[:, :1], decoder_start_id(model))
+            kw["decoder_input_ids"] = torch.cat([start, ids[:, :-1]], dim=1)
             kw["decoder_attention_mask"] = decoder_padding(kw["attention_mask"])
     params = inspect.signature(model.forward).parameters
     rule = families.position_rule(loaded.family, getattr(model.config, "model_type", ""))
@@ -61,6 +66,26 @@ def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     if "use_cache" in params:
         kw["use_cache"] = False
     return kw
+
+
+def decoder_start_id(model: Any) -> int:
+    """The token a T5 decoder starts from: ``config.decoder_start_token_id``, else the
+    generation config's.
+
+    Raises
+    ------
+    ModelError
+        Neither names one (e.g. a ``T5Config`` built without it); the message says how
+        to set it or how to probe the encoder alone.
+    """
+    for source in (model.config, getattr(model, "generation_config", None)):
+        value = getattr(source, "decoder_start_token_id", None) if source is not None else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    raise ModelError(
+        f"{type(model).__name__} has no decoder_start_token_id (in its config or generation config), so its "
+        "decoder input is undefined; set model.config.decoder_start_token_id (T5 checkpoints use the pad "
+        "token, 0), or load the encoder alone (transformers.T5EncoderModel) to probe it")
 
 
 def position_ids(attention_mask: torch.Tensor, rule: str = "count", padding_idx: int | None = None) -> torch.Tensor:
@@ -104,8 +129,14 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8) -> torch.Tensor
     Returns
     -------
     torch.Tensor, shape (B, N, d), the model's dtype, on CPU.
+
+    Raises
+    ------
+    ConfigError
+        Windows longer than the model's positions (:func:`check_positions`).
     """
     loaded = as_loaded(loaded)
+    check_positions(loaded, windows.length)
     name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
     parts = []
     for start in range(0, windows.n_windows, batch_size):
@@ -137,7 +168,7 @@ def check_positions(loaded: Any, length: int) -> None:
                   if isinstance(getattr(config, k, None), int)), None)
     if limit is not None and length > limit:
         raise ConfigError(f"windows of {length} tokens exceed {getattr(loaded, 'name', 'the model')}'s "
-                          f"{limit} positions; use --length <= {limit}")
+                          f"{limit} positions; use windows of at most {limit} tokens (--n-tokens {limit})")
 
 
 def probe(
@@ -171,7 +202,11 @@ def probe(
         (:mod:`rankcollapse.models.temperature`). None keeps ``d_qk_scale``.
     drop : components to remove, e.g. ``("mlp",)``, ``("skip:0-3", "norm")`` or the
         string ``"skip:0-3,norm"`` (see :func:`rankcollapse.models.interventions.intervene`).
-    metrics : metric names from ``rankcollapse.metrics.METRICS``; None =
+    metrics : metric names from ``rankcollapse.metrics.METRICS`` (of the recorded
+        hidden states) or ``"attention_entropy"`` (of every block's self-attention
+        probabilities, recorded in the same forward pass under eager attention, at the
+        point ``{prefix}layer.k.attention``; allowed keys: ``mask`` or the model's own
+        causal/complete pattern, and real tokens); None =
         ``mu, mu_relative, rank_fraction, sigma_min, avg_abs_cos``.
     batch_size : windows per forward pass.
     points : ``"hidden_states"`` (default), ``"all"`` (also block inputs, norms and
@@ -202,15 +237,19 @@ def probe(
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
     check_positions(loaded, windows.length)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
+    attn_names = tuple(n for n in names if n == "attention_entropy")
+    names = tuple(n for n in names if n != "attention_entropy")
     stack_list = families.stacks(loaded.model, loaded.family)
-    point_list = default_points(loaded, points) if isinstance(points, str) else list(points)
+    point_list = (default_points(loaded, points) if isinstance(points, str) else list(points)) if names else []
+    attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attn_names else []
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
     with steps(-(-windows.n_windows // batch_size), "probe: batches", progress) as bar:
         for start in range(0, windows.n_windows, batch_size):
             _probe_batch(loaded, windows, start, batch_size, mask, d_qk_scale, drop, point_list, names,
-                         exclude_special, values)
+                         exclude_special, values, bool(attn_names))
             bar.advance()
-    df = _summarise(values, point_list, names, stack_list, per_window)
+    df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points], stack_list,
+                    per_window)
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
@@ -222,9 +261,10 @@ def probe(
 
 def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mask: Any, d_qk_scale: float,
                  drop: Any, point_list: list[str], names: Sequence[str], exclude_special: bool,
-                 values: dict[tuple[str, str], list[torch.Tensor]]) -> None:
+                 values: dict[tuple[str, str], list[torch.Tensor]], entropy: bool = False) -> None:
     """One forward pass over windows ``start : start + batch_size``; appends each point's
-    metrics ``(batch,)`` to ``values[(point, metric)]``."""
+    metrics ``(batch,)`` to ``values[(point, metric)]`` (with ``entropy``, also every
+    block's ``attention_entropy``)."""
     ids = windows.input_ids[start : start + batch_size]
     am = windows.attention_mask[start : start + batch_size]
     inputs = model_inputs(loaded, ids, am)
@@ -232,13 +272,35 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
     if exclude_special:
         real = real & ~windows.special_tokens_mask[start : start + batch_size]
     with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am):
-        with Recorder(loaded, point_list) as rec:
+        with Recorder(loaded, point_list, attentions=entropy) as rec:
             loaded.model(**inputs)
     for name, X in rec.outputs.items():
         pad = decoder_padding(real) if name.startswith("decoder.") else real
         result = compute_metrics(X, list(names), padding_mask=pad.to(X.device), dtype=torch.float64)
         for metric, v in result.items():
             values.setdefault((name, metric), []).append(v.detach().cpu().double())
+    for name, A in rec.attention_maps.items():
+        decoder = name.startswith("decoder.")
+        pad = decoder_padding(am.bool()) if decoder else am.bool()  # keys: every real token
+        allowed = attention_allowed(loaded, mask, name, windows.length)
+        v = attention_entropy(A, allowed, padding_mask=pad.to(A.device))
+        values.setdefault((name, "attention_entropy"), []).append(v.detach().cpu().double())
+
+
+def attention_allowed(loaded: Any, mask: Any, point: str, n: int) -> torch.Tensor:
+    """Bool ``(n, n)``: the keys each query of the attention at ``point``
+    (``{prefix}layer.k.attention``) may attend to before padding: the replacement
+    ``mask`` (a schedule's layer ``k``), else the model's own pattern (causal for
+    causal families and T5's decoder, complete otherwise)."""
+    from ..masks import dense_mask, is_schedule, parse_schedule
+
+    k = int(point.rsplit(".", 2)[-2])
+    if mask is None:
+        causal = families.family(loaded.family).causal or point.startswith("decoder.")
+        return dense_mask("causal" if causal else "complete", n)
+    if is_schedule(mask):
+        return parse_schedule(mask, n).layer(k).to_dense()
+    return dense_mask(mask, n)
 
 
 @torch.no_grad()
@@ -291,11 +353,12 @@ def _stack_of(name: str, stack_list: list[families.Stack]) -> families.Stack:
     return stack_list[0]
 
 
-def _summarise(values: dict, point_list: list[str], names: Sequence[str], stack_list: list,
+def _summarise(values: dict, point_metrics: list[tuple[str, Sequence[str]]], stack_list: list,
                per_window: bool = False) -> pd.DataFrame:
+    """``point_metrics``: ``(point, metric names)`` in table order."""
     keyed = {
         (families.depth_of(name, _stack_of(name, stack_list)), name, metric): values[(name, metric)]
-        for name in point_list
+        for name, names in point_metrics
         for metric in names
     }
     return summarise(keyed, per_window=per_window)

@@ -26,6 +26,7 @@ from ..dynamics.layers import apply_norm
 from ..masks import parse_mask
 from ..masks.graph import analyze
 from ..metrics import mu_relative
+from ..metrics.attention import row_entropy
 from .cell import block_config, build_weights, make_input, value_log_norm
 from .regime import label_cell, theory_prediction, trajectory_measures
 
@@ -69,9 +70,6 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     X = torch.cat([make_input(first["input"], samples, N, d, s) for s in seed_range] * len(cells))
     WQ, WK, WV, scale = _stack(cells, seed_range, samples, depth)
     B = X.shape[0]
-    k = allowed.sum(-1).to(torch.float64)
-    rows = k > 1
-    logk = torch.log(k[rows])
     mus, ents, states = [mu_relative(X)], [], {0: X}
     X0 = X
     diverged = torch.zeros(B, dtype=torch.bool)
@@ -89,8 +87,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
                 X = apply_norm(cfg.alpha * X + SA if cfg.alpha else SA, cfg.norm, cfg.eps)[0]
             diverged |= ~torch.isfinite(X).all(dim=(-1, -2))  # overflow: simulate() would raise
             X = torch.where(diverged[:, None, None], X0, X)  # keep NaN/Inf out of the other metrics
-            plogp = torch.where(A > 0, A * torch.log(A.clamp_min(1e-300)), torch.zeros((), dtype=A.dtype))
-            ents.append((-plogp.sum(-1)[:, rows] / logk).mean(-1))
+            ents.append(row_entropy(A.unsqueeze(1), allowed))  # one head: (B, 1, N, N) -> (B,)
             eps_min = torch.minimum(eps_min, A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2)))
             mus.append(torch.where(diverged, torch.ones((), dtype=X.dtype), mu_relative(X)))
             if t + 1 in keep:

@@ -29,6 +29,7 @@ from ..dynamics.weights import LayerWeights, generator, haar_orthogonal
 from ..errors import ConfigError
 from ..masks import parse_mask
 from ..masks.graph import analyze
+from ..metrics.attention import row_entropy
 from .regime import trajectory_measures
 
 NEAR_IDENTITY_NOISE = 0.1  # std * sqrt(d) of the noise added to a I (fixed, documented)
@@ -147,15 +148,10 @@ def make_input(kind: str, batch: int, n_tokens: int, d: int, seed: int) -> torch
 
 
 def _entropy_per_layer(attention: list[torch.Tensor], allowed: torch.Tensor) -> np.ndarray:
-    """``(depth, B)`` mean over heads and rows with > 1 allowed key of the row entropy
-    divided by ``log(#allowed keys)``."""
-    A = torch.stack(attention)  # (T, B, H, N, N)
-    plogp = torch.where(A > 0, A * torch.log(A.clamp_min(1e-300)), torch.zeros((), dtype=A.dtype))
-    H = -plogp.sum(-1)  # (T, B, H, N)
-    k = allowed.sum(-1).to(A.dtype)
-    rows = k > 1
-    Hn = H[..., rows] / torch.log(k[rows])
-    return Hn.mean(dim=(-1, -2)).numpy()
+    """``(depth, B)`` attention entropy of every layer (the registry's
+    :func:`~rankcollapse.metrics.attention.row_entropy`: mean over heads and rows with
+    > 1 allowed key of the row entropy divided by ``log(#allowed keys)``)."""
+    return row_entropy(torch.stack(attention), allowed).numpy()  # (T, B, H, N, N) -> (T, B)
 
 
 def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: int = 0) -> dict[str, Any]:

@@ -22,6 +22,11 @@ COLOURS = {"rank_collapse": "#d62728", "entropy_collapse": "#ff7f0e", "stable_ra
            "diverging": "#7f7f7f", "undecided": "#1f77b4"}
 
 
+#: What a heatmap cell's colour and number mean (the legend's title).
+CELL_TEXT = ("colour: regime;  number: log10(μ/‖X‖_F) at the last layer, geometric mean over trajectories "
+             "(-300: at the 1e-300 floor)")
+
+
 def _fmt(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
@@ -70,8 +75,9 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
             ax.set_xlabel(plot[0], fontsize=7)
             ax.set_ylabel(plot[1], fontsize=7)
             ax.set_title(title, fontsize=6)
-        fig.legend(handles=[Patch(color=COLOURS[r], label=r) for r in REGIMES], loc="lower center", ncol=5, fontsize=7)
-        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        fig.legend(handles=[Patch(color=COLOURS[r], label=r) for r in REGIMES], loc="lower center", ncol=5, fontsize=7,
+                   title=CELL_TEXT, title_fontsize=7)
+        fig.tight_layout(rect=(0, 0.12, 1, 1))
         path = out / (f"heatmap_{f:03d}.png" if len(panels) > PANELS_PER_FILE else "heatmap.png")
         save_figure(fig, path, dpi=110)
         files.append(path)

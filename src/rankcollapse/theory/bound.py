@@ -83,7 +83,13 @@ class BoundResult(NotebookResult):
 
 def fit_rate(mu: torch.Tensor, floor: float = 1e-12) -> torch.Tensor:
     """Per-sample ``exp(slope)`` of least-squares ``log μ(t)`` vs ``t`` over layers with
-    ``μ(t) > floor · μ(0)``. ``mu`` ``(T, B)`` → ``(B,)``."""
+    ``μ(t) > floor · μ(0)``. ``mu`` ``(T, B)`` → ``(B,)``.
+
+    Raises ConfigError when ``mu`` is not ``(T, B)`` with ``T >= 2`` (a slope needs two
+    layers) and ``B >= 1``."""
+    if getattr(mu, "ndim", None) != 2 or mu.shape[0] < 2 or mu.shape[1] < 1:
+        raise ConfigError(f"fit_rate needs mu of shape (T, B) with T >= 2 layers and B >= 1, "
+                          f"got {tuple(getattr(mu, 'shape', ())) or type(mu).__name__}")
     T = mu.shape[0]
     t = torch.arange(T, dtype=torch.float64).unsqueeze(1).expand_as(mu)
     keep = (mu > floor * mu[:1]) & (mu > 1e-280)

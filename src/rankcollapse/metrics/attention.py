@@ -1,0 +1,118 @@
+"""Metrics of attention probabilities (not of tokens): the normalised row entropy.
+
+Its input is the softmax output of a self-attention layer, ``A`` ``(N, N)``,
+``(B, N, N)`` (one head) or ``(B, H, N, N)``, whose row ``i`` is a probability
+distribution over the keys token ``i`` may attend to (``M[i, j] = True``). The value
+tells how spread attention is: 1 when every row is uniform over its allowed keys, 0
+when every row puts all its mass on one key ("entropy collapse", Zhai et al. 2023,
+"Stabilizing Transformer Training by Preventing Attention Entropy Collapse", ICML).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..errors import MetricError
+from ..masks.adapt import dense_mask
+
+
+def attention_entropy(A, mask=None, *, padding_mask=None) -> torch.Tensor:
+    """Mean normalised Shannon entropy of the attention rows.
+
+    ``H_i = -sum_j A_ij log A_ij`` (``0 log 0 = 0``) divided by ``log k_i``, where
+    ``k_i`` is the number of keys row ``i`` may attend to, averaged over heads and over
+    the rows with ``k_i >= 2`` (a row with one key has no choice: it is left out).
+
+    Parameters
+    ----------
+    A : tensor or array ``(N, N)``, ``(B, N, N)`` (one head) or ``(B, H, N, N)``, real,
+        entries in ``[0, 1]``; row ``i`` sums to 1 over its allowed keys (a softmax
+        output; computed in float64).
+    mask : the allowed keys, any mask form (spec string, :class:`~rankcollapse.masks.Mask`,
+        bool ``(N, N)`` or ``(B, N, N)``); default the complete graph.
+    padding_mask : bool ``(N,)`` or ``(B, N)``, True = real token: padded queries are
+        left out and padded keys are not allowed.
+
+    Returns
+    -------
+    torch.Tensor
+        float64, 0-d for ``(N, N)`` input, ``(B,)`` otherwise, in ``[0, 1]``.
+
+    Raises
+    ------
+    MetricError
+        ``A`` not 2-D to 4-D or not square in its last two dimensions, empty, not
+        finite, negative, mass on a key that is not allowed, a counted row that does not
+        sum to 1 (tolerance ``sqrt(eps)`` of A's dtype), no row with two allowed keys;
+        a mask or padding mask of the wrong shape.
+    """
+    A, batched, eps = _as_heads(A)
+    B, _, N, _ = A.shape
+    allowed, real = _allowed(mask, padding_mask, B, N, A.device)  # (B or 1, N, N), (B or 1, N)
+    outside = (A.masked_fill(allowed.unsqueeze(1), 0.0) != 0).any(-1)  # (B, H, N): mass off the allowed keys
+    if bool((outside & real.unsqueeze(1)).any()):  # padded queries' rows are not read
+        raise MetricError("attention puts mass on keys the mask does not allow")
+    counted = (allowed.sum(-1) >= 2).expand(B, N)
+    if not bool(counted.any(-1).all()):
+        empty = torch.nonzero(~counted.any(-1)).flatten()[:10].tolist()
+        where = f"samples {empty}" if batched else "the input"
+        raise MetricError(f"no attention row of {where} has two or more allowed keys: entropy is undefined")
+    tol = math.sqrt(eps) if eps else 1e-6
+    if bool(((A.sum(-1) - 1).abs() > tol)[counted.unsqueeze(1).expand(A.shape[:3])].any()):
+        raise MetricError(f"attention rows must sum to 1 over their allowed keys (|sum - 1| <= {tol:.1e})")
+    value = row_entropy(A, allowed)
+    return value if batched else value[0]
+
+
+def row_entropy(A: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """The computation of :func:`attention_entropy` without input checks, for callers
+    whose ``A`` comes from a masked softmax: ``A`` ``(..., H, N, N)``, ``allowed`` bool
+    broadcastable to ``(..., N, N)``; returns ``(...)`` in A's dtype (NaN rows of a
+    diverged run stay NaN; a sample without a counted row gives NaN)."""
+    plogp = torch.where(A > 0, A * torch.log(A.clamp_min(torch.finfo(A.dtype).tiny)), torch.zeros((), dtype=A.dtype))
+    H = -plogp.sum(-1)  # (..., H, N)
+    k = allowed.sum(-1).to(A.dtype).unsqueeze(-2)  # (..., 1, N)
+    w = (k >= 2).to(A.dtype).expand_as(H)
+    Hn = H / torch.log(k.clamp_min(2))
+    return (Hn * w).sum(dim=(-1, -2)) / w.sum(dim=(-1, -2))
+
+
+def _as_heads(A) -> tuple[torch.Tensor, bool, float]:
+    """``(A as float64 (B, H, N, N), batched, eps of A's own dtype)``."""
+    import numpy as np
+
+    if isinstance(A, np.ndarray):
+        if A.dtype.kind not in "biuf":
+            raise MetricError(f"attention must hold real numbers, got numpy dtype {A.dtype}")
+        A = torch.from_numpy(np.ascontiguousarray(A.astype(A.dtype.newbyteorder("="))))
+    if not isinstance(A, torch.Tensor):
+        raise MetricError(f"attention must be a torch.Tensor or numpy array, got {type(A).__name__}")
+    if A.ndim not in (2, 3, 4) or A.shape[-1] != A.shape[-2]:
+        raise MetricError(f"attention must have shape (N, N), (B, N, N) or (B, H, N, N), got {tuple(A.shape)}")
+    if A.numel() == 0 or A.is_complex():
+        raise MetricError(f"attention must be real and non-empty, got shape {tuple(A.shape)}, dtype {A.dtype}")
+    eps = torch.finfo(A.dtype).eps if A.dtype.is_floating_point else 0.0
+    A = A.detach().to(torch.float64)
+    if not bool(torch.isfinite(A).all()) or bool((A < 0).any()) or bool((A > 1).any()):
+        raise MetricError("attention probabilities must be finite and in [0, 1]")
+    heads = A if A.ndim == 4 else A.unsqueeze(1) if A.ndim == 3 else A[None, None]
+    return heads, A.ndim >= 3, eps
+
+
+def _allowed(mask, padding_mask, B: int, N: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(allowed, real)``: allowed keys ``(B or 1, N, N)`` (the mask, default complete,
+    and with padding real queries and keys only) and real queries ``(B or 1, N)``."""
+    M = (torch.ones(1, N, N, dtype=torch.bool) if mask is None
+         else dense_mask(mask, N, batch=B, require_keys=False, error=MetricError))
+    M = (M if M.ndim == 3 else M.unsqueeze(0)).to(device)
+    if padding_mask is None:
+        return M, torch.ones(1, N, dtype=torch.bool, device=device)
+    pm = torch.as_tensor(padding_mask).to(device)
+    if pm.dtype != torch.bool:
+        pm = pm != 0
+    pm = pm if pm.ndim == 2 else pm.unsqueeze(0)
+    if pm.shape[-1] != N or pm.shape[0] not in (1, B) or pm.ndim != 2:
+        raise MetricError(f"padding_mask must have shape ({N},) or ({B}, {N}), got {tuple(pm.shape)}")
+    return M & pm.unsqueeze(-1) & pm.unsqueeze(-2), pm

@@ -1,0 +1,33 @@
+"""Bad arguments to the experiment API end in a typed error (a RankCollapseError
+subclass naming the argument), never a bare ValueError or FileNotFoundError."""
+
+import pytest
+
+from rankcollapse.errors import ConfigError
+from rankcollapse.experiments import runner
+
+
+@pytest.mark.parametrize("kw, text", [
+    (dict(seed=0, overrides={"depth": "abc"}), "--depth must be an integer"),
+    (dict(seed=0, overrides={"depth": 0}), "--depth must be an integer >= 1"),
+    (dict(seed=0, overrides={"n_windows": 2.5}), "--samples must be an integer"),
+    (dict(seed="x"), "--seed must be an integer"),
+    (dict(seed=-1), "--seed must be an integer >= 0"),
+])
+def test_plan_refuses_bad_overrides_and_seeds(kw, text):
+    with pytest.raises(ConfigError, match=text):
+        runner.plan("main", "smoke", **kw)
+
+
+def test_plan_accepts_integer_overrides():
+    _, units, _ = runner.plan("main", "smoke", 0, overrides={"depth": 3, "n_windows": 2})
+    sims = [u for u in units if u.kind == "simulate"]
+    assert sims and all(u.params["n_windows"] == 2 for u in sims)
+
+
+def test_recheck_of_a_missing_or_unfinished_folder(tmp_path):
+    with pytest.raises(ConfigError, match="no config.json"):
+        runner.recheck(tmp_path / "absent")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="no claims.json"):
+        runner.recheck(tmp_path)

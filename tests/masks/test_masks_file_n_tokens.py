@@ -1,0 +1,71 @@
+"""A ``.npy`` mask file fixes N: ``mask describe/show file:M.npy`` need no ``--n-tokens``,
+and ``spec_n_tokens`` reads N from the file's header."""
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from rankcollapse.cli import run
+from rankcollapse.errors import MaskError
+from rankcollapse.masks import analyze, parse_mask, spec_n_tokens
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    np.save("causal12.npy", np.tril(np.ones((12, 12), dtype=bool)))
+    np.save("full8.npy", np.ones((8, 8), dtype=bool))
+    np.save("wide.npy", np.ones((3, 4), dtype=bool))
+    (tmp_path / "edges.txt").write_text("0 0\n1 0\n1 1\n")
+    return tmp_path
+
+
+def _cli(*argv):
+    import sys
+
+    with CliRunner().isolation() as streams:
+        code = run(list(argv))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return code, streams[0].getvalue().decode(), streams[1].getvalue().decode()
+
+
+def test_spec_n_tokens_reads_npy_files_only(files):
+    assert spec_n_tokens("file:causal12.npy") == 12
+    assert spec_n_tokens("file:causal12.npy&sliding_window:w=3") == 12
+    assert spec_n_tokens("(causal|file:full8.npy)&block:size=4") == 8
+    assert spec_n_tokens("causal") is None
+    assert spec_n_tokens("file:edges.txt") is None  # an edge list holds for any N >= its largest index
+    with pytest.raises(MaskError, match="different sizes"):
+        spec_n_tokens("file:causal12.npy&file:full8.npy")
+    with pytest.raises(MaskError, match="square"):
+        spec_n_tokens("file:wide.npy")
+    with pytest.raises(MaskError, match="does not exist"):
+        spec_n_tokens("file:absent.npy")
+
+
+def test_describe_a_npy_mask_without_n_tokens(files):
+    import json
+
+    code, out, err = _cli("mask", "describe", "file:causal12.npy", "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    want = analyze(parse_mask("causal", 12)).to_dict()
+    assert d["n_tokens"] == 12 and d["radius"] == want["radius"] == 1 and d["n_edges"] == want["n_edges"] == 78
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["mask", "describe", "causal"], "--n-tokens is needed for 'causal'"),
+    (["mask", "describe", "file:edges.txt"], "--n-tokens is needed"),
+    (["mask", "describe", "file:causal12.npy", "--n-tokens", "5"], "has N=12 tokens, but n=5"),
+    (["mask", "show", "file:wide.npy", "--out", "m"], "square"),
+])
+def test_n_tokens_errors_are_one_line(files, argv, message):
+    code, out, err = _cli(*argv)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and message in lines[0], err
+
+
+def test_show_draws_a_npy_mask_without_n_tokens(files):
+    code, _, err = _cli("mask", "show", "file:full8.npy", "--out", "m")
+    assert code == 0 and (files / "m" / "mask.png").is_file(), err
