@@ -34,6 +34,8 @@ CACHE_VERSION = {"simulate": 3, "probe": 3, "pretrained_sa": 3, "theory": 3}
 #: read at twice the depth from the same trajectories (weights are drawn per layer from
 #: the seed, so the first D layers of a 2 D run are those of a D run).
 DEPTH_CHECK = 2
+#: Windows of a control unit at any scale (docs/reproduce.md, "Controls").
+CONTROL_WINDOWS = 16
 
 
 @dataclass(frozen=True)
@@ -163,8 +165,10 @@ def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[s
     out: dict[str, Any] = {}
     if kind in ("simulate", "pretrained_sa", "probe"):
         per_model = sc.get("windows_per_model", {})
-        n = per_model.get(params.get("model", ""), sc.get("n_windows", 16))
-        out["n_windows"] = int(overrides.get("n_windows") or n)
+        n = int(overrides.get("n_windows") or per_model.get(params.get("model", ""), sc.get("n_windows", 16)))
+        # a control unit (role: control) shows an effect that is certainly there or certainly
+        # absent: a few windows do, at every scale
+        out["n_windows"] = min(n, CONTROL_WINDOWS) if params.get("role") == "control" else n
     if kind == "simulate":
         out["depth"] = DEPTH_CHECK * int(overrides.get("depth") or params.get("depth") or sc["depth"])
     if kind == "theory":
