@@ -270,11 +270,11 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
 
 
 def _finite_depth(q: dict[str, Any], sel: dict[str, Any], layers: np.ndarray, ctx: EvalContext, simulated: bool) -> str:
-    """A rate fitted under a causal mask is a finite-depth reading: every causal averaging
-    matrix (lower triangular, row-stochastic) has the eigenvalues of its diagonal, among
-    them 1/2 (token 1 averages two keys), so uniform causal averaging removes the
-    non-uniform part at a rate that tends to 1/2 only after the other modes die out and
-    the fitted slope depends on the layers fitted (docs/theory.md §6.3)."""
+    """A rate fitted under a causal mask is a finite-depth reading: a causal averaging
+    matrix is lower triangular and row-stochastic, so its eigenvalues are its diagonal
+    1, 1/2, 1/3, ... (token i averages i + 1 keys; a causal window caps the count at w)
+    and the second is 1/2 whatever N; the matrix is far from normal, so the slope fitted
+    over layers 1..D follows transients and depends on D, not on that eigenvalue alone."""
     spec = str(sel.get("mask_spec", ""))
     if not spec.startswith("causal"):
         return ""
