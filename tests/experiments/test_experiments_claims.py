@@ -77,15 +77,61 @@ def test_selection_of_two_conditions_is_an_error_naming_both():
     assert C.quantity(t, {**q, "select": {"variant": "pure", "mask_spec": "sliding_window:w=3"}}).point == pytest.approx(0.5)
 
 
-def test_values_at_the_dtype_floor_are_collapsed_and_equal():
-    t = pd.concat([_curve("complete", "pure", [1.0, 1.6e-9], dtype="float32"),
-                   _curve("complete", "sphere", [1.0, 2.2e-8], dtype="float32")], ignore_index=True)
+def test_two_values_at_their_floor_are_undecidable_never_equal():
+    # float32 rows (a probe's forward): both values under eps32 -> no ratio, not a forced 1
+    t = pd.concat([_curve("complete", "pure", [1.0, 1e-3, 1.6e-9], dtype="float32"),
+                   _curve("complete", "sphere", [1.0, 2e-3, 2.2e-8], dtype="float32")], ignore_index=True)
     check = {"lhs": _q("sphere"), "op": ">=", "factor": 10, "rhs": _q("pure")}
     res = C.evaluate_check(t, check)
-    assert res["collapsed"] == [True, True] and res["value"] == 1.0 and res["outcome"] == "fails"
-    t64 = t.assign(dtype="float64")  # in float64 both values are far above the floor: a real 13.75x
-    assert C.evaluate_check(t64, check)["value"] == pytest.approx(2.2e-8 / 1.6e-9)
+    assert res["collapsed"] == [True, True] and res["bound"] == "undecidable"
+    assert res["outcome"] == "undecidable" and res["decidable_to_layer"] == 1  # both above eps32 at layer 1
+    assert C.verdict_from([res["outcome"]]) == C.UNDECIDABLE
+    assert C.verdict_from([res["outcome"], "fails"]) == "mixed"
+    t64 = t.assign(dtype="float64")  # float64 trajectories resolve both: a real 13.75x
+    res64 = C.evaluate_check(t64, check)
+    assert res64["value"] == pytest.approx(2.2e-8 / 1.6e-9) and res64["bound"] is None and res64["outcome"] == "holds"
     assert floor_of("float32") == pytest.approx(1.1920929e-07) and floor_of("") == 0.0
+
+
+def test_one_side_at_its_floor_gives_a_bound():
+    # causal 2.8e-9 against complete 1e-17 (below float64's eps 2.2e-16): the ratio is at
+    # least 2.8e-9 / 2.2e-16 = 1.26e7, a lower bound that clears >= 2 but cannot fail it
+    t = pd.concat([_curve("causal", "sphere", [1.0, 2.8e-9]), _curve("complete", "sphere", [1.0, 1e-17])],
+                  ignore_index=True)
+    up = {"lhs": _q("sphere", mask="causal"), "op": ">=", "factor": 2, "rhs": _q("sphere", mask="complete")}
+    res = C.evaluate_check(t, up)
+    eps = np.finfo(np.float64).eps
+    assert res["bound"] == "lower" and res["value"] == pytest.approx(2.8e-9 / eps) and res["outcome"] == "holds"
+    assert res["floors"] == [eps, eps] and res["dtypes"] == ["float64", "float64"]
+    # the same bound against a threshold above it: undecided, never "fails"
+    assert C.evaluate_check(t, {**up, "factor": 1e9})["outcome"] == "undecided"
+    # the floored side on the left: an upper bound, which can break >= but not clear it
+    down = {"lhs": _q("sphere", mask="complete"), "op": ">=", "factor": 2, "rhs": _q("sphere", mask="causal")}
+    res = C.evaluate_check(t, down)
+    assert res["bound"] == "upper" and res["outcome"] == "fails"
+    assert C.evaluate_check(t, {**down, "factor": 1e-9})["outcome"] == "undecided"
+    assert C.fmt_measured(1.26e7, [1.2e7, 1.3e7], "lower").startswith("≥ 1.2e+07 (bound")
+    assert C.fmt_measured(None, None, "undecidable", 9) == "undecidable at this depth (decidable to layer 9)"
+
+
+def test_depth_check_does_not_flip_on_an_undecidable_deep_reading():
+    # both sides reach float64's floor between D = 2 and 2 D: 2 D cannot decide, D stands
+    t = pd.concat([_curve("complete", "sphere", [1.0, 0.5, 0.3, 1e-17, 1e-18], depth=4),
+                   _curve("complete", "pure", [1.0, 0.5, 0.02, 1e-17, 1e-19], depth=4)], ignore_index=True)
+    claim = {"id": "U", "effect": "e", "rule": {"checks": [{"lhs": _q("sphere"), "op": ">=", "factor": 10, "rhs": _q("pure")}]}}
+    res = C.evaluate_claim(t, claim, depth=2)
+    assert res["verdict"] == "reproduced"
+    assert res["depth_check"]["verdict"] == C.UNDECIDABLE and res["depth_check"]["decidable_to_layer"] == 2
+
+
+def test_rates_under_causal_masks_are_marked_finite_depth():
+    t = _curve("causal", "pure", 0.5 * 0.9 ** np.arange(6))
+    res = C.evaluate_check(t, {"lhs": {"stat": "rate", "metric": "mu_relative", "select": {"mask_spec": "causal"}},
+                               "op": "<", "rhs": {"const": 1.0}})
+    assert "finite-depth reading" in res["finite_depth"] and "1..5" in res["finite_depth"]
+    t2 = _curve("complete", "pure", 0.5 * 0.9 ** np.arange(6))
+    assert "finite_depth" not in C.evaluate_check(
+        t2, {"lhs": {"stat": "rate", "metric": "mu_relative", "select": {"mask_spec": "complete"}}, "op": "<"})
 
 
 def test_depth_check_flags_a_verdict_that_flips():
@@ -193,17 +239,26 @@ def test_min_from_layer_and_final_norm_left_out():
     assert C.quantity(t, {**q, "select": {"model": "m", "point": "final_norm"}}).point == 0.2
 
 
-def test_c02_and_c11_read_one_comparison():
-    fig2 = {c["id"]: c for c in load_config("fig2")["claims"]}
-    c02, c11 = (C.expand_checks(fig2[k]["rule"]["checks"]) for k in ("C02", "C11"))
-    scored = [c for c in c02 if not c.get("informational")]
-    assert [(c["lhs"], c["rhs"], c["factor"], c["op"]) for c in c11 if not c.get("informational")] == [
-        (c["lhs"], c["rhs"], c["factor"], c["op"]) for c in scored]
-    # the asymptotic reading of each side (rate vs 1, vs the Theorem-1 envelope) is shared too
-    rates = lambda checks: [(c["name"], c["lhs"], c.get("rhs")) for c in checks if "rate" in c["name"]  # noqa: E731
-                            and ("< 1" in c["name"] or "envelope" in c["name"])]
-    assert rates(c11) == rates(c02) and len(rates(c02)) == 12
-    assert fig2["C11"]["rule"]["expect"] == "mixed" and fig2["C02"]["rule"].get("expect", "all") == "all"
+def test_c02_decides_at_matched_logit_scale_and_c11_compares_value_matrices():
+    claims = {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
+    scored = lambda cid: [c for c in C.expand_checks(claims[cid]["rule"]["checks"]) if not c.get("informational")]  # noqa: E731
+    # C02: the statement (rate of mu_rel at or above 1 - delta), for real LN and radius sqrt(d)
+    # only: never the unit sphere, whose logits are ~98x smaller than pure SA's
+    c02 = scored("C02")
+    assert len(c02) == 8 and all(c["lhs"]["stat"] == "rate" and c["rhs"] == {"const": 1.0} for c in c02)
+    assert {(c["lhs"]["select"]["variant"], c["lhs"]["select"]["radius"]) for c in c02} == {
+        ("layernorm", 1.0), ("sphere", 19.595917942265423)}
+    # C11: one difference of rates between W_V families, counted beyond a stated margin,
+    # and no longer C02's number
+    c11 = scored("C11")
+    assert all(c["compare"] == "difference" and c["op"] == ">" and c["factor"] > 0 for c in c11)
+    assert {c["lhs"]["select"]["variant"] for c in c11} == {"ln_example_basin"}
+    assert {c["rhs"]["select"]["value"] for c in c11} == {"orthogonal"}
+    assert claims["C11"]["rule"].get("expect", "all") == "all"
+    # C09 decides at the logit scale of real LayerNorm too; the unit sphere is a reference
+    assert all(c["lhs"]["select"].get("radius", 19.595917942265423) != 1.0 for c in scored("C09"))
+    for cid in ("C02", "C09", "C11"):
+        assert claims[cid]["original"]["earlier"], cid  # the amendment before this one is kept
 
 
 def test_decisive_check_is_the_nearest_to_its_threshold():

@@ -32,11 +32,12 @@ def test_effective_override_leaves_meaningless_keys_out(params, override, expect
 
 def test_norm_setting_changes_only_the_ln_side(fake, tmp_path):
     cfgs, units, data = runner.plan("fig2", "smoke", 0)
-    claim = next(c for c in load_config("fig2")["claims"] if c["id"] == "C02")
-    label, _, changed, reused = next(x for x in runner.nearby_units(cfgs[0], claim, units) if x[0] == "norm=layernorm")
-    assert {u.params["variant"] for u in changed} == {"sphere"} and len(changed) == 4
-    assert all(u.params["norm"] == "layernorm" and u.params["setting"] == label for u in changed)
-    assert {u.params["variant"] for u in reused} == {"pure"} and len(reused) == 4
+    claim = next(c for c in load_config("fig2")["claims"] if c["id"] == "C05")
+    label, _, changed, reused = next(x for x in runner.nearby_units(cfgs[0], claim, units) if x[0] == "norm=rmsnorm")
+    # control units (role: control, e.g. post_ln with W_V = 0) are not nearby bases
+    assert {u.params["variant"] for u in changed} == {"post_ln"} and len(changed) == 4
+    assert all(u.params["norm"] == "rmsnorm" and u.params["setting"] == label for u in changed)
+    assert {u.params["variant"] for u in reused} == {"skip"} and len(reused) == 4
 
     table, _ = runner.compute_units(units, runner.RunContext(data, "cpu"), tmp_path, progress=False)
     records = runner.evaluate_claims(cfgs, table, "smoke")
@@ -44,18 +45,17 @@ def test_norm_setting_changes_only_the_ln_side(fake, tmp_path):
                                 progress=False, default=table)
     # every nearby unit once: one row per (unit, seed, layer, metric), claims listed
     assert not near.duplicated(["unit", "seed", "layer", "metric", "point"]).any()
-    assert set(near.loc[near.setting == "norm=layernorm", "claims"]) == {"C02,C11"}
+    assert set(near.loc[near.setting == "norm=rmsnorm", "claims"]) == {"C05"}
     # nearby settings run for every decided claim, whatever its verdict
-    assert {c["id"] for c in records if c["nearby"]} >= {"C01", "C02", "C04", "C05", "C11"}
-    assert len(near[(near.setting == "norm=layernorm") & (near.metric == "mu")]) == 4 * 33  # depth 2 x 16
-    assert set(near.loc[near.setting == "norm=layernorm", "variant"]) == {"sphere"}
-    # the pure side of the norm setting reads the default pure rows: same numbers
-    c02 = next(r for r in records if r["id"] == "C02")
-    fresh = next(r for r in runner.evaluate_claims(cfgs, table, "smoke") if r["id"] == "C02")
-    default_rhs = [c["rhs"]["mean"] for c in fresh["checks"] if not c["informational"]]
-    norm_rhs = [c["rhs"]["mean"] for c in next(n for n in c02["nearby"] if n["setting"] == "norm=layernorm")["checks"]
-                if not c["informational"]]
-    assert norm_rhs == pytest.approx(default_rhs)
+    assert {c["id"] for c in records if c["nearby"]} >= {"C01", "C02", "C04", "C05"}
+    assert len(near[(near.setting == "norm=rmsnorm") & (near.metric == "mu")]) == 4 * 33  # depth 2 x 16
+    assert set(near.loc[near.setting == "norm=rmsnorm", "variant"]) == {"post_ln"}
+    # the skip side of the norm setting reads the default skip rows: same numbers
+    c05 = next(r for r in records if r["id"] == "C05")
+    fresh = next(r for r in runner.evaluate_claims(cfgs, table, "smoke") if r["id"] == "C05")
+    growth = lambda checks: [c["lhs"]["mean"] for c in checks if c["check"].startswith("skip grows")]  # noqa: E731
+    assert growth(next(n for n in c05["nearby"] if n["setting"] == "norm=rmsnorm")["checks"]) == pytest.approx(
+        growth(fresh["checks"]))
 
 
 def test_excluded_model_is_named_plainly(fake, monkeypatch, tmp_path):

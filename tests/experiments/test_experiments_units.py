@@ -38,3 +38,20 @@ def test_shared_weights_match_simulate_own_draw(variant, value, init_scale):
             assert (mine == ref.metrics[name].mean(dim=1).numpy()).all()  # bit-identical
     other = run_simulate(Unit("simulate", {**params, "seed": 8}, "t"), ctx)
     assert not pd.Series(other["mean"].to_numpy()).equals(pd.Series(got["mean"].to_numpy()))
+
+
+def test_row_dtype_is_the_compute_dtype_not_the_input_storage():
+    """Float32 embeddings enter a float64 trajectory exactly; every layer after is a
+    float64 computation, so its rows carry float64 (floor 2.2e-16), not float32."""
+    ctx = TinyContext()
+    params = {"model": "m", "mask": "complete", "variant": "pure", "value": "gaussian", "init_scale": 1.0, "d_qk": 1.0,
+              "depth": 3, "n_windows": 3, "seed": 0, "dtype": "float64", "metrics": ["mu_relative"]}
+    ctx.X0 = ctx.X0.float()  # stored as float32, as model embeddings are
+    df = run_simulate(Unit("simulate", params, "t"), ctx)
+    assert set(df["dtype"]) == {"float64"}
+    assert set(run_simulate(Unit("simulate", {**params, "dtype": "float32"}, "t"), ctx)["dtype"]) == {"float32"}
+    from rankcollapse.experiments.units import compute_dtype
+
+    assert compute_dtype(Unit("probe", {"model": "m"}, "t")) == "float32"
+    assert compute_dtype(Unit("pretrained_sa", {"model": "m"}, "t")) == "float64"
+    assert compute_dtype(Unit("theory", {"check": "basin"}, "t")) == "float64"

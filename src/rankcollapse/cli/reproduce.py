@@ -131,9 +131,10 @@ def print_summary(result) -> None:
 
     table = Table(title=f"rankcollapse {', '.join(result.config['experiments'])} "
                         f"({result.config['scale']}, hash {result.config['config_hash']}, {result.seconds:.0f} s)")
-    from ..experiments.report import number
+    from ..experiments.report import controls_text, number
 
-    for col in ("id", "effect", "paper", "verdict", "decisive [95% interval]", "checks", "nearby settings"):
+    for col in ("id", "effect", "paper", "verdict", "decisive [95% interval]", "checks", "controls (+/−)",
+                "nearby settings"):
         table.add_column(col, overflow="fold")
     colours = {"reproduced": "green", "not reproduced": "red", "mixed": "yellow", "mixed (depth-sensitive)": "yellow"}
     for c in result.claims:
@@ -141,6 +142,7 @@ def print_summary(result) -> None:
         held = f"{sum(k['outcome'] == 'holds' for k in scored)}/{len(scored)} hold"
         near = "; ".join(f"{n['setting']}: {n['verdict']}" for n in c.get("nearby", [])) or "-"
         table.add_row(c["id"], c["effect"], c.get("paper_effect", ""),
-                      f"[{colours.get(c['verdict'], 'white')}]{c['verdict']}[/]", number(c), held, near)
+                      f"[{colours.get(c['verdict'], 'white')}]{c['verdict']}[/]", number(c), held, controls_text(c),
+                      near)
     print_table(table)
     typer.echo(f"report: {result.out / 'report.html'}   table: {result.out / 'table.parquet'}   claims: {result.out / 'claims.json'}")

@@ -23,13 +23,21 @@ decisive statistic T is ``lhs / rhs`` (``compare: ratio``, the default), ``lhs -
 T over bootstrap replicates that resample windows and seeds (paired across the two
 sides). For ``>=`` / ``>``: *holds* when the whole interval clears τ, *fails* when it lies
 wholly below, *undecided* otherwise (``<=`` / ``<`` mirrored; ``within``: the interval
-inside ``[1/τ, τ]`` holds, wholly outside it fails). Two collapsed sides (a
-relative metric at or below the epsilon of its dtype) compare equal: T = 1 (ratio) or 0.
+inside ``[1/τ, τ]`` holds, wholly outside it fails).
+
+Floors (:mod:`.quantities`). A relative metric at or below the epsilon of the dtype of
+the computation that produced it is at its floor and only bounds the truth. A check with
+one side at its floor reads a *bound* (``bound: lower`` for ``x / floor``: the true ratio
+is at least T): it can hold (a lower bound clearing ``>=``) or fail (a lower bound beyond
+``<=``) but never the other way, which leaves it undecided. Both sides at their floors:
+``undecidable``, with the deepest layer at which both sides were above their floors
+(``decidable_to_layer``); a rule whose checks all hold but for undecidable ones reads
+``undecidable at this depth``. Two values at a floor are never equal by fiat.
 
 ``for_each: {key: [v1, v2]}`` stands for one copy per value, every ``"{key}"`` string in
 its selects replaced. ``informational: true``: measured and reported, not in the verdict.
 ``expect: all`` (default): all checks hold -> reproduced; all fail -> not reproduced;
-anything else -> mixed. ``expect: mixed`` (a paper effect that is itself mixed): at least
+anything else -> mixed (``undecidable at this depth`` as above). ``expect: mixed`` (a paper effect that is itself mixed): at least
 one check holds and one fails -> reproduced; all hold or all fail -> not reproduced;
 otherwise mixed. Missing rows give ``not run``, naming the missing inputs.
 """
@@ -43,10 +51,11 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from .quantities import AmbiguousSelection, EvalContext, MissingData, Value, evaluate  # noqa: F401
+from .quantities import AmbiguousSelection, EvalContext, MissingData, Value, combine_bounds, evaluate  # noqa: F401
 
-VERDICTS = ("reproduced", "not reproduced", "mixed", "mixed (depth-sensitive)", "not run")
-OUTCOMES = ("holds", "fails", "undecided")
+UNDECIDABLE = "undecidable at this depth"
+VERDICTS = ("reproduced", "not reproduced", "mixed", "mixed (depth-sensitive)", UNDECIDABLE, "not run")
+OUTCOMES = ("holds", "fails", "undecided", "undecidable")
 _OPS = (">=", "<=", ">", "<", "within")
 
 
@@ -64,8 +73,18 @@ def _interval(reps: np.ndarray) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def _outcome(op: str, lo: float, hi: float, tau: float) -> str:
-    if not (math.isfinite(lo) and math.isfinite(hi)):
+def _outcome(op: str, lo: float, hi: float, tau: float, bound: str | None = None) -> str:
+    """``holds`` / ``fails`` / ``undecided`` of the interval ``[lo, hi]`` against ``tau``.
+    A ``lower`` bound (the truth is at least the statistic) can only move up: its
+    ``hi`` is unbounded, so it can clear ``>=`` or break ``<=`` but no more; an ``upper``
+    bound mirrors it; ``undecidable`` decides nothing."""
+    if bound == "undecidable":
+        return "undecidable"
+    if bound == "lower":
+        hi = math.inf
+    elif bound == "upper":
+        lo = -math.inf if op != "within" else 0.0
+    if math.isnan(lo) or math.isnan(hi):
         return "undecided"
     if op == "within":  # within a factor tau either way: [1/tau, tau]
         return "holds" if lo >= 1 / tau and hi <= tau else "fails" if hi < 1 / tau or lo > tau else "undecided"
@@ -98,29 +117,43 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
         else:
             stat, reps, tau, kind = lhs.point / rhs.point, lhs.reps / rhs.reps, factor, "ratio"
             per = _paired(lhs, rhs, np.divide)
-    both_collapsed = lhs.collapsed and rhs.collapsed and "const" not in rhs_q
-    if both_collapsed:  # two values at the numerical floor are equal, whatever their rounding
-        stat = 1.0 if kind == "ratio" else 0.0
-        reps = np.full_like(reps, stat)
-        per = {s: stat for s in per}
+    bound = lhs.bound if "const" in rhs_q else combine_bounds(lhs.bound, rhs.bound)
     lo, hi = _interval(reps)
-    return {
+    out = {
         "check": check.get("name", ""),
         "text": f"{_qtext(check['lhs'])} {op} {factor:g} x {_qtext(rhs_q)}",
         "statistic": kind,
         "value": float(stat),
         "interval": [lo, hi],
+        "bound": bound,
         "threshold": float(tau),
         "op": op,
         "factor": factor,
         "lhs": _stats(lhs),
         "rhs": _stats(rhs),
         "collapsed": [lhs.collapsed, rhs.collapsed],
+        "floors": [lhs.floor, rhs.floor],
+        "dtypes": [lhs.dtype, rhs.dtype],
         "per_seed": {int(s): float(v) for s, v in per.items()},
         "n_windows": max(lhs.n_windows, rhs.n_windows),
         "n_seeds": max(lhs.n_seeds, rhs.n_seeds),
-        "outcome": _outcome(op, lo, hi, tau),
+        "outcome": _outcome(op, lo, hi, tau, bound),
     }
+    if bound == "undecidable":
+        out["decidable_to_layer"] = _decidable_to(lhs, rhs)
+    notes = "; ".join(dict.fromkeys(x for x in (lhs.finite_depth, rhs.finite_depth) if x))
+    if notes:
+        out["finite_depth"] = notes
+    return out
+
+
+def _decidable_to(lhs: Value, rhs: Value) -> int | None:
+    """Deepest layer at which both sides of a comparison were above their floors (None
+    when a side is not read at one layer, or no layer qualifies)."""
+    if lhs.live is None:
+        return None
+    both = set(lhs.live) & set(rhs.live) if rhs.live is not None else set(lhs.live)
+    return max(both) if both else None
 
 
 def _paired(a: Value, b: Value, op) -> dict[int, float]:
@@ -131,8 +164,8 @@ def _paired(a: Value, b: Value, op) -> dict[int, float]:
 
 def _stats(v: Value) -> dict[str, Any]:
     lo, hi = _interval(v.reps)
-    return {"mean": float(v.point), "interval": [lo, hi], "collapsed": v.collapsed, "n_seeds": v.n_seeds,
-            "n_windows": v.n_windows}
+    return {"mean": float(v.point), "interval": [lo, hi], "collapsed": v.collapsed, "bound": v.bound,
+            "floor": v.floor, "dtype": v.dtype, "n_seeds": v.n_seeds, "n_windows": v.n_windows}
 
 
 def _qtext(q: dict[str, Any]) -> str:
@@ -157,6 +190,8 @@ def verdict_from(outcomes: list[str], expect: str = "all") -> str:
     if not outcomes:
         return "not run"
     holds, fails = outcomes.count("holds"), outcomes.count("fails")
+    if "undecidable" in outcomes and holds + outcomes.count("undecidable") == len(outcomes):
+        return UNDECIDABLE  # nothing against the claim, but a comparison the floors cannot decide
     if expect == "mixed":
         if holds and fails:
             return "reproduced"
@@ -230,7 +265,10 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
         res["depth_check"] = {"depth": 2 * depth, "verdict": "not run", "missing": deep.get("missing", "")}
         return res
     res["depth_check"] = {"depth": 2 * depth, "verdict": deep["verdict"], "measured": deep["measured"],
-                          "interval": deep["interval"]}
+                          "interval": deep["interval"], "bound": deep.get("bound")}
+    if deep["verdict"] == UNDECIDABLE:  # the floors end what 2 D can say; it contradicts nothing
+        res["depth_check"]["decidable_to_layer"] = deep.get("decidable_to_layer")
+        return res
     if deep["verdict"] != res["verdict"]:
         res["verdict_at_depth"] = res["verdict"]
         res["verdict"] = "mixed (depth-sensitive)"
@@ -255,6 +293,7 @@ def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx:
     verdict = verdict_from([c["outcome"] for c in scored], rule.get("expect", "all"))
     key = decisive(scored, verdict)
     return {"verdict": verdict, "measured": key["value"] if key else None, "interval": key["interval"] if key else None,
+            "bound": key.get("bound") if key else None, "decidable_to_layer": key.get("decidable_to_layer") if key else None,
             "decisive": key["check"] if key else "", "checks": checks,
             "n_windows": max((c["n_windows"] for c in scored), default=0),
             "n_seeds": max((c["n_seeds"] for c in scored), default=0)}
@@ -266,15 +305,21 @@ def decisive(checks: list[dict[str, Any]], verdict: str) -> dict[str, Any] | Non
     the check closest to its threshold (smallest relative margin of its interval)."""
     if not checks:
         return None
-    against = {"not reproduced": "fails", "mixed": "undecided"}.get(verdict)
-    for c in checks:
-        if c["outcome"] == against:
-            return c
+    against = {"not reproduced": ("fails",), "mixed": ("undecided", "undecidable", "fails"),
+               UNDECIDABLE: ("undecidable",)}.get(verdict, ())
+    for want in against:
+        for c in checks:
+            if c["outcome"] == want:
+                return c
     return min(checks, key=_margin)
 
 
 def _margin(c: dict[str, Any]) -> float:
     lo, hi = c["interval"]
+    if c.get("bound") == "lower":
+        hi = math.inf
+    elif c.get("bound") == "upper":
+        lo = -math.inf
     tau = c["threshold"]
     if c["op"] == "within":  # the nearer of the two bounds 1/tau and tau, relative to each
         edges = ((lo - 1 / tau) * tau, (tau - hi) / tau)
@@ -339,9 +384,11 @@ def rule_text(claim: dict[str, Any]) -> str:
 
 
 def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any], *,
-                 excluded_models: tuple[str, ...] = (), scale: str = "") -> dict[str, Any]:
+                 excluded_models: tuple[str, ...] = (), scale: str = "",
+                 controls: dict[str, Any] | None = None) -> dict[str, Any]:
     """The claims.json object of one claim. ``excluded_models``: models the run's scale
-    leaves out (``exclude_models``), so a claim that needs one says so plainly."""
+    leaves out (``exclude_models``), so a claim that needs one says so plainly;
+    ``controls``: :func:`.controls.evaluate_controls` of the claim on the same table."""
     original = claim.get("original") or {}
     rec = {
         "id": claim["id"],
@@ -352,6 +399,8 @@ def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any],
         "verdict": result["verdict"],
         "measured": result["measured"],
         "interval": result["interval"],
+        "bound": result.get("bound"),
+        "decidable_to_layer": result.get("decidable_to_layer"),
         "decisive": result.get("decisive", ""),
         "rule": rule_text(claim),
         "depth": result.get("depth"),
@@ -361,6 +410,9 @@ def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any],
         "original_verdict": original.get("verdict"),
         "original_rule": original.get("rule"),
         "change_reason": " ".join(str(original.get("reason", "")).split()) or None,
+        "earlier_amendments": [{k: " ".join(str(v).split()) for k, v in e.items()} for e in original.get("earlier", [])],
+        "controls": controls,
+        "controls_ok": (controls or {}).get("ok"),
         "checks": result["checks"],
         "experiment": experiment,
         "comparison": claim.get("comparison", ""),
@@ -377,7 +429,25 @@ def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any],
             why = "Not run: missing input: " + result["missing"] + "."
         rec["missing"] = result["missing"]
         rec["notes"] = (rec["notes"] + " " + why).strip()
+    if controls and controls.get("ok") is False:
+        bad = [k for k in ("positive", "negative") if not controls[k]["passed"]]
+        rec["notes"] = (rec["notes"] + " Controls failed: " + ", ".join(
+            f"{k} control reads {controls[k]['verdict']} (expected {controls[k]['expected']})" for k in bad)
+            + "; the rule cannot be trusted on this run's inputs.").strip()
     return rec
+
+
+def fmt_measured(value: float | None, interval: list[float] | None, bound: str | None = None,
+                 decidable_to: int | None = None) -> str:
+    """A decisive number for tables: ``12.3 [8.1, 20.4]``; a bound marked ``≥ 5.8e+06
+    (bound; one side at its floor)``; ``undecidable at this depth (decidable to layer 9)``."""
+    if bound == "undecidable":
+        return UNDECIDABLE + (f" (decidable to layer {decidable_to})" if decidable_to is not None else "")
+    if bound in ("lower", "upper"):
+        lo, hi = interval or [value, value]
+        edge = lo if bound == "lower" else hi
+        return f"{'≥' if bound == 'lower' else '≤'} {fmt(edge)} (bound: one side at its floor)"
+    return f"{fmt(value)} {fmt_interval(interval)}"
 
 
 def fmt(x: float | None) -> str:

@@ -26,13 +26,16 @@ ALIASES = {"": "main", "all": "all"}
 SCALES = ("quick", "large", "paper", "smoke")
 UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "theory")
 #: Bumped (per unit kind) when a unit's labels or numbers change (probe 3: windows
-#: probed in batches, float32 rounding differs); ``NUMERICS_VERSION`` and the numeric
+#: probed in batches, float32 rounding differs; simulate and pretrained_sa 3: ``dtype``
+#: is the compute type, float64, not the embeddings' float32); ``NUMERICS_VERSION`` and the numeric
 #: libraries' versions change every hash (``code_fingerprint``).
-CACHE_VERSION = {"simulate": 2, "probe": 3, "pretrained_sa": 2, "theory": 3}
+CACHE_VERSION = {"simulate": 3, "probe": 3, "pretrained_sa": 3, "theory": 3}
 #: Simulated networks run to this multiple of the claim depth, so every verdict is also
 #: read at twice the depth from the same trajectories (weights are drawn per layer from
 #: the seed, so the first D layers of a 2 D run are those of a D run).
 DEPTH_CHECK = 2
+#: Windows of a control unit at any scale (docs/reproduce.md, "Controls").
+CONTROL_WINDOWS = 16
 
 
 @dataclass(frozen=True)
@@ -162,8 +165,10 @@ def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[s
     out: dict[str, Any] = {}
     if kind in ("simulate", "pretrained_sa", "probe"):
         per_model = sc.get("windows_per_model", {})
-        n = per_model.get(params.get("model", ""), sc.get("n_windows", 16))
-        out["n_windows"] = int(overrides.get("n_windows") or n)
+        n = int(overrides.get("n_windows") or per_model.get(params.get("model", ""), sc.get("n_windows", 16)))
+        # a control unit (role: control) shows an effect that is certainly there or certainly
+        # absent: a few windows do, at every scale
+        out["n_windows"] = min(n, CONTROL_WINDOWS) if params.get("role") == "control" else n
     if kind == "simulate":
         out["depth"] = DEPTH_CHECK * int(overrides.get("depth") or params.get("depth") or sc["depth"])
     if kind == "theory":

@@ -14,9 +14,13 @@ resampler's seed, so two quantities over the same seeds and windows are resample
 *paired* (window j is the same text in every unit of a run, seed s the same weights).
 
 Numerical floor. A relative metric (:data:`FLOOR_METRICS`) whose mean is at or below
-the machine epsilon of its row's ``dtype`` (the coarsest float type in the chain that
-produced it: float32 for anything computed from a model's float32 embeddings) is
-*collapsed*: it is clipped to that epsilon, so two collapsed values compare equal.
+the machine epsilon of its row's ``dtype`` (the type of the computation that produced
+it: float64 for a float64 trajectory, whatever the storage type of its input; float32
+for a probe's float32 forward) is *at its floor*: it is clipped to that epsilon and the
+quantity read from it is only a bound (``Value.bound``): a value or change at the floor
+is at most what it shows (``upper``). A ratio or difference combines the bounds of its
+sides (:func:`combine_bounds`): one side at its floor gives a bound on the comparison,
+both sides give ``undecidable``, never an equality.
 """
 
 from __future__ import annotations
@@ -94,9 +98,32 @@ def _counts(idx: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+#: What a floor makes of a quantity: ``upper`` (true value <= the number shown),
+#: ``lower`` (>=), ``undecidable`` (both sides of a comparison at their floors).
+BOUNDS = ("upper", "lower", "undecidable")
+_FLIP = {"upper": "lower", "lower": "upper", "undecidable": "undecidable", None: None}
+
+
+def combine_bounds(num: str | None, den: str | None) -> str | None:
+    """Bound of ``num / den`` or ``num - den`` from the bounds of its sides: the
+    denominator's (subtrahend's) bound flips (a numerator at most x over an exact
+    denominator is at most x / den; an exact numerator over a denominator at most y is
+    at least num / y); two opposite bounds, or an undecidable side, give ``undecidable``."""
+    a, b = num, _FLIP[den]
+    if a is None or b is None or a == b:
+        return a or b
+    return "undecidable"
+
+
 @dataclass
 class Value:
-    """A quantity: point estimate, bootstrap replicates ``(n_boot,)``, per-seed values."""
+    """A quantity: point estimate, bootstrap replicates ``(n_boot,)``, per-seed values.
+
+    ``bound``: None for a measurement, else ``upper`` / ``lower`` / ``undecidable``
+    (see module docstring); ``floor``: the epsilon of the rows' compute dtype (0 for a
+    metric without a floor); ``live``: layers at or below the read layer whose pooled
+    mean is above the floor (value and change statistics; None otherwise), from which a
+    comparison's deepest decidable layer is read; ``dtype``: the rows' compute dtype."""
 
     point: float
     reps: np.ndarray
@@ -105,6 +132,11 @@ class Value:
     n_windows: int = 0
     n_seeds: int = 0
     conditions: tuple[str, ...] = ()
+    bound: str | None = None
+    floor: float = 0.0
+    live: tuple[int, ...] | None = None
+    dtype: str = ""
+    finite_depth: str = ""
 
     @staticmethod
     def const(x: float, n_boot: int) -> "Value":
@@ -198,7 +230,9 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
                for s in seeds}
         with np.errstate(all="ignore"):
             return Value(float(op(a.point, b.point)), op(a.reps, b.reps), per, a.collapsed and b.collapsed,
-                         max(a.n_windows, b.n_windows), max(a.n_seeds, b.n_seeds), a.conditions + b.conditions)
+                         max(a.n_windows, b.n_windows), max(a.n_seeds, b.n_seeds), a.conditions + b.conditions,
+                         bound=combine_bounds(a.bound, b.bound), floor=max(a.floor, b.floor),
+                         finite_depth="; ".join(x for x in (a.finite_depth, b.finite_depth) if x))
     if stat == "envelope_rate":
         return Value.const(_envelope_rate(q), ctx.n_boot)
     sel = dict(q.get("select", {}))
@@ -221,9 +255,33 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
         M = np.maximum(M, floor)
     simulated = "depth" in rows and int(rows["depth"].iloc[0]) >= 0
     vals, hit = _stat(M, layers, q, stat, ctx, simulated, floor)
+    at_floor = bool(collapsed[hit].all()) if hit is not None else False
+    if stat in ("min", "max") and floor and vals[0] <= floor:
+        at_floor = True  # the extreme over layers sits at the floor: at most the floor
+    live = None
+    if hit is not None:
+        top = layers[hit[0]]
+        live = tuple(int(t) for t in layers[(~collapsed) & (layers <= top)])
     return Value(float(vals[0]), vals[1 + S:], {s: float(vals[1 + i]) for i, s in enumerate(seeds)},
-                 bool(collapsed[hit].all()) if hit is not None else False, W if rows["values"].map(len).max() else 0,
-                 len([s for s in seeds if s >= 0]), tuple(conditions(rows)))
+                 at_floor, W if rows["values"].map(len).max() else 0,
+                 len([s for s in seeds if s >= 0]), tuple(conditions(rows)), bound="upper" if at_floor else None,
+                 floor=floor, live=live, dtype=str(rows["dtype"].iloc[0]) if "dtype" in rows else "",
+                 finite_depth=_finite_depth(q, sel, layers, ctx, simulated) if stat == "rate" else "")
+
+
+def _finite_depth(q: dict[str, Any], sel: dict[str, Any], layers: np.ndarray, ctx: EvalContext, simulated: bool) -> str:
+    """A rate fitted under a causal mask is a finite-depth reading: a causal averaging
+    matrix is lower triangular and row-stochastic, so its eigenvalues are its diagonal
+    1, 1/2, 1/3, ... (token i averages i + 1 keys; a causal window caps the count at w)
+    and the second is 1/2 whatever N; the matrix is far from normal, so the slope fitted
+    over layers 1..D follows transients and depends on D, not on that eigenvalue alone."""
+    spec = str(sel.get("mask_spec", ""))
+    if not spec.startswith("causal"):
+        return ""
+    top = _index(layers, q.get("to", "last"), ctx, simulated)
+    start = int(q.get("from_layer", 1))
+    return (f"finite-depth reading: rate over layers {start}..{int(layers[top])} under {spec} (every causal "
+            "averaging matrix has second eigenvalue 1/2; the fitted rate depends on the layers fitted)")
 
 
 def _envelope_rate(q: dict[str, Any]) -> float:

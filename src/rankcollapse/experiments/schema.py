@@ -92,6 +92,26 @@ class Original(_Strict):
     verdict: str
     rule: Optional[str] = None
     reason: Optional[str] = None
+    earlier: list[dict[str, Any]] = Field(default_factory=list)  # amendments before this one
+
+
+class ControlEdit(_Strict):
+    where: dict[str, Any] = Field(default_factory=dict)
+    side: Literal["lhs", "rhs", "both"] = "both"
+    replace: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    set: dict[str, Any] = Field(default_factory=dict)
+    drop: list[str] = Field(default_factory=list)
+    quantity: dict[str, Any] = Field(default_factory=dict)
+
+
+class Control(_Strict):
+    why: str
+    edits: list[ControlEdit] = Field(min_length=1)
+
+
+class Controls(_Strict):
+    positive: Control
+    negative: Control
 
 
 class Claim(_Strict):
@@ -105,6 +125,7 @@ class Claim(_Strict):
     plot: Optional[str] = None
     notes: Optional[str] = None
     original: Optional[Original] = None
+    controls: Optional[Controls] = None
     nearby_units: dict[str, Any] = Field(default_factory=dict)
     nearby: list[dict[str, Any]] = Field(default_factory=list)
 

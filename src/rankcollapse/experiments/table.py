@@ -42,7 +42,7 @@ EXTRA_COLUMNS = {
     "norm": "",  # normalisation of a simulated block (none|sphere|layernorm|rmsnorm)
     "radius": float("nan"),  # sphere radius R of SA-LN rows: logits scaled by R^2 (1 = unit sphere)
     "depth": -1,  # layers the unit ran (-1: a pretrained model's own depth or a theory check)
-    "dtype": "",  # floating-point type the metric values were computed from
+    "dtype": "",  # floating-point type of the computation that produced the row; its epsilon is the row's floor
 }
 #: Columns that together identify one condition (see module docstring).
 CONDITION_COLUMNS = ("source", "model", "mask_spec", "variant", "norm", "radius", "value", "init_scale", "d_qk",

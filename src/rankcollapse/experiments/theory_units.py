@@ -134,3 +134,92 @@ def check_averaging_rate(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
         ev = np.sort(np.abs(np.linalg.eigvals(P)))[::-1]
         rows += _scalar_rows({"averaging_rate": float(ev[1]) if n > 1 else 0.0}, str(spec))
     return pd.DataFrame(rows)
+
+
+def _example_trajectories(p: dict[str, Any], in_basin: bool) -> pd.DataFrame:
+    """μ/‖X‖_F and μ per layer of the N = d = 2 causal SA-LN example
+    (``theory.causal_example_2x2``: ``W_Q = W_K = 0``, ``W_V = [[1, -3], [0, 2]]``),
+    float64, ``example_samples`` starts run ``example_depth`` layers. In its basin:
+    token 0 within ±0.05 rad of (0, 1) and token 1 within ±0.05 rad of the stable
+    rank-2 point B (docs/theory.md §3a), so the state stays at rank 2 and μ/‖X‖_F
+    bounded away from 0. Outside: token 1 at an angle in (60°, 250°), outside B's arc
+    (−90°, 32.33°), so both tokens meet at (0, 1) and μ/‖X‖_F → 0."""
+    import math
+
+    import torch
+
+    from ..metrics import mu, mu_relative
+    from ..theory.equilibria import causal_example_2x2
+
+    ex = causal_example_2x2()
+    system = ex.system.to(torch.float64)
+    n, depth = int(p.get("example_samples", 16)), int(p.get("example_depth", 64))
+    g = torch.Generator().manual_seed(int(p.get("seed_theory", 0)))
+    u = lambda: 2 * torch.rand(n, generator=g, dtype=torch.float64) - 1  # noqa: E731  uniform in (-1, 1)
+    a0 = math.pi / 2 + 0.05 * u()
+    b = math.atan2(ex.info["B"][1], ex.info["B"][0])
+    a1 = b + 0.05 * u() if in_basin else math.radians(155) + math.radians(95) * u()
+    X = torch.stack([torch.stack([a0.cos(), a0.sin()], -1), torch.stack([a1.cos(), a1.sin()], -1)], 1)
+    rel, absolute = [mu_relative(X)], [mu(X)]
+    for _ in range(depth):
+        X = system.step(X, check=False)
+        rel.append(mu_relative(X))
+        absolute.append(mu(X))
+    return rows_from_metrics({"mu_relative": torch.stack(rel), "mu": torch.stack(absolute)},
+                             {"mask": "causal", "mask_spec": "causal"})
+
+
+def check_ln_example_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+    """The N = d = 2 causal SA-LN example started in the basin of its stable rank-2
+    equilibrium: LayerNorm with a properly chosen W_V that certainly stops collapse."""
+    return _example_trajectories(p, True)
+
+
+def check_ln_example_outside(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+    """The same system started outside that basin: it certainly collapses (rank 1)."""
+    return _example_trajectories(p, False)
+
+
+def check_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+    """A system with no equilibrium at all, read like ``equilibria_search`` and
+    ``basin``: complete mask, ``W_Q = W_K = 0``, ``W_V = -I``. Attention is uniform, so
+    after one step every token is ``-normalise(mean)`` and the next step flips its sign:
+    no state is a fixed point (``control_starts`` random starts, default 16: none can
+    converge, so a few show it). Rows as C10's: per rank k (``layer = k``) ``n_found``
+    (0 when the search converges nowhere) and ``expected_min = 2^k``; ``basin_ci_low`` at
+    layer 0 (the Wilson lower bound of the fraction of random N = d = 2 starts ending at
+    a rank-2 equilibrium: 0 hits)."""
+    import torch
+    from scipy.stats import binomtest
+
+    from ..errors import ConvergenceError
+    from ..theory import find_equilibria
+    from ..theory.basin import classify, run_sa_ln
+    from ..dynamics.inputs import sphere_tokens
+    from ..theory.system import AttentionSystem
+
+    def system(n: int, d: int) -> AttentionSystem:
+        zeros = torch.zeros(d, 1, dtype=torch.float64)
+        return AttentionSystem(torch.ones(n, n, dtype=torch.bool), zeros, zeros.clone(),
+                               -torch.eye(d, dtype=torch.float64), 1.0)
+
+    n, d = int(p.get("eq_n", 4)), int(p.get("eq_d", 4))
+    try:
+        found = find_equilibria(system(n, d), n_starts=int(p.get("control_starts", 16)),
+                                seed=int(p.get("seed_theory", 0)), tol=1e-12).equilibria
+    except ConvergenceError:
+        found = []
+    rows = []
+    for k in range(1, min(n, d) + 1):
+        rows += _scalar_rows({"n_found": sum(e.rank == k for e in found), "expected_min": 2**k}, "complete", layer=k)
+    b = p.get("budget", {})
+    n_samples = int(b.get("basin_samples", 2000))
+    small = system(2, 2)
+    X = run_sa_ln(small, sphere_tokens(n_samples, 2, 2, generator=torch.Generator().manual_seed(0)),
+                  int(b.get("basin_depth", 400)))
+    rank, conv = classify(small, X)
+    hits = int(((rank == 2) & conv).sum())
+    ci = binomtest(hits, n_samples).proportion_ci(0.95, method="wilson")
+    rows += _scalar_rows({"basin_fraction": hits / n_samples, "basin_ci_low": ci.low, "basin_ci_high": ci.high},
+                         "complete", n=n_samples)
+    return pd.DataFrame(rows)

@@ -46,13 +46,22 @@ def _labels(unit: Unit, **extra: Any) -> dict[str, Any]:
         "norm": _norm_of(p),
         "radius": float(p.get("radius", 1.0)) if unit.kind in ("simulate", "pretrained_sa") else np.nan,
         "depth": int(p.get("depth", -1)) if unit.kind == "simulate" else -1,
-        # the coarsest float type in the chain that produced the numbers: every network here
-        # starts from a model's float32 embeddings (a float64 simulation of them keeps
-        # float32's resolution of the input); theory checks are float64 throughout
-        "dtype": "float64" if unit.kind == "theory" else "float32",
+        "dtype": compute_dtype(unit),
     }
     out.update(extra)
     return out
+
+
+def compute_dtype(unit: Unit) -> str:
+    """Floating-point type of the computation that produced a unit's numbers, whose
+    epsilon is their floor (docs/reproduce.md, "Floors"): a simulated or attention-only
+    network runs in its ``dtype`` parameter (float64 by default), whatever the storage type
+    of its input (float32 embeddings enter a float64 trajectory exactly and every layer
+    after is computed to float64's resolution); a probe runs the model's float32 forward;
+    theory checks are float64 throughout."""
+    if unit.kind in ("simulate", "pretrained_sa"):
+        return str(unit.params.get("dtype", "float64"))
+    return "float64" if unit.kind == "theory" else "float32"
 
 
 def _norm_of(p: dict[str, Any]) -> str:
