@@ -44,7 +44,7 @@ def _sim(spec, values):
     v = np.asarray(values, dtype=float)[:, None] * np.ones((1, 2))
     return rows_from_metrics({"mu_relative": v}, {"source": "simulate", "mask": spec.split(":")[0], "mask_spec": spec,
                                                   "variant": "pure", "value": "gaussian", "d_qk": 1.0, "init_scale": 1.0,
-                                                  "radius": 1.0, "norm": "none", "depth": 2})
+                                                  "sphere_radius": 1.0, "norm": "none", "depth": 2})
 
 
 def test_plot_and_summary_keep_two_widths_apart():

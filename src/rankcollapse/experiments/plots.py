@@ -26,7 +26,7 @@ import pandas as pd
 from .._figure import colour, new_figure
 from ..errors import ConfigError
 from .quantities import select_rows
-from .table import CONDITION_COLUMNS
+from .table import CONDITION_COLUMNS, applies
 
 METRIC_LABELS = {
     "mu": "μ(X) = ‖X − 1γ_X‖_F",
@@ -106,8 +106,7 @@ def drawn_text(table: pd.DataFrame, spec: dict[str, Any]) -> str:
     for c in CONDITION_COLUMNS:
         if c not in rows or c == "setting":
             continue
-        vals = rows[c].astype(str).unique()
-        if len(vals) == 1 and vals[0] not in ("", "nan", "-1"):
+        if rows[c].astype(str).nunique(dropna=False) == 1 and applies(c, rows[c].iloc[0]):
             bits.append(f"{c}={_num(rows[c].iloc[0])}")
     return ", ".join(bits)
 
