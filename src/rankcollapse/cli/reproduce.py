@@ -108,7 +108,7 @@ def print_summary(result) -> None:
 
     table = Table(title=f"rankcollapse {', '.join(result.config['experiments'])} "
                         f"({result.config['scale']}, hash {result.config['config_hash']}, {result.seconds:.0f} s)")
-    from ..experiments.report import number
+    from ..experiments.report import cost_text, number
 
     for col in ("id", "effect", "paper", "verdict", "decisive [95% interval]", "checks", "nearby settings"):
         table.add_column(col, overflow="fold")
@@ -121,3 +121,4 @@ def print_summary(result) -> None:
                       f"[{colours.get(c['verdict'], 'white')}]{c['verdict']}[/]", number(c), held, near)
     print_table(table)
     typer.echo(f"report: {result.out / 'report.html'}   table: {result.out / 'table.parquet'}   claims: {result.out / 'claims.json'}")
+    typer.echo(f"cost: {cost_text(result.config.get('cost'), result.seconds)}")

@@ -85,6 +85,20 @@ def summary_html(table) -> Markup:
     return Markup("<table><tr><th>condition</th><th>at the claim depth</th><th>at 2× depth</th></tr>" + body + "</table>")
 
 
+def cost_text(cost: dict[str, Any] | None, seconds: float) -> str:
+    """What the numbers took to compute and what this run spent, e.g. ``numbers: 1130 s
+    of unit time (1095 CPU-s); this run: 31.7 s wall, 40 CPU-s, 106 of 106 units read
+    from the cache`` (a rerun from the cache keeps the first)."""
+    if not cost:
+        return f"this run: {seconds:.1f} s wall"
+    unknown = cost.get("units_cost_unknown", 0)
+    numbers = (f"numbers computed in {cost['unit_seconds']:.0f} s of unit time ({cost['unit_cpu_seconds']:.0f} CPU-s)"
+               + (f", not counting {unknown} cached units of an earlier version that kept no cost" if unknown else ""))
+    run = (f"this run: {cost['wall_seconds']:.1f} s wall, {cost['cpu_seconds']:.0f} CPU-s, "
+           f"{cost['units_computed']} units computed, {cost['units_cached']} read from the cache")
+    return f"{numbers}; {run}"
+
+
 def header_fields(result: Any) -> list[tuple[str, str]]:
     """Labelled header of the report (no raw JSON)."""
     cfg, d = result.config, result.config["data"]
@@ -99,7 +113,7 @@ def header_fields(result: Any) -> list[tuple[str, str]]:
         ("Config hash", cfg["config_hash"]), ("Seed", str(cfg["seed"])),
         ("Input", f"{corpus}, windows of {d.get('length', '')} tokens, data seed {d.get('seed', '')}"),
         ("Overrides", ", ".join(f"{k}={v}" for k, v in cfg.get("overrides", {}).items()) or "none"),
-        ("Wall time", f"{result.seconds:.1f} s"),
+        ("Cost", cost_text(cfg.get("cost"), result.seconds)),
         ("Verdicts", ", ".join(f"{v}: {n}" for v, n in counts.items() if n)),
     ]
 
