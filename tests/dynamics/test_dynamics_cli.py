@@ -81,3 +81,23 @@ def test_pretrained_defaults_to_the_model_width():
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["settings"]["d_model"] == 384 and len(doc["layers"]) == doc["settings"]["depth"] + 1
+
+
+def test_values_at_the_compute_dtype_floor_are_flagged():
+    args = ["--mask", "complete", "--n-tokens", "16", "--depth", "30", "--samples", "2", "--d-model", "8",
+            "--input", "sphere"]
+    doc = json.loads(run(*args, "--dtype", "float64", "--json").stdout)
+    assert doc["floor"] == {"dtype": "float64", "epsilon": 2.220446049250313e-16, "metrics": ["mu_relative"]}
+    flagged = [row["t"] for row in doc["layers"] if row["at_floor"]]
+    assert flagged and all(doc["layers"][t]["mu_relative"] <= 2.220446049250313e-16 for t in flagged)
+    assert all(row["mu_relative"] > 2.220446049250313e-16 for row in doc["layers"] if not row["at_floor"])
+    assert doc["layers"][0]["at_floor"] == [] and doc["layers"][-1]["at_floor"] == ["mu_relative"]
+    # float32: its own, coarser floor is reached earlier
+    doc32 = json.loads(run(*args, "--dtype", "float32", "--json").stdout)
+    assert doc32["floor"]["epsilon"] == pytest.approx(1.1920929e-07)
+    first32 = min(row["t"] for row in doc32["layers"] if row["at_floor"])
+    assert doc32["layers"][first32]["mu_relative"] <= 1.1920929e-07 and first32 <= min(flagged)
+    table = run(*args, "--dtype", "float64")
+    last = table.stdout.strip().splitlines()[-1].split("\t")
+    assert last[2].endswith("*") and not last[1].endswith("*")  # mu_relative flagged, absolute mu not
+    assert "* at or below the float64 floor (machine epsilon 2.22e-16)" in table.stderr

@@ -246,7 +246,7 @@ def test_c02_decides_at_matched_logit_scale_and_c11_compares_value_matrices():
     # only: never the unit sphere, whose logits are ~98x smaller than pure SA's
     c02 = scored("C02")
     assert len(c02) == 8 and all(c["lhs"]["stat"] == "rate" and c["rhs"] == {"const": 1.0} for c in c02)
-    assert {(c["lhs"]["select"]["variant"], c["lhs"]["select"]["radius"]) for c in c02} == {
+    assert {(c["lhs"]["select"]["variant"], c["lhs"]["select"]["sphere_radius"]) for c in c02} == {
         ("layernorm", 1.0), ("sphere", 19.595917942265423)}
     # C11: one difference of rates between W_V families, counted beyond a stated margin,
     # and no longer C02's number
@@ -256,7 +256,7 @@ def test_c02_decides_at_matched_logit_scale_and_c11_compares_value_matrices():
     assert {c["rhs"]["select"]["value"] for c in c11} == {"orthogonal"}
     assert claims["C11"]["rule"].get("expect", "all") == "all"
     # C09 decides at the logit scale of real LayerNorm too; the unit sphere is a reference
-    assert all(c["lhs"]["select"].get("radius", 19.595917942265423) != 1.0 for c in scored("C09"))
+    assert all(c["lhs"]["select"].get("sphere_radius", 19.595917942265423) != 1.0 for c in scored("C09"))
     for cid in ("C02", "C09", "C11"):
         assert claims[cid]["original"]["earlier"], cid  # the amendment before this one is kept
 

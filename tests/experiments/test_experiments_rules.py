@@ -91,7 +91,7 @@ def c01(present):
 
 def c02(present):
     def f(s, m, l):
-        if s.get("norm") in ("layernorm", "sphere") and (s.get("norm") == "layernorm" or s.get("radius") == R):
+        if s.get("norm") in ("layernorm", "sphere") and (s.get("norm") == "layernorm" or s.get("sphere_radius") == R):
             return (1.0, 1.0 if present else 0.9)  # matched logit scale: mu_rel held, or falling 10 %/layer
         return (1.0, 0.9)  # reference rows: pure SA and the unit sphere collapse
     return f

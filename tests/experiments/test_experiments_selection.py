@@ -44,7 +44,7 @@ def _sim(spec, values):
     v = np.asarray(values, dtype=float)[:, None] * np.ones((1, 2))
     return rows_from_metrics({"mu_relative": v}, {"source": "simulate", "mask": spec.split(":")[0], "mask_spec": spec,
                                                   "variant": "pure", "value": "gaussian", "d_qk": 1.0, "init_scale": 1.0,
-                                                  "radius": 1.0, "norm": "none", "depth": 2})
+                                                  "sphere_radius": 1.0, "norm": "none", "depth": 2})
 
 
 def test_plot_and_summary_keep_two_widths_apart():
@@ -56,8 +56,8 @@ def test_plot_and_summary_keep_two_widths_apart():
     assert sorted(x.get_text() for x in labels) == ["sliding_window:w=3", "sliding_window:w=33"]
     assert plots.drawn_text(t, spec).startswith("source=simulate")
     html = str(report.summary_html(t))
-    assert "mask_spec=sliding_window:w=3" in html and "mask_spec=sliding_window:w=33" in html
-    assert "0.8 (t = 1)" in html and "0.95 (t = 1)" in html
+    assert "<th>sliding_window:w=3</th><td>0.8 / 0.53</td>" in html
+    assert "<th>sliding_window:w=33</th><td>0.95 / 0.89</td>" in html and "(t = 1)" in html
 
 
 def test_log_floor_only_moves_values_at_or_below_zero():

@@ -131,7 +131,7 @@ def print_summary(result) -> None:
 
     table = Table(title=f"rankcollapse {', '.join(result.config['experiments'])} "
                         f"({result.config['scale']}, hash {result.config['config_hash']}, {result.seconds:.0f} s)")
-    from ..experiments.report import controls_text, number
+    from ..experiments.report import controls_text, cost_text, number
 
     for col in ("id", "effect", "paper", "verdict", "decisive [95% interval]", "checks", "controls (+/−)",
                 "nearby settings"):
@@ -146,3 +146,4 @@ def print_summary(result) -> None:
                       near)
     print_table(table)
     typer.echo(f"report: {result.out / 'report.html'}   table: {result.out / 'table.parquet'}   claims: {result.out / 'claims.json'}")
+    typer.echo(f"cost: {cost_text(result.config.get('cost'), result.seconds)}")

@@ -66,6 +66,23 @@ def _json_number(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
+#: Marks a value at the floor of the compute dtype in the table output.
+FLOOR_MARK = "*"
+
+
+def _mark_floor(layers: list[dict], names: list[str], dtype: str) -> dict:
+    """Add ``at_floor`` (the scale-free metrics whose mean is at or below the machine
+    epsilon of the compute ``dtype``: collapsed, the digits are rounding) to every layer
+    row, as ``reproduce`` reads them (:mod:`rankcollapse.experiments.quantities`); return
+    the floor's description for the result."""
+    from ..experiments.quantities import FLOOR_METRICS, floor_of
+
+    eps = floor_of(dtype)
+    for row in layers:
+        row["at_floor"] = [k for k in names if k in FLOOR_METRICS and row[k] is not None and row[k] <= eps]
+    return {"dtype": dtype, "epsilon": eps, "metrics": sorted(m for m in names if m in FLOOR_METRICS)}
+
+
 def _plot(result, path: Path, title: str) -> None:
     from .._figure import save_figure
 
@@ -131,9 +148,10 @@ def simulate_command(
     layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
                (None if t == 0 or res.epsilon is None else _json_number(res.epsilon[t - 1]))}
               for t in range(depth + 1)]
+    floor = _mark_floor(layers, list(res.metrics), dtype)
     # the CLI always passes a BlockConfig; record the variant it started from
     doc = {"settings": {**res.config, "variant": variant, "input": source, "pretrained": pretrained}, "layers": layers,
-           "versions": versions()}
+           "floor": floor, "versions": versions()}
     if out is not None:
         write_json_atomic(out / "result.json", doc)
         _plot(res, out / "mu_loglog.png", f"{mask}, {variant}, d_qk={d_qk}")
@@ -141,14 +159,18 @@ def simulate_command(
         print_json(doc)
         return
     if fmt in ("csv", "markdown"):
-        print_records(layers, fmt)
+        print_records([{**row, "at_floor": ";".join(row["at_floor"])} for row in layers], fmt)
         return
     names = list(res.metrics)
     typer.echo("t\t" + "\t".join(names) + "\tepsilon")
     for row in layers:
         eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.3e}"
-        cells = ("undefined" if row[k] is None else f"{row[k]:.4e}" for k in names)
+        cells = ("undefined" if row[k] is None else f"{row[k]:.4e}" + (FLOOR_MARK if k in row["at_floor"] else "")
+                 for k in names)
         typer.echo(f"{row['t']}\t" + "\t".join(cells) + f"\t{eps}")
+    if any(row["at_floor"] for row in layers):
+        typer.echo(f"{FLOOR_MARK} at or below the {dtype} floor (machine epsilon {floor['epsilon']:.3g}): collapsed, "
+                   "the digits are rounding", err=True)
     if out is not None:
         typer.echo(f"wrote {out / 'result.json'} and {out / 'mu_loglog.png'}", err=True)
 

@@ -6,6 +6,11 @@ declared numerics version and the versions of the libraries that change numbers
 (content addressing by key). The cache stores whatever frame a unit returns, per-window
 rows included; it never interprets them.
 
+Each entry also keeps what computing it cost (:meth:`UnitCache.cost`: wall and CPU
+seconds measured where the unit ran, the worker, when), in the Parquet file's own
+metadata, so a rerun that reads the entry still reports what the numbers took to
+compute. Entries written by earlier versions have no cost (``None``).
+
 Safe for many writers (processes of one machine, or the nodes of a cluster sharing the
 folder over NFS): a file is written to a temporary name in the same folder and renamed
 with ``os.replace``, so a reader sees either nothing or a whole file, and two writers of
@@ -15,11 +20,13 @@ the same unit write the same bytes.
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -28,6 +35,8 @@ from .config import Unit
 
 #: Temporary files older than this (seconds) belong to a dead writer and may be removed.
 ORPHAN_AGE_S = 24 * 3600
+#: Parquet metadata key of an entry's compute cost.
+COST_KEY = b"rankcollapse.cost"
 
 
 @dataclass
@@ -85,13 +94,35 @@ class UnitCache:
         print(f"rankcollapse: warning: cache entry {path.name} is unreadable ({why}){where}; "
               "recomputing it", file=sys.stderr, flush=True)
 
-    def put(self, unit: Unit, frame: pd.DataFrame) -> Path:
-        """Store ``frame`` atomically (temporary file + ``os.replace``); returns the path."""
+    def put(self, unit: Unit, frame: pd.DataFrame, cost: dict[str, Any] | None = None) -> Path:
+        """Store ``frame`` atomically (temporary file + ``os.replace``) with its compute
+        ``cost`` (JSON-able, e.g. ``{"seconds": 12.3, "cpu_seconds": 11.9, "worker":
+        "host:pid"}``) in the file's metadata; returns the path."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         path = self.path(unit)
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        if cost is not None:
+            meta = dict(table.schema.metadata or {})
+            meta[COST_KEY] = json.dumps(cost).encode()
+            table = table.replace_schema_metadata(meta)
         with atomic_path(path) as tmp:
-            frame.to_parquet(tmp, index=False)
+            pq.write_table(table, tmp)
         self._fresh.add(unit.hash)
         return path
+
+    def cost(self, unit: Unit) -> dict[str, Any] | None:
+        """What computing the stored entry of ``unit`` cost (as given to :meth:`put`);
+        ``None`` for an entry without it or no entry."""
+        import pyarrow.parquet as pq
+
+        try:
+            meta = pq.read_schema(self.path(unit)).metadata or {}
+        except (FileNotFoundError, OSError):
+            return None
+        raw = meta.get(COST_KEY)
+        return json.loads(raw) if raw else None
 
     def remove_orphans(self, max_age_s: float = ORPHAN_AGE_S) -> int:
         """Delete temporary files of writers that died more than ``max_age_s`` ago

@@ -52,11 +52,53 @@ class Unit:
 
     @property
     def label(self) -> str:
-        keys = ("model", "mask", "variant", "value", "d_qk", "check", "setting", "seed")
-        # seed -1 = a unit without random weights (probe, pretrained network, theory): no seed shown
-        bits = [f"{k}={self.params[k]}" for k in keys
-                if k in self.params and self.params[k] not in ("", None, "default") and not (k == "seed" and self.params[k] == -1)]
-        return f"{self.kind}[{', '.join(bits)}]"
+        """``kind[model=..., mask=..., ...]`` from the usual identifying parameters
+        (:data:`LABEL_KEYS`); :func:`unit_labels` adds whatever else tells units apart."""
+        return _label(self, LABEL_KEYS)
+
+
+#: Parameters every unit label shows (when the unit has them), in this order.
+LABEL_KEYS = ("model", "mask", "variant", "value", "d_qk", "check", "setting", "seed")
+#: Order of further parameters when they tell units apart (the rest follow, sorted).
+_LABEL_ORDER = LABEL_KEYS[:3] + ("norm", "sphere_radius", "init_scale", "drop") + LABEL_KEYS[3:]
+
+
+def _label(unit: Unit, keys: tuple[str, ...] | list[str]) -> str:
+    p = unit.params
+    # seed -1 = a unit without random weights (probe, pretrained network, theory): no seed shown
+    bits = [f"{k}={_label_value(p[k])}" for k in keys
+            if k in p and p[k] not in ("", None, "default") and not (k == "seed" and p[k] == -1)]
+    return f"{unit.kind}[{', '.join(bits)}]"
+
+
+def _label_value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_label_value(x) for x in v) + "]"
+    return str(v)
+
+
+def unit_labels(units: list[Unit]) -> dict[str, str]:
+    """``{hash: label}``: each unit's :attr:`Unit.label` plus every parameter that differs
+    between units sharing that label (e.g. ``sphere_radius=19.5959`` beside
+    ``sphere_radius=1``, ``drop=[norm]`` beside ``drop=[]``), so no two distinct units of a
+    run read the same. A label that would still collide ends with the unit's hash."""
+    groups: dict[str, dict[str, Unit]] = {}
+    for u in units:
+        groups.setdefault(u.label, {})[u.hash] = u
+    out: dict[str, str] = {}
+    for base, members in groups.items():
+        if len(members) == 1:
+            out.update({h: base for h in members})
+            continue
+        keys = {k for u in members.values() for k in u.params if k != "data"}
+        differ = {k for k in keys if len({repr(u.params.get(k)) for u in members.values()}) > 1}
+        order = [k for k in _LABEL_ORDER if k in differ or k in LABEL_KEYS] + sorted(differ - set(_LABEL_ORDER))
+        labels = {h: _label(u, order) for h, u in members.items()}
+        clash = {lab for lab in labels.values() if list(labels.values()).count(lab) > 1}
+        out.update({h: (lab[:-1] + f", unit={h}]" if lab in clash else lab) for h, lab in labels.items()})
+    return out
 
 
 def load_config(name: str) -> dict[str, Any]:

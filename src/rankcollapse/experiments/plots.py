@@ -26,7 +26,7 @@ import pandas as pd
 from .._figure import colour, new_figure
 from ..errors import ConfigError
 from .quantities import select_rows
-from .table import CONDITION_COLUMNS
+from .table import CONDITION_COLUMNS, applies
 
 METRIC_LABELS = {
     "mu": "μ(X) = ‖X − 1γ_X‖_F",
@@ -97,6 +97,16 @@ def _varying(rows: pd.DataFrame, skip: set[str]) -> list[str]:
     return [c for c in CONDITION_COLUMNS if c in rows and c not in skip and rows[c].astype(str).nunique() > 1]
 
 
+def _within_panels(rows: pd.DataFrame, panel_key: str | None, skip: set[str]) -> list[str]:
+    """Condition columns (besides ``skip``) that vary inside at least one panel: they
+    tell a panel's lines apart. A column that changes only from panel to panel (``norm``
+    with ``variant`` panels) is said by the panel title, not by every legend entry."""
+    if not panel_key:
+        return _varying(rows, skip)
+    inside = {c for _, g in rows.groupby(panel_key, sort=False) for c in _varying(g, skip)}
+    return [c for c in CONDITION_COLUMNS if c in inside]
+
+
 def drawn_text(table: pd.DataFrame, spec: dict[str, Any]) -> str:
     """The condition columns every line of the figure shares, e.g. ``value=gaussian, d_qk=1``."""
     rows = _rows(table, spec)
@@ -106,8 +116,7 @@ def drawn_text(table: pd.DataFrame, spec: dict[str, Any]) -> str:
     for c in CONDITION_COLUMNS:
         if c not in rows or c == "setting":
             continue
-        vals = rows[c].astype(str).unique()
-        if len(vals) == 1 and vals[0] not in ("", "nan", "-1"):
+        if rows[c].astype(str).nunique(dropna=False) == 1 and applies(c, rows[c].iloc[0]):
             bits.append(f"{c}={_num(rows[c].iloc[0])}")
     return ", ".join(bits)
 
@@ -144,10 +153,10 @@ def draw(table: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
             raise ConfigError(f"plot {spec.get('id', '')!r} has {len(panels)} panels; ax= gave {axes.size} axes")
         fig = axes.flat[0].figure
     loglog = bool(spec.get("loglog", False))
-    extra = _varying(rows, {line_key, spec["lines"], "mask", panel_key or ""})
+    extra = _within_panels(rows, panel_key, {line_key, spec["lines"], "mask", panel_key or ""})
     rows = rows.assign(_line=[_label(r, line_key, extra, spec) for r in rows[[line_key] + extra].to_dict("records")])
     lines = _ordered(list(rows["_line"].unique()), spec["lines"])
-    styles = {v: _style(i) for i, v in enumerate(lines)}
+    styles = _styles(rows, line_key, extra, lines)
     any_floor = False
     for ax, panel in zip(axes.flat, panels):
         sub = rows if panel is None else rows[rows[panel_key] == panel]
@@ -196,6 +205,22 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 def _style(i: int) -> dict[str, Any]:
     return {"color": colour(i), "ls": _DASHES[i % len(_DASHES)], "marker": _MARKERS[i % len(_MARKERS)],
             "lw": max(2.6 - 0.45 * i, 1.1)}
+
+
+def _styles(rows: pd.DataFrame, line_key: str, extra: list[str], lines: list[str]) -> dict[str, dict[str, Any]]:
+    """Style of each line label. The colour (and marker, width) belongs to the line's
+    ``line_key`` value, so a mask has one colour in every panel; the dash pattern tells
+    apart the values of the ``extra`` columns (e.g. ``sphere_radius``) when there are any."""
+    first = rows.drop_duplicates("_line").set_index("_line")
+    keys = _ordered(list(dict.fromkeys(first.loc[lines, line_key])), "mask" if line_key == "mask_spec" else line_key)
+    combos = list(dict.fromkeys(tuple(str(first.at[v, c]) for c in extra) for v in lines))
+    out = {}
+    for v in lines:
+        st = _style(keys.index(first.at[v, line_key]))
+        if extra:
+            st["ls"] = _DASHES[combos.index(tuple(str(first.at[v, c]) for c in extra)) % len(_DASHES)]
+        out[v] = st
+    return out
 
 
 def _share_y(rows: pd.DataFrame, panel_key: str | None, panels: list[Any], log: bool) -> bool:

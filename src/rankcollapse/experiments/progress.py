@@ -1,9 +1,15 @@
 """Progress of a group of units on stderr.
 
 On a terminal: a live rich bar (units done / total, elapsed, ETA, the unit running).
-Off a terminal (a log file, a pipe, a batch system): one line when the group starts,
-one line per computed unit as it finishes, one summary line, so a log shows progress
-from the first minute.
+Off a terminal (a log file, a pipe, a batch system): one line when the run starts
+(the whole plan: every group and its units, how many are cached), one line per computed
+unit as it finishes, one summary line, so a log shows progress from the first minute.
+
+One bar covers a whole run: the total counts every unit the run plans (default
+settings and nearby settings alike), so the ETA is the time to the end of the run, not
+of its first group. A planned unit that will not run after all (the nearby settings of
+a claim the run could not decide) is taken out of the total with a line that says so
+(:meth:`UnitProgress.drop`).
 """
 
 from __future__ import annotations
@@ -68,8 +74,11 @@ class UnitProgress:
     def _line(self, text: str) -> None:
         print(text, file=self._stream or sys.stderr, flush=True)
 
-    def start(self, n_cached: int, n_compute: int, workers: int, executor: str) -> None:
-        """The group begins: ``n_cached`` units come from the cache, ``n_compute`` run."""
+    def start(self, n_cached: int, n_compute: int, workers: int, executor: str,
+              groups: list[tuple[str, int]] | None = None) -> None:
+        """The run begins: ``n_cached`` units come from the cache, ``n_compute`` run.
+        ``groups``: ``[(name, units)]`` of the plan, named in the first line when there
+        are several (e.g. default settings and nearby settings)."""
         self.cached = n_cached
         self.done_count = n_cached
         if not self.enabled or not self.total:
@@ -77,8 +86,24 @@ class UnitProgress:
         if self._bar is not None:
             self._bar.update(self._task, completed=n_cached)
         elif n_compute:
-            self._line(f"{self.title}: {self.total} units, {n_cached} cached, computing {n_compute} "
+            plan = f" ({', '.join(f'{name} {n}' for name, n in groups)})" if groups and len(groups) > 1 else ""
+            self._line(f"{self.title}: {self.total} units{plan}, {n_cached} cached, computing {n_compute} "
                        f"({executor}, {workers} worker{'s' if workers != 1 else ''})")
+
+    def drop(self, n: int, reason: str, cached: int = 0) -> None:
+        """Take ``n`` planned units that will not be used out of the total (``reason``
+        says why, in the log); ``cached`` of them were counted as done from the cache."""
+        if n <= 0:
+            return
+        self.total -= n
+        self.cached -= cached
+        self.done_count -= cached
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.update(self._task, total=self.total, completed=self.done_count)
+        else:
+            self._line(f"{self.title}: {n} planned units not run ({reason}); {self.total} units in all")
 
     def running(self, label: str) -> None:
         """Show ``label`` as the unit running (the bar's description)."""

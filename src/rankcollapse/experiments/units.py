@@ -44,7 +44,7 @@ def _labels(unit: Unit, **extra: Any) -> dict[str, Any]:
         "setting": p.get("setting", "default"),
         "unit": unit.hash,
         "norm": _norm_of(p),
-        "radius": float(p.get("radius", 1.0)) if unit.kind in ("simulate", "pretrained_sa") else np.nan,
+        "sphere_radius": float(p.get("sphere_radius", 1.0)) if unit.kind in ("simulate", "pretrained_sa") else np.nan,
         "depth": int(p.get("depth", -1)) if unit.kind == "simulate" else -1,
         "dtype": compute_dtype(unit),
     }
@@ -107,12 +107,12 @@ def _weight_kwargs(p: dict[str, Any], d: int) -> dict[str, Any]:
 
     ``init_scale`` s draws ``W_Q, W_K ~ N(0, s^2/d)`` (s = 1 is the default family),
     which multiplies the attention logits by s^2; ``value`` is the W_V family spec.
-    ``radius`` R puts SA-LN rows on the sphere of radius R instead of 1: since the
+    ``sphere_radius`` R puts SA-LN rows on the sphere of radius R instead of 1: since the
     logits are bilinear in the rows, that is the unit sphere with ``W_Q, W_K`` scaled by R
     (logits times R^2, ../shared/docs/theory.md §2), and μ/‖X‖_F does not depend on R.
     """
     kw: dict[str, Any] = {"d_qk": float(p.get("d_qk", 1.0)), "value": p.get("value") or "gaussian"}
-    s = float(p.get("init_scale", 1.0)) * float(p.get("radius", 1.0))
+    s = float(p.get("init_scale", 1.0)) * float(p.get("sphere_radius", 1.0))
     if s != 1.0:
         kw["query_key"] = f"gaussian:std={s / d ** 0.5!r}"
     return kw

@@ -35,6 +35,11 @@ def _mu_relative(ctx: MetricContext) -> torch.Tensor:
     return _mu_normalised(ctx) / ctx.frobenius
 
 
+def _max_token_share(ctx: MetricContext) -> torch.Tensor:
+    ctx.fail(ctx.frobenius == 0, "X is the zero matrix: the token shares of ||X||_F^2 are undefined")
+    return (ctx.row_norms.amax(dim=-1) / ctx.frobenius) ** 2
+
+
 def _pair_mean(ctx: MetricContext, total: torch.Tensor) -> torch.Tensor:
     """``total`` ``(G,)`` (a sum over ordered pairs i != j of non-zero tokens) divided
     by the number of such pairs; 1 where there is no such pair."""
@@ -132,6 +137,16 @@ def mu_relative(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     :class:`MetricError` if X is the zero matrix.
     """
     return _one(_mu_relative, "mu_relative", X, padding_mask, dtype)
+
+
+def max_token_share(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Largest share of ``||X||_F^2`` held by one token, ``max_i ||x_i||^2 / ||X||_F^2``,
+    in ``[1/N, 1]``: ``1/N`` when every token has the same norm, near 1 when one token's
+    norm dwarfs the others' (a massive activation). Above 1/2, μ(X)/‖X‖_F mostly measures
+    that one token: with ``X = e_k x_k^T`` exactly, ``mu/||X||_F = sqrt(1 - 1/N)``
+    whatever the other tokens were. Same parameters and errors as :func:`mu_relative`.
+    """
+    return _one(_max_token_share, "max_token_share", X, padding_mask, dtype)
 
 
 def avg_abs_cos(X, *, padding_mask=None, dtype=None) -> torch.Tensor:

@@ -1,0 +1,118 @@
+"""A run's progress announces its whole plan (nearby settings included) and its ETA runs
+to the end of the run; unit labels tell every unit apart; the cost of the numbers is
+kept with the cache and survives a rerun from the cache."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from rankcollapse.experiments import progress as progress_mod
+from rankcollapse.experiments import runner
+from rankcollapse.experiments.cache import UnitCache
+from rankcollapse.experiments.config import Unit, unit_labels
+from rankcollapse.experiments.executors import Done
+
+
+def _planned(name, scale):
+    cfgs, units, _ = runner.plan(name, scale, 0)
+    return units, runner.plan_units(runner.nearby_plan(cfgs, units))
+
+
+def test_eta_counts_every_planned_unit(monkeypatch, capsys):
+    clock = iter([0.0, 10.0, 20.0, 30.0, 40.0, 50.0])
+    monkeypatch.setattr(progress_mod.time, "perf_counter", lambda: next(clock))
+    with progress_mod.UnitProgress("main", 5, tty=False) as bar:
+        bar.start(1, 4, 2, "processes", groups=[("default settings", 3), ("nearby settings", 2)])
+        for k in range(4):
+            bar.finished(f"u{k}", 10.0)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "main: 5 units (default settings 3, nearby settings 2), 1 cached, computing 4 (processes, 2 workers)"
+    # 10 s per computed unit: ETA = 10 s x units left of the whole plan
+    assert [ln.split("ETA ")[1] for ln in err[1:5]] == ["30 s)", "20 s)", "10 s)", "0 s)"]
+    assert [ln.split("]")[0] for ln in err[1:5]] == [f"main [{k}/5" for k in (2, 3, 4, 5)]
+
+
+def test_dropped_units_leave_the_total(capsys):
+    with progress_mod.UnitProgress("main", 6, tty=False) as bar:
+        bar.start(2, 4, 1, "serial")
+        bar.drop(3, "nearby settings of C03, not decided", cached=1)
+        bar.finished("u", 1.0)
+    err = capsys.readouterr().err.splitlines()
+    assert err[1] == "main: 3 planned units not run (nearby settings of C03, not decided); 3 units in all"
+    assert err[2].startswith("main [2/3] u ")
+
+
+def test_run_announces_default_and_nearby_units_up_front(fake, tmp_path, capsys):
+    units, near = _planned("main", "smoke")
+    assert len(near) > 0
+    res = runner.run_experiment("main", "smoke", tmp_path / "run", progress=True, write=False)
+    err = capsys.readouterr().err.splitlines()
+    total = len(units) + len(near)
+    assert err[0] == (f"main: {total} units (default settings {len(units)}, nearby settings {len(near)}), "
+                      f"0 cached, computing {total} (serial, 1 worker)")
+    done = [ln for ln in err if ln.startswith("main [")]
+    dropped = sum(int(ln.split(": ")[1].split()[0]) for ln in err if "planned units not run" in ln)
+    assert len(done) == total - dropped == len(res.timings)
+    assert done[-1].startswith(f"main [{total - dropped}/{total - dropped}]") and done[-1].endswith("ETA 0 s)")
+    assert err[-1].startswith(f"main: {total - dropped} units (0 cached) in ")
+
+
+def test_labels_name_every_field_that_tells_units_apart():
+    units, near = _planned("all", "quick")
+    labels = unit_labels(units + near)
+    assert len(set(labels.values())) == len(units + near)
+    sphere = [labels[u.hash] for u in units if u.params.get("variant") == "sphere" and u.params.get("mask") == "complete"
+              and u.params.get("value") == "gaussian" and u.params.get("seed") == 0]
+    assert sorted(sphere) == ["simulate[model=minilm, mask=complete, variant=sphere, sphere_radius=19.5959, value=gaussian, d_qk=1, seed=0]",
+                              "simulate[model=minilm, mask=complete, variant=sphere, value=gaussian, d_qk=1, seed=0]"]
+    probes = sorted(labels[u.hash] for u in units if u.kind == "probe" and u.params["model"] == "minilm")
+    assert probes == ["probe[model=minilm, drop=[]]", "probe[model=minilm, drop=[norm]]"]
+
+
+def test_cache_keeps_the_compute_cost(tmp_path):
+    cache = UnitCache(tmp_path)
+    a, b = Unit("theory", {"check": "a"}), Unit("theory", {"check": "b"})
+    frame = pd.DataFrame({"layer": [0, 1], "mean": [1.0, 0.5]})
+    cache.put(a, frame, {"seconds": 12.5, "cpu_seconds": 11.0, "worker": "h:1"})
+    cache.put(b, frame)
+    pd.testing.assert_frame_equal(cache.get(a), frame)
+    assert cache.cost(a) == {"seconds": 12.5, "cpu_seconds": 11.0, "worker": "h:1"}
+    assert cache.cost(b) is None and cache.cost(Unit("theory", {"check": "c"})) is None
+
+
+class _SlowExecutor:
+    """Runs units in this process and reports 5 s wall, 4 s CPU for each."""
+
+    name, workers = "serial", 1
+
+    def __init__(self, table):
+        self.table = table
+
+    def map(self, units, ctx, table):
+        for i, u in enumerate(units):
+            yield Done(i, self.table[u.kind](u, ctx), 5.0, 4.0, "w:1")
+
+    def close(self):
+        pass
+
+
+def test_cached_rerun_keeps_what_the_numbers_cost(fake, monkeypatch, tmp_path):
+    monkeypatch.setattr(runner, "make_executor", lambda *a, **k: _SlowExecutor(runner.EXECUTORS))
+    out = tmp_path / "run"
+    first = runner.run_experiment("fig3", "smoke", out, progress=False)
+    n = len(first.timings)
+    cost1 = json.loads((out / "config.json").read_text())["cost"]
+    assert cost1["unit_seconds"] == pytest.approx(5.0 * n) and cost1["unit_cpu_seconds"] == pytest.approx(4.0 * n)
+    assert cost1["units_computed"] == n and cost1["units_cached"] == 0
+    calls = fake.calls
+    runner.run_experiment("fig3", "smoke", out, progress=False)
+    assert fake.calls == calls  # nothing recomputed
+    cfg = json.loads((out / "config.json").read_text())
+    cost2 = cfg["cost"]
+    assert cost2["unit_seconds"] == cost1["unit_seconds"] and cost2["unit_cpu_seconds"] == cost1["unit_cpu_seconds"]
+    assert cost2["units_computed"] == 0 and cost2["units_cached"] == n and cost2["units_cost_unknown"] == 0
+    assert all(t["cached"] and t["compute_seconds"] == 5.0 and t["computed_at"] for t in cfg["timings"])
+    html = (out / "report.html").read_text()
+    assert f"numbers computed in {5 * n} s of unit time ({4 * n} CPU-s)" in html
+    assert f"0 units computed, {n} read from the cache" in html
