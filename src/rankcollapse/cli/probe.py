@@ -9,11 +9,10 @@ from typing import Any, Optional
 
 import typer
 
-from .. import data, masks, models
+from .. import masks, models  # lazy packages; `data` (torch) is imported by the command
 from .._io import atomic_path, check_writable, write_json_atomic
 from .._validate import check_device, check_float
 from ..errors import ConfigError
-from ..models.probe import check_positions
 from ._output import check_format, print_json, print_records, print_table
 from ._vocab import deprecated
 
@@ -67,8 +66,12 @@ def probe_command(
         raise ConfigError("--attentions writes OUT/attentions.npz: give --out too")
     if out is not None:
         check_writable(out, folder=True)
+    from .. import data
+
     texts = data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
     loaded = models.load_model(model, gguf_file=gguf_file, device=dev)
+    from ..models.probe import check_positions  # here: importing it imports torch
+
     check_positions(loaded, length)  # before windows are built or anything is written
     wins = data.make_windows(texts, loaded.tokenizer, length=length, n_windows=windows, seed=seed, allow_fewer=text_file is not None)
     for note in loaded.notes:
