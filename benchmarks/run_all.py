@@ -20,6 +20,7 @@ SCRIPTS = {
     "long": ["bench_long.py"],
     "recorder": ["bench_recorder.py"],
     "sweep": ["bench_sweep.py"],
+    "startup": ["bench_startup.py"],
 }
 QUICK = {
     "masks": ["--n", "16384"],
@@ -28,6 +29,7 @@ QUICK = {
     "long": ["--n", "4096", "--skip-sdpa"],
     "recorder": ["--repeats", "3"],
     "sweep": ["--repeats", "1", "--units", "4", "--windows", "8"],
+    "startup": ["--repeats", "2"],
 }
 
 

@@ -62,3 +62,10 @@ def attach(package: str, exports: Mapping[str, Iterable[str]]) -> tuple[Callable
         return sorted(set(module.__dict__) | set(where))
 
     return __getattr__, __dir__, sorted(where)
+
+
+def is_tensor(x: object) -> bool:
+    """True iff ``x`` is a ``torch.Tensor``, checked without importing torch: if torch
+    was never imported, nothing can be a tensor (so a torch-free code path stays so)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)

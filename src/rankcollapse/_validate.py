@@ -10,13 +10,19 @@ with a message that names the argument. Integers must fit a signed 64-bit intege
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
-
-import numpy as np
 
 from .errors import ConfigError, RankCollapseError
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _numpy(*names: str) -> tuple[type, ...]:
+    """The numpy scalar types ``names``, without importing numpy (the command line's
+    start-up does not): if numpy was never imported, no value can be a numpy scalar."""
+    np = sys.modules.get("numpy")
+    return tuple(getattr(np, n) for n in names) if np is not None else ()
 
 
 def check_int(value: Any, name: str, *, low: int | None = None, high: int | None = None,
@@ -31,7 +37,7 @@ def check_int(value: Any, name: str, *, low: int | None = None, high: int | None
     error
         Naming ``name``, the value and the rule it breaks.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, bool) or not isinstance(value, (int, *_numpy("integer"))):
         raise error(f"{name} must be an integer, got {value!r}")
     value = int(value)
     if not INT64_MIN <= value <= INT64_MAX:
@@ -60,7 +66,7 @@ def check_float(value: Any, name: str, *, low: float | None = None, high: float 
     error
         Naming ``name``, the value and the rule it breaks.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if isinstance(value, bool) or not isinstance(value, (int, float, *_numpy("integer", "floating"))):
         raise error(f"{name} must be a number, got {value!r}")
     try:
         out = float(value)

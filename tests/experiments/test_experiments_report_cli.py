@@ -1,6 +1,7 @@
 """Report in headless Chromium, and the command line's bad-input behaviour."""
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from rankcollapse import cli
 from rankcollapse.experiments import runner
 
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
 
 
 def _chromium(path: Path) -> tuple[str, list[str]]:
@@ -24,7 +25,7 @@ def _chromium(path: Path) -> tuple[str, list[str]]:
     return proc.stdout, [ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln]
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (apt-get install -y chromium)")
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs chromium on PATH: `make browser` installs it (apt-get, as root)")
 def test_report_opens_in_chromium_without_console_errors(fake, tmp_path):
     res = runner.run_experiment("main", "smoke", tmp_path / "run", progress=False, nearby=False)
     bad = tmp_path / "bad.html"  # control: the console capture must see an error

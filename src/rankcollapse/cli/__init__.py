@@ -1,6 +1,9 @@
 """The ``rankcollapse`` command line: a thin layer over the Python API.
 
-Each sub-command lives in its own module exposing ``register(app)``. Every error
+Each sub-command lives in its own module exposing ``register(app)``; those modules
+import torch, transformers, pandas and the numerical packages only inside their commands,
+so ``--help``, ``--version`` and ``mask describe`` start without them
+(``benchmarks/bench_startup.py`` measures it). Every error
 below a command (the user's ``RankCollapseError``, an operating-system error, any
 other) prints one line and exits with status 2 (see :mod:`._boundary`); only a real
 interrupt exits with 130.
@@ -25,6 +28,22 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     cls=Group,
 )
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"rankcollapse {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    pass
+
 
 _SUBCOMMAND_MODULES = ("mask", "metrics", "simulate", "theory", "probe", "reproduce", "phase")
 

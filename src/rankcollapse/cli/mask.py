@@ -7,14 +7,11 @@ from typing import List, Optional
 
 import typer
 
-from .. import masks
+from .. import masks  # lazy (PEP 562): `rankcollapse --help` imports no numerical library
 from .._io import atomic_path, check_writable
 from .._memory import parse_size
 from .._validate import check_int
 from ..errors import ConfigError, MaskError
-from ..masks.plot import image_format
-from ..masks.schedule import is_schedule, parse_schedule
-from ..masks.schedule_rates import compare_schedules, describe_schedule
 from ._output import FORMAT_HELP, check_format, print_json, print_records, print_table
 from ._vocab import out_file
 
@@ -58,8 +55,8 @@ def describe(
     rate and each layer's description (layers)."""
     as_json = check_format(fmt, ("table", "json")) == "json"
     n = _n_tokens(spec, n)
-    if is_schedule(spec):
-        d = describe_schedule(spec, n, per_token=per_token)
+    if masks.is_schedule(spec):
+        d = masks.describe_schedule(spec, n, per_token=per_token)
         if as_json:
             print_json(d)
             return
@@ -96,9 +93,11 @@ def show(
     if n > 2048:
         raise MaskError(f"--n-tokens {n} is too large to draw one cell per token pair (at most 2048)")
     out = out_file(out, f"mask.{image}", IMAGE_SUFFIXES)
+    from ..masks.plot import image_format
+
     image_format(out)  # before any work
     check_writable(out, folder=False)
-    mask = parse_schedule(spec, n).composed() if is_schedule(spec) else masks.parse_mask(spec, n)
+    mask = masks.parse_schedule(spec, n).composed() if masks.is_schedule(spec) else masks.parse_mask(spec, n)
     masks.draw_mask(mask, masks.analyze(mask), out)
     typer.echo(f"wrote {out}", err=True)
 
@@ -135,8 +134,8 @@ def compare(
         out = out_file(out, "compare.csv", (".csv",))
         check_writable(out, folder=False)
     n = check_int(n, "--n-tokens", low=1, error=MaskError)
-    if measure or any(is_schedule(s) for s in specs):
-        df = compare_schedules(specs, n, measure=measure, d=check_int(d_model, "--d-model", low=1),
+    if measure or any(masks.is_schedule(s) for s in specs):
+        df = masks.compare_schedules(specs, n, measure=measure, d=check_int(d_model, "--d-model", low=1),
                                depth=check_int(depth, "--depth", low=1), n_samples=check_int(samples, "--samples", low=1),
                                seed=check_int(seed, "--seed", low=0), d_qk=d_qk, token_norm=token_norm,
                                weight_norm=weight_norm)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
-import torch
 import typer
 
 from .. import masks, metrics
@@ -15,10 +13,10 @@ from .._memory import parse_size
 from ..errors import DataError, MetricError
 from ._output import FORMAT_HELP, check_format, print_json, print_records, print_table
 
-_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+_DTYPES = ("float64", "float32")  # names of torch dtypes: torch is imported only when a command runs
 
 
-def _load_array(path: Path, what: str) -> np.ndarray:
+def _load_array(path: Path, what: str):
     return load_npy(path, what, error=DataError)
 
 
@@ -73,8 +71,10 @@ def metrics_command(
         raise MetricError(f"{file}: expected shape (N, d) or (B, N, d), got {X.shape}")
     pm = _load_array(padding_mask, "padding mask") if padding_mask is not None else None
     chosen = tuple(metrics.METRICS) if names is None else tuple(n.strip() for n in names.split(",") if n.strip())
+    import torch
+
     report = metrics.report_metrics(X, chosen, padding_mask=pm, mask=_graph_mask(mask, X.shape[-2]),
-                                    dtype=_DTYPES[dtype], max_memory=parse_size(max_memory))
+                                    dtype=getattr(torch, dtype), max_memory=parse_size(max_memory))
     if fmt == "json":  # undefined metrics are null with their reason: always strict JSON
         print_json(report.rows(), indent=2)
     elif fmt in ("csv", "markdown"):

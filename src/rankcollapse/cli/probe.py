@@ -9,11 +9,10 @@ from typing import Any, List, Optional
 
 import typer
 
-from .. import data, masks, models
+from .. import masks, models  # lazy packages; `data` (torch) is imported by the command
 from .._io import atomic_path, check_writable, write_json_atomic
 from .._validate import check_device, check_float
 from ..errors import ConfigError
-from ..models.probe import check_positions
 from ._output import check_format, print_json, print_records, print_table
 from ._vocab import deprecated
 from ..models.plot import PLOT_METRICS, plot_layers  # plot_layers: also importable from here, as before
@@ -74,7 +73,11 @@ def probe_command(
         raise ConfigError(f"{'--attentions' if attentions else '--gguf-file'} applies to one model: give one --model")
     if out is not None:
         check_writable(out, folder=True)
+    from .. import data
+
     texts = data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
+    from ..models.probe import check_positions  # here: importing it imports torch
+
     runs = []  # (loaded, windows, table) per model; nothing is written until every model ran
     for model in names:
         loaded = models.load_model(model, gguf_file=gguf_file, device=dev)

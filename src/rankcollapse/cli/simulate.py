@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import torch
 import typer
 
-from .. import data, dynamics, models
+from .. import dynamics, models  # lazy packages; `data` (torch) is imported where used
 from .._io import check_writable, load_npy, versions, write_json_atomic
 from .._memory import parse_size
 from ..errors import ConfigError, DataError
@@ -25,6 +24,8 @@ def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: in
     without one, MiniLM.
     """
     if source == "wiki":
+        from .. import data
+
         loaded = models.load_model("minilm") if loaded is None else loaded
         width = loaded.model.config.hidden_size
         if d_model not in (None, width):
@@ -37,6 +38,8 @@ def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: in
             "hemisphere": dynamics.hemisphere_tokens}.get(source)
     if draw is not None:
         return draw(samples, n_tokens, d, seed=seed)
+    import torch
+
     path = Path(source)
     if not path.is_file():
         raise DataError(f"--input {source!r} is neither one of {INPUTS} nor a readable .npy/.pt file")
@@ -51,7 +54,7 @@ def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: in
     return _as_batch(X, source, n_tokens)
 
 
-def _as_batch(X: torch.Tensor, source: str, n_tokens: int) -> torch.Tensor:
+def _as_batch(X: "torch.Tensor", source: str, n_tokens: int) -> "torch.Tensor":
     if X.ndim == 2:
         X = X.unsqueeze(0)
     if X.ndim != 3 or X.shape[1] != n_tokens:
@@ -141,6 +144,8 @@ def simulate_command(
         depth = len(weights)
         d_model = weights[0].d_model if d_model is None and source != "wiki" else d_model
     X0 = _initial_tokens(source, n_tokens, d_model, samples, seed, loaded)
+    import torch  # here, not at the top: `rankcollapse --help` must not import torch
+
     res = dynamics.simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
                    weights=weights, shared=shared, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
                    seed=seed, dtype=getattr(torch, dtype), device=device, path=backend,

@@ -13,12 +13,11 @@ import math
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..errors import MaskError
 from ._build import progressions, union_csr
 from .._validate import check_int
-from .mask import Mask
+from .mask import Mask, lazy_table
 
 
 def closed(
@@ -255,13 +254,15 @@ def _blocks(n: int, doc: np.ndarray, starts: np.ndarray, ends: np.ndarray, is_ca
     idx = np.arange(n)
     lo = starts[doc]
     hi = idx if is_causal else ends[doc] - 1
-    doc_t = torch.as_tensor(doc, dtype=torch.int64)
+    doc_t = lazy_table(lambda: doc.astype(np.int64))
     if is_causal:
         def mod(b, h, q, kv):
-            return (doc_t.to(q.device)[q] == doc_t.to(q.device)[kv]) & (kv <= q)
+            d = doc_t(q.device)
+            return (d[q] == d[kv]) & (kv <= q)
     else:
         def mod(b, h, q, kv):
-            return doc_t.to(q.device)[q] == doc_t.to(q.device)[kv]
+            d = doc_t(q.device)
+            return d[q] == d[kv]
     if len(starts) == 1:
         cf = (causal(n) if is_causal else complete(n)).closed_form
     else:

@@ -8,18 +8,21 @@ where natural, a vectorised FlexAttention predicate ``mask_mod(b, h, q_idx, kv_i
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 
+from .._lazy import is_tensor
 from ..errors import MaskError
 from .._validate import check_int
 from ._build import interval_csr
 from .rows import check_rows_allow_key
 
-MaskMod = Callable[[Any, Any, torch.Tensor, torch.Tensor], torch.Tensor]
+if TYPE_CHECKING:  # torch is imported when a tensor form is asked for: `mask describe` never needs it
+    import torch
+
+MaskMod = Callable[[Any, Any, "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
 def normalise_csr(csr: Any, n: int) -> sp.csr_array:
@@ -111,6 +114,8 @@ class Mask:
 
     def to_dense(self, device: torch.device | str | None = None) -> torch.Tensor:
         """Dense ``torch.bool`` tensor ``(N, N)``; ``N^2`` bytes, meant for small N."""
+        import torch
+
         if self._predicate_is_structural:
             idx = torch.arange(self.n_tokens, device=device)
             out = self.mask_mod(0, 0, idx[:, None], idx[None, :])
@@ -146,7 +151,7 @@ class Mask:
             Not 2-D, not square, not boolean (0/1 integers are accepted), or a row
             with no key.
         """
-        arr = matrix.detach().cpu().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix)
+        arr = matrix.detach().cpu().numpy() if is_tensor(matrix) else np.asarray(matrix)
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
             raise MaskError(f"mask matrix must be square 2-D (N, N), got shape {tuple(arr.shape)}")
         if arr.dtype != np.bool_:
@@ -207,15 +212,30 @@ class Mask:
         return f"Mask({self.spec!r}, n_tokens={self.n_tokens})"
 
 
+def lazy_table(get_array: Callable[[], np.ndarray]) -> Callable[[Any], "torch.Tensor"]:
+    """``table(device)``: the tensor of ``get_array()`` on ``device``, converted on first
+    use and kept. A predicate indexes such a table, so building a mask imports no torch;
+    :func:`~rankcollapse.masks.convert.to_block_mask` calls the predicate once eagerly,
+    so the table exists before FlexAttention traces it."""
+    cache: list = []
+
+    def table(device: Any) -> "torch.Tensor":
+        if not cache:
+            import torch
+
+            cache.append(torch.from_numpy(np.ascontiguousarray(get_array())))
+        return cache[0].to(device)
+
+    return table
+
+
 def _lazy_lookup(get_csr: Callable[[], sp.csr_array]) -> MaskMod:
     """Exact predicate for an unstructured mask: a dense lookup table built on first
     use (N^2 bytes; an arbitrary mask has no cheaper exact elementwise predicate)."""
-    table: list[torch.Tensor] = []
+    table = lazy_table(lambda: get_csr().toarray())
 
     def mask_mod(b, h, q_idx, kv_idx):
-        if not table:
-            table.append(torch.from_numpy(get_csr().toarray()))
-        return table[0].to(q_idx.device)[q_idx, kv_idx]
+        return table(q_idx.device)[q_idx, kv_idx]
 
     return mask_mod
 
@@ -266,6 +286,8 @@ def _intersect(a: Mask, b: Mask, chunk: int = 1 << 22) -> sp.csr_array:
     csr = base.to_csr()
     rows = np.repeat(np.arange(base.n_tokens, dtype=np.int64), np.diff(csr.indptr))
     keep = np.empty(csr.nnz, dtype=bool)
+    import torch  # the predicates take tensors
+
     for s in range(0, csr.nnz, chunk):  # bounded temporary memory
         q = torch.from_numpy(rows[s : s + chunk])
         kv = torch.from_numpy(csr.indices[s : s + chunk].astype(np.int64))

@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
 from ..errors import MaskError, excerpt
 from ._build import columns_coo, interval_coo, progressions, rows_coo, union_csr
 from .._io import load_npy
 from .._validate import check_int
 from .constructors import closed, sliding_window
-from .mask import Mask
+from .mask import Mask, lazy_table
 
 
 def strided(n: int, stride: int) -> Mask:
@@ -97,8 +96,8 @@ def _window_with_globals(n: int, w: int, g: np.ndarray, name: str) -> tuple[list
     idx = np.arange(n)
     pieces = [interval_coo(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1)),
               columns_coo(n, g), rows_coo(n, g)]
-    is_g = torch.zeros(n, dtype=torch.bool)
-    is_g[torch.as_tensor(g, dtype=torch.long)] = True
+    is_g = np.zeros(n, dtype=bool)
+    is_g[g] = True
     return pieces, base, is_g
 
 
@@ -118,6 +117,7 @@ def longformer(n: int, w: int, globals: Sequence[int] = ()) -> Mask:
     n = check_int(n, "n", low=1, error=MaskError)
     g = _check_globals(globals, n, "longformer")
     pieces, base, is_g = _window_with_globals(n, w, g, "longformer")
+    g_t = lazy_table(lambda: is_g)
     h = (w - 1) // 2
     if g.size and n > 1:
         rest = np.setdiff1d(np.arange(n), g)
@@ -128,7 +128,7 @@ def longformer(n: int, w: int, globals: Sequence[int] = ()) -> Mask:
     return Mask(
         n, f"longformer:w={w},globals={'+'.join(map(str, g.tolist()))}",
         build_csr=lambda: union_csr(pieces, n),
-        mask_mod=lambda b, hh, q, kv: ((q - kv).abs() <= h) | is_g.to(q.device)[q] | is_g.to(q.device)[kv],
+        mask_mod=lambda b, hh, q, kv: ((q - kv).abs() <= h) | g_t(q.device)[q] | g_t(q.device)[kv],
         closed_form=cf,
     )
 

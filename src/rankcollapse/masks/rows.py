@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 
+from .._lazy import is_tensor
 from ..errors import MaskError
 
 _SHOWN = 10  # offending rows named in the message
@@ -30,7 +30,9 @@ def empty_rows(allowed: Any) -> np.ndarray:
         csr = sp.csr_array(allowed)
         counts = np.diff(csr.indptr) if csr.nnz == csr.count_nonzero() else (csr != 0).sum(axis=1)
         return np.flatnonzero(np.asarray(counts).ravel() == 0)
-    if isinstance(allowed, torch.Tensor):
+    if is_tensor(allowed):
+        import torch
+
         empty = ~allowed.bool().any(dim=-1)  # (..., N)
         if not bool(empty.any()):  # the common case: one reduction and one host sync
             return np.zeros(0, dtype=np.int64)
