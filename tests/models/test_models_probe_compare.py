@@ -160,3 +160,12 @@ def test_probe_attention_entropy_matches_a_plain_forward(make_tiny, make_windows
     for k, A in enumerate(maps):
         want = _entropy_reference(A.double().numpy(), allowed, real)
         np.testing.assert_allclose(rows.loc[f"layer.{k}.attention", "values"], want, rtol=1e-5)
+
+
+def test_table_leaves_metrics_that_do_not_apply_blank(monkeypatch, capsys, text_file):
+    """attention_entropy has no value at hidden states (nor μ at attention points): the
+    terminal table leaves those cells blank, never prints nan."""
+    code, stdout, err = _main(monkeypatch, capsys, "--model", "minilm", "--text-file", str(text_file),
+                              "--samples", "2", "--n-tokens", "16", "--metrics", "mu_relative,attention_entropy")
+    assert code == 0, err
+    assert "layer.5.attention" in stdout and "nan" not in stdout.lower()

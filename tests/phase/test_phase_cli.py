@@ -117,3 +117,26 @@ def test_heatmap_legend_says_what_colours_and_numbers_mean(tmp_path, monkeypatch
     assert "log10(μ/‖X‖_F) at the last layer" in legend.get_title().get_text()
     texts = sorted(t.get_text() for t in figs[0].axes[0].texts)
     assert texts == ["-1", "-300"]
+
+
+def test_readme_phase_example_has_cells_in_several_regimes(tmp_path):
+    """The README's phase command, run as written (output folder aside), labels its cells
+    with more than one regime, and its counts are those the README states."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (line,) = [ln for ln in readme.splitlines() if ln.startswith("rankcollapse phase ")]
+    argv = shlex.split(line)[1:]
+    argv[argv.index("--out") + 1] = str(tmp_path / "phase")
+    res = subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    cells = json.loads(res.stdout)["cells"]
+    assert len({c["regime"] for c in cells}) >= 2, [c["regime"] for c in cells]
+    regimes = {(c["qk_scale"], c["norm"], c["skip"]): c["regime"] for c in cells}
+    no_skip = [r for (_, _, skip), r in regimes.items() if not skip]
+    with_skip = [r for (_, _, skip), r in regimes.items() if skip]
+    assert no_skip.count("rank_collapse") == 3 and "rank_collapse" not in with_skip
+    assert set(with_skip) == {"entropy_collapse", "undecided"}
+    assert re.search(r"every cell but one collapses", readme)

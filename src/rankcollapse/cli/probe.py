@@ -254,5 +254,5 @@ def _print_summary(*tables: Any) -> None:
     for col in wide.columns:
         t.add_column(str(col))
     for row in wide.itertuples(index=False):
-        t.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
-    print_table(t)
+        t.add_row(*[("" if v != v else f"{v:.4g}") if isinstance(v, float) else str(v) for v in row])
+    print_table(t)  # blank: a metric that does not apply at that point (attention_entropy at hidden states)

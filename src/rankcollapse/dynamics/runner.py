@@ -136,6 +136,10 @@ def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
         fns = dict(metrics)
         return tuple(fns), lambda X, mask, peak: {k: f(X) for k, f in fns.items()}, False
     names = tuple(DEFAULT_SIM_METRICS if metrics is None else ([metrics] if isinstance(metrics, str) else metrics))
+    if "attention_entropy" in names:  # a metric of A(t), not of X(t)
+        raise ConfigError("attention_entropy is a metric of attention probabilities, not of tokens: simulate with "
+                          "record_attention=True and apply rankcollapse.metrics.attention_entropy to each "
+                          "result.attention[t] (phase reports it per cell)")
     unknown = [n for n in names if n not in METRICS]
     if unknown:
         raise ConfigError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")

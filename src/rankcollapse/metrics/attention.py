@@ -69,8 +69,9 @@ def attention_entropy(A, mask=None, *, padding_mask=None) -> torch.Tensor:
 def row_entropy(A: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """The computation of :func:`attention_entropy` without input checks, for callers
     whose ``A`` comes from a masked softmax: ``A`` ``(..., H, N, N)``, ``allowed`` bool
-    broadcastable to ``(..., N, N)``; returns ``(...)`` in A's dtype (NaN rows of a
-    diverged run stay NaN; a sample without a counted row gives NaN)."""
+    broadcastable to ``(..., N, N)``; returns ``(...)`` in A's dtype. Entries that are
+    not ``> 0`` (zeros, and the NaN of an overflowed run, which phase flags as diverging
+    on its own) add nothing; a sample without a counted row gives NaN."""
     plogp = torch.where(A > 0, A * torch.log(A.clamp_min(torch.finfo(A.dtype).tiny)), torch.zeros((), dtype=A.dtype))
     H = -plogp.sum(-1)  # (..., H, N)
     k = allowed.sum(-1).to(A.dtype).unsqueeze(-2)  # (..., 1, N)
