@@ -11,6 +11,13 @@ seconds measured where the unit ran, the worker, when), in the Parquet file's ow
 metadata, so a rerun that reads the entry still reports what the numbers took to
 compute. Entries written by earlier versions have no cost (``None``).
 
+Each entry verifies itself: its metadata names the unit it holds (``rankcollapse.key``:
+kind and hash) and every data page carries a CRC checksum (Parquet's
+``write_page_checksum``), checked on every read. An entry that does not verify (another
+unit's file under this name, flipped bits, a truncated or foreign file, an entry of an
+earlier version without a key, a link or a folder) is renamed aside with one warning line
+and the unit is computed again, so a table never silently mixes in a foreign entry.
+
 Safe for many writers (processes of one machine, or the nodes of a cluster sharing the
 folder over NFS): a file is written to a temporary name in the same folder and renamed
 with ``os.replace``, so a reader sees either nothing or a whole file, and two writers of
@@ -37,6 +44,13 @@ from .config import Unit
 ORPHAN_AGE_S = 24 * 3600
 #: Parquet metadata key of an entry's compute cost.
 COST_KEY = b"rankcollapse.cost"
+#: Parquet metadata key naming the unit an entry holds (``{"kind": ..., "hash": ...}``).
+UNIT_KEY = b"rankcollapse.key"
+
+
+class CacheEntryError(Exception):
+    """A cache entry that does not verify (internal: the entry is set aside, never raised
+    to the caller)."""
 
 
 @dataclass
@@ -73,12 +87,27 @@ class UnitCache:
             return None
         path = self.path(unit)
         try:
-            return pd.read_parquet(io.BytesIO(read_regular(path, "cache entry")))
+            return self._verified(unit, read_regular(path, "cache entry"))
         except FileNotFoundError:  # removed by someone else between the check and the read
             return None
         except Exception as exc:  # a link, a folder, truncated or foreign bytes: never trusted
             self._set_aside(path, exc)
             return None
+
+    @staticmethod
+    def _verified(unit: Unit, data: bytes) -> pd.DataFrame:
+        """The frame stored in ``data`` if it names ``unit`` and its page checksums hold."""
+        import pyarrow.parquet as pq
+
+        meta = pq.read_schema(io.BytesIO(data)).metadata or {}
+        try:
+            key = json.loads(meta[UNIT_KEY])
+        except (KeyError, ValueError):
+            raise CacheEntryError("it names no unit (written by an earlier version or not by this toolkit)") from None
+        if key != {"kind": unit.kind, "hash": unit.hash}:
+            raise CacheEntryError(f"it holds another unit ({key.get('kind')}-{key.get('hash')})"
+                                  if isinstance(key, dict) else "its unit key is malformed")
+        return pd.read_parquet(io.BytesIO(data), page_checksum_verification=True)
 
     def _set_aside(self, path: Path, exc: Exception) -> None:
         """Rename an entry that cannot be trusted to ``<name>.rejected-<time>`` (the link
@@ -103,12 +132,13 @@ class UnitCache:
 
         path = self.path(unit)
         table = pa.Table.from_pandas(frame, preserve_index=False)
+        meta = dict(table.schema.metadata or {})
+        meta[UNIT_KEY] = json.dumps({"kind": unit.kind, "hash": unit.hash}).encode()
         if cost is not None:
-            meta = dict(table.schema.metadata or {})
             meta[COST_KEY] = json.dumps(cost).encode()
-            table = table.replace_schema_metadata(meta)
+        table = table.replace_schema_metadata(meta)
         with atomic_path(path) as tmp:
-            pq.write_table(table, tmp)
+            pq.write_table(table, tmp, write_page_checksum=True)
         self._fresh.add(unit.hash)
         return path
 
@@ -118,8 +148,8 @@ class UnitCache:
         import pyarrow.parquet as pq
 
         try:
-            meta = pq.read_schema(self.path(unit)).metadata or {}
-        except (FileNotFoundError, OSError):
+            meta = pq.read_schema(io.BytesIO(read_regular(self.path(unit), "cache entry"))).metadata or {}
+        except (OSError, ValueError):  # missing, a link (UnsafePathError) or not Parquet
             return None
         raw = meta.get(COST_KEY)
         return json.loads(raw) if raw else None
