@@ -194,3 +194,16 @@ def test_cli_describe_schedule_interface(tmp_path):
     assert [r["period"] for r in rows] == [3, 1] and [r["rank_predicted"] for r in rows] == [1, 2]
     p = _cli("describe", "schedule:causal*x", "--n", "8")
     assert p.returncode == 2 and p.stderr.count("\n") == 1
+
+
+def test_compare_takes_the_exponent_variant():
+    # t/(2r) halves the log of the per-layer factor; an unknown exponent is refused
+    from rankcollapse.errors import ConfigError
+
+    a = compare_schedules(["schedule:complete*3"], 8)
+    b = compare_schedules(["schedule:complete*3"], 8, exponent="t/(2r)")
+    assert b.loc[0, "log10_rate_per_layer"] == pytest.approx(a.loc[0, "log10_rate_per_layer"] / 2, rel=1e-14)
+    with pytest.raises(ConfigError, match="exponent"):
+        compare_schedules(["schedule:complete*3"], 8, exponent="t^2")
+    p = _cli("compare", "schedule:complete*3", "--n", "8", "--exponent", "t^2")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1

@@ -15,6 +15,7 @@ from ..errors import ConfigError, MaskError
 from ..masks.plot import image_format
 from ..masks.schedule import is_schedule, parse_schedule
 from ..masks.schedule_rates import compare_schedules, describe_schedule
+from ..theory.envelope import EXPONENTS
 from ._output import FORMAT_HELP, check_format, print_json, print_records, print_table
 from ._vocab import out_file
 
@@ -118,6 +119,8 @@ def compare(
     check_format(fmt)
     if d_qk <= 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
+    if exponent not in EXPONENTS:  # before any work, for the schedule table too
+        raise ConfigError(f"--exponent must be one of {', '.join(EXPONENTS)}, got {exponent!r}")
     if out is not None:
         out = out_file(out, "compare.csv", (".csv",))
         check_writable(out, folder=False)
@@ -126,7 +129,7 @@ def compare(
         df = compare_schedules(specs, n, measure=measure, d=check_int(d_model, "--d-model", low=1),
                                depth=check_int(depth, "--depth", low=1), n_samples=check_int(samples, "--samples", low=1),
                                seed=check_int(seed, "--seed", low=0), d_qk=d_qk, token_norm=token_norm,
-                               weight_norm=weight_norm)
+                               weight_norm=weight_norm, exponent=exponent)
     else:
         df = masks.compare_masks(specs, n, d_qk=d_qk, token_norm=token_norm,
                                  weight_norm=weight_norm, exponent=exponent,
