@@ -215,3 +215,16 @@ def test_parse_schedule_is_the_one_entry_point_for_masks_and_schedules():
 
     s = parse_schedule("causal_sliding_window:w=3", 10)
     assert s.period == 1 and bool((s.layer(7).to_dense() == parse_mask("causal_sliding_window:w=3", 10).to_dense()).all())
+
+
+def test_compare_takes_the_exponent_variant():
+    # t/(2r) halves the log of the per-layer factor; an unknown exponent is refused
+    from rankcollapse.errors import ConfigError
+
+    a = compare_schedules(["schedule:complete*3"], 8)
+    b = compare_schedules(["schedule:complete*3"], 8, exponent="t/(2r)")
+    assert b.loc[0, "log10_rate_per_layer"] == pytest.approx(a.loc[0, "log10_rate_per_layer"] / 2, rel=1e-14)
+    with pytest.raises(ConfigError, match="exponent"):
+        compare_schedules(["schedule:complete*3"], 8, exponent="t^2")
+    p = _cli("compare", "schedule:complete*3", "--n", "8", "--exponent", "t^2")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1

@@ -130,6 +130,10 @@ def compare(
     check_format(fmt)
     if d_qk <= 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
+    from ..theory.envelope import EXPONENTS  # here: numpy is not needed for --help
+
+    if exponent not in EXPONENTS:  # before any work, for the schedule table too
+        raise ConfigError(f"--exponent must be one of {', '.join(EXPONENTS)}, got {exponent!r}")
     if out is not None:
         out = out_file(out, "compare.csv", (".csv",))
         check_writable(out, folder=False)
@@ -138,7 +142,7 @@ def compare(
         df = masks.compare_schedules(specs, n, measure=measure, d=check_int(d_model, "--d-model", low=1),
                                depth=check_int(depth, "--depth", low=1), n_samples=check_int(samples, "--samples", low=1),
                                seed=check_int(seed, "--seed", low=0), d_qk=d_qk, token_norm=token_norm,
-                               weight_norm=weight_norm)
+                               weight_norm=weight_norm, exponent=exponent)
     else:
         df = masks.compare_masks(specs, n, d_qk=d_qk, token_norm=token_norm,
                                  weight_norm=weight_norm, exponent=exponent,

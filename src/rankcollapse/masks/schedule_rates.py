@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from ..theory.envelope import check_exponent
 from ..theory.envelope import predicted_rate as _predicted_rate
 from ..theory.envelope import schedule_terms, theorem1_terms
 from .graph import analyze
@@ -98,7 +99,7 @@ def measure_rate(schedule: MaskSchedule, *, d: int = 16, depth: int = 60, n_samp
 
 def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d: int = 16,
                       depth: int = 60, n_samples: int = 8, seed: int = 0, d_qk: float = 1.0,
-                      token_norm: float = 1.0, weight_norm: float = 1.0) -> pd.DataFrame:
+                      token_norm: float = 1.0, weight_norm: float = 1.0, exponent: str = "t/r") -> pd.DataFrame:
     """Rank schedules (plain masks are period-1 schedules) by collapse rate at their cost.
 
     Columns: ``spec, period, n_tokens, mean_edges_per_layer, quasi_strongly_connected,
@@ -109,8 +110,15 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
     (median over samples, :func:`measure_rate`), ``measured_q25, measured_q75`` and
     ``rank_measured``. Rank 1 = slowest collapse (most layers
     per decade / measured factor closest to 1); non-QSC schedules rank first (no
-    collapse is implied). Compare rows of equal ``mean_edges_per_layer``.
+    collapse is implied). Compare rows of equal ``mean_edges_per_layer``. ``exponent``:
+    ``"t/r"`` or ``"t/(2r)"`` (:func:`rankcollapse.theory.envelope.predicted_rate`).
+
+    Raises
+    ------
+    MaskError
+        A bad schedule. ConfigError: an unknown exponent, bad ``d_qk`` or norms.
     """
+    check_exponent(exponent)
     rows = []
     for spec in specs:
         sched = parse_schedule(spec, n)
@@ -119,7 +127,8 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
                "mean_edges_per_layer": sched.mean_edges(),
                "quasi_strongly_connected": terms.quasi_strongly_connected, "radius": terms.radius}
         row.update({k: getattr(terms, k) for k in TERM_KEYS})
-        row.update(_predicted_rate(terms, d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm))
+        row.update(_predicted_rate(terms, d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm,
+                                   exponent=exponent))
         if measure:
             q25, med, q75 = measure_rate(sched, d=d, depth=depth, n_samples=n_samples, seed=seed, d_qk=d_qk,
                                          quantiles=True)

@@ -47,7 +47,9 @@ MAX_DEPTH = 4096
 
 # --------------------------------------------------------------------------- formulas in (ε, e)
 
-def _k(exponent: str) -> int:
+def check_exponent(exponent: str) -> int:
+    """``k`` of an envelope exponent (1 for ``"t/r"``, 2 for ``"t/(2r)"``).
+    Raises ConfigError for any other string."""
     if exponent not in EXPONENTS:
         raise ConfigError(f"exponent must be one of {sorted(EXPONENTS)}, got {exponent!r}")
     return EXPONENTS[exponent]
@@ -74,7 +76,7 @@ def log_contraction(epsilon: float, radius: int, *, exponent: str = "t/r") -> fl
     ConfigError
         ``epsilon`` outside (0, 1), ``radius < 1`` or an unknown exponent.
     """
-    k = _k(exponent)
+    k = check_exponent(exponent)
     _check_eps_r(epsilon, radius)
     log_x = radius * math.log(epsilon)  # log(eps^e)
     if log_x > -700:
@@ -86,7 +88,7 @@ def log10_layers_per_decade(epsilon: float, radius: int, *, exponent: str = "t/r
     """``log10`` of the number of layers the envelope needs to fall by 10x:
     ``ln(10) / -log(factor)``, computed in log space (finite even for ``ε^e`` ~ 1e-5000).
     Raises ConfigError as :func:`log_contraction`."""
-    k = _k(exponent)
+    k = check_exponent(exponent)
     _check_eps_r(epsilon, radius)
     log_x = radius * math.log(epsilon)
     if log_x > -700:
@@ -144,7 +146,7 @@ def measured_envelope(X0: Any, epsilon: Any, radius: int, depth: int, *, exponen
     """
     import torch
 
-    k = _k(exponent)
+    k = check_exponent(exponent)
     N = X0.shape[1]
     contraction = 1 - epsilon**radius
     osc = (X0.amax(1) - X0.amin(1)).to(torch.float64)  # (B, d)
