@@ -165,3 +165,16 @@ def test_zero_rows_are_excluded_from_cosines_with_a_warning():
         M.mu_relative(torch.zeros(3, 2))
     with pytest.raises(MetricError, match="mean token is zero"):
         M.cos_to_mean(_t([[1.0, 2.0], [-1.0, -2.0]]))
+
+
+@pytest.mark.parametrize("N", [2, 7, 128])
+def test_max_token_share_one_token_and_equal_norms(N):
+    single = torch.zeros(N, 3, dtype=torch.float64)
+    single[N // 2] = _t([3.0, -4.0, 12.0])
+    got = M.compute_metrics(single, ["max_token_share", "mu_relative"])
+    assert float(got["max_token_share"]) == 1.0
+    assert float(got["mu_relative"]) == pytest.approx(math.sqrt(1 - 1 / N), rel=1e-14)  # whatever the others were
+    equal = torch.from_numpy(ortho_group.rvs(max(N, 2), random_state=0)[:N])  # unit-norm rows
+    assert float(M.max_token_share(equal)) == pytest.approx(1 / N, rel=1e-12)
+    with pytest.raises(MetricError, match="zero matrix"):
+        M.max_token_share(torch.zeros(N, 3, dtype=torch.float64))
