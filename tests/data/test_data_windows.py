@@ -80,8 +80,8 @@ def test_too_short_text(bert_tokenizer):
     with pytest.raises(DataError, match="fewer than one window"):
         data.make_windows(["a short text"], bert_tokenizer, length=128, n_windows=1)
     with pytest.raises(DataError, match="only 1 windows"):
-        data.make_windows(["word " * 150], bert_tokenizer, length=128, n_windows=5)
-    w = data.make_windows(["word " * 150], bert_tokenizer, length=128, n_windows=5, allow_fewer=True)
+        data.make_windows(["two words " * 75], bert_tokenizer, length=128, n_windows=5)
+    w = data.make_windows(["two words " * 75], bert_tokenizer, length=128, n_windows=5, allow_fewer=True)
     assert w.n_windows == 1
 
 

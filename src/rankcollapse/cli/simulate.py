@@ -30,7 +30,7 @@ def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: in
         if d_model not in (None, width):
             raise ConfigError(f"--input wiki uses {loaded.name} embeddings of width {width}; "
                               "drop --d-model or set it to that")
-        windows = data.make_windows(data.wikipedia_texts(), loaded.tokenizer, length=n_tokens, n_windows=samples, seed=seed)
+        windows = data.make_windows(data.wikipedia_texts(), loaded.require_tokenizer(), length=n_tokens, n_windows=samples, seed=seed)
         return models.embed(loaded, windows)
     d = 64 if d_model is None else d_model
     draw = {"gaussian": dynamics.gaussian_tokens, "sphere": dynamics.sphere_tokens,
