@@ -78,8 +78,9 @@ def simulate_command(
     depth: int = typer.Option(32, "--depth", help="layers T"),
     variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln (ln, skip_ln: deprecated)"),
     norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm"),
-    placement: str = typer.Option(None, "--placement", help="override: none | post_ln | pre_ln (theory: deprecated)"),
-    alpha: float = typer.Option(None, "--alpha", help="override the skip weight"),
+    placement: str = typer.Option(None, "--placement", help="override: none | post_ln | pre_ln (theory: "
+                                  "deprecated); post_ln/pre_ln keep a residual (alpha 1) unless --alpha 0"),
+    alpha: float = typer.Option(None, "--alpha", help="override the skip weight (0 = no skip)"),
     heads: int = typer.Option(None, "--heads", help="attention heads"),
     mlp: bool = typer.Option(None, "--mlp/--no-mlp", help="add the MLP sublayer (post_ln/pre_ln)"),
     uniform: bool = typer.Option(False, "--uniform", help="uniform attention over the mask (W_Q = W_K = 0)"),
@@ -131,12 +132,13 @@ def simulate_command(
     layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
                (None if t == 0 or res.epsilon is None else _json_number(res.epsilon[t - 1]))}
               for t in range(depth + 1)]
-    # the CLI always passes a BlockConfig; record the variant it started from
-    doc = {"settings": {**res.config, "variant": variant, "input": source, "pretrained": pretrained}, "layers": layers,
-           "versions": versions()}
+    # "variant" is the preset equal to the block that ran (or custom; "block" has every
+    # field, alpha included), "variant_option" the --variant the overrides started from
+    doc = {"settings": {**res.config, "variant_option": variant, "input": source, "pretrained": pretrained},
+           "layers": layers, "versions": versions()}
     if out is not None:
         write_json_atomic(out / "result.json", doc)
-        _plot(res, out / "mu_loglog.png", f"{mask}, {variant}, d_qk={d_qk}")
+        _plot(res, out / "mu_loglog.png", f"{mask}, {res.config['variant']}, d_qk={d_qk}")
     if fmt == "json":
         print_json(doc)
         return
