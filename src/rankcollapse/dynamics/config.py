@@ -159,8 +159,11 @@ def canonical_variant(name: str) -> str:
 
 def variant_name(cfg: BlockConfig) -> str | None:
     """The preset name of ``cfg`` (e.g. ``"sphere"`` with its norm overridden to
-    layernorm is ``"layernorm"``), or None when no preset equals it."""
-    return next((name for name, preset in VARIANTS.items() if preset == cfg), None)
+    layernorm is ``"layernorm"``), or None when no preset equals it. The head layout
+    (``n_heads``, ``out_proj``) is not part of a preset's update rule: a 12-head
+    ``pure`` block is ``"pure"``."""
+    rule = replace(cfg, n_heads=1, out_proj=False)
+    return next((name for name, preset in VARIANTS.items() if preset == rule), None)
 
 
 def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
