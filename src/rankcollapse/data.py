@@ -58,10 +58,14 @@ def read_text_file(path: str | Path) -> list[str]:
     Raises
     ------
     DataError
-        File missing or unreadable, not UTF-8, no documents, or a JSONL line that is
-        not an object with a string ``"text"``.
+        File missing or unreadable, not UTF-8, no documents, a JSONL line that is
+        not an object with a string ``"text"``, or a ``*.json`` file (read line by line,
+        its brackets, keys and quotes would be probed as text: give JSONL instead).
     """
     path = Path(path)
+    if path.suffix.lower() == ".json":
+        raise DataError(f"{path} is a .json file; its lines are JSON syntax, not documents: give one object "
+                        "{\"text\": ...} per line as .jsonl, or plain text with one document per line")
     try:
         raw = path.read_bytes()
     except OSError as exc:
