@@ -179,3 +179,16 @@ def test_windows_files_that_are_not_windows_are_refused(tmp_path, arrays, match)
     np.savez(tmp_path / "w.npz", **{**base, **arrays})
     with pytest.raises(DataError, match=match):
         Windows.load(tmp_path / "w.npz")
+
+
+def test_a_multi_line_transformers_reason_is_kept_whole_on_one_line(tmp_path, monkeypatch):
+    folder = _save("llama", tmp_path / "llama")
+    (folder / "tokenizer.json").write_text("{}")  # a tokenizer file transformers cannot use
+
+    def fails(*args, **kwargs):
+        raise ValueError("Couldn't instantiate the backend tokenizer from one of: \n(1) a file, \n(2) a slow tokenizer")
+
+    monkeypatch.setattr(tf.AutoTokenizer, "from_pretrained", fails)
+    loaded = load_model(str(folder))
+    assert loaded.tokenizer is None and "\n" not in loaded.tokenizer_error
+    assert "one of: (1) a file, (2) a slow tokenizer" in loaded.tokenizer_error
