@@ -291,8 +291,11 @@ def tokenizer_problem(tokenizer: Any) -> str | None:
     tokens for GPT-2, BERT and ALBERT; T5's has only ``▁``)."""
     if tokenizer is None:
         return "no tokenizer to cut text into windows"
-    n_special = len(set(tokenizer.all_special_ids))
-    ordinary = len(tokenizer) - n_special
+    try:
+        n_special = len(set(tokenizer.all_special_ids))
+        ordinary = len(tokenizer) - n_special
+    except (AttributeError, TypeError):
+        return f"expected a transformers tokenizer, got {type(tokenizer).__name__}"
     if ordinary >= MIN_ORDINARY_TOKENS:
         return None
     return (f"the tokenizer ({type(tokenizer).__name__}) has {max(ordinary, 0)} ordinary tokens besides its "

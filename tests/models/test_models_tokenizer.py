@@ -94,9 +94,11 @@ def test_windows_of_one_ordinary_token_are_refused(minilm_tokenizer):
     assert data.tokenizer_problem(minilm_tokenizer) is None
 
 
-def test_none_tokenizer_is_refused():
+def test_none_or_a_non_tokenizer_is_refused():
     with pytest.raises(TokenizerError, match="no tokenizer"):
         make_windows(TEXTS, None, length=8, n_windows=1)
+    with pytest.raises(TokenizerError, match="expected a transformers tokenizer, got str"):
+        make_windows(TEXTS, "bert-base-uncased", length=8, n_windows=1)
 
 
 def test_cli_refuses_a_folder_without_tokenizer(monkeypatch, capsys, tmp_path, bert_dirs):
