@@ -11,6 +11,12 @@ special tokens (e.g. ``[CLS] ... [SEP]`` for BERT) so every window has exactly
 ``length`` tokens. Because chunks are cut in order, the first ``n`` windows do not
 depend on how many windows were asked for: a quick run's windows are a prefix of a
 paper-scale run's.
+
+A tokenizer that cannot represent the text is refused (:class:`TokenizerError`), never
+cut into windows: transformers builds an *empty* tokenizer (no ordinary tokens, only
+``[UNK]``/``[CLS]``... or ``<|endoftext|>``) from a model folder saved without its
+tokenizer files, and its windows are one repeated token, so every metric would be a
+metric of the position embeddings alone.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import torch
 
 from . import assets
 from ._io import atomic_path
-from .errors import DataError
+from .errors import DataError, TokenizerError
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +58,16 @@ def read_text_file(path: str | Path) -> list[str]:
     Raises
     ------
     DataError
-        File missing or unreadable, not UTF-8, no documents, or a JSONL line that is
-        not an object with a string ``"text"``.
+        File missing or unreadable, not UTF-8, no documents, a JSONL line that is
+        not an object with a string ``"text"``, or a ``*.json`` file (read line by line,
+        its brackets, keys and quotes would be probed as text: give JSONL instead).
     """
     path = Path(path)
     if path.exists() and not path.is_file():  # a FIFO would block the read forever
         raise DataError(f"text file {str(path)!r} is not a regular file (a FIFO, device or folder); refused")
+    if path.suffix.lower() == ".json":
+        raise DataError(f"{path} is a .json file; its lines are JSON syntax, not documents: give one object "
+                        "{\"text\": ...} per line as .jsonl, or plain text with one document per line")
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -124,12 +134,14 @@ class Windows:
 
     @classmethod
     def load(cls, path: str | Path) -> "Windows":
-        """Inverse of :meth:`save`.
+        """Inverse of :meth:`save`: token ids a user brings (e.g. the ``windows.npz``
+        that ``probe --out`` wrote), checked before any model sees them.
 
         Raises
         ------
         DataError
-            Unreadable file, not an ``.npz`` archive, or a missing array.
+            Unreadable file, not an ``.npz`` archive, a missing array, or arrays that are
+            not windows (see :func:`check_window_arrays`).
         """
         if Path(path).is_file() and Path(path).stat().st_size == 0:
             raise DataError(f"windows file {path} is empty (0 bytes)")
@@ -145,11 +157,43 @@ class Windows:
             raise
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise DataError(f"cannot read windows file {path}: {exc}") from None
+        check_window_arrays(arrays, str(path))
         return cls(
             torch.from_numpy(arrays["input_ids"]).long(),
             torch.from_numpy(arrays["attention_mask"]).long(),
             torch.from_numpy(arrays["special_tokens_mask"]).bool(),
         )
+
+
+def check_window_arrays(arrays: dict[str, np.ndarray], where: str) -> None:
+    """Refuse arrays that are not windows rather than convert them: ``input_ids`` must
+    be integers >= 0 (a float id would be truncated to another token), all three arrays
+    2-D of one shape ``(B, N)`` with ``B >= 1`` and ``N >= 2``, ``attention_mask`` only
+    0/1 (any other value would count as a real token), ``special_tokens_mask`` bool or
+    0/1, and every window must have a real token.
+
+    Raises
+    ------
+    DataError
+        The first violated rule, naming ``where``.
+    """
+    ids, am, special = (arrays[k] for k in ("input_ids", "attention_mask", "special_tokens_mask"))
+    if ids.ndim != 2 or ids.shape[0] < 1 or ids.shape[1] < 2:
+        raise DataError(f"{where}: input_ids must have shape (windows, tokens) with >= 1 window of >= 2 tokens, "
+                        f"got {ids.shape}")
+    for name, a in (("attention_mask", am), ("special_tokens_mask", special)):
+        if a.shape != ids.shape:
+            raise DataError(f"{where}: {name} has shape {a.shape}, input_ids {ids.shape}; they must match")
+    if ids.dtype.kind not in "iu":
+        raise DataError(f"{where}: input_ids are {ids.dtype}, not integers (token ids)")
+    if ids.size and int(ids.min()) < 0:
+        raise DataError(f"{where}: input_ids hold a negative id ({int(ids.min())})")
+    for name, a in (("attention_mask", am), ("special_tokens_mask", special)):
+        if a.dtype.kind not in "biu" or not np.isin(a, (0, 1)).all():
+            raise DataError(f"{where}: {name} must hold only 0/1 (or bools), got dtype {a.dtype}")
+    empty = np.flatnonzero(am.sum(axis=1) == 0)
+    if empty.size:
+        raise DataError(f"{where}: window {int(empty[0])} has no real token (attention_mask all 0)")
 
 
 def make_windows(
@@ -175,10 +219,15 @@ def make_windows(
 
     Raises
     ------
+    TokenizerError
+        The tokenizer cannot represent the text: None, no ordinary vocabulary
+        (:func:`check_tokenizer`), or a window with fewer than 2 distinct ordinary
+        tokens (special tokens, ``[UNK]`` included, do not count).
     DataError
         ``length``/``n_windows`` < 1, no texts, or not enough tokens for one window (or
         for ``n_windows`` unless ``allow_fewer``).
     """
+    check_tokenizer(tokenizer)
     if length < 1 or n_windows < 1:
         raise DataError(f"length and n_windows must be >= 1 (got length={length}, n_windows={n_windows})")
     if not texts:
@@ -219,7 +268,71 @@ def make_windows(
     special = torch.zeros(n, length, dtype=torch.bool)
     special[:, : len(prefix)] = True
     special[:, length - len(suffix) :] = True
+    _check_represented(body_ids, tokenizer)
     return Windows(input_ids, torch.ones_like(input_ids), special)
+
+
+#: Fewest ordinary tokens a tokenizer (and a window) must have to represent text.
+MIN_ORDINARY_TOKENS = 2
+
+
+def check_tokenizer(tokenizer: Any) -> None:
+    """Refuse a tokenizer that cannot represent text (:func:`tokenizer_problem`).
+
+    Raises
+    ------
+    TokenizerError
+        Names the problem and the two remedies (a tokenizer, or token ids).
+    """
+    problem = tokenizer_problem(tokenizer)
+    if problem is not None:
+        raise TokenizerError(f"{problem}; {TOKENIZER_REMEDY}")
+
+
+def tokenizer_problem(tokenizer: Any) -> str | None:
+    """Why ``tokenizer`` cannot represent text, or None: it is None, or its vocabulary
+    has fewer than :data:`MIN_ORDINARY_TOKENS` ordinary (non-special) tokens. Loading a
+    model folder saved without tokenizer files gives such a tokenizer (0 ordinary
+    tokens for GPT-2, BERT and ALBERT; T5's has only ``▁``)."""
+    if tokenizer is None:
+        return "no tokenizer to cut text into windows"
+    try:
+        n_special = len(set(tokenizer.all_special_ids))
+        ordinary = len(tokenizer) - n_special
+    except (AttributeError, TypeError):
+        return f"expected a transformers tokenizer, got {type(tokenizer).__name__}"
+    if ordinary >= MIN_ORDINARY_TOKENS:
+        return None
+    return (f"the tokenizer ({type(tokenizer).__name__}) has {max(ordinary, 0)} ordinary tokens besides its "
+            f"{n_special} special ones: it cannot represent text (a model folder saved without tokenizer files "
+            f"gives such a tokenizer)")
+
+
+#: How to proceed without a usable tokenizer, in the API and on the command line.
+TOKENIZER_REMEDY = ("give a tokenizer (load_model(..., tokenizer=PATH_OR_NAME), probe --tokenizer PATH_OR_NAME, or "
+                    "tokenizer.save_pretrained(MODEL_DIR)) or token ids (Windows.load, probe --windows-file windows.npz)")
+
+
+def distinct_tokens(input_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Per window, the number of distinct ids among the positions where ``keep`` is True.
+    ``input_ids`` (B, N) integer, ``keep`` (B, N) bool; returns int64 ``(B,)``."""
+    ids = torch.where(keep, input_ids.long(), -1).sort(dim=-1).values
+    new = torch.ones_like(ids, dtype=torch.bool)
+    new[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    return (new & (ids >= 0)).sum(dim=-1)
+
+
+def _check_represented(body_ids: torch.Tensor, tokenizer: Any) -> None:
+    """Every window body ``(n, body)`` must hold >= 2 distinct ordinary tokens."""
+    special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+    counts = distinct_tokens(body_ids, ~torch.isin(body_ids, special))
+    bad = torch.nonzero(counts < MIN_ORDINARY_TOKENS).flatten()
+    if bad.numel():
+        k = int(bad[0])
+        shown = tokenizer.convert_ids_to_tokens(body_ids[k, :6].tolist())
+        raise TokenizerError(
+            f"the tokenizer cannot represent the text: window {k} ({len(bad)} of {len(counts)} windows) has "
+            f"{int(counts[k])} distinct ordinary tokens (it starts {shown}); {TOKENIZER_REMEDY}")
 
 
 def special_affixes(tokenizer: Any) -> tuple[list[int], list[int]]:

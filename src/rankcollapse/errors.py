@@ -25,6 +25,11 @@ class DataError(RankCollapseError):
     """Unreadable, empty or too-short text input."""
 
 
+class TokenizerError(DataError):
+    """A tokenizer that cannot represent the text: none, no ordinary (non-special)
+    vocabulary, or windows of fewer than 2 distinct ordinary tokens."""
+
+
 class AssetMissingError(RankCollapseError):
     """A model or corpus package is not installed; the message names the install command."""
 

@@ -80,8 +80,8 @@ def test_too_short_text(bert_tokenizer):
     with pytest.raises(DataError, match="fewer than one window"):
         data.make_windows(["a short text"], bert_tokenizer, length=128, n_windows=1)
     with pytest.raises(DataError, match="only 1 windows"):
-        data.make_windows(["word " * 150], bert_tokenizer, length=128, n_windows=5)
-    w = data.make_windows(["word " * 150], bert_tokenizer, length=128, n_windows=5, allow_fewer=True)
+        data.make_windows(["two words " * 75], bert_tokenizer, length=128, n_windows=5)
+    w = data.make_windows(["two words " * 75], bert_tokenizer, length=128, n_windows=5, allow_fewer=True)
     assert w.n_windows == 1
 
 
@@ -134,3 +134,14 @@ def test_windows_load_bad_file(tmp_path, content):
         p.write_bytes(content)
     with pytest.raises(DataError, match="w.npz"):
         data.Windows.load(p)
+
+
+def test_a_json_file_is_refused_not_read_as_lines(tmp_path):
+    # read line by line, a JSON document's brackets, keys and quotes would become the "text"
+    j = tmp_path / "docs.json"
+    j.write_text(json.dumps([{"text": "one document"}, {"text": "another"}], indent=1), encoding="utf-8")
+    with pytest.raises(DataError, match=r"\.json file.*\.jsonl"):
+        data.read_text_file(j)
+    jl = tmp_path / "docs.jsonl"
+    jl.write_text("\n".join(json.dumps({"text": t}) for t in ("one document", "another")), encoding="utf-8")
+    assert data.read_text_file(jl) == ["one document", "another"]

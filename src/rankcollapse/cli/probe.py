@@ -45,6 +45,10 @@ def probe_command(
     drop: str = typer.Option("", "--drop", help="components to remove: skip,mlp,norm[,final_norm]; 'mlp:0-3' for blocks"),
     points: str = typer.Option("hidden_states", "--points", help="hidden_states or all"),
     gguf_file: Optional[str] = typer.Option(None, "--gguf-file", help="GGUF weights file inside the --model folder"),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer folder or hub name (or minilm, "
+                                            "smollm2) when the --model folder has none"),
+    windows_file: Optional[Path] = typer.Option(None, "--windows-file", help="token ids instead of text: a windows.npz "
+                                                "as --out writes (input_ids, attention_mask, special_tokens_mask)"),
     batch_size: int = typer.Option(8, "--batch-size"),
     seed: int = typer.Option(0, "--seed", help="seeds the document order"),
     device: str = typer.Option("cpu", "--device", help="torch device for the model and metrics, e.g. cpu or cuda:0"),
@@ -74,15 +78,19 @@ def probe_command(
     if out is not None:
         check_writable(out, folder=True)
     from .. import data
-
-    texts = data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
     from ..models.probe import check_positions  # here: importing it imports torch
 
+    if windows_file is not None:  # before the (slow) model load
+        given, texts = _given_windows(windows_file, windows, length, tokenizer, text_file, corpus), None
+    else:
+        given, texts = None, data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
     runs = []  # (loaded, windows, table) per model; nothing is written until every model ran
     for model in names:
-        loaded = models.load_model(model, gguf_file=gguf_file, device=dev)
-        check_positions(loaded, length)  # before windows are built or anything is written
-        wins = data.make_windows(texts, loaded.tokenizer, length=length, n_windows=windows, seed=seed, allow_fewer=text_file is not None)
+        loaded = models.load_model(model, gguf_file=gguf_file, device=dev, tokenizer=tokenizer)
+        check_positions(loaded, length if given is None else given.length)  # before windows are built or anything is written
+        wins = given if given is not None else data.make_windows(
+            texts, loaded.require_tokenizer(), length=length, n_windows=windows, seed=seed,
+            allow_fewer=text_file is not None)
         for note in loaded.notes:
             typer.echo(f"note: {note}", err=True)
         table = models.probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
@@ -175,6 +183,38 @@ def _several_models(runs: list, out: Optional[Path], fmt: str) -> None:
         print_records(rows, fmt)
     else:
         _print_summary(*tables.values())
+
+
+def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[str], text_file: Optional[Path],
+                   corpus: str) -> Any:
+    """``--windows-file``: the file's windows, whole. Options that would make other windows
+    (text, tokenizer) are refused, and so are ``--samples``/``--n-tokens`` given with
+    values the file does not have."""
+    for flag, value in (("--text-file", text_file), ("--tokenizer", tokenizer), ("--corpus", None if corpus == "wiki" else corpus)):
+        if value is not None:
+            raise ConfigError(f"--windows-file gives the token ids; {flag} would cut other windows: give one of them")
+    given = _explicit_options()
+    if "seed" in given:
+        raise ConfigError("--windows-file gives the token ids; --seed orders documents for other windows: give one of them")
+    from .. import data
+
+    wins = data.Windows.load(path)
+    for flag, name, value, have in (("--samples", "windows", samples, wins.n_windows), ("--n-tokens", "length", length, wins.length)):
+        if name in given and value != have:
+            raise ConfigError(f"{flag} {value} but {path} holds {wins.n_windows} windows of {wins.length} tokens; "
+                              f"drop {flag} (the file fixes it)")
+    return wins
+
+
+def _explicit_options() -> set[str]:
+    """Parameter names the user gave on the command line (empty outside a CLI call)."""
+    from typer._click.core import ParameterSource  # typer vendors click
+    from typer._click.globals import get_current_context
+
+    ctx = get_current_context(silent=True)
+    if ctx is None:
+        return set()
+    return {name for name in ctx.params if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
 
 
 def _d_qk_scale(d_qk: Optional[float], d_qk_scale: Optional[float]) -> float:

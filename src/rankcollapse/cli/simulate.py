@@ -31,7 +31,7 @@ def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: in
         if d_model not in (None, width):
             raise ConfigError(f"--input wiki uses {loaded.name} embeddings of width {width}; "
                               "drop --d-model or set it to that")
-        windows = data.make_windows(data.wikipedia_texts(), loaded.tokenizer, length=n_tokens, n_windows=samples, seed=seed)
+        windows = data.make_windows(data.wikipedia_texts(), loaded.require_tokenizer(), length=n_tokens, n_windows=samples, seed=seed)
         return models.embed(loaded, windows)
     d = 64 if d_model is None else d_model
     draw = {"gaussian": dynamics.gaussian_tokens, "sphere": dynamics.sphere_tokens,
@@ -98,8 +98,9 @@ def simulate_command(
     depth: int = typer.Option(32, "--depth", help="layers T"),
     variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln (ln, skip_ln: deprecated)"),
     norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm"),
-    placement: str = typer.Option(None, "--placement", help="override: none | post_ln | pre_ln (theory: deprecated)"),
-    alpha: float = typer.Option(None, "--alpha", help="override the skip weight"),
+    placement: str = typer.Option(None, "--placement", help="override: none | post_ln | pre_ln (theory: "
+                                  "deprecated); post_ln/pre_ln keep a residual (alpha 1) unless --alpha 0"),
+    alpha: float = typer.Option(None, "--alpha", help="override the skip weight (0 = no skip)"),
     heads: int = typer.Option(None, "--heads", help="attention heads"),
     mlp: bool = typer.Option(None, "--mlp/--no-mlp", help="add the MLP sublayer (post_ln/pre_ln)"),
     uniform: bool = typer.Option(False, "--uniform", help="uniform attention over the mask (W_Q = W_K = 0)"),
@@ -154,12 +155,13 @@ def simulate_command(
                (None if t == 0 or res.epsilon is None else _json_number(res.epsilon[t - 1]))}
               for t in range(depth + 1)]
     floor = _mark_floor(layers, list(res.metrics), dtype)
-    # the CLI always passes a BlockConfig; record the variant it started from
-    doc = {"settings": {**res.config, "variant": variant, "input": source, "pretrained": pretrained}, "layers": layers,
-           "floor": floor, "versions": versions()}
+    # "variant" is the preset equal to the block that ran (or custom; "block" has every
+    # field, alpha included), "variant_option" the --variant the overrides started from
+    doc = {"settings": {**res.config, "variant_option": variant, "input": source, "pretrained": pretrained},
+           "layers": layers, "floor": floor, "versions": versions()}
     if out is not None:
         write_json_atomic(out / "result.json", doc)
-        _plot(res, out / "mu_loglog.png", f"{mask}, {variant}, d_qk={d_qk}")
+        _plot(res, out / "mu_loglog.png", f"{mask}, {res.config['variant']}, d_qk={d_qk}")
     if fmt == "json":
         print_json(doc)
         return

@@ -15,7 +15,12 @@ variant             update rule
 ``post_ln``         ``X <- LayerNorm(X + A X W_V)`` (real LayerNorm, BERT-style)
 ==================  ===============================================================
 
-Placements: ``none`` (no residual: ``X <- norm(SA(X))``), ``post_ln``, ``pre_ln``.
+Placements: ``none`` (no residual: ``X <- norm(SA(X))``), ``post_ln``, ``pre_ln``. A
+post-LN or pre-LN block has its residual (skip weight ``alpha = 1``) unless ``alpha`` is
+given: ``BlockConfig(placement="post_ln")`` is ``X <- norm(X + SA(X))``, and
+``alpha=0`` turns the skip off explicitly. Overriding the placement of a preset with
+:func:`resolve_variant` moves a default ``alpha`` along (``pure`` with placement
+``pre_ln`` is ``X <- X + SA(norm(X))``); an explicit ``alpha`` is kept.
 
 Deprecated names, still accepted with a :class:`FutureWarning`: variant ``ln`` (now
 ``sphere``), variant ``skip_ln`` (now ``post_ln``), placement ``theory`` (now ``none``).
@@ -41,6 +46,7 @@ class BlockConfig:
     Update rules (row-vector convention, ``SA(X) = A X W_V`` or its multi-head form):
 
     - ``placement="none"``: ``X <- norm(SA(X))`` (spec.md §2; no skip, ``alpha`` must be 0).
+    - ``post_ln`` and ``pre_ln`` have their residual: ``alpha`` defaults to 1 there.
     - ``placement="post_ln"``: ``X <- norm(alpha X + SA(X))``; with MLP then
       ``X <- norm(alpha X + MLP(X))`` (BERT-style post-LN).
     - ``placement="pre_ln"``: ``X <- alpha X + SA(norm(X))``; with MLP then
@@ -56,8 +62,10 @@ class BlockConfig:
     placement : "none" | "post_ln" | "pre_ln"
         ``"none"``: no residual. The deprecated name ``"theory"`` is accepted (with a
         :class:`FutureWarning`) for ``"none"``.
-    alpha : float
-        Skip weight (0 = no skip connection).
+    alpha : float or None
+        Skip weight (0 = no skip connection). None (default) means the placement's own:
+        0 for ``none``, 1 for ``post_ln`` and ``pre_ln``; the stored value is always the
+        number that runs (``to_dict`` records it).
     attention : "softmax" | "uniform"
         ``uniform`` is attention with ``W_Q = W_K = 0``: uniform over each row of the mask.
     n_heads : int
@@ -74,7 +82,7 @@ class BlockConfig:
 
     norm: str = "none"
     placement: str = "none"
-    alpha: float = 0.0
+    alpha: float | None = None
     attention: str = "softmax"
     n_heads: int = 1
     out_proj: bool = False
@@ -91,6 +99,8 @@ class BlockConfig:
             raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        if self.alpha is None:  # a residual placement has its residual unless turned off
+            object.__setattr__(self, "alpha", default_alpha(self.placement))
         if self.attention not in ATTENTIONS:
             raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
         if self.placement == "none" and self.alpha != 0:
@@ -109,6 +119,12 @@ class BlockConfig:
         return asdict(self)
 
 
+def default_alpha(placement: str) -> float:
+    """The skip weight a placement has unless told otherwise: 0 for ``none`` (no
+    residual), 1 for ``post_ln`` and ``pre_ln``."""
+    return 0.0 if placement == "none" else 1.0
+
+
 #: Old names -> new names; accepted with a FutureWarning (see the module docstring).
 DEPRECATED_VARIANTS = {"ln": "sphere", "skip_ln": "post_ln"}
 DEPRECATED_PLACEMENTS = {"theory": "none"}
@@ -121,9 +137,9 @@ VARIANTS: dict[str, BlockConfig] = {
     # X <- LayerNorm(A X W_V), no affine, no skip
     "layernorm": BlockConfig(norm="layernorm"),
     # X <- X + A X W_V
-    "skip": BlockConfig(placement="post_ln", alpha=1.0),
+    "skip": BlockConfig(placement="post_ln"),
     # X <- LayerNorm(X + A X W_V), no affine
-    "post_ln": BlockConfig(norm="layernorm", placement="post_ln", alpha=1.0),
+    "post_ln": BlockConfig(norm="layernorm", placement="post_ln"),
 }
 
 
@@ -143,12 +159,21 @@ def canonical_variant(name: str) -> str:
 
 def variant_name(cfg: BlockConfig) -> str | None:
     """The preset name of ``cfg`` (e.g. ``"sphere"`` with its norm overridden to
-    layernorm is ``"layernorm"``), or None when no preset equals it."""
-    return next((name for name, preset in VARIANTS.items() if preset == cfg), None)
+    layernorm is ``"layernorm"``), or None when no preset equals it. The head layout
+    (``n_heads``, ``out_proj``) is not part of a preset's update rule: a 12-head
+    ``pure`` block is ``"pure"``."""
+    rule = replace(cfg, n_heads=1, out_proj=False)
+    return next((name for name, preset in VARIANTS.items() if preset == rule), None)
 
 
 def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
     """Return the :class:`BlockConfig` of a variant name or config, with ``overrides``.
+
+    A ``placement`` override without ``alpha`` moves a default skip weight to the new
+    placement's default (:func:`default_alpha`: ``pure`` with ``placement="pre_ln"``
+    gets its residual, ``skip`` with ``placement="none"`` loses it); a skip weight that
+    differs from its placement's default is kept. (``dataclasses.replace`` keeps
+    ``alpha`` as it is.)
 
     Raises
     ------
@@ -164,6 +189,8 @@ def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
         raise ConfigError(f"unknown variant {variant!r}; choose one of {list(VARIANTS)} (deprecated names "
                           f"{sorted(DEPRECATED_VARIANTS)}) or pass a BlockConfig")
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if "placement" in overrides and "alpha" not in overrides and cfg.alpha == default_alpha(cfg.placement):
+        overrides["alpha"] = None  # the new placement's own
     try:
         return replace(cfg, **overrides) if overrides else cfg
     except TypeError as exc:

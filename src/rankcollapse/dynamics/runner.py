@@ -243,6 +243,34 @@ def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, path: s
                        f"{B} samples x {H} heads)", max_memory)
 
 
+def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, value: Any, query_key: Any,
+                      shared: bool) -> BlockConfig:
+    """``cfg`` with the heads and ``W_O`` the given ``weights`` run with (so the record
+    says what ran). Options the weights make meaningless are refused, not ignored.
+
+    Raises
+    ------
+    ConfigError
+        ``value``/``query_key`` other than the default ``"gaussian"``, ``shared=True``,
+        or a head count other than 1 (the default) that differs from the weights'.
+    """
+    from dataclasses import replace
+
+    given = [name for name, v in (("value", value), ("query_key", query_key))
+             if not (isinstance(v, str) and v == "gaussian")] + (["shared"] if shared else [])
+    if given:
+        raise ConfigError(f"given weights (weights=, simulate --model) fix every layer's W_Q, W_K, W_V; "
+                          f"{', '.join(given)} would be ignored: drop {'it' if len(given) == 1 else 'them'}")
+    heads = {int(getattr(lw, "n_heads", 1)) for lw in weights}
+    if len(heads) != 1:
+        return cfg
+    (h,) = heads
+    if cfg.n_heads not in (1, h):
+        raise ConfigError(f"n_heads={cfg.n_heads} but the given weights have {h} heads; drop n_heads (--heads)")
+    out_proj = all(getattr(lw, "W_O", None) is not None for lw in weights)
+    return replace(cfg, n_heads=h, out_proj=out_proj)
+
+
 def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk: float = 1.0,
              value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
              weights: Sequence[LayerWeights] | None = None, metrics=None, seed: int = 0,
@@ -275,8 +303,10 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     value, query_key : weight family spec (:mod:`rankcollapse.dynamics.weights`), a
         ``(d, d)`` matrix for all layers, or a list of ``depth`` matrices.
     weights : explicit per-layer :class:`LayerWeights` (e.g. from
-        :func:`rankcollapse.dynamics.pretrained.extract_attention_weights`); overrides
-        ``value``/``query_key``/``n_heads``.
+        :func:`rankcollapse.dynamics.pretrained.extract_attention_weights`): they fix
+        ``W_Q, W_K, W_V``, the heads and ``W_O``, so ``value``/``query_key`` other than
+        the default, ``shared=True`` or a head count other than theirs is refused (it
+        would be ignored); the config records their heads and ``W_O``.
     metrics : names from ``rankcollapse.metrics.METRICS`` (default ``("mu",
         "mu_relative")``), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
     seed : weight seed. dtype : float32 (default) or float64. device : default X0's.
@@ -314,6 +344,8 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     device = _check_device(device)
     cfg = resolve_variant(variant, n_heads=n_heads)
     given_weights = weights is not None
+    if given_weights:
+        cfg = _block_of_weights(cfg, weights, value=value, query_key=query_key, shared=shared)
     X = _as_tokens(X0, dtype, device)
     B, N, d = X.shape
     if weights is None:
@@ -359,8 +391,8 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
                                                      bar)
     out = {k: torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]) for k in names}
     config = {"variant": variant_name(cfg) or "custom", "block": cfg.to_dict(), "depth": depth,
-              "d_qk": d_qk, "value": value if isinstance(value, str) else "user",
-              "query_key": query_key if isinstance(query_key, str) else "user",
+              "d_qk": d_qk, "value": "given" if given_weights else value if isinstance(value, str) else "user",
+              "query_key": "given" if given_weights else query_key if isinstance(query_key, str) else "user",
               "weights": "given" if given_weights else "family", "seed": seed,
               "shared": shared, "dtype": str(X.dtype).replace("torch.", ""), "device": str(X.device),
               "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "batch": B,

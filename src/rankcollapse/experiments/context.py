@@ -116,7 +116,7 @@ class RunContext:
         """``n_windows`` windows of ``length`` tokens cut with ``model``'s tokenizer."""
         key = (model, int(n_windows))
         if key not in self._windows:
-            tok = self.model(model).tokenizer
+            tok = self.model(model).require_tokenizer()
             self._windows[key] = data.make_windows(
                 self.texts(), tok, length=self.data["length"], n_windows=n_windows, seed=self.data["seed"]
             )

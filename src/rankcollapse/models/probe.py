@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..data import Windows
+from ..data import Windows, distinct_tokens
 from ..errors import ConfigError, ModelError
 from .._progress import steps
 from ..metrics import compute_metrics
@@ -133,10 +133,12 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8) -> torch.Tensor
     Raises
     ------
     ConfigError
-        Windows longer than the model's positions (:func:`check_positions`).
+        Windows longer than the model's positions (:func:`check_positions`), or token
+        ids beyond the model's embeddings (:func:`check_token_ids`).
     """
     loaded = as_loaded(loaded)
     check_positions(loaded, windows.length)
+    check_token_ids(loaded, windows)
     name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
     parts = []
     for start in range(0, windows.n_windows, batch_size):
@@ -169,6 +171,23 @@ def check_positions(loaded: Any, length: int) -> None:
     if limit is not None and length > limit:
         raise ConfigError(f"windows of {length} tokens exceed {getattr(loaded, 'name', 'the model')}'s "
                           f"{limit} positions; use windows of at most {limit} tokens (--n-tokens {limit})")
+
+
+def check_token_ids(loaded: Any, windows: Windows) -> None:
+    """Refuse token ids the model has no embedding for (ids from another model's
+    tokenizer, or a windows file made for another model), before any forward pass.
+
+    Raises
+    ------
+    ConfigError
+        An id >= the input embedding's number of rows (names both numbers).
+    """
+    embeddings = loaded.model.get_input_embeddings()
+    rows = getattr(embeddings, "num_embeddings", None)
+    top = int(windows.input_ids.max())
+    if isinstance(rows, int) and top >= rows:
+        raise ConfigError(f"token id {top} is beyond {getattr(loaded, 'name', 'the model')}'s {rows} embeddings: "
+                          "the windows were made with another model's tokenizer")
 
 
 def probe(
@@ -231,11 +250,13 @@ def probe(
     ------
     ModelError, MaskError, ConfigError
         Unknown point, unsupported intervention, mask size different from the windows,
-        windows longer than the model's positions (:func:`check_positions`).
+        windows longer than the model's positions (:func:`check_positions`), token ids
+        beyond the model's embeddings (:func:`check_token_ids`).
     """
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
     check_positions(loaded, windows.length)
+    check_token_ids(loaded, windows)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     attn_names = tuple(n for n in names if n == "attention_entropy")
     names = tuple(n for n in names if n != "attention_entropy")
@@ -331,9 +352,12 @@ def attention_maps(
     ------
     ModelError
         The model cannot switch to eager attention or returns no probabilities.
+    ConfigError
+        Token ids beyond the model's embeddings (:func:`check_token_ids`).
     """
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
+    check_token_ids(loaded, windows)
     parts: dict[str, list[torch.Tensor]] = {}
     for start in range(0, windows.n_windows, batch_size):
         ids = windows.input_ids[start : start + batch_size]
@@ -388,11 +412,7 @@ def distinct_token_fraction(windows: Windows, dim: int) -> torch.Tensor:
     """Per window, ``#distinct real token ids / min(n_real, dim)``, shape ``(B,)``: the
     largest rank the embeddings can have when position is not in them."""
     real = windows.attention_mask.bool()
-    ids = torch.where(real, windows.input_ids, -1).sort(dim=-1).values
-    new = torch.ones_like(ids, dtype=torch.bool)
-    new[:, 1:] = ids[:, 1:] != ids[:, :-1]
-    distinct = (new & (ids >= 0)).sum(dim=-1)
-    return distinct / torch.clamp(real.sum(dim=-1), max=dim)
+    return distinct_tokens(windows.input_ids, real) / torch.clamp(real.sum(dim=-1), max=dim)
 
 
 def embedding_rank_note(loaded: Any, windows: Windows, table: pd.DataFrame) -> str | None:
