@@ -18,13 +18,18 @@ from typing import Any, Iterator
 _VERSIONED = ("rankcollapse", "torch", "numpy", "scipy", "networkx", "transformers", "pandas", "matplotlib")
 
 
+#: Suffix of the temporary files of :func:`atomic_path`: cleaners remove only files with
+#: it, never a user's own ``.draft.tmp``.
+TMP_SUFFIX = ".rankcollapse.tmp"
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path in the target's folder; rename it onto ``path`` only if
     the block finishes, so a crash never leaves a half-written file under the real name."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:

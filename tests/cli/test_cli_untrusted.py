@@ -195,3 +195,12 @@ def test_summary_refuses_what_is_not_a_finished_run(tmp_path, claims, complete, 
         (run / "COMPLETE").write_text("config_hash x\n")
     line = _one_line_refusal(*invoke(["reproduce", "summary", str(run)], tmp_path))
     assert why in line
+
+
+@pytest.mark.parametrize("argv", [["reproduce", "--out", ""], ["simulate", "--depth", "2", "--out", " "],
+                                  ["mask", "show", "causal", "--n-tokens", "4", "--out="], ["metrics", ""]])
+def test_an_empty_path_is_refused_not_taken_as_the_working_directory(tmp_path, argv):
+    before = sorted(p.name for p in tmp_path.iterdir())
+    line = _one_line_refusal(*invoke(argv, tmp_path))
+    assert "is empty" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -19,7 +19,7 @@ from rankcollapse.experiments import runner
 from rankcollapse.experiments.cache import UnitCache
 from rankcollapse.experiments.config import Unit
 from rankcollapse.experiments.executors import Done, check_executor
-from rankcollapse.experiments.outdir import LOCK_NAME, OutputFolder, owner
+from rankcollapse.experiments.outdir import LOCK_NAME, MANIFEST, OutputFolder, owner
 from rankcollapse.experiments.progress import UnitProgress
 
 
@@ -53,10 +53,10 @@ def test_unit_cache_roundtrip_recompute_once_and_orphans(tmp_path):
     assert forced.get(u) is None  # recompute ignores the stored entry ...
     forced.put(u, frame.assign(mean=[2.0, 3.0]))
     assert forced.get(u)["mean"].tolist() == [2.0, 3.0]  # ... once: its own result is reused
-    old = tmp_path / ".theory-x.parquet.abc.tmp"
+    old = tmp_path / f".theory-x.parquet.abc{_io.TMP_SUFFIX}"
     old.write_text("partial")
     os.utime(old, (time.time() - 2 * 86400,) * 2)
-    young = tmp_path / ".theory-y.parquet.def.tmp"
+    young = tmp_path / f".theory-y.parquet.def{_io.TMP_SUFFIX}"
     young.write_text("being written")
     assert cache.remove_orphans() == 1 and not old.exists() and young.exists()
 
@@ -166,19 +166,73 @@ def _describe(out):
     return f"run pid {info['pid']} on host {info['host']} since {info['started']}"
 
 
-def test_rerun_clears_outputs_it_did_not_write_and_marks_complete_last(fake, tmp_path):
+def test_rerun_clears_only_outputs_it_wrote_and_marks_complete_last(fake, tmp_path):
     out = tmp_path / "run"
     runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)
+    first = set(json.loads((out / MANIFEST).read_text()))
+    assert "table.parquet" in first and any(p.startswith("plots/") for p in first)
+    # a plot the first run wrote that the second will not: listed, so removed
+    stale = sorted(p for p in first if p.startswith("plots/"))[0]
+    (out / MANIFEST).write_text(json.dumps(sorted(first | {"plots/fig2_stale.png"})))
     (out / "plots" / "fig2_stale.png").write_bytes(b"old plot")
-    (out / ".table.csv.x1.tmp").write_text("orphan")
-    (out / "plots" / ".p.png.x2.tmp").write_text("orphan")
+    (out / f".table.csv.x1{_io.TMP_SUFFIX}").write_text("orphan")
+    (out / "plots" / f".p.png.x2{_io.TMP_SUFFIX}").write_text("orphan")
+    # the user's own files, wherever they are, are never touched
     (out / "notes.txt").write_text("the user's own file")
+    (out / "plots" / "my_figure.png").write_bytes(b"mine")
+    (out / ".draft.tmp").write_text("mine too")
     runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)
     names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
-    assert "plots/fig2_stale.png" not in names and not [n for n in names if n.endswith(".tmp")]
-    assert {"notes.txt", "COMPLETE", "table.parquet", "report.html", LOCK_NAME} <= names
+    assert "plots/fig2_stale.png" not in names and stale in names
+    assert not [n for n in names if n.endswith(_io.TMP_SUFFIX)] and not (out / ".rankcollapse-staging").exists()
+    assert {"notes.txt", "plots/my_figure.png", ".draft.tmp", "COMPLETE", "table.parquet", "report.html",
+            LOCK_NAME, MANIFEST} <= names
+    assert (out / "plots" / "my_figure.png").read_bytes() == b"mine"
     complete = (out / "COMPLETE").stat().st_mtime_ns
-    assert all((out / n).stat().st_mtime_ns <= complete for n in names if n not in ("notes.txt", LOCK_NAME))
+    own = set(json.loads((out / MANIFEST).read_text()))
+    assert all((out / n).stat().st_mtime_ns <= complete for n in own)
+
+
+def test_a_failed_rerun_leaves_the_previous_run_whole(fake, tmp_path, monkeypatch):
+    import errno
+
+    from rankcollapse.experiments import report
+
+    out = tmp_path / "run"
+    runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)
+    before = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != LOCK_NAME}
+
+    def full_disk(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report, "render_markdown", full_disk)
+    with pytest.raises(OSError):
+        runner.run_experiment("fig3", "smoke", out, seed=1, progress=False, nearby=False)
+    after = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != LOCK_NAME}
+    assert after == before  # same files, same bytes: the first run, still COMPLETE
+
+
+def test_a_foreign_nonempty_out_is_refused_unless_allowed(fake, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("user data")
+    with pytest.raises(ConfigError, match="--allow-nonempty"):
+        runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)
+    assert sorted(p.name for p in out.iterdir()) == ["thesis.tex"]  # nothing created
+    runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False, allow_nonempty=True)
+    assert (out / "COMPLETE").is_file() and (out / "thesis.tex").read_text() == "user data"
+    runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)  # now ours: no flag needed
+
+
+def test_cache_orphan_cleaning_keeps_a_users_tmp_files(tmp_path):
+    cache = UnitCache(tmp_path)
+    notes = tmp_path / ".notes.tmp"
+    notes.write_text("mine")
+    old = tmp_path / f".theory-x.parquet.abc{_io.TMP_SUFFIX}"
+    old.write_text("partial")
+    for p in (notes, old):
+        os.utime(p, (time.time() - 2 * 86400,) * 2)
+    assert cache.remove_orphans() == 1 and notes.exists() and not old.exists()
 
 
 def test_progress_bar_on_a_terminal_shows_counts(capsys):

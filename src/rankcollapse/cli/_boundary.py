@@ -77,7 +77,8 @@ class Command(TyperCommand):
         args, notes = rewrite(self, args)  # old spellings -> canonical flags (_vocab)
         ctx.meta["rankcollapse.notes"] = notes
         parser = self.make_parser(ctx)
-        _, _, order = parser.parse_args(args=list(args))
+        raw, _, order = parser.parse_args(args=list(args))
+        _refuse_empty_paths(raw, order, ctx)
         seen: set[str] = set()
         for param in order:
             single = isinstance(param, TyperOption) and not param.multiple and not param.count \
@@ -105,6 +106,33 @@ class Command(TyperCommand):
         for line in ctx.meta.get("rankcollapse.notes", ()):
             click.echo(line, err=True)
         return result
+
+
+def _refuse_empty_paths(raw: dict[str, Any], params: list, ctx: click.Context) -> None:
+    """An empty path (``--out ""``: an unset shell variable) would be read as the working
+    directory; it is refused before anything runs."""
+    for param in params:
+        if not _takes_path(param):
+            continue
+        for value in _values(raw.get(param.name)):
+            if isinstance(value, str) and not value.strip():
+                raise click.exceptions.UsageError(f"{(param.opts or [param.name])[0]} is empty (an unset shell "
+                                                  "variable?); give a path", ctx=ctx)
+
+
+def _takes_path(param: Any) -> bool:
+    """Whether the option's annotation is a path (``Path``, ``Optional[Path]``, ``List[Path]``)."""
+    import typing
+    from pathlib import PurePath
+
+    ann = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    todo = [ann]
+    while todo:
+        a = todo.pop()
+        if isinstance(a, type) and issubclass(a, PurePath):
+            return True
+        todo.extend(typing.get_args(a))
+    return False
 
 
 def _values(value: Any) -> tuple:

@@ -52,6 +52,8 @@ def register(app: typer.Typer) -> None:
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (host:port, or auto for the cluster started on this machine)."),
         recompute: bool = typer.Option(False, "--recompute", help="Recompute every unit and overwrite its cache entry."),
         wait: bool = typer.Option(False, "--wait", help="If another run holds --out, wait for it instead of failing."),
+        allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help="Write into a non-empty --out that no run "
+                                            "wrote (its files are kept; by default it is refused)."),
     ) -> None:
         if name == "summary":
             print_results(target, fmt or "markdown")
@@ -74,7 +76,7 @@ def register(app: typer.Typer) -> None:
         result = run_experiment(name, scale, out, seed, text=text, length=length, cache_dir=cache_dir,
                                 overrides=overrides, device=device, progress=progress and not as_json,
                                 nearby=nearby, executor=executor, workers=workers, address=address,
-                                recompute=recompute, wait=wait)
+                                recompute=recompute, wait=wait, allow_nonempty=allow_nonempty)
         if as_json:
             print_json({"out": str(result.out), "config_hash": result.config["config_hash"], "claims": result.claims},
                        indent=2)

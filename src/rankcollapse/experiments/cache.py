@@ -37,7 +37,7 @@ from typing import Any
 
 import pandas as pd
 
-from .._io import atomic_path, read_regular
+from .._io import TMP_SUFFIX, atomic_path, read_regular
 from .config import Unit
 
 #: Temporary files older than this (seconds) belong to a dead writer and may be removed.
@@ -160,7 +160,7 @@ class UnitCache:
         if not self.root.is_dir():
             return 0
         now, n = time.time(), 0
-        for tmp in self.root.glob(".*.tmp"):
+        for tmp in self.root.glob(f".*{TMP_SUFFIX}"):  # only ours: a user's .notes.tmp stays
             try:
                 if now - tmp.stat().st_mtime > max_age_s:
                     tmp.unlink()

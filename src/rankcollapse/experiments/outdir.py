@@ -6,6 +6,15 @@ kernel drops the lock when the owner dies (``kill -9`` included), so a lock left
 dead run is taken over by the next one without any staleness guess. (``flock`` is
 per machine: two hosts writing one ``--out`` on a network file system are not guarded;
 give each host its own ``--out`` and share only the cache.)
+
+Only its own outputs: a run builds every output in a staging folder inside ``out`` and
+publishes it when complete (:func:`publish`): each file is renamed into place, the
+files the previous run listed in its manifest (``.rankcollapse-manifest.json``) and this
+run did not write are removed, then the manifest and the ``COMPLETE`` marker are
+written. A user's own files (``plots/my_figure.png``, ``.draft.tmp``) are never listed,
+so never removed; a failure while building (a full disk) leaves the previous run whole.
+A non-empty folder that no run of this toolkit wrote is refused unless the caller
+allows it (``--allow-nonempty``).
 """
 
 from __future__ import annotations
@@ -13,18 +22,24 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
-from .._io import open_private, read_regular
-from ..errors import OutputBusyError
+from .._io import TMP_SUFFIX, open_private, read_regular, write_json_atomic, write_text_atomic
+from ..errors import ConfigError, OutputBusyError
 
 LOCK_NAME = ".rankcollapse.lock"
 #: Top-level files a run writes; anything else in the folder (but ``plots/`` and orphan
 #: temporary files) is left alone, so an ``--out`` holding a user's own files is safe.
 OUTPUT_NAMES = ("table.parquet", "table.csv", "claims.json", "config.json", "report.html", "report.md")
+MANIFEST = ".rankcollapse-manifest.json"
+STAGING = ".rankcollapse-staging"
+MARKER = "COMPLETE"
+#: Names a run of this toolkit leaves in a folder: their presence marks it as ours.
+OWN_NAMES = (LOCK_NAME, MANIFEST, MARKER)
 
 
 class OutputFolder:
@@ -42,8 +57,10 @@ class OutputFolder:
         names its pid, host and start time.
     """
 
-    def __init__(self, out: str | os.PathLike, *, wait: bool = False, poll_s: float = 1.0) -> None:
+    def __init__(self, out: str | os.PathLike, *, wait: bool = False, poll_s: float = 1.0,
+                 allow_nonempty: bool = False) -> None:
         self.out, self.wait, self.poll_s = Path(out), bool(wait), float(poll_s)
+        self.allow_nonempty = bool(allow_nonempty)
         self._fd: int | None = None
 
     @property
@@ -51,6 +68,8 @@ class OutputFolder:
         return self.out / LOCK_NAME
 
     def __enter__(self) -> "OutputFolder":
+        if not self.allow_nonempty:
+            check_own_or_empty(self.out)
         self.out.mkdir(parents=True, exist_ok=True)
         fd = open_private(self.lock_path, "lock file")
         while True:
@@ -95,43 +114,89 @@ def describe(info: dict[str, Any]) -> str:
     return f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}"
 
 
+def check_own_or_empty(out: Path) -> None:
+    """Refuse ``out`` when it is a non-empty folder that no run of this toolkit wrote
+    (none of :data:`OWN_NAMES` in it): a run there would mix its outputs with files it
+    does not know.
+
+    Raises
+    ------
+    ConfigError
+        Naming the folder and the option that allows it.
+    """
+    if not out.is_dir():
+        return
+    names = {p.name for p in out.iterdir()}
+    if names and not names & set(OWN_NAMES):
+        raise ConfigError(f"--out {str(out)!r} is a non-empty folder that no run wrote ({len(names)} entries); "
+                          "choose a new or empty folder, or pass --allow-nonempty to write beside its files")
+
+
 def remove_orphan_tmp(out: Path) -> list[Path]:
-    """Delete the temporary files of killed writers (``.<name>.*.tmp``) in ``out`` and
-    ``out/plots``; call only while holding the lock. Returns the removed paths."""
+    """Delete what killed writers of this toolkit left in ``out`` and ``out/plots``: their
+    temporary files (``.<name>.*`` + :data:`~rankcollapse._io.TMP_SUFFIX`) and a staging
+    folder. Call only while holding the lock. Returns the removed paths."""
     removed = []
     for folder in (out, out / "plots"):
-        for tmp in folder.glob(".*.tmp") if folder.is_dir() else ():
+        for tmp in folder.glob(f".*{TMP_SUFFIX}") if folder.is_dir() else ():
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
+    staging = out / STAGING
+    if staging.is_dir() and not staging.is_symlink():
+        shutil.rmtree(staging)
+        removed.append(staging)
     return removed
 
 
-def snapshot(out: Path) -> dict[Path, tuple[int, int, int]]:
-    """``{path: (inode, mtime_ns, size)}`` of the outputs a run may replace: the known
-    output files and every file under ``plots/``. Taken before a run writes."""
-    paths = [out / n for n in OUTPUT_NAMES]
-    if (out / "plots").is_dir():
-        paths += [p for p in (out / "plots").rglob("*") if p.is_file()]
-    out_stats = {}
-    for p in paths:
-        try:
-            st = p.stat()
-        except FileNotFoundError:
+def staging_folder(out: Path) -> Path:
+    """A fresh, empty staging folder inside ``out`` (same file system, so publishing is
+    renames only). Call only while holding the lock."""
+    staging = out / STAGING
+    if staging.is_symlink():
+        staging.unlink()
+    elif staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    return staging
+
+
+def manifest(out: Path) -> set[str]:
+    """The relative paths the last published run wrote (empty for none, or for a run of an
+    earlier version, whose top-level :data:`OUTPUT_NAMES` are then taken as its own)."""
+    try:
+        listed = json.loads(read_regular(out / MANIFEST, "manifest"))
+    except FileNotFoundError:
+        return set(OUTPUT_NAMES) if (out / MARKER).is_file() else set()
+    except ValueError:  # a link, or not JSON: nothing in it is trusted
+        return set()
+    return {p for p in listed if isinstance(p, str)} if isinstance(listed, list) else set()
+
+
+def publish(out: Path, staging: Path, marker_text: str) -> list[Path]:
+    """Move every file built in ``staging`` into ``out``, remove the files the previous
+    run's manifest lists that this run did not write (never anything else), then write
+    the manifest and, last, the ``COMPLETE`` marker. Returns the removed paths.
+
+    The marker is removed first, so a folder marked ``COMPLETE`` always holds exactly one
+    run's outputs. Call only while holding the lock."""
+    new = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
+    old = manifest(out)
+    (out / MARKER).unlink(missing_ok=True)
+    for rel in new:
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / rel, out / rel)
+    removed = []
+    for rel in sorted(old - set(new)):
+        target = out / rel
+        if ".." in Path(rel).parts or not (target.is_file() or target.is_symlink()):
             continue
-        out_stats[p] = (st.st_ino, st.st_mtime_ns, st.st_size)
-    return out_stats
-
-
-def remove_unwritten(out: Path, before: dict[Path, tuple[int, int, int]]) -> list[Path]:
-    """Delete the outputs of :func:`snapshot` ``before`` that this run did not rewrite
-    (same inode, time and size: a plot of an earlier, different experiment), and orphan
-    temporary files. Returns the removed paths."""
-    removed = remove_orphan_tmp(out)
-    for p, stat in snapshot(out).items():
-        if before.get(p) == stat:
-            p.unlink()
-            removed.append(p)
-    for d in sorted((out / "plots").rglob("*"), reverse=True) if (out / "plots").is_dir() else ():
-        if d.is_dir() and not any(d.iterdir()):
-            d.rmdir()
+        target.unlink()
+        removed.append(target)
+        parent = target.parent
+        while parent != out and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+    shutil.rmtree(staging, ignore_errors=True)
+    write_json_atomic(out / MANIFEST, new)
+    write_text_atomic(out / MARKER, marker_text)
     return removed

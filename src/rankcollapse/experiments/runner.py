@@ -9,6 +9,7 @@ folder without it is not a finished run.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from contextlib import ExitStack, contextmanager, nullcontext
 from contextvars import ContextVar
@@ -28,7 +29,7 @@ from .config import (Unit, claim_depth, claim_sources, effective_override, expan
 from .cache import UnitCache, as_cache
 from .context import RunContext, data_spec
 from .executors import SerialExecutor, check_executor, make_executor
-from .outdir import OutputFolder, remove_unwritten, snapshot
+from .outdir import MARKER, OutputFolder, check_own_or_empty, publish, staging_folder
 from . import report
 from .progress import UnitProgress
 from .result import RunResult
@@ -36,7 +37,6 @@ from .table import normalise, rename_legacy
 from .units import EXECUTORS, _norm_of, mask_name
 
 log = logging.getLogger(__name__)
-MARKER = "COMPLETE"
 #: Metrics recorded by nearby-setting runs: the ones the claim rules read.
 NEARBY_METRICS = ("mu", "mu_relative")
 _EXECUTOR: ContextVar[Any] = ContextVar("rankcollapse_executor", default=None)
@@ -305,7 +305,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
                    text: str | Path | None = None, length: int = 128, cache_dir: str | Path | None = None,
                    overrides: dict[str, Any] | None = None, device: str = "cpu", progress: bool = True,
                    nearby: bool = True, write: bool = True, executor: str = "serial", workers: int | None = None,
-                   address: str | None = None, recompute: bool = False, wait: bool = False) -> RunResult:
+                   address: str | None = None, recompute: bool = False, wait: bool = False,
+                   allow_nonempty: bool = False) -> RunResult:
     """Run experiment ``name`` (``main``, ``fig2``, ``fig3``, ``fig4``, ``theory`` or ``all``).
 
     Parameters
@@ -321,13 +322,16 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
         the numbers do not depend on them.
     recompute : recompute every unit of the run and overwrite its cache entries.
     wait : if another run holds ``out``, wait for it instead of failing.
+    allow_nonempty : write into a non-empty ``out`` that no run wrote (its files stay;
+        by default such a folder is refused).
 
     Raises
     ------
     ConfigError, MaskError, DataError, AssetMissingError, ModelError
         Bad input (a negative seed, an unknown or absent device, an ``out`` or
-        ``cache_dir`` that cannot be a folder, windows longer than a model's positions),
-        raised before the output folder or any cache entry is created.
+        ``cache_dir`` that cannot be a folder, a non-empty ``out`` that no run wrote,
+        windows longer than a model's positions), raised before the output folder or
+        any cache entry is created.
     OutputBusyError
         Another live run holds ``out`` (and ``wait`` is false).
     """
@@ -342,6 +346,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     cache = UnitCache(Path(cache_dir) if cache_dir is not None else default_cache_dir(out), recompute=recompute)
     if write:
         check_writable(out, folder=True, option="--out")
+        if not allow_nonempty:
+            check_own_or_empty(out)
     check_writable(cache.root, folder=True, option="--cache-dir")
     check_executor(executor, workers=workers, address=address)
     cache.remove_orphans()  # temporary files of writers that died a day ago or more
@@ -353,8 +359,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     cached = {u.hash for u in units + near_units if cache.has(u)}
     with ExitStack() as stack:
         if write:
-            stack.enter_context(OutputFolder(out, wait=wait))
-            (out / MARKER).unlink(missing_ok=True)
+            # the previous run's outputs (and its marker) stay until this one is published
+            stack.enter_context(OutputFolder(out, wait=wait, allow_nonempty=allow_nonempty))
         ex = make_executor(executor, workers=workers, address=address, data=data, device=device)
         stack.callback(ex.close)
         stack.enter_context(using_executor(ex))
@@ -449,26 +455,28 @@ def run_config(cfgs, scale, seed, data, overrides, units, labels: Mapping[str, s
 
 def write_outputs(result: RunResult) -> None:
     """Table (Parquet + CSV), plots, claims.json, config.json, report, then the marker.
-    Outputs of an earlier run that this one did not rewrite (plots of a different
-    experiment, orphan temporary files) are removed before the marker is written, so a
-    folder marked ``COMPLETE`` holds one run's outputs only. The caller holds the folder
-    (:class:`~.outdir.OutputFolder`)."""
+    Everything is built in a staging folder and published when complete
+    (:func:`.outdir.publish`): a failure (a full disk) leaves the previous run whole;
+    outputs of the previous run that this one did not rewrite (listed in its manifest)
+    are removed, a user's own files never, and the marker is written last. The caller
+    holds the folder (:class:`~.outdir.OutputFolder`)."""
     from . import plots
 
-    out = result.out
-    before = snapshot(out)
-    (out / MARKER).unlink(missing_ok=True)
-    with atomic_path(out / "table.parquet") as tmp:
-        result.table.to_parquet(tmp, index=False)
-    with atomic_path(out / "table.csv") as tmp:
-        result.table.drop(columns=["values"], errors="ignore").to_csv(tmp, index=False)
-    figures = plots.make_plots(result.table, result.config["configs"], out / "plots")
-    write_json_atomic(out / "claims.json", result.claims)
-    write_json_atomic(out / "config.json", {**result.config, "timings": result.timings})
-    write_text_atomic(out / "report.html", report.render_html(result, figures))
-    write_text_atomic(out / "report.md", report.render_markdown(result, figures))
-    remove_unwritten(out, before)
-    write_text_atomic(out / MARKER, f"config_hash {result.config['config_hash']}\n")
+    stage = staging_folder(result.out)
+    try:
+        with atomic_path(stage / "table.parquet") as tmp:
+            result.table.to_parquet(tmp, index=False)
+        with atomic_path(stage / "table.csv") as tmp:
+            result.table.drop(columns=["values"], errors="ignore").to_csv(tmp, index=False)
+        figures = plots.make_plots(result.table, result.config["configs"], stage / "plots")
+        write_json_atomic(stage / "claims.json", result.claims)
+        write_json_atomic(stage / "config.json", {**result.config, "timings": result.timings})
+        write_text_atomic(stage / "report.html", report.render_html(result, figures))
+        write_text_atomic(stage / "report.md", report.render_markdown(result, figures))
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)  # the previous run stays whole
+        raise
+    publish(result.out, stage, f"config_hash {result.config['config_hash']}\n")
 
 
 def recheck(out: str | Path) -> list[tuple[str, str, str]]:
