@@ -1,6 +1,7 @@
 """Summaries of a phase table: regime counts and trajectory fractions, the paired effect
-of a normalisation, stable states (any trajectory), Theorem 1's pointwise envelope, the collapse boundary against mask radius and ``d_qk``, and
-the theory's agreement. Used to write docs/phase.md; every number comes from the table.
+of a normalisation, stable states (any trajectory), Theorem 1's pointwise envelope, the
+collapse boundary against mask radius and ``d_qk``, and the theory's agreement. Used to
+write docs/phase.md; every number comes from the table.
 """
 
 from __future__ import annotations

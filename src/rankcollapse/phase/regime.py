@@ -104,7 +104,8 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
         slope, slope_hi = tail_rate(m[:, b])
         out.append({"diverged": False, "mu_relative": float(m[-1, b]), "norm_ratio": float(nT[b] / n0[b]),
                     "change": float(change[b]), "k": int(k[b]), "numerical_rank": float(nr[b]),
-                    "stable_rank": float(sr[b]), "rate": fit_log10_rate(m[:, b]), "rate_last": slope, "rate_last_hi": slope_hi, "attention_entropy": ent,
+                    "stable_rank": float(sr[b]), "rate": fit_log10_rate(m[:, b]), "rate_last": slope,
+                    "rate_last_hi": slope_hi, "attention_entropy": ent,
                     "entropy_last": float(entropy[-max(1, T // 4):, b].mean())})
     return out
 
