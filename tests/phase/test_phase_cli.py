@@ -9,6 +9,7 @@ import pytest
 
 from rankcollapse.errors import ConfigError
 from rankcollapse.phase.grid import DEFAULTS, expand_grid, parse_axis
+from rankcollapse.phase.regime import REGIMES
 from rankcollapse.phase.report import theory_agreement, write_report
 from rankcollapse.phase.sweep import batches, run_phase
 
@@ -73,8 +74,8 @@ def test_cli_json_and_files(tmp_path):
     assert len(data["cells"]) == 4
     keys = {"qk_scale", "norm", "mu_relative", "numerical_rank", "attention_entropy", "rate", "regime"}
     assert keys <= set(data["cells"][0])
-    assert all(c["regime"] in {"rank_collapse", "entropy_collapse", "stable_rank_k", "diverging", "undecided"}
-               for c in data["cells"])
+    assert all(c["regime"] in set(REGIMES) for c in data["cells"])
+    assert all(sum(c[f"frac_{r}"] for r in REGIMES) == pytest.approx(1.0) for c in data["cells"])
     for name in ("phase.parquet", "heatmap.png", "report.html"):
         assert (tmp_path / name).is_file()
 
@@ -140,3 +141,15 @@ def test_readme_phase_example_has_cells_in_several_regimes(tmp_path):
     assert no_skip.count("rank_collapse") == 3 and "rank_collapse" not in with_skip
     assert set(with_skip) == {"entropy_collapse", "undecided"}
     assert re.search(r"every cell but one collapses", readme)
+
+
+def test_zipped_axes_vary_together_and_cross_the_rest():
+    cells = expand_grid({"qk_scale": [0.5, 2.0, 8.0], "norm": ["none", "sphere"], "value": ["gaussian", "orthogonal", "gaussian"]},
+                        zipped=("qk_scale", "value"))
+    assert len(cells) == 6  # 3 zipped tuples x 2 norms
+    assert [(c["qk_scale"], c["value"], c["norm"]) for c in cells] == [
+        (0.5, "gaussian", "none"), (0.5, "gaussian", "sphere"), (2.0, "orthogonal", "none"),
+        (2.0, "orthogonal", "sphere"), (8.0, "gaussian", "none"), (8.0, "gaussian", "sphere")]
+    for bad in (("qk_scale",), ("qk_scale", "depth"), ("qk_scale", "norm")):
+        with pytest.raises(ConfigError):
+            expand_grid({"qk_scale": [0.5, 2.0, 8.0], "norm": ["none", "sphere"]}, zipped=bad)

@@ -87,8 +87,12 @@ def _tr(**over):
     ({"mu_relative": 1e-7}, "rank_collapse"),
     ({"change": 1e-5}, "stable_rank_k"),
     ({"change": 1e-5, "mu_relative": 1e-4}, "undecided"),   # converged but nearly collapsed
-    ({"entropy_last": 0.97}, "entropy_collapse"),
-    ({"entropy_last": 0.01}, "entropy_collapse"),
+    ({"entropy_last": 0.97}, "uniform_attention"),
+    ({"entropy_last": 0.01}, "one_hot_attention"),
+    ({"entropy_last": 0.97, "rate_last_hi": -1e-3}, "collapsing_slowly"),  # attention settled, mu still falling
+    ({"entropy_last": 0.01, "rate_last_hi": -1e-3}, "collapsing_slowly"),
+    ({"entropy_last": 0.97, "rate_last_hi": 1e-3}, "uniform_attention"),
+    ({"change": 1e-5, "rate_last_hi": -1e-3}, "stable_rank_k"),
     ({}, "undecided"),
 ])
 def test_label_trajectory_rule(over, label):
@@ -118,13 +122,29 @@ def test_fit_rate_of_an_exact_geometric_decay():
     assert math.isnan(fit_log10_rate(np.array([0.3])))
 
 
-def test_value_log_norm_is_the_sum_of_log_spectral_norms():
+def test_value_log_norm_is_the_largest_partial_sum_of_log_spectral_norms():
     from rankcollapse.phase.cell import build_weights, value_log_norm
 
-    c = cell(value="gaussian", value_scale=0.5, depth=5)
-    expected = sum(math.log(float(torch.linalg.matrix_norm(lw.W_V, ord=2))) for lw in build_weights(c, 0))
+    c = cell(value="gaussian", value_scale=0.7, depth=5)
+    logs = [math.log(float(torch.linalg.matrix_norm(lw.W_V, ord=2))) for lw in build_weights(c, 0)]
+    expected = max(0.0, *np.cumsum(logs))
     assert value_log_norm(c, range(1)) == pytest.approx(expected, rel=1e-12)
-    assert value_log_norm(cell(value="orthogonal", value_scale=0.5, depth=4), range(2)) == pytest.approx(4 * math.log(0.5))
+    # every partial product of 0.5 Q has norm <= 1: A2 holds (the empty product gives 0)
+    assert value_log_norm(cell(value="orthogonal", value_scale=0.5, depth=4), range(2)) == 0.0
+    assert value_log_norm(cell(value="orthogonal", value_scale=2.0, depth=4, shared=True), range(1)) == \
+        pytest.approx(4 * math.log(2.0))
+
+
+def test_value_log_norm_sees_a_partial_product_above_one():
+    """Gaussian W_V, a = 0.5, 16 layers, seed 0: the total sum_t ln||W_V(t)|| is -1.34 (the
+    old check passed A2) but a partial product has norm e^0.037 > 1, so A2 fails."""
+    from rankcollapse.phase import cell as cell_mod
+
+    c = cell(value="gaussian", value_scale=0.5, depth=16)
+    logs = [math.log(float(torch.linalg.matrix_norm(lw.W_V, ord=2))) for lw in cell_mod.build_weights(c, 0)]
+    assert sum(logs) < -1.0
+    assert cell_mod.value_log_norm(c, range(1)) == pytest.approx(max(0.0, *np.cumsum(logs)), rel=1e-12)
+    assert cell_mod.value_log_norm(c, range(1)) > 0.03
 
 
 def test_theory_prediction_sources():
@@ -138,5 +158,7 @@ def test_theory_prediction_sources():
     outside = theory_prediction(cell(), info, 0.01, value_log_norm=0.5)
     assert outside["theory_regime"] == "" and outside["theory_source"] == "pure_sa_outside_A2"
     assert theory_prediction(cell(norm="layernorm"), info, 0.01)["theory_regime"] == ""
-    eq = theory_prediction(cell(norm="sphere", value="constructed", qk_scale=0.0, mask="causal"), info, 0.01)
-    assert eq["theory_regime"] == "stable_rank_k" and eq["theory_source"] == "equilibria"
+    eq = theory_prediction(cell(norm="sphere", value="constructed", qk_scale=0.0, mask="causal", n_tokens=4,
+                                d_model=4), info, 0.01)
+    # docs/theory.md §3b: the construction's rank-k equilibria have k(k-1)/2 unstable directions
+    assert eq["theory_regime"] == "rank_collapse" and eq["theory_source"] == "equilibria"

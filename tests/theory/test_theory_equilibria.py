@@ -102,3 +102,23 @@ def test_tangent_basis_batched_equals_per_sample_and_is_tangent():
     assert all(torch.equal(Q[b], tangent_basis(X[b])) for b in range(5))
     torch.testing.assert_close(Q.transpose(1, 2) @ Q, torch.eye(8, dtype=torch.float64).expand(5, 8, 8))
     assert float((X.reshape(5, 1, 12) @ Q).abs().max()) < 1e-14
+
+
+def test_finder_from_given_starts_alone():
+    """n_starts = 0 with starts: no random start is added (the old code refused it)."""
+    es = equilibria(3, 3, 2, stability=False)
+    starts = torch.stack([e.X for e in es.equilibria])
+    res = find_equilibria(es.system, starts=starts, n_starts=0)
+    assert res.n_starts == 4 and len(res.equilibria) == 4
+    assert all(e.rank == 2 and not e.stable for e in res.equilibria)  # §3b: k(k-1)/2 = 1 unstable direction
+    with pytest.raises(ConfigError):
+        find_equilibria(es.system, n_starts=0)
+
+
+def test_construction_stability_counts_match_theory_3b():
+    """Every rank-k equilibrium of the construction has k(k-1)/2 unstable directions, so
+    none is stable for k >= 2 (what the phase's equilibria prediction reads)."""
+    for k in (1, 2, 3):
+        es = equilibria(4, 4, k, limit=2)
+        assert all(e.stability.n_unstable == k * (k - 1) // 2 for e in es.equilibria)
+        assert all(bool(e.stable) == (k == 1) for e in es.equilibria)

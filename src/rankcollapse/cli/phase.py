@@ -12,7 +12,9 @@ from ..errors import ConfigError
 from ._output import check_format, print_json, print_records
 
 JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entropy", "rate", "rate_lo", "rate_hi",
-                "regime", "k", "theory_regime")
+                "rate_last", "rate_last_lo", "rate_last_hi", "regime", "k", "theory_regime",
+                "envelope_violations", "frac_rank_collapse", "frac_collapsing_slowly", "frac_uniform_attention",
+                "frac_one_hot_attention", "frac_stable_rank_k", "frac_diverging", "frac_undecided")
 
 
 def _clean(v):
@@ -31,6 +33,8 @@ def phase(
     seeds: int = typer.Option(1, "--seeds", help="weight draws per cell (seed, seed+1, ...)"),
     seed: int = typer.Option(0, "--seed", help="first weight and input seed"),
     out: Path = typer.Option(..., "--out", help="output folder (phase.parquet, heatmaps, report.html)"),
+    zip_axes: Optional[str] = typer.Option(None, "--zip", help="A,B,...: axes varied together (value i of each "
+                                           "with value i of the others) instead of crossed: a stratified subset"),
     plot: Optional[str] = typer.Option(None, "--plot", help="X,Y: the two axes of each heatmap panel"),
     executor: str = typer.Option("serial", "--executor", help="serial, processes or ray"),
     workers: Optional[int] = typer.Option(None, "--workers", help="worker processes / Ray CPUs"),
@@ -63,7 +67,8 @@ def phase(
         if len(parts) != 2 or any(p not in axes for p in parts):
             raise ConfigError(f"--plot expects two of the given axes X,Y, got {plot!r}")
         plot_axes = parts
-    cells = expand_grid(axes, fixed)
+    zipped = tuple(p.strip() for p in zip_axes.split(",")) if zip_axes else ()
+    cells = expand_grid(axes, fixed, zipped)
     table, timing = run_phase(cells, samples=samples, seeds=seeds, seed=seed,
                               cache_dir=cache_dir if cache_dir is not None else out / "cache",
                               executor=executor, workers=workers, progress=progress)

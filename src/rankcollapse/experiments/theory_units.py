@@ -79,18 +79,34 @@ def check_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 
 
 def check_equilibria_search(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
-    """Equilibria of ONE system counted by an independent search, per rank k.
+    """Equilibria of ONE system counted by the numerical search, per rank k, from three
+    kinds of start.
 
     The system: causal mask, ``W_Q = W_K = 0``, ``W_V = diag(λ)`` with the full-rank
     construction eigenvalues ``λ = construction_eigenvalues(d, min(N, d))``. For every
     k its first k coordinates carry the rank-k construction (eigenvalues are a rescaled
-    prefix, and the scale of W_V does not change SA-LN), so this one system should hold
-    ≥ 2^k equilibria of every rank k at once. ``theory.find_equilibria`` searches from
-    random starts and from the constructed states (any k, any sign pattern); every state
-    it returns is a fixed point to ``tol = 1e-12`` (max |F(X) - X|), deduplicated, its
-    rank the numerical rank. Rows per rank k (``layer = k``): ``n_found`` (distinct
-    verified equilibria of rank k), ``n_found_random`` (those the random starts alone
-    found), ``expected_min = 2^k``.
+    prefix, and the scale of W_V does not change SA-LN), so the construction predicts
+    ≥ 2^k equilibria of every rank k at once. Every state ``theory.find_equilibria``
+    returns is a fixed point to ``tol = 1e-12`` (max |F(X) - X|), deduplicated (max-abs
+    1e-4), its rank the numerical rank and its stability the package's tangent report.
+
+    What each row shows (``layer = k``):
+
+    - ``n_found``: distinct equilibria of rank k from the constructed states themselves
+      plus the random starts; ``n_constructed_found``: how many of the 2^k constructed
+      states come back. This verifies the construction's states are distinct fixed points
+      of the step as the search computes it; it cannot find fewer than the construction
+      unless the construction is wrong, so it is no discovery.
+    - ``n_found_perturbed`` / ``n_constructed_perturbed``: distinct rank-k equilibria, and
+      how many of the 2^k constructed ones, reached by Newton from the constructed states
+      moved by Gaussian noise of std ``search_perturbation`` (default 0.01) per entry and
+      renormalised, with no other start: the constructed states are isolated and found
+      from nearby, still seeded by the construction.
+    - ``n_found_random`` / ``n_constructed_random``: the same from ``search_starts``
+      uniform random starts alone (half damped iteration, half Newton only): what the
+      search finds by itself.
+    - ``n_stable``: stable equilibria of rank k among everything found.
+    - ``expected_min = 2^k``.
     """
     import itertools
 
@@ -104,15 +120,29 @@ def check_equilibria_search(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     top = min(n, d)
     lam = construction_eigenvalues(d, top)
     system = causal_uniform_system(torch.diag(torch.tensor(lam)), n)
-    starts = [construct_equilibrium(n, lam, signs) for k in range(1, top + 1)
-              for signs in itertools.product((1, -1), repeat=k)]
-    settings = {"n_starts": int(p.get("search_starts", 256)), "seed": int(p.get("seed_theory", 0)), "tol": 1e-12}
-    found = find_equilibria(system, starts=torch.from_numpy(np.stack(starts)), **settings)
+    built = {k: torch.from_numpy(np.stack([construct_equilibrium(n, lam, signs)
+                                           for signs in itertools.product((1, -1), repeat=k)])) for k in range(1, top + 1)}
+    starts = torch.cat(list(built.values()))
+    seed = int(p.get("seed_theory", 0))
+    settings = {"n_starts": int(p.get("search_starts", 256)), "seed": seed, "tol": 1e-12}
+    found = find_equilibria(system, starts=starts, **settings)
     alone = find_equilibria(system, **settings)  # random starts only: what the search finds by itself
+    gen = torch.Generator().manual_seed(seed)
+    noisy = starts + float(p.get("search_perturbation", 0.01)) * torch.randn(starts.shape, generator=gen, dtype=torch.float64)
+    near = find_equilibria(system, starts=noisy, **{**settings, "n_starts": 0})
+
+    def constructed(res: Any, k: int) -> int:
+        return sum(any(float((c - e.X).abs().max()) <= 1e-4 for e in res.equilibria) for c in built[k])
+
+    union = list(found.equilibria)
+    union += [e for e in alone.equilibria if not any(float((e.X - u.X).abs().max()) <= 1e-4 for u in found.equilibria)]
     rows = []
     for k in range(1, top + 1):
-        rows += _scalar_rows({"n_found": sum(e.rank == k for e in found.equilibria),
-                              "n_found_random": sum(e.rank == k for e in alone.equilibria),
+        rank_k = lambda res: [e for e in res.equilibria if e.rank == k]  # noqa: E731
+        rows += _scalar_rows({"n_found": len(rank_k(found)), "n_constructed_found": constructed(found, k),
+                              "n_found_perturbed": len(rank_k(near)), "n_constructed_perturbed": constructed(near, k),
+                              "n_found_random": len(rank_k(alone)), "n_constructed_random": constructed(alone, k),
+                              "n_stable": sum(bool(e.stable) for e in union if e.rank == k),
                               "expected_min": 2**k}, "causal", layer=k)
     return pd.DataFrame(rows)
 

@@ -25,10 +25,11 @@ from ..dynamics.attention import masked_softmax
 from ..dynamics.layers import apply_norm
 from ..masks import parse_mask
 from ..masks.graph import analyze
-from ..metrics import mu_relative
+from ..metrics import mu, mu_relative
 from ..metrics.attention import row_entropy
 from .cell import block_config, build_weights, make_input, value_log_norm
-from .regime import label_cell, theory_prediction, trajectory_measures
+from .predict import envelope_points, theory_prediction
+from .regime import label_cell, trajectory_measures
 
 #: the axes a batch must share
 GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "skip", "input")
@@ -45,6 +46,35 @@ def _stack(cells: list[dict[str, Any]], seeds: range, samples: int, depth: int):
                        else getattr(layers[0], name).expand(depth, *getattr(layers[0], name).shape))
     rep = lambda acc: torch.stack(acc, 1).repeat_interleave(samples, dim=1)  # noqa: E731
     return rep(Q), rep(K), rep(V), scale
+
+
+def envelope_applies(cell: dict[str, Any], info: Any) -> bool:
+    """Theorem 1's envelope is defined for the cell: pure SA (no norm, no skip) on a
+    quasi-strongly connected mask with self-loops. Whether it must hold also needs A2
+    (``theory_source == "theorem1"``); outside A2 the check is computed all the same."""
+    return (cell["norm"] == "none" and not cell["skip"] and cell["placement"] == "post"
+            and bool(info.quasi_strongly_connected) and bool(info.self_loops) and cell["n_tokens"] >= 2)
+
+
+def _envelope(cell, info, mu_abs, X0, eps, diverged) -> dict[str, np.ndarray] | None:
+    if not envelope_applies(cell, info):
+        return None
+    out = envelope_points(mu_abs, X0, eps, int(info.radius))
+    out["layers"] = mu_abs.shape[0]
+    out["violations"] = np.where(diverged, -1, out["violations"])  # -1: not checked (overflowed)
+    return out
+
+
+def _envelope_columns(env: dict[str, np.ndarray] | None, part: slice) -> dict[str, float]:
+    """Per cell: ``envelope_points`` (layer × trajectory points checked), ``envelope_violations``
+    and ``envelope_log10_margin`` (largest log10 μ/E over layers >= 1); NaN where the envelope
+    is not defined."""
+    if env is None:
+        return {"envelope_points": 0, "envelope_violations": float("nan"), "envelope_log10_margin": float("nan")}
+    v, m = env["violations"][part], env["log10_margin"][part]
+    ok = v >= 0
+    return {"envelope_points": int(ok.sum()) * int(env["layers"]), "envelope_violations": float(v[ok].sum()),
+            "envelope_log10_margin": float(m[ok].max()) if ok.any() else float("nan")}
 
 
 def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, seed: int = 0) -> list[dict[str, Any]]:
@@ -70,7 +100,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     X = torch.cat([make_input(first["input"], samples, N, d, s) for s in seed_range] * len(cells))
     WQ, WK, WV, scale = _stack(cells, seed_range, samples, depth)
     B = X.shape[0]
-    mus, ents, states = [mu_relative(X)], [], {0: X}
+    mus, mus_abs, ents, states = [mu_relative(X)], [mu(X)], [], {0: X}
     X0 = X
     diverged = torch.zeros(B, dtype=torch.bool)
     eps_min = torch.ones(B, dtype=torch.float64)
@@ -90,6 +120,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
             ents.append(row_entropy(A.unsqueeze(1), allowed))  # one head: (B, 1, N, N) -> (B,)
             eps_min = torch.minimum(eps_min, A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2)))
             mus.append(torch.where(diverged, torch.ones((), dtype=X.dtype), mu_relative(X)))
+            mus_abs.append(mu(X))
             if t + 1 in keep:
                 states[t + 1] = X
     metrics = {"mu_relative": torch.stack(mus)}
@@ -102,11 +133,13 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     for b in np.nonzero(diverged.numpy())[0]:
         trs[b] = {"diverged": True}
     per = seeds * samples
+    env = _envelope(first, info, torch.stack(mus_abs).numpy(), X0, eps_min.numpy(), diverged.numpy())
     out = []
     for i, cell in enumerate(cells):
         row = label_cell(trs[i * per:(i + 1) * per])
         e = float(eps_min[i * per:(i + 1) * per].min())
         row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_min=e)
+        row.update(_envelope_columns(env, slice(i * per, (i + 1) * per)))
         row["value_log_norm"] = value_log_norm(cell, seed_range)
         row.update(theory_prediction(cell, info, e, row["value_log_norm"]))
         out.append(row)

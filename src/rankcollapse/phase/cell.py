@@ -108,14 +108,17 @@ def build_weights(cell: dict[str, Any], seed: int) -> list[LayerWeights]:
 
 
 def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
-    """``max`` over the weight seeds of ``sum_t ln ||W_V(t)||_2``: at most 0 means the
-    products of the value matrices stay bounded by 1 (Theorem 1's assumption A2)."""
-    worst = -math.inf
+    """``max`` over the weight seeds and over ``t = 0..depth`` of ``sum_{s<t} ln ||W_V(s)||_2``
+    (the empty product counts, so the value is ``>= 0``): 0 means every partial product
+    ``W_V(0)…W_V(t-1)`` has spectral norm at most 1 (Theorem 1's assumption A2 with
+    constant 1, the form the envelope of docs/theory.md §1 needs)."""
+    worst = 0.0
     for s in seeds:
         n = 1 if cell["shared"] else cell["depth"]
-        norms = torch.linalg.matrix_norm(_values(cell, n, s), ord=2)
-        total = float(torch.log(norms).sum()) * (cell["depth"] if cell["shared"] else 1)
-        worst = max(worst, total)
+        logs = torch.log(torch.linalg.matrix_norm(_values(cell, n, s), ord=2))
+        if cell["shared"]:
+            logs = logs.expand(cell["depth"])
+        worst = max(worst, float(torch.cumsum(logs, 0).max()))
     return worst
 
 
@@ -154,6 +157,22 @@ def _entropy_per_layer(attention: list[torch.Tensor], allowed: torch.Tensor) -> 
     return row_entropy(torch.stack(attention), allowed).numpy()  # (T, B, H, N, N) -> (T, B)
 
 
+def _diverged_envelope(cell: dict[str, Any], info: Any, samples: int) -> dict[str, np.ndarray] | None:
+    from .batched import envelope_applies
+
+    if not envelope_applies(cell, info):
+        return None
+    return {"violations": np.full(samples, -1), "log10_margin": np.full(samples, np.nan), "layers": cell["depth"] + 1}
+
+
+def _join(parts: list) -> dict[str, np.ndarray] | None:
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    return {"violations": np.concatenate([p["violations"] for p in parts]),
+            "log10_margin": np.concatenate([p["log10_margin"] for p in parts]), "layers": parts[0]["layers"]}
+
+
 def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: int = 0) -> dict[str, Any]:
     """Simulate ``cell`` for ``seeds`` weight draws (``seed``, ``seed+1``, ...) with
     ``samples`` inputs each and return the cell's row (see :func:`.regime.label_cell`).
@@ -164,31 +183,38 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
         A cell the dynamics cannot run (bad mask, width mismatch).
     """
     from ..dynamics import simulate
+    from .batched import _envelope, _envelope_columns
     from .regime import label_cell, theory_prediction
 
     N, d = cell["n_tokens"], cell["d_model"]
     mask = parse_mask(cell["mask"], N)
     info = analyze(mask)
     cfg = block_config(cell)
-    trajectories = []
+    trajectories, envelopes = [], []
     eps_min = 1.0
     for s in range(seed, seed + seeds):
         X0 = make_input(cell["input"], samples, N, d, s)
         weights = build_weights(cell, s)
         try:
             res = simulate(X0, mask=mask, depth=cell["depth"], variant=cfg, weights=weights,
-                           metrics=("mu_relative",), dtype=torch.float64,
+                           metrics=("mu_relative", "mu"), dtype=torch.float64,
                            record_states=True, record_attention=True, record_epsilon=True)
         except ConfigError as exc:
             if "non-finite" not in str(exc):
                 raise
             trajectories += [{"diverged": True}] * samples
+            envelopes.append(_diverged_envelope(cell, info, samples))
             continue
         ent = _entropy_per_layer(res.attention, mask.to_dense())
         eps_min = min(eps_min, float(res.epsilon.min()))
         trajectories += trajectory_measures(res.metrics, res.states, ent)
+        dense = mask.to_dense()
+        eps_b = torch.stack([A.masked_fill(~dense, 1.0).flatten(1).amin(1) for A in res.attention]).amin(0)
+        envelopes.append(_envelope(cell, info, res.metrics["mu"].numpy(), X0, eps_b.numpy(),
+                                   np.zeros(samples, dtype=bool)))
     row = label_cell(trajectories)
     row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_min=eps_min)
+    row.update(_envelope_columns(_join(envelopes), slice(None)))
     row["value_log_norm"] = value_log_norm(cell, range(seed, seed + seeds))
     row.update(theory_prediction(cell, info, eps_min, row["value_log_norm"]))
     return row

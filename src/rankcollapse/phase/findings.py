@@ -1,6 +1,7 @@
-"""Summaries of a phase table: regime counts, the paired effect of a normalisation,
-stable states of rank > 1, the collapse boundary against mask radius and ``d_qk``, and
-the theory's agreement. Used to write docs/phase.md; every number comes from the table.
+"""Summaries of a phase table: regime counts and trajectory fractions, the paired effect
+of a normalisation, stable states (any trajectory), Theorem 1's pointwise envelope, the
+collapse boundary against mask radius and ``d_qk``, and the theory's agreement. Used to
+write docs/phase.md; every number comes from the table.
 """
 
 from __future__ import annotations
@@ -56,14 +57,21 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
             "helps_by_skip_placement": {f"skip={k[0]},{k[1]}": v for k, v in by.items()},
             "regime_pairs": {f"{a} -> {b}": int(n) for (a, b), n in p.groupby(["regime_base", "regime"]).size().items()},
         }
-    st = table[(table["regime"] == "stable_rank_k") & (table["k"] > 1)]
-    out["stable_rank_gt1"] = {"cells": int(len(st)), "k_values": st["k"].value_counts().to_dict(),
-                              "by_value": st["value"].value_counts().to_dict() if len(st) else {},
-                              "by_norm": st["norm"].value_counts().to_dict() if len(st) else {},
-                              "by_skip": st["skip"].value_counts().to_dict() if len(st) else {}}
+    out["trajectory_fractions"] = trajectory_fractions(table)
+    if "shared" in table:
+        out["by_shared"] = {("on" if k else "off"): {"cells": int(len(g)), "regimes": g["regime"].value_counts().to_dict(),
+                                                    "trajectory_fractions": trajectory_fractions(g)}
+                            for k, g in table.groupby("shared")}
+    out["stable_states"] = stable_states(table)
+    att = table[table["regime"].isin(["uniform_attention", "one_hot_attention"])]
+    out["attention_labels"] = {"cells": int(len(att)),
+                               "whole_depth_rate_interval_below_0": int((att["rate_hi"] < 0).sum()),
+                               "tail_rate_interval_below_0": int((att["rate_last_hi"] < 0).sum())}
     rc = table.assign(collapse=table["regime"] == "rank_collapse", log10_mu=_log10(table["mu_relative"]))
     if "mask" in table:
-        out["by_mask"] = {m: {"radius": int(g["radius"].iloc[0]), "frac_rank_collapse": round(float(g["collapse"].mean()), 4),
+        out["by_mask"] = {m: {"radius": int(g["radius"].iloc[0]), "cells": int(len(g)),
+                              "regimes": g["regime"].value_counts().to_dict(),
+                              "frac_rank_collapse": round(float(g["collapse"].mean()), 4),
                               "median_rate_collapsing": float(g.loc[g["collapse"], "rate"].median())}
                           for m, g in rc.groupby("mask")}
     if "d_qk" in table:
@@ -73,13 +81,56 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
     out["by_qk_scale"] = {float(k): {r: round(float((g["regime"] == r).mean()), 4) for r in sorted(set(table["regime"]))}
                           for k, g in rc.groupby("qk_scale")}
     out["theory"] = theory_agreement(table)
-    t1 = table[(table["theory_source"] == "theorem1") & (table["regime"] == "rank_collapse")
-               & np.isfinite(table["theory_rate"]) & (table["theory_rate"] < 0)]
-    if len(t1):
-        out["theory"]["theorem1_rate"] = {
-            "cells": int(len(t1)), "bound_holds": float((t1["rate"] <= t1["theory_rate"]).mean()),
-            "median_log10_ratio": float(np.median(np.log10(t1["rate"] / t1["theory_rate"]))),
-        }
+    t1 = table[table["theory_source"] == "theorem1"]
+    if len(t1):  # Theorem 1 is asymptotic: a cell whose mu still falls at the last layer is on its way
+        out["theory"]["theorem1_consistent"] = {
+            "n": int(len(t1)), "rank_collapse": int((t1["regime"] == "rank_collapse").sum()),
+            "collapsing_slowly": int((t1["regime"] == "collapsing_slowly").sum()),
+            "other": t1.loc[~t1["regime"].isin(["rank_collapse", "collapsing_slowly"]), "regime"].value_counts().to_dict()}
+    out["theory"]["theorem1_envelope"] = envelope_summary(table)
+    return out
+
+
+def trajectory_fractions(table: pd.DataFrame) -> dict[str, float]:
+    """Fraction of all trajectories of ``table`` in each regime (``frac_*`` weighted by
+    ``n_trajectories``)."""
+    from .regime import REGIMES
+
+    n = table["n_trajectories"].sum()
+    return {r: round(float((table[f"frac_{r}"] * table["n_trajectories"]).sum() / n), 5) for r in REGIMES
+            if f"frac_{r}" in table} if n else {}
+
+
+def stable_states(table: pd.DataFrame) -> dict[str, Any]:
+    """Cells with at least one trajectory at a stable state (``frac_stable_rank_k > 0``):
+    how many, by ``shared``, their fractions and majority labels, and the cells where the
+    majority is ``stable_rank_k`` with ``k > 1``."""
+    st = table[table["frac_stable_rank_k"] > 0]
+    major = table[(table["regime"] == "stable_rank_k") & (table["k"] > 1)]
+    out: dict[str, Any] = {"cells_with_any": int(len(st)), "majority_stable_rank_gt1": int(len(major)),
+                           "max_fraction": float(st["frac_stable_rank_k"].max()) if len(st) else 0.0,
+                           "majority_labels": st["regime"].value_counts().to_dict()}
+    for axis in ("shared", "norm", "skip", "placement", "mask", "value"):
+        if axis in table and len(st):
+            out[f"by_{axis}"] = {str(k): int(v) for k, v in st[axis].value_counts().items()}
+    return out
+
+
+def envelope_summary(table: pd.DataFrame) -> dict[str, Any]:
+    """Theorem 1's pointwise envelope (``envelope_*`` columns): over the cells where its
+    assumptions hold (``theory_source == "theorem1"``) and, as the check's negative control,
+    over pure-SA cells outside A2."""
+    out: dict[str, Any] = {}
+    if "envelope_points" not in table:
+        return out
+    for name, sub in (("theorem1", table[table["theory_source"] == "theorem1"]),
+                      ("pure_sa_outside_A2", table[table["theory_source"] == "pure_sa_outside_A2"])):
+        sub = sub[sub["envelope_points"] > 0]
+        out[name] = {"cells": int(len(sub)), "points": int(sub["envelope_points"].sum()),
+                     "violations": int(sub["envelope_violations"].sum()),
+                     "cells_with_violations": int((sub["envelope_violations"] > 0).sum()),
+                     "max_log10_margin": float(sub["envelope_log10_margin"].max()) if len(sub) else float("nan"),
+                     "median_log10_margin": float(sub["envelope_log10_margin"].median()) if len(sub) else float("nan")}
     return out
 
 
@@ -137,7 +188,7 @@ def regime_figure(table: pd.DataFrame, path: Path | None,
     fig.supxlabel("query/key scale s", fontsize=7)
     from matplotlib.patches import Patch
 
-    fig.legend(handles=[Patch(color=COLOURS[r], label=r) for r in REGIMES], loc="lower center", ncol=5, fontsize=6)
+    fig.legend(handles=[Patch(color=COLOURS[r], label=r) for r in REGIMES], loc="lower center", ncol=4, fontsize=6)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     if path is not None:
         save_figure(fig, path, dpi=80)

@@ -99,19 +99,47 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
         raise ConfigError(f"--axis {name}: {exc}") from None
 
 
-def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
+                zipped: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Every combination of ``axes`` (in the given order, last axis fastest) over the
     defaults updated by ``fixed``; a combination the dynamics cannot run raises.
+
+    The axes named in ``zipped`` vary together instead of being crossed: value ``i`` of
+    each goes with value ``i`` of the others (equal-length lists, repeats allowed), and
+    that list of tuples is crossed with the other axes at the position of the first
+    zipped axis. This runs a stratified subset: the full product of the other axes
+    against a short design of the zipped ones that still holds every value of each.
 
     Raises
     ------
     ConfigError
-        Unknown axis name in ``axes`` or ``fixed``.
+        Unknown axis name in ``axes``, ``fixed`` or ``zipped``; a zipped axis not in
+        ``axes``; fewer than two zipped axes; zipped lists of different lengths.
     """
     fixed = dict(fixed or {})
-    unknown = (set(axes) | set(fixed)) - set(AXES)
+    unknown = (set(axes) | set(fixed) | set(zipped)) - set(AXES)
     if unknown:
         raise ConfigError(f"unknown axes {sorted(unknown)}; choose from {', '.join(AXES)}")
     base = {**DEFAULTS, **fixed}
-    names = list(axes)
-    return [{**base, **dict(zip(names, combo))} for combo in itertools.product(*(axes[n] for n in names))]
+    factors: list[list[dict[str, Any]]] = []
+    if zipped:
+        if len(set(zipped)) < 2 or any(z not in axes for z in zipped):
+            raise ConfigError(f"--zip needs two or more distinct axes given with --axis, got {', '.join(zipped)}")
+        lengths = {z: len(axes[z]) for z in zipped}
+        if len(set(lengths.values())) != 1:
+            raise ConfigError(f"zipped axes need lists of equal length, got {lengths}")
+    done = False
+    for name in axes:
+        if name in zipped:
+            if not done:
+                factors.append([dict(zip(zipped, combo)) for combo in zip(*(axes[z] for z in zipped))])
+                done = True
+            continue
+        factors.append([{name: v} for v in axes[name]])
+    cells = []
+    for combo in itertools.product(*factors):
+        cell = dict(base)
+        for part in combo:
+            cell.update(part)
+        cells.append(cell)
+    return cells

@@ -9,11 +9,20 @@ Per trajectory (one input under one weight draw), after ``T`` layers, with
 2. ``rank_collapse``: ``m(T) < COLLAPSED``;
 3. ``stable_rank_k``: ``||Y(T) - Y(T - w)||_F < CONVERGED`` with ``w = max(1, T // 10)``
    and ``m(T) >= ALIVE``; ``k = #{sigma_i(X(T)) > RANK_RTOL sigma_1}``;
-4. ``entropy_collapse``: the mean normalised attention row entropy over the last
-   ``max(1, T // 4)`` layers is ``>= UNIFORM`` (uniform) or ``<= ONE_HOT`` (one-hot);
-5. ``undecided`` otherwise (still moving, or ``COLLAPSED <= m(T) < ALIVE``).
+4. ``collapsing_slowly``: ``m`` is still falling at the end: the 95% upper bound of the
+   least-squares slope of ``log10 m(t)`` over the last ``max(2, T // 4)`` layers
+   (:func:`tail_rate`) is below ``-RATE_RESOLVED`` (a slope float64 can resolve: round-off
+   of ``log10 m`` is ~1e-15 per point, so a flat ``m`` cannot pass by noise);
+5. ``uniform_attention``: the mean normalised attention row entropy over the last
+   ``max(1, T // 4)`` layers is ``>= UNIFORM``;
+6. ``one_hot_attention``: that entropy is ``<= ONE_HOT`` (the literature's "entropy
+   collapse", attention concentrating on one key);
+7. ``undecided`` otherwise (still moving, or ``COLLAPSED <= m(T) < ALIVE``).
 
-A cell's label is the label of more than half of its trajectories, else ``undecided``.
+A cell's label is the label of more than half of its trajectories, else ``undecided``;
+a majority ``uniform_attention`` or ``one_hot_attention`` becomes ``collapsing_slowly``
+when the cell's tail-rate t-interval over trajectories lies below ``-RATE_RESOLVED`` (μ still falling).
+``frac_<regime>`` gives the fraction of trajectories of each regime beside the label.
 """
 
 from __future__ import annotations
@@ -34,7 +43,11 @@ UNIFORM = 0.95
 ONE_HOT = 0.05
 DIVERGE_RATIO = 1e12
 RATE_FLOOR = 1e-12  # m(t) below this is float64 round-off: excluded from the rate fit
-REGIMES = ("rank_collapse", "entropy_collapse", "stable_rank_k", "diverging", "undecided")
+RATE_RESOLVED = 1e-10  # decades/layer: tail slopes closer to 0 are float64 round-off of a flat m
+REGIMES = ("rank_collapse", "collapsing_slowly", "uniform_attention", "one_hot_attention", "stable_rank_k",
+           "diverging", "undecided")
+#: labels that say the attention pattern has settled, not that collapse stopped
+ATTENTION_LABELS = ("uniform_attention", "one_hot_attention")
 
 
 def fit_log10_rate(m: np.ndarray) -> float:
@@ -49,12 +62,29 @@ def fit_log10_rate(m: np.ndarray) -> float:
     return float(np.polyfit(t, np.log10(m[:stop]), 1)[0])
 
 
+def tail_rate(m: np.ndarray) -> tuple[float, float]:
+    """``(slope, 95% upper bound)`` of the least-squares fit of ``log10 m(t)`` against ``t``
+    over the last ``max(2, T // 4) + 1`` points of ``m`` ``(T+1,)`` (decades per layer).
+
+    The bound is ``slope + t_{0.975, n-2} · SE`` (ordinary least squares, residuals
+    treated as independent). NaN, NaN when a point of the window is below
+    :data:`RATE_FLOOR` (the state is at round-off, not falling) or non-finite.
+    """
+    T = m.size - 1
+    y = m[-(max(2, T // 4) + 1):]
+    if y.size < 3 or not (y >= RATE_FLOOR).all() or not np.isfinite(y).all():
+        return float("nan"), float("nan")
+    fit = stats.linregress(np.arange(y.size, dtype=np.float64), np.log10(y))
+    return float(fit.slope), float(fit.slope + stats.t.ppf(0.975, y.size - 2) * fit.stderr)
+
+
 def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Tensor],
                         entropy: np.ndarray) -> list[dict[str, Any]]:
     """One dict per batch element of a simulation: ``mu_relative`` (final), ``norm_ratio``,
     ``change`` (of the normalised state over the last ``w`` layers), ``numerical_rank``,
-    ``stable_rank``, ``k``, ``rate``, ``attention_entropy`` (mean over layers whose input
-    had ``m >= ALIVE``, else layer 1) and ``entropy_last`` (last quarter of layers)."""
+    ``stable_rank``, ``k``, ``rate``, ``rate_last`` and ``rate_last_hi`` (:func:`tail_rate`),
+    ``attention_entropy`` (mean over layers whose input had ``m >= ALIVE``, else layer 1)
+    and ``entropy_last`` (last quarter of layers)."""
     from ..metrics import numerical_rank, stable_rank
 
     m = metrics["mu_relative"].numpy()  # (T+1, B)
@@ -71,9 +101,11 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
     for b in range(m.shape[1]):
         alive = m[:-1, b] >= ALIVE  # input of layer t+1 not yet collapsed
         ent = float(entropy[alive, b].mean()) if alive.any() else float(entropy[0, b])
+        slope, slope_hi = tail_rate(m[:, b])
         out.append({"diverged": False, "mu_relative": float(m[-1, b]), "norm_ratio": float(nT[b] / n0[b]),
                     "change": float(change[b]), "k": int(k[b]), "numerical_rank": float(nr[b]),
-                    "stable_rank": float(sr[b]), "rate": fit_log10_rate(m[:, b]), "attention_entropy": ent,
+                    "stable_rank": float(sr[b]), "rate": fit_log10_rate(m[:, b]), "rate_last": slope,
+                    "rate_last_hi": slope_hi, "attention_entropy": ent,
                     "entropy_last": float(entropy[-max(1, T // 4):, b].mean())})
     return out
 
@@ -86,8 +118,12 @@ def label_trajectory(tr: dict[str, Any]) -> str:
         return "rank_collapse"
     if tr["change"] < CONVERGED and tr["mu_relative"] >= ALIVE:
         return "stable_rank_k"
-    if tr["entropy_last"] >= UNIFORM or tr["entropy_last"] <= ONE_HOT:
-        return "entropy_collapse"
+    if tr.get("rate_last_hi", float("nan")) < -RATE_RESOLVED:
+        return "collapsing_slowly"
+    if tr["entropy_last"] >= UNIFORM:
+        return "uniform_attention"
+    if tr["entropy_last"] <= ONE_HOT:
+        return "one_hot_attention"
     return "undecided"
 
 
@@ -96,21 +132,31 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(v)) if v else float("nan")
 
 
+def _t_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and 95% t-interval of the finite ``values`` (NaN half-width below 2 values)."""
+    v = np.array([x for x in values if math.isfinite(x)])
+    if v.size >= 2:
+        half = float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+    else:
+        half = float("nan")
+    mean = float(v.mean()) if v.size else float("nan")
+    return mean, mean - half, mean + half
+
+
 def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     """Aggregate trajectories into a cell row: means of the measures (``mu_relative`` as a
-    geometric mean), the rate's mean and 95% t-interval over trajectories, the per-regime
-    fractions, the majority ``regime`` and its ``k`` (median over its trajectories)."""
+    geometric mean), the rate's and the tail rate's mean and 95% t-interval over
+    trajectories, the per-regime fractions ``frac_<regime>``, the majority ``regime``
+    (module docstring) and its ``k`` (median over its trajectories)."""
     labels = [label_trajectory(t) for t in trajectories]
     counts = Counter(labels)
     top, n_top = counts.most_common(1)[0]
     regime = top if n_top * 2 > len(labels) else "undecided"
     ok = [t for t in trajectories if not t["diverged"]]
-    rates = np.array([t["rate"] for t in ok if math.isfinite(t["rate"])])
-    if rates.size >= 2:
-        half = float(stats.t.ppf(0.975, rates.size - 1) * rates.std(ddof=1) / math.sqrt(rates.size))
-    else:
-        half = float("nan")
-    rate = float(rates.mean()) if rates.size else float("nan")
+    rate, rate_lo, rate_hi = _t_interval([t["rate"] for t in ok])
+    last, last_lo, last_hi = _t_interval([t.get("rate_last", float("nan")) for t in ok])
+    if regime in ATTENTION_LABELS and last_hi < -RATE_RESOLVED:  # attention settled, but mu still falling
+        regime = "collapsing_slowly"
     mus = [max(t["mu_relative"], 1e-300) for t in ok]
     row = {
         "mu_relative": float(np.exp(np.mean(np.log(mus)))) if mus else float("nan"),
@@ -118,7 +164,8 @@ def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
         "stable_rank": _mean([t["stable_rank"] for t in ok]),
         "attention_entropy": _mean([t["attention_entropy"] for t in ok]),
         "entropy_last": _mean([t["entropy_last"] for t in ok]),
-        "rate": rate, "rate_lo": rate - half, "rate_hi": rate + half,
+        "rate": rate, "rate_lo": rate_lo, "rate_hi": rate_hi,
+        "rate_last": last, "rate_last_lo": last_lo, "rate_last_hi": last_hi,
         "regime": regime,
         "k": int(np.median([t["k"] for t, lab in zip(trajectories, labels) if lab == "stable_rank_k"]))
         if regime == "stable_rank_k" else 0,
@@ -128,36 +175,4 @@ def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def theory_prediction(cell: dict[str, Any], info: Any, epsilon_min: float,
-                      value_log_norm: float = 0.0) -> dict[str, Any]:
-    """What the paper's theorems say about ``cell`` (docs/phase.md), as
-    ``theory_regime`` (``""`` = no prediction), ``theory_source`` and ``theory_rate``
-    (Theorem 1's per-layer log10 envelope factor from the mask radius and the smallest
-    attention entry seen, or NaN).
-
-    - Theorem 1 (pure SA: no norm, no skip, quasi-strongly connected mask, and its
-      assumption A2 checked as ``value_log_norm = sum_t ln ||W_V(t)||_2 <= 1e-9``, round-off of orthogonal W_V):
-      ``rank_collapse``. Pure-SA cells that fail A2 get no prediction and
-      ``theory_source = "pure_sa_outside_A2"`` (so the naive reading can be scored too).
-    - Theorem 2 (unit-sphere norm, no skip, orthogonal ``W_V``, tokens in an open
-      hemisphere, quasi-strongly connected mask): ``rank_collapse``.
-    - Equilibria (unit-sphere norm, no skip, the constructed ``W_V``, ``W_Q = W_K = 0``,
-      causal mask): stable equilibria of rank ``min(d, N)`` exist: ``stable_rank_k``.
-    """
-    from ..masks.rates import log_contraction
-
-    no_skip = not cell["skip"] and cell["placement"] == "post"
-    regime, source, rate = "", "", float("nan")
-    if no_skip and cell["norm"] == "none" and info.quasi_strongly_connected and value_log_norm > 1e-9:
-        source = "pure_sa_outside_A2"
-    elif no_skip and cell["norm"] == "none" and info.quasi_strongly_connected:
-        regime, source = "rank_collapse", "theorem1"
-        if 0 < epsilon_min < 1 and info.radius:
-            rate = log_contraction(epsilon_min, max(1, int(info.radius))) / math.log(10)
-    elif (no_skip and cell["norm"] == "sphere" and cell["value"] == "orthogonal" and cell["input"] == "hemisphere"
-          and info.quasi_strongly_connected):
-        regime, source = "rank_collapse", "theorem2"
-    elif (no_skip and cell["norm"] == "sphere" and cell["value"] == "constructed" and cell["qk_scale"] == 0
-          and cell["mask"] == "causal"):
-        regime, source = "stable_rank_k", "equilibria"
-    return {"theory_regime": regime, "theory_source": source, "theory_rate": rate}
+from .predict import theory_prediction  # noqa: E402,F401  (re-exported: the rule and the prediction sit side by side)

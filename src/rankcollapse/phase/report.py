@@ -18,8 +18,8 @@ from .._io import atomic_path, write_text_atomic
 from .regime import REGIMES
 
 PANELS_PER_FILE = 24
-COLOURS = {"rank_collapse": "#d62728", "entropy_collapse": "#ff7f0e", "stable_rank_k": "#2ca02c",
-           "diverging": "#7f7f7f", "undecided": "#1f77b4"}
+COLOURS = {"rank_collapse": "#d62728", "collapsing_slowly": "#9467bd", "uniform_attention": "#ff7f0e",
+           "one_hot_attention": "#bcbd22", "stable_rank_k": "#2ca02c", "diverging": "#7f7f7f", "undecided": "#1f77b4"}
 
 
 #: What a heatmap cell's colour and number mean (the legend's title).
@@ -75,7 +75,7 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
             ax.set_xlabel(plot[0], fontsize=7)
             ax.set_ylabel(plot[1], fontsize=7)
             ax.set_title(title, fontsize=6)
-        fig.legend(handles=[Patch(color=COLOURS[r], label=r) for r in REGIMES], loc="lower center", ncol=5, fontsize=7,
+        fig.legend(handles=[Patch(color=COLOURS[r], label=r) for r in REGIMES], loc="lower center", ncol=4, fontsize=7,
                    title=CELL_TEXT, title_fontsize=7)
         fig.tight_layout(rect=(0, 0.12, 1, 1))
         path = out / (f"heatmap_{f:03d}.png" if len(panels) > PANELS_PER_FILE else "heatmap.png")

@@ -28,7 +28,7 @@ from ..experiments.progress import UnitProgress
 #: Most cells simulated in one batch (one unit).
 BATCH_CELLS = 64
 #: Bumped when a change alters the numbers of a cell (invalidates cached cells).
-PHASE_VERSION = 1
+PHASE_VERSION = 2
 
 
 @dataclass(frozen=True)

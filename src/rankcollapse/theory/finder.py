@@ -113,7 +113,8 @@ def find_equilibria(
     ----------
     system : the system (cast to float64).
     settings : :class:`FinderSettings`; keyword ``overrides`` replace its fields.
-    starts : optional extra initial states ``(B, N, d)`` (rows normalised), sent straight to Newton.
+    starts : optional extra initial states ``(B, N, d)`` (rows normalised), sent straight to
+        Newton; with ``starts`` given, ``n_starts = 0`` searches from them alone.
 
     Returns
     -------
@@ -134,11 +135,13 @@ def find_equilibria(
         if not hasattr(s, k):
             raise ConfigError(f"unknown finder setting {k!r}")
         setattr(s, k, v)
-    if s.n_starts < 1 or not 0 < s.damping <= 1 or s.batch < 1 or not 0 <= s.newton_only_fraction <= 1:
+    if (s.n_starts < (0 if starts is not None else 1) or not 0 < s.damping <= 1 or s.batch < 1
+            or not 0 <= s.newton_only_fraction <= 1):
         raise ConfigError(f"bad finder settings: {s}")
     system = system.to(torch.float64)
     g = torch.Generator().manual_seed(s.seed)
-    X = sphere_tokens(s.n_starts, system.n_tokens, system.dim, generator=g)
+    X = (sphere_tokens(s.n_starts, system.n_tokens, system.dim, generator=g) if s.n_starts
+         else torch.empty(0, system.n_tokens, system.dim, dtype=torch.float64))
     # Damped iteration only reaches stable equilibria: part of the starts go to Newton directly.
     n_fp = s.n_starts - int(round(s.newton_only_fraction * s.n_starts))
     for _ in range(s.fixed_point_iters):

@@ -1,0 +1,141 @@
+"""What the theory says about a phase cell, and Theorem 1's envelope checked on its trajectories.
+
+- :func:`theory_prediction`: the regime the paper's results predict for a cell
+  (docs/phase.md § "Theory's prediction per cell"). The equilibria prediction reads the
+  package's own stability check (:func:`constructed_stability`), not the existence of
+  equilibria alone.
+- :func:`envelope_points`: μ(X(t)) against Theorem 1's envelope at every layer of every
+  trajectory (docs/theory.md §1), through :func:`rankcollapse.masks.rates.collapse_envelope`.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+
+#: Sign patterns of the construction whose stability the equilibria prediction reads
+#: (docs/theory.md §3b proves every pattern has the same k(k-1)/2 unstable directions;
+#: each report is an autograd Jacobian of size N d, seconds at N = 16, d = 8).
+STABILITY_PATTERNS = 4
+#: A2 (products of W_V bounded by 1) holds when ``value_log_norm`` is at most this (round-off of orthogonal W_V).
+A2_TOL = 1e-9
+#: Relative slack of the pointwise envelope comparison (float64 round-off of μ and of the envelope).
+ENVELOPE_RTOL = 1e-9
+
+
+@lru_cache(maxsize=16)
+def constructed_stability(n_tokens: int, d_model: int) -> dict[str, Any]:
+    """Stability of the known equilibria of the phase cell's ``constructed`` W_V.
+
+    The cell's ``W_V`` is ``diag(λ)`` of :func:`rankcollapse.theory.equilibria.construction_eigenvalues`
+    with rank ``k = min(N, d)``; its equilibria of rank ``k`` are the construction's
+    (:func:`rankcollapse.theory.equilibria.equilibria`, first :data:`STABILITY_PATTERNS`
+    sign patterns, each with the package's tangent-space stability report). The consensus
+    state, every token at the eigenvector of the largest eigenvalue, is checked with
+    :func:`rankcollapse.theory.stability.stability` too.
+
+    Returns
+    -------
+    dict with ``rank``, ``n_checked``, ``n_stable`` (stable rank-k equilibria among those
+    checked), ``n_unstable_directions`` (of the first) and ``consensus_stable``.
+    """
+    from ..theory.equilibria import construction_eigenvalues, equilibria
+    from ..theory.stability import stability
+
+    rank = min(n_tokens, d_model)
+    es = equilibria(n_tokens, d_model, rank, limit=STABILITY_PATTERNS)
+    lam = construction_eigenvalues(d_model, rank)
+    consensus = torch.zeros(n_tokens, d_model, dtype=torch.float64)
+    consensus[:, int(np.argmax(lam))] = 1.0
+    return {"rank": rank, "n_checked": len(es.equilibria), "n_stable": sum(bool(e.stable) for e in es.equilibria),
+            "n_unstable_directions": es.equilibria[0].stability.n_unstable,
+            "consensus_stable": bool(stability(es.system, consensus).stable)}
+
+
+def theory_prediction(cell: dict[str, Any], info: Any, epsilon_min: float,
+                      value_log_norm: float = 0.0) -> dict[str, Any]:
+    """What the paper's results say about ``cell`` (docs/phase.md), as ``theory_regime``
+    (``""`` = no prediction), ``theory_source`` and ``theory_rate`` (Theorem 1's per-layer
+    log10 envelope factor from the mask radius and the smallest attention entry seen, or NaN).
+
+    - Theorem 1 (pure SA: no norm, no skip, quasi-strongly connected mask with
+      self-loops, and its assumption A2 checked as ``value_log_norm <= A2_TOL``: every
+      partial product of the W_V has norm <= 1): ``rank_collapse``. Pure-SA cells that
+      fail A2 get no prediction and ``theory_source = "pure_sa_outside_A2"``.
+    - Theorem 2 (unit-sphere norm, no skip, orthogonal ``W_V``, tokens in an open
+      hemisphere, quasi-strongly connected mask): ``rank_collapse``.
+    - Equilibria (unit-sphere norm, no skip, the constructed ``W_V`` with ``a > 0``,
+      ``W_Q = W_K = 0``, causal mask): read from :func:`constructed_stability`. A stable
+      equilibrium of rank ``min(N, d)`` → ``stable_rank_k``; none stable (every one has
+      unstable directions, so random starts reach them with probability 0) and a stable
+      consensus → ``rank_collapse``; otherwise no prediction.
+    """
+    from ..masks.rates import log_contraction
+
+    no_skip = not cell["skip"] and cell["placement"] == "post"
+    regime, source, rate = "", "", float("nan")
+    qsc = info.quasi_strongly_connected and info.self_loops
+    if no_skip and cell["norm"] == "none" and qsc and value_log_norm > A2_TOL:
+        source = "pure_sa_outside_A2"
+    elif no_skip and cell["norm"] == "none" and qsc:
+        regime, source = "rank_collapse", "theorem1"
+        if 0 < epsilon_min < 1 and info.radius:
+            rate = log_contraction(epsilon_min, max(1, int(info.radius))) / math.log(10)
+    elif (no_skip and cell["norm"] == "sphere" and cell["value"] == "orthogonal" and cell["input"] == "hemisphere"
+          and qsc):
+        regime, source = "rank_collapse", "theorem2"
+    elif (no_skip and cell["norm"] == "sphere" and cell["value"] == "constructed" and cell["qk_scale"] == 0
+          and cell["mask"] == "causal" and cell["value_scale"] > 0):
+        st = constructed_stability(int(cell["n_tokens"]), int(cell["d_model"]))
+        source = "equilibria"
+        if st["n_stable"]:
+            regime = "stable_rank_k"
+        elif st["consensus_stable"]:
+            regime = "rank_collapse"
+    return {"theory_regime": regime, "theory_source": source, "theory_rate": rate}
+
+
+def envelope_points(mu: np.ndarray, X0: torch.Tensor, epsilon: np.ndarray, radius: int) -> dict[str, np.ndarray]:
+    """Theorem 1's envelope against μ at every layer of every trajectory.
+
+    ``E_b(t) = C_b (1 - ε_b^r)^{t/r}`` with ``C_b = (√N / 2) ‖osc(X_b(0))‖₂ / (1 - ε_b^r)``
+    (docs/theory.md §1; ``osc`` = per-column max minus min), ``ε_b`` the smallest allowed
+    attention entry of trajectory ``b`` over all layers and ``r`` the mask radius; the decay
+    is :func:`rankcollapse.masks.rates.collapse_envelope`. ``ε_b = 0`` (an entry that
+    underflowed) gives the constant envelope ``C_b``, which the proof still yields.
+
+    Parameters
+    ----------
+    mu : ``(T+1, B)`` float64, μ(X(t)) (not relative).
+    X0 : ``(B, N, d)`` the inputs.
+    epsilon : ``(B,)`` float64 in [0, 1].
+    radius : the mask's radius r >= 1.
+
+    Returns
+    -------
+    dict of ``(B,)`` arrays: ``violations`` (layers with μ above ``E (1 + 1e-9)``) and
+    ``log10_margin`` (max over layers ``t >= 1`` of log10(μ(t) / E(t)); -inf when μ is 0).
+    """
+    from ..masks.rates import collapse_envelope
+
+    T1, B = mu.shape
+    N = X0.shape[1]
+    osc = (X0.amax(1) - X0.amin(1)).to(torch.float64)
+    t = np.arange(T1, dtype=np.float64)
+    viol, margin = np.zeros(B, dtype=np.int64), np.full(B, -np.inf)
+    for b in range(B):
+        eps = float(epsilon[b])
+        contraction = 1.0 - eps ** radius if eps > 0 else 1.0
+        if contraction <= 0:  # every row has one key (ε = 1): no QSC mask with N >= 2 does this
+            margin[b] = float("nan")
+            continue
+        C = math.sqrt(N) / 2 * float(torch.linalg.vector_norm(osc[b])) / contraction
+        env = collapse_envelope(t, eps, radius, C=C) if 0 < eps < 1 else np.full(T1, C)
+        viol[b] = int((mu[:, b] > env * (1 + ENVELOPE_RTOL)).sum())
+        with np.errstate(divide="ignore"):
+            margin[b] = float(np.max(np.log10(mu[1:, b] / env[1:]))) if T1 > 1 else -np.inf
+    return {"violations": viol, "log10_margin": margin}
