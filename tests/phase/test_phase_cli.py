@@ -139,7 +139,7 @@ def test_readme_phase_example_has_cells_in_several_regimes(tmp_path):
     no_skip = [r for (_, _, skip), r in regimes.items() if not skip]
     with_skip = [r for (_, _, skip), r in regimes.items() if skip]
     assert no_skip.count("rank_collapse") == 3 and "rank_collapse" not in with_skip
-    assert set(with_skip) == {"entropy_collapse", "undecided"}
+    assert set(with_skip) == {"collapsing_slowly"}
     assert re.search(r"every cell but one collapses", readme)
 
 
