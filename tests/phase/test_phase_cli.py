@@ -153,3 +153,33 @@ def test_zipped_axes_vary_together_and_cross_the_rest():
     for bad in (("qk_scale",), ("qk_scale", "depth"), ("qk_scale", "norm")):
         with pytest.raises(ConfigError):
             expand_grid({"qk_scale": [0.5, 2.0, 8.0], "norm": ["none", "sphere"]}, zipped=bad)
+
+
+def test_a_smaller_grid_after_a_bigger_one_leaves_none_of_its_outputs(tmp_path):
+    """Same --out: the second run's outputs replace the first's whole (the extra heatmap
+    files of the bigger grid go); the user's own files and the cache stay; a foreign
+    non-empty folder is refused unless allowed."""
+    from rankcollapse.experiments.outdir import MANIFEST
+
+    out = tmp_path / "phase"
+    base = ["phase", "--depth", "4", "--n-tokens", "4", "--d-model", "2", "--samples", "1", "--out", str(out),
+            "--format", "json"]
+    big = subprocess.run([*CLI, *base, "--axis", "qk_scale=0.5,8", "--axis", "norm=none,sphere", "--axis", "skip=false,true",
+                          "--axis", "d_qk=1,2,4,8", "--axis", "value_scale=0.5,1,2,4", "--plot", "qk_scale,norm"],
+                         capture_output=True, text=True, timeout=600)
+    assert big.returncode == 0, big.stderr
+    first = set(json.loads((out / MANIFEST).read_text()))
+    assert {"heatmap_000.png", "heatmap_001.png"} <= first
+    (out / "mine.txt").write_text("user file")
+    small = subprocess.run([*CLI, *base, "--axis", "qk_scale=0.5,8"], capture_output=True, text=True, timeout=600)
+    assert small.returncode == 0, small.stderr
+    names = {p.name for p in out.iterdir()}
+    assert "heatmap.png" in names and not {"heatmap_000.png", "heatmap_001.png"} & names
+    assert {"mine.txt", "cache", "COMPLETE", "phase.parquet", "report.html"} <= names
+    assert json.loads(small.stdout)["files"]["report"] == str(out / "report.html")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "data.csv").write_text("x")
+    res = subprocess.run([*CLI, *base[:-4], "--out", str(foreign)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 2 and "--allow-nonempty" in res.stderr and res.stderr.count("\n") == 1
+    assert sorted(p.name for p in foreign.iterdir()) == ["data.csv"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -42,9 +43,13 @@ def phase(
     progress: bool = typer.Option(False, "--progress", help="per-cell progress on stderr"),
     fmt: str = typer.Option("table", "--format", help="stdout: table (a summary line), json ({'cells': [...]}), "
                             "csv or markdown (one row per cell)"),
+    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help="Write into a non-empty --out that no run "
+                                        "wrote (its files are kept; by default it is refused)."),
 ) -> None:
     """Run every cell of the grid, label its regime (docs/phase.md) and write the report."""
     check_format(fmt)
+    from .._io import check_writable
+    from ..experiments.outdir import OutputFolder, check_own_or_empty, publish, staging_folder
     from ..phase.grid import expand_grid, parse_axis
     from ..phase.report import write_report
     from ..phase.sweep import run_phase
@@ -69,13 +74,27 @@ def phase(
         plot_axes = parts
     zipped = tuple(p.strip() for p in zip_axes.split(",")) if zip_axes else ()
     cells = expand_grid(axes, fixed, zipped)
-    table, timing = run_phase(cells, samples=samples, seeds=seeds, seed=seed,
-                              cache_dir=cache_dir if cache_dir is not None else out / "cache",
-                              executor=executor, workers=workers, progress=progress)
+    check_writable(out, folder=True)
+    if not allow_nonempty:
+        check_own_or_empty(out)
     names = list(axes) or ["depth"]
-    paths = write_report(table, names, out, plot=plot_axes,
-                         meta={"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples,
-                               "seeds": seeds, "seed": seed, "timing": timing})
+    meta = {"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples, "seeds": seeds,
+            "seed": seed}
+    # one run owns --out at a time; its outputs are built aside and published whole, so a
+    # smaller grid after a bigger one leaves none of the bigger one's heatmaps behind
+    with OutputFolder(out, allow_nonempty=allow_nonempty):
+        table, timing = run_phase(cells, samples=samples, seeds=seeds, seed=seed,
+                                  cache_dir=cache_dir if cache_dir is not None else out / "cache",
+                                  executor=executor, workers=workers, progress=progress)
+        stage = staging_folder(out)
+        try:
+            staged = write_report(table, names, stage, plot=plot_axes, meta={**meta, "timing": timing})
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)  # the previous run stays whole
+            raise
+        publish(out, stage, f"cells {len(table)}\n")
+    paths = {k: ([_moved(p, stage, out) for p in v] if isinstance(v, list) else _moved(v, stage, out))
+             for k, v in staged.items()}
     rows = [{**{a: _clean(r[a]) for a in names}, **{c: _clean(r[c]) for c in JSON_COLUMNS}}
             for r in table.to_dict("records")]
     if fmt == "json":
@@ -86,6 +105,11 @@ def phase(
         counts = table["regime"].value_counts().to_dict()
         typer.echo(f"{len(table)} cells ({timing['computed']} computed, {timing['wall_s']} s): {counts}")
         typer.echo(f"wrote {paths['report']}")
+
+
+def _moved(path: str, stage: Path, out: Path) -> str:
+    """Where a file written under ``stage`` lies once published into ``out``."""
+    return str(out / Path(path).relative_to(stage))
 
 
 def register(app: typer.Typer) -> None:
