@@ -293,3 +293,12 @@ def test_window_override_rewrites_the_envelope_mask():
 
     res = C.evaluate_claim(pd.DataFrame(), claim, setting="window=3", override={"window": 3}, n_boot=10)
     assert res["checks"][0]["value"] == envelope_rate("sliding_window:w=3", n=16)
+
+
+def test_change_from_a_layer_at_its_floor_is_a_lower_bound():
+    t = _curve("complete", "pure", [1e-17, 0.5, 0.25])  # layer 0 below float64's eps
+    v = C.quantity(t, {"stat": "change", "metric": "mu_relative", "layer": 2, "from": 0, "select": {"variant": "pure"}})
+    assert v.bound == "lower"
+    both = _curve("complete", "pure", [1e-17, 0.5, 1e-18])
+    assert C.quantity(both, {"stat": "change", "metric": "mu_relative", "layer": 2, "from": 0,
+                             "select": {"variant": "pure"}}).bound == "undecidable"

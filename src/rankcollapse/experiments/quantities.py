@@ -258,13 +258,16 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     at_floor = bool(collapsed[hit].all()) if hit is not None else False
     if stat in ("min", "max") and floor and vals[0] <= floor:
         at_floor = True  # the extreme over layers sits at the floor: at most the floor
+    bound = "upper" if at_floor else None
+    if stat == "change" and collapsed[_index(layers, q.get("from", 0), ctx, simulated)]:
+        bound = combine_bounds(bound, "upper")  # a reference layer at its floor: at least, or undecidable
     live = None
     if hit is not None:
         top = layers[hit[0]]
         live = tuple(int(t) for t in layers[(~collapsed) & (layers <= top)])
     return Value(float(vals[0]), vals[1 + S:], {s: float(vals[1 + i]) for i, s in enumerate(seeds)},
                  at_floor, W if rows["values"].map(len).max() else 0,
-                 len([s for s in seeds if s >= 0]), tuple(conditions(rows)), bound="upper" if at_floor else None,
+                 len([s for s in seeds if s >= 0]), tuple(conditions(rows)), bound=bound,
                  floor=floor, live=live, dtype=str(rows["dtype"].iloc[0]) if "dtype" in rows else "",
                  finite_depth=_finite_depth(q, sel, layers, ctx, simulated) if stat == "rate" else "")
 
