@@ -55,7 +55,7 @@ def _run_cli(monkeypatch, capsys, *args) -> tuple[int, str]:
 @pytest.mark.parametrize("args, needle", [
     (["--mask", "nosuchmask"], "nosuchmask"),
     (["--mask", "sliding_window:w=4"], "w"),
-    (["--length", "0"], "length"),
+    (["--length", "0"], "--n-tokens"),
     (["--text", "/nonexistent/corpus.txt"], "corpus.txt"),
     (["nosuchexperiment"], "nosuchexperiment"),
     (["--scale", "huge"], "huge"),

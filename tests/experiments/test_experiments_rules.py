@@ -20,7 +20,8 @@ from rankcollapse.experiments.table import normalise
 
 D = 32  # claim depth
 LAYERS = {"simulate": 2 * D, "probe": 6, "pretrained_sa": 6, "theory": 80}
-SCALARS = {"n_found", "expected_min", "n_equilibria", "basin_ci_low", "averaging_rate", "measured_rate"}
+SCALARS = {"n_found", "n_found_random", "n_constructed_perturbed", "expected_min", "n_equilibria", "basin_ci_low",
+           "averaging_rate", "measured_rate"}
 R = 19.595917942265423
 
 
@@ -165,7 +166,9 @@ def c10(present):
         k = int(l)
         if m == "expected_min":
             return 2 ** k
-        return 2 ** k if present or m == "n_equilibria" else 2 ** k - 1
+        if m in ("n_equilibria", "n_found", "n_found_random"):  # reference counts: not decisive
+            return 2 ** k
+        return 2 ** k if present else 2 ** k - 1  # n_constructed_perturbed decides
     return f
 
 

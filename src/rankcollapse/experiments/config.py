@@ -27,9 +27,10 @@ SCALES = ("quick", "large", "paper", "smoke")
 UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "theory")
 #: Bumped (per unit kind) when a unit's labels or numbers change (probe 3: windows
 #: probed in batches, float32 rounding differs; simulate and pretrained_sa 3: ``dtype``
-#: is the compute type, float64, not the embeddings' float32); ``NUMERICS_VERSION`` and the numeric
+#: is the compute type, float64, not the embeddings' float32; theory 4: C10's perturbed and
+#: random-start counts, and the control system's); ``NUMERICS_VERSION`` and the numeric
 #: libraries' versions change every hash (``code_fingerprint``).
-CACHE_VERSION = {"simulate": 3, "probe": 3, "pretrained_sa": 3, "theory": 3}
+CACHE_VERSION = {"simulate": 3, "probe": 3, "pretrained_sa": 3, "theory": 4}
 #: Simulated networks run to this multiple of the claim depth, so every verdict is also
 #: read at twice the depth from the same trajectories (weights are drawn per layer from
 #: the seed, so the first D layers of a 2 D run are those of a D run).

@@ -215,8 +215,9 @@ def check_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     ``basin``: complete mask, ``W_Q = W_K = 0``, ``W_V = -I``. Attention is uniform, so
     after one step every token is ``-normalise(mean)`` and the next step flips its sign:
     no state is a fixed point (``control_starts`` random starts, default 16: none can
-    converge, so a few show it). Rows as C10's: per rank k (``layer = k``) ``n_found``
-    (0 when the search converges nowhere) and ``expected_min = 2^k``; ``basin_ci_low`` at
+    converge, so a few show it). Rows as C10's: per rank k (``layer = k``) ``n_found`` and
+    ``n_constructed_perturbed`` (both the equilibria found: 0 when the search converges
+    nowhere) and ``expected_min = 2^k``; ``basin_ci_low`` at
     layer 0 (the Wilson lower bound of the fraction of random N = d = 2 starts ending at
     a rank-2 equilibrium: 0 hits)."""
     import torch
@@ -241,7 +242,10 @@ def check_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
         found = []
     rows = []
     for k in range(1, min(n, d) + 1):
-        rows += _scalar_rows({"n_found": sum(e.rank == k for e in found), "expected_min": 2**k}, "complete", layer=k)
+        # no constructed states exist here: what any search recovers is what it finds (0)
+        hits = sum(e.rank == k for e in found)
+        rows += _scalar_rows({"n_found": hits, "n_constructed_perturbed": hits, "expected_min": 2**k}, "complete",
+                             layer=k)
     b = p.get("budget", {})
     n_samples = int(b.get("basin_samples", 2000))
     small = system(2, 2)
