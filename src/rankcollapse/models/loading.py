@@ -24,6 +24,7 @@ import torch
 from .. import assets
 from ..errors import ModelError, TokenizerError
 from . import families
+from ._checkpoint import check_finite_weights, check_loaded_weights
 from ._quiet import quiet_loading
 
 
@@ -178,7 +179,11 @@ def load_model(
     ModelError
         The name is neither a local folder nor available offline (the message says what
         was looked for), a local path that is not a model folder (no ``config.json`` /
-        ``gguf_file``), ``gguf_file`` given with ``minilm``/``smollm2``, or loading failed.
+        ``gguf_file``), ``gguf_file`` given with ``minilm``/``smollm2``, loading failed, or
+        the weights are not all the checkpoint's own finite weights: missing, of modules the
+        model lacks, wrongly shaped, or NaN/Inf (the message names the tensors; see
+        :mod:`rankcollapse.models._checkpoint` for what is tolerated: a missing pooler, a
+        task head's tensors).
     TokenizerError
         ``tokenizer`` names a tokenizer that cannot be loaded, has no ordinary vocabulary,
         or has more tokens than the model has embeddings (it belongs to another model).
@@ -206,7 +211,9 @@ def load_model(
     if not is_local and local_files_only and not _looks_like_hub_name(source):
         raise ModelError(f"model {source!r} is neither 'minilm', 'smollm2', a local folder nor a hub name")
     with quiet_loading():  # no progress bar or warning before the result or the one error line
-        model = _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
+        model, info = _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
+    notes += check_loaded_weights(model, info, source)
+    check_finite_weights(model, source)
     model.to(device)
     model.eval()
     if tokenizer is None:
@@ -311,7 +318,7 @@ def _looks_like_hub_name(source: str) -> bool:
 
 
 def _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local):
-    """The model (no tokenizer). Online, a hub model already in the cache loads without the network; otherwise
+    """The model (no tokenizer) and transformers' loading info. Online, a hub model already in the cache loads without the network; otherwise
     the hub is checked once (one connection, a few seconds) so that a machine without
     network fails at once with one line instead of retrying each file."""
     if is_local or local_files_only:
@@ -348,7 +355,7 @@ def _from_pretrained(
     attn_implementation: str | None,
     local_files_only: bool,
     is_local: bool,
-) -> Any:
+) -> tuple[Any, dict[str, list]]:
     from transformers import AutoModel
 
     if is_local:
@@ -359,8 +366,12 @@ def _from_pretrained(
     model_kwargs = dict(kwargs, dtype=dtype)
     if attn_implementation is not None:
         model_kwargs["attn_implementation"] = attn_implementation
+    # the loading info lists missing, unexpected and wrongly shaped tensors; with
+    # ignore_mismatched_sizes a wrong shape is listed (checked by check_loaded_weights)
+    # instead of raised with its details only in a silenced log
+    model_kwargs.update(output_loading_info=True, ignore_mismatched_sizes=True)
     try:
-        model = AutoModel.from_pretrained(source, **model_kwargs)
+        model, info = AutoModel.from_pretrained(source, **model_kwargs)
     except OSError as exc:
         if is_local:
             looked = f"in the local folder {source!r}"
@@ -382,7 +393,7 @@ def _from_pretrained(
         if isinstance(exc, pickle.UnpicklingError) or "weights_only" in str(exc):
             raise ModelError(_REFUSED_PICKLE.format(source=source)) from None
         raise
-    return model
+    return model, info
 
 
 def _refuse_custom_code(folder: str) -> None:
