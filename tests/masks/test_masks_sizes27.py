@@ -138,3 +138,31 @@ def test_sparse_patterns_at_large_n_still_built():
     assert _longformer_reference(50, 2, 0).sum() == 7 * 50 - 12
     assert masks.parse_mask("longformer:w=5,globals=0", 50).to_csr().nnz == 7 * 50 - 12
     assert masks.parse_mask("longformer:w=5,globals=0", 100_000).to_csr().nnz == 7 * 100_000 - 12
+
+
+def _alias_levels(prefix):
+    """YAML items whose anchors nest 10 x per level: str() of level 8 holds 10^9 leaves."""
+    text = f"{prefix}&a0 [x, x, x, x, x, x, x, x, x, x]\n"
+    for i in range(1, 9):
+        text += f"{prefix}&a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n"
+    return text
+
+
+@pytest.mark.parametrize("prefix, match", [("- mask: ", "mask spec string"),
+                                           ("- mask: causal\n  repeat: ", "repeat count must be"),
+                                           ("- mask: causal\n  note: ", "keys 'mask' and 'repeat'")])
+def test_yaml_alias_structures_refused_without_expanding(tmp_path, prefix, match):
+    f = tmp_path / "bomb.yaml"
+    f.write_text(_alias_levels(prefix))
+    t0 = time.perf_counter()
+    with pytest.raises(MaskError, match=match):
+        masks.parse_schedule(f"schedule:{f}", 8)
+    assert time.perf_counter() - t0 < 5.0
+
+
+@pytest.mark.parametrize("item, match", [({"repeat": 2}, "mask spec string"), ({"mask": "causal", "repeat": 0}, ">= 1"),
+                                         ({"mask": "causal", "repeat": "10^8"}, ">= 1"),
+                                         ({"mask": "causal", "repeat": 2.5}, ">= 1")])
+def test_dict_items_checked(item, match):
+    with pytest.raises(MaskError, match=match):
+        masks.parse_schedule([item], 8)

@@ -66,18 +66,21 @@ def _split_items(body: str) -> list[str]:
     return items
 
 
-def _repeat(k: Any, item: Any) -> int:
-    """A repeat count checked before anything is expanded (``1 <= k <= MAX_PERIOD``)."""
+def _repeat(k: Any, label: str) -> int:
+    """A repeat count checked before anything is expanded (``1 <= k <= MAX_PERIOD``);
+    ``label`` names the item (its mask spec, never ``str()`` of a YAML structure, whose
+    aliases can nest 10^9 leaves)."""
+    item = excerpt(label)
     if isinstance(k, str) and k.isdigit():
         if len(k) > 18:  # never convert a 5000-digit string
-            raise MaskError(f"schedule item {excerpt(item)}: a repeat count of {len(k)} digits exceeds the "
+            raise MaskError(f"schedule item {item}: a repeat count of {len(k)} digits exceeds the "
                             f"longest period, {MAX_PERIOD} layers")
         k = int(k)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise MaskError(f"schedule item {excerpt(item)}: repeat count must be an integer >= 1, got {excerpt(k)}")
+        got = excerpt(k) if isinstance(k, (str, int, float)) else type(k).__name__
+        raise MaskError(f"schedule item {item}: repeat count must be an integer >= 1, got {got}")
     if k > MAX_PERIOD:
-        raise MaskError(f"schedule item {excerpt(item)}: repeat count {k} exceeds the longest period, "
-                        f"{MAX_PERIOD} layers")
+        raise MaskError(f"schedule item {item}: repeat count {k} exceeds the longest period, {MAX_PERIOD} layers")
     return k
 
 
@@ -86,9 +89,12 @@ def _runs(item: Any) -> tuple[Any, int]:
     if isinstance(item, Mask):
         return item, 1
     if isinstance(item, dict):
-        if "mask" not in item:
-            raise MaskError(f"schedule item {excerpt(item)} needs a 'mask' key")
-        return str(item["mask"]), _repeat(item.get("repeat", 1), item)
+        extra = [excerpt(key) for key in item if key not in ("mask", "repeat")]
+        if extra:
+            raise MaskError(f"schedule items take the keys 'mask' and 'repeat', got {', '.join(extra[:5])}")
+        if not isinstance(item.get("mask"), str):  # never str() a YAML structure
+            raise MaskError("schedule items {mask: SPEC, repeat: k} need 'mask' to be a mask spec string")
+        return item["mask"], _repeat(item.get("repeat", 1), item["mask"])
     if not isinstance(item, str):
         raise MaskError(f"schedule items must be mask specs, got {type(item).__name__}")
     m = _REPEAT.match(item)
