@@ -19,7 +19,7 @@ CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
 def test_parse_axis_values_and_errors():
     assert parse_axis("qk_scale=0.25,1,4") == ("qk_scale", [0.25, 1.0, 4.0])
     assert parse_axis("skip=off,on") == ("skip", [False, True])
-    assert parse_axis("mask=complete,bigbird:w=3;g=1;r=0") == ("mask", ["complete", "bigbird:w=3,g=1,r=0"])
+    assert parse_axis("mask=complete,bigbird:w=3;globals=1;random=0") == ("mask", ["complete", "bigbird:w=3,globals=1,random=0"])
     for bad in ("nosuch=1", "qk_scale", "qk_scale=", "qk_scale=-1", "norm=batchnorm", "depth=2000", "d_qk=x"):
         with pytest.raises(ConfigError):
             parse_axis(bad)

@@ -50,7 +50,7 @@ def phase(
     check_format(fmt)
     from .._io import check_writable
     from ..experiments.outdir import OutputFolder, check_own_or_empty, publish, staging_folder
-    from ..phase.grid import expand_grid, parse_axis
+    from ..phase.grid import check_cells, expand_grid, parse_axis
     from ..phase.report import write_report
     from ..phase.sweep import run_phase
 
@@ -74,6 +74,7 @@ def phase(
         plot_axes = parts
     zipped = tuple(p.strip() for p in zip_axes.split(",")) if zip_axes else ()
     cells = expand_grid(axes, fixed, zipped)
+    check_cells(cells, samples)  # every cell's size, before the output folder is touched
     check_writable(out, folder=True)
     if not allow_nonempty:
         check_own_or_empty(out)

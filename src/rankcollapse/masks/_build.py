@@ -1,11 +1,40 @@
 """Vectorised CSR builders: every structured mask is a union, per query row, of
 arithmetic progressions of keys, so its CSR is built in O(E) time and memory
-without ever forming the ``N x N`` matrix."""
+without ever forming the ``N x N`` matrix. Each builder knows its edge count before it
+allocates and refuses, with one :class:`~rankcollapse.errors.MemoryLimitError` line, a
+mask whose construction would exceed the memory limit (half the physical memory), so
+``strided:stride=1`` or ``fixed:stride=2`` at N = 100,000 is refused at once instead of
+being killed by the system minutes later."""
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+
+from .._memory import default_limit, human
+from ..errors import MemoryLimitError
+
+#: Peak bytes per edge while COO pieces become a CSR: int64 rows, cols and offsets of a
+#: piece, their concatenation over pieces, then the CSR's indices and data.
+COO_BYTES_PER_EDGE = 48
+#: Bytes per edge of the direct interval CSR (indices, their shifts, boolean data).
+CSR_BYTES_PER_EDGE = 17
+
+
+def check_edges(n_edges: int, n: int, bytes_per_edge: int) -> None:
+    """Refuse to build ``n_edges`` edges of an ``(n, n)`` mask when that needs more than the
+    memory limit (:func:`rankcollapse._memory.default_limit`).
+
+    Raises
+    ------
+    MemoryLimitError
+        One line with the edge count, the estimate and the limit.
+    """
+    need, limit = float(n_edges) * bytes_per_edge, default_limit()
+    if need > limit:
+        raise MemoryLimitError(
+            f"a mask on N = {n} tokens with {int(n_edges):,} edges needs about {human(need)} to build, more than "
+            f"the limit {human(limit)} (half the physical memory); lower the number of tokens or use a sparser mask")
 
 
 def progressions(first: np.ndarray, step: int, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -22,6 +51,7 @@ def progressions(first: np.ndarray, step: int, count: np.ndarray) -> tuple[np.nd
     """
     count = np.maximum(np.asarray(count, dtype=np.int64), 0)
     n = count.shape[0]
+    check_edges(int(count.sum()), n, COO_BYTES_PER_EDGE)
     rows = np.repeat(np.arange(n, dtype=np.int64), count)
     starts = np.cumsum(count) - count
     k = np.arange(rows.shape[0], dtype=np.int64) - np.repeat(starts, count)
@@ -40,6 +70,7 @@ def interval_csr(lo: np.ndarray, hi: np.ndarray, n: int) -> sp.csr_array:
     count = np.maximum(np.asarray(hi, dtype=np.int64) - lo + 1, 0)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(count, out=indptr[1:])
+    check_edges(int(indptr[-1]), n, CSR_BYTES_PER_EDGE)
     dtype = np.int32 if max(n, int(indptr[-1])) < 2**31 - 1 else np.int64
     shift = np.repeat((indptr[:-1] - lo).astype(dtype), count)
     indices = np.arange(indptr[-1], dtype=dtype)
@@ -70,6 +101,7 @@ def interval_coo(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def columns_coo(n: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """COO of every row attending to each of ``cols`` (global keys)."""
     cols = np.asarray(cols, dtype=np.int64)
+    check_edges(n * cols.shape[0], n, COO_BYTES_PER_EDGE)
     rows = np.repeat(np.arange(n, dtype=np.int64), cols.shape[0])
     return rows, np.tile(cols, n)
 
@@ -77,4 +109,5 @@ def columns_coo(n: int, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def rows_coo(n: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """COO of each of ``rows`` attending to every key (global queries)."""
     rows = np.asarray(rows, dtype=np.int64)
+    check_edges(n * rows.shape[0], n, COO_BYTES_PER_EDGE)
     return np.repeat(rows, n), np.tile(np.arange(n, dtype=np.int64), rows.shape[0])

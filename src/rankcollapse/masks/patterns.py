@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import MaskError, excerpt
-from ._build import columns_coo, interval_coo, progressions, rows_coo, union_csr
+from ._build import COO_BYTES_PER_EDGE, check_edges, columns_coo, interval_coo, progressions, rows_coo, union_csr
 from .._io import load_npy
 from .._validate import check_int
 from .constructors import closed, sliding_window
@@ -135,7 +135,8 @@ def longformer(n: int, w: int, globals: Sequence[int] = ()) -> Mask:
 
 def _distinct_random_keys(rng: np.random.Generator, n: int, r: int) -> np.ndarray:
     """``(n, r)`` keys, each row ``r`` distinct tokens drawn uniformly (rejection by row)."""
-    if r * r > n:  # many collisions expected: exact per-row permutation, n is small here
+    if r * r > n:  # many collisions expected: exact per-row permutation of an (n, n) array
+        check_edges(n * n, n, 16)
         return np.argsort(rng.random((n, n)), axis=1)[:, :r]
     keys = rng.integers(0, n, size=(n, r))
     while True:
@@ -199,6 +200,7 @@ def random(n: int, p: float, seed: int = 0) -> Mask:
     rng = np.random.default_rng(seed)
     pairs = n * (n - 1)
     k = int(rng.binomial(pairs, p)) if pairs else 0
+    check_edges(k + n, n, COO_BYTES_PER_EDGE)
     flat = rng.choice(pairs, size=k, replace=False) if k else np.zeros(0, dtype=np.int64)
     rows, off = np.divmod(flat, max(n - 1, 1))
     cols = off + (off >= rows)  # skip the diagonal

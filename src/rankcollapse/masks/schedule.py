@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import MaskError
+from ..errors import MaskError, excerpt
 from . import interval_graph
 from .graph import MaskAnalysis, analyze
 from .mask import Mask
@@ -35,6 +35,12 @@ from .spec import parse_mask
 PREFIX = "schedule:"
 _REPEAT = re.compile(r"^(.*?)\s*\*\s*(\d+)\s*$", re.S)
 _CONTINUATION = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*=")
+
+#: The most layers one period may hold. Counted from the repeat counts before any list
+#: is expanded, so ``causal*100000000`` is refused at once instead of building (and then
+#: composing) a hundred million layers; per-layer work (composition, scrambling length)
+#: is at least O(N) per layer of the period.
+MAX_PERIOD = 4096
 
 
 def is_schedule(source: Any) -> bool:
@@ -60,42 +66,87 @@ def _split_items(body: str) -> list[str]:
     return items
 
 
-def _expand(item: Any) -> list[Any]:
-    """One list element -> its repeated masks (``"SPEC*k"``, ``{mask, repeat}``, Mask)."""
+def _repeat(k: Any, label: str) -> int:
+    """A repeat count checked before anything is expanded (``1 <= k <= MAX_PERIOD``);
+    ``label`` names the item (its mask spec, never ``str()`` of a YAML structure, whose
+    aliases can nest 10^9 leaves)."""
+    item = excerpt(label)
+    if isinstance(k, str) and k.isdigit():
+        if len(k) > 18:  # never convert a 5000-digit string
+            raise MaskError(f"schedule item {item}: a repeat count of {len(k)} digits exceeds the "
+                            f"longest period, {MAX_PERIOD} layers")
+        k = int(k)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        got = excerpt(k) if isinstance(k, (str, int, float)) else type(k).__name__
+        raise MaskError(f"schedule item {item}: repeat count must be an integer >= 1, got {got}")
+    if k > MAX_PERIOD:
+        raise MaskError(f"schedule item {item}: repeat count {k} exceeds the longest period, {MAX_PERIOD} layers")
+    return k
+
+
+def _runs(item: Any) -> tuple[Any, int]:
+    """One list element -> ``(mask, repeat count)`` (``"SPEC*k"``, ``{mask, repeat}``, Mask)."""
     if isinstance(item, Mask):
-        return [item]
+        return item, 1
     if isinstance(item, dict):
-        if "mask" not in item:
-            raise MaskError(f"schedule item {item!r} needs a 'mask' key")
-        k = item.get("repeat", 1)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise MaskError(f"schedule item repeat must be an integer >= 1, got {k!r}")
-        return [str(item["mask"])] * k
+        extra = [excerpt(key) for key in item if key not in ("mask", "repeat")]
+        if extra:
+            raise MaskError(f"schedule items take the keys 'mask' and 'repeat', got {', '.join(extra[:5])}")
+        if not isinstance(item.get("mask"), str):  # never str() a YAML structure
+            raise MaskError("schedule items {mask: SPEC, repeat: k} need 'mask' to be a mask spec string")
+        return item["mask"], _repeat(item.get("repeat", 1), item["mask"])
     if not isinstance(item, str):
         raise MaskError(f"schedule items must be mask specs, got {type(item).__name__}")
     m = _REPEAT.match(item)
     if not m:
-        return [item.strip()]
-    k = int(m.group(2))
-    if k < 1:
-        raise MaskError(f"schedule item {item!r}: repeat count must be >= 1")
-    return [m.group(1).strip()] * k
+        return item.strip(), 1
+    return m.group(1).strip(), _repeat(m.group(2), item)
+
+
+def _expand_all(items: list[Any]) -> list[Any]:
+    """Every layer of the period, after checking the period's length from the counts alone."""
+    runs = [_runs(item) for item in items]
+    period = sum(k for _, k in runs)
+    if period > MAX_PERIOD:
+        raise MaskError(f"the schedule's period is {period} layers, more than the longest allowed, "
+                        f"{MAX_PERIOD}; write one period of the pattern (a schedule repeats itself)")
+    return [one for one, k in runs for _ in range(k)]
+
+
+def _read_list_file(path: str) -> str:
+    """The text of a schedule file (a regular file: ``Path.is_file`` was checked, so a
+    FIFO is never opened), refused in one line when unreadable or not UTF-8."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise MaskError(f"cannot read schedule file {path!r}: {exc.strerror or exc}") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise MaskError(f"schedule file {path!r} is not valid UTF-8 (byte {exc.start}); save it as UTF-8") from None
 
 
 def _items(source: Any) -> list[Any]:
     if isinstance(source, (list, tuple)):
         return list(source)
+    if not isinstance(source, str):
+        raise MaskError(f"a schedule is a spec string, a list of specs or a Mask, got {type(source).__name__}")
     s = source.strip()
     body = s[len(PREFIX):].strip() if s.startswith(PREFIX) else s
     if body.endswith((".yaml", ".yml", ".json")) and Path(body).is_file():
-        body = Path(body).read_text()
+        body = _read_list_file(body)
     if body.lstrip().startswith("[") or "\n" in body:
         import yaml
 
         try:
             data = yaml.safe_load(body)
         except yaml.YAMLError as exc:
-            raise MaskError(f"schedule list is not valid YAML/JSON: {exc}") from None
+            where = getattr(exc, "problem_mark", None)
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+            raise MaskError(f"schedule list is not valid YAML/JSON{at}: "
+                            f"{excerpt(getattr(exc, 'problem', None) or exc, limit=80)}") from None
+        except RecursionError:
+            raise MaskError("schedule list is nested too deeply to be a list of masks") from None
         if not isinstance(data, list):
             raise MaskError(f"a schedule file or list string must hold a list, got {type(data).__name__}")
         return data
@@ -193,7 +244,10 @@ def parse_schedule(source: Any, n: int) -> MaskSchedule:
     Raises
     ------
     MaskError
-        Empty schedule, bad repeat count, invalid YAML/JSON, or any per-mask error of
+        Not a spec, list or Mask (None); empty schedule; a repeat count < 1 or a period
+        longer than :data:`MAX_PERIOD` layers (counted before expanding); a layer whose
+        ``Mask`` has ``N != n``; a schedule file that is not a regular UTF-8 file;
+        invalid YAML/JSON, or any per-mask error of
         :func:`~rankcollapse.masks.parse_mask` (the message names the schedule item).
     """
     if isinstance(source, MaskSchedule):
@@ -201,25 +255,31 @@ def parse_schedule(source: Any, n: int) -> MaskSchedule:
             raise MaskError(f"schedule is for N={source.n_tokens} tokens, not {n}")
         return source
     if isinstance(source, Mask):
-        return MaskSchedule([source])
+        return MaskSchedule([_same_n(source, n)])
     if isinstance(source, str) and not is_schedule(source):
         return MaskSchedule([parse_mask(source, n)])
     masks: list[Mask] = []
     cache: dict[str, Mask] = {}
-    for item in _items(source):
-        for one in _expand(item):
-            if isinstance(one, Mask):
-                masks.append(one)
-                continue
-            if not one:
-                raise MaskError(f"empty mask in schedule {source!r}")
-            if one not in cache:
-                try:
-                    cache[one] = parse_mask(one, n)
-                except MaskError as exc:
-                    raise MaskError(f"schedule item {one!r}: {exc}") from None
-            masks.append(cache[one])
+    for one in _expand_all(_items(source)):
+        if isinstance(one, Mask):
+            masks.append(_same_n(one, n))
+            continue
+        if not one:
+            raise MaskError(f"empty mask in schedule {excerpt(source)}")
+        if one not in cache:
+            try:
+                cache[one] = _same_n(parse_mask(one, n), n)
+            except MaskError as exc:
+                raise MaskError(f"schedule item {excerpt(one)}: {exc}") from None
+        masks.append(cache[one])
     return MaskSchedule(masks)
+
+
+def _same_n(mask: Mask, n: int) -> Mask:
+    """``mask`` if it is on ``n`` tokens; a layer on other tokens is refused."""
+    if mask.n_tokens != n:
+        raise MaskError(f"schedule layer {mask.spec!r} is on N={mask.n_tokens} tokens, not the schedule's N={n}")
+    return mask
 
 
 def schedule_log_rate(epsilon: float, period: int, radius: int) -> float:

@@ -100,7 +100,18 @@ def _convert(kind: str, name: str, key: str, raw: str) -> Any:
     raise MaskError(f"mask {name!r}: key {key!r} must be {want}, got {raw!r}")
 
 
-def _parse_atom(text: str, n: int) -> Mask:
+class _Checked:
+    """What :func:`check_spec` parses an atom to: combining two checked atoms with ``&``
+    or ``|`` is checked, and nothing is built."""
+
+    def __and__(self, other: "_Checked") -> "_Checked":
+        return self
+
+    __or__ = __and__
+
+
+def _parse_atom(text: str, n: int | None) -> Any:
+    """The mask of one atom on ``n`` tokens; with ``n=None`` only checked (a :class:`_Checked`)."""
     text = text.strip()
     if not text:
         raise MaskError("empty mask spec (nothing between '&' or '|')")
@@ -109,6 +120,8 @@ def _parse_atom(text: str, n: int) -> Mask:
     if name == "file":
         if not rest.strip():
             raise MaskError("mask spec 'file:' needs a path, e.g. file:mask.npy")
+        if n is None:
+            return _check_file(rest.strip())
         return p.from_file(rest.strip(), n)
     if name not in MASK_KINDS:
         raise MaskError(f"unknown mask {name!r}; known: {', '.join(sorted(MASK_KINDS) + ['file'])}")
@@ -131,7 +144,17 @@ def _parse_atom(text: str, n: int) -> Mask:
             if k.default is _REQUIRED:
                 raise MaskError(f"mask {name!r} needs key {k.name!r} (e.g. {name}:{k.name}=...)")
             values[k.name] = k.default
-    return kind.build(n, **values)
+    return _Checked() if n is None else kind.build(n, **values)
+
+
+def _check_file(path: str) -> _Checked:
+    from pathlib import Path
+
+    if not Path(path).is_file():
+        raise MaskError(f"mask file {path!r} is not a readable file")
+    if path.endswith(".npy"):
+        _npy_rows(path)
+    return _Checked()
 
 
 def parse_mask(spec: str, n: int) -> Mask:
@@ -170,6 +193,32 @@ def parse_mask(spec: str, n: int) -> Mask:
     if pos != len(tokens):
         raise MaskError(f"unbalanced parentheses in mask spec {spec!r} (unexpected {tokens[pos]!r})")
     return mask
+
+
+def check_spec(spec: str) -> str:
+    """Check ``spec`` without building it, for any N: known names and keys, well-formed
+    values, required keys present, balanced parentheses, ``file:`` paths that are files
+    (a ``.npy`` file's header is read). Returns ``spec``. Limits that depend on N (a window
+    wider than N, document lengths summing to N) are checked by :func:`parse_mask`.
+
+    Raises
+    ------
+    MaskError
+        As :func:`parse_mask` would for the same spec at any N; a schedule is refused with
+        the message that routes to :func:`~rankcollapse.masks.parse_schedule`.
+    """
+    if not isinstance(spec, str):
+        raise MaskError(f"mask spec must be a string, got {type(spec).__name__}")
+    if spec.strip().startswith(("schedule:", "[")):
+        raise MaskError(SCHEDULE_HERE.format(spec=spec))
+    if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
+        _parse_atom(spec, None)
+        return spec
+    tokens = [t for t in (p.strip() for p in re.split(r"([&|()])", spec)) if t]
+    _, pos = _parse_union(tokens, 0, None, spec)
+    if pos != len(tokens):
+        raise MaskError(f"unbalanced parentheses in mask spec {spec!r} (unexpected {tokens[pos]!r})")
+    return spec
 
 
 def spec_n_tokens(spec: str) -> int | None:
@@ -226,7 +275,7 @@ SCHEDULE_HERE = (
 
 # Recursive descent: union := intersection ('|' intersection)*;
 # intersection := operand ('&' operand)*; operand := '(' union ')' | atom.
-def _parse_union(tokens: list[str], pos: int, n: int, spec: str) -> tuple[Mask, int]:
+def _parse_union(tokens: list[str], pos: int, n: int | None, spec: str) -> tuple[Any, int]:
     mask, pos = _parse_intersection(tokens, pos, n, spec)
     while pos < len(tokens) and tokens[pos] == "|":
         other, pos = _parse_intersection(tokens, pos + 1, n, spec)
@@ -234,7 +283,7 @@ def _parse_union(tokens: list[str], pos: int, n: int, spec: str) -> tuple[Mask, 
     return mask, pos
 
 
-def _parse_intersection(tokens: list[str], pos: int, n: int, spec: str) -> tuple[Mask, int]:
+def _parse_intersection(tokens: list[str], pos: int, n: int | None, spec: str) -> tuple[Any, int]:
     mask, pos = _parse_operand(tokens, pos, n, spec)
     while pos < len(tokens) and tokens[pos] == "&":
         other, pos = _parse_operand(tokens, pos + 1, n, spec)
@@ -242,7 +291,7 @@ def _parse_intersection(tokens: list[str], pos: int, n: int, spec: str) -> tuple
     return mask, pos
 
 
-def _parse_operand(tokens: list[str], pos: int, n: int, spec: str) -> tuple[Mask, int]:
+def _parse_operand(tokens: list[str], pos: int, n: int | None, spec: str) -> tuple[Any, int]:
     if pos < len(tokens) and tokens[pos] == "(":
         mask, pos = _parse_union(tokens, pos + 1, n, spec)
         if pos >= len(tokens) or tokens[pos] != ")":

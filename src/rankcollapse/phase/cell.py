@@ -180,11 +180,17 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
     Raises
     ------
     ConfigError, MaskError
-        A cell the dynamics cannot run (bad mask, width mismatch).
+        A cell the dynamics cannot run (missing axes, bad mask, width mismatch:
+        :func:`.grid.check_cells`).
+    MemoryLimitError
+        The cell's :func:`.grid.cell_bytes` exceeds half the physical memory.
     """
     from ..dynamics import simulate
     from .batched import _envelope, _envelope_columns
+    from .grid import check_cells
     from .regime import label_cell, theory_prediction
+
+    check_cells([cell], samples)
 
     N, d = cell["n_tokens"], cell["d_model"]
     mask = parse_mask(cell["mask"], N)

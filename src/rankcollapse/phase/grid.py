@@ -2,7 +2,13 @@
 
 A cell is a dict of every axis (defaults filled in). Values are parsed from the CLI's
 ``--axis NAME=v1,v2,...``; a mask spec containing commas is written with ``;`` between
-its parameters (``sliding_window:w=5``, ``bigbird:w=3;g=1;r=2``).
+its parameters (``sliding_window:w=5``, ``bigbird:w=3;globals=1;random=2``).
+
+Every cell is checked before anything runs (:func:`check_cells`): all axes present, each
+value one its axis accepts, its mask built at its N (an unknown mask or key is refused
+when the grid is made, not when its cell is reached), and its memory estimate
+(:func:`cell_bytes`) within half the physical memory. A schedule is one mask per layer
+and a cell's regime and theory columns are of one graph, so the mask axis refuses it.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MaskError, MemoryLimitError
 
 VALUE_FAMILIES = ("gaussian", "orthogonal", "near_identity", "constructed", "pretrained")
 NORM_NAMES = ("none", "sphere", "sphere_sqrtd", "layernorm", "rmsnorm")
@@ -55,7 +61,18 @@ def _bool(text: str) -> bool:
 
 
 def _mask(text: str) -> str:
-    return text.replace(";", ",")
+    """A mask spec (``;`` for the commas inside it), checked by name, keys and values."""
+    from ..masks.spec import check_spec
+
+    spec = text.replace(";", ",")
+    if spec.strip().startswith(("schedule:", "[")):
+        raise ConfigError(f"{spec!r} is a mask schedule; a phase cell runs one mask (its regime and theory "
+                          "columns are of one graph): run a schedule with 'rankcollapse simulate --mask SPEC' "
+                          "or 'rankcollapse theory bound --mask SPEC'")
+    try:
+        return check_spec(spec)
+    except MaskError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 #: axis name -> (parser of one value, default). ``d_qk`` 0 means "= d_model".
@@ -120,6 +137,9 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
     unknown = (set(axes) | set(fixed) | set(zipped)) - set(AXES)
     if unknown:
         raise ConfigError(f"unknown axes {sorted(unknown)}; choose from {', '.join(AXES)}")
+    empty = [name for name, values in axes.items() if len(values) == 0]
+    if empty:
+        raise ConfigError(f"axis {empty[0]!r} has no values: the grid would have no cells")
     base = {**DEFAULTS, **fixed}
     factors: list[list[dict[str, Any]]] = []
     if zipped:
@@ -142,4 +162,84 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
         for part in combo:
             cell.update(part)
         cells.append(cell)
+    check_cells(cells)
     return cells
+
+
+def cell_bytes(cell: dict[str, Any], samples: int) -> int:
+    """Estimated peak bytes of running ``cell`` with ``samples`` inputs per weight seed
+    (float64, one head), the arrays :func:`.cell.run_cell` keeps for the whole cell:
+
+    - weights: ``L (2 d d_qk + d^2)`` values, twice (the shared draw and its scaled copy),
+      with ``L = depth`` (or 1 when ``shared``);
+    - recorded states: ``(depth + 1) samples N d``;
+    - recorded attention: ``depth samples N^2`` (plus the equal ``eps`` reduction over it).
+
+    The transient scores of one layer are sized by :func:`rankcollapse.dynamics.simulate`."""
+    N, d, depth = int(cell["n_tokens"]), int(cell["d_model"]), int(cell["depth"])
+    d_qk = int(cell["d_qk"]) or d
+    layers = 1 if cell["shared"] else depth
+    weights = 2 * layers * (2 * d * d_qk + d * d)
+    states = (depth + 1) * samples * N * d
+    attention = 2 * depth * samples * N * N
+    return 8 * (weights + states + attention)
+
+
+def check_cell(cell: Any) -> None:
+    """Refuse a cell that :func:`.cell.run_cell` cannot run: not a dict, missing or unknown
+    axes, a value its axis does not accept, a mask that cannot be built at the cell's N.
+
+    Raises
+    ------
+    ConfigError
+        Naming the missing or unknown keys, or the axis and its value.
+    MaskError
+        The cell's mask at its ``n_tokens`` (:func:`rankcollapse.masks.parse_mask`).
+    """
+    if not isinstance(cell, dict):
+        raise ConfigError(f"a phase cell is a dict of its axes, got {type(cell).__name__}")
+    missing, unknown = sorted(set(AXES) - set(cell)), sorted(set(cell) - set(AXES))
+    if missing or unknown:
+        what = "; ".join(part for part in (f"missing axes {missing}" if missing else "",
+                                          f"unknown axes {unknown}" if unknown else "") if part)
+        raise ConfigError(f"phase cell has {what}; make cells with rankcollapse.phase.expand_grid")
+    for name, (parse, _) in AXES.items():
+        value = cell[name]
+        if isinstance(value, float) and name in ("d_qk", "n_tokens", "d_model", "depth"):
+            raise ConfigError(f"phase cell axis {name}: expected an integer, got {value!r}")
+        try:
+            parse(str(value))
+        except ConfigError as exc:
+            raise ConfigError(f"phase cell axis {name}: {exc}") from None
+
+
+def check_cells(cells: Any, samples: int | None = None) -> None:
+    """:func:`check_cell` for every cell (each mask built once per ``N``), refusing an
+    empty grid; with ``samples``, also every cell's :func:`cell_bytes` against half the
+    physical memory (:func:`rankcollapse._memory.default_limit`).
+
+    Raises
+    ------
+    ConfigError
+        No cells, or a cell :func:`check_cell` refuses.
+    MemoryLimitError
+        A cell whose estimate exceeds the limit (the message names its size).
+    """
+    from .._memory import default_limit, human
+    from ..masks import parse_mask
+
+    if not isinstance(cells, (list, tuple)) or len(cells) == 0:
+        raise ConfigError("the phase grid has no cells")
+    built: set[tuple[str, int]] = set()
+    limit = default_limit()
+    for cell in cells:
+        check_cell(cell)
+        key = (cell["mask"], int(cell["n_tokens"]))
+        if key not in built:
+            parse_mask(*key)
+            built.add(key)
+        if samples is not None and cell_bytes(cell, samples) > limit:
+            raise MemoryLimitError(
+                f"phase cell N = {cell['n_tokens']}, d = {cell['d_model']}, depth = {cell['depth']} with "
+                f"{samples} samples needs about {human(cell_bytes(cell, samples))} of memory, more than the "
+                f"limit {human(limit)} (half the physical memory); lower n_tokens, d_model, depth or --samples")

@@ -19,6 +19,7 @@ import pandas as pd
 
 from .._io import code_fingerprint, config_hash
 from .batched import GROUP_KEYS, run_group
+from .grid import check_cells
 from ..experiments.cache import UnitCache
 from ..experiments.config import Unit
 from ..experiments.context import RunContext
@@ -78,8 +79,11 @@ def run_phase(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     Raises
     ------
     ConfigError
-        Bad executor options; a cell the dynamics cannot run.
+        Bad executor options; no cells; a cell the dynamics cannot run.
+    MemoryLimitError
+        A cell too large for the memory limit (:func:`.grid.check_cells`).
     """
+    check_cells(cells, samples)
     parts = batches(cells, BATCH_CELLS)
     units = [CellUnit("phase_cell", {"cells": [cells[i] for i in part], "samples": int(samples), "seeds": int(seeds),
                                      "seed": int(seed)}) for part in parts]
