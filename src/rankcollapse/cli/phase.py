@@ -52,8 +52,12 @@ def phase(
     from ..experiments.outdir import OutputFolder, check_own_or_empty, publish, staging_folder
     from ..phase.grid import expand_grid, parse_axis
     from ..phase.report import write_report
+    from ..experiments.executors import check_executor
     from ..phase.sweep import run_phase
 
+    # checked here, not only when a cell needs computing: a fully cached grid would
+    # otherwise accept an executor option it ignores
+    check_executor(executor, workers=workers)
     for name, value, low in (("--samples", samples, 1), ("--seeds", seeds, 1), ("--seed", seed, 0)):
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")
