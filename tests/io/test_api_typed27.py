@@ -115,3 +115,25 @@ def test_simulate_refuses_sparse_and_meta_inputs():
     given = [LayerWeights(W_Q=torch.eye(4).to_sparse(), W_K=torch.eye(4), W_V=torch.eye(4))]
     with pytest.raises(ConfigError, match="layer 0 W_Q .*sparse_coo"):
         simulate(X, mask="causal", depth=1, weights=given)
+
+
+def test_resolved_mask_and_attention_system_absent_device_are_config_errors():
+    from rankcollapse.masks import resolve_mask
+    from rankcollapse.theory.system import AttentionSystem
+
+    with pytest.raises(ConfigError, match="not available"):
+        resolve_mask("causal", 4).dense(ABSENT)
+    eye = torch.eye(2, dtype=torch.float64)
+    system = AttentionSystem(torch.ones(2, 2, dtype=torch.bool), eye, eye, eye)
+    with pytest.raises(ConfigError, match="not available"):
+        system.to(device=ABSENT)
+
+
+def test_attention_system_refuses_sparse_and_meta():
+    from rankcollapse.theory.system import AttentionSystem
+
+    eye = torch.eye(2, dtype=torch.float64)
+    with pytest.raises(MaskError, match="mask .*sparse_coo"):
+        AttentionSystem(torch.ones(2, 2, dtype=torch.bool).to_sparse(), eye, eye, eye)
+    with pytest.raises(ConfigError, match="W_V is a tensor on the meta device"):
+        AttentionSystem(torch.ones(2, 2, dtype=torch.bool), eye, eye, torch.empty(2, 2, device="meta"))

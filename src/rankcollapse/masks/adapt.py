@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .._validate import check_tensor_storage
+from .._validate import check_device, check_tensor_storage
 from ..errors import MaskError, RankCollapseError
 from .mask import Mask
 from .rows import check_rows_allow_key, raise_empty
@@ -104,7 +104,11 @@ class MaskInput:
         self.n_edges = int(counts.sum())
 
     def dense(self, device: torch.device | str | None = None) -> torch.Tensor:
-        """Bool ``(N, N)`` on ``device`` (built from the CSR form on first use)."""
+        """Bool ``(N, N)`` on ``device`` (built from the CSR form on first use).
+
+        Raises :class:`~rankcollapse.errors.ConfigError` for a device not present here."""
+        if device is not None:
+            device = check_device(device)
         if self._dense is None:
             self._dense = self._mask.to_dense() if self._mask is not None else torch.from_numpy(self._csr.toarray())
         return self._dense.to(device=device, dtype=torch.bool)
