@@ -331,12 +331,14 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     Raises
     ------
     ConfigError
-        Bad option or shape (checked before any layer runs), or X overflowing to
-        non-finite values (names the layer).
+        Bad option or shape (checked before any layer runs), a device not present on
+        this machine, ``X0``, a weight matrix or given weights that are sparse or on the
+        meta device (named with their layout), or X overflowing to non-finite values
+        (names the layer).
     MemoryLimitError
         The attention's estimated memory exceeds ``max_memory``.
     MaskError
-        Bad mask or a row with no allowed key.
+        Bad mask (a sparse or meta mask tensor included) or a row with no allowed key.
     """
     depth = check_int(depth, "depth", low=1)
     seed = check_int(seed, "seed", low=0)
