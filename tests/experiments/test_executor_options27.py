@@ -121,6 +121,7 @@ def test_cli_bad_ray_address_one_line_exit_2_in_seconds(tmp_path):
         wall = time.perf_counter() - t0
         _refused(proc.returncode, proc.stderr, needle)
         assert wall < 60, wall  # interpreter start-up on a loaded machine; ray.init alone waits minutes
+        assert not (tmp_path / "out").exists()  # refused before --out is created or locked
 
 
 def test_cli_phase_serial_refuses_workers(tmp_path):
