@@ -137,3 +137,14 @@ def test_attention_system_refuses_sparse_and_meta():
         AttentionSystem(torch.ones(2, 2, dtype=torch.bool).to_sparse(), eye, eye, eye)
     with pytest.raises(ConfigError, match="W_V is a tensor on the meta device"):
         AttentionSystem(torch.ones(2, 2, dtype=torch.bool), eye, eye, torch.empty(2, 2, device="meta"))
+
+
+def test_pretrained_value_wider_than_the_model_is_refused():
+    # regression guard (the refusal exists on the base branch, untested until now):
+    # all-MiniLM-L6-v2's W_V is 384 wide, so d_model=512 has no (d, d) block to take
+    from rankcollapse.phase.cell import build_weights
+    from rankcollapse.phase.grid import expand_grid
+
+    cell = expand_grid({"value": ["pretrained"]}, {"d_model": 512, "depth": 2, "n_tokens": 4})[0]
+    with pytest.raises(ConfigError, match="width 384, d_model=512 is larger"):
+        build_weights(cell, 0)
