@@ -97,3 +97,23 @@ def check_device(value: Any, name: str = "device", *, error: type[RankCollapseEr
     elif dev.type == "mps" and not torch.backends.mps.is_available():
         raise error(f"{name} {value!r} is not available on this machine")
     return dev
+
+
+def check_tensor_storage(value: Any, name: str, *, error: type[RankCollapseError] = ConfigError) -> None:
+    """Refuse a ``torch.Tensor`` whose entries cannot be read as a dense array: a sparse
+    layout (COO, CSR, CSC, BSR, BSC) or a tensor on the ``meta`` device (shape without
+    data). Anything else (numpy arrays, lists, dense tensors) passes untouched.
+
+    Raises
+    ------
+    error
+        Naming ``name`` and the layout or device, with the conversion to use.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(value, torch.Tensor):
+        return
+    if value.layout != torch.strided:
+        layout = str(value.layout).replace("torch.", "")
+        raise error(f"{name} must be a dense tensor, got layout {layout} (convert it with .to_dense())")
+    if value.device.type == "meta":
+        raise error(f"{name} is a tensor on the meta device: it has a shape but no values")

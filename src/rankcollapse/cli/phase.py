@@ -49,11 +49,15 @@ def phase(
     """Run every cell of the grid, label its regime (docs/phase.md) and write the report."""
     check_format(fmt)
     from .._io import check_writable
+    from ..experiments.executors import check_executor
     from ..experiments.outdir import OutputFolder, check_own_or_empty, publish, staging_folder
     from ..phase.grid import check_cells, expand_grid, parse_axis
     from ..phase.report import write_report
     from ..phase.sweep import run_phase
 
+    # checked here, not only when a cell needs computing: a fully cached grid would
+    # otherwise accept an executor option it ignores
+    check_executor(executor, workers=workers)
     for name, value, low in (("--samples", samples, 1), ("--seeds", seeds, 1), ("--seed", seed, 0)):
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")

@@ -11,6 +11,10 @@ import typer
 
 from ._output import check_format, print_json, print_table
 
+#: The options each sub-command that runs no experiment takes; any other option given
+#: to it would be ignored, so it is refused.
+SUBCOMMAND_OPTIONS = {"summary": {"fmt"}, "schedules": {"out", "scale", "seed"}}
+
 HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, all, or schedules:
 collapse rate of mask schedules at equal attention budget) on real
 Wikipedia windows and write the tidy table, plots, claims.json, config.json and a
@@ -30,6 +34,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("reproduce", help=HELP)
     def reproduce(
+        ctx: typer.Context,
         name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, all, a comma-separated list (fig3,fig4), or summary."),
         target: Optional[Path] = typer.Argument(None, help="With `summary`: the run folder to summarise."),
         fmt: Optional[str] = typer.Option(None, "--format", help="stdout: table (default) or json (the claims); "
@@ -55,6 +60,8 @@ def register(app: typer.Typer) -> None:
         allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help="Write into a non-empty --out that no run "
                                             "wrote (its files are kept; by default it is refused)."),
     ) -> None:
+        if name in SUBCOMMAND_OPTIONS:
+            refuse_ignored(ctx, name)
         if name == "summary":
             print_results(target, fmt or "markdown")
             return
@@ -82,6 +89,27 @@ def register(app: typer.Typer) -> None:
                        indent=2)
             return
         print_summary(result)
+
+
+def refuse_ignored(ctx: typer.Context, command: str) -> None:
+    """Refuse the options given on the command line that ``reproduce COMMAND`` does not
+    take (``summary --workers 0`` would otherwise be accepted and ignored).
+
+    Raises
+    ------
+    ConfigError
+        Naming the options.
+    """
+    from ..errors import ConfigError
+
+    keep = SUBCOMMAND_OPTIONS[command] | {"name", "target"}
+    # compared by name: typer may carry its own copy of click's ParameterSource enum
+    given = [p.opts[0] for p in ctx.command.params if p.name not in keep
+             and getattr(ctx.get_parameter_source(p.name), "name", None) in ("COMMANDLINE", "ENVIRONMENT")]
+    if given:
+        takes = ", ".join(sorted(o for p in ctx.command.params if p.name in SUBCOMMAND_OPTIONS[command]
+                                 for o in p.opts[:1]))
+        raise ConfigError(f"reproduce {command} does not take {', '.join(given)} (it takes {takes})")
 
 
 def print_results(folder: Optional[Path], fmt: str) -> None:

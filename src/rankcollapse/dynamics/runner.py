@@ -17,7 +17,7 @@ import torch
 
 from .._display import NotebookResult
 from .._progress import Steps, steps
-from .._validate import check_device, check_float, check_int
+from .._validate import check_device, check_float, check_int, check_tensor_storage
 from ..errors import ConfigError, MetricError
 from .._memory import check_memory
 from ..masks import Mask, parse_mask, resolve_mask
@@ -101,6 +101,7 @@ class SimResult(NotebookResult):
 
 
 def _as_tokens(X0, dtype, device) -> torch.Tensor:
+    check_tensor_storage(X0, "X0")  # sparse or meta: no token values to evolve
     X = torch.as_tensor(np.asarray(X0)) if not isinstance(X0, torch.Tensor) else X0
     if X.ndim == 2:
         X = X.unsqueeze(0)
@@ -185,6 +186,8 @@ def _check_weights(weights: Sequence[LayerWeights], depth: int, d: int) -> None:
     if len(weights) != depth:
         raise ConfigError(f"weights has {len(weights)} layers, depth is {depth}")
     for t, lw in enumerate(weights):
+        for name, value in vars(lw).items():
+            check_tensor_storage(value, f"layer {t} {name}")
         if lw.W_Q.shape[0] != d or lw.W_K.shape[0] != d or lw.W_V.shape[0] != d:
             raise ConfigError(f"layer {t} weights expect width {lw.W_Q.shape[0]}, X0 has d={d}")
         out = lw.W_V.shape[1] * lw.n_heads // (lw.n_kv_heads or lw.n_heads)
@@ -328,12 +331,14 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     Raises
     ------
     ConfigError
-        Bad option or shape (checked before any layer runs), or X overflowing to
-        non-finite values (names the layer).
+        Bad option or shape (checked before any layer runs), a device not present on
+        this machine, ``X0``, a weight matrix or given weights that are sparse or on the
+        meta device (named with their layout), or X overflowing to non-finite values
+        (names the layer).
     MemoryLimitError
         The attention's estimated memory exceeds ``max_memory``.
     MaskError
-        Bad mask or a row with no allowed key.
+        Bad mask (a sparse or meta mask tensor included) or a row with no allowed key.
     """
     depth = check_int(depth, "depth", low=1)
     seed = check_int(seed, "seed", low=0)

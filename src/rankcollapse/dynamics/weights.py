@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from .._validate import check_tensor_storage
 from ..errors import ConfigError
 
 ROLES = {"W_Q": 1, "W_K": 2, "W_V": 3, "W_O": 4, "W_1": 5, "W_2": 6}
@@ -225,6 +226,7 @@ def layer_matrix(source: MatrixSource, role: str, layer: int, depth: int, shape:
         source = source[layer]
         if isinstance(source, str):  # a per-layer list may mix family specs and matrices
             return draw(source, shape[0], shape[1], generator(seed, layer, role))
+    check_tensor_storage(source, f"{role} of layer {layer}")
     try:
         M = torch.as_tensor(np.asarray(source) if not isinstance(source, torch.Tensor) else source)
     except (TypeError, ValueError) as exc:

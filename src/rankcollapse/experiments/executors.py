@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import pandas as pd
 
-from ..errors import ConfigError
+from ..errors import ConfigError, excerpt
 from .config import Unit
 from .context import RunContext
 
@@ -34,6 +34,9 @@ from .context import RunContext
 UNIT_THREADS = 1
 #: Executor names accepted by :func:`make_executor`.
 EXECUTOR_NAMES = ("serial", "processes", "ray")
+#: Seconds a TCP connection to a Ray ``--address`` may take before the address is refused
+#: (ray.init itself retries an absent head for minutes).
+RAY_CONNECT_TIMEOUT_S = 3.0
 #: How often a unit whose worker died is resubmitted (Ray ``max_retries``; the process
 #: pool is rebuilt this many times).
 RETRIES = 3
@@ -208,6 +211,8 @@ class RayExecutor:
         except ImportError:
             raise ConfigError("--executor ray needs Ray: pip install 'rankcollapse[distributed]'") from None
         self._data, self._device, self._own = data, str(device), not ray.is_initialized()
+        if self._own and address and address != "auto":
+            check_ray_reachable(address)  # seconds, instead of ray.init's minutes of retries
         if self._own:
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
             try:
@@ -216,7 +221,7 @@ class RayExecutor:
                 else:
                     ray.init(num_cpus=workers or os.cpu_count(), **kw)
             except ConnectionError as exc:
-                raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
+                raise ConfigError(f"cannot reach the Ray cluster at {excerpt(address)}: {exc}") from None
         self.workers = int(ray.cluster_resources().get("CPU", 1))
         self._task = ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=False)(_ray_run_unit)
 
@@ -243,20 +248,77 @@ class RayExecutor:
             ray.shutdown()
 
 
-def check_executor(name: str, *, workers: int | None = None, address: str | None = None) -> None:
-    """Validate executor options without starting anything.
+def parse_ray_address(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a Ray ``--address`` (``host:port``, ``[v6]:port`` or
+    ``ray://host:port``), or None for ``auto`` (the cluster started on this machine,
+    which Ray finds itself).
 
     Raises
     ------
     ConfigError
-        Unknown name, ``workers`` < 1, ``address`` without ``ray``, Ray not installed.
+        Anything else: an empty host, a missing or non-numeric port, a port outside
+        1-65535, spaces (the message quotes a short excerpt of the address).
+    """
+    if address == "auto":
+        return None
+    rest = address[len("ray://"):] if address.startswith("ray://") else address
+    host, sep, port = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    ok = (sep and host and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535
+          and not any(c.isspace() or c in "/@[]" for c in host))
+    if not ok:
+        raise ConfigError(f"--address must be auto or host:port (port 1-65535), got {excerpt(address)}")
+    return host, int(port)
+
+
+def check_ray_reachable(address: str, timeout: float | None = None) -> None:
+    """Refuse a Ray ``address`` nothing answers at: one TCP connection to its host and
+    port, given ``timeout`` seconds (default :data:`RAY_CONNECT_TIMEOUT_S`). ``auto``
+    is left to Ray.
+
+    Raises
+    ------
+    ConfigError
+        Bad syntax (:func:`parse_ray_address`), an unknown host, or no answer in time.
+    """
+    target = parse_ray_address(address)
+    if target is None:
+        return
+    timeout = RAY_CONNECT_TIMEOUT_S if timeout is None else timeout
+    try:
+        with socket.create_connection(target, timeout=timeout):
+            pass
+    except OSError as exc:  # refused, unreachable, unknown host, timed out
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+        raise ConfigError(f"cannot reach the Ray cluster at {excerpt(address)} within {timeout:g} s: {why}") from None
+
+
+def check_executor(name: str, *, workers: int | None = None, address: str | None = None) -> None:
+    """Validate executor options without starting anything or touching the network.
+
+    An option the executor would ignore is refused: ``workers`` with ``serial`` (one
+    unit at a time), ``workers`` with a Ray ``address`` (the cluster's CPUs are used),
+    ``address`` without ``ray``.
+
+    Raises
+    ------
+    ConfigError
+        Unknown name, ``workers`` < 1, an option the executor would ignore, a malformed
+        ``address`` (:func:`parse_ray_address`), Ray not installed.
     """
     if name not in EXECUTOR_NAMES:
         raise ConfigError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTOR_NAMES)}")
     if workers is not None and int(workers) < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
-    if address and name != "ray":
+    if address is not None and name != "ray":
         raise ConfigError("--address needs --executor ray")
+    if workers is not None and name == "serial":
+        raise ConfigError("--workers needs --executor processes or ray (serial runs one unit at a time)")
+    if workers is not None and address is not None:
+        raise ConfigError("--workers sizes a private Ray instance; with --address the cluster's own CPUs are used")
+    if address is not None:
+        parse_ray_address(address)
     if name == "ray":
         import importlib.util
 

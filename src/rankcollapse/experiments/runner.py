@@ -28,7 +28,7 @@ from .config import (Unit, claim_depth, claim_sources, effective_override, expan
                      unit_labels, with_override)
 from .cache import UnitCache, as_cache
 from .context import RunContext, data_spec
-from .executors import SerialExecutor, check_executor, make_executor
+from .executors import SerialExecutor, check_executor, check_ray_reachable, make_executor
 from .outdir import MARKER, OutputFolder, check_own_or_empty, publish, staging_folder
 from . import report
 from .progress import UnitProgress
@@ -350,6 +350,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
             check_own_or_empty(out)
     check_writable(cache.root, folder=True, option="--cache-dir")
     check_executor(executor, workers=workers, address=address)
+    if executor == "ray" and address is not None:
+        check_ray_reachable(address)  # before --out is locked: a refused run leaves nothing behind
     cache.remove_orphans()  # temporary files of writers that died a day ago or more
     _preflight(ctx, [u for u in units if not cache.has(u)])
     # the whole plan up front: default units and every claim's nearby settings

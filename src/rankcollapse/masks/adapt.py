@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .._validate import check_device, check_tensor_storage
 from ..errors import MaskError, RankCollapseError
 from .mask import Mask
 from .rows import check_rows_allow_key, raise_empty
@@ -38,6 +39,7 @@ def _parse(source: Any, n: int | None) -> Any:
 
 
 def _as_bool_tensor(source: Any, error: type[RankCollapseError]) -> torch.Tensor:
+    check_tensor_storage(source, "mask", error=error)  # scipy sparse is the sparse mask form
     M = source.detach() if isinstance(source, torch.Tensor) else torch.as_tensor(np.asarray(source))
     if M.dtype != torch.bool:
         if M.is_floating_point() or M.is_complex() or not bool(((M == 0) | (M == 1)).all()):
@@ -102,7 +104,11 @@ class MaskInput:
         self.n_edges = int(counts.sum())
 
     def dense(self, device: torch.device | str | None = None) -> torch.Tensor:
-        """Bool ``(N, N)`` on ``device`` (built from the CSR form on first use)."""
+        """Bool ``(N, N)`` on ``device`` (built from the CSR form on first use).
+
+        Raises :class:`~rankcollapse.errors.ConfigError` for a device not present here."""
+        if device is not None:
+            device = check_device(device)
         if self._dense is None:
             self._dense = self._mask.to_dense() if self._mask is not None else torch.from_numpy(self._csr.toarray())
         return self._dense.to(device=device, dtype=torch.bool)

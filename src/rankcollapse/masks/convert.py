@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .._validate import check_int
+from .._validate import check_device, check_int
 from ..errors import MaskError
 from .mask import Mask
 
@@ -135,10 +135,13 @@ def to_block_mask(mask: Mask, *, block_size: int = 128, device: torch.device | s
     ------
     MaskError
         ``block_size < 1``.
+    ConfigError
+        ``device`` is not a torch device or not present here (``"cuda"`` without a GPU).
     """
     from torch.nn.attention.flex_attention import BlockMask
 
     block_size = check_int(block_size, "block_size", low=1, error=MaskError)  # also beyond 64 bits
+    device = check_device(device)
     n, bs = mask.n_tokens, block_size
     counts = block_counts(mask, bs)
     edge = np.full(counts.shape[0], bs, dtype=np.int64)
@@ -167,6 +170,7 @@ def block_mask_to_dense(block_mask, *, device: torch.device | str = "cpu") -> to
     """
     from torch.nn.attention.flex_attention import flex_attention
 
+    device = check_device(device)
     n = block_mask.seq_lengths[0]
     q = torch.zeros(1, 1, n, 16, device=device)
     v = torch.eye(n, device=device)[None, None]

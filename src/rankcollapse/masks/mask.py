@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from .._lazy import is_tensor
 from ..errors import MaskError
-from .._validate import check_int
+from .._validate import check_device, check_int
 from ._build import interval_csr
 from .rows import check_rows_allow_key
 
@@ -113,9 +113,19 @@ class Mask:
         return self._csr
 
     def to_dense(self, device: torch.device | str | None = None) -> torch.Tensor:
-        """Dense ``torch.bool`` tensor ``(N, N)``; ``N^2`` bytes, meant for small N."""
+        """Dense ``torch.bool`` tensor ``(N, N)``; ``N^2`` bytes, meant for small N.
+
+        ``device``: None (CPU) or a torch device that exists on this machine.
+
+        Raises
+        ------
+        ConfigError
+            ``device`` is not a torch device or not present here (``"cuda"`` without a GPU).
+        """
         import torch
 
+        if device is not None:  # a typed error, not torch's AssertionError, for a missing GPU
+            device = check_device(device)
         if self._predicate_is_structural:
             idx = torch.arange(self.n_tokens, device=device)
             out = self.mask_mod(0, 0, idx[:, None], idx[None, :])

@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 import numpy as np
 import torch
 
+from .._validate import check_tensor_storage
 from ..errors import MetricError
 from ..masks.adapt import dense_mask
 
@@ -296,6 +297,7 @@ def as_batch(X, dtype) -> tuple[torch.Tensor, bool]:
         X = _numpy_to_torch(X)
     if not isinstance(X, torch.Tensor):
         raise MetricError(f"X must be a torch.Tensor or numpy array, got {type(X).__name__}")
+    check_tensor_storage(X, "X", error=MetricError)  # sparse or meta: no dense values to measure
     if X.ndim not in (2, 3):
         raise MetricError(f"X must have shape (N, d) or (B, N, d), got {X.ndim} dimension(s) {tuple(X.shape)}")
     if X.is_complex():
@@ -317,6 +319,7 @@ def as_batch(X, dtype) -> tuple[torch.Tensor, bool]:
 def _as_padding(padding_mask, shape, batched, device) -> torch.Tensor | None:
     if padding_mask is None:
         return None
+    check_tensor_storage(padding_mask, "padding_mask", error=MetricError)
     pm = torch.as_tensor(np.asarray(padding_mask) if not isinstance(padding_mask, torch.Tensor) else padding_mask)
     want = tuple(shape) if batched else tuple(shape[1:])
     if tuple(pm.shape) != want:

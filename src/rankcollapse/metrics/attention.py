@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from .._validate import check_tensor_storage
 from ..errors import MetricError
 from ..masks.adapt import dense_mask
 
@@ -90,6 +91,7 @@ def _as_heads(A) -> tuple[torch.Tensor, bool, float]:
         A = torch.from_numpy(np.ascontiguousarray(A.astype(A.dtype.newbyteorder("="))))
     if not isinstance(A, torch.Tensor):
         raise MetricError(f"attention must be a torch.Tensor or numpy array, got {type(A).__name__}")
+    check_tensor_storage(A, "attention", error=MetricError)
     if A.ndim not in (2, 3, 4) or A.shape[-1] != A.shape[-2]:
         raise MetricError(f"attention must have shape (N, N), (B, N, N) or (B, H, N, N), got {tuple(A.shape)}")
     if A.numel() == 0 or A.is_complex():
@@ -110,6 +112,7 @@ def _allowed(mask, padding_mask, B: int, N: int, device) -> tuple[torch.Tensor, 
     M = (M if M.ndim == 3 else M.unsqueeze(0)).to(device)
     if padding_mask is None:
         return M, torch.ones(1, N, dtype=torch.bool, device=device)
+    check_tensor_storage(padding_mask, "padding_mask", error=MetricError)
     pm = torch.as_tensor(padding_mask).to(device)
     if pm.dtype != torch.bool:
         pm = pm != 0

@@ -123,8 +123,9 @@ def mu(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     Raises
     ------
     MetricError
-        NaN/Inf in a real token, empty X, wrong number of dimensions, a padding mask
-        of the wrong shape or one that removes every token of a sample.
+        NaN/Inf in a real token, empty X, wrong number of dimensions, a sparse X or
+        one on the meta device (no dense values), a padding mask of the wrong shape or
+        one that removes every token of a sample.
     """
     return _one(_mu, "mu", X, padding_mask, dtype)
 

@@ -195,7 +195,8 @@ def compute_metrics(
     Raises
     ------
     MetricError
-        Unknown metric name; X not 2-D/3-D, empty, non-finite on a real token, or
+        Unknown metric name; X not 2-D/3-D, empty, non-finite on a real token, a
+        sparse tensor or one on the meta device (the message names the layout), or
         a numpy array of a non-numeric dtype (strings, objects); a
         padding mask of the wrong shape or removing every token of a sample; a
         metric undefined on the input (e.g. ``mu_relative`` of the zero matrix);

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .. import assets
+from .._validate import check_device
 from ..errors import ModelError, TokenizerError
 from . import families
 from ._checkpoint import check_finite_weights, check_loaded_weights
@@ -187,7 +188,11 @@ def load_model(
     TokenizerError
         ``tokenizer`` names a tokenizer that cannot be loaded, has no ordinary vocabulary,
         or has more tokens than the model has embeddings (it belongs to another model).
+    ConfigError
+        ``device`` is not a torch device or not present here (``"cuda"`` without a GPU);
+        checked before anything is loaded.
     """
+    device = check_device(device)
     key = str(name_or_path).strip().lower()
     notes: list[str] = []
     if key in ("minilm", "smollm2") and gguf_file is not None:

@@ -15,7 +15,7 @@ import torch
 
 from ..dynamics.attention import attention_weights
 from ..masks import check_rows_allow_key, dense_mask
-from .._validate import check_float
+from .._validate import check_device, check_float, check_tensor_storage
 from ..errors import ConfigError, MaskError
 
 #: A row whose norm before normalisation is below this makes the SA-LN step undefined.
@@ -41,6 +41,9 @@ class AttentionSystem:
     d_qk: float = 1.0
 
     def __post_init__(self) -> None:
+        check_tensor_storage(self.mask, "mask", error=MaskError)  # sparse or meta: no entries to read
+        for name in ("W_Q", "W_K", "W_V"):
+            check_tensor_storage(getattr(self, name), name)
         m = self.mask
         if m.dtype != torch.bool or m.ndim != 2 or m.shape[0] != m.shape[1]:
             raise MaskError(f"mask must be a square bool matrix, got {tuple(m.shape)} {m.dtype}")
@@ -68,7 +71,9 @@ class AttentionSystem:
         return int(self.W_V.shape[0])
 
     def to(self, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> "AttentionSystem":
-        """Copy with float tensors cast to ``dtype`` (and moved to ``device``)."""
+        """Copy with float tensors cast to ``dtype`` (and moved to ``device``, which must
+        exist here: :class:`~rankcollapse.errors.ConfigError` otherwise)."""
+        device = None if device is None else check_device(device)
         f = lambda w: w.to(dtype=dtype, device=device)  # noqa: E731
         return AttentionSystem(self.mask.to(device=device), f(self.W_Q), f(self.W_K), f(self.W_V), self.d_qk)
 
