@@ -232,6 +232,21 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
     return rows, states, zero_rows, final
 
 
+#: Bytes each layer costs beside its matrices: the tensor objects of its weights and of
+#: its per-layer metric rows (measured: about 1-3 KiB; 4 KiB keeps the estimate an upper bound).
+_PER_LAYER_OVERHEAD = 4096
+
+
+def _check_weight_memory(cfg: BlockConfig, d: int, depth: int, shared: bool, max_memory) -> None:
+    """Refuse a run whose drawn weights (float64: W_Q, W_K, W_V, W_O, the MLP) and per-layer
+    records would not fit, before any is drawn (``depth = 10**8`` would otherwise fill the
+    memory layer by layer)."""
+    matrices = 3 + (1 if cfg.out_proj else 0) + (2 * cfg.mlp_ratio if cfg.mlp else 0)
+    per_layer = matrices * d * d * 8
+    need = (1 if shared else depth) * per_layer + depth * _PER_LAYER_OVERHEAD
+    check_memory(need, f"{depth} layers of weights and records at d = {d}", max_memory)
+
+
 def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, path: str, max_memory) -> None:
     """Refuse a run whose attention would not fit: the dense path holds about three
     ``(B, H, N, N)`` score arrays (scores, weights, their product's workspace) and the
@@ -354,6 +369,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     X = _as_tokens(X0, dtype, device)
     B, N, d = X.shape
     if weights is None:
+        _check_weight_memory(cfg, d, depth, shared, max_memory)  # before any layer is drawn
         weights = random_layers(d, depth, value=value, query_key=query_key, n_heads=cfg.n_heads,
                                 out_proj=cfg.out_proj, mlp_ratio=cfg.mlp_ratio if cfg.mlp else None,
                                 shared=shared, seed=seed)
