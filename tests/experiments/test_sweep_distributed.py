@@ -15,12 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from rankcollapse.experiments import runner
+
 pytestmark = pytest.mark.slow
 psutil = pytest.importorskip("psutil")
 RAY = Path(sys.executable).with_name("ray")
 CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "reproduce"]
-# 12 pretrained-network units of about a second each on one thread
+# fig3's pretrained-network units (12 and its 2 control units), about a second each on one thread
 SWEEP = ["fig3", "--scale", "smoke", "--windows", "16", "--no-nearby", "--no-progress"]
+N_UNITS = len(runner.plan("fig3", "smoke", 0, overrides={"n_windows": 16})[1])
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
@@ -150,12 +153,12 @@ def test_driver_killed_mid_run_resumes_on_rerun(tmp_path, ray_cluster, serial_ta
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = {p.name for p in (tmp_path / "cache").glob("*.parquet")}
-    assert not (tmp_path / "out" / "COMPLETE").exists() and len(done_before) < 12
+    assert not (tmp_path / "out" / "COMPLETE").exists() and len(done_before) < N_UNITS
     rerun = _run(cmd, tmp_path / "out", tmp_path / "cache")  # the same command; the dead run's lock is taken over
     assert rerun.returncode == 0, rerun.stderr
     timings = json.loads((tmp_path / "out" / "config.json").read_text())["timings"]
     cached = {f"{t['kind']}-{t['hash']}.parquet" for t in timings if t["cached"]}
-    assert done_before <= cached and len(timings) == 12  # nothing finished was lost or recomputed
+    assert done_before <= cached and len(timings) == N_UNITS  # nothing finished was lost or recomputed
     assert _table(tmp_path / "out") == serial_table and (tmp_path / "out" / "COMPLETE").exists()
 
 
