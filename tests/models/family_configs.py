@@ -45,3 +45,13 @@ def build(kind: str, attn_implementation: str | None = None):
 
 def ids(n_windows: int = 2, length: int = 8, seed: int = 1) -> torch.Tensor:
     return torch.randint(2, VOCAB, (n_windows, length), generator=torch.Generator().manual_seed(seed))
+
+
+def word_docs(path, words: list[str], n_words: int, n_docs: int = 8, seed: int = 0):
+    """Write ``n_docs`` lines of ``n_words`` words drawn from ``words`` to ``path`` (a
+    text file with a real vocabulary for the text-file probes); returns ``path``."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    path.write_text("\n".join(" ".join(rng.choice(words, n_words)) for _ in range(n_docs)) + "\n", encoding="utf-8")
+    return path

@@ -8,6 +8,8 @@ import sys
 import numpy as np
 import pytest
 
+from family_configs import word_docs
+
 from rankcollapse import assets
 from rankcollapse.metrics import compute_metrics
 from rankcollapse.models import plot_layers, probe
@@ -19,10 +21,7 @@ WORDS = "the river city was built near old stone bridge where people trade grain
 
 @pytest.fixture(scope="module")
 def text_file(tmp_path_factory):
-    rng = np.random.default_rng(0)
-    path = tmp_path_factory.mktemp("text") / "docs.txt"
-    path.write_text("\n".join(" ".join(rng.choice(WORDS, 40)) for _ in range(8)) + "\n", encoding="utf-8")
-    return path
+    return word_docs(tmp_path_factory.mktemp("text") / "docs.txt", WORDS, 40)
 
 
 @pytest.fixture(scope="module")
