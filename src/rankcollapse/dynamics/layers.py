@@ -40,14 +40,15 @@ def sphere(X: torch.Tensor, *, zero_rows: str = "keep", direct: bool = False) ->
     - ``"raise"``: :class:`~rankcollapse.errors.ConfigError` naming the rows. For the
       theory's maps, whose SA-LN step is undefined there (``AttentionSystem.step``,
       :func:`~rankcollapse.theory.check_sphere_collapse`).
-    - ``"nan"``: it becomes NaN, no host sync (autograd and ``vmap`` safe). For
+    - ``"nan"``: it becomes NaN (differentiable elsewhere). For
       ``AttentionSystem.step(check=False)``, so basin and finder count the start as undefined.
 
     ``direct=True`` divides rows whose norm is a normal float by that norm directly (one
     rounding fewer, what ``AttentionSystem`` has always computed, so its results stay bit
     for bit); other rows take the rescaled form. Both forms agree to round-off.
 
-    Returns ``(X_normalised, n_zero_rows)`` (0-d int64 tensor, no device sync).
+    Returns ``(X_normalised, n_zero_rows)`` (0-d int64 tensor). No device sync, except
+    with ``zero_rows="raise"`` or ``direct=True``.
 
     Raises
     ------
@@ -56,14 +57,17 @@ def sphere(X: torch.Tensor, *, zero_rows: str = "keep", direct: bool = False) ->
     """
     if zero_rows not in ZERO_ROWS:
         raise ConfigError(f"zero_rows must be one of {ZERO_ROWS}, got {zero_rows!r}")
+    if direct:
+        norm = torch.linalg.vector_norm(X, dim=-1, keepdim=True)
+        info = torch.finfo(X.dtype)
+        normal = (norm >= info.tiny) & (norm <= info.max)
+        if bool(normal.all()):  # one sync; the common case: no zero row, the plain division alone
+            return X / norm, X.new_zeros((), dtype=torch.int64)
     peak = X.abs().amax(dim=-1, keepdim=True)
     zero = peak == 0
     Y = X / peak.masked_fill(zero, 1.0)
     out = Y / torch.linalg.vector_norm(Y, dim=-1, keepdim=True).masked_fill(zero, 1.0)
     if direct:
-        norm = torch.linalg.vector_norm(X, dim=-1, keepdim=True)
-        info = torch.finfo(X.dtype)
-        normal = (norm >= info.tiny) & (norm <= info.max)
         out = torch.where(normal, X / norm.masked_fill(~normal, 1.0), out)  # fill: no inf in the unused branch
     if zero_rows == "raise" and bool(zero.any()):
         rows = zero.squeeze(-1).nonzero().tolist()[:5]

@@ -94,7 +94,7 @@ class AttentionSystem:
         A zero row of ``A X W_V`` (every entry exactly 0; the one rule of
         :func:`rankcollapse.dynamics.layers.sphere`) has no direction: with ``check`` it
         raises, without it the row becomes NaN (basin and finder count such starts as
-        undefined; no host sync, so the step can be differentiated and vmapped).
+        undefined; the other rows stay differentiable).
 
         Raises
         ------
