@@ -1,4 +1,15 @@
-"""Self-attention dynamics (spec.md §2): masked attention, blocks, weights, simulator."""
+"""Self-attention dynamics (spec.md §2): masked attention, blocks, weights, simulator.
+
+The one home of the layer update: every layer the package runs is computed here, by
+:func:`.layers.block_forward` (what :func:`simulate` runs) or by its fast path for one head
+without MLP on per-sample weights, :func:`.single_head.single_head_layer` (the phase sweep,
+the Theorem-2 check, :class:`rankcollapse.theory.AttentionSystem`). Zero rows under the
+``sphere`` norm follow one rule, stated in :func:`.layers.sphere`.
+
+Imports: ``masks``, ``metrics``, ``models`` (model families, for pretrained weights),
+``errors`` and the private modules (``_validate``, ``_progress``, ...). It must not import
+``theory``, ``phase``, ``experiments`` or ``cli``: they build on it.
+"""
 
 from typing import TYPE_CHECKING
 

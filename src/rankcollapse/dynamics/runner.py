@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -26,7 +25,7 @@ from ..metrics import METRICS, compute_metrics
 from ..metrics._context import stable_norm
 from .attention import kept
 from .config import BlockConfig, resolve_variant, variant_name
-from .layers import Attention, apply_norm, block_forward
+from .layers import Attention, apply_norm, block_forward, warn_zero_rows
 from .scheduled import ScheduledAttention
 from .flex import FlexBackend
 from .chunks import chunk_threads
@@ -226,9 +225,7 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                          for k, v in _measure_at(measure, Xf, metric_mask, len(weights)).items()}
     finally:
         zero_rows = [int(z) for z in zero_rows]
-        if any(zero_rows):
-            warnings.warn(f"sphere normalisation met zero rows (left at zero) in layers "
-                          f"{[t + 1 for t, z in enumerate(zero_rows) if z]}", RuntimeWarning, stacklevel=3)
+        warn_zero_rows(zero_rows, stacklevel=3)
     return rows, states, zero_rows, final
 
 
