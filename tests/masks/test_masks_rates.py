@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from rankcollapse.errors import ConfigError
-from rankcollapse.masks.rates import (
+from rankcollapse.theory.rates import compare_masks
+from rankcollapse.theory.envelope import (
     collapse_envelope,
-    compare_masks,
     epsilon_lower_bound,
     log10_layers_per_decade,
     log_contraction,
