@@ -1,4 +1,9 @@
-"""Self-attention dynamics (spec.md §2): masked attention, blocks, weights, simulator."""
+"""Self-attention dynamics (spec.md §2): masked attention, blocks, weights, simulator.
+
+Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``dynamics`` may import
+``models`` (the families of pretrained weights), ``metrics``, ``masks``, ``errors`` and
+the private utility modules; never ``theory``, ``phase``, ``experiments`` or ``cli``.
+"""
 
 from typing import TYPE_CHECKING
 
