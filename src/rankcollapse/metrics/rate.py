@@ -61,8 +61,8 @@ def least_squares_rate(values, *, floor, layers=None, shared: bool = False, befo
 
     Parameters
     ----------
-    values : float64 numpy array or torch tensor ``(T,)`` / ``(T, B)``: the metric at
-        each layer, one trajectory per column.
+    values : numpy array or torch tensor ``(T,)`` / ``(T, B)``: the metric at each layer,
+        one trajectory per column; fitted in float64.
     floor : float, or ``(B,)`` of the same library: values ``<= floor`` are left out (the
         floor of the computation's dtype; per column for a relative floor).
     layers : ``(T,)`` abscissae (default ``0 .. T-1``).
@@ -80,13 +80,12 @@ def least_squares_rate(values, *, floor, layers=None, shared: bool = False, befo
     Raises
     ------
     ConfigError
-        ``values`` not 1-D or 2-D with ``T >= 1`` or not float64, ``layers`` not of
+        ``values`` not 1-D or 2-D with ``T >= 1``, ``layers`` not of
         length ``T``, ``shared`` with a tensor.
     """
-    v = values if is_tensor(values) else np.asarray(values)
-    if v.ndim not in (1, 2) or v.shape[0] < 1 or str(v.dtype).split(".")[-1] != "float64":
-        raise ConfigError(f"least_squares_rate needs float64 values of shape (T,) or (T, B), "
-                          f"got {str(v.dtype)} {tuple(v.shape)}")
+    v = values.double() if is_tensor(values) else np.asarray(values, dtype=np.float64)
+    if v.ndim not in (1, 2) or v.shape[0] < 1:
+        raise ConfigError(f"least_squares_rate needs values of shape (T,) or (T, B), got {tuple(v.shape)}")
     v = v.reshape(v.shape[0], -1)
     T, B = v.shape
     t = _arange(v, T) if layers is None else layers
@@ -108,7 +107,7 @@ def least_squares_rate(values, *, floor, layers=None, shared: bool = False, befo
         return RateFit((y - y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc), np.full(B, int(keep.sum())))
     n = above.sum(0)
     slope = _masked_slope(t, v, above)
-    return RateFit(torch_where(n >= 2, slope, math.nan) if is_tensor(v) else np.where(n >= 2, slope, np.nan), n)
+    return RateFit(_torch_where(n >= 2, slope, math.nan) if is_tensor(v) else np.where(n >= 2, slope, np.nan), n)
 
 
 def _arange(v, T: int):
@@ -119,7 +118,7 @@ def _arange(v, T: int):
     return np.arange(T, dtype=np.float64)
 
 
-def torch_where(cond, a, b):
+def _torch_where(cond, a, b):
     import torch
 
     return torch.where(cond, a, torch.full_like(a, b))
