@@ -4,8 +4,9 @@ The pieces :func:`~rankcollapse.theory.bound.check_collapse_bound` (a mask) and
 :func:`~rankcollapse.theory.schedule_bound.check_schedule_bound` (a schedule) share: the
 run (:func:`orthogonal_run`, Haar-orthogonal ``W_V`` so that assumption A2 holds), ε
 measured on it (:func:`measured_epsilon`) and the result (:class:`BoundResult`, built by
-:func:`envelope_result`). Both checks import this module; neither imports the other's
-module (``bound`` dispatches a schedule to ``schedule_bound``, never the reverse).
+:func:`envelope_result`), and the measured rate of a μ trajectory (:func:`fit_rate`).
+Both checks import this module; ``bound`` imports ``schedule_bound`` (to dispatch a
+schedule), never the reverse, so the two form no import cycle.
 """
 
 from __future__ import annotations
