@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+import warnings
 from typing import Callable, Iterable, Mapping
 
 
@@ -33,11 +34,13 @@ class _LazyPackage(types.ModuleType):
         super().__setattr__(name, value)
 
 
-def attach(package: str, exports: Mapping[str, Iterable[str]]) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
+def attach(package: str, exports: Mapping[str, Iterable[str]], moved: Mapping[str, str] | None = None,
+           ) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
     """``(__getattr__, __dir__, __all__)`` for ``package`` exporting ``exports``
     (``{submodule: names}``); call as ``__getattr__, __dir__, __all__ = attach(__name__, {...})``.
     A submodule listed there is also reachable as an attribute (``theory.sphere.INPUTS``)
-    unless an export has its name.
+    unless an export has its name. ``moved`` (``{name: module}``): deprecated names that
+    now live in another package, served by :func:`forward` (not in ``__all__``).
 
     Raises
     ------
@@ -49,7 +52,11 @@ def attach(package: str, exports: Mapping[str, Iterable[str]]) -> tuple[Callable
     module.__class__ = _LazyPackage
     object.__setattr__(module, "_lazy_exports", where)
 
+    old = forward(package, moved or {})
+
     def __getattr__(name: str) -> object:
+        if name in (moved or {}):
+            return old(name, 3)  # the warning points at the caller's line
         if name not in where:
             if name in exports:  # a submodule without an export of its name: the module
                 return importlib.import_module(f"{package}.{name}")
@@ -62,6 +69,29 @@ def attach(package: str, exports: Mapping[str, Iterable[str]]) -> tuple[Callable
         return sorted(set(module.__dict__) | set(where))
 
     return __getattr__, __dir__, sorted(where)
+
+
+def forward(module: str, moved: Mapping[str, str], removal: str = "0.3.0") -> Callable[[str], object]:
+    """``__getattr__`` for a module whose names ``moved`` (``{name: new module}``) were
+    moved out: each access warns (FutureWarning, naming the new home and the removal
+    version) and returns the object from its new home. The new module is named by string
+    and imported only on such an access, so the old module does not depend on the new
+    one (``masks`` forwards a few names to ``theory`` without importing it).
+
+    Raises
+    ------
+    AttributeError
+        From the returned function, for a name not in ``moved``.
+    """
+
+    def __getattr__(name: str, stacklevel: int = 2) -> object:
+        if name not in moved:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(f"{module}.{name} moved to {moved[name]}.{name}; the old name is removed in {removal}",
+                      FutureWarning, stacklevel=stacklevel)
+        return getattr(importlib.import_module(moved[name]), name)
+
+    return __getattr__
 
 
 def is_tensor(x: object) -> bool:

@@ -6,9 +6,9 @@ without MLP on per-sample weights, :func:`.single_head.single_head_layer` (the p
 the Theorem-2 check, :class:`rankcollapse.theory.AttentionSystem`). Zero rows under the
 ``sphere`` norm follow one rule, stated in :func:`.layers.sphere`.
 
-Imports: ``masks``, ``metrics``, ``models`` (model families, for pretrained weights),
-``errors`` and the private modules (``_validate``, ``_progress``, ...). It must not import
-``theory``, ``phase``, ``experiments`` or ``cli``: they build on it.
+Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``dynamics`` may import
+``models`` (the families of pretrained weights), ``metrics``, ``masks``, ``errors`` and
+the private utility modules; never ``theory``, ``phase``, ``experiments`` or ``cli``.
 """
 
 from typing import TYPE_CHECKING

@@ -22,7 +22,7 @@ from .._memory import check_memory
 from ..masks import Mask, parse_mask, resolve_mask
 from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, compute_metrics
-from ..metrics._context import stable_norm
+from ..metrics.core import mu_finite
 from .attention import kept
 from .config import BlockConfig, resolve_variant, variant_name
 from .layers import Attention, apply_norm, block_forward, warn_zero_rows
@@ -154,23 +154,10 @@ def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
         if wide or "mu" not in names or X.dtype not in (torch.float32, torch.float64) or not math.isfinite(peak):
             return compute_metrics(X, names, mask=mask, dtype=torch.float64 if wide else None)
         out = compute_metrics(X, rest, mask=mask) if rest else {}
-        out["mu"] = _mu_finite(X, scratch)
+        out["mu"] = mu_finite(X, out=kept(scratch, "centred", X.shape, X.dtype, X.device))
         return {n: out[n] for n in names}
 
     return names, measure, uses_mask
-
-
-def _mu_finite(X: torch.Tensor, scratch: dict | None = None) -> torch.Tensor:
-    """``mu`` ``(B,)`` of finite tokens ``X`` ``(B, N, d)`` (the layer loop has checked
-    them): :func:`~rankcollapse.metrics.mu` without its input checks and power-of-two
-    rescaling, which only move the exponent (exact), so the value is the same; two
-    passes over X instead of six, which matters at N = 65,536 where μ is recorded
-    after every layer. ``scratch``: a dict holding the centred tokens' buffer across
-    calls (no grad)."""
-    mean = X.mean(dim=-2, keepdim=True)
-    out = kept(scratch, "centred", X.shape, X.dtype, X.device)
-    centred = X - mean if out is None else torch.sub(X, mean, out=out)
-    return stable_norm(centred, (-2, -1))
 
 
 def _measure_at(measure: Callable, X: torch.Tensor, mask, t: int, peak: float | None = None) -> dict:

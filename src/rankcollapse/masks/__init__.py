@@ -5,6 +5,16 @@ One convention everywhere: ``M[i, j] = True`` iff token ``i`` attends to token `
 :func:`parse_mask` (``"causal_sliding_window:w=4"``, ``"causal&sliding_window:w=9"``),
 analyse them with :func:`analyze`, accept any mask form with :func:`resolve_mask`
 / :func:`dense_mask` (:mod:`.adapt`), convert them with :mod:`rankcollapse.masks.convert`.
+
+Layering: ``masks`` is the lowest numerical layer. It may import ``errors`` and the
+private utility modules (``_io``, ``_validate``, ``_lazy``, ``_memory``, ``_display``,
+``_figure``), numpy, scipy and torch; never ``metrics``, ``dynamics``, ``theory``,
+``models``, ``phase``, ``experiments`` or ``cli`` (the ``[tool.importlinter]`` contracts
+in pyproject.toml; tests/test_layering.py). Rates and envelopes of masks are Theorem-1
+quantities and live in :mod:`rankcollapse.theory`; the moved names ``compare_masks``,
+``compare_schedules`` and ``describe_schedule`` still resolve here, with a
+FutureWarning, until 0.3.0 (:func:`rankcollapse._lazy.forward`, which imports
+``theory`` only when such a name is used).
 """
 
 from typing import TYPE_CHECKING
@@ -20,13 +30,11 @@ __getattr__, __dir__, __all__ = attach(__name__, {
     "graph": ("MaskAnalysis", "analyze", "bfs_distances"),
     "mask": ("Mask",),
     "plot": ("draw_mask",),
-    "rates": ("compare_masks",),
     "patterns": ("bigbird", "fixed", "from_file", "longformer", "random", "strided"),
     "rows": ("check_rows_allow_key", "empty_rows"),
     "schedule": ("MaskSchedule", "is_schedule", "parse_schedule"),
-    "schedule_rates": ("compare_schedules", "describe_schedule"),
     "spec": ("MASK_KINDS", "parse_mask", "spec_n_tokens"),
-})
+}, moved={name: "rankcollapse.theory.rates" for name in ("compare_masks", "compare_schedules", "describe_schedule")})
 
 if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .constructors import (
@@ -36,9 +44,7 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .graph import MaskAnalysis, analyze, bfs_distances
     from .mask import Mask
     from .plot import draw_mask
-    from .rates import compare_masks
     from .patterns import bigbird, fixed, from_file, longformer, random, strided
     from .rows import check_rows_allow_key, empty_rows
     from .schedule import MaskSchedule, is_schedule, parse_schedule
-    from .schedule_rates import compare_schedules, describe_schedule
     from .spec import MASK_KINDS, parse_mask, spec_n_tokens

@@ -3,6 +3,10 @@
 See ``docs/models.md``. Public API: :func:`load_model`, :class:`LoadedModel`,
 :class:`Recorder`, :func:`intervene`, :func:`probe`, :func:`embed`,
 :func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`, :func:`plot_layers`.
+
+Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``models`` may import
+``metrics``, ``masks``, ``data``, ``points``, ``assets``, ``errors`` and the private
+utility modules; never ``dynamics``, ``theory``, ``phase``, ``experiments`` or ``cli``.
 """
 
 from typing import TYPE_CHECKING

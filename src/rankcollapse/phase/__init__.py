@@ -5,6 +5,11 @@
 ``predict`` gives the theory's prediction and checks Theorem 1's envelope per layer,
 ``sweep`` runs many cells on the sweep engine's executors with a per-cell cache and
 ``report`` writes the table, heatmaps and report.html.
+
+Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``phase`` may import
+``theory``, ``dynamics``, ``models``, ``metrics``, ``masks`` and everything below them;
+not ``cli``. It is meant not to import ``experiments`` either (its sweep runs on the
+shared sweep engine); contract ``phase-without-experiments`` until that lands.
 """
 
 from typing import TYPE_CHECKING

@@ -5,7 +5,7 @@
   package's own stability check (:func:`constructed_stability`), not the existence of
   equilibria alone.
 - :func:`envelope_points`: μ(X(t)) against Theorem 1's envelope at every layer of every
-  trajectory (docs/theory.md §1), through :func:`rankcollapse.masks.rates.collapse_envelope`;
+  trajectory (docs/theory.md §1), through :func:`rankcollapse.theory.envelope.collapse_envelope`;
   :func:`envelope_applies` says for which cells, and the cell columns come from it
   (shared by the batched sweep and :func:`.cell.run_cell`).
 """
@@ -76,7 +76,7 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_min: float,
       unstable directions, so random starts reach them with probability 0) and a stable
       consensus → ``rank_collapse``; otherwise no prediction.
     """
-    from ..masks.rates import log_contraction
+    from ..theory.envelope import log_contraction
 
     no_skip = not cell["skip"] and cell["placement"] == "post"
     regime, source, rate = "", "", float("nan")
@@ -107,7 +107,7 @@ def envelope_points(mu: np.ndarray, X0: torch.Tensor, epsilon: np.ndarray, radiu
     ``E_b(t) = C_b (1 - ε_b^r)^{t/r}`` with ``C_b = (√N / 2) ‖osc(X_b(0))‖₂ / (1 - ε_b^r)``
     (docs/theory.md §1; ``osc`` = per-column max minus min), ``ε_b`` the smallest allowed
     attention entry of trajectory ``b`` over all layers and ``r`` the mask radius; the decay
-    is :func:`rankcollapse.masks.rates.collapse_envelope`. ``ε_b = 0`` (an entry that
+    is :func:`rankcollapse.theory.envelope.collapse_envelope`. ``ε_b = 0`` (an entry that
     underflowed) gives the constant envelope ``C_b``, which the proof still yields.
 
     Parameters
@@ -122,7 +122,7 @@ def envelope_points(mu: np.ndarray, X0: torch.Tensor, epsilon: np.ndarray, radiu
     dict of ``(B,)`` arrays: ``violations`` (layers with μ above ``E (1 + 1e-9)``) and
     ``log10_margin`` (max over layers ``t >= 1`` of log10(μ(t) / E(t)); -inf when μ is 0).
     """
-    from ..masks.rates import collapse_envelope
+    from ..theory.envelope import collapse_envelope
 
     T1, B = mu.shape
     N = X0.shape[1]
