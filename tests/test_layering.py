@@ -31,8 +31,6 @@ def test_phase_does_not_import_experiments():
     assert lint("phase-without-experiments") == 0
 
 
-@pytest.mark.xfail(strict=True, reason="phase.batched <-> phase.cell until the batched path moves into dynamics "
-                   "(issue 28); then remove this mark")
 def test_no_import_cycle():
     assert lint("acyclic") == 0
 
