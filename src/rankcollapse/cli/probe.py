@@ -31,7 +31,8 @@ def probe_command(
                                               "table and one figure)"),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="comma-separated metrics: those of "
                                           "rankcollapse metrics, attention_entropy (of each block's attention), "
-                                          "or all (the token metrics); default mu,mu_relative,rank_fraction,"
+                                          "sink_mass, sink_head_fraction, sink_value_ratio (attention sinks, per block "
+                                          "and head), or all (the token metrics); default mu,mu_relative,rank_fraction,"
                                           "sigma_min,avg_abs_cos"),
     corpus: str = typer.Option("wiki", "--corpus", help="wiki: the shipped Wikipedia extracts"),
     text_file: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 file, one document per line (or .jsonl)"),
@@ -138,6 +139,7 @@ def _model_names(model: Optional[List[str]], positional: Optional[str]) -> list[
 def _metric_names(text: Optional[str]) -> tuple[str, ...] | None:
     """``--metrics`` as registry names (None: the probe's default), checked before any load."""
     from ..metrics import ATTENTION_METRICS, METRICS
+    from ..models.sinks import SINK_METRICS
 
     if text is None:
         return None
@@ -145,9 +147,9 @@ def _metric_names(text: Optional[str]) -> tuple[str, ...] | None:
     if names == ("all",):
         return tuple(METRICS)
     for name in names:
-        if name not in METRICS and name not in ATTENTION_METRICS:
+        if name not in METRICS and name not in ATTENTION_METRICS and name not in SINK_METRICS:
             raise ConfigError(f"unknown metric {name!r} in --metrics; choose from "
-                              f"{', '.join((*METRICS, *ATTENTION_METRICS))} or all")
+                              f"{', '.join((*METRICS, *ATTENTION_METRICS, *SINK_METRICS))} or all")
     if not names:
         raise ConfigError("--metrics is empty; give metric names or all")
     return names

@@ -26,6 +26,7 @@ from . import families
 from .interventions import intervene, split_drop
 from .loading import as_loaded
 from .recorder import Recorder
+from .sinks import SINK_METRICS, ValueRecorder, sink_values
 from .temperature import d_qk_scale_for
 
 TABLE_COLUMNS = ("layer", "point", "metric", "mean", "std", "q05", "q50", "q95", "n_samples")
@@ -259,7 +260,8 @@ def probe(
     check_token_ids(loaded, windows)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     attn_names = tuple(n for n in names if n == "attention_entropy")
-    names = tuple(n for n in names if n != "attention_entropy")
+    sink_names = tuple(n for n in names if n in SINK_METRICS)
+    names = tuple(n for n in names if n != "attention_entropy" and n not in SINK_METRICS)
     stack_list = families.stacks(loaded.model, loaded.family)
     point_list = (default_points(loaded, points) if isinstance(points, str) else list(points)) if names else []
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attn_names else []
@@ -267,10 +269,11 @@ def probe(
     with steps(-(-windows.n_windows // batch_size), "probe: batches", progress) as bar:
         for start in range(0, windows.n_windows, batch_size):
             _probe_batch(loaded, windows, start, batch_size, mask, d_qk_scale, drop, point_list, names,
-                         exclude_special, values, bool(attn_names))
+                         exclude_special, values, bool(attn_names), sink_names)
             bar.advance()
-    df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points], stack_list,
-                    per_window)
+    sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
+    df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
+                    stack_list, per_window)
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
@@ -282,25 +285,35 @@ def probe(
 
 def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mask: Any, d_qk_scale: float,
                  drop: Any, point_list: list[str], names: Sequence[str], exclude_special: bool,
-                 values: dict[tuple[str, str], list[torch.Tensor]], entropy: bool = False) -> None:
+                 values: dict[tuple[str, str], list[torch.Tensor]], entropy: bool = False,
+                 sinks: Sequence[str] = ()) -> None:
     """One forward pass over windows ``start : start + batch_size``; appends each point's
     metrics ``(batch,)`` to ``values[(point, metric)]`` (with ``entropy``, also every
-    block's ``attention_entropy``)."""
+    block's ``attention_entropy``; with ``sinks``, those of :mod:`~rankcollapse.models.sinks`)."""
     ids = windows.input_ids[start : start + batch_size]
     am = windows.attention_mask[start : start + batch_size]
     inputs = model_inputs(loaded, ids, am)
     real = am.bool()
     if exclude_special:
         real = real & ~windows.special_tokens_mask[start : start + batch_size]
+    stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
     with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am):
-        with Recorder(loaded, point_list, attentions=entropy) as rec:
+        with Recorder(loaded, point_list, attentions=entropy or bool(sinks)) as rec, \
+                ValueRecorder(stack_list if "sink_value_ratio" in sinks else []) as vrec:
             loaded.model(**inputs)
     for name, X in rec.outputs.items():
         pad = decoder_padding(real) if name.startswith("decoder.") else real
         result = compute_metrics(X, list(names), padding_mask=pad.to(X.device), dtype=torch.float64)
         for metric, v in result.items():
             values.setdefault((name, metric), []).append(v.detach().cpu().double())
-    for name, A in rec.attention_maps.items():
+    if sinks:
+        def padding_of(point: str) -> torch.Tensor:  # keys and queries: every real token
+            return decoder_padding(am.bool()) if point.startswith("decoder.") else am.bool()
+
+        found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config, padding_of, tuple(sinks))
+        for key, v in found.items():
+            values.setdefault(key, []).append(v.detach().cpu().double())
+    for name, A in (rec.attention_maps.items() if entropy else ()):
         decoder = name.startswith("decoder.")
         pad = decoder_padding(am.bool()) if decoder else am.bool()  # keys: every real token
         allowed = attention_allowed(loaded, mask, name, windows.length)
