@@ -44,7 +44,9 @@ def probe_command(
     d_qk_scale: Optional[float] = typer.Option(None, "--d-qk-scale", hidden=True,
                                                help="deprecated: logits divided by sqrt(X); use --d-qk"),
     drop: str = typer.Option("", "--drop", help="components to remove: skip,mlp,norm[,final_norm]; 'mlp:0-3' for blocks"),
-    points: str = typer.Option("hidden_states", "--points", help="hidden_states or all"),
+    points: str = typer.Option("hidden_states", "--points", help="hidden_states or all, plus any "
+                                "module:PATH items (the output of a named_modules() path, e.g. "
+                                "hidden_states,module:model.layers.3.self_attn)"),
     gguf_file: Optional[str] = typer.Option(None, "--gguf-file", help="GGUF weights file inside the --model folder"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer folder or hub name (or minilm, "
                                             "smollm2) when the --model folder has none"),

@@ -25,7 +25,7 @@ from ..metrics.attention import attention_entropy
 from . import families
 from .interventions import intervene, split_drop
 from .loading import as_loaded
-from .recorder import Recorder
+from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
 from .sinks import SINK_METRICS, ValueRecorder, sink_values
 from .temperature import d_qk_scale_for
 
@@ -230,7 +230,10 @@ def probe(
         ``mu, mu_relative, rank_fraction, sigma_min, avg_abs_cos``.
     batch_size : windows per forward pass.
     points : ``"hidden_states"`` (default), ``"all"`` (also block inputs, norms and
-        sublayer outputs) or an explicit list of point names.
+        sublayer outputs), an explicit list of point names, or a comma-separated string
+        adding ``module:PATH`` items to either (``"hidden_states,module:model.layers.3.self_attn"``):
+        the output (element 0 of a tuple) of any ``named_modules()`` path, at the layer of
+        the block that holds it (:func:`~rankcollapse.models.recorder.module_depth`).
     exclude_special : also leave out special tokens ([CLS], [SEP], BOS) from metrics.
         Padding is always left out.
     progress : a progress bar over batches on stderr; None = only on a terminal.
@@ -263,7 +266,7 @@ def probe(
     sink_names = tuple(n for n in names if n in SINK_METRICS)
     names = tuple(n for n in names if n != "attention_entropy" and n not in SINK_METRICS)
     stack_list = families.stacks(loaded.model, loaded.family)
-    point_list = (default_points(loaded, points) if isinstance(points, str) else list(points)) if names else []
+    point_list = _point_list(loaded, points) if names else []
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attn_names else []
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
     with steps(-(-windows.n_windows // batch_size), "probe: batches", progress) as bar:
@@ -273,7 +276,7 @@ def probe(
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
     df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
-                    stack_list, per_window)
+                    stack_list, per_window, _module_depths(loaded, point_list, stack_list))
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
@@ -301,8 +304,14 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
         with Recorder(loaded, point_list, attentions=entropy or bool(sinks)) as rec, \
                 ValueRecorder(stack_list if "sink_value_ratio" in sinks else []) as vrec:
             loaded.model(**inputs)
+    silent = [p for p in point_list if p.startswith(MODULE_PREFIX) and p not in rec.outputs]
+    if silent:
+        raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
+                         "ModuleList, or an unused branch); record a module that runs")
     for name, X in rec.outputs.items():
         pad = decoder_padding(real) if name.startswith("decoder.") else real
+        if name.startswith(MODULE_PREFIX):
+            X = _module_tokens(name, X, tuple(ids.shape))
         result = compute_metrics(X, list(names), padding_mask=pad.to(X.device), dtype=torch.float64)
         for metric, v in result.items():
             values.setdefault((name, metric), []).append(v.detach().cpu().double())
@@ -319,6 +328,22 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
         allowed = attention_allowed(loaded, mask, name, windows.length)
         v = attention_entropy(A, allowed, padding_mask=pad.to(A.device))
         values.setdefault((name, "attention_entropy"), []).append(v.detach().cpu().double())
+
+
+def _module_tokens(name: str, X: Any, shape: tuple[int, int]) -> torch.Tensor:
+    """A ``module:PATH`` output as tokens ``(B, N, width)``.
+
+    Raises
+    ------
+    ModelError
+        The output is not a tensor of shape ``(B, N, width)`` for the batch's ``(B, N)``
+        (e.g. a ModuleList, a head's logits are fine, an attention map is not).
+    """
+    if not isinstance(X, torch.Tensor) or X.ndim != 3 or tuple(X.shape[:2]) != shape:
+        got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+        raise ModelError(f"{name}: the module's output {got} is not tokens (B, N, width) for B, N = {shape}; "
+                         "record a module whose output (or element 0 of it) holds one vector per token")
+    return X
 
 
 def attention_allowed(loaded: Any, mask: Any, point: str, n: int) -> torch.Tensor:
@@ -390,11 +415,34 @@ def _stack_of(name: str, stack_list: list[families.Stack]) -> families.Stack:
     return stack_list[0]
 
 
+def _point_list(loaded: Any, points: Sequence[str] | str) -> list[str]:
+    """Point names of ``points``: ``"hidden_states"``/``"all"``, a list, or a comma-separated
+    string whose ``module:PATH`` items are recorded beside the ``hidden_states`` points
+    (beside all points with ``all`` among the items)."""
+    if not isinstance(points, str):
+        return list(points)
+    items = [p.strip() for p in points.split(",") if p.strip()]
+    modules = [p for p in items if p.startswith(MODULE_PREFIX)]
+    rest = [p for p in items if not p.startswith(MODULE_PREFIX)]
+    if len(rest) > 1 or (rest and rest[0] not in ("hidden_states", "all")):
+        raise ModelError(f"--points {points!r}: give hidden_states or all, plus any module:PATH items")
+    return default_points(loaded, rest[0] if rest else "hidden_states") + modules
+
+
+def _module_depths(loaded: Any, point_list: list[str], stack_list: list) -> dict[str, int]:
+    """Layer index of each ``module:PATH`` point (:func:`~rankcollapse.models.recorder.module_depth`)."""
+    return {p: module_depth(stack_list, module_tap(loaded.model, p).module, p[len(MODULE_PREFIX):])
+            for p in point_list if p.startswith(MODULE_PREFIX)}
+
+
 def _summarise(values: dict, point_metrics: list[tuple[str, Sequence[str]]], stack_list: list,
-               per_window: bool = False) -> pd.DataFrame:
-    """``point_metrics``: ``(point, metric names)`` in table order."""
+               per_window: bool = False, depths: dict[str, int] | None = None) -> pd.DataFrame:
+    """``point_metrics``: ``(point, metric names)`` in table order; ``depths`` gives the
+    layer of points :func:`families.depth_of` cannot place (``module:PATH``)."""
+    depths = depths or {}
     keyed = {
-        (families.depth_of(name, _stack_of(name, stack_list)), name, metric): values[(name, metric)]
+        (depths[name] if name in depths else families.depth_of(name, _stack_of(name, stack_list)), name, metric):
+            values[(name, metric)]
         for name, names in point_metrics
         for metric in names
     }
