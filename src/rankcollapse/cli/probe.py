@@ -53,7 +53,10 @@ def probe_command(
     windows_file: Optional[Path] = typer.Option(None, "--windows-file", help="token ids instead of text: a windows.npz "
                                                 "as --out writes (input_ids, attention_mask, special_tokens_mask)"),
     batch_size: int = typer.Option(8, "--batch-size"),
-    seed: int = typer.Option(0, "--seed", help="seeds the document order"),
+    seed: int = typer.Option(0, "--seed", help="seeds the document order (and the --control weights)"),
+    control: Optional[str] = typer.Option(None, "--control", help="random-init: also run each model's architecture "
+                                          "freshly initialised (seeded with --seed) on the same windows, side by "
+                                          "side (rows tagged model)"),
     device: str = typer.Option("cpu", "--device", help="torch device for the model and metrics, e.g. cpu or cuda:0"),
     attentions: bool = typer.Option(False, "--attentions", help="also write attention probabilities to OUT/attentions.npz"),
     fmt: str = typer.Option("table", "--format", help="stdout: table, json (one object), csv or markdown"),
@@ -74,6 +77,13 @@ def probe_command(
                           f"(got {windows}, {batch_size}, {length})")
     _check_interventions(mask, *((d_qk_scale, "--d-qk-scale") if d_qk is None else (d_qk, "--d-qk")), drop, length)
     dev = check_device(device, "--device")
+    if control is not None:
+        from ..models.controls import CONTROLS
+
+        if control not in CONTROLS:
+            raise ConfigError(f"unknown --control {control!r}; choose from {', '.join(CONTROLS)}")
+    if control is not None and attentions:
+        raise ConfigError("--attentions writes one model's maps: give it without --control")
     if attentions and out is None:
         raise ConfigError("--attentions writes OUT/attentions.npz: give --out too")
     if len(names) > 1 and (attentions or gguf_file is not None):
@@ -99,6 +109,12 @@ def probe_command(
         table = models.probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
                              batch_size=batch_size, points=points, metrics=metric_names)
         runs.append((loaded, wins, table))
+        if control is not None:  # same windows, same options, fresh weights
+            from ..models.controls import random_init
+
+            fresh = random_init(loaded, seed=seed)
+            runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
+                                                   batch_size=batch_size, points=points, metrics=metric_names)))
     if len(runs) > 1:
         _several_models(runs, out, fmt)
         return
