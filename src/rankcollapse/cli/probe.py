@@ -44,6 +44,9 @@ def probe_command(
     d_qk_scale: Optional[float] = typer.Option(None, "--d-qk-scale", hidden=True,
                                                help="deprecated: logits divided by sqrt(X); use --d-qk"),
     drop: str = typer.Option("", "--drop", help="components to remove: skip,mlp,norm[,final_norm]; 'mlp:0-3' for blocks"),
+    clip_massive: bool = typer.Option(False, "--clip-massive", help="scale each window's massive token (max/median "
+                                      "token norm >= 10) to the median norm at the block where it appears; "
+                                      "composes with --mask and --drop"),
     points: str = typer.Option("hidden_states", "--points", help="hidden_states or all, plus any "
                                 "module:PATH items (the output of a named_modules() path, e.g. "
                                 "hidden_states,module:model.layers.3.self_attn)"),
@@ -107,14 +110,15 @@ def probe_command(
         for note in loaded.notes:
             typer.echo(f"note: {note}", err=True)
         table = models.probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
-                             batch_size=batch_size, points=points, metrics=metric_names)
+                             batch_size=batch_size, points=points, metrics=metric_names, clip_massive=clip_massive)
         runs.append((loaded, wins, table))
         if control is not None:  # same windows, same options, fresh weights
             from ..models.controls import random_init
 
             fresh = random_init(loaded, seed=seed)
             runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
-                                                   batch_size=batch_size, points=points, metrics=metric_names)))
+                                                   batch_size=batch_size, points=points, metrics=metric_names,
+                                                   clip_massive=clip_massive)))
     if len(runs) > 1:
         _several_models(runs, out, fmt)
         return
@@ -274,7 +278,8 @@ def to_json(table: Any) -> dict[str, Any]:
         "model": attrs.get("model"), "family": attrs.get("family"), "n_windows": attrs.get("n_windows"),
         "length": attrs.get("length"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
         "d_qk": attrs.get("d_qk"),
-        "drop": attrs.get("drop"), "notes": attrs.get("notes"), "layers": layers,
+        "drop": attrs.get("drop"), **({"clip_massive": True} if attrs.get("clip_massive") else {}),
+        "notes": attrs.get("notes"), "layers": layers,
     }
 
 

@@ -205,6 +205,7 @@ def probe(
     exclude_special: bool = False,
     progress: bool | None = None,
     per_window: bool = False,
+    clip_massive: bool = False,
 ) -> pd.DataFrame:
     """Metrics per layer and recorded point, summarised over windows.
 
@@ -237,6 +238,8 @@ def probe(
     exclude_special : also leave out special tokens ([CLS], [SEP], BOS) from metrics.
         Padding is always left out.
     progress : a progress bar over batches on stderr; None = only on a terminal.
+    clip_massive : scale each window's massive token to the median norm at the block
+        where it appears (:mod:`rankcollapse.models.massive`), with any other intervention.
     per_window : also return each row's per-window values (column ``values``: a float64
         array ``(B,)`` in window order, non-finite values kept), from the same batched
         forward passes, so intervals over windows need no second run.
@@ -272,7 +275,7 @@ def probe(
     with steps(-(-windows.n_windows // batch_size), "probe: batches", progress) as bar:
         for start in range(0, windows.n_windows, batch_size):
             _probe_batch(loaded, windows, start, batch_size, mask, d_qk_scale, drop, point_list, names,
-                         exclude_special, values, bool(attn_names), sink_names)
+                         exclude_special, values, bool(attn_names), sink_names, clip_massive)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
     df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
@@ -282,6 +285,7 @@ def probe(
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
         d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
         drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, length=windows.length,
+        **({"clip_massive": True} if clip_massive else {}),
     )
     return df
 
@@ -289,7 +293,7 @@ def probe(
 def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mask: Any, d_qk_scale: float,
                  drop: Any, point_list: list[str], names: Sequence[str], exclude_special: bool,
                  values: dict[tuple[str, str], list[torch.Tensor]], entropy: bool = False,
-                 sinks: Sequence[str] = ()) -> None:
+                 sinks: Sequence[str] = (), clip_massive: bool = False) -> None:
     """One forward pass over windows ``start : start + batch_size``; appends each point's
     metrics ``(batch,)`` to ``values[(point, metric)]`` (with ``entropy``, also every
     block's ``attention_entropy``; with ``sinks``, those of :mod:`~rankcollapse.models.sinks`)."""
@@ -300,7 +304,7 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
     if exclude_special:
         real = real & ~windows.special_tokens_mask[start : start + batch_size]
     stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
-    with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am):
+    with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am, clip_massive=clip_massive):
         with Recorder(loaded, point_list, attentions=entropy or bool(sinks)) as rec, \
                 ValueRecorder(stack_list if "sink_value_ratio" in sinks else []) as vrec:
             loaded.model(**inputs)
