@@ -35,7 +35,7 @@ SINK_METRICS = ("sink_mass", "sink_head_fraction", "sink_value_ratio")
 #: A head is a sink head when the first token receives at least half of its attention
 #: (mean over queries): then the first token outweighs all other keys together, which no
 #: content-based pattern does on every query; uniform causal attention over N = 128
-#: tokens gives the first token (1/127) sum_{i=2..128} 1/i ~ 0.03.
+#: tokens gives the first token (1/127) sum_{i=2..128} 1/i = 0.035.
 SINK_THRESHOLD = 0.5
 
 _VALUE_ATTRS = ("v_proj", "value", "v")  # Llama, BERT/ALBERT, T5
