@@ -21,6 +21,10 @@ __getattr__, __dir__, __all__ = attach(__name__, {
         "avg_abs_cos", "avg_cos", "composite_norm", "cos_to_mean", "dong_residual",
         "dong_residual_relative", "max_token_share", "mu", "mu_relative",
     ),
+    "geometry": (
+        "alpha_req", "matrix_entropy", "max_norm_position", "max_norm_ratio", "max_token_sigma_share",
+        "top_singular_share",
+    ),
     "graph": ("dirichlet_energy", "mean_average_distance"),
     "isoscore": ("isoscore",),
     "registry": ("ATTENTION_METRICS", "DEFAULT_METRICS", "METRICS", "MetricSpec", "compute_metrics"),
@@ -37,6 +41,9 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .core import (
         avg_abs_cos, avg_cos, composite_norm, cos_to_mean, dong_residual, dong_residual_relative,
         max_token_share, mu, mu_relative,
+    )
+    from .geometry import (
+        alpha_req, matrix_entropy, max_norm_position, max_norm_ratio, max_token_sigma_share, top_singular_share,
     )
     from .graph import dirichlet_energy, mean_average_distance
     from .isoscore import isoscore

@@ -10,7 +10,7 @@ import torch
 from .._memory import check_memory
 from .._validate import check_float
 from ..errors import MetricError
-from . import _context, core, graph, spectral
+from . import _context, core, geometry, graph, spectral
 from .attention import attention_entropy
 from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
@@ -57,6 +57,14 @@ _SPECS = (
     MetricSpec("dirichlet_energy", graph._dirichlet_energy, "(1/N) sum_{M[i,j]} ||x_i - x_j||^2", 0.0, True),
     MetricSpec("mean_average_distance", graph._mean_average_distance, "mean_i mean_{j: M[i,j]} (1 - cos)", 0.0, True),
     MetricSpec("isoscore", _isoscore, "IsoScore (Rudman et al. 2022), 1 = isotropic", 0.0),
+    MetricSpec("max_norm_ratio", geometry._max_norm_ratio, "max_i ||x_i|| / median_i ||x_i||, massive-token ratio", 1.0),
+    MetricSpec("max_norm_position", geometry._max_norm_position, "argmax_i ||x_i|| among real tokens (0 = first)"),
+    MetricSpec("top_singular_share", geometry._top_singular_share, "sigma_1^2 / ||X||_F^2", 1.0),
+    MetricSpec("max_token_sigma_share", geometry._max_token_sigma_share,
+               "max_i ||x_i||^2 / sigma_1^2 (<= 1), share of sigma_1^2 the largest token explains"),
+    MetricSpec("matrix_entropy", geometry._matrix_entropy, "-sum p_i ln p_i, p_i = sigma_i^2 / sum sigma^2 (nats)", 0.0),
+    MetricSpec("alpha_req", geometry._alpha_req,
+               "alpha-ReQ (Agrawal et al. 2022): -slope of OLS ln sigma_i^2 on ln i, i = 1..numerical rank"),
 )
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
