@@ -212,7 +212,7 @@ def check_collapse_bound(
     terms = require_theorem1(m)
     N, r = m.n_tokens, int(terms.radius)
     X0, sim = orthogonal_run(X0, m, N, d, n_samples=n_samples, depth=depth, d_qk=d_qk, qk_scale=qk_scale, seed=seed)
-    eps = measured_epsilon(sim.attention, [m.dense()] * depth)
+    eps = measured_epsilon(sim.attention, [m.to_dense()] * depth)
     cfg = {"n": N, "d": X0.shape[2], "depth": depth, "n_samples": X0.shape[0], "seed": seed, "d_qk": d_qk,
            "qk_scale": qk_scale, "value": "orthogonal", "query_key": sim.config["query_key"]}
     return envelope_result(m.spec, r, r, exponent, X0, sim.metrics["mu"], eps, cfg)
