@@ -55,6 +55,12 @@ def resolve_mask(source: Any, n: int | None = None) -> Mask:
         integers), a sparse or meta tensor, a shape other than ``(n, n)``, or a row
         with no allowed key.
 
+    See Also
+    --------
+    parse_mask : the spec strings.
+    Mask.from_dense, Mask.from_csr : the matrix forms.
+    dense_mask : a bool tensor instead of a Mask (batches, graphs without in-edges).
+
     Examples
     --------
     >>> import numpy as np

@@ -294,6 +294,23 @@ def compute_metrics(
     MemoryLimitError
         The intermediates of the path taken (:func:`metrics_bytes`) would exceed
         ``max_memory``.
+
+    See Also
+    --------
+    report_metrics : the same metrics, undefined ones reported as None with a reason.
+    register_metric : add a metric by name.
+    rankcollapse.dynamics.simulate : computes these metrics after every layer.
+
+    Examples
+    --------
+    >>> import torch
+    >>> X = torch.tensor([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]], dtype=torch.float64)
+    >>> out = compute_metrics(X, ["mu", "rank_fraction"])  # three equal tokens: collapsed
+    >>> float(out["mu"]), float(out["rank_fraction"])
+    (0.0, 0.5)
+    >>> I = torch.eye(3, dtype=torch.float64)  # mu(I) = ||I - 11^T/3||_F = sqrt(2)
+    >>> round(float(compute_metrics(I, ["mu"])["mu"]) ** 2, 12)
+    2.0
     """
     if names is None:
         names = DEFAULT_METRICS

@@ -197,6 +197,20 @@ def check_collapse_bound(
         that is not QSC or lacks self-loops, ``X0`` of the wrong shape.
     MaskError
         A spec without ``n``, or an invalid mask.
+
+    See Also
+    --------
+    rankcollapse.theory.envelope_rate : the envelope's rate before any run.
+    rankcollapse.theory.theorem1_terms : the mask's radius and connectivity terms.
+    rankcollapse.dynamics.simulate : the trajectory itself.
+
+    Examples
+    --------
+    >>> r = check_collapse_bound("causal_sliding_window:w=2", n=6, d=4, depth=12, n_samples=2)
+    >>> r.radius, r.mu.shape  # radius of the window graph; (depth + 1, n_samples)
+    (5, torch.Size([13, 2]))
+    >>> r.holds, r.measured_rate < 1  # measured mu below the envelope; it decays
+    (True, True)
     """
     if is_schedule(mask):  # per-layer masks: the envelope of the composed graph (docs/theory.md §7)
         from .schedule_bound import check_schedule_bound
