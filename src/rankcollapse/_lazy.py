@@ -2,10 +2,12 @@
 
 ``import rankcollapse.models`` must not pull in pandas, scipy or the model code until a
 name is used (the command line starts in well under a second), yet each package's
-``__init__`` should show what it exports and from where. A package calls
-:func:`attach` with ``{submodule: (names...)}``; the names are imported on first
-access and cached, and the same imports are written under ``TYPE_CHECKING`` for
-readers and static tools.
+``__init__`` should show what it exports and from where. A package writes its exports
+once, as ordinary imports under ``if TYPE_CHECKING:`` (read by people and static tools,
+never run), and calls :func:`attach_imports`, which reads that block from the source
+(as ``lazy_loader.attach_stub`` reads a ``.pyi`` stub) and hands the
+``{submodule: (names...)}`` map to :func:`attach`: the names are imported on first
+access and cached.
 
 One subtlety: an export may share its name with its submodule (``models.probe`` the
 function lives in ``models/probe.py``). Python binds a submodule to its parent's
@@ -15,10 +17,12 @@ module class below binds the export instead.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
 import types
 import warnings
+from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 
@@ -92,6 +96,38 @@ def forward(module: str, moved: Mapping[str, str], removal: str = "0.3.0") -> Ca
         return getattr(importlib.import_module(moved[name]), name)
 
     return __getattr__
+
+
+def exports_of(init_file: str | Path) -> dict[str, tuple[str, ...]]:
+    """``{submodule: names}`` of the ``from .submodule import a, b`` statements under the
+    top-level ``if TYPE_CHECKING:`` of the package file ``init_file``.
+
+    Raises
+    ------
+    ImportError
+        The block is missing, or holds anything but relative ``from .x import a, b``
+        imports without ``as`` (the export list must read as what it exports).
+    """
+    tree = ast.parse(Path(init_file).read_text(encoding="utf-8"))
+    blocks = [node for node in tree.body if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+              and node.test.id == "TYPE_CHECKING"]
+    if len(blocks) != 1:
+        raise ImportError(f"{init_file}: one top-level 'if TYPE_CHECKING:' block of exports expected")
+    exports: dict[str, tuple[str, ...]] = {}
+    for stmt in blocks[0].body:
+        if not (isinstance(stmt, ast.ImportFrom) and stmt.level == 1 and stmt.module
+                and all(a.asname is None and a.name != "*" for a in stmt.names)):
+            raise ImportError(f"{init_file}:{stmt.lineno}: only 'from .submodule import name, ...' may list exports")
+        exports[stmt.module] = exports.get(stmt.module, ()) + tuple(a.name for a in stmt.names)
+    return exports
+
+
+def attach_imports(package: str, init_file: str, moved: Mapping[str, str] | None = None,
+                   ) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
+    """:func:`attach` with the exports written once under ``if TYPE_CHECKING:`` in
+    ``init_file`` (:func:`exports_of`) and the deprecated ``moved`` names; call as
+    ``__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)``."""
+    return attach(package, exports_of(init_file), moved)
 
 
 def is_tensor(x: object) -> bool:

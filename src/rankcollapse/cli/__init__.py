@@ -19,7 +19,7 @@ import sys
 from typing import Sequence
 
 import typer
-from typer import _click as click  # typer vendors click
+from ._click import ClickException, NoArgsIsHelpError
 
 from ._boundary import PREFIX, CliError, Group, describe
 
@@ -78,8 +78,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         exc.show()
         return exc.exit_code
-    except click.ClickException as exc:  # usage errors (typer vendors click)
-        if type(exc).__name__ == "NoArgsIsHelpError":
+    except ClickException as exc:  # usage errors
+        if isinstance(exc, NoArgsIsHelpError):
             exc.show()
             return 2
         where = getattr(getattr(exc, "ctx", None), "command_path", "rankcollapse")

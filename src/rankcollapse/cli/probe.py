@@ -232,8 +232,7 @@ def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[st
 
 def _explicit_options() -> set[str]:
     """Parameter names the user gave on the command line (empty outside a CLI call)."""
-    from typer._click.core import ParameterSource  # typer vendors click
-    from typer._click.globals import get_current_context
+    from ._click import ParameterSource, get_current_context
 
     ctx = get_current_context(silent=True)
     if ctx is None:

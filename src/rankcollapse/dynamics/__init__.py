@@ -13,19 +13,15 @@ the private utility modules; never ``theory``, ``phase``, ``experiments`` or ``c
 
 from typing import TYPE_CHECKING
 
-from .._lazy import attach
+from .._lazy import attach_imports
 
-__getattr__, __dir__, __all__ = attach(__name__, {
-    "config": ("VARIANTS", "BlockConfig", "resolve_variant"),
-    "inputs": ("gaussian_tokens", "hemisphere_tokens", "sphere_tokens"),
-    "pretrained": ("extract_attention_weights",),
-    "runner": ("SimResult", "simulate"),
-    "weights": ("LayerWeights",),
-})
-
-if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
+# The exports, written once: imported lazily on first use (attach_imports reads this
+# block), eagerly by readers and static tools.
+if TYPE_CHECKING:
     from .config import VARIANTS, BlockConfig, resolve_variant
     from .inputs import gaussian_tokens, hemisphere_tokens, sphere_tokens
     from .pretrained import extract_attention_weights
     from .runner import SimResult, simulate
     from .weights import LayerWeights
+
+__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

@@ -19,32 +19,22 @@ FutureWarning, until 0.3.0 (:func:`rankcollapse._lazy.forward`, which imports
 
 from typing import TYPE_CHECKING
 
-from .._lazy import attach
+from .._lazy import attach_imports
 
-__getattr__, __dir__, __all__ = attach(__name__, {
-    "constructors": (
-        "block", "causal", "causal_sliding_window", "complete", "dilated", "documents", "prefix",
-        "sliding_window",
-    ),
-    "adapt": ("MaskInput", "dense_mask", "resolve_mask"),
-    "graph": ("MaskAnalysis", "analyze", "bfs_distances"),
-    "mask": ("Mask",),
-    "plot": ("draw_mask",),
-    "patterns": ("bigbird", "fixed", "from_file", "longformer", "random", "strided"),
-    "rows": ("check_rows_allow_key", "empty_rows"),
-    "schedule": ("MaskSchedule", "is_schedule", "parse_schedule"),
-    "spec": ("MASK_KINDS", "parse_mask", "spec_n_tokens"),
-}, moved={name: "rankcollapse.theory.rates" for name in ("compare_masks", "compare_schedules", "describe_schedule")})
-
-if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
+# The exports, written once: imported lazily on first use (attach_imports reads this
+# block), eagerly by readers and static tools.
+if TYPE_CHECKING:
     from .constructors import (
         block, causal, causal_sliding_window, complete, dilated, documents, prefix, sliding_window,
     )
-    from .adapt import MaskInput, dense_mask, resolve_mask
+    from .adapt import dense_mask, resolve_mask
     from .graph import MaskAnalysis, analyze, bfs_distances
     from .mask import Mask
     from .plot import draw_mask
     from .patterns import bigbird, fixed, from_file, longformer, random, strided
-    from .rows import check_rows_allow_key, empty_rows
+    from .rows import check_rows_allow_key
     from .schedule import MaskSchedule, is_schedule, parse_schedule
     from .spec import MASK_KINDS, parse_mask, spec_n_tokens
+
+__getattr__, __dir__, __all__ = attach_imports(__name__, __file__, moved={
+    name: "rankcollapse.theory.rates" for name in ("compare_masks", "compare_schedules", "describe_schedule")})

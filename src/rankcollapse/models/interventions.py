@@ -292,6 +292,32 @@ def intervene(
     ModelError
         The family does not support the intervention (generic models; ``final_norm``
         on a model without a final norm, e.g. BERT/ALBERT).
+
+    See Also
+    --------
+    probe : runs its forward passes inside this context (``mask``, ``d_qk``, ``drop``).
+    parse_drop : the components ``drop`` names.
+    rankcollapse.masks.parse_mask : the mask specs accepted.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> _ = torch.manual_seed(0)
+    >>> config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, bos_token_id=0, eos_token_id=0)
+    >>> model = transformers.GPT2Model(config).eval()  # a tiny randomly initialised GPT-2
+    >>> ids = torch.tensor([[1, 2, 3, 4]])
+    >>> with intervene(model, drop="mlp"):  # every block's MLP removed inside the block
+    ...     without_mlp = model(ids).last_hidden_state
+    >>> torch.equal(without_mlp, model(ids).last_hidden_state)  # restored on exit
+    False
+    >>> with intervene(model, mask="causal", attention_mask=torch.ones_like(ids)):  # GPT-2's own mask
+    ...     same = model(ids).last_hidden_state
+    >>> torch.allclose(same, model(ids).last_hidden_state, atol=1e-6)
+    True
+    >>> with intervene(model, mask="complete", attention_mask=torch.ones_like(ids)):
+    ...     bidirectional = model(ids).last_hidden_state  # token 0 now attends to the others
+    >>> torch.allclose(bidirectional[:, 0], model(ids).last_hidden_state[:, 0], atol=1e-6)
+    False
     """
     if not (isinstance(d_qk_scale, (int, float)) and math.isfinite(d_qk_scale) and d_qk_scale > 0):
         raise ConfigError(f"d_qk_scale must be a positive finite number, got {d_qk_scale!r}")

@@ -259,6 +259,29 @@ def probe(
         Unknown point, unsupported intervention, mask size different from the windows,
         windows longer than the model's positions (:func:`check_positions`), token ids
         beyond the model's embeddings (:func:`check_token_ids`).
+
+    See Also
+    --------
+    Recorder : the hidden states behind each row, by point name.
+    intervene : the mask, temperature and component changes ``mask``, ``d_qk`` and ``drop`` apply.
+    rankcollapse.data.make_windows : windows of real text.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> _ = torch.manual_seed(0)
+    >>> config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, bos_token_id=0, eos_token_id=0)
+    >>> model = transformers.GPT2Model(config).eval()  # a tiny randomly initialised GPT-2
+    >>> from rankcollapse.data import Windows
+    >>> ids = torch.randint(0, 50, (4, 8), generator=torch.Generator().manual_seed(0))
+    >>> windows = Windows(ids, torch.ones_like(ids), torch.zeros_like(ids, dtype=torch.bool))
+    >>> df = probe(model, windows, metrics=["rank_fraction"], progress=False)
+    >>> print(df[["layer", "point", "metric", "mean", "n_samples"]].to_string(index=False))
+     layer          point        metric  mean  n_samples
+         0     embeddings rank_fraction   1.0          4
+         1 layer.0.output rank_fraction   1.0          4
+         2 layer.1.output rank_fraction   1.0          4
+         2     final_norm rank_fraction   1.0          4
     """
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)

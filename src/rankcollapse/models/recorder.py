@@ -131,6 +131,25 @@ class Recorder:
     ------
     ModelError
         A requested point does not exist in this model.
+
+    See Also
+    --------
+    probe : metrics of the recorded points, summarised over windows.
+    rankcollapse.models.families.point_names : the point names of a model.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> _ = torch.manual_seed(0)
+    >>> config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, bos_token_id=0, eos_token_id=0)
+    >>> model = transformers.GPT2Model(config).eval()  # a tiny randomly initialised GPT-2
+    >>> ids = torch.tensor([[1, 2, 3, 4]])
+    >>> with Recorder(model, ["embeddings", "layer.0.output"]) as rec:
+    ...     _ = model(ids)
+    >>> {name: tuple(X.shape) for name, X in rec.outputs.items()}  # (B, N, d)
+    {'embeddings': (1, 4, 16), 'layer.0.output': (1, 4, 16)}
+    >>> torch.equal(rec.outputs["layer.0.output"], model(ids, output_hidden_states=True).hidden_states[1])
+    True
     """
 
     def __init__(

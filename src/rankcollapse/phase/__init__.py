@@ -14,19 +14,15 @@ shared sweep engine); contract ``phase-without-experiments`` until that lands.
 
 from typing import TYPE_CHECKING
 
-from .._lazy import attach
+from .._lazy import attach_imports
 
-__getattr__, __dir__, __all__ = attach(__name__, {
-    "grid": ("AXES", "DEFAULTS", "parse_axis", "expand_grid"),
-    "cell": ("run_cell",),
-    "regime": ("label_trajectory", "label_cell", "theory_prediction"),
-    "sweep": ("run_phase",),
-    "report": ("write_report",),
-})
-
+# The exports, written once: imported lazily on first use (attach_imports reads this
+# block), eagerly by readers and static tools.
 if TYPE_CHECKING:
     from .cell import run_cell
     from .grid import AXES, DEFAULTS, expand_grid, parse_axis
     from .regime import label_cell, label_trajectory, theory_prediction
     from .report import write_report
     from .sweep import run_phase
+
+__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

@@ -21,34 +21,26 @@ measured-run pieces (:mod:`.measured`) sit below :mod:`.bound` and
 
 from typing import TYPE_CHECKING
 
-from .._lazy import attach
+from .._lazy import attach_imports
 
-__getattr__, __dir__, __all__ = attach(__name__, {
-    "basin": ("BasinEstimate", "basin_estimate"),
-    "bound": ("BoundResult", "EnvelopeViolation", "check_collapse_bound", "fit_rate", "radius_sweep"),
-    "envelope": ("EnvelopeDepth", "Theorem1Terms", "envelope_crossing_depth", "envelope_rate", "scrambling_length",
-                 "theorem1_terms"),
-    "equilibria": ("Equilibrium", "EquilibriumSet", "causal_example_2x2", "equilibria"),
-    "finder": ("FinderResult", "FinderSettings", "find_equilibria"),
-    "rates": ("compare_masks", "compare_schedules", "describe_schedule"),
-    "portrait": ("plot_portrait_2d", "plot_trajectories_3d", "portrait_2d", "portrait_2d_data", "trajectories_3d"),
-    "schedule_bound": ("check_schedule_bound",),
-    "sphere": ("SphereResult", "check_sphere_collapse"),
-    "stability": ("StabilityReport", "jacobian", "stability", "tangent_basis", "tangent_jacobian"),
-    "system": ("AttentionSystem", "causal_uniform_system"),
-})
-
-if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
+# The exports, written once: imported lazily on first use (attach_imports reads this
+# block), eagerly by readers and static tools.
+if TYPE_CHECKING:
     from .basin import BasinEstimate, basin_estimate
     from .bound import BoundResult, EnvelopeViolation, check_collapse_bound, fit_rate, radius_sweep
     from .envelope import (
-        EnvelopeDepth, Theorem1Terms, envelope_crossing_depth, envelope_rate, scrambling_length, theorem1_terms,
+        EnvelopeDepth, Theorem1Terms, envelope_crossing_depth, envelope_rate, scrambling_length,
+        theorem1_terms,
     )
     from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria
     from .finder import FinderResult, FinderSettings, find_equilibria
-    from .portrait import plot_portrait_2d, plot_trajectories_3d, portrait_2d, portrait_2d_data, trajectories_3d
+    from .portrait import (
+        plot_portrait_2d, plot_trajectories_3d, portrait_2d, portrait_2d_data, trajectories_3d,
+    )
     from .rates import compare_masks, compare_schedules, describe_schedule
     from .schedule_bound import check_schedule_bound
     from .sphere import SphereResult, check_sphere_collapse
     from .stability import StabilityReport, jacobian, stability, tangent_basis, tangent_jacobian
     from .system import AttentionSystem, causal_uniform_system
+
+__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

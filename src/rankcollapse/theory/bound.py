@@ -74,6 +74,20 @@ def check_collapse_bound(
         that is not QSC or lacks self-loops, ``X0`` of the wrong shape.
     MaskError
         A spec without ``n``, or an invalid mask.
+
+    See Also
+    --------
+    rankcollapse.theory.envelope_rate : the envelope's rate before any run.
+    rankcollapse.theory.theorem1_terms : the mask's radius and connectivity terms.
+    rankcollapse.dynamics.simulate : the trajectory itself.
+
+    Examples
+    --------
+    >>> r = check_collapse_bound("causal_sliding_window:w=2", n=6, d=4, depth=12, n_samples=2)
+    >>> r.radius, r.mu.shape  # radius of the window graph; (depth + 1, n_samples)
+    (5, torch.Size([13, 2]))
+    >>> r.holds, r.measured_rate < 1  # measured mu below the envelope; it decays
+    (True, True)
     """
     if is_schedule(mask):  # per-layer masks: the envelope of the composed graph (docs/theory.md §7)
         return check_schedule_bound(mask, n=n, d=d, depth=depth, n_samples=n_samples, seed=seed,
@@ -87,7 +101,7 @@ def check_collapse_bound(
     terms = require_theorem1(m)
     N, r = m.n_tokens, int(terms.radius)
     X0, sim = orthogonal_run(X0, m, N, d, n_samples=n_samples, depth=depth, d_qk=d_qk, qk_scale=qk_scale, seed=seed)
-    eps = measured_epsilon(sim.attention, [m.dense()] * depth)
+    eps = measured_epsilon(sim.attention, [m.to_dense()] * depth)
     cfg = {"n": N, "d": X0.shape[2], "depth": depth, "n_samples": X0.shape[0], "seed": seed, "d_qk": d_qk,
            "qk_scale": qk_scale, "value": "orthogonal", "query_key": sim.config["query_key"]}
     return envelope_result(m.spec, r, r, exponent, X0, sim.metrics["mu"], eps, cfg)

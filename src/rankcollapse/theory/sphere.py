@@ -122,7 +122,7 @@ def check_sphere_collapse(
     cos0 = float((X @ X.transpose(1, 2)).amin())
     W_V = haar_orthogonal(d, g, batch=(depth,))
     W = math.sqrt(beta) * torch.eye(d, dtype=torch.float64)
-    dense = m.dense()
+    dense = m.to_dense()
     mus = [mu_metric(X)]
     for t in range(depth):  # loop over layers only
         try:
