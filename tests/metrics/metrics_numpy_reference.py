@@ -20,6 +20,12 @@ def max_token_share(X):
     return float(np.max(np.sum(X * X, axis=1)) / np.sum(X * X))
 
 
+def norm_spread(X):
+    n = np.sqrt(np.sum(X * X, axis=1))
+    n = n[n > 0]  # zero tokens are left out
+    return float(n.max() / n.min())
+
+
 def svals(X):
     return np.linalg.svd(X, compute_uv=False)
 
@@ -132,7 +138,7 @@ def isoscore(X):
 ALL = {
     fn.__name__: fn
     for fn in (
-        mu, mu_relative, max_token_share, numerical_rank, rank_fraction, sigma_min, sigma_ratio,
+        mu, mu_relative, max_token_share, norm_spread, numerical_rank, rank_fraction, sigma_min, sigma_ratio,
         rank_one_distance, stable_rank, effective_rank, avg_abs_cos, avg_cos,
         cos_to_mean, dong_residual, dong_residual_relative, dirichlet_energy,
         mean_average_distance, isoscore,

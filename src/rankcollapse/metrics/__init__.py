@@ -14,7 +14,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
     "attention": ("attention_entropy",),
     "core": (
         "avg_abs_cos", "avg_cos", "composite_norm", "cos_to_mean", "dong_residual",
-        "dong_residual_relative", "max_token_share", "mu", "mu_relative",
+        "dong_residual_relative", "max_token_share", "mu", "mu_relative", "norm_spread",
     ),
     "graph": ("dirichlet_energy", "mean_average_distance"),
     "isoscore": ("isoscore",),
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .attention import attention_entropy
     from .core import (
         avg_abs_cos, avg_cos, composite_norm, cos_to_mean, dong_residual, dong_residual_relative,
-        max_token_share, mu, mu_relative,
+        max_token_share, mu, mu_relative, norm_spread,
     )
     from .graph import dirichlet_energy, mean_average_distance
     from .isoscore import isoscore

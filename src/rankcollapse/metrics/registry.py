@@ -42,6 +42,7 @@ _SPECS = (
     MetricSpec("mu", core._mu, "||X - 1 gamma_X||_F, distance to token uniformity", 0.0),
     MetricSpec("mu_relative", core._mu_relative, "mu(X) / ||X||_F", 0.0),
     MetricSpec("max_token_share", core._max_token_share, "max_i ||x_i||^2 / ||X||_F^2, share of the largest token"),
+    MetricSpec("norm_spread", core._norm_spread, "max_i ||x_i|| / min_i ||x_i||, spread of the token norms", None),
     MetricSpec("rank_fraction", spectral._rank_fraction, "numerical rank / min(N, d)"),
     MetricSpec("numerical_rank", spectral._numerical_rank, "#{sigma_k > max(sigma_1 max(N, d) eps, u ||X||_F)}", 1.0),
     MetricSpec("sigma_min", spectral._sigma_min, "smallest singular value sigma_min(N, d)"),
