@@ -12,6 +12,7 @@ from .._lazy import attach
 __getattr__, __dir__, __all__ = attach(__name__, {
     "_context": ("MetricContext", "RankTolerance", "ZeroRowWarning"),
     "attention": ("attention_entropy",),
+    "clusters": ("CLUSTER_ANGLE", "cluster_count"),
     "core": (
         "avg_abs_cos", "avg_cos", "composite_norm", "cos_to_mean", "dong_residual",
         "dong_residual_relative", "max_token_share", "mu", "mu_relative", "norm_spread",
@@ -29,6 +30,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
 if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from ._context import MetricContext, RankTolerance, ZeroRowWarning
     from .attention import attention_entropy
+    from .clusters import CLUSTER_ANGLE, cluster_count
     from .core import (
         avg_abs_cos, avg_cos, composite_norm, cos_to_mean, dong_residual, dong_residual_relative,
         max_token_share, mu, mu_relative, norm_spread,

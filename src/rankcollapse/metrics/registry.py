@@ -16,6 +16,12 @@ from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
 
 
+def _n_clusters(ctx) -> torch.Tensor:
+    from .clusters import CLUSTER_ANGLE, components
+
+    return components(ctx.X * ctx.inv_norms.unsqueeze(-1), ctx.row_valid, CLUSTER_ANGLE).to(ctx.X.device, ctx.X.dtype)
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """A named metric.
@@ -57,6 +63,8 @@ _SPECS = (
     MetricSpec("dong_residual_relative", core._dong_residual_relative, "dong_residual / ||X||_{1,inf}", 0.0),
     MetricSpec("dirichlet_energy", graph._dirichlet_energy, "(1/N) sum_{M[i,j]} ||x_i - x_j||^2", 0.0, True),
     MetricSpec("mean_average_distance", graph._mean_average_distance, "mean_i mean_{j: M[i,j]} (1 - cos)", 0.0, True),
+    MetricSpec("n_clusters", _n_clusters, "connected components of the graph linking tokens at angle < 0.1 rad "
+               "(CLUSTER_ANGLE; zero tokens left out)", 1.0),
     MetricSpec("isoscore", _isoscore, "IsoScore (Rudman et al. 2022), 1 = isotropic", 0.0),
 )
 

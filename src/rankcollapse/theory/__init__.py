@@ -17,6 +17,7 @@ from .._lazy import attach
 
 __getattr__, __dir__, __all__ = attach(__name__, {
     "basin": ("BasinEstimate", "basin_estimate"),
+    "clusters": ("CircleClusters", "circle_clusters", "fastest_mode", "first_plateau", "plateaus"),
     "bound": ("BoundResult", "EnvelopeViolation", "check_collapse_bound", "fit_rate", "radius_sweep"),
     "envelope": ("EnvelopeDepth", "Theorem1Terms", "envelope_crossing_depth", "envelope_rate", "scrambling_length",
                  "theorem1_terms"),
@@ -32,6 +33,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
 if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .basin import BasinEstimate, basin_estimate
     from .bound import BoundResult, EnvelopeViolation, check_collapse_bound, fit_rate, radius_sweep
+    from .clusters import CircleClusters, circle_clusters, fastest_mode, first_plateau, plateaus
     from .envelope import (
         EnvelopeDepth, Theorem1Terms, envelope_crossing_depth, envelope_rate, scrambling_length, theorem1_terms,
     )
