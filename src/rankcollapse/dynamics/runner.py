@@ -25,6 +25,7 @@ from ..metrics import METRICS, compute_metrics
 from ..metrics.core import mu_finite
 from .attention import kept
 from .config import BlockConfig, resolve_variant, variant_name
+from .operators import parse_attention
 from .layers import Attention, apply_norm, block_forward, warn_zero_rows
 from .scheduled import ScheduledAttention
 from .flex import FlexBackend
@@ -50,6 +51,10 @@ class SimResult(NotebookResult):
     states : list of ``depth+1`` tensors ``(B, N, d)`` (CPU), or None.
     attention : list of ``depth`` tensors ``(B, H, N, N)`` (CPU), or None.
     config : JSON-able settings of the run.
+    row_mass_deficit : ``(depth, B, H, 3)`` float64: per layer, sample and head, the 5 %,
+        50 % and 95 % quantiles over queries of ``1 - sum_j A_ij`` (0 for softmax rows),
+        recorded for attention operators that are not row-stochastic
+        (:mod:`~rankcollapse.dynamics.operators`); None for softmax and uniform attention.
     """
 
     metrics: dict[str, torch.Tensor]
@@ -59,6 +64,7 @@ class SimResult(NotebookResult):
     attention: list[torch.Tensor] | None = None
     final_metrics: dict[str, torch.Tensor] | None = None
     zero_rows: list[int] = field(default_factory=list)
+    row_mass_deficit: torch.Tensor | None = None
 
     def to_pandas(self) -> Any:
         """Tidy :class:`pandas.DataFrame` ``layer, sample, metric, value`` (layer 0 = the
@@ -386,11 +392,16 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     density = m.n_edges / N**2
     dense_bytes = B * H * N * N * X.element_size()
     if path == "auto":
-        path = "blocked" if density < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET else "dense"
+        dense_op = not parse_attention(cfg.attention).row_stochastic  # operators other than softmax: dense only
+        path = "blocked" if density < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET and not dense_op else "dense"
     if path in ("blocked", "flex") and (record_attention or any(lw.position_bias is not None for lw in weights)):
         raise ConfigError("record_attention and position bias (T5) need path='dense'")
     if path == "flex" and record_epsilon:
         raise ConfigError("record_epsilon needs path 'dense' or 'blocked' (FlexAttention returns no weights)")
+    op = parse_attention(cfg.attention)
+    if not op.row_stochastic and path in ("blocked", "flex"):
+        raise ConfigError(f"attention {op.spec!r} runs on path='dense' only (the windowed and FlexAttention "
+                          "kernels compute softmax); use path='dense' or 'auto'")
 
     def make_attention(mi: Mask):
         return Attention(mask_dense=mi.to_dense(X.device) if path == "dense" else None,
@@ -398,7 +409,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
                          flex=FlexBackend(mi, X.device) if path == "flex" else None,
                          make_plan=lambda: _plan(mi, block_size, X.device), d_qk=d_qk,
                          uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
-                         record_attention=record_attention)
+                         record_attention=record_attention, operator=None if op.row_stochastic else op)
 
     attend = make_attention(m) if sched is None else ScheduledAttention(sched, make_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
@@ -415,7 +426,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
               "shared": shared, "dtype": str(X.dtype).replace("torch.", ""), "device": str(X.device),
               "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "batch": B,
               "metrics": list(names)}
-    return SimResult(metrics=out, config=config,
+    return SimResult(metrics=out, config=config, row_mass_deficit=torch.stack(attend.row_mass) if attend.row_mass else None,
                      epsilon=torch.stack(attend.epsilon).to("cpu", torch.float64) if record_epsilon else None,
                      states=states, attention=[a.cpu() for a in attend.attention] if record_attention else None,
                      final_metrics=final, zero_rows=zero_rows)
