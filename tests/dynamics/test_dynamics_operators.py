@@ -163,3 +163,21 @@ def test_complete_mask_collapses_with_or_without_a_sink(attention):
     has the same mass and consensus persists."""
     got = _sink_run("complete", attention, 0)
     assert got["mu_relative"] < 1e-13 and got["norm_spread"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_row_mass_deficit_registry_metric():
+    from rankcollapse.metrics import compute_metrics, row_mass_deficit
+
+    Q, K = _qk(5)
+    A = operator_weights(Q, K, CAUSAL, parse_attention("sink:b=1"), scale=1.0)
+    want = (1 - A.sum(-1)).mean(dim=(-1, -2))
+    assert torch.allclose(row_mass_deficit(A), want, rtol=1e-14)
+    soft = operator_weights(Q, K, CAUSAL, parse_attention("softmax"), scale=1.0)
+    assert float(row_mass_deficit(soft).abs().max()) < 1e-14
+    pad = torch.ones(2, 7, dtype=torch.bool)
+    pad[1, 5:] = False  # sample 1: queries 5, 6 are padding
+    got = row_mass_deficit(A, padding_mask=pad)
+    assert float(got[1]) == pytest.approx(float((1 - A[1].sum(-1))[:, :5].mean()), rel=1e-14)
+    X = torch.randn(2, 7, 4, dtype=torch.float64)
+    via = compute_metrics(X, ["mu", "row_mass_deficit"], attention=A)["row_mass_deficit"]
+    assert torch.allclose(via, want, rtol=1e-14)

@@ -14,7 +14,7 @@ from .._memory import check_memory
 from .._validate import check_float
 from ..errors import MetricError
 from . import _context, core, geometry, graph, spectral
-from .attention import attention_entropy
+from .attention import attention_entropy, row_mass_deficit
 from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
 
@@ -87,6 +87,9 @@ ATTENTION_METRICS: dict[str, MetricSpec] = {
         "attention_entropy", attention_entropy,
         "mean over heads and rows with >= 2 allowed keys of -sum_j A_ij log A_ij / log(#allowed keys); "
         "1 = uniform, 0 = one-hot", None, True),
+    "row_mass_deficit": MetricSpec(
+        "row_mass_deficit", row_mass_deficit,
+        "mean over heads and real queries of 1 - sum_j A_ij; 0 for softmax rows, > 0 with a sink", None, False),
 }
 """Metrics of attention probabilities ``A`` (``(B, H, N, N)``, a softmax output), not of
 tokens: ``fn(A, mask=, padding_mask=)``; :func:`compute_metrics` takes them with
