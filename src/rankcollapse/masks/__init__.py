@@ -18,6 +18,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
     ),
     "adapt": ("MaskInput", "dense_mask", "resolve_mask"),
     "graph": ("MaskAnalysis", "analyze", "bfs_distances"),
+    "influence": ("Influence", "influence"),
     "mask": ("Mask",),
     "plot": ("draw_mask",),
     "rates": ("compare_masks",),
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     )
     from .adapt import MaskInput, dense_mask, resolve_mask
     from .graph import MaskAnalysis, analyze, bfs_distances
+    from .influence import Influence, influence
     from .mask import Mask
     from .plot import draw_mask
     from .rates import compare_masks
