@@ -21,20 +21,22 @@ TINY = np.finfo(np.float64).tiny
 
 
 def dense_product(source, n, depth, alpha, decay=0.0):
-    """Independent reference: ``P_H ... P_1`` from each layer's dense boolean mask."""
+    """Independent reference: ``P_H ... P_1`` from each layer's dense boolean mask
+    (``alpha``: one weight, or one per layer)."""
     schedule = parse_schedule(source, n)
+    alphas = list(alpha) if isinstance(alpha, (list, tuple)) else [alpha] * depth
     i, j = np.indices((n, n))
     prod = np.eye(n)
     for t in range(depth):
         w = schedule.layer(t).to_numpy() * np.exp(-decay * np.abs(i - j))
-        p = alpha * np.eye(n) + (1 - alpha) * w / w.sum(1, keepdims=True)
+        p = alphas[t] * np.eye(n) + (1 - alphas[t]) * w / w.sum(1, keepdims=True)
         prod = p @ prod
     return prod
 
 
 def assert_profiles_match(result, source, n, alpha, decay):
     for h in range(1, result.depth + 1):
-        ref = dense_product(source, n, h, alpha, decay)[-1]
+        ref = dense_product(source, n, h, alpha[:h] if isinstance(alpha, list) else alpha, decay)[-1]
         np.testing.assert_allclose(result.profiles[h - 1], ref, rtol=RTOL, atol=TINY)
 
 
@@ -126,6 +128,17 @@ def test_random_schedules_equal_dense():
         r = influence(spec, n, depth=depth, alpha=alpha, decay=decay, query="all")
         assert_profiles_match(r, spec, n, alpha, decay)
         np.testing.assert_allclose(r.matrix, dense_product(spec, n, depth, alpha, decay), rtol=RTOL, atol=TINY)
+
+
+@pytest.mark.parametrize("spec", ["causal", "sliding_window:w=3", "strided:stride=3", "schedule:causal,complete"])
+def test_per_layer_alphas_equal_dense(spec):
+    alphas = [0.9, 0.1, 0.5, 0.0, 0.7]
+    r = influence(spec, 13, depth=5, alpha=alphas, decay=0.2, query="all")
+    assert r.alpha == alphas
+    assert_profiles_match(r, spec, 13, alphas, 0.2)
+    np.testing.assert_allclose(r.matrix, dense_product(spec, 13, 5, alphas, 0.2), rtol=RTOL, atol=TINY)
+    with pytest.raises(MaskError, match="per-layer"):
+        influence(spec, 13, depth=4, alpha=alphas)
 
 
 def test_schedule_order_matters_and_is_layer_zero_first():

@@ -74,7 +74,8 @@ class Influence:
     Attributes
     ----------
     spec : the mask or schedule spec.
-    n_tokens, depth, alpha, decay : the model's ``N``, ``H``, ``alpha``, ``m``.
+    n_tokens, depth, alpha, decay : the model's ``N``, ``H``, ``alpha`` (a float, or the
+        list of per-layer weights when they differ), ``m``.
     profiles : float64 ``(H, N)``; row ``h - 1`` is ``(P_h ... P_1)[N-1, :]``.
     matrix : float64 ``(N, N)`` ``P_H ... P_1`` with ``query="all"``, else None.
     method : ``"intervals"`` or ``"csr"`` (how ``v Â`` was applied).
@@ -84,7 +85,7 @@ class Influence:
     spec: str
     n_tokens: int
     depth: int
-    alpha: float
+    alpha: float | list[float]
     decay: float
     epsilon: float
     profiles: np.ndarray
@@ -235,7 +236,8 @@ def influence(
         :class:`Mask` or :class:`MaskSchedule`.
     n_tokens : N (>= 1); may be omitted for a Mask or MaskSchedule (theirs is used).
     depth : layers H (>= 1).
-    alpha : residual weight in ``[0, 1]``: ``P = alpha I + (1 - alpha) Â``.
+    alpha : residual weight in ``[0, 1]``: ``P = alpha I + (1 - alpha) Â``; or a sequence of
+        ``depth`` weights, one per layer (layer 0 first), e.g. fitted to a model.
     decay : ALiBi-style slope ``m >= 0``: key ``j`` of query ``i`` weighted ``exp(-m |i-j|)``.
     query : ``"last"`` (profiles of the last query) or ``"all"`` (also the ``N x N`` matrix,
         ``N <= MAX_ALL_TOKENS``).
@@ -259,29 +261,43 @@ def influence(
         n_tokens = mask.n_tokens
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     depth = check_int(depth, "depth", low=1, error=MaskError)
-    alpha, decay, epsilon = _check_params(alpha, decay, epsilon, query, n)
+    alphas = _check_alphas(alpha, depth)
+    decay, epsilon = _check_params(decay, epsilon, query, n)
     schedule = parse_schedule(mask, n)
     ops = [_operator(m, decay) for m in schedule.masks]
     layer_ops = [ops[t % schedule.period] for t in range(depth)]
-    profiles = _profiles(layer_ops, n, alpha, periodic=schedule.period == 1)
-    matrix = _matrix(layer_ops, schedule, n, alpha, decay) if query == "all" else None
+    profiles = _profiles(layer_ops, n, alphas, periodic=schedule.period == 1 and len(set(alphas)) == 1)
+    matrix = _matrix(schedule, n, alphas, decay) if query == "all" else None
     method = "intervals" if all(isinstance(o, _IntervalOperator) for o in ops) else "csr"
     per_depth = [summarize(p, epsilon) | {"depth": h + 1} for h, p in enumerate(profiles)]
     return Influence(spec=schedule.spec if schedule.period > 1 else schedule.masks[0].spec,
-                     n_tokens=n, depth=depth, alpha=alpha, decay=decay, epsilon=epsilon,
+                     n_tokens=n, depth=depth, alpha=alphas[0] if len(set(alphas)) == 1 else alphas, decay=decay, epsilon=epsilon,
                      profiles=profiles, method=method, matrix=matrix,
                      summary=summarize(profiles[-1], epsilon), per_depth=per_depth)
 
 
-def _check_params(alpha: Any, decay: Any, epsilon: Any, query: str, n: int) -> tuple[float, float, float]:
-    def num(x: Any, name: str) -> float:
-        if isinstance(x, bool) or not isinstance(x, (int, float, np.floating, np.integer)) or not math.isfinite(x):
-            raise MaskError(f"{name} must be a finite number, got {x!r}")
-        return float(x)
+def _num(x: Any, name: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.floating, np.integer)) or not math.isfinite(x):
+        raise MaskError(f"{name} must be a finite number, got {x!r}")
+    return float(x)
 
-    alpha, decay, epsilon = num(alpha, "alpha"), num(decay, "decay"), num(epsilon, "epsilon")
-    if not 0.0 <= alpha <= 1.0:
-        raise MaskError(f"alpha (residual weight) must be in [0, 1], got {alpha}")
+
+def _check_alphas(alpha: Any, depth: int) -> list[float]:
+    """One residual weight per layer, each in ``[0, 1]``."""
+    if isinstance(alpha, (list, tuple, np.ndarray)):
+        alphas = [_num(a, "alpha") for a in alpha]
+        if len(alphas) != depth:
+            raise MaskError(f"alpha holds {len(alphas)} per-layer weights but depth is {depth}")
+    else:
+        alphas = [_num(alpha, "alpha")] * depth
+    bad = [a for a in alphas if not 0.0 <= a <= 1.0]
+    if bad:
+        raise MaskError(f"alpha (residual weight) must be in [0, 1], got {bad[0]}")
+    return alphas
+
+
+def _check_params(decay: Any, epsilon: Any, query: str, n: int) -> tuple[float, float]:
+    decay, epsilon = _num(decay, "decay"), _num(epsilon, "epsilon")
     if decay < 0.0:
         raise MaskError(f"decay m must be >= 0 (weights exp(-m |i-j|)), got {decay}")
     if not 0.0 < epsilon < 1.0:
@@ -291,37 +307,40 @@ def _check_params(alpha: Any, decay: Any, epsilon: Any, query: str, n: int) -> t
     if query == "all" and n > MAX_ALL_TOKENS:
         raise MaskError(f"query 'all' forms the dense N x N matrix, at most N = {MAX_ALL_TOKENS}; got N = {n} "
                         "(use query 'last')")
-    return alpha, decay, epsilon
+    return decay, epsilon
 
 
-def _profiles(layer_ops: list, n: int, alpha: float, *, periodic: bool) -> np.ndarray:
+def _profiles(layer_ops: list, n: int, alphas: list[float], *, periodic: bool) -> np.ndarray:
     """``(H, N)``: row ``h-1`` = ``e_last P_h ... P_1``. One mask: one chain of H products
     (``P_h ... P_1 = P^h``); a schedule: each depth its own chain, applied from ``P_h`` down."""
     depth = len(layer_ops)
     out = np.empty((depth, n))
     start = np.zeros(n)
     start[-1] = 1.0
-    step = lambda op, v: v if alpha == 1.0 else alpha * v + (1.0 - alpha) * op(v)  # noqa: E731
+    def step(t: int, v: np.ndarray) -> np.ndarray:
+        a = alphas[t]
+        return v if a == 1.0 else a * v + (1.0 - a) * layer_ops[t](v)
+
     if periodic:
         v = start
         for h in range(depth):
-            v = step(layer_ops[0], v)
+            v = step(h, v)
             out[h] = v
         return out
     for h in range(depth):
         v = start
         for t in range(h, -1, -1):  # e_last P_{h+1} first, P_1 last
-            v = step(layer_ops[t], v)
+            v = step(t, v)
         out[h] = v
     return out
 
 
-def _matrix(layer_ops: list, schedule: MaskSchedule, n: int, alpha: float, decay: float) -> np.ndarray:
+def _matrix(schedule: MaskSchedule, n: int, alphas: list[float], decay: float) -> np.ndarray:
     """Dense ``P_H ... P_1`` (``N <= MAX_ALL_TOKENS``) from each layer's weighted CSR."""
-    dense = [(alpha * np.eye(n) + (1.0 - alpha) * _CsrOperator(m, decay).dense()) for m in schedule.masks]
+    dense = [_CsrOperator(m, decay).dense() for m in schedule.masks]
     prod = np.eye(n)
-    for t in range(len(layer_ops)):
-        prod = dense[t % schedule.period] @ prod
+    for t, a in enumerate(alphas):
+        prod = (a * np.eye(n) + (1.0 - a) * dense[t % schedule.period]) @ prod
     return prod
 
 
@@ -378,7 +397,8 @@ def draw_influence(result: Influence, *, ax: Any = None, max_points: int = 4096)
     ax.set_yscale("log")
     ax.set_xlabel("input position j")
     ax.set_ylabel("influence on the last query  (P_H ... P_1)[N-1, j]")
-    ax.set_title(f"{result.spec}, N = {n}, alpha = {result.alpha:g}, decay = {result.decay:g}", fontsize=9)
+    alpha = f"{result.alpha:g}" if isinstance(result.alpha, float) else "per layer"
+    ax.set_title(f"{result.spec}, N = {n}, alpha = {alpha}, decay = {result.decay:g}", fontsize=9)
     ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
     return fig
