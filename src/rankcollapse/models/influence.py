@@ -164,10 +164,10 @@ def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probe
             grads = np.zeros((ids.shape[0], n_layers, ids.shape[1]))
             for k in range(n_layers):
                 h_last = hidden[k + 1][:, -1, :]
-                sq = torch.zeros(x.shape[:2], dtype=torch.float64)
-                for u in _probes(h_last, n_probes, gen):
-                    (g,) = torch.autograd.grad((h_last * u).sum(), x, retain_graph=True)
-                    sq += g.detach().double().pow(2).sum(-1).cpu()
+                # all probes in one batched backward (vmap over the vector-Jacobian product)
+                u = torch.stack(list(_probes(h_last, n_probes, gen)))
+                (g,) = torch.autograd.grad(h_last, x, grad_outputs=u, retain_graph=True, is_grads_batched=True)
+                sq = g.detach().double().pow(2).sum((0, -1)).cpu()
                 grads[:, k] = (sq / (n_probes or 1)).sqrt().numpy()
     finally:
         handle.remove()
