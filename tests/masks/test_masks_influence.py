@@ -246,6 +246,16 @@ def test_cli_json_and_plot(tmp_path):
                                rtol=1e-13)
 
 
+def test_cli_npy_file_fixes_n(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    np.save("m.npy", np.tril(np.ones((7, 7), dtype=bool)))
+    code, out, err = _cli("mask", "influence", "file:m.npy", "--depth", "2", "--alpha", "0", "--format", "json")
+    assert code == 0, err
+    np.testing.assert_allclose(json.loads(out)["influence"], np.linalg.matrix_power(cesaro(7), 2)[-1], rtol=1e-13)
+    code, _, err = _cli("mask", "influence", "causal", "--depth", "2", "--alpha", "0")
+    assert code == 2 and "--n-tokens is needed" in err
+
+
 def test_cli_table_and_errors():
     code, out, _ = _cli("mask", "influence", "sliding_window:w=3", "--n-tokens", "9", "--depth", "2",
                         "--alpha", "0.5", "--decay", "0.1")

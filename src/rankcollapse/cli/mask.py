@@ -172,7 +172,8 @@ def compare(
 @mask_app.command("influence")
 def influence_command(
     spec: str = typer.Argument(..., help=_SPEC_HELP),
-    n: int = typer.Option(..., "--n-tokens", help="Number of tokens N."),
+    n: Optional[int] = typer.Option(None, "--n-tokens", help="Number of tokens N (optional for a .npy mask file, "
+                                    "whose shape fixes it)."),
     depth: int = typer.Option(..., "--depth", help="Layers H (>= 1)."),
     alpha: float = typer.Option(..., "--alpha", help="Residual weight in [0, 1]: P = alpha I + (1 - alpha) A."),
     decay: float = typer.Option(0.0, "--decay", help="ALiBi-style slope m >= 0: key j of query i weighted "
@@ -196,7 +197,7 @@ def influence_command(
         check_writable(plot, folder=False)
     from ..masks.influence import influence
 
-    result = influence(spec, check_int(n, "--n-tokens", low=1, error=MaskError),
+    result = influence(spec, _n_tokens(spec, n),
                        depth=check_int(depth, "--depth", low=1, error=MaskError), alpha=alpha, decay=decay,
                        query=query, epsilon=epsilon)
     if plot is not None:
