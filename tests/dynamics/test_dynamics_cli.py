@@ -101,3 +101,25 @@ def test_values_at_the_compute_dtype_floor_are_flagged():
     last = table.stdout.strip().splitlines()[-1].split("\t")
     assert last[2].endswith("*") and not last[1].endswith("*")  # mu_relative flagged, absolute mu not
     assert "* at or below the float64 floor (machine epsilon 2.22e-16)" in table.stderr
+
+
+def test_attention_operator_option_reports_row_mass_deficit():
+    p = run("--mask", "causal", "--n-tokens", "8", "--depth", "3", "--samples", "2", "--d-model", "4",
+            "--attention", "offbyone", "--dtype", "float64", "--metrics", "mu_relative,norm_spread", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["settings"]["block"]["attention"] == "sink:b=0"
+    assert "row_mass_deficit_q50" not in doc["layers"][0]
+    for row in doc["layers"][1:]:
+        assert 0 < row["row_mass_deficit_q05"] <= row["row_mass_deficit_q50"] <= row["row_mass_deficit_q95"] < 1
+        assert row["norm_spread"] >= 1
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--attention", "sink:c=1"], "takes parameters"),
+    (["--attention", "offbyone", "--uniform"], "contradict"),
+    (["--attention", "offbyone", "--backend", "blocked"], "path='dense' only"),
+])
+def test_attention_operator_errors_are_one_line(args, msg):
+    p = run("--n-tokens", "8", "--depth", "2", "--d-model", "4", *args)
+    assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr

@@ -93,6 +93,9 @@ def _tr(**over):
     ({"entropy_last": 0.01, "rate_last_hi": -1e-3}, "collapsing_slowly"),
     ({"entropy_last": 0.97, "rate_last_hi": 1e-3}, "uniform_attention"),
     ({"change": 1e-5, "rate_last_hi": -1e-3}, "stable_rank_k"),
+    ({"k": 1}, "aligned_without_consensus"),                # one line, norms differ: m stays up
+    ({"k": 1, "change": 1e-5}, "aligned_without_consensus"),  # before stable_rank_k: k = 1 is not a rank-k state
+    ({"k": 1, "mu_relative": 1e-4}, "undecided"),            # aligned and nearly consensus
     ({}, "undecided"),
 ])
 def test_label_trajectory_rule(over, label):

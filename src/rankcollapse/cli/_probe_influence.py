@@ -13,7 +13,7 @@ from ._output import print_json, print_records, print_table
 
 def check_influence_options(**given: Any) -> None:
     """Refuse the probe options ``--influence`` does not use (it measures the model as it is)."""
-    defaults = {"points": "hidden_states", "drop": "", "attentions": False}
+    defaults = {"points": "hidden_states", "drop": "", "attentions": False, "clip_massive": False}
     for name, value in given.items():
         if value is not None and value != defaults.get(name, None):
             flag = "--" + name.replace("_", "-")

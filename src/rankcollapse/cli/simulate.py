@@ -103,7 +103,11 @@ def simulate_command(
     alpha: float = typer.Option(None, "--alpha", help="override the skip weight (0 = no skip)"),
     heads: int = typer.Option(None, "--heads", help="attention heads"),
     mlp: bool = typer.Option(None, "--mlp/--no-mlp", help="add the MLP sublayer (post_ln/pre_ln)"),
-    uniform: bool = typer.Option(False, "--uniform", help="uniform attention over the mask (W_Q = W_K = 0)"),
+    uniform: bool = typer.Option(False, "--uniform", help="uniform attention over the mask (W_Q = W_K = 0); "
+                                 "the same as --attention uniform"),
+    attention: str = typer.Option(None, "--attention", help="softmax (default) | uniform | sink:b=B | offbyone | "
+                                  "sigmoid[:bias=B] | diff:lambda=L (docs/dynamics.md; not row-stochastic: "
+                                  "dense backend only, per-layer row-mass deficit in the output)"),
     value: str = typer.Option("gaussian", "--value", help="W_V family, e.g. orthogonal, gaussian:std=0.02"),
     query_key: str = typer.Option("gaussian", "--query-key", help="W_Q/W_K family"),
     shared: bool = typer.Option(False, "--shared", help="one set of weights for all layers (ALBERT-style)"),
@@ -136,8 +140,10 @@ def simulate_command(
         check_writable(out, folder=True)
     if not d_qk > 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
+    if uniform and attention not in (None, "uniform"):
+        raise ConfigError(f"--uniform and --attention {attention} contradict each other: give one")
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
-                          attention="uniform" if uniform else None)
+                          attention="uniform" if uniform else attention)
     weights = loaded = None
     if pretrained is not None:
         loaded = models.load_model(pretrained)
@@ -154,6 +160,11 @@ def simulate_command(
     layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
                (None if t == 0 or res.epsilon is None else _json_number(res.epsilon[t - 1]))}
               for t in range(depth + 1)]
+    if res.row_mass_deficit is not None:  # (depth, B, H, 3): quantiles over queries; report mean over samples, heads
+        q = res.row_mass_deficit.mean(dim=(1, 2))
+        for t in range(1, depth + 1):
+            layers[t]["row_mass_deficit_q05"], layers[t]["row_mass_deficit_q50"], layers[t]["row_mass_deficit_q95"] = (
+                _json_number(v) for v in q[t - 1])
     floor = _mark_floor(layers, list(res.metrics), dtype)
     # "variant" is the preset equal to the block that ran (or custom; "block" has every
     # field, alpha included), "variant_option" the --variant the overrides started from

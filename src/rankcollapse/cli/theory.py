@@ -202,6 +202,32 @@ def portrait_cmd(
           [f"wrote {p2} and {p3}; token 1 ends at rank 2 for {frac:.1%} of starting angles (token 0 at +(0,1))"])
 
 
+def _betas(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(b) for b in text.split(","))
+    except ValueError as exc:
+        raise ConfigError(f"--beta must be comma-separated numbers, got {text!r}") from exc
+
+
+@sub.command("clusters")
+def clusters_cmd(
+    beta: str = typer.Option("4,9", "--beta", help="Inverse temperatures, comma-separated."),
+    n: int = typer.Option(128, "--n-tokens", help="Tokens N on the circle."),
+    seeds: int = typer.Option(20, "--seeds", help="Uniform random starts per beta."),
+    step: float = typer.Option(0.1, "--step", help="Euler step h of the flow."),
+    depth: int = typer.Option(1500, "--depth", help="Layers (time depth * h)."),
+    angle: float = typer.Option(0.1, "--angle", help="Cluster link angle in radians."),
+    min_plateau: int = typer.Option(100, "--min-plateau", help="Layers a count must hold to be a plateau."),
+    seed: int = typer.Option(0), fmt: str = _FORMAT,
+) -> None:
+    """Metastable clusters on the circle: the first plateau's cluster count against argmax_k k^2 I_k(beta)."""
+    rs = [theory.circle_clusters(b, n_tokens=n, seeds=seeds, step=step, depth=depth, angle=angle,
+                                 min_plateau=min_plateau, seed=seed) for b in _betas(beta)]
+    _emit({"results": [r.to_dict() for r in rs]}, fmt,
+          [f"beta={r.beta:g}: predicted {r.predicted} clusters; first plateau {r.plateau_counts} "
+           f"(-1 = none); agreement {r.agreement:.2f} over {seeds} starts" for r in rs])
+
+
 def register(app: typer.Typer) -> None:
     """Attach ``rankcollapse theory ...``."""
     app.add_typer(sub, name="theory")

@@ -36,7 +36,7 @@ from ..errors import ConfigError
 
 NORMS = ("none", "sphere", "layernorm", "rmsnorm")
 PLACEMENTS = ("none", "post_ln", "pre_ln")
-ATTENTIONS = ("softmax", "uniform")
+ATTENTIONS = ("softmax", "uniform", "sink:b=B", "offbyone", "sigmoid[:bias=B]", "diff:lambda=L")
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,11 @@ class BlockConfig:
         Skip weight (0 = no skip connection). None (default) means the placement's own:
         0 for ``none``, 1 for ``post_ln`` and ``pre_ln``; the stored value is always the
         number that runs (``to_dict`` records it).
-    attention : "softmax" | "uniform"
+    attention : "softmax" | "uniform" | "sink:b=B" | "offbyone" | "sigmoid[:bias=B]" | "diff:lambda=L"
         ``uniform`` is attention with ``W_Q = W_K = 0``: uniform over each row of the mask.
+        The others are not row-stochastic (:mod:`rankcollapse.dynamics.operators`, which
+        gives each formula); the stored value is the canonical spec (``offbyone`` is
+        ``sink:b=0``).
     n_heads : int
         Heads; ``d`` must be divisible by it.
     out_proj : bool
@@ -101,8 +104,9 @@ class BlockConfig:
             raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if self.alpha is None:  # a residual placement has its residual unless turned off
             object.__setattr__(self, "alpha", default_alpha(self.placement))
-        if self.attention not in ATTENTIONS:
-            raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        from .operators import parse_attention
+
+        object.__setattr__(self, "attention", parse_attention(self.attention).spec)
         if self.placement == "none" and self.alpha != 0:
             raise ConfigError("placement 'none' has no skip connection: use post_ln or pre_ln with alpha")
         if self.placement == "none" and self.mlp:

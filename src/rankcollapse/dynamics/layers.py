@@ -6,31 +6,84 @@ The update rules are those of :class:`~rankcollapse.dynamics.config.BlockConfig`
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
 
 from .attention import dense_attention, merge_heads, project_qkv, scores_may_overflow
 from .config import BlockConfig
+from .operators import operator_weights, row_mass_quantiles
 from .sparse import BlockPlan, blocked_attention
 from .weights import LayerWeights
+from ..errors import ConfigError
+
+#: what :func:`sphere` makes of a zero row
+ZERO_ROWS = ("keep", "raise", "nan")
 
 
-def sphere(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sphere(X: torch.Tensor, *, zero_rows: str = "keep", direct: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows divided by their Euclidean norm: ``D X`` with ``D = diag(1/||x_i||)``
-    (spec.md §2, SA-LN). Rule for zero rows: they stay zero (no direction exists);
-    the count of such rows is returned so the caller can warn.
+    (spec.md §2, SA-LN), for ``X`` float ``(..., N, d)``.
 
-    Rows are first divided by their largest absolute entry, so rows whose norm
-    would overflow the dtype (``||x|| > 1.8e19`` in float32 squares past its range)
-    still land on the sphere instead of becoming 0.
+    Rows are first divided by their largest absolute entry, so rows whose norm would
+    overflow (``||x|| > 1.8e19`` in float32 squares past its range) or underflow
+    (subnormal entries) still land exactly on the sphere.
 
-    Returns ``(X_normalised, n_zero_rows)`` (0-d int64 tensor, no device sync).
+    **Zero rows** (the one rule, used by every caller: ``simulate``, the phase sweep, the
+    Theorem-2 check, :class:`~rankcollapse.theory.system.AttentionSystem`). A row is zero
+    when every entry is exactly 0; no tolerance, since every other finite row is projected
+    exactly. A zero row has no direction and is never given one; it is counted, and
+    ``zero_rows`` says what it becomes:
+
+    - ``"keep"`` (default): it stays 0. Runs (``simulate``, the phase sweep) keep going and
+      warn once per run (:func:`warn_zero_rows`), counts in ``SimResult.zero_rows``.
+    - ``"raise"``: :class:`~rankcollapse.errors.ConfigError` naming the rows. For the
+      theory's maps, whose SA-LN step is undefined there (``AttentionSystem.step``,
+      :func:`~rankcollapse.theory.check_sphere_collapse`).
+    - ``"nan"``: it becomes NaN (differentiable elsewhere). For
+      ``AttentionSystem.step(check=False)``, so basin and finder count the start as undefined.
+
+    ``direct=True`` divides rows whose norm is a normal float by that norm directly (one
+    rounding fewer, what ``AttentionSystem`` has always computed, so its results stay bit
+    for bit); other rows take the rescaled form. Both forms agree to round-off.
+
+    Returns ``(X_normalised, n_zero_rows)`` (0-d int64 tensor). No device sync, except
+    with ``zero_rows="raise"`` or ``direct=True``.
+
+    Raises
+    ------
+    ConfigError
+        ``zero_rows="raise"`` and a zero row; an unknown ``zero_rows``.
     """
+    if zero_rows not in ZERO_ROWS:
+        raise ConfigError(f"zero_rows must be one of {ZERO_ROWS}, got {zero_rows!r}")
+    if direct:
+        norm = torch.linalg.vector_norm(X, dim=-1, keepdim=True)
+        info = torch.finfo(X.dtype)
+        normal = (norm >= info.tiny) & (norm <= info.max)
+        if bool(normal.all()):  # one sync; the common case: no zero row, the plain division alone
+            return X / norm, X.new_zeros((), dtype=torch.int64)
     peak = X.abs().amax(dim=-1, keepdim=True)
     zero = peak == 0
     Y = X / peak.masked_fill(zero, 1.0)
-    return Y / torch.linalg.vector_norm(Y, dim=-1, keepdim=True).masked_fill(zero, 1.0), zero.sum()
+    out = Y / torch.linalg.vector_norm(Y, dim=-1, keepdim=True).masked_fill(zero, 1.0)
+    if direct:
+        out = torch.where(normal, X / norm.masked_fill(~normal, 1.0), out)  # fill: no inf in the unused branch
+    if zero_rows == "raise" and bool(zero.any()):
+        rows = zero.squeeze(-1).nonzero().tolist()[:5]
+        raise ConfigError(f"SA-LN step undefined: rows {rows} are zero before normalisation (no direction)")
+    if zero_rows == "nan":
+        out = out.masked_fill(zero, float("nan"))
+    return out, zero.sum()
+
+
+def warn_zero_rows(zero_rows: list[int], stacklevel: int = 2) -> None:
+    """The run-level report of :func:`sphere`'s ``"keep"`` rule: one ``RuntimeWarning``
+    naming the layers (1-based) whose ``sphere`` norm met zero rows; silent if none."""
+    if any(zero_rows):
+        warnings.warn(f"sphere normalisation met zero rows (left at zero) in layers "
+                      f"{[t + 1 for t, z in enumerate(zero_rows) if z]}", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def apply_norm(X: torch.Tensor, kind: str, eps: float, weight=None, bias=None):
@@ -67,14 +120,19 @@ class Attention:
     d_qk : temperature; scores are ``q k^T / sqrt(d_qk)`` unless the layer sets ``scale``.
     uniform : attention uniform over each mask row (``W_Q = W_K = 0``).
     record_epsilon, record_attention : keep the smallest allowed entry / the matrices.
+    operator : an :class:`~rankcollapse.dynamics.operators.AttentionOperator` that is not
+        row-stochastic (sink, sigmoid, differential), run on the dense path; every layer
+        then records the quantiles of its row-mass deficit (``row_mass``). None = softmax.
     """
 
     def __init__(self, *, mask_dense=None, plan: BlockPlan | None = None, flex=None, make_plan=None,
                  d_qk: float = 1.0, uniform: bool = False, record_epsilon: bool = False,
-                 record_attention: bool = False):
+                 record_attention: bool = False, operator=None):
         self.mask_dense, self.plan, self.flex, self.make_plan = mask_dense, plan, flex, make_plan
         self.default_scale = 1.0 / math.sqrt(d_qk)
         self.uniform = uniform
+        self.operator = operator
+        self.row_mass: list[torch.Tensor] = []  # (B, H, 3) deficit quantiles per layer (operator runs)
         self.record_epsilon, self.record_attention = record_epsilon, record_attention
         self.epsilon: list[torch.Tensor] = []
         self.attention: list[torch.Tensor] = []
@@ -84,6 +142,8 @@ class Attention:
         """Attention output ``(B, N, d)``; ``x_peak`` = ``max |X|`` if the caller knows it."""
         Q, K, V = project_qkv(X, lw, uniform=self.uniform, scratch=self._scratch)  # (B, H, N, d_head)
         scale = self.default_scale if lw.scale is None else lw.scale
+        if self.operator is not None:
+            return self._operator(X, Q, K, V, lw, scale)
         overflow = None  # unknown: the attention reduces over Q and K
         if x_peak is not None and lw.W_MV is not None and lw.position_bias is None and not self.uniform:
             # keys are X, queries X W_QK: |q . x| <= d max|x| (max|x| ||W_QK||_1), no pass over Q
@@ -110,6 +170,18 @@ class Attention:
         if self.record_epsilon:
             self.epsilon.append(eps)
         return merge_heads(O, lw)
+
+    def _operator(self, X, Q, K, V, lw, scale) -> torch.Tensor:
+        """A layer of a non-row-stochastic operator (dense): weights, their row-mass
+        deficit quantiles, the records, and the heads' output."""
+        bias = None if lw.position_bias is None else lw.position_bias(X.shape[1]).to(X.dtype)
+        A = operator_weights(Q, K, self.mask_dense, self.operator, scale=scale, bias=bias)
+        self.row_mass.append(row_mass_quantiles(A).cpu())
+        if self.record_epsilon:  # the smallest allowed |entry| (diff attention may be negative)
+            self.epsilon.append(A.abs().masked_fill(~self.mask_dense, float("inf")).amin())
+        if self.record_attention:
+            self.attention.append(A.detach())
+        return merge_heads(A @ V, lw)
 
 
 def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: Attention,

@@ -20,10 +20,24 @@ import torch
 from ._context import MetricContext, evaluate, stable_norm
 
 
+def mu_finite(X: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``mu(X) = ||X - 1 gamma_X||_F`` ``(B,)`` of finite tokens ``X`` ``(B, N, d)``, no
+    input checks: the one μ computation. The registry's ``mu`` and ``mu_relative`` call
+    it on a context's checked, power-of-two-normalised tokens; the simulator's layer loop
+    (which has checked the tokens) calls it on the raw ones, two passes over X instead of
+    the registry's six, which matters at N = 65,536 where μ is recorded after every layer.
+    The normalisation only moves the exponent (exact), so both give the same value.
+    ``out``: an ``X``-shaped buffer for the centred tokens (reused across layers).
+    Source: Wu et al., NeurIPS 2024 (spec.md §3)."""
+    mean = X.mean(dim=-2, keepdim=True)
+    centred = X - mean if out is None else torch.sub(X, mean, out=out)
+    return stable_norm(centred, (-2, -1))
+
+
 # ---- metric functions on a context (G samples of L real tokens) -----------------
 def _mu_normalised(ctx: MetricContext) -> torch.Tensor:
     """``mu`` of the normalised tokens ``ctx.X`` (``mu(X) / ctx.scale``)."""
-    return ctx.cached("mu_n", lambda: stable_norm(ctx.centered, (-2, -1)))
+    return ctx.cached("mu_n", lambda: mu_finite(ctx.X))
 
 
 def _mu(ctx: MetricContext) -> torch.Tensor:
@@ -38,6 +52,13 @@ def _mu_relative(ctx: MetricContext) -> torch.Tensor:
 def _max_token_share(ctx: MetricContext) -> torch.Tensor:
     ctx.fail(ctx.frobenius == 0, "X is the zero matrix: the token shares of ||X||_F^2 are undefined")
     return (ctx.row_norms.amax(dim=-1) / ctx.frobenius) ** 2
+
+
+def _norm_spread(ctx: MetricContext) -> torch.Tensor:
+    norms = ctx.row_norms
+    valid = ctx.row_valid  # zero tokens left out (with a ZeroRowWarning), as for the cosines
+    low = torch.where(valid, norms, torch.full_like(norms, float("inf"))).amin(dim=-1)
+    return norms.amax(dim=-1) / low
 
 
 def _pair_mean(ctx: MetricContext, total: torch.Tensor) -> torch.Tensor:
@@ -148,6 +169,18 @@ def max_token_share(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     whatever the other tokens were. Same parameters and errors as :func:`mu_relative`.
     """
     return _one(_max_token_share, "max_token_share", X, padding_mask, dtype)
+
+
+def norm_spread(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Spread of the token norms ``max_i ||x_i|| / min_i ||x_i||``, in ``[1, inf)``: 1 when
+    every token has the same norm. Attention whose rows do not sum to 1 (a sink, sigmoid
+    attention; :mod:`rankcollapse.dynamics.operators`) scales token ``i`` by its row mass,
+    so tokens can align (``avg_abs_cos`` near 1) while their norms spread and
+    ``mu/||X||_F`` stays away from 0. Zero tokens are left out (they have no norm to
+    compare; :class:`ZeroRowWarning`), as for the cosines. Same parameters as
+    :func:`mu`; raises :class:`MetricError` if every token is zero.
+    """
+    return _one(_norm_spread, "norm_spread", X, padding_mask, dtype)
 
 
 def avg_abs_cos(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
