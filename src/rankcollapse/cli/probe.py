@@ -65,9 +65,18 @@ def probe_command(
     fmt: str = typer.Option("table", "--format", help="stdout: table, json (one object), csv or markdown"),
     out: Optional[Path] = typer.Option(None, "--out", help="folder: probe.csv, probe.json, probe.png, windows.npz "
                                        "(windows_K.npz per model with several --model)"),
+    influence: bool = typer.Option(False, "--influence", help="instead of the metrics: per layer, Spearman's rho "
+                                   "between the mask-only influence prediction and each input's measured influence "
+                                   "on the last token (gradient norms, attention rollout); --out writes "
+                                   "influence.csv and influence.json"),
 ) -> None:
     """Per-layer μ, rank fraction, σ_min, avg |cos| (or --metrics) of models' hidden states on real text."""
     check_format(fmt)
+    if influence:
+        from ._probe_influence import check_influence_options
+
+        check_influence_options(metrics=metrics, mask=mask, d_qk=d_qk, d_qk_scale=d_qk_scale, drop=drop,
+                                points=points, attentions=attentions, clip_massive=clip_massive, control=control)
     names = _model_names(model, model_arg)
     metric_names = _metric_names(metrics)
     d_qk_scale = _d_qk_scale(d_qk, d_qk_scale)
@@ -109,6 +118,11 @@ def probe_command(
             allow_fewer=text_file is not None)
         for note in loaded.notes:
             typer.echo(f"note: {note}", err=True)
+        if influence:
+            from ..models.influence import measure_influence
+
+            runs.append((loaded, wins, measure_influence(loaded, wins, batch_size=batch_size, seed=seed)))
+            continue
         table = models.probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
                              batch_size=batch_size, points=points, metrics=metric_names, clip_massive=clip_massive)
         runs.append((loaded, wins, table))
@@ -119,6 +133,11 @@ def probe_command(
             runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
                                                    batch_size=batch_size, points=points, metrics=metric_names,
                                                    clip_massive=clip_massive)))
+    if influence:
+        from ._probe_influence import report_influence
+
+        report_influence([table for _, _, table in runs], out, fmt)
+        return
     if len(runs) > 1:
         _several_models(runs, out, fmt)
         return
