@@ -61,10 +61,14 @@ class SimResult(NotebookResult):
     final_metrics: dict[str, torch.Tensor] | None = None
     zero_rows: list[int] = field(default_factory=list)
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self, *, summary: bool = False) -> Any:
         """Tidy :class:`pandas.DataFrame` ``layer, sample, metric, value`` (layer 0 = the
-        input); values after the final norm, when recorded, have ``layer = "final_norm"``."""
+        input); values after the final norm, when recorded, have ``layer = "final_norm"``.
+        With ``summary``, the statistics over samples of :meth:`summarise` instead."""
         import pandas as pd
+
+        if summary:
+            return self.summarise()
 
         frames = []
         for name, values in self.metrics.items():
@@ -76,6 +80,21 @@ class SimResult(NotebookResult):
             frames.append(pd.DataFrame({"layer": "final_norm", "sample": np.arange(values.shape[0]),
                                         "metric": name, "value": values.numpy()}))
         return pd.concat(frames, ignore_index=True)
+
+    def summarise(self, *, per_window: bool = False) -> Any:
+        """Statistics over samples in the results-table layout of :mod:`rankcollapse.summary`
+        (``layer, point, metric, mean, std, q05 .. q95, n_samples``, the layout of
+        ``reproduce``'s table and of a probe): one row per layer and metric, layer ``t``
+        at point ``embeddings`` / ``layer.{t-1}.output``; values after the final norm,
+        when recorded, at ``layer = depth``, point ``final_norm``. ``per_window`` adds
+        each row's per-sample values (column ``values``)."""
+        from ..summary import by_layer, summary_table
+
+        values = by_layer(self.metrics)
+        depth = next((v.shape[0] - 1 for v in self.metrics.values()), 0)
+        for name, v in (self.final_metrics or {}).items():
+            values[(depth, "final_norm", name)] = v
+        return summary_table(values, per_window=per_window)
 
     def to_dict(self) -> dict:
         """Settings and the last layer's mean of every metric (JSON-ready)."""

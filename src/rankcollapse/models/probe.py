@@ -13,7 +13,6 @@ from typing import Any, Sequence
 
 import inspect
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -22,13 +21,14 @@ from ..errors import ConfigError, ModelError
 from .._progress import steps
 from ..metrics import compute_metrics
 from ..metrics.attention import attention_entropy
+from ..summary import SUMMARY_COLUMNS, summary_table
 from . import families
 from .interventions import intervene, split_drop
 from .loading import as_loaded
 from .recorder import Recorder
 from .temperature import d_qk_scale_for
 
-TABLE_COLUMNS = ("layer", "point", "metric", "mean", "std", "q05", "q50", "q95", "n_samples")
+TABLE_COLUMNS = SUMMARY_COLUMNS  # the one per-layer table layout (rankcollapse.summary)
 PROBE_DEFAULT_METRICS = ("mu", "mu_relative", "rank_fraction", "sigma_min", "avg_abs_cos")
 
 
@@ -240,9 +240,11 @@ def probe(
     Returns
     -------
     pandas.DataFrame
-        Columns ``layer, point, metric, mean, std, q05, q50, q95, n_samples``. ``layer``
-        is the ``hidden_states`` index (0 = embeddings, k = after block k; points inside
-        block k, 0-based names, count as k+1); ``std`` is the population std over windows;
+        The summary layout of :mod:`rankcollapse.summary`: ``layer, point, metric, mean,
+        std, q05, q25, q50, q75, q95, n_samples``. ``layer`` is the ``hidden_states``
+        index (0 = embeddings, k = after block k; points inside block k, 0-based names,
+        count as k+1); ``std`` is the population std over windows; non-finite values are
+        left out of the statistics and of ``n_samples``;
         ``df.attrs`` holds ``model``, ``family``, ``notes`` and the intervention settings.
         With ``per_window``, also ``values``.
 
@@ -385,25 +387,7 @@ def _summarise(values: dict, point_metrics: list[tuple[str, Sequence[str]]], sta
         for name, names in point_metrics
         for metric in names
     }
-    return summarise(keyed, per_window=per_window)
-
-
-def summarise(values: dict[tuple[int, str, str], list[torch.Tensor]], *, per_window: bool = False) -> pd.DataFrame:
-    """Tidy table from per-window values keyed by ``(layer, point, metric)``; non-finite
-    values are left out of the statistics and of ``n_samples``. ``per_window`` adds the
-    column ``values`` (all of a row's per-window values, window order)."""
-    rows = []
-    for (layer, point, metric), chunks in values.items():
-        every = torch.cat([c.reshape(-1) for c in chunks]).double().numpy()
-        v = every[np.isfinite(every)]
-        if v.size == 0:
-            stats = dict(mean=np.nan, std=np.nan, q05=np.nan, q50=np.nan, q95=np.nan)
-        else:
-            q05, q50, q95 = np.quantile(v, [0.05, 0.5, 0.95])
-            stats = dict(mean=float(v.mean()), std=float(v.std()), q05=q05, q50=q50, q95=q95)
-        rows.append(dict(layer=layer, point=point, metric=metric, **stats, n_samples=int(v.size),
-                         **({"values": every} if per_window else {})))
-    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS) + (["values"] if per_window else []))
+    return summary_table(keyed, per_window=per_window)
 
 
 # Families whose position information acts inside attention (RoPE, relative bias), so

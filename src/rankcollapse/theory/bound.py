@@ -67,9 +67,16 @@ class BoundResult(NotebookResult):
             "mu": self.mu.flatten().numpy(), "envelope": self.envelope.flatten().numpy(),
         })
 
-    def to_pandas(self) -> pd.DataFrame:
-        """The tidy table of :meth:`table`."""
-        return self.table()
+    def to_pandas(self, *, summary: bool = False) -> pd.DataFrame:
+        """The tidy table of :meth:`table`; with ``summary``, that of :meth:`summarise`."""
+        return self.summarise() if summary else self.table()
+
+    def summarise(self) -> pd.DataFrame:
+        """Statistics over samples of ``mu`` and ``envelope`` per layer, in the
+        results-table layout of :mod:`rankcollapse.summary` (metrics ``mu``, ``envelope``)."""
+        from ..summary import by_layer, summary_table
+
+        return summary_table(by_layer({"mu": self.mu, "envelope": self.envelope}))
 
     def to_dict(self) -> dict[str, Any]:
         return {
