@@ -68,7 +68,7 @@ def test_old_spelling_gives_the_canonical_result_and_one_note_each(root, old, ne
     notes = [line for line in err_old.splitlines() if "deprecated" in line]
     assert len(notes) == len(flags)
     for flag, line in zip(flags, notes):
-        assert line == f"rankcollapse: note: {flag} is deprecated; use {' '.join(DEPRECATED[flag])}"
+        assert line == f"rankcollapse: note: {flag} is deprecated and will be removed in 0.3.0; use {' '.join(DEPRECATED[flag])}"
 
 
 def test_rewrite_maps_every_old_spelling_only_where_the_canonical_flag_exists():
@@ -196,7 +196,7 @@ def test_every_json_the_cli_prints_or_writes_is_strict(root):
         code, out, err = invoke(argv, root)
         assert code == 0, (argv, err)
         _strict(out)
-    assert _strict((root / "sim" / "result.json").read_text())["layers"][0]["epsilon"] is None  # no layer yet
+    assert _strict((root / "sim" / "result.json").read_text())["layers"][0]["epsilon_measured"] is None  # no layer yet
     assert _strict((root / "sys" / "system.json").read_text())["W_V"] == [[1.0, -3.0], [0.0, 2.0]]
     for path in (root / "ph").rglob("*.json"):
         _strict(path.read_text())
@@ -246,8 +246,10 @@ def test_probe_aliases_and_d_qk(root):
     for ra, rb in zip(a["layers"], b["layers"]):  # d_qk_scale = 128 / 32 up to one rounding
         assert {k: pytest.approx(v, rel=1e-5) for k, v in ra.items() if k != "point"} == \
             {k: v for k, v in rb.items() if k != "point"}
-    for line in ("--windows is deprecated; use --samples", "--length is deprecated; use --n-tokens",
-                 "the positional MODEL is deprecated; use --model minilm", "--d-qk-scale S is deprecated"):
+    for line in ("--windows is deprecated and will be removed in 0.3.0; use --n-samples",
+                 "--length is deprecated and will be removed in 0.3.0; use --n-tokens",
+                 "the positional MODEL is deprecated and will be removed in 0.3.0; use --model minilm",
+                 "--d-qk-scale S is deprecated"):
         assert line in err_old
     assert "deprecated" not in err_new
     code, out, _ = invoke(["probe", "--model", "minilm", "--samples", "2", "--n-tokens", "16"], root)

@@ -48,5 +48,5 @@ def test_cli_backend_option():
     docs = {b: json.loads(p.stdout) for b, p in runs.items() if b != "nope"}
     assert docs["blocked"]["settings"]["path"] == "blocked"
     for a, b in zip(docs["dense"]["layers"], docs["blocked"]["layers"]):
-        assert a["mu"] == pytest.approx(b["mu"], rel=1e-5) and (a["epsilon"] is None) == (b["epsilon"] is None)
+        assert a["mu"] == pytest.approx(b["mu"], rel=1e-5) and (a["epsilon_measured"] is None) == (b["epsilon_measured"] is None)
     assert runs["nope"].returncode == 2 and "path must be one of" in runs["nope"].stderr

@@ -69,7 +69,7 @@ def test_simresult_and_boundresult_summaries_use_the_layout():
     row = df[(df.metric == "mu") & (df.layer == 2)].iloc[0]
     assert row.point == "layer.1.output" and row["mean"] == mu[2].mean() and row.q75 == np.quantile(mu[2], 0.75)
     assert set(res.to_pandas().columns) == {"layer", "sample", "metric", "value"}  # per-sample default unchanged
-    bound = check_collapse_bound("causal", n=6, d=3, depth=4, n_samples=3, seed=0)
+    bound = check_collapse_bound("causal", n_tokens=6, d_model=3, depth=4, n_samples=3, seed=0)
     b = bound.to_pandas(summary=True)
     assert set(b.metric) == {"mu", "envelope"} and list(b.columns) == list(SUMMARY_COLUMNS)
     assert (b[b.metric == "envelope"]["q50"].to_numpy() == np.median(bound.envelope.numpy(), axis=1)).all()

@@ -74,7 +74,7 @@ def test_metrics_option_values_are_the_registry_values(monkeypatch, capsys, text
     assert code == 0, err
     layers = json.loads(stdout)["layers"]
     loaded = load_model("minilm")
-    w = make_windows(read_text_file(text_file), loaded.tokenizer, length=16, n_windows=2, seed=0, allow_fewer=True)
+    w = make_windows(read_text_file(text_file), loaded.tokenizer, n_tokens=16, n_windows=2, seed=0, allow_fewer=True)
     import torch
 
     with torch.no_grad():
@@ -144,7 +144,7 @@ def test_probe_attention_entropy_matches_a_plain_forward(make_tiny, make_windows
     assert set(table[table["metric"] == "mu"]["point"]) >= {"embeddings", "layer.0.output"}
     rows = table[table["metric"] == "attention_entropy"].set_index("point")
     assert list(rows.index) == [f"layer.{k}.attention" for k in range(3)] and list(rows["layer"]) == [1, 2, 3]
-    n = w.length
+    n = w.n_tokens
     allowed = parse_mask(mask or ("causal" if kind == "gpt2" else "complete"), n).to_dense().numpy()
     real = w.attention_mask.bool().numpy()
     if mask is None:  # the model's own masking: a plain forward is the independent path

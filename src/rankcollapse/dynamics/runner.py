@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from .._deprecation import renamed_attribute
 from .._display import NotebookResult
 from .._progress import Steps, steps
 from .._validate import check_device, check_float, check_int, check_tensor_storage
@@ -46,8 +47,8 @@ class SimResult(NotebookResult):
     metrics : name -> ``(depth+1, B)`` float64 CPU tensor; row ``t`` is after ``t`` layers
         (row 0 = the input).
     final_metrics : name -> ``(B,)`` after the final norm, or None without ``final_norm``.
-    epsilon : ``(depth,)`` smallest allowed attention entry of each layer (over batch
-        and heads), or None.
+    epsilon_measured : ``(depth,)`` smallest allowed attention entry of each layer (over
+        batch and heads), or None; the deprecated ``epsilon`` reads it.
     states : list of ``depth+1`` tensors ``(B, N, d)`` (CPU), or None.
     attention : list of ``depth`` tensors ``(B, H, N, N)`` (CPU), or None.
     config : JSON-able settings of the run.
@@ -55,11 +56,13 @@ class SimResult(NotebookResult):
 
     metrics: dict[str, torch.Tensor]
     config: dict
-    epsilon: torch.Tensor | None = None
+    epsilon_measured: torch.Tensor | None = None
     states: list[torch.Tensor] | None = None
     attention: list[torch.Tensor] | None = None
     final_metrics: dict[str, torch.Tensor] | None = None
     zero_rows: list[int] = field(default_factory=list)
+
+    epsilon = renamed_attribute("epsilon", "epsilon_measured")
 
     def to_pandas(self, *, summary: bool = False) -> Any:
         """Tidy :class:`pandas.DataFrame` ``layer, sample, metric, value`` (layer 0 = the
@@ -296,14 +299,14 @@ def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, valu
     given = [name for name, v in (("value", value), ("query_key", query_key))
              if not (isinstance(v, str) and v == "gaussian")] + (["shared"] if shared else [])
     if given:
-        raise ConfigError(f"given weights (weights=, simulate --model) fix every layer's W_Q, W_K, W_V; "
+        raise ConfigError(f"given weights (weights=) fix every layer's W_Q, W_K, W_V; "
                           f"{', '.join(given)} would be ignored: drop {'it' if len(given) == 1 else 'them'}")
     heads = {int(getattr(lw, "n_heads", 1)) for lw in weights}
     if len(heads) != 1:
         return cfg
     (h,) = heads
     if cfg.n_heads not in (1, h):
-        raise ConfigError(f"n_heads={cfg.n_heads} but the given weights have {h} heads; drop n_heads (--heads)")
+        raise ConfigError(f"n_heads={cfg.n_heads} but the given weights have {h} heads; drop n_heads")
     out_proj = all(getattr(lw, "W_O", None) is not None for lw in weights)
     return replace(cfg, n_heads=h, out_proj=out_proj)
 
@@ -438,7 +441,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
               "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "batch": B,
               "metrics": list(names)}
     return SimResult(metrics=out, config=config,
-                     epsilon=torch.stack(attend.epsilon).to("cpu", torch.float64) if record_epsilon else None,
+                     epsilon_measured=torch.stack(attend.epsilon).to("cpu", torch.float64) if record_epsilon else None,
                      states=states, attention=[a.cpu() for a in attend.attention] if record_attention else None,
                      final_metrics=final, zero_rows=zero_rows)
 

@@ -80,7 +80,7 @@ class OutputFolder:
                 if not self.wait:
                     os.close(fd)
                     raise OutputBusyError(f"{self.out} is in use by {describe(owner(self.out))}; "
-                                          "wait for it (--wait) or choose another --out") from None
+                                          "wait for that run to finish or choose another output folder") from None
                 time.sleep(self.poll_s)
         self._fd = fd
         info = {"pid": os.getpid(), "host": socket.gethostname(),
@@ -128,8 +128,8 @@ def check_own_or_empty(out: Path) -> None:
         return
     names = {p.name for p in out.iterdir()}
     if names and not names & set(OWN_NAMES):
-        raise ConfigError(f"--out {str(out)!r} is a non-empty folder that no run wrote ({len(names)} entries); "
-                          "choose a new or empty folder, or pass --allow-nonempty to write beside its files")
+        raise ConfigError(f"out {str(out)!r} is a non-empty folder that no run wrote ({len(names)} entries); "
+                          "choose a new or empty folder, or pass allow_nonempty=True to write beside its files")
 
 
 def remove_orphan_tmp(out: Path) -> list[Path]:

@@ -210,7 +210,7 @@ def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     from . import theory_units
 
     check = unit.params["check"]
-    fn = getattr(theory_units, f"check_{check}", None)
+    fn = getattr(theory_units, f"rows_{check}", None)
     if fn is None:
         raise ConfigError(f"unknown theory check {check!r}")
     labels = {k: v for k, v in _labels(unit, model="theory", variant=check).items() if k not in ("mask", "mask_spec")}

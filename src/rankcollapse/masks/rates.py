@@ -37,7 +37,7 @@ def compare_masks(
     """Table of masks by radius and predicted per-layer contraction.
 
     Columns: ``spec, n_tokens, n_edges, quasi_strongly_connected, n_centers, radius,
-    max_in_degree, epsilon, log10_factor, log10_layers_per_decade``. ``epsilon`` is
+    max_in_degree, epsilon_bound, log10_factor, log10_layers_per_decade``. ``epsilon_bound`` is
     :func:`~rankcollapse.theory.envelope.epsilon_lower_bound` for each mask's own max
     in-degree; ``log10_factor`` is ``log10`` of ``(1 - eps^r)^(1/(k r))``
     (:func:`~rankcollapse.theory.envelope.predicted_rate`). Non-QSC masks get no rate
@@ -60,7 +60,7 @@ def compare_masks(
             "spec": a.spec, "n_tokens": a.n_tokens, "n_edges": a.n_edges,
             "quasi_strongly_connected": a.quasi_strongly_connected,
             "n_centers": len(a.centers), "radius": a.radius, "max_in_degree": a.in_degree["max"],
-            "epsilon": rate["epsilon"],
+            "epsilon_bound": rate["epsilon_bound"],
             "log10_factor": math.nan if rate["log10_rate_per_layer"] is None else rate["log10_rate_per_layer"],
             "log10_layers_per_decade": math.nan if rate["log10_layers_per_decade"] is None
             else rate["log10_layers_per_decade"],

@@ -32,7 +32,7 @@ def predicted_rate(schedule: MaskSchedule, radius: int | None = None, *, d_qk: f
 
     Deprecated: use :func:`rankcollapse.theory.envelope.predicted_rate` with
     :func:`rankcollapse.theory.envelope.theorem1_terms`. ``radius`` is ignored (the
-    effective radius ``min(p r_H, L)`` is computed from the schedule). Keys ``epsilon``,
+    effective radius ``min(p r_H, L)`` is computed from the schedule). Keys ``epsilon_bound``,
     ``log10_rate_per_layer``, ``log10_layers_per_decade``.
     """
     return _predicted_rate(theorem1_terms(schedule), d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm)
@@ -50,7 +50,7 @@ def describe_schedule(schedule: Any, n: int | None = None, *, per_token: bool = 
     ``radius``, ``quasi_strongly_connected``, ...; ``spec`` is the schedule's), plus
     ``period``, ``edges_per_layer``, ``mean_edges_per_layer``, ``period_radius`` (``p r_H``),
     ``scrambling_length`` (``L``), ``effective_radius`` (``min(p r_H, L)``, the envelope's
-    exponent), ``epsilon``, ``log10_rate_per_layer``, ``log10_layers_per_decade``
+    exponent), ``epsilon_bound``, ``log10_rate_per_layer``, ``log10_layers_per_decade``
     (:func:`rankcollapse.theory.envelope.predicted_rate`; ``bounds`` = its keyword
     arguments) and ``layers`` (each layer's description).
 
@@ -105,7 +105,7 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
     Columns: ``spec, period, n_tokens, mean_edges_per_layer, quasi_strongly_connected,
     radius`` (``r_H``, of the composed graph), ``period_radius`` (``p r_H``),
     ``scrambling_length`` (``L``), ``effective_radius`` (``min(p r_H, L)``, the exponent of
-    the envelope), ``epsilon, log10_rate_per_layer, log10_layers_per_decade,
+    the envelope), ``epsilon_bound, log10_rate_per_layer, log10_layers_per_decade,
     rank_predicted`` and, with ``measure``, ``measured_rate``
     (median over samples, :func:`measure_rate`), ``measured_q25, measured_q75`` and
     ``rank_measured``. Rank 1 = slowest collapse (most layers

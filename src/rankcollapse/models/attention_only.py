@@ -96,7 +96,7 @@ def attention_only(
         raise ConfigError(f"layers must be block indices in 0..{stack.n_layers - 1}, got {order}")
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     drop = ["mlp"] + [c for c in ("skip", "norm") if c not in keep]
-    n = windows.length
+    n = windows.n_tokens
     allowed = dense_mask(families.family(loaded.family).native_mask if mask is None else mask, n)
     X_all = embed(loaded, windows, batch_size=batch_size)
     values: dict[tuple[int, str, str], list[torch.Tensor]] = {}
@@ -113,7 +113,7 @@ def attention_only(
                 _record(values, t, f"attention_only.block.{k}", result)
     df = summary_table(values)
     df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), keep=list(keep),
-                    depth=depth, d_qk_scale=float(d_qk_scale), n_windows=windows.n_windows, length=n)
+                    depth=depth, d_qk_scale=float(d_qk_scale), n_windows=windows.n_windows, n_tokens=n)
     return df
 
 

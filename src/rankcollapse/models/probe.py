@@ -137,7 +137,7 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8) -> torch.Tensor
         ids beyond the model's embeddings (:func:`check_token_ids`).
     """
     loaded = as_loaded(loaded)
-    check_positions(loaded, windows.length)
+    check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
     parts = []
@@ -170,7 +170,7 @@ def check_positions(loaded: Any, length: int) -> None:
                   if isinstance(getattr(config, k, None), int)), None)
     if limit is not None and length > limit:
         raise ConfigError(f"windows of {length} tokens exceed {getattr(loaded, 'name', 'the model')}'s "
-                          f"{limit} positions; use windows of at most {limit} tokens (--n-tokens {limit})")
+                          f"{limit} positions; use windows of at most {limit} tokens")
 
 
 def check_token_ids(loaded: Any, windows: Windows) -> None:
@@ -257,7 +257,7 @@ def probe(
     """
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
-    check_positions(loaded, windows.length)
+    check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     attn_names = tuple(n for n in names if n == "attention_entropy")
@@ -277,7 +277,7 @@ def probe(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
         d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
-        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, length=windows.length,
+        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, n_tokens=windows.n_tokens,
     )
     return df
 
@@ -305,7 +305,7 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
     for name, A in rec.attention_maps.items():
         decoder = name.startswith("decoder.")
         pad = decoder_padding(am.bool()) if decoder else am.bool()  # keys: every real token
-        allowed = attention_allowed(loaded, mask, name, windows.length)
+        allowed = attention_allowed(loaded, mask, name, windows.n_tokens)
         v = attention_entropy(A, allowed, padding_mask=pad.to(A.device))
         values.setdefault((name, "attention_entropy"), []).append(v.detach().cpu().double())
 

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .._deprecation import renamed_arguments, renamed_attribute
 from .._display import NotebookResult
 from ..dynamics import gaussian_tokens, simulate
 from ..errors import ConfigError
@@ -36,12 +37,14 @@ class EnvelopeViolation(UserWarning):
 class BoundResult(NotebookResult):
     """Measured μ and the Theorem 1 envelope, per layer and sample.
 
-    ``mu`` and ``envelope`` are float64 ``(depth+1, B)``; ``epsilon`` ``(B,)``;
+    ``mu`` and ``envelope`` are float64 ``(depth+1, B)``; ``epsilon_measured`` ``(B,)``, the
+    smallest allowed attention entry each sample's trajectory met (:func:`measured_epsilon`;
+    the deprecated ``epsilon`` reads it);
     ``measured_rate`` is the median over samples of ``exp(slope)`` of a least-squares fit
     of ``log μ(t)`` (per-layer decay factor, < 1 = collapse); ``envelope_rate`` is
     ``(1 - ε^e)^{1/e}`` (or ``^{1/(2e)}``, ``e`` the effective radius, ``r`` for a mask) of
     the sample whose ε is the median (``torch.median``: the lower middle for an even count),
-    so that ``epsilon_median`` and ``envelope_rate`` describe one and the same sample.
+    so that ``epsilon_measured_median`` and ``envelope_rate`` describe one and the same sample.
     """
 
     mask: str
@@ -49,11 +52,13 @@ class BoundResult(NotebookResult):
     exponent: str
     mu: torch.Tensor
     envelope: torch.Tensor
-    epsilon: torch.Tensor
+    epsilon_measured: torch.Tensor
     measured_rate: float
     envelope_rate: float
     n_violations: int
     config: dict[str, Any] = field(default_factory=dict)
+
+    epsilon = renamed_attribute("epsilon", "epsilon_measured")
 
     @property
     def holds(self) -> bool:
@@ -81,7 +86,7 @@ class BoundResult(NotebookResult):
     def to_dict(self) -> dict[str, Any]:
         return {
             "mask": self.mask, "radius": self.radius, "exponent": self.exponent,
-            "epsilon_median": float(self.epsilon.median()), "measured_rate": self.measured_rate,
+            "epsilon_measured_median": float(self.epsilon_measured.median()), "measured_rate": self.measured_rate,
             "envelope_rate": self.envelope_rate, "n_violations": self.n_violations, "holds": self.holds,
             "mu_median": self.mu.median(dim=1).values.tolist(),
             "envelope_median": self.envelope.median(dim=1).values.tolist(), "config": self.config,
@@ -127,7 +132,7 @@ def envelope_result(spec: str, radius: int, effective_radius: int, exponent: str
     if n_bad:
         warnings.warn(f"Theorem 1 envelope violated at {n_bad} (layer, sample) points for {spec!r}",
                       EnvelopeViolation, stacklevel=3)
-    median = int(epsilon.median(dim=0).indices)  # the lower middle, the sample epsilon_median reports
+    median = int(epsilon.median(dim=0).indices)  # the lower middle, the sample epsilon_measured_median reports
     return BoundResult(spec, radius, exponent, mu, envelope, epsilon, float(fit_rate(mu).median()),
                        float(rate[median]), n_bad, config)
 
@@ -156,11 +161,12 @@ def orthogonal_run(X0, mask: Any, N: int, d: int, *, n_samples: int, depth: int,
     return X0, sim
 
 
+@renamed_arguments(n="n_tokens", d="d_model")
 def check_collapse_bound(
     mask: Any,
     *,
-    n: int | None = None,
-    d: int = 16,
+    n_tokens: int | None = None,
+    d_model: int = 16,
     depth: int = 60,
     n_samples: int = 8,
     seed: int = 0,
@@ -183,11 +189,12 @@ def check_collapse_bound(
 
     Parameters
     ----------
-    mask : Mask, bool ``(N, N)`` or spec string (with ``n``); must be QSC with self-loops.
-        A schedule (``"schedule:..."``) is checked against its own envelope by
+    mask : Mask, bool ``(N, N)`` or spec string (with ``n_tokens``); must be QSC with
+        self-loops. A schedule (``"schedule:..."``) is checked against its own envelope by
         :func:`~rankcollapse.theory.schedule_bound.check_schedule_bound`.
-    d, depth, n_samples, seed : width, layers, batch size and seed (weights, and X(0)
-        unless given).
+    n_tokens : number of tokens N of a spec string (deprecated alias ``n``).
+    d_model, depth, n_samples, seed : width d (deprecated alias ``d``), layers, batch size
+        and seed (weights, and X(0) unless given).
     exponent : ``"t/r"`` or ``"t/(2r)"``.
     d_qk, qk_scale : temperature, and std·√d of the Gaussian ``W_Q, W_K`` entries (A1).
     X0 : optional ``(B, N, d)`` inputs; default Gaussian with entries of std ``1/√d``.
@@ -200,41 +207,42 @@ def check_collapse_bound(
     Raises
     ------
     ConfigError
-        Unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d`` < 1, a mask
+        Unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d_model`` < 1, a mask
         that is not QSC or lacks self-loops, ``X0`` of the wrong shape.
     MaskError
-        A spec without ``n``, or an invalid mask.
+        A spec without ``n_tokens``, or an invalid mask.
     """
     if is_schedule(mask):  # per-layer masks: the envelope of the composed graph (docs/theory.md §7)
         from .schedule_bound import check_schedule_bound
 
-        return check_schedule_bound(mask, n=n, d=d, depth=depth, n_samples=n_samples, seed=seed,
+        return check_schedule_bound(mask, n_tokens=n_tokens, d_model=d_model, depth=depth, n_samples=n_samples, seed=seed,
                                     exponent=exponent, d_qk=d_qk, qk_scale=qk_scale, X0=X0)
     if exponent not in EXPONENTS:
         raise ConfigError(f"exponent must be one of {tuple(EXPONENTS)}, got {exponent!r}")
-    if depth < 1 or n_samples < 1 or d < 1:
-        raise ConfigError(f"need depth ≥ 1, n_samples ≥ 1 and d must be ≥ 1; got depth={depth}, "
-                          f"n_samples={n_samples}, d={d}")
-    m = resolve_mask(mask, n)
+    if depth < 1 or n_samples < 1 or d_model < 1:
+        raise ConfigError(f"need depth ≥ 1, n_samples ≥ 1 and d_model ≥ 1; got depth={depth}, "
+                          f"n_samples={n_samples}, d_model={d_model}")
+    m = resolve_mask(mask, n_tokens)
     terms = require_theorem1(m)
     N, r = m.n_tokens, int(terms.radius)
-    X0, sim = orthogonal_run(X0, m, N, d, n_samples=n_samples, depth=depth, d_qk=d_qk, qk_scale=qk_scale, seed=seed)
+    X0, sim = orthogonal_run(X0, m, N, d_model, n_samples=n_samples, depth=depth, d_qk=d_qk, qk_scale=qk_scale, seed=seed)
     eps = measured_epsilon(sim.attention, [m.dense()] * depth)
-    cfg = {"n": N, "d": X0.shape[2], "depth": depth, "n_samples": X0.shape[0], "seed": seed, "d_qk": d_qk,
+    cfg = {"n_tokens": N, "d_model": X0.shape[2], "depth": depth, "n_samples": X0.shape[0], "seed": seed, "d_qk": d_qk,
            "qk_scale": qk_scale, "value": "orthogonal", "query_key": sim.config["query_key"]}
     return envelope_result(m.spec, r, r, exponent, X0, sim.metrics["mu"], eps, cfg)
 
 
-def radius_sweep(n: int = 32, widths: tuple[int, ...] = (32, 17, 9, 5, 3, 2), **kwargs: Any) -> pd.DataFrame:
-    """Theorem 1 check across ``causal_sliding_window:w`` masks at fixed ``n``.
+@renamed_arguments(n="n_tokens")
+def radius_sweep(n_tokens: int = 32, widths: tuple[int, ...] = (32, 17, 9, 5, 3, 2), **kwargs: Any) -> pd.DataFrame:
+    """Theorem 1 check across ``causal_sliding_window:w`` masks at fixed ``n_tokens``.
 
-    Returns a table ``mask, width, radius, epsilon, measured_rate, envelope_rate,
+    Returns a table ``mask, width, radius, epsilon_measured (median over samples), measured_rate, envelope_rate,
     n_violations, holds`` (one row per width, same seed and inputs for all).
     """
     rows = []
     for w in widths:
-        res = check_collapse_bound(f"causal_sliding_window:w={w}", n=n, **kwargs)
-        rows.append({"mask": res.mask, "width": w, "radius": res.radius, "epsilon": float(res.epsilon.median()),
+        res = check_collapse_bound(f"causal_sliding_window:w={w}", n_tokens=n_tokens, **kwargs)
+        rows.append({"mask": res.mask, "width": w, "radius": res.radius, "epsilon_measured": float(res.epsilon_measured.median()),
                      "measured_rate": res.measured_rate, "envelope_rate": res.envelope_rate,
                      "n_violations": res.n_violations, "holds": res.holds})
     return pd.DataFrame(rows)
