@@ -81,11 +81,13 @@ def test_rewrite_maps_every_old_spelling_only_where_the_canonical_flag_exists():
         args, notes = rewrite(cmd, [old, "5", "--", old])
         assert args == [*new, "5", "--", old] and len(notes) == 1
     basin = cli.commands["theory"].commands["basin"]  # no --n-tokens there: --n stays (a usage error)
-    assert rewrite(basin, ["--n", "3", "--samples", "2"]) == (["--n", "3", "--samples", "2"], [])
+    args, notes = rewrite(basin, ["--n", "3", "--samples", "2"])  # --n-samples there: --samples maps
+    assert args == ["--n", "3", "--n-samples", "2"] and notes == [
+        "rankcollapse: note: --samples is deprecated and will be removed in 0.3.0; use --n-samples"]
 
 
 def test_help_hides_the_old_spellings(root):
-    old = re.compile(r"(?<![\w-])--(n|d|length|windows|names|pretrained|json|text|d-qk-scale)(?![\w-])")
+    old = re.compile(r"(?<![\w-])--(n|d|length|windows|samples|names|pretrained|json|text|d-qk-scale)(?![\w-])")
     for argv in _commands():
         code, out, _ = invoke([*argv, "--help"], root)
         assert code == 0 and not old.search(out), (argv, old.search(out))
