@@ -20,7 +20,7 @@ from rankcollapse.experiments.executors import (
 )
 
 CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
-TINY_PHASE = ["phase", "--axis", "qk_scale=1", "--depth", "2", "--n-tokens", "4", "--d-model", "2", "--samples", "1"]
+TINY_PHASE = ["phase", "--axis", "qk_scale=1", "--depth", "2", "--n-tokens", "4", "--d-model", "2", "--n-samples", "1"]
 
 
 def _invoke(argv: list[str], cwd) -> tuple[int, str, str]:

@@ -51,7 +51,7 @@ def _main(monkeypatch, capsys, *args):
 def test_two_models_one_table_one_figure(monkeypatch, capsys, text_file, minilm_copy, tmp_path):
     out = tmp_path / "cmp"
     code, stdout, err = _main(monkeypatch, capsys, "--model", "minilm", "--model", str(minilm_copy),
-                              "--text-file", str(text_file), "--samples", "2", "--n-tokens", "16",
+                              "--text-file", str(text_file), "--n-samples", "2", "--n-tokens", "16",
                               "--metrics", "mu,stable_rank", "--format", "json", "--out", str(out))
     assert code == 0, err
     doc = json.loads(stdout)
@@ -70,7 +70,7 @@ def test_metrics_option_values_are_the_registry_values(monkeypatch, capsys, text
     from rankcollapse.models import load_model
 
     code, stdout, err = _main(monkeypatch, capsys, "--model", "minilm", "--text-file", str(text_file),
-                              "--samples", "2", "--n-tokens", "16", "--metrics", "effective_rank", "--format", "json")
+                              "--n-samples", "2", "--n-tokens", "16", "--metrics", "effective_rank", "--format", "json")
     assert code == 0, err
     layers = json.loads(stdout)["layers"]
     loaded = load_model("minilm")
@@ -165,6 +165,6 @@ def test_table_leaves_metrics_that_do_not_apply_blank(monkeypatch, capsys, text_
     """attention_entropy has no value at hidden states (nor μ at attention points): the
     terminal table leaves those cells blank, never prints nan."""
     code, stdout, err = _main(monkeypatch, capsys, "--model", "minilm", "--text-file", str(text_file),
-                              "--samples", "2", "--n-tokens", "16", "--metrics", "mu_relative,attention_entropy")
+                              "--n-samples", "2", "--n-tokens", "16", "--metrics", "mu_relative,attention_entropy")
     assert code == 0, err
     assert "layer.5.attention" in stdout and "nan" not in stdout.lower()

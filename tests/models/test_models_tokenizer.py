@@ -102,7 +102,7 @@ def test_none_or_a_non_tokenizer_is_refused():
 
 
 def test_cli_refuses_a_folder_without_tokenizer(monkeypatch, capsys, tmp_path, bert_dirs):
-    code, out, err = _main(monkeypatch, capsys, "--model", str(bert_dirs["bare"]), "--samples", "2", "--n-tokens", "16",
+    code, out, err = _main(monkeypatch, capsys, "--model", str(bert_dirs["bare"]), "--n-samples", "2", "--n-tokens", "16",
                            "--out", str(tmp_path / "o"))
     assert code == 2 and out == ""
     line = err.strip().splitlines()[-1]
@@ -111,7 +111,7 @@ def test_cli_refuses_a_folder_without_tokenizer(monkeypatch, capsys, tmp_path, b
 
 
 def test_tokenizer_option_gives_the_numbers_of_the_complete_folder(monkeypatch, capsys, bert_dirs, tmp_path):
-    args = ("--samples", "2", "--n-tokens", "16", "--format", "json")
+    args = ("--n-samples", "2", "--n-tokens", "16", "--format", "json")
     code, full, err = _main(monkeypatch, capsys, "--model", str(bert_dirs["full"]), *args, "--out", str(tmp_path / "o"))
     assert code == 0, err
     for tok in (str(bert_dirs["tok"]), "minilm"):
@@ -128,7 +128,7 @@ def test_tokenizer_option_gives_the_numbers_of_the_complete_folder(monkeypatch, 
 
 @pytest.mark.parametrize("extra, text", [
     (("--n-tokens", "32"), "--n-tokens 32 but"),
-    (("--samples", "5"), "--samples 5 but"),
+    (("--n-samples", "5"), "--n-samples 5 but"),
     (("--seed", "3"), "--seed"),
     (("--tokenizer", "minilm"), "--tokenizer would cut other windows"),
     (("--text-file", "docs.txt"), "--text-file would cut other windows"),

@@ -67,7 +67,7 @@ def test_write_report_files_and_theory_agreement(tmp_path):
 
 def test_cli_json_and_files(tmp_path):
     out = subprocess.run([*CLI, "phase", "--axis", "qk_scale=0.25,4", "--axis", "norm=none,layernorm",
-                          "--depth", "8", "--n-tokens", "8", "--d-model", "4", "--samples", "2",
+                          "--depth", "8", "--n-tokens", "8", "--d-model", "4", "--n-samples", "2",
                           "--out", str(tmp_path), "--json"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -162,7 +162,7 @@ def test_a_smaller_grid_after_a_bigger_one_leaves_none_of_its_outputs(tmp_path):
     from rankcollapse.experiments.outdir import MANIFEST
 
     out = tmp_path / "phase"
-    base = ["phase", "--depth", "4", "--n-tokens", "4", "--d-model", "2", "--samples", "1", "--out", str(out),
+    base = ["phase", "--depth", "4", "--n-tokens", "4", "--d-model", "2", "--n-samples", "1", "--out", str(out),
             "--format", "json"]
     big = subprocess.run([*CLI, *base, "--axis", "qk_scale=0.5,8", "--axis", "norm=none,sphere", "--axis", "skip=false,true",
                           "--axis", "d_qk=1,2,4,8", "--axis", "value_scale=0.5,1,2,4", "--plot", "qk_scale,norm"],
