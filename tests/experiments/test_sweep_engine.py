@@ -216,7 +216,7 @@ def test_a_foreign_nonempty_out_is_refused_unless_allowed(fake, tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "thesis.tex").write_text("user data")
-    with pytest.raises(ConfigError, match="--allow-nonempty"):
+    with pytest.raises(ConfigError, match="pass allow_nonempty=True to write beside"):
         runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)
     assert sorted(p.name for p in out.iterdir()) == ["thesis.tex"]  # nothing created
     runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False, allow_nonempty=True)

@@ -81,7 +81,7 @@ def phase(
     check_cells(cells, samples)  # every cell's size, before the output folder is touched
     check_writable(out, folder=True)
     if not allow_nonempty:
-        check_own_or_empty(out)
+        check_own_or_empty(out, flags=True)
     names = list(axes) or ["depth"]
     meta = {"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples, "seeds": seeds,
             "seed": seed}

@@ -87,6 +87,10 @@ def register(app: typer.Typer) -> None:
             if value is not None:
                 check_int(value, flag, low=1)
         check_executor(executor, workers=workers, address=address, flags=True)
+        if out is not None and not allow_nonempty:
+            from ..experiments.outdir import check_own_or_empty
+
+            check_own_or_empty(out, flags=True)
         overrides = {"masks": masks or None, "depth": depth, "n_windows": windows, "extra_models": models or None}
         overrides = {k: v for k, v in overrides.items() if v is not None}
         result = run_experiment(name, scale, out, seed, text=text, n_tokens=length, cache_dir=cache_dir,

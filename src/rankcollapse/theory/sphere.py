@@ -114,7 +114,7 @@ def check_sphere_collapse(
     m, d = resolve_mask(mask, n_tokens), d_model  # d: the formulas' name for d_model
     N = m.n_tokens
     if N < 2 or d < 2 or depth < 1 or n_samples < 1 or not beta >= 0:
-        raise ConfigError(f"need N ≥ 2 tokens, d ≥ 2, depth ≥ 1, n_samples ≥ 1 and beta ≥ 0; got N={N}, d={d}, "
+        raise ConfigError(f"need N ≥ 2 tokens, d_model ≥ 2, depth ≥ 1, n_samples ≥ 1 and beta ≥ 0; got N={N}, d_model={d}, "
                           f"depth={depth}, n_samples={n_samples}, beta={beta}")
     g = torch.Generator().manual_seed(seed)
     X = make_inputs(inputs, n_samples, N, d, g)
