@@ -14,7 +14,7 @@ def run(*args):
 
 
 def test_json_layers_and_plot(tmp_path):
-    p = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--samples", "3", "--value", "orthogonal",
+    p = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--n-samples", "3", "--value", "orthogonal",
             "--d-model", "8", "--seed", "1", "--json", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
@@ -26,10 +26,10 @@ def test_json_layers_and_plot(tmp_path):
     assert 0 < doc["layers"][-1]["mu_relative"] < 1
     assert (tmp_path / "mu_loglog.png").stat().st_size > 1000
     assert json.loads((tmp_path / "result.json").read_text())["layers"] == doc["layers"]
-    again = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--samples", "3", "--value", "orthogonal",
+    again = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--n-samples", "3", "--value", "orthogonal",
                 "--d-model", "8", "--seed", "1", "--json")
     assert json.loads(again.stdout)["layers"] == doc["layers"]
-    alias = run("--mask", "causal", "--n", "16", "--depth", "5", "--samples", "3", "--value", "orthogonal",
+    alias = run("--mask", "causal", "--n", "16", "--depth", "5", "--n-samples", "3", "--value", "orthogonal",
                 "--d-model", "8", "--seed", "1", "--json")
     assert json.loads(alias.stdout)["layers"] == doc["layers"]  # --n is --n-tokens
 
@@ -60,7 +60,7 @@ def test_bad_input_one_line_exit_2(args, msg, tmp_path, monkeypatch, capsys):
 
 
 def test_settings_name_the_variant_and_plot_draws_requested_metrics(tmp_path):
-    p = run("--mask", "causal", "--n-tokens", "8", "--depth", "3", "--samples", "2", "--d-model", "4",
+    p = run("--mask", "causal", "--n-tokens", "8", "--depth", "3", "--n-samples", "2", "--d-model", "4",
             "--variant", "sphere", "--metrics", "avg_abs_cos", "--json", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
@@ -77,14 +77,14 @@ def test_json_numbers_are_strict():
 
 
 def test_pretrained_defaults_to_the_model_width():
-    p = run("--mask", "complete", "--n-tokens", "8", "--samples", "1", "--pretrained", "minilm", "--json")
+    p = run("--mask", "complete", "--n-tokens", "8", "--n-samples", "1", "--pretrained", "minilm", "--json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["settings"]["d_model"] == 384 and len(doc["layers"]) == doc["settings"]["depth"] + 1
 
 
 def test_values_at_the_compute_dtype_floor_are_flagged():
-    args = ["--mask", "complete", "--n-tokens", "16", "--depth", "30", "--samples", "2", "--d-model", "8",
+    args = ["--mask", "complete", "--n-tokens", "16", "--depth", "30", "--n-samples", "2", "--d-model", "8",
             "--input", "sphere"]
     doc = json.loads(run(*args, "--dtype", "float64", "--json").stdout)
     assert doc["floor"] == {"dtype": "float64", "epsilon": 2.220446049250313e-16, "metrics": ["mu_relative"]}
@@ -104,7 +104,7 @@ def test_values_at_the_compute_dtype_floor_are_flagged():
 
 
 def test_attention_operator_option_reports_row_mass_deficit():
-    p = run("--mask", "causal", "--n-tokens", "8", "--depth", "3", "--samples", "2", "--d-model", "4",
+    p = run("--mask", "causal", "--n-tokens", "8", "--depth", "3", "--n-samples", "2", "--d-model", "4",
             "--attention", "offbyone", "--dtype", "float64", "--metrics", "mu_relative,norm_spread", "--format", "json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)

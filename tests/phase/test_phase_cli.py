@@ -44,8 +44,8 @@ def test_batches_group_by_shared_keys_and_cut():
 
 def test_run_phase_caches_units_and_keeps_cell_order(tmp_path):
     cells = expand_grid({"qk_scale": [0.0, 1.0], "norm": ["none", "layernorm"]}, {"depth": 8, "n_tokens": 8, "d_model": 4})
-    t1, timing1 = run_phase(cells, samples=2, cache_dir=tmp_path)
-    t2, timing2 = run_phase(cells, samples=2, cache_dir=tmp_path)
+    t1, timing1 = run_phase(cells, n_samples=2, cache_dir=tmp_path)
+    t2, timing2 = run_phase(cells, n_samples=2, cache_dir=tmp_path)
     assert timing1["computed"] == 2 and timing2["computed"] == 0 and timing2["cached"] == 2
     assert list(t1["qk_scale"]) == [0.0, 0.0, 1.0, 1.0] and list(t1["norm"]) == ["none", "layernorm"] * 2
     pd.testing.assert_frame_equal(t1, t2)
@@ -54,7 +54,7 @@ def test_run_phase_caches_units_and_keeps_cell_order(tmp_path):
 def test_write_report_files_and_theory_agreement(tmp_path):
     cells = expand_grid({"qk_scale": [0.0, 1.0], "norm": ["none", "sphere"], "mask": ["complete", "causal"]},
                         {"depth": 8, "n_tokens": 8, "d_model": 4, "value": "orthogonal"})
-    table, timing = run_phase(cells, samples=2, cache_dir=tmp_path / "c")
+    table, timing = run_phase(cells, n_samples=2, cache_dir=tmp_path / "c")
     paths = write_report(table, ["qk_scale", "norm", "mask"], tmp_path, meta={"timing": timing})
     assert pd.read_parquet(paths["parquet"]).shape[0] == 8
     assert paths["heatmaps"] == [str(tmp_path / "heatmap.png")]
@@ -67,7 +67,7 @@ def test_write_report_files_and_theory_agreement(tmp_path):
 
 def test_cli_json_and_files(tmp_path):
     out = subprocess.run([*CLI, "phase", "--axis", "qk_scale=0.25,4", "--axis", "norm=none,layernorm",
-                          "--depth", "8", "--n-tokens", "8", "--d-model", "4", "--samples", "2",
+                          "--depth", "8", "--n-tokens", "8", "--d-model", "4", "--n-samples", "2",
                           "--out", str(tmp_path), "--json"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -83,7 +83,7 @@ def test_cli_json_and_files(tmp_path):
 @pytest.mark.parametrize("args, fragment", [
     (("--axis", "nosuch=1"), "--axis expects NAME="),
     (("--axis", "norm=batchnorm"), "--axis norm"),
-    (("--samples", "0"), "--samples must be >= 1"),
+    (("--n-samples", "0"), "--n-samples must be >= 1"),
 ])
 def test_cli_errors_are_one_line(tmp_path, args, fragment):
     out = subprocess.run([*CLI, "phase", *args, "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
@@ -95,8 +95,8 @@ def test_cli_errors_are_one_line(tmp_path, args, fragment):
 @pytest.mark.slow
 def test_processes_executor_gives_the_serial_numbers(tmp_path):
     cells = expand_grid({"qk_scale": [0.5, 2.0], "norm": ["none", "sphere"]}, {"depth": 8, "n_tokens": 8, "d_model": 4})
-    serial, _ = run_phase(cells, samples=2, cache_dir=tmp_path / "a")
-    procs, timing = run_phase(cells, samples=2, cache_dir=tmp_path / "b", executor="processes", workers=2)
+    serial, _ = run_phase(cells, n_samples=2, cache_dir=tmp_path / "a")
+    procs, timing = run_phase(cells, n_samples=2, cache_dir=tmp_path / "b", executor="processes", workers=2)
     assert timing["computed"] == 2
     pd.testing.assert_frame_equal(serial, procs)
 
@@ -162,7 +162,7 @@ def test_a_smaller_grid_after_a_bigger_one_leaves_none_of_its_outputs(tmp_path):
     from rankcollapse.experiments.outdir import MANIFEST
 
     out = tmp_path / "phase"
-    base = ["phase", "--depth", "4", "--n-tokens", "4", "--d-model", "2", "--samples", "1", "--out", str(out),
+    base = ["phase", "--depth", "4", "--n-tokens", "4", "--d-model", "2", "--n-samples", "1", "--out", str(out),
             "--format", "json"]
     big = subprocess.run([*CLI, *base, "--axis", "qk_scale=0.5,8", "--axis", "norm=none,sphere", "--axis", "skip=false,true",
                           "--axis", "d_qk=1,2,4,8", "--axis", "value_scale=0.5,1,2,4", "--plot", "qk_scale,norm"],

@@ -69,7 +69,7 @@ def test_batched_path_matches_simulate_per_cell():
         (got,) = run_group([c], samples=2)
         ref = run_cell(c, samples=2)
         assert got["regime"] == ref["regime"] and got["k"] == ref["k"]
-        for key in ("attention_entropy", "stable_rank", "numerical_rank", "epsilon_min"):
+        for key in ("attention_entropy", "stable_rank", "numerical_rank", "epsilon_measured"):
             assert got[key] == pytest.approx(ref[key], rel=1e-8, abs=1e-12), key
         assert got["mu_relative"] == pytest.approx(ref["mu_relative"], rel=1e-6, abs=1e-13)
 

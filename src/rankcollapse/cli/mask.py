@@ -119,7 +119,7 @@ def compare(
     measure: bool = typer.Option(False, "--measure", help="Also simulate pure SA and rank by measured rate "
                                  "(schedule table; Haar W_V, Gaussian W_Q, W_K, float64)."),
     depth: int = typer.Option(60, "--depth", help="Layers simulated with --measure."),
-    samples: int = typer.Option(8, "--samples", help="Samples simulated with --measure."),
+    samples: int = typer.Option(8, "--n-samples", help="Samples simulated with --measure."),
     d_model: int = typer.Option(16, "--d-model", help="Token width d simulated with --measure."),
     seed: int = typer.Option(0, "--seed", help="Seed of --measure."),
 ) -> None:
@@ -143,7 +143,7 @@ def compare(
     n = check_int(n, "--n-tokens", low=1, error=MaskError)
     if measure or any(masks.is_schedule(s) for s in specs):
         df = compare_schedules(specs, n, measure=measure, d=check_int(d_model, "--d-model", low=1),
-                               depth=check_int(depth, "--depth", low=1), n_samples=check_int(samples, "--samples", low=1),
+                               depth=check_int(depth, "--depth", low=1), n_samples=check_int(samples, "--n-samples", low=1),
                                seed=check_int(seed, "--seed", low=0), d_qk=d_qk, token_norm=token_norm,
                                weight_norm=weight_norm, exponent=exponent)
     else:
@@ -226,7 +226,7 @@ def influence_command(
 
 _SHORT = {"n_tokens": "N", "n_edges": "edges", "quasi_strongly_connected": "QSC",
           "n_centers": "centers", "radius": "r", "max_in_degree": "max keys",
-          "epsilon": "eps", "log10_factor": "log10 factor",
+          "epsilon_bound": "eps bound", "log10_factor": "log10 factor",
           "log10_layers_per_decade": "log10 layers/10x", "mean_edges_per_layer": "edges/layer",
           "log10_rate_per_layer": "log10 rate", "measured_rate": "measured", "rank_predicted": "rank pred",
           "rank_measured": "rank meas", "period_radius": "p r_H", "scrambling_length": "L",

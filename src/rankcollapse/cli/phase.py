@@ -30,7 +30,7 @@ def phase(
     depth: int = typer.Option(64, "--depth", help="layers (an axis 'depth' overrides)"),
     n_tokens: int = typer.Option(32, "--n-tokens", help="tokens N"),
     d_model: int = typer.Option(16, "--d-model", help="width d"),
-    samples: int = typer.Option(4, "--samples", help="inputs per weight seed"),
+    samples: int = typer.Option(4, "--n-samples", help="inputs per weight seed"),
     seeds: int = typer.Option(1, "--seeds", help="weight draws per cell (seed, seed+1, ...)"),
     seed: int = typer.Option(0, "--seed", help="first weight and input seed"),
     out: Path = typer.Option(..., "--out", help="output folder (phase.parquet, heatmaps, report.html)"),
@@ -57,8 +57,8 @@ def phase(
 
     # checked here, not only when a cell needs computing: a fully cached grid would
     # otherwise accept an executor option it ignores
-    check_executor(executor, workers=workers)
-    for name, value, low in (("--samples", samples, 1), ("--seeds", seeds, 1), ("--seed", seed, 0)):
+    check_executor(executor, workers=workers, flags=True)
+    for name, value, low in (("--n-samples", samples, 1), ("--seeds", seeds, 1), ("--seed", seed, 0)):
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")
     axes: dict[str, list] = {}
@@ -81,14 +81,14 @@ def phase(
     check_cells(cells, samples)  # every cell's size, before the output folder is touched
     check_writable(out, folder=True)
     if not allow_nonempty:
-        check_own_or_empty(out)
+        check_own_or_empty(out, flags=True)
     names = list(axes) or ["depth"]
     meta = {"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples, "seeds": seeds,
             "seed": seed}
     # one run owns --out at a time; its outputs are built aside and published whole, so a
     # smaller grid after a bigger one leaves none of the bigger one's heatmaps behind
     with OutputFolder(out, allow_nonempty=allow_nonempty):
-        table, timing = run_phase(cells, samples=samples, seeds=seeds, seed=seed,
+        table, timing = run_phase(cells, n_samples=samples, seeds=seeds, seed=seed,
                                   cache_dir=cache_dir if cache_dir is not None else out / "cache",
                                   executor=executor, workers=workers, progress=progress)
         stage = staging_folder(out)

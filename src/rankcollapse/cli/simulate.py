@@ -31,7 +31,7 @@ def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: in
         if d_model not in (None, width):
             raise ConfigError(f"--input wiki uses {loaded.name} embeddings of width {width}; "
                               "drop --d-model or set it to that")
-        windows = data.make_windows(data.wikipedia_texts(), loaded.require_tokenizer(), length=n_tokens, n_windows=samples, seed=seed)
+        windows = data.make_windows(data.wikipedia_texts(), loaded.require_tokenizer(), n_tokens=n_tokens, n_windows=samples, seed=seed)
         return models.embed(loaded, windows)
     d = 64 if d_model is None else d_model
     draw = {"gaussian": dynamics.gaussian_tokens, "sphere": dynamics.sphere_tokens,
@@ -119,7 +119,7 @@ def simulate_command(
                                "layer's normalisation/averaging gives a large one-off drop of μ; use sphere "
                                "to start on the sphere"),
     d_model: int = typer.Option(None, "--d-model", help="width d (default 64; wiki: 384)"),
-    samples: int = typer.Option(8, "--samples", help="samples B"),
+    samples: int = typer.Option(8, "--n-samples", help="samples B"),
     seed: int = typer.Option(0, "--seed"),
     metrics: str = typer.Option("mu,mu_relative", "--metrics", help="comma-separated metric names"),
     dtype: str = typer.Option("float32", "--dtype", help="float32 | float64. float32 runs floor μ/‖X‖_F "
@@ -157,8 +157,8 @@ def simulate_command(
                    weights=weights, shared=shared, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
                    seed=seed, dtype=getattr(torch, dtype), device=device, path=backend,
                    record_epsilon=backend != "flex", max_memory=parse_size(max_memory))
-    layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
-               (None if t == 0 or res.epsilon is None else _json_number(res.epsilon[t - 1]))}
+    layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon_measured":
+               (None if t == 0 or res.epsilon_measured is None else _json_number(res.epsilon_measured[t - 1]))}
               for t in range(depth + 1)]
     if res.row_mass_deficit is not None:  # (depth, B, H, 3): quantiles over queries; report mean over samples, heads
         q = res.row_mass_deficit.mean(dim=(1, 2))
@@ -180,9 +180,9 @@ def simulate_command(
         print_records([{**row, "at_floor": ";".join(row["at_floor"])} for row in layers], fmt)
         return
     names = list(res.metrics)
-    typer.echo("t\t" + "\t".join(names) + "\tepsilon")
+    typer.echo("t\t" + "\t".join(names) + "\tepsilon_measured")
     for row in layers:
-        eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.3e}"
+        eps = "-" if row["epsilon_measured"] is None else f"{row['epsilon_measured']:.3e}"
         cells = ("undefined" if row[k] is None else f"{row[k]:.4e}" + (FLOOR_MARK if k in row["at_floor"] else "")
                  for k in names)
         typer.echo(f"{row['t']}\t" + "\t".join(cells) + f"\t{eps}")

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from .._deprecation import renamed_attribute
 from .._display import NotebookResult
 from .._progress import Steps, steps
 from .._validate import check_device, check_float, check_int, check_tensor_storage
@@ -46,8 +47,8 @@ class SimResult(NotebookResult):
     metrics : name -> ``(depth+1, B)`` float64 CPU tensor; row ``t`` is after ``t`` layers
         (row 0 = the input).
     final_metrics : name -> ``(B,)`` after the final norm, or None without ``final_norm``.
-    epsilon : ``(depth,)`` smallest allowed attention entry of each layer (over batch
-        and heads), or None.
+    epsilon_measured : ``(depth,)`` smallest allowed attention entry of each layer (over
+        batch and heads), or None; the deprecated ``epsilon`` reads it.
     states : list of ``depth+1`` tensors ``(B, N, d)`` (CPU), or None.
     attention : list of ``depth`` tensors ``(B, H, N, N)`` (CPU), or None.
     config : JSON-able settings of the run.
@@ -59,17 +60,23 @@ class SimResult(NotebookResult):
 
     metrics: dict[str, torch.Tensor]
     config: dict
-    epsilon: torch.Tensor | None = None
+    epsilon_measured: torch.Tensor | None = None
     states: list[torch.Tensor] | None = None
     attention: list[torch.Tensor] | None = None
     final_metrics: dict[str, torch.Tensor] | None = None
     zero_rows: list[int] = field(default_factory=list)
     row_mass_deficit: torch.Tensor | None = None
 
-    def to_pandas(self) -> Any:
+    epsilon = renamed_attribute("epsilon", "epsilon_measured")
+
+    def to_pandas(self, *, summary: bool = False) -> Any:
         """Tidy :class:`pandas.DataFrame` ``layer, sample, metric, value`` (layer 0 = the
-        input); values after the final norm, when recorded, have ``layer = "final_norm"``."""
+        input); values after the final norm, when recorded, have ``layer = "final_norm"``.
+        With ``summary``, the statistics over samples of :meth:`summarise` instead."""
         import pandas as pd
+
+        if summary:
+            return self.summarise()
 
         frames = []
         for name, values in self.metrics.items():
@@ -81,6 +88,21 @@ class SimResult(NotebookResult):
             frames.append(pd.DataFrame({"layer": "final_norm", "sample": np.arange(values.shape[0]),
                                         "metric": name, "value": values.numpy()}))
         return pd.concat(frames, ignore_index=True)
+
+    def summarise(self, *, per_window: bool = False) -> Any:
+        """Statistics over samples in the results-table layout of :mod:`rankcollapse.summary`
+        (``layer, point, metric, mean, std, q05 .. q95, n_samples``, the layout of
+        ``reproduce``'s table and of a probe): one row per layer and metric, layer ``t``
+        at point ``embeddings`` / ``layer.{t-1}.output``; values after the final norm,
+        when recorded, at ``layer = depth``, point ``final_norm``. ``per_window`` adds
+        each row's per-sample values (column ``values``)."""
+        from ..summary import by_layer, summary_table
+
+        values = by_layer(self.metrics)
+        depth = next((v.shape[0] - 1 for v in self.metrics.values()), 0)
+        for name, v in (self.final_metrics or {}).items():
+            values[(depth, "final_norm", name)] = v
+        return summary_table(values, per_window=per_window)
 
     def to_dict(self) -> dict:
         """Settings and the last layer's mean of every metric (JSON-ready)."""
@@ -267,14 +289,14 @@ def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, valu
     given = [name for name, v in (("value", value), ("query_key", query_key))
              if not (isinstance(v, str) and v == "gaussian")] + (["shared"] if shared else [])
     if given:
-        raise ConfigError(f"given weights (weights=, simulate --model) fix every layer's W_Q, W_K, W_V; "
+        raise ConfigError(f"given weights (weights=) fix every layer's W_Q, W_K, W_V; "
                           f"{', '.join(given)} would be ignored: drop {'it' if len(given) == 1 else 'them'}")
     heads = {int(getattr(lw, "n_heads", 1)) for lw in weights}
     if len(heads) != 1:
         return cfg
     (h,) = heads
     if cfg.n_heads not in (1, h):
-        raise ConfigError(f"n_heads={cfg.n_heads} but the given weights have {h} heads; drop n_heads (--heads)")
+        raise ConfigError(f"n_heads={cfg.n_heads} but the given weights have {h} heads; drop n_heads")
     out_proj = all(getattr(lw, "W_O", None) is not None for lw in weights)
     return replace(cfg, n_heads=h, out_proj=out_proj)
 
@@ -427,7 +449,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
               "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "batch": B,
               "metrics": list(names)}
     return SimResult(metrics=out, config=config, row_mass_deficit=torch.stack(attend.row_mass) if attend.row_mass else None,
-                     epsilon=torch.stack(attend.epsilon).to("cpu", torch.float64) if record_epsilon else None,
+                     epsilon_measured=torch.stack(attend.epsilon).to("cpu", torch.float64) if record_epsilon else None,
                      states=states, attention=[a.cpu() for a in attend.attention] if record_attention else None,
                      final_metrics=final, zero_rows=zero_rows)
 

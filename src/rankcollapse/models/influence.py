@@ -94,14 +94,14 @@ def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probe
     stack_list = families.stacks(loaded.model, loaded.family)
     if len(stack_list) != 1:
         raise ModelError(f"influence is measured on one-stack models (encoders or decoders), not {loaded.family!r}")
-    check_positions(loaded, windows.length)
+    check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     full = windows.attention_mask.bool().all(dim=1)
     if not bool(full.any()):
         raise ConfigError("every window has padding; influence on the last token needs unpadded windows")
     ids_all, am_all = windows.input_ids[full], windows.attention_mask[full]
     stack = stack_list[0]
-    n_layers, n = stack.n_layers, windows.length
+    n_layers, n = stack.n_layers, windows.n_tokens
     gen = torch.Generator().manual_seed(seed)
     sums = {name: np.zeros((n_layers, n)) for name in ("gradient", "attn_maps")}
     maps: list[list[np.ndarray]] = [[] for _ in range(n_layers)]  # head-mean maps per layer, per window

@@ -101,7 +101,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     for i, cell in enumerate(cells):
         row = label_cell(trs[i * per:(i + 1) * per])
         e = float(eps_min[i * per:(i + 1) * per].min())
-        row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_min=e)
+        row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_measured=e)
         row.update(_envelope_columns(env, slice(i * per, (i + 1) * per)))
         row["value_log_norm"] = value_log_norm(cell, seed_range)
         row.update(theory_prediction(cell, info, e, row["value_log_norm"]))

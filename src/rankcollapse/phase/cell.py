@@ -212,14 +212,14 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
             envelopes.append(_diverged_envelope(cell, info, samples))
             continue
         ent = _entropy_per_layer(res.attention, mask.to_dense())
-        eps_min = min(eps_min, float(res.epsilon.min()))
+        eps_min = min(eps_min, float(res.epsilon_measured.min()))
         trajectories += trajectory_measures(res.metrics, res.states, ent)
         dense = mask.to_dense()
         eps_b = torch.stack([A.masked_fill(~dense, 1.0).flatten(1).amin(1) for A in res.attention]).amin(0)
         envelopes.append(_envelope(cell, info, res.metrics["mu"].numpy(), X0, eps_b.numpy(),
                                    np.zeros(samples, dtype=bool)))
     row = label_cell(trajectories)
-    row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_min=eps_min)
+    row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_measured=eps_min)
     row.update(_envelope_columns(_join(envelopes), slice(None)))
     row["value_log_norm"] = value_log_norm(cell, range(seed, seed + seeds))
     row.update(theory_prediction(cell, info, eps_min, row["value_log_norm"]))

@@ -242,4 +242,4 @@ def check_cells(cells: Any, samples: int | None = None) -> None:
             raise MemoryLimitError(
                 f"phase cell N = {cell['n_tokens']}, d = {cell['d_model']}, depth = {cell['depth']} with "
                 f"{samples} samples needs about {human(cell_bytes(cell, samples))} of memory, more than the "
-                f"limit {human(limit)} (half the physical memory); lower n_tokens, d_model, depth or --samples")
+                f"limit {human(limit)} (half the physical memory); lower n_tokens, d_model, depth or n_samples")

@@ -58,7 +58,7 @@ def constructed_stability(n_tokens: int, d_model: int) -> dict[str, Any]:
             "consensus_stable": bool(stability(es.system, consensus).stable)}
 
 
-def theory_prediction(cell: dict[str, Any], info: Any, epsilon_min: float,
+def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
                       value_log_norm: float = 0.0) -> dict[str, Any]:
     """What the paper's results say about ``cell`` (docs/phase.md), as ``theory_regime``
     (``""`` = no prediction), ``theory_source`` and ``theory_rate`` (Theorem 1's per-layer
@@ -85,8 +85,8 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_min: float,
         source = "pure_sa_outside_A2"
     elif no_skip and cell["norm"] == "none" and qsc:
         regime, source = "rank_collapse", "theorem1"
-        if 0 < epsilon_min < 1 and info.radius:
-            rate = log_contraction(epsilon_min, max(1, int(info.radius))) / math.log(10)
+        if 0 < epsilon_measured < 1 and info.radius:
+            rate = log_contraction(epsilon_measured, max(1, int(info.radius))) / math.log(10)
     elif (no_skip and cell["norm"] == "sphere" and cell["value"] == "orthogonal" and cell["input"] == "hemisphere"
           and qsc):
         regime, source = "rank_collapse", "theorem2"

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .._deprecation import renamed_arguments
 from .._display import NotebookResult
 from ..dynamics.config import BlockConfig
 from ..dynamics.layers import sphere
@@ -78,11 +79,12 @@ class SphereResult(NotebookResult):
                 "config": self.config}
 
 
+@renamed_arguments(n="n_tokens", d="d_model")
 def check_sphere_collapse(
     mask: Any,
     *,
-    n: int | None = None,
-    d: int = 8,
+    n_tokens: int | None = None,
+    d_model: int = 8,
     depth: int = 80,
     n_samples: int = 8,
     inputs: str = "nonnegative",
@@ -112,10 +114,10 @@ def check_sphere_collapse(
     """
     if d_qk is not None:
         beta = 1.0 / math.sqrt(check_float(d_qk, "d_qk", low=0, strict_low=True))
-    m = resolve_mask(mask, n)
+    m, d = resolve_mask(mask, n_tokens), d_model  # d: the formulas' name for d_model
     N = m.n_tokens
     if N < 2 or d < 2 or depth < 1 or n_samples < 1 or not beta >= 0:
-        raise ConfigError(f"need N ≥ 2 tokens, d ≥ 2, depth ≥ 1, n_samples ≥ 1 and beta ≥ 0; got N={N}, d={d}, "
+        raise ConfigError(f"need N ≥ 2 tokens, d_model ≥ 2, depth ≥ 1, n_samples ≥ 1 and beta ≥ 0; got N={N}, d_model={d}, "
                           f"depth={depth}, n_samples={n_samples}, beta={beta}")
     g = torch.Generator().manual_seed(seed)
     X = make_inputs(inputs, n_samples, N, d, g)
@@ -132,6 +134,6 @@ def check_sphere_collapse(
         mus.append(mu_metric(X))
     mu_t = torch.stack(mus)
     final = float(mu_t[-1].median())
-    cfg = {"n": N, "d": d, "depth": depth, "n_samples": n_samples, "seed": seed, "beta": beta}
+    cfg = {"n_tokens": N, "d_model": d, "depth": depth, "n_samples": n_samples, "seed": seed, "beta": beta}
     return SphereResult(m.spec, inputs, mu_t, cos0, float(fit_rate(mu_t).median()), final,
                         final < collapse_tol, cfg)
