@@ -6,7 +6,7 @@ from .._lazy import attach
 
 __getattr__, __dir__, __all__ = attach(__name__, {
     "config": ("VARIANTS", "BlockConfig", "resolve_variant"),
-    "inputs": ("gaussian_tokens", "hemisphere_tokens", "sphere_tokens"),
+    "inputs": ("INPUTS", "gaussian_tokens", "hemisphere_tokens", "make_tokens", "sphere_tokens"),
     "pretrained": ("extract_attention_weights",),
     "runner": ("SimResult", "simulate"),
     "weights": ("LayerWeights",),
@@ -14,7 +14,7 @@ __getattr__, __dir__, __all__ = attach(__name__, {
 
 if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
     from .config import VARIANTS, BlockConfig, resolve_variant
-    from .inputs import gaussian_tokens, hemisphere_tokens, sphere_tokens
+    from .inputs import INPUTS, gaussian_tokens, hemisphere_tokens, make_tokens, sphere_tokens
     from .pretrained import extract_attention_weights
     from .runner import SimResult, simulate
     from .weights import LayerWeights

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..dynamics.config import BlockConfig
-from ..dynamics.inputs import gaussian_tokens, hemisphere_tokens, sphere_tokens
+from ..dynamics.inputs import canonical_input, make_tokens
 from ..dynamics.weights import LayerWeights, generator, haar_orthogonal
 from ..errors import ConfigError
 from ..masks import parse_mask
@@ -122,32 +122,15 @@ def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
     return worst
 
 
-@lru_cache(maxsize=4)
-def _minilm_tokens(n_tokens: int, batch: int) -> torch.Tensor:
-    from ..experiments.context import RunContext, data_spec
-
-    ctx = RunContext(data_spec(None, n_tokens, 0))
-    return ctx.embeddings("minilm", batch).to(torch.float64)
-
-
 def make_input(kind: str, batch: int, n_tokens: int, d: int, seed: int) -> torch.Tensor:
-    """X(0) ``(batch, n_tokens, d)`` float64: ``gaussian`` N(0, 1); ``sphere`` uniform on
-    the unit sphere; ``hemisphere`` uniform on an open hemisphere (Theorem 2's start);
-    ``minilm``: all-MiniLM-L6-v2 embeddings of Wikipedia windows (window ``seed*batch``
-    onward) projected on the top-``d`` right singular vectors of those tokens."""
-    if kind == "gaussian":
-        return gaussian_tokens(batch, n_tokens, d, seed=seed)
-    if kind == "sphere":
-        return sphere_tokens(batch, n_tokens, d, seed=seed)
-    if kind == "hemisphere":
-        return hemisphere_tokens(batch, n_tokens, d, seed=seed).to(torch.float64)
-    if kind == "minilm":
-        E = _minilm_tokens(n_tokens, batch * (seed + 1))[seed * batch:(seed + 1) * batch]
-        if d > E.shape[-1]:
-            raise ConfigError(f"input 'minilm' has width {E.shape[-1]}, d_model={d} is larger")
-        _, _, Vh = torch.linalg.svd(E.reshape(-1, E.shape[-1]), full_matrices=False)
-        return E @ Vh[:d].T
-    raise ConfigError(f"unknown input {kind!r}")
+    """X(0) ``(batch, n_tokens, d)`` float64 of the registry input ``kind``
+    (:func:`rankcollapse.dynamics.inputs.make_tokens`) under seed ``seed``; ``wikipedia``
+    takes window block ``seed`` of the windows cut with seed 0 (disjoint windows per
+    weight seed), projected on their top-``d`` right singular vectors."""
+    kind = canonical_input(kind)
+    if kind == "wikipedia":
+        return make_tokens(kind, batch, n_tokens, d, seed=0, block=seed)
+    return make_tokens(kind, batch, n_tokens, d, seed=seed)
 
 
 def _entropy_per_layer(attention: list[torch.Tensor], allowed: torch.Tensor) -> np.ndarray:

@@ -20,7 +20,6 @@ from ..errors import ConfigError, MaskError, MemoryLimitError
 
 VALUE_FAMILIES = ("gaussian", "orthogonal", "near_identity", "constructed", "pretrained")
 NORM_NAMES = ("none", "sphere", "sphere_sqrtd", "layernorm", "rmsnorm")
-INPUTS = ("gaussian", "sphere", "hemisphere", "minilm")
 
 
 def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
@@ -29,6 +28,14 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
             raise ConfigError(f"expected one of {', '.join(options)}, got {text!r}")
         return text
     return parse
+
+
+def _input(text: str) -> str:
+    """A name of the input registry (:data:`rankcollapse.dynamics.inputs.INPUTS`); the
+    deprecated ``minilm`` is ``wikipedia`` (with a FutureWarning)."""
+    from ..dynamics.inputs import canonical_input
+
+    return canonical_input(text, stacklevel=4)
 
 
 def _float(text: str) -> float:
@@ -89,7 +96,7 @@ AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "d_model": (_int(2, 4096), 16),
     "depth": (_int(1, 1024), 64),
     "shared": (_bool, False),
-    "input": (_choice(INPUTS), "gaussian"),
+    "input": (_input, "gaussian"),
 }
 DEFAULTS = {name: default for name, (_, default) in AXES.items()}
 
