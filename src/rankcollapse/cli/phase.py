@@ -26,7 +26,8 @@ def _clean(v):
 
 def phase(
     axis: list[str] = typer.Option([], "--axis", help="NAME=v1,v2,... (repeatable); names: qk_scale, value, "
-                                   "value_scale, norm, placement, skip, mask, d_qk, n_tokens, d_model, depth, shared, input"),
+                                   "value_scale, norm, placement, alpha, mask, d_qk, n_tokens, d_model, depth, shared, "
+                                   "input (skip, placement post/pre, norm sphere_sqrtd: deprecated)"),
     depth: int = typer.Option(64, "--depth", help="layers (an axis 'depth' overrides)"),
     n_tokens: int = typer.Option(32, "--n-tokens", help="tokens N"),
     d_model: int = typer.Option(16, "--d-model", help="width d"),
@@ -75,14 +76,15 @@ def phase(
         parts = tuple(p.strip() for p in plot.split(","))
         if len(parts) != 2 or any(p not in axes for p in parts):
             raise ConfigError(f"--plot expects two of the given axes X,Y, got {plot!r}")
-        plot_axes = parts
+        plot_axes = tuple("alpha" if p == "skip" else p for p in parts)
     zipped = tuple(p.strip() for p in zip_axes.split(",")) if zip_axes else ()
     cells = expand_grid(axes, fixed, zipped)
     check_cells(cells, samples)  # every cell's size, before the output folder is touched
     check_writable(out, folder=True)
     if not allow_nonempty:
         check_own_or_empty(out)
-    names = list(axes) or ["depth"]
+    # the deprecated axis skip runs as alpha: the table has the alpha column
+    names = list(dict.fromkeys("alpha" if a == "skip" else a for a in axes)) or ["depth"]
     meta = {"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples, "seeds": seeds,
             "seed": seed}
     # one run owns --out at a time; its outputs are built aside and published whole, so a

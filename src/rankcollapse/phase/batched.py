@@ -1,14 +1,14 @@
 """Many phase cells in one batched simulation.
 
 Cells that share the tensor shapes and the block (``n_tokens, d_model, d_qk, depth,
-mask, norm, placement, skip, input``) differ only in their weights, so they run as one
+mask, norm, placement, alpha, input``) differ only in their weights, so they run as one
 batch: element ``b`` of the batch carries its own ``W_Q, W_K, W_V`` per layer and every
 layer is a handful of batched matmuls instead of one :func:`rankcollapse.dynamics.simulate`
 call per cell. The update is the one of :func:`rankcollapse.dynamics.layers.block_forward`
 for a single head without MLP (tests check both paths agree to round-off):
 
-- ``post`` without skip: ``X <- norm(A X W_V)``; with skip: ``X <- norm(X + A X W_V)``;
-- ``pre``: ``X <- alpha X + A' Z W_V`` with ``Z = norm(X)`` and ``A'`` computed from ``Z``,
+- ``none``: ``X <- norm(A X W_V)``; ``post_ln``: ``X <- norm(alpha X + A X W_V)``;
+- ``pre_ln``: ``X <- alpha X + A' Z W_V`` with ``Z = norm(X)`` and ``A'`` computed from ``Z``,
 
 with ``A = softmax_G(X W_Q (X W_K)^T / sqrt(d_qk))`` (:func:`~rankcollapse.dynamics.attention.masked_softmax`).
 """
@@ -32,7 +32,7 @@ from .predict import envelope_points, theory_prediction
 from .regime import label_cell, trajectory_measures
 
 #: the axes a batch must share
-GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "skip", "input")
+GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "alpha", "input")
 
 
 def _stack(cells: list[dict[str, Any]], seeds: range, samples: int, depth: int):
@@ -52,7 +52,7 @@ def envelope_applies(cell: dict[str, Any], info: Any) -> bool:
     """Theorem 1's envelope is defined for the cell: pure SA (no norm, no skip) on a
     quasi-strongly connected mask with self-loops. Whether it must hold also needs A2
     (``theory_source == "theorem1"``); outside A2 the check is computed all the same."""
-    return (cell["norm"] == "none" and not cell["skip"] and cell["placement"] == "post"
+    return (cell["norm"] == "none" and cell["placement"] == "none"
             and bool(info.quasi_strongly_connected) and bool(info.self_loops) and cell["n_tokens"] >= 2)
 
 

@@ -37,16 +37,9 @@ NEAR_IDENTITY_NOISE = 0.1  # std * sqrt(d) of the noise added to a I (fixed, doc
 
 
 def block_config(cell: dict[str, Any]) -> BlockConfig:
-    """The :class:`BlockConfig` of a cell: ``sphere_sqrtd`` is RMSNorm without affine
-    (rows to norm ``sqrt(d)``, up to ``eps``); ``post`` without skip is the theory
-    placement ``X <- norm(SA(X))``."""
-    norm = "rmsnorm" if cell["norm"] == "sphere_sqrtd" else cell["norm"]
-    alpha = 1.0 if cell["skip"] else 0.0
-    if cell["placement"] == "post":
-        placement = "post_ln" if cell["skip"] else "none"
-    else:
-        placement = "pre_ln"
-    return BlockConfig(norm=norm, placement=placement, alpha=alpha)
+    """The :class:`BlockConfig` of a cell: its ``norm``, ``placement`` and ``alpha`` axes
+    are the config's fields (``placement="none"``: the theory's ``X <- norm(SA(X))``)."""
+    return BlockConfig(norm=cell["norm"], placement=cell["placement"], alpha=float(cell["alpha"]))
 
 
 #: value family -> (registry parameters of value scale ``a``, cell) ; W_V = draw(family, **params)

@@ -76,7 +76,7 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_min: float,
     """
     from ..masks.rates import log_contraction
 
-    no_skip = not cell["skip"] and cell["placement"] == "post"
+    no_skip = cell["placement"] == "none"  # X <- norm(SA(X)): no residual (alpha 0)
     regime, source, rate = "", "", float("nan")
     qsc = info.quasi_strongly_connected and info.self_loops
     if no_skip and cell["norm"] == "none" and qsc and value_log_norm > A2_TOL:
