@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -11,6 +12,7 @@ import typer
 
 from ..errors import ConfigError
 from ._output import check_format, print_json, print_records
+from ._vocab import deprecated
 
 JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entropy", "rate", "rate_lo", "rate_hi",
                 "rate_last", "rate_last_lo", "rate_last_hi", "regime", "k", "theory_regime",
@@ -63,11 +65,18 @@ def phase(
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")
     axes: dict[str, list] = {}
-    for text in axis:
-        name, values = parse_axis(text)
-        if name in axes:
-            raise ConfigError(f"--axis {name} given twice")
-        axes[name] = values
+    with warnings.catch_warnings(record=True) as caught:  # deprecated spellings: the CLI's one-line notes
+        warnings.simplefilter("always", FutureWarning)
+        for text in axis:
+            name, values = parse_axis(text)
+            if name in axes:
+                raise ConfigError(f"--axis {name} given twice")
+            axes[name] = values
+    for line in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, FutureWarning)):
+        old, _, new = line.partition(" is deprecated and will be removed in 0.3.0; use ")
+        what, _, value = old.removeprefix("phase ").partition(" ")  # e.g. "placement 'post'"
+        spelled = f"--axis {value.strip(chr(39))}" if what == "axis" else f"--axis {what}={value.strip(chr(39))}"
+        deprecated(spelled, f"{new} (removed in 0.3.0)")
     fixed = {}
     for name, value in (("depth", depth), ("n_tokens", n_tokens), ("d_model", d_model)):
         fixed[name] = parse_axis(f"{name}={value}")[1][0]

@@ -14,11 +14,17 @@ from ..errors import ConfigError, DataError
 from ..points import point_after
 from ._output import check_format, print_json, print_records
 
-def input_name(source: str) -> str | None:
-    """The registry name of ``--input`` (a deprecated one warns), or None for a file path."""
-    from ..dynamics.inputs import DEPRECATED_INPUTS, INPUTS, canonical_input
 
-    return canonical_input(source) if source in INPUTS or source in DEPRECATED_INPUTS else None
+def input_name(source: str) -> str | None:
+    """The registry name of ``--input`` (a deprecated one gets the CLI's one-line note), or
+    None for a file path."""
+    from ..dynamics.inputs import DEPRECATED_INPUTS, INPUTS
+    from ._vocab import deprecated
+
+    if source in DEPRECATED_INPUTS:
+        deprecated(f"--input {source}", f"--input {DEPRECATED_INPUTS[source]} (removed in 0.3.0)")
+        return DEPRECATED_INPUTS[source]
+    return source if source in INPUTS else None
 
 
 def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: int, seed: int, loaded=None):
