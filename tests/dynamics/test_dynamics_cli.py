@@ -101,3 +101,20 @@ def test_values_at_the_compute_dtype_floor_are_flagged():
     last = table.stdout.strip().splitlines()[-1].split("\t")
     assert last[2].endswith("*") and not last[1].endswith("*")  # mu_relative flagged, absolute mu not
     assert "* at or below the float64 floor (machine epsilon 2.22e-16)" in table.stderr
+
+
+def test_input_names_come_from_the_registry():
+    """Every registry input runs from the CLI and X(0) is the registry's draw (float32)."""
+    import torch
+
+    from rankcollapse.dynamics.inputs import make_tokens
+    from rankcollapse.metrics import mu
+
+    for name in ("nonnegative", "antipodal"):
+        p = run("--mask", "causal", "--n-tokens", "6", "--depth", "1", "--samples", "2", "--d-model", "4",
+                "--seed", "3", "--input", name, "--json")
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout)
+        assert doc["settings"]["input"] == name
+        X0 = make_tokens(name, 2, 6, 4, seed=3).to(torch.float32)
+        assert doc["layers"][0]["mu"] == pytest.approx(float(mu(X0).mean()), rel=1e-6)

@@ -174,6 +174,19 @@ def test_axes_are_block_config_fields_and_old_spellings_run_as_before():
         expand_grid({"alpha": [0.0]}, {"skip": True})
 
 
+def test_cli_old_axis_spellings_get_one_note_each(tmp_path):
+    res = subprocess.run([*CLI, "phase", "--axis", "skip=off,on", "--axis", "norm=sphere_sqrtd", "--depth", "2",
+                          "--n-tokens", "4", "--d-model", "2", "--samples", "1", "--out", str(tmp_path / "p"),
+                          "--format", "json"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    notes = res.stderr.strip().splitlines()
+    assert notes == ["rankcollapse: note: --axis skip is deprecated; use --axis alpha=0,1 (the skip weight) with "
+                     "placement post_ln or pre_ln (removed in 0.3.0)",
+                     "rankcollapse: note: --axis norm=sphere_sqrtd is deprecated; use 'rmsnorm' (removed in 0.3.0)"]
+    cells = json.loads(res.stdout)["cells"]
+    assert [(c["alpha"], c["norm"]) for c in cells] == [(0.0, "rmsnorm"), (1.0, "rmsnorm")]
+
+
 def test_zipped_axes_vary_together_and_cross_the_rest():
     cells = expand_grid({"qk_scale": [0.5, 2.0, 8.0], "norm": ["none", "sphere"], "value": ["gaussian", "orthogonal", "gaussian"]},
                         zipped=("qk_scale", "value"))

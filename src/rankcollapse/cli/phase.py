@@ -72,11 +72,6 @@ def phase(
             if name in axes:
                 raise ConfigError(f"--axis {name} given twice")
             axes[name] = values
-    for line in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, FutureWarning)):
-        old, _, new = line.partition(" is deprecated and will be removed in 0.3.0; use ")
-        what, _, value = old.removeprefix("phase ").partition(" ")  # e.g. "placement 'post'"
-        spelled = f"--axis {value.strip(chr(39))}" if what == "axis" else f"--axis {what}={value.strip(chr(39))}"
-        deprecated(spelled, f"{new} (removed in 0.3.0)")
     fixed = {}
     for name, value in (("depth", depth), ("n_tokens", n_tokens), ("d_model", d_model)):
         fixed[name] = parse_axis(f"{name}={value}")[1][0]
@@ -87,7 +82,10 @@ def phase(
             raise ConfigError(f"--plot expects two of the given axes X,Y, got {plot!r}")
         plot_axes = tuple("alpha" if p == "skip" else p for p in parts)
     zipped = tuple(p.strip() for p in zip_axes.split(",")) if zip_axes else ()
-    cells = expand_grid(axes, fixed, zipped)
+    with warnings.catch_warnings(record=True) as more:
+        warnings.simplefilter("always", FutureWarning)
+        cells = expand_grid(axes, fixed, zipped)
+    _notes([*caught, *more])
     check_cells(cells, samples)  # every cell's size, before the output folder is touched
     check_writable(out, folder=True)
     if not allow_nonempty:
@@ -121,6 +119,20 @@ def phase(
         counts = table["regime"].value_counts().to_dict()
         typer.echo(f"{len(table)} cells ({timing['computed']} computed, {timing['wall_s']} s): {counts}")
         typer.echo(f"wrote {paths['report']}")
+
+
+def _notes(caught: list) -> None:
+    """One CLI note per deprecated axis spelling among the caught FutureWarnings."""
+    notes: dict[str, str] = {}
+    for w in caught:
+        if not issubclass(w.category, FutureWarning):
+            continue
+        old, _, new = str(w.message).partition(" is deprecated and will be removed in 0.3.0; use ")
+        what, _, value = old.removeprefix("phase ").partition(" ")  # e.g. "placement 'post'"
+        value = value.strip("'")
+        notes.setdefault(f"--axis {value}" if what == "axis" else f"--axis {what}={value}", new)
+    for spelled, new in notes.items():
+        deprecated(spelled, f"{new} (removed in 0.3.0)")
 
 
 def _moved(path: str, stage: Path, out: Path) -> str:

@@ -201,6 +201,11 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
             continue
         factors.append([{name: v} for v in axes[name]])
     alpha_given = "alpha" in axes or "alpha" in fixed
+    if "skip" in axes or "skip" in fixed:
+        _deprecated("axis", "skip", "alpha (the skip weight) with placement post_ln or pre_ln", 3)
+    placements = set(axes.get("placement", [])) | {fixed.get("placement")}
+    for old in sorted(placements & set(LEGACY_PLACEMENTS)):
+        _deprecated("placement", old, "none, post_ln or pre_ln with alpha", 3)
     if alpha_given and ("skip" in axes or "skip" in fixed):
         raise ConfigError("give the skip weight once: alpha (skip is its deprecated on/off spelling)")
     cells = []
