@@ -42,7 +42,7 @@ def block_config(cell: dict[str, Any]) -> BlockConfig:
     return BlockConfig(norm=cell["norm"], placement=cell["placement"], alpha=float(cell["alpha"]))
 
 
-#: value family -> (registry parameters of value scale ``a``, cell) ; W_V = draw(family, **params)
+#: value family -> its registry parameters for the value scale ``a`` of ``cell`` (W_V = draw(family, **params))
 _VALUE_PARAMS = {
     "gaussian": lambda a, cell: {"std": a / math.sqrt(cell["d_model"])},
     "orthogonal": lambda a, cell: {"scale": a},
