@@ -154,7 +154,7 @@ def test_axes_are_block_config_fields_and_old_spellings_run_as_before():
         assert parse_axis("skip=off,on") == ("skip", [False, True])
     with pytest.warns(FutureWarning, match="norm 'sphere_sqrtd'"):
         assert parse_axis("norm=sphere_sqrtd") == ("norm", ["rmsnorm"])
-    with pytest.warns(FutureWarning, match="placement 'post'"):
+    with pytest.warns(FutureWarning, match="placement '(post|pre)'"):
         parse_axis("placement=post,pre")
     with pytest.warns(FutureWarning):
         old = expand_grid({"placement": ["post", "pre"], "skip": [False, True]})
@@ -170,7 +170,7 @@ def test_axes_are_block_config_fields_and_old_spellings_run_as_before():
     with pytest.raises(ConfigError, match="placement 'none' has no skip"):
         expand_grid({"placement": ["none", "post_ln"], "alpha": [0.0, 1.0]})
     assert len(expand_grid({"placement": ["none", "post_ln"], "alpha": [0.0, 1.0]}, zipped=("placement", "alpha"))) == 2
-    with pytest.raises(ConfigError, match="give the skip weight once"):
+    with pytest.raises(ConfigError, match="give the skip weight once"), pytest.warns(FutureWarning):
         expand_grid({"alpha": [0.0]}, {"skip": True})
 
 
