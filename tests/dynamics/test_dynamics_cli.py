@@ -123,3 +123,20 @@ def test_attention_operator_option_reports_row_mass_deficit():
 def test_attention_operator_errors_are_one_line(args, msg):
     p = run("--n-tokens", "8", "--depth", "2", "--d-model", "4", *args)
     assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
+
+
+def test_input_names_come_from_the_registry():
+    """Every registry input runs from the CLI and X(0) is the registry's draw (float32)."""
+    import torch
+
+    from rankcollapse.dynamics.inputs import make_tokens
+    from rankcollapse.metrics import mu
+
+    for name in ("nonnegative", "antipodal"):
+        p = run("--mask", "causal", "--n-tokens", "6", "--depth", "1", "--n-samples", "2", "--d-model", "4",
+                "--seed", "3", "--input", name, "--json")
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout)
+        assert doc["settings"]["input"] == name
+        X0 = make_tokens(name, 2, 6, 4, seed=3).to(torch.float32)
+        assert doc["layers"][0]["mu"] == pytest.approx(float(mu(X0).mean()), rel=1e-6)

@@ -62,7 +62,7 @@ def test_vanishing_query_key_scale_gives_uniform_attention():
 
 
 def test_batched_path_matches_simulate_per_cell():
-    cells = [cell(norm="layernorm", skip=True, placement="pre", qk_scale=1.0, value="near_identity"),
+    cells = [cell(norm="layernorm", placement="pre_ln", alpha=1.0, qk_scale=1.0, value="near_identity"),
              cell(norm="rmsnorm", mask="sliding_window:w=3", value="orthogonal", value_scale=2.0),
              cell(norm="none", d_qk=4, shared=True, value_scale=0.5)]
     for c in cells:
@@ -157,7 +157,7 @@ def test_theory_prediction_sources():
     assert theory_prediction(cell(), info, 0.01)["theory_source"] == "theorem1"
     r = theory_prediction(cell(), info, 0.01)["theory_rate"]
     assert r == pytest.approx(math.log10(1 - 0.01))  # radius 1: (1 - eps^r)^(t/r)
-    assert theory_prediction(cell(skip=True), info, 0.01)["theory_regime"] == ""
+    assert theory_prediction(cell(placement="post_ln", alpha=1.0), info, 0.01)["theory_regime"] == ""
     outside = theory_prediction(cell(), info, 0.01, value_log_norm=0.5)
     assert outside["theory_regime"] == "" and outside["theory_source"] == "pure_sa_outside_A2"
     assert theory_prediction(cell(norm="layernorm"), info, 0.01)["theory_regime"] == ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -11,6 +12,7 @@ import typer
 
 from ..errors import ConfigError
 from ._output import check_format, print_json, print_records
+from ._vocab import deprecated
 
 JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entropy", "rate", "rate_lo", "rate_hi",
                 "rate_last", "rate_last_lo", "rate_last_hi", "regime", "k", "theory_regime",
@@ -26,7 +28,8 @@ def _clean(v):
 
 def phase(
     axis: list[str] = typer.Option([], "--axis", help="NAME=v1,v2,... (repeatable); names: qk_scale, value, "
-                                   "value_scale, norm, placement, skip, mask, d_qk, n_tokens, d_model, depth, shared, input"),
+                                   "value_scale, norm, placement, alpha, mask, d_qk, n_tokens, d_model, depth, shared, "
+                                   "input (skip, placement post/pre, norm sphere_sqrtd: deprecated)"),
     depth: int = typer.Option(64, "--depth", help="layers (an axis 'depth' overrides)"),
     n_tokens: int = typer.Option(32, "--n-tokens", help="tokens N"),
     d_model: int = typer.Option(16, "--d-model", help="width d"),
@@ -62,11 +65,13 @@ def phase(
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")
     axes: dict[str, list] = {}
-    for text in axis:
-        name, values = parse_axis(text)
-        if name in axes:
-            raise ConfigError(f"--axis {name} given twice")
-        axes[name] = values
+    with warnings.catch_warnings(record=True) as caught:  # deprecated spellings: the CLI's one-line notes
+        warnings.simplefilter("always", FutureWarning)
+        for text in axis:
+            name, values = parse_axis(text)
+            if name in axes:
+                raise ConfigError(f"--axis {name} given twice")
+            axes[name] = values
     fixed = {}
     for name, value in (("depth", depth), ("n_tokens", n_tokens), ("d_model", d_model)):
         fixed[name] = parse_axis(f"{name}={value}")[1][0]
@@ -75,14 +80,18 @@ def phase(
         parts = tuple(p.strip() for p in plot.split(","))
         if len(parts) != 2 or any(p not in axes for p in parts):
             raise ConfigError(f"--plot expects two of the given axes X,Y, got {plot!r}")
-        plot_axes = parts
+        plot_axes = tuple("alpha" if p == "skip" else p for p in parts)
     zipped = tuple(p.strip() for p in zip_axes.split(",")) if zip_axes else ()
-    cells = expand_grid(axes, fixed, zipped)
+    with warnings.catch_warnings(record=True) as more:
+        warnings.simplefilter("always", FutureWarning)
+        cells = expand_grid(axes, fixed, zipped)
+    _notes([*caught, *more])
     check_cells(cells, samples)  # every cell's size, before the output folder is touched
     check_writable(out, folder=True)
     if not allow_nonempty:
         check_own_or_empty(out, flags=True)
-    names = list(axes) or ["depth"]
+    # the deprecated axis skip runs as alpha: the table has the alpha column
+    names = list(dict.fromkeys("alpha" if a == "skip" else a for a in axes)) or ["depth"]
     meta = {"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples, "seeds": seeds,
             "seed": seed}
     # one run owns --out at a time; its outputs are built aside and published whole, so a
@@ -110,6 +119,20 @@ def phase(
         counts = table["regime"].value_counts().to_dict()
         typer.echo(f"{len(table)} cells ({timing['computed']} computed, {timing['wall_s']} s): {counts}")
         typer.echo(f"wrote {paths['report']}")
+
+
+def _notes(caught: list) -> None:
+    """One CLI note per deprecated axis spelling among the caught FutureWarnings."""
+    notes: dict[str, str] = {}
+    for w in caught:
+        if not issubclass(w.category, FutureWarning):
+            continue
+        old, _, new = str(w.message).partition(" is deprecated and will be removed in 0.3.0; use ")
+        what, _, value = old.removeprefix("phase ").partition(" ")  # e.g. "placement 'post'"
+        value = value.strip("'")
+        notes.setdefault(f"--axis {value}" if what == "axis" else f"--axis {what}={value}", new)
+    for spelled, new in notes.items():
+        deprecated(spelled, f"{new} (removed in 0.3.0)")
 
 
 def _moved(path: str, stage: Path, out: Path) -> str:

@@ -25,7 +25,7 @@ from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, compute_metrics
 from ..metrics.core import mu_finite
 from .attention import kept
-from .config import BlockConfig, resolve_variant, variant_name
+from .config import PATHS, BlockConfig, RunConfig, resolve_variant, variant_name
 from .operators import parse_attention
 from .layers import Attention, apply_norm, block_forward, warn_zero_rows
 from .scheduled import ScheduledAttention
@@ -35,7 +35,6 @@ from .sparse import BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
-PATHS = ("auto", "dense", "blocked", "flex")
 _FLOAT32_METRIC_LIMIT = 1e12  # above this |x|, metrics of float32 X are computed in float64
 _DENSE_SCORE_BUDGET = 64 * 2**20  # bytes of (B, H, N, N) scores above which sparse masks go blocked
 
@@ -301,17 +300,54 @@ def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, valu
     return replace(cfg, n_heads=h, out_proj=out_proj)
 
 
-def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk: float = 1.0,
-             value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
-             weights: Sequence[LayerWeights] | None = None, metrics=None, seed: int = 0,
-             dtype: torch.dtype | None = None, device: torch.device | str | None = None,
-             n_heads: int | None = None, shared: bool = False, path: str = "auto", block_size: int = 64,
-             record_states: bool = False, record_epsilon: bool = False, record_attention: bool = False,
-             progress: bool | None = None, max_memory: int | str | None = None) -> SimResult:
+class _Default:
+    """A keyword left at its default (shown as the default): lets :func:`simulate` tell a
+    run setting given as a keyword from one left to ``run``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def _run_config(run: RunConfig | None, given: dict[str, Any]) -> RunConfig:
+    """``run`` or the :class:`RunConfig` of the keywords; a setting given both ways is refused."""
+    explicit = {k: v for k, v in given.items() if not isinstance(v, _Default)}
+    if run is None:
+        if "depth" not in explicit:
+            raise ConfigError("simulate needs depth: depth=T or run=RunConfig(depth=T, ...)")
+        return RunConfig(**{k: v.value if isinstance(v, _Default) else v for k, v in given.items()})
+    if not isinstance(run, RunConfig):
+        raise ConfigError(f"run must be a rankcollapse.dynamics.RunConfig, got {type(run).__name__}")
+    if explicit:
+        raise ConfigError(f"{', '.join(sorted(explicit))} given both as keywords and in run=; give each once")
+    return run
+
+
+def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | BlockConfig = "pure",
+             d_qk: float = 1.0, value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
+             weights: Sequence[LayerWeights] | None = None, metrics=None, seed: int = _Default(0),
+             dtype: torch.dtype | None = _Default(None), device: torch.device | str | None = _Default(None),
+             n_heads: int | None = None, shared: bool = False, path: str = _Default("auto"),
+             block_size: int = _Default(64), record_states: bool = _Default(False),
+             record_epsilon: bool = _Default(False), record_attention: bool = _Default(False),
+             progress: bool | None = _Default(None), max_memory: int | str | None = _Default(None),
+             block: BlockConfig | None = None, run: RunConfig | None = None) -> SimResult:
     """Run ``depth`` layers of masked self-attention dynamics from ``X0``.
 
     Pure SA (spec.md §2): ``X(t+1) = A(t) X(t) W_V(t)``, ``A(t) = softmax_G(X W_Q
     (X W_K)^T / sqrt(d_qk))``; other variants per :class:`BlockConfig`.
+
+    The settings come in two groups: what the network is (``mask``, ``block``/``variant``,
+    ``d_qk``, the weights) and how it is run (``run``, a :class:`RunConfig`: ``depth``,
+    ``seed``, ``dtype``, ``device``, ``path``, ``block_size``, ``record_*``, ``progress``,
+    ``max_memory``). Each run setting may instead be given as a keyword of the same name
+    (the shorthand used throughout the docs), but not both::
+
+        simulate(X0, mask="causal", block=BlockConfig(norm="sphere"),
+                 run=RunConfig(depth=64, seed=0, dtype=torch.float64))
+        simulate(X0, mask="causal", variant="sphere", depth=64, seed=0, dtype=torch.float64)  # the same run
 
     Parameters
     ----------
@@ -322,6 +358,9 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         layer ``t`` uses mask ``t mod period``; mask-aware metrics and the auto path
         see the composed graph of one period.
     depth : number of layers T >= 1.
+    block : :class:`BlockConfig`, what each layer is; ``variant`` names a preset instead
+        (give one of the two).
+    run : :class:`RunConfig`; its fields may instead be given as keywords (not both).
     variant : ``"pure"``, ``"sphere"``, ``"layernorm"``, ``"skip"``, ``"post_ln"``
         (:data:`~rankcollapse.dynamics.config.VARIANTS`; the deprecated ``"ln"`` and
         ``"skip_ln"`` are accepted with a FutureWarning) or a :class:`BlockConfig`. The
@@ -358,7 +397,9 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     Raises
     ------
     ConfigError
-        Bad option or shape (checked before any layer runs), a device not present on
+        Bad option or shape (checked before any layer runs), no ``depth``, a run setting
+        given both as a keyword and in ``run``, ``block`` and a ``variant`` other than the
+        default both given, a device not present on
         this machine, ``X0``, a weight matrix or given weights that are sparse or on the
         meta device (named with their layout), or X overflowing to non-finite values
         (names the layer).
@@ -383,13 +424,22 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     >>> bool((res.metrics["mu"][-1] < 1e-3 * res.metrics["mu"][0]).all())  # rank collapse
     True
     """
-    depth = check_int(depth, "depth", low=1)
-    seed = check_int(seed, "seed", low=0)
-    block_size = check_int(block_size, "block_size", low=1)
+    rc = _run_config(run, dict(depth=depth, seed=seed, dtype=dtype, device=device, path=path,
+                                block_size=block_size, record_states=record_states,
+                                record_epsilon=record_epsilon, record_attention=record_attention,
+                                progress=progress, max_memory=max_memory))
+    depth, seed, dtype, path, block_size = rc.depth, rc.seed, rc.dtype, rc.path, rc.block_size
+    record_states, record_epsilon, record_attention = rc.record_states, rc.record_epsilon, rc.record_attention
+    progress, max_memory = rc.progress, rc.max_memory
+    if block is not None:
+        if not isinstance(block, BlockConfig):
+            raise ConfigError(f"block must be a rankcollapse.dynamics.BlockConfig, got {type(block).__name__}; "
+                              "name a preset with variant=")
+        if not (isinstance(variant, str) and variant == "pure"):
+            raise ConfigError("give the layer once: block=BlockConfig(...) or variant=, not both")
+        variant = block
     d_qk = check_float(d_qk, "d_qk", low=0, strict_low=True)
-    if path not in PATHS:
-        raise ConfigError(f"path must be one of {PATHS}, got {path!r}")
-    device = _check_device(device)
+    device = _check_device(rc.device)
     cfg = resolve_variant(variant, n_heads=n_heads)
     given_weights = weights is not None
     if given_weights:

@@ -78,7 +78,7 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
     """
     from ..theory.envelope import log_contraction
 
-    no_skip = not cell["skip"] and cell["placement"] == "post"
+    no_skip = cell["placement"] == "none"  # X <- norm(SA(X)): no residual (alpha 0)
     regime, source, rate = "", "", float("nan")
     qsc = info.quasi_strongly_connected and info.self_loops
     if no_skip and cell["norm"] == "none" and qsc and value_log_norm > A2_TOL:
@@ -147,7 +147,7 @@ def envelope_applies(cell: dict[str, Any], info: Any) -> bool:
     """Theorem 1's envelope is defined for the cell: pure SA (no norm, no skip) on a
     quasi-strongly connected mask with self-loops. Whether it must hold also needs A2
     (``theory_source == "theorem1"``); outside A2 the check is computed all the same."""
-    return (cell["norm"] == "none" and not cell["skip"] and cell["placement"] == "post"
+    return (cell["norm"] == "none" and cell["placement"] == "none"
             and bool(info.quasi_strongly_connected) and bool(info.self_loops) and cell["n_tokens"] >= 2)
 
 

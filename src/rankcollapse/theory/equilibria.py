@@ -20,13 +20,12 @@ from scipy.optimize import brentq
 from .._deprecation import renamed_arguments
 from .._display import NotebookResult
 from .._validate import check_int
+from ..dynamics.weights import RHO, construction_eigenvalues  # the W_V of the construction: a weight family
 from ..errors import ConfigError
 from ..metrics import numerical_rank
 from .stability import stability
 from .system import AttentionSystem, causal_uniform_system, fixed_point_residual
 
-#: Eigenvalue ratio of the construction; any ρ with σ(ρ) < 1 and τ(ρ)/(1-σ(ρ))² < 1 works.
-RHO = 4.0
 #: Largest rank the construction builds in float64 (ρ^(k-1) must stay finite and well scaled).
 MAX_RANK = 500
 #: Largest number of equilibria enumerated without an explicit ``limit``.
@@ -139,16 +138,6 @@ def causal_example_2x2() -> EquilibriumSet:
         labels.append(label)
     B = ((6 - r6) / 10, -(2 + 3 * r6) / 10)
     return EquilibriumSet(system, eqs, {"construction": "causal_example_2x2", "B": B, "labels": labels})
-
-
-def construction_eigenvalues(d: int, rank: int, rho: float = RHO) -> np.ndarray:
-    """``λ_t = ρ^(t - (rank-1)/2)`` for ``t < rank`` and ``λ_0 / 2`` for the ``d - rank`` spare directions.
-
-    Centring the exponents keeps ``λ²`` inside float64's range up to ``rank = 500``
-    (the overall scale of ``W_V`` does not change the SA-LN dynamics).
-    """
-    lam = rho ** (np.arange(rank, dtype=np.float64) - (rank - 1) / 2)
-    return np.concatenate([lam, np.full(d - rank, lam[0] / 2)])
 
 
 def _token_after_rank(S: np.ndarray, lam: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ import torch
 from .._deprecation import renamed_arguments
 from .._display import NotebookResult
 from ..dynamics.config import BlockConfig
+from ..dynamics.inputs import ON_SPHERE, canonical_input, make_tokens
 from ..dynamics.layers import sphere
 from ..dynamics.single_head import single_head_layer
 from .._validate import check_float
@@ -27,27 +28,24 @@ from ..dynamics.weights import haar_orthogonal
 from ..masks import resolve_mask
 from .bound import fit_rate
 
+#: the inputs the check runs by default: meeting Theorem 2's condition, violating it, and neither
 INPUTS = ("nonnegative", "antipodal", "sphere")
 SA_LN = BlockConfig(norm="sphere", placement="none")  # X <- D A X W_V
 
 
 def make_inputs(kind: str, B: int, N: int, d: int, generator: torch.Generator) -> torch.Tensor:
-    """Unit tokens ``(B, N, d)`` float64.
+    """Unit tokens ``(B, N, d)`` float64 of the input ``kind`` of the registry
+    (:func:`rankcollapse.dynamics.inputs.make_tokens`) drawn from ``generator``; only
+    inputs on the unit sphere (:data:`~rankcollapse.dynamics.inputs.ON_SPHERE`).
 
-    ``nonnegative``: |Gaussian| entries, so every pairwise cosine is ≥ 0 (Theorem 2's
-    condition). ``antipodal``: tokens alternate ``±v`` plus 1e-3 noise (cosines ≈ -1,
-    violating it). ``sphere``: uniform on the sphere (violates it for most pairs).
+    Raises
+    ------
+    ConfigError
+        ``kind`` is not an input on the sphere.
     """
-    G = torch.randn(B, N, d, generator=generator, dtype=torch.float64)
-    if kind == "nonnegative":
-        return sphere(G.abs())[0]
-    if kind == "antipodal":
-        v = sphere(torch.randn(B, 1, d, generator=generator, dtype=torch.float64))[0]
-        signs = (1 - 2 * (torch.arange(N) % 2)).to(torch.float64).view(1, N, 1)
-        return sphere(signs * v + 1e-3 * G)[0]
-    if kind == "sphere":
-        return sphere(G)[0]
-    raise ConfigError(f"inputs must be one of {INPUTS}, got {kind!r}")
+    if canonical_input(kind) not in ON_SPHERE:
+        raise ConfigError(f"inputs must be one on the unit sphere, one of {ON_SPHERE}, got {kind!r}")
+    return make_tokens(kind, B, N, d, generator=generator)
 
 
 @dataclass
