@@ -34,7 +34,7 @@ ILLUSTRATIVE = {
     r"\[--": "synopsis with optional arguments in brackets",
 }
 #: Commands that run only in the slow test (real models or a whole experiment job).
-SLOW = r"\bprobe\b|\breproduce\b|--input wiki|--pretrained|\bsimulate\b.*--model\b"
+SLOW = r"\bprobe\b|\breproduce\b|--input wiki|--input wikipedia|--pretrained|\bsimulate\b.*--model\b"
 #: Smaller sizes for the test runs: (pattern, replacement), applied in order.
 SMALLER = [(r"--scale quick", "--scale smoke"), (r"--windows \d+", "--windows 2"),
            (r"(reproduce|probe)(.*)--n-samples \d+", r"\1\2--n-samples 2"),
