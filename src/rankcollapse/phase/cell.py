@@ -124,7 +124,7 @@ def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
 
 @lru_cache(maxsize=4)
 def _minilm_tokens(n_tokens: int, batch: int) -> torch.Tensor:
-    from ..experiments.context import RunContext, data_spec
+    from ..sweep.context import RunContext, data_spec
 
     ctx = RunContext(data_spec(None, n_tokens, 0))
     return ctx.embeddings("minilm", batch).to(torch.float64)

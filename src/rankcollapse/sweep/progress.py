@@ -18,12 +18,9 @@ import sys
 import time
 from typing import TextIO
 
+from .._progress import stderr_is_tty
+
 WIDTH = 70
-
-
-def stderr_is_tty() -> bool:
-    """Whether stderr is a terminal."""
-    return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 def short(text: str, width: int = WIDTH) -> str:
