@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from rankcollapse.dynamics import simulate
-from rankcollapse.experiments.config import Unit
-from rankcollapse.experiments.context import RunContext
+from rankcollapse.sweep.units import Unit
+from rankcollapse.sweep.context import RunContext
 from rankcollapse.experiments.units import run_simulate
 
 

@@ -127,27 +127,34 @@ _KINDS: dict[str, UnitKind] = {}
 def register_unit_kind(name: str, run: UnitFn, *, version: int, label: Callable[[Unit], str] | None = None,
                        group: str = "") -> UnitKind:
     """Register the unit kind ``name`` (see :class:`UnitKind`); returns the entry.
-    Registering the same function, version and group again (a module imported twice)
-    is a no-op.
+    Registering the same functions, version and group again (a module imported
+    twice) is a no-op that returns the first entry.
 
     Raises
     ------
     ConfigError
-        ``name`` already registered with another function, version or group, or a
-        ``version`` that is not an integer >= 0.
+        ``name`` already registered with another function, version, label or group, or
+        a ``version`` that is not an integer >= 0.
     """
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise ConfigError(f"unit kind {name!r}: version must be an integer >= 0, got {version!r}")
     entry = UnitKind(name, run, version, label, group)
     old = _KINDS.get(name)
-    if old is not None and (_where(old.run), old.version, old.group) != (_where(run), version, group):
-        raise ConfigError(f"unit kind {name!r} is already registered (by {_where(old.run)}, version {old.version})")
+    if old is not None:
+        if _identity(old) != _identity(entry):
+            raise ConfigError(f"unit kind {name!r} is already registered (by {_where(old.run)}, version {old.version})")
+        return old
     _KINDS[name] = entry
     return entry
 
 
-def _where(fn: Callable) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+def _where(fn: Callable | None) -> str | None:
+    return None if fn is None else f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _identity(kind: UnitKind) -> tuple:
+    # functions by qualified name: a module imported twice makes new function objects
+    return _where(kind.run), kind.version, _where(kind.label), kind.group
 
 
 def unit_kind(name: str) -> UnitKind:
