@@ -3,8 +3,9 @@
 ``grid`` parses axes into cells, ``cell`` runs one cell through
 :func:`rankcollapse.dynamics.simulate`, ``regime`` labels it (rule in docs/phase.md),
 ``predict`` gives the theory's prediction and checks Theorem 1's envelope per layer,
-``sweep`` runs many cells on the sweep engine's executors with a per-cell cache and
-``report`` writes the table, heatmaps and report.html.
+``sweep`` runs many cells on the sweep engine (:mod:`rankcollapse.sweep`: executors,
+cache, progress) and ``report`` writes the table, heatmaps and report.html. ``phase``
+builds on the sweep engine; it does not import ``experiments``.
 """
 
 from typing import TYPE_CHECKING
