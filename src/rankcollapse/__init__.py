@@ -9,9 +9,13 @@ __version__ = "0.1.0"
 
 import importlib
 
-#: Subpackages, imported on first attribute access (PEP 562): ``import rankcollapse``
-#: stays cheap, ``rankcollapse.masks.causal(8)`` works without a separate import.
-SUBPACKAGES = ("masks", "metrics", "dynamics", "models", "theory", "experiments", "data", "points")
+#: Subpackages and modules of the public API, imported on first attribute access
+#: (PEP 562): ``import rankcollapse`` stays cheap, ``rankcollapse.masks.causal(8)`` and
+#: ``rankcollapse.errors.MaskError`` work without a separate import.
+SUBPACKAGES = ("masks", "metrics", "dynamics", "models", "theory", "experiments", "phase", "data", "points",
+               "errors")
+
+__all__ = list(SUBPACKAGES)
 
 
 def __getattr__(name: str):

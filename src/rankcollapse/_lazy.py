@@ -2,10 +2,12 @@
 
 ``import rankcollapse.models`` must not pull in pandas, scipy or the model code until a
 name is used (the command line starts in well under a second), yet each package's
-``__init__`` should show what it exports and from where. A package calls
-:func:`attach` with ``{submodule: (names...)}``; the names are imported on first
-access and cached, and the same imports are written under ``TYPE_CHECKING`` for
-readers and static tools.
+``__init__`` should show what it exports and from where. A package writes its exports
+once, as ordinary imports under ``if TYPE_CHECKING:`` (read by people and static tools,
+never run), and calls :func:`attach_imports`, which reads that block from the source
+(as ``lazy_loader.attach_stub`` reads a ``.pyi`` stub) and hands the
+``{submodule: (names...)}`` map to :func:`attach`: the names are imported on first
+access and cached.
 
 One subtlety: an export may share its name with its submodule (``models.probe`` the
 function lives in ``models/probe.py``). Python binds a submodule to its parent's
@@ -15,9 +17,12 @@ module class below binds the export instead.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
 import types
+import warnings
+from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 
@@ -33,11 +38,13 @@ class _LazyPackage(types.ModuleType):
         super().__setattr__(name, value)
 
 
-def attach(package: str, exports: Mapping[str, Iterable[str]]) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
+def attach(package: str, exports: Mapping[str, Iterable[str]], moved: Mapping[str, str] | None = None,
+           ) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
     """``(__getattr__, __dir__, __all__)`` for ``package`` exporting ``exports``
     (``{submodule: names}``); call as ``__getattr__, __dir__, __all__ = attach(__name__, {...})``.
     A submodule listed there is also reachable as an attribute (``theory.sphere.INPUTS``)
-    unless an export has its name.
+    unless an export has its name. ``moved`` (``{name: module}``): deprecated names that
+    now live in another package, served by :func:`forward` (not in ``__all__``).
 
     Raises
     ------
@@ -49,7 +56,11 @@ def attach(package: str, exports: Mapping[str, Iterable[str]]) -> tuple[Callable
     module.__class__ = _LazyPackage
     object.__setattr__(module, "_lazy_exports", where)
 
+    old = forward(package, moved or {})
+
     def __getattr__(name: str) -> object:
+        if name in (moved or {}):
+            return old(name, 3)  # the warning points at the caller's line
         if name not in where:
             if name in exports:  # a submodule without an export of its name: the module
                 return importlib.import_module(f"{package}.{name}")
@@ -62,6 +73,61 @@ def attach(package: str, exports: Mapping[str, Iterable[str]]) -> tuple[Callable
         return sorted(set(module.__dict__) | set(where))
 
     return __getattr__, __dir__, sorted(where)
+
+
+def forward(module: str, moved: Mapping[str, str], removal: str = "0.3.0") -> Callable[[str], object]:
+    """``__getattr__`` for a module whose names ``moved`` (``{name: new module}``) were
+    moved out: each access warns (FutureWarning, naming the new home and the removal
+    version) and returns the object from its new home. The new module is named by string
+    and imported only on such an access, so the old module does not depend on the new
+    one (``masks`` forwards a few names to ``theory`` without importing it).
+
+    Raises
+    ------
+    AttributeError
+        From the returned function, for a name not in ``moved``.
+    """
+
+    def __getattr__(name: str, stacklevel: int = 2) -> object:
+        if name not in moved:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(f"{module}.{name} moved to {moved[name]}.{name}; the old name is removed in {removal}",
+                      FutureWarning, stacklevel=stacklevel)
+        return getattr(importlib.import_module(moved[name]), name)
+
+    return __getattr__
+
+
+def exports_of(init_file: str | Path) -> dict[str, tuple[str, ...]]:
+    """``{submodule: names}`` of the ``from .submodule import a, b`` statements under the
+    top-level ``if TYPE_CHECKING:`` of the package file ``init_file``.
+
+    Raises
+    ------
+    ImportError
+        The block is missing, or holds anything but relative ``from .x import a, b``
+        imports without ``as`` (the export list must read as what it exports).
+    """
+    tree = ast.parse(Path(init_file).read_text(encoding="utf-8"))
+    blocks = [node for node in tree.body if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+              and node.test.id == "TYPE_CHECKING"]
+    if len(blocks) != 1:
+        raise ImportError(f"{init_file}: one top-level 'if TYPE_CHECKING:' block of exports expected")
+    exports: dict[str, tuple[str, ...]] = {}
+    for stmt in blocks[0].body:
+        if not (isinstance(stmt, ast.ImportFrom) and stmt.level == 1 and stmt.module
+                and all(a.asname is None and a.name != "*" for a in stmt.names)):
+            raise ImportError(f"{init_file}:{stmt.lineno}: only 'from .submodule import name, ...' may list exports")
+        exports[stmt.module] = exports.get(stmt.module, ()) + tuple(a.name for a in stmt.names)
+    return exports
+
+
+def attach_imports(package: str, init_file: str, moved: Mapping[str, str] | None = None,
+                   ) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
+    """:func:`attach` with the exports written once under ``if TYPE_CHECKING:`` in
+    ``init_file`` (:func:`exports_of`) and the deprecated ``moved`` names; call as
+    ``__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)``."""
+    return attach(package, exports_of(init_file), moved)
 
 
 def is_tensor(x: object) -> bool:

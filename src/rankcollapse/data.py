@@ -226,6 +226,30 @@ def make_windows(
     DataError
         ``length``/``n_windows`` < 1, no texts, or not enough tokens for one window (or
         for ``n_windows`` unless ``allow_fewer``).
+
+    See Also
+    --------
+    Windows.load : windows from saved token ids.
+    rankcollapse.models.probe : metrics of a model's hidden states on these windows.
+
+    Examples
+    --------
+    A word-level tokenizer without special tokens around a window; ``[SEP]`` separates
+    the documents in the token stream:
+
+    >>> from tokenizers import Tokenizer, models, pre_tokenizers
+    >>> from transformers import PreTrainedTokenizerFast
+    >>> vocab = {w: i for i, w in enumerate(["[UNK]", "[SEP]", "the", "cat", "sat", "on", "mat"])}
+    >>> core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    >>> core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    >>> tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", sep_token="[SEP]")
+    >>> windows = make_windows(["the cat sat on the mat"] * 4, tokenizer, length=5, n_windows=3)
+    >>> windows.input_ids
+    tensor([[2, 3, 4, 5, 2],
+            [6, 1, 2, 3, 4],
+            [5, 2, 6, 1, 2]])
+    >>> bool(windows.attention_mask.all()), bool(windows.special_tokens_mask.any())
+    (True, False)
     """
     check_tokenizer(tokenizer)
     if length < 1 or n_windows < 1:

@@ -329,18 +329,26 @@ def test_workspace_is_kept_per_thread():
 
 
 def test_mu_scratch_gives_the_same_bits_and_is_reused():
-    from rankcollapse.dynamics.runner import _mu_finite
+    from rankcollapse.dynamics.attention import kept
+    from rankcollapse.metrics import mu
+    from rankcollapse.metrics.core import mu_finite
 
     scratch: dict = {}
     X = torch.randn(3, 50, 8, generator=torch.Generator().manual_seed(0))
+
+    def fast(Y):
+        return mu_finite(Y, out=kept(scratch, "centred", Y.shape, Y.dtype, Y.device))
+
     with torch.no_grad():  # as in simulate
-        a = _mu_finite(X, scratch)
+        a = fast(X)
         buf = scratch["centred"]
-        b = _mu_finite(X * 2, scratch)
+        b = fast(X * 2)
         assert scratch["centred"] is buf
-        assert torch.equal(_mu_finite(X[:, ::2], scratch), _mu_finite(X[:, ::2]))  # another shape: a new buffer
+        assert torch.equal(fast(X[:, ::2]), mu_finite(X[:, ::2]))  # another shape: a new buffer
         assert scratch["centred"].shape == (3, 25, 8)
-    assert torch.equal(a, _mu_finite(X)) and torch.equal(b, _mu_finite(X * 2))
+    assert torch.equal(a, mu_finite(X)) and torch.equal(b, mu_finite(X * 2))
+    # the simulator's μ is the registry's, bit for bit (the registry's power-of-two scaling is exact)
+    assert torch.equal(a, mu(X)) and torch.equal(b, mu(X * 2))
 
 
 def test_two_threads_under_inference_mode_and_a_plan_reused_outside_it():

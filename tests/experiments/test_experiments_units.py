@@ -1,13 +1,15 @@
-"""Shared random-init weights give exactly the numbers ``simulate`` draws itself."""
+"""Shared random-init weights give exactly the numbers ``simulate`` draws itself; a failed
+probe of a model without components is no rows, never a made-up data row."""
 
+import importlib
 import pandas as pd
 import pytest
 import torch
 
 from rankcollapse.dynamics import simulate
-from rankcollapse.sweep.units import Unit
+from rankcollapse.experiments.units import run_probe, run_simulate
 from rankcollapse.sweep.context import RunContext
-from rankcollapse.experiments.units import run_simulate
+from rankcollapse.sweep.units import Unit
 
 
 class TinyContext(RunContext):
@@ -55,3 +57,40 @@ def test_row_dtype_is_the_compute_dtype_not_the_input_storage():
     assert compute_dtype(Unit("probe", {"model": "m"}, "t")) == "float32"
     assert compute_dtype(Unit("pretrained_sa", {"model": "m"}, "t")) == "float64"
     assert compute_dtype(Unit("theory", {"check": "basin"}, "t")) == "float64"
+
+
+class FailingProbeContext(RunContext):
+    """A loaded model whose probe fails (as SmolLM2 without norms overflows float32)."""
+
+    def __init__(self):
+        super().__init__({"corpus": "wikipedia", "length": 6, "seed": 0})
+
+    def model(self, name):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(family="gpt2")
+
+    def windows(self, model, n_windows):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(n_windows=n_windows)
+
+
+@pytest.mark.parametrize("drop", [["norm"], []])
+def test_a_failed_probe_is_no_rows_with_a_warning_not_a_data_row(monkeypatch, drop):
+    from rankcollapse.errors import MetricError
+    from rankcollapse.experiments.table import COLUMNS
+    probe_module = importlib.import_module("rankcollapse.models.probe")  # the module, not the function
+
+    def failing(*args, **kwargs):
+        raise MetricError("X has non-finite values at layer 3")
+
+    monkeypatch.setattr(probe_module, "probe", failing)
+    unit = Unit("probe", {"model": "gpt2", "n_windows": 4, "drop": drop}, "fig2")
+    if not drop:  # the full model failing is an error of the run
+        with pytest.raises(MetricError, match="non-finite"):
+            run_probe(unit, FailingProbeContext())
+        return
+    with pytest.warns(RuntimeWarning, match=r"no rows, the probe failed without norm: X has non-finite"):
+        df = run_probe(unit, FailingProbeContext())
+    assert len(df) == 0 and list(df.columns[: len(COLUMNS)]) == list(COLUMNS)

@@ -122,7 +122,7 @@ def test_resolved_mask_and_attention_system_absent_device_are_config_errors():
     from rankcollapse.theory.system import AttentionSystem
 
     with pytest.raises(ConfigError, match="not available"):
-        resolve_mask("causal", 4).dense(ABSENT)
+        resolve_mask("causal", 4).to_dense(ABSENT)
     eye = torch.eye(2, dtype=torch.float64)
     system = AttentionSystem(torch.ones(2, 2, dtype=torch.bool), eye, eye, eye)
     with pytest.raises(ConfigError, match="not available"):

@@ -82,7 +82,7 @@ def test_bad_method():
 
 
 def test_rate_table_at_a_million_tokens():
-    from rankcollapse.masks.rates import compare_masks
+    from rankcollapse.theory.rates import compare_masks
 
     table = compare_masks(["causal_sliding_window:w=256", "causal"], 2**20)
     assert table["radius"].tolist() == [-(-(2**20 - 1) // 255), 1]

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from rankcollapse.errors import MaskError
 from rankcollapse.masks import analyze, parse_mask
 from rankcollapse.masks.schedule import MaskSchedule, is_schedule, parse_schedule
-from rankcollapse.masks.schedule_rates import compare_schedules, describe_schedule
+from rankcollapse.theory.rates import compare_schedules, describe_schedule
 
 
 def test_repeat_and_period():

@@ -138,3 +138,48 @@ ALL = {
         mean_average_distance, isoscore,
     )
 }
+
+
+# ---- geometry (massive tokens, spectrum shape) ----------------------------------
+def max_norm_ratio(X):
+    norms = np.linalg.norm(X, axis=1)
+    return float(norms.max() / np.median(norms))
+
+
+def max_norm_position(X):
+    return float(np.argmax(np.linalg.norm(X, axis=1)))
+
+
+def top_singular_share(X):
+    return float(np.linalg.norm(X, 2) ** 2 / np.linalg.norm(X, "fro") ** 2)
+
+
+def max_token_sigma_share(X):
+    return float(np.max(np.sum(X * X, axis=1)) / np.linalg.norm(X, 2) ** 2)
+
+
+def matrix_entropy(X):
+    s = svals(X)
+    p = s**2 / np.sum(s**2)
+    p = p[p > 0]
+    return float(-np.sum(p * np.log(p)))
+
+
+def alpha_req(X):
+    """OLS of ln sigma_i^2 on ln i over i = 1..matrix_rank (numpy's polyfit)."""
+    s = svals(X)[: np.linalg.matrix_rank(X)]
+    slope, _ = np.polyfit(np.log(np.arange(1, len(s) + 1)), np.log(s**2), 1)
+    return float(-slope)
+
+
+ALL.update({fn.__name__: fn for fn in (
+    max_norm_ratio, max_norm_position, top_singular_share, max_token_sigma_share, matrix_entropy, alpha_req)})
+
+#: Registry metrics undefined below rank two (a MetricError there): the rest are
+#: computed on every input of the "all" tests.
+NEEDS_RANK_TWO = frozenset({"alpha_req"})
+
+
+def names_at_rank(rank: int, names) -> tuple[str, ...]:
+    """``names`` without the metrics undefined at ``rank`` (:data:`NEEDS_RANK_TWO` below 2)."""
+    return tuple(n for n in names if rank >= 2 or n not in NEEDS_RANK_TWO)

@@ -18,10 +18,10 @@ def test_antipodal_tokens_leave_cos_to_mean_undefined_only():
     v = np.arange(1.0, 9.0)
     X = np.stack([v, -v, 2 * v, -2 * v])
     rep = report_metrics(X, "all")
-    assert set(rep.undefined) == {"cos_to_mean"}
+    assert set(rep.undefined) == {"cos_to_mean", "alpha_req"}  # alpha_req: rank one
     assert "mean token is zero" in rep.undefined["cos_to_mean"]
     row = rep.rows()
-    assert row["cos_to_mean"] is None and row["undefined"] == {"cos_to_mean": rep.undefined["cos_to_mean"]}
+    assert row["cos_to_mean"] is None and row["undefined"] == rep.undefined
     # hand values: all tokens on one line -> |cos| = 1; cos = +1 for 4 ordered pairs, -1 for 8
     assert row["avg_abs_cos"] == pytest.approx(1.0)
     assert row["avg_cos"] == pytest.approx((4 - 8) / 12)

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from rankcollapse.errors import ConfigError, MaskError, ModelError
-from rankcollapse.models import Recorder, attention_only, intervene, model_inputs, parse_drop, probe
-from rankcollapse.models.interventions import additive_mask
+from rankcollapse.models import Recorder, attention_only, intervene, model_inputs, probe
+from rankcollapse.models.interventions import additive_mask, parse_drop
 
 
 def _run(loaded, w, **kw):

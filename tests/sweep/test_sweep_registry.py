@@ -1,7 +1,6 @@
 """The sweep engine's unit registry: a new kind is one entry and one function and runs
 through ``run_units`` with the cache; keys of the registered kinds are those the
-earlier code wrote (a cache written before stays readable); one terminal test; the
-layering (phase builds on the sweep engine, not on experiments)."""
+earlier code wrote (a cache written before stays readable); one terminal test."""
 
 import pandas as pd
 import pytest
@@ -133,16 +132,3 @@ def test_one_terminal_test_for_every_progress_display(monkeypatch, capsys):
     with _progress.steps(2, "steps") as s:
         assert s._progress is None
 
-
-def test_phase_builds_on_the_sweep_engine_not_on_experiments():
-    grimp = pytest.importorskip("grimp")
-    graph = grimp.build_graph("rankcollapse")
-
-    def imported(prefix, targets):
-        return sorted({i for m in graph.modules if m.startswith(prefix)
-                       for i in graph.find_modules_directly_imported_by(m) if i.startswith(targets)})
-
-    assert imported("rankcollapse.phase", "rankcollapse.experiments") == []
-    assert imported("rankcollapse.sweep", ("rankcollapse.experiments", "rankcollapse.phase")) == []
-    # positive control: the experiments do import the engine, and the check sees it
-    assert "rankcollapse.sweep.engine" in imported("rankcollapse.experiments", "rankcollapse.sweep")

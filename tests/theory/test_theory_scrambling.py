@@ -12,7 +12,7 @@ from rankcollapse.dynamics import gaussian_tokens
 from rankcollapse.errors import ConfigError
 from rankcollapse.masks import Mask
 from rankcollapse.masks.schedule import MaskSchedule, parse_schedule
-from rankcollapse.masks.schedule_rates import compare_schedules
+from rankcollapse.theory.rates import compare_schedules
 from rankcollapse.theory import (
     check_schedule_bound, envelope_crossing_depth, envelope_rate, scrambling_length, theorem1_terms,
 )

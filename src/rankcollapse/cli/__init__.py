@@ -7,6 +7,9 @@ so ``--help``, ``--version`` and ``mask describe`` start without them
 below a command (the user's ``RankCollapseError``, an operating-system error, any
 other) prints one line and exits with status 2 (see :mod:`._boundary`); only a real
 interrupt exits with 130.
+
+Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``cli`` is the top
+layer: it may import every subpackage, and none imports it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import sys
 from typing import Sequence
 
 import typer
-from typer import _click as click  # typer vendors click
+from ._click import ClickException, NoArgsIsHelpError
 
 from ._boundary import PREFIX, CliError, Group, describe
 
@@ -75,8 +78,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         exc.show()
         return exc.exit_code
-    except click.ClickException as exc:  # usage errors (typer vendors click)
-        if type(exc).__name__ == "NoArgsIsHelpError":
+    except ClickException as exc:  # usage errors
+        if isinstance(exc, NoArgsIsHelpError):
             exc.show()
             return 2
         where = getattr(getattr(exc, "ctx", None), "command_path", "rankcollapse")

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 import typer
-from typer import _click as click  # typer vendors click; its classes are these
+from ._click import click
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .._validate import INT64_MAX, INT64_MIN

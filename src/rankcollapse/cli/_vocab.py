@@ -14,8 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from typer import _click as click  # typer vendors click
-from typer._click.globals import get_current_context
+from ._click import click, get_current_context
 
 #: old spelling -> the canonical tokens it stands for (first token = canonical flag)
 DEPRECATED: dict[str, tuple[str, ...]] = {

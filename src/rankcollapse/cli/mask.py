@@ -56,7 +56,9 @@ def describe(
     as_json = check_format(fmt, ("table", "json")) == "json"
     n = _n_tokens(spec, n)
     if masks.is_schedule(spec):
-        d = masks.describe_schedule(spec, n, per_token=per_token)
+        from ..theory.rates import describe_schedule
+
+        d = describe_schedule(spec, n, per_token=per_token)
         if as_json:
             print_json(d)
             return
@@ -131,6 +133,7 @@ def compare(
     if d_qk <= 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
     from ..theory.envelope import EXPONENTS  # here: numpy is not needed for --help
+    from ..theory.rates import compare_masks, compare_schedules
 
     if exponent not in EXPONENTS:  # before any work, for the schedule table too
         raise ConfigError(f"--exponent must be one of {', '.join(EXPONENTS)}, got {exponent!r}")
@@ -139,12 +142,12 @@ def compare(
         check_writable(out, folder=False)
     n = check_int(n, "--n-tokens", low=1, error=MaskError)
     if measure or any(masks.is_schedule(s) for s in specs):
-        df = masks.compare_schedules(specs, n, measure=measure, d=check_int(d_model, "--d-model", low=1),
+        df = compare_schedules(specs, n, measure=measure, d=check_int(d_model, "--d-model", low=1),
                                depth=check_int(depth, "--depth", low=1), n_samples=check_int(samples, "--samples", low=1),
                                seed=check_int(seed, "--seed", low=0), d_qk=d_qk, token_norm=token_norm,
                                weight_norm=weight_norm, exponent=exponent)
     else:
-        df = masks.compare_masks(specs, n, d_qk=d_qk, token_norm=token_norm,
+        df = compare_masks(specs, n, d_qk=d_qk, token_norm=token_norm,
                                  weight_norm=weight_norm, exponent=exponent,
                                  max_memory=parse_size(max_memory))
     if out is not None:

@@ -31,7 +31,8 @@ def probe_command(
                                               "table and one figure)"),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="comma-separated metrics: those of "
                                           "rankcollapse metrics, attention_entropy (of each block's attention), "
-                                          "or all (the token metrics); default mu,mu_relative,rank_fraction,"
+                                          "sink_mass, sink_head_fraction, sink_value_ratio (attention sinks, per block "
+                                          "and head), or all (the token metrics); default mu,mu_relative,rank_fraction,"
                                           "sigma_min,avg_abs_cos"),
     corpus: str = typer.Option("wiki", "--corpus", help="wiki: the shipped Wikipedia extracts"),
     text_file: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 file, one document per line (or .jsonl)"),
@@ -43,14 +44,22 @@ def probe_command(
     d_qk_scale: Optional[float] = typer.Option(None, "--d-qk-scale", hidden=True,
                                                help="deprecated: logits divided by sqrt(X); use --d-qk"),
     drop: str = typer.Option("", "--drop", help="components to remove: skip,mlp,norm[,final_norm]; 'mlp:0-3' for blocks"),
-    points: str = typer.Option("hidden_states", "--points", help="hidden_states or all"),
+    clip_massive: bool = typer.Option(False, "--clip-massive", help="scale each window's massive token (max/median "
+                                      "token norm >= 10) to the median norm at the block where it appears; "
+                                      "composes with --mask and --drop"),
+    points: str = typer.Option("hidden_states", "--points", help="hidden_states or all, plus any "
+                                "module:PATH items (the output of a named_modules() path, e.g. "
+                                "hidden_states,module:model.layers.3.self_attn)"),
     gguf_file: Optional[str] = typer.Option(None, "--gguf-file", help="GGUF weights file inside the --model folder"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer folder or hub name (or minilm, "
                                             "smollm2) when the --model folder has none"),
     windows_file: Optional[Path] = typer.Option(None, "--windows-file", help="token ids instead of text: a windows.npz "
                                                 "as --out writes (input_ids, attention_mask, special_tokens_mask)"),
     batch_size: int = typer.Option(8, "--batch-size"),
-    seed: int = typer.Option(0, "--seed", help="seeds the document order"),
+    seed: int = typer.Option(0, "--seed", help="seeds the document order (and the --control weights)"),
+    control: Optional[str] = typer.Option(None, "--control", help="random-init: also run each model's architecture "
+                                          "freshly initialised (seeded with --seed) on the same windows, side by "
+                                          "side (rows tagged model)"),
     device: str = typer.Option("cpu", "--device", help="torch device for the model and metrics, e.g. cpu or cuda:0"),
     attentions: bool = typer.Option(False, "--attentions", help="also write attention probabilities to OUT/attentions.npz"),
     fmt: str = typer.Option("table", "--format", help="stdout: table, json (one object), csv or markdown"),
@@ -71,6 +80,13 @@ def probe_command(
                           f"(got {windows}, {batch_size}, {length})")
     _check_interventions(mask, *((d_qk_scale, "--d-qk-scale") if d_qk is None else (d_qk, "--d-qk")), drop, length)
     dev = check_device(device, "--device")
+    if control is not None:
+        from ..models.controls import CONTROLS
+
+        if control not in CONTROLS:
+            raise ConfigError(f"unknown --control {control!r}; choose from {', '.join(CONTROLS)}")
+    if control is not None and attentions:
+        raise ConfigError("--attentions writes one model's maps: give it without --control")
     if attentions and out is None:
         raise ConfigError("--attentions writes OUT/attentions.npz: give --out too")
     if len(names) > 1 and (attentions or gguf_file is not None):
@@ -94,8 +110,15 @@ def probe_command(
         for note in loaded.notes:
             typer.echo(f"note: {note}", err=True)
         table = models.probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
-                             batch_size=batch_size, points=points, metrics=metric_names)
+                             batch_size=batch_size, points=points, metrics=metric_names, clip_massive=clip_massive)
         runs.append((loaded, wins, table))
+        if control is not None:  # same windows, same options, fresh weights
+            from ..models.controls import random_init
+
+            fresh = random_init(loaded, seed=seed)
+            runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
+                                                   batch_size=batch_size, points=points, metrics=metric_names,
+                                                   clip_massive=clip_massive)))
     if len(runs) > 1:
         _several_models(runs, out, fmt)
         return
@@ -138,6 +161,7 @@ def _model_names(model: Optional[List[str]], positional: Optional[str]) -> list[
 def _metric_names(text: Optional[str]) -> tuple[str, ...] | None:
     """``--metrics`` as registry names (None: the probe's default), checked before any load."""
     from ..metrics import ATTENTION_METRICS, METRICS
+    from ..models.sinks import SINK_METRICS
 
     if text is None:
         return None
@@ -145,9 +169,9 @@ def _metric_names(text: Optional[str]) -> tuple[str, ...] | None:
     if names == ("all",):
         return tuple(METRICS)
     for name in names:
-        if name not in METRICS and name not in ATTENTION_METRICS:
+        if name not in METRICS and name not in ATTENTION_METRICS and name not in SINK_METRICS:
             raise ConfigError(f"unknown metric {name!r} in --metrics; choose from "
-                              f"{', '.join((*METRICS, *ATTENTION_METRICS))} or all")
+                              f"{', '.join((*METRICS, *ATTENTION_METRICS, *SINK_METRICS))} or all")
     if not names:
         raise ConfigError("--metrics is empty; give metric names or all")
     return names
@@ -208,8 +232,7 @@ def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[st
 
 def _explicit_options() -> set[str]:
     """Parameter names the user gave on the command line (empty outside a CLI call)."""
-    from typer._click.core import ParameterSource  # typer vendors click
-    from typer._click.globals import get_current_context
+    from ._click import ParameterSource, get_current_context
 
     ctx = get_current_context(silent=True)
     if ctx is None:
@@ -254,7 +277,8 @@ def to_json(table: Any) -> dict[str, Any]:
         "model": attrs.get("model"), "family": attrs.get("family"), "n_windows": attrs.get("n_windows"),
         "length": attrs.get("length"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
         "d_qk": attrs.get("d_qk"),
-        "drop": attrs.get("drop"), "notes": attrs.get("notes"), "layers": layers,
+        "drop": attrs.get("drop"), **({"clip_massive": True} if attrs.get("clip_massive") else {}),
+        "notes": attrs.get("notes"), "layers": layers,
     }
 
 

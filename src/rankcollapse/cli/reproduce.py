@@ -101,11 +101,11 @@ def refuse_ignored(ctx: typer.Context, command: str) -> None:
         Naming the options.
     """
     from ..errors import ConfigError
+    from ._click import ParameterSource
 
     keep = SUBCOMMAND_OPTIONS[command] | {"name", "target"}
-    # compared by name: typer may carry its own copy of click's ParameterSource enum
     given = [p.opts[0] for p in ctx.command.params if p.name not in keep
-             and getattr(ctx.get_parameter_source(p.name), "name", None) in ("COMMANDLINE", "ENVIRONMENT")]
+             and ctx.get_parameter_source(p.name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
     if given:
         takes = ", ".join(sorted(o for p in ctx.command.params if p.name in SUBCOMMAND_OPTIONS[command]
                                  for o in p.opts[:1]))

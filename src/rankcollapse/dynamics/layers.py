@@ -6,6 +6,7 @@ The update rules are those of :class:`~rankcollapse.dynamics.config.BlockConfig`
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -14,23 +15,74 @@ from .attention import dense_attention, merge_heads, project_qkv, scores_may_ove
 from .config import BlockConfig
 from .sparse import BlockPlan, blocked_attention
 from .weights import LayerWeights
+from ..errors import ConfigError
+
+#: what :func:`sphere` makes of a zero row
+ZERO_ROWS = ("keep", "raise", "nan")
 
 
-def sphere(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sphere(X: torch.Tensor, *, zero_rows: str = "keep", direct: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows divided by their Euclidean norm: ``D X`` with ``D = diag(1/||x_i||)``
-    (spec.md §2, SA-LN). Rule for zero rows: they stay zero (no direction exists);
-    the count of such rows is returned so the caller can warn.
+    (spec.md §2, SA-LN), for ``X`` float ``(..., N, d)``.
 
-    Rows are first divided by their largest absolute entry, so rows whose norm
-    would overflow the dtype (``||x|| > 1.8e19`` in float32 squares past its range)
-    still land on the sphere instead of becoming 0.
+    Rows are first divided by their largest absolute entry, so rows whose norm would
+    overflow (``||x|| > 1.8e19`` in float32 squares past its range) or underflow
+    (subnormal entries) still land exactly on the sphere.
 
-    Returns ``(X_normalised, n_zero_rows)`` (0-d int64 tensor, no device sync).
+    **Zero rows** (the one rule, used by every caller: ``simulate``, the phase sweep, the
+    Theorem-2 check, :class:`~rankcollapse.theory.system.AttentionSystem`). A row is zero
+    when every entry is exactly 0; no tolerance, since every other finite row is projected
+    exactly. A zero row has no direction and is never given one; it is counted, and
+    ``zero_rows`` says what it becomes:
+
+    - ``"keep"`` (default): it stays 0. Runs (``simulate``, the phase sweep) keep going and
+      warn once per run (:func:`warn_zero_rows`), counts in ``SimResult.zero_rows``.
+    - ``"raise"``: :class:`~rankcollapse.errors.ConfigError` naming the rows. For the
+      theory's maps, whose SA-LN step is undefined there (``AttentionSystem.step``,
+      :func:`~rankcollapse.theory.check_sphere_collapse`).
+    - ``"nan"``: it becomes NaN (differentiable elsewhere). For
+      ``AttentionSystem.step(check=False)``, so basin and finder count the start as undefined.
+
+    ``direct=True`` divides rows whose norm is a normal float by that norm directly (one
+    rounding fewer, what ``AttentionSystem`` has always computed, so its results stay bit
+    for bit); other rows take the rescaled form. Both forms agree to round-off.
+
+    Returns ``(X_normalised, n_zero_rows)`` (0-d int64 tensor). No device sync, except
+    with ``zero_rows="raise"`` or ``direct=True``.
+
+    Raises
+    ------
+    ConfigError
+        ``zero_rows="raise"`` and a zero row; an unknown ``zero_rows``.
     """
+    if zero_rows not in ZERO_ROWS:
+        raise ConfigError(f"zero_rows must be one of {ZERO_ROWS}, got {zero_rows!r}")
+    if direct:
+        norm = torch.linalg.vector_norm(X, dim=-1, keepdim=True)
+        info = torch.finfo(X.dtype)
+        normal = (norm >= info.tiny) & (norm <= info.max)
+        if bool(normal.all()):  # one sync; the common case: no zero row, the plain division alone
+            return X / norm, X.new_zeros((), dtype=torch.int64)
     peak = X.abs().amax(dim=-1, keepdim=True)
     zero = peak == 0
     Y = X / peak.masked_fill(zero, 1.0)
-    return Y / torch.linalg.vector_norm(Y, dim=-1, keepdim=True).masked_fill(zero, 1.0), zero.sum()
+    out = Y / torch.linalg.vector_norm(Y, dim=-1, keepdim=True).masked_fill(zero, 1.0)
+    if direct:
+        out = torch.where(normal, X / norm.masked_fill(~normal, 1.0), out)  # fill: no inf in the unused branch
+    if zero_rows == "raise" and bool(zero.any()):
+        rows = zero.squeeze(-1).nonzero().tolist()[:5]
+        raise ConfigError(f"SA-LN step undefined: rows {rows} are zero before normalisation (no direction)")
+    if zero_rows == "nan":
+        out = out.masked_fill(zero, float("nan"))
+    return out, zero.sum()
+
+
+def warn_zero_rows(zero_rows: list[int], stacklevel: int = 2) -> None:
+    """The run-level report of :func:`sphere`'s ``"keep"`` rule: one ``RuntimeWarning``
+    naming the layers (1-based) whose ``sphere`` norm met zero rows; silent if none."""
+    if any(zero_rows):
+        warnings.warn(f"sphere normalisation met zero rows (left at zero) in layers "
+                      f"{[t + 1 for t, z in enumerate(zero_rows) if z]}", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def apply_norm(X: torch.Tensor, kind: str, eps: float, weight=None, bias=None):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -20,13 +19,13 @@ from .._progress import Steps, steps
 from .._validate import check_device, check_float, check_int, check_tensor_storage
 from ..errors import ConfigError, MetricError
 from .._memory import check_memory
-from ..masks import Mask, parse_mask, resolve_mask
+from ..masks import Mask, resolve_mask
 from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, compute_metrics
-from ..metrics._context import stable_norm
+from ..metrics.core import mu_finite
 from .attention import kept
 from .config import BlockConfig, resolve_variant, variant_name
-from .layers import Attention, apply_norm, block_forward
+from .layers import Attention, apply_norm, block_forward, warn_zero_rows
 from .scheduled import ScheduledAttention
 from .flex import FlexBackend
 from .chunks import chunk_threads
@@ -155,23 +154,10 @@ def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
         if wide or "mu" not in names or X.dtype not in (torch.float32, torch.float64) or not math.isfinite(peak):
             return compute_metrics(X, names, mask=mask, dtype=torch.float64 if wide else None)
         out = compute_metrics(X, rest, mask=mask) if rest else {}
-        out["mu"] = _mu_finite(X, scratch)
+        out["mu"] = mu_finite(X, out=kept(scratch, "centred", X.shape, X.dtype, X.device))
         return {n: out[n] for n in names}
 
     return names, measure, uses_mask
-
-
-def _mu_finite(X: torch.Tensor, scratch: dict | None = None) -> torch.Tensor:
-    """``mu`` ``(B,)`` of finite tokens ``X`` ``(B, N, d)`` (the layer loop has checked
-    them): :func:`~rankcollapse.metrics.mu` without its input checks and power-of-two
-    rescaling, which only move the exponent (exact), so the value is the same; two
-    passes over X instead of six, which matters at N = 65,536 where μ is recorded
-    after every layer. ``scratch``: a dict holding the centred tokens' buffer across
-    calls (no grad)."""
-    mean = X.mean(dim=-2, keepdim=True)
-    out = kept(scratch, "centred", X.shape, X.dtype, X.device)
-    centred = X - mean if out is None else torch.sub(X, mean, out=out)
-    return stable_norm(centred, (-2, -1))
 
 
 def _measure_at(measure: Callable, X: torch.Tensor, mask, t: int, peak: float | None = None) -> dict:
@@ -226,9 +212,7 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                          for k, v in _measure_at(measure, Xf, metric_mask, len(weights)).items()}
     finally:
         zero_rows = [int(z) for z in zero_rows]
-        if any(zero_rows):
-            warnings.warn(f"sphere normalisation met zero rows (left at zero) in layers "
-                          f"{[t + 1 for t, z in enumerate(zero_rows) if z]}", RuntimeWarning, stacklevel=3)
+        warn_zero_rows(zero_rows, stacklevel=3)
     return rows, states, zero_rows, final
 
 
@@ -354,6 +338,22 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         The attention's estimated memory exceeds ``max_memory``.
     MaskError
         Bad mask (a sparse or meta mask tensor included) or a row with no allowed key.
+
+    See Also
+    --------
+    rankcollapse.theory.check_collapse_bound : the same run against Theorem 1's envelope.
+    rankcollapse.metrics.compute_metrics : the metrics computed after every layer.
+    rankcollapse.masks.resolve_mask : the mask forms accepted.
+
+    Examples
+    --------
+    >>> import torch
+    >>> X0 = torch.randn(4, 8, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> res = simulate(X0, mask="causal", depth=30, seed=0)  # pure self-attention
+    >>> res.metrics["mu"].shape  # (depth + 1, B)
+    torch.Size([31, 4])
+    >>> bool((res.metrics["mu"][-1] < 1e-3 * res.metrics["mu"][0]).all())  # rank collapse
+    True
     """
     depth = check_int(depth, "depth", low=1)
     seed = check_int(seed, "seed", low=0)
@@ -380,12 +380,9 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     H = max(lw.n_heads for lw in weights)
     # a schedule runs layer t on its mask t mod period; metrics see the composed graph
     sched = parse_schedule(mask, N) if is_schedule(mask) else None
-    if sched is not None:
-        mask = sched.composed()
-    elif isinstance(mask, str):  # a Mask knows its edge count before building anything
-        mask = parse_mask(mask, N)
-    _check_attention_memory(mask, B, H, N, X.element_size(), path, max_memory)
-    m = resolve_mask(mask, N)
+    # one Mask, parsed once; it knows its edge count before building anything
+    m = sched.composed() if sched is not None else resolve_mask(mask, N)
+    _check_attention_memory(m, B, H, N, X.element_size(), path, max_memory)
     density = m.n_edges / N**2
     dense_bytes = B * H * N * N * X.element_size()
     if path == "auto":
@@ -395,17 +392,17 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     if path == "flex" and record_epsilon:
         raise ConfigError("record_epsilon needs path 'dense' or 'blocked' (FlexAttention returns no weights)")
 
-    def make_attention(mi):
-        return Attention(mask_dense=mi.dense(X.device) if path == "dense" else None,
+    def make_attention(mi: Mask):
+        return Attention(mask_dense=mi.to_dense(X.device) if path == "dense" else None,
                          plan=_plan(mi, block_size, X.device) if path == "blocked" else None,
-                         flex=FlexBackend(mi.mask(), X.device) if path == "flex" else None,
+                         flex=FlexBackend(mi, X.device) if path == "flex" else None,
                          make_plan=lambda: _plan(mi, block_size, X.device), d_qk=d_qk,
                          uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
                          record_attention=record_attention)
 
     attend = make_attention(m) if sched is None else ScheduledAttention(sched, make_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
-    metric_mask = m.dense(X.device) if uses_mask else None  # built once, not per layer
+    metric_mask = m.to_dense(X.device) if uses_mask else None  # built once, not per layer
     threads = chunk_threads() if path == "blocked" and (X.device.type == "cpu") else contextlib.nullcontext()
     with steps(len(weights), "simulate: layers", progress) as bar, threads:
         rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states,
@@ -424,9 +421,9 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
                      final_metrics=final, zero_rows=zero_rows)
 
 
-def _plan(m, block_size: int, device) -> BlockPlan:
-    """:class:`BlockPlan` of a resolved mask: from its row intervals when it has them
+def _plan(m: Mask, block_size: int, device) -> BlockPlan:
+    """:class:`BlockPlan` of a mask: from its row intervals when it has them
     (windows at N = 2^20 never build their CSR form), else from the CSR form."""
     if m.intervals is not None:
         return BlockPlan(intervals=m.intervals, block_size=block_size, device=device)
-    return BlockPlan(m.csr(), block_size=block_size, device=device)
+    return BlockPlan(m.to_csr(), block_size=block_size, device=device)

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from ..masks.adapt import MaskInput, resolve_mask
+from ..masks.mask import Mask
 
 
 class ScheduledAttention:
@@ -22,17 +22,17 @@ class ScheduledAttention:
     Parameters
     ----------
     schedule : MaskSchedule.
-    make : callable ``MaskInput -> Attention`` building the attention of one mask.
+    make : callable ``Mask -> Attention`` building the attention of one mask.
     """
 
-    def __init__(self, schedule, make: Callable[[MaskInput], object]):
+    def __init__(self, schedule, make: Callable[[Mask], object]):
         built: dict[int, object] = {}
         self.epsilon: list[torch.Tensor] = []
         self.attention: list[torch.Tensor] = []
         self.layers = []
         for m in schedule.masks:
             if id(m) not in built:
-                att = make(resolve_mask(m, schedule.n_tokens))
+                att = make(m)  # a schedule holds Masks, validated for its N
                 att.epsilon, att.attention = self.epsilon, self.attention  # one record, layer order
                 built[id(m)] = att
             self.layers.append(built[id(m)])

@@ -2,6 +2,10 @@
 
 ``run_experiment(name, scale, out, seed)`` runs ``main``, ``fig2``, ``fig3``, ``fig4``,
 ``theory`` or ``all`` (see ``docs/reproduce.md``).
+
+Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``experiments`` may
+import ``theory``, ``dynamics``, ``models``, ``metrics``, ``masks`` and everything below
+them; never ``phase`` or ``cli``.
 """
 
 from .claims import evaluate_claim, verdict_from

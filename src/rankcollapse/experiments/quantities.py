@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
+from ..metrics.rate import least_squares_rate
 from .table import CONDITION_COLUMNS, condition_of
 
 #: Metrics with a scale-free floor (values in [0, 1] relative to ‖X‖): clipped at eps(dtype).
@@ -335,18 +336,16 @@ def _stat(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], stat: str, ctx: 
 
 def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext, simulated: bool,
           floor: float) -> np.ndarray:
-    """Fitted per-layer rate ``exp(slope)`` of ``log M`` against the layer, by least
-    squares over layers ``from_layer`` (default 1) .. ``last``, leaving out layers whose
-    point estimate is at the floor (a collapsed value carries no rate)."""
+    """Fitted per-layer rate ``exp(slope)`` of ``log M`` against the layer
+    (:func:`rankcollapse.metrics.rate.least_squares_rate`) over layers ``from_layer``
+    (default 1) .. ``last``, leaving out layers whose point estimate ``M[0]`` is at the
+    floor (a collapsed value carries no rate); every row ``M[r]`` (seed and bootstrap
+    replicates) is fitted on the point estimate's layers."""
     top = _index(layers, q.get("to", "last"), ctx, simulated)
     start = int(q.get("from_layer", 1)) * (ctx.layer_factor if simulated and q.get("scale_from", False) else 1)
-    keep = (layers >= start) & (np.arange(len(layers)) <= top) & (M[0] > max(floor, 0.0))
-    if keep.sum() < 2:
+    window = (layers >= start) & (np.arange(len(layers)) <= top)
+    fit = least_squares_rate(M[:, window].T, floor=max(floor, 0.0), layers=layers[window], shared=True)
+    if fit.n_layers[0] < 2:
         raise MissingData(f"rate of {q['metric']}: fewer than 2 layers above the floor {floor:g} "
                           f"in {start}..{layers[top]}")
-    x = layers[keep].astype(np.float64)
-    with np.errstate(all="ignore"):
-        y = np.log(np.maximum(M[:, keep], np.finfo(np.float64).tiny))
-    xc = x - x.mean()
-    slope = (y - y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
-    return np.exp(slope)
+    return fit.rate

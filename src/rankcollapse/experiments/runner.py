@@ -293,6 +293,26 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
         any cache entry is created.
     OutputBusyError
         Another live run holds ``out`` (and ``wait`` is false).
+
+    See Also
+    --------
+    rankcollapse.experiments.evaluate_claim : how a claim's verdict follows from the table.
+    rankcollapse.phase.run_phase : the phase diagram's sweep on the same engine.
+    rankcollapse.dynamics.simulate : the simulated units.
+
+    Examples
+    --------
+    A tiny run of Figure 4 (MiniLM's package must be installed; smoke scale, 16-token
+    windows, 2 layers): the tidy table and the claim records.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     result = run_experiment("fig4", "smoke", out=f"{tmp}/run", cache_dir=f"{tmp}/cache", length=16,
+    ...                             overrides={"depth": 2, "n_windows": 2}, progress=False, nearby=False, write=False)
+    >>> sorted(result.table["source"].unique())
+    ['pretrained_sa', 'probe']
+    >>> [c["id"] for c in result.claims]
+    ['C12']
     """
     t0, usage0 = time.perf_counter(), _cpu_seconds()
     # every argument is checked before the first write (output folder, cache entry)

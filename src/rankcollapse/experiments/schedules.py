@@ -3,7 +3,7 @@ mask schedules at equal attention budget.
 
 For every budget (mean attended ``(query, key)`` pairs per layer, set by an all-local
 window) each schedule family gets the window width that matches the budget most
-closely (:func:`window_for_budget`); :func:`~rankcollapse.masks.compare_schedules` then
+closely (:func:`window_for_budget`); :func:`~rankcollapse.theory.compare_schedules` then
 gives the predicted envelope rate and the measured rate of pure SA (Haar ``W_V``,
 Gaussian ``W_Q, W_K``, float64). Writes ``schedules.csv``, ``schedules.png`` and
 ``schedules.json`` atomically.
@@ -22,7 +22,7 @@ import yaml
 from .._io import atomic_path
 from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
-from ..masks.schedule_rates import compare_schedules
+from ..theory.rates import compare_schedules
 from .schema import validate_study
 
 

@@ -10,6 +10,7 @@ They only call the public APIs of the other areas (``masks.parse_mask``,
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -192,9 +193,12 @@ def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     except RankCollapseError as exc:
         if not drop:
             raise
-        # removing components can overflow float32 activations: a measured outcome, kept as a row
-        df = pd.DataFrame([{"layer": 0, "point": "overflow", "metric": "nonfinite", "mean": 1.0, "n_samples": win.n_windows,
-                            "note": str(exc)[:200]}])
+        # removing components can overflow float32 activations: the model without them has
+        # no measurement (no rows, so a claim on it reads "missing"), and the run says why
+        warnings.warn(f"{unit.label}: no rows, the probe failed without {', '.join(drop)}: {str(exc)[:200]}",
+                      RuntimeWarning, stacklevel=2)
+        df = pd.DataFrame({"layer": pd.Series([], dtype=np.int64), "point": pd.Series([], dtype=str),
+                           "metric": pd.Series([], dtype=str)})
     return normalise(df, labels)
 
 

@@ -5,40 +5,36 @@ One convention everywhere: ``M[i, j] = True`` iff token ``i`` attends to token `
 :func:`parse_mask` (``"causal_sliding_window:w=4"``, ``"causal&sliding_window:w=9"``),
 analyse them with :func:`analyze`, accept any mask form with :func:`resolve_mask`
 / :func:`dense_mask` (:mod:`.adapt`), convert them with :mod:`rankcollapse.masks.convert`.
+
+Layering: ``masks`` is the lowest numerical layer. It may import ``errors`` and the
+private utility modules (``_io``, ``_validate``, ``_lazy``, ``_memory``, ``_display``,
+``_figure``), numpy, scipy and torch; never ``metrics``, ``dynamics``, ``theory``,
+``models``, ``phase``, ``experiments`` or ``cli`` (the ``[tool.importlinter]`` contracts
+in pyproject.toml; tests/test_layering.py). Rates and envelopes of masks are Theorem-1
+quantities and live in :mod:`rankcollapse.theory`; the moved names ``compare_masks``,
+``compare_schedules`` and ``describe_schedule`` still resolve here, with a
+FutureWarning, until 0.3.0 (:func:`rankcollapse._lazy.forward`, which imports
+``theory`` only when such a name is used).
 """
 
 from typing import TYPE_CHECKING
 
-from .._lazy import attach
+from .._lazy import attach_imports
 
-__getattr__, __dir__, __all__ = attach(__name__, {
-    "constructors": (
-        "block", "causal", "causal_sliding_window", "complete", "dilated", "documents", "prefix",
-        "sliding_window",
-    ),
-    "adapt": ("MaskInput", "dense_mask", "resolve_mask"),
-    "graph": ("MaskAnalysis", "analyze", "bfs_distances"),
-    "mask": ("Mask",),
-    "plot": ("draw_mask",),
-    "rates": ("compare_masks",),
-    "patterns": ("bigbird", "fixed", "from_file", "longformer", "random", "strided"),
-    "rows": ("check_rows_allow_key", "empty_rows"),
-    "schedule": ("MaskSchedule", "is_schedule", "parse_schedule"),
-    "schedule_rates": ("compare_schedules", "describe_schedule"),
-    "spec": ("MASK_KINDS", "parse_mask", "spec_n_tokens"),
-})
-
-if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
+# The exports, written once: imported lazily on first use (attach_imports reads this
+# block), eagerly by readers and static tools.
+if TYPE_CHECKING:
     from .constructors import (
         block, causal, causal_sliding_window, complete, dilated, documents, prefix, sliding_window,
     )
-    from .adapt import MaskInput, dense_mask, resolve_mask
+    from .adapt import dense_mask, resolve_mask
     from .graph import MaskAnalysis, analyze, bfs_distances
     from .mask import Mask
     from .plot import draw_mask
-    from .rates import compare_masks
     from .patterns import bigbird, fixed, from_file, longformer, random, strided
-    from .rows import check_rows_allow_key, empty_rows
+    from .rows import check_rows_allow_key
     from .schedule import MaskSchedule, is_schedule, parse_schedule
-    from .schedule_rates import compare_schedules, describe_schedule
     from .spec import MASK_KINDS, parse_mask, spec_n_tokens
+
+__getattr__, __dir__, __all__ = attach_imports(__name__, __file__, moved={
+    name: "rankcollapse.theory.rates" for name in ("compare_masks", "compare_schedules", "describe_schedule")})

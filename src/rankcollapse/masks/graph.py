@@ -255,6 +255,23 @@ def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = 
     the condensation's source components are those with no entering edge; the mask is
     QSC iff there is exactly one, and its tokens are the centers. Radius/diameter by
     exact eccentricity bounding (module docstring).
+
+    See Also
+    --------
+    parse_mask : build the mask from a spec string.
+    rankcollapse.theory.theorem1_terms : Theorem 1's terms (radius, scrambling length) of a
+        mask or schedule.
+
+    Examples
+    --------
+    >>> from rankcollapse.masks import causal, causal_sliding_window, parse_mask
+    >>> a = analyze(causal(5))  # every token attends to token 0: center 0, radius 1
+    >>> a.quasi_strongly_connected, a.centers, a.radius
+    (True, [0], 1)
+    >>> analyze(causal_sliding_window(5, 2)).radius  # token 0 reaches one more token per layer
+    4
+    >>> analyze(parse_mask("block:size=2", 4)).quasi_strongly_connected  # two islands
+    False
     """
     if not isinstance(mask, Mask):
         mask = Mask.from_dense(mask)

@@ -14,10 +14,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._lazy import is_tensor
-from ..errors import MaskError
-from .._validate import check_device, check_int
+from ..errors import MaskError, RankCollapseError
+from .._validate import check_device, check_int, check_tensor_storage
 from ._build import interval_csr
-from .rows import check_rows_allow_key
+from .rows import check_rows_allow_key, raise_empty
 
 if TYPE_CHECKING:  # torch is imported when a tensor form is asked for: `mask describe` never needs it
     import torch
@@ -34,6 +34,36 @@ def normalise_csr(csr: Any, n: int) -> sp.csr_array:
     if csr.shape != (n, n):
         raise MaskError(f"mask must be square {n}x{n}, got shape {csr.shape}")
     return csr
+
+
+def as_bool_matrix(matrix: Any, error: type[RankCollapseError] = MaskError) -> Any:
+    """``matrix`` as booleans: a ``torch.bool`` tensor for a tensor (same device), else a
+    ``numpy.bool_`` array. The one rule for a mask matrix: boolean, or integers that are
+    all 0 or 1; floats are refused (an additive ``0 / -inf`` mask or attention weights
+    are not an allowed-key matrix).
+
+    Raises
+    ------
+    error
+        A sparse or meta tensor (named with its layout), or entries that are not
+        boolean / 0-1 integers.
+    """
+    check_tensor_storage(matrix, "mask", error=error)  # scipy sparse is the sparse mask form
+    if is_tensor(matrix):
+        import torch  # already loaded: matrix is a tensor
+
+        M = matrix.detach()
+        if M.dtype != torch.bool:
+            if M.is_floating_point() or M.is_complex() or not bool(((M == 0) | (M == 1)).all()):
+                raise error(f"mask matrix must be boolean (or 0/1 integers), got dtype {M.dtype}")
+            M = M.bool()
+        return M
+    arr = np.asarray(matrix)
+    if arr.dtype != np.bool_:
+        if not np.issubdtype(arr.dtype, np.integer) or not np.isin(arr, (0, 1)).all():
+            raise error(f"mask matrix must be boolean (or 0/1 integers), got dtype {arr.dtype}")
+        arr = arr.astype(bool)
+    return arr
 
 
 class Mask:
@@ -54,8 +84,9 @@ class Mask:
         Vectorised predicate ``mask_mod(b, h, q_idx, kv_idx) -> bool tensor`` with
         FlexAttention's signature; ``b`` and ``h`` are ignored.
     intervals : (lo, hi) int arrays ``(N,)``, optional
-        Row ``i`` attends to keys ``lo[i] .. hi[i]`` (inclusive); the CSR is built from
-        them on first use and the edge count is known without building it.
+        Row ``i`` attends to keys ``lo[i] .. hi[i]`` (inclusive, within ``0 .. N-1``); the
+        CSR is built from them on first use and the edge count is known without building
+        it (kernels build their block plan from them: no CSR of ``N w`` edges).
     closed_form : dict, optional
         Graph quantities known in closed form (``centers``, ``radius``, ``diameter``,
         ``quasi_strongly_connected``, ``strongly_connected``), used to cross-check the
@@ -64,7 +95,14 @@ class Mask:
     Raises
     ------
     MaskError
-        Non-square matrix, ``N < 1``, or a row with no allowed key.
+        Non-square matrix, ``N < 1``, intervals not of length ``N``, or a row with no
+        allowed key.
+
+    See Also
+    --------
+    parse_mask : a Mask from a spec string.
+    resolve_mask : a Mask from any mask form (spec, Mask, bool matrix, scipy sparse).
+    analyze : the graph quantities of a Mask.
     """
 
     def __init__(
@@ -88,6 +126,10 @@ class Mask:
         self.intervals: tuple[np.ndarray, np.ndarray] | None = None  # (lo, hi) when built from them
         if intervals is not None:
             lo, hi = (np.asarray(a, dtype=np.int64) for a in intervals)
+            if lo.shape != (self.n_tokens,) or hi.shape != (self.n_tokens,):
+                raise MaskError(f"intervals must be two arrays of shape ({self.n_tokens},), "
+                                f"got {lo.shape} and {hi.shape}")
+            raise_empty(np.flatnonzero(hi < lo), spec)  # O(N), no CSR built
             self.intervals = (lo, hi)
             self.n_edges_hint = int(np.maximum(hi - lo + 1, 0).sum())
             build_csr = lambda: interval_csr(lo, hi, self.n_tokens)  # noqa: E731
@@ -138,8 +180,9 @@ class Mask:
 
     @property
     def n_edges(self) -> int:
-        """Number of allowed (query, key) pairs, self-loops included."""
-        return int(self.to_csr().nnz)
+        """Number of allowed (query, key) pairs, self-loops included (from the row
+        intervals or the given CSR when known, without building the CSR form)."""
+        return self.n_edges_hint if self.n_edges_hint is not None else int(self.to_csr().nnz)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -158,16 +201,13 @@ class Mask:
         Raises
         ------
         MaskError
-            Not 2-D, not square, not boolean (0/1 integers are accepted), or a row
-            with no key.
+            Not 2-D, not square, not boolean (0/1 integers are accepted, floats are
+            not: :func:`as_bool_matrix`), a sparse or meta tensor, or a row with no key.
         """
-        arr = matrix.detach().cpu().numpy() if is_tensor(matrix) else np.asarray(matrix)
+        arr = as_bool_matrix(matrix)
+        arr = arr.cpu().numpy() if is_tensor(arr) else arr
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
             raise MaskError(f"mask matrix must be square 2-D (N, N), got shape {tuple(arr.shape)}")
-        if arr.dtype != np.bool_:
-            if not np.issubdtype(arr.dtype, np.number) or not np.isin(arr, (0, 1)).all():
-                raise MaskError(f"mask matrix must be boolean (or 0/1), got dtype {arr.dtype}")
-            arr = arr.astype(bool)
         n = check_int(arr.shape[0], "mask size", low=1, error=MaskError)
         return cls(n, spec or f"dense:n={n}", csr=sp.csr_array(arr))
 

@@ -281,18 +281,3 @@ def _same_n(mask: Mask, n: int) -> Mask:
         raise MaskError(f"schedule layer {mask.spec!r} is on N={mask.n_tokens} tokens, not the schedule's N={n}")
     return mask
 
-
-def schedule_log_rate(epsilon: float, period: int, radius: int) -> float:
-    """Natural log of the per-layer factor ``(1 - eps^(p r))^(1/(p r))`` of the
-    period-aligned envelope (docs/theory.md §7).
-
-    Deprecated: the envelope's exponent is the effective radius ``min(p r_H, L)``
-    (:class:`rankcollapse.theory.envelope.Theorem1Terms`); use
-    :func:`rankcollapse.theory.envelope.log_contraction` with it. This is that function at
-    ``p r``. Raises MaskError for eps outside (0, 1), period or radius < 1.
-    """
-    from ..theory.envelope import log_contraction
-
-    if not 0.0 < epsilon < 1.0 or period < 1 or radius < 1:
-        raise MaskError(f"need 0 < epsilon < 1, period >= 1, radius >= 1; got {epsilon}, {period}, {radius}")
-    return log_contraction(epsilon, period * radius)

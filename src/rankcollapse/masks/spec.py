@@ -180,6 +180,25 @@ def parse_mask(spec: str, n: int) -> Mask:
         parameter the constructor rejects, or a composition leaving a row with no key.
         A schedule spec (``schedule:...`` or a list string) is one mask per layer, not
         one mask: the error routes to :func:`~rankcollapse.masks.parse_schedule`.
+
+    See Also
+    --------
+    resolve_mask : a Mask from any mask form (spec, Mask, bool matrix, scipy sparse).
+    parse_schedule : one mask per layer (``schedule:...``).
+    analyze : the mask's graph: radius, centers, quasi-strong connectivity.
+
+    Examples
+    --------
+    >>> m = parse_mask("causal_sliding_window:w=2", 4)
+    >>> m
+    Mask('causal_sliding_window:w=2', n_tokens=4)
+    >>> m.to_numpy().astype(int)  # M[i, j] = 1 iff token i attends to token j
+    array([[1, 0, 0, 0],
+           [1, 1, 0, 0],
+           [0, 1, 1, 0],
+           [0, 0, 1, 1]])
+    >>> parse_mask("causal&sliding_window:w=3", 4) == m
+    True
     """
     if not isinstance(spec, str):
         raise MaskError(f"mask spec must be a string, got {type(spec).__name__}")

@@ -2,42 +2,39 @@
 
 Batched, padding-aware (a padded sample gives exactly the metrics of its real rows),
 with optional float64 computation. See ``docs/metrics.md`` for formulas, sources and
-conventions.
+conventions. The measured collapse rate of a metric's trajectory over layers (one
+least-squares fit for every caller) is :func:`rankcollapse.metrics.rate.least_squares_rate`.
+
+Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``metrics`` may import
+``masks``, ``errors`` and the private utility modules; never ``models``, ``dynamics``,
+``theory``, ``phase``, ``experiments`` or ``cli``.
 """
 
 from typing import TYPE_CHECKING
 
-from .._lazy import attach
+from .._lazy import attach_imports
 
-__getattr__, __dir__, __all__ = attach(__name__, {
-    "_context": ("MetricContext", "RankTolerance", "ZeroRowWarning"),
-    "attention": ("attention_entropy",),
-    "core": (
-        "avg_abs_cos", "avg_cos", "composite_norm", "cos_to_mean", "dong_residual",
-        "dong_residual_relative", "max_token_share", "mu", "mu_relative",
-    ),
-    "graph": ("dirichlet_energy", "mean_average_distance"),
-    "isoscore": ("isoscore",),
-    "registry": ("ATTENTION_METRICS", "DEFAULT_METRICS", "METRICS", "MetricSpec", "compute_metrics"),
-    "report": ("MetricReport", "report_metrics"),
-    "spectral": (
-        "effective_rank", "numerical_rank", "rank_fraction", "rank_one_distance", "sigma_min",
-        "sigma_ratio", "singular_values", "stable_rank",
-    ),
-})
-
-if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
-    from ._context import MetricContext, RankTolerance, ZeroRowWarning
+# The exports, written once: imported lazily on first use (attach_imports reads this
+# block), eagerly by readers and static tools.
+if TYPE_CHECKING:
+    from ._context import MetricContext, ZeroRowWarning
     from .attention import attention_entropy
     from .core import (
         avg_abs_cos, avg_cos, composite_norm, cos_to_mean, dong_residual, dong_residual_relative,
         max_token_share, mu, mu_relative,
     )
+    from .geometry import (
+        alpha_req, matrix_entropy, max_norm_position, max_norm_ratio, max_token_sigma_share, top_singular_share,
+    )
     from .graph import dirichlet_energy, mean_average_distance
     from .isoscore import isoscore
-    from .registry import ATTENTION_METRICS, DEFAULT_METRICS, METRICS, MetricSpec, compute_metrics
+    from .registry import (
+        ATTENTION_METRICS, DEFAULT_METRICS, METRICS, MetricSpec, compute_metrics, register_metric,
+    )
     from .report import MetricReport, report_metrics
     from .spectral import (
         effective_rank, numerical_rank, rank_fraction, rank_one_distance, sigma_min, sigma_ratio,
         singular_values, stable_rank,
     )
+
+__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

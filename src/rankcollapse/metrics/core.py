@@ -20,10 +20,24 @@ import torch
 from ._context import MetricContext, evaluate, stable_norm
 
 
+def mu_finite(X: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``mu(X) = ||X - 1 gamma_X||_F`` ``(B,)`` of finite tokens ``X`` ``(B, N, d)``, no
+    input checks: the one μ computation. The registry's ``mu`` and ``mu_relative`` call
+    it on a context's checked, power-of-two-normalised tokens; the simulator's layer loop
+    (which has checked the tokens) calls it on the raw ones, two passes over X instead of
+    the registry's six, which matters at N = 65,536 where μ is recorded after every layer.
+    The normalisation only moves the exponent (exact), so both give the same value.
+    ``out``: an ``X``-shaped buffer for the centred tokens (reused across layers).
+    Source: Wu et al., NeurIPS 2024 (spec.md §3)."""
+    mean = X.mean(dim=-2, keepdim=True)
+    centred = X - mean if out is None else torch.sub(X, mean, out=out)
+    return stable_norm(centred, (-2, -1))
+
+
 # ---- metric functions on a context (G samples of L real tokens) -----------------
 def _mu_normalised(ctx: MetricContext) -> torch.Tensor:
     """``mu`` of the normalised tokens ``ctx.X`` (``mu(X) / ctx.scale``)."""
-    return ctx.cached("mu_n", lambda: stable_norm(ctx.centered, (-2, -1)))
+    return ctx.cached("mu_n", lambda: mu_finite(ctx.X))
 
 
 def _mu(ctx: MetricContext) -> torch.Tensor:

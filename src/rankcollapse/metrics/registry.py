@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
+import math
+import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
 from .._memory import check_memory
 from .._validate import check_float
 from ..errors import MetricError
-from . import _context, core, graph, spectral
+from . import _context, core, geometry, graph, spectral
 from .attention import attention_entropy
 from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
@@ -57,6 +60,14 @@ _SPECS = (
     MetricSpec("dirichlet_energy", graph._dirichlet_energy, "(1/N) sum_{M[i,j]} ||x_i - x_j||^2", 0.0, True),
     MetricSpec("mean_average_distance", graph._mean_average_distance, "mean_i mean_{j: M[i,j]} (1 - cos)", 0.0, True),
     MetricSpec("isoscore", _isoscore, "IsoScore (Rudman et al. 2022), 1 = isotropic", 0.0),
+    MetricSpec("max_norm_ratio", geometry._max_norm_ratio, "max_i ||x_i|| / median_i ||x_i||, massive-token ratio", 1.0),
+    MetricSpec("max_norm_position", geometry._max_norm_position, "argmax_i ||x_i|| among real tokens (0 = first)"),
+    MetricSpec("top_singular_share", geometry._top_singular_share, "sigma_1^2 / ||X||_F^2", 1.0),
+    MetricSpec("max_token_sigma_share", geometry._max_token_sigma_share,
+               "max_i ||x_i||^2 / sigma_1^2 (<= 1), share of sigma_1^2 the largest token explains"),
+    MetricSpec("matrix_entropy", geometry._matrix_entropy, "-sum p_i ln p_i, p_i = sigma_i^2 / sum sigma^2 (nats)", 0.0),
+    MetricSpec("alpha_req", geometry._alpha_req,
+               "alpha-ReQ (Agrawal et al. 2022): -slope of OLS ln sigma_i^2 on ln i, i = 1..numerical rank"),
 )
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
@@ -71,6 +82,91 @@ ATTENTION_METRICS: dict[str, MetricSpec] = {
 """Metrics of attention probabilities ``A`` (``(B, H, N, N)``, a softmax output), not of
 tokens: ``fn(A, mask=, padding_mask=)``; :func:`compute_metrics` takes them with
 ``attention=A`` (see :func:`~rankcollapse.metrics.attention.attention_entropy`)."""
+
+#: A metric name: it becomes a table column, a CLI list item and a keyword.
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def register_metric(name: str, fn: Callable[..., torch.Tensor], description: str, *,
+                    collapse_value: float | None = None, uses_mask: bool = False) -> MetricSpec:
+    """Add a metric of token matrices to :data:`METRICS`, so that :func:`compute_metrics`,
+    :func:`~rankcollapse.metrics.report_metrics` and ``simulate(metrics=...)`` take it by
+    name (in this process).
+
+    Parameters
+    ----------
+    name : lower-case identifier (``[a-z][a-z0-9_]*``) not yet registered (in
+        :data:`METRICS` or :data:`ATTENTION_METRICS`).
+    fn : ``fn(ctx) -> (G,)`` tensor on a :class:`~rankcollapse.metrics.MetricContext`:
+        ``ctx.X`` ``(G, L, d)`` holds the real tokens of ``G`` samples of one length,
+        each divided by ``ctx.scale`` ``(G,)`` (an exact power of two, so scale-invariant
+        values need no correction; a value that scales with X multiplies by
+        ``ctx.scale``). Shared intermediates: ``ctx.svals``, ``ctx.centered``,
+        ``ctx.row_norms``, ``ctx.frobenius``, ``ctx.cos``, ``ctx.graph`` ...; call
+        ``ctx.fail(bad, "why")`` where the value is undefined. Called with the context
+        as its only argument.
+    description : one line, with the formula.
+    collapse_value : the value at full token collapse (all tokens equal), if defined.
+    uses_mask : True if the attention-mask graph (``ctx.graph``) changes the value.
+
+    Returns
+    -------
+    MetricSpec : the registered entry.
+
+    Raises
+    ------
+    MetricError
+        ``name`` already registered or not a lower-case identifier; ``fn`` not callable
+        with one positional argument; an empty or multi-line ``description``;
+        ``collapse_value`` not a finite number or None; ``uses_mask`` not a bool.
+
+    See Also
+    --------
+    compute_metrics : computes registered metrics by name.
+    MetricSpec : the registry's entry.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from rankcollapse.metrics import METRICS, compute_metrics, register_metric
+    >>> def sigma_1(ctx):  # the largest singular value; it scales with X
+    ...     return ctx.svals[..., 0] * ctx.scale
+    >>> spec = register_metric("sigma_1_example", sigma_1, "largest singular value sigma_1")
+    >>> X = torch.tensor([[3.0, 0.0], [0.0, 4.0]], dtype=torch.float64)
+    >>> float(compute_metrics(X, ["sigma_1_example"])["sigma_1_example"])
+    4.0
+    >>> register_metric("sigma_1_example", sigma_1, "again")
+    Traceback (most recent call last):
+    ...
+    rankcollapse.errors.MetricError: metric 'sigma_1_example' is already registered (fn=sigma_1); choose another name
+    >>> del METRICS["sigma_1_example"]  # (this example leaves the registry as it found it)
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise MetricError(f"metric name must be a lower-case identifier ([a-z][a-z0-9_]*), got {name!r}")
+    taken = METRICS.get(name) or ATTENTION_METRICS.get(name)
+    if taken is not None:
+        raise MetricError(f"metric {name!r} is already registered (fn={getattr(taken.fn, '__name__', taken.fn)}); "
+                          "choose another name")
+    if not callable(fn):
+        raise MetricError(f"metric {name!r}: fn must be callable as fn(ctx), got {type(fn).__name__}")
+    try:
+        inspect.signature(fn).bind(object())
+    except TypeError as exc:
+        raise MetricError(f"metric {name!r}: fn must take the MetricContext as its only argument ({exc})") from None
+    except ValueError:  # a builtin without a signature: its call is checked when the metric runs
+        pass
+    if not isinstance(description, str) or not description.strip() or "\n" in description.strip():
+        raise MetricError(f"metric {name!r}: description must be one non-empty line, got {description!r}")
+    if collapse_value is not None and (isinstance(collapse_value, bool) or not isinstance(collapse_value, (int, float))
+                                       or not math.isfinite(collapse_value)):
+        raise MetricError(f"metric {name!r}: collapse_value must be a finite number or None, got {collapse_value!r}")
+    if not isinstance(uses_mask, bool):
+        raise MetricError(f"metric {name!r}: uses_mask must be True or False, got {uses_mask!r}")
+    spec = MetricSpec(name, fn, description.strip(), None if collapse_value is None else float(collapse_value),
+                      uses_mask)
+    METRICS[name] = spec
+    return spec
+
 
 #: Metrics whose formulas may hold ``(B, N, N)`` pairwise matrices (cosines, the
 #: centred Gram, the graph); the others need O(N d) memory.
@@ -206,6 +302,23 @@ def compute_metrics(
     MemoryLimitError
         The intermediates of the path taken (:func:`metrics_bytes`) would exceed
         ``max_memory``.
+
+    See Also
+    --------
+    report_metrics : the same metrics, undefined ones reported as None with a reason.
+    register_metric : add a metric by name.
+    rankcollapse.dynamics.simulate : computes these metrics after every layer.
+
+    Examples
+    --------
+    >>> import torch
+    >>> X = torch.tensor([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]], dtype=torch.float64)
+    >>> out = compute_metrics(X, ["mu", "rank_fraction"])  # three equal tokens: collapsed
+    >>> float(out["mu"]), float(out["rank_fraction"])
+    (0.0, 0.5)
+    >>> I = torch.eye(3, dtype=torch.float64)  # mu(I) = ||I - 11^T/3||_F = sqrt(2)
+    >>> round(float(compute_metrics(I, ["mu"])["mu"]) ** 2, 12)
+    2.0
     """
     if names is None:
         names = DEFAULT_METRICS

@@ -84,7 +84,7 @@ def numerical_rank(X, *, padding_mask=None, dtype=None, atol=None, rtol=None, no
     half precision is computed in float32) and, with ``noise_floor=True``, the noise
     floor of the input's storage (unit roundoff ``u_s = eps_s / 2`` of the input's
     dtype; by Weyl's inequality a singular value above ``u_s ||X||_F`` is not rounding
-    alone). See :class:`rankcollapse.metrics.RankTolerance` and docs/metrics.md.
+    alone). See :class:`rankcollapse.metrics._context.RankTolerance` and docs/metrics.md.
     ``rtol`` gives ``tol = rtol sigma_1`` and ``atol`` an absolute ``tol`` (on the
     input's scale; it takes precedence); either replaces both terms. The zero matrix
     has rank 0.

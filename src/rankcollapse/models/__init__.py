@@ -3,33 +3,28 @@
 See ``docs/models.md``. Public API: :func:`load_model`, :class:`LoadedModel`,
 :class:`Recorder`, :func:`intervene`, :func:`probe`, :func:`embed`,
 :func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`, :func:`plot_layers`.
+
+Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``models`` may import
+``metrics``, ``masks``, ``data``, ``points``, ``assets``, ``errors`` and the private
+utility modules; never ``dynamics``, ``theory``, ``phase``, ``experiments`` or ``cli``.
 """
 
 from typing import TYPE_CHECKING
 
-from .._lazy import attach
+from .._lazy import attach_imports
 
-__getattr__, __dir__, __all__ = attach(__name__, {
-    "attention_only": ("attention_only",),
-    "interventions": ("intervene", "parse_drop"),
-    "loading": ("FAMILIES", "LoadedModel", "as_loaded", "detect_family", "load_model"),
-    "probe": (
-        "PROBE_DEFAULT_METRICS", "TABLE_COLUMNS", "attention_maps", "default_points", "embed",
-        "embedding_rank_note", "model_inputs", "position_ids", "probe",
-    ),
-    "plot": ("plot_layers",),
-    "recorder": ("Recorder", "StopForward", "switch_attention"),
-    "temperature": ("d_qk_scale_for", "model_d_qk"),
-})
-
-if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
+# The exports, written once: imported lazily on first use (attach_imports reads this
+# block), eagerly by readers and static tools.
+if TYPE_CHECKING:
     from .attention_only import attention_only
-    from .interventions import intervene, parse_drop
+    from .interventions import intervene
     from .loading import FAMILIES, LoadedModel, as_loaded, detect_family, load_model
     from .probe import (
         PROBE_DEFAULT_METRICS, TABLE_COLUMNS, attention_maps, default_points, embed, embedding_rank_note,
         model_inputs, position_ids, probe,
     )
     from .plot import plot_layers
-    from .recorder import Recorder, StopForward, switch_attention
+    from .recorder import Recorder
     from .temperature import d_qk_scale_for, model_d_qk
+
+__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

@@ -22,6 +22,9 @@ All are forward hooks, plus one attribute swap (``scaling``) restored on exit:
             branch - residual, exact up to float rounding (~1 ulp).
   ``norm``  the block's norms (LayerNorm / RMSNorm) become the identity.
 
+* **clip_massive** -- the massive token's residual row is scaled to the median token
+  norm at the first block where it appears (:mod:`rankcollapse.models.massive`).
+
 Recorded ``attn_output``/``mlp_output`` points show what the block adds after
 interventions (0 for a dropped MLP, branch - residual when skip is dropped).
 """
@@ -255,6 +258,7 @@ def intervene(
     d_qk_scale: float = 1.0,
     drop: Sequence[str] | str = (),
     attention_mask: torch.Tensor | None = None,
+    clip_massive: bool = False,
 ) -> Iterator[None]:
     """Apply interventions (module docstring) to ``loaded.model`` inside the block.
 
@@ -269,7 +273,12 @@ def intervene(
     d_qk_scale : s > 0; attention logits are divided by sqrt(s).
     drop : components to remove (see :func:`parse_drop`).
     attention_mask : ``(B, N)`` padding mask (1 = real) of the batch about to run;
-        required with ``mask``.
+        required with ``mask`` and ``clip_massive``.
+    clip_massive : scale each window's massive token (max/median token norm >=
+        :data:`~rankcollapse.models.massive.MASSIVE_RATIO`) to the median norm at the
+        first block output where it appears (:class:`~rankcollapse.models.massive.MassiveClip`);
+        composes with ``mask``, ``d_qk_scale`` and ``drop`` (it runs after them on
+        each block's output).
 
     Raises
     ------
@@ -283,12 +292,38 @@ def intervene(
     ModelError
         The family does not support the intervention (generic models; ``final_norm``
         on a model without a final norm, e.g. BERT/ALBERT).
+
+    See Also
+    --------
+    probe : runs its forward passes inside this context (``mask``, ``d_qk``, ``drop``).
+    parse_drop : the components ``drop`` names.
+    rankcollapse.masks.parse_mask : the mask specs accepted.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> _ = torch.manual_seed(0)
+    >>> config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, bos_token_id=0, eos_token_id=0)
+    >>> model = transformers.GPT2Model(config).eval()  # a tiny randomly initialised GPT-2
+    >>> ids = torch.tensor([[1, 2, 3, 4]])
+    >>> with intervene(model, drop="mlp"):  # every block's MLP removed inside the block
+    ...     without_mlp = model(ids).last_hidden_state
+    >>> torch.equal(without_mlp, model(ids).last_hidden_state)  # restored on exit
+    False
+    >>> with intervene(model, mask="causal", attention_mask=torch.ones_like(ids)):  # GPT-2's own mask
+    ...     same = model(ids).last_hidden_state
+    >>> torch.allclose(same, model(ids).last_hidden_state, atol=1e-6)
+    True
+    >>> with intervene(model, mask="complete", attention_mask=torch.ones_like(ids)):
+    ...     bidirectional = model(ids).last_hidden_state  # token 0 now attends to the others
+    >>> torch.allclose(bidirectional[:, 0], model(ids).last_hidden_state[:, 0], atol=1e-6)
+    False
     """
     if not (isinstance(d_qk_scale, (int, float)) and math.isfinite(d_qk_scale) and d_qk_scale > 0):
         raise ConfigError(f"d_qk_scale must be a positive finite number, got {d_qk_scale!r}")
     loaded = as_loaded(loaded)
     drop_list = split_drop(drop) if isinstance(drop, str) else list(drop)
-    if mask is None and d_qk_scale == 1.0 and not drop_list:
+    if mask is None and d_qk_scale == 1.0 and not drop_list and not clip_massive:
         yield
         return
     stack_list = _supported(loaded, "intervention (mask, d_qk_scale, drop)")
@@ -307,6 +342,8 @@ def intervene(
                     m.scaling = m.scaling / math.sqrt(d_qk_scale)
             if drop_list:
                 handles.extend(_install_drops(loaded, stack, drop_list))
+            if clip_massive:
+                handles.extend(_install_clip(loaded, stack, attention_mask))
         yield
     finally:
         for h in handles:
@@ -328,6 +365,17 @@ def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask
     check_real_rows(allowed, padding, getattr(mask, "spec", mask if isinstance(mask, str) else None))
     value = additive_mask(allowed, padding, loaded.dtype)
     return [m.register_forward_pre_hook(_mask_hook(m, arg, value), with_kwargs=True) for m in attn_modules]
+
+
+def _install_clip(loaded: Any, stack: Stack, attention_mask: Any) -> list[Any]:
+    from .massive import MassiveClip
+
+    if attention_mask is None:
+        raise ConfigError("clip_massive needs the batch's attention_mask (B, N): only real tokens count")
+    padding = attention_mask.to(loaded.device)
+    if stack.prefix == "decoder.":
+        padding = torch.cat([torch.ones_like(padding[:, :1]), padding[:, :-1]], dim=1)
+    return MassiveClip(stack, padding).install(loaded.model)
 
 
 def _install_schedule(loaded: Any, stack: Stack, attn_modules: list[nn.Module], schedule: Any, padding: torch.Tensor,

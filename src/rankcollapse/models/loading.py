@@ -191,6 +191,30 @@ def load_model(
     ConfigError
         ``device`` is not a torch device or not present here (``"cuda"`` without a GPU);
         checked before anything is loaded.
+
+    See Also
+    --------
+    as_loaded : wrap a model already in memory.
+    probe : per-layer metrics of the loaded model.
+    Recorder : record its hidden states by name.
+
+    Examples
+    --------
+    A local folder (here a tiny GPT-2 saved without a tokenizer; ``"minilm"`` and
+    ``"smollm2"`` load the packaged models the same way):
+
+    >>> import torch, transformers
+    >>> _ = torch.manual_seed(0)
+    >>> config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, bos_token_id=0, eos_token_id=0)
+    >>> model = transformers.GPT2Model(config).eval()  # a tiny randomly initialised GPT-2
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     model.save_pretrained(folder)
+    ...     loaded = load_model(folder)
+    >>> loaded.family, loaded.tokenizer is None
+    ('gpt2', True)
+    >>> next(loaded.model.parameters()).dtype
+    torch.float32
     """
     device = check_device(device)
     key = str(name_or_path).strip().lower()

@@ -25,7 +25,8 @@ from ..metrics.attention import attention_entropy
 from . import families
 from .interventions import intervene, split_drop
 from .loading import as_loaded
-from .recorder import Recorder
+from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
+from .sinks import SINK_METRICS, ValueRecorder, sink_values
 from .temperature import d_qk_scale_for
 
 TABLE_COLUMNS = ("layer", "point", "metric", "mean", "std", "q05", "q50", "q95", "n_samples")
@@ -204,6 +205,7 @@ def probe(
     exclude_special: bool = False,
     progress: bool | None = None,
     per_window: bool = False,
+    clip_massive: bool = False,
 ) -> pd.DataFrame:
     """Metrics per layer and recorded point, summarised over windows.
 
@@ -229,10 +231,15 @@ def probe(
         ``mu, mu_relative, rank_fraction, sigma_min, avg_abs_cos``.
     batch_size : windows per forward pass.
     points : ``"hidden_states"`` (default), ``"all"`` (also block inputs, norms and
-        sublayer outputs) or an explicit list of point names.
+        sublayer outputs), an explicit list of point names, or a comma-separated string
+        adding ``module:PATH`` items to either (``"hidden_states,module:model.layers.3.self_attn"``):
+        the output (element 0 of a tuple) of any ``named_modules()`` path, at the layer of
+        the block that holds it (:func:`~rankcollapse.models.recorder.module_depth`).
     exclude_special : also leave out special tokens ([CLS], [SEP], BOS) from metrics.
         Padding is always left out.
     progress : a progress bar over batches on stderr; None = only on a terminal.
+    clip_massive : scale each window's massive token to the median norm at the block
+        where it appears (:mod:`rankcollapse.models.massive`), with any other intervention.
     per_window : also return each row's per-window values (column ``values``: a float64
         array ``(B,)`` in window order, non-finite values kept), from the same batched
         forward passes, so intervals over windows need no second run.
@@ -252,6 +259,29 @@ def probe(
         Unknown point, unsupported intervention, mask size different from the windows,
         windows longer than the model's positions (:func:`check_positions`), token ids
         beyond the model's embeddings (:func:`check_token_ids`).
+
+    See Also
+    --------
+    Recorder : the hidden states behind each row, by point name.
+    intervene : the mask, temperature and component changes ``mask``, ``d_qk`` and ``drop`` apply.
+    rankcollapse.data.make_windows : windows of real text.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> _ = torch.manual_seed(0)
+    >>> config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, bos_token_id=0, eos_token_id=0)
+    >>> model = transformers.GPT2Model(config).eval()  # a tiny randomly initialised GPT-2
+    >>> from rankcollapse.data import Windows
+    >>> ids = torch.randint(0, 50, (4, 8), generator=torch.Generator().manual_seed(0))
+    >>> windows = Windows(ids, torch.ones_like(ids), torch.zeros_like(ids, dtype=torch.bool))
+    >>> df = probe(model, windows, metrics=["rank_fraction"], progress=False)
+    >>> print(df[["layer", "point", "metric", "mean", "n_samples"]].to_string(index=False))
+     layer          point        metric  mean  n_samples
+         0     embeddings rank_fraction   1.0          4
+         1 layer.0.output rank_fraction   1.0          4
+         2 layer.1.output rank_fraction   1.0          4
+         2     final_norm rank_fraction   1.0          4
     """
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
@@ -259,53 +289,88 @@ def probe(
     check_token_ids(loaded, windows)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     attn_names = tuple(n for n in names if n == "attention_entropy")
-    names = tuple(n for n in names if n != "attention_entropy")
+    sink_names = tuple(n for n in names if n in SINK_METRICS)
+    names = tuple(n for n in names if n != "attention_entropy" and n not in SINK_METRICS)
     stack_list = families.stacks(loaded.model, loaded.family)
-    point_list = (default_points(loaded, points) if isinstance(points, str) else list(points)) if names else []
+    point_list = _point_list(loaded, points) if names else []
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attn_names else []
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
     with steps(-(-windows.n_windows // batch_size), "probe: batches", progress) as bar:
         for start in range(0, windows.n_windows, batch_size):
             _probe_batch(loaded, windows, start, batch_size, mask, d_qk_scale, drop, point_list, names,
-                         exclude_special, values, bool(attn_names))
+                         exclude_special, values, bool(attn_names), sink_names, clip_massive)
             bar.advance()
-    df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points], stack_list,
-                    per_window)
+    sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
+    df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
+                    stack_list, per_window, _module_depths(loaded, point_list, stack_list))
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
         d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
         drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, length=windows.length,
+        **({"clip_massive": True} if clip_massive else {}),
     )
     return df
 
 
 def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mask: Any, d_qk_scale: float,
                  drop: Any, point_list: list[str], names: Sequence[str], exclude_special: bool,
-                 values: dict[tuple[str, str], list[torch.Tensor]], entropy: bool = False) -> None:
+                 values: dict[tuple[str, str], list[torch.Tensor]], entropy: bool = False,
+                 sinks: Sequence[str] = (), clip_massive: bool = False) -> None:
     """One forward pass over windows ``start : start + batch_size``; appends each point's
     metrics ``(batch,)`` to ``values[(point, metric)]`` (with ``entropy``, also every
-    block's ``attention_entropy``)."""
+    block's ``attention_entropy``; with ``sinks``, those of :mod:`~rankcollapse.models.sinks`)."""
     ids = windows.input_ids[start : start + batch_size]
     am = windows.attention_mask[start : start + batch_size]
     inputs = model_inputs(loaded, ids, am)
     real = am.bool()
     if exclude_special:
         real = real & ~windows.special_tokens_mask[start : start + batch_size]
-    with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am):
-        with Recorder(loaded, point_list, attentions=entropy) as rec:
+    stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
+    with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am, clip_massive=clip_massive):
+        with Recorder(loaded, point_list, attentions=entropy or bool(sinks)) as rec, \
+                ValueRecorder(stack_list if "sink_value_ratio" in sinks else []) as vrec:
             loaded.model(**inputs)
+    silent = [p for p in point_list if p.startswith(MODULE_PREFIX) and p not in rec.outputs]
+    if silent:
+        raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
+                         "ModuleList, or an unused branch); record a module that runs")
     for name, X in rec.outputs.items():
         pad = decoder_padding(real) if name.startswith("decoder.") else real
+        if name.startswith(MODULE_PREFIX):
+            X = _module_tokens(name, X, tuple(ids.shape))
         result = compute_metrics(X, list(names), padding_mask=pad.to(X.device), dtype=torch.float64)
         for metric, v in result.items():
             values.setdefault((name, metric), []).append(v.detach().cpu().double())
-    for name, A in rec.attention_maps.items():
+    if sinks:
+        def padding_of(point: str) -> torch.Tensor:  # keys and queries: every real token
+            return decoder_padding(am.bool()) if point.startswith("decoder.") else am.bool()
+
+        found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config, padding_of, tuple(sinks))
+        for key, v in found.items():
+            values.setdefault(key, []).append(v.detach().cpu().double())
+    for name, A in (rec.attention_maps.items() if entropy else ()):
         decoder = name.startswith("decoder.")
         pad = decoder_padding(am.bool()) if decoder else am.bool()  # keys: every real token
         allowed = attention_allowed(loaded, mask, name, windows.length)
         v = attention_entropy(A, allowed, padding_mask=pad.to(A.device))
         values.setdefault((name, "attention_entropy"), []).append(v.detach().cpu().double())
+
+
+def _module_tokens(name: str, X: Any, shape: tuple[int, int]) -> torch.Tensor:
+    """A ``module:PATH`` output as tokens ``(B, N, width)``.
+
+    Raises
+    ------
+    ModelError
+        The output is not a tensor of shape ``(B, N, width)`` for the batch's ``(B, N)``
+        (e.g. a ModuleList, a head's logits are fine, an attention map is not).
+    """
+    if not isinstance(X, torch.Tensor) or X.ndim != 3 or tuple(X.shape[:2]) != shape:
+        got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+        raise ModelError(f"{name}: the module's output {got} is not tokens (B, N, width) for B, N = {shape}; "
+                         "record a module whose output (or element 0 of it) holds one vector per token")
+    return X
 
 
 def attention_allowed(loaded: Any, mask: Any, point: str, n: int) -> torch.Tensor:
@@ -377,11 +442,34 @@ def _stack_of(name: str, stack_list: list[families.Stack]) -> families.Stack:
     return stack_list[0]
 
 
+def _point_list(loaded: Any, points: Sequence[str] | str) -> list[str]:
+    """Point names of ``points``: ``"hidden_states"``/``"all"``, a list, or a comma-separated
+    string whose ``module:PATH`` items are recorded beside the ``hidden_states`` points
+    (beside all points with ``all`` among the items)."""
+    if not isinstance(points, str):
+        return list(points)
+    items = [p.strip() for p in points.split(",") if p.strip()]
+    modules = [p for p in items if p.startswith(MODULE_PREFIX)]
+    rest = [p for p in items if not p.startswith(MODULE_PREFIX)]
+    if len(rest) > 1 or (rest and rest[0] not in ("hidden_states", "all")):
+        raise ModelError(f"--points {points!r}: give hidden_states or all, plus any module:PATH items")
+    return default_points(loaded, rest[0] if rest else "hidden_states") + modules
+
+
+def _module_depths(loaded: Any, point_list: list[str], stack_list: list) -> dict[str, int]:
+    """Layer index of each ``module:PATH`` point (:func:`~rankcollapse.models.recorder.module_depth`)."""
+    return {p: module_depth(stack_list, module_tap(loaded.model, p).module, p[len(MODULE_PREFIX):])
+            for p in point_list if p.startswith(MODULE_PREFIX)}
+
+
 def _summarise(values: dict, point_metrics: list[tuple[str, Sequence[str]]], stack_list: list,
-               per_window: bool = False) -> pd.DataFrame:
-    """``point_metrics``: ``(point, metric names)`` in table order."""
+               per_window: bool = False, depths: dict[str, int] | None = None) -> pd.DataFrame:
+    """``point_metrics``: ``(point, metric names)`` in table order; ``depths`` gives the
+    layer of points :func:`families.depth_of` cannot place (``module:PATH``)."""
+    depths = depths or {}
     keyed = {
-        (families.depth_of(name, _stack_of(name, stack_list)), name, metric): values[(name, metric)]
+        (depths[name] if name in depths else families.depth_of(name, _stack_of(name, stack_list)), name, metric):
+            values[(name, metric)]
         for name, names in point_metrics
         for metric in names
     }

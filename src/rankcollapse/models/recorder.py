@@ -53,6 +53,46 @@ def resolve_points(stack_list: list[Stack]) -> dict[str, tuple[Tap, int]]:
     return table
 
 
+MODULE_PREFIX = "module:"
+
+
+def module_tap(model: nn.Module, name: str) -> Tap:
+    """The output (element 0 of a tuple) of the submodule a ``module:PATH`` point names,
+    ``PATH`` being any ``model.named_modules()`` name (e.g. ``layers.3.self_attn``; a
+    leading ``model.`` is accepted for a base model loaded without its task head).
+
+    Raises
+    ------
+    ModelError
+        No submodule at ``PATH`` (the message shows names that exist).
+    """
+    path = name[len(MODULE_PREFIX):]
+    names = dict(model.named_modules())
+    for candidate in (path, path.partition(".")[2] if path.startswith("model.") else None):
+        if candidate and candidate in names:
+            return Tap(names[candidate], "output", 0)
+    near = [n for n in names if n and n.split(".")[-1] == path.split(".")[-1]][:4] or [n for n in names if n][:4]
+    raise ModelError(f"no module {path!r} in {type(model).__name__} for the point {name!r}; "
+                     f"named_modules() has e.g. {near}")
+
+
+def module_depth(stack_list: list[Stack], module: nn.Module, path: str) -> int:
+    """``hidden_states`` index of a module point, counted as the named points are: k + 1
+    for a module inside block k; the number of layers L for one that holds blocks or
+    runs after them (final norm, head); 0 for the rest, modules that run before the
+    blocks (embeddings, rotary tables; ``path`` is used only in the error message)."""
+    stack = stack_list[-1]
+    for s_ in stack_list:
+        for k, parts in enumerate(s_.blocks):
+            if any(m is module for m in parts.block.modules()):
+                return k + 1
+            if any(m is parts.block for m in module.modules()):
+                return s_.n_layers
+    if stack.final_norm is not None and any(m is module for m in stack.final_norm.modules()):
+        return stack.n_layers
+    return stack.n_layers if "head" in path.rsplit(".", 1)[-1] else 0
+
+
 def _pick(value: Any, index: int) -> torch.Tensor:
     if isinstance(value, (tuple, list)):
         value = value[index]
@@ -67,8 +107,9 @@ class Recorder:
     Parameters
     ----------
     loaded : LoadedModel (or any object with ``.model`` and ``.family``).
-    points : names to record (see :mod:`rankcollapse.models.families`); None = the
-        ``hidden_states`` points of every stack.
+    points : names to record (see :mod:`rankcollapse.models.families`), or
+        ``module:PATH`` for the output of any submodule (:func:`module_tap`; its first
+        call in a forward pass); None = the ``hidden_states`` points of every stack.
     stop : raise :class:`StopForward` as soon as every point is captured, so a caller
         that needs only early points (e.g. ``embeddings``) skips the rest of the model.
         The exception is swallowed by this context manager's ``__exit__``.
@@ -90,6 +131,25 @@ class Recorder:
     ------
     ModelError
         A requested point does not exist in this model.
+
+    See Also
+    --------
+    probe : metrics of the recorded points, summarised over windows.
+    rankcollapse.models.families.point_names : the point names of a model.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> _ = torch.manual_seed(0)
+    >>> config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, bos_token_id=0, eos_token_id=0)
+    >>> model = transformers.GPT2Model(config).eval()  # a tiny randomly initialised GPT-2
+    >>> ids = torch.tensor([[1, 2, 3, 4]])
+    >>> with Recorder(model, ["embeddings", "layer.0.output"]) as rec:
+    ...     _ = model(ids)
+    >>> {name: tuple(X.shape) for name, X in rec.outputs.items()}  # (B, N, d)
+    {'embeddings': (1, 4, 16), 'layer.0.output': (1, 4, 16)}
+    >>> torch.equal(rec.outputs["layer.0.output"], model(ids, output_hidden_states=True).hidden_states[1])
+    True
     """
 
     def __init__(
@@ -102,6 +162,9 @@ class Recorder:
         if points is None:
             points = [n for s in self.stacks for n in families.point_names(s)]
         self.points = list(points)
+        for p in self.points:
+            if p.startswith(MODULE_PREFIX) and p not in table:
+                table[p] = (module_tap(self.model, p), 0)
         unknown = [p for p in self.points if p not in table]
         if unknown:
             raise ModelError(

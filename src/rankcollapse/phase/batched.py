@@ -3,14 +3,10 @@
 Cells that share the tensor shapes and the block (``n_tokens, d_model, d_qk, depth,
 mask, norm, placement, skip, input``) differ only in their weights, so they run as one
 batch: element ``b`` of the batch carries its own ``W_Q, W_K, W_V`` per layer and every
-layer is a handful of batched matmuls instead of one :func:`rankcollapse.dynamics.simulate`
-call per cell. The update is the one of :func:`rankcollapse.dynamics.layers.block_forward`
-for a single head without MLP (tests check both paths agree to round-off):
-
-- ``post`` without skip: ``X <- norm(A X W_V)``; with skip: ``X <- norm(X + A X W_V)``;
-- ``pre``: ``X <- alpha X + A' Z W_V`` with ``Z = norm(X)`` and ``A'`` computed from ``Z``,
-
-with ``A = softmax_G(X W_Q (X W_K)^T / sqrt(d_qk))`` (:func:`~rankcollapse.dynamics.attention.masked_softmax`).
+layer is one call of :func:`rankcollapse.dynamics.single_head.single_head_layer`, the
+dynamics' fast path for one head without MLP (it agrees with
+:func:`rankcollapse.dynamics.simulate` to round-off, cell by cell:
+``tests/phase/test_phase_regime.py``).
 """
 
 from __future__ import annotations
@@ -21,14 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..dynamics.attention import masked_softmax
-from ..dynamics.layers import apply_norm
+from ..dynamics.layers import warn_zero_rows
+from ..dynamics.single_head import single_head_layer
 from ..masks import parse_mask
 from ..masks.graph import analyze
 from ..metrics import mu, mu_relative
 from ..metrics.attention import row_entropy
 from .cell import block_config, build_weights, make_input, value_log_norm
-from .predict import envelope_points, theory_prediction
+from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
 
 #: the axes a batch must share
@@ -46,35 +42,6 @@ def _stack(cells: list[dict[str, Any]], seeds: range, samples: int, depth: int):
                        else getattr(layers[0], name).expand(depth, *getattr(layers[0], name).shape))
     rep = lambda acc: torch.stack(acc, 1).repeat_interleave(samples, dim=1)  # noqa: E731
     return rep(Q), rep(K), rep(V), scale
-
-
-def envelope_applies(cell: dict[str, Any], info: Any) -> bool:
-    """Theorem 1's envelope is defined for the cell: pure SA (no norm, no skip) on a
-    quasi-strongly connected mask with self-loops. Whether it must hold also needs A2
-    (``theory_source == "theorem1"``); outside A2 the check is computed all the same."""
-    return (cell["norm"] == "none" and not cell["skip"] and cell["placement"] == "post"
-            and bool(info.quasi_strongly_connected) and bool(info.self_loops) and cell["n_tokens"] >= 2)
-
-
-def _envelope(cell, info, mu_abs, X0, eps, diverged) -> dict[str, np.ndarray] | None:
-    if not envelope_applies(cell, info):
-        return None
-    out = envelope_points(mu_abs, X0, eps, int(info.radius))
-    out["layers"] = mu_abs.shape[0]
-    out["violations"] = np.where(diverged, -1, out["violations"])  # -1: not checked (overflowed)
-    return out
-
-
-def _envelope_columns(env: dict[str, np.ndarray] | None, part: slice) -> dict[str, float]:
-    """Per cell: ``envelope_points`` (layer × trajectory points checked), ``envelope_violations``
-    and ``envelope_log10_margin`` (largest log10 μ/E over layers >= 1); NaN where the envelope
-    is not defined."""
-    if env is None:
-        return {"envelope_points": 0, "envelope_violations": float("nan"), "envelope_log10_margin": float("nan")}
-    v, m = env["violations"][part], env["log10_margin"][part]
-    ok = v >= 0
-    return {"envelope_points": int(ok.sum()) * int(env["layers"]), "envelope_violations": float(v[ok].sum()),
-            "envelope_log10_margin": float(m[ok].max()) if ok.any() else float("nan")}
 
 
 def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, seed: int = 0) -> list[dict[str, Any]]:
@@ -105,16 +72,11 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     diverged = torch.zeros(B, dtype=torch.bool)
     eps_min = torch.ones(B, dtype=torch.float64)
     keep = {depth - max(1, depth // 10), depth}
+    zero_rows = []
     with torch.no_grad():
         for t in range(depth):
-            Z = apply_norm(X, cfg.norm, cfg.eps)[0] if cfg.placement == "pre_ln" else X
-            S = (Z @ WQ[t]) @ (Z @ WK[t]).transpose(-1, -2) * scale
-            A = masked_softmax(S, allowed)
-            SA = A @ Z @ WV[t]
-            if cfg.placement == "pre_ln":
-                X = cfg.alpha * X + SA
-            else:
-                X = apply_norm(cfg.alpha * X + SA if cfg.alpha else SA, cfg.norm, cfg.eps)[0]
+            X, A, z = single_head_layer(X, allowed, WQ[t], WK[t], WV[t], cfg, scale=scale)
+            zero_rows.append(z)
             diverged |= ~torch.isfinite(X).all(dim=(-1, -2))  # overflow: simulate() would raise
             X = torch.where(diverged[:, None, None], X0, X)  # keep NaN/Inf out of the other metrics
             ents.append(row_entropy(A.unsqueeze(1), allowed))  # one head: (B, 1, N, N) -> (B,)
@@ -123,6 +85,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
             mus_abs.append(mu(X))
             if t + 1 in keep:
                 states[t + 1] = X
+    warn_zero_rows([int(z) for z in zero_rows])  # the rule of dynamics.layers.sphere, as simulate
     metrics = {"mu_relative": torch.stack(mus)}
     entropy = torch.stack(ents).numpy()
     # trajectory_measures reads only states[0], states[-1 - w] and states[-1]

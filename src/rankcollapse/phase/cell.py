@@ -158,7 +158,7 @@ def _entropy_per_layer(attention: list[torch.Tensor], allowed: torch.Tensor) -> 
 
 
 def _diverged_envelope(cell: dict[str, Any], info: Any, samples: int) -> dict[str, np.ndarray] | None:
-    from .batched import envelope_applies
+    from .predict import envelope_applies
 
     if not envelope_applies(cell, info):
         return None
@@ -186,7 +186,7 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
         The cell's :func:`.grid.cell_bytes` exceeds half the physical memory.
     """
     from ..dynamics import simulate
-    from .batched import _envelope, _envelope_columns
+    from .predict import _envelope, _envelope_columns
     from .grid import check_cells
     from .regime import label_cell, theory_prediction
 

@@ -5,7 +5,9 @@
   package's own stability check (:func:`constructed_stability`), not the existence of
   equilibria alone.
 - :func:`envelope_points`: μ(X(t)) against Theorem 1's envelope at every layer of every
-  trajectory (docs/theory.md §1), through :func:`rankcollapse.masks.rates.collapse_envelope`.
+  trajectory (docs/theory.md §1), through :func:`rankcollapse.theory.envelope.collapse_envelope`;
+  :func:`envelope_applies` says for which cells, and the cell columns come from it
+  (shared by the batched sweep and :func:`.cell.run_cell`).
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_min: float,
       unstable directions, so random starts reach them with probability 0) and a stable
       consensus → ``rank_collapse``; otherwise no prediction.
     """
-    from ..masks.rates import log_contraction
+    from ..theory.envelope import log_contraction
 
     no_skip = not cell["skip"] and cell["placement"] == "post"
     regime, source, rate = "", "", float("nan")
@@ -105,7 +107,7 @@ def envelope_points(mu: np.ndarray, X0: torch.Tensor, epsilon: np.ndarray, radiu
     ``E_b(t) = C_b (1 - ε_b^r)^{t/r}`` with ``C_b = (√N / 2) ‖osc(X_b(0))‖₂ / (1 - ε_b^r)``
     (docs/theory.md §1; ``osc`` = per-column max minus min), ``ε_b`` the smallest allowed
     attention entry of trajectory ``b`` over all layers and ``r`` the mask radius; the decay
-    is :func:`rankcollapse.masks.rates.collapse_envelope`. ``ε_b = 0`` (an entry that
+    is :func:`rankcollapse.theory.envelope.collapse_envelope`. ``ε_b = 0`` (an entry that
     underflowed) gives the constant envelope ``C_b``, which the proof still yields.
 
     Parameters
@@ -120,7 +122,7 @@ def envelope_points(mu: np.ndarray, X0: torch.Tensor, epsilon: np.ndarray, radiu
     dict of ``(B,)`` arrays: ``violations`` (layers with μ above ``E (1 + 1e-9)``) and
     ``log10_margin`` (max over layers ``t >= 1`` of log10(μ(t) / E(t)); -inf when μ is 0).
     """
-    from ..masks.rates import collapse_envelope
+    from ..theory.envelope import collapse_envelope
 
     T1, B = mu.shape
     N = X0.shape[1]
@@ -139,3 +141,32 @@ def envelope_points(mu: np.ndarray, X0: torch.Tensor, epsilon: np.ndarray, radiu
         with np.errstate(divide="ignore"):
             margin[b] = float(np.max(np.log10(mu[1:, b] / env[1:]))) if T1 > 1 else -np.inf
     return {"violations": viol, "log10_margin": margin}
+
+
+def envelope_applies(cell: dict[str, Any], info: Any) -> bool:
+    """Theorem 1's envelope is defined for the cell: pure SA (no norm, no skip) on a
+    quasi-strongly connected mask with self-loops. Whether it must hold also needs A2
+    (``theory_source == "theorem1"``); outside A2 the check is computed all the same."""
+    return (cell["norm"] == "none" and not cell["skip"] and cell["placement"] == "post"
+            and bool(info.quasi_strongly_connected) and bool(info.self_loops) and cell["n_tokens"] >= 2)
+
+
+def _envelope(cell, info, mu_abs, X0, eps, diverged) -> dict[str, np.ndarray] | None:
+    if not envelope_applies(cell, info):
+        return None
+    out = envelope_points(mu_abs, X0, eps, int(info.radius))
+    out["layers"] = mu_abs.shape[0]
+    out["violations"] = np.where(diverged, -1, out["violations"])  # -1: not checked (overflowed)
+    return out
+
+
+def _envelope_columns(env: dict[str, np.ndarray] | None, part: slice) -> dict[str, float]:
+    """Per cell: ``envelope_points`` (layer × trajectory points checked), ``envelope_violations``
+    and ``envelope_log10_margin`` (largest log10 μ/E over layers >= 1); NaN where the envelope
+    is not defined."""
+    if env is None:
+        return {"envelope_points": 0, "envelope_violations": float("nan"), "envelope_log10_margin": float("nan")}
+    v, m = env["violations"][part], env["log10_margin"][part]
+    ok = v >= 0
+    return {"envelope_points": int(ok.sum()) * int(env["layers"]), "envelope_violations": float(v[ok].sum()),
+            "envelope_log10_margin": float(m[ok].max()) if ok.any() else float("nan")}

@@ -35,6 +35,8 @@ import numpy as np
 import torch
 from scipy import stats
 
+from ..metrics.rate import least_squares_rate
+
 COLLAPSED = 1e-6
 ALIVE = 1e-3
 CONVERGED = 1e-4
@@ -51,15 +53,15 @@ ATTENTION_LABELS = ("uniform_attention", "one_hot_attention")
 
 
 def fit_log10_rate(m: np.ndarray) -> float:
-    """Least-squares slope of ``log10 m(t)`` against ``t`` over the layers before ``m``
-    first drops below :data:`RATE_FLOOR` (decades per layer; negative = collapsing).
-    NaN with fewer than two usable layers."""
-    below = np.nonzero(~(m >= RATE_FLOOR))[0]
-    stop = int(below[0]) if below.size else m.size
-    if stop < 2:
-        return float("nan") if stop < 1 or below.size == 0 else float(np.log10(RATE_FLOOR) - np.log10(m[0]))
-    t = np.arange(stop, dtype=np.float64)
-    return float(np.polyfit(t, np.log10(m[:stop]), 1)[0])
+    """Least-squares slope of ``log m(t)`` against ``t`` in decades per layer (negative =
+    collapsing; :func:`rankcollapse.metrics.rate.least_squares_rate`) over the layers before
+    ``m`` first drops below :data:`RATE_FLOOR`. A trajectory below the floor from layer 1
+    gets the bound ``log10(RATE_FLOOR / m(0))`` (it fell at least that fast); NaN with
+    fewer than two layers otherwise."""
+    fit = least_squares_rate(m, floor=RATE_FLOOR, before_floor=True)
+    if fit.n_layers[0] == 1 and m.size > 1:
+        return float(np.log10(RATE_FLOOR) - np.log10(m[0]))
+    return float(fit.decades[0])
 
 
 def tail_rate(m: np.ndarray) -> tuple[float, float]:

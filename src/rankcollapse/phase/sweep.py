@@ -80,6 +80,25 @@ def run_phase(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
         Bad executor options; no cells; a cell the dynamics cannot run.
     MemoryLimitError
         A cell too large for the memory limit (:func:`.grid.check_cells`).
+
+    See Also
+    --------
+    rankcollapse.phase.expand_grid : the cells of a grid of axes.
+    rankcollapse.phase.run_cell : one cell, without the cache.
+    rankcollapse.experiments.run_experiment : the paper's experiments on the same engine.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from rankcollapse.phase import expand_grid
+    >>> cells = expand_grid({"norm": ["none", "layernorm"]}, {"n_tokens": 8, "d_model": 4, "depth": 8})
+    >>> with tempfile.TemporaryDirectory() as cache:
+    ...     table, timing = run_phase(cells, samples=2, cache_dir=cache)
+    ...     _, again = run_phase(cells, samples=2, cache_dir=cache)  # every unit from the cache
+    >>> table[["norm", "regime"]].to_dict("records")
+    [{'norm': 'none', 'regime': 'rank_collapse'}, {'norm': 'layernorm', 'regime': 'rank_collapse'}]
+    >>> timing["computed"], again["computed"]
+    (2, 0)
     """
     check_cells(cells, samples)
     units, parts = cell_units(cells, samples, seeds, seed)

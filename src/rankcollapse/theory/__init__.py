@@ -9,36 +9,38 @@
 - SA-LN equilibria: :func:`causal_example_2x2`, :func:`equilibria` (≥ 2^k of rank k),
   :func:`find_equilibria`; stability: :func:`jacobian`, :func:`tangent_jacobian`,
   :func:`stability`; basins: :func:`basin_estimate`; pictures: :mod:`.portrait`.
+- Masks and schedules compared by their rates: :func:`compare_masks`,
+  :func:`compare_schedules`, :func:`describe_schedule` (:mod:`.rates`).
+
+Layering: ``theory`` may import ``dynamics``, ``metrics``, ``masks``, ``errors`` and the
+private utility modules; never ``models``, ``phase``, ``experiments`` or ``cli``
+(pyproject.toml ``[tool.importlinter]``; tests/test_layering.py). Inside it, the
+measured-run pieces (:mod:`.measured`) sit below :mod:`.bound` and
+:mod:`.schedule_bound`, so neither check imports the other's module back.
 """
 
 from typing import TYPE_CHECKING
 
-from .._lazy import attach
+from .._lazy import attach_imports
 
-__getattr__, __dir__, __all__ = attach(__name__, {
-    "basin": ("BasinEstimate", "basin_estimate"),
-    "bound": ("BoundResult", "EnvelopeViolation", "check_collapse_bound", "fit_rate", "radius_sweep"),
-    "envelope": ("EnvelopeDepth", "Theorem1Terms", "envelope_crossing_depth", "envelope_rate", "scrambling_length",
-                 "theorem1_terms"),
-    "equilibria": ("Equilibrium", "EquilibriumSet", "causal_example_2x2", "equilibria"),
-    "finder": ("FinderResult", "FinderSettings", "find_equilibria"),
-    "portrait": ("plot_portrait_2d", "plot_trajectories_3d", "portrait_2d", "portrait_2d_data", "trajectories_3d"),
-    "schedule_bound": ("check_schedule_bound",),
-    "sphere": ("SphereResult", "check_sphere_collapse"),
-    "stability": ("StabilityReport", "jacobian", "stability", "tangent_basis", "tangent_jacobian"),
-    "system": ("AttentionSystem", "causal_uniform_system"),
-})
-
-if TYPE_CHECKING:  # the same imports, eager, for readers and static tools
+# The exports, written once: imported lazily on first use (attach_imports reads this
+# block), eagerly by readers and static tools.
+if TYPE_CHECKING:
     from .basin import BasinEstimate, basin_estimate
     from .bound import BoundResult, EnvelopeViolation, check_collapse_bound, fit_rate, radius_sweep
     from .envelope import (
-        EnvelopeDepth, Theorem1Terms, envelope_crossing_depth, envelope_rate, scrambling_length, theorem1_terms,
+        EnvelopeDepth, Theorem1Terms, envelope_crossing_depth, envelope_rate, scrambling_length,
+        theorem1_terms,
     )
     from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria
     from .finder import FinderResult, FinderSettings, find_equilibria
-    from .portrait import plot_portrait_2d, plot_trajectories_3d, portrait_2d, portrait_2d_data, trajectories_3d
+    from .portrait import (
+        plot_portrait_2d, plot_trajectories_3d, portrait_2d, portrait_2d_data, trajectories_3d,
+    )
+    from .rates import compare_masks, compare_schedules, describe_schedule
     from .schedule_bound import check_schedule_bound
     from .sphere import SphereResult, check_sphere_collapse
     from .stability import StabilityReport, jacobian, stability, tangent_basis, tangent_jacobian
     from .system import AttentionSystem, causal_uniform_system
+
+__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

@@ -229,7 +229,7 @@ def theorem1_terms(source: Any, n: int | None = None, *, max_memory: int | str |
     else:
         spec = None
     resolved = resolve_mask(source, n)
-    return mask_terms(analyze(resolved.mask(), max_memory=max_memory), spec or resolved.spec)
+    return mask_terms(analyze(resolved, max_memory=max_memory), spec or resolved.spec)
 
 
 def mask_terms(info: Any, spec: str | None = None) -> Theorem1Terms:
@@ -314,7 +314,7 @@ def theorem1_mask(mask: Any, n: int | None) -> tuple[Any, Any]:
 
     m = resolve_mask(mask, n)
     require_theorem1(m)
-    return m, analyze(m.mask())
+    return m, analyze(m)
 
 
 # --------------------------------------------------------------------------- rates of a mask or schedule

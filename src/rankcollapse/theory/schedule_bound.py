@@ -24,8 +24,8 @@ import torch
 
 from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
-from .bound import EXPONENTS, BoundResult, envelope_result, measured_epsilon, orthogonal_run
-from .envelope import require_theorem1
+from .envelope import EXPONENTS, require_theorem1
+from .measured import BoundResult, envelope_result, measured_epsilon, orthogonal_run
 
 
 def _product(attention: list[torch.Tensor], start: int, length: int) -> torch.Tensor:

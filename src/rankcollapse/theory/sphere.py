@@ -16,8 +16,9 @@ from typing import Any
 import torch
 
 from .._display import NotebookResult
-from ..dynamics.attention import attention_weights
+from ..dynamics.config import BlockConfig
 from ..dynamics.layers import sphere
+from ..dynamics.single_head import single_head_layer
 from .._validate import check_float
 from ..errors import ConfigError
 from ..metrics import mu as mu_metric
@@ -26,6 +27,7 @@ from ..masks import resolve_mask
 from .bound import fit_rate
 
 INPUTS = ("nonnegative", "antipodal", "sphere")
+SA_LN = BlockConfig(norm="sphere", placement="none")  # X <- D A X W_V
 
 
 def make_inputs(kind: str, B: int, N: int, d: int, generator: torch.Generator) -> torch.Tensor:
@@ -105,7 +107,8 @@ def check_sphere_collapse(
     ------
     ConfigError
         Unknown ``inputs``, sizes out of range (N < 2, d < 2, depth or n_samples < 1,
-        beta < 0), or a zero row before normalisation (undefined step).
+        beta < 0), or a zero row of ``A X W_V`` at some layer (the step is undefined;
+        zero rows follow the rule of :func:`rankcollapse.dynamics.layers.sphere`).
     """
     if d_qk is not None:
         beta = 1.0 / math.sqrt(check_float(d_qk, "d_qk", low=0, strict_low=True))
@@ -119,14 +122,13 @@ def check_sphere_collapse(
     cos0 = float((X @ X.transpose(1, 2)).amin())
     W_V = haar_orthogonal(d, g, batch=(depth,))
     W = math.sqrt(beta) * torch.eye(d, dtype=torch.float64)
-    dense = m.dense()
+    dense = m.to_dense()
     mus = [mu_metric(X)]
     for t in range(depth):  # loop over layers only
-        Y = attention_weights(X, dense, W, W, d_qk=1.0) @ X @ W_V[t]
-        norms = torch.linalg.vector_norm(Y, dim=-1, keepdim=True)
-        if bool((norms == 0).any()):
-            raise ConfigError(f"SA-LN step undefined at layer {t}: a zero row before normalisation")
-        X = sphere(Y)[0]
+        try:
+            X = single_head_layer(X, dense, W, W, W_V[t], SA_LN, d_qk=1.0, zero_rows="raise")[0]
+        except ConfigError as exc:  # the one zero-row rule (dynamics.layers.sphere), named by layer
+            raise ConfigError(f"layer {t}: {exc}") from None
         mus.append(mu_metric(X))
     mu_t = torch.stack(mus)
     final = float(mu_t[-1].median())

@@ -14,12 +14,14 @@ from typing import Any
 import torch
 
 from ..dynamics.attention import attention_weights
+from ..dynamics.config import BlockConfig
+from ..dynamics.single_head import single_head_layer
 from ..masks import check_rows_allow_key, dense_mask
 from .._validate import check_device, check_float, check_tensor_storage
 from ..errors import ConfigError, MaskError
 
-#: A row whose norm before normalisation is below this makes the SA-LN step undefined.
-ZERO_ROW_TOL = 1e-300
+#: pure SA ``X <- A X W_V`` and SA-LN ``X <- D A X W_V`` as dynamics blocks
+SA, SA_LN = BlockConfig(norm="none", placement="none"), BlockConfig(norm="sphere", placement="none")
 
 
 @dataclass(frozen=True)
@@ -83,24 +85,27 @@ class AttentionSystem:
 
     def sa_step(self, X: torch.Tensor) -> torch.Tensor:
         """Pure SA step ``A X W_V`` for ``X`` of shape ``(N, d)`` or ``(B, N, d)``."""
-        return self.attention(X) @ X @ self.W_V
+        return self._layer(X, SA, "keep")
 
     def step(self, X: torch.Tensor, *, check: bool = True) -> torch.Tensor:
-        """SA-LN step ``D A X W_V`` (rows normalised to unit norm).
+        """SA-LN step ``D A X W_V`` (rows normalised to unit norm), computed by
+        :func:`rankcollapse.dynamics.single_head.single_head_layer`.
+
+        A zero row of ``A X W_V`` (every entry exactly 0; the one rule of
+        :func:`rankcollapse.dynamics.layers.sphere`) has no direction: with ``check`` it
+        raises, without it the row becomes NaN (basin and finder count such starts as
+        undefined; the other rows stay differentiable).
 
         Raises
         ------
         ConfigError
             If ``check`` and some row of ``A X W_V`` is zero (the step is undefined).
         """
-        Y = self.sa_step(X)
-        norms = torch.linalg.vector_norm(Y, dim=-1, keepdim=True)
-        if check and bool((norms <= ZERO_ROW_TOL).any()):
-            rows = (norms.squeeze(-1) <= ZERO_ROW_TOL).nonzero().tolist()[:5]
-            raise ConfigError(
-                f"SA-LN step undefined: rows {rows} of A X W_V are zero before normalisation"
-            )
-        return Y / norms  # unchecked zero rows become NaN: basin/finder count them as undefined
+        return self._layer(X, SA_LN, "raise" if check else "nan")
+
+    def _layer(self, X: torch.Tensor, cfg: BlockConfig, zero_rows: str) -> torch.Tensor:
+        return single_head_layer(X, self.mask, self.W_Q, self.W_K, self.W_V, cfg, d_qk=self.d_qk,
+                                 zero_rows=zero_rows, direct_sphere=True)[0]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with keys ``mask``, ``W_Q``, ``W_K``, ``W_V``, ``d_qk``."""

@@ -1,11 +1,13 @@
-"""Analysis and comparison of mask schedules (docs/theory.md §7, docs/schedules.md).
+"""Masks and schedules compared by Theorem 1's collapse rate (spec.md §5.1, docs/theory.md §7).
 
-:func:`describe_schedule` reports the composed graph's facts (centers, QSC, radius) with
-the period, the scrambling length, the per-layer descriptions and the predicted
-per-layer collapse rate; :func:`compare_schedules` ranks schedules by predicted and
-(optionally) measured rate, with the attention budget (mean attended pairs per layer) in
-the table so that schedules of equal cost can be compared. The Theorem-1 quantities come
-from :mod:`rankcollapse.theory.envelope` (their one home).
+:func:`compare_masks` tabulates masks by radius and predicted per-layer contraction;
+:func:`describe_schedule` reports a schedule's composed graph (centers, QSC, radius)
+with its period, scrambling length, per-layer descriptions and predicted rate;
+:func:`compare_schedules` ranks schedules by predicted and (optionally) measured rate,
+with the attention budget (mean attended pairs per layer) in the table so that
+schedules of equal cost can be compared. The Theorem-1 quantities come from
+:mod:`.envelope` (their one home); the measured rate from
+:func:`rankcollapse.theory.fit_rate` of :func:`rankcollapse.dynamics.simulate`.
 """
 
 from __future__ import annotations
@@ -13,34 +15,14 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-import numpy as np
 import pandas as pd
 
-from ..theory.envelope import check_exponent
-from ..theory.envelope import predicted_rate as _predicted_rate
-from ..theory.envelope import schedule_terms, theorem1_terms
-from .graph import analyze
-from .schedule import MaskSchedule, parse_schedule
+from ..masks import analyze, parse_mask
+from ..masks.schedule import MaskSchedule, parse_schedule
+from .envelope import check_exponent, mask_terms, predicted_rate, schedule_terms, theorem1_terms
 
 #: Keys of :func:`describe_schedule` / columns of :func:`compare_schedules` from the terms.
 TERM_KEYS = ("period_radius", "scrambling_length", "effective_radius")
-
-
-def predicted_rate(schedule: MaskSchedule, radius: int | None = None, *, d_qk: float = 1.0,
-                   token_norm: float = 1.0, weight_norm: float = 1.0) -> dict[str, Any]:
-    """Envelope rate of a schedule from the a-priori entry bound.
-
-    Deprecated: use :func:`rankcollapse.theory.envelope.predicted_rate` with
-    :func:`rankcollapse.theory.envelope.theorem1_terms`. ``radius`` is ignored (the
-    effective radius ``min(p r_H, L)`` is computed from the schedule). Keys ``epsilon``,
-    ``log10_rate_per_layer``, ``log10_layers_per_decade``.
-    """
-    return _predicted_rate(theorem1_terms(schedule), d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm)
-
-
-def analyze_in_degree(mask) -> int:
-    """Largest number of keys of a query of ``mask``."""
-    return int(np.diff(mask.to_csr().indptr).max())
 
 
 def describe_schedule(schedule: Any, n: int | None = None, *, per_token: bool = False,
@@ -67,7 +49,7 @@ def describe_schedule(schedule: Any, n: int | None = None, *, per_token: bool = 
     out["mean_edges_per_layer"] = sched.mean_edges()
     terms = schedule_terms(sched, a)
     out.update({k: getattr(terms, k) for k in TERM_KEYS})
-    out.update(_predicted_rate(terms, **bounds))
+    out.update(predicted_rate(terms, **bounds))
     cache: dict[str, dict] = {}
     for m in sched.masks:
         if m.spec not in cache:
@@ -80,12 +62,12 @@ def measure_rate(schedule: MaskSchedule, *, d: int = 16, depth: int = 60, n_samp
                  seed: int = 0, d_qk: float = 1.0, quantiles: bool = False):
     """Median over samples of the measured per-layer decay factor of ``μ`` (pure SA,
     Haar ``W_V``, Gaussian ``W_Q, W_K`` of std ``1/√d``, float64) —
-    :func:`rankcollapse.theory.bound.fit_rate` of :func:`rankcollapse.dynamics.simulate`.
+    :func:`rankcollapse.theory.fit_rate` of :func:`rankcollapse.dynamics.simulate`.
     With ``quantiles``: ``(q25, median, q75)`` over samples."""
     import torch
 
     from ..dynamics import gaussian_tokens, simulate
-    from ..theory.bound import fit_rate
+    from .measured import fit_rate
 
     X0 = gaussian_tokens(n_samples, schedule.n_tokens, d, seed=seed, std=1 / math.sqrt(d))
     sim = simulate(X0, mask=schedule, depth=depth, d_qk=d_qk, value="orthogonal", query_key="gaussian",
@@ -127,7 +109,7 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
                "mean_edges_per_layer": sched.mean_edges(),
                "quasi_strongly_connected": terms.quasi_strongly_connected, "radius": terms.radius}
         row.update({k: getattr(terms, k) for k in TERM_KEYS})
-        row.update(_predicted_rate(terms, d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm,
+        row.update(predicted_rate(terms, d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm,
                                    exponent=exponent))
         if measure:
             q25, med, q75 = measure_rate(sched, d=d, depth=depth, n_samples=n_samples, seed=seed, d_qk=d_qk,
@@ -140,3 +122,39 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
     if measure:
         df["rank_measured"] = df["measured_rate"].rank(ascending=False, method="min").astype(int)
     return df
+
+
+def compare_masks(
+    specs: Sequence[str], n: int, *, d_qk: float = 1.0, token_norm: float = 1.0,
+    weight_norm: float = 1.0, exponent: str = "t/r", max_memory: int | str | None = None,
+) -> pd.DataFrame:
+    """Table of masks by radius and predicted per-layer contraction.
+
+    Columns: ``spec, n_tokens, n_edges, quasi_strongly_connected, n_centers, radius,
+    max_in_degree, epsilon, log10_factor, log10_layers_per_decade``. ``epsilon`` is
+    :func:`~rankcollapse.theory.envelope.epsilon_lower_bound` for each mask's own max
+    in-degree; ``log10_factor`` is ``log10`` of ``(1 - eps^r)^(1/(k r))``
+    (:func:`~rankcollapse.theory.envelope.predicted_rate`). Non-QSC masks get no rate
+    (NaN): Theorem 1 gives no collapse to one token there. ``max_memory`` bounds each
+    graph analysis (see :func:`~rankcollapse.masks.analyze`).
+
+    Raises
+    ------
+    MaskError
+        A bad spec. ConfigError: an unknown exponent, bad ``d_qk`` or norms.
+    """
+    rows = []
+    for spec in specs:
+        a = analyze(parse_mask(spec, n), max_memory=max_memory)
+        rate = predicted_rate(mask_terms(a), d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm,
+                              exponent=exponent)
+        rows.append({
+            "spec": a.spec, "n_tokens": a.n_tokens, "n_edges": a.n_edges,
+            "quasi_strongly_connected": a.quasi_strongly_connected,
+            "n_centers": len(a.centers), "radius": a.radius, "max_in_degree": a.in_degree["max"],
+            "epsilon": rate["epsilon"],
+            "log10_factor": math.nan if rate["log10_rate_per_layer"] is None else rate["log10_rate_per_layer"],
+            "log10_layers_per_decade": math.nan if rate["log10_layers_per_decade"] is None
+            else rate["log10_layers_per_decade"],
+        })
+    return pd.DataFrame(rows).astype({"radius": "Int64"})

@@ -1,0 +1,83 @@
+"""One single-head attention layer without MLP, on per-sample weights: the fast path.
+
+:func:`rankcollapse.dynamics.simulate` runs a layer through :func:`.layers.block_forward`
+(heads, ``W_O``, MLP, windowed and flex kernels, one set of weights per layer for the
+whole batch). The settings of the theorems and of the phase sweep need less and one thing
+more: one head, no MLP, dense mask, and weights that may differ per sample ``b`` (one
+batch runs many weight draws). :func:`single_head_layer` is that layer, a handful of
+batched matmuls, with the update rules of :class:`~.config.BlockConfig` (spec.md §2):
+
+- ``placement="none"``: ``X <- norm(A X W_V)``;
+- ``post_ln``: ``X <- norm(alpha X + A X W_V)``;
+- ``pre_ln``: ``X <- alpha X + A' Z W_V`` with ``Z = norm(X)`` and ``A'`` computed from ``Z``;
+
+with ``A = softmax_G(X W_Q (X W_K)^T / sqrt(d_qk))``. It agrees with ``simulate`` to
+round-off (``tests/phase/test_phase_regime.py::test_batched_path_matches_simulate_per_cell``
+checks every norm and placement cell by cell); the operation order is fixed so that the
+results of its callers (phase sweep, Theorem-2 check, :class:`~rankcollapse.theory.system.AttentionSystem`)
+are reproducible bit for bit. A zero row under ``sphere`` follows the one rule of
+:func:`.layers.sphere`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .attention import attention_weights, masked_softmax
+from .config import BlockConfig
+from .layers import apply_norm, sphere
+from ..errors import ConfigError
+
+
+def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor,
+                      W_V: torch.Tensor, cfg: BlockConfig, *, d_qk: float = 1.0, scale: float | None = None,
+                      zero_rows: str = "keep", direct_sphere: bool = False):
+    """One layer ``X(t) -> X(t+1)`` (module docstring); returns ``(X_next, A, n_zero_rows)``.
+
+    Parameters
+    ----------
+    X : float ``(N, d)`` or ``(B, N, d)``.
+    mask : bool ``(N, N)``, ``mask[i, j]`` = token i attends to token j; no empty row.
+    W_Q, W_K : ``(d, d_k)`` or per sample ``(B, d, d_k)``; W_V : ``(d, d)`` or ``(B, d, d)``
+        (row-vector convention ``x -> x W``).
+    cfg : :class:`BlockConfig` with ``n_heads=1``, ``mlp=False``, softmax attention.
+    d_qk, scale : the temperature: scores ``q k^T / sqrt(d_qk)``
+        (:func:`~.attention.attention_weights`), or ``q k^T * scale`` when ``scale`` is given
+        (the :class:`~.weights.LayerWeights` convention, ``scale = 1/sqrt(d_qk)``). The two
+        are the same number up to one rounding; each caller keeps the form its recorded
+        results were computed with.
+    zero_rows, direct_sphere : what a ``sphere`` norm does with a zero row, and its
+        arithmetic (:func:`.layers.sphere`).
+
+    Returns
+    -------
+    X_next : like ``X``; A : ``(N, N)`` or ``(B, N, N)`` attention of this layer;
+    n_zero_rows : 0-d int64 tensor, zero rows met by a ``sphere`` norm.
+
+    Raises
+    ------
+    ConfigError
+        ``cfg`` with several heads, an MLP, uniform attention or ``W_O``; a zero row
+        with ``zero_rows="raise"``.
+    MaskError
+        A mask row with no allowed key.
+    """
+    if cfg.n_heads != 1 or cfg.mlp or cfg.out_proj or cfg.attention != "softmax":
+        raise ConfigError("single_head_layer runs one softmax head without MLP or W_O; use simulate")
+    norm = lambda Y: _norm(Y, cfg, zero_rows, direct_sphere)  # noqa: E731
+    Z, z = norm(X) if cfg.placement == "pre_ln" else (X, None)
+    if scale is None:
+        A = attention_weights(Z, mask, W_Q, W_K, d_qk=d_qk)
+    else:
+        A = masked_softmax((Z @ W_Q) @ (Z @ W_K).transpose(-1, -2) * scale, mask)
+    SA = A @ Z @ W_V
+    if cfg.placement == "pre_ln":
+        return cfg.alpha * X + SA, A, z
+    X, z = norm(cfg.alpha * X + SA if cfg.alpha else SA)
+    return X, A, z
+
+
+def _norm(Y: torch.Tensor, cfg: BlockConfig, zero_rows: str, direct: bool):
+    if cfg.norm == "sphere":
+        return sphere(Y, zero_rows=zero_rows, direct=direct)
+    return apply_norm(Y, cfg.norm, cfg.eps)

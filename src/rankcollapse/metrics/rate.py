@@ -1,0 +1,146 @@
+"""The measured collapse rate of a metric trajectory: one least-squares fit for every caller.
+
+Model: ``log v(t) = a + b t + e(t)`` over the layers ``t`` whose value ``v(t)`` is above
+the ``floor``; ``b`` (natural log per layer) is the ordinary-least-squares slope
+``b = sum (t - t̄)(y - ȳ) / sum (t - t̄)^2`` with ``y = log v`` (the textbook estimator,
+e.g. Montgomery & Runger, *Applied Statistics and Probability for Engineers*, §11-2), and
+``exp(b)`` the per-layer decay factor (< 1: collapse). A value at or below the floor is
+left out: it is round-off, not a measurement, and carries no rate.
+
+Where a floor comes from: the computation that produced the trajectory, not the storage
+of its input (docs/reproduce.md, "Floors belong to the computation"). A relative metric
+(``mu_relative``) of a float64 trajectory is resolved down to float64's epsilon 2.2e-16,
+of a float32 forward down to 1.19e-7 (``experiments.quantities.floor_of``); an absolute
+metric (``mu``) needs a floor relative to its scale, e.g. ``1e-12 · μ(0)`` per sample
+(what :func:`rankcollapse.theory.check_collapse_bound` passes). The callers pass their
+floor explicitly; there is no default.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._lazy import is_tensor
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RateFit:
+    """A least-squares rate per trajectory (arrays of the input's library: numpy or torch).
+
+    Attributes
+    ----------
+    slope : float64 ``(B,)``: ``b``, natural log per layer (NaN with fewer than 2 layers).
+    n_layers : int ``(B,)``: layers fitted (above the floor, in the window).
+    """
+
+    slope: Any
+    n_layers: Any
+
+    @property
+    def rate(self):
+        """``exp(slope)``: the per-layer decay factor ``(B,)``."""
+        return self.slope.exp() if is_tensor(self.slope) else np.exp(self.slope)
+
+    @property
+    def decades(self):
+        """``slope / ln 10``: decades per layer ``(B,)`` (negative = collapsing)."""
+        return self.slope / math.log(10.0)
+
+
+def least_squares_rate(values, *, floor, layers=None, shared: bool = False, before_floor: bool = False) -> RateFit:
+    """Least-squares rate of ``values`` ``(T,)`` or ``(T, B)`` (layers along axis 0).
+
+    The model, the estimator and the floor's origin are the module docstring's. The
+    arithmetic is that of the input's library (a numpy array in numpy, a torch tensor
+    in torch), so a caller's numbers do not depend on a conversion.
+
+    Parameters
+    ----------
+    values : numpy array or torch tensor ``(T,)`` / ``(T, B)``: the metric at each layer,
+        one trajectory per column; fitted in float64.
+    floor : float, or ``(B,)`` of the same library: values ``<= floor`` are left out (the
+        floor of the computation's dtype; per column for a relative floor).
+    layers : ``(T,)`` abscissae (default ``0 .. T-1``).
+    shared : select the layers by column 0 (a point estimate) and fit every column on
+        those layers (its bootstrap or per-seed replicates, values clipped below at the
+        smallest positive float64). numpy only.
+    before_floor : fit only the layers before the first at or below the floor (or
+        non-finite): once a trajectory reached round-off, later values are round-off too.
+
+    Returns
+    -------
+    RateFit
+        ``slope`` and ``n_layers`` per column (``(1,)`` for 1-D ``values``).
+
+    Raises
+    ------
+    ConfigError
+        ``values`` not 1-D or 2-D with ``T >= 1``, ``layers`` not of
+        length ``T``, ``shared`` with a tensor.
+    """
+    v = values.double() if is_tensor(values) else np.asarray(values, dtype=np.float64)
+    if v.ndim not in (1, 2) or v.shape[0] < 1:
+        raise ConfigError(f"least_squares_rate needs values of shape (T,) or (T, B), got {tuple(v.shape)}")
+    v = v.reshape(v.shape[0], -1)
+    T, B = v.shape
+    t = _arange(v, T) if layers is None else layers
+    if tuple(t.shape) != (T,):
+        raise ConfigError(f"layers must have length {T}, got shape {tuple(t.shape)}")
+    above = v > floor
+    if before_floor:
+        above = above.cumprod(0) > 0 if is_tensor(above) else np.cumprod(above, axis=0) > 0
+    if shared:
+        if is_tensor(v):
+            raise ConfigError("least_squares_rate(shared=True) takes numpy values")
+        keep = above[:, 0]
+        if keep.sum() < 2:
+            return RateFit(np.full(B, np.nan), np.full(B, int(keep.sum())))
+        with np.errstate(divide="ignore"):
+            y = np.log(np.maximum(v[keep], np.finfo(np.float64).tiny)).T  # (B, k)
+        x = np.asarray(t, dtype=np.float64)[keep]
+        xc = x - x.mean()
+        return RateFit((y - y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc), np.full(B, int(keep.sum())))
+    n = above.sum(0)
+    slope = _masked_slope(t, v, above)
+    return RateFit(_torch_where(n >= 2, slope, math.nan) if is_tensor(v) else np.where(n >= 2, slope, np.nan), n)
+
+
+def _arange(v, T: int):
+    if is_tensor(v):
+        import torch
+
+        return torch.arange(T, dtype=torch.float64, device=v.device)
+    return np.arange(T, dtype=np.float64)
+
+
+def _torch_where(cond, a, b):
+    import torch
+
+    return torch.where(cond, a, torch.full_like(a, b))
+
+
+def _masked_slope(t, v, keep):
+    """OLS slope of ``log v`` ``(T, B)`` against ``t`` ``(T,)`` per column over the rows
+    ``keep`` (a layer set per column), as sums over axis 0 with weights 0/1 (a left-out
+    layer adds exact zeros); a column with one layer gets 0."""
+    if is_tensor(v):
+        import torch
+
+        w = keep.double()
+        tt = t.unsqueeze(1).expand_as(v)
+        y = torch.where(keep, v.clamp_min(1e-300).log(), torch.zeros_like(v))
+        clip = torch.clamp_min
+    else:
+        w = keep.astype(np.float64)
+        tt = np.broadcast_to(np.asarray(t, dtype=np.float64)[:, None], v.shape)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = np.where(keep, np.log(np.maximum(v, 1e-300)), 0.0)
+        clip = np.maximum
+    n = clip(w.sum(0), 1)
+    tm, ym = (w * tt).sum(0) / n, (w * y).sum(0) / n
+    return (w * (tt - tm) * (y - ym)).sum(0) / clip((w * (tt - tm) ** 2).sum(0), 1e-300)

@@ -1,0 +1,179 @@
+"""Attention sinks: how much attention the first token receives, and what it passes on.
+
+Trained language models send most attention to the first token in many heads (an
+"attention sink": Xiao et al., "Efficient Streaming Language Models with Attention
+Sinks", ICLR 2024), and that token's value vector is small, so a sink head outputs almost
+nothing (a no-op; Sun et al., "Massive Activations in Large Language Models", 2024,
+Sec. 4). Per block k and head h (``{prefix}layer.k.attention.head_h``), over windows:
+
+- ``sink_mass``: ``mean_{i real, i != f} A[h, i, f]``, the attention mass on the first
+  real token f, averaged over the other real queries. The first token's own row is
+  left out: in a causal model it can attend only to itself (mass 1 by construction).
+- ``sink_value_ratio``: ``||v_f|| / median_j ||v_j||`` over the real tokens j, with v the
+  head's value vectors (the output of the block's value projection, W_V x + b; heads
+  that share a key/value head under grouped-query attention share it). Small: the sink
+  contributes almost nothing to the head's output.
+- ``sink_head_fraction`` (per block only): the fraction of heads whose ``sink_mass`` is
+  at least :data:`SINK_THRESHOLD`.
+
+The per-block point ``{prefix}layer.k.attention`` holds the mean over heads of the two
+per-head metrics and the head fraction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..errors import ModelError
+from .families import Stack
+
+SINK_METRICS = ("sink_mass", "sink_head_fraction", "sink_value_ratio")
+#: A head is a sink head when the first token receives at least half of its attention
+#: (mean over queries): then the first token outweighs all other keys together, which no
+#: content-based pattern does on every query; uniform causal attention over N = 128
+#: tokens gives the first token (1/127) sum_{i=2..128} 1/i = 0.035.
+SINK_THRESHOLD = 0.5
+
+_VALUE_ATTRS = ("v_proj", "value", "v")  # Llama, BERT/ALBERT, T5
+_HEAD_DIM_ATTRS = ("head_dim", "attention_head_size", "key_value_proj_dim")
+
+
+def first_real(padding_mask: torch.Tensor) -> torch.Tensor:
+    """Index ``(B,)`` of each window's first real token in a ``(B, N)`` padding mask."""
+    return padding_mask.to(torch.int64).argmax(dim=-1)
+
+
+def first_token_mass(A: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
+    """``sink_mass`` per window and head, float64 ``(B, H)``, from attention
+    probabilities ``A`` ``(B, H, N, N)`` and the padding mask ``(B, N)`` (True = real).
+
+    Raises
+    ------
+    ModelError
+        A window with fewer than 2 real tokens (no query besides the first token).
+    """
+    pm = padding_mask.to(A.device).bool()
+    f = first_real(pm)
+    queries = pm.clone()
+    queries[torch.arange(len(f)), f] = False
+    n = queries.sum(dim=-1)
+    if bool((n == 0).any()):
+        raise ModelError("sink_mass needs windows of at least 2 real tokens")
+    col = A.double()[torch.arange(len(f)), :, :, f]  # (B, H, N): A[b, h, i, f_b]
+    return (col * queries.unsqueeze(1)).sum(dim=-1) / n.unsqueeze(1)
+
+
+def value_norm_ratio(V: torch.Tensor, n_heads: int, head_dim: int, padding_mask: torch.Tensor) -> torch.Tensor:
+    """``sink_value_ratio`` per window and (query) head, float64 ``(B, n_heads)``, from
+    the value projection's output ``V`` ``(B, N, n_kv * head_dim)``; query head h reads
+    key/value head ``h // (n_heads / n_kv)`` (grouped-query attention). The median is
+    numpy's, over the real tokens."""
+    B, N, width = V.shape
+    if width % head_dim or n_heads % (width // head_dim):
+        raise ModelError(f"value width {width} is not a whole number of key/value heads of {head_dim} "
+                         f"dividing {n_heads} heads")
+    n_kv = width // head_dim
+    norms = V.double().reshape(B, N, n_kv, head_dim).norm(dim=-1)  # (B, N, n_kv)
+    pm = padding_mask.to(V.device).bool()
+    f = first_real(pm)
+    out = torch.empty(B, n_kv, dtype=torch.float64, device=V.device)
+    for b in range(B):  # windows differ in real length only under padding
+        real = norms[b][pm[b]]
+        out[b] = norms[b, f[b]] / torch.quantile(real, 0.5, dim=0)
+    return out.repeat_interleave(n_heads // n_kv, dim=1)
+
+
+def value_module(self_attn: nn.Module | None) -> nn.Module:
+    """The value projection of a self-attention module (``v_proj``, ``value`` or ``v``).
+
+    Raises
+    ------
+    ModelError
+        The module has none of them (e.g. GPT-2's fused ``c_attn``; a generic family).
+    """
+    for attr in _VALUE_ATTRS:
+        module = getattr(self_attn, attr, None)
+        if isinstance(module, nn.Module):
+            return module
+    raise ModelError(f"no value projection ({', '.join(_VALUE_ATTRS)}) in {type(self_attn).__name__}: "
+                     "sink_value_ratio is supported for BERT, ALBERT, Llama and T5 layouts")
+
+
+def head_dim_of(self_attn: nn.Module, config: Any, n_heads: int) -> int:
+    """Width of one attention head: the module's own attribute, else ``hidden_size / n_heads``."""
+    for attr in _HEAD_DIM_ATTRS:
+        value = getattr(self_attn, attr, None)
+        if isinstance(value, int):
+            return value
+    return int(config.hidden_size) // n_heads
+
+
+class ValueRecorder:
+    """Context manager recording every block's value-projection output ``(B, N, width)``
+    (forward hooks, removed on exit; a module shared by several blocks, as in ALBERT,
+    is told apart by its call order).
+
+    Attributes
+    ----------
+    outputs : dict[str, torch.Tensor]
+        ``{prefix}layer.k.attention`` -> the value projection's output of block k.
+    """
+
+    def __init__(self, stack_list: list[Stack]):
+        self._blocks: list[tuple[str, nn.Module, int]] = []
+        for stack in stack_list:
+            for k, parts in enumerate(stack.blocks):
+                module = value_module(parts.self_attn)
+                occ = sum(1 for name, m, _ in self._blocks if m is module)
+                self._blocks.append((f"{stack.prefix}layer.{k}.attention", module, occ))
+        self._calls: dict[int, list[torch.Tensor]] = defaultdict(list)
+        self._handles: list[Any] = []
+        self.outputs: dict[str, torch.Tensor] = {}
+
+    def __enter__(self) -> "ValueRecorder":
+        for module in {id(m): m for _, m, _ in self._blocks}.values():
+            self._handles.append(module.register_forward_hook(self._hook))
+        return self
+
+    def _hook(self, module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+        self._calls[id(module)].append(output.detach())
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        for name, module, occ in self._blocks:
+            calls = self._calls[id(module)]
+            if occ < len(calls):
+                self.outputs[name] = calls[occ]
+        self._calls.clear()
+
+
+def sink_values(attention_maps: dict[str, torch.Tensor], value_outputs: dict[str, torch.Tensor],
+                stack_list: list[Stack], config: Any, padding_of: Callable[[str], torch.Tensor],
+                names: tuple[str, ...]) -> dict[tuple[str, str], torch.Tensor]:
+    """Per-window sink metrics ``(B,)`` keyed by ``(point, metric)``: per head at
+    ``{point}.head_h`` and per block at ``{point}`` = ``{prefix}layer.k.attention``;
+    ``padding_of(point)`` is the ``(B, N)`` padding mask of that point's tokens."""
+    self_attn = {f"{s.prefix}layer.{k}.attention": p.self_attn for s in stack_list for k, p in enumerate(s.blocks)}
+    out: dict[tuple[str, str], torch.Tensor] = {}
+    for point, A in attention_maps.items():
+        pad = padding_of(point).to(A.device)
+        n_heads = A.shape[1]
+        mass = first_token_mass(A, pad)
+        per_head = {"sink_mass": mass}
+        if "sink_value_ratio" in names:
+            dim = head_dim_of(self_attn[point], config, n_heads)
+            per_head["sink_value_ratio"] = value_norm_ratio(value_outputs[point], n_heads, dim, pad)
+        for metric in ("sink_mass", "sink_value_ratio"):
+            if metric in names:
+                for h in range(n_heads):
+                    out[(f"{point}.head_{h}", metric)] = per_head[metric][:, h]
+                out[(point, metric)] = per_head[metric].mean(dim=1)
+        if "sink_head_fraction" in names:
+            out[(point, "sink_head_fraction")] = (mass >= SINK_THRESHOLD).double().mean(dim=1)
+    return out

@@ -1,0 +1,107 @@
+"""The single-head fast path against ``simulate``, and the one zero-row rule of the
+``sphere`` norm followed by every caller (simulate, phase sweep, Theorem-2 check,
+AttentionSystem)."""
+
+import pytest
+import torch
+
+from rankcollapse.dynamics import BlockConfig, simulate
+from rankcollapse.dynamics.layers import sphere
+from rankcollapse.dynamics.single_head import single_head_layer
+from rankcollapse.dynamics.weights import LayerWeights
+from rankcollapse.errors import ConfigError
+from rankcollapse.masks import causal
+
+CONFIGS = [BlockConfig(norm="none", placement="none"), BlockConfig(norm="sphere", placement="none"),
+           BlockConfig(norm="sphere", placement="post_ln"), BlockConfig(norm="layernorm", placement="pre_ln"),
+           BlockConfig(norm="rmsnorm", placement="post_ln", alpha=0.5), BlockConfig(norm="sphere", placement="pre_ln")]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.norm}-{c.placement}")
+def test_per_sample_weights_match_simulate_sample_by_sample(cfg):
+    g = torch.Generator().manual_seed(3)
+    B, N, d, d_k = 3, 5, 4, 2
+    X = torch.randn(B, N, d, generator=g, dtype=torch.float64)
+    W_Q, W_K = (torch.randn(B, d, d_k, generator=g, dtype=torch.float64) for _ in range(2))
+    W_V = torch.randn(B, d, d, generator=g, dtype=torch.float64) / d ** 0.5
+    mask = causal(N)
+    for kw in ({"d_qk": 2.0}, {"scale": 2.0 ** -0.5}):
+        got, A, z = single_head_layer(X, mask.to_dense(), W_Q, W_K, W_V, cfg, **kw)
+        assert A.shape == (B, N, N) and int(z) == 0
+        for b in range(B):
+            lw = LayerWeights(W_Q=W_Q[b], W_K=W_K[b], W_V=W_V[b])
+            ref = simulate(X[b], mask=mask, depth=1, variant=cfg, d_qk=2.0, weights=[lw], dtype=torch.float64,
+                           record_states=True, metrics=("mu",)).states[1]
+            torch.testing.assert_close(got[b], ref.reshape(N, d), rtol=1e-12, atol=1e-12)
+
+
+def test_fast_path_refuses_what_only_simulate_runs():
+    X = torch.randn(4, 2, dtype=torch.float64)
+    W = torch.eye(2, dtype=torch.float64)
+    for cfg in (BlockConfig(placement="pre_ln", mlp=True), BlockConfig(n_heads=2), BlockConfig(attention="uniform")):
+        with pytest.raises(ConfigError, match="use simulate"):
+            single_head_layer(X, causal(4).to_dense(), W, W, W, cfg)
+
+
+def _rows():
+    """A zero row, a row of subnormal entries, a huge row and a plain one."""
+    return torch.tensor([[0.0, 0.0, 0.0], [3e-320, -4e-320, 0.0], [3e300, 4e300, 0.0], [1.0, 2.0, 2.0]],
+                        dtype=torch.float64)
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_sphere_zero_row_rule(direct):
+    X = _rows()
+    Y, n = sphere(X, direct=direct)
+    assert int(n) == 1 and bool((Y[0] == 0).all())
+    expect = torch.tensor([[0.6, -0.8, 0.0], [0.6, 0.8, 0.0], [1 / 3, 2 / 3, 2 / 3]], dtype=torch.float64)
+    torch.testing.assert_close(Y[1:], expect, rtol=0, atol=4e-16)  # subnormal and huge rows land on the sphere
+    Y, n = sphere(X, zero_rows="nan", direct=direct)
+    assert int(n) == 1 and bool(Y[0].isnan().all()) and bool(Y[1:].isfinite().all())
+    with pytest.raises(ConfigError, match=r"rows \[\[0\]\] are zero before normalisation"):
+        sphere(X, zero_rows="raise", direct=direct)
+    with pytest.raises(ConfigError, match="zero_rows must be one of"):
+        sphere(X, zero_rows="drop")
+
+
+def test_sphere_direct_is_the_plain_division_on_normal_rows():
+    X = torch.randn(50, 7, dtype=torch.float64)
+    assert torch.equal(sphere(X, direct=True)[0], X / torch.linalg.vector_norm(X, dim=-1, keepdim=True))
+
+
+def test_phase_sweep_keeps_and_reports_zero_rows_like_simulate(monkeypatch):
+    import rankcollapse.phase.batched as batched
+    from rankcollapse.phase.grid import DEFAULTS
+
+    make = batched.make_input
+
+    def with_zero_row(*args):
+        X = make(*args).clone()
+        X[0, 0] = 0  # pre_ln: norm(X) meets it at layer 1
+        return X
+
+    monkeypatch.setattr(batched, "make_input", with_zero_row)
+    c = {**DEFAULTS, "norm": "sphere", "placement": "pre", "skip": True, "depth": 3}
+    with pytest.warns(RuntimeWarning, match=r"zero rows \(left at zero\) in layers \[1\]"):
+        batched.run_group([c], samples=2)
+
+
+def test_theorem2_check_raises_on_a_zero_row_naming_the_layer(monkeypatch):
+    import rankcollapse.theory.sphere as thm2
+
+    monkeypatch.setattr(thm2, "haar_orthogonal", lambda d, g, batch: torch.zeros(*batch, d, d, dtype=torch.float64))
+    with pytest.raises(ConfigError, match=r"layer 0: SA-LN step undefined: rows \[\[0, 0\]"):
+        thm2.check_sphere_collapse("causal", n=4, d=3, depth=2, n_samples=2)
+
+
+def test_attention_system_follows_the_rule_without_a_tolerance():
+    from rankcollapse.theory.system import causal_uniform_system
+
+    X = sphere(torch.randn(3, 2, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64))[0]
+    unit = causal_uniform_system(torch.eye(2, dtype=torch.float64), 2)
+    tiny = causal_uniform_system(1e-310 * torch.eye(2, dtype=torch.float64), 2)  # rows of norm ~1e-310: defined
+    torch.testing.assert_close(tiny.step(X), unit.step(X), rtol=0, atol=1e-12)
+    zero = causal_uniform_system(torch.zeros(2, 2, dtype=torch.float64), 2)
+    with pytest.raises(ConfigError, match="zero before normalisation"):
+        zero.step(X)
+    assert bool(zero.step(X, check=False).isnan().all())

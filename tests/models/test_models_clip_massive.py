@@ -1,0 +1,84 @@
+"""``clip_massive``: the massive token's row is scaled to the median norm at the first
+block where it appears; a model without one is left bit for bit; it composes with
+``drop`` and ``mask`` and ignores padding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from family_configs import build, ids
+
+from rankcollapse.errors import ConfigError
+from rankcollapse.models import Recorder, as_loaded, intervene
+from rankcollapse.models.massive import MASSIVE_RATIO
+
+POINTS = ["layer.0.output", "layer.1.output", "layer.2.output"]
+
+
+def _inflate(model, block=1, row=0, factor=1000.0):
+    """A hook making ``row`` of ``block``'s output massive (registered before the clip)."""
+    def hook(module, args, output):
+        X = (output[0] if isinstance(output, tuple) else output).clone()
+        X[:, row] *= factor
+        return (X,) + output[1:] if isinstance(output, tuple) else X
+
+    return model.layers[block].register_forward_hook(hook)
+
+
+def _run(loaded, x, am, **kw):
+    with torch.no_grad(), intervene(loaded, attention_mask=am, **kw), Recorder(loaded, POINTS) as rec:
+        loaded.model(input_ids=x, attention_mask=am)
+    return rec.outputs
+
+
+def test_no_massive_token_leaves_the_model_bit_for_bit():
+    loaded = as_loaded(build("llama"))
+    x, am = ids(2, 9), torch.ones(2, 9, dtype=torch.long)
+    plain, clipped = _run(loaded, x, am), _run(loaded, x, am, clip_massive=True)
+    for p in POINTS:
+        norms = plain[p].double().norm(dim=-1)
+        assert float((norms.max(-1).values / norms.median(-1).values).max()) < MASSIVE_RATIO  # premise
+        assert torch.equal(plain[p], clipped[p]), p
+
+
+def test_massive_row_scaled_to_the_median_at_its_first_block():
+    loaded = as_loaded(build("llama"))
+    x, am = ids(2, 9), torch.ones(2, 9, dtype=torch.long)
+    handle = _inflate(loaded.model)
+    try:
+        inflated = _run(loaded, x, am)
+        clipped = _run(loaded, x, am, clip_massive=True)
+    finally:
+        handle.remove()
+    assert torch.equal(inflated["layer.0.output"], clipped["layer.0.output"])  # before the massive block
+    X = inflated["layer.1.output"].double()
+    norms = X.norm(dim=-1).numpy()
+    want = X.clone()
+    for b in range(2):
+        want[b, 0] *= np.median(norms[b]) / norms[b, 0]
+    torch.testing.assert_close(clipped["layer.1.output"].double(), want, rtol=1e-6, atol=1e-6)
+    got = clipped["layer.1.output"].double().norm(dim=-1)
+    np.testing.assert_allclose(got[:, 0].numpy(), np.median(norms, axis=1), rtol=1e-6)
+    assert not torch.equal(inflated["layer.2.output"], clipped["layer.2.output"])  # the model ran on from it
+
+
+def test_composes_with_drop_and_ignores_padding():
+    loaded = as_loaded(build("llama"))
+    x = ids(2, 9)
+    am = torch.ones(2, 9, dtype=torch.long)
+    am[1, 0] = 0  # window 1: the inflated position 0 is padding, not a real token
+    handle = _inflate(loaded.model)
+    try:
+        dropped = _run(loaded, x, am, drop="mlp:2")
+        both = _run(loaded, x, am, drop="mlp:2", clip_massive=True)
+    finally:
+        handle.remove()
+    n0 = both["layer.1.output"].double().norm(dim=-1)
+    real = n0[0].numpy()
+    assert float(n0[0, 0]) == pytest.approx(float(np.median(real)), rel=1e-6)  # window 0 clipped
+    assert torch.equal(both["layer.1.output"][1], dropped["layer.1.output"][1])  # window 1: padding ignored
+    with pytest.raises(ConfigError, match="needs the batch's attention_mask"):
+        with intervene(loaded, clip_massive=True):
+            pass
