@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from rankcollapse.cli import run
 from rankcollapse.errors import ConfigError
-from rankcollapse.experiments.executors import (
+from rankcollapse.sweep.executors import (
     check_executor, check_ray_reachable, make_executor, parse_ray_address,
 )
 

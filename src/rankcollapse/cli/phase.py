@@ -52,7 +52,7 @@ def phase(
     """Run every cell of the grid, label its regime (docs/phase.md) and write the report."""
     check_format(fmt)
     from .._io import check_writable
-    from ..experiments.executors import check_executor
+    from ..sweep.executors import check_executor
     from ..experiments.outdir import OutputFolder, check_own_or_empty, publish, staging_folder
     from ..phase.grid import check_cells, expand_grid, parse_axis
     from ..phase.report import write_report

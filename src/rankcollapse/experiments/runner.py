@@ -1,9 +1,9 @@
 """Run experiments: expand configs into units, compute the missing ones on the run's
-executor (:mod:`.executors`; cache in :mod:`.cache`, one Parquet file per unit written
-atomically, so an interrupted run resumes), assemble the tidy table in unit order,
-evaluate the claims, run nearby settings for claims not reproduced, and write the
-outputs into a folder the run owns (:mod:`.outdir`). ``COMPLETE`` is written last: a
-folder without it is not a finished run.
+executor with the sweep engine (:func:`rankcollapse.sweep.run_units`; one Parquet file
+per unit in the cache, written atomically, so an interrupted run resumes), assemble the
+tidy table in unit order, evaluate the claims, run nearby settings for claims not
+reproduced, and write the outputs into a folder the run owns (:mod:`.outdir`).
+``COMPLETE`` is written last: a folder without it is not a finished run.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -19,23 +19,25 @@ from typing import Any, Iterable, Iterator, Mapping
 import pandas as pd
 
 from .._deprecation import renamed_arguments
-from .._io import atomic_path, check_writable, config_hash, numerics_key, versions, write_json_atomic, write_text_atomic
+from .._io import atomic_path, check_writable, config_hash, versions, write_json_atomic, write_text_atomic
 from .._validate import check_device, check_int
 from ..errors import ConfigError, DataError
 from ..models.probe import check_positions
+from ..sweep.cache import UnitCache
+from ..sweep.context import RunContext, data_spec
+from ..sweep.engine import run_units
+from ..sweep.executors import check_executor, check_ray_reachable, make_executor
+from ..sweep.progress import UnitProgress
+from ..sweep.units import Unit, numerics_key, unit_labels
 from . import claims as claims_mod
 from .controls import evaluate_controls
-from .config import (Unit, claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
-                     unit_labels, with_override)
-from .cache import UnitCache, as_cache
-from .context import RunContext, data_spec
-from .executors import SerialExecutor, check_executor, check_ray_reachable, make_executor
+from .config import (claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
+                     with_override)
 from .outdir import MARKER, OutputFolder, check_own_or_empty, publish, staging_folder
 from . import report
-from .progress import UnitProgress
 from .result import RunResult
 from .table import normalise, rename_legacy
-from .units import EXECUTORS, _norm_of, mask_name
+from .units import _norm_of, mask_name
 
 log = logging.getLogger(__name__)
 #: Metrics recorded by nearby-setting runs: the ones the claim rules read.
@@ -91,74 +93,31 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
 def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path | UnitCache, *,
                   progress: bool | UnitProgress = True, title: str = "units", executor: Any = None,
                   labels: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, list[dict]]:
-    """Tidy rows of every unit, computing only those missing from ``cache``.
+    """Tidy rows of every unit, computing only those missing from ``cache``
+    (:func:`rankcollapse.sweep.run_units`).
 
     Parameters
     ----------
-    cache : a cache folder or a :class:`~.cache.UnitCache` (``recompute`` forces).
-    progress : report on stderr (:mod:`.progress`), or the run's :class:`UnitProgress`
+    cache : a cache folder or a :class:`~rankcollapse.sweep.UnitCache` (``recompute`` forces).
+    progress : report on stderr, or the run's :class:`~rankcollapse.sweep.UnitProgress`
         that already announced these units as part of its plan.
-    executor : where units run (:mod:`.executors`); default: the run's executor
-        (:func:`using_executor`), or serial in this process.
-    labels : ``{hash: label}`` of the units (default :func:`~.config.unit_labels`).
+    executor : where units run (:mod:`rankcollapse.sweep.executors`); default: the run's
+        executor (:func:`using_executor`), or serial in this process.
+    labels : ``{hash: label}`` of the units (default :func:`~rankcollapse.sweep.unit_labels`).
 
     Returns
     -------
     (table, timings) : the normalised table, rows in the order of ``units`` whatever
-        the order units finish in; one timing record per unit (:func:`_timing`).
-
-    Each computed unit is written to the cache, with its compute cost, as soon as it
-    arrives, so an interrupted run loses only the units in flight.
+        the order units finish in; one timing record per unit
+        (:func:`~rankcollapse.sweep.engine.unit_timing`).
     """
     units = list(units)
-    cache = as_cache(cache)
-    labels = labels or unit_labels(units)
-    executor = executor or _EXECUTOR.get() or SerialExecutor()
-    frames: dict[int, pd.DataFrame] = {}
-    timings: dict[int, dict] = {}
-    todo = []
-    for i in sorted(range(len(units)), key=lambda k: _share_key(units[k])):
-        u = units[i]
-        t0 = time.perf_counter()
-        df = cache.get(u)
-        if df is None:
-            todo.append(i)
-            continue
-        frames[i] = df
-        timings[i] = _timing(u, labels[u.hash], True, time.perf_counter() - t0, 0.0, "cache", cache.cost(u))
-    shared = isinstance(progress, UnitProgress)
-    with nullcontext(progress) if shared else UnitProgress(title, len(units), enabled=bool(progress)) as bar:
-        if not shared:
-            bar.start(len(frames), len(todo), getattr(executor, "workers", 1), executor.name)
-        if todo:
-            bar.running(labels[units[todo[0]].hash])
-        for done in executor.map([units[i] for i in todo], ctx, EXECUTORS):
-            i = todo[done.index]
-            cost = {"seconds": round(done.wall, 3), "cpu_seconds": round(done.cpu, 3), "worker": done.worker,
-                    "computed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            cache.put(units[i], done.frame, cost)
-            frames[i] = done.frame
-            timings[i] = _timing(units[i], labels[units[i].hash], False, done.wall, done.cpu, done.worker, cost)
-            bar.finished(labels[units[i].hash], done.wall, done.worker)
-            left = [k for k in todo if k not in frames]
-            if left:
-                bar.running(labels[units[left[0]].hash])
+    frames, timings = run_units(units, ctx, cache, executor=executor or _EXECUTOR.get(), progress=progress,
+                                title=title, labels=labels or unit_labels(units), order=_share_key)
     # table rows in unit order, whatever the compute order
-    parts = [frames[i].assign(experiment=units[i].experiment) for i in range(len(units))]
+    parts = [f.assign(experiment=u.experiment) for f, u in zip(frames, units)]
     table = normalise(pd.concat(parts, ignore_index=True)) if parts else normalise(pd.DataFrame())
-    return table, [timings[i] for i in sorted(timings, key=lambda k: _share_key(units[k]))]
-
-
-def _timing(u: Unit, label: str, cached: bool, wall: float, cpu: float, worker: str,
-            cost: dict[str, Any] | None) -> dict[str, Any]:
-    """One unit's record: ``seconds``/``cpu_seconds`` spent on it by this run (reading
-    the cache, or computing it), and ``compute_seconds``/``compute_cpu_seconds``, what
-    computing its numbers cost wherever and whenever they were computed (kept with the
-    cache entry; ``None`` for an entry of an earlier version that did not keep it)."""
-    cost = cost or {}
-    return {"unit": label, "hash": u.hash, "kind": u.kind, "cached": cached, "seconds": round(wall, 3),
-            "cpu_seconds": round(cpu, 3), "worker": worker, "compute_seconds": cost.get("seconds"),
-            "compute_cpu_seconds": cost.get("cpu_seconds"), "computed_at": cost.get("computed_at")}
+    return table, timings
 
 
 @contextmanager

@@ -1,4 +1,6 @@
-"""Executors of the unit kinds: each turns one :class:`~.config.Unit` into tidy rows.
+"""The experiments' unit kinds: each function turns one :class:`~rankcollapse.sweep.Unit`
+into tidy rows, and is registered with the sweep engine at the end of this module
+(kind -> function, version; group ``experiments``, the kinds a config may name).
 
 They only call the public APIs of the other areas (``masks.parse_mask``,
 ``dynamics.simulate``, ``dynamics.pretrained``, ``models.probe``/``embed``,
@@ -16,8 +18,8 @@ import pandas as pd
 import torch
 
 from ..errors import ConfigError, RankCollapseError
-from .config import Unit
-from .context import RunContext
+from ..sweep.context import RunContext
+from ..sweep.units import Unit, register_unit_kind
 from .table import normalise, rows_from_metrics
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_ratio")
@@ -221,9 +223,12 @@ def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     return normalise(fn(unit.params, ctx), labels)
 
 
-EXECUTORS: dict[str, Callable[[Unit, RunContext], pd.DataFrame]] = {
-    "simulate": run_simulate,
-    "pretrained_sa": run_pretrained_sa,
-    "probe": run_probe,
-    "theory": run_theory,
-}
+# A kind's version is bumped when a change alters its units' labels or numbers (probe 3:
+# windows probed in batches, float32 rounding differs; simulate and pretrained_sa 3:
+# ``dtype`` is the compute type, float64, not the embeddings' float32; theory 4: C10's
+# perturbed and random-start counts, and the control system's). ``NUMERICS_VERSION`` and
+# the numeric libraries' versions change every key (rankcollapse.sweep.units).
+register_unit_kind("simulate", run_simulate, version=3, group="experiments")
+register_unit_kind("probe", run_probe, version=3, group="experiments")
+register_unit_kind("pretrained_sa", run_pretrained_sa, version=3, group="experiments")
+register_unit_kind("theory", run_theory, version=4, group="experiments")

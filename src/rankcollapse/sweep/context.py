@@ -1,6 +1,8 @@
 """Shared inputs of one run: texts, token windows, loaded models and X(0) embeddings.
 
-Loaded once per process and handed to every unit (no module-level state).
+Loaded once per process and handed to every unit (no module-level state): the driver
+builds one for the units it runs itself, each worker process of an executor builds its
+own from the run's data spec and device (:mod:`.executors`).
 """
 
 from __future__ import annotations

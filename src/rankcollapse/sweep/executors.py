@@ -22,13 +22,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import pandas as pd
 
 from ..errors import ConfigError, excerpt
-from .config import Unit
 from .context import RunContext
+from .units import Unit, UnitFn
 
 #: Intra-op torch threads of every unit, under every executor (see the module docstring).
 UNIT_THREADS = 1
@@ -40,8 +40,6 @@ RAY_CONNECT_TIMEOUT_S = 3.0
 #: How often a unit whose worker died is resubmitted (Ray ``max_retries``; the process
 #: pool is rebuilt this many times).
 RETRIES = 3
-
-UnitFn = Callable[[Unit, RunContext], pd.DataFrame]
 
 
 @dataclass
@@ -119,10 +117,7 @@ def _exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _worker_run(unit: Unit, table: Mapping[str, UnitFn] | None = None) -> tuple[pd.DataFrame, float, float, str]:
-    if table is None:  # the experiments' units; other callers pass their own table
-        from .units import EXECUTORS as table
-
+def _worker_run(unit: Unit, table: Mapping[str, UnitFn]) -> tuple[pd.DataFrame, float, float, str]:
     return run_unit(unit, _WORKER["ctx"], table)
 
 
@@ -177,17 +172,18 @@ class ProcessExecutor:
 
 
 # --- Ray --------------------------------------------------------------------------------
-def _ray_run_unit(unit: Unit, data: dict[str, Any], device: str) -> tuple[pd.DataFrame, float, float, str]:
+def _ray_run_unit(unit: Unit, data: dict[str, Any], device: str, table: Mapping[str, UnitFn]
+                  ) -> tuple[pd.DataFrame, float, float, str]:
     """The Ray task: runs in a Ray worker process, which keeps one run context per data
-    spec between tasks (workers are reused)."""
+    spec between tasks (workers are reused). ``table``: the unit kinds' functions,
+    pickled by reference (the worker imports their modules, which register the kinds)."""
     from .._io import config_hash
-    from .units import EXECUTORS
 
     key = config_hash([data, device])
     if _WORKER.get("key") != key:
         _init_worker(data, device)
         _WORKER["key"] = key
-    return run_unit(unit, _WORKER["ctx"], EXECUTORS)
+    return run_unit(unit, _WORKER["ctx"], table)
 
 
 class RayExecutor:
@@ -228,7 +224,8 @@ class RayExecutor:
     def map(self, units: list[Unit], ctx: RunContext, table: Mapping[str, UnitFn]) -> Iterator[Done]:
         import ray
 
-        refs = {self._task.remote(u, self._data, self._device): i for i, u in enumerate(units)}
+        table = dict(table)
+        refs = {self._task.remote(u, self._data, self._device, table): i for i, u in enumerate(units)}
         try:
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1)
