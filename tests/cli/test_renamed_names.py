@@ -107,7 +107,7 @@ def test_windows_n_tokens_and_make_windows_alias():
 
 def test_api_errors_name_arguments_not_flags():
     from rankcollapse.experiments import runner
-    from rankcollapse.experiments.executors import check_executor
+    from rankcollapse.sweep.executors import check_executor
 
     for kw in (dict(seed=-1), dict(seed=0, overrides={"n_windows": 0})):
         with pytest.raises(ConfigError) as exc:

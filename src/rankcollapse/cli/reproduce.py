@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
             return
         from .._validate import check_int
-        from ..experiments.executors import check_executor
+        from ..sweep.executors import check_executor
         from ..experiments.runner import run_experiment
 
         # the options by their flags (run_experiment's own messages name its arguments)
