@@ -140,7 +140,8 @@ class Attention:
 
     def __call__(self, X: torch.Tensor, lw: LayerWeights, x_peak: float | None = None) -> torch.Tensor:
         """Attention output ``(B, N, d)``; ``x_peak`` = ``max |X|`` if the caller knows it."""
-        Q, K, V = project_qkv(X, lw, uniform=self.uniform, scratch=self._scratch)  # (B, H, N, d_head)
+        split = self.operator is not None and self.operator.kind == "diff"  # halves of the real q and k
+        Q, K, V = project_qkv(X, lw, uniform=self.uniform, scratch=self._scratch, split_qk=split)  # (B, H, N, d_head)
         scale = self.default_scale if lw.scale is None else lw.scale
         if self.operator is not None:
             return self._operator(X, Q, K, V, lw, scale)

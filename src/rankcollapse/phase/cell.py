@@ -39,7 +39,8 @@ NEAR_IDENTITY_NOISE = 0.1  # std * sqrt(d) of the noise added to a I (fixed, doc
 def block_config(cell: dict[str, Any]) -> BlockConfig:
     """The :class:`BlockConfig` of a cell: its ``norm``, ``placement`` and ``alpha`` axes
     are the config's fields (``placement="none"``: the theory's ``X <- norm(SA(X))``)."""
-    return BlockConfig(norm=cell["norm"], placement=cell["placement"], alpha=float(cell["alpha"]))
+    return BlockConfig(norm=cell["norm"], placement=cell["placement"], alpha=float(cell["alpha"]),
+                       attention=cell.get("attention", "softmax"))
 
 
 #: value family -> its registry parameters for the value scale ``a`` of ``cell`` (W_V = draw(family, **params))
@@ -156,7 +157,7 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
     mask = parse_mask(cell["mask"], N)
     info = analyze(mask)
     cfg = block_config(cell)
-    trajectories, envelopes = [], []
+    trajectories, envelopes, finals, deficits = [], [], [], []
     eps_min = 1.0
     for s in range(seed, seed + seeds):
         X0 = make_input(cell["input"], samples, N, d, s)
@@ -178,9 +179,31 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
         eps_b = torch.stack([A.masked_fill(~dense, 1.0).flatten(1).amin(1) for A in res.attention]).amin(0)
         envelopes.append(_envelope(cell, info, res.metrics["mu"].numpy(), X0, eps_b.numpy(),
                                    np.zeros(samples, dtype=bool)))
+        deficit = torch.stack([1.0 - A.sum(-1).mean(dim=(-1, -2)) for A in res.attention]).mean(0)  # (samples,)
+        finals.append(res.states[-1])
+        deficits.append(deficit)
     row = label_cell(trajectories)
     row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_measured=eps_min)
     row.update(_envelope_columns(_join(envelopes), slice(None)))
+    if finals:  # the trajectories of seeds that did not overflow
+        row.update(operator_columns(torch.cat(finals), torch.cat(deficits), torch.zeros(sum(len(f) for f in finals),
+                                    dtype=torch.bool), slice(None)))
+    else:
+        row.update(row_mass_deficit=float("nan"), norm_spread=float("nan"))
     row["value_log_norm"] = value_log_norm(cell, range(seed, seed + seeds))
     row.update(theory_prediction(cell, info, eps_min, row["value_log_norm"]))
     return row
+
+
+def operator_columns(X: torch.Tensor, deficit: torch.Tensor, diverged: torch.Tensor, part: slice) -> dict[str, float]:
+    """Per cell, over its trajectories that did not diverge: ``row_mass_deficit`` (mean over
+    layers and queries of ``1 - sum_j A_ij``: 0 for softmax, > 0 with a sink) and
+    ``norm_spread`` (median of ``max_i ||x_i|| / min_i ||x_i||`` at the last layer; NaN where
+    a token is zero)."""
+    ok = ~diverged[part]
+    if not bool(ok.any()):
+        return {"row_mass_deficit": float("nan"), "norm_spread": float("nan")}
+    norms = torch.linalg.vector_norm(X[part][ok], dim=-1)
+    low = norms.amin(-1)
+    spread = torch.where(low > 0, norms.amax(-1) / low.clamp_min(torch.finfo(norms.dtype).tiny), float("nan"))
+    return {"row_mass_deficit": float(deficit[part][ok].mean()), "norm_spread": float(spread.median())}

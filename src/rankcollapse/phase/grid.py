@@ -113,8 +113,16 @@ def _mask(text: str) -> str:
         raise ConfigError(str(exc)) from None
 
 
+def _attention(text: str) -> str:
+    """An attention operator spec (``;`` for the commas inside it), as its canonical spec."""
+    from ..dynamics.operators import parse_attention
+
+    return parse_attention(text.replace(";", ",")).spec
+
+
 #: axis name -> (parser of one value, default). ``d_qk`` 0 means "= d_model". ``norm``,
-#: ``placement`` and ``alpha`` are the :class:`~rankcollapse.dynamics.config.BlockConfig`
+#: ``placement``, ``alpha`` and ``attention`` (softmax or an operator of
+#: :mod:`rankcollapse.dynamics.operators`) are the :class:`~rankcollapse.dynamics.config.BlockConfig`
 #: fields of the cell's layer; ``alpha`` not given is the placement's own (0 for ``none``,
 #: 1 for ``post_ln`` and ``pre_ln``).
 AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
@@ -131,6 +139,7 @@ AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "depth": (_int(1, 1024), 64),
     "shared": (_bool, False),
     "input": (_input, "gaussian"),
+    "attention": (_attention, "softmax"),
 }
 DEFAULTS = {name: default for name, (_, default) in AXES.items()}
 _PARSERS = {**{name: parse for name, (parse, _) in AXES.items()}, "skip": _bool}
