@@ -176,13 +176,14 @@ def test_axes_are_block_config_fields_and_old_spellings_run_as_before():
 
 def test_cli_old_axis_spellings_get_one_note_each(tmp_path):
     res = subprocess.run([*CLI, "phase", "--axis", "skip=off,on", "--axis", "norm=sphere_sqrtd", "--depth", "2",
-                          "--n-tokens", "4", "--d-model", "2", "--samples", "1", "--out", str(tmp_path / "p"),
+                          "--n-tokens", "4", "--d-model", "2", "--n-samples", "1", "--out", str(tmp_path / "p"),
                           "--format", "json"], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     notes = res.stderr.strip().splitlines()
-    assert notes == ["rankcollapse: note: --axis skip is deprecated; use --axis alpha=0,1 (the skip weight) with "
-                     "placement post_ln or pre_ln (removed in 0.3.0)",
-                     "rankcollapse: note: --axis norm=sphere_sqrtd is deprecated; use 'rmsnorm' (removed in 0.3.0)"]
+    assert notes == ["rankcollapse: note: --axis skip is deprecated and will be removed in 0.3.0; use --axis alpha=0,1 "
+                     "(the skip weight) with placement post_ln or pre_ln",
+                     "rankcollapse: note: --axis norm=sphere_sqrtd is deprecated and will be removed in 0.3.0; use "
+                     "'rmsnorm'"]
     cells = json.loads(res.stdout)["cells"]
     assert [(c["alpha"], c["norm"]) for c in cells] == [(0.0, "rmsnorm"), (1.0, "rmsnorm")]
 

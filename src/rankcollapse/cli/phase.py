@@ -132,7 +132,7 @@ def _notes(caught: list) -> None:
         value = value.strip("'")
         notes.setdefault(f"--axis {value}" if what == "axis" else f"--axis {what}={value}", new)
     for spelled, new in notes.items():
-        deprecated(spelled, f"{new} (removed in 0.3.0)")
+        deprecated(spelled, new)  # the note names the removal version
 
 
 def _moved(path: str, stage: Path, out: Path) -> str:

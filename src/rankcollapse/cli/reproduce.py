@@ -87,6 +87,10 @@ def register(app: typer.Typer) -> None:
             if value is not None:
                 check_int(value, flag, low=1)
         check_executor(executor, workers=workers, address=address, flags=True)
+        if cache_dir is not None:  # named by its flag here; the API names its argument
+            from .._io import check_writable
+
+            check_writable(cache_dir, folder=True, option="--cache-dir")
         if out is not None and not allow_nonempty:
             from ..experiments.outdir import check_own_or_empty
 
