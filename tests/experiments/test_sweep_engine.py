@@ -158,7 +158,7 @@ def test_cli_second_run_into_same_out_exits_2_naming_the_first(fake, tmp_path, m
     assert exit_.value.code == 2 and out == "" and fake.calls == 0
     assert err.strip().splitlines() == [
         f"rankcollapse: error: {tmp_path / 'out'} is in use by {_describe(tmp_path / 'out')}; "
-        "wait for it (--wait) or choose another --out"]
+        "wait for that run to finish or choose another output folder"]
 
 
 def _describe(out):
@@ -216,7 +216,7 @@ def test_a_foreign_nonempty_out_is_refused_unless_allowed(fake, tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "thesis.tex").write_text("user data")
-    with pytest.raises(ConfigError, match="--allow-nonempty"):
+    with pytest.raises(ConfigError, match="pass allow_nonempty=True to write beside"):
         runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)
     assert sorted(p.name for p in out.iterdir()) == ["thesis.tex"]  # nothing created
     runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False, allow_nonempty=True)
@@ -247,8 +247,8 @@ def test_progress_bar_on_a_terminal_shows_counts(capsys):
 
 @pytest.mark.parametrize("kw, message", [
     ({"name": "threads"}, "unknown executor 'threads'"),
-    ({"name": "processes", "workers": 0}, "--workers must be >= 1"),
-    ({"name": "processes", "address": "auto"}, "--address needs --executor ray"),
+    ({"name": "processes", "workers": 0}, "workers must be >= 1"),
+    ({"name": "processes", "address": "auto"}, "address needs executor=ray"),
 ])
 def test_executor_options_are_checked(kw, message):
     with pytest.raises(ConfigError, match=message):

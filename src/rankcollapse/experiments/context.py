@@ -118,7 +118,7 @@ class RunContext:
         if key not in self._windows:
             tok = self.model(model).require_tokenizer()
             self._windows[key] = data.make_windows(
-                self.texts(), tok, length=self.data["length"], n_windows=n_windows, seed=self.data["seed"]
+                self.texts(), tok, n_tokens=self.data["length"], n_windows=n_windows, seed=self.data["seed"]
             )
         return self._windows[key]
 

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd
 
+from .._deprecation import renamed_arguments
 from .._io import atomic_path, check_writable, config_hash, numerics_key, versions, write_json_atomic, write_text_atomic
 from .._validate import check_device, check_int
 from ..errors import ConfigError, DataError
@@ -60,7 +61,7 @@ def check_overrides(overrides: dict[str, Any], length: int) -> None:
 
     for spec in overrides.get("masks") or ():
         parse_mask(spec, length)
-    for key, option in (("depth", "--depth"), ("n_windows", "--samples")):
+    for key, option in (("depth", "overrides['depth']"), ("n_windows", "overrides['n_windows']")):
         if overrides.get(key) is not None:
             check_int(overrides[key], option, low=1)
 
@@ -75,7 +76,7 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
         ``seed`` not an integer >= 0, bad overrides (:func:`check_overrides`), an
         unknown experiment or scale, an unreadable text file.
     """
-    seed = check_int(seed, "--seed", low=0)
+    seed = check_int(seed, "seed", low=0)
     overrides = overrides or {}
     cfgs = [load_config(n) for n in resolve_names(name)]
     data = data_spec(text, length, seed)
@@ -301,8 +302,9 @@ def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units:
     return table, timings
 
 
+@renamed_arguments(length="n_tokens")
 def run_experiment(name: str | None = "main", scale: str = "quick", out: str | Path | None = None, seed: int = 0, *,
-                   text: str | Path | None = None, length: int = 128, cache_dir: str | Path | None = None,
+                   text: str | Path | None = None, n_tokens: int = 128, cache_dir: str | Path | None = None,
                    overrides: dict[str, Any] | None = None, device: str = "cpu", progress: bool = True,
                    nearby: bool = True, write: bool = True, executor: str = "serial", workers: int | None = None,
                    address: str | None = None, recompute: bool = False, wait: bool = False,
@@ -315,7 +317,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     out : output folder (default ``runs/<UTC time>``); held exclusively while the run lives.
     seed : seeds the window order and (``seed + k``) the weights of seed ``k``.
     text : a UTF-8 text file (one document per line) or JSONL instead of Wikipedia.
-    length : tokens per window (N).
+    n_tokens : tokens per window N (deprecated alias ``length``).
     overrides : ``masks`` (list of specs), ``depth``, ``n_windows``, ``extra_models``.
     nearby : run the pre-registered nearby settings of claims not reproduced.
     executor, workers, address : where units run (:func:`.executors.make_executor`);
@@ -348,7 +350,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     result = run_experiment("fig4", "smoke", out=f"{tmp}/run", cache_dir=f"{tmp}/cache", length=16,
+    ...     result = run_experiment("fig4", "smoke", out=f"{tmp}/run", cache_dir=f"{tmp}/cache", n_tokens=16,
     ...                             overrides={"depth": 2, "n_windows": 2}, progress=False, nearby=False, write=False)
     >>> sorted(result.table["source"].unique())
     ['pretrained_sa', 'probe']
@@ -357,18 +359,18 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     """
     t0, usage0 = time.perf_counter(), _cpu_seconds()
     # every argument is checked before the first write (output folder, cache entry)
-    seed = check_int(seed, "--seed", low=0)
-    length = check_int(length, "--n-tokens", low=2)
+    seed = check_int(seed, "seed", low=0)
+    length = check_int(n_tokens, "n_tokens", low=2)
     device = str(check_device(device))
     cfgs, units, data = plan(name, scale, seed, text=text, length=length, overrides=overrides)
     ctx = RunContext(data, device)
     out = Path(out) if out is not None else Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     cache = UnitCache(Path(cache_dir) if cache_dir is not None else default_cache_dir(out), recompute=recompute)
     if write:
-        check_writable(out, folder=True, option="--out")
+        check_writable(out, folder=True, option="out")
         if not allow_nonempty:
             check_own_or_empty(out)
-    check_writable(cache.root, folder=True, option="--cache-dir")
+    check_writable(cache.root, folder=True, option="cache_dir")
     check_executor(executor, workers=workers, address=address)
     if executor == "ray" and address is not None:
         check_ray_reachable(address)  # before --out is locked: a refused run leaves nothing behind

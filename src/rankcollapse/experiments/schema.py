@@ -31,7 +31,10 @@ class Data(_Strict):
     seed: Optional[int] = None
 
 
-class Unit(_Strict):
+class UnitSpec(_Strict):
+    """A config file's ``units`` entry: a kind, a grid and fixed parameters; it expands into
+    many :class:`rankcollapse.experiments.config.Unit` (one per grid point)."""
+
     kind: Literal["simulate", "probe", "pretrained_sa", "theory"]
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
@@ -135,7 +138,7 @@ class ExperimentConfig(_Strict):
     title: str
     data: Data
     scales: dict[str, dict[str, Any]]
-    units: list[Unit]
+    units: list[UnitSpec]
     plots: list[Plot] = Field(default_factory=list)
     claims: list[Claim] = Field(default_factory=list)
     claims_from: Any = None

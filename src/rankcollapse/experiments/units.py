@@ -18,7 +18,7 @@ import torch
 from ..errors import ConfigError, RankCollapseError
 from .config import Unit
 from .context import RunContext
-from .table import normalise, rows_from_metrics, summarise
+from .table import normalise, rows_from_metrics
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_ratio")
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -202,16 +202,11 @@ def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
 
 def _probe_per_window(probe: Callable, loaded: Any, win: Any, drop: tuple, metrics: list[str], batch_size: int
                       ) -> pd.DataFrame:
-    """``models.probe`` over all windows in batches, plus each row's per-window values
-    (the ``values`` column, window order); the statistics are recomputed from those
-    values with :func:`table.summarise`, as for simulated rows."""
+    """``models.probe`` over all windows in batches, with each row's per-window values
+    (the ``values`` column, window order); its statistics come from the same summariser
+    as the simulated rows' (:mod:`rankcollapse.summary`)."""
     # no bar of its own: the sweep's progress (one line or bar per unit) is the run's
-    df = probe(loaded, win, drop=drop, metrics=metrics, batch_size=batch_size, per_window=True, progress=False)
-    rows = []
-    for layer, point, metric, arr in df[["layer", "point", "metric", "values"]].itertuples(index=False):
-        stats = {k: float(x[0]) for k, x in summarise(np.asarray(arr, dtype=np.float64)[None, :]).items()}
-        rows.append({"layer": layer, "point": point, "metric": metric, **stats, "values": arr})
-    return pd.DataFrame(rows)
+    return probe(loaded, win, drop=drop, metrics=metrics, batch_size=batch_size, per_window=True, progress=False)
 
 
 def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
@@ -219,7 +214,7 @@ def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     from . import theory_units
 
     check = unit.params["check"]
-    fn = getattr(theory_units, f"check_{check}", None)
+    fn = getattr(theory_units, f"rows_{check}", None)
     if fn is None:
         raise ConfigError(f"unknown theory check {check!r}")
     labels = {k: v for k, v in _labels(unit, model="theory", variant=check).items() if k not in ("mask", "mask_spec")}

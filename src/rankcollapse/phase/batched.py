@@ -1,7 +1,7 @@
 """Many phase cells in one batched simulation.
 
 Cells that share the tensor shapes and the block (``n_tokens, d_model, d_qk, depth,
-mask, norm, placement, skip, input``) differ only in their weights, so they run as one
+mask, norm, placement, alpha, input``) differ only in their weights, so they run as one
 batch: element ``b`` of the batch carries its own ``W_Q, W_K, W_V`` per layer and every
 layer is one call of :func:`rankcollapse.dynamics.single_head.single_head_layer`, the
 dynamics' fast path for one head without MLP (it agrees with
@@ -28,7 +28,7 @@ from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
 
 #: the axes a batch must share
-GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "skip", "input")
+GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "alpha", "input")
 
 
 def _stack(cells: list[dict[str, Any]], seeds: range, samples: int, depth: int):
@@ -101,7 +101,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     for i, cell in enumerate(cells):
         row = label_cell(trs[i * per:(i + 1) * per])
         e = float(eps_min[i * per:(i + 1) * per].min())
-        row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_min=e)
+        row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_measured=e)
         row.update(_envelope_columns(env, slice(i * per, (i + 1) * per)))
         row["value_log_norm"] = value_log_norm(cell, seed_range)
         row.update(theory_prediction(cell, info, e, row["value_log_norm"]))

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from .._deprecation import renamed_arguments
 from .._io import code_fingerprint, config_hash
 from .batched import GROUP_KEYS, run_group
 from .grid import check_cells
@@ -65,7 +66,8 @@ def batches(cells: list[dict[str, Any]], size: int) -> list[list[int]]:
 TABLE = {"phase_cell": cell_unit}
 
 
-def run_phase(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, seed: int = 0,
+@renamed_arguments(samples="n_samples")
+def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1, seed: int = 0,
               cache_dir: str | Path, executor: str = "serial", workers: int | None = None,
               address: str | None = None, progress: bool = False) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Rows of every cell (in cell order), computing only batches missing from the cache.
@@ -102,9 +104,9 @@ def run_phase(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     >>> timing["computed"], again["computed"]
     (2, 0)
     """
-    check_cells(cells, samples)
+    check_cells(cells, n_samples)
     parts = batches(cells, BATCH_CELLS)
-    units = [CellUnit("phase_cell", {"cells": [cells[i] for i in part], "samples": int(samples), "seeds": int(seeds),
+    units = [CellUnit("phase_cell", {"cells": [cells[i] for i in part], "samples": int(n_samples), "seeds": int(seeds),
                                      "seed": int(seed)}) for part in parts]
     cache = UnitCache(Path(cache_dir))
     cache.remove_orphans()
