@@ -276,3 +276,14 @@ def test_cli_runs_a_new_placement_and_refuses_a_missing_setting(monkeypatch, cap
     assert doc["settings"]["block"]["qk_norm"] is True
     assert doc["layers"][0]["angular_speed"] is None and doc["layers"][1]["angular_speed"] > 0
     assert doc["layers"][2]["token_radius"] > 0
+
+
+def test_phase_axes_offer_only_what_the_fast_path_runs():
+    """The phase sweep runs single_head_layer: the issue-30 norms and placements are
+    refused when the axis is parsed, not in the middle of a sweep."""
+    from rankcollapse.phase.grid import parse_axis
+
+    for axis in ("norm=dyt", "placement=peri", "placement=ngpt", "placement=mix", "placement=lns"):
+        with pytest.raises(ConfigError, match="expected one of"):
+            parse_axis(axis)
+    assert parse_axis("norm=rmsnorm,sphere") == ("norm", ["rmsnorm", "sphere"])

@@ -24,12 +24,10 @@ from __future__ import annotations
 import torch
 
 from .attention import attention_weights, masked_softmax
-from .config import BlockConfig
+from .config import FAST_NORMS, FAST_PLACEMENTS, BlockConfig
 from .layers import apply_norm, sphere
 from ..errors import ConfigError
 
-#: the placements this path implements (the others run in :func:`~.runner.simulate`)
-FAST_PLACEMENTS = ("none", "post_ln", "pre_ln")
 
 
 def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor,
@@ -69,7 +67,7 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
     """
     if cfg.n_heads != 1 or cfg.mlp or cfg.out_proj or cfg.attention != "softmax":
         raise ConfigError("single_head_layer runs one softmax head without MLP or W_O; use simulate")
-    if cfg.placement not in FAST_PLACEMENTS or cfg.norm == "dyt" or cfg.qk_norm:
+    if cfg.placement not in FAST_PLACEMENTS or cfg.norm not in FAST_NORMS or cfg.qk_norm:
         raise ConfigError(f"single_head_layer implements placements {FAST_PLACEMENTS} without dyt or qk_norm; "
                           f"placement {cfg.placement!r}, norm {cfg.norm!r}, qk_norm={cfg.qk_norm} run in simulate")
     norm = lambda Y: _norm(Y, cfg, zero_rows, direct_sphere)  # noqa: E731
