@@ -389,7 +389,8 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
         the default, ``shared=True`` or a head count other than theirs is refused (it
         would be ignored); the config records their heads and ``W_O``.
     metrics : names from ``rankcollapse.metrics.METRICS`` (default ``("mu",
-        "mu_relative")``), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
+        "mu_relative")``) or ``STEP_METRICS`` (``angular_speed``: of X(t-1), X(t), NaN in
+        row 0), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
     seed : weight seed. dtype : float32 (default) or float64. device : default X0's.
     n_heads : heads (default ``variant.n_heads``). shared : one layer's weights for all.
     path : ``"dense"``, ``"blocked"`` (windowed kernel, memory O(edges), :mod:`.sparse`),
