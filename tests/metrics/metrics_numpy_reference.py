@@ -199,6 +199,14 @@ def alpha_req(X):
 ALL.update({fn.__name__: fn for fn in (
     max_norm_ratio, max_norm_position, top_singular_share, max_token_sigma_share, matrix_entropy, alpha_req)})
 
+
+def token_radius(X):
+    """(1/N) sum_i ||x_i||."""
+    return float(np.linalg.norm(X, axis=1).mean())
+
+
+ALL["token_radius"] = token_radius
+
 #: Registry metrics undefined below rank two (a MetricError there): the rest are
 #: computed on every input of the "all" tests.
 NEEDS_RANK_TWO = frozenset({"alpha_req"})

@@ -143,3 +143,61 @@ def test_phase_rate_is_the_old_polyfit_to_round_off():
                 assert fit_log10_rate(m) == pytest.approx(old, rel=1e-14, abs=1e-15)
     assert fit_log10_rate(np.array([0.5, 1e-20, 1e-30])) == np.log10(RATE_FLOOR) - np.log10(0.5)  # fell in one layer
     assert math.isnan(fit_log10_rate(np.array([1e-20, 1e-30])))
+
+
+# ---- exponential against power law (fit_decay_law) -----------------------------------------
+
+def test_exact_exponential_and_power_law_are_told_apart():
+    from rankcollapse.metrics.rate import fit_decay_law
+
+    t = np.arange(65.0)
+    exp_ = 0.3 * np.exp(-0.2 * t)
+    pow_ = 0.3 * np.maximum(t, 1.0) ** -2.0  # t = 0 is left out (log t)
+    fit = fit_decay_law(np.stack([exp_, pow_], axis=1), floor=0.0)
+    assert list(fit.law) == ["exponential", "power"]
+    np.testing.assert_allclose(fit.r2_exponential[0], 1.0, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(fit.r2_power[1], 1.0, rtol=0, atol=1e-13)
+    # the wrong law scores corr(t, log t)^2 in both cases (R^2 is a squared correlation)
+    assert fit.r2_power[0] < 0.9 and fit.r2_exponential[1] < 0.9
+    np.testing.assert_allclose(fit.rate[0], -0.2, rtol=1e-12)
+    np.testing.assert_allclose(fit.exponent[1], -2.0, rtol=1e-12)
+    assert list(fit.n_layers) == [64, 64]
+
+
+def test_law_r_squared_equals_polyfit_on_noise():
+    """Independent reference: R^2 = 1 - SSR/SST of numpy's polyfit residuals. Pure noise
+    around a constant has no law: both R^2 small; a noisy power law is called a power law."""
+    from rankcollapse.metrics.rate import fit_decay_law
+
+    rng = np.random.default_rng(5)
+    t = np.arange(1.0, 65.0)
+    noise = np.exp(rng.normal(0, 0.3, (64, 2)))
+    noisy_power = 0.5 * t**-1.5 * np.exp(rng.normal(0, 0.05, 64))
+    v = np.column_stack([noise, noisy_power])
+    fit = fit_decay_law(v, floor=0.0, layers=t)
+
+    def r2(x, y):
+        res = y - np.polyval(np.polyfit(x, y, 1), x)
+        return 1 - (res @ res) / ((y - y.mean()) @ (y - y.mean()))
+
+    for b in range(3):
+        y = np.log(v[:, b])
+        assert fit.r2_exponential[b] == pytest.approx(r2(t, y), rel=1e-9)
+        assert fit.r2_power[b] == pytest.approx(r2(np.log(t), y), rel=1e-9)
+    assert max(fit.r2_exponential[:2].max(), fit.r2_power[:2].max()) < 0.2
+    assert fit.law[2] == "power" and fit.exponent[2] == pytest.approx(-1.5, abs=0.05)
+
+
+def test_law_fit_stops_at_the_floor_and_needs_three_layers():
+    from rankcollapse.metrics.rate import fit_decay_law
+
+    t = np.arange(10.0)
+    v = np.exp(-t)
+    v[6:] = 1e-20  # round-off: left out, with everything after it
+    fit = fit_decay_law(v, floor=1e-16)
+    assert fit.n_layers[0] == 5 and fit.law[0] == "exponential"
+    short = fit_decay_law(np.array([1.0, 0.5, 0.25]), floor=0.0)  # two layers with t > 0
+    assert np.isnan(short.r2_power[0]) and short.law[0] == "undecided"
+    assert fit_decay_law(torch.from_numpy(v), floor=1e-16).rate[0] == pytest.approx(-1.0, rel=1e-12)
+    with pytest.raises(ConfigError):
+        fit_decay_law(np.ones((2, 2, 2)), floor=0.0)

@@ -110,9 +110,17 @@ def simulate_command(
     n_tokens: int = typer.Option(128, "--n-tokens", help="tokens per sample N"),
     depth: int = typer.Option(32, "--depth", help="layers T"),
     variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln (ln, skip_ln: deprecated)"),
-    norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm"),
-    placement: str = typer.Option(None, "--placement", help="override: none | post_ln | pre_ln (theory: "
-                                  "deprecated); post_ln/pre_ln keep a residual (alpha 1) unless --alpha 0"),
+    norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm | dyt (tanh, "
+                             "--dyt-alpha)"),
+    placement: str = typer.Option(None, "--placement", help="override: none | post_ln | pre_ln | peri | mix "
+                                  "(--mix-layers) | lns | ngpt (--alpha-ngpt, norm sphere) (theory: deprecated); "
+                                  "all but none keep a residual (alpha 1) unless --alpha 0"),
+    mix_layers: int = typer.Option(None, "--mix-layers", help="placement mix: leading post-LN layers"),
+    alpha_ngpt: float = typer.Option(None, "--alpha-ngpt", help="placement ngpt: step alpha (default 0.05)"),
+    dyt_alpha: float = typer.Option(None, "--dyt-alpha", help="norm dyt: slope of tanh(alpha x) (default 0.5)"),
+    qk_norm: bool = typer.Option(None, "--qk-norm/--no-qk-norm", help="unit queries and keys, scores g cos "
+                                 "(--qk-scale g, default log2(N^2 - N))"),
+    qk_scale: float = typer.Option(None, "--qk-scale", help="with --qk-norm: the score scale g"),
     alpha: float = typer.Option(None, "--alpha", help="override the skip weight (0 = no skip)"),
     heads: int = typer.Option(None, "--heads", help="attention heads"),
     mlp: bool = typer.Option(None, "--mlp/--no-mlp", help="add the MLP sublayer (post_ln/pre_ln)"),
@@ -157,7 +165,8 @@ def simulate_command(
     if uniform and attention not in (None, "uniform"):
         raise ConfigError(f"--uniform and --attention {attention} contradict each other: give one")
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
-                          attention="uniform" if uniform else attention)
+                          attention="uniform" if uniform else attention, mix_layers=mix_layers,
+                          alpha_ngpt=alpha_ngpt, dyt_alpha=dyt_alpha, qk_norm=qk_norm, qk_scale=qk_scale)
     weights = loaded = None
     if pretrained is not None:
         loaded = models.load_model(pretrained)

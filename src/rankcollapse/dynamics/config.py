@@ -17,7 +17,9 @@ variant             update rule
 ``post_ln``         ``X <- LayerNorm(X + A X W_V)`` (real LayerNorm, BERT-style)
 ==================  ===============================================================
 
-Placements: ``none`` (no residual: ``X <- norm(SA(X))``), ``post_ln``, ``pre_ln``. A
+Placements: ``none`` (no residual: ``X <- norm(SA(X))``), ``post_ln``, ``pre_ln``,
+``peri``, ``mix``, ``lns``, ``ngpt`` (:class:`BlockConfig`; docs/dynamics.md,
+"Normalisations"). A
 post-LN or pre-LN block has its residual (skip weight ``alpha = 1``) unless ``alpha`` is
 given: ``BlockConfig(placement="post_ln")`` is ``X <- norm(X + SA(X))``, and
 ``alpha=0`` turns the skip off explicitly. Overriding the placement of a preset with
@@ -37,9 +39,17 @@ from typing import Any
 from .._validate import check_float, check_int
 from ..errors import ConfigError
 
-NORMS = ("none", "sphere", "layernorm", "rmsnorm")
+NORMS = ("none", "sphere", "layernorm", "rmsnorm", "dyt")
 PATHS = ("auto", "dense", "blocked", "flex")
-PLACEMENTS = ("none", "post_ln", "pre_ln")
+PLACEMENTS = ("none", "post_ln", "pre_ln", "peri", "mix", "lns", "ngpt")
+#: placements whose rule is built around a normalisation (``norm="none"`` is refused)
+NORMED_PLACEMENTS = ("peri", "mix", "lns", "ngpt")
+#: the placements and norms the fast path :func:`~.single_head.single_head_layer` (and so
+#: the phase sweep) implements; the others run in :func:`~.runner.simulate`
+FAST_PLACEMENTS = ("none", "post_ln", "pre_ln")
+FAST_NORMS = ("none", "sphere", "layernorm", "rmsnorm")
+DYT_ALPHA = 0.5  # Zhu et al. 2025, alpha_0 of non-LLM models
+ALPHA_NGPT = 0.05  # Loshchilov et al. 2024, alpha_init of the eigen learning rates
 ATTENTIONS = ("softmax", "uniform", "sink:b=B", "offbyone", "sigmoid[:bias=B]", "diff:lambda=L")
 
 
@@ -47,28 +57,59 @@ ATTENTIONS = ("softmax", "uniform", "sink:b=B", "offbyone", "sigmoid[:bias=B]", 
 class BlockConfig:
     """One layer of the simulated network (all fields keyword-only in spirit).
 
-    Update rules (row-vector convention, ``SA(X) = A X W_V`` or its multi-head form):
+    Update rules (row-vector convention, ``SA(X) = A X W_V`` or its multi-head form;
+    ``l = 1, 2, ...`` the layer index, ``norm`` the normalisation of ``norm``):
 
     - ``placement="none"``: ``X <- norm(SA(X))`` (spec.md §2; no skip, ``alpha`` must be 0).
-    - ``post_ln`` and ``pre_ln`` have their residual: ``alpha`` defaults to 1 there.
+    - ``post_ln``, ``pre_ln``, ``peri``, ``mix``, ``lns`` have their residual: ``alpha``
+      defaults to 1 there.
     - ``placement="post_ln"``: ``X <- norm(alpha X + SA(X))``; with MLP then
       ``X <- norm(alpha X + MLP(X))`` (BERT-style post-LN).
     - ``placement="pre_ln"``: ``X <- alpha X + SA(norm(X))``; with MLP then
       ``X <- alpha X + MLP(norm(X))`` (GPT-2/Llama-style pre-LN); ``final_norm`` applies
       ``norm`` once after the last layer.
+    - ``placement="peri"`` (Peri-LN, Kim et al. 2025, eq. 3: ``y = x + Norm(Module(Norm(x)))``):
+      ``X <- alpha X + norm(SA(norm(X)))``; with MLP then ``X <- alpha X + norm(MLP(norm(X)))``.
+    - ``placement="mix"`` (Mix-LN, Li et al. 2024, §3): the ``post_ln`` rule in layers
+      ``l <= mix_layers``, the ``pre_ln`` rule after (the paper takes ``mix_layers =
+      floor(0.25 L)`` of ``L`` layers; here it is a required setting).
+    - ``placement="lns"`` (LayerNorm scaling, Sun et al. 2025, "The Curse of Depth", eq. 8:
+      ``h' = LN(h) / sqrt(l)``): ``X <- alpha X + SA(norm(X) / sqrt(l))``; with MLP then
+      ``X <- alpha X + MLP(norm(X) / sqrt(l))``. ``final_norm`` is not scaled.
+    - ``placement="ngpt"`` (nGPT, Loshchilov et al. 2024, eq. 10:
+      ``h <- Norm(h + alpha_A (h_A - h))``, ``h_A = Norm(ATTN(h))``):
+      ``X <- D(X + alpha_ngpt (D SA(X) - X))``, ``D`` rows to the unit sphere; with MLP then
+      ``X <- D(X + alpha_ngpt (D MLP(X) - X))``. Needs ``norm="sphere"``; ``alpha`` stays 1
+      (the step is ``alpha_ngpt``). The input ``X(0)`` is used as given (start on the
+      sphere to follow the paper).
+    - ``norm="dyt"`` (Dynamic Tanh, Zhu et al. 2025, eq. 1: ``DyT(x) = gamma tanh(alpha x) +
+      beta``): the elementwise ``tanh(dyt_alpha x)`` in the norm's place, with ``gamma = 1``,
+      ``beta = 0`` unless the layer weights carry an affine; no normalisation.
+    - ``qk_norm=True`` (QK-norm, Henry et al. 2020, eq. 2, the cosine form of Dehghani et
+      al. 2023): every query and key row is divided by its Euclidean norm (per head; a zero
+      row stays zero) and the scores are ``g q^ k^T`` with ``g = qk_scale``; ``qk_scale=None``
+      is Henry et al.'s initial ``g_0 = log2(N^2 - N)`` (N tokens; 1 when N = 1). ``g``
+      replaces ``1/sqrt(d_qk)`` and a layer's own scale. It combines with every norm and
+      placement (it acts inside SA); not with uniform attention.
+
+    Combinations refused (``ConfigError``): ``peri``, ``mix``, ``lns``, ``ngpt`` with
+    ``norm="none"`` (their rule is about a norm); ``ngpt`` with a norm other than ``sphere``
+    or ``alpha != 1``; ``mix`` without ``mix_layers``; ``mix_layers``, a non-default
+    ``alpha_ngpt``, ``dyt_alpha`` or ``qk_scale`` where the block does not use them.
 
     Attributes
     ----------
-    norm : "none" | "sphere" | "layernorm" | "rmsnorm"
+    norm : "none" | "sphere" | "layernorm" | "rmsnorm" | "dyt"
         ``sphere`` puts every row on the unit sphere (SA-LN, spec.md §2); ``layernorm``
-        centres and divides by the std (``eps``); ``rmsnorm`` divides by the RMS.
-        Affine parameters are applied only when layer weights carry them.
-    placement : "none" | "post_ln" | "pre_ln"
+        centres and divides by the std (``eps``); ``rmsnorm`` divides by the RMS; ``dyt``
+        is ``tanh(dyt_alpha x)``. Affine parameters are applied only when layer weights
+        carry them.
+    placement : "none" | "post_ln" | "pre_ln" | "peri" | "mix" | "lns" | "ngpt"
         ``"none"``: no residual. The deprecated name ``"theory"`` is accepted (with a
         :class:`FutureWarning`) for ``"none"``.
     alpha : float or None
         Skip weight (0 = no skip connection). None (default) means the placement's own:
-        0 for ``none``, 1 for ``post_ln`` and ``pre_ln``; the stored value is always the
+        0 for ``none``, 1 for the others; the stored value is always the
         number that runs (``to_dict`` records it).
     attention : "softmax" | "uniform" | "sink:b=B" | "offbyone" | "sigmoid[:bias=B]" | "diff:lambda=L"
         ``uniform`` is attention with ``W_Q = W_K = 0``: uniform over each row of the mask.
@@ -85,6 +126,16 @@ class BlockConfig:
         Apply ``norm`` after the last layer (reported separately).
     eps : float
         Epsilon of layernorm/rmsnorm.
+    mix_layers : int or None
+        ``mix``: the number of leading post-LN layers (>= 0); required there, refused elsewhere.
+    alpha_ngpt : float
+        ``ngpt``: the step ``alpha`` of eq. 10 (default 0.05, the paper's ``alpha_init``).
+    dyt_alpha : float
+        ``dyt``: the slope ``alpha`` of ``tanh(alpha x)`` (default 0.5, the paper's ``alpha_0``).
+    qk_norm : bool
+        Normalise queries and keys (see above).
+    qk_scale : float or None
+        ``qk_norm``: the score scale ``g`` (None: ``log2(N^2 - N)``).
     """
 
     norm: str = "none"
@@ -97,6 +148,11 @@ class BlockConfig:
     mlp_ratio: int = 4
     final_norm: bool = False
     eps: float = 1e-5
+    mix_layers: int | None = None
+    alpha_ngpt: float = ALPHA_NGPT
+    dyt_alpha: float = DYT_ALPHA
+    qk_norm: bool = False
+    qk_scale: float | None = None
 
     def __post_init__(self) -> None:
         # accepted alias -> canonical placement (frozen dataclass: set through object)
@@ -114,7 +170,7 @@ class BlockConfig:
         if self.placement == "none" and self.alpha != 0:
             raise ConfigError("placement 'none' has no skip connection: use post_ln or pre_ln with alpha")
         if self.placement == "none" and self.mlp:
-            raise ConfigError("the MLP sublayer needs placement post_ln or pre_ln")
+            raise ConfigError("the MLP sublayer needs a residual placement (post_ln, pre_ln, peri, mix, lns, ngpt)")
         for name in ("n_heads", "mlp_ratio"):
             check_int(getattr(self, name), name, low=1)
         for name in ("out_proj", "mlp", "final_norm"):
@@ -122,6 +178,39 @@ class BlockConfig:
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_float(self.alpha, "alpha")
         check_float(self.eps, "eps", low=0, strict_low=True)
+        self._check_normalisation()
+
+    def _check_normalisation(self) -> None:
+        """The combinations of the class docstring that are refused."""
+        p = self.placement
+        if p in NORMED_PLACEMENTS and self.norm == "none":
+            raise ConfigError(f"placement {p!r} places a normalisation: give norm (sphere, layernorm, rmsnorm, dyt)")
+        if p == "ngpt" and self.norm != "sphere":
+            raise ConfigError(f"placement 'ngpt' keeps tokens on the unit sphere: it needs norm 'sphere', "
+                              f"got {self.norm!r}")
+        if p == "ngpt" and self.alpha != 1:
+            raise ConfigError("placement 'ngpt' takes its step from alpha_ngpt; leave alpha at 1")
+        if p == "mix":
+            if self.mix_layers is None:
+                raise ConfigError("placement 'mix' needs mix_layers: the number of leading post-LN layers "
+                                  "(Mix-LN uses floor(0.25 * depth))")
+            check_int(self.mix_layers, "mix_layers", low=0)
+        elif self.mix_layers is not None:
+            raise ConfigError(f"mix_layers is a setting of placement 'mix', not {p!r}")
+        check_float(self.alpha_ngpt, "alpha_ngpt", low=0, strict_low=True)
+        if p != "ngpt" and self.alpha_ngpt != ALPHA_NGPT:
+            raise ConfigError(f"alpha_ngpt is a setting of placement 'ngpt', not {p!r}")
+        check_float(self.dyt_alpha, "dyt_alpha", low=0, strict_low=True)
+        if self.norm != "dyt" and self.dyt_alpha != DYT_ALPHA:
+            raise ConfigError(f"dyt_alpha is a setting of norm 'dyt', not {self.norm!r}")
+        if not isinstance(self.qk_norm, bool):
+            raise ConfigError(f"qk_norm must be True or False, got {self.qk_norm!r}")
+        if self.qk_norm and self.attention == "uniform":
+            raise ConfigError("qk_norm acts on queries and keys; uniform attention has none")
+        if self.qk_scale is not None:
+            if not self.qk_norm:
+                raise ConfigError("qk_scale is a setting of qk_norm=True")
+            check_float(self.qk_scale, "qk_scale", low=0, strict_low=True)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -129,7 +218,7 @@ class BlockConfig:
 
 def default_alpha(placement: str) -> float:
     """The skip weight a placement has unless told otherwise: 0 for ``none`` (no
-    residual), 1 for ``post_ln`` and ``pre_ln``."""
+    residual), 1 for the others (``ngpt``: its residual is built into the step)."""
     return 0.0 if placement == "none" else 1.0
 
 

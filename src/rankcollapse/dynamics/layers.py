@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -86,17 +87,22 @@ def warn_zero_rows(zero_rows: list[int], stacklevel: int = 2) -> None:
                       f"{[t + 1 for t, z in enumerate(zero_rows) if z]}", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
-def apply_norm(X: torch.Tensor, kind: str, eps: float, weight=None, bias=None):
+def apply_norm(X: torch.Tensor, kind: str, eps: float, weight=None, bias=None, *, dyt_alpha: float = 0.5):
     """``kind`` normalisation of the rows of X; returns ``(X, n_zero_rows)``.
 
     layernorm: ``(x - mean(x)) / sqrt(var(x) + eps)`` (Ba et al. 2016); rmsnorm:
-    ``x / sqrt(mean(x^2) + eps)`` (Zhang & Sennrich 2019); affine only when weights given.
+    ``x / sqrt(mean(x^2) + eps)`` (Zhang & Sennrich 2019); dyt: ``tanh(dyt_alpha x)``
+    elementwise (Zhu et al. 2025, eq. 1; ``eps`` unused); affine only when weights given.
     """
     zero = X.new_zeros((), dtype=torch.int64)
     if kind == "none":
         return X, zero
     if kind == "sphere":
         return sphere(X)
+    if kind == "dyt":
+        Y = torch.tanh(dyt_alpha * X)
+        Y = Y if weight is None else Y * weight
+        return (Y if bias is None else Y + bias), zero
     if kind == "layernorm":
         return F.layer_norm(X, (X.shape[-1],), weight, bias, eps), zero
     return F.rms_norm(X, (X.shape[-1],), weight, eps), zero
@@ -138,15 +144,24 @@ class Attention:
         self.attention: list[torch.Tensor] = []
         self._scratch: dict = {}  # projection, scores and weights, reused by every layer
 
-    def __call__(self, X: torch.Tensor, lw: LayerWeights, x_peak: float | None = None) -> torch.Tensor:
-        """Attention output ``(B, N, d)``; ``x_peak`` = ``max |X|`` if the caller knows it."""
-        split = self.operator is not None and self.operator.kind == "diff"  # halves of the real q and k
-        Q, K, V = project_qkv(X, lw, uniform=self.uniform, scratch=self._scratch, split_qk=split)  # (B, H, N, d_head)
-        scale = self.default_scale if lw.scale is None else lw.scale
+    def __call__(self, X: torch.Tensor, lw: LayerWeights, x_peak: float | None = None,
+                 qk_norm: float | None = None) -> torch.Tensor:
+        """Attention output ``(B, N, d)``; ``x_peak`` = ``max |X|`` if the caller knows it.
+        ``qk_norm`` = ``g``: queries and keys to unit rows, scores ``g q^ k^T``
+        (:class:`~.config.BlockConfig` ``qk_norm``)."""
+        if qk_norm is not None:
+            Q, K, V = project_qkv(X, replace(lw, W_MV=None), scratch=self._scratch)  # real keys X W_K
+            Q, K = F.normalize(Q, dim=-1), F.normalize(K, dim=-1)  # a zero row stays 0
+            scale = qk_norm
+        else:
+            split = self.operator is not None and self.operator.kind == "diff"  # halves of the real q and k
+            Q, K, V = project_qkv(X, lw, uniform=self.uniform, scratch=self._scratch, split_qk=split)  # (B, H, N, d_head)
+            scale = self.default_scale if lw.scale is None else lw.scale
         if self.operator is not None:
             return self._operator(X, Q, K, V, lw, scale)
-        overflow = None  # unknown: the attention reduces over Q and K
-        if x_peak is not None and lw.W_MV is not None and lw.position_bias is None and not self.uniform:
+        overflow = False if qk_norm is not None else None  # |scores| <= |g|; else unknown: reduce over Q, K
+        if (qk_norm is None and x_peak is not None and lw.W_MV is not None and lw.position_bias is None
+                and not self.uniform):
             # keys are X, queries X W_QK: |q . x| <= d max|x| (max|x| ||W_QK||_1), no pass over Q
             bound = abs(scale) * X.shape[-1] * x_peak * x_peak * lw.W_QK_norm1
             overflow = not bound < torch.finfo(X.dtype).max / 16
@@ -185,23 +200,74 @@ class Attention:
         return merge_heads(A @ V, lw)
 
 
+def qk_norm_scale(cfg: BlockConfig, n_tokens: int) -> float | None:
+    """The QK-norm score scale ``g`` of a block over ``n_tokens`` tokens, or None without
+    ``qk_norm``: ``cfg.qk_scale``, else Henry et al. 2020's ``g_0 = log2(N^2 - N)`` (1 for N = 1)."""
+    if not cfg.qk_norm:
+        return None
+    if cfg.qk_scale is not None:
+        return cfg.qk_scale
+    return math.log2(n_tokens * n_tokens - n_tokens) if n_tokens > 1 else 1.0
+
+
 def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: Attention,
-                  x_peak: float | None = None):
+                  x_peak: float | None = None, layer: int = 1):
     """One layer; returns ``(X_next, n_zero_rows)`` (zero rows met by a ``sphere`` norm).
-    ``x_peak`` = ``max |X|`` if known (spares the attention its overflow reductions)."""
-    a, nk = cfg.alpha, cfg.norm
-    if cfg.placement == "none":
-        return apply_norm(attend(X, lw, x_peak), nk, cfg.eps)
-    if cfg.placement == "post_ln":
-        Y = attend(X, lw, x_peak)
-        X, z = apply_norm(Y if a == 0 else a * X + Y, nk, cfg.eps)
+    ``x_peak`` = ``max |X|`` if known (spares the attention its overflow reductions);
+    ``layer`` = the 1-based layer index ``l`` (``mix`` and ``lns`` depend on it). The
+    update rules are :class:`~.config.BlockConfig`'s."""
+    a, nk, p = cfg.alpha, cfg.norm, cfg.placement
+    g = qk_norm_scale(cfg, X.shape[-2])
+
+    def sa(Z, peak):
+        return attend(Z, lw, peak) if g is None else attend(Z, lw, peak, qk_norm=g)
+
+    def norm(Y):
+        return apply_norm(Y, nk, cfg.eps, dyt_alpha=cfg.dyt_alpha)
+
+    if p == "none":
+        return norm(sa(X, x_peak))
+    if p == "ngpt":
+        return _ngpt(X, lw, cfg, sa(X, x_peak))
+    if p == "peri":
+        return _peri(X, lw, cfg, sa, norm)
+    if p == "post_ln" or (p == "mix" and layer <= cfg.mix_layers):
+        Y = sa(X, x_peak)
+        X, z = norm(Y if a == 0 else a * X + Y)
         if cfg.mlp:
-            X, z2 = apply_norm(a * X + mlp(X, lw), nk, cfg.eps)
+            X, z2 = norm(a * X + mlp(X, lw))
             z = z + z2
         return X, z
-    Xn, z = apply_norm(X, nk, cfg.eps)
-    X = a * X + attend(Xn, lw, x_peak if nk == "none" else None)
+    # pre_ln, mix after its post-LN layers, lns (LayerNorm scaling: norm output / sqrt(l))
+    s = 1.0 / math.sqrt(layer) if p == "lns" else None
+    Xn, z = norm(X)
+    X = a * X + sa(Xn if s is None else Xn * s, x_peak if nk == "none" else None)
     if cfg.mlp:
-        Xn, z2 = apply_norm(X, nk, cfg.eps)
-        X, z = a * X + mlp(Xn, lw), z + z2
+        Xn, z2 = norm(X)
+        X, z = a * X + mlp(Xn if s is None else Xn * s, lw), z + z2
+    return X, z
+
+
+def _peri(X, lw, cfg: BlockConfig, sa, norm):
+    """Peri-LN: ``X <- alpha X + norm(SA(norm(X)))`` (then the same with the MLP)."""
+    Xn, z = norm(X)
+    Y, z2 = norm(sa(Xn, None))
+    X, z = cfg.alpha * X + Y, z + z2
+    if cfg.mlp:
+        Xn, z2 = norm(X)
+        Y, z3 = norm(mlp(Xn, lw))
+        X, z = cfg.alpha * X + Y, z + z2 + z3
+    return X, z
+
+
+def _ngpt(X, lw, cfg: BlockConfig, Y):
+    """nGPT: ``X <- D(X + alpha_ngpt (D Y - X))`` with ``Y = SA(X)`` (then the MLP)."""
+    step = cfg.alpha_ngpt
+    H, z = sphere(Y)
+    X, z2 = sphere(X + step * (H - X))
+    z = z + z2
+    if cfg.mlp:
+        H, z2 = sphere(mlp(X, lw))
+        X, z3 = sphere(X + step * (H - X))
+        z = z + z2 + z3
     return X, z

@@ -22,7 +22,7 @@ from ..errors import ConfigError, MetricError
 from .._memory import check_memory
 from ..masks import Mask, resolve_mask
 from ..masks.schedule import is_schedule, parse_schedule
-from ..metrics import METRICS, compute_metrics
+from ..metrics import METRICS, STEP_METRICS, compute_metrics
 from ..metrics.core import mu_finite
 from .attention import kept
 from .config import PATHS, BlockConfig, RunConfig, resolve_variant, variant_name
@@ -157,40 +157,51 @@ def _peak(X: torch.Tensor) -> float:
 
 
 def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
-    """Names, ``measure(X, mask, peak) -> {name: (B,)}`` (``peak`` = :func:`_peak` of X)
-    and whether a metric needs the mask."""
+    """Names, ``measure(X, mask, peak, prev=None) -> {name: (B,)}`` (``peak`` =
+    :func:`_peak` of X, ``prev`` the state one layer earlier, None at the input: the
+    metrics of :data:`~rankcollapse.metrics.STEP_METRICS` are NaN there) and whether a
+    metric needs the mask."""
     if isinstance(metrics, Mapping):
         fns = dict(metrics)
-        return tuple(fns), lambda X, mask, peak: {k: f(X) for k, f in fns.items()}, False
+        return tuple(fns), lambda X, mask, peak, prev=None: {k: f(X) for k, f in fns.items()}, False
     names = tuple(DEFAULT_SIM_METRICS if metrics is None else ([metrics] if isinstance(metrics, str) else metrics))
     if "attention_entropy" in names:  # a metric of A(t), not of X(t)
         raise ConfigError("attention_entropy is a metric of attention probabilities, not of tokens: simulate with "
                           "record_attention=True and apply rankcollapse.metrics.attention_entropy to each "
                           "result.attention[t] (phase reports it per cell)")
-    unknown = [n for n in names if n not in METRICS]
+    unknown = [n for n in names if n not in METRICS and n not in STEP_METRICS]
     if unknown:
-        raise ConfigError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")
-    uses_mask = any(METRICS[n].uses_mask for n in names)
+        raise ConfigError(f"unknown metrics {unknown}; choose from {sorted([*METRICS, *STEP_METRICS])}")
+    uses_mask = any(METRICS[n].uses_mask for n in names if n in METRICS)
+    step = tuple(n for n in names if n in STEP_METRICS)  # of (X(t-1), X(t)): computed from prev
+    state = tuple(n for n in names if n not in STEP_METRICS)
 
-    rest = tuple(n for n in names if n != "mu")
+    rest = tuple(n for n in state if n != "mu")
     scratch: dict = {}  # X - mean, reused by every layer (attention.kept)
 
-    def measure(X, mask, peak):
+    def measure_state(X, mask, peak):
         # float32 tokens past ~1e12 overflow Gram matrices (cosines) though X is finite
         wide = X.dtype == torch.float32 and not peak < _FLOAT32_METRIC_LIMIT
-        if wide or "mu" not in names or X.dtype not in (torch.float32, torch.float64) or not math.isfinite(peak):
-            return compute_metrics(X, names, mask=mask, dtype=torch.float64 if wide else None)
+        if wide or "mu" not in state or X.dtype not in (torch.float32, torch.float64) or not math.isfinite(peak):
+            return compute_metrics(X, state, mask=mask, dtype=torch.float64 if wide else None) if state else {}
         out = compute_metrics(X, rest, mask=mask) if rest else {}
         out["mu"] = mu_finite(X, out=kept(scratch, "centred", X.shape, X.dtype, X.device))
+        return out
+
+    def measure(X, mask, peak, prev=None):
+        out = measure_state(X, mask, peak)
+        for n in step:
+            out[n] = (torch.full(X.shape[:1], math.nan, dtype=torch.float64) if prev is None
+                      else STEP_METRICS[n].fn(prev, X))
         return {n: out[n] for n in names}
 
     return names, measure, uses_mask
 
 
-def _measure_at(measure: Callable, X: torch.Tensor, mask, t: int, peak: float | None = None) -> dict:
-    """``measure(X, mask, peak)``, with a metric failure naming the layer it happened after."""
+def _measure_at(measure: Callable, X: torch.Tensor, mask, t: int, peak: float | None = None, prev=None) -> dict:
+    """``measure(X, mask, peak, prev)``, with a metric failure naming the layer it happened after."""
     try:
-        return measure(X, mask, _peak(X) if peak is None else peak)
+        return measure(X, mask, _peak(X) if peak is None else peak, prev)
     except MetricError as exc:
         raise MetricError(f"after layer {t}: {exc}") from None
 
@@ -222,19 +233,20 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
     try:
         with torch.no_grad():
             for t, lw in enumerate(weights):
-                X, z = block_forward(X, lw, cfg, attend, peak)
+                prev = X  # for the step metrics (angular_speed); a reference, not a copy
+                X, z = block_forward(X, lw, cfg, attend, peak, layer=t + 1)
                 peak = _peak(X)  # the layer's one sync: finiteness, metric dtype, next score bound
                 if not math.isfinite(peak):
                     raise ConfigError(f"X has non-finite values after layer {t + 1} (overflow in {X.dtype}); "
                                       "use dtype=torch.float64, a smaller-norm value family, or a normalisation")
                 zero_rows.append(z)
-                rows.append(_measure_at(measure, X, metric_mask, t + 1, peak))
+                rows.append(_measure_at(measure, X, metric_mask, t + 1, peak, prev))
                 if record_states:
                     states.append(X.cpu())
                 if bar is not None:
                     bar.advance()
             if cfg.final_norm:
-                Xf, _ = apply_norm(X, cfg.norm, cfg.eps)
+                Xf, _ = apply_norm(X, cfg.norm, cfg.eps, dyt_alpha=cfg.dyt_alpha)
                 final = {k: v.detach().to("cpu", torch.float64).reshape(B)
                          for k, v in _measure_at(measure, Xf, metric_mask, len(weights)).items()}
     finally:
@@ -377,7 +389,8 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
         the default, ``shared=True`` or a head count other than theirs is refused (it
         would be ignored); the config records their heads and ``W_O``.
     metrics : names from ``rankcollapse.metrics.METRICS`` (default ``("mu",
-        "mu_relative")``), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
+        "mu_relative")``) or ``STEP_METRICS`` (``angular_speed``: of X(t-1), X(t), NaN in
+        row 0), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
     seed : weight seed. dtype : float32 (default) or float64. device : default X0's.
     n_heads : heads (default ``variant.n_heads``). shared : one layer's weights for all.
     path : ``"dense"``, ``"blocked"`` (windowed kernel, memory O(edges), :mod:`.sparse`),

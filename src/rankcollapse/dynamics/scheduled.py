@@ -40,7 +40,7 @@ class ScheduledAttention:
             self.layers.append(built[id(m)])
         self.t = 0
 
-    def __call__(self, X: torch.Tensor, lw, x_peak: float | None = None) -> torch.Tensor:
+    def __call__(self, X: torch.Tensor, lw, x_peak: float | None = None, **kwargs) -> torch.Tensor:
         att = self.layers[self.t % len(self.layers)]
         self.t += 1
-        return att(X, lw, x_peak)
+        return att(X, lw, x_peak, **kwargs)

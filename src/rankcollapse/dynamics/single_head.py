@@ -26,10 +26,11 @@ import math
 import torch
 
 from .attention import attention_weights, masked_softmax
-from .config import BlockConfig
+from .config import FAST_NORMS, FAST_PLACEMENTS, BlockConfig
 from .layers import apply_norm, sphere
 from .operators import operator_weights, parse_attention
 from ..errors import ConfigError
+
 
 
 def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor,
@@ -44,7 +45,9 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
     W_Q, W_K : ``(d, d_k)`` or per sample ``(B, d, d_k)``; W_V : ``(d, d)`` or ``(B, d, d)``
         (row-vector convention ``x -> x W``).
     cfg : :class:`BlockConfig` with ``n_heads=1``, ``mlp=False``; softmax attention or an
-        operator of :mod:`.operators` (sink, off-by-one, sigmoid, differential), not uniform.
+        operator of :mod:`.operators` (sink, off-by-one, sigmoid, differential), not uniform;
+        a placement ``none``, ``post_ln`` or ``pre_ln``, a norm other than ``dyt``, no
+        ``qk_norm`` (the other rules run in ``simulate``).
     d_qk, scale : the temperature: scores ``q k^T / sqrt(d_qk)``
         (:func:`~.attention.attention_weights`), or ``q k^T * scale`` when ``scale`` is given
         (the :class:`~.weights.LayerWeights` convention, ``scale = 1/sqrt(d_qk)``). The two
@@ -61,14 +64,17 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
     Raises
     ------
     ConfigError
-        ``cfg`` with several heads, an MLP, uniform attention or ``W_O``; an odd key width
-        under differential attention; a zero row
-        with ``zero_rows="raise"``.
+        ``cfg`` with several heads, an MLP, uniform attention or ``W_O``; a placement,
+        norm or ``qk_norm`` this path does not implement; an odd key width under
+        differential attention; a zero row with ``zero_rows="raise"``.
     MaskError
         A mask row with no allowed key.
     """
     if cfg.n_heads != 1 or cfg.mlp or cfg.out_proj or cfg.attention == "uniform":
         raise ConfigError("single_head_layer runs one attention head without MLP or W_O; use simulate")
+    if cfg.placement not in FAST_PLACEMENTS or cfg.norm not in FAST_NORMS or cfg.qk_norm:
+        raise ConfigError(f"single_head_layer implements placements {FAST_PLACEMENTS} without dyt or qk_norm; "
+                          f"placement {cfg.placement!r}, norm {cfg.norm!r}, qk_norm={cfg.qk_norm} run in simulate")
     norm = lambda Y: _norm(Y, cfg, zero_rows, direct_sphere)  # noqa: E731
     Z, z = norm(X) if cfg.placement == "pre_ln" else (X, None)
     if cfg.attention != "softmax":  # sink, sigmoid, differential (dynamics.operators): rows need not sum to 1

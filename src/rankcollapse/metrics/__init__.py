@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from .graph import dirichlet_energy, mean_average_distance
     from .isoscore import isoscore
     from .registry import (
-        ATTENTION_METRICS, DEFAULT_METRICS, METRICS, MetricSpec, compute_metrics, register_metric,
+        ATTENTION_METRICS, DEFAULT_METRICS, METRICS, STEP_METRICS, MetricSpec, compute_metrics, register_metric,
     )
+    from .motion import angular_speed
     from .report import MetricReport, report_metrics
     from .spectral import (
         effective_rank, numerical_rank, rank_fraction, rank_one_distance, sigma_min, sigma_ratio,

@@ -144,3 +144,90 @@ def _masked_slope(t, v, keep):
     n = clip(w.sum(0), 1)
     tm, ym = (w * tt).sum(0) / n, (w * y).sum(0) / n
     return (w * (tt - tm) * (y - ym)).sum(0) / clip((w * (tt - tm) ** 2).sum(0), 1e-300)
+
+
+#: the laws :func:`fit_decay_law` tells apart
+LAWS = ("exponential", "power", "undecided")
+
+
+@dataclass(frozen=True)
+class LawFit:
+    """Exponential against power-law fit of a decaying trajectory, per column (numpy).
+
+    Attributes
+    ----------
+    rate : float64 ``(B,)``: ``b`` of ``log v = a + b t`` (natural log per layer).
+    exponent : float64 ``(B,)``: ``p`` of ``log v = a + p log t`` (``v ~ t^p``).
+    r2_exponential, r2_power : float64 ``(B,)``: coefficient of determination of each fit
+        on the same layers (NaN with fewer than 3 layers or a constant ``log v``).
+    law : str ``(B,)``: ``"exponential"`` or ``"power"``, the larger R², or
+        ``"undecided"`` (equal or NaN R²).
+    n_layers : int ``(B,)``: layers fitted.
+    """
+
+    rate: Any
+    exponent: Any
+    r2_exponential: Any
+    r2_power: Any
+    law: Any
+    n_layers: Any
+
+
+def fit_decay_law(values, *, floor, layers=None) -> LawFit:
+    """Fit ``values`` ``(T,)`` / ``(T, B)`` as exponential (``log v`` linear in ``t``) and as
+    power law (``log v`` linear in ``log t``) and say which fits better.
+
+    Made for the cosine gap ``g(t) = 1 - mean_{i != j} cos(x_i(t), x_j(t))`` over depth
+    (``1 - avg_cos``): post-LN dynamics predict exponential decay, pre-LN polynomial decay
+    (Karagodin et al., "Normalization in Attention Dynamics", NeurIPS 2025). Both slopes
+    are :func:`least_squares_rate`'s (the one fit), on the same layers: ``t > 0`` (``log t``),
+    values above ``floor``, before the first at or below it (``before_floor``). Each R² is
+    ``1 - SSR / SST = b^2 S_xx / S_yy`` (the OLS identity, Montgomery & Runger §11-8) with
+    ``x = t`` or ``log t`` and ``y = log v``.
+
+    Parameters
+    ----------
+    values : numpy array or torch tensor ``(T,)`` / ``(T, B)``, fitted in float64 numpy.
+    floor : float: values ``<= floor`` are round-off (the floor of the computation's
+        dtype, as for :func:`least_squares_rate`).
+    layers : ``(T,)`` abscissae (default ``0 .. T-1``); only ``t > 0`` are fitted.
+
+    Returns
+    -------
+    LawFit
+
+    Raises
+    ------
+    ConfigError
+        ``values`` not 1-D or 2-D, ``layers`` not of length ``T``.
+    """
+    v = values.detach().to("cpu").double().numpy() if is_tensor(values) else np.asarray(values, dtype=np.float64)
+    if v.ndim not in (1, 2) or v.shape[0] < 1:
+        raise ConfigError(f"fit_decay_law needs values of shape (T,) or (T, B), got {tuple(v.shape)}")
+    v = v.reshape(v.shape[0], -1)
+    t = np.arange(v.shape[0], dtype=np.float64) if layers is None else np.asarray(layers, dtype=np.float64)
+    if t.shape != (v.shape[0],):
+        raise ConfigError(f"layers must have length {v.shape[0]}, got shape {t.shape}")
+    v, t = v[t > 0], t[t > 0]
+    if v.shape[0] == 0:  # no layer with t > 0: nothing to fit
+        nan = np.full(v.shape[1], np.nan)
+        return LawFit(nan, nan, nan, nan, np.full(v.shape[1], "undecided"), np.zeros(v.shape[1], dtype=int))
+    exp_fit = least_squares_rate(v, floor=floor, layers=t, before_floor=True)
+    pow_fit = least_squares_rate(v, floor=floor, layers=np.log(t), before_floor=True)
+    keep = np.cumprod(v > floor, axis=0) > 0  # the layers both fits used
+    r2_e, r2_p = (_r_squared(x, v, keep, fit.slope) for x, fit in ((t, exp_fit), (np.log(t), pow_fit)))
+    law = np.where(r2_e > r2_p, "exponential", np.where(r2_p > r2_e, "power", "undecided"))
+    return LawFit(exp_fit.slope, pow_fit.slope, r2_e, r2_p, law, exp_fit.n_layers)
+
+
+def _r_squared(x, v, keep, slope):
+    """``b^2 S_xx / S_yy`` per column over the rows ``keep`` (NaN under 3 layers or S_yy = 0)."""
+    w = keep.astype(np.float64)
+    n = w.sum(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.where(keep, np.log(np.maximum(v, 1e-300)), 0.0)
+        xx = np.broadcast_to(x[:, None], v.shape)
+        xm, ym = (w * xx).sum(0) / n, (w * y).sum(0) / n
+        sxx, syy = (w * (xx - xm) ** 2).sum(0), (w * (y - ym) ** 2).sum(0)
+        r2 = slope**2 * sxx / syy
+    return np.where((n >= 3) & (syy > 0), np.minimum(r2, 1.0), np.nan)

@@ -13,7 +13,7 @@ import torch
 from .._memory import check_memory
 from .._validate import check_float
 from ..errors import MetricError
-from . import _context, core, geometry, graph, spectral
+from . import _context, core, geometry, graph, motion, spectral
 from .attention import attention_entropy, row_mass_deficit
 from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
@@ -77,6 +77,7 @@ _SPECS = (
     MetricSpec("matrix_entropy", geometry._matrix_entropy, "-sum p_i ln p_i, p_i = sigma_i^2 / sum sigma^2 (nats)", 0.0),
     MetricSpec("alpha_req", geometry._alpha_req,
                "alpha-ReQ (Agrawal et al. 2022): -slope of OLS ln sigma_i^2 on ln i, i = 1..numerical rank"),
+    MetricSpec("token_radius", motion._token_radius, "(1/N) sum_i ||x_i||, mean token norm"),
 )
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
@@ -94,6 +95,16 @@ ATTENTION_METRICS: dict[str, MetricSpec] = {
 """Metrics of attention probabilities ``A`` (``(B, H, N, N)``, a softmax output), not of
 tokens: ``fn(A, mask=, padding_mask=)``; :func:`compute_metrics` takes them with
 ``attention=A`` (see :func:`~rankcollapse.metrics.attention.attention_entropy`)."""
+
+STEP_METRICS: dict[str, MetricSpec] = {
+    "angular_speed": MetricSpec(
+        "angular_speed", motion.angular_speed,
+        "(1/N) sum_i angle(x_i(t), x_i(t+1)) in radians, mean turn of a token in one layer"),
+}
+"""Metrics of two consecutive states ``X(t), X(t+1)``, not of one token matrix:
+``fn(X_prev, X_next) -> (B,)``. :func:`~rankcollapse.dynamics.simulate` computes them in
+its layer loop (``metrics=["angular_speed"]``; row 0, the input, is NaN);
+:func:`compute_metrics` refuses them."""
 
 #: A metric name: it becomes a table column, a CLI list item and a keyword.
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -155,7 +166,7 @@ def register_metric(name: str, fn: Callable[..., torch.Tensor], description: str
     """
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise MetricError(f"metric name must be a lower-case identifier ([a-z][a-z0-9_]*), got {name!r}")
-    taken = METRICS.get(name) or ATTENTION_METRICS.get(name)
+    taken = METRICS.get(name) or ATTENTION_METRICS.get(name) or STEP_METRICS.get(name)
     if taken is not None:
         raise MetricError(f"metric {name!r} is already registered (fn={getattr(taken.fn, '__name__', taken.fn)}); "
                           "choose another name")
@@ -338,6 +349,10 @@ def compute_metrics(
         names = (*METRICS, *(ATTENTION_METRICS if attention is not None else ())) if names == "all" else (names,)
     names = tuple(dict.fromkeys(names))
     unknown = [n for n in names if n not in METRICS and n not in ATTENTION_METRICS]
+    step = [n for n in unknown if n in STEP_METRICS]
+    if step:
+        raise MetricError(f"{step} are metrics of two consecutive states X(t), X(t+1), not of one X: call "
+                          "rankcollapse.metrics.STEP_METRICS[name].fn(X_prev, X_next), or simulate(metrics=...)")
     if unknown:
         raise MetricError(f"unknown metric(s) {unknown}; available: {', '.join((*METRICS, *ATTENTION_METRICS))}")
     if not names:

@@ -1,0 +1,61 @@
+"""How far tokens sit from the origin and how fast they turn from one layer to the next.
+
+Normalisations regulate the speed of token clustering (Karagodin, Ge, Polyanskiy,
+Rigollet, "Normalization in Attention Dynamics", NeurIPS 2025): these two metrics read
+that speed off a trajectory ``X(0), X(1), ...`` of token matrices ``(B, N, d)``.
+
+- ``token_radius`` of ``X``: ``(1/N) sum_i ||x_i||``, a metric of one state (registry
+  :data:`~rankcollapse.metrics.METRICS`).
+- ``angular_speed`` of ``(X(t), X(t+1))``: ``(1/N) sum_i angle(x_i(t), x_i(t+1))`` in
+  radians, a metric of two consecutive states (:data:`~rankcollapse.metrics.STEP_METRICS`;
+  ``simulate`` computes it in its layer loop, row 0 is NaN). The angle is
+  ``2 asin(||u - v|| / 2)`` with ``u, v`` the unit rows: exact to round-off near 0 and
+  pi, where ``acos`` of the cosine loses half the digits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import MetricError
+from ._context import MetricContext
+
+
+def _token_radius(ctx: MetricContext) -> torch.Tensor:
+    # scales with X: the context's tokens are divided by an exact power of two
+    return ctx.row_norms.mean(dim=-1) * ctx.scale
+
+
+def angular_speed(X_prev: torch.Tensor, X_next: torch.Tensor) -> torch.Tensor:
+    """Mean angle (radians) between each token and itself one layer later.
+
+    Parameters
+    ----------
+    X_prev, X_next : float tensors ``(N, d)`` or ``(B, N, d)`` of the same shape:
+        ``X(t)`` and ``X(t+1)``.
+
+    Returns
+    -------
+    Tensor ``()`` or ``(B,)`` in float64: ``(1/N) sum_i 2 asin(||u_i - v_i|| / 2)``,
+    ``u_i = x_i(t)/||x_i(t)||``, ``v_i = x_i(t+1)/||x_i(t+1)||``; NaN for a sample with a
+    zero token (no direction).
+
+    Raises
+    ------
+    MetricError
+        Shapes differ or are not 2-D/3-D.
+    """
+    if X_prev.shape != X_next.shape or X_prev.ndim not in (2, 3):
+        raise MetricError(f"angular_speed needs two token matrices of one shape (N, d) or (B, N, d), got "
+                          f"{tuple(X_prev.shape)} and {tuple(X_next.shape)}")
+    u, v = (_unit_rows(X.double()) for X in (X_prev, X_next))
+    chord = torch.linalg.vector_norm(u - v, dim=-1).clamp_max(2.0)  # (B, N); <= 2 up to round-off
+    return (2.0 * torch.asin(chord / 2.0)).mean(dim=-1)
+
+
+def _unit_rows(X: torch.Tensor) -> torch.Tensor:
+    """Rows to the unit sphere (rescaled by their largest entry first, so no overflow);
+    a zero row becomes NaN."""
+    peak = X.abs().amax(dim=-1, keepdim=True)
+    Y = X / peak  # largest entry 1: the squares neither overflow nor all underflow
+    return Y / torch.linalg.vector_norm(Y, dim=-1, keepdim=True)
