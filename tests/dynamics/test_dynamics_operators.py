@@ -125,6 +125,10 @@ def test_norm_spread_hand_built():
     X = torch.tensor([[3.0, 4.0], [0.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
     assert float(norm_spread(X)) == pytest.approx(5.0, rel=1e-15)
     assert float(norm_spread(torch.ones(4, 3))) == 1.0
+    from rankcollapse.errors import MetricError
+
+    with pytest.raises(MetricError, match="infinite"):  # a zero token: not the spread of the others
+        norm_spread(torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]], dtype=torch.float64))
 
 
 def _sink_run(mask, attention, seed):

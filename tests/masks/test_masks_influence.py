@@ -265,3 +265,13 @@ def test_cli_table_and_errors():
                                                                             "epsilon")]:
         code, out, err = _cli("mask", "influence", "causal", "--n-tokens", "9", "--depth", "2", *argv)
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and match in err
+
+
+@pytest.mark.parametrize("spec", ["causal", "sliding_window:w=5"])
+def test_a_decay_past_float64_range_gives_the_one_hot_self_profile(spec):
+    """exp(-m) underflows to 0 for m > ~745: every row keeps only its own key."""
+    from rankcollapse.masks.influence import influence as infl
+
+    for m in (746.0, 1000.0):
+        prof = np.asarray(infl(spec, 16, depth=3, alpha=0.5, decay=m).to_dict()["influence"])
+        assert prof[-1] == 1.0 and (prof[:-1] == 0).all()

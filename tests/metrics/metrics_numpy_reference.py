@@ -22,7 +22,6 @@ def max_token_share(X):
 
 def norm_spread(X):
     n = np.sqrt(np.sum(X * X, axis=1))
-    n = n[n > 0]  # zero tokens are left out
     return float(n.max() / n.min())
 
 

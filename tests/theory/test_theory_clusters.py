@@ -56,10 +56,10 @@ def test_cluster_count_hand_built():
 
 def test_circle_flow_small_beta_is_one_cluster_and_run_is_reproducible():
     """beta = 0.5: the fastest mode is k = 1 (one cluster); the flow ends in one cluster."""
-    r = circle_clusters(0.5, n_tokens=24, seeds=3, depth=400, min_plateau=50)
+    r = circle_clusters(0.5, n_tokens=24, n_samples=3, depth=400, min_plateau=50)
     assert r.predicted == 1 and r.counts.shape == (401, 3)
     assert (r.counts[-1] == 1).all() and r.agreement == 1.0
-    again = circle_clusters(0.5, n_tokens=24, seeds=3, depth=400, min_plateau=50)
+    again = circle_clusters(0.5, n_tokens=24, n_samples=3, depth=400, min_plateau=50)
     assert np.array_equal(r.counts, again.counts)
 
 
@@ -83,7 +83,7 @@ def test_circle_step_is_the_projected_euler_step():
 
 def test_cli_clusters_json():
     p = subprocess.run([sys.executable, "-m", "rankcollapse.cli", "theory", "clusters", "--beta", "0.5",
-                        "--n-tokens", "16", "--seeds", "2", "--depth", "300", "--min-plateau", "50", "--format", "json"],
+                        "--n-tokens", "16", "--n-samples", "2", "--depth", "300", "--min-plateau", "50", "--format", "json"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     import json
@@ -93,3 +93,14 @@ def test_cli_clusters_json():
     bad = subprocess.run([sys.executable, "-m", "rankcollapse.cli", "theory", "clusters", "--beta", "x"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--beta" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_agreement_counts_starts_without_a_plateau_and_plateau_bounds():
+    from rankcollapse.theory.clusters import CircleClusters
+
+    r = CircleClusters(beta=2.0, predicted=2, counts=np.zeros((3, 2)), first=[None, (2, 0, 3)])
+    assert r.plateau_counts == [-1, 2] and r.n_plateaus == 1 and r.agreement == 0.5
+    assert "counts=array" not in repr(r) and "counts=" not in repr(r).replace("plateau_counts=", "")
+    for bad in (0, 402):
+        with pytest.raises(ConfigError, match="min_plateau"):
+            circle_clusters(0.5, n_tokens=8, n_samples=1, depth=400, min_plateau=bad)

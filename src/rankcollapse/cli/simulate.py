@@ -22,7 +22,7 @@ def input_name(source: str) -> str | None:
     from ._vocab import deprecated
 
     if source in DEPRECATED_INPUTS:
-        deprecated(f"--input {source}", f"--input {DEPRECATED_INPUTS[source]} (removed in 0.3.0)")
+        deprecated(f"--input {source}", f"--input {DEPRECATED_INPUTS[source]}")  # the note names the version
         return DEPRECATED_INPUTS[source]
     return source if source in INPUTS else None
 

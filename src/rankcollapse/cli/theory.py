@@ -213,7 +213,7 @@ def _betas(text: str) -> tuple[float, ...]:
 def clusters_cmd(
     beta: str = typer.Option("4,9", "--beta", help="Inverse temperatures, comma-separated."),
     n: int = typer.Option(128, "--n-tokens", help="Tokens N on the circle."),
-    seeds: int = typer.Option(20, "--seeds", help="Uniform random starts per beta."),
+    n_samples: int = typer.Option(20, "--n-samples", help="Uniform random starts per beta (one batch, --seed)."),
     step: float = typer.Option(0.1, "--step", help="Euler step h of the flow."),
     depth: int = typer.Option(1500, "--depth", help="Layers (time depth * h)."),
     angle: float = typer.Option(0.1, "--angle", help="Cluster link angle in radians."),
@@ -221,11 +221,12 @@ def clusters_cmd(
     seed: int = typer.Option(0), fmt: str = _FORMAT,
 ) -> None:
     """Metastable clusters on the circle: the first plateau's cluster count against argmax_k k^2 I_k(beta)."""
-    rs = [theory.circle_clusters(b, n_tokens=n, seeds=seeds, step=step, depth=depth, angle=angle,
+    rs = [theory.circle_clusters(b, n_tokens=n, n_samples=n_samples, step=step, depth=depth, angle=angle,
                                  min_plateau=min_plateau, seed=seed) for b in _betas(beta)]
     _emit({"results": [r.to_dict() for r in rs]}, fmt,
           [f"beta={r.beta:g}: predicted {r.predicted} clusters; first plateau {r.plateau_counts} "
-           f"(-1 = none); agreement {r.agreement:.2f} over {seeds} starts" for r in rs])
+           f"(-1 = none, {n_samples - r.n_plateaus} of {n_samples}); agreement {r.agreement:.2f} over all "
+           f"{n_samples} starts" for r in rs])
 
 
 def register(app: typer.Typer) -> None:

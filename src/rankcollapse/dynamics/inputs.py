@@ -171,7 +171,7 @@ def _embeddings(loaded: Any, n_tokens: int, n_windows: int, seed: int) -> torch.
     from .. import data
     from ..models.probe import embed
 
-    windows = data.make_windows(data.wikipedia_texts(), loaded.require_tokenizer(), length=n_tokens,
+    windows = data.make_windows(data.wikipedia_texts(), loaded.require_tokenizer(), n_tokens=n_tokens,
                                 n_windows=n_windows, seed=seed)
     with torch.no_grad():
         return embed(loaded, windows).detach().to(torch.float64)

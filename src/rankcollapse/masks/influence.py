@@ -117,7 +117,7 @@ def range_sums(x: np.ndarray, a: np.ndarray, b: np.ndarray, r: float = 1.0) -> n
     """``out[k] = sum_{i=a[k]}^{b[k]} x[i] r^(i - a[k])`` (0 where ``a[k] > b[k]``).
 
     ``x``: float64 ``(N,)`` non-negative; ``a``, ``b``: int ``(K,)`` in ``[0, N)``;
-    ``0 < r <= 1``. A bottom-up segment tree whose node holds its left-anchored weighted
+    ``0 <= r <= 1`` (``r = 0``, a decay past float64's range, weights only ``i = a[k]``). A bottom-up segment tree whose node holds its left-anchored weighted
     sum; each range is the union of at most two nodes per level, visited left to right,
     each added with the factor ``r^(start - a)``. Only non-negative terms are added, so
     the result has relative error ~ ``log2(N) eps`` (no cancellation). O((N + K) log N).
@@ -134,7 +134,7 @@ def range_sums(x: np.ndarray, a: np.ndarray, b: np.ndarray, r: float = 1.0) -> n
     a = np.asarray(a, dtype=np.int64)
     lo = a.copy()
     hi = np.asarray(b, dtype=np.int64) + 1  # half-open [lo, hi) in units of nodes
-    log_r = math.log(r) if r != 1.0 else 0.0
+    log_r = math.log(r) if r > 0.0 else -math.inf  # exp(-m) underflows to 0 for m > ~745
     for k in range(levels + 1):
         live = lo < hi
         if not live.any():
@@ -155,8 +155,12 @@ def range_sums(x: np.ndarray, a: np.ndarray, b: np.ndarray, r: float = 1.0) -> n
 
 
 def _power(log_r: float, exponent: np.ndarray) -> np.ndarray:
-    """``r^exponent`` (exactly 1 when ``r = 1``)."""
-    return np.exp(log_r * exponent) if log_r != 0.0 else np.ones(exponent.shape[0])
+    """``r^exponent`` (exactly 1 when ``r = 1``; ``0^0 = 1`` when ``r = 0``)."""
+    if log_r == 0.0:
+        return np.ones(exponent.shape[0])
+    if log_r == -math.inf:
+        return (exponent == 0).astype(np.float64)
+    return np.exp(log_r * exponent)
 
 
 # --------------------------------------------------------------- operators

@@ -56,9 +56,10 @@ def _max_token_share(ctx: MetricContext) -> torch.Tensor:
 
 def _norm_spread(ctx: MetricContext) -> torch.Tensor:
     norms = ctx.row_norms
-    valid = ctx.row_valid  # zero tokens left out (with a ZeroRowWarning), as for the cosines
-    low = torch.where(valid, norms, torch.full_like(norms, float("inf"))).amin(dim=-1)
-    return norms.amax(dim=-1) / low
+    # a zero token makes the spread infinite: refused, not computed over the others (a
+    # token that underflowed to 0 would otherwise shrink the spread it is the cause of)
+    ctx.fail(norms.amin(dim=-1) == 0, "a token is zero: the norm spread max_i ||x_i|| / min_i ||x_i|| is infinite")
+    return norms.amax(dim=-1) / norms.amin(dim=-1)
 
 
 def _pair_mean(ctx: MetricContext, total: torch.Tensor) -> torch.Tensor:
@@ -176,9 +177,9 @@ def norm_spread(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     every token has the same norm. Attention whose rows do not sum to 1 (a sink, sigmoid
     attention; :mod:`rankcollapse.dynamics.operators`) scales token ``i`` by its row mass,
     so tokens can align (``avg_abs_cos`` near 1) while their norms spread and
-    ``mu/||X||_F`` stays away from 0. Zero tokens are left out (they have no norm to
-    compare; :class:`ZeroRowWarning`), as for the cosines. Same parameters as
-    :func:`mu`; raises :class:`MetricError` if every token is zero.
+    ``mu/||X||_F`` stays away from 0. Same parameters as :func:`mu`; raises
+    :class:`MetricError` if a (non-padded) token is zero: the spread is then infinite
+    (in float32 a token of a sink run can underflow to 0: use float64).
     """
     return _one(_norm_spread, "norm_spread", X, padding_mask, dtype)
 

@@ -79,10 +79,11 @@ def first_plateau(counts, min_length: int = MIN_PLATEAU) -> tuple[int, int, int]
 class CircleClusters:
     """Result of :func:`circle_clusters` for one ``beta``.
 
-    predicted : :func:`fastest_mode`; counts : ``(depth + 1, seeds)`` cluster counts per
-    layer; first : per seed, the first plateau ``(count, first layer, length)`` or None;
-    agreement : fraction of seeds whose first plateau has the predicted count (NaN
-    without a plateau); plateau_counts : the first plateau's count per seed (-1 = none).
+    predicted : :func:`fastest_mode`; counts : ``(depth + 1, n_samples)`` cluster counts
+    per layer; first : per start, the first plateau ``(count, first layer, length)`` or
+    None; agreement : fraction of all starts whose first plateau has the predicted count
+    (a start without a plateau counts as a disagreement); n_plateaus : starts that reached
+    a plateau; plateau_counts : the first plateau's count per start (-1 = none).
     """
 
     beta: float
@@ -97,28 +98,36 @@ class CircleClusters:
 
     @property
     def agreement(self) -> float:
-        got = [c for c in self.plateau_counts if c >= 0]
-        return float(np.mean([c == self.predicted for c in got])) if got else float("nan")
+        return float(np.mean([c == self.predicted for c in self.plateau_counts]))
+
+    @property
+    def n_plateaus(self) -> int:
+        return sum(c >= 0 for c in self.plateau_counts)
+
+    def __repr__(self) -> str:  # the counts array is (depth + 1, n_samples): leave it out
+        return (f"CircleClusters(beta={self.beta:g}, predicted={self.predicted}, agreement={self.agreement:.2f}, "
+                f"plateau_counts={self.plateau_counts})")
 
     def to_dict(self) -> dict[str, Any]:
         return {"beta": self.beta, "predicted": self.predicted, "agreement": self.agreement,
+                "n_plateaus": self.n_plateaus,
                 "plateau_counts": self.plateau_counts,
                 "first_plateaus": [None if p is None else {"count": p[0], "start": p[1], "length": p[2]}
                                    for p in self.first], **self.settings}
 
 
-def circle_clusters(beta: float, *, n_tokens: int = 128, seeds: int = 20, step: float = 0.1, depth: int = 1500,
+def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, step: float = 0.1, depth: int = 1500,
                     angle: float | None = None, min_plateau: int = MIN_PLATEAU, seed: int = 0) -> CircleClusters:
-    """Run the normalised attention flow on the circle from ``seeds`` uniform random
+    """Run the normalised attention flow on the circle from ``n_samples`` uniform random
     starts (one batch) and compare each start's first plateau with :func:`fastest_mode`.
 
     Parameters
     ----------
     beta : inverse temperature > 0 (scores ``beta <x_i, x_j>``: ``d_qk = 1 / beta^2``).
-    n_tokens : tokens N per start; seeds : starts; seed : the first start's seed.
+    n_tokens : tokens N per start; n_samples : starts (one seeded batch: ``seed``).
     step : Euler step ``h`` of the flow (``alpha = 1/h``); depth : layers (time ``depth * h``).
     angle : cluster threshold in radians (default :data:`rankcollapse.metrics.CLUSTER_ANGLE`).
-    min_plateau : layers a count must hold to count as a plateau.
+    min_plateau : layers a count must hold to count as a plateau, in ``[1, depth + 1]``.
 
     Raises
     ------
@@ -132,20 +141,21 @@ def circle_clusters(beta: float, *, n_tokens: int = 128, seeds: int = 20, step: 
 
     beta = check_float(beta, "beta", low=0, strict_low=True)
     step = check_float(step, "step", low=0, strict_low=True)
-    n_tokens, seeds, depth = (check_int(v, name, low=1) for v, name in
-                              ((n_tokens, "n_tokens"), (seeds, "seeds"), (depth, "depth")))
+    n_tokens, n_samples, depth = (check_int(v, name, low=1) for v, name in
+                                  ((n_tokens, "n_tokens"), (n_samples, "n_samples"), (depth, "depth")))
+    min_plateau = check_int(min_plateau, "min_plateau", low=1, high=depth + 1)
     angle = CLUSTER_ANGLE if angle is None else check_float(angle, "angle", low=0, strict_low=True)
     g = torch.Generator().manual_seed(seed)
-    theta = torch.rand(seeds, n_tokens, generator=g, dtype=torch.float64) * (2 * math.pi)
-    X0 = torch.stack([theta.cos(), theta.sin()], dim=-1)  # (seeds, N, 2), uniform on the circle
+    theta = torch.rand(n_samples, n_tokens, generator=g, dtype=torch.float64) * (2 * math.pi)
+    X0 = torch.stack([theta.cos(), theta.sin()], dim=-1)  # (n_samples, N, 2), uniform on the circle
     eye = torch.eye(2, dtype=torch.float64)
     block = BlockConfig(norm="sphere", placement="post_ln", alpha=1.0 / step)
     res = simulate(X0, mask="complete", depth=depth, variant=block, d_qk=1.0 / beta**2, value=eye, query_key=eye,
                    dtype=torch.float64, record_states=True,
                    metrics={"n_clusters": lambda X: cluster_count(X, angle=angle)})
-    counts = res.metrics["n_clusters"].numpy().astype(int)  # (depth + 1, seeds)
-    first = [first_plateau(counts[:, b], min_plateau) for b in range(seeds)]
-    settings = {"n_tokens": n_tokens, "seeds": seeds, "seed": seed, "step": step, "depth": depth, "angle": angle,
+    counts = res.metrics["n_clusters"].numpy().astype(int)  # (depth + 1, n_samples)
+    first = [first_plateau(counts[:, b], min_plateau) for b in range(n_samples)]
+    settings = {"n_tokens": n_tokens, "n_samples": n_samples, "seed": seed, "step": step, "depth": depth, "angle": angle,
                 "min_plateau": min_plateau}
     return CircleClusters(beta=beta, predicted=fastest_mode(beta), counts=counts, first=first, settings=settings)
 
