@@ -21,7 +21,7 @@ from .._io import code_fingerprint, config_hash
 from ..errors import ConfigError
 from .schema import validate_config
 
-EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory")
+EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry")
 ALIASES = {"": "main", "all": "all"}
 SCALES = ("quick", "large", "paper", "smoke")
 UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "theory")
