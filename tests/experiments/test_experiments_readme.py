@@ -52,6 +52,15 @@ def test_readme_geometry_table_is_the_committed_geometry_run():
     assert readme_table(README.read_text(encoding="utf-8"), "claims-geometry") == results_markdown(claims).strip()
 
 
+def test_readme_geometry_large_table_is_the_committed_run():
+    large = ROOT / "docs" / "results" / "geometry-large"
+    claims = json.loads((large / "claims.json").read_text())
+    config = json.loads((large / "config.json").read_text())
+    assert config["scale"] == "large" and config["experiments"] == ["geometry"]
+    assert {c["n_windows"] for c in claims} == {64}
+    assert readme_table(README.read_text(encoding="utf-8"), "claims-geometry-large") == results_markdown(claims).strip()
+
+
 def test_readme_large_table_is_the_committed_large_run():
     large = ROOT / "docs" / "results" / "large"
     claims = json.loads((large / "claims.json").read_text())
