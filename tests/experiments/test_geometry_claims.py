@@ -115,3 +115,21 @@ def test_geometry_claims_controls_read_as_expected(cid):
     else:
         assert res["negative"]["verdict"] == "not reproduced", res["negative"]
     assert res["ok"] is True
+
+
+def test_probe_units_of_one_condition_measure_disjoint_metrics():
+    """In `all`, probe units of the same model and intervention are one condition of the
+    table: two different units giving the same metric there would mix their rows (the
+    geometry probes once also measured mu_relative, which fig2's claims read)."""
+    from rankcollapse.experiments import runner
+
+    _, units, _ = runner.plan("all", "quick", 0)
+    seen: dict[tuple, dict[str, str]] = {}
+    for u in units:
+        if u.kind != "probe":
+            continue
+        p = u.params
+        cond = (p["model"], tuple(p.get("drop", ())), p.get("control"), bool(p.get("clip_massive")))
+        for metric in p.get("metrics", ()):
+            other = seen.setdefault(cond, {}).setdefault(metric, u.hash)
+            assert other == u.hash, (cond, metric, u.label)
