@@ -26,8 +26,8 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from rankcollapse.experiments import runner  # noqa: E402
-from rankcollapse.experiments.executors import ProcessExecutor, RayExecutor, SerialExecutor  # noqa: E402
-from rankcollapse.experiments.units import EXECUTORS  # noqa: E402
+from rankcollapse.sweep.executors import ProcessExecutor, RayExecutor, SerialExecutor  # noqa: E402
+from rankcollapse.sweep.units import unit_functions  # noqa: E402
 
 
 def _units(windows: int, n: int):
@@ -38,7 +38,7 @@ def _units(windows: int, n: int):
 def _drain(executor, units, ctx, cpu: list | None = None) -> float:
     """Wall seconds to run ``units``; appends the units' summed CPU seconds to ``cpu``."""
     t0, used = time.perf_counter(), 0.0
-    for done in executor.map(units, ctx, EXECUTORS):
+    for done in executor.map(units, ctx, unit_functions(units)):
         used += done.cpu
     wall = time.perf_counter() - t0
     if cpu is not None:

@@ -15,6 +15,7 @@ HERE = Path(__file__).parent
 
 SCRIPTS = {
     "masks": ["bench_masks.py"],
+    "influence": ["bench_influence.py"],
     "metrics": ["bench_metrics.py"],
     "dynamics": ["bench_dynamics.py"],
     "long": ["bench_long.py"],
@@ -24,6 +25,7 @@ SCRIPTS = {
 }
 QUICK = {
     "masks": ["--n", "16384"],
+    "influence": ["--n", "16384"],
     "metrics": ["--shape", "64", "128", "768"],
     "dynamics": ["--quick"],
     "long": ["--n", "4096", "--skip-sdpa"],

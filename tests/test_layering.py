@@ -1,6 +1,6 @@
 """Which subpackage may import which: the import-linter contracts of pyproject.toml.
 
-``layers``: cli > report > phase > experiments > theory > dynamics > models > metrics >
+``layers``: cli > report > phase > experiments > sweep > theory > dynamics > models > metrics >
 masks > data, points > assets > private utilities > _io > errors; a module imports only
 from its own layer or below (so ``masks`` imports neither ``dynamics`` nor ``theory``).
 Each contract is checked on the source tree by import-linter (static imports, those
@@ -25,8 +25,6 @@ def test_subpackage_layers_hold():
     assert lint("layers") == 0  # the broken imports are printed above
 
 
-@pytest.mark.xfail(strict=True, reason="phase.sweep still runs its loop through experiments' cache, executors and "
-                   "progress until the shared sweep engine lands (issue 28); then remove this mark")
 def test_phase_does_not_import_experiments():
     assert lint("phase-without-experiments") == 0
 

@@ -12,7 +12,7 @@ import importlib
 #: Subpackages and modules of the public API, imported on first attribute access
 #: (PEP 562): ``import rankcollapse`` stays cheap, ``rankcollapse.masks.causal(8)`` and
 #: ``rankcollapse.errors.MaskError`` work without a separate import.
-SUBPACKAGES = ("masks", "metrics", "dynamics", "models", "theory", "experiments", "phase", "data", "points",
+SUBPACKAGES = ("masks", "metrics", "dynamics", "models", "theory", "sweep", "experiments", "phase", "data", "points",
                "errors")
 
 __all__ = list(SUBPACKAGES)

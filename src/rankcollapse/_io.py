@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import functools
 import hashlib
 import json
 import math
@@ -89,41 +88,6 @@ def config_hash(config: Any, length: int = 12) -> str:
     """SHA-256 of the canonical JSON of ``config`` (sorted keys), first ``length`` hex digits."""
     blob = json.dumps(config, sort_keys=True, default=_json_default, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
-
-
-#: Declared version of the package's numerics. Bump it when a change alters the numbers
-#: any unit produces (an algorithm, a default dtype, a metric's formula); leave it when a
-#: change does not (docstrings, refactors, speed-ups with identical results), so cached
-#: results stay valid. Unit label changes bump ``experiments.config.CACHE_VERSION`` instead.
-NUMERICS_VERSION = 2
-#: Libraries whose version can change a unit's numbers (kernels, tokenizers, weights loading).
-NUMERIC_LIBRARIES = ("torch", "numpy", "scipy", "networkx", "transformers", "tokenizers", "safetensors")
-
-
-@functools.lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """The part of every unit's cache key that stands for the code: SHA-256 (12 hex
-    digits) of :data:`NUMERICS_VERSION` and the versions of :data:`NUMERIC_LIBRARIES`.
-
-    Deliberately not a hash of the source: an edit that does not change numbers keeps
-    the cache, and machines of a cluster with the same versions share results. The
-    device is not part of it: float64 CPU and CUDA runs of a unit agree to rounding and
-    share one entry (a float32 unit is float32 on every device); a run that needs
-    device-specific bits uses its own ``--cache-dir`` or ``--recompute``.
-    """
-    return config_hash(numerics_key())
-
-
-def numerics_key() -> dict[str, Any]:
-    """What :func:`code_fingerprint` hashes: ``{"numerics": N, "torch": "2.x", ...}``."""
-    out: dict[str, Any] = {"numerics": NUMERICS_VERSION}
-    for name in NUMERIC_LIBRARIES:
-        try:
-            # the local part (torch's "+cpu"/"+cu126") names the build, not the numerics
-            out[name] = metadata.version(name).split("+")[0]
-        except metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
 
 
 def versions() -> dict[str, str]:

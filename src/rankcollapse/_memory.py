@@ -71,4 +71,4 @@ def check_memory(estimate: float, what: str, max_memory: int | str | None = None
     if estimate > limit:
         raise MemoryLimitError(
             f"{what} needs about {human(estimate)} of memory, more than the limit {human(limit)}; "
-            f"lower the size, or raise the limit with --max-memory (max_memory= in Python) if the machine has it")
+            f"lower the size, or raise the limit with max_memory (--max-memory on the command line) if the machine has it")

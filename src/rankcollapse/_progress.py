@@ -1,4 +1,6 @@
-"""Progress bars (rich) for the long loops of ``simulate``, ``probe`` and ``basin_estimate``.
+"""Progress bars (rich) for the long loops of ``simulate``, ``probe`` and ``basin_estimate``,
+and the one test for a terminal that every progress display uses (the sweep engine's
+:class:`rankcollapse.sweep.progress.UnitProgress` included).
 
 Shown on stderr when it is a terminal (or when asked with ``progress=True``); quiet
 otherwise, so piped output, logs and tests stay clean. The bar is transient: it is
@@ -10,6 +12,11 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from typing import Iterator
+
+
+def stderr_is_tty() -> bool:
+    """Whether stderr is a terminal (False for a stream without ``isatty``, e.g. a capture)."""
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 class Steps:
@@ -30,7 +37,7 @@ def steps(total: int, description: str, enabled: bool | None = None) -> Iterator
     """A :class:`Steps` counter with a rich bar of ``total`` steps when ``enabled``
     (None = only when stderr is a terminal)."""
     if enabled is None:
-        enabled = bool(getattr(sys.stderr, "isatty", lambda: False)())
+        enabled = stderr_is_tty()
     if not enabled:
         yield Steps()
         return

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from ._deprecation import renamed_arguments, renamed_attribute
 from . import assets
 from ._io import atomic_path
 from .errors import DataError, TokenizerError
@@ -123,8 +124,11 @@ class Windows:
         return int(self.input_ids.shape[0])
 
     @property
-    def length(self) -> int:
+    def n_tokens(self) -> int:
+        """Tokens per window N (the deprecated ``length`` reads it)."""
         return int(self.input_ids.shape[1])
+
+    length = renamed_attribute("length", "n_tokens")
 
     def save(self, path: str | Path) -> None:
         """Save as ``.npz`` with ``input_ids``, ``attention_mask``, ``special_tokens_mask``."""
@@ -196,22 +200,24 @@ def check_window_arrays(arrays: dict[str, np.ndarray], where: str) -> None:
         raise DataError(f"{where}: window {int(empty[0])} has no real token (attention_mask all 0)")
 
 
+@renamed_arguments(length="n_tokens")
 def make_windows(
     texts: Sequence[str],
     tokenizer: Any,
     *,
-    length: int = 128,
+    n_tokens: int = 128,
     n_windows: int = 64,
     seed: int = 0,
     allow_fewer: bool = False,
 ) -> Windows:
-    """Cut ``texts`` into ``n_windows`` windows of exactly ``length`` tokens.
+    """Cut ``texts`` into ``n_windows`` windows of exactly ``n_tokens`` tokens.
 
     Parameters
     ----------
     texts : documents (see module docstring for the procedure).
     tokenizer : a Hugging Face tokenizer (fast or slow).
-    length : tokens per window including special tokens; must exceed their number.
+    n_tokens : tokens per window N, special tokens included; must exceed their number
+        (deprecated alias ``length``).
     n_windows : how many windows; only as many documents as needed are tokenised.
     seed : seeds the document order (``numpy.random.default_rng``).
     allow_fewer : return fewer windows (with a warning) instead of raising when the
@@ -224,7 +230,7 @@ def make_windows(
         (:func:`check_tokenizer`), or a window with fewer than 2 distinct ordinary
         tokens (special tokens, ``[UNK]`` included, do not count).
     DataError
-        ``length``/``n_windows`` < 1, no texts, or not enough tokens for one window (or
+        ``n_tokens``/``n_windows`` < 1, no texts, or not enough tokens for one window (or
         for ``n_windows`` unless ``allow_fewer``).
 
     See Also
@@ -243,7 +249,7 @@ def make_windows(
     >>> core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     >>> core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     >>> tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", sep_token="[SEP]")
-    >>> windows = make_windows(["the cat sat on the mat"] * 4, tokenizer, length=5, n_windows=3)
+    >>> windows = make_windows(["the cat sat on the mat"] * 4, tokenizer, n_tokens=5, n_windows=3)
     >>> windows.input_ids
     tensor([[2, 3, 4, 5, 2],
             [6, 1, 2, 3, 4],
@@ -252,15 +258,16 @@ def make_windows(
     (True, False)
     """
     check_tokenizer(tokenizer)
+    length = n_tokens  # the name of the procedure in the module docstring
     if length < 1 or n_windows < 1:
-        raise DataError(f"length and n_windows must be >= 1 (got length={length}, n_windows={n_windows})")
+        raise DataError(f"n_tokens and n_windows must be >= 1 (got n_tokens={length}, n_windows={n_windows})")
     if not texts:
         raise DataError("no texts to cut into windows")
     prefix, suffix = special_affixes(tokenizer)
     n_special = len(prefix) + len(suffix)
     body = length - n_special
     if body < 1:
-        raise DataError(f"length={length} leaves no room beside {n_special} special tokens")
+        raise DataError(f"n_tokens={length} leaves no room beside {n_special} special tokens")
     sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     order = np.random.default_rng(seed).permutation(len(texts))
     stream: list[int] = []

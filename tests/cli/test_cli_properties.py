@@ -95,7 +95,7 @@ def metrics_cmd(draw):
 @st.composite
 def simulate_cmd(draw):
     ok = _valid(draw)
-    argv = ["simulate", "--n-tokens", _pick(draw, INTS, ok), "--depth", _pick(draw, INTS, ok), "--samples", _pick(draw, INTS, ok),
+    argv = ["simulate", "--n-tokens", _pick(draw, INTS, ok), "--depth", _pick(draw, INTS, ok), "--n-samples", _pick(draw, INTS, ok),
             "--d-model", _pick(draw, INTS, ok), "--mask", _pick(draw, SPECS, ok), "--json"]
     argv += _opt(draw, "--d-qk", FLOATS, ok) + _opt(draw, "--seed", INTS, ok)
     argv += _opt(draw, "--input", st.sampled_from(["sphere", "good.npy", "empty.npy", "nan.npy", "archive.npz",
@@ -116,13 +116,13 @@ def theory_cmd(draw):
     if which == "find":
         return ["theory", "find", "--system", draw(SYSTEMS), "--starts", _pick(draw, INTS, ok), "--json"]
     if which == "basin":
-        return ["theory", "basin", "--system", draw(SYSTEMS), "--samples", _pick(draw, INTS, ok), "--depth", _pick(draw, INTS, ok),
+        return ["theory", "basin", "--system", draw(SYSTEMS), "--n-samples", _pick(draw, INTS, ok), "--depth", _pick(draw, INTS, ok),
                 "--confidence", _pick(draw, FLOATS, ok), "--json"]
     if which == "sphere":
         return ["theory", "sphere", "--n", _pick(draw, INTS, ok), "--d", _pick(draw, INTS, ok), "--depth", _pick(draw, INTS, ok),
                 "--beta", _pick(draw, FLOATS, ok), "--mask", _pick(draw, SPECS, ok), "--json"]
     return ["theory", "bound", "--mask", _pick(draw, SPECS, ok), "--n", _pick(draw, INTS, ok), "--d", _pick(draw, INTS, ok), "--depth", _pick(draw, INTS, ok),
-            "--samples", _pick(draw, INTS, ok), "--json"]
+            "--n-samples", _pick(draw, INTS, ok), "--json"]
 
 
 @st.composite
@@ -187,7 +187,7 @@ def test_every_argument_vector_keeps_the_contract(root, command):
     (["theory", "equilibria", "--n", "2", "--d", "2", "--rank", "2", "--limit", "0"], "limit must be an integer >= 1"),
     (["mask", "compare", "causal", "--n", "8", "--d-qk", "nan", "--json"], "--d-qk must be a finite number"),
     (["simulate", "--mask", "complete", "--mask", "causal"], "--mask given more than once"),
-    (["simulate", "--n-tokens", "100000", "--mask", "complete", "--samples", "1", "--d-model", "4"], "--max-memory"),
+    (["simulate", "--n-tokens", "100000", "--mask", "complete", "--n-samples", "1", "--d-model", "4"], "--max-memory"),
     (["simulate", "--out", "afile", "--depth", "1"], "is an existing file"),
     (["reproduce", "--scale", "smoke", "--device", "bogus", "--out", "r"], "not a torch device"),
     (["reproduce", "--scale", "smoke", "--device", "cuda:97", "--out", "r"], "not available"),

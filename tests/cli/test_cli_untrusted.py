@@ -13,8 +13,8 @@ import pytest
 from rankcollapse._io import open_private, read_regular
 from rankcollapse.cli._boundary import MAX_LINE, CliError
 from rankcollapse.errors import ModelError, UnsafePathError, excerpt
-from rankcollapse.experiments.cache import UnitCache
-from rankcollapse.experiments.config import Unit
+from rankcollapse.sweep.cache import UnitCache
+from rankcollapse.sweep.units import Unit
 from rankcollapse.experiments.outdir import LOCK_NAME, OutputFolder, owner
 
 from ._harness import invoke

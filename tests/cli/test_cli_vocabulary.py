@@ -38,19 +38,19 @@ PAIRS = [
     (["mask", "describe", "sliding_window:w=3", "--n=7", "--json"],
      ["mask", "describe", "sliding_window:w=3", "--n-tokens=7", "--format=json"], ["--n", "--json"]),
     (["mask", "compare", "causal", "schedule:sliding_window:w=3*2,complete", "--n", "8", "--measure", "--d", "4",
-      "--depth", "3", "--samples", "2", "--json"],
+      "--depth", "3", "--n-samples", "2", "--json"],
      ["mask", "compare", "causal", "schedule:sliding_window:w=3*2,complete", "--n-tokens", "8", "--measure",
-      "--d-model", "4", "--depth", "3", "--samples", "2", "--format", "json"], ["--n", "--d", "--json"]),
+      "--d-model", "4", "--depth", "3", "--n-samples", "2", "--format", "json"], ["--n", "--d", "--json"]),
     (["metrics", "x.npy", "--names", "mu,avg_cos", "--json"],
      ["metrics", "x.npy", "--metrics", "mu,avg_cos", "--format", "json"], ["--names", "--json"]),
-    (["simulate", "--length", "8", "--depth", "2", "--samples", "2", "--d-model", "4", "--json"],
-     ["simulate", "--n-tokens", "8", "--depth", "2", "--samples", "2", "--d-model", "4", "--format", "json"],
+    (["simulate", "--length", "8", "--depth", "2", "--n-samples", "2", "--d-model", "4", "--json"],
+     ["simulate", "--n-tokens", "8", "--depth", "2", "--n-samples", "2", "--d-model", "4", "--format", "json"],
      ["--length", "--json"]),
-    (["simulate", "--n", "8", "--depth", "2", "--samples", "2", "--d-model", "4", "--format", "csv"],
-     ["simulate", "--n-tokens", "8", "--depth", "2", "--samples", "2", "--d-model", "4", "--format", "csv"], ["--n"]),
+    (["simulate", "--n", "8", "--depth", "2", "--n-samples", "2", "--d-model", "4", "--format", "csv"],
+     ["simulate", "--n-tokens", "8", "--depth", "2", "--n-samples", "2", "--d-model", "4", "--format", "csv"], ["--n"]),
     (["theory", "bound", "--n", "8", "--d", "4", "--widths", "8,3", "--depth", "5", "--samples", "2", "--json"],
-     ["theory", "bound", "--n-tokens", "8", "--d-model", "4", "--widths", "8,3", "--depth", "5", "--samples", "2",
-      "--format", "json"], ["--n", "--d", "--json"]),
+     ["theory", "bound", "--n-tokens", "8", "--d-model", "4", "--widths", "8,3", "--depth", "5", "--n-samples", "2",
+      "--format", "json"], ["--n", "--d", "--samples", "--json"]),
     (["theory", "sphere", "--n", "4", "--d", "3", "--depth", "5", "--json"],
      ["theory", "sphere", "--n-tokens", "4", "--d-model", "3", "--depth", "5", "--format", "json"], ["--n", "--d", "--json"]),
     (["theory", "equilibria", "--n", "2", "--d", "2", "--rank", "2", "--json"],
@@ -68,7 +68,7 @@ def test_old_spelling_gives_the_canonical_result_and_one_note_each(root, old, ne
     notes = [line for line in err_old.splitlines() if "deprecated" in line]
     assert len(notes) == len(flags)
     for flag, line in zip(flags, notes):
-        assert line == f"rankcollapse: note: {flag} is deprecated; use {' '.join(DEPRECATED[flag])}"
+        assert line == f"rankcollapse: note: {flag} is deprecated and will be removed in 0.3.0; use {' '.join(DEPRECATED[flag])}"
 
 
 def test_rewrite_maps_every_old_spelling_only_where_the_canonical_flag_exists():
@@ -81,11 +81,13 @@ def test_rewrite_maps_every_old_spelling_only_where_the_canonical_flag_exists():
         args, notes = rewrite(cmd, [old, "5", "--", old])
         assert args == [*new, "5", "--", old] and len(notes) == 1
     basin = cli.commands["theory"].commands["basin"]  # no --n-tokens there: --n stays (a usage error)
-    assert rewrite(basin, ["--n", "3", "--samples", "2"]) == (["--n", "3", "--samples", "2"], [])
+    args, notes = rewrite(basin, ["--n", "3", "--samples", "2"])  # --n-samples there: --samples maps
+    assert args == ["--n", "3", "--n-samples", "2"] and notes == [
+        "rankcollapse: note: --samples is deprecated and will be removed in 0.3.0; use --n-samples"]
 
 
 def test_help_hides_the_old_spellings(root):
-    old = re.compile(r"(?<![\w-])--(n|d|length|windows|names|pretrained|json|text|d-qk-scale)(?![\w-])")
+    old = re.compile(r"(?<![\w-])--(n|d|length|windows|samples|names|pretrained|json|text|d-qk-scale)(?![\w-])")
     for argv in _commands():
         code, out, _ = invoke([*argv, "--help"], root)
         assert code == 0 and not old.search(out), (argv, old.search(out))
@@ -179,14 +181,14 @@ STRICT_JSON = [
     ["mask", "compare", "causal", "complete", "--n-tokens", "6", "--format", "json"],
     ["metrics", "zeros.npy", "--format", "json"],
     ["simulate", "--n-tokens", "6", "--depth", "2", "--d-model", "3", "--format", "json", "--out", "sim"],
-    ["theory", "bound", "--n-tokens", "6", "--d-model", "3", "--widths", "6,2", "--depth", "4", "--samples", "2",
+    ["theory", "bound", "--n-tokens", "6", "--d-model", "3", "--widths", "6,2", "--depth", "4", "--n-samples", "2",
      "--format", "json"],
     ["theory", "equilibria", "--format", "json"],
     ["theory", "system", "--out", "sys", "--format", "json"],
     ["theory", "find", "--system", "sys/system.json", "--starts", "4", "--format", "json"],
-    ["theory", "basin", "--samples", "50", "--depth", "200", "--format", "json"],
+    ["theory", "basin", "--n-samples", "50", "--depth", "200", "--format", "json"],
     ["theory", "sphere", "--n-tokens", "4", "--d-model", "3", "--depth", "4", "--format", "json"],
-    ["phase", "--axis", "d_qk=1,4", "--depth", "3", "--n-tokens", "6", "--d-model", "3", "--samples", "2",
+    ["phase", "--axis", "d_qk=1,4", "--depth", "3", "--n-tokens", "6", "--d-model", "3", "--n-samples", "2",
      "--out", "ph", "--format", "json"],
 ]
 
@@ -196,7 +198,7 @@ def test_every_json_the_cli_prints_or_writes_is_strict(root):
         code, out, err = invoke(argv, root)
         assert code == 0, (argv, err)
         _strict(out)
-    assert _strict((root / "sim" / "result.json").read_text())["layers"][0]["epsilon"] is None  # no layer yet
+    assert _strict((root / "sim" / "result.json").read_text())["layers"][0]["epsilon_measured"] is None  # no layer yet
     assert _strict((root / "sys" / "system.json").read_text())["W_V"] == [[1.0, -3.0], [0.0, 2.0]]
     for path in (root / "ph").rglob("*.json"):
         _strict(path.read_text())
@@ -223,9 +225,9 @@ def test_write_json_atomic_is_strict(tmp_path):
 def test_theory_system_feeds_find_and_basin(root):
     code, out, _ = invoke(["theory", "system", "--out", "sys2"], root)
     assert code == 0 and "sys2/system.json" in out
-    code, out, err = invoke(["theory", "basin", "--system", "sys2/system.json", "--samples", "100", "--depth", "200",
+    code, out, err = invoke(["theory", "basin", "--system", "sys2/system.json", "--n-samples", "100", "--depth", "200",
                              "--format", "json"], root)
-    code_d, out_d, _ = invoke(["theory", "basin", "--samples", "100", "--depth", "200", "--format", "json"], root)
+    code_d, out_d, _ = invoke(["theory", "basin", "--n-samples", "100", "--depth", "200", "--format", "json"], root)
     assert code == code_d == 0, err
     # the written system is the default N = d = 2 example: the same estimate
     assert _strict(out)["fraction"] == _strict(out_d)["fraction"]
@@ -234,9 +236,9 @@ def test_theory_system_feeds_find_and_basin(root):
 @pytest.mark.slow
 def test_probe_aliases_and_d_qk(root):
     """probe: positional MODEL, --windows, --length and --d-qk-scale are the canonical
-    --model, --samples, --n-tokens and --d-qk (MiniLM: d_qk = d_head = 32)."""
+    --model, --n-samples, --n-tokens and --d-qk (MiniLM: d_qk = d_head = 32)."""
     old = ["probe", "minilm", "--windows", "2", "--length", "16", "--d-qk-scale", "4", "--format", "json"]
-    new = ["probe", "--model", "minilm", "--samples", "2", "--n-tokens", "16", "--d-qk", "128", "--format", "json"]
+    new = ["probe", "--model", "minilm", "--n-samples", "2", "--n-tokens", "16", "--d-qk", "128", "--format", "json"]
     code_old, out_old, err_old = invoke(old, root)
     code_new, out_new, err_new = invoke(new, root)
     assert code_old == code_new == 0, err_old + err_new
@@ -246,11 +248,13 @@ def test_probe_aliases_and_d_qk(root):
     for ra, rb in zip(a["layers"], b["layers"]):  # d_qk_scale = 128 / 32 up to one rounding
         assert {k: pytest.approx(v, rel=1e-5) for k, v in ra.items() if k != "point"} == \
             {k: v for k, v in rb.items() if k != "point"}
-    for line in ("--windows is deprecated; use --samples", "--length is deprecated; use --n-tokens",
-                 "the positional MODEL is deprecated; use --model minilm", "--d-qk-scale S is deprecated"):
+    for line in ("--windows is deprecated and will be removed in 0.3.0; use --n-samples",
+                 "--length is deprecated and will be removed in 0.3.0; use --n-tokens",
+                 "the positional MODEL is deprecated and will be removed in 0.3.0; use --model minilm",
+                 "--d-qk-scale S is deprecated"):
         assert line in err_old
     assert "deprecated" not in err_new
-    code, out, _ = invoke(["probe", "--model", "minilm", "--samples", "2", "--n-tokens", "16"], root)
+    code, out, _ = invoke(["probe", "--model", "minilm", "--n-samples", "2", "--n-tokens", "16"], root)
     assert code == 0 and "…" not in out and "embeddings" in out and "mu_relative" in out
-    code, _, err = invoke(["probe", "--samples", "2"], root)
+    code, _, err = invoke(["probe", "--n-samples", "2"], root)
     assert code == 2 and "missing --model" in err

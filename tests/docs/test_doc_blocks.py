@@ -34,15 +34,15 @@ ILLUSTRATIVE = {
     r"\[--": "synopsis with optional arguments in brackets",
 }
 #: Commands that run only in the slow test (real models or a whole experiment job).
-SLOW = r"\bprobe\b|\breproduce\b|--input wiki|--pretrained|\bsimulate\b.*--model\b"
+SLOW = r"\bprobe\b|\breproduce\b|--input wiki|--input wikipedia|--pretrained|\bsimulate\b.*--model\b"
 #: Smaller sizes for the test runs: (pattern, replacement), applied in order.
 SMALLER = [(r"--scale quick", "--scale smoke"), (r"--windows \d+", "--windows 2"),
-           (r"(reproduce|probe)(.*)--samples \d+", r"\1\2--samples 2"),
+           (r"(reproduce|probe)(.*)--n-samples \d+", r"\1\2--n-samples 2"),
            (r"--length \d+", "--length 32"), (r"--depth \d+", "--depth 4"),
            (r"(reproduce|probe)(.*)--n-tokens \d+", r"\1\2--n-tokens 32"),
            (r"(simulate|phase)(.*)--n-tokens \d+", r"\1\2--n-tokens 16"),
-           (r"theory basin$", "theory basin --samples 200 --depth 100"),
-           (r"theory bound$", "theory bound --n-tokens 12 --widths 12,5,2 --depth 20 --samples 2"),
+           (r"theory basin$", "theory basin --n-samples 200 --depth 100"),
+           (r"theory bound$", "theory bound --n-tokens 12 --widths 12,5,2 --depth 20 --n-samples 2"),
            (r"(simulate .*--variant post_ln.*)", r"\1 --n-tokens 16 --depth 4")]
 
 

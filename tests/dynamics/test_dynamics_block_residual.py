@@ -84,7 +84,7 @@ def test_placement_override_moves_a_default_skip_weight_only():
 
 def test_cli_records_the_block_that_ran():
     cmd = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "simulate", "--variant", "pure",
-           "--placement", "post_ln", "--n-tokens", "6", "--depth", "2", "--samples", "1", "--d-model", "4",
+           "--placement", "post_ln", "--n-tokens", "6", "--depth", "2", "--n-samples", "1", "--d-model", "4",
            "--format", "json"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr

@@ -14,7 +14,7 @@ def run(*args):
 
 
 def test_json_layers_and_plot(tmp_path):
-    p = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--samples", "3", "--value", "orthogonal",
+    p = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--n-samples", "3", "--value", "orthogonal",
             "--d-model", "8", "--seed", "1", "--json", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
@@ -26,10 +26,10 @@ def test_json_layers_and_plot(tmp_path):
     assert 0 < doc["layers"][-1]["mu_relative"] < 1
     assert (tmp_path / "mu_loglog.png").stat().st_size > 1000
     assert json.loads((tmp_path / "result.json").read_text())["layers"] == doc["layers"]
-    again = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--samples", "3", "--value", "orthogonal",
+    again = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--n-samples", "3", "--value", "orthogonal",
                 "--d-model", "8", "--seed", "1", "--json")
     assert json.loads(again.stdout)["layers"] == doc["layers"]
-    alias = run("--mask", "causal", "--n", "16", "--depth", "5", "--samples", "3", "--value", "orthogonal",
+    alias = run("--mask", "causal", "--n", "16", "--depth", "5", "--n-samples", "3", "--value", "orthogonal",
                 "--d-model", "8", "--seed", "1", "--json")
     assert json.loads(alias.stdout)["layers"] == doc["layers"]  # --n is --n-tokens
 
@@ -60,7 +60,7 @@ def test_bad_input_one_line_exit_2(args, msg, tmp_path, monkeypatch, capsys):
 
 
 def test_settings_name_the_variant_and_plot_draws_requested_metrics(tmp_path):
-    p = run("--mask", "causal", "--n-tokens", "8", "--depth", "3", "--samples", "2", "--d-model", "4",
+    p = run("--mask", "causal", "--n-tokens", "8", "--depth", "3", "--n-samples", "2", "--d-model", "4",
             "--variant", "sphere", "--metrics", "avg_abs_cos", "--json", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
@@ -77,14 +77,14 @@ def test_json_numbers_are_strict():
 
 
 def test_pretrained_defaults_to_the_model_width():
-    p = run("--mask", "complete", "--n-tokens", "8", "--samples", "1", "--pretrained", "minilm", "--json")
+    p = run("--mask", "complete", "--n-tokens", "8", "--n-samples", "1", "--pretrained", "minilm", "--json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["settings"]["d_model"] == 384 and len(doc["layers"]) == doc["settings"]["depth"] + 1
 
 
 def test_values_at_the_compute_dtype_floor_are_flagged():
-    args = ["--mask", "complete", "--n-tokens", "16", "--depth", "30", "--samples", "2", "--d-model", "8",
+    args = ["--mask", "complete", "--n-tokens", "16", "--depth", "30", "--n-samples", "2", "--d-model", "8",
             "--input", "sphere"]
     doc = json.loads(run(*args, "--dtype", "float64", "--json").stdout)
     assert doc["floor"] == {"dtype": "float64", "epsilon": 2.220446049250313e-16, "metrics": ["mu_relative"]}
@@ -101,3 +101,42 @@ def test_values_at_the_compute_dtype_floor_are_flagged():
     last = table.stdout.strip().splitlines()[-1].split("\t")
     assert last[2].endswith("*") and not last[1].endswith("*")  # mu_relative flagged, absolute mu not
     assert "* at or below the float64 floor (machine epsilon 2.22e-16)" in table.stderr
+
+
+def test_attention_operator_option_reports_row_mass_deficit():
+    p = run("--mask", "causal", "--n-tokens", "8", "--depth", "3", "--n-samples", "2", "--d-model", "4",
+            "--attention", "offbyone", "--dtype", "float64", "--metrics", "mu_relative,norm_spread", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["settings"]["block"]["attention"] == "sink:b=0"
+    assert "row_mass_deficit_q50" not in doc["layers"][0]
+    for row in doc["layers"][1:]:
+        assert 0 < row["row_mass_deficit_q05"] <= row["row_mass_deficit_q50"] <= row["row_mass_deficit_q95"] < 1
+        assert row["norm_spread"] >= 1
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--attention", "sink:c=1"], "takes parameters"),
+    (["--attention", "offbyone", "--uniform"], "contradict"),
+    (["--attention", "offbyone", "--backend", "blocked"], "path='dense' only"),
+])
+def test_attention_operator_errors_are_one_line(args, msg):
+    p = run("--n-tokens", "8", "--depth", "2", "--d-model", "4", *args)
+    assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
+
+
+def test_input_names_come_from_the_registry():
+    """Every registry input runs from the CLI and X(0) is the registry's draw (float32)."""
+    import torch
+
+    from rankcollapse.dynamics.inputs import make_tokens
+    from rankcollapse.metrics import mu
+
+    for name in ("nonnegative", "antipodal"):
+        p = run("--mask", "causal", "--n-tokens", "6", "--depth", "1", "--n-samples", "2", "--d-model", "4",
+                "--seed", "3", "--input", name, "--json")
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout)
+        assert doc["settings"]["input"] == name
+        X0 = make_tokens(name, 2, 6, 4, seed=3).to(torch.float32)
+        assert doc["layers"][0]["mu"] == pytest.approx(float(mu(X0).mean()), rel=1e-6)

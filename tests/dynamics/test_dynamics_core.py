@@ -80,7 +80,7 @@ def test_masked_entries_zero_rows_sum_to_one():
         assert At.shape == (2, 2, 9, 9)
         assert bool((At[..., ~M] == 0).all())
         torch.testing.assert_close(At.sum(-1), torch.ones(2, 2, 9, dtype=At.dtype))
-        assert float(res.epsilon[t]) == pytest.approx(float(At[..., M].min()))
+        assert float(res.epsilon_measured[t]) == pytest.approx(float(At[..., M].min()))
 
 
 def test_sphere_rows_unit_norm_and_seed_reproducible():

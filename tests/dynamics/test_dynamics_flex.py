@@ -41,12 +41,12 @@ def test_flex_overflowing_layer_goes_to_the_windowed_kernel():
 
 
 def test_cli_backend_option():
-    args = ["--mask", "causal_sliding_window:w=4", "--n", "40", "--depth", "2", "--samples", "1", "--d-model", "8",
+    args = ["--mask", "causal_sliding_window:w=4", "--n", "40", "--depth", "2", "--n-samples", "1", "--d-model", "8",
             "--json"]
     runs = {b: subprocess.run(CMD + args + ["--backend", b], capture_output=True, text=True, timeout=300)
             for b in ("dense", "blocked", "nope")}
     docs = {b: json.loads(p.stdout) for b, p in runs.items() if b != "nope"}
     assert docs["blocked"]["settings"]["path"] == "blocked"
     for a, b in zip(docs["dense"]["layers"], docs["blocked"]["layers"]):
-        assert a["mu"] == pytest.approx(b["mu"], rel=1e-5) and (a["epsilon"] is None) == (b["epsilon"] is None)
+        assert a["mu"] == pytest.approx(b["mu"], rel=1e-5) and (a["epsilon_measured"] is None) == (b["epsilon_measured"] is None)
     assert runs["nope"].returncode == 2 and "path must be one of" in runs["nope"].stderr

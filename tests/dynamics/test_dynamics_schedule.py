@@ -20,7 +20,7 @@ def test_each_layer_uses_its_mask():
     for t, A in enumerate(res.attention):
         assert torch.equal(A[0, 0] > 0, sched.layer(t).to_dense())
         assert torch.allclose(A.sum(-1), torch.ones(()).double())
-    assert res.epsilon.shape == (7,) and res.config["mask"] == spec
+    assert res.epsilon_measured.shape == (7,) and res.config["mask"] == spec
 
 
 def test_schedule_matches_a_numpy_reference():

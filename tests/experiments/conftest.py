@@ -1,12 +1,15 @@
 """Shared fixtures of the experiments tests: a synthetic executor in place of the real
 simulations, probes and theory checks."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from rankcollapse.experiments import runner
 from rankcollapse.experiments.table import rows_from_metrics
 from rankcollapse.experiments.units import _labels
+from rankcollapse.sweep import units as sweep_units
 
 METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_min", "measured_rate", "n_equilibria",
            "expected_min", "basin_ci_low")
@@ -29,6 +32,24 @@ class FakeExecutor:
         return rows_from_metrics({m: vals for m in METRICS}, _labels(unit))
 
 
+def _use(monkeypatch, kind, fn):
+    # the kind's version and label, hence the unit keys, are kept
+    monkeypatch.setitem(sweep_units._KINDS, kind, dataclasses.replace(sweep_units.unit_kind(kind), run=fn))
+
+
+def _use_everywhere(monkeypatch, ex):
+    for kind in sweep_units.unit_kinds("experiments"):
+        _use(monkeypatch, kind, ex)
+    monkeypatch.setattr(runner, "_preflight", lambda ctx, units: None)
+
+
+@pytest.fixture
+def use_function(monkeypatch):
+    """``use_function(kind, fn)`` makes ``fn`` the registered function of unit kind
+    ``kind`` for one test."""
+    return lambda kind, fn: _use(monkeypatch, kind, fn)
+
+
 @pytest.fixture
 def fake_executor_cls():
     """The synthetic executor class, for tests that need their own instances."""
@@ -40,8 +61,7 @@ def install_executor(monkeypatch):
     """``install_executor(ex)`` makes ``ex`` run every unit kind (and skips pre-flight)."""
 
     def install(ex):
-        monkeypatch.setattr(runner, "EXECUTORS", {k: ex for k in ("simulate", "probe", "pretrained_sa", "theory")})
-        monkeypatch.setattr(runner, "_preflight", lambda ctx, units: None)
+        _use_everywhere(monkeypatch, ex)
         return ex
 
     return install
@@ -50,6 +70,5 @@ def install_executor(monkeypatch):
 @pytest.fixture
 def fake(monkeypatch):
     ex = FakeExecutor()
-    monkeypatch.setattr(runner, "EXECUTORS", {k: ex for k in ("simulate", "probe", "pretrained_sa", "theory")})
-    monkeypatch.setattr(runner, "_preflight", lambda ctx, units: None)
+    _use_everywhere(monkeypatch, ex)
     return ex

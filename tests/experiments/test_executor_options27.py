@@ -15,12 +15,12 @@ from typer.testing import CliRunner
 
 from rankcollapse.cli import run
 from rankcollapse.errors import ConfigError
-from rankcollapse.experiments.executors import (
+from rankcollapse.sweep.executors import (
     check_executor, check_ray_reachable, make_executor, parse_ray_address,
 )
 
 CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
-TINY_PHASE = ["phase", "--axis", "qk_scale=1", "--depth", "2", "--n-tokens", "4", "--d-model", "2", "--samples", "1"]
+TINY_PHASE = ["phase", "--axis", "qk_scale=1", "--depth", "2", "--n-tokens", "4", "--d-model", "2", "--n-samples", "1"]
 
 
 def _invoke(argv: list[str], cwd) -> tuple[int, str, str]:
@@ -53,16 +53,16 @@ def _free_loopback_port() -> int:
 
 # ------------------------------------------------------------------ API
 @pytest.mark.parametrize("kw, message", [
-    ({"name": "serial", "workers": 2}, "--workers needs --executor processes or ray"),
-    ({"name": "serial", "workers": 1}, "--workers needs --executor processes or ray"),
-    ({"name": "ray", "workers": 2, "address": "auto"}, "with --address the cluster's own CPUs"),
-    ({"name": "ray", "address": ""}, "--address must be auto or host:port"),
-    ({"name": "ray", "address": "nonsense"}, "--address must be auto or host:port"),
-    ({"name": "ray", "address": "127.0.0.1:99999"}, "--address must be auto or host:port"),
-    ({"name": "ray", "address": "127.0.0.1:"}, "--address must be auto or host:port"),
-    ({"name": "ray", "address": ":6379"}, "--address must be auto or host:port"),
-    ({"name": "ray", "address": "a b:6379"}, "--address must be auto or host:port"),
-    ({"name": "processes", "address": ""}, "--address needs --executor ray"),
+    ({"name": "serial", "workers": 2}, "workers needs executor=processes or ray"),
+    ({"name": "serial", "workers": 1}, "workers needs executor=processes or ray"),
+    ({"name": "ray", "workers": 2, "address": "auto"}, "with address the cluster's own CPUs"),
+    ({"name": "ray", "address": ""}, "address must be auto or host:port"),
+    ({"name": "ray", "address": "nonsense"}, "address must be auto or host:port"),
+    ({"name": "ray", "address": "127.0.0.1:99999"}, "address must be auto or host:port"),
+    ({"name": "ray", "address": "127.0.0.1:"}, "address must be auto or host:port"),
+    ({"name": "ray", "address": ":6379"}, "address must be auto or host:port"),
+    ({"name": "ray", "address": "a b:6379"}, "address must be auto or host:port"),
+    ({"name": "processes", "address": ""}, "address needs executor=ray"),
 ])
 def test_ignored_or_malformed_options_refused(kw, message):
     with pytest.raises(ConfigError, match=message):
@@ -113,7 +113,7 @@ def test_listening_loopback_address_passes_the_connect_check():
 def test_cli_bad_ray_address_one_line_exit_2_in_seconds(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MPLBACKEND": "Agg"}
     for address, needle in ((f"127.0.0.1:{_free_loopback_port()}", "cannot reach the Ray cluster"),
-                            ("not an address", "--address must be auto or host:port")):
+                            ("not an address", "address must be auto or host:port")):
         t0 = time.perf_counter()
         proc = subprocess.run([*CLI, "reproduce", "--scale", "smoke", "--executor", "ray", "--address", address,
                                "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")],

@@ -8,11 +8,11 @@ from rankcollapse.experiments import runner
 
 
 @pytest.mark.parametrize("kw, text", [
-    (dict(seed=0, overrides={"depth": "abc"}), "--depth must be an integer"),
-    (dict(seed=0, overrides={"depth": 0}), "--depth must be an integer >= 1"),
-    (dict(seed=0, overrides={"n_windows": 2.5}), "--samples must be an integer"),
-    (dict(seed="x"), "--seed must be an integer"),
-    (dict(seed=-1), "--seed must be an integer >= 0"),
+    (dict(seed=0, overrides={"depth": "abc"}), r"overrides\['depth'\] must be an integer"),
+    (dict(seed=0, overrides={"depth": 0}), r"overrides\['depth'\] must be an integer >= 1"),
+    (dict(seed=0, overrides={"n_windows": 2.5}), r"overrides\['n_windows'\] must be an integer"),
+    (dict(seed="x"), "^seed must be an integer"),
+    (dict(seed=-1), "^seed must be an integer >= 0"),
 ])
 def test_plan_refuses_bad_overrides_and_seeds(kw, text):
     with pytest.raises(ConfigError, match=text):

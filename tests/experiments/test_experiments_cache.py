@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rankcollapse.experiments.cache import UnitCache
-from rankcollapse.experiments.config import Unit
+from rankcollapse.sweep.cache import UnitCache
+from rankcollapse.sweep.units import Unit
 
 
 def _frame(seed: int) -> pd.DataFrame:

@@ -292,7 +292,7 @@ def test_window_override_rewrites_the_envelope_mask():
     from rankcollapse.theory import envelope_rate
 
     res = C.evaluate_claim(pd.DataFrame(), claim, setting="window=3", override={"window": 3}, n_boot=10)
-    assert res["checks"][0]["value"] == envelope_rate("sliding_window:w=3", n=16)
+    assert res["checks"][0]["value"] == envelope_rate("sliding_window:w=3", n_tokens=16)
 
 
 def test_change_from_a_layer_at_its_floor_is_a_lower_bound():

@@ -7,7 +7,8 @@ import pytest
 
 from rankcollapse import report
 from rankcollapse.experiments import plots, runner
-from rankcollapse.experiments.config import Unit, effective_override, load_config
+from rankcollapse.experiments.config import effective_override, load_config
+from rankcollapse.sweep.units import Unit
 
 
 
@@ -58,12 +59,12 @@ def test_norm_setting_changes_only_the_ln_side(fake, tmp_path):
         growth(fresh["checks"]))
 
 
-def test_excluded_model_is_named_plainly(fake, monkeypatch, tmp_path):
+def test_excluded_model_is_named_plainly(fake, use_function, tmp_path):
     def probe(unit, ctx):  # probe rows labelled like the real executor's
         variant = "drop_norm" if unit.params.get("drop") else "full"
         return fake(unit, ctx).assign(variant=variant, mask="complete")
 
-    monkeypatch.setitem(runner.EXECUTORS, "probe", probe)
+    use_function("probe", probe)
     res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", progress=False, nearby=False)
     c03 = next(c for c in res.claims if c["id"] == "C03")
     assert c03["verdict"] == "not run"

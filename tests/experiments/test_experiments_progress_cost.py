@@ -7,11 +7,11 @@ import json
 import pandas as pd
 import pytest
 
-from rankcollapse.experiments import progress as progress_mod
 from rankcollapse.experiments import runner
-from rankcollapse.experiments.cache import UnitCache
-from rankcollapse.experiments.config import Unit, unit_labels
-from rankcollapse.experiments.executors import Done
+from rankcollapse.sweep.cache import UnitCache
+from rankcollapse.sweep import progress as progress_mod
+from rankcollapse.sweep.executors import Done
+from rankcollapse.sweep.units import Unit, unit_labels
 
 
 def _planned(name, scale):
@@ -86,19 +86,16 @@ class _SlowExecutor:
 
     name, workers = "serial", 1
 
-    def __init__(self, table):
-        self.table = table
-
     def map(self, units, ctx, table):
         for i, u in enumerate(units):
-            yield Done(i, self.table[u.kind](u, ctx), 5.0, 4.0, "w:1")
+            yield Done(i, table[u.kind](u, ctx), 5.0, 4.0, "w:1")
 
     def close(self):
         pass
 
 
 def test_cached_rerun_keeps_what_the_numbers_cost(fake, monkeypatch, tmp_path):
-    monkeypatch.setattr(runner, "make_executor", lambda *a, **k: _SlowExecutor(runner.EXECUTORS))
+    monkeypatch.setattr(runner, "make_executor", lambda *a, **k: _SlowExecutor())
     out = tmp_path / "run"
     first = runner.run_experiment("fig3", "smoke", out, progress=False)
     n = len(first.timings)

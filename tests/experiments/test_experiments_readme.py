@@ -81,8 +81,9 @@ def test_readme_paper_table_is_the_committed_paper_run():
 
 
 def test_committed_quick_run_is_todays_run(monkeypatch):
-    from rankcollapse._io import NUMERICS_VERSION, config_hash
-    from rankcollapse.experiments import config as config_mod
+    from rankcollapse._io import config_hash
+    from rankcollapse.sweep import units as sweep_units
+    from rankcollapse.sweep.units import NUMERICS_VERSION
 
     config = json.loads((RESULTS / "config.json").read_text())
     assert config["scale"] == "quick" and config["seed"] == 0
@@ -90,7 +91,7 @@ def test_committed_quick_run_is_todays_run(monkeypatch):
     # check holds on any interpreter's numeric stack (3.12/3.13 resolve newer numpy,
     # scipy...) while a changed config, rule or NUMERICS_VERSION still fails it
     recorded = config["execution"]["numerics"]
-    monkeypatch.setattr(config_mod, "code_fingerprint", lambda: config_hash({**recorded, "numerics": NUMERICS_VERSION}))
+    monkeypatch.setattr(sweep_units, "code_fingerprint", lambda: config_hash({**recorded, "numerics": NUMERICS_VERSION}))
     _, units, _ = runner.plan("all", "quick", 0)
     # `all` = the paper's experiments (docs/results/quick) + geometry (docs/results/geometry-quick)
     geometry = json.loads((GEOMETRY / "config.json").read_text())

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from rankcollapse.dynamics import simulate
-from rankcollapse.experiments.config import Unit
-from rankcollapse.experiments.context import RunContext
 from rankcollapse.experiments.units import run_probe, run_simulate
+from rankcollapse.sweep.context import RunContext
+from rankcollapse.sweep.units import Unit
 
 
 class TinyContext(RunContext):

@@ -79,7 +79,7 @@ def test_min_where_reads_only_the_layers_passing_the_bound():
 
 
 def _synthetic(check: str) -> pd.DataFrame:
-    df = getattr(theory_units, f"check_{check}")({"example_samples": 3}, None)
+    df = getattr(theory_units, f"rows_{check}")({"example_samples": 3}, None)
     return normalise(df, {"experiment": "geometry", "source": "theory", "model": "theory", "variant": check,
                           "dtype": "float64"})
 

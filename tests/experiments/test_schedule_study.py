@@ -19,6 +19,31 @@ def test_unknown_scale():
         load_study("huge")
 
 
+@pytest.mark.parametrize("where, key, value, message", [
+    (("simulation",), "dpeth", 60, "config schedules: simulation: unknown key 'dpeth'"),
+    (("scales", "smoke"), "n_sample", 2, "config schedules: scales.smoke: unknown key 'n_sample'"),
+    ((), "budget_tolerence", 0.03, "config schedules: unknown key 'budget_tolerence'"),
+    (("simulation",), "depth", 0, "config schedules: simulation: depth: Input should be greater than or equal to 1"),
+])
+def test_a_bad_key_in_the_study_file_is_refused_naming_it(monkeypatch, where, key, value, message):
+    import copy
+
+    from rankcollapse.experiments import schedules
+
+    good = schedules._read_study()
+    for scale in ("smoke", "quick", "paper"):
+        load_study(scale)  # the shipped file passes the schema
+    bad = copy.deepcopy(good)
+    node = bad
+    for k in where:
+        node = node[k]
+    node[key] = value
+    monkeypatch.setattr(schedules, "_read_study", lambda: bad)
+    with pytest.raises(ConfigError) as err:
+        load_study("smoke")
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
 def test_smoke_run_writes_table_and_figure(tmp_path):
     table = run_schedule_study(tmp_path, "smoke")
     assert (tmp_path / "schedules.png").stat().st_size > 0
@@ -34,7 +59,7 @@ def test_simulate_unit_takes_a_schedule_mask():
     import torch
 
     from rankcollapse.dynamics import gaussian_tokens, simulate
-    from rankcollapse.experiments.config import Unit
+    from rankcollapse.sweep.units import Unit
     from rankcollapse.experiments.units import _simulate_chunks
 
     spec = "schedule:causal_sliding_window:w=2*2,causal"

@@ -14,29 +14,30 @@ import pandas as pd
 import pytest
 
 from rankcollapse import _io
+from rankcollapse.sweep import units as sweep_units
 from rankcollapse.errors import ConfigError, OutputBusyError
 from rankcollapse.experiments import runner
-from rankcollapse.experiments.cache import UnitCache
-from rankcollapse.experiments.config import Unit
-from rankcollapse.experiments.executors import Done, check_executor
+from rankcollapse.sweep.cache import UnitCache
+from rankcollapse.sweep.units import Unit
+from rankcollapse.sweep.executors import Done, check_executor
 from rankcollapse.experiments.outdir import LOCK_NAME, MANIFEST, OutputFolder, owner
-from rankcollapse.experiments.progress import UnitProgress
+from rankcollapse.sweep.progress import UnitProgress
 
 
 
 def test_cache_key_is_numerics_version_and_library_versions_not_source(monkeypatch):
-    key = _io.numerics_key()
-    assert key["numerics"] == _io.NUMERICS_VERSION and "+" not in key["torch"]
-    assert set(key) == {"numerics", *_io.NUMERIC_LIBRARIES}
-    assert _io.code_fingerprint() == _io.config_hash(key)
+    key = sweep_units.numerics_key()
+    assert key["numerics"] == sweep_units.NUMERICS_VERSION and "+" not in key["torch"]
+    assert set(key) == {"numerics", *sweep_units.NUMERIC_LIBRARIES}
+    assert sweep_units.code_fingerprint() == _io.config_hash(key)
     unit = Unit("simulate", {"mask": "complete", "seed": 0})
     before = unit.hash
-    _io.code_fingerprint.cache_clear()
-    monkeypatch.setattr(_io, "NUMERICS_VERSION", _io.NUMERICS_VERSION + 1)
+    sweep_units.code_fingerprint.cache_clear()
+    monkeypatch.setattr(sweep_units, "NUMERICS_VERSION", sweep_units.NUMERICS_VERSION + 1)
     try:
         assert unit.hash != before  # a declared numerics change invalidates the cache
     finally:
-        _io.code_fingerprint.cache_clear()
+        sweep_units.code_fingerprint.cache_clear()
     monkeypatch.undo()
     assert unit.hash == before
 
@@ -110,7 +111,7 @@ def test_recompute_reruns_every_unit_and_timings_are_recorded(fake, tmp_path):
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
     assert len(cfg["timings"]) == n and all(not t["cached"] for t in cfg["timings"])
     assert all(t["seconds"] >= 0 and t["cpu_seconds"] >= 0 and t["worker"] for t in cfg["timings"])
-    assert cfg["execution"]["executor"] == "serial" and cfg["execution"]["numerics"] == _io.numerics_key()
+    assert cfg["execution"]["executor"] == "serial" and cfg["execution"]["numerics"] == sweep_units.numerics_key()
 
 
 def test_second_owner_is_refused_naming_the_first_or_waits(tmp_path):
@@ -158,7 +159,7 @@ def test_cli_second_run_into_same_out_exits_2_naming_the_first(fake, tmp_path, m
     assert exit_.value.code == 2 and out == "" and fake.calls == 0
     assert err.strip().splitlines() == [
         f"rankcollapse: error: {tmp_path / 'out'} is in use by {_describe(tmp_path / 'out')}; "
-        "wait for it (--wait) or choose another --out"]
+        "wait for that run to finish or choose another output folder"]
 
 
 def _describe(out):
@@ -216,7 +217,7 @@ def test_a_foreign_nonempty_out_is_refused_unless_allowed(fake, tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "thesis.tex").write_text("user data")
-    with pytest.raises(ConfigError, match="--allow-nonempty"):
+    with pytest.raises(ConfigError, match="pass allow_nonempty=True to write beside"):
         runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)
     assert sorted(p.name for p in out.iterdir()) == ["thesis.tex"]  # nothing created
     runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False, allow_nonempty=True)
@@ -247,8 +248,8 @@ def test_progress_bar_on_a_terminal_shows_counts(capsys):
 
 @pytest.mark.parametrize("kw, message", [
     ({"name": "threads"}, "unknown executor 'threads'"),
-    ({"name": "processes", "workers": 0}, "--workers must be >= 1"),
-    ({"name": "processes", "address": "auto"}, "--address needs --executor ray"),
+    ({"name": "processes", "workers": 0}, "workers must be >= 1"),
+    ({"name": "processes", "address": "auto"}, "address needs executor=ray"),
 ])
 def test_executor_options_are_checked(kw, message):
     with pytest.raises(ConfigError, match=message):

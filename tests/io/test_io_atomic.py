@@ -41,6 +41,6 @@ def test_versions_record_the_numeric_stack():
 
 
 def test_code_fingerprint_is_stable_within_a_process():
-    from rankcollapse._io import code_fingerprint
+    from rankcollapse.sweep.units import code_fingerprint
 
     assert code_fingerprint() == code_fingerprint() and len(code_fingerprint()) == 12

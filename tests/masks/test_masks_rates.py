@@ -58,8 +58,8 @@ def test_epsilon_bound_is_a_lower_bound_on_real_attention():
 def test_compare_table():
     df = compare_masks(["complete", "causal_sliding_window:w=4", "documents:lengths=4+5"], 9)
     assert df["radius"].tolist()[:2] == [1, 3] and df["radius"].isna().tolist() == [False, False, True]
-    assert df.loc[0, "epsilon"] == pytest.approx(math.exp(-2) / 9)
-    assert df.loc[1, "epsilon"] == pytest.approx(math.exp(-2) / 4)
+    assert df.loc[0, "epsilon_bound"] == pytest.approx(math.exp(-2) / 9)
+    assert df.loc[1, "epsilon_bound"] == pytest.approx(math.exp(-2) / 4)
     assert math.isnan(df.loc[2, "log10_factor"])
     # larger radius: slower guaranteed rate
     assert df.loc[1, "log10_layers_per_decade"] > df.loc[0, "log10_layers_per_decade"]

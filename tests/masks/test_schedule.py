@@ -137,7 +137,7 @@ def test_describe_reports_rate_and_layers():
     assert d["edges_per_layer"] == [45, 45, 136]
     # eps = e^-2 / 16 (largest in-degree 16); factor (1 - eps^3)^(1/3)
     eps = np.exp(-2.0) / 16
-    assert d["epsilon"] == pytest.approx(eps)
+    assert d["epsilon_bound"] == pytest.approx(eps)
     assert d["log10_rate_per_layer"] == pytest.approx(np.log10(1 - eps**3) / 3, rel=1e-9)
 
 

@@ -20,6 +20,30 @@ def max_token_share(X):
     return float(np.max(np.sum(X * X, axis=1)) / np.sum(X * X))
 
 
+def norm_spread(X):
+    n = np.sqrt(np.sum(X * X, axis=1))
+    n = n[n > 0]  # zero tokens are left out
+    return float(n.max() / n.min())
+
+
+def n_clusters(X, angle=0.1):
+    """Union-find over pairs at angle < 0.1 rad among the non-zero tokens."""
+    n = np.sqrt(np.sum(X * X, axis=1))
+    U = X[n > 0] / n[n > 0, None]
+    parent = list(range(len(U)))
+
+    def root(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i in range(len(U)):
+        for j in range(i + 1, len(U)):
+            if U[i] @ U[j] >= np.cos(angle):
+                parent[root(i)] = root(j)
+    return float(len({root(i) for i in range(len(U))}))
+
+
 def svals(X):
     return np.linalg.svd(X, compute_uv=False)
 
@@ -132,7 +156,7 @@ def isoscore(X):
 ALL = {
     fn.__name__: fn
     for fn in (
-        mu, mu_relative, max_token_share, numerical_rank, rank_fraction, sigma_min, sigma_ratio,
+        mu, mu_relative, max_token_share, norm_spread, n_clusters, numerical_rank, rank_fraction, sigma_min, sigma_ratio,
         rank_one_distance, stable_rank, effective_rank, avg_abs_cos, avg_cos,
         cos_to_mean, dong_residual, dong_residual_relative, dirichlet_energy,
         mean_average_distance, isoscore,

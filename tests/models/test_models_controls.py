@@ -52,7 +52,7 @@ def test_cli_control_side_by_side(monkeypatch, capsys, tmp_path):
 
     text = word_docs(tmp_path / "docs.txt", "the river city was built near old stone bridge".split(), 40)
     monkeypatch.setattr(sys, "argv", ["rankcollapse", "probe", "--model", "minilm", "--text-file", str(text),
-                                      "--samples", "2", "--n-tokens", "16", "--metrics", "max_norm_ratio",
+                                      "--n-samples", "2", "--n-tokens", "16", "--metrics", "max_norm_ratio",
                                       "--control", "random-init", "--format", "json"])
     main()
     doc = json.loads(capsys.readouterr().out)

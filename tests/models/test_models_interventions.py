@@ -34,7 +34,7 @@ def test_own_pattern_as_mask_changes_nothing(tiny, windows):
 def test_masked_attention_weights_are_exactly_zero(make_tiny, make_windows_tiny):
     loaded, w = make_tiny("llama"), make_windows_tiny(pad_last=0)
     out = _run(loaded, w, mask="causal_sliding_window:w=3")
-    n = w.length
+    n = w.n_tokens
     i, j = torch.arange(n)[:, None], torch.arange(n)[None]
     allowed = (j <= i) & (j > i - 3)
     for A in out.attentions:  # (B, H, N, N)
@@ -69,7 +69,7 @@ def test_drop_mlp_pre_ln_block_is_input_plus_attention(make_tiny, make_windows_t
 
 def test_drop_skip_and_mlp_is_attention_of_normed_input(make_tiny, make_windows_tiny):
     loaded, w = make_tiny("llama"), make_windows_tiny(pad_last=0)
-    m, n = loaded.model, w.length
+    m, n = loaded.model, w.n_tokens
     with intervene(loaded, drop=["skip", "mlp"]), Recorder(loaded, ["layer.0.input", "layer.0.output"]) as rec, torch.no_grad():
         m(**model_inputs(loaded, w.input_ids, w.attention_mask))
     X = rec.outputs["layer.0.input"]

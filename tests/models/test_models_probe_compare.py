@@ -51,7 +51,7 @@ def _main(monkeypatch, capsys, *args):
 def test_two_models_one_table_one_figure(monkeypatch, capsys, text_file, minilm_copy, tmp_path):
     out = tmp_path / "cmp"
     code, stdout, err = _main(monkeypatch, capsys, "--model", "minilm", "--model", str(minilm_copy),
-                              "--text-file", str(text_file), "--samples", "2", "--n-tokens", "16",
+                              "--text-file", str(text_file), "--n-samples", "2", "--n-tokens", "16",
                               "--metrics", "mu,stable_rank", "--format", "json", "--out", str(out))
     assert code == 0, err
     doc = json.loads(stdout)
@@ -70,11 +70,11 @@ def test_metrics_option_values_are_the_registry_values(monkeypatch, capsys, text
     from rankcollapse.models import load_model
 
     code, stdout, err = _main(monkeypatch, capsys, "--model", "minilm", "--text-file", str(text_file),
-                              "--samples", "2", "--n-tokens", "16", "--metrics", "effective_rank", "--format", "json")
+                              "--n-samples", "2", "--n-tokens", "16", "--metrics", "effective_rank", "--format", "json")
     assert code == 0, err
     layers = json.loads(stdout)["layers"]
     loaded = load_model("minilm")
-    w = make_windows(read_text_file(text_file), loaded.tokenizer, length=16, n_windows=2, seed=0, allow_fewer=True)
+    w = make_windows(read_text_file(text_file), loaded.tokenizer, n_tokens=16, n_windows=2, seed=0, allow_fewer=True)
     import torch
 
     with torch.no_grad():
@@ -144,7 +144,7 @@ def test_probe_attention_entropy_matches_a_plain_forward(make_tiny, make_windows
     assert set(table[table["metric"] == "mu"]["point"]) >= {"embeddings", "layer.0.output"}
     rows = table[table["metric"] == "attention_entropy"].set_index("point")
     assert list(rows.index) == [f"layer.{k}.attention" for k in range(3)] and list(rows["layer"]) == [1, 2, 3]
-    n = w.length
+    n = w.n_tokens
     allowed = parse_mask(mask or ("causal" if kind == "gpt2" else "complete"), n).to_dense().numpy()
     real = w.attention_mask.bool().numpy()
     if mask is None:  # the model's own masking: a plain forward is the independent path
@@ -165,6 +165,6 @@ def test_table_leaves_metrics_that_do_not_apply_blank(monkeypatch, capsys, text_
     """attention_entropy has no value at hidden states (nor μ at attention points): the
     terminal table leaves those cells blank, never prints nan."""
     code, stdout, err = _main(monkeypatch, capsys, "--model", "minilm", "--text-file", str(text_file),
-                              "--samples", "2", "--n-tokens", "16", "--metrics", "mu_relative,attention_entropy")
+                              "--n-samples", "2", "--n-tokens", "16", "--metrics", "mu_relative,attention_entropy")
     assert code == 0, err
     assert "layer.5.attention" in stdout and "nan" not in stdout.lower()

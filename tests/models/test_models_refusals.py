@@ -105,7 +105,7 @@ def test_cli_error_after_loading_is_the_only_line(tmp_path):
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     code = "import sys; from rankcollapse.cli import main; sys.argv[0] = 'rankcollapse'; main()"
-    proc = subprocess.run([sys.executable, "-c", code, "probe", "--model", "minilm", "--samples", "1",
+    proc = subprocess.run([sys.executable, "-c", code, "probe", "--model", "minilm", "--n-samples", "1",
                            "--n-tokens", "600"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

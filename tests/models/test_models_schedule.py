@@ -16,7 +16,7 @@ def _attn(loaded, w, mask):
 
 def test_each_block_gets_its_layer_mask(make_tiny, make_windows_tiny):
     loaded, w = make_tiny("llama"), make_windows_tiny(pad_last=0)
-    n = w.length
+    n = w.n_tokens
     atts = _attn(loaded, w, "schedule:causal_sliding_window:w=2,causal")
     assert len(atts) >= 2
     masks = [parse_mask("causal_sliding_window:w=2", n).to_dense(), parse_mask("causal", n).to_dense()]
@@ -44,7 +44,7 @@ def test_smollm2_gemma3_like_schedule_vs_native_causal():
     from rankcollapse.models import load_model, probe
 
     loaded = load_model("smollm2")
-    wins = make_windows(wikipedia_texts(), loaded.tokenizer, length=32, n_windows=2)
+    wins = make_windows(wikipedia_texts(), loaded.tokenizer, n_tokens=32, n_windows=2)
     native = probe(loaded, wins)
     sched = probe(loaded, wins, mask="schedule:causal_sliding_window:w=4*5,causal")
     same = probe(loaded, wins, mask="schedule:causal*6")

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def smol():
     loaded = load_model("smollm2")
-    wins = make_windows(wikipedia_texts(), loaded.tokenizer, length=24, n_windows=2)
+    wins = make_windows(wikipedia_texts(), loaded.tokenizer, n_tokens=24, n_windows=2)
     inputs = model_inputs(loaded, wins.input_ids, wins.attention_mask)
     with torch.no_grad():
         hs = loaded.model(**inputs, output_hidden_states=True).hidden_states
@@ -43,7 +43,7 @@ def test_recorder_equals_hidden_states_with_final_norm_label(smol):
 
 def test_causal_sliding_window_covering_sequence_changes_nothing(smol):
     loaded, wins, inputs, hs = smol
-    n = wins.length
+    n = wins.n_tokens
     full = _last(loaded, wins, inputs, mask=f"causal_sliding_window:w={n}")
     torch.testing.assert_close(full, hs[-1], atol=1e-5, rtol=1e-5)
     narrow = _last(loaded, wins, inputs, mask="causal_sliding_window:w=4")

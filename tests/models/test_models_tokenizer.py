@@ -78,31 +78,31 @@ def test_the_empty_tokenizer_transformers_builds_is_refused(tmp_path, kind):
     folder = _save(kind, tmp_path / kind)
     empty = tf.AutoTokenizer.from_pretrained(folder)  # what the folder gives: no ordinary vocabulary
     with pytest.raises(TokenizerError, match="ordinary tokens"):
-        make_windows(TEXTS, empty, length=16, n_windows=2)
+        make_windows(TEXTS, empty, n_tokens=16, n_windows=2)
     assert data.tokenizer_problem(empty) is not None
 
 
 def test_windows_of_one_ordinary_token_are_refused(minilm_tokenizer):
     # a real tokenizer on text it cannot represent: every word is [UNK]
     with pytest.raises(TokenizerError, match="window 0 .* 0 distinct ordinary tokens"):
-        make_windows(["☃☃ ☃☃ ☃☃ ☃☃ ☃☃ ☃☃"] * 20, minilm_tokenizer, length=8, n_windows=2)
+        make_windows(["☃☃ ☃☃ ☃☃ ☃☃ ☃☃ ☃☃"] * 20, minilm_tokenizer, n_tokens=8, n_windows=2)
     with pytest.raises(TokenizerError, match="1 distinct ordinary tokens"):
-        make_windows(["the " * 50], minilm_tokenizer, length=8, n_windows=2)
+        make_windows(["the " * 50], minilm_tokenizer, n_tokens=8, n_windows=2)
     # negative control: two distinct words are enough
-    w = make_windows(["the river " * 50], minilm_tokenizer, length=8, n_windows=2)
+    w = make_windows(["the river " * 50], minilm_tokenizer, n_tokens=8, n_windows=2)
     assert w.input_ids.shape == (2, 8)
     assert data.tokenizer_problem(minilm_tokenizer) is None
 
 
 def test_none_or_a_non_tokenizer_is_refused():
     with pytest.raises(TokenizerError, match="no tokenizer"):
-        make_windows(TEXTS, None, length=8, n_windows=1)
+        make_windows(TEXTS, None, n_tokens=8, n_windows=1)
     with pytest.raises(TokenizerError, match="expected a transformers tokenizer, got str"):
-        make_windows(TEXTS, "bert-base-uncased", length=8, n_windows=1)
+        make_windows(TEXTS, "bert-base-uncased", n_tokens=8, n_windows=1)
 
 
 def test_cli_refuses_a_folder_without_tokenizer(monkeypatch, capsys, tmp_path, bert_dirs):
-    code, out, err = _main(monkeypatch, capsys, "--model", str(bert_dirs["bare"]), "--samples", "2", "--n-tokens", "16",
+    code, out, err = _main(monkeypatch, capsys, "--model", str(bert_dirs["bare"]), "--n-samples", "2", "--n-tokens", "16",
                            "--out", str(tmp_path / "o"))
     assert code == 2 and out == ""
     line = err.strip().splitlines()[-1]
@@ -111,7 +111,7 @@ def test_cli_refuses_a_folder_without_tokenizer(monkeypatch, capsys, tmp_path, b
 
 
 def test_tokenizer_option_gives_the_numbers_of_the_complete_folder(monkeypatch, capsys, bert_dirs, tmp_path):
-    args = ("--samples", "2", "--n-tokens", "16", "--format", "json")
+    args = ("--n-samples", "2", "--n-tokens", "16", "--format", "json")
     code, full, err = _main(monkeypatch, capsys, "--model", str(bert_dirs["full"]), *args, "--out", str(tmp_path / "o"))
     assert code == 0, err
     for tok in (str(bert_dirs["tok"]), "minilm"):
@@ -123,12 +123,12 @@ def test_tokenizer_option_gives_the_numbers_of_the_complete_folder(monkeypatch, 
                              str(tmp_path / "o" / "windows.npz"), "--format", "json")
     assert code == 0, err
     doc = json.loads(again)
-    assert doc["layers"] == json.loads(full)["layers"] and (doc["n_windows"], doc["length"]) == (2, 16)
+    assert doc["layers"] == json.loads(full)["layers"] and (doc["n_windows"], doc["n_tokens"]) == (2, 16)
 
 
 @pytest.mark.parametrize("extra, text", [
     (("--n-tokens", "32"), "--n-tokens 32 but"),
-    (("--samples", "5"), "--samples 5 but"),
+    (("--n-samples", "5"), "--n-samples 5 but"),
     (("--seed", "3"), "--seed"),
     (("--tokenizer", "minilm"), "--tokenizer would cut other windows"),
     (("--text-file", "docs.txt"), "--text-file would cut other windows"),

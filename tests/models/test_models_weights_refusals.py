@@ -224,7 +224,7 @@ def test_cli_refuses_a_bert_vocabulary_model_with_a_layer_missing(tmp_path):
     config.vocab_size = 30522  # bert-base-uncased, the vocabulary of --tokenizer minilm
     tf.AutoModel.from_config(config).save_pretrained(tmp_path / "model")
     _rewrite(tmp_path / "model", lambda t: {k: v for k, v in t.items() if not k.startswith("encoder.layer.2.")})
-    proc = _probe(tmp_path, "--model", str(tmp_path / "model"), "--tokenizer", "minilm", "--samples", "2",
+    proc = _probe(tmp_path, "--model", str(tmp_path / "model"), "--tokenizer", "minilm", "--n-samples", "2",
                   "--n-tokens", "16")
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.splitlines()

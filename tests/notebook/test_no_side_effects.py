@@ -19,7 +19,7 @@ def test_import_and_draw_leave_backend_and_environment_alone(tmp_path):
         matplotlib.use("svg")
         import matplotlib.pyplot as plt
         env = dict(os.environ)
-        import rankcollapse, rankcollapse.experiments.plots, rankcollapse.experiments.context
+        import rankcollapse, rankcollapse.experiments.plots, rankcollapse.sweep.context
         import rankcollapse.experiments.runner, rankcollapse.masks.plot, rankcollapse.theory.portrait
         from rankcollapse import masks, theory, dynamics
         fig = masks.draw_mask(masks.parse_mask("causal", 8))

@@ -44,7 +44,7 @@ def test_basin_bound_sphere_tables():
     b = theory.basin_estimate(n_samples=40, depth=30, seed=0)
     row = b.to_pandas().iloc[0]
     assert row["n_hits"] == b.n_hits and row["fraction"] == b.fraction
-    bound = theory.check_collapse_bound("causal", n=4, d=3, depth=3, n_samples=2)
+    bound = theory.check_collapse_bound("causal", n_tokens=4, d_model=3, depth=3, n_samples=2)
     t = bound.to_pandas()
     assert np.allclose(t["mu"].to_numpy(), bound.mu.flatten().numpy())
     assert "BoundResult" in bound._repr_html_()

@@ -18,7 +18,8 @@ CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
 
 def test_parse_axis_values_and_errors():
     assert parse_axis("qk_scale=0.25,1,4") == ("qk_scale", [0.25, 1.0, 4.0])
-    assert parse_axis("skip=off,on") == ("skip", [False, True])
+    assert parse_axis("alpha=0,1") == ("alpha", [0.0, 1.0])
+    assert parse_axis("placement=none,post_ln,pre_ln") == ("placement", ["none", "post_ln", "pre_ln"])
     assert parse_axis("mask=complete,bigbird:w=3;globals=1;random=0") == ("mask", ["complete", "bigbird:w=3,globals=1,random=0"])
     for bad in ("nosuch=1", "qk_scale", "qk_scale=", "qk_scale=-1", "norm=batchnorm", "depth=2000", "d_qk=x"):
         with pytest.raises(ConfigError):
@@ -44,8 +45,8 @@ def test_batches_group_by_shared_keys_and_cut():
 
 def test_run_phase_caches_units_and_keeps_cell_order(tmp_path):
     cells = expand_grid({"qk_scale": [0.0, 1.0], "norm": ["none", "layernorm"]}, {"depth": 8, "n_tokens": 8, "d_model": 4})
-    t1, timing1 = run_phase(cells, samples=2, cache_dir=tmp_path)
-    t2, timing2 = run_phase(cells, samples=2, cache_dir=tmp_path)
+    t1, timing1 = run_phase(cells, n_samples=2, cache_dir=tmp_path)
+    t2, timing2 = run_phase(cells, n_samples=2, cache_dir=tmp_path)
     assert timing1["computed"] == 2 and timing2["computed"] == 0 and timing2["cached"] == 2
     assert list(t1["qk_scale"]) == [0.0, 0.0, 1.0, 1.0] and list(t1["norm"]) == ["none", "layernorm"] * 2
     pd.testing.assert_frame_equal(t1, t2)
@@ -54,7 +55,7 @@ def test_run_phase_caches_units_and_keeps_cell_order(tmp_path):
 def test_write_report_files_and_theory_agreement(tmp_path):
     cells = expand_grid({"qk_scale": [0.0, 1.0], "norm": ["none", "sphere"], "mask": ["complete", "causal"]},
                         {"depth": 8, "n_tokens": 8, "d_model": 4, "value": "orthogonal"})
-    table, timing = run_phase(cells, samples=2, cache_dir=tmp_path / "c")
+    table, timing = run_phase(cells, n_samples=2, cache_dir=tmp_path / "c")
     paths = write_report(table, ["qk_scale", "norm", "mask"], tmp_path, meta={"timing": timing})
     assert pd.read_parquet(paths["parquet"]).shape[0] == 8
     assert paths["heatmaps"] == [str(tmp_path / "heatmap.png")]
@@ -67,7 +68,7 @@ def test_write_report_files_and_theory_agreement(tmp_path):
 
 def test_cli_json_and_files(tmp_path):
     out = subprocess.run([*CLI, "phase", "--axis", "qk_scale=0.25,4", "--axis", "norm=none,layernorm",
-                          "--depth", "8", "--n-tokens", "8", "--d-model", "4", "--samples", "2",
+                          "--depth", "8", "--n-tokens", "8", "--d-model", "4", "--n-samples", "2",
                           "--out", str(tmp_path), "--json"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -83,7 +84,7 @@ def test_cli_json_and_files(tmp_path):
 @pytest.mark.parametrize("args, fragment", [
     (("--axis", "nosuch=1"), "--axis expects NAME="),
     (("--axis", "norm=batchnorm"), "--axis norm"),
-    (("--samples", "0"), "--samples must be >= 1"),
+    (("--n-samples", "0"), "--n-samples must be >= 1"),
 ])
 def test_cli_errors_are_one_line(tmp_path, args, fragment):
     out = subprocess.run([*CLI, "phase", *args, "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
@@ -95,8 +96,8 @@ def test_cli_errors_are_one_line(tmp_path, args, fragment):
 @pytest.mark.slow
 def test_processes_executor_gives_the_serial_numbers(tmp_path):
     cells = expand_grid({"qk_scale": [0.5, 2.0], "norm": ["none", "sphere"]}, {"depth": 8, "n_tokens": 8, "d_model": 4})
-    serial, _ = run_phase(cells, samples=2, cache_dir=tmp_path / "a")
-    procs, timing = run_phase(cells, samples=2, cache_dir=tmp_path / "b", executor="processes", workers=2)
+    serial, _ = run_phase(cells, n_samples=2, cache_dir=tmp_path / "a")
+    procs, timing = run_phase(cells, n_samples=2, cache_dir=tmp_path / "b", executor="processes", workers=2)
     assert timing["computed"] == 2
     pd.testing.assert_frame_equal(serial, procs)
 
@@ -135,12 +136,55 @@ def test_readme_phase_example_has_cells_in_several_regimes(tmp_path):
     assert res.returncode == 0, res.stderr
     cells = json.loads(res.stdout)["cells"]
     assert len({c["regime"] for c in cells}) >= 2, [c["regime"] for c in cells]
-    regimes = {(c["qk_scale"], c["norm"], c["skip"]): c["regime"] for c in cells}
-    no_skip = [r for (_, _, skip), r in regimes.items() if not skip]
-    with_skip = [r for (_, _, skip), r in regimes.items() if skip]
+    regimes = {(c["qk_scale"], c["norm"], c["placement"]): c["regime"] for c in cells}
+    no_skip = [r for (_, _, placement), r in regimes.items() if placement == "none"]
+    with_skip = [r for (_, _, placement), r in regimes.items() if placement == "post_ln"]
     assert no_skip.count("rank_collapse") == 3 and "rank_collapse" not in with_skip
     assert set(with_skip) == {"collapsing_slowly"}
     assert re.search(r"every cell but one collapses", readme)
+
+
+def test_axes_are_block_config_fields_and_old_spellings_run_as_before():
+    """norm, placement, alpha are BlockConfig's fields; the deprecated skip, post/pre and
+    sphere_sqrtd warn and become the block they always ran as (cell.block_config)."""
+    from rankcollapse.dynamics import BlockConfig
+    from rankcollapse.phase.cell import block_config
+
+    with pytest.warns(FutureWarning, match="axis 'skip' is deprecated.*0.3.0"):
+        assert parse_axis("skip=off,on") == ("skip", [False, True])
+    with pytest.warns(FutureWarning, match="norm 'sphere_sqrtd'"):
+        assert parse_axis("norm=sphere_sqrtd") == ("norm", ["rmsnorm"])
+    with pytest.warns(FutureWarning, match="placement '(post|pre)'"):
+        parse_axis("placement=post,pre")
+    with pytest.warns(FutureWarning):
+        old = expand_grid({"placement": ["post", "pre"], "skip": [False, True]})
+    assert [(c["placement"], c["alpha"]) for c in old] == [("none", 0.0), ("post_ln", 1.0), ("pre_ln", 0.0),
+                                                          ("pre_ln", 1.0)]
+    assert all("skip" not in c for c in old)
+    assert [block_config(c) for c in old] == [
+        BlockConfig(), BlockConfig(placement="post_ln", alpha=1.0), BlockConfig(placement="pre_ln", alpha=0.0),
+        BlockConfig(placement="pre_ln", alpha=1.0)]
+    assert expand_grid({"placement": ["post_ln", "pre_ln"], "alpha": [0.0, 1.0]}) == old  # the same four blocks
+    new = expand_grid({"placement": ["none", "post_ln", "pre_ln"]})  # alpha: the placement's own
+    assert [(c["placement"], c["alpha"]) for c in new] == [("none", 0.0), ("post_ln", 1.0), ("pre_ln", 1.0)]
+    with pytest.raises(ConfigError, match="placement 'none' has no skip"):
+        expand_grid({"placement": ["none", "post_ln"], "alpha": [0.0, 1.0]})
+    assert len(expand_grid({"placement": ["none", "post_ln"], "alpha": [0.0, 1.0]}, zipped=("placement", "alpha"))) == 2
+    with pytest.raises(ConfigError, match="give the skip weight once"), pytest.warns(FutureWarning):
+        expand_grid({"alpha": [0.0]}, {"skip": True})
+
+
+def test_cli_old_axis_spellings_get_one_note_each(tmp_path):
+    res = subprocess.run([*CLI, "phase", "--axis", "skip=off,on", "--axis", "norm=sphere_sqrtd", "--depth", "2",
+                          "--n-tokens", "4", "--d-model", "2", "--samples", "1", "--out", str(tmp_path / "p"),
+                          "--format", "json"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    notes = res.stderr.strip().splitlines()
+    assert notes == ["rankcollapse: note: --axis skip is deprecated; use --axis alpha=0,1 (the skip weight) with "
+                     "placement post_ln or pre_ln (removed in 0.3.0)",
+                     "rankcollapse: note: --axis norm=sphere_sqrtd is deprecated; use 'rmsnorm' (removed in 0.3.0)"]
+    cells = json.loads(res.stdout)["cells"]
+    assert [(c["alpha"], c["norm"]) for c in cells] == [(0.0, "rmsnorm"), (1.0, "rmsnorm")]
 
 
 def test_zipped_axes_vary_together_and_cross_the_rest():
@@ -162,9 +206,9 @@ def test_a_smaller_grid_after_a_bigger_one_leaves_none_of_its_outputs(tmp_path):
     from rankcollapse.experiments.outdir import MANIFEST
 
     out = tmp_path / "phase"
-    base = ["phase", "--depth", "4", "--n-tokens", "4", "--d-model", "2", "--samples", "1", "--out", str(out),
+    base = ["phase", "--depth", "4", "--n-tokens", "4", "--d-model", "2", "--n-samples", "1", "--out", str(out),
             "--format", "json"]
-    big = subprocess.run([*CLI, *base, "--axis", "qk_scale=0.5,8", "--axis", "norm=none,sphere", "--axis", "skip=false,true",
+    big = subprocess.run([*CLI, *base, "--axis", "qk_scale=0.5,8", "--axis", "norm=none,sphere", "--axis", "placement=none,post_ln",
                           "--axis", "d_qk=1,2,4,8", "--axis", "value_scale=0.5,1,2,4", "--plot", "qk_scale,norm"],
                          capture_output=True, text=True, timeout=600)
     assert big.returncode == 0, big.stderr

@@ -41,26 +41,26 @@ def test_collapsing_slowly_controls():
     assert row["regime"] == "collapsing_slowly" and row["frac_collapsing_slowly"] >= 0.5
     assert row["rate_last_hi"] < 0
     # the skip keeps mu/||X|| rising under uniform attention: not falling
-    row = one(cell(value="orthogonal", qk_scale=0.0, mask="sliding_window:w=3", skip=True))
+    row = one(cell(value="orthogonal", qk_scale=0.0, mask="sliding_window:w=3", placement="post_ln", alpha=1.0))
     assert row["frac_collapsing_slowly"] == 0.0 and row["rate_last"] > 0
 
 
 def test_uniform_attention_controls():
     # s = 0: every attention row is exactly uniform; mu/||X|| does not fall (skip, no norm)
-    row = one(cell(value="orthogonal", qk_scale=0.0, mask="sliding_window:w=3", skip=True))
+    row = one(cell(value="orthogonal", qk_scale=0.0, mask="sliding_window:w=3", placement="post_ln", alpha=1.0))
     assert row["regime"] == "uniform_attention" and row["frac_uniform_attention"] == 1.0
     assert row["entropy_last"] == pytest.approx(1.0, abs=1e-12)
     # s = 8: sharp attention
-    assert one(cell(value="orthogonal", qk_scale=8.0, mask="sliding_window:w=3", skip=True))["frac_uniform_attention"] == 0.0
+    assert one(cell(value="orthogonal", qk_scale=8.0, mask="sliding_window:w=3", placement="post_ln", alpha=1.0))["frac_uniform_attention"] == 0.0
 
 
 def test_one_hot_attention_controls():
     # skip without a norm: ||X|| grows, logits grow as ||X||^2, attention goes one-hot
-    row = one(cell(value="gaussian", qk_scale=0.1, mask="sliding_window:w=3", skip=True))
+    row = one(cell(value="gaussian", qk_scale=0.1, mask="sliding_window:w=3", placement="post_ln", alpha=1.0))
     assert row["regime"] == "one_hot_attention" and row["frac_one_hot_attention"] == 1.0
     assert row["entropy_last"] < 0.05
     # the same cell at s = 0: attention is uniform whatever the norm of X
-    assert one(cell(value="gaussian", qk_scale=0.0, mask="sliding_window:w=3", skip=True))["frac_one_hot_attention"] == 0.0
+    assert one(cell(value="gaussian", qk_scale=0.0, mask="sliding_window:w=3", placement="post_ln", alpha=1.0))["frac_one_hot_attention"] == 0.0
 
 
 STABLE_2X2 = {"n_tokens": 2, "d_model": 2, "depth": 256, "norm": "sphere", "mask": "causal", "qk_scale": 0.0,

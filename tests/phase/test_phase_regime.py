@@ -62,14 +62,14 @@ def test_vanishing_query_key_scale_gives_uniform_attention():
 
 
 def test_batched_path_matches_simulate_per_cell():
-    cells = [cell(norm="layernorm", skip=True, placement="pre", qk_scale=1.0, value="near_identity"),
+    cells = [cell(norm="layernorm", placement="pre_ln", alpha=1.0, qk_scale=1.0, value="near_identity"),
              cell(norm="rmsnorm", mask="sliding_window:w=3", value="orthogonal", value_scale=2.0),
              cell(norm="none", d_qk=4, shared=True, value_scale=0.5)]
     for c in cells:
         (got,) = run_group([c], samples=2)
         ref = run_cell(c, samples=2)
         assert got["regime"] == ref["regime"] and got["k"] == ref["k"]
-        for key in ("attention_entropy", "stable_rank", "numerical_rank", "epsilon_min"):
+        for key in ("attention_entropy", "stable_rank", "numerical_rank", "epsilon_measured"):
             assert got[key] == pytest.approx(ref[key], rel=1e-8, abs=1e-12), key
         assert got["mu_relative"] == pytest.approx(ref["mu_relative"], rel=1e-6, abs=1e-13)
 
@@ -93,6 +93,9 @@ def _tr(**over):
     ({"entropy_last": 0.01, "rate_last_hi": -1e-3}, "collapsing_slowly"),
     ({"entropy_last": 0.97, "rate_last_hi": 1e-3}, "uniform_attention"),
     ({"change": 1e-5, "rate_last_hi": -1e-3}, "stable_rank_k"),
+    ({"k": 1}, "aligned_without_consensus"),                # one line, norms differ: m stays up
+    ({"k": 1, "change": 1e-5}, "aligned_without_consensus"),  # before stable_rank_k: k = 1 is not a rank-k state
+    ({"k": 1, "mu_relative": 1e-4}, "undecided"),            # aligned and nearly consensus
     ({}, "undecided"),
 ])
 def test_label_trajectory_rule(over, label):
@@ -154,7 +157,7 @@ def test_theory_prediction_sources():
     assert theory_prediction(cell(), info, 0.01)["theory_source"] == "theorem1"
     r = theory_prediction(cell(), info, 0.01)["theory_rate"]
     assert r == pytest.approx(math.log10(1 - 0.01))  # radius 1: (1 - eps^r)^(t/r)
-    assert theory_prediction(cell(skip=True), info, 0.01)["theory_regime"] == ""
+    assert theory_prediction(cell(placement="post_ln", alpha=1.0), info, 0.01)["theory_regime"] == ""
     outside = theory_prediction(cell(), info, 0.01, value_log_norm=0.5)
     assert outside["theory_regime"] == "" and outside["theory_source"] == "pure_sa_outside_A2"
     assert theory_prediction(cell(norm="layernorm"), info, 0.01)["theory_regime"] == ""

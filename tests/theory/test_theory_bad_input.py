@@ -19,10 +19,10 @@ ROTATION_V = causal_uniform_system(torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype
 @pytest.mark.parametrize(
     "kw, text",
     [
-        (dict(mask="causal", n=1), "at least 2 tokens"),
-        (dict(mask="causal", n=8, depth=0), "depth"),
-        (dict(mask="causal", n=8, n_samples=0), "n_samples"),
-        (dict(mask="causal", n=8, d=0), "d must"),
+        (dict(mask="causal", n_tokens=1), "at least 2 tokens"),
+        (dict(mask="causal", n_tokens=8, depth=0), "depth"),
+        (dict(mask="causal", n_tokens=8, n_samples=0), "n_samples"),
+        (dict(mask="causal", n_tokens=8, d_model=0), "d_model ≥ 1"),
     ],
 )
 def test_bound_rejects_degenerate_settings(kw, text):
@@ -85,7 +85,7 @@ def test_trajectories_3d_default_shows_a_rank_2_end(tmp_path):
     assert 2 in ranks and 1 in ranks
 
 
-@pytest.mark.parametrize("kw", [dict(n=1), dict(n=4, d=1), dict(n=4, depth=0), dict(n=4, beta=-1.0)])
+@pytest.mark.parametrize("kw", [dict(n_tokens=1), dict(n_tokens=4, d_model=1), dict(n_tokens=4, depth=0), dict(n_tokens=4, beta=-1.0)])
 def test_sphere_check_rejects_degenerate_settings(kw):
     from rankcollapse.theory.sphere import check_sphere_collapse
 

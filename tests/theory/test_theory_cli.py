@@ -36,7 +36,7 @@ def test_bad_rank_exits_2_with_message():
 
 
 def test_basin_and_find_json(tmp_path):
-    p = run("basin", "--samples", "400", "--depth", "100", "--json")
+    p = run("basin", "--n-samples", "400", "--depth", "100", "--json")
     assert p.returncode == 0, p.stderr
     b = json.loads(p.stdout)
     assert b["n_samples"] == 400 and b["seed"] == 0 and 0 < b["fraction"] < 0.2 and b["ci_low"] < b["ci_high"]
@@ -53,7 +53,7 @@ def test_basin_and_find_json(tmp_path):
     "args, text",
     [
         (["bound", "--n", "1", "--widths", "2"], "at least 2 tokens"),
-        (["basin", "--confidence", "1.5", "--samples", "10"], "confidence"),
+        (["basin", "--confidence", "1.5", "--n-samples", "10"], "confidence"),
     ],
 )
 def test_bad_theory_options_one_line_exit_2(monkeypatch, capsys, args, text):

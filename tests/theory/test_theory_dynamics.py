@@ -22,7 +22,7 @@ def test_fit_rate_recovers_geometric_decay():
 def test_radius_sweep_rate_slows_with_radius_and_envelope_holds():
     with warnings.catch_warnings():
         warnings.simplefilter("error", EnvelopeViolation)
-        table = radius_sweep(16, (16, 9, 5, 3, 2), d=8, depth=40, n_samples=4, seed=0)
+        table = radius_sweep(16, (16, 9, 5, 3, 2), d_model=8, depth=40, n_samples=4, seed=0)
     assert list(table["radius"]) == [1, 2, 4, 8, 15]
     assert table["measured_rate"].is_monotonic_increasing
     assert table["measured_rate"].iloc[-1] - table["measured_rate"].iloc[0] > 0.2
@@ -31,42 +31,42 @@ def test_radius_sweep_rate_slows_with_radius_and_envelope_holds():
 
 
 def test_envelope_per_point_and_exponent_variant():
-    a = check_collapse_bound("causal", n=8, d=4, depth=20, n_samples=3, exponent="t/r")
-    b = check_collapse_bound("causal", n=8, d=4, depth=20, n_samples=3, exponent="t/(2r)")
+    a = check_collapse_bound("causal", n_tokens=8, d_model=4, depth=20, n_samples=3, exponent="t/r")
+    b = check_collapse_bound("causal", n_tokens=8, d_model=4, depth=20, n_samples=3, exponent="t/(2r)")
     assert a.holds and b.holds and bool((a.mu <= a.envelope).all())
     assert bool((b.envelope >= a.envelope - 1e-15).all())  # t/(2r) is the weaker envelope
     # C ≤ sqrt(N) μ(0) / (1 - ε^r)
     C = a.envelope[0]
-    assert bool((C <= math.sqrt(8) * a.mu[0] / (1 - a.epsilon) + 1e-12).all())
+    assert bool((C <= math.sqrt(8) * a.mu[0] / (1 - a.epsilon_measured) + 1e-12).all())
     assert a.table().shape == (21 * 3, 4)
 
 
 def test_epsilon_median_and_envelope_rate_describe_one_sample():
     # 8 samples: torch.median takes the lower middle; the rate decreases in ε, so the
     # lower-middle rate belongs to the upper-middle ε (another sample)
-    res = check_collapse_bound("causal_sliding_window:w=5", n=16, d=8, depth=20, n_samples=8, seed=0)
-    eps_med = float(res.epsilon.median())
+    res = check_collapse_bound("causal_sliding_window:w=5", n_tokens=16, d_model=8, depth=20, n_samples=8, seed=0)
+    eps_med = float(res.epsilon_measured.median())
     r = res.radius
-    assert res.to_dict()["epsilon_median"] == eps_med
+    assert res.to_dict()["epsilon_measured_median"] == eps_med
     assert res.envelope_rate == pytest.approx((1 - eps_med**r) ** (1 / r), rel=1e-14)
-    rates = (1 - res.epsilon**r) ** (1 / r)
+    rates = (1 - res.epsilon_measured**r) ** (1 / r)
     assert float(rates.median()) != pytest.approx(res.envelope_rate, rel=1e-14)  # the test can tell them apart
-    table = radius_sweep(16, (5,), d=8, depth=20, n_samples=8, seed=0)
-    assert table.loc[0, "epsilon"] == eps_med and table.loc[0, "envelope_rate"] == res.envelope_rate
+    table = radius_sweep(16, (5,), d_model=8, depth=20, n_samples=8, seed=0)
+    assert table.loc[0, "epsilon_measured"] == eps_med and table.loc[0, "envelope_rate"] == res.envelope_rate
 
 
 def test_bound_rejects_non_qsc_and_bad_exponent():
     with pytest.raises(ConfigError, match="not quasi-strongly connected"):
-        check_collapse_bound("block:size=4", n=8, depth=2)
+        check_collapse_bound("block:size=4", n_tokens=8, depth=2)
     with pytest.raises(ConfigError, match="exponent"):
-        check_collapse_bound("causal", n=8, depth=2, exponent="t")
+        check_collapse_bound("causal", n_tokens=8, depth=2, exponent="t")
 
 
 @pytest.mark.parametrize("mask", ["complete", "causal", "causal_sliding_window:w=3"])
 def test_sphere_collapse_needs_nonnegative_cosines(mask):
-    ok = check_sphere_collapse(mask, n=12, d=6, depth=80, n_samples=4, beta=8.0)
+    ok = check_sphere_collapse(mask, n_tokens=12, d_model=6, depth=80, n_samples=4, beta=8.0)
     assert ok.min_cos0 >= 0 and ok.collapsed and ok.measured_rate < 0.9
-    bad = check_sphere_collapse(mask, n=12, d=6, depth=80, n_samples=4, beta=8.0, inputs="antipodal")
+    bad = check_sphere_collapse(mask, n_tokens=12, d_model=6, depth=80, n_samples=4, beta=8.0, inputs="antipodal")
     assert bad.min_cos0 < -0.99 and not bad.collapsed and bad.final_mu > 1.0
 
 
@@ -107,7 +107,7 @@ def test_bound_curve_is_simulate_with_the_same_seed():
     from rankcollapse.dynamics import gaussian_tokens, simulate
 
     for qk_scale in (1.0, 0.5):
-        res = check_collapse_bound("causal_sliding_window:w=3", n=8, d=4, depth=12, n_samples=3, seed=7,
+        res = check_collapse_bound("causal_sliding_window:w=3", n_tokens=8, d_model=4, depth=12, n_samples=3, seed=7,
                                    qk_scale=qk_scale, d_qk=2.0)
         X0 = gaussian_tokens(3, 8, 4, seed=7, std=1 / math.sqrt(4))
         sim = simulate(X0, mask="causal_sliding_window:w=3", depth=12, d_qk=2.0, value="orthogonal",

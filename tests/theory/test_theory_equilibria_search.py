@@ -1,15 +1,15 @@
-"""The C10 equilibria search (`experiments.theory_units.check_equilibria_search`): what
+"""The C10 equilibria search (`experiments.theory_units.rows_equilibria_search`): what
 each kind of start finds, on a system small enough for a test (N = d = 3)."""
 
 import pandas as pd
 import pytest
 
-from rankcollapse.experiments.theory_units import check_equilibria_search
+from rankcollapse.experiments.theory_units import rows_equilibria_search
 
 
 @pytest.fixture(scope="module")
 def counts() -> pd.DataFrame:
-    df = check_equilibria_search({"eq_n": 3, "eq_d": 3, "search_starts": 32}, None)
+    df = rows_equilibria_search({"eq_n": 3, "eq_d": 3, "search_starts": 32}, None)
     return df.pivot(index="layer", columns="metric", values="mean")
 
 

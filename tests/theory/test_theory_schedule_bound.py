@@ -23,7 +23,7 @@ def test_envelope_never_crossed_on_random_schedules(draw):
     spec = "schedule:" + ",".join(items)
     n = int(rng.integers(6, 20))
     try:
-        res = check_schedule_bound(spec, n=n, d=8, depth=40, n_samples=4, seed=draw,
+        res = check_schedule_bound(spec, n_tokens=n, d_model=8, depth=40, n_samples=4, seed=draw,
                                    qk_scale=float(rng.choice([1.0, 3.0])))
     except ConfigError as exc:  # composed graph not QSC: the theorem does not apply
         assert "quasi-strongly" in str(exc)
@@ -35,8 +35,8 @@ def test_envelope_never_crossed_on_random_schedules(draw):
 
 
 def test_check_collapse_bound_dispatches_and_period_one_is_theorem_1():
-    a = check_collapse_bound("causal_sliding_window:w=3", n=12, depth=20, n_samples=3)
-    b = check_collapse_bound("schedule:causal_sliding_window:w=3", n=12, depth=20, n_samples=3)
+    a = check_collapse_bound("causal_sliding_window:w=3", n_tokens=12, depth=20, n_samples=3)
+    b = check_collapse_bound("schedule:causal_sliding_window:w=3", n_tokens=12, depth=20, n_samples=3)
     assert b.config["period"] == 1 and b.radius == a.radius
     np.testing.assert_allclose(b.envelope.numpy(), a.envelope.numpy(), rtol=1e-12)
     np.testing.assert_array_equal(b.mu.numpy(), a.mu.numpy())
@@ -44,13 +44,13 @@ def test_check_collapse_bound_dispatches_and_period_one_is_theorem_1():
 
 def test_schedule_without_self_loops_or_qsc_is_rejected():
     with pytest.raises(ConfigError, match="quasi-strongly"):
-        check_schedule_bound("schedule:block:size=4*2", n=8, depth=4)
+        check_schedule_bound("schedule:block:size=4*2", n_tokens=8, depth=4)
 
 
 def test_theory_bound_cli_takes_a_schedule():
     p = subprocess.run([sys.executable, "-c", "from rankcollapse.cli import main; main()", "theory", "bound",
                         "--n", "16", "--mask", "schedule:causal_sliding_window:w=3*2,causal", "--depth", "20",
-                        "--samples", "3", "--json"], capture_output=True, text=True, timeout=300)
+                        "--n-samples", "3", "--json"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["n_violations"] == 0 and d["config"]["period"] == 3 and d["config"]["support_agrees"]

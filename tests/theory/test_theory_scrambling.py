@@ -86,8 +86,8 @@ def test_same_network_same_bound():
     assert df["effective_radius"].tolist() == [1, 1, 1, 1]
     np.testing.assert_allclose(df["log10_rate_per_layer"].astype(float), math.log10(1 - eps), rtol=1e-12)
     assert df["rank_predicted"].tolist() == [1, 1, 1, 1]
-    assert envelope_rate("schedule:complete*5", n=16) == envelope_rate("complete", n=16) == pytest.approx(15 / 16, rel=1e-15)
-    a, b = envelope_crossing_depth("complete", 0.01, n=16), envelope_crossing_depth("schedule:complete*5", 0.01, n=16)
+    assert envelope_rate("schedule:complete*5", n_tokens=16) == envelope_rate("complete", n_tokens=16) == pytest.approx(15 / 16, rel=1e-15)
+    a, b = envelope_crossing_depth("complete", 0.01, n_tokens=16), envelope_crossing_depth("schedule:complete*5", 0.01, n_tokens=16)
     assert a.depth == b.depth and (b.period, b.scrambling_length, b.radius) == (5, 1, 1)
 
 
@@ -121,14 +121,14 @@ def test_scrambling_envelope_holds_on_random_schedules(spec, n, qk_scale):
     assert L == _reference_length([m.to_dense().numpy() for m in parse_schedule(spec, n).masks], 2 * terms.period_radius)
     depth, B = 40, 4
     X0 = gaussian_tokens(B, n, 8, seed=3, std=1 / math.sqrt(8)).to(torch.float64)
-    res = check_schedule_bound(spec, n=n, d=8, depth=depth, n_samples=B, seed=3, qk_scale=qk_scale, X0=X0)
+    res = check_schedule_bound(spec, n_tokens=n, d_model=8, depth=depth, n_samples=B, seed=3, qk_scale=qk_scale, X0=X0)
     assert res.n_violations == 0 and res.config["scrambling_agrees"] is True and res.config["support_agrees"] is True
     assert res.config["scrambling_length"] == L and res.config["effective_radius"] == terms.effective_radius
     # the L-envelope alone, in its tighter floor form: K (1 - eps^L)^floor(t / L)
     osc = X0.amax(1) - X0.amin(1)
     K = math.sqrt(n) / 2 * torch.linalg.vector_norm(osc, dim=1)
     t = torch.arange(depth + 1, dtype=torch.float64).unsqueeze(1)
-    bound = K * (1 - res.epsilon**L) ** torch.div(t, L, rounding_mode="floor")
+    bound = K * (1 - res.epsilon_measured**L) ** torch.div(t, L, rounding_mode="floor")
     assert bool((res.mu <= bound * (1 + 1e-9)).all())
 
 

@@ -1,12 +1,13 @@
 """One flag name per concept on every command, and the old spellings as hidden aliases.
 
-The canonical vocabulary (docs/cli.md): ``--n-tokens``, ``--samples``, ``--d-model``,
+The canonical vocabulary (docs/cli.md): ``--n-tokens``, ``--n-samples``, ``--d-model``,
 ``--model``, ``--metrics``, ``--seed``, ``--device``, ``--out`` (a folder) and
 ``--format json|csv|markdown|table``. An old spelling is rewritten to its canonical
 flag before the command line is parsed, only on commands that have that flag and do
 not use the old name for something else, so it never shows in ``--help``; the command
 then prints one deprecation note per old flag on stderr once it has succeeded (a
-failed command prints only its one error line).
+failed command prints only its one error line). Every old spelling is removed in
+version :data:`~rankcollapse._deprecation.REMOVAL` (0.3.0), as the note says.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from .._deprecation import REMOVAL
 from ._click import click, get_current_context
 
 #: old spelling -> the canonical tokens it stands for (first token = canonical flag)
 DEPRECATED: dict[str, tuple[str, ...]] = {
     "--n": ("--n-tokens",),
     "--length": ("--n-tokens",),
-    "--windows": ("--samples",),
+    "--windows": ("--n-samples",),
+    "--samples": ("--n-samples",),
     "--d": ("--d-model",),
     "--pretrained": ("--model",),
     "--names": ("--metrics",),
@@ -28,7 +31,7 @@ DEPRECATED: dict[str, tuple[str, ...]] = {
     "--json": ("--format", "json"),
 }
 
-NOTE = "rankcollapse: note: {old} is deprecated; use {new}"
+NOTE = "rankcollapse: note: {old} is deprecated and will be removed in " + REMOVAL + "; use {new}"
 
 
 def _flags(command: click.Command) -> set[str]:

@@ -119,7 +119,7 @@ def compare(
     measure: bool = typer.Option(False, "--measure", help="Also simulate pure SA and rank by measured rate "
                                  "(schedule table; Haar W_V, Gaussian W_Q, W_K, float64)."),
     depth: int = typer.Option(60, "--depth", help="Layers simulated with --measure."),
-    samples: int = typer.Option(8, "--samples", help="Samples simulated with --measure."),
+    samples: int = typer.Option(8, "--n-samples", help="Samples simulated with --measure."),
     d_model: int = typer.Option(16, "--d-model", help="Token width d simulated with --measure."),
     seed: int = typer.Option(0, "--seed", help="Seed of --measure."),
 ) -> None:
@@ -143,7 +143,7 @@ def compare(
     n = check_int(n, "--n-tokens", low=1, error=MaskError)
     if measure or any(masks.is_schedule(s) for s in specs):
         df = compare_schedules(specs, n, measure=measure, d=check_int(d_model, "--d-model", low=1),
-                               depth=check_int(depth, "--depth", low=1), n_samples=check_int(samples, "--samples", low=1),
+                               depth=check_int(depth, "--depth", low=1), n_samples=check_int(samples, "--n-samples", low=1),
                                seed=check_int(seed, "--seed", low=0), d_qk=d_qk, token_norm=token_norm,
                                weight_norm=weight_norm, exponent=exponent)
     else:
@@ -172,9 +172,61 @@ def compare(
     print_table(table)
 
 
+@mask_app.command("influence")
+def influence_command(
+    spec: str = typer.Argument(..., help=_SPEC_HELP),
+    n: Optional[int] = typer.Option(None, "--n-tokens", help="Number of tokens N (optional for a .npy mask file, "
+                                    "whose shape fixes it)."),
+    depth: int = typer.Option(..., "--depth", help="Layers H (>= 1)."),
+    alpha: float = typer.Option(..., "--alpha", help="Residual weight in [0, 1]: P = alpha I + (1 - alpha) A."),
+    decay: float = typer.Option(0.0, "--decay", help="ALiBi-style slope m >= 0: key j of query i weighted "
+                                "exp(-m |i - j|)."),
+    query: str = typer.Option("last", "--query", help="last (the last query's profile) or all (also the "
+                              "N x N matrix, N <= 1024; json only)."),
+    epsilon: float = typer.Option(0.01, "--epsilon", help="Mass left out of the effective horizon, in (0, 1)."),
+    fmt: str = typer.Option("table", "--format", help="Output on stdout: table (summaries) or json."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw influence vs position, one curve per "
+                                        "depth (log scale), to this .png, .pdf or .svg file."),
+) -> None:
+    """Influence of each input position on the last query after H layers of uniform
+    attention over the mask's keys with residual mixing: (P_H ... P_1)[N-1, :],
+    P = alpha I + (1 - alpha) A (docs/masks.md, "Influence profiles")."""
+    as_json = check_format(fmt, ("table", "json")) == "json"
+    if query == "all" and not as_json:
+        raise ConfigError("--query all prints the N x N matrix: use --format json")
+    if plot is not None:
+        if plot.suffix not in IMAGE_SUFFIXES:
+            raise ConfigError(f"--plot must end in {', '.join(IMAGE_SUFFIXES)}, got {str(plot)!r}")
+        check_writable(plot, folder=False)
+    from ..masks.influence import influence
+
+    result = influence(spec, _n_tokens(spec, n),
+                       depth=check_int(depth, "--depth", low=1, error=MaskError), alpha=alpha, decay=decay,
+                       query=query, epsilon=epsilon)
+    if plot is not None:
+        from .._figure import save_figure
+        from ..masks.influence import draw_influence
+
+        save_figure(draw_influence(result), plot)
+        typer.echo(f"wrote {plot}", err=True)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    from rich.table import Table
+
+    table = Table(title=f"influence on the last query: {result.spec}, N = {result.n_tokens}, alpha = "
+                        f"{result.alpha:g}, decay = {result.decay:g}, epsilon = {result.epsilon:g} ({result.method})")
+    cols = ["depth", *[k for k in result.summary if k != "mass"]]
+    for col in cols:
+        table.add_column(col)
+    for row in result.per_depth:
+        table.add_row(*(_fmt(row[c]) for c in cols))
+    print_table(table)
+
+
 _SHORT = {"n_tokens": "N", "n_edges": "edges", "quasi_strongly_connected": "QSC",
           "n_centers": "centers", "radius": "r", "max_in_degree": "max keys",
-          "epsilon": "eps", "log10_factor": "log10 factor",
+          "epsilon_bound": "eps bound", "log10_factor": "log10 factor",
           "log10_layers_per_decade": "log10 layers/10x", "mean_edges_per_layer": "edges/layer",
           "log10_rate_per_layer": "log10 rate", "measured_rate": "measured", "rank_predicted": "rank pred",
           "rank_measured": "rank meas", "period_radius": "p r_H", "scrambling_length": "L",

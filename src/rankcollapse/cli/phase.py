@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -11,11 +12,12 @@ import typer
 
 from ..errors import ConfigError
 from ._output import check_format, print_json, print_records
+from ._vocab import deprecated
 
 JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entropy", "rate", "rate_lo", "rate_hi",
                 "rate_last", "rate_last_lo", "rate_last_hi", "regime", "k", "theory_regime",
                 "envelope_violations", "frac_rank_collapse", "frac_collapsing_slowly", "frac_uniform_attention",
-                "frac_one_hot_attention", "frac_stable_rank_k", "frac_diverging", "frac_undecided")
+                "frac_one_hot_attention", "frac_aligned_without_consensus", "frac_stable_rank_k", "row_mass_deficit", "norm_spread", "frac_diverging", "frac_undecided")
 
 
 def _clean(v):
@@ -26,11 +28,12 @@ def _clean(v):
 
 def phase(
     axis: list[str] = typer.Option([], "--axis", help="NAME=v1,v2,... (repeatable); names: qk_scale, value, "
-                                   "value_scale, norm, placement, skip, mask, d_qk, n_tokens, d_model, depth, shared, input"),
+                                   "value_scale, norm, placement, alpha, mask, d_qk, n_tokens, d_model, depth, shared, "
+                                   "input (skip, placement post/pre, norm sphere_sqrtd: deprecated)"),
     depth: int = typer.Option(64, "--depth", help="layers (an axis 'depth' overrides)"),
     n_tokens: int = typer.Option(32, "--n-tokens", help="tokens N"),
     d_model: int = typer.Option(16, "--d-model", help="width d"),
-    samples: int = typer.Option(4, "--samples", help="inputs per weight seed"),
+    samples: int = typer.Option(4, "--n-samples", help="inputs per weight seed"),
     seeds: int = typer.Option(1, "--seeds", help="weight draws per cell (seed, seed+1, ...)"),
     seed: int = typer.Option(0, "--seed", help="first weight and input seed"),
     out: Path = typer.Option(..., "--out", help="output folder (phase.parquet, heatmaps, report.html)"),
@@ -49,7 +52,7 @@ def phase(
     """Run every cell of the grid, label its regime (docs/phase.md) and write the report."""
     check_format(fmt)
     from .._io import check_writable
-    from ..experiments.executors import check_executor
+    from ..sweep.executors import check_executor
     from ..experiments.outdir import OutputFolder, check_own_or_empty, publish, staging_folder
     from ..phase.grid import check_cells, expand_grid, parse_axis
     from ..phase.report import write_report
@@ -57,16 +60,18 @@ def phase(
 
     # checked here, not only when a cell needs computing: a fully cached grid would
     # otherwise accept an executor option it ignores
-    check_executor(executor, workers=workers)
-    for name, value, low in (("--samples", samples, 1), ("--seeds", seeds, 1), ("--seed", seed, 0)):
+    check_executor(executor, workers=workers, flags=True)
+    for name, value, low in (("--n-samples", samples, 1), ("--seeds", seeds, 1), ("--seed", seed, 0)):
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")
     axes: dict[str, list] = {}
-    for text in axis:
-        name, values = parse_axis(text)
-        if name in axes:
-            raise ConfigError(f"--axis {name} given twice")
-        axes[name] = values
+    with warnings.catch_warnings(record=True) as caught:  # deprecated spellings: the CLI's one-line notes
+        warnings.simplefilter("always", FutureWarning)
+        for text in axis:
+            name, values = parse_axis(text)
+            if name in axes:
+                raise ConfigError(f"--axis {name} given twice")
+            axes[name] = values
     fixed = {}
     for name, value in (("depth", depth), ("n_tokens", n_tokens), ("d_model", d_model)):
         fixed[name] = parse_axis(f"{name}={value}")[1][0]
@@ -75,20 +80,24 @@ def phase(
         parts = tuple(p.strip() for p in plot.split(","))
         if len(parts) != 2 or any(p not in axes for p in parts):
             raise ConfigError(f"--plot expects two of the given axes X,Y, got {plot!r}")
-        plot_axes = parts
+        plot_axes = tuple("alpha" if p == "skip" else p for p in parts)
     zipped = tuple(p.strip() for p in zip_axes.split(",")) if zip_axes else ()
-    cells = expand_grid(axes, fixed, zipped)
+    with warnings.catch_warnings(record=True) as more:
+        warnings.simplefilter("always", FutureWarning)
+        cells = expand_grid(axes, fixed, zipped)
+    _notes([*caught, *more])
     check_cells(cells, samples)  # every cell's size, before the output folder is touched
     check_writable(out, folder=True)
     if not allow_nonempty:
-        check_own_or_empty(out)
-    names = list(axes) or ["depth"]
+        check_own_or_empty(out, flags=True)
+    # the deprecated axis skip runs as alpha: the table has the alpha column
+    names = list(dict.fromkeys("alpha" if a == "skip" else a for a in axes)) or ["depth"]
     meta = {"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples, "seeds": seeds,
             "seed": seed}
     # one run owns --out at a time; its outputs are built aside and published whole, so a
     # smaller grid after a bigger one leaves none of the bigger one's heatmaps behind
     with OutputFolder(out, allow_nonempty=allow_nonempty):
-        table, timing = run_phase(cells, samples=samples, seeds=seeds, seed=seed,
+        table, timing = run_phase(cells, n_samples=samples, seeds=seeds, seed=seed,
                                   cache_dir=cache_dir if cache_dir is not None else out / "cache",
                                   executor=executor, workers=workers, progress=progress)
         stage = staging_folder(out)
@@ -110,6 +119,20 @@ def phase(
         counts = table["regime"].value_counts().to_dict()
         typer.echo(f"{len(table)} cells ({timing['computed']} computed, {timing['wall_s']} s): {counts}")
         typer.echo(f"wrote {paths['report']}")
+
+
+def _notes(caught: list) -> None:
+    """One CLI note per deprecated axis spelling among the caught FutureWarnings."""
+    notes: dict[str, str] = {}
+    for w in caught:
+        if not issubclass(w.category, FutureWarning):
+            continue
+        old, _, new = str(w.message).partition(" is deprecated and will be removed in 0.3.0; use ")
+        what, _, value = old.removeprefix("phase ").partition(" ")  # e.g. "placement 'post'"
+        value = value.strip("'")
+        notes.setdefault(f"--axis {value}" if what == "axis" else f"--axis {what}={value}", new)
+    for spelled, new in notes.items():
+        deprecated(spelled, f"{new} (removed in 0.3.0)")
 
 
 def _moved(path: str, stage: Path, out: Path) -> str:

@@ -36,7 +36,7 @@ def probe_command(
                                           "sigma_min,avg_abs_cos"),
     corpus: str = typer.Option("wiki", "--corpus", help="wiki: the shipped Wikipedia extracts"),
     text_file: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 file, one document per line (or .jsonl)"),
-    windows: int = typer.Option(16, "--samples", help="number of token windows B"),
+    windows: int = typer.Option(16, "--n-samples", help="number of token windows B"),
     length: int = typer.Option(128, "--n-tokens", help="tokens per window N"),
     mask: Optional[str] = typer.Option(None, "--mask", help="replacement self-attention mask spec"),
     d_qk: Optional[float] = typer.Option(None, "--d-qk", help="attention temperature d_QK > 0: scores "
@@ -65,9 +65,18 @@ def probe_command(
     fmt: str = typer.Option("table", "--format", help="stdout: table, json (one object), csv or markdown"),
     out: Optional[Path] = typer.Option(None, "--out", help="folder: probe.csv, probe.json, probe.png, windows.npz "
                                        "(windows_K.npz per model with several --model)"),
+    influence: bool = typer.Option(False, "--influence", help="instead of the metrics: per layer, Spearman's rho "
+                                   "between the mask-only influence prediction and each input's measured influence "
+                                   "on the last token (gradient norms, attention rollout); --out writes "
+                                   "influence.csv and influence.json"),
 ) -> None:
     """Per-layer μ, rank fraction, σ_min, avg |cos| (or --metrics) of models' hidden states on real text."""
     check_format(fmt)
+    if influence:
+        from ._probe_influence import check_influence_options
+
+        check_influence_options(metrics=metrics, mask=mask, d_qk=d_qk, d_qk_scale=d_qk_scale, drop=drop,
+                                points=points, attentions=attentions, clip_massive=clip_massive, control=control)
     names = _model_names(model, model_arg)
     metric_names = _metric_names(metrics)
     d_qk_scale = _d_qk_scale(d_qk, d_qk_scale)
@@ -76,7 +85,7 @@ def probe_command(
     if corpus != "wiki" and text_file is None:
         raise ConfigError(f"unknown corpus {corpus!r}; use --corpus wiki or --text-file FILE")
     if windows < 1 or length < 2 or batch_size < 1:
-        raise ConfigError(f"--samples and --batch-size must be >= 1 and --n-tokens >= 2 "
+        raise ConfigError(f"--n-samples and --batch-size must be >= 1 and --n-tokens >= 2 "
                           f"(got {windows}, {batch_size}, {length})")
     _check_interventions(mask, *((d_qk_scale, "--d-qk-scale") if d_qk is None else (d_qk, "--d-qk")), drop, length)
     dev = check_device(device, "--device")
@@ -103,12 +112,17 @@ def probe_command(
     runs = []  # (loaded, windows, table) per model; nothing is written until every model ran
     for model in names:
         loaded = models.load_model(model, gguf_file=gguf_file, device=dev, tokenizer=tokenizer)
-        check_positions(loaded, length if given is None else given.length)  # before windows are built or anything is written
+        check_positions(loaded, length if given is None else given.n_tokens)  # before windows are built or anything is written
         wins = given if given is not None else data.make_windows(
-            texts, loaded.require_tokenizer(), length=length, n_windows=windows, seed=seed,
+            texts, loaded.require_tokenizer(), n_tokens=length, n_windows=windows, seed=seed,
             allow_fewer=text_file is not None)
         for note in loaded.notes:
             typer.echo(f"note: {note}", err=True)
+        if influence:
+            from ..models.influence import measure_influence
+
+            runs.append((loaded, wins, measure_influence(loaded, wins, batch_size=batch_size, seed=seed)))
+            continue
         table = models.probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
                              batch_size=batch_size, points=points, metrics=metric_names, clip_massive=clip_massive)
         runs.append((loaded, wins, table))
@@ -119,6 +133,11 @@ def probe_command(
             runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
                                                    batch_size=batch_size, points=points, metrics=metric_names,
                                                    clip_massive=clip_massive)))
+    if influence:
+        from ._probe_influence import report_influence
+
+        report_influence([table for _, _, table in runs], out, fmt)
+        return
     if len(runs) > 1:
         _several_models(runs, out, fmt)
         return
@@ -213,7 +232,7 @@ def _several_models(runs: list, out: Optional[Path], fmt: str) -> None:
 def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[str], text_file: Optional[Path],
                    corpus: str) -> Any:
     """``--windows-file``: the file's windows, whole. Options that would make other windows
-    (text, tokenizer) are refused, and so are ``--samples``/``--n-tokens`` given with
+    (text, tokenizer) are refused, and so are ``--n-samples``/``--n-tokens`` given with
     values the file does not have."""
     for flag, value in (("--text-file", text_file), ("--tokenizer", tokenizer), ("--corpus", None if corpus == "wiki" else corpus)):
         if value is not None:
@@ -224,9 +243,9 @@ def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[st
     from .. import data
 
     wins = data.Windows.load(path)
-    for flag, name, value, have in (("--samples", "windows", samples, wins.n_windows), ("--n-tokens", "length", length, wins.length)):
+    for flag, name, value, have in (("--n-samples", "windows", samples, wins.n_windows), ("--n-tokens", "length", length, wins.n_tokens)):
         if name in given and value != have:
-            raise ConfigError(f"{flag} {value} but {path} holds {wins.n_windows} windows of {wins.length} tokens; "
+            raise ConfigError(f"{flag} {value} but {path} holds {wins.n_windows} windows of {wins.n_tokens} tokens; "
                               f"drop {flag} (the file fixes it)")
     return wins
 
@@ -276,7 +295,7 @@ def to_json(table: Any) -> dict[str, Any]:
     attrs = table.attrs
     return {
         "model": attrs.get("model"), "family": attrs.get("family"), "n_windows": attrs.get("n_windows"),
-        "length": attrs.get("length"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
+        "n_tokens": attrs.get("n_tokens"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
         "d_qk": attrs.get("d_qk"),
         "drop": attrs.get("drop"), **({"clip_massive": True} if attrs.get("clip_massive") else {}),
         "notes": attrs.get("notes"), "layers": layers,

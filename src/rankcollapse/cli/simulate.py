@@ -14,35 +14,48 @@ from ..errors import ConfigError, DataError
 from ..points import point_after
 from ._output import check_format, print_json, print_records
 
-INPUTS = ("wiki", "gaussian", "sphere", "hemisphere")
+
+def input_name(source: str) -> str | None:
+    """The registry name of ``--input`` (a deprecated one gets the CLI's one-line note), or
+    None for a file path."""
+    from ..dynamics.inputs import DEPRECATED_INPUTS, INPUTS
+    from ._vocab import deprecated
+
+    if source in DEPRECATED_INPUTS:
+        deprecated(f"--input {source}", f"--input {DEPRECATED_INPUTS[source]} (removed in 0.3.0)")
+        return DEPRECATED_INPUTS[source]
+    return source if source in INPUTS else None
 
 
 def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: int, seed: int, loaded=None):
     """X(0) ``(B, N, d)`` from ``source`` (see ``--input``), validated before any run.
 
-    ``wiki`` embeds Wikipedia windows with ``loaded`` (the ``--model`` model) or,
-    without one, MiniLM.
+    A name of the input registry (:data:`rankcollapse.dynamics.inputs.INPUTS`) draws
+    with ``seed``; ``wikipedia`` embeds Wikipedia windows with ``loaded`` (the
+    ``--model`` model) or, without one, MiniLM, at the model's width. Anything else is
+    a ``.npy``/``.pt`` file.
     """
-    if source == "wiki":
-        from .. import data
+    from ..dynamics.inputs import INPUTS, make_tokens
 
-        loaded = models.load_model("minilm") if loaded is None else loaded
-        width = loaded.model.config.hidden_size
-        if d_model not in (None, width):
-            raise ConfigError(f"--input wiki uses {loaded.name} embeddings of width {width}; "
+    name = input_name(source)
+    if name == "wikipedia":
+        model = "minilm" if loaded is None else loaded
+        width = None if loaded is None else loaded.model.config.hidden_size
+        if d_model is not None and width is not None and d_model != width:
+            raise ConfigError(f"--input wikipedia uses {loaded.name} embeddings of width {width}; "
                               "drop --d-model or set it to that")
-        windows = data.make_windows(data.wikipedia_texts(), loaded.require_tokenizer(), length=n_tokens, n_windows=samples, seed=seed)
-        return models.embed(loaded, windows)
-    d = 64 if d_model is None else d_model
-    draw = {"gaussian": dynamics.gaussian_tokens, "sphere": dynamics.sphere_tokens,
-            "hemisphere": dynamics.hemisphere_tokens}.get(source)
-    if draw is not None:
-        return draw(samples, n_tokens, d, seed=seed)
+        X = make_tokens(name, samples, n_tokens, None, seed=seed, model=model)
+        if d_model not in (None, X.shape[-1]):
+            raise ConfigError(f"--input wikipedia uses minilm embeddings of width {X.shape[-1]}; "
+                              "drop --d-model or set it to that")
+        return X
+    if name is not None:
+        return make_tokens(name, samples, n_tokens, 64 if d_model is None else d_model, seed=seed)
     import torch
 
     path = Path(source)
     if not path.is_file():
-        raise DataError(f"--input {source!r} is neither one of {INPUTS} nor a readable .npy/.pt file")
+        raise DataError(f"--input {source!r} is neither one of {tuple(INPUTS)} nor a readable .npy/.pt file")
     if path.suffix != ".pt":
         return _as_batch(torch.as_tensor(load_npy(path, "--input", error=DataError)), source, n_tokens)
     try:
@@ -103,19 +116,24 @@ def simulate_command(
     alpha: float = typer.Option(None, "--alpha", help="override the skip weight (0 = no skip)"),
     heads: int = typer.Option(None, "--heads", help="attention heads"),
     mlp: bool = typer.Option(None, "--mlp/--no-mlp", help="add the MLP sublayer (post_ln/pre_ln)"),
-    uniform: bool = typer.Option(False, "--uniform", help="uniform attention over the mask (W_Q = W_K = 0)"),
+    uniform: bool = typer.Option(False, "--uniform", help="uniform attention over the mask (W_Q = W_K = 0); "
+                                 "the same as --attention uniform"),
+    attention: str = typer.Option(None, "--attention", help="softmax (default) | uniform | sink:b=B | offbyone | "
+                                  "sigmoid[:bias=B] | diff:lambda=L (docs/dynamics.md; not row-stochastic: "
+                                  "dense backend only, per-layer row-mass deficit in the output)"),
     value: str = typer.Option("gaussian", "--value", help="W_V family, e.g. orthogonal, gaussian:std=0.02"),
     query_key: str = typer.Option("gaussian", "--query-key", help="W_Q/W_K family"),
     shared: bool = typer.Option(False, "--shared", help="one set of weights for all layers (ALBERT-style)"),
-    pretrained: str = typer.Option(None, "--model", help="attention weights (and, with --input wiki, embeddings) "
+    pretrained: str = typer.Option(None, "--model", help="attention weights (and, with --input wikipedia, embeddings) "
                                    "of minilm | smollm2 | a model dir"),
     d_qk: float = typer.Option(1.0, "--d-qk", help="temperature d_QK > 0"),
-    source: str = typer.Option("gaussian", "--input", help="wiki | gaussian | sphere | hemisphere | FILE.npy/.pt. "
+    source: str = typer.Option("gaussian", "--input", help="gaussian | sphere | hemisphere | nonnegative | antipodal | "
+                               "wikipedia (wiki: deprecated) | FILE.npy/.pt. "
                                "gaussian (default) tokens are N(0, I), not on the unit sphere, so the first "
                                "layer's normalisation/averaging gives a large one-off drop of μ; use sphere "
                                "to start on the sphere"),
-    d_model: int = typer.Option(None, "--d-model", help="width d (default 64; wiki: 384)"),
-    samples: int = typer.Option(8, "--samples", help="samples B"),
+    d_model: int = typer.Option(None, "--d-model", help="width d (default 64; wikipedia: the model's width)"),
+    samples: int = typer.Option(8, "--n-samples", help="samples B"),
     seed: int = typer.Option(0, "--seed"),
     metrics: str = typer.Option("mu,mu_relative", "--metrics", help="comma-separated metric names"),
     dtype: str = typer.Option("float32", "--dtype", help="float32 | float64. float32 runs floor μ/‖X‖_F "
@@ -136,28 +154,37 @@ def simulate_command(
         check_writable(out, folder=True)
     if not d_qk > 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
+    if uniform and attention not in (None, "uniform"):
+        raise ConfigError(f"--uniform and --attention {attention} contradict each other: give one")
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
-                          attention="uniform" if uniform else None)
+                          attention="uniform" if uniform else attention)
     weights = loaded = None
     if pretrained is not None:
         loaded = models.load_model(pretrained)
         weights = dynamics.extract_attention_weights(loaded.model)
         depth = len(weights)
-        d_model = weights[0].d_model if d_model is None and source != "wiki" else d_model
-    X0 = _initial_tokens(source, n_tokens, d_model, samples, seed, loaded)
+    name = input_name(source)
+    if loaded is not None and name != "wikipedia":
+        d_model = weights[0].d_model if d_model is None else d_model
+    X0 = _initial_tokens(name or source, n_tokens, d_model, samples, seed, loaded)
     import torch  # here, not at the top: `rankcollapse --help` must not import torch
 
     res = dynamics.simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
                    weights=weights, shared=shared, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
                    seed=seed, dtype=getattr(torch, dtype), device=device, path=backend,
                    record_epsilon=backend != "flex", max_memory=parse_size(max_memory))
-    layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon":
-               (None if t == 0 or res.epsilon is None else _json_number(res.epsilon[t - 1]))}
+    layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon_measured":
+               (None if t == 0 or res.epsilon_measured is None else _json_number(res.epsilon_measured[t - 1]))}
               for t in range(depth + 1)]
+    if res.row_mass_deficit is not None:  # (depth, B, H, 3): quantiles over queries; report mean over samples, heads
+        q = res.row_mass_deficit.mean(dim=(1, 2))
+        for t in range(1, depth + 1):
+            layers[t]["row_mass_deficit_q05"], layers[t]["row_mass_deficit_q50"], layers[t]["row_mass_deficit_q95"] = (
+                _json_number(v) for v in q[t - 1])
     floor = _mark_floor(layers, list(res.metrics), dtype)
     # "variant" is the preset equal to the block that ran (or custom; "block" has every
     # field, alpha included), "variant_option" the --variant the overrides started from
-    doc = {"settings": {**res.config, "variant_option": variant, "input": source, "pretrained": pretrained},
+    doc = {"settings": {**res.config, "variant_option": variant, "input": name or source, "pretrained": pretrained},
            "layers": layers, "floor": floor, "versions": versions()}
     if out is not None:
         write_json_atomic(out / "result.json", doc)
@@ -169,9 +196,9 @@ def simulate_command(
         print_records([{**row, "at_floor": ";".join(row["at_floor"])} for row in layers], fmt)
         return
     names = list(res.metrics)
-    typer.echo("t\t" + "\t".join(names) + "\tepsilon")
+    typer.echo("t\t" + "\t".join(names) + "\tepsilon_measured")
     for row in layers:
-        eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.3e}"
+        eps = "-" if row["epsilon_measured"] is None else f"{row['epsilon_measured']:.3e}"
         cells = ("undefined" if row[k] is None else f"{row[k]:.4e}" + (FLOOR_MARK if k in row["at_floor"] else "")
                  for k in names)
         typer.echo(f"{row['t']}\t" + "\t".join(cells) + f"\t{eps}")

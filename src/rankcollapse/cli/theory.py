@@ -52,18 +52,18 @@ def bound_cmd(
     widths: str = typer.Option("32,17,9,5,3,2", help="causal_sliding_window widths to sweep."),
     mask: Optional[str] = typer.Option(None, help="Check one mask spec instead of the sweep."),
     d: int = typer.Option(16, "--d-model", help="Token width d."), depth: int = typer.Option(60),
-    samples: int = typer.Option(8), seed: int = typer.Option(0),
+    samples: int = typer.Option(8, "--n-samples"), seed: int = typer.Option(0),
     exponent: str = typer.Option("t/r", help="'t/r' or 't/(2r)'."),
     fmt: str = typer.Option("table", "--format", help="stdout: table (text), json, or csv / markdown (the sweep)."),
 ) -> None:
     """Theorem 1: measured μ decay under pure SA vs the envelope C(1-ε^r)^{t/r}."""
     check_format(fmt)
-    kw = dict(d=d, depth=depth, n_samples=samples, seed=seed, exponent=exponent)
+    kw = dict(d_model=d, depth=depth, n_samples=samples, seed=seed, exponent=exponent)
     if mask is not None:
-        res = theory.check_collapse_bound(mask, n=n, **kw)
+        res = theory.check_collapse_bound(mask, n_tokens=n, **kw)
         exp = (f" L={res.config['scrambling_length']} e={res.config['effective_radius']}"
                if "effective_radius" in res.config else "")  # a schedule: the envelope's exponent e = min(p r_H, L)
-        lines = [f"{res.mask}: r={res.radius}{exp} ε={float(res.epsilon.median()):.3g} "
+        lines = [f"{res.mask}: r={res.radius}{exp} ε={float(res.epsilon_measured.median()):.3g} "
                  f"measured rate {res.measured_rate:.4f}/layer, envelope rate "
                  f"{res.envelope_rate:.6f}, violations {res.n_violations}"]
         if fmt in ("csv", "markdown"):
@@ -154,7 +154,7 @@ def basin_cmd(
     system: Optional[Path] = typer.Option(None, help="System JSON (schema as for `theory find`); "
                                           "default the N = d = 2 example."),
     rank: Optional[int] = typer.Option(None, "--rank", help="Target rank; default min(N, d)."),
-    samples: int = typer.Option(4000), seed: int = typer.Option(0), depth: int = typer.Option(400),
+    samples: int = typer.Option(4000, "--n-samples"), seed: int = typer.Option(0), depth: int = typer.Option(400),
     confidence: float = typer.Option(0.95), method: str = typer.Option("wilson", help="'wilson' or 'exact'."),
     fmt: str = _FORMAT,
 ) -> None:
@@ -179,7 +179,7 @@ def sphere_cmd(
     fmt: str = _FORMAT,
 ) -> None:
     """Theorem 2: SA-LN with orthogonal W_V, inputs meeting vs violating the cosine condition."""
-    rs = [theory.check_sphere_collapse(mask, n=n, d=d, depth=depth, inputs=k, beta=beta, seed=seed)
+    rs = [theory.check_sphere_collapse(mask, n_tokens=n, d_model=d, depth=depth, inputs=k, beta=beta, seed=seed)
           for k in theory.sphere.INPUTS]
     _emit({"results": [r.to_dict() for r in rs]}, fmt,
           [f"{r.inputs:12s} min cos(0)={r.min_cos0:+.3f} rate={r.measured_rate:.4f} final μ={r.final_mu:.3g} "
@@ -200,6 +200,32 @@ def portrait_cmd(
     frac = float(data["rank2"][1].mean())
     _emit({"portrait_2d": str(p2), "trajectories_3d": str(p3), "rank2_arc_fraction": frac}, fmt,
           [f"wrote {p2} and {p3}; token 1 ends at rank 2 for {frac:.1%} of starting angles (token 0 at +(0,1))"])
+
+
+def _betas(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(b) for b in text.split(","))
+    except ValueError as exc:
+        raise ConfigError(f"--beta must be comma-separated numbers, got {text!r}") from exc
+
+
+@sub.command("clusters")
+def clusters_cmd(
+    beta: str = typer.Option("4,9", "--beta", help="Inverse temperatures, comma-separated."),
+    n: int = typer.Option(128, "--n-tokens", help="Tokens N on the circle."),
+    seeds: int = typer.Option(20, "--seeds", help="Uniform random starts per beta."),
+    step: float = typer.Option(0.1, "--step", help="Euler step h of the flow."),
+    depth: int = typer.Option(1500, "--depth", help="Layers (time depth * h)."),
+    angle: float = typer.Option(0.1, "--angle", help="Cluster link angle in radians."),
+    min_plateau: int = typer.Option(100, "--min-plateau", help="Layers a count must hold to be a plateau."),
+    seed: int = typer.Option(0), fmt: str = _FORMAT,
+) -> None:
+    """Metastable clusters on the circle: the first plateau's cluster count against argmax_k k^2 I_k(beta)."""
+    rs = [theory.circle_clusters(b, n_tokens=n, seeds=seeds, step=step, depth=depth, angle=angle,
+                                 min_plateau=min_plateau, seed=seed) for b in _betas(beta)]
+    _emit({"results": [r.to_dict() for r in rs]}, fmt,
+          [f"beta={r.beta:g}: predicted {r.predicted} clusters; first plateau {r.plateau_counts} "
+           f"(-1 = none); agreement {r.agreement:.2f} over {seeds} starts" for r in rs])
 
 
 def register(app: typer.Typer) -> None:

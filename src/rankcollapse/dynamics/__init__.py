@@ -18,8 +18,8 @@ from .._lazy import attach_imports
 # The exports, written once: imported lazily on first use (attach_imports reads this
 # block), eagerly by readers and static tools.
 if TYPE_CHECKING:
-    from .config import VARIANTS, BlockConfig, resolve_variant
-    from .inputs import gaussian_tokens, hemisphere_tokens, sphere_tokens
+    from .config import VARIANTS, BlockConfig, RunConfig, resolve_variant
+    from .inputs import INPUTS, gaussian_tokens, hemisphere_tokens, make_tokens, sphere_tokens
     from .pretrained import extract_attention_weights
     from .runner import SimResult, simulate
     from .weights import LayerWeights

@@ -90,7 +90,7 @@ def _heads(Y: torch.Tensor, n_heads: int) -> torch.Tensor:
     return Y.view(B, N, n_heads, width // n_heads).transpose(1, 2)  # (B, H, N, d_head)
 
 
-def project_qkv(X: torch.Tensor, lw, *, uniform: bool = False, scratch: dict | None = None):
+def project_qkv(X: torch.Tensor, lw, *, uniform: bool = False, scratch: dict | None = None, split_qk: bool = False):
     """Queries, keys, values ``(B, H, N, d_k|d_v)`` of layer weights ``lw`` (a
     :class:`~rankcollapse.dynamics.weights.LayerWeights`), with RoPE and grouped KV
     heads repeated to ``H``. ``uniform`` zeroes the queries (``W_Q = W_K = 0``).
@@ -101,10 +101,14 @@ def project_qkv(X: torch.Tensor, lw, *, uniform: bool = False, scratch: dict | N
 
     ``scratch``: a dict kept across layers by the caller; with autograd off the fused
     projections are written into a tensor it holds (:func:`kept`; same values). The
-    results are then views of it, valid until the next call with the same dict."""
+    results are then views of it, valid until the next call with the same dict.
+
+    ``split_qk``: return the queries ``X W_Q`` and keys ``X W_K`` themselves, not the fused
+    pair ``(X W_Q W_K^T, X)`` (same scores, but differential attention splits the query and
+    key dimensions in halves, which needs the unfused ones)."""
     H = lw.n_heads
     H_kv = lw.n_kv_heads or H
-    if lw.W_MV is not None and not uniform:  # scores X (W_Q W_K^T) X^T: keys are X itself
+    if lw.W_MV is not None and not uniform and not split_qk:  # scores X (W_Q W_K^T) X^T: keys are X itself
         Q, V = _fused(X, lw.W_MV, scratch).split((X.shape[-1], lw.W_V.shape[1]), dim=-1)
         return Q.unsqueeze(1), X.unsqueeze(1), V.unsqueeze(1)
     if lw.W_QKV is not None and not uniform:  # one fused (d, 3d) matmul instead of three

@@ -1,4 +1,6 @@
-"""Block configuration of the simulated network: normalisation, placement, skip, MLP.
+"""Configuration of the simulated network: the layer (:class:`BlockConfig`:
+normalisation, placement, skip, MLP) and the run (:class:`RunConfig`: depth, seed,
+precision, device, attention path, what is recorded).
 
 The named variants of spec.md §2 (and real LayerNorm beside them) are presets of
 :class:`BlockConfig`; names say what the block does, and result tables record them:
@@ -30,13 +32,15 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from .._validate import check_float, check_int
 from ..errors import ConfigError
 
 NORMS = ("none", "sphere", "layernorm", "rmsnorm")
+PATHS = ("auto", "dense", "blocked", "flex")
 PLACEMENTS = ("none", "post_ln", "pre_ln")
-ATTENTIONS = ("softmax", "uniform")
+ATTENTIONS = ("softmax", "uniform", "sink:b=B", "offbyone", "sigmoid[:bias=B]", "diff:lambda=L")
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,11 @@ class BlockConfig:
         Skip weight (0 = no skip connection). None (default) means the placement's own:
         0 for ``none``, 1 for ``post_ln`` and ``pre_ln``; the stored value is always the
         number that runs (``to_dict`` records it).
-    attention : "softmax" | "uniform"
+    attention : "softmax" | "uniform" | "sink:b=B" | "offbyone" | "sigmoid[:bias=B]" | "diff:lambda=L"
         ``uniform`` is attention with ``W_Q = W_K = 0``: uniform over each row of the mask.
+        The others are not row-stochastic (:mod:`rankcollapse.dynamics.operators`, which
+        gives each formula); the stored value is the canonical spec (``offbyone`` is
+        ``sink:b=0``).
     n_heads : int
         Heads; ``d`` must be divisible by it.
     out_proj : bool
@@ -101,8 +108,9 @@ class BlockConfig:
             raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if self.alpha is None:  # a residual placement has its residual unless turned off
             object.__setattr__(self, "alpha", default_alpha(self.placement))
-        if self.attention not in ATTENTIONS:
-            raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        from .operators import parse_attention
+
+        object.__setattr__(self, "attention", parse_attention(self.attention).spec)
         if self.placement == "none" and self.alpha != 0:
             raise ConfigError("placement 'none' has no skip connection: use post_ln or pre_ln with alpha")
         if self.placement == "none" and self.mlp:
@@ -195,3 +203,59 @@ def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
         return replace(cfg, **overrides) if overrides else cfg
     except TypeError as exc:
         raise ConfigError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How :func:`rankcollapse.dynamics.simulate` runs the network (not what the network
+    is: that is :class:`BlockConfig`, the mask, ``d_qk`` and the weights).
+
+    ``simulate(X0, mask="causal", block=BlockConfig(norm="sphere"), run=RunConfig(depth=64,
+    seed=0, dtype=torch.float64))`` is the same run as ``simulate(X0, mask="causal",
+    variant="sphere", depth=64, seed=0, dtype=torch.float64)``; a field given both ways
+    is refused.
+
+    Attributes
+    ----------
+    depth : int
+        Layers run, ``T >= 1``.
+    seed : int
+        Weight seed ``>= 0`` (:func:`rankcollapse.dynamics.weights.generator`).
+    dtype : torch.float32, torch.float64 or None
+        Compute precision; None: X0's when it is float32/float64, else float32.
+    device : torch device, str or None
+        None: X0's device.
+    path : "auto" | "dense" | "blocked" | "flex"
+        Attention kernel (:func:`~rankcollapse.dynamics.simulate` explains each).
+    block_size : int
+        Query rows per block of the windowed kernel.
+    record_states, record_epsilon, record_attention : bool
+        Keep X(t), ε(t) (smallest allowed attention entry per layer), A(t).
+    progress : bool or None
+        A progress bar over layers on stderr; None: only when stderr is a terminal.
+    max_memory : int, str or None
+        Bytes (or ``"8GiB"``) the attention may use; None: half the physical memory.
+
+    Raises
+    ------
+    ConfigError
+        ``depth`` < 1, ``seed`` < 0, ``block_size`` < 1 (or not integers), unknown ``path``.
+    """
+
+    depth: int
+    seed: int = 0
+    dtype: Any = None
+    device: Any = None
+    path: str = "auto"
+    block_size: int = 64
+    record_states: bool = False
+    record_epsilon: bool = False
+    record_attention: bool = False
+    progress: bool | None = None
+    max_memory: int | str | None = None
+
+    def __post_init__(self) -> None:
+        for name, low in (("depth", 1), ("seed", 0), ("block_size", 1)):
+            object.__setattr__(self, name, check_int(getattr(self, name), name, low=low))
+        if self.path not in PATHS:
+            raise ConfigError(f"path must be one of {PATHS}, got {self.path!r}")

@@ -1,11 +1,38 @@
-"""Initial token matrices ``X(0)`` for the simulator: Gaussian, sphere, hemisphere.
+"""Initial token matrices ``X(0)``: the one registry of input distributions.
 
-All return float64 ``(B, N, d)`` drawn from a CPU generator seeded by ``seed`` (same
-seed, same numbers on every machine); cast with ``.to(dtype, device)``. Real token
-embeddings come from :func:`rankcollapse.models.embed`.
+Every input is a function ``draw(batch, n_tokens, d, *, seed=0, generator=None, ...)``
+returning a float64 CPU tensor of shape ``(batch, n_tokens, d)``; the same ``seed`` gives
+the same numbers on every machine (cast with ``.to(dtype, device)``). ``generator``, when
+given, replaces the fresh generator seeded by ``seed`` (the draw continues its stream).
+Look one up by name with :func:`make_tokens`; :data:`INPUTS` lists them:
+
+================  ==========================================================  ===============
+name              distribution (rows ``x_i`` of ``X(0)``)                     on the sphere
+================  ==========================================================  ===============
+``gaussian``      i.i.d. ``N(0, std^2)`` entries (default ``std = 1``)         no
+``sphere``        uniform on ``S^{d-1}``: ``g / ||g||``, ``g ~ N(0, I)``         yes
+                  (Muller 1959)
+``hemisphere``    uniform on the open hemisphere ``<x, pole> > 0`` (default     yes
+                  pole ``e_1``): sphere samples reflected across the pole's
+                  hyperplane (Theorem 2's start, docs/theory.md)
+``nonnegative``   ``|g| / ||g||``: every pairwise cosine ``>= 0`` (Theorem 2's   yes
+                  condition, spec.md §5.2)
+``antipodal``     ``(±1)^i v + 1e-3 g``, normalised: tokens alternate at        yes
+                  ``±v`` (cosines near -1, violating Theorem 2's condition)
+``wikipedia``     a model's embedding-layer output on windows of the shipped    no
+                  English Wikipedia extracts (default all-MiniLM-L6-v2)
+================  ==========================================================  ===============
+
+Deprecated names, accepted with a :class:`FutureWarning` until 0.3.0: ``wiki`` and
+``minilm`` (both ``wikipedia``).
 """
 
 from __future__ import annotations
+
+import inspect
+import warnings
+from functools import lru_cache
+from typing import Any, Callable
 
 import torch
 
@@ -19,34 +46,45 @@ def _check(batch: int, n_tokens: int, d: int) -> None:
         check_int(value, name, low=1)
 
 
+def _generator(seed: int, generator: torch.Generator | None) -> torch.Generator:
+    return torch.Generator().manual_seed(check_int(seed, "seed", low=0)) if generator is None else generator
+
+
 def gaussian_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0, std: float = 1.0,
                     generator: torch.Generator | None = None) -> torch.Tensor:
-    """i.i.d. ``N(0, std^2)`` entries, shape ``(batch, n_tokens, d)``; drawn from
-    ``generator`` instead of a fresh one seeded by ``seed`` when given."""
+    """i.i.d. ``N(0, std^2)`` entries, float64 ``(batch, n_tokens, d)``; drawn from
+    ``generator`` instead of a fresh one seeded by ``seed`` when given.
+
+    Raises
+    ------
+    ConfigError
+        ``batch``, ``n_tokens`` or ``d`` < 1, ``seed`` < 0.
+    """
     _check(batch, n_tokens, d)
-    gen = torch.Generator().manual_seed(check_int(seed, "seed", low=0)) if generator is None else generator
+    gen = _generator(seed, generator)
     return torch.randn(batch, n_tokens, d, generator=gen, dtype=torch.float64) * std
 
 
 def sphere_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0,
                   generator: torch.Generator | None = None) -> torch.Tensor:
     """Tokens uniform on the unit sphere ``S^{d-1}`` (normalised Gaussians; Muller 1959),
-    projected by :func:`~rankcollapse.dynamics.layers.sphere`."""
+    float64 ``(batch, n_tokens, d)``, projected by :func:`~rankcollapse.dynamics.layers.sphere`."""
     return sphere(gaussian_tokens(batch, n_tokens, d, seed=seed, generator=generator))[0]
 
 
 def hemisphere_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0, pole: torch.Tensor | None = None,
-                      ) -> torch.Tensor:
+                      generator: torch.Generator | None = None) -> torch.Tensor:
     """Tokens uniform on the open hemisphere ``{x in S^{d-1}: <x, pole> > 0}`` (default
-    pole ``e_1``): sphere samples reflected across the pole's hyperplane when needed, so
-    every pair has ``<x_i, pole> > 0`` (the initial condition of spec.md §5.2).
+    pole ``e_1``), float64 ``(batch, n_tokens, d)``: sphere samples reflected across the
+    pole's hyperplane when needed, so every pair has ``<x_i, pole> > 0`` (the initial
+    condition of spec.md §5.2).
 
     Raises
     ------
     ConfigError
         ``pole`` of the wrong shape or zero.
     """
-    X = sphere_tokens(batch, n_tokens, d, seed=seed)
+    X = sphere_tokens(batch, n_tokens, d, seed=seed, generator=generator)
     p = torch.zeros(d, dtype=torch.float64) if pole is None else torch.as_tensor(pole, dtype=torch.float64)
     if pole is None:
         p[0] = 1.0
@@ -56,3 +94,151 @@ def hemisphere_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0, pole:
     c = X @ p  # (B, N)
     X = X - 2 * torch.clamp(c, max=0.0).unsqueeze(-1) * p
     return X
+
+
+def nonnegative_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0,
+                       generator: torch.Generator | None = None) -> torch.Tensor:
+    """Unit tokens ``|g| / ||g||`` with ``g ~ N(0, I_d)``, float64 ``(batch, n_tokens, d)``:
+    non-negative entries, so every pairwise cosine is ``>= 0`` (Theorem 2's condition,
+    spec.md §5.2)."""
+    _check(batch, n_tokens, d)
+    G = torch.randn(batch, n_tokens, d, generator=_generator(seed, generator), dtype=torch.float64)
+    return sphere(G.abs())[0]
+
+
+def antipodal_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0,
+                     generator: torch.Generator | None = None) -> torch.Tensor:
+    """Unit tokens ``normalise((-1)^i v + 1e-3 g_i)`` with ``v`` uniform on the sphere (one
+    per sample) and ``g_i ~ N(0, I_d)``, float64 ``(batch, n_tokens, d)``: two antipodal
+    clusters (cosines near -1, violating Theorem 2's condition). ``g`` is drawn before ``v``."""
+    _check(batch, n_tokens, d)
+    gen = _generator(seed, generator)
+    G = torch.randn(batch, n_tokens, d, generator=gen, dtype=torch.float64)
+    v = sphere(torch.randn(batch, 1, d, generator=gen, dtype=torch.float64))[0]
+    signs = (1 - 2 * (torch.arange(n_tokens) % 2)).to(torch.float64).view(1, n_tokens, 1)
+    return sphere(signs * v + 1e-3 * G)[0]
+
+
+def wikipedia_tokens(batch: int, n_tokens: int, d: int | None = None, *, seed: int = 0,
+                     generator: torch.Generator | None = None, model: Any = "minilm", block: int = 0) -> torch.Tensor:
+    """The embedding-layer output (``hidden_states[0]``, :func:`rankcollapse.models.embed`)
+    of ``model`` on windows of ``n_tokens`` tokens of the shipped English Wikipedia
+    extracts (:func:`rankcollapse.data.wikipedia_texts`), float64 ``(batch, n_tokens, d)``.
+
+    The windows are numbers ``block * batch`` to ``(block + 1) * batch - 1`` of the
+    ``(block + 1) * batch`` windows :func:`rankcollapse.data.make_windows` cuts with
+    ``seed``: blocks ``0, 1, ...`` of one seed are disjoint windows.
+
+    Parameters
+    ----------
+    d : None (default): the model's width, embeddings as they are. An int ``<= width``:
+        the tokens' coordinates ``X V_d`` in the top-``d`` right singular vectors ``V_d`` of
+        the batch's ``(batch * n_tokens, width)`` token matrix (an isometry when ``d`` is
+        the width).
+    model : ``"minilm"`` (default), ``"smollm2"``, a model folder or hub name
+        (:func:`rankcollapse.models.load_model`; loaded once per process), or a loaded model.
+    generator : not accepted (the windows are drawn by ``seed``).
+
+    Raises
+    ------
+    ConfigError
+        ``generator`` given, ``d`` larger than the model's width, bad sizes.
+    DataError, ModelError, TokenizerError
+        The corpus or model is not installed, or the windows cannot be cut.
+    """
+    if generator is not None:
+        raise ConfigError("input 'wikipedia' is drawn by seed (its windows), not from a generator")
+    check_int(batch, "batch", low=1)
+    check_int(n_tokens, "n_tokens", low=1)
+    block = check_int(block, "block", low=0)
+    seed = check_int(seed, "seed", low=0)
+    if isinstance(model, str):
+        E = _cached_embeddings(model, n_tokens, batch * (block + 1), seed)
+    else:
+        E = _embeddings(model, n_tokens, batch * (block + 1), seed)
+    E = E[block * batch:(block + 1) * batch]
+    if d is None:
+        return E
+    d = check_int(d, "d", low=1)
+    if d > E.shape[-1]:
+        raise ConfigError(f"input 'wikipedia' has width {E.shape[-1]}, d={d} is larger")
+    _, _, Vh = torch.linalg.svd(E.reshape(-1, E.shape[-1]), full_matrices=False)
+    return E @ Vh[:d].T
+
+
+def _embeddings(loaded: Any, n_tokens: int, n_windows: int, seed: int) -> torch.Tensor:
+    """float64 ``(n_windows, n_tokens, width)`` embeddings of ``loaded`` (a loaded model)."""
+    from .. import data
+    from ..models.probe import embed
+
+    windows = data.make_windows(data.wikipedia_texts(), loaded.require_tokenizer(), length=n_tokens,
+                                n_windows=n_windows, seed=seed)
+    with torch.no_grad():
+        return embed(loaded, windows).detach().to(torch.float64)
+
+
+@lru_cache(maxsize=4)
+def _cached_embeddings(model: str, n_tokens: int, n_windows: int, seed: int) -> torch.Tensor:
+    """:func:`_embeddings` of the model named ``model``, loaded quietly once (read-only)."""
+    from ..models._quiet import quiet_loading
+    from ..models.loading import load_model
+
+    with quiet_loading():
+        loaded = load_model(model)
+    return _embeddings(loaded, n_tokens, n_windows, seed)
+
+
+#: name -> draw function (module table); the one place an input is looked up by name.
+INPUTS: dict[str, Callable[..., torch.Tensor]] = {
+    "gaussian": gaussian_tokens,
+    "sphere": sphere_tokens,
+    "hemisphere": hemisphere_tokens,
+    "nonnegative": nonnegative_tokens,
+    "antipodal": antipodal_tokens,
+    "wikipedia": wikipedia_tokens,
+}
+#: inputs whose rows lie on the unit sphere
+ON_SPHERE = ("sphere", "hemisphere", "nonnegative", "antipodal")
+#: old names -> new names; accepted with a FutureWarning until 0.3.0
+DEPRECATED_INPUTS = {"wiki": "wikipedia", "minilm": "wikipedia"}
+
+
+def canonical_input(name: str, *, stacklevel: int = 3) -> str:
+    """The registry name of ``name`` (a deprecated name is mapped with a
+    :class:`FutureWarning` naming its removal in 0.3.0).
+
+    Raises
+    ------
+    ConfigError
+        ``name`` is not an input (the message lists them).
+    """
+    if isinstance(name, str) and name in DEPRECATED_INPUTS:
+        new = DEPRECATED_INPUTS[name]
+        warnings.warn(f"input {name!r} is deprecated and will be removed in 0.3.0; use {new!r}",
+                      FutureWarning, stacklevel=stacklevel)
+        return new
+    if not isinstance(name, str) or name not in INPUTS:
+        raise ConfigError(f"unknown input {name!r}; choose one of {', '.join(INPUTS)} "
+                          f"(deprecated: {', '.join(DEPRECATED_INPUTS)})")
+    return name
+
+
+def make_tokens(name: str, batch: int, n_tokens: int, d: int | None, *, seed: int = 0,
+                generator: torch.Generator | None = None, **options: Any) -> torch.Tensor:
+    """``X(0)`` float64 ``(batch, n_tokens, d)`` of the input ``name`` (:data:`INPUTS`),
+    ``INPUTS[name](batch, n_tokens, d, seed=seed, generator=generator, **options)``.
+
+    Raises
+    ------
+    ConfigError
+        Unknown name (deprecated names warn, see :func:`canonical_input`), an option the
+        input does not take, bad sizes; ``d=None`` for an input other than ``wikipedia``.
+    """
+    draw = INPUTS[canonical_input(name)]
+    if d is None and draw is not wikipedia_tokens:
+        raise ConfigError(f"input {name!r} needs the width d")
+    allowed = set(inspect.signature(draw).parameters) - {"batch", "n_tokens", "d", "seed", "generator"}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ConfigError(f"input {name!r} takes the options {sorted(allowed) or 'none'}, got {unknown}")
+    return draw(batch, n_tokens, d, seed=seed, generator=generator, **options)

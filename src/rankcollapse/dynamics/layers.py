@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from .attention import dense_attention, merge_heads, project_qkv, scores_may_overflow
 from .config import BlockConfig
+from .operators import operator_weights, row_mass_quantiles
 from .sparse import BlockPlan, blocked_attention
 from .weights import LayerWeights
 from ..errors import ConfigError
@@ -119,14 +120,19 @@ class Attention:
     d_qk : temperature; scores are ``q k^T / sqrt(d_qk)`` unless the layer sets ``scale``.
     uniform : attention uniform over each mask row (``W_Q = W_K = 0``).
     record_epsilon, record_attention : keep the smallest allowed entry / the matrices.
+    operator : an :class:`~rankcollapse.dynamics.operators.AttentionOperator` that is not
+        row-stochastic (sink, sigmoid, differential), run on the dense path; every layer
+        then records the quantiles of its row-mass deficit (``row_mass``). None = softmax.
     """
 
     def __init__(self, *, mask_dense=None, plan: BlockPlan | None = None, flex=None, make_plan=None,
                  d_qk: float = 1.0, uniform: bool = False, record_epsilon: bool = False,
-                 record_attention: bool = False):
+                 record_attention: bool = False, operator=None):
         self.mask_dense, self.plan, self.flex, self.make_plan = mask_dense, plan, flex, make_plan
         self.default_scale = 1.0 / math.sqrt(d_qk)
         self.uniform = uniform
+        self.operator = operator
+        self.row_mass: list[torch.Tensor] = []  # (B, H, 3) deficit quantiles per layer (operator runs)
         self.record_epsilon, self.record_attention = record_epsilon, record_attention
         self.epsilon: list[torch.Tensor] = []
         self.attention: list[torch.Tensor] = []
@@ -134,8 +140,11 @@ class Attention:
 
     def __call__(self, X: torch.Tensor, lw: LayerWeights, x_peak: float | None = None) -> torch.Tensor:
         """Attention output ``(B, N, d)``; ``x_peak`` = ``max |X|`` if the caller knows it."""
-        Q, K, V = project_qkv(X, lw, uniform=self.uniform, scratch=self._scratch)  # (B, H, N, d_head)
+        split = self.operator is not None and self.operator.kind == "diff"  # halves of the real q and k
+        Q, K, V = project_qkv(X, lw, uniform=self.uniform, scratch=self._scratch, split_qk=split)  # (B, H, N, d_head)
         scale = self.default_scale if lw.scale is None else lw.scale
+        if self.operator is not None:
+            return self._operator(X, Q, K, V, lw, scale)
         overflow = None  # unknown: the attention reduces over Q and K
         if x_peak is not None and lw.W_MV is not None and lw.position_bias is None and not self.uniform:
             # keys are X, queries X W_QK: |q . x| <= d max|x| (max|x| ||W_QK||_1), no pass over Q
@@ -162,6 +171,18 @@ class Attention:
         if self.record_epsilon:
             self.epsilon.append(eps)
         return merge_heads(O, lw)
+
+    def _operator(self, X, Q, K, V, lw, scale) -> torch.Tensor:
+        """A layer of a non-row-stochastic operator (dense): weights, their row-mass
+        deficit quantiles, the records, and the heads' output."""
+        bias = None if lw.position_bias is None else lw.position_bias(X.shape[1]).to(X.dtype)
+        A = operator_weights(Q, K, self.mask_dense, self.operator, scale=scale, bias=bias)
+        self.row_mass.append(row_mass_quantiles(A).cpu())
+        if self.record_epsilon:  # the smallest allowed |entry| (diff attention may be negative)
+            self.epsilon.append(A.abs().masked_fill(~self.mask_dense, float("inf")).amin())
+        if self.record_attention:
+            self.attention.append(A.detach())
+        return merge_heads(A @ V, lw)
 
 
 def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: Attention,

@@ -28,7 +28,7 @@ import torch
 
 from ..errors import ModelError
 from ..models.families import MODEL_TYPES, albert_group, family_of
-from .weights import LayerWeights
+from .layer_weights import LayerWeights
 
 LayerAttentionWeights = LayerWeights
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from .._deprecation import renamed_attribute
 from .._display import NotebookResult
 from .._progress import Steps, steps
 from .._validate import check_device, check_float, check_int, check_tensor_storage
@@ -24,7 +25,8 @@ from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, compute_metrics
 from ..metrics.core import mu_finite
 from .attention import kept
-from .config import BlockConfig, resolve_variant, variant_name
+from .config import PATHS, BlockConfig, RunConfig, resolve_variant, variant_name
+from .operators import parse_attention
 from .layers import Attention, apply_norm, block_forward, warn_zero_rows
 from .scheduled import ScheduledAttention
 from .flex import FlexBackend
@@ -33,7 +35,6 @@ from .sparse import BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
-PATHS = ("auto", "dense", "blocked", "flex")
 _FLOAT32_METRIC_LIMIT = 1e12  # above this |x|, metrics of float32 X are computed in float64
 _DENSE_SCORE_BUDGET = 64 * 2**20  # bytes of (B, H, N, N) scores above which sparse masks go blocked
 
@@ -45,25 +46,36 @@ class SimResult(NotebookResult):
     metrics : name -> ``(depth+1, B)`` float64 CPU tensor; row ``t`` is after ``t`` layers
         (row 0 = the input).
     final_metrics : name -> ``(B,)`` after the final norm, or None without ``final_norm``.
-    epsilon : ``(depth,)`` smallest allowed attention entry of each layer (over batch
-        and heads), or None.
+    epsilon_measured : ``(depth,)`` smallest allowed attention entry of each layer (over
+        batch and heads), or None; the deprecated ``epsilon`` reads it.
     states : list of ``depth+1`` tensors ``(B, N, d)`` (CPU), or None.
     attention : list of ``depth`` tensors ``(B, H, N, N)`` (CPU), or None.
     config : JSON-able settings of the run.
+    row_mass_deficit : ``(depth, B, H, 3)`` float64: per layer, sample and head, the 5 %,
+        50 % and 95 % quantiles over queries of ``1 - sum_j A_ij`` (0 for softmax rows),
+        recorded for attention operators that are not row-stochastic
+        (:mod:`~rankcollapse.dynamics.operators`); None for softmax and uniform attention.
     """
 
     metrics: dict[str, torch.Tensor]
     config: dict
-    epsilon: torch.Tensor | None = None
+    epsilon_measured: torch.Tensor | None = None
     states: list[torch.Tensor] | None = None
     attention: list[torch.Tensor] | None = None
     final_metrics: dict[str, torch.Tensor] | None = None
     zero_rows: list[int] = field(default_factory=list)
+    row_mass_deficit: torch.Tensor | None = None
 
-    def to_pandas(self) -> Any:
+    epsilon = renamed_attribute("epsilon", "epsilon_measured")
+
+    def to_pandas(self, *, summary: bool = False) -> Any:
         """Tidy :class:`pandas.DataFrame` ``layer, sample, metric, value`` (layer 0 = the
-        input); values after the final norm, when recorded, have ``layer = "final_norm"``."""
+        input); values after the final norm, when recorded, have ``layer = "final_norm"``.
+        With ``summary``, the statistics over samples of :meth:`summarise` instead."""
         import pandas as pd
+
+        if summary:
+            return self.summarise()
 
         frames = []
         for name, values in self.metrics.items():
@@ -75,6 +87,21 @@ class SimResult(NotebookResult):
             frames.append(pd.DataFrame({"layer": "final_norm", "sample": np.arange(values.shape[0]),
                                         "metric": name, "value": values.numpy()}))
         return pd.concat(frames, ignore_index=True)
+
+    def summarise(self, *, per_window: bool = False) -> Any:
+        """Statistics over samples in the results-table layout of :mod:`rankcollapse.summary`
+        (``layer, point, metric, mean, std, q05 .. q95, n_samples``, the layout of
+        ``reproduce``'s table and of a probe): one row per layer and metric, layer ``t``
+        at point ``embeddings`` / ``layer.{t-1}.output``; values after the final norm,
+        when recorded, at ``layer = depth``, point ``final_norm``. ``per_window`` adds
+        each row's per-sample values (column ``values``)."""
+        from ..summary import by_layer, summary_table
+
+        values = by_layer(self.metrics)
+        depth = next((v.shape[0] - 1 for v in self.metrics.values()), 0)
+        for name, v in (self.final_metrics or {}).items():
+            values[(depth, "final_norm", name)] = v
+        return summary_table(values, per_window=per_window)
 
     def to_dict(self) -> dict:
         """Settings and the last layer's mean of every metric (JSON-ready)."""
@@ -261,29 +288,66 @@ def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, valu
     given = [name for name, v in (("value", value), ("query_key", query_key))
              if not (isinstance(v, str) and v == "gaussian")] + (["shared"] if shared else [])
     if given:
-        raise ConfigError(f"given weights (weights=, simulate --model) fix every layer's W_Q, W_K, W_V; "
+        raise ConfigError(f"given weights (weights=) fix every layer's W_Q, W_K, W_V; "
                           f"{', '.join(given)} would be ignored: drop {'it' if len(given) == 1 else 'them'}")
     heads = {int(getattr(lw, "n_heads", 1)) for lw in weights}
     if len(heads) != 1:
         return cfg
     (h,) = heads
     if cfg.n_heads not in (1, h):
-        raise ConfigError(f"n_heads={cfg.n_heads} but the given weights have {h} heads; drop n_heads (--heads)")
+        raise ConfigError(f"n_heads={cfg.n_heads} but the given weights have {h} heads; drop n_heads")
     out_proj = all(getattr(lw, "W_O", None) is not None for lw in weights)
     return replace(cfg, n_heads=h, out_proj=out_proj)
 
 
-def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk: float = 1.0,
-             value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
-             weights: Sequence[LayerWeights] | None = None, metrics=None, seed: int = 0,
-             dtype: torch.dtype | None = None, device: torch.device | str | None = None,
-             n_heads: int | None = None, shared: bool = False, path: str = "auto", block_size: int = 64,
-             record_states: bool = False, record_epsilon: bool = False, record_attention: bool = False,
-             progress: bool | None = None, max_memory: int | str | None = None) -> SimResult:
+class _Default:
+    """A keyword left at its default (shown as the default): lets :func:`simulate` tell a
+    run setting given as a keyword from one left to ``run``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def _run_config(run: RunConfig | None, given: dict[str, Any]) -> RunConfig:
+    """``run`` or the :class:`RunConfig` of the keywords; a setting given both ways is refused."""
+    explicit = {k: v for k, v in given.items() if not isinstance(v, _Default)}
+    if run is None:
+        if "depth" not in explicit:
+            raise ConfigError("simulate needs depth: depth=T or run=RunConfig(depth=T, ...)")
+        return RunConfig(**{k: v.value if isinstance(v, _Default) else v for k, v in given.items()})
+    if not isinstance(run, RunConfig):
+        raise ConfigError(f"run must be a rankcollapse.dynamics.RunConfig, got {type(run).__name__}")
+    if explicit:
+        raise ConfigError(f"{', '.join(sorted(explicit))} given both as keywords and in run=; give each once")
+    return run
+
+
+def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | BlockConfig = "pure",
+             d_qk: float = 1.0, value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
+             weights: Sequence[LayerWeights] | None = None, metrics=None, seed: int = _Default(0),
+             dtype: torch.dtype | None = _Default(None), device: torch.device | str | None = _Default(None),
+             n_heads: int | None = None, shared: bool = False, path: str = _Default("auto"),
+             block_size: int = _Default(64), record_states: bool = _Default(False),
+             record_epsilon: bool = _Default(False), record_attention: bool = _Default(False),
+             progress: bool | None = _Default(None), max_memory: int | str | None = _Default(None),
+             block: BlockConfig | None = None, run: RunConfig | None = None) -> SimResult:
     """Run ``depth`` layers of masked self-attention dynamics from ``X0``.
 
     Pure SA (spec.md §2): ``X(t+1) = A(t) X(t) W_V(t)``, ``A(t) = softmax_G(X W_Q
     (X W_K)^T / sqrt(d_qk))``; other variants per :class:`BlockConfig`.
+
+    The settings come in two groups: what the network is (``mask``, ``block``/``variant``,
+    ``d_qk``, the weights) and how it is run (``run``, a :class:`RunConfig`: ``depth``,
+    ``seed``, ``dtype``, ``device``, ``path``, ``block_size``, ``record_*``, ``progress``,
+    ``max_memory``). Each run setting may instead be given as a keyword of the same name
+    (the shorthand used throughout the docs), but not both::
+
+        simulate(X0, mask="causal", block=BlockConfig(norm="sphere"),
+                 run=RunConfig(depth=64, seed=0, dtype=torch.float64))
+        simulate(X0, mask="causal", variant="sphere", depth=64, seed=0, dtype=torch.float64)  # the same run
 
     Parameters
     ----------
@@ -294,6 +358,9 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
         layer ``t`` uses mask ``t mod period``; mask-aware metrics and the auto path
         see the composed graph of one period.
     depth : number of layers T >= 1.
+    block : :class:`BlockConfig`, what each layer is; ``variant`` names a preset instead
+        (give one of the two).
+    run : :class:`RunConfig`; its fields may instead be given as keywords (not both).
     variant : ``"pure"``, ``"sphere"``, ``"layernorm"``, ``"skip"``, ``"post_ln"``
         (:data:`~rankcollapse.dynamics.config.VARIANTS`; the deprecated ``"ln"`` and
         ``"skip_ln"`` are accepted with a FutureWarning) or a :class:`BlockConfig`. The
@@ -330,7 +397,9 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     Raises
     ------
     ConfigError
-        Bad option or shape (checked before any layer runs), a device not present on
+        Bad option or shape (checked before any layer runs), no ``depth``, a run setting
+        given both as a keyword and in ``run``, ``block`` and a ``variant`` other than the
+        default both given, a device not present on
         this machine, ``X0``, a weight matrix or given weights that are sparse or on the
         meta device (named with their layout), or X overflowing to non-finite values
         (names the layer).
@@ -355,13 +424,22 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     >>> bool((res.metrics["mu"][-1] < 1e-3 * res.metrics["mu"][0]).all())  # rank collapse
     True
     """
-    depth = check_int(depth, "depth", low=1)
-    seed = check_int(seed, "seed", low=0)
-    block_size = check_int(block_size, "block_size", low=1)
+    rc = _run_config(run, dict(depth=depth, seed=seed, dtype=dtype, device=device, path=path,
+                                block_size=block_size, record_states=record_states,
+                                record_epsilon=record_epsilon, record_attention=record_attention,
+                                progress=progress, max_memory=max_memory))
+    depth, seed, dtype, path, block_size = rc.depth, rc.seed, rc.dtype, rc.path, rc.block_size
+    record_states, record_epsilon, record_attention = rc.record_states, rc.record_epsilon, rc.record_attention
+    progress, max_memory = rc.progress, rc.max_memory
+    if block is not None:
+        if not isinstance(block, BlockConfig):
+            raise ConfigError(f"block must be a rankcollapse.dynamics.BlockConfig, got {type(block).__name__}; "
+                              "name a preset with variant=")
+        if not (isinstance(variant, str) and variant == "pure"):
+            raise ConfigError("give the layer once: block=BlockConfig(...) or variant=, not both")
+        variant = block
     d_qk = check_float(d_qk, "d_qk", low=0, strict_low=True)
-    if path not in PATHS:
-        raise ConfigError(f"path must be one of {PATHS}, got {path!r}")
-    device = _check_device(device)
+    device = _check_device(rc.device)
     cfg = resolve_variant(variant, n_heads=n_heads)
     given_weights = weights is not None
     if given_weights:
@@ -386,11 +464,16 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
     density = m.n_edges / N**2
     dense_bytes = B * H * N * N * X.element_size()
     if path == "auto":
-        path = "blocked" if density < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET else "dense"
+        dense_op = not parse_attention(cfg.attention).row_stochastic  # operators other than softmax: dense only
+        path = "blocked" if density < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET and not dense_op else "dense"
     if path in ("blocked", "flex") and (record_attention or any(lw.position_bias is not None for lw in weights)):
         raise ConfigError("record_attention and position bias (T5) need path='dense'")
     if path == "flex" and record_epsilon:
         raise ConfigError("record_epsilon needs path 'dense' or 'blocked' (FlexAttention returns no weights)")
+    op = parse_attention(cfg.attention)
+    if not op.row_stochastic and path in ("blocked", "flex"):
+        raise ConfigError(f"attention {op.spec!r} runs on path='dense' only (the windowed and FlexAttention "
+                          "kernels compute softmax); use path='dense' or 'auto'")
 
     def make_attention(mi: Mask):
         return Attention(mask_dense=mi.to_dense(X.device) if path == "dense" else None,
@@ -398,7 +481,7 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
                          flex=FlexBackend(mi, X.device) if path == "flex" else None,
                          make_plan=lambda: _plan(mi, block_size, X.device), d_qk=d_qk,
                          uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
-                         record_attention=record_attention)
+                         record_attention=record_attention, operator=None if op.row_stochastic else op)
 
     attend = make_attention(m) if sched is None else ScheduledAttention(sched, make_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
@@ -415,8 +498,8 @@ def simulate(X0, *, mask, depth: int, variant: str | BlockConfig = "pure", d_qk:
               "shared": shared, "dtype": str(X.dtype).replace("torch.", ""), "device": str(X.device),
               "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "batch": B,
               "metrics": list(names)}
-    return SimResult(metrics=out, config=config,
-                     epsilon=torch.stack(attend.epsilon).to("cpu", torch.float64) if record_epsilon else None,
+    return SimResult(metrics=out, config=config, row_mass_deficit=torch.stack(attend.row_mass) if attend.row_mass else None,
+                     epsilon_measured=torch.stack(attend.epsilon).to("cpu", torch.float64) if record_epsilon else None,
                      states=states, attention=[a.cpu() for a in attend.attention] if record_attention else None,
                      final_metrics=final, zero_rows=zero_rows)
 

@@ -29,11 +29,13 @@ class ScheduledAttention:
         built: dict[int, object] = {}
         self.epsilon: list[torch.Tensor] = []
         self.attention: list[torch.Tensor] = []
+        self.row_mass: list[torch.Tensor] = []
         self.layers = []
         for m in schedule.masks:
             if id(m) not in built:
                 att = make(m)  # a schedule holds Masks, validated for its N
-                att.epsilon, att.attention = self.epsilon, self.attention  # one record, layer order
+                # one record, layer order
+                att.epsilon, att.attention, att.row_mass = self.epsilon, self.attention, self.row_mass
                 built[id(m)] = att
             self.layers.append(built[id(m)])
         self.t = 0

@@ -21,11 +21,14 @@ are reproducible bit for bit. A zero row under ``sphere`` follows the one rule o
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .attention import attention_weights, masked_softmax
 from .config import BlockConfig
 from .layers import apply_norm, sphere
+from .operators import operator_weights, parse_attention
 from ..errors import ConfigError
 
 
@@ -40,7 +43,8 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
     mask : bool ``(N, N)``, ``mask[i, j]`` = token i attends to token j; no empty row.
     W_Q, W_K : ``(d, d_k)`` or per sample ``(B, d, d_k)``; W_V : ``(d, d)`` or ``(B, d, d)``
         (row-vector convention ``x -> x W``).
-    cfg : :class:`BlockConfig` with ``n_heads=1``, ``mlp=False``, softmax attention.
+    cfg : :class:`BlockConfig` with ``n_heads=1``, ``mlp=False``; softmax attention or an
+        operator of :mod:`.operators` (sink, off-by-one, sigmoid, differential), not uniform.
     d_qk, scale : the temperature: scores ``q k^T / sqrt(d_qk)``
         (:func:`~.attention.attention_weights`), or ``q k^T * scale`` when ``scale`` is given
         (the :class:`~.weights.LayerWeights` convention, ``scale = 1/sqrt(d_qk)``). The two
@@ -57,16 +61,20 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
     Raises
     ------
     ConfigError
-        ``cfg`` with several heads, an MLP, uniform attention or ``W_O``; a zero row
+        ``cfg`` with several heads, an MLP, uniform attention or ``W_O``; an odd key width
+        under differential attention; a zero row
         with ``zero_rows="raise"``.
     MaskError
         A mask row with no allowed key.
     """
-    if cfg.n_heads != 1 or cfg.mlp or cfg.out_proj or cfg.attention != "softmax":
-        raise ConfigError("single_head_layer runs one softmax head without MLP or W_O; use simulate")
+    if cfg.n_heads != 1 or cfg.mlp or cfg.out_proj or cfg.attention == "uniform":
+        raise ConfigError("single_head_layer runs one attention head without MLP or W_O; use simulate")
     norm = lambda Y: _norm(Y, cfg, zero_rows, direct_sphere)  # noqa: E731
     Z, z = norm(X) if cfg.placement == "pre_ln" else (X, None)
-    if scale is None:
+    if cfg.attention != "softmax":  # sink, sigmoid, differential (dynamics.operators): rows need not sum to 1
+        A = operator_weights(Z @ W_Q, Z @ W_K, mask, parse_attention(cfg.attention),
+                             scale=1.0 / math.sqrt(d_qk) if scale is None else scale)
+    elif scale is None:
         A = attention_weights(Z, mask, W_Q, W_K, d_qk=d_qk)
     else:
         A = masked_softmax((Z @ W_Q) @ (Z @ W_K).transpose(-1, -2) * scale, mask)

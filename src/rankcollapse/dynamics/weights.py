@@ -20,14 +20,27 @@ name                distribution                                                
 ``spd``             ``Q diag(lam) Q^T``, Q Haar, ``lam ~ U(lo, hi)``             symmetric positive definite
 ``nonnegative``     ``|N(0, std^2)|`` entrywise, default ``std = 1/sqrt(d_in)``  half-normal
 ``zero``            ``0`` (with ``W_Q``/``W_K``: uniform attention)             --
+``near_identity``   ``scale I + N(0, noise^2/d)``, defaults ``scale = 1``,       a perturbed identity
+                    ``noise = 0.1``
+``constructed``     ``scale diag(lam)``, ``lam`` of :func:`construction_         the equilibria of every rank
+                    eigenvalues` ``(d, rank)`` (default ``rank = d``)           (docs/theory.md)
+``pretrained``      ``scale`` times the top-left ``(d_in, d_out)`` block of     sentence-transformers/
+                    all-MiniLM-L6-v2's matrix of the same role (``W_Q``,        all-MiniLM-L6-v2
+                    ``W_K``, ``W_V``, ``W_O``) of layer ``t mod 6``
 ==================  ==========================================================  =================================
+
+:data:`FAMILIES` is the one registry: ``name -> fn(d_in, d_out, gen, params, batch,
+layer, role)`` returning float64 ``(*batch, d_in, d_out)``; ``batch = (n,)`` draws the
+matrices of layers ``layer .. layer + n - 1`` one after another from ``gen`` (the phase
+sweep's stream), ``batch = ()`` one matrix (what :func:`random_layers` draws per layer).
+:data:`FAMILY_PARAMS` lists the parameters each family takes.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import math
-from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Sequence
 
 import numpy as np
@@ -35,81 +48,10 @@ import torch
 
 from .._validate import check_tensor_storage
 from ..errors import ConfigError
+from .layer_weights import LayerWeights  # noqa: F401  (its home; weights is its public path)
 
 ROLES = {"W_Q": 1, "W_K": 2, "W_V": 3, "W_O": 4, "W_1": 5, "W_2": 6}
-_SQUARE = ("orthogonal", "identity", "scaled_identity", "spd")
-_FUSED = ("W_QKV", "W_MV")  # rebuilt by LayerWeights.to, not cast
-
-
-@dataclass
-class LayerWeights:
-    """Attention (and optional MLP) weights of one layer.
-
-    Shapes: ``W_Q`` ``(d, H d_k)``, ``W_K`` ``(d, H_kv d_k)``, ``W_V`` ``(d, H_kv d_v)``,
-    ``W_O`` ``(H d_v, d)`` or None (heads are concatenated), biases ``(out,)`` or None.
-    ``scale`` multiplies the scores ``q k^T``; None means ``1/sqrt(d_qk)`` of the run.
-    ``rope_inv_freq`` ``(d_k/2,)`` turns on rotary embeddings (rotate-half layout, Su et
-    al. 2021, as in Llama); ``position_bias(n) -> (H, n, n)`` is added to the scores (T5).
-    ``W_1 (d, m)``, ``W_2 (m, d)`` with biases give the MLP ``GELU(x W_1 + b_1) W_2 + b_2``.
-    """
-
-    W_Q: torch.Tensor
-    W_K: torch.Tensor
-    W_V: torch.Tensor
-    W_O: torch.Tensor | None = None
-    b_Q: torch.Tensor | None = None
-    b_K: torch.Tensor | None = None
-    b_V: torch.Tensor | None = None
-    b_O: torch.Tensor | None = None
-    n_heads: int = 1
-    n_kv_heads: int | None = None
-    scale: float | None = None
-    rope_inv_freq: torch.Tensor | None = None
-    rope_scaling: float = 1.0
-    position_bias: Callable[[int], torch.Tensor] | None = None
-    W_1: torch.Tensor | None = None
-    b_1: torch.Tensor | None = None
-    W_2: torch.Tensor | None = None
-    b_2: torch.Tensor | None = None
-    meta: dict = field(default_factory=dict)
-    W_QKV: torch.Tensor | None = field(default=None, repr=False)
-    W_MV: torch.Tensor | None = field(default=None, repr=False)
-    W_QK_norm1: float | None = field(default=None, repr=False)
-
-    @property
-    def d_model(self) -> int:
-        return self.W_Q.shape[0]
-
-    def to(self, dtype: torch.dtype, device: torch.device | str | None) -> "LayerWeights":
-        """Copy with every tensor cast to ``dtype`` and moved to ``device``, plus the
-        fused projections the attention uses when the layer allows them:
-
-        - ``W_MV = [W_Q W_K^T | W_V]`` ``(d, d + d_v)`` for one head with ``d_k >= d``:
-          scores ``X (W_Q W_K^T) X^T`` cost one ``(d, d)`` projection less than
-          ``X W_Q (X W_K)^T``; the product is formed in the source precision (float64
-          for drawn weights) before the cast, with its induced 1-norm ``W_QK_norm1``
-          (largest absolute column sum) for the a-priori score bound;
-        - else ``W_QKV = [W_Q | W_K | W_V]`` (one matmul instead of three).
-        """
-        out = {}
-        for name, value in self.__dict__.items():
-            is_float = isinstance(value, torch.Tensor) and value.is_floating_point() and name not in _FUSED
-            out[name] = value.to(device=device, dtype=dtype) if is_float else value
-        lw = LayerWeights(**out)
-        lw.W_MV = lw.W_QKV = lw.W_QK_norm1 = None
-        plain = all(getattr(lw, b) is None for b in ("b_Q", "b_K", "b_V")) and lw.rope_inv_freq is None
-        if not plain or lw.n_kv_heads not in (None, lw.n_heads) or lw.W_Q.shape != lw.W_K.shape:
-            return lw
-        if lw.n_heads == 1 and lw.W_Q.shape[1] >= lw.W_Q.shape[0]:
-            if self.W_MV is not None:  # already fused: one cast
-                lw.W_MV, lw.W_QK_norm1 = self.W_MV.to(device=device, dtype=dtype), self.W_QK_norm1
-                return lw
-            W_QK = self.W_Q @ self.W_K.T  # source precision; few small ops (they stall under OpenMP)
-            lw.W_QK_norm1 = float(W_QK.abs().sum(dim=0).amax())  # max |x W_QK| <= max|x| * this
-            lw.W_MV = torch.cat((W_QK, self.W_V), dim=1).to(device=device, dtype=dtype)
-        elif lw.W_Q.shape == lw.W_V.shape:
-            lw.W_QKV = torch.cat((lw.W_Q, lw.W_K, lw.W_V), dim=1)
-        return lw
+_SQUARE = ("orthogonal", "identity", "scaled_identity", "spd", "near_identity", "constructed")
 
 
 def parse_family(spec: str) -> tuple[str, dict[str, float]]:
@@ -155,53 +97,132 @@ def haar_orthogonal(d: int, gen: torch.Generator, batch: tuple[int, ...] = ()) -
     return Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)
 
 
-def draw(spec: str, d_in: int, d_out: int, gen: torch.Generator) -> torch.Tensor:
-    """Draw one ``(d_in, d_out)`` float64 matrix of family ``spec`` (see module table).
+def draw(spec: str, d_in: int, d_out: int, gen: torch.Generator, *, n: int | None = None, layer: int = 0,
+         role: str = "W_V", **params: float) -> torch.Tensor:
+    """Draw one ``(d_in, d_out)`` float64 matrix of family ``spec`` (see module table), or
+    with ``n`` a stack ``(n, d_in, d_out)`` of the matrices of layers ``layer .. layer + n - 1``
+    drawn one after another from ``gen``. ``params`` add to (and override) the spec's.
+    ``layer`` and ``role`` matter only to ``pretrained`` (which matrix it copies).
 
     Raises
     ------
     ConfigError
-        Bad spec, or a square-only family with ``d_in != d_out``.
+        Bad spec or parameter, or a square-only family with ``d_in != d_out``.
     """
     name, p = parse_family(spec)
+    unknown = set(params) - set(FAMILY_PARAMS[name])
+    if unknown:
+        raise ConfigError(f"weight family {name!r} takes {FAMILY_PARAMS[name] or 'no parameters'}, got {sorted(unknown)}")
+    p = {**p, **{k: float(v) for k, v in params.items()}}
     if name in _SQUARE and d_in != d_out:
         raise ConfigError(f"weight family {name!r} needs a square matrix, got ({d_in}, {d_out})")
-    return FAMILIES[name](d_in, d_out, gen, p)
+    batch = () if n is None else (int(n),)
+    return FAMILIES[name](d_in, d_out, gen, p, batch, int(layer), role)
 
 
-def _gaussian(d_in, d_out, gen, p):
+def _gaussian(d_in, d_out, gen, p, batch=(), layer=0, role="W_V"):
     # in place: the same products as ``randn * std``, without a second (d_in, d_out) buffer
-    return torch.randn(d_in, d_out, generator=gen, dtype=torch.float64).mul_(p.get("std", 1 / math.sqrt(d_in)))
+    return torch.randn(*batch, d_in, d_out, generator=gen, dtype=torch.float64).mul_(p.get("std", 1 / math.sqrt(d_in)))
 
 
-def _xavier(d_in, d_out, gen, p):
+def _xavier(d_in, d_out, gen, p, batch=(), layer=0, role="W_V"):
     a = p.get("gain", 1.0) * math.sqrt(6.0 / (d_in + d_out))
-    return (torch.rand(d_in, d_out, generator=gen, dtype=torch.float64) * 2 - 1) * a
+    return (torch.rand(*batch, d_in, d_out, generator=gen, dtype=torch.float64) * 2 - 1) * a
 
 
-def _spd(d, _, gen, p):
+def _spd(d, _, gen, p, batch=(), layer=0, role="W_V"):
     lo, hi = p.get("lo", 0.5), p.get("hi", 1.5)
     if not 0 < lo <= hi:
         raise ConfigError(f"spd needs 0 < lo <= hi, got lo={lo}, hi={hi}")
+    if batch:  # one matrix after another: the same stream as per-layer draws from one generator
+        return torch.stack([_spd(d, d, gen, p) for _ in range(batch[0])])
     Q = haar_orthogonal(d, gen)
     lam = lo + (hi - lo) * torch.rand(d, generator=gen, dtype=torch.float64)
     return (Q * lam) @ Q.T
 
 
+def _eye(d: int, batch: tuple) -> torch.Tensor:
+    I = torch.eye(d, dtype=torch.float64)
+    return I.expand(*batch, d, d).clone() if batch else I
+
+
+def _near_identity(d, _, gen, p, batch=(), layer=0, role="W_V"):
+    noise = torch.randn(*batch, d, d, generator=gen, dtype=torch.float64) * (p.get("noise", 0.1) / math.sqrt(d))
+    return p.get("scale", 1.0) * torch.eye(d, dtype=torch.float64) + noise
+
+
+#: Eigenvalue ratio of the construction of equilibria of every rank (docs/theory.md); any
+#: ρ with σ(ρ) < 1 and τ(ρ)/(1-σ(ρ))² < 1 works.
+RHO = 4.0
+
+
+def construction_eigenvalues(d: int, rank: int, rho: float = RHO) -> np.ndarray:
+    """``λ_t = ρ^(t - (rank-1)/2)`` for ``t < rank`` and ``λ_0 / 2`` for the ``d - rank``
+    spare directions, float64 ``(d,)``: the diagonal ``W_V`` of the construction of SA-LN
+    equilibria of every rank (docs/theory.md, § "Equilibria of every rank").
+
+    Centring the exponents keeps ``λ²`` inside float64's range up to ``rank = 500``
+    (the overall scale of ``W_V`` does not change the SA-LN dynamics).
+    """
+    lam = rho ** (np.arange(rank, dtype=np.float64) - (rank - 1) / 2)
+    return np.concatenate([lam, np.full(d - rank, lam[0] / 2)])
+
+
+def _constructed(d, _, gen, p, batch=(), layer=0, role="W_V"):
+    rank = p.get("rank", float(d))
+    if rank != int(rank) or not 1 <= rank <= d:
+        raise ConfigError(f"constructed needs an integer rank in [1, d={d}], got {rank}")
+    lam = construction_eigenvalues(d, int(rank))
+    M = p.get("scale", 1.0) * torch.diag(torch.as_tensor(lam, dtype=torch.float64))
+    return M.expand(*batch, d, d) if batch else M  # the same matrix for every layer (a view)
+
+
+@lru_cache(maxsize=1)
+def _minilm_layers() -> tuple:
+    """all-MiniLM-L6-v2's attention weights per layer (float64 CPU, loaded once)."""
+    from ..models._quiet import quiet_loading
+    from ..models.loading import load_model
+    from .pretrained import extract_attention_weights
+
+    with quiet_loading():
+        loaded = load_model("minilm")
+    return tuple(extract_attention_weights(loaded.model))
+
+
+def _pretrained(d_in, d_out, gen, p, batch=(), layer=0, role="W_V"):
+    layers = _minilm_layers()
+    mats = [getattr(lw, role, None) for lw in layers]
+    if any(M is None for M in mats):
+        raise ConfigError(f"weight family 'pretrained' has no {role}: all-MiniLM-L6-v2 carries W_Q, W_K, W_V, W_O")
+    mats = [M.detach().to(torch.float64).cpu() for M in mats]
+    rows, cols = mats[0].shape
+    if d_in > rows or d_out > cols:
+        raise ConfigError(f"weight family 'pretrained' has {role} of shape ({rows}, {cols}); "
+                          f"({d_in}, {d_out}) is larger")
+    a = p.get("scale", 1.0)
+    if not batch:
+        return a * mats[layer % len(mats)][:d_in, :d_out]
+    return a * torch.stack([mats[(layer + t) % len(mats)][:d_in, :d_out] for t in range(batch[0])])
+
+
 FAMILIES: dict[str, Callable] = {
     "gaussian": _gaussian,
-    "bert": lambda i, o, g, p: torch.randn(i, o, generator=g, dtype=torch.float64) * 0.02,
+    "bert": lambda i, o, g, p, b=(), t=0, r="W_V": torch.randn(*b, i, o, generator=g, dtype=torch.float64) * 0.02,
     "xavier": _xavier,
-    "orthogonal": lambda d, _, g, p: haar_orthogonal(d, g) * p.get("scale", 1.0),
-    "identity": lambda d, _, g, p: torch.eye(d, dtype=torch.float64),
-    "scaled_identity": lambda d, _, g, p: torch.eye(d, dtype=torch.float64) * p.get("scale", 1.0),
+    "orthogonal": lambda d, _, g, p, b=(), t=0, r="W_V": haar_orthogonal(d, g, batch=b) * p.get("scale", 1.0),
+    "identity": lambda d, _, g, p, b=(), t=0, r="W_V": _eye(d, b),
+    "scaled_identity": lambda d, _, g, p, b=(), t=0, r="W_V": _eye(d, b) * p.get("scale", 1.0),
     "spd": _spd,
-    "nonnegative": lambda i, o, g, p: _gaussian(i, o, g, p).abs(),
-    "zero": lambda i, o, g, p: torch.zeros(i, o, dtype=torch.float64),
+    "nonnegative": lambda i, o, g, p, b=(), t=0, r="W_V": _gaussian(i, o, g, p, b).abs(),
+    "zero": lambda i, o, g, p, b=(), t=0, r="W_V": torch.zeros(*b, i, o, dtype=torch.float64),
+    "near_identity": _near_identity,
+    "constructed": _constructed,
+    "pretrained": _pretrained,
 }
 FAMILY_PARAMS: dict[str, tuple[str, ...]] = {
     "gaussian": ("std",), "bert": (), "xavier": ("gain",), "orthogonal": ("scale",), "identity": (),
     "scaled_identity": ("scale",), "spd": ("lo", "hi"), "nonnegative": ("std",), "zero": (),
+    "near_identity": ("scale", "noise"), "constructed": ("scale", "rank"), "pretrained": ("scale",),
 }
 
 MatrixSource = str | torch.Tensor | np.ndarray | Sequence[torch.Tensor | np.ndarray]
@@ -219,13 +240,13 @@ def layer_matrix(source: MatrixSource, role: str, layer: int, depth: int, shape:
         a non-numeric entry.
     """
     if isinstance(source, str):
-        return draw(source, shape[0], shape[1], generator(seed, layer, role))
+        return draw(source, shape[0], shape[1], generator(seed, layer, role), layer=layer, role=role)
     if isinstance(source, (list, tuple)):
         if len(source) != depth:
             raise ConfigError(f"{role}: got a list of {len(source)} matrices for depth {depth}")
         source = source[layer]
         if isinstance(source, str):  # a per-layer list may mix family specs and matrices
-            return draw(source, shape[0], shape[1], generator(seed, layer, role))
+            return draw(source, shape[0], shape[1], generator(seed, layer, role), layer=layer, role=role)
     check_tensor_storage(source, f"{role} of layer {layer}")
     try:
         M = torch.as_tensor(np.asarray(source) if not isinstance(source, torch.Tensor) else source)

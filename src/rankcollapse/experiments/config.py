@@ -4,102 +4,33 @@ expansion into units of work, and hashes.
 A config names its inputs, its scales (``smoke``, ``quick``, ``large`` = 256 windows x
 4 seeds, ``paper``), its units
 (each a ``kind`` with a ``grid`` of values whose Cartesian product gives one unit per
-combination and seed), its plots and its pre-registered claims. A unit's identity is
-the canonical JSON of everything that determines its numbers; its hash keys the cache.
+combination and seed), its plots and its pre-registered claims. A unit
+(:class:`rankcollapse.sweep.Unit`) holds everything that determines its numbers; its
+hash keys the cache. The unit kinds a config may name are those registered with
+group ``experiments`` (:mod:`.units`).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 import yaml
 
-from .._io import code_fingerprint, config_hash
 from ..errors import ConfigError
+from ..sweep.units import Unit
 from .schema import validate_config
 
 EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry")
 ALIASES = {"": "main", "all": "all"}
 SCALES = ("quick", "large", "paper", "smoke")
-UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "theory")
-#: Bumped (per unit kind) when a unit's labels or numbers change (probe 3: windows
-#: probed in batches, float32 rounding differs; simulate and pretrained_sa 3: ``dtype``
-#: is the compute type, float64, not the embeddings' float32; theory 4: C10's perturbed and
-#: random-start counts, and the control system's); ``NUMERICS_VERSION`` and the numeric
-#: libraries' versions change every hash (``code_fingerprint``).
-CACHE_VERSION = {"simulate": 3, "probe": 3, "pretrained_sa": 3, "theory": 4}
 #: Simulated networks run to this multiple of the claim depth, so every verdict is also
 #: read at twice the depth from the same trajectories (weights are drawn per layer from
 #: the seed, so the first D layers of a 2 D run are those of a D run).
 DEPTH_CHECK = 2
 #: Windows of a control unit at any scale (docs/reproduce.md, "Controls").
 CONTROL_WINDOWS = 16
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One cacheable unit of work: a kind plus the parameters that fix its numbers."""
-
-    kind: str
-    params: dict[str, Any] = field(hash=False)
-    experiment: str = ""
-
-    @property
-    def hash(self) -> str:
-        return config_hash({"kind": self.kind, "params": self.params, "v": CACHE_VERSION[self.kind], "code": code_fingerprint()})
-
-    @property
-    def label(self) -> str:
-        """``kind[model=..., mask=..., ...]`` from the usual identifying parameters
-        (:data:`LABEL_KEYS`); :func:`unit_labels` adds whatever else tells units apart."""
-        return _label(self, LABEL_KEYS)
-
-
-#: Parameters every unit label shows (when the unit has them), in this order.
-LABEL_KEYS = ("model", "mask", "variant", "value", "d_qk", "check", "setting", "seed")
-#: Order of further parameters when they tell units apart (the rest follow, sorted).
-_LABEL_ORDER = LABEL_KEYS[:3] + ("norm", "sphere_radius", "init_scale", "drop") + LABEL_KEYS[3:]
-
-
-def _label(unit: Unit, keys: tuple[str, ...] | list[str]) -> str:
-    p = unit.params
-    # seed -1 = a unit without random weights (probe, pretrained network, theory): no seed shown
-    bits = [f"{k}={_label_value(p[k])}" for k in keys
-            if k in p and p[k] not in ("", None, "default") and not (k == "seed" and p[k] == -1)]
-    return f"{unit.kind}[{', '.join(bits)}]"
-
-
-def _label_value(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:g}"
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(_label_value(x) for x in v) + "]"
-    return str(v)
-
-
-def unit_labels(units: list[Unit]) -> dict[str, str]:
-    """``{hash: label}``: each unit's :attr:`Unit.label` plus every parameter that differs
-    between units sharing that label (e.g. ``sphere_radius=19.5959`` beside
-    ``sphere_radius=1``, ``drop=[norm]`` beside ``drop=[]``), so no two distinct units of a
-    run read the same. A label that would still collide ends with the unit's hash."""
-    groups: dict[str, dict[str, Unit]] = {}
-    for u in units:
-        groups.setdefault(u.label, {})[u.hash] = u
-    out: dict[str, str] = {}
-    for base, members in groups.items():
-        if len(members) == 1:
-            out.update({h: base for h in members})
-            continue
-        keys = {k for u in members.values() for k in u.params if k != "data"}
-        differ = {k for k in keys if len({repr(u.params.get(k)) for u in members.values()}) > 1}
-        order = [k for k in _LABEL_ORDER if k in differ or k in LABEL_KEYS] + sorted(differ - set(_LABEL_ORDER))
-        labels = {h: _label(u, order) for h, u in members.items()}
-        clash = {lab for lab in labels.values() if list(labels.values()).count(lab) > 1}
-        out.update({h: (lab[:-1] + f", unit={h}]" if lab in clash else lab) for h, lab in labels.items()})
-    return out
 
 
 def load_config(name: str) -> dict[str, Any]:
@@ -136,7 +67,8 @@ def resolve_names(name: str | None) -> list[str]:
 
 
 def validate(cfg: Any, name: str) -> None:
-    """Structural checks: required keys, scales, unit kinds, claim ids."""
+    """Structural checks: required keys, scales, claim ids (unit kinds and every key:
+    :func:`~.schema.validate_config`)."""
     if not isinstance(cfg, dict):
         raise ConfigError(f"config {name}: top level must be a mapping")
     for key in ("name", "title", "data", "scales", "units"):
@@ -145,9 +77,6 @@ def validate(cfg: Any, name: str) -> None:
     missing = [s for s in ("quick", "paper") if s not in cfg["scales"]]
     if missing:
         raise ConfigError(f"config {name}: scales {missing} missing")
-    for u in cfg["units"]:
-        if u.get("kind") not in UNIT_KINDS:
-            raise ConfigError(f"config {name}: unit kind {u.get('kind')!r} not in {UNIT_KINDS}")
     ids = [c["id"] for c in cfg.get("claims", [])]
     if len(ids) != len(set(ids)):
         raise ConfigError(f"config {name}: duplicate claim ids {ids}")

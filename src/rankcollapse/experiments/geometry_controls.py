@@ -80,22 +80,22 @@ def _series(p: dict[str, Any], ratios: tuple[float | None, ...]) -> pd.DataFrame
     return rows_from_metrics(_measure(per_layer), {})
 
 
-def check_massive_spike(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_massive_spike(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """A massive row growing with depth (module docstring): the geometry effects certainly present."""
     return _series(p, SPIKE_RATIOS)
 
 
-def check_massive_clipped(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_massive_clipped(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """``massive_spike`` with the massive row clipped to the median norm."""
     return _series(p, (None,) * len(SPIKE_RATIOS))
 
 
-def check_massive_null(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_massive_null(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """A massive row whose ratio has Spearman ρ = 0 with the layer index."""
     return _series(p, NULL_RATIOS)
 
 
-def check_massive_aligned(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_massive_aligned(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """A row 10.5x the median norm that explains only 0.868 of sigma_1^2 (module docstring)."""
     n, k = int(p.get("n_tokens", 128)), int(p.get("example_samples", 4))
     d = int(p.get("d_model", 64))

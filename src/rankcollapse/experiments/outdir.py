@@ -80,7 +80,7 @@ class OutputFolder:
                 if not self.wait:
                     os.close(fd)
                     raise OutputBusyError(f"{self.out} is in use by {describe(owner(self.out))}; "
-                                          "wait for it (--wait) or choose another --out") from None
+                                          "wait for that run to finish or choose another output folder") from None
                 time.sleep(self.poll_s)
         self._fd = fd
         info = {"pid": os.getpid(), "host": socket.gethostname(),
@@ -114,7 +114,7 @@ def describe(info: dict[str, Any]) -> str:
     return f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}"
 
 
-def check_own_or_empty(out: Path) -> None:
+def check_own_or_empty(out: Path, *, flags: bool = False) -> None:
     """Refuse ``out`` when it is a non-empty folder that no run of this toolkit wrote
     (none of :data:`OWN_NAMES` in it): a run there would mix its outputs with files it
     does not know.
@@ -122,14 +122,16 @@ def check_own_or_empty(out: Path) -> None:
     Raises
     ------
     ConfigError
-        Naming the folder and the option that allows it.
+        Naming the folder and the argument that allows it (``allow_nonempty``; with
+        ``flags``, the command line's ``--out`` and ``--allow-nonempty``).
     """
     if not out.is_dir():
         return
     names = {p.name for p in out.iterdir()}
     if names and not names & set(OWN_NAMES):
-        raise ConfigError(f"--out {str(out)!r} is a non-empty folder that no run wrote ({len(names)} entries); "
-                          "choose a new or empty folder, or pass --allow-nonempty to write beside its files")
+        o, allow = ("--out", "--allow-nonempty") if flags else ("out", "allow_nonempty=True")
+        raise ConfigError(f"{o} {str(out)!r} is a non-empty folder that no run wrote ({len(names)} entries); "
+                          f"choose a new or empty folder, or pass {allow} to write beside its files")
 
 
 def remove_orphan_tmp(out: Path) -> list[Path]:

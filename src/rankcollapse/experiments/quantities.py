@@ -301,7 +301,7 @@ def _envelope_rate(q: dict[str, Any]) -> float:
     spec = q.get("select", {}).get("mask_spec")
     if not spec or "n" not in q:
         raise ConfigError(f"envelope_rate needs select.mask_spec and n, got {q}")
-    return envelope_rate(str(spec), n=int(q["n"]))
+    return envelope_rate(str(spec), n_tokens=int(q["n"]))
 
 
 def _index(layers: np.ndarray, layer: Any, ctx: EvalContext, simulated: bool) -> int:

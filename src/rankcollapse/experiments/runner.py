@@ -1,9 +1,9 @@
 """Run experiments: expand configs into units, compute the missing ones on the run's
-executor (:mod:`.executors`; cache in :mod:`.cache`, one Parquet file per unit written
-atomically, so an interrupted run resumes), assemble the tidy table in unit order,
-evaluate the claims, run nearby settings for claims not reproduced, and write the
-outputs into a folder the run owns (:mod:`.outdir`). ``COMPLETE`` is written last: a
-folder without it is not a finished run.
+executor with the sweep engine (:func:`rankcollapse.sweep.run_units`; one Parquet file
+per unit in the cache, written atomically, so an interrupted run resumes), assemble the
+tidy table in unit order, evaluate the claims, run nearby settings for claims not
+reproduced, and write the outputs into a folder the run owns (:mod:`.outdir`).
+``COMPLETE`` is written last: a folder without it is not a finished run.
 """
 
 from __future__ import annotations
@@ -11,30 +11,33 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd
 
-from .._io import atomic_path, check_writable, config_hash, numerics_key, versions, write_json_atomic, write_text_atomic
+from .._deprecation import renamed_arguments
+from .._io import atomic_path, check_writable, config_hash, versions, write_json_atomic, write_text_atomic
 from .._validate import check_device, check_int
 from ..errors import ConfigError, DataError
 from ..models.probe import check_positions
+from ..sweep.cache import UnitCache
+from ..sweep.context import RunContext, data_spec
+from ..sweep.engine import run_units
+from ..sweep.executors import check_executor, check_ray_reachable, make_executor
+from ..sweep.progress import UnitProgress
+from ..sweep.units import Unit, numerics_key, unit_labels
 from . import claims as claims_mod
 from .controls import evaluate_controls
-from .config import (Unit, claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
-                     unit_labels, with_override)
-from .cache import UnitCache, as_cache
-from .context import RunContext, data_spec
-from .executors import SerialExecutor, check_executor, check_ray_reachable, make_executor
+from .config import (claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
+                     with_override)
 from .outdir import MARKER, OutputFolder, check_own_or_empty, publish, staging_folder
 from . import report
-from .progress import UnitProgress
 from .result import RunResult
 from .table import normalise, rename_legacy
-from .units import EXECUTORS, _norm_of, mask_name
+from .units import _norm_of, mask_name
 
 log = logging.getLogger(__name__)
 #: Metrics recorded by nearby-setting runs: the ones the claim rules read.
@@ -60,7 +63,7 @@ def check_overrides(overrides: dict[str, Any], length: int) -> None:
 
     for spec in overrides.get("masks") or ():
         parse_mask(spec, length)
-    for key, option in (("depth", "--depth"), ("n_windows", "--samples")):
+    for key, option in (("depth", "overrides['depth']"), ("n_windows", "overrides['n_windows']")):
         if overrides.get(key) is not None:
             check_int(overrides[key], option, low=1)
 
@@ -75,7 +78,7 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
         ``seed`` not an integer >= 0, bad overrides (:func:`check_overrides`), an
         unknown experiment or scale, an unreadable text file.
     """
-    seed = check_int(seed, "--seed", low=0)
+    seed = check_int(seed, "seed", low=0)
     overrides = overrides or {}
     cfgs = [load_config(n) for n in resolve_names(name)]
     data = data_spec(text, length, seed)
@@ -90,74 +93,31 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
 def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path | UnitCache, *,
                   progress: bool | UnitProgress = True, title: str = "units", executor: Any = None,
                   labels: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, list[dict]]:
-    """Tidy rows of every unit, computing only those missing from ``cache``.
+    """Tidy rows of every unit, computing only those missing from ``cache``
+    (:func:`rankcollapse.sweep.run_units`).
 
     Parameters
     ----------
-    cache : a cache folder or a :class:`~.cache.UnitCache` (``recompute`` forces).
-    progress : report on stderr (:mod:`.progress`), or the run's :class:`UnitProgress`
+    cache : a cache folder or a :class:`~rankcollapse.sweep.UnitCache` (``recompute`` forces).
+    progress : report on stderr, or the run's :class:`~rankcollapse.sweep.UnitProgress`
         that already announced these units as part of its plan.
-    executor : where units run (:mod:`.executors`); default: the run's executor
-        (:func:`using_executor`), or serial in this process.
-    labels : ``{hash: label}`` of the units (default :func:`~.config.unit_labels`).
+    executor : where units run (:mod:`rankcollapse.sweep.executors`); default: the run's
+        executor (:func:`using_executor`), or serial in this process.
+    labels : ``{hash: label}`` of the units (default :func:`~rankcollapse.sweep.unit_labels`).
 
     Returns
     -------
     (table, timings) : the normalised table, rows in the order of ``units`` whatever
-        the order units finish in; one timing record per unit (:func:`_timing`).
-
-    Each computed unit is written to the cache, with its compute cost, as soon as it
-    arrives, so an interrupted run loses only the units in flight.
+        the order units finish in; one timing record per unit
+        (:func:`~rankcollapse.sweep.engine.unit_timing`).
     """
     units = list(units)
-    cache = as_cache(cache)
-    labels = labels or unit_labels(units)
-    executor = executor or _EXECUTOR.get() or SerialExecutor()
-    frames: dict[int, pd.DataFrame] = {}
-    timings: dict[int, dict] = {}
-    todo = []
-    for i in sorted(range(len(units)), key=lambda k: _share_key(units[k])):
-        u = units[i]
-        t0 = time.perf_counter()
-        df = cache.get(u)
-        if df is None:
-            todo.append(i)
-            continue
-        frames[i] = df
-        timings[i] = _timing(u, labels[u.hash], True, time.perf_counter() - t0, 0.0, "cache", cache.cost(u))
-    shared = isinstance(progress, UnitProgress)
-    with nullcontext(progress) if shared else UnitProgress(title, len(units), enabled=bool(progress)) as bar:
-        if not shared:
-            bar.start(len(frames), len(todo), getattr(executor, "workers", 1), executor.name)
-        if todo:
-            bar.running(labels[units[todo[0]].hash])
-        for done in executor.map([units[i] for i in todo], ctx, EXECUTORS):
-            i = todo[done.index]
-            cost = {"seconds": round(done.wall, 3), "cpu_seconds": round(done.cpu, 3), "worker": done.worker,
-                    "computed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            cache.put(units[i], done.frame, cost)
-            frames[i] = done.frame
-            timings[i] = _timing(units[i], labels[units[i].hash], False, done.wall, done.cpu, done.worker, cost)
-            bar.finished(labels[units[i].hash], done.wall, done.worker)
-            left = [k for k in todo if k not in frames]
-            if left:
-                bar.running(labels[units[left[0]].hash])
+    frames, timings = run_units(units, ctx, cache, executor=executor or _EXECUTOR.get(), progress=progress,
+                                title=title, labels=labels or unit_labels(units), order=_share_key)
     # table rows in unit order, whatever the compute order
-    parts = [frames[i].assign(experiment=units[i].experiment) for i in range(len(units))]
+    parts = [f.assign(experiment=u.experiment) for f, u in zip(frames, units)]
     table = normalise(pd.concat(parts, ignore_index=True)) if parts else normalise(pd.DataFrame())
-    return table, [timings[i] for i in sorted(timings, key=lambda k: _share_key(units[k]))]
-
-
-def _timing(u: Unit, label: str, cached: bool, wall: float, cpu: float, worker: str,
-            cost: dict[str, Any] | None) -> dict[str, Any]:
-    """One unit's record: ``seconds``/``cpu_seconds`` spent on it by this run (reading
-    the cache, or computing it), and ``compute_seconds``/``compute_cpu_seconds``, what
-    computing its numbers cost wherever and whenever they were computed (kept with the
-    cache entry; ``None`` for an entry of an earlier version that did not keep it)."""
-    cost = cost or {}
-    return {"unit": label, "hash": u.hash, "kind": u.kind, "cached": cached, "seconds": round(wall, 3),
-            "cpu_seconds": round(cpu, 3), "worker": worker, "compute_seconds": cost.get("seconds"),
-            "compute_cpu_seconds": cost.get("cpu_seconds"), "computed_at": cost.get("computed_at")}
+    return table, timings
 
 
 @contextmanager
@@ -301,8 +261,9 @@ def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units:
     return table, timings
 
 
+@renamed_arguments(length="n_tokens")
 def run_experiment(name: str | None = "main", scale: str = "quick", out: str | Path | None = None, seed: int = 0, *,
-                   text: str | Path | None = None, length: int = 128, cache_dir: str | Path | None = None,
+                   text: str | Path | None = None, n_tokens: int = 128, cache_dir: str | Path | None = None,
                    overrides: dict[str, Any] | None = None, device: str = "cpu", progress: bool = True,
                    nearby: bool = True, write: bool = True, executor: str = "serial", workers: int | None = None,
                    address: str | None = None, recompute: bool = False, wait: bool = False,
@@ -315,7 +276,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     out : output folder (default ``runs/<UTC time>``); held exclusively while the run lives.
     seed : seeds the window order and (``seed + k``) the weights of seed ``k``.
     text : a UTF-8 text file (one document per line) or JSONL instead of Wikipedia.
-    length : tokens per window (N).
+    n_tokens : tokens per window N (deprecated alias ``length``).
     overrides : ``masks`` (list of specs), ``depth``, ``n_windows``, ``extra_models``.
     nearby : run the pre-registered nearby settings of claims not reproduced.
     executor, workers, address : where units run (:func:`.executors.make_executor`);
@@ -348,7 +309,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     result = run_experiment("fig4", "smoke", out=f"{tmp}/run", cache_dir=f"{tmp}/cache", length=16,
+    ...     result = run_experiment("fig4", "smoke", out=f"{tmp}/run", cache_dir=f"{tmp}/cache", n_tokens=16,
     ...                             overrides={"depth": 2, "n_windows": 2}, progress=False, nearby=False, write=False)
     >>> sorted(result.table["source"].unique())
     ['pretrained_sa', 'probe']
@@ -357,18 +318,18 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     """
     t0, usage0 = time.perf_counter(), _cpu_seconds()
     # every argument is checked before the first write (output folder, cache entry)
-    seed = check_int(seed, "--seed", low=0)
-    length = check_int(length, "--n-tokens", low=2)
+    seed = check_int(seed, "seed", low=0)
+    length = check_int(n_tokens, "n_tokens", low=2)
     device = str(check_device(device))
     cfgs, units, data = plan(name, scale, seed, text=text, length=length, overrides=overrides)
     ctx = RunContext(data, device)
     out = Path(out) if out is not None else Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     cache = UnitCache(Path(cache_dir) if cache_dir is not None else default_cache_dir(out), recompute=recompute)
     if write:
-        check_writable(out, folder=True, option="--out")
+        check_writable(out, folder=True, option="out")
         if not allow_nonempty:
             check_own_or_empty(out)
-    check_writable(cache.root, folder=True, option="--cache-dir")
+    check_writable(cache.root, folder=True, option="cache_dir")
     check_executor(executor, workers=workers, address=address)
     if executor == "ray" and address is not None:
         check_ray_reachable(address)  # before --out is locked: a refused run leaves nothing behind

@@ -23,12 +23,25 @@ from .._io import atomic_path
 from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
 from ..theory.rates import compare_schedules
+from .schema import validate_study
+
+
+def _read_study() -> Any:
+    """The parsed ``configs/schedules.yaml``."""
+    return yaml.safe_load(resources.files(__package__).joinpath("configs", "schedules.yaml").read_text("utf-8"))
 
 
 def load_study(scale: str = "quick") -> dict[str, Any]:
-    """``configs/schedules.yaml`` with the ``scale`` overrides applied (simulation keys
-    and ``budget_widths``). Raises ConfigError for an unknown scale."""
-    cfg = yaml.safe_load(resources.files(__package__).joinpath("configs", "schedules.yaml").read_text("utf-8"))
+    """``configs/schedules.yaml``, validated (:func:`~.schema.validate_study`), with the
+    ``scale`` overrides applied (simulation keys and ``budget_widths``).
+
+    Raises
+    ------
+    ConfigError
+        An unknown scale, or a study file that fails validation (names the key).
+    """
+    cfg = _read_study()
+    validate_study(cfg, "schedules")
     if scale not in cfg["scales"]:
         raise ConfigError(f"unknown scale {scale!r}; choose from {sorted(cfg['scales'])}")
     over = dict(cfg["scales"][scale])

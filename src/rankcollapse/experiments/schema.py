@@ -1,22 +1,25 @@
-"""Schema of the experiment configs (``configs/*.yaml``), checked with pydantic.
+"""Schema of the configs (``configs/*.yaml``), checked with pydantic: the experiment
+configs (:class:`ExperimentConfig`) and the schedule study (:class:`ScheduleStudy`).
 
 Every mapping whose keys the code reads (top level, ``data``, units, plots, claims,
-rules, checks, quantities) forbids unknown keys, so a typo (``factr:``, ``opp:``) is an
-error naming the key and where it is, never a silent default that changes a
-pre-registered rule. Free-form mappings (``scales``, unit ``grid``/``params``,
-``select`` filters, ``nearby`` overrides) keep any key: their keys are table columns
-or unit parameters, checked where they are used.
+rules, checks, quantities; the study's simulation and scale overrides) forbids unknown
+keys, so a typo (``factr:``, ``opp:``, ``dpeth:``) is an error naming the key and where
+it is, never a silent default that changes a pre-registered rule. Free-form mappings
+(experiment ``scales``, unit ``grid``/``params``, ``select`` filters, ``nearby``
+overrides) keep any key: their keys are table columns or unit parameters, checked where
+they are used. A unit's ``kind`` must be a kind registered for experiments
+(:func:`rankcollapse.sweep.unit_kinds`, group ``experiments``: :mod:`.units`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import ConfigError, excerpt
-
-UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "theory")
+from ..sweep.units import unit_kinds
+from . import units as _units  # noqa: F401  (registers the experiments' unit kinds)
 
 
 class _Strict(BaseModel):
@@ -31,10 +34,21 @@ class Data(_Strict):
     seed: Optional[int] = None
 
 
-class Unit(_Strict):
-    kind: Literal["simulate", "probe", "pretrained_sa", "theory"]
+class UnitSpec(_Strict):
+    """A config file's ``units`` entry: a kind, a grid and fixed parameters; it expands into
+    many :class:`rankcollapse.experiments.config.Unit` (one per grid point)."""
+
+    kind: str
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("kind")
+    @classmethod
+    def _registered(cls, kind: str) -> str:
+        kinds = unit_kinds("experiments")
+        if kind not in kinds:
+            raise ValueError(f"unknown unit kind; experiment configs take {', '.join(kinds)}")
+        return kind
 
 
 class Plot(_Strict):
@@ -137,10 +151,51 @@ class ExperimentConfig(_Strict):
     title: str
     data: Data
     scales: dict[str, dict[str, Any]]
-    units: list[Unit]
+    units: list[UnitSpec]
     plots: list[Plot] = Field(default_factory=list)
     claims: list[Claim] = Field(default_factory=list)
     claims_from: Any = None
+
+
+class StudySimulation(_Strict):
+    d: int = Field(ge=1)
+    depth: int = Field(ge=1)
+    n_samples: int = Field(ge=1)
+    d_qk: float = Field(gt=0)
+
+
+class StudyScale(_Strict):
+    """A scale's overrides of the study: its budgets and any simulation key."""
+
+    budget_widths: Optional[list[int]] = Field(default=None, min_length=1)
+    d: Optional[int] = Field(default=None, ge=1)
+    depth: Optional[int] = Field(default=None, ge=1)
+    n_samples: Optional[int] = Field(default=None, ge=1)
+    d_qk: Optional[float] = Field(default=None, gt=0)
+
+
+class ScheduleStudy(_Strict):
+    """``configs/schedules.yaml`` (docs/schedules.md)."""
+
+    name: str
+    title: str
+    n_tokens: int = Field(ge=2)
+    budget_widths: list[int] = Field(min_length=1)
+    budget_tolerance: float = Field(ge=0)
+    families: dict[str, str] = Field(min_length=1)
+    simulation: StudySimulation
+    scales: dict[str, StudyScale]
+
+
+def validate_study(cfg: Any, name: str = "schedules") -> ScheduleStudy:
+    """Check ``cfg`` (the parsed schedule study) against :class:`ScheduleStudy`.
+
+    Raises
+    ------
+    ConfigError
+        One line per problem, as :func:`validate_config` (``scales.smoke: unknown key 'dpeth'``).
+    """
+    return _validated(ScheduleStudy, cfg, name)
 
 
 def validate_config(cfg: Any, name: str) -> ExperimentConfig:
@@ -152,8 +207,12 @@ def validate_config(cfg: Any, name: str) -> ExperimentConfig:
         One line per problem: where (``claims[2].rule.checks[0]``) and what
         (``unknown key 'factr'``, a missing required key, a value not allowed).
     """
+    return _validated(ExperimentConfig, cfg, name)
+
+
+def _validated(model: type[BaseModel], cfg: Any, name: str) -> Any:
     try:
-        return ExperimentConfig.model_validate(cfg)
+        return model.model_validate(cfg)
     except ValidationError as exc:
         raise ConfigError(f"config {name}: " + "; ".join(_problem(e) for e in exc.errors())) from None
 
@@ -166,4 +225,5 @@ def _problem(err: dict[str, Any]) -> str:
         return f"{prefix}unknown key {last!r}"
     if err["type"] == "missing":
         return f"{prefix}missing key {last!r}"
-    return f"{prefix}{last}: {err['msg']} (got {excerpt(err.get('input'))})"
+    msg = err["msg"].removeprefix("Value error, ")  # a validator's own message, without pydantic's prefix
+    return f"{prefix}{last}: {msg} (got {excerpt(err.get('input'))})"

@@ -1,7 +1,8 @@
 """The tidy results table shared by every experiment.
 
 One row per (unit of work, seed, measurement point/layer, metric). Statistics are over
-windows (samples): ``mean, std, q05, q25, q50, q75, q95, n_samples``.
+windows (samples): ``mean, std, q05, q25, q50, q75, q95, n_samples``, computed by the one
+summariser of :mod:`rankcollapse.summary` (the layout every per-layer table shares).
 
 Per-window values. Every row also keeps the values it summarises, in window order, in
 the list column ``values`` (float64; window ``j`` is the same text window in every unit
@@ -27,10 +28,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..points import point_after
+from ..summary import STAT_COLUMNS, by_layer, summarise, summary_table  # noqa: F401  (summarise: re-exported)
 
 KEY_COLUMNS = ("experiment", "model", "mask", "variant", "layer", "metric")
-STAT_COLUMNS = ("mean", "std", "q05", "q25", "q50", "q75", "q95", "n_samples")
 #: Extra columns every row carries (filled with a neutral value where meaningless).
 EXTRA_COLUMNS = {
     "source": "",  # simulate | probe | pretrained_sa | theory
@@ -54,33 +54,6 @@ CONDITION_COLUMNS = ("source", "model", "mask_spec", "variant", "norm", "sphere_
 #: Column names of tables written by earlier versions -> today's names (renamed on load).
 LEGACY_COLUMNS = {"radius": "sphere_radius"}
 COLUMNS = KEY_COLUMNS + tuple(EXTRA_COLUMNS) + STAT_COLUMNS + ("values",)
-_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
-
-
-def summarise(values: torch.Tensor | np.ndarray) -> dict[str, np.ndarray]:
-    """Statistics over samples of per-layer values.
-
-    Parameters
-    ----------
-    values : array ``(L, B)``: L layers (or points), B samples. NaNs are ignored.
-
-    Returns
-    -------
-    dict of arrays ``(L,)``: ``mean``, ``std`` (ddof 0), ``q05`` ... ``q95``, ``n_samples``.
-    """
-    v = np.asarray(values.detach().cpu().double() if isinstance(values, torch.Tensor) else values, dtype=np.float64)
-    if v.ndim == 1:
-        v = v[:, None]
-    finite = np.isfinite(v)
-    n = finite.sum(axis=1)
-    with np.errstate(all="ignore"):
-        out = {"mean": np.nanmean(v, axis=1) if v.size else np.full(v.shape[0], np.nan)}
-        out["std"] = np.nanstd(v, axis=1)
-        qs = np.nanquantile(v, _QUANTILES, axis=1) if n.min(initial=1) > 0 else np.full((5, v.shape[0]), np.nan)
-    for name, q in zip(("q05", "q25", "q50", "q75", "q95"), qs):
-        out[name] = q
-    out["n_samples"] = n.astype(np.int64)
-    return out
 
 
 def rows_from_metrics(
@@ -90,23 +63,14 @@ def rows_from_metrics(
     layers: list[int] | None = None,
     points: list[str] | None = None,
 ) -> pd.DataFrame:
-    """Tidy rows from ``{metric: (L, B) values}`` plus constant ``labels``.
+    """Tidy rows from ``{metric: (L, B) values}`` plus constant ``labels``: the summary
+    table of :func:`rankcollapse.summary.summary_table` (with ``values``), normalised.
 
     ``layers`` (layers applied) defaults to ``0..L-1``; ``points`` to the module path of
     :func:`rankcollapse.points.point_after` (``embeddings``, ``layer.{t-1}.output``), the
     names a probe of a pretrained model writes.
     """
-    frames = []
-    for name, vals in metrics.items():
-        stats = summarise(vals)
-        n_layers = len(stats["mean"])
-        lay = layers if layers is not None else list(range(n_layers))
-        pts = points if points is not None else [point_after(t) for t in lay]
-        arr = np.asarray(vals.detach().cpu().double() if isinstance(vals, torch.Tensor) else vals, dtype=np.float64)
-        arr = arr[:, None] if arr.ndim == 1 else arr
-        df = pd.DataFrame({"layer": lay, "point": pts, "metric": name, **stats, "values": list(arr)})
-        frames.append(df)
-    return normalise(pd.concat(frames, ignore_index=True), labels)
+    return normalise(summary_table(by_layer(metrics, layers=layers, points=points), per_window=True), labels)
 
 
 def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.DataFrame:

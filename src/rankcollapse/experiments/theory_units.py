@@ -20,13 +20,13 @@ def _scalar_rows(values: dict[str, float], mask: str = "", layer: int = 0, n: in
             for k, v in values.items()]
 
 
-def check_collapse_bound(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_collapse_bound(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """Theorem 1 envelope on pure SA with orthogonal W_V, across causal-sliding widths
     (``theory.radius_sweep``): fitted per-layer rate, envelope rate, violations."""
     from ..theory import radius_sweep
 
     b = p.get("budget", {})
-    df = radius_sweep(n=int(p.get("n", 32)), widths=tuple(p.get("widths", (32, 9, 3))),
+    df = radius_sweep(n_tokens=int(p.get("n", 32)), widths=tuple(p.get("widths", (32, 9, 3))),
                       depth=int(b.get("bound_depth", 60)), n_samples=int(b.get("bound_samples", 8)), seed=int(p.get("seed_theory", 0)))
     rows = []
     for _, r in df.iterrows():
@@ -35,7 +35,7 @@ def check_collapse_bound(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def check_sphere_collapse(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_sphere_collapse(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """Theorem 2 setting: SA-LN with Haar-orthogonal W_V on inputs with non-negative
     cosines (``theory.check_sphere_collapse``); μ per layer and the fitted rate."""
     from ..theory import check_sphere_collapse as run
@@ -43,14 +43,14 @@ def check_sphere_collapse(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     b = p.get("budget", {})
     frames = []
     for mask in p.get("masks", ("complete", "causal", "sliding_window:w=3")):
-        res = run(mask, n=int(p.get("n", 16)), d=int(p.get("d", 8)), depth=int(b.get("sphere_depth", 80)),
+        res = run(mask, n_tokens=int(p.get("n", 16)), d_model=int(p.get("d", 8)), depth=int(b.get("sphere_depth", 80)),
                   n_samples=int(b.get("sphere_samples", 8)), inputs=p.get("inputs", "nonnegative"))
         traj = rows_from_metrics({"mu": res.mu}, {"mask": mask.split(":")[0], "mask_spec": mask})
         frames += [traj, pd.DataFrame(_scalar_rows({"measured_rate": res.measured_rate, "min_cos0": res.min_cos0}, mask))]
     return pd.concat(frames, ignore_index=True)
 
 
-def check_equilibria(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_equilibria(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """The SA-LN construction with >= 2^k equilibria of rank k (``theory.equilibria``):
     per rank k, the number of verified equilibria and how many are stable."""
     from ..theory import equilibria
@@ -65,7 +65,7 @@ def check_equilibria(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def check_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """Fraction of uniform random starts of the N = d = 2 causal example that converge
     to a rank-2 equilibrium (``theory.basin_estimate``), with its confidence interval."""
     from ..theory import basin_estimate
@@ -78,7 +78,7 @@ def check_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def check_equilibria_search(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_equilibria_search(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """Equilibria of ONE system counted by the numerical search, per rank k, from three
     kinds of start.
 
@@ -147,7 +147,7 @@ def check_equilibria_search(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def check_averaging_rate(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_averaging_rate(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """Per-layer μ contraction of uniform averaging over each mask at N = ``rate_n``:
     the second-largest eigenvalue modulus of the row-stochastic matrix ``P = D^-1 M``
     (M the mask), the rate at which ``X <- P X`` removes the non-uniform part. Rows
@@ -199,18 +199,18 @@ def _example_trajectories(p: dict[str, Any], in_basin: bool) -> pd.DataFrame:
                              {"mask": "causal", "mask_spec": "causal"})
 
 
-def check_ln_example_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_ln_example_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """The N = d = 2 causal SA-LN example started in the basin of its stable rank-2
     equilibrium: LayerNorm with a properly chosen W_V that certainly stops collapse."""
     return _example_trajectories(p, True)
 
 
-def check_ln_example_outside(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_ln_example_outside(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """The same system started outside that basin: it certainly collapses (rank 1)."""
     return _example_trajectories(p, False)
 
 
-def check_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
+def rows_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """A system with no equilibrium at all, read like ``equilibria_search`` and
     ``basin``: complete mask, ``W_Q = W_K = 0``, ``W_V = -I``. Attention is uniform, so
     after one step every token is ``-normalise(mean)`` and the next step flips its sign:
@@ -261,5 +261,5 @@ def check_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 
 # Synthetic massive-row matrices, the geometry claims' controls (one home: geometry_controls).
 from .geometry_controls import (  # noqa: E402,F401
-    check_massive_aligned, check_massive_clipped, check_massive_null, check_massive_spike,
+    rows_massive_aligned, rows_massive_clipped, rows_massive_null, rows_massive_spike,
 )

@@ -1,4 +1,6 @@
-"""Executors of the unit kinds: each turns one :class:`~.config.Unit` into tidy rows.
+"""The experiments' unit kinds: each function turns one :class:`~rankcollapse.sweep.Unit`
+into tidy rows, and is registered with the sweep engine at the end of this module
+(kind -> function, version; group ``experiments``, the kinds a config may name).
 
 They only call the public APIs of the other areas (``masks.parse_mask``,
 ``dynamics.simulate``, ``dynamics.pretrained``, ``models.probe``/``embed``,
@@ -16,9 +18,9 @@ import pandas as pd
 import torch
 
 from ..errors import ConfigError, RankCollapseError
-from .config import Unit
-from .context import RunContext
-from .table import normalise, rows_from_metrics, summarise
+from ..sweep.context import RunContext
+from ..sweep.units import Unit, register_unit_kind
+from .table import normalise, rows_from_metrics
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_ratio")
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -220,19 +222,14 @@ def _probe_condition(p: dict[str, Any], loaded: Any, drop: tuple) -> tuple[str, 
 
 def _probe_per_window(probe: Callable, loaded: Any, win: Any, drop: tuple, metrics: list[str], batch_size: int,
                       clip_massive: bool = False) -> pd.DataFrame:
-    """``models.probe`` over all windows in batches, plus each row's per-window values
-    (the ``values`` column, window order); the statistics are recomputed from those
-    values with :func:`table.summarise`, as for simulated rows. Sink metrics keep the
+    """``models.probe`` over all windows in batches, with each row's per-window values
+    (the ``values`` column, window order); its statistics come from the same summariser
+    as the simulated rows' (:mod:`rankcollapse.summary`). Sink metrics keep the
     per-block rows (the mean over heads) and leave the per-head ones to ``probe``."""
     # no bar of its own: the sweep's progress (one line or bar per unit) is the run's
     kw = {"clip_massive": True} if clip_massive else {}
     df = probe(loaded, win, drop=drop, metrics=metrics, batch_size=batch_size, per_window=True, progress=False, **kw)
-    df = df[~df["point"].str.contains(".head_", regex=False)]
-    rows = []
-    for layer, point, metric, arr in df[["layer", "point", "metric", "values"]].itertuples(index=False):
-        stats = {k: float(x[0]) for k, x in summarise(np.asarray(arr, dtype=np.float64)[None, :]).items()}
-        rows.append({"layer": layer, "point": point, "metric": metric, **stats, "values": arr})
-    return pd.DataFrame(rows)
+    return df[~df["point"].str.contains(".head_", regex=False)].reset_index(drop=True)
 
 
 def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
@@ -240,16 +237,19 @@ def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     from . import theory_units
 
     check = unit.params["check"]
-    fn = getattr(theory_units, f"check_{check}", None)
+    fn = getattr(theory_units, f"rows_{check}", None)
     if fn is None:
         raise ConfigError(f"unknown theory check {check!r}")
     labels = {k: v for k, v in _labels(unit, model="theory", variant=check).items() if k not in ("mask", "mask_spec")}
     return normalise(fn(unit.params, ctx), labels)
 
 
-EXECUTORS: dict[str, Callable[[Unit, RunContext], pd.DataFrame]] = {
-    "simulate": run_simulate,
-    "pretrained_sa": run_pretrained_sa,
-    "probe": run_probe,
-    "theory": run_theory,
-}
+# A kind's version is bumped when a change alters its units' labels or numbers (probe 3:
+# windows probed in batches, float32 rounding differs; simulate and pretrained_sa 3:
+# ``dtype`` is the compute type, float64, not the embeddings' float32; theory 4: C10's
+# perturbed and random-start counts, and the control system's). ``NUMERICS_VERSION`` and
+# the numeric libraries' versions change every key (rankcollapse.sweep.units).
+register_unit_kind("simulate", run_simulate, version=3, group="experiments")
+register_unit_kind("probe", run_probe, version=3, group="experiments")
+register_unit_kind("pretrained_sa", run_pretrained_sa, version=3, group="experiments")
+register_unit_kind("theory", run_theory, version=4, group="experiments")

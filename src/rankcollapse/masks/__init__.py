@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     )
     from .adapt import dense_mask, resolve_mask
     from .graph import MaskAnalysis, analyze, bfs_distances
+    from .influence import Influence, influence
     from .mask import Mask
     from .plot import draw_mask
     from .patterns import bigbird, fixed, from_file, longformer, random, strided

@@ -25,7 +25,7 @@ def image_format(out: str | Path) -> str:
     fmt = Path(out).suffix.lstrip(".").lower() or "png"
     known = FigureCanvasBase.get_supported_filetypes()
     if fmt not in known:
-        raise MaskError(f"--out {str(out)!r}: cannot write images of format {fmt!r}; "
+        raise MaskError(f"out {str(out)!r}: cannot write images of format {fmt!r}; "
                         f"use one of {', '.join(sorted(known))}")
     return fmt
 

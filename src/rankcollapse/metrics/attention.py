@@ -67,6 +67,63 @@ def attention_entropy(A, mask=None, *, padding_mask=None) -> torch.Tensor:
     return value if batched else value[0]
 
 
+def row_mass_deficit(A, mask=None, *, padding_mask=None) -> torch.Tensor:
+    """Mean row-mass deficit ``1 - sum_j A_ij`` over heads and real queries.
+
+    0 for softmax attention (rows sum to 1); positive for a sink or the off-by-one
+    softmax, any sign for sigmoid or differential attention
+    (:mod:`rankcollapse.dynamics.operators`; per-head quantiles per layer are in
+    ``SimResult.row_mass_deficit``).
+
+    Parameters
+    ----------
+    A : tensor or array ``(N, N)``, ``(B, N, N)`` or ``(B, H, N, N)``, real and finite
+        (entries may be negative or exceed 1: no row-stochastic check).
+    mask : accepted for the registry's signature; the deficit sums every key of a row.
+    padding_mask : bool ``(N,)`` or ``(B, N)``, True = real token: padded queries are left out.
+
+    Returns
+    -------
+    torch.Tensor
+        float64, 0-d for ``(N, N)`` input, ``(B,)`` otherwise.
+
+    Raises
+    ------
+    MetricError
+        ``A`` not 2-D to 4-D, not square in its last two dimensions, empty, complex or not
+        finite; a padding mask of the wrong shape or with no real token in a sample.
+    """
+    A = _as_array(A)
+    batched = A.ndim >= 3
+    heads = (A if A.ndim == 4 else A.unsqueeze(1) if A.ndim == 3 else A[None, None]).to(torch.float64)
+    B, _, N, _ = heads.shape
+    _, real = _allowed(None, padding_mask, B, N, heads.device)  # (B or 1, N)
+    w = real.to(torch.float64).unsqueeze(1).expand(B, heads.shape[1], N)  # (B, H, N)
+    if not bool((w.sum(dim=(-1, -2)) > 0).all()):
+        raise MetricError("a sample has no real token: its row-mass deficit is undefined")
+    deficit = 1.0 - heads.sum(-1)  # (B, H, N)
+    value = (deficit * w).sum(dim=(-1, -2)) / w.sum(dim=(-1, -2))
+    return value if batched else value[0]
+
+
+def _as_array(A) -> torch.Tensor:
+    """``A`` as a finite real torch tensor of 2 to 4 dimensions, square in the last two."""
+    import numpy as np
+
+    if isinstance(A, np.ndarray):
+        A = torch.from_numpy(np.ascontiguousarray(A))
+    if not isinstance(A, torch.Tensor):
+        raise MetricError(f"attention must be a torch.Tensor or numpy array, got {type(A).__name__}")
+    check_tensor_storage(A, "attention", error=MetricError)
+    if A.ndim not in (2, 3, 4) or A.shape[-1] != A.shape[-2] or A.numel() == 0 or A.is_complex():
+        raise MetricError(f"attention must be real, non-empty, (N, N), (B, N, N) or (B, H, N, N); "
+                          f"got shape {tuple(A.shape)}, dtype {A.dtype}")
+    A = A.detach()
+    if not bool(torch.isfinite(A).all()):
+        raise MetricError("attention must be finite")
+    return A
+
+
 def row_entropy(A: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """The computation of :func:`attention_entropy` without input checks, for callers
     whose ``A`` comes from a masked softmax: ``A`` ``(..., H, N, N)``, ``allowed`` bool

@@ -54,6 +54,13 @@ def _max_token_share(ctx: MetricContext) -> torch.Tensor:
     return (ctx.row_norms.amax(dim=-1) / ctx.frobenius) ** 2
 
 
+def _norm_spread(ctx: MetricContext) -> torch.Tensor:
+    norms = ctx.row_norms
+    valid = ctx.row_valid  # zero tokens left out (with a ZeroRowWarning), as for the cosines
+    low = torch.where(valid, norms, torch.full_like(norms, float("inf"))).amin(dim=-1)
+    return norms.amax(dim=-1) / low
+
+
 def _pair_mean(ctx: MetricContext, total: torch.Tensor) -> torch.Tensor:
     """``total`` ``(G,)`` (a sum over ordered pairs i != j of non-zero tokens) divided
     by the number of such pairs; 1 where there is no such pair."""
@@ -162,6 +169,18 @@ def max_token_share(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     whatever the other tokens were. Same parameters and errors as :func:`mu_relative`.
     """
     return _one(_max_token_share, "max_token_share", X, padding_mask, dtype)
+
+
+def norm_spread(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Spread of the token norms ``max_i ||x_i|| / min_i ||x_i||``, in ``[1, inf)``: 1 when
+    every token has the same norm. Attention whose rows do not sum to 1 (a sink, sigmoid
+    attention; :mod:`rankcollapse.dynamics.operators`) scales token ``i`` by its row mass,
+    so tokens can align (``avg_abs_cos`` near 1) while their norms spread and
+    ``mu/||X||_F`` stays away from 0. Zero tokens are left out (they have no norm to
+    compare; :class:`ZeroRowWarning`), as for the cosines. Same parameters as
+    :func:`mu`; raises :class:`MetricError` if every token is zero.
+    """
+    return _one(_norm_spread, "norm_spread", X, padding_mask, dtype)
 
 
 def avg_abs_cos(X, *, padding_mask=None, dtype=None) -> torch.Tensor:

@@ -14,9 +14,15 @@ from .._memory import check_memory
 from .._validate import check_float
 from ..errors import MetricError
 from . import _context, core, geometry, graph, spectral
-from .attention import attention_entropy
+from .attention import attention_entropy, row_mass_deficit
 from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
+
+
+def _n_clusters(ctx) -> torch.Tensor:
+    from .clusters import CLUSTER_ANGLE, components
+
+    return components(ctx.X * ctx.inv_norms.unsqueeze(-1), ctx.row_valid, CLUSTER_ANGLE).to(ctx.X.device, ctx.X.dtype)
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,7 @@ _SPECS = (
     MetricSpec("mu", core._mu, "||X - 1 gamma_X||_F, distance to token uniformity", 0.0),
     MetricSpec("mu_relative", core._mu_relative, "mu(X) / ||X||_F", 0.0),
     MetricSpec("max_token_share", core._max_token_share, "max_i ||x_i||^2 / ||X||_F^2, share of the largest token"),
+    MetricSpec("norm_spread", core._norm_spread, "max_i ||x_i|| / min_i ||x_i||, spread of the token norms", None),
     MetricSpec("rank_fraction", spectral._rank_fraction, "numerical rank / min(N, d)"),
     MetricSpec("numerical_rank", spectral._numerical_rank, "#{sigma_k > max(sigma_1 max(N, d) eps, u ||X||_F)}", 1.0),
     MetricSpec("sigma_min", spectral._sigma_min, "smallest singular value sigma_min(N, d)"),
@@ -59,6 +66,8 @@ _SPECS = (
     MetricSpec("dong_residual_relative", core._dong_residual_relative, "dong_residual / ||X||_{1,inf}", 0.0),
     MetricSpec("dirichlet_energy", graph._dirichlet_energy, "(1/N) sum_{M[i,j]} ||x_i - x_j||^2", 0.0, True),
     MetricSpec("mean_average_distance", graph._mean_average_distance, "mean_i mean_{j: M[i,j]} (1 - cos)", 0.0, True),
+    MetricSpec("n_clusters", _n_clusters, "connected components of the graph linking tokens at angle < 0.1 rad "
+               "(CLUSTER_ANGLE; zero tokens left out)", 1.0),
     MetricSpec("isoscore", _isoscore, "IsoScore (Rudman et al. 2022), 1 = isotropic", 0.0),
     MetricSpec("max_norm_ratio", geometry._max_norm_ratio, "max_i ||x_i|| / median_i ||x_i||, massive-token ratio", 1.0),
     MetricSpec("max_norm_position", geometry._max_norm_position, "argmax_i ||x_i|| among real tokens (0 = first)"),
@@ -78,6 +87,9 @@ ATTENTION_METRICS: dict[str, MetricSpec] = {
         "attention_entropy", attention_entropy,
         "mean over heads and rows with >= 2 allowed keys of -sum_j A_ij log A_ij / log(#allowed keys); "
         "1 = uniform, 0 = one-hot", None, True),
+    "row_mass_deficit": MetricSpec(
+        "row_mass_deficit", row_mass_deficit,
+        "mean over heads and real queries of 1 - sum_j A_ij; 0 for softmax rows, > 0 with a sink", None, False),
 }
 """Metrics of attention probabilities ``A`` (``(B, H, N, N)``, a softmax output), not of
 tokens: ``fn(A, mask=, padding_mask=)``; :func:`compute_metrics` takes them with

@@ -27,7 +27,8 @@ from ..masks import dense_mask
 from ..metrics import compute_metrics
 from . import families
 from .interventions import additive_mask, intervene
-from .probe import PROBE_DEFAULT_METRICS, embed, summarise
+from ..summary import summary_table
+from .probe import PROBE_DEFAULT_METRICS, embed
 
 def _call_block(loaded: Any, stack: families.Stack, k: int, X: torch.Tensor, mask4: torch.Tensor) -> torch.Tensor:
     block = stack.blocks[k].block
@@ -95,7 +96,7 @@ def attention_only(
         raise ConfigError(f"layers must be block indices in 0..{stack.n_layers - 1}, got {order}")
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     drop = ["mlp"] + [c for c in ("skip", "norm") if c not in keep]
-    n = windows.length
+    n = windows.n_tokens
     allowed = dense_mask(families.family(loaded.family).native_mask if mask is None else mask, n)
     X_all = embed(loaded, windows, batch_size=batch_size)
     values: dict[tuple[int, str, str], list[torch.Tensor]] = {}
@@ -110,9 +111,9 @@ def attention_only(
                 X = _call_block(loaded, stack, k, X, mask4)
                 result = compute_metrics(X, list(names), padding_mask=am.bool(), dtype=torch.float64)
                 _record(values, t, f"attention_only.block.{k}", result)
-    df = summarise(values)
+    df = summary_table(values)
     df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), keep=list(keep),
-                    depth=depth, d_qk_scale=float(d_qk_scale), n_windows=windows.n_windows, length=n)
+                    depth=depth, d_qk_scale=float(d_qk_scale), n_windows=windows.n_windows, n_tokens=n)
     return df
 
 

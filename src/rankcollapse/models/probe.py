@@ -13,7 +13,6 @@ from typing import Any, Sequence
 
 import inspect
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -22,6 +21,7 @@ from ..errors import ConfigError, ModelError
 from .._progress import steps
 from ..metrics import compute_metrics
 from ..metrics.attention import attention_entropy
+from ..summary import SUMMARY_COLUMNS, summary_table
 from . import families
 from .interventions import intervene, split_drop
 from .loading import as_loaded
@@ -29,7 +29,7 @@ from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
 from .sinks import SINK_METRICS, ValueRecorder, sink_values
 from .temperature import d_qk_scale_for
 
-TABLE_COLUMNS = ("layer", "point", "metric", "mean", "std", "q05", "q50", "q95", "n_samples")
+TABLE_COLUMNS = SUMMARY_COLUMNS  # the one per-layer table layout (rankcollapse.summary)
 PROBE_DEFAULT_METRICS = ("mu", "mu_relative", "rank_fraction", "sigma_min", "avg_abs_cos")
 
 
@@ -138,7 +138,7 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8) -> torch.Tensor
         ids beyond the model's embeddings (:func:`check_token_ids`).
     """
     loaded = as_loaded(loaded)
-    check_positions(loaded, windows.length)
+    check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
     parts = []
@@ -171,7 +171,7 @@ def check_positions(loaded: Any, length: int) -> None:
                   if isinstance(getattr(config, k, None), int)), None)
     if limit is not None and length > limit:
         raise ConfigError(f"windows of {length} tokens exceed {getattr(loaded, 'name', 'the model')}'s "
-                          f"{limit} positions; use windows of at most {limit} tokens (--n-tokens {limit})")
+                          f"{limit} positions; use windows of at most {limit} tokens")
 
 
 def check_token_ids(loaded: Any, windows: Windows) -> None:
@@ -247,9 +247,11 @@ def probe(
     Returns
     -------
     pandas.DataFrame
-        Columns ``layer, point, metric, mean, std, q05, q50, q95, n_samples``. ``layer``
-        is the ``hidden_states`` index (0 = embeddings, k = after block k; points inside
-        block k, 0-based names, count as k+1); ``std`` is the population std over windows;
+        The summary layout of :mod:`rankcollapse.summary`: ``layer, point, metric, mean,
+        std, q05, q25, q50, q75, q95, n_samples``. ``layer`` is the ``hidden_states``
+        index (0 = embeddings, k = after block k; points inside block k, 0-based names,
+        count as k+1); ``std`` is the population std over windows; non-finite values are
+        left out of the statistics and of ``n_samples``;
         ``df.attrs`` holds ``model``, ``family``, ``notes`` and the intervention settings.
         With ``per_window``, also ``values``.
 
@@ -285,7 +287,7 @@ def probe(
     """
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
-    check_positions(loaded, windows.length)
+    check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     attn_names = tuple(n for n in names if n == "attention_entropy")
@@ -307,7 +309,7 @@ def probe(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
         d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
-        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, length=windows.length,
+        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, n_tokens=windows.n_tokens,
         **({"clip_massive": True} if clip_massive else {}),
     )
     return df
@@ -352,7 +354,7 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
     for name, A in (rec.attention_maps.items() if entropy else ()):
         decoder = name.startswith("decoder.")
         pad = decoder_padding(am.bool()) if decoder else am.bool()  # keys: every real token
-        allowed = attention_allowed(loaded, mask, name, windows.length)
+        allowed = attention_allowed(loaded, mask, name, windows.n_tokens)
         v = attention_entropy(A, allowed, padding_mask=pad.to(A.device))
         values.setdefault((name, "attention_entropy"), []).append(v.detach().cpu().double())
 
@@ -473,25 +475,7 @@ def _summarise(values: dict, point_metrics: list[tuple[str, Sequence[str]]], sta
         for name, names in point_metrics
         for metric in names
     }
-    return summarise(keyed, per_window=per_window)
-
-
-def summarise(values: dict[tuple[int, str, str], list[torch.Tensor]], *, per_window: bool = False) -> pd.DataFrame:
-    """Tidy table from per-window values keyed by ``(layer, point, metric)``; non-finite
-    values are left out of the statistics and of ``n_samples``. ``per_window`` adds the
-    column ``values`` (all of a row's per-window values, window order)."""
-    rows = []
-    for (layer, point, metric), chunks in values.items():
-        every = torch.cat([c.reshape(-1) for c in chunks]).double().numpy()
-        v = every[np.isfinite(every)]
-        if v.size == 0:
-            stats = dict(mean=np.nan, std=np.nan, q05=np.nan, q50=np.nan, q95=np.nan)
-        else:
-            q05, q50, q95 = np.quantile(v, [0.05, 0.5, 0.95])
-            stats = dict(mean=float(v.mean()), std=float(v.std()), q05=q05, q50=q50, q95=q95)
-        rows.append(dict(layer=layer, point=point, metric=metric, **stats, n_samples=int(v.size),
-                         **({"values": every} if per_window else {})))
-    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS) + (["values"] if per_window else []))
+    return summary_table(keyed, per_window=per_window)
 
 
 # Families whose position information acts inside attention (RoPE, relative bias), so

@@ -3,13 +3,12 @@
 ``grid`` parses axes into cells, ``cell`` runs one cell through
 :func:`rankcollapse.dynamics.simulate`, ``regime`` labels it (rule in docs/phase.md),
 ``predict`` gives the theory's prediction and checks Theorem 1's envelope per layer,
-``sweep`` runs many cells on the sweep engine's executors with a per-cell cache and
-``report`` writes the table, heatmaps and report.html.
+``sweep`` runs many cells on the sweep engine (:mod:`rankcollapse.sweep`: executors,
+cache, progress) and ``report`` writes the table, heatmaps and report.html.
 
 Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``phase`` may import
-``theory``, ``dynamics``, ``models``, ``metrics``, ``masks`` and everything below them;
-not ``cli``. It is meant not to import ``experiments`` either (its sweep runs on the
-shared sweep engine); contract ``phase-without-experiments`` until that lands.
+``sweep``, ``theory``, ``dynamics``, ``models``, ``metrics``, ``masks`` and everything below
+them; not ``experiments`` (its sweep runs on the shared sweep engine) and not ``cli``.
 """
 
 from typing import TYPE_CHECKING

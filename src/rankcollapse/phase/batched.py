@@ -1,7 +1,7 @@
 """Many phase cells in one batched simulation.
 
 Cells that share the tensor shapes and the block (``n_tokens, d_model, d_qk, depth,
-mask, norm, placement, skip, input``) differ only in their weights, so they run as one
+mask, norm, placement, alpha, input``) differ only in their weights, so they run as one
 batch: element ``b`` of the batch carries its own ``W_Q, W_K, W_V`` per layer and every
 layer is one call of :func:`rankcollapse.dynamics.single_head.single_head_layer`, the
 dynamics' fast path for one head without MLP (it agrees with
@@ -23,12 +23,12 @@ from ..masks import parse_mask
 from ..masks.graph import analyze
 from ..metrics import mu, mu_relative
 from ..metrics.attention import row_entropy
-from .cell import block_config, build_weights, make_input, value_log_norm
+from .cell import block_config, build_weights, make_input, operator_columns, value_log_norm
 from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
 
 #: the axes a batch must share
-GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "skip", "input")
+GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "alpha", "input", "attention")
 
 
 def _stack(cells: list[dict[str, Any]], seeds: range, samples: int, depth: int):
@@ -56,7 +56,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     from ..errors import ConfigError
 
     first = cells[0]
-    if any(c[k] != first[k] for c in cells for k in GROUP_KEYS):
+    if any(c.get(k) != first.get(k) for c in cells for k in GROUP_KEYS):
         raise ConfigError(f"run_group needs cells equal on {GROUP_KEYS}")
     N, d, depth = first["n_tokens"], first["d_model"], first["depth"]
     mask = parse_mask(first["mask"], N)
@@ -71,6 +71,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     X0 = X
     diverged = torch.zeros(B, dtype=torch.bool)
     eps_min = torch.ones(B, dtype=torch.float64)
+    deficit = torch.zeros(B, dtype=torch.float64)  # sum over layers of the mean row-mass deficit
     keep = {depth - max(1, depth // 10), depth}
     zero_rows = []
     with torch.no_grad():
@@ -81,6 +82,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
             X = torch.where(diverged[:, None, None], X0, X)  # keep NaN/Inf out of the other metrics
             ents.append(row_entropy(A.unsqueeze(1), allowed))  # one head: (B, 1, N, N) -> (B,)
             eps_min = torch.minimum(eps_min, A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2)))
+            deficit += 1.0 - A.sum(-1).mean(-1)  # 0 for softmax rows (to round-off)
             mus.append(torch.where(diverged, torch.ones((), dtype=X.dtype), mu_relative(X)))
             mus_abs.append(mu(X))
             if t + 1 in keep:
@@ -101,9 +103,11 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     for i, cell in enumerate(cells):
         row = label_cell(trs[i * per:(i + 1) * per])
         e = float(eps_min[i * per:(i + 1) * per].min())
-        row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_min=e)
+        row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_measured=e)
+        row.update(operator_columns(X, deficit / depth, diverged, slice(i * per, (i + 1) * per)))
         row.update(_envelope_columns(env, slice(i * per, (i + 1) * per)))
         row["value_log_norm"] = value_log_norm(cell, seed_range)
         row.update(theory_prediction(cell, info, e, row["value_log_norm"]))
         out.append(row)
     return out
+

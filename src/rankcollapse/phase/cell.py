@@ -2,14 +2,15 @@
 :func:`rankcollapse.dynamics.simulate`, and reduce the trajectories to per-trajectory
 measurements that :mod:`.regime` labels.
 
-Weights (float64, drawn from :func:`rankcollapse.dynamics.weights.generator` streams
-``(seed, layer, role)``):
+Weights (float64, families of the registry :data:`rankcollapse.dynamics.weights.FAMILIES`,
+the layers of one role drawn one after another from the
+:func:`rankcollapse.dynamics.weights.generator` stream ``(seed, 0, role)``):
 
 - ``W_Q, W_K`` ``(d, d_qk)`` i.i.d. ``N(0, s^2/d)`` with ``s = qk_scale``; scores
   ``q k^T / sqrt(d_qk)`` (``s = 0``: uniform attention over each mask row);
 - ``W_V`` ``(d, d)`` times ``value_scale`` (``a``): ``gaussian`` ``N(0, a^2/d)``;
   ``orthogonal`` ``a Q`` (Haar); ``near_identity`` ``a I + N(0, 0.1^2/d)``;
-  ``constructed`` ``a diag(lambda)`` of :func:`rankcollapse.theory.equilibria.construction_eigenvalues`
+  ``constructed`` ``a diag(lambda)`` of :func:`rankcollapse.dynamics.weights.construction_eigenvalues`
   (rank ``min(d, N)``); ``pretrained`` ``a`` times the top-left ``(d, d)`` block of
   all-MiniLM-L6-v2's ``W_V`` of layer ``t mod 6``.
 """
@@ -24,8 +25,8 @@ import numpy as np
 import torch
 
 from ..dynamics.config import BlockConfig
-from ..dynamics.inputs import gaussian_tokens, hemisphere_tokens, sphere_tokens
-from ..dynamics.weights import LayerWeights, generator, haar_orthogonal
+from ..dynamics.inputs import canonical_input, make_tokens
+from ..dynamics.weights import LayerWeights, draw, generator
 from ..errors import ConfigError
 from ..masks import parse_mask
 from ..masks.graph import analyze
@@ -36,72 +37,49 @@ NEAR_IDENTITY_NOISE = 0.1  # std * sqrt(d) of the noise added to a I (fixed, doc
 
 
 def block_config(cell: dict[str, Any]) -> BlockConfig:
-    """The :class:`BlockConfig` of a cell: ``sphere_sqrtd`` is RMSNorm without affine
-    (rows to norm ``sqrt(d)``, up to ``eps``); ``post`` without skip is the theory
-    placement ``X <- norm(SA(X))``."""
-    norm = "rmsnorm" if cell["norm"] == "sphere_sqrtd" else cell["norm"]
-    alpha = 1.0 if cell["skip"] else 0.0
-    if cell["placement"] == "post":
-        placement = "post_ln" if cell["skip"] else "none"
-    else:
-        placement = "pre_ln"
-    return BlockConfig(norm=norm, placement=placement, alpha=alpha)
+    """The :class:`BlockConfig` of a cell: its ``norm``, ``placement`` and ``alpha`` axes
+    are the config's fields (``placement="none"``: the theory's ``X <- norm(SA(X))``)."""
+    return BlockConfig(norm=cell["norm"], placement=cell["placement"], alpha=float(cell["alpha"]),
+                       attention=cell.get("attention", "softmax"))
 
 
-@lru_cache(maxsize=1)
-def _minilm_value_matrices() -> tuple[torch.Tensor, ...]:
-    from ..dynamics.pretrained import extract_attention_weights
-    from ..models.loading import load_model
-
-    loaded = load_model("minilm")
-    model = getattr(loaded, "model", loaded)
-    return tuple(lw.W_V.detach().to(torch.float64).cpu() for lw in extract_attention_weights(model))
+#: value family -> its registry parameters for the value scale ``a`` of ``cell`` (W_V = draw(family, **params))
+_VALUE_PARAMS = {
+    "gaussian": lambda a, cell: {"std": a / math.sqrt(cell["d_model"])},
+    "orthogonal": lambda a, cell: {"scale": a},
+    "near_identity": lambda a, cell: {"scale": a, "noise": NEAR_IDENTITY_NOISE},
+    "constructed": lambda a, cell: {"scale": a, "rank": min(cell["d_model"], cell["n_tokens"])},
+    "pretrained": lambda a, cell: {"scale": a},
+}
 
 
 @lru_cache(maxsize=32)
-def _base(seed: int, role: str, kind: str, n: int, rows: int, cols: int) -> torch.Tensor:
-    """``(n, rows, cols)`` float64 draws of one weight role under ``seed``: standard
-    Gaussians (``kind="normal"``) or Haar orthogonal matrices (``kind="haar"``). Shared by
-    every cell with the same seed and shapes (common random numbers: cells that differ
-    only in a scale see the same underlying draw). Read-only."""
-    gen = generator(seed, 0, role)
-    if kind == "haar":
-        return haar_orthogonal(rows, gen, batch=(n,))
-    return torch.randn(n, rows, cols, generator=gen, dtype=torch.float64)
+def _draw(seed: int, role: str, family: str, params: tuple, n: int, rows: int, cols: int) -> torch.Tensor:
+    """``(n, rows, cols)`` float64 matrices of ``family`` (:func:`rankcollapse.dynamics.weights.draw`)
+    for layers ``0 .. n-1``, drawn one after another from the stream ``(seed, 0, role)``: cells
+    with the same seed see the same underlying draw (common random numbers). Cached
+    (read-only): a cell's weights and its :func:`value_log_norm` share one draw."""
+    return draw(family, rows, cols, generator(seed, 0, role), n=n, role=role, **dict(params))
 
 
 def _values(cell: dict[str, Any], n: int, seed: int) -> torch.Tensor:
     """``(n, d, d)`` value matrices of the ``n`` drawn layers."""
-    d, a, fam = cell["d_model"], float(cell["value_scale"]), cell["value"]
-    if fam == "gaussian":
-        return _base(seed, "W_V", "normal", n, d, d) * (a / math.sqrt(d))
-    if fam == "orthogonal":
-        return _base(seed, "W_V", "haar", n, d, d) * a
-    if fam == "near_identity":
-        noise = _base(seed, "W_V", "normal", n, d, d) * (NEAR_IDENTITY_NOISE / math.sqrt(d))
-        return a * torch.eye(d, dtype=torch.float64) + noise
-    if fam == "constructed":
-        from ..theory.equilibria import construction_eigenvalues
-
-        lam = construction_eigenvalues(d, min(d, cell["n_tokens"]))
-        return (a * torch.diag(torch.as_tensor(lam, dtype=torch.float64))).expand(n, d, d)
-    if fam == "pretrained":
-        mats = _minilm_value_matrices()
-        if d > min(mats[0].shape):
-            raise ConfigError(f"value 'pretrained' has width {min(mats[0].shape)}, d_model={d} is larger")
-        return a * torch.stack([mats[t % len(mats)][:d, :d] for t in range(n)])
-    raise ConfigError(f"unknown value family {fam!r}")
+    d, fam = cell["d_model"], cell["value"]
+    if fam not in _VALUE_PARAMS:
+        raise ConfigError(f"unknown value family {fam!r}")
+    params = _VALUE_PARAMS[fam](float(cell["value_scale"]), cell)
+    return _draw(seed, "W_V", fam, tuple(sorted(params.items())), n, d, d)
 
 
 def build_weights(cell: dict[str, Any], seed: int) -> list[LayerWeights]:
     """Per-layer float64 weights of ``cell`` under weight seed ``seed`` (module docstring);
-    layer ``t`` uses slice ``t`` of each role's draw (:func:`_base`)."""
+    layer ``t`` uses slice ``t`` of each role's draw (:func:`_draw`)."""
     d, depth = cell["d_model"], cell["depth"]
     d_qk = cell["d_qk"] or d
     n = 1 if cell["shared"] else depth
-    std = float(cell["qk_scale"]) / math.sqrt(d)
-    WQ = _base(seed, "W_Q", "normal", n, d, d_qk) * std
-    WK = _base(seed, "W_K", "normal", n, d, d_qk) * std
+    std = (("std", float(cell["qk_scale"]) / math.sqrt(d)),)
+    WQ = _draw(seed, "W_Q", "gaussian", std, n, d, d_qk)
+    WK = _draw(seed, "W_K", "gaussian", std, n, d, d_qk)
     WV = _values(cell, n, seed)
     layers = [LayerWeights(W_Q=WQ[t], W_K=WK[t], W_V=WV[t].clone(), scale=1 / math.sqrt(d_qk)) for t in range(n)]
     return layers * depth if cell["shared"] else layers
@@ -122,32 +100,15 @@ def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
     return worst
 
 
-@lru_cache(maxsize=4)
-def _minilm_tokens(n_tokens: int, batch: int) -> torch.Tensor:
-    from ..experiments.context import RunContext, data_spec
-
-    ctx = RunContext(data_spec(None, n_tokens, 0))
-    return ctx.embeddings("minilm", batch).to(torch.float64)
-
-
 def make_input(kind: str, batch: int, n_tokens: int, d: int, seed: int) -> torch.Tensor:
-    """X(0) ``(batch, n_tokens, d)`` float64: ``gaussian`` N(0, 1); ``sphere`` uniform on
-    the unit sphere; ``hemisphere`` uniform on an open hemisphere (Theorem 2's start);
-    ``minilm``: all-MiniLM-L6-v2 embeddings of Wikipedia windows (window ``seed*batch``
-    onward) projected on the top-``d`` right singular vectors of those tokens."""
-    if kind == "gaussian":
-        return gaussian_tokens(batch, n_tokens, d, seed=seed)
-    if kind == "sphere":
-        return sphere_tokens(batch, n_tokens, d, seed=seed)
-    if kind == "hemisphere":
-        return hemisphere_tokens(batch, n_tokens, d, seed=seed).to(torch.float64)
-    if kind == "minilm":
-        E = _minilm_tokens(n_tokens, batch * (seed + 1))[seed * batch:(seed + 1) * batch]
-        if d > E.shape[-1]:
-            raise ConfigError(f"input 'minilm' has width {E.shape[-1]}, d_model={d} is larger")
-        _, _, Vh = torch.linalg.svd(E.reshape(-1, E.shape[-1]), full_matrices=False)
-        return E @ Vh[:d].T
-    raise ConfigError(f"unknown input {kind!r}")
+    """X(0) ``(batch, n_tokens, d)`` float64 of the registry input ``kind``
+    (:func:`rankcollapse.dynamics.inputs.make_tokens`) under seed ``seed``; ``wikipedia``
+    takes window block ``seed`` of the windows cut with seed 0 (disjoint windows per
+    weight seed), projected on their top-``d`` right singular vectors."""
+    kind = canonical_input(kind)
+    if kind == "wikipedia":
+        return make_tokens(kind, batch, n_tokens, d, seed=0, block=seed)
+    return make_tokens(kind, batch, n_tokens, d, seed=seed)
 
 
 def _entropy_per_layer(attention: list[torch.Tensor], allowed: torch.Tensor) -> np.ndarray:
@@ -196,7 +157,7 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
     mask = parse_mask(cell["mask"], N)
     info = analyze(mask)
     cfg = block_config(cell)
-    trajectories, envelopes = [], []
+    trajectories, envelopes, finals, deficits = [], [], [], []
     eps_min = 1.0
     for s in range(seed, seed + seeds):
         X0 = make_input(cell["input"], samples, N, d, s)
@@ -212,15 +173,37 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
             envelopes.append(_diverged_envelope(cell, info, samples))
             continue
         ent = _entropy_per_layer(res.attention, mask.to_dense())
-        eps_min = min(eps_min, float(res.epsilon.min()))
+        eps_min = min(eps_min, float(res.epsilon_measured.min()))
         trajectories += trajectory_measures(res.metrics, res.states, ent)
         dense = mask.to_dense()
         eps_b = torch.stack([A.masked_fill(~dense, 1.0).flatten(1).amin(1) for A in res.attention]).amin(0)
         envelopes.append(_envelope(cell, info, res.metrics["mu"].numpy(), X0, eps_b.numpy(),
                                    np.zeros(samples, dtype=bool)))
+        deficit = torch.stack([1.0 - A.sum(-1).mean(dim=(-1, -2)) for A in res.attention]).mean(0)  # (samples,)
+        finals.append(res.states[-1])
+        deficits.append(deficit)
     row = label_cell(trajectories)
-    row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_min=eps_min)
+    row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_measured=eps_min)
     row.update(_envelope_columns(_join(envelopes), slice(None)))
+    if finals:  # the trajectories of seeds that did not overflow
+        row.update(operator_columns(torch.cat(finals), torch.cat(deficits), torch.zeros(sum(len(f) for f in finals),
+                                    dtype=torch.bool), slice(None)))
+    else:
+        row.update(row_mass_deficit=float("nan"), norm_spread=float("nan"))
     row["value_log_norm"] = value_log_norm(cell, range(seed, seed + seeds))
     row.update(theory_prediction(cell, info, eps_min, row["value_log_norm"]))
     return row
+
+
+def operator_columns(X: torch.Tensor, deficit: torch.Tensor, diverged: torch.Tensor, part: slice) -> dict[str, float]:
+    """Per cell, over its trajectories that did not diverge: ``row_mass_deficit`` (mean over
+    layers and queries of ``1 - sum_j A_ij``: 0 for softmax, > 0 with a sink) and
+    ``norm_spread`` (median of ``max_i ||x_i|| / min_i ||x_i||`` at the last layer; NaN where
+    a token is zero)."""
+    ok = ~diverged[part]
+    if not bool(ok.any()):
+        return {"row_mass_deficit": float("nan"), "norm_spread": float("nan")}
+    norms = torch.linalg.vector_norm(X[part][ok], dim=-1)
+    low = norms.amin(-1)
+    spread = torch.where(low > 0, norms.amax(-1) / low.clamp_min(torch.finfo(norms.dtype).tiny), float("nan"))
+    return {"row_mass_deficit": float(deficit[part][ok].mean()), "norm_spread": float(spread.median())}

@@ -48,13 +48,13 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
             continue
         p = paired_norm_effect(table, norm)
         h = helps(p)
-        by = p.assign(helps=h).groupby(["skip", "placement"])["helps"].mean().round(4)
+        by = p.assign(helps=h).groupby(["alpha", "placement"])["helps"].mean().round(4)
         out["norm_effect"][norm] = {
             "pairs": int(len(p)), "helps": int(h.sum()), "hurts": int((~p["regime_base"].isin(["rank_collapse", "diverging"])
                                                                      & p["regime"].isin(["rank_collapse"])).sum()),
             "median_dlog10_mu": float(p["dlog10_mu"].median()),
             "median_dlog10_mu_where_base_collapses": float(p.loc[p["regime_base"] == "rank_collapse", "dlog10_mu"].median()),
-            "helps_by_skip_placement": {f"skip={k[0]},{k[1]}": v for k, v in by.items()},
+            "helps_by_alpha_placement": {f"alpha={k[0]:g},{k[1]}": v for k, v in by.items()},
             "regime_pairs": {f"{a} -> {b}": int(n) for (a, b), n in p.groupby(["regime_base", "regime"]).size().items()},
         }
     out["trajectory_fractions"] = trajectory_fractions(table)
@@ -110,7 +110,7 @@ def stable_states(table: pd.DataFrame) -> dict[str, Any]:
     out: dict[str, Any] = {"cells_with_any": int(len(st)), "majority_stable_rank_gt1": int(len(major)),
                            "max_fraction": float(st["frac_stable_rank_k"].max()) if len(st) else 0.0,
                            "majority_labels": st["regime"].value_counts().to_dict()}
-    for axis in ("shared", "norm", "skip", "placement", "mask", "value"):
+    for axis in ("shared", "norm", "alpha", "placement", "mask", "value"):
         if axis in table and len(st):
             out[f"by_{axis}"] = {str(k): int(v) for k, v in st[axis].value_counts().items()}
     return out
@@ -159,7 +159,7 @@ def boundary_figure(table: pd.DataFrame, by: str, path: Path | None, title: str,
 
 
 def regime_figure(table: pd.DataFrame, path: Path | None,
-                  rows: tuple[str, ...] = ("norm", "skip", "placement")) -> Any:
+                  rows: tuple[str, ...] = ("norm", "alpha", "placement")) -> Any:
     """Stacked regime fractions per ``qk_scale`` (x) for every combination of ``rows``.
 
     One panel per combination on a new pyplot-free figure; writes a PNG to ``path`` unless

@@ -58,7 +58,7 @@ def constructed_stability(n_tokens: int, d_model: int) -> dict[str, Any]:
             "consensus_stable": bool(stability(es.system, consensus).stable)}
 
 
-def theory_prediction(cell: dict[str, Any], info: Any, epsilon_min: float,
+def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
                       value_log_norm: float = 0.0) -> dict[str, Any]:
     """What the paper's results say about ``cell`` (docs/phase.md), as ``theory_regime``
     (``""`` = no prediction), ``theory_source`` and ``theory_rate`` (Theorem 1's per-layer
@@ -75,18 +75,22 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_min: float,
       equilibrium of rank ``min(N, d)`` → ``stable_rank_k``; none stable (every one has
       unstable directions, so random starts reach them with probability 0) and a stable
       consensus → ``rank_collapse``; otherwise no prediction.
+    - Attention that is not row-stochastic (``attention`` other than ``softmax``): no
+      prediction, ``theory_source = "not_row_stochastic"`` (docs/theory.md §8).
     """
     from ..theory.envelope import log_contraction
 
-    no_skip = not cell["skip"] and cell["placement"] == "post"
+    no_skip = cell["placement"] == "none"  # X <- norm(SA(X)): no residual (alpha 0)
     regime, source, rate = "", "", float("nan")
+    if cell.get("attention", "softmax") != "softmax":  # every result below assumes row-stochastic softmax rows
+        return {"theory_regime": regime, "theory_source": "not_row_stochastic", "theory_rate": rate}
     qsc = info.quasi_strongly_connected and info.self_loops
     if no_skip and cell["norm"] == "none" and qsc and value_log_norm > A2_TOL:
         source = "pure_sa_outside_A2"
     elif no_skip and cell["norm"] == "none" and qsc:
         regime, source = "rank_collapse", "theorem1"
-        if 0 < epsilon_min < 1 and info.radius:
-            rate = log_contraction(epsilon_min, max(1, int(info.radius))) / math.log(10)
+        if 0 < epsilon_measured < 1 and info.radius:
+            rate = log_contraction(epsilon_measured, max(1, int(info.radius))) / math.log(10)
     elif (no_skip and cell["norm"] == "sphere" and cell["value"] == "orthogonal" and cell["input"] == "hemisphere"
           and qsc):
         regime, source = "rank_collapse", "theorem2"
@@ -144,10 +148,10 @@ def envelope_points(mu: np.ndarray, X0: torch.Tensor, epsilon: np.ndarray, radiu
 
 
 def envelope_applies(cell: dict[str, Any], info: Any) -> bool:
-    """Theorem 1's envelope is defined for the cell: pure SA (no norm, no skip) on a
-    quasi-strongly connected mask with self-loops. Whether it must hold also needs A2
+    """Theorem 1's envelope is defined for the cell: pure SA (no norm, no skip, softmax rows)
+    on a quasi-strongly connected mask with self-loops. Whether it must hold also needs A2
     (``theory_source == "theorem1"``); outside A2 the check is computed all the same."""
-    return (cell["norm"] == "none" and not cell["skip"] and cell["placement"] == "post"
+    return (cell["norm"] == "none" and cell["placement"] == "none" and cell.get("attention", "softmax") == "softmax"
             and bool(info.quasi_strongly_connected) and bool(info.self_loops) and cell["n_tokens"] >= 2)
 
 

@@ -7,17 +7,23 @@ Per trajectory (one input under one weight draw), after ``T`` layers, with
 
 1. ``diverging``: X overflowed, or ``||X(T)||_F / ||X(0)||_F > DIVERGE_RATIO``;
 2. ``rank_collapse``: ``m(T) < COLLAPSED``;
-3. ``stable_rank_k``: ``||Y(T) - Y(T - w)||_F < CONVERGED`` with ``w = max(1, T // 10)``
-   and ``m(T) >= ALIVE``; ``k = #{sigma_i(X(T)) > RANK_RTOL sigma_1}``;
-4. ``collapsing_slowly``: ``m`` is still falling at the end: the 95% upper bound of the
+3. ``aligned_without_consensus``: every token on one line, ``sigma_2(X(T)) <= RANK_RTOL
+   sigma_1`` (so ``avg |cos| = 1`` to that tolerance), while ``m(T) >= ALIVE``: the tokens
+   are parallel but their norms differ, which attention whose rows do not sum to 1
+   produces (a sink: docs/theory.md, "Attention that is not row-stochastic"), and so do
+   antipodal rows on the sphere; ``m`` alone would call it "not collapsed";
+4. ``stable_rank_k``: ``||Y(T) - Y(T - w)||_F < CONVERGED`` with ``w = max(1, T // 10)``
+   and ``m(T) >= ALIVE``; ``k = #{sigma_i(X(T)) > RANK_RTOL sigma_1}`` (``k >= 2``: a
+   rank-one state is rule 3);
+5. ``collapsing_slowly``: ``m`` is still falling at the end: the 95% upper bound of the
    least-squares slope of ``log10 m(t)`` over the last ``max(2, T // 4)`` layers
    (:func:`tail_rate`) is below ``-RATE_RESOLVED`` (a slope float64 can resolve: round-off
    of ``log10 m`` is ~1e-15 per point, so a flat ``m`` cannot pass by noise);
-5. ``uniform_attention``: the mean normalised attention row entropy over the last
+6. ``uniform_attention``: the mean normalised attention row entropy over the last
    ``max(1, T // 4)`` layers is ``>= UNIFORM``;
-6. ``one_hot_attention``: that entropy is ``<= ONE_HOT`` (the literature's "entropy
+7. ``one_hot_attention``: that entropy is ``<= ONE_HOT`` (the literature's "entropy
    collapse", attention concentrating on one key);
-7. ``undecided`` otherwise (still moving, or ``COLLAPSED <= m(T) < ALIVE``).
+8. ``undecided`` otherwise (still moving, or ``COLLAPSED <= m(T) < ALIVE``).
 
 A cell's label is the label of more than half of its trajectories, else ``undecided``;
 a majority ``uniform_attention`` or ``one_hot_attention`` becomes ``collapsing_slowly``
@@ -46,8 +52,8 @@ ONE_HOT = 0.05
 DIVERGE_RATIO = 1e12
 RATE_FLOOR = 1e-12  # m(t) below this is float64 round-off: excluded from the rate fit
 RATE_RESOLVED = 1e-10  # decades/layer: tail slopes closer to 0 are float64 round-off of a flat m
-REGIMES = ("rank_collapse", "collapsing_slowly", "uniform_attention", "one_hot_attention", "stable_rank_k",
-           "diverging", "undecided")
+REGIMES = ("rank_collapse", "collapsing_slowly", "uniform_attention", "one_hot_attention",
+           "aligned_without_consensus", "stable_rank_k", "diverging", "undecided")
 #: labels that say the attention pattern has settled, not that collapse stopped
 ATTENTION_LABELS = ("uniform_attention", "one_hot_attention")
 
@@ -118,6 +124,8 @@ def label_trajectory(tr: dict[str, Any]) -> str:
         return "diverging"
     if tr["mu_relative"] < COLLAPSED:
         return "rank_collapse"
+    if tr["k"] == 1 and tr["mu_relative"] >= ALIVE:
+        return "aligned_without_consensus"
     if tr["change"] < CONVERGED and tr["mu_relative"] >= ALIVE:
         return "stable_rank_k"
     if tr.get("rate_last_hi", float("nan")) < -RATE_RESOLVED:

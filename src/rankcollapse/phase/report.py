@@ -19,7 +19,7 @@ from .regime import REGIMES
 
 PANELS_PER_FILE = 24
 COLOURS = {"rank_collapse": "#d62728", "collapsing_slowly": "#9467bd", "uniform_attention": "#ff7f0e",
-           "one_hot_attention": "#bcbd22", "stable_rank_k": "#2ca02c", "diverging": "#7f7f7f", "undecided": "#1f77b4"}
+           "one_hot_attention": "#bcbd22", "aligned_without_consensus": "#e377c2", "stable_rank_k": "#2ca02c", "diverging": "#7f7f7f", "undecided": "#1f77b4"}
 
 
 #: What a heatmap cell's colour and number mean (the legend's title).

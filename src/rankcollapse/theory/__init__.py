@@ -28,6 +28,7 @@ from .._lazy import attach_imports
 if TYPE_CHECKING:
     from .basin import BasinEstimate, basin_estimate
     from .bound import BoundResult, EnvelopeViolation, check_collapse_bound, fit_rate, radius_sweep
+    from .clusters import CircleClusters, circle_clusters, fastest_mode, first_plateau, plateaus
     from .envelope import (
         EnvelopeDepth, Theorem1Terms, envelope_crossing_depth, envelope_rate, scrambling_length,
         theorem1_terms,

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from .._deprecation import renamed_arguments
 from ..errors import ConfigError
 from ..masks import resolve_mask
 from ..masks.schedule import is_schedule
@@ -26,11 +27,12 @@ from .schedule_bound import check_schedule_bound
 __all__ = ["BoundResult", "EnvelopeViolation", "check_collapse_bound", "fit_rate", "radius_sweep"]
 
 
+@renamed_arguments(n="n_tokens", d="d_model")
 def check_collapse_bound(
     mask: Any,
     *,
-    n: int | None = None,
-    d: int = 16,
+    n_tokens: int | None = None,
+    d_model: int = 16,
     depth: int = 60,
     n_samples: int = 8,
     seed: int = 0,
@@ -53,11 +55,12 @@ def check_collapse_bound(
 
     Parameters
     ----------
-    mask : Mask, bool ``(N, N)`` or spec string (with ``n``); must be QSC with self-loops.
-        A schedule (``"schedule:..."``) is checked against its own envelope by
+    mask : Mask, bool ``(N, N)`` or spec string (with ``n_tokens``); must be QSC with
+        self-loops. A schedule (``"schedule:..."``) is checked against its own envelope by
         :func:`~rankcollapse.theory.schedule_bound.check_schedule_bound`.
-    d, depth, n_samples, seed : width, layers, batch size and seed (weights, and X(0)
-        unless given).
+    n_tokens : number of tokens N of a spec string (deprecated alias ``n``).
+    d_model, depth, n_samples, seed : width d (deprecated alias ``d``), layers, batch size
+        and seed (weights, and X(0) unless given).
     exponent : ``"t/r"`` or ``"t/(2r)"``.
     d_qk, qk_scale : temperature, and std·√d of the Gaussian ``W_Q, W_K`` entries (A1).
     X0 : optional ``(B, N, d)`` inputs; default Gaussian with entries of std ``1/√d``.
@@ -70,10 +73,10 @@ def check_collapse_bound(
     Raises
     ------
     ConfigError
-        Unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d`` < 1, a mask
+        Unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d_model`` < 1, a mask
         that is not QSC or lacks self-loops, ``X0`` of the wrong shape.
     MaskError
-        A spec without ``n``, or an invalid mask.
+        A spec without ``n_tokens``, or an invalid mask.
 
     See Also
     --------
@@ -83,40 +86,41 @@ def check_collapse_bound(
 
     Examples
     --------
-    >>> r = check_collapse_bound("causal_sliding_window:w=2", n=6, d=4, depth=12, n_samples=2)
+    >>> r = check_collapse_bound("causal_sliding_window:w=2", n_tokens=6, d_model=4, depth=12, n_samples=2)
     >>> r.radius, r.mu.shape  # radius of the window graph; (depth + 1, n_samples)
     (5, torch.Size([13, 2]))
     >>> r.holds, r.measured_rate < 1  # measured mu below the envelope; it decays
     (True, True)
     """
     if is_schedule(mask):  # per-layer masks: the envelope of the composed graph (docs/theory.md §7)
-        return check_schedule_bound(mask, n=n, d=d, depth=depth, n_samples=n_samples, seed=seed,
+        return check_schedule_bound(mask, n_tokens=n_tokens, d_model=d_model, depth=depth, n_samples=n_samples, seed=seed,
                                     exponent=exponent, d_qk=d_qk, qk_scale=qk_scale, X0=X0)
     if exponent not in EXPONENTS:
         raise ConfigError(f"exponent must be one of {tuple(EXPONENTS)}, got {exponent!r}")
-    if depth < 1 or n_samples < 1 or d < 1:
-        raise ConfigError(f"need depth ≥ 1, n_samples ≥ 1 and d must be ≥ 1; got depth={depth}, "
-                          f"n_samples={n_samples}, d={d}")
-    m = resolve_mask(mask, n)
+    if depth < 1 or n_samples < 1 or d_model < 1:
+        raise ConfigError(f"need depth ≥ 1, n_samples ≥ 1 and d_model ≥ 1; got depth={depth}, "
+                          f"n_samples={n_samples}, d_model={d_model}")
+    m = resolve_mask(mask, n_tokens)
     terms = require_theorem1(m)
     N, r = m.n_tokens, int(terms.radius)
-    X0, sim = orthogonal_run(X0, m, N, d, n_samples=n_samples, depth=depth, d_qk=d_qk, qk_scale=qk_scale, seed=seed)
+    X0, sim = orthogonal_run(X0, m, N, d_model, n_samples=n_samples, depth=depth, d_qk=d_qk, qk_scale=qk_scale, seed=seed)
     eps = measured_epsilon(sim.attention, [m.to_dense()] * depth)
-    cfg = {"n": N, "d": X0.shape[2], "depth": depth, "n_samples": X0.shape[0], "seed": seed, "d_qk": d_qk,
+    cfg = {"n_tokens": N, "d_model": X0.shape[2], "depth": depth, "n_samples": X0.shape[0], "seed": seed, "d_qk": d_qk,
            "qk_scale": qk_scale, "value": "orthogonal", "query_key": sim.config["query_key"]}
     return envelope_result(m.spec, r, r, exponent, X0, sim.metrics["mu"], eps, cfg)
 
 
-def radius_sweep(n: int = 32, widths: tuple[int, ...] = (32, 17, 9, 5, 3, 2), **kwargs: Any) -> pd.DataFrame:
-    """Theorem 1 check across ``causal_sliding_window:w`` masks at fixed ``n``.
+@renamed_arguments(n="n_tokens")
+def radius_sweep(n_tokens: int = 32, widths: tuple[int, ...] = (32, 17, 9, 5, 3, 2), **kwargs: Any) -> pd.DataFrame:
+    """Theorem 1 check across ``causal_sliding_window:w`` masks at fixed ``n_tokens``.
 
-    Returns a table ``mask, width, radius, epsilon, measured_rate, envelope_rate,
+    Returns a table ``mask, width, radius, epsilon_measured (median over samples), measured_rate, envelope_rate,
     n_violations, holds`` (one row per width, same seed and inputs for all).
     """
     rows = []
     for w in widths:
-        res = check_collapse_bound(f"causal_sliding_window:w={w}", n=n, **kwargs)
-        rows.append({"mask": res.mask, "width": w, "radius": res.radius, "epsilon": float(res.epsilon.median()),
+        res = check_collapse_bound(f"causal_sliding_window:w={w}", n_tokens=n_tokens, **kwargs)
+        rows.append({"mask": res.mask, "width": w, "radius": res.radius, "epsilon_measured": float(res.epsilon_measured.median()),
                      "measured_rate": res.measured_rate, "envelope_rate": res.envelope_rate,
                      "n_violations": res.n_violations, "holds": res.holds})
     return pd.DataFrame(rows)

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._deprecation import renamed_arguments
 from ..errors import ConfigError
 
 #: Envelope exponents: ``t/r`` (Theorem 1 as proved, k = 1) and the weaker ``t/(2r)`` (k = 2).
@@ -272,12 +273,13 @@ def _layer_facts(mask: Any) -> tuple[bool, int]:
     return bool(csr.diagonal().all()), int(np.diff(csr.indptr).max())
 
 
-def scrambling_length(source: Any, n: int | None = None) -> int | None:
+@renamed_arguments(n="n_tokens")
+def scrambling_length(source: Any, n_tokens: int | None = None) -> int | None:
     """Scrambling length ``L`` of a schedule or mask: the least ``L`` such that every window
     of ``L`` consecutive layers, at any phase, composes to a graph in which some token
     reaches every token (docs/theory.md §7). None when the composed graph is not QSC or a
     layer mask lacks self-loops. Forms, cost and errors: :func:`theorem1_terms`."""
-    return theorem1_terms(source, n).scrambling_length
+    return theorem1_terms(source, n_tokens).scrambling_length
 
 
 def require_theorem1(source: Any, n: int | None = None) -> Theorem1Terms:
@@ -348,8 +350,17 @@ class EnvelopeDepth:
         return dict(self.__dict__)
 
 
+def epsilon_uniform(max_in_degree: int) -> float:
+    """``1 / deg_max``: the largest smallest-entry a row-stochastic attention on a mask can
+    have (uniform attention over the largest key set), hence the fastest rate Theorem 1
+    can certify; the default ε of :func:`envelope_rate` and :func:`envelope_crossing_depth`.
+    (Beside it: :func:`epsilon_lower_bound`, the a-priori bound of assumption A1, and the
+    measured ``epsilon_measured`` of :func:`~rankcollapse.theory.check_collapse_bound`.)"""
+    return 1.0 / max_in_degree
+
+
 def _epsilon(epsilon: float | None, deg_max: int) -> float:
-    eps = 1.0 / deg_max if epsilon is None else float(epsilon)
+    eps = epsilon_uniform(deg_max) if epsilon is None else float(epsilon)
     if not 0 < eps <= 1:
         raise ConfigError(f"epsilon must be in (0, 1], got {epsilon}")
     return eps
@@ -360,15 +371,18 @@ def _rate(eps: float, e: int) -> float:
     return 0.0 if eps >= 1 else math.exp(log_contraction(eps, e))
 
 
-def envelope_rate(mask: Any, n: int | None = None, *, epsilon: float | None = None) -> float:
+@renamed_arguments(n="n_tokens")
+def envelope_rate(mask: Any, n_tokens: int | None = None, *, epsilon: float | None = None) -> float:
     """Per-layer rate ``(1 - ε^e)^{1/e}`` of the Theorem-1 envelope of a mask or schedule
     (``e`` = effective radius, :class:`Theorem1Terms`; ``r`` for a mask).
 
     Parameters
     ----------
-    mask : Mask, bool ``(N, N)``, spec string (with ``n``) or schedule; QSC with self-loops.
-    epsilon : smallest allowed attention entry, in (0, 1]; default ``1 / deg_max``, the
-        largest it can be, which gives the fastest rate the theorem certifies.
+    mask : Mask, bool ``(N, N)``, spec string (with ``n_tokens``; deprecated alias ``n``)
+        or schedule; QSC with self-loops.
+    epsilon : smallest allowed attention entry, in (0, 1]; default
+        :func:`epsilon_uniform` ``= 1 / deg_max``, the largest it can be, which gives the
+        fastest rate the theorem certifies.
 
     Returns
     -------
@@ -382,11 +396,12 @@ def envelope_rate(mask: Any, n: int | None = None, *, epsilon: float | None = No
     MaskError
         A spec without ``n``, or an invalid mask.
     """
-    terms = require_theorem1(mask, n)
+    terms = require_theorem1(mask, n_tokens)
     return _rate(_epsilon(epsilon, terms.max_in_degree), terms.effective_radius)
 
 
-def envelope_crossing_depth(mask: Any, threshold: float, n: int | None = None, *, epsilon: float | None = None,
+@renamed_arguments(n="n_tokens")
+def envelope_crossing_depth(mask: Any, threshold: float, n_tokens: int | None = None, *, epsilon: float | None = None,
                             cap: int = MAX_DEPTH) -> EnvelopeDepth:
     """Least depth at which the Theorem-1 envelope relative to the input,
     ``E(t) = √N (1 - ε^e)^{t/e - 1}``, is at or below ``threshold`` (module docstring):
@@ -398,7 +413,7 @@ def envelope_crossing_depth(mask: Any, threshold: float, n: int | None = None, *
 
     Parameters
     ----------
-    mask, n, epsilon : as :func:`envelope_rate` (masks and schedules).
+    mask, n_tokens, epsilon : as :func:`envelope_rate` (masks and schedules).
     threshold : τ in (0, 1), a fraction of the input μ.
     cap : largest depth returned (layers, ≥ 1).
 
@@ -411,7 +426,7 @@ def envelope_crossing_depth(mask: Any, threshold: float, n: int | None = None, *
         raise ConfigError(f"threshold must be in (0, 1), got {threshold}")
     if int(cap) < 1:
         raise ConfigError(f"cap must be >= 1, got {cap}")
-    terms = require_theorem1(mask, n)
+    terms = require_theorem1(mask, n_tokens)
     N, e = terms.n_tokens, terms.effective_radius
     eps = _epsilon(epsilon, terms.max_in_degree)
     if eps >= 1:  # the bound (1 - ε^e) is 0: μ is certified 0 at once
@@ -429,9 +444,9 @@ def predicted_rate(terms: Theorem1Terms, *, d_qk: float = 1.0, token_norm: float
                    exponent: str = "t/r") -> dict[str, Any]:
     """Envelope rate of a mask or schedule from the a-priori entry bound (A1).
 
-    ``epsilon`` = :func:`epsilon_lower_bound` with ``terms.max_in_degree``; the per-layer
-    factor is ``(1 - ε^e)^{1/(k e)}`` with ``e = terms.effective_radius`` (docs/theory.md
-    §7). Keys: ``epsilon``, ``log10_rate_per_layer`` (log10 of the factor, < 0) and
+    ``epsilon_bound`` = :func:`epsilon_lower_bound` with ``terms.max_in_degree``; the
+    per-layer factor is ``(1 - ε^e)^{1/(k e)}`` with ``e = terms.effective_radius``
+    (docs/theory.md §7). Keys: ``epsilon_bound``, ``log10_rate_per_layer`` (log10 of the factor, < 0) and
     ``log10_layers_per_decade``; both None when the composed graph is not QSC (no collapse
     to one token is implied). Raises ConfigError as :func:`epsilon_lower_bound`.
     """
@@ -439,6 +454,6 @@ def predicted_rate(terms: Theorem1Terms, *, d_qk: float = 1.0, token_norm: float
                               max_in_degree=terms.max_in_degree)
     e = terms.effective_radius
     if e is None or e < 1 or not 0.0 < eps < 1.0:
-        return {"epsilon": eps, "log10_rate_per_layer": None, "log10_layers_per_decade": None}
-    return {"epsilon": eps, "log10_rate_per_layer": log_contraction(eps, e, exponent=exponent) / math.log(10),
+        return {"epsilon_bound": eps, "log10_rate_per_layer": None, "log10_layers_per_decade": None}
+    return {"epsilon_bound": eps, "log10_rate_per_layer": log_contraction(eps, e, exponent=exponent) / math.log(10),
             "log10_layers_per_decade": log10_layers_per_decade(eps, e, exponent=exponent)}

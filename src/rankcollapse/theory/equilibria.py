@@ -17,15 +17,15 @@ import numpy as np
 import torch
 from scipy.optimize import brentq
 
+from .._deprecation import renamed_arguments
 from .._display import NotebookResult
 from .._validate import check_int
+from ..dynamics.weights import RHO, construction_eigenvalues  # the W_V of the construction: a weight family
 from ..errors import ConfigError
 from ..metrics import numerical_rank
 from .stability import stability
 from .system import AttentionSystem, causal_uniform_system, fixed_point_residual
 
-#: Eigenvalue ratio of the construction; any ρ with σ(ρ) < 1 and τ(ρ)/(1-σ(ρ))² < 1 works.
-RHO = 4.0
 #: Largest rank the construction builds in float64 (ρ^(k-1) must stay finite and well scaled).
 MAX_RANK = 500
 #: Largest number of equilibria enumerated without an explicit ``limit``.
@@ -140,16 +140,6 @@ def causal_example_2x2() -> EquilibriumSet:
     return EquilibriumSet(system, eqs, {"construction": "causal_example_2x2", "B": B, "labels": labels})
 
 
-def construction_eigenvalues(d: int, rank: int, rho: float = RHO) -> np.ndarray:
-    """``λ_t = ρ^(t - (rank-1)/2)`` for ``t < rank`` and ``λ_0 / 2`` for the ``d - rank`` spare directions.
-
-    Centring the exponents keeps ``λ²`` inside float64's range up to ``rank = 500``
-    (the overall scale of ``W_V`` does not change the SA-LN dynamics).
-    """
-    lam = rho ** (np.arange(rank, dtype=np.float64) - (rank - 1) / 2)
-    return np.concatenate([lam, np.full(d - rank, lam[0] / 2)])
-
-
 def _token_after_rank(S: np.ndarray, lam: np.ndarray) -> np.ndarray:
     """Token ``t ≥ k``: ``x_j = λ_j S_j / (α - λ_j)`` with the unique ``α > max λ`` making ``‖x‖ = 1``."""
     top = lam.max()
@@ -193,7 +183,8 @@ def construct_equilibrium(n: int, lam: np.ndarray, signs: tuple[int, ...]) -> np
     return X
 
 
-def equilibria(n: int, d: int, rank: int, *, limit: int | None = None, stability: bool = True) -> EquilibriumSet:
+@renamed_arguments(n="n_tokens", d="d_model")
+def equilibria(n_tokens: int, d_model: int, rank: int, *, limit: int | None = None, stability: bool = True) -> EquilibriumSet:
     """A system with at least ``2^rank`` distinct SA-LN equilibria of rank exactly ``rank``.
 
     Causal mask, ``W_Q = W_K = 0`` (``d_qk = 1``), ``W_V = diag(λ)`` with ``λ_t ∝ 4^t``
@@ -202,7 +193,8 @@ def equilibria(n: int, d: int, rank: int, *, limit: int | None = None, stability
 
     Parameters
     ----------
-    n, d : number of tokens and dimension.
+    n_tokens, d_model : number of tokens N and token dimension d (deprecated aliases
+        ``n``, ``d``).
     rank : ``1 ≤ rank ≤ min(n, d)`` (and ``≤ MAX_RANK``).
     limit : enumerate only the first ``limit`` sign patterns (required above 4096).
     stability : attach a tangent-space stability report to each equilibrium.
@@ -216,9 +208,9 @@ def equilibria(n: int, d: int, rank: int, *, limit: int | None = None, stability
     ------
     ConfigError
         If ``rank`` is out of range, or ``2^rank > 4096`` without ``limit``, or
-        ``n``, ``d``, ``limit`` is not an integer ``>= 1``.
+        ``n_tokens``, ``d_model``, ``limit`` is not an integer ``>= 1``.
     """
-    n, d = check_int(n, "n", low=1), check_int(d, "d", low=1)
+    n, d = check_int(n_tokens, "n_tokens", low=1), check_int(d_model, "d_model", low=1)
     rank = check_int(rank, "rank")
     limit = None if limit is None else check_int(limit, "limit", low=1)
     if not 1 <= rank <= min(n, d):
@@ -227,7 +219,7 @@ def equilibria(n: int, d: int, rank: int, *, limit: int | None = None, stability
         raise ConfigError(f"rank {rank} > {MAX_RANK}: eigenvalue ratios 4^(rank-1) leave float64's range")
     count = 2**rank if limit is None else min(limit, 2**rank)
     if limit is None and count > MAX_ENUMERATED:
-        raise ConfigError(f"2^{rank} equilibria are too many to list; pass limit (e.g. --limit 64)")
+        raise ConfigError(f"2^{rank} equilibria are too many to list; pass limit (e.g. limit=64)")
     lam = construction_eigenvalues(d, rank)
     system = causal_uniform_system(torch.diag(torch.tensor(lam)), n)
     eqs = []

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .._deprecation import renamed_attribute
 from .._display import NotebookResult
 from ..dynamics import gaussian_tokens, simulate
 from ..errors import ConfigError
@@ -52,12 +53,14 @@ class EnvelopeViolation(UserWarning):
 class BoundResult(NotebookResult):
     """Measured μ and the Theorem 1 envelope, per layer and sample.
 
-    ``mu`` and ``envelope`` are float64 ``(depth+1, B)``; ``epsilon`` ``(B,)``;
+    ``mu`` and ``envelope`` are float64 ``(depth+1, B)``; ``epsilon_measured`` ``(B,)``, the
+    smallest allowed attention entry each sample's trajectory met (:func:`measured_epsilon`;
+    the deprecated ``epsilon`` reads it);
     ``measured_rate`` is the median over samples of ``exp(slope)`` of a least-squares fit
     of ``log μ(t)`` (per-layer decay factor, < 1 = collapse); ``envelope_rate`` is
     ``(1 - ε^e)^{1/e}`` (or ``^{1/(2e)}``, ``e`` the effective radius, ``r`` for a mask) of
     the sample whose ε is the median (``torch.median``: the lower middle for an even count),
-    so that ``epsilon_median`` and ``envelope_rate`` describe one and the same sample.
+    so that ``epsilon_measured_median`` and ``envelope_rate`` describe one and the same sample.
     """
 
     mask: str
@@ -65,11 +68,13 @@ class BoundResult(NotebookResult):
     exponent: str
     mu: torch.Tensor
     envelope: torch.Tensor
-    epsilon: torch.Tensor
+    epsilon_measured: torch.Tensor
     measured_rate: float
     envelope_rate: float
     n_violations: int
     config: dict[str, Any] = field(default_factory=dict)
+
+    epsilon = renamed_attribute("epsilon", "epsilon_measured")
 
     @property
     def holds(self) -> bool:
@@ -83,14 +88,21 @@ class BoundResult(NotebookResult):
             "mu": self.mu.flatten().numpy(), "envelope": self.envelope.flatten().numpy(),
         })
 
-    def to_pandas(self) -> pd.DataFrame:
-        """The tidy table of :meth:`table`."""
-        return self.table()
+    def to_pandas(self, *, summary: bool = False) -> pd.DataFrame:
+        """The tidy table of :meth:`table`; with ``summary``, that of :meth:`summarise`."""
+        return self.summarise() if summary else self.table()
+
+    def summarise(self) -> pd.DataFrame:
+        """Statistics over samples of ``mu`` and ``envelope`` per layer, in the
+        results-table layout of :mod:`rankcollapse.summary` (metrics ``mu``, ``envelope``)."""
+        from ..summary import by_layer, summary_table
+
+        return summary_table(by_layer({"mu": self.mu, "envelope": self.envelope}))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "mask": self.mask, "radius": self.radius, "exponent": self.exponent,
-            "epsilon_median": float(self.epsilon.median()), "measured_rate": self.measured_rate,
+            "epsilon_measured_median": float(self.epsilon_measured.median()), "measured_rate": self.measured_rate,
             "envelope_rate": self.envelope_rate, "n_violations": self.n_violations, "holds": self.holds,
             "mu_median": self.mu.median(dim=1).values.tolist(),
             "envelope_median": self.envelope.median(dim=1).values.tolist(), "config": self.config,
@@ -116,7 +128,7 @@ def envelope_result(spec: str, radius: int, effective_radius: int, exponent: str
     if n_bad:
         warnings.warn(f"Theorem 1 envelope violated at {n_bad} (layer, sample) points for {spec!r}",
                       EnvelopeViolation, stacklevel=3)
-    median = int(epsilon.median(dim=0).indices)  # the lower middle, the sample epsilon_median reports
+    median = int(epsilon.median(dim=0).indices)  # the lower middle, the sample epsilon_measured_median reports
     return BoundResult(spec, radius, exponent, mu, envelope, epsilon, float(fit_rate(mu).median()),
                        float(rate[median]), n_bad, config)
 

@@ -32,7 +32,7 @@ def describe_schedule(schedule: Any, n: int | None = None, *, per_token: bool = 
     ``radius``, ``quasi_strongly_connected``, ...; ``spec`` is the schedule's), plus
     ``period``, ``edges_per_layer``, ``mean_edges_per_layer``, ``period_radius`` (``p r_H``),
     ``scrambling_length`` (``L``), ``effective_radius`` (``min(p r_H, L)``, the envelope's
-    exponent), ``epsilon``, ``log10_rate_per_layer``, ``log10_layers_per_decade``
+    exponent), ``epsilon_bound``, ``log10_rate_per_layer``, ``log10_layers_per_decade``
     (:func:`rankcollapse.theory.envelope.predicted_rate`; ``bounds`` = its keyword
     arguments) and ``layers`` (each layer's description).
 
@@ -87,7 +87,7 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
     Columns: ``spec, period, n_tokens, mean_edges_per_layer, quasi_strongly_connected,
     radius`` (``r_H``, of the composed graph), ``period_radius`` (``p r_H``),
     ``scrambling_length`` (``L``), ``effective_radius`` (``min(p r_H, L)``, the exponent of
-    the envelope), ``epsilon, log10_rate_per_layer, log10_layers_per_decade,
+    the envelope), ``epsilon_bound, log10_rate_per_layer, log10_layers_per_decade,
     rank_predicted`` and, with ``measure``, ``measured_rate``
     (median over samples, :func:`measure_rate`), ``measured_q25, measured_q75`` and
     ``rank_measured``. Rank 1 = slowest collapse (most layers
@@ -131,7 +131,7 @@ def compare_masks(
     """Table of masks by radius and predicted per-layer contraction.
 
     Columns: ``spec, n_tokens, n_edges, quasi_strongly_connected, n_centers, radius,
-    max_in_degree, epsilon, log10_factor, log10_layers_per_decade``. ``epsilon`` is
+    max_in_degree, epsilon_bound, log10_factor, log10_layers_per_decade``. ``epsilon_bound`` is
     :func:`~rankcollapse.theory.envelope.epsilon_lower_bound` for each mask's own max
     in-degree; ``log10_factor`` is ``log10`` of ``(1 - eps^r)^(1/(k r))``
     (:func:`~rankcollapse.theory.envelope.predicted_rate`). Non-QSC masks get no rate
@@ -152,7 +152,7 @@ def compare_masks(
             "spec": a.spec, "n_tokens": a.n_tokens, "n_edges": a.n_edges,
             "quasi_strongly_connected": a.quasi_strongly_connected,
             "n_centers": len(a.centers), "radius": a.radius, "max_in_degree": a.in_degree["max"],
-            "epsilon": rate["epsilon"],
+            "epsilon_bound": rate["epsilon_bound"],
             "log10_factor": math.nan if rate["log10_rate_per_layer"] is None else rate["log10_rate_per_layer"],
             "log10_layers_per_decade": math.nan if rate["log10_layers_per_decade"] is None
             else rate["log10_layers_per_decade"],

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from .._deprecation import renamed_arguments
 from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
 from .envelope import EXPONENTS, require_theorem1
@@ -53,8 +54,9 @@ def _scrambling_agrees(attention: list[torch.Tensor], eps: torch.Tensor, L: int,
     return all(bool((_product(attention, s, L).amin(dim=-2) >= floor).any(-1).all()) for s in starts)
 
 
+@renamed_arguments(n="n_tokens", d="d_model")
 def check_schedule_bound(
-    schedule: Any, *, n: int | None = None, d: int = 16, depth: int = 60, n_samples: int = 8,
+    schedule: Any, *, n_tokens: int | None = None, d_model: int = 16, depth: int = 60, n_samples: int = 8,
     seed: int = 0, exponent: str = "t/r", d_qk: float = 1.0, qk_scale: float = 1.0,
     X0: torch.Tensor | None = None,
 ) -> BoundResult:
@@ -73,24 +75,24 @@ def check_schedule_bound(
     Raises
     ------
     ConfigError
-        Unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d`` < 1, a
+        Unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d_model`` < 1, a
         composed graph that is not QSC, a layer mask without self-loops, bad ``X0``.
     MaskError
         A bad schedule spec.
     """
     if exponent not in EXPONENTS:
         raise ConfigError(f"exponent must be one of {tuple(EXPONENTS)}, got {exponent!r}")
-    if depth < 1 or n_samples < 1 or d < 1:
-        raise ConfigError(f"need depth ≥ 1, n_samples ≥ 1, d ≥ 1; got {depth}, {n_samples}, {d}")
-    if n is None:
-        raise ConfigError("a schedule needs the number of tokens n")
-    sched = parse_schedule(schedule, n)
+    if depth < 1 or n_samples < 1 or d_model < 1:
+        raise ConfigError(f"need depth ≥ 1, n_samples ≥ 1, d_model ≥ 1; got {depth}, {n_samples}, {d_model}")
+    if n_tokens is None:
+        raise ConfigError("a schedule needs the number of tokens n_tokens")
+    sched = parse_schedule(schedule, n_tokens)
     terms = require_theorem1(sched)
     N, p, L, e = sched.n_tokens, sched.period, terms.scrambling_length, terms.effective_radius
-    X0, sim = orthogonal_run(X0, sched, N, d, n_samples=n_samples, depth=depth, d_qk=d_qk, qk_scale=qk_scale, seed=seed)
+    X0, sim = orthogonal_run(X0, sched, N, d_model, n_samples=n_samples, depth=depth, d_qk=d_qk, qk_scale=qk_scale, seed=seed)
     eps = measured_epsilon(sim.attention, [sched.layer(t).to_dense() for t in range(depth)])
     support = _support_agrees(sim.attention, sched.composed().to_dense(), eps, p) if depth >= p else None
-    cfg = {"n": N, "d": X0.shape[2], "depth": depth, "n_samples": X0.shape[0], "seed": seed, "d_qk": d_qk,
+    cfg = {"n_tokens": N, "d_model": X0.shape[2], "depth": depth, "n_samples": X0.shape[0], "seed": seed, "d_qk": d_qk,
            "qk_scale": qk_scale, "value": "orthogonal", "query_key": sim.config["query_key"], "period": p,
            "period_radius": terms.period_radius, "scrambling_length": L, "effective_radius": e,
            "support_agrees": support, "scrambling_agrees": _scrambling_agrees(sim.attention, eps, L, p)}

@@ -15,8 +15,10 @@ from typing import Any
 
 import torch
 
+from .._deprecation import renamed_arguments
 from .._display import NotebookResult
 from ..dynamics.config import BlockConfig
+from ..dynamics.inputs import ON_SPHERE, canonical_input, make_tokens
 from ..dynamics.layers import sphere
 from ..dynamics.single_head import single_head_layer
 from .._validate import check_float
@@ -26,27 +28,24 @@ from ..dynamics.weights import haar_orthogonal
 from ..masks import resolve_mask
 from .bound import fit_rate
 
+#: the inputs the check runs by default: meeting Theorem 2's condition, violating it, and neither
 INPUTS = ("nonnegative", "antipodal", "sphere")
 SA_LN = BlockConfig(norm="sphere", placement="none")  # X <- D A X W_V
 
 
 def make_inputs(kind: str, B: int, N: int, d: int, generator: torch.Generator) -> torch.Tensor:
-    """Unit tokens ``(B, N, d)`` float64.
+    """Unit tokens ``(B, N, d)`` float64 of the input ``kind`` of the registry
+    (:func:`rankcollapse.dynamics.inputs.make_tokens`) drawn from ``generator``; only
+    inputs on the unit sphere (:data:`~rankcollapse.dynamics.inputs.ON_SPHERE`).
 
-    ``nonnegative``: |Gaussian| entries, so every pairwise cosine is ≥ 0 (Theorem 2's
-    condition). ``antipodal``: tokens alternate ``±v`` plus 1e-3 noise (cosines ≈ -1,
-    violating it). ``sphere``: uniform on the sphere (violates it for most pairs).
+    Raises
+    ------
+    ConfigError
+        ``kind`` is not an input on the sphere.
     """
-    G = torch.randn(B, N, d, generator=generator, dtype=torch.float64)
-    if kind == "nonnegative":
-        return sphere(G.abs())[0]
-    if kind == "antipodal":
-        v = sphere(torch.randn(B, 1, d, generator=generator, dtype=torch.float64))[0]
-        signs = (1 - 2 * (torch.arange(N) % 2)).to(torch.float64).view(1, N, 1)
-        return sphere(signs * v + 1e-3 * G)[0]
-    if kind == "sphere":
-        return sphere(G)[0]
-    raise ConfigError(f"inputs must be one of {INPUTS}, got {kind!r}")
+    if canonical_input(kind) not in ON_SPHERE:
+        raise ConfigError(f"inputs must be one on the unit sphere, one of {ON_SPHERE}, got {kind!r}")
+    return make_tokens(kind, B, N, d, generator=generator)
 
 
 @dataclass
@@ -78,11 +77,12 @@ class SphereResult(NotebookResult):
                 "config": self.config}
 
 
+@renamed_arguments(n="n_tokens", d="d_model")
 def check_sphere_collapse(
     mask: Any,
     *,
-    n: int | None = None,
-    d: int = 8,
+    n_tokens: int | None = None,
+    d_model: int = 8,
     depth: int = 80,
     n_samples: int = 8,
     inputs: str = "nonnegative",
@@ -112,10 +112,10 @@ def check_sphere_collapse(
     """
     if d_qk is not None:
         beta = 1.0 / math.sqrt(check_float(d_qk, "d_qk", low=0, strict_low=True))
-    m = resolve_mask(mask, n)
+    m, d = resolve_mask(mask, n_tokens), d_model  # d: the formulas' name for d_model
     N = m.n_tokens
     if N < 2 or d < 2 or depth < 1 or n_samples < 1 or not beta >= 0:
-        raise ConfigError(f"need N ≥ 2 tokens, d ≥ 2, depth ≥ 1, n_samples ≥ 1 and beta ≥ 0; got N={N}, d={d}, "
+        raise ConfigError(f"need N ≥ 2 tokens, d_model ≥ 2, depth ≥ 1, n_samples ≥ 1 and beta ≥ 0; got N={N}, d_model={d}, "
                           f"depth={depth}, n_samples={n_samples}, beta={beta}")
     g = torch.Generator().manual_seed(seed)
     X = make_inputs(inputs, n_samples, N, d, g)
@@ -132,6 +132,6 @@ def check_sphere_collapse(
         mus.append(mu_metric(X))
     mu_t = torch.stack(mus)
     final = float(mu_t[-1].median())
-    cfg = {"n": N, "d": d, "depth": depth, "n_samples": n_samples, "seed": seed, "beta": beta}
+    cfg = {"n_tokens": N, "d_model": d, "depth": depth, "n_samples": n_samples, "seed": seed, "beta": beta}
     return SphereResult(m.spec, inputs, mu_t, cos0, float(fit_rate(mu_t).median()), final,
                         final < collapse_tol, cfg)

@@ -18,12 +18,9 @@ import sys
 import time
 from typing import TextIO
 
+from .. import _progress
+
 WIDTH = 70
-
-
-def stderr_is_tty() -> bool:
-    """Whether stderr is a terminal."""
-    return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 def short(text: str, width: int = WIDTH) -> str:
@@ -45,7 +42,7 @@ class UnitProgress:
     def __init__(self, title: str, total: int, *, enabled: bool = True, tty: bool | None = None,
                  stream: TextIO | None = None) -> None:
         self.title, self.total, self.enabled = title, int(total), bool(enabled)
-        self.tty = stderr_is_tty() if tty is None else bool(tty)
+        self.tty = _progress.stderr_is_tty() if tty is None else bool(tty)
         self._stream = stream
         self.done_count = self.cached = 0
         self._t0 = time.perf_counter()

@@ -1,6 +1,8 @@
 """Shared inputs of one run: texts, token windows, loaded models and X(0) embeddings.
 
-Loaded once per process and handed to every unit (no module-level state).
+Loaded once per process and handed to every unit (no module-level state): the driver
+builds one for the units it runs itself, each worker process of an executor builds its
+own from the run's data spec and device (:mod:`.executors`).
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ class RunContext:
         if key not in self._windows:
             tok = self.model(model).require_tokenizer()
             self._windows[key] = data.make_windows(
-                self.texts(), tok, length=self.data["length"], n_windows=n_windows, seed=self.data["seed"]
+                self.texts(), tok, n_tokens=self.data["length"], n_windows=n_windows, seed=self.data["seed"]
             )
         return self._windows[key]
 

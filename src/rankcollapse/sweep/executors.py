@@ -22,13 +22,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import pandas as pd
 
 from ..errors import ConfigError, excerpt
-from .config import Unit
 from .context import RunContext
+from .units import Unit, UnitFn
 
 #: Intra-op torch threads of every unit, under every executor (see the module docstring).
 UNIT_THREADS = 1
@@ -40,8 +40,6 @@ RAY_CONNECT_TIMEOUT_S = 3.0
 #: How often a unit whose worker died is resubmitted (Ray ``max_retries``; the process
 #: pool is rebuilt this many times).
 RETRIES = 3
-
-UnitFn = Callable[[Unit, RunContext], pd.DataFrame]
 
 
 @dataclass
@@ -119,10 +117,7 @@ def _exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _worker_run(unit: Unit, table: Mapping[str, UnitFn] | None = None) -> tuple[pd.DataFrame, float, float, str]:
-    if table is None:  # the experiments' units; other callers pass their own table
-        from .units import EXECUTORS as table
-
+def _worker_run(unit: Unit, table: Mapping[str, UnitFn]) -> tuple[pd.DataFrame, float, float, str]:
     return run_unit(unit, _WORKER["ctx"], table)
 
 
@@ -177,17 +172,18 @@ class ProcessExecutor:
 
 
 # --- Ray --------------------------------------------------------------------------------
-def _ray_run_unit(unit: Unit, data: dict[str, Any], device: str) -> tuple[pd.DataFrame, float, float, str]:
+def _ray_run_unit(unit: Unit, data: dict[str, Any], device: str, table: Mapping[str, UnitFn]
+                  ) -> tuple[pd.DataFrame, float, float, str]:
     """The Ray task: runs in a Ray worker process, which keeps one run context per data
-    spec between tasks (workers are reused)."""
+    spec between tasks (workers are reused). ``table``: the unit kinds' functions,
+    pickled by reference (the worker imports their modules, which register the kinds)."""
     from .._io import config_hash
-    from .units import EXECUTORS
 
     key = config_hash([data, device])
     if _WORKER.get("key") != key:
         _init_worker(data, device)
         _WORKER["key"] = key
-    return run_unit(unit, _WORKER["ctx"], EXECUTORS)
+    return run_unit(unit, _WORKER["ctx"], table)
 
 
 class RayExecutor:
@@ -209,7 +205,7 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            raise ConfigError("--executor ray needs Ray: pip install 'rankcollapse[distributed]'") from None
+            raise ConfigError("executor 'ray' needs Ray: pip install 'rankcollapse[distributed]'") from None
         self._data, self._device, self._own = data, str(device), not ray.is_initialized()
         if self._own and address and address != "auto":
             check_ray_reachable(address)  # seconds, instead of ray.init's minutes of retries
@@ -228,7 +224,8 @@ class RayExecutor:
     def map(self, units: list[Unit], ctx: RunContext, table: Mapping[str, UnitFn]) -> Iterator[Done]:
         import ray
 
-        refs = {self._task.remote(u, self._data, self._device): i for i, u in enumerate(units)}
+        table = dict(table)
+        refs = {self._task.remote(u, self._data, self._device, table): i for i, u in enumerate(units)}
         try:
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1)
@@ -268,7 +265,7 @@ def parse_ray_address(address: str) -> tuple[str, int] | None:
     ok = (sep and host and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535
           and not any(c.isspace() or c in "/@[]" for c in host))
     if not ok:
-        raise ConfigError(f"--address must be auto or host:port (port 1-65535), got {excerpt(address)}")
+        raise ConfigError(f"address must be auto or host:port (port 1-65535), got {excerpt(address)}")
     return host, int(port)
 
 
@@ -294,12 +291,13 @@ def check_ray_reachable(address: str, timeout: float | None = None) -> None:
         raise ConfigError(f"cannot reach the Ray cluster at {excerpt(address)} within {timeout:g} s: {why}") from None
 
 
-def check_executor(name: str, *, workers: int | None = None, address: str | None = None) -> None:
+def check_executor(name: str, *, workers: int | None = None, address: str | None = None, flags: bool = False) -> None:
     """Validate executor options without starting anything or touching the network.
 
     An option the executor would ignore is refused: ``workers`` with ``serial`` (one
     unit at a time), ``workers`` with a Ray ``address`` (the cluster's CPUs are used),
-    ``address`` without ``ray``.
+    ``address`` without ``ray``. Messages name the arguments (``workers``), or with
+    ``flags`` the command line's options (``--workers``).
 
     Raises
     ------
@@ -307,23 +305,24 @@ def check_executor(name: str, *, workers: int | None = None, address: str | None
         Unknown name, ``workers`` < 1, an option the executor would ignore, a malformed
         ``address`` (:func:`parse_ray_address`), Ray not installed.
     """
+    w, a, e = ("--workers", "--address", "--executor ") if flags else ("workers", "address", "executor=")
     if name not in EXECUTOR_NAMES:
         raise ConfigError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTOR_NAMES)}")
     if workers is not None and int(workers) < 1:
-        raise ConfigError(f"--workers must be >= 1, got {workers}")
+        raise ConfigError(f"{w} must be >= 1, got {workers}")
     if address is not None and name != "ray":
-        raise ConfigError("--address needs --executor ray")
+        raise ConfigError(f"{a} needs {e}ray")
     if workers is not None and name == "serial":
-        raise ConfigError("--workers needs --executor processes or ray (serial runs one unit at a time)")
+        raise ConfigError(f"{w} needs {e}processes or ray (serial runs one unit at a time)")
     if workers is not None and address is not None:
-        raise ConfigError("--workers sizes a private Ray instance; with --address the cluster's own CPUs are used")
+        raise ConfigError(f"{w} sizes a private Ray instance; with {a} the cluster's own CPUs are used")
     if address is not None:
         parse_ray_address(address)
     if name == "ray":
         import importlib.util
 
         if importlib.util.find_spec("ray") is None:
-            raise ConfigError("--executor ray needs Ray: pip install 'rankcollapse[distributed]'")
+            raise ConfigError(f"{e}ray needs Ray: pip install 'rankcollapse[distributed]'")
 
 
 def make_executor(name: str, *, workers: int | None = None, address: str | None = None,

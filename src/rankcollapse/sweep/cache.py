@@ -1,8 +1,8 @@
 """The unit cache: one Parquet file per unit, named by the unit's kind and hash.
 
-The hash (:attr:`~.config.Unit.hash`) covers the unit's parameters, its data spec, the
-declared numerics version and the versions of the libraries that change numbers
-(:func:`rankcollapse._io.code_fingerprint`), so a file's name says what it holds
+The hash (:attr:`~.units.Unit.hash`) covers the unit's parameters, its data spec, its
+kind's version, the declared numerics version and the versions of the libraries that
+change numbers (:func:`~.units.code_fingerprint`), so a file's name says what it holds
 (content addressing by key). The cache stores whatever frame a unit returns, per-window
 rows included; it never interprets them.
 
@@ -38,7 +38,7 @@ from typing import Any
 import pandas as pd
 
 from .._io import TMP_SUFFIX, atomic_path, read_regular
-from .config import Unit
+from .units import Unit
 
 #: Temporary files older than this (seconds) belong to a dead writer and may be removed.
 ORPHAN_AGE_S = 24 * 3600

@@ -1,0 +1,185 @@
+"""Attention operators whose rows need not sum to one: sinks, off-by-one, sigmoid, differential.
+
+Theorem 1 of the paper (docs/theory.md §1) assumes row-stochastic attention. These
+operators break that assumption in the ways recent architectures do; docs/theory.md
+("Attention that is not row-stochastic") says what still holds. Each operator maps the
+scaled scores ``S = scale * Q K^T`` ``(B, H, N, N)`` and the mask to weights ``A``:
+
+==================  =====================================================================
+spec                weights ``A[i, j]`` over allowed keys ``j`` (0 elsewhere)
+==================  =====================================================================
+``softmax``         ``exp(S_ij) / sum_k exp(S_ik)``: rows sum to 1
+``uniform``         softmax with ``W_Q = W_K = 0``: ``1 / deg(i)``
+``sink:b=B``        ``exp(S_ij) / (exp(B) + sum_k exp(S_ik))``: an extra key with logit ``B``
+                    and value 0 (a learned sink logit as in GPT-OSS, held constant here);
+                    rows sum to ``1 - exp(B) / (exp(B) + sum_k exp(S_ik)) < 1``
+``offbyone``        ``sink:b=0`` (Miller 2023, "Attention is off by one": ``1 +`` in the
+                    softmax denominator)
+``sigmoid[:bias=B]`` ``sigma(S_ij + B)`` elementwise; ``B`` defaults to ``-log N``
+                    (Ramapuram et al. 2024, "Theory, analysis, and best practices for
+                    sigmoid self-attention"); rows sum to anything in ``(0, deg(i))``
+``diff:lambda=L``   ``softmax(S1) - L softmax(S2)``, ``S1, S2`` the scores of the first and
+                    second half of each head's query/key dimensions (Ye et al. 2024,
+                    "Differential Transformer", eq. 1, without its per-head GroupNorm and
+                    ``1 - lambda_init`` output scale); rows sum to ``1 - L`` and entries
+                    may be negative
+==================  =====================================================================
+
+All operators run on the dense path (the windowed and FlexAttention kernels implement
+softmax only; :func:`~rankcollapse.dynamics.simulate` refuses them there).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported where weights are computed: parsing stays light (CLI start-up)
+    import torch
+
+KINDS = ("softmax", "uniform", "sink", "offbyone", "sigmoid", "diff")
+_PARAMS = {"sink": ("b",), "sigmoid": ("bias",), "diff": ("lambda",)}
+
+
+@dataclass(frozen=True)
+class AttentionOperator:
+    """A parsed attention operator (see the module table).
+
+    Attributes
+    ----------
+    kind : one of :data:`KINDS`.
+    b : sink logit (``sink``; 0 for ``offbyone``), else None.
+    bias : sigmoid bias, None = ``-log N``.
+    lam : differential attention's ``lambda``.
+    """
+
+    kind: str
+    b: float | None = None
+    bias: float | None = None
+    lam: float | None = None
+
+    @property
+    def row_stochastic(self) -> bool:
+        """Whether every row of ``A`` sums to 1 (the assumption of Theorem 1)."""
+        return self.kind in ("softmax", "uniform")
+
+    @property
+    def spec(self) -> str:
+        """The canonical spec string (``parse_attention(op.spec) == op``)."""
+        if self.kind == "sink":
+            return f"sink:b={self.b:g}"
+        if self.kind == "sigmoid":
+            return "sigmoid" if self.bias is None else f"sigmoid:bias={self.bias:g}"
+        if self.kind == "diff":
+            return f"diff:lambda={self.lam:g}"
+        return self.kind
+
+
+def parse_attention(spec: str | AttentionOperator) -> AttentionOperator:
+    """Parse ``softmax | uniform | sink:b=B | offbyone | sigmoid[:bias=B] | diff:lambda=L``.
+
+    Raises
+    ------
+    ConfigError
+        Unknown kind, unknown or missing parameter, or a value that is not a finite number.
+    """
+    if isinstance(spec, AttentionOperator):
+        return spec
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"attention must be one of {KINDS} (with parameters, e.g. 'sink:b=2'), got {spec!r}")
+    kind, _, rest = spec.strip().partition(":")
+    if kind not in KINDS:
+        raise ConfigError(f"unknown attention {kind!r}; choose one of {KINDS} (e.g. 'sink:b=2', 'diff:lambda=0.5')")
+    params: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, raw = item.partition("=")
+        if not eq or key not in _PARAMS.get(kind, ()):
+            allowed = _PARAMS.get(kind, ())
+            raise ConfigError(f"attention {kind!r} takes {'parameters ' + str(allowed) if allowed else 'no parameters'}, "
+                              f"got {item!r}")
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"attention {kind}: {key} must be a number, got {raw!r}") from None
+        if not math.isfinite(value):
+            raise ConfigError(f"attention {kind}: {key} must be finite, got {raw!r}")
+        params[key] = value
+    if kind == "sink":
+        if "b" not in params:
+            raise ConfigError("attention 'sink' needs its logit: 'sink:b=2' ('offbyone' is b = 0)")
+        return AttentionOperator("sink", b=params["b"])
+    if kind == "offbyone":
+        return AttentionOperator("sink", b=0.0)
+    if kind == "sigmoid":
+        return AttentionOperator("sigmoid", bias=params.get("bias"))
+    if kind == "diff":
+        if "lambda" not in params:
+            raise ConfigError("attention 'diff' needs lambda: 'diff:lambda=0.5'")
+        return AttentionOperator("diff", lam=params["lambda"])
+    return AttentionOperator(kind)
+
+
+def operator_weights(Q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor, op: AttentionOperator, *,
+                     scale: float, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention weights ``A`` ``(B, H, N, N)`` of ``op`` in ``Q.dtype``.
+
+    Q, K : ``(B, H, N, d_k)``; mask : bool ``(N, N)`` (True = attend), every row with an
+    allowed key; scale : multiplies ``Q K^T``; bias : ``(H, N, N)`` added to the scaled
+    scores (T5) or None. Scores that may overflow ``Q.dtype``
+    (:func:`~rankcollapse.dynamics.attention.scores_may_overflow`) are formed in float64.
+    Formulas: the module table.
+
+    Raises
+    ------
+    ConfigError
+        ``diff`` with an odd per-head query/key width.
+    """
+    import torch
+
+    from .attention import masked_softmax, scores_may_overflow
+
+    if op.kind == "diff":
+        d_k = Q.shape[-1]
+        if d_k % 2:
+            raise ConfigError(f"attention 'diff' splits each head's queries and keys in two halves; d_k = {d_k} is odd")
+        h = d_k // 2
+        A1 = operator_weights(Q[..., :h], K[..., :h], mask, AttentionOperator("softmax"), scale=scale, bias=bias)
+        A2 = operator_weights(Q[..., h:], K[..., h:], mask, AttentionOperator("softmax"), scale=scale, bias=bias)
+        return A1 - op.lam * A2
+    work = torch.float64 if scores_may_overflow(Q, K, scale, bias) else Q.dtype
+    S = (Q.to(work) @ K.to(work).transpose(-1, -2)) * scale
+    if bias is not None:
+        S = S + bias.to(work)
+    if op.kind == "sink":
+        return _sink_softmax(S, mask, op.b).to(Q.dtype)
+    if op.kind == "sigmoid":
+        b = -math.log(S.shape[-1]) if op.bias is None else op.bias
+        return torch.sigmoid(S + b).masked_fill(~mask, 0.0).to(Q.dtype)
+    return masked_softmax(S, mask).to(Q.dtype)
+
+
+def _sink_softmax(S: torch.Tensor, mask: torch.Tensor, b: float) -> torch.Tensor:
+    """``exp(S_ij) / (exp(b) + sum_k exp(S_ik))`` over allowed ``j``, stable: the row
+    maximum is taken over the allowed scores and the sink's logit ``b`` together."""
+    import torch
+
+    info = torch.finfo(S.dtype)
+    s = S.clamp(info.min, info.max).masked_fill(~mask, info.min)
+    m = torch.maximum(s.amax(dim=-1, keepdim=True), torch.tensor(b, dtype=S.dtype, device=S.device))
+    e = torch.exp(s - m).masked_fill(~mask, 0.0)
+    return e / (e.sum(dim=-1, keepdim=True) + torch.exp(b - m))
+
+
+def row_mass_quantiles(A: torch.Tensor, q=(0.05, 0.5, 0.95)) -> torch.Tensor:
+    """Quantiles over queries of the row-mass deficit ``1 - sum_j A_ij``: ``(B, H, len(q))``
+    float64 from ``A`` ``(B, H, N, N)``."""
+    import torch
+
+    deficit = 1.0 - A.to(torch.float64).sum(-1)  # (B, H, N)
+    return torch.quantile(deficit, torch.tensor(q, dtype=torch.float64, device=A.device), dim=-1).permute(1, 2, 0)
+
+
+__all__ = ["AttentionOperator", "KINDS", "operator_weights", "parse_attention", "row_mass_quantiles"]

@@ -1,0 +1,216 @@
+"""Measured influence of each input position on the last token of a real model, beside
+the mask-only prediction (docs/models.md, "Influence of input positions").
+
+Per layer ``k`` (the ``hidden_states`` index: 1 = after block 0) and input position ``j``,
+on windows without padding:
+
+* **gradient**: ``‖∂h_last^(k) / ∂x_j‖_F``, ``x_j`` the input embeddings (the input of
+  block 0, ``hidden_states[0]``), ``h_last^(k)`` the hidden state of the last token after
+  block ``k``. The Frobenius norm of each ``d x d`` Jacobian block is estimated with
+  ``n_probes`` Gaussian vectors ``u`` (``E ‖uᵀ J‖² = ‖J‖_F²``, Hutchinson 1990): one
+  backward pass per probe and layer gives every position at once. Averaged (as squares)
+  over probes, then the root, then the mean over windows. ``n_probes=None`` uses the
+  ``d`` basis vectors instead: the exact norm, ``d`` backward passes per layer.
+* **rollout**: the model's own attention maps, averaged over heads, mixed with the
+  residual and multiplied through the layers, ``R_k = (a_k I + (1 - a_k) Ā_k) R_{k-1}``,
+  row ``N - 1`` (attention rollout, Abnar & Zuidema 2020). ``rollout`` uses the fitted
+  ``a_k = alpha_k`` below, ``rollout_half`` Abnar & Zuidema's ``a_k = 1/2``.
+* **predicted**: :func:`rankcollapse.masks.influence` of the model's own mask (causal for
+  decoders, complete for encoders) under uniform attention with the per-layer residual
+  weight fitted to the model,
+  ``alpha_k = mean‖x^(k)‖ / (mean‖x^(k)‖ + mean‖attn_out^(k)‖)``: ``x^(k)`` the block's
+  input (the residual stream entering it), ``attn_out^(k)`` its self-attention sublayer
+  output before the residual add, means of per-token norms over real tokens and windows.
+  The ratio weighs the two terms of ``x + attn(x)`` by their sizes: the share of the
+  block's update that bypasses attention.
+
+Each profile is normalised to sum 1 per layer; Spearman's ρ (:func:`scipy.stats.spearmanr`)
+compares them across positions. A prediction with fewer than three distinct values
+(equal to 9 significant digits) ranks nothing: its ρ would rank rounding noise of the
+measured side among tied positions, so it is NaN (undecidable). That is every layer
+under the complete mask (flat except the self term: an encoder's position bias is not
+a property of its mask) and layer 1 under the causal mask (the last row of the Cesàro
+matrix is uniform).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..errors import ConfigError, ModelError
+from . import families
+from .loading import as_loaded
+from .probe import check_positions, check_token_ids, model_inputs
+from .recorder import Recorder
+
+PROFILES = ("predicted", "gradient", "rollout", "rollout_half")
+#: Columns of the per-layer table.
+COLUMNS = ("layer", "alpha", "rho_gradient", "rho_rollout", "rho_rollout_half", "rho_rollout_gradient",
+           "first_token_gradient", "first_token_predicted", "n_windows")
+
+
+def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probes: int | None = 4,
+                      seed: int = 0) -> pd.DataFrame:
+    """Per-layer Spearman ρ between the mask-only influence prediction and the measured
+    influence (gradient norms, attention rollout) of each input on the last token.
+
+    Parameters
+    ----------
+    loaded : LoadedModel or a ``transformers`` model of one stack (encoder or decoder).
+    windows : ``rankcollapse.data.Windows`` ``(B, N)``; windows with padding are left out.
+    batch_size : windows per forward pass.
+    n_probes : Gaussian probes per layer for the Jacobian norms (>= 1); None: exact (the
+        ``d`` basis vectors as probes).
+    seed : seeds the probes.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per layer ``k = 1..L``, columns :data:`COLUMNS` (``rho_X``: ρ between the
+        prediction and profile ``X``; ``rho_rollout_gradient``: rollout vs gradient;
+        ``first_token_*``: the normalised profile's entry 0). ``df.attrs``: ``model``,
+        ``family``, ``mask``, ``length`` and ``profiles`` (name -> float64 ``(L, N)``, rows
+        normalised to sum 1, means over windows). Definitions: module docstring.
+
+    Raises
+    ------
+    ModelError
+        An encoder-decoder model (two stacks), or no attention probabilities.
+    ConfigError
+        ``n_probes`` or ``batch_size`` < 1, every window padded, windows too long or ids
+        beyond the embeddings.
+    """
+    from scipy.stats import spearmanr
+
+    from ..masks.influence import influence
+
+    loaded = as_loaded(loaded)
+    if (n_probes is not None and n_probes < 1) or batch_size < 1:
+        raise ConfigError(f"n_probes and batch_size must be >= 1, got {n_probes}, {batch_size}")
+    stack_list = families.stacks(loaded.model, loaded.family)
+    if len(stack_list) != 1:
+        raise ModelError(f"influence is measured on one-stack models (encoders or decoders), not {loaded.family!r}")
+    check_positions(loaded, windows.n_tokens)
+    check_token_ids(loaded, windows)
+    full = windows.attention_mask.bool().all(dim=1)
+    if not bool(full.any()):
+        raise ConfigError("every window has padding; influence on the last token needs unpadded windows")
+    ids_all, am_all = windows.input_ids[full], windows.attention_mask[full]
+    stack = stack_list[0]
+    n_layers, n = stack.n_layers, windows.n_tokens
+    gen = torch.Generator().manual_seed(seed)
+    sums = {name: np.zeros((n_layers, n)) for name in ("gradient", "attn_maps")}
+    maps: list[list[np.ndarray]] = [[] for _ in range(n_layers)]  # head-mean maps per layer, per window
+    norms = np.zeros((n_layers, 2))  # sum of per-token norms: residual input, attention output
+    count = 0
+    for start in range(0, ids_all.shape[0], batch_size):
+        ids, am = ids_all[start:start + batch_size], am_all[start:start + batch_size]
+        grads, batch_maps, batch_norms = _batch(loaded, stack, ids, am, n_probes, gen)
+        sums["gradient"] += grads.sum(0)
+        for k in range(n_layers):
+            maps[k].extend(batch_maps[k])
+        norms += batch_norms
+        count += ids.shape[0]
+    alpha = norms[:, 0] / norms.sum(1)
+    native = families.family(loaded.family).native_mask
+    predicted = influence(native, n, depth=n_layers, alpha=alpha.tolist()).profiles
+    profiles = {"predicted": predicted, "gradient": _normalise(sums["gradient"] / count),
+                "rollout": _normalise(_rollout(maps, alpha)), "rollout_half": _normalise(_rollout(maps, 0.5))}
+    rows = []
+    for k in range(n_layers):
+        ranks = _ranks_something(predicted[k])
+        rho = {name: float(spearmanr(predicted[k], profiles[name][k]).statistic) if ranks else float("nan")
+               for name in ("gradient", "rollout", "rollout_half")}
+        rows.append({"layer": k + 1, "alpha": float(alpha[k]), "rho_gradient": rho["gradient"],
+                     "rho_rollout": rho["rollout"], "rho_rollout_half": rho["rollout_half"],
+                     "rho_rollout_gradient": float(spearmanr(profiles["rollout"][k], profiles["gradient"][k]).statistic),
+                     "first_token_gradient": float(profiles["gradient"][k, 0]),
+                     "first_token_predicted": float(predicted[k, 0]), "n_windows": count})
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    df.attrs.update(model=loaded.name, family=loaded.family, mask=native, length=n, profiles=profiles,
+                    n_probes=n_probes)
+    return df
+
+
+def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probes: int | None,
+           gen: torch.Generator) -> tuple[np.ndarray, list[list[np.ndarray]], np.ndarray]:
+    """One forward with the block-0 input as a leaf; returns gradient-norm profiles
+    ``(B, L, N)``, head-mean attention maps ``[layer][window] (N, N)`` and the summed
+    per-token norms ``(L, 2)`` of block inputs and attention outputs."""
+    n_layers = stack.n_layers
+    leaf: list[torch.Tensor] = []
+
+    def make_leaf(module: Any, args: tuple, kwargs: dict) -> Any:
+        if leaf:  # ALBERT calls its shared block again: only the first call is the input
+            return None
+        x = (args[0] if args else kwargs["hidden_states"]).detach().requires_grad_(True)
+        leaf.append(x)
+        return ((x, *args[1:]), kwargs) if args else (args, dict(kwargs, hidden_states=x))
+
+    p = stack.prefix
+    points = [f"{p}layer.{k}.{part}" for k in range(n_layers) for part in ("input", "attn_output")]
+    handle = stack.blocks[0].block.register_forward_pre_hook(make_leaf, with_kwargs=True)
+    try:
+        with torch.enable_grad(), Recorder(loaded, points, attentions=True) as rec:
+            out = loaded.model(**model_inputs(loaded, ids, am), output_hidden_states=True)
+            hidden = out.hidden_states
+            if hidden is None or len(hidden) != n_layers + 1 or not leaf:
+                raise ModelError(f"{type(loaded.model).__name__} returned no hidden states for every block")
+            x = leaf[0]
+            grads = np.zeros((ids.shape[0], n_layers, ids.shape[1]))
+            for k in range(n_layers):
+                h_last = hidden[k + 1][:, -1, :]
+                # all probes in one batched backward (vmap over the vector-Jacobian product)
+                u = torch.stack(list(_probes(h_last, n_probes, gen)))
+                (g,) = torch.autograd.grad(h_last, x, grad_outputs=u, retain_graph=True, is_grads_batched=True)
+                sq = g.detach().double().pow(2).sum((0, -1)).cpu()
+                grads[:, k] = (sq / (n_probes or 1)).sqrt().numpy()
+    finally:
+        handle.remove()
+    maps = [[a.double().mean(0).cpu().numpy() for a in rec.attention_maps[f"{p}layer.{k}.attention"]]
+            for k in range(n_layers)]
+    norms = np.array([[float(rec.outputs[f"{p}layer.{k}.{part}"].double().norm(dim=-1).sum()) for part in
+                       ("input", "attn_output")] for k in range(n_layers)])
+    return grads, maps, norms
+
+
+def _probes(h: torch.Tensor, n_probes: int | None, gen: torch.Generator) -> Any:
+    """Probe vectors shaped like ``h`` ``(B, d)``: ``n_probes`` Gaussian ones (CPU generator,
+    so a seed gives the same probes on every device), or the ``d`` basis vectors."""
+    if n_probes is None:
+        for i in range(h.shape[-1]):
+            u = torch.zeros_like(h)
+            u[:, i] = 1.0
+            yield u
+        return
+    for _ in range(n_probes):
+        yield torch.randn(h.shape, generator=gen).to(dtype=h.dtype, device=h.device)
+
+
+def _ranks_something(profile: np.ndarray) -> bool:
+    """Whether ``profile`` has at least three distinct values to 9 significant digits."""
+    scaled = profile / profile.max() if profile.max() > 0 else profile
+    return np.unique(np.round(scaled, 9)).size >= 3
+
+
+def _rollout(maps: list[list[np.ndarray]], alpha: Any) -> np.ndarray:
+    """Mean over windows of row ``N-1`` of ``R_k = (a_k I + (1-a_k) Ā_k) R_{k-1}``, ``(L, N)``."""
+    n_layers, n_windows = len(maps), len(maps[0])
+    a = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (n_layers,))
+    out = np.zeros((n_layers, maps[0][0].shape[0]))
+    for w in range(n_windows):
+        r = np.eye(maps[0][w].shape[0])
+        for k in range(n_layers):
+            r = (a[k] * np.eye(r.shape[0]) + (1.0 - a[k]) * maps[k][w]) @ r
+            out[k] += r[-1]
+    return out / n_windows
+
+
+def _normalise(profiles: np.ndarray) -> np.ndarray:
+    """Each row divided by its sum (rows of zeros stay zero)."""
+    total = profiles.sum(1, keepdims=True)
+    return np.divide(profiles, total, out=np.zeros_like(profiles), where=total > 0)

@@ -1,0 +1,133 @@
+"""The results-table layout and its one summariser: statistics over samples.
+
+Every per-layer results table of the project (``reproduce``'s ``table.parquet``,
+:func:`rankcollapse.models.probe`, :meth:`SimResult.summarise
+<rankcollapse.dynamics.SimResult.summarise>`, :meth:`BoundResult.summarise
+<rankcollapse.theory.BoundResult.summarise>`) has the columns
+
+``layer, point, metric, mean, std, q05, q25, q50, q75, q95, n_samples[, values]``
+
+one row per (measurement point, metric); ``layer`` and ``point`` follow
+:mod:`rankcollapse.points`. The statistics are over samples (windows or batch rows):
+``std`` is the population standard deviation (ddof 0, as ``numpy.std``), ``q..`` are
+``numpy.quantile``'s default (linear) quantiles, ``n_samples`` counts the samples that
+enter them. Non-finite values (NaN, ±inf) are left out of every statistic and of
+``n_samples``; ``values`` keeps all of a row's per-sample values, in sample order,
+non-finite ones included.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .points import point_after
+
+QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+QUANTILE_COLUMNS = ("q05", "q25", "q50", "q75", "q95")
+#: Statistic columns, in table order.
+STAT_COLUMNS = ("mean", "std") + QUANTILE_COLUMNS + ("n_samples",)
+#: The summary layout (without the optional ``values`` column).
+SUMMARY_COLUMNS = ("layer", "point", "metric") + STAT_COLUMNS
+
+
+def as_float64(values: Any) -> np.ndarray:
+    """``values`` (a torch tensor on any device, an array, a list) as a float64 numpy array."""
+    if hasattr(values, "detach"):  # a torch tensor; torch itself is not imported here
+        values = values.detach().cpu().double().numpy()
+    return np.asarray(values, dtype=np.float64)
+
+
+def summarise(values: Any) -> dict[str, np.ndarray]:
+    """Statistics over samples of per-layer values.
+
+    Parameters
+    ----------
+    values : array-like or torch tensor ``(L, B)`` (L layers or points, B samples) or
+        ``(B,)`` (one row); any float dtype, computed in float64.
+
+    Returns
+    -------
+    dict of float64 arrays ``(L,)``: ``mean``, ``std`` (ddof 0), ``q05``, ``q25``,
+    ``q50``, ``q75``, ``q95`` (``numpy.quantile``, linear), and int64 ``n_samples``
+    (finite values per row). A row without a finite value has NaN statistics and
+    ``n_samples = 0``.
+    """
+    v = as_float64(values)
+    if v.ndim == 1:
+        v = v[None, :]
+    finite = np.isfinite(v)
+    if not finite.all():  # ±inf is left out like NaN (n_samples counts finite values)
+        v = np.where(finite, v, np.nan)
+    n = finite.sum(axis=1)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row without a finite value: NaN, counted 0
+        out = {"mean": np.nanmean(v, axis=1) if v.size else np.full(v.shape[0], np.nan)}
+        out["std"] = np.nanstd(v, axis=1)
+        qs = np.nanquantile(v, QUANTILES, axis=1) if n.min(initial=1) > 0 else _row_quantiles(v, n)
+    for name, q in zip(QUANTILE_COLUMNS, qs):
+        out[name] = q
+    out["n_samples"] = n.astype(np.int64)
+    return out
+
+
+def _row_quantiles(v: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Quantiles ``(5, L)`` row by row, NaN for rows without a finite value (numpy warns
+    on an all-NaN slice)."""
+    qs = np.full((len(QUANTILES), v.shape[0]), np.nan)
+    for i in np.flatnonzero(n):
+        qs[:, i] = np.nanquantile(v[i : i + 1], QUANTILES, axis=1)[:, 0]
+    return qs
+
+
+def summary_table(values: Mapping[tuple[int, str, str], Any], *, per_window: bool = False) -> pd.DataFrame:
+    """The summary table of per-sample values keyed by ``(layer, point, metric)``.
+
+    Parameters
+    ----------
+    values : ``{(layer, point, metric): values (B,)}`` (array-like or tensor, or a list
+        of chunks concatenated in order); one row per key, in key order.
+    per_window : also the column ``values``: each row's float64 values ``(B,)``.
+
+    Returns
+    -------
+    pandas.DataFrame with the columns :data:`SUMMARY_COLUMNS` (+ ``values``); ``layer``
+    and ``n_samples`` int64, statistics float64 (:func:`summarise`).
+    """
+    rows = []
+    for (layer, point, metric), v in values.items():
+        every = _concat(v)
+        stats = {k: x[0] for k, x in summarise(every[None, :]).items()}
+        rows.append({"layer": layer, "point": point, "metric": metric, **stats,
+                     **({"values": every} if per_window else {})})
+    df = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS) + (["values"] if per_window else []))
+    df["layer"] = df["layer"].astype(np.int64)
+    df["n_samples"] = df["n_samples"].astype(np.int64)
+    for k in STAT_COLUMNS[:-1]:
+        df[k] = df[k].astype(np.float64)
+    return df
+
+
+def by_layer(metrics: Mapping[str, Any], *, layers: Sequence[int] | None = None,
+             points: Sequence[str] | None = None) -> dict[tuple[int, str, str], np.ndarray]:
+    """``{metric: values (L, B)}`` keyed for :func:`summary_table`: row ``i`` of a metric
+    at ``layers[i]`` (default ``0..L-1``, layers applied) and ``points[i]`` (default
+    :func:`rankcollapse.points.point_after` of the layer); metric by metric, layer order."""
+    out: dict[tuple[int, str, str], np.ndarray] = {}
+    for name, vals in metrics.items():
+        arr = as_float64(vals)
+        arr = arr[:, None] if arr.ndim == 1 else arr
+        lay = list(layers) if layers is not None else list(range(arr.shape[0]))
+        pts = list(points) if points is not None else [point_after(t) for t in lay]
+        for i, (t, p) in enumerate(zip(lay, pts)):
+            out[(int(t), p, name)] = arr[i]
+    return out
+
+
+def _concat(v: Any) -> np.ndarray:
+    if isinstance(v, (list, tuple)) and v and (hasattr(v[0], "detach") or np.ndim(v[0]) > 0):
+        return np.concatenate([as_float64(c).reshape(-1) for c in v])
+    return as_float64(v).reshape(-1)

@@ -1,0 +1,39 @@
+"""The sweep engine: units of work, the registry of unit kinds, the unit cache, the
+executors, progress, and :func:`run_units`, the loop cache -> executor -> progress ->
+cache that experiments (``rankcollapse reproduce``) and phase grids (``rankcollapse
+phase``) both run on.
+
+``units`` (:class:`Unit`, :func:`register_unit_kind`: kind -> function, version,
+label; the key's numerics fingerprint), ``cache`` (one Parquet file per unit),
+``executors`` (serial, worker processes, Ray), ``progress`` (a bar or log lines),
+``context`` (inputs shared by the units of one run: texts, windows, models,
+embeddings), ``engine`` (:func:`run_units`). Adding a unit kind is one registry entry
+and one function (docs/sweeps.md, "Adding a unit kind").
+
+Layering: this package may import ``_io``, ``_progress``, ``errors``, ``data`` and,
+lazily inside the run context, ``models`` and ``dynamics``; it never imports
+``experiments`` or ``phase``, which build on it.
+"""
+
+from typing import TYPE_CHECKING
+
+from .._lazy import attach
+
+__getattr__, __dir__, __all__ = attach(__name__, {
+    "units": ("Unit", "UnitKind", "register_unit_kind", "unit_kind", "unit_kinds", "unit_labels", "code_fingerprint",
+              "numerics_key", "NUMERICS_VERSION"),
+    "cache": ("UnitCache",),
+    "executors": ("make_executor", "check_executor", "EXECUTOR_NAMES"),
+    "progress": ("UnitProgress",),
+    "context": ("RunContext", "data_spec"),
+    "engine": ("run_units",),
+})
+
+if TYPE_CHECKING:
+    from .cache import UnitCache
+    from .context import RunContext, data_spec
+    from .engine import run_units
+    from .executors import EXECUTOR_NAMES, check_executor, make_executor
+    from .progress import UnitProgress
+    from .units import (NUMERICS_VERSION, Unit, UnitKind, code_fingerprint, numerics_key, register_unit_kind, unit_kind,
+                        unit_kinds, unit_labels)

@@ -1,0 +1,226 @@
+"""Units of work, the registry of unit kinds, and everything that enters a unit's key.
+
+A :class:`Unit` is a kind plus the parameters that fix its numbers. Its kind is an
+entry of the registry (:func:`register_unit_kind`): the function that computes a unit of
+that kind, the kind's version (bumped when a change alters the labels or numbers of
+that kind's units) and, optionally, how a unit of that kind is labelled in progress
+lines and ``config.json``. The key (:attr:`Unit.hash`) is the hash of the kind, the
+parameters, the kind's version and the code fingerprint (:func:`code_fingerprint`:
+:data:`NUMERICS_VERSION` and the versions of the numeric libraries); the cache
+(:mod:`.cache`) names each entry by it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Callable
+
+from .._io import config_hash
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Declared version of the package's numerics. Bump it when a change alters the numbers
+#: any unit produces (an algorithm, a default dtype, a metric's formula); leave it when a
+#: change does not (docstrings, refactors, speed-ups with identical results), so cached
+#: results stay valid. A change of one kind's labels or numbers bumps that kind's
+#: ``version`` instead (:func:`register_unit_kind`).
+NUMERICS_VERSION = 2
+#: Libraries whose version can change a unit's numbers (kernels, tokenizers, weights loading).
+NUMERIC_LIBRARIES = ("torch", "numpy", "scipy", "networkx", "transformers", "tokenizers", "safetensors")
+
+#: Parameters a unit's default label shows (when the unit has them), in this order.
+LABEL_KEYS = ("model", "mask", "variant", "value", "d_qk", "check", "setting", "seed")
+#: Order of further parameters when they tell units apart (the rest follow, sorted).
+_LABEL_ORDER = LABEL_KEYS[:3] + ("norm", "sphere_radius", "init_scale", "drop") + LABEL_KEYS[3:]
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """The part of every unit's key that stands for the code: SHA-256 (12 hex digits)
+    of :data:`NUMERICS_VERSION` and the versions of :data:`NUMERIC_LIBRARIES`.
+
+    Deliberately not a hash of the source: an edit that does not change numbers keeps
+    the cache, and machines of a cluster with the same versions share results. The
+    device is not part of it: float64 CPU and CUDA runs of a unit agree to rounding and
+    share one entry (a float32 unit is float32 on every device); a run that needs
+    device-specific bits uses its own ``--cache-dir`` or ``--recompute``.
+    """
+    return config_hash(numerics_key())
+
+
+def numerics_key() -> dict[str, Any]:
+    """What :func:`code_fingerprint` hashes: ``{"numerics": N, "torch": "2.x", ...}``."""
+    out: dict[str, Any] = {"numerics": NUMERICS_VERSION}
+    for name in NUMERIC_LIBRARIES:
+        try:
+            # the local part (torch's "+cpu"/"+cu126") names the build, not the numerics
+            out[name] = metadata.version(name).split("+")[0]
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One cacheable unit of work: a registered ``kind`` plus the parameters that fix its
+    numbers; ``experiment`` names the experiment that planned it (not part of the key).
+
+    Raises
+    ------
+    ConfigError
+        From :attr:`hash` and :attr:`label`, for a kind nobody registered.
+    """
+
+    kind: str
+    params: dict[str, Any] = field(hash=False)
+    experiment: str = ""
+
+    @property
+    def hash(self) -> str:
+        """12 hex digits of SHA-256 over kind, parameters, the kind's version and
+        :func:`code_fingerprint`: the unit's cache key."""
+        version = unit_kind(self.kind).version
+        return config_hash({"kind": self.kind, "params": self.params, "v": version, "code": code_fingerprint()})
+
+    @property
+    def label(self) -> str:
+        """The kind's label of this unit; by default ``kind[model=..., mask=..., ...]``
+        from the usual identifying parameters (:data:`LABEL_KEYS`). :func:`unit_labels`
+        adds whatever else tells the units of a run apart."""
+        label = unit_kind(self.kind).label
+        return label(self) if label is not None else params_label(self, LABEL_KEYS)
+
+
+#: A unit kind's function: ``run(unit, ctx) -> frame`` (``ctx``: the run context, :mod:`.context`).
+UnitFn = Callable[[Unit, Any], "pd.DataFrame"]
+
+
+@dataclass(frozen=True)
+class UnitKind:
+    """A registry entry: how units of kind ``name`` are computed, versioned and labelled.
+
+    Attributes
+    ----------
+    run : ``run(unit, ctx) -> pandas.DataFrame``, a module-level function (worker
+        processes receive it by reference).
+    version : bumped when a change alters the labels or numbers of this kind's units
+        (their keys change, so cached entries are not read).
+    label : ``label(unit) -> str`` for progress lines; None: :func:`params_label`.
+    group : who plans units of this kind; an experiment config may name only the kinds
+        of group ``"experiments"``.
+    """
+
+    name: str
+    run: UnitFn
+    version: int
+    label: Callable[[Unit], str] | None = None
+    group: str = ""
+
+
+_KINDS: dict[str, UnitKind] = {}
+
+
+def register_unit_kind(name: str, run: UnitFn, *, version: int, label: Callable[[Unit], str] | None = None,
+                       group: str = "") -> UnitKind:
+    """Register the unit kind ``name`` (see :class:`UnitKind`); returns the entry.
+    Registering the same functions, version and group again (a module imported
+    twice) is a no-op that returns the first entry.
+
+    Raises
+    ------
+    ConfigError
+        ``name`` already registered with another function, version, label or group, or
+        a ``version`` that is not an integer >= 0.
+    """
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ConfigError(f"unit kind {name!r}: version must be an integer >= 0, got {version!r}")
+    entry = UnitKind(name, run, version, label, group)
+    old = _KINDS.get(name)
+    if old is not None:
+        if _identity(old) != _identity(entry):
+            raise ConfigError(f"unit kind {name!r} is already registered (by {_where(old.run)}, version {old.version})")
+        return old
+    _KINDS[name] = entry
+    return entry
+
+
+def _where(fn: Callable | None) -> str | None:
+    return None if fn is None else f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _identity(kind: UnitKind) -> tuple:
+    # functions by qualified name: a module imported twice makes new function objects
+    return _where(kind.run), kind.version, _where(kind.label), kind.group
+
+
+def unit_kind(name: str) -> UnitKind:
+    """The registry entry of ``name``.
+
+    Raises
+    ------
+    ConfigError
+        ``name`` is not registered (names the registered kinds).
+    """
+    try:
+        return _KINDS[name]
+    except KeyError:
+        raise ConfigError(f"unknown unit kind {name!r}; registered: {', '.join(sorted(_KINDS)) or 'none'}") from None
+
+
+def unit_kinds(group: str | None = None) -> tuple[str, ...]:
+    """Names of the registered kinds (of ``group`` only, when given), in registration order."""
+    return tuple(k for k, v in _KINDS.items() if group is None or v.group == group)
+
+
+def unit_functions(units: list[Unit]) -> dict[str, UnitFn]:
+    """``{kind: run}`` of the kinds of ``units``: what an executor calls.
+
+    Raises
+    ------
+    ConfigError
+        A unit of an unregistered kind.
+    """
+    return {kind: unit_kind(kind).run for kind in dict.fromkeys(u.kind for u in units)}
+
+
+def params_label(unit: Unit, keys: tuple[str, ...] | list[str]) -> str:
+    """``kind[k=v, ...]`` over the ``keys`` that ``unit`` has (empty, ``None`` and
+    ``default`` values left out, and ``seed=-1``: a unit without random weights)."""
+    p = unit.params
+    bits = [f"{k}={_label_value(p[k])}" for k in keys
+            if k in p and p[k] not in ("", None, "default") and not (k == "seed" and p[k] == -1)]
+    return f"{unit.kind}[{', '.join(bits)}]"
+
+
+def _label_value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_label_value(x) for x in v) + "]"
+    return str(v)
+
+
+def unit_labels(units: list[Unit]) -> dict[str, str]:
+    """``{hash: label}``: each unit's :attr:`Unit.label` plus every parameter that differs
+    between units sharing that label (e.g. ``sphere_radius=19.5959`` beside
+    ``sphere_radius=1``, ``drop=[norm]`` beside ``drop=[]``), so no two distinct units of a
+    run read the same. A label that would still collide ends with the unit's hash."""
+    groups: dict[str, dict[str, Unit]] = {}
+    for u in units:
+        groups.setdefault(u.label, {})[u.hash] = u
+    out: dict[str, str] = {}
+    for base, members in groups.items():
+        if len(members) == 1:
+            out.update({h: base for h in members})
+            continue
+        keys = {k for u in members.values() for k in u.params if k != "data"}
+        differ = {k for k in keys if len({repr(u.params.get(k)) for u in members.values()}) > 1}
+        order = [k for k in _LABEL_ORDER if k in differ or k in LABEL_KEYS] + sorted(differ - set(_LABEL_ORDER))
+        labels = {h: params_label(u, order) for h, u in members.items()}
+        clash = {lab for lab in labels.values() if list(labels.values()).count(lab) > 1}
+        out.update({h: (lab[:-1] + f", unit={h}]" if lab in clash else lab) for h, lab in labels.items()})
+    return out

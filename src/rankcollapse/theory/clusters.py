@@ -1,0 +1,153 @@
+"""Metastable clusters on the circle: the linearised flow's fastest mode against measured plateaus.
+
+Tokens on the unit circle (``d = 2``) under normalised self-attention with
+``W_Q = W_K = W_V = I`` and inverse temperature ``beta`` (Geshkovski, Letrouit, Polyanskiy,
+Rigollet, "A mathematical perspective on Transformers", 2023, eq. (USA)):
+``dx_i/dt = P_{x_i}^⊥ (Σ_j e^{β<x_i, x_j>} x_j / Σ_k e^{β<x_i, x_k>})``. Started near the
+uniform distribution, the Fourier mode ``k`` of the token density grows at a rate
+proportional to ``k^2 I_k(β)`` (``I_k`` the modified Bessel function; linearising the
+mean-field equation at the uniform density, the normaliser's first-order term vanishes
+there and ``I_{k-1} - I_{k+1} = (2k/β) I_k``), so the fastest mode predicts the number of
+clusters of the first metastable state (Bruno, Pasqualotto, Agazzi, "Emergence of
+meta-stable clustering in mean-field transformer models", ICLR 2025): 3 at β = 4, 4 at
+β = 9.
+
+The flow is run with :func:`~rankcollapse.dynamics.simulate` as the sphere-normalised
+residual step ``x <- (x + h A x) / ||x + h A x||`` (``BlockConfig(norm="sphere",
+placement="post_ln", alpha=1/h)``: ``sphere(x/h + A x)`` is the same point), which is the
+flow's projected Euler step to first order in ``h``. Clusters are counted per layer with
+:func:`~rankcollapse.metrics.cluster_count`; a plateau is a run of layers with the same
+count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._validate import check_float, check_int
+from ..errors import ConfigError
+
+#: Layers a cluster count must hold to be a plateau (10 time units at the default step 0.1).
+MIN_PLATEAU = 100
+
+
+def fastest_mode(beta: float, k_max: int = 64) -> int:
+    """``argmax_{1 <= k <= k_max} k^2 I_k(beta)``, computed with the exponentially scaled
+    Bessel function ``scipy.special.ive`` (the scale ``e^{-beta}`` is common to every k).
+
+    Raises
+    ------
+    ConfigError
+        ``beta`` not a positive finite number, or the maximum at ``k_max`` (raise it).
+    """
+    from scipy.special import ive
+
+    beta = check_float(beta, "beta", low=0, strict_low=True)
+    k = np.arange(1, check_int(k_max, "k_max", low=2) + 1)
+    best = int(k[np.argmax(k.astype(float) ** 2 * ive(k, beta))])
+    if best == k_max:
+        raise ConfigError(f"k^2 I_k({beta}) still grows at k_max = {k_max}: raise k_max")
+    return best
+
+
+def plateaus(counts, min_length: int = 1) -> list[tuple[int, int, int]]:
+    """Runs of equal values in ``counts`` (one per layer) as ``(count, first layer,
+    length)``, keeping runs of at least ``min_length`` layers."""
+    out: list[tuple[int, int, int]] = []
+    start = 0
+    values = [int(c) for c in counts]
+    for t in range(1, len(values) + 1):
+        if t == len(values) or values[t] != values[start]:
+            if t - start >= min_length:
+                out.append((values[start], start, t - start))
+            start = t
+    return out
+
+
+def first_plateau(counts, min_length: int = MIN_PLATEAU) -> tuple[int, int, int] | None:
+    """The first run of at least ``min_length`` layers with one count (the first
+    metastable state; the counts of the initial spread change every few layers), or None."""
+    runs = plateaus(counts, min_length)
+    return runs[0] if runs else None
+
+
+@dataclass
+class CircleClusters:
+    """Result of :func:`circle_clusters` for one ``beta``.
+
+    predicted : :func:`fastest_mode`; counts : ``(depth + 1, seeds)`` cluster counts per
+    layer; first : per seed, the first plateau ``(count, first layer, length)`` or None;
+    agreement : fraction of seeds whose first plateau has the predicted count (NaN
+    without a plateau); plateau_counts : the first plateau's count per seed (-1 = none).
+    """
+
+    beta: float
+    predicted: int
+    counts: np.ndarray
+    first: list
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def plateau_counts(self) -> list[int]:
+        return [-1 if p is None else p[0] for p in self.first]
+
+    @property
+    def agreement(self) -> float:
+        got = [c for c in self.plateau_counts if c >= 0]
+        return float(np.mean([c == self.predicted for c in got])) if got else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"beta": self.beta, "predicted": self.predicted, "agreement": self.agreement,
+                "plateau_counts": self.plateau_counts,
+                "first_plateaus": [None if p is None else {"count": p[0], "start": p[1], "length": p[2]}
+                                   for p in self.first], **self.settings}
+
+
+def circle_clusters(beta: float, *, n_tokens: int = 128, seeds: int = 20, step: float = 0.1, depth: int = 1500,
+                    angle: float | None = None, min_plateau: int = MIN_PLATEAU, seed: int = 0) -> CircleClusters:
+    """Run the normalised attention flow on the circle from ``seeds`` uniform random
+    starts (one batch) and compare each start's first plateau with :func:`fastest_mode`.
+
+    Parameters
+    ----------
+    beta : inverse temperature > 0 (scores ``beta <x_i, x_j>``: ``d_qk = 1 / beta^2``).
+    n_tokens : tokens N per start; seeds : starts; seed : the first start's seed.
+    step : Euler step ``h`` of the flow (``alpha = 1/h``); depth : layers (time ``depth * h``).
+    angle : cluster threshold in radians (default :data:`rankcollapse.metrics.CLUSTER_ANGLE`).
+    min_plateau : layers a count must hold to count as a plateau.
+
+    Raises
+    ------
+    ConfigError
+        A setting out of range.
+    """
+    import torch
+
+    from ..dynamics import BlockConfig, simulate
+    from ..metrics.clusters import CLUSTER_ANGLE, cluster_count
+
+    beta = check_float(beta, "beta", low=0, strict_low=True)
+    step = check_float(step, "step", low=0, strict_low=True)
+    n_tokens, seeds, depth = (check_int(v, name, low=1) for v, name in
+                              ((n_tokens, "n_tokens"), (seeds, "seeds"), (depth, "depth")))
+    angle = CLUSTER_ANGLE if angle is None else check_float(angle, "angle", low=0, strict_low=True)
+    g = torch.Generator().manual_seed(seed)
+    theta = torch.rand(seeds, n_tokens, generator=g, dtype=torch.float64) * (2 * math.pi)
+    X0 = torch.stack([theta.cos(), theta.sin()], dim=-1)  # (seeds, N, 2), uniform on the circle
+    eye = torch.eye(2, dtype=torch.float64)
+    block = BlockConfig(norm="sphere", placement="post_ln", alpha=1.0 / step)
+    res = simulate(X0, mask="complete", depth=depth, variant=block, d_qk=1.0 / beta**2, value=eye, query_key=eye,
+                   dtype=torch.float64, record_states=True,
+                   metrics={"n_clusters": lambda X: cluster_count(X, angle=angle)})
+    counts = res.metrics["n_clusters"].numpy().astype(int)  # (depth + 1, seeds)
+    first = [first_plateau(counts[:, b], min_plateau) for b in range(seeds)]
+    settings = {"n_tokens": n_tokens, "seeds": seeds, "seed": seed, "step": step, "depth": depth, "angle": angle,
+                "min_plateau": min_plateau}
+    return CircleClusters(beta=beta, predicted=fastest_mode(beta), counts=counts, first=first, settings=settings)
+
+
+__all__ = ["CircleClusters", "MIN_PLATEAU", "circle_clusters", "fastest_mode", "first_plateau", "plateaus"]

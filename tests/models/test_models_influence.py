@@ -1,0 +1,138 @@
+"""Measured influence on the last token (models/influence.py): exact Jacobian norms
+against torch.func, the positive control (uniform attention: the rollout is the mask-only
+prediction, ρ = 1), the Gaussian estimate against the exact norm, refusals, and
+``probe --influence``."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+
+from rankcollapse.data import Windows
+from rankcollapse.errors import ConfigError, ModelError
+from rankcollapse.masks import influence
+from rankcollapse.models.influence import COLUMNS, measure_influence
+
+from family_configs import CONFIGS
+
+
+def _full_windows(n_windows=2, length=9, seed=1):
+    ids = torch.randint(1, 97, (n_windows, length), generator=torch.Generator().manual_seed(seed))
+    return Windows(ids, torch.ones_like(ids), torch.zeros_like(ids, dtype=torch.bool))
+
+
+def _jacobian_norms(model, ids, layer):
+    """``‖∂h_last/∂x_j‖_F`` per position, from torch.func on ``inputs_embeds`` (Llama:
+    ``hidden_states[0]`` is the token embedding itself)."""
+    x0 = model.get_input_embeddings()(ids).detach()
+
+    def last(x):
+        return model(inputs_embeds=x, output_hidden_states=True).hidden_states[layer][0, -1]
+
+    jac = torch.func.jacrev(last)(x0)  # (d, 1, N, d)
+    return jac[:, 0].detach().pow(2).sum((0, 2)).sqrt().double().numpy()
+
+
+def test_exact_gradient_norms_equal_torch_func(make_tiny):
+    loaded = make_tiny("llama")
+    wins = _full_windows(n_windows=1)
+    df = measure_influence(loaded, wins, n_probes=None)
+    grad = df.attrs["profiles"]["gradient"]
+    for layer in (1, 2, 3):
+        ref = _jacobian_norms(loaded.model, wins.input_ids, layer)
+        np.testing.assert_allclose(grad[layer - 1], ref / ref.sum(), rtol=1e-4)
+
+
+def test_gaussian_estimate_is_close_to_the_exact_norm(make_tiny):
+    loaded = make_tiny("gpt2")
+    wins = _full_windows(n_windows=1)
+    exact = measure_influence(loaded, wins, n_probes=None).attrs["profiles"]["gradient"]
+    estimate = measure_influence(loaded, wins, n_probes=256, seed=3).attrs["profiles"]["gradient"]
+    # relative std of the estimate of a squared norm from 256 probes ~ sqrt(2/256) ~ 0.09
+    np.testing.assert_allclose(estimate, exact, rtol=0.15)
+
+
+@pytest.mark.parametrize("kind", ["llama", "bert"])
+def test_uniform_attention_rollout_is_the_prediction(kind, make_tiny):
+    # positive control: zero query and key weights make every score 0, so each head
+    # attends uniformly to the allowed keys, exactly the mask-only model
+    loaded = make_tiny(kind)
+    with torch.no_grad():
+        for name, p in loaded.model.named_parameters():
+            if any(s in name for s in ("q_proj", "k_proj", "attention.self.query", "attention.self.key")):
+                p.zero_()
+    df = measure_influence(loaded, _full_windows(n_windows=3), n_probes=1)
+    profiles = df.attrs["profiles"]
+    assert df.attrs["mask"] == ("causal" if kind == "llama" else "complete")
+    np.testing.assert_allclose(profiles["rollout"], profiles["predicted"], rtol=1e-5, atol=1e-7)
+    # the prediction ranks nothing under the complete mask, nor at layer 1 under the causal one
+    ranked = df["layer"] > 1 if kind == "llama" else df["layer"] < 0
+    assert (df.loc[ranked, "rho_rollout"] > 0.999999).all() and ranked.any() == (kind == "llama")
+    assert df.loc[~ranked, ["rho_gradient", "rho_rollout", "rho_rollout_half"]].isna().all().all()
+    assert df["rho_rollout_gradient"].notna().all()
+    ref = influence(df.attrs["mask"], 9, depth=len(df), alpha=df["alpha"].tolist()).profiles
+    np.testing.assert_allclose(profiles["predicted"], ref, rtol=1e-13)
+    assert ((df["alpha"] > 0) & (df["alpha"] < 1)).all()
+
+
+def test_table_columns_and_padding_left_out(make_tiny, make_windows_tiny):
+    df = measure_influence(make_tiny("gpt2"), make_windows_tiny(3, 10, pad_last=3), n_probes=2)
+    assert list(df.columns) == list(COLUMNS) and list(df["layer"]) == [1, 2, 3]
+    assert (df["n_windows"] == 2).all()  # the padded window is left out
+    for name, p in df.attrs["profiles"].items():
+        assert p.shape == (3, 10)
+        np.testing.assert_allclose(p.sum(1), 1.0, rtol=1e-12)
+
+
+def test_refusals(make_tiny, make_windows_tiny):
+    with pytest.raises(ConfigError, match="padding"):
+        measure_influence(make_tiny("gpt2"), make_windows_tiny(1, 10, pad_last=3))
+    with pytest.raises(ConfigError, match="n_probes"):
+        measure_influence(make_tiny("gpt2"), _full_windows(), n_probes=0)
+    with pytest.raises(ModelError, match="one-stack"):
+        measure_influence(make_tiny("t5"), _full_windows())
+
+
+def _main(monkeypatch, capsys, *args):
+    from rankcollapse.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "probe", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_probe_influence(tmp_path, monkeypatch, capsys):
+    torch.manual_seed(0)
+    tf.AutoModel.from_config(CONFIGS["llama"]()).save_pretrained(tmp_path / "model")
+    _full_windows(n_windows=2, length=8).save(tmp_path / "w.npz")
+    base = ["--model", str(tmp_path / "model"), "--windows-file", str(tmp_path / "w.npz"), "--influence"]
+    code, out, err = _main(monkeypatch, capsys, *base, "--format", "json", "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    doc = json.loads(out)
+    (model,) = doc["models"]
+    assert model["mask"] == "causal" and len(model["layers"]) == 3 and len(model["profiles"]["gradient"][0]) == 8
+    assert json.loads((tmp_path / "out" / "influence.json").read_text()) == doc
+    assert (tmp_path / "out" / "influence.csv").read_text().startswith("model,layer,alpha,rho_gradient")
+    code, out, err = _main(monkeypatch, capsys, *base, "--mask", "causal")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--mask does not apply" in err
+
+
+def test_alpha_is_the_residual_share_of_norms(make_tiny):
+    from rankcollapse.models import Recorder
+
+    loaded, wins = make_tiny("gpt2"), _full_windows(n_windows=2)
+    df = measure_influence(loaded, wins, n_probes=1)
+    points = [f"layer.{k}.{part}" for k in range(3) for part in ("input", "attn_output")]
+    with torch.no_grad(), Recorder(loaded, points) as rec:
+        loaded.model(input_ids=wins.input_ids, attention_mask=wins.attention_mask)
+    for k in range(3):
+        x, a = (rec.outputs[f"layer.{k}.{part}"].double().norm(dim=-1).mean() for part in ("input", "attn_output"))
+        assert df["alpha"][k] == pytest.approx(float(x / (x + a)), rel=1e-6)
