@@ -16,6 +16,7 @@ from rankcollapse.experiments.controls import control_rule, evaluate_controls
 from rankcollapse.experiments.table import rows_from_metrics
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "quick"
+GEOMETRY = RESULTS.parent / "geometry-quick"  # `all`'s geometry claims, committed apart (README)
 CLAIMS = {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
 
 
@@ -69,7 +70,7 @@ def test_controls_read_through_the_rule():
 
 
 def test_every_claim_has_a_positive_and_a_negative_control():
-    assert len(CLAIMS) == 12
+    assert len(CLAIMS) == 16
     for cid, claim in CLAIMS.items():
         ctl = claim.get("controls")
         assert ctl and ctl["positive"]["why"].strip() and ctl["negative"]["why"].strip(), cid
@@ -82,8 +83,8 @@ def test_committed_quick_run_controls_pass_through_the_real_pipeline():
     reproduced, on the rows of the committed quick run (the same units, selections,
     floors and rules as the claims; tests/experiments/test_experiments_readme.py ties
     that run to today's configs)."""
-    claims = json.loads((RESULTS / "claims.json").read_text())
-    assert len(claims) == 12
+    claims = json.loads((RESULTS / "claims.json").read_text()) + json.loads((GEOMETRY / "claims.json").read_text())
+    assert len(claims) == 16
     for c in claims:
         ctl = c["controls"]
         assert ctl["positive"]["verdict"] == "reproduced", (c["id"], ctl["positive"])
@@ -93,9 +94,10 @@ def test_committed_quick_run_controls_pass_through_the_real_pipeline():
 
 @pytest.mark.slow
 def test_controls_recompute_from_the_committed_table():
-    table = pd.read_parquet(RESULTS / "table.parquet")
-    stored = {c["id"]: c for c in json.loads((RESULTS / "claims.json").read_text())}
+    tables = {d: pd.read_parquet(d / "table.parquet") for d in (RESULTS, GEOMETRY)}
+    stored = {c["id"]: (d, c) for d in tables for c in json.loads((d / "claims.json").read_text())}
     for cid, claim in CLAIMS.items():
-        again = evaluate_controls(table, claim, depth=stored[cid]["depth"])
-        assert again["positive"]["verdict"] == stored[cid]["controls"]["positive"]["verdict"]
-        assert again["negative"]["verdict"] == stored[cid]["controls"]["negative"]["verdict"]
+        where, kept = stored[cid]
+        again = evaluate_controls(tables[where], claim, depth=kept["depth"])
+        assert again["positive"]["verdict"] == kept["controls"]["positive"]["verdict"]
+        assert again["negative"]["verdict"] == kept["controls"]["negative"]["verdict"]

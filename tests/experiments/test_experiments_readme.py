@@ -23,6 +23,7 @@ from rankcollapse.experiments.report import results_markdown
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "results" / "quick"
+GEOMETRY = ROOT / "docs" / "results" / "geometry-quick"
 
 
 def readme_table(text: str, name: str = "claims") -> str:
@@ -41,6 +42,23 @@ def test_marker_extraction():
 def test_readme_table_is_the_committed_quick_run():
     claims = json.loads((RESULTS / "claims.json").read_text())
     assert readme_table(README.read_text(encoding="utf-8")) == results_markdown(claims).strip()
+
+
+def test_readme_geometry_table_is_the_committed_geometry_run():
+    claims = json.loads((GEOMETRY / "claims.json").read_text())
+    config = json.loads((GEOMETRY / "config.json").read_text())
+    assert config["scale"] == "quick" and config["experiments"] == ["geometry"] and config["seed"] == 0
+    assert [c["id"] for c in claims] == ["G1", "G2", "G3", "G4"]
+    assert readme_table(README.read_text(encoding="utf-8"), "claims-geometry") == results_markdown(claims).strip()
+
+
+def test_readme_geometry_large_table_is_the_committed_run():
+    large = ROOT / "docs" / "results" / "geometry-large"
+    claims = json.loads((large / "claims.json").read_text())
+    config = json.loads((large / "config.json").read_text())
+    assert config["scale"] == "large" and config["experiments"] == ["geometry"]
+    assert {c["n_windows"] for c in claims} == {64}
+    assert readme_table(README.read_text(encoding="utf-8"), "claims-geometry-large") == results_markdown(claims).strip()
 
 
 def test_readme_large_table_is_the_committed_large_run():
@@ -75,7 +93,10 @@ def test_committed_quick_run_is_todays_run(monkeypatch):
     recorded = config["execution"]["numerics"]
     monkeypatch.setattr(sweep_units, "code_fingerprint", lambda: config_hash({**recorded, "numerics": NUMERICS_VERSION}))
     _, units, _ = runner.plan("all", "quick", 0)
-    assert sorted(config["units"]) == sorted(u.hash for u in units)
+    # `all` = the paper's experiments (docs/results/quick) + geometry (docs/results/geometry-quick)
+    geometry = json.loads((GEOMETRY / "config.json").read_text())
+    assert geometry["execution"]["numerics"] == recorded
+    assert sorted([*config["units"], *geometry["units"]]) == sorted(u.hash for u in units)
 
 
 @pytest.mark.slow
@@ -83,3 +104,4 @@ def test_committed_quick_run_rechecks():
     if not (RESULTS / "table.parquet").exists():
         pytest.fail("docs/results/quick/table.parquet is missing")
     assert all(stored == again for _, stored, again in runner.recheck(RESULTS))
+    assert all(stored == again for _, stored, again in runner.recheck(GEOMETRY))

@@ -94,3 +94,16 @@ def test_a_failed_probe_is_no_rows_with_a_warning_not_a_data_row(monkeypatch, dr
     with pytest.warns(RuntimeWarning, match=r"no rows, the probe failed without norm: X has non-finite"):
         df = run_probe(unit, FailingProbeContext())
     assert len(df) == 0 and list(df.columns[: len(COLUMNS)]) == list(COLUMNS)
+
+
+def test_probe_condition_labels_control_and_clip():
+    """A probe unit's control and clip become its value and variant labels, so a claim
+    selects them with the model's own name (issue 31)."""
+    from rankcollapse.errors import ConfigError
+    from rankcollapse.experiments.units import _probe_condition
+
+    sentinel = object()
+    assert _probe_condition({}, sentinel, ()) == ("full", "pretrained", sentinel)
+    assert _probe_condition({"clip_massive": True}, sentinel, ("norm",))[:2] == ("drop_norm_clip_massive", "pretrained")
+    with pytest.raises(ConfigError, match="unknown probe control"):
+        _probe_condition({"control": "shuffled"}, sentinel, ())

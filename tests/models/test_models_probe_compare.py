@@ -168,3 +168,21 @@ def test_table_leaves_metrics_that_do_not_apply_blank(monkeypatch, capsys, text_
                               "--n-samples", "2", "--n-tokens", "16", "--metrics", "mu_relative,attention_entropy")
     assert code == 0, err
     assert "layer.5.attention" in stdout and "nan" not in stdout.lower()
+
+
+def test_out_writes_the_geometry_story_beside_its_control(monkeypatch, capsys, text_file, tmp_path):
+    """With max_norm_ratio measured, --out writes geometry.md (words computed from the
+    table, trained beside the random-init control) and geometry.png; without it, neither."""
+    out = tmp_path / "geo"
+    code, _, err = _main(monkeypatch, capsys, "--model", "minilm", "--control", "random-init", "--text-file",
+                         str(text_file), "--n-samples", "2", "--n-tokens", "16",
+                         "--metrics", "max_norm_ratio,effective_rank,sink_mass", "--format", "json", "--out", str(out))
+    assert code == 0, err
+    text = (out / "geometry.md").read_text()
+    assert text.startswith("# Massive tokens and attention sinks") and "minilm:" in text
+    assert "Random-init control of the same architecture" in text and (out / "geometry.png").stat().st_size > 0
+    plain = tmp_path / "plain"
+    code, _, err = _main(monkeypatch, capsys, "--model", "minilm", "--text-file", str(text_file), "--n-samples", "2",
+                         "--n-tokens", "16", "--metrics", "mu", "--format", "json", "--out", str(plain))
+    assert code == 0, err
+    assert not (plain / "geometry.md").exists() and not (plain / "geometry.png").exists()

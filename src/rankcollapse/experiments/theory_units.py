@@ -257,3 +257,9 @@ def rows_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     rows += _scalar_rows({"basin_fraction": hits / n_samples, "basin_ci_low": ci.low, "basin_ci_high": ci.high},
                          "complete", n=n_samples)
     return pd.DataFrame(rows)
+
+
+# Synthetic massive-row matrices, the geometry claims' controls (one home: geometry_controls).
+from .geometry_controls import (  # noqa: E402,F401
+    rows_massive_aligned, rows_massive_clipped, rows_massive_null, rows_massive_spike,
+)

@@ -185,11 +185,11 @@ def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     win = ctx.windows(p["model"], int(p["n_windows"]))
     drop = tuple(p.get("drop", ()))
     native = family(loaded.family).native_mask
-    variant = "full" if not drop else "drop_" + "_".join(drop)
-    labels = _labels(unit, mask=native, mask_spec=native, variant=variant, value="pretrained", family=loaded.family)
+    variant, value, loaded = _probe_condition(p, loaded, drop)
+    labels = _labels(unit, mask=native, mask_spec=native, variant=variant, value=value, family=loaded.family)
     try:
         df = _probe_per_window(probe, loaded, win, drop, list(p.get("metrics", DEFAULT_SIM_METRICS)),
-                               int(p.get("batch_size", 8)))
+                               int(p.get("batch_size", 8)), bool(p.get("clip_massive", False)))
     except RankCollapseError as exc:
         if not drop:
             raise
@@ -202,13 +202,34 @@ def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     return normalise(df, labels)
 
 
-def _probe_per_window(probe: Callable, loaded: Any, win: Any, drop: tuple, metrics: list[str], batch_size: int
-                      ) -> pd.DataFrame:
+def _probe_condition(p: dict[str, Any], loaded: Any, drop: tuple) -> tuple[str, str, Any]:
+    """``(variant, value, model)`` of a probe unit. ``variant``: ``full`` or
+    ``drop_<components>``, then ``_clip_massive`` with ``clip_massive: true``;
+    ``value``: ``pretrained``, or ``random_init`` with ``control: random-init`` (the
+    architecture freshly initialised with seed ``control_seed``, default 0:
+    :func:`rankcollapse.models.controls.random_init`), so a claim selects the control by
+    ``value`` with the same ``model`` name."""
+    variant = ("full" if not drop else "drop_" + "_".join(drop)) + ("_clip_massive" if p.get("clip_massive") else "")
+    control = p.get("control")
+    if control is None:
+        return variant, "pretrained", loaded
+    from ..models.controls import CONTROLS, random_init
+
+    if control not in CONTROLS:
+        raise ConfigError(f"unknown probe control {control!r}; choose from {', '.join(CONTROLS)}")
+    return variant, control.replace("-", "_"), random_init(loaded, seed=int(p.get("control_seed", 0)))
+
+
+def _probe_per_window(probe: Callable, loaded: Any, win: Any, drop: tuple, metrics: list[str], batch_size: int,
+                      clip_massive: bool = False) -> pd.DataFrame:
     """``models.probe`` over all windows in batches, with each row's per-window values
     (the ``values`` column, window order); its statistics come from the same summariser
-    as the simulated rows' (:mod:`rankcollapse.summary`)."""
+    as the simulated rows' (:mod:`rankcollapse.summary`). Sink metrics keep the
+    per-block rows (the mean over heads) and leave the per-head ones to ``probe``."""
     # no bar of its own: the sweep's progress (one line or bar per unit) is the run's
-    return probe(loaded, win, drop=drop, metrics=metrics, batch_size=batch_size, per_window=True, progress=False)
+    kw = {"clip_massive": True} if clip_massive else {}
+    df = probe(loaded, win, drop=drop, metrics=metrics, batch_size=batch_size, per_window=True, progress=False, **kw)
+    return df[~df["point"].str.contains(".head_", regex=False)].reset_index(drop=True)
 
 
 def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:

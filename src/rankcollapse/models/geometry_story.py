@@ -1,0 +1,198 @@
+"""Words and a figure, computed from per-layer means, for what a probe's geometry
+metrics show: where a massive token appears, what the spectrum and the attention sinks
+do there, and how a random-init control and ``--clip-massive`` differ.
+
+Nothing here names a layer or a number in advance: the layer described is the first one
+whose mean ``max_norm_ratio`` (largest token norm / median token norm, mean over
+windows) reaches :data:`MASSIVE_RATIO`, and every number in a sentence is read from the
+curves given. Used by ``probe --out`` (``geometry.md``, ``geometry.png``) and by the
+reproduce report.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+#: A token counts as massive from this ratio to the median token norm on (the claims'
+#: G1 threshold; Sun et al. 2024 call activations ~1000x the median massive, on entries).
+MASSIVE_RATIO = 10.0
+_SINKS = ("sink_mass", "sink_head_fraction", "sink_value_ratio")
+
+
+def layer_curves(table: pd.DataFrame) -> pd.DataFrame:
+    """Per-layer means ``(layers, metrics)`` of one probe table (``models.probe``'s
+    columns ``layer, point, metric, mean``): hidden states (``embeddings``,
+    ``*.output``) and the per-block sink rows (``*.attention``); per-head rows and the
+    final norm are left out."""
+    pts = table["point"].astype(str)
+    hidden = (pts == "embeddings") | pts.str.endswith(".output")
+    sink = table["metric"].isin(_SINKS) & pts.str.endswith(".attention")
+    rows = table[(hidden & ~table["metric"].isin(_SINKS)) | sink]
+    return rows.pivot_table(index="layer", columns="metric", values="mean", aggfunc="mean").sort_index()
+
+
+def _at(c: pd.DataFrame, metric: str, layer: int) -> float:
+    return float(c.at[layer, metric]) if metric in c and layer in c.index else math.nan
+
+
+def _g(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{x:.3g}"
+
+
+def _move(a: float, b: float) -> str:
+    return "rises" if b > a else "falls" if b < a else "stays"
+
+
+def _spans(layers: list[int]) -> str:
+    out, start = [], None
+    for i, l in enumerate(layers):
+        start = l if start is None else start
+        if i + 1 == len(layers) or layers[i + 1] != l + 1:
+            out.append(f"{start}" if start == l else f"{start}-{l}")
+            start = None
+    return ", ".join(out)
+
+
+def first_massive_layer(c: pd.DataFrame) -> int | None:
+    """The first layer whose mean ``max_norm_ratio`` is at least :data:`MASSIVE_RATIO` (None: none)."""
+    if "max_norm_ratio" not in c:
+        return None
+    hit = c.index[c["max_norm_ratio"] >= MASSIVE_RATIO]
+    return int(hit[0]) if len(hit) else None
+
+
+def explain(name: str, trained: pd.DataFrame, control: pd.DataFrame | None = None,
+            clipped: pd.DataFrame | None = None) -> list[str]:
+    """Sentences describing ``trained``'s curves (:func:`layer_curves`), beside its
+    random-init ``control`` and its ``clipped`` run when given. Empty when the curves
+    hold no ``max_norm_ratio``."""
+    if "max_norm_ratio" not in trained:
+        return []
+    L = first_massive_layer(trained)
+    r = trained["max_norm_ratio"]
+    if L is None:
+        lines = [f"{name}: no layer has a token {MASSIVE_RATIO:g}x the median token norm (largest ratio "
+                 f"{_g(r.max())} at layer {int(r.idxmax())})."]
+    else:
+        prev = int(trained.index[trained.index < L].max()) if (trained.index < L).any() else L
+        pos = _at(trained, "max_norm_position", L)
+        where = ("the first token in every window" if pos == 0 else
+                 f"at mean position {_g(pos)}" if math.isfinite(pos) else "")
+        massive = [int(x) for x in trained.index[r >= MASSIVE_RATIO]]
+        lines = [f"{name}: at layer {L} the largest token norm reaches {_g(r[L])}x the median (layer {prev}: "
+                 f"{_g(r[prev])}x)" + (f", {where}" if where else "") + f"; {len(massive)} of {len(r)} layers "
+                 f"have a token at least {MASSIVE_RATIO:g}x the median (layers {_spans(massive)})."]
+        share, own = _at(trained, "top_singular_share", L), _at(trained, "max_token_sigma_share", L)
+        if math.isfinite(share):
+            lines.append(f"There the top singular direction holds {_g(share)} of ‖X‖_F² (layer {prev}: "
+                         f"{_g(_at(trained, 'top_singular_share', prev))}) and the largest token alone gives "
+                         f"{_g(own)} of σ₁²" + (": the top direction is that token." if own >= 0.9 else "."))
+        parts = []
+        for metric, label in (("matrix_entropy", "matrix entropy (nats)"), ("effective_rank", "effective rank"),
+                              ("mu_relative", "μ/‖X‖_F")):
+            a, b = _at(trained, metric, prev), _at(trained, metric, L)
+            if math.isfinite(a) and math.isfinite(b):
+                parts.append(f"{label} {_move(a, b)} from {_g(a)} to {_g(b)}")
+        if parts:
+            lines.append(f"From layer {prev} to {L}: " + "; ".join(parts) + ".")
+        if "sink_mass" in trained:
+            s = trained["sink_mass"].dropna()
+            before, after = s[s.index < L], s[s.index > L]
+            lines.append(f"Attention on the first token (sink_mass, mean over queries and heads) is {_g(_at(trained, 'sink_mass', L))} "
+                         f"in block {L}, against a mean of {_g(before.mean())} in the blocks before it and "
+                         f"{_g(after.mean())} after it.")
+    if control is not None and "max_norm_ratio" in control:
+        rc = control["max_norm_ratio"]
+        text = (f"Random-init control of the same architecture: largest ratio {_g(rc.max())} (layer {int(rc.idxmax())})"
+                + (", never a massive token" if rc.max() < MASSIVE_RATIO else ""))
+        if "sink_mass" in control:
+            sc = control["sink_mass"].dropna()
+            text += f"; first-token attention {_g(sc.min())}-{_g(sc.max())} over its blocks"
+        if "mu_relative" in control:
+            m = control["mu_relative"].dropna()
+            text += f"; μ/‖X‖_F {_move(m.iloc[0], m.iloc[-1])} from {_g(m.iloc[0])} to {_g(m.iloc[-1])}"
+        lines.append(text + ".")
+    if clipped is not None and "effective_rank" in clipped and "effective_rank" in trained:
+        a, b = trained["effective_rank"].min(), clipped["effective_rank"].min()
+        lines.append(f"With the massive token clipped to the median norm (--clip-massive) the smallest effective "
+                     f"rank over layers is {_g(b)} against {_g(a)} unclipped ({_g(b / a)}x); largest ratio "
+                     f"{_g(clipped['max_norm_ratio'].max())}.")
+    return lines
+
+
+def plot_geometry(curves: Mapping[str, pd.DataFrame], path: str | Path) -> Path:
+    """Two panels: largest token norm / median per layer (log scale) and first-token
+    attention mass per layer, one line per entry of ``curves`` (label -> :func:`layer_curves`).
+    Writes a PNG atomically; returns its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .._io import atomic_path
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for label, c in curves.items():
+        style = "--" if "random-init" in label or "random_init" in label else "-"
+        if "max_norm_ratio" in c:
+            axes[0].plot(c.index, c["max_norm_ratio"], style, marker=".", label=label)
+        if "sink_mass" in c:
+            s = c["sink_mass"].dropna()
+            axes[1].plot(s.index, s.values, style, marker=".", label=label)
+    axes[0].axhline(MASSIVE_RATIO, color="grey", lw=0.8, ls=":")
+    axes[0].set(yscale="log", xlabel="layer", ylabel="max ‖x_i‖ / median ‖x_i‖",
+                title="largest token norm vs the median")
+    axes[1].set(xlabel="block", ylabel="attention on the first token", title="attention sink mass", ylim=(0, 1))
+    for ax in axes:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+def from_results_table(table: pd.DataFrame) -> tuple[list[str], dict[str, pd.DataFrame]]:
+    """Sentences and curves of every probed model of a ``reproduce`` table (columns
+    ``source, model, value, variant, point, layer, metric, mean``, seeds pooled): the
+    trained full model, its ``random_init`` control and its ``full_clip_massive`` run."""
+    rows = table[(table["source"] == "probe") & (table.get("setting", "default") == "default")]
+    lines: list[str] = []
+    curves: dict[str, pd.DataFrame] = {}
+    for model in sorted(rows["model"].unique()):
+        m = rows[rows["model"] == model]
+
+        def pick(value: str, variant: str) -> pd.DataFrame | None:
+            sub = m[(m["value"] == value) & (m["variant"] == variant)]
+            return layer_curves(sub) if not sub.empty else None
+
+        trained = pick("pretrained", "full")
+        if trained is None or "max_norm_ratio" not in trained:
+            continue
+        control, clipped = pick("random_init", "full"), pick("pretrained", "full_clip_massive")
+        lines += explain(model, trained, control, clipped)
+        curves[f"{model} trained"] = trained
+        for label, c in ((f"{model} random-init", control), (f"{model} clip-massive", clipped)):
+            if c is not None:
+                curves[label] = c
+    return lines, curves
+
+
+def from_probe_tables(tables: Mapping[str, Any]) -> tuple[list[str], dict[str, pd.DataFrame]]:
+    """Sentences and curves of ``probe`` tables keyed by model name; a table named
+    ``NAME [random-init, seed S]`` (:func:`~rankcollapse.models.controls.control_name`)
+    is the control of ``NAME``; a run with ``clip_massive`` is said to be clipped."""
+    curves = {name: layer_curves(t) for name, t in tables.items()}
+    lines: list[str] = []
+    for name, t in tables.items():
+        if "[random-init" in name:
+            continue
+        control = next((c for n, c in curves.items() if n.startswith(f"{name} [random-init")), None)
+        label = name + (" (--clip-massive)" if t.attrs.get("clip_massive") else "")
+        lines += explain(label, curves[name], control)
+    return lines, curves
