@@ -146,5 +146,5 @@ def test_pretrained_value_wider_than_the_model_is_refused():
     from rankcollapse.phase.grid import expand_grid
 
     cell = expand_grid({"value": ["pretrained"]}, {"d_model": 512, "depth": 2, "n_tokens": 4})[0]
-    with pytest.raises(ConfigError, match="width 384, d_model=512 is larger"):
+    with pytest.raises(ConfigError, match=r"'pretrained' has W_V of shape \(384, 384\); \(512, 512\) is larger"):
         build_weights(cell, 0)

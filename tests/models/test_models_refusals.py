@@ -92,13 +92,13 @@ def test_embed_refuses_windows_longer_than_the_positions():
     loaded = load_model("minilm")
     ids = torch.randint(1000, 2000, (1, 600))
     windows = Windows(ids, torch.ones_like(ids), torch.zeros_like(ids, dtype=torch.bool))
-    with pytest.raises(ConfigError, match=r"600 tokens exceed minilm's 512 positions.*--n-tokens 512"):
+    with pytest.raises(ConfigError, match=r"600 tokens exceed minilm's 512 positions; use windows of at most 512 tokens"):
         embed(loaded, windows)
 
 
 def test_cli_error_after_loading_is_the_only_line(tmp_path):
     """transformers' "Loading weights" bar and warnings are silenced: a failure after
-    the model loaded prints exactly one line, and names the current flag."""
+    the model loaded prints exactly one line, and says what to use instead."""
     import os
     import subprocess
     import sys
@@ -110,4 +110,4 @@ def test_cli_error_after_loading_is_the_only_line(tmp_path):
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("rankcollapse: error: "), proc.stderr
-    assert "--n-tokens 512" in lines[0] and "--length" not in lines[0]
+    assert "at most 512 tokens" in lines[0] and "--length" not in lines[0]

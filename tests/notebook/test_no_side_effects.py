@@ -84,7 +84,7 @@ def _phase_table():
         for s in (0.1, 1.0, 10.0):
             for mask, radius in (("causal", 7), ("sliding", 2)):
                 regime = "rank_collapse" if (s >= 1.0 and norm == "none") or (s == 10.0 and mask == "causal") else "stable_rank_k"
-                rows.append({"norm": norm, "skip": 0.0, "placement": "pre", "qk_scale": s, "mask": mask, "radius": radius,
+                rows.append({"norm": norm, "alpha": 1.0, "placement": "pre_ln", "qk_scale": s, "mask": mask, "radius": radius,
                              "regime": regime, "mu_relative": 10.0 ** -s})
     return pd.DataFrame(rows)
 
