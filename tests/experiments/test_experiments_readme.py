@@ -71,7 +71,8 @@ def test_readme_large_table_is_the_committed_large_run():
 
 def test_readme_paper_table_is_the_committed_paper_run():
     """Fig. 3 and Fig. 4 at the paper's scale: every row of the committed table is a
-    statistic over all 3000 windows, and the README quotes that run's claims."""
+    statistic over all 3000 windows (control units: CONTROL_WINDOWS), and the README quotes that
+    run's claims."""
     paper = ROOT / "docs" / "results" / "paper"
     claims = json.loads((paper / "claims.json").read_text())
     config = json.loads((paper / "config.json").read_text())
