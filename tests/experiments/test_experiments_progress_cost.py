@@ -67,7 +67,12 @@ def test_labels_name_every_field_that_tells_units_apart():
     assert sorted(sphere) == ["simulate[model=minilm, mask=complete, variant=sphere, sphere_radius=19.5959, value=gaussian, d_qk=1, seed=0]",
                               "simulate[model=minilm, mask=complete, variant=sphere, value=gaussian, d_qk=1, seed=0]"]
     probes = sorted(labels[u.hash] for u in units if u.kind == "probe" and u.params["model"] == "minilm")
-    assert probes == ["probe[model=minilm, drop=[]]", "probe[model=minilm, drop=[norm]]"]
+    # the paper's probes and geometry's (trained and random-init) differ in metrics and control
+    paper = "metrics=[mu,mu_relative,avg_abs_cos,rank_fraction,sigma_min,max_token_share]"
+    geometry = ("metrics=[effective_rank,max_norm_ratio,max_norm_position,top_singular_share,max_token_sigma_share,"
+                "matrix_entropy,alpha_req,sink_mass,sink_head_fraction,sink_value_ratio]")
+    assert probes == [f"probe[model=minilm, control=random-init, {geometry}]", f"probe[model=minilm, drop=[], {paper}]",
+                      f"probe[model=minilm, drop=[norm], {paper}]", f"probe[model=minilm, {geometry}]"]
 
 
 def test_cache_keeps_the_compute_cost(tmp_path):
