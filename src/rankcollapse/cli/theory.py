@@ -39,11 +39,13 @@ def _load_system(path: Optional[Path]):
     return theory.AttentionSystem.from_dict(read_user_json(path, "system JSON", ConfigError))
 
 
-def _widths(text: str) -> tuple[int, ...]:
+def _numbers(text: str, flag: str, kind: type = int) -> tuple:
+    """The comma-separated values of ``flag`` as ``kind`` (int or float)."""
     try:
-        return tuple(int(w) for w in text.split(","))
+        return tuple(kind(v) for v in text.split(","))
     except ValueError as exc:
-        raise ConfigError(f"--widths must be comma-separated integers, got {text!r}") from exc
+        what = "integers" if kind is int else "numbers"
+        raise ConfigError(f"{flag} must be comma-separated {what}, got {text!r}") from exc
 
 
 @sub.command("bound")
@@ -71,7 +73,7 @@ def bound_cmd(
             return
         _emit(res.to_dict(), fmt, lines + _loose_note([res.mask], [res.envelope_rate]))
         return
-    table = theory.radius_sweep(n, _widths(widths), **kw)
+    table = theory.radius_sweep(n, _numbers(widths, "--widths"), **kw)
     if fmt in ("csv", "markdown"):
         print_records(table.to_dict(orient="records"), fmt)
         return
@@ -202,13 +204,6 @@ def portrait_cmd(
           [f"wrote {p2} and {p3}; token 1 ends at rank 2 for {frac:.1%} of starting angles (token 0 at +(0,1))"])
 
 
-def _betas(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(b) for b in text.split(","))
-    except ValueError as exc:
-        raise ConfigError(f"--beta must be comma-separated numbers, got {text!r}") from exc
-
-
 @sub.command("clusters")
 def clusters_cmd(
     beta: str = typer.Option("4,9", "--beta", help="Inverse temperatures, comma-separated."),
@@ -222,7 +217,7 @@ def clusters_cmd(
 ) -> None:
     """Metastable clusters on the circle: the first plateau's cluster count against argmax_k k^2 I_k(beta)."""
     rs = [theory.circle_clusters(b, n_tokens=n, n_samples=n_samples, step=step, depth=depth, angle=angle,
-                                 min_plateau=min_plateau, seed=seed) for b in _betas(beta)]
+                                 min_plateau=min_plateau, seed=seed) for b in _numbers(beta, "--beta", float)]
     _emit({"results": [r.to_dict() for r in rs]}, fmt,
           [f"beta={r.beta:g}: predicted {r.predicted} clusters; first plateau {r.plateau_counts} "
            f"(-1 = none, {n_samples - r.n_plateaus} of {n_samples}); agreement {r.agreement:.2f} over all "
