@@ -239,18 +239,8 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     if stat == "spearman":
         return _spearman(table, q, setting, ctx)
     sel = dict(q.get("select", {}))
-    rows = select_rows(table, {**sel, "metric": q["metric"]}, setting)
-    if "point" not in sel:
-        rows = rows[rows["point"] != "final_norm"]
-    if rows.empty:
-        raise MissingData(f"no rows for metric={q['metric']} " + ", ".join(f"{k}={v}" for k, v in sel.items())
-                          + (f" (setting {setting})" if setting != "default" else ""), sel)
-    one_condition(rows, f"selection {sel} of metric {q['metric']}")
-    layers, seeds, V = curve(rows)
-    S, _, W = V.shape
-    cs = np.vstack([np.ones((1, S)), np.eye(S), ctx.seed_counts(seeds)])
-    cw = np.vstack([np.ones((1 + S, W)), ctx.window_counts(W) if W > 1 else np.ones((ctx.n_boot, 1))])
-    M = layer_means(V, cs, cw)
+    rows, layers, seeds, M, W = _condition(table, q["metric"], sel, setting, ctx)
+    S = len(seeds)
     floor = floor_of(str(rows["dtype"].iloc[0])) if q["metric"] in FLOOR_METRICS and "dtype" in rows else 0.0
     floor = max(floor, float(q.get("floor", 0.0)))  # an explicit floor for an absolute metric (theory μ)
     collapsed = M[0] <= floor
@@ -371,6 +361,24 @@ def _layer_curve(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting:
     """``(layers (L,), seeds, M (1 + S + n_boot, L), W)``: per-layer means of one
     condition's ``metric`` (row 0 the point estimate, rows 1..S per seed, then the
     bootstrap replicates, drawn as in :func:`evaluate` so two curves of one run pair)."""
+    rows, layers, seeds, M, W = _condition(table, metric, sel, setting, ctx)
+    has_values = bool(rows["values"].map(len).max()) if "values" in rows else False
+    return layers, seeds, M, W if has_values else 0
+
+
+def _condition(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: str, ctx: EvalContext
+               ) -> tuple[pd.DataFrame, np.ndarray, tuple[int, ...], np.ndarray, int]:
+    """``(rows, layers (L,), seeds, M (1 + S + n_boot, L), W)``: the rows of ``metric``
+    under ``sel`` (one condition; ``final_norm`` left out unless a point is selected) and
+    their per-layer means: the point estimate, one row per seed, then the bootstrap
+    replicates over seeds and ``W`` windows (:meth:`EvalContext.seed_counts`,
+    :meth:`EvalContext.window_counts`).
+
+    Raises
+    ------
+    MissingData
+        No row matches.
+    """
     rows = select_rows(table, {**sel, "metric": metric}, setting)
     if "point" not in sel:
         rows = rows[rows["point"] != "final_norm"]
@@ -382,8 +390,7 @@ def _layer_curve(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting:
     S, _, W = V.shape
     cs = np.vstack([np.ones((1, S)), np.eye(S), ctx.seed_counts(seeds)])
     cw = np.vstack([np.ones((1 + S, W)), ctx.window_counts(W) if W > 1 else np.ones((ctx.n_boot, 1))])
-    has_values = bool(rows["values"].map(len).max()) if "values" in rows else False
-    return layers, seeds, layer_means(V, cs, cw), W if has_values else 0
+    return rows, layers, seeds, layer_means(V, cs, cw), W
 
 
 def _layers_where(table: pd.DataFrame, q: dict[str, Any], sel: dict[str, Any], setting: str, ctx: EvalContext
