@@ -204,7 +204,7 @@ def test_parse_mask_routes_a_schedule_to_parse_schedule(spec):
     from rankcollapse.masks import dense_mask, parse_mask
 
     for one_mask in (parse_mask, dense_mask):
-        with pytest.raises(MaskError, match=r"mask schedule \(one mask per layer\).*parse_schedule\(spec, n\)"):
+        with pytest.raises(MaskError, match=r"mask schedule \(one mask per layer\).*parse_schedule\(spec, n_tokens\)"):
             one_mask(spec, 16)
     assert parse_schedule(spec, 16).period in (2, 6)
 

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from .._deprecation import renamed_arguments
 from .._io import atomic_path
 from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
@@ -52,14 +53,16 @@ def load_study(scale: str = "quick") -> dict[str, Any]:
     return cfg
 
 
-def window_for_budget(template: str, n: int, budget: float) -> tuple[int, str, float]:
-    """Width ``w`` (1..n) whose schedule ``template.format(w=w)`` has mean edges per layer
-    closest to ``budget`` (ties: the smaller ``w``). Returns ``(w, spec, mean edges)``."""
+@renamed_arguments(n="n_tokens")
+def window_for_budget(template: str, n_tokens: int, budget: float) -> tuple[int, str, float]:
+    """Width ``w`` (1..n_tokens) whose schedule ``template.format(w=w)`` on ``n_tokens``
+    tokens has mean edges per layer closest to ``budget`` (ties: the smaller ``w``).
+    Returns ``(w, spec, mean edges)``. ``n=`` is a deprecated alias of ``n_tokens`` until 0.3.0."""
     best = None
-    for w in range(1, n + 1):
+    for w in range(1, n_tokens + 1):
         spec = template.format(w=w)
         spec = spec if spec.startswith("schedule:") else "schedule:" + spec
-        e = parse_schedule(spec, n).mean_edges()
+        e = parse_schedule(spec, n_tokens).mean_edges()
         if best is None or abs(e - budget) < abs(best[2] - budget):
             best = (w, spec, e)
     return best

@@ -1,6 +1,6 @@
 """Accept a mask in any of its forms; every subpackage goes through these two functions.
 
-Forms: a spec string (parsed by :func:`~rankcollapse.masks.parse_mask`, needs ``n``),
+Forms: a spec string (parsed by :func:`~rankcollapse.masks.parse_mask`, needs ``n_tokens``),
 a :class:`~rankcollapse.masks.Mask`, a bool ``(N, N)`` tensor or array (0/1 integers
 accepted), or a scipy sparse matrix.
 
@@ -11,6 +11,8 @@ accepted), or a scipy sparse matrix.
 - :func:`dense_mask` returns the bool tensor directly, for code that needs it at once
   (model interventions, graph metrics, which also accept a ``(B, N, N)`` batch and
   graphs whose nodes lack in-edges).
+
+Both take the number of tokens as ``n_tokens`` (``n=`` is a deprecated alias until 0.3.0).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .._deprecation import renamed_arguments
 from .._lazy import is_tensor
 from ..errors import MaskError, RankCollapseError
 from .mask import Mask, as_bool_matrix
@@ -36,24 +39,25 @@ def _check_shape(shape: tuple[int, ...], n: int, error: type[RankCollapseError],
 
 def _spec_mask(spec: str, n: int | None) -> Mask:
     if n is None:
-        raise MaskError(f"mask spec {spec!r} needs the number of tokens n")
+        raise MaskError(f"mask spec {spec!r} needs the number of tokens n_tokens")
     return parse_mask(spec, n)
 
 
-def resolve_mask(source: Any, n: int | None = None) -> Mask:
-    """``source`` (any form of the module docstring) as a :class:`Mask` on ``n`` tokens.
+@renamed_arguments(n="n_tokens")
+def resolve_mask(source: Any, n_tokens: int | None = None) -> Mask:
+    """``source`` (any form of the module docstring) as a :class:`Mask` on ``n_tokens`` tokens.
 
     A spec is parsed once; a :class:`Mask` is returned itself (no copy, no second
     validation); a matrix becomes ``Mask.from_dense`` (spec ``dense:n=N``) or
-    ``Mask.from_csr`` (spec ``sparse:n=N``). ``n`` may be omitted for a matrix or Mask
-    input (taken from its shape).
+    ``Mask.from_csr`` (spec ``sparse:n=N``). ``n_tokens`` may be omitted for a matrix or
+    Mask input (taken from its shape); ``n=`` is its deprecated alias until 0.3.0.
 
     Raises
     ------
     MaskError
-        A spec without ``n``, a bad spec, a matrix that is not boolean (or 0/1
-        integers), a sparse or meta tensor, a shape other than ``(n, n)``, or a row
-        with no allowed key.
+        A spec without ``n_tokens``, a bad spec, a matrix that is not boolean (or 0/1
+        integers), a sparse or meta tensor, a shape other than ``(n_tokens, n_tokens)``,
+        or a row with no allowed key.
 
     See Also
     --------
@@ -73,27 +77,28 @@ def resolve_mask(source: Any, n: int | None = None) -> Mask:
     True
     """
     if isinstance(source, str):
-        return _spec_mask(source, n)
+        return _spec_mask(source, n_tokens)
     if isinstance(source, Mask):
         mask = source
     else:
-        if n is not None and (sp.issparse(source) or is_tensor(source) or isinstance(source, np.ndarray)):
-            _check_shape(tuple(source.shape), n, MaskError)  # before any conversion
+        if n_tokens is not None and (sp.issparse(source) or is_tensor(source) or isinstance(source, np.ndarray)):
+            _check_shape(tuple(source.shape), n_tokens, MaskError)  # before any conversion
         mask = Mask.from_csr(source) if sp.issparse(source) else Mask.from_dense(source)
-    if n is not None:
-        _check_shape(mask.shape, n, MaskError)
+    if n_tokens is not None:
+        _check_shape(mask.shape, n_tokens, MaskError)
     return mask
 
 
-def dense_mask(source: Any, n: int, *, batch: int | None = None, require_keys: bool = True,
+@renamed_arguments(n="n_tokens")
+def dense_mask(source: Any, n_tokens: int, *, batch: int | None = None, require_keys: bool = True,
                error: type[RankCollapseError] = MaskError) -> Any:
-    """Bool ``(n, n)`` ``torch`` tensor of a mask in any form (or ``(B, n, n)``, see ``batch``).
+    """Bool ``(N, N)`` ``torch`` tensor of a mask in any form (or ``(B, N, N)``, see ``batch``).
 
     Parameters
     ----------
     source : spec string, Mask, bool/0-1 tensor or array, or scipy sparse matrix.
-    n : number of tokens.
-    batch : if given, a 3-D tensor ``(batch, n, n)`` or ``(1, n, n)`` is accepted too.
+    n_tokens : number of tokens N (``n=`` is a deprecated alias until 0.3.0).
+    batch : if given, a 3-D tensor ``(batch, N, N)`` or ``(1, N, N)`` is accepted too.
     require_keys : check that every row allows a key (always :class:`MaskError`);
         graph metrics turn it off, since a graph may have nodes without in-edges.
     error : error type for a bad type or shape (a metric raises :class:`MetricError`).
@@ -108,7 +113,7 @@ def dense_mask(source: Any, n: int, *, batch: int | None = None, require_keys: b
     import torch
 
     if isinstance(source, str):
-        source = _spec_mask(source, n)
+        source = _spec_mask(source, n_tokens)
     if isinstance(source, Mask):
         M = source.to_dense()
     elif sp.issparse(source):
@@ -116,7 +121,7 @@ def dense_mask(source: Any, n: int, *, batch: int | None = None, require_keys: b
     else:
         M = as_bool_matrix(source, error)
         M = M if is_tensor(M) else torch.from_numpy(M)
-    _check_shape(tuple(M.shape), n, error, batch)
+    _check_shape(tuple(M.shape), n_tokens, error, batch)
     if require_keys:
         check_rows_allow_key(M, getattr(source, "spec", None))
     return M

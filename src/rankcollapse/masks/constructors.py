@@ -4,7 +4,9 @@ packed documents.
 Every constructor states the exact key set ``K(i) = {j : M[i, j]}`` of query ``i``
 (0-based, ``N`` tokens), builds its CSR straight from that rule, gives a matching
 FlexAttention predicate, and records the graph quantities known in closed form
-(spec.md §4), which the tests check against the generic analysis.
+(spec.md §4), which the tests check against the generic analysis. Every constructor
+takes the number of tokens ``n_tokens`` (N >= 1; a MaskError otherwise) first
+(``n=`` is a deprecated alias until 0.3.0).
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from typing import Any
 
 import numpy as np
 
+from .._deprecation import renamed_arguments
 from ..errors import MaskError
 from ._build import progressions, union_csr
 from .._validate import check_int
 from .mask import Mask, lazy_table
 
 
+@renamed_arguments(n="n_tokens")
 def closed(
-    n: int, *, centers: Any, radius: int | None, strongly: bool, diameter: int | None = None
+    n_tokens: int, *, centers: Any, radius: int | None, strongly: bool, diameter: int | None = None
 ) -> dict[str, Any]:
     """Closed-form graph facts; ``centers`` is an int array (empty = not QSC)."""
     centers = np.asarray(centers, dtype=np.int64)
@@ -41,13 +45,14 @@ def _identity_like(n: int) -> dict[str, Any]:
                   diameter=0 if one else None)
 
 
-def complete(n: int) -> Mask:
+@renamed_arguments(n="n_tokens")
+def complete(n_tokens: int) -> Mask:
     """Full attention: ``K(i) = {0, ..., N-1}``.
 
     Strongly connected; every token is a center; radius = diameter = 1 for N > 1
     (spec.md §4 table). Source: Vaswani et al. 2017 (encoder self-attention).
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     r = int(n > 1)
     return Mask(
         n, "complete",
@@ -57,13 +62,14 @@ def complete(n: int) -> Mask:
     )
 
 
-def causal(n: int) -> Mask:
+@renamed_arguments(n="n_tokens")
+def causal(n_tokens: int) -> Mask:
     """Causal (decoder) attention: ``K(i) = {0, ..., i}``.
 
     Centers ``{0}``, radius 1 for N > 1; not strongly connected for N > 1
     (spec.md §4 table). Source: Vaswani et al. 2017 (decoder self-attention).
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     idx = np.arange(n)
     return Mask(
         n, "causal",
@@ -74,7 +80,8 @@ def causal(n: int) -> Mask:
     )
 
 
-def sliding_window(n: int, w: int) -> Mask:
+@renamed_arguments(n="n_tokens")
+def sliding_window(n_tokens: int, w: int) -> Mask:
     """Bidirectional sliding window of odd width ``w = 2h + 1``: ``K(i) = {j : |i - j| <= h}``.
 
     For ``h >= 1`` strongly connected, every token a center, radius
@@ -87,7 +94,7 @@ def sliding_window(n: int, w: int) -> Mask:
     MaskError
         ``w`` even or < 1.
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     w = check_int(w, "sliding_window width w", low=1, error=MaskError)
     if w % 2 == 0:
         raise MaskError(f"sliding_window width w must be odd (w = 2h+1, centred on the query), got {w}")
@@ -104,7 +111,8 @@ def sliding_window(n: int, w: int) -> Mask:
     )
 
 
-def causal_sliding_window(n: int, w: int) -> Mask:
+@renamed_arguments(n="n_tokens")
+def causal_sliding_window(n_tokens: int, w: int) -> Mask:
     """Causal sliding window of width ``w`` (the query and ``w - 1`` previous tokens):
     ``K(i) = {j : i - w + 1 <= j <= i}``.
 
@@ -117,7 +125,7 @@ def causal_sliding_window(n: int, w: int) -> Mask:
     MaskError
         ``w < 1``.
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     w = check_int(w, "causal_sliding_window width w", low=1, error=MaskError)
     idx = np.arange(n)
     cf = _identity_like(n) if w == 1 else closed(
@@ -131,7 +139,8 @@ def causal_sliding_window(n: int, w: int) -> Mask:
     )
 
 
-def dilated(n: int, w: int, dilation: int, causal: bool = False) -> Mask:
+@renamed_arguments(n="n_tokens")
+def dilated(n_tokens: int, w: int, dilation: int, causal: bool = False) -> Mask:
     """Dilated sliding window (Longformer's dilated heads).
 
     ``causal=False`` (``w = 2h + 1`` odd): ``K(i) = {i + k*dilation : |k| <= h} ∩ [0, N)``.
@@ -145,7 +154,7 @@ def dilated(n: int, w: int, dilation: int, causal: bool = False) -> Mask:
     MaskError
         ``w < 1``, ``dilation < 1``, or an even ``w`` with ``causal=False``.
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     w = check_int(w, "dilated width w", low=1, error=MaskError)
     d = check_int(dilation, "dilation", low=1, error=MaskError)
     causal = bool(causal)
@@ -174,7 +183,8 @@ def dilated(n: int, w: int, dilation: int, causal: bool = False) -> Mask:
     )
 
 
-def prefix(n: int, k: int) -> Mask:
+@renamed_arguments(n="n_tokens")
+def prefix(n_tokens: int, k: int) -> Mask:
     """Prefix-LM mask with ``k`` prefix tokens: ``K(i) = {0, ..., max(i, k - 1)}``
     (prefix tokens attend to the whole prefix, later tokens causally).
 
@@ -186,7 +196,7 @@ def prefix(n: int, k: int) -> Mask:
     MaskError
         ``k < 1`` or ``k > N``.
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     k = check_int(k, "prefix length k", low=1, error=MaskError)
     if k > n:
         raise MaskError(f"prefix length k={k} exceeds the number of tokens N={n}")
@@ -201,7 +211,8 @@ def prefix(n: int, k: int) -> Mask:
     )
 
 
-def documents(n: int, lengths: list[int], causal: bool = False) -> Mask:
+@renamed_arguments(n="n_tokens")
+def documents(n_tokens: int, lengths: list[int], causal: bool = False) -> Mask:
     """Packed sequences (block diagonal): tokens attend only within their document.
 
     Documents are consecutive runs of ``lengths[0], lengths[1], ...`` tokens
@@ -215,7 +226,7 @@ def documents(n: int, lengths: list[int], causal: bool = False) -> Mask:
     MaskError
         Empty list, a length < 1, or lengths not summing to N.
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     lengths = [check_int(x, "document length", low=1, error=MaskError) for x in lengths]
     if not lengths or sum(lengths) != n:
         raise MaskError(f"document lengths {lengths} sum to {sum(lengths)}, not N={n}")
@@ -227,7 +238,8 @@ def documents(n: int, lengths: list[int], causal: bool = False) -> Mask:
     return _blocks(n, doc, starts, ends, causal, spec)
 
 
-def block(n: int, size: int, causal: bool = False) -> Mask:
+@renamed_arguments(n="n_tokens")
+def block(n_tokens: int, size: int, causal: bool = False) -> Mask:
     """Block-local attention: consecutive blocks of ``size`` tokens (the last may be
     shorter); ``K(i) = {j : j // size = i // size}``, and ``j <= i`` if ``causal``.
 
@@ -239,7 +251,7 @@ def block(n: int, size: int, causal: bool = False) -> Mask:
     MaskError
         ``size < 1``.
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     size = check_int(size, "block size", low=1, error=MaskError)
     causal = bool(causal)
     lengths = [size] * (n // size) + ([n % size] if n % size else [])

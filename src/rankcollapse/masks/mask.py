@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import scipy.sparse as sp
 
+from .._deprecation import renamed_arguments
 from .._lazy import is_tensor
 from ..errors import MaskError, RankCollapseError
 from .._validate import check_device, check_int, check_tensor_storage
@@ -25,8 +26,11 @@ if TYPE_CHECKING:  # torch is imported when a tensor form is asked for: `mask de
 MaskMod = Callable[[Any, Any, "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
-def normalise_csr(csr: Any, n: int) -> sp.csr_array:
-    """Canonical bool CSR: sorted indices, no duplicates, no stored False, int64 index."""
+@renamed_arguments(n="n_tokens")
+def normalise_csr(csr: Any, n_tokens: int) -> sp.csr_array:
+    """Canonical bool CSR of shape ``(n_tokens, n_tokens)``: sorted indices, no duplicates,
+    no stored False, int64 index. Raises MaskError for another shape."""
+    n = n_tokens
     csr = sp.csr_array(csr, dtype=bool)
     csr.eliminate_zeros()
     csr.sum_duplicates()
@@ -220,15 +224,18 @@ class Mask:
         return cls(n, spec or f"sparse:n={n}", csr=csr)
 
     @classmethod
-    def from_edges(cls, edges: Any, n: int, spec: str | None = None) -> "Mask":
-        """Mask from an ``(E, 2)`` integer array of ``(i, j)`` pairs meaning i attends to j.
+    @renamed_arguments(n="n_tokens")
+    def from_edges(cls, edges: Any, n_tokens: int, spec: str | None = None) -> "Mask":
+        """Mask on ``n_tokens`` tokens from an ``(E, 2)`` integer array of ``(i, j)`` pairs
+        meaning i attends to j (``n=`` is a deprecated alias of ``n_tokens`` until 0.3.0).
 
         Raises
         ------
         MaskError
-            Bad shape, negative index, index ``>= n`` or a row with no key.
+            Bad shape, ``n_tokens < 1``, negative index, index ``>= n_tokens`` or a row
+            with no key.
         """
-        n = check_int(n, "n", low=1, error=MaskError)
+        n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
         e = np.asarray(edges)
         if e.size == 0:
             e = e.reshape(0, 2)

@@ -1,6 +1,8 @@
 """Sparse-attention patterns from the literature, random graphs and masks from files.
 
-Key sets ``K(i) = {j : M[i, j]}`` are stated exactly for 0-based tokens.
+Key sets ``K(i) = {j : M[i, j]}`` are stated exactly for 0-based tokens. Every
+function takes the number of tokens ``n_tokens`` (N >= 1; a MaskError otherwise) as
+its first mask argument (``n=`` is a deprecated alias until 0.3.0).
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ import numpy as np
 
 from ..errors import MaskError, excerpt
 from ._build import COO_BYTES_PER_EDGE, check_edges, columns_coo, interval_coo, progressions, rows_coo, union_csr
+from .._deprecation import renamed_arguments
 from .._io import load_npy
 from .._validate import check_int
 from .constructors import closed, sliding_window
 from .mask import Mask, lazy_table
 
 
-def strided(n: int, stride: int) -> Mask:
+@renamed_arguments(n="n_tokens")
+def strided(n_tokens: int, stride: int) -> Mask:
     """Sparse Transformer *strided* pattern, both heads merged (causal).
 
     ``K(i) = {j : max(0, i - l) <= j <= i} ∪ {j <= i : (i - j) mod l = 0}`` with
@@ -35,7 +39,7 @@ def strided(n: int, stride: int) -> Mask:
     MaskError
         ``stride < 1``.
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     l = check_int(stride, "strided stride", low=1, error=MaskError)
     idx = np.arange(n)
     far = l >= 2 and n - 1 > l
@@ -49,7 +53,8 @@ def strided(n: int, stride: int) -> Mask:
     )
 
 
-def fixed(n: int, stride: int, c: int = 1) -> Mask:
+@renamed_arguments(n="n_tokens")
+def fixed(n_tokens: int, stride: int, c: int = 1) -> Mask:
     """Sparse Transformer *fixed* pattern, both heads merged (causal).
 
     ``K(i) = {j <= i : j // l = i // l} ∪ {j <= i : j mod l >= l - c}`` with
@@ -62,7 +67,7 @@ def fixed(n: int, stride: int, c: int = 1) -> Mask:
     MaskError
         ``stride < 1`` or ``c`` outside ``1..stride``.
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     l = check_int(stride, "fixed stride", low=1, error=MaskError)
     c = check_int(c, "fixed summary width c", low=1, error=MaskError)
     if c > l:
@@ -101,7 +106,8 @@ def _window_with_globals(n: int, w: int, g: np.ndarray, name: str) -> tuple[list
     return pieces, base, is_g
 
 
-def longformer(n: int, w: int, globals: Sequence[int] = ()) -> Mask:
+@renamed_arguments(n="n_tokens")
+def longformer(n_tokens: int, w: int, globals: Sequence[int] = ()) -> Mask:
     """Longformer: bidirectional window of odd width ``w = 2h + 1`` plus global tokens.
 
     ``K(i) = {j : |i - j| <= h} ∪ G`` for ``i ∉ G`` and ``K(g) = {0..N-1}`` for ``g ∈ G``
@@ -114,7 +120,7 @@ def longformer(n: int, w: int, globals: Sequence[int] = ()) -> Mask:
     MaskError
         Even or non-positive ``w``, a global token outside ``0..N-1`` or repeated.
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     g = _check_globals(globals, n, "longformer")
     pieces, base, is_g = _window_with_globals(n, w, g, "longformer")
     g_t = lazy_table(lambda: is_g)
@@ -147,7 +153,8 @@ def _distinct_random_keys(rng: np.random.Generator, n: int, r: int) -> np.ndarra
         keys[dup] = rng.integers(0, n, size=(int(dup.sum()), r))
 
 
-def bigbird(n: int, w: int, globals: Sequence[int] = (), random: int = 0, seed: int = 0) -> Mask:
+@renamed_arguments(n="n_tokens")
+def bigbird(n_tokens: int, w: int, globals: Sequence[int] = (), random: int = 0, seed: int = 0) -> Mask:
     """BigBird: bidirectional window (odd ``w``) + global tokens + ``random`` random keys.
 
     ``K(i) = {j : |i - j| <= h} ∪ G ∪ R(i)`` for ``i ∉ G``, ``K(g) = {0..N-1}``, where
@@ -161,7 +168,7 @@ def bigbird(n: int, w: int, globals: Sequence[int] = (), random: int = 0, seed: 
     MaskError
         Bad ``w`` or globals (see :func:`longformer`), ``random`` < 0 or > N.
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     g = _check_globals(globals, n, "bigbird")
     r = check_int(random, "bigbird random", low=0, error=MaskError)
     if r > n:
@@ -181,7 +188,8 @@ def bigbird(n: int, w: int, globals: Sequence[int] = (), random: int = 0, seed: 
     return Mask(n, spec, csr=csr, closed_form=cf)
 
 
-def random(n: int, p: float, seed: int = 0) -> Mask:
+@renamed_arguments(n="n_tokens")
+def random(n_tokens: int, p: float, seed: int = 0) -> Mask:
     """Erdős–Rényi directed graph ``G(N, p)`` plus self-loops: ``K(i) = {i} ∪ {j : U_ij < p}``.
 
     Every off-diagonal pair is kept independently with probability ``p``: the edge
@@ -193,7 +201,7 @@ def random(n: int, p: float, seed: int = 0) -> Mask:
     MaskError
         ``p`` outside ``[0, 1]``.
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0 or math.isnan(p):
         raise MaskError(f"random edge probability p must be in [0, 1], got {p!r}")
     seed = check_int(seed, "seed", low=0, error=MaskError)
@@ -209,17 +217,18 @@ def random(n: int, p: float, seed: int = 0) -> Mask:
     return Mask(n, f"random:p={p},seed={seed}", csr=csr)
 
 
-def from_file(path: str | Path, n: int) -> Mask:
+@renamed_arguments(n="n_tokens")
+def from_file(path: str | Path, n_tokens: int) -> Mask:
     """Mask read from ``path``: a ``.npy`` boolean ``(N, N)`` matrix, or a text edge list
     with one ``i j`` pair per line meaning token i attends to token j (``#`` comments).
 
     Raises
     ------
     MaskError
-        Unreadable file, non-square or non-boolean matrix, size different from ``n``,
-        malformed line, token outside ``0..n-1``, or a row with no key.
+        Unreadable file, non-square or non-boolean matrix, size different from
+        ``n_tokens``, malformed line, token outside ``0..n_tokens-1``, or a row with no key.
     """
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     path = Path(path)
     spec = f"file:{path}"
     if not path.is_file():
@@ -231,7 +240,7 @@ def from_file(path: str | Path, n: int) -> Mask:
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
             raise MaskError(f"mask file {str(path)!r} must hold a square (N, N) matrix, got shape {arr.shape}")
         if arr.shape[0] != n:
-            raise MaskError(f"mask file {str(path)!r} has N={arr.shape[0]} tokens, but n={n} was asked")
+            raise MaskError(f"mask file {str(path)!r} has N={arr.shape[0]} tokens, but n_tokens={n} was asked")
         return Mask.from_dense(arr, spec=spec)
     return Mask.from_edges(_read_edge_list(path, n), n, spec=spec)
 
@@ -255,6 +264,6 @@ def _read_edge_list(path: Path, n: int) -> np.ndarray:
         i, j = int(body[0]), int(body[1])
         if not (0 <= i < n and 0 <= j < n):
             raise MaskError(f"mask file {str(path)!r} line {lineno}: edge '{i} {j}' names a token "
-                            f"outside 0..{n - 1} (n={n})")
+                            f"outside 0..{n - 1} (n_tokens={n})")
         pairs.append((i, j))
     return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from .._deprecation import renamed_arguments
 from ..errors import MaskError, excerpt
 from . import interval_graph
 from .graph import MaskAnalysis, analyze
@@ -236,8 +237,10 @@ def canonical_spec(specs: Sequence[str]) -> str:
     return PREFIX + ",".join(parts)
 
 
-def parse_schedule(source: Any, n: int) -> MaskSchedule:
-    """Build the schedule described by ``source`` for ``n`` tokens (forms: module docstring).
+@renamed_arguments(n="n_tokens")
+def parse_schedule(source: Any, n_tokens: int) -> MaskSchedule:
+    """Build the schedule described by ``source`` for ``n_tokens`` tokens (forms: module docstring;
+    ``n=`` is a deprecated alias of ``n_tokens`` until 0.3.0).
 
     A plain mask spec or :class:`Mask` gives a period-1 schedule.
 
@@ -246,29 +249,29 @@ def parse_schedule(source: Any, n: int) -> MaskSchedule:
     MaskError
         Not a spec, list or Mask (None); empty schedule; a repeat count < 1 or a period
         longer than :data:`MAX_PERIOD` layers (counted before expanding); a layer whose
-        ``Mask`` has ``N != n``; a schedule file that is not a regular UTF-8 file;
+        ``Mask`` has ``N != n_tokens``; a schedule file that is not a regular UTF-8 file;
         invalid YAML/JSON, or any per-mask error of
         :func:`~rankcollapse.masks.parse_mask` (the message names the schedule item).
     """
     if isinstance(source, MaskSchedule):
-        if source.n_tokens != n:
-            raise MaskError(f"schedule is for N={source.n_tokens} tokens, not {n}")
+        if source.n_tokens != n_tokens:
+            raise MaskError(f"schedule is for N={source.n_tokens} tokens, not {n_tokens}")
         return source
     if isinstance(source, Mask):
-        return MaskSchedule([_same_n(source, n)])
+        return MaskSchedule([_same_n(source, n_tokens)])
     if isinstance(source, str) and not is_schedule(source):
-        return MaskSchedule([parse_mask(source, n)])
+        return MaskSchedule([parse_mask(source, n_tokens)])
     masks: list[Mask] = []
     cache: dict[str, Mask] = {}
     for one in _expand_all(_items(source)):
         if isinstance(one, Mask):
-            masks.append(_same_n(one, n))
+            masks.append(_same_n(one, n_tokens))
             continue
         if not one:
             raise MaskError(f"empty mask in schedule {excerpt(source)}")
         if one not in cache:
             try:
-                cache[one] = _same_n(parse_mask(one, n), n)
+                cache[one] = _same_n(parse_mask(one, n_tokens), n_tokens)
             except MaskError as exc:
                 raise MaskError(f"schedule item {excerpt(one)}: {exc}") from None
         masks.append(cache[one])

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .._deprecation import renamed_arguments
 from ..errors import MaskError
 from . import constructors as c
 from . import patterns as p
@@ -157,8 +158,9 @@ def _check_file(path: str) -> _Checked:
     return _Checked()
 
 
-def parse_mask(spec: str, n: int) -> Mask:
-    """Build the mask described by ``spec`` for ``n`` tokens.
+@renamed_arguments(n="n_tokens")
+def parse_mask(spec: str, n_tokens: int) -> Mask:
+    """Build the mask described by ``spec`` for ``n_tokens`` tokens.
 
     Parameters
     ----------
@@ -166,8 +168,8 @@ def parse_mask(spec: str, n: int) -> Mask:
         ``NAME[:key=value,...]`` or ``file:PATH``, composed with ``&`` / ``|``
         (``&`` binds tighter) and grouped with parentheses:
         ``(causal|sliding_window:w=3)&block:size=4``. Names: see ``MASK_KINDS``.
-    n : int
-        Number of tokens N >= 1.
+    n_tokens : int
+        Number of tokens N >= 1 (``n=`` is a deprecated alias until 0.3.0).
 
     Returns
     -------
@@ -176,7 +178,7 @@ def parse_mask(spec: str, n: int) -> Mask:
     Raises
     ------
     MaskError
-        Unknown name or key, missing key, malformed value, unbalanced parentheses, a
+        ``n_tokens < 1``, unknown name or key, missing key, malformed value, unbalanced parentheses, a
         parameter the constructor rejects, or a composition leaving a row with no key.
         A schedule spec (``schedule:...`` or a list string) is one mask per layer, not
         one mask: the error routes to :func:`~rankcollapse.masks.parse_schedule`.
@@ -204,7 +206,7 @@ def parse_mask(spec: str, n: int) -> Mask:
         raise MaskError(f"mask spec must be a string, got {type(spec).__name__}")
     if spec.strip().startswith(("schedule:", "[")):
         raise MaskError(SCHEDULE_HERE.format(spec=spec))
-    n = check_int(n, "n", low=1, error=MaskError)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
         return _parse_atom(spec, n)  # a lone path may hold any character
     tokens = [t for t in (p.strip() for p in re.split(r"([&|()])", spec)) if t]
@@ -289,7 +291,7 @@ _OPS = ("&", "|", "(", ")")
 SCHEDULE_HERE = (
     "{spec!r} is a mask schedule (one mask per layer) and one mask is needed here; schedules are taken by "
     "simulate, probe, theory bound and mask describe/show/compare, and in Python by "
-    "rankcollapse.masks.parse_schedule(spec, n) (single masks too; .composed() is the one-period graph)")
+    "rankcollapse.masks.parse_schedule(spec, n_tokens) (single masks too; .composed() is the one-period graph)")
 
 
 # Recursive descent: union := intersection ('|' intersection)*;

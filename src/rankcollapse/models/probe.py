@@ -16,6 +16,7 @@ import inspect
 import pandas as pd
 import torch
 
+from .._deprecation import renamed_arguments
 from ..data import Windows, distinct_tokens
 from ..errors import ConfigError, ModelError
 from .._progress import steps
@@ -375,8 +376,10 @@ def _module_tokens(name: str, X: Any, shape: tuple[int, int]) -> torch.Tensor:
     return X
 
 
-def attention_allowed(loaded: Any, mask: Any, point: str, n: int) -> torch.Tensor:
-    """Bool ``(n, n)``: the keys each query of the attention at ``point``
+@renamed_arguments(n="n_tokens")
+def attention_allowed(loaded: Any, mask: Any, point: str, n_tokens: int) -> torch.Tensor:
+    """Bool ``(N, N)`` (``N = n_tokens``; ``n=`` is a deprecated alias until 0.3.0): the
+    keys each query of the attention at ``point``
     (``{prefix}layer.k.attention``) may attend to before padding: the replacement
     ``mask`` (a schedule's layer ``k``), else the model's own pattern (causal for
     causal families and T5's decoder, complete otherwise)."""
@@ -385,10 +388,10 @@ def attention_allowed(loaded: Any, mask: Any, point: str, n: int) -> torch.Tenso
     k = int(point.rsplit(".", 2)[-2])
     if mask is None:
         causal = families.family(loaded.family).causal or point.startswith("decoder.")
-        return dense_mask("causal" if causal else "complete", n)
+        return dense_mask("causal" if causal else "complete", n_tokens)
     if is_schedule(mask):
-        return parse_schedule(mask, n).layer(k).to_dense()
-    return dense_mask(mask, n)
+        return parse_schedule(mask, n_tokens).layer(k).to_dense()
+    return dense_mask(mask, n_tokens)
 
 
 @torch.no_grad()

@@ -195,7 +195,8 @@ class Theorem1Terms:
         return {**self.__dict__, "period_radius": self.period_radius, "effective_radius": self.effective_radius}
 
 
-def theorem1_terms(source: Any, n: int | None = None, *, max_memory: int | str | None = None) -> Theorem1Terms:
+@renamed_arguments(n="n_tokens")
+def theorem1_terms(source: Any, n_tokens: int | None = None, *, max_memory: int | str | None = None) -> Theorem1Terms:
     """:class:`Theorem1Terms` of a mask (any form of :func:`~rankcollapse.masks.resolve_mask`)
     or a schedule (any form of :func:`~rankcollapse.masks.parse_schedule`; a plain mask is
     a period-1 schedule). Never refuses a mask Theorem 1 does not apply to (its fields are
@@ -208,12 +209,15 @@ def theorem1_terms(source: Any, n: int | None = None, *, max_memory: int | str |
     (it contains ``r_H`` whole periods, padded by self-loops). At most ``p² (r_H + 1)``
     compositions: O(N) each when every layer is a monotone interval mask (windows, causal,
     complete, ...), else sparse boolean products restricted to the candidate roots
-    (:mod:`._scrambling`).
+    (:mod:`._scrambling`). ``n_tokens``: N, needed for a spec (``n=`` is a deprecated
+    alias until 0.3.0).
 
     Raises
     ------
     MaskError
-        A bad spec or schedule, a spec without ``n``.
+        A bad spec or schedule, a spec without ``n_tokens``.
+    ConfigError
+        A schedule spec without ``n_tokens``.
     MemoryLimitError
         The graph analysis would exceed ``max_memory`` (see :func:`~rankcollapse.masks.analyze`).
     """
@@ -221,15 +225,15 @@ def theorem1_terms(source: Any, n: int | None = None, *, max_memory: int | str |
     from ..masks.schedule import MaskSchedule, is_schedule, parse_schedule
 
     if is_schedule(source):
-        if n is None and not isinstance(source, MaskSchedule):
-            raise ConfigError("a schedule needs the number of tokens n")
-        sched = parse_schedule(source, source.n_tokens if n is None else n)
+        if n_tokens is None and not isinstance(source, MaskSchedule):
+            raise ConfigError("a schedule needs the number of tokens n_tokens")
+        sched = parse_schedule(source, source.n_tokens if n_tokens is None else n_tokens)
         if sched.period > 1:
             return schedule_terms(sched, max_memory=max_memory)
         source, spec = sched.masks[0], sched.spec
     else:
         spec = None
-    resolved = resolve_mask(source, n)
+    resolved = resolve_mask(source, n_tokens)
     return mask_terms(analyze(resolved, max_memory=max_memory), spec or resolved.spec)
 
 
@@ -282,8 +286,10 @@ def scrambling_length(source: Any, n_tokens: int | None = None) -> int | None:
     return theorem1_terms(source, n_tokens).scrambling_length
 
 
-def require_theorem1(source: Any, n: int | None = None) -> Theorem1Terms:
-    """:func:`theorem1_terms` of a mask or schedule the envelope applies to.
+@renamed_arguments(n="n_tokens")
+def require_theorem1(source: Any, n_tokens: int | None = None) -> Theorem1Terms:
+    """:func:`theorem1_terms` of a mask or schedule the envelope applies to (``n_tokens``:
+    N, needed for a spec; ``n=`` is a deprecated alias until 0.3.0).
 
     Raises
     ------
@@ -293,7 +299,7 @@ def require_theorem1(source: Any, n: int | None = None) -> Theorem1Terms:
     MaskError
         As :func:`theorem1_terms`.
     """
-    terms = theorem1_terms(source, n)
+    terms = theorem1_terms(source, n_tokens)
     if terms.n_tokens < 2:
         raise ConfigError(f"Theorem 1 needs at least 2 tokens, got N={terms.n_tokens}")
     what = "mask" if terms.period == 1 else "schedule"
@@ -306,15 +312,17 @@ def require_theorem1(source: Any, n: int | None = None) -> Theorem1Terms:
     return terms
 
 
-def theorem1_mask(mask: Any, n: int | None) -> tuple[Any, Any]:
-    """``(resolved mask, its analysis)`` for a mask Theorem 1 applies to.
+@renamed_arguments(n="n_tokens")
+def theorem1_mask(mask: Any, n_tokens: int | None) -> tuple[Any, Any]:
+    """``(resolved mask, its analysis)`` for a mask Theorem 1 applies to, on ``n_tokens``
+    tokens (None: a Mask's or matrix's own; ``n=`` is a deprecated alias until 0.3.0).
 
     Raises ConfigError (fewer than 2 tokens, not QSC, no self-loops) or MaskError, as
     :func:`require_theorem1`.
     """
     from ..masks import analyze, resolve_mask
 
-    m = resolve_mask(mask, n)
+    m = resolve_mask(mask, n_tokens)
     require_theorem1(m)
     return m, analyze(m)
 

@@ -158,17 +158,20 @@ def _token_after_rank(S: np.ndarray, lam: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x)
 
 
-def construct_equilibrium(n: int, lam: np.ndarray, signs: tuple[int, ...]) -> np.ndarray:
-    """The equilibrium of the rank-``k`` construction with sign pattern ``signs`` (length k).
+@renamed_arguments(n="n_tokens")
+def construct_equilibrium(n_tokens: int, lam: np.ndarray, signs: tuple[int, ...]) -> np.ndarray:
+    """The equilibrium on ``n_tokens`` tokens (``n=`` is a deprecated alias until 0.3.0) of
+    the rank-``k`` construction with sign pattern ``signs`` (length k), eigenvalues ``lam``
+    ``(d,)``.
 
     Tokens ``t < k`` (α = λ_t): ``x_t[j] = λ_j S_{t-1}[j] / (λ_t - λ_j)`` for ``j < t``,
     ``x_t[t] = s_t sqrt(1 - Σ_{j<t} x_t[j]²)``, zero after ``t``. Tokens ``t ≥ k``: see
-    :func:`_token_after_rank`. Returns ``(n, d)`` float64.
+    :func:`_token_after_rank`. Returns ``(n_tokens, d)`` float64.
     """
     k, d = len(signs), lam.shape[0]
-    X = np.zeros((n, d))
+    X = np.zeros((n_tokens, d))
     S = np.zeros(d)
-    for t in range(n):
+    for t in range(n_tokens):
         if t < k:
             x = np.zeros(d)
             x[:t] = lam[:t] * S[:t] / (lam[t] - lam[:t])

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .._deprecation import renamed_attribute
+from .._deprecation import renamed_arguments, renamed_attribute
 from .._display import NotebookResult
 from ..dynamics import gaussian_tokens, simulate
 from ..errors import ConfigError
@@ -133,18 +133,21 @@ def envelope_result(spec: str, radius: int, effective_radius: int, exponent: str
                        float(rate[median]), n_bad, config)
 
 
-def orthogonal_run(X0, mask: Any, N: int, d: int, *, n_samples: int, depth: int, d_qk: float, qk_scale: float,
+@renamed_arguments(N="n_tokens")
+def orthogonal_run(X0, mask: Any, n_tokens: int, d: int, *, n_samples: int, depth: int, d_qk: float, qk_scale: float,
                    seed: int):
     """The pure-SA run both envelope checks measure: ``X0`` (default Gaussian tokens,
     std ``1/sqrt(d)``) through ``depth`` layers of :func:`simulate` with Haar-orthogonal
     ``W_V`` (so assumption A2 holds), Gaussian ``W_Q, W_K`` scaled by ``qk_scale``,
-    float64, attention recorded. Returns ``(X0 (B, N, d) float64, SimResult)``.
+    float64, attention recorded. Returns ``(X0 (B, N, d) float64, SimResult)``, where
+    ``N = n_tokens`` (``N=`` is a deprecated alias until 0.3.0).
 
     Raises
     ------
     ConfigError
         ``X0`` not of shape ``(B, N, d)``.
     """
+    N = n_tokens  # the formulas' name
     if X0 is None:
         X0 = gaussian_tokens(n_samples, N, d, seed=seed, std=1 / math.sqrt(d))
     X0 = torch.as_tensor(X0).to(torch.float64)

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from .._deprecation import renamed_arguments
 from ..masks import analyze, parse_mask
 from ..masks.schedule import MaskSchedule, parse_schedule
 from .envelope import check_exponent, mask_terms, predicted_rate, schedule_terms, theorem1_terms
@@ -25,7 +26,8 @@ from .envelope import check_exponent, mask_terms, predicted_rate, schedule_terms
 TERM_KEYS = ("period_radius", "scrambling_length", "effective_radius")
 
 
-def describe_schedule(schedule: Any, n: int | None = None, *, per_token: bool = False,
+@renamed_arguments(n="n_tokens")
+def describe_schedule(schedule: Any, n_tokens: int | None = None, *, per_token: bool = False,
                       **bounds: float) -> dict[str, Any]:
     """JSON-ready description of a schedule: the composed graph's
     :meth:`~rankcollapse.masks.MaskAnalysis.to_dict` keys (``n_tokens``, ``centers``,
@@ -34,11 +36,12 @@ def describe_schedule(schedule: Any, n: int | None = None, *, per_token: bool = 
     ``scrambling_length`` (``L``), ``effective_radius`` (``min(p r_H, L)``, the envelope's
     exponent), ``epsilon_bound``, ``log10_rate_per_layer``, ``log10_layers_per_decade``
     (:func:`rankcollapse.theory.envelope.predicted_rate`; ``bounds`` = its keyword
-    arguments) and ``layers`` (each layer's description).
+    arguments) and ``layers`` (each layer's description). ``n_tokens``: N, needed unless
+    ``schedule`` is a :class:`MaskSchedule` (``n=`` is a deprecated alias until 0.3.0).
 
     Raises MaskError for a bad schedule (see :func:`parse_schedule`).
     """
-    sched = parse_schedule(schedule, n) if not isinstance(schedule, MaskSchedule) else schedule
+    sched = parse_schedule(schedule, n_tokens) if not isinstance(schedule, MaskSchedule) else schedule
     a = analyze(sched.composed())
     out = a.to_dict(per_token=per_token)
     out["spec"] = sched.spec
@@ -79,7 +82,8 @@ def measure_rate(schedule: MaskSchedule, *, d: int = 16, depth: int = 60, n_samp
     return float(rates.median())
 
 
-def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d: int = 16,
+@renamed_arguments(n="n_tokens")
+def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: bool = False, d: int = 16,
                       depth: int = 60, n_samples: int = 8, seed: int = 0, d_qk: float = 1.0,
                       token_norm: float = 1.0, weight_norm: float = 1.0, exponent: str = "t/r") -> pd.DataFrame:
     """Rank schedules (plain masks are period-1 schedules) by collapse rate at their cost.
@@ -94,6 +98,7 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
     per decade / measured factor closest to 1); non-QSC schedules rank first (no
     collapse is implied). Compare rows of equal ``mean_edges_per_layer``. ``exponent``:
     ``"t/r"`` or ``"t/(2r)"`` (:func:`rankcollapse.theory.envelope.predicted_rate`).
+    Every schedule is on ``n_tokens`` tokens (``n=`` is a deprecated alias until 0.3.0).
 
     Raises
     ------
@@ -103,9 +108,9 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
     check_exponent(exponent)
     rows = []
     for spec in specs:
-        sched = parse_schedule(spec, n)
+        sched = parse_schedule(spec, n_tokens)
         terms = theorem1_terms(sched)
-        row = {"spec": sched.spec, "period": sched.period, "n_tokens": n,
+        row = {"spec": sched.spec, "period": sched.period, "n_tokens": n_tokens,
                "mean_edges_per_layer": sched.mean_edges(),
                "quasi_strongly_connected": terms.quasi_strongly_connected, "radius": terms.radius}
         row.update({k: getattr(terms, k) for k in TERM_KEYS})
@@ -124,8 +129,9 @@ def compare_schedules(specs: Sequence[Any], n: int, *, measure: bool = False, d:
     return df
 
 
+@renamed_arguments(n="n_tokens")
 def compare_masks(
-    specs: Sequence[str], n: int, *, d_qk: float = 1.0, token_norm: float = 1.0,
+    specs: Sequence[str], n_tokens: int, *, d_qk: float = 1.0, token_norm: float = 1.0,
     weight_norm: float = 1.0, exponent: str = "t/r", max_memory: int | str | None = None,
 ) -> pd.DataFrame:
     """Table of masks by radius and predicted per-layer contraction.
@@ -136,7 +142,8 @@ def compare_masks(
     in-degree; ``log10_factor`` is ``log10`` of ``(1 - eps^r)^(1/(k r))``
     (:func:`~rankcollapse.theory.envelope.predicted_rate`). Non-QSC masks get no rate
     (NaN): Theorem 1 gives no collapse to one token there. ``max_memory`` bounds each
-    graph analysis (see :func:`~rankcollapse.masks.analyze`).
+    graph analysis (see :func:`~rankcollapse.masks.analyze`). Every mask is on ``n_tokens``
+    tokens (``n=`` is a deprecated alias until 0.3.0).
 
     Raises
     ------
@@ -145,7 +152,7 @@ def compare_masks(
     """
     rows = []
     for spec in specs:
-        a = analyze(parse_mask(spec, n), max_memory=max_memory)
+        a = analyze(parse_mask(spec, n_tokens), max_memory=max_memory)
         rate = predicted_rate(mask_terms(a), d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm,
                               exponent=exponent)
         rows.append({
