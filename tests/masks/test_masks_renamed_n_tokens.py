@@ -1,0 +1,189 @@
+"""The token count is ``n_tokens`` in the whole mask API (issue 28): a positional call is
+unchanged, ``n_tokens=`` is silent, the old keyword ``n=`` (``N=`` for two theory
+helpers) warns (FutureWarning naming 0.3.0) and gives the identical result, and the old
+and the new name together are refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+import torch
+
+from rankcollapse.errors import ConfigError
+from rankcollapse.masks import Mask, MaskAnalysis, MaskSchedule
+from rankcollapse.masks import adapt, constructors as c, mask as mask_module, patterns as p, schedule, spec
+
+N = 6
+
+
+def _edge_file(tmp_path):
+    path = tmp_path / "edges.txt"
+    path.write_text("".join(f"{i} {i}\n{i} 0\n" for i in range(N)))
+    return path
+
+
+def _fn(path):
+    """The function ``module:name`` (imported when the case runs: theory imports torch)."""
+    import importlib
+
+    module, _, name = path.partition(":")
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+# (id, function, leading arguments (a callable of tmp_path: fresh per call), trailing
+# positional arguments (a tuple, or a callable for fresh ones), keyword arguments, the old keyword)
+CASES = [
+    ("complete", lambda: c.complete, lambda t: (), (), {}, "n"),
+    ("causal", lambda: c.causal, lambda t: (), (), {}, "n"),
+    ("sliding_window", lambda: c.sliding_window, lambda t: (), (3,), {}, "n"),
+    ("causal_sliding_window", lambda: c.causal_sliding_window, lambda t: (), (2,), {}, "n"),
+    ("dilated", lambda: c.dilated, lambda t: (), (3, 2), {"causal": True}, "n"),
+    ("prefix", lambda: c.prefix, lambda t: (), (2,), {}, "n"),
+    ("documents", lambda: c.documents, lambda t: (), ([2, 4],), {"causal": True}, "n"),
+    ("block", lambda: c.block, lambda t: (), (4,), {}, "n"),
+    ("closed", lambda: c.closed, lambda t: (), (), {"centers": [0], "radius": 1, "strongly": False}, "n"),
+    ("strided", lambda: p.strided, lambda t: (), (2,), {}, "n"),
+    ("fixed", lambda: p.fixed, lambda t: (), (3,), {"c": 2}, "n"),
+    ("longformer", lambda: p.longformer, lambda t: (), (3,), {"globals": (0, 5)}, "n"),
+    ("bigbird", lambda: p.bigbird, lambda t: (), (3,), {"globals": (0,), "random": 2, "seed": 3}, "n"),
+    ("random", lambda: p.random, lambda t: (), (0.4,), {"seed": 1}, "n"),
+    ("from_file", lambda: p.from_file, lambda t: (_edge_file(t),), (), {}, "n"),
+    ("parse_mask", lambda: spec.parse_mask, lambda t: ("(causal|sliding_window:w=3)&block:size=4",), (), {}, "n"),
+    ("parse_schedule", lambda: schedule.parse_schedule, lambda t: ("schedule:sliding_window:w=3*2,causal",), (), {},
+     "n"),
+    ("resolve_mask", lambda: adapt.resolve_mask, lambda t: ("causal_sliding_window:w=3",), (), {}, "n"),
+    ("dense_mask", lambda: adapt.dense_mask, lambda t: ("prefix:k=2",), (), {"batch": 2}, "n"),
+    ("Mask.from_edges", lambda: Mask.from_edges, lambda t: ([[i, max(i - 1, 0)] for i in range(N)],), (),
+     {"spec": "e"}, "n"),
+    ("normalise_csr", lambda: mask_module.normalise_csr, lambda t: (sp.eye_array(N, format="csr"),), (), {}, "n"),
+    ("compare_masks", lambda: _fn("rankcollapse.theory.rates:compare_masks"), lambda t: (["causal", "sliding_window:w=3"],), (),
+     {"d_qk": 4.0}, "n"),
+    ("compare_schedules", lambda: _fn("rankcollapse.theory.rates:compare_schedules"),
+     lambda t: (["schedule:sliding_window:w=3*2,complete", "causal"],), (), {}, "n"),
+    ("describe_schedule", lambda: _fn("rankcollapse.theory.rates:describe_schedule"), lambda t: ("schedule:causal_sliding_window:w=2,complete",),
+     (), {}, "n"),
+    ("theorem1_terms", lambda: _fn("rankcollapse.theory.envelope:theorem1_terms"), lambda t: ("schedule:sliding_window:w=3,causal",), (), {},
+     "n"),
+    ("require_theorem1", lambda: _fn("rankcollapse.theory.envelope:require_theorem1"), lambda t: ("causal_sliding_window:w=2",), (), {}, "n"),
+    ("theorem1_mask", lambda: _fn("rankcollapse.theory.envelope:theorem1_mask"), lambda t: ("causal",), (), {}, "n"),
+    ("construct_equilibrium", lambda: _fn("rankcollapse.theory.equilibria:construct_equilibrium"), lambda t: (),
+     lambda: (_fn("rankcollapse.dynamics.weights:construction_eigenvalues")(3, 2), (1, -1)), {}, "n"),
+    ("orthogonal_run", lambda: _fn("rankcollapse.theory.measured:orthogonal_run"), lambda t: (None, "causal"), (3,),
+     {"n_samples": 2, "depth": 2, "d_qk": 1.0, "qk_scale": 1.0, "seed": 0}, "N"),
+    ("make_inputs", lambda: _fn("rankcollapse.theory.sphere:make_inputs"), lambda t: ("sphere", 2), lambda: (3, torch.Generator().manual_seed(5)), {},
+     "N"),
+    ("attention_allowed", lambda: _fn("rankcollapse.models.probe:attention_allowed"),
+     lambda t: (None, "schedule:causal,complete", "layer.1.attention"), (), {}, "n"),
+    ("window_for_budget", lambda: _fn("rankcollapse.experiments.schedules:window_for_budget"),
+     lambda t: ("causal_sliding_window:w={w}",), (12.0,), {}, "n"),
+]
+
+
+def _plain(x):
+    """A result as nested plain data, compared with ``==`` (floats to the last bit)."""
+    if isinstance(x, Mask):
+        csr = x.to_csr()
+        return ("Mask", x.spec, x.n_tokens, csr.indptr.tolist(), csr.indices.tolist())
+    if isinstance(x, MaskSchedule):
+        return ("MaskSchedule", x.spec, [_plain(m) for m in x.masks])
+    if isinstance(x, MaskAnalysis):
+        return ("MaskAnalysis", _plain(x.to_dict(per_token=True)))
+    if isinstance(x, torch.Tensor):
+        return ("tensor", str(x.dtype), tuple(x.shape), x.flatten().tolist())
+    if isinstance(x, np.ndarray):
+        return ("array", str(x.dtype), x.shape, x.ravel().tolist())
+    if sp.issparse(x):
+        return ("sparse", x.shape, x.indptr.tolist(), x.indices.tolist(), x.data.tolist())
+    if isinstance(x, pd.DataFrame):
+        return ("frame", list(x.columns), [str(t) for t in x.dtypes],
+                _plain(x.astype(object).where(x.notna(), None).values.tolist()))
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, float) and math.isnan(x):
+        return "nan"
+    if dataclasses.is_dataclass(x):
+        return (type(x).__name__, _plain({f.name: getattr(x, f.name) for f in dataclasses.fields(x)}))
+    return x
+
+
+def _call(case, tmp_path, how):
+    _, fn, lead, tail, kw, old = case
+    f, lead, tail = fn(), lead(tmp_path), tail() if callable(tail) else tail
+    if how == "position":
+        return f(*lead, N, *tail, **kw)
+    # a trailing positional argument cannot follow a keyword: pass the rest by name
+    names = list(inspect.signature(f).parameters)
+    rest = dict(zip(names[len(lead) + 1:], tail))
+    return f(*lead, **{("n_tokens" if how == "new" else old): N}, **rest, **kw)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_n_tokens_by_position_by_name_and_by_the_old_name(case, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # the new name and a positional call are silent
+        by_position = _call(case, tmp_path, "position")
+        by_name = _call(case, tmp_path, "new")
+    with pytest.warns(FutureWarning, match=rf"\({case[5]}=\.\.\.\) is deprecated and will be removed in 0\.3\.0; use n_tokens=") as rec:
+        by_old_name = _call(case, tmp_path, "old")
+    assert len(rec) == 1 and rec[0].filename == __file__  # one warning, pointing at the caller
+    assert _plain(by_name) == _plain(by_position)
+    assert _plain(by_old_name) == _plain(by_position)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_old_and_new_name_together_are_refused(case, tmp_path):
+    _, fn, lead, tail, kw, old = case
+    f, tail = fn(), tail() if callable(tail) else tail
+    with pytest.raises(ConfigError, match=rf"give n_tokens= or the deprecated {old}=, not both \(n_tokens was given by keyword\)"):
+        f(*lead(tmp_path), **{old: N, "n_tokens": N}, **kw)
+    with pytest.raises(ConfigError, match=rf"not both \(n_tokens was given by position\)"):
+        f(*lead(tmp_path), N, *tail, **{old: N}, **kw)
+
+
+def _public_functions():
+    """Every public function and method of the mask API, the theory and the other homes of
+    a renamed token count."""
+    import importlib
+
+    modules = ["rankcollapse.masks." + m for m in ("adapt", "constructors", "convert", "graph", "influence",
+                                                   "interval_graph", "mask", "patterns", "plot", "rows",
+                                                   "schedule", "spec")]
+    modules += ["rankcollapse.theory." + m for m in ("bound", "envelope", "equilibria", "measured", "rates",
+                                                     "schedule_bound", "sphere", "system")]
+    modules += ["rankcollapse.models.probe", "rankcollapse.experiments.schedules", "rankcollapse.dynamics.inputs"]
+    for name in modules:
+        mod = importlib.import_module(name)
+        for attr, obj in vars(mod).items():
+            if attr.startswith("_") or getattr(obj, "__module__", None) != name:
+                continue
+            if inspect.isfunction(obj):
+                yield f"{name}.{attr}", obj
+            elif inspect.isclass(obj):
+                for meth, fn in vars(obj).items():
+                    fn = getattr(fn, "__func__", fn)
+                    if not meth.startswith("_") and inspect.isfunction(fn):
+                        yield f"{name}.{attr}.{meth}", fn
+
+
+def test_no_public_function_takes_the_token_count_as_n():
+    found = {qual: list(inspect.signature(fn).parameters) for qual, fn in _public_functions()}
+    assert len(found) > 100
+    assert [q for q, params in found.items() if {"n", "N"} & set(params)] == []
+    renamed = {q.rsplit(".", 1)[-1].replace("from_edges", "Mask.from_edges")
+               for q, fn in _public_functions() if hasattr(fn, "__wrapped__") and "n_tokens" in found[q]}
+    # every renamed function of this change is exercised above (older renames are tested in tests/cli)
+    older = {"check_collapse_bound", "radius_sweep", "check_schedule_bound", "check_sphere_collapse", "equilibria",
+             "envelope_rate", "envelope_crossing_depth", "scrambling_length"}
+    assert renamed - older == {c[0] for c in CASES}
