@@ -26,7 +26,7 @@ BAD_SPECS = [
     ("block:size=-2", 8, "block size must be an integer >= 1"),
     ("dilated:w=3,dilation=2,causal=maybe", 8, "true or false"),
     ("causal&", 8, "empty mask spec"),
-    ("causal", 0, "n must be an integer >= 1"),
+    ("causal", 0, "n_tokens must be an integer >= 1"),
     ("file:/nonexistent/m.npy", 8, "does not exist"),
 ]
 
