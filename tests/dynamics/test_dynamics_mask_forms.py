@@ -44,7 +44,7 @@ def test_a_spec_going_into_simulate_is_parsed_exactly_once(parsed, spec, atoms):
 
 
 def test_the_theorem1_check_parses_its_spec_once(parsed):
-    theory.check_collapse_bound("causal_sliding_window:w=2", n=N, d=4, depth=2, n_samples=2)
+    theory.check_collapse_bound("causal_sliding_window:w=2", n_tokens=N, d_model=4, depth=2, n_samples=2)
     assert parsed == ["causal_sliding_window:w=2"]
 
 

@@ -91,7 +91,7 @@ def test_theorem2_check_raises_on_a_zero_row_naming_the_layer(monkeypatch):
 
     monkeypatch.setattr(thm2, "haar_orthogonal", lambda d, g, batch: torch.zeros(*batch, d, d, dtype=torch.float64))
     with pytest.raises(ConfigError, match=r"layer 0: SA-LN step undefined: rows \[\[0, 0\]"):
-        thm2.check_sphere_collapse("causal", n=4, d=3, depth=2, n_samples=2)
+        thm2.check_sphere_collapse("causal", n_tokens=4, d_model=3, depth=2, n_samples=2)
 
 
 def test_attention_system_follows_the_rule_without_a_tolerance():

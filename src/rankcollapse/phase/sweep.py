@@ -95,8 +95,8 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     >>> from rankcollapse.phase import expand_grid
     >>> cells = expand_grid({"norm": ["none", "layernorm"]}, {"n_tokens": 8, "d_model": 4, "depth": 8})
     >>> with tempfile.TemporaryDirectory() as cache:
-    ...     table, timing = run_phase(cells, samples=2, cache_dir=cache)
-    ...     _, again = run_phase(cells, samples=2, cache_dir=cache)  # every unit from the cache
+    ...     table, timing = run_phase(cells, n_samples=2, cache_dir=cache)
+    ...     _, again = run_phase(cells, n_samples=2, cache_dir=cache)  # every unit from the cache
     >>> table[["norm", "regime"]].to_dict("records")
     [{'norm': 'none', 'regime': 'rank_collapse'}, {'norm': 'layernorm', 'regime': 'rank_collapse'}]
     >>> timing["computed"], again["computed"]
