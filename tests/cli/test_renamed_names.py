@@ -109,7 +109,7 @@ def test_api_errors_name_arguments_not_flags():
     from rankcollapse.experiments import runner
     from rankcollapse.sweep.executors import check_executor
 
-    for kw in (dict(seed=-1), dict(seed=0, overrides={"n_windows": 0})):
+    for kw in (dict(seed=-1), dict(seed=0, overrides={"n_samples": 0})):
         with pytest.raises(ConfigError) as exc:
             runner.plan("main", "smoke", **kw)
         assert "--" not in str(exc.value)
