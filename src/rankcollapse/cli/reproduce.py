@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
             return
         from .._validate import check_int
-        from ..sweep.executors import check_executor
+        from ..sweep.executors import validate_executor
         from ..experiments.runner import run_experiment
 
         # the options by their flags (run_experiment's own messages name its arguments)
@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
         for flag, value in (("--depth", depth), ("--n-samples", n_samples)):
             if value is not None:
                 check_int(value, flag, low=1)
-        check_executor(executor, workers=workers, address=address, flags=True)
+        validate_executor(executor, workers=workers, address=address, flags=True)
         if cache_dir is not None:  # named by its flag here; the API names its argument
             from .._io import check_writable
 

@@ -26,7 +26,7 @@ from ..models.probe import check_positions
 from ..sweep.cache import UnitCache
 from ..sweep.context import RunContext, data_spec
 from ..sweep.engine import run_units
-from ..sweep.executors import check_executor, check_ray_reachable, make_executor
+from ..sweep.executors import check_ray_reachable, make_executor, validate_executor
 from ..sweep.progress import UnitProgress
 from ..sweep.units import Unit, numerics_key, unit_labels
 from . import claims as claims_mod
@@ -348,7 +348,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
         if not allow_nonempty:
             check_own_or_empty(out)
     check_writable(cache.root, folder=True, option="cache_dir")
-    check_executor(executor, workers=workers, address=address)
+    validate_executor(executor, workers=workers, address=address)
     if executor == "ray" and address is not None:
         check_ray_reachable(address)  # before --out is locked: a refused run leaves nothing behind
     cache.remove_orphans()  # temporary files of writers that died a day ago or more

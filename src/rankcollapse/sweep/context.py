@@ -16,12 +16,14 @@ from typing import Any
 import torch
 
 from .. import data
+from .._deprecation import renamed_arguments
 from ..errors import DataError
 
 #: How many distinct weight draws :meth:`RunContext.random_weights` keeps.
 WEIGHT_CACHE = 2
 
 
+@renamed_arguments(length="n_tokens")
 def data_spec(text: str | Path | None, n_tokens: int, seed: int) -> dict[str, Any]:
     """The input description that enters every unit hash: ``corpus``, ``n_tokens``
     (tokens per window N), ``seed`` and, for a text file, ``path`` and ``sha256``.
