@@ -5,9 +5,9 @@ entry of the registry (:func:`register_unit_kind`): the function that computes a
 that kind, the kind's version (bumped when a change alters the labels or numbers of
 that kind's units) and, optionally, how a unit of that kind is labelled in progress
 lines and ``config.json``. The key (:attr:`Unit.hash`) is the hash of the kind, the
-parameters (as the kind's ``key_params`` spells them), the kind's version and the code fingerprint (:func:`code_fingerprint`:
-:data:`NUMERICS_VERSION` and the versions of the numeric libraries); the cache
-(:mod:`.cache`) names each entry by it.
+parameters (as the kind's ``key_params`` spells them), the kind's version and the code
+fingerprint (:func:`code_fingerprint`: :data:`NUMERICS_VERSION` and the versions of the
+numeric libraries); the cache (:mod:`.cache`) names each entry by it.
 """
 
 from __future__ import annotations
