@@ -107,9 +107,9 @@ def test_windows_n_tokens_and_make_windows_alias():
 
 def test_api_errors_name_arguments_not_flags():
     from rankcollapse.experiments import runner
-    from rankcollapse.sweep.executors import check_executor
+    from rankcollapse.sweep.executors import validate_executor as check_executor
 
-    for kw in (dict(seed=-1), dict(seed=0, overrides={"n_windows": 0})):
+    for kw in (dict(seed=-1), dict(seed=0, overrides={"n_samples": 0})):
         with pytest.raises(ConfigError) as exc:
             runner.plan("main", "smoke", **kw)
         assert "--" not in str(exc.value)
@@ -128,3 +128,27 @@ def test_one_unit_class_per_name():
     from rankcollapse.experiments import config, schema
 
     assert not hasattr(schema, "Unit") and schema.UnitSpec.__doc__ and config.Unit.__doc__
+
+
+def test_check_executor_is_a_deprecated_alias_of_validate_executor():
+    """A validator is ``validate_*``; ``check_*`` in the public API names a theorem check."""
+    import rankcollapse.sweep as sweep
+
+    with pytest.warns(FutureWarning, match=r"check_executor is deprecated and will be removed in 0\.3\.0; use validate_executor"):
+        sweep.check_executor("serial")
+    messages = []
+    for validate in (sweep.validate_executor, sweep.check_executor):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            with pytest.raises(ConfigError, match="workers") as exc:
+                validate("serial", workers=2)
+        messages.append(str(exc.value))
+    assert messages[0] == messages[1]
+
+
+def test_data_spec_takes_n_tokens_and_names_it():
+    from rankcollapse.sweep import data_spec
+
+    old, new = _same_with_warning(lambda: data_spec(None, length=16, seed=0), lambda: data_spec(None, n_tokens=16, seed=0),
+                                  "length=", "n_tokens=")
+    assert old == new == {"corpus": "wikipedia", "n_tokens": 16, "seed": 0}

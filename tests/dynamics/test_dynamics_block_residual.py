@@ -91,3 +91,27 @@ def test_cli_records_the_block_that_ran():
     settings = json.loads(p.stdout)["settings"]
     assert settings["block"]["placement"] == "post_ln" and settings["block"]["alpha"] == 1.0
     assert settings["variant"] == "skip" and settings["variant_option"] == "pure"
+
+
+def test_variant_post_ln_is_the_post_ln_placement_with_layernorm():
+    """One concept, one name (docs/cli.md, "Renamed names"): the variant ``post_ln`` runs
+    exactly the block with placement ``post_ln`` and real LayerNorm, X1 = LayerNorm(X0 +
+    A X0 W_V) (no affine, eps 1e-5), computed here in plain float64 torch; the record
+    names both the variant and the placement ``post_ln``."""
+    X0 = _tokens()
+    d = X0.shape[-1]
+    g = torch.Generator().manual_seed(5)
+    Wq, Wk, Wv = (torch.randn(d, d, dtype=torch.float64, generator=g) / d ** 0.5 for _ in range(3))
+    kw = dict(mask="causal", depth=1, weights=[LayerWeights(W_Q=Wq, W_K=Wk, W_V=Wv)], d_qk=1.0, dtype=torch.float64,
+              record_states=True, metrics=("mu",))
+    by_name = simulate(X0, variant="post_ln", **kw)
+    by_block = simulate(X0, variant=BlockConfig(placement="post_ln", norm="layernorm"), **kw)
+    N = X0.shape[1]
+    scores = ((X0 @ Wq) @ (X0 @ Wk).transpose(-1, -2)).masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(),
+                                                                    float("-inf"))
+    Y = X0 + torch.softmax(scores, dim=-1) @ X0 @ Wv
+    expected = (Y - Y.mean(-1, keepdim=True)) / torch.sqrt(Y.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    assert torch.equal(by_name.states[1], by_block.states[1])
+    torch.testing.assert_close(by_name.states[1], expected, rtol=1e-12, atol=1e-12)
+    assert by_name.config["variant"] == by_block.config["variant"] == "post_ln"
+    assert by_name.config["block"]["placement"] == "post_ln" and by_name.config["block"]["norm"] == "layernorm"

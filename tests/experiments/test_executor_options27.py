@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from rankcollapse.cli import run
 from rankcollapse.errors import ConfigError
 from rankcollapse.sweep.executors import (
-    check_executor, check_ray_reachable, make_executor, parse_ray_address,
+    validate_executor, check_ray_reachable, make_executor, parse_ray_address,
 )
 
 CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
@@ -66,14 +66,14 @@ def _free_loopback_port() -> int:
 ])
 def test_ignored_or_malformed_options_refused(kw, message):
     with pytest.raises(ConfigError, match=message):
-        check_executor(**kw)
+        validate_executor(**kw)
 
 
 @pytest.mark.parametrize("kw", [{"name": "serial"}, {"name": "processes", "workers": 2},
                                 {"name": "ray", "workers": 2}, {"name": "ray", "address": "auto"},
                                 {"name": "ray", "address": "10.1.2.3:6379"}])
 def test_options_that_apply_are_accepted(kw):
-    check_executor(**kw)  # syntax only: nothing is contacted
+    validate_executor(**kw)  # syntax only: nothing is contacted
 
 
 @pytest.mark.parametrize("address, expected", [

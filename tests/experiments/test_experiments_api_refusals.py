@@ -10,7 +10,7 @@ from rankcollapse.experiments import runner
 @pytest.mark.parametrize("kw, text", [
     (dict(seed=0, overrides={"depth": "abc"}), r"overrides\['depth'\] must be an integer"),
     (dict(seed=0, overrides={"depth": 0}), r"overrides\['depth'\] must be an integer >= 1"),
-    (dict(seed=0, overrides={"n_windows": 2.5}), r"overrides\['n_windows'\] must be an integer"),
+    (dict(seed=0, overrides={"n_samples": 2.5}), r"overrides\['n_samples'\] must be an integer"),
     (dict(seed="x"), "^seed must be an integer"),
     (dict(seed=-1), "^seed must be an integer >= 0"),
 ])
@@ -20,9 +20,9 @@ def test_plan_refuses_bad_overrides_and_seeds(kw, text):
 
 
 def test_plan_accepts_integer_overrides():
-    _, units, _ = runner.plan("main", "smoke", 0, overrides={"depth": 3, "n_windows": 2})
+    _, units, _ = runner.plan("main", "smoke", 0, overrides={"depth": 3, "n_samples": 2})
     sims = [u for u in units if u.kind == "simulate"]
-    assert sims and all(u.params["n_windows"] == 2 for u in sims)
+    assert sims and all(u.params["n_samples"] == 2 for u in sims)
 
 
 def test_recheck_of_a_missing_or_unfinished_folder(tmp_path):

@@ -275,7 +275,7 @@ def test_decisive_check_is_the_nearest_to_its_threshold():
 
 def test_envelope_rate_quantity_is_the_theorem_constant(table):
     # complete mask on 4 tokens: radius 1, deg_max 4, rate 1 - 1/4; no row is read
-    q = {"stat": "envelope_rate", "n": 4, "select": {"mask_spec": "complete"}}
+    q = {"stat": "envelope_rate", "n_tokens": 4, "select": {"mask_spec": "complete"}}
     v = C.quantity(table.iloc[:0], q, ctx=EvalContext(n_boot=20))
     assert v.point == pytest.approx(0.75, abs=1e-15) and np.all(v.reps == v.point)
     # pure SA's pooled means 0.15 -> 0.025 over layers 1..2: rate 1/6, ratio (1/6) / 0.75 = 2/9
@@ -290,7 +290,7 @@ def test_envelope_rate_quantity_is_the_theorem_constant(table):
 
 def test_window_override_rewrites_the_envelope_mask():
     claim = {"id": "W", "effect": "e", "rule": {"checks": [{"for_each": {"mask": ["sliding_window:w=9"]},
-             "lhs": {"stat": "envelope_rate", "n": 16, "select": {"mask_spec": "{mask}"}}, "op": "<", "rhs": {"const": 1.0}}]}}
+             "lhs": {"stat": "envelope_rate", "n_tokens": 16, "select": {"mask_spec": "{mask}"}}, "op": "<", "rhs": {"const": 1.0}}]}}
     from rankcollapse.theory import envelope_rate
 
     res = C.evaluate_claim(pd.DataFrame(), claim, setting="window=3", override={"window": 3}, n_boot=10)

@@ -11,10 +11,10 @@ from rankcollapse.experiments.schema import validate_config
 CONFIG = yaml.safe_load("""
 name: demo
 title: "demo"
-data: {corpus: wikipedia, length: 128, embed_model: minilm}
+data: {corpus: wikipedia, n_tokens: 128, embed_model: minilm}
 scales:
-  smoke: {n_windows: 4, n_seeds: 1, depth: 16}
-  paper: {n_windows: 3000, n_seeds: 3, depth: 64}
+  smoke: {n_samples: 4, n_seeds: 1, depth: 16}
+  paper: {n_samples: 3000, n_seeds: 3, depth: 64}
 units:
   - kind: simulate
     grid: {mask: [complete, causal], variant: [pure]}

@@ -16,7 +16,7 @@ class TinyContext(RunContext):
     """Run context with small random X(0) instead of model embeddings."""
 
     def __init__(self):
-        super().__init__({"corpus": "wikipedia", "length": 6, "seed": 0})
+        super().__init__({"corpus": "wikipedia", "n_tokens": 6, "seed": 0})
         self.X0 = torch.randn(3, 6, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
 
     def embeddings(self, model, n_windows, *, start=0, stop=None):
@@ -27,7 +27,7 @@ class TinyContext(RunContext):
 def test_shared_weights_match_simulate_own_draw(variant, value, init_scale):
     ctx = TinyContext()
     params = {"model": "m", "mask": "causal", "variant": variant, "value": value, "init_scale": init_scale,
-              "d_qk": 1.0, "depth": 4, "n_windows": 3, "seed": 7, "dtype": "float64", "metrics": ["mu", "mu_relative"]}
+              "d_qk": 1.0, "depth": 4, "n_samples": 3, "seed": 7, "dtype": "float64", "metrics": ["mu", "mu_relative"]}
     got = run_simulate(Unit("simulate", params, "t"), ctx)
     again = run_simulate(Unit("simulate", {**params, "mask": "complete"}, "t"), ctx)  # reuses the draw
     assert len(ctx._weights) == 1
@@ -47,7 +47,7 @@ def test_row_dtype_is_the_compute_dtype_not_the_input_storage():
     float64 computation, so its rows carry float64 (floor 2.2e-16), not float32."""
     ctx = TinyContext()
     params = {"model": "m", "mask": "complete", "variant": "pure", "value": "gaussian", "init_scale": 1.0, "d_qk": 1.0,
-              "depth": 3, "n_windows": 3, "seed": 0, "dtype": "float64", "metrics": ["mu_relative"]}
+              "depth": 3, "n_samples": 3, "seed": 0, "dtype": "float64", "metrics": ["mu_relative"]}
     ctx.X0 = ctx.X0.float()  # stored as float32, as model embeddings are
     df = run_simulate(Unit("simulate", params, "t"), ctx)
     assert set(df["dtype"]) == {"float64"}
@@ -63,7 +63,7 @@ class FailingProbeContext(RunContext):
     """A loaded model whose probe fails (as SmolLM2 without norms overflows float32)."""
 
     def __init__(self):
-        super().__init__({"corpus": "wikipedia", "length": 6, "seed": 0})
+        super().__init__({"corpus": "wikipedia", "n_tokens": 6, "seed": 0})
 
     def model(self, name):
         from types import SimpleNamespace
@@ -86,7 +86,7 @@ def test_a_failed_probe_is_no_rows_with_a_warning_not_a_data_row(monkeypatch, dr
         raise MetricError("X has non-finite values at layer 3")
 
     monkeypatch.setattr(probe_module, "probe", failing)
-    unit = Unit("probe", {"model": "gpt2", "n_windows": 4, "drop": drop}, "fig2")
+    unit = Unit("probe", {"model": "gpt2", "n_samples": 4, "drop": drop}, "fig2")
     if not drop:  # the full model failing is an error of the run
         with pytest.raises(MetricError, match="non-finite"):
             run_probe(unit, FailingProbeContext())

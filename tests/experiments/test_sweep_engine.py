@@ -19,7 +19,7 @@ from rankcollapse.errors import ConfigError, OutputBusyError
 from rankcollapse.experiments import runner
 from rankcollapse.sweep.cache import UnitCache
 from rankcollapse.sweep.units import Unit
-from rankcollapse.sweep.executors import Done, check_executor
+from rankcollapse.sweep.executors import Done, validate_executor
 from rankcollapse.experiments.outdir import LOCK_NAME, MANIFEST, OutputFolder, owner
 from rankcollapse.sweep.progress import UnitProgress
 
@@ -253,4 +253,4 @@ def test_progress_bar_on_a_terminal_shows_counts(capsys):
 ])
 def test_executor_options_are_checked(kw, message):
     with pytest.raises(ConfigError, match=message):
-        check_executor(**kw)
+        validate_executor(**kw)

@@ -110,6 +110,11 @@ def test_experiment_configs_take_only_the_experiments_kinds():
     ("probe", {"model": "minilm"}, "c0e69683b5fe"),
     ("pretrained_sa", {"d_qk": 1.0}, "67a045ff2e93"),
     ("theory", {"check": "x"}, "885c797b70a2"),
+    # renamed config keys (experiments.keys): the keys the code wrote under the old spelling
+    ("simulate", {"mask": "causal", "seed": 0, "n_samples": 8, "data": {"corpus": "wikipedia", "n_tokens": 128, "seed": 0}},
+     "d97bf099e4cf"),
+    ("theory", {"check": "equilibria", "n_tokens": 16, "d_model": 8, "eq_n_tokens": 4, "eq_d_model": 4,
+                "rate_n_tokens": 128}, "0935117b1342"),
     ("phase_cell", {"cells": [{"qk_scale": 1.0, "depth": 4}], "samples": 2, "seeds": 1, "seed": 0}, "9b8c31295cac"),
 ])
 def test_unit_keys_are_those_the_earlier_code_wrote(monkeypatch, kind, params, key):
@@ -132,3 +137,19 @@ def test_one_terminal_test_for_every_progress_display(monkeypatch, capsys):
     with _progress.steps(2, "steps") as s:
         assert s._progress is None
 
+
+
+def spelt_n(params):
+    """Toy ``key_params``: the key reads ``n`` as ``count``."""
+    return {("count" if k == "n" else k): v for k, v in params.items()}
+
+
+def test_key_params_is_what_the_key_hashes():
+    register_unit_kind("spelt", squares, version=1, key_params=spelt_n)
+    try:
+        key = {"kind": "spelt", "params": {"count": 3}, "v": 1, "code": sweep_units.code_fingerprint()}
+        assert Unit("spelt", {"n": 3}).hash == _io.config_hash(key)
+        with pytest.raises(ConfigError, match="already registered"):  # another key_params is another kind
+            register_unit_kind("spelt", squares, version=1)
+    finally:
+        sweep_units._KINDS.pop("spelt")

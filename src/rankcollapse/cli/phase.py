@@ -52,7 +52,7 @@ def phase(
     """Run every cell of the grid, label its regime (docs/phase.md) and write the report."""
     check_format(fmt)
     from .._io import check_writable
-    from ..sweep.executors import check_executor
+    from ..sweep.executors import validate_executor
     from ..experiments.outdir import OutputFolder, check_own_or_empty, publish, staging_folder
     from ..phase.grid import check_cells, expand_grid, parse_axis
     from ..phase.report import write_report
@@ -60,7 +60,7 @@ def phase(
 
     # checked here, not only when a cell needs computing: a fully cached grid would
     # otherwise accept an executor option it ignores
-    check_executor(executor, workers=workers, flags=True)
+    validate_executor(executor, workers=workers, flags=True)
     for name, value, low in (("--n-samples", samples, 1), ("--seeds", seeds, 1), ("--seed", seed, 0)):
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")

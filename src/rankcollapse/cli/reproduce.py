@@ -43,10 +43,10 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/<UTC time>)."),
         seed: int = typer.Option(0, "--seed", help="Seeds window order and weights (weight seed k = seed + k)."),
         text: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 text file (one document per line) or JSONL instead of Wikipedia."),
-        length: int = typer.Option(128, "--n-tokens", help="Tokens per window N."),
+        n_tokens: int = typer.Option(128, "--n-tokens", help="Tokens per window N."),
         masks: Optional[List[str]] = typer.Option(None, "--mask", help="Replace the simulated masks (repeatable), e.g. sliding_window:w=5."),
         depth: Optional[int] = typer.Option(None, "--depth", help="Replace the simulated depth."),
-        windows: Optional[int] = typer.Option(None, "--n-samples", help="Replace the number of windows."),
+        n_samples: Optional[int] = typer.Option(None, "--n-samples", help="Replace the number of windows."),
         models: Optional[List[str]] = typer.Option(None, "--model", help="Extra pretrained model to probe (hub id or local folder; repeatable)."),
         cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cache folder (default <out>/../.rankcollapse-cache)."),
         device: str = typer.Option("cpu", "--device", help="torch device for simulations."),
@@ -77,16 +77,16 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
             return
         from .._validate import check_int
-        from ..sweep.executors import check_executor
+        from ..sweep.executors import validate_executor
         from ..experiments.runner import run_experiment
 
         # the options by their flags (run_experiment's own messages name its arguments)
         check_int(seed, "--seed", low=0)
-        check_int(length, "--n-tokens", low=2)
-        for flag, value in (("--depth", depth), ("--n-samples", windows)):
+        check_int(n_tokens, "--n-tokens", low=2)
+        for flag, value in (("--depth", depth), ("--n-samples", n_samples)):
             if value is not None:
                 check_int(value, flag, low=1)
-        check_executor(executor, workers=workers, address=address, flags=True)
+        validate_executor(executor, workers=workers, address=address, flags=True)
         if cache_dir is not None:  # named by its flag here; the API names its argument
             from .._io import check_writable
 
@@ -95,9 +95,9 @@ def register(app: typer.Typer) -> None:
             from ..experiments.outdir import check_own_or_empty
 
             check_own_or_empty(out, flags=True)
-        overrides = {"masks": masks or None, "depth": depth, "n_windows": windows, "extra_models": models or None}
+        overrides = {"masks": masks or None, "depth": depth, "n_samples": n_samples, "extra_models": models or None}
         overrides = {k: v for k, v in overrides.items() if v is not None}
-        result = run_experiment(name, scale, out, seed, text=text, n_tokens=length, cache_dir=cache_dir,
+        result = run_experiment(name, scale, out, seed, text=text, n_tokens=n_tokens, cache_dir=cache_dir,
                                 overrides=overrides, device=device, progress=progress and not as_json,
                                 nearby=nearby, executor=executor, workers=workers, address=address,
                                 recompute=recompute, wait=wait, allow_nonempty=allow_nonempty)

@@ -17,6 +17,11 @@ variant             update rule
 ``post_ln``         ``X <- LayerNorm(X + A X W_V)`` (real LayerNorm, BERT-style)
 ==================  ===============================================================
 
+``post_ln`` is one concept under both names: the variant ``post_ln`` is exactly the block
+with placement ``post_ln`` and ``norm="layernorm"`` (the placement says where the norm
+sits, after the residual sum; the norm says which one; ``skip`` is that placement
+without a norm).
+
 Placements: ``none`` (no residual: ``X <- norm(SA(X))``), ``post_ln``, ``pre_ln``,
 ``peri``, ``mix``, ``lns``, ``ngpt`` (:class:`BlockConfig`; docs/dynamics.md,
 "Normalisations"). A

@@ -56,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
+from .keys import current
 from .quantities import AmbiguousSelection, EvalContext, MissingData, Value, combine_bounds, evaluate  # noqa: F401
 
 UNDECIDABLE = "undecidable at this depth"
@@ -180,7 +181,8 @@ def _qtext(q: dict[str, Any]) -> str:
     if stat in ("ratio", "difference"):
         return f"({_qtext(q['num'])} {'/' if stat == 'ratio' else '-'} {_qtext(q['den'])})"
     if stat == "envelope_rate":
-        return f"theorem1_envelope_rate[mask_spec={q.get('select', {}).get('mask_spec')},N={q.get('n')}]"
+        n_tokens = current(q, "quantity").get("n_tokens")  # a rule of an earlier version says n
+        return f"theorem1_envelope_rate[mask_spec={q.get('select', {}).get('mask_spec')},N={n_tokens}]"
     sel = ",".join(f"{k}={v}" for k, v in q.get("select", {}).items())
     fl = q.get("from_layer")
     where = {"value": f"@{q.get('layer', 'last')}", "change": f"@{q.get('layer', 'last')}/@{q.get('from', 0)}",

@@ -20,6 +20,7 @@ import yaml
 
 from ..errors import ConfigError
 from ..sweep.units import Unit
+from .keys import current, current_config
 from .schema import validate_config
 
 EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry")
@@ -44,7 +45,7 @@ def load_config(name: str) -> dict[str, Any]:
     if name not in EXPERIMENTS:
         raise ConfigError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)} or 'all'")
     text = resources.files(__package__).joinpath("configs", f"{name}.yaml").read_text(encoding="utf-8")
-    cfg = yaml.safe_load(text)
+    cfg = current_config(yaml.safe_load(text))  # an old key warns (FutureWarning) and is renamed
     validate(cfg, name)
     validate_config(cfg, name)  # the pydantic schema: an unknown or misspelt key is an error naming it
     return cfg
@@ -99,12 +100,13 @@ def expand_units(
     Parameters
     ----------
     data : the input description shared by every unit (corpus, text file digest,
-        window length, data seed); part of every unit's hash.
+        tokens per window ``n_tokens``, data seed); part of every unit's hash.
     overrides : user overrides from the command line (``masks``, ``depth``,
-        ``n_windows``, ``extra_models``) applied before hashing.
+        ``n_samples``, ``extra_models``) applied before hashing (the old key
+        ``n_windows`` warns, :mod:`.keys`).
     """
     sc = scale_settings(cfg, scale)
-    overrides = overrides or {}
+    overrides = current(overrides or {}, "overrides", warn="overrides")
     units = []
     for spec in cfg["units"]:
         grid = {k: list(v) if isinstance(v, list) else [v] for k, v in spec.get("grid", {}).items()}
@@ -136,11 +138,11 @@ def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[s
     kind = spec["kind"]
     out: dict[str, Any] = {}
     if kind in ("simulate", "pretrained_sa", "probe"):
-        per_model = sc.get("windows_per_model", {})
-        n = int(overrides.get("n_windows") or per_model.get(params.get("model", ""), sc.get("n_windows", 16)))
+        per_model = sc.get("n_samples_per_model", {})
+        n = int(overrides.get("n_samples") or per_model.get(params.get("model", ""), sc.get("n_samples", 16)))
         # a control unit (role: control) shows an effect that is certainly there or certainly
         # absent: a few windows do, at every scale
-        out["n_windows"] = min(n, CONTROL_WINDOWS) if params.get("role") == "control" else n
+        out["n_samples"] = min(n, CONTROL_WINDOWS) if params.get("role") == "control" else n
     if kind == "simulate":
         out["depth"] = DEPTH_CHECK * int(overrides.get("depth") or params.get("depth") or sc["depth"])
     if kind == "theory":

@@ -17,6 +17,7 @@ from markupsafe import Markup
 from .claims import fmt, fmt_interval, fmt_measured
 from .config import claim_sources
 from .digest import dominant_token_notes, summary_html, summary_markdown
+from .keys import current
 
 
 def geometry_lines(table: Any) -> list[str]:
@@ -132,7 +133,7 @@ def cost_text(cost: dict[str, Any] | None, seconds: float) -> str:
 
 def header_fields(result: Any) -> list[tuple[str, str]]:
     """Labelled header of the report (no raw JSON)."""
-    cfg, d = result.config, result.config["data"]
+    cfg, d = result.config, current(result.config["data"], "data")  # a run of an earlier version says length
     counts = {v: sum(c["verdict"] == v for c in result.claims) for v in
               ("reproduced", "mixed", "mixed (depth-sensitive)", "not reproduced", "undecidable at this depth", "not run")}
     corpus = d.get("corpus", "")
@@ -142,7 +143,7 @@ def header_fields(result: Any) -> list[tuple[str, str]]:
         ("Paper", "Wu et al., “On the Role of Attention Masks and LayerNorm in Transformers” (NeurIPS 2024)"),
         ("Experiments", ", ".join(cfg["experiments"])), ("Scale", cfg["scale"]),
         ("Config hash", cfg["config_hash"]), ("Seed", str(cfg["seed"])),
-        ("Input", f"{corpus}, windows of {d.get('length', '')} tokens, data seed {d.get('seed', '')}"),
+        ("Input", f"{corpus}, windows of {d.get('n_tokens', '')} tokens, data seed {d.get('seed', '')}"),
         ("Overrides", ", ".join(f"{k}={v}" for k, v in cfg.get("overrides", {}).items()) or "none"),
         ("Cost", cost_text(cfg.get("cost"), result.seconds)),
         ("Verdicts", ", ".join(f"{v}: {n}" for v, n in counts.items() if n)),

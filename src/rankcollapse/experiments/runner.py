@@ -26,13 +26,14 @@ from ..models.probe import check_positions
 from ..sweep.cache import UnitCache
 from ..sweep.context import RunContext, data_spec
 from ..sweep.engine import run_units
-from ..sweep.executors import check_executor, check_ray_reachable, make_executor
+from ..sweep.executors import check_ray_reachable, make_executor, validate_executor
 from ..sweep.progress import UnitProgress
 from ..sweep.units import Unit, numerics_key, unit_labels
 from . import claims as claims_mod
 from .controls import evaluate_controls
 from .config import (claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
                      with_override)
+from .keys import current, current_config, stored_run
 from .outdir import MARKER, OutputFolder, check_own_or_empty, publish, staging_folder
 from . import report
 from .result import RunResult
@@ -50,27 +51,42 @@ def default_cache_dir(out: Path) -> Path:
     return Path(out).resolve().parent / ".rankcollapse-cache"
 
 
-def check_overrides(overrides: dict[str, Any], length: int) -> None:
-    """Validate command-line overrides before anything is written.
+def check_overrides(overrides: dict[str, Any], n_tokens: int) -> None:
+    """Validate command-line overrides (keys in today's spelling, :mod:`.keys`) before
+    anything is written.
 
     Raises
     ------
     MaskError, ConfigError
-        A mask spec that does not parse for ``length`` tokens, or a count that is
+        A mask spec that does not parse for ``n_tokens`` tokens, or a count that is
         not an integer >= 1.
     """
     from ..masks import parse_mask
 
     for spec in overrides.get("masks") or ():
-        parse_mask(spec, length)
-    for key, option in (("depth", "overrides['depth']"), ("n_windows", "overrides['n_windows']")):
+        parse_mask(spec, n_tokens)
+    for key, option in (("depth", "overrides['depth']"), ("n_samples", "overrides['n_samples']")):
         if overrides.get(key) is not None:
             check_int(overrides[key], option, low=1)
 
 
-def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, length: int = 128,
+def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """A run's ``overrides`` in today's spelling: an old key (``n_windows``) warns
+    (FutureWarning) and is renamed (:mod:`.keys`).
+
+    Raises
+    ------
+    ConfigError
+        An old key given beside its new one.
+    """
+    return current(overrides or {}, "overrides", warn="overrides")
+
+
+@renamed_arguments(length="n_tokens")
+def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, n_tokens: int = 128,
          overrides: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], list[Unit], dict[str, Any]]:
     """Configs, de-duplicated units and the data spec of a run (validates everything).
+    ``overrides`` in today's spelling (:func:`run_overrides`).
 
     Raises
     ------
@@ -79,10 +95,10 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
         unknown experiment or scale, an unreadable text file.
     """
     seed = check_int(seed, "seed", low=0)
-    overrides = overrides or {}
+    overrides = run_overrides(overrides)
     cfgs = [load_config(n) for n in resolve_names(name)]
-    data = data_spec(text, length, seed)
-    check_overrides(overrides, length)
+    data = data_spec(text, n_tokens, seed)
+    check_overrides(overrides, n_tokens)
     units: dict[str, Unit] = {}
     for cfg in cfgs:
         for u in expand_units(cfg, scale, seed, data=data, overrides=overrides):
@@ -277,7 +293,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     seed : seeds the window order and (``seed + k``) the weights of seed ``k``.
     text : a UTF-8 text file (one document per line) or JSONL instead of Wikipedia.
     n_tokens : tokens per window N (deprecated alias ``length``).
-    overrides : ``masks`` (list of specs), ``depth``, ``n_windows``, ``extra_models``.
+    overrides : ``masks`` (list of specs), ``depth``, ``n_samples`` (windows; deprecated
+        key ``n_windows``), ``extra_models``.
     nearby : run the pre-registered nearby settings of claims not reproduced.
     executor, workers, address : where units run (:func:`.executors.make_executor`);
         the numbers do not depend on them.
@@ -310,7 +327,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     result = run_experiment("fig4", "smoke", out=f"{tmp}/run", cache_dir=f"{tmp}/cache", n_tokens=16,
-    ...                             overrides={"depth": 2, "n_windows": 2}, progress=False, nearby=False, write=False)
+    ...                             overrides={"depth": 2, "n_samples": 2}, progress=False, nearby=False, write=False)
     >>> sorted(result.table["source"].unique())
     ['pretrained_sa', 'probe']
     >>> [c["id"] for c in result.claims]
@@ -319,9 +336,10 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     t0, usage0 = time.perf_counter(), _cpu_seconds()
     # every argument is checked before the first write (output folder, cache entry)
     seed = check_int(seed, "seed", low=0)
-    length = check_int(n_tokens, "n_tokens", low=2)
+    n_tokens = check_int(n_tokens, "n_tokens", low=2)
     device = str(check_device(device))
-    cfgs, units, data = plan(name, scale, seed, text=text, length=length, overrides=overrides)
+    overrides = run_overrides(overrides)
+    cfgs, units, data = plan(name, scale, seed, text=text, n_tokens=n_tokens, overrides=overrides)
     ctx = RunContext(data, device)
     out = Path(out) if out is not None else Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     cache = UnitCache(Path(cache_dir) if cache_dir is not None else default_cache_dir(out), recompute=recompute)
@@ -330,7 +348,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
         if not allow_nonempty:
             check_own_or_empty(out)
     check_writable(cache.root, folder=True, option="cache_dir")
-    check_executor(executor, workers=workers, address=address)
+    validate_executor(executor, workers=workers, address=address)
     if executor == "ray" and address is not None:
         check_ray_reachable(address)  # before --out is locked: a refused run leaves nothing behind
     cache.remove_orphans()  # temporary files of writers that died a day ago or more
@@ -359,7 +377,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
         if near is not None:
             table = normalise(pd.concat([table, near], ignore_index=True))
         ex.close()  # worker processes end here, so their CPU time is counted below
-        config = run_config(cfgs, scale, seed, data, overrides or {}, units, labels)
+        config = run_config(cfgs, scale, seed, data, overrides, units, labels)
         config["execution"] = {"executor": ex.name, "workers": getattr(ex, "workers", 1), "numerics": numerics_key(),
                                "cache": str(cache.root)}
         seconds = time.perf_counter() - t0
@@ -416,11 +434,11 @@ def _preflight(ctx: RunContext, units: list[Unit]) -> None:
     (the unit hash covers the data)."""
     need: dict[str, int] = {}
     for u in units:
-        if "n_windows" in u.params and u.params.get("model"):
-            need[u.params["model"]] = max(need.get(u.params["model"], 0), int(u.params["n_windows"]))
+        if "n_samples" in u.params and u.params.get("model"):
+            need[u.params["model"]] = max(need.get(u.params["model"], 0), int(u.params["n_samples"]))
     try:
         for model, n in need.items():
-            check_positions(ctx.model(model), ctx.data["length"])
+            check_positions(ctx.model(model), ctx.data["n_tokens"])
             ctx.windows(model, n)
     except DataError as exc:
         if ctx.data["corpus"] != "file":
@@ -429,11 +447,13 @@ def _preflight(ctx: RunContext, units: list[Unit]) -> None:
 
 
 def run_config(cfgs, scale, seed, data, overrides, units, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``config.json`` content: configs, options, unit hashes (with their labels), run hash, versions."""
+    """``config.json`` content: configs, options, unit hashes (with their labels), run hash,
+    versions. The run hash is that of the body in the stored spelling
+    (:func:`.keys.stored_run`), so renamed keys keep every run's hash."""
     labels = labels or unit_labels(units)
     body = {"experiments": [c["name"] for c in cfgs], "scale": scale, "seed": seed, "data": data,
             "overrides": overrides, "configs": cfgs}
-    return {**body, "config_hash": config_hash(body), "units": {u.hash: labels[u.hash] for u in units}, "versions": versions()}
+    return {**body, "config_hash": config_hash(stored_run(body)), "units": {u.hash: labels[u.hash] for u in units}, "versions": versions()}
 
 
 def write_outputs(result: RunResult) -> None:
@@ -481,7 +501,7 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
     stored = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
     table = normalise(pd.read_parquet(out / "table.parquet"))  # a table of an earlier version: columns renamed
     rules = {}
-    for cfg in rename_legacy(config["configs"]) + [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]:
+    for cfg in rename_legacy([current_config(c, warn=False) for c in config["configs"]]) + [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]:
         for claim in cfg.get("claims", []):
             rules.setdefault(claim["id"], claim)
     return [(cid, stored[cid]["verdict"], claims_mod.evaluate_claim(table, rules[cid], depth=stored[cid].get("depth"))["verdict"])

@@ -24,6 +24,7 @@ from .._io import atomic_path
 from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
 from ..theory.rates import compare_schedules
+from .keys import current_study
 from .schema import validate_study
 
 
@@ -41,7 +42,7 @@ def load_study(scale: str = "quick") -> dict[str, Any]:
     ConfigError
         An unknown scale, or a study file that fails validation (names the key).
     """
-    cfg = _read_study()
+    cfg = current_study(_read_study())  # an old key warns (FutureWarning) and is renamed
     validate_study(cfg, "schedules")
     if scale not in cfg["scales"]:
         raise ConfigError(f"unknown scale {scale!r}; choose from {sorted(cfg['scales'])}")
@@ -79,7 +80,7 @@ def run_schedule_study(out: Path, scale: str = "quick", seed: int = 0) -> pd.Dat
         picks = {fam: window_for_budget(t, n, budget) for fam, t in cfg["families"].items()}
         # a family that cannot meet the budget (e.g. 1 local : 1 global below N(N+1)/4) is left out
         picks = {f: p for f, p in picks.items() if abs(p[2] - budget) <= cfg["budget_tolerance"] * budget}
-        df = compare_schedules([p[1] for p in picks.values()], n, measure=True, d=sim["d"], depth=sim["depth"],
+        df = compare_schedules([p[1] for p in picks.values()], n, measure=True, d=sim["d_model"], depth=sim["depth"],
                                n_samples=sim["n_samples"], seed=seed, d_qk=sim["d_qk"])
         df.insert(0, "family", list(picks))
         df.insert(1, "width", [p[0] for p in picks.values()])
@@ -112,7 +113,7 @@ def plot_study(table: pd.DataFrame, path: Path | None, cfg: dict[str, Any]) -> A
         b.plot(g["budget"], g["log10_layers_per_decade"], "o-", label=fam)
     sim = cfg["simulation"]
     a.set(xlabel="attended pairs per layer (mean over the period)", ylabel="measured per-layer factor of μ",
-          title=f"measured (N={cfg['n_tokens']}, d={sim['d']}, {sim['n_samples']} samples)")
+          title=f"measured (N={cfg['n_tokens']}, d={sim['d_model']}, {sim['n_samples']} samples)")
     b.set(xlabel="attended pairs per layer (mean over the period)", ylabel="log10 layers per 10x (envelope)",
           title="predicted: (1-ε^e)^{t/e}, e = min(p r_H, L)")
     a.legend(fontsize=8)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..errors import ConfigError, excerpt
 from ..sweep.units import unit_kinds
 from . import units as _units  # noqa: F401  (registers the experiments' unit kinds)
+from .keys import current_config, current_study
 
 
 class _Strict(BaseModel):
@@ -28,7 +29,7 @@ class _Strict(BaseModel):
 
 class Data(_Strict):
     corpus: str
-    length: int = Field(gt=1)
+    n_tokens: int = Field(gt=1)
     embed_model: Optional[str] = None
     path: Optional[str] = None
     seed: Optional[int] = None
@@ -82,7 +83,7 @@ class Quantity(_Strict):
     num: Optional["Quantity"] = None
     den: Optional["Quantity"] = None
     const: Optional[float] = None
-    n: Optional[int] = Field(default=None, ge=2)  # tokens, for stat: envelope_rate
+    n_tokens: Optional[int] = Field(default=None, ge=2)  # for stat: envelope_rate
     where: Optional[dict[str, Any]] = None  # stat: min | max, layers where another metric passes a bound
     with_: Optional[str] = Field(default=None, alias="with")  # stat: spearman, the other metric or "layer"
 
@@ -158,7 +159,7 @@ class ExperimentConfig(_Strict):
 
 
 class StudySimulation(_Strict):
-    d: int = Field(ge=1)
+    d_model: int = Field(ge=1)
     depth: int = Field(ge=1)
     n_samples: int = Field(ge=1)
     d_qk: float = Field(gt=0)
@@ -168,7 +169,7 @@ class StudyScale(_Strict):
     """A scale's overrides of the study: its budgets and any simulation key."""
 
     budget_widths: Optional[list[int]] = Field(default=None, min_length=1)
-    d: Optional[int] = Field(default=None, ge=1)
+    d_model: Optional[int] = Field(default=None, ge=1)
     depth: Optional[int] = Field(default=None, ge=1)
     n_samples: Optional[int] = Field(default=None, ge=1)
     d_qk: Optional[float] = Field(default=None, gt=0)
@@ -188,18 +189,20 @@ class ScheduleStudy(_Strict):
 
 
 def validate_study(cfg: Any, name: str = "schedules") -> ScheduleStudy:
-    """Check ``cfg`` (the parsed schedule study) against :class:`ScheduleStudy`.
+    """Check ``cfg`` (the parsed schedule study) against :class:`ScheduleStudy` (an old
+    key, :mod:`.keys`, warns and is read under its new name).
 
     Raises
     ------
     ConfigError
         One line per problem, as :func:`validate_config` (``scales.smoke: unknown key 'dpeth'``).
     """
-    return _validated(ScheduleStudy, cfg, name)
+    return _validated(ScheduleStudy, current_study(cfg), name)
 
 
 def validate_config(cfg: Any, name: str) -> ExperimentConfig:
-    """Check ``cfg`` (a parsed YAML config) against :class:`ExperimentConfig`.
+    """Check ``cfg`` (a parsed YAML config) against :class:`ExperimentConfig` (an old key,
+    :mod:`.keys`, warns and is read under its new name).
 
     Raises
     ------
@@ -207,7 +210,7 @@ def validate_config(cfg: Any, name: str) -> ExperimentConfig:
         One line per problem: where (``claims[2].rule.checks[0]``) and what
         (``unknown key 'factr'``, a missing required key, a value not allowed).
     """
-    return _validated(ExperimentConfig, cfg, name)
+    return _validated(ExperimentConfig, current_config(cfg), name)
 
 
 def _validated(model: type[BaseModel], cfg: Any, name: str) -> Any:

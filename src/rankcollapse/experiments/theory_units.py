@@ -26,7 +26,7 @@ def rows_collapse_bound(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     from ..theory import radius_sweep
 
     b = p.get("budget", {})
-    df = radius_sweep(n_tokens=int(p.get("n", 32)), widths=tuple(p.get("widths", (32, 9, 3))),
+    df = radius_sweep(n_tokens=int(p.get("n_tokens", 32)), widths=tuple(p.get("widths", (32, 9, 3))),
                       depth=int(b.get("bound_depth", 60)), n_samples=int(b.get("bound_samples", 8)), seed=int(p.get("seed_theory", 0)))
     rows = []
     for _, r in df.iterrows():
@@ -43,7 +43,7 @@ def rows_sphere_collapse(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     b = p.get("budget", {})
     frames = []
     for mask in p.get("masks", ("complete", "causal", "sliding_window:w=3")):
-        res = run(mask, n_tokens=int(p.get("n", 16)), d_model=int(p.get("d", 8)), depth=int(b.get("sphere_depth", 80)),
+        res = run(mask, n_tokens=int(p.get("n_tokens", 16)), d_model=int(p.get("d_model", 8)), depth=int(b.get("sphere_depth", 80)),
                   n_samples=int(b.get("sphere_samples", 8)), inputs=p.get("inputs", "nonnegative"))
         traj = rows_from_metrics({"mu": res.mu}, {"mask": mask.split(":")[0], "mask_spec": mask})
         frames += [traj, pd.DataFrame(_scalar_rows({"measured_rate": res.measured_rate, "min_cos0": res.min_cos0}, mask))]
@@ -55,7 +55,7 @@ def rows_equilibria(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     per rank k, the number of verified equilibria and how many are stable."""
     from ..theory import equilibria
 
-    n, d = int(p.get("eq_n", 4)), int(p.get("eq_d", 4))
+    n, d = int(p.get("eq_n_tokens", 4)), int(p.get("eq_d_model", 4))
     rows = []
     for k in range(1, min(n, d) + 1):
         es = equilibria(n, d, k)
@@ -116,7 +116,7 @@ def rows_equilibria_search(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     from ..theory import causal_uniform_system, find_equilibria
     from ..theory.equilibria import construct_equilibrium, construction_eigenvalues
 
-    n, d = int(p.get("eq_n", 4)), int(p.get("eq_d", 4))
+    n, d = int(p.get("eq_n_tokens", 4)), int(p.get("eq_d_model", 4))
     top = min(n, d)
     lam = construction_eigenvalues(d, top)
     system = causal_uniform_system(torch.diag(torch.tensor(lam)), n)
@@ -156,7 +156,7 @@ def rows_averaging_rate(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 
     from ..masks import parse_mask
 
-    n = int(p.get("rate_n", 128))
+    n = int(p.get("rate_n_tokens", 128))
     rows = []
     for spec in p.get("rate_masks", ("complete", "causal", "sliding_window:w=9")):
         M = parse_mask(str(spec), n).to_dense().double().numpy()
@@ -234,7 +234,7 @@ def rows_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
         return AttentionSystem(torch.ones(n, n, dtype=torch.bool), zeros, zeros.clone(),
                                -torch.eye(d, dtype=torch.float64), 1.0)
 
-    n, d = int(p.get("eq_n", 4)), int(p.get("eq_d", 4))
+    n, d = int(p.get("eq_n_tokens", 4)), int(p.get("eq_d_model", 4))
     try:
         found = find_equilibria(system(n, d), n_starts=int(p.get("control_starts", 16)),
                                 seed=int(p.get("seed_theory", 0)), tol=1e-12).equilibria

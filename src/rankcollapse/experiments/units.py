@@ -20,6 +20,7 @@ import torch
 from ..errors import ConfigError, RankCollapseError
 from ..sweep.context import RunContext
 from ..sweep.units import Unit, register_unit_kind
+from .keys import stored_params
 from .table import normalise, rows_from_metrics
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_ratio")
@@ -124,7 +125,7 @@ def _weight_kwargs(p: dict[str, Any], d: int) -> dict[str, Any]:
 def run_simulate(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     """Random-init network on X(0) = ``model``'s embeddings (spec.md §2, §5.4)."""
     p = unit.params
-    n = int(p["n_windows"])
+    n = int(p["n_samples"])
     variant = _variant(p)
     metrics = _simulate_chunks(
         unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b), n,
@@ -164,7 +165,7 @@ def run_pretrained_sa(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     from ..dynamics.pretrained import extract_attention_weights
 
     p = unit.params
-    n = int(p["n_windows"])
+    n = int(p["n_samples"])
     loaded = ctx.model(p["model"])
     # scale=None: the logits become q.k / sqrt(d_qk), replacing the model's 1/sqrt(d_head)
     weights = [dataclasses.replace(lw, scale=None) for lw in extract_attention_weights(loaded.model)]
@@ -182,7 +183,7 @@ def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
 
     p = unit.params
     loaded = ctx.model(p["model"])
-    win = ctx.windows(p["model"], int(p["n_windows"]))
+    win = ctx.windows(p["model"], int(p["n_samples"]))
     drop = tuple(p.get("drop", ()))
     native = family(loaded.family).native_mask
     variant, value, loaded = _probe_condition(p, loaded, drop)
@@ -249,7 +250,8 @@ def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
 # ``dtype`` is the compute type, float64, not the embeddings' float32; theory 4: C10's
 # perturbed and random-start counts, and the control system's). ``NUMERICS_VERSION`` and
 # the numeric libraries' versions change every key (rankcollapse.sweep.units).
-register_unit_kind("simulate", run_simulate, version=3, group="experiments")
-register_unit_kind("probe", run_probe, version=3, group="experiments")
-register_unit_kind("pretrained_sa", run_pretrained_sa, version=3, group="experiments")
-register_unit_kind("theory", run_theory, version=4, group="experiments")
+# Keys hash the parameters in their stored spelling (.keys: renamed keys keep their keys).
+register_unit_kind("simulate", run_simulate, version=3, group="experiments", key_params=stored_params)
+register_unit_kind("probe", run_probe, version=3, group="experiments", key_params=stored_params)
+register_unit_kind("pretrained_sa", run_pretrained_sa, version=3, group="experiments", key_params=stored_params)
+register_unit_kind("theory", run_theory, version=4, group="experiments", key_params=stored_params)

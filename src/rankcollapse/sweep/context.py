@@ -16,29 +16,33 @@ from typing import Any
 import torch
 
 from .. import data
+from .._deprecation import renamed_arguments
 from ..errors import DataError
 
 #: How many distinct weight draws :meth:`RunContext.random_weights` keeps.
 WEIGHT_CACHE = 2
 
 
-def data_spec(text: str | Path | None, length: int, seed: int) -> dict[str, Any]:
-    """The input description that enters every unit hash.
+@renamed_arguments(length="n_tokens")
+def data_spec(text: str | Path | None, n_tokens: int, seed: int) -> dict[str, Any]:
+    """The input description that enters every unit hash: ``corpus``, ``n_tokens``
+    (tokens per window N), ``seed`` and, for a text file, ``path`` and ``sha256``.
 
     A user text file is identified by its SHA-256, so editing it invalidates the cache.
 
     Raises
     ------
     DataError
-        ``length`` < 1, or the text file cannot be read (names the file).
+        ``n_tokens`` < 1, or the text file cannot be read (names the file).
     """
-    if int(length) < 1:
-        raise DataError(f"window length N must be >= 1, got {length}")
+    if int(n_tokens) < 1:
+        raise DataError(f"tokens per window N must be >= 1, got {n_tokens}")
     if text is None:
-        return {"corpus": "wikipedia", "length": int(length), "seed": int(seed)}
+        return {"corpus": "wikipedia", "n_tokens": int(n_tokens), "seed": int(seed)}
     docs = data.read_text_file(text)  # raises DataError with one clear line
     digest = hashlib.sha256("\n".join(docs).encode()).hexdigest()[:16]
-    return {"corpus": "file", "path": str(Path(text).resolve()), "sha256": digest, "length": int(length), "seed": int(seed)}
+    return {"corpus": "file", "path": str(Path(text).resolve()), "sha256": digest, "n_tokens": int(n_tokens),
+            "seed": int(seed)}
 
 
 @contextmanager
@@ -115,12 +119,12 @@ class RunContext:
         return self._models[name]
 
     def windows(self, model: str, n_windows: int) -> Any:
-        """``n_windows`` windows of ``length`` tokens cut with ``model``'s tokenizer."""
+        """``n_windows`` windows of ``n_tokens`` tokens cut with ``model``'s tokenizer."""
         key = (model, int(n_windows))
         if key not in self._windows:
             tok = self.model(model).require_tokenizer()
             self._windows[key] = data.make_windows(
-                self.texts(), tok, n_tokens=self.data["length"], n_windows=n_windows, seed=self.data["seed"]
+                self.texts(), tok, n_tokens=self.data["n_tokens"], n_windows=n_windows, seed=self.data["seed"]
             )
         return self._windows[key]
 

@@ -26,6 +26,7 @@ from typing import Any, Iterator, Mapping
 
 import pandas as pd
 
+from .._deprecation import warn_renamed
 from ..errors import ConfigError, excerpt
 from .context import RunContext
 from .units import Unit, UnitFn
@@ -291,8 +292,11 @@ def check_ray_reachable(address: str, timeout: float | None = None) -> None:
         raise ConfigError(f"cannot reach the Ray cluster at {excerpt(address)} within {timeout:g} s: {why}") from None
 
 
-def check_executor(name: str, *, workers: int | None = None, address: str | None = None, flags: bool = False) -> None:
-    """Validate executor options without starting anything or touching the network.
+def validate_executor(name: str, *, workers: int | None = None, address: str | None = None, flags: bool = False) -> None:
+    """Validate executor options without starting anything or touching the network
+    (a validator: in the public API ``check_*`` names a theorem check, e.g.
+    :func:`rankcollapse.theory.check_collapse_bound`; the old name ``check_executor``
+    is a deprecated alias).
 
     An option the executor would ignore is refused: ``workers`` with ``serial`` (one
     unit at a time), ``workers`` with a Ray ``address`` (the cluster's CPUs are used),
@@ -325,6 +329,12 @@ def check_executor(name: str, *, workers: int | None = None, address: str | None
             raise ConfigError(f"{e}ray needs Ray: pip install 'rankcollapse[distributed]'")
 
 
+def check_executor(*args: Any, **kwargs: Any) -> None:
+    """Deprecated alias of :func:`validate_executor` (removed in 0.3.0)."""
+    warn_renamed("check_executor", "validate_executor")
+    validate_executor(*args, **kwargs)
+
+
 def make_executor(name: str, *, workers: int | None = None, address: str | None = None,
                   data: dict[str, Any] | None = None, device: str = "cpu"):
     """The executor ``name`` (one of :data:`EXECUTOR_NAMES`).
@@ -341,7 +351,7 @@ def make_executor(name: str, *, workers: int | None = None, address: str | None 
     ConfigError
         Unknown name, ``workers`` < 1, ``address`` without ``ray``, Ray missing.
     """
-    check_executor(name, workers=workers, address=address)
+    validate_executor(name, workers=workers, address=address)
     if name == "serial":
         return SerialExecutor()
     if name == "processes":

@@ -5,9 +5,9 @@ entry of the registry (:func:`register_unit_kind`): the function that computes a
 that kind, the kind's version (bumped when a change alters the labels or numbers of
 that kind's units) and, optionally, how a unit of that kind is labelled in progress
 lines and ``config.json``. The key (:attr:`Unit.hash`) is the hash of the kind, the
-parameters, the kind's version and the code fingerprint (:func:`code_fingerprint`:
-:data:`NUMERICS_VERSION` and the versions of the numeric libraries); the cache
-(:mod:`.cache`) names each entry by it.
+parameters (as the kind's ``key_params`` spells them), the kind's version and the code
+fingerprint (:func:`code_fingerprint`: :data:`NUMERICS_VERSION` and the versions of the
+numeric libraries); the cache (:mod:`.cache`) names each entry by it.
 """
 
 from __future__ import annotations
@@ -83,8 +83,9 @@ class Unit:
     def hash(self) -> str:
         """12 hex digits of SHA-256 over kind, parameters, the kind's version and
         :func:`code_fingerprint`: the unit's cache key."""
-        version = unit_kind(self.kind).version
-        return config_hash({"kind": self.kind, "params": self.params, "v": version, "code": code_fingerprint()})
+        kind = unit_kind(self.kind)
+        params = self.params if kind.key_params is None else kind.key_params(self.params)
+        return config_hash({"kind": self.kind, "params": params, "v": kind.version, "code": code_fingerprint()})
 
     @property
     def label(self) -> str:
@@ -112,6 +113,9 @@ class UnitKind:
     label : ``label(unit) -> str`` for progress lines; None: :func:`params_label`.
     group : who plans units of this kind; an experiment config may name only the kinds
         of group ``"experiments"``.
+    key_params : ``key_params(params) -> dict``, the parameters as the key hashes them
+        (e.g. renamed keys in the spelling they had when cache entries were written,
+        :func:`rankcollapse.experiments.keys.stored_params`); None: as they are.
     """
 
     name: str
@@ -119,13 +123,15 @@ class UnitKind:
     version: int
     label: Callable[[Unit], str] | None = None
     group: str = ""
+    key_params: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 _KINDS: dict[str, UnitKind] = {}
 
 
 def register_unit_kind(name: str, run: UnitFn, *, version: int, label: Callable[[Unit], str] | None = None,
-                       group: str = "") -> UnitKind:
+                       group: str = "", key_params: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+                       ) -> UnitKind:
     """Register the unit kind ``name`` (see :class:`UnitKind`); returns the entry.
     Registering the same functions, version and group again (a module imported
     twice) is a no-op that returns the first entry.
@@ -138,7 +144,7 @@ def register_unit_kind(name: str, run: UnitFn, *, version: int, label: Callable[
     """
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise ConfigError(f"unit kind {name!r}: version must be an integer >= 0, got {version!r}")
-    entry = UnitKind(name, run, version, label, group)
+    entry = UnitKind(name, run, version, label, group, key_params)
     old = _KINDS.get(name)
     if old is not None:
         if _identity(old) != _identity(entry):
@@ -154,7 +160,7 @@ def _where(fn: Callable | None) -> str | None:
 
 def _identity(kind: UnitKind) -> tuple:
     # functions by qualified name: a module imported twice makes new function objects
-    return _where(kind.run), kind.version, _where(kind.label), kind.group
+    return _where(kind.run), kind.version, _where(kind.label), kind.group, _where(kind.key_params)
 
 
 def unit_kind(name: str) -> UnitKind:
