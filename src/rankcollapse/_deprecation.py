@@ -34,6 +34,8 @@ def renamed_arguments(**old_to_new: str) -> Callable[[F], F]:
     ``@renamed_arguments(n="n_tokens")`` on ``def causal(n_tokens)`` keeps ``causal(5)``
     and ``causal(n_tokens=5)`` silent and makes ``causal(n=5)`` warn and call
     ``causal(n_tokens=5)``. Under ``@classmethod``/``@staticmethod``, put it below them.
+    The wrapper's ``__renamed__`` holds the mapping ``{old: new}`` (read by the tests
+    that list every renamed argument).
 
     Raises
     ------
@@ -63,6 +65,7 @@ def renamed_arguments(**old_to_new: str) -> Callable[[F], F]:
                     kwargs[new] = kwargs.pop(old)
             return fn(*args, **kwargs)
 
+        wrapper.__renamed__ = dict(old_to_new)  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
     return decorate

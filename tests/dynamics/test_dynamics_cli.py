@@ -36,7 +36,7 @@ def test_json_layers_and_plot(tmp_path):
 
 @pytest.mark.parametrize("args, msg", [
     (["--d-qk", "-1"], "--d-qk must be > 0"),
-    (["--heads", "3", "--d-model", "8"], "n_heads=3 does not divide d=8"),
+    (["--heads", "3", "--d-model", "8"], "n_heads=3 does not divide d_model=8"),
     (["--mask", "nosuchmask"], "nosuchmask"),
     (["--input", "/nonexistent.npy"], "neither one of"),
     (["--variant", "sphere", "--placement", "none", "--alpha", "1"], "placement 'none' has no skip"),

@@ -184,7 +184,7 @@ def test_zero_rows_under_sphere_warn_and_stay_zero():
         (dict(d_qk=0.0), "d_qk"),
         (dict(d_qk=-1.0), "d_qk"),
         (dict(value=torch.eye(5)), r"W_V of layer 0 has shape \(5, 5\), expected \(4, 4\)"),
-        (dict(n_heads=3), "n_heads=3 does not divide d=4"),
+        (dict(n_heads=3), "n_heads=3 does not divide d_model=4"),
         (dict(variant="nope"), "unknown variant"),
         (dict(depth=0), "depth"),
         (dict(value="gaussian:sd=1"), "takes"),

@@ -69,9 +69,9 @@ def test_graph_metrics_options():
     M[2] = False
     assert torch.equal(dense_mask(M, 5, require_keys=False), M)  # a graph may lack in-edges
     stack = torch.stack([TRIL, TRIL.T])
-    assert dense_mask(stack, 5, batch=2).shape == (2, 5, 5)
+    assert dense_mask(stack, 5, n_samples=2).shape == (2, 5, 5)
     with pytest.raises(MetricError, match=r"\(5, 5\) or \(3, 5, 5\)"):
-        dense_mask(stack, 5, batch=3, error=MetricError)
+        dense_mask(stack, 5, n_samples=3, error=MetricError)
 
 
 def test_mask_type_uses_the_same_check():

@@ -1,7 +1,9 @@
 """The token count is ``n_tokens`` in the whole mask API (issue 28): a positional call is
 unchanged, ``n_tokens=`` is silent, the old keyword ``n=`` (``N=`` for two theory
 helpers) warns (FutureWarning naming 0.3.0) and gives the identical result, and the old
-and the new name together are refused."""
+and the new name together are refused. The same for the token width ``d_model`` (old
+``d=``) and the number of samples ``n_samples`` (old ``B=``/``batch=``) in every public
+function of the package."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from rankcollapse.errors import ConfigError
+from rankcollapse.errors import ConfigError, RankCollapseError
 from rankcollapse.masks import Mask, MaskAnalysis, MaskSchedule
 from rankcollapse.masks import adapt, constructors as c, mask as mask_module, patterns as p, schedule, spec
 
@@ -62,7 +64,7 @@ CASES = [
     ("parse_schedule", lambda: schedule.parse_schedule, lambda t: ("schedule:sliding_window:w=3*2,causal",), (), {},
      "n"),
     ("resolve_mask", lambda: adapt.resolve_mask, lambda t: ("causal_sliding_window:w=3",), (), {}, "n"),
-    ("dense_mask", lambda: adapt.dense_mask, lambda t: ("prefix:k=2",), (), {"batch": 2}, "n"),
+    ("dense_mask", lambda: adapt.dense_mask, lambda t: ("prefix:k=2",), (), {"n_samples": 2}, "n"),
     ("Mask.from_edges", lambda: Mask.from_edges, lambda t: ([[i, max(i - 1, 0)] for i in range(N)],), (),
      {"spec": "e"}, "n"),
     ("normalise_csr", lambda: mask_module.normalise_csr, lambda t: (sp.eye_array(N, format="csr"),), (), {}, "n"),
@@ -152,17 +154,19 @@ def test_old_and_new_name_together_are_refused(case, tmp_path):
         f(*lead(tmp_path), N, *tail, **{old: N}, **kw)
 
 
-def _public_functions():
-    """Every public function and method of the mask API, the theory and the other homes of
-    a renamed token count."""
+#: the mask API, the theory and the other homes of a renamed token count
+TOKEN_COUNT_MODULES = (
+    ["rankcollapse.masks." + m for m in ("adapt", "constructors", "convert", "graph", "influence", "interval_graph",
+                                         "mask", "patterns", "plot", "rows", "schedule", "spec")]
+    + ["rankcollapse.theory." + m for m in ("bound", "envelope", "equilibria", "measured", "rates", "schedule_bound",
+                                            "sphere", "system")]
+    + ["rankcollapse.models.probe", "rankcollapse.experiments.schedules", "rankcollapse.dynamics.inputs"])
+
+
+def _public_functions(modules=TOKEN_COUNT_MODULES):
+    """``(qualified name, function)`` of every public function and method of ``modules``."""
     import importlib
 
-    modules = ["rankcollapse.masks." + m for m in ("adapt", "constructors", "convert", "graph", "influence",
-                                                   "interval_graph", "mask", "patterns", "plot", "rows",
-                                                   "schedule", "spec")]
-    modules += ["rankcollapse.theory." + m for m in ("bound", "envelope", "equilibria", "measured", "rates",
-                                                     "schedule_bound", "sphere", "system")]
-    modules += ["rankcollapse.models.probe", "rankcollapse.experiments.schedules", "rankcollapse.dynamics.inputs"]
     for name in modules:
         mod = importlib.import_module(name)
         for attr, obj in vars(mod).items():
@@ -182,8 +186,145 @@ def test_no_public_function_takes_the_token_count_as_n():
     assert len(found) > 100
     assert [q for q, params in found.items() if {"n", "N"} & set(params)] == []
     renamed = {q.rsplit(".", 1)[-1].replace("from_edges", "Mask.from_edges")
-               for q, fn in _public_functions() if hasattr(fn, "__wrapped__") and "n_tokens" in found[q]}
+               for q, fn in _public_functions() if {"n", "N"} & set(getattr(fn, "__renamed__", {}))}
     # every renamed function of this change is exercised above (older renames are tested in tests/cli)
     older = {"check_collapse_bound", "radius_sweep", "check_schedule_bound", "check_sphere_collapse", "equilibria",
              "envelope_rate", "envelope_crossing_depth", "scrambling_length"}
     assert renamed - older == {c[0] for c in CASES}
+
+
+# --- the token width d_model (old d=) and the number of samples n_samples (old B=, batch=) ---
+
+def _tokens_case(name):
+    """A draw function of the input registry: ``(n_samples, n_tokens, d_model)`` by position."""
+    return (f"dynamics.inputs.{name}", lambda: _fn(f"rankcollapse.dynamics.inputs:{name}"), lambda: (2, N, 3),
+            {"seed": 4}, {"batch": "n_samples", "d": "d_model"})
+
+
+def _run_context():
+    from rankcollapse.sweep.context import RunContext
+
+    return RunContext({})  # a fresh one per call: it caches its draws
+
+
+# (id = the function's path below rankcollapse, function, positional arguments (fresh per
+# call), keyword arguments, {old: new} of its renamed size arguments)
+SIZE_CASES = [
+    ("theory.rates.measure_rate", lambda: _fn("rankcollapse.theory.rates:measure_rate"),
+     lambda: (schedule.parse_schedule("schedule:causal_sliding_window:w=2,complete", N),),
+     {"d_model": 3, "depth": 2, "n_samples": 2, "seed": 1, "quantiles": True}, {"d": "d_model"}),
+    ("theory.rates.compare_schedules", lambda: _fn("rankcollapse.theory.rates:compare_schedules"),
+     lambda: (["schedule:sliding_window:w=3*2,complete", "causal"], N),
+     {"measure": True, "d_model": 3, "depth": 2, "n_samples": 2}, {"d": "d_model"}),
+    ("theory.measured.orthogonal_run", lambda: _fn("rankcollapse.theory.measured:orthogonal_run"),
+     lambda: (None, "causal", N, 3), {"n_samples": 2, "depth": 2, "d_qk": 1.0, "qk_scale": 1.0, "seed": 0},
+     {"d": "d_model"}),
+    ("theory.sphere.make_inputs", lambda: _fn("rankcollapse.theory.sphere:make_inputs"),
+     lambda: ("nonnegative", 2, N, 3, torch.Generator().manual_seed(5)), {}, {"B": "n_samples", "d": "d_model"}),
+    *[_tokens_case(name) for name in ("gaussian_tokens", "sphere_tokens", "hemisphere_tokens",
+                                      "nonnegative_tokens", "antipodal_tokens")],
+    # the windows are drawn by seed: a generator is refused (no model is loaded), by every spelling
+    ("dynamics.inputs.wikipedia_tokens", lambda: _fn("rankcollapse.dynamics.inputs:wikipedia_tokens"),
+     lambda: (2, N, 3), {"generator": torch.Generator()}, {"batch": "n_samples", "d": "d_model"}),
+    ("dynamics.inputs.make_tokens", lambda: _fn("rankcollapse.dynamics.inputs:make_tokens"),
+     lambda: ("antipodal", 2, N, 3), {"seed": 2}, {"batch": "n_samples", "d": "d_model"}),
+    ("phase.cell.make_input", lambda: _fn("rankcollapse.phase.cell:make_input"),
+     lambda: ("hemisphere", 2, N, 3, 7), {}, {"batch": "n_samples", "d": "d_model"}),
+    ("dynamics.weights.random_layers", lambda: _fn("rankcollapse.dynamics.weights:random_layers"),
+     lambda: (4, 2), {"value": "orthogonal", "n_heads": 2, "mlp_ratio": 2, "seed": 3}, {"d": "d_model"}),
+    ("dynamics.weights.construction_eigenvalues", lambda: _fn("rankcollapse.dynamics.weights:construction_eigenvalues"),
+     lambda: (5, 3), {}, {"d": "d_model"}),
+    ("sweep.context.RunContext.random_weights", lambda: _run_context().random_weights,
+     lambda: (4, 2), {"seed": 1, "value": "gaussian", "query_key": "gaussian"}, {"d": "d_model"}),
+    ("masks.adapt.dense_mask", lambda: adapt.dense_mask, lambda: (torch.ones(2, N, N, dtype=torch.bool).tril(), N),
+     {"n_samples": 2}, {"batch": "n_samples"}),
+]
+SIZE_RENAMES = [(case, old) for case in SIZE_CASES for old in case[4]]
+SIZE_IDS = [f"{case[0].rsplit('.', 1)[-1]}-{old}" for case, old in SIZE_RENAMES]
+
+
+def _size_forms(case):
+    """``(function, args, kwargs, first, keyword)``: ``keyword`` holds every argument from
+    the first renamed positional one on by name (``args[:first]`` stay positional)."""
+    _, fn, args, kw, renames = case
+    f, args = fn(), args()
+    names = list(inspect.signature(f).parameters)
+    first = min([i for i, name in enumerate(names[:len(args)]) if name in renames.values()], default=len(args))
+    return f, args, kw, first, {**dict(zip(names[first:], args[first:])), **kw}
+
+
+def _size_call(case, how, old=None):
+    """Call ``case`` with its arguments as given (``position``), by name from the first
+    renamed one on (``new``), or so with ``old`` in place of its new name."""
+    f, args, kw, first, keyword = _size_forms(case)
+    if how == "old":
+        keyword[old] = keyword.pop(case[4][old])
+    try:
+        return _plain(f(*args, **kw) if how == "position" else f(*args[:first], **keyword))
+    except RankCollapseError as exc:  # a refusal must read the same by every spelling
+        return ("raised", type(exc).__name__, str(exc))
+
+
+@pytest.mark.parametrize(("case", "old"), SIZE_RENAMES, ids=SIZE_IDS)
+def test_sizes_by_position_by_name_and_by_the_old_name(case, old):
+    new = case[4][old]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # the new names and a positional call are silent
+        by_position = _size_call(case, "position")
+        by_name = _size_call(case, "new")
+    with pytest.warns(FutureWarning, match=rf"\({old}=\.\.\.\) is deprecated and will be removed in 0\.3\.0; use {new}=") as rec:
+        by_old_name = _size_call(case, "old", old)
+    assert len(rec) == 1 and rec[0].filename == __file__  # one warning, pointing at the caller
+    assert by_name == by_position
+    assert by_old_name == by_position
+
+
+@pytest.mark.parametrize(("case", "old"), SIZE_RENAMES, ids=SIZE_IDS)
+def test_old_and_new_size_name_together_are_refused(case, old):
+    new = case[4][old]
+    f, args, kw, first, keyword = _size_forms(case)
+    with pytest.raises(ConfigError, match=rf"give {new}= or the deprecated {old}=, not both \({new} was given by keyword\)"):
+        f(*args[:first], **keyword, **{old: keyword[new]})
+    if new not in kw:  # given by position in the case
+        with pytest.raises(ConfigError, match=rf"not both \({new} was given by position\)"):
+            f(*args, **kw, **{old: keyword[new]})
+
+
+def _public_modules():
+    """Every public module of the package (no ``_`` in its path), less the command line,
+    whose command functions are called through their flags (tests/cli)."""
+    import importlib
+    import pkgutil
+
+    import rankcollapse
+
+    todo, found = [rankcollapse], []
+    while todo:
+        pkg = todo.pop()
+        for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + "."):
+            if info.name.rsplit(".", 1)[-1].startswith("_") or info.name == "rankcollapse.cli":
+                continue
+            found.append(info.name)
+            if info.ispkg:
+                todo.append(importlib.import_module(info.name))
+    return found
+
+
+#: public parameters spelt d/B/batch that are not the token width or the samples, and why
+NOT_SIZES = {
+    ("rankcollapse.dynamics.weights.haar_orthogonal", "d"): "the dimension of the group O(d) drawn from",
+    ("rankcollapse.dynamics.weights.haar_orthogonal", "batch"): "a shape tuple (leading dimensions), not a count",
+}
+#: renamed before this change (tested in tests/cli/test_renamed_names.py)
+OLDER_SIZE_RENAMES = {"theory.bound.check_collapse_bound", "theory.sphere.check_sphere_collapse",
+                      "theory.schedule_bound.check_schedule_bound", "theory.equilibria.equilibria"}
+
+
+def test_no_public_function_takes_the_width_as_d_or_the_samples_as_b():
+    found = dict(_public_functions(_public_modules()))
+    assert len(found) > 400
+    spelt = {(q, p) for q, fn in found.items() for p in inspect.signature(fn).parameters if p in ("d", "B", "batch")}
+    assert spelt == set(NOT_SIZES)
+    renamed = {q.removeprefix("rankcollapse.") for q, fn in found.items()
+               if {"d", "B", "batch"} & set(getattr(fn, "__renamed__", {}))}
+    assert renamed - OLDER_SIZE_RENAMES == {c[0] for c in SIZE_CASES}

@@ -142,7 +142,7 @@ def compare(
         check_writable(out, folder=False)
     n = check_int(n, "--n-tokens", low=1, error=MaskError)
     if measure or any(masks.is_schedule(s) for s in specs):
-        df = compare_schedules(specs, n, measure=measure, d=check_int(d_model, "--d-model", low=1),
+        df = compare_schedules(specs, n, measure=measure, d_model=check_int(d_model, "--d-model", low=1),
                                depth=check_int(depth, "--depth", low=1), n_samples=check_int(samples, "--n-samples", low=1),
                                seed=check_int(seed, "--seed", low=0), d_qk=d_qk, token_norm=token_norm,
                                weight_norm=weight_norm, exponent=exponent)

@@ -1,7 +1,8 @@
 """Initial token matrices ``X(0)``: the one registry of input distributions.
 
-Every input is a function ``draw(batch, n_tokens, d, *, seed=0, generator=None, ...)``
-returning a float64 CPU tensor of shape ``(batch, n_tokens, d)``; the same ``seed`` gives
+Every input is a function ``draw(n_samples, n_tokens, d_model, *, seed=0, generator=None, ...)``
+returning a float64 CPU tensor ``(B, N, d) = (n_samples, n_tokens, d_model)`` (the old
+keywords ``batch=`` and ``d=`` warn until 0.3.0); the same ``seed`` gives
 the same numbers on every machine (cast with ``.to(dtype, device)``). ``generator``, when
 given, replaces the fresh generator seeded by ``seed`` (the draw continues its stream).
 Look one up by name with :func:`make_tokens`; :data:`INPUTS` lists them:
@@ -36,13 +37,18 @@ from typing import Any, Callable
 
 import torch
 
+from .._deprecation import renamed_arguments
 from .._validate import check_int
 from ..errors import ConfigError
 from .layers import sphere
 
 
-def _check(batch: int, n_tokens: int, d: int) -> None:
-    for name, value in (("batch", batch), ("n_tokens", n_tokens), ("d", d)):
+#: the renamed size arguments of every draw function (old -> new)
+_RENAMED = {"batch": "n_samples", "d": "d_model"}
+
+
+def _check(n_samples: int, n_tokens: int, d_model: int) -> None:
+    for name, value in (("n_samples", n_samples), ("n_tokens", n_tokens), ("d_model", d_model)):
         check_int(value, name, low=1)
 
 
@@ -50,32 +56,36 @@ def _generator(seed: int, generator: torch.Generator | None) -> torch.Generator:
     return torch.Generator().manual_seed(check_int(seed, "seed", low=0)) if generator is None else generator
 
 
-def gaussian_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0, std: float = 1.0,
+@renamed_arguments(**_RENAMED)
+def gaussian_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0, std: float = 1.0,
                     generator: torch.Generator | None = None) -> torch.Tensor:
-    """i.i.d. ``N(0, std^2)`` entries, float64 ``(batch, n_tokens, d)``; drawn from
-    ``generator`` instead of a fresh one seeded by ``seed`` when given.
+    """i.i.d. ``N(0, std^2)`` entries, float64 ``(n_samples, n_tokens, d_model)``; drawn
+    from ``generator`` instead of a fresh one seeded by ``seed`` when given.
 
     Raises
     ------
     ConfigError
-        ``batch``, ``n_tokens`` or ``d`` < 1, ``seed`` < 0.
+        ``n_samples``, ``n_tokens`` or ``d_model`` < 1, ``seed`` < 0.
     """
-    _check(batch, n_tokens, d)
+    _check(n_samples, n_tokens, d_model)
     gen = _generator(seed, generator)
-    return torch.randn(batch, n_tokens, d, generator=gen, dtype=torch.float64) * std
+    return torch.randn(n_samples, n_tokens, d_model, generator=gen, dtype=torch.float64) * std
 
 
-def sphere_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0,
+@renamed_arguments(**_RENAMED)
+def sphere_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
                   generator: torch.Generator | None = None) -> torch.Tensor:
     """Tokens uniform on the unit sphere ``S^{d-1}`` (normalised Gaussians; Muller 1959),
-    float64 ``(batch, n_tokens, d)``, projected by :func:`~rankcollapse.dynamics.layers.sphere`."""
-    return sphere(gaussian_tokens(batch, n_tokens, d, seed=seed, generator=generator))[0]
+    float64 ``(n_samples, n_tokens, d_model)``, projected by
+    :func:`~rankcollapse.dynamics.layers.sphere`."""
+    return sphere(gaussian_tokens(n_samples, n_tokens, d_model, seed=seed, generator=generator))[0]
 
 
-def hemisphere_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0, pole: torch.Tensor | None = None,
-                      generator: torch.Generator | None = None) -> torch.Tensor:
+@renamed_arguments(**_RENAMED)
+def hemisphere_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
+                      pole: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Tokens uniform on the open hemisphere ``{x in S^{d-1}: <x, pole> > 0}`` (default
-    pole ``e_1``), float64 ``(batch, n_tokens, d)``: sphere samples reflected across the
+    pole ``e_1``), float64 ``(n_samples, n_tokens, d_model)``: sphere samples reflected across the
     pole's hyperplane when needed, so every pair has ``<x_i, pole> > 0`` (the initial
     condition of spec.md §5.2).
 
@@ -84,7 +94,8 @@ def hemisphere_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0, pole:
     ConfigError
         ``pole`` of the wrong shape or zero.
     """
-    X = sphere_tokens(batch, n_tokens, d, seed=seed, generator=generator)
+    X = sphere_tokens(n_samples, n_tokens, d_model, seed=seed, generator=generator)
+    d = d_model  # the formulas' name
     p = torch.zeros(d, dtype=torch.float64) if pole is None else torch.as_tensor(pole, dtype=torch.float64)
     if pole is None:
         p[0] = 1.0
@@ -96,45 +107,50 @@ def hemisphere_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0, pole:
     return X
 
 
-def nonnegative_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0,
+@renamed_arguments(**_RENAMED)
+def nonnegative_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
                        generator: torch.Generator | None = None) -> torch.Tensor:
-    """Unit tokens ``|g| / ||g||`` with ``g ~ N(0, I_d)``, float64 ``(batch, n_tokens, d)``:
-    non-negative entries, so every pairwise cosine is ``>= 0`` (Theorem 2's condition,
-    spec.md §5.2)."""
-    _check(batch, n_tokens, d)
-    G = torch.randn(batch, n_tokens, d, generator=_generator(seed, generator), dtype=torch.float64)
+    """Unit tokens ``|g| / ||g||`` with ``g ~ N(0, I_d)``, float64
+    ``(n_samples, n_tokens, d_model)``: non-negative entries, so every pairwise cosine is
+    ``>= 0`` (Theorem 2's condition, spec.md §5.2)."""
+    _check(n_samples, n_tokens, d_model)
+    G = torch.randn(n_samples, n_tokens, d_model, generator=_generator(seed, generator), dtype=torch.float64)
     return sphere(G.abs())[0]
 
 
-def antipodal_tokens(batch: int, n_tokens: int, d: int, *, seed: int = 0,
+@renamed_arguments(**_RENAMED)
+def antipodal_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
                      generator: torch.Generator | None = None) -> torch.Tensor:
     """Unit tokens ``normalise((-1)^i v + 1e-3 g_i)`` with ``v`` uniform on the sphere (one
-    per sample) and ``g_i ~ N(0, I_d)``, float64 ``(batch, n_tokens, d)``: two antipodal
-    clusters (cosines near -1, violating Theorem 2's condition). ``g`` is drawn before ``v``."""
-    _check(batch, n_tokens, d)
+    per sample) and ``g_i ~ N(0, I_d)``, float64 ``(n_samples, n_tokens, d_model)``: two
+    antipodal clusters (cosines near -1, violating Theorem 2's condition). ``g`` is drawn
+    before ``v``."""
+    _check(n_samples, n_tokens, d_model)
     gen = _generator(seed, generator)
-    G = torch.randn(batch, n_tokens, d, generator=gen, dtype=torch.float64)
-    v = sphere(torch.randn(batch, 1, d, generator=gen, dtype=torch.float64))[0]
+    G = torch.randn(n_samples, n_tokens, d_model, generator=gen, dtype=torch.float64)
+    v = sphere(torch.randn(n_samples, 1, d_model, generator=gen, dtype=torch.float64))[0]
     signs = (1 - 2 * (torch.arange(n_tokens) % 2)).to(torch.float64).view(1, n_tokens, 1)
     return sphere(signs * v + 1e-3 * G)[0]
 
 
-def wikipedia_tokens(batch: int, n_tokens: int, d: int | None = None, *, seed: int = 0,
+@renamed_arguments(**_RENAMED)
+def wikipedia_tokens(n_samples: int, n_tokens: int, d_model: int | None = None, *, seed: int = 0,
                      generator: torch.Generator | None = None, model: Any = "minilm", block: int = 0) -> torch.Tensor:
     """The embedding-layer output (``hidden_states[0]``, :func:`rankcollapse.models.embed`)
     of ``model`` on windows of ``n_tokens`` tokens of the shipped English Wikipedia
-    extracts (:func:`rankcollapse.data.wikipedia_texts`), float64 ``(batch, n_tokens, d)``.
+    extracts (:func:`rankcollapse.data.wikipedia_texts`), float64
+    ``(n_samples, n_tokens, d_model)``.
 
-    The windows are numbers ``block * batch`` to ``(block + 1) * batch - 1`` of the
-    ``(block + 1) * batch`` windows :func:`rankcollapse.data.make_windows` cuts with
+    The windows are numbers ``block * n_samples`` to ``(block + 1) * n_samples - 1`` of the
+    ``(block + 1) * n_samples`` windows :func:`rankcollapse.data.make_windows` cuts with
     ``seed``: blocks ``0, 1, ...`` of one seed are disjoint windows.
 
     Parameters
     ----------
-    d : None (default): the model's width, embeddings as they are. An int ``<= width``:
-        the tokens' coordinates ``X V_d`` in the top-``d`` right singular vectors ``V_d`` of
-        the batch's ``(batch * n_tokens, width)`` token matrix (an isometry when ``d`` is
-        the width).
+    d_model : None (default): the model's width, embeddings as they are. An int
+        ``d <= width``: the tokens' coordinates ``X V_d`` in the top-``d`` right singular
+        vectors ``V_d`` of the batch's ``(n_samples * n_tokens, width)`` token matrix (an
+        isometry when ``d`` is the width).
     model : ``"minilm"`` (default), ``"smollm2"``, a model folder or hub name
         (:func:`rankcollapse.models.load_model`; loaded once per process), or a loaded model.
     generator : not accepted (the windows are drawn by ``seed``).
@@ -142,26 +158,26 @@ def wikipedia_tokens(batch: int, n_tokens: int, d: int | None = None, *, seed: i
     Raises
     ------
     ConfigError
-        ``generator`` given, ``d`` larger than the model's width, bad sizes.
+        ``generator`` given, ``d_model`` larger than the model's width, bad sizes.
     DataError, ModelError, TokenizerError
         The corpus or model is not installed, or the windows cannot be cut.
     """
     if generator is not None:
         raise ConfigError("input 'wikipedia' is drawn by seed (its windows), not from a generator")
-    check_int(batch, "batch", low=1)
+    check_int(n_samples, "n_samples", low=1)
     check_int(n_tokens, "n_tokens", low=1)
     block = check_int(block, "block", low=0)
     seed = check_int(seed, "seed", low=0)
     if isinstance(model, str):
-        E = _cached_embeddings(model, n_tokens, batch * (block + 1), seed)
+        E = _cached_embeddings(model, n_tokens, n_samples * (block + 1), seed)
     else:
-        E = _embeddings(model, n_tokens, batch * (block + 1), seed)
-    E = E[block * batch:(block + 1) * batch]
-    if d is None:
+        E = _embeddings(model, n_tokens, n_samples * (block + 1), seed)
+    E = E[block * n_samples:(block + 1) * n_samples]
+    if d_model is None:
         return E
-    d = check_int(d, "d", low=1)
+    d = check_int(d_model, "d_model", low=1)
     if d > E.shape[-1]:
-        raise ConfigError(f"input 'wikipedia' has width {E.shape[-1]}, d={d} is larger")
+        raise ConfigError(f"input 'wikipedia' has width {E.shape[-1]}, d_model={d} is larger")
     _, _, Vh = torch.linalg.svd(E.reshape(-1, E.shape[-1]), full_matrices=False)
     return E @ Vh[:d].T
 
@@ -223,22 +239,25 @@ def canonical_input(name: str, *, stacklevel: int = 3) -> str:
     return name
 
 
-def make_tokens(name: str, batch: int, n_tokens: int, d: int | None, *, seed: int = 0,
+@renamed_arguments(**_RENAMED)
+def make_tokens(name: str, n_samples: int, n_tokens: int, d_model: int | None, *, seed: int = 0,
                 generator: torch.Generator | None = None, **options: Any) -> torch.Tensor:
-    """``X(0)`` float64 ``(batch, n_tokens, d)`` of the input ``name`` (:data:`INPUTS`),
-    ``INPUTS[name](batch, n_tokens, d, seed=seed, generator=generator, **options)``.
+    """``X(0)`` float64 ``(n_samples, n_tokens, d_model)`` of the input ``name``
+    (:data:`INPUTS`), ``INPUTS[name](n_samples, n_tokens, d_model, seed=seed,
+    generator=generator, **options)``. ``batch=`` and ``d=`` are deprecated aliases of
+    ``n_samples=`` and ``d_model=`` until 0.3.0.
 
     Raises
     ------
     ConfigError
         Unknown name (deprecated names warn, see :func:`canonical_input`), an option the
-        input does not take, bad sizes; ``d=None`` for an input other than ``wikipedia``.
+        input does not take, bad sizes; ``d_model=None`` for an input other than ``wikipedia``.
     """
     draw = INPUTS[canonical_input(name)]
-    if d is None and draw is not wikipedia_tokens:
-        raise ConfigError(f"input {name!r} needs the width d")
-    allowed = set(inspect.signature(draw).parameters) - {"batch", "n_tokens", "d", "seed", "generator"}
+    if d_model is None and draw is not wikipedia_tokens:
+        raise ConfigError(f"input {name!r} needs the width d_model")
+    allowed = set(inspect.signature(draw).parameters) - {"n_samples", "n_tokens", "d_model", "seed", "generator"}
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ConfigError(f"input {name!r} takes the options {sorted(allowed) or 'none'}, got {unknown}")
-    return draw(batch, n_tokens, d, seed=seed, generator=generator, **options)
+    return draw(n_samples, n_tokens, d_model, seed=seed, generator=generator, **options)

@@ -46,6 +46,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from .._deprecation import renamed_arguments
 from .._validate import check_tensor_storage
 from ..errors import ConfigError
 from .layer_weights import LayerWeights  # noqa: F401  (its home; weights is its public path)
@@ -156,16 +157,18 @@ def _near_identity(d, _, gen, p, batch=(), layer=0, role="W_V"):
 RHO = 4.0
 
 
-def construction_eigenvalues(d: int, rank: int, rho: float = RHO) -> np.ndarray:
+@renamed_arguments(d="d_model")
+def construction_eigenvalues(d_model: int, rank: int, rho: float = RHO) -> np.ndarray:
     """``λ_t = ρ^(t - (rank-1)/2)`` for ``t < rank`` and ``λ_0 / 2`` for the ``d - rank``
-    spare directions, float64 ``(d,)``: the diagonal ``W_V`` of the construction of SA-LN
+    spare directions (``d = d_model``, the token width; ``d=`` is a deprecated alias until
+    0.3.0), float64 ``(d,)``: the diagonal ``W_V`` of the construction of SA-LN
     equilibria of every rank (docs/theory.md, § "Equilibria of every rank").
 
     Centring the exponents keeps ``λ²`` inside float64's range up to ``rank = 500``
     (the overall scale of ``W_V`` does not change the SA-LN dynamics).
     """
     lam = rho ** (np.arange(rank, dtype=np.float64) - (rank - 1) / 2)
-    return np.concatenate([lam, np.full(d - rank, lam[0] / 2)])
+    return np.concatenate([lam, np.full(d_model - rank, lam[0] / 2)])
 
 
 def _constructed(d, _, gen, p, batch=(), layer=0, role="W_V"):
@@ -262,15 +265,17 @@ def layer_matrix(source: MatrixSource, role: str, layer: int, depth: int, shape:
     return M
 
 
-def random_layers(d: int, depth: int, *, value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
+@renamed_arguments(d="d_model")
+def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
                   n_heads: int = 1, out_proj: bool = False, mlp_ratio: int | None = None,
                   shared: bool = False, seed: int = 0) -> list[LayerWeights]:
     """Per-layer weights ``W_Q, W_K`` from ``query_key``, ``W_V`` (and ``W_O``) from ``value``.
 
     Parameters
     ----------
-    d : model width; ``n_heads`` must divide it (head width ``d / n_heads``; ``W_Q``,
-        ``W_K``, ``W_V`` are ``(d, d)`` holding the heads side by side).
+    d_model : model width ``d``; ``n_heads`` must divide it (head width ``d / n_heads``;
+        ``W_Q``, ``W_K``, ``W_V`` are ``(d, d)`` holding the heads side by side). ``d=`` is
+        a deprecated alias until 0.3.0.
     depth : number of layers.
     value, query_key : family spec (module table), one ``(d, d)`` matrix, or a list of
         ``depth`` matrices.
@@ -286,10 +291,11 @@ def random_layers(d: int, depth: int, *, value: MatrixSource = "gaussian", query
     Raises
     ------
     ConfigError
-        ``n_heads`` not dividing ``d``, bad family or matrix.
+        ``n_heads`` not dividing ``d_model``, bad family or matrix.
     """
+    d = d_model  # the formulas' name
     if d % n_heads:
-        raise ConfigError(f"n_heads={n_heads} does not divide d={d}")
+        raise ConfigError(f"n_heads={n_heads} does not divide d_model={d}")
     n_draw = 1 if shared else depth
 
     def one(t: int) -> LayerWeights:

@@ -80,7 +80,7 @@ def run_schedule_study(out: Path, scale: str = "quick", seed: int = 0) -> pd.Dat
         picks = {fam: window_for_budget(t, n, budget) for fam, t in cfg["families"].items()}
         # a family that cannot meet the budget (e.g. 1 local : 1 global below N(N+1)/4) is left out
         picks = {f: p for f, p in picks.items() if abs(p[2] - budget) <= cfg["budget_tolerance"] * budget}
-        df = compare_schedules([p[1] for p in picks.values()], n, measure=True, d=sim["d_model"], depth=sim["depth"],
+        df = compare_schedules([p[1] for p in picks.values()], n, measure=True, d_model=sim["d_model"], depth=sim["depth"],
                                n_samples=sim["n_samples"], seed=seed, d_qk=sim["d_qk"])
         df.insert(0, "family", list(picks))
         df.insert(1, "width", [p[0] for p in picks.values()])

@@ -89,16 +89,18 @@ def resolve_mask(source: Any, n_tokens: int | None = None) -> Mask:
     return mask
 
 
-@renamed_arguments(n="n_tokens")
-def dense_mask(source: Any, n_tokens: int, *, batch: int | None = None, require_keys: bool = True,
+@renamed_arguments(n="n_tokens", batch="n_samples")
+def dense_mask(source: Any, n_tokens: int, *, n_samples: int | None = None, require_keys: bool = True,
                error: type[RankCollapseError] = MaskError) -> Any:
-    """Bool ``(N, N)`` ``torch`` tensor of a mask in any form (or ``(B, N, N)``, see ``batch``).
+    """Bool ``(N, N)`` ``torch`` tensor of a mask in any form (or ``(B, N, N)``, see ``n_samples``).
 
     Parameters
     ----------
     source : spec string, Mask, bool/0-1 tensor or array, or scipy sparse matrix.
     n_tokens : number of tokens N (``n=`` is a deprecated alias until 0.3.0).
-    batch : if given, a 3-D tensor ``(batch, N, N)`` or ``(1, N, N)`` is accepted too.
+    n_samples : the number of samples ``B`` of the tokens ``(B, N, d)`` the mask applies to;
+        if given, a 3-D tensor ``(B, N, N)`` or ``(1, N, N)`` is accepted too (``batch=``
+        is a deprecated alias until 0.3.0).
     require_keys : check that every row allows a key (always :class:`MaskError`);
         graph metrics turn it off, since a graph may have nodes without in-edges.
     error : error type for a bad type or shape (a metric raises :class:`MetricError`).
@@ -121,7 +123,7 @@ def dense_mask(source: Any, n_tokens: int, *, batch: int | None = None, require_
     else:
         M = as_bool_matrix(source, error)
         M = M if is_tensor(M) else torch.from_numpy(M)
-    _check_shape(tuple(M.shape), n_tokens, error, batch)
+    _check_shape(tuple(M.shape), n_tokens, error, n_samples)
     if require_keys:
         check_rows_allow_key(M, getattr(source, "spec", None))
     return M

@@ -341,7 +341,7 @@ def _as_graph(mask, n: int, b: int, device) -> torch.Tensor | None:
     in-edges are allowed (a graph is not a softmax)."""
     if mask is None:
         return None
-    M = dense_mask(mask, n, batch=b, require_keys=False, error=MetricError)
+    M = dense_mask(mask, n, n_samples=b, require_keys=False, error=MetricError)
     return (M if M.ndim == 3 else M.unsqueeze(0)).to(device)
 
 

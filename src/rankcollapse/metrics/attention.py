@@ -165,7 +165,7 @@ def _allowed(mask, padding_mask, B: int, N: int, device) -> tuple[torch.Tensor, 
     """``(allowed, real)``: allowed keys ``(B or 1, N, N)`` (the mask, default complete,
     and with padding real queries and keys only) and real queries ``(B or 1, N)``."""
     M = (torch.ones(1, N, N, dtype=torch.bool) if mask is None
-         else dense_mask(mask, N, batch=B, require_keys=False, error=MetricError))
+         else dense_mask(mask, N, n_samples=B, require_keys=False, error=MetricError))
     M = (M if M.ndim == 3 else M.unsqueeze(0)).to(device)
     if padding_mask is None:
         return M, torch.ones(1, N, dtype=torch.bool, device=device)

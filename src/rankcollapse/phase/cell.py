@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._deprecation import renamed_arguments
 from ..dynamics.config import BlockConfig
 from ..dynamics.inputs import canonical_input, make_tokens
 from ..dynamics.weights import LayerWeights, draw, generator
@@ -100,15 +101,23 @@ def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
     return worst
 
 
-def make_input(kind: str, batch: int, n_tokens: int, d: int, seed: int) -> torch.Tensor:
-    """X(0) ``(batch, n_tokens, d)`` float64 of the registry input ``kind``
+@renamed_arguments(batch="n_samples", d="d_model")
+def make_input(kind: str, n_samples: int, n_tokens: int, d_model: int, seed: int) -> torch.Tensor:
+    """X(0) ``(n_samples, n_tokens, d_model)`` float64 of the registry input ``kind``
     (:func:`rankcollapse.dynamics.inputs.make_tokens`) under seed ``seed``; ``wikipedia``
     takes window block ``seed`` of the windows cut with seed 0 (disjoint windows per
-    weight seed), projected on their top-``d`` right singular vectors."""
+    weight seed), projected on their top-``d_model`` right singular vectors. ``batch=``
+    and ``d=`` are deprecated aliases of ``n_samples=`` and ``d_model=`` until 0.3.0.
+
+    Raises
+    ------
+    ConfigError
+        Unknown ``kind`` or bad sizes (:func:`~rankcollapse.dynamics.inputs.make_tokens`).
+    """
     kind = canonical_input(kind)
     if kind == "wikipedia":
-        return make_tokens(kind, batch, n_tokens, d, seed=0, block=seed)
-    return make_tokens(kind, batch, n_tokens, d, seed=seed)
+        return make_tokens(kind, n_samples, n_tokens, d_model, seed=0, block=seed)
+    return make_tokens(kind, n_samples, n_tokens, d_model, seed=seed)
 
 
 def _entropy_per_layer(attention: list[torch.Tensor], allowed: torch.Tensor) -> np.ndarray:

@@ -82,20 +82,22 @@ class RunContext:
         self._embeddings: dict[tuple[str, int, int, int | None], torch.Tensor] = {}
         self._weights: dict[tuple, list] = {}
 
-    def random_weights(self, d: int, depth: int, *, seed: int, value: Any, query_key: Any, n_heads: int = 1,
+    @renamed_arguments(d="d_model")
+    def random_weights(self, d_model: int, depth: int, *, seed: int, value: Any, query_key: Any, n_heads: int = 1,
                        out_proj: bool = False, mlp_ratio: int | None = None) -> list:
-        """``dynamics.weights.random_layers`` with the same arguments, drawn once and reused
+        """``dynamics.weights.random_layers`` with the same arguments (``d=`` is a
+        deprecated alias of ``d_model=`` until 0.3.0), drawn once and reused
         by every unit that shares them (the four masks x four variants of one seed use the
         same weights). Only the most recent :data:`WEIGHT_CACHE` draws are kept (float64,
         ~1 MiB per ``(384, 384)`` matrix); the runner orders units so that those sharing
         weights run one after another."""
         from ..dynamics.weights import random_layers
 
-        key = (int(d), int(depth), int(seed), str(value), str(query_key), int(n_heads), bool(out_proj), mlp_ratio)
+        key = (int(d_model), int(depth), int(seed), str(value), str(query_key), int(n_heads), bool(out_proj), mlp_ratio)
         if key not in self._weights:
             while len(self._weights) >= WEIGHT_CACHE:
                 self._weights.pop(next(iter(self._weights)))
-            self._weights[key] = random_layers(d, depth, value=value, query_key=query_key, n_heads=n_heads,
+            self._weights[key] = random_layers(d_model, depth, value=value, query_key=query_key, n_heads=n_heads,
                                                out_proj=out_proj, mlp_ratio=mlp_ratio, seed=seed)
         return self._weights[key]
 

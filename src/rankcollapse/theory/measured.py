@@ -133,14 +133,16 @@ def envelope_result(spec: str, radius: int, effective_radius: int, exponent: str
                        float(rate[median]), n_bad, config)
 
 
-@renamed_arguments(N="n_tokens")
-def orthogonal_run(X0, mask: Any, n_tokens: int, d: int, *, n_samples: int, depth: int, d_qk: float, qk_scale: float,
-                   seed: int):
-    """The pure-SA run both envelope checks measure: ``X0`` (default Gaussian tokens,
-    std ``1/sqrt(d)``) through ``depth`` layers of :func:`simulate` with Haar-orthogonal
-    ``W_V`` (so assumption A2 holds), Gaussian ``W_Q, W_K`` scaled by ``qk_scale``,
-    float64, attention recorded. Returns ``(X0 (B, N, d) float64, SimResult)``, where
-    ``N = n_tokens`` (``N=`` is a deprecated alias until 0.3.0).
+@renamed_arguments(N="n_tokens", d="d_model")
+def orthogonal_run(X0, mask: Any, n_tokens: int, d_model: int, *, n_samples: int, depth: int, d_qk: float,
+                   qk_scale: float, seed: int):
+    """The pure-SA run both envelope checks measure: ``X0`` (default: ``n_samples``
+    Gaussian token matrices ``(N, d)``, ``d = d_model``, std ``1/sqrt(d)``) through
+    ``depth`` layers of :func:`simulate` with Haar-orthogonal ``W_V`` (so assumption A2
+    holds), Gaussian ``W_Q, W_K`` scaled by ``qk_scale``, float64, attention recorded.
+    Returns ``(X0 (B, N, d) float64, SimResult)``, where ``N = n_tokens``; a given ``X0``
+    sets ``d`` (``N=`` and ``d=`` are deprecated aliases of ``n_tokens=`` and ``d_model=``
+    until 0.3.0).
 
     Raises
     ------
@@ -149,7 +151,7 @@ def orthogonal_run(X0, mask: Any, n_tokens: int, d: int, *, n_samples: int, dept
     """
     N = n_tokens  # the formulas' name
     if X0 is None:
-        X0 = gaussian_tokens(n_samples, N, d, seed=seed, std=1 / math.sqrt(d))
+        X0 = gaussian_tokens(n_samples, N, d_model, seed=seed, std=1 / math.sqrt(d_model))
     X0 = torch.as_tensor(X0).to(torch.float64)
     if X0.ndim != 3 or X0.shape[1] != N:
         raise ConfigError(f"X0 must be (B, {N}, d), got {tuple(X0.shape)}")

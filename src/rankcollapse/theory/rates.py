@@ -61,18 +61,20 @@ def describe_schedule(schedule: Any, n_tokens: int | None = None, *, per_token: 
     return out
 
 
-def measure_rate(schedule: MaskSchedule, *, d: int = 16, depth: int = 60, n_samples: int = 8,
+@renamed_arguments(d="d_model")
+def measure_rate(schedule: MaskSchedule, *, d_model: int = 16, depth: int = 60, n_samples: int = 8,
                  seed: int = 0, d_qk: float = 1.0, quantiles: bool = False):
     """Median over samples of the measured per-layer decay factor of ``μ`` (pure SA,
-    Haar ``W_V``, Gaussian ``W_Q, W_K`` of std ``1/√d``, float64) —
-    :func:`rankcollapse.theory.fit_rate` of :func:`rankcollapse.dynamics.simulate`.
+    Haar ``W_V``, Gaussian ``W_Q, W_K`` and ``X(0)`` entries of std ``1/√d``, float64) —
+    :func:`rankcollapse.theory.fit_rate` of :func:`rankcollapse.dynamics.simulate` on
+    ``n_samples`` inputs ``(N, d)``, ``d = d_model`` (``d=`` is a deprecated alias until 0.3.0).
     With ``quantiles``: ``(q25, median, q75)`` over samples."""
     import torch
 
     from ..dynamics import gaussian_tokens, simulate
     from .measured import fit_rate
 
-    X0 = gaussian_tokens(n_samples, schedule.n_tokens, d, seed=seed, std=1 / math.sqrt(d))
+    X0 = gaussian_tokens(n_samples, schedule.n_tokens, d_model, seed=seed, std=1 / math.sqrt(d_model))
     sim = simulate(X0, mask=schedule, depth=depth, d_qk=d_qk, value="orthogonal", query_key="gaussian",
                    seed=seed, dtype=torch.float64, metrics=("mu",))
     rates = fit_rate(sim.metrics["mu"])
@@ -82,8 +84,8 @@ def measure_rate(schedule: MaskSchedule, *, d: int = 16, depth: int = 60, n_samp
     return float(rates.median())
 
 
-@renamed_arguments(n="n_tokens")
-def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: bool = False, d: int = 16,
+@renamed_arguments(n="n_tokens", d="d_model")
+def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: bool = False, d_model: int = 16,
                       depth: int = 60, n_samples: int = 8, seed: int = 0, d_qk: float = 1.0,
                       token_norm: float = 1.0, weight_norm: float = 1.0, exponent: str = "t/r") -> pd.DataFrame:
     """Rank schedules (plain masks are period-1 schedules) by collapse rate at their cost.
@@ -98,7 +100,9 @@ def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: bool = Fa
     per decade / measured factor closest to 1); non-QSC schedules rank first (no
     collapse is implied). Compare rows of equal ``mean_edges_per_layer``. ``exponent``:
     ``"t/r"`` or ``"t/(2r)"`` (:func:`rankcollapse.theory.envelope.predicted_rate`).
-    Every schedule is on ``n_tokens`` tokens (``n=`` is a deprecated alias until 0.3.0).
+    Every schedule is on ``n_tokens`` tokens; ``d_model, depth, n_samples, seed`` are
+    :func:`measure_rate`'s (``n=`` and ``d=`` are deprecated aliases of ``n_tokens=`` and
+    ``d_model=`` until 0.3.0).
 
     Raises
     ------
@@ -117,7 +121,7 @@ def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: bool = Fa
         row.update(predicted_rate(terms, d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm,
                                    exponent=exponent))
         if measure:
-            q25, med, q75 = measure_rate(sched, d=d, depth=depth, n_samples=n_samples, seed=seed, d_qk=d_qk,
+            q25, med, q75 = measure_rate(sched, d_model=d_model, depth=depth, n_samples=n_samples, seed=seed, d_qk=d_qk,
                                          quantiles=True)
             row.update(measured_rate=med, measured_q25=q25, measured_q75=q75)
         rows.append(row)

@@ -33,12 +33,13 @@ INPUTS = ("nonnegative", "antipodal", "sphere")
 SA_LN = BlockConfig(norm="sphere", placement="none")  # X <- D A X W_V
 
 
-@renamed_arguments(N="n_tokens")
-def make_inputs(kind: str, B: int, n_tokens: int, d: int, generator: torch.Generator) -> torch.Tensor:
-    """Unit tokens ``(B, N, d)`` float64 (``N = n_tokens``; ``N=`` is a deprecated alias
-    until 0.3.0) of the input ``kind`` of the registry
-    (:func:`rankcollapse.dynamics.inputs.make_tokens`) drawn from ``generator``; only
-    inputs on the unit sphere (:data:`~rankcollapse.dynamics.inputs.ON_SPHERE`).
+@renamed_arguments(N="n_tokens", B="n_samples", d="d_model")
+def make_inputs(kind: str, n_samples: int, n_tokens: int, d_model: int, generator: torch.Generator) -> torch.Tensor:
+    """Unit tokens ``(B, N, d)`` float64 (``B = n_samples``, ``N = n_tokens``,
+    ``d = d_model``; ``B=``, ``N=`` and ``d=`` are deprecated aliases until 0.3.0) of the
+    input ``kind`` of the registry (:func:`rankcollapse.dynamics.inputs.make_tokens`)
+    drawn from ``generator``; only inputs on the unit sphere
+    (:data:`~rankcollapse.dynamics.inputs.ON_SPHERE`).
 
     Raises
     ------
@@ -47,7 +48,7 @@ def make_inputs(kind: str, B: int, n_tokens: int, d: int, generator: torch.Gener
     """
     if canonical_input(kind) not in ON_SPHERE:
         raise ConfigError(f"inputs must be one on the unit sphere, one of {ON_SPHERE}, got {kind!r}")
-    return make_tokens(kind, B, n_tokens, d, generator=generator)
+    return make_tokens(kind, n_samples, n_tokens, d_model, generator=generator)
 
 
 @dataclass
