@@ -110,7 +110,9 @@ def test_experiment_configs_take_only_the_experiments_kinds():
     ("probe", {"model": "minilm"}, "c0e69683b5fe"),
     ("pretrained_sa", {"d_qk": 1.0}, "67a045ff2e93"),
     ("theory", {"check": "x"}, "885c797b70a2"),
-    ("phase_cell", {"cells": [{"qk_scale": 1.0, "depth": 4}], "samples": 2, "seeds": 1, "seed": 0}, "9b8c31295cac"),
+    # phase_cell version 3 (issue 30: decay-law columns, qk_norm axis) invalidates the
+    # version-2 key 9b8c31295cac on purpose: those cached rows lack the new columns
+    ("phase_cell", {"cells": [{"qk_scale": 1.0, "depth": 4}], "samples": 2, "seeds": 1, "seed": 0}, "4424d216962f"),
 ])
 def test_unit_keys_are_those_the_earlier_code_wrote(monkeypatch, kind, params, key):
     """Keys computed by the code before the sweep engine was one package (experiments'
@@ -119,7 +121,7 @@ def test_unit_keys_are_those_the_earlier_code_wrote(monkeypatch, kind, params, k
 
     monkeypatch.setattr(sweep_units, "code_fingerprint", lambda: _io.config_hash({"numerics": 2, "torch": "2.5.1"}))
     assert Unit(kind, params).hash == key
-    assert unit_kind(kind).version == {"theory": 4, "phase_cell": 2}.get(kind, 3)
+    assert unit_kind(kind).version == {"theory": 4, "phase_cell": 3}.get(kind, 3)
 
 
 def test_one_terminal_test_for_every_progress_display(monkeypatch, capsys):

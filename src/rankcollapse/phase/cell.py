@@ -37,10 +37,15 @@ NEAR_IDENTITY_NOISE = 0.1  # std * sqrt(d) of the noise added to a I (fixed, doc
 
 
 def block_config(cell: dict[str, Any]) -> BlockConfig:
-    """The :class:`BlockConfig` of a cell: its ``norm``, ``placement`` and ``alpha`` axes
-    are the config's fields (``placement="none"``: the theory's ``X <- norm(SA(X))``)."""
-    return BlockConfig(norm=cell["norm"], placement=cell["placement"], alpha=float(cell["alpha"]),
-                       attention=cell.get("attention", "softmax"))
+    """The :class:`BlockConfig` of a cell: its ``norm``, ``placement``, ``alpha``,
+    ``attention`` and ``qk_norm`` axes are the config's fields (``placement="none"``: the
+    theory's ``X <- norm(SA(X))``); ``mix`` gets ``mix_layers = depth // 4`` (Mix-LN's
+    ``floor(0.25 L)``, Li et al. 2024, §3). A cell without ``qk_norm`` (made before the
+    axis existed) runs without it."""
+    placement = cell["placement"]
+    return BlockConfig(norm=cell["norm"], placement=placement, alpha=float(cell["alpha"]),
+                       attention=cell.get("attention", "softmax"), qk_norm=bool(cell.get("qk_norm", False)),
+                       mix_layers=int(cell["depth"]) // 4 if placement == "mix" else None)
 
 
 #: value family -> its registry parameters for the value scale ``a`` of ``cell`` (W_V = draw(family, **params))
@@ -164,7 +169,7 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
         weights = build_weights(cell, s)
         try:
             res = simulate(X0, mask=mask, depth=cell["depth"], variant=cfg, weights=weights,
-                           metrics=("mu_relative", "mu"), dtype=torch.float64,
+                           metrics=("mu_relative", "mu", "avg_cos"), dtype=torch.float64,
                            record_states=True, record_attention=True, record_epsilon=True)
         except ConfigError as exc:
             if "non-finite" not in str(exc):
