@@ -113,8 +113,11 @@ def speed_law(table: pd.DataFrame) -> dict[str, Any]:
     pre = law_verdict(cells[cells["placement"] == "pre_ln"], "power")
     ok = (post["verdict"] == "exponential", pre["verdict"] == "power")
     failed = post["verdict"] == "not_exponential" or pre["verdict"] == "not_power"
+    by_qk = {f"qk_norm={bool(k)}": {p: law_verdict(g[g["placement"] == p], law)["by_law"]
+                                    for p, law in (("post_ln", "exponential"), ("pre_ln", "power"))}
+             for k, g in cells.groupby("qk_norm")} if "qk_norm" in cells else {}
     return {"post_ln": post, "pre_ln": pre, "pre_ln_exponent": exponent_verdict(cells[cells["placement"] == "pre_ln"]),
-            "verdict": "holds" if all(ok) else ("fails" if failed else "undecided")}
+            "by_qk_norm": by_qk, "verdict": "holds" if all(ok) else ("fails" if failed else "undecided")}
 
 
 def paired(table: pd.DataFrame, axis: str, value: Any, base: Any) -> pd.DataFrame:
@@ -186,9 +189,11 @@ def controls(table: pd.DataFrame) -> dict[str, Any]:
 
 
 def law_table(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per (placement, norm) over the scope cells: cells, law counts, median exponent,
-    median rate, median R² of each law, median log10 mu/||X||_F (the page's table)."""
-    cells = _scope(table).assign(log10_mu=lambda t: np.log10(t["mu_relative"].clip(lower=1e-300)))
+    """Per (placement, norm) over the softmax cells with ``qk_scale > 0`` and ``W_V != 0``
+    (every norm, dyt included): cells, law counts, median exponent, median rate, median R²
+    of each law, median log10 mu/||X||_F (the page's table)."""
+    cells = table[(table["qk_scale"] > 0) & (table["value_scale"] > 0) & (table["attention"] == "softmax")]
+    cells = cells.assign(log10_mu=np.log10(cells["mu_relative"].clip(lower=1e-300)))
     rows = []
     for (p, n), g in cells.groupby(["placement", "norm"], sort=True):
         rows.append({"placement": p, "norm": n, "cells": int(len(g)),
