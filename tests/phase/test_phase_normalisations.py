@@ -103,6 +103,10 @@ def test_ordering_rule_pairs_cells_equal_in_every_other_axis():
     assert out["vs_post_ln"]["pre_ln"]["verdict"] == "above" and out["vs_post_ln"]["pre_ln"]["pairs"] == 12
     assert out["vs_post_ln"]["peri"]["verdict"] == "below" and out["verdict"] == "fails"
     assert list(out["measured_order_sphere"]) == ["pre_ln", "post_ln", "peri"]  # medians -2, -9, -12
+    floored = pd.DataFrame({"mu": [1e-16, 2e-16, 0.5], "mu_base": [3e-16, 1e-17, 1e-16]})
+    floored["dlog10_mu"] = np.log10(floored["mu"]) - np.log10(floored["mu_base"])
+    v = nz.above_verdict(floored)  # round-off against round-off is no evidence either way
+    assert v["both_at_floor"] == 2 and v["untied"] == 1 and v["above"] == 1
 
 
 def test_rules_and_controls_through_the_sweep():

@@ -24,7 +24,10 @@ placement ``P`` is compared with ``post_ln`` on pairs of cells equal in every ot
 (scope as above, every placement). Predicted: every other placement keeps ``mu/||X||_F``
 above post-LN. Per ``P``: the fraction of untied pairs with ``P`` above ``post_ln``; its
 Wilson 95% interval above 1/2 agrees, below 1/2 contradicts, else undecided (also when no
-pair is untied). The claim holds when every ``P`` agrees, fails when any contradicts.
+pair is untied). A pair with both cells at the float64 floor of ``mu/||X||_F``
+(:data:`.regime.RATE_FLOOR`) is undecidable and left out like a tie (added after the sweep
+ran, as the project's floor rule; it removes no pair of that sweep). The claim holds when
+every ``P`` agrees, fails when any contradicts.
 
 Controls (:func:`controls`) run the same two rules on cells where the answer is known in
 closed form: uniform attention (``qk_scale = 0``) with orthogonal ``W_V`` makes every update
@@ -45,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from .grid import AXES
+from .regime import RATE_FLOOR
 
 #: norms that normalise (dyt is elementwise tanh: no normalisation, reported, not in scope)
 NORMALISING = ("sphere", "layernorm", "rmsnorm")
@@ -132,12 +136,15 @@ def paired(table: pd.DataFrame, axis: str, value: Any, base: Any) -> pd.DataFram
 
 
 def above_verdict(pairs: pd.DataFrame) -> dict[str, Any]:
-    """Sign rule on ``pairs`` (:func:`paired`): ties (``dlog10_mu == 0``) left out; the
-    fraction above with its Wilson interval; ``verdict`` above / below / undecided."""
-    untied = pairs[pairs["dlog10_mu"] != 0]
+    """Sign rule on ``pairs`` (:func:`paired`): ties (``dlog10_mu == 0``) and pairs with both
+    sides at the float64 floor (``mu_relative <= RATE_FLOOR``: round-off against round-off)
+    left out; the fraction above with its Wilson interval; ``verdict`` above / below / undecided."""
+    at_floor = (pairs["mu"] <= RATE_FLOOR) & (pairs["mu_base"] <= RATE_FLOOR) if len(pairs) else pairs["dlog10_mu"] != 0
+    untied = pairs[(pairs["dlog10_mu"] != 0) & ~at_floor]
     hits = int((untied["dlog10_mu"] > 0).sum())
     lo, hi = wilson(hits, len(untied))
-    return {"pairs": int(len(pairs)), "untied": int(len(untied)), "above": hits, "ci": [lo, hi],
+    return {"pairs": int(len(pairs)), "untied": int(len(untied)), "both_at_floor": int(at_floor.sum()),
+            "above": hits, "ci": [lo, hi],
             "median_dlog10_mu": float(pairs["dlog10_mu"].median()) if len(pairs) else float("nan"),
             "verdict": _side(lo, hi)}
 
