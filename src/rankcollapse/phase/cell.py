@@ -24,28 +24,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..dynamics.config import BlockConfig
 from ..dynamics.inputs import canonical_input, make_tokens
 from ..dynamics.weights import LayerWeights, draw, generator
 from ..errors import ConfigError
 from ..masks import parse_mask
 from ..masks.graph import analyze
 from ..metrics.attention import row_entropy
+from .grid import block_config
 from .regime import trajectory_measures
 
 NEAR_IDENTITY_NOISE = 0.1  # std * sqrt(d) of the noise added to a I (fixed, documented)
-
-
-def block_config(cell: dict[str, Any]) -> BlockConfig:
-    """The :class:`BlockConfig` of a cell: its ``norm``, ``placement``, ``alpha``,
-    ``attention`` and ``qk_norm`` axes are the config's fields (``placement="none"``: the
-    theory's ``X <- norm(SA(X))``); ``mix`` gets ``mix_layers = depth // 4`` (Mix-LN's
-    ``floor(0.25 L)``, Li et al. 2024, §3). A cell without ``qk_norm`` (made before the
-    axis existed) runs without it."""
-    placement = cell["placement"]
-    return BlockConfig(norm=cell["norm"], placement=placement, alpha=float(cell["alpha"]),
-                       attention=cell.get("attention", "softmax"), qk_norm=bool(cell.get("qk_norm", False)),
-                       mix_layers=int(cell["depth"]) // 4 if placement == "mix" else None)
 
 
 #: value family -> its registry parameters for the value scale ``a`` of ``cell`` (W_V = draw(family, **params))

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ..errors import ConfigError, MaskError, MemoryLimitError
 
-from ..dynamics.config import NORMS as NORM_NAMES, PLACEMENTS, default_alpha
+from ..dynamics.config import NORMS as NORM_NAMES, PLACEMENTS, BlockConfig, default_alpha
 
 VALUE_FAMILIES = ("gaussian", "orthogonal", "near_identity", "constructed", "pretrained")
 #: old axis spellings, accepted with a FutureWarning until 0.3.0 (docs/phase.md): the norm
@@ -124,7 +124,7 @@ def _attention(text: str) -> str:
 #: ``placement``, ``alpha``, ``qk_norm`` and ``attention`` (softmax or an operator of
 #: :mod:`rankcollapse.dynamics.operators`) are the :class:`~rankcollapse.dynamics.config.BlockConfig`
 #: fields of the cell's layer; ``alpha`` not given is the placement's own (0 for ``none``,
-#: 1 for the others); ``mix`` runs with ``mix_layers = depth // 4`` (:func:`.cell.block_config`).
+#: 1 for the others); ``mix`` runs with ``mix_layers = depth // 4`` (:func:`block_config`).
 AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "qk_scale": (_float, 1.0),
     "value": (_choice(VALUE_FAMILIES), "gaussian"),
@@ -259,6 +259,18 @@ def _block_fields(cell: dict[str, Any], alpha_given: bool) -> dict[str, Any]:
     return cell
 
 
+def block_config(cell: dict[str, Any]) -> BlockConfig:
+    """The :class:`BlockConfig` of a cell: its ``norm``, ``placement``, ``alpha``,
+    ``attention`` and ``qk_norm`` axes are the config's fields (``placement="none"``: the
+    theory's ``X <- norm(SA(X))``); ``mix`` gets ``mix_layers = depth // 4`` (Mix-LN's
+    ``floor(0.25 L)``, Li et al. 2024, §3). A cell without ``qk_norm`` (made before the
+    axis existed) runs without it."""
+    placement = cell["placement"]
+    return BlockConfig(norm=cell["norm"], placement=placement, alpha=float(cell["alpha"]),
+                       attention=cell.get("attention", "softmax"), qk_norm=bool(cell.get("qk_norm", False)),
+                       mix_layers=int(cell["depth"]) // 4 if placement == "mix" else None)
+
+
 def cell_bytes(cell: dict[str, Any], samples: int) -> int:
     """Estimated peak bytes of running ``cell`` with ``samples`` inputs per weight seed
     (float64, one head), the arrays :func:`.cell.run_cell` keeps for the whole cell:
@@ -307,8 +319,6 @@ def check_cell(cell: Any) -> None:
     if cell["placement"] in LEGACY_PLACEMENTS:
         raise ConfigError(f"phase cell placement {cell['placement']!r} is an axis spelling; make cells with "
                           "rankcollapse.phase.expand_grid (it runs as none, post_ln or pre_ln with alpha)")
-    from .cell import block_config
-
     try:
         block_config(cell)
     except ConfigError as exc:
