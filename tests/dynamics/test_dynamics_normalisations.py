@@ -13,7 +13,6 @@ from scipy.special import erf
 
 from rankcollapse.dynamics import BlockConfig, LayerWeights, simulate
 from rankcollapse.dynamics.layers import Attention, block_forward, qk_norm_scale
-from rankcollapse.dynamics.single_head import single_head_layer
 from rankcollapse.errors import ConfigError
 
 CAUSAL3 = torch.ones(3, 3, dtype=torch.bool).tril()
@@ -245,16 +244,6 @@ def test_meaningless_combinations_are_refused(kwargs, msg):
         BlockConfig(**kwargs)
 
 
-@pytest.mark.parametrize("cfg", [BlockConfig(norm="layernorm", placement="peri"),
-                                 BlockConfig(norm="sphere", placement="ngpt"),
-                                 BlockConfig(norm="dyt"), BlockConfig(qk_norm=True)])
-def test_the_fast_path_refuses_what_it_does_not_implement(cfg):
-    X = torch.randn(3, 2, dtype=torch.float64)
-    eye = torch.eye(2, dtype=torch.float64)
-    with pytest.raises(ConfigError, match="run in simulate"):
-        single_head_layer(X, CAUSAL3, eye, eye, eye, cfg)
-
-
 def test_cli_runs_a_new_placement_and_refuses_a_missing_setting(monkeypatch, capsys):
     from rankcollapse.cli import main
 
@@ -278,12 +267,17 @@ def test_cli_runs_a_new_placement_and_refuses_a_missing_setting(monkeypatch, cap
     assert doc["layers"][2]["token_radius"] > 0
 
 
-def test_phase_axes_offer_only_what_the_fast_path_runs():
-    """The phase sweep runs single_head_layer: the issue-30 norms and placements are
-    refused when the axis is parsed, not in the middle of a sweep."""
-    from rankcollapse.phase.grid import parse_axis
+def test_phase_axes_offer_every_normalisation():
+    """The phase sweep runs every norm and placement (single_head_layer applies the one
+    placement rule, dynamics.layers.placement_update) and has a qk_norm axis."""
+    from rankcollapse.phase.grid import expand_grid, parse_axis
 
-    for axis in ("norm=dyt", "placement=peri", "placement=ngpt", "placement=mix", "placement=lns"):
-        with pytest.raises(ConfigError, match="expected one of"):
-            parse_axis(axis)
-    assert parse_axis("norm=rmsnorm,sphere") == ("norm", ["rmsnorm", "sphere"])
+    assert parse_axis("norm=dyt,rmsnorm") == ("norm", ["dyt", "rmsnorm"])
+    assert parse_axis("placement=peri,mix,lns,ngpt") == ("placement", ["peri", "mix", "lns", "ngpt"])
+    assert parse_axis("qk_norm=on,off") == ("qk_norm", [True, False])
+    with pytest.raises(ConfigError, match="expected one of"):
+        parse_axis("placement=nosuch")
+    cells = expand_grid({"placement": ["mix", "lns"]}, {"norm": "layernorm", "depth": 12})
+    assert [c["alpha"] for c in cells] == [1.0, 1.0]
+    with pytest.raises(ConfigError, match="needs norm 'sphere'"):  # refused when the grid is made
+        expand_grid({"placement": ["ngpt"]}, {"norm": "layernorm"})

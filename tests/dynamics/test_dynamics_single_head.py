@@ -35,6 +35,50 @@ def test_per_sample_weights_match_simulate_sample_by_sample(cfg):
             torch.testing.assert_close(got[b], ref.reshape(N, d), rtol=1e-12, atol=1e-12)
 
 
+#: every placement, norm and qk_norm beyond the first ones (issue 30); mix switches rule at layer 3
+NORMALISATIONS = [BlockConfig(norm="layernorm", placement="peri"), BlockConfig(norm="rmsnorm", placement="mix", mix_layers=2),
+                  BlockConfig(norm="layernorm", placement="lns"), BlockConfig(norm="sphere", placement="ngpt"),
+                  BlockConfig(norm="dyt", placement="pre_ln"), BlockConfig(norm="dyt", placement="post_ln", dyt_alpha=2.0),
+                  BlockConfig(norm="none", placement="none", qk_norm=True),
+                  BlockConfig(norm="layernorm", placement="pre_ln", qk_norm=True, qk_scale=3.0),
+                  BlockConfig(norm="sphere", placement="ngpt", qk_norm=True, alpha_ngpt=0.5),
+                  BlockConfig(norm="rmsnorm", placement="post_ln", qk_norm=True, attention="sink:b=1")]
+
+
+@pytest.mark.parametrize("cfg", NORMALISATIONS,
+                         ids=lambda c: f"{c.norm}-{c.placement}-qk{int(c.qk_norm)}-{c.attention}")
+def test_every_normalisation_matches_simulate_layer_by_layer(cfg):
+    """Four layers of the fast path (per-sample weights, the layer index passed) against
+    simulate run sample by sample with that sample's weights: mix changes rule after
+    layer 2, lns scales by 1/sqrt(l)."""
+    g = torch.Generator().manual_seed(7)
+    B, N, d, depth = 2, 5, 4, 4
+    X0 = torch.randn(B, N, d, generator=g, dtype=torch.float64)
+    W = [[torch.randn(B, d, d, generator=g, dtype=torch.float64) / d ** 0.5 for _ in range(3)] for _ in range(depth)]
+    mask = causal(N)
+    X = X0
+    for t in range(depth):
+        X, A, _ = single_head_layer(X, mask.to_dense(), *W[t], cfg, scale=0.5, layer=t + 1)
+    for b in range(B):
+        weights = [LayerWeights(W_Q=Wq[b], W_K=Wk[b], W_V=Wv[b], scale=0.5) for Wq, Wk, Wv in W]
+        ref = simulate(X0[b], mask=mask, depth=depth, variant=cfg, weights=weights, dtype=torch.float64,
+                       record_states=True, metrics=("mu",)).states[-1]
+        torch.testing.assert_close(X[b], ref.reshape(N, d), rtol=1e-12, atol=1e-12)
+
+
+def test_the_layer_index_matters_where_the_rule_says():
+    """lns at layer 4 is not lns at layer 1 (the factor 1/sqrt(l)); pre_ln does not look at it."""
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    W = [torch.randn(4, 4, generator=g, dtype=torch.float64) for _ in range(3)]
+    dense = causal(6).to_dense()
+    lns = BlockConfig(norm="layernorm", placement="lns")
+    first, fourth = (single_head_layer(X, dense, *W, lns, layer=t)[0] for t in (1, 4))
+    assert not torch.allclose(first, fourth)
+    pre = BlockConfig(norm="layernorm", placement="pre_ln")
+    assert torch.equal(single_head_layer(X, dense, *W, pre, layer=1)[0], single_head_layer(X, dense, *W, pre, layer=4)[0])
+
+
 def test_fast_path_refuses_what_only_simulate_runs():
     X = torch.randn(4, 2, dtype=torch.float64)
     W = torch.eye(2, dtype=torch.float64)

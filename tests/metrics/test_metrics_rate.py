@@ -201,3 +201,15 @@ def test_law_fit_stops_at_the_floor_and_needs_three_layers():
     assert fit_decay_law(torch.from_numpy(v), floor=1e-16).rate[0] == pytest.approx(-1.0, rel=1e-12)
     with pytest.raises(ConfigError):
         fit_decay_law(np.ones((2, 2, 2)), floor=0.0)
+
+
+def test_a_trajectory_that_does_not_decay_has_no_decay_law():
+    """A rising or flat gap fits a line in log v (R^2 = 1 for a growing exponential) but
+    has no decay law; the decaying one beside it keeps its law."""
+    from rankcollapse.metrics.rate import fit_decay_law
+
+    t = np.arange(33.0)
+    v = np.stack([np.exp(0.1 * t), np.full(33, 0.3), np.exp(-0.1 * t)], axis=1)
+    fit = fit_decay_law(v, floor=0.0)
+    assert fit.r2_exponential[0] == pytest.approx(1.0, abs=1e-12)
+    assert list(fit.law) == ["undecided", "undecided", "exponential"]

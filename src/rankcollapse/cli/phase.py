@@ -17,7 +17,8 @@ from ._vocab import deprecated
 JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entropy", "rate", "rate_lo", "rate_hi",
                 "rate_last", "rate_last_lo", "rate_last_hi", "regime", "k", "theory_regime", "theory_source",
                 "envelope_violations", "frac_rank_collapse", "frac_collapsing_slowly", "frac_uniform_attention",
-                "frac_one_hot_attention", "frac_aligned_without_consensus", "frac_stable_rank_k", "row_mass_deficit", "norm_spread", "frac_diverging", "frac_undecided")
+                "frac_one_hot_attention", "frac_aligned_without_consensus", "frac_stable_rank_k", "row_mass_deficit", "norm_spread", "frac_diverging", "frac_undecided",
+                "law", "law_exponent", "law_rate", "law_r2_exp", "law_r2_power")
 
 
 def _clean(v):
@@ -28,8 +29,8 @@ def _clean(v):
 
 def phase(
     axis: list[str] = typer.Option([], "--axis", help="NAME=v1,v2,... (repeatable); names: qk_scale, value, "
-                                   "value_scale, norm, placement, alpha, mask, d_qk, n_tokens, d_model, depth, shared, "
-                                   "input (skip, placement post/pre, norm sphere_sqrtd: deprecated)"),
+                                   "value_scale, norm, placement, alpha, qk_norm, attention, mask, d_qk, n_tokens, d_model, "
+                                   "depth, shared, input (skip, placement post/pre, norm sphere_sqrtd: deprecated)"),
     depth: int = typer.Option(64, "--depth", help="layers (an axis 'depth' overrides)"),
     n_tokens: int = typer.Option(32, "--n-tokens", help="tokens N"),
     d_model: int = typer.Option(16, "--d-model", help="width d"),

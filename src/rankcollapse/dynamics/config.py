@@ -49,10 +49,6 @@ PATHS = ("auto", "dense", "blocked", "flex")
 PLACEMENTS = ("none", "post_ln", "pre_ln", "peri", "mix", "lns", "ngpt")
 #: placements whose rule is built around a normalisation (``norm="none"`` is refused)
 NORMED_PLACEMENTS = ("peri", "mix", "lns", "ngpt")
-#: the placements and norms the fast path :func:`~.single_head.single_head_layer` (and so
-#: the phase sweep) implements; the others run in :func:`~.runner.simulate`
-FAST_PLACEMENTS = ("none", "post_ln", "pre_ln")
-FAST_NORMS = ("none", "sphere", "layernorm", "rmsnorm")
 DYT_ALPHA = 0.5  # Zhu et al. 2025, alpha_0 of non-LLM models
 ALPHA_NGPT = 0.05  # Loshchilov et al. 2024, alpha_init of the eigen learning rates
 ATTENTIONS = ("softmax", "uniform", "sink:b=B", "offbyone", "sigmoid[:bias=B]", "diff:lambda=L")

@@ -215,59 +215,82 @@ def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: A
     """One layer; returns ``(X_next, n_zero_rows)`` (zero rows met by a ``sphere`` norm).
     ``x_peak`` = ``max |X|`` if known (spares the attention its overflow reductions);
     ``layer`` = the 1-based layer index ``l`` (``mix`` and ``lns`` depend on it). The
-    update rules are :class:`~.config.BlockConfig`'s."""
-    a, nk, p = cfg.alpha, cfg.norm, cfg.placement
+    update rules are :class:`~.config.BlockConfig`'s, applied by :func:`placement_update`."""
     g = qk_norm_scale(cfg, X.shape[-2])
 
-    def sa(Z, peak):
+    def sa(Z):  # x_peak bounds the scores only when attention reads the layer's input itself
+        peak = x_peak if Z is X else None
         return attend(Z, lw, peak) if g is None else attend(Z, lw, peak, qk_norm=g)
 
     def norm(Y):
-        return apply_norm(Y, nk, cfg.eps, dyt_alpha=cfg.dyt_alpha)
+        return apply_norm(Y, cfg.norm, cfg.eps, dyt_alpha=cfg.dyt_alpha)
 
+    return placement_update(X, cfg, sa, norm, layer=layer, mlp=(lambda Z: mlp(Z, lw)) if cfg.mlp else None)
+
+
+def placement_update(X: torch.Tensor, cfg: BlockConfig, sa, norm, *, layer: int = 1, mlp=None):
+    """The update rule of ``cfg.placement`` (:class:`~.config.BlockConfig`'s docstring gives
+    each rule and its paper) around the sublayers it is given; returns ``(X_next, n_zero_rows)``.
+
+    The one home of the placement rules: :func:`block_forward` (``simulate``) and the
+    single-head fast path :func:`~.single_head.single_head_layer` (phase sweep) both call it
+    with their own attention.
+
+    Parameters
+    ----------
+    X : float ``(..., N, d)``, the layer's input.
+    sa : callable ``Z -> SA(Z)`` of the same shape (the attention sublayer on ``Z``; it may
+        test ``Z is X`` to know it reads the layer's input itself).
+    norm : callable ``Y -> (norm(Y), n_zero_rows)``.
+    layer : the 1-based layer index ``l`` (``mix``: post-LN while ``l <= mix_layers``;
+        ``lns``: the factor ``1/sqrt(l)``).
+    mlp : callable ``Z -> MLP(Z)`` or None (no MLP sublayer).
+    """
+    a, p = cfg.alpha, cfg.placement
     if p == "none":
-        return norm(sa(X, x_peak))
+        return norm(sa(X))
     if p == "ngpt":
-        return _ngpt(X, lw, cfg, sa(X, x_peak))
+        return _ngpt(X, cfg, sa(X), norm, mlp)
     if p == "peri":
-        return _peri(X, lw, cfg, sa, norm)
+        return _peri(X, cfg, sa, norm, mlp)
     if p == "post_ln" or (p == "mix" and layer <= cfg.mix_layers):
-        Y = sa(X, x_peak)
+        Y = sa(X)
         X, z = norm(Y if a == 0 else a * X + Y)
-        if cfg.mlp:
-            X, z2 = norm(a * X + mlp(X, lw))
+        if mlp is not None:
+            X, z2 = norm(a * X + mlp(X))
             z = z + z2
         return X, z
     # pre_ln, mix after its post-LN layers, lns (LayerNorm scaling: norm output / sqrt(l))
     s = 1.0 / math.sqrt(layer) if p == "lns" else None
     Xn, z = norm(X)
-    X = a * X + sa(Xn if s is None else Xn * s, x_peak if nk == "none" else None)
-    if cfg.mlp:
+    X = a * X + sa(Xn if s is None else Xn * s)
+    if mlp is not None:
         Xn, z2 = norm(X)
-        X, z = a * X + mlp(Xn if s is None else Xn * s, lw), z + z2
+        X, z = a * X + mlp(Xn if s is None else Xn * s), z + z2
     return X, z
 
 
-def _peri(X, lw, cfg: BlockConfig, sa, norm):
+def _peri(X, cfg: BlockConfig, sa, norm, mlp):
     """Peri-LN: ``X <- alpha X + norm(SA(norm(X)))`` (then the same with the MLP)."""
     Xn, z = norm(X)
-    Y, z2 = norm(sa(Xn, None))
+    Y, z2 = norm(sa(Xn))
     X, z = cfg.alpha * X + Y, z + z2
-    if cfg.mlp:
+    if mlp is not None:
         Xn, z2 = norm(X)
-        Y, z3 = norm(mlp(Xn, lw))
+        Y, z3 = norm(mlp(Xn))
         X, z = cfg.alpha * X + Y, z + z2 + z3
     return X, z
 
 
-def _ngpt(X, lw, cfg: BlockConfig, Y):
-    """nGPT: ``X <- D(X + alpha_ngpt (D Y - X))`` with ``Y = SA(X)`` (then the MLP)."""
+def _ngpt(X, cfg: BlockConfig, Y, norm, mlp):
+    """nGPT: ``X <- D(X + alpha_ngpt (D Y - X))`` with ``Y = SA(X)`` (then the MLP); ``D``
+    is ``norm``, the ``sphere`` norm (:class:`~.config.BlockConfig` refuses another)."""
     step = cfg.alpha_ngpt
-    H, z = sphere(Y)
-    X, z2 = sphere(X + step * (H - X))
+    H, z = norm(Y)
+    X, z2 = norm(X + step * (H - X))
     z = z + z2
-    if cfg.mlp:
-        H, z2 = sphere(mlp(X, lw))
-        X, z3 = sphere(X + step * (H - X))
+    if mlp is not None:
+        H, z2 = norm(mlp(X))
+        X, z3 = norm(X + step * (H - X))
         z = z + z2 + z3
     return X, z

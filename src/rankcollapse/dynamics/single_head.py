@@ -5,15 +5,18 @@
 whole batch). The settings of the theorems and of the phase sweep need less and one thing
 more: one head, no MLP, dense mask, and weights that may differ per sample ``b`` (one
 batch runs many weight draws). :func:`single_head_layer` is that layer, a handful of
-batched matmuls, with the update rules of :class:`~.config.BlockConfig` (spec.md §2):
+batched matmuls, with the update rules of :class:`~.config.BlockConfig` (every norm,
+placement and ``qk_norm``), applied by the one function that applies them in ``simulate``
+too, :func:`.layers.placement_update`; for example
 
 - ``placement="none"``: ``X <- norm(A X W_V)``;
 - ``post_ln``: ``X <- norm(alpha X + A X W_V)``;
 - ``pre_ln``: ``X <- alpha X + A' Z W_V`` with ``Z = norm(X)`` and ``A'`` computed from ``Z``;
 
-with ``A = softmax_G(X W_Q (X W_K)^T / sqrt(d_qk))``. It agrees with ``simulate`` to
-round-off (``tests/phase/test_phase_regime.py::test_batched_path_matches_simulate_per_cell``
-checks every norm and placement cell by cell); the operation order is fixed so that the
+with ``A = softmax_G(X W_Q (X W_K)^T / sqrt(d_qk))`` (with ``qk_norm``: ``softmax_G(g q^ k^T)``
+of unit query and key rows). It agrees with ``simulate`` to round-off
+(``tests/phase/test_phase_regime.py::test_batched_path_matches_simulate_per_cell`` and
+``tests/dynamics/test_dynamics_single_head.py`` check every norm and placement); the operation order is fixed so that the
 results of its callers (phase sweep, Theorem-2 check, :class:`~rankcollapse.theory.system.AttentionSystem`)
 are reproducible bit for bit. A zero row under ``sphere`` follows the one rule of
 :func:`.layers.sphere`.
@@ -24,18 +27,18 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from .attention import attention_weights, masked_softmax
-from .config import FAST_NORMS, FAST_PLACEMENTS, BlockConfig
-from .layers import apply_norm, sphere
+from .config import BlockConfig
+from .layers import apply_norm, placement_update, qk_norm_scale, sphere
 from .operators import operator_weights, parse_attention
 from ..errors import ConfigError
 
 
-
 def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor,
                       W_V: torch.Tensor, cfg: BlockConfig, *, d_qk: float = 1.0, scale: float | None = None,
-                      zero_rows: str = "keep", direct_sphere: bool = False):
+                      zero_rows: str = "keep", direct_sphere: bool = False, layer: int = 1):
     """One layer ``X(t) -> X(t+1)`` (module docstring); returns ``(X_next, A, n_zero_rows)``.
 
     Parameters
@@ -46,8 +49,8 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
         (row-vector convention ``x -> x W``).
     cfg : :class:`BlockConfig` with ``n_heads=1``, ``mlp=False``; softmax attention or an
         operator of :mod:`.operators` (sink, off-by-one, sigmoid, differential), not uniform;
-        a placement ``none``, ``post_ln`` or ``pre_ln``, a norm other than ``dyt``, no
-        ``qk_norm`` (the other rules run in ``simulate``).
+        any norm, placement and ``qk_norm`` (``qk_norm``'s scale ``g`` replaces ``d_qk``
+        and ``scale``).
     d_qk, scale : the temperature: scores ``q k^T / sqrt(d_qk)``
         (:func:`~.attention.attention_weights`), or ``q k^T * scale`` when ``scale`` is given
         (the :class:`~.weights.LayerWeights` convention, ``scale = 1/sqrt(d_qk)``). The two
@@ -55,6 +58,7 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
         results were computed with.
     zero_rows, direct_sphere : what a ``sphere`` norm does with a zero row, and its
         arithmetic (:func:`.layers.sphere`).
+    layer : the 1-based index ``l`` of this layer (``mix`` and ``lns`` depend on it).
 
     Returns
     -------
@@ -64,34 +68,46 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
     Raises
     ------
     ConfigError
-        ``cfg`` with several heads, an MLP, uniform attention or ``W_O``; a placement,
-        norm or ``qk_norm`` this path does not implement; an odd key width under
+        ``cfg`` with several heads, an MLP, uniform attention or ``W_O``; an odd key width under
         differential attention; a zero row with ``zero_rows="raise"``.
     MaskError
         A mask row with no allowed key.
     """
     if cfg.n_heads != 1 or cfg.mlp or cfg.out_proj or cfg.attention == "uniform":
         raise ConfigError("single_head_layer runs one attention head without MLP or W_O; use simulate")
-    if cfg.placement not in FAST_PLACEMENTS or cfg.norm not in FAST_NORMS or cfg.qk_norm:
-        raise ConfigError(f"single_head_layer implements placements {FAST_PLACEMENTS} without dyt or qk_norm; "
-                          f"placement {cfg.placement!r}, norm {cfg.norm!r}, qk_norm={cfg.qk_norm} run in simulate")
+    g = qk_norm_scale(cfg, X.shape[-2])
     norm = lambda Y: _norm(Y, cfg, zero_rows, direct_sphere)  # noqa: E731
-    Z, z = norm(X) if cfg.placement == "pre_ln" else (X, None)
-    if cfg.attention != "softmax":  # sink, sigmoid, differential (dynamics.operators): rows need not sum to 1
-        A = operator_weights(Z @ W_Q, Z @ W_K, mask, parse_attention(cfg.attention),
-                             scale=1.0 / math.sqrt(d_qk) if scale is None else scale)
-    elif scale is None:
-        A = attention_weights(Z, mask, W_Q, W_K, d_qk=d_qk)
+    weights = []  # the layer's one attention matrix, kept for the caller
+
+    def sa(Z):
+        A = _weights(Z, mask, W_Q, W_K, cfg, d_qk=d_qk, scale=scale, qk_norm=g)
+        weights.append(A)
+        return A @ Z @ W_V
+
+    X, z = placement_update(X, cfg, sa, norm, layer=layer)
+    return X, weights[0], z
+
+
+def _weights(Z, mask, W_Q, W_K, cfg: BlockConfig, *, d_qk: float, scale: float | None, qk_norm: float | None):
+    """The attention matrix of the layer on ``Z``: softmax or ``cfg``'s operator of the scores
+    ``q k^T / sqrt(d_qk)`` (``q k^T * scale``), or with ``qk_norm = g`` of ``g q^ k^T`` with
+    unit query and key rows (:meth:`.layers.Attention.__call__`'s rule)."""
+    if qk_norm is not None:  # a zero row stays 0, as in simulate
+        Q, K, s = F.normalize(Z @ W_Q, dim=-1), F.normalize(Z @ W_K, dim=-1), qk_norm
     else:
-        A = masked_softmax((Z @ W_Q) @ (Z @ W_K).transpose(-1, -2) * scale, mask)
-    SA = A @ Z @ W_V
-    if cfg.placement == "pre_ln":
-        return cfg.alpha * X + SA, A, z
-    X, z = norm(cfg.alpha * X + SA if cfg.alpha else SA)
-    return X, A, z
+        Q = K = None
+        s = 1.0 / math.sqrt(d_qk) if scale is None else scale
+    if cfg.attention != "softmax":  # sink, sigmoid, differential (dynamics.operators): rows need not sum to 1
+        Q, K = (Z @ W_Q, Z @ W_K) if Q is None else (Q, K)
+        return operator_weights(Q, K, mask, parse_attention(cfg.attention), scale=s)
+    if Q is not None:
+        return masked_softmax(Q @ K.transpose(-1, -2) * s, mask)
+    if scale is None:
+        return attention_weights(Z, mask, W_Q, W_K, d_qk=d_qk)
+    return masked_softmax((Z @ W_Q) @ (Z @ W_K).transpose(-1, -2) * scale, mask)
 
 
 def _norm(Y: torch.Tensor, cfg: BlockConfig, zero_rows: str, direct: bool):
     if cfg.norm == "sphere":
         return sphere(Y, zero_rows=zero_rows, direct=direct)
-    return apply_norm(Y, cfg.norm, cfg.eps)
+    return apply_norm(Y, cfg.norm, cfg.eps, dyt_alpha=cfg.dyt_alpha)

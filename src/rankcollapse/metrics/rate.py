@@ -161,7 +161,8 @@ class LawFit:
     r2_exponential, r2_power : float64 ``(B,)``: coefficient of determination of each fit
         on the same layers (NaN with fewer than 3 layers or a constant ``log v``).
     law : str ``(B,)``: ``"exponential"`` or ``"power"``, the larger R², or
-        ``"undecided"`` (equal or NaN R²).
+        ``"undecided"`` (equal or NaN R², or a trajectory that does not decay: a fitted
+        slope ``>= 0`` under either law).
     n_layers : int ``(B,)``: layers fitted.
     """
 
@@ -217,6 +218,8 @@ def fit_decay_law(values, *, floor, layers=None) -> LawFit:
     keep = np.cumprod(v > floor, axis=0) > 0  # the layers both fits used
     r2_e, r2_p = (_r_squared(x, v, keep, fit.slope) for x, fit in ((t, exp_fit), (np.log(t), pow_fit)))
     law = np.where(r2_e > r2_p, "exponential", np.where(r2_p > r2_e, "power", "undecided"))
+    decays = (exp_fit.slope < 0) & (pow_fit.slope < 0)  # a flat or rising gap has no decay law
+    law = np.where(decays, law, "undecided")
     return LawFit(exp_fit.slope, pow_fit.slope, r2_e, r2_p, law, exp_fit.n_layers)
 
 

@@ -1,7 +1,7 @@
 """Many phase cells in one batched simulation.
 
 Cells that share the tensor shapes and the block (``n_tokens, d_model, d_qk, depth,
-mask, norm, placement, alpha, input``) differ only in their weights, so they run as one
+mask, norm, placement, alpha, qk_norm, input, attention``) differ only in their weights, so they run as one
 batch: element ``b`` of the batch carries its own ``W_Q, W_K, W_V`` per layer and every
 layer is one call of :func:`rankcollapse.dynamics.single_head.single_head_layer`, the
 dynamics' fast path for one head without MLP (it agrees with
@@ -21,14 +21,15 @@ from ..dynamics.layers import warn_zero_rows
 from ..dynamics.single_head import single_head_layer
 from ..masks import parse_mask
 from ..masks.graph import analyze
-from ..metrics import mu, mu_relative
+from ..metrics import avg_cos, mu, mu_relative
 from ..metrics.attention import row_entropy
 from .cell import block_config, build_weights, make_input, operator_columns, value_log_norm
 from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
 
 #: the axes a batch must share
-GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "alpha", "input", "attention")
+GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "alpha", "input", "attention",
+              "qk_norm")
 
 
 def _stack(cells: list[dict[str, Any]], seeds: range, samples: int, depth: int):
@@ -68,6 +69,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     WQ, WK, WV, scale = _stack(cells, seed_range, samples, depth)
     B = X.shape[0]
     mus, mus_abs, ents, states = [mu_relative(X)], [mu(X)], [], {0: X}
+    cosines = [avg_cos(X)]  # the cosine gap's decay law (regime.law_measures)
     X0 = X
     diverged = torch.zeros(B, dtype=torch.bool)
     eps_min = torch.ones(B, dtype=torch.float64)
@@ -76,7 +78,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     zero_rows = []
     with torch.no_grad():
         for t in range(depth):
-            X, A, z = single_head_layer(X, allowed, WQ[t], WK[t], WV[t], cfg, scale=scale)
+            X, A, z = single_head_layer(X, allowed, WQ[t], WK[t], WV[t], cfg, scale=scale, layer=t + 1)
             zero_rows.append(z)
             diverged |= ~torch.isfinite(X).all(dim=(-1, -2))  # overflow: simulate() would raise
             X = torch.where(diverged[:, None, None], X0, X)  # keep NaN/Inf out of the other metrics
@@ -85,10 +87,11 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
             deficit += 1.0 - A.sum(-1).mean(-1)  # 0 for softmax rows (to round-off)
             mus.append(torch.where(diverged, torch.ones((), dtype=X.dtype), mu_relative(X)))
             mus_abs.append(mu(X))
+            cosines.append(avg_cos(X))
             if t + 1 in keep:
                 states[t + 1] = X
     warn_zero_rows([int(z) for z in zero_rows])  # the rule of dynamics.layers.sphere, as simulate
-    metrics = {"mu_relative": torch.stack(mus)}
+    metrics = {"mu_relative": torch.stack(mus), "avg_cos": torch.stack(cosines)}
     entropy = torch.stack(ents).numpy()
     # trajectory_measures reads only states[0], states[-1 - w] and states[-1]
     kept: list = [None] * (depth + 1)

@@ -25,23 +25,16 @@ import numpy as np
 import torch
 
 from .._deprecation import renamed_arguments
-from ..dynamics.config import BlockConfig
 from ..dynamics.inputs import canonical_input, make_tokens
 from ..dynamics.weights import LayerWeights, draw, generator
 from ..errors import ConfigError
 from ..masks import parse_mask
 from ..masks.graph import analyze
 from ..metrics.attention import row_entropy
+from .grid import block_config
 from .regime import trajectory_measures
 
 NEAR_IDENTITY_NOISE = 0.1  # std * sqrt(d) of the noise added to a I (fixed, documented)
-
-
-def block_config(cell: dict[str, Any]) -> BlockConfig:
-    """The :class:`BlockConfig` of a cell: its ``norm``, ``placement`` and ``alpha`` axes
-    are the config's fields (``placement="none"``: the theory's ``X <- norm(SA(X))``)."""
-    return BlockConfig(norm=cell["norm"], placement=cell["placement"], alpha=float(cell["alpha"]),
-                       attention=cell.get("attention", "softmax"))
 
 
 #: value family -> its registry parameters for the value scale ``a`` of ``cell`` (W_V = draw(family, **params))
@@ -173,7 +166,7 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
         weights = build_weights(cell, s)
         try:
             res = simulate(X0, mask=mask, depth=cell["depth"], variant=cfg, weights=weights,
-                           metrics=("mu_relative", "mu"), dtype=torch.float64,
+                           metrics=("mu_relative", "mu", "avg_cos"), dtype=torch.float64,
                            record_states=True, record_attention=True, record_epsilon=True)
         except ConfigError as exc:
             if "non-finite" not in str(exc):

@@ -1,7 +1,8 @@
 """Summaries of a phase table: regime counts and trajectory fractions, the paired effect
 of a normalisation, stable states (any trajectory), Theorem 1's pointwise envelope, the
-collapse boundary against mask radius and ``d_qk``, and the theory's agreement. Used to
-write docs/phase.md; every number comes from the table.
+collapse boundary against mask radius and ``d_qk``, the theory's agreement and the decay
+laws per placement. Used to write docs/phase.md; every number comes from the table (the
+normalisation claims: :mod:`.normalisation`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
             "collapsing_slowly": int((t1["regime"] == "collapsing_slowly").sum()),
             "other": t1.loc[~t1["regime"].isin(["rank_collapse", "collapsing_slowly"]), "regime"].value_counts().to_dict()}
     out["theory"]["theorem1_envelope"] = envelope_summary(table)
+    if "law" in table:  # tables made before the decay-law columns (issue 30) have none
+        out["decay_law"] = {p: g["law"].value_counts().to_dict() for p, g in table.groupby("placement")}
     return out
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ..errors import ConfigError, MaskError, MemoryLimitError
 
-from ..dynamics.config import FAST_NORMS, FAST_PLACEMENTS, NORMS as NORM_NAMES, PLACEMENTS, BlockConfig, default_alpha
+from ..dynamics.config import NORMS as NORM_NAMES, PLACEMENTS, BlockConfig, default_alpha
 
 VALUE_FAMILIES = ("gaussian", "orthogonal", "near_identity", "constructed", "pretrained")
 #: old axis spellings, accepted with a FutureWarning until 0.3.0 (docs/phase.md): the norm
@@ -57,8 +57,7 @@ def _norm(text: str) -> str:
     if text in DEPRECATED_NORMS:
         _deprecated("norm", text, repr(DEPRECATED_NORMS[text]))
         return DEPRECATED_NORMS[text]
-    # the sweep runs the fast path: the norms it implements (dyt runs in simulate, issue 30)
-    return _choice(tuple(n for n in NORM_NAMES if n in FAST_NORMS))(text)
+    return _choice(NORM_NAMES)(text)
 
 
 def _placement(text: str) -> str:
@@ -67,7 +66,7 @@ def _placement(text: str) -> str:
     if text in LEGACY_PLACEMENTS:
         _deprecated("placement", text, "none, post_ln or pre_ln with --axis alpha")
         return text
-    return _choice(tuple(p for p in PLACEMENTS if p in FAST_PLACEMENTS))(text)  # as for norms
+    return _choice(PLACEMENTS)(text)
 
 
 def _float(text: str) -> float:
@@ -122,10 +121,10 @@ def _attention(text: str) -> str:
 
 
 #: axis name -> (parser of one value, default). ``d_qk`` 0 means "= d_model". ``norm``,
-#: ``placement``, ``alpha`` and ``attention`` (softmax or an operator of
+#: ``placement``, ``alpha``, ``qk_norm`` and ``attention`` (softmax or an operator of
 #: :mod:`rankcollapse.dynamics.operators`) are the :class:`~rankcollapse.dynamics.config.BlockConfig`
 #: fields of the cell's layer; ``alpha`` not given is the placement's own (0 for ``none``,
-#: 1 for ``post_ln`` and ``pre_ln``).
+#: 1 for the others); ``mix`` runs with ``mix_layers = depth // 4`` (:func:`block_config`).
 AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "qk_scale": (_float, 1.0),
     "value": (_choice(VALUE_FAMILIES), "gaussian"),
@@ -141,6 +140,7 @@ AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "shared": (_bool, False),
     "input": (_input, "gaussian"),
     "attention": (_attention, "softmax"),
+    "qk_norm": (_bool, False),
 }
 DEFAULTS = {name: default for name, (_, default) in AXES.items()}
 _PARSERS = {**{name: parse for name, (parse, _) in AXES.items()}, "skip": _bool}
@@ -259,6 +259,18 @@ def _block_fields(cell: dict[str, Any], alpha_given: bool) -> dict[str, Any]:
     return cell
 
 
+def block_config(cell: dict[str, Any]) -> BlockConfig:
+    """The :class:`BlockConfig` of a cell: its ``norm``, ``placement``, ``alpha``,
+    ``attention`` and ``qk_norm`` axes are the config's fields (``placement="none"``: the
+    theory's ``X <- norm(SA(X))``); ``mix`` gets ``mix_layers = depth // 4`` (Mix-LN's
+    ``floor(0.25 L)``, Li et al. 2024, §3). A cell without ``qk_norm`` (made before the
+    axis existed) runs without it."""
+    placement = cell["placement"]
+    return BlockConfig(norm=cell["norm"], placement=placement, alpha=float(cell["alpha"]),
+                       attention=cell.get("attention", "softmax"), qk_norm=bool(cell.get("qk_norm", False)),
+                       mix_layers=int(cell["depth"]) // 4 if placement == "mix" else None)
+
+
 def cell_bytes(cell: dict[str, Any], samples: int) -> int:
     """Estimated peak bytes of running ``cell`` with ``samples`` inputs per weight seed
     (float64, one head), the arrays :func:`.cell.run_cell` keeps for the whole cell:
@@ -308,7 +320,7 @@ def check_cell(cell: Any) -> None:
         raise ConfigError(f"phase cell placement {cell['placement']!r} is an axis spelling; make cells with "
                           "rankcollapse.phase.expand_grid (it runs as none, post_ln or pre_ln with alpha)")
     try:
-        BlockConfig(norm=cell["norm"], placement=cell["placement"], alpha=float(cell["alpha"]))
+        block_config(cell)
     except ConfigError as exc:
         raise ConfigError(f"phase cell norm={cell['norm']}, placement={cell['placement']}, alpha={cell['alpha']}: "
                           f"{exc} (cross placement and alpha with --zip, or give none with alpha 0)") from None

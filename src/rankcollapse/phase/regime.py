@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from ..metrics.rate import least_squares_rate
+from ..metrics.rate import LAWS, fit_decay_law, least_squares_rate
 
 COLLAPSED = 1e-6
 ALIVE = 1e-3
@@ -86,13 +86,37 @@ def tail_rate(m: np.ndarray) -> tuple[float, float]:
     return float(fit.slope), float(fit.slope + stats.t.ppf(0.975, y.size - 2) * fit.stderr)
 
 
+def gap_floor(n_tokens: int, d_model: int) -> float:
+    """The float64 round-off floor of the cosine gap ``1 - mean_{i != j} cos(x_i, x_j)``:
+    ``(d + N^2) u`` with ``u = eps/2`` the unit round-off of float64. Each cosine is a
+    ``d``-term dot product of unit rows (error ``<= gamma_d ~ d u``, Higham, *Accuracy and
+    Stability of Numerical Algorithms*, 2nd ed., eq. 3.5) and the mean sums ``N(N-1)`` of them
+    (recursive summation: ``<= gamma_{N(N-1)}`` relative, §4.2); a gap at or below this is
+    round-off of a consensus, not a measurement."""
+    return (d_model + n_tokens * n_tokens) * float(np.finfo(np.float64).eps) / 2
+
+
+def law_measures(avg_cos: np.ndarray, n_tokens: int, d_model: int) -> list[dict[str, Any]]:
+    """Per trajectory, the decay law of the cosine gap ``g(t) = 1 - avg_cos(t)`` over depth
+    (``avg_cos`` ``(T+1, B)``): :func:`rankcollapse.metrics.rate.fit_decay_law` on
+    ``t = 1..T`` with the floor :func:`gap_floor` (a gap at the floor from layer 1 on is
+    ``undecided``, not a law). Keys ``law``, ``law_exponent`` (``p`` of ``g ~ t^p``),
+    ``law_rate`` (``b`` of ``g ~ e^{bt}``, natural log per layer), ``law_r2_exp``,
+    ``law_r2_power``."""
+    fit = fit_decay_law(1.0 - avg_cos, floor=gap_floor(n_tokens, d_model))
+    return [{"law": str(fit.law[b]), "law_exponent": float(fit.exponent[b]), "law_rate": float(fit.rate[b]),
+             "law_r2_exp": float(fit.r2_exponential[b]), "law_r2_power": float(fit.r2_power[b])}
+            for b in range(avg_cos.shape[1])]
+
+
 def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Tensor],
                         entropy: np.ndarray) -> list[dict[str, Any]]:
     """One dict per batch element of a simulation: ``mu_relative`` (final), ``norm_ratio``,
     ``change`` (of the normalised state over the last ``w`` layers), ``numerical_rank``,
     ``stable_rank``, ``k``, ``rate``, ``rate_last`` and ``rate_last_hi`` (:func:`tail_rate`),
-    ``attention_entropy`` (mean over layers whose input had ``m >= ALIVE``, else layer 1)
-    and ``entropy_last`` (last quarter of layers)."""
+    ``attention_entropy`` (mean over layers whose input had ``m >= ALIVE``, else layer 1),
+    ``entropy_last`` (last quarter of layers) and, when ``metrics`` has ``avg_cos``, the
+    decay law of the cosine gap (:func:`law_measures`)."""
     from ..metrics import numerical_rank, stable_rank
 
     m = metrics["mu_relative"].numpy()  # (T+1, B)
@@ -105,6 +129,8 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
     sv = torch.linalg.svdvals(XT)
     k = (sv > RANK_RTOL * sv[:, :1]).sum(-1).numpy()
     nr, sr = numerical_rank(XT).numpy(), stable_rank(XT).numpy()
+    laws = (law_measures(metrics["avg_cos"].numpy(), X0.shape[-2], X0.shape[-1]) if "avg_cos" in metrics
+            else [{}] * m.shape[1])
     out = []
     for b in range(m.shape[1]):
         alive = m[:-1, b] >= ALIVE  # input of layer t+1 not yet collapsed
@@ -114,7 +140,7 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
                     "change": float(change[b]), "k": int(k[b]), "numerical_rank": float(nr[b]),
                     "stable_rank": float(sr[b]), "rate": fit_log10_rate(m[:, b]), "rate_last": slope,
                     "rate_last_hi": slope_hi, "attention_entropy": ent,
-                    "entropy_last": float(entropy[-max(1, T // 4):, b].mean())})
+                    "entropy_last": float(entropy[-max(1, T // 4):, b].mean()), **laws[b]})
     return out
 
 
@@ -153,11 +179,30 @@ def _t_interval(values: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+def law_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
+    """The decay law of a cell: ``law`` is the law of more than half of its trajectories
+    (a diverged one counts as ``undecided``), else ``undecided`` (the regime's majority
+    rule); ``law_exponent``, ``law_rate``, ``law_r2_exp``, ``law_r2_power`` are medians
+    over the trajectories with a finite value (NaN if none); ``frac_law_<law>`` the
+    fractions. Empty when the trajectories carry no law (no ``avg_cos`` recorded)."""
+    if not any("law" in t for t in trajectories):
+        return {}
+    laws = [t.get("law", "undecided") if not t["diverged"] else "undecided" for t in trajectories]
+    top, n_top = Counter(laws).most_common(1)[0]
+    row: dict[str, Any] = {"law": top if n_top * 2 > len(laws) else "undecided"}
+    for key in ("law_exponent", "law_rate", "law_r2_exp", "law_r2_power"):
+        v = [t[key] for t in trajectories if not t["diverged"] and math.isfinite(t.get(key, math.nan))]
+        row[key] = float(np.median(v)) if v else float("nan")
+    row.update({f"frac_law_{law}": laws.count(law) / len(laws) for law in LAWS})
+    return row
+
+
 def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     """Aggregate trajectories into a cell row: means of the measures (``mu_relative`` as a
     geometric mean), the rate's and the tail rate's mean and 95% t-interval over
     trajectories, the per-regime fractions ``frac_<regime>``, the majority ``regime``
-    (module docstring) and its ``k`` (median over its trajectories)."""
+    (module docstring), its ``k`` (median over its trajectories) and the decay law
+    (:func:`law_cell`)."""
     labels = [label_trajectory(t) for t in trajectories]
     counts = Counter(labels)
     top, n_top = counts.most_common(1)[0]
@@ -182,6 +227,7 @@ def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
         "n_trajectories": len(labels),
     }
     row.update({f"frac_{r}": counts.get(r, 0) / len(labels) for r in REGIMES})
+    row.update(law_cell(trajectories))
     return row
 
 

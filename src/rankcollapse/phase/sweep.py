@@ -43,8 +43,9 @@ def cell_label(unit: Unit) -> str:
     return f"phase[{len(unit.params['cells'])} cells, " + ", ".join(f"{k}={first[k]}" for k in GROUP_KEYS) + "]"
 
 
-# version: bumped when a change alters the numbers of a cell (invalidates cached cells)
-register_unit_kind("phase_cell", cell_unit, version=2, label=cell_label, group="phase")
+# version: bumped when a change alters the numbers of a cell (invalidates cached cells);
+# 3: the decay-law columns and the qk_norm axis (issue 30)
+register_unit_kind("phase_cell", cell_unit, version=3, label=cell_label, group="phase")
 
 
 def batches(cells: list[dict[str, Any]], size: int) -> list[list[int]]:

@@ -1,0 +1,218 @@
+"""Normalisation claims of a phase table (issue 30): the speed law and the ordering.
+
+Karagodin, Ge, Polyanskiy & Rigollet, "Normalization in Attention Dynamics" (NeurIPS 2025)
+model tokens as particles on the sphere whose normalisation sets their speed: under post-LN
+the cosine gap ``g(t) = 1 - mean_{i != j} cos(x_i, x_j)`` decays exponentially, under pre-LN
+polynomially (about ``t^-2``: the residual stream's norm grows linearly, so the angular
+step shrinks like ``1/t``), and the schemes that slow the particles (pre-LN, Mix-LN,
+Peri-LN, nGPT) keep the representation from collapsing longer than post-LN. Two claims are
+decided here on a sweep's cells, with rules fixed before the sweep was run (docs/phase.md,
+"Normalisations as speed regulators"); no threshold is tuned on its result.
+
+**Speed law** (:func:`speed_law`). Over the scope cells (placement ``post_ln`` or
+``pre_ln``, a norm that normalises: sphere, layernorm, rmsnorm; softmax attention with
+``qk_scale > 0``), per placement, the cells whose ``law`` (the cosine gap's decay law,
+:func:`.regime.law_cell`) is decided: ``post_ln`` is exponential when the Wilson 95%
+interval of the fraction ``exponential`` lies above 1/2, not exponential when it lies
+below, else undecided; ``pre_ln`` likewise with ``power``. The claim holds when both hold,
+fails when either fails. The exponent (``about t^-2``): the 95% bootstrap interval of the
+median ``law_exponent`` of the pre-LN power-law cells is consistent when it meets
+``[-2.5, -1.5]``, inconsistent when it does not.
+
+**Ordering** (:func:`ordering`). At the sweep's depth, ``log10 mu/||X||_F`` of each
+placement ``P`` is compared with ``post_ln`` on pairs of cells equal in every other axis
+(scope as above, every placement). Predicted: every other placement keeps ``mu/||X||_F``
+above post-LN. Per ``P``: the fraction of untied pairs with ``P`` above ``post_ln``; its
+Wilson 95% interval above 1/2 agrees, below 1/2 contradicts, else undecided (also when no
+pair is untied). A pair with both cells at the float64 floor of ``mu/||X||_F``
+(:data:`.regime.RATE_FLOOR`) is undecidable and left out like a tie (added after the sweep
+ran, as the project's floor rule; it removes no pair of that sweep). The claim holds when
+every ``P`` agrees, fails when any contradicts.
+
+Controls (:func:`controls`) run the same two rules on cells where the answer is known in
+closed form: uniform attention (``qk_scale = 0``) with orthogonal ``W_V`` makes every update
+common to all tokens, so under pre-LN the differences ``x_i - x_j`` never change and only
+the growing norm shrinks the angles (with time-invariant weights the norm grows linearly:
+``g ~ t^-2``), while under post-LN each step contracts the angles by a factor bounded away
+from 1 (exponential). Negative controls: ``W_V = 0`` (``value_scale = 0``: no update, the gap
+is constant, no law may be called) and ``qk_norm`` on against off at ``qk_scale = 0``
+(``W_Q = W_K = 0`` gives the same uniform attention with or without QK-norm: the ordering rule
+must find no difference).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .grid import AXES
+from .regime import RATE_FLOOR
+
+#: norms that normalise (dyt is elementwise tanh: no normalisation, reported, not in scope)
+NORMALISING = ("sphere", "layernorm", "rmsnorm")
+#: the band of exponents read as "about t^-2" (fixed before the sweep)
+EXPONENT_BAND = (-2.5, -1.5)
+PREDICTED_ABOVE_POST_LN = ("pre_ln", "peri", "mix", "lns", "ngpt")
+
+
+def wilson(hits: int, n: int) -> tuple[float, float]:
+    """Wilson 95% interval of ``hits / n`` (scipy's ``binomtest``); NaN, NaN when ``n = 0``."""
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return float("nan"), float("nan")
+    ci = binomtest(int(hits), int(n)).proportion_ci(0.95, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def _side(lo: float, hi: float) -> str:
+    """``above`` / ``below`` 1/2 when the interval excludes it, else ``undecided``."""
+    return "above" if lo > 0.5 else ("below" if hi < 0.5 else "undecided")
+
+
+def law_verdict(cells: pd.DataFrame, law: str) -> dict[str, Any]:
+    """Of ``cells`` with a decided law, the fraction whose law is ``law`` with its Wilson
+    interval; ``verdict`` is ``law`` (interval above 1/2), ``not_<law>`` (below) or
+    ``undecided``. ``by_law`` counts every cell, undecided ones included."""
+    decided = cells[cells["law"] != "undecided"]
+    hits = int((decided["law"] == law).sum())
+    lo, hi = wilson(hits, len(decided))
+    side = _side(lo, hi)
+    return {"cells": int(len(cells)), "decided": int(len(decided)), law: hits,
+            "fraction": hits / len(decided) if len(decided) else float("nan"), "ci": [lo, hi],
+            "by_law": cells["law"].value_counts().to_dict(),
+            "verdict": law if side == "above" else (f"not_{law}" if side == "below" else "undecided")}
+
+
+def exponent_verdict(cells: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
+    """Median ``law_exponent`` of the power-law ``cells`` with its 95% bootstrap interval
+    (scipy's ``bootstrap``, percentile, 2,000 resamples); ``verdict`` ``consistent`` when
+    the interval meets :data:`EXPONENT_BAND`, else ``inconsistent`` (``undecided`` under 2 cells)."""
+    from scipy.stats import bootstrap
+
+    p = cells.loc[cells["law"] == "power", "law_exponent"].dropna().to_numpy()
+    if p.size < 2:
+        return {"cells": int(p.size), "median": float(np.median(p)) if p.size else float("nan"),
+                "ci": [float("nan")] * 2, "verdict": "undecided"}
+    ci = bootstrap((p,), np.median, n_resamples=2000, method="percentile",
+                   random_state=np.random.default_rng(seed)).confidence_interval
+    meets = ci.low <= EXPONENT_BAND[1] and ci.high >= EXPONENT_BAND[0]
+    return {"cells": int(p.size), "median": float(np.median(p)), "ci": [float(ci.low), float(ci.high)],
+            "band": list(EXPONENT_BAND), "verdict": "consistent" if meets else "inconsistent"}
+
+
+def _scope(table: pd.DataFrame) -> pd.DataFrame:
+    """Softmax cells with a normalising norm and non-uniform attention (``qk_scale > 0``)
+    whose weights are not zero."""
+    keep = table["norm"].isin(NORMALISING) & (table["qk_scale"] > 0) & (table["value_scale"] > 0)
+    return table[keep & (table["attention"] == "softmax")]
+
+
+def speed_law(table: pd.DataFrame) -> dict[str, Any]:
+    """The speed-law claim on ``table`` (module docstring's rule)."""
+    cells = _scope(table)
+    post = law_verdict(cells[cells["placement"] == "post_ln"], "exponential")
+    pre = law_verdict(cells[cells["placement"] == "pre_ln"], "power")
+    ok = (post["verdict"] == "exponential", pre["verdict"] == "power")
+    failed = post["verdict"] == "not_exponential" or pre["verdict"] == "not_power"
+    by_qk = {f"qk_norm={bool(k)}": {p: law_verdict(g[g["placement"] == p], law)["by_law"]
+                                    for p, law in (("post_ln", "exponential"), ("pre_ln", "power"))}
+             for k, g in cells.groupby("qk_norm")} if "qk_norm" in cells else {}
+    return {"post_ln": post, "pre_ln": pre, "pre_ln_exponent": exponent_verdict(cells[cells["placement"] == "pre_ln"]),
+            "by_qk_norm": by_qk, "verdict": "holds" if all(ok) else ("fails" if failed else "undecided")}
+
+
+def paired(table: pd.DataFrame, axis: str, value: Any, base: Any) -> pd.DataFrame:
+    """Cells with ``axis == value`` joined to the cell with ``axis == base`` equal in every
+    other axis; column ``dlog10_mu`` = log10 mu_relative (value minus base)."""
+    axes = [a for a in AXES if a in table and a != axis]
+    left = table[table[axis] == base].set_index(axes)["mu_relative"]
+    right = table[table[axis] == value].set_index(axes)["mu_relative"]
+    joined = pd.concat({"mu": right, "mu_base": left}, axis=1, join="inner")
+    joined["dlog10_mu"] = np.log10(joined["mu"].clip(lower=1e-300)) - np.log10(joined["mu_base"].clip(lower=1e-300))
+    return joined.reset_index()
+
+
+def above_verdict(pairs: pd.DataFrame) -> dict[str, Any]:
+    """Sign rule on ``pairs`` (:func:`paired`): ties (``dlog10_mu == 0``) and pairs with both
+    sides at the float64 floor (``mu_relative <= RATE_FLOOR``: round-off against round-off)
+    left out; the fraction above with its Wilson interval; ``verdict`` above / below / undecided."""
+    at_floor = (pairs["mu"] <= RATE_FLOOR) & (pairs["mu_base"] <= RATE_FLOOR) if len(pairs) else pairs["dlog10_mu"] != 0
+    untied = pairs[(pairs["dlog10_mu"] != 0) & ~at_floor]
+    hits = int((untied["dlog10_mu"] > 0).sum())
+    lo, hi = wilson(hits, len(untied))
+    return {"pairs": int(len(pairs)), "untied": int(len(untied)), "both_at_floor": int(at_floor.sum()),
+            "above": hits, "ci": [lo, hi],
+            "median_dlog10_mu": float(pairs["dlog10_mu"].median()) if len(pairs) else float("nan"),
+            "verdict": _side(lo, hi)}
+
+
+def ordering(table: pd.DataFrame) -> dict[str, Any]:
+    """The ordering claim on ``table`` (module docstring's rule), with the measured order
+    (median log10 mu/||X||_F per placement over the scope cells of the sphere norm, the one
+    norm every placement, nGPT included, runs with)."""
+    cells = _scope(table)
+    per = {p: above_verdict(paired(cells, "placement", p, "post_ln"))
+           for p in PREDICTED_ABOVE_POST_LN if p in set(cells["placement"])}
+    sides = [v["verdict"] for v in per.values()]
+    sphere = cells[cells["norm"] == "sphere"]
+    measured = (np.log10(sphere["mu_relative"].clip(lower=1e-300)).groupby(sphere["placement"]).median()
+                .sort_values(ascending=False))
+    return {"predicted": "post_ln lowest: " + ", ".join(PREDICTED_ABOVE_POST_LN) + " each above post_ln",
+            "vs_post_ln": per, "measured_order_sphere": {k: float(v) for k, v in measured.items()},
+            "verdict": "holds" if sides and all(s == "above" for s in sides)
+            else ("fails" if "below" in sides else "undecided")}
+
+
+def controls(table: pd.DataFrame) -> dict[str, Any]:
+    """The two rules on the control cells of ``table`` (module docstring) and whether each
+    gave its known answer (``passes``)."""
+    uniform = table[(table["qk_scale"] == 0) & (table["value"] == "orthogonal") & table["norm"].isin(NORMALISING)
+                    & (table["value_scale"] > 0) & (table["attention"] == "softmax")]
+    post = law_verdict(uniform[uniform["placement"] == "post_ln"], "exponential")
+    pre_cells = uniform[(uniform["placement"] == "pre_ln") & uniform["shared"].astype(bool)]
+    pre = law_verdict(pre_cells, "power")
+    exponent = exponent_verdict(pre_cells)
+    zero = table[(table["value_scale"] == 0) & table["norm"].isin(NORMALISING)]
+    no_law = {p: law_verdict(zero[zero["placement"] == p], "exponential" if p == "post_ln" else "power")
+              for p in ("post_ln", "pre_ln")}
+    order_pos = above_verdict(paired(uniform, "placement", "pre_ln", "post_ln"))
+    s0 = table[(table["qk_scale"] == 0) & table["norm"].isin(NORMALISING) & (table["value_scale"] > 0)]
+    order_neg = above_verdict(paired(s0, "qk_norm", True, False)) if "qk_norm" in s0 else above_verdict(s0.iloc[:0])
+    out = {
+        "law_positive_post_ln_uniform": {**post, "passes": post["verdict"] == "exponential"},
+        "law_positive_pre_ln_uniform_shared": {**pre, "exponent": exponent,
+                                              "passes": pre["verdict"] == "power" and exponent["verdict"] == "consistent"},
+        "law_negative_zero_values": {p: {**v, "passes": v["decided"] == 0 and v["cells"] > 0} for p, v in no_law.items()},
+        "ordering_positive_pre_over_post_uniform": {**order_pos, "passes": order_pos["verdict"] == "above"},
+        "ordering_negative_qk_norm_at_s0": {**order_neg, "passes": order_neg["verdict"] == "undecided"
+                                            and order_neg["pairs"] > 0},
+    }
+    out["all_pass"] = all(v["passes"] if "passes" in v else all(w["passes"] for w in v.values())
+                          for v in out.values())
+    return out
+
+
+def law_table(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per (placement, norm) over the softmax cells with ``qk_scale > 0`` and ``W_V != 0``
+    (every norm, dyt included): cells, law counts, median exponent, median rate, median R²
+    of each law, median log10 mu/||X||_F (the page's table)."""
+    cells = table[(table["qk_scale"] > 0) & (table["value_scale"] > 0) & (table["attention"] == "softmax")]
+    cells = cells.assign(log10_mu=np.log10(cells["mu_relative"].clip(lower=1e-300)))
+    rows = []
+    for (p, n), g in cells.groupby(["placement", "norm"], sort=True):
+        rows.append({"placement": p, "norm": n, "cells": int(len(g)),
+                     **{f"n_{law}": int((g["law"] == law).sum()) for law in ("exponential", "power", "undecided")},
+                     "median_exponent": float(g["law_exponent"].median()), "median_rate": float(g["law_rate"].median()),
+                     "median_r2_exp": float(g["law_r2_exp"].median()),
+                     "median_r2_power": float(g["law_r2_power"].median()),
+                     "median_log10_mu": float(g["log10_mu"].median())})
+    return rows
+
+
+def normalisation_summary(table: pd.DataFrame) -> dict[str, Any]:
+    """Both claims, their controls and the law table of a sweep (JSON-able)."""
+    return {"cells": int(len(table)), "speed_law": speed_law(table), "ordering": ordering(table),
+            "controls": controls(table), "law_table": law_table(table)}

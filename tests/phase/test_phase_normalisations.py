@@ -1,0 +1,157 @@
+"""The decay law of phase cells on closed forms, and the speed-law and ordering rules of
+rankcollapse.phase.normalisation on hand-built tables and through the sweep (issue 30)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rankcollapse.phase import normalisation as nz
+from rankcollapse.phase.batched import run_group
+from rankcollapse.phase.cell import block_config
+from rankcollapse.phase.grid import DEFAULTS, expand_grid
+from rankcollapse.phase.regime import gap_floor, law_cell
+
+UNIFORM = {"n_tokens": 16, "d_model": 8, "depth": 128, "qk_scale": 0.0, "value": "orthogonal"}
+
+
+def test_uniform_attention_pre_ln_decays_as_t_to_the_minus_two():
+    """qk_scale = 0: every update is common to all tokens, x_i - x_j never changes, and with
+    one orthogonal W_V for every layer the norm grows linearly: g(t) ~ |dx|^2 / (2 t^2)."""
+    (row,) = run_group(expand_grid({}, {**UNIFORM, "placement": "pre_ln", "norm": "sphere", "shared": True}), samples=8)
+    assert row["law"] == "power" and row["frac_law_power"] == 1.0
+    assert row["law_exponent"] == pytest.approx(-2.0, abs=0.25)
+    assert row["law_r2_power"] > row["law_r2_exp"]
+
+
+def test_uniform_attention_post_ln_decays_exponentially():
+    (row,) = run_group(expand_grid({}, {**UNIFORM, "placement": "post_ln", "norm": "sphere"}), samples=8)
+    assert row["law"] == "exponential" and row["frac_law_exponential"] == 1.0
+    assert row["law_rate"] < -0.5 and row["law_r2_exp"] > 0.99
+
+
+@pytest.mark.parametrize("placement", ["post_ln", "pre_ln"])
+def test_zero_values_leave_the_gap_constant_and_no_law_is_called(placement):
+    (row,) = run_group(expand_grid({}, {**UNIFORM, "placement": placement, "norm": "sphere", "value_scale": 0.0,
+                                        "depth": 32}), samples=4)
+    assert row["law"] == "undecided" and row["frac_law_undecided"] == 1.0
+
+
+def test_a_gap_at_the_float64_floor_is_undecided_not_a_law():
+    """Pure SA under uniform attention makes every token the mean in one layer: the gap is
+    at round-off from layer 1 on, so no law can be read from it."""
+    (row,) = run_group(expand_grid({}, {**UNIFORM, "depth": 16}), samples=4)
+    assert row["regime"] == "rank_collapse"
+    assert row["law"] == "undecided" and np.isnan(row["law_r2_exp"])
+    assert gap_floor(16, 8) == pytest.approx((8 + 256) * np.finfo(np.float64).eps / 2)
+
+
+def test_law_cell_takes_a_strict_majority_and_counts_diverged_as_undecided():
+    tr = lambda law, p: {"diverged": False, "law": law, "law_exponent": p, "law_rate": -0.1,  # noqa: E731
+                         "law_r2_exp": 0.9, "law_r2_power": 0.8}
+    row = law_cell([tr("power", -2.0), tr("power", -1.0), tr("exponential", -5.0), {"diverged": True}])
+    assert row["law"] == "undecided" and row["frac_law_power"] == 0.5  # 2 of 4 is no majority
+    assert row["law_exponent"] == -2.0  # median of the three finite values
+    assert law_cell([tr("power", -2.0)] * 3 + [tr("exponential", 0.0)])["law"] == "power"
+    assert law_cell([{"diverged": False, "mu_relative": 0.5}]) == {}  # no avg_cos recorded: no columns
+
+
+def test_a_cell_made_before_the_qk_norm_axis_runs_without_it():
+    old = {k: v for k, v in DEFAULTS.items() if k != "qk_norm"}
+    assert block_config(old).qk_norm is False
+    assert block_config({**DEFAULTS, "placement": "mix", "norm": "layernorm", "alpha": 1.0, "depth": 10}).mix_layers == 2
+
+
+def _cells(placement, laws, **over):
+    base = {**DEFAULTS, "norm": "sphere", "qk_scale": 1.0, "placement": placement, **over}
+    return [{**base, "law": law, "law_exponent": -2.0 if law == "power" else -8.0, "value_scale": 1.0 + i}
+            for i, law in enumerate(laws)]
+
+
+def test_speed_law_rule_on_hand_built_tables():
+    table = pd.DataFrame(_cells("post_ln", ["exponential"] * 12 + ["undecided"] * 5)
+                         + _cells("pre_ln", ["power"] * 11 + ["exponential"]))
+    out = nz.speed_law(table)
+    assert out["post_ln"]["decided"] == 12 and out["post_ln"]["verdict"] == "exponential"
+    assert out["pre_ln"]["verdict"] == "power" and out["verdict"] == "holds"
+    assert out["pre_ln_exponent"]["verdict"] == "consistent"
+    flipped = pd.DataFrame(_cells("post_ln", ["power"] * 12) + _cells("pre_ln", ["power"] * 12))
+    assert nz.speed_law(flipped)["verdict"] == "fails"
+    even = pd.DataFrame(_cells("post_ln", ["power", "exponential"] * 3) + _cells("pre_ln", ["power"] * 12))
+    assert nz.speed_law(even)["verdict"] == "undecided"
+    out_of_scope = pd.DataFrame(_cells("post_ln", ["power"] * 12, qk_scale=0.0) + _cells("pre_ln", ["power"] * 12,
+                                                                                          norm="dyt"))
+    assert nz.speed_law(out_of_scope)["post_ln"]["cells"] == 0 and nz.speed_law(out_of_scope)["pre_ln"]["cells"] == 0
+
+
+def test_exponent_rule_reads_the_band():
+    cells = pd.DataFrame({"law": ["power"] * 20, "law_exponent": np.linspace(-1.2, -0.8, 20)})
+    assert nz.exponent_verdict(cells)["verdict"] == "inconsistent"
+    cells["law_exponent"] = np.linspace(-2.2, -1.8, 20)
+    assert nz.exponent_verdict(cells)["verdict"] == "consistent"
+
+
+def test_ordering_rule_pairs_cells_equal_in_every_other_axis():
+    rows = []
+    for i in range(12):
+        for p, m in (("post_ln", 1e-9), ("pre_ln", 1e-2), ("peri", 1e-12 if i < 10 else 1e-2)):
+            rows.append({**DEFAULTS, "norm": "sphere", "placement": p, "qk_scale": 1.0, "value_scale": 1.0 + i,
+                         "mu_relative": m})
+    out = nz.ordering(pd.DataFrame(rows))
+    assert out["vs_post_ln"]["pre_ln"]["verdict"] == "above" and out["vs_post_ln"]["pre_ln"]["pairs"] == 12
+    assert out["vs_post_ln"]["peri"]["verdict"] == "below" and out["verdict"] == "fails"
+    assert list(out["measured_order_sphere"]) == ["pre_ln", "post_ln", "peri"]  # medians -2, -9, -12
+    floored = pd.DataFrame({"mu": [1e-16, 2e-16, 0.5], "mu_base": [3e-16, 1e-17, 1e-16]})
+    floored["dlog10_mu"] = np.log10(floored["mu"]) - np.log10(floored["mu_base"])
+    v = nz.above_verdict(floored)  # round-off against round-off is no evidence either way
+    assert v["both_at_floor"] == 2 and v["untied"] == 1 and v["above"] == 1
+
+
+def test_rules_and_controls_through_the_sweep():
+    """A small sweep through run_group: the controls give their known answers."""
+    fixed = {"n_tokens": 16, "d_model": 8, "depth": 128, "value": "orthogonal", "mask": "complete"}
+    cells = expand_grid({"placement": ["post_ln", "pre_ln"], "norm": ["sphere", "layernorm"], "qk_norm": [False, True],
+                         "qk_scale": [0.0, 1.0], "shared": [False, True]}, fixed)
+    cells += expand_grid({"placement": ["post_ln", "pre_ln"], "value_scale": [0.0]}, {**fixed, "norm": "sphere",
+                                                                                    "depth": 16})
+    rows = []
+    for c in cells:
+        rows.append({**c, **run_group([c], samples=4)[0]})
+    ctl = nz.controls(pd.DataFrame(rows))
+    assert ctl["all_pass"], json.dumps(ctl, default=str)
+
+
+def test_committed_phase_summaries_still_load():
+    """docs/results/phase/summary.json was written before the law columns and the qk_norm
+    axis: it still parses, and findings.summarize still reads a table without them."""
+    from rankcollapse.phase.findings import summarize
+
+    doc = json.loads((Path(__file__).parents[2] / "docs/results/phase/summary.json").read_text())
+    assert doc["theorem1"]["cells"] == 288
+    old = pd.DataFrame(run_group(expand_grid({}, {"n_tokens": 8, "d_model": 4, "depth": 8}), samples=2))
+    old = pd.concat([pd.DataFrame([{k: v for k, v in DEFAULTS.items() if k != "qk_norm"}]), old], axis=1)
+    old = old.drop(columns=[c for c in old if c.startswith(("law", "frac_law"))])
+    out = summarize(old)
+    assert out["cells"] == 1 and "decay_law" not in out
+    new = pd.DataFrame([{**DEFAULTS, **r} for r in run_group(expand_grid({}, {"n_tokens": 8, "d_model": 4,
+                                                                              "depth": 8}), samples=2)])
+    assert summarize(new)["decay_law"] == {"none": {new["law"].iloc[0]: 1}}
+
+
+def test_cli_sweeps_the_new_axes_and_prints_the_law(tmp_path):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "phase", "--axis", "placement=peri,lns",
+           "--axis", "norm=dyt,layernorm", "--axis", "qk_norm=off,on", "--depth", "8", "--n-tokens", "6",
+           "--d-model", "4", "--n-samples", "2", "--out", str(tmp_path / "out"), "--format", "json"]
+    doc = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    assert len(doc["cells"]) == 8
+    assert {(c["placement"], c["norm"], c["qk_norm"]) for c in doc["cells"]} == {
+        (p, n, q) for p in ("peri", "lns") for n in ("dyt", "layernorm") for q in (False, True)}
+    assert all(c["law"] in ("exponential", "power", "undecided") for c in doc["cells"])
+    bad = subprocess.run(cmd[:3] + ["phase", "--axis", "placement=ngpt", "--axis", "norm=layernorm", "--out",
+                                    str(tmp_path / "bad")], capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "sphere" in bad.stderr
