@@ -9,7 +9,7 @@ import typer
 
 from .. import dynamics, models  # lazy packages; `data` (torch) is imported where used
 from .._io import check_writable, load_npy, versions, write_json_atomic
-from .._memory import parse_size
+from .._memory import check_simulate_tokens, parse_size
 from ..errors import ConfigError, DataError
 from ..points import point_after
 from ._output import check_format, print_json, print_records
@@ -151,8 +151,8 @@ def simulate_command(
                                 "kernel for sparse masks) | flex (torch.compile FlexAttention; no epsilon column)"),
     fmt: str = typer.Option("table", "--format", help="stdout: table (tab-separated), json, csv or markdown"),
     out: Path = typer.Option(None, "--out", help="folder for result.json and mu_loglog.png"),
-    max_memory: str = typer.Option(None, "--max-memory", help="memory the attention may use, e.g. 64GiB "
-                                   "(default half the RAM); checked before anything is allocated"),
+    max_memory: str = typer.Option(None, "--max-memory", help="memory the run may use (tokens, weights, attention), e.g. "
+                                   "64GiB (default half the RAM); checked before anything is allocated"),
 ) -> None:
     """Simulate masked self-attention dynamics (spec.md §2) and report metrics per layer."""
     check_format(fmt)
@@ -175,6 +175,10 @@ def simulate_command(
     name = input_name(source)
     if loaded is not None and name != "wikipedia":
         d_model = weights[0].d_model if d_model is None else d_model
+    if name is not None and name != "wikipedia":  # drawn here: refuse a size that cannot fit before drawing it
+        check_simulate_tokens(samples, n_tokens, 64 if d_model is None else d_model, 8 if dtype == "float64" else 4,
+                              depth=depth, mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0,
+                              max_memory=parse_size(max_memory))
     X0 = _initial_tokens(name or source, n_tokens, d_model, samples, seed, loaded)
     import torch  # here, not at the top: `rankcollapse --help` must not import torch
 
