@@ -15,15 +15,24 @@ from ..points import point_after
 from ._output import check_format, print_json, print_records
 
 
+def renamed_value(flag: str, value: str | None, renames: dict[str, str]) -> str | None:
+    """``value`` of ``flag`` with a deprecated spelling (a key of ``renames``) replaced by its
+    current name and the CLI's one-line note (:func:`._vocab.deprecated`, which names the
+    removal version), so the API's FutureWarning never reaches the terminal."""
+    from ._vocab import deprecated
+
+    if value in renames:
+        deprecated(f"{flag} {value}", f"{flag} {renames[value]}")
+        return renames[value]
+    return value
+
+
 def input_name(source: str) -> str | None:
     """The registry name of ``--input`` (a deprecated one gets the CLI's one-line note), or
     None for a file path."""
     from ..dynamics.inputs import DEPRECATED_INPUTS, INPUTS
-    from ._vocab import deprecated
 
-    if source in DEPRECATED_INPUTS:
-        deprecated(f"--input {source}", f"--input {DEPRECATED_INPUTS[source]}")  # the note names the version
-        return DEPRECATED_INPUTS[source]
+    source = renamed_value("--input", source, DEPRECATED_INPUTS)
     return source if source in INPUTS else None
 
 
@@ -164,6 +173,10 @@ def simulate_command(
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
     if uniform and attention not in (None, "uniform"):
         raise ConfigError(f"--uniform and --attention {attention} contradict each other: give one")
+    from ..dynamics.config import DEPRECATED_PLACEMENTS, DEPRECATED_VARIANTS
+
+    variant = renamed_value("--variant", variant, DEPRECATED_VARIANTS)
+    placement = renamed_value("--placement", placement, DEPRECATED_PLACEMENTS)
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
                           attention="uniform" if uniform else attention, mix_layers=mix_layers,
                           alpha_ngpt=alpha_ngpt, dyt_alpha=dyt_alpha, qk_norm=qk_norm, qk_scale=qk_scale)
