@@ -96,7 +96,7 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
     out["by_qk_scale"] = {float(k): {r: round(float((g["regime"] == r).mean()), 4) for r in sorted(set(table["regime"]))}
                           for k, g in rc.groupby("qk_scale")}
     out["theory"] = theory_summary(table)
-    # the envelope beside it (theory_summary's callers add it the same way)
+    # and Theorem 1's pointwise envelope beside the agreement
     out["theory"]["theorem1_envelope"] = envelope_summary(table)
     return out
 
