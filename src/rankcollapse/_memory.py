@@ -72,3 +72,83 @@ def check_memory(estimate: float, what: str, max_memory: int | str | None = None
         raise MemoryLimitError(
             f"{what} needs about {human(estimate)} of memory, more than the limit {human(limit)}; "
             f"lower the size, or raise the limit with max_memory (--max-memory on the command line) if the machine has it")
+
+
+# ------------------------------------------------------------------ simulate's tokens
+#: ``(B, N, d)`` arrays in the compute dtype that a ``simulate`` layer holds at its peak
+#: (queries, keys, values, head output, residual sum, norm output, the metrics' centred
+#: copy, the previous state). Measured with ``ru_maxrss`` at B = 8, N = 1e5, d = 64 under a
+#: causal window of 4 keys (attention included): 8.2 for pure SA and 8.6 for post-LN in
+#: float64, 8.2-9.1 in float32 (one to four heads); 10 keeps the estimate an upper bound.
+LAYER_TOKEN_COPIES = 10
+#: More ``(B, N, d)`` arrays per unit of ``mlp_ratio`` with the MLP sublayer (its hidden
+#: ``(B, N, mlp_ratio d)`` and GELU output): measured 16.1 (float64) and 16.8 (float32)
+#: copies in all at ``mlp_ratio = 4``.
+MLP_TOKEN_COPIES = 2
+
+
+def simulate_tokens_bytes(n_samples: int, n_tokens: int, d_model: int, itemsize: int, *, depth: int = 0,
+                          record_states: bool = False, mlp_ratio: int = 0, input_itemsize: int = 8) -> int:
+    """Bytes the token arrays of a ``simulate`` run need: the input ``X(0)`` ``(B, N, d)``
+    (``input_itemsize``: float64 as the input registry draws it), the layer's working
+    copies in the compute dtype (:data:`LAYER_TOKEN_COPIES`, :data:`MLP_TOKEN_COPIES`) and,
+    with ``record_states``, the ``depth + 1`` states. Attention scores and weights are
+    estimated apart (``dynamics.runner``)."""
+    cells = int(n_samples) * int(n_tokens) * int(d_model)
+    working = itemsize * (LAYER_TOKEN_COPIES + MLP_TOKEN_COPIES * int(mlp_ratio))
+    states = (int(depth) + 1) * itemsize if record_states else 0
+    return cells * (input_itemsize + working + states)
+
+
+def check_simulate_tokens(n_samples: int, n_tokens: int, d_model: int, itemsize: int, *, depth: int,
+                          record_states: bool = False, mlp_ratio: int = 0, input_itemsize: int = 8,
+                          max_memory: int | str | None = None) -> None:
+    """Refuse a ``simulate`` run whose tokens (:func:`simulate_tokens_bytes`) exceed
+    ``max_memory``; called by ``simulate`` and, before it draws ``X(0)``, by the command line.
+
+    Raises
+    ------
+    MemoryLimitError
+        The estimate exceeds the limit (one line).
+    """
+    need = simulate_tokens_bytes(n_samples, n_tokens, d_model, itemsize, depth=depth, record_states=record_states,
+                                 mlp_ratio=mlp_ratio, input_itemsize=input_itemsize)
+    dtype = {4: "float32", 8: "float64"}.get(itemsize, f"{itemsize}-byte")
+    check_memory(need, f"simulating {n_samples} x {n_tokens} x {d_model} tokens (B x N x d, {dtype}, {depth} layers)",
+                 max_memory)
+
+
+# ------------------------------------------------------------------ influence profiles
+#: Bytes per token of an influence profile's computation besides its ``(H, N)`` profiles:
+#: the mask's row intervals, the interval operator's arrays and its segment tree, one
+#: working vector per product. Measured (``ru_maxrss``, N = 2e6): 160-204 on the interval
+#: path (causal, sliding window, with and without decay), 51 + 42 per edge on the CSR path.
+INFLUENCE_BYTES_PER_TOKEN = 256
+#: Bytes per mask edge on the CSR path (COO pieces while the mask is built at 48 per edge,
+#: then the weighted, row-normalised transpose): measured 42.
+INFLUENCE_BYTES_PER_EDGE = 64
+#: Bytes per layer of depth beyond the profiles (the per-depth summary and its share of the
+#: per-layer weights): measured 495.
+INFLUENCE_BYTES_PER_LAYER = 1024
+#: Bytes per token and per layer of the JSON document (the profile as a list of floats,
+#: its text; each per-depth summary): measured 159 per token and 486 per layer.
+INFLUENCE_JSON_BYTES_PER_TOKEN, INFLUENCE_JSON_BYTES_PER_LAYER = 256, 1024
+
+
+def influence_bytes(n_tokens: int, depth: int, *, n_edges: int = 0, n_masks: int = 1, query_all: bool = False,
+                    as_json: bool = False) -> int:
+    """Bytes :func:`rankcollapse.masks.influence` needs for ``N = n_tokens`` and ``H = depth``:
+    the float64 profiles ``(H, N)``, :data:`INFLUENCE_BYTES_PER_TOKEN` per token and
+    :data:`INFLUENCE_BYTES_PER_EDGE` per CSR edge (``n_edges``: edges of the masks on the
+    CSR path, 0 for interval masks), :data:`INFLUENCE_BYTES_PER_LAYER` per layer; with
+    ``query_all`` the dense ``N x N`` float64 matrix of each of the ``n_masks`` masks of a
+    schedule's period, the product and two temporaries; with ``as_json`` the document the
+    command line prints."""
+    n, h = int(n_tokens), int(depth)
+    need = 8 * h * n + INFLUENCE_BYTES_PER_TOKEN * n + INFLUENCE_BYTES_PER_EDGE * int(n_edges)
+    need += INFLUENCE_BYTES_PER_LAYER * h
+    if query_all:
+        need += 8 * n * n * (int(n_masks) + 3)
+    if as_json:
+        need += INFLUENCE_JSON_BYTES_PER_TOKEN * n * (n + 1 if query_all else 1) + INFLUENCE_JSON_BYTES_PER_LAYER * h
+    return need

@@ -35,3 +35,34 @@ def test_cli_refuses_in_one_line_within_seconds(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "--max-memory" in done.stderr
+
+
+def test_the_tokens_are_estimated_before_the_run():
+    """X(0), the layer's working copies and the recorded states count against the limit:
+    here the attention (a 4-key window, blocked) and the weights fit in 16 MiB, the tokens
+    (2 x 4096 x 64 float64: 4 MiB each copy, 44 MiB in all) do not."""
+    from rankcollapse._memory import LAYER_TOKEN_COPIES, simulate_tokens_bytes
+
+    X = torch.randn(2, 4096, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    cells = 2 * 4096 * 64
+    assert simulate_tokens_bytes(2, 4096, 64, 8) == cells * 8 * (1 + LAYER_TOKEN_COPIES)
+    assert simulate_tokens_bytes(2, 4096, 64, 4, mlp_ratio=4) == cells * (8 + 4 * (LAYER_TOKEN_COPIES + 8))
+    assert simulate_tokens_bytes(2, 4096, 64, 8, depth=3, record_states=True) == cells * 8 * (1 + LAYER_TOKEN_COPIES + 4)
+    with pytest.raises(MemoryLimitError, match=r"2 x 4096 x 64 tokens.*float64.*max_memory"):
+        simulate(X, mask="causal_sliding_window:w=4", depth=2, max_memory="16MiB")
+    res = simulate(X[:, :64], mask="causal_sliding_window:w=4", depth=2, max_memory="16MiB")  # the same run, small
+    assert res.metrics["mu"].shape == (3, 2)
+
+
+def test_cli_refuses_a_huge_n_tokens_before_drawing_the_input(tmp_path):
+    """``simulate --n-tokens 100000000`` (8 x 1e8 x 64 tokens, ~2 TiB) is refused with the
+    memory line, not drawn until the allocator fails."""
+    for extra in ([], ["--mask", "complete", "--dtype", "float64"], ["--mask", "causal_sliding_window:w=4"]):
+        cmd = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "simulate",
+               "--n-tokens", "100000000", *extra]
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert "8 x 100000000 x 64 tokens" in done.stderr and "--max-memory" in done.stderr
+        assert time.perf_counter() - t0 < 60

@@ -9,7 +9,7 @@ import typer
 
 from .. import masks  # lazy (PEP 562): `rankcollapse --help` imports no numerical library
 from .._io import atomic_path, check_writable
-from .._memory import parse_size
+from .._memory import check_memory, influence_bytes, parse_size
 from .._validate import check_int
 from ..errors import ConfigError, MaskError
 from ._output import FORMAT_HELP, check_format, print_json, print_records, print_table
@@ -187,6 +187,8 @@ def influence_command(
     fmt: str = typer.Option("table", "--format", help="Output on stdout: table (summaries) or json."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw influence vs position, one curve per "
                                         "depth (log scale), to this .png, .pdf or .svg file."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="Memory the profiles may use, e.g. "
+                                             "32GiB (default half the RAM); checked before any work."),
 ) -> None:
     """Influence of each input position on the last query after H layers of uniform
     attention over the mask's keys with residual mixing: (P_H ... P_1)[N-1, :],
@@ -200,9 +202,12 @@ def influence_command(
         check_writable(plot, folder=False)
     from ..masks.influence import influence
 
-    result = influence(spec, _n_tokens(spec, n),
-                       depth=check_int(depth, "--depth", low=1, error=MaskError), alpha=alpha, decay=decay,
-                       query=query, epsilon=epsilon)
+    n, depth, limit = _n_tokens(spec, n), check_int(depth, "--depth", low=1, error=MaskError), parse_size(max_memory)
+    if as_json:  # the printed document too, before any work
+        check_memory(influence_bytes(n, depth, query_all=query == "all", as_json=True),
+                     f"the influence profile at N = {n}, depth {depth} as JSON", limit)
+    result = influence(spec, n, depth=depth, alpha=alpha, decay=decay, query=query, epsilon=epsilon,
+                       max_memory=limit)
     if plot is not None:
         from .._figure import save_figure
         from ..masks.influence import draw_influence

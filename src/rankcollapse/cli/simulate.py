@@ -9,21 +9,30 @@ import typer
 
 from .. import dynamics, models  # lazy packages; `data` (torch) is imported where used
 from .._io import check_writable, load_npy, versions, write_json_atomic
-from .._memory import parse_size
+from .._memory import check_simulate_tokens, parse_size
 from ..errors import ConfigError, DataError
 from ..points import point_after
 from ._output import check_format, print_json, print_records
+
+
+def renamed_value(flag: str, value: str | None, renames: dict[str, str]) -> str | None:
+    """``value`` of ``flag`` with a deprecated spelling (a key of ``renames``) replaced by its
+    current name and the CLI's one-line note (:func:`._vocab.deprecated`, which names the
+    removal version), so the API's FutureWarning never reaches the terminal."""
+    from ._vocab import deprecated
+
+    if value in renames:
+        deprecated(f"{flag} {value}", f"{flag} {renames[value]}")
+        return renames[value]
+    return value
 
 
 def input_name(source: str) -> str | None:
     """The registry name of ``--input`` (a deprecated one gets the CLI's one-line note), or
     None for a file path."""
     from ..dynamics.inputs import DEPRECATED_INPUTS, INPUTS
-    from ._vocab import deprecated
 
-    if source in DEPRECATED_INPUTS:
-        deprecated(f"--input {source}", f"--input {DEPRECATED_INPUTS[source]}")  # the note names the version
-        return DEPRECATED_INPUTS[source]
+    source = renamed_value("--input", source, DEPRECATED_INPUTS)
     return source if source in INPUTS else None
 
 
@@ -151,8 +160,8 @@ def simulate_command(
                                 "kernel for sparse masks) | flex (torch.compile FlexAttention; no epsilon column)"),
     fmt: str = typer.Option("table", "--format", help="stdout: table (tab-separated), json, csv or markdown"),
     out: Path = typer.Option(None, "--out", help="folder for result.json and mu_loglog.png"),
-    max_memory: str = typer.Option(None, "--max-memory", help="memory the attention may use, e.g. 64GiB "
-                                   "(default half the RAM); checked before anything is allocated"),
+    max_memory: str = typer.Option(None, "--max-memory", help="memory the run may use (tokens, weights, attention), e.g. "
+                                   "64GiB (default half the RAM); checked before anything is allocated"),
 ) -> None:
     """Simulate masked self-attention dynamics (spec.md §2) and report metrics per layer."""
     check_format(fmt)
@@ -164,6 +173,10 @@ def simulate_command(
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
     if uniform and attention not in (None, "uniform"):
         raise ConfigError(f"--uniform and --attention {attention} contradict each other: give one")
+    from ..dynamics.config import DEPRECATED_PLACEMENTS, DEPRECATED_VARIANTS
+
+    variant = renamed_value("--variant", variant, DEPRECATED_VARIANTS)
+    placement = renamed_value("--placement", placement, DEPRECATED_PLACEMENTS)
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
                           attention="uniform" if uniform else attention, mix_layers=mix_layers,
                           alpha_ngpt=alpha_ngpt, dyt_alpha=dyt_alpha, qk_norm=qk_norm, qk_scale=qk_scale)
@@ -175,6 +188,10 @@ def simulate_command(
     name = input_name(source)
     if loaded is not None and name != "wikipedia":
         d_model = weights[0].d_model if d_model is None else d_model
+    if name is not None and name != "wikipedia":  # drawn here: refuse a size that cannot fit before drawing it
+        check_simulate_tokens(samples, n_tokens, 64 if d_model is None else d_model, 8 if dtype == "float64" else 4,
+                              depth=depth, mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0,
+                              max_memory=parse_size(max_memory))
     X0 = _initial_tokens(name or source, n_tokens, d_model, samples, seed, loaded)
     import torch  # here, not at the top: `rankcollapse --help` must not import torch
 

@@ -19,7 +19,7 @@ from .._display import NotebookResult
 from .._progress import Steps, steps
 from .._validate import check_device, check_float, check_int, check_tensor_storage
 from ..errors import ConfigError, MetricError
-from .._memory import check_memory
+from .._memory import check_memory, check_simulate_tokens
 from ..masks import Mask, resolve_mask
 from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, STEP_METRICS, compute_metrics
@@ -143,6 +143,11 @@ def _as_tokens(X0, dtype, device) -> torch.Tensor:
     if not bool(torch.isfinite(X).all()):
         raise ConfigError("X0 contains NaN or Inf")
     return X
+
+
+def _itemsize(X0) -> int:
+    """Bytes per entry of the caller's ``X0`` (held beside the run's copy)."""
+    return X0.element_size() if isinstance(X0, torch.Tensor) else int(np.asarray(X0).itemsize)
 
 
 def _check_device(device) -> torch.device | None:
@@ -400,8 +405,11 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
     block_size : query rows per block of the windowed kernel (default 64).
     record_states, record_epsilon, record_attention : keep X(t), ε(t), A(t).
     progress : a progress bar over layers on stderr; None = only when stderr is a terminal.
-    max_memory : bytes (or ``"8GiB"``) the attention may use (default half the RAM):
-        estimated from the mask's edge count before the mask or any score is built.
+    max_memory : bytes (or ``"8GiB"``) the run may use (default half the RAM), checked
+        before each part is allocated: the tokens (``X0``, the layer's working copies, the
+        recorded states: :func:`rankcollapse._memory.simulate_tokens_bytes`), the drawn
+        weights, and the attention, estimated from the mask's edge count before the mask
+        or any score is built.
 
     Returns
     -------
@@ -417,7 +425,7 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
         meta device (named with their layout), or X overflowing to non-finite values
         (names the layer).
     MemoryLimitError
-        The attention's estimated memory exceeds ``max_memory``.
+        The estimated memory of the tokens, the weights or the attention exceeds ``max_memory``.
     MaskError
         Bad mask (a sparse or meta mask tensor included) or a row with no allowed key.
 
@@ -459,6 +467,10 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
         cfg = _block_of_weights(cfg, weights, value=value, query_key=query_key, shared=shared)
     X = _as_tokens(X0, dtype, device)
     B, N, d = X.shape
+    # the tokens first: X(0), the layer's working copies, the recorded states (_memory)
+    check_simulate_tokens(B, N, d, X.element_size(), depth=depth, record_states=record_states,
+                          mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0, input_itemsize=_itemsize(X0),
+                          max_memory=max_memory)
     if weights is None:
         _check_weight_memory(cfg, d, depth, shared, max_memory)  # before any layer is drawn
         weights = random_layers(d, depth, value=value, query_key=query_key, n_heads=cfg.n_heads,

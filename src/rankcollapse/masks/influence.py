@@ -57,6 +57,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import MaskError
+from .._memory import check_memory, influence_bytes
 from .._validate import check_int
 from . import interval_graph
 from .mask import Mask
@@ -215,9 +216,8 @@ class _CsrOperator:
 
 
 def _operator(mask: Mask, decay: float) -> Any:
-    iv = mask.intervals
-    if iv is not None and interval_graph.is_monotone_interval(*iv):
-        return _IntervalOperator(*iv, decay)
+    if _on_intervals(mask):
+        return _IntervalOperator(*mask.intervals, decay)
     return _CsrOperator(mask, decay)
 
 
@@ -231,6 +231,7 @@ def influence(
     decay: float = 0.0,
     query: str = "last",
     epsilon: float = 0.01,
+    max_memory: int | str | None = None,
 ) -> Influence:
     """Influence profile of a mask or schedule under uniform (or decayed) attention.
 
@@ -246,6 +247,9 @@ def influence(
     query : ``"last"`` (profiles of the last query) or ``"all"`` (also the ``N x N`` matrix,
         ``N <= MAX_ALL_TOKENS``).
     epsilon : mass left out of the effective horizon, in ``(0, 1)``.
+    max_memory : bytes (or ``"8GiB"``) the computation may use (default half the RAM):
+        estimated (:func:`rankcollapse._memory.influence_bytes`) from N and H before the
+        mask is parsed, and again with its edge count before any product.
 
     Returns
     -------
@@ -258,6 +262,8 @@ def influence(
     MaskError
         Bad spec, N, depth, alpha, decay, epsilon or query; ``query="all"`` above
         ``MAX_ALL_TOKENS``; N differing from a given Mask's.
+    MemoryLimitError
+        The estimated memory exceeds ``max_memory`` (one line with the estimate).
     """
     if n_tokens is None:
         if not isinstance(mask, (Mask, MaskSchedule)):
@@ -265,9 +271,11 @@ def influence(
         n_tokens = mask.n_tokens
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     depth = check_int(depth, "depth", low=1, error=MaskError)
+    _check_size(n, depth, query, max_memory)  # before the per-layer weights or the mask exist
     alphas = _check_alphas(alpha, depth)
     decay, epsilon = _check_params(decay, epsilon, query, n)
     schedule = parse_schedule(mask, n)
+    _check_size(n, depth, query, max_memory, schedule)
     ops = [_operator(m, decay) for m in schedule.masks]
     layer_ops = [ops[t % schedule.period] for t in range(depth)]
     profiles = _profiles(layer_ops, n, alphas, periodic=schedule.period == 1 and len(set(alphas)) == 1)
@@ -278,6 +286,24 @@ def influence(
                      n_tokens=n, depth=depth, alpha=alphas[0] if len(set(alphas)) == 1 else alphas, decay=decay, epsilon=epsilon,
                      profiles=profiles, method=method, matrix=matrix,
                      summary=summarize(profiles[-1], epsilon), per_depth=per_depth)
+
+
+def _check_size(n: int, depth: int, query: str, max_memory: Any, schedule: MaskSchedule | None = None) -> None:
+    """Refuse a computation whose :func:`~rankcollapse._memory.influence_bytes` exceeds
+    ``max_memory``: from N and H alone, then with the schedule's masks (the CSR edges of
+    those not on the interval path, the dense matrices of ``query="all"``)."""
+    edges, masks = 0, 1
+    if schedule is not None:
+        masks = len(schedule.masks)
+        edges = sum(m.n_edges for m in schedule.masks if not _on_intervals(m))
+    need = influence_bytes(n, depth, n_edges=edges, n_masks=masks, query_all=query == "all")
+    check_memory(need, f"the influence profile at N = {n}, depth {depth}" + (" (query all)" if query == "all" else ""),
+                 max_memory)
+
+
+def _on_intervals(mask: Mask) -> bool:
+    iv = mask.intervals
+    return iv is not None and interval_graph.is_monotone_interval(*iv)
 
 
 def _num(x: Any, name: str) -> float:

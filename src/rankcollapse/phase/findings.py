@@ -40,6 +40,21 @@ def helps(pairs: pd.DataFrame) -> pd.Series:
     return bad & ~pairs["regime"].isin(["rank_collapse", "diverging"])
 
 
+def theory_summary(table: pd.DataFrame) -> dict[str, Any]:
+    """The theory's agreement (:func:`.report.theory_agreement`) and the labels of the
+    Theorem-1 cells (``theorem1_consistent``); :func:`summarize` adds Theorem 1's pointwise
+    envelope (:func:`envelope_summary`). Needs only the columns ``theory_regime``,
+    ``theory_source``, ``regime`` and ``envelope_violations``."""
+    out = theory_agreement(table)
+    t1 = table[table["theory_source"] == "theorem1"]
+    if len(t1):  # Theorem 1 is asymptotic: a cell whose mu still falls at the last layer is on its way
+        out["theorem1_consistent"] = {
+            "n": int(len(t1)), "rank_collapse": int((t1["regime"] == "rank_collapse").sum()),
+            "collapsing_slowly": int((t1["regime"] == "collapsing_slowly").sum()),
+            "other": t1.loc[~t1["regime"].isin(["rank_collapse", "collapsing_slowly"]), "regime"].value_counts().to_dict()}
+    return out
+
+
 def summarize(table: pd.DataFrame) -> dict[str, Any]:
     """The numbers docs/phase.md reports (JSON-able)."""
     out: dict[str, Any] = {"cells": int(len(table)), "regimes": table["regime"].value_counts().to_dict()}
@@ -81,13 +96,8 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
                           for k, g in rc.groupby("d_qk")}
     out["by_qk_scale"] = {float(k): {r: round(float((g["regime"] == r).mean()), 4) for r in sorted(set(table["regime"]))}
                           for k, g in rc.groupby("qk_scale")}
-    out["theory"] = theory_agreement(table)
-    t1 = table[table["theory_source"] == "theorem1"]
-    if len(t1):  # Theorem 1 is asymptotic: a cell whose mu still falls at the last layer is on its way
-        out["theory"]["theorem1_consistent"] = {
-            "n": int(len(t1)), "rank_collapse": int((t1["regime"] == "rank_collapse").sum()),
-            "collapsing_slowly": int((t1["regime"] == "collapsing_slowly").sum()),
-            "other": t1.loc[~t1["regime"].isin(["rank_collapse", "collapsing_slowly"]), "regime"].value_counts().to_dict()}
+    out["theory"] = theory_summary(table)
+    # and Theorem 1's pointwise envelope beside the agreement
     out["theory"]["theorem1_envelope"] = envelope_summary(table)
     if "law" in table:  # tables made before the decay-law columns (issue 30) have none
         out["decay_law"] = {p: g["law"].value_counts().to_dict() for p, g in table.groupby("placement")}

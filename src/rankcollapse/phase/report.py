@@ -99,14 +99,52 @@ Computed {{ timing.computed }}, cached {{ timing.cached }}, wall {{ timing.wall_
 <p>Labelling rule: docs/phase.md.</p></body></html>"""
 
 
+#: Labels that say where a trajectory ended (collapsed, settled at rank k, aligned, diverged):
+#: a prediction of another regime is contradicted by them.
+END_STATES = ("rank_collapse", "stable_rank_k", "aligned_without_consensus", "diverging")
+VERDICTS = ("agree", "disagree", "undecided")
+
+
+def theory_verdict(row: Any) -> str:
+    """Whether a cell's measurement ``agree``\ s with its ``theory_regime``, contradicts it
+    (``disagree``) or cannot decide (``undecided``); ``""`` without a prediction.
+
+    - ``disagree``: a measured point above Theorem 1's envelope (``envelope_violations >
+      0``: the theorem bounds μ(t), and so its rate, by ``C (1 - ε^r)^{t/r}``,
+      docs/theory.md §1), or an end state other than the predicted one (:data:`END_STATES`);
+    - ``agree``: the predicted label, or ``collapsing_slowly`` where ``rank_collapse`` is
+      predicted: μ still falling at the last layer and under the envelope wherever it is
+      checked is what an asymptotic collapse with that bound looks like at finite depth;
+    - ``undecided``: anything else (``undecided``, an attention label, ``collapsing_slowly``
+      where a stable state is predicted): the measurement neither shows nor excludes the
+      predicted regime, and is never counted as agreement.
+    """
+    pred, got = row["theory_regime"], row["regime"]
+    if pred == "":
+        return ""
+    if float(row.get("envelope_violations", float("nan"))) > 0:  # NaN: no envelope for this cell
+        return "disagree"
+    if got == pred or (pred == "rank_collapse" and got == "collapsing_slowly"):
+        return "agree"
+    return "disagree" if got in END_STATES else "undecided"
+
+
 def theory_agreement(table: pd.DataFrame) -> dict[str, Any]:
-    """Over cells where the theory predicts a regime: ``n`` and agreement ``rate``
-    (overall and per source)."""
+    """Over the cells where the theory predicts a regime: ``n``, the fractions of them that
+    ``agree``, ``disagree`` and are ``undecided`` (:func:`theory_verdict`; they add up to
+    1) and their ``counts``, overall and per ``theory_source``; NaN fractions without a
+    predicted cell."""
     pred = table[table["theory_regime"] != ""]
-    out: dict[str, Any] = {"n": int(len(pred)),
-                           "agree": float((pred["theory_regime"] == pred["regime"]).mean()) if len(pred) else float("nan")}
-    for src, sub in pred.groupby("theory_source"):
-        out[src] = {"n": int(len(sub)), "agree": float((sub["theory_regime"] == sub["regime"]).mean())}
+    verdicts = pred.apply(theory_verdict, axis=1) if len(pred) else pd.Series([], dtype=object)
+
+    def tally(v: pd.Series) -> dict[str, Any]:
+        counts = {k: int((v == k).sum()) for k in VERDICTS}
+        fractions = {k: counts[k] / len(v) if len(v) else float("nan") for k in VERDICTS}
+        return {"n": int(len(v)), **fractions, "counts": counts}
+
+    out = tally(verdicts)
+    for src, sub in verdicts.groupby(pred["theory_source"]) if len(pred) else ():
+        out[src] = tally(sub)
     return out
 
 
@@ -130,4 +168,4 @@ def write_report(table: pd.DataFrame, axes: list[str], out: Path, *, meta: dict[
     return {"parquet": str(out / "phase.parquet"), "heatmaps": [str(f) for f in figs], "report": str(out / "report.html")}
 
 
-__all__ = ["heatmaps", "theory_agreement", "write_report"]
+__all__ = ["heatmaps", "theory_agreement", "theory_verdict", "write_report"]
