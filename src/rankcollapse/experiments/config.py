@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..sweep.units import Unit
 from .schema import validate_config
 
-EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry")
+EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry", "influence")
 ALIASES = {"": "main", "all": "all"}
 SCALES = ("quick", "large", "paper", "smoke")
 #: Simulated networks run to this multiple of the claim depth, so every verdict is also
@@ -135,7 +135,7 @@ def _apply_grid_overrides(kind: str, grid: dict[str, list], overrides: dict[str,
 def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[str, Any]:
     kind = spec["kind"]
     out: dict[str, Any] = {}
-    if kind in ("simulate", "pretrained_sa", "probe"):
+    if kind in ("simulate", "pretrained_sa", "probe", "model_influence"):
         per_model = sc.get("windows_per_model", {})
         n = int(overrides.get("n_windows") or per_model.get(params.get("model", ""), sc.get("n_windows", 16)))
         # a control unit (role: control) shows an effect that is certainly there or certainly

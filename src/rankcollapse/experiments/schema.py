@@ -85,6 +85,8 @@ class Quantity(_Strict):
     n: Optional[int] = Field(default=None, ge=2)  # tokens, for stat: envelope_rate
     where: Optional[dict[str, Any]] = None  # stat: min | max, layers where another metric passes a bound
     with_: Optional[str] = Field(default=None, alias="with")  # stat: spearman, the other metric or "layer"
+    against: Optional[dict[str, Any]] = None  # stat: profile_spearman, the other profile's select changes
+    over: Optional[Literal["median", "min", "max"]] = None  # stat: profile_spearman, reduction over layers
 
 
 class Check(_Strict):

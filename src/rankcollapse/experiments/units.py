@@ -60,11 +60,12 @@ def compute_dtype(unit: Unit) -> str:
     epsilon is their floor (docs/reproduce.md, "Floors"): a simulated or attention-only
     network runs in its ``dtype`` parameter (float64 by default), whatever the storage type
     of its input (float32 embeddings enter a float64 trajectory exactly and every layer
-    after is computed to float64's resolution); a probe runs the model's float32 forward;
-    theory checks are float64 throughout."""
+    after is computed to float64's resolution); a probe (and a model's measured
+    influence) runs the model's float32 forward; theory checks and mask influence
+    profiles are float64 throughout."""
     if unit.kind in ("simulate", "pretrained_sa"):
         return str(unit.params.get("dtype", "float64"))
-    return "float64" if unit.kind == "theory" else "float32"
+    return "float64" if unit.kind in ("theory", "mask_influence") else "float32"
 
 
 def _norm_of(p: dict[str, Any]) -> str:
@@ -253,3 +254,10 @@ register_unit_kind("simulate", run_simulate, version=3, group="experiments")
 register_unit_kind("probe", run_probe, version=3, group="experiments")
 register_unit_kind("pretrained_sa", run_pretrained_sa, version=3, group="experiments")
 register_unit_kind("theory", run_theory, version=4, group="experiments")
+
+# The position-bias experiment's kinds (issue 29): exact mask influence profiles and a
+# model's measured influence (experiments/influence_units.py).
+from .influence_units import run_mask_influence, run_model_influence  # noqa: E402
+
+register_unit_kind("mask_influence", run_mask_influence, version=1, group="experiments")
+register_unit_kind("model_influence", run_model_influence, version=1, group="experiments")
