@@ -295,7 +295,9 @@ def draw_profiles(rows: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
     key = spec.get("panels")
     if key == "condition":
         cols = [c for c in CONDITION_COLUMNS if c in rows]
-        rows = rows.assign(_panel=[condition_of(r) for r in rows[cols].to_dict("records")])
+        keys = rows[cols].drop_duplicates()
+        label = dict(zip(map(tuple, keys.astype(str).to_numpy()), (condition_of(r) for r in keys.to_dict("records"))))
+        rows = rows.assign(_panel=[label[k] for k in map(tuple, rows[cols].astype(str).to_numpy())])
     else:
         rows = rows.assign(_panel=rows[key].astype(str) if key else "")
     panels = list(dict.fromkeys(rows["_panel"]))
