@@ -46,7 +46,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
+from ..sweep.units import register_unit_kind
 from .table import normalise
+from .units import _labels, _probe_condition, mask_name
 
 #: The ``point`` of a per-position row: ``position.<j>`` (0-based input position).
 POSITION_PREFIX = "position."
@@ -132,8 +134,6 @@ def _profile_rows(prof: np.ndarray, values: np.ndarray | None = None) -> pd.Data
 
 def run_mask_influence(unit: Any, ctx: Any) -> pd.DataFrame:
     """The ``mask_influence`` unit kind (module docstring)."""
-    from .units import _labels, mask_name
-
     p = unit.params
     labels = _labels(unit, model="uniform", variant=_variant(float(p["alpha"]), int(p["n_tokens"]),
                                                               float(p.get("decay", 0.0))),
@@ -162,7 +162,6 @@ def run_model_influence(unit: Any, ctx: Any) -> pd.DataFrame:
     ``control`` (``random-init``), ``n_probes`` (4), ``batch_size`` (4), ``shuffle_seed`` (0)."""
     from ..models.families import family
     from ..models.influence import measure_influence
-    from .units import _labels, _probe_condition
 
     p = unit.params
     loaded = ctx.model(p["model"])
@@ -178,3 +177,9 @@ def run_model_influence(unit: Any, ctx: Any) -> pd.DataFrame:
     labels = _labels(unit, mask=native, mask_spec=native, value=value, family=loaded.family)
     labels.pop("variant")
     return normalise(rows, labels)
+
+
+# Registered with the sweep engine beside the other experiment kinds (schema.py imports
+# this module); a version is bumped when a change alters these units' labels or numbers.
+register_unit_kind("mask_influence", run_mask_influence, version=1, group="experiments")
+register_unit_kind("model_influence", run_model_influence, version=1, group="experiments")

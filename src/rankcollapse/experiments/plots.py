@@ -319,7 +319,7 @@ def draw_profiles(rows: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
             a.plot(line["_pos"].to_numpy()[keep], line["mean"].to_numpy()[keep], lw=1.1,
                    color=colour(int(220 * i / max(len(depths) - 1, 1)), "viridis"), label=f"{h}")
         a.set_yscale(spec.get("yscale") or "log")
-        a.set_title(_short(panel, rows, key), fontsize=8)
+        a.set_title(_short(panel, rows, key), fontsize=7)
         a.set_xlabel(spec.get("xlabel", "input position j"))
         a.grid(True, which="major", alpha=0.3)
         a.legend(title=spec.get("legend_title", "depth"), fontsize=6, title_fontsize=7, frameon=False, ncol=2)

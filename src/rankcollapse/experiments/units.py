@@ -254,10 +254,3 @@ register_unit_kind("simulate", run_simulate, version=3, group="experiments")
 register_unit_kind("probe", run_probe, version=3, group="experiments")
 register_unit_kind("pretrained_sa", run_pretrained_sa, version=3, group="experiments")
 register_unit_kind("theory", run_theory, version=4, group="experiments")
-
-# The position-bias experiment's kinds (issue 29): exact mask influence profiles and a
-# model's measured influence (experiments/influence_units.py).
-from .influence_units import run_mask_influence, run_model_influence  # noqa: E402
-
-register_unit_kind("mask_influence", run_mask_influence, version=1, group="experiments")
-register_unit_kind("model_influence", run_model_influence, version=1, group="experiments")
