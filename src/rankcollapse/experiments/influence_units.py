@@ -110,8 +110,9 @@ def mask_influence_rows(p: dict[str, Any]) -> pd.DataFrame:
 
 def _profile_rows(prof: np.ndarray, values: np.ndarray | None = None) -> pd.DataFrame:
     """Rows of metric ``influence`` for a profile ``prof (L, N)`` (row ``k-1`` = layer or
-    depth ``k``); ``values (W, L, N)``: the per-window values each row keeps (its mean
-    is theirs), else the row is a constant."""
+    depth ``k``); ``values (W, L, N)``: the per-window values each row keeps, summarised
+    by :func:`rankcollapse.summary.summarise` (``prof`` is their mean), else the row is a
+    constant."""
     n_layers, n = prof.shape
     layer = np.repeat(np.arange(1, n_layers + 1), n)
     pos = np.tile(np.arange(n), n_layers)
@@ -123,11 +124,13 @@ def _profile_rows(prof: np.ndarray, values: np.ndarray | None = None) -> pd.Data
             df[k] = mean
         df["std"], df["n_samples"] = 0.0, 1
         return df
+    from ..summary import summarise
+
     flat = values.reshape(values.shape[0], -1).T  # (L * N, W)
-    df["std"] = flat.std(axis=1, ddof=1) if flat.shape[1] > 1 else 0.0
-    for k, q in (("q05", 5), ("q25", 25), ("q50", 50), ("q75", 75), ("q95", 95)):
-        df[k] = np.percentile(flat, q, axis=1)
-    df["n_samples"] = flat.shape[1]
+    stats = summarise(flat)  # the one summariser of every per-layer table
+    for k, v in stats.items():
+        if k != "mean":
+            df[k] = v
     df["values"] = list(flat)
     return df
 
