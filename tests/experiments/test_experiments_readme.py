@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "results" / "quick"
 GEOMETRY = ROOT / "docs" / "results" / "geometry-quick"
+INFLUENCE = ROOT / "docs" / "results" / "influence-quick"
 
 
 def readme_table(text: str, name: str = "claims") -> str:
@@ -50,6 +51,14 @@ def test_readme_geometry_table_is_the_committed_geometry_run():
     assert config["scale"] == "quick" and config["experiments"] == ["geometry"] and config["seed"] == 0
     assert [c["id"] for c in claims] == ["G1", "G2", "G3", "G4"]
     assert readme_table(README.read_text(encoding="utf-8"), "claims-geometry") == results_markdown(claims).strip()
+
+
+def test_readme_influence_table_is_the_committed_influence_run():
+    claims = json.loads((INFLUENCE / "claims.json").read_text())
+    config = json.loads((INFLUENCE / "config.json").read_text())
+    assert config["scale"] == "quick" and config["experiments"] == ["influence"] and config["seed"] == 0
+    assert [c["id"] for c in claims] == ["I1", "I2", "I3", "I4"]
+    assert readme_table(README.read_text(encoding="utf-8"), "claims-influence") == results_markdown(claims).strip()
 
 
 def test_readme_geometry_large_table_is_the_committed_run():
@@ -101,9 +110,11 @@ def test_committed_quick_run_is_todays_run(monkeypatch):
     monkeypatch.setattr(sweep_units, "code_fingerprint", lambda: config_hash({**recorded, "numerics": NUMERICS_VERSION}))
     _, units, _ = runner.plan("all", "quick", 0)
     # `all` = the paper's experiments (docs/results/quick) + geometry (docs/results/geometry-quick)
+    # + position bias (docs/results/influence-quick)
     geometry = json.loads((GEOMETRY / "config.json").read_text())
-    assert geometry["execution"]["numerics"] == recorded
-    assert sorted([*config["units"], *geometry["units"]]) == sorted(u.hash for u in units)
+    influence = json.loads((INFLUENCE / "config.json").read_text())
+    assert geometry["execution"]["numerics"] == recorded == influence["execution"]["numerics"]
+    assert sorted([*config["units"], *geometry["units"], *influence["units"]]) == sorted(u.hash for u in units)
 
 
 @pytest.mark.slow
@@ -112,3 +123,4 @@ def test_committed_quick_run_rechecks():
         pytest.fail("docs/results/quick/table.parquet is missing")
     assert all(stored == again for _, stored, again in runner.recheck(RESULTS))
     assert all(stored == again for _, stored, again in runner.recheck(GEOMETRY))
+    assert all(stored == again for _, stored, again in runner.recheck(INFLUENCE))

@@ -27,10 +27,12 @@ R = 19.595917942265423
 
 def _claims():
     """The paper's claims; the geometry claims (G1-G4: Spearman across layers, minima over
-    selected layers) have their own present/absent tables in test_geometry_claims.py."""
+    selected layers) have their own present/absent tables in test_geometry_claims.py, the
+    position-bias claims (I1-I4: exact profiles, Spearman across positions) theirs in
+    test_influence_experiment.py."""
     out = {}
     for name in EXPERIMENTS:
-        if name == "geometry":
+        if name in ("geometry", "influence"):
             continue
         for c in load_config(name).get("claims", []):
             out[c["id"]] = c

@@ -42,11 +42,12 @@ def test_interrupted_run_resumes_and_is_not_marked_complete(install_executor, fa
 def test_all_writes_every_claim(fake, tmp_path):
     res = runner.run_experiment("all", "smoke", tmp_path / "all", progress=False, nearby=False)
     claims = json.loads((tmp_path / "all" / "claims.json").read_text())
-    assert [c["id"] for c in claims] == [f"C{k:02d}" for k in range(1, 13)] + [f"G{k}" for k in range(1, 5)]
+    assert [c["id"] for c in claims] == ([f"C{k:02d}" for k in range(1, 13)] + [f"G{k}" for k in range(1, 5)]
+                                         + [f"I{k}" for k in range(1, 5)])
     for c in claims:
         assert {"id", "effect", "verdict", "measured", "rule", "experiment", "comparison", "plot", "notes"} <= set(c)
         assert c["verdict"] in C_VERDICTS
-    assert set(res.config["experiments"]) == {"main", "fig2", "fig3", "fig4", "theory", "geometry"}
+    assert set(res.config["experiments"]) == {"main", "fig2", "fig3", "fig4", "theory", "geometry", "influence"}
 
 
 def test_nearby_settings_run_for_every_decided_claim(fake, tmp_path):

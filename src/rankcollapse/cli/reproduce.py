@@ -15,7 +15,7 @@ from ._output import check_format, print_json, print_table
 #: to it would be ignored, so it is refused.
 SUBCOMMAND_OPTIONS = {"summary": {"fmt"}, "schedules": {"out", "scale", "seed"}}
 
-HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, all, or schedules:
+HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, geometry, influence, all, or schedules:
 collapse rate of mask schedules at equal attention budget) on real
 Wikipedia windows and write the tidy table, plots, claims.json, config.json and a
 self-contained report.html to --out (default runs/<UTC time>). Results are cached by
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
     @app.command("reproduce", help=HELP)
     def reproduce(
         ctx: typer.Context,
-        name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, all, a comma-separated list (fig3,fig4), or summary."),
+        name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, geometry, influence, all, a comma-separated list (fig3,fig4), or summary."),
         target: Optional[Path] = typer.Argument(None, help="With `summary`: the run folder to summarise."),
         fmt: Optional[str] = typer.Option(None, "--format", help="stdout: table (default) or json (the claims); "
                                           "with `summary`: markdown (default, the README table) or json."),

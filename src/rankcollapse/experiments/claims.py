@@ -14,6 +14,10 @@ matches two is an error naming them):
 - ``{stat: spearman, metric, with, select, from_layer}``: Spearman's ρ across layers
   between ``metric`` and the metric ``with`` (or the layer index, ``with: layer``),
   its interval from the same window resampling of both curves;
+- ``{stat: profile_spearman, metric, select, against, layer | over, from_layer}``:
+  Spearman's ρ across input positions between two per-position profiles (rows at
+  ``point = position.j``) at one layer, or their ``median``/``min``/``max`` over layers;
+  ``against`` changes the select for the second profile; windows resampled for both;
 - ``{stat: rate, metric, select, from_layer}``: fitted per-layer rate ``exp(slope)`` of
   ``log value`` over layers ``from_layer`` (default 1) .. last, floor layers left out;
 - ``{stat: envelope_rate, n, select: {mask_spec}}``: the fastest per-layer rate Theorem 1's
@@ -193,6 +197,10 @@ def _qtext(q: dict[str, Any]) -> str:
         where += f"(where {w.get('metric')} {w.get('op', '>=')} {w.get('value')})"
     if stat == "spearman":
         return f"spearman({q['metric']}, {q.get('with', 'layer')}){'@' + str(fl) + '..' if fl else ''}[{sel}]"
+    if stat == "profile_spearman":
+        vs = ",".join(f"{k}={v}" for k, v in (q.get("against") or {}).items())
+        at = f"@{q['layer']}" if q.get("layer") is not None else f" {q.get('over', 'median')} over layers{'@' + str(fl) + '..' if fl else ''}"
+        return f"spearman_positions({q['metric']}[{sel}], [{vs}]){at}"
     head = {"value": "", "change": "change ", "min": "min_layers ", "max": "max_layers ", "rate": "rate "}[stat]
     return f"{head}{q['metric']}{where}[{sel}]"
 

@@ -23,7 +23,7 @@ from ..sweep.units import Unit
 from .keys import current, current_config
 from .schema import validate_config
 
-EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry")
+EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry", "influence")
 ALIASES = {"": "main", "all": "all"}
 SCALES = ("quick", "large", "paper", "smoke")
 #: Simulated networks run to this multiple of the claim depth, so every verdict is also
@@ -137,7 +137,7 @@ def _apply_grid_overrides(kind: str, grid: dict[str, list], overrides: dict[str,
 def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[str, Any]:
     kind = spec["kind"]
     out: dict[str, Any] = {}
-    if kind in ("simulate", "pretrained_sa", "probe"):
+    if kind in ("simulate", "pretrained_sa", "probe", "model_influence"):
         per_model = sc.get("n_samples_per_model", {})
         n = int(overrides.get("n_samples") or per_model.get(params.get("model", ""), sc.get("n_samples", 16)))
         # a control unit (role: control) shows an effect that is certainly there or certainly

@@ -12,6 +12,10 @@ the dotted reference line of the same colour). On a log y-axis only values <= 0 
 exactly 0 after full collapse) are moved: to a floor one decade below the smallest
 positive value of the figure, drawn with a hollow downward triangle and a grey dotted
 line labelled "≤ 0"; every positive value is drawn where it is.
+
+Profiles (``x: position``): rows at ``point = position.j`` (influence profiles, one row
+per layer or depth and input position) are drawn against the position, one curve per
+depth (:func:`draw_profiles`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import pandas as pd
 from .._figure import colour, new_figure
 from ..errors import ConfigError
 from .quantities import select_rows
-from .table import CONDITION_COLUMNS, applies
+from .table import CONDITION_COLUMNS, applies, condition_of
 
 METRIC_LABELS = {
     "mu": "μ(X) = ‖X − 1γ_X‖_F",
@@ -135,6 +139,8 @@ def draw(table: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
     rows = _rows(table, spec)
     if rows.empty:
         return None
+    if spec.get("x") == "position":
+        return draw_profiles(rows, spec, ax=ax)
     panel_key, line_key = spec.get("panels"), _line_key(spec)
     panels = _ordered(list(rows[panel_key].unique()), panel_key) if panel_key else [None]
     ncol = min(len(panels), int(spec.get("ncols", 2)))
@@ -274,3 +280,61 @@ def _line(ax, rows: pd.DataFrame, label: str, style: dict[str, Any], loglog: boo
     if low.any():
         ax.plot(x[low], y[low], ls="none", marker="v", ms=6, mfc="none", color=colour)
     return bool(low.any())
+
+
+def draw_profiles(rows: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
+    """Profiles against the input position (``x: position``): one panel per value of
+    ``panels`` (a column, or ``condition``: one per condition), one curve per depth
+    (the ``layer`` column; at most ~8, :func:`rankcollapse.masks.influence.shown_depths`),
+    the mean over windows, on a log y-axis (values below the smallest normal float64
+    are left out). Returns the figure (``ax``: an axes or array of axes to draw on)."""
+    from ..masks.influence import shown_depths
+
+    rows = rows[rows["point"].str.startswith("position.")]
+    rows = rows.assign(_pos=rows["point"].str.slice(len("position.")).astype(np.int64))
+    key = spec.get("panels")
+    if key == "condition":
+        cols = [c for c in CONDITION_COLUMNS if c in rows]
+        keys = rows[cols].drop_duplicates()
+        label = dict(zip(map(tuple, keys.astype(str).to_numpy()), (condition_of(r) for r in keys.to_dict("records"))))
+        rows = rows.assign(_panel=[label[k] for k in map(tuple, rows[cols].astype(str).to_numpy())])
+    else:
+        rows = rows.assign(_panel=rows[key].astype(str) if key else "")
+    panels = list(dict.fromkeys(rows["_panel"]))
+    ncol = min(len(panels), int(spec.get("ncols", 2)))
+    nrow = int(np.ceil(len(panels) / ncol))
+    if ax is None:
+        fig = new_figure((4.2 * ncol, 3.2 * nrow))
+        axes = fig.subplots(nrow, ncol, squeeze=False)
+    else:
+        axes = np.asarray(ax, dtype=object).reshape(1, -1)
+        fig = axes.flat[0].figure
+    tiny = np.finfo(np.float64).tiny
+    for a, panel in zip(axes.flat, panels):
+        sub = rows[rows["_panel"] == panel]
+        depths = shown_depths(int(sub["layer"].max()))
+        for i, h in enumerate(depths):
+            line = sub[sub["layer"] == h].sort_values("_pos")
+            keep = line["mean"].to_numpy() >= tiny
+            a.plot(line["_pos"].to_numpy()[keep], line["mean"].to_numpy()[keep], lw=1.1,
+                   color=colour(int(220 * i / max(len(depths) - 1, 1)), "viridis"), label=f"{h}")
+        a.set_yscale(spec.get("yscale") or "log")
+        a.set_title(_short(panel, rows, key), fontsize=7)
+        a.set_xlabel(spec.get("xlabel", "input position j"))
+        a.grid(True, which="major", alpha=0.3)
+        a.legend(title=spec.get("legend_title", "depth"), fontsize=6, title_fontsize=7, frameon=False, ncol=2)
+    for a in axes.flat[len(panels):]:
+        a.set_visible(False)
+    for a in axes[:, 0]:
+        a.set_ylabel(spec.get("ylabel", spec["metric"]))
+    fig.suptitle(spec["title"], fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _short(panel: str, rows: pd.DataFrame, key: str | None) -> str:
+    """A panel title: the condition without the columns every panel shares."""
+    if key != "condition":
+        return f"{key}: {panel}" if key else panel
+    shared = set.intersection(*(set(p.split(" ")) for p in rows["_panel"].unique()))
+    return " ".join(b for b in panel.split(" ") if b not in shared) or panel

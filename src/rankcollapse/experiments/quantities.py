@@ -239,6 +239,8 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
         return Value.const(_envelope_rate(q), ctx.n_boot)
     if stat == "spearman":
         return _spearman(table, q, setting, ctx)
+    if stat == "profile_spearman":
+        return _profile_spearman(table, q, setting, ctx)
     sel = dict(q.get("select", {}))
     rows, layers, seeds, M, W = _condition(table, q["metric"], sel, setting, ctx)
     S = len(seeds)
@@ -330,8 +332,8 @@ def _stat(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], stat: str, ctx: 
         return getattr(np, f"nan{stat}")(M[:, keep], axis=1), None
     if stat == "rate":
         return _rate(M, layers, q, ctx, simulated, floor), None
-    raise ConfigError(f"unknown quantity stat {stat!r}; use value, change, min, max, rate, spearman, envelope_rate, "
-                      "ratio or difference")
+    raise ConfigError(f"unknown quantity stat {stat!r}; use value, change, min, max, rate, spearman, profile_spearman, "
+                      "envelope_rate, ratio or difference")
 
 
 def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext, simulated: bool,
@@ -460,3 +462,91 @@ def _spearman(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCon
     return Value(float(rho[0]), rho[1 + S:], {s: float(rho[1 + i]) for i, s in enumerate(seeds)}, False, W,
                  len([s for s in seeds if s >= 0]), tuple(conditions(select_rows(table, {**sel, "metric": q["metric"]},
                                                                                  setting))))
+
+
+#: Reductions of per-layer profile correlations (``over``).
+PROFILE_OVER = ("median", "min", "max")
+
+
+def _profile_means(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: str, ctx: EvalContext
+                   ) -> tuple[np.ndarray, np.ndarray, int, tuple[str, ...]]:
+    """``(layers (L,), M (1 + 1 + n_boot, L, J), W, conditions)``: one condition's
+    per-position rows (``point = position.j``) of ``metric``, averaged over windows: the
+    point estimate, the (single) seed, then the bootstrap replicates of
+    :meth:`EvalContext.window_counts` (so two profiles over the same windows pair)."""
+    rows = select_rows(table, {**sel, "metric": metric}, setting)
+    rows = rows[rows["point"].str.startswith("position.")]
+    if rows.empty:
+        raise MissingData(f"no per-position rows for metric={metric} " + ", ".join(f"{k}={v}" for k, v in sel.items()), sel)
+    one_condition(rows, f"selection {sel} of metric {metric}")
+    if rows["seed"].nunique() > 1:
+        raise ConfigError(f"profile_spearman of {metric}: rows of {rows['seed'].nunique()} seeds; select one")
+    layers = np.array(sorted(rows["layer"].unique()), dtype=np.int64)
+    pos = rows["point"].str.slice(len("position.")).astype(np.int64).to_numpy()
+    n_pos = int(pos.max()) + 1
+    w = max(int(rows["values"].map(len).max()), 1)
+    V = np.full((len(layers), n_pos, w), np.nan)
+    li = np.searchsorted(layers, rows["layer"].to_numpy())
+    for i, j, mean, vals in zip(li, pos, rows["mean"], rows["values"]):
+        V[i, j, :] = vals if len(vals) else mean
+    cw = np.vstack([np.ones((2, w)), ctx.window_counts(w) if w > 1 else np.ones((ctx.n_boot, 1))])
+    ok = np.isfinite(V)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        M = np.einsum("rw,ljw->rlj", cw, np.where(ok, V, 0.0)) / np.einsum("rw,ljw->rlj", cw, ok.astype(np.float64))
+    return layers, M, (w if w > 1 else 0), tuple(conditions(rows))
+
+
+def rank_correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's ρ along the last axis of ``x, y (..., J)`` (finite values): the
+    Pearson correlation of their ranks, ties sharing their mean rank
+    (``scipy.stats.rankdata``; Spearman 1904), the definition of
+    :func:`spearman_rows`, vectorised over the leading axes. NaN where a side is constant."""
+    from scipy.stats import rankdata
+
+    a, b = rankdata(x, axis=-1), rankdata(y, axis=-1)
+    a, b = a - a.mean(-1, keepdims=True), b - b.mean(-1, keepdims=True)
+    den = np.sqrt((a * a).sum(-1) * (b * b).sum(-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (a * b).sum(-1) / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _profile_spearman(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalContext) -> Value:
+    """``{stat: profile_spearman, metric, select, against, layer | over, from_layer}``:
+    Spearman's ρ across input positions, per layer, between the window-mean profile of
+    ``metric`` under ``select`` and the one under ``select`` updated by ``against``
+    (e.g. ``{variant: predicted}``). ``layer`` reads one layer; ``over`` (``median``,
+    ``min``, ``max``) reduces the layers ``>= from_layer`` at which the ``against``
+    profile ranks something (:func:`rankcollapse.masks.influence.ranks_something`; ρ
+    against a profile with fewer than three distinct values would rank rounding noise,
+    so those layers are NaN and left out). Each bootstrap replicate resamples the
+    windows once for both profiles and recomputes every ρ."""
+    from ..masks.influence import ranks_something
+
+    sel = dict(q.get("select", {}))
+    other = {**sel, **dict(q.get("against") or {})}
+    layers, X, W, conds = _profile_means(table, q["metric"], sel, setting, ctx)
+    layers2, Y, W2, conds2 = _profile_means(table, q["metric"], other, setting, ctx)
+    if X.shape[2] != Y.shape[2]:
+        raise ConfigError(f"profile_spearman: {X.shape[2]} positions against {Y.shape[2]}")
+    if W and W2 and W != W2:
+        raise ConfigError(f"profile_spearman: the two profiles have {W} and {W2} windows")
+    common = np.intersect1d(layers, layers2)
+    X, Y = X[:, np.isin(layers, common)], Y[:, np.isin(layers2, common)]
+    rho = rank_correlation(X, Y)  # (R, L)
+    ranks = np.array([ranks_something(Y[0, k]) for k in range(len(common))])
+    rho[:, ~ranks] = np.nan
+    if "layer" in q and q["layer"] is not None:
+        want = int(common.max()) if q["layer"] == "last" else int(q["layer"])
+        if want not in common:
+            raise MissingData(f"profile_spearman of {q['metric']}: layer {want} not in the rows", sel)
+        vals = rho[:, int(np.flatnonzero(common == want)[0])]
+    else:
+        over = q.get("over", "median")
+        if over not in PROFILE_OVER:
+            raise ConfigError(f"profile_spearman: over must be one of {', '.join(PROFILE_OVER)}, got {over!r}")
+        keep = (common >= int(q.get("from_layer", 0) or 0)) & ranks
+        if not keep.any():
+            raise MissingData(f"profile_spearman of {q['metric']}: no layer where the {other} profile ranks anything", sel)
+        with np.errstate(all="ignore"):
+            vals = getattr(np, f"nan{over}")(rho[:, keep], axis=1)
+    return Value(float(vals[0]), vals[2:], {-1: float(vals[1])}, False, max(W, W2), 0, conds + conds2)

@@ -284,7 +284,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
                    nearby: bool = True, write: bool = True, executor: str = "serial", workers: int | None = None,
                    address: str | None = None, recompute: bool = False, wait: bool = False,
                    allow_nonempty: bool = False) -> RunResult:
-    """Run experiment ``name`` (``main``, ``fig2``, ``fig3``, ``fig4``, ``theory`` or ``all``).
+    """Run experiment ``name`` (``main``, ``fig2``, ``fig3``, ``fig4``, ``theory``, ``geometry``, ``influence`` or ``all``).
 
     Parameters
     ----------

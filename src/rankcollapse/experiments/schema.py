@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import ConfigError, excerpt
 from ..sweep.units import unit_kinds
+from . import influence_units as _influence_units  # noqa: F401  (registers mask_influence, model_influence)
 from . import units as _units  # noqa: F401  (registers the experiments' unit kinds)
 from .keys import current_config, current_study
 
@@ -86,6 +87,8 @@ class Quantity(_Strict):
     n_tokens: Optional[int] = Field(default=None, ge=2)  # for stat: envelope_rate
     where: Optional[dict[str, Any]] = None  # stat: min | max, layers where another metric passes a bound
     with_: Optional[str] = Field(default=None, alias="with")  # stat: spearman, the other metric or "layer"
+    against: Optional[dict[str, Any]] = None  # stat: profile_spearman, the other profile's select changes
+    over: Optional[Literal["median", "min", "max"]] = None  # stat: profile_spearman, reduction over layers
 
 
 class Check(_Strict):

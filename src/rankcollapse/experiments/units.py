@@ -61,11 +61,12 @@ def compute_dtype(unit: Unit) -> str:
     epsilon is their floor (docs/reproduce.md, "Floors"): a simulated or attention-only
     network runs in its ``dtype`` parameter (float64 by default), whatever the storage type
     of its input (float32 embeddings enter a float64 trajectory exactly and every layer
-    after is computed to float64's resolution); a probe runs the model's float32 forward;
-    theory checks are float64 throughout."""
+    after is computed to float64's resolution); a probe (and a model's measured
+    influence) runs the model's float32 forward; theory checks and mask influence
+    profiles are float64 throughout."""
     if unit.kind in ("simulate", "pretrained_sa"):
         return str(unit.params.get("dtype", "float64"))
-    return "float64" if unit.kind == "theory" else "float32"
+    return "float64" if unit.kind in ("theory", "mask_influence") else "float32"
 
 
 def _norm_of(p: dict[str, Any]) -> str:

@@ -418,7 +418,7 @@ def draw_influence(result: Influence, *, ax: Any = None, max_points: int = 4096)
     fig, ax = new_axes(ax, figsize=(7.0, 4.2))
     n, depth = result.n_tokens, result.depth
     pos = np.unique(np.linspace(0, n - 1, min(n, max_points)).round().astype(np.int64))
-    shown = sorted({1, depth, *range(1, depth + 1, max(1, depth // 6))})  # at most ~8 curves
+    shown = shown_depths(depth)
     for k, h in enumerate(shown):
         y = result.profiles[h - 1][pos]
         keep = y >= np.finfo(np.float64).tiny
@@ -432,3 +432,57 @@ def draw_influence(result: Influence, *, ax: Any = None, max_points: int = 4096)
     ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
     return fig
+
+
+def ranks_something(profile: np.ndarray) -> bool:
+    """Whether ``profile`` (float ``(N,)``) has at least three distinct values to 9
+    significant digits (relative to its maximum). A profile with fewer ranks nothing: a
+    rank correlation with it would rank the rounding noise of the other side among its
+    tied positions (uniform attention's first layer under the causal mask; every layer
+    under the complete mask but for the self term)."""
+    profile = np.asarray(profile, dtype=np.float64)
+    scaled = profile / profile.max() if profile.max() > 0 else profile
+    return np.unique(np.round(scaled, 9)).size >= 3
+
+
+def shown_depths(depth: int) -> list[int]:
+    """The depths a figure draws one curve each for: 1, ``depth`` and about six evenly
+    spaced between (at most ~8 curves)."""
+    return sorted({1, depth, *range(1, depth + 1, max(1, depth // 6))})
+
+
+def window_horizon(width: int, depth: int, alpha: float, epsilon: float = 0.01) -> float:
+    """Normal (central-limit) approximation of the effective horizon of
+    ``causal_sliding_window:w=width`` under uniform attention with residual ``alpha``
+    after ``depth`` layers, on a sequence long enough that no path reaches token 0
+    (``N - 1 >= depth (width - 1)``).
+
+    Derivation (docs/masks.md, "Horizon of a causal window"). Row ``N-1`` of
+    ``P_H ... P_1`` is the law of the position reached by walking back from ``N-1``:
+    at each layer the walk stays with probability ``alpha`` and otherwise moves back by
+    ``U ~ Uniform{0, ..., W-1}`` (uniform attention over the query and its ``W - 1``
+    predecessors). So ``I[N-1-d] = P(D = d)``, ``D = S_1 + ... + S_H`` with i.i.d. steps
+    ``S = B U``, ``B ~ Bernoulli(1 - alpha)``:
+
+        E S = (1 - alpha)(W - 1)/2,   Var S = (1 - alpha)(W^2 - 1)/12 + alpha (1 - alpha)(W - 1)^2/4,
+
+    and the effective horizon (the fewest recent positions holding ``1 - epsilon`` of the
+    mass, :func:`summarize`) is ``q_{1-epsilon}(D) + 1``. With the continuity-corrected
+    normal quantile, ``horizon ~ ceil(H E S + z sqrt(H Var S) + 1/2)``, ``z = Phi^{-1}(1 -
+    epsilon)``, capped by the receptive field ``H (W - 1) + 1``. It grows with the depth
+    (as ``H`` plus ``sqrt(H)``), unlike ``W ln(epsilon) / ln(1 - alpha)``, the horizon of a
+    walk that stops for good with probability ``alpha`` at each step.
+
+    Returns a float (a whole number of positions). Raises :class:`MaskError` for
+    ``width < 1``, ``depth < 1``, ``alpha`` outside ``[0, 1]`` or ``epsilon`` outside ``(0, 1)``.
+    """
+    from scipy.stats import norm
+
+    w = check_int(width, "width", low=1, error=MaskError)
+    h = check_int(depth, "depth", low=1, error=MaskError)
+    (a,) = _check_alphas(alpha, 1)
+    _check_params(0.0, epsilon, "last", 1)
+    mean = (1.0 - a) * (w - 1) / 2.0
+    var = (1.0 - a) * (w * w - 1) / 12.0 + a * (1.0 - a) * (w - 1) ** 2 / 4.0
+    z = float(norm.ppf(1.0 - float(epsilon)))
+    return float(min(math.ceil(h * mean + z * math.sqrt(h * var) + 0.5), h * (w - 1) + 1))

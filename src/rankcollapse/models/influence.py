@@ -73,8 +73,10 @@ def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probe
         One row per layer ``k = 1..L``, columns :data:`COLUMNS` (``rho_X``: ρ between the
         prediction and profile ``X``; ``rho_rollout_gradient``: rollout vs gradient;
         ``first_token_*``: the normalised profile's entry 0). ``df.attrs``: ``model``,
-        ``family``, ``mask``, ``length`` and ``profiles`` (name -> float64 ``(L, N)``, rows
-        normalised to sum 1, means over windows). Definitions: module docstring.
+        ``family``, ``mask``, ``length``, ``profiles`` (name -> float64 ``(L, N)``, rows
+        normalised to sum 1, means over windows) and ``per_window`` (``gradient`` and
+        ``rollout`` -> float64 ``(W, L, N)``, each window's profile before normalising:
+        ``profiles`` is their mean over windows, normalised). Definitions: module docstring.
 
     Raises
     ------
@@ -86,7 +88,7 @@ def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probe
     """
     from scipy.stats import spearmanr
 
-    from ..masks.influence import influence
+    from ..masks.influence import influence, ranks_something
 
     loaded = as_loaded(loaded)
     if (n_probes is not None and n_probes < 1) or batch_size < 1:
@@ -107,22 +109,26 @@ def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probe
     maps: list[list[np.ndarray]] = [[] for _ in range(n_layers)]  # head-mean maps per layer, per window
     norms = np.zeros((n_layers, 2))  # sum of per-token norms: residual input, attention output
     count = 0
+    window_grads: list[np.ndarray] = []
     for start in range(0, ids_all.shape[0], batch_size):
         ids, am = ids_all[start:start + batch_size], am_all[start:start + batch_size]
         grads, batch_maps, batch_norms = _batch(loaded, stack, ids, am, n_probes, gen)
         sums["gradient"] += grads.sum(0)
+        window_grads.append(grads)
         for k in range(n_layers):
             maps[k].extend(batch_maps[k])
         norms += batch_norms
         count += ids.shape[0]
     alpha = norms[:, 0] / norms.sum(1)
     native = families.family(loaded.family).native_mask
+    rollout = _rollout_windows(maps, alpha)
     predicted = influence(native, n, depth=n_layers, alpha=alpha.tolist()).profiles
     profiles = {"predicted": predicted, "gradient": _normalise(sums["gradient"] / count),
-                "rollout": _normalise(_rollout(maps, alpha)), "rollout_half": _normalise(_rollout(maps, 0.5))}
+                "rollout": _normalise(_window_mean(rollout)), "rollout_half": _normalise(_rollout(maps, 0.5))}
+    per_window = {"gradient": np.concatenate(window_grads), "rollout": rollout}
     rows = []
     for k in range(n_layers):
-        ranks = _ranks_something(predicted[k])
+        ranks = ranks_something(predicted[k])
         rho = {name: float(spearmanr(predicted[k], profiles[name][k]).statistic) if ranks else float("nan")
                for name in ("gradient", "rollout", "rollout_half")}
         rows.append({"layer": k + 1, "alpha": float(alpha[k]), "rho_gradient": rho["gradient"],
@@ -132,7 +138,7 @@ def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probe
                      "first_token_predicted": float(predicted[k, 0]), "n_windows": count})
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df.attrs.update(model=loaded.name, family=loaded.family, mask=native, length=n, profiles=profiles,
-                    n_probes=n_probes)
+                    per_window=per_window, n_probes=n_probes)
     return df
 
 
@@ -191,23 +197,30 @@ def _probes(h: torch.Tensor, n_probes: int | None, gen: torch.Generator) -> Any:
         yield torch.randn(h.shape, generator=gen).to(dtype=h.dtype, device=h.device)
 
 
-def _ranks_something(profile: np.ndarray) -> bool:
-    """Whether ``profile`` has at least three distinct values to 9 significant digits."""
-    scaled = profile / profile.max() if profile.max() > 0 else profile
-    return np.unique(np.round(scaled, 9)).size >= 3
-
-
 def _rollout(maps: list[list[np.ndarray]], alpha: Any) -> np.ndarray:
     """Mean over windows of row ``N-1`` of ``R_k = (a_k I + (1-a_k) Ā_k) R_{k-1}``, ``(L, N)``."""
+    return _window_mean(_rollout_windows(maps, alpha))
+
+
+def _window_mean(per: np.ndarray) -> np.ndarray:
+    """``per (W, L, N)`` summed over windows in order, divided by W."""
+    out = np.zeros(per.shape[1:])
+    for w in range(per.shape[0]):
+        out += per[w]
+    return out / per.shape[0]
+
+
+def _rollout_windows(maps: list[list[np.ndarray]], alpha: Any) -> np.ndarray:
+    """Row ``N-1`` of ``R_k = (a_k I + (1-a_k) Ā_k) R_{k-1}`` of each window, ``(W, L, N)``."""
     n_layers, n_windows = len(maps), len(maps[0])
     a = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (n_layers,))
-    out = np.zeros((n_layers, maps[0][0].shape[0]))
+    out = np.zeros((n_windows, n_layers, maps[0][0].shape[0]))
     for w in range(n_windows):
         r = np.eye(maps[0][w].shape[0])
         for k in range(n_layers):
             r = (a[k] * np.eye(r.shape[0]) + (1.0 - a[k]) * maps[k][w]) @ r
-            out[k] += r[-1]
-    return out / n_windows
+            out[w, k] = r[-1]
+    return out
 
 
 def _normalise(profiles: np.ndarray) -> np.ndarray:

@@ -1,0 +1,189 @@
+"""Influence profiles as table rows: the ``mask_influence`` and ``model_influence`` unit
+kinds of the position-bias experiment (``configs/influence.yaml``, docs/reproduce.md,
+"Position-bias claims").
+
+``mask_influence`` (exact, float64): :func:`rankcollapse.masks.influence` of a mask
+under uniform attention with residual weight ``alpha`` on ``n_tokens`` tokens, one row
+per depth ``h = 1..H`` (``layer = h``) and metric:
+
+* ``first_token_mass`` ``I_h[0]``, ``last_token_mass`` ``I_h[N-1]`` and
+  ``effective_horizon`` (:func:`~rankcollapse.masks.influence.summarize`);
+* ``first_token_step`` ``I_h[0] / I_{h-1}[0]`` (depths 2..H, where ``I_{h-1}[0] > 0``):
+  above 1 where the first token's influence grows from one depth to the next;
+* ``recency_ratio`` ``I_h[N-1] / I_h[N-2]`` (where ``I_h[N-2] > 0``): the last (self)
+  position against its neighbour, above 1 for a recency peak;
+* for ``causal_sliding_window:w=W``: ``horizon_predicted``, the normal approximation
+  :func:`~rankcollapse.masks.influence.window_horizon`, and ``horizon_geometric``,
+  ``W ln(epsilon) / ln(1 - alpha)`` (the horizon of a walk that stops for good with
+  probability ``alpha`` at each step, issue 29's guess);
+* with ``profiles: true``, the profile itself: metric ``influence``, one row per depth
+  and input position ``j`` (``point = "position.j"``).
+
+Labels: ``source = mask_influence``, ``model = uniform``, ``variant =
+"alpha=A,n_tokens=N"`` (``,decay=m`` with a decay), ``depth = H``, ``dtype = float64``.
+The rows hold no per-window values: they are exact, and a claim's interval on them is
+a point.
+
+``model_influence``: :func:`rankcollapse.models.influence.measure_influence` of a
+pretrained model (or its random-init control) on the run's windows. Rows of metric
+``influence`` at ``point = "position.j"`` and ``layer = k``, one condition per
+``variant``: ``gradient`` and ``rollout`` (their per-window values, unnormalised
+gradient norms and rollout rows, so a claim's bootstrap resamples the windows),
+``predicted`` (the mask-only prediction with the per-layer ``alpha`` fitted on all
+windows; a constant) and ``predicted_shuffled`` (the prediction with its positions
+permuted by a fixed permutation, seed ``shuffle_seed``: a profile with no relation to
+position, the correlation claim's negative control). Per layer also ``alpha`` and the
+point estimates ``rho_gradient``, ``rho_rollout`` (Spearman across positions, NaN where
+the prediction ranks nothing).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ConfigError
+from ..sweep.units import register_unit_kind
+from .keys import stored_params
+from .table import normalise
+from .units import _labels, _probe_condition, mask_name
+
+#: The ``point`` of a per-position row: ``position.<j>`` (0-based input position).
+POSITION_PREFIX = "position."
+
+
+def _row(layer: int, metric: str, value: float, **extra: Any) -> dict[str, Any]:
+    v = float(value)
+    return {"layer": layer, "metric": metric, "mean": v, "std": 0.0, "q05": v, "q25": v, "q50": v, "q75": v, "q95": v,
+            "n_samples": 1, **extra}
+
+
+def _variant(alpha: float, n_tokens: int, decay: float) -> str:
+    return f"alpha={alpha:g},n_tokens={n_tokens}" + (f",decay={decay:g}" if decay else "")
+
+
+def window_width(spec: str) -> int | None:
+    """``W`` of ``causal_sliding_window:w=W`` (None for any other spec)."""
+    name, _, args = str(spec).partition(":")
+    if name != "causal_sliding_window":
+        return None
+    return int(dict(a.split("=") for a in args.split(","))["w"])
+
+
+def mask_influence_rows(p: dict[str, Any]) -> pd.DataFrame:
+    """Rows of one ``mask_influence`` unit (module docstring) from its parameters
+    ``mask``, ``n_tokens``, ``depth``, ``alpha`` and optionally ``decay`` (0),
+    ``epsilon`` (0.01), ``profiles`` (False).
+
+    Raises
+    ------
+    MaskError
+        A bad spec, N, depth, alpha, decay or epsilon (:func:`~rankcollapse.masks.influence`).
+    """
+    from ..masks.influence import influence, window_horizon
+
+    spec, n, depth = str(p["mask"]), int(p["n_tokens"]), int(p["depth"])
+    alpha, decay, eps = float(p["alpha"]), float(p.get("decay", 0.0)), float(p.get("epsilon", 0.01))
+    res = influence(spec, n, depth=depth, alpha=alpha, decay=decay, epsilon=eps)
+    prof = res.profiles
+    width = window_width(spec)
+    rows = []
+    for h in range(1, depth + 1):
+        s = res.per_depth[h - 1]
+        rows += [_row(h, "first_token_mass", s["first_token_mass"]), _row(h, "last_token_mass", s["last_token_mass"]),
+                 _row(h, "effective_horizon", s["effective_horizon"])]
+        if n >= 2 and prof[h - 1, -2] > 0:  # a ratio only where the neighbour has influence
+            rows.append(_row(h, "recency_ratio", prof[h - 1, -1] / prof[h - 1, -2]))
+        if h >= 2 and prof[h - 2, 0] > 0:  # no step from a first token the last cannot reach yet
+            rows.append(_row(h, "first_token_step", prof[h - 1, 0] / prof[h - 2, 0]))
+        if width is not None and not decay:
+            rows.append(_row(h, "horizon_predicted", window_horizon(width, h, alpha, eps)))
+            if 0.0 < alpha < 1.0:
+                rows.append(_row(h, "horizon_geometric", width * math.log(eps) / math.log(1.0 - alpha)))
+    df = pd.DataFrame(rows)
+    if p.get("profiles"):
+        df = pd.concat([df, _profile_rows(prof)], ignore_index=True)
+    return df
+
+
+def _profile_rows(prof: np.ndarray, values: np.ndarray | None = None) -> pd.DataFrame:
+    """Rows of metric ``influence`` for a profile ``prof (L, N)`` (row ``k-1`` = layer or
+    depth ``k``); ``values (W, L, N)``: the per-window values each row keeps, summarised
+    by :func:`rankcollapse.summary.summarise` (``prof`` is their mean), else the row is a
+    constant."""
+    n_layers, n = prof.shape
+    layer = np.repeat(np.arange(1, n_layers + 1), n)
+    pos = np.tile(np.arange(n), n_layers)
+    mean = prof.reshape(-1).astype(np.float64)
+    df = pd.DataFrame({"layer": layer, "metric": "influence", "point": [f"{POSITION_PREFIX}{j}" for j in pos],
+                       "mean": mean})
+    if values is None:
+        for k in ("q05", "q25", "q50", "q75", "q95"):
+            df[k] = mean
+        df["std"], df["n_samples"] = 0.0, 1
+        return df
+    from ..summary import summarise
+
+    flat = values.reshape(values.shape[0], -1).T  # (L * N, W)
+    stats = summarise(flat)  # the one summariser of every per-layer table
+    for k, v in stats.items():
+        if k != "mean":
+            df[k] = v
+    df["values"] = list(flat)
+    return df
+
+
+def run_mask_influence(unit: Any, ctx: Any) -> pd.DataFrame:
+    """The ``mask_influence`` unit kind (module docstring)."""
+    p = unit.params
+    labels = _labels(unit, model="uniform", variant=_variant(float(p["alpha"]), int(p["n_tokens"]),
+                                                              float(p.get("decay", 0.0))),
+                     depth=int(p["depth"]), mask=mask_name(p["mask"]), mask_spec=str(p["mask"]))
+    return normalise(mask_influence_rows(p), labels)
+
+
+def model_influence_rows(df: pd.DataFrame, shuffle_seed: int = 0) -> pd.DataFrame:
+    """Rows of one ``model_influence`` unit from :func:`~rankcollapse.models.influence.
+    measure_influence`'s table ``df`` (its ``attrs`` hold the profiles); a ``variant``
+    column tells the profiles apart (module docstring)."""
+    prof, per = df.attrs["profiles"], df.attrs["per_window"]
+    n = prof["predicted"].shape[1]
+    perm = np.random.default_rng(shuffle_seed).permutation(n)
+    parts = [_profile_rows(per["gradient"].mean(0), per["gradient"]).assign(variant="gradient"),
+             _profile_rows(per["rollout"].mean(0), per["rollout"]).assign(variant="rollout"),
+             _profile_rows(prof["predicted"]).assign(variant="predicted"),
+             _profile_rows(prof["predicted"][:, perm]).assign(variant="predicted_shuffled")]
+    scalars = [_row(int(r["layer"]), m, r[m], variant="predicted") for r in df.to_dict("records")
+               for m in ("alpha", "rho_gradient", "rho_rollout")]
+    return pd.concat(parts + [pd.DataFrame(scalars)], ignore_index=True)
+
+
+def run_model_influence(unit: Any, ctx: Any) -> pd.DataFrame:
+    """The ``model_influence`` unit kind: ``model``, ``n_samples`` and optionally
+    ``control`` (``random-init``), ``n_probes`` (4), ``batch_size`` (4), ``shuffle_seed`` (0)."""
+    from ..models.families import family
+    from ..models.influence import measure_influence
+
+    p = unit.params
+    loaded = ctx.model(p["model"])
+    win = ctx.windows(p["model"], int(p["n_samples"]))
+    _, value, loaded = _probe_condition(p, loaded, ())
+    native = family(loaded.family).native_mask
+    n_probes = p.get("n_probes", 4)
+    if n_probes is not None and int(n_probes) < 1:
+        raise ConfigError(f"n_probes must be >= 1 or null, got {n_probes}")
+    df = measure_influence(loaded, win, batch_size=int(p.get("batch_size", 4)),
+                           n_probes=None if n_probes is None else int(n_probes), seed=int(p.get("probe_seed", 0)))
+    rows = model_influence_rows(df, int(p.get("shuffle_seed", 0)))
+    labels = _labels(unit, mask=native, mask_spec=native, value=value, family=loaded.family)
+    labels.pop("variant")
+    return normalise(rows, labels)
+
+
+# Registered with the sweep engine beside the other experiment kinds (schema.py imports
+# this module); a version is bumped when a change alters these units' labels or numbers.
+register_unit_kind("mask_influence", run_mask_influence, version=1, group="experiments", key_params=stored_params)
+register_unit_kind("model_influence", run_model_influence, version=1, group="experiments", key_params=stored_params)
