@@ -29,8 +29,16 @@ from .attention import attention_weights, masked_softmax
 from .config import FAST_NORMS, FAST_PLACEMENTS, BlockConfig
 from .layers import apply_norm, sphere
 from .operators import operator_weights, parse_attention
+from .sparse import BlockPlan, blocked_attention, merge_row_statistics
 from ..errors import ConfigError
 
+
+def _check_fast(cfg: BlockConfig) -> None:
+    if cfg.n_heads != 1 or cfg.mlp or cfg.out_proj or cfg.attention == "uniform":
+        raise ConfigError("single_head_layer runs one attention head without MLP or W_O; use simulate")
+    if cfg.placement not in FAST_PLACEMENTS or cfg.norm not in FAST_NORMS or cfg.qk_norm:
+        raise ConfigError(f"single_head_layer implements placements {FAST_PLACEMENTS} without dyt or qk_norm; "
+                          f"placement {cfg.placement!r}, norm {cfg.norm!r}, qk_norm={cfg.qk_norm} run in simulate")
 
 
 def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor,
@@ -70,11 +78,7 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
     MaskError
         A mask row with no allowed key.
     """
-    if cfg.n_heads != 1 or cfg.mlp or cfg.out_proj or cfg.attention == "uniform":
-        raise ConfigError("single_head_layer runs one attention head without MLP or W_O; use simulate")
-    if cfg.placement not in FAST_PLACEMENTS or cfg.norm not in FAST_NORMS or cfg.qk_norm:
-        raise ConfigError(f"single_head_layer implements placements {FAST_PLACEMENTS} without dyt or qk_norm; "
-                          f"placement {cfg.placement!r}, norm {cfg.norm!r}, qk_norm={cfg.qk_norm} run in simulate")
+    _check_fast(cfg)
     norm = lambda Y: _norm(Y, cfg, zero_rows, direct_sphere)  # noqa: E731
     Z, z = norm(X) if cfg.placement == "pre_ln" else (X, None)
     if cfg.attention != "softmax":  # sink, sigmoid, differential (dynamics.operators): rows need not sum to 1
@@ -89,6 +93,47 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
         return cfg.alpha * X + SA, A, z
     X, z = norm(cfg.alpha * X + SA if cfg.alpha else SA)
     return X, A, z
+
+
+def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, W_Q: torch.Tensor, W_K: torch.Tensor,
+                              W_V: torch.Tensor, cfg: BlockConfig, *, scale: float, zero_rows: str = "keep"):
+    """:func:`single_head_layer` on the windowed kernel of :mod:`.sparse` (the one
+    :func:`~rankcollapse.dynamics.simulate` runs long sequences on): no ``(N, N)`` array, the
+    attention's memory is that of :func:`~.sparse.blocked_attention`'s chunks, O(chunk N)
+    for the complete mask and O(edges) for sparse ones. Returns ``(X_next, stats,
+    n_zero_rows)`` with ``stats`` :func:`~.sparse.merge_row_statistics` of the layer's
+    weights (``epsilon``, ``entropy``, ``row_mass_deficit``, each ``(B,)``) in place of ``A``.
+
+    Parameters
+    ----------
+    X : float ``(B, N, d)``; plan : :class:`~.sparse.BlockPlan` of the mask.
+    W_Q, W_K : ``(B, d, d_k)``; W_V : ``(B, d, d)`` (per sample, as :func:`single_head_layer`).
+    cfg : as :func:`single_head_layer`, softmax attention only (the kernel computes softmax).
+    scale : scores ``q k^T * scale``.
+
+    The update is :func:`single_head_layer`'s with the same association ``(A Z) W_V``; the
+    two agree to round-off (``tests/phase/test_phase_long.py``).
+
+    Raises
+    ------
+    ConfigError
+        What :func:`single_head_layer` refuses, and attention other than softmax.
+    """
+    _check_fast(cfg)
+    if cfg.attention != "softmax":
+        raise ConfigError(f"attention {cfg.attention!r} runs on the dense path only (the windowed kernel computes "
+                          "softmax)")
+    norm = lambda Y: _norm(Y, cfg, zero_rows, False)  # noqa: E731
+    Z, z = norm(X) if cfg.placement == "pre_ln" else (X, None)
+    parts: dict = {}
+    O, _ = blocked_attention((Z @ W_Q).unsqueeze(1), (Z @ W_K).unsqueeze(1), Z.unsqueeze(1), plan, scale=scale,
+                             row_stats=parts)
+    stats = {k: v[:, 0] for k, v in merge_row_statistics(parts).items()}
+    SA = O[:, 0] @ W_V
+    if cfg.placement == "pre_ln":
+        return cfg.alpha * X + SA, stats, z
+    X, z = norm(cfg.alpha * X + SA if cfg.alpha else SA)
+    return X, stats, z
 
 
 def _norm(Y: torch.Tensor, cfg: BlockConfig, zero_rows: str, direct: bool):
