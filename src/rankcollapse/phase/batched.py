@@ -8,7 +8,7 @@ dynamics' fast path for one head without MLP (it agrees with
 :func:`rankcollapse.dynamics.simulate` to round-off, cell by cell:
 ``tests/phase/test_phase_regime.py``).
 
-Cells with more than :data:`DENSE_MAX_TOKENS` tokens (the axis's former cap, so every
+Cells with more than :data:`.grid.DENSE_MAX_TOKENS` tokens (the axis's former cap, so every
 cell that ran before runs as it did) go through
 :func:`rankcollapse.dynamics.single_head.single_head_layer_blocked` instead: the windowed
 kernel of :mod:`rankcollapse.dynamics.sparse`, whose attention memory is O(chunk N) for
@@ -33,33 +33,13 @@ from ..masks import parse_mask
 from ..masks.graph import analyze
 from ..metrics import mu, mu_relative
 from ..metrics.attention import row_entropy
+from .grid import DENSE_MAX_TOKENS, attention_path  # noqa: F401  (DENSE_MAX_TOKENS: re-exported)
 from .cell import block_config, build_weights, make_input, operator_columns, value_log_norm
 from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
 
 #: the axes a batch must share
 GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "alpha", "input", "attention")
-#: cells with more tokens run on the windowed kernel (module docstring)
-DENSE_MAX_TOKENS = 4096
-PATHS = ("auto", "dense", "blocked")
-
-
-def attention_path(n_tokens: int, path: str = "auto") -> str:
-    """``"dense"`` or ``"blocked"``: ``path`` itself, or for ``"auto"`` blocked above
-    :data:`DENSE_MAX_TOKENS` tokens.
-
-    Raises
-    ------
-    ConfigError
-        ``path`` not one of :data:`PATHS`.
-    """
-    from ..errors import ConfigError
-
-    if path not in PATHS:
-        raise ConfigError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
-    if path == "auto":
-        return "blocked" if n_tokens > DENSE_MAX_TOKENS else "dense"
-    return path
 
 
 def _stack(cells: list[dict[str, Any]], seeds: range, samples: int, depth: int):
@@ -78,7 +58,7 @@ def _stack(cells: list[dict[str, Any]], seeds: range, samples: int, depth: int):
 def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, seed: int = 0,
               path: str = "auto") -> list[dict[str, Any]]:
     """The rows of ``cells`` (all equal on :data:`GROUP_KEYS`), same fields as
-    :func:`.cell.run_cell`; ``path`` as :func:`attention_path` (the windowed kernel takes
+    :func:`.cell.run_cell`; ``path`` as :func:`.grid.attention_path` (the windowed kernel takes
     softmax attention only).
 
     Raises

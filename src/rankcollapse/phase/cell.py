@@ -156,16 +156,15 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
     ConfigError, MaskError
         A cell the dynamics cannot run (missing axes, bad mask, width mismatch:
         :func:`.grid.check_cells`).
-        A cell above :data:`.batched.DENSE_MAX_TOKENS` tokens (this records every layer's
+        A cell above :data:`.grid.DENSE_MAX_TOKENS` tokens (this records every layer's
         ``(N, N)`` attention; :func:`rankcollapse.phase.run_phase` runs such cells on the
         windowed kernel).
     MemoryLimitError
         The cell's :func:`.grid.cell_bytes` exceeds half the physical memory.
     """
     from ..dynamics import simulate
-    from .batched import DENSE_MAX_TOKENS
     from .predict import _envelope, _envelope_columns
-    from .grid import check_cells
+    from .grid import DENSE_MAX_TOKENS, check_cells
     from .regime import label_cell, theory_prediction
 
     check_cells([cell], samples)

@@ -108,6 +108,27 @@ def qk_scale_column(values: Any) -> Any:
     return values.map(str) if len(kinds) > 1 else values
 
 
+#: cells with more tokens run on the windowed kernel (:mod:`.batched`)
+DENSE_MAX_TOKENS = 4096
+PATHS = ("auto", "dense", "blocked")
+
+
+def attention_path(n_tokens: int, path: str = "auto") -> str:
+    """``"dense"`` or ``"blocked"``: ``path`` itself, or for ``"auto"`` blocked above
+    :data:`DENSE_MAX_TOKENS` tokens.
+
+    Raises
+    ------
+    ConfigError
+        ``path`` not one of :data:`PATHS`.
+    """
+    if path not in PATHS:
+        raise ConfigError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
+    if path == "auto":
+        return "blocked" if n_tokens > DENSE_MAX_TOKENS else "dense"
+    return path
+
+
 def _int(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -151,7 +172,7 @@ def _attention(text: str) -> str:
 
 #: axis name -> (parser of one value, default). ``d_qk`` 0 means "= d_model". ``qk_scale``
 #: is a number or ``log:γ`` (:func:`_qk_scale`). ``n_tokens`` above
-#: :data:`.batched.DENSE_MAX_TOKENS` runs on the windowed kernel. ``norm``,
+#: :data:`DENSE_MAX_TOKENS` runs on the windowed kernel. ``norm``,
 #: ``placement``, ``alpha`` and ``attention`` (softmax or an operator of
 #: :mod:`rankcollapse.dynamics.operators`) are the :class:`~rankcollapse.dynamics.config.BlockConfig`
 #: fields of the cell's layer; ``alpha`` not given is the placement's own (0 for ``none``,
@@ -300,7 +321,7 @@ def cell_bytes(cell: dict[str, Any], samples: int) -> int:
 
     The transient scores of one layer are sized by :func:`rankcollapse.dynamics.simulate`.
 
-    Cells above :data:`.batched.DENSE_MAX_TOKENS` tokens run only in the phase sweep, on the
+    Cells above :data:`DENSE_MAX_TOKENS` tokens run only in the phase sweep, on the
     windowed kernel (:func:`.batched.run_group`), which keeps no attention and a few states:
 
     - states: ``8 samples N d`` (X(0), X, two recorded states, queries, keys, the
@@ -311,8 +332,6 @@ def cell_bytes(cell: dict[str, Any], samples: int) -> int:
       and ``K_w = N`` the keys a block reads (exact for the complete mask, an upper bound
       for sparse masks, whose windows are narrower), and the ``2 samples K_w d`` window
       keys and values it gathers."""
-    from .batched import DENSE_MAX_TOKENS
-
     N, d, depth = int(cell["n_tokens"]), int(cell["d_model"]), int(cell["depth"])
     d_qk = int(cell["d_qk"]) or d
     layers = 1 if cell["shared"] else depth
