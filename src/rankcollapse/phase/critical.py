@@ -78,14 +78,24 @@ def _crossing(gamma: np.ndarray, r: np.ndarray, level: float) -> float:
     return float("nan")
 
 
+def _slope_at(gamma: np.ndarray, r: np.ndarray, level: float) -> float:
+    """Slope ``dr/dγ`` of the grid segment on which ``r`` first reaches ``level``; NaN if none."""
+    for i in range(len(gamma) - 1):
+        if r[i] < level <= r[i + 1]:
+            return float((r[i + 1] - r[i]) / (gamma[i + 1] - gamma[i]))
+    return float("nan")
+
+
 def switch(gamma, ratio) -> dict[str, float]:
-    """``{"gamma_switch", "gamma_10", "gamma_90", "width", "relative_width"}`` of one curve
-    ``ratio = m(L)/m(0)`` against ``gamma`` (any order; sorted here): the crossings of
-    :data:`SWITCH_LEVEL` and of :data:`WIDTH_LEVELS`, ``width = γ_90 - γ_10`` and
-    ``relative_width = width / gamma_switch``. A level the grid does not bracket gives NaN
-    (the transition is wider than the grid, not sharp)."""
+    """``{"gamma_switch", "gamma_10", "gamma_90", "width", "relative_width", "slope"}`` of one
+    curve ``ratio = m(L)/m(0)`` against ``gamma`` (any order; sorted here): the crossings of
+    :data:`SWITCH_LEVEL` and of :data:`WIDTH_LEVELS`, ``width = γ_90 - γ_10``,
+    ``relative_width = width / gamma_switch``, and ``slope`` the ``dr/dγ`` of the grid
+    segment that crosses :data:`SWITCH_LEVEL` (needs only the two points around the switch).
+    A level the grid does not bracket gives NaN (not a sharp transition: a grid too short)."""
     order = np.argsort(np.asarray(gamma, dtype=float))
     g, r = np.asarray(gamma, dtype=float)[order], np.asarray(ratio, dtype=float)[order]
     mid = _crossing(g, r, SWITCH_LEVEL)
     lo, hi = (_crossing(g, r, level) for level in WIDTH_LEVELS)
-    return {"gamma_switch": mid, "gamma_10": lo, "gamma_90": hi, "width": hi - lo, "relative_width": (hi - lo) / mid}
+    return {"gamma_switch": mid, "gamma_10": lo, "gamma_90": hi, "width": hi - lo, "relative_width": (hi - lo) / mid,
+            "slope": _slope_at(g, r, SWITCH_LEVEL)}
