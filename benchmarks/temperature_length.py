@@ -54,16 +54,17 @@ def run(out: Path, cache: Path, plan: dict) -> tuple[pd.DataFrame, dict]:
 
     rows, timing = [], {}
     for n, (gammas, samples) in plan.items():
-        w0, c0 = time.perf_counter(), time.process_time()
+        w0, c0, cached = time.perf_counter(), time.process_time(), 0
         for g in gammas:
             cells = expand_grid({"qk_scale": [f"log:{g}"]}, {**FIXED, "n_tokens": n})
-            table, _ = run_phase(cells, n_samples=samples, cache_dir=cache)
+            table, t = run_phase(cells, n_samples=samples, cache_dir=cache)
             rows.append(table.iloc[0].to_dict())
+            cached += t["cached"]
         m0 = start_ratio(n, samples)
         for r in rows[-len(gammas):]:
             r["m0"] = m0
         timing[n] = {"wall_s": round(time.perf_counter() - w0, 1), "cpu_s": round(time.process_time() - c0, 1),
-                     "cells": len(gammas), "samples": samples}
+                     "cells": len(gammas), "samples": samples, "cells_from_cache": cached}
         print(n, timing[n], flush=True)
     cells = pd.DataFrame(rows)
     cells["gamma"] = cells["qk_scale"].map(lambda v: float(v.split(":")[1]))

@@ -117,7 +117,7 @@ def test_blocked_path_matches_the_dense_path(over):
         for key in ("attention_entropy", "entropy_last", "stable_rank"):
             assert b[key] == pytest.approx(a[key], rel=1e-10, abs=1e-12), key
         assert b["epsilon_measured"] == pytest.approx(a["epsilon_measured"], rel=1e-9)
-        assert abs(b["row_mass_deficit"]) < 1e-14 and a["row_mass_deficit"] == 0
+        assert abs(b["row_mass_deficit"]) < 1e-14 and abs(a["row_mass_deficit"]) < 1e-14  # softmax rows: round-off
 
 
 @pytest.mark.parametrize("spec", ["complete", "sliding_window:w=5", "bigbird:w=3,globals=1,random=2"])
