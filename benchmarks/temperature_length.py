@@ -11,8 +11,8 @@ weights at N = 4,096 hold a single cell's samples.
 
 Per cell ``r = m(1) / m(0)`` with ``m = μ/||X||_F`` (geometric means over the cell's inputs);
 :func:`rankcollapse.phase.critical.switch` gives the γ where ``r`` crosses 1/2 and the
-10-90% width. Writes ``OUT/cells.csv``, ``OUT/switch.csv``, ``OUT/timing.json`` and the figure
-``FIG``.
+10-90% width. Writes ``OUT/cells.csv``, ``OUT/switch.csv``, ``OUT/timing.json``, ``OUT/crossings.json`` (where the curves of consecutive N cross) and
+the figure ``FIG``.
 
 Usage: ``PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/temperature_length.py
 OUT FIG [--cache DIR] [--quick]``
@@ -84,6 +84,21 @@ def summarise(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def crossings(cells: pd.DataFrame) -> list[dict]:
+    """Where the curves r(γ) of consecutive N cross (``r_N2 - r_N1`` changes sign from + to -
+    on their common γ points, linearly interpolated): a finite-size estimate of the critical γ
+    (below it r falls with N, above it r rises). Descriptive: added after the run."""
+    from rankcollapse.phase.critical import _crossing
+
+    out, groups = [], [(n, g.set_index("gamma")["ratio"]) for n, g in cells.groupby("n_tokens")]
+    for (n1, r1), (n2, r2) in zip(groups, groups[1:]):
+        common = r1.index.intersection(r2.index).sort_values()
+        diff = (r1[common] - r2[common]).to_numpy()  # > 0 below the crossing, < 0 above
+        out.append({"n_tokens": [int(n1), int(n2)], "gamma_cross": round(_crossing(common.to_numpy(), -diff, 0.0), 3),
+                    "points": len(common)})
+    return out
+
+
 def figure(cells: pd.DataFrame, summary: pd.DataFrame, path: Path) -> None:
     from rankcollapse._figure import colour, new_axes, save_figure
     from rankcollapse.phase.critical import SWITCH_LEVEL, WIDTH_LEVELS, paper_gamma
@@ -122,8 +137,10 @@ def main() -> None:
     write_text_atomic(a.out / "cells.csv", cells[keep].to_csv(index=False, float_format="%.6g"))
     write_text_atomic(a.out / "switch.csv", summary.to_csv(index=False))
     write_json_atomic(a.out / "timing.json", {str(k): v for k, v in timing.items()})
+    write_json_atomic(a.out / "crossings.json", crossings(cells))
     figure(cells, summary, a.fig)
     print(summary.to_string(index=False))
+    print(crossings(cells))
 
 
 if __name__ == "__main__":
