@@ -89,7 +89,10 @@ def _qk_scale(text: str) -> float | str:
     with ``β = γ log N`` at the cell's N (:func:`.cell.build_weights`); kept as the
     canonical string ``log:<float γ>``."""
     if isinstance(text, str) and text.startswith(LOG_PREFIX):
-        return f"{LOG_PREFIX}{_float(text[len(LOG_PREFIX):])!r}"
+        try:
+            return f"{LOG_PREFIX}{_float(text[len(LOG_PREFIX):])!r}"
+        except ConfigError as exc:
+            raise ConfigError(f"log:γ (attention scale γ log N): {exc}") from None
     return _float(text)
 
 
