@@ -222,7 +222,7 @@ SIZE_CASES = [
     ("theory.sphere.make_inputs", lambda: _fn("rankcollapse.theory.sphere:make_inputs"),
      lambda: ("nonnegative", 2, N, 3, torch.Generator().manual_seed(5)), {}, {"B": "n_samples", "d": "d_model"}),
     *[_tokens_case(name) for name in ("gaussian_tokens", "sphere_tokens", "hemisphere_tokens",
-                                      "nonnegative_tokens", "antipodal_tokens")],
+                                      "nonnegative_tokens", "antipodal_tokens", "simplex_tokens")],
     # the windows are drawn by seed: a generator is refused (no model is loaded), by every spelling
     ("dynamics.inputs.wikipedia_tokens", lambda: _fn("rankcollapse.dynamics.inputs:wikipedia_tokens"),
      lambda: (2, N, 3), {"generator": torch.Generator()}, {"batch": "n_samples", "d": "d_model"}),

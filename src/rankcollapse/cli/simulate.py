@@ -144,7 +144,7 @@ def simulate_command(
     pretrained: str = typer.Option(None, "--model", help="attention weights (and, with --input wikipedia, embeddings) "
                                    "of minilm | smollm2 | a model dir"),
     d_qk: float = typer.Option(1.0, "--d-qk", help="temperature d_QK > 0"),
-    source: str = typer.Option("gaussian", "--input", help="gaussian | sphere | hemisphere | nonnegative | antipodal | "
+    source: str = typer.Option("gaussian", "--input", help="gaussian | sphere | hemisphere | nonnegative | antipodal | simplex | "
                                "wikipedia (wiki: deprecated) | FILE.npy/.pt. "
                                "gaussian (default) tokens are N(0, I), not on the unit sphere, so the first "
                                "layer's normalisation/averaging gives a large one-off drop of μ; use sphere "

@@ -20,6 +20,10 @@ name              distribution (rows ``x_i`` of ``X(0)``)                     on
                   condition, spec.md §5.2)
 ``antipodal``     ``(±1)^i v + 1e-3 g``, normalised: tokens alternate at        yes
                   ``±v`` (cosines near -1, violating Theorem 2's condition)
+``simplex``       ``sqrt(rho) e_1 + sqrt(1 - rho) u_i``, ``u_i`` uniform on the   yes
+                  unit sphere of ``e_1``'s complement (default ``rho = 1/2``):
+                  pairwise cosines ``rho + O((1 - rho)/sqrt(d))``, the
+                  almost-simplex start of Chen et al. (ICLR 2026)
 ``wikipedia``     a model's embedding-layer output on windows of the shipped    no
                   English Wikipedia extracts (default all-MiniLM-L6-v2)
 ================  ==========================================================  ===============
@@ -134,6 +138,31 @@ def antipodal_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int =
 
 
 @renamed_arguments(**_RENAMED)
+def simplex_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0, rho: float = 0.5,
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+    """Unit tokens ``x_i = sqrt(rho) e_1 + sqrt(1 - rho) u_i`` with ``u_i`` uniform on the unit
+    sphere of the hyperplane ``x_1 = 0`` (normalised Gaussians with their first entry set
+    to 0), float64 ``(n_samples, n_tokens, d_model)``: ``<x_i, x_j> = rho + (1 - rho) <u_i, u_j>``, so
+    every pairwise cosine is ``rho`` up to ``O((1 - rho) / sqrt(d - 1))``: the almost-simplex
+    configuration of Chen, Lin, Polyanskiy & Rigollet, "Critical attention scaling in
+    long-context transformers" (ICLR 2026), whose critical scale is ``β = log n / (1 - rho)``.
+
+    Raises
+    ------
+    ConfigError
+        ``d_model < 2``, ``rho`` outside ``[0, 1)``.
+    """
+    _check(n_samples, n_tokens, d_model)
+    if d_model < 2 or not 0 <= rho < 1:
+        raise ConfigError(f"simplex tokens need d_model >= 2 and 0 <= rho < 1, got d_model = {d_model}, rho = {rho}")
+    G = torch.randn(n_samples, n_tokens, d_model, generator=_generator(seed, generator), dtype=torch.float64)
+    G[..., 0] = 0.0
+    X = sphere(G)[0] * (1.0 - rho) ** 0.5
+    X[..., 0] = rho ** 0.5
+    return X
+
+
+@renamed_arguments(**_RENAMED)
 def wikipedia_tokens(n_samples: int, n_tokens: int, d_model: int | None = None, *, seed: int = 0,
                      generator: torch.Generator | None = None, model: Any = "minilm", block: int = 0) -> torch.Tensor:
     """The embedding-layer output (``hidden_states[0]``, :func:`rankcollapse.models.embed`)
@@ -211,10 +240,11 @@ INPUTS: dict[str, Callable[..., torch.Tensor]] = {
     "hemisphere": hemisphere_tokens,
     "nonnegative": nonnegative_tokens,
     "antipodal": antipodal_tokens,
+    "simplex": simplex_tokens,
     "wikipedia": wikipedia_tokens,
 }
 #: inputs whose rows lie on the unit sphere
-ON_SPHERE = ("sphere", "hemisphere", "nonnegative", "antipodal")
+ON_SPHERE = ("sphere", "hemisphere", "nonnegative", "antipodal", "simplex")
 #: old names -> new names; accepted with a FutureWarning until 0.3.0
 DEPRECATED_INPUTS = {"wiki": "wikipedia", "minilm": "wikipedia"}
 

@@ -33,7 +33,13 @@ from .attention import attention_weights, masked_softmax
 from .config import BlockConfig
 from .layers import apply_norm, placement_update, qk_norm_scale, sphere
 from .operators import operator_weights, parse_attention
+from .sparse import BlockPlan, blocked_attention, merge_row_statistics
 from ..errors import ConfigError
+
+
+def _check_fast(cfg: BlockConfig) -> None:
+    if cfg.n_heads != 1 or cfg.mlp or cfg.out_proj or cfg.attention == "uniform":
+        raise ConfigError("single_head_layer runs one attention head without MLP or W_O; use simulate")
 
 
 def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor,
@@ -73,8 +79,7 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
     MaskError
         A mask row with no allowed key.
     """
-    if cfg.n_heads != 1 or cfg.mlp or cfg.out_proj or cfg.attention == "uniform":
-        raise ConfigError("single_head_layer runs one attention head without MLP or W_O; use simulate")
+    _check_fast(cfg)
     g = qk_norm_scale(cfg, X.shape[-2])
     norm = lambda Y: _norm(Y, cfg, zero_rows, direct_sphere)  # noqa: E731
     weights = []  # the layer's one attention matrix, kept for the caller
@@ -105,6 +110,50 @@ def _weights(Z, mask, W_Q, W_K, cfg: BlockConfig, *, d_qk: float, scale: float |
     if scale is None:
         return attention_weights(Z, mask, W_Q, W_K, d_qk=d_qk)
     return masked_softmax((Z @ W_Q) @ (Z @ W_K).transpose(-1, -2) * scale, mask)
+
+
+def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, W_Q: torch.Tensor, W_K: torch.Tensor,
+                              W_V: torch.Tensor, cfg: BlockConfig, *, scale: float, zero_rows: str = "keep",
+                              layer: int = 1):
+    """:func:`single_head_layer` on the windowed kernel of :mod:`.sparse` (the one
+    :func:`~rankcollapse.dynamics.simulate` runs long sequences on): no ``(N, N)`` array, the
+    attention's memory is that of :func:`~.sparse.blocked_attention`'s chunks, O(chunk N)
+    for the complete mask and O(edges) for sparse ones. Returns ``(X_next, stats,
+    n_zero_rows)`` with ``stats`` :func:`~.sparse.merge_row_statistics` of the layer's
+    weights (``epsilon``, ``entropy``, ``row_mass_deficit``, each ``(B,)``) in place of ``A``.
+
+    Parameters
+    ----------
+    X : float ``(B, N, d)``; plan : :class:`~.sparse.BlockPlan` of the mask.
+    W_Q, W_K : ``(B, d, d_k)``; W_V : ``(B, d, d)`` (per sample, as :func:`single_head_layer`).
+    cfg : as :func:`single_head_layer`, softmax attention without ``qk_norm`` only (the
+        kernel computes softmax of the plain scores).
+    scale : scores ``q k^T * scale``; layer : as :func:`single_head_layer`.
+
+    The update is :func:`single_head_layer`'s with the same association ``(A Z) W_V``; the
+    two agree to round-off (``tests/phase/test_phase_long.py``).
+
+    Raises
+    ------
+    ConfigError
+        What :func:`single_head_layer` refuses, and attention other than softmax.
+    """
+    _check_fast(cfg)
+    if cfg.attention != "softmax" or cfg.qk_norm:
+        raise ConfigError(f"attention {cfg.attention!r} (qk_norm={cfg.qk_norm}) runs on the dense path only "
+                          "(the windowed kernel computes softmax of the plain scores)")
+    norm = lambda Y: _norm(Y, cfg, zero_rows, False)  # noqa: E731
+    stats: dict = {}
+
+    def sa(Z):
+        parts: dict = {}
+        O, _ = blocked_attention((Z @ W_Q).unsqueeze(1), (Z @ W_K).unsqueeze(1), Z.unsqueeze(1), plan, scale=scale,
+                                 row_stats=parts)
+        stats.update({k: v[:, 0] for k, v in merge_row_statistics(parts).items()})
+        return O[:, 0] @ W_V
+
+    X, z = placement_update(X, cfg, sa, norm, layer=layer)
+    return X, stats, z
 
 
 def _norm(Y: torch.Tensor, cfg: BlockConfig, zero_rows: str, direct: bool):

@@ -139,6 +139,8 @@ class BlockPlan:
         self.starts = torch.as_tensor(starts + self.pad_lo, dtype=torch.long, device=self.device)
         self.local = self.blocked = self.key_index = None
         self.proxy = self._proxy(full)
+        # every row reads exactly its keys (the complete mask): nothing to mask
+        self.all_allowed = self.proxy is None and bool((rel_lo == 0).all()) and bool((rel_hi == self.max_keys - 1).all())
         self._pattern()
 
     def _gathered(self, csr, full: np.ndarray) -> None:
@@ -166,6 +168,7 @@ class BlockPlan:
         self.local = torch.as_tensor(local, device=self.device)
         self.blocked = ~self.local
         self.rel_lo = self.rel_hi = self.starts = None
+        self.all_allowed = False
         self.pattern_blocked = self.exceptions = self.exception_blocked = None
         self.proxy = self._proxy(full)
 
@@ -217,6 +220,8 @@ class BlockPlan:
         ends (the exceptions): one broadcast fill, with the exceptions' raw scores kept
         aside and masked with their own pattern."""
         inf = float("-inf")
+        if self.all_allowed:
+            return
         if self.pattern_blocked is None:
             s.masked_fill_(self.blocked[b0:b1] if self.blocked is not None else ~self.allowed(b0, b1), inf)
             return
@@ -338,7 +343,7 @@ def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, out=No
 
 
 def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: bool = False,
-                      overflow: bool | None = None):
+                      overflow: bool | None = None, row_stats: dict | None = None):
     """Masked softmax attention on the windows of ``plan`` (module docstring).
 
     Q, K : ``(B, H, N, d_k)``; V : ``(B, H, N, d_v)``, float32 or float64. Returns
@@ -347,6 +352,12 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     verdict of :func:`~rankcollapse.dynamics.attention.scores_may_overflow` (None =
     compute it); when scores may overflow they are formed in float64, as on the
     dense path.
+
+    ``row_stats``: a dict into which every chunk (key: its first block) and the dense
+    slab of global rows (key: the block count) put :func:`row_statistics` of their
+    weights, read before subnormals are flushed;
+    :func:`merge_row_statistics` reduces them to per-``(B, H)`` ε, row entropy and
+    row-mass deficit without holding any ``(N, N)`` array.
     """
     B, H, N, d_k = Q.shape
     d_v = V.shape[-1]
@@ -406,6 +417,9 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
             A = torch.softmax(s, dim=-1).to(V.dtype)  # (..., c, Bq, K_w)
         if need_epsilon:
             lows.append(A.masked_fill(plan.not_counted(b0, b1), float("inf")).amin())
+        if row_stats is not None:  # one key per chunk: chunks may run on worker threads
+            row_stats[b0] = row_statistics(A, None if plan.all_allowed else plan.not_counted(b0, b1),
+                                           None if plan.proxy is None else plan.proxy[b0:b1], scores=s)
         flush_subnormal(A)  # after ε: subnormal weights slow the A V matmul several times
         v = windows(Vp, b0, b1)
         if flat:
@@ -423,5 +437,60 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
         out[:, :, rows] = Af @ V
         if need_epsilon:
             lows.append(Af.amin())
+        if row_stats is not None:
+            row_stats[nb] = row_statistics(Af.unsqueeze(-3), None)
     eps = torch.stack(lows).amin() if need_epsilon else None
     return out, eps
+
+
+def row_statistics(A: torch.Tensor, skip: torch.Tensor | None, proxy: torch.Tensor | None = None, *,
+                   scores: torch.Tensor | None = None) -> tuple:
+    """Per-``(B, H)`` sums over the real rows of a chunk of windowed weights, for
+    :func:`merge_row_statistics`.
+
+    A : ``(c, Bq, K_w)`` (one ``(B H)`` slice) or ``(B, H, c, Bq, K_w)``; skip : bool
+    ``(c, Bq, K_w)``, entries that are not allowed keys (``BlockPlan.not_counted``), or
+    None when every entry is; proxy : bool ``(c, Bq)``, placeholder rows (padding,
+    global rows), or None; scores : the masked scores ``A`` is the softmax of, or None.
+
+    Returns ``(low, entropy_sum, entropy_rows, deficit_sum, rows)``, each ``(B, H)``:
+    the smallest allowed entry, the sum of the normalised row entropies ``H_i / log k_i``
+    over rows with ``k_i >= 2`` allowed keys and their number, the sum of ``1 - sum_j A_ij``
+    and the number of rows: the quantities of
+    :func:`rankcollapse.metrics.attention.row_entropy` (entries not ``> 0`` add nothing) and
+    of the phase sweep's ε and row-mass deficit, summed here and divided at the end. With
+    ``scores`` the entropy is ``H_i = lse_i - sum_j A_ij s_ij`` and ``lse_i = max_j s_ij -
+    log max_j A_ij`` (softmax: ``A_ij = exp(s_ij - lse_i)``), one pass fewer of logarithms
+    than ``-sum_j A_ij log A_ij``; the two agree to round-off."""
+    A = A if A.dim() == 5 else A.view(1, 1, *A.shape)
+    shape = A.shape[-3:-1]
+    real = torch.ones(shape, dtype=torch.bool, device=A.device) if proxy is None else ~proxy
+    if skip is None:
+        keys = torch.full(shape, A.shape[-1], device=A.device)
+        low = (A if proxy is None else A.masked_fill(proxy[..., None], float("inf"))).amin(dim=(-1, -2, -3))
+    else:
+        keys = (~skip).sum(-1)  # allowed keys of each row (proxy rows included: masked by `real`)
+        low = A.masked_fill(skip if proxy is None else skip | proxy[..., None], float("inf")).amin(dim=(-1, -2, -3))
+    if scores is not None:
+        s = scores if scores.dim() == 5 else scores.view(A.shape)
+        lse = s.amax(-1) - torch.log(A.amax(-1))
+        H = lse - (A * s).nan_to_num_(nan=0.0).sum(-1)  # masked: 0 * -inf = nan -> 0
+    else:
+        tiny = torch.finfo(A.dtype).tiny
+        H = -torch.where(A > 0, A * torch.log(A.clamp_min(tiny)), torch.zeros((), dtype=A.dtype)).sum(-1)
+    w = (real & (keys >= 2)).to(A.dtype)
+    Hn = H / torch.log(keys.clamp_min(2).to(A.dtype))
+    deficit = ((1.0 - A.sum(-1)) * real.to(A.dtype)).sum(dim=(-1, -2))
+    return low, (Hn * w).sum(dim=(-1, -2)), w.sum().expand(low.shape), deficit, real.sum().to(A.dtype).expand(low.shape)
+
+
+def merge_row_statistics(row_stats: dict) -> dict[str, torch.Tensor]:
+    """``{"epsilon", "entropy", "row_mass_deficit"}``, each ``(B, H)``, from the
+    :func:`row_statistics` of every chunk of a layer: the smallest allowed entry, the mean
+    normalised row entropy over rows with >= 2 allowed keys (NaN without such a row) and
+    the mean row-mass deficit over rows. Sums run in block order, so the result does
+    not depend on the thread schedule."""
+    parts = [row_stats[k] for k in sorted(row_stats)]
+    low = torch.stack([p[0] for p in parts]).amin(0)
+    total = [torch.stack([p[i] for p in parts]).sum(0) for i in range(1, 5)]
+    return {"epsilon": low, "entropy": total[0] / total[1], "row_mass_deficit": total[2] / total[3]}

@@ -7,10 +7,19 @@ layer is one call of :func:`rankcollapse.dynamics.single_head.single_head_layer`
 dynamics' fast path for one head without MLP (it agrees with
 :func:`rankcollapse.dynamics.simulate` to round-off, cell by cell:
 ``tests/phase/test_phase_regime.py``).
+
+Cells with more than :data:`.grid.DENSE_MAX_TOKENS` tokens (the axis's former cap, so every
+cell that ran before runs as it did) go through
+:func:`rankcollapse.dynamics.single_head.single_head_layer_blocked` instead: the windowed
+kernel of :mod:`rankcollapse.dynamics.sparse`, whose attention memory is O(chunk N) for
+the complete mask and O(edges) for sparse ones; each layer's ε, row entropy and row-mass
+deficit are reduced chunk by chunk, so no ``(B, N, N)`` array is formed
+(``tests/phase/test_phase_long.py`` checks the two paths agree).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Any
 
@@ -18,11 +27,13 @@ import numpy as np
 import torch
 
 from ..dynamics.layers import warn_zero_rows
-from ..dynamics.single_head import single_head_layer
+from ..dynamics.chunks import chunk_threads
+from ..dynamics.single_head import single_head_layer, single_head_layer_blocked
 from ..masks import parse_mask
 from ..masks.graph import analyze
 from ..metrics import avg_cos, mu, mu_relative
 from ..metrics.attention import row_entropy
+from .grid import DENSE_MAX_TOKENS, attention_path  # noqa: F401  (DENSE_MAX_TOKENS: re-exported)
 from .cell import block_config, build_weights, make_input, operator_columns, value_log_norm
 from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
@@ -45,14 +56,17 @@ def _stack(cells: list[dict[str, Any]], seeds: range, samples: int, depth: int):
     return rep(Q), rep(K), rep(V), scale
 
 
-def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, seed: int = 0) -> list[dict[str, Any]]:
+def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, seed: int = 0,
+              path: str = "auto") -> list[dict[str, Any]]:
     """The rows of ``cells`` (all equal on :data:`GROUP_KEYS`), same fields as
-    :func:`.cell.run_cell`.
+    :func:`.cell.run_cell`; ``path`` as :func:`.grid.attention_path` (the windowed kernel takes
+    softmax attention only).
 
     Raises
     ------
     ConfigError, MaskError
-        Cells that differ on a group key; a bad mask or input.
+        Cells that differ on a group key; a bad mask or input; an unknown ``path``;
+        an attention operator other than softmax on the blocked path.
     """
     from ..errors import ConfigError
 
@@ -62,7 +76,14 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     N, d, depth = first["n_tokens"], first["d_model"], first["depth"]
     mask = parse_mask(first["mask"], N)
     info = analyze(mask)
-    allowed = mask.to_dense()
+    blocked = attention_path(N, path) == "blocked"
+    if blocked:
+        from ..dynamics.runner import _plan
+        from ..dynamics.sparse import DEFAULT_BLOCK_SIZE
+
+        plan = _plan(mask, DEFAULT_BLOCK_SIZE, torch.device("cpu"))
+    else:
+        allowed = mask.to_dense()
     cfg = block_config(first)
     seed_range = range(seed, seed + seeds)
     X = torch.cat([make_input(first["input"], samples, N, d, s) for s in seed_range] * len(cells))
@@ -76,15 +97,21 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     deficit = torch.zeros(B, dtype=torch.float64)  # sum over layers of the mean row-mass deficit
     keep = {depth - max(1, depth // 10), depth}
     zero_rows = []
-    with torch.no_grad():
+    with torch.no_grad(), (chunk_threads() if blocked else contextlib.nullcontext()):
         for t in range(depth):
-            X, A, z = single_head_layer(X, allowed, WQ[t], WK[t], WV[t], cfg, scale=scale, layer=t + 1)
+            if blocked:
+                X, st, z = single_head_layer_blocked(X, plan, WQ[t], WK[t], WV[t], cfg, scale=scale, layer=t + 1)
+                ents.append(st["entropy"])
+                eps_min = torch.minimum(eps_min, st["epsilon"])
+                deficit += st["row_mass_deficit"]
+            else:
+                X, A, z = single_head_layer(X, allowed, WQ[t], WK[t], WV[t], cfg, scale=scale, layer=t + 1)
+                ents.append(row_entropy(A.unsqueeze(1), allowed))  # one head: (B, 1, N, N) -> (B,)
+                eps_min = torch.minimum(eps_min, A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2)))
+                deficit += 1.0 - A.sum(-1).mean(-1)  # 0 for softmax rows (to round-off)
             zero_rows.append(z)
             diverged |= ~torch.isfinite(X).all(dim=(-1, -2))  # overflow: simulate() would raise
             X = torch.where(diverged[:, None, None], X0, X)  # keep NaN/Inf out of the other metrics
-            ents.append(row_entropy(A.unsqueeze(1), allowed))  # one head: (B, 1, N, N) -> (B,)
-            eps_min = torch.minimum(eps_min, A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2)))
-            deficit += 1.0 - A.sum(-1).mean(-1)  # 0 for softmax rows (to round-off)
             mus.append(torch.where(diverged, torch.ones((), dtype=X.dtype), mu_relative(X)))
             mus_abs.append(mu(X))
             cosines.append(avg_cos(X))

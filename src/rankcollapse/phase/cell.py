@@ -8,6 +8,10 @@ the layers of one role drawn one after another from the
 
 - ``W_Q, W_K`` ``(d, d_qk)`` i.i.d. ``N(0, s^2/d)`` with ``s = qk_scale``; scores
   ``q k^T / sqrt(d_qk)`` (``s = 0``: uniform attention over each mask row);
+- ``qk_scale = log:γ``: the model of Chen, Lin, Polyanskiy & Rigollet, "Critical attention
+  scaling in long-context transformers" (ICLR 2026), scores ``a_ij = β <x_i, x_j>`` with
+  ``β = γ log N`` (natural log, N = ``n_tokens``): ``W_K = I``, ``W_Q = β sqrt(d) I`` (so
+  that ``q k^T / sqrt(d_qk)`` is ``β <x_i, x_j>`` up to two roundings), ``d_qk = d``;
 - ``W_V`` ``(d, d)`` times ``value_scale`` (``a``): ``gaussian`` ``N(0, a^2/d)``;
   ``orthogonal`` ``a Q`` (Haar); ``near_identity`` ``a I + N(0, 0.1^2/d)``;
   ``constructed`` ``a diag(lambda)`` of :func:`rankcollapse.dynamics.weights.construction_eigenvalues`
@@ -68,12 +72,21 @@ def _values(cell: dict[str, Any], n: int, seed: int) -> torch.Tensor:
 def build_weights(cell: dict[str, Any], seed: int) -> list[LayerWeights]:
     """Per-layer float64 weights of ``cell`` under weight seed ``seed`` (module docstring);
     layer ``t`` uses slice ``t`` of each role's draw (:func:`_draw`)."""
+    from .grid import qk_gamma
+
     d, depth = cell["d_model"], cell["depth"]
     d_qk = cell["d_qk"] or d
     n = 1 if cell["shared"] else depth
-    std = (("std", float(cell["qk_scale"]) / math.sqrt(d)),)
-    WQ = _draw(seed, "W_Q", "gaussian", std, n, d, d_qk)
-    WK = _draw(seed, "W_K", "gaussian", std, n, d, d_qk)
+    gamma = qk_gamma(cell["qk_scale"])
+    if gamma is None:
+        std = (("std", float(cell["qk_scale"]) / math.sqrt(d)),)
+        WQ = _draw(seed, "W_Q", "gaussian", std, n, d, d_qk)
+        WK = _draw(seed, "W_K", "gaussian", std, n, d, d_qk)
+    else:  # β <x_i, x_j> = (x_i β sqrt(d) I)(x_j I)^T / sqrt(d) (module docstring)
+        if d_qk != d:
+            raise ConfigError(f"qk_scale={cell['qk_scale']} needs d_qk = d_model = {d}, got {d_qk}")
+        WK = torch.eye(d, dtype=torch.float64).expand(n, d, d)
+        WQ = WK * (gamma * math.log(cell["n_tokens"]) * math.sqrt(d))
     WV = _values(cell, n, seed)
     layers = [LayerWeights(W_Q=WQ[t], W_K=WK[t], W_V=WV[t].clone(), scale=1 / math.sqrt(d_qk)) for t in range(n)]
     return layers * depth if cell["shared"] else layers
@@ -145,15 +158,21 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
     ConfigError, MaskError
         A cell the dynamics cannot run (missing axes, bad mask, width mismatch:
         :func:`.grid.check_cells`).
+        A cell above :data:`.grid.DENSE_MAX_TOKENS` tokens (this records every layer's
+        ``(N, N)`` attention; :func:`rankcollapse.phase.run_phase` runs such cells on the
+        windowed kernel).
     MemoryLimitError
         The cell's :func:`.grid.cell_bytes` exceeds half the physical memory.
     """
     from ..dynamics import simulate
     from .predict import _envelope, _envelope_columns
-    from .grid import check_cells
+    from .grid import DENSE_MAX_TOKENS, check_cells
     from .regime import label_cell, theory_prediction
 
     check_cells([cell], samples)
+    if cell["n_tokens"] > DENSE_MAX_TOKENS:
+        raise ConfigError(f"run_cell records every layer's (N, N) attention: N = {cell['n_tokens']} is above "
+                          f"{DENSE_MAX_TOKENS}; run the cell with rankcollapse.phase.run_phase (windowed kernel)")
 
     N, d = cell["n_tokens"], cell["d_model"]
     mask = parse_mask(cell["mask"], N)

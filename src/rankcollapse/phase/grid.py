@@ -79,6 +79,58 @@ def _float(text: str) -> float:
     return value
 
 
+LOG_PREFIX = "log:"
+
+
+def _qk_scale(text: str) -> float | str:
+    """A number ``s >= 0`` (``W_Q, W_K`` i.i.d. ``N(0, s^2/d)``), or ``log:γ`` with ``γ >= 0``:
+    the attention of Chen, Lin, Polyanskiy & Rigollet (ICLR 2026), scores ``β <x_i, x_j>``
+    with ``β = γ log N`` at the cell's N (:func:`.cell.build_weights`); kept as the
+    canonical string ``log:<float γ>``."""
+    if isinstance(text, str) and text.startswith(LOG_PREFIX):
+        try:
+            return f"{LOG_PREFIX}{_float(text[len(LOG_PREFIX):])!r}"
+        except ConfigError as exc:
+            raise ConfigError(f"log:γ (attention scale γ log N): {exc}") from None
+    return _float(text)
+
+
+def qk_gamma(value: Any) -> float | None:
+    """γ of a ``log:γ`` qk_scale, None for a plain number."""
+    if isinstance(value, str) and value.startswith(LOG_PREFIX):
+        return float(value[len(LOG_PREFIX):])
+    return None
+
+
+def qk_scale_column(values: Any) -> Any:
+    """The ``qk_scale`` column of a table (a pandas Series): as it is when every value is a
+    number or every value a ``log:γ`` string, else every value as a string (``"1.0"``,
+    ``"log:1.0"``), since a Parquet column holds one type."""
+    kinds = {isinstance(v, str) for v in values}
+    return values.map(str) if len(kinds) > 1 else values
+
+
+#: cells with more tokens run on the windowed kernel (:mod:`.batched`)
+DENSE_MAX_TOKENS = 4096
+PATHS = ("auto", "dense", "blocked")
+
+
+def attention_path(n_tokens: int, path: str = "auto") -> str:
+    """``"dense"`` or ``"blocked"``: ``path`` itself, or for ``"auto"`` blocked above
+    :data:`DENSE_MAX_TOKENS` tokens.
+
+    Raises
+    ------
+    ConfigError
+        ``path`` not one of :data:`PATHS`.
+    """
+    if path not in PATHS:
+        raise ConfigError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
+    if path == "auto":
+        return "blocked" if n_tokens > DENSE_MAX_TOKENS else "dense"
+    return path
+
+
 def _int(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -120,13 +172,15 @@ def _attention(text: str) -> str:
     return parse_attention(text.replace(";", ",")).spec
 
 
-#: axis name -> (parser of one value, default). ``d_qk`` 0 means "= d_model". ``norm``,
+#: axis name -> (parser of one value, default). ``d_qk`` 0 means "= d_model". ``qk_scale``
+#: is a number or ``log:γ`` (:func:`_qk_scale`). ``n_tokens`` above
+#: :data:`DENSE_MAX_TOKENS` runs on the windowed kernel. ``norm``,
 #: ``placement``, ``alpha``, ``qk_norm`` and ``attention`` (softmax or an operator of
 #: :mod:`rankcollapse.dynamics.operators`) are the :class:`~rankcollapse.dynamics.config.BlockConfig`
 #: fields of the cell's layer; ``alpha`` not given is the placement's own (0 for ``none``,
 #: 1 for the others); ``mix`` runs with ``mix_layers = depth // 4`` (:func:`block_config`).
 AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
-    "qk_scale": (_float, 1.0),
+    "qk_scale": (_qk_scale, 1.0),
     "value": (_choice(VALUE_FAMILIES), "gaussian"),
     "value_scale": (_float, 1.0),
     "norm": (_norm, "none"),
@@ -134,7 +188,7 @@ AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "alpha": (_float, 0.0),
     "mask": (_mask, "complete"),
     "d_qk": (_int(0, 4096), 0),
-    "n_tokens": (_int(2, 4096), 32),
+    "n_tokens": (_int(2, 65536), 32),
     "d_model": (_int(2, 4096), 16),
     "depth": (_int(1, 1024), 64),
     "shared": (_bool, False),
@@ -280,11 +334,30 @@ def cell_bytes(cell: dict[str, Any], samples: int) -> int:
     - recorded states: ``(depth + 1) samples N d``;
     - recorded attention: ``depth samples N^2`` (plus the equal ``eps`` reduction over it).
 
-    The transient scores of one layer are sized by :func:`rankcollapse.dynamics.simulate`."""
+    The transient scores of one layer are sized by :func:`rankcollapse.dynamics.simulate`.
+
+    Cells above :data:`DENSE_MAX_TOKENS` tokens run only in the phase sweep, on the
+    windowed kernel (:func:`.batched.run_group`), which keeps no attention and a few states:
+
+    - states: ``8 samples N d`` (X(0), X, two recorded states, queries, keys, the
+      attention output and its product with ``W_V``);
+    - per worker thread (:func:`torch.get_num_threads`), one chunk of
+      :func:`rankcollapse.dynamics.sparse.blocked_attention`: scores, weights and their
+      ``p log p``, ``3 max(samples B_q K_w, SCORE_BUDGET / 8)`` with ``B_q`` the block size
+      and ``K_w = N`` the keys a block reads (exact for the complete mask, an upper bound
+      for sparse masks, whose windows are narrower), and the ``2 samples K_w d`` window
+      keys and values it gathers."""
     N, d, depth = int(cell["n_tokens"]), int(cell["d_model"]), int(cell["depth"])
     d_qk = int(cell["d_qk"]) or d
     layers = 1 if cell["shared"] else depth
     weights = 2 * layers * (2 * d * d_qk + d * d)
+    if N > DENSE_MAX_TOKENS:
+        import torch
+
+        from ..dynamics.sparse import DEFAULT_BLOCK_SIZE, SCORE_BUDGET
+
+        chunk = 3 * max(samples * DEFAULT_BLOCK_SIZE * N, SCORE_BUDGET // 8) + 2 * samples * N * d_qk
+        return 8 * (weights + 8 * samples * N * d + torch.get_num_threads() * chunk)
     states = (depth + 1) * samples * N * d
     attention = 2 * depth * samples * N * N
     return 8 * (weights + states + attention)
@@ -316,6 +389,9 @@ def check_cell(cell: Any) -> None:
             parse(str(value))
         except ConfigError as exc:
             raise ConfigError(f"phase cell axis {name}: {exc}") from None
+    if qk_gamma(cell["qk_scale"]) is not None and int(cell["d_qk"]) not in (0, int(cell["d_model"])):
+        raise ConfigError(f"phase cell qk_scale={cell['qk_scale']} sets W_Q = W_K = I (d_qk = d_model = "
+                          f"{cell['d_model']}), got d_qk = {cell['d_qk']}; give d_qk 0")
     if cell["placement"] in LEGACY_PLACEMENTS:
         raise ConfigError(f"phase cell placement {cell['placement']!r} is an axis spelling; make cells with "
                           "rankcollapse.phase.expand_grid (it runs as none, post_ln or pre_ln with alpha)")

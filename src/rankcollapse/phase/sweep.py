@@ -23,7 +23,7 @@ from ..sweep.engine import run_units
 from ..sweep.executors import make_executor
 from ..sweep.units import Unit, register_unit_kind
 from .batched import GROUP_KEYS, run_group
-from .grid import check_cells
+from .grid import check_cells, qk_scale_column
 
 #: Most cells simulated in one batch (one unit).
 BATCH_CELLS = 64
@@ -34,7 +34,9 @@ def cell_unit(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     "seeds", "seed"}``): one row per cell."""
     p = unit.params
     rows = run_group(p["cells"], samples=p["samples"], seeds=p["seeds"], seed=p["seed"])
-    return pd.DataFrame([{**c, **r} for c, r in zip(p["cells"], rows)])
+    frame = pd.DataFrame([{**c, **r} for c, r in zip(p["cells"], rows)])
+    frame["qk_scale"] = qk_scale_column(frame["qk_scale"])  # plain numbers and log:γ in one Parquet column
+    return frame
 
 
 def cell_label(unit: Unit) -> str:
@@ -119,6 +121,7 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     table = pd.concat(frames, ignore_index=True)
     table.index = [i for part in parts for i in part]
     table = table.sort_index().reset_index(drop=True)
+    table["qk_scale"] = qk_scale_column(table["qk_scale"])
     timing = {"cells": len(cells), "units": len(units), "computed": len(computed), "cached": len(units) - len(computed),
               "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(sum(t["cpu_seconds"] for t in computed), 2),
               "executor": executor, "workers": getattr(made[0], "workers", 1) if made else 0}

@@ -1,0 +1,101 @@
+"""Critical attention scaling: where collapse switches off as the scale ``β = γ log N`` grows.
+
+Chen, Lin, Polyanskiy & Rigollet, "Critical attention scaling in long-context
+transformers" (ICLR 2026), study scores ``a_ij = β <y_i, y_j>`` on unit tokens whose pairwise
+inner products are all ``ρ`` (an almost-simplex configuration) and find a phase transition
+at ``β = γ log n`` with ``γ_c = 1 / (1 - ρ)``: below it one layer averages the tokens
+towards one direction, above it attention is nearly the identity. The phase sweep runs that
+model as ``qk_scale=log:γ`` on the ``simplex`` input (:mod:`rankcollapse.dynamics.inputs`).
+
+This module holds the prediction and the measured switch:
+
+- :func:`paper_gamma` is the paper's ``γ_c = 1/(1 - ρ)`` (infinite dimension);
+- :func:`annealed_gamma` is a finite-``d`` estimate (derived here, not in the paper): the
+  ``γ`` at which a token's own weight is one half on average over the others,
+  ``e^β = (N - 1) e^{βρ} M_{d-1}((1 - ρ) β)`` with ``M_k(b) = E exp(b <u, v>)`` for
+  independent uniform ``u, v`` on ``S^{k-1}``, ``M_k(b) = Γ(k/2) (2/b)^{k/2-1} I_{k/2-1}(b)``
+  (the moment generating function of one coordinate of a uniform unit vector);
+- :func:`switch` finds, on a curve of ``r(γ) = m(L) / m(0)`` (``m = μ/||X||_F``), the ``γ`` where
+  ``r`` first crosses 1/2 and the 10-90% width ``γ(r = 0.9) - γ(r = 0.1)``, by linear
+  interpolation between grid points (levels fixed before the sweep ran).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: the switch level and the two levels of the transition width, fixed before any sweep ran
+SWITCH_LEVEL = 0.5
+WIDTH_LEVELS = (0.1, 0.9)
+
+
+def paper_gamma(rho: float) -> float:
+    """``γ_c = 1 / (1 - ρ)`` (Chen et al., ICLR 2026, almost-simplex tokens, d -> infinity)."""
+    return 1.0 / (1.0 - rho)
+
+
+def _log_mgf(b: float, k: int) -> float:
+    """``log M_k(b)``, ``M_k(b) = E exp(b u_1)`` for ``u`` uniform on ``S^{k-1}`` (``b > 0``)."""
+    from scipy.special import gammaln, hyp0f1, ive
+
+    nu = k / 2 - 1
+    scaled = ive(nu, b)
+    if scaled > 0:  # M_k(b) = Γ(ν+1) (2/b)^ν I_ν(b), I_ν = ive e^b
+        return float(gammaln(nu + 1) + nu * math.log(2 / b) + math.log(scaled) + b)
+    return float(math.log(hyp0f1(k / 2, b * b / 4)))  # the same series, 0F1(; k/2; b²/4), where I_ν underflows
+
+
+def annealed_gamma(n_tokens: int, d_model: int, rho: float) -> float:
+    """The finite-``d`` estimate of the module docstring for the ``simplex`` input (``u_i`` on
+    ``S^{d-2}``): the root in ``γ`` of ``(1 - ρ) β - log(N - 1) - log M_{d-1}((1 - ρ) β)``,
+    ``β = γ log N``; NaN when there is none below ``γ = 50 γ_c`` (``log N`` too large for
+    ``d``: the others' weight then grows faster than the token's own)."""
+    from scipy.optimize import brentq
+
+    L = math.log(n_tokens)
+
+    def gap(gamma: float) -> float:
+        b = (1 - rho) * gamma * L
+        return b - math.log(n_tokens - 1) - _log_mgf(b, d_model - 1)
+
+    hi = 50 * paper_gamma(rho)
+    grid = np.linspace(0.05, hi, 400)
+    vals = [gap(g) for g in grid]
+    for g0, g1, v0, v1 in zip(grid, grid[1:], vals, vals[1:]):
+        if v0 < 0 <= v1:
+            return float(brentq(gap, g0, g1, xtol=1e-10))
+    return float("nan")
+
+
+def _crossing(gamma: np.ndarray, r: np.ndarray, level: float) -> float:
+    """First ``γ`` (ascending) where ``r`` reaches ``level`` from below, linearly
+    interpolated; NaN when the curve never crosses it inside the grid."""
+    for i in range(len(gamma) - 1):
+        if r[i] < level <= r[i + 1]:
+            return float(gamma[i] + (level - r[i]) * (gamma[i + 1] - gamma[i]) / (r[i + 1] - r[i]))
+    return float("nan")
+
+
+def _slope_at(gamma: np.ndarray, r: np.ndarray, level: float) -> float:
+    """Slope ``dr/dγ`` of the grid segment on which ``r`` first reaches ``level``; NaN if none."""
+    for i in range(len(gamma) - 1):
+        if r[i] < level <= r[i + 1]:
+            return float((r[i + 1] - r[i]) / (gamma[i + 1] - gamma[i]))
+    return float("nan")
+
+
+def switch(gamma, ratio) -> dict[str, float]:
+    """``{"gamma_switch", "gamma_10", "gamma_90", "width", "relative_width", "slope"}`` of one
+    curve ``ratio = m(L)/m(0)`` against ``gamma`` (any order; sorted here): the crossings of
+    :data:`SWITCH_LEVEL` and of :data:`WIDTH_LEVELS`, ``width = γ_90 - γ_10``,
+    ``relative_width = width / gamma_switch``, and ``slope`` the ``dr/dγ`` of the grid
+    segment that crosses :data:`SWITCH_LEVEL` (needs only the two points around the switch).
+    A level the grid does not bracket gives NaN (not a sharp transition: a grid too short)."""
+    order = np.argsort(np.asarray(gamma, dtype=float))
+    g, r = np.asarray(gamma, dtype=float)[order], np.asarray(ratio, dtype=float)[order]
+    mid = _crossing(g, r, SWITCH_LEVEL)
+    lo, hi = (_crossing(g, r, level) for level in WIDTH_LEVELS)
+    return {"gamma_switch": mid, "gamma_10": lo, "gamma_90": hi, "width": hi - lo, "relative_width": (hi - lo) / mid,
+            "slope": _slope_at(g, r, SWITCH_LEVEL)}
