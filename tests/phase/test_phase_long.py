@@ -103,6 +103,12 @@ def test_n_tokens_axis_reaches_two_to_the_sixteen():
     dict(norm="layernorm", placement="post_ln", alpha=1.0, value="near_identity"),
     dict(norm="rmsnorm", placement="pre_ln", alpha=1.0, mask="sliding_window:w=9", qk_scale=2.0),
     dict(norm="none", mask="bigbird:w=3,globals=2,random=2", value="orthogonal", shared=True),
+    # the placements of issue 30: both paths take the update from dynamics.layers.placement_update
+    dict(norm="rmsnorm", placement="peri", alpha=1.0),
+    dict(norm="layernorm", placement="mix", alpha=1.0, mask="causal"),
+    dict(norm="sphere", placement="lns", alpha=1.0),
+    dict(norm="sphere", placement="ngpt", alpha=1.0),
+    dict(norm="dyt", placement="pre_ln", alpha=1.0),
 ])
 def test_blocked_path_matches_the_dense_path(over):
     """The windowed path and the dense path on the same cells, float64, N = 300 (not a
@@ -112,7 +118,7 @@ def test_blocked_path_matches_the_dense_path(over):
     dense = run_group(cells, samples=2, path="dense")
     blocked = run_group(cells, samples=2, path="blocked")
     for a, b in zip(dense, blocked):
-        assert a["regime"] == b["regime"] and a["k"] == b["k"]
+        assert a["regime"] == b["regime"] and a["k"] == b["k"] and a["law"] == b["law"]
         assert b["mu_relative"] == pytest.approx(a["mu_relative"], rel=1e-9, abs=1e-13)
         for key in ("attention_entropy", "entropy_last", "stable_rank"):
             assert b[key] == pytest.approx(a[key], rel=1e-10, abs=1e-12), key
