@@ -10,7 +10,8 @@ position term left out, at every N:
   ``X(0) = LayerNorm(E_word[ids] + E_type[0])``, the module's forward
   (``transformers`` ``BertEmbeddings.forward``) with ``position_embeddings`` removed; the
   same sum in the same order, so it equals that forward with a zeroed position table
-  bit for bit (tests/models/test_models_content.py);
+  bit for bit (tests/models/test_models_content.py); ALBERT then projects it to the
+  hidden size (``encoder.embedding_hidden_mapping_in``), as X(0) of its blocks is;
 - GPT-2: ``X(0) = wte[ids]`` (``GPT2Model.forward`` adds ``wpe`` to it; no norm).
 
 Dropout is not applied (models are loaded in eval mode, where it is the identity).
@@ -59,7 +60,8 @@ def content_embeddings(loaded: Any, windows: Windows, *, batch_size: int = 8) ->
     base = _base(loaded.model)
     emb = getattr(base, "embeddings", None)
     if loaded.family in ("bert", "roberta", "albert") and emb is not None:
-        fn = _bert_like(emb)
+        project = base.encoder.embedding_hidden_mapping_in if loaded.family == "albert" else None
+        fn = _bert_like(emb, project)
     elif loaded.family == "gpt2" and hasattr(base, "wte"):
         fn = base.wte
     else:
@@ -72,9 +74,9 @@ def content_embeddings(loaded: Any, windows: Windows, *, batch_size: int = 8) ->
     return torch.cat(parts, dim=0)
 
 
-def _bert_like(emb: Any):
+def _bert_like(emb: Any, project: Any = None):
     def fn(ids: torch.Tensor) -> torch.Tensor:
-        x = emb.word_embeddings(ids) + emb.token_type_embeddings(torch.zeros_like(ids))
-        return emb.LayerNorm(x)
+        x = emb.LayerNorm(emb.word_embeddings(ids) + emb.token_type_embeddings(torch.zeros_like(ids)))
+        return x if project is None else project(x)
 
     return fn
