@@ -19,7 +19,7 @@ from rankcollapse.experiments.schema import validate_config
 from rankcollapse.experiments.table import normalise
 
 CFG = load_config("fig3")
-AXIS = {"positions": "none", "depth": 1, "path": "blocked", "metrics": ["mu", "mu_relative"]}
+AXIS = {"positions": "none", "depth": 1, "path": "blocked", "metrics": ["mu", "mu_relative"], "chunk": 1}
 
 
 def _plan(scale):
@@ -37,7 +37,8 @@ def test_axis_units_per_n():
     for u in axis:
         by_n.setdefault(u.params["n_tokens"], []).append(u)
         assert u.params["setting"] == f"n_tokens={u.params['n_tokens']},positions=none"
-        assert {k: u.params[k] for k in AXIS} == AXIS and u.params["n_windows"] == 8
+        assert {k: u.params[k] for k in AXIS} == AXIS
+        assert u.params["n_windows"] == (4 if u.params["n_tokens"] == 8192 else 8)
     assert sorted(by_n) == [128, 1024, 8192]
     for n, us in by_n.items():
         # 3 masks x d_qk {1/64, 1, 64} and the two d_qk = 1e8 control units; no d_qk = 32
@@ -50,8 +51,10 @@ def test_smoke_caps_the_axis_and_windows_are_capped():
     assert sorted({u.params.get("n_tokens") for u in _plan("smoke") if u.params["setting"] != "default"}) == [128, 1024]
     assert [c["id"] for c in axis_claims(CFG, "smoke")] == ["C06.N128", "C06.N1024", "C07.N128", "C07.N1024"]
     big = axis_units(CFG, expand_units(CFG, "paper", 0, data={"corpus": "wikipedia", "length": 128, "seed": 0}), "paper")
-    assert {u.params["n_windows"] for u in big if u.params.get("role") != "control"} == {64}  # max_windows
-    assert {u.params["n_windows"] for u in big if u.params.get("role") == "control"} == {16}
+    # max_windows {1024: 256, 8192: 4}; control units keep their 16 where that is fewer
+    windows = {(u.params["n_tokens"], u.params.get("role") == "control", u.params["n_windows"]) for u in big}
+    assert windows == {(128, False, 3000), (128, True, 16), (1024, False, 256), (1024, True, 16), (8192, False, 4),
+                       (8192, True, 4)}
 
 
 def test_axis_claims_keep_rule_and_controls():
@@ -159,6 +162,7 @@ def test_recheck_reads_the_axis_rules(tmp_path):
     ({"n_tokens": [128, 128]}, "distinct integers >= 2"),
     ({"units": {}}, "units"),
     ({"n_tkens": [128]}, "n_tkens"),
+    ({"max_windows": {1024: 0}}, "window counts must be >= 1"),
 ])
 def test_schema_refuses_a_bad_axis(axis, match):
     cfg = copy.deepcopy(CFG)

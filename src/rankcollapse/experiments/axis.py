@@ -6,7 +6,7 @@ A claim may name an ``n_tokens_axis`` in its config::
       n_tokens: [128, 1024, 8192]
       units: {kind: pretrained_sa, d_qk: [...]}   # the units the rule reads (controls too)
       params: {positions: none, depth: 1, ...}     # given to every axis unit
-      max_windows: 64                              # windows per unit at most
+      max_windows: {8192: 4}                       # N -> windows a unit reads at most
       why: "..."
 
 For each N the units that ``units`` selects are run again with ``n_tokens: N`` and
@@ -54,8 +54,8 @@ def axis_id(claim_id: str, n_tokens: int) -> str:
 def axis_units(cfg: dict[str, Any], units: list[Unit], scale: str) -> list[Unit]:
     """The units every claim axis of ``cfg`` adds to ``units`` (the config's expanded
     units) at ``scale``: each default-setting unit its ``units`` filter selects, with
-    ``n_tokens``, the axis ``params`` and at most ``max_windows`` windows (a control unit
-    keeps its smaller count), labelled with :func:`axis_label`.
+    ``n_tokens``, the axis ``params`` and at most ``max_windows[N]`` windows (fewer when
+    the unit has fewer), labelled with :func:`axis_label`.
     A unit two claims share (same parameters) appears once."""
     sc = scale_settings(cfg, scale)
     out: dict[str, Unit] = {}
@@ -66,8 +66,9 @@ def axis_units(cfg: dict[str, Any], units: list[Unit], scale: str) -> list[Unit]
                 if u.params.get("setting") != "default" or not unit_matches(u, axis.get("units", {})):
                     continue
                 windows = int(u.params["n_windows"])
-                if axis.get("max_windows"):
-                    windows = min(windows, int(axis["max_windows"]))
+                cap = {int(k): int(v) for k, v in (axis.get("max_windows") or {}).items()}.get(int(n))
+                if cap is not None:
+                    windows = min(windows, cap)
                 override = {"n_tokens": n, **axis.get("params", {}), "n_windows": windows}
                 v = with_override(u, override, axis_label(axis, n))
                 out.setdefault(v.hash, v)

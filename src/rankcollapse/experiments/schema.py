@@ -136,8 +136,15 @@ class NTokensAxis(_Strict):
     n_tokens: list[int] = Field(min_length=1)
     units: dict[str, Any] = Field(min_length=1)
     params: dict[str, Any] = Field(default_factory=dict)
-    max_windows: Optional[int] = Field(default=None, ge=1)
+    max_windows: Optional[dict[int, int]] = None  # N -> most windows a unit at that N reads
     why: str
+
+    @field_validator("max_windows")
+    @classmethod
+    def _windows(cls, max_windows: dict[int, int] | None) -> dict[int, int] | None:
+        if max_windows is not None and any(w < 1 for w in max_windows.values()):
+            raise ValueError("window counts must be >= 1")
+        return max_windows
 
     @field_validator("n_tokens")
     @classmethod
