@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "results" / "quick"
 GEOMETRY = ROOT / "docs" / "results" / "geometry-quick"
+AXIS = ROOT / "docs" / "results" / "fig3-n-axis"
 
 
 def readme_table(text: str, name: str = "claims") -> str:
@@ -101,9 +102,14 @@ def test_committed_quick_run_is_todays_run(monkeypatch):
     monkeypatch.setattr(sweep_units, "code_fingerprint", lambda: config_hash({**recorded, "numerics": NUMERICS_VERSION}))
     _, units, _ = runner.plan("all", "quick", 0)
     # `all` = the paper's experiments (docs/results/quick) + geometry (docs/results/geometry-quick)
+    # + the sequence-length axis of C06/C07 (docs/results/fig3-n-axis: fig3 with its axis units)
     geometry = json.loads((GEOMETRY / "config.json").read_text())
-    assert geometry["execution"]["numerics"] == recorded
-    assert sorted([*config["units"], *geometry["units"]]) == sorted(u.hash for u in units)
+    axis = json.loads((AXIS / "config.json").read_text())
+    assert geometry["execution"]["numerics"] == recorded and axis["execution"]["numerics"] == recorded
+    # fig3's own units are the committed quick run's: the axis only adds units
+    fig3 = {u.hash for u in runner.plan("fig3", "quick", 0)[1] if u.params["setting"] == "default"}
+    assert len(fig3) == 14 and fig3 <= set(config["units"]) and fig3 <= set(axis["units"])
+    assert sorted({*config["units"], *geometry["units"], *axis["units"]}) == sorted(u.hash for u in units)
 
 
 @pytest.mark.slow
@@ -112,3 +118,4 @@ def test_committed_quick_run_rechecks():
         pytest.fail("docs/results/quick/table.parquet is missing")
     assert all(stored == again for _, stored, again in runner.recheck(RESULTS))
     assert all(stored == again for _, stored, again in runner.recheck(GEOMETRY))
+    assert all(stored == again for _, stored, again in runner.recheck(AXIS))
