@@ -25,6 +25,7 @@ README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "results" / "quick"
 GEOMETRY = ROOT / "docs" / "results" / "geometry-quick"
 INFLUENCE = ROOT / "docs" / "results" / "influence-quick"
+AXIS = ROOT / "docs" / "results" / "fig3-n-axis"
 
 
 def readme_table(text: str, name: str = "claims") -> str:
@@ -111,10 +112,17 @@ def test_committed_quick_run_is_todays_run(monkeypatch):
     _, units, _ = runner.plan("all", "quick", 0)
     # `all` = the paper's experiments (docs/results/quick) + geometry (docs/results/geometry-quick)
     # + position bias (docs/results/influence-quick)
+    # + the sequence-length axis of C06/C07 (docs/results/fig3-n-axis: fig3 with its axis units)
     geometry = json.loads((GEOMETRY / "config.json").read_text())
     influence = json.loads((INFLUENCE / "config.json").read_text())
+    axis = json.loads((AXIS / "config.json").read_text())
     assert geometry["execution"]["numerics"] == recorded == influence["execution"]["numerics"]
-    assert sorted([*config["units"], *geometry["units"], *influence["units"]]) == sorted(u.hash for u in units)
+    assert axis["execution"]["numerics"] == recorded
+    # fig3's own units are the committed quick run's: the axis only adds units
+    fig3 = {u.hash for u in runner.plan("fig3", "quick", 0)[1] if u.params["setting"] == "default"}
+    assert len(fig3) == 14 and fig3 <= set(config["units"]) and fig3 <= set(axis["units"])
+    assert sorted({*config["units"], *geometry["units"], *influence["units"], *axis["units"]}) == sorted(
+        u.hash for u in units)
 
 
 @pytest.mark.slow
@@ -124,3 +132,4 @@ def test_committed_quick_run_rechecks():
     assert all(stored == again for _, stored, again in runner.recheck(RESULTS))
     assert all(stored == again for _, stored, again in runner.recheck(GEOMETRY))
     assert all(stored == again for _, stored, again in runner.recheck(INFLUENCE))
+    assert all(stored == again for _, stored, again in runner.recheck(AXIS))

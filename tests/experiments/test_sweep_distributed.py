@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 psutil = pytest.importorskip("psutil")
 RAY = Path(sys.executable).with_name("ray")
 CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "reproduce"]
-# fig3's pretrained-network units (12 and its 2 control units), about a second each on one thread
+# fig3's pretrained-network units (12 and its 2 control units, about a second each on one
+# thread) and the first layer of the same at N = 128 and 1,024 (the claims' N axis: 22 units)
 SWEEP = ["fig3", "--scale", "smoke", "--windows", "16", "--no-nearby", "--no-progress"]
 N_UNITS = len(runner.plan("fig3", "smoke", 0, overrides={"n_samples": 16})[1])
 SRC = str(Path(__file__).resolve().parents[2] / "src")

@@ -31,7 +31,7 @@ from .layers import Attention, apply_norm, block_forward, warn_zero_rows
 from .scheduled import ScheduledAttention
 from .flex import FlexBackend
 from .chunks import chunk_threads
-from .sparse import BlockPlan
+from .sparse import DEFAULT_BLOCK_SIZE, SCORE_BUDGET, BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
@@ -275,16 +275,22 @@ def _check_weight_memory(cfg: BlockConfig, d: int, depth: int, shared: bool, max
     check_memory(need, f"{depth} layers of weights and records at d = {d}", max_memory)
 
 
-def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, path: str, max_memory) -> None:
+def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, path: str, max_memory,
+                            block_size: int | None = None) -> None:
     """Refuse a run whose attention would not fit: the dense path holds about three
     ``(B, H, N, N)`` score arrays (scores, weights, their product's workspace) and the
-    ``(N, N)`` mask; the blocked path about three scores per edge, and the CSR form."""
+    ``(N, N)`` mask; the blocked path about three scores per edge, but never more than
+    three chunks of scores per worker thread (:func:`.sparse.blocked_attention` works
+    one chunk at a time: at least one block's ``(B H, block_size, K_w <= N)`` scores,
+    else :data:`.sparse.SCORE_BUDGET` bytes), and the CSR form."""
     edges = mask.n_edges_hint if isinstance(mask, Mask) else None
     if edges is None:
         edges = N * N  # unknown without building the mask: assume dense
     dense_bytes = B * H * N * N * itemsize
     dense = path == "dense" or (path == "auto" and not (edges / N**2 < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET))
-    need = 3 * dense_bytes + N * N if dense else 3 * B * H * edges * itemsize + 16 * edges
+    chunk = max(SCORE_BUDGET, B * H * min(N, block_size or DEFAULT_BLOCK_SIZE) * N * itemsize)
+    blocked = min(3 * B * H * edges * itemsize, 3 * max(torch.get_num_threads(), 1) * chunk)
+    need = 3 * dense_bytes + N * N if dense else blocked + 16 * edges
     check_memory(need, f"attention over N = {N} tokens ({'dense' if dense else 'blocked'} path, "
                        f"{B} samples x {H} heads)", max_memory)
 
@@ -485,7 +491,7 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
     sched = parse_schedule(mask, N) if is_schedule(mask) else None
     # one Mask, parsed once; it knows its edge count before building anything
     m = sched.composed() if sched is not None else resolve_mask(mask, N)
-    _check_attention_memory(m, B, H, N, X.element_size(), path, max_memory)
+    _check_attention_memory(m, B, H, N, X.element_size(), path, max_memory, block_size)
     density = m.n_edges / N**2
     dense_bytes = B * H * N * N * X.element_size()
     if path == "auto":

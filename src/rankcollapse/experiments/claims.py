@@ -440,6 +440,9 @@ def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any],
         "notes": claim.get("notes", "").strip(),
         "nearby": [],
     }
+    if claim.get("axis"):  # a claim's sequence-length axis (.axis): what was varied, on which rows
+        rec["setting"] = claim["setting"]
+        rec["axis"] = claim["axis"]
     if "missing" in result:
         model = result.get("missing_select", {}).get("model")
         if model in excluded_models:

@@ -22,6 +22,7 @@ from ..errors import ConfigError
 from ..sweep.units import Unit
 from .keys import current, current_config
 from .schema import validate_config
+from .units import _norm_of, mask_name
 
 EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry", "influence")
 ALIASES = {"": "main", "all": "all"}
@@ -213,3 +214,18 @@ def claim_sources(cfgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     names = [c["name"] for c in cfgs]
     extra = [n for c in cfgs for n in c.get("claims_from", []) if n not in names]
     return list(cfgs) + [load_config(n) for n in dict.fromkeys(extra)]
+
+
+def unit_matches(u: Unit, filt: dict[str, Any]) -> bool:
+    """Whether unit ``u`` passes the filter ``filt`` (a claim's ``nearby_units``, an
+    axis's ``units``): ``{param: value or list of values}``, where ``kind`` is the unit's
+    kind, ``mask`` the mask family, ``norm`` the block's norm and ``sphere_radius``
+    defaults to 1; values compare as strings."""
+    for k, want in filt.items():
+        wants = [str(w) for w in (want if isinstance(want, list) else [want])]
+        have = (u.kind if k == "kind" else mask_name(u.params.get("mask", "")) if k == "mask"
+                else _norm_of(u.params) if k == "norm" else float(u.params.get("sphere_radius", 1.0)) if k == "sphere_radius"
+                else u.params.get(k, ""))
+        if str(have) not in wants:
+            return False
+    return True

@@ -10,7 +10,7 @@ where                            old key                 key
 ``scales.<scale>``               ``n_windows``           ``n_samples``
 ``scales.<scale>``               ``windows_per_model``   ``n_samples_per_model``
 unit ``grid``/``params``         ``n_windows``           ``n_samples``
-theory unit ``params``           ``n``, ``d``            ``n_tokens``, ``d_model``
+theory unit ``grid``/``params``  ``n``, ``d``            ``n_tokens``, ``d_model``
 theory unit ``params``           ``eq_n``, ``eq_d``      ``eq_n_tokens``, ``eq_d_model``
 theory unit ``params``           ``rate_n``              ``rate_n_tokens``
 a rule's quantity                ``n``                   ``n_tokens``
@@ -41,8 +41,11 @@ from ..errors import ConfigError
 RENAMED: dict[str, dict[str, str]] = {
     "data": {"length": "n_tokens"},
     "scale": {"n_windows": "n_samples", "windows_per_model": "n_samples_per_model"},
-    "params": {"n_windows": "n_samples", "n": "n_tokens", "d": "d_model", "eq_n": "eq_n_tokens",
-               "eq_d": "eq_d_model", "rate_n": "rate_n_tokens"},
+    "params": {"n_windows": "n_samples"},
+    # only the theory units spelt the token count and width n, d: another kind's n_tokens
+    # (mask_influence, a claim axis' pretrained_sa) was always n_tokens and hashes as such
+    "theory_params": {"n_windows": "n_samples", "n": "n_tokens", "d": "d_model", "eq_n": "eq_n_tokens",
+                      "eq_d": "eq_d_model", "rate_n": "rate_n_tokens"},
     "quantity": {"n": "n_tokens"},
     "overrides": {"n_windows": "n_samples"},
     "simulation": {"d": "d_model"},
@@ -78,12 +81,18 @@ def stored(obj: dict[str, Any], where: str) -> dict[str, Any]:
     return {STORED[where].get(k, k): v for k, v in obj.items()}
 
 
-def stored_params(params: dict[str, Any]) -> dict[str, Any]:
-    """A unit's parameters as its cache key hashes them (the run's ``data`` included)."""
-    out = stored(params, "params")
+def stored_params(params: dict[str, Any], where: str = "params") -> dict[str, Any]:
+    """A unit's parameters as its cache key hashes them (the run's ``data`` included);
+    ``where`` is ``"theory_params"`` for a theory unit (:func:`stored_theory_params`)."""
+    out = stored(params, where)
     if isinstance(out.get("data"), dict):
         out["data"] = stored(out["data"], "data")
     return out
+
+
+def stored_theory_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A theory unit's parameters as its cache key hashes them."""
+    return stored_params(params, "theory_params")
 
 
 def _walk_config(cfg: dict[str, Any], form, warn: bool) -> dict[str, Any]:
@@ -108,9 +117,10 @@ def _walk_unit(unit: Any, form, label: str | None) -> Any:
     if not isinstance(unit, dict):
         return unit
     out = dict(unit)
+    where = "theory_params" if out.get("kind") == "theory" else "params"
     for part in ("grid", "params"):
         if isinstance(out.get(part), dict):
-            out[part] = form(out[part], "params", label and f"{label}.{part}")
+            out[part] = form(out[part], where, label and f"{label}.{part}")
     return out
 
 

@@ -30,15 +30,16 @@ from ..sweep.executors import check_ray_reachable, make_executor, validate_execu
 from ..sweep.progress import UnitProgress
 from ..sweep.units import Unit, numerics_key, unit_labels
 from . import claims as claims_mod
+from .axis import axis_units, claims_with_axes
 from .controls import evaluate_controls
 from .config import (claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
                      with_override)
+from .config import unit_matches as _unit_matches
 from .keys import current, current_config, stored_run
 from .outdir import MARKER, OutputFolder, check_own_or_empty, publish, staging_folder
 from . import report
 from .result import RunResult
 from .table import normalise, rename_legacy
-from .units import _norm_of, mask_name
 
 log = logging.getLogger(__name__)
 #: Metrics recorded by nearby-setting runs: the ones the claim rules read.
@@ -101,7 +102,8 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
     check_overrides(overrides, n_tokens)
     units: dict[str, Unit] = {}
     for cfg in cfgs:
-        for u in expand_units(cfg, scale, seed, data=data, overrides=overrides):
+        own = expand_units(cfg, scale, seed, data=data, overrides=overrides)
+        for u in own + axis_units(cfg, own, scale):  # claims' sequence-length axes (.axis)
             units.setdefault(u.hash, u)
     return cfgs, list(units.values()), data
 
@@ -166,16 +168,24 @@ def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame, scale: str 
     own = {c["name"] for c in cfgs}
     for cfg in claim_sources(cfgs):
         depth = claim_depth(cfg, scale, overrides) if scale in cfg["scales"] else None
-        for claim in cfg.get("claims", []):
-            res = claims_mod.evaluate_claim(table, claim, depth=depth)
+        for claim in claims_with_axes(cfg, scale):
+            setting = claim.get("setting", "default")  # an axis claim reads its own rows
+            res = claims_mod.evaluate_claim(table, claim, setting, depth=depth)
             if res["verdict"] == "not run" and cfg["name"] not in own and not (overrides or {}).get("masks"):
                 continue  # borrowed claim this run has no rows for
             if claim["id"] in out:
                 continue
-            ctl = evaluate_controls(table, claim, depth=depth)
+            ctl = evaluate_controls(table, claim, depth=depth, setting=setting)
             out[claim["id"]] = claims_mod.claim_record(claim, cfg["name"], res, excluded_models=excluded, scale=scale,
                                                        controls=ctl)
-    return sorted(out.values(), key=lambda c: c["id"])
+    return sorted(out.values(), key=_claim_order)
+
+
+def _claim_order(rec: dict[str, Any]) -> tuple:
+    """Claims by id, each followed by its sequence-length axis in increasing N
+    (``C06, C06.N128, C06.N1024, C06.N8192, C07``)."""
+    axis = rec.get("axis") or {}
+    return (axis.get("claim", rec["id"]), int(axis.get("n_tokens", -1)), rec["id"])
 
 
 def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]
@@ -204,17 +214,6 @@ def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]
             changed.append(with_override(u, eff, label))
         out.append((label, override, changed, reused))
     return out
-
-
-def _unit_matches(u: Unit, filt: dict[str, Any]) -> bool:
-    for k, want in filt.items():
-        wants = [str(w) for w in (want if isinstance(want, list) else [want])]
-        have = (u.kind if k == "kind" else mask_name(u.params.get("mask", "")) if k == "mask"
-                else _norm_of(u.params) if k == "norm" else float(u.params.get("sphere_radius", 1.0)) if k == "sphere_radius"
-                else u.params.get(k, ""))
-        if str(have) not in wants:
-            return False
-    return True
 
 
 def nearby_plan(cfgs: list[dict[str, Any]], units: list[Unit]
@@ -266,7 +265,8 @@ def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units:
             for u in nunits:
                 users.setdefault(u.hash, []).append(claim["id"])
             base = {u.hash for u in units if _unit_matches(u, claim.get("nearby_units", {}))}
-            keep = ~default["unit"].isin(base) | default["unit"].isin({u.hash for u in reused})
+            keep = (~default["unit"].isin(base) | default["unit"].isin({u.hash for u in reused})) \
+                & (default["setting"] == "default")  # a claim axis's rows belong to their own setting
             kept = default[keep].assign(setting=label)
             rows = pd.concat([frames[u.hash] for u in nunits] + [kept], ignore_index=True)
             res = claims_mod.evaluate_claim(rows, claim, setting=label, override=override, depth=rec["depth"])
@@ -432,14 +432,18 @@ def _preflight(ctx: RunContext, units: list[Unit]) -> None:
     is written, so a missing model or a text that is too short fails with one line and
     no output folder. Cached units need nothing: their inputs were valid when computed
     (the unit hash covers the data)."""
-    need: dict[str, int] = {}
+    need: dict[tuple[str, int, bool], int] = {}
     for u in units:
         if "n_samples" in u.params and u.params.get("model"):
-            need[u.params["model"]] = max(need.get(u.params["model"], 0), int(u.params["n_samples"]))
+            # a unit's own window length (a claim axis), with or without the position table
+            key = (u.params["model"], int(u.params.get("n_tokens") or ctx.data["n_tokens"]),
+                   u.params.get("positions", "model") == "model")
+            need[key] = max(need.get(key, 0), int(u.params["n_samples"]))
     try:
-        for model, n in need.items():
-            check_positions(ctx.model(model), ctx.data["n_tokens"])
-            ctx.windows(model, n)
+        for (model, n_tokens, positions), n in need.items():
+            if positions:
+                check_positions(ctx.model(model), n_tokens)
+            ctx.windows(model, n, n_tokens=n_tokens)
     except DataError as exc:
         if ctx.data["corpus"] != "file":
             raise
@@ -502,7 +506,9 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
     table = normalise(pd.read_parquet(out / "table.parquet"))  # a table of an earlier version: columns renamed
     rules = {}
     for cfg in rename_legacy([current_config(c, warn=False) for c in config["configs"]]) + [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]:
-        for claim in cfg.get("claims", []):
+        for claim in claims_with_axes(cfg, config["scale"]):
             rules.setdefault(claim["id"], claim)
-    return [(cid, stored[cid]["verdict"], claims_mod.evaluate_claim(table, rules[cid], depth=stored[cid].get("depth"))["verdict"])
+    return [(cid, stored[cid]["verdict"],
+             claims_mod.evaluate_claim(table, rules[cid], rules[cid].get("setting", "default"),
+                                       depth=stored[cid].get("depth"))["verdict"])
             for cid in sorted(stored)]

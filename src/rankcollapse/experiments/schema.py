@@ -134,6 +134,30 @@ class Controls(_Strict):
     negative: Control
 
 
+class NTokensAxis(_Strict):
+    """A claim's sequence-length axis (:mod:`.axis`)."""
+
+    n_tokens: list[int] = Field(min_length=1)
+    units: dict[str, Any] = Field(min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+    max_windows: Optional[dict[int, int]] = None  # N -> most windows a unit at that N reads
+    why: str
+
+    @field_validator("max_windows")
+    @classmethod
+    def _windows(cls, max_windows: dict[int, int] | None) -> dict[int, int] | None:
+        if max_windows is not None and any(w < 1 for w in max_windows.values()):
+            raise ValueError("window counts must be >= 1")
+        return max_windows
+
+    @field_validator("n_tokens")
+    @classmethod
+    def _lengths(cls, n_tokens: list[int]) -> list[int]:
+        if any(n < 2 for n in n_tokens) or len(set(n_tokens)) != len(n_tokens):
+            raise ValueError("window lengths must be distinct integers >= 2")
+        return n_tokens
+
+
 class Claim(_Strict):
     id: str
     effect: str
@@ -148,6 +172,7 @@ class Claim(_Strict):
     controls: Optional[Controls] = None
     nearby_units: dict[str, Any] = Field(default_factory=dict)
     nearby: list[dict[str, Any]] = Field(default_factory=list)
+    n_tokens_axis: Optional[NTokensAxis] = None
 
 
 class ExperimentConfig(_Strict):

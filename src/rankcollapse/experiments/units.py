@@ -20,7 +20,7 @@ import torch
 from ..errors import ConfigError, RankCollapseError
 from ..sweep.context import RunContext
 from ..sweep.units import Unit, register_unit_kind
-from .keys import stored_params
+from .keys import stored_params, stored_theory_params
 from .table import normalise, rows_from_metrics
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_ratio")
@@ -49,7 +49,8 @@ def _labels(unit: Unit, **extra: Any) -> dict[str, Any]:
         "unit": unit.hash,
         "norm": _norm_of(p),
         "sphere_radius": float(p.get("sphere_radius", 1.0)) if unit.kind in ("simulate", "pretrained_sa") else np.nan,
-        "depth": int(p.get("depth", -1)) if unit.kind == "simulate" else -1,
+        # a pretrained network runs the model's own depth (-1) unless ``depth`` cuts it
+        "depth": int(p.get("depth", -1)) if unit.kind in ("simulate", "pretrained_sa") else -1,
         "dtype": compute_dtype(unit),
     }
     out.update(extra)
@@ -159,10 +160,21 @@ def _variant(p: dict[str, Any]) -> Any:
     return resolve_variant(p["variant"], norm=p["norm"])
 
 
+#: Inputs X(0) of an attention-only network: the model's embedding output (``model``) or
+#: the same without its position embeddings (``none``: ``models.content``).
+POSITIONS = ("model", "none")
+
+
 def run_pretrained_sa(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     """Attention-only network with a pretrained model's extracted attention weights
     (``dynamics.pretrained``): layer t uses the model's layer-t attention, scores divided
-    by ``sqrt(d_qk)`` instead of the model's own ``sqrt(d_head)``."""
+    by ``sqrt(d_qk)`` instead of the model's own ``sqrt(d_head)``.
+
+    Optional parameters (absent: the run's windows, every layer, as before): ``n_tokens``
+    (window length N, cut from the same text), ``positions`` (:data:`POSITIONS`; ``none``
+    lets N exceed the position table), ``depth`` (the first ``depth`` layers only) and
+    ``path`` (``simulate``'s attention kernel: ``blocked`` keeps memory O(N) per row
+    block, so complete masks at N = 8,192 fit)."""
     from ..dynamics.pretrained import extract_attention_weights
 
     p = unit.params
@@ -170,11 +182,33 @@ def run_pretrained_sa(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     loaded = ctx.model(p["model"])
     # scale=None: the logits become q.k / sqrt(d_qk), replacing the model's 1/sqrt(d_head)
     weights = [dataclasses.replace(lw, scale=None) for lw in extract_attention_weights(loaded.model)]
+    weights = weights[: _pretrained_depth(p, len(weights))]
+    n_tokens, positions = p.get("n_tokens"), _positions(p)
+    kernel = {"path": str(p["path"])} if p.get("path") else {}
     metrics = _simulate_chunks(
-        unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b), n,
-        lambda d: {"depth": len(weights), "variant": _variant(p), "weights": weights, "d_qk": float(p["d_qk"])},
+        unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b, n_tokens=n_tokens,
+                                               positions=positions == "model"), n,
+        lambda d: {"depth": len(weights), "variant": _variant(p), "weights": weights, "d_qk": float(p["d_qk"]),
+                   **kernel},
     )
     return rows_from_metrics(metrics, _labels(unit, value="pretrained"))
+
+
+def _positions(p: dict[str, Any]) -> str:
+    positions = str(p.get("positions", "model"))
+    if positions not in POSITIONS:
+        raise ConfigError(f"positions must be one of {', '.join(POSITIONS)}, got {positions!r}")
+    return positions
+
+
+def _pretrained_depth(p: dict[str, Any], n_layers: int) -> int:
+    """Layers a ``pretrained_sa`` unit runs: ``depth`` (1..n_layers) or all of them."""
+    if p.get("depth") is None:
+        return n_layers
+    depth = p["depth"]
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= n_layers:
+        raise ConfigError(f"pretrained_sa depth must be an integer in 1..{n_layers} (the model's layers), got {depth!r}")
+    return depth
 
 
 def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
@@ -255,4 +289,4 @@ def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
 register_unit_kind("simulate", run_simulate, version=3, group="experiments", key_params=stored_params)
 register_unit_kind("probe", run_probe, version=3, group="experiments", key_params=stored_params)
 register_unit_kind("pretrained_sa", run_pretrained_sa, version=3, group="experiments", key_params=stored_params)
-register_unit_kind("theory", run_theory, version=4, group="experiments", key_params=stored_params)
+register_unit_kind("theory", run_theory, version=4, group="experiments", key_params=stored_theory_params)

@@ -124,9 +124,13 @@ def decoder_padding(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def embed(loaded: Any, windows: Windows, *, batch_size: int = 8) -> torch.Tensor:
+def embed(loaded: Any, windows: Windows, *, batch_size: int = 8, positions: bool = True) -> torch.Tensor:
     """The token embeddings X(0) of ``windows``: the input of the first block
     (``hidden_states[0]``; for T5 the encoder's), computed without running the blocks.
+
+    ``positions=False`` leaves the absolute position embeddings out
+    (:func:`rankcollapse.models.content.content_embeddings`): the windows may then be
+    longer than the model's position table.
 
     Returns
     -------
@@ -135,10 +139,18 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8) -> torch.Tensor
     Raises
     ------
     ConfigError
-        Windows longer than the model's positions (:func:`check_positions`), or token
-        ids beyond the model's embeddings (:func:`check_token_ids`).
+        Windows longer than the model's positions (:func:`check_positions`; only with
+        ``positions=True``), or token ids beyond the model's embeddings
+        (:func:`check_token_ids`).
+    ModelError
+        ``positions=False`` for a family without absolute position embeddings.
     """
     loaded = as_loaded(loaded)
+    if not positions:
+        from .content import content_embeddings
+
+        check_token_ids(loaded, windows)
+        return content_embeddings(loaded, windows, batch_size=batch_size)
     check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
