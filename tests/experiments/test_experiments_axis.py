@@ -38,7 +38,7 @@ def test_axis_units_per_n():
         by_n.setdefault(u.params["n_tokens"], []).append(u)
         assert u.params["setting"] == f"n_tokens={u.params['n_tokens']},positions=none"
         assert {k: u.params[k] for k in AXIS} == AXIS
-        assert u.params["n_windows"] == (4 if u.params["n_tokens"] == 8192 else 8)
+        assert u.params["n_samples"] == (4 if u.params["n_tokens"] == 8192 else 8)
     assert sorted(by_n) == [128, 1024, 8192]
     for n, us in by_n.items():
         # 3 masks x d_qk {1/64, 1, 64} and the two d_qk = 1e8 control units; no d_qk = 32
@@ -50,9 +50,9 @@ def test_axis_units_per_n():
 def test_smoke_caps_the_axis_and_windows_are_capped():
     assert sorted({u.params.get("n_tokens") for u in _plan("smoke") if u.params["setting"] != "default"}) == [128, 1024]
     assert [c["id"] for c in axis_claims(CFG, "smoke")] == ["C06.N128", "C06.N1024", "C07.N128", "C07.N1024"]
-    big = axis_units(CFG, expand_units(CFG, "paper", 0, data={"corpus": "wikipedia", "length": 128, "seed": 0}), "paper")
+    big = axis_units(CFG, expand_units(CFG, "paper", 0, data={"corpus": "wikipedia", "n_tokens": 128, "seed": 0}), "paper")
     # max_windows {1024: 256, 8192: 4}; control units keep their 16 where that is fewer
-    windows = {(u.params["n_tokens"], u.params.get("role") == "control", u.params["n_windows"]) for u in big}
+    windows = {(u.params["n_tokens"], u.params.get("role") == "control", u.params["n_samples"]) for u in big}
     assert windows == {(128, False, 3000), (128, True, 16), (1024, False, 256), (1024, True, 16), (8192, False, 4),
                        (8192, True, 4)}
 
@@ -202,9 +202,9 @@ def test_pretrained_sa_refuses_meaningless_parameters(params, match):
     from rankcollapse.sweep.units import Unit
 
     unit = Unit("pretrained_sa", {"model": "minilm", "mask": "complete", "d_qk": 1.0, "variant": "pure",
-                                  "n_windows": 1, **params}, "fig3")
+                                  "n_samples": 1, **params}, "fig3")
     with pytest.raises(ConfigError, match=match):
-        run_pretrained_sa(unit, RunContext({"corpus": "wikipedia", "length": 16, "seed": 0}))
+        run_pretrained_sa(unit, RunContext({"corpus": "wikipedia", "n_tokens": 16, "seed": 0}))
 
 
 def test_pretrained_sa_depth_runs_the_first_layers():
@@ -213,8 +213,8 @@ def test_pretrained_sa_depth_runs_the_first_layers():
     from rankcollapse.sweep.context import RunContext
     from rankcollapse.sweep.units import Unit
 
-    ctx = RunContext({"corpus": "wikipedia", "length": 16, "seed": 0})
-    p = {"model": "minilm", "mask": "causal", "d_qk": 1.0, "variant": "pure", "n_windows": 2, "metrics": ["mu_relative"]}
+    ctx = RunContext({"corpus": "wikipedia", "n_tokens": 16, "seed": 0})
+    p = {"model": "minilm", "mask": "causal", "d_qk": 1.0, "variant": "pure", "n_samples": 2, "metrics": ["mu_relative"]}
     full = run_pretrained_sa(Unit("pretrained_sa", p, "fig3"), ctx)
     one = run_pretrained_sa(Unit("pretrained_sa", {**p, "depth": 1}, "fig3"), ctx)
     assert sorted(full["layer"].unique()) == list(range(7)) and sorted(one["layer"].unique()) == [0, 1]

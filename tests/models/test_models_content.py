@@ -15,7 +15,7 @@ from rankcollapse.models.content import content_embeddings
 from rankcollapse.models.probe import embed
 from rankcollapse.sweep.context import RunContext
 
-DATA = {"corpus": "wikipedia", "length": 128, "seed": 0}
+DATA = {"corpus": "wikipedia", "n_tokens": 128, "seed": 0}
 
 
 @pytest.fixture(scope="module")
