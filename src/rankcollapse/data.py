@@ -107,11 +107,11 @@ class Windows:
 
     Attributes
     ----------
-    input_ids : torch.LongTensor, shape (n_windows, length)
-    attention_mask : torch.LongTensor, shape (n_windows, length)
+    input_ids : torch.LongTensor, shape (n_samples, n_tokens)
+    attention_mask : torch.LongTensor, shape (n_samples, n_tokens)
         1 for real tokens; all ones here (windows are never padded) but kept so that
         every consumer handles padding the same way.
-    special_tokens_mask : torch.BoolTensor, shape (n_windows, length)
+    special_tokens_mask : torch.BoolTensor, shape (n_samples, n_tokens)
         True where the tokenizer added a special token (``[CLS]``, ``[SEP]``, BOS).
     """
 
@@ -120,8 +120,11 @@ class Windows:
     special_tokens_mask: torch.Tensor
 
     @property
-    def n_windows(self) -> int:
+    def n_samples(self) -> int:
+        """Number of windows B (the deprecated ``n_windows`` reads it)."""
         return int(self.input_ids.shape[0])
+
+    n_windows = renamed_attribute("n_windows", "n_samples")
 
     @property
     def n_tokens(self) -> int:
@@ -200,17 +203,17 @@ def check_window_arrays(arrays: dict[str, np.ndarray], where: str) -> None:
         raise DataError(f"{where}: window {int(empty[0])} has no real token (attention_mask all 0)")
 
 
-@renamed_arguments(length="n_tokens")
+@renamed_arguments(length="n_tokens", n_windows="n_samples")
 def make_windows(
     texts: Sequence[str],
     tokenizer: Any,
     *,
     n_tokens: int = 128,
-    n_windows: int = 64,
+    n_samples: int = 64,
     seed: int = 0,
     allow_fewer: bool = False,
 ) -> Windows:
-    """Cut ``texts`` into ``n_windows`` windows of exactly ``n_tokens`` tokens.
+    """Cut ``texts`` into ``n_samples`` windows of exactly ``n_tokens`` tokens.
 
     Parameters
     ----------
@@ -218,10 +221,11 @@ def make_windows(
     tokenizer : a Hugging Face tokenizer (fast or slow).
     n_tokens : tokens per window N, special tokens included; must exceed their number
         (deprecated alias ``length``).
-    n_windows : how many windows; only as many documents as needed are tokenised.
+    n_samples : how many windows; only as many documents as needed are tokenised
+        (deprecated alias ``n_windows``).
     seed : seeds the document order (``numpy.random.default_rng``).
     allow_fewer : return fewer windows (with a warning) instead of raising when the
-        text is too short for ``n_windows``.
+        text is too short for ``n_samples``.
 
     Raises
     ------
@@ -230,8 +234,8 @@ def make_windows(
         (:func:`check_tokenizer`), or a window with fewer than 2 distinct ordinary
         tokens (special tokens, ``[UNK]`` included, do not count).
     DataError
-        ``n_tokens``/``n_windows`` < 1, no texts, or not enough tokens for one window (or
-        for ``n_windows`` unless ``allow_fewer``).
+        ``n_tokens``/``n_samples`` < 1, no texts, or not enough tokens for one window (or
+        for ``n_samples`` unless ``allow_fewer``).
 
     See Also
     --------
@@ -249,7 +253,7 @@ def make_windows(
     >>> core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     >>> core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     >>> tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", sep_token="[SEP]")
-    >>> windows = make_windows(["the cat sat on the mat"] * 4, tokenizer, n_tokens=5, n_windows=3)
+    >>> windows = make_windows(["the cat sat on the mat"] * 4, tokenizer, n_tokens=5, n_samples=3)
     >>> windows.input_ids
     tensor([[2, 3, 4, 5, 2],
             [6, 1, 2, 3, 4],
@@ -259,8 +263,8 @@ def make_windows(
     """
     check_tokenizer(tokenizer)
     length = n_tokens  # the name of the procedure in the module docstring
-    if length < 1 or n_windows < 1:
-        raise DataError(f"n_tokens and n_windows must be >= 1 (got n_tokens={length}, n_windows={n_windows})")
+    if length < 1 or n_samples < 1:
+        raise DataError(f"n_tokens and n_samples must be >= 1 (got n_tokens={length}, n_samples={n_samples})")
     if not texts:
         raise DataError("no texts to cut into windows")
     prefix, suffix = special_affixes(tokenizer)
@@ -271,7 +275,7 @@ def make_windows(
     sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     order = np.random.default_rng(seed).permutation(len(texts))
     stream: list[int] = []
-    need = n_windows * body
+    need = n_samples * body
     batch = 64
     for start in range(0, len(order), batch):
         docs = [texts[i] for i in order[start : start + batch]]
@@ -286,11 +290,11 @@ def make_windows(
         raise DataError(
             f"the text has {len(stream)} tokens, fewer than one window of {body} (+{n_special} special) tokens"
         )
-    if have < n_windows:
+    if have < n_samples:
         if not allow_fewer:
-            raise DataError(f"the text gives only {have} windows of {length} tokens; {n_windows} were asked for")
-        log.warning("text gives only %d of %d requested windows of %d tokens", have, n_windows, length)
-    n = min(have, n_windows)
+            raise DataError(f"the text gives only {have} windows of {length} tokens; {n_samples} were asked for")
+        log.warning("text gives only %d of %d requested windows of %d tokens", have, n_samples, length)
+    n = min(have, n_samples)
     body_ids = torch.tensor(stream[: n * body], dtype=torch.long).view(n, body)
     input_ids = torch.cat(
         [torch.tensor(prefix, dtype=torch.long).expand(n, -1), body_ids, torch.tensor(suffix, dtype=torch.long).expand(n, -1)],

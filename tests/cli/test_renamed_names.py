@@ -97,8 +97,8 @@ def test_windows_n_tokens_and_make_windows_alias():
     bert_tokenizer = AutoTokenizer.from_pretrained(assets.minilm_dir())
 
     texts = ["the river flows " * 40] * 3
-    old, new = _same_with_warning(lambda: data.make_windows(texts, bert_tokenizer, length=16, n_windows=2),
-                                  lambda: data.make_windows(texts, bert_tokenizer, n_tokens=16, n_windows=2),
+    old, new = _same_with_warning(lambda: data.make_windows(texts, bert_tokenizer, length=16, n_samples=2),
+                                  lambda: data.make_windows(texts, bert_tokenizer, n_tokens=16, n_samples=2),
                                   "length=", "n_tokens=")
     assert torch.equal(old.input_ids, new.input_ids) and new.n_tokens == 16
     with pytest.warns(FutureWarning, match=r"Windows\.length is deprecated"):

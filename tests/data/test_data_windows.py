@@ -23,7 +23,7 @@ def test_wikipedia_extracts_are_real_and_ordered():
 
 
 def test_windows_have_exact_length_and_bert_specials(bert_tokenizer):
-    w = data.make_windows(data.wikipedia_texts(), bert_tokenizer, n_tokens=128, n_windows=6, seed=0)
+    w = data.make_windows(data.wikipedia_texts(), bert_tokenizer, n_tokens=128, n_samples=6, seed=0)
     assert w.input_ids.shape == (6, 128) and w.attention_mask.shape == (6, 128)
     assert torch.all(w.input_ids[:, 0] == bert_tokenizer.cls_token_id)
     assert torch.all(w.input_ids[:, -1] == bert_tokenizer.sep_token_id)
@@ -33,16 +33,16 @@ def test_windows_have_exact_length_and_bert_specials(bert_tokenizer):
 
 def test_windows_deterministic_and_prefix_stable(bert_tokenizer):
     texts = data.wikipedia_texts()
-    a = data.make_windows(texts, bert_tokenizer, n_windows=10, seed=3)
-    b = data.make_windows(texts, bert_tokenizer, n_windows=4, seed=3)
-    c = data.make_windows(texts, bert_tokenizer, n_windows=4, seed=4)
+    a = data.make_windows(texts, bert_tokenizer, n_samples=10, seed=3)
+    b = data.make_windows(texts, bert_tokenizer, n_samples=4, seed=3)
+    c = data.make_windows(texts, bert_tokenizer, n_samples=4, seed=4)
     assert torch.equal(a.input_ids[:4], b.input_ids)
     assert not torch.equal(b.input_ids, c.input_ids)
 
 
 def test_windows_are_consecutive_text(bert_tokenizer):
     texts = ["alpha beta gamma delta " * 40]
-    w = data.make_windows(texts, bert_tokenizer, n_tokens=16, n_windows=3, seed=0)
+    w = data.make_windows(texts, bert_tokenizer, n_tokens=16, n_samples=3, seed=0)
     body = bert_tokenizer(texts[0], add_special_tokens=False)["input_ids"]
     assert w.input_ids[:, 1:-1].flatten().tolist() == body[: 3 * 14]
 
@@ -78,11 +78,11 @@ def test_bad_jsonl_and_missing_file(tmp_path):
 
 def test_too_short_text(bert_tokenizer):
     with pytest.raises(DataError, match="fewer than one window"):
-        data.make_windows(["a short text"], bert_tokenizer, n_tokens=128, n_windows=1)
+        data.make_windows(["a short text"], bert_tokenizer, n_tokens=128, n_samples=1)
     with pytest.raises(DataError, match="only 1 windows"):
-        data.make_windows(["two words " * 75], bert_tokenizer, n_tokens=128, n_windows=5)
-    w = data.make_windows(["two words " * 75], bert_tokenizer, n_tokens=128, n_windows=5, allow_fewer=True)
-    assert w.n_windows == 1
+        data.make_windows(["two words " * 75], bert_tokenizer, n_tokens=128, n_samples=5)
+    w = data.make_windows(["two words " * 75], bert_tokenizer, n_tokens=128, n_samples=5, allow_fewer=True)
+    assert w.n_samples == 1
 
 
 def test_bad_sizes(bert_tokenizer):
@@ -93,7 +93,7 @@ def test_bad_sizes(bert_tokenizer):
 
 
 def test_save_load_roundtrip(tmp_path, bert_tokenizer):
-    w = data.make_windows(data.wikipedia_texts(), bert_tokenizer, n_tokens=32, n_windows=3)
+    w = data.make_windows(data.wikipedia_texts(), bert_tokenizer, n_tokens=32, n_samples=3)
     w.save(tmp_path / "windows.npz")
     back = data.Windows.load(tmp_path / "windows.npz")
     assert torch.equal(back.input_ids, w.input_ids) and torch.equal(back.special_tokens_mask, w.special_tokens_mask)

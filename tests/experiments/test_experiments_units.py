@@ -19,7 +19,7 @@ class TinyContext(RunContext):
         super().__init__({"corpus": "wikipedia", "n_tokens": 6, "seed": 0})
         self.X0 = torch.randn(3, 6, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
 
-    def embeddings(self, model, n_windows, *, start=0, stop=None):
+    def embeddings(self, model, n_samples, *, start=0, stop=None):
         return self.X0[start:stop]
 
 
@@ -70,10 +70,10 @@ class FailingProbeContext(RunContext):
 
         return SimpleNamespace(family="gpt2")
 
-    def windows(self, model, n_windows):
+    def windows(self, model, n_samples):
         from types import SimpleNamespace
 
-        return SimpleNamespace(n_windows=n_windows)
+        return SimpleNamespace(n_samples=n_samples)
 
 
 @pytest.mark.parametrize("drop", [["norm"], []])

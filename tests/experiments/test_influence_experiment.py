@@ -144,8 +144,8 @@ class _TinyContext(RunContext):
     def model(self, name):
         return self.loaded
 
-    def windows(self, model, n_windows):
-        ids = torch.randint(1, 97, (n_windows, 8), generator=torch.Generator().manual_seed(1))
+    def windows(self, model, n_samples):
+        ids = torch.randint(1, 97, (n_samples, 8), generator=torch.Generator().manual_seed(1))
         return Windows(ids, torch.ones_like(ids), torch.zeros_like(ids, dtype=torch.bool))
 
 

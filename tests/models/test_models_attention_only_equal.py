@@ -19,7 +19,7 @@ METRICS = ["mu", "mu_relative"]
 def _both_routes(name: str, length: int):
     loaded = load_model(name)
     loaded.model.double()
-    wins = make_windows(wikipedia_texts(), loaded.tokenizer, n_tokens=length, n_windows=2)
+    wins = make_windows(wikipedia_texts(), loaded.tokenizer, n_tokens=length, n_samples=2)
     assert bool(wins.attention_mask.all())  # full windows: both routes see the same tokens
     depth = loaded.model.config.num_hidden_layers
     table = attention_only(loaded, wins, depth=depth, keep=(), metrics=METRICS)

@@ -69,7 +69,7 @@ def test_minilm_at_n_128_equals_the_zeroed_forward_and_the_old_path(ctx):
     old = ctx.embeddings("minilm", 4)  # the path every existing unit takes
     assert torch.equal(ctx.embeddings("minilm", 4, n_tokens=128, positions=True), old)
     assert torch.equal(ctx.windows("minilm", 4, n_tokens=128).input_ids, ctx.windows("minilm", 4).input_ids)
-    win = make_windows(ctx.texts(), loaded.require_tokenizer(), n_tokens=128, n_windows=4, seed=0)
+    win = make_windows(ctx.texts(), loaded.require_tokenizer(), n_tokens=128, n_samples=4, seed=0)
     assert torch.equal(embed(loaded, win), old)
     none = ctx.embeddings("minilm", 4, n_tokens=128, positions=False)
     assert torch.equal(none, embed(_zeroed_positions(loaded), win))

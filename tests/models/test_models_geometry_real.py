@@ -25,7 +25,7 @@ def _numpy_reference(X: np.ndarray) -> dict[str, float]:
 
 
 def _check(loaded, n_windows, length):
-    wins = make_windows(wikipedia_texts(), loaded.tokenizer, length=length, n_windows=n_windows)
+    wins = make_windows(wikipedia_texts(), loaded.tokenizer, n_tokens=length, n_samples=n_windows)
     table = probe(loaded, wins, metrics=GEOMETRY, per_window=True)
     with torch.no_grad():
         hs = loaded.model(**model_inputs(loaded, wins.input_ids, wins.attention_mask),

@@ -46,7 +46,7 @@ def test_probe_json_matches_hidden_states(monkeypatch, capsys, text_file, tmp_pa
     assert doc["layers"][0]["point"] == "embeddings" and doc["layers"][6]["point"] == "layer.5.output"
 
     loaded = load_model("minilm")
-    wins = make_windows(read_text_file(text_file), loaded.tokenizer, n_tokens=48, n_windows=4, seed=0)
+    wins = make_windows(read_text_file(text_file), loaded.tokenizer, n_tokens=48, n_samples=4, seed=0)
     saved = Windows.load(tmp_path / "run" / "windows.npz")
     assert torch.equal(saved.input_ids, wins.input_ids) and saved.input_ids.shape == (4, 48)
     with torch.no_grad():

@@ -12,7 +12,7 @@ TEXT = " ".join(["the river city was built near the old stone bridge where peopl
 
 def test_minilm_in_bfloat16_keeps_its_rank():
     loaded = load_model("minilm")
-    w = make_windows([TEXT], loaded.tokenizer, n_tokens=32, n_windows=1)
+    w = make_windows([TEXT], loaded.tokenizer, n_tokens=32, n_samples=1)
     ranks = {}
     for dtype in (torch.float32, torch.bfloat16):
         loaded.model.to(dtype)
@@ -30,7 +30,7 @@ def test_minilm_in_bfloat16_probe_reports_the_float32_rank():
     from rankcollapse.models import probe
 
     loaded = load_model("minilm")
-    w = make_windows([TEXT], loaded.tokenizer, n_tokens=32, n_windows=1)
+    w = make_windows([TEXT], loaded.tokenizer, n_tokens=32, n_samples=1)
     r32 = probe(loaded, w, metrics=("rank_fraction",))
     loaded.model.to(torch.bfloat16)
     r16 = probe(loaded, w, metrics=("rank_fraction",))

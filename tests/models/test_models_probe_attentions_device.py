@@ -93,6 +93,6 @@ def test_cuda_probe_matches_cpu(text_file):
 
     cpu = load_model("minilm")
     gpu = load_model("minilm", device="cuda")
-    w = make_windows(read_text_file(text_file), cpu.tokenizer, n_tokens=24, n_windows=2, allow_fewer=True)
+    w = make_windows(read_text_file(text_file), cpu.tokenizer, n_tokens=24, n_samples=2, allow_fewer=True)
     a, b = probe(cpu, w, metrics=("mu", "rank_fraction")), probe(gpu, w, metrics=("mu", "rank_fraction"))
     np.testing.assert_allclose(a["mean"].to_numpy(), b["mean"].to_numpy(), rtol=1e-4)

@@ -74,7 +74,7 @@ def test_metrics_option_values_are_the_registry_values(monkeypatch, capsys, text
     assert code == 0, err
     layers = json.loads(stdout)["layers"]
     loaded = load_model("minilm")
-    w = make_windows(read_text_file(text_file), loaded.tokenizer, n_tokens=16, n_windows=2, seed=0, allow_fewer=True)
+    w = make_windows(read_text_file(text_file), loaded.tokenizer, n_tokens=16, n_samples=2, seed=0, allow_fewer=True)
     import torch
 
     with torch.no_grad():

@@ -129,14 +129,14 @@ def test_probe_per_window_values_are_each_windows_own_probe(tiny, windows):
     metrics = ["mu", "sigma_min"]
     df = probe(tiny, windows, metrics=metrics, batch_size=2, per_window=True)
     assert list(df.columns) == list(TABLE_COLUMNS) + ["values"]
-    for j in range(windows.n_windows):
+    for j in range(windows.n_samples):
         one = dataclasses.replace(windows, **{f.name: getattr(windows, f.name)[j:j + 1] for f in dataclasses.fields(windows)})
         own = probe(tiny, one, metrics=metrics, batch_size=1)
         got = np.array([v[j] for v in df["values"]])
         np.testing.assert_allclose(got, own["mean"].to_numpy(), rtol=1e-5)
     means = np.array([v.mean() for v in df["values"]])
     np.testing.assert_allclose(df["mean"].to_numpy(), means, rtol=1e-12)
-    assert all(v.shape == (windows.n_windows,) and v.dtype == np.float64 for v in df["values"])
+    assert all(v.shape == (windows.n_samples,) and v.dtype == np.float64 for v in df["values"])
 
 
 def test_padding_is_excluded_from_metrics(make_tiny, make_windows_tiny):

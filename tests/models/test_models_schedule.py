@@ -44,7 +44,7 @@ def test_smollm2_gemma3_like_schedule_vs_native_causal():
     from rankcollapse.models import load_model, probe
 
     loaded = load_model("smollm2")
-    wins = make_windows(wikipedia_texts(), loaded.tokenizer, n_tokens=32, n_windows=2)
+    wins = make_windows(wikipedia_texts(), loaded.tokenizer, n_tokens=32, n_samples=2)
     native = probe(loaded, wins)
     sched = probe(loaded, wins, mask="schedule:causal_sliding_window:w=4*5,causal")
     same = probe(loaded, wins, mask="schedule:causal*6")

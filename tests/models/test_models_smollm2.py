@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def smol():
     loaded = load_model("smollm2")
-    wins = make_windows(wikipedia_texts(), loaded.tokenizer, n_tokens=24, n_windows=2)
+    wins = make_windows(wikipedia_texts(), loaded.tokenizer, n_tokens=24, n_samples=2)
     inputs = model_inputs(loaded, wins.input_ids, wins.attention_mask)
     with torch.no_grad():
         hs = loaded.model(**inputs, output_hidden_states=True).hidden_states

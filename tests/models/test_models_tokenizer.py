@@ -78,27 +78,27 @@ def test_the_empty_tokenizer_transformers_builds_is_refused(tmp_path, kind):
     folder = _save(kind, tmp_path / kind)
     empty = tf.AutoTokenizer.from_pretrained(folder)  # what the folder gives: no ordinary vocabulary
     with pytest.raises(TokenizerError, match="ordinary tokens"):
-        make_windows(TEXTS, empty, n_tokens=16, n_windows=2)
+        make_windows(TEXTS, empty, n_tokens=16, n_samples=2)
     assert data.tokenizer_problem(empty) is not None
 
 
 def test_windows_of_one_ordinary_token_are_refused(minilm_tokenizer):
     # a real tokenizer on text it cannot represent: every word is [UNK]
     with pytest.raises(TokenizerError, match="window 0 .* 0 distinct ordinary tokens"):
-        make_windows(["☃☃ ☃☃ ☃☃ ☃☃ ☃☃ ☃☃"] * 20, minilm_tokenizer, n_tokens=8, n_windows=2)
+        make_windows(["☃☃ ☃☃ ☃☃ ☃☃ ☃☃ ☃☃"] * 20, minilm_tokenizer, n_tokens=8, n_samples=2)
     with pytest.raises(TokenizerError, match="1 distinct ordinary tokens"):
-        make_windows(["the " * 50], minilm_tokenizer, n_tokens=8, n_windows=2)
+        make_windows(["the " * 50], minilm_tokenizer, n_tokens=8, n_samples=2)
     # negative control: two distinct words are enough
-    w = make_windows(["the river " * 50], minilm_tokenizer, n_tokens=8, n_windows=2)
+    w = make_windows(["the river " * 50], minilm_tokenizer, n_tokens=8, n_samples=2)
     assert w.input_ids.shape == (2, 8)
     assert data.tokenizer_problem(minilm_tokenizer) is None
 
 
 def test_none_or_a_non_tokenizer_is_refused():
     with pytest.raises(TokenizerError, match="no tokenizer"):
-        make_windows(TEXTS, None, n_tokens=8, n_windows=1)
+        make_windows(TEXTS, None, n_tokens=8, n_samples=1)
     with pytest.raises(TokenizerError, match="expected a transformers tokenizer, got str"):
-        make_windows(TEXTS, "bert-base-uncased", n_tokens=8, n_windows=1)
+        make_windows(TEXTS, "bert-base-uncased", n_tokens=8, n_samples=1)
 
 
 def test_cli_refuses_a_folder_without_tokenizer(monkeypatch, capsys, tmp_path, bert_dirs):

@@ -114,7 +114,7 @@ def probe_command(
         loaded = models.load_model(model, gguf_file=gguf_file, device=dev, tokenizer=tokenizer)
         check_positions(loaded, length if given is None else given.n_tokens)  # before windows are built or anything is written
         wins = given if given is not None else data.make_windows(
-            texts, loaded.require_tokenizer(), n_tokens=length, n_windows=windows, seed=seed,
+            texts, loaded.require_tokenizer(), n_tokens=length, n_samples=windows, seed=seed,
             allow_fewer=text_file is not None)
         for note in loaded.notes:
             typer.echo(f"note: {note}", err=True)
@@ -243,9 +243,9 @@ def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[st
     from .. import data
 
     wins = data.Windows.load(path)
-    for flag, name, value, have in (("--n-samples", "windows", samples, wins.n_windows), ("--n-tokens", "length", length, wins.n_tokens)):
+    for flag, name, value, have in (("--n-samples", "windows", samples, wins.n_samples), ("--n-tokens", "length", length, wins.n_tokens)):
         if name in given and value != have:
-            raise ConfigError(f"{flag} {value} but {path} holds {wins.n_windows} windows of {wins.n_tokens} tokens; "
+            raise ConfigError(f"{flag} {value} but {path} holds {wins.n_samples} windows of {wins.n_tokens} tokens; "
                               f"drop {flag} (the file fixes it)")
     return wins
 

@@ -211,26 +211,26 @@ def wikipedia_tokens(n_samples: int, n_tokens: int, d_model: int | None = None, 
     return E @ Vh[:d].T
 
 
-def _embeddings(loaded: Any, n_tokens: int, n_windows: int, seed: int) -> torch.Tensor:
-    """float64 ``(n_windows, n_tokens, width)`` embeddings of ``loaded`` (a loaded model)."""
+def _embeddings(loaded: Any, n_tokens: int, n_samples: int, seed: int) -> torch.Tensor:
+    """float64 ``(n_samples, n_tokens, width)`` embeddings of ``loaded`` (a loaded model)."""
     from .. import data
     from ..models.probe import embed
 
     windows = data.make_windows(data.wikipedia_texts(), loaded.require_tokenizer(), n_tokens=n_tokens,
-                                n_windows=n_windows, seed=seed)
+                                n_samples=n_samples, seed=seed)
     with torch.no_grad():
         return embed(loaded, windows).detach().to(torch.float64)
 
 
 @lru_cache(maxsize=4)
-def _cached_embeddings(model: str, n_tokens: int, n_windows: int, seed: int) -> torch.Tensor:
+def _cached_embeddings(model: str, n_tokens: int, n_samples: int, seed: int) -> torch.Tensor:
     """:func:`_embeddings` of the model named ``model``, loaded quietly once (read-only)."""
     from ..models._quiet import quiet_loading
     from ..models.loading import load_model
 
     with quiet_loading():
         loaded = load_model(model)
-    return _embeddings(loaded, n_tokens, n_windows, seed)
+    return _embeddings(loaded, n_tokens, n_samples, seed)
 
 
 #: name -> draw function (module table); the one place an input is looked up by name.

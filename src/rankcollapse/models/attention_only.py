@@ -100,7 +100,7 @@ def attention_only(
     allowed = dense_mask(families.family(loaded.family).native_mask if mask is None else mask, n)
     X_all = embed(loaded, windows, batch_size=batch_size)
     values: dict[tuple[int, str, str], list[torch.Tensor]] = {}
-    for start in range(0, windows.n_windows, batch_size):
+    for start in range(0, windows.n_samples, batch_size):
         am = windows.attention_mask[start : start + batch_size].to(loaded.device)
         X = X_all[start : start + batch_size].to(loaded.device)
         mask4 = additive_mask(allowed, am, loaded.dtype)
@@ -113,7 +113,7 @@ def attention_only(
                 _record(values, t, f"attention_only.block.{k}", result)
     df = summary_table(values)
     df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), keep=list(keep),
-                    depth=depth, d_qk_scale=float(d_qk_scale), n_windows=windows.n_windows, n_tokens=n)
+                    depth=depth, d_qk_scale=float(d_qk_scale), n_windows=windows.n_samples, n_tokens=n)
     return df
 
 

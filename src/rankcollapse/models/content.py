@@ -70,7 +70,7 @@ def content_embeddings(loaded: Any, windows: Windows, *, batch_size: int = 8) ->
                          f"{loaded.family!r}")
     device = loaded.device
     parts = [fn(windows.input_ids[s : s + batch_size].to(device)).cpu()
-             for s in range(0, windows.n_windows, batch_size)]
+             for s in range(0, windows.n_samples, batch_size)]
     return torch.cat(parts, dim=0)
 
 

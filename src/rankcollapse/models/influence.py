@@ -212,10 +212,10 @@ def _window_mean(per: np.ndarray) -> np.ndarray:
 
 def _rollout_windows(maps: list[list[np.ndarray]], alpha: Any) -> np.ndarray:
     """Row ``N-1`` of ``R_k = (a_k I + (1-a_k) Ā_k) R_{k-1}`` of each window, ``(W, L, N)``."""
-    n_layers, n_windows = len(maps), len(maps[0])
+    n_layers, n_samples = len(maps), len(maps[0])
     a = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (n_layers,))
-    out = np.zeros((n_windows, n_layers, maps[0][0].shape[0]))
-    for w in range(n_windows):
+    out = np.zeros((n_samples, n_layers, maps[0][0].shape[0]))
+    for w in range(n_samples):
         r = np.eye(maps[0][w].shape[0])
         for k in range(n_layers):
             r = (a[k] * np.eye(r.shape[0]) + (1.0 - a[k]) * maps[k][w]) @ r

@@ -155,7 +155,7 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8, positions: bool
     check_token_ids(loaded, windows)
     name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
     parts = []
-    for start in range(0, windows.n_windows, batch_size):
+    for start in range(0, windows.n_samples, batch_size):
         ids = windows.input_ids[start : start + batch_size]
         am = windows.attention_mask[start : start + batch_size]
         with Recorder(loaded, [name], stop=True) as rec:
@@ -310,8 +310,8 @@ def probe(
     point_list = _point_list(loaded, points) if names else []
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attn_names else []
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
-    with steps(-(-windows.n_windows // batch_size), "probe: batches", progress) as bar:
-        for start in range(0, windows.n_windows, batch_size):
+    with steps(-(-windows.n_samples // batch_size), "probe: batches", progress) as bar:
+        for start in range(0, windows.n_samples, batch_size):
             _probe_batch(loaded, windows, start, batch_size, mask, d_qk_scale, drop, point_list, names,
                          exclude_special, values, bool(attn_names), sink_names, clip_massive)
             bar.advance()
@@ -322,7 +322,7 @@ def probe(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
         d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
-        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_windows, n_tokens=windows.n_tokens,
+        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_samples, n_tokens=windows.n_tokens,
         **({"clip_massive": True} if clip_massive else {}),
     )
     return df
@@ -441,7 +441,7 @@ def attention_maps(
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
     check_token_ids(loaded, windows)
     parts: dict[str, list[torch.Tensor]] = {}
-    for start in range(0, windows.n_windows, batch_size):
+    for start in range(0, windows.n_samples, batch_size):
         ids = windows.input_ids[start : start + batch_size]
         am = windows.attention_mask[start : start + batch_size]
         with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am):

@@ -120,35 +120,39 @@ class RunContext:
                 self._models[name] = load_model(name, device=self.device)
         return self._models[name]
 
-    def windows(self, model: str, n_windows: int, *, n_tokens: int | None = None) -> Any:
-        """``n_windows`` windows of ``n_tokens`` tokens (default: the run's ``n_tokens``) cut
+    @renamed_arguments(n_windows="n_samples")
+    def windows(self, model: str, n_samples: int, *, n_tokens: int | None = None) -> Any:
+        """``n_samples`` windows of ``n_tokens`` tokens (default: the run's ``n_tokens``) cut
         with ``model``'s tokenizer from the run's text and seed (``data.make_windows``: the
-        same token stream at every N)."""
+        same token stream at every N). ``n_windows=`` is a deprecated alias of
+        ``n_samples=`` until 0.3.0."""
         n_tokens = int(self.data["n_tokens"] if n_tokens is None else n_tokens)
         # the run's own length keeps the key it always had
-        key = (model, int(n_windows)) if n_tokens == int(self.data["n_tokens"]) else (model, int(n_windows), n_tokens)
+        key = (model, int(n_samples)) if n_tokens == int(self.data["n_tokens"]) else (model, int(n_samples), n_tokens)
         if key not in self._windows:
             tok = self.model(model).require_tokenizer()
             self._windows[key] = data.make_windows(
-                self.texts(), tok, n_tokens=n_tokens, n_windows=n_windows, seed=self.data["seed"]
+                self.texts(), tok, n_tokens=n_tokens, n_samples=n_samples, seed=self.data["seed"]
             )
         return self._windows[key]
 
-    def embeddings(self, model: str, n_windows: int, *, start: int = 0, stop: int | None = None,
+    @renamed_arguments(n_windows="n_samples")
+    def embeddings(self, model: str, n_samples: int, *, start: int = 0, stop: int | None = None,
                    n_tokens: int | None = None, positions: bool = True) -> torch.Tensor:
         """X(0): the embedding-layer output ``(B, N, d)`` of windows ``start:stop`` of
-        :meth:`windows` (``n_tokens`` tokens each); ``positions=False`` leaves the
-        position embeddings out (``models.probe.embed``), so N may exceed the model's
-        position table."""
+        :meth:`windows` (``n_samples`` windows of ``n_tokens`` tokens each);
+        ``positions=False`` leaves the position embeddings out (``models.probe.embed``), so
+        N may exceed the model's position table. ``n_windows=`` is a deprecated alias of
+        ``n_samples=`` until 0.3.0."""
         from ..models.probe import embed
 
-        key = (model, int(n_windows), int(start), stop)
+        key = (model, int(n_samples), int(start), stop)
         if n_tokens is not None and int(n_tokens) != int(self.data["n_tokens"]) or not positions:
             key += (int(n_tokens or self.data["n_tokens"]), bool(positions))
         if key in self._embeddings:
             return self._embeddings[key]
-        win = self.windows(model, n_windows, n_tokens=n_tokens)
-        stop = win.n_windows if stop is None else stop
+        win = self.windows(model, n_samples, n_tokens=n_tokens)
+        stop = win.n_samples if stop is None else stop
         part = type(win)(win.input_ids[start:stop], win.attention_mask[start:stop], win.special_tokens_mask[start:stop])
         with torch.no_grad():
             X = embed(self.model(model), part, positions=positions)
