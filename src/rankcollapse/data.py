@@ -103,7 +103,7 @@ def read_text_file(path: str | Path) -> list[str]:
 
 @dataclass(frozen=True)
 class Windows:
-    """Token windows, all of exactly ``length`` tokens.
+    """Token windows, all of exactly ``n_tokens`` tokens.
 
     Attributes
     ----------
