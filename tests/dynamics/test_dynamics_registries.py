@@ -21,7 +21,7 @@ def unit(X):
 
 
 def test_registry_names_and_deprecated_aliases():
-    assert set(INPUTS) == {"gaussian", "sphere", "hemisphere", "nonnegative", "antipodal", "wikipedia"}
+    assert set(INPUTS) == {"gaussian", "sphere", "hemisphere", "nonnegative", "antipodal", "simplex", "wikipedia"}
     assert set(ON_SPHERE) < set(INPUTS)
     for old in ("wiki", "minilm"):
         with pytest.warns(FutureWarning, match=r"0\.3\.0.*'wikipedia'"):

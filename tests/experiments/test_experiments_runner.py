@@ -42,8 +42,9 @@ def test_interrupted_run_resumes_and_is_not_marked_complete(install_executor, fa
 def test_all_writes_every_claim(fake, tmp_path):
     res = runner.run_experiment("all", "smoke", tmp_path / "all", progress=False, nearby=False)
     claims = json.loads((tmp_path / "all" / "claims.json").read_text())
-    assert [c["id"] for c in claims] == ([f"C{k:02d}" for k in range(1, 13)] + [f"G{k}" for k in range(1, 5)]
-                                         + [f"I{k}" for k in range(1, 5)])
+    paper = [f"C{k:02d}" + axis for k in range(1, 13)
+             for axis in (["", ".N128", ".N1024"] if k in (6, 7) else [""])]  # smoke: the N axis up to 1,024
+    assert [c["id"] for c in claims] == paper + [f"G{k}" for k in range(1, 5)] + [f"I{k}" for k in range(1, 5)]
     for c in claims:
         assert {"id", "effect", "verdict", "measured", "rule", "experiment", "comparison", "plot", "notes"} <= set(c)
         assert c["verdict"] in C_VERDICTS

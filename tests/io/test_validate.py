@@ -39,7 +39,7 @@ def test_check_float_bounds():
 
 
 def test_callers_raise_their_own_error_type():
-    with pytest.raises(MaskError, match="n must fit a signed 64-bit integer"):
+    with pytest.raises(MaskError, match="n_tokens must fit a signed 64-bit integer"):
         causal(2**64)
     with pytest.raises(MaskError, match="w must fit a signed 64-bit integer"):
         parse_mask(f"causal_sliding_window:w={2**70}", 8)

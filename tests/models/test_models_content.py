@@ -40,7 +40,9 @@ def test_equals_the_forward_with_a_zeroed_position_table(kind, make_tiny, make_w
     got = content_embeddings(loaded, win, batch_size=2)
     want = embed(_zeroed_positions(loaded), win)
     assert got.shape == (3, 10, want.shape[-1]) and got.dtype == torch.float32
-    assert torch.equal(got, want)
+    # equal up to float32 round-off: ALBERT's embedding projection is a matmul whose blocking
+    # (batch of 2 here, 3 there; the thread count) may change the last bit
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     # and it is not the model's embedding output (the positions are there)
     assert not torch.allclose(got, embed(loaded, win))
 

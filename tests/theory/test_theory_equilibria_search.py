@@ -9,7 +9,7 @@ from rankcollapse.experiments.theory_units import rows_equilibria_search
 
 @pytest.fixture(scope="module")
 def counts() -> pd.DataFrame:
-    df = rows_equilibria_search({"eq_n": 3, "eq_d": 3, "search_starts": 32}, None)
+    df = rows_equilibria_search({"eq_n_tokens": 3, "eq_d_model": 3, "search_starts": 32}, None)
     return df.pivot(index="layer", columns="metric", values="mean")
 
 

@@ -111,7 +111,7 @@ def plot_study(table: pd.DataFrame, path: Path | None, cfg: dict[str, Any]) -> A
         a.errorbar(g["budget"], g["measured_rate"], yerr=[g["measured_rate"] - g["measured_q25"],
                    g["measured_q75"] - g["measured_rate"]], fmt="o-", capsize=3, label=fam)
         b.plot(g["budget"], g["log10_layers_per_decade"], "o-", label=fam)
-    sim = cfg["simulation"]
+    sim = current_study(cfg, warn=False)["simulation"]  # a study config of an earlier version says d
     a.set(xlabel="attended pairs per layer (mean over the period)", ylabel="measured per-layer factor of μ",
           title=f"measured (N={cfg['n_tokens']}, d={sim['d_model']}, {sim['n_samples']} samples)")
     b.set(xlabel="attended pairs per layer (mean over the period)", ylabel="log10 layers per 10x (envelope)",
