@@ -258,3 +258,20 @@ def test_probe_aliases_and_d_qk(root):
     assert code == 0 and "…" not in out and "embeddings" in out and "mu_relative" in out
     code, _, err = invoke(["probe", "--n-samples", "2"], root)
     assert code == 2 and "missing --model" in err
+
+
+@pytest.mark.parametrize("argv, want, api", [
+    (["mask", "influence", "file:M.npy", "--n-tokens", "7", "--depth", "2", "--alpha", "0.5"],
+     "has N=5 tokens, but --n-tokens 7 was asked", "n_tokens=7"),
+    (["simulate", "--attention", "offbyone", "--backend", "blocked", "--n-tokens", "8", "--depth", "1"],
+     "runs on --backend dense only (the windowed and FlexAttention kernels compute softmax); use --backend dense or auto",
+     "path="),
+    (["simulate", "--qk-scale", "3", "--n-tokens", "8", "--depth", "1"], "--qk-scale is a setting of --qk-norm", "qk_norm=True"),
+    (["mask", "influence", "causal", "--n-tokens", "1000000", "--depth", "100000", "--alpha", "0.5"],
+     "raise the limit with --max-memory", "max_memory"),
+])
+def test_errors_name_the_flags_not_the_api_arguments(tmp_path, argv, want, api):
+    np.save(tmp_path / "M.npy", np.tril(np.ones((5, 5), dtype=bool)))
+    code, _, err = invoke(argv, tmp_path)
+    assert code == 2 and err.count("\n") == 1, err
+    assert want in err and api not in err, err

@@ -118,7 +118,7 @@ def test_attention_operator_option_reports_row_mass_deficit():
 @pytest.mark.parametrize("args, msg", [
     (["--attention", "sink:c=1"], "takes parameters"),
     (["--attention", "offbyone", "--uniform"], "contradict"),
-    (["--attention", "offbyone", "--backend", "blocked"], "path='dense' only"),
+    (["--attention", "offbyone", "--backend", "blocked"], "--backend dense only"),
 ])
 def test_attention_operator_errors_are_one_line(args, msg):
     p = run("--n-tokens", "8", "--depth", "2", "--d-model", "4", *args)
@@ -140,3 +140,12 @@ def test_input_names_come_from_the_registry():
         assert doc["settings"]["input"] == name
         X0 = make_tokens(name, 2, 6, 4, seed=3).to(torch.float32)
         assert doc["layers"][0]["mu"] == pytest.approx(float(mu(X0).mean()), rel=1e-6)
+
+
+def test_simulate_json_settings_use_the_canonical_keys():
+    p = subprocess.run([*CMD, "--mask", "causal", "--n-tokens", "6", "--depth", "1", "--d-model", "4",
+                        "--n-samples", "2", "--format", "json"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    settings = json.loads(p.stdout)["settings"]
+    assert settings["n_samples"] == 2 and settings["model"] is None
+    assert "batch" not in settings and "pretrained" not in settings

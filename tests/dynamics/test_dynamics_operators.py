@@ -185,3 +185,15 @@ def test_row_mass_deficit_registry_metric():
     X = torch.randn(2, 7, 4, dtype=torch.float64)
     via = compute_metrics(X, ["mu", "row_mass_deficit"], attention=A)["row_mass_deficit"]
     assert torch.allclose(via, want, rtol=1e-14)
+
+
+@pytest.mark.parametrize("attention", ["diff:lambda=0.5", "sigmoid"])
+def test_epsilon_measured_is_the_signed_smallest_allowed_entry(attention):
+    # diff attention has negative entries: ε is the smallest entry, not the smallest |entry|
+    X0 = torch.randn(2, 16, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    res = simulate(X0, mask="causal", depth=2, variant=BlockConfig(attention=attention), dtype=torch.float64,
+                   record_epsilon=True, record_attention=True, seed=0)
+    M = torch.tril(torch.ones(16, 16, dtype=torch.bool))
+    want = torch.stack([A[..., M].min() for A in res.attention]).double()
+    torch.testing.assert_close(res.epsilon_measured, want, rtol=0, atol=0)
+    assert (want < 0).all() if attention.startswith("diff") else (want > 0).all()

@@ -254,3 +254,19 @@ def test_progress_bar_on_a_terminal_shows_counts(capsys):
 def test_executor_options_are_checked(kw, message):
     with pytest.raises(ConfigError, match=message):
         validate_executor(**kw)
+
+
+def test_a_failed_run_leaves_no_lock_in_a_folder_it_made(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError):
+        with OutputFolder(out):
+            (out / "cache").mkdir()  # an empty cache folder, as a run that failed on its first unit
+            raise RuntimeError("failed")
+    assert not out.exists()
+    # a folder an earlier run owns keeps its lock (and its files)
+    with OutputFolder(out):
+        pass
+    with pytest.raises(RuntimeError):
+        with OutputFolder(out):
+            raise RuntimeError("failed")
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]

@@ -228,3 +228,13 @@ def test_a_smaller_grid_after_a_bigger_one_leaves_none_of_its_outputs(tmp_path):
     res = subprocess.run([*CLI, *base[:-4], "--out", str(foreign)], capture_output=True, text=True, timeout=600)
     assert res.returncode == 2 and "--allow-nonempty" in res.stderr and res.stderr.count("\n") == 1
     assert sorted(p.name for p in foreign.iterdir()) == ["data.csv"]
+
+
+def test_long_qk_norm_cell_is_refused_before_out_is_touched(tmp_path):
+    out = tmp_path / "D"
+    res = subprocess.run([*CLI, "phase", "--axis", "qk_scale=log:1.5", "--axis", "input=simplex", "--axis", "norm=sphere",
+                          "--axis", "value=orthogonal", "--axis", "n_tokens=5000", "--axis", "qk_norm=on", "--depth", "1",
+                          "--d-model", "8", "--n-samples", "1", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "qk_norm=on" in res.stderr and "above 4096 tokens" in res.stderr
+    assert not out.exists()  # no lock file, no folder

@@ -194,3 +194,13 @@ def test_switch_interpolates_the_levels():
     assert s["gamma_10"] == pytest.approx(1.2) and s["gamma_90"] == pytest.approx(3.8)
     assert s["width"] == pytest.approx(2.6) and s["slope"] == pytest.approx(0.4)
     assert math.isnan(switch([1.0, 2.0], [0.6, 0.9])["gamma_switch"])  # never below 1/2: not bracketed
+
+
+# ------------------------------------------------------------------ what the windowed kernel refuses
+@pytest.mark.parametrize("over, named", [({"qk_norm": True}, "qk_norm=on"), ({"attention": "sigmoid"}, "attention=sigmoid"),
+                                         ({"attention": "diff:lambda=0.5", "qk_norm": True}, "qk_norm=on, attention=diff")])
+def test_grid_check_refuses_long_cells_the_windowed_kernel_cannot_run(over, named):
+    with pytest.raises(ConfigError, match=rf"n_tokens={DENSE_MAX_TOKENS + 1} with {named}.*above {DENSE_MAX_TOKENS} tokens"):
+        check_cells([cell(n_tokens=DENSE_MAX_TOKENS + 1, **over)])
+    check_cells([cell(n_tokens=DENSE_MAX_TOKENS, **over)])  # the dense path takes them
+    check_cells([cell(n_tokens=DENSE_MAX_TOKENS + 1)])  # softmax without qk_norm runs windowed

@@ -23,7 +23,7 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .._validate import INT64_MAX, INT64_MIN
 from ..errors import RankCollapseError
-from ._vocab import rewrite
+from ._vocab import in_flags, rewrite
 
 PREFIX = "rankcollapse: error: "
 #: The longest error line printed; the toolkit's own messages are far shorter, and
@@ -49,7 +49,7 @@ class CliError(click.ClickException):
 def describe(exc: BaseException) -> str:
     """One line for ``exc``, by its kind (see the module docstring)."""
     if isinstance(exc, RankCollapseError):
-        return str(exc)
+        return in_flags(str(exc))  # the argument names as flags (_vocab)
     if isinstance(exc, OSError):
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         where = exc.filename if exc.filename is not None else ""

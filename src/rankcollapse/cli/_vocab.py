@@ -12,6 +12,7 @@ version :data:`~rankcollapse._deprecation.REMOVAL` (0.3.0), as the note says.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -32,6 +33,26 @@ DEPRECATED: dict[str, tuple[str, ...]] = {
 }
 
 NOTE = "rankcollapse: note: {old} is deprecated and will be removed in " + REMOVAL + "; use {new}"
+
+
+#: an API error's words for an argument -> the flag a command-line user typed (the API
+#: names its arguments; the command line names its flags): (pattern, replacement)
+API_TO_FLAGS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bn_tokens=(\d+) was asked"), r"--n-tokens \1 was asked"),
+    (re.compile(r"runs on path='dense' only"), "runs on --backend dense only"),
+    (re.compile(r"use path='dense' or 'auto'"), "use --backend dense or auto"),
+    (re.compile(r"^qk_scale is a setting of qk_norm=True$"), "--qk-scale is a setting of --qk-norm (give both)"),
+    (re.compile(r"raise the limit with max_memory \(--max-memory on the command line\)"),
+     "raise the limit with --max-memory (e.g. --max-memory 32GiB)"),
+)
+
+
+def in_flags(message: str) -> str:
+    """``message`` (an API error's) with the arguments it names as the command's flags
+    (:data:`API_TO_FLAGS`); other text unchanged."""
+    for pattern, flag in API_TO_FLAGS:
+        message = pattern.sub(flag, message)
+    return message
 
 
 def _flags(command: click.Command) -> set[str]:

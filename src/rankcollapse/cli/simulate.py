@@ -210,7 +210,9 @@ def simulate_command(
     floor = _mark_floor(layers, list(res.metrics), dtype)
     # "variant" is the preset equal to the block that ran (or custom; "block" has every
     # field, alpha included), "variant_option" the --variant the overrides started from
-    doc = {"settings": {**res.config, "variant_option": variant, "input": name or source, "pretrained": pretrained},
+    # the settings in the CLI's vocabulary: the run's "batch" is --n-samples, --model names the weights
+    settings = {("n_samples" if k == "batch" else k): v for k, v in res.config.items()}
+    doc = {"settings": {**settings, "variant_option": variant, "input": name or source, "model": pretrained},
            "layers": layers, "floor": floor, "versions": versions()}
     if out is not None:
         write_json_atomic(out / "result.json", doc)

@@ -193,8 +193,8 @@ class Attention:
         bias = None if lw.position_bias is None else lw.position_bias(X.shape[1]).to(X.dtype)
         A = operator_weights(Q, K, self.mask_dense, self.operator, scale=scale, bias=bias)
         self.row_mass.append(row_mass_quantiles(A).cpu())
-        if self.record_epsilon:  # the smallest allowed |entry| (diff attention may be negative)
-            self.epsilon.append(A.abs().masked_fill(~self.mask_dense, float("inf")).amin())
+        if self.record_epsilon:  # the smallest allowed entry, signed (diff attention may be negative)
+            self.epsilon.append(A.masked_fill(~self.mask_dense, float("inf")).amin())
         if self.record_attention:
             self.attention.append(A.detach())
         return merge_heads(A @ V, lw)

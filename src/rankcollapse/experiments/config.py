@@ -93,6 +93,11 @@ def scale_settings(cfg: dict[str, Any], scale: str) -> dict[str, Any]:
     return dict(cfg["scales"][scale])
 
 
+# the keys a run's ``overrides`` may hold (read by :func:`expand_units` and
+# :func:`claim_depth`; any other key is refused by ``runner.run_overrides``)
+OVERRIDE_KEYS = ("masks", "depth", "n_samples", "extra_models")
+
+
 def expand_units(
     cfg: dict[str, Any], scale: str, seed: int, *, data: dict[str, Any], overrides: dict[str, Any] | None = None
 ) -> list[Unit]:

@@ -54,10 +54,11 @@ RENAMED: dict[str, dict[str, str]] = {
 STORED: dict[str, dict[str, str]] = {where: {new: old for old, new in table.items()} for where, table in RENAMED.items()}
 
 
-def current(obj: dict[str, Any], where: str, *, warn: str | None = None) -> dict[str, Any]:
+def current(obj: dict[str, Any], where: str, *, warn: str | None = None, stacklevel: int = 4) -> dict[str, Any]:
     """``obj`` with the old keys of ``where`` renamed (a shallow copy; ``obj`` is left
     alone). ``warn``: the place named in the :class:`FutureWarning` of each old key (None:
-    rename silently, for stored runs).
+    rename silently, for stored runs); ``stacklevel``: the frame the warning points at, as
+    :func:`warnings.warn` counts from this function's caller's caller (4).
 
     Raises
     ------
@@ -71,7 +72,7 @@ def current(obj: dict[str, Any], where: str, *, warn: str | None = None) -> dict
         if new in out:
             raise ConfigError(f"{warn or where}: give {new!r} or the deprecated {old!r}, not both")
         if warn is not None:
-            warn_renamed(f"config key {warn}.{old}", new, stacklevel=4)
+            warn_renamed(f"config key {warn}.{old}", new, stacklevel=stacklevel)
         out[new] = out.pop(old)
     return out
 

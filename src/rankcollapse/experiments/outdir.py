@@ -62,6 +62,7 @@ class OutputFolder:
         self.out, self.wait, self.poll_s = Path(out), bool(wait), float(poll_s)
         self.allow_nonempty = bool(allow_nonempty)
         self._fd: int | None = None
+        self._fresh = False
 
     @property
     def lock_path(self) -> Path:
@@ -70,6 +71,8 @@ class OutputFolder:
     def __enter__(self) -> "OutputFolder":
         if not self.allow_nonempty:
             check_own_or_empty(self.out)
+        # a folder this run makes (absent or empty before) is removed again by a failure
+        self._fresh = not self.out.exists() or (self.out.is_dir() and not any(self.out.iterdir()))
         self.out.mkdir(parents=True, exist_ok=True)
         fd = open_private(self.lock_path, "lock file")
         while True:
@@ -90,12 +93,31 @@ class OutputFolder:
         remove_orphan_tmp(self.out)  # no other writer can be alive now
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        if self._fd is not None:
-            # the file stays (unlinking it would let a waiter lock a file a third run
-            # no longer sees); closing the descriptor releases the lock
-            os.close(self._fd)
-            self._fd = None
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if self._fd is None:
+            return
+        if exc_type is not None and self._fresh:
+            # a failed run in a folder it made leaves nothing behind (docs/errors.md): the
+            # lock goes while still held, then every folder the run left empty
+            self.lock_path.unlink(missing_ok=True)
+            _remove_empty(self.out)
+        # otherwise the file stays (unlinking it would let a waiter lock a file a third
+        # run no longer sees); closing the descriptor releases the lock
+        os.close(self._fd)
+        self._fd = None
+
+
+def _remove_empty(folder: Path) -> None:
+    """Remove ``folder`` and the folders under it that hold no file (bottom up)."""
+    for sub in sorted((p for p in folder.rglob("*") if p.is_dir() and not p.is_symlink()), reverse=True):
+        try:
+            sub.rmdir()
+        except OSError:  # holds a file: kept
+            pass
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
 
 
 def owner(out: str | os.PathLike) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from ..sweep.units import Unit, numerics_key, unit_labels
 from . import claims as claims_mod
 from .axis import axis_units, claims_with_axes
 from .controls import evaluate_controls
-from .config import (claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
+from .config import (OVERRIDE_KEYS, claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
                      with_override)
 from .config import unit_matches as _unit_matches
 from .keys import current, current_config, stored_run
@@ -71,16 +71,25 @@ def check_overrides(overrides: dict[str, Any], n_tokens: int) -> None:
             check_int(overrides[key], option, low=1)
 
 
-def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
+def run_overrides(overrides: dict[str, Any] | None, *, above: int = 2) -> dict[str, Any]:
     """A run's ``overrides`` in today's spelling: an old key (``n_windows``) warns
-    (FutureWarning) and is renamed (:mod:`.keys`).
+    (FutureWarning) and is renamed (:mod:`.keys`). ``above``: the frames between this
+    function's caller and the user's code (the public function and its
+    :func:`renamed_arguments` wrapper), so that the warning points at the user's call.
 
     Raises
     ------
     ConfigError
-        An old key given beside its new one.
+        An old key given beside its new one, or a key that is not an override
+        (:data:`OVERRIDE_KEYS`): a silently dropped option would run something else
+        than what was asked.
     """
-    return current(overrides or {}, "overrides", warn="overrides")
+    out = current(overrides or {}, "overrides", warn="overrides", stacklevel=4 + above)
+    unknown = sorted(set(out) - set(OVERRIDE_KEYS))
+    if unknown:
+        raise ConfigError(f"overrides: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                          f"accepted keys: {', '.join(OVERRIDE_KEYS)}")
+    return out
 
 
 @renamed_arguments(length="n_tokens")

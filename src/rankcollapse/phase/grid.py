@@ -402,6 +402,26 @@ def check_cell(cell: Any) -> None:
                           f"{exc} (cross placement and alpha with --zip, or give none with alpha 0)") from None
 
 
+def check_long_cell(cell: dict[str, Any]) -> None:
+    """Refuse a cell the windowed kernel cannot run: above :data:`DENSE_MAX_TOKENS` tokens
+    a cell runs on :func:`rankcollapse.dynamics.sparse.blocked_attention`, which computes
+    softmax of the plain scores ``q k^T * scale``, so ``qk_norm`` on or an ``attention``
+    operator other than softmax is refused here, before anything is written.
+
+    Raises
+    ------
+    ConfigError
+        Such a cell; the message names the axes and the limit.
+    """
+    attention, qk_norm = cell.get("attention", "softmax"), bool(cell.get("qk_norm", False))
+    if attention_path(int(cell["n_tokens"])) == "blocked" and (qk_norm or attention != "softmax"):
+        asked = ", ".join(p for p in ("qk_norm=on" if qk_norm else "",
+                                      f"attention={attention}" if attention != "softmax" else "") if p)
+        raise ConfigError(f"phase cell n_tokens={cell['n_tokens']} with {asked}: cells above {DENSE_MAX_TOKENS} "
+                          "tokens run on the windowed kernel, which takes softmax attention without qk_norm only; "
+                          f"use n_tokens <= {DENSE_MAX_TOKENS}, or qk_norm=off and attention=softmax")
+
+
 def check_cells(cells: Any, samples: int | None = None) -> None:
     """:func:`check_cell` for every cell (each mask built once per ``N``), refusing an
     empty grid; with ``samples``, also every cell's :func:`cell_bytes` against half the
@@ -410,7 +430,10 @@ def check_cells(cells: Any, samples: int | None = None) -> None:
     Raises
     ------
     ConfigError
-        No cells, or a cell :func:`check_cell` refuses.
+        No cells, a cell :func:`check_cell` refuses, or a cell above
+        :data:`DENSE_MAX_TOKENS` tokens with ``qk_norm`` on or an ``attention`` other than
+        softmax (such cells run on the windowed kernel, which computes softmax of the
+        plain scores: :func:`check_long_cell`).
     MemoryLimitError
         A cell whose estimate exceeds the limit (the message names its size).
     """
@@ -423,6 +446,7 @@ def check_cells(cells: Any, samples: int | None = None) -> None:
     limit = default_limit()
     for cell in cells:
         check_cell(cell)
+        check_long_cell(cell)
         key = (cell["mask"], int(cell["n_tokens"]))
         if key not in built:
             parse_mask(*key)
