@@ -17,7 +17,7 @@ Per trajectory (one input under one weight draw), after ``T`` layers, with
    rank-one state is rule 3);
 5. ``collapsing_slowly``: ``m`` is still falling at the end: the 95% upper bound of the
    least-squares slope of ``log10 m(t)`` over the last ``max(2, T // 4)`` layers
-   (:func:`tail_rate`) is below ``-RATE_RESOLVED`` (a slope float64 can resolve: round-off
+   (:func:`tail_rate`), the trajectory's ``rate_last_bound``, is below ``-RATE_RESOLVED`` (a slope float64 can resolve: round-off
    of ``log10 m`` is ~1e-15 per point, so a flat ``m`` cannot pass by noise);
 6. ``uniform_attention``: the mean normalised attention row entropy over the last
    ``max(1, T // 4)`` layers is ``>= UNIFORM``;
@@ -27,8 +27,11 @@ Per trajectory (one input under one weight draw), after ``T`` layers, with
 
 A cell's label is the label of more than half of its trajectories, else ``undecided``;
 a majority ``uniform_attention`` or ``one_hot_attention`` becomes ``collapsing_slowly``
-when the cell's tail-rate t-interval over trajectories lies below ``-RATE_RESOLVED`` (μ still falling).
-``frac_<regime>`` gives the fraction of trajectories of each regime beside the label.
+when the cell's tail-rate t-interval over trajectories (``rate_last_lo``, ``rate_last_hi``: an
+interval for the mean slope, not a trajectory's bound) lies below ``-RATE_RESOLVED`` (μ still
+falling). ``frac_<regime>`` gives the fraction of trajectories of each regime beside the label;
+``frac_rate_last_falling`` the fraction whose ``rate_last_bound`` passes rule 5's test and
+``rate_last_bound_max`` the largest ``rate_last_bound`` (the columns rule 5 can be checked on).
 """
 
 from __future__ import annotations
@@ -113,7 +116,8 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
                         entropy: np.ndarray) -> list[dict[str, Any]]:
     """One dict per batch element of a simulation: ``mu_relative`` (final), ``norm_ratio``,
     ``change`` (of the normalised state over the last ``w`` layers), ``numerical_rank``,
-    ``stable_rank``, ``k``, ``rate``, ``rate_last`` and ``rate_last_hi`` (:func:`tail_rate`),
+    ``stable_rank``, ``k``, ``rate``, ``rate_last`` and its 95% upper bound ``rate_last_bound``
+    (:func:`tail_rate`; rule 5 reads it),
     ``attention_entropy`` (mean over layers whose input had ``m >= ALIVE``, else layer 1),
     ``entropy_last`` (last quarter of layers) and, when ``metrics`` has ``avg_cos``, the
     decay law of the cosine gap (:func:`law_measures`)."""
@@ -139,7 +143,7 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
         out.append({"diverged": False, "mu_relative": float(m[-1, b]), "norm_ratio": float(nT[b] / n0[b]),
                     "change": float(change[b]), "k": int(k[b]), "numerical_rank": float(nr[b]),
                     "stable_rank": float(sr[b]), "rate": fit_log10_rate(m[:, b]), "rate_last": slope,
-                    "rate_last_hi": slope_hi, "attention_entropy": ent,
+                    "rate_last_bound": slope_hi, "attention_entropy": ent,
                     "entropy_last": float(entropy[-max(1, T // 4):, b].mean()), **laws[b]})
     return out
 
@@ -154,7 +158,7 @@ def label_trajectory(tr: dict[str, Any]) -> str:
         return "aligned_without_consensus"
     if tr["change"] < CONVERGED and tr["mu_relative"] >= ALIVE:
         return "stable_rank_k"
-    if tr.get("rate_last_hi", float("nan")) < -RATE_RESOLVED:
+    if _tail_falling(tr):
         return "collapsing_slowly"
     if tr["entropy_last"] >= UNIFORM:
         return "uniform_attention"
@@ -163,9 +167,19 @@ def label_trajectory(tr: dict[str, Any]) -> str:
     return "undecided"
 
 
+def _tail_falling(tr: dict[str, Any]) -> bool:
+    """Rule 5's test: the trajectory's own tail-rate bound ``rate_last_bound`` < ``-RATE_RESOLVED``."""
+    return bool(tr.get("rate_last_bound", float("nan")) < -RATE_RESOLVED)
+
+
 def _mean(values: list[float]) -> float:
     v = [x for x in values if math.isfinite(x)]
     return float(np.mean(v)) if v else float("nan")
+
+
+def _max(values: list[float]) -> float:
+    v = [x for x in values if math.isfinite(x)]
+    return float(max(v)) if v else float("nan")
 
 
 def _t_interval(values: list[float]) -> tuple[float, float, float]:
@@ -200,7 +214,10 @@ def law_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
 def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     """Aggregate trajectories into a cell row: means of the measures (``mu_relative`` as a
     geometric mean), the rate's and the tail rate's mean and 95% t-interval over
-    trajectories, the per-regime fractions ``frac_<regime>``, the majority ``regime``
+    trajectories (``rate_last_lo``, ``rate_last_hi``), ``rate_last_bound_max`` (max over
+    trajectories of the per-trajectory bound rule 5 reads, NaN if none is finite) and
+    ``frac_rate_last_falling`` (fraction of all trajectories passing rule 5's test), the
+    per-regime fractions ``frac_<regime>``, the majority ``regime``
     (module docstring), its ``k`` (median over its trajectories) and the decay law
     (:func:`law_cell`)."""
     labels = [label_trajectory(t) for t in trajectories]
@@ -221,6 +238,8 @@ def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
         "entropy_last": _mean([t["entropy_last"] for t in ok]),
         "rate": rate, "rate_lo": rate_lo, "rate_hi": rate_hi,
         "rate_last": last, "rate_last_lo": last_lo, "rate_last_hi": last_hi,
+        "rate_last_bound_max": _max([t.get("rate_last_bound", float("nan")) for t in ok]),
+        "frac_rate_last_falling": sum(_tail_falling(t) for t in ok) / len(labels),
         "regime": regime,
         "k": int(np.median([t["k"] for t, lab in zip(trajectories, labels) if lab == "stable_rank_k"]))
         if regime == "stable_rank_k" else 0,
