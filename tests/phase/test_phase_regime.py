@@ -11,7 +11,7 @@ from rankcollapse.masks import parse_mask
 from rankcollapse.phase.batched import run_group
 from rankcollapse.phase.cell import _entropy_per_layer, run_cell
 from rankcollapse.phase.grid import DEFAULTS
-from rankcollapse.phase.regime import (fit_log10_rate, label_cell, label_trajectory, theory_prediction,
+from rankcollapse.phase.regime import (MU_FLOOR, fit_log10_rate, label_cell, label_trajectory, mu_cell, theory_prediction,
                                        trajectory_measures)
 from rankcollapse.theory.equilibria import causal_example_2x2
 
@@ -208,3 +208,19 @@ def test_sweep_label_checks_against_its_columns():
     assert falling >= row["frac_collapsing_slowly"]  # every collapsing_slowly trajectory passed rule 5
     if row["frac_collapsing_slowly"] == 1.0:
         assert row["rate_last_bound_max"] < -1e-10
+
+
+def test_cell_mu_never_mixes_the_floor_marker():
+    # one trajectory at exactly 0 (the floor marker), one at 1e-16: the mean of the measured one
+    assert mu_cell([0.0, 1e-16]) == {"mu_relative": pytest.approx(1e-16, rel=1e-14), "frac_mu_floor": 0.5}
+    assert mu_cell([0.0, 1e-301]) == {"mu_relative": MU_FLOOR, "frac_mu_floor": 1.0}  # all at the floor
+    assert mu_cell([1e-4, 1e-2]) == {"mu_relative": pytest.approx(1e-3, rel=1e-14), "frac_mu_floor": 0.0}
+    assert math.isnan(mu_cell([])["mu_relative"])
+
+
+def test_run_cell_mu_is_a_measurement_or_the_floor():
+    # pure SA on the unit sphere, 5 layers, N = 8, d = 4: one start reaches m = 0 exactly, the
+    # other m = 2^-54 (round-off of a consensus); the cell shows the measured one, not 1e-158
+    row = run_cell(dict(DEFAULTS, norm="sphere", depth=5, n_tokens=8, d_model=4), samples=2)
+    assert row["frac_mu_floor"] == 0.5
+    assert row["mu_relative"] == pytest.approx(2.0 ** -54, rel=1e-12)

@@ -54,6 +54,7 @@ UNIFORM = 0.95
 ONE_HOT = 0.05
 DIVERGE_RATIO = 1e12
 RATE_FLOOR = 1e-12  # m(t) below this is float64 round-off: excluded from the rate fit
+MU_FLOOR = 1e-300  # m(T) at or below this (0 included) has no log10 to average: the floor marker
 RATE_RESOLVED = 1e-10  # decades/layer: tail slopes closer to 0 are float64 round-off of a flat m
 REGIMES = ("rank_collapse", "collapsing_slowly", "uniform_attention", "one_hot_attention",
            "aligned_without_consensus", "stable_rank_k", "diverging", "undecided")
@@ -211,9 +212,22 @@ def law_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
+def mu_cell(mus: list[float]) -> dict[str, float]:
+    """The cell's ``mu_relative`` from the final ``m(T)`` of its trajectories that did not
+    diverge: the geometric mean over those above :data:`MU_FLOOR`, the floor marker
+    ``MU_FLOOR`` itself only when every one is at the floor (NaN when there are none), and
+    ``frac_mu_floor``, the fraction at the floor. A mean of the marker with real values
+    would be neither a measurement nor the floor (``1e-300`` and ``1e-16`` give ``1e-158``)."""
+    if not mus:
+        return {"mu_relative": float("nan"), "frac_mu_floor": float("nan")}
+    above = np.array([m for m in mus if m > MU_FLOOR], dtype=np.float64)
+    mu = float(np.exp(np.mean(np.log(above)))) if above.size else MU_FLOOR
+    return {"mu_relative": mu, "frac_mu_floor": 1.0 - above.size / len(mus)}
+
+
 def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
-    """Aggregate trajectories into a cell row: means of the measures (``mu_relative`` as a
-    geometric mean), the rate's and the tail rate's mean and 95% t-interval over
+    """Aggregate trajectories into a cell row: means of the measures (``mu_relative`` and
+    ``frac_mu_floor``: :func:`mu_cell`), the rate's and the tail rate's mean and 95% t-interval over
     trajectories (``rate_last_lo``, ``rate_last_hi``), ``rate_last_bound_max`` (max over
     trajectories of the per-trajectory bound rule 5 reads, NaN if none is finite) and
     ``frac_rate_last_falling`` (fraction of all trajectories passing rule 5's test), the
@@ -229,9 +243,8 @@ def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     last, last_lo, last_hi = _t_interval([t.get("rate_last", float("nan")) for t in ok])
     if regime in ATTENTION_LABELS and last_hi < -RATE_RESOLVED:  # attention settled, but mu still falling
         regime = "collapsing_slowly"
-    mus = [max(t["mu_relative"], 1e-300) for t in ok]
     row = {
-        "mu_relative": float(np.exp(np.mean(np.log(mus)))) if mus else float("nan"),
+        **mu_cell([t["mu_relative"] for t in ok]),
         "numerical_rank": _mean([t["numerical_rank"] for t in ok]),
         "stable_rank": _mean([t["stable_rank"] for t in ok]),
         "attention_entropy": _mean([t["attention_entropy"] for t in ok]),
