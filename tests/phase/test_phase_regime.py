@@ -214,6 +214,8 @@ def test_cell_mu_never_mixes_the_floor_marker():
     # one trajectory at exactly 0 (the floor marker), one at 1e-16: the mean of the measured one
     assert mu_cell([0.0, 1e-16]) == {"mu_relative": pytest.approx(1e-16, rel=1e-14), "frac_mu_floor": 0.5}
     assert mu_cell([0.0, 1e-301]) == {"mu_relative": MU_FLOOR, "frac_mu_floor": 1.0}  # all at the floor
+    # most starts at the floor: the marker, not the mean of the few that are not
+    assert mu_cell([0.0, 0.0, 0.0, 0.9]) == {"mu_relative": MU_FLOOR, "frac_mu_floor": 0.75}
     assert mu_cell([1e-4, 1e-2]) == {"mu_relative": pytest.approx(1e-3, rel=1e-14), "frac_mu_floor": 0.0}
     assert math.isnan(mu_cell([])["mu_relative"])
 

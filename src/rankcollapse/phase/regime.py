@@ -214,14 +214,15 @@ def law_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
 
 def mu_cell(mus: list[float]) -> dict[str, float]:
     """The cell's ``mu_relative`` from the final ``m(T)`` of its trajectories that did not
-    diverge: the geometric mean over those above :data:`MU_FLOOR`, the floor marker
-    ``MU_FLOOR`` itself only when every one is at the floor (NaN when there are none), and
-    ``frac_mu_floor``, the fraction at the floor. A mean of the marker with real values
-    would be neither a measurement nor the floor (``1e-300`` and ``1e-16`` give ``1e-158``)."""
+    diverge: the floor marker ``MU_FLOOR`` when more than half of them are at or below it
+    (the regime's majority rule), else the geometric mean over those above it (NaN when
+    there are none); ``frac_mu_floor`` is the fraction at the floor. A mean of the marker
+    with real values would be neither a measurement nor the floor (``1e-300`` and ``1e-16``
+    give ``1e-158``)."""
     if not mus:
         return {"mu_relative": float("nan"), "frac_mu_floor": float("nan")}
     above = np.array([m for m in mus if m > MU_FLOOR], dtype=np.float64)
-    mu = float(np.exp(np.mean(np.log(above)))) if above.size else MU_FLOOR
+    mu = float(np.exp(np.mean(np.log(above)))) if above.size * 2 >= len(mus) else MU_FLOOR
     return {"mu_relative": mu, "frac_mu_floor": 1.0 - above.size / len(mus)}
 
 
