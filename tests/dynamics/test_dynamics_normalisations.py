@@ -91,7 +91,7 @@ def test_qk_norm_hand_case():
     eye = torch.eye(2, dtype=torch.float64)
     lw = LayerWeights(W_Q=eye * 3.0, W_K=eye * 0.1, W_V=eye).to(torch.float64, "cpu")  # norms drop out
     g = R2 * math.log(2.0)
-    got = _one_layer(BlockConfig(qk_norm=True, qk_scale=g), lw=lw)
+    got = _one_layer(BlockConfig(qk_norm=True, qk_norm_scale=g), lw=lw)
     e = 2.0 ** R2
     A = np.array([[1, 0, 0], [1 / (1 + e), e / (1 + e), 0], [2 / (4 + e), 2 / (4 + e), e / (4 + e)]])
     np.testing.assert_allclose(got, A @ X_HAND, rtol=1e-14)
@@ -101,7 +101,7 @@ def test_qk_norm_default_scale_is_henry_g0():
     cfg = BlockConfig(qk_norm=True)
     assert qk_norm_scale(cfg, 3) == pytest.approx(math.log2(6.0), rel=1e-15)
     assert qk_norm_scale(cfg, 1) == 1.0
-    assert qk_norm_scale(BlockConfig(qk_norm=True, qk_scale=5.0), 100) == 5.0
+    assert qk_norm_scale(BlockConfig(qk_norm=True, qk_norm_scale=5.0), 100) == 5.0
     assert qk_norm_scale(BlockConfig(), 100) is None
 
 
@@ -132,7 +132,7 @@ def _np_norm(Y, cfg):
 def _np_sa(X, w, mask, cfg, d_qk):
     Q, K = X @ w["W_Q"], X @ w["W_K"]
     if cfg.qk_norm:
-        g = cfg.qk_scale if cfg.qk_scale is not None else math.log2(len(X) ** 2 - len(X))
+        g = cfg.qk_norm_scale if cfg.qk_norm_scale is not None else math.log2(len(X) ** 2 - len(X))
         s = g * _unit(Q) @ _unit(K).T
     else:
         s = Q @ K.T / math.sqrt(d_qk)
@@ -183,7 +183,7 @@ CONFIGS = [
     BlockConfig(norm="dyt", placement="peri", mlp=True),
     BlockConfig(norm="dyt"),
     BlockConfig(qk_norm=True),
-    BlockConfig(norm="layernorm", placement="pre_ln", qk_norm=True, qk_scale=3.0, mlp=True),
+    BlockConfig(norm="layernorm", placement="pre_ln", qk_norm=True, qk_norm_scale=3.0, mlp=True),
     BlockConfig(norm="sphere", placement="ngpt", qk_norm=True),
 ]
 
@@ -232,8 +232,8 @@ def test_final_norm_of_dyt_uses_its_alpha():
     (dict(norm="layernorm", placement="pre_ln", alpha_ngpt=0.1), "setting of placement 'ngpt'"),
     (dict(norm="layernorm", dyt_alpha=1.0), "setting of norm 'dyt'"),
     (dict(norm="dyt", dyt_alpha=0.0), "dyt_alpha"),
-    (dict(qk_scale=2.0), "setting of qk_norm"),
-    (dict(qk_norm=True, qk_scale=-1.0), "qk_scale"),
+    (dict(qk_norm_scale=2.0), "setting of qk_norm"),
+    (dict(qk_norm=True, qk_norm_scale=-1.0), "qk_norm_scale"),
     (dict(qk_norm=True, attention="uniform"), "uniform attention"),
     (dict(qk_norm=1), "qk_norm must be True or False"),
     (dict(norm="nosuch"), "norm must be one of"),
@@ -281,3 +281,45 @@ def test_phase_axes_offer_every_normalisation():
     assert [c["alpha"] for c in cells] == [1.0, 1.0]
     with pytest.raises(ConfigError, match="needs norm 'sphere'"):  # refused when the grid is made
         expand_grid({"placement": ["ngpt"]}, {"norm": "layernorm"})
+
+
+def test_qk_norm_scale_keeps_qk_scale_as_a_deprecated_alias():
+    """The QK-norm gain g is ``qk_norm_scale`` (``qk_scale`` is phase's W_Q/W_K scale);
+    the old name works until 0.3.0 with a FutureWarning."""
+    from rankcollapse.dynamics import resolve_variant
+
+    new = BlockConfig(qk_norm=True, qk_norm_scale=2.0)
+    with pytest.warns(FutureWarning, match=r"qk_scale.*0\.3\.0.*qk_norm_scale"):
+        old = BlockConfig(qk_norm=True, qk_scale=2.0)
+    assert old == new and old.qk_norm_scale == 2.0 and qk_norm_scale(old, 10) == 2.0
+    with pytest.warns(FutureWarning, match=r"qk_scale.*0\.3\.0"):
+        assert new.qk_scale == 2.0
+    with pytest.warns(FutureWarning, match=r"qk_scale.*0\.3\.0"):
+        assert resolve_variant("pure", qk_norm=True, qk_scale=3.0) == BlockConfig(qk_norm=True, qk_norm_scale=3.0)
+    with pytest.raises(ConfigError, match="not both"):
+        BlockConfig(qk_norm=True, qk_scale=2.0, qk_norm_scale=2.0)
+    assert "qk_norm_scale" in new.to_dict() and "qk_scale" not in new.to_dict()
+
+
+def test_cli_qk_scale_is_a_deprecated_alias_of_qk_norm_scale(monkeypatch, capsys):
+    import json
+
+    from rankcollapse.cli import main
+
+    base = ["rankcollapse", "simulate", "--n-tokens", "6", "--depth", "3", "--d-model", "4", "--n-samples", "2",
+            "--qk-norm", "--format", "json", "--dtype", "float64"]
+    docs, errs = [], []
+    for flag in ("--qk-norm-scale", "--qk-scale"):
+        monkeypatch.setattr(sys, "argv", [*base, flag, "2.5"])
+        main()
+        cap = capsys.readouterr()
+        docs.append(json.loads(cap.out))
+        errs.append(cap.err)
+    assert docs[0]["settings"]["block"]["qk_norm_scale"] == 2.5
+    assert docs[0]["layers"] == docs[1]["layers"] and docs[0]["settings"] == docs[1]["settings"]
+    assert "deprecated" not in errs[0]
+    assert "--qk-scale G is deprecated and will be removed in 0.3.0; use --qk-norm-scale G" in errs[1]
+    monkeypatch.setattr(sys, "argv", [*base, "--qk-scale", "2", "--qk-norm-scale", "2"])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 2 and "not both" in capsys.readouterr().err

@@ -40,7 +40,7 @@ NORMALISATIONS = [BlockConfig(norm="layernorm", placement="peri"), BlockConfig(n
                   BlockConfig(norm="layernorm", placement="lns"), BlockConfig(norm="sphere", placement="ngpt"),
                   BlockConfig(norm="dyt", placement="pre_ln"), BlockConfig(norm="dyt", placement="post_ln", dyt_alpha=2.0),
                   BlockConfig(norm="none", placement="none", qk_norm=True),
-                  BlockConfig(norm="layernorm", placement="pre_ln", qk_norm=True, qk_scale=3.0),
+                  BlockConfig(norm="layernorm", placement="pre_ln", qk_norm=True, qk_norm_scale=3.0),
                   BlockConfig(norm="sphere", placement="ngpt", qk_norm=True, alpha_ngpt=0.5),
                   BlockConfig(norm="rmsnorm", placement="post_ln", qk_norm=True, attention="sink:b=1")]
 

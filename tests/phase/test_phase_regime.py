@@ -11,7 +11,7 @@ from rankcollapse.masks import parse_mask
 from rankcollapse.phase.batched import run_group
 from rankcollapse.phase.cell import _entropy_per_layer, run_cell
 from rankcollapse.phase.grid import DEFAULTS
-from rankcollapse.phase.regime import (fit_log10_rate, label_cell, label_trajectory, theory_prediction,
+from rankcollapse.phase.regime import (MU_FLOOR, fit_log10_rate, label_cell, label_trajectory, mu_cell, theory_prediction,
                                        trajectory_measures)
 from rankcollapse.theory.equilibria import causal_example_2x2
 
@@ -111,10 +111,10 @@ def _tr(**over):
     ({"change": 1e-5, "mu_relative": 1e-4}, "undecided"),   # converged but nearly collapsed
     ({"entropy_last": 0.97}, "uniform_attention"),
     ({"entropy_last": 0.01}, "one_hot_attention"),
-    ({"entropy_last": 0.97, "rate_last_hi": -1e-3}, "collapsing_slowly"),  # attention settled, mu still falling
-    ({"entropy_last": 0.01, "rate_last_hi": -1e-3}, "collapsing_slowly"),
-    ({"entropy_last": 0.97, "rate_last_hi": 1e-3}, "uniform_attention"),
-    ({"change": 1e-5, "rate_last_hi": -1e-3}, "stable_rank_k"),
+    ({"entropy_last": 0.97, "rate_last_bound": -1e-3}, "collapsing_slowly"),  # attention settled, mu still falling
+    ({"entropy_last": 0.01, "rate_last_bound": -1e-3}, "collapsing_slowly"),
+    ({"entropy_last": 0.97, "rate_last_bound": 1e-3}, "uniform_attention"),
+    ({"change": 1e-5, "rate_last_bound": -1e-3}, "stable_rank_k"),
     ({"k": 1}, "aligned_without_consensus"),                # one line, norms differ: m stays up
     ({"k": 1, "change": 1e-5}, "aligned_without_consensus"),  # before stable_rank_k: k = 1 is not a rank-k state
     ({"k": 1, "mu_relative": 1e-4}, "undecided"),            # aligned and nearly consensus
@@ -187,3 +187,42 @@ def test_theory_prediction_sources():
                                 d_model=4), info, 0.01)
     # docs/theory.md §3b: the construction's rank-k equilibria have k(k-1)/2 unstable directions
     assert eq["theory_regime"] == "rank_collapse" and eq["theory_source"] == "equilibria"
+
+
+def test_cell_shows_the_bound_rule_5_reads():
+    # every trajectory's own tail bound is below -1e-10 (rule 5), yet the slopes spread so
+    # that the t-interval of their mean reaches above 0: the cell must show the former
+    trs = [_tr(entropy_last=0.5, rate_last=s, rate_last_bound=s + 1e-3) for s in (-1.0, -0.01)]
+    row = label_cell(trs)
+    assert row["regime"] == "collapsing_slowly" and row["frac_collapsing_slowly"] == 1.0
+    assert row["rate_last_hi"] > 0  # the interval across trajectories, not the rule's bound
+    assert row["frac_rate_last_falling"] == 1.0
+    assert row["rate_last_bound_max"] == pytest.approx(-0.009, rel=0, abs=1e-15)
+
+
+def test_sweep_label_checks_against_its_columns():
+    # the trial's cell: pre_ln, unit sphere, QK-norm, 16 layers, N = 8, d = 4
+    row = run_cell(dict(DEFAULTS, placement="pre_ln", norm="sphere", alpha=1.0, qk_norm=True, qk_scale=1.0,
+                        depth=16, n_tokens=8, d_model=4), samples=2)
+    falling = row["frac_rate_last_falling"]
+    assert falling >= row["frac_collapsing_slowly"]  # every collapsing_slowly trajectory passed rule 5
+    if row["frac_collapsing_slowly"] == 1.0:
+        assert row["rate_last_bound_max"] < -1e-10
+
+
+def test_cell_mu_never_mixes_the_floor_marker():
+    # one trajectory at exactly 0 (the floor marker), one at 1e-16: the mean of the measured one
+    assert mu_cell([0.0, 1e-16]) == {"mu_relative": pytest.approx(1e-16, rel=1e-14), "frac_mu_floor": 0.5}
+    assert mu_cell([0.0, 1e-301]) == {"mu_relative": MU_FLOOR, "frac_mu_floor": 1.0}  # all at the floor
+    # most starts at the floor: the marker, not the mean of the few that are not
+    assert mu_cell([0.0, 0.0, 0.0, 0.9]) == {"mu_relative": MU_FLOOR, "frac_mu_floor": 0.75}
+    assert mu_cell([1e-4, 1e-2]) == {"mu_relative": pytest.approx(1e-3, rel=1e-14), "frac_mu_floor": 0.0}
+    assert math.isnan(mu_cell([])["mu_relative"])
+
+
+def test_run_cell_mu_is_a_measurement_or_the_floor():
+    # pure SA on the unit sphere, 5 layers, N = 8, d = 4: one start reaches m = 0 exactly, the
+    # other m = 2^-54 (round-off of a consensus); the cell shows the measured one, not 1e-158
+    row = run_cell(dict(DEFAULTS, norm="sphere", depth=5, n_tokens=8, d_model=4), samples=2)
+    assert row["frac_mu_floor"] == 0.5
+    assert row["mu_relative"] == pytest.approx(2.0 ** -54, rel=1e-12)

@@ -15,8 +15,9 @@ from ._output import check_format, print_json, print_records
 from ._vocab import deprecated
 
 JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entropy", "rate", "rate_lo", "rate_hi",
-                "rate_last", "rate_last_lo", "rate_last_hi", "regime", "k", "theory_regime", "theory_source",
-                "envelope_violations", "frac_rank_collapse", "frac_collapsing_slowly", "frac_uniform_attention",
+                "rate_last", "rate_last_lo", "rate_last_hi", "rate_last_bound_max",
+                "frac_rate_last_falling", "regime", "k", "theory_regime", "theory_source",
+                "envelope_violations", "frac_mu_floor", "frac_rank_collapse", "frac_collapsing_slowly", "frac_uniform_attention",
                 "frac_one_hot_attention", "frac_aligned_without_consensus", "frac_stable_rank_k", "row_mass_deficit", "norm_spread", "frac_diverging", "frac_undecided",
                 "law", "law_exponent", "law_rate", "law_r2_exp", "law_r2_power")
 

@@ -128,8 +128,9 @@ def simulate_command(
     alpha_ngpt: float = typer.Option(None, "--alpha-ngpt", help="placement ngpt: step alpha (default 0.05)"),
     dyt_alpha: float = typer.Option(None, "--dyt-alpha", help="norm dyt: slope of tanh(alpha x) (default 0.5)"),
     qk_norm: bool = typer.Option(None, "--qk-norm/--no-qk-norm", help="unit queries and keys, scores g cos "
-                                 "(--qk-scale g, default log2(N^2 - N))"),
-    qk_scale: float = typer.Option(None, "--qk-scale", help="with --qk-norm: the score scale g"),
+                                 "(--qk-norm-scale g, default log2(N^2 - N))"),
+    qk_norm_scale: float = typer.Option(None, "--qk-norm-scale", help="with --qk-norm: the score scale g"),
+    qk_scale: float = typer.Option(None, "--qk-scale", hidden=True, help="deprecated: --qk-norm-scale"),
     alpha: float = typer.Option(None, "--alpha", help="override the skip weight (0 = no skip)"),
     heads: int = typer.Option(None, "--heads", help="attention heads"),
     mlp: bool = typer.Option(None, "--mlp/--no-mlp", help="add the MLP sublayer (post_ln/pre_ln)"),
@@ -177,9 +178,10 @@ def simulate_command(
 
     variant = renamed_value("--variant", variant, DEPRECATED_VARIANTS)
     placement = renamed_value("--placement", placement, DEPRECATED_PLACEMENTS)
+    qk_norm_scale = _qk_norm_scale(qk_norm_scale, qk_scale)
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
                           attention="uniform" if uniform else attention, mix_layers=mix_layers,
-                          alpha_ngpt=alpha_ngpt, dyt_alpha=dyt_alpha, qk_norm=qk_norm, qk_scale=qk_scale)
+                          alpha_ngpt=alpha_ngpt, dyt_alpha=dyt_alpha, qk_norm=qk_norm, qk_norm_scale=qk_norm_scale)
     weights = loaded = None
     if pretrained is not None:
         loaded = models.load_model(pretrained)
@@ -240,3 +242,16 @@ def simulate_command(
 def register(app: typer.Typer) -> None:
     """Attach ``rankcollapse simulate``."""
     app.command("simulate")(simulate_command)
+
+
+def _qk_norm_scale(qk_norm_scale: float | None, qk_scale: float | None) -> float | None:
+    """``--qk-norm-scale``, or the deprecated ``--qk-scale`` (with a note): the QK-norm gain g,
+    not ``phase``'s ``qk_scale`` (the W_Q/W_K scale)."""
+    if qk_scale is None:
+        return qk_norm_scale
+    if qk_norm_scale is not None:
+        raise ConfigError("give --qk-norm-scale or the deprecated --qk-scale, not both")
+    from ._vocab import deprecated
+
+    deprecated("--qk-scale G", "--qk-norm-scale G")
+    return qk_scale

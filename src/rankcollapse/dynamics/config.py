@@ -41,6 +41,7 @@ import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from .._deprecation import renamed_arguments, renamed_attribute
 from .._validate import check_float, check_int
 from ..errors import ConfigError
 
@@ -88,7 +89,7 @@ class BlockConfig:
       ``beta = 0`` unless the layer weights carry an affine; no normalisation.
     - ``qk_norm=True`` (QK-norm, Henry et al. 2020, eq. 2, the cosine form of Dehghani et
       al. 2023): every query and key row is divided by its Euclidean norm (per head; a zero
-      row stays zero) and the scores are ``g q^ k^T`` with ``g = qk_scale``; ``qk_scale=None``
+      row stays zero) and the scores are ``g q^ k^T`` with ``g = qk_norm_scale``; ``qk_norm_scale=None``
       is Henry et al.'s initial ``g_0 = log2(N^2 - N)`` (N tokens; 1 when N = 1). ``g``
       replaces ``1/sqrt(d_qk)`` and a layer's own scale. It combines with every norm and
       placement (it acts inside SA); not with uniform attention.
@@ -96,7 +97,10 @@ class BlockConfig:
     Combinations refused (``ConfigError``): ``peri``, ``mix``, ``lns``, ``ngpt`` with
     ``norm="none"`` (their rule is about a norm); ``ngpt`` with a norm other than ``sphere``
     or ``alpha != 1``; ``mix`` without ``mix_layers``; ``mix_layers``, a non-default
-    ``alpha_ngpt``, ``dyt_alpha`` or ``qk_scale`` where the block does not use them.
+    ``alpha_ngpt``, ``dyt_alpha`` or ``qk_norm_scale`` where the block does not use them.
+
+    ``qk_scale`` (argument and attribute) is a deprecated alias of ``qk_norm_scale`` until
+    0.3.0 (FutureWarning): in ``rankcollapse phase`` ``qk_scale`` scales ``W_Q, W_K``.
 
     Attributes
     ----------
@@ -135,7 +139,7 @@ class BlockConfig:
         ``dyt``: the slope ``alpha`` of ``tanh(alpha x)`` (default 0.5, the paper's ``alpha_0``).
     qk_norm : bool
         Normalise queries and keys (see above).
-    qk_scale : float or None
+    qk_norm_scale : float or None
         ``qk_norm``: the score scale ``g`` (None: ``log2(N^2 - N)``).
     """
 
@@ -153,7 +157,7 @@ class BlockConfig:
     alpha_ngpt: float = ALPHA_NGPT
     dyt_alpha: float = DYT_ALPHA
     qk_norm: bool = False
-    qk_scale: float | None = None
+    qk_norm_scale: float | None = None
 
     def __post_init__(self) -> None:
         # accepted alias -> canonical placement (frozen dataclass: set through object)
@@ -208,13 +212,18 @@ class BlockConfig:
             raise ConfigError(f"qk_norm must be True or False, got {self.qk_norm!r}")
         if self.qk_norm and self.attention == "uniform":
             raise ConfigError("qk_norm acts on queries and keys; uniform attention has none")
-        if self.qk_scale is not None:
+        if self.qk_norm_scale is not None:
             if not self.qk_norm:
-                raise ConfigError("qk_scale is a setting of qk_norm=True")
-            check_float(self.qk_scale, "qk_scale", low=0, strict_low=True)
+                raise ConfigError("qk_norm_scale is a setting of qk_norm=True")
+            check_float(self.qk_norm_scale, "qk_norm_scale", low=0, strict_low=True)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# the QK-norm gain was called qk_scale, the name phase uses for the W_Q/W_K scale (one name per concept)
+BlockConfig.__init__ = renamed_arguments(qk_scale="qk_norm_scale")(BlockConfig.__init__)  # type: ignore[method-assign]
+BlockConfig.qk_scale = renamed_attribute("qk_scale", "qk_norm_scale")  # type: ignore[attr-defined]
 
 
 def default_alpha(placement: str) -> float:
@@ -264,6 +273,7 @@ def variant_name(cfg: BlockConfig) -> str | None:
     return next((name for name, preset in VARIANTS.items() if preset == rule), None)
 
 
+@renamed_arguments(qk_scale="qk_norm_scale")
 def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
     """Return the :class:`BlockConfig` of a variant name or config, with ``overrides``.
 

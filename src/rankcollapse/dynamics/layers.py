@@ -202,11 +202,11 @@ class Attention:
 
 def qk_norm_scale(cfg: BlockConfig, n_tokens: int) -> float | None:
     """The QK-norm score scale ``g`` of a block over ``n_tokens`` tokens, or None without
-    ``qk_norm``: ``cfg.qk_scale``, else Henry et al. 2020's ``g_0 = log2(N^2 - N)`` (1 for N = 1)."""
+    ``qk_norm``: ``cfg.qk_norm_scale``, else Henry et al. 2020's ``g_0 = log2(N^2 - N)`` (1 for N = 1)."""
     if not cfg.qk_norm:
         return None
-    if cfg.qk_scale is not None:
-        return cfg.qk_scale
+    if cfg.qk_norm_scale is not None:
+        return cfg.qk_norm_scale
     return math.log2(n_tokens * n_tokens - n_tokens) if n_tokens > 1 else 1.0
 
 

@@ -17,7 +17,7 @@ Per trajectory (one input under one weight draw), after ``T`` layers, with
    rank-one state is rule 3);
 5. ``collapsing_slowly``: ``m`` is still falling at the end: the 95% upper bound of the
    least-squares slope of ``log10 m(t)`` over the last ``max(2, T // 4)`` layers
-   (:func:`tail_rate`) is below ``-RATE_RESOLVED`` (a slope float64 can resolve: round-off
+   (:func:`tail_rate`), the trajectory's ``rate_last_bound``, is below ``-RATE_RESOLVED`` (a slope float64 can resolve: round-off
    of ``log10 m`` is ~1e-15 per point, so a flat ``m`` cannot pass by noise);
 6. ``uniform_attention``: the mean normalised attention row entropy over the last
    ``max(1, T // 4)`` layers is ``>= UNIFORM``;
@@ -27,8 +27,11 @@ Per trajectory (one input under one weight draw), after ``T`` layers, with
 
 A cell's label is the label of more than half of its trajectories, else ``undecided``;
 a majority ``uniform_attention`` or ``one_hot_attention`` becomes ``collapsing_slowly``
-when the cell's tail-rate t-interval over trajectories lies below ``-RATE_RESOLVED`` (μ still falling).
-``frac_<regime>`` gives the fraction of trajectories of each regime beside the label.
+when the cell's tail-rate t-interval over trajectories (``rate_last_lo``, ``rate_last_hi``: an
+interval for the mean slope, not a trajectory's bound) lies below ``-RATE_RESOLVED`` (μ still
+falling). ``frac_<regime>`` gives the fraction of trajectories of each regime beside the label;
+``frac_rate_last_falling`` the fraction whose ``rate_last_bound`` passes rule 5's test and
+``rate_last_bound_max`` the largest ``rate_last_bound`` (the columns rule 5 can be checked on).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ UNIFORM = 0.95
 ONE_HOT = 0.05
 DIVERGE_RATIO = 1e12
 RATE_FLOOR = 1e-12  # m(t) below this is float64 round-off: excluded from the rate fit
+MU_FLOOR = 1e-300  # m(T) at or below this (0 included) has no log10 to average: the floor marker
 RATE_RESOLVED = 1e-10  # decades/layer: tail slopes closer to 0 are float64 round-off of a flat m
 REGIMES = ("rank_collapse", "collapsing_slowly", "uniform_attention", "one_hot_attention",
            "aligned_without_consensus", "stable_rank_k", "diverging", "undecided")
@@ -113,7 +117,8 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
                         entropy: np.ndarray) -> list[dict[str, Any]]:
     """One dict per batch element of a simulation: ``mu_relative`` (final), ``norm_ratio``,
     ``change`` (of the normalised state over the last ``w`` layers), ``numerical_rank``,
-    ``stable_rank``, ``k``, ``rate``, ``rate_last`` and ``rate_last_hi`` (:func:`tail_rate`),
+    ``stable_rank``, ``k``, ``rate``, ``rate_last`` and its 95% upper bound ``rate_last_bound``
+    (:func:`tail_rate`; rule 5 reads it),
     ``attention_entropy`` (mean over layers whose input had ``m >= ALIVE``, else layer 1),
     ``entropy_last`` (last quarter of layers) and, when ``metrics`` has ``avg_cos``, the
     decay law of the cosine gap (:func:`law_measures`)."""
@@ -139,7 +144,7 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
         out.append({"diverged": False, "mu_relative": float(m[-1, b]), "norm_ratio": float(nT[b] / n0[b]),
                     "change": float(change[b]), "k": int(k[b]), "numerical_rank": float(nr[b]),
                     "stable_rank": float(sr[b]), "rate": fit_log10_rate(m[:, b]), "rate_last": slope,
-                    "rate_last_hi": slope_hi, "attention_entropy": ent,
+                    "rate_last_bound": slope_hi, "attention_entropy": ent,
                     "entropy_last": float(entropy[-max(1, T // 4):, b].mean()), **laws[b]})
     return out
 
@@ -154,7 +159,7 @@ def label_trajectory(tr: dict[str, Any]) -> str:
         return "aligned_without_consensus"
     if tr["change"] < CONVERGED and tr["mu_relative"] >= ALIVE:
         return "stable_rank_k"
-    if tr.get("rate_last_hi", float("nan")) < -RATE_RESOLVED:
+    if _tail_falling(tr):
         return "collapsing_slowly"
     if tr["entropy_last"] >= UNIFORM:
         return "uniform_attention"
@@ -163,9 +168,19 @@ def label_trajectory(tr: dict[str, Any]) -> str:
     return "undecided"
 
 
+def _tail_falling(tr: dict[str, Any]) -> bool:
+    """Rule 5's test: the trajectory's own tail-rate bound ``rate_last_bound`` < ``-RATE_RESOLVED``."""
+    return bool(tr.get("rate_last_bound", float("nan")) < -RATE_RESOLVED)
+
+
 def _mean(values: list[float]) -> float:
     v = [x for x in values if math.isfinite(x)]
     return float(np.mean(v)) if v else float("nan")
+
+
+def _max(values: list[float]) -> float:
+    v = [x for x in values if math.isfinite(x)]
+    return float(max(v)) if v else float("nan")
 
 
 def _t_interval(values: list[float]) -> tuple[float, float, float]:
@@ -197,10 +212,27 @@ def law_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
+def mu_cell(mus: list[float]) -> dict[str, float]:
+    """The cell's ``mu_relative`` from the final ``m(T)`` of its trajectories that did not
+    diverge: the floor marker ``MU_FLOOR`` when more than half of them are at or below it
+    (the regime's majority rule), else the geometric mean over those above it (NaN when
+    there are none); ``frac_mu_floor`` is the fraction at the floor. A mean of the marker
+    with real values would be neither a measurement nor the floor (``1e-300`` and ``1e-16``
+    give ``1e-158``)."""
+    if not mus:
+        return {"mu_relative": float("nan"), "frac_mu_floor": float("nan")}
+    above = np.array([m for m in mus if m > MU_FLOOR], dtype=np.float64)
+    mu = float(np.exp(np.mean(np.log(above)))) if above.size * 2 >= len(mus) else MU_FLOOR
+    return {"mu_relative": mu, "frac_mu_floor": 1.0 - above.size / len(mus)}
+
+
 def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
-    """Aggregate trajectories into a cell row: means of the measures (``mu_relative`` as a
-    geometric mean), the rate's and the tail rate's mean and 95% t-interval over
-    trajectories, the per-regime fractions ``frac_<regime>``, the majority ``regime``
+    """Aggregate trajectories into a cell row: means of the measures (``mu_relative`` and
+    ``frac_mu_floor``: :func:`mu_cell`), the rate's and the tail rate's mean and 95% t-interval over
+    trajectories (``rate_last_lo``, ``rate_last_hi``), ``rate_last_bound_max`` (max over
+    trajectories of the per-trajectory bound rule 5 reads, NaN if none is finite) and
+    ``frac_rate_last_falling`` (fraction of all trajectories passing rule 5's test), the
+    per-regime fractions ``frac_<regime>``, the majority ``regime``
     (module docstring), its ``k`` (median over its trajectories) and the decay law
     (:func:`law_cell`)."""
     labels = [label_trajectory(t) for t in trajectories]
@@ -212,15 +244,16 @@ def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     last, last_lo, last_hi = _t_interval([t.get("rate_last", float("nan")) for t in ok])
     if regime in ATTENTION_LABELS and last_hi < -RATE_RESOLVED:  # attention settled, but mu still falling
         regime = "collapsing_slowly"
-    mus = [max(t["mu_relative"], 1e-300) for t in ok]
     row = {
-        "mu_relative": float(np.exp(np.mean(np.log(mus)))) if mus else float("nan"),
+        **mu_cell([t["mu_relative"] for t in ok]),
         "numerical_rank": _mean([t["numerical_rank"] for t in ok]),
         "stable_rank": _mean([t["stable_rank"] for t in ok]),
         "attention_entropy": _mean([t["attention_entropy"] for t in ok]),
         "entropy_last": _mean([t["entropy_last"] for t in ok]),
         "rate": rate, "rate_lo": rate_lo, "rate_hi": rate_hi,
         "rate_last": last, "rate_last_lo": last_lo, "rate_last_hi": last_hi,
+        "rate_last_bound_max": _max([t.get("rate_last_bound", float("nan")) for t in ok]),
+        "frac_rate_last_falling": sum(_tail_falling(t) for t in ok) / len(labels),
         "regime": regime,
         "k": int(np.median([t["k"] for t, lab in zip(trajectories, labels) if lab == "stable_rank_k"]))
         if regime == "stable_rank_k" else 0,
