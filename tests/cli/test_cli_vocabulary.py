@@ -266,7 +266,8 @@ def test_probe_aliases_and_d_qk(root):
     (["simulate", "--attention", "offbyone", "--backend", "blocked", "--n-tokens", "8", "--depth", "1"],
      "runs on --backend dense only (the windowed and FlexAttention kernels compute softmax); use --backend dense or auto",
      "path="),
-    (["simulate", "--qk-scale", "3", "--n-tokens", "8", "--depth", "1"], "--qk-scale is a setting of --qk-norm", "qk_norm=True"),
+    (["simulate", "--qk-norm-scale", "3", "--n-tokens", "8", "--depth", "1"], "--qk-norm-scale is a setting of --qk-norm",
+     "qk_norm=True"),
     (["mask", "influence", "causal", "--n-tokens", "1000000", "--depth", "100000", "--alpha", "0.5"],
      "raise the limit with --max-memory", "max_memory"),
 ])

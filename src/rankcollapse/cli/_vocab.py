@@ -41,7 +41,7 @@ API_TO_FLAGS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bn_tokens=(\d+) was asked"), r"--n-tokens \1 was asked"),
     (re.compile(r"runs on path='dense' only"), "runs on --backend dense only"),
     (re.compile(r"use path='dense' or 'auto'"), "use --backend dense or auto"),
-    (re.compile(r"^qk_scale is a setting of qk_norm=True$"), "--qk-scale is a setting of --qk-norm (give both)"),
+    (re.compile(r"^qk_norm_scale is a setting of qk_norm=True$"), "--qk-norm-scale is a setting of --qk-norm (give both)"),
     (re.compile(r"raise the limit with max_memory \(--max-memory on the command line\)"),
      "raise the limit with --max-memory (e.g. --max-memory 32GiB)"),
 )
