@@ -40,3 +40,41 @@ def test_errors_are_one_line_with_status_2(args, fragment):
 def test_no_arguments_shows_help():
     out = run()
     assert out.returncode == 2 and "Usage" in out.stderr + out.stdout
+
+
+def _commands(group, path=()):
+    """(argv path, click command) of every leaf command under ``group``."""
+    import typer.main
+
+    from rankcollapse.cli import app
+
+    group = group or typer.main.get_command(app)
+    for name, cmd in getattr(group, "commands", {}).items():
+        if getattr(cmd, "commands", None):
+            yield from _commands(cmd, (*path, name))
+        else:
+            yield (*path, name), cmd
+
+
+def test_a_mistyped_option_never_suggests_a_hidden_one(tmp_path):
+    """``probe --n-sample`` suggests ``--n-samples`` and not the hidden ``--d-qk-scale``; on
+    every command, a hidden option mistyped in its last letter is never suggested."""
+    import re
+
+    from tests.cli._harness import invoke
+
+    def suggested(err):
+        m = re.search(r"\(Possible options: ([^)]*)\)", err)
+        return set(m.group(1).split(", ")) if m else set()
+
+    code, _, err = invoke(["probe", "--n-sample", "3"], tmp_path)
+    assert code == 2 and suggested(err) == {"--n-samples"}, err
+    checked = 0
+    for path, cmd in _commands(None):
+        hidden = {o for p in cmd.params if getattr(p, "hidden", False) for o in p.opts}
+        for opt in sorted(o for o in hidden if o.startswith("--")):
+            code, _, err = invoke([*path, opt[:-1] + "#"], tmp_path)
+            assert code == 2 and "No such option" in err, (path, opt, err)
+            assert not suggested(err) & hidden, (path, opt, err)
+            checked += 1
+    assert checked >= 1

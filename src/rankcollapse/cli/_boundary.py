@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 import typer
-from ._click import click
+from ._click import NoSuchOption, click
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .._validate import INT64_MAX, INT64_MIN
@@ -77,7 +77,13 @@ class Command(TyperCommand):
         args, notes = rewrite(self, args)  # old spellings -> canonical flags (_vocab)
         ctx.meta["rankcollapse.notes"] = notes
         parser = self.make_parser(ctx)
-        raw, _, order = parser.parse_args(args=list(args))
+        try:
+            raw, _, order = parser.parse_args(args=list(args))
+        except NoSuchOption as exc:  # suggest only the options --help shows, never a hidden one
+            hidden = {opt for p in self.get_params(ctx) if getattr(p, "hidden", False)
+                      for opt in (*p.opts, *p.secondary_opts)}
+            exc.possibilities = [p for p in exc.possibilities or () if p not in hidden]
+            raise
         _refuse_empty_paths(raw, order, ctx)
         seen: set[str] = set()
         for param in order:
