@@ -149,3 +149,30 @@ def test_simulate_json_settings_use_the_canonical_keys():
     settings = json.loads(p.stdout)["settings"]
     assert settings["n_samples"] == 2 and settings["model"] is None
     assert "batch" not in settings and "pretrained" not in settings
+
+
+def test_a_file_input_gives_n_and_d_and_only_a_contradicting_flag_is_refused(tmp_path):
+    """``--input X.npy`` of shape (B, N, d) runs at the file's N and d without ``--n-tokens``
+    or ``--d-model``; the same values given explicitly agree; other values are refused."""
+    import numpy as np
+
+    from tests.cli._harness import invoke
+
+    X = np.random.default_rng(0).standard_normal((2, 10, 6))
+    np.save(tmp_path / "x.npy", X)
+    base = ["simulate", "--input", "x.npy", "--mask", "causal", "--depth", "2", "--format", "json"]
+    code, out, err = invoke(base, tmp_path)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["settings"]["n_tokens"] == 10 and doc["settings"]["d_model"] == 6
+    import torch
+
+    from rankcollapse.metrics import mu
+
+    assert doc["layers"][0]["mu"] == pytest.approx(float(mu(torch.as_tensor(X, dtype=torch.float32)).mean()), rel=1e-6)
+    code, again, err = invoke([*base, "--n-tokens", "10", "--d-model", "6"], tmp_path)
+    assert code == 0 and json.loads(again)["layers"] == doc["layers"], err
+    code, _, err = invoke([*base, "--n-tokens", "12"], tmp_path)
+    assert code == 2 and "N=10" in err and "--n-tokens is 12" in err
+    code, _, err = invoke([*base, "--d-model", "8"], tmp_path)
+    assert code == 2 and "d=6" in err and "--d-model" in err

@@ -27,6 +27,10 @@ def renamed_value(flag: str, value: str | None, renames: dict[str, str]) -> str 
     return value
 
 
+#: ``--n-tokens`` of a drawn or Wikipedia input when the flag is not given.
+N_TOKENS = 128
+
+
 def input_name(source: str) -> str | None:
     """The registry name of ``--input`` (a deprecated one gets the CLI's one-line note), or
     None for a file path."""
@@ -36,17 +40,20 @@ def input_name(source: str) -> str | None:
     return source if source in INPUTS else None
 
 
-def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: int, seed: int, loaded=None):
+def _initial_tokens(source: str, n_tokens: int | None, d_model: int | None, samples: int, seed: int, loaded=None):
     """X(0) ``(B, N, d)`` from ``source`` (see ``--input``), validated before any run.
 
     A name of the input registry (:data:`rankcollapse.dynamics.inputs.INPUTS`) draws
     with ``seed``; ``wikipedia`` embeds Wikipedia windows with ``loaded`` (the
-    ``--model`` model) or, without one, MiniLM, at the model's width. Anything else is
-    a ``.npy``/``.pt`` file.
+    ``--model`` model) or, without one, MiniLM, at the model's width; both take N from
+    ``n_tokens`` (default :data:`N_TOKENS`). Anything else is a ``.npy``/``.pt`` file,
+    whose shape gives N and d: ``n_tokens`` and ``d_model``, when given, must equal them.
     """
     from ..dynamics.inputs import INPUTS, make_tokens
 
     name = input_name(source)
+    if name is not None and n_tokens is None:
+        n_tokens = N_TOKENS
     if name == "wikipedia":
         model = "minilm" if loaded is None else loaded
         width = None if loaded is None else loaded.model.config.hidden_size
@@ -66,22 +73,29 @@ def _initial_tokens(source: str, n_tokens: int, d_model: int | None, samples: in
     if not path.is_file():
         raise DataError(f"--input {source!r} is neither one of {tuple(INPUTS)} nor a readable .npy/.pt file")
     if path.suffix != ".pt":
-        return _as_batch(torch.as_tensor(load_npy(path, "--input", error=DataError)), source, n_tokens)
+        return _as_batch(torch.as_tensor(load_npy(path, "--input", error=DataError)), source, n_tokens, d_model)
     try:
         X = torch.load(path, weights_only=True)
     except Exception as exc:  # any unreadable file: pickle, zip, numpy and torch errors differ
         raise DataError(f"--input {source!r} is not a readable .npy/.pt array: {exc}") from None
     if not isinstance(X, torch.Tensor):
         raise DataError(f"--input {source!r} holds a {type(X).__name__}, not one tensor")
-    return _as_batch(X, source, n_tokens)
+    return _as_batch(X, source, n_tokens, d_model)
 
 
-def _as_batch(X: "torch.Tensor", source: str, n_tokens: int) -> "torch.Tensor":
+def _as_batch(X: "torch.Tensor", source: str, n_tokens: int | None, d_model: int | None) -> "torch.Tensor":
+    """``X`` as ``(B, N, d)``; its N and d are the run's, and a given ``--n-tokens`` or
+    width (``--d-model``, or the ``--model``'s) that contradicts them is refused."""
     if X.ndim == 2:
         X = X.unsqueeze(0)
-    if X.ndim != 3 or X.shape[1] != n_tokens:
-        raise ConfigError(f"--input {source}: expected shape (N, d) or (B, N, d) with N={n_tokens}, "
-                          f"got {tuple(X.shape)}")
+    if X.ndim != 3:
+        raise ConfigError(f"--input {source}: expected shape (N, d) or (B, N, d), got {tuple(X.shape)}")
+    if n_tokens is not None and X.shape[1] != n_tokens:
+        raise ConfigError(f"--input {source} has N={X.shape[1]} tokens (shape {tuple(X.shape)}) but --n-tokens is "
+                          f"{n_tokens}; drop --n-tokens to use the file's N")
+    if d_model is not None and X.shape[2] != d_model:
+        raise ConfigError(f"--input {source} has width d={X.shape[2]} (shape {tuple(X.shape)}) but the run's width is "
+                          f"{d_model} (--d-model or the --model's); drop --d-model to use the file's d")
     return X
 
 
@@ -116,7 +130,7 @@ def _plot(result, path: Path, title: str) -> None:
 
 def simulate_command(
     mask: str = typer.Option("causal", "--mask", help="mask spec, e.g. causal_sliding_window:w=4"),
-    n_tokens: int = typer.Option(128, "--n-tokens", help="tokens per sample N"),
+    n_tokens: int = typer.Option(None, "--n-tokens", help="tokens per sample N (default 128; a FILE input: its N)"),
     depth: int = typer.Option(32, "--depth", help="layers T"),
     variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln (ln, skip_ln: deprecated)"),
     norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm | dyt (tanh, "
@@ -191,7 +205,8 @@ def simulate_command(
     if loaded is not None and name != "wikipedia":
         d_model = weights[0].d_model if d_model is None else d_model
     if name is not None and name != "wikipedia":  # drawn here: refuse a size that cannot fit before drawing it
-        check_simulate_tokens(samples, n_tokens, 64 if d_model is None else d_model, 8 if dtype == "float64" else 4,
+        check_simulate_tokens(samples, N_TOKENS if n_tokens is None else n_tokens, 64 if d_model is None else d_model,
+                              8 if dtype == "float64" else 4,
                               depth=depth, mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0,
                               max_memory=parse_size(max_memory))
     X0 = _initial_tokens(name or source, n_tokens, d_model, samples, seed, loaded)
