@@ -28,9 +28,32 @@ def test_eta_counts_every_planned_unit(monkeypatch, capsys):
             bar.finished(f"u{k}", 10.0)
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "main: 5 units (default settings 3, nearby settings 2), 1 cached, computing 4 (processes, 2 workers)"
-    # 10 s per computed unit: ETA = 10 s x units left of the whole plan
-    assert [ln.split("ETA ")[1] for ln in err[1:5]] == ["30 s)", "20 s)", "10 s)", "0 s)"]
+    # 10 s per computed unit on 2 workers: ETA = 10 s x units left of the whole plan / 2
+    assert [ln.split("ETA ")[1] for ln in err[1:5]] == ["15 s)", "10 s)", "5 s)", "0 s)"]
     assert [ln.split("]")[0] for ln in err[1:5]] == [f"main [{k}/5" for k in (2, 3, 4, 5)]
+
+
+def test_eta_times_each_cost_class_and_is_never_0_s_while_units_remain(capsys):
+    """Three mask units of 0.05 s leave a SmolLM2 probe to run: the ETA says a unit is not
+    yet timed (not 0 s); once one probe is timed the next probe's estimate is its time."""
+    from rankcollapse.sweep.progress import cost_class, format_eta
+
+    masks = [Unit("mask_influence", {"mask": f"m{k}"}) for k in range(3)]
+    probes = [Unit("model_influence", {"model": "smollm2", "seed": s}) for s in (0, 1)]
+    assert cost_class(probes[0]) == "model_influence[smollm2]" and cost_class(masks[0]) == "mask_influence"
+    with progress_mod.UnitProgress("influence", 5, tty=False) as bar:
+        bar.expect([*masks, *probes])
+        bar.start(0, 5, 1, "serial")
+        for u in masks:
+            bar.finished(u.params["mask"], 0.05, unit=u)
+        bar.finished("smollm2 0", 60.0, unit=probes[0])
+        bar.finished("smollm2 1", 58.0, unit=probes[1])
+    err = capsys.readouterr().err.splitlines()
+    etas = [ln.split("s (elapsed ")[1].split(", ", 1)[1] for ln in err[1:6]]
+    assert etas == ["ETA unknown (2 units not yet timed))", "ETA unknown (2 units not yet timed))",
+                    "ETA unknown (2 units not yet timed))", "ETA 60 s)", "ETA 0 s)"]
+    assert format_eta(0.1, 0, 1) == "ETA < 1 s" and format_eta(12.4, 1, 3) == "ETA ≥ 12 s (1 unit not yet timed)"
+    assert format_eta(0.0, 0, 0) == "ETA 0 s"
 
 
 def test_dropped_units_leave_the_total(capsys):

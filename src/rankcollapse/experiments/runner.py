@@ -376,6 +376,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
         stack.enter_context(using_executor(ex))
         bar = stack.enter_context(UnitProgress("/".join(c["name"] for c in cfgs), len(units) + len(near_units),
                                                enabled=progress))
+        bar.expect(u for u in units + near_units if u.hash not in cached)
         bar.start(len(cached), len(units) + len(near_units) - len(cached), getattr(ex, "workers", 1), ex.name,
                   groups=[("default settings", len(units)), ("nearby settings", len(near_units))])
         table, timings = compute_units(units, ctx, cache, progress=bar, labels=labels)
@@ -407,7 +408,7 @@ def _drop_undecided(bar: UnitProgress, near_plan: list, near_units: list[Unit], 
     if gone:
         undecided = sorted({c["id"] for c, _ in near_plan} - decided)
         bar.drop(len(gone), f"nearby settings of {', '.join(undecided)}, not decided",
-                 cached=sum(u.hash in cached for u in gone))
+                 cached=sum(u.hash in cached for u in gone), units=[u for u in gone if u.hash not in cached])
 
 
 def _cpu_seconds() -> float:

@@ -76,6 +76,7 @@ def run_units(units: Iterable[Unit], ctx: Any, cache: Path | str | UnitCache, *,
         shared = isinstance(progress, UnitProgress)
         with nullcontext(progress) if shared else UnitProgress(title, len(units), enabled=bool(progress)) as bar:
             if not shared:
+                bar.expect(units[i] for i in todo)
                 bar.start(len(frames), len(todo), getattr(ex, "workers", 1), getattr(ex, "name", "-"))
             if todo:
                 bar.running(labels[units[todo[0]].hash])
@@ -96,7 +97,7 @@ def _compute(units: list[Unit], todo: list[int], ctx: Any, ex: Any, table: Mappi
         cache.put(units[i], done.frame, cost)
         frames[i] = done.frame
         timings[i] = unit_timing(units[i], labels[units[i].hash], False, done.wall, done.cpu, done.worker, cost)
-        bar.finished(labels[units[i].hash], done.wall, done.worker)
+        bar.finished(labels[units[i].hash], done.wall, done.worker, unit=units[i])
         left = [k for k in todo if k not in frames]
         if left:
             bar.running(labels[units[left[0]].hash])

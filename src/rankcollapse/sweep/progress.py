@@ -10,13 +10,21 @@ settings and nearby settings alike), so the ETA is the time to the end of the ru
 of its first group. A planned unit that will not run after all (the nearby settings of
 a claim the run could not decide) is taken out of the total with a line that says so
 (:meth:`UnitProgress.drop`).
+
+The ETA sums an estimate per unit still to run: the mean wall time of the finished units
+of its cost class (:func:`cost_class`: the unit kind, and the model where the unit names
+one, so a SmolLM2 probe is not timed by MiniLM's). While a class has no finished unit the
+ETA is a lower bound, ``ETA ≥ ...``, naming how many units are not yet timed; it never
+reads 0 s while units remain (:func:`format_eta`).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
-from typing import TextIO
+from collections import Counter
+from typing import Any, Iterable, TextIO
 
 from .. import _progress
 
@@ -26,6 +34,27 @@ WIDTH = 70
 def short(text: str, width: int = WIDTH) -> str:
     """``text`` cut to ``width`` characters with an ellipsis (rich's column is fixed)."""
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def cost_class(unit: Any) -> str:
+    """The units whose wall times estimate each other's: the kind, and the model where
+    the unit's parameters name one (``probe[smollm2]``)."""
+    model = getattr(unit, "params", {}).get("model")
+    return unit.kind if model is None else f"{unit.kind}[{model}]"
+
+
+def format_eta(seconds: float, untimed: int, left: int) -> str:
+    """The ETA of ``left`` units still to run (:meth:`UnitProgress.eta` gives ``seconds``
+    and ``untimed``): ``ETA 12 s``; ``ETA ≥ 12 s (2 units not yet timed)`` while some of
+    them are in a class with no finished unit (``ETA unknown (...)`` when the timed rest is
+    under a second); ``ETA < 1 s`` rather than ``0 s`` while any remain; ``ETA 0 s`` at the end."""
+    if left <= 0:
+        return "ETA 0 s"
+    text = "< 1 s" if seconds < 0.5 else f"{math.floor(seconds + 0.5):.0f} s"
+    if untimed:
+        units = f"{untimed} unit{'s' if untimed != 1 else ''} not yet timed"
+        return f"ETA unknown ({units})" if seconds < 0.5 else f"ETA ≥ {text} ({units})"
+    return f"ETA {text}"
 
 
 class UnitProgress:
@@ -47,18 +76,41 @@ class UnitProgress:
         self.done_count = self.cached = 0
         self._t0 = time.perf_counter()
         self._bar = self._task = None
+        self._left: Counter[str] = Counter()  # cost class -> units still to compute
+        self._walls: dict[str, list[float]] = {}  # cost class -> wall times of finished units
+        self.workers = 1  # units computed at once (:meth:`start`): the ETA divides by it
+
+    def expect(self, units: Iterable[Any]) -> None:
+        """``units`` are to be computed (their cost classes feed the ETA)."""
+        self._left.update(cost_class(u) for u in units)
+
+    def eta(self) -> tuple[float, int]:
+        """``(seconds, untimed)``: the estimated wall time of the units still to compute
+        (per cost class: its units times the mean wall of its finished ones; without class
+        information, all finished units' mean; divided by the workers), and how many of them are in a class with
+        no finished unit (not counted in ``seconds``)."""
+        left = self.total - self.done_count
+        walls = [w for ws in self._walls.values() for w in ws]
+        if not self._left:  # no class information: every unit alike
+            return (sum(walls) / len(walls) * left / self.workers if walls else 0.0), (0 if walls else left)
+        seconds, untimed = 0.0, 0
+        for cls, n in self._left.items():
+            if self._walls.get(cls):
+                seconds += n * sum(self._walls[cls]) / len(self._walls[cls])
+            else:
+                untimed += n
+        return seconds / self.workers, untimed
 
     def __enter__(self) -> "UnitProgress":
         if self.enabled and self.tty and self.total:
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._bar = Progress(TextColumn(f"{{task.description:<{WIDTH}}}"), BarColumn(bar_width=20),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
                                  console=Console(stderr=True), transient=False)
             self._bar.__enter__()
-            self._task = self._bar.add_task(short(self.title), total=self.total)
+            self._task = self._bar.add_task(short(self.title), total=self.total, eta="")
         return self
 
     def __exit__(self, *exc) -> None:
@@ -78,6 +130,7 @@ class UnitProgress:
         are several (e.g. default settings and nearby settings)."""
         self.cached = n_cached
         self.done_count = n_cached
+        self.workers = max(int(workers), 1)
         if not self.enabled or not self.total:
             return
         if self._bar is not None:
@@ -87,9 +140,12 @@ class UnitProgress:
             self._line(f"{self.title}: {self.total} units{plan}, {n_cached} cached, computing {n_compute} "
                        f"({executor}, {workers} worker{'s' if workers != 1 else ''})")
 
-    def drop(self, n: int, reason: str, cached: int = 0) -> None:
+    def drop(self, n: int, reason: str, cached: int = 0, units: Iterable[Any] = ()) -> None:
         """Take ``n`` planned units that will not be used out of the total (``reason``
-        says why, in the log); ``cached`` of them were counted as done from the cache."""
+        says why, in the log); ``cached`` of them were counted as done from the cache;
+        ``units``: those of them that were expected to be computed (:meth:`expect`)."""
+        self._left.subtract(cost_class(u) for u in units)
+        self._left = +self._left
         if n <= 0:
             return
         self.total -= n
@@ -107,16 +163,20 @@ class UnitProgress:
         if self._bar is not None:
             self._bar.update(self._task, description=short(f"{self.title}: {label}"))
 
-    def finished(self, label: str, wall: float, worker: str = "") -> None:
-        """A computed unit is done (``wall`` seconds)."""
+    def finished(self, label: str, wall: float, worker: str = "", unit: Any = None) -> None:
+        """A computed unit is done (``wall`` seconds); ``unit`` gives its cost class."""
         self.done_count += 1
+        cls = cost_class(unit) if unit is not None else None
+        if cls is not None and self._left[cls] > 0:
+            self._left[cls] -= 1
+            self._left = +self._left
+        self._walls.setdefault(cls if cls is not None else "", []).append(float(wall))
         if not self.enabled:
             return
+        eta = format_eta(*self.eta(), self.total - self.done_count)
         if self._bar is not None:
-            self._bar.advance(self._task)
+            self._bar.update(self._task, advance=1, eta=eta)
             return
         elapsed = time.perf_counter() - self._t0
-        left = self.total - self.done_count
-        rate = elapsed / max(self.done_count - self.cached, 1)
         self._line(f"{self.title} [{self.done_count}/{self.total}] {label} {wall:.1f} s"
-                   f" (elapsed {elapsed:.0f} s, ETA {rate * left:.0f} s)")
+                   f" (elapsed {elapsed:.0f} s, {eta})")
