@@ -1,6 +1,8 @@
 """Every code block of README.md and docs/*.md runs as written.
 
-``python`` blocks of one file run in order in one namespace, in a temporary folder.
+``python`` blocks of one file run in order in one namespace, in a temporary folder; a
+block written as a doctest (``>>>`` prompts, e.g. the README's quickstart) runs as one,
+so its printed outputs are checked too.
 ``bash`` blocks (and indented ``rankcollapse ...`` lines) run through the CLI in
 process (typer's runner; ``&&`` and ``> file`` handled), in a temporary folder holding
 the input files the docs name (X.npy, pm.npy, my.txt, my_corpus.txt). Commands that load
@@ -166,7 +168,43 @@ def test_python_blocks_run_in_order(doc, tmp_path, monkeypatch):
     try:
         for name, i, body in _blocks("python"):
             if name == doc:
-                exec(compile(body, f"{doc} block {i}", "exec"), namespace)
+                _run_python(body, f"{doc} block {i}", namespace)
     finally:  # a block may register a metric: leave the registry as it was
         METRICS.clear()
         METRICS.update(registered)
+
+
+def _run_python(body: str, where: str, namespace: dict) -> None:
+    """Run one block: a doctest (``>>>`` prompts) with its outputs checked, else plain code."""
+    import doctest
+    import io
+
+    if not body.lstrip().startswith(">>>"):
+        exec(compile(body, where, "exec"), namespace)
+        return
+    test = doctest.DocTestParser().get_doctest(body, namespace, where, where, 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    report = io.StringIO()
+    runner.run(test, out=report.write, clear_globs=False)
+    namespace.update(test.globs)  # the doctest ran on a copy: later blocks see its names
+    assert runner.failures == 0, report.getvalue()
+
+
+def test_a_doctest_block_checks_its_outputs():
+    namespace: dict = {}
+    _run_python(">>> x = 1 + 1\n>>> x\n2\n", "ok", namespace)
+    assert namespace["x"] == 2
+    with pytest.raises(AssertionError, match="Expected"):
+        _run_python(">>> 1 + 1\n3\n", "wrong", {})
+
+
+def test_readme_has_a_doctested_python_quickstart_and_stays_short():
+    """The README is a front door: at most 12 KB, ``make demo`` and ``make test`` its first
+    two commands, one doctested Python quickstart of about 15 lines."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.encode()) <= 12 * 1024
+    first = _FENCE.search(text)
+    assert first.group(1) == "bash" and [ln.split()[:2] for ln in first.group(2).strip().splitlines()] == [
+        ["make", "demo"], ["make", "test"]]
+    (quick,) = [body for name, _, body in _blocks("python") if name == "README.md"]
+    assert quick.lstrip().startswith(">>>") and 10 <= len(quick.strip().splitlines()) <= 20

@@ -1,5 +1,6 @@
-"""`make setup`'s choice of torch build (README "Set-up"): the CPU index on a machine
-without an NVIDIA GPU when that index answers, pip's own index otherwise.
+"""`make setup`'s choice of torch build (docs/install.md, "What `make setup` installs"):
+the CPU index on a machine without an NVIDIA GPU when that index answers, pip's own index
+otherwise.
 
 ``make torch-index`` runs the same shell code as ``setup`` and prints the choice. Each
 case runs it with a PATH that holds only what the case needs (a fake ``nvidia-smi`` for

@@ -16,8 +16,8 @@ from rankcollapse.experiments.controls import control_rule, evaluate_controls
 from rankcollapse.experiments.table import rows_from_metrics
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "quick"
-GEOMETRY = RESULTS.parent / "geometry-quick"  # `all`'s geometry claims, committed apart (README)
-INFLUENCE = RESULTS.parent / "influence-quick"  # `all`'s position-bias claims, committed apart (README)
+GEOMETRY = RESULTS.parent / "geometry-quick"  # `all`'s geometry claims, committed apart (docs/results.md)
+INFLUENCE = RESULTS.parent / "influence-quick"  # `all`'s position-bias claims, committed apart (docs/results.md)
 CLAIMS = {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
 
 
@@ -82,7 +82,7 @@ def test_every_claim_has_a_positive_and_a_negative_control():
 def test_committed_quick_run_controls_pass_through_the_real_pipeline():
     """The positive control of every claim reads reproduced and the negative not
     reproduced, on the rows of the committed quick run (the same units, selections,
-    floors and rules as the claims; tests/experiments/test_experiments_readme.py ties
+    floors and rules as the claims; tests/experiments/test_experiments_results_doc.py ties
     that run to today's configs)."""
     claims = [c for d in (RESULTS, GEOMETRY, INFLUENCE) for c in json.loads((d / "claims.json").read_text())]
     assert len(claims) == 20

@@ -142,6 +142,11 @@ def test_readme_phase_example_has_cells_in_several_regimes(tmp_path):
     assert no_skip.count("rank_collapse") == 3 and "rank_collapse" not in with_skip
     assert set(with_skip) == {"collapsing_slowly"}
     assert re.search(r"every cell but one collapses", readme)
+    # the exception: LayerNorm at q/k scale 8, one trajectory collapsed and one aligned
+    (odd,) = [c for c in cells if c["placement"] == "none" and c["regime"] != "rank_collapse"]
+    assert (odd["qk_scale"], odd["norm"], odd["regime"]) == (8.0, "layernorm", "undecided")
+    assert odd["frac_rank_collapse"] == odd["frac_aligned_without_consensus"] == 0.5
+    assert f"μ/‖X‖_F {odd['mu_relative']:.2f}" in " ".join(readme.split())
 
 
 def test_axes_are_block_config_fields_and_old_spellings_run_as_before():

@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
         name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, geometry, influence, all, a comma-separated list (fig3,fig4), or summary."),
         target: Optional[Path] = typer.Argument(None, help="With `summary`: the run folder to summarise."),
         fmt: Optional[str] = typer.Option(None, "--format", help="stdout: table (default) or json (the claims); "
-                                          "with `summary`: markdown (default, the README table) or json."),
+                                          "with `summary`: markdown (default, the table of docs/results.md) or json."),
         scale: str = typer.Option("quick", "--scale", help="quick (minutes on 2 cores), large (256 windows x 4 seeds), paper (3000 windows) or smoke."),
         out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/<UTC time>)."),
         seed: int = typer.Option(0, "--seed", help="Seeds window order and weights (weight seed k = seed + k)."),

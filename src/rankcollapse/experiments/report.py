@@ -1,7 +1,7 @@
 """Self-contained run report: one HTML file (scorecard first, plots embedded as base64
 PNG, per-claim evidence, settings folded away, versions, data credits) rendered from the
-Jinja2 template ``templates/report.html.j2``, a Markdown digest, and the README's
-results table (:func:`results_markdown`)."""
+Jinja2 template ``templates/report.html.j2``, a Markdown digest, and the results table
+of docs/results.md (:func:`results_markdown`)."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def render_html(result: Any, figures: dict[str, Any]) -> str:
 
 
 def results_markdown(claims: list[dict[str, Any]]) -> str:
-    """The results table (Markdown) of a run's claims, as the README shows it."""
+    """The results table (Markdown) of a run's claims, as docs/results.md shows it."""
     lines = ["| " + " | ".join(RESULTS_COLUMNS) + " |", "|" + "---|" * len(RESULTS_COLUMNS)]
     for c in claims:
         deep = c.get("depth_check") or {}

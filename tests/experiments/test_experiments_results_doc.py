@@ -1,11 +1,11 @@
-"""The README's results table is the output of `reproduce summary` on the quick run
+"""docs/results.md's results table is the output of `reproduce summary` on the quick run
 committed under ``docs/results/quick`` (claims.json, config.json), and that run is the
 one today's code and configs would make: its unit hashes (config, numerics version, and
 the library versions it recorded) equal the ones :func:`runner.plan` gives now, and its stored table
 rechecks to the same verdicts. A change to a rule, a config or the numerics therefore
 fails this test until the run is redone (``rankcollapse reproduce all --scale quick
---out docs/results/quick``) and the README table pasted from ``rankcollapse reproduce
-summary docs/results/quick``.
+--out docs/results/quick``) and the table in docs/results.md pasted from ``rankcollapse
+reproduce summary docs/results/quick``; likewise for the other committed runs and their tables.
 
 The table sits between the markers ``<!-- claims:start -->`` and ``<!-- claims:end -->``;
 missing markers fail the test."""
@@ -21,67 +21,67 @@ from rankcollapse.experiments import runner
 from rankcollapse.experiments.report import results_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+RESULTS_DOC = ROOT / "docs" / "results.md"
 RESULTS = ROOT / "docs" / "results" / "quick"
 GEOMETRY = ROOT / "docs" / "results" / "geometry-quick"
 INFLUENCE = ROOT / "docs" / "results" / "influence-quick"
 AXIS = ROOT / "docs" / "results" / "fig3-n-axis"
 
 
-def readme_table(text: str, name: str = "claims") -> str:
+def doc_table(text: str, name: str = "claims") -> str:
     """The text between the ``<!-- {name}:start/end -->`` markers (stripped), or AssertionError."""
     m = re.search(rf"<!-- {name}:start -->\n(.*?)<!-- {name}:end -->", text, flags=re.S)
-    assert m, f"README.md has no <!-- {name}:start --> ... <!-- {name}:end --> block"
+    assert m, f"docs/results.md has no <!-- {name}:start --> ... <!-- {name}:end --> block"
     return m.group(1).strip()
 
 
 def test_marker_extraction():
-    assert readme_table("x\n<!-- claims:start -->\n| a |\n<!-- claims:end -->\n") == "| a |"
+    assert doc_table("x\n<!-- claims:start -->\n| a |\n<!-- claims:end -->\n") == "| a |"
     with pytest.raises(AssertionError, match="claims:start"):
-        readme_table("no markers here")
+        doc_table("no markers here")
 
 
-def test_readme_table_is_the_committed_quick_run():
+def test_results_doc_table_is_the_committed_quick_run():
     claims = json.loads((RESULTS / "claims.json").read_text())
-    assert readme_table(README.read_text(encoding="utf-8")) == results_markdown(claims).strip()
+    assert doc_table(RESULTS_DOC.read_text(encoding="utf-8")) == results_markdown(claims).strip()
 
 
-def test_readme_geometry_table_is_the_committed_geometry_run():
+def test_results_doc_geometry_table_is_the_committed_geometry_run():
     claims = json.loads((GEOMETRY / "claims.json").read_text())
     config = json.loads((GEOMETRY / "config.json").read_text())
     assert config["scale"] == "quick" and config["experiments"] == ["geometry"] and config["seed"] == 0
     assert [c["id"] for c in claims] == ["G1", "G2", "G3", "G4"]
-    assert readme_table(README.read_text(encoding="utf-8"), "claims-geometry") == results_markdown(claims).strip()
+    assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-geometry") == results_markdown(claims).strip()
 
 
-def test_readme_influence_table_is_the_committed_influence_run():
+def test_results_doc_influence_table_is_the_committed_influence_run():
     claims = json.loads((INFLUENCE / "claims.json").read_text())
     config = json.loads((INFLUENCE / "config.json").read_text())
     assert config["scale"] == "quick" and config["experiments"] == ["influence"] and config["seed"] == 0
     assert [c["id"] for c in claims] == ["I1", "I2", "I3", "I4"]
-    assert readme_table(README.read_text(encoding="utf-8"), "claims-influence") == results_markdown(claims).strip()
+    assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-influence") == results_markdown(claims).strip()
 
 
-def test_readme_geometry_large_table_is_the_committed_run():
+def test_results_doc_geometry_large_table_is_the_committed_run():
     large = ROOT / "docs" / "results" / "geometry-large"
     claims = json.loads((large / "claims.json").read_text())
     config = json.loads((large / "config.json").read_text())
     assert config["scale"] == "large" and config["experiments"] == ["geometry"]
     assert {c["n_windows"] for c in claims} == {64}
-    assert readme_table(README.read_text(encoding="utf-8"), "claims-geometry-large") == results_markdown(claims).strip()
+    assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-geometry-large") == results_markdown(claims).strip()
 
 
-def test_readme_large_table_is_the_committed_large_run():
+def test_results_doc_large_table_is_the_committed_large_run():
     large = ROOT / "docs" / "results" / "large"
     claims = json.loads((large / "claims.json").read_text())
     config = json.loads((large / "config.json").read_text())
     assert config["scale"] == "large" and config["overrides"]["n_windows"] == 64
-    assert readme_table(README.read_text(encoding="utf-8"), "claims-large") == results_markdown(claims).strip()
+    assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-large") == results_markdown(claims).strip()
 
 
-def test_readme_paper_table_is_the_committed_paper_run():
+def test_results_doc_paper_table_is_the_committed_paper_run():
     """Fig. 3 and Fig. 4 at the paper's scale: every row of the committed table is a
-    statistic over all 3000 windows (control units: CONTROL_WINDOWS), and the README quotes that
+    statistic over all 3000 windows (control units: CONTROL_WINDOWS), and docs/results.md quotes that
     run's claims."""
     paper = ROOT / "docs" / "results" / "paper"
     claims = json.loads((paper / "claims.json").read_text())
@@ -94,7 +94,7 @@ def test_readme_paper_table_is_the_committed_paper_run():
     control = table["d_qk"] == 1e8  # fig3's controls: nearly uniform attention (fig3.yaml)
     assert (table.loc[~control, "n_samples"] == 3000).all() and (table.loc[control, "n_samples"] == CONTROL_WINDOWS).all()
     assert control.any() and (~control).any()
-    assert readme_table(README.read_text(encoding="utf-8"), "claims-paper") == results_markdown(claims).strip()
+    assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-paper") == results_markdown(claims).strip()
 
 
 def test_committed_quick_run_is_todays_run(monkeypatch):
@@ -133,3 +133,16 @@ def test_committed_quick_run_rechecks():
     assert all(stored == again for _, stored, again in runner.recheck(GEOMETRY))
     assert all(stored == again for _, stored, again in runner.recheck(INFLUENCE))
     assert all(stored == again for _, stored, again in runner.recheck(AXIS))
+
+
+def test_demo_unit_count_in_the_docs_is_todays_plan():
+    """README.md and docs/performance.md state the demo's planned units (``make demo``:
+    ``reproduce --scale quick``, the main job) as today's plan counts them."""
+    cfgs, units, _ = runner.plan("main", "quick", 0)
+    near = runner.plan_units(runner.nearby_plan(cfgs, units))
+    for doc in (ROOT / "README.md", ROOT / "docs" / "performance.md"):
+        text = " ".join(doc.read_text(encoding="utf-8").split())
+        m = re.search(r"(\d+) planned units(?: in all)? \((\d+) at the default settings, controls included, and "
+                      r"(\d+) nearby settings", text)
+        assert m, f"{doc.name} states no planned unit count"
+        assert tuple(map(int, m.groups())) == (len(units) + len(near), len(units), len(near)), doc.name
