@@ -20,7 +20,7 @@ from rankcollapse.experiments import runner
 from rankcollapse.sweep.cache import UnitCache
 from rankcollapse.sweep.units import Unit
 from rankcollapse.sweep.executors import Done, validate_executor
-from rankcollapse.experiments.outdir import LOCK_NAME, MANIFEST, OutputFolder, owner
+from rankcollapse._outdir import LOCK_NAME, MANIFEST, OutputFolder, owner
 from rankcollapse.sweep.progress import UnitProgress
 
 
@@ -133,7 +133,7 @@ def test_second_owner_is_refused_naming_the_first_or_waits(tmp_path):
 
 
 def test_lock_of_a_killed_run_is_taken_over(tmp_path):
-    code = ("import sys,time; from rankcollapse.experiments.outdir import OutputFolder; "
+    code = ("import sys,time; from rankcollapse._outdir import OutputFolder; "
             "OutputFolder(sys.argv[1]).__enter__(); print('locked', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "out")], stdout=subprocess.PIPE, text=True)
     try:
