@@ -321,17 +321,17 @@ class OutputFolder:
 
 @contextmanager
 def writing(out: str | os.PathLike, marker_text: str, names: Iterable[str] = (), *, allow_nonempty: bool = False,
-            flags: bool = True, wait: bool = False) -> Iterator[Path]:
+            flags: bool = True, wait: bool = False, keep: bool = False) -> Iterator[Path]:
     """Hold ``out`` (:class:`OutputFolder`) and yield a staging folder to write the run's
-    files into; they are published (:func:`publish`) when the block ends without error,
-    and dropped otherwise. For commands that write their outputs at the end."""
+    files into; they are published (:func:`publish`, ``keep`` as there) when the block
+    ends without error, and dropped otherwise. For commands that write at the end."""
     with OutputFolder(out, names, wait=wait, allow_nonempty=allow_nonempty, flags=flags) as folder:
-        with staged(folder.out, marker_text) as stage:
+        with staged(folder.out, marker_text, keep=keep) as stage:
             yield stage
 
 
 @contextmanager
-def staged(out: Path, marker_text: str) -> Iterator[Path]:
+def staged(out: Path, marker_text: str, *, keep: bool = False) -> Iterator[Path]:
     """A fresh staging folder inside ``out``, published with ``marker_text`` when the block
     ends without error (the previous run stays whole otherwise). Hold ``out`` first."""
     stage = staging_folder(out)
@@ -340,7 +340,7 @@ def staged(out: Path, marker_text: str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    publish(out, stage, marker_text)
+    publish(out, stage, marker_text, keep=keep)
 
 
 def _remove_empty(folder: Path) -> None:
@@ -423,10 +423,14 @@ def staging_folder(out: Path) -> Path:
     return staging
 
 
-def publish(out: Path, staging: Path, marker_text: str) -> list[Path]:
+def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -> list[Path]:
     """Move every file built in ``staging`` into ``out``, remove the files the previous
     run's manifest lists that this run did not write (never anything else), then write
     the manifest and, last, the ``COMPLETE`` marker. Returns the removed paths.
+
+    With ``keep`` the listed files stay and the manifest lists them beside this run's:
+    for commands that add one file (``mask show``, ``theory system``), so a folder can
+    gather the outputs of several of them.
 
     Every name is checked first (a produced name, no link on the way, no file the
     previous run did not write), so a refusal leaves ``out`` as it was. The marker is
@@ -468,7 +472,7 @@ def publish(out: Path, staging: Path, marker_text: str) -> list[Path]:
             finally:
                 os.close(src)
                 os.close(dst)
-        for rel in sorted(old - set(new)):
+        for rel in sorted(set() if keep else old - set(new)):
             if states[rel] != "file":
                 continue
             *folders, name = rel.split("/")
@@ -490,6 +494,6 @@ def publish(out: Path, staging: Path, marker_text: str) -> list[Path]:
                 finally:
                     os.close(fd)
     shutil.rmtree(staging, ignore_errors=True)
-    write_json_atomic(out / MANIFEST, new)
+    write_json_atomic(out / MANIFEST, sorted(old | set(new)) if keep else new)
     write_text_atomic(out / MARKER, marker_text)
     return removed

@@ -13,7 +13,7 @@ from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_table
 
 #: The options each sub-command that runs no experiment takes; any other option given
 #: to it would be ignored, so it is refused.
-SUBCOMMAND_OPTIONS = {"summary": {"fmt"}, "schedules": {"out", "scale", "seed"}}
+SUBCOMMAND_OPTIONS = {"summary": {"fmt"}, "schedules": {"out", "scale", "seed", "allow_nonempty"}}
 
 HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, geometry, influence, all, or schedules:
 collapse rate of mask schedules at equal attention budget) on real
@@ -68,10 +68,13 @@ def register(app: typer.Typer) -> None:
         if target is not None:
             raise typer.BadParameter(f"unexpected argument {target}; only `summary` takes a folder")
         if name == "schedules":  # the schedule study has its own small runner (docs/schedules.md)
-            from ..experiments.schedules import run_schedule_study
+            from ..experiments.schedules import NAMES as SCHEDULE_NAMES, run_schedule_study
+
+            from .._outdir import check_out
 
             dest = out or Path("runs") / "schedules"
-            table = run_schedule_study(dest, scale, seed)
+            check_out(dest, SCHEDULE_NAMES, allow_nonempty=allow_nonempty, flags=True)  # named by its flags
+            table = run_schedule_study(dest, scale, seed, allow_nonempty=allow_nonempty)
             typer.echo(table.to_string(index=False))
             typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
             return
