@@ -435,7 +435,7 @@ def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -
     Every name is checked first (a produced name, no link on the way, no file the
     previous run did not write), so a refusal leaves ``out`` as it was. The marker is
     removed before the first file moves, so a folder marked ``COMPLETE`` always holds
-    exactly one run's outputs. Call only while holding the lock.
+    exactly the files its manifest lists. Call only while holding the lock.
 
     Raises
     ------
