@@ -231,3 +231,17 @@ def test_a_refused_folder_is_left_as_it_was(tmp_path, outside):
         with OutputFolder(out):
             pass
     assert tree(out) == before
+
+
+def test_a_planted_staging_link_is_removed_not_entered(run, outside):
+    (run / ".rankcollapse-staging").symlink_to(outside)
+    victims = tree(outside)
+    run_once(run, {"result.json": b"second"})
+    assert tree(outside) == victims and (run / "result.json").read_bytes() == b"second"
+    assert not (run / ".rankcollapse-staging").exists()
+
+
+def test_a_cache_folder_that_is_a_link_is_refused(run, outside):
+    (run / "cache").symlink_to(outside)
+    with pytest.raises(UnsafePathError, match="cache' is a symbolic link"):
+        check_out(run)
