@@ -109,3 +109,19 @@ def test_a_users_file_of_an_outputs_name_is_never_replaced(tmp_path, argv, name)
     line = refused(*invoke([*argv, "--out", "mine", "--allow-nonempty"], tmp_path))
     assert f"would replace: {name};" in line
     assert tree(mine) == before and not (tmp_path / "cache").exists()
+
+
+def test_commands_that_add_one_file_gather_in_one_folder(tmp_path):
+    """mask show, mask compare and theory system into one folder: each adds its file and
+    keeps the others; a user's file of one of those names is refused."""
+    for argv in (["mask", "show", "causal", "--n-tokens", "4"], ["mask", "compare", "causal", "complete", "--n-tokens", "4"],
+                 ["theory", "system"]):
+        code, _, err = invoke([*argv, "--out", "figs"], tmp_path)
+        assert code == 0, err
+    figs = tmp_path / "figs"
+    assert json.loads((figs / MANIFEST).read_text()) == ["compare.csv", "mask.png", "system.json"]
+    (figs / "mask.svg").write_text("<svg>the user's</svg>")
+    before = tree(figs)
+    line = refused(*invoke(["mask", "show", "causal", "--n-tokens", "4", "--image-format", "svg", "--out", "figs"],
+                           tmp_path))
+    assert "would replace: mask.svg;" in line and tree(figs) == before

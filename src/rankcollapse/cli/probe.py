@@ -105,7 +105,7 @@ def probe_command(
         from .._outdir import check_out
 
         n_runs = len(names) * (1 if control is None else 2)
-        check_out(out, out_names(influence=influence, n_runs=n_runs, attentions=attentions),
+        check_out(out, _out_names(influence=influence, n_runs=n_runs, attentions=attentions),
                   allow_nonempty=allow_nonempty, flags=True)
     from .. import data
     from ..models.probe import check_positions  # here: importing it imports torch
@@ -153,7 +153,7 @@ def probe_command(
     if out is not None:
         from .._outdir import writing
 
-        with writing(out, "probe\n", out_names(attentions=attentions), allow_nonempty=allow_nonempty) as stage:
+        with writing(out, "probe\n", _out_names(attentions=attentions), allow_nonempty=allow_nonempty) as stage:
             write_outputs(stage, table, wins, doc)
             if maps is not None:
                 write_attentions(stage / "attentions.npz", maps)
@@ -211,7 +211,7 @@ def _plotted(tables: dict[str, Any]) -> list[str] | None:
     return None if {m for m, _ in PLOT_METRICS} <= set(held) else held
 
 
-def out_names(*, influence: bool = False, n_runs: int = 1, attentions: bool = False) -> tuple[str, ...]:
+def _out_names(*, influence: bool = False, n_runs: int = 1, attentions: bool = False) -> tuple[str, ...]:
     """The files ``--out`` receives whatever the tables hold (``geometry.md`` and
     ``geometry.png`` follow the metrics measured): checked for clashes before any model
     loads."""
@@ -233,7 +233,7 @@ def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: b
     if out is not None:
         from .._outdir import writing
 
-        with writing(out, "probe\n", out_names(n_runs=len(runs)), allow_nonempty=allow_nonempty) as stage:
+        with writing(out, "probe\n", _out_names(n_runs=len(runs)), allow_nonempty=allow_nonempty) as stage:
             for k, (_, wins, _) in enumerate(runs):
                 wins.save(stage / f"windows_{k}.npz")
             with atomic_path(stage / "probe.csv") as tmp:
