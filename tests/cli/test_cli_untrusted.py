@@ -15,7 +15,7 @@ from rankcollapse.cli._boundary import MAX_LINE, CliError
 from rankcollapse.errors import ModelError, UnsafePathError, excerpt
 from rankcollapse.sweep.cache import UnitCache
 from rankcollapse.sweep.units import Unit
-from rankcollapse.experiments.outdir import LOCK_NAME, OutputFolder, owner
+from rankcollapse._outdir import LOCK_NAME, OutputFolder, owner
 
 from ._harness import invoke
 

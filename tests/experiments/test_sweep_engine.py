@@ -20,7 +20,7 @@ from rankcollapse.experiments import runner
 from rankcollapse.sweep.cache import UnitCache
 from rankcollapse.sweep.units import Unit
 from rankcollapse.sweep.executors import Done, validate_executor
-from rankcollapse.experiments.outdir import LOCK_NAME, MANIFEST, OutputFolder, owner
+from rankcollapse._outdir import LOCK_NAME, MANIFEST, OutputFolder, owner
 from rankcollapse.sweep.progress import UnitProgress
 
 
@@ -133,7 +133,7 @@ def test_second_owner_is_refused_naming_the_first_or_waits(tmp_path):
 
 
 def test_lock_of_a_killed_run_is_taken_over(tmp_path):
-    code = ("import sys,time; from rankcollapse.experiments.outdir import OutputFolder; "
+    code = ("import sys,time; from rankcollapse._outdir import OutputFolder; "
             "OutputFolder(sys.argv[1]).__enter__(); print('locked', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "out")], stdout=subprocess.PIPE, text=True)
     try:
@@ -223,6 +223,28 @@ def test_a_foreign_nonempty_out_is_refused_unless_allowed(fake, tmp_path):
     runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False, allow_nonempty=True)
     assert (out / "COMPLETE").is_file() and (out / "thesis.tex").read_text() == "user data"
     runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)  # now ours: no flag needed
+    draft = tmp_path / "drafts"
+    draft.mkdir()
+    (draft / "report.md").write_text("the user's draft\n")  # a file of an output's name: never replaced
+    with pytest.raises(ConfigError, match="would replace: report.md;"):
+        runner.run_experiment("fig3", "smoke", draft, progress=False, nearby=False, allow_nonempty=True)
+    assert sorted(p.name for p in draft.iterdir()) == ["report.md"]
+    assert (draft / "report.md").read_text() == "the user's draft\n"
+
+
+def test_a_rerun_never_publishes_through_a_planted_plots_link(fake, tmp_path):
+    from rankcollapse.errors import UnsafePathError
+
+    out = tmp_path / "run"
+    runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)
+    outside = tmp_path / "outside"
+    (out / "plots").rename(outside)  # the same figure names, now the user's folder
+    (out / "plots").symlink_to(outside)
+    victims = {p.name: p.read_bytes() for p in outside.iterdir()}
+    calls = fake.calls
+    with pytest.raises(UnsafePathError, match="plots' is a symbolic link"):
+        runner.run_experiment("fig3", "smoke", out, seed=1, progress=False, nearby=False)
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == victims and fake.calls == calls
 
 
 def test_cache_orphan_cleaning_keeps_a_users_tmp_files(tmp_path):

@@ -209,7 +209,7 @@ def test_a_smaller_grid_after_a_bigger_one_leaves_none_of_its_outputs(tmp_path):
     """Same --out: the second run's outputs replace the first's whole (the extra heatmap
     files of the bigger grid go); the user's own files and the cache stay; a foreign
     non-empty folder is refused unless allowed."""
-    from rankcollapse.experiments.outdir import MANIFEST
+    from rankcollapse._outdir import MANIFEST
 
     out = tmp_path / "phase"
     base = ["phase", "--depth", "4", "--n-tokens", "4", "--d-model", "2", "--n-samples", "1", "--out", str(out),

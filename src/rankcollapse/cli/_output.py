@@ -20,6 +20,8 @@ from ..errors import ConfigError
 
 FORMATS = ("table", "json", "csv", "markdown")
 FORMAT_HELP = "Output on stdout: table, json, csv or markdown."
+ALLOW_NONEMPTY_HELP = ("Write into a non-empty --out that no run wrote, beside its files (a file of the same name "
+                       "as an output is still refused; by default such a folder is refused).")
 
 
 def check_format(fmt: str, allowed: Sequence[str] = FORMATS) -> str:

@@ -24,7 +24,7 @@ def _records(tables: list) -> list[dict]:
     return [{"model": t.attrs["model"], **row} for t in tables for row in t.to_dict(orient="records")]
 
 
-def report_influence(tables: list, out: Optional[Path], fmt: str) -> None:
+def report_influence(tables: list, out: Optional[Path], fmt: str, *, allow_nonempty: bool = False) -> None:
     """Print the per-layer table (a ``model`` column first) and, with ``out``, write
     ``influence.csv`` and ``influence.json`` (the table plus each model's profiles)."""
     rows = _records(tables)
@@ -35,10 +35,13 @@ def report_influence(tables: list, out: Optional[Path], fmt: str) -> None:
     if out is not None:
         import pandas as pd
 
-        out.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out / "influence.csv") as tmp:
-            pd.DataFrame(rows).to_csv(tmp, index=False)
-        write_json_atomic(out / "influence.json", doc)
+        from .._outdir import writing
+
+        with writing(out, "probe --influence\n", ("influence.csv", "influence.json"),
+                     allow_nonempty=allow_nonempty) as stage:
+            with atomic_path(stage / "influence.csv") as tmp:
+                pd.DataFrame(rows).to_csv(tmp, index=False)
+            write_json_atomic(stage / "influence.json", doc)
     if fmt == "json":
         print_json(doc)
         return

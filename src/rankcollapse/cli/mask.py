@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import typer
 
@@ -12,7 +13,7 @@ from .._io import atomic_path, check_writable
 from .._memory import check_memory, influence_bytes, parse_size
 from .._validate import check_int
 from ..errors import ConfigError, MaskError
-from ._output import FORMAT_HELP, check_format, print_json, print_records, print_table
+from ._output import ALLOW_NONEMPTY_HELP, FORMAT_HELP, check_format, print_json, print_records, print_table
 from ._vocab import out_file
 
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -88,20 +89,46 @@ def show(
     out: Path = typer.Option(..., "--out", help="Output folder; the drawing is OUT/mask.png (or .pdf, .svg: "
                              "--image-format)."),
     image: str = typer.Option("png", "--image-format", help="png, pdf or svg."),
+    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
 ) -> None:
     """Draw the mask: query tokens down, key tokens across, centers highlighted.
     A schedule draws its composed graph of one period."""
     n = _n_tokens(spec, n)
     if n > 2048:
         raise MaskError(f"--n-tokens {n} is too large to draw one cell per token pair (at most 2048)")
-    out = out_file(out, f"mask.{image}", IMAGE_SUFFIXES)
+    target = out_file(out, f"mask.{image}", IMAGE_SUFFIXES)
     from ..masks.plot import image_format
 
-    image_format(out)  # before any work
-    check_writable(out, folder=False)
+    image_format(target)  # before any work
+    _check_target(out, target, allow_nonempty)
     mask = masks.parse_schedule(spec, n).composed() if masks.is_schedule(spec) else masks.parse_mask(spec, n)
-    masks.draw_mask(mask, masks.analyze(mask), out)
-    typer.echo(f"wrote {out}", err=True)
+    with _writing(out, target, "mask show", allow_nonempty) as path:
+        masks.draw_mask(mask, masks.analyze(mask), path)
+    typer.echo(f"wrote {target}", err=True)
+
+
+def _check_target(out: Path, target: Path, allow_nonempty: bool) -> None:
+    """Before any work: the folder ``out`` may receive ``target`` (rankcollapse._outdir),
+    or, in the deprecated form ``--out FILE``, the named file can be written."""
+    if target == out:
+        check_writable(target, folder=False)
+    else:
+        from .._outdir import check_out
+
+        check_out(out, [target.name], allow_nonempty=allow_nonempty, flags=True)
+
+
+@contextlib.contextmanager
+def _writing(out: Path, target: Path, command: str, allow_nonempty: bool) -> Iterator[Path]:
+    """The path to write ``target`` to: the named file itself (``--out FILE``), or one in a
+    staging folder published into ``out`` beside the files earlier commands wrote there."""
+    if target == out:
+        yield target
+        return
+    from .._outdir import writing
+
+    with writing(out, f"{command}\n", [target.name], allow_nonempty=allow_nonempty, keep=True) as stage:
+        yield stage / target.name
 
 
 @mask_app.command("compare")
@@ -122,6 +149,7 @@ def compare(
     samples: int = typer.Option(8, "--n-samples", help="Samples simulated with --measure."),
     d_model: int = typer.Option(16, "--d-model", help="Token width d simulated with --measure."),
     seed: int = typer.Option(0, "--seed", help="Seed of --measure."),
+    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
 ) -> None:
     """Compare masks by radius and the Theorem-1 per-layer contraction bound.
 
@@ -137,9 +165,9 @@ def compare(
 
     if exponent not in EXPONENTS:  # before any work, for the schedule table too
         raise ConfigError(f"--exponent must be one of {', '.join(EXPONENTS)}, got {exponent!r}")
+    target = out_file(out, "compare.csv", (".csv",)) if out is not None else None
     if out is not None:
-        out = out_file(out, "compare.csv", (".csv",))
-        check_writable(out, folder=False)
+        _check_target(out, target, allow_nonempty)
     n = check_int(n, "--n-tokens", low=1, error=MaskError)
     if measure or any(masks.is_schedule(s) for s in specs):
         df = compare_schedules(specs, n, measure=measure, d_model=check_int(d_model, "--d-model", low=1),
@@ -151,7 +179,7 @@ def compare(
                                  weight_norm=weight_norm, exponent=exponent,
                                  max_memory=parse_size(max_memory))
     if out is not None:
-        with atomic_path(out) as tmp:
+        with _writing(out, target, "mask compare", allow_nonempty) as path, atomic_path(path) as tmp:
             df.to_csv(tmp, index=False)
     rows = [{k: _plain(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
     if fmt == "json":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import shutil
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -11,7 +10,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
-from ._output import check_format, print_json, print_records
+from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_records
 from ._vocab import deprecated
 
 JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entropy", "rate", "rate_lo", "rate_hi",
@@ -20,6 +19,10 @@ JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entro
                 "envelope_violations", "frac_mu_floor", "frac_rank_collapse", "frac_collapsing_slowly", "frac_uniform_attention",
                 "frac_one_hot_attention", "frac_aligned_without_consensus", "frac_stable_rank_k", "row_mass_deficit", "norm_spread", "frac_diverging", "frac_undecided",
                 "law", "law_exponent", "law_rate", "law_r2_exp", "law_r2_power")
+
+
+#: The files a phase run writes whatever its grid (the heatmaps' names follow the grid).
+NAMES = ("phase.parquet", "report.html")
 
 
 def _clean(v):
@@ -48,14 +51,12 @@ def phase(
     progress: bool = typer.Option(False, "--progress", help="per-cell progress on stderr"),
     fmt: str = typer.Option("table", "--format", help="stdout: table (a summary line), json ({'cells': [...]}), "
                             "csv or markdown (one row per cell)"),
-    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help="Write into a non-empty --out that no run "
-                                        "wrote (its files are kept; by default it is refused)."),
+    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
 ) -> None:
     """Run every cell of the grid, label its regime (docs/phase.md) and write the report."""
     check_format(fmt)
-    from .._io import check_writable
     from ..sweep.executors import validate_executor
-    from ..experiments.outdir import OutputFolder, check_own_or_empty, publish, staging_folder
+    from .._outdir import OutputFolder, check_out, staged
     from ..phase.grid import check_cells, expand_grid, parse_axis
     from ..phase.report import write_report
     from ..phase.sweep import run_phase
@@ -89,28 +90,21 @@ def phase(
         cells = expand_grid(axes, fixed, zipped)
     _notes([*caught, *more])
     check_cells(cells, samples)  # every cell's size, before the output folder is touched
-    check_writable(out, folder=True)
-    if not allow_nonempty:
-        check_own_or_empty(out, flags=True)
+    check_out(out, NAMES, allow_nonempty=allow_nonempty, flags=True)
     # the deprecated axis skip runs as alpha: the table has the alpha column
     names = list(dict.fromkeys("alpha" if a == "skip" else a for a in axes)) or ["depth"]
     meta = {"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples, "seeds": seeds,
             "seed": seed}
     # one run owns --out at a time; its outputs are built aside and published whole, so a
     # smaller grid after a bigger one leaves none of the bigger one's heatmaps behind
-    with OutputFolder(out, allow_nonempty=allow_nonempty):
+    with OutputFolder(out, NAMES, allow_nonempty=allow_nonempty, flags=True):
         table, timing = run_phase(cells, n_samples=samples, seeds=seeds, seed=seed,
                                   cache_dir=cache_dir if cache_dir is not None else out / "cache",
                                   executor=executor, workers=workers, progress=progress)
-        stage = staging_folder(out)
-        try:
-            staged = write_report(table, names, stage, plot=plot_axes, meta={**meta, "timing": timing})
-        except BaseException:
-            shutil.rmtree(stage, ignore_errors=True)  # the previous run stays whole
-            raise
-        publish(out, stage, f"cells {len(table)}\n")
+        with staged(out, f"cells {len(table)}\n") as stage:
+            written = write_report(table, names, stage, plot=plot_axes, meta={**meta, "timing": timing})
     paths = {k: ([_moved(p, stage, out) for p in v] if isinstance(v, list) else _moved(v, stage, out))
-             for k, v in staged.items()}
+             for k, v in written.items()}
     rows = [{**{a: _clean(r[a]) for a in names}, **{c: _clean(r[c]) for c in JSON_COLUMNS}}
             for r in table.to_dict("records")]
     if fmt == "json":

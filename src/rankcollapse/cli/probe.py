@@ -10,10 +10,10 @@ from typing import Any, List, Optional
 import typer
 
 from .. import masks, models  # lazy packages; `data` (torch) is imported by the command
-from .._io import atomic_path, check_writable, write_json_atomic, write_text_atomic
+from .._io import atomic_path, write_json_atomic, write_text_atomic
 from .._validate import check_device, check_float
 from ..errors import ConfigError
-from ._output import check_format, print_json, print_records, print_table
+from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_records, print_table
 from ._vocab import deprecated
 from ..models.plot import PLOT_METRICS, plot_layers  # plot_layers: also importable from here, as before
 
@@ -69,6 +69,7 @@ def probe_command(
                                    "between the mask-only influence prediction and each input's measured influence "
                                    "on the last token (gradient norms, attention rollout); --out writes "
                                    "influence.csv and influence.json"),
+    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
 ) -> None:
     """Per-layer μ, rank fraction, σ_min, avg |cos| (or --metrics) of models' hidden states on real text."""
     check_format(fmt)
@@ -101,7 +102,11 @@ def probe_command(
     if len(names) > 1 and (attentions or gguf_file is not None):
         raise ConfigError(f"{'--attentions' if attentions else '--gguf-file'} applies to one model: give one --model")
     if out is not None:
-        check_writable(out, folder=True)
+        from .._outdir import check_out
+
+        n_runs = len(names) * (1 if control is None else 2)
+        check_out(out, _out_names(influence=influence, n_runs=n_runs, attentions=attentions),
+                  allow_nonempty=allow_nonempty, flags=True)
     from .. import data
     from ..models.probe import check_positions  # here: importing it imports torch
 
@@ -136,20 +141,24 @@ def probe_command(
     if influence:
         from ._probe_influence import report_influence
 
-        report_influence([table for _, _, table in runs], out, fmt)
+        report_influence([table for _, _, table in runs], out, fmt, allow_nonempty=allow_nonempty)
         return
     if len(runs) > 1:
-        _several_models(runs, out, fmt)
+        _several_models(runs, out, fmt, allow_nonempty)
         return
     loaded, wins, table = runs[0]
     doc = to_json(table)
+    maps = models.attention_maps(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
+                                 batch_size=batch_size) if attentions else None
     if out is not None:
-        write_outputs(out, table, wins, doc)
+        from .._outdir import writing
+
+        with writing(out, "probe\n", _out_names(attentions=attentions), allow_nonempty=allow_nonempty) as stage:
+            write_outputs(stage, table, wins, doc)
+            if maps is not None:
+                write_attentions(stage / "attentions.npz", maps)
         typer.echo(f"wrote {out}/probe.csv, probe.png, windows.npz, probe.json", err=True)
-    if attentions:
-        maps = models.attention_maps(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
-                                     batch_size=batch_size)
-        write_attentions(out / "attentions.npz", maps)
+    if maps is not None:
         typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
     if fmt == "json":
         print_json(doc)
@@ -202,7 +211,17 @@ def _plotted(tables: dict[str, Any]) -> list[str] | None:
     return None if {m for m, _ in PLOT_METRICS} <= set(held) else held
 
 
-def _several_models(runs: list, out: Optional[Path], fmt: str) -> None:
+def _out_names(*, influence: bool = False, n_runs: int = 1, attentions: bool = False) -> tuple[str, ...]:
+    """The files ``--out`` receives whatever the tables hold (``geometry.md`` and
+    ``geometry.png`` follow the metrics measured): checked for clashes before any model
+    loads."""
+    if influence:
+        return ("influence.csv", "influence.json")
+    wins = [f"windows_{k}.npz" for k in range(n_runs)] if n_runs > 1 else ["windows.npz"]
+    return ("probe.csv", "probe.json", "probe.png", *wins, *(["attentions.npz"] if attentions else []))
+
+
+def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: bool = False) -> None:
     """Outputs of several ``--model``: one table (rows tagged ``model``), one figure
     with a line per model, ``windows_K.npz`` per model (K = position in ``models``)."""
     import pandas as pd
@@ -212,14 +231,16 @@ def _several_models(runs: list, out: Optional[Path], fmt: str) -> None:
     combined = {"models": docs}
     rows = [{"model": d["model"], **row} for d in docs for row in d["layers"]]
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        for k, (_, wins, _) in enumerate(runs):
-            wins.save(out / f"windows_{k}.npz")
-        with atomic_path(out / "probe.csv") as tmp:
-            pd.concat([t.assign(model=name) for name, t in tables.items()], ignore_index=True).to_csv(tmp, index=False)
-        write_json_atomic(out / "probe.json", combined)
-        plot_layers(tables, out / "probe.png", metrics=_plotted(tables))
-        write_geometry(out, tables)
+        from .._outdir import writing
+
+        with writing(out, "probe\n", _out_names(n_runs=len(runs)), allow_nonempty=allow_nonempty) as stage:
+            for k, (_, wins, _) in enumerate(runs):
+                wins.save(stage / f"windows_{k}.npz")
+            with atomic_path(stage / "probe.csv") as tmp:
+                pd.concat([t.assign(model=name) for name, t in tables.items()], ignore_index=True).to_csv(tmp, index=False)
+            write_json_atomic(stage / "probe.json", combined)
+            plot_layers(tables, stage / "probe.png", metrics=_plotted(tables))
+            write_geometry(stage, tables)
         typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json, windows_0..{len(runs) - 1}.npz", err=True)
     if fmt == "json":
         print_json(combined)

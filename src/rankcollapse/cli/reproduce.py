@@ -9,11 +9,11 @@ from typing import List, Optional
 
 import typer
 
-from ._output import check_format, print_json, print_table
+from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_table
 
 #: The options each sub-command that runs no experiment takes; any other option given
 #: to it would be ignored, so it is refused.
-SUBCOMMAND_OPTIONS = {"summary": {"fmt"}, "schedules": {"out", "scale", "seed"}}
+SUBCOMMAND_OPTIONS = {"summary": {"fmt"}, "schedules": {"out", "scale", "seed", "allow_nonempty"}}
 
 HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, geometry, influence, all, or schedules:
 collapse rate of mask schedules at equal attention budget) on real
@@ -57,8 +57,7 @@ def register(app: typer.Typer) -> None:
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (host:port, or auto for the cluster started on this machine)."),
         recompute: bool = typer.Option(False, "--recompute", help="Recompute every unit and overwrite its cache entry."),
         wait: bool = typer.Option(False, "--wait", help="If another run holds --out, wait for it instead of failing."),
-        allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help="Write into a non-empty --out that no run "
-                                            "wrote (its files are kept; by default it is refused)."),
+        allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
     ) -> None:
         if name in SUBCOMMAND_OPTIONS:
             refuse_ignored(ctx, name)
@@ -69,10 +68,13 @@ def register(app: typer.Typer) -> None:
         if target is not None:
             raise typer.BadParameter(f"unexpected argument {target}; only `summary` takes a folder")
         if name == "schedules":  # the schedule study has its own small runner (docs/schedules.md)
-            from ..experiments.schedules import run_schedule_study
+            from ..experiments.schedules import NAMES as SCHEDULE_NAMES, run_schedule_study
+
+            from .._outdir import check_out
 
             dest = out or Path("runs") / "schedules"
-            table = run_schedule_study(dest, scale, seed)
+            check_out(dest, SCHEDULE_NAMES, allow_nonempty=allow_nonempty, flags=True)  # named by its flags
+            table = run_schedule_study(dest, scale, seed, allow_nonempty=allow_nonempty)
             typer.echo(table.to_string(index=False))
             typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
             return
@@ -91,10 +93,10 @@ def register(app: typer.Typer) -> None:
             from .._io import check_writable
 
             check_writable(cache_dir, folder=True, option="--cache-dir")
-        if out is not None and not allow_nonempty:
-            from ..experiments.outdir import check_own_or_empty
+        if out is not None:  # named by its flags here, before the experiments load
+            from .._outdir import OUTPUT_NAMES, check_out
 
-            check_own_or_empty(out, flags=True)
+            check_out(out, OUTPUT_NAMES, allow_nonempty=allow_nonempty, flags=True)
         overrides = {"masks": masks or None, "depth": depth, "n_samples": n_samples, "extra_models": models or None}
         overrides = {k: v for k, v in overrides.items() if v is not None}
         result = run_experiment(name, scale, out, seed, text=text, n_tokens=n_tokens, cache_dir=cache_dir,

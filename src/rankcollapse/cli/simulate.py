@@ -8,11 +8,11 @@ from pathlib import Path
 import typer
 
 from .. import dynamics, models  # lazy packages; `data` (torch) is imported where used
-from .._io import check_writable, load_npy, versions, write_json_atomic
+from .._io import load_npy, versions, write_json_atomic
 from .._memory import check_simulate_tokens, parse_size
 from ..errors import ConfigError, DataError
 from ..points import point_after
-from ._output import check_format, print_json, print_records
+from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_records
 
 
 def renamed_value(flag: str, value: str | None, renames: dict[str, str]) -> str | None:
@@ -122,6 +122,10 @@ def _mark_floor(layers: list[dict], names: list[str], dtype: str) -> dict:
     return {"dtype": dtype, "epsilon": eps, "metrics": sorted(m for m in names if m in FLOOR_METRICS)}
 
 
+#: The files ``--out`` receives.
+NAMES = ("result.json", "mu_loglog.png")
+
+
 def _plot(result, path: Path, title: str) -> None:
     from .._figure import save_figure
 
@@ -175,6 +179,7 @@ def simulate_command(
                                 "kernel for sparse masks) | flex (torch.compile FlexAttention; no epsilon column)"),
     fmt: str = typer.Option("table", "--format", help="stdout: table (tab-separated), json, csv or markdown"),
     out: Path = typer.Option(None, "--out", help="folder for result.json and mu_loglog.png"),
+    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
     max_memory: str = typer.Option(None, "--max-memory", help="memory the run may use (tokens, weights, attention), e.g. "
                                    "64GiB (default half the RAM); checked before anything is allocated"),
 ) -> None:
@@ -183,7 +188,9 @@ def simulate_command(
     if dtype not in ("float32", "float64"):
         raise ConfigError(f"--dtype must be float32 or float64, got {dtype!r}")
     if out is not None:
-        check_writable(out, folder=True)
+        from .._outdir import check_out
+
+        check_out(out, NAMES, allow_nonempty=allow_nonempty, flags=True)
     if not d_qk > 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
     if uniform and attention not in (None, "uniform"):
@@ -232,8 +239,11 @@ def simulate_command(
     doc = {"settings": {**settings, "variant_option": variant, "input": name or source, "model": pretrained},
            "layers": layers, "floor": floor, "versions": versions()}
     if out is not None:
-        write_json_atomic(out / "result.json", doc)
-        _plot(res, out / "mu_loglog.png", f"{mask}, {res.config['variant']}, d_qk={d_qk}")
+        from .._outdir import writing
+
+        with writing(out, "simulate\n", NAMES, allow_nonempty=allow_nonempty) as stage:
+            write_json_atomic(stage / "result.json", doc)
+            _plot(res, stage / "mu_loglog.png", f"{mask}, {res.config['variant']}, d_qk={d_qk}")
     if fmt == "json":
         print_json(doc)
         return

@@ -9,9 +9,9 @@ from typing import Optional
 import typer
 
 from .. import theory
-from .._io import check_writable, write_json_atomic
+from .._io import write_json_atomic
 from ..errors import ConfigError
-from ._output import check_format, print_json, print_records
+from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_records
 
 sub = typer.Typer(help="Theorems as code: collapse envelopes, SA-LN equilibria, stability, basins, portraits.",
                   no_args_is_help=True)
@@ -126,13 +126,17 @@ def equilibria_cmd(
 def system_cmd(
     out: Path = typer.Option(..., "--out", help="Output folder; writes OUT/system.json."),
     fmt: str = _FORMAT,
+    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
 ) -> None:
     """Write a system JSON for `theory find` and `theory basin`: the N = d = 2 causal example
     (spec.md §5.3: W_Q = W_K = 0, W_V = [[1, -3], [0, 2]]); edit it for other systems."""
-    check_writable(out, folder=True)
+    from .._outdir import check_out, writing
+
+    check_out(out, ["system.json"], allow_nonempty=allow_nonempty, flags=True)
     path = out / "system.json"
     obj = theory.causal_example_2x2().system.to_dict()
-    write_json_atomic(path, obj)
+    with writing(out, "theory system\n", ["system.json"], allow_nonempty=allow_nonempty, keep=True) as stage:
+        write_json_atomic(stage / path.name, obj)
     _emit({"system": str(path), **obj}, fmt, [f"wrote {path}: N = d = 2 causal example (W_Q = W_K = 0, "
                                               f"W_V = {obj['W_V']}); use it with --system {path}"])
 
@@ -192,13 +196,17 @@ def sphere_cmd(
 def portrait_cmd(
     out: Path = typer.Option(Path("runs/theory"), help="Folder for the PNGs."),
     seed: int = typer.Option(0), fmt: str = _FORMAT,
+    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
 ) -> None:
     """N = d = 2 final angle vs starting angle, and d = 3 trajectories on the sphere (PNG)."""
-    check_writable(out, folder=True)
-    out.mkdir(parents=True, exist_ok=True)
-    p2, p3 = out / "portrait_2d.png", out / "trajectories_3d.png"
-    data = theory.portrait_2d(p2)
-    theory.trajectories_3d(p3, seed=seed)
+    from .._outdir import check_out, writing
+
+    names = ["portrait_2d.png", "trajectories_3d.png"]
+    check_out(out, names, allow_nonempty=allow_nonempty, flags=True)
+    p2, p3 = (out / name for name in names)
+    with writing(out, "theory portrait\n", names, allow_nonempty=allow_nonempty, keep=True) as stage:
+        data = theory.portrait_2d(stage / p2.name)
+        theory.trajectories_3d(stage / p3.name, seed=seed)
     frac = float(data["rank2"][1].mean())
     _emit({"portrait_2d": str(p2), "trajectories_3d": str(p3), "rank2_arc_fraction": frac}, fmt,
           [f"wrote {p2} and {p3}; token 1 ends at rank 2 for {frac:.1%} of starting angles (token 0 at +(0,1))"])

@@ -2,14 +2,13 @@
 executor with the sweep engine (:func:`rankcollapse.sweep.run_units`; one Parquet file
 per unit in the cache, written atomically, so an interrupted run resumes), assemble the
 tidy table in unit order, evaluate the claims, run nearby settings for claims not
-reproduced, and write the outputs into a folder the run owns (:mod:`.outdir`).
+reproduced, and write the outputs into a folder the run owns (:mod:`rankcollapse._outdir`).
 ``COMPLETE`` is written last: a folder without it is not a finished run.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
@@ -20,6 +19,7 @@ import pandas as pd
 
 from .._deprecation import renamed_arguments
 from .._io import atomic_path, check_writable, config_hash, versions, write_json_atomic, write_text_atomic
+from .._outdir import OUTPUT_NAMES, OutputFolder, check_out, staged
 from .._validate import check_device, check_int
 from ..errors import ConfigError, DataError
 from ..models.probe import check_positions
@@ -36,7 +36,6 @@ from .config import (OVERRIDE_KEYS, claim_depth, claim_sources, effective_overri
                      with_override)
 from .config import unit_matches as _unit_matches
 from .keys import current, current_config, stored_run
-from .outdir import MARKER, OutputFolder, check_own_or_empty, publish, staging_folder
 from . import report
 from .result import RunResult
 from .table import normalise, rename_legacy
@@ -352,10 +351,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     ctx = RunContext(data, device)
     out = Path(out) if out is not None else Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     cache = UnitCache(Path(cache_dir) if cache_dir is not None else default_cache_dir(out), recompute=recompute)
-    if write:
-        check_writable(out, folder=True, option="out")
-        if not allow_nonempty:
-            check_own_or_empty(out)
+    if write:  # a foreign folder, an untrusted manifest, a planted link, a user's report.md: refused here
+        check_out(out, OUTPUT_NAMES, allow_nonempty=allow_nonempty)
     check_writable(cache.root, folder=True, option="cache_dir")
     validate_executor(executor, workers=workers, address=address)
     if executor == "ray" and address is not None:
@@ -370,7 +367,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     with ExitStack() as stack:
         if write:
             # the previous run's outputs (and its marker) stay until this one is published
-            stack.enter_context(OutputFolder(out, wait=wait, allow_nonempty=allow_nonempty))
+            stack.enter_context(OutputFolder(out, OUTPUT_NAMES, wait=wait, allow_nonempty=allow_nonempty))
         ex = make_executor(executor, workers=workers, address=address, data=data, device=device)
         stack.callback(ex.close)
         stack.enter_context(using_executor(ex))
@@ -473,14 +470,13 @@ def run_config(cfgs, scale, seed, data, overrides, units, labels: Mapping[str, s
 def write_outputs(result: RunResult) -> None:
     """Table (Parquet + CSV), plots, claims.json, config.json, report, then the marker.
     Everything is built in a staging folder and published when complete
-    (:func:`.outdir.publish`): a failure (a full disk) leaves the previous run whole;
-    outputs of the previous run that this one did not rewrite (listed in its manifest)
-    are removed, a user's own files never, and the marker is written last. The caller
-    holds the folder (:class:`~.outdir.OutputFolder`)."""
+    (:func:`rankcollapse._outdir.publish`): a failure (a full disk) leaves the previous
+    run whole; outputs of the previous run that this one did not rewrite (listed in its
+    manifest) are removed, a user's own files never, and the marker is written last. The
+    caller holds the folder (:class:`rankcollapse._outdir.OutputFolder`)."""
     from . import plots
 
-    stage = staging_folder(result.out)
-    try:
+    with staged(result.out, f"config_hash {result.config['config_hash']}\n") as stage:
         with atomic_path(stage / "table.parquet") as tmp:
             result.table.to_parquet(tmp, index=False)
         with atomic_path(stage / "table.csv") as tmp:
@@ -490,10 +486,6 @@ def write_outputs(result: RunResult) -> None:
         write_json_atomic(stage / "config.json", {**result.config, "timings": result.timings})
         write_text_atomic(stage / "report.html", report.render_html(result, figures))
         write_text_atomic(stage / "report.md", report.render_markdown(result, figures))
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)  # the previous run stays whole
-        raise
-    publish(result.out, stage, f"config_hash {result.config['config_hash']}\n")
 
 
 def recheck(out: str | Path) -> list[tuple[str, str, str]]:

@@ -21,6 +21,7 @@ import yaml
 
 from .._deprecation import renamed_arguments
 from .._io import atomic_path
+from .._outdir import check_out, writing
 from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
 from ..theory.rates import compare_schedules
@@ -69,9 +70,23 @@ def window_for_budget(template: str, n_tokens: int, budget: float) -> tuple[int,
     return best
 
 
-def run_schedule_study(out: Path, scale: str = "quick", seed: int = 0) -> pd.DataFrame:
-    """Run the study and write its table and figure to ``out``; returns the table
-    (columns of :func:`compare_schedules` plus ``family, width, budget``)."""
+#: The files the study writes into its output folder.
+NAMES = ("schedules.csv", "schedules.json", "schedules.png")
+
+
+def run_schedule_study(out: Path, scale: str = "quick", seed: int = 0, *, allow_nonempty: bool = False) -> pd.DataFrame:
+    """Run the study and write its table and figure to the output folder ``out``
+    (:mod:`rankcollapse._outdir`: a folder of the study's own, or a new or empty one unless
+    ``allow_nonempty``); returns the table (columns of :func:`compare_schedules` plus
+    ``family, width, budget``).
+
+    Raises
+    ------
+    ConfigError, UnsafePathError
+        ``out`` is refused (:func:`rankcollapse._outdir.check_out`), before any work.
+    """
+    out = Path(out)
+    check_out(out, NAMES, allow_nonempty=allow_nonempty)
     cfg = load_study(scale)
     n, sim = int(cfg["n_tokens"]), cfg["simulation"]
     frames = []
@@ -87,14 +102,13 @@ def run_schedule_study(out: Path, scale: str = "quick", seed: int = 0) -> pd.Dat
         df.insert(2, "budget", budget)
         frames.append(df)
     table = pd.concat(frames, ignore_index=True)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / "schedules.csv") as tmp:
-        table.to_csv(tmp, index=False)
-    with atomic_path(out / "schedules.json") as tmp:
-        Path(tmp).write_text(json.dumps({"config": cfg, "seed": seed,
-                                         "rows": json.loads(table.to_json(orient="records"))}, indent=1))
-    plot_study(table, out / "schedules.png", cfg)
+    with writing(out, f"schedules {scale} seed {seed}\n", NAMES, allow_nonempty=allow_nonempty, flags=False) as stage:
+        with atomic_path(stage / "schedules.csv") as tmp:
+            table.to_csv(tmp, index=False)
+        with atomic_path(stage / "schedules.json") as tmp:
+            Path(tmp).write_text(json.dumps({"config": cfg, "seed": seed,
+                                             "rows": json.loads(table.to_json(orient="records"))}, indent=1))
+        plot_study(table, stage / "schedules.png", cfg)
     return table
 
 
