@@ -158,13 +158,26 @@ def dominant_token_notes(table: pd.DataFrame) -> list[str]:
         per_window = g[(g["layer"] == t) & (g["point"] != "final_norm")]["values"]
         vals = np.concatenate([np.asarray(v, dtype=float) for v in per_window]) if len(per_window) else np.empty(0)
         windows = f" in {int((vals > DOMINANT_SHARE).sum())} of {vals.size} windows" if vals.size else ""
-        moved = _moved(table, cond, cols, t)
-        notes.append(f"{what}: from layer {t} on, one token holds more than half of ‖X‖_F² (largest token's share "
-                     f"{fmt(float(over.iloc[0]))} at layer {t}{windows}, up to {fmt(float(over.max()))} at layer "
-                     f"{int(over.idxmax())}; {len(over)} of {len(share)} layers){moved}. There μ/‖X‖_F mostly measures "
-                     "that token's norm (one non-zero token gives sqrt(1 − 1/N) whatever the others), not how similar "
-                     "the other tokens are.")
+        notes.append(f"{what}: {dominant_token_text(share, windows, _moved(table, cond, cols, t))}")
     return notes
+
+
+def dominant_token_text(share: pd.Series, where: str = "", moved: str = "") -> str | None:
+    """The note on a dominant token, from ``share`` (mean ``max_token_share`` per layer,
+    indexed by layer): from its first layer above :data:`DOMINANT_SHARE` on, one token
+    holds more than half of ‖X‖_F², so μ/‖X‖_F mostly measures that token. ``where``
+    (e.g. `` in 3 of 8 windows``) follows the first layer's share, ``moved`` (how μ/‖X‖_F
+    and μ moved at that layer) closes the first sentence. None when no layer is above."""
+    share = share.dropna()
+    over = share[share > DOMINANT_SHARE]
+    if over.empty:
+        return None
+    t = int(over.index[0])
+    return (f"from layer {t} on, one token holds more than half of ‖X‖_F² (largest token's share "
+            f"{fmt(float(over.iloc[0]))} at layer {t}{where}, up to {fmt(float(over.max()))} at layer "
+            f"{int(over.idxmax())}; {len(over)} of {len(share)} layers){moved}. There μ/‖X‖_F mostly measures "
+            "that token's norm (one non-zero token gives sqrt(1 − 1/N) whatever the others), not how similar "
+            "the other tokens are.")
 
 
 def _moved(table: pd.DataFrame, cond: dict[str, Any], cols: list[str], t: int) -> str:
