@@ -13,7 +13,7 @@ from .. import masks, models  # lazy packages; `data` (torch) is imported by the
 from .._io import atomic_path, check_writable, write_json_atomic, write_text_atomic
 from .._validate import check_device, check_float
 from ..errors import ConfigError
-from ._output import check_format, print_json, print_records, print_table
+from ._output import check_format, make_table, print_json, print_records, print_table
 from ._vocab import deprecated
 from ..models.plot import PLOT_METRICS, plot_layers  # plot_layers: also importable from here, as before
 
@@ -341,7 +341,6 @@ def _print_summary(*tables: Any) -> None:
     """One rich table: per layer and point, each metric's mean; a ``model`` column
     first when several models are compared."""
     import pandas as pd
-    from rich.table import Table
 
     several = len(tables) > 1
     wide = pd.concat([t.pivot_table(index=["layer", "point"], columns="metric", values="mean", sort=False)
@@ -350,9 +349,7 @@ def _print_summary(*tables: Any) -> None:
     first = tables[0].attrs
     title = (", ".join(f"{t.attrs.get('model')} ({t.attrs.get('family')})" for t in tables)
              + f", {first.get('n_windows')} windows")
-    t = Table(title=title)
-    for col in wide.columns:
-        t.add_column(str(col))
-    for row in wide.itertuples(index=False):
-        t.add_row(*[("" if v != v else f"{v:.4g}") if isinstance(v, float) else str(v) for v in row])
+    t = make_table(title, [str(col) for col in wide.columns],
+                   ([("" if v != v else f"{v:.4g}") if isinstance(v, float) else str(v) for v in row]
+                    for row in wide.itertuples(index=False)))
     print_table(t)  # blank: a metric that does not apply at that point (attention_entropy at hidden states)

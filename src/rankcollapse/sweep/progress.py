@@ -54,8 +54,8 @@ class UnitProgress:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                        TimeRemainingColumn)
 
-            self._bar = Progress(TextColumn(f"{{task.description:<{WIDTH}}}"), BarColumn(bar_width=20),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            self._bar = Progress(TextColumn(f"{{task.description:<{WIDTH}}}", markup=False), BarColumn(bar_width=20),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA", markup=False), TimeRemainingColumn(),
                                  console=Console(stderr=True), transient=False)
             self._bar.__enter__()
             self._task = self._bar.add_task(short(self.title), total=self.total)
