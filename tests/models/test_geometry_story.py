@@ -5,6 +5,7 @@ import pandas as pd
 
 from rankcollapse.models.geometry_story import (
     MASSIVE_RATIO, explain, first_massive_layer, from_probe_tables, from_results_table, layer_curves, plot_geometry,
+    geometry_figure,
 )
 
 
@@ -50,3 +51,16 @@ def test_control_and_clip_sentences(tmp_path):
     assert any("smallest effective rank over layers is 80 against 8 unclipped (10x)" in x for x in lines)
     assert set(curves) == {"m trained", "m random-init", "m clip-massive"}
     assert plot_geometry(curves, tmp_path / "g.png").stat().st_size > 0
+
+
+def test_geometry_figure_has_a_panel_per_measured_metric_only(recwarn):
+    """Without sink_mass no empty "attention sink mass" panel, and no legend warning."""
+    no_sink = _probe_table(3)
+    no_sink = no_sink[no_sink["metric"] != "sink_mass"]
+    fig = geometry_figure({"m": layer_curves(no_sink), "m [random-init, seed 0]": layer_curves(_probe_table(99))
+                           .drop(columns="sink_mass")})
+    assert [ax.get_title() for ax in fig.axes] == ["largest token norm vs the median"]
+    assert not [w for w in recwarn if "legend" in str(w.message).lower() or "artists" in str(w.message)]
+    both = geometry_figure({"m": layer_curves(_probe_table(3))})
+    assert [ax.get_title() for ax in both.axes] == ["largest token norm vs the median", "attention sink mass"]
+    assert all(ax.get_legend() is not None for ax in both.axes)

@@ -125,36 +125,39 @@ def explain(name: str, trained: pd.DataFrame, control: pd.DataFrame | None = Non
 
 
 def plot_geometry(curves: Mapping[str, pd.DataFrame], path: str | Path) -> Path:
-    """Two panels: largest token norm / median per layer (log scale) and first-token
-    attention mass per layer, one line per entry of ``curves`` (label -> :func:`layer_curves`).
-    Writes a PNG atomically; returns its path."""
-    import matplotlib
+    """:func:`geometry_figure` of ``curves`` written atomically as a PNG; returns its path."""
+    from .._figure import save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    return save_figure(geometry_figure(curves), path, dpi=110)
 
-    from .._io import atomic_path
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for label, c in curves.items():
-        style = "--" if "random-init" in label or "random_init" in label else "-"
-        if "max_norm_ratio" in c:
-            axes[0].plot(c.index, c["max_norm_ratio"], style, marker=".", label=label)
-        if "sink_mass" in c:
-            s = c["sink_mass"].dropna()
-            axes[1].plot(s.index, s.values, style, marker=".", label=label)
-    axes[0].axhline(MASSIVE_RATIO, color="grey", lw=0.8, ls=":")
-    axes[0].set(yscale="log", xlabel="layer", ylabel="max ‖x_i‖ / median ‖x_i‖",
-                title="largest token norm vs the median")
-    axes[1].set(xlabel="block", ylabel="attention on the first token", title="attention sink mass", ylim=(0, 1))
-    for ax in axes:
+def geometry_figure(curves: Mapping[str, pd.DataFrame]) -> Any:
+    """Largest token norm / median per layer (log scale) and, when any curve measured
+    ``sink_mass``, first-token attention mass per layer: one panel per measured metric
+    (no empty panel), one line per entry of ``curves`` (label -> :func:`layer_curves`;
+    a random-init control dashed). A pyplot-free figure."""
+    from .._figure import new_figure
+
+    panels = [(metric, kw) for metric, kw in (
+        ("max_norm_ratio", dict(yscale="log", xlabel="layer", ylabel="max ‖x_i‖ / median ‖x_i‖",
+                                title="largest token norm vs the median")),
+        ("sink_mass", dict(xlabel="block", ylabel="attention on the first token", title="attention sink mass",
+                           ylim=(0, 1))))
+        if any(metric in c and c[metric].notna().any() for c in curves.values())]
+    fig = new_figure((5.5 * max(len(panels), 1), 4))
+    axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
+    for ax, (metric, kw) in zip(axes, panels):
+        for label, c in curves.items():
+            if metric in c:
+                s = c[metric].dropna()
+                style = "--" if "random-init" in label or "random_init" in label else "-"
+                ax.plot(s.index, s.values, style, marker=".", label=label)
+        if metric == "max_norm_ratio":
+            ax.axhline(MASSIVE_RATIO, color="grey", lw=0.8, ls=":")
+        ax.set(**kw)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def from_results_table(table: pd.DataFrame) -> tuple[list[str], dict[str, pd.DataFrame]]:

@@ -45,6 +45,7 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
     """Regime heatmaps of ``table`` over the varied ``axes``; returns the files written."""
     from matplotlib.patches import Patch, Rectangle
 
+    from .._display import fixed
     from .._figure import new_figure, save_figure
 
     varied = [a for a in axes if table[a].nunique() > 1] or axes[:1]
@@ -66,7 +67,7 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
                 i, j = xs.index(r[plot[0]]), ys.index(r[plot[1]])
                 ax.add_patch(Rectangle((i - 0.5, j - 0.5), 1, 1, color=COLOURS[r["regime"]]))
                 mu = r["mu_relative"]
-                txt = "-inf" if mu == 0 else (f"{math.log10(mu):.0f}" if mu == mu else "nan")
+                txt = "-inf" if mu == 0 else (fixed(math.log10(mu)) if mu == mu else "nan")
                 ax.text(i, j, txt, ha="center", va="center", fontsize=6)
             ax.set_xlim(-0.5, len(xs) - 0.5)
             ax.set_ylim(-0.5, len(ys) - 0.5)
