@@ -157,9 +157,9 @@ def probe_command(
         print_records(doc["layers"], fmt)
     else:
         _print_summary(table)
-        note = models.embedding_rank_note(loaded, wins, table)
-        if note is not None:
-            typer.echo(note)
+        for note in (models.embedding_rank_note(loaded, wins, table), models.layernorm_rank_note(loaded, wins, table)):
+            if note is not None:
+                typer.echo(note)
 
 
 def _model_names(model: Optional[List[str]], positional: Optional[str]) -> list[str]:
