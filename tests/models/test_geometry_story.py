@@ -64,3 +64,14 @@ def test_geometry_figure_has_a_panel_per_measured_metric_only(recwarn):
     both = geometry_figure({"m": layer_curves(_probe_table(3))})
     assert [ax.get_title() for ax in both.axes] == ["largest token norm vs the median", "attention sink mass"]
     assert all(ax.get_legend() is not None for ax in both.axes)
+
+
+def test_a_control_whose_equal_norms_are_forced_by_layernorm_says_so():
+    """An untrained post-LN model puts every token at norm √d: its max / median ratio is 1
+    at every layer by construction, which the text says instead of "never a massive token"."""
+    flat = _probe_table(99)
+    flat.loc[flat["metric"] == "max_norm_ratio", "mean"] = 1.0 + 1e-7
+    text = " ".join(explain("m", layer_curves(_probe_table(3)), layer_curves(flat)))
+    assert "forced by its construction" in text and "never a massive token" not in text
+    varied = " ".join(explain("m", layer_curves(_probe_table(3)), layer_curves(_probe_table(99))))
+    assert "largest ratio 2" in varied and "never a massive token" in varied and "forced" not in varied

@@ -57,6 +57,18 @@ def _spans(layers: list[int]) -> str:
     return ", ".join(out)
 
 
+#: A max / median token norm within this of 1 at every layer: all tokens have one norm.
+EQUAL_NORMS_TOL = 1e-3
+
+
+def forced_equal_norms(ratio: pd.Series) -> bool:
+    """Whether ``max_norm_ratio`` per layer is 1 (within :data:`EQUAL_NORMS_TOL`) at every
+    layer: what an untrained LayerNorm (weight 1, bias 0) at every block output forces,
+    every token at norm √d, so a random-init post-LN control's curve is fixed by its
+    construction."""
+    return len(ratio) > 0 and bool(((ratio - 1).abs() <= EQUAL_NORMS_TOL).all())
+
+
 def first_massive_layer(c: pd.DataFrame) -> int | None:
     """The first layer whose mean ``max_norm_ratio`` is at least :data:`MASSIVE_RATIO` (None: none)."""
     if "max_norm_ratio" not in c:
@@ -106,9 +118,14 @@ def explain(name: str, trained: pd.DataFrame, control: pd.DataFrame | None = Non
                          f"in block {L}, against a mean of {_g(before.mean())} in the blocks before it and "
                          f"{_g(after.mean())} after it.")
     if control is not None and "max_norm_ratio" in control:
-        rc = control["max_norm_ratio"]
-        text = (f"Random-init control of the same architecture: largest ratio {_g(rc.max())} (layer {int(rc.idxmax())})"
-                + (", never a massive token" if rc.max() < MASSIVE_RATIO else ""))
+        rc = control["max_norm_ratio"].dropna()
+        if forced_equal_norms(rc):
+            text = ("Random-init control of the same architecture: max / median token norm 1 at every layer, forced "
+                    "by its construction (post-LN: an untrained LayerNorm, weight 1 and bias 0, ends every block and "
+                    "puts every token at norm √d), so it says nothing about what training does to the norms")
+        else:
+            text = (f"Random-init control of the same architecture: largest ratio {_g(rc.max())} "
+                    f"(layer {int(rc.idxmax())})" + (", never a massive token" if rc.max() < MASSIVE_RATIO else ""))
         if "sink_mass" in control:
             sc = control["sink_mass"].dropna()
             text += f"; first-token attention {_g(sc.min())}-{_g(sc.max())} over its blocks"
