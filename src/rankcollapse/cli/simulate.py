@@ -133,7 +133,7 @@ def _state_notes(layers: list[dict], row_stochastic: bool, attention: str, dtype
     import numpy as np
     import pandas as pd
 
-    from ..experiments.digest import dominant_token_text
+    from ..metrics.core import dominant_token_text
     from ..experiments.quantities import floor_of
 
     notes = []

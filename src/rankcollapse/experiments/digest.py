@@ -13,13 +13,9 @@ import pandas as pd
 
 from markupsafe import Markup, escape
 
+from ..metrics.core import DOMINANT_SHARE, dominant_token_text
 from .claims import fmt
 from .table import CONDITION_COLUMNS, applies
-
-#: A token holding more than this share of ‖X‖_F² (metric ``max_token_share``) holds
-#: more than all the others together: μ/‖X‖_F then mostly measures that one token
-#: (exactly ``sqrt(1 - 1/N)`` when it is the only non-zero token, whatever the others).
-DOMINANT_SHARE = 0.5
 
 
 def _ratios(sim: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -160,24 +156,6 @@ def dominant_token_notes(table: pd.DataFrame) -> list[str]:
         windows = f" in {int((vals > DOMINANT_SHARE).sum())} of {vals.size} windows" if vals.size else ""
         notes.append(f"{what}: {dominant_token_text(share, windows, _moved(table, cond, cols, t))}")
     return notes
-
-
-def dominant_token_text(share: pd.Series, where: str = "", moved: str = "") -> str | None:
-    """The note on a dominant token, from ``share`` (mean ``max_token_share`` per layer,
-    indexed by layer): from its first layer above :data:`DOMINANT_SHARE` on, one token
-    holds more than half of ‖X‖_F², so μ/‖X‖_F mostly measures that token. ``where``
-    (e.g. `` in 3 of 8 windows``) follows the first layer's share, ``moved`` (how μ/‖X‖_F
-    and μ moved at that layer) closes the first sentence. None when no layer is above."""
-    share = share.dropna()
-    over = share[share > DOMINANT_SHARE]
-    if over.empty:
-        return None
-    t = int(over.index[0])
-    return (f"from layer {t} on, one token holds more than half of ‖X‖_F² (largest token's share "
-            f"{fmt(float(over.iloc[0]))} at layer {t}{where}, up to {fmt(float(over.max()))} at layer "
-            f"{int(over.idxmax())}; {len(over)} of {len(share)} layers){moved}. There μ/‖X‖_F mostly measures "
-            "that token's norm (one non-zero token gives sqrt(1 − 1/N) whatever the others), not how similar "
-            "the other tokens are.")
 
 
 def _moved(table: pd.DataFrame, cond: dict[str, Any], cols: list[str], t: int) -> str:
