@@ -102,3 +102,21 @@ def test_no_layernorm_note_without_layernorm_or_with_fewer_tokens_than_d(make_ti
     assert layernorm_rank_note(llama, wins, probe(llama, wins, metrics=["rank_fraction"])) is None
     bert, short = make_tiny("bert"), _repeating_windows()  # N = 12 < d = 32
     assert layernorm_rank_note(bert, short, probe(bert, short, metrics=["rank_fraction"])) is None
+
+
+def test_no_empty_panel_for_a_metric_held_only_at_points_not_drawn(recwarn):
+    """A metric recorded only at a module:PATH point has no line in probe.png: no panel for
+    it, no legend warning; asking for it is refused."""
+    import pandas as pd
+
+    from rankcollapse.errors import ConfigError
+
+    t = pd.DataFrame({"layer": [0, 1, 1], "point": ["embeddings", "layer.0.output", "module:encoder.layer.0.output"],
+                      "metric": ["mu", "mu", "sigma_min"], "mean": [1.0, 0.5, 0.3], "q05": [1.0, 0.5, 0.3],
+                      "q95": [1.0, 0.5, 0.3]})
+    t.attrs["model"] = "x"
+    fig = probe_cli.plot_layers(t)
+    assert [ax.get_title() for ax in fig.axes] == ["μ(X)"] and all(ax.lines for ax in fig.axes)
+    assert not [w for w in recwarn if "legend" in str(w.message)]
+    with pytest.raises(ConfigError, match="no rows at the points the figure draws"):
+        probe_cli.plot_layers(t, metrics=["sigma_min"])

@@ -15,7 +15,7 @@ from .._validate import check_device, check_float
 from ..errors import ConfigError
 from ._output import check_format, make_table, print_json, print_records, print_table
 from ._vocab import deprecated
-from ..models.plot import PLOT_METRICS, plot_layers  # plot_layers: also importable from here, as before
+from ..models.plot import PLOT_METRICS, drawn_metrics, plot_layers  # plot_layers: also importable from here, as before
 
 
 def register(app: typer.Typer) -> None:
@@ -197,9 +197,21 @@ def _metric_names(text: Optional[str]) -> tuple[str, ...] | None:
 
 
 def _plotted(tables: dict[str, Any]) -> list[str] | None:
-    """Panels of probe.png: the default four, or the metrics asked for when they differ."""
-    held = list(dict.fromkeys(m for t in tables.values() for m in t["metric"]))
+    """Panels of probe.png: the default four, or the metrics asked for when they differ
+    (those with rows at the points the figure draws: no empty panel)."""
+    held = drawn_metrics(tables)
     return None if {m for m, _ in PLOT_METRICS} <= set(held) else held
+
+
+def _plot(tables: dict[str, Any], path: Path) -> None:
+    """probe.png (:func:`plot_layers`), or a note when no metric has rows it can draw
+    (e.g. only ``module:PATH`` points)."""
+    panels = _plotted(tables)
+    if panels == []:
+        typer.echo(f"note: {path.name} not drawn: no metric at the points it draws (embeddings, layer.k.output, "
+                   "layer.k.attention, final_norm)", err=True)
+        return
+    plot_layers(tables, path, metrics=panels)
 
 
 def _several_models(runs: list, out: Optional[Path], fmt: str) -> None:
@@ -218,7 +230,7 @@ def _several_models(runs: list, out: Optional[Path], fmt: str) -> None:
         with atomic_path(out / "probe.csv") as tmp:
             pd.concat([t.assign(model=name) for name, t in tables.items()], ignore_index=True).to_csv(tmp, index=False)
         write_json_atomic(out / "probe.json", combined)
-        plot_layers(tables, out / "probe.png", metrics=_plotted(tables))
+        _plot(tables, out / "probe.png")
         write_geometry(out, tables)
         typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json, windows_0..{len(runs) - 1}.npz", err=True)
     if fmt == "json":
@@ -309,7 +321,7 @@ def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None
     with atomic_path(out / "probe.csv") as tmp:
         table.assign(model=doc["model"]).to_csv(tmp, index=False)
     write_json_atomic(out / "probe.json", doc)
-    plot_layers({doc["model"]: table}, out / "probe.png", metrics=_plotted({doc["model"]: table}))
+    _plot({doc["model"]: table}, out / "probe.png")
     write_geometry(out, {doc["model"]: table})
 
 
