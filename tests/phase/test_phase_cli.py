@@ -139,6 +139,9 @@ def test_fixed_point_text_has_no_negative_zero():
 
     assert [fixed(-0.108), fixed(-0.6), fixed(-1e-9, "+.5f"), fixed(-0.0, ".3f"), fixed(-2e-3, ".4f")] == \
         ["0", "-1", "+0.00000", "0.000", "-0.0020"]
+    from rankcollapse.experiments.claims import fmt
+
+    assert fmt(-0.0) == "0" and fmt(-1e-5) == "-1e-05"
 
 
 def test_readme_phase_example_has_cells_in_several_regimes(tmp_path):

@@ -194,7 +194,7 @@ def write_report(table: pd.DataFrame, axes: list[str], out: Path, *, meta: dict[
         seed=meta.get("seed"), timing=meta.get("timing", {}),
         regimes=[(r, int(counts.get(r, 0))) for r in REGIMES], theory=theory_agreement(table),
         figures=[f.name for f in figs], notes=operator_notes(table),
-        cells_html=jinja2.utils.markupsafe.Markup(table.head(2000).to_html(index=False, float_format=lambda v: f"{v:.3g}")))
+        cells_html=jinja2.utils.markupsafe.Markup(table.head(2000).to_html(index=False, float_format=lambda v: f"{v + 0.0:.3g}")))
     write_text_atomic(out / "report.html", html)
     return {"parquet": str(out / "phase.parquet"), "heatmaps": [str(f) for f in figs], "report": str(out / "report.html")}
 
