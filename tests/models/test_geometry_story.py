@@ -75,3 +75,13 @@ def test_a_control_whose_equal_norms_are_forced_by_layernorm_says_so():
     assert "forced by its construction" in text and "never a massive token" not in text
     varied = " ".join(explain("m", layer_curves(_probe_table(3)), layer_curves(_probe_table(99))))
     assert "largest ratio 2" in varied and "never a massive token" in varied and "forced" not in varied
+
+
+def test_probe_notes_a_control_whose_norm_ratio_is_forced():
+    from rankcollapse.models.geometry_story import forced_control_notes
+
+    flat = _probe_table(99)
+    flat.loc[flat["metric"] == "max_norm_ratio", "mean"] = 1.0
+    notes = forced_control_notes({"m": _probe_table(3), "m [random-init, seed 0]": flat,
+                                  "n [random-init, seed 0]": _probe_table(99)})
+    assert list(notes) == ["m [random-init, seed 0]"] and "by construction" in notes["m [random-init, seed 0]"]

@@ -219,8 +219,14 @@ def _several_models(runs: list, out: Optional[Path], fmt: str) -> None:
     with a line per model, ``windows_K.npz`` per model (K = position in ``models``)."""
     import pandas as pd
 
+    from ..models.geometry_story import forced_control_notes
+
     tables = {t.attrs["model"]: t for _, _, t in runs}
+    forced = forced_control_notes(tables)
     docs = [to_json(t) for t in tables.values()]
+    for d in docs:
+        if d["model"] in forced:
+            d["notes"] = [*(d["notes"] or []), forced[d["model"]]]
     combined = {"models": docs}
     rows = [{"model": d["model"], **row} for d in docs for row in d["layers"]]
     if out is not None:
@@ -239,6 +245,8 @@ def _several_models(runs: list, out: Optional[Path], fmt: str) -> None:
         print_records(rows, fmt)
     else:
         _print_summary(*tables.values())
+    for note in forced.values():
+        typer.echo(f"note: {note}", err=True)
 
 
 def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[str], text_file: Optional[Path],

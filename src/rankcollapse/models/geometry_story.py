@@ -69,6 +69,22 @@ def forced_equal_norms(ratio: pd.Series) -> bool:
     return len(ratio) > 0 and bool(((ratio - 1).abs() <= EQUAL_NORMS_TOL).all())
 
 
+def forced_control_notes(tables: Mapping[str, Any]) -> dict[str, str]:
+    """``{name: note}`` for each random-init control among ``tables`` (probe tables keyed by
+    model name, a control named ``NAME [random-init, seed S]``) whose ``max_norm_ratio`` is
+    1 at every layer (:func:`forced_equal_norms`): that value is fixed by the control's
+    construction, not measured evidence."""
+    out = {}
+    for name, t in tables.items():
+        if "[random-init" not in name or not (t["metric"] == "max_norm_ratio").any():
+            continue
+        if forced_equal_norms(layer_curves(t)["max_norm_ratio"].dropna()):
+            out[name] = (f"{name}: max_norm_ratio is 1 at every layer by construction (post-LN: an untrained "
+                         "LayerNorm, weight 1 and bias 0, ends every block and puts every token at norm √d); "
+                         "it says nothing about what training does to the norms")
+    return out
+
+
 def first_massive_layer(c: pd.DataFrame) -> int | None:
     """The first layer whose mean ``max_norm_ratio`` is at least :data:`MASSIVE_RATIO` (None: none)."""
     if "max_norm_ratio" not in c:
