@@ -139,8 +139,8 @@ def _state_notes(layers: list[dict], row_stochastic: bool, attention: str, dtype
     notes = []
     if not row_stochastic:
         notes.append(f"attention {attention} is not row-stochastic (rows sum to 1 - row_mass_deficit): "
-                     "μ/‖X‖_F is scale-free and shows neither the tokens' norms decaying nor one token taking "
-                     "over; read token_radius (mean token norm), max_token_share and row_mass_deficit beside it")
+                     "μ/‖X‖_F is scale-free: it shows neither how the tokens' norms change (they may decay to 0) "
+                     "nor one token taking over; read token_radius (mean token norm), max_token_share and row_mass_deficit beside it")
     share = pd.Series({row["t"]: row["max_token_share"] for row in layers}, dtype=float)
     dominant = dominant_token_text(share)
     if dominant is not None:

@@ -116,8 +116,8 @@ def operator_notes(table: pd.DataFrame) -> list[str]:
         other = table[[not parse_attention(a).row_stochastic for a in table["attention"]]]
         if len(other):
             notes.append(f"{len(other)} of {len(table)} cells run attention that is not row-stochastic "
-                         f"({', '.join(sorted(set(other['attention'])))}): μ/‖X‖_F is scale-free and shows neither "
-                         "the tokens' norms spreading and decaying nor one token taking over; read norm_spread, "
+                         f"({', '.join(sorted(set(other['attention'])))}): μ/‖X‖_F is scale-free: it shows neither "
+                         "how the tokens' norms change (they may spread and decay to 0) nor one token taking over; read norm_spread, "
                          "max_token_share and row_mass_deficit beside it (phase.parquet, the report's cell table)")
     if "max_token_share" in table:
         share = table["max_token_share"]
