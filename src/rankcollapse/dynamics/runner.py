@@ -56,8 +56,10 @@ class SimResult(NotebookResult):
         50 % and 95 % quantiles over queries of ``1 - sum_j A_ij`` (0 for softmax rows),
         recorded for attention operators that are not row-stochastic
         (:mod:`~rankcollapse.dynamics.operators`); None for softmax and uniform attention.
-    stopped : :class:`ZeroStop` when X became the zero matrix in some samples (its entries
-        underflowed to 0) and a metric is undefined there: the run stops at that layer
+    stopped : :class:`ZeroStop` when X decayed to the zero matrix in some samples (its
+        entries underflowed to 0: the layer before had ``max |x|`` below the square root
+        of the dtype's smallest normal number) and a metric is undefined there (a zero
+        matrix from larger tokens, e.g. ``W_V = 0``, raises): the run stops at that layer
         (with a ``RuntimeWarning``), the rows of ``metrics``, ``epsilon_measured`` and
         ``row_mass_deficit`` from that layer on are NaN, ``states`` ends at the zero
         state and ``final_metrics`` is None; None for a run measured to the end.
@@ -247,10 +249,18 @@ class ZeroStop:
         """One line: where, which samples, which layers are not measured, what follows it further."""
         rest = (f"layer {self.after_layer}" if self.after_layer == depth
                 else f"layers {self.after_layer}..{depth}")
-        further = ("; dtype=torch.float64 follows the decay further (its floor is about 1e-308)"
+        further = ("; dtype=torch.float64 follows the decay further (it underflows below about 1e-308)"
                    if self.dtype == "float32" else "")
         return (f"after layer {self.after_layer}: X is the zero matrix in samples {self.samples} "
                 f"(its entries underflowed to 0 in {self.dtype}): {rest} not measured (NaN){further}")
+
+
+def _underflow_range(dtype: torch.dtype) -> float:
+    """``sqrt`` of the smallest normal number of ``dtype`` (float32 1.1e-19, float64
+    1.5e-154): tokens whose largest entry was below it one layer before the zero matrix
+    decayed into it (underflow); from larger tokens the zero matrix is the layer's own
+    doing (a zero weight) and stays an error."""
+    return math.sqrt(torch.finfo(dtype).tiny)
 
 
 def _zero_samples(X: torch.Tensor) -> list[int]:
@@ -262,8 +272,9 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                 record_states: bool, bar: Steps | None = None):
     """The layer loop: returns (metric rows, states or None, zero rows per layer, final
     metrics or None, :class:`ZeroStop` or None). Zero rows met under ``sphere`` are
-    warned about even when a later layer fails. A metric that fails because X became the
-    zero matrix in some samples ends the loop there: the rows measured so far are kept."""
+    warned about even when a later layer fails. A metric that fails because X decayed to
+    the zero matrix in some samples (underflow: :func:`_underflow_range`) ends the loop
+    there: the rows measured so far are kept."""
     B = X.shape[0]
     peak = _peak(X)
     rows = [_measure_at(measure, X, metric_mask, 0, peak)]
@@ -273,7 +284,7 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
     try:
         with torch.no_grad():
             for t, lw in enumerate(weights):
-                prev = X  # for the step metrics (angular_speed); a reference, not a copy
+                prev, prev_peak = X, peak  # for the step metrics (angular_speed); a reference, not a copy
                 X, z = block_forward(X, lw, cfg, attend, peak, layer=t + 1)
                 peak = _peak(X)  # the layer's one sync: finiteness, metric dtype, next score bound
                 if not math.isfinite(peak):
@@ -284,7 +295,7 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                     rows.append(_measure_at(measure, X, metric_mask, t + 1, peak, prev))
                 except MetricError:
                     zero = _zero_samples(X)
-                    if not zero:
+                    if not zero or not prev_peak < _underflow_range(X.dtype):  # e.g. W_V = 0: an error, as before
                         raise
                     stop = ZeroStop(t + 1, zero, str(X.dtype).replace("torch.", ""))
                     if record_states:
