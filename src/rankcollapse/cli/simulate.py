@@ -192,7 +192,8 @@ def simulate_command(
                                  "the same as --attention uniform"),
     attention: str = typer.Option(None, "--attention", help="softmax (default) | uniform | sink:b=B | offbyone | "
                                   "sigmoid[:bias=B] | diff:lambda=L (docs/dynamics.md; not row-stochastic: "
-                                  "dense backend only, per-layer row-mass deficit in the output)"),
+                                  "dense backend only; the output adds token_radius, max_token_share and the "
+                                  "per-layer row-mass deficit)"),
     value: str = typer.Option("gaussian", "--value", help="W_V family, e.g. orthogonal, gaussian:std=0.02"),
     query_key: str = typer.Option("gaussian", "--query-key", help="W_Q/W_K family"),
     shared: bool = typer.Option(False, "--shared", help="one set of weights for all layers (ALBERT-style)"),
