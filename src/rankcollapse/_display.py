@@ -27,6 +27,16 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def fixed(value: float, spec: str = ".0f") -> str:
+    """``value`` in the fixed-point format ``spec`` (e.g. ``".0f"``, ``"+.3f"``) without a
+    negative zero: a value that rounds to 0 at that precision prints as 0 (``-0.1`` at
+    ``.0f`` gives ``0``, not ``-0``), since the sign of a rounded-away value says nothing."""
+    text = format(value, spec)
+    if text.startswith("-") and float(text) == 0:
+        return format(0.0, spec)
+    return text
+
+
 class NotebookResult:
     """Mixin: ``to_pandas()`` and ``_repr_html_`` from ``to_dict()``."""
 

@@ -87,7 +87,8 @@ def test_values_at_the_compute_dtype_floor_are_flagged():
     args = ["--mask", "complete", "--n-tokens", "16", "--depth", "30", "--n-samples", "2", "--d-model", "8",
             "--input", "sphere"]
     doc = json.loads(run(*args, "--dtype", "float64", "--json").stdout)
-    assert doc["floor"] == {"dtype": "float64", "epsilon": 2.220446049250313e-16, "metrics": ["mu_relative"]}
+    assert doc["floor"] == {"dtype": "float64", "epsilon": 2.220446049250313e-16, "metrics": ["mu_relative"],
+                            "smallest_normal": 2.2250738585072014e-308, "underflow_metrics": ["mu"]}
     flagged = [row["t"] for row in doc["layers"] if row["at_floor"]]
     assert flagged and all(doc["layers"][t]["mu_relative"] <= 2.220446049250313e-16 for t in flagged)
     assert all(row["mu_relative"] > 2.220446049250313e-16 for row in doc["layers"] if not row["at_floor"])
@@ -176,3 +177,56 @@ def test_a_file_input_gives_n_and_d_and_only_a_contradicting_flag_is_refused(tmp
     assert code == 2 and "N=10" in err and "--n-tokens is 12" in err
     code, _, err = invoke([*base, "--d-model", "8"], tmp_path)
     assert code == 2 and "d=6" in err and "--d-model" in err
+
+
+SMALL = ["--mask", "causal", "--n-tokens", "16", "--d-model", "8", "--n-samples", "4"]
+
+
+def test_attention_that_is_not_row_stochastic_shows_the_token_norms_and_a_note():
+    """μ/‖X‖_F rises under sigmoid attention while the tokens decay to 0 and one token takes
+    over: the default table and JSON show the norms and the row-mass deficit, with notes."""
+    p = run(*SMALL, "--depth", "24", "--attention", "sigmoid")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert lines[0].split("\t") == ["t", "mu", "mu_relative", "token_radius", "max_token_share",
+                                    "row_mass_deficit_q50", "epsilon_measured"]
+    assert "note: attention sigmoid is not row-stochastic" in p.stderr
+    assert "one token holds more than half of ‖X‖_F²" in p.stderr
+    assert "the tokens decay towards 0" in p.stderr
+    doc = json.loads(run(*SMALL, "--depth", "24", "--attention", "sigmoid", "--json").stdout)
+    first, last = doc["layers"][0], doc["layers"][-1]
+    assert doc["settings"]["metrics"] == ["mu", "mu_relative", "token_radius", "max_token_share"]
+    assert last["token_radius"] < 1.2e-7 * first["token_radius"]  # decayed below the input's rounding
+    assert last["max_token_share"] > 0.5 and 0 < last["row_mass_deficit_q50"] < 1
+    assert any("one token holds more than half" in n for n in doc["notes"])
+
+
+def test_row_stochastic_output_stays_compact():
+    p = run(*SMALL, "--depth", "4")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0].split("\t") == ["t", "mu", "mu_relative", "epsilon_measured"]
+    assert "note:" not in p.stderr
+    doc = json.loads(run(*SMALL, "--depth", "4", "--json").stdout)
+    assert "token_radius" not in doc["layers"][0] and doc["notes"] == [] and doc["stopped"] is None
+
+
+def test_float32_run_that_reaches_the_zero_matrix_keeps_its_layers():
+    """The tokens underflow to exactly 0 in float32: the layers measured before are kept,
+    the rest are marked (``-`` in the table, null in JSON, ``stopped``), exit status 0."""
+    args = [*SMALL, "--depth", "64", "--attention", "sigmoid"]
+    doc = json.loads(run(*args, "--json").stdout)
+    stop = doc["stopped"]
+    assert stop is not None and 1 <= stop["after_layer"] <= 64 and stop["samples"]
+    t = stop["after_layer"]
+    assert all(row["mu_relative"] is not None for row in doc["layers"][:t])
+    assert all(row["mu_relative"] is None and row["token_radius"] is None for row in doc["layers"][t:])
+    assert "token_radius" in doc["layers"][t - 1]["at_floor"]  # below float32's smallest normal: underflow
+    p = run(*args)
+    assert p.returncode == 0, p.stderr
+    rows = p.stdout.strip().splitlines()[1:]
+    assert len(rows) == 65 and set(rows[t].split("\t")[1:]) == {"-"} and "-" not in rows[t - 1].split("\t")[1:4]
+    assert f"after layer {t}: X is the zero matrix" in p.stderr and "--dtype float64 follows" in p.stderr
+    assert "underflow" in p.stderr and "Warning" not in p.stderr
+    # float64 follows the same run to the end
+    doc64 = json.loads(run(*args, "--dtype", "float64", "--json").stdout)
+    assert doc64["stopped"] is None and doc64["layers"][-1]["mu_relative"] is not None

@@ -197,3 +197,21 @@ def test_epsilon_measured_is_the_signed_smallest_allowed_entry(attention):
     want = torch.stack([A[..., M].min() for A in res.attention]).double()
     torch.testing.assert_close(res.epsilon_measured, want, rtol=0, atol=0)
     assert (want < 0).all() if attention.startswith("diff") else (want > 0).all()
+
+
+def test_a_run_that_reaches_the_zero_matrix_keeps_the_layers_it_measured():
+    from rankcollapse.dynamics import resolve_variant, simulate
+    from rankcollapse.dynamics.runner import ZeroStop
+
+    X0 = torch.randn(4, 16, 8, generator=torch.Generator().manual_seed(0))
+    cfg = resolve_variant("pure", attention="sigmoid")
+    with pytest.warns(RuntimeWarning, match="X is the zero matrix"):
+        res = simulate(X0, mask="causal", depth=64, variant=cfg, dtype=torch.float32, record_epsilon=True)
+    assert isinstance(res.stopped, ZeroStop) and res.stopped.dtype == "float32"
+    t = res.stopped.after_layer
+    assert res.metrics["mu_relative"].shape == (65, 4)
+    assert torch.isfinite(res.metrics["mu_relative"][:t]).all() and torch.isnan(res.metrics["mu_relative"][t:]).all()
+    assert res.row_mass_deficit.shape[0] == res.epsilon_measured.shape[0] == 64
+    assert torch.isnan(res.epsilon_measured[t:]).all() and res.to_dict()["stopped"]["after_layer"] == t
+    full = simulate(X0, mask="causal", depth=64, variant=cfg, dtype=torch.float64)
+    assert full.stopped is None and torch.isfinite(full.metrics["mu_relative"]).all()

@@ -5,6 +5,7 @@ import pandas as pd
 
 from rankcollapse.models.geometry_story import (
     MASSIVE_RATIO, explain, first_massive_layer, from_probe_tables, from_results_table, layer_curves, plot_geometry,
+    geometry_figure,
 )
 
 
@@ -50,3 +51,37 @@ def test_control_and_clip_sentences(tmp_path):
     assert any("smallest effective rank over layers is 80 against 8 unclipped (10x)" in x for x in lines)
     assert set(curves) == {"m trained", "m random-init", "m clip-massive"}
     assert plot_geometry(curves, tmp_path / "g.png").stat().st_size > 0
+
+
+def test_geometry_figure_has_a_panel_per_measured_metric_only(recwarn):
+    """Without sink_mass no empty "attention sink mass" panel, and no legend warning."""
+    no_sink = _probe_table(3)
+    no_sink = no_sink[no_sink["metric"] != "sink_mass"]
+    fig = geometry_figure({"m": layer_curves(no_sink), "m [random-init, seed 0]": layer_curves(_probe_table(99))
+                           .drop(columns="sink_mass")})
+    assert [ax.get_title() for ax in fig.axes] == ["largest token norm vs the median"]
+    assert not [w for w in recwarn if "legend" in str(w.message).lower() or "artists" in str(w.message)]
+    both = geometry_figure({"m": layer_curves(_probe_table(3))})
+    assert [ax.get_title() for ax in both.axes] == ["largest token norm vs the median", "attention sink mass"]
+    assert all(ax.get_legend() is not None for ax in both.axes)
+
+
+def test_a_control_whose_equal_norms_are_forced_by_layernorm_says_so():
+    """An untrained post-LN model puts every token at norm √d: its max / median ratio is 1
+    at every layer by construction, which the text says instead of "never a massive token"."""
+    flat = _probe_table(99)
+    flat.loc[flat["metric"] == "max_norm_ratio", "mean"] = 1.0 + 1e-7
+    text = " ".join(explain("m", layer_curves(_probe_table(3)), layer_curves(flat)))
+    assert "forced by its construction" in text and "never a massive token" not in text
+    varied = " ".join(explain("m", layer_curves(_probe_table(3)), layer_curves(_probe_table(99))))
+    assert "largest ratio 2" in varied and "never a massive token" in varied and "forced" not in varied
+
+
+def test_probe_notes_a_control_whose_norm_ratio_is_forced():
+    from rankcollapse.models.geometry_story import forced_control_notes
+
+    flat = _probe_table(99)
+    flat.loc[flat["metric"] == "max_norm_ratio", "mean"] = 1.0
+    notes = forced_control_notes({"m": _probe_table(3), "m [random-init, seed 0]": flat,
+                                  "n [random-init, seed 0]": _probe_table(99)})
+    assert list(notes) == ["m [random-init, seed 0]"] and "by construction" in notes["m [random-init, seed 0]"]

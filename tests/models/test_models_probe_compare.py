@@ -109,7 +109,7 @@ def test_plot_layers_is_public_and_draws_one_line_per_model(make_tiny, make_wind
     assert (tmp_path / "cmp.png").stat().st_size > 0
     from rankcollapse.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="in no table"):
+    with pytest.raises(ConfigError, match="no rows at the points the figure draws"):
         plot_layers(tables, metrics=["avg_cos"])
 
 

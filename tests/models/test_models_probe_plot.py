@@ -9,7 +9,7 @@ import torch  # noqa: E402
 from rankcollapse.models import plot as probe_cli  # noqa: E402
 from rankcollapse.data import Windows  # noqa: E402
 from rankcollapse.models import probe  # noqa: E402
-from rankcollapse.models.probe import distinct_token_fraction, embedding_rank_note  # noqa: E402
+from rankcollapse.models.probe import distinct_token_fraction, embedding_rank_note, layernorm_rank_note  # noqa: E402
 
 
 def _repeating_windows(n_windows=2, length=12, distinct=4) -> Windows:
@@ -74,3 +74,49 @@ def test_no_embedding_note_with_absolute_positions_or_full_rank(make_tiny):
     distinct = Windows(torch.arange(5, 17).repeat(2, 1), torch.ones(2, 12, dtype=torch.long),
                        torch.zeros(2, 12, dtype=torch.bool))
     assert embedding_rank_note(llama, distinct, probe(llama, distinct, metrics=["rank_fraction"])) is None
+
+
+def _long_windows(n_windows=2, length=40) -> Windows:
+    """N = 40 >= d = 32 distinct tokens per window (vocab 97)."""
+    ids = torch.stack([torch.arange(1, length + 1) + 50 * w for w in range(n_windows)]) % 97
+    return Windows(ids, torch.ones(n_windows, length, dtype=torch.long),
+                   torch.zeros(n_windows, length, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("family, point", [("bert", "layer.0.output"), ("gpt2", "final_norm")])
+def test_layernorm_outputs_of_rank_d_minus_1_get_a_note(make_tiny, family, point):
+    """Random-init LayerNorm (bias 0) centres each token: its N >= d outputs have rank
+    d - 1 = 31 of d = 32 (rank_fraction 31/32, sigma_min at rounding), not collapse."""
+    loaded = make_tiny(family)
+    wins = _long_windows()
+    table = probe(loaded, wins, metrics=["rank_fraction", "sigma_min"])
+    at = table[table["point"] == point].set_index("metric")["mean"]
+    assert at["rank_fraction"] == pytest.approx(31 / 32) and at["sigma_min"] < 1e-4
+    note = layernorm_rank_note(loaded, wins, table)
+    assert note is not None and point in note and "LayerNorm's centring, not collapse" in note and "\n" not in note
+
+
+def test_no_layernorm_note_without_layernorm_or_with_fewer_tokens_than_d(make_tiny):
+    wins = _long_windows()
+    llama = make_tiny("llama")  # RMSNorm: no centring
+    assert layernorm_rank_note(llama, wins, probe(llama, wins, metrics=["rank_fraction"])) is None
+    bert, short = make_tiny("bert"), _repeating_windows()  # N = 12 < d = 32
+    assert layernorm_rank_note(bert, short, probe(bert, short, metrics=["rank_fraction"])) is None
+
+
+def test_no_empty_panel_for_a_metric_held_only_at_points_not_drawn(recwarn):
+    """A metric recorded only at a module:PATH point has no line in probe.png: no panel for
+    it, no legend warning; asking for it is refused."""
+    import pandas as pd
+
+    from rankcollapse.errors import ConfigError
+
+    t = pd.DataFrame({"layer": [0, 1, 1], "point": ["embeddings", "layer.0.output", "module:encoder.layer.0.output"],
+                      "metric": ["mu", "mu", "sigma_min"], "mean": [1.0, 0.5, 0.3], "q05": [1.0, 0.5, 0.3],
+                      "q95": [1.0, 0.5, 0.3]})
+    t.attrs["model"] = "x"
+    fig = probe_cli.plot_layers(t)
+    assert [ax.get_title() for ax in fig.axes] == ["μ(X)"] and all(ax.lines for ax in fig.axes)
+    assert not [w for w in recwarn if "legend" in str(w.message)]
+    with pytest.raises(ConfigError, match="no rows at the points the figure draws"):
+        probe_cli.plot_layers(t, metrics=["sigma_min"])

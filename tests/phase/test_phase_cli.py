@@ -121,6 +121,29 @@ def test_heatmap_legend_says_what_colours_and_numbers_mean(tmp_path, monkeypatch
     assert texts == ["-1", "-300"]
 
 
+def test_heatmap_numbers_have_no_negative_zero(tmp_path, monkeypatch):
+    """log10 of 0.78 rounds to 0: the cell reads 0 (aligned, not collapsed), not -0."""
+    from rankcollapse import _figure
+    from rankcollapse.phase.report import heatmaps
+
+    figs = []
+    monkeypatch.setattr(_figure, "save_figure", lambda fig, path, **kw: figs.append(fig))
+    table = pd.DataFrame({"qk_scale": [0.25, 1.0, 8.0], "norm": "none", "regime": "undecided",
+                          "mu_relative": [0.78, 0.4, 1.0]})
+    heatmaps(table, ["qk_scale", "norm"], tmp_path)
+    assert sorted(t.get_text() for t in figs[0].axes[0].texts) == ["0", "0", "0"]
+
+
+def test_fixed_point_text_has_no_negative_zero():
+    from rankcollapse._display import fixed
+
+    assert [fixed(-0.108), fixed(-0.6), fixed(-1e-9, "+.5f"), fixed(-0.0, ".3f"), fixed(-2e-3, ".4f")] == \
+        ["0", "-1", "+0.00000", "0.000", "-0.0020"]
+    from rankcollapse.experiments.claims import fmt
+
+    assert fmt(-0.0) == "0" and fmt(-1e-5) == "-1e-05"
+
+
 def test_readme_phase_example_has_cells_in_several_regimes(tmp_path):
     """The README's phase command, run as written (output folder aside), labels its cells
     with more than one regime, and its counts are those the README states."""

@@ -158,3 +158,12 @@ def test_key_params_is_what_the_key_hashes():
             register_unit_kind("spelt", squares, version=1)
     finally:
         sweep_units._KINDS.pop("spelt")
+
+
+def test_live_bar_shows_a_unit_label_in_brackets_literally():
+    """rich reads ``[...]`` as markup: a control's label must still be shown as written."""
+    with UnitProgress("probe", 2, tty=True) as p:
+        p.running("smollm2 [random-init, seed 0]")
+        task = p._bar.tasks[0]
+        shown = p._bar.columns[0].render(task).plain
+    assert "smollm2 [random-init, seed 0]" in shown

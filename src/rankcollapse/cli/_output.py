@@ -90,6 +90,25 @@ def console(renderable: Any = None) -> Any:
     return Console(file=sys.stdout, width=max(80, width), soft_wrap=True)
 
 
+def make_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, show_header: bool = True,
+               **column: Any) -> Any:
+    """A rich Table of ``rows`` under ``columns`` (each with the options ``column``, e.g.
+    ``overflow="fold"``) whose title, headers and text cells are literal: rich reads
+    ``[...]`` as markup, so a label such as ``[random-init, seed 0]`` would vanish; every
+    string is escaped (:func:`rich.markup.escape`). A cell that is already a rich
+    renderable (a styled ``rich.text.Text``) is kept as it is; other cells become their text."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(title), show_header=show_header)
+    for col in columns:
+        table.add_column(escape(str(col)), **column)
+    for row in rows:
+        table.add_row(*(cell if hasattr(cell, "__rich_console__") else escape(str(cell)) for cell in row))
+    return table
+
+
 def print_table(table: Any) -> None:
-    """Print a rich table on stdout (whole names off a terminal; see :func:`console`)."""
+    """Print a rich table (built by :func:`make_table`) on stdout (whole names off a
+    terminal; see :func:`console`)."""
     console(table).print(table)

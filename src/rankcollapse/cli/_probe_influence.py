@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from .._io import atomic_path, write_json_atomic
 from ..errors import ConfigError
-from ._output import print_json, print_records, print_table
+from ._output import make_table, print_json, print_records, print_table
 
 
 def check_influence_options(**given: Any) -> None:
@@ -48,13 +48,6 @@ def report_influence(tables: list, out: Optional[Path], fmt: str, *, allow_nonem
     if fmt in ("csv", "markdown"):
         print_records(rows, fmt)
         return
-    from rich.table import Table
-
-    table = Table(title="Spearman's rho between the mask-only influence prediction (uniform attention, fitted "
-                        "alpha) and the measured influence on the last token")
-    cols = list(rows[0]) if rows else []
-    for col in cols:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row.values()))
-    print_table(table)
+    print_table(make_table("Spearman's rho between the mask-only influence prediction (uniform attention, fitted "
+                           "alpha) and the measured influence on the last token", list(rows[0]) if rows else [],
+                           ([f"{v:.3g}" if isinstance(v, float) else str(v) for v in row.values()] for row in rows)))

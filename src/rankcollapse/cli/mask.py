@@ -13,7 +13,7 @@ from .._io import atomic_path, check_writable
 from .._memory import check_memory, influence_bytes, parse_size
 from .._validate import check_int
 from ..errors import ConfigError, MaskError
-from ._output import ALLOW_NONEMPTY_HELP, FORMAT_HELP, check_format, print_json, print_records, print_table
+from ._output import ALLOW_NONEMPTY_HELP, FORMAT_HELP, check_format, make_table, print_json, print_records, print_table
 from ._vocab import out_file
 
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -69,16 +69,14 @@ def describe(
     if as_json:
         print_json(d)
         return
-    from rich.table import Table
-
-    table = Table(title=f"mask {d['spec']}  (N = {n})", show_header=False)
+    rows = []
     for key, value in d.items():
         if key in ("spec",):
             continue
         if isinstance(value, list) and len(value) > 12:
             value = f"{value[:6]} ... ({len(value)} in all)"
-        table.add_row(key, str(value))
-    print_table(table)
+        rows.append((key, value))
+    print_table(make_table(f"mask {d['spec']}  (N = {n})", ("", ""), rows, show_header=False))
 
 
 @mask_app.command("show")
@@ -188,16 +186,10 @@ def compare(
     if fmt in ("csv", "markdown"):
         print_records(rows, fmt, df.columns)
         return
-    from rich.table import Table
-
-    table = Table(title=f"masks at N = {n}, d_qk = {d_qk}, exponent {exponent}; "
-                        "eps = Theorem-1 entry bound, factor = (1-eps^e)^(1/e), e = r for a mask, "
-                        "min(p r_H, L) for a schedule")
-    for col in df.columns:
-        table.add_column(_SHORT.get(col, col))
-    for r in df.itertuples(index=False):
-        table.add_row(*(_fmt(v) for v in r))
-    print_table(table)
+    print_table(make_table(f"masks at N = {n}, d_qk = {d_qk}, exponent {exponent}; "
+                           "eps = Theorem-1 entry bound, factor = (1-eps^e)^(1/e), e = r for a mask, "
+                           "min(p r_H, L) for a schedule", [_SHORT.get(col, col) for col in df.columns],
+                           ([_fmt(v) for v in r] for r in df.itertuples(index=False))))
 
 
 @mask_app.command("influence")
@@ -245,16 +237,10 @@ def influence_command(
     if as_json:
         print_json(result.to_dict())
         return
-    from rich.table import Table
-
-    table = Table(title=f"influence on the last query: {result.spec}, N = {result.n_tokens}, alpha = "
-                        f"{result.alpha:g}, decay = {result.decay:g}, epsilon = {result.epsilon:g} ({result.method})")
     cols = ["depth", *[k for k in result.summary if k != "mass"]]
-    for col in cols:
-        table.add_column(col)
-    for row in result.per_depth:
-        table.add_row(*(_fmt(row[c]) for c in cols))
-    print_table(table)
+    print_table(make_table(f"influence on the last query: {result.spec}, N = {result.n_tokens}, alpha = "
+                           f"{result.alpha:g}, decay = {result.decay:g}, epsilon = {result.epsilon:g} "
+                           f"({result.method})", cols, ([_fmt(row[c]) for c in cols] for row in result.per_depth)))
 
 
 _SHORT = {"n_tokens": "N", "n_edges": "edges", "quasi_strongly_connected": "QSC",

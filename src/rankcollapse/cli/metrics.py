@@ -11,7 +11,7 @@ from .. import masks, metrics
 from .._io import load_npy
 from .._memory import parse_size
 from ..errors import DataError, MetricError
-from ._output import FORMAT_HELP, check_format, print_json, print_records, print_table
+from ._output import FORMAT_HELP, check_format, make_table, print_json, print_records, print_table
 
 _DTYPES = ("float64", "float32")  # names of torch dtypes: torch is imported only when a command runs
 
@@ -27,21 +27,19 @@ def _graph_mask(spec: str | None, n_tokens: int):
 
 
 def _print_table(report, shape: tuple) -> None:
-    from rich.table import Table
-
     batched = report.batched
-    table = Table(title=f"metrics of X {shape}" + (" (over samples)" if batched else ""))
-    table.add_column("metric")
     cols = ("mean", "std", "min", "max") if batched else ("value",)
-    for col in cols:
-        table.add_column(col, justify="right")
+    rows = []
     for name, v in report.values.items():
         if name in report.undefined:
-            table.add_row(name, *(["undefined"] * len(cols)))
+            rows.append([name, *(["undefined"] * len(cols))])
             continue
         v = v.double()
         stats = (v.mean(), v.std(correction=0), v.min(), v.max()) if batched else (v,)
-        table.add_row(name, *(f"{float(s):.6g}" for s in stats))
+        rows.append([name, *(f"{float(s):.6g}" for s in stats)])
+    table = make_table(f"metrics of X {shape}" + (" (over samples)" if batched else ""), ("metric", *cols), rows)
+    for col in table.columns[1:]:
+        col.justify = "right"
     print_table(table)
     for name, reason in report.undefined.items():
         typer.echo(f"{name}: undefined: {reason}")

@@ -17,7 +17,7 @@ JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entro
                 "rate_last", "rate_last_lo", "rate_last_hi", "rate_last_bound_max",
                 "frac_rate_last_falling", "regime", "k", "theory_regime", "theory_source",
                 "envelope_violations", "frac_mu_floor", "frac_rank_collapse", "frac_collapsing_slowly", "frac_uniform_attention",
-                "frac_one_hot_attention", "frac_aligned_without_consensus", "frac_stable_rank_k", "row_mass_deficit", "norm_spread", "frac_diverging", "frac_undecided",
+                "frac_one_hot_attention", "frac_aligned_without_consensus", "frac_stable_rank_k", "row_mass_deficit", "norm_spread", "max_token_share", "frac_diverging", "frac_undecided",
                 "law", "law_exponent", "law_rate", "law_r2_exp", "law_r2_power")
 
 
@@ -58,7 +58,7 @@ def phase(
     from ..sweep.executors import validate_executor
     from .._outdir import OutputFolder, check_out, staged
     from ..phase.grid import check_cells, expand_grid, parse_axis
-    from ..phase.report import write_report
+    from ..phase.report import operator_notes, write_report
     from ..phase.sweep import run_phase
 
     # checked here, not only when a cell needs computing: a fully cached grid would
@@ -105,7 +105,7 @@ def phase(
             written = write_report(table, names, stage, plot=plot_axes, meta={**meta, "timing": timing})
     paths = {k: ([_moved(p, stage, out) for p in v] if isinstance(v, list) else _moved(v, stage, out))
              for k, v in written.items()}
-    rows = [{**{a: _clean(r[a]) for a in names}, **{c: _clean(r[c]) for c in JSON_COLUMNS}}
+    rows = [{**{a: _clean(r[a]) for a in names}, **{c: _clean(r.get(c, float("nan"))) for c in JSON_COLUMNS}}
             for r in table.to_dict("records")]
     if fmt == "json":
         print_json({"cells": rows, "timing": timing, "files": paths})
@@ -115,6 +115,8 @@ def phase(
         counts = table["regime"].value_counts().to_dict()
         typer.echo(f"{len(table)} cells ({timing['computed']} computed, {timing['wall_s']} s): {counts}")
         typer.echo(f"wrote {paths['report']}")
+    for note in operator_notes(table):
+        typer.echo(f"note: {note}", err=True)
 
 
 def _notes(caught: list) -> None:

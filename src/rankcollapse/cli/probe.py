@@ -13,9 +13,9 @@ from .. import masks, models  # lazy packages; `data` (torch) is imported by the
 from .._io import atomic_path, write_json_atomic, write_text_atomic
 from .._validate import check_device, check_float
 from ..errors import ConfigError
-from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_records, print_table
+from ._output import ALLOW_NONEMPTY_HELP, check_format, make_table, print_json, print_records, print_table
 from ._vocab import deprecated
-from ..models.plot import PLOT_METRICS, plot_layers  # plot_layers: also importable from here, as before
+from ..models.plot import PLOT_METRICS, drawn_metrics, plot_layers  # plot_layers: also importable from here, as before
 
 
 def register(app: typer.Typer) -> None:
@@ -166,9 +166,9 @@ def probe_command(
         print_records(doc["layers"], fmt)
     else:
         _print_summary(table)
-        note = models.embedding_rank_note(loaded, wins, table)
-        if note is not None:
-            typer.echo(note)
+        for note in (models.embedding_rank_note(loaded, wins, table), models.layernorm_rank_note(loaded, wins, table)):
+            if note is not None:
+                typer.echo(note)
 
 
 def _model_names(model: Optional[List[str]], positional: Optional[str]) -> list[str]:
@@ -206,8 +206,9 @@ def _metric_names(text: Optional[str]) -> tuple[str, ...] | None:
 
 
 def _plotted(tables: dict[str, Any]) -> list[str] | None:
-    """Panels of probe.png: the default four, or the metrics asked for when they differ."""
-    held = list(dict.fromkeys(m for t in tables.values() for m in t["metric"]))
+    """Panels of probe.png: the default four, or the metrics asked for when they differ
+    (those with rows at the points the figure draws: no empty panel)."""
+    held = drawn_metrics(tables)
     return None if {m for m, _ in PLOT_METRICS} <= set(held) else held
 
 
@@ -221,13 +222,30 @@ def _out_names(*, influence: bool = False, n_runs: int = 1, attentions: bool = F
     return ("probe.csv", "probe.json", "probe.png", *wins, *(["attentions.npz"] if attentions else []))
 
 
+def _plot(tables: dict[str, Any], path: Path) -> None:
+    """probe.png (:func:`plot_layers`), or a note when no metric has rows it can draw
+    (e.g. only ``module:PATH`` points)."""
+    panels = _plotted(tables)
+    if panels == []:
+        typer.echo(f"note: {path.name} not drawn: no metric at the points it draws (embeddings, layer.k.output, "
+                   "layer.k.attention, final_norm)", err=True)
+        return
+    plot_layers(tables, path, metrics=panels)
+
+
 def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: bool = False) -> None:
     """Outputs of several ``--model``: one table (rows tagged ``model``), one figure
     with a line per model, ``windows_K.npz`` per model (K = position in ``models``)."""
     import pandas as pd
 
+    from ..models.geometry_story import forced_control_notes
+
     tables = {t.attrs["model"]: t for _, _, t in runs}
+    forced = forced_control_notes(tables)
     docs = [to_json(t) for t in tables.values()]
+    for d in docs:
+        if d["model"] in forced:
+            d["notes"] = [*(d["notes"] or []), forced[d["model"]]]
     combined = {"models": docs}
     rows = [{"model": d["model"], **row} for d in docs for row in d["layers"]]
     if out is not None:
@@ -239,7 +257,7 @@ def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: b
             with atomic_path(stage / "probe.csv") as tmp:
                 pd.concat([t.assign(model=name) for name, t in tables.items()], ignore_index=True).to_csv(tmp, index=False)
             write_json_atomic(stage / "probe.json", combined)
-            plot_layers(tables, stage / "probe.png", metrics=_plotted(tables))
+            _plot(tables, stage / "probe.png")
             write_geometry(stage, tables)
         typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json, windows_0..{len(runs) - 1}.npz", err=True)
     if fmt == "json":
@@ -248,6 +266,8 @@ def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: b
         print_records(rows, fmt)
     else:
         _print_summary(*tables.values())
+    for note in forced.values():
+        typer.echo(f"note: {note}", err=True)
 
 
 def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[str], text_file: Optional[Path],
@@ -330,7 +350,7 @@ def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None
     with atomic_path(out / "probe.csv") as tmp:
         table.assign(model=doc["model"]).to_csv(tmp, index=False)
     write_json_atomic(out / "probe.json", doc)
-    plot_layers({doc["model"]: table}, out / "probe.png", metrics=_plotted({doc["model"]: table}))
+    _plot({doc["model"]: table}, out / "probe.png")
     write_geometry(out, {doc["model"]: table})
 
 
@@ -362,7 +382,6 @@ def _print_summary(*tables: Any) -> None:
     """One rich table: per layer and point, each metric's mean; a ``model`` column
     first when several models are compared."""
     import pandas as pd
-    from rich.table import Table
 
     several = len(tables) > 1
     wide = pd.concat([t.pivot_table(index=["layer", "point"], columns="metric", values="mean", sort=False)
@@ -371,9 +390,7 @@ def _print_summary(*tables: Any) -> None:
     first = tables[0].attrs
     title = (", ".join(f"{t.attrs.get('model')} ({t.attrs.get('family')})" for t in tables)
              + f", {first.get('n_windows')} windows")
-    t = Table(title=title)
-    for col in wide.columns:
-        t.add_column(str(col))
-    for row in wide.itertuples(index=False):
-        t.add_row(*[("" if v != v else f"{v:.4g}") if isinstance(v, float) else str(v) for v in row])
+    t = make_table(title, [str(col) for col in wide.columns],
+                   ([("" if v != v else f"{v:.4g}") if isinstance(v, float) else str(v) for v in row]
+                    for row in wide.itertuples(index=False)))
     print_table(t)  # blank: a metric that does not apply at that point (attention_entropy at hidden states)

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_table
+from ._output import ALLOW_NONEMPTY_HELP, check_format, make_table, print_json, print_table
 
 #: The options each sub-command that runs no experiment takes; any other option given
 #: to it would be ignored, so it is refused.
@@ -176,23 +176,22 @@ def _checked_claims(raw: bytes, path: Path) -> list[dict]:
 def print_summary(result) -> None:
     """Short claims table and where the outputs are (stdout); the measured numbers of
     every check are in the report and claims.json."""
-    from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"rankcollapse {', '.join(result.config['experiments'])} "
-                        f"({result.config['scale']}, hash {result.config['config_hash']}, {result.seconds:.0f} s)")
     from ..experiments.report import controls_text, cost_text, number
 
-    for col in ("id", "effect", "paper", "verdict", "decisive [95% interval]", "checks", "controls (+/−)",
-                "nearby settings"):
-        table.add_column(col, overflow="fold")
     colours = {"reproduced": "green", "not reproduced": "red", "mixed": "yellow", "mixed (depth-sensitive)": "yellow"}
+    rows = []
     for c in result.claims:
         scored = [k for k in c.get("checks", []) if not k.get("informational")]
         held = f"{sum(k['outcome'] == 'holds' for k in scored)}/{len(scored)} hold"
         near = "; ".join(f"{n['setting']}: {n['verdict']}" for n in c.get("nearby", [])) or "-"
-        table.add_row(c["id"], c["effect"], c.get("paper_effect", ""),
-                      f"[{colours.get(c['verdict'], 'white')}]{c['verdict']}[/]", number(c), held, controls_text(c),
-                      near)
-    print_table(table)
+        rows.append((c["id"], c["effect"], c.get("paper_effect", ""),
+                     Text(c["verdict"], style=colours.get(c["verdict"], "white")), number(c), held, controls_text(c),
+                     near))
+    print_table(make_table(f"rankcollapse {', '.join(result.config['experiments'])} "
+                           f"({result.config['scale']}, hash {result.config['config_hash']}, {result.seconds:.0f} s)",
+                           ("id", "effect", "paper", "verdict", "decisive [95% interval]", "checks", "controls (+/−)",
+                            "nearby settings"), rows, overflow="fold"))
     typer.echo(f"report: {result.out / 'report.html'}   table: {result.out / 'table.parquet'}   claims: {result.out / 'claims.json'}")
     typer.echo(f"cost: {cost_text(result.config.get('cost'), result.seconds)}")

@@ -109,27 +109,81 @@ def _json_number(value) -> float | None:
 FLOOR_MARK = "*"
 
 
+#: Metrics of the tokens' norms that tell apart states μ/‖X‖_F reads alike: the mean token
+#: norm (the state's size; it decays to 0 under attention whose rows sum to less than 1) and
+#: the largest token's share of ‖X‖_F² (one token taking over). Always measured; shown when
+#: the attention is not row-stochastic or the state calls for them (:func:`_state_notes`).
+STATE_METRICS = ("token_radius", "max_token_share")
+
+#: Metrics whose underflow (a mean below the dtype's smallest normal number: digits lost on
+#: the way to 0) is marked like a scale-free metric at its floor.
+UNDERFLOW_METRICS = ("token_radius", "mu")
+
+
 def _mark_floor(layers: list[dict], names: list[str], dtype: str) -> dict:
-    """Add ``at_floor`` (the scale-free metrics whose mean is at or below the machine
-    epsilon of the compute ``dtype``: collapsed, the digits are rounding) to every layer
-    row, as ``reproduce`` reads them (:mod:`rankcollapse.experiments.quantities`); return
-    the floor's description for the result."""
+    """Add ``at_floor`` to every layer row: the scale-free metrics whose mean is at or below
+    the machine epsilon of the compute ``dtype`` (collapsed, the digits are rounding), as
+    ``reproduce`` reads them (:mod:`rankcollapse.experiments.quantities`), and the norms
+    (:data:`UNDERFLOW_METRICS`) whose mean is positive and below the dtype's smallest normal
+    number (underflow: the tokens decay towards 0 and lose digits); return the floor's
+    description for the result."""
+    import numpy as np
+
     from ..experiments.quantities import FLOOR_METRICS, floor_of
 
-    eps = floor_of(dtype)
+    eps, tiny = floor_of(dtype), float(np.finfo(np.dtype(dtype)).tiny)
     for row in layers:
-        row["at_floor"] = [k for k in names if k in FLOOR_METRICS and row[k] is not None and row[k] <= eps]
-    return {"dtype": dtype, "epsilon": eps, "metrics": sorted(m for m in names if m in FLOOR_METRICS)}
+        row["at_floor"] = [k for k in names if row[k] is not None and (
+            (k in FLOOR_METRICS and row[k] <= eps) or (k in UNDERFLOW_METRICS and 0 < row[k] < tiny))]
+    return {"dtype": dtype, "epsilon": eps, "metrics": sorted(m for m in names if m in FLOOR_METRICS),
+            "smallest_normal": tiny, "underflow_metrics": sorted(m for m in names if m in UNDERFLOW_METRICS)}
 
 
 #: The files ``--out`` receives.
 NAMES = ("result.json", "mu_loglog.png")
 
 
-def _plot(result, path: Path, title: str) -> None:
+def _state_notes(layers: list[dict], row_stochastic: bool, attention: str, dtype: str) -> list[str]:
+    """Notes on what μ/‖X‖_F does not show: a token holding more than half of ‖X‖_F² (the
+    note ``reproduce`` gives), and the tokens' norms decaying below the machine epsilon of
+    ``dtype`` times their input size (at the input's scale X is zero); for attention that is
+    not row-stochastic, what to read beside μ/‖X‖_F."""
+    import numpy as np
+    import pandas as pd
+
+    from ..metrics.core import dominant_token_text
+    from ..experiments.quantities import floor_of
+
+    notes = []
+    if not row_stochastic:
+        notes.append(f"attention {attention} is not row-stochastic (rows sum to 1 - row_mass_deficit): "
+                     "μ/‖X‖_F is scale-free: it shows neither how the tokens' norms change (they may decay to 0) "
+                     "nor one token taking over; read token_radius (mean token norm), max_token_share and row_mass_deficit beside it")
+    share = pd.Series({row["t"]: row["max_token_share"] for row in layers}, dtype=float)
+    dominant = dominant_token_text(share)
+    if dominant is not None:
+        notes.append(dominant)
+    radius = [(row["t"], row["token_radius"]) for row in layers if row["token_radius"] is not None]
+    if radius and radius[0][1] > 0:
+        (t0, r0), (t, r) = radius[0], radius[-1]
+        if r <= floor_of(dtype) * r0:
+            notes.append(f"the tokens decay towards 0: mean token norm {r0:.3g} at the input, {r:.3g} at layer {t} "
+                         f"(below {dtype}'s machine epsilon times the input's: at the input's scale X is zero; "
+                         f"{dtype} underflows below {float(np.finfo(np.dtype(dtype)).tiny):.3g})")
+    return notes
+
+
+def _print_notes(notes: list[str]) -> None:
+    """Each note as one ``note:`` line on stderr."""
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+
+
+def _plot(result, path: Path, title: str, asked: list[str]) -> None:
+    """μ and μ/‖X‖_F when ``asked`` (the ``--metrics``) has them, else every metric asked."""
     from .._figure import save_figure
 
-    save_figure(result.plot(title=title), path, dpi=120)
+    save_figure(result.plot([k for k in ("mu", "mu_relative") if k in asked] or asked, title=title), path, dpi=120)
 
 
 def simulate_command(
@@ -156,7 +210,8 @@ def simulate_command(
                                  "the same as --attention uniform"),
     attention: str = typer.Option(None, "--attention", help="softmax (default) | uniform | sink:b=B | offbyone | "
                                   "sigmoid[:bias=B] | diff:lambda=L (docs/dynamics.md; not row-stochastic: "
-                                  "dense backend only, per-layer row-mass deficit in the output)"),
+                                  "dense backend only; the output adds token_radius, max_token_share and the "
+                                  "per-layer row-mass deficit)"),
     value: str = typer.Option("gaussian", "--value", help="W_V family, e.g. orthogonal, gaussian:std=0.02"),
     query_key: str = typer.Option("gaussian", "--query-key", help="W_Q/W_K family"),
     shared: bool = typer.Option(False, "--shared", help="one set of weights for all layers (ALBERT-style)"),
@@ -219,47 +274,80 @@ def simulate_command(
     X0 = _initial_tokens(name or source, n_tokens, d_model, samples, seed, loaded)
     import torch  # here, not at the top: `rankcollapse --help` must not import torch
 
-    res = dynamics.simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
-                   weights=weights, shared=shared, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
-                   seed=seed, dtype=getattr(torch, dtype), device=device, path=backend,
-                   record_epsilon=backend != "flex", max_memory=parse_size(max_memory))
+    import warnings
+
+    from ..dynamics.operators import parse_attention
+
+    asked = [m.strip() for m in metrics.split(",") if m.strip()]
+    with warnings.catch_warnings(record=True) as caught:  # a run stopped at a zero matrix: said below, once
+        warnings.simplefilter("always", RuntimeWarning)
+        res = dynamics.simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
+                       weights=weights, shared=shared, metrics=asked + [m for m in STATE_METRICS if m not in asked],
+                       seed=seed, dtype=getattr(torch, dtype), device=device, path=backend,
+                       record_epsilon=backend != "flex", max_memory=parse_size(max_memory))
+    for w in caught:
+        if res.stopped is None or not str(w.message).startswith(f"after layer {res.stopped.after_layer}: X is the zero"):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon_measured":
                (None if t == 0 or res.epsilon_measured is None else _json_number(res.epsilon_measured[t - 1]))}
               for t in range(depth + 1)]
+    row_stochastic = parse_attention(cfg.attention).row_stochastic
     if res.row_mass_deficit is not None:  # (depth, B, H, 3): quantiles over queries; report mean over samples, heads
         q = res.row_mass_deficit.mean(dim=(1, 2))
         for t in range(1, depth + 1):
             layers[t]["row_mass_deficit_q05"], layers[t]["row_mass_deficit_q50"], layers[t]["row_mass_deficit_q95"] = (
                 _json_number(v) for v in q[t - 1])
-    floor = _mark_floor(layers, list(res.metrics), dtype)
+    notes = _state_notes(layers, row_stochastic, cfg.attention, dtype)
+    # the state metrics are shown when the operator or the state calls for them (a note)
+    names = asked + [m for m in STATE_METRICS if m not in asked and notes]
+    for row in layers:
+        for m in STATE_METRICS:
+            if m not in names:
+                del row[m]
+    if res.stopped is not None:
+        notes.append(res.stopped.message(depth).replace("dtype=torch.float64", "--dtype float64"))
+    floor = _mark_floor(layers, names, dtype)
     # "variant" is the preset equal to the block that ran (or custom; "block" has every
     # field, alpha included), "variant_option" the --variant the overrides started from
     # the settings in the CLI's vocabulary: the run's "batch" is --n-samples, --model names the weights
     settings = {("n_samples" if k == "batch" else k): v for k, v in res.config.items()}
+    settings["metrics"] = names
+    stopped = None if res.stopped is None else {"after_layer": res.stopped.after_layer,
+                                                  "samples": res.stopped.samples}
     doc = {"settings": {**settings, "variant_option": variant, "input": name or source, "model": pretrained},
-           "layers": layers, "floor": floor, "versions": versions()}
+           "layers": layers, "floor": floor, "stopped": stopped, "notes": notes, "versions": versions()}
     if out is not None:
         from .._outdir import writing
 
         with writing(out, "simulate\n", NAMES, allow_nonempty=allow_nonempty) as stage:
             write_json_atomic(stage / "result.json", doc)
-            _plot(res, stage / "mu_loglog.png", f"{mask}, {res.config['variant']}, d_qk={d_qk}")
+            _plot(res, stage / "mu_loglog.png", f"{mask}, {res.config['variant']}, d_qk={d_qk}", asked)
+    _print_notes(notes)
     if fmt == "json":
         print_json(doc)
         return
     if fmt in ("csv", "markdown"):
         print_records([{**row, "at_floor": ";".join(row["at_floor"])} for row in layers], fmt)
         return
-    names = list(res.metrics)
-    typer.echo("t\t" + "\t".join(names) + "\tepsilon_measured")
+    deficit = [] if row_stochastic or res.row_mass_deficit is None else ["row_mass_deficit_q50"]
+    typer.echo("t\t" + "\t".join(names + deficit) + "\tepsilon_measured")
+    measured = depth + 1 if res.stopped is None else res.stopped.after_layer
     for row in layers:
+        if row["t"] >= measured:
+            typer.echo(f"{row['t']}\t" + "\t".join("-" for _ in names + deficit) + "\t-")
+            continue
         eps = "-" if row["epsilon_measured"] is None else f"{row['epsilon_measured']:.3e}"
-        cells = ("undefined" if row[k] is None else f"{row[k]:.4e}" + (FLOOR_MARK if k in row["at_floor"] else "")
-                 for k in names)
+        cells = ["undefined" if row[k] is None else f"{row[k]:.4e}" + (FLOOR_MARK if k in row["at_floor"] else "")
+                 for k in names]
+        cells += ["-" if row.get(k) is None else f"{row[k]:.3e}" for k in deficit]
         typer.echo(f"{row['t']}\t" + "\t".join(cells) + f"\t{eps}")
-    if any(row["at_floor"] for row in layers):
+    if any(set(row["at_floor"]) - set(UNDERFLOW_METRICS) for row in layers):
         typer.echo(f"{FLOOR_MARK} at or below the {dtype} floor (machine epsilon {floor['epsilon']:.3g}): collapsed, "
                    "the digits are rounding", err=True)
+    if any(set(row["at_floor"]) & set(UNDERFLOW_METRICS) for row in layers):
+        typer.echo(f"{FLOOR_MARK} on {', '.join(floor['underflow_metrics'])}: below the smallest normal {dtype} "
+                   f"number {floor['smallest_normal']:.3g} (underflow: the tokens decay towards 0 and lose digits)",
+                   err=True)
     if out is not None:
         typer.echo(f"wrote {out / 'result.json'} and {out / 'mu_loglog.png'}", err=True)
 

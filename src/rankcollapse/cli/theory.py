@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from .. import theory
+from .._display import fixed
 from .._io import write_json_atomic
 from ..errors import ConfigError
 from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_records
@@ -66,8 +67,8 @@ def bound_cmd(
         exp = (f" L={res.config['scrambling_length']} e={res.config['effective_radius']}"
                if "effective_radius" in res.config else "")  # a schedule: the envelope's exponent e = min(p r_H, L)
         lines = [f"{res.mask}: r={res.radius}{exp} ε={float(res.epsilon_measured.median()):.3g} "
-                 f"measured rate {res.measured_rate:.4f}/layer, envelope rate "
-                 f"{res.envelope_rate:.6f}, violations {res.n_violations}"]
+                 f"measured rate {fixed(res.measured_rate, '.4f')}/layer, envelope rate "
+                 f"{fixed(res.envelope_rate, '.6f')}, violations {res.n_violations}"]
         if fmt in ("csv", "markdown"):
             print_records([res.to_dict()], fmt)
             return
@@ -115,10 +116,10 @@ def equilibria_cmd(
         lines.append(f"{head}rank {e.rank}  stable={e.stable}  residual={e.residual:.1e}  "
                      f"unstable directions={e.stability.n_unstable}")
         if example or e.X.numel() <= 16:
-            lines.append("    X = " + "; ".join("(" + ", ".join(f"{v + 0.0:+.5f}" for v in row) + ")" for row in e.X.tolist()))
+            lines.append("    X = " + "; ".join("(" + ", ".join(fixed(v, "+.5f") for v in row) + ")" for row in e.X.tolist()))
     if "B" in es.info:
         b0, b1 = es.info["B"]
-        lines.append(f"B = ((6-√6)/10, -(2+3√6)/10) = ({b0:.5f}, {b1:.5f}): token 1 of the stable rank-2 equilibria")
+        lines.append(f"B = ((6-√6)/10, -(2+3√6)/10) = ({fixed(b0, '.5f')}, {fixed(b1, '.5f')}): token 1 of the stable rank-2 equilibria")
     _emit(obj, fmt, lines)
 
 
@@ -188,7 +189,7 @@ def sphere_cmd(
     rs = [theory.check_sphere_collapse(mask, n_tokens=n, d_model=d, depth=depth, inputs=k, beta=beta, seed=seed)
           for k in theory.sphere.INPUTS]
     _emit({"results": [r.to_dict() for r in rs]}, fmt,
-          [f"{r.inputs:12s} min cos(0)={r.min_cos0:+.3f} rate={r.measured_rate:.4f} final μ={r.final_mu:.3g} "
+          [f"{r.inputs:12s} min cos(0)={fixed(r.min_cos0, '+.3f')} rate={fixed(r.measured_rate, '.4f')} final μ={r.final_mu:.3g} "
            f"collapsed={r.collapsed}" for r in rs])
 
 

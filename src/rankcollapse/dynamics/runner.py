@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -55,6 +56,13 @@ class SimResult(NotebookResult):
         50 % and 95 % quantiles over queries of ``1 - sum_j A_ij`` (0 for softmax rows),
         recorded for attention operators that are not row-stochastic
         (:mod:`~rankcollapse.dynamics.operators`); None for softmax and uniform attention.
+    stopped : :class:`ZeroStop` when X decayed to the zero matrix in some samples (its
+        entries underflowed to 0: the layer before had ``max |x|`` below the square root
+        of the dtype's smallest normal number) and a metric is undefined there (a zero
+        matrix from larger tokens, e.g. ``W_V = 0``, raises): the run stops at that layer
+        (with a ``RuntimeWarning``), the rows of ``metrics``, ``epsilon_measured`` and
+        ``row_mass_deficit`` from that layer on are NaN, ``states`` ends at the zero
+        state and ``final_metrics`` is None; None for a run measured to the end.
     """
 
     metrics: dict[str, torch.Tensor]
@@ -65,6 +73,7 @@ class SimResult(NotebookResult):
     final_metrics: dict[str, torch.Tensor] | None = None
     zero_rows: list[int] = field(default_factory=list)
     row_mass_deficit: torch.Tensor | None = None
+    stopped: ZeroStop | None = None
 
     epsilon = renamed_attribute("epsilon", "epsilon_measured")
 
@@ -107,7 +116,9 @@ class SimResult(NotebookResult):
         """Settings and the last layer's mean of every metric (JSON-ready)."""
         last = {f"final_mean_{k}": float(v[-1].mean()) for k, v in self.metrics.items()}
         scalars = {k: v for k, v in self.config.items() if isinstance(v, (bool, int, float, str))}
-        return {**scalars, **last, "zero_rows": list(self.zero_rows)}
+        stopped = None if self.stopped is None else {"after_layer": self.stopped.after_layer,
+                                                         "samples": list(self.stopped.samples)}
+        return {**scalars, **last, "zero_rows": list(self.zero_rows), "stopped": stopped}
 
     def plot(self, metrics: list[str] | None = None, *, ax: Any = None, title: str | None = None) -> Any:
         """Mean over samples of ``metrics`` (default μ and μ/‖X‖_F when recorded) against
@@ -224,40 +235,86 @@ def _check_weights(weights: Sequence[LayerWeights], depth: int, d: int) -> None:
             raise ConfigError(f"layer {t} attention output width is not d={d} (W_V/W_O shapes)")
 
 
+@dataclass(frozen=True)
+class ZeroStop:
+    """Where a run stopped because X became the zero matrix in some samples (the tokens
+    decayed until every entry underflowed to 0, e.g. in float32 under attention whose rows
+    sum to less than 1): the metrics of ``after_layer`` and later are undefined (NaN)."""
+
+    after_layer: int
+    samples: list[int]
+    dtype: str
+
+    def message(self, depth: int) -> str:
+        """One line: where, which samples, which layers are not measured, what follows it further."""
+        rest = (f"layer {self.after_layer}" if self.after_layer == depth
+                else f"layers {self.after_layer}..{depth}")
+        further = ("; dtype=torch.float64 follows the decay further (it underflows below about 1e-308)"
+                   if self.dtype == "float32" else "")
+        return (f"after layer {self.after_layer}: X is the zero matrix in samples {self.samples} "
+                f"(its entries underflowed to 0 in {self.dtype}): {rest} not measured (NaN){further}")
+
+
+def _underflow_range(dtype: torch.dtype) -> float:
+    """``sqrt`` of the smallest normal number of ``dtype`` (float32 1.1e-19, float64
+    1.5e-154): tokens whose largest entry was below it one layer before the zero matrix
+    decayed into it (underflow); from larger tokens the zero matrix is the layer's own
+    doing (a zero weight) and stays an error."""
+    return math.sqrt(torch.finfo(dtype).tiny)
+
+
+def _zero_samples(X: torch.Tensor) -> list[int]:
+    """Indices of the samples of ``X`` ``(B, N, d)`` whose every entry is 0."""
+    return [int(b) for b in torch.nonzero(X.flatten(1).abs().amax(1) == 0).flatten()]
+
+
 def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callable, metric_mask,
                 record_states: bool, bar: Steps | None = None):
     """The layer loop: returns (metric rows, states or None, zero rows per layer, final
-    metrics or None). Zero rows met under ``sphere`` are warned about even when a later
-    layer fails."""
+    metrics or None, :class:`ZeroStop` or None). Zero rows met under ``sphere`` are
+    warned about even when a later layer fails. A metric that fails because X decayed to
+    the zero matrix in some samples (underflow: :func:`_underflow_range`) ends the loop
+    there: the rows measured so far are kept."""
     B = X.shape[0]
     peak = _peak(X)
     rows = [_measure_at(measure, X, metric_mask, 0, peak)]
     states = [X.cpu()] if record_states else None
     zero_rows: list = []
-    final = None
+    final = stop = None
     try:
         with torch.no_grad():
             for t, lw in enumerate(weights):
-                prev = X  # for the step metrics (angular_speed); a reference, not a copy
+                prev, prev_peak = X, peak  # for the step metrics (angular_speed); a reference, not a copy
                 X, z = block_forward(X, lw, cfg, attend, peak, layer=t + 1)
                 peak = _peak(X)  # the layer's one sync: finiteness, metric dtype, next score bound
                 if not math.isfinite(peak):
                     raise ConfigError(f"X has non-finite values after layer {t + 1} (overflow in {X.dtype}); "
                                       "use dtype=torch.float64, a smaller-norm value family, or a normalisation")
                 zero_rows.append(z)
-                rows.append(_measure_at(measure, X, metric_mask, t + 1, peak, prev))
+                try:
+                    rows.append(_measure_at(measure, X, metric_mask, t + 1, peak, prev))
+                except MetricError:
+                    zero = _zero_samples(X)
+                    if not zero or not prev_peak < _underflow_range(X.dtype):  # e.g. W_V = 0: an error, as before
+                        raise
+                    stop = ZeroStop(t + 1, zero, str(X.dtype).replace("torch.", ""))
+                    if record_states:
+                        states.append(X.cpu())
+                    break
                 if record_states:
                     states.append(X.cpu())
                 if bar is not None:
                     bar.advance()
-            if cfg.final_norm:
+            if cfg.final_norm and stop is None:
                 Xf, _ = apply_norm(X, cfg.norm, cfg.eps, dyt_alpha=cfg.dyt_alpha)
                 final = {k: v.detach().to("cpu", torch.float64).reshape(B)
                          for k, v in _measure_at(measure, Xf, metric_mask, len(weights)).items()}
     finally:
         zero_rows = [int(z) for z in zero_rows]
         warn_zero_rows(zero_rows, stacklevel=3)
-    return rows, states, zero_rows, final
+    if stop is not None:
+        warnings.warn(stop.message(len(weights)), RuntimeWarning, stacklevel=3)
+    return rows, states, zero_rows, final, stop
 
 
 #: Bytes each layer costs beside its matrices: the tensor objects of its weights and of
@@ -519,9 +576,10 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
     metric_mask = m.to_dense(X.device) if uses_mask else None  # built once, not per layer
     threads = chunk_threads() if path == "blocked" and (X.device.type == "cpu") else contextlib.nullcontext()
     with steps(len(weights), "simulate: layers", progress) as bar, threads:
-        rows, states, zero_rows, final = _run_layers(X, weights, cfg, attend, measure, metric_mask, record_states,
-                                                     bar)
-    out = {k: torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]) for k in names}
+        rows, states, zero_rows, final, stop = _run_layers(X, weights, cfg, attend, measure, metric_mask,
+                                                           record_states, bar)
+    out = {k: _pad(torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]), depth + 1)
+           for k in names}
     config = {"variant": variant_name(cfg) or "custom", "block": cfg.to_dict(), "depth": depth,
               "d_qk": d_qk, "value": "given" if given_weights else value if isinstance(value, str) else "user",
               "query_key": "given" if given_weights else query_key if isinstance(query_key, str) else "user",
@@ -529,10 +587,20 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
               "shared": shared, "dtype": str(X.dtype).replace("torch.", ""), "device": str(X.device),
               "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "batch": B,
               "metrics": list(names)}
-    return SimResult(metrics=out, config=config, row_mass_deficit=torch.stack(attend.row_mass) if attend.row_mass else None,
-                     epsilon_measured=torch.stack(attend.epsilon).to("cpu", torch.float64) if record_epsilon else None,
+    return SimResult(metrics=out, config=config,
+                     row_mass_deficit=_pad(torch.stack(attend.row_mass), depth) if attend.row_mass else None,
+                     epsilon_measured=_pad(torch.stack(attend.epsilon).to("cpu", torch.float64), depth)
+                     if record_epsilon else None,
                      states=states, attention=[a.cpu() for a in attend.attention] if record_attention else None,
-                     final_metrics=final, zero_rows=zero_rows)
+                     final_metrics=final, zero_rows=zero_rows, stopped=stop)
+
+
+def _pad(values: torch.Tensor, n: int) -> torch.Tensor:
+    """``values`` ``(k, ...)`` with NaN rows appended up to ``n`` rows (the layers a run
+    stopped at a zero matrix did not measure: :class:`ZeroStop`)."""
+    if values.shape[0] >= n:
+        return values
+    return torch.cat([values, values.new_full((n - values.shape[0], *values.shape[1:]), math.nan)])
 
 
 def _plan(m: Mask, block_size: int, device) -> BlockPlan:

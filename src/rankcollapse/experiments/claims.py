@@ -474,12 +474,13 @@ def fmt_measured(value: float | None, interval: list[float] | None, bound: str |
 
 
 def fmt(x: float | None) -> str:
-    """Compact number for tables: 3 significant digits (``—`` for None)."""
+    """Compact number for tables: 3 significant digits (``—`` for None; a negative zero
+    reads 0)."""
     if x is None:
         return "—"
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
-    return f"{x:.3g}"
+    return f"{x + 0.0:.3g}"
 
 
 def fmt_interval(iv: list[float] | None) -> str:

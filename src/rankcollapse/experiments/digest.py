@@ -13,13 +13,9 @@ import pandas as pd
 
 from markupsafe import Markup, escape
 
+from ..metrics.core import DOMINANT_SHARE, dominant_token_text
 from .claims import fmt
 from .table import CONDITION_COLUMNS, applies
-
-#: A token holding more than this share of ‖X‖_F² (metric ``max_token_share``) holds
-#: more than all the others together: μ/‖X‖_F then mostly measures that one token
-#: (exactly ``sqrt(1 - 1/N)`` when it is the only non-zero token, whatever the others).
-DOMINANT_SHARE = 0.5
 
 
 def _ratios(sim: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -158,12 +154,7 @@ def dominant_token_notes(table: pd.DataFrame) -> list[str]:
         per_window = g[(g["layer"] == t) & (g["point"] != "final_norm")]["values"]
         vals = np.concatenate([np.asarray(v, dtype=float) for v in per_window]) if len(per_window) else np.empty(0)
         windows = f" in {int((vals > DOMINANT_SHARE).sum())} of {vals.size} windows" if vals.size else ""
-        moved = _moved(table, cond, cols, t)
-        notes.append(f"{what}: from layer {t} on, one token holds more than half of ‖X‖_F² (largest token's share "
-                     f"{fmt(float(over.iloc[0]))} at layer {t}{windows}, up to {fmt(float(over.max()))} at layer "
-                     f"{int(over.idxmax())}; {len(over)} of {len(share)} layers){moved}. There μ/‖X‖_F mostly measures "
-                     "that token's norm (one non-zero token gives sqrt(1 − 1/N) whatever the others), not how similar "
-                     "the other tokens are.")
+        notes.append(f"{what}: {dominant_token_text(share, windows, _moved(table, cond, cols, t))}")
     return notes
 
 

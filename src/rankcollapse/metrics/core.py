@@ -15,6 +15,8 @@ collapsed set of tokens (consistent with ``mu = 0`` for ``N = 1``).
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import torch
 
 from ._context import MetricContext, evaluate, stable_norm
@@ -170,6 +172,30 @@ def max_token_share(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     whatever the other tokens were. Same parameters and errors as :func:`mu_relative`.
     """
     return _one(_max_token_share, "max_token_share", X, padding_mask, dtype)
+
+
+#: A token holding more than this share of ‖X‖_F² (:func:`max_token_share`) holds more
+#: than all the others together: μ/‖X‖_F then mostly measures that one token (exactly
+#: ``sqrt(1 - 1/N)`` when it is the only non-zero token, whatever the others).
+DOMINANT_SHARE = 0.5
+
+
+def dominant_token_text(share: Mapping[int, float], where: str = "", moved: str = "") -> str | None:
+    """The note on a dominant token, from ``share`` (mean :func:`max_token_share` per
+    layer, e.g. a ``pandas.Series`` indexed by layer; NaN left out): from the first layer
+    above :data:`DOMINANT_SHARE` on, one token holds more than half of ‖X‖_F², so μ/‖X‖_F
+    mostly measures that token. ``where`` (e.g. `` in 3 of 8 windows``) follows the first
+    layer's share, ``moved`` (how μ/‖X‖_F and μ moved at that layer) closes the first
+    sentence. None when no layer is above. ``reproduce``, ``simulate`` and ``phase`` say it."""
+    layers = [(int(t), float(v)) for t, v in share.items() if v == v]
+    over = [(t, v) for t, v in layers if v > DOMINANT_SHARE]
+    if not over:
+        return None
+    (t, first), (t_max, top) = over[0], max(over, key=lambda tv: tv[1])
+    return (f"from layer {t} on, one token holds more than half of ‖X‖_F² (largest token's share "
+            f"{first:.3g} at layer {t}{where}, up to {top:.3g} at layer {t_max}; {len(over)} of {len(layers)} "
+            f"layers){moved}. There μ/‖X‖_F mostly measures that token's norm (one non-zero token gives "
+            "sqrt(1 − 1/N) whatever the others), not how similar the other tokens are.")
 
 
 def norm_spread(X, *, padding_mask=None, dtype=None) -> torch.Tensor:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .loading import FAMILIES, LoadedModel, as_loaded, detect_family, load_model
     from .probe import (
         PROBE_DEFAULT_METRICS, TABLE_COLUMNS, attention_maps, default_points, embed, embedding_rank_note,
+        layernorm_rank_note,
         model_inputs, position_ids, probe,
     )
     from .plot import plot_layers

@@ -57,6 +57,34 @@ def _spans(layers: list[int]) -> str:
     return ", ".join(out)
 
 
+#: A max / median token norm within this of 1 at every layer: all tokens have one norm.
+EQUAL_NORMS_TOL = 1e-3
+
+
+def forced_equal_norms(ratio: pd.Series) -> bool:
+    """Whether ``max_norm_ratio`` per layer is 1 (within :data:`EQUAL_NORMS_TOL`) at every
+    layer: what an untrained LayerNorm (weight 1, bias 0) at every block output forces,
+    every token at norm √d, so a random-init post-LN control's curve is fixed by its
+    construction."""
+    return len(ratio) > 0 and bool(((ratio - 1).abs() <= EQUAL_NORMS_TOL).all())
+
+
+def forced_control_notes(tables: Mapping[str, Any]) -> dict[str, str]:
+    """``{name: note}`` for each random-init control among ``tables`` (probe tables keyed by
+    model name, a control named ``NAME [random-init, seed S]``) whose ``max_norm_ratio`` is
+    1 at every layer (:func:`forced_equal_norms`): that value is fixed by the control's
+    construction, not measured evidence."""
+    out = {}
+    for name, t in tables.items():
+        if "[random-init" not in name or not (t["metric"] == "max_norm_ratio").any():
+            continue
+        if forced_equal_norms(layer_curves(t)["max_norm_ratio"].dropna()):
+            out[name] = (f"{name}: max_norm_ratio is 1 at every layer by construction (post-LN: an untrained "
+                         "LayerNorm, weight 1 and bias 0, ends every block and puts every token at norm √d); "
+                         "it says nothing about what training does to the norms")
+    return out
+
+
 def first_massive_layer(c: pd.DataFrame) -> int | None:
     """The first layer whose mean ``max_norm_ratio`` is at least :data:`MASSIVE_RATIO` (None: none)."""
     if "max_norm_ratio" not in c:
@@ -106,9 +134,14 @@ def explain(name: str, trained: pd.DataFrame, control: pd.DataFrame | None = Non
                          f"in block {L}, against a mean of {_g(before.mean())} in the blocks before it and "
                          f"{_g(after.mean())} after it.")
     if control is not None and "max_norm_ratio" in control:
-        rc = control["max_norm_ratio"]
-        text = (f"Random-init control of the same architecture: largest ratio {_g(rc.max())} (layer {int(rc.idxmax())})"
-                + (", never a massive token" if rc.max() < MASSIVE_RATIO else ""))
+        rc = control["max_norm_ratio"].dropna()
+        if forced_equal_norms(rc):
+            text = ("Random-init control of the same architecture: max / median token norm 1 at every layer, forced "
+                    "by its construction (post-LN: an untrained LayerNorm, weight 1 and bias 0, ends every block and "
+                    "puts every token at norm √d), so it says nothing about what training does to the norms")
+        else:
+            text = (f"Random-init control of the same architecture: largest ratio {_g(rc.max())} "
+                    f"(layer {int(rc.idxmax())})" + (", never a massive token" if rc.max() < MASSIVE_RATIO else ""))
         if "sink_mass" in control:
             sc = control["sink_mass"].dropna()
             text += f"; first-token attention {_g(sc.min())}-{_g(sc.max())} over its blocks"
@@ -125,36 +158,39 @@ def explain(name: str, trained: pd.DataFrame, control: pd.DataFrame | None = Non
 
 
 def plot_geometry(curves: Mapping[str, pd.DataFrame], path: str | Path) -> Path:
-    """Two panels: largest token norm / median per layer (log scale) and first-token
-    attention mass per layer, one line per entry of ``curves`` (label -> :func:`layer_curves`).
-    Writes a PNG atomically; returns its path."""
-    import matplotlib
+    """:func:`geometry_figure` of ``curves`` written atomically as a PNG; returns its path."""
+    from .._figure import save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    return save_figure(geometry_figure(curves), path, dpi=110)
 
-    from .._io import atomic_path
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for label, c in curves.items():
-        style = "--" if "random-init" in label or "random_init" in label else "-"
-        if "max_norm_ratio" in c:
-            axes[0].plot(c.index, c["max_norm_ratio"], style, marker=".", label=label)
-        if "sink_mass" in c:
-            s = c["sink_mass"].dropna()
-            axes[1].plot(s.index, s.values, style, marker=".", label=label)
-    axes[0].axhline(MASSIVE_RATIO, color="grey", lw=0.8, ls=":")
-    axes[0].set(yscale="log", xlabel="layer", ylabel="max ‖x_i‖ / median ‖x_i‖",
-                title="largest token norm vs the median")
-    axes[1].set(xlabel="block", ylabel="attention on the first token", title="attention sink mass", ylim=(0, 1))
-    for ax in axes:
+def geometry_figure(curves: Mapping[str, pd.DataFrame]) -> Any:
+    """Largest token norm / median per layer (log scale) and, when any curve measured
+    ``sink_mass``, first-token attention mass per layer: one panel per measured metric
+    (no empty panel), one line per entry of ``curves`` (label -> :func:`layer_curves`;
+    a random-init control dashed). A pyplot-free figure."""
+    from .._figure import new_figure
+
+    panels = [(metric, kw) for metric, kw in (
+        ("max_norm_ratio", dict(yscale="log", xlabel="layer", ylabel="max ‖x_i‖ / median ‖x_i‖",
+                                title="largest token norm vs the median")),
+        ("sink_mass", dict(xlabel="block", ylabel="attention on the first token", title="attention sink mass",
+                           ylim=(0, 1))))
+        if any(metric in c and c[metric].notna().any() for c in curves.values())]
+    fig = new_figure((5.5 * max(len(panels), 1), 4))
+    axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
+    for ax, (metric, kw) in zip(axes, panels):
+        for label, c in curves.items():
+            if metric in c:
+                s = c[metric].dropna()
+                style = "--" if "random-init" in label or "random_init" in label else "-"
+                ax.plot(s.index, s.values, style, marker=".", label=label)
+        if metric == "max_norm_ratio":
+            ax.axhline(MASSIVE_RATIO, color="grey", lw=0.8, ls=":")
+        ax.set(**kw)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def from_results_table(table: pd.DataFrame) -> tuple[list[str], dict[str, pd.DataFrame]]:

@@ -11,17 +11,29 @@ from ..errors import ConfigError
 PLOT_METRICS = (("mu", "μ(X)"), ("rank_fraction", "rank fraction"), ("sigma_min", "σ_min"), ("avg_abs_cos", "avg |cos|"))
 
 
+def drawn_metrics(tables: Mapping[str, Any]) -> list[str]:
+    """The metrics of ``tables`` (in table order) with rows at the points :func:`plot_layers`
+    draws (embeddings, block outputs and attention, final norm: :func:`_layer_rows`); a
+    metric held only elsewhere (``module:PATH`` points, per head) would be an empty panel."""
+    out: dict[str, None] = {}
+    for t in tables.values():
+        blocks, final = _layer_rows(t)
+        out.update(dict.fromkeys(list(blocks["metric"]) + list(final["metric"])))
+    return list(out)
+
+
 def _panels(tables: Mapping[str, Any], metrics: Sequence[str] | None) -> list[tuple[str, str]]:
-    """``(metric, title)`` per panel; a requested metric must be in some table."""
+    """``(metric, title)`` per panel; a requested metric must have rows the figure draws
+    (:func:`drawn_metrics`), so no panel is empty."""
     titles = dict(PLOT_METRICS)
-    held = set().union(*(set(t["metric"]) for t in tables.values()))
+    held = drawn_metrics(tables)
     if metrics is None:  # the default panels the tables hold, else every metric they hold
-        metrics = [m for m, _ in PLOT_METRICS if m in held] or list(dict.fromkeys(
-            m for t in tables.values() for m in t["metric"]))
+        metrics = [m for m, _ in PLOT_METRICS if m in held] or held
     missing = [m for m in metrics if m not in held]
     if missing or not metrics:
-        raise ConfigError(f"plot_layers: metrics {missing or list(metrics)} are in no table "
-                          f"(they hold {', '.join(sorted(held))})")
+        raise ConfigError(f"plot_layers: metrics {missing or list(metrics)} have no rows at the points the figure "
+                          f"draws (embeddings, layer.k.output, layer.k.attention, final_norm); those points hold "
+                          f"{', '.join(held) or 'none'}")
     return [(m, titles.get(m, m)) for m in metrics]
 
 
@@ -85,7 +97,11 @@ def plot_layers(tables: Mapping[str, Any] | Any, path: str | Path | None = None,
     for ax, (metric, _) in zip(axes, panels):
         if metric == "mu":
             ax.set_yscale("log")
-    axes[0].legend(fontsize=7)
+    legend: dict[str, Any] = {}  # every panel's lines: a model may have no rows in the first panel
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(lab, h)
+    axes[0].legend(list(legend.values()), list(legend), fontsize=7)
     fig.suptitle(_settings_title(tables), fontsize=10)
     fig.tight_layout()
     if path is not None:
@@ -112,4 +128,4 @@ def _layer_rows(table: Any) -> tuple[Any, Any]:
     return blocks, table[encoder_only & pts.eq("final_norm")]
 
 
-__all__ = ["PLOT_METRICS", "plot_layers"]
+__all__ = ["PLOT_METRICS", "drawn_metrics", "plot_layers"]

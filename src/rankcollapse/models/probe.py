@@ -493,6 +493,33 @@ def _summarise(values: dict, point_metrics: list[tuple[str, Sequence[str]]], sta
     return summary_table(keyed, per_window=per_window)
 
 
+def layernorm_rank_note(loaded: Any, windows: Windows, table: pd.DataFrame) -> str | None:
+    """One line explaining rank ``d − 1`` at LayerNorm outputs, or None.
+
+    LayerNorm centres every token (its ``d`` entries sum to 0 before the affine map), so
+    with zero bias (a random-init model's, or any LayerNorm without bias) its ``(N, d)``
+    outputs lie in the ``(d − 1)``-dimensional subspace orthogonal to the all-ones
+    direction: with ``N >= d`` the numerical rank is at most ``d − 1`` (``rank_fraction``
+    ``(d − 1) / d``, ``sigma_min`` at rounding), whatever the tokens. Returned when the
+    model has a ``torch.nn.LayerNorm``, every window has at least ``d`` real tokens and
+    some point's measured ``rank_fraction`` (mean over windows) is exactly ``(d − 1) / d``;
+    the note names those points. Rank is measured in the full space, not the centred one.
+    """
+    d = int(loaded.model.config.hidden_size)
+    if not any(isinstance(m, torch.nn.LayerNorm) for m in loaded.model.modules()):
+        return None
+    if int(windows.attention_mask.sum(dim=-1).min()) < d:
+        return None
+    rows = table[table["metric"] == "rank_fraction"]
+    points = [p for p, v in zip(rows["point"], rows["mean"]) if abs(float(v) - (d - 1) / d) < 0.5 / d**2]
+    if not points:
+        return None
+    shown = ", ".join(points[:4]) + (f" and {len(points) - 4} more" if len(points) > 4 else "")
+    return (f"note: rank_fraction {d - 1}/{d} at {shown} is LayerNorm's centring, not collapse: LayerNorm makes "
+            f"every token's {d} entries sum to 0 before its affine map, so with zero bias (untrained) its N >= d "
+            f"outputs span at most d - 1 = {d - 1} dimensions (sigma_min ~ 0 there)")
+
+
 # Families whose position information acts inside attention (RoPE, relative bias), so
 # the embeddings of repeated tokens are identical rows.
 def distinct_token_fraction(windows: Windows, dim: int) -> torch.Tensor:

@@ -210,7 +210,7 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
         row.update(operator_columns(torch.cat(finals), torch.cat(deficits), torch.zeros(sum(len(f) for f in finals),
                                     dtype=torch.bool), slice(None)))
     else:
-        row.update(row_mass_deficit=float("nan"), norm_spread=float("nan"))
+        row.update(row_mass_deficit=float("nan"), norm_spread=float("nan"), max_token_share=float("nan"))
     row["value_log_norm"] = value_log_norm(cell, range(seed, seed + seeds))
     row.update(theory_prediction(cell, info, eps_min, row["value_log_norm"]))
     return row
@@ -218,13 +218,20 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
 
 def operator_columns(X: torch.Tensor, deficit: torch.Tensor, diverged: torch.Tensor, part: slice) -> dict[str, float]:
     """Per cell, over its trajectories that did not diverge: ``row_mass_deficit`` (mean over
-    layers and queries of ``1 - sum_j A_ij``: 0 for softmax, > 0 with a sink) and
+    layers and queries of ``1 - sum_j A_ij``: 0 for softmax, > 0 with a sink),
     ``norm_spread`` (median of ``max_i ||x_i|| / min_i ||x_i||`` at the last layer; NaN where
-    a token is zero)."""
+    a token is zero) and ``max_token_share`` (median of the metric ``max_token_share``,
+    ``max_i ||x_i||^2 / ||X||_F^2``, at the last layer; NaN where X is zero)."""
+    from ..metrics.core import max_token_share
+
     ok = ~diverged[part]
     if not bool(ok.any()):
-        return {"row_mass_deficit": float("nan"), "norm_spread": float("nan")}
-    norms = torch.linalg.vector_norm(X[part][ok], dim=-1)
+        return {"row_mass_deficit": float("nan"), "norm_spread": float("nan"), "max_token_share": float("nan")}
+    last = X[part][ok]
+    norms = torch.linalg.vector_norm(last, dim=-1)
     low = norms.amin(-1)
     spread = torch.where(low > 0, norms.amax(-1) / low.clamp_min(torch.finfo(norms.dtype).tiny), float("nan"))
-    return {"row_mass_deficit": float(deficit[part][ok].mean()), "norm_spread": float(spread.median())}
+    nonzero = norms.amax(-1) > 0
+    share = max_token_share(last[nonzero]) if bool(nonzero.any()) else torch.full((1,), float("nan"))
+    return {"row_mass_deficit": float(deficit[part][ok].mean()), "norm_spread": float(spread.median()),
+            "max_token_share": float(share.median())}

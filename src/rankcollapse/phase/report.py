@@ -45,6 +45,7 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
     """Regime heatmaps of ``table`` over the varied ``axes``; returns the files written."""
     from matplotlib.patches import Patch, Rectangle
 
+    from .._display import fixed
     from .._figure import new_figure, save_figure
 
     varied = [a for a in axes if table[a].nunique() > 1] or axes[:1]
@@ -66,7 +67,7 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
                 i, j = xs.index(r[plot[0]]), ys.index(r[plot[1]])
                 ax.add_patch(Rectangle((i - 0.5, j - 0.5), 1, 1, color=COLOURS[r["regime"]]))
                 mu = r["mu_relative"]
-                txt = "-inf" if mu == 0 else (f"{math.log10(mu):.0f}" if mu == mu else "nan")
+                txt = "-inf" if mu == 0 else (fixed(math.log10(mu)) if mu == mu else "nan")
                 ax.text(i, j, txt, ha="center", va="center", fontsize=6)
             ax.set_xlim(-0.5, len(xs) - 0.5)
             ax.set_ylim(-0.5, len(ys) - 0.5)
@@ -93,10 +94,40 @@ Computed {{ timing.computed }}, cached {{ timing.cached }}, wall {{ timing.wall_
 ({{ timing.executor }}, {{ timing.workers }} workers).</p>
 <h2>Regimes</h2><table><tr><th>regime</th><th>cells</th></tr>
 {% for r, n in regimes %}<tr><td>{{ r }}</td><td>{{ n }}</td></tr>{% endfor %}</table>
+{% for n in notes %}<p>Note: {{ n }}.</p>{% endfor %}
 <h2>Theory</h2><p>{{ theory }}</p>
 {% for f in figures %}<p><img src="{{ f }}" style="max-width:100%"></p>{% endfor %}
 <h2>Cells</h2>{{ cells_html }}
 <p>Labelling rule: docs/phase.md.</p></body></html>"""
+
+
+def operator_notes(table: pd.DataFrame) -> list[str]:
+    """What μ/‖X‖_F does not show in ``table``'s cells: cells whose attention is not
+    row-stochastic (:mod:`rankcollapse.dynamics.operators`), where the tokens' norms spread
+    and decay while μ/‖X‖_F stays scale-free, and cells where one token holds more than
+    half of ‖X‖_F² at the last layer (``max_token_share`` >
+    :data:`~rankcollapse.metrics.core.DOMINANT_SHARE`, the note ``reproduce`` and
+    ``simulate`` give). Empty when neither occurs."""
+    from ..dynamics.operators import parse_attention
+    from ..metrics.core import DOMINANT_SHARE
+
+    notes = []
+    if "attention" in table:
+        other = table[[not parse_attention(a).row_stochastic for a in table["attention"]]]
+        if len(other):
+            notes.append(f"{len(other)} of {len(table)} cells run attention that is not row-stochastic "
+                         f"({', '.join(sorted(set(other['attention'])))}): μ/‖X‖_F is scale-free: it shows neither "
+                         "how the tokens' norms change (they may spread and decay to 0) nor one token taking over; read norm_spread, "
+                         "max_token_share and row_mass_deficit beside it (phase.parquet, the report's cell table)")
+    if "max_token_share" in table:
+        share = table["max_token_share"]
+        dominant = share[share > DOMINANT_SHARE]
+        if len(dominant):
+            notes.append(f"in {len(dominant)} of {len(table)} cells one token holds more than half of ‖X‖_F² at the "
+                         f"last layer (median max_token_share over trajectories, up to {dominant.max():.3g}): there "
+                         "μ/‖X‖_F mostly measures that token's norm (one non-zero token gives sqrt(1 − 1/N) whatever "
+                         "the others), not how similar the other tokens are")
+    return notes
 
 
 #: Labels that say where a trajectory ended (collapsed, settled at rank k, aligned, diverged):
@@ -162,8 +193,8 @@ def write_report(table: pd.DataFrame, axes: list[str], out: Path, *, meta: dict[
         n_cells=len(table), fixed=meta.get("fixed", {}), samples=meta.get("samples"), seeds=meta.get("seeds"),
         seed=meta.get("seed"), timing=meta.get("timing", {}),
         regimes=[(r, int(counts.get(r, 0))) for r in REGIMES], theory=theory_agreement(table),
-        figures=[f.name for f in figs],
-        cells_html=jinja2.utils.markupsafe.Markup(table.head(2000).to_html(index=False, float_format=lambda v: f"{v:.3g}")))
+        figures=[f.name for f in figs], notes=operator_notes(table),
+        cells_html=jinja2.utils.markupsafe.Markup(table.head(2000).to_html(index=False, float_format=lambda v: f"{v + 0.0:.3g}")))
     write_text_atomic(out / "report.html", html)
     return {"parquet": str(out / "phase.parquet"), "heatmaps": [str(f) for f in figs], "report": str(out / "report.html")}
 

@@ -106,8 +106,8 @@ class UnitProgress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(TextColumn(f"{{task.description:<{WIDTH}}}"), BarColumn(bar_width=20),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
+            self._bar = Progress(TextColumn(f"{{task.description:<{WIDTH}}}", markup=False), BarColumn(bar_width=20),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}", markup=False),
                                  console=Console(stderr=True), transient=False)
             self._bar.__enter__()
             self._task = self._bar.add_task(short(self.title), total=self.total, eta="")

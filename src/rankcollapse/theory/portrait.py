@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._display import fixed
 from ..dynamics.inputs import sphere_tokens
 from ..errors import ConfigError
 from .equilibria import causal_example_2x2
@@ -67,7 +68,7 @@ def plot_portrait_2d(data: dict[str, Any], system: AttentionSystem | None = None
     finals = np.concatenate([data["final_deg"][1], data["final_deg"][-1]])
     for y in np.unique(np.round(finals[np.isfinite(finals)], 3)):  # the limits actually reached
         ax.axhline(y, color="grey", lw=0.5, ls=":")
-        ax.annotate(f"{y:.2f}°", (180, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+        ax.annotate(f"{fixed(y, '.2f')}°", (180, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
     ax.set(xlabel="starting angle of token 1 (deg)", ylabel="final angle of token 1 (deg)",
            title=f"SA-LN, N = d = 2, causal, W_V = {_matrix_text(system.W_V)}")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8, frameon=False)
