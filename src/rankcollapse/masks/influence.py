@@ -114,45 +114,319 @@ class Influence:
 
 
 # ------------------------------------------------------------------ range sums
+#: Scans along rows longer than this run in two stages (blocks of about the square root of
+#: the row), so that no sum adds more than about ``2 sqrt(row)`` terms in sequence.
+SEQUENTIAL_SCAN = 4096
+
+
 def range_sums(x: np.ndarray, a: np.ndarray, b: np.ndarray, r: float = 1.0) -> np.ndarray:
     """``out[k] = sum_{i=a[k]}^{b[k]} x[i] r^(i - a[k])`` (0 where ``a[k] > b[k]``).
 
-    ``x``: float64 ``(N,)`` non-negative; ``a``, ``b``: int ``(K,)`` in ``[0, N)``;
-    ``0 <= r <= 1`` (``r = 0``, a decay past float64's range, weights only ``i = a[k]``). A bottom-up segment tree whose node holds its left-anchored weighted
-    sum; each range is the union of at most two nodes per level, visited left to right,
-    each added with the factor ``r^(start - a)``. Only non-negative terms are added, so
-    the result has relative error ~ ``log2(N) eps`` (no cancellation). O((N + K) log N).
+    ``x``: float64 ``(N,)`` non-negative; ``a``, ``b``: int ``(K,)``, ``0 <= a <= N``, ``-1 <= b < N``;
+    ``0 <= r <= 1`` (``r = 0``, a decay past float64's range, weights only ``i = a[k]``).
+    One call of a :class:`RangeSums` plan (build the plan once to apply the same ranges to
+    many vectors). Only non-negative terms are added (no cancellation): see
+    :class:`RangeSums` for the error bound.
     """
-    n = x.shape[0]
-    size = 1 << max(1, (n - 1).bit_length())
-    levels = size.bit_length() - 1
-    tree = [np.zeros(size)]  # tree[k]: level k, node length 2^k
-    tree[0][:n] = x
-    for k in range(levels):
-        child = tree[k].reshape(-1, 2)
-        tree.append(child[:, 0] + (r ** (1 << k)) * child[:, 1] if r != 1.0 else child.sum(1))
-    out = np.zeros(a.shape[0])
-    a = np.asarray(a, dtype=np.int64)
-    lo = a.copy()
-    hi = np.asarray(b, dtype=np.int64) + 1  # half-open [lo, hi) in units of nodes
-    log_r = math.log(r) if r > 0.0 else -math.inf  # exp(-m) underflows to 0 for m > ~745
-    for k in range(levels + 1):
-        live = lo < hi
-        if not live.any():
+    return RangeSums(x.shape[0], a, b, r)(x)
+
+
+class RangeSums:
+    """Weighted sums of a non-negative vector over fixed ranges, in O(N + K) per vector.
+
+    ``RangeSums(n, a, b, r)(x)[k] = sum_{i=a[k]}^{b[k]} x[i] r^(i - a[k])`` (0 where
+    ``a[k] > b[k]``) for any float64 ``x`` of length ``n``, ``0 <= r <= 1``.
+
+    Blocks without subtraction. ``x`` is padded with zeros to ``M = 2^p >= n`` and a range
+    ending at ``n - 1`` is taken to end at ``M - 1`` (the same sum). At block size
+    ``B = 2^j`` a range ``[a, b]`` is *served* when it crosses exactly one block boundary
+    ``m`` (``m - B <= a < m <= b < m + B``): it is then the suffix of ``a``'s block from ``a``
+    plus ``r^(m - a)`` times the prefix of ``b``'s block up to ``b``; or when it lies in one
+    block and starts or ends with it (one prefix or one suffix). A range of length
+    ``2^(j-1) < L <= 2^j`` is served at ``B = 2^j`` or, if it lies inside one such block
+    without touching its ends, at ``2^(j-1)`` (it then contains the block's midpoint and
+    ends less than ``2^(j-1)`` after it); a range starting at 0 or ending at ``M - 1`` is
+    served at every ``B >= L / 2``. The plan picks block sizes greedily, the one serving
+    most ranges first (larger on ties): a window of width ``w`` takes one block size near
+    ``w / 2``, the causal mask's suffixes one scan of the whole vector. Per vector, each
+    block size computes the within-block suffix sums of the blocks holding a range's start
+    and the prefix sums of those holding a range's end, then each range reads one or two of
+    them (a disjoint sparse table restricted to the levels and blocks in use).
+
+    Error. Each output adds non-negative terms only: a within-block scan adds at most
+    ``s + q`` terms in sequence (rows of ``B <=`` :data:`SEQUENTIAL_SCAN` at once,
+    ``s = q = 1``; longer rows as ``q`` blocks of ``s ~ sqrt(B)``), the weighted scans
+    (``r < 1``) add along a tree (``2 log2 B`` terms), plus one addition for a range that
+    crosses a boundary; the weights ``r^d`` are ``exp(d log r)`` (relative error ~ ``d |log
+    r| eps``, which matters only where ``r^d`` is far below 1). So every entry has relative
+    error at most ~ ``(2 sqrt(B) + 2) eps`` with ``r = 1`` and ~ ``(2 log2 B + 2) eps + d
+    |log r| eps`` otherwise, however small it is (``B <= M``), down to float64's
+    smallest normal number (a weighted term below it is subnormal or 0, as in the exact
+    product). Memory: ``O(M + K)``.
+    """
+
+    def __init__(self, n: int, a: np.ndarray, b: np.ndarray, r: float = 1.0) -> None:
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+        self.n, self.r, self.k = int(n), float(r), a.shape[0]
+        self.log_r = math.log(r) if r > 0.0 else -math.inf  # exp(-m) underflows to 0 for m > ~745
+        top = max(0, (self.n - 1).bit_length())
+        self.size = 1 << top  # M
+        end = np.where((b == self.n - 1) & (a <= b), self.size - 1, b)
+        # where a range reads its first and second part (-1: the zero at the end of the buffer)
+        ia = ib = factor = multi = None
+        if self.k and ((end == self.size - 1).all() or (a == 0).all()) and (a <= end).all():
+            levels: list = [(top, None)]  # suffixes (prefixes) of the whole vector: one scan
+        elif (a >= end).any():  # empty ranges read nothing, one-term ranges x itself
+            multi = np.flatnonzero(a < end)
+            ia, ib = np.full(self.k, -1, dtype=np.int64), np.full(self.k, -1, dtype=np.int64)
+            single = np.flatnonzero(a == end)
+            ia[single] = a[single]
+            factor = np.ones(self.k)
+            a, end = a[multi], end[multi]
+            levels = _levels(a, end, top)
+        else:
+            levels = _levels(a, end, top)
+        self.levels: list[_Level] = []
+        size = self.size
+        for j, sel in levels:
+            part = (a, end) if sel is None else (a[sel], end[sel])
+            lv, size, first, second, f = _Level.plan(j, *part, size, self.log_r)
+            self.levels.append(lv)
+            into = sel if multi is None else (multi if sel is None else multi[sel])
+            if into is None:  # one level serves every range
+                ia, ib, factor = first, second, f
+                continue
+            if ia is None:
+                ia, ib, factor = np.full(self.k, -1, dtype=np.int64), np.full(self.k, -1, dtype=np.int64), np.ones(self.k)
+            ia[into] = first
+            if second is not None:
+                ib[into] = second
+            if f is not None:
+                factor[into] = f
+        if ia is None:  # no ranges
+            ia = np.full(self.k, -1, dtype=np.int64)
+        self.buffer = np.zeros(size + 1)  # x padded, every level's scans, a trailing 0
+        self.first = _Gather(ia, size + 1)
+        self.second = None if ib is None or all(lv.prefix_rows is None for lv in self.levels) else _Gather(ib, size + 1)
+        self.factor = factor if self.second is not None and self.log_r != 0.0 else None
+
+    def __call__(self, x: np.ndarray, divisor: np.ndarray | None = None) -> np.ndarray:
+        """The range sums of ``x`` (of ``x / divisor`` with a positive ``divisor``), float64 ``(K,)``."""
+        buf = self.buffer
+        if divisor is None:
+            buf[:self.n] = x
+        else:
+            np.divide(x, divisor, out=buf[:self.n])
+        padded = buf[:self.size]
+        for lv in self.levels:
+            lv.scan(padded, buf, self.r)
+        out = self.first(buf)
+        if self.second is not None:
+            second = self.second(buf)
+            out += second if self.factor is None else self.factor * second
+        return out
+
+
+def _levels(a: np.ndarray, b: np.ndarray, top: int) -> list[tuple[int, np.ndarray | None]]:
+    """Block sizes ``2^j`` for the ranges ``[a, b]`` (``a < b``), chosen greedily
+    (:class:`RangeSums`), and the ranges each serves (``None``: all). Candidates of a
+    range: ``j0 - 1`` and ``j0`` with ``2^(j0-1) < b - a + 1 <= 2^j0``, and every level
+    ``>= j0 - 1`` for a range anchored at 0 or at ``2^top - 1``; each round counts them on
+    up to ~1024 evenly spaced ranges still unserved and takes the level serving most
+    (the larger on ties) for every range it serves."""
+    out: list[tuple[int, np.ndarray | None]] = []
+    left: np.ndarray | None = None  # indices of the ranges still unserved (None: all)
+    while a.shape[0] and (left is None or left.shape[0]):
+        la, lb = (a, b) if left is None else (a[left], b[left])
+        stride = max(1, la.shape[0] // 1024)
+        sa, sb = la[::stride], lb[::stride]
+        j0 = np.frexp((sb - sa).astype(np.float64))[1]  # ceil(log2 L)
+        low = j0 - 1
+        anchored = (sa == 0) | (sb == (1 << top) - 1)
+        counts = np.bincount(low[_served(sa, sb, low) & ~anchored], minlength=top + 1)
+        counts += np.bincount(j0[_served(sa, sb, j0) & ~anchored], minlength=top + 1)
+        counts += np.cumsum(np.bincount(low[anchored], minlength=top + 1))[:top + 1]
+        j = top - int(np.argmax(counts[::-1]))
+        take = _served(la, lb, j)
+        if take.all():
+            out.append((j, left))
             break
-        take = live & (lo & 1).astype(bool)  # a left-boundary node at this level
-        if take.any():
-            idx = lo[take]
-            out[take] += tree[k][idx] * _power(log_r, (idx << k) - a[take])
-            lo[take] += 1
-        take = (lo < hi) & (hi & 1).astype(bool)  # a right-boundary node
-        if take.any():
-            hi[take] -= 1
-            idx = hi[take]
-            out[take] += tree[k][idx] * _power(log_r, (idx << k) - a[take])
-        lo >>= 1
-        hi >>= 1
+        taken = np.flatnonzero(take)
+        out.append((j, taken if left is None else left[taken]))
+        rest = np.flatnonzero(~take)
+        left = rest if left is None else left[rest]
     return out
+
+
+def _served(a: np.ndarray, b: np.ndarray, j: Any) -> np.ndarray:
+    """Whether ``[a, b]`` is one suffix plus one prefix, one prefix or one suffix of blocks of ``2^j``."""
+    ra, rb, last = a >> j, b >> j, (1 << j) - 1
+    return (rb == ra + 1) | ((ra == rb) & (((a & last) == 0) | ((b & last) == last)))
+
+
+class _Gather:
+    """``buf[idx]``, read as one slice and a few exceptions when ``idx`` is mostly a run
+    ``start + arange(K)`` (parts of the run outside the buffer are exceptions)."""
+
+    def __init__(self, idx: np.ndarray, length: int) -> None:
+        k = idx.shape[0]
+        self.idx, self.k, self.start = idx, k, None
+        if k:
+            offset = idx - np.arange(k)
+            start = int(offset[k // 2])
+            lo, hi = max(0, -start), min(k, length - start)  # run positions inside the buffer
+            off_run = offset != start
+            off_run[:lo] = off_run[hi:] = True
+            exceptions = np.flatnonzero(off_run)
+            if exceptions.shape[0] <= k // 4:
+                self.start, self.span, self.idx = start, (lo, hi), None
+                self.exceptions, self.sources = exceptions, idx[exceptions]
+
+    def __call__(self, buf: np.ndarray) -> np.ndarray:
+        if self.start is None:
+            return buf[self.idx]
+        lo, hi = self.span
+        if lo == 0 and hi == self.k:
+            out = buf[self.start:self.start + self.k].copy()
+        else:
+            out = np.empty(self.k)
+            out[lo:hi] = buf[self.start + lo:self.start + hi]
+        out[self.exceptions] = buf[self.sources]
+        return out
+
+
+@dataclass
+class _Level:
+    """The scans one block size ``2^j`` contributes to a :class:`RangeSums` plan."""
+
+    block: int
+    step: int  # block length of the two-stage scans (1: one stage)
+    suffix_rows: Any  # slice or index array of the blocks whose suffix sums are read
+    suffix_from: int  # first column of those scans
+    suffix_at: int  # offset of the (rows, block - suffix_from) scans in the buffer
+    prefix_rows: Any
+    prefix_to: int  # columns [0, prefix_to) of the prefix scans
+    prefix_at: int
+    weights: np.ndarray | None  # r^t, t < prefix_to, for r < 1
+
+    @classmethod
+    def plan(cls, j: int, a: np.ndarray, b: np.ndarray, at: int, log_r: float) -> tuple:
+        """Scans at block size ``2^j`` for the ranges ``[a, b]`` (``a < b``, served there),
+        placed from ``at`` in the buffer. Returns the level, the end of its scans, and each
+        range's reads: first and second part (buffer positions, -1 for none; the second
+        None when no range has one) and the second part's factor ``r^(m - a)``."""
+        block = 1 << int(j)
+        step, last = _substep(block), block - 1
+        ra, rb, ca, cb = a >> j, b >> j, a & last, b & last
+        crossing = ra != rb
+        # a range inside one block that starts with it reads its prefix; every other a suffix
+        prefix_only = (ca == 0) & (cb != last) & ~crossing
+        some_prefix_only = bool(prefix_only.any())
+        if some_prefix_only and prefix_only.all():
+            suffix_rows, n_suffix, suffix_from, width = None, 0, 0, 0
+            first = np.full(a.shape[0], -1, dtype=np.int64)
+        else:
+            suffix_rows, rank, n_suffix = _rows(ra, ~prefix_only if some_prefix_only else None)
+            suffix_from = int((np.where(prefix_only, last, ca) if some_prefix_only else ca).min()) // step * step
+            width = block - suffix_from
+            first = (at - suffix_from) + rank * width + ca
+            if some_prefix_only:
+                first[prefix_only] = -1
+        suffix_at, at = at, at + n_suffix * width
+        wants_prefix = crossing | prefix_only
+        second = f = prefix_rows = weights = None
+        prefix_to = prefix_at = 0
+        if wants_prefix.any():
+            every = bool(wants_prefix.all())
+            prefix_rows, rank, n_prefix = _rows(rb, None if every else wants_prefix)
+            prefix_to = -(-(int((cb if every else np.where(wants_prefix, cb, 0)).max()) + 1) // step) * step
+            second = at + rank * prefix_to + cb
+            if not every:
+                second[~wants_prefix] = -1
+            prefix_at, at = at, at + n_prefix * prefix_to
+            if log_r != 0.0:
+                f = np.where(crossing, _power(log_r, (rb << j) - a), 1.0)  # r^(m - a)
+                weights = _power(log_r, np.arange(prefix_to))
+        lv = cls(block, step, suffix_rows, suffix_from, suffix_at, prefix_rows, prefix_to, prefix_at, weights)
+        return lv, at, first, second, f
+
+    def scan(self, padded: np.ndarray, buf: np.ndarray, r: float) -> None:
+        blocks = padded.reshape(-1, self.block)
+        if self.suffix_rows is not None:
+            x = blocks[self.suffix_rows, self.suffix_from:]
+            out = buf[self.suffix_at:self.suffix_at + x.size].reshape(x.shape)
+            if r == 1.0:
+                _cumsum(x[:, ::-1], out[:, ::-1], self.step)
+            else:
+                _geometric_suffix(x, r, out)
+        if self.prefix_rows is not None:
+            x = blocks[self.prefix_rows, :self.prefix_to]
+            out = buf[self.prefix_at:self.prefix_at + x.size].reshape(x.shape)
+            _cumsum(x if self.weights is None else x * self.weights, out, self.step)
+
+
+def _rows(rows: np.ndarray, wanted: np.ndarray | None = None) -> tuple[Any, np.ndarray, int]:
+    """The blocks whose scans are read: those in ``rows`` (where ``wanted``), as a slice
+    when ``rows`` is sorted without gaps (then possibly a few more); the position of each
+    entry's block among them; their count."""
+    if rows.shape[0] == 0:
+        return None, rows, 0
+    step = np.diff(rows)
+    if ((step == 0) | (step == 1)).all():
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        return slice(lo, hi), rows - lo, hi - lo
+    lo, hi = int(rows.min()), int(rows.max()) + 1
+    used = np.bincount(rows - lo, weights=wanted, minlength=hi - lo) > 0
+    return np.flatnonzero(used) + lo, (np.cumsum(used) - 1)[rows - lo], int(np.count_nonzero(used))
+
+
+def _substep(length: int) -> int:
+    """Block length of a two-stage scan along a row of ``length`` (a power of two): 1 (one
+    stage) up to :data:`SEQUENTIAL_SCAN`, else about ``sqrt(length)``."""
+    return 1 if length <= SEQUENTIAL_SCAN else 1 << (length.bit_length() // 2)
+
+
+def _cumsum(x: np.ndarray, out: np.ndarray, step: int) -> None:
+    """Cumulative sums of non-negative ``x`` along rows into ``out`` (both ``(rows, L)``;
+    either may be a reversed view). With ``step > 1`` (``L`` a multiple of it), in two
+    stages: within blocks of ``step``, then the block totals, added on (no sum passes
+    through more than ``step + L / step`` sequential additions)."""
+    rows, length = x.shape
+    if step == 1:
+        np.cumsum(x, axis=1, out=out)
+        return
+    inner = out.reshape(rows, length // step, step)
+    np.cumsum(x.reshape(rows, length // step, step), axis=2, out=inner)
+    before = np.cumsum(inner[:, :-1, -1], axis=1)  # totals of the blocks before each block
+    inner[:, 1:, :] += before[:, :, None]
+
+
+def _geometric_suffix(x: np.ndarray, r: float, out: np.ndarray) -> None:
+    """``out[:, t] = sum_{s >= t} x[:, s] r^(s - t)`` along rows, non-negative ``x``: an
+    up-sweep of pairwise weighted totals (node ``c`` of level ``k`` holds its ``2^k`` terms
+    anchored at its start), then a down-sweep giving each node the suffix from its start
+    (``O(L)`` work, each output a sum along one root-to-leaf path of the tree)."""
+    rows, length = x.shape
+    width = 1 << max(0, (length - 1).bit_length())
+    level = np.zeros((rows, width))
+    level[:, :length] = x
+    totals = [level]
+    while level.shape[1] > 1:
+        half = r ** (width // level.shape[1])  # r^(node length): from a left node's start to its sibling's
+        level = level[:, 0::2] + half * level[:, 1::2]
+        totals.append(level)
+    suffix = totals[-1]
+    for k in range(len(totals) - 2, -1, -1):  # node c of level k + 1 -> children 2c, 2c + 1
+        child = totals[k]
+        span = r ** (width // child.shape[1])  # r^(2^k): from a right child's start to the next node
+        nxt = np.zeros_like(suffix)
+        nxt[:, :-1] = suffix[:, 1:]
+        down = np.empty_like(child)
+        down[:, 0::2] = suffix
+        down[:, 1::2] = child[:, 1::2] + span * nxt
+        suffix = down
+    out[...] = suffix[:, :length]
 
 
 def _power(log_r: float, exponent: np.ndarray) -> np.ndarray:
@@ -166,25 +440,30 @@ def _power(log_r: float, exponent: np.ndarray) -> np.ndarray:
 
 # --------------------------------------------------------------- operators
 class _IntervalOperator:
-    """``v -> v Â`` for a monotone interval mask (module docstring), O(N log N)."""
+    """``v -> v Â`` for a monotone interval mask (module docstring), O(N) per product."""
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray, decay: float) -> None:
         n = lo.shape[0]
         self.r = math.exp(-decay)
-        left, right = np.arange(n) - lo + 1, hi - np.arange(n) + 1  # keys on each side, self counted twice
-        self.z = _geometric(left, decay) + _geometric(right, decay) - 1.0
-        self.lo_rev, self.hi_rev = interval_graph.reverse(lo, hi)
-        self.keys = np.arange(n)
+        keys = np.arange(n)
+        if decay == 0.0:
+            self.z = (hi - lo + 1).astype(np.float64)
+        else:
+            left, right = keys - lo + 1, hi - keys + 1  # keys on each side, self counted twice
+            self.z = _geometric(left, decay) + _geometric(right, decay) - 1.0
+        lo_rev, hi_rev = interval_graph.reverse(lo, hi)
+        self.left = None
+        if self.r == 1.0:  # no decay: one range sum over all the queries of key j
+            self.right = RangeSums(n, lo_rev, hi_rev)
+            return
+        self.right = RangeSums(n, keys, hi_rev, self.r)  # queries i >= j, left-anchored at j
+        if (lo_rev < keys).any():  # queries i < j, right-anchored at j - 1: reversed ranges [n - j, n - 1 - lo'_j]
+            self.left = RangeSums(n, n - keys, n - 1 - lo_rev, self.r)
 
     def __call__(self, v: np.ndarray) -> np.ndarray:
-        u = v / self.z
-        out = range_sums(u, self.keys, self.hi_rev, self.r)  # queries i >= j
-        # queries i < j, right-anchored at j - 1: reverse the vector and the ranges
-        n = u.shape[0]
-        a, b = n - self.keys, n - 1 - self.lo_rev  # positions of j-1 .. lo' in reversed u
-        has = self.lo_rev < self.keys
-        if has.any():
-            out[has] += self.r * range_sums(u[::-1].copy(), a[has], b[has], self.r)
+        out = self.right(v, self.z)  # sums of u = v / Z
+        if self.left is not None:
+            out += self.r * self.left(v[::-1], self.z[::-1])
         return out
 
 
@@ -349,7 +628,13 @@ def _profiles(layer_ops: list, n: int, alphas: list[float], *, periodic: bool) -
     start[-1] = 1.0
     def step(t: int, v: np.ndarray) -> np.ndarray:
         a = alphas[t]
-        return v if a == 1.0 else a * v + (1.0 - a) * layer_ops[t](v)
+        if a == 1.0:
+            return v
+        mixed = layer_ops[t](v)
+        if a != 0.0:
+            mixed *= 1.0 - a
+            mixed += a * v
+        return mixed
 
     if periodic:
         v = start
