@@ -175,6 +175,16 @@ class RangeSums:
         end = np.where((b == self.n - 1) & (a <= b), self.size - 1, b)
         # where a range reads its first and second part (-1: the zero at the end of the buffer)
         ia = ib = factor = multi = None
+        if self.k == self.n and (end == self.size - 1).all() and (a == np.arange(self.n)).all():
+            # every suffix of x, in order: one scan of the whole vector read as one run
+            step = _substep(self.size)
+            self.levels = [_Level(self.size, step, slice(0, 1), 0, self.size, None, 0, 0, None)]
+            self.buffer = np.zeros(2 * self.size + 1)
+            self.first = _Gather.run(2 * self.size - 1 if step > 1 else self.size, -1 if step > 1 else 1, self.k)
+            self.second = self.factor = None
+            self.whole_suffix = step > 1 and self.r == 1.0
+            return
+        self.whole_suffix = False
         if self.k and ((end == self.size - 1).all() or (a == 0).all()) and (a <= end).all():
             levels: list = [(top, None)]  # suffixes (prefixes) of the whole vector: one scan
         elif (a >= end).any():  # empty ranges read nothing, one-term ranges x itself
@@ -214,6 +224,8 @@ class RangeSums:
     def __call__(self, x: np.ndarray, divisor: np.ndarray | None = None) -> np.ndarray:
         """The range sums of ``x`` (of ``x / divisor`` with a positive ``divisor``), float64 ``(K,)``."""
         buf = self.buffer
+        if self.whole_suffix:
+            return self._suffixes(x, divisor)
         if divisor is None:
             buf[:self.n] = x
         else:
@@ -226,6 +238,21 @@ class RangeSums:
             second = self.second(buf)
             out += second if self.factor is None else self.factor * second
         return out
+
+
+    def _suffixes(self, x: np.ndarray, divisor: np.ndarray | None) -> np.ndarray:
+        """Every suffix sum of ``x`` (``r = 1``, ``M`` > :data:`SEQUENTIAL_SCAN`): the
+        two-stage scan of :func:`_cumsum` on the reversed vector, written (divided) straight
+        into the scan's storage."""
+        m, n, step = self.size, self.n, self.levels[0].step
+        scan = self.buffer[m:2 * m]
+        scan[:m - n] = 0.0
+        if divisor is None:
+            scan[m - n:] = x[::-1]
+        else:
+            np.divide(x[::-1], divisor[::-1], out=scan[m - n:])
+        _cumsum(None, scan.reshape(1, m), step)
+        return self.first(self.buffer)
 
 
 def _levels(a: np.ndarray, b: np.ndarray, top: int) -> list[tuple[int, np.ndarray | None]]:
@@ -266,33 +293,53 @@ def _served(a: np.ndarray, b: np.ndarray, j: Any) -> np.ndarray:
 
 
 class _Gather:
-    """``buf[idx]``, read as one slice and a few exceptions when ``idx`` is mostly a run
-    ``start + arange(K)`` (parts of the run outside the buffer are exceptions)."""
+    """``buf[idx]``, read as one slice (ascending or descending) and a few exceptions when
+    ``idx`` is mostly a run ``start +- arange(K)`` (parts of the run outside the buffer are
+    exceptions)."""
 
     def __init__(self, idx: np.ndarray, length: int) -> None:
         k = idx.shape[0]
         self.idx, self.k, self.start = idx, k, None
-        if k:
-            offset = idx - np.arange(k)
-            start = int(offset[k // 2])
-            lo, hi = max(0, -start), min(k, length - start)  # run positions inside the buffer
-            off_run = offset != start
-            off_run[:lo] = off_run[hi:] = True
-            exceptions = np.flatnonzero(off_run)
-            if exceptions.shape[0] <= k // 4:
-                self.start, self.span, self.idx = start, (lo, hi), None
-                self.exceptions, self.sources = exceptions, idx[exceptions]
+        if k < 2:
+            return
+        mid = k // 2
+        self.sign = sign = 1 if idx[mid] - idx[mid - 1] >= 0 else -1
+        offset = idx - sign * np.arange(k)
+        start = int(offset[mid])
+        if sign == 1:  # run positions inside the buffer
+            lo, hi = max(0, -start), min(k, length - start)
+        else:
+            lo, hi = max(0, start - length + 1), min(k, start + 1)
+        off_run = offset != start
+        off_run[:lo] = off_run[hi:] = True
+        exceptions = np.flatnonzero(off_run)
+        if exceptions.shape[0] <= k // 4:
+            self.start, self.span, self.idx = start, (lo, hi), None
+            self.exceptions, self.sources = exceptions, idx[exceptions]
+
+    @classmethod
+    def run(cls, start: int, sign: int, k: int) -> _Gather:
+        """``buf[start + sign * arange(k)]``, all inside the buffer."""
+        out = cls(np.zeros(0, dtype=np.int64), 0)
+        out.start, out.sign, out.k, out.span, out.idx = start, sign, k, (0, k), None
+        out.exceptions = out.sources = np.zeros(0, dtype=np.int64)
+        return out
 
     def __call__(self, buf: np.ndarray) -> np.ndarray:
         if self.start is None:
             return buf[self.idx]
         lo, hi = self.span
+        if self.sign == 1:
+            run = buf[self.start + lo:self.start + hi]
+        else:
+            run = buf[self.start - hi + 1:self.start - lo + 1][::-1]
         if lo == 0 and hi == self.k:
-            out = buf[self.start:self.start + self.k].copy()
+            out = run.copy()
         else:
             out = np.empty(self.k)
-            out[lo:hi] = buf[self.start + lo:self.start + hi]
-        out[self.exceptions] = buf[self.sources]
+            out[lo:hi] = run
+        if self.exceptions.shape[0]:
+            out[self.exceptions] = buf[self.sources]
         return out
 
 
@@ -304,7 +351,7 @@ class _Level:
     step: int  # block length of the two-stage scans (1: one stage)
     suffix_rows: Any  # slice or index array of the blocks whose suffix sums are read
     suffix_from: int  # first column of those scans
-    suffix_at: int  # offset of the (rows, block - suffix_from) scans in the buffer
+    suffix_at: int  # offset of the (rows, block - suffix_from) scans in the buffer (rows reversed when step > 1)
     prefix_rows: Any
     prefix_to: int  # columns [0, prefix_to) of the prefix scans
     prefix_at: int
@@ -330,7 +377,10 @@ class _Level:
             suffix_rows, rank, n_suffix = _rows(ra, ~prefix_only if some_prefix_only else None)
             suffix_from = int((np.where(prefix_only, last, ca) if some_prefix_only else ca).min()) // step * step
             width = block - suffix_from
-            first = (at - suffix_from) + rank * width + ca
+            if step > 1:  # long rows are stored from the block's end (their second stage runs forward)
+                first = (at + width - 1 + suffix_from) + rank * width - ca
+            else:
+                first = (at - suffix_from) + rank * width + ca
             if some_prefix_only:
                 first[prefix_only] = -1
         suffix_at, at = at, at + n_suffix * width
@@ -356,10 +406,12 @@ class _Level:
         if self.suffix_rows is not None:
             x = blocks[self.suffix_rows, self.suffix_from:]
             out = buf[self.suffix_at:self.suffix_at + x.size].reshape(x.shape)
+            if self.step == 1:
+                out = out[:, ::-1]
             if r == 1.0:
-                _cumsum(x[:, ::-1], out[:, ::-1], self.step)
+                _cumsum(x[:, ::-1], out, self.step)
             else:
-                _geometric_suffix(x, r, out)
+                _geometric_suffix(x, r, out[:, ::-1])
         if self.prefix_rows is not None:
             x = blocks[self.prefix_rows, :self.prefix_to]
             out = buf[self.prefix_at:self.prefix_at + x.size].reshape(x.shape)
@@ -387,19 +439,26 @@ def _substep(length: int) -> int:
     return 1 if length <= SEQUENTIAL_SCAN else 1 << (length.bit_length() // 2)
 
 
-def _cumsum(x: np.ndarray, out: np.ndarray, step: int) -> None:
+def _cumsum(x: np.ndarray | None, out: np.ndarray, step: int) -> None:
     """Cumulative sums of non-negative ``x`` along rows into ``out`` (both ``(rows, L)``;
-    either may be a reversed view). With ``step > 1`` (``L`` a multiple of it), in two
-    stages: within blocks of ``step``, then the block totals, added on (no sum passes
-    through more than ``step + L / step`` sequential additions)."""
+    ``x`` may be a reversed view, ``out`` with ``step > 1`` must be contiguous; ``x =
+    None``: of ``out``, in place). With
+    ``step > 1`` (``L`` a multiple of it), in two stages: the totals of the blocks of
+    ``step`` before each block (pairwise sums, then a running sum over blocks) start each
+    block's running sum, so no sum passes through more than ``step + L / step``
+    sequential additions."""
+    if x is None:  # in place
+        x = out
     rows, length = x.shape
     if step == 1:
         np.cumsum(x, axis=1, out=out)
         return
+    blocks = x.reshape(rows, length // step, step)
     inner = out.reshape(rows, length // step, step)
-    np.cumsum(x.reshape(rows, length // step, step), axis=2, out=inner)
-    before = np.cumsum(inner[:, :-1, -1], axis=1)  # totals of the blocks before each block
-    inner[:, 1:, :] += before[:, :, None]
+    if x is not out:
+        inner[...] = blocks
+    inner[:, 1:, 0] += np.cumsum(blocks[:, :-1, :].sum(axis=2), axis=1)
+    np.cumsum(inner, axis=2, out=inner)
 
 
 def _geometric_suffix(x: np.ndarray, r: float, out: np.ndarray) -> None:
@@ -494,8 +553,8 @@ class _CsrOperator:
         return self.transposed.T.toarray()
 
 
-def _operator(mask: Mask, decay: float) -> Any:
-    if _on_intervals(mask):
+def _operator(mask: Mask, decay: float, on_intervals: bool | None = None) -> Any:
+    if _on_intervals(mask) if on_intervals is None else on_intervals:
         return _IntervalOperator(*mask.intervals, decay)
     return _CsrOperator(mask, decay)
 
@@ -554,8 +613,9 @@ def influence(
     alphas = _check_alphas(alpha, depth)
     decay, epsilon = _check_params(decay, epsilon, query, n)
     schedule = parse_schedule(mask, n)
-    _check_size(n, depth, query, max_memory, schedule)
-    ops = [_operator(m, decay) for m in schedule.masks]
+    on_intervals = [_on_intervals(m) for m in schedule.masks]
+    _check_size(n, depth, query, max_memory, schedule, on_intervals)
+    ops = [_operator(m, decay, on) for m, on in zip(schedule.masks, on_intervals)]
     layer_ops = [ops[t % schedule.period] for t in range(depth)]
     profiles = _profiles(layer_ops, n, alphas, periodic=schedule.period == 1 and len(set(alphas)) == 1)
     matrix = _matrix(schedule, n, alphas, decay) if query == "all" else None
@@ -567,14 +627,15 @@ def influence(
                      summary=summarize(profiles[-1], epsilon), per_depth=per_depth)
 
 
-def _check_size(n: int, depth: int, query: str, max_memory: Any, schedule: MaskSchedule | None = None) -> None:
+def _check_size(n: int, depth: int, query: str, max_memory: Any, schedule: MaskSchedule | None = None,
+                on_intervals: list[bool] | None = None) -> None:
     """Refuse a computation whose :func:`~rankcollapse._memory.influence_bytes` exceeds
     ``max_memory``: from N and H alone, then with the schedule's masks (the CSR edges of
     those not on the interval path, the dense matrices of ``query="all"``)."""
     edges, masks = 0, 1
     if schedule is not None:
         masks = len(schedule.masks)
-        edges = sum(m.n_edges for m in schedule.masks if not _on_intervals(m))
+        edges = sum(m.n_edges for m, on in zip(schedule.masks, on_intervals) if not on)
     need = influence_bytes(n, depth, n_edges=edges, n_masks=masks, query_all=query == "all")
     check_memory(need, f"the influence profile at N = {n}, depth {depth}" + (" (query all)" if query == "all" else ""),
                  max_memory)
@@ -674,20 +735,37 @@ def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any]:
     """
     n = profile.shape[0]
     total = float(profile.sum())
-    support = np.flatnonzero(profile >= np.finfo(np.float64).tiny)
-    valley = int(support[np.argmin(profile[support])]) if support.size else None
-    recent = np.cumsum(profile[::-1])
-    horizon = int(np.searchsorted(recent, (1.0 - epsilon) * total, side="left")) + 1
+    in_support = profile >= np.finfo(np.float64).tiny
+    n_support = int(np.count_nonzero(in_support))
+    valley = None
+    if n_support:  # the first minimum over the support
+        valley = int(np.argmin(profile if n_support == n else np.where(in_support, profile, np.inf)))
     return {
         "first_token_mass": float(profile[0]),
         "last_token_mass": float(profile[-1]),
         "valley_position": valley,
         "valley_mass": None if valley is None else float(profile[valley]),
-        "valley_ratio": None if valley is None else float(profile[valley] * support.size),
-        "effective_horizon": min(horizon, n),
-        "n_support": int(support.size),
+        "valley_ratio": None if valley is None else float(profile[valley] * n_support),
+        "effective_horizon": _horizon(profile, (1.0 - epsilon) * total),
+        "n_support": n_support,
         "mass": total,
     }
+
+
+def _horizon(profile: np.ndarray, mass: float) -> int:
+    """The fewest most recent positions whose running sum from the end (added in sequence)
+    reaches ``mass`` (all ``N`` if none does): the running sum is formed in chunks from the
+    end, each continuing the last, and stops at the chunk that reaches ``mass``."""
+    recent, n = profile[::-1], profile.shape[0]
+    start, size, carry = 0, 4096, None
+    while start < n:
+        part = recent[start:start + size]
+        sums = np.cumsum(part) if carry is None else np.cumsum(np.concatenate(([carry], part)))[1:]
+        k = int(np.searchsorted(sums, mass, side="left"))
+        if k < sums.shape[0]:
+            return start + k + 1
+        start, size, carry = start + sums.shape[0], 2 * size, sums[-1]
+    return n
 
 
 def draw_influence(result: Influence, *, ax: Any = None, max_points: int = 4096) -> Any:
