@@ -114,9 +114,9 @@ class Influence:
 
 
 # ------------------------------------------------------------------ range sums
-#: Scans along rows longer than this run in two stages (blocks of about the square root of
-#: the row), so that no sum adds more than about ``2 sqrt(row)`` terms in sequence.
-SEQUENTIAL_SCAN = 4096
+#: Scans along blocks longer than this run in two stages (sub-blocks of about the square
+#: root of the block), so that no sum adds more than this many terms in sequence.
+SEQUENTIAL_SCAN = 1024
 
 
 def range_sums(x: np.ndarray, a: np.ndarray, b: np.ndarray, r: float = 1.0) -> np.ndarray:
@@ -135,34 +135,37 @@ class RangeSums:
     """Weighted sums of a non-negative vector over fixed ranges, in O(N + K) per vector.
 
     ``RangeSums(n, a, b, r)(x)[k] = sum_{i=a[k]}^{b[k]} x[i] r^(i - a[k])`` (0 where
-    ``a[k] > b[k]``) for any float64 ``x`` of length ``n``, ``0 <= r <= 1``.
+    ``a[k] > b[k]``) for any non-negative float64 ``x`` of length ``n``, ``0 <= r <= 1``.
+    The plan is made once; each call costs O(N + K).
 
-    Blocks without subtraction. ``x`` is padded with zeros to ``M = 2^p >= n`` and a range
-    ending at ``n - 1`` is taken to end at ``M - 1`` (the same sum). At block size
-    ``B = 2^j`` a range ``[a, b]`` is *served* when it crosses exactly one block boundary
-    ``m`` (``m - B <= a < m <= b < m + B``): it is then the suffix of ``a``'s block from ``a``
-    plus ``r^(m - a)`` times the prefix of ``b``'s block up to ``b``; or when it lies in one
-    block and starts or ends with it (one prefix or one suffix). A range of length
+    Blocks without subtraction (a disjoint sparse table restricted to the levels and
+    blocks in use). ``x`` is padded with zeros to ``M = 2^p >= n``, so a range ending at
+    ``n - 1`` may be taken to end with any block holding ``n - 1`` (the same sum). At block
+    size ``B = 2^j`` a range ``[a, b]`` is *served* when it crosses one block boundary
+    ``m`` with ``m - B <= a < m <= b < m + B``: it is then the suffix of ``a``'s block from
+    ``a`` plus ``r^(m - a)`` times the prefix of ``b``'s block up to ``b``; or when it lies in
+    one block and starts or ends with it (one prefix or one suffix). A range of length
     ``2^(j-1) < L <= 2^j`` is served at ``B = 2^j`` or, if it lies inside one such block
     without touching its ends, at ``2^(j-1)`` (it then contains the block's midpoint and
-    ends less than ``2^(j-1)`` after it); a range starting at 0 or ending at ``M - 1`` is
-    served at every ``B >= L / 2``. The plan picks block sizes greedily, the one serving
-    most ranges first (larger on ties): a window of width ``w`` takes one block size near
-    ``w / 2``, the causal mask's suffixes one scan of the whole vector. Per vector, each
-    block size computes the within-block suffix sums of the blocks holding a range's start
-    and the prefix sums of those holding a range's end, then each range reads one or two of
-    them (a disjoint sparse table restricted to the levels and blocks in use).
+    ends less than ``2^(j-1)`` after it); a range starting at 0 or ending at ``n - 1`` is
+    also served at every larger ``B``. The plan picks block sizes greedily, the one
+    serving most ranges first (the larger on ties): the windows of a sliding window take
+    one block size, the causal mask's suffixes one scan of the whole vector. Per vector,
+    each block size scans the blocks holding a range's start (suffix sums) and those
+    holding a range's end (prefix sums), and each range reads one or two scan values
+    (runs of them as slices).
 
-    Error. Each output adds non-negative terms only: a within-block scan adds at most
-    ``s + q`` terms in sequence (rows of ``B <=`` :data:`SEQUENTIAL_SCAN` at once,
-    ``s = q = 1``; longer rows as ``q`` blocks of ``s ~ sqrt(B)``), the weighted scans
-    (``r < 1``) add along a tree (``2 log2 B`` terms), plus one addition for a range that
-    crosses a boundary; the weights ``r^d`` are ``exp(d log r)`` (relative error ~ ``d |log
-    r| eps``, which matters only where ``r^d`` is far below 1). So every entry has relative
-    error at most ~ ``(2 sqrt(B) + 2) eps`` with ``r = 1`` and ~ ``(2 log2 B + 2) eps + d
-    |log r| eps`` otherwise, however small it is (``B <= M``), down to float64's
-    smallest normal number (a weighted term below it is subnormal or 0, as in the exact
-    product). Memory: ``O(M + K)``.
+    Error. Only non-negative terms are added, so there is no cancellation and the bound is
+    relative, for every entry however small (down to float64's smallest normal number;
+    terms below it are subnormal or 0, as in the exact product). With ``r = 1`` a scan
+    value is a running sum of at most ``S`` terms: ``S = B`` for blocks up to
+    :data:`SEQUENTIAL_SCAN`, longer blocks run in two stages (the pairwise totals of
+    sub-blocks of ``s ~ sqrt(B)`` start each sub-block's running sum, ``S ~ 2 sqrt(B)``); an
+    output adds at most two scan values, so its relative error is at most about ``(S + 1)
+    eps / 2`` (worst case; typically ``~ sqrt(S) eps``). With ``r < 1`` the suffix scans
+    add along a tree (``2 log2 B`` terms), the prefix scans weight each term by ``r^t``
+    first, and the weights ``r^d = exp(d log r)`` carry a relative error ~ ``d |log r| eps``
+    (as in the dense product). Memory: ``O(M + K)``.
     """
 
     def __init__(self, n: int, a: np.ndarray, b: np.ndarray, r: float = 1.0) -> None:
@@ -172,10 +175,9 @@ class RangeSums:
         self.log_r = math.log(r) if r > 0.0 else -math.inf  # exp(-m) underflows to 0 for m > ~745
         top = max(0, (self.n - 1).bit_length())
         self.size = 1 << top  # M
-        end = np.where((b == self.n - 1) & (a <= b), self.size - 1, b)
         # where a range reads its first and second part (-1: the zero at the end of the buffer)
         ia = ib = factor = multi = None
-        if self.k == self.n and (end == self.size - 1).all() and (a == np.arange(self.n)).all():
+        if self.k == self.n and (b == self.n - 1).all() and (a == np.arange(self.n)).all():
             # every suffix of x, in order: one scan of the whole vector read as one run
             step = _substep(self.size)
             self.levels = [_Level(self.size, step, slice(0, 1), 0, self.size, None, 0, 0, None)]
@@ -185,23 +187,24 @@ class RangeSums:
             self.whole_suffix = step > 1 and self.r == 1.0
             return
         self.whole_suffix = False
-        if self.k and ((end == self.size - 1).all() or (a == 0).all()) and (a <= end).all():
+        last = self.n - 1  # a range ending here may end with any block holding it (zeros after)
+        if self.k and ((b == last).all() or (a == 0).all()) and (a <= b).all():
             levels: list = [(top, None)]  # suffixes (prefixes) of the whole vector: one scan
-        elif (a >= end).any():  # empty ranges read nothing, one-term ranges x itself
-            multi = np.flatnonzero(a < end)
+        elif (a >= b).any():  # empty ranges read nothing, one-term ranges x itself
+            multi = np.flatnonzero(a < b)
             ia, ib = np.full(self.k, -1, dtype=np.int64), np.full(self.k, -1, dtype=np.int64)
-            single = np.flatnonzero(a == end)
+            single = np.flatnonzero(a == b)
             ia[single] = a[single]
             factor = np.ones(self.k)
-            a, end = a[multi], end[multi]
-            levels = _levels(a, end, top)
+            a, b = a[multi], b[multi]
+            levels = _levels(a, b, top, last)
         else:
-            levels = _levels(a, end, top)
+            levels = _levels(a, b, top, last)
         self.levels: list[_Level] = []
         size = self.size
         for j, sel in levels:
-            part = (a, end) if sel is None else (a[sel], end[sel])
-            lv, size, first, second, f = _Level.plan(j, *part, size, self.log_r)
+            part = (a, b) if sel is None else (a[sel], b[sel])
+            lv, size, first, second, f = _Level.plan(j, *part, last, size, self.log_r)
             self.levels.append(lv)
             into = sel if multi is None else (multi if sel is None else multi[sel])
             if into is None:  # one level serves every range
@@ -255,13 +258,14 @@ class RangeSums:
         return self.first(self.buffer)
 
 
-def _levels(a: np.ndarray, b: np.ndarray, top: int) -> list[tuple[int, np.ndarray | None]]:
-    """Block sizes ``2^j`` for the ranges ``[a, b]`` (``a < b``), chosen greedily
+def _levels(a: np.ndarray, b: np.ndarray, top: int, last: int) -> list[tuple[int, np.ndarray | None]]:
+    """Block sizes ``2^j`` for the ranges ``[a, b]`` (``a < b <= last``), chosen greedily
     (:class:`RangeSums`), and the ranges each serves (``None``: all). Candidates of a
-    range: ``j0 - 1`` and ``j0`` with ``2^(j0-1) < b - a + 1 <= 2^j0``, and every level
-    ``>= j0 - 1`` for a range anchored at 0 or at ``2^top - 1``; each round counts them on
-    up to ~1024 evenly spaced ranges still unserved and takes the level serving most
-    (the larger on ties) for every range it serves."""
+    range: ``j0 - 1`` and ``j0`` with ``2^(j0-1) < b - a + 1 <= 2^j0``; a range starting
+    at 0 or ending at ``last`` is served at every level from the first of them that serves
+    it. Each round counts the candidates of up to ~1024 evenly spaced ranges still
+    unserved and takes the level serving most (the larger on ties) for every range it
+    serves."""
     out: list[tuple[int, np.ndarray | None]] = []
     left: np.ndarray | None = None  # indices of the ranges still unserved (None: all)
     while a.shape[0] and (left is None or left.shape[0]):
@@ -270,12 +274,13 @@ def _levels(a: np.ndarray, b: np.ndarray, top: int) -> list[tuple[int, np.ndarra
         sa, sb = la[::stride], lb[::stride]
         j0 = np.frexp((sb - sa).astype(np.float64))[1]  # ceil(log2 L)
         low = j0 - 1
-        anchored = (sa == 0) | (sb == (1 << top) - 1)
-        counts = np.bincount(low[_served(sa, sb, low) & ~anchored], minlength=top + 1)
-        counts += np.bincount(j0[_served(sa, sb, j0) & ~anchored], minlength=top + 1)
-        counts += np.cumsum(np.bincount(low[anchored], minlength=top + 1))[:top + 1]
+        at_low, at_high = _served(sa, sb, low, last), _served(sa, sb, j0, last)
+        upward = (sa == 0) | (sb == last)
+        counts = np.bincount(low[at_low & ~upward], minlength=top + 1)
+        counts += np.bincount(j0[at_high & ~upward], minlength=top + 1)
+        counts += np.cumsum(np.bincount(np.where(at_low, low, j0)[upward], minlength=top + 1))[:top + 1]
         j = top - int(np.argmax(counts[::-1]))
-        take = _served(la, lb, j)
+        take = _served(la, lb, j, last)
         if take.all():
             out.append((j, left))
             break
@@ -286,10 +291,13 @@ def _levels(a: np.ndarray, b: np.ndarray, top: int) -> list[tuple[int, np.ndarra
     return out
 
 
-def _served(a: np.ndarray, b: np.ndarray, j: Any) -> np.ndarray:
-    """Whether ``[a, b]`` is one suffix plus one prefix, one prefix or one suffix of blocks of ``2^j``."""
-    ra, rb, last = a >> j, b >> j, (1 << j) - 1
-    return (rb == ra + 1) | ((ra == rb) & (((a & last) == 0) | ((b & last) == last)))
+def _served(a: np.ndarray, b: np.ndarray, j: Any, last: int) -> np.ndarray:
+    """Whether ``[a, b]`` is one suffix plus one prefix, one prefix or one suffix of blocks
+    of ``2^j`` (a range ending at ``last`` taken to the end of its block)."""
+    mask = (1 << j) - 1
+    b = np.where(b == last, b | mask, b)
+    ra, rb = a >> j, b >> j
+    return (rb == ra + 1) | ((ra == rb) & (((a & mask) == 0) | ((b & mask) == mask)))
 
 
 class _Gather:
@@ -358,13 +366,15 @@ class _Level:
     weights: np.ndarray | None  # r^t, t < prefix_to, for r < 1
 
     @classmethod
-    def plan(cls, j: int, a: np.ndarray, b: np.ndarray, at: int, log_r: float) -> tuple:
-        """Scans at block size ``2^j`` for the ranges ``[a, b]`` (``a < b``, served there),
-        placed from ``at`` in the buffer. Returns the level, the end of its scans, and each
-        range's reads: first and second part (buffer positions, -1 for none; the second
-        None when no range has one) and the second part's factor ``r^(m - a)``."""
+    def plan(cls, j: int, a: np.ndarray, b: np.ndarray, end: int, at: int, log_r: float) -> tuple:
+        """Scans at block size ``2^j`` for the ranges ``[a, b]`` (``a < b``, served there; one
+        ending at ``end`` is taken to the end of its block), placed from ``at`` in the
+        buffer. Returns the level, the end of its scans, and each range's reads: first and
+        second part (buffer positions, -1 for none; the second None when no range has
+        one) and the second part's factor ``r^(m - a)``."""
         block = 1 << int(j)
         step, last = _substep(block), block - 1
+        b = np.where(b == end, b | last, b)
         ra, rb, ca, cb = a >> j, b >> j, a & last, b & last
         crossing = ra != rb
         # a range inside one block that starts with it reads its prefix; every other a suffix
