@@ -34,12 +34,15 @@ the chains differ and ``H (H+1) / 2`` products are made). Two exact paths:
 
       (v Â)[j] = sum_{i=j}^{hi'_j} u_i r^(i-j) + r sum_{i=lo'_j}^{j-1} u_i r^(j-1-i),
 
-  two geometric range sums of a non-negative vector per key. They are evaluated on a
-  segment tree (:func:`range_sums`) in O(N log N) per layer and O(N) memory, adding only
-  non-negative terms: every entry keeps float64 relative accuracy (~ H log2 N eps),
-  tails of 1e-60 included. (A difference of prefix sums is O(N) but has absolute error
-  ~eps of the total mass, which drowns a window's far tail: after 12 layers of
-  ``sliding_window:w=257`` the last entries are ~1e-30.) The causal mask's ``N^2/2``
+  two geometric range sums of a non-negative vector per key (one plain range sum over
+  ``[lo'_j, hi'_j]`` without decay). They are evaluated by :class:`RangeSums`: within-block
+  prefix and suffix sums, planned once per mask, O(N) per layer and O(N) memory (the
+  causal mask: one running sum from the end; a sliding window: one block size). Only
+  non-negative terms are added, never subtracted, so every entry keeps float64 relative
+  accuracy, tails of 1e-60 included (bound in :class:`RangeSums`; over ``H`` layers the
+  relative errors add). A difference of prefix sums would also be O(N) but has absolute
+  error ~eps of the total mass, which drowns a window's far tail: after 12 layers of
+  ``sliding_window:w=257`` the last entries are ~1e-30. The causal mask's ``N^2/2``
   edges are never formed.
 * **Any other mask**: the weighted, row-normalised CSR (O(E) memory), one sparse
   product per layer.
@@ -169,12 +172,13 @@ class RangeSums:
     """
 
     def __init__(self, n: int, a: np.ndarray, b: np.ndarray, r: float = 1.0) -> None:
-        a = np.asarray(a, dtype=np.int64)
-        b = np.asarray(b, dtype=np.int64)
-        self.n, self.r, self.k = int(n), float(r), a.shape[0]
+        self.n, self.r = int(n), float(r)
         self.log_r = math.log(r) if r > 0.0 else -math.inf  # exp(-m) underflows to 0 for m > ~745
         top = max(0, (self.n - 1).bit_length())
         self.size = 1 << top  # M
+        index = np.int32 if 4 * self.size < 2**31 else np.int64  # positions in the buffer (< 3 M + 1)
+        a, b = np.asarray(a).astype(index, copy=False), np.asarray(b).astype(index, copy=False)
+        self.k = a.shape[0]
         # where a range reads its first and second part (-1: the zero at the end of the buffer)
         ia = ib = factor = multi = None
         if self.k == self.n and (b == self.n - 1).all() and (a == np.arange(self.n)).all():
@@ -192,7 +196,7 @@ class RangeSums:
             levels: list = [(top, None)]  # suffixes (prefixes) of the whole vector: one scan
         elif (a >= b).any():  # empty ranges read nothing, one-term ranges x itself
             multi = np.flatnonzero(a < b)
-            ia, ib = np.full(self.k, -1, dtype=np.int64), np.full(self.k, -1, dtype=np.int64)
+            ia, ib = np.full(self.k, -1, dtype=index), np.full(self.k, -1, dtype=index)
             single = np.flatnonzero(a == b)
             ia[single] = a[single]
             factor = np.ones(self.k)
@@ -211,14 +215,14 @@ class RangeSums:
                 ia, ib, factor = first, second, f
                 continue
             if ia is None:
-                ia, ib, factor = np.full(self.k, -1, dtype=np.int64), np.full(self.k, -1, dtype=np.int64), np.ones(self.k)
+                ia, ib, factor = np.full(self.k, -1, dtype=index), np.full(self.k, -1, dtype=index), np.ones(self.k)
             ia[into] = first
             if second is not None:
                 ib[into] = second
             if f is not None:
                 factor[into] = f
         if ia is None:  # no ranges
-            ia = np.full(self.k, -1, dtype=np.int64)
+            ia = np.full(self.k, -1, dtype=index)
         self.buffer = np.zeros(size + 1)  # x padded, every level's scans, a trailing 0
         self.first = _Gather(ia, size + 1)
         self.second = None if ib is None or all(lv.prefix_rows is None for lv in self.levels) else _Gather(ib, size + 1)
@@ -323,7 +327,9 @@ class _Gather:
         exceptions = np.flatnonzero(off_run)
         if exceptions.shape[0] <= k // 4:
             self.start, self.span, self.idx = start, (lo, hi), None
-            self.exceptions, self.sources = exceptions, idx[exceptions]
+            self.exceptions, self.sources = exceptions, idx[exceptions].astype(np.intp)
+        else:
+            self.idx = idx.astype(np.intp)
 
     @classmethod
     def run(cls, start: int, sign: int, k: int) -> _Gather:
@@ -382,7 +388,7 @@ class _Level:
         some_prefix_only = bool(prefix_only.any())
         if some_prefix_only and prefix_only.all():
             suffix_rows, n_suffix, suffix_from, width = None, 0, 0, 0
-            first = np.full(a.shape[0], -1, dtype=np.int64)
+            first = np.full(a.shape[0], -1, dtype=a.dtype)
         else:
             suffix_rows, rank, n_suffix = _rows(ra, ~prefix_only if some_prefix_only else None)
             suffix_from = int((np.where(prefix_only, last, ca) if some_prefix_only else ca).min()) // step * step
@@ -406,7 +412,7 @@ class _Level:
                 second[~wants_prefix] = -1
             prefix_at, at = at, at + n_prefix * prefix_to
             if log_r != 0.0:
-                f = np.where(crossing, _power(log_r, (rb << j) - a), 1.0)  # r^(m - a)
+                f = np.where(crossing, _power(log_r, np.maximum((rb << j) - a, 0)), 1.0)  # r^(m - a)
                 weights = _power(log_r, np.arange(prefix_to))
         lv = cls(block, step, suffix_rows, suffix_from, suffix_at, prefix_rows, prefix_to, prefix_at, weights)
         return lv, at, first, second, f
@@ -485,15 +491,17 @@ def _geometric_suffix(x: np.ndarray, r: float, out: np.ndarray) -> None:
         half = r ** (width // level.shape[1])  # r^(node length): from a left node's start to its sibling's
         level = level[:, 0::2] + half * level[:, 1::2]
         totals.append(level)
-    suffix = totals[-1]
-    for k in range(len(totals) - 2, -1, -1):  # node c of level k + 1 -> children 2c, 2c + 1
-        child = totals[k]
-        span = r ** (width // child.shape[1])  # r^(2^k): from a right child's start to the next node
-        nxt = np.zeros_like(suffix)
-        nxt[:, :-1] = suffix[:, 1:]
+    suffix = totals.pop()
+    while totals:  # node c of one level -> its children 2c, 2c + 1 (levels freed on the way down)
+        child = totals.pop()
+        span = r ** (width // child.shape[1])  # r^(child length): from a right child's start to the next node
         down = np.empty_like(child)
         down[:, 0::2] = suffix
-        down[:, 1::2] = child[:, 1::2] + span * nxt
+        odd = down[:, 1::2]
+        odd[:, :-1] = suffix[:, 1:]
+        odd[:, -1] = 0.0
+        odd *= span
+        odd += child[:, 1::2]
         suffix = down
     out[...] = suffix[:, :length]
 
