@@ -458,23 +458,19 @@ def _substep(length: int) -> int:
 def _cumsum(x: np.ndarray | None, out: np.ndarray, step: int) -> None:
     """Cumulative sums of non-negative ``x`` along rows into ``out`` (both ``(rows, L)``;
     ``x`` may be a reversed view, ``out`` with ``step > 1`` must be contiguous; ``x =
-    None``: of ``out``, in place). With
-    ``step > 1`` (``L`` a multiple of it), in two stages: the totals of the blocks of
-    ``step`` before each block (pairwise sums, then a running sum over blocks) start each
-    block's running sum, so no sum passes through more than ``step + L / step``
-    sequential additions."""
+    None``: of ``out``, in place). With ``step > 1`` (``L`` a multiple of it), in two
+    stages: running sums within blocks of ``step``, then the running sum of the block
+    totals added to the blocks after them, so no sum passes through more than ``step + L /
+    step`` sequential additions."""
     if x is None:  # in place
         x = out
     rows, length = x.shape
     if step == 1:
         np.cumsum(x, axis=1, out=out)
         return
-    blocks = x.reshape(rows, length // step, step)
     inner = out.reshape(rows, length // step, step)
-    if x is not out:
-        inner[...] = blocks
-    inner[:, 1:, 0] += np.cumsum(blocks[:, :-1, :].sum(axis=2), axis=1)
-    np.cumsum(inner, axis=2, out=inner)
+    np.cumsum(x.reshape(rows, length // step, step), axis=2, out=inner)
+    inner[:, 1:, :] += np.cumsum(inner[:, :-1, -1], axis=1)[:, :, None]
 
 
 def _geometric_suffix(x: np.ndarray, r: float, out: np.ndarray) -> None:
