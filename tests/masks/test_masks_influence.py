@@ -238,11 +238,15 @@ def test_horizon_is_the_running_sum_from_the_end():
     from rankcollapse.masks.influence import _horizon
 
     rng = np.random.default_rng(11)
-    for n in (1, 7, 4096, 4097, 30000):
+    for n in (1, 7, 4096, 4097, 30000, 70001):
         p = rng.random(n) * np.exp(-rng.uniform(0, 50, n))
-        for share in (0.0, 0.5, 0.99, 1.0, 2.0):
-            mass = share * float(p.sum())
-            want = min(int(np.searchsorted(np.cumsum(p[::-1]), mass, side="left")) + 1, n)
+        p[rng.integers(0, n, 3)] = 0.0
+        running = np.cumsum(p[::-1])
+        # masses on and next to the running sums themselves, where only the sequential sum decides
+        exact = [float(running[k]) for k in rng.integers(0, n, 4)]
+        near = [np.nextafter(m, np.inf) for m in exact] + [np.nextafter(m, -np.inf) for m in exact]
+        for mass in [share * float(p.sum()) for share in (0.0, 0.3, 0.5, 0.99, 1.0, 2.0)] + exact + near:
+            want = min(int(np.searchsorted(running, mass, side="left")) + 1, n)
             assert _horizon(p, mass) == want
 
 

@@ -767,10 +767,35 @@ def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any]:
 
 
 def _horizon(profile: np.ndarray, mass: float) -> int:
-    """The fewest most recent positions whose running sum from the end (added in sequence)
-    reaches ``mass`` (all ``N`` if none does): the running sum is formed in chunks from the
-    end, each continuing the last, and stops at the chunk that reaches ``mass``."""
+    """The fewest most recent positions whose running sum from the end, added in sequence,
+    reaches ``mass`` (all ``N`` if none does).
+
+    The running sum is located without forming it whole: block totals (pairwise) and their
+    running sum find the block where ``mass`` is reached, and one block's running sum the
+    position; the answer is taken when the sums on both sides of it clear ``mass`` by more
+    than the two summations' error bounds (``(N + 2 s + N/s) eps`` relative, non-negative
+    terms), so the sequential sum crosses there too. Otherwise (``mass`` within that margin
+    of a running sum) the sequential running sum is formed, in chunks from the end."""
     recent, n = profile[::-1], profile.shape[0]
+    size = 1024
+    if n > 4 * size and 0.0 < mass < math.inf:
+        margin = 2.0 * (n + 2 * size + n // size + 64) * np.finfo(np.float64).eps
+        full = n // size * size
+        totals = recent[:full].reshape(-1, size).sum(axis=1)
+        if full < n:
+            totals = np.append(totals, recent[full:].sum())
+        ends = np.cumsum(totals)
+        c = int(np.searchsorted(ends, mass * (1.0 - margin), side="left"))
+        if c < ends.shape[0]:
+            before = float(ends[c - 1]) if c else 0.0
+            run = np.cumsum(recent[c * size:(c + 1) * size])
+            if c:
+                run += before
+            k = int(np.searchsorted(run, mass, side="left"))
+            if k < run.shape[0]:
+                below = run[k - 1] if k else (before if c else -math.inf)
+                if run[k] >= mass * (1.0 + margin) and below < mass * (1.0 - margin):
+                    return c * size + k + 1
     start, size, carry = 0, 4096, None
     while start < n:
         part = recent[start:start + size]
