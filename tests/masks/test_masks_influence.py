@@ -184,6 +184,23 @@ def test_range_sums_equal_brute_force():
                 np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
 
 
+def test_range_sums_in_two_stages_equal_brute_force():
+    # blocks longer than SEQUENTIAL_SCAN: running sums within sub-blocks, then their totals
+    rng = np.random.default_rng(4)
+    n = 2 * SEQUENTIAL_SCAN + 3
+    x = rng.random(n) * np.exp(-rng.uniform(0, 40, n))
+    a = rng.integers(0, n // 2, 20)
+    for b in (np.full(20, n - 1), a + rng.integers(SEQUENTIAL_SCAN, n // 2, 20), np.minimum(a + 1500, n - 1)):
+        for r in (1.0, 0.999, 0.6):
+            want = [math.fsum(x[lo:hi + 1] * r ** np.arange(hi + 1 - lo)) for lo, hi in zip(a, b)]
+            np.testing.assert_allclose(range_sums(x, a, b, r), want, rtol=1e-12, atol=0)
+    keys = np.arange(n)
+    for r in (1.0, 0.999):  # every suffix, and every window of 1,500
+        for lo, hi in [(keys, np.full(n, n - 1)), (keys, np.minimum(keys + 1500, n - 1))]:
+            want = [math.fsum(x[i:j + 1] * r ** np.arange(j + 1 - i)) for i, j in zip(lo[::97], hi[::97])]
+            np.testing.assert_allclose(range_sums(x, lo, hi, r)[::97], want, rtol=1e-12, atol=0)
+
+
 def _exact_range_sums(x, a, b):
     return np.array([math.fsum(x[lo:hi + 1]) for lo, hi in zip(a, b)])  # correctly rounded
 

@@ -162,8 +162,9 @@ class RangeSums:
     relative, for every entry however small (down to float64's smallest normal number;
     terms below it are subnormal or 0, as in the exact product). With ``r = 1`` a scan
     value is a running sum of at most ``S`` terms: ``S = B`` for blocks up to
-    :data:`SEQUENTIAL_SCAN`, longer blocks run in two stages (the pairwise totals of
-    sub-blocks of ``s ~ sqrt(B)`` start each sub-block's running sum, ``S ~ 2 sqrt(B)``); an
+    :data:`SEQUENTIAL_SCAN`, longer blocks run in two stages (running sums within
+    sub-blocks of ``s ~ sqrt(B)``, then the running sum of the sub-block totals added on,
+    ``S ~ 2 sqrt(B)``); an
     output adds at most two scan values, so its relative error is at most about ``(S + 1)
     eps / 2`` (worst case; typically ``~ sqrt(S) eps``). With ``r < 1`` the suffix scans
     add along a tree (``2 log2 B`` terms), the prefix scans weight each term by ``r^t``
@@ -245,7 +246,6 @@ class RangeSums:
             second = self.second(buf)
             out += second if self.factor is None else self.factor * second
         return out
-
 
     def _suffixes(self, x: np.ndarray, divisor: np.ndarray | None) -> np.ndarray:
         """Every suffix sum of ``x`` (``r = 1``, ``M`` > :data:`SEQUENTIAL_SCAN`): the
