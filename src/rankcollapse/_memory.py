@@ -120,10 +120,12 @@ def check_simulate_tokens(n_samples: int, n_tokens: int, d_model: int, itemsize:
 
 # ------------------------------------------------------------------ influence profiles
 #: Bytes per token of an influence profile's computation besides its ``(H, N)`` profiles:
-#: the mask's row intervals, the interval operator's arrays and its segment tree, one
-#: working vector per product. Measured (``ru_maxrss``, N = 2e6): 160-204 on the interval
-#: path (causal, sliding window, with and without decay), 51 + 42 per edge on the CSR path.
-INFLUENCE_BYTES_PER_TOKEN = 256
+#: the mask's row intervals, the interval operator's arrays, its range-sum plans and their
+#: scans, one working vector per product. Measured (``ru_maxrss``, N = 2e6): 58-260 on the
+#: interval path (causal, sliding and causal windows, complete, documents, with and without
+#: decay; the most for documents with decay, planned at many block sizes), 51 + 42 per edge
+#: on the CSR path.
+INFLUENCE_BYTES_PER_TOKEN = 320
 #: Bytes per mask edge on the CSR path (COO pieces while the mask is built at 48 per edge,
 #: then the weighted, row-normalised transpose): measured 42.
 INFLUENCE_BYTES_PER_EDGE = 64

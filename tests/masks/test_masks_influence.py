@@ -1,6 +1,7 @@
 """Influence profiles (masks/influence.py): closed forms (Cesàro powers, the self term),
 every fast path against dense numpy float64 products on named, random and scheduled
-masks, the segment-tree range sums against brute force, the summary on hand-built
+masks, the block-scan range sums against brute force and exactly rounded sums (relative
+accuracy of entries spanning hundreds of orders of magnitude), the summary on hand-built
 profiles, the refusals, and the CLI."""
 
 import json
@@ -14,7 +15,8 @@ from typer.testing import CliRunner
 from rankcollapse.cli import run
 from rankcollapse.errors import MaskError
 from rankcollapse.masks import Mask, influence, parse_mask, parse_schedule
-from rankcollapse.masks.influence import MAX_ALL_TOKENS, range_sums, summarize
+from rankcollapse.masks import interval_graph
+from rankcollapse.masks.influence import MAX_ALL_TOKENS, SEQUENTIAL_SCAN, RangeSums, range_sums, summarize
 
 RTOL = 1e-11  # positive sums only, on both sides: relative error ~ depth * log2(N) * eps
 TINY = np.finfo(np.float64).tiny
@@ -169,14 +171,100 @@ def test_causal_never_builds_its_csr():
 
 def test_range_sums_equal_brute_force():
     rng = np.random.default_rng(3)
-    for n in (1, 2, 3, 17, 64, 100):
+    for n in (1, 2, 3, 17, 64, 100, 256, 300):
         x = rng.random(n) * np.exp(-rng.uniform(0, 40, n))
         a = rng.integers(0, n, 50)
-        b = rng.integers(0, n, 50)
-        for r in (1.0, 0.6):
-            got = range_sums(x, a, b, r)
-            want = [sum(x[i] * r ** (i - lo) for i in range(lo, hi + 1)) for lo, hi in zip(a, b)]
-            np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
+        starts = [a, a, np.zeros(50, dtype=np.int64), a, a + 1]
+        ends = [rng.integers(0, n, 50), np.full(50, n - 1), rng.integers(0, n, 50),  # any, suffixes, prefixes
+                np.minimum(a + rng.integers(0, 9, 50), n - 1), a]  # short windows, empty ranges
+        for lo_, hi_ in zip(starts, ends):
+            for r in (1.0, 0.6, 0.0):
+                got = range_sums(x, lo_, hi_, r)
+                want = [sum(x[i] * r ** (i - lo) for i in range(lo, hi + 1)) for lo, hi in zip(lo_, hi_)]
+                np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
+
+
+def test_range_sums_in_two_stages_equal_brute_force():
+    # blocks longer than SEQUENTIAL_SCAN: running sums within sub-blocks, then their totals
+    rng = np.random.default_rng(4)
+    n = 2 * SEQUENTIAL_SCAN + 3
+    x = rng.random(n) * np.exp(-rng.uniform(0, 40, n))
+    a = rng.integers(0, n // 2, 20)
+    for b in (np.full(20, n - 1), a + rng.integers(SEQUENTIAL_SCAN, n // 2, 20), np.minimum(a + 1500, n - 1)):
+        for r in (1.0, 0.999, 0.6):
+            want = [math.fsum(x[lo:hi + 1] * r ** np.arange(hi + 1 - lo)) for lo, hi in zip(a, b)]
+            np.testing.assert_allclose(range_sums(x, a, b, r), want, rtol=1e-12, atol=0)
+    keys = np.arange(n)
+    for r in (1.0, 0.999):  # every suffix, and every window of 1,500
+        for lo, hi in [(keys, np.full(n, n - 1)), (keys, np.minimum(keys + 1500, n - 1))]:
+            want = [math.fsum(x[i:j + 1] * r ** np.arange(j + 1 - i)) for i, j in zip(lo[::97], hi[::97])]
+            np.testing.assert_allclose(range_sums(x, lo, hi, r)[::97], want, rtol=1e-12, atol=0)
+
+
+def _exact_range_sums(x, a, b):
+    return np.array([math.fsum(x[lo:hi + 1]) for lo, hi in zip(a, b)])  # correctly rounded
+
+
+@pytest.mark.parametrize("n", [1000, 3 * SEQUENTIAL_SCAN + 5])
+def test_range_sums_keep_relative_accuracy_of_tiny_sums(n):
+    """Entries spanning ~300 orders of magnitude: every sum, 1e-300 included, within the
+    documented bound (S + 1) eps / 2 of its correctly rounded value (S the longest running
+    sum); a difference of prefix sums would leave the small ones with an error ~eps of the
+    largest."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0.5, 1.0, n) * np.exp(-np.linspace(0.0, 690.0, n))  # 1 down to ~1e-300
+    m = 1 << (n - 1).bit_length()
+    longest = max(min(m, SEQUENTIAL_SCAN), 2 * math.sqrt(m) + 2)
+    bound = (longest + 1) * np.finfo(np.float64).eps / 2
+    keys = np.arange(n)
+    cases = [(keys, np.full(n, n - 1)),  # every suffix (the causal mask)
+             (np.maximum(keys - 128, 0), np.minimum(keys + 128, n - 1)),  # a window of 257
+             (keys, np.minimum(keys + rng.integers(0, n // 3, n), n - 1))]  # ragged ranges
+    some = slice(None, None, max(1, n // 500))  # the reference at ~500 ranges
+    for a, b in cases:
+        want = _exact_range_sums(x, a[some], b[some])
+        assert want.min() < 1e-250
+        got = range_sums(x, a, b)[some]
+        assert np.all(np.abs(got - want) <= bound * want)
+
+
+def test_range_sums_plans_are_linear():
+    """A window takes one block size and the causal mask's suffixes one scan: the scans
+    hold at most two copies of the padded vector."""
+    n = 5000
+    m = 1 << (n - 1).bit_length()
+    for spec in ["causal", "sliding_window:w=257", "causal_sliding_window:w=64", "complete"]:
+        lo, hi = parse_mask(spec, n).intervals
+        plan = RangeSums(n, *interval_graph.reverse(lo, hi))
+        assert len(plan.levels) == 1, spec
+        assert plan.buffer.shape[0] <= 3 * m + 1, spec
+
+
+@pytest.mark.parametrize("spec", ["causal", "sliding_window:w=37", "causal_sliding_window:w=20", "prefix:k=50",
+                                  "block:size=24", "documents:lengths=7+90+3+100+40+60,causal=true",
+                                  "documents:lengths=150+150"])
+@pytest.mark.parametrize("alpha,decay", [(0.0, 0.0), (0.3, 0.05)])
+def test_interval_path_equals_dense_at_300_tokens(spec, alpha, decay):
+    # several block sizes, rows and runs of the plans; tails far below the mass
+    r = influence(spec, 300, depth=6, alpha=alpha, decay=decay)
+    assert r.method == "intervals"
+    assert_profiles_match(r, spec, 300, alpha, decay)
+
+
+def test_horizon_is_the_running_sum_from_the_end():
+    from rankcollapse.masks.influence import _horizon
+
+    rng = np.random.default_rng(11)
+    for n in (1, 7, 4096, 4097, 30000, 70001):
+        p = rng.random(n) * np.exp(-rng.uniform(0, 50, n))
+        p[rng.integers(0, n, 3)] = 0.0
+        running = np.cumsum(p[::-1])
+        # masses on and next to the running sums themselves, where only the sequential sum decides
+        exact = [float(running[k]) for k in rng.integers(0, n, 4)]
+        near = [np.nextafter(m, np.inf) for m in exact] + [np.nextafter(m, -np.inf) for m in exact]
+        for mass in [share * float(p.sum()) for share in (0.0, 0.3, 0.5, 0.99, 1.0, 2.0)] + exact + near:
+            want = min(int(np.searchsorted(running, mass, side="left")) + 1, n)
+            assert _horizon(p, mass) == want
 
 
 # ------------------------------------------------------------------- summary

@@ -35,9 +35,14 @@ def is_monotone_interval(lo: np.ndarray, hi: np.ndarray) -> bool:
 
 
 def reverse(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Intervals of the reverse graph: row ``j`` of it holds the queries that attend ``j``."""
-    j = np.arange(lo.shape[0])
-    return np.searchsorted(hi, j, side="left"), np.searchsorted(lo, j, side="right") - 1
+    """Intervals of the reverse graph: row ``j`` of it holds the queries that attend ``j``.
+
+    ``lo'[j]`` counts the rows with ``hi[i] < j`` and ``hi'[j] + 1`` those with ``lo[i] <= j``
+    (``lo``, ``hi`` non-decreasing): cumulative counts, O(N)."""
+    n = lo.shape[0]
+    lo_rev = np.zeros(n, dtype=np.int64)
+    np.cumsum(np.bincount(hi, minlength=n)[:n - 1], out=lo_rev[1:])
+    return lo_rev, np.cumsum(np.bincount(lo, minlength=n)[:n]) - 1
 
 
 def distances(lo: np.ndarray, hi: np.ndarray, source: int) -> np.ndarray:
