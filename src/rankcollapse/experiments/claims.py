@@ -1,5 +1,6 @@
 """Pre-registered claims: each of the paper's measured effects is a rule evaluated on
-the tidy table, giving ``reproduced`` / ``not reproduced`` / ``mixed`` / ``not run``.
+the tidy table, giving ``reproduced`` / ``not reproduced`` / ``not reproduced where
+decidable`` / ``mixed`` / ``threshold-sensitive`` / ``not run``.
 
 A rule is a list of checks ``lhs OP factor * rhs`` between *quantities* read from the
 table (:mod:`.quantities`: every quantity reads exactly one condition; a selection that
@@ -46,9 +47,25 @@ is at least T): it can hold (a lower bound clearing ``>=``) or fail (a lower bou
 ``for_each: {key: [v1, v2]}`` stands for one copy per value, every ``"{key}"`` string in
 its selects replaced. ``informational: true``: measured and reported, not in the verdict.
 ``expect: all`` (default): all checks hold -> reproduced; all fail -> not reproduced;
-anything else -> mixed (``undecidable at this depth`` as above). ``expect: mixed`` (a paper effect that is itself mixed): at least
-one check holds and one fails -> reproduced; all hold or all fail -> not reproduced;
-otherwise mixed. Missing rows give ``not run``, naming the missing inputs.
+none holds and at least one fails (the others undecided) -> not reproduced where
+decidable; anything else -> mixed (``undecidable at this depth`` as above). ``expect:
+mixed`` (a paper effect that is itself mixed): at least one check holds and one fails ->
+reproduced; all hold or all fail -> not reproduced; otherwise mixed. Missing rows give
+``not run``, naming the missing inputs. The decisive number shown is a check that decides
+(a failing check of a claim not reproduced or mixed; else the deciding check nearest its
+threshold), never an undecided one while any check decides.
+
+Factor contrast. A claim about a factor (adding LayerNorm, a window, a smaller d_QK)
+names it: ``factor: {name, without: [edits]}``, the edits of :mod:`.controls` that read
+the same condition (mask, weights, inputs, temperature, depth, seeds) with the factor
+off. Each scored check is evaluated on that arm too (``factor_off``); a check that holds
+while its factor-off arm holds as well reads ``factor-off also passes``: it is no evidence
+for the factor and carries no verdict (it counts as undecided).
+
+Threshold bands (:mod:`.bands`). Every threshold has a pre-registered band; the verdict
+is read across it, and one that changes inside it reads ``threshold-sensitive`` with the
+flip points (``bands``; ``verdict_at_threshold`` keeps the verdict at the registered
+threshold).
 """
 
 from __future__ import annotations
@@ -64,8 +81,12 @@ from .keys import current
 from .quantities import AmbiguousSelection, EvalContext, MissingData, Value, combine_bounds, evaluate  # noqa: F401
 
 UNDECIDABLE = "undecidable at this depth"
-VERDICTS = ("reproduced", "not reproduced", "mixed", "mixed (depth-sensitive)", UNDECIDABLE, "not run")
-OUTCOMES = ("holds", "fails", "undecided", "undecidable")
+NOT_WHERE_DECIDABLE = "not reproduced where decidable"
+THRESHOLD_SENSITIVE = "threshold-sensitive"
+FACTOR_OFF_PASSES = "factor-off also passes"
+VERDICTS = ("reproduced", "not reproduced", NOT_WHERE_DECIDABLE, "mixed", "mixed (depth-sensitive)", THRESHOLD_SENSITIVE,
+            UNDECIDABLE, "not run")
+OUTCOMES = ("holds", "fails", "undecided", "undecidable", FACTOR_OFF_PASSES)
 _OPS = (">=", "<=", ">", "<", "within")
 
 
@@ -101,6 +122,21 @@ def _outcome(op: str, lo: float, hi: float, tau: float, bound: str | None = None
     up = {">=": (lo >= tau, hi < tau), ">": (lo > tau, hi <= tau),
           "<=": (hi <= tau, lo > tau), "<": (hi < tau, lo >= tau)}[op]
     return "holds" if up[0] else "fails" if up[1] else "undecided"
+
+
+def outcome_at(check: dict[str, Any], tau: float | None = None) -> str:
+    """The outcome of a check result (its interval, operator and bound) against threshold
+    ``tau`` (default its own): :func:`_outcome`, except that a check that holds while its
+    factor-off arm (``factor_off``, the same condition with the claim's factor off) holds
+    as well is no evidence for the factor: ``factor-off also passes``."""
+    tau = check["threshold"] if tau is None else tau
+    if check.get("outcome") == "missing" or "interval" not in check:
+        return "missing"
+    on = _outcome(check["op"], *check["interval"], tau, check.get("bound"))
+    off = check.get("factor_off") or {}
+    if on == "holds" and off.get("interval") and _outcome(check["op"], *off["interval"], tau, off.get("bound")) == "holds":
+        return FACTOR_OFF_PASSES
+    return on
 
 
 def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "default",
@@ -224,6 +260,8 @@ def verdict_from(outcomes: list[str], expect: str = "all") -> str:
         return "reproduced"
     if fails == len(outcomes):
         return "not reproduced"
+    if fails and not holds:  # every check that decides fails; the others decide nothing
+        return NOT_WHERE_DECIDABLE
     return "mixed"
 
 
@@ -273,14 +311,18 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     that differs there becomes ``mixed (depth-sensitive)``.
     """
     rule = _override_rule(claim["rule"], override or {})
+    factor = claim.get("factor")
     seed = sum(map(ord, str(claim.get("id", ""))))  # fixed bootstrap draws per claim
     ctx = EvalContext(depth=depth, seed=seed, **({"n_boot": n_boot} if n_boot else {}))
-    res = _evaluate_rule(table, rule, setting, ctx)
+    res = _evaluate_rule(table, rule, setting, ctx, factor)
     res["depth"] = depth
-    if res["verdict"] == "not run" or not depth_check or depth is None:
+    if res["verdict"] == "not run":
+        return res
+    with_bands(res, rule.get("expect", "all"))
+    if not depth_check or depth is None:
         return res
     deep = _evaluate_rule(table, rule, setting, EvalContext(depth=2 * depth, layer_factor=2, seed=seed,
-                                                            **({"n_boot": n_boot} if n_boot else {})))
+                                                            **({"n_boot": n_boot} if n_boot else {})), factor)
     if deep["verdict"] == "not run":
         res["depth_check"] = {"depth": 2 * depth, "verdict": "not run", "missing": deep.get("missing", "")}
         return res
@@ -289,15 +331,39 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     if deep["verdict"] == UNDECIDABLE:  # the floors end what 2 D can say; it contradicts nothing
         res["depth_check"]["decidable_to_layer"] = deep.get("decidable_to_layer")
         return res
-    if deep["verdict"] != res["verdict"]:
-        res["verdict_at_depth"] = res["verdict"]
+    at_threshold = res.get("verdict_at_threshold", res["verdict"])
+    if deep["verdict"] != at_threshold:
+        res["verdict_at_depth"] = at_threshold
         res["verdict"] = "mixed (depth-sensitive)"
     return res
 
 
-def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx: EvalContext) -> dict[str, Any]:
+def registered_verdict(res: dict[str, Any]) -> str:
+    """The verdict of a result at the registered thresholds (before the band relabels
+    it ``threshold-sensitive``)."""
+    return res.get("verdict_at_threshold") or res["verdict"]
+
+
+def with_bands(res: dict[str, Any], expect: str = "all") -> dict[str, Any]:
+    """``res`` (a rule's result) with the verdict read across every threshold's band
+    (:mod:`.bands`): ``bands``, and a verdict that changes inside a band relabelled
+    ``threshold-sensitive`` (``verdict_at_threshold`` keeps the registered one)."""
+    from .bands import threshold_bands
+
+    res["bands"] = threshold_bands([c for c in res["checks"] if not c.get("informational")], expect)
+    if any(b["sensitive"] for b in res["bands"]):
+        res["verdict_at_threshold"] = res["verdict"]
+        res["verdict"] = THRESHOLD_SENSITIVE
+    return res
+
+
+def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx: EvalContext,
+                   factor: dict[str, Any] | None = None) -> dict[str, Any]:
+    from .bands import annotate
+
+    specs = expand_checks(rule["checks"])
     checks = []
-    for c in expand_checks(rule["checks"]):
+    for c in specs:
         info = bool(c.get("informational", False))
         try:
             res = evaluate_check(table, c, setting, ctx)
@@ -308,7 +374,9 @@ def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx:
             res = {"check": c.get("name", ""), "text": str(exc), "outcome": "missing", "value": math.nan,
                    "interval": [math.nan, math.nan], "per_seed": {}, "n_windows": 0, "n_seeds": 0}
         res["informational"] = info
-        checks.append(res)
+        checks.append(res if info else annotate(res, c))
+    if factor:
+        checks = factor_contrast(table, rule, checks, factor, setting, ctx)
     scored = [c for c in checks if not c["informational"]]
     verdict = verdict_from([c["outcome"] for c in scored], rule.get("expect", "all"))
     key = decisive(scored, verdict)
@@ -319,19 +387,54 @@ def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx:
             "n_seeds": max((c["n_seeds"] for c in scored), default=0)}
 
 
+def factor_off_rule(rule: dict[str, Any], factor: dict[str, Any]) -> dict[str, Any]:
+    """``rule`` with the claim's factor switched off: its checks (loops unrolled) with
+    the edits of ``factor["without"]`` (the edits of :mod:`.controls`) applied, so each
+    check reads the same condition without the factor."""
+    from .controls import control_rule
+
+    return control_rule(rule, {"edits": factor["without"]})
+
+
+def factor_contrast(table: pd.DataFrame, rule: dict[str, Any], checks: list[dict[str, Any]],
+                    factor: dict[str, Any], setting: str = "default", ctx: EvalContext | None = None
+                    ) -> list[dict[str, Any]]:
+    """The scored ``checks`` of ``rule`` with their factor-off arm (``factor_off``: text,
+    value, interval, bound, outcome; ``missing`` where the table lacks its rows) and
+    their outcome settled by it (:func:`outcome_at`). A check the edits leave unchanged
+    has no factor-off arm (it compares with the factor off already)."""
+    ctx = ctx or EvalContext()
+    off_specs = factor_off_rule(rule, factor)["checks"]
+    out = []
+    for res, on, off in zip(checks, expand_checks(rule["checks"]), off_specs):
+        if res["informational"] or off == on or res.get("outcome") == "missing":
+            out.append(res)
+            continue
+        try:
+            arm = evaluate_check(table, off, setting, ctx)
+            arm = {k: arm[k] for k in ("text", "value", "interval", "bound", "outcome")}
+        except MissingData as exc:
+            arm = {"text": _qtext(off["lhs"]), "missing": str(exc)}
+        res = {**res, "factor_off": arm}
+        out.append({**res, "outcome": outcome_at(res)})
+    return out
+
+
 def decisive(checks: list[dict[str, Any]], verdict: str) -> dict[str, Any] | None:
     """The check that decides the verdict: the first check whose outcome goes against it
-    (a failing check of a claim not reproduced, an undecided one of a mixed claim), else
-    the check closest to its threshold (smallest relative margin of its interval)."""
+    (a failing check of a claim not reproduced, or of a mixed claim), else the decided
+    check (holds or fails) closest to its threshold (smallest relative margin of its
+    interval). An undecided check is shown only when no check decides anything."""
     if not checks:
         return None
-    against = {"not reproduced": ("fails",), "mixed": ("undecided", "undecidable", "fails"),
+    against = {"not reproduced": ("fails",), NOT_WHERE_DECIDABLE: ("fails",), "mixed": ("fails",),
                UNDECIDABLE: ("undecidable",)}.get(verdict, ())
     for want in against:
         for c in checks:
             if c["outcome"] == want:
                 return c
-    return min(checks, key=_margin)
+    decided = [c for c in checks if c["outcome"] in ("holds", "fails")]
+    return min(decided or checks, key=_margin)
 
 
 def _margin(c: dict[str, Any]) -> float:
@@ -431,6 +534,9 @@ def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any],
         "original_rule": original.get("rule"),
         "change_reason": " ".join(str(original.get("reason", "")).split()) or None,
         "earlier_amendments": [{k: " ".join(str(v).split()) for k, v in e.items()} for e in original.get("earlier", [])],
+        "verdict_at_threshold": result.get("verdict_at_threshold"),
+        "bands": result.get("bands", []),
+        "factor": claim.get("factor", {}).get("name") if claim.get("factor") else None,
         "controls": controls,
         "controls_ok": (controls or {}).get("ok"),
         "checks": result["checks"],
