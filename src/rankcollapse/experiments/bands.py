@@ -143,11 +143,11 @@ def sensitivity_text(bands: list[dict[str, Any]]) -> str:
     0.995]): reproduced below 0.9875, mixed above``; empty when none is sensitive."""
     from .claims import fmt
 
-    parts = []
+    parts = []  # flip points with 4 digits: two interval ends can share their first 3
     for b in bands:
         if not b.get("sensitive"):
             continue
-        flips = "; ".join(f"{f['below']} below {fmt(f['at'])}, {f['above']} above" for f in b.get("flips", [])) or (
+        flips = "; ".join(f"{f['below']} below {f['at']:.4g}, {f['above']} above" for f in b.get("flips", [])) or (
             f"{b.get('verdict_low')} at {fmt(b['band'][0])}, {b.get('verdict_high')} at {fmt(b['band'][1])}")
         parts.append(f"{b['threshold']} (registered {fmt(b['registered'])}, band {fmt(b['band'][0])} to "
                      f"{fmt(b['band'][1])}): {flips}")

@@ -167,7 +167,7 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
     lo, hi = _interval(reps)
     out = {
         "check": check.get("name", ""),
-        "text": f"{_qtext(check['lhs'])} {op} {factor:g} x {_qtext(rhs_q)}",
+        "text": check_text(check),
         "statistic": kind,
         "value": float(stat),
         "interval": [lo, hi],
@@ -191,6 +191,13 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
     if notes:
         out["finite_depth"] = notes
     return out
+
+
+def check_text(check: dict[str, Any]) -> str:
+    """A check as its result records it: ``lhs op factor x rhs``."""
+    compare = check.get("compare", "ratio")
+    factor = float(check.get("factor", 0.0 if compare == "difference" else 1.0))
+    return f"{_qtext(check['lhs'])} {check.get('op', '>=')} {factor:g} x {_qtext(check.get('rhs', {'const': 1.0}))}"
 
 
 def _decidable_to(lhs: Value, rhs: Value) -> int | None:
