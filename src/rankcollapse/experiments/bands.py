@@ -8,8 +8,8 @@ a rule therefore carries a *band*, fixed before the numbers are seen:
   τ the check compares with: ``factor`` times the constant of a constant right-hand side);
 - by default ×½ to ×2 of the threshold's distance from its no-effect value: 1 for a
   fitted per-layer rate against a constant (``rate >= 1 - δ`` has the band ``1 - 2δ`` to
-  ``1 - δ/2``), 0 otherwise (a ratio ``>= 10`` has the band 5 to 20, a difference
-  ``> 0.01`` the band 0.005 to 0.02). A threshold at the no-effect value itself (a
+  ``1 - δ/2``) and for ``within`` a factor (``within 1.25``: 1.125 to 1.5), 0 otherwise (a ratio ``>= 10`` has the band 5 to 20, a difference
+  ``> 0.01`` the band 0.005 to 0.02; a rank correlation's band is cut to [-1, 1]). A threshold at the no-effect value itself (a
   difference against 0, a ratio against 1) has no band: moving it changes the question.
 
 A threshold is shared by the copies a ``for_each`` makes of one check (they move
@@ -45,6 +45,8 @@ def group_of(record: dict[str, Any]) -> str:
 def reference(spec: dict[str, Any]) -> float:
     """The no-effect value a check's threshold is measured from (module docstring)."""
     rhs = spec.get("rhs", {"const": 1.0})
+    if spec.get("op") == "within":  # within a factor tau either way: tau = 1 is exact agreement
+        return 1.0
     return 1.0 if spec.get("lhs", {}).get("stat") == "rate" and "const" in rhs else 0.0
 
 
@@ -59,6 +61,8 @@ def band_of(spec: dict[str, Any], tau: float) -> list[float] | None:
                                                 and "const" not in spec.get("rhs", {"const": 1.0}) and tau == 1.0):
         return None
     ends = sorted((ref + (tau - ref) / 2, ref + (tau - ref) * 2))
+    if spec.get("lhs", {}).get("stat") in ("spearman", "profile_spearman"):  # a rank correlation is in [-1, 1]
+        ends = [max(ends[0], -1.0), min(ends[1], 1.0)]
     return [float(ends[0]), float(ends[1])]
 
 
@@ -152,3 +156,53 @@ def sensitivity_text(bands: list[dict[str, Any]]) -> str:
         parts.append(f"{b['threshold']} (registered {fmt(b['registered'])}, band {fmt(b['band'][0])} to "
                      f"{fmt(b['band'][1])}): {flips}")
     return " | ".join(parts)
+
+
+def where_bands(table: Any, rule: dict[str, Any], verdict: str, setting: str, ctx: Any,
+                factor: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Bands of the selection thresholds of a rule: a ``min`` / ``max`` over the layers
+    ``where`` another metric passes a bound (``where: {metric, op, value}``) is read with
+    that bound at ×½ to ×2 of its value (or a stated ``band`` in the ``where``). The
+    selection changes only where the bound crosses a layer's pooled mean of the other
+    metric, so the rule is evaluated once per segment between those means (exact flip
+    points). Copies a ``for_each`` makes of one check move together."""
+    from .claims import _evaluate_rule, expand_checks
+    from .quantities import MissingData, _layer_curve
+
+    specs = expand_checks(rule["checks"])
+    out = []
+    for group in dict.fromkeys(group_of({"check": c.get("name", "")}) for c in specs
+                               if not c.get("informational") and "where" in c.get("lhs", {})):
+        members = [i for i, c in enumerate(specs) if group_of({"check": c.get("name", "")}) == group
+                   and not c.get("informational") and "where" in c.get("lhs", {})]
+        where = specs[members[0]]["lhs"]["where"]
+        v0 = float(where["value"])
+        band = sorted(float(x) for x in where["band"]) if where.get("band") else sorted((v0 / 2, v0 * 2))
+        edges = set()
+        for i in members:
+            try:
+                _, _, M, _ = _layer_curve(table, str(where["metric"]), dict(specs[i]["lhs"].get("select", {})), setting, ctx)
+            except MissingData:
+                continue
+            edges |= {float(x) for x in M[0] if band[0] < x < band[1]}
+        cuts = [band[0]] + sorted(edges) + [band[1]]
+
+        def at(v: float) -> str:
+            moved = [{**c, "lhs": {**c["lhs"], "where": {**c["lhs"]["where"], "value": v}}} if i in members else c
+                     for i, c in enumerate(specs)]
+            try:
+                return _evaluate_rule(table, {**rule, "checks": moved}, setting, ctx, factor)["verdict"]
+            except MissingData:
+                return "not run"
+
+        segments = [at((a + b) / 2) for a, b in zip(cuts[:-1], cuts[1:])]
+        flips = [{"at": e, "below": segments[i], "above": segments[i + 1]}
+                 for i, e in enumerate(cuts[1:-1]) if segments[i] != segments[i + 1]]
+        low, high = at(band[0]), at(band[1])
+        nearest = min(flips, key=lambda f: abs(f["at"] - v0)) if flips else None
+        out.append({"threshold": f"{group}: where {where['metric']} {where.get('op', '>=')} value",
+                    "registered": v0, "op": where.get("op", ">="), "band": band, "stated": bool(where.get("band")),
+                    "reference": 0.0, "verdict": verdict, "verdict_low": low, "verdict_high": high, "grid": [],
+                    "flips": flips, "flip_point": nearest["at"] if nearest else None,
+                    "sensitive": set(segments) | {low, high} != {verdict}})
+    return out

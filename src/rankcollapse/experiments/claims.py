@@ -317,6 +317,8 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     explicit layers of simulated networks doubled) where the rows reach it, and a verdict
     that differs there becomes ``mixed (depth-sensitive)``.
     """
+    from .bands import where_bands
+
     rule = _override_rule(claim["rule"], override or {})
     factor = claim.get("factor")
     seed = sum(map(ord, str(claim.get("id", ""))))  # fixed bootstrap draws per claim
@@ -325,7 +327,7 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     res["depth"] = depth
     if res["verdict"] == "not run":
         return res
-    with_bands(res, rule.get("expect", "all"))
+    with_bands(res, rule.get("expect", "all"), where_bands(table, rule, res["verdict"], setting, ctx, factor))
     if not depth_check or depth is None:
         return res
     deep = _evaluate_rule(table, rule, setting, EvalContext(depth=2 * depth, layer_factor=2, seed=seed,
@@ -351,13 +353,14 @@ def registered_verdict(res: dict[str, Any]) -> str:
     return res.get("verdict_at_threshold") or res["verdict"]
 
 
-def with_bands(res: dict[str, Any], expect: str = "all") -> dict[str, Any]:
+def with_bands(res: dict[str, Any], expect: str = "all", selection: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """``res`` (a rule's result) with the verdict read across every threshold's band
-    (:mod:`.bands`): ``bands``, and a verdict that changes inside a band relabelled
-    ``threshold-sensitive`` (``verdict_at_threshold`` keeps the registered one)."""
+    (:mod:`.bands`; ``selection``: the bands of its selection thresholds,
+    :func:`.bands.where_bands`): ``bands``, and a verdict that changes inside a band
+    relabelled ``threshold-sensitive`` (``verdict_at_threshold`` keeps the registered one)."""
     from .bands import threshold_bands
 
-    res["bands"] = threshold_bands([c for c in res["checks"] if not c.get("informational")], expect)
+    res["bands"] = threshold_bands([c for c in res["checks"] if not c.get("informational")], expect) + list(selection)
     if any(b["sensitive"] for b in res["bands"]):
         res["verdict_at_threshold"] = res["verdict"]
         res["verdict"] = THRESHOLD_SENSITIVE

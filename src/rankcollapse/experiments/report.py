@@ -71,6 +71,17 @@ def badge(verdict: str | None) -> Markup:
     return Markup('<span class="v" style="background:{}">{}</span>').format(_BADGE.get(verdict or "", "#667085"), verdict or "—")
 
 
+def verdict_text(c: dict[str, Any]) -> str:
+    """A claim's verdict, with the verdict at the registered thresholds and the nearest
+    flip point beside ``threshold-sensitive``: ``threshold-sensitive (registered: mixed;
+    flips at 0.00732)``."""
+    if not c.get("verdict_at_threshold") or c["verdict"] != "threshold-sensitive":
+        return c["verdict"]
+    flips = [b["flip_point"] for b in c.get("bands", []) if b.get("sensitive") and b.get("flip_point") is not None]
+    at = f"; flips at {', '.join(f'{f:.4g}' for f in flips)}" if flips else ""
+    return f"threshold-sensitive (registered: {c['verdict_at_threshold']}{at})"
+
+
 def number(c: dict[str, Any]) -> str:
     """A claim's decisive number with its interval, e.g. ``12.3 [8.1, 20.4]``; a bound
     (one side at its floor) marked ``≥ ...``; both sides at their floors ``undecidable
@@ -189,7 +200,7 @@ def results_markdown(claims: list[dict[str, Any]]) -> str:
     for c in claims:
         deep = c.get("depth_check") or {}
         at2 = deep.get("verdict", "—") if deep else ("n/a (fixed depth)" if c["verdict"] != "not run" else "—")
-        cells = [c["id"], f"{c['effect']} ({c.get('paper_effect', '')})", c["verdict"], number(c), at2,
+        cells = [c["id"], f"{c['effect']} ({c.get('paper_effect', '')})", verdict_text(c), number(c), at2,
                  controls_text(c), c.get("original_verdict") or "unchanged"]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
     return "\n".join(lines) + "\n"
