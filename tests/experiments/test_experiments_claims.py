@@ -375,3 +375,21 @@ def test_a_check_whose_factor_off_arm_passes_as_well_carries_no_verdict():
     assert _check("LN [mask=w9]", (0.9920, 0.9939), factor_off={"interval": [0.5, 0.6]})["outcome"] == "holds"
     failing = [_check(f"LN [mask={m}]", (0.2, 0.5), factor_off={"interval": [0.3, 0.6]}) for m in "abc"]
     assert C.verdict_from([c["outcome"] for c in failing + [both]]) == C.NOT_WHERE_DECIDABLE
+
+
+def test_factor_contrast_on_a_table(table):
+    """At layer 1 sphere reads 0.9 and 0.5 (two seeds), pure 0.1 and 0.2: with the factor
+    (the sphere) off the check fails, so it carries the verdict; an arm without rows is
+    recorded, not read."""
+    check = {"name": "keeps", "lhs": _q("sphere", "value", 1), "op": ">=", "factor": 0.3}
+    claim = {"id": "F", "effect": "e", "rule": {"checks": [check]},
+             "factor": {"name": "sphere", "without": [{"where": {"variant": "sphere"}, "set": {"variant": "pure"}}]}}
+    res = C.evaluate_claim(table, claim, n_boot=50)
+    (k,) = res["checks"]
+    assert k["outcome"] == "holds" and k["factor_off"]["value"] == pytest.approx(0.15)
+    assert k["factor_off"]["outcome"] == "fails" and C.registered_verdict(res) == "reproduced"
+    lax = {**claim, "rule": {"checks": [{**check, "factor": 0.05}]}}  # pure SA clears 0.05 as well
+    assert C.evaluate_claim(table, lax, n_boot=50)["checks"][0]["outcome"] == C.FACTOR_OFF_PASSES
+    absent = {**claim, "factor": {"name": "x", "without": [{"where": {"variant": "sphere"}, "set": {"variant": "skip"}}]}}
+    (k,) = C.evaluate_claim(table, absent, n_boot=50)["checks"]
+    assert k["outcome"] == "holds" and "no rows" in k["factor_off"]["missing"]

@@ -136,7 +136,6 @@ def refuse_ignored(ctx: typer.Context, command: str) -> None:
 
 def print_results(folder: Optional[Path], fmt: str) -> None:
     """The results table of the finished run in ``folder`` on stdout (exit 2 on bad input)."""
-    from .._io import read_regular
     from ..errors import ConfigError
     from ..experiments.report import results_json, results_markdown
 
@@ -144,17 +143,27 @@ def print_results(folder: Optional[Path], fmt: str) -> None:
         raise ConfigError("reproduce summary needs a run folder: rankcollapse reproduce summary DIR")
     if fmt not in ("markdown", "table", "json"):
         raise ConfigError(f"--format must be markdown (alias table) or json, got {fmt!r}")
+    claims = finished_claims(folder)
+    if fmt == "json":
+        print_json(results_json(claims), indent=2)
+    else:
+        sys.stdout.write(results_markdown(claims))
+
+
+def finished_claims(folder: Path) -> list[dict]:
+    """The claims of the finished run in ``folder``, read as untrusted input: a planted
+    link or FIFO, a run without its COMPLETE marker or a file that is not a claims list
+    is refused (ConfigError)."""
+    from .._io import read_regular
+    from ..errors import ConfigError
+
     path = Path(folder) / "claims.json"
     if not path.exists() and not path.is_symlink():
         raise ConfigError(f"{folder}: no claims.json (not a finished run folder)")
     raw = read_regular(path, "claims file")  # a planted link or FIFO is refused before anything else
     if not (Path(folder) / "COMPLETE").is_file():
         raise ConfigError(f"{folder}: the run did not finish (no COMPLETE marker); its claims are not a result")
-    claims = _checked_claims(raw, path)
-    if fmt == "json":
-        print_json(results_json(claims), indent=2)
-    else:
-        sys.stdout.write(results_markdown(claims))
+    return _checked_claims(raw, path)
 
 
 def print_audit(folder: Optional[Path], fmt: str) -> None:
@@ -166,6 +175,7 @@ def print_audit(folder: Optional[Path], fmt: str) -> None:
         raise ConfigError("reproduce audit needs a run folder: rankcollapse reproduce audit DIR")
     if fmt not in ("markdown", "json"):
         raise ConfigError(f"--format must be markdown or json, got {fmt!r}")
+    finished_claims(folder)  # the checks `summary` makes on an untrusted folder
     entries = audit_run(folder)
     if fmt == "json":
         print_json(entries, indent=2)
