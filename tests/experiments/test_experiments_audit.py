@@ -92,3 +92,18 @@ def test_audit_of_the_committed_quick_run(monkeypatch, capsys):
 def test_audit_refuses_a_folder_that_is_not_a_run(monkeypatch, capsys, tmp_path):
     code, _, err = _cli(monkeypatch, capsys, str(tmp_path))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "not a finished run folder" in err
+
+
+def test_committed_geometry_claims_are_todays_decision_of_their_table(tmp_path):
+    """docs/results/geometry-quick's claims.json is what today's decision layer makes of
+    its committed table (no unit recomputed): bands, labels and numbers included."""
+    from rankcollapse._io import write_json_atomic
+    from rankcollapse.experiments import runner
+
+    stored = json.loads((RESULTS / "geometry-quick" / "claims.json").read_text())
+    write_json_atomic(tmp_path / "claims.json", runner.decide_again(RESULTS / "geometry-quick"))  # as a run writes it
+    again = json.loads((tmp_path / "claims.json").read_text())
+    assert again == stored
+    g1 = next(c for c in again if c["id"] == "G1")
+    where = next(b for b in g1["bands"] if "where max_norm_ratio" in b["threshold"])
+    assert [round(f["at"], 1) for f in where["flips"]] == [9.6, 12.2]  # the two layers either side of 10

@@ -114,8 +114,8 @@ def c11(present):
 
 def c03(present):
     def f(s, m, l):
-        if s.get("variant") == "drop_norm":
-            return (0.8, 0.5)
+        if s.get("variant") == "drop_norm":  # the factor off: without norms, as fast as attention only
+            return (0.8, 0.1 if present else 0.5)
         if s["source"] == "pretrained_sa":
             return (0.8, 0.1 if present else 1.0)
         return (0.8, 1.0 if present else 0.5)

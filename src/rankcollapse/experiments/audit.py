@@ -192,9 +192,10 @@ def robustness(rec: dict[str, Any]) -> dict[str, Any]:
                 for name, s, f in zip(("lhs", "rhs"), sides, floors)
                 if f and s.get("mean") is not None and math.isfinite(s["mean"]) and f < s["mean"] <= NEAR_FLOOR * f]
         if k.get("bound") or near:
+            used = [f"{name} floor {C.fmt(f)} ({s.get('dtype')})" for name, s, f in zip(("lhs", "rhs"), sides, floors) if f]
             bounds.append({"check": k["check"], "bound": k.get("bound"), "number": C.fmt_measured(
                 k.get("value"), k.get("interval"), k.get("bound"), k.get("decidable_to_layer")),
-                "floors": floors, "near_floor": near})
+                "floors": floors, "floors_used": used, "near_floor": near})
     return {"id": rec["id"], "verdict": rec["verdict"],
             "verdict_at_threshold": rec.get("verdict_at_threshold") or C.registered_verdict(rec),
             "number": C.fmt_measured(rec.get("measured"), rec.get("interval"), rec.get("bound"),
@@ -224,7 +225,8 @@ def contrast_line(entry: dict[str, Any], c: dict[str, Any]) -> str:
 def bound_line(b: dict[str, Any]) -> str:
     """A check whose number is a bound, or with a side near its floor."""
     head = f"bound: {b['check']}: {b['number']}" if b["bound"] else f"{b['check']}"
-    return head + "".join(f"; {n}" for n in b["near_floor"])
+    used = f" ({', '.join(b.get('floors_used', []))})" if b["bound"] and b.get("floors_used") else ""
+    return head + used + "".join(f"; {n}" for n in b["near_floor"])
 
 
 def audit_markdown(entries: list[dict[str, Any]], *, heading: str = "#") -> str:
