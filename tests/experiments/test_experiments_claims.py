@@ -328,24 +328,20 @@ def test_the_number_shown_is_a_deciding_checks_never_an_undecided_one():
 
 
 def _check(name, interval, tau=0.99, op=">=", ref=1.0, **extra):
-    from rankcollapse.experiments.bands import band_of
-
     spec = {"lhs": {"stat": "rate"}, "rhs": {"const": 1.0}, "factor": tau}
     rec = {"check": name, "op": op, "threshold": tau, "interval": list(interval), "bound": None, **extra}
     rec["outcome"] = C.outcome_at(rec)
-    return {**rec, "band": band_of(spec, tau), "band_stated": False, "reference": ref}
+    return {**rec, "band": C.band_of(spec, tau), "band_stated": False, "reference": ref}
 
 
 def test_default_band_is_half_to_twice_the_distance_from_no_effect():
-    from rankcollapse.experiments.bands import band_of
-
     rate = {"lhs": {"stat": "rate"}, "rhs": {"const": 1.0}}
-    assert band_of(rate, 0.99) == pytest.approx([0.98, 0.995])  # delta 0.01 -> 0.005 .. 0.02
-    assert band_of({"lhs": {"stat": "change"}, "rhs": {"stat": "change"}}, 10.0) == [5.0, 20.0]
-    assert band_of({"lhs": {"stat": "rate"}, "rhs": {"stat": "rate"}, "compare": "difference"}, 0.01) == [0.005, 0.02]
-    assert band_of({"lhs": {"stat": "spearman"}, "rhs": {"const": 1.0}}, -0.5) == [-1.0, -0.25]
-    assert band_of({"lhs": {"stat": "rate"}, "rhs": {"stat": "rate"}}, 1.0) is None  # a ratio against 1: no band
-    assert band_of({**rate, "band": [0.97, 0.999]}, 0.99) == [0.97, 0.999]  # a stated band
+    assert C.band_of(rate, 0.99) == pytest.approx([0.98, 0.995])  # delta 0.01 -> 0.005 .. 0.02
+    assert C.band_of({"lhs": {"stat": "change"}, "rhs": {"stat": "change"}}, 10.0) == [5.0, 20.0]
+    assert C.band_of({"lhs": {"stat": "rate"}, "rhs": {"stat": "rate"}, "compare": "difference"}, 0.01) == [0.005, 0.02]
+    assert C.band_of({"lhs": {"stat": "spearman"}, "rhs": {"const": 1.0}}, -0.5) == [-1.0, -0.25]
+    assert C.band_of({"lhs": {"stat": "rate"}, "rhs": {"stat": "rate"}}, 1.0) is None  # a ratio against 1: no band
+    assert C.band_of({**rate, "band": [0.97, 0.999]}, 0.99) == [0.97, 0.999]  # a stated band
 
 
 def test_a_verdict_that_flips_inside_the_band_is_threshold_sensitive_with_its_flip_point():

@@ -5,7 +5,7 @@ section list, per claim:
 
 - the factor contrast (:mod:`.claims`): each check with the factor on and off, with
   their 95 % intervals, and the checks whose factor-off arm passes as well;
-- each threshold's band, the verdict at its ends and the flip points (:mod:`.bands`);
+- each threshold's band, the verdict at its ends and the flip points (:func:`.claims.threshold_bands`);
 - which numbers are bounds and the floor they rest on. The floor of a relative metric is
   the epsilon of its compute dtype (:func:`.quantities.floor_of`); a side whose mean is
   above it but within :data:`NEAR_FLOOR` times it is listed as well: a ratio with such a
@@ -30,7 +30,6 @@ import pandas as pd
 
 from ..errors import ConfigError
 from . import claims as C
-from .bands import annotate, sensitivity_text, threshold_bands
 
 #: A side of a comparison whose mean is within this factor of its floor is flagged.
 NEAR_FLOOR = 100.0
@@ -51,7 +50,7 @@ def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | N
     checks = [dict(k) for k in rec["checks"]]
     if len(specs) != len(checks):
         return rec  # the stored checks are not this rule's
-    checks = [annotate(k, s) if not k.get("informational") else k for k, s in zip(checks, specs)]
+    checks = [C.annotate(k, s) if not k.get("informational") else k for k, s in zip(checks, specs)]
     if claim.get("factor"):
         checks = _with_factor_off(checks, claim, table, rec)
     checks = [{**k, "outcome": C.outcome_at(k)} if not k.get("informational") else k for k in checks]
@@ -234,7 +233,7 @@ def audit_markdown(entries: list[dict[str, Any]], *, heading: str = "#") -> str:
     lines = ["| id | verdict | at the registered thresholds | threshold flips inside the band | "
              "factor-off also passes | bounds / near floor |", "|---|---|---|---|---|---|"]
     for e in entries:
-        flips = sensitivity_text(e["bands"]) or "none"
+        flips = C.sensitivity_text(e["bands"]) or "none"
         off = sum(c["outcome"] == C.FACTOR_OFF_PASSES for c in e["contrast"])
         off_text = f"{off} of {len(e['contrast'])} checks ({e['factor']})" if e["contrast"] else "— (no factor named)"
         bounds = f"{sum(bool(b['bound']) for b in e['bounds'])} bounds, {sum(bool(b['near_floor']) for b in e['bounds'])} near floor"

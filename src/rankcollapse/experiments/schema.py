@@ -100,7 +100,7 @@ class Check(_Strict):
     compare: Optional[Literal["ratio", "difference"]] = None
     informational: bool = False
     for_each: dict[str, list[Any]] = Field(default_factory=dict)
-    band: Optional[tuple[float, float]] = None  # a stated threshold band (.bands); default x1/2 to x2
+    band: Optional[tuple[float, float]] = None  # a stated threshold band (.claims); default x1/2 to x2
 
 
 
