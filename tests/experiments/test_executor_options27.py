@@ -141,6 +141,7 @@ def test_cli_phase_fully_cached_still_checks_workers(tmp_path):
 @pytest.mark.parametrize("argv, needle", [
     (["reproduce", "summary", "DIR", "--workers", "0"], "reproduce summary does not take --workers"),
     (["reproduce", "summary", "DIR", "--executor", "ray"], "reproduce summary does not take --executor"),
+    (["reproduce", "audit", "DIR", "--scale", "large"], "reproduce audit does not take --scale"),
     (["reproduce", "schedules", "--workers", "2"], "reproduce schedules does not take --workers"),
     (["reproduce", "schedules", "--format", "json"], "reproduce schedules does not take --format"),
 ])

@@ -86,7 +86,7 @@ def test_two_values_at_their_floor_are_undecidable_never_equal():
     assert res["collapsed"] == [True, True] and res["bound"] == "undecidable"
     assert res["outcome"] == "undecidable" and res["decidable_to_layer"] == 1  # both above eps32 at layer 1
     assert C.verdict_from([res["outcome"]]) == C.UNDECIDABLE
-    assert C.verdict_from([res["outcome"], "fails"]) == "mixed"
+    assert C.verdict_from([res["outcome"], "fails"]) == C.NOT_WHERE_DECIDABLE  # the failing check decides; the floors decide nothing
     t64 = t.assign(dtype="float64")  # float64 trajectories resolve both: a real 13.75x
     res64 = C.evaluate_check(t64, check)
     assert res64["value"] == pytest.approx(2.2e-8 / 1.6e-9) and res64["bound"] is None and res64["outcome"] == "holds"
@@ -120,7 +120,7 @@ def test_depth_check_does_not_flip_on_an_undecidable_deep_reading():
                    _curve("complete", "pure", [1.0, 0.5, 0.02, 1e-17, 1e-19], depth=4)], ignore_index=True)
     claim = {"id": "U", "effect": "e", "rule": {"checks": [{"lhs": _q("sphere"), "op": ">=", "factor": 10, "rhs": _q("pure")}]}}
     res = C.evaluate_claim(t, claim, depth=2)
-    assert res["verdict"] == "reproduced"
+    assert C.registered_verdict(res) == "reproduced"
     assert res["depth_check"]["verdict"] == C.UNDECIDABLE and res["depth_check"]["decidable_to_layer"] == 2
 
 
@@ -142,7 +142,7 @@ def test_depth_check_flags_a_verdict_that_flips():
     res = C.evaluate_claim(t, claim, depth=2)
     assert res["verdict"] == "mixed (depth-sensitive)" and res["verdict_at_depth"] == "reproduced"
     assert res["depth_check"] == {**res["depth_check"], "depth": 4, "verdict": "not reproduced"}
-    assert C.evaluate_claim(t, claim, depth=2, depth_check=False)["verdict"] == "reproduced"
+    assert C.registered_verdict(C.evaluate_claim(t, claim, depth=2, depth_check=False)) == "reproduced"
 
 
 @pytest.mark.parametrize("outcomes, expect, verdict", [
@@ -171,7 +171,7 @@ def test_claim_for_each_informational_and_missing(table):
         {"name": "info", "informational": True, "lhs": _q("sphere"), "op": ">=", "factor": 100},
     ]}}
     res = C.evaluate_claim(table, claim)
-    assert res["verdict"] == "reproduced"  # the failing check is informational only
+    assert C.registered_verdict(res) == "reproduced"  # the failing check is informational only
     assert res["checks"][0]["check"] == "collapse [variant=pure]" and res["measured"] == pytest.approx(0.025)
     missing = C.evaluate_claim(table, {"id": "Y", "effect": "e", "rule": {"checks": [{"lhs": _q("skip")}]}})
     assert missing["verdict"] == "not run" and "variant=skip" in missing["missing"]
@@ -182,9 +182,9 @@ def test_override_reads_changed_setting(table):
         {"lhs": {"stat": "value", "metric": "mu_relative", "layer": 2, "select": {"variant": "sphere", "init_scale": 1.0}},
          "op": ">=", "factor": 1.5}]}}
     table = table.assign(init_scale=np.where(table["setting"] == "default", 1.0, 2.0))
-    assert C.evaluate_claim(table, claim)["verdict"] == "not reproduced"
+    assert C.registered_verdict(C.evaluate_claim(table, claim)) == "not reproduced"
     near = C.evaluate_claim(table, claim, setting="init_scale=2", override={"init_scale": 2.0})
-    assert near["verdict"] == "reproduced"
+    assert C.registered_verdict(near) == "reproduced"
 
 
 def test_window_override_rewrites_the_mask_spec():
@@ -306,3 +306,86 @@ def test_change_from_a_layer_at_its_floor_is_a_lower_bound():
     both = _curve("complete", "pure", [1e-17, 0.5, 1e-18])
     assert C.quantity(both, {"stat": "change", "metric": "mu_relative", "layer": 2, "from": 0,
                              "select": {"variant": "pure"}}).bound == "undecidable"
+
+
+@pytest.mark.parametrize("outcomes, verdict", [
+    (["fails", "undecided"], C.NOT_WHERE_DECIDABLE),
+    (["fails", "undecidable", C.FACTOR_OFF_PASSES], C.NOT_WHERE_DECIDABLE),
+    (["holds", "undecided"], "mixed"),
+    (["holds", "fails", "undecided"], "mixed"),
+])
+def test_checks_that_fail_wherever_decidable_read_so(outcomes, verdict):
+    assert C.verdict_from(outcomes) == verdict
+
+
+def test_the_number_shown_is_a_deciding_checks_never_an_undecided_one():
+    undecided = {"check": "u", "op": ">=", "threshold": 0.99, "interval": [0.98, 0.995], "outcome": "undecided"}
+    failing = {"check": "f", "op": ">=", "threshold": 0.99, "interval": [0.2, 0.3], "outcome": "fails"}
+    holding = {"check": "h", "op": ">=", "threshold": 0.99, "interval": [0.999, 1.0], "outcome": "holds"}
+    assert C.decisive([undecided, failing], C.NOT_WHERE_DECIDABLE)["check"] == "f"
+    assert C.decisive([undecided, failing], "mixed")["check"] == "f"
+    assert C.decisive([undecided, holding], "mixed")["check"] == "h"
+
+
+def _check(name, interval, tau=0.99, op=">=", ref=1.0, **extra):
+    spec = {"lhs": {"stat": "rate"}, "rhs": {"const": 1.0}, "factor": tau}
+    rec = {"check": name, "op": op, "threshold": tau, "interval": list(interval), "bound": None, **extra}
+    rec["outcome"] = C.outcome_at(rec)
+    return {**rec, "band": C.band_of(spec, tau), "band_stated": False, "reference": ref}
+
+
+def test_default_band_is_half_to_twice_the_distance_from_no_effect():
+    rate = {"lhs": {"stat": "rate"}, "rhs": {"const": 1.0}}
+    assert C.band_of(rate, 0.99) == pytest.approx([0.98, 0.995])  # delta 0.01 -> 0.005 .. 0.02
+    assert C.band_of({"lhs": {"stat": "change"}, "rhs": {"stat": "change"}}, 10.0) == [5.0, 20.0]
+    assert C.band_of({"lhs": {"stat": "rate"}, "rhs": {"stat": "rate"}, "compare": "difference"}, 0.01) == [0.005, 0.02]
+    assert C.band_of({"lhs": {"stat": "spearman"}, "rhs": {"const": 1.0}}, -0.5) == [-1.0, -0.25]
+    assert C.band_of({"lhs": {"stat": "rate"}, "rhs": {"stat": "rate"}}, 1.0) is None  # a ratio against 1: no band
+    assert C.band_of({**rate, "band": [0.97, 0.999]}, 0.99) == [0.97, 0.999]  # a stated band
+
+
+def test_a_verdict_that_flips_inside_the_band_is_threshold_sensitive_with_its_flip_point():
+    """C11's shape: two differences far above delta = 0.01, one whose interval [0.0061,
+    0.0093] fails at 0.01 but holds at any delta below 0.0061."""
+    scored = [_check("d [mask=a]", (0.75, 0.79), tau=0.01, op=">", ref=0.0),
+              _check("d [mask=b]", (0.0061, 0.0093), tau=0.01, op=">", ref=0.0)]
+    for s in scored:
+        s["band"] = [0.005, 0.02]
+    res = C.with_bands({"verdict": C.verdict_from([s["outcome"] for s in scored]), "checks": scored})
+    (band,) = res["bands"]
+    assert res["verdict"] == C.THRESHOLD_SENSITIVE and res["verdict_at_threshold"] == "mixed"
+    assert band["band"] == [0.005, 0.02] and band["verdict_low"] == "reproduced" and band["verdict_high"] == "mixed"
+    assert band["flip_point"] == pytest.approx(0.0061) and band["flips"] == [
+        {"at": pytest.approx(0.0061), "below": "reproduced", "above": "mixed"}]
+    assert len(band["grid"]) == 13 and band["grid"][0][0] == pytest.approx(0.005) and band["grid"][-1][0] == pytest.approx(0.02)
+    # an interval far from every edge of its band: the verdict stands
+    steady = C.with_bands({"verdict": "not reproduced", "checks": [_check("r", (0.2, 0.3))]})
+    assert steady["verdict"] == "not reproduced" and steady["bands"][0]["sensitive"] is False
+
+
+def test_a_check_whose_factor_off_arm_passes_as_well_carries_no_verdict():
+    off = {"interval": [0.9919, 0.9944], "bound": None}
+    both = _check("LN [mask=w9]", (0.9920, 0.9939), factor_off=off)
+    assert both["outcome"] == C.FACTOR_OFF_PASSES  # holds, but pure SA without LN holds too
+    assert _check("LN [mask=w9]", (0.9920, 0.9939))["outcome"] == "holds"
+    assert _check("LN [mask=w9]", (0.9920, 0.9939), factor_off={"interval": [0.5, 0.6]})["outcome"] == "holds"
+    failing = [_check(f"LN [mask={m}]", (0.2, 0.5), factor_off={"interval": [0.3, 0.6]}) for m in "abc"]
+    assert C.verdict_from([c["outcome"] for c in failing + [both]]) == C.NOT_WHERE_DECIDABLE
+
+
+def test_factor_contrast_on_a_table(table):
+    """At layer 1 sphere reads 0.9 and 0.5 (two seeds), pure 0.1 and 0.2: with the factor
+    (the sphere) off the check fails, so it carries the verdict; an arm without rows is
+    recorded, not read."""
+    check = {"name": "keeps", "lhs": _q("sphere", "value", 1), "op": ">=", "factor": 0.3}
+    claim = {"id": "F", "effect": "e", "rule": {"checks": [check]},
+             "factor": {"name": "sphere", "without": [{"where": {"variant": "sphere"}, "set": {"variant": "pure"}}]}}
+    res = C.evaluate_claim(table, claim, n_boot=50)
+    (k,) = res["checks"]
+    assert k["outcome"] == "holds" and k["factor_off"]["value"] == pytest.approx(0.15)
+    assert k["factor_off"]["outcome"] == "fails" and C.registered_verdict(res) == "reproduced"
+    lax = {**claim, "rule": {"checks": [{**check, "factor": 0.05}]}}  # pure SA clears 0.05 as well
+    assert C.evaluate_claim(table, lax, n_boot=50)["checks"][0]["outcome"] == C.FACTOR_OFF_PASSES
+    absent = {**claim, "factor": {"name": "x", "without": [{"where": {"variant": "sphere"}, "set": {"variant": "skip"}}]}}
+    (k,) = C.evaluate_claim(table, absent, n_boot=50)["checks"]
+    assert k["outcome"] == "holds" and "no rows" in k["factor_off"]["missing"]

@@ -133,3 +133,26 @@ def test_probe_units_of_one_condition_measure_disjoint_metrics():
         for metric in p.get("metrics", ()):
             other = seen.setdefault(cond, {}).setdefault(metric, u.hash)
             assert other == u.hash, (cond, metric, u.label)
+
+
+def test_selection_threshold_band_finds_g1_flip_points():
+    """G1's shape: the layers with max_norm_ratio >= theta are read; ratios 9.6 and 12.2
+    carry shares 0.33 and 0.895, so theta = 10 keeps the 0.895 layer and the 25.0 one
+    (fails), theta below 9.6 adds 0.33 (fails), theta above 12.2 keeps only 0.97 (holds):
+    the rule flips at 12.2 inside the band 5 to 20, exactly there."""
+    from rankcollapse.experiments import claims as C
+
+    ratio = np.array([1.0, 9.6, 12.2, 25.0])[:, None] * np.ones((1, 4))
+    share = np.array([0.1, 0.33, 0.895, 0.97])[:, None] * np.ones((1, 4))
+    t = _table({"max_norm_ratio": ratio, "max_token_sigma_share": share})
+    claim = {"id": "G", "effect": "e", "rule": {"checks": [{
+        "name": "share", "op": ">=", "rhs": {"const": 0.9}, "band": [0.85, 0.95],
+        "lhs": {"stat": "min", "metric": "max_token_sigma_share", "select": SEL,
+                "where": {"metric": "max_norm_ratio", "op": ">=", "value": 10}}}]}}
+    res = C.evaluate_claim(t, claim, n_boot=50)
+    assert res["verdict_at_threshold"] == "not reproduced" and res["verdict"] == C.THRESHOLD_SENSITIVE
+    where = next(b for b in res["bands"] if "where max_norm_ratio" in b["threshold"])
+    assert where["band"] == [5.0, 20.0] and where["verdict_low"] == "not reproduced"
+    assert [(f["at"], f["below"], f["above"]) for f in where["flips"]] == [
+        (pytest.approx(12.2), "not reproduced", "reproduced")]
+    assert where["flip_point"] == pytest.approx(12.2)

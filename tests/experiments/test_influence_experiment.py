@@ -216,7 +216,7 @@ def _mask_table(units: list[dict]) -> pd.DataFrame:
 
 
 def _verdict(table, cid):
-    return C.evaluate_claim(table, CLAIMS[cid], n_boot=50)["verdict"]
+    return C.registered_verdict(C.evaluate_claim(table, CLAIMS[cid], n_boot=50))
 
 
 def test_i1_i2_rules_on_present_and_absent_tables():
@@ -251,9 +251,9 @@ def test_i4_rule_and_controls_on_hand_built_profiles():
     assert _verdict(_profile_table(follows, pred), "I4") == "not run"  # selects smollm2
     claim = json.loads(json.dumps(CLAIMS["I4"]).replace('"model": "smollm2"', '"model": "m"'))
     ok = _profile_table(follows, pred)
-    assert C.evaluate_claim(ok, claim, n_boot=100)["verdict"] == "reproduced"
+    assert C.registered_verdict(C.evaluate_claim(ok, claim, n_boot=100)) == "reproduced"
     reversed_ = _profile_table(pred[None, :, ::-1] * rng.uniform(0.8, 1.2, (6, layers, n)), pred)
-    assert C.evaluate_claim(reversed_, claim, n_boot=100)["verdict"] == "not reproduced"
+    assert C.registered_verdict(C.evaluate_claim(reversed_, claim, n_boot=100)) == "not reproduced"
     ctl = evaluate_controls(reversed_, claim, n_boot=100)
     assert ctl["positive"]["verdict"] == "reproduced" and ctl["negative"]["verdict"] == "not reproduced"
 
@@ -264,7 +264,7 @@ def test_smoke_run_decides_the_mask_claims_and_their_controls(tmp_path):
     claims = {c["id"]: c for c in json.loads((tmp_path / "run" / "claims.json").read_text())}
     assert sorted(claims) == ["I1", "I2", "I3", "I4"]
     for cid in ("I1", "I2", "I3"):
-        assert claims[cid]["verdict"] == "reproduced" and claims[cid]["controls_ok"] is True, cid
+        assert C.registered_verdict(claims[cid]) == "reproduced" and claims[cid]["controls_ok"] is True, cid
     assert claims["I4"]["verdict"] == "not run" and "excludes" in claims["I4"]["notes"]
     assert (tmp_path / "run" / "plots" / "influence_masks.png").is_file()
     assert set(res.table["source"]) == {"mask_influence"}

@@ -13,7 +13,7 @@ from ._output import ALLOW_NONEMPTY_HELP, check_format, make_table, print_json, 
 
 #: The options each sub-command that runs no experiment takes; any other option given
 #: to it would be ignored, so it is refused.
-SUBCOMMAND_OPTIONS = {"summary": {"fmt"}, "schedules": {"out", "scale", "seed", "allow_nonempty"}}
+SUBCOMMAND_OPTIONS = {"summary": {"fmt"}, "audit": {"fmt"}, "schedules": {"out", "scale", "seed", "allow_nonempty"}}
 
 HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, geometry, influence, all, or schedules:
 collapse rate of mask schedules at equal attention budget) on real
@@ -26,7 +26,9 @@ in worker processes (--executor processes --workers N) or on a Ray cluster
 --out: a second exits 2 naming the first (or waits, --wait).
 
 `rankcollapse reproduce summary DIR [--format markdown|json]` prints the results table
-of a finished run (its claims.json) without running anything."""
+of a finished run (its claims.json) without running anything; `rankcollapse reproduce
+audit DIR [--format markdown|json]` prints what each of its verdicts rests on (factor
+contrast, threshold bands and flip points, bounds and sides near their floors)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -35,8 +37,8 @@ def register(app: typer.Typer) -> None:
     @app.command("reproduce", help=HELP)
     def reproduce(
         ctx: typer.Context,
-        name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, geometry, influence, all, a comma-separated list (fig3,fig4), or summary."),
-        target: Optional[Path] = typer.Argument(None, help="With `summary`: the run folder to summarise."),
+        name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, geometry, influence, all, a comma-separated list (fig3,fig4), summary or audit."),
+        target: Optional[Path] = typer.Argument(None, help="With `summary` or `audit`: the run folder."),
         fmt: Optional[str] = typer.Option(None, "--format", help="stdout: table (default) or json (the claims); "
                                           "with `summary`: markdown (default, the table of docs/results.md) or json."),
         scale: str = typer.Option("quick", "--scale", help="quick (minutes on 2 cores), large (256 windows x 4 seeds), paper (3000 windows) or smoke."),
@@ -64,9 +66,12 @@ def register(app: typer.Typer) -> None:
         if name == "summary":
             print_results(target, fmt or "markdown")
             return
+        if name == "audit":
+            print_audit(target, fmt or "markdown")
+            return
         as_json = check_format(fmt or "table", ("table", "json")) == "json"
         if target is not None:
-            raise typer.BadParameter(f"unexpected argument {target}; only `summary` takes a folder")
+            raise typer.BadParameter(f"unexpected argument {target}; only `summary` and `audit` take a folder")
         if name == "schedules":  # the schedule study has its own small runner (docs/schedules.md)
             from ..experiments.schedules import NAMES as SCHEDULE_NAMES, run_schedule_study
 
@@ -133,7 +138,6 @@ def refuse_ignored(ctx: typer.Context, command: str) -> None:
 
 def print_results(folder: Optional[Path], fmt: str) -> None:
     """The results table of the finished run in ``folder`` on stdout (exit 2 on bad input)."""
-    from .._io import read_regular
     from ..errors import ConfigError
     from ..experiments.report import results_json, results_markdown
 
@@ -141,17 +145,44 @@ def print_results(folder: Optional[Path], fmt: str) -> None:
         raise ConfigError("reproduce summary needs a run folder: rankcollapse reproduce summary DIR")
     if fmt not in ("markdown", "table", "json"):
         raise ConfigError(f"--format must be markdown (alias table) or json, got {fmt!r}")
+    claims = finished_claims(folder)
+    if fmt == "json":
+        print_json(results_json(claims), indent=2)
+    else:
+        sys.stdout.write(results_markdown(claims))
+
+
+def finished_claims(folder: Path) -> list[dict]:
+    """The claims of the finished run in ``folder``, read as untrusted input: a planted
+    link or FIFO, a run without its COMPLETE marker or a file that is not a claims list
+    is refused (ConfigError)."""
+    from .._io import read_regular
+    from ..errors import ConfigError
+
     path = Path(folder) / "claims.json"
     if not path.exists() and not path.is_symlink():
         raise ConfigError(f"{folder}: no claims.json (not a finished run folder)")
     raw = read_regular(path, "claims file")  # a planted link or FIFO is refused before anything else
     if not (Path(folder) / "COMPLETE").is_file():
         raise ConfigError(f"{folder}: the run did not finish (no COMPLETE marker); its claims are not a result")
-    claims = _checked_claims(raw, path)
+    return _checked_claims(raw, path)
+
+
+def print_audit(folder: Optional[Path], fmt: str) -> None:
+    """The robustness audit of the finished run in ``folder`` on stdout (exit 2 on bad input)."""
+    from ..errors import ConfigError
+    from ..experiments.audit import audit_markdown, audit_run
+
+    if folder is None:
+        raise ConfigError("reproduce audit needs a run folder: rankcollapse reproduce audit DIR")
+    if fmt not in ("markdown", "json"):
+        raise ConfigError(f"--format must be markdown or json, got {fmt!r}")
+    finished_claims(folder)  # the checks `summary` makes on an untrusted folder
+    entries = audit_run(folder)
     if fmt == "json":
-        print_json(results_json(claims), indent=2)
+        print_json(entries, indent=2)
     else:
-        sys.stdout.write(results_markdown(claims))
+        sys.stdout.write(audit_markdown(entries))
 
 
 def _checked_claims(raw: bytes, path: Path) -> list[dict]:
@@ -180,7 +211,8 @@ def print_summary(result) -> None:
 
     from ..experiments.report import controls_text, cost_text, number
 
-    colours = {"reproduced": "green", "not reproduced": "red", "mixed": "yellow", "mixed (depth-sensitive)": "yellow"}
+    colours = {"reproduced": "green", "not reproduced": "red", "not reproduced where decidable": "red", "mixed": "yellow",
+               "mixed (depth-sensitive)": "yellow", "threshold-sensitive": "yellow"}
     rows = []
     for c in result.claims:
         scored = [k for k in c.get("checks", []) if not k.get("informational")]

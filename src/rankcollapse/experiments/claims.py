@@ -1,5 +1,6 @@
 """Pre-registered claims: each of the paper's measured effects is a rule evaluated on
-the tidy table, giving ``reproduced`` / ``not reproduced`` / ``mixed`` / ``not run``.
+the tidy table, giving ``reproduced`` / ``not reproduced`` / ``not reproduced where
+decidable`` / ``mixed`` / ``threshold-sensitive`` / ``not run``.
 
 A rule is a list of checks ``lhs OP factor * rhs`` between *quantities* read from the
 table (:mod:`.quantities`: every quantity reads exactly one condition; a selection that
@@ -46,13 +47,51 @@ is at least T): it can hold (a lower bound clearing ``>=``) or fail (a lower bou
 ``for_each: {key: [v1, v2]}`` stands for one copy per value, every ``"{key}"`` string in
 its selects replaced. ``informational: true``: measured and reported, not in the verdict.
 ``expect: all`` (default): all checks hold -> reproduced; all fail -> not reproduced;
-anything else -> mixed (``undecidable at this depth`` as above). ``expect: mixed`` (a paper effect that is itself mixed): at least
-one check holds and one fails -> reproduced; all hold or all fail -> not reproduced;
-otherwise mixed. Missing rows give ``not run``, naming the missing inputs.
+none holds and at least one fails (the others undecided) -> not reproduced where
+decidable; anything else -> mixed (``undecidable at this depth`` as above). ``expect:
+mixed`` (a paper effect that is itself mixed): at least one check holds and one fails ->
+reproduced; all hold or all fail -> not reproduced; otherwise mixed. Missing rows give
+``not run``, naming the missing inputs. The decisive number shown is a check that decides
+(a failing check of a claim not reproduced or mixed; else the deciding check nearest its
+threshold), never an undecided one while any check decides.
+
+Factor contrast. A claim about a factor (adding LayerNorm, a window, a smaller d_QK)
+names it: ``factor: {name, without: [edits]}``, the edits of :mod:`.controls` that read
+the same condition (mask, weights, inputs, temperature, depth, seeds) with the factor
+off. Each scored check is evaluated on that arm too (``factor_off``); a check that holds
+while its factor-off arm holds as well reads ``factor-off also passes``: it is no evidence
+for the factor and carries no verdict (it counts as undecided).
+
+Threshold bands. A verdict that changes when a threshold moves inside the range where
+it could as well have been set is a finding about the threshold, not about the effect.
+Every threshold of a rule therefore carries a *band*, fixed before the numbers are seen:
+
+- a stated range ``band: [lo, hi]`` in the check's config (in the units of the threshold
+  τ the check compares with: ``factor`` times the constant of a constant right-hand side;
+  a ``where`` bound takes its own ``band``);
+- by default ×½ to ×2 of the threshold's distance from its no-effect value: 1 for a
+  fitted per-layer rate against a constant (``rate >= 1 - δ`` has the band ``1 - 2δ`` to
+  ``1 - δ/2``) and for ``within`` a factor (``within 1.25``: 1.125 to 1.5), 0 otherwise
+  (a ratio ``>= 10`` has the band 5 to 20, a difference ``> 0.01`` the band 0.005 to
+  0.02; a rank correlation's band is cut to [-1, 1]). A threshold at the no-effect value
+  itself (a difference against 0, a ratio against 1) has no band: moving it changes the
+  question.
+
+A threshold is shared by the copies a ``for_each`` makes of one check (they move
+together) and is varied with every other threshold of the rule at its registered value.
+Each check's outcome is a step function of τ whose steps are the ends of its 95 %
+interval (and of its factor-off arm's), so the verdict across the band is exact: it is
+read on a grid of :data:`GRID` log-spaced values and in every segment between those
+interval ends, and a *flip point* is an interval end where it changes; a ``where`` bound
+changes the layers read only at the layers' means of its metric (:func:`where_bands`). A
+verdict that changes inside a band reads ``threshold-sensitive``; ``verdict_at_threshold``
+keeps the verdict at the registered thresholds and ``bands`` the band, the verdicts at its
+ends and the flip points of each threshold.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -64,8 +103,12 @@ from .keys import current
 from .quantities import AmbiguousSelection, EvalContext, MissingData, Value, combine_bounds, evaluate  # noqa: F401
 
 UNDECIDABLE = "undecidable at this depth"
-VERDICTS = ("reproduced", "not reproduced", "mixed", "mixed (depth-sensitive)", UNDECIDABLE, "not run")
-OUTCOMES = ("holds", "fails", "undecided", "undecidable")
+NOT_WHERE_DECIDABLE = "not reproduced where decidable"
+THRESHOLD_SENSITIVE = "threshold-sensitive"
+FACTOR_OFF_PASSES = "factor-off also passes"
+VERDICTS = ("reproduced", "not reproduced", NOT_WHERE_DECIDABLE, "mixed", "mixed (depth-sensitive)", THRESHOLD_SENSITIVE,
+            UNDECIDABLE, "not run")
+OUTCOMES = ("holds", "fails", "undecided", "undecidable", FACTOR_OFF_PASSES)
 _OPS = (">=", "<=", ">", "<", "within")
 
 
@@ -103,6 +146,21 @@ def _outcome(op: str, lo: float, hi: float, tau: float, bound: str | None = None
     return "holds" if up[0] else "fails" if up[1] else "undecided"
 
 
+def outcome_at(check: dict[str, Any], tau: float | None = None) -> str:
+    """The outcome of a check result (its interval, operator and bound) against threshold
+    ``tau`` (default its own): :func:`_outcome`, except that a check that holds while its
+    factor-off arm (``factor_off``, the same condition with the claim's factor off) holds
+    as well is no evidence for the factor: ``factor-off also passes``."""
+    tau = check["threshold"] if tau is None else tau
+    if check.get("outcome") == "missing" or "interval" not in check:
+        return "missing"
+    on = _outcome(check["op"], *check["interval"], tau, check.get("bound"))
+    off = check.get("factor_off") or {}
+    if on == "holds" and off.get("interval") and _outcome(check["op"], *off["interval"], tau, off.get("bound")) == "holds":
+        return FACTOR_OFF_PASSES
+    return on
+
+
 def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "default",
                    ctx: EvalContext | None = None) -> dict[str, Any]:
     """One check: decisive statistic with its 95 % bootstrap interval, outcome
@@ -131,7 +189,7 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
     lo, hi = _interval(reps)
     out = {
         "check": check.get("name", ""),
-        "text": f"{_qtext(check['lhs'])} {op} {factor:g} x {_qtext(rhs_q)}",
+        "text": check_text(check),
         "statistic": kind,
         "value": float(stat),
         "interval": [lo, hi],
@@ -155,6 +213,13 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
     if notes:
         out["finite_depth"] = notes
     return out
+
+
+def check_text(check: dict[str, Any]) -> str:
+    """A check as its result records it: ``lhs op factor x rhs``."""
+    compare = check.get("compare", "ratio")
+    factor = float(check.get("factor", 0.0 if compare == "difference" else 1.0))
+    return f"{_qtext(check['lhs'])} {check.get('op', '>=')} {factor:g} x {_qtext(check.get('rhs', {'const': 1.0}))}"
 
 
 def _decidable_to(lhs: Value, rhs: Value) -> int | None:
@@ -224,6 +289,8 @@ def verdict_from(outcomes: list[str], expect: str = "all") -> str:
         return "reproduced"
     if fails == len(outcomes):
         return "not reproduced"
+    if fails and not holds:  # every check that decides fails; the others decide nothing
+        return NOT_WHERE_DECIDABLE
     return "mixed"
 
 
@@ -273,14 +340,18 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     that differs there becomes ``mixed (depth-sensitive)``.
     """
     rule = _override_rule(claim["rule"], override or {})
+    factor = claim.get("factor")
     seed = sum(map(ord, str(claim.get("id", ""))))  # fixed bootstrap draws per claim
     ctx = EvalContext(depth=depth, seed=seed, **({"n_boot": n_boot} if n_boot else {}))
-    res = _evaluate_rule(table, rule, setting, ctx)
+    res = _evaluate_rule(table, rule, setting, ctx, factor)
     res["depth"] = depth
-    if res["verdict"] == "not run" or not depth_check or depth is None:
+    if res["verdict"] == "not run":
+        return res
+    with_bands(res, rule.get("expect", "all"), where_bands(table, rule, res["verdict"], setting, ctx, factor))
+    if not depth_check or depth is None:
         return res
     deep = _evaluate_rule(table, rule, setting, EvalContext(depth=2 * depth, layer_factor=2, seed=seed,
-                                                            **({"n_boot": n_boot} if n_boot else {})))
+                                                            **({"n_boot": n_boot} if n_boot else {})), factor)
     if deep["verdict"] == "not run":
         res["depth_check"] = {"depth": 2 * depth, "verdict": "not run", "missing": deep.get("missing", "")}
         return res
@@ -289,15 +360,36 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     if deep["verdict"] == UNDECIDABLE:  # the floors end what 2 D can say; it contradicts nothing
         res["depth_check"]["decidable_to_layer"] = deep.get("decidable_to_layer")
         return res
-    if deep["verdict"] != res["verdict"]:
-        res["verdict_at_depth"] = res["verdict"]
+    at_threshold = res.get("verdict_at_threshold", res["verdict"])
+    if deep["verdict"] != at_threshold:
+        res["verdict_at_depth"] = at_threshold
         res["verdict"] = "mixed (depth-sensitive)"
     return res
 
 
-def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx: EvalContext) -> dict[str, Any]:
+def registered_verdict(res: dict[str, Any]) -> str:
+    """The verdict of a result at the registered thresholds (before the band relabels
+    it ``threshold-sensitive``)."""
+    return res.get("verdict_at_threshold") or res["verdict"]
+
+
+def with_bands(res: dict[str, Any], expect: str = "all", selection: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """``res`` (a rule's result) with the verdict read across every threshold's band
+    (:func:`threshold_bands`; ``selection``: the bands of its selection thresholds,
+    :func:`where_bands`): ``bands``, and a verdict that changes inside a band
+    relabelled ``threshold-sensitive`` (``verdict_at_threshold`` keeps the registered one)."""
+    res["bands"] = threshold_bands([c for c in res["checks"] if not c.get("informational")], expect) + list(selection)
+    if any(b["sensitive"] for b in res["bands"]):
+        res["verdict_at_threshold"] = res["verdict"]
+        res["verdict"] = THRESHOLD_SENSITIVE
+    return res
+
+
+def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx: EvalContext,
+                   factor: dict[str, Any] | None = None) -> dict[str, Any]:
+    specs = expand_checks(rule["checks"])
     checks = []
-    for c in expand_checks(rule["checks"]):
+    for c in specs:
         info = bool(c.get("informational", False))
         try:
             res = evaluate_check(table, c, setting, ctx)
@@ -308,7 +400,9 @@ def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx:
             res = {"check": c.get("name", ""), "text": str(exc), "outcome": "missing", "value": math.nan,
                    "interval": [math.nan, math.nan], "per_seed": {}, "n_windows": 0, "n_seeds": 0}
         res["informational"] = info
-        checks.append(res)
+        checks.append(res if info else annotate(res, c))
+    if factor:
+        checks = factor_contrast(table, rule, checks, factor, setting, ctx)
     scored = [c for c in checks if not c["informational"]]
     verdict = verdict_from([c["outcome"] for c in scored], rule.get("expect", "all"))
     key = decisive(scored, verdict)
@@ -319,19 +413,105 @@ def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx:
             "n_seeds": max((c["n_seeds"] for c in scored), default=0)}
 
 
+def _matches(q: dict[str, Any], where: dict[str, Any]) -> bool:
+    sel = q.get("select", {})
+    for k, want in where.items():
+        have = q.get("metric") if k == "metric" else sel.get(k)
+        if have is None or str(have) != str(want):
+            return False
+    return True
+
+
+def _edit_leaf(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
+    if "const" in q or not _matches(q, edit.get("where", {})):
+        return q
+    q = copy.deepcopy(q)
+    sel = q.setdefault("select", {})
+    for col, mapping in edit.get("replace", {}).items():
+        if col in sel and str(sel[col]) in {str(k) for k in mapping}:
+            sel[col] = next(v for k, v in mapping.items() if str(k) == str(sel[col]))
+    sel.update(edit.get("set", {}))
+    for col in edit.get("drop", []):
+        sel.pop(col, None)
+    q.update(edit.get("quantity", {}))
+    return q
+
+
+def _edit(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
+    if q.get("stat") in ("ratio", "difference"):
+        return {**q, "num": _edit(q["num"], edit), "den": _edit(q["den"], edit)}
+    return _edit_leaf(q, edit)
+
+
+def edit_rule(rule: dict[str, Any], edits: list[dict[str, Any]]) -> dict[str, Any]:
+    """``rule`` with every check's quantities edited by ``edits`` (loops unrolled first,
+    so an edit sees the mask a ``for_each`` filled in): the controls' edits
+    (:mod:`.controls`) and a factor's ``without``.
+
+    Raises
+    ------
+    ConfigError
+        An edit with an unknown key or side.
+    """
+    checks = expand_checks(rule["checks"])
+    for edit in edits:
+        bad = set(edit) - {"where", "side", "replace", "set", "drop", "quantity"}
+        if bad:
+            raise ConfigError(f"control edit: unknown keys {sorted(bad)}")
+        side = edit.get("side", "both")
+        if side not in ("lhs", "rhs", "both"):
+            raise ConfigError(f"control edit: side must be lhs, rhs or both, got {side!r}")
+        sides = ("lhs", "rhs") if side == "both" else (side,)
+        checks = [{**c, **{s: _edit(c[s], edit) for s in sides if s in c}} for c in checks]
+    return {**rule, "checks": checks}
+
+
+def factor_off_rule(rule: dict[str, Any], factor: dict[str, Any]) -> dict[str, Any]:
+    """``rule`` with the claim's factor switched off: its checks (loops unrolled) with
+    the edits of ``factor["without"]`` (the edits of :mod:`.controls`) applied, so each
+    check reads the same condition without the factor."""
+    return edit_rule(rule, factor["without"])
+
+
+def factor_contrast(table: pd.DataFrame, rule: dict[str, Any], checks: list[dict[str, Any]],
+                    factor: dict[str, Any], setting: str = "default", ctx: EvalContext | None = None
+                    ) -> list[dict[str, Any]]:
+    """The scored ``checks`` of ``rule`` with their factor-off arm (``factor_off``: text,
+    value, interval, bound, outcome; ``missing`` where the table lacks its rows) and
+    their outcome settled by it (:func:`outcome_at`). A check the edits leave unchanged
+    has no factor-off arm (it compares with the factor off already)."""
+    ctx = ctx or EvalContext()
+    off_specs = factor_off_rule(rule, factor)["checks"]
+    out = []
+    for res, on, off in zip(checks, expand_checks(rule["checks"]), off_specs):
+        if res["informational"] or off == on or res.get("outcome") == "missing":
+            out.append(res)
+            continue
+        try:
+            arm = evaluate_check(table, off, setting, ctx)
+            arm = {k: arm[k] for k in ("text", "value", "interval", "bound", "outcome")}
+        except MissingData as exc:
+            arm = {"text": _qtext(off["lhs"]), "missing": str(exc)}
+        res = {**res, "factor_off": arm}
+        out.append({**res, "outcome": outcome_at(res)})
+    return out
+
+
 def decisive(checks: list[dict[str, Any]], verdict: str) -> dict[str, Any] | None:
     """The check that decides the verdict: the first check whose outcome goes against it
-    (a failing check of a claim not reproduced, an undecided one of a mixed claim), else
-    the check closest to its threshold (smallest relative margin of its interval)."""
+    (a failing check of a claim not reproduced, or of a mixed claim), else the decided
+    check (holds or fails) closest to its threshold (smallest relative margin of its
+    interval). An undecided check is shown only when no check decides anything."""
     if not checks:
         return None
-    against = {"not reproduced": ("fails",), "mixed": ("undecided", "undecidable", "fails"),
+    against = {"not reproduced": ("fails",), NOT_WHERE_DECIDABLE: ("fails",), "mixed": ("fails",),
                UNDECIDABLE: ("undecidable",)}.get(verdict, ())
     for want in against:
         for c in checks:
             if c["outcome"] == want:
                 return c
-    return min(checks, key=_margin)
+    decided = [c for c in checks if c["outcome"] in ("holds", "fails")]
+    return min(decided or checks, key=_margin)
 
 
 def _margin(c: dict[str, Any]) -> float:
@@ -431,6 +611,9 @@ def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any],
         "original_rule": original.get("rule"),
         "change_reason": " ".join(str(original.get("reason", "")).split()) or None,
         "earlier_amendments": [{k: " ".join(str(v).split()) for k, v in e.items()} for e in original.get("earlier", [])],
+        "verdict_at_threshold": result.get("verdict_at_threshold"),
+        "bands": result.get("bands", []),
+        "factor": claim.get("factor", {}).get("name") if claim.get("factor") else None,
         "controls": controls,
         "controls_ok": (controls or {}).get("ok"),
         "checks": result["checks"],
@@ -488,3 +671,178 @@ def fmt_interval(iv: list[float] | None) -> str:
     if not iv:
         return "—"
     return f"[{fmt(iv[0])}, {fmt(iv[1])}]"
+
+
+# ------------------------------------------------------------------ threshold bands
+#: Points of the log-spaced grid across each band (both ends included).
+GRID = 13
+
+
+def group_of(record: dict[str, Any]) -> str:
+    """The threshold a check record reads: its check name without the ``[key=value]``
+    suffix a ``for_each`` copy carries (the copies share one threshold)."""
+    name = str(record.get("check") or record.get("text", ""))
+    if name.endswith("]") and " [" in name:
+        name = name.rsplit(" [", 1)[0]
+    return name
+
+
+def reference(spec: dict[str, Any]) -> float:
+    """The no-effect value a check's threshold is measured from (module docstring)."""
+    rhs = spec.get("rhs", {"const": 1.0})
+    if spec.get("op") == "within":  # within a factor tau either way: tau = 1 is exact agreement
+        return 1.0
+    return 1.0 if spec.get("lhs", {}).get("stat") == "rate" and "const" in rhs else 0.0
+
+
+def band_of(spec: dict[str, Any], tau: float) -> list[float] | None:
+    """The band ``[lo, hi]`` of threshold ``tau`` of check ``spec`` (module docstring);
+    None where the threshold is the no-effect value."""
+    if spec.get("band") is not None:
+        lo, hi = (float(x) for x in spec["band"])
+        return [min(lo, hi), max(lo, hi)]
+    ref = reference(spec)
+    if not math.isfinite(tau) or tau == ref or (spec.get("compare", "ratio") == "ratio"
+                                                and "const" not in spec.get("rhs", {"const": 1.0}) and tau == 1.0):
+        return None
+    ends = sorted((ref + (tau - ref) / 2, ref + (tau - ref) * 2))
+    if spec.get("lhs", {}).get("stat") in ("spearman", "profile_spearman"):  # a rank correlation is in [-1, 1]
+        ends = [max(ends[0], -1.0), min(ends[1], 1.0)]
+    return [float(ends[0]), float(ends[1])]
+
+
+def grid(band: list[float], tau: float, ref: float | None) -> list[float]:
+    """:data:`GRID` values across ``band``, log-spaced in the distance from ``ref`` (or
+    in τ itself for a stated band that does not straddle 0; linear otherwise)."""
+    lo, hi = band
+    if ref is not None and (lo - ref) * (hi - ref) > 0:
+        a, b = abs(lo - ref), abs(hi - ref)
+        sign = 1.0 if lo > ref else -1.0
+        return sorted(float(ref + sign * v) for v in np.geomspace(a, b, GRID))
+    if lo > 0 or hi < 0:
+        return [float(v) for v in np.geomspace(lo, hi, GRID)]
+    return [float(v) for v in np.linspace(lo, hi, GRID)]
+
+
+def _edges(records: list[dict[str, Any]]) -> list[float]:
+    """Every τ at which an outcome of ``records`` can change: the ends of each check's
+    interval and of its factor-off arm's (and their reciprocals under ``within``)."""
+    out = []
+    for r in records:
+        ivs = [r.get("interval")] + [(r.get("factor_off") or {}).get("interval")]
+        for iv in ivs:
+            for x in iv or ():
+                if x is not None and math.isfinite(x):
+                    out.append(float(x))
+                    if r.get("op") == "within" and x:
+                        out.append(1.0 / float(x))
+    return out
+
+
+def verdict_at(scored: list[dict[str, Any]], expect: str, group: str, tau: float) -> str:
+    """The verdict of the rule with threshold ``group`` moved to ``tau``."""
+    return verdict_from([outcome_at(r, tau if group_of(r) == group else r["threshold"]) for r in scored], expect)
+
+
+def threshold_bands(scored: list[dict[str, Any]], expect: str = "all") -> list[dict[str, Any]]:
+    """One entry per threshold of the scored check records (each annotated with its
+    ``band`` and ``reference``, :func:`annotate`): the band, the verdict at the registered
+    threshold and at each end, the verdicts on the grid, the flip points inside the band
+    and the one nearest the registered threshold, and ``sensitive``."""
+    out = []
+    for group in dict.fromkeys(group_of(r) for r in scored):
+        members = [r for r in scored if group_of(r) == group]
+        first = members[0]
+        tau, band = float(first["threshold"]), first.get("band")
+        entry: dict[str, Any] = {"threshold": group, "registered": tau, "op": first.get("op"), "band": band,
+                                 "stated": bool(first.get("band_stated")), "reference": first.get("reference")}
+        if band is None:
+            out.append({**entry, "sensitive": False})
+            continue
+        at = {"registered": verdict_at(scored, expect, group, tau)}
+        lo, hi = band
+        points = grid(band, tau, first.get("reference"))
+        on_grid = [[t, verdict_at(scored, expect, group, t)] for t in points]
+        edges = sorted({e for e in _edges(members) if lo < e < hi})
+        cuts = [lo] + edges + [hi]
+        segments = [verdict_at(scored, expect, group, (a + b) / 2) for a, b in zip(cuts[:-1], cuts[1:])]
+        flips = [{"at": e, "below": segments[i], "above": segments[i + 1]}
+                 for i, e in enumerate(edges) if segments[i] != segments[i + 1]]
+        seen = {v for _, v in on_grid} | set(segments) | {verdict_at(scored, expect, group, lo),
+                                                          verdict_at(scored, expect, group, hi)}
+        nearest = min(flips, key=lambda f: abs(f["at"] - tau)) if flips else None
+        out.append({**entry, "verdict": at["registered"], "verdict_low": verdict_at(scored, expect, group, lo),
+                    "verdict_high": verdict_at(scored, expect, group, hi), "grid": on_grid, "flips": flips,
+                    "flip_point": nearest["at"] if nearest else None, "sensitive": seen != {at["registered"]}})
+    return out
+
+
+def annotate(record: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (a scored check's result) with its threshold's ``band``, whether the
+    band is stated in the config (``band_stated``) and its ``reference`` value."""
+    tau = float(record.get("threshold", math.nan))
+    return {**record, "band": band_of(spec, tau), "band_stated": spec.get("band") is not None,
+            "reference": None if spec.get("band") is not None else reference(spec)}
+
+
+def sensitivity_text(bands: list[dict[str, Any]]) -> str:
+    """One line per sensitive threshold: ``threshold T (registered 0.99, band [0.98,
+    0.995]): reproduced below 0.9875, mixed above``; empty when none is sensitive."""
+    parts = []  # flip points with 4 digits: two interval ends can share their first 3
+    for b in bands:
+        if not b.get("sensitive"):
+            continue
+        flips = "; ".join(f"{f['below']} below {f['at']:.4g}, {f['above']} above" for f in b.get("flips", [])) or (
+            f"{b.get('verdict_low')} at {fmt(b['band'][0])}, {b.get('verdict_high')} at {fmt(b['band'][1])}")
+        parts.append(f"{b['threshold']} (registered {fmt(b['registered'])}, band {fmt(b['band'][0])} to "
+                     f"{fmt(b['band'][1])}): {flips}")
+    return " | ".join(parts)
+
+
+def where_bands(table: Any, rule: dict[str, Any], verdict: str, setting: str, ctx: Any,
+                factor: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Bands of the selection thresholds of a rule: a ``min`` / ``max`` over the layers
+    ``where`` another metric passes a bound (``where: {metric, op, value}``) is read with
+    that bound at ×½ to ×2 of its value (or a stated ``band`` in the ``where``). The
+    selection changes only where the bound crosses a layer's pooled mean of the other
+    metric, so the rule is evaluated once per segment between those means (exact flip
+    points). Copies a ``for_each`` makes of one check move together."""
+    from .quantities import _layer_curve
+
+    specs = expand_checks(rule["checks"])
+    out = []
+    for group in dict.fromkeys(group_of({"check": c.get("name", "")}) for c in specs
+                               if not c.get("informational") and "where" in c.get("lhs", {})):
+        members = [i for i, c in enumerate(specs) if group_of({"check": c.get("name", "")}) == group
+                   and not c.get("informational") and "where" in c.get("lhs", {})]
+        where = specs[members[0]]["lhs"]["where"]
+        v0 = float(where["value"])
+        band = sorted(float(x) for x in where["band"]) if where.get("band") else sorted((v0 / 2, v0 * 2))
+        edges = set()
+        for i in members:
+            try:
+                _, _, M, _ = _layer_curve(table, str(where["metric"]), dict(specs[i]["lhs"].get("select", {})), setting, ctx)
+            except MissingData:
+                continue
+            edges |= {float(x) for x in M[0] if band[0] < x < band[1]}
+        cuts = [band[0]] + sorted(edges) + [band[1]]
+
+        def at(v: float) -> str:
+            moved = [{**c, "lhs": {**c["lhs"], "where": {**c["lhs"]["where"], "value": v}}} if i in members else c
+                     for i, c in enumerate(specs)]
+            try:
+                return _evaluate_rule(table, {**rule, "checks": moved}, setting, ctx, factor)["verdict"]
+            except MissingData:
+                return "not run"
+
+        segments = [at((a + b) / 2) for a, b in zip(cuts[:-1], cuts[1:])]
+        flips = [{"at": e, "below": segments[i], "above": segments[i + 1]}
+                 for i, e in enumerate(cuts[1:-1]) if segments[i] != segments[i + 1]]
+        low, high = at(band[0]), at(band[1])
+        nearest = min(flips, key=lambda f: abs(f["at"] - v0)) if flips else None
+        out.append({"threshold": f"{group}: where {where['metric']} {where.get('op', '>=')} value",
+                    "registered": v0, "op": where.get("op", ">="), "band": band, "stated": bool(where.get("band")),
+                    "reference": 0.0, "verdict": verdict, "verdict_low": low, "verdict_high": high, "grid": [],
+                    "flips": flips, "flip_point": nearest["at"] if nearest else None,
+                    "sensitive": set(segments) | {low, high} != {verdict}})
+    return out

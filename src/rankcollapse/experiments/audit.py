@@ -1,0 +1,252 @@
+"""What every verdict of a finished run rests on, read from its committed outputs.
+
+``rankcollapse reproduce audit RUN`` (:func:`audit_run`) and the report's "Robustness"
+section list, per claim:
+
+- the factor contrast (:mod:`.claims`): each check with the factor on and off, with
+  their 95 % intervals, and the checks whose factor-off arm passes as well;
+- each threshold's band, the verdict at its ends and the flip points (:func:`.claims.threshold_bands`);
+- which numbers are bounds and the floor they rest on. The floor of a relative metric is
+  the epsilon of its compute dtype (:func:`.quantities.floor_of`); a side whose mean is
+  above it but within :data:`NEAR_FLOOR` times it is listed as well: a ratio with such a
+  denominator may be a ratio to round-off.
+
+Nothing is recomputed: the checks stored in ``claims.json`` carry their intervals,
+operators, thresholds and bounds, from which outcomes and verdicts follow at any
+threshold. A ``claims.json`` written before bands and factor contrasts were recorded is
+decided again from its checks (:func:`redecide`); a check's factor-off arm is then read
+from the run's table (``table.parquet``) where the run kept one, or from a stored check
+that reads exactly that condition (C02's pure-SA reference checks).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..errors import ConfigError
+from . import claims as C
+
+#: A side of a comparison whose mean is within this factor of its floor is flagged.
+NEAR_FLOOR = 100.0
+
+
+def _scored(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [k for k in checks if not k.get("informational")]
+
+
+def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | None = None) -> dict[str, Any]:
+    """``rec`` (a stored claim record) decided again from its stored checks with the
+    claim's registered bands and factor (``claim``: its rule as the run stored it, with
+    today's ``factor`` and ``band`` entries): verdict, the verdict at the registered
+    thresholds, decisive check and number, bands. The depth check is the stored one."""
+    if rec.get("verdict") == "not run" or not rec.get("checks"):
+        return rec
+    specs = C.expand_checks(claim["rule"]["checks"])
+    checks = [dict(k) for k in rec["checks"]]
+    if len(specs) != len(checks):
+        return rec  # the stored checks are not this rule's
+    checks = [C.annotate(k, s) if not k.get("informational") else k for k, s in zip(checks, specs)]
+    if claim.get("factor"):
+        checks = _with_factor_off(checks, claim, table, rec)
+    checks = [{**k, "outcome": C.outcome_at(k)} if not k.get("informational") else k for k in checks]
+    expect = claim["rule"].get("expect", "all")
+    scored = _scored(checks)
+    verdict = C.verdict_from([k["outcome"] for k in scored], expect)
+    key = C.decisive(scored, verdict)
+    out = {**rec, "checks": checks, "verdict": verdict, "measured": key["value"], "interval": key["interval"],
+           "bound": key.get("bound"), "decisive": key["check"], "verdict_at_threshold": None,
+           "factor": (claim.get("factor") or {}).get("name")}
+    res = C.with_bands({"verdict": verdict, "checks": checks}, expect)
+    out["bands"], out["verdict_at_threshold"] = res["bands"], res.get("verdict_at_threshold")
+    deep = (rec.get("depth_check") or {}).get("verdict")
+    # a record written before "not reproduced where decidable" existed called it mixed
+    same = {C.registered_verdict(res)} | ({"mixed"} if C.registered_verdict(res) == C.NOT_WHERE_DECIDABLE else set())
+    if deep and deep not in (C.UNDECIDABLE, "not run") and deep not in same:
+        out["verdict"] = "mixed (depth-sensitive)"
+    else:
+        out["verdict"] = res["verdict"]
+    return out
+
+
+def _with_factor_off(checks: list[dict[str, Any]], claim: dict[str, Any], table: pd.DataFrame | None,
+                     rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each scored check with its factor-off arm: evaluated on ``table``, or else the
+    stored check of ``rec`` whose text is the off arm's."""
+    from .quantities import EvalContext, MissingData
+
+    rule = claim["rule"]
+    on_specs = C.expand_checks(rule["checks"])
+    off_specs = C.factor_off_rule(rule, claim["factor"])["checks"]
+    by_text = {k.get("text"): k for k in rec["checks"]}
+    seed = sum(map(ord, str(claim.get("id", ""))))
+    out = []
+    for k, on, off in zip(checks, on_specs, off_specs):
+        if k.get("informational") or off == on or k.get("factor_off") or k.get("outcome") == "missing":
+            out.append(k)
+            continue
+        arm = None
+        if table is not None:
+            try:
+                arm = C.evaluate_check(table, off, claim.get("setting", "default"),
+                                       EvalContext(depth=rec.get("depth"), seed=seed))
+            except MissingData:
+                arm = None
+        arm = arm or by_text.get(C.check_text(off))
+        if arm is None:
+            out.append({**k, "factor_off": {"text": C.check_text(off), "missing": "no rows and no stored check"}})
+            continue
+        out.append({**k, "factor_off": {f: arm.get(f) for f in ("text", "value", "interval", "bound", "outcome")}})
+    return out
+
+
+def run_rules(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The claims a run stored in its ``config.json`` by id (its axis claims included),
+    each with today's decision entries (``factor``; each check's ``band``) of the claim
+    of the same id: the decision layer is today's, the rules are the run's."""
+    from .axis import claims_with_axes
+    from .config import load_config
+    from .keys import current_config
+    from .table import rename_legacy
+
+    cfgs = rename_legacy([current_config(c, warn=False) for c in config["configs"]])
+    cfgs += [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]
+    today = _todays_claims()
+    rules: dict[str, dict[str, Any]] = {}
+    for cfg in cfgs:
+        for claim in claims_with_axes(cfg, config["scale"]):
+            rules.setdefault(claim["id"], with_decision_entries(claim, today.get(claim["id"].split(".")[0])))
+    return rules
+
+
+def _todays_claims() -> dict[str, dict[str, Any]]:
+    from .config import EXPERIMENTS, load_config
+
+    return {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
+
+
+def with_decision_entries(claim: dict[str, Any], today: dict[str, Any] | None) -> dict[str, Any]:
+    """``claim`` with ``today``'s ``factor`` and the ``band`` of each check of the same
+    name (unchanged when ``today`` is None)."""
+    if not today:
+        return claim
+    bands = {c.get("name"): c["band"] for c in today["rule"]["checks"] if c.get("band") is not None}
+    checks = [{**c, "band": bands[c.get("name")]} if c.get("name") in bands else c for c in claim["rule"]["checks"]]
+    out = {**claim, "rule": {**claim["rule"], "checks": checks}}
+    if today.get("factor"):
+        out["factor"] = today["factor"]
+    return out
+
+
+def read_run(folder: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any], pd.DataFrame | None]:
+    """A finished run's claims, config and table (None where the run kept no Parquet
+    table with per-window values).
+
+    Raises
+    ------
+    ConfigError
+        ``folder`` is not a finished run folder.
+    """
+    from .table import normalise
+
+    folder = Path(folder)
+    for name in ("claims.json", "config.json", "COMPLETE"):
+        if not (folder / name).is_file():
+            raise ConfigError(f"{str(folder)!r} is not a finished run folder: no {name} in it")
+    claims = json.loads((folder / "claims.json").read_text())
+    config = json.loads((folder / "config.json").read_text())
+    table = normalise(pd.read_parquet(folder / "table.parquet")) if (folder / "table.parquet").is_file() else None
+    return claims, config, table
+
+
+def audit_run(folder: str | Path) -> list[dict[str, Any]]:
+    """One robustness entry per claim of the run in ``folder`` (:func:`robustness`),
+    decided again from its stored checks where its ``claims.json`` has no bands."""
+    claims, config, table = read_run(folder)
+    rules = run_rules(config)
+    out = []
+    for rec in claims:
+        now = rec if "bands" in rec or rec["id"] not in rules else redecide(rec, rules[rec["id"]], table)
+        out.append({**robustness(now), "stored_verdict": rec["verdict"]})
+    return out
+
+
+def robustness(rec: dict[str, Any]) -> dict[str, Any]:
+    """The robustness entry of one claim record: verdict, verdict at the registered
+    thresholds, factor contrast, bands, bounds and near-floor sides."""
+    scored = _scored(rec.get("checks", []))
+    contrast = [{"check": k["check"], "on": [k.get("value"), k.get("interval")], "outcome": k["outcome"],
+                 "off": [k["factor_off"].get("value"), k["factor_off"].get("interval")] if "interval" in k["factor_off"] else None,
+                 "off_outcome": k["factor_off"].get("outcome", k["factor_off"].get("missing"))}
+                for k in scored if k.get("factor_off")]
+    bounds = []
+    for k in scored:
+        floors = [f or 0.0 for f in (k.get("floors") or [0.0, 0.0])]
+        sides = [k.get("lhs") or {}, k.get("rhs") or {}]
+        near = [f"{name} {C.fmt(s.get('mean'))} within {NEAR_FLOOR:g} x its floor {C.fmt(f)} ({s.get('dtype')})"
+                for name, s, f in zip(("lhs", "rhs"), sides, floors)
+                if f and s.get("mean") is not None and math.isfinite(s["mean"]) and f < s["mean"] <= NEAR_FLOOR * f]
+        if k.get("bound") or near:
+            used = [f"{name} floor {C.fmt(f)} ({s.get('dtype')})" for name, s, f in zip(("lhs", "rhs"), sides, floors) if f]
+            bounds.append({"check": k["check"], "bound": k.get("bound"), "number": C.fmt_measured(
+                k.get("value"), k.get("interval"), k.get("bound"), k.get("decidable_to_layer")),
+                "floors": floors, "floors_used": used, "near_floor": near})
+    return {"id": rec["id"], "verdict": rec["verdict"],
+            "verdict_at_threshold": rec.get("verdict_at_threshold") or C.registered_verdict(rec),
+            "number": C.fmt_measured(rec.get("measured"), rec.get("interval"), rec.get("bound"),
+                                     rec.get("decidable_to_layer")) if rec.get("measured") is not None else "—",
+            "decisive": rec.get("decisive", ""), "factor": rec.get("factor"), "contrast": contrast,
+            "bands": rec.get("bands", []), "bounds": bounds}
+
+
+def band_line(b: dict[str, Any]) -> str:
+    """One threshold's band in words: registered value, band, verdict at its ends, flips."""
+    if b.get("band") is None:
+        return f"{b['threshold']}: registered {C.fmt(b['registered'])}, no band (the no-effect value)"
+    lo, hi = b["band"]
+    flips = ", ".join(f"{f['at']:.4g} ({f['below']} below, {f['above']} above)" for f in b.get("flips", []))
+    return (f"{b['threshold']}: registered {C.fmt(b['registered'])}, band {C.fmt(lo)} to {C.fmt(hi)}"
+            f"{' (stated)' if b.get('stated') else ''}: {b.get('verdict_low')} at {C.fmt(lo)}, "
+            f"{b.get('verdict_high')} at {C.fmt(hi)}; " + (f"flips at {flips}" if flips else "no flip"))
+
+
+def contrast_line(entry: dict[str, Any], c: dict[str, Any]) -> str:
+    """One check of a factor contrast: ``check: on x [lo, hi], off y [lo, hi] → outcome``."""
+    on = f"{C.fmt(c['on'][0])} {C.fmt_interval(c['on'][1])}"
+    off = f"{C.fmt(c['off'][0])} {C.fmt_interval(c['off'][1])}" if c["off"] else f"not run ({c['off_outcome']})"
+    return f"{entry['factor']}: {c['check']}: on {on}, off {off} → {c['outcome']}"
+
+
+def bound_line(b: dict[str, Any]) -> str:
+    """A check whose number is a bound, or with a side near its floor."""
+    head = f"bound: {b['check']}: {b['number']}" if b["bound"] else f"{b['check']}"
+    used = f" ({', '.join(b.get('floors_used', []))})" if b["bound"] and b.get("floors_used") else ""
+    return head + used + "".join(f"; {n}" for n in b["near_floor"])
+
+
+def audit_markdown(entries: list[dict[str, Any]], *, heading: str = "#") -> str:
+    """The robustness table and, per claim, its factor contrast, bands and bounds."""
+    lines = ["| id | verdict | at the registered thresholds | threshold flips inside the band | "
+             "factor-off also passes | bounds / near floor |", "|---|---|---|---|---|---|"]
+    for e in entries:
+        flips = C.sensitivity_text(e["bands"]) or "none"
+        off = sum(c["outcome"] == C.FACTOR_OFF_PASSES for c in e["contrast"])
+        off_text = f"{off} of {len(e['contrast'])} checks ({e['factor']})" if e["contrast"] else "— (no factor named)"
+        bounds = f"{sum(bool(b['bound']) for b in e['bounds'])} bounds, {sum(bool(b['near_floor']) for b in e['bounds'])} near floor"
+        cells = [e["id"], e["verdict"], e["verdict_at_threshold"], flips, off_text, bounds]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    lines.append("")
+    for e in entries:
+        lines += [f"{heading}## {e['id']}: {e['verdict']}", "",
+                  f"- decisive: {e['decisive']}: {e['number']}"]
+        if e.get("stored_verdict") and e["stored_verdict"] != e["verdict"]:
+            lines.append(f"- verdict stored in claims.json: {e['stored_verdict']}")
+        lines += [f"- factor {contrast_line(e, c)}" for c in e["contrast"]]
+        lines += [f"- threshold {band_line(b)}" for b in e["bands"]]
+        lines += [f"- {bound_line(b)}" for b in e["bounds"]]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,109 @@
+"""The decision layer on committed runs: C02's factor contrast, and `reproduce audit`
+(factor contrast, threshold bands, bounds) read from committed outputs without
+recomputing a unit."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rankcollapse import cli
+from rankcollapse.experiments import audit as A
+from rankcollapse.experiments import claims as C
+from rankcollapse.experiments.config import load_config
+from rankcollapse.experiments.quantities import EvalContext
+from rankcollapse.experiments.table import normalise
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+C02 = next(c for c in load_config("fig2")["claims"] if c["id"] == "C02")
+W9 = "real LayerNorm: per-layer rate >= 1 - δ [mask=sliding_window:w=9]"
+
+
+def test_c02_factor_off_arm_is_pure_sa_without_layernorm_under_the_same_mask():
+    on = {c["name"]: c for c in C.expand_checks(C02["rule"]["checks"])}
+    off = {c["name"]: c for c in C.factor_off_rule(C02["rule"], C02["factor"])["checks"]}
+    sel_on, sel_off = on[W9]["lhs"]["select"], off[W9]["lhs"]["select"]
+    assert sel_on["variant"] == "layernorm" and sel_off["variant"] == "pure" and "norm" not in sel_off
+    assert {k: v for k, v in sel_off.items() if k != "variant"} == {
+        k: v for k, v in sel_on.items() if k not in ("variant", "norm")}  # same mask, weights, inputs, depth, seeds
+    assert (off[W9]["op"], off[W9]["factor"], off[W9]["rhs"]) == (on[W9]["op"], on[W9]["factor"], on[W9]["rhs"])
+
+
+def test_c02_window_check_cannot_carry_the_verdict_on_the_committed_quick_table():
+    """C02's rule run on the pure-SA-without-LayerNorm arm of the committed quick table:
+    wherever in the band the window check holds with LayerNorm, it holds without."""
+    table = normalise(pd.read_parquet(RESULTS / "quick" / "table.parquet"))
+    check = next(c for c in C.expand_checks(C02["rule"]["checks"]) if c["name"] == W9)
+    off = next(c for c in C.factor_off_rule(C02["rule"], C02["factor"])["checks"] if c["name"] == W9)
+    ctx = EvalContext(depth=32, seed=sum(map(ord, "C02")))
+    rec = {**C.evaluate_check(table, check, ctx=ctx), "factor_off": C.evaluate_check(table, off, ctx=ctx)}
+    assert rec["factor_off"]["value"] > 0.98  # pure SA under the w = 9 window barely collapses either
+    holds = [t for t in np.linspace(0.98, 0.995, 61) if C._outcome(">=", *rec["interval"], t) == "holds"]
+    assert holds and all(C.outcome_at(rec, t) == C.FACTOR_OFF_PASSES for t in holds)
+
+
+def test_c02_at_large_scale_reads_not_reproduced_where_decidable():
+    """At large scale both window checks hold with LayerNorm (0.9930 [0.9920, 0.9939]) and
+    without it (0.9931 [0.9919, 0.9944]): they carry no verdict, every other check fails."""
+    rec = next(c for c in json.loads((RESULTS / "large" / "claims.json").read_text()) if c["id"] == "C02")
+    config = json.loads((RESULTS / "large" / "config.json").read_text())
+    now = A.redecide(rec, A.run_rules(config)["C02"])
+    scored = [k for k in now["checks"] if not k.get("informational")]
+    passes = [k["check"] for k in scored if k["outcome"] == C.FACTOR_OFF_PASSES]
+    assert len(passes) == 2 and all("w=9]" in k and "causal" not in k for k in passes)
+    assert all(k["outcome"] == "fails" for k in scored if k["check"] not in passes)
+    assert C.registered_verdict(now) == C.NOT_WHERE_DECIDABLE
+    assert now["decisive"] in [k["check"] for k in scored if k["outcome"] == "fails"]  # never an undecided number
+
+
+def _cli(monkeypatch, capsys, *args):
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "reproduce", "audit", *args])
+    try:
+        cli.main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_audit_of_the_committed_quick_run(monkeypatch, capsys):
+    code, out, _ = _cli(monkeypatch, capsys, str(RESULTS / "quick"), "--format", "json")
+    assert code == 0
+    entries = {e["id"]: e for e in json.loads(out)}
+    stored = {c["id"]: c for c in json.loads((RESULTS / "quick" / "claims.json").read_text())}
+    assert set(entries) == set(stored)
+    c11 = entries["C11"]  # the window difference 0.0061-0.0093 against delta = 0.01
+    (band,) = c11["bands"]
+    assert band["band"] == pytest.approx([0.005, 0.02]) and band["verdict_low"] == "reproduced"
+    assert c11["verdict"] == C.THRESHOLD_SENSITIVE and 0.005 < band["flip_point"] < 0.01
+    assert {c["check"] for c in entries["C02"]["contrast"]} == {
+        k["check"] for k in stored["C02"]["checks"] if not k.get("informational")}
+    assert all(c["off"] is not None for c in entries["C02"]["contrast"])
+    # C01's complete-mask denominator sits a few epsilon above float64's floor
+    assert any("within 100 x its floor" in n for b in entries["C01"]["bounds"] for n in b["near_floor"])
+    code, out, _ = _cli(monkeypatch, capsys, str(RESULTS / "quick"))
+    assert code == 0 and out.startswith("| id | verdict |") and "| C02 |" in out and "- factor LayerNorm:" in out
+
+
+def test_audit_refuses_a_folder_that_is_not_a_run(monkeypatch, capsys, tmp_path):
+    code, _, err = _cli(monkeypatch, capsys, str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "not a finished run folder" in err
+
+
+def test_committed_geometry_claims_are_todays_decision_of_their_table(tmp_path):
+    """docs/results/geometry-quick's claims.json is what today's decision layer makes of
+    its committed table (no unit recomputed): bands, labels and numbers included."""
+    from rankcollapse._io import write_json_atomic
+    from rankcollapse.experiments import runner
+
+    stored = json.loads((RESULTS / "geometry-quick" / "claims.json").read_text())
+    write_json_atomic(tmp_path / "claims.json", runner.decide_again(RESULTS / "geometry-quick"))  # as a run writes it
+    again = json.loads((tmp_path / "claims.json").read_text())
+    assert again == stored
+    g1 = next(c for c in again if c["id"] == "G1")
+    where = next(b for b in g1["bands"] if "where max_norm_ratio" in b["threshold"])
+    assert [round(f["at"], 1) for f in where["flips"]] == [9.6, 12.2]  # the two layers either side of 10
