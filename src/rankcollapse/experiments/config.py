@@ -106,7 +106,8 @@ def expand_units(
     Parameters
     ----------
     data : the input description shared by every unit (corpus, text file digest,
-        tokens per window ``n_tokens``, data seed); part of every unit's hash.
+        tokens per window ``n_tokens``, data seed); part of every unit's hash. A unit
+        that reads a model also holds the digest of the model's files (:func:`model_key`).
     overrides : user overrides from the command line (``masks``, ``depth``,
         ``n_samples``, ``extra_models``) applied before hashing (the old key
         ``n_windows`` warns, :mod:`.keys`).
@@ -125,10 +126,36 @@ def expand_units(
             params.update(_scale_params(spec, sc, params, overrides))
             if params.get("model") in sc.get("exclude_models", ()):
                 continue
+            if spec["kind"] in MODEL_KINDS and params.get("model"):
+                params.update(model_key(params["model"]))
             seeds = [seed + k for k in range(int(sc.get("n_seeds", 1)))] if spec["kind"] == "simulate" else [-1]
             for s in seeds:
                 units.append(Unit(spec["kind"], {**params, "seed": s}, cfg["name"]))
     return units
+
+
+#: Unit kinds that read a pretrained model (weights, config, tokenizer).
+MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence")
+
+
+def model_key(name: str) -> dict[str, Any]:
+    """What a unit reading model ``name`` adds to its parameters so that its key follows
+    the model's content: ``{"model_sha256": digest}`` of the files a load reads
+    (:func:`rankcollapse.models.loading.model_digest`), so weights saved again into the
+    same folder give new keys and the units are computed again. A packaged model whose
+    installed files are its pinned version's (:data:`rankcollapse.assets.PINNED_DIGESTS`)
+    adds nothing: its name is the name of that content.
+
+    Raises
+    ------
+    AssetMissingError, ModelError
+        A packaged model that is not installed; a model folder that cannot be read.
+    """
+    from ..assets import PINNED_DIGESTS
+    from ..models.loading import model_digest
+
+    digest = model_digest(name)
+    return {} if digest == PINNED_DIGESTS.get(str(name).strip().lower()) else {"model_sha256": digest}
 
 
 def _apply_grid_overrides(kind: str, grid: dict[str, list], overrides: dict[str, Any]) -> dict[str, list]:

@@ -28,7 +28,8 @@ def data_spec(text: str | Path | None, n_tokens: int, seed: int) -> dict[str, An
     """The input description that enters every unit hash: ``corpus``, ``n_tokens``
     (tokens per window N), ``seed`` and, for a text file, ``path`` and ``sha256``.
 
-    A user text file is identified by its SHA-256, so editing it invalidates the cache.
+    A user text file is identified by its SHA-256, so editing it invalidates the cache;
+    its ``path`` is recorded but unit keys leave it out (a copy elsewhere has the same keys).
 
     Raises
     ------
