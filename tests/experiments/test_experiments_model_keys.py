@@ -92,3 +92,21 @@ def test_a_text_file_is_keyed_by_its_content_not_its_path(tmp_path):
     keys = {name: [u.hash for u in runner.plan("fig3", "smoke", 0, text=tmp_path / name)[1]] for name in ("a.txt", "b.txt", "c.txt")}
     assert keys["a.txt"] == keys["b.txt"]
     assert not set(keys["a.txt"]) & set(keys["c.txt"])
+
+
+def test_a_mask_file_is_keyed_by_its_content(tmp_path):
+    import numpy as np
+
+    causal, full = np.tril(np.ones((128, 128), dtype=bool)), np.ones((128, 128), dtype=bool)
+    np.save(tmp_path / "m.npy", causal)
+
+    def keys(name):
+        units = runner.plan("main", "smoke", 0, overrides={"masks": [f"file:{tmp_path / name}"]})[1]
+        return {u.hash for u in units if "file:" in str(u.params.get("mask", ""))}, {u.hash for u in units}
+
+    own0, all0 = keys("m.npy")
+    assert own0 and keys("m.npy") == (own0, all0)
+    np.save(tmp_path / "m.npy", full)  # another mask saved under the same name
+    own1, all1 = keys("m.npy")
+    assert not own0 & own1 and all0 - own0 == all1 - own1  # only the units of that mask move
+    assert len(own1) == len(own0)

@@ -107,7 +107,8 @@ def expand_units(
     ----------
     data : the input description shared by every unit (corpus, text file digest,
         tokens per window ``n_tokens``, data seed); part of every unit's hash. A unit
-        that reads a model also holds the digest of the model's files (:func:`model_key`).
+        that reads a model also holds the digest of the model's files (:func:`model_key`),
+        one whose mask reads files the digests of those files (:func:`mask_key`).
     overrides : user overrides from the command line (``masks``, ``depth``,
         ``n_samples``, ``extra_models``) applied before hashing (the old key
         ``n_windows`` warns, :mod:`.keys`).
@@ -128,6 +129,7 @@ def expand_units(
                 continue
             if spec["kind"] in MODEL_KINDS and params.get("model"):
                 params.update(model_key(params["model"]))
+            params.update(mask_key(params.get("mask")))
             seeds = [seed + k for k in range(int(sc.get("n_seeds", 1)))] if spec["kind"] == "simulate" else [-1]
             for s in seeds:
                 units.append(Unit(spec["kind"], {**params, "seed": s}, cfg["name"]))
@@ -156,6 +158,16 @@ def model_key(name: str) -> dict[str, Any]:
 
     digest = model_digest(name)
     return {} if digest == PINNED_DIGESTS.get(str(name).strip().lower()) else {"model_sha256": digest}
+
+
+def mask_key(spec: Any) -> dict[str, Any]:
+    """``{"mask_sha256": [digest, ...]}`` of the files the mask or schedule ``spec`` reads
+    (:func:`rankcollapse.masks.schedule.mask_digests`), so that a mask file rewritten in
+    place gives new keys; ``{}`` for a mask that reads no file."""
+    from ..masks.schedule import mask_digests
+
+    digests = mask_digests(spec)
+    return {"mask_sha256": digests} if digests else {}
 
 
 def _apply_grid_overrides(kind: str, grid: dict[str, list], overrides: dict[str, Any]) -> dict[str, list]:

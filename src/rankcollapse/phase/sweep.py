@@ -65,8 +65,19 @@ def cell_units(cells: list[dict[str, Any]], samples: int, seeds: int, seed: int)
     """The ``phase_cell`` units of ``cells`` and, for each, the indices of its cells."""
     parts = batches(cells, BATCH_CELLS)
     units = [Unit("phase_cell", {"cells": [cells[i] for i in part], "samples": int(samples), "seeds": int(seeds),
-                                 "seed": int(seed)}) for part in parts]
+                                 "seed": int(seed), **_mask_key([cells[i] for i in part])}) for part in parts]
     return units, parts
+
+
+def _mask_key(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"mask_sha256": {spec: [digest, ...]}}`` of the cells' masks that read files
+    (:func:`rankcollapse.masks.schedule.mask_digests`), so that a mask file rewritten in
+    place gives new keys; ``{}`` when no mask reads a file (the key is the cells alone)."""
+    from ..masks.schedule import mask_digests
+
+    digests = {str(c["mask"]): mask_digests(c["mask"]) for c in cells}
+    digests = {spec: d for spec, d in digests.items() if d}
+    return {"mask_sha256": digests} if digests else {}
 
 
 @renamed_arguments(samples="n_samples")
