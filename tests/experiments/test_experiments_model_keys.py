@@ -10,8 +10,7 @@ import transformers as tf
 
 from rankcollapse import assets
 from rankcollapse.experiments import runner
-from rankcollapse.experiments.config import model_key
-from rankcollapse.models.loading import model_digest
+from rankcollapse.models.loading import model_digest, model_key
 from rankcollapse.sweep.cache import UnitCache
 from rankcollapse.sweep.context import RunContext
 
@@ -110,3 +109,13 @@ def test_a_mask_file_is_keyed_by_its_content(tmp_path):
     own1, all1 = keys("m.npy")
     assert not own0 & own1 and all0 - own0 == all1 - own1  # only the units of that mask move
     assert len(own1) == len(own0)
+
+
+def test_the_packaged_corpus_is_keyed_by_name_only_while_it_is_the_pinned_version(monkeypatch):
+    pinned = runner.plan("fig4", "smoke", 0)
+    assert pinned[2] == {"corpus": "wikipedia", "n_tokens": 128, "seed": 0}
+    # another version of the package installed: its digest enters the data spec and every key
+    monkeypatch.setitem(assets.PINNED_DIGESTS, "wikipedia", "0" * 16)
+    other = runner.plan("fig4", "smoke", 0)
+    assert other[2]["sha256"] == assets.wikipedia_key()["sha256"] != "0" * 16
+    assert not {u.hash for u in pinned[1]} & {u.hash for u in other[1]}

@@ -98,6 +98,10 @@ def scale_settings(cfg: dict[str, Any], scale: str) -> dict[str, Any]:
 OVERRIDE_KEYS = ("masks", "depth", "n_samples", "extra_models")
 
 
+#: Unit kinds that read a pretrained model (weights, config, tokenizer).
+MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence")
+
+
 def expand_units(
     cfg: dict[str, Any], scale: str, seed: int, *, data: dict[str, Any], overrides: dict[str, Any] | None = None
 ) -> list[Unit]:
@@ -107,7 +111,8 @@ def expand_units(
     ----------
     data : the input description shared by every unit (corpus, text file digest,
         tokens per window ``n_tokens``, data seed); part of every unit's hash. A unit
-        that reads a model also holds the digest of the model's files (:func:`model_key`),
+        that reads a model also holds the digest of the model's files
+        (:func:`rankcollapse.models.loading.model_key`),
         one whose mask reads files the digests of those files (:func:`mask_key`).
     overrides : user overrides from the command line (``masks``, ``depth``,
         ``n_samples``, ``extra_models``) applied before hashing (the old key
@@ -128,36 +133,14 @@ def expand_units(
             if params.get("model") in sc.get("exclude_models", ()):
                 continue
             if spec["kind"] in MODEL_KINDS and params.get("model"):
+                from ..models.loading import model_key
+
                 params.update(model_key(params["model"]))
             params.update(mask_key(params.get("mask")))
             seeds = [seed + k for k in range(int(sc.get("n_seeds", 1)))] if spec["kind"] == "simulate" else [-1]
             for s in seeds:
                 units.append(Unit(spec["kind"], {**params, "seed": s}, cfg["name"]))
     return units
-
-
-#: Unit kinds that read a pretrained model (weights, config, tokenizer).
-MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence")
-
-
-def model_key(name: str) -> dict[str, Any]:
-    """What a unit reading model ``name`` adds to its parameters so that its key follows
-    the model's content: ``{"model_sha256": digest}`` of the files a load reads
-    (:func:`rankcollapse.models.loading.model_digest`), so weights saved again into the
-    same folder give new keys and the units are computed again. A packaged model whose
-    installed files are its pinned version's (:data:`rankcollapse.assets.PINNED_DIGESTS`)
-    adds nothing: its name is the name of that content.
-
-    Raises
-    ------
-    AssetMissingError, ModelError
-        A packaged model that is not installed; a model folder that cannot be read.
-    """
-    from ..assets import PINNED_DIGESTS
-    from ..models.loading import model_digest
-
-    digest = model_digest(name)
-    return {} if digest == PINNED_DIGESTS.get(str(name).strip().lower()) else {"model_sha256": digest}
 
 
 def mask_key(spec: Any) -> dict[str, Any]:

@@ -303,6 +303,23 @@ def model_digest(name_or_path: str, *, gguf_file: str | None = None, local_files
     return config_hash(files, 16)
 
 
+def model_key(name: str) -> dict[str, Any]:
+    """What a cached unit reading model ``name`` adds to its parameters so that its key
+    follows the model's content: ``{"model_sha256": digest}`` (:func:`model_digest`), so
+    weights saved again into the same folder give new keys and the unit is computed again.
+    A packaged model whose installed files are its pinned version's
+    (:data:`rankcollapse.assets.PINNED_DIGESTS`) adds nothing: its name is the name of that
+    content.
+
+    Raises
+    ------
+    AssetMissingError, ModelError
+        As :func:`model_digest`.
+    """
+    digest = model_digest(name)
+    return {} if digest == assets.PINNED_DIGESTS.get(str(name).strip().lower()) else {"model_sha256": digest}
+
+
 def _cached_snapshot(source: str) -> Path | None:
     """The folder of hub model ``source``'s snapshot in the Hugging Face cache, or None."""
     if not _looks_like_hub_name(source):

@@ -65,19 +65,31 @@ def cell_units(cells: list[dict[str, Any]], samples: int, seeds: int, seed: int)
     """The ``phase_cell`` units of ``cells`` and, for each, the indices of its cells."""
     parts = batches(cells, BATCH_CELLS)
     units = [Unit("phase_cell", {"cells": [cells[i] for i in part], "samples": int(samples), "seeds": int(seeds),
-                                 "seed": int(seed), **_mask_key([cells[i] for i in part])}) for part in parts]
+                                 "seed": int(seed), **_content_key([cells[i] for i in part])}) for part in parts]
     return units, parts
 
 
-def _mask_key(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """``{"mask_sha256": {spec: [digest, ...]}}`` of the cells' masks that read files
-    (:func:`rankcollapse.masks.schedule.mask_digests`), so that a mask file rewritten in
-    place gives new keys; ``{}`` when no mask reads a file (the key is the cells alone)."""
+def _content_key(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a batch of ``cells`` reads from files, by content, for its key: the digests of
+    the mask files (``mask_sha256``, :func:`rankcollapse.masks.schedule.mask_digests`) and,
+    for the ``wikipedia`` input and the ``pretrained`` value family, of the packaged corpus
+    and MiniLM when they are not the pinned versions (``wikipedia_sha256``,
+    ``model_sha256``: :func:`rankcollapse.assets.wikipedia_key`,
+    :func:`rankcollapse.models.loading.model_key`). ``{}`` for cells that read no file or
+    only the pinned packages (the key is the cells alone)."""
+    from ..assets import wikipedia_key
     from ..masks.schedule import mask_digests
+    from ..models.loading import model_key
 
-    digests = {str(c["mask"]): mask_digests(c["mask"]) for c in cells}
-    digests = {spec: d for spec, d in digests.items() if d}
-    return {"mask_sha256": digests} if digests else {}
+    out: dict[str, Any] = {}
+    masks = {str(c["mask"]): mask_digests(c["mask"]) for c in cells}
+    if any(masks.values()):
+        out["mask_sha256"] = {spec: d for spec, d in masks.items() if d}
+    if any(c.get("input") == "wikipedia" for c in cells):
+        out.update({f"wikipedia_{k}": v for k, v in wikipedia_key().items()})
+    if any(c.get("input") == "wikipedia" or c.get("value") == "pretrained" for c in cells):
+        out.update(model_key("minilm"))
+    return out
 
 
 @renamed_arguments(samples="n_samples")
