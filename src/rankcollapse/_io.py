@@ -9,6 +9,7 @@ import math
 import os
 import platform
 import tempfile
+import time
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -88,6 +89,41 @@ def config_hash(config: Any, length: int = 12) -> str:
     """SHA-256 of the canonical JSON of ``config`` (sorted keys), first ``length`` hex digits."""
     blob = json.dumps(config, sort_keys=True, default=_json_default, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+#: Bytes read at a time by :func:`file_sha256`.
+_HASH_CHUNK = 1 << 20
+#: ``{(path, size, mtime_ns, inode): digest}`` of the files hashed in this process.
+_DIGESTS: dict[tuple, str] = {}
+#: A file modified less than this many nanoseconds before it is hashed is not remembered:
+#: a file system's coarse timestamps could give a second write within that time the
+#: same ``mtime_ns`` (git's "racily clean" files).
+_SETTLED_NS = 2_000_000_000
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 (64 hex digits) of the bytes of the file ``path`` (a link is followed),
+    read in chunks. The digest is what a cache key holds; it is remembered per process
+    by ``(path, size, mtime_ns, inode)``, so a file read again unchanged is not hashed
+    again and a file rewritten in place (new size, mtime or inode) is; a file written
+    in the last two seconds is hashed every time (:data:`_SETTLED_NS`).
+
+    Raises
+    ------
+    OSError
+        The file cannot be read.
+    """
+    st = os.stat(path)
+    memo = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    if memo in _DIGESTS:
+        return _DIGESTS[memo]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            h.update(chunk)
+    if time.time_ns() - st.st_mtime_ns > _SETTLED_NS:
+        _DIGESTS[memo] = h.hexdigest()
+    return h.hexdigest()
 
 
 def versions() -> dict[str, str]:

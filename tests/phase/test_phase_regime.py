@@ -11,7 +11,7 @@ from rankcollapse.masks import parse_mask
 from rankcollapse.phase.batched import run_group
 from rankcollapse.phase.cell import _entropy_per_layer, run_cell
 from rankcollapse.phase.grid import DEFAULTS
-from rankcollapse.phase.regime import (MU_FLOOR, fit_log10_rate, label_cell, label_trajectory, mu_cell, theory_prediction,
+from rankcollapse.phase.regime import (MU_FLOOR, fit_log10_rate, label_cell, label_trajectory, mu_cell, mu_floor, theory_prediction,
                                        trajectory_measures)
 from rankcollapse.theory.equilibria import causal_example_2x2
 
@@ -220,9 +220,22 @@ def test_cell_mu_never_mixes_the_floor_marker():
     assert math.isnan(mu_cell([])["mu_relative"])
 
 
-def test_run_cell_mu_is_a_measurement_or_the_floor():
-    # pure SA on the unit sphere, 5 layers, N = 8, d = 4: one start reaches m = 0 exactly, the
-    # other m = 2^-54 (round-off of a consensus); the cell shows the measured one, not 1e-158
+def test_round_off_of_a_consensus_is_the_floor():
+    # N = 8, d = 4: m = 0 and m = 2^-54 are both round-off of a consensus (which one a start
+    # reaches depends on the kernels' last bits); the cell reads the floor either way
+    floor = mu_floor(8, 4)
+    assert floor == 24 * np.finfo(np.float64).eps and 2.0 ** -54 < floor
+    at_floor = {"mu_relative": MU_FLOOR, "frac_mu_floor": 1.0}
+    for mus in ([0.0, 0.0], [0.0, 2.0 ** -54], [2.0 ** -54, 2.0 ** -53], [floor, 0.0]):
+        assert mu_cell(mus, floor) == at_floor
+    # a value above the floor is a measurement
+    assert mu_cell([0.0, 2 * floor], floor) == {"mu_relative": pytest.approx(2 * floor, rel=1e-14), "frac_mu_floor": 0.5}
+    assert mu_cell([1e-4, 1e-2], floor) == {"mu_relative": pytest.approx(1e-3, rel=1e-14), "frac_mu_floor": 0.0}
+
+
+def test_run_cell_mu_at_round_off_is_the_floor():
+    # pure SA on the unit sphere, 5 layers, N = 8, d = 4: both starts reach a consensus, m(T)
+    # is 0 or ~2^-54 by the machine's last bits; the cell reads the floor on every machine
     row = run_cell(dict(DEFAULTS, norm="sphere", depth=5, n_tokens=8, d_model=4), samples=2)
-    assert row["frac_mu_floor"] == 0.5
-    assert row["mu_relative"] == pytest.approx(2.0 ** -54, rel=1e-12)
+    assert row["frac_mu_floor"] == 1.0 and row["mu_relative"] == MU_FLOOR
+    assert row["regime"] == "rank_collapse"

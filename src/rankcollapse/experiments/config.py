@@ -98,6 +98,10 @@ def scale_settings(cfg: dict[str, Any], scale: str) -> dict[str, Any]:
 OVERRIDE_KEYS = ("masks", "depth", "n_samples", "extra_models")
 
 
+#: Unit kinds that read a pretrained model (weights, config, tokenizer).
+MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence")
+
+
 def expand_units(
     cfg: dict[str, Any], scale: str, seed: int, *, data: dict[str, Any], overrides: dict[str, Any] | None = None
 ) -> list[Unit]:
@@ -106,7 +110,10 @@ def expand_units(
     Parameters
     ----------
     data : the input description shared by every unit (corpus, text file digest,
-        tokens per window ``n_tokens``, data seed); part of every unit's hash.
+        tokens per window ``n_tokens``, data seed); part of every unit's hash. A unit
+        that reads a model also holds the digest of the model's files
+        (:func:`rankcollapse.models.loading.model_key`),
+        one whose mask reads files the digests of those files (:func:`mask_key`).
     overrides : user overrides from the command line (``masks``, ``depth``,
         ``n_samples``, ``extra_models``) applied before hashing (the old key
         ``n_windows`` warns, :mod:`.keys`).
@@ -125,10 +132,25 @@ def expand_units(
             params.update(_scale_params(spec, sc, params, overrides))
             if params.get("model") in sc.get("exclude_models", ()):
                 continue
+            if spec["kind"] in MODEL_KINDS and params.get("model"):
+                from ..models.loading import model_key
+
+                params.update(model_key(params["model"]))
+            params.update(mask_key(params.get("mask")))
             seeds = [seed + k for k in range(int(sc.get("n_seeds", 1)))] if spec["kind"] == "simulate" else [-1]
             for s in seeds:
                 units.append(Unit(spec["kind"], {**params, "seed": s}, cfg["name"]))
     return units
+
+
+def mask_key(spec: Any) -> dict[str, Any]:
+    """``{"mask_sha256": [digest, ...]}`` of the files the mask or schedule ``spec`` reads
+    (:func:`rankcollapse.masks.schedule.mask_digests`), so that a mask file rewritten in
+    place gives new keys; ``{}`` for a mask that reads no file."""
+    from ..masks.schedule import mask_digests
+
+    digests = mask_digests(spec)
+    return {"mask_sha256": digests} if digests else {}
 
 
 def _apply_grid_overrides(kind: str, grid: dict[str, list], overrides: dict[str, Any]) -> dict[str, list]:

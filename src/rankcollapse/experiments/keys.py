@@ -83,11 +83,12 @@ def stored(obj: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def stored_params(params: dict[str, Any], where: str = "params") -> dict[str, Any]:
-    """A unit's parameters as its cache key hashes them (the run's ``data`` included);
-    ``where`` is ``"theory_params"`` for a theory unit (:func:`stored_theory_params`)."""
+    """A unit's parameters as its cache key hashes them (the run's ``data`` included,
+    a text file by its content's ``sha256``, not by its ``path``); ``where`` is
+    ``"theory_params"`` for a theory unit (:func:`stored_theory_params`)."""
     out = stored(params, where)
     if isinstance(out.get("data"), dict):
-        out["data"] = stored(out["data"], "data")
+        out["data"] = {k: v for k, v in stored(out["data"], "data").items() if k != "path"}
     return out
 
 

@@ -31,7 +31,7 @@ from ..errors import MaskError, excerpt
 from . import interval_graph
 from .graph import MaskAnalysis, analyze
 from .mask import Mask
-from .spec import parse_mask
+from .spec import parse_mask, spec_files
 
 PREFIX = "schedule:"
 _REPEAT = re.compile(r"^(.*?)\s*\*\s*(\d+)\s*$", re.S)
@@ -54,6 +54,47 @@ def is_schedule(source: Any) -> bool:
     # a list of specs / Masks / {mask, repeat} items (not a nested bool matrix)
     return isinstance(source, (list, tuple)) and len(source) > 0 and all(
         isinstance(x, (str, Mask, dict)) for x in source)
+
+
+def mask_files(source: Any) -> list[str]:
+    """Paths of the files that the mask or schedule spec ``source`` reads, in order: a
+    schedule's list file (``schedule:PATH.yaml``) and every ``file:`` mask. What a cache key
+    of a unit with this mask hashes (by content) besides the spec.
+
+    Raises
+    ------
+    MaskError
+        A schedule whose list cannot be read (as :func:`parse_schedule`).
+    """
+    if not isinstance(source, str):
+        return []
+    if not is_schedule(source):
+        return spec_files(source)
+    s = source.strip()
+    body = s[len(PREFIX):].strip() if s.startswith(PREFIX) else s
+    listed = [body] if body.endswith((".yaml", ".yml", ".json")) and Path(body).is_file() else []
+    items = [_runs(item)[0] for item in _items(source)]
+    return listed + [f for item in items if isinstance(item, str) for f in spec_files(item)]
+
+
+def mask_digests(source: Any) -> list[str]:
+    """SHA-256 (16 hex digits) of each file of :func:`mask_files`, in order: the content
+    a cache key of a unit with this mask holds (a file rewritten in place gives new keys).
+
+    Raises
+    ------
+    MaskError
+        A file that cannot be read.
+    """
+    from .._io import file_sha256
+
+    out = []
+    for path in mask_files(source):
+        try:
+            out.append(file_sha256(path)[:16])
+        except OSError as exc:
+            raise MaskError(f"cannot read mask file {path!r}: {exc.strerror or exc}") from None
+    return out
 
 
 def _split_items(body: str) -> list[str]:

@@ -271,6 +271,18 @@ def spec_n_tokens(spec: str) -> int | None:
     return next(iter(sizes.values()), None)
 
 
+def spec_files(spec: str) -> list[str]:
+    """Paths of the ``file:`` masks that the mask spec ``spec`` reads, in order (empty for
+    a spec that reads no file); a schedule's files: :func:`~rankcollapse.masks.schedule.mask_files`."""
+    if not isinstance(spec, str):
+        return []
+    if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
+        atoms = [spec.strip()]
+    else:
+        atoms = [t.strip() for t in re.split(r"[&|()]", spec) if t.strip().startswith("file:")]
+    return [atom.partition(":")[2].strip() for atom in atoms]
+
+
 def _npy_rows(path: str) -> int:
     """Rows of the square matrix in the ``.npy`` file ``path`` (memory-mapped header)."""
     import numpy as np

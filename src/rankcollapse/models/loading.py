@@ -217,21 +217,7 @@ def load_model(
     torch.float32
     """
     device = check_device(device)
-    key = str(name_or_path).strip().lower()
-    notes: list[str] = []
-    if key in ("minilm", "smollm2") and gguf_file is not None:
-        raise ModelError(f"gguf_file {gguf_file!r} does not apply to {key!r}: its weights file is fixed by its package")
-    if key == "minilm":
-        source, gguf_file = str(assets.minilm_dir()), None
-        notes.append("all-MiniLM-L6-v2 (sentence-transformers), fp32 weights, post-LN BERT encoder")
-    elif key == "smollm2":
-        folder, gguf_file = assets.smollm2_gguf()
-        source = str(folder)
-        notes.append(SMOLLM2_NOTE)
-    else:
-        source = str(name_or_path)
-        if gguf_file is not None:
-            notes.append(f"weights dequantised from GGUF file {gguf_file}")
+    source, gguf_file, notes = _source(name_or_path, gguf_file)
     if local_files_only is None:
         local_files_only = _local_only_default()
     is_local = Path(source).exists()
@@ -251,6 +237,117 @@ def load_model(
         tokenizer, why = _given_tokenizer(tokenizer, model, local_files_only), None
     return LoadedModel(model=model, tokenizer=tokenizer, family=detect_family(model), name=str(name_or_path), notes=notes,
                        tokenizer_error=why)
+
+
+def _source(name_or_path: str, gguf_file: str | None) -> tuple[str, str | None, list[str]]:
+    """``(source, gguf_file, notes)`` that :func:`load_model` loads for ``name_or_path``:
+    the packaged models' folder and file, or the name itself.
+
+    Raises
+    ------
+    AssetMissingError, ModelError
+        A packaged model that is not installed, or ``gguf_file`` given with one.
+    """
+    key = str(name_or_path).strip().lower()
+    if key in ("minilm", "smollm2") and gguf_file is not None:
+        raise ModelError(f"gguf_file {gguf_file!r} does not apply to {key!r}: its weights file is fixed by its package")
+    if key == "minilm":
+        return str(assets.minilm_dir()), None, ["all-MiniLM-L6-v2 (sentence-transformers), fp32 weights, post-LN BERT encoder"]
+    if key == "smollm2":
+        folder, gguf = assets.smollm2_gguf()
+        return str(folder), gguf, [SMOLLM2_NOTE]
+    return str(name_or_path), gguf_file, [f"weights dequantised from GGUF file {gguf_file}"] if gguf_file else []
+
+
+def model_digest(name_or_path: str, *, gguf_file: str | None = None, local_files_only: bool | None = None) -> str | None:
+    """SHA-256 (16 hex digits) of what :func:`load_model` reads for ``name_or_path``
+    (weights, config, tokenizer): the cache key of a model's numbers, so a folder
+    overwritten in place gets a new one.
+
+    * a GGUF model (``smollm2``, or ``gguf_file``): that file;
+    * a local folder (``minilm``'s packaged folder included): the name and bytes of each
+      regular file at its top level (links followed), except dot files and ``*.md``,
+      which no load reads; subfolders are not read either;
+    * a hub name: its snapshot in the Hugging Face cache, as a folder; a name not in the
+      cache is read from the hub only online (``local_files_only=False``): its commit id
+      there, itself a digest of the repository's content. Offline, such a name cannot
+      be loaded: None.
+
+    Files are hashed in chunks and remembered per process (:func:`rankcollapse._io.file_sha256`).
+
+    Raises
+    ------
+    AssetMissingError, ModelError
+        As :func:`load_model` for a packaged model that is not installed; a local path
+        whose files cannot be read.
+    """
+    from .._io import config_hash, file_sha256
+
+    source, gguf_file, _ = _source(name_or_path, gguf_file)
+    folder = Path(source)
+    if not folder.exists():
+        folder = _cached_snapshot(source)
+        if folder is None:
+            local = _local_only_default() if local_files_only is None else local_files_only
+            return None if local or not _looks_like_hub_name(source) else _hub_commit(source)
+    try:
+        if gguf_file is not None:
+            files = {gguf_file: file_sha256(folder / gguf_file)}
+        elif folder.is_dir():
+            files = {f.name: file_sha256(f) for f in sorted(folder.iterdir())
+                     if f.is_file() and not f.name.startswith(".") and f.suffix != ".md"}
+        else:
+            files = {folder.name: file_sha256(folder)}
+    except OSError as exc:
+        raise ModelError(f"cannot read model {source!r}: {exc}") from None
+    return config_hash(files, 16)
+
+
+def model_key(name: str) -> dict[str, Any]:
+    """What a cached unit reading model ``name`` adds to its parameters so that its key
+    follows the model's content: ``{"model_sha256": digest}`` (:func:`model_digest`), so
+    weights saved again into the same folder give new keys and the unit is computed again.
+    A packaged model whose installed files are its pinned version's
+    (:data:`rankcollapse.assets.PINNED_DIGESTS`) adds nothing: its name is the name of that
+    content.
+
+    Raises
+    ------
+    AssetMissingError, ModelError
+        As :func:`model_digest`.
+    """
+    digest = model_digest(name)
+    return {} if digest == assets.PINNED_DIGESTS.get(str(name).strip().lower()) else {"model_sha256": digest}
+
+
+def _cached_snapshot(source: str) -> Path | None:
+    """The folder of hub model ``source``'s snapshot in the Hugging Face cache, or None."""
+    if not _looks_like_hub_name(source):
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(source, "config.json")
+    except Exception:  # a malformed repo id: nothing cached under it
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def _hub_commit(source: str) -> str:
+    """``hub:<commit>`` of hub model ``source`` (online only).
+
+    Raises
+    ------
+    ModelError
+        The hub does not answer or has no such model.
+    """
+    _check_hub_reachable(source)
+    try:
+        from huggingface_hub import HfApi
+
+        return f"hub:{HfApi().model_info(source).sha}"
+    except Exception as exc:  # huggingface_hub's own errors (RepositoryNotFoundError, HTTPError)
+        raise ModelError(f"cannot find model {source!r} on the hub: {str(exc).splitlines()[0][:200]}") from None
 
 
 #: Files (glob patterns) that hold a tokenizer in a Hugging Face folder.

@@ -54,7 +54,7 @@ UNIFORM = 0.95
 ONE_HOT = 0.05
 DIVERGE_RATIO = 1e12
 RATE_FLOOR = 1e-12  # m(t) below this is float64 round-off: excluded from the rate fit
-MU_FLOOR = 1e-300  # m(T) at or below this (0 included) has no log10 to average: the floor marker
+MU_FLOOR = 1e-300  # the floor marker: a cell's mu_relative when most of its m(T) are at the floor (mu_floor)
 RATE_RESOLVED = 1e-10  # decades/layer: tail slopes closer to 0 are float64 round-off of a flat m
 REGIMES = ("rank_collapse", "collapsing_slowly", "uniform_attention", "one_hot_attention",
            "aligned_without_consensus", "stable_rank_k", "diverging", "undecided")
@@ -100,6 +100,20 @@ def gap_floor(n_tokens: int, d_model: int) -> float:
     return (d_model + n_tokens * n_tokens) * float(np.finfo(np.float64).eps) / 2
 
 
+def mu_floor(n_tokens: int, d_model: int) -> float:
+    """The float64 round-off floor of ``m = mu(X)/||X||_F``: ``2 (N + d) eps`` (``eps =
+    2u``, ``u = 2^-53``). At a consensus (tokens equal in exact arithmetic) the computed
+    tokens differ by round-off only: a layer's output entry carries a relative error of at
+    most ``gamma_N ~ N u`` (a convex combination of N rows, Higham, *Accuracy and Stability
+    of Numerical Algorithms*, 2nd ed., eq. 3.5) plus ``gamma_d + u`` (a normalisation over d
+    entries), so two tokens differ by at most ``2 (N + d + 1) u |x_j|`` to first order, and
+    mu's mean token and differences add ``(N + 1) u |x_j|``; in the Frobenius norm the
+    computed ``m`` of a consensus is at most ``(3N + 2d + 3) u <= 2 (N + d) eps``. An ``m``
+    at or below this is round-off of a consensus, not a measurement: whether it is 0 or
+    ``2^-54`` depends on the last bits of the kernels and the thread count."""
+    return 2 * (n_tokens + d_model) * float(np.finfo(np.float64).eps)
+
+
 def law_measures(avg_cos: np.ndarray, n_tokens: int, d_model: int) -> list[dict[str, Any]]:
     """Per trajectory, the decay law of the cosine gap ``g(t) = 1 - avg_cos(t)`` over depth
     (``avg_cos`` ``(T+1, B)``): :func:`rankcollapse.metrics.rate.fit_decay_law` on
@@ -115,7 +129,8 @@ def law_measures(avg_cos: np.ndarray, n_tokens: int, d_model: int) -> list[dict[
 
 def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Tensor],
                         entropy: np.ndarray) -> list[dict[str, Any]]:
-    """One dict per batch element of a simulation: ``mu_relative`` (final), ``norm_ratio``,
+    """One dict per batch element of a simulation: ``mu_relative`` (final) and its round-off
+    floor ``mu_floor`` (:func:`mu_floor`), ``norm_ratio``,
     ``change`` (of the normalised state over the last ``w`` layers), ``numerical_rank``,
     ``stable_rank``, ``k``, ``rate``, ``rate_last`` and its 95% upper bound ``rate_last_bound``
     (:func:`tail_rate`; rule 5 reads it),
@@ -136,12 +151,13 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
     nr, sr = numerical_rank(XT).numpy(), stable_rank(XT).numpy()
     laws = (law_measures(metrics["avg_cos"].numpy(), X0.shape[-2], X0.shape[-1]) if "avg_cos" in metrics
             else [{}] * m.shape[1])
+    floor = mu_floor(X0.shape[-2], X0.shape[-1])
     out = []
     for b in range(m.shape[1]):
         alive = m[:-1, b] >= ALIVE  # input of layer t+1 not yet collapsed
         ent = float(entropy[alive, b].mean()) if alive.any() else float(entropy[0, b])
         slope, slope_hi = tail_rate(m[:, b])
-        out.append({"diverged": False, "mu_relative": float(m[-1, b]), "norm_ratio": float(nT[b] / n0[b]),
+        out.append({"diverged": False, "mu_relative": float(m[-1, b]), "mu_floor": floor, "norm_ratio": float(nT[b] / n0[b]),
                     "change": float(change[b]), "k": int(k[b]), "numerical_rank": float(nr[b]),
                     "stable_rank": float(sr[b]), "rate": fit_log10_rate(m[:, b]), "rate_last": slope,
                     "rate_last_bound": slope_hi, "attention_entropy": ent,
@@ -212,16 +228,18 @@ def law_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def mu_cell(mus: list[float]) -> dict[str, float]:
+def mu_cell(mus: list[float], floor: float = 0.0) -> dict[str, float]:
     """The cell's ``mu_relative`` from the final ``m(T)`` of its trajectories that did not
-    diverge: the floor marker ``MU_FLOOR`` when more than half of them are at or below it
-    (the regime's majority rule), else the geometric mean over those above it (NaN when
-    there are none); ``frac_mu_floor`` is the fraction at the floor. A mean of the marker
-    with real values would be neither a measurement nor the floor (``1e-300`` and ``1e-16``
+    diverge: the floor marker ``MU_FLOOR`` when more than half of them are at the floor,
+    at or below ``max(floor, MU_FLOOR)`` (``floor``: :func:`mu_floor` of the cell's N and
+    d, so a last-bit difference of round-off cannot move a trajectory across it; the
+    regime's majority rule), else the geometric mean over those above it (NaN when there
+    are none); ``frac_mu_floor`` is the fraction at the floor. A mean of the marker with
+    real values would be neither a measurement nor the floor (``1e-300`` and ``1e-16``
     give ``1e-158``)."""
     if not mus:
         return {"mu_relative": float("nan"), "frac_mu_floor": float("nan")}
-    above = np.array([m for m in mus if m > MU_FLOOR], dtype=np.float64)
+    above = np.array([m for m in mus if m > max(floor, MU_FLOOR)], dtype=np.float64)
     mu = float(np.exp(np.mean(np.log(above)))) if above.size * 2 >= len(mus) else MU_FLOOR
     return {"mu_relative": mu, "frac_mu_floor": 1.0 - above.size / len(mus)}
 
@@ -245,7 +263,7 @@ def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     if regime in ATTENTION_LABELS and last_hi < -RATE_RESOLVED:  # attention settled, but mu still falling
         regime = "collapsing_slowly"
     row = {
-        **mu_cell([t["mu_relative"] for t in ok]),
+        **mu_cell([t["mu_relative"] for t in ok], max((t.get("mu_floor", 0.0) for t in ok), default=0.0)),
         "numerical_rank": _mean([t["numerical_rank"] for t in ok]),
         "stable_rank": _mean([t["stable_rank"] for t in ok]),
         "attention_entropy": _mean([t["attention_entropy"] for t in ok]),

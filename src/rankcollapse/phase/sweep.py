@@ -47,8 +47,9 @@ def cell_label(unit: Unit) -> str:
 
 # version: bumped when a change alters the numbers of a cell (invalidates cached cells);
 # 3: the decay-law columns and the qk_norm axis (issue 30); 4: rate_last_bound_max,
-# frac_rate_last_falling (the columns rule 5 is checked on) and the mu_relative floor rule
-register_unit_kind("phase_cell", cell_unit, version=4, label=cell_label, group="phase")
+# frac_rate_last_falling (the columns rule 5 is checked on) and the mu_relative floor rule;
+# 5: the floor of mu_relative is the round-off floor 2 (N + d) eps (regime.mu_floor)
+register_unit_kind("phase_cell", cell_unit, version=5, label=cell_label, group="phase")
 
 
 def batches(cells: list[dict[str, Any]], size: int) -> list[list[int]]:
@@ -64,8 +65,31 @@ def cell_units(cells: list[dict[str, Any]], samples: int, seeds: int, seed: int)
     """The ``phase_cell`` units of ``cells`` and, for each, the indices of its cells."""
     parts = batches(cells, BATCH_CELLS)
     units = [Unit("phase_cell", {"cells": [cells[i] for i in part], "samples": int(samples), "seeds": int(seeds),
-                                 "seed": int(seed)}) for part in parts]
+                                 "seed": int(seed), **_content_key([cells[i] for i in part])}) for part in parts]
     return units, parts
+
+
+def _content_key(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a batch of ``cells`` reads from files, by content, for its key: the digests of
+    the mask files (``mask_sha256``, :func:`rankcollapse.masks.schedule.mask_digests`) and,
+    for the ``wikipedia`` input and the ``pretrained`` value family, of the packaged corpus
+    and MiniLM when they are not the pinned versions (``wikipedia_sha256``,
+    ``model_sha256``: :func:`rankcollapse.assets.wikipedia_key`,
+    :func:`rankcollapse.models.loading.model_key`). ``{}`` for cells that read no file or
+    only the pinned packages (the key is the cells alone)."""
+    from ..assets import wikipedia_key
+    from ..masks.schedule import mask_digests
+    from ..models.loading import model_key
+
+    out: dict[str, Any] = {}
+    masks = {str(c["mask"]): mask_digests(c["mask"]) for c in cells}
+    if any(masks.values()):
+        out["mask_sha256"] = {spec: d for spec, d in masks.items() if d}
+    if any(c.get("input") == "wikipedia" for c in cells):
+        out.update({f"wikipedia_{k}": v for k, v in wikipedia_key().items()})
+    if any(c.get("input") == "wikipedia" or c.get("value") == "pretrained" for c in cells):
+        out.update(model_key("minilm"))
+    return out
 
 
 @renamed_arguments(samples="n_samples")

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .. import data
+from .. import assets, data
 from .._deprecation import renamed_arguments
 from ..errors import DataError
 
@@ -26,9 +26,11 @@ WEIGHT_CACHE = 2
 @renamed_arguments(length="n_tokens")
 def data_spec(text: str | Path | None, n_tokens: int, seed: int) -> dict[str, Any]:
     """The input description that enters every unit hash: ``corpus``, ``n_tokens``
-    (tokens per window N), ``seed`` and, for a text file, ``path`` and ``sha256``.
+    (tokens per window N), ``seed`` and, for a text file, ``path`` and ``sha256`` (for the
+    packaged Wikipedia extracts, ``sha256`` only when they are not the pinned version's).
 
-    A user text file is identified by its SHA-256, so editing it invalidates the cache.
+    A user text file is identified by its SHA-256, so editing it invalidates the cache;
+    its ``path`` is recorded but unit keys leave it out (a copy elsewhere has the same keys).
 
     Raises
     ------
@@ -37,8 +39,8 @@ def data_spec(text: str | Path | None, n_tokens: int, seed: int) -> dict[str, An
     """
     if int(n_tokens) < 1:
         raise DataError(f"tokens per window N must be >= 1, got {n_tokens}")
-    if text is None:
-        return {"corpus": "wikipedia", "n_tokens": int(n_tokens), "seed": int(seed)}
+    if text is None:  # the packaged corpus: by name while it is the pinned version's (assets.wikipedia_key)
+        return {"corpus": "wikipedia", **assets.wikipedia_key(), "n_tokens": int(n_tokens), "seed": int(seed)}
     docs = data.read_text_file(text)  # raises DataError with one clear line
     digest = hashlib.sha256("\n".join(docs).encode()).hexdigest()[:16]
     return {"corpus": "file", "path": str(Path(text).resolve()), "sha256": digest, "n_tokens": int(n_tokens),
