@@ -44,3 +44,24 @@ def test_old_override_key_warning_points_at_the_caller():
     with pytest.warns(FutureWarning, match="n_windows") as caught:
         runner.plan("fig3", "smoke", 0, overrides={"n_windows": 2})
     assert [w.filename for w in caught if "n_windows" in str(w.message)] == [__file__]
+
+
+@pytest.mark.parametrize("name, text, msg", [
+    ("config.json", "[1, 2]", "is not the config.json of a run"),
+    ("config.json", "{\"configs\": [1], \"scale\": \"smoke\"}", "is not the config.json of a run"),
+    ("claims.json", "{\"C01\": 1}", "is not the claims.json of a run"),
+    ("claims.json", "[{\"id\": \"Z99\", \"verdict\": \"supported\"}]", "names claims its config.json does not define"),
+    ("config.json", "{", "is not valid JSON"),
+    ("table.parquet", "not parquet", "is not a readable table of a run"),
+])
+def test_recheck_of_a_run_folder_whose_records_are_not_a_runs(tmp_path, name, text, msg):
+    # the folder is input: a config.json that is a list was a TypeError
+    files = {"config.json": '{"configs": [], "scale": "smoke"}', "claims.json": "[]", "table.parquet": ""}
+    for n, t in {**files, name: text}.items():
+        (tmp_path / n).write_text(t)
+    if name != "table.parquet":
+        import pandas as pd
+
+        pd.DataFrame({"layer": [0], "seed": [0], "depth": [1]}).to_parquet(tmp_path / "table.parquet")
+    with pytest.raises(ConfigError, match=msg):
+        runner.recheck(tmp_path)

@@ -502,21 +502,39 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
     Raises
     ------
     ConfigError
-        ``out`` is not a finished run folder (names the missing file).
+        ``out`` is not a finished run folder (names the missing file), or its
+        ``config.json``, ``claims.json`` or ``table.parquet`` is not what a run writes.
     """
-    import json
+    from .._io import read_user_json
 
     out = Path(out)
     for name in ("config.json", "claims.json", "table.parquet"):
         if not (out / name).is_file():
             raise ConfigError(f"{str(out)!r} is not a finished run folder: no {name} in it")
-    config = json.loads((out / "config.json").read_text())
-    stored = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
-    table = normalise(pd.read_parquet(out / "table.parquet"))  # a table of an earlier version: columns renamed
+    config = read_user_json(out / "config.json", "run config", ConfigError)
+    claims = read_user_json(out / "claims.json", "claims file", ConfigError)
+    if not (isinstance(config, dict) and isinstance(config.get("configs"), list) and "scale" in config
+            and all(isinstance(c, dict) for c in config["configs"])):
+        raise ConfigError(f"{str(out / 'config.json')!r} is not the config.json of a run: expected an object "
+                          "with 'configs' (a list of objects) and 'scale'")
+    if not (isinstance(claims, list) and all(isinstance(c, dict) and isinstance(c.get("id"), str) and "verdict" in c
+                                             for c in claims)):
+        raise ConfigError(f"{str(out / 'claims.json')!r} is not the claims.json of a run: expected a list of "
+                          "objects with 'id' and 'verdict'")
+    stored = {c["id"]: c for c in claims}
+    try:  # a table of an earlier version: columns renamed
+        table = normalise(pd.read_parquet(out / "table.parquet"))
+    except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(f"{str(out / 'table.parquet')!r} is not a readable table of a run: "
+                          f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
     rules = {}
     for cfg in rename_legacy([current_config(c, warn=False) for c in config["configs"]]) + [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]:
         for claim in claims_with_axes(cfg, config["scale"]):
             rules.setdefault(claim["id"], claim)
+    unknown = sorted(set(stored) - set(rules))
+    if unknown:
+        raise ConfigError(f"{str(out / 'claims.json')!r} names claims its config.json does not define: "
+                          f"{', '.join(unknown[:5])}")
     return [(cid, stored[cid]["verdict"],
              claims_mod.evaluate_claim(table, rules[cid], rules[cid].get("setting", "default"),
                                        depth=stored[cid].get("depth"))["verdict"])

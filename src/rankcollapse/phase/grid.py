@@ -206,8 +206,10 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
     Raises
     ------
     ConfigError
-        Unknown axis, missing ``=``, empty list, a value the axis does not accept.
+        Not a string, unknown axis, missing ``=``, empty list, a value the axis does not accept.
     """
+    if not isinstance(text, str):
+        raise ConfigError(f"--axis expects a string NAME=v1,v2,..., got {type(text).__name__} {text!r}")
     name, eq, values = text.partition("=")
     name = name.strip()
     if not eq or name not in _PARSERS:

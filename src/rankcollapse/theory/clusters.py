@@ -33,6 +33,9 @@ from ..errors import ConfigError
 
 #: Layers a cluster count must hold to be a plateau (10 time units at the default step 0.1).
 MIN_PLATEAU = 100
+#: The largest inverse temperature of the circle flow: it runs with ``d_qk = 1 / beta^2``,
+#: which leaves float64's normal range (``2.2e-308``) a little above ``beta = 6.7e153``.
+BETA_MAX = 1e150
 
 
 def fastest_mode(beta: float, k_max: int = 64) -> int:
@@ -116,6 +119,17 @@ class CircleClusters:
                                    for p in self.first], **self.settings}
 
 
+def check_beta(beta: Any) -> float:
+    """``beta`` as a float in ``(0, BETA_MAX]`` (:data:`BETA_MAX`).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``beta``, the value and the bound.
+    """
+    return check_float(beta, "beta", low=0, strict_low=True, high=BETA_MAX)
+
+
 def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, step: float = 0.1, depth: int = 1500,
                     angle: float | None = None, min_plateau: int = MIN_PLATEAU, seed: int = 0) -> CircleClusters:
     """Run the normalised attention flow on the circle from ``n_samples`` uniform random
@@ -139,7 +153,7 @@ def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, st
     from ..dynamics import BlockConfig, simulate
     from ..metrics.clusters import CLUSTER_ANGLE, cluster_count
 
-    beta = check_float(beta, "beta", low=0, strict_low=True)
+    beta = check_beta(beta)
     step = check_float(step, "step", low=0, strict_low=True)
     n_tokens, n_samples, depth = (check_int(v, name, low=1) for v, name in
                                   ((n_tokens, "n_tokens"), (n_samples, "n_samples"), (depth, "depth")))
