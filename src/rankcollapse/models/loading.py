@@ -191,6 +191,9 @@ def load_model(
     ConfigError
         ``device`` is not a torch device or not present here (``"cuda"`` without a GPU);
         checked before anything is loaded.
+    MemoryLimitError
+        A local folder whose ``config.json`` describes more parameters than half the
+        physical memory holds (checked before any weight is allocated).
 
     See Also
     --------
@@ -217,28 +220,12 @@ def load_model(
     torch.float32
     """
     device = check_device(device)
-    key = str(name_or_path).strip().lower()
-    notes: list[str] = []
-    if key in ("minilm", "smollm2") and gguf_file is not None:
-        raise ModelError(f"gguf_file {gguf_file!r} does not apply to {key!r}: its weights file is fixed by its package")
-    if key == "minilm":
-        source, gguf_file = str(assets.minilm_dir()), None
-        notes.append("all-MiniLM-L6-v2 (sentence-transformers), fp32 weights, post-LN BERT encoder")
-    elif key == "smollm2":
-        folder, gguf_file = assets.smollm2_gguf()
-        source = str(folder)
-        notes.append(SMOLLM2_NOTE)
-    else:
-        source = str(name_or_path)
-        if gguf_file is not None:
-            notes.append(f"weights dequantised from GGUF file {gguf_file}")
+    source, gguf_file, notes = _resolve(name_or_path, gguf_file)
     if local_files_only is None:
         local_files_only = _local_only_default()
-    is_local = Path(source).exists()
-    if is_local:
-        _check_local(Path(source), gguf_file)
-    if not is_local and local_files_only and not _looks_like_hub_name(source):
-        raise ModelError(f"model {source!r} is neither 'minilm', 'smollm2', a local folder nor a hub name")
+    is_local = _check_source(source, gguf_file, local_files_only)
+    if is_local and gguf_file is None:
+        _check_size(source, dtype)
     with quiet_loading():  # no progress bar or warning before the result or the one error line
         model, info = _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
     notes += check_loaded_weights(model, info, source)
@@ -251,6 +238,94 @@ def load_model(
         tokenizer, why = _given_tokenizer(tokenizer, model, local_files_only), None
     return LoadedModel(model=model, tokenizer=tokenizer, family=detect_family(model), name=str(name_or_path), notes=notes,
                        tokenizer_error=why)
+
+
+def _resolve(name_or_path: str, gguf_file: str | None) -> tuple[str, str | None, list[str]]:
+    """``(source, gguf_file, notes)`` of a model name: the packaged ``minilm`` and
+    ``smollm2`` as their folders, anything else as given."""
+    key = str(name_or_path).strip().lower()
+    if key in ("minilm", "smollm2") and gguf_file is not None:
+        raise ModelError(f"gguf_file {gguf_file!r} does not apply to {key!r}: its weights file is fixed by its package")
+    if key == "minilm":
+        return str(assets.minilm_dir()), None, ["all-MiniLM-L6-v2 (sentence-transformers), fp32 weights, post-LN BERT encoder"]
+    if key == "smollm2":
+        folder, gguf = assets.smollm2_gguf()
+        return str(folder), gguf, [SMOLLM2_NOTE]
+    return str(name_or_path), gguf_file, [f"weights dequantised from GGUF file {gguf_file}"] if gguf_file else []
+
+
+def _check_source(source: str, gguf_file: str | None, local_files_only: bool) -> bool:
+    """Whether ``source`` is local (then checked to be a model folder); a name that can
+    be neither a folder nor a hub name is refused offline."""
+    is_local = Path(source).exists()
+    if is_local:
+        _check_local(Path(source), gguf_file)
+    if not is_local and local_files_only and not _looks_like_hub_name(source):
+        raise ModelError(f"model {source!r} is neither 'minilm', 'smollm2', a local folder nor a hub name")
+    return is_local
+
+
+def _check_size(source: str, dtype: torch.dtype) -> None:
+    """Refuse a local model whose parameters alone would not fit in memory, from its
+    ``config.json`` (the model is built on the ``meta`` device: no memory), before the
+    weights are allocated (a ``vocab_size`` of 1e11 would die in the allocator).
+
+    Raises
+    ------
+    MemoryLimitError
+        The parameters need more than half the physical memory (:mod:`rankcollapse._memory`).
+    """
+    from transformers import AutoConfig, AutoModel
+
+    from .._memory import default_limit, human
+    from ..errors import MemoryLimitError
+
+    try:
+        with quiet_loading():
+            config = AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
+            with torch.device("meta"):
+                shell = AutoModel.from_config(config, trust_remote_code=False)
+    except Exception:  # noqa: BLE001 - transformers' own load reports a config it cannot read
+        return
+    n = sum(p.numel() for p in shell.parameters())
+    need, limit = n * torch.empty((), dtype=dtype).element_size(), default_limit()
+    if need > limit:
+        raise MemoryLimitError(f"model {source!r}: its config.json describes {n:.3g} parameters, {human(need)} in "
+                               f"{str(dtype).replace('torch.', '')}, more than half this machine's memory "
+                               f"({human(limit)}); check the sizes in config.json (vocab_size, hidden_size, layers)")
+
+
+def load_tokenizer(name_or_path: str, *, gguf_file: str | None = None, tokenizer: Any = None,
+                   local_files_only: bool | None = None) -> Any:
+    """The tokenizer :func:`load_model` would give the model, checked to represent text,
+    without loading the model: text can be cut into windows (and refused) first.
+
+    ``name_or_path``, ``gguf_file``, ``tokenizer``, ``local_files_only``: as for
+    :func:`load_model` (``tokenizer`` a string or an object takes the place of the
+    source's own).
+
+    Raises
+    ------
+    TokenizerError
+        The source has no usable tokenizer (the message gives the remedies), or the one
+        given has no ordinary vocabulary.
+    ModelError
+        As :func:`load_model` for a source that is not a model.
+    """
+    from ..data import TOKENIZER_REMEDY, check_tokenizer
+
+    source, gguf_file, _ = _resolve(name_or_path, gguf_file)
+    if local_files_only is None:
+        local_files_only = _local_only_default()
+    if tokenizer is None:
+        _check_source(source, gguf_file, local_files_only)
+        tokenizer, why = _own_tokenizer(source, gguf_file, local_files_only)
+        if tokenizer is None:
+            raise TokenizerError(f"{why}; {TOKENIZER_REMEDY}")
+    elif isinstance(tokenizer, (str, os.PathLike)):
+        tokenizer = _named_tokenizer(tokenizer, local_files_only)
+    check_tokenizer(tokenizer)
+    return tokenizer
 
 
 #: Files (glob patterns) that hold a tokenizer in a Hugging Face folder.
@@ -282,20 +357,24 @@ def _given_tokenizer(tokenizer: Any, model: Any, local_files_only: bool) -> Any:
     from ..data import check_tokenizer
 
     if isinstance(tokenizer, (str, os.PathLike)):
-        key = str(tokenizer).strip().lower()
-        if key == "minilm":
-            tokenizer = _tokenizer_from(str(assets.minilm_dir()), None, True)
-        elif key == "smollm2":
-            folder, gguf = assets.smollm2_gguf()
-            tokenizer = _tokenizer_from(str(folder), gguf, True)
-        else:
-            tokenizer = _tokenizer_from(str(tokenizer), None, local_files_only)
+        tokenizer = _named_tokenizer(tokenizer, local_files_only)
     check_tokenizer(tokenizer)
     vocab = getattr(model.config, "vocab_size", None)
     if isinstance(vocab, int) and len(tokenizer) > vocab:
         raise TokenizerError(f"the tokenizer has {len(tokenizer)} tokens but the model only {vocab} embeddings: "
                              "it belongs to another model")
     return tokenizer
+
+
+def _named_tokenizer(name: str | os.PathLike, local_files_only: bool) -> Any:
+    """The tokenizer named by ``tokenizer=``: ``minilm``, ``smollm2``, a folder or a hub name."""
+    key = str(name).strip().lower()
+    if key == "minilm":
+        return _tokenizer_from(str(assets.minilm_dir()), None, True)
+    if key == "smollm2":
+        folder, gguf = assets.smollm2_gguf()
+        return _tokenizer_from(str(folder), gguf, True)
+    return _tokenizer_from(str(name), None, local_files_only)
 
 
 def _tokenizer_from(source: str, gguf_file: str | None, local_files_only: bool) -> Any:
