@@ -27,9 +27,16 @@ def _refused(argv, root, *texts):
     (["simulate", "--mask", "sliding_window:w=3,w=5", "--depth", "2", "--n-tokens", "4", "--d-model", "2"],
      "key 'w' given twice"),
     (["theory", "clusters", "--beta", "4,1e308"], "beta must be <= 1e+150"),
+    (["reproduce", "influence", "--scale", "smoke", "--n-tokens", "100000", "--out", "o"],
+     "--n-tokens does not apply to influence at scale smoke"),
+    (["reproduce", "influence", "--scale", "smoke", "--text-file", "good.npy", "--out", "o"],
+     "--text-file does not apply to influence at scale smoke"),
+    (["reproduce", "geometry", "--scale", "smoke", "--mask", "causal", "--out", "o"],
+     "--mask does not apply to geometry at scale smoke"),
 ])
 def test_bad_values_are_one_line_and_exit_2(tmp_path, argv, text):
-    _refused(argv, tmp_path, text)
+    (tmp_path / "good.npy").write_text("a text file\n")
+    _refused(argv, tmp_path, text)  # nothing left behind (check_run)
 
 
 def test_phase_cell_whose_trajectories_all_diverge_is_a_result_not_an_internal_error(tmp_path):
