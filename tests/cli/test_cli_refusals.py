@@ -27,6 +27,7 @@ def _refused(argv, root, *texts):
     (["simulate", "--mask", "sliding_window:w=3,w=5", "--depth", "2", "--n-tokens", "4", "--d-model", "2"],
      "key 'w' given twice"),
     (["theory", "clusters", "--beta", "4,1e308"], "beta must be <= 1e+150"),
+    (["theory", "basin", "--system", "twice.json"], "gives the key 'W_V' twice"),
     (["reproduce", "influence", "--scale", "smoke", "--n-tokens", "100000", "--out", "o"],
      "--n-tokens does not apply to influence at scale smoke"),
     (["reproduce", "influence", "--scale", "smoke", "--text-file", "good.npy", "--out", "o"],
@@ -36,6 +37,8 @@ def _refused(argv, root, *texts):
 ])
 def test_bad_values_are_one_line_and_exit_2(tmp_path, argv, text):
     (tmp_path / "good.npy").write_text("a text file\n")
+    (tmp_path / "twice.json").write_text('{"mask": "causal", "W_Q": [[1, 0], [0, 1]], "W_K": [[1, 0], [0, 1]], '
+                                         '"W_V": [[1, 0], [0, 1]], "W_V": [[2, 0], [0, 2]]}')
     _refused(argv, tmp_path, text)  # nothing left behind (check_run)
 
 

@@ -76,6 +76,7 @@ def test_parse_params_refuses_repeated_keys_and_malformed_items(spec, text):
     ("rankcollapse.masks.spec:check_spec", "sliding_window:w=3,w=5", MaskError),
     ("rankcollapse.masks.spec:check_spec", "causal&sliding_window:w=3,w=3", MaskError),
     ("rankcollapse.masks.schedule:parse_schedule", "schedule:sliding_window:w=3,w=5*2,complete", MaskError),
+    ("rankcollapse.masks.schedule:parse_schedule", "[{mask: causal, repeat: 2, mask: complete}]", MaskError),
 ])
 def test_every_reader_of_the_key_value_grammar_refuses_a_repeated_key(parse, spec, error):
     # the later value must not silently win ('sink:b=2,b=3' ran as b=3)
@@ -85,3 +86,13 @@ def test_every_reader_of_the_key_value_grammar_refuses_a_repeated_key(parse, spe
     fn = getattr(importlib.import_module(module), name)
     with pytest.raises(error, match="given twice"):
         fn(spec, 8) if name == "parse_schedule" else fn(spec)
+
+
+def test_a_users_json_with_a_key_given_twice_is_refused(tmp_path):
+    from rankcollapse._io import read_user_json
+
+    (tmp_path / "s.json").write_text('{"mask": "causal", "W_V": [[1]], "nested": {"a": 1, "a": 2}}')
+    with pytest.raises(ConfigError, match="gives the key 'a' twice"):
+        read_user_json(tmp_path / "s.json", "system JSON", ConfigError)
+    (tmp_path / "s.json").write_text('{"a": {"b": 1}, "c": {"b": 2}}')  # one key per object is fine
+    assert read_user_json(tmp_path / "s.json", "system JSON", ConfigError) == {"a": {"b": 1}, "c": {"b": 2}}
