@@ -154,12 +154,13 @@ def probe_command(
         return
     loaded, wins, table = runs[0]
     doc = to_json(table)
+    # everything is computed before the first file is written: a failure leaves no partial folder
+    maps = models.attention_maps(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
+                                 batch_size=batch_size) if attentions else None
     if out is not None:
         write_outputs(out, table, wins, doc)
         typer.echo(f"wrote {out}/probe.csv, probe.png, windows.npz, probe.json", err=True)
-    if attentions:
-        maps = models.attention_maps(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
-                                     batch_size=batch_size)
+    if maps is not None:
         write_attentions(out / "attentions.npz", maps)
         typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
     if fmt == "json":
