@@ -163,6 +163,43 @@ def _mask_of(obj: dict[str, Any], W_V: torch.Tensor) -> torch.Tensor:
     return dense_mask(spec, n)
 
 
+def as_system(system: Any) -> AttentionSystem:
+    """``system`` in float64, the form every analysis of this package computes in.
+
+    Raises
+    ------
+    ConfigError
+        ``system`` is not an :class:`AttentionSystem`.
+    """
+    if not isinstance(system, AttentionSystem):
+        raise ConfigError(f"system must be an AttentionSystem (AttentionSystem.from_dict builds one), "
+                          f"got {type(system).__name__}")
+    return system.to(torch.float64)
+
+
+def as_state(X: Any, system: AttentionSystem | None = None, name: str = "X") -> torch.Tensor:
+    """``X`` as a float64 tensor of token states ``(..., N, d)``, with ``N, d`` those of
+    ``system`` when given.
+
+    Raises
+    ------
+    ConfigError
+        Not a tensor or array of real numbers, fewer than two dimensions, or a shape that
+        does not match ``system``.
+    """
+    import numpy as np
+
+    if isinstance(X, np.ndarray) and X.dtype.kind in "biuf":
+        X = torch.from_numpy(np.ascontiguousarray(X))
+    if not isinstance(X, torch.Tensor) or X.is_complex() or X.ndim < 2:
+        got = f"shape {tuple(X.shape)}" if isinstance(X, torch.Tensor) else type(X).__name__
+        raise ConfigError(f"{name} must be a real tensor of token states (N, d), got {got}")
+    if system is not None and tuple(X.shape[-2:]) != (system.n_tokens, system.dim):
+        raise ConfigError(f"{name} has shape {tuple(X.shape)}; the system's states are "
+                          f"(N, d) = ({system.n_tokens}, {system.dim})")
+    return X.to(torch.float64)
+
+
 def causal_uniform_system(W_V: torch.Tensor, n_tokens: int) -> AttentionSystem:
     """Causal mask with ``W_Q = W_K = 0`` (so ``A[i, j] = 1/(i+1)`` for ``j ≤ i``)."""
     d = W_V.shape[0]
