@@ -27,6 +27,8 @@ def _refused(argv, root, *texts):
     (["simulate", "--mask", "sliding_window:w=3,w=5", "--depth", "2", "--n-tokens", "4", "--d-model", "2"],
      "key 'w' given twice"),
     (["theory", "clusters", "--beta", "4,1e308"], "beta must be <= 1e+150"),
+    (["theory", "clusters", "--beta", "1e-308"], "beta must be >= 1e-150"),
+    (["theory", "clusters", "--angle", "4"], "angle must be <= 3.14159"),
     (["theory", "basin", "--system", "twice.json"], "gives the key 'W_V' twice"),
     (["reproduce", "influence", "--scale", "smoke", "--n-tokens", "100000", "--out", "o"],
      "--n-tokens does not apply to influence at scale smoke"),
