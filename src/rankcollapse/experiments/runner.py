@@ -377,13 +377,13 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
 
     Examples
     --------
-    A tiny run of Figure 4 (MiniLM's package must be installed; smoke scale, 16-token
-    windows, 2 layers): the tidy table and the claim records.
+    A tiny run of Figure 4 (MiniLM's package must be installed; smoke scale, two
+    16-token windows): the tidy table and the claim records.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     result = run_experiment("fig4", "smoke", out=f"{tmp}/run", cache_dir=f"{tmp}/cache", n_tokens=16,
-    ...                             overrides={"depth": 2, "n_samples": 2}, progress=False, nearby=False, write=False)
+    ...                             overrides={"n_samples": 2}, progress=False, nearby=False, write=False)
     >>> sorted(result.table["source"].unique())
     ['pretrained_sa', 'probe']
     >>> [c["id"] for c in result.claims]
