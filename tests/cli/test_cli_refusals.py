@@ -73,3 +73,12 @@ def test_api_errors_are_rank_collapse_errors(tmp_path):
         parse_axis(None)
     with pytest.raises(MaskError, match="draws the Influence"):
         draw_influence(None)
+    from rankcollapse.models import default_points, detect_family
+    from rankcollapse.errors import ModelError
+    from rankcollapse.phase import expand_grid
+
+    with pytest.raises(ConfigError, match="axes and fixed must be dicts"):
+        expand_grid(None)
+    for call in (lambda: detect_family(None), lambda: default_points(None)):
+        with pytest.raises(ModelError):
+            call()

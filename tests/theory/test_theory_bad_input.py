@@ -126,3 +126,14 @@ def test_analyses_of_a_system_refuse_what_is_not_a_system_or_its_state():
         with pytest.raises(ConfigError, match=text):
             call()
     assert jacobian(system, X.numpy()).shape == (4, 4)  # an array is a state too
+
+
+def test_a_system_is_built_from_tensors_only():
+    from rankcollapse.theory import AttentionSystem
+
+    with pytest.raises(ConfigError, match="mask must be a torch.Tensor"):
+        AttentionSystem(None, None, None, None)
+    with pytest.raises(ConfigError, match="W_V must be a"):
+        causal_uniform_system(None, 3)
+    with pytest.raises(ConfigError, match="n_tokens must be an integer"):
+        causal_uniform_system(torch.eye(2), 0)

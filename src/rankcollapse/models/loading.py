@@ -93,8 +93,17 @@ class LoadedModel:
 
 def detect_family(model: Any) -> str:
     """Family of a Hugging Face model from ``config.model_type`` by the registry
-    :data:`rankcollapse.models.families.REGISTRY` (``generic`` if unknown)."""
-    return families.family_of(getattr(model.config, "model_type", ""))
+    :data:`rankcollapse.models.families.REGISTRY` (``generic`` if unknown).
+
+    Raises
+    ------
+    ModelError
+        ``model`` has no ``config`` (it is not a Hugging Face model).
+    """
+    config = getattr(model, "config", None)
+    if config is None:
+        raise ModelError(f"expected a Hugging Face model (with a config), got {type(model).__name__}")
+    return families.family_of(getattr(config, "model_type", ""))
 
 
 def as_loaded(model: Any, tokenizer: Any = None, *, name: str | None = None) -> "LoadedModel":

@@ -165,7 +165,14 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8, positions: bool
 
 
 def default_points(loaded: Any, detail: str = "hidden_states") -> list[str]:
-    """Point names probed by default (every ``hidden_states`` entry of every stack)."""
+    """Point names probed by default (every ``hidden_states`` entry of every stack).
+
+    Raises
+    ------
+    ModelError
+        ``loaded`` is not a model (:func:`~rankcollapse.models.as_loaded`).
+    """
+    loaded = as_loaded(loaded)
     return [n for s in families.stacks(loaded.model, loaded.family) for n in families.point_names(s, detail)]
 
 

@@ -240,9 +240,12 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
     Raises
     ------
     ConfigError
-        Unknown axis name in ``axes``, ``fixed`` or ``zipped``; a zipped axis not in
+        ``axes`` or ``fixed`` not a dict; unknown axis name in ``axes``, ``fixed`` or ``zipped``; a zipped axis not in
         ``axes``; fewer than two zipped axes; zipped lists of different lengths.
     """
+    if not isinstance(axes, dict) or not isinstance(fixed or {}, dict):
+        raise ConfigError(f"axes and fixed must be dicts {{name: values}}, got {type(axes).__name__} and "
+                          f"{type(fixed).__name__}")
     fixed = dict(fixed or {})
     unknown = (set(axes) | set(fixed) | set(zipped)) - set(_PARSERS)
     if unknown:

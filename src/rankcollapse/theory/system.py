@@ -17,7 +17,7 @@ from ..dynamics.attention import attention_weights
 from ..dynamics.config import BlockConfig
 from ..dynamics.single_head import single_head_layer
 from ..masks import check_rows_allow_key, dense_mask
-from .._validate import check_device, check_float, check_tensor_storage
+from .._validate import check_device, check_float, check_int, check_tensor_storage
 from ..errors import ConfigError, MaskError
 
 #: pure SA ``X <- A X W_V`` and SA-LN ``X <- D A X W_V`` as dynamics blocks
@@ -43,6 +43,10 @@ class AttentionSystem:
     d_qk: float = 1.0
 
     def __post_init__(self) -> None:
+        for name in ("mask", "W_Q", "W_K", "W_V"):
+            if not isinstance(getattr(self, name), torch.Tensor):
+                raise ConfigError(f"{name} must be a torch.Tensor (AttentionSystem.from_dict reads lists), "
+                                  f"got {type(getattr(self, name)).__name__}")
         check_tensor_storage(self.mask, "mask", error=MaskError)  # sparse or meta: no entries to read
         for name in ("W_Q", "W_K", "W_V"):
             check_tensor_storage(getattr(self, name), name)
@@ -201,7 +205,16 @@ def as_state(X: Any, system: AttentionSystem | None = None, name: str = "X") -> 
 
 
 def causal_uniform_system(W_V: torch.Tensor, n_tokens: int) -> AttentionSystem:
-    """Causal mask with ``W_Q = W_K = 0`` (so ``A[i, j] = 1/(i+1)`` for ``j ≤ i``)."""
+    """Causal mask with ``W_Q = W_K = 0`` (so ``A[i, j] = 1/(i+1)`` for ``j ≤ i``).
+
+    Raises
+    ------
+    ConfigError
+        ``W_V`` not a square ``(d, d)`` tensor, ``n_tokens`` not an integer >= 1.
+    """
+    n_tokens = check_int(n_tokens, "n_tokens", low=1)
+    if not isinstance(W_V, torch.Tensor) or W_V.ndim != 2:
+        raise ConfigError(f"W_V must be a (d, d) torch.Tensor, got {type(W_V).__name__}")
     d = W_V.shape[0]
     mask = torch.ones(n_tokens, n_tokens, dtype=torch.bool).tril()
     zeros = torch.zeros(d, 1, dtype=W_V.dtype)
