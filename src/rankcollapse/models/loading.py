@@ -326,8 +326,19 @@ def load_tokenizer(name_or_path: str, *, gguf_file: str | None = None, tokenizer
     source, gguf_file, _ = _resolve(name_or_path, gguf_file)
     if local_files_only is None:
         local_files_only = _local_only_default()
+    is_local = _check_source(source, gguf_file, local_files_only)
+    if not is_local and local_files_only:  # a hub name not in the cache is a missing model, not a tokenizer problem
+        from transformers import AutoConfig
+
+        extra = {"gguf_file": gguf_file} if gguf_file is not None else {}
+        try:
+            with quiet_loading():
+                AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False, **extra)
+        except OSError as exc:
+            raise _not_found(source, False, True, exc) from None
+        except (ValueError, KeyError):
+            pass  # a config transformers cannot read: load_model names it
     if tokenizer is None:
-        _check_source(source, gguf_file, local_files_only)
         tokenizer, why = _own_tokenizer(source, gguf_file, local_files_only)
         if tokenizer is None:
             raise TokenizerError(f"{why}; {TOKENIZER_REMEDY}")
@@ -490,20 +501,7 @@ def _from_pretrained(
     try:
         model, info = AutoModel.from_pretrained(source, **model_kwargs)
     except OSError as exc:
-        if is_local:
-            looked = f"in the local folder {source!r}"
-        else:
-            looked = f"as a local folder (none at {str(Path(source).resolve())!r}) or in the cache {_hub_cache()!r}"
-        how = (
-            "offline (HF_HUB_OFFLINE=1 / local_files_only=True; pass local_files_only=False or set "
-            "HF_HUB_OFFLINE=0 to download)"
-            if local_files_only
-            else "online"
-        )
-        raise ModelError(
-            f"cannot load model {source!r}: looked {looked}, {how}; use 'minilm', 'smollm2' or a local "
-            f"folder with config.json and weights ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
-        ) from None
+        raise _not_found(source, is_local, local_files_only, exc) from None
     except (ValueError, KeyError) as exc:
         raise ModelError(f"cannot load model {source!r}: {str(exc).splitlines()[0][:300]}") from None
     except Exception as exc:
@@ -511,6 +509,24 @@ def _from_pretrained(
             raise ModelError(_REFUSED_PICKLE.format(source=source)) from None
         raise
     return model, info
+
+
+def _not_found(source: str, is_local: bool, local_files_only: bool, exc: OSError) -> ModelError:
+    """The one-line error of a model that transformers cannot find (where it looked, how)."""
+    if is_local:
+        looked = f"in the local folder {source!r}"
+    else:
+        looked = f"as a local folder (none at {str(Path(source).resolve())!r}) or in the cache {_hub_cache()!r}"
+    how = (
+        "offline (HF_HUB_OFFLINE=1 / local_files_only=True; pass local_files_only=False or set "
+        "HF_HUB_OFFLINE=0 to download)"
+        if local_files_only
+        else "online"
+    )
+    return ModelError(
+        f"cannot load model {source!r}: looked {looked}, {how}; use 'minilm', 'smollm2' or a local "
+        f"folder with config.json and weights ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+    )
 
 
 def _refuse_custom_code(folder: str) -> None:
