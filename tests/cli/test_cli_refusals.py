@@ -32,13 +32,13 @@ def _refused(argv, root, *texts):
     (["theory", "basin", "--system", "twice.json"], "gives the key 'W_V' twice"),
     (["reproduce", "influence", "--scale", "smoke", "--n-tokens", "100000", "--out", "o"],
      "--n-tokens does not apply to influence at scale smoke"),
-    (["reproduce", "influence", "--scale", "smoke", "--text-file", "good.npy", "--out", "o"],
+    (["reproduce", "influence", "--scale", "smoke", "--text-file", "docs.txt", "--out", "o"],
      "--text-file does not apply to influence at scale smoke"),
     (["reproduce", "geometry", "--scale", "smoke", "--mask", "causal", "--out", "o"],
      "--mask does not apply to geometry at scale smoke"),
 ])
 def test_bad_values_are_one_line_and_exit_2(tmp_path, argv, text):
-    (tmp_path / "good.npy").write_text("a text file\n")
+    (tmp_path / "docs.txt").write_text("a text file\n")
     (tmp_path / "twice.json").write_text('{"mask": "causal", "W_Q": [[1, 0], [0, 1]], "W_K": [[1, 0], [0, 1]], '
                                          '"W_V": [[1, 0], [0, 1]], "W_V": [[2, 0], [0, 2]]}')
     _refused(argv, tmp_path, text)  # nothing left behind (check_run)
