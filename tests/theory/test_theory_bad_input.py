@@ -137,3 +137,13 @@ def test_a_system_is_built_from_tensors_only():
         causal_uniform_system(None, 3)
     with pytest.raises(ConfigError, match="n_tokens must be an integer"):
         causal_uniform_system(torch.eye(2), 0)
+
+
+def test_envelope_depth_and_plateaus_refuse_non_numbers():
+    from rankcollapse.theory import envelope_crossing_depth, first_plateau, plateaus
+
+    for call in (lambda: envelope_crossing_depth("causal", None, 8), lambda: envelope_crossing_depth("causal", 0.5, 8, cap=None),
+                 lambda: plateaus(None), lambda: first_plateau(["a"])):
+        with pytest.raises(ConfigError):
+            call()
+    assert plateaus([2, 2, 1]) == [(2, 0, 2), (1, 2, 1)]

@@ -63,7 +63,11 @@ def plateaus(counts, min_length: int = 1) -> list[tuple[int, int, int]]:
     length)``, keeping runs of at least ``min_length`` layers."""
     out: list[tuple[int, int, int]] = []
     start = 0
-    values = [int(c) for c in counts]
+    try:
+        values = [int(c) for c in counts]
+    except (TypeError, ValueError):
+        raise ConfigError(f"counts must be a sequence of integers (one per layer), got {type(counts).__name__}"
+                          ) from None
     for t in range(1, len(values) + 1):
         if t == len(values) or values[t] != values[start]:
             if t - start >= min_length:
