@@ -79,3 +79,41 @@ def test_an_export_block_that_is_not_plain_imports_is_refused(tmp_path):
         exports_of(init)
     init.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x, y\n    from .b import z\n")
     assert exports_of(init) == {"a": ("x", "y"), "b": ("z",)}
+
+
+def _lazy_modules() -> list[ModuleType]:
+    """Every module of the package with a lazy export list or forwarded (moved) names,
+    found by walking the package rather than listed by hand."""
+    import pkgutil
+
+    found = []
+    for info in pkgutil.walk_packages(rankcollapse.__path__, "rankcollapse."):
+        if ".cli" in info.name or info.name.endswith("__main__"):
+            continue
+        mod = importlib.import_module(info.name)
+        if hasattr(mod, "_lazy_exports") or hasattr(vars(mod).get("__getattr__"), "moved"):
+            found.append(mod)
+    return found
+
+
+def test_every_name_of_every_lazy_export_list_resolves():
+    import warnings
+
+    mods = _lazy_modules()
+    assert {"rankcollapse.sweep", "rankcollapse.masks.rates"} <= {m.__name__ for m in mods}
+    for mod in mods:
+        for name in [*getattr(mod, "__all__", ()), *dir(mod)]:
+            assert getattr(mod, name, None) is not None or name in vars(mod), f"{mod.__name__}.{name}"
+        for name in getattr(vars(mod).get("__getattr__"), "moved", {}):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                assert getattr(mod, name) is not None, f"{mod.__name__}.{name}"
+            assert any(issubclass(w.category, FutureWarning) for w in caught)
+
+
+def test_see_also_of_intervene_names_a_function_that_exists():
+    from rankcollapse.models import intervene
+    from rankcollapse.models.interventions import parse_drop
+
+    assert "rankcollapse.models.interventions.parse_drop" in intervene.__doc__
+    assert callable(parse_drop)

@@ -217,7 +217,8 @@ def read_regular(path: str | os.PathLike, what: str = "file") -> bytes:
 def read_user_json(path: str | os.PathLike, what: str, error: type | None = None) -> Any:
     """Parse a user's JSON file (a link to it is fine) with every failure one typed line:
     not a regular file (a FIFO is refused at once instead of waited on), not UTF-8, not
-    JSON, nested too deep for the parser, or numbers outside float range.
+    JSON, a key given twice in one object, nested too deep for the parser, or numbers
+    outside float range.
 
     Raises
     ------
@@ -244,8 +245,15 @@ def read_user_json(path: str | os.PathLike, what: str, error: type | None = None
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise error(f"{what} {str(path)!r} is not valid UTF-8 (byte {exc.start}); save it as UTF-8") from None
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:  # the later value would silently win
+            raise error(f"{what} {str(path)!r} gives the key {twice!r} twice in one object")
+        return dict(pairs)
+
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique)
     except RecursionError:
         raise error(f"{what} {str(path)!r} is nested too deeply to be a {what}") from None
     except ValueError as exc:  # JSONDecodeError, and integers too long to convert

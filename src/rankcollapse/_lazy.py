@@ -95,6 +95,7 @@ def forward(module: str, moved: Mapping[str, str], removal: str = "0.3.0") -> Ca
                       FutureWarning, stacklevel=stacklevel)
         return getattr(importlib.import_module(moved[name]), name)
 
+    __getattr__.moved = dict(moved)  # type: ignore[attr-defined]  # what it serves, for readers and tests
     return __getattr__
 
 

@@ -117,3 +117,35 @@ def check_tensor_storage(value: Any, name: str, *, error: type[RankCollapseError
         raise error(f"{name} must be a dense tensor, got layout {layout} (convert it with .to_dense())")
     if value.device.type == "meta":
         raise error(f"{name} is a tensor on the meta device: it has a shape but no values")
+
+
+def parse_params(spec: Any, what: str, *, error: type[RankCollapseError] = ConfigError) -> tuple[str, dict[str, str]]:
+    """Split a ``NAME[:key=value,...]`` spec into its name and its raw values, in order.
+
+    The one reader of this grammar (masks, attention operators, weight families): the
+    caller checks the name, the keys and converts the values. Names, keys and values
+    are stripped; empty items (``a=1,,b=2``) are skipped.
+
+    Raises
+    ------
+    error
+        ``spec`` is not a string, an item has no ``=`` or no key, or a key is given twice
+        (``sink:b=2,b=3`` is refused, not read as ``b=3``).
+
+    >>> parse_params("sink:b=2, c = 3", "attention")
+    ('sink', {'b': '2', 'c': '3'})
+    """
+    if not isinstance(spec, str):
+        raise error(f"{what} must be a string NAME[:key=value,...], got {type(spec).__name__} {spec!r}")
+    name, _, rest = spec.partition(":")
+    name = name.strip()
+    values: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise error(f"{what} {name!r}: expected key=value, got {item!r}")
+        if key in values:
+            raise error(f"{what} {name!r}: key {key!r} given twice")
+        values[key] = raw.strip()
+    return name, values

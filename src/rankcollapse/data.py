@@ -147,9 +147,12 @@ class Windows:
         Raises
         ------
         DataError
-            Unreadable file, not an ``.npz`` archive, a missing array, or arrays that are
-            not windows (see :func:`check_window_arrays`).
+            Unreadable file, not a regular file (a FIFO is refused, not waited on), not an
+            ``.npz`` archive, a missing array, or arrays that are not windows (see
+            :func:`check_window_arrays`).
         """
+        if Path(path).exists() and not Path(path).is_file():  # a FIFO would block the read forever
+            raise DataError(f"windows file {str(path)!r} is not a regular file (a FIFO, device or folder); refused")
         if Path(path).is_file() and Path(path).stat().st_size == 0:
             raise DataError(f"windows file {path} is empty (0 bytes)")
         try:

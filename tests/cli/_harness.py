@@ -17,6 +17,8 @@ from rankcollapse.cli import run
 _RUNNER = CliRunner()
 # a NaN or inf printed as a number (not inside words such as "info" or "undefined")
 _NONFINITE = re.compile(r"(?<![A-Za-z_])-?(nan|inf|infinity)(?![A-Za-z_])", re.IGNORECASE)
+# a Python warning printed by the warnings module ("...: RuntimeWarning: overflow ...")
+_WARNING = re.compile(r"\b[A-Z]\w*Warning: ")
 
 
 @contextlib.contextmanager
@@ -58,7 +60,8 @@ def remove_new(root: Path, before: set[str]) -> None:
 
 def check_run(argv: list[str], root: Path) -> tuple[int, str, str]:
     """Run and assert the contract: exit 0 or 2, one line and no traceback on error,
-    strict JSON, no non-finite number printed, nothing left behind after a failure."""
+    strict JSON, no non-finite number printed and no Python warning on stderr after a
+    success, nothing left behind after a failure."""
     before = snapshot(root)
     code, out, err = invoke(argv, root)
     where = f"rankcollapse {' '.join(argv)}\nstdout: {out[-500:]}\nstderr: {err[-800:]}"
@@ -72,6 +75,7 @@ def check_run(argv: list[str], root: Path) -> tuple[int, str, str]:
         if wants_json(argv):
             json.loads(out, parse_constant=_reject)
         assert not _NONFINITE.search(out), where
+        assert not _WARNING.search(err), f"a warning leaked onto a successful command: {where}"
         remove_new(root, before)
     return code, out, err
 

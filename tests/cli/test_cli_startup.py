@@ -71,3 +71,12 @@ def test_module_entry_point_runs_the_cli():
     proc = subprocess.run([sys.executable, "-m", "rankcollapse.cli", "--version"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout == f"rankcollapse {rankcollapse.__version__}\n"
+
+
+def test_an_input_that_is_no_regular_file_is_refused_before_torch(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "w.npz")
+    for flag in ("--windows-file", "--text-file"):
+        got = _run("probe", "--model", "minilm", flag, str(tmp_path / "w.npz"))
+        assert got["code"] == 2 and got["heavy"] == []

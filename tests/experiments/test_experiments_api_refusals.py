@@ -44,3 +44,49 @@ def test_old_override_key_warning_points_at_the_caller():
     with pytest.warns(FutureWarning, match="n_windows") as caught:
         runner.plan("fig3", "smoke", 0, overrides={"n_windows": 2})
     assert [w.filename for w in caught if "n_windows" in str(w.message)] == [__file__]
+
+
+@pytest.mark.parametrize("name, text, msg", [
+    ("config.json", "[1, 2]", "is not the config.json of a run"),
+    ("config.json", "{\"configs\": [1], \"scale\": \"smoke\"}", "is not the config.json of a run"),
+    ("claims.json", "{\"C01\": 1}", "is not the claims.json of a run"),
+    ("claims.json", "[{\"id\": \"Z99\", \"verdict\": \"supported\"}]", "names claims its config.json does not define"),
+    ("config.json", "{", "is not valid JSON"),
+    ("table.parquet", "not parquet", "is not a readable table of a run"),
+])
+def test_recheck_of_a_run_folder_whose_records_are_not_a_runs(tmp_path, name, text, msg):
+    # the folder is input: a config.json that is a list was a TypeError
+    files = {"config.json": '{"configs": [], "scale": "smoke"}', "claims.json": "[]", "table.parquet": ""}
+    for n, t in {**files, name: text}.items():
+        (tmp_path / n).write_text(t)
+    if name != "table.parquet":
+        import pandas as pd
+
+        pd.DataFrame({"layer": [0], "seed": [0], "depth": [1]}).to_parquet(tmp_path / "table.parquet")
+    with pytest.raises(ConfigError, match=msg):
+        runner.recheck(tmp_path)
+
+
+@pytest.mark.parametrize("name, kw, text", [
+    ("influence", dict(n_tokens=100000), "n_tokens does not apply to influence at scale smoke"),
+    ("influence", dict(text="docs.txt"), "text does not apply to influence at scale smoke"),
+    ("geometry", dict(overrides={"masks": ["causal"]}), r"overrides\['masks'\] does not apply to geometry"),
+    ("fig3", dict(overrides={"masks": ["causal"]}), r"overrides\['masks'\] does not apply to fig3"),
+    ("geometry", dict(overrides={"depth": 3}), r"overrides\['depth'\] does not apply"),
+    ("influence", dict(overrides={"n_samples": 3}), r"overrides\['n_samples'\] does not apply"),
+    ("influence", dict(overrides={"extra_models": ["minilm"]}), r"overrides\['extra_models'\] does not apply"),
+])
+def test_an_option_no_unit_applies_is_refused_not_recorded(tmp_path, monkeypatch, name, kw, text):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs.txt").write_text("the river city was built near the old stone bridge\n")
+    with pytest.raises(ConfigError, match=text):
+        runner.plan(name, "smoke", 0, **kw)
+    with pytest.raises(ConfigError, match=text):
+        runner.run_experiment(name, "smoke", out=tmp_path / "out", progress=False, **kw)
+    assert not (tmp_path / "out").exists()
+
+
+def test_options_a_unit_applies_are_accepted():
+    _, units, data = runner.plan("main", "smoke", 0, n_tokens=64, overrides={"masks": ["causal"], "depth": 2})
+    assert data["n_tokens"] == 64 and {u.params["mask"] for u in units if u.kind == "simulate"} == {"causal"}
+    assert runner.plan("influence", "smoke", 0)[2]["n_tokens"] == runner.DEFAULT_N_TOKENS

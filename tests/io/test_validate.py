@@ -47,3 +47,52 @@ def test_callers_raise_their_own_error_type():
         simulate(np.ones((4, 2)), mask="causal", depth=1, seed=2**64)
     with pytest.raises(ConfigError, match="d_qk must be a finite number"):
         simulate(np.ones((4, 2)), mask="causal", depth=1, d_qk=math.nan)
+
+
+def test_parse_params_splits_in_order_and_strips():
+    from rankcollapse._validate import parse_params
+
+    assert parse_params(" sink : b = 2 ,, c=x ", "attention") == ("sink", {"b": "2", "c": "x"})
+    assert parse_params("causal", "mask") == ("causal", {})
+
+
+@pytest.mark.parametrize("spec, text", [
+    ("sink:b=2,b=3", "attention 'sink': key 'b' given twice"),
+    ("sink:b", "attention 'sink': expected key=value, got 'b'"),
+    ("sink:=2", "expected key=value, got '=2'"),
+    (None, "attention must be a string NAME"),
+])
+def test_parse_params_refuses_repeated_keys_and_malformed_items(spec, text):
+    from rankcollapse._validate import parse_params
+
+    with pytest.raises(ConfigError, match=text):
+        parse_params(spec, "attention")
+
+
+@pytest.mark.parametrize("parse, spec, error", [
+    ("rankcollapse.dynamics.operators:parse_attention", "sink:b=2,b=3", ConfigError),
+    ("rankcollapse.dynamics.operators:parse_attention", "sigmoid:bias=1, bias=1", ConfigError),
+    ("rankcollapse.dynamics.weights:parse_family", "gaussian:scale=1,scale=2", ConfigError),
+    ("rankcollapse.masks.spec:check_spec", "sliding_window:w=3,w=5", MaskError),
+    ("rankcollapse.masks.spec:check_spec", "causal&sliding_window:w=3,w=3", MaskError),
+    ("rankcollapse.masks.schedule:parse_schedule", "schedule:sliding_window:w=3,w=5*2,complete", MaskError),
+    ("rankcollapse.masks.schedule:parse_schedule", "[{mask: causal, repeat: 2, mask: complete}]", MaskError),
+])
+def test_every_reader_of_the_key_value_grammar_refuses_a_repeated_key(parse, spec, error):
+    # the later value must not silently win ('sink:b=2,b=3' ran as b=3)
+    import importlib
+
+    module, _, name = parse.partition(":")
+    fn = getattr(importlib.import_module(module), name)
+    with pytest.raises(error, match="given twice"):
+        fn(spec, 8) if name == "parse_schedule" else fn(spec)
+
+
+def test_a_users_json_with_a_key_given_twice_is_refused(tmp_path):
+    from rankcollapse._io import read_user_json
+
+    (tmp_path / "s.json").write_text('{"mask": "causal", "W_V": [[1]], "nested": {"a": 1, "a": 2}}')
+    with pytest.raises(ConfigError, match="gives the key 'a' twice"):
+        read_user_json(tmp_path / "s.json", "system JSON", ConfigError)
+    (tmp_path / "s.json").write_text('{"a": {"b": 1}, "c": {"b": 2}}')  # one key per object is fine
+    assert read_user_json(tmp_path / "s.json", "system JSON", ConfigError) == {"a": {"b": 1}, "c": {"b": 2}}

@@ -81,3 +81,18 @@ def test_cli_exit_status_2_one_line(args):
     assert res.stdout == ""
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rankcollapse: error:")
+
+
+def test_graph_helpers_refuse_what_is_not_a_mask_matrix():
+    import scipy.sparse as sp
+
+    from rankcollapse.masks import bfs_distances, check_rows_allow_key
+
+    with pytest.raises(MaskError, match="square scipy sparse matrix"):
+        bfs_distances(None, 0)
+    with pytest.raises(MaskError, match="source must be an integer <= 2"):
+        bfs_distances(sp.eye(3, format="csr"), 3)
+    for bad in (None, [1, 0], [["a", "b"], ["c", "d"]]):
+        with pytest.raises(MaskError, match="a mask matrix is a bool"):
+            check_rows_allow_key(bad)
+    check_rows_allow_key([[True, False], [True, True]])  # a nested list of bools is a mask matrix

@@ -106,3 +106,12 @@ def test_either_byte_order_gives_the_native_values(dtype):
     got, want = M.compute_metrics(X, "all"), M.compute_metrics(native, "all")
     for name in want:
         torch.testing.assert_close(got[name], want[name], rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: M.cluster_count(None), lambda: M.cluster_count([["a", "b"]]),
+    lambda: M.angular_speed(None, None), lambda: M.composite_norm(None),
+], ids=["cluster_count-None", "cluster_count-strings", "angular_speed-None", "composite_norm-None"])
+def test_a_wrong_argument_type_is_a_metric_error(call):
+    with pytest.raises(MetricError):
+        call()

@@ -1,6 +1,8 @@
 """register_metric: the public way to add a metric (refuses duplicates, checks what the
 registry needs), and the registered metric reaches every consumer by name."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -91,3 +93,15 @@ def test_optional_context_arguments_are_accepted(registry):
     register_metric("sigma_1_kw", lambda ctx, *, unused=None: sigma_1(ctx), "largest singular value",
                     collapse_value=0)
     assert METRICS["sigma_1_kw"].collapse_value == 0.0
+
+
+@pytest.mark.parametrize("fn, got", [
+    (lambda ctx: ctx.svals[..., 0].sum(), "shape ()"),         # one value for the whole group
+    (lambda ctx: ctx.X.norm(dim=-1), "shape (3, 5)"),          # one value per token
+    (lambda ctx: 1.0, "float"),
+])
+def test_a_registered_metric_of_the_wrong_shape_is_a_metric_error(registry, fn, got):
+    register_metric("bad_shape", fn, "a metric that breaks the contract")
+    X = np.random.default_rng(0).normal(size=(3, 5, 4))
+    with pytest.raises(MetricError, match=rf"metric 'bad_shape' returned .*{re.escape(got)}.*shape \(3,\)"):
+        compute_metrics(X, ["bad_shape"])

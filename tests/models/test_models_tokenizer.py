@@ -194,3 +194,55 @@ def test_a_multi_line_transformers_reason_is_kept_whole_on_one_line(tmp_path, mo
     loaded = load_model(str(folder))
     assert loaded.tokenizer is None and "\n" not in loaded.tokenizer_error
     assert "one of: (1) a file, (2) a slow tokenizer" in loaded.tokenizer_error
+
+
+def _no_model_load(monkeypatch):
+    """Make any model load fail loudly: a refusal that needs no model must come first."""
+    from rankcollapse.models import loading
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the refusal")
+
+    monkeypatch.setattr(loading, "_from_pretrained", refuse)
+
+
+@pytest.mark.parametrize("case, text", [
+    ("bare", "holds no tokenizer files"),
+    ("short", "fewer than one window"),
+    ("points", "--points 'bogus'"),
+    ("huge", "describes 1e+11 parameters"),
+])
+def test_refusals_that_need_no_model_come_before_it_loads(monkeypatch, capsys, tmp_path, bert_dirs, case, text):
+    args = {"bare": ["--model", str(bert_dirs["bare"])],
+            "short": ["--model", str(bert_dirs["full"]), "--text-file", str(tmp_path / "short.txt")],
+            "points": ["--model", str(bert_dirs["full"]), "--points", "bogus"],
+            "huge": ["--model", str(tmp_path / "huge"), "--tokenizer", str(bert_dirs["tok"])]}[case]
+    (tmp_path / "short.txt").write_text("the river city\n")
+    huge = CONFIGS["bert"]()
+    huge.vocab_size = 10**11 // huge.hidden_size  # the word embeddings alone: 1e11 parameters
+    huge.save_pretrained(tmp_path / "huge")
+    _no_model_load(monkeypatch)
+    code, out, err = _main(monkeypatch, capsys, *args, "--n-tokens", "16", "--n-samples", "2")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and text in lines[0], err
+
+
+def test_model_notes_come_only_after_success(monkeypatch, capsys, bert_dirs):
+    from rankcollapse.models import loading
+
+    monkeypatch.setattr(loading, "check_loaded_weights", lambda model, info, source: ["a note on the weights"])
+    base = ["--model", str(bert_dirs["full"]), "--n-tokens", "16", "--n-samples", "2", "--metrics", "mu"]
+    code, _, err = _main(monkeypatch, capsys, *base, "--drop", "skip:99")  # refused once the layers are known
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "skip:99" in err, err
+    code, _, err = _main(monkeypatch, capsys, *base)
+    assert code == 0 and "note: a note on the weights" in err, err
+
+
+def test_a_fifo_as_windows_file_is_refused_not_waited_on(monkeypatch, capsys, tmp_path, bert_dirs):
+    import os
+
+    os.mkfifo(tmp_path / "w.npz")
+    code, _, err = _main(monkeypatch, capsys, "--model", str(bert_dirs["full"]), "--windows-file", str(tmp_path / "w.npz"))
+    assert code == 2 and "not a regular file" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(DataError, match="not a regular file"):
+        Windows.load(tmp_path / "w.npz")

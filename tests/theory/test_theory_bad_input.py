@@ -108,3 +108,42 @@ def test_fit_rate_of_a_geometric_series():
 
     mu = torch.tensor([0.5, 0.25]).double().pow(torch.arange(6.0).double().unsqueeze(1))  # (6, 2)
     torch.testing.assert_close(fit_rate(mu), torch.tensor([0.5, 0.25], dtype=torch.float64))
+
+
+def test_analyses_of_a_system_refuse_what_is_not_a_system_or_its_state():
+    import torch
+
+    from rankcollapse.errors import ConfigError
+    from rankcollapse.theory import find_equilibria, jacobian, stability, tangent_basis
+    from rankcollapse.theory.equilibria import causal_example_2x2
+
+    system = causal_example_2x2().system
+    X = torch.eye(2, dtype=torch.float64)
+    for call, text in ((lambda: find_equilibria(None), "system must be an AttentionSystem"),
+                       (lambda: jacobian(system, None), "X must be a real tensor"),
+                       (lambda: stability(system, torch.ones(3, 2)), r"the system's states are \(N, d\) = \(2, 2\)"),
+                       (lambda: tangent_basis(None), "X must be a real tensor")):
+        with pytest.raises(ConfigError, match=text):
+            call()
+    assert jacobian(system, X.numpy()).shape == (4, 4)  # an array is a state too
+
+
+def test_a_system_is_built_from_tensors_only():
+    from rankcollapse.theory import AttentionSystem
+
+    with pytest.raises(ConfigError, match="mask must be a torch.Tensor"):
+        AttentionSystem(None, None, None, None)
+    with pytest.raises(ConfigError, match="W_V must be a"):
+        causal_uniform_system(None, 3)
+    with pytest.raises(ConfigError, match="n_tokens must be an integer"):
+        causal_uniform_system(torch.eye(2), 0)
+
+
+def test_envelope_depth_and_plateaus_refuse_non_numbers():
+    from rankcollapse.theory import envelope_crossing_depth, first_plateau, plateaus
+
+    for call in (lambda: envelope_crossing_depth("causal", None, 8), lambda: envelope_crossing_depth("causal", 0.5, 8, cap=None),
+                 lambda: plateaus(None), lambda: first_plateau(["a"])):
+        with pytest.raises(ConfigError):
+            call()
+    assert plateaus([2, 2, 1]) == [(2, 0, 2), (1, 2, 1)]

@@ -42,6 +42,10 @@ API_TO_FLAGS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"runs on path='dense' only"), "runs on --backend dense only"),
     (re.compile(r"use path='dense' or 'auto'"), "use --backend dense or auto"),
     (re.compile(r"^qk_norm_scale is a setting of qk_norm=True$"), "--qk-norm-scale is a setting of --qk-norm (give both)"),
+    *((re.compile(rf"^{re.escape(arg)} does not apply to "), f"{flag} does not apply to ") for arg, flag in (
+        ("text", "--text-file"), ("n_tokens", "--n-tokens"), ("overrides['masks']", "--mask"),
+        ("overrides['depth']", "--depth"), ("overrides['n_samples']", "--n-samples"),
+        ("overrides['extra_models']", "--model"))),
     (re.compile(r"raise the limit with max_memory \(--max-memory on the command line\)"),
      "raise the limit with --max-memory (e.g. --max-memory 32GiB)"),
 )

@@ -101,12 +101,13 @@ def phase(
         table, timing = run_phase(cells, n_samples=samples, seeds=seeds, seed=seed,
                                   cache_dir=cache_dir if cache_dir is not None else out / "cache",
                                   executor=executor, workers=workers, progress=progress)
+        # the printed rows are built before publishing: a folder marked complete has a result
+        rows = [{**{a: _clean(r.get(a)) for a in names}, **{c: _clean(r.get(c)) for c in JSON_COLUMNS}}
+                for r in table.to_dict("records")]
         with staged(out, f"cells {len(table)}\n") as stage:
             written = write_report(table, names, stage, plot=plot_axes, meta={**meta, "timing": timing})
     paths = {k: ([_moved(p, stage, out) for p in v] if isinstance(v, list) else _moved(v, stage, out))
              for k, v in written.items()}
-    rows = [{**{a: _clean(r[a]) for a in names}, **{c: _clean(r.get(c, float("nan"))) for c in JSON_COLUMNS}}
-            for r in table.to_dict("records")]
     if fmt == "json":
         print_json({"cells": rows, "timing": timing, "files": paths})
     elif fmt in ("csv", "markdown"):

@@ -73,6 +73,8 @@ def probe_command(
 ) -> None:
     """Per-layer μ, rank fraction, σ_min, avg |cos| (or --metrics) of models' hidden states on real text."""
     check_format(fmt)
+    for flag, path in (("--text-file", text_file), ("--windows-file", windows_file)):
+        _check_input_file(flag, path)  # before anything heavy is imported
     if influence:
         from ._probe_influence import check_influence_options
 
@@ -108,21 +110,28 @@ def probe_command(
         check_out(out, _out_names(influence=influence, n_runs=n_runs, attentions=attentions),
                   allow_nonempty=allow_nonempty, flags=True)
     from .. import data
-    from ..models.probe import check_positions  # here: importing it imports torch
+    from ..models.probe import check_points, check_positions  # here: importing it imports torch
 
-    if windows_file is not None:  # before the (slow) model load
-        given, texts = _given_windows(windows_file, windows, length, tokenizer, text_file, corpus), None
+    if isinstance(points, str):
+        check_points(points)
+    # every input is read and cut into windows before the first (slow) model load: a
+    # refusal that needs no model (no tokenizer, a text too short) comes first
+    if windows_file is not None:
+        given = _given_windows(windows_file, windows, length, tokenizer, text_file, corpus)
+        prepared = [(model, None, given) for model in names]
     else:
-        given, texts = None, data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
+        texts = data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
+        prepared = []
+        for model in names:
+            tok = models.loading.load_tokenizer(model, gguf_file=gguf_file, tokenizer=tokenizer)
+            prepared.append((model, tok, data.make_windows(texts, tok, n_tokens=length, n_samples=windows, seed=seed,
+                                                           allow_fewer=text_file is not None)))
     runs = []  # (loaded, windows, table) per model; nothing is written until every model ran
-    for model in names:
-        loaded = models.load_model(model, gguf_file=gguf_file, device=dev, tokenizer=tokenizer)
-        check_positions(loaded, length if given is None else given.n_tokens)  # before windows are built or anything is written
-        wins = given if given is not None else data.make_windows(
-            texts, loaded.require_tokenizer(), n_tokens=length, n_samples=windows, seed=seed,
-            allow_fewer=text_file is not None)
-        for note in loaded.notes:
-            typer.echo(f"note: {note}", err=True)
+    notes: list[str] = []  # printed once the command succeeded: a failure is one line
+    for model, tok, wins in prepared:
+        loaded = models.load_model(model, gguf_file=gguf_file, device=dev, tokenizer=tok)
+        check_positions(loaded, wins.n_tokens)  # before anything is written
+        notes += [f"note: {note}" for note in loaded.notes if f"note: {note}" not in notes]
         if influence:
             from ..models.influence import measure_influence
 
@@ -142,12 +151,15 @@ def probe_command(
         from ._probe_influence import report_influence
 
         report_influence([table for _, _, table in runs], out, fmt, allow_nonempty=allow_nonempty)
+        _echo_notes(notes)
         return
     if len(runs) > 1:
         _several_models(runs, out, fmt, allow_nonempty)
+        _echo_notes(notes)
         return
     loaded, wins, table = runs[0]
     doc = to_json(table)
+    # everything is computed before the first file is written: a failure leaves no partial folder
     maps = models.attention_maps(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
                                  batch_size=batch_size) if attentions else None
     if out is not None:
@@ -169,6 +181,19 @@ def probe_command(
         for note in (models.embedding_rank_note(loaded, wins, table), models.layernorm_rank_note(loaded, wins, table)):
             if note is not None:
                 typer.echo(note)
+    _echo_notes(notes)
+
+
+def _echo_notes(notes: list[str]) -> None:
+    for note in notes:
+        typer.echo(note, err=True)
+
+
+def _check_input_file(flag: str, path: Optional[Path]) -> None:
+    """An input that is not a regular file (a FIFO would block the read), refused before
+    any heavy import (a missing one is named by its reader, still before any model)."""
+    if path is not None and path.exists() and not path.is_file():
+        raise ConfigError(f"{flag} {str(path)!r} is not a regular file (a FIFO, device or folder); refused")
 
 
 def _model_names(model: Optional[List[str]], positional: Optional[str]) -> list[str]:

@@ -45,7 +45,8 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/<UTC time>)."),
         seed: int = typer.Option(0, "--seed", help="Seeds window order and weights (weight seed k = seed + k)."),
         text: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 text file (one document per line) or JSONL instead of Wikipedia."),
-        n_tokens: int = typer.Option(128, "--n-tokens", help="Tokens per window N."),
+        n_tokens: Optional[int] = typer.Option(None, "--n-tokens", help="Tokens per window N (default 128); "
+                                               "refused where no unit reads the run's windows at its N."),
         masks: Optional[List[str]] = typer.Option(None, "--mask", help="Replace the simulated masks (repeatable), e.g. sliding_window:w=5."),
         depth: Optional[int] = typer.Option(None, "--depth", help="Replace the simulated depth."),
         n_samples: Optional[int] = typer.Option(None, "--n-samples", help="Replace the number of windows."),
@@ -89,7 +90,8 @@ def register(app: typer.Typer) -> None:
 
         # the options by their flags (run_experiment's own messages name its arguments)
         check_int(seed, "--seed", low=0)
-        check_int(n_tokens, "--n-tokens", low=2)
+        if n_tokens is not None:
+            check_int(n_tokens, "--n-tokens", low=2)
         for flag, value in (("--depth", depth), ("--n-samples", n_samples)):
             if value is not None:
                 check_int(value, flag, low=1)

@@ -225,8 +225,11 @@ def clusters_cmd(
     seed: int = typer.Option(0), fmt: str = _FORMAT,
 ) -> None:
     """Metastable clusters on the circle: the first plateau's cluster count against argmax_k k^2 I_k(beta)."""
+    from ..theory.clusters import check_beta
+
+    betas = [check_beta(b) for b in _numbers(beta, "--beta", float)]  # every value before the first run
     rs = [theory.circle_clusters(b, n_tokens=n, n_samples=n_samples, step=step, depth=depth, angle=angle,
-                                 min_plateau=min_plateau, seed=seed) for b in _numbers(beta, "--beta", float)]
+                                 min_plateau=min_plateau, seed=seed) for b in betas]
     _emit({"results": [r.to_dict() for r in rs]}, fmt,
           [f"beta={r.beta:g}: predicted {r.predicted} clusters; first plateau {r.plateau_counts} "
            f"(-1 = none, {n_samples - r.n_plateaus} of {n_samples}); agreement {r.agreement:.2f} over all "

@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._validate import parse_params
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # torch is imported where weights are computed: parsing stays light (CLI start-up)
@@ -90,16 +91,15 @@ def parse_attention(spec: str | AttentionOperator) -> AttentionOperator:
         return spec
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(f"attention must be one of {KINDS} (with parameters, e.g. 'sink:b=2'), got {spec!r}")
-    kind, _, rest = spec.strip().partition(":")
+    kind, raws = parse_params(spec, "attention")
     if kind not in KINDS:
         raise ConfigError(f"unknown attention {kind!r}; choose one of {KINDS} (e.g. 'sink:b=2', 'diff:lambda=0.5')")
     params: dict[str, float] = {}
-    for item in filter(None, (p.strip() for p in rest.split(","))):
-        key, eq, raw = item.partition("=")
-        if not eq or key not in _PARAMS.get(kind, ()):
+    for key, raw in raws.items():
+        if key not in _PARAMS.get(kind, ()):
             allowed = _PARAMS.get(kind, ())
             raise ConfigError(f"attention {kind!r} takes {'parameters ' + str(allowed) if allowed else 'no parameters'}, "
-                              f"got {item!r}")
+                              f"got {key}={raw}")
         try:
             value = float(raw)
         except ValueError:

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from .._deprecation import renamed_arguments
-from .._validate import check_tensor_storage
+from .._validate import check_tensor_storage, parse_params
 from ..errors import ConfigError
 from .layer_weights import LayerWeights  # noqa: F401  (its home; weights is its public path)
 
@@ -63,17 +63,13 @@ def parse_family(spec: str) -> tuple[str, dict[str, float]]:
     ConfigError
         Unknown family, malformed or unknown parameter.
     """
-    name, _, rest = spec.partition(":")
-    name = name.strip()
+    name, raws = parse_params(spec, "weight family")
     if name not in FAMILIES:
         raise ConfigError(f"unknown weight family {name!r}; choose one of {sorted(FAMILIES)}")
     params: dict[str, float] = {}
-    for item in filter(None, (p.strip() for p in rest.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ConfigError(f"weight family {spec!r}: expected key=value, got {item!r}")
+    for key, value in raws.items():
         try:
-            params[key.strip()] = float(value)
+            params[key] = float(value)
         except ValueError:
             raise ConfigError(f"weight family {spec!r}: {key!r} must be a number, got {value!r}") from None
     allowed = FAMILY_PARAMS[name]

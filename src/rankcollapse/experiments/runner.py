@@ -91,21 +91,32 @@ def run_overrides(overrides: dict[str, Any] | None, *, above: int = 2) -> dict[s
     return out
 
 
+#: Tokens per window N of a run that does not set ``n_tokens``.
+DEFAULT_N_TOKENS = 128
+#: Unit kinds that read the run's text windows (the text, and ``n_tokens`` unless the
+#: unit sets its own); the others (``theory``, ``mask_influence``) read no text.
+TEXT_UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "model_influence")
+
+
 @renamed_arguments(length="n_tokens")
-def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, n_tokens: int = 128,
+def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, n_tokens: int | None = None,
          overrides: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], list[Unit], dict[str, Any]]:
     """Configs, de-duplicated units and the data spec of a run (validates everything).
-    ``overrides`` in today's spelling (:func:`run_overrides`).
+    ``overrides`` in today's spelling (:func:`run_overrides`); ``n_tokens`` None is
+    :data:`DEFAULT_N_TOKENS`.
 
     Raises
     ------
     ConfigError, MaskError, DataError
         ``seed`` not an integer >= 0, bad overrides (:func:`check_overrides`), an
-        unknown experiment or scale, an unreadable text file.
+        unknown experiment or scale, an unreadable text file, or an option no unit of
+        the run applies (:func:`check_applied`).
     """
     seed = check_int(seed, "seed", low=0)
     overrides = run_overrides(overrides)
     cfgs = [load_config(n) for n in resolve_names(name)]
+    given_n = n_tokens
+    n_tokens = DEFAULT_N_TOKENS if n_tokens is None else check_int(n_tokens, "n_tokens", low=2)
     data = data_spec(text, n_tokens, seed)
     check_overrides(overrides, n_tokens)
     units: dict[str, Unit] = {}
@@ -113,7 +124,42 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
         own = expand_units(cfg, scale, seed, data=data, overrides=overrides)
         for u in own + axis_units(cfg, own, scale):  # claims' sequence-length axes (.axis)
             units.setdefault(u.hash, u)
+    check_applied(cfgs, list(units.values()), text=text, n_tokens=given_n, overrides=overrides,
+                  run=f"{', '.join(c['name'] for c in cfgs)} at scale {scale}")
     return cfgs, list(units.values()), data
+
+
+def check_applied(cfgs: list[dict[str, Any]], units: list[Unit], *, text: Any, n_tokens: int | None,
+                  overrides: dict[str, Any], run: str) -> None:
+    """Refuse an option that no unit of the run applies: it would be recorded in
+    ``config.json`` and ignored (``text`` where no unit reads text, ``n_tokens`` where
+    every unit reading text sets its own N, ``masks`` without a simulated mask grid,
+    ``depth`` without simulated units, ``n_samples`` without units that read windows,
+    ``extra_models`` without a probe over models).
+
+    Raises
+    ------
+    ConfigError
+        Naming the argument, the run and why it does not apply.
+    """
+    readers = [u for u in units if u.kind in TEXT_UNIT_KINDS]
+    specs = [s for c in cfgs for s in c["units"]]
+    unused = []
+    if text is not None and not readers:
+        unused.append(("text", "no unit of it reads text"))
+    if n_tokens is not None and not any("n_tokens" not in u.params for u in readers):
+        unused.append(("n_tokens", "every unit sets its own N" if readers else "no unit of it reads text windows"))
+    if overrides.get("masks") and not any(s["kind"] == "simulate" and "mask" in s.get("grid", {}) for s in specs):
+        unused.append(("overrides['masks']", "it simulates no mask grid"))
+    if overrides.get("depth") is not None and not any(u.kind == "simulate" for u in units):
+        unused.append(("overrides['depth']", "it simulates no network"))
+    if overrides.get("n_samples") is not None and not readers:
+        unused.append(("overrides['n_samples']", "no unit of it reads windows"))
+    if overrides.get("extra_models") and not any(s["kind"] == "probe" and "model" in s.get("grid", {}) for s in specs):
+        unused.append(("overrides['extra_models']", "it probes no list of models"))
+    if unused:
+        arg, why = unused[0]
+        raise ConfigError(f"{arg} does not apply to {run}: {why}; drop it (it would be recorded and ignored)")
 
 
 def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path | UnitCache, *,
@@ -287,7 +333,7 @@ def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units:
 
 @renamed_arguments(length="n_tokens")
 def run_experiment(name: str | None = "main", scale: str = "quick", out: str | Path | None = None, seed: int = 0, *,
-                   text: str | Path | None = None, n_tokens: int = 128, cache_dir: str | Path | None = None,
+                   text: str | Path | None = None, n_tokens: int | None = None, cache_dir: str | Path | None = None,
                    overrides: dict[str, Any] | None = None, device: str = "cpu", progress: bool = True,
                    nearby: bool = True, write: bool = True, executor: str = "serial", workers: int | None = None,
                    address: str | None = None, recompute: bool = False, wait: bool = False,
@@ -300,7 +346,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     out : output folder (default ``runs/<UTC time>``); held exclusively while the run lives.
     seed : seeds the window order and (``seed + k``) the weights of seed ``k``.
     text : a UTF-8 text file (one document per line) or JSONL instead of Wikipedia.
-    n_tokens : tokens per window N (deprecated alias ``length``).
+    n_tokens : tokens per window N (default :data:`DEFAULT_N_TOKENS`; deprecated alias
+        ``length``); refused where no unit reads the run's windows at its N.
     overrides : ``masks`` (list of specs), ``depth``, ``n_samples`` (windows; deprecated
         key ``n_windows``), ``extra_models``.
     nearby : run the pre-registered nearby settings of claims not reproduced.
@@ -316,7 +363,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     ConfigError, MaskError, DataError, AssetMissingError, ModelError
         Bad input (a negative seed, an unknown or absent device, an ``out`` or
         ``cache_dir`` that cannot be a folder, a non-empty ``out`` that no run wrote,
-        windows longer than a model's positions), raised before the output folder or
+        windows longer than a model's positions, an option no unit applies), raised before the output folder or
         any cache entry is created.
     OutputBusyError
         Another live run holds ``out`` (and ``wait`` is false).
@@ -329,13 +376,13 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
 
     Examples
     --------
-    A tiny run of Figure 4 (MiniLM's package must be installed; smoke scale, 16-token
-    windows, 2 layers): the tidy table and the claim records.
+    A tiny run of Figure 4 (MiniLM's package must be installed; smoke scale, two
+    16-token windows): the tidy table and the claim records.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     result = run_experiment("fig4", "smoke", out=f"{tmp}/run", cache_dir=f"{tmp}/cache", n_tokens=16,
-    ...                             overrides={"depth": 2, "n_samples": 2}, progress=False, nearby=False, write=False)
+    ...                             overrides={"n_samples": 2}, progress=False, nearby=False, write=False)
     >>> sorted(result.table["source"].unique())
     ['pretrained_sa', 'probe']
     >>> [c["id"] for c in result.claims]
@@ -344,7 +391,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     t0, usage0 = time.perf_counter(), _cpu_seconds()
     # every argument is checked before the first write (output folder, cache entry)
     seed = check_int(seed, "seed", low=0)
-    n_tokens = check_int(n_tokens, "n_tokens", low=2)
+    if n_tokens is not None:
+        n_tokens = check_int(n_tokens, "n_tokens", low=2)
     device = str(check_device(device))
     overrides = run_overrides(overrides)
     cfgs, units, data = plan(name, scale, seed, text=text, n_tokens=n_tokens, overrides=overrides)
@@ -495,9 +543,10 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
     Raises
     ------
     ConfigError
-        ``out`` is not a finished run folder (names the missing file).
+        ``out`` is not a finished run folder (names the missing file), or its
+        ``config.json``, ``claims.json`` or ``table.parquet`` is not what a run writes.
     """
-    import json
+    from .._io import read_user_json
 
     from .audit import run_rules
 
@@ -505,10 +554,27 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
     for name in ("config.json", "claims.json", "table.parquet"):
         if not (out / name).is_file():
             raise ConfigError(f"{str(out)!r} is not a finished run folder: no {name} in it")
-    config = json.loads((out / "config.json").read_text())
-    stored = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
-    table = normalise(pd.read_parquet(out / "table.parquet"))  # a table of an earlier version: columns renamed
+    config = read_user_json(out / "config.json", "run config", ConfigError)
+    claims = read_user_json(out / "claims.json", "claims file", ConfigError)
+    if not (isinstance(config, dict) and isinstance(config.get("configs"), list) and "scale" in config
+            and all(isinstance(c, dict) for c in config["configs"])):
+        raise ConfigError(f"{str(out / 'config.json')!r} is not the config.json of a run: expected an object "
+                          "with 'configs' (a list of objects) and 'scale'")
+    if not (isinstance(claims, list) and all(isinstance(c, dict) and isinstance(c.get("id"), str) and "verdict" in c
+                                             for c in claims)):
+        raise ConfigError(f"{str(out / 'claims.json')!r} is not the claims.json of a run: expected a list of "
+                          "objects with 'id' and 'verdict'")
+    stored = {c["id"]: c for c in claims}
+    try:  # a table of an earlier version: columns renamed
+        table = normalise(pd.read_parquet(out / "table.parquet"))
+    except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(f"{str(out / 'table.parquet')!r} is not a readable table of a run: "
+                          f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
     rules = run_rules(config)  # the run's rules with today's decision entries (factor, bands)
+    unknown = sorted(set(stored) - set(rules))
+    if unknown:
+        raise ConfigError(f"{str(out / 'claims.json')!r} names claims its config.json does not define: "
+                          f"{', '.join(unknown[:5])}")
     return [(cid, stored[cid]["verdict"],
              claims_mod.evaluate_claim(table, rules[cid], rules[cid].get("setting", "default"),
                                        depth=stored[cid].get("depth"))["verdict"])

@@ -28,6 +28,7 @@ from scipy.sparse import csgraph
 
 from .._display import NotebookResult
 from .._memory import check_memory
+from .._validate import check_int
 from ..errors import MaskError
 from . import interval_graph
 from .mask import Mask
@@ -42,8 +43,16 @@ def bfs_distances(graph: sp.csr_array, source: int) -> np.ndarray:
     Returns
     -------
     dist : int64 ``(N,)``; ``-1`` for tokens not reachable from ``source``.
+
+    Raises
+    ------
+    MaskError
+        ``graph`` is not a square scipy sparse matrix, or ``source`` not one of its nodes.
     """
+    if not sp.issparse(graph) or graph.ndim != 2 or graph.shape[0] != graph.shape[1]:
+        raise MaskError(f"graph must be a square scipy sparse matrix, got {type(graph).__name__}")
     n = graph.shape[0]
+    source = check_int(source, "source", low=0, high=n - 1, error=MaskError)
     order, pred = csgraph.breadth_first_order(graph, source, directed=True, return_predecessors=True)
     dist = np.full(n, -1, dtype=np.int64)
     anc = pred[order].astype(np.int64)

@@ -517,6 +517,7 @@ class _IntervalOperator:
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray, decay: float) -> None:
         n = lo.shape[0]
+        decay = min(decay, _DECAY_ZERO)
         self.r = math.exp(-decay)
         keys = np.arange(n)
         if decay == 0.0:
@@ -540,6 +541,12 @@ class _IntervalOperator:
         return out
 
 
+#: Above this slope every weight ``exp(-m d)`` with ``d >= 1`` is 0 in float64 (the smallest
+#: subnormal is ``exp(-744.4)``): a larger ``m`` is computed as this one, with the same
+#: weights and without overflowing ``m d``.
+_DECAY_ZERO = 800.0
+
+
 def _geometric(count: np.ndarray, decay: float) -> np.ndarray:
     """``sum_{d=0}^{count-1} exp(-decay d)`` (``count`` when ``decay = 0``), accurately."""
     count = count.astype(np.float64)
@@ -553,6 +560,7 @@ class _CsrOperator:
 
     def __init__(self, mask: Mask, decay: float) -> None:
         csr = mask.to_csr()
+        decay = min(decay, _DECAY_ZERO)
         rows = np.repeat(np.arange(mask.n_tokens), np.diff(csr.indptr))
         w = np.exp(-decay * np.abs(rows - csr.indices)) if decay else np.ones(csr.nnz)
         z = np.bincount(rows, weights=w, minlength=mask.n_tokens)
@@ -814,8 +822,16 @@ def draw_influence(result: Influence, *, ax: Any = None, max_points: int = 4096)
     the smallest normal float64 are left out (log scale). Above ``max_points``
     positions, each curve is drawn at ``max_points`` evenly spaced positions (the last
     one included). Write it with :func:`rankcollapse._figure.save_figure`.
+
+    Raises
+    ------
+    MaskError
+        ``result`` is not an :class:`Influence` (as :func:`influence` returns).
     """
     from .._figure import colour, new_axes
+
+    if not isinstance(result, Influence):
+        raise MaskError(f"draw_influence draws the Influence that influence() returns, got {type(result).__name__}")
 
     fig, ax = new_axes(ax, figsize=(7.0, 4.2))
     n, depth = result.n_tokens, result.depth

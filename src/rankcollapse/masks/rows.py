@@ -25,6 +25,11 @@ def empty_rows(allowed: Any) -> np.ndarray:
     ``allowed``: a scipy sparse ``(N, N)`` matrix (nonzero = allowed; explicit zeros
     are not counted as keys), or a bool tensor/array ``(..., N, N)``; with leading
     batch dimensions a row is empty if it is empty in *any* batch entry.
+
+    Raises
+    ------
+    MaskError
+        ``allowed`` is not a square matrix (or batch of them) of bools or numbers.
     """
     if sp.issparse(allowed):
         csr = sp.csr_array(allowed)
@@ -37,7 +42,11 @@ def empty_rows(allowed: Any) -> np.ndarray:
         if not bool(empty.any()):  # the common case: one reduction and one host sync
             return np.zeros(0, dtype=np.int64)
         return torch.nonzero(empty.reshape(-1, empty.shape[-1]).any(0)).flatten().cpu().numpy()
-    arr = np.asarray(allowed, dtype=bool)
+    arr = np.asarray(allowed) if allowed is not None else np.zeros(0)
+    if arr.ndim < 2 or arr.shape[-1] != arr.shape[-2] or arr.dtype.kind not in "biuf":
+        raise MaskError(f"a mask matrix is a bool (N, N) or (..., N, N) matrix, got "
+                        f"{type(allowed).__name__} of shape {arr.shape} and dtype {arr.dtype}")
+    arr = arr.astype(bool)
     return np.flatnonzero((~arr.any(axis=-1)).reshape(-1, arr.shape[-1]).any(0))
 
 

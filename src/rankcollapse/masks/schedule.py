@@ -181,7 +181,7 @@ def _items(source: Any) -> list[Any]:
         import yaml
 
         try:
-            data = yaml.safe_load(body)
+            data = yaml.load(body, Loader=_unique_keys_loader())  # noqa: S506 - a SafeLoader subclass
         except yaml.YAMLError as exc:
             where = getattr(exc, "problem_mark", None)
             at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
@@ -193,6 +193,25 @@ def _items(source: Any) -> list[Any]:
             raise MaskError(f"a schedule file or list string must hold a list, got {type(data).__name__}")
         return data
     return _split_items(body)
+
+
+def _unique_keys_loader() -> type:
+    """PyYAML's ``SafeLoader`` refusing a key given twice in one mapping (it would keep
+    the later value: ``{mask: causal, mask: complete}``)."""
+    import yaml
+
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeys
 
 
 class MaskSchedule:

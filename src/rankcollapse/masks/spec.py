@@ -18,7 +18,7 @@ from .._deprecation import renamed_arguments
 from ..errors import MaskError
 from . import constructors as c
 from . import patterns as p
-from .._validate import check_int
+from .._validate import check_int, parse_params
 from .mask import Mask
 
 _REQUIRED = object()
@@ -129,17 +129,11 @@ def _parse_atom(text: str, n: int | None) -> Any:
     kind = MASK_KINDS[name]
     allowed = {k.name: k for k in kind.keys}
     values: dict[str, Any] = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, eq, raw = item.partition("=")
-        key = key.strip()
-        if not eq:
-            raise MaskError(f"mask {name!r}: expected key=value, got {item!r}")
+    for key, raw in parse_params(text, "mask", error=MaskError)[1].items():
         if key not in allowed:
             known = ", ".join(allowed) or "none"
             raise MaskError(f"mask {name!r} has no key {key!r}; its keys: {known}")
-        if key in values:
-            raise MaskError(f"mask {name!r}: key {key!r} given twice")
-        values[key] = _convert(allowed[key].kind, name, key, raw.strip())
+        values[key] = _convert(allowed[key].kind, name, key, raw)
     for k in kind.keys:
         if k.name not in values:
             if k.default is _REQUIRED:

@@ -376,6 +376,23 @@ def _groups(X, pm, graph):
         yield samples, Xg, Wg
 
 
+def _checked_value(name: str, value: object, n: int) -> torch.Tensor:
+    """``value`` of metric ``name`` on a group of ``n`` samples: a real tensor ``(n,)``.
+
+    Raises
+    ------
+    MetricError
+        Any other type, dtype or shape (a registered function that returns one value for
+        the whole batch, or a per-token array).
+    """
+    if not isinstance(value, torch.Tensor) or value.shape != (n,) or value.is_complex() or value.dtype == torch.bool:
+        got = (f"a {value.dtype} tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor)
+               else type(value).__name__)
+        raise MetricError(f"metric {name!r} returned {got}; a metric function returns a real tensor of shape "
+                          f"({n},), one value per sample of its context")
+    return value
+
+
 def evaluate(
     X,
     fns: Mapping[str, MetricFn],
@@ -399,7 +416,7 @@ def evaluate(
     for samples, Xg, Wg in _groups(Xb, pm, graph):
         ctx = MetricContext(Xg, samples, Wg, tolerance, batched, eps)
         for name, fn in fns.items():
-            out[name][samples] = fn(ctx).to(Xb.dtype)
+            out[name][samples] = _checked_value(name, fn(ctx), len(samples)).to(Xb.dtype)
         n_zero += ctx.n_zero_rows
     if n_zero:
         message = f"{n_zero} zero token(s) have no direction; they are excluded from cosine metrics"

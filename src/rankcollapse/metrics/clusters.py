@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from .._validate import check_float
 from ..errors import MetricError
+from ._context import as_batch
 
 #: Default link angle in radians (about 5.7 degrees): tight enough that the clusters of a
 #: metastable state on the circle (at least 2 pi / k apart) never merge, wide enough that a
@@ -45,7 +45,8 @@ def cluster_count(X, *, angle: float = CLUSTER_ANGLE) -> torch.Tensor:
         tokens are all zero.
     """
     angle = check_float(angle, "angle", low=0, high=math.pi, strict_low=True, error=MetricError)
-    T = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X).detach().to("cpu", torch.float64)
+    Xb, batched = as_batch(X, torch.float64)  # a tensor or array of real numbers, else MetricError
+    T = (Xb if batched else Xb[0]).detach().to("cpu")
     if T.ndim not in (2, 3) or T.shape[-2] < 1 or T.shape[-1] < 1:
         raise MetricError(f"X must have shape (N, d) or (B, N, d), got {tuple(T.shape)}")
     batch = T if T.ndim == 3 else T.unsqueeze(0)

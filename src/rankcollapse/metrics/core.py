@@ -19,6 +19,7 @@ from typing import Mapping
 
 import torch
 
+from ..errors import MetricError
 from ._context import MetricContext, evaluate, stable_norm
 
 
@@ -97,7 +98,15 @@ def composite_norm(R: torch.Tensor, *, out: torch.Tensor | None = None) -> torch
     ``R`` ``(..., N, d)``; result ``(...)``. ``out`` (shape of R) is scratch space for
     ``|R|``. Source: Dong, Cordonnier & Loukas, "Attention is not all you need: pure
     attention loses rank doubly exponentially with depth", ICML 2021, Sec. 2.2.
+
+    Raises
+    ------
+    MetricError
+        ``R`` is not a tensor of at least two dimensions.
     """
+    if not isinstance(R, torch.Tensor) or R.ndim < 2:
+        raise MetricError(f"composite_norm needs a tensor (..., N, d), got "
+                          f"{f'shape {tuple(R.shape)}' if isinstance(R, torch.Tensor) else type(R).__name__}")
     A = torch.abs(R, out=out) if out is not None else R.abs()
     return torch.sqrt(A.sum(dim=-2).amax(dim=-1) * A.sum(dim=-1).amax(dim=-1))
 

@@ -43,8 +43,11 @@ def angular_speed(X_prev: torch.Tensor, X_next: torch.Tensor) -> torch.Tensor:
     Raises
     ------
     MetricError
-        Shapes differ or are not 2-D/3-D.
+        Not two tensors, or shapes that differ or are not 2-D/3-D.
     """
+    if not (isinstance(X_prev, torch.Tensor) and isinstance(X_next, torch.Tensor)):
+        raise MetricError(f"angular_speed needs two torch tensors, got {type(X_prev).__name__} and "
+                          f"{type(X_next).__name__}")
     if X_prev.shape != X_next.shape or X_prev.ndim not in (2, 3):
         raise MetricError(f"angular_speed needs two token matrices of one shape (N, d) or (B, N, d), got "
                           f"{tuple(X_prev.shape)} and {tuple(X_next.shape)}")

@@ -271,7 +271,7 @@ def intervene(
         block ``k`` gets the schedule's mask ``k mod period`` (models with one attention
         module per layer).
     d_qk_scale : s > 0; attention logits are divided by sqrt(s).
-    drop : components to remove (see :func:`parse_drop`).
+    drop : components to remove (see :func:`rankcollapse.models.interventions.parse_drop`).
     attention_mask : ``(B, N)`` padding mask (1 = real) of the batch about to run;
         required with ``mask`` and ``clip_massive``.
     clip_massive : scale each window's massive token (max/median token norm >=
@@ -296,7 +296,7 @@ def intervene(
     See Also
     --------
     probe : runs its forward passes inside this context (``mask``, ``d_qk``, ``drop``).
-    parse_drop : the components ``drop`` names.
+    rankcollapse.models.interventions.parse_drop : the components ``drop`` names.
     rankcollapse.masks.parse_mask : the mask specs accepted.
 
     Examples

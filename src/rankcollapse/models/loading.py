@@ -93,8 +93,17 @@ class LoadedModel:
 
 def detect_family(model: Any) -> str:
     """Family of a Hugging Face model from ``config.model_type`` by the registry
-    :data:`rankcollapse.models.families.REGISTRY` (``generic`` if unknown)."""
-    return families.family_of(getattr(model.config, "model_type", ""))
+    :data:`rankcollapse.models.families.REGISTRY` (``generic`` if unknown).
+
+    Raises
+    ------
+    ModelError
+        ``model`` has no ``config`` (it is not a Hugging Face model).
+    """
+    config = getattr(model, "config", None)
+    if config is None:
+        raise ModelError(f"expected a Hugging Face model (with a config), got {type(model).__name__}")
+    return families.family_of(getattr(config, "model_type", ""))
 
 
 def as_loaded(model: Any, tokenizer: Any = None, *, name: str | None = None) -> "LoadedModel":
@@ -191,6 +200,9 @@ def load_model(
     ConfigError
         ``device`` is not a torch device or not present here (``"cuda"`` without a GPU);
         checked before anything is loaded.
+    MemoryLimitError
+        A local folder whose ``config.json`` describes more parameters than half the
+        physical memory holds (checked before any weight is allocated).
 
     See Also
     --------
@@ -220,11 +232,9 @@ def load_model(
     source, gguf_file, notes = _source(name_or_path, gguf_file)
     if local_files_only is None:
         local_files_only = _local_only_default()
-    is_local = Path(source).exists()
-    if is_local:
-        _check_local(Path(source), gguf_file)
-    if not is_local and local_files_only and not _looks_like_hub_name(source):
-        raise ModelError(f"model {source!r} is neither 'minilm', 'smollm2', a local folder nor a hub name")
+    is_local = _check_source(source, gguf_file, local_files_only)
+    if is_local and gguf_file is None:
+        _check_size(source, dtype)
     with quiet_loading():  # no progress bar or warning before the result or the one error line
         model, info = _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
     notes += check_loaded_weights(model, info, source)
@@ -350,6 +360,91 @@ def _hub_commit(source: str) -> str:
         raise ModelError(f"cannot find model {source!r} on the hub: {str(exc).splitlines()[0][:200]}") from None
 
 
+def _check_source(source: str, gguf_file: str | None, local_files_only: bool) -> bool:
+    """Whether ``source`` is local (then checked to be a model folder); a name that can
+    be neither a folder nor a hub name is refused offline."""
+    is_local = Path(source).exists()
+    if is_local:
+        _check_local(Path(source), gguf_file)
+    if not is_local and local_files_only and not _looks_like_hub_name(source):
+        raise ModelError(f"model {source!r} is neither 'minilm', 'smollm2', a local folder nor a hub name")
+    return is_local
+
+
+def _check_size(source: str, dtype: torch.dtype) -> None:
+    """Refuse a local model whose parameters alone would not fit in memory, from its
+    ``config.json`` (the model is built on the ``meta`` device: no memory), before the
+    weights are allocated (a ``vocab_size`` of 1e11 would die in the allocator).
+
+    Raises
+    ------
+    MemoryLimitError
+        The parameters need more than half the physical memory (:mod:`rankcollapse._memory`).
+    """
+    from transformers import AutoConfig, AutoModel
+
+    from .._memory import default_limit, human
+    from ..errors import MemoryLimitError
+
+    try:
+        with quiet_loading():
+            config = AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
+            with torch.device("meta"):
+                shell = AutoModel.from_config(config, trust_remote_code=False)
+    except Exception:  # noqa: BLE001 - transformers' own load reports a config it cannot read
+        return
+    n = sum(p.numel() for p in shell.parameters())
+    need, limit = n * torch.empty((), dtype=dtype).element_size(), default_limit()
+    if need > limit:
+        raise MemoryLimitError(f"model {source!r}: its config.json describes {n:.3g} parameters, {human(need)} in "
+                               f"{str(dtype).replace('torch.', '')}, more than half this machine's memory "
+                               f"({human(limit)}); check the sizes in config.json (vocab_size, hidden_size, layers)")
+
+
+def load_tokenizer(name_or_path: str, *, gguf_file: str | None = None, tokenizer: Any = None,
+                   local_files_only: bool | None = None) -> Any:
+    """The tokenizer :func:`load_model` would give the model, checked to represent text,
+    without loading the model: text can be cut into windows (and refused) first.
+
+    ``name_or_path``, ``gguf_file``, ``tokenizer``, ``local_files_only``: as for
+    :func:`load_model` (``tokenizer`` a string or an object takes the place of the
+    source's own).
+
+    Raises
+    ------
+    TokenizerError
+        The source has no usable tokenizer (the message gives the remedies), or the one
+        given has no ordinary vocabulary.
+    ModelError
+        As :func:`load_model` for a source that is not a model.
+    """
+    from ..data import TOKENIZER_REMEDY, check_tokenizer
+
+    source, gguf_file, _ = _source(name_or_path, gguf_file)
+    if local_files_only is None:
+        local_files_only = _local_only_default()
+    is_local = _check_source(source, gguf_file, local_files_only)
+    if not is_local and local_files_only:  # a hub name not in the cache is a missing model, not a tokenizer problem
+        from transformers import AutoConfig
+
+        extra = {"gguf_file": gguf_file} if gguf_file is not None else {}
+        try:
+            with quiet_loading():
+                AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False, **extra)
+        except OSError as exc:
+            raise _not_found(source, False, True, exc) from None
+        except (ValueError, KeyError):
+            pass  # a config transformers cannot read: load_model names it
+    if tokenizer is None:
+        tokenizer, why = _own_tokenizer(source, gguf_file, local_files_only)
+        if tokenizer is None:
+            raise TokenizerError(f"{why}; {TOKENIZER_REMEDY}")
+    elif isinstance(tokenizer, (str, os.PathLike)):
+        tokenizer = _named_tokenizer(tokenizer, local_files_only)
+    check_tokenizer(tokenizer)
+    return tokenizer
+
+
 #: Files (glob patterns) that hold a tokenizer in a Hugging Face folder.
 TOKENIZER_FILES = ("tokenizer*.json", "vocab.*", "merges.txt", "*.model")
 
@@ -379,20 +474,24 @@ def _given_tokenizer(tokenizer: Any, model: Any, local_files_only: bool) -> Any:
     from ..data import check_tokenizer
 
     if isinstance(tokenizer, (str, os.PathLike)):
-        key = str(tokenizer).strip().lower()
-        if key == "minilm":
-            tokenizer = _tokenizer_from(str(assets.minilm_dir()), None, True)
-        elif key == "smollm2":
-            folder, gguf = assets.smollm2_gguf()
-            tokenizer = _tokenizer_from(str(folder), gguf, True)
-        else:
-            tokenizer = _tokenizer_from(str(tokenizer), None, local_files_only)
+        tokenizer = _named_tokenizer(tokenizer, local_files_only)
     check_tokenizer(tokenizer)
     vocab = getattr(model.config, "vocab_size", None)
     if isinstance(vocab, int) and len(tokenizer) > vocab:
         raise TokenizerError(f"the tokenizer has {len(tokenizer)} tokens but the model only {vocab} embeddings: "
                              "it belongs to another model")
     return tokenizer
+
+
+def _named_tokenizer(name: str | os.PathLike, local_files_only: bool) -> Any:
+    """The tokenizer named by ``tokenizer=``: ``minilm``, ``smollm2``, a folder or a hub name."""
+    key = str(name).strip().lower()
+    if key == "minilm":
+        return _tokenizer_from(str(assets.minilm_dir()), None, True)
+    if key == "smollm2":
+        folder, gguf = assets.smollm2_gguf()
+        return _tokenizer_from(str(folder), gguf, True)
+    return _tokenizer_from(str(name), None, local_files_only)
 
 
 def _tokenizer_from(source: str, gguf_file: str | None, local_files_only: bool) -> Any:
@@ -499,20 +598,7 @@ def _from_pretrained(
     try:
         model, info = AutoModel.from_pretrained(source, **model_kwargs)
     except OSError as exc:
-        if is_local:
-            looked = f"in the local folder {source!r}"
-        else:
-            looked = f"as a local folder (none at {str(Path(source).resolve())!r}) or in the cache {_hub_cache()!r}"
-        how = (
-            "offline (HF_HUB_OFFLINE=1 / local_files_only=True; pass local_files_only=False or set "
-            "HF_HUB_OFFLINE=0 to download)"
-            if local_files_only
-            else "online"
-        )
-        raise ModelError(
-            f"cannot load model {source!r}: looked {looked}, {how}; use 'minilm', 'smollm2' or a local "
-            f"folder with config.json and weights ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
-        ) from None
+        raise _not_found(source, is_local, local_files_only, exc) from None
     except (ValueError, KeyError) as exc:
         raise ModelError(f"cannot load model {source!r}: {str(exc).splitlines()[0][:300]}") from None
     except Exception as exc:
@@ -520,6 +606,24 @@ def _from_pretrained(
             raise ModelError(_REFUSED_PICKLE.format(source=source)) from None
         raise
     return model, info
+
+
+def _not_found(source: str, is_local: bool, local_files_only: bool, exc: OSError) -> ModelError:
+    """The one-line error of a model that transformers cannot find (where it looked, how)."""
+    if is_local:
+        looked = f"in the local folder {source!r}"
+    else:
+        looked = f"as a local folder (none at {str(Path(source).resolve())!r}) or in the cache {_hub_cache()!r}"
+    how = (
+        "offline (HF_HUB_OFFLINE=1 / local_files_only=True; pass local_files_only=False or set "
+        "HF_HUB_OFFLINE=0 to download)"
+        if local_files_only
+        else "online"
+    )
+    return ModelError(
+        f"cannot load model {source!r}: looked {looked}, {how}; use 'minilm', 'smollm2' or a local "
+        f"folder with config.json and weights ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+    )
 
 
 def _refuse_custom_code(folder: str) -> None:

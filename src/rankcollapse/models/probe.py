@@ -165,7 +165,14 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8, positions: bool
 
 
 def default_points(loaded: Any, detail: str = "hidden_states") -> list[str]:
-    """Point names probed by default (every ``hidden_states`` entry of every stack)."""
+    """Point names probed by default (every ``hidden_states`` entry of every stack).
+
+    Raises
+    ------
+    ModelError
+        ``loaded`` is not a model (:func:`~rankcollapse.models.as_loaded`).
+    """
+    loaded = as_loaded(loaded)
     return [n for s in families.stacks(loaded.model, loaded.family) for n in families.point_names(s, detail)]
 
 
@@ -465,12 +472,30 @@ def _point_list(loaded: Any, points: Sequence[str] | str) -> list[str]:
     (beside all points with ``all`` among the items)."""
     if not isinstance(points, str):
         return list(points)
+    base, modules = check_points(points)
+    return default_points(loaded, base) + modules
+
+
+def check_points(points: str) -> tuple[str, list[str]]:
+    """``(base, module items)`` of a comma-separated ``points`` string, checked without a
+    model: ``base`` is ``hidden_states`` (the default) or ``all``; each ``module:PATH``
+    item names a module path (resolved once the model is loaded).
+
+    Raises
+    ------
+    ModelError
+        Anything else, or a ``module:`` item without a path.
+    """
     items = [p.strip() for p in points.split(",") if p.strip()]
     modules = [p for p in items if p.startswith(MODULE_PREFIX)]
     rest = [p for p in items if not p.startswith(MODULE_PREFIX)]
     if len(rest) > 1 or (rest and rest[0] not in ("hidden_states", "all")):
         raise ModelError(f"--points {points!r}: give hidden_states or all, plus any module:PATH items")
-    return default_points(loaded, rest[0] if rest else "hidden_states") + modules
+    empty = [p for p in modules if not p[len(MODULE_PREFIX):].strip()]
+    if empty:
+        raise ModelError(f"--points {points!r}: {empty[0]!r} names no module; write module:PATH "
+                         "(a named_modules() path)")
+    return (rest[0] if rest else "hidden_states"), modules
 
 
 def _module_depths(loaded: Any, point_list: list[str], stack_list: list) -> dict[str, int]:

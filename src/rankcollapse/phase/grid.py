@@ -206,8 +206,10 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
     Raises
     ------
     ConfigError
-        Unknown axis, missing ``=``, empty list, a value the axis does not accept.
+        Not a string, unknown axis, missing ``=``, empty list, a value the axis does not accept.
     """
+    if not isinstance(text, str):
+        raise ConfigError(f"--axis expects a string NAME=v1,v2,..., got {type(text).__name__} {text!r}")
     name, eq, values = text.partition("=")
     name = name.strip()
     if not eq or name not in _PARSERS:
@@ -238,9 +240,12 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
     Raises
     ------
     ConfigError
-        Unknown axis name in ``axes``, ``fixed`` or ``zipped``; a zipped axis not in
+        ``axes`` or ``fixed`` not a dict; unknown axis name in ``axes``, ``fixed`` or ``zipped``; a zipped axis not in
         ``axes``; fewer than two zipped axes; zipped lists of different lengths.
     """
+    if not isinstance(axes, dict) or not isinstance(fixed or {}, dict):
+        raise ConfigError(f"axes and fixed must be dicts {{name: values}}, got {type(axes).__name__} and "
+                          f"{type(fixed).__name__}")
     fixed = dict(fixed or {})
     unknown = (set(axes) | set(fixed) | set(zipped)) - set(_PARSERS)
     if unknown:

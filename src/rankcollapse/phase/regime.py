@@ -215,8 +215,9 @@ def law_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     (a diverged one counts as ``undecided``), else ``undecided`` (the regime's majority
     rule); ``law_exponent``, ``law_rate``, ``law_r2_exp``, ``law_r2_power`` are medians
     over the trajectories with a finite value (NaN if none); ``frac_law_<law>`` the
-    fractions. Empty when the trajectories carry no law (no ``avg_cos`` recorded)."""
-    if not any("law" in t for t in trajectories):
+    fractions. Empty when the trajectories carry no law (no ``avg_cos`` recorded); a cell
+    whose trajectories all diverged is ``undecided`` with NaN measures."""
+    if not any("law" in t or t["diverged"] for t in trajectories):
         return {}
     laws = [t.get("law", "undecided") if not t["diverged"] else "undecided" for t in trajectories]
     top, n_top = Counter(laws).most_common(1)[0]

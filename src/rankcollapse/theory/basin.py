@@ -20,7 +20,7 @@ from ..dynamics.inputs import sphere_tokens
 from ..metrics import numerical_rank
 from ..errors import ConfigError, ConvergenceError
 from .equilibria import causal_example_2x2
-from .system import AttentionSystem
+from .system import AttentionSystem, as_system
 
 
 @dataclass
@@ -47,7 +47,7 @@ class BasinEstimate(NotebookResult):
 def run_sa_ln(system: AttentionSystem, X0: torch.Tensor, depth: int, progress: bool | None = False) -> torch.Tensor:
     """``depth`` SA-LN steps from ``X0`` ``(B, N, d)`` (float64); returns the final states.
     ``progress``: a bar over layers on stderr (None = only on a terminal)."""
-    system = system.to(torch.float64)
+    system = as_system(system)
     X = X0.to(torch.float64)
     with steps(depth, "basin: layers", progress) as bar:
         for _ in range(depth):  # loop over layers only

@@ -33,6 +33,10 @@ from ..errors import ConfigError
 
 #: Layers a cluster count must hold to be a plateau (10 time units at the default step 0.1).
 MIN_PLATEAU = 100
+#: The range of the circle flow's inverse temperature: it runs with ``d_qk = 1 / beta^2``,
+#: which leaves float64's normal range (``2.2e-308`` to ``1.8e308``) a little outside
+#: ``beta`` in ``[7.5e-155, 6.7e153]``.
+BETA_MIN, BETA_MAX = 1e-150, 1e150
 
 
 def fastest_mode(beta: float, k_max: int = 64) -> int:
@@ -59,7 +63,11 @@ def plateaus(counts, min_length: int = 1) -> list[tuple[int, int, int]]:
     length)``, keeping runs of at least ``min_length`` layers."""
     out: list[tuple[int, int, int]] = []
     start = 0
-    values = [int(c) for c in counts]
+    try:
+        values = [int(c) for c in counts]
+    except (TypeError, ValueError):
+        raise ConfigError(f"counts must be a sequence of integers (one per layer), got {type(counts).__name__}"
+                          ) from None
     for t in range(1, len(values) + 1):
         if t == len(values) or values[t] != values[start]:
             if t - start >= min_length:
@@ -116,6 +124,17 @@ class CircleClusters:
                                    for p in self.first], **self.settings}
 
 
+def check_beta(beta: Any) -> float:
+    """``beta`` as a float in ``[BETA_MIN, BETA_MAX]`` (:data:`BETA_MAX`).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``beta``, the value and the bound.
+    """
+    return check_float(beta, "beta", low=BETA_MIN, high=BETA_MAX)
+
+
 def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, step: float = 0.1, depth: int = 1500,
                     angle: float | None = None, min_plateau: int = MIN_PLATEAU, seed: int = 0) -> CircleClusters:
     """Run the normalised attention flow on the circle from ``n_samples`` uniform random
@@ -126,7 +145,7 @@ def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, st
     beta : inverse temperature > 0 (scores ``beta <x_i, x_j>``: ``d_qk = 1 / beta^2``).
     n_tokens : tokens N per start; n_samples : starts (one seeded batch: ``seed``).
     step : Euler step ``h`` of the flow (``alpha = 1/h``); depth : layers (time ``depth * h``).
-    angle : cluster threshold in radians (default :data:`rankcollapse.metrics.CLUSTER_ANGLE`).
+    angle : cluster threshold in radians in ``(0, pi]`` (default :data:`rankcollapse.metrics.CLUSTER_ANGLE`).
     min_plateau : layers a count must hold to count as a plateau, in ``[1, depth + 1]``.
 
     Raises
@@ -139,12 +158,12 @@ def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, st
     from ..dynamics import BlockConfig, simulate
     from ..metrics.clusters import CLUSTER_ANGLE, cluster_count
 
-    beta = check_float(beta, "beta", low=0, strict_low=True)
+    beta = check_beta(beta)
     step = check_float(step, "step", low=0, strict_low=True)
     n_tokens, n_samples, depth = (check_int(v, name, low=1) for v, name in
                                   ((n_tokens, "n_tokens"), (n_samples, "n_samples"), (depth, "depth")))
     min_plateau = check_int(min_plateau, "min_plateau", low=1, high=depth + 1)
-    angle = CLUSTER_ANGLE if angle is None else check_float(angle, "angle", low=0, strict_low=True)
+    angle = CLUSTER_ANGLE if angle is None else check_float(angle, "angle", low=0, strict_low=True, high=math.pi)
     g = torch.Generator().manual_seed(seed)
     theta = torch.rand(n_samples, n_tokens, generator=g, dtype=torch.float64) * (2 * math.pi)
     X0 = torch.stack([theta.cos(), theta.sin()], dim=-1)  # (n_samples, N, 2), uniform on the circle

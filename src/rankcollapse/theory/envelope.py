@@ -37,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .._deprecation import renamed_arguments
+from .._validate import check_float, check_int
 from ..errors import ConfigError
 
 #: Envelope exponents: ``t/r`` (Theorem 1 as proved, k = 1) and the weaker ``t/(2r)`` (k = 2).
@@ -430,10 +431,10 @@ def envelope_crossing_depth(mask: Any, threshold: float, n_tokens: int | None = 
     ConfigError
         ``threshold`` outside (0, 1), ``cap`` < 1, or as :func:`envelope_rate`.
     """
-    if not 0 < float(threshold) < 1:
+    threshold = check_float(threshold, "threshold")
+    if not 0 < threshold < 1:
         raise ConfigError(f"threshold must be in (0, 1), got {threshold}")
-    if int(cap) < 1:
-        raise ConfigError(f"cap must be >= 1, got {cap}")
+    cap = check_int(cap, "cap", low=1)
     terms = require_theorem1(mask, n_tokens)
     N, e = terms.n_tokens, terms.effective_radius
     eps = _epsilon(epsilon, terms.max_in_degree)

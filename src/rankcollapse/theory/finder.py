@@ -23,7 +23,7 @@ from ..errors import ConfigError, ConvergenceError
 from ..metrics import numerical_rank
 from .equilibria import Equilibrium, EquilibriumSet
 from .stability import tangent_basis
-from .system import AttentionSystem
+from .system import AttentionSystem, as_system
 
 
 @dataclass
@@ -138,7 +138,7 @@ def find_equilibria(
     if (s.n_starts < (0 if starts is not None else 1) or not 0 < s.damping <= 1 or s.batch < 1
             or not 0 <= s.newton_only_fraction <= 1):
         raise ConfigError(f"bad finder settings: {s}")
-    system = system.to(torch.float64)
+    system = as_system(system)
     g = torch.Generator().manual_seed(s.seed)
     X = (sphere_tokens(s.n_starts, system.n_tokens, system.dim, generator=g) if s.n_starts
          else torch.empty(0, system.n_tokens, system.dim, dtype=torch.float64))

@@ -17,7 +17,7 @@ from .._display import fixed
 from ..dynamics.inputs import sphere_tokens
 from ..errors import ConfigError
 from .equilibria import causal_example_2x2
-from .system import AttentionSystem, causal_uniform_system
+from .system import AttentionSystem, as_system, causal_uniform_system
 
 
 def portrait_2d_data(system: AttentionSystem | None = None, *, n_angles: int = 721, depth: int = 400) -> dict[str, Any]:
@@ -109,7 +109,7 @@ def trajectories_3d(path: str | Path | None = None, system: AttentionSystem | No
         W_V[:2, :2] = causal_example_2x2().system.W_V
         W_V[2, 2] = 0.5
         system = causal_uniform_system(W_V, 3)
-    system = system.to(torch.float64)
+    system = as_system(system)
     if system.dim != 3:
         raise ConfigError(f"trajectories_3d needs d = 3, got d = {system.dim}")
     g = torch.Generator().manual_seed(seed)

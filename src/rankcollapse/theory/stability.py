@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from .._display import NotebookResult
-from .system import AttentionSystem
+from ..errors import ConfigError
+from .system import AttentionSystem, as_state, as_system
 
 #: Eigenvalue moduli within this of 1 are reported as "neutral" (linearisation undecided).
 NEUTRAL_TOL = 1e-9
@@ -29,6 +30,7 @@ def tangent_basis(X: torch.Tensor) -> torch.Tensor:
     Token ``i``'s block is the last ``d-1`` right singular vectors of the ``(1, d)`` row
     ``x_i`` (batched SVD, no loop over tokens or samples).
     """
+    X = as_state(X)
     *batch, N, d = X.shape
     _, _, Vh = torch.linalg.svd(X.unsqueeze(-2))  # (..., N, d, d)
     blocks = Vh[..., 1:, :].transpose(-1, -2)  # (..., N, d, d-1)
@@ -38,8 +40,8 @@ def tangent_basis(X: torch.Tensor) -> torch.Tensor:
 
 def jacobian(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
     """Full Jacobian ``∂ vec F(X) / ∂ vec X`` of the SA-LN step, ``(N d, N d)`` float64."""
-    system = system.to(torch.float64)
-    X = X.to(torch.float64)
+    system = as_system(system)
+    X = as_state(X, system)
     J = torch.autograd.functional.jacobian(system.step, X)  # (N, d, N, d)
     n = X.numel()
     return J.reshape(n, n)
@@ -47,7 +49,7 @@ def jacobian(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
 
 def tangent_jacobian(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
     """``Q^T J Q``: the SA-LN step's derivative on the tangent space at ``X``, ``(N(d-1),)*2``."""
-    X = X.to(torch.float64)
+    X = as_state(X, as_system(system))
     Q = tangent_basis(X)
     return Q.T @ jacobian(system, X) @ Q
 
@@ -102,9 +104,12 @@ def stability(system: AttentionSystem, X: torch.Tensor) -> StabilityReport:
     Raises
     ------
     ConfigError
-        If the step is undefined at ``X`` (zero row before normalisation).
+        ``system`` is not an :class:`AttentionSystem`, ``X`` not its ``(N, d)`` state, or
+        the step is undefined at ``X`` (zero row before normalisation).
     """
-    X = X.to(torch.float64)
+    X = as_state(X, as_system(system))
+    if X.ndim != 2:
+        raise ConfigError(f"X must be one state (N, d), got shape {tuple(X.shape)}")
     N, d = X.shape
     if d == 1:  # the sphere S^0 is two points: no tangent directions
         return StabilityReport(torch.zeros(0, dtype=torch.complex128), [], [], 0.0)

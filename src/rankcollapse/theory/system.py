@@ -17,7 +17,7 @@ from ..dynamics.attention import attention_weights
 from ..dynamics.config import BlockConfig
 from ..dynamics.single_head import single_head_layer
 from ..masks import check_rows_allow_key, dense_mask
-from .._validate import check_device, check_float, check_tensor_storage
+from .._validate import check_device, check_float, check_int, check_tensor_storage
 from ..errors import ConfigError, MaskError
 
 #: pure SA ``X <- A X W_V`` and SA-LN ``X <- D A X W_V`` as dynamics blocks
@@ -43,6 +43,10 @@ class AttentionSystem:
     d_qk: float = 1.0
 
     def __post_init__(self) -> None:
+        for name in ("mask", "W_Q", "W_K", "W_V"):
+            if not isinstance(getattr(self, name), torch.Tensor):
+                raise ConfigError(f"{name} must be a torch.Tensor (AttentionSystem.from_dict reads lists), "
+                                  f"got {type(getattr(self, name)).__name__}")
         check_tensor_storage(self.mask, "mask", error=MaskError)  # sparse or meta: no entries to read
         for name in ("W_Q", "W_K", "W_V"):
             check_tensor_storage(getattr(self, name), name)
@@ -163,8 +167,54 @@ def _mask_of(obj: dict[str, Any], W_V: torch.Tensor) -> torch.Tensor:
     return dense_mask(spec, n)
 
 
+def as_system(system: Any) -> AttentionSystem:
+    """``system`` in float64, the form every analysis of this package computes in.
+
+    Raises
+    ------
+    ConfigError
+        ``system`` is not an :class:`AttentionSystem`.
+    """
+    if not isinstance(system, AttentionSystem):
+        raise ConfigError(f"system must be an AttentionSystem (AttentionSystem.from_dict builds one), "
+                          f"got {type(system).__name__}")
+    return system.to(torch.float64)
+
+
+def as_state(X: Any, system: AttentionSystem | None = None, name: str = "X") -> torch.Tensor:
+    """``X`` as a float64 tensor of token states ``(..., N, d)``, with ``N, d`` those of
+    ``system`` when given.
+
+    Raises
+    ------
+    ConfigError
+        Not a tensor or array of real numbers, fewer than two dimensions, or a shape that
+        does not match ``system``.
+    """
+    import numpy as np
+
+    if isinstance(X, np.ndarray) and X.dtype.kind in "biuf":
+        X = torch.from_numpy(np.ascontiguousarray(X))
+    if not isinstance(X, torch.Tensor) or X.is_complex() or X.ndim < 2:
+        got = f"shape {tuple(X.shape)}" if isinstance(X, torch.Tensor) else type(X).__name__
+        raise ConfigError(f"{name} must be a real tensor of token states (N, d), got {got}")
+    if system is not None and tuple(X.shape[-2:]) != (system.n_tokens, system.dim):
+        raise ConfigError(f"{name} has shape {tuple(X.shape)}; the system's states are "
+                          f"(N, d) = ({system.n_tokens}, {system.dim})")
+    return X.to(torch.float64)
+
+
 def causal_uniform_system(W_V: torch.Tensor, n_tokens: int) -> AttentionSystem:
-    """Causal mask with ``W_Q = W_K = 0`` (so ``A[i, j] = 1/(i+1)`` for ``j ≤ i``)."""
+    """Causal mask with ``W_Q = W_K = 0`` (so ``A[i, j] = 1/(i+1)`` for ``j ≤ i``).
+
+    Raises
+    ------
+    ConfigError
+        ``W_V`` not a square ``(d, d)`` tensor, ``n_tokens`` not an integer >= 1.
+    """
+    n_tokens = check_int(n_tokens, "n_tokens", low=1)
+    if not isinstance(W_V, torch.Tensor) or W_V.ndim != 2:
+        raise ConfigError(f"W_V must be a (d, d) torch.Tensor, got {type(W_V).__name__}")
     d = W_V.shape[0]
     mask = torch.ones(n_tokens, n_tokens, dtype=torch.bool).tril()
     zeros = torch.zeros(d, 1, dtype=W_V.dtype)
