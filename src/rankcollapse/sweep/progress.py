@@ -105,8 +105,12 @@ class UnitProgress:
         if self.enabled and self.tty and self.total:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.table import Column
 
-            self._bar = Progress(TextColumn(f"{{task.description:<{WIDTH}}}", markup=False), BarColumn(bar_width=20),
+            # the description gives way on a narrow terminal (80 columns): counts and ETA stay
+            description = Column(min_width=12, max_width=WIDTH, overflow="ellipsis", no_wrap=True)
+            self._bar = Progress(TextColumn("{task.description}", markup=False, table_column=description),
+                                 BarColumn(bar_width=20),
                                  MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}", markup=False),
                                  console=Console(stderr=True), transient=False)
             self._bar.__enter__()
