@@ -232,15 +232,35 @@ def test_i1_i2_rules_on_present_and_absent_tables():
     assert _verdict(swap, "I2") == "not reproduced"
 
 
+def _i3_outcomes(table):
+    res = C.evaluate_claim(table, CLAIMS["I3"], n_boot=50)
+    return C.registered_verdict(res), {k["check"]: k["outcome"] for k in res["checks"] if not k["informational"]}
+
+
 def test_i3_rule_reads_the_horizon_against_the_prediction():
     units = [{"mask": f"causal_sliding_window:w={w}", "alpha": a} for w in (8, 32) for a in (0.5, 0.8)]
-    t = _mask_table(units)
+    t = _mask_table(units + [{"mask": "causal_sliding_window:w=8", "alpha": 0.5, "depth": 200, "n_tokens": 2048}])
     assert _verdict(t, "I3") == "reproduced"
-    # a prediction off by 1.5x: every check fails
+    # a prediction off by 1.5x: every horizon check fails (the two expressions stay apart)
     off = t.copy()
     pred = off["metric"] == "horizon_predicted"
     off.loc[pred, "mean"] = off.loc[pred, "mean"] * 1.5
-    assert _verdict(off, "I3") == "not reproduced"
+    verdict, outcomes = _i3_outcomes(off)
+    assert verdict == "mixed" and {o for c, o in outcomes.items() if "apart" not in c} == {"fails"}
+
+
+def test_i3_tells_the_derived_horizon_from_the_rejected_expression():
+    """With W ln(eps) / ln(1 - alpha) in place of the derived expression the depth-12
+    checks hold as well (the two are within 1.25^2 there); depth 200 fails, and the check
+    that the setting separates the two expressions fails (an expression against itself)."""
+    units = [{"mask": f"causal_sliding_window:w={w}", "alpha": a} for w in (8, 32) for a in (0.5, 0.8)]
+    t = _mask_table(units + [{"mask": "causal_sliding_window:w=8", "alpha": 0.5, "depth": 200, "n_tokens": 2048}])
+    geo = t[t["metric"] == "horizon_geometric"].assign(metric="horizon_predicted")
+    swapped = pd.concat([t[t["metric"] != "horizon_predicted"], geo], ignore_index=True)
+    verdict, outcomes = _i3_outcomes(swapped)
+    assert verdict == "mixed"
+    assert {o for c, o in outcomes.items() if not c.startswith("depth 200")} == {"holds"}
+    assert {o for c, o in outcomes.items() if c.startswith("depth 200")} == {"fails"}
 
 
 def test_i4_rule_and_controls_on_hand_built_profiles():

@@ -6,6 +6,8 @@ section list, per claim:
 - the factor contrast (:mod:`.claims`): each check with the factor on and off, with
   their 95 % intervals, and the checks whose factor-off arm passes as well;
 - each threshold's band, the verdict at its ends and the flip points (:func:`.claims.threshold_bands`);
+- each check's power on its own noise and each threshold's near-threshold control
+  (:func:`.controls.assess`), and the null a control check states;
 - which numbers are bounds and the floor they rest on. The floor of a relative metric is
   the epsilon of its compute dtype (:func:`.quantities.floor_of`); a side whose mean is
   above it but within :data:`NEAR_FLOOR` times it is listed as well: a ratio with such a
@@ -107,7 +109,8 @@ def _with_factor_off(checks: list[dict[str, Any]], claim: dict[str, Any], table:
 def run_rules(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The claims a run stored in its ``config.json`` by id (its axis claims included),
     each with today's decision entries (``factor``; each check's ``band``) of the claim
-    of the same id: the decision layer is today's, the rules are the run's."""
+    of the same id: the decision layer is today's, the rules are the run's, but for a
+    claim amended since (:func:`with_decision_entries`)."""
     from .axis import claims_with_axes
     from .config import load_config
     from .keys import current_config
@@ -129,11 +132,21 @@ def _todays_claims() -> dict[str, dict[str, Any]]:
     return {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
 
 
+def _without_bands(rule: dict[str, Any]) -> str:
+    return json.dumps({**rule, "checks": [{k: v for k, v in c.items() if k != "band"} for c in rule["checks"]]},
+                      sort_keys=True, default=str)
+
+
 def with_decision_entries(claim: dict[str, Any], today: dict[str, Any] | None) -> dict[str, Any]:
     """``claim`` with ``today``'s ``factor`` and the ``band`` of each check of the same
-    name (unchanged when ``today`` is None)."""
+    name (unchanged when ``today`` is None). A claim amended after the run (today's has
+    an ``original`` block and another rule) is today's claim: its record says what the
+    rule was (``original_rule``) and why it changed."""
     if not today:
         return claim
+    if today.get("original") and claim["id"] == today["id"] and (
+            _without_bands(json.loads(json.dumps(today["rule"]))) != _without_bands(claim["rule"])):
+        return json.loads(json.dumps(today))
     bands = {c.get("name"): c["band"] for c in today["rule"]["checks"] if c.get("band") is not None}
     checks = [{**c, "band": bands[c.get("name")]} if c.get("name") in bands else c for c in claim["rule"]["checks"]]
     out = {**claim, "rule": {**claim["rule"], "checks": checks}}
@@ -195,12 +208,18 @@ def robustness(rec: dict[str, Any]) -> dict[str, Any]:
             bounds.append({"check": k["check"], "bound": k.get("bound"), "number": C.fmt_measured(
                 k.get("value"), k.get("interval"), k.get("bound"), k.get("decidable_to_layer")),
                 "floors": floors, "floors_used": used, "near_floor": near})
+    if "power" not in rec:  # a claims.json written before power was recorded
+        from .controls import assess
+
+        rec = assess(rec, "mixed" if "at least one check holds and at least one fails" in str(rec.get("rule")) else "all")
     return {"id": rec["id"], "verdict": rec["verdict"],
             "verdict_at_threshold": rec.get("verdict_at_threshold") or C.registered_verdict(rec),
             "number": C.fmt_measured(rec.get("measured"), rec.get("interval"), rec.get("bound"),
                                      rec.get("decidable_to_layer")) if rec.get("measured") is not None else "—",
             "decisive": rec.get("decisive", ""), "factor": rec.get("factor"), "contrast": contrast,
-            "bands": rec.get("bands", []), "bounds": bounds}
+            "bands": rec.get("bands", []), "bounds": bounds, "power": rec.get("power", []),
+            "near_threshold": rec.get("near_threshold", []), "power_ok": rec.get("power_ok"),
+            "nulls": [{"check": k["check"], "null": k["null_hypothesis"]} for k in scored if k.get("null_hypothesis")]}
 
 
 def band_line(b: dict[str, Any]) -> str:
@@ -228,16 +247,45 @@ def bound_line(b: dict[str, Any]) -> str:
     return head + used + "".join(f"; {n}" for n in b["near_floor"])
 
 
+def power_line(p: dict[str, Any]) -> str:
+    """One check's power on its own noise: where it must hold and fail, and whether it does."""
+    lo, hi = p["noise"]
+    if p["pass_at"] is None:
+        return f"{p['check']}: {p['reading']} (noise -{C.fmt(lo)} / +{C.fmt(hi)})"
+    return (f"{p['check']}: {p['reading']} (noise -{C.fmt(lo)} / +{C.fmt(hi)}; with the truth at "
+            f"{C.fmt(p['pass_at'])} it {'holds' if p['holds_there'] else 'does not hold'}, at "
+            f"{C.fmt(p['fail_at'])} it {'fails' if p['fails_there'] else 'does not fail'})")
+
+
+def near_line(n: dict[str, Any]) -> str:
+    """One threshold's near-threshold control: the two synthetic values and their readings."""
+    return (f"{n['threshold']} ({n['op']} {C.fmt(n['registered'])}): just inside {n['just_inside']:.7g} → "
+            f"{n['outcome_inside']} ({n['verdict_inside']}), just outside {n['just_outside']:.7g} → "
+            f"{n['outcome_outside']} ({n['verdict_outside']}){'' if n['ok'] else ': NOT AS IT MUST'}")
+
+
+def power_text(e: dict[str, Any]) -> str:
+    """The power cell of the robustness table: ``ok`` or the checks that cannot pass or fail."""
+    from .controls import NOT_ASSESSED
+
+    bad = [f"{p['check']}: {p['reading']}" for p in e.get("power", []) if p["reading"] not in ("can pass and fail", NOT_ASSESSED)]
+    bad += [f"{n['threshold']}: near-threshold control fails" for n in e.get("near_threshold", []) if not n["ok"]]
+    if not e.get("power") and not e.get("near_threshold"):
+        return "—"
+    return "; ".join(bad) or "ok"
+
+
 def audit_markdown(entries: list[dict[str, Any]], *, heading: str = "#") -> str:
     """The robustness table and, per claim, its factor contrast, bands and bounds."""
     lines = ["| id | verdict | at the registered thresholds | threshold flips inside the band | "
-             "factor-off also passes | bounds / near floor |", "|---|---|---|---|---|---|"]
+             "factor-off also passes | bounds / near floor | power and near-threshold controls |",
+             "|---|---|---|---|---|---|---|"]
     for e in entries:
         flips = C.sensitivity_text(e["bands"]) or "none"
         off = sum(c["outcome"] == C.FACTOR_OFF_PASSES for c in e["contrast"])
         off_text = f"{off} of {len(e['contrast'])} checks ({e['factor']})" if e["contrast"] else "— (no factor named)"
         bounds = f"{sum(bool(b['bound']) for b in e['bounds'])} bounds, {sum(bool(b['near_floor']) for b in e['bounds'])} near floor"
-        cells = [e["id"], e["verdict"], e["verdict_at_threshold"], flips, off_text, bounds]
+        cells = [e["id"], e["verdict"], e["verdict_at_threshold"], flips, off_text, bounds, power_text(e)]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     lines.append("")
     for e in entries:
@@ -248,5 +296,8 @@ def audit_markdown(entries: list[dict[str, Any]], *, heading: str = "#") -> str:
         lines += [f"- factor {contrast_line(e, c)}" for c in e["contrast"]]
         lines += [f"- threshold {band_line(b)}" for b in e["bands"]]
         lines += [f"- {bound_line(b)}" for b in e["bounds"]]
+        lines += [f"- null of {n['check']}: {n['null']}" for n in e.get("nulls", [])]
+        lines += [f"- power: {power_line(p)}" for p in e.get("power", [])]
+        lines += [f"- near threshold: {near_line(n)}" for n in e.get("near_threshold", [])]
         lines.append("")
     return "\n".join(lines)

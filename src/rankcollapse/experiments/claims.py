@@ -209,6 +209,8 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
     }
     if bound == "undecidable":
         out["decidable_to_layer"] = _decidable_to(lhs, rhs)
+    if check.get("null_hypothesis"):
+        out["null_hypothesis"] = " ".join(str(check["null_hypothesis"]).split())
     notes = "; ".join(dict.fromkeys(x for x in (lhs.finite_depth, rhs.finite_depth) if x))
     if notes:
         out["finite_depth"] = notes

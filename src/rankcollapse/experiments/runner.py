@@ -31,7 +31,7 @@ from ..sweep.progress import UnitProgress
 from ..sweep.units import Unit, numerics_key, unit_labels
 from . import claims as claims_mod
 from .axis import axis_units, claims_with_axes
-from .controls import evaluate_controls
+from .controls import assess, evaluate_controls
 from .config import (OVERRIDE_KEYS, claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
                      with_override)
 from .config import unit_matches as _unit_matches
@@ -230,8 +230,8 @@ def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame, scale: str 
             if claim["id"] in out:
                 continue
             ctl = evaluate_controls(table, claim, depth=depth, setting=setting)
-            out[claim["id"]] = claims_mod.claim_record(claim, cfg["name"], res, excluded_models=excluded, scale=scale,
-                                                       controls=ctl)
+            rec = claims_mod.claim_record(claim, cfg["name"], res, excluded_models=excluded, scale=scale, controls=ctl)
+            out[claim["id"]] = assess(rec, claim["rule"].get("expect", "all"))
     return sorted(out.values(), key=_claim_order)
 
 

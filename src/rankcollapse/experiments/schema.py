@@ -101,6 +101,7 @@ class Check(_Strict):
     informational: bool = False
     for_each: dict[str, list[Any]] = Field(default_factory=dict)
     band: Optional[tuple[float, float]] = None  # a stated threshold band (.claims); default x1/2 to x2
+    null_hypothesis: Optional[str] = None  # a check on a control condition: the null it tests, in the claim's direction (.controls)
 
 
 
