@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankcollapse.errors import ConfigError
+from rankcollapse.errors import ConfigError, MemoryLimitError
 from rankcollapse.theory.temperature import _slope, participation_scan, query_participation
 
 CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
@@ -60,6 +60,11 @@ def test_query_key_includes_the_query_itself():
 def test_refusals(kw):
     with pytest.raises(ConfigError):
         participation_scan(**kw)
+
+
+def test_memory_is_checked_before_drawing():
+    with pytest.raises(MemoryLimitError, match="one query"):
+        participation_scan(["log:1"], [10**6], d_model=8, max_memory="1MiB")
 
 
 def test_cli_json_and_refusal():

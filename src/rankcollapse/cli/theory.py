@@ -249,13 +249,15 @@ def temperature_cmd(
     query: str = typer.Option("fresh", "--query", help="fresh (a new draw, independent of the keys) or key "
                               "(key 0 itself: a self-attention row)."),
     seed: int = typer.Option(0), fmt: str = typer.Option("table", "--format", help="stdout: table, json, csv or markdown."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="Memory one query's tokens may take, e.g. "
+                                             "8GiB; default half the RAM."),
 ) -> None:
     """Participation ratio 1/sum_j a_j^2 of one query over N keys per temperature law, and its growth exponent in N."""
     from ..theory.temperature import participation_scan
 
     check_format(fmt, ("table", "json", "csv", "markdown"))
     scan = participation_scan([v.strip() for v in law.split(",")], _numbers(n, "--n-tokens"), keys=keys, d_model=d,
-                              n_queries=queries, query=query, seed=seed)
+                              n_queries=queries, query=query, seed=seed, max_memory=max_memory)
     if fmt in ("csv", "markdown"):
         print_records(scan.rows, fmt)
         return

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from .._memory import check_memory
 from .._validate import check_int
 from ..dynamics.inputs import canonical_input, make_tokens
 from ..dynamics.temperature_laws import TemperatureLaw, parse_law
@@ -32,8 +33,12 @@ from ..metrics.attention import row_participation
 
 #: where the query comes from: a fresh draw of the key distribution, or key 0 itself
 QUERIES = ("fresh", "key")
-#: queries evaluated at once (memory: CHUNK (N + 1) d float64)
+#: at most this many queries at once
 CHUNK = 16
+#: bytes of the token draws of one chunk of queries, ``COPIES (b, N + 1, d)`` float64 (the
+#: Gaussian draw, its normalised copy, a slice): fewer queries per chunk above it
+CHUNK_BYTES = 256 * 2**20
+COPIES = 3
 #: bootstrap resamples of the growth exponent's interval
 N_BOOT = 2000
 
@@ -68,7 +73,8 @@ def query_participation(keys: torch.Tensor, queries: torch.Tensor, beta: float) 
 
 
 def participation_scan(laws: Sequence[str | TemperatureLaw], n_tokens: Sequence[int], *, keys: str = "sphere",
-                       d_model: int = 3, n_queries: int = 64, query: str = "fresh", seed: int = 0) -> TemperatureScan:
+                       d_model: int = 3, n_queries: int = 64, query: str = "fresh", seed: int = 0,
+                       max_memory: int | str | None = None) -> TemperatureScan:
     """Mean participation ratio of one query over ``N`` keys per law and ``N`` (module docstring).
 
     Parameters
@@ -83,12 +89,19 @@ def participation_scan(laws: Sequence[str | TemperatureLaw], n_tokens: Sequence[
         i.i.d. inputs) or ``key`` (the query is key 0: the row of a token in
         self-attention).
     seed : the draw of ``N`` uses seed ``seed + i`` for the ``i``-th ``N``; the bootstrap uses ``seed``.
+        The queries are drawn in chunks of at most :data:`CHUNK` (fewer when a chunk's
+        tokens would exceed :data:`CHUNK_BYTES`): the numbers depend on ``N``, ``d`` and
+        the seed only, not on the machine.
+    max_memory : bytes (or ``"8GiB"``) one query's tokens may take; default half the
+        physical memory.
 
     Raises
     ------
     ConfigError
         An unknown law, input or query kind; ``N < 2``; ``n_queries < 2``; ``d_model < 1``;
         ``pow`` with ``d_model < 2``; no law or no ``N``.
+    MemoryLimitError
+        One query's tokens would exceed ``max_memory``.
     """
     parsed = [law if isinstance(law, TemperatureLaw) else parse_law(law) for law in laws]
     sizes = [check_int(n, "n_tokens", low=2) for n in n_tokens]
@@ -102,12 +115,15 @@ def participation_scan(laws: Sequence[str | TemperatureLaw], n_tokens: Sequence[
         raise ConfigError(f"query must be one of {', '.join(QUERIES)}, got {query!r}")
     for law in parsed:  # refuse before drawing
         law.beta(max(sizes), d_model)
+    one = COPIES * (max(sizes) + 1) * d_model * 8  # bytes per query
+    check_memory(one, f"drawing {max(sizes) + 1} tokens of width {d_model} for one query", max_memory)
     values = {}  # (N, spec) -> (n_queries,) PR
     for i, N in enumerate(sizes):
         gen = torch.Generator().manual_seed(seed + i)
         chunks: dict[str, list[torch.Tensor]] = {law.spec: [] for law in parsed}
-        for start in range(0, n_queries, CHUNK):
-            b = min(CHUNK, n_queries - start)
+        chunk = max(1, min(CHUNK, CHUNK_BYTES // (COPIES * (N + 1) * d_model * 8)))
+        for start in range(0, n_queries, chunk):
+            b = min(chunk, n_queries - start)
             X = make_tokens(keys, b, N + 1, d_model, generator=gen)  # (b, N + 1, d)
             K, q = (X[:, :N], X[:, N]) if query == "fresh" else (X[:, :N], X[:, 0])
             for law in parsed:
@@ -125,7 +141,7 @@ def participation_scan(laws: Sequence[str | TemperatureLaw], n_tokens: Sequence[
     rng = np.random.default_rng(seed)
     slopes = [{"law": law.spec, **_slope([values[(N, law.spec)] for N in sizes], sizes, rng)} for law in parsed]
     config = {"laws": [law.spec for law in parsed], "n_tokens": sizes, "keys": keys, "d_model": d_model,
-              "n_queries": n_queries, "query": query, "seed": seed}
+              "n_queries": n_queries, "query": query, "seed": seed}  # max_memory changes no number
     return TemperatureScan(rows, slopes, config)
 
 
