@@ -55,11 +55,13 @@ class TemperatureScan:
     slopes : one dict per law: ``law``, ``slope``, ``slope_lo``, ``slope_hi`` (95 %
         percentile bootstrap over queries; NaN with fewer than two N).
     config : the arguments.
+    per_query : ``(n_tokens, law spec) -> (n_queries,)`` the PR of every query.
     """
 
     rows: list[dict[str, Any]]
     slopes: list[dict[str, Any]]
     config: dict[str, Any] = field(default_factory=dict)
+    per_query: dict[tuple[int, str], np.ndarray] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"rows": self.rows, "slopes": self.slopes, "config": self.config}
@@ -142,7 +144,7 @@ def participation_scan(laws: Sequence[str | TemperatureLaw], n_tokens: Sequence[
     slopes = [{"law": law.spec, **_slope([values[(N, law.spec)] for N in sizes], sizes, rng)} for law in parsed]
     config = {"laws": [law.spec for law in parsed], "n_tokens": sizes, "keys": keys, "d_model": d_model,
               "n_queries": n_queries, "query": query, "seed": seed}  # max_memory changes no number
-    return TemperatureScan(rows, slopes, config)
+    return TemperatureScan(rows, slopes, config, values)
 
 
 def _t_half(v: np.ndarray) -> float:
