@@ -26,6 +26,7 @@ RESULTS = ROOT / "docs" / "results" / "quick"
 GEOMETRY = ROOT / "docs" / "results" / "geometry-quick"
 INFLUENCE = ROOT / "docs" / "results" / "influence-quick"
 AXIS = ROOT / "docs" / "results" / "fig3-n-axis"
+LAWS = ROOT / "docs" / "results" / "laws-quick"
 
 
 def doc_table(text: str, name: str = "claims") -> str:
@@ -60,6 +61,12 @@ def test_results_doc_influence_table_is_the_committed_influence_run():
     assert config["scale"] == "quick" and config["experiments"] == ["influence"] and config["seed"] == 0
     assert [c["id"] for c in claims] == ["I1", "I2", "I3", "I4"]
     assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-influence") == results_markdown(claims).strip()
+
+
+def test_results_doc_laws_table_is_the_committed_laws_run():
+    claims = json.loads((LAWS / "claims.json").read_text())
+    assert [c["id"] for c in claims] == ["L1", "L2"]
+    assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-laws") == results_markdown(claims).strip()
 
 
 def test_results_doc_geometry_large_table_is_the_committed_run():
@@ -122,7 +129,12 @@ def test_committed_quick_run_is_todays_run(monkeypatch):
     fig3 = {u.hash for u in runner.plan("fig3", "quick", 0)[1] if u.params["setting"] == "default"}
     assert len(fig3) == 14 and fig3 <= set(config["units"]) and fig3 <= set(axis["units"])
     assert sorted({*config["units"], *geometry["units"], *influence["units"], *axis["units"]}) == sorted(
-        u.hash for u in units)
+        u.hash for u in units if u.experiment != "laws")
+    # + the temperature laws (docs/results/laws-quick), run with its own recorded library versions
+    laws = json.loads((LAWS / "config.json").read_text())
+    own = laws["execution"]["numerics"]
+    monkeypatch.setattr(sweep_units, "code_fingerprint", lambda: config_hash({**own, "numerics": NUMERICS_VERSION}))
+    assert sorted(laws["units"]) == sorted(u.hash for u in runner.plan("laws", "quick", 0)[1])
 
 
 @pytest.mark.slow
@@ -133,6 +145,7 @@ def test_committed_quick_run_rechecks():
     assert all(stored == again for _, stored, again in runner.recheck(GEOMETRY))
     assert all(stored == again for _, stored, again in runner.recheck(INFLUENCE))
     assert all(stored == again for _, stored, again in runner.recheck(AXIS))
+    assert all(stored == again for _, stored, again in runner.recheck(LAWS))
 
 
 def test_demo_unit_count_in_the_docs_is_todays_plan():

@@ -29,10 +29,11 @@ def _claims():
     """The paper's claims; the geometry claims (G1-G4: Spearman across layers, minima over
     selected layers) have their own present/absent tables in test_geometry_claims.py, the
     position-bias claims (I1-I4: exact profiles, Spearman across positions) theirs in
-    test_influence_experiment.py."""
+    test_influence_experiment.py, the temperature-law claims (L1-L2) theirs in
+    test_laws_experiment.py."""
     out = {}
     for name in EXPERIMENTS:
-        if name in ("geometry", "influence"):
+        if name in ("geometry", "influence", "laws"):
             continue
         for c in load_config(name).get("claims", []):
             out[c["id"]] = c

@@ -140,7 +140,7 @@ def test_probe_attention_entropy_matches_a_plain_forward(make_tiny, make_windows
     from rankcollapse.masks import parse_mask
 
     loaded, w = make_tiny(kind), make_windows_tiny()
-    table = probe(loaded, w, metrics=["mu", "attention_entropy"], mask=mask, per_window=True)
+    table = probe(loaded, w, metrics=["mu", "attention_entropy", "participation_ratio"], mask=mask, per_window=True)
     assert set(table[table["metric"] == "mu"]["point"]) >= {"embeddings", "layer.0.output"}
     rows = table[table["metric"] == "attention_entropy"].set_index("point")
     assert list(rows.index) == [f"layer.{k}.attention" for k in range(3)] and list(rows["layer"]) == [1, 2, 3]
@@ -159,6 +159,11 @@ def test_probe_attention_entropy_matches_a_plain_forward(make_tiny, make_windows
     for k, A in enumerate(maps):
         want = _entropy_reference(A.double().numpy(), allowed, real)
         np.testing.assert_allclose(rows.loc[f"layer.{k}.attention", "values"], want, rtol=1e-5)
+        a = A.double().numpy()  # participation ratio: mean over heads and real queries of 1 / sum_j a_ij^2
+        pr = 1.0 / (a ** 2).sum(-1)  # (B, H, N)
+        want_pr = [pr[b][:, real[b]].mean() for b in range(len(real))]
+        got_pr = table[(table["metric"] == "participation_ratio") & (table["point"] == f"layer.{k}.attention")]
+        np.testing.assert_allclose(got_pr["values"].iloc[0], want_pr, rtol=1e-5)
 
 
 def test_table_leaves_metrics_that_do_not_apply_blank(monkeypatch, capsys, text_file):

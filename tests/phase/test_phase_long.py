@@ -19,7 +19,7 @@ from rankcollapse.metrics.attention import row_entropy
 from rankcollapse.phase import expand_grid, run_phase
 from rankcollapse.phase.batched import DENSE_MAX_TOKENS, attention_path, run_group
 from rankcollapse.phase.cell import build_weights, run_cell
-from rankcollapse.phase.grid import DEFAULTS, cell_bytes, check_cells, parse_axis, qk_gamma
+from rankcollapse.phase.grid import DEFAULTS, cell_bytes, check_cells, parse_axis, qk_law
 
 
 def cell(**over):
@@ -29,10 +29,11 @@ def cell(**over):
 # ------------------------------------------------------------------ qk_scale=log:γ
 def test_log_qk_scale_parses_to_its_canonical_string():
     assert parse_axis("qk_scale=log:1.5,0.5,log:2")[1] == ["log:1.5", 0.5, "log:2.0"]
-    assert qk_gamma("log:1.5") == 1.5 and qk_gamma(0.5) is None
+    assert qk_law("log:1.5").value == 1.5 and qk_law(0.5) is None
+    assert parse_axis("qk_scale=pow:1,ssmax:0.5,llama4")[1] == ["pow:1.0", "ssmax:0.5", "llama4"]
 
 
-@pytest.mark.parametrize("text", ["log:-1", "log:abc", "log:", "log:inf", "lg:1"])
+@pytest.mark.parametrize("text", ["log:-1", "log:abc", "log:", "log:inf", "lg:1", "pow:", "ssmax:-2", "llama4:1"])
 def test_bad_log_qk_scale_is_refused(text):
     with pytest.raises(ConfigError):
         parse_axis(f"qk_scale={text}")
@@ -50,6 +51,24 @@ def test_log_qk_scale_gives_scores_beta_times_inner_products():
     assert torch.allclose(got, want, rtol=0, atol=4 * d * torch.finfo(torch.float64).eps * beta)
     assert not torch.allclose(got, 1.01 * want, rtol=0, atol=4 * d * torch.finfo(torch.float64).eps * beta)
     assert torch.equal(lw.W_K, torch.eye(d, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("law, beta", [("pow:0.5", lambda N, d: 0.5 * N ** (2 / (d - 1))),
+                                       ("ssmax:2", lambda N, d: 2 * math.log(N) / math.sqrt(d)),
+                                       ("llama4", lambda N, d: 1 / math.sqrt(d))])
+def test_other_laws_give_scores_beta_times_inner_products(law, beta):
+    N, d = 50, 5
+    (lw,) = build_weights(cell(qk_scale=law, n_tokens=N, d_model=d, depth=1), seed=0)
+    X = make_tokens("sphere", 1, N, d, seed=1)[0]
+    got = (X @ lw.W_Q) @ (X @ lw.W_K).T * lw.scale
+    b = beta(N, d)
+    assert torch.allclose(got, b * (X @ X.T), rtol=0, atol=4 * d * torch.finfo(torch.float64).eps * b)
+
+
+def test_llama4_cell_with_position_dependent_beta_is_refused():
+    check_cells([cell(qk_scale="llama4", n_tokens=8191)])
+    with pytest.raises(ConfigError, match="position"):
+        check_cells([cell(qk_scale="llama4", n_tokens=8192)])
 
 
 def test_plain_qk_scale_draws_are_unchanged():

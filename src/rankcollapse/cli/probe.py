@@ -30,7 +30,7 @@ def probe_command(
                                               "or a local folder (required; repeat to compare models in one "
                                               "table and one figure)"),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="comma-separated metrics: those of "
-                                          "rankcollapse metrics, attention_entropy (of each block's attention), "
+                                          "rankcollapse metrics, attention_entropy or participation_ratio (of each block's attention), "
                                           "sink_mass, sink_head_fraction, sink_value_ratio (attention sinks, per block "
                                           "and head), or all (the token metrics); default mu,mu_relative,rank_fraction,"
                                           "sigma_min,avg_abs_cos"),

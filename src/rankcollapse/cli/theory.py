@@ -236,6 +236,41 @@ def clusters_cmd(
            f"{n_samples} starts" for r in rs])
 
 
+@sub.command("temperature")
+def temperature_cmd(
+    law: str = typer.Option("log:1,pow:1,ssmax:1,llama4", "--law",
+                            help="Temperature laws, comma-separated: log:γ (β = γ ln N), pow:c (β = c N^(2/(d-1))), "
+                                 "ssmax:s (β = s ln N / sqrt d), llama4 (docs/phase.md, Temperature laws)."),
+    n: str = typer.Option("1000,10000,100000", "--n-tokens", help="Numbers of keys N, comma-separated."),
+    keys: str = typer.Option("sphere", "--keys", help="Key distribution, an input name (sphere: i.i.d. uniform on "
+                             "S^(d-1); simplex, ...)."),
+    d: int = typer.Option(3, "--d-model", help="Width d."),
+    queries: int = typer.Option(64, "--n-queries", help="Queries per N, each with its own keys."),
+    query: str = typer.Option("fresh", "--query", help="fresh (a new draw, independent of the keys) or key "
+                              "(key 0 itself: a self-attention row)."),
+    seed: int = typer.Option(0), fmt: str = typer.Option("table", "--format", help="stdout: table, json, csv or markdown."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="Memory one query's tokens may take, e.g. "
+                                             "8GiB; default half the RAM."),
+) -> None:
+    """Participation ratio 1/sum_j a_j^2 of one query over N keys per temperature law, and its growth exponent in N."""
+    from ..theory.temperature import participation_scan
+
+    check_format(fmt, ("table", "json", "csv", "markdown"))
+    scan = participation_scan([v.strip() for v in law.split(",")], _numbers(n, "--n-tokens"), keys=keys, d_model=d,
+                              n_queries=queries, query=query, seed=seed, max_memory=max_memory)
+    if fmt in ("csv", "markdown"):
+        print_records(scan.rows, fmt)
+        return
+    lines = [f"participation ratio of one {query} query over N {keys} keys, d = {d}, {queries} queries per N "
+             f"(mean [95% t-interval])", f"{'N':>8}  {'law':<12} {'beta':>10}  PR"]
+    lines += [f"{r['n_tokens']:>8}  {r['law']:<12} {r['beta']:>10.4g}  {r['pr_mean']:.4g} "
+              f"[{r['pr_lo']:.4g}, {r['pr_hi']:.4g}]" for r in scan.rows]
+    lines += ["growth exponent of mean PR in N (slope of ln PR on ln N [95% bootstrap]):"]
+    lines += [f"  {s['law']:<12} {fixed(s['slope'], '+.3f')} [{fixed(s['slope_lo'], '+.3f')}, "
+              f"{fixed(s['slope_hi'], '+.3f')}]" for s in scan.slopes]
+    _emit(scan.to_dict(), fmt, lines)
+
+
 def register(app: typer.Typer) -> None:
     """Attach ``rankcollapse theory ...``."""
     app.add_typer(sub, name="theory")

@@ -24,7 +24,7 @@ from .keys import current, current_config
 from .schema import validate_config
 from .units import _norm_of, mask_name
 
-EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry", "influence")
+EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry", "influence", "laws")
 ALIASES = {"": "main", "all": "all"}
 SCALES = ("quick", "large", "paper", "smoke")
 #: Simulated networks run to this multiple of the claim depth, so every verdict is also
@@ -175,6 +175,8 @@ def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[s
         out["depth"] = DEPTH_CHECK * int(overrides.get("depth") or params.get("depth") or sc["depth"])
     if kind == "theory":
         out["budget"] = sc.get("theory_budget", {})
+    if kind == "temperature_law":
+        out["n_queries"] = int(sc.get("n_queries", 64))
     return out
 
 

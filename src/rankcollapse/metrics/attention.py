@@ -1,4 +1,5 @@
-"""Metrics of attention probabilities (not of tokens): the normalised row entropy.
+"""Metrics of attention probabilities (not of tokens): the normalised row entropy and
+the participation ratio.
 
 Its input is the softmax output of a self-attention layer, ``A`` ``(N, N)``,
 ``(B, N, N)`` (one head) or ``(B, H, N, N)``, whose row ``i`` is a probability
@@ -6,6 +7,11 @@ distribution over the keys token ``i`` may attend to (``M[i, j] = True``). The v
 tells how spread attention is: 1 when every row is uniform over its allowed keys, 0
 when every row puts all its mass on one key ("entropy collapse", Zhai et al. 2023,
 "Stabilizing Transformer Training by Preventing Attention Entropy Collapse", ICML).
+
+The participation ratio ``PR_i = 1 / sum_j A_ij^2`` of row ``i`` is the effective
+number of keys it attends: ``k`` for a row uniform over ``k`` keys, 1 for a one-hot row,
+and ``1 <= PR_i <= k_i`` for any row with ``k_i`` allowed keys (Cauchy-Schwarz). It is
+``exp`` of the Renyi-2 entropy, so ``PR_i <= exp(H_i)``.
 """
 
 from __future__ import annotations
@@ -104,6 +110,70 @@ def row_mass_deficit(A, mask=None, *, padding_mask=None) -> torch.Tensor:
     deficit = 1.0 - heads.sum(-1)  # (B, H, N)
     value = (deficit * w).sum(dim=(-1, -2)) / w.sum(dim=(-1, -2))
     return value if batched else value[0]
+
+
+#: the summaries of :func:`participation_ratio` over heads and real queries
+PR_SUMMARIES = ("mean", "median", "max", "rows")
+
+
+def participation_ratio(A, mask=None, *, padding_mask=None, summary: str = "mean") -> torch.Tensor:
+    """Participation ratio ``PR_i = 1 / sum_j A_ij^2`` of the attention rows: the effective
+    number of keys row ``i`` attends (module docstring).
+
+    Parameters
+    ----------
+    A : tensor or array ``(N, N)``, ``(B, N, N)`` (one head) or ``(B, H, N, N)``, real,
+        entries in ``[0, 1]``, each real query's row summing to 1 over its allowed keys
+        (computed in float64).
+    mask : the allowed keys, any mask form; default the complete graph.
+    padding_mask : bool ``(N,)`` or ``(B, N)``, True = real token: padded queries are
+        left out and padded keys are not allowed.
+    summary : ``"mean"``, ``"median"`` (the lower middle value for an even count, as
+        ``torch.nanmedian``) or ``"max"`` over heads and real queries, or ``"rows"`` for
+        every row.
+
+    Returns
+    -------
+    torch.Tensor
+        float64; a summary is 0-d for ``(N, N)`` input and ``(B,)`` otherwise; ``"rows"``
+        is ``(N,)``, ``(B, N)`` or ``(B, H, N)`` as ``A`` has two, three or four
+        dimensions, NaN at padded queries.
+
+    Raises
+    ------
+    MetricError
+        ``A`` not 2-D to 4-D or not square in its last two dimensions, empty, not
+        finite, negative, mass on a key that is not allowed, a real query's row that does
+        not sum to 1 (tolerance ``sqrt(eps)`` of A's dtype); a sample without a real
+        query; a mask or padding mask of the wrong shape; an unknown ``summary``.
+    """
+    if summary not in PR_SUMMARIES:
+        raise MetricError(f"summary must be one of {', '.join(PR_SUMMARIES)}, got {summary!r}")
+    ndim = getattr(A, "ndim", None)
+    A, batched, eps = _as_heads(A)
+    B, H, N, _ = A.shape
+    allowed, real = _allowed(mask, padding_mask, B, N, A.device)  # (B or 1, N, N), (B or 1, N)
+    query = real.expand(B, N).unsqueeze(1).expand(B, H, N)  # (B, H, N)
+    if bool((A.masked_fill(allowed.unsqueeze(1), 0.0) != 0).any(-1)[query].any()):
+        raise MetricError("attention puts mass on keys the mask does not allow")
+    if not bool(real.expand(B, N).any(-1).all()):
+        raise MetricError("a sample has no real query: its participation ratio is undefined")
+    tol = math.sqrt(eps) if eps else 1e-6
+    if bool(((A.sum(-1) - 1).abs() > tol)[query].any()):
+        raise MetricError(f"attention rows of real queries must sum to 1 (|sum - 1| <= {tol:.1e})")
+    pr = row_participation(A).masked_fill(~query, float("nan"))  # (B, H, N)
+    if summary == "rows":
+        return pr.reshape(pr.shape[2:] if ndim == 2 else pr.shape[::2] if ndim == 3 else pr.shape)
+    flat = pr.flatten(1)  # (B, H N)
+    value = (flat.nanmean(-1) if summary == "mean" else flat.nanmedian(-1).values if summary == "median"
+             else flat.nan_to_num(nan=-math.inf).amax(-1))
+    return value if batched else value[0]
+
+
+def row_participation(A: torch.Tensor) -> torch.Tensor:
+    """``1 / sum_j A_ij^2`` over the last axis of ``A`` (rows of a softmax), without input
+    checks: ``(..., N)`` -> ``(...)`` in A's dtype."""
+    return 1.0 / (A * A).sum(-1)
 
 
 def _as_array(A) -> torch.Tensor:

@@ -6,6 +6,7 @@ import inspect
 import math
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Iterable
 
 import torch
@@ -14,7 +15,7 @@ from .._memory import check_memory
 from .._validate import check_float
 from ..errors import MetricError
 from . import _context, core, geometry, graph, motion, spectral
-from .attention import attention_entropy, row_mass_deficit
+from .attention import attention_entropy, participation_ratio, row_mass_deficit
 from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
 
@@ -91,6 +92,12 @@ ATTENTION_METRICS: dict[str, MetricSpec] = {
     "row_mass_deficit": MetricSpec(
         "row_mass_deficit", row_mass_deficit,
         "mean over heads and real queries of 1 - sum_j A_ij; 0 for softmax rows, > 0 with a sink", None, False),
+    **{name: MetricSpec(
+        name, partial(participation_ratio, summary=summary),
+        f"{summary} over heads and real queries of 1 / sum_j A_ij^2, the effective number of keys attended; "
+        "k = uniform over k keys, 1 = one-hot", None, True)
+       for name, summary in (("participation_ratio", "mean"), ("participation_ratio_median", "median"),
+                             ("participation_ratio_max", "max"))},
 }
 """Metrics of attention probabilities ``A`` (``(B, H, N, N)``, a softmax output), not of
 tokens: ``fn(A, mask=, padding_mask=)``; :func:`compute_metrics` takes them with

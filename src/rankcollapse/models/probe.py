@@ -21,7 +21,7 @@ from ..data import Windows, distinct_tokens
 from ..errors import ConfigError, ModelError
 from .._progress import steps
 from ..metrics import compute_metrics
-from ..metrics.attention import attention_entropy
+from ..metrics.registry import ATTENTION_METRICS
 from ..summary import SUMMARY_COLUMNS, summary_table
 from . import families
 from .interventions import intervene, split_drop
@@ -244,7 +244,8 @@ def probe(
     drop : components to remove, e.g. ``("mlp",)``, ``("skip:0-3", "norm")`` or the
         string ``"skip:0-3,norm"`` (see :func:`rankcollapse.models.interventions.intervene`).
     metrics : metric names from ``rankcollapse.metrics.METRICS`` (of the recorded
-        hidden states) or ``"attention_entropy"`` (of every block's self-attention
+        hidden states) or from ``ATTENTION_METRICS`` (``attention_entropy``,
+        ``participation_ratio``, ...: of every block's self-attention
         probabilities, recorded in the same forward pass under eager attention, at the
         point ``{prefix}layer.k.attention``; allowed keys: ``mask`` or the model's own
         causal/complete pattern, and real tokens); None =
@@ -310,9 +311,9 @@ def probe(
     check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
-    attn_names = tuple(n for n in names if n == "attention_entropy")
+    attn_names = tuple(n for n in names if n in ATTENTION_METRICS)
     sink_names = tuple(n for n in names if n in SINK_METRICS)
-    names = tuple(n for n in names if n != "attention_entropy" and n not in SINK_METRICS)
+    names = tuple(n for n in names if n not in ATTENTION_METRICS and n not in SINK_METRICS)
     stack_list = families.stacks(loaded.model, loaded.family)
     point_list = _point_list(loaded, points) if names else []
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attn_names else []
@@ -320,7 +321,7 @@ def probe(
     with steps(-(-windows.n_samples // batch_size), "probe: batches", progress) as bar:
         for start in range(0, windows.n_samples, batch_size):
             _probe_batch(loaded, windows, start, batch_size, mask, d_qk_scale, drop, point_list, names,
-                         exclude_special, values, bool(attn_names), sink_names, clip_massive)
+                         exclude_special, values, attn_names, sink_names, clip_massive)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
     df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
@@ -337,11 +338,11 @@ def probe(
 
 def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mask: Any, d_qk_scale: float,
                  drop: Any, point_list: list[str], names: Sequence[str], exclude_special: bool,
-                 values: dict[tuple[str, str], list[torch.Tensor]], entropy: bool = False,
+                 values: dict[tuple[str, str], list[torch.Tensor]], attn_names: tuple[str, ...] = (),
                  sinks: Sequence[str] = (), clip_massive: bool = False) -> None:
     """One forward pass over windows ``start : start + batch_size``; appends each point's
-    metrics ``(batch,)`` to ``values[(point, metric)]`` (with ``entropy``, also every
-    block's ``attention_entropy``; with ``sinks``, those of :mod:`~rankcollapse.models.sinks`)."""
+    metrics ``(batch,)`` to ``values[(point, metric)]`` (with ``attn_names``, also those
+    metrics of :data:`~rankcollapse.metrics.ATTENTION_METRICS` of every block's attention; with ``sinks``, those of :mod:`~rankcollapse.models.sinks`)."""
     ids = windows.input_ids[start : start + batch_size]
     am = windows.attention_mask[start : start + batch_size]
     inputs = model_inputs(loaded, ids, am)
@@ -350,7 +351,7 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
         real = real & ~windows.special_tokens_mask[start : start + batch_size]
     stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
     with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am, clip_massive=clip_massive):
-        with Recorder(loaded, point_list, attentions=entropy or bool(sinks)) as rec, \
+        with Recorder(loaded, point_list, attentions=bool(attn_names) or bool(sinks)) as rec, \
                 ValueRecorder(stack_list if "sink_value_ratio" in sinks else []) as vrec:
             loaded.model(**inputs)
     silent = [p for p in point_list if p.startswith(MODULE_PREFIX) and p not in rec.outputs]
@@ -371,12 +372,13 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
         found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config, padding_of, tuple(sinks))
         for key, v in found.items():
             values.setdefault(key, []).append(v.detach().cpu().double())
-    for name, A in (rec.attention_maps.items() if entropy else ()):
+    for name, A in (rec.attention_maps.items() if attn_names else ()):
         decoder = name.startswith("decoder.")
         pad = decoder_padding(am.bool()) if decoder else am.bool()  # keys: every real token
         allowed = attention_allowed(loaded, mask, name, windows.n_tokens)
-        v = attention_entropy(A, allowed, padding_mask=pad.to(A.device))
-        values.setdefault((name, "attention_entropy"), []).append(v.detach().cpu().double())
+        for metric in attn_names:
+            v = ATTENTION_METRICS[metric].fn(A, allowed, padding_mask=pad.to(A.device))
+            values.setdefault((name, metric), []).append(v.detach().cpu().double())
 
 
 def _module_tokens(name: str, X: Any, shape: tuple[int, int]) -> torch.Tensor:

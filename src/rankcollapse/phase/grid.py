@@ -20,6 +20,7 @@ from typing import Any, Callable
 from ..errors import ConfigError, MaskError, MemoryLimitError
 
 from ..dynamics.config import NORMS as NORM_NAMES, PLACEMENTS, BlockConfig, default_alpha
+from ..dynamics.temperature_laws import LLAMA4_FLOOR_SCALE, TemperatureLaw, is_law, parse_law
 
 VALUE_FAMILIES = ("gaussian", "orthogonal", "near_identity", "constructed", "pretrained")
 #: old axis spellings, accepted with a FutureWarning until 0.3.0 (docs/phase.md): the norm
@@ -79,32 +80,24 @@ def _float(text: str) -> float:
     return value
 
 
-LOG_PREFIX = "log:"
-
-
 def _qk_scale(text: str) -> float | str:
-    """A number ``s >= 0`` (``W_Q, W_K`` i.i.d. ``N(0, s^2/d)``), or ``log:γ`` with ``γ >= 0``:
-    the attention of Chen, Lin, Polyanskiy & Rigollet (ICLR 2026), scores ``β <x_i, x_j>``
-    with ``β = γ log N`` at the cell's N (:func:`.cell.build_weights`); kept as the
-    canonical string ``log:<float γ>``."""
-    if isinstance(text, str) and text.startswith(LOG_PREFIX):
-        try:
-            return f"{LOG_PREFIX}{_float(text[len(LOG_PREFIX):])!r}"
-        except ConfigError as exc:
-            raise ConfigError(f"log:γ (attention scale γ log N): {exc}") from None
+    """A number ``s >= 0`` (``W_Q, W_K`` i.i.d. ``N(0, s^2/d)``), or a temperature law
+    (``log:γ``, ``pow:c``, ``ssmax:s``, ``llama4``; :mod:`rankcollapse.dynamics.temperature_laws`):
+    scores ``β <x_i, x_j>`` with the law's ``β`` at the cell's N and d
+    (:func:`.cell.build_weights`); kept as the law's canonical string (``log:2.0``)."""
+    if is_law(text):
+        return parse_law(text).spec
     return _float(text)
 
 
-def qk_gamma(value: Any) -> float | None:
-    """γ of a ``log:γ`` qk_scale, None for a plain number."""
-    if isinstance(value, str) and value.startswith(LOG_PREFIX):
-        return float(value[len(LOG_PREFIX):])
-    return None
+def qk_law(value: Any) -> TemperatureLaw | None:
+    """The temperature law of a ``qk_scale`` value, None for a plain number."""
+    return parse_law(value) if is_law(value) else None
 
 
 def qk_scale_column(values: Any) -> Any:
     """The ``qk_scale`` column of a table (a pandas Series): as it is when every value is a
-    number or every value a ``log:γ`` string, else every value as a string (``"1.0"``,
+    number or every value a law string, else every value as a string (``"1.0"``,
     ``"log:1.0"``), since a Parquet column holds one type."""
     kinds = {isinstance(v, str) for v in values}
     return values.map(str) if len(kinds) > 1 else values
@@ -173,7 +166,7 @@ def _attention(text: str) -> str:
 
 
 #: axis name -> (parser of one value, default). ``d_qk`` 0 means "= d_model". ``qk_scale``
-#: is a number or ``log:γ`` (:func:`_qk_scale`). ``n_tokens`` above
+#: is a number or a temperature law such as ``log:γ`` (:func:`_qk_scale`). ``n_tokens`` above
 #: :data:`DENSE_MAX_TOKENS` runs on the windowed kernel. ``norm``,
 #: ``placement``, ``alpha``, ``qk_norm`` and ``attention`` (softmax or an operator of
 #: :mod:`rankcollapse.dynamics.operators`) are the :class:`~rankcollapse.dynamics.config.BlockConfig`
@@ -394,9 +387,14 @@ def check_cell(cell: Any) -> None:
             parse(str(value))
         except ConfigError as exc:
             raise ConfigError(f"phase cell axis {name}: {exc}") from None
-    if qk_gamma(cell["qk_scale"]) is not None and int(cell["d_qk"]) not in (0, int(cell["d_model"])):
+    if qk_law(cell["qk_scale"]) is not None and int(cell["d_qk"]) not in (0, int(cell["d_model"])):
         raise ConfigError(f"phase cell qk_scale={cell['qk_scale']} sets W_Q = W_K = I (d_qk = d_model = "
                           f"{cell['d_model']}), got d_qk = {cell['d_qk']}; give d_qk 0")
+    law = qk_law(cell["qk_scale"])
+    if law is not None and law.varies_with_position(int(cell["n_tokens"])):
+        raise ConfigError(f"phase cell qk_scale={law.spec}: its β depends on the query's position from "
+                          f"position {LLAMA4_FLOOR_SCALE - 1} on, and a cell's layer has one β; give n_tokens "
+                          f"< {LLAMA4_FLOOR_SCALE}, or measure it with 'rankcollapse theory temperature'")
     if cell["placement"] in LEGACY_PLACEMENTS:
         raise ConfigError(f"phase cell placement {cell['placement']!r} is an axis spelling; make cells with "
                           "rankcollapse.phase.expand_grid (it runs as none, post_ln or pre_ln with alpha)")

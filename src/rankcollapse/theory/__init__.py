@@ -9,6 +9,8 @@
 - SA-LN equilibria: :func:`causal_example_2x2`, :func:`equilibria` (≥ 2^k of rank k),
   :func:`find_equilibria`; stability: :func:`jacobian`, :func:`tangent_jacobian`,
   :func:`stability`; basins: :func:`basin_estimate`; pictures: :mod:`.portrait`.
+- Temperature laws compared by the participation ratio of one attention row against N:
+  :func:`participation_scan` (:mod:`.temperature`).
 - Masks and schedules compared by their rates: :func:`compare_masks`,
   :func:`compare_schedules`, :func:`describe_schedule` (:mod:`.rates`).
 
@@ -43,5 +45,6 @@ if TYPE_CHECKING:
     from .sphere import SphereResult, check_sphere_collapse
     from .stability import StabilityReport, jacobian, stability, tangent_basis, tangent_jacobian
     from .system import AttentionSystem, causal_uniform_system
+    from .temperature import TemperatureScan, participation_scan
 
 __getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

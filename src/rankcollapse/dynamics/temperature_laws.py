@@ -1,0 +1,129 @@
+"""Attention temperature laws: the inverse temperature ``β`` of scores ``β <q, k>`` as a
+function of the number of keys ``N`` and the width ``d``.
+
+A law is written as a string, the one syntax of the ``qk_scale`` axis of ``phase``
+(:func:`rankcollapse.phase.grid.expand_grid`) and of ``rankcollapse theory temperature``;
+:func:`parse_law` reads it. Scores are ``β <x_i, x_j>`` on the tokens themselves (identity
+query and key projections):
+
+==============  ==============================================  ==========================================
+spec            ``β``                                           source
+==============  ==============================================  ==========================================
+``log:γ``       ``γ ln N``                                      Chen, Lin, Polyanskiy & Rigollet, "Critical
+                                                                attention scaling in long-context
+                                                                transformers", ICLR 2026 (almost-simplex
+                                                                tokens; critical ``γ* = 2`` as N grows)
+``pow:c``       ``c N^{2/(d-1)}``                               the critical scale ``β* ≍ N^{2/(d-1)}`` for
+                                                                keys i.i.d. uniform on ``S^{d-1}``
+                                                                (arXiv 2605.08505)
+``ssmax:s``     ``s ln N / sqrt(d)``                            Scalable-Softmax (Nakanishi, arXiv
+                                                                2501.19399): the scaled dot-product logits
+                                                                ``q·k / sqrt(d)`` times ``s ln n``, ``n``
+                                                                the number of keys (N in a complete row)
+``llama4``      ``(1 + 0.1 ln(1 + floor((p + 1) / 8192)))       Llama 4's attention temperature tuning
+                / sqrt(d)`` for the query at position ``p``     (its NoPE layers), as in transformers'
+                (0-based)                                       ``Llama4TextAttention``: queries times
+                                                                ``log1p(floor((p + 1) / floor_scale)) *
+                                                                attn_scale + 1`` with ``floor_scale =
+                                                                8192``, ``attn_scale = 0.1``, then the
+                                                                usual ``1 / sqrt(d)``
+==============  ==============================================  ==========================================
+
+``ssmax:s`` is ``log:(s / sqrt(d))``: the two laws differ in where the constant is quoted,
+not in their growth. ``llama4`` is 1 / sqrt(d) below position 8191 and grows like
+``0.1 ln(p / 8192)`` beyond: its β depends on the query's position, not on N alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+#: law name -> the name of its parameter (None: a preset without one)
+LAWS: dict[str, str | None] = {"log": "γ", "pow": "c", "ssmax": "s", "llama4": None}
+#: Llama 4's ``floor_scale`` and ``attn_scale`` (transformers ``Llama4TextConfig`` defaults)
+LLAMA4_FLOOR_SCALE = 8192
+LLAMA4_ATTN_SCALE = 0.1
+
+
+@dataclass(frozen=True)
+class TemperatureLaw:
+    """A temperature law (module docstring): ``name`` in :data:`LAWS` and its parameter
+    (None for ``llama4``)."""
+
+    name: str
+    value: float | None = None
+
+    @property
+    def spec(self) -> str:
+        """The canonical string: ``log:2.0``, ``pow:1.0``, ``ssmax:0.5``, ``llama4``."""
+        return self.name if self.value is None else f"{self.name}:{self.value!r}"
+
+    def beta(self, n_tokens: int, d_model: int, position: int | None = None) -> float:
+        """``β`` of scores ``β <q, k>`` for a query at ``position`` (0-based; default
+        ``n_tokens - 1``, the last) over ``n_tokens`` keys of width ``d_model``.
+
+        Raises
+        ------
+        ConfigError
+            ``n_tokens < 1``, ``d_model < 1``, ``pow`` with ``d_model < 2`` (its exponent
+            ``2 / (d - 1)`` is undefined), a negative position.
+        """
+        if n_tokens < 1 or d_model < 1:
+            raise ConfigError(f"a temperature law needs n_tokens >= 1 and d_model >= 1, got {n_tokens}, {d_model}")
+        if self.name == "log":
+            return self.value * math.log(n_tokens)
+        if self.name == "pow":
+            if d_model < 2:
+                raise ConfigError(f"{self.spec}: β = c N^(2/(d-1)) needs d_model >= 2, got {d_model}")
+            return self.value * n_tokens ** (2.0 / (d_model - 1))
+        if self.name == "ssmax":
+            return self.value * math.log(n_tokens) / math.sqrt(d_model)
+        p = n_tokens - 1 if position is None else position
+        if p < 0:
+            raise ConfigError(f"position must be >= 0, got {p}")
+        return llama4_scale(p) / math.sqrt(d_model)
+
+    def varies_with_position(self, n_tokens: int) -> bool:
+        """True when queries at positions ``0..n_tokens-1`` get different ``β``."""
+        return self.name == "llama4" and n_tokens >= LLAMA4_FLOOR_SCALE
+
+
+def llama4_scale(position: int) -> float:
+    """``log1p(floor((position + 1) / 8192)) * 0.1 + 1``: Llama 4's query scale at
+    ``position`` (0-based)."""
+    return math.log1p(math.floor((position + 1) / LLAMA4_FLOOR_SCALE)) * LLAMA4_ATTN_SCALE + 1.0
+
+
+def is_law(text: object) -> bool:
+    """True when ``text`` is written as a law (``NAME:value`` or a preset name), not as a number."""
+    return isinstance(text, str) and (":" in text or text in LAWS)
+
+
+def parse_law(text: str) -> TemperatureLaw:
+    """The law written ``text``: ``log:γ``, ``pow:c``, ``ssmax:s`` (a finite number ``>= 0``)
+    or ``llama4``.
+
+    Raises
+    ------
+    ConfigError
+        An unknown law name, a missing, extra, negative or non-finite parameter.
+    """
+    name, sep, arg = (text.partition(":") if isinstance(text, str) else ("", "", ""))
+    if name not in LAWS:
+        raise ConfigError(f"unknown temperature law {text!r}; write one of "
+                          f"{', '.join(f'{n}:{p}' if p else n for n, p in LAWS.items())}")
+    if LAWS[name] is None:
+        if sep:
+            raise ConfigError(f"{name} is a preset and takes no parameter, got {text!r}")
+        return TemperatureLaw(name)
+    what = {"log": "γ log N", "pow": "c N^(2/(d-1))", "ssmax": "s log N / sqrt(d)"}[name]
+    try:
+        value = float(arg)
+    except ValueError:
+        raise ConfigError(f"{name}:{LAWS[name]} (β = {what}): expected a number, got {arg!r}") from None
+    if not value >= 0 or value == math.inf:
+        raise ConfigError(f"{name}:{LAWS[name]} (β = {what}): expected a finite number >= 0, got {arg!r}")
+    return TemperatureLaw(name, value)
