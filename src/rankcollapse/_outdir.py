@@ -69,7 +69,7 @@ OUTPUT_NAMES = ("table.parquet", "table.csv", "claims.json", "config.json", "rep
 PRODUCED = (*OUTPUT_NAMES, "plots/*.png",
             "phase.parquet", "heatmap.png", "heatmap_*.png",
             "probe.csv", "probe.json", "probe.png", "windows.npz", "windows_*.npz", "geometry.md", "geometry.png",
-            "attentions.npz", "influence.csv", "influence.json",
+            "attentions.npz", "influence.csv", "influence.json", "states.safetensors", "states.json",
             "result.json", "mu_loglog.png",
             "schedules.csv", "schedules.json", "schedules.png",
             "system.json", "portrait_2d.png", "trajectories_3d.png",
