@@ -69,10 +69,19 @@ def probe_command(
                                    "between the mask-only influence prediction and each input's measured influence "
                                    "on the last token (gradient norms, attention rollout); --out writes "
                                    "influence.csv and influence.json"),
+    save_states: Optional[Path] = typer.Option(None, "--save-states", help="folder: also write the recorded hidden "
+                                               "states, states.safetensors ([window, point, token, d]) and states.json "
+                                               "(points, window ids, model, dtype)"),
+    hidden_states: Optional[Path] = typer.Option(None, "--hidden-states", help="instead of a model: the table of the "
+                                                 "hidden states in this folder (probe --save-states, or a transformers "
+                                                 "output_hidden_states dump; see docs/models.md)"),
     allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
 ) -> None:
     """Per-layer μ, rank fraction, σ_min, avg |cos| (or --metrics) of models' hidden states on real text."""
     check_format(fmt)
+    if hidden_states is not None:
+        _probe_recorded(hidden_states, metrics, fmt, out, allow_nonempty, batch_size)
+        return
     for flag, path in (("--text-file", text_file), ("--windows-file", windows_file)):
         _check_input_file(flag, path)  # before anything heavy is imported
     if influence:
@@ -103,6 +112,9 @@ def probe_command(
         raise ConfigError("--attentions writes OUT/attentions.npz: give --out too")
     if len(names) > 1 and (attentions or gguf_file is not None):
         raise ConfigError(f"{'--attentions' if attentions else '--gguf-file'} applies to one model: give one --model")
+    if save_states is not None:
+        _check_save_states(save_states, out, influence=influence, control=control, n_models=len(names),
+                           allow_nonempty=allow_nonempty)
     if out is not None:
         from .._outdir import check_out
 
@@ -162,6 +174,11 @@ def probe_command(
     # everything is computed before the first file is written: a failure leaves no partial folder
     maps = models.attention_maps(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
                                  batch_size=batch_size) if attentions else None
+    if save_states is not None:
+        from ..models.states import capture_states
+
+        states = capture_states(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
+                                batch_size=batch_size, points=points, clip_massive=clip_massive)
     if out is not None:
         from .._outdir import writing
 
@@ -172,16 +189,93 @@ def probe_command(
         typer.echo(f"wrote {out}/probe.csv, probe.png, windows.npz, probe.json", err=True)
     if maps is not None:
         typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
+    if save_states is not None:
+        from .._outdir import writing
+        from ..models.states import STATE_NAMES, save_states as write_states
+
+        with writing(save_states, "states\n", STATE_NAMES, allow_nonempty=allow_nonempty,
+                     flags="--save-states") as stage:
+            write_states(stage, states)
+        typer.echo(f"wrote {save_states}/states.safetensors {tuple(states.hidden_states.shape)} "
+                   "(window, point, token, d), states.json", err=True)
+    if print_probe_table(table, fmt, doc):
+        for note in (models.embedding_rank_note(loaded, wins, table), models.layernorm_rank_note(loaded, wins, table)):
+            if note is not None:
+                typer.echo(note)
+    _echo_notes(notes)
+
+
+def print_probe_table(table: Any, fmt: str, doc: dict[str, Any] | None = None) -> bool:
+    """Print one probe table on stdout in ``fmt`` (``doc``: its :func:`to_json`); True for
+    the rich table, after which a caller may add its notes."""
+    doc = to_json(table) if doc is None else doc
     if fmt == "json":
         print_json(doc)
     elif fmt in ("csv", "markdown"):
         print_records(doc["layers"], fmt)
     else:
         _print_summary(table)
-        for note in (models.embedding_rank_note(loaded, wins, table), models.layernorm_rank_note(loaded, wins, table)):
-            if note is not None:
-                typer.echo(note)
-    _echo_notes(notes)
+        return True
+    return False
+
+
+#: The options ``--hidden-states`` uses; every other one needs a live model.
+_RECORDED_OPTIONS = ("hidden_states", "metrics", "fmt", "out", "allow_nonempty", "batch_size")
+
+
+def _probe_recorded(folder: Path, metrics: Optional[str], fmt: str, out: Optional[Path], allow_nonempty: bool,
+                    batch_size: int) -> None:
+    """``probe --hidden-states DIR``: the table of recorded states
+    (:func:`rankcollapse.models.states.states_table`); ``--out`` gets probe.csv,
+    probe.json and probe.png."""
+    refuse_options(_RECORDED_OPTIONS, "--hidden-states measures recorded states, without a model")
+    names = _metric_names(metrics)
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1 (got {batch_size})")
+    files = ("probe.csv", "probe.json", "probe.png")
+    if out is not None:
+        from .._outdir import check_out
+
+        check_out(out, files, allow_nonempty=allow_nonempty, flags=True)
+    from ..models.states import read_states, states_table
+
+    table = states_table(read_states(folder), names, batch_size=batch_size)
+    doc = to_json(table)
+    if out is not None:
+        from .._outdir import writing
+
+        with writing(out, "probe\n", files, allow_nonempty=allow_nonempty) as stage:
+            write_outputs(stage, table, None, doc)
+        typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json", err=True)
+    print_probe_table(table, fmt, doc)
+
+
+def refuse_options(allowed: tuple[str, ...], why: str) -> None:
+    """Refuse every option given on the command line whose parameter is not in ``allowed``
+    (one line naming the first, and ``why``)."""
+    from ._click import get_current_context
+
+    ctx = get_current_context(silent=True)
+    given = _explicit_options()
+    for param in (ctx.command.params if ctx is not None else ()):
+        if param.name in given and param.name not in allowed:
+            flag = next((o for o in param.opts if o.startswith("--")), None) or param.metavar or param.name
+            raise ConfigError(f"{flag} cannot be applied: {why}")
+
+
+def _check_save_states(folder: Path, out: Optional[Path], *, influence: bool, control: Optional[str], n_models: int,
+                       allow_nonempty: bool) -> None:
+    """``--save-states``: one model's metrics run, into a folder of its own (checked
+    before any model loads)."""
+    if influence or control is not None or n_models > 1:
+        what = "--influence" if influence else "--control" if control is not None else "several --model"
+        raise ConfigError(f"--save-states writes one model's hidden states of a metrics run; drop {what}")
+    if out is not None and os.path.abspath(out) == os.path.abspath(folder):
+        raise ConfigError("--save-states needs a folder of its own, not the --out folder")
+    from .._outdir import check_out
+    from ..models.states import STATE_NAMES
+
+    check_out(folder, STATE_NAMES, allow_nonempty=allow_nonempty, flags="--save-states")
 
 
 def _echo_notes(notes: list[str]) -> None:
@@ -369,9 +463,10 @@ def to_json(table: Any) -> dict[str, Any]:
 
 
 def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None:
-    """Table (CSV), plot, exact inputs (``windows.npz``) and the JSON document."""
+    """Table (CSV), plot, exact inputs (``windows.npz``, when ``wins`` is given) and the JSON document."""
     out.mkdir(parents=True, exist_ok=True)
-    wins.save(out / "windows.npz")
+    if wins is not None:  # None: recorded states (probe --hidden-states), no windows
+        wins.save(out / "windows.npz")
     with atomic_path(out / "probe.csv") as tmp:
         table.assign(model=doc["model"]).to_csv(tmp, index=False)
     write_json_atomic(out / "probe.json", doc)
