@@ -99,9 +99,10 @@ def _states_table(folder: Path, file: Optional[Path], names: Optional[str], fmt:
         raise MetricError(f"give FILE or --states, not both (got {str(file)!r} and --states {str(folder)!r})")
     refuse_options(("states", "names", "fmt"), "--states measures each point as probe does (real tokens, "
                    "float64, the model's own mask)")
-    from ..models.states import read_states, states_table
+    from ..models.states import read_states, state_metrics, states_table
 
-    print_probe_table(states_table(read_states(folder), _metric_names(names)), fmt)
+    chosen = state_metrics(_metric_names(names))
+    print_probe_table(states_table(read_states(folder), chosen), fmt)
 
 
 def register(app: typer.Typer) -> None:

@@ -229,7 +229,9 @@ def _probe_recorded(folder: Path, metrics: Optional[str], fmt: str, out: Optiona
     (:func:`rankcollapse.models.states.states_table`); ``--out`` gets probe.csv,
     probe.json and probe.png."""
     refuse_options(_RECORDED_OPTIONS, "--hidden-states measures recorded states, without a model")
-    names = _metric_names(metrics)
+    from ..models.states import read_states, state_metrics, states_table
+
+    names = state_metrics(_metric_names(metrics))
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1 (got {batch_size})")
     files = ("probe.csv", "probe.json", "probe.png")
@@ -237,8 +239,6 @@ def _probe_recorded(folder: Path, metrics: Optional[str], fmt: str, out: Optiona
         from .._outdir import check_out
 
         check_out(out, files, allow_nonempty=allow_nonempty, flags=True)
-    from ..models.states import read_states, states_table
-
     table = states_table(read_states(folder), names, batch_size=batch_size)
     doc = to_json(table)
     if out is not None:

@@ -316,6 +316,26 @@ def _checked(t: dict[str, torch.Tensor], points: tuple[str, ...], n_layers: dict
                   special_tokens_mask=t.get("special_tokens_mask"), **kw)
 
 
+def state_metrics(metrics: Sequence[str] | None) -> tuple[str, ...]:
+    """The metric names :func:`states_table` measures (None: the probe's default),
+    checked before any file is read.
+
+    Raises
+    ------
+    ConfigError
+        A name that is not a metric of hidden states (attention metrics need the model).
+    """
+    from ..metrics import METRICS
+    from .probe import PROBE_DEFAULT_METRICS
+
+    names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
+    unknown = [n for n in names if n not in METRICS]
+    if unknown:
+        raise ConfigError(f"{unknown[0]!r} is not a metric of hidden states ({', '.join(METRICS)}); attention "
+                          "metrics need the model (a live probe)")
+    return names
+
+
 def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_size: int = 8,
                  exclude_special: bool = False, per_window: bool = False) -> pd.DataFrame:
     """The per-layer table of :func:`~rankcollapse.models.probe` from recorded states:
@@ -338,14 +358,9 @@ def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_
         A metric of attention (it needs the model), an unknown metric, or
         ``exclude_special`` without a ``special_tokens_mask``.
     """
-    from ..metrics import METRICS
-    from .probe import PROBE_DEFAULT_METRICS, _summarise, add_point_metrics
+    from .probe import _summarise, add_point_metrics
 
-    names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
-    unknown = [n for n in names if n not in METRICS]
-    if unknown:
-        raise ConfigError(f"{unknown[0]!r} is not a metric of hidden states ({', '.join(METRICS)}); attention "
-                          "metrics need the model (a live probe)")
+    names = state_metrics(metrics)
     if exclude_special and states.special_tokens_mask is None:
         raise ConfigError("exclude_special needs the states' special_tokens_mask, which they do not hold")
     X, W = states.hidden_states, states.hidden_states.shape[0]
