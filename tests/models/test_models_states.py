@@ -11,11 +11,9 @@ import torch
 from safetensors.torch import save_file
 
 from rankcollapse.data import Windows
-from rankcollapse.errors import ConfigError, RankCollapseError, UnsafePathError
-from rankcollapse.models import probe
-from rankcollapse.models.states import (
-    SIDECAR, STATES_FILE, StatesError, capture_states, read_states, save_states, states_table,
-)
+from rankcollapse.errors import ConfigError, RankCollapseError, StatesError, UnsafePathError
+from rankcollapse.models import capture_states, probe, read_states, save_states, states_table
+from rankcollapse.models.states import SIDECAR, STATES_FILE
 from rankcollapse.points import layer_of
 
 METRICS = ["mu", "mu_relative", "rank_fraction", "sigma_min", "avg_abs_cos", "effective_rank"]

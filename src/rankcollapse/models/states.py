@@ -42,7 +42,7 @@ import torch
 
 from .._io import read_regular, read_user_json, write_json_atomic
 from ..data import Windows
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, StatesError
 from ..points import layer_of
 from . import families
 
@@ -56,11 +56,6 @@ FORMAT = "rankcollapse.states"
 VERSION = 1
 LAYOUT = ("window", "point", "token", "d")
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-class StatesError(DataError):
-    """A states folder that cannot be read as one: a missing or malformed sidecar,
-    tensors of the wrong shape or dtype, non-finite values, unknown point names."""
 
 
 @dataclass(frozen=True)
