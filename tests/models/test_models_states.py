@@ -78,6 +78,16 @@ def test_transformers_dump_gives_the_live_table(kind, last, numbered, make_tiny,
     pd.testing.assert_frame_equal(table, live, check_exact=False, rtol=1e-5, atol=1e-6)  # float32 forward passes
 
 
+@pytest.mark.parametrize("kind", ["bert", "roberta", "albert", "gpt2", "t5", "llama"])
+def test_family_final_norm_is_the_layout_s(kind, make_tiny):
+    """The registry's ``final_norm`` (how a dump's last entry is labelled) is what the layout finds."""
+    from rankcollapse.models import families
+
+    loaded = make_tiny(kind)
+    assert families.family(loaded.family).final_norm == (families.stacks(loaded.model, loaded.family)[0].final_norm
+                                                         is not None)
+
+
 def test_layer_of_matches_the_probe_layer_column():
     assert [layer_of(p, 3) for p in ("embeddings", "layer.0.input", "layer.0.norm_1", "layer.2.output",
                                      "final_norm")] == [0, 0, 1, 3, 3]

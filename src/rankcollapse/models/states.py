@@ -247,7 +247,7 @@ def _read_dump(folder: Path) -> States:
                           f"entry is known (known: {', '.join(families.MODEL_TYPES)}); save the states with "
                           "probe --save-states instead")
     stacked = t.pop("hidden_states", None)
-    numbered = sorted((k for k in t if k.startswith("hidden_states.")), key=lambda k: k.split(".", 1)[1])
+    numbered = [k for k in t if k.startswith("hidden_states.")]
     if stacked is not None and numbered:
         raise StatesError(f"{str(folder / DUMP_FILE)!r} holds both hidden_states and {numbered[0]}: give one")
     if stacked is None:
