@@ -75,6 +75,9 @@ def probe_command(
     hidden_states: Optional[Path] = typer.Option(None, "--hidden-states", help="instead of a model: the table of the "
                                                  "hidden states in this folder (probe --save-states, or a transformers "
                                                  "output_hidden_states dump; see docs/models.md)"),
+    parity: bool = typer.Option(False, "--parity", help="instead of the metrics: per hidden_states entry, the "
+                                "largest |Δ| between the recorded point and transformers' output_hidden_states, "
+                                "against 8·eps(dtype)·max|x|; exit 2 above it"),
     allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
 ) -> None:
     """Per-layer μ, rank fraction, σ_min, avg |cos| (or --metrics) of models' hidden states on real text."""
@@ -82,6 +85,9 @@ def probe_command(
     if hidden_states is not None:
         _probe_recorded(hidden_states, metrics, fmt, out, allow_nonempty, batch_size)
         return
+    if parity:
+        refuse_options(_PARITY_OPTIONS, "--parity compares the model's own forward pass with transformers', "
+                       "without interventions or outputs")
     for flag, path in (("--text-file", text_file), ("--windows-file", windows_file)):
         _check_input_file(flag, path)  # before anything heavy is imported
     if influence:
@@ -144,6 +150,11 @@ def probe_command(
         loaded = models.load_model(model, gguf_file=gguf_file, device=dev, tokenizer=tok)
         check_positions(loaded, wins.n_tokens)  # before anything is written
         notes += [f"note: {note}" for note in loaded.notes if f"note: {note}" not in notes]
+        if parity:
+            from ..models.parity import parity as parity_table
+
+            runs.append((loaded, wins, parity_table(loaded, wins, batch_size=batch_size)))
+            continue
         if influence:
             from ..models.influence import measure_influence
 
@@ -159,6 +170,10 @@ def probe_command(
             runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
                                                    batch_size=batch_size, points=points, metrics=metric_names,
                                                    clip_massive=clip_massive)))
+    if parity:
+        _report_parity([table for _, _, table in runs], fmt)
+        _echo_notes(notes)
+        return
     if influence:
         from ._probe_influence import report_influence
 
@@ -217,6 +232,30 @@ def print_probe_table(table: Any, fmt: str, doc: dict[str, Any] | None = None) -
         _print_summary(table)
         return True
     return False
+
+
+#: The options ``--parity`` uses: which model, which windows, where it runs.
+_PARITY_OPTIONS = ("model_arg", "model", "corpus", "text_file", "windows", "length", "gguf_file", "tokenizer",
+                   "windows_file", "batch_size", "seed", "device", "fmt", "parity")
+
+
+def _report_parity(tables: list[Any], fmt: str) -> None:
+    """Print each model's parity table (:func:`rankcollapse.models.parity.parity`), then
+    fail with one line if any point is above its bound."""
+    from ..models.parity import check_parity
+
+    rows = [{"model": t.attrs["model"], "dtype": t.attrs["dtype"], **r} for t in tables for r in t.to_dict("records")]
+    if fmt == "json":
+        print_json({"models": [{"model": t.attrs["model"], "family": t.attrs["family"], "dtype": t.attrs["dtype"],
+                                "points": t.to_dict("records")} for t in tables]})
+    elif fmt in ("csv", "markdown"):
+        print_records(rows, fmt)
+    else:
+        print_table(make_table("parity with transformers' output_hidden_states (max over real tokens)",
+                               list(rows[0]), ([f"{v:.3g}" if isinstance(v, float) else str(v) for v in r.values()]
+                                               for r in rows)))
+    for t in tables:
+        check_parity(t)
 
 
 #: The options ``--hidden-states`` uses; every other one needs a live model.

@@ -304,6 +304,19 @@ def point_names(stack: Stack, detail: str = "hidden_states") -> list[str]:
     return names
 
 
+def hidden_states_points(family_name: str, n_layers: int, prefix: str = "") -> list[str | None]:
+    """The point name of each of the ``n_layers + 1`` entries of transformers'
+    ``output_hidden_states`` for a family: ``embeddings``, ``layer.k.output``, and last
+    ``final_norm`` where the family's stack ends in a final norm (transformers returns
+    the last entry after it), ``layer.{L-1}.output`` where it has none (BERT, RoBERTa,
+    ALBERT), ``None`` for the generic family (whether its last entry is normed is not
+    known here)."""
+    fam = family(family_name)
+    last: str | None = (f"{prefix}final_norm" if fam.final_norm else
+                        None if fam is GENERIC else block_output(n_layers - 1, prefix))
+    return [point_after(t, prefix) for t in range(n_layers)] + [last]
+
+
 def depth_of(name: str, stack: Stack) -> int:
     """The ``hidden_states`` index a point belongs to: 0 for ``embeddings`` and
     ``layer.0.input``, k+1 for every point inside block k, L for ``final_norm``."""

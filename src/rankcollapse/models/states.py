@@ -241,8 +241,8 @@ def _read_dump(folder: Path) -> States:
                           "(model.config.save_pretrained(DIR)), which says how to label the last entry")
     config = read_user_json(config_path, "model config", error=StatesError)
     model_type = config.get("model_type") if isinstance(config, dict) else None
-    family = families.family_of(model_type) if isinstance(model_type, str) else "generic"
-    if family == "generic":
+    family = families.family_of(model_type) if isinstance(model_type, str) else families.GENERIC.name
+    if family == families.GENERIC.name:
         raise StatesError(f"{str(config_path)!r}: model_type {model_type!r} is not a family whose last hidden_states "
                           f"entry is known (known: {', '.join(families.MODEL_TYPES)}); save the states with "
                           "probe --save-states instead")
@@ -263,8 +263,7 @@ def _read_dump(folder: Path) -> States:
         raise StatesError(f"{str(folder / DUMP_FILE)!r}: hidden_states has shape {tuple(stacked.shape)}, "
                           "expected (L + 1, B, N, d) with L >= 1")
     n_layers = int(stacked.shape[0]) - 1
-    last = "final_norm" if families.family(family).final_norm else f"layer.{n_layers - 1}.output"
-    points = ("embeddings", *(f"layer.{k}.output" for k in range(n_layers - 1)), last)
+    points = tuple(families.hidden_states_points(family, n_layers))
     B, N = int(stacked.shape[1]), int(stacked.shape[2])
     t["hidden_states"] = stacked.transpose(0, 1)  # (B, L + 1, N, d)
     t.setdefault("attention_mask", torch.ones(B, N, dtype=torch.long))
