@@ -46,7 +46,8 @@ def _print_table(report, shape: tuple) -> None:
 
 
 def metrics_command(
-    file: Optional[Path] = typer.Argument(None, help="A .npy array of tokens, shape (N, d) or (B, N, d)."),
+    file: Optional[Path] = typer.Argument(None, metavar="FILE",
+                                          help="A .npy array of tokens, shape (N, d) or (B, N, d)."),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     names: Optional[str] = typer.Option(None, "--metrics", help="Comma-separated metric names (default: all)."),
     padding_mask: Optional[Path] = typer.Option(
@@ -64,7 +65,8 @@ def metrics_command(
         "output_hidden_states dump); prints the per-layer table of probe (default metrics: probe's)."
     ),
 ) -> None:
-    """Compute collapse and anisotropy metrics of a saved token array."""
+    """Compute collapse and anisotropy metrics of a saved token array (or, with --states, the per-layer
+    table of saved hidden states)."""
     check_format(fmt)
     if states is not None:
         _states_table(states, file, names, fmt)

@@ -257,7 +257,8 @@ def _read_dump(folder: Path) -> States:
                               "hidden_states.0 ... hidden_states.L (B, N, d)")
         shapes = {tuple(t[k].shape) for k in want}
         if len(shapes) != 1:
-            raise StatesError(f"{str(folder / DUMP_FILE)!r}: hidden_states.0 ... have different shapes {sorted(shapes)}")
+            raise StatesError(f"{str(folder / DUMP_FILE)!r}: hidden_states.0 ... have different shapes "
+                              f"{sorted(shapes)}")
         stacked = torch.stack([t.pop(k) for k in want])
     if stacked.ndim != 4 or stacked.shape[0] < 2:
         raise StatesError(f"{str(folder / DUMP_FILE)!r}: hidden_states has shape {tuple(stacked.shape)}, "
