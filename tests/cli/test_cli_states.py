@@ -86,6 +86,8 @@ def test_save_states_refusals(model_dir, tmp_path):
     (tmp_path / "mine" / "notes.txt").write_text("keep")
     for extra, why in ((["--save-states", "o", "--out", "o"], "a folder of its own, not the --out folder"),
                        (["--save-states", "o", "--control", "random-init"], "drop --control"),
+                       (["--save-states", "o", "--points", "hidden_states,module:h.0.attn"],
+                        "module:h.0.attn (a module's output) is not one of them"),
                        (["--save-states", "mine"], "--save-states 'mine' is a non-empty folder that no run wrote")):
         code, _, err = check_run([*_live(model_dir), *extra], tmp_path)
         assert code == 2 and why in err, err

@@ -120,7 +120,7 @@ def probe_command(
         raise ConfigError(f"{'--attentions' if attentions else '--gguf-file'} applies to one model: give one --model")
     if save_states is not None:
         _check_save_states(save_states, out, influence=influence, control=control, n_models=len(names),
-                           allow_nonempty=allow_nonempty)
+                           points=points, allow_nonempty=allow_nonempty)
     if out is not None:
         from .._outdir import check_out
 
@@ -303,12 +303,16 @@ def refuse_options(allowed: tuple[str, ...], why: str) -> None:
 
 
 def _check_save_states(folder: Path, out: Optional[Path], *, influence: bool, control: Optional[str], n_models: int,
-                       allow_nonempty: bool) -> None:
+                       points: str, allow_nonempty: bool) -> None:
     """``--save-states``: one model's metrics run, into a folder of its own (checked
     before any model loads)."""
     if influence or control is not None or n_models > 1:
         what = "--influence" if influence else "--control" if control is not None else "several --model"
         raise ConfigError(f"--save-states writes one model's hidden states of a metrics run; drop {what}")
+    module = next((p.strip() for p in points.split(",") if p.strip().startswith("module:")), None)
+    if module is not None:
+        raise ConfigError(f"--save-states holds the residual-stream points; {module} (a module's output) is not one "
+                          "of them: drop it from --points")
     if out is not None and os.path.abspath(out) == os.path.abspath(folder):
         raise ConfigError("--save-states needs a folder of its own, not the --out folder")
     from .._outdir import check_out
