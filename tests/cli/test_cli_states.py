@@ -57,6 +57,17 @@ def test_saved_states_give_the_probe_table(model_dir, tmp_path):
         ["COMPLETE", "probe.csv", "probe.json", "probe.png"]
 
 
+def test_saved_attention_rows_give_the_probe_attention_entropy(model_dir, tmp_path):
+    from ._harness import invoke
+
+    live_argv = [*_live(model_dir)[:-2], "--metrics", "attention_entropy,mu", "--format", "csv"]
+    code, live, err = invoke([*live_argv, "--attentions", "--save-states", "states"], tmp_path)
+    assert code == 0, err
+    code, read, err = check_run(["metrics", "--states", "states", "--metrics", "attention_entropy,mu",
+                                 "--format", "csv"], tmp_path)
+    assert code == 0 and read == live and "layer.1.attention" in read, err
+
+
 @pytest.mark.parametrize("argv, why", [
     (["metrics"], "give FILE (a .npy token array) or --states DIR"),
     (["metrics", "x.npy", "--states", "states"], "give FILE or --states, not both"),
@@ -64,7 +75,7 @@ def test_saved_states_give_the_probe_table(model_dir, tmp_path):
     (["metrics", "--states", "states", "--dtype", "float32"], "--dtype cannot be applied"),
     (["probe", "--hidden-states", "states", "--model", "minilm"], "--model cannot be applied"),
     (["probe", "--hidden-states", "states", "--mask", "causal"], "--mask cannot be applied"),
-    (["probe", "--hidden-states", "states", "--metrics", "sink_mass"], "attention metrics need the model"),
+    (["probe", "--hidden-states", "states", "--metrics", "sink_mass"], "the sink metrics need the model"),
     (["metrics", "--states", "nowhere"], "does not exist or is not a folder"),
     (["metrics", "--states", "empty"], "holds neither states.json"),
     (["metrics", "--states", "fifo"], "is not a regular file"),

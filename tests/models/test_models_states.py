@@ -53,6 +53,47 @@ def test_round_trip_keeps_interventions_and_exclude_special(make_tiny, make_wind
     assert table.attrs["mask"] == "causal_sliding_window:w=3" and table.attrs["drop"] == ["mlp:1"]
 
 
+@pytest.mark.parametrize("kind, mask", [("gpt2", None), ("bert", None), ("gpt2", "causal_sliding_window:w=3"),
+                                        ("t5", None)])
+def test_saved_attention_rows_give_the_probe_attention_entropy(kind, mask, make_tiny, make_windows_tiny, tmp_path):
+    model, wins = make_tiny(kind), make_windows_tiny(4, 10, pad_last=3)
+    metrics = ["rank_fraction", "attention_entropy"]
+    live = probe(model, wins, metrics=metrics, mask=mask, batch_size=2, progress=False)
+    save_states(tmp_path, capture_states(model, wins, mask=mask, batch_size=2, attentions=True))
+    back = read_states(tmp_path)
+    n_blocks = 4 if kind == "t5" else 3
+    assert back.attentions.shape == (4, n_blocks, 4, 10, 10) and back.attentions.dtype == torch.float32
+    assert back.attention_points[0].endswith("layer.0.attention")
+    table = states_table(back, metrics, batch_size=2)
+    pd.testing.assert_frame_equal(table, live, check_exact=False, rtol=1e-12)
+    assert (table.loc[table["metric"] == "attention_entropy", "mean"].between(0, 1)).all()
+
+
+def test_bad_attention_rows_are_refused(make_tiny, make_windows_tiny, tmp_path):
+    save_states(tmp_path, capture_states(make_tiny("gpt2"), make_windows_tiny(), attentions=True))
+    A = read_states(tmp_path).attentions
+    _rewrite(tmp_path, attentions=A[:, :2].contiguous())
+    with pytest.raises(StatesError, match=r"attentions is torch.float32 \(3, 2, 4, 10, 10\); expected"):
+        read_states(tmp_path)
+    bad = A.clone()
+    bad[0, 0, 0, 0, 0] = float("nan")
+    _rewrite(tmp_path, attentions=bad)
+    with pytest.raises(StatesError, match="attentions holds NaN or inf"):
+        read_states(tmp_path)
+    _rewrite(tmp_path, attentions=A)
+    _edit_sidecar(tmp_path, attention_points=["layer.0.attention", "layer.1.attention", "layer.5.attention"])
+    with pytest.raises(StatesError, match="'layer.5.attention' is not an attention point"):
+        read_states(tmp_path)
+    _edit_sidecar(tmp_path, attention_points=[])
+    with pytest.raises(StatesError, match="attention_points and the tensor attentions come together"):
+        read_states(tmp_path)
+
+
+def test_attention_entropy_needs_saved_rows(saved):
+    with pytest.raises(ConfigError, match="probe --save-states DIR --attentions"):
+        states_table(read_states(saved), ["attention_entropy"])
+
+
 @pytest.mark.parametrize("kind, last", [("gpt2", "final_norm"), ("bert", "layer.2.output")])
 @pytest.mark.parametrize("numbered", [False, True])
 def test_transformers_dump_gives_the_live_table(kind, last, numbered, make_tiny, tmp_path):
@@ -197,5 +238,5 @@ def test_dump_refusals(make_tiny, tmp_path):
 def test_module_points_and_attention_metrics_are_refused(make_tiny, make_windows_tiny, saved):
     with pytest.raises(ConfigError, match="module:h.0.attn"):
         capture_states(make_tiny("gpt2"), make_windows_tiny(), points="hidden_states,module:h.0.attn")
-    with pytest.raises(ConfigError, match="attention metrics need the model"):
-        states_table(read_states(saved), ["attention_entropy"])
+    with pytest.raises(ConfigError, match="the sink metrics need the model"):
+        states_table(read_states(saved), ["sink_mass"])

@@ -61,7 +61,8 @@ def probe_command(
                                           "freshly initialised (seeded with --seed) on the same windows, side by "
                                           "side (rows tagged model)"),
     device: str = typer.Option("cpu", "--device", help="torch device for the model and metrics, e.g. cpu or cuda:0"),
-    attentions: bool = typer.Option(False, "--attentions", help="also write attention probabilities to OUT/attentions.npz"),
+    attentions: bool = typer.Option(False, "--attentions", help="also write attention probabilities to "
+                                    "OUT/attentions.npz, and with --save-states into the states"),
     fmt: str = typer.Option("table", "--format", help="stdout: table, json (one object), csv or markdown"),
     out: Optional[Path] = typer.Option(None, "--out", help="folder: probe.csv, probe.json, probe.png, windows.npz "
                                        "(windows_K.npz per model with several --model)"),
@@ -114,8 +115,9 @@ def probe_command(
             raise ConfigError(f"unknown --control {control!r}; choose from {', '.join(CONTROLS)}")
     if control is not None and attentions:
         raise ConfigError("--attentions writes one model's maps: give it without --control")
-    if attentions and out is None:
-        raise ConfigError("--attentions writes OUT/attentions.npz: give --out too")
+    if attentions and out is None and save_states is None:
+        raise ConfigError("--attentions writes OUT/attentions.npz (or, with --save-states, into the states): "
+                          "give --out or --save-states too")
     if len(names) > 1 and (attentions or gguf_file is not None):
         raise ConfigError(f"{'--attentions' if attentions else '--gguf-file'} applies to one model: give one --model")
     if save_states is not None:
@@ -193,7 +195,7 @@ def probe_command(
         from ..models.states import capture_states
 
         states = capture_states(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
-                                batch_size=batch_size, points=points, clip_massive=clip_massive)
+                                batch_size=batch_size, points=points, clip_massive=clip_massive, attentions=attentions)
     if out is not None:
         from .._outdir import writing
 

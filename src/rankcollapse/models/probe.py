@@ -359,10 +359,20 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
         found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config, padding_of, tuple(sinks))
         for key, v in found.items():
             values.setdefault(key, []).append(v.detach().cpu().double())
-    for name, A in (rec.attention_maps.items() if entropy else ()):
+    if entropy:
+        add_attention_entropy(rec.attention_maps, loaded.family, mask, am, values)
+
+
+def add_attention_entropy(maps: dict[str, torch.Tensor], family_name: str, mask: Any, am: torch.Tensor,
+                          values: dict[tuple[str, str], list[torch.Tensor]]) -> None:
+    """``attention_entropy`` of each block's attention probabilities ``(B, H, N, N)`` of one
+    batch, appended to ``values[(point, "attention_entropy")]``: allowed keys as
+    :func:`attention_allowed`, less padding (``am``, ``(B, N)``, 1 = real). The live probe
+    and the tables of saved states both measure here."""
+    for name, A in maps.items():
         decoder = name.startswith("decoder.")
         pad = decoder_padding(am.bool()) if decoder else am.bool()  # keys: every real token
-        allowed = attention_allowed(loaded, mask, name, windows.n_tokens)
+        allowed = allowed_keys(family_name, mask, name, int(am.shape[-1]))
         v = attention_entropy(A, allowed, padding_mask=pad.to(A.device))
         values.setdefault((name, "attention_entropy"), []).append(v.detach().cpu().double())
 
@@ -430,11 +440,16 @@ def attention_allowed(loaded: Any, mask: Any, point: str, n_tokens: int) -> torc
     (``{prefix}layer.k.attention``) may attend to before padding: the replacement
     ``mask`` (a schedule's layer ``k``), else the model's own pattern (causal for
     causal families and T5's decoder, complete otherwise)."""
+    return allowed_keys(loaded.family, mask, point, n_tokens)
+
+
+def allowed_keys(family_name: str, mask: Any, point: str, n_tokens: int) -> torch.Tensor:
+    """:func:`attention_allowed` of a family given by name (no model needed)."""
     from ..masks import dense_mask, is_schedule, parse_schedule
 
     k = int(point.rsplit(".", 2)[-2])
     if mask is None:
-        causal = families.family(loaded.family).causal or point.startswith("decoder.")
+        causal = families.family(family_name).causal or point.startswith("decoder.")
         return dense_mask("causal" if causal else "complete", n_tokens)
     if is_schedule(mask):
         return parse_schedule(mask, n_tokens).layer(k).to_dense()

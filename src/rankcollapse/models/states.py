@@ -7,6 +7,8 @@ One folder layout (``probe --save-states DIR``, :func:`save_states`):
     ``[window, point, token, d]``: the tokens of every recorded point of every window;
     ``attention_mask``: int64 ``(n_windows, N)``, 1 = real token, 0 = padding;
     ``input_ids`` and ``special_tokens_mask`` ``(n_windows, N)`` when known.
+    ``attentions`` (on request): float32 ``(n_windows, n_blocks, H, N, N)``, each
+    block's attention probabilities (``[window, block, head, query, key]``).
 ``DIR/states.json``
     what the axes mean: ``format`` (``"rankcollapse.states"``), ``version`` (1),
     ``layout`` (``["window", "point", "token", "d"]``), ``points`` (point names of
@@ -14,7 +16,8 @@ One folder layout (``probe --save-states DIR``, :func:`save_states`):
     in axis order), ``n_layers`` (blocks per stack prefix, ``{"": L}``; gives each point's
     ``layer``), ``window_ids`` (each window's row in the windows it came from), ``model``,
     ``family``, ``dtype`` (of ``hidden_states``) and the interventions the states were
-    captured under (``mask``, ``d_qk_scale``, ``d_qk``, ``drop``, ``clip_massive``).
+    captured under (``mask``, ``d_qk_scale``, ``d_qk``, ``drop``, ``clip_massive``);
+    with attentions, ``attention_points`` (``layer.k.attention``, axis 1 of ``attentions``).
 
 A transformers ``output_hidden_states`` dump is read as well (:func:`read_states`): a
 folder holding ``hidden_states.safetensors`` with either one tensor ``hidden_states``
@@ -72,6 +75,9 @@ class States:
     model, family : where the states come from (None when unknown).
     input_ids, special_tokens_mask : ``(n_windows, N)``, when known.
     settings : the interventions of the capture (``mask``, ``drop``...).
+    attentions : float32 ``(n_windows, n_attention_points, H, N, N)``, each block's
+        attention probabilities, when captured (``attentions=True``).
+    attention_points : ``{prefix}layer.k.attention`` names of axis 1 of ``attentions``.
     """
 
     hidden_states: torch.Tensor
@@ -84,6 +90,8 @@ class States:
     input_ids: torch.Tensor | None = None
     special_tokens_mask: torch.Tensor | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    attentions: torch.Tensor | None = None
+    attention_points: tuple[str, ...] = ()
 
     def layer(self, point: str) -> int:
         """The ``layer`` column of ``point`` (:func:`rankcollapse.points.layer_of`)."""
@@ -98,9 +106,11 @@ def _layer(point: str, n_layers: dict[str, int]) -> int:
 @torch.no_grad()
 def capture_states(loaded: Any, windows: Windows, *, mask: Any = None, d_qk_scale: float = 1.0,
                    drop: Sequence[str] | str = (), d_qk: float | None = None, batch_size: int = 8,
-                   points: Sequence[str] | str = "hidden_states", clip_massive: bool = False) -> States:
+                   points: Sequence[str] | str = "hidden_states", clip_massive: bool = False,
+                   attentions: bool = False) -> States:
     """The hidden states :func:`~rankcollapse.models.probe` measures, under the same
-    interventions, on CPU in the model's dtype.
+    interventions, on CPU in the model's dtype; with ``attentions``, also every block's
+    attention probabilities (float32, recorded in the same pass under eager attention).
 
     Raises
     ------
@@ -125,21 +135,26 @@ def capture_states(loaded: Any, windows: Windows, *, mask: Any = None, d_qk_scal
     if modules:
         raise ConfigError(f"saved states hold the residual-stream points; {modules[0]} (a module's output) is not "
                           "one of them: record it with --points, not --save-states")
+    stack_list = families.stacks(loaded.model, loaded.family)
+    attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attentions else []
     parts: list[torch.Tensor] = []
+    maps: list[torch.Tensor] = []
     for start in range(0, windows.n_samples, batch_size):
         ids = windows.input_ids[start : start + batch_size]
         am = windows.attention_mask[start : start + batch_size]
         rec, _ = _record_batch(loaded, model_inputs(loaded, ids, am), am, mask, d_qk_scale, drop, point_list,
-                               clip_massive=clip_massive)
+                               attentions=attentions, clip_massive=clip_massive)
         parts.append(torch.stack([rec.outputs[p].detach().cpu() for p in point_list], dim=1))  # (b, P, N, d)
-    stack_list = families.stacks(loaded.model, loaded.family)
+        if attentions:  # (b, A, H, N, N)
+            maps.append(torch.stack([rec.attention_maps[p].detach().float().cpu() for p in attn_points], dim=1))
     settings = {"mask": str(getattr(mask, "spec", mask)) if mask is not None else None,
                 "d_qk_scale": float(d_qk_scale), "d_qk": None if d_qk is None else float(d_qk),
                 "drop": split_drop(drop) if isinstance(drop, str) else list(drop), "clip_massive": bool(clip_massive)}
     return States(torch.cat(parts), tuple(point_list), windows.attention_mask.long().clone(),
                   {s.prefix: s.n_layers for s in stack_list}, tuple(range(windows.n_samples)),
                   model=loaded.name, family=loaded.family, input_ids=windows.input_ids.clone(),
-                  special_tokens_mask=windows.special_tokens_mask.clone(), settings=settings)
+                  special_tokens_mask=windows.special_tokens_mask.clone(), settings=settings,
+                  attentions=torch.cat(maps) if attentions else None, attention_points=tuple(attn_points))
 
 
 def save_states(folder: str | Path, states: States) -> None:
@@ -157,12 +172,15 @@ def save_states(folder: str | Path, states: States) -> None:
         tensors["input_ids"] = states.input_ids.long().contiguous()
     if states.special_tokens_mask is not None:
         tensors["special_tokens_mask"] = states.special_tokens_mask.bool().contiguous()
+    if states.attentions is not None:
+        tensors["attentions"] = states.attentions.contiguous()
     with atomic_path(folder / STATES_FILE) as tmp:
         save_file(tensors, str(tmp))
     write_json_atomic(folder / SIDECAR, {
         "format": FORMAT, "version": VERSION, "layout": list(LAYOUT), "points": list(states.points),
         "n_layers": dict(states.n_layers), "window_ids": list(states.window_ids), "model": states.model,
         "family": states.family, "dtype": str(states.hidden_states.dtype).removeprefix("torch."),
+        **({"attention_points": list(states.attention_points)} if states.attentions is not None else {}),
         **states.settings,
     })
 
@@ -225,8 +243,11 @@ def _read_own(folder: Path) -> States:
                           "({prefix: blocks >= 1}) and window_ids (integers)")
     t = _tensors(folder / STATES_FILE)
     settings = {k: meta.get(k) for k in ("mask", "d_qk_scale", "d_qk", "drop", "clip_massive") if k in meta}
+    attn = meta.get("attention_points", [])
+    if not isinstance(attn, list) or not all(isinstance(p, str) for p in attn):
+        raise StatesError(f"{str(side)!r}: attention_points must be a list of names")
     states = _checked(t, tuple(points), n_layers, tuple(ids), folder / STATES_FILE, model=meta.get("model"),
-                      family=meta.get("family"), settings=settings)
+                      family=meta.get("family"), settings=settings, attention_points=tuple(attn))
     dtype = str(states.hidden_states.dtype).removeprefix("torch.")
     if meta.get("dtype") != dtype:
         raise StatesError(f"{str(side)!r} says dtype {meta.get('dtype')!r} but hidden_states is {dtype}")
@@ -276,7 +297,7 @@ def _checked(t: dict[str, torch.Tensor], points: tuple[str, ...], n_layers: dict
              window_ids: tuple[int, ...], path: Path, **kw: Any) -> States:
     """``States`` from a file's tensors, every shape, dtype and value checked."""
     where = str(path)
-    extra = sorted(set(t) - {"hidden_states", "attention_mask", "input_ids", "special_tokens_mask"})
+    extra = sorted(set(t) - {"hidden_states", "attention_mask", "input_ids", "special_tokens_mask", "attentions"})
     if extra:
         raise StatesError(f"{where!r} holds the unknown tensor {extra[0]!r}")
     X = t.get("hidden_states")
@@ -307,8 +328,27 @@ def _checked(t: dict[str, torch.Tensor], points: tuple[str, ...], n_layers: dict
     if bool(bad.any()):
         w, p, _ = (int(i) for i in bad.nonzero()[0])
         raise StatesError(f"{where!r}: hidden_states holds NaN or inf at {points[p]} of window {window_ids[w]}")
+    attn_points = kw.get("attention_points", ())
+    A = t.get("attentions")
+    if (A is None) != (not attn_points):
+        raise StatesError(f"{where!r}: the sidecar's attention_points and the tensor attentions come together")
+    if A is not None:
+        if A.ndim != 5 or A.dtype not in _FLOATS or tuple(A.shape[:2]) != (W, len(attn_points)) \
+                or tuple(A.shape[3:]) != (N, N):
+            raise StatesError(f"{where!r}: attentions is {A.dtype} {tuple(A.shape)}; expected a float tensor "
+                              f"({W}, {len(attn_points)}, heads, {N}, {N})")
+        for p in attn_points:
+            try:
+                if not p.endswith(".attention"):
+                    raise ValueError(p)
+                _layer(p[: -len("attention")] + "output", n_layers)
+            except (ValueError, KeyError):
+                raise StatesError(f"{where!r}: {p!r} is not an attention point (layer.k.attention) of a network of "
+                                  f"{n_layers} layers") from None
+        if not bool(torch.isfinite(A).all()):
+            raise StatesError(f"{where!r}: attentions holds NaN or inf")
     return States(X, points, am.long(), dict(n_layers), window_ids, input_ids=t.get("input_ids"),
-                  special_tokens_mask=t.get("special_tokens_mask"), **kw)
+                  special_tokens_mask=t.get("special_tokens_mask"), attentions=A, **kw)
 
 
 def state_metrics(metrics: Sequence[str] | None) -> tuple[str, ...]:
@@ -324,10 +364,10 @@ def state_metrics(metrics: Sequence[str] | None) -> tuple[str, ...]:
     from .probe import PROBE_DEFAULT_METRICS
 
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
-    unknown = [n for n in names if n not in METRICS]
+    unknown = [n for n in names if n not in METRICS and n != "attention_entropy"]
     if unknown:
-        raise ConfigError(f"{unknown[0]!r} is not a metric of hidden states ({', '.join(METRICS)}); attention "
-                          "metrics need the model (a live probe)")
+        raise ConfigError(f"{unknown[0]!r} is not a metric of hidden states ({', '.join(METRICS)}) or "
+                          "attention_entropy (of saved attentions); the sink metrics need the model (a live probe)")
     return names
 
 
@@ -353,9 +393,14 @@ def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_
         A metric of attention (it needs the model), an unknown metric, or
         ``exclude_special`` without a ``special_tokens_mask``.
     """
-    from .probe import _summarise, add_point_metrics
+    from .probe import _summarise, add_attention_entropy, add_point_metrics
 
     names = state_metrics(metrics)
+    entropy = "attention_entropy" in names
+    names = tuple(n for n in names if n != "attention_entropy")
+    if entropy and states.attentions is None:
+        raise ConfigError("attention_entropy needs attention rows, which these states do not hold: save them with "
+                          "probe --save-states DIR --attentions")
     if exclude_special and states.special_tokens_mask is None:
         raise ConfigError("exclude_special needs the states' special_tokens_mask, which they do not hold")
     X, W = states.hidden_states, states.hidden_states.shape[0]
@@ -366,9 +411,17 @@ def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_
         if exclude_special:
             real = real & ~states.special_tokens_mask[start : start + batch_size].bool()
         outputs = {p: chunk[:, i] for i, p in enumerate(states.points)}
-        add_point_metrics(outputs, tuple(real.shape), real, names, values)
-    df = _summarise(values, [(p, names) for p in states.points], [], per_window,
-                    {p: states.layer(p) for p in states.points})
+        if names:
+            add_point_metrics(outputs, tuple(real.shape), real, names, values)
+        if entropy:
+            maps = {p: states.attentions[start : start + batch_size, i] for i, p in enumerate(states.attention_points)}
+            add_attention_entropy(maps, states.family or families.GENERIC.name, states.settings.get("mask"),
+                                  states.attention_mask[start : start + batch_size], values)
+    attn = list(states.attention_points) if entropy else []
+    df = _summarise(values, [(p, names) for p in (states.points if names else ())]
+                    + [(p, ("attention_entropy",)) for p in attn], [], per_window,
+                    {**{p: states.layer(p) for p in states.points},
+                     **{p: states.layer(p[: -len("attention")] + "output") for p in attn}})
     settings = {"mask": None, "d_qk_scale": 1.0, "d_qk": None, "drop": [], **states.settings}
     clip = settings.pop("clip_massive", False)
     df.attrs.update(model=states.model, family=states.family, notes=[], **settings, n_windows=int(W),
