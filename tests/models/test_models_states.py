@@ -69,6 +69,23 @@ def test_saved_attention_rows_give_the_probe_attention_entropy(kind, mask, make_
     assert (table.loc[table["metric"] == "attention_entropy", "mean"].between(0, 1)).all()
 
 
+def test_save_states_writes_only_its_own_names(make_tiny, make_windows_tiny, tmp_path):
+    """Through the output-folder module: a user's folder or a planted link is refused, untouched."""
+    states = capture_states(make_tiny("gpt2"), make_windows_tiny())
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(ConfigError, match="non-empty folder that no run wrote"):
+        save_states(tmp_path / "mine", states)
+    save_states(tmp_path / "mine", states, allow_nonempty=True)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "victim.json").write_text("{}")
+    (tmp_path / "linked" / SIDECAR).symlink_to(tmp_path / "victim.json")
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        save_states(tmp_path / "linked", states, allow_nonempty=True)
+    assert (tmp_path / "victim.json").read_text() == "{}"
+
+
 def test_bad_attention_rows_are_refused(make_tiny, make_windows_tiny, tmp_path):
     save_states(tmp_path, capture_states(make_tiny("gpt2"), make_windows_tiny(), attentions=True))
     A = read_states(tmp_path).attentions

@@ -207,12 +207,9 @@ def probe_command(
     if maps is not None:
         typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
     if save_states is not None:
-        from .._outdir import writing
-        from ..models.states import STATE_NAMES, save_states as write_states
+        from ..models.states import save_states as write_states
 
-        with writing(save_states, "states\n", STATE_NAMES, allow_nonempty=allow_nonempty,
-                     flags="--save-states") as stage:
-            write_states(stage, states)
+        write_states(save_states, states, allow_nonempty=allow_nonempty, flags="--save-states")
         typer.echo(f"wrote {save_states}/states.safetensors {tuple(states.hidden_states.shape)} "
                    "(window, point, token, d), states.json", err=True)
     if print_probe_table(table, fmt, doc):

@@ -157,16 +157,29 @@ def capture_states(loaded: Any, windows: Windows, *, mask: Any = None, d_qk_scal
                   attentions=torch.cat(maps) if attentions else None, attention_points=tuple(attn_points))
 
 
-def save_states(folder: str | Path, states: States) -> None:
+def save_states(folder: str | Path, states: States, *, allow_nonempty: bool = False,
+                flags: bool | str = False) -> None:
     """Write ``states`` as ``folder/states.safetensors`` and ``folder/states.json`` (the
-    layout of the module docstring). ``folder`` is a staging folder of
-    :mod:`rankcollapse._outdir` (``probe --save-states``), which owns every write into a
-    user's folder."""
+    layout of the module docstring), through :mod:`rankcollapse._outdir` as every output
+    folder: only these names, no link followed, no file of another run or of the user
+    replaced, a failure leaves the previous contents whole.
+
+    Raises
+    ------
+    ConfigError, UnsafePathError, OutputBusyError
+        As :func:`rankcollapse._outdir.check_out` (``allow_nonempty`` and ``flags`` as there).
+    """
+    from .._outdir import writing
+
+    with writing(folder, "states\n", STATE_NAMES, allow_nonempty=allow_nonempty, flags=flags) as stage:
+        _write_states(stage, states)
+
+
+def _write_states(folder: Path, states: States) -> None:
     from safetensors.torch import save_file
 
     from .._io import atomic_path
 
-    folder = Path(folder)
     tensors = {"hidden_states": states.hidden_states.contiguous(), "attention_mask": states.attention_mask.long()}
     if states.input_ids is not None:
         tensors["input_ids"] = states.input_ids.long().contiguous()
