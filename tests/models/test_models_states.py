@@ -255,5 +255,7 @@ def test_dump_refusals(make_tiny, tmp_path):
 def test_module_points_and_attention_metrics_are_refused(make_tiny, make_windows_tiny, saved):
     with pytest.raises(ConfigError, match="module:h.0.attn"):
         capture_states(make_tiny("gpt2"), make_windows_tiny(), points="hidden_states,module:h.0.attn")
+    with pytest.raises(ConfigError, match="has no spec for states.json"):
+        capture_states(make_tiny("gpt2"), make_windows_tiny(), mask=torch.ones(10, 10, dtype=torch.bool).tril())
     with pytest.raises(ConfigError, match="the sink metrics need the model"):
         states_table(read_states(saved), ["sink_mass"])

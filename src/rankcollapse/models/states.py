@@ -115,8 +115,8 @@ def capture_states(loaded: Any, windows: Windows, *, mask: Any = None, d_qk_scal
     Raises
     ------
     ConfigError
-        ``module:PATH`` points (their widths differ from ``d``: not one tensor), or the
-        checks of :func:`~rankcollapse.models.probe` (positions, token ids).
+        ``module:PATH`` points (their widths differ from ``d``: not one tensor), a mask
+        without a spec (a bool tensor: the sidecar could not name it), or the checks of :func:`~rankcollapse.models.probe` (positions, token ids).
     ModelError, MaskError
         As :func:`~rankcollapse.models.probe`.
     """
@@ -135,6 +135,9 @@ def capture_states(loaded: Any, windows: Windows, *, mask: Any = None, d_qk_scal
     if modules:
         raise ConfigError(f"saved states hold the residual-stream points; {modules[0]} (a module's output) is not "
                           "one of them: record it with --points, not --save-states")
+    if mask is not None and not isinstance(mask, str) and not hasattr(mask, "spec"):
+        raise ConfigError(f"a mask given as {type(mask).__name__} has no spec for states.json to record; "
+                          "give a mask spec string or a rankcollapse.masks.Mask")
     stack_list = families.stacks(loaded.model, loaded.family)
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attentions else []
     parts: list[torch.Tensor] = []
