@@ -69,7 +69,7 @@ OUTPUT_NAMES = ("table.parquet", "table.csv", "claims.json", "config.json", "rep
 PRODUCED = (*OUTPUT_NAMES, "plots/*.png",
             "phase.parquet", "heatmap.png", "heatmap_*.png",
             "probe.csv", "probe.json", "probe.png", "windows.npz", "windows_*.npz", "geometry.md", "geometry.png",
-            "attentions.npz", "influence.csv", "influence.json",
+            "attentions.npz", "influence.csv", "influence.json", "states.safetensors", "states.json",
             "result.json", "mu_loglog.png",
             "schedules.csv", "schedules.json", "schedules.png",
             "system.json", "portrait_2d.png", "trajectories_3d.png",
@@ -199,7 +199,7 @@ def manifest(out: str | os.PathLike) -> set[str]:
 
 
 def check_out(out: str | os.PathLike, names: Iterable[str] = (), *, allow_nonempty: bool = False,
-              flags: bool = False) -> set[str]:
+              flags: bool | str = False) -> set[str]:
     """Check, before any work and without touching anything, that a run may write ``names``
     into the output folder ``out``; returns the previous run's files (:func:`manifest`).
 
@@ -214,12 +214,13 @@ def check_out(out: str | os.PathLike, names: Iterable[str] = (), *, allow_nonemp
     ConfigError
         ``out`` cannot be a folder, or is foreign and non-empty, or holds files of
         ``names`` no run wrote (each named); with ``flags`` the message names the
-        command line's ``--out`` and ``--allow-nonempty``.
+        command line's ``--out`` (or the flag ``flags`` names, e.g. ``"--save-states"``)
+        and ``--allow-nonempty``.
     UnsafePathError
         A link or non-regular file where the run would write, or an untrusted manifest.
     """
     out = Path(out)
-    option = "--out" if flags else "out"
+    option = flags if isinstance(flags, str) else ("--out" if flags else "out")
     check_writable(out, folder=True, option=option)
     if not out.is_dir():
         return set()
@@ -259,7 +260,7 @@ class OutputFolder:
     wait : when another live run holds the folder, wait for it instead of failing.
     poll_s : how often to retry while waiting.
     allow_nonempty : write into a non-empty folder that no run wrote, beside its files.
-    flags : name the command line's options (``--out``) in messages.
+    flags : name the command line's options (``--out``, or the flag given as a string) in messages.
 
     Raises
     ------
@@ -271,9 +272,9 @@ class OutputFolder:
     """
 
     def __init__(self, out: str | os.PathLike, names: Iterable[str] = (), *, wait: bool = False, poll_s: float = 1.0,
-                 allow_nonempty: bool = False, flags: bool = False) -> None:
+                 allow_nonempty: bool = False, flags: bool | str = False) -> None:
         self.out, self.wait, self.poll_s = Path(out), bool(wait), float(poll_s)
-        self.names, self.allow_nonempty, self.flags = tuple(names), bool(allow_nonempty), bool(flags)
+        self.names, self.allow_nonempty, self.flags = tuple(names), bool(allow_nonempty), flags
         self._fd: int | None = None
         self._fresh = False
 
@@ -321,7 +322,7 @@ class OutputFolder:
 
 @contextmanager
 def writing(out: str | os.PathLike, marker_text: str, names: Iterable[str] = (), *, allow_nonempty: bool = False,
-            flags: bool = True, wait: bool = False, keep: bool = False) -> Iterator[Path]:
+            flags: bool | str = True, wait: bool = False, keep: bool = False) -> Iterator[Path]:
     """Hold ``out`` (:class:`OutputFolder`) and yield a staging folder to write the run's
     files into; they are published (:func:`publish`, ``keep`` as there) when the block
     ends without error, and dropped otherwise. For commands that write at the end."""
@@ -372,7 +373,7 @@ def describe(info: dict[str, Any]) -> str:
     return f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}"
 
 
-def check_own_or_empty(out: Path, *, flags: bool = False) -> None:
+def check_own_or_empty(out: Path, *, flags: bool | str = False) -> None:
     """Refuse ``out`` when it is a non-empty folder that no run of this toolkit wrote
     (none of :data:`OWN_NAMES` in it): a run there would mix its outputs with files it
     does not know.
@@ -387,7 +388,8 @@ def check_own_or_empty(out: Path, *, flags: bool = False) -> None:
         return
     names = {p.name for p in out.iterdir()}
     if names and not names & set(OWN_NAMES):
-        o, allow = ("--out", "--allow-nonempty") if flags else ("out", "allow_nonempty=True")
+        o, allow = ((flags if isinstance(flags, str) else "--out"), "--allow-nonempty") if flags \
+            else ("out", "allow_nonempty=True")
         raise ConfigError(f"{o} {str(out)!r} is a non-empty folder that no run wrote ({len(names)} entries); "
                           f"choose a new or empty folder, or pass {allow} to write beside its files")
 

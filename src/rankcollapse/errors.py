@@ -30,6 +30,12 @@ class TokenizerError(DataError):
     vocabulary, or windows of fewer than 2 distinct ordinary tokens."""
 
 
+class StatesError(DataError):
+    """A folder of hidden states that cannot be read as one
+    (:func:`rankcollapse.models.read_states`): a missing or malformed sidecar, tensors of
+    the wrong shape or dtype, non-finite values, point names that are not the project's."""
+
+
 class AssetMissingError(RankCollapseError):
     """A model or corpus package is not installed; the message names the install command."""
 

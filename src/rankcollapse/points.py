@@ -27,3 +27,25 @@ def block_output(k: int, prefix: str = "") -> str:
 def point_after(t: int, prefix: str = "") -> str:
     """The point after ``t`` layers: ``embeddings`` for ``t = 0``, else ``layer.{t-1}.output``."""
     return f"{prefix}{INPUT}" if t == 0 else block_output(t - 1, prefix)
+
+
+def layer_of(point: str, n_layers: int) -> int:
+    """The ``layer`` of a point name (without a stack prefix) in a network of
+    ``n_layers`` blocks: 0 for ``embeddings`` and ``layer.0.input``, ``k + 1`` for every
+    other point inside block ``k`` (``layer.k.output``, ``layer.k.norm_1``...),
+    ``n_layers`` for ``final_norm``.
+
+    Raises
+    ------
+    ValueError
+        ``point`` is none of these names, or its block is not below ``n_layers``.
+    """
+    if point == INPUT:
+        return 0
+    if point == "final_norm":
+        return n_layers
+    parts = point.split(".", 2)
+    if len(parts) != 3 or parts[0] != "layer" or not parts[1].isdigit() or not parts[2] or int(parts[1]) >= n_layers:
+        raise ValueError(f"{point!r} is not a point of a network of {n_layers} layers (embeddings, layer.k.output "
+                         f"with k < {n_layers}, final_norm...)")
+    return int(parts[1]) + (0 if parts[2] == "input" else 1)

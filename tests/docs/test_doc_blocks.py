@@ -35,8 +35,10 @@ ILLUSTRATIVE = {
     r"--model (gpt2|t5-small|albert)": "hub checkpoints not installed here",
     r"\[--": "synopsis with optional arguments in brackets",
 }
-#: Commands that run only in the slow test (real models or a whole experiment job).
-SLOW = r"\bprobe\b|\breproduce\b|--input wiki|--input wikipedia|--pretrained|\bsimulate\b.*--model\b"
+#: Commands that run only in the slow test (real models, a whole experiment job, or the
+#: states a probe saved).
+SLOW = (r"\bprobe\b|\breproduce\b|--input wiki|--input wikipedia|--pretrained|\bsimulate\b.*--model\b"
+        r"|\bmetrics --states\b")  # reads the states a probe saved
 #: Smaller sizes for the test runs: (pattern, replacement), applied in order.
 SMALLER = [(r"--scale quick", "--scale smoke"), (r"--windows \d+", "--windows 2"),
            (r"(reproduce|probe)(.*)--n-samples \d+", r"\1\2--n-samples 2"),

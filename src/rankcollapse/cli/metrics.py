@@ -46,7 +46,8 @@ def _print_table(report, shape: tuple) -> None:
 
 
 def metrics_command(
-    file: Path = typer.Argument(..., help="A .npy array of tokens, shape (N, d) or (B, N, d)."),
+    file: Optional[Path] = typer.Argument(None, metavar="FILE",
+                                          help="A .npy array of tokens, shape (N, d) or (B, N, d)."),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     names: Optional[str] = typer.Option(None, "--metrics", help="Comma-separated metric names (default: all)."),
     padding_mask: Optional[Path] = typer.Option(
@@ -59,9 +60,19 @@ def metrics_command(
     max_memory: Optional[str] = typer.Option(
         None, "--max-memory", help="Memory the (N, N) pairwise metrics may use, e.g. 32GiB (default half the RAM)."
     ),
+    states: Optional[Path] = typer.Option(
+        None, "--states", help="Instead of FILE: a folder of hidden states (probe --save-states, or a transformers "
+        "output_hidden_states dump); prints the per-layer table of probe (default metrics: probe's)."
+    ),
 ) -> None:
-    """Compute collapse and anisotropy metrics of a saved token array."""
+    """Compute collapse and anisotropy metrics of a saved token array (or, with --states, the per-layer
+    table of saved hidden states)."""
     check_format(fmt)
+    if states is not None:
+        _states_table(states, file, names, fmt)
+        return
+    if file is None:
+        raise MetricError("give FILE (a .npy token array) or --states DIR (recorded hidden states)")
     if dtype not in _DTYPES:
         raise MetricError(f"--dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     X = _load_array(file, "token array")
@@ -79,6 +90,21 @@ def metrics_command(
         print_records(report.rows(), fmt)
     else:
         _print_table(report, tuple(X.shape))
+
+
+def _states_table(folder: Path, file: Optional[Path], names: Optional[str], fmt: str) -> None:
+    """``metrics --states DIR``: the probe's per-layer table of recorded hidden states
+    (:func:`rankcollapse.models.states.states_table`), printed as ``probe`` prints it."""
+    from .probe import _metric_names, print_probe_table, refuse_options
+
+    if file is not None:
+        raise MetricError(f"give FILE or --states, not both (got {str(file)!r} and --states {str(folder)!r})")
+    refuse_options(("states", "names", "fmt"), "--states measures each point as probe does (real tokens, "
+                   "float64, the model's own mask)")
+    from ..models.states import read_states, state_metrics, states_table
+
+    chosen = state_metrics(_metric_names(names))
+    print_probe_table(states_table(read_states(folder), chosen), fmt)
 
 
 def register(app: typer.Typer) -> None:

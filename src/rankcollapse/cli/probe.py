@@ -61,7 +61,8 @@ def probe_command(
                                           "freshly initialised (seeded with --seed) on the same windows, side by "
                                           "side (rows tagged model)"),
     device: str = typer.Option("cpu", "--device", help="torch device for the model and metrics, e.g. cpu or cuda:0"),
-    attentions: bool = typer.Option(False, "--attentions", help="also write attention probabilities to OUT/attentions.npz"),
+    attentions: bool = typer.Option(False, "--attentions", help="also write attention probabilities to "
+                                    "OUT/attentions.npz, and with --save-states into the states"),
     fmt: str = typer.Option("table", "--format", help="stdout: table, json (one object), csv or markdown"),
     out: Optional[Path] = typer.Option(None, "--out", help="folder: probe.csv, probe.json, probe.png, windows.npz "
                                        "(windows_K.npz per model with several --model)"),
@@ -69,10 +70,25 @@ def probe_command(
                                    "between the mask-only influence prediction and each input's measured influence "
                                    "on the last token (gradient norms, attention rollout); --out writes "
                                    "influence.csv and influence.json"),
+    save_states: Optional[Path] = typer.Option(None, "--save-states", help="folder: also write the recorded hidden "
+                                               "states, states.safetensors ([window, point, token, d]) and states.json "
+                                               "(points, window ids, model, dtype)"),
+    hidden_states: Optional[Path] = typer.Option(None, "--hidden-states", help="instead of a model: the table of the "
+                                                 "hidden states in this folder (probe --save-states, or a transformers "
+                                                 "output_hidden_states dump; see docs/models.md)"),
+    parity: bool = typer.Option(False, "--parity", help="instead of the metrics: per hidden_states entry, the "
+                                "largest |Δ| between the recorded point and transformers' output_hidden_states, "
+                                "against 8·eps(dtype)·max|x|; exit 2 above it"),
     allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
 ) -> None:
     """Per-layer μ, rank fraction, σ_min, avg |cos| (or --metrics) of models' hidden states on real text."""
     check_format(fmt)
+    if hidden_states is not None:
+        _probe_recorded(hidden_states, metrics, fmt, out, allow_nonempty, batch_size)
+        return
+    if parity:
+        refuse_options(_PARITY_OPTIONS, "--parity compares the model's own forward pass with transformers', "
+                       "without interventions or outputs")
     for flag, path in (("--text-file", text_file), ("--windows-file", windows_file)):
         _check_input_file(flag, path)  # before anything heavy is imported
     if influence:
@@ -99,10 +115,14 @@ def probe_command(
             raise ConfigError(f"unknown --control {control!r}; choose from {', '.join(CONTROLS)}")
     if control is not None and attentions:
         raise ConfigError("--attentions writes one model's maps: give it without --control")
-    if attentions and out is None:
-        raise ConfigError("--attentions writes OUT/attentions.npz: give --out too")
+    if attentions and out is None and save_states is None:
+        raise ConfigError("--attentions writes OUT/attentions.npz (or, with --save-states, into the states): "
+                          "give --out or --save-states too")
     if len(names) > 1 and (attentions or gguf_file is not None):
         raise ConfigError(f"{'--attentions' if attentions else '--gguf-file'} applies to one model: give one --model")
+    if save_states is not None:
+        _check_save_states(save_states, out, influence=influence, control=control, n_models=len(names),
+                           points=points, allow_nonempty=allow_nonempty)
     if out is not None:
         from .._outdir import check_out
 
@@ -132,6 +152,11 @@ def probe_command(
         loaded = models.load_model(model, gguf_file=gguf_file, device=dev, tokenizer=tok)
         check_positions(loaded, wins.n_tokens)  # before anything is written
         notes += [f"note: {note}" for note in loaded.notes if f"note: {note}" not in notes]
+        if parity:
+            from ..models.parity import parity as parity_table
+
+            runs.append((loaded, wins, parity_table(loaded, wins, batch_size=batch_size)))
+            continue
         if influence:
             from ..models.influence import measure_influence
 
@@ -147,6 +172,10 @@ def probe_command(
             runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
                                                    batch_size=batch_size, points=points, metrics=metric_names,
                                                    clip_massive=clip_massive)))
+    if parity:
+        _report_parity([table for _, _, table in runs], fmt)
+        _echo_notes(notes)
+        return
     if influence:
         from ._probe_influence import report_influence
 
@@ -162,6 +191,11 @@ def probe_command(
     # everything is computed before the first file is written: a failure leaves no partial folder
     maps = models.attention_maps(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
                                  batch_size=batch_size) if attentions else None
+    if save_states is not None:
+        from ..models.states import capture_states
+
+        states = capture_states(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
+                                batch_size=batch_size, points=points, clip_massive=clip_massive, attentions=attentions)
     if out is not None:
         from .._outdir import writing
 
@@ -172,16 +206,118 @@ def probe_command(
         typer.echo(f"wrote {out}/probe.csv, probe.png, windows.npz, probe.json", err=True)
     if maps is not None:
         typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
+    if save_states is not None:
+        from ..models.states import save_states as write_states
+
+        write_states(save_states, states, allow_nonempty=allow_nonempty, flags="--save-states")
+        typer.echo(f"wrote {save_states}/states.safetensors {tuple(states.hidden_states.shape)} "
+                   "(window, point, token, d), states.json", err=True)
+    if print_probe_table(table, fmt, doc):
+        for note in (models.embedding_rank_note(loaded, wins, table), models.layernorm_rank_note(loaded, wins, table)):
+            if note is not None:
+                typer.echo(note)
+    _echo_notes(notes)
+
+
+def print_probe_table(table: Any, fmt: str, doc: dict[str, Any] | None = None) -> bool:
+    """Print one probe table on stdout in ``fmt`` (``doc``: its :func:`to_json`); True for
+    the rich table, after which a caller may add its notes."""
+    doc = to_json(table) if doc is None else doc
     if fmt == "json":
         print_json(doc)
     elif fmt in ("csv", "markdown"):
         print_records(doc["layers"], fmt)
     else:
         _print_summary(table)
-        for note in (models.embedding_rank_note(loaded, wins, table), models.layernorm_rank_note(loaded, wins, table)):
-            if note is not None:
-                typer.echo(note)
-    _echo_notes(notes)
+        return True
+    return False
+
+
+#: The options ``--parity`` uses: which model, which windows, where it runs.
+_PARITY_OPTIONS = ("model_arg", "model", "corpus", "text_file", "windows", "length", "gguf_file", "tokenizer",
+                   "windows_file", "batch_size", "seed", "device", "fmt", "parity")
+
+
+def _report_parity(tables: list[Any], fmt: str) -> None:
+    """Print each model's parity table (:func:`rankcollapse.models.parity.parity`), then
+    fail with one line if any point is above its bound."""
+    from ..models.parity import check_parity
+
+    rows = [{"model": t.attrs["model"], "dtype": t.attrs["dtype"], **r} for t in tables for r in t.to_dict("records")]
+    if fmt == "json":
+        print_json({"models": [{"model": t.attrs["model"], "family": t.attrs["family"], "dtype": t.attrs["dtype"],
+                                "points": t.to_dict("records")} for t in tables]})
+    elif fmt in ("csv", "markdown"):
+        print_records(rows, fmt)
+    else:
+        print_table(make_table("parity with transformers' output_hidden_states (max over real tokens)",
+                               list(rows[0]), ([f"{v:.3g}" if isinstance(v, float) else str(v) for v in r.values()]
+                                               for r in rows)))
+    for t in tables:
+        check_parity(t)
+
+
+#: The options ``--hidden-states`` uses; every other one needs a live model.
+_RECORDED_OPTIONS = ("hidden_states", "metrics", "fmt", "out", "allow_nonempty", "batch_size")
+
+
+def _probe_recorded(folder: Path, metrics: Optional[str], fmt: str, out: Optional[Path], allow_nonempty: bool,
+                    batch_size: int) -> None:
+    """``probe --hidden-states DIR``: the table of recorded states
+    (:func:`rankcollapse.models.states.states_table`); ``--out`` gets probe.csv,
+    probe.json and probe.png."""
+    refuse_options(_RECORDED_OPTIONS, "--hidden-states measures recorded states, without a model")
+    from ..models.states import read_states, state_metrics, states_table
+
+    names = state_metrics(_metric_names(metrics))
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1 (got {batch_size})")
+    files = ("probe.csv", "probe.json", "probe.png")
+    if out is not None:
+        from .._outdir import check_out
+
+        check_out(out, files, allow_nonempty=allow_nonempty, flags=True)
+    table = states_table(read_states(folder), names, batch_size=batch_size)
+    doc = to_json(table)
+    if out is not None:
+        from .._outdir import writing
+
+        with writing(out, "probe\n", files, allow_nonempty=allow_nonempty) as stage:
+            write_outputs(stage, table, None, doc)
+        typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json", err=True)
+    print_probe_table(table, fmt, doc)
+
+
+def refuse_options(allowed: tuple[str, ...], why: str) -> None:
+    """Refuse every option given on the command line whose parameter is not in ``allowed``
+    (one line naming the first, and ``why``)."""
+    from ._click import get_current_context
+
+    ctx = get_current_context(silent=True)
+    given = _explicit_options()
+    for param in (ctx.command.params if ctx is not None else ()):
+        if param.name in given and param.name not in allowed:
+            flag = next((o for o in param.opts if o.startswith("--")), None) or param.metavar or param.name
+            raise ConfigError(f"{flag} cannot be applied: {why}")
+
+
+def _check_save_states(folder: Path, out: Optional[Path], *, influence: bool, control: Optional[str], n_models: int,
+                       points: str, allow_nonempty: bool) -> None:
+    """``--save-states``: one model's metrics run, into a folder of its own (checked
+    before any model loads)."""
+    if influence or control is not None or n_models > 1:
+        what = "--influence" if influence else "--control" if control is not None else "several --model"
+        raise ConfigError(f"--save-states writes one model's hidden states of a metrics run; drop {what}")
+    module = next((p.strip() for p in points.split(",") if p.strip().startswith("module:")), None)
+    if module is not None:
+        raise ConfigError(f"--save-states holds the residual-stream points; {module} (a module's output) is not one "
+                          "of them: drop it from --points")
+    if out is not None and os.path.abspath(out) == os.path.abspath(folder):
+        raise ConfigError("--save-states needs a folder of its own, not the --out folder")
+    from .._outdir import check_out
+    from ..models.states import STATE_NAMES
+
+    check_out(folder, STATE_NAMES, allow_nonempty=allow_nonempty, flags="--save-states")
 
 
 def _echo_notes(notes: list[str]) -> None:
@@ -369,9 +505,10 @@ def to_json(table: Any) -> dict[str, Any]:
 
 
 def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None:
-    """Table (CSV), plot, exact inputs (``windows.npz``) and the JSON document."""
+    """Table (CSV), plot, exact inputs (``windows.npz``, when ``wins`` is given) and the JSON document."""
     out.mkdir(parents=True, exist_ok=True)
-    wins.save(out / "windows.npz")
+    if wins is not None:  # None: recorded states (probe --hidden-states), no windows
+        wins.save(out / "windows.npz")
     with atomic_path(out / "probe.csv") as tmp:
         table.assign(model=doc["model"]).to_csv(tmp, index=False)
     write_json_atomic(out / "probe.json", doc)

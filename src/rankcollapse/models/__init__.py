@@ -2,7 +2,10 @@
 
 See ``docs/models.md``. Public API: :func:`load_model`, :class:`LoadedModel`,
 :class:`Recorder`, :func:`intervene`, :func:`probe`, :func:`embed`,
-:func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`, :func:`plot_layers`.
+:func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`, :func:`plot_layers`,
+and hidden states on disk: :class:`States`, :func:`capture_states`, :func:`save_states`,
+:func:`read_states`, :func:`states_table`; parity with transformers: :func:`parity`,
+:func:`check_parity`.
 
 Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``models`` may import
 ``metrics``, ``masks``, ``data``, ``points``, ``assets``, ``errors`` and the private
@@ -25,7 +28,9 @@ if TYPE_CHECKING:
         model_inputs, position_ids, probe,
     )
     from .plot import plot_layers
+    from .parity import check_parity, parity
     from .recorder import Recorder
+    from .states import States, capture_states, read_states, save_states, states_table
     from .temperature import d_qk_scale_for, model_d_qk
 
 __getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

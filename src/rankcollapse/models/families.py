@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import ModelError
-from ..points import block_output, point_after
+from ..points import block_output, layer_of, point_after
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ class Family:
         real token gets k, whatever padding precedes it; absolute and rotary
         positions), ``"padding_idx"`` (RoBERTa: ``padding_idx + 1 + k``, padding gets
         ``padding_idx``) or ``None`` (no position ids: T5's relative bias).
+    final_norm : the stack ends in a final norm, so the last ``hidden_states`` entry is
+        the point ``final_norm`` (after the norm), not ``layer.{L-1}.output``.
     """
 
     name: str
@@ -55,6 +57,7 @@ class Family:
     causal: bool = False
     position_in_attention: str | None = None
     position_ids: str | None = "count"
+    final_norm: bool = False
 
     @property
     def native_mask(self) -> str:
@@ -70,9 +73,10 @@ REGISTRY: dict[str, Family] = {f.name: f for f in (
     Family("bert", ("bert",)),
     Family("roberta", ("roberta", "xlm-roberta", "camembert"), position_ids="padding_idx"),
     Family("albert", ("albert",)),
-    Family("gpt2", ("gpt2",), causal=True),
-    Family("t5", ("t5",), position_in_attention="relative position bias", position_ids=None),
-    Family("llama", ("llama", "mistral", "qwen2", "gemma"), causal=True, position_in_attention="RoPE"),
+    Family("gpt2", ("gpt2",), causal=True, final_norm=True),
+    Family("t5", ("t5",), position_in_attention="relative position bias", position_ids=None, final_norm=True),
+    Family("llama", ("llama", "mistral", "qwen2", "gemma"), causal=True, position_in_attention="RoPE",
+           final_norm=True),
 )}
 GENERIC = Family("generic", ())
 #: ``config.model_type`` -> family name.
@@ -300,13 +304,20 @@ def point_names(stack: Stack, detail: str = "hidden_states") -> list[str]:
     return names
 
 
+def hidden_states_points(family_name: str, n_layers: int, prefix: str = "") -> list[str | None]:
+    """The point name of each of the ``n_layers + 1`` entries of transformers'
+    ``output_hidden_states`` for a family: ``embeddings``, ``layer.k.output``, and last
+    ``final_norm`` where the family's stack ends in a final norm (transformers returns
+    the last entry after it), ``layer.{L-1}.output`` where it has none (BERT, RoBERTa,
+    ALBERT), ``None`` for the generic family (whether its last entry is normed is not
+    known here)."""
+    fam = family(family_name)
+    last: str | None = (f"{prefix}final_norm" if fam.final_norm else
+                        None if fam is GENERIC else block_output(n_layers - 1, prefix))
+    return [point_after(t, prefix) for t in range(n_layers)] + [last]
+
+
 def depth_of(name: str, stack: Stack) -> int:
     """The ``hidden_states`` index a point belongs to: 0 for ``embeddings`` and
     ``layer.0.input``, k+1 for every point inside block k, L for ``final_norm``."""
-    local = name[len(stack.prefix):]
-    if local == "embeddings":
-        return 0
-    if local == "final_norm":
-        return stack.n_layers
-    _, k, what = local.split(".", 2)
-    return int(k) + (0 if what == "input" else 1)
+    return layer_of(name[len(stack.prefix):], stack.n_layers)

@@ -350,21 +350,9 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
     if exclude_special:
         real = real & ~windows.special_tokens_mask[start : start + batch_size]
     stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
-    with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am, clip_massive=clip_massive):
-        with Recorder(loaded, point_list, attentions=bool(attn_names) or bool(sinks)) as rec, \
-                ValueRecorder(stack_list if "sink_value_ratio" in sinks else []) as vrec:
-            loaded.model(**inputs)
-    silent = [p for p in point_list if p.startswith(MODULE_PREFIX) and p not in rec.outputs]
-    if silent:
-        raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
-                         "ModuleList, or an unused branch); record a module that runs")
-    for name, X in rec.outputs.items():
-        pad = decoder_padding(real) if name.startswith("decoder.") else real
-        if name.startswith(MODULE_PREFIX):
-            X = _module_tokens(name, X, tuple(ids.shape))
-        result = compute_metrics(X, list(names), padding_mask=pad.to(X.device), dtype=torch.float64)
-        for metric, v in result.items():
-            values.setdefault((name, metric), []).append(v.detach().cpu().double())
+    rec, vrec = _record_batch(loaded, inputs, am, mask, d_qk_scale, drop, point_list, bool(attn_names) or bool(sinks),
+                              stack_list if "sink_value_ratio" in sinks else [], clip_massive)
+    add_point_metrics(rec.outputs, tuple(ids.shape), real, names, values)
     if sinks:
         def padding_of(point: str) -> torch.Tensor:  # keys and queries: every real token
             return decoder_padding(am.bool()) if point.startswith("decoder.") else am.bool()
@@ -372,12 +360,63 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
         found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config, padding_of, tuple(sinks))
         for key, v in found.items():
             values.setdefault(key, []).append(v.detach().cpu().double())
-    for name, A in (rec.attention_maps.items() if attn_names else ()):
+    if attn_names:
+        add_attention_metrics(rec.attention_maps, loaded.family, mask, am, attn_names, values)
+
+
+def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, mask: Any, am: torch.Tensor,
+                          metrics: Sequence[str], values: dict[tuple[str, str], list[torch.Tensor]]) -> None:
+    """The ``metrics`` (names in :data:`~rankcollapse.metrics.ATTENTION_METRICS`) of each
+    block's attention probabilities ``(B, H, N, N)`` of one batch, appended to
+    ``values[(point, metric)]``: allowed keys as :func:`attention_allowed`, less padding
+    (``am``, ``(B, N)``, 1 = real). The live probe and the tables of saved states both
+    measure here."""
+    for name, A in maps.items():
         decoder = name.startswith("decoder.")
         pad = decoder_padding(am.bool()) if decoder else am.bool()  # keys: every real token
-        allowed = attention_allowed(loaded, mask, name, windows.n_tokens)
-        for metric in attn_names:
+        allowed = allowed_keys(family_name, mask, name, int(am.shape[-1]))
+        for metric in metrics:
             v = ATTENTION_METRICS[metric].fn(A, allowed, padding_mask=pad.to(A.device))
+            values.setdefault((name, metric), []).append(v.detach().cpu().double())
+
+
+def _record_batch(loaded: Any, inputs: dict[str, torch.Tensor], am: torch.Tensor, mask: Any, d_qk_scale: float,
+                  drop: Any, point_list: list[str], attentions: bool = False, value_stacks: Sequence[Any] = (),
+                  clip_massive: bool = False) -> tuple[Recorder, ValueRecorder]:
+    """One forward pass of ``inputs`` under the interventions, recording ``point_list``
+    (and attention probabilities, and the values of ``value_stacks``).
+
+    Raises
+    ------
+    ModelError
+        A ``module:PATH`` point whose module did not run.
+    """
+    with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am, clip_massive=clip_massive):
+        with Recorder(loaded, point_list, attentions=attentions) as rec, ValueRecorder(list(value_stacks)) as vrec:
+            loaded.model(**inputs)
+    silent = [p for p in point_list if p.startswith(MODULE_PREFIX) and p not in rec.outputs]
+    if silent:
+        raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
+                         "ModuleList, or an unused branch); record a module that runs")
+    return rec, vrec
+
+
+def add_point_metrics(outputs: dict[str, Any], shape: tuple[int, int], real: torch.Tensor, names: Sequence[str],
+                      values: dict[tuple[str, str], list[torch.Tensor]]) -> None:
+    """The token metrics of each recorded point of one batch: appends ``(batch,)`` float64
+    values to ``values[(point, metric)]``.
+
+    ``outputs``: point name -> tokens ``(B, N, d)`` of the batch (``B, N = shape``);
+    ``real``: bool ``(B, N)``, the tokens that enter the metrics (a ``decoder.`` point
+    uses the right-shifted mask, :func:`decoder_padding`). The live probe and the
+    tables of saved states (:mod:`rankcollapse.models.states`) both measure here.
+    """
+    for name, X in outputs.items():
+        pad = decoder_padding(real) if name.startswith("decoder.") else real
+        if name.startswith(MODULE_PREFIX):
+            X = _module_tokens(name, X, shape)
+        result = compute_metrics(X, list(names), padding_mask=pad.to(X.device), dtype=torch.float64)
+        for metric, v in result.items():
             values.setdefault((name, metric), []).append(v.detach().cpu().double())
 
 
@@ -404,11 +443,16 @@ def attention_allowed(loaded: Any, mask: Any, point: str, n_tokens: int) -> torc
     (``{prefix}layer.k.attention``) may attend to before padding: the replacement
     ``mask`` (a schedule's layer ``k``), else the model's own pattern (causal for
     causal families and T5's decoder, complete otherwise)."""
+    return allowed_keys(loaded.family, mask, point, n_tokens)
+
+
+def allowed_keys(family_name: str, mask: Any, point: str, n_tokens: int) -> torch.Tensor:
+    """:func:`attention_allowed` of a family given by name (no model needed)."""
     from ..masks import dense_mask, is_schedule, parse_schedule
 
     k = int(point.rsplit(".", 2)[-2])
     if mask is None:
-        causal = families.family(loaded.family).causal or point.startswith("decoder.")
+        causal = families.family(family_name).causal or point.startswith("decoder.")
         return dense_mask("causal" if causal else "complete", n_tokens)
     if is_schedule(mask):
         return parse_schedule(mask, n_tokens).layer(k).to_dense()

@@ -1,0 +1,123 @@
+"""Parity with transformers: the probe's recorded points against ``output_hidden_states``.
+
+The probe records its points with hooks in its own forward pass
+(:func:`~rankcollapse.models.probe.model_inputs`: explicit position ids, no KV cache).
+:func:`parity` runs that pass, then the call a transformers user writes,
+``model(input_ids=..., attention_mask=..., output_hidden_states=True)``, and reports per
+``hidden_states`` entry the largest ``|Δ|`` over real tokens between the two, against
+a bound that follows the dtype: ``8 · eps(dtype) · max|x|`` (``x`` the transformers
+tensor; float32 eps = 1.2e-7, bfloat16 eps = 7.8e-3). Entries are labelled as
+:func:`~rankcollapse.models.families.hidden_states_points` says; the last entry of a
+generic family is not compared (its final norm is not known).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import torch
+
+from ..data import Windows
+from ..errors import ModelError
+from . import families
+
+PARITY_COLUMNS = ("layer", "point", "max_abs_diff", "max_abs", "bound", "ok")
+#: The bound on ``|Δ|`` in units of ``eps(dtype) · max|x|``.
+PARITY_ULPS = 8.0
+
+
+@torch.no_grad()
+def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFrame:
+    """Per ``hidden_states`` entry, the largest ``|Δ|`` between the probe's recorded point
+    and transformers' ``output_hidden_states``, over the real tokens of every window.
+
+    Returns
+    -------
+    pandas.DataFrame with :data:`PARITY_COLUMNS`: ``layer`` (the entry's index),
+    ``point``, ``max_abs_diff``, ``max_abs`` (of transformers' tensor), ``bound``
+    (``8 · eps(dtype) · max_abs``) and ``ok`` (``max_abs_diff <= bound``);
+    ``attrs``: ``model``, ``family``, ``dtype``.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`~rankcollapse.models.probe` (positions, token ids).
+    ModelError
+        The model returns no ``hidden_states`` (nor ``encoder_hidden_states``).
+
+    See Also
+    --------
+    check_parity : raises when an entry is above its bound.
+    """
+    from .loading import as_loaded
+    from .probe import check_positions, check_token_ids, decoder_padding, model_inputs
+    from .recorder import Recorder
+
+    loaded = as_loaded(loaded)
+    check_positions(loaded, windows.n_tokens)
+    check_token_ids(loaded, windows)
+    stack_list = families.stacks(loaded.model, loaded.family)
+    labels = {s.prefix: families.hidden_states_points(loaded.family, s.n_layers, s.prefix) for s in stack_list}
+    wanted = [p for names in labels.values() for p in names if p is not None]
+    worst: dict[str, list[float]] = {p: [0.0, 0.0] for p in wanted}  # point -> [max |Δ|, max |x|]
+    dtype = next(loaded.model.parameters()).dtype
+    for start in range(0, windows.n_samples, batch_size):
+        ids = windows.input_ids[start : start + batch_size]
+        am = windows.attention_mask[start : start + batch_size]
+        inputs = model_inputs(loaded, ids, am)
+        with Recorder(loaded, wanted) as rec:
+            loaded.model(**inputs)
+        plain = {k: v for k, v in inputs.items() if k not in ("position_ids", "use_cache")}
+        out = loaded.model(**plain, output_hidden_states=True)
+        for prefix, names in labels.items():
+            entries = _entries(out, prefix)
+            real = (decoder_padding(am) if prefix == "decoder." else am).bool().to(entries[0].device)
+            for name, ref in zip(names, entries):
+                if name is None:
+                    continue
+                X = rec.outputs[name]
+                diff = (X.double() - ref.double()).abs().amax(dim=-1)[real]
+                worst[name][0] = max(worst[name][0], float(diff.max()) if diff.numel() else 0.0)
+                worst[name][1] = max(worst[name][1], float(ref.double().abs().amax(dim=-1)[real].max()))
+    eps = torch.finfo(dtype).eps
+    rows = []
+    for prefix, names in labels.items():
+        for layer, name in enumerate(names):
+            if name is None:
+                continue
+            d, scale = worst[name]
+            bound = PARITY_ULPS * eps * scale
+            rows.append({"layer": layer, "point": name, "max_abs_diff": d, "max_abs": scale, "bound": bound,
+                         "ok": d <= bound})
+    df = pd.DataFrame(rows, columns=list(PARITY_COLUMNS))
+    df.attrs.update(model=loaded.name, family=loaded.family, dtype=str(dtype).removeprefix("torch."))
+    return df
+
+
+def _entries(out: Any, prefix: str) -> tuple[torch.Tensor, ...]:
+    key = {"": "hidden_states", "encoder.": "encoder_hidden_states", "decoder.": "decoder_hidden_states"}[prefix]
+    entries = getattr(out, key, None)
+    if entries is None and prefix == "encoder.":  # a T5EncoderModel: one stack, named hidden_states
+        entries = getattr(out, "hidden_states", None)
+    if not entries:
+        raise ModelError(f"the model returned no {key} with output_hidden_states=True; parity needs them")
+    return tuple(entries)
+
+
+def check_parity(table: pd.DataFrame) -> None:
+    """Raise when any entry of a :func:`parity` table is above its bound.
+
+    Raises
+    ------
+    ModelError
+        Naming the point with the largest ``|Δ| / bound``, its ``|Δ|`` and bound.
+    """
+    bad = table[~table["ok"].astype(bool)]
+    if bad.empty:
+        return
+    row = bad.loc[(bad["max_abs_diff"] / bad["bound"].where(bad["bound"] > 0, float("nan"))).fillna(float("inf"))
+                  .idxmax()]
+    raise ModelError(f"parity with transformers' output_hidden_states fails at {row['point']} (layer {row['layer']}): "
+                     f"max |Δ| {row['max_abs_diff']:.3g} > bound {row['bound']:.3g} ({table.attrs.get('dtype')}, "
+                     f"{len(bad)} of {len(table)} points above it)")

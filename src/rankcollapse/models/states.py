@@ -1,0 +1,449 @@
+"""Hidden states on disk: capture them where the model runs, measure them anywhere.
+
+One folder layout (``probe --save-states DIR``, :func:`save_states`):
+
+``DIR/states.safetensors``
+    ``hidden_states``: ``(n_windows, n_points, N, d)`` in the model's dtype, i.e.
+    ``[window, point, token, d]``: the tokens of every recorded point of every window;
+    ``attention_mask``: int64 ``(n_windows, N)``, 1 = real token, 0 = padding;
+    ``input_ids`` and ``special_tokens_mask`` ``(n_windows, N)`` when known.
+    ``attentions`` (on request): float32 ``(n_windows, n_blocks, H, N, N)``, each
+    block's attention probabilities (``[window, block, head, query, key]``).
+``DIR/states.json``
+    what the axes mean: ``format`` (``"rankcollapse.states"``), ``version`` (1),
+    ``layout`` (``["window", "point", "token", "d"]``), ``points`` (point names of
+    :mod:`rankcollapse.points`: ``embeddings``, ``layer.k.output``, ``final_norm``...,
+    in axis order), ``n_layers`` (blocks per stack prefix, ``{"": L}``; gives each point's
+    ``layer``), ``window_ids`` (each window's row in the windows it came from), ``model``,
+    ``family``, ``dtype`` (of ``hidden_states``) and the interventions the states were
+    captured under (``mask``, ``d_qk_scale``, ``d_qk``, ``drop``, ``clip_massive``);
+    with attentions, ``attention_points`` (``layer.k.attention``, axis 1 of ``attentions``).
+
+A transformers ``output_hidden_states`` dump is read as well (:func:`read_states`): a
+folder holding ``hidden_states.safetensors`` with either one tensor ``hidden_states``
+``(L + 1, B, N, d)`` (``torch.stack(outputs.hidden_states)``) or the tensors
+``hidden_states.0`` ... ``hidden_states.L`` ``(B, N, d)``, an optional ``attention_mask``
+``(B, N)`` (absent: every token is real) and optional ``input_ids``, beside the model's
+``config.json`` (``model.config.save_pretrained(DIR)``). Its entries are labelled as the
+probe labels them: ``embeddings``, ``layer.k.output``, and the last one ``final_norm``
+for a family whose stack ends in a final norm (GPT-2, Llama, T5's encoder:
+transformers applies the norm to the last entry), else ``layer.{L-1}.output``.
+
+:func:`states_table` measures either with the probe's own code
+(:func:`rankcollapse.models.probe.add_point_metrics` and the summary table), so states
+saved by a probe give its table back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+import torch
+
+from .._io import read_regular, read_user_json, write_json_atomic
+from ..data import Windows
+from ..errors import ConfigError, StatesError
+from ..points import layer_of
+from . import families
+
+#: The files of a states folder.
+STATES_FILE = "states.safetensors"
+SIDECAR = "states.json"
+STATE_NAMES = (STATES_FILE, SIDECAR)
+#: The tensor file of a transformers ``output_hidden_states`` dump.
+DUMP_FILE = "hidden_states.safetensors"
+FORMAT = "rankcollapse.states"
+VERSION = 1
+LAYOUT = ("window", "point", "token", "d")
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class States:
+    """Recorded hidden states of ``n_windows`` windows at ``n_points`` points.
+
+    Attributes
+    ----------
+    hidden_states : ``(n_windows, n_points, N, d)``, ``[window, point, token, d]``.
+    points : point names, in the order of axis 1.
+    attention_mask : int64 ``(n_windows, N)``, 1 = real token.
+    n_layers : blocks per stack prefix (``{"": L}``; T5: ``encoder.``, ``decoder.``).
+    window_ids : each window's row in the windows it came from.
+    model, family : where the states come from (None when unknown).
+    input_ids, special_tokens_mask : ``(n_windows, N)``, when known.
+    settings : the interventions of the capture (``mask``, ``drop``...).
+    attentions : float32 ``(n_windows, n_attention_points, H, N, N)``, each block's
+        attention probabilities, when captured (``attentions=True``).
+    attention_points : ``{prefix}layer.k.attention`` names of axis 1 of ``attentions``.
+    """
+
+    hidden_states: torch.Tensor
+    points: tuple[str, ...]
+    attention_mask: torch.Tensor
+    n_layers: dict[str, int]
+    window_ids: tuple[int, ...]
+    model: str | None = None
+    family: str | None = None
+    input_ids: torch.Tensor | None = None
+    special_tokens_mask: torch.Tensor | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    attentions: torch.Tensor | None = None
+    attention_points: tuple[str, ...] = ()
+
+    def layer(self, point: str) -> int:
+        """The ``layer`` column of ``point`` (:func:`rankcollapse.points.layer_of`)."""
+        return _layer(point, self.n_layers)
+
+
+def _layer(point: str, n_layers: dict[str, int]) -> int:
+    prefix = next((p for p in n_layers if p and point.startswith(p)), "")
+    return layer_of(point[len(prefix):], n_layers[prefix])
+
+
+@torch.no_grad()
+def capture_states(loaded: Any, windows: Windows, *, mask: Any = None, d_qk_scale: float = 1.0,
+                   drop: Sequence[str] | str = (), d_qk: float | None = None, batch_size: int = 8,
+                   points: Sequence[str] | str = "hidden_states", clip_massive: bool = False,
+                   attentions: bool = False) -> States:
+    """The hidden states :func:`~rankcollapse.models.probe` measures, under the same
+    interventions, on CPU in the model's dtype; with ``attentions``, also every block's
+    attention probabilities (float32, recorded in the same pass under eager attention).
+
+    Raises
+    ------
+    ConfigError
+        ``module:PATH`` points (their widths differ from ``d``: not one tensor), a mask
+        without a spec (a bool tensor: the sidecar could not name it), or the checks of :func:`~rankcollapse.models.probe` (positions, token ids).
+    ModelError, MaskError
+        As :func:`~rankcollapse.models.probe`.
+    """
+    from .interventions import split_drop
+    from .loading import as_loaded
+    from .probe import _point_list, _record_batch, check_positions, check_token_ids, model_inputs
+    from .recorder import MODULE_PREFIX
+    from .temperature import d_qk_scale_for
+
+    loaded = as_loaded(loaded)
+    d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
+    check_positions(loaded, windows.n_tokens)
+    check_token_ids(loaded, windows)
+    point_list = _point_list(loaded, points)
+    modules = [p for p in point_list if p.startswith(MODULE_PREFIX)]
+    if modules:
+        raise ConfigError(f"saved states hold the residual-stream points; {modules[0]} (a module's output) is not "
+                          "one of them: record it with --points, not --save-states")
+    if mask is not None and not isinstance(mask, str) and not hasattr(mask, "spec"):
+        raise ConfigError(f"a mask given as {type(mask).__name__} has no spec for states.json to record; "
+                          "give a mask spec string or a rankcollapse.masks.Mask")
+    stack_list = families.stacks(loaded.model, loaded.family)
+    attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attentions else []
+    parts: list[torch.Tensor] = []
+    maps: list[torch.Tensor] = []
+    for start in range(0, windows.n_samples, batch_size):
+        ids = windows.input_ids[start : start + batch_size]
+        am = windows.attention_mask[start : start + batch_size]
+        rec, _ = _record_batch(loaded, model_inputs(loaded, ids, am), am, mask, d_qk_scale, drop, point_list,
+                               attentions=attentions, clip_massive=clip_massive)
+        parts.append(torch.stack([rec.outputs[p].detach().cpu() for p in point_list], dim=1))  # (b, P, N, d)
+        if attentions:  # (b, A, H, N, N)
+            maps.append(torch.stack([rec.attention_maps[p].detach().float().cpu() for p in attn_points], dim=1))
+    settings = {"mask": str(getattr(mask, "spec", mask)) if mask is not None else None,
+                "d_qk_scale": float(d_qk_scale), "d_qk": None if d_qk is None else float(d_qk),
+                "drop": split_drop(drop) if isinstance(drop, str) else list(drop), "clip_massive": bool(clip_massive)}
+    return States(torch.cat(parts), tuple(point_list), windows.attention_mask.long().clone(),
+                  {s.prefix: s.n_layers for s in stack_list}, tuple(range(windows.n_samples)),
+                  model=loaded.name, family=loaded.family, input_ids=windows.input_ids.clone(),
+                  special_tokens_mask=windows.special_tokens_mask.clone(), settings=settings,
+                  attentions=torch.cat(maps) if attentions else None, attention_points=tuple(attn_points))
+
+
+def save_states(folder: str | Path, states: States, *, allow_nonempty: bool = False,
+                flags: bool | str = False) -> None:
+    """Write ``states`` as ``folder/states.safetensors`` and ``folder/states.json`` (the
+    layout of the module docstring), through :mod:`rankcollapse._outdir` as every output
+    folder: only these names, no link followed, no file of another run or of the user
+    replaced, a failure leaves the previous contents whole.
+
+    Raises
+    ------
+    ConfigError, UnsafePathError, OutputBusyError
+        As :func:`rankcollapse._outdir.check_out` (``allow_nonempty`` and ``flags`` as there).
+    """
+    from .._outdir import writing
+
+    with writing(folder, "states\n", STATE_NAMES, allow_nonempty=allow_nonempty, flags=flags) as stage:
+        _write_states(stage, states)
+
+
+def _write_states(folder: Path, states: States) -> None:
+    from safetensors.torch import save_file
+
+    from .._io import atomic_path
+
+    tensors = {"hidden_states": states.hidden_states.contiguous(), "attention_mask": states.attention_mask.long()}
+    if states.input_ids is not None:
+        tensors["input_ids"] = states.input_ids.long().contiguous()
+    if states.special_tokens_mask is not None:
+        tensors["special_tokens_mask"] = states.special_tokens_mask.bool().contiguous()
+    if states.attentions is not None:
+        tensors["attentions"] = states.attentions.contiguous()
+    with atomic_path(folder / STATES_FILE) as tmp:
+        save_file(tensors, str(tmp))
+    write_json_atomic(folder / SIDECAR, {
+        "format": FORMAT, "version": VERSION, "layout": list(LAYOUT), "points": list(states.points),
+        "n_layers": dict(states.n_layers), "window_ids": list(states.window_ids), "model": states.model,
+        "family": states.family, "dtype": str(states.hidden_states.dtype).removeprefix("torch."),
+        **({"attention_points": list(states.attention_points)} if states.attentions is not None else {}),
+        **states.settings,
+    })
+
+
+def read_states(folder: str | Path) -> States:
+    """The states in ``folder``: the layout :func:`save_states` writes, or a transformers
+    ``output_hidden_states`` dump (module docstring), checked whole before any metric.
+
+    Raises
+    ------
+    StatesError
+        No such folder or neither layout in it; an unreadable or malformed sidecar or
+        tensor file; a tensor of the wrong shape or dtype; non-finite hidden states
+        (names the point and window); point names that are not the project's, or that
+        do not match the tensor's axis; a dump whose family's last entry cannot be
+        labelled.
+    UnsafePathError
+        A tensor file that is a link or not a regular file (a FIFO).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise StatesError(f"states folder {str(folder)!r} does not exist or is not a folder")
+    if (folder / SIDECAR).exists() or (folder / STATES_FILE).exists():
+        return _read_own(folder)
+    if (folder / DUMP_FILE).exists():
+        return _read_dump(folder)
+    raise StatesError(f"{str(folder)!r} holds neither {SIDECAR} + {STATES_FILE} (probe --save-states) nor "
+                      f"{DUMP_FILE} + config.json (a transformers output_hidden_states dump)")
+
+
+def _tensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    try:
+        raw = read_regular(path, "states file")
+    except FileNotFoundError:
+        raise StatesError(f"states file {str(path)!r} is missing") from None
+    try:
+        return load(raw)
+    except (SafetensorError, ValueError, TypeError) as exc:
+        raise StatesError(f"states file {str(path)!r} is not a readable safetensors file "
+                          f"({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})") from None
+
+
+def _read_own(folder: Path) -> States:
+    side = folder / SIDECAR
+    if not side.exists():
+        raise StatesError(f"{str(side)!r} is missing: the sidecar names the points and windows of {STATES_FILE}")
+    meta = read_user_json(side, "states sidecar", error=StatesError)
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise StatesError(f"{str(side)!r} is not a {FORMAT} sidecar of version {VERSION}")
+    points, n_layers, ids = meta.get("points"), meta.get("n_layers"), meta.get("window_ids")
+    if (meta.get("layout") != list(LAYOUT) or not isinstance(points, list) or not points
+            or not all(isinstance(p, str) for p in points) or len(set(points)) != len(points)
+            or not isinstance(n_layers, dict) or not n_layers
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in n_layers.values())
+            or not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
+        raise StatesError(f"{str(side)!r} needs layout {list(LAYOUT)}, points (distinct names), n_layers "
+                          "({prefix: blocks >= 1}) and window_ids (integers)")
+    t = _tensors(folder / STATES_FILE)
+    settings = {k: meta.get(k) for k in ("mask", "d_qk_scale", "d_qk", "drop", "clip_massive") if k in meta}
+    attn = meta.get("attention_points", [])
+    if not isinstance(attn, list) or not all(isinstance(p, str) for p in attn):
+        raise StatesError(f"{str(side)!r}: attention_points must be a list of names")
+    states = _checked(t, tuple(points), n_layers, tuple(ids), folder / STATES_FILE, model=meta.get("model"),
+                      family=meta.get("family"), settings=settings, attention_points=tuple(attn))
+    dtype = str(states.hidden_states.dtype).removeprefix("torch.")
+    if meta.get("dtype") != dtype:
+        raise StatesError(f"{str(side)!r} says dtype {meta.get('dtype')!r} but hidden_states is {dtype}")
+    return states
+
+
+def _read_dump(folder: Path) -> States:
+    t = _tensors(folder / DUMP_FILE)
+    config_path = folder / "config.json"
+    if not config_path.exists():
+        raise StatesError(f"{str(folder)!r} has {DUMP_FILE} but no config.json: save the model's config beside it "
+                          "(model.config.save_pretrained(DIR)), which says how to label the last entry")
+    config = read_user_json(config_path, "model config", error=StatesError)
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    family = families.family_of(model_type) if isinstance(model_type, str) else families.GENERIC.name
+    if family == families.GENERIC.name:
+        raise StatesError(f"{str(config_path)!r}: model_type {model_type!r} is not a family whose last hidden_states "
+                          f"entry is known (known: {', '.join(families.MODEL_TYPES)}); save the states with "
+                          "probe --save-states instead")
+    stacked = t.pop("hidden_states", None)
+    numbered = [k for k in t if k.startswith("hidden_states.")]
+    if stacked is not None and numbered:
+        raise StatesError(f"{str(folder / DUMP_FILE)!r} holds both hidden_states and {numbered[0]}: give one")
+    if stacked is None:
+        want = [f"hidden_states.{i}" for i in range(len(numbered))]
+        if not numbered or set(numbered) != set(want):
+            raise StatesError(f"{str(folder / DUMP_FILE)!r} needs hidden_states (L + 1, B, N, d) or "
+                              "hidden_states.0 ... hidden_states.L (B, N, d)")
+        shapes = {tuple(t[k].shape) for k in want}
+        if len(shapes) != 1:
+            raise StatesError(f"{str(folder / DUMP_FILE)!r}: hidden_states.0 ... have different shapes "
+                              f"{sorted(shapes)}")
+        stacked = torch.stack([t.pop(k) for k in want])
+    if stacked.ndim != 4 or stacked.shape[0] < 2:
+        raise StatesError(f"{str(folder / DUMP_FILE)!r}: hidden_states has shape {tuple(stacked.shape)}, "
+                          "expected (L + 1, B, N, d) with L >= 1")
+    n_layers = int(stacked.shape[0]) - 1
+    points = tuple(families.hidden_states_points(family, n_layers))
+    B, N = int(stacked.shape[1]), int(stacked.shape[2])
+    t["hidden_states"] = stacked.transpose(0, 1)  # (B, L + 1, N, d)
+    t.setdefault("attention_mask", torch.ones(B, N, dtype=torch.long))
+    name = config.get("_name_or_path") or model_type
+    return _checked(t, points, {"": n_layers}, tuple(range(B)), folder / DUMP_FILE, model=str(name), family=family)
+
+
+def _checked(t: dict[str, torch.Tensor], points: tuple[str, ...], n_layers: dict[str, int],
+             window_ids: tuple[int, ...], path: Path, **kw: Any) -> States:
+    """``States`` from a file's tensors, every shape, dtype and value checked."""
+    where = str(path)
+    extra = sorted(set(t) - {"hidden_states", "attention_mask", "input_ids", "special_tokens_mask", "attentions"})
+    if extra:
+        raise StatesError(f"{where!r} holds the unknown tensor {extra[0]!r}")
+    X = t.get("hidden_states")
+    if X is None:
+        raise StatesError(f"{where!r} has no tensor hidden_states")
+    if X.ndim != 4 or X.dtype not in _FLOATS:
+        raise StatesError(f"{where!r}: hidden_states is {X.dtype} {tuple(X.shape)}; expected a float tensor "
+                          "(n_windows, n_points, N, d)")
+    W, P, N, d = X.shape
+    if P != len(points) or W != len(window_ids) or W == 0 or N == 0 or d == 0:
+        raise StatesError(f"{where!r}: hidden_states (n_windows, n_points, N, d) = {tuple(X.shape)} does not match "
+                          f"the {len(window_ids)} window ids and {len(points)} points of the sidecar")
+    for p in points:
+        try:
+            _layer(p, n_layers)
+        except (ValueError, KeyError):
+            raise StatesError(f"{where!r}: {p!r} is not a point name of a network of {n_layers} layers "
+                              "(embeddings, layer.k.output, final_norm...)") from None
+    for name in ("attention_mask", "input_ids", "special_tokens_mask"):
+        v = t.get(name)
+        if v is not None and (tuple(v.shape) != (W, N) or v.is_floating_point() or v.is_complex()):
+            raise StatesError(f"{where!r}: {name} is {v.dtype} {tuple(v.shape)}; expected integers or bools ({W}, {N})")
+    am = t["attention_mask"]
+    if not bool(((am == 0) | (am == 1)).all()):
+        raise StatesError(f"{where!r}: attention_mask holds values other than 0 and 1")
+    real = am.bool()
+    bad = ~torch.isfinite(X).all(dim=-1) & real[:, None, :]  # (W, P, N): padding may hold anything
+    if bool(bad.any()):
+        w, p, _ = (int(i) for i in bad.nonzero()[0])
+        raise StatesError(f"{where!r}: hidden_states holds NaN or inf at {points[p]} of window {window_ids[w]}")
+    attn_points = kw.get("attention_points", ())
+    A = t.get("attentions")
+    if (A is None) != (not attn_points):
+        raise StatesError(f"{where!r}: the sidecar's attention_points and the tensor attentions come together")
+    if A is not None:
+        if A.ndim != 5 or A.dtype not in _FLOATS or tuple(A.shape[:2]) != (W, len(attn_points)) \
+                or tuple(A.shape[3:]) != (N, N):
+            raise StatesError(f"{where!r}: attentions is {A.dtype} {tuple(A.shape)}; expected a float tensor "
+                              f"({W}, {len(attn_points)}, heads, {N}, {N})")
+        for p in attn_points:
+            try:
+                if not p.endswith(".attention"):
+                    raise ValueError(p)
+                _layer(p[: -len("attention")] + "output", n_layers)
+            except (ValueError, KeyError):
+                raise StatesError(f"{where!r}: {p!r} is not an attention point (layer.k.attention) of a network of "
+                                  f"{n_layers} layers") from None
+        if not bool(torch.isfinite(A).all()):
+            raise StatesError(f"{where!r}: attentions holds NaN or inf")
+    return States(X, points, am.long(), dict(n_layers), window_ids, input_ids=t.get("input_ids"),
+                  special_tokens_mask=t.get("special_tokens_mask"), attentions=A, **kw)
+
+
+def state_metrics(metrics: Sequence[str] | None) -> tuple[str, ...]:
+    """The metric names :func:`states_table` measures (None: the probe's default),
+    checked before any file is read.
+
+    Raises
+    ------
+    ConfigError
+        A name that is not a metric of hidden states (attention metrics need the model).
+    """
+    from ..metrics import ATTENTION_METRICS, METRICS
+    from .probe import PROBE_DEFAULT_METRICS
+
+    names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
+    unknown = [n for n in names if n not in METRICS and n not in ATTENTION_METRICS]
+    if unknown:
+        raise ConfigError(f"{unknown[0]!r} is not a metric of hidden states or of saved attentions (the sink "
+                          "metrics need the model: a live probe); rankcollapse.metrics.METRICS and "
+                          "ATTENTION_METRICS list the names")
+    return names
+
+
+def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_size: int = 8,
+                 exclude_special: bool = False, per_window: bool = False) -> pd.DataFrame:
+    """The per-layer table of :func:`~rankcollapse.models.probe` from recorded states:
+    the same metric code, batches and summary, so states a probe saved give its table.
+
+    Parameters
+    ----------
+    metrics : token metrics (``rankcollapse.metrics.METRICS``); None = the probe's default.
+    batch_size : windows per batch, as the probe's.
+    exclude_special : also leave out special tokens (needs ``special_tokens_mask``).
+    per_window : also the ``values`` column, as the probe's.
+
+    Returns
+    -------
+    pandas.DataFrame in the layout of :mod:`rankcollapse.summary`, ``attrs`` as the probe's.
+
+    Raises
+    ------
+    ConfigError
+        A metric of attention (it needs the model), an unknown metric, or
+        ``exclude_special`` without a ``special_tokens_mask``.
+    """
+    from ..metrics import ATTENTION_METRICS
+    from .probe import _summarise, add_attention_metrics, add_point_metrics
+
+    names = state_metrics(metrics)
+    attn_names = tuple(n for n in names if n in ATTENTION_METRICS)
+    names = tuple(n for n in names if n not in ATTENTION_METRICS)
+    if attn_names and states.attentions is None:
+        raise ConfigError(f"{attn_names[0]} needs attention rows, which these states do not hold: save them with "
+                          "probe --save-states DIR --attentions")
+    if exclude_special and states.special_tokens_mask is None:
+        raise ConfigError("exclude_special needs the states' special_tokens_mask, which they do not hold")
+    X, W = states.hidden_states, states.hidden_states.shape[0]
+    values: dict[tuple[str, str], list[torch.Tensor]] = {}
+    for start in range(0, W, batch_size):
+        chunk = X[start : start + batch_size]  # (b, P, N, d)
+        real = states.attention_mask[start : start + batch_size].bool()
+        if exclude_special:
+            real = real & ~states.special_tokens_mask[start : start + batch_size].bool()
+        outputs = {p: chunk[:, i] for i, p in enumerate(states.points)}
+        if names:
+            add_point_metrics(outputs, tuple(real.shape), real, names, values)
+        if attn_names:
+            maps = {p: states.attentions[start : start + batch_size, i] for i, p in enumerate(states.attention_points)}
+            add_attention_metrics(maps, states.family or families.GENERIC.name, states.settings.get("mask"),
+                                  states.attention_mask[start : start + batch_size], attn_names, values)
+    attn = list(states.attention_points) if attn_names else []
+    df = _summarise(values, [(p, names) for p in (states.points if names else ())]
+                    + [(p, attn_names) for p in attn], [], per_window,
+                    {**{p: states.layer(p) for p in states.points},
+                     **{p: states.layer(p[: -len("attention")] + "output") for p in attn}})
+    settings = {"mask": None, "d_qk_scale": 1.0, "d_qk": None, "drop": [], **states.settings}
+    clip = settings.pop("clip_massive", False)
+    df.attrs.update(model=states.model, family=states.family, notes=[], **settings, n_windows=int(W),
+                    n_tokens=int(X.shape[2]), **({"clip_massive": True} if clip else {}))
+    return df
+
+
