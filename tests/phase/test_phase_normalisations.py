@@ -100,6 +100,7 @@ def test_the_papers_exponent_is_decided_on_its_setting_and_the_pooled_median_apa
     assert out["pre_ln_exponent"]["setting"] == nz.PAPER_SETTING
     assert out["pre_ln_exponent_pooled"]["cells"] == 26 and "verdict" not in out["pre_ln_exponent_pooled"]
     assert out["pre_ln_exponent_pooled"]["median"] < -1.25 and out["pre_ln_exponent_pooled"]["median"] > -1.5
+    assert out["paper_setting"]["pre_ln"]["cells"] == 6 and out["paper_setting"]["post_ln"]["cells"] == 0
     assert nz.speed_law(pd.DataFrame(rows[6:]))["pre_ln_exponent"]["verdict"] == "undecided"  # no cell of the setting
 
 
@@ -120,8 +121,10 @@ def test_a_median_over_a_cell_at_round_off_is_a_bound():
     pairs = pd.DataFrame({"mu": [0.1, 0.2, 0.3], "mu_base": [3e-16, 1e-15, 1e-3], "n_tokens": 32, "d_model": 16})
     pairs["dlog10_mu"] = np.log10(pairs["mu"]) - np.log10(pairs["mu_base"])
     v = nz.above_verdict(pairs)
-    assert 3e-16 < 2 * 48 * eps and v["median_bound"] == "lower" and v["median_text"].startswith("≥ ")
-    assert v["pairs_base_at_floor"] == 2
+    assert 3e-16 < 2 * 48 * eps and v["median_bound"] == "lower" and v["pairs_base_at_floor"] == 2
+    # read at the floor 96 eps, not at 3e-16: the median pair leads by at least log10(0.1 / (96 eps)), not 14.5
+    assert v["median_dlog10_mu"] == pytest.approx(np.log10(0.1 / (96 * eps)))
+    assert v["median_text"] == f"≥ {np.log10(0.1 / (96 * eps)):.3g}"
     pairs["mu_base"] = [1e-5, 1e-4, 1e-3]
     pairs["dlog10_mu"] = np.log10(pairs["mu"]) - np.log10(pairs["mu_base"])
     v = nz.above_verdict(pairs)

@@ -38,7 +38,7 @@ def paired_norm_effect(table: pd.DataFrame, norm: str, base: str = "none") -> pd
 def _where_collapses(p: pd.DataFrame) -> dict[str, Any]:
     """:func:`.normalisation.bounded_median` of the pairs whose base collapses."""
     c = p[p["regime_base"] == "rank_collapse"]
-    return bounded_median(c["dlog10_mu"], c["mu_relative"], c["mu_relative_base"], cell_floor(c)) if len(c) else {
+    return bounded_median(c["mu_relative"], c["mu_relative_base"], cell_floor(c)) if len(c) else {
         "median_dlog10_mu": float("nan"), "median_bound": None, "median_text": "no pairs"}
 
 
@@ -76,7 +76,7 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
         out["norm_effect"][norm] = {
             "pairs": int(len(p)), "helps": int(h.sum()), "hurts": int((~p["regime_base"].isin(["rank_collapse", "diverging"])
                                                                      & p["regime"].isin(["rank_collapse"])).sum()),
-            **bounded_median(p["dlog10_mu"], p["mu_relative"], p["mu_relative_base"], cell_floor(p)),
+            **bounded_median(p["mu_relative"], p["mu_relative_base"], cell_floor(p)),
             "median_dlog10_mu_where_base_collapses": _where_collapses(p),
             "helps_by_alpha_placement": {f"alpha={k[0]:g},{k[1]}": v for k, v in by.items()},
             "regime_pairs": {f"{a} -> {b}": int(n) for (a, b), n in p.groupby(["regime_base", "regime"]).size().items()},

@@ -36,8 +36,9 @@ ran, as the project's floor rule; it removes no pair of that sweep). The claim h
 every ``P`` agrees, fails when any contradicts. The size of the gap, the median of
 ``dlog10_mu`` over the pairs (:func:`bounded_median`), is a bound where it rests on a cell
 within the round-off floor :func:`rankcollapse.metrics.floor.mu_floor` of its N and d
-(``2 (N + d) eps``): a post-LN cell at round-off makes ``P``'s lead at least what it
-reads (``median_bound`` ``lower``, printed ``≥ x``), never a magnitude.
+(``2 (N + d) eps``): such a cell is read at the floor, and a post-LN cell at round-off
+makes ``P``'s lead at least what it reads (``median_bound`` ``lower``, printed ``≥ x``),
+never a magnitude.
 
 Controls (:func:`controls`) run the same two rules on cells where the answer is known in
 closed form: uniform attention (``qk_scale = 0``) with orthogonal ``W_V`` makes every update
@@ -140,7 +141,8 @@ def paper_setting(cells: pd.DataFrame) -> pd.DataFrame:
 
 def speed_law(table: pd.DataFrame) -> dict[str, Any]:
     """The speed-law claim on ``table`` (module docstring's rule): the law per placement on
-    the pooled scope; the paper's ``t^-2`` on the cells of :data:`PAPER_SETTING`
+    the pooled scope (``verdict``) and on the cells of :data:`PAPER_SETTING`
+    (``paper_setting``); the paper's ``t^-2`` on the cells of :data:`PAPER_SETTING`
     (``pre_ln_exponent``), the pooled median apart (``pre_ln_exponent_pooled``)."""
     cells = _scope(table)
     post = law_verdict(cells[cells["placement"] == "post_ln"], "exponential")
@@ -151,10 +153,17 @@ def speed_law(table: pd.DataFrame) -> dict[str, Any]:
                                     for p, law in (("post_ln", "exponential"), ("pre_ln", "power"))}
              for k, g in cells.groupby("qk_norm")} if "qk_norm" in cells else {}
     pre_cells = cells[cells["placement"] == "pre_ln"]
+    paper = paper_setting(cells)
+    paper_post = law_verdict(paper[paper["placement"] == "post_ln"], "exponential")
+    paper_pre = law_verdict(paper[paper["placement"] == "pre_ln"], "power")
+    paper_ok = (paper_post["verdict"] == "exponential", paper_pre["verdict"] == "power")
+    paper_failed = paper_post["verdict"] == "not_exponential" or paper_pre["verdict"] == "not_power"
     pooled = exponent_verdict(pre_cells)
     pooled = {k: v for k, v in pooled.items() if k != "verdict"}
     return {"post_ln": post, "pre_ln": pre,
             "pre_ln_exponent": {**exponent_verdict(paper_setting(pre_cells)), "setting": dict(PAPER_SETTING)},
+            "paper_setting": {"setting": dict(PAPER_SETTING), "post_ln": paper_post, "pre_ln": paper_pre,
+                              "verdict": "holds" if all(paper_ok) else ("fails" if paper_failed else "undecided")},
             "pre_ln_exponent_pooled": {**pooled, "setting": "every scope cell (all masks, fresh and shared weights): "
                                                             "a description of the sweep, not a test of the paper"},
             "by_qk_norm": by_qk, "verdict": "holds" if all(ok) else ("fails" if failed else "undecided")}
@@ -179,21 +188,25 @@ def cell_floor(pairs: pd.DataFrame) -> pd.Series:
     return pd.Series([mu_floor(int(a), int(b)) for a, b in zip(n, d)], index=pairs.index, dtype=np.float64)
 
 
-def bounded_median(diff: pd.Series, side: pd.Series, base: pd.Series, floor: pd.Series) -> dict[str, Any]:
-    """Median of ``diff = log10 side - log10 base`` over pairs, as a measurement or a bound.
+def bounded_median(side: pd.Series, base: pd.Series, floor: pd.Series) -> dict[str, Any]:
+    """Median over pairs of ``log10 side - log10 base`` (``mu_relative`` of two cells), as a
+    measurement or a bound.
 
-    A pair with ``base`` within ``floor`` (and ``side`` above it) reads at most the true
-    gap: its ``diff`` is a lower bound; ``side`` within the floor (base above) an upper
-    bound; both within: undecidable, left out. Raising some values can only raise the
-    median, so the median is a lower bound (``median_bound`` ``lower``) when a
-    lower-bounded pair sits at or below it, an upper bound when an upper-bounded pair sits
-    at or above it, undecidable when both; else a measurement (``median_bound`` None).
-    ``median_text``: ``14.6``, ``≥ 14.6`` or ``≤ ...``."""
+    A value within its ``floor`` (round-off) is read at the floor: the truth is at most
+    that. A pair with ``base`` within the floor (``side`` above) then reads a lower bound of
+    the true gap, ``side`` within the floor (base above) an upper bound; both within:
+    undecidable, left out. Raising some values can only raise the median, so the median
+    is a lower bound (``median_bound`` ``lower``) when a lower-bounded pair sits at or
+    below it, an upper bound when an upper-bounded pair sits at or above it, undecidable
+    when both; else a measurement (``median_bound`` None). ``median_text``: ``14.6``,
+    ``≥ 13.4`` or ``≤ ...``."""
     low, up = base <= floor, side <= floor
+    diff = np.log10(np.maximum(side, floor)) - np.log10(np.maximum(base, floor))
     keep = ~(low & up)
     v = diff[keep]
     if not len(v):
-        return {"median_dlog10_mu": float("nan"), "median_bound": "undecidable", "median_text": "undecidable"}
+        return {"median_dlog10_mu": float("nan"), "median_bound": "undecidable", "median_text": "undecidable",
+                "pairs_base_at_floor": 0, "pairs_side_at_floor": 0}
     m = float(v.median())
     lower = bool((low & ~up & (diff <= m))[keep].any())
     upper = bool((up & ~low & (diff >= m))[keep].any())
@@ -212,7 +225,7 @@ def above_verdict(pairs: pd.DataFrame) -> dict[str, Any]:
     untied = pairs[(pairs["dlog10_mu"] != 0) & ~at_floor]
     hits = int((untied["dlog10_mu"] > 0).sum())
     lo, hi = wilson(hits, len(untied))
-    median = (bounded_median(pairs["dlog10_mu"], pairs["mu"], pairs["mu_base"], cell_floor(pairs)) if len(pairs)
+    median = (bounded_median(pairs["mu"], pairs["mu_base"], cell_floor(pairs)) if len(pairs)
               else {"median_dlog10_mu": float("nan"), "median_bound": None, "median_text": "no pairs"})
     return {"pairs": int(len(pairs)), "untied": int(len(untied)), "both_at_floor": int(at_floor.sum()),
             "above": hits, "ci": [lo, hi], **median, "verdict": _side(lo, hi)}
@@ -230,7 +243,7 @@ def ordering(table: pd.DataFrame) -> dict[str, Any]:
     measured = (np.log10(sphere["mu_relative"].clip(lower=1e-300)).groupby(sphere["placement"]).median()
                 .sort_values(ascending=False))
     floor = np.log10(cell_floor(sphere)).groupby(sphere["placement"]).max()
-    text = {k: (f"≤ {v:.3g} (round-off)" if v <= floor[k] else f"{v:.3g}") for k, v in measured.items()}
+    text = {k: (f"≤ {floor[k]:.3g} (round-off)" if v <= floor[k] else f"{v:.3g}") for k, v in measured.items()}
     return {"predicted": "post_ln lowest: " + ", ".join(PREDICTED_ABOVE_POST_LN) + " each above post_ln",
             "vs_post_ln": per, "measured_order_sphere": {k: float(v) for k, v in measured.items()},
             "measured_order_sphere_text": text,
