@@ -29,3 +29,11 @@ def test_an_exactly_collapsed_trajectory_stays_within_the_floor(variant, mask):
                  metrics=("mu_relative",))
     m = r.metrics["mu_relative"].numpy()
     assert np.isfinite(m).all() and m.max() <= mu_floor(n, d)
+
+
+def test_one_floor_model_for_claims_and_phase():
+    from rankcollapse.experiments import quantities
+    from rankcollapse.phase import regime
+
+    assert regime.mu_floor is mu_floor and regime.gap_floor is gap_floor
+    assert quantities.relative_floor is relative_floor
