@@ -56,7 +56,8 @@ def main() -> None:
     for n in (16, 32, 128, 512):
         for d in (16, 64, 384):
             w = worst(collapsed_start(n, d, n + d), args.depth)
-            print(f"{n:>5} {d:>4} {w / EPS64:>10.2f} {mu_floor(n, d) / EPS64:>10.0f} {mu_floor(n, d) / max(w, 1e-300):>8.1f}")
+            model = mu_floor(n, d)
+            print(f"{n:>5} {d:>4} {w / EPS64:>10.2f} {model / EPS64:>10.0f} {model / max(w, 1e-300):>8.1f}")
     print("random starts under the complete mask (pure SA, depth 4 x --depth): where m levels off")
     for n, d in ((32, 16), (128, 384)):
         X0 = torch.randn(4, n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(1))

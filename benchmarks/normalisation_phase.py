@@ -64,8 +64,8 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def main(out: Path, summary: Path, grids: dict = GRIDS, command: str = "python benchmarks/normalisation_phase.py OUT SUMMARY"
-         ) -> None:
+def main(out: Path, summary: Path, grids: dict = GRIDS,
+         command: str = "python benchmarks/normalisation_phase.py OUT SUMMARY") -> None:
     load0 = Path("/proc/loadavg").read_text().split()[:3]
     t0, c0 = time.perf_counter(), _cpu_s()
     tables, timings = [], {}
@@ -96,6 +96,7 @@ if __name__ == "__main__":
     if len(args) != 2:
         sys.exit("usage: python benchmarks/normalisation_phase.py [--paper-setting] OUT SUMMARY")
     if paper:
-        main(Path(args[0]), Path(args[1]), PAPER_GRIDS, "python benchmarks/normalisation_phase.py --paper-setting OUT SUMMARY")
+        main(Path(args[0]), Path(args[1]), PAPER_GRIDS,
+             "python benchmarks/normalisation_phase.py --paper-setting OUT SUMMARY")
     else:
         main(Path(args[0]), Path(args[1]))

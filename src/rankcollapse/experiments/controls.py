@@ -23,8 +23,9 @@ simplest negative). An edit applies to every quantity of every check (``lhs``,
 
 The positive control must read ``reproduced``, the negative ``not reproduced`` or ``not
 reproduced where decidable`` (every check it can decide fails; the others compare
-round-off with round-off, which is no effect either way) (:func:`evaluate_controls`); a claim whose controls do not is flagged in
-``claims.json`` (``controls_ok: false``) and in the report.
+round-off with round-off, which is no effect either way) (:func:`evaluate_controls`); a
+claim whose controls do not is flagged in ``claims.json`` (``controls_ok: false``) and in
+the report.
 """
 
 from __future__ import annotations
