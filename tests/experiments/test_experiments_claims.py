@@ -12,6 +12,7 @@ from rankcollapse.experiments import claims as C
 from rankcollapse.experiments.config import EXPERIMENTS, load_config
 from rankcollapse.experiments.quantities import AmbiguousSelection, EvalContext, floor_of
 from rankcollapse.experiments.table import COLUMNS, normalise, rows_from_metrics
+from rankcollapse.metrics.floor import relative_floor
 
 
 def _curve(mask: str, variant: str, values, seed: int = 0, setting: str = "default", spread=(1.0, 1.0, 1.0),
@@ -78,13 +79,14 @@ def test_selection_of_two_conditions_is_an_error_naming_both():
 
 
 def test_two_values_at_their_floor_are_undecidable_never_equal():
-    # float32 rows (a probe's forward): both values under eps32 -> no ratio, not a forced 1
-    t = pd.concat([_curve("complete", "pure", [1.0, 1e-3, 1.6e-9], dtype="float32"),
-                   _curve("complete", "sphere", [1.0, 2e-3, 2.2e-8], dtype="float32")], ignore_index=True)
+    # float32 rows (a probe's forward): both values within the float32 floor model -> no
+    # ratio, not a forced 1
+    t = pd.concat([_curve("complete", "pure", [1.0, 1e-1, 1.6e-9], dtype="float32"),
+                   _curve("complete", "sphere", [1.0, 2e-1, 2.2e-8], dtype="float32")], ignore_index=True)
     check = {"lhs": _q("sphere"), "op": ">=", "factor": 10, "rhs": _q("pure")}
     res = C.evaluate_check(t, check)
     assert res["collapsed"] == [True, True] and res["bound"] == "undecidable"
-    assert res["outcome"] == "undecidable" and res["decidable_to_layer"] == 1  # both above eps32 at layer 1
+    assert res["outcome"] == "undecidable" and res["decidable_to_layer"] == 1  # both above the float32 floor at layer 1
     assert C.verdict_from([res["outcome"]]) == C.UNDECIDABLE
     assert C.verdict_from([res["outcome"], "fails"]) == C.NOT_WHERE_DECIDABLE  # the failing check decides; the floors decide nothing
     t64 = t.assign(dtype="float64")  # float64 trajectories resolve both: a real 13.75x
@@ -94,15 +96,16 @@ def test_two_values_at_their_floor_are_undecidable_never_equal():
 
 
 def test_one_side_at_its_floor_gives_a_bound():
-    # causal 2.8e-9 against complete 1e-17 (below float64's eps 2.2e-16): the ratio is at
-    # least 2.8e-9 / 2.2e-16 = 1.26e7, a lower bound that clears >= 2 but cannot fail it
-    t = pd.concat([_curve("causal", "sphere", [1.0, 2.8e-9]), _curve("complete", "sphere", [1.0, 1e-17])],
+    # causal 2.8e-9 against complete 3e-16 (a few float64 eps: above eps itself, within the
+    # round-off floor model relative_floor 3.9e-12): the ratio is at least 2.8e-9 / 3.9e-12,
+    # a lower bound that clears >= 2 but cannot fail it, never the magnitude 2.8e-9 / 3e-16
+    t = pd.concat([_curve("causal", "sphere", [1.0, 2.8e-9]), _curve("complete", "sphere", [1.0, 3e-16])],
                   ignore_index=True)
     up = {"lhs": _q("sphere", mask="causal"), "op": ">=", "factor": 2, "rhs": _q("sphere", mask="complete")}
     res = C.evaluate_check(t, up)
-    eps = np.finfo(np.float64).eps
-    assert res["bound"] == "lower" and res["value"] == pytest.approx(2.8e-9 / eps) and res["outcome"] == "holds"
-    assert res["floors"] == [eps, eps] and res["dtypes"] == ["float64", "float64"]
+    floor = relative_floor("float64")
+    assert res["bound"] == "lower" and res["value"] == pytest.approx(2.8e-9 / floor) and res["outcome"] == "holds"
+    assert res["floors"] == [floor, floor] and res["dtypes"] == ["float64", "float64"]
     # the same bound against a threshold above it: undecided, never "fails"
     assert C.evaluate_check(t, {**up, "factor": 1e9})["outcome"] == "undecided"
     # the floored side on the left: an upper bound, which can break >= but not clear it

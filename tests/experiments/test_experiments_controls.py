@@ -82,7 +82,8 @@ def test_every_claim_has_a_positive_and_a_negative_control():
 
 def test_committed_quick_run_controls_pass_through_the_real_pipeline():
     """The positive control of every claim reads reproduced and the negative not
-    reproduced, on the rows of the committed quick run (the same units, selections,
+    reproduced (or not reproduced where decidable: a full mask against itself compares
+    round-off with round-off), on the rows of the committed quick run (the same units, selections,
     floors and rules as the claims; tests/experiments/test_experiments_results_doc.py ties
     that run to today's configs)."""
     claims = [c for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS) for c in json.loads((d / "claims.json").read_text())]
@@ -90,7 +91,8 @@ def test_committed_quick_run_controls_pass_through_the_real_pipeline():
     for c in claims:
         ctl = c["controls"]
         assert ctl["positive"]["verdict"] == "reproduced", (c["id"], ctl["positive"])
-        assert ctl["negative"]["verdict"] == "not reproduced", (c["id"], ctl["negative"])
+        assert ctl["negative"]["verdict"] in ("not reproduced", C.NOT_WHERE_DECIDABLE), (c["id"], ctl["negative"])
+        assert ctl["negative"]["passed"] is True
         assert c["controls_ok"] is True
 
 

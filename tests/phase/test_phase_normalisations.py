@@ -72,7 +72,7 @@ def _cells(placement, laws, **over):
 
 def test_speed_law_rule_on_hand_built_tables():
     table = pd.DataFrame(_cells("post_ln", ["exponential"] * 12 + ["undecided"] * 5)
-                         + _cells("pre_ln", ["power"] * 11 + ["exponential"]))
+                         + _cells("pre_ln", ["power"] * 11 + ["exponential"], shared=True))
     out = nz.speed_law(table)
     assert out["post_ln"]["decided"] == 12 and out["post_ln"]["verdict"] == "exponential"
     assert out["pre_ln"]["verdict"] == "power" and out["verdict"] == "holds"
@@ -84,6 +84,51 @@ def test_speed_law_rule_on_hand_built_tables():
     out_of_scope = pd.DataFrame(_cells("post_ln", ["power"] * 12, qk_scale=0.0) + _cells("pre_ln", ["power"] * 12,
                                                                                           norm="dyt"))
     assert nz.speed_law(out_of_scope)["post_ln"]["cells"] == 0 and nz.speed_law(out_of_scope)["pre_ln"]["cells"] == 0
+
+
+def test_the_papers_exponent_is_decided_on_its_setting_and_the_pooled_median_apart():
+    """Full attention with one set of weights reads -2.1; causal masks and fresh weights
+    read -1.3: the paper's t^-2 is decided on the first only, the pooled median is no verdict."""
+    paper = _cells("pre_ln", ["power"] * 6, shared=True)
+    outside = (_cells("pre_ln", ["power"] * 10, mask="causal", shared=True)
+               + _cells("pre_ln", ["power"] * 10, shared=False))
+    rows = [{**c, "law_exponent": -2.1 + 0.01 * i} for i, c in enumerate(paper)]
+    rows += [{**c, "law_exponent": -1.3 - 0.01 * i, "value_scale": 10.0 + i} for i, c in enumerate(outside)]
+    out = nz.speed_law(pd.DataFrame(rows))
+    assert out["pre_ln_exponent"]["cells"] == 6 and out["pre_ln_exponent"]["verdict"] == "consistent"
+    assert out["pre_ln_exponent"]["median"] == pytest.approx(-2.075)
+    assert out["pre_ln_exponent"]["setting"] == nz.PAPER_SETTING
+    assert out["pre_ln_exponent_pooled"]["cells"] == 26 and "verdict" not in out["pre_ln_exponent_pooled"]
+    assert out["pre_ln_exponent_pooled"]["median"] < -1.25 and out["pre_ln_exponent_pooled"]["median"] > -1.5
+    assert out["paper_setting"]["pre_ln"]["cells"] == 6 and out["paper_setting"]["post_ln"]["cells"] == 0
+    assert nz.speed_law(pd.DataFrame(rows[6:]))["pre_ln_exponent"]["verdict"] == "undecided"  # no cell of the setting
+
+
+def test_identity_weights_control_reads_exponential_and_t_to_the_minus_two():
+    """Equiangular tokens, W_Q = W_K = W_V = I, full attention: post-LN exponential, pre-LN
+    a power law in the band around -2 (the control of the law fit in the paper's setting)."""
+    out = nz.identity_control()
+    assert out["passes"]
+    pre = [r for r in out["runs"] if r["placement"] == "pre_ln"]
+    assert all(r["law"] == "power" and -2.2 < r["law_exponent"] < -1.7 for r in pre)
+    assert all(r["law"] == "exponential" for r in out["runs"] if r["placement"] == "post_ln")
+
+
+def test_a_median_over_a_cell_at_round_off_is_a_bound():
+    """post-LN at round-off (3e-16 < 2 (N + d) eps) makes pre-LN's lead at least what it
+    reads: a bound, printed with ≥, never a magnitude; measured on both sides it is a number."""
+    eps = np.finfo(np.float64).eps
+    pairs = pd.DataFrame({"mu": [0.1, 0.2, 0.3], "mu_base": [3e-16, 1e-15, 1e-3], "n_tokens": 32, "d_model": 16})
+    pairs["dlog10_mu"] = np.log10(pairs["mu"]) - np.log10(pairs["mu_base"])
+    v = nz.above_verdict(pairs)
+    assert 3e-16 < 2 * 48 * eps and v["median_bound"] == "lower" and v["pairs_base_at_floor"] == 2
+    # read at the floor 96 eps, not at 3e-16: the median pair leads by at least log10(0.1 / (96 eps)), not 14.5
+    assert v["median_dlog10_mu"] == pytest.approx(np.log10(0.1 / (96 * eps)))
+    assert v["median_text"] == f"≥ {np.log10(0.1 / (96 * eps)):.3g}"
+    pairs["mu_base"] = [1e-5, 1e-4, 1e-3]
+    pairs["dlog10_mu"] = np.log10(pairs["mu"]) - np.log10(pairs["mu_base"])
+    v = nz.above_verdict(pairs)
+    assert v["median_bound"] is None and float(v["median_text"]) == pytest.approx(np.log10(0.2 / 1e-4), rel=1e-3)
 
 
 def test_exponent_rule_reads_the_band():

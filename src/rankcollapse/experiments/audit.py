@@ -9,7 +9,8 @@ section list, per claim:
 - each check's power on its own noise and each threshold's near-threshold control
   (:func:`.controls.assess`), and the null a control check states;
 - which numbers are bounds and the floor they rest on. The floor of a relative metric is
-  the epsilon of its compute dtype (:func:`.quantities.floor_of`); a side whose mean is
+  the round-off error model of its compute dtype (:func:`rankcollapse.metrics.floor.relative_floor`,
+  ``2 (N + d) eps``, calibrated on exactly collapsed trajectories); a side whose mean is
   above it but within :data:`NEAR_FLOOR` times it is listed as well: a ratio with such a
   denominator may be a ratio to round-off.
 

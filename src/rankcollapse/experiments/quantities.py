@@ -14,9 +14,12 @@ resampler's seed, so two quantities over the same seeds and windows are resample
 *paired* (window j is the same text in every unit of a run, seed s the same weights).
 
 Numerical floor. A relative metric (:data:`FLOOR_METRICS`) whose mean is at or below
-the machine epsilon of its row's ``dtype`` (the type of the computation that produced
+the round-off floor of its row's ``dtype`` (the type of the computation that produced
 it: float64 for a float64 trajectory, whatever the storage type of its input; float32
-for a probe's float32 forward) is *at its floor*: it is clipped to that epsilon and the
+for a probe's float32 forward) is *at its floor*. The floor is the error model
+:func:`rankcollapse.metrics.floor.relative_floor` (``2 (N + d) eps``, calibrated on
+exactly collapsed trajectories), not epsilon alone: a collapsed float64 trajectory
+levels off at 1 to 6 eps, above epsilon. A value at its floor is clipped to it and the
 quantity read from it is only a bound (``Value.bound``): a value or change at the floor
 is at most what it shows (``upper``). A ratio or difference combines the bounds of its
 sides (:func:`combine_bounds`): one side at its floor gives a bound on the comparison,
@@ -33,11 +36,12 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
+from ..metrics.floor import epsilon, relative_floor
 from ..metrics.rate import least_squares_rate
 from .keys import current
 from .table import CONDITION_COLUMNS, condition_of
 
-#: Metrics with a scale-free floor (values in [0, 1] relative to ‖X‖): clipped at eps(dtype).
+#: Metrics with a scale-free floor (values in [0, 1] relative to ‖X‖): clipped at relative_floor(dtype).
 FLOOR_METRICS = frozenset({"mu_relative", "sigma_ratio"})
 N_BOOT = 1000
 
@@ -55,11 +59,10 @@ class AmbiguousSelection(ConfigError):
 
 
 def floor_of(dtype: str) -> float:
-    """Machine epsilon of ``dtype`` (``float32`` 1.19e-7, ``float64`` 2.2e-16); 0 if unknown."""
-    try:
-        return float(np.finfo(np.dtype(dtype)).eps)
-    except TypeError:
-        return 0.0
+    """Machine epsilon of ``dtype`` (``float32`` 1.19e-7, ``float64`` 2.2e-16); 0 if unknown
+    (:func:`rankcollapse.metrics.floor.epsilon`). The floor a claim reads is
+    :func:`rankcollapse.metrics.floor.relative_floor` (module docstring)."""
+    return epsilon(dtype)
 
 
 @dataclass
@@ -122,7 +125,7 @@ class Value:
     """A quantity: point estimate, bootstrap replicates ``(n_boot,)``, per-seed values.
 
     ``bound``: None for a measurement, else ``upper`` / ``lower`` / ``undecidable``
-    (see module docstring); ``floor``: the epsilon of the rows' compute dtype (0 for a
+    (see module docstring); ``floor``: the round-off floor of the rows' compute dtype (0 for a
     metric without a floor); ``live``: layers at or below the read layer whose pooled
     mean is above the floor (value and change statistics; None otherwise), from which a
     comparison's deepest decidable layer is read; ``dtype``: the rows' compute dtype."""
@@ -244,7 +247,7 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     sel = dict(q.get("select", {}))
     rows, layers, seeds, M, W = _condition(table, q["metric"], sel, setting, ctx)
     S = len(seeds)
-    floor = floor_of(str(rows["dtype"].iloc[0])) if q["metric"] in FLOOR_METRICS and "dtype" in rows else 0.0
+    floor = relative_floor(str(rows["dtype"].iloc[0])) if q["metric"] in FLOOR_METRICS and "dtype" in rows else 0.0
     floor = max(floor, float(q.get("floor", 0.0)))  # an explicit floor for an absolute metric (theory μ)
     collapsed = M[0] <= floor
     if floor:

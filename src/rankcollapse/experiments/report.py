@@ -62,8 +62,8 @@ ROBUSTNESS_NOTE = ("What each verdict rests on. A claim about a factor is decide
                    "(factor-off also passes) and carries no verdict. Each threshold is read across its "
                    "pre-registered band (×½ to ×2 of its distance from the no-effect value, or a stated range); a "
                    "verdict that changes inside it is threshold-sensitive, with the flip points. Bounds: numbers with "
-                   "a side at the floor of its compute dtype, and sides within 100× of that floor (a ratio to "
-                   "round-off).")
+                   "a side at the round-off floor of its computation (2 (N + d) ε of its dtype), and sides within "
+                   "100× of that floor.")
 
 
 def badge(verdict: str | None) -> Markup:

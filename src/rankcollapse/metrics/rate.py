@@ -9,8 +9,8 @@ left out: it is round-off, not a measurement, and carries no rate.
 
 Where a floor comes from: the computation that produced the trajectory, not the storage
 of its input (docs/reproduce.md, "Floors belong to the computation"). A relative metric
-(``mu_relative``) of a float64 trajectory is resolved down to float64's epsilon 2.2e-16,
-of a float32 forward down to 1.19e-7 (``experiments.quantities.floor_of``); an absolute
+(``mu_relative``) is resolved down to the round-off floor of the computation's dtype
+(:func:`rankcollapse.metrics.floor.relative_floor`, ``2 (N + d) eps``); an absolute
 metric (``mu``) needs a floor relative to its scale, e.g. ``1e-12 · μ(0)`` per sample
 (what :func:`rankcollapse.theory.check_collapse_bound` passes). The callers pass their
 floor explicitly; there is no default.

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .grid import AXES
+from .normalisation import bounded_median, cell_floor
 from .report import theory_agreement
 
 
@@ -32,6 +33,13 @@ def paired_norm_effect(table: pd.DataFrame, norm: str, base: str = "none") -> pd
     joined = right[["regime", "mu_relative"]].join(left[["regime", "mu_relative"]], rsuffix="_base", how="inner")
     joined["dlog10_mu"] = _log10(joined["mu_relative"]) - _log10(joined["mu_relative_base"])
     return joined.reset_index()
+
+
+def _where_collapses(p: pd.DataFrame) -> dict[str, Any]:
+    """:func:`.normalisation.bounded_median` of the pairs whose base collapses."""
+    c = p[p["regime_base"] == "rank_collapse"]
+    return bounded_median(c["mu_relative"], c["mu_relative_base"], cell_floor(c)) if len(c) else {
+        "median_dlog10_mu": float("nan"), "median_bound": None, "median_text": "no pairs"}
 
 
 def helps(pairs: pd.DataFrame) -> pd.Series:
@@ -68,8 +76,8 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
         out["norm_effect"][norm] = {
             "pairs": int(len(p)), "helps": int(h.sum()), "hurts": int((~p["regime_base"].isin(["rank_collapse", "diverging"])
                                                                      & p["regime"].isin(["rank_collapse"])).sum()),
-            "median_dlog10_mu": float(p["dlog10_mu"].median()),
-            "median_dlog10_mu_where_base_collapses": float(p.loc[p["regime_base"] == "rank_collapse", "dlog10_mu"].median()),
+            **bounded_median(p["mu_relative"], p["mu_relative_base"], cell_floor(p)),
+            "median_dlog10_mu_where_base_collapses": _where_collapses(p),
             "helps_by_alpha_placement": {f"alpha={k[0]:g},{k[1]}": v for k, v in by.items()},
             "regime_pairs": {f"{a} -> {b}": int(n) for (a, b), n in p.groupby(["regime_base", "regime"]).size().items()},
         }

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from ..metrics.floor import gap_floor, mu_floor  # noqa: F401  (the floor model; re-exported)
 from ..metrics.rate import LAWS, fit_decay_law, least_squares_rate
 
 COLLAPSED = 1e-6
@@ -88,30 +89,6 @@ def tail_rate(m: np.ndarray) -> tuple[float, float]:
         return float("nan"), float("nan")
     fit = stats.linregress(np.arange(y.size, dtype=np.float64), np.log10(y))
     return float(fit.slope), float(fit.slope + stats.t.ppf(0.975, y.size - 2) * fit.stderr)
-
-
-def gap_floor(n_tokens: int, d_model: int) -> float:
-    """The float64 round-off floor of the cosine gap ``1 - mean_{i != j} cos(x_i, x_j)``:
-    ``(d + N^2) u`` with ``u = eps/2`` the unit round-off of float64. Each cosine is a
-    ``d``-term dot product of unit rows (error ``<= gamma_d ~ d u``, Higham, *Accuracy and
-    Stability of Numerical Algorithms*, 2nd ed., eq. 3.5) and the mean sums ``N(N-1)`` of them
-    (recursive summation: ``<= gamma_{N(N-1)}`` relative, §4.2); a gap at or below this is
-    round-off of a consensus, not a measurement."""
-    return (d_model + n_tokens * n_tokens) * float(np.finfo(np.float64).eps) / 2
-
-
-def mu_floor(n_tokens: int, d_model: int) -> float:
-    """The float64 round-off floor of ``m = mu(X)/||X||_F``: ``2 (N + d) eps`` (``eps =
-    2u``, ``u = 2^-53``). At a consensus (tokens equal in exact arithmetic) the computed
-    tokens differ by round-off only: a layer's output entry carries a relative error of at
-    most ``gamma_N ~ N u`` (a convex combination of N rows, Higham, *Accuracy and Stability
-    of Numerical Algorithms*, 2nd ed., eq. 3.5) plus ``gamma_d + u`` (a normalisation over d
-    entries), so two tokens differ by at most ``2 (N + d + 1) u |x_j|`` to first order, and
-    mu's mean token and differences add ``(N + 1) u |x_j|``; in the Frobenius norm the
-    computed ``m`` of a consensus is at most ``(3N + 2d + 3) u <= 2 (N + d) eps``. An ``m``
-    at or below this is round-off of a consensus, not a measurement: whether it is 0 or
-    ``2^-54`` depends on the last bits of the kernels and the thread count."""
-    return 2 * (n_tokens + d_model) * float(np.finfo(np.float64).eps)
 
 
 def law_measures(avg_cos: np.ndarray, n_tokens: int, d_model: int) -> list[dict[str, Any]]:
