@@ -111,4 +111,4 @@ def test_claims_json_has_the_interface_fields(fake, tmp_path):
         assert c["interval"] is None or len(c["interval"]) == 2
         if c["original_verdict"] is not None:
             assert c["change_reason"] and c["original_rule"]
-    assert {c["id"] for c in claims if c["original_verdict"]} == {"C02", "C03", "C05", "C08", "C09", "C10", "C11", "C12"}
+    assert {c["id"] for c in claims if c["original_verdict"]} == {"C02", "C03", "C05", "C08", "C09", "C10", "C11", "C12", "G2", "G4", "I3", "I4"}
