@@ -22,6 +22,6 @@ def test_show_writes_png(tmp_path):
     out = tmp_path / "m.png"
     code = "import sys; from rankcollapse.cli import main; sys.argv = ['rankcollapse', *sys.argv[1:]]; main()"
     res = subprocess.run([sys.executable, "-c", code, "mask", "show", "longformer:w=5,globals=0+7",
-                          "--n", "24", "--out", str(out)], capture_output=True, text=True, timeout=120)
+                          "--n-tokens", "24", "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

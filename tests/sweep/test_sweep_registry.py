@@ -111,11 +111,11 @@ def test_experiment_configs_take_only_the_experiments_kinds():
     ("probe", {"model": "minilm"}, "c0e69683b5fe"),
     ("pretrained_sa", {"d_qk": 1.0}, "67a045ff2e93"),
     ("theory", {"check": "x"}, "885c797b70a2"),
-    # renamed config keys (experiments.keys): the keys the code wrote under the old spelling
+    # the parameters are hashed as they are spelt (a text file's path left out)
     ("simulate", {"mask": "causal", "seed": 0, "n_samples": 8, "data": {"corpus": "wikipedia", "n_tokens": 128, "seed": 0}},
-     "d97bf099e4cf"),
+     "ca38942b2957"),
     ("theory", {"check": "equilibria", "n_tokens": 16, "d_model": 8, "eq_n_tokens": 4, "eq_d_model": 4,
-                "rate_n_tokens": 128}, "0935117b1342"),
+                "rate_n_tokens": 128}, "c8785d9b7416"),
     # phase_cell version 5 (decay-law columns and the qk_norm axis in version 3; rate_last_bound,
     # frac_mu_floor and the floor rule of mu_relative in 4; the round-off floor of mu_relative,
     # regime.mu_floor, in 5) invalidates the version-2 key 9b8c31295cac, the version-3 key

@@ -15,28 +15,14 @@ from ..points import point_after
 from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_records
 
 
-def renamed_value(flag: str, value: str | None, renames: dict[str, str]) -> str | None:
-    """``value`` of ``flag`` with a deprecated spelling (a key of ``renames``) replaced by its
-    current name and the CLI's one-line note (:func:`._vocab.deprecated`, which names the
-    removal version), so the API's FutureWarning never reaches the terminal."""
-    from ._vocab import deprecated
-
-    if value in renames:
-        deprecated(f"{flag} {value}", f"{flag} {renames[value]}")
-        return renames[value]
-    return value
-
-
 #: ``--n-tokens`` of a drawn or Wikipedia input when the flag is not given.
 N_TOKENS = 128
 
 
 def input_name(source: str) -> str | None:
-    """The registry name of ``--input`` (a deprecated one gets the CLI's one-line note), or
-    None for a file path."""
-    from ..dynamics.inputs import DEPRECATED_INPUTS, INPUTS
+    """The registry name of ``--input``, or None for a file path."""
+    from ..dynamics.inputs import INPUTS
 
-    source = renamed_value("--input", source, DEPRECATED_INPUTS)
     return source if source in INPUTS else None
 
 
@@ -190,11 +176,11 @@ def simulate_command(
     mask: str = typer.Option("causal", "--mask", help="mask spec, e.g. causal_sliding_window:w=4"),
     n_tokens: int = typer.Option(None, "--n-tokens", help="tokens per sample N (default 128; a FILE input: its N)"),
     depth: int = typer.Option(32, "--depth", help="layers T"),
-    variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln (ln, skip_ln: deprecated)"),
+    variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln"),
     norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm | dyt (tanh, "
                              "--dyt-alpha)"),
     placement: str = typer.Option(None, "--placement", help="override: none | post_ln | pre_ln | peri | mix "
-                                  "(--mix-layers) | lns | ngpt (--alpha-ngpt, norm sphere) (theory: deprecated); "
+                                  "(--mix-layers) | lns | ngpt (--alpha-ngpt, norm sphere); "
                                   "all but none keep a residual (alpha 1) unless --alpha 0"),
     mix_layers: int = typer.Option(None, "--mix-layers", help="placement mix: leading post-LN layers"),
     alpha_ngpt: float = typer.Option(None, "--alpha-ngpt", help="placement ngpt: step alpha (default 0.05)"),
@@ -202,7 +188,6 @@ def simulate_command(
     qk_norm: bool = typer.Option(None, "--qk-norm/--no-qk-norm", help="unit queries and keys, scores g cos "
                                  "(--qk-norm-scale g, default log2(N^2 - N))"),
     qk_norm_scale: float = typer.Option(None, "--qk-norm-scale", help="with --qk-norm: the score scale g"),
-    qk_scale: float = typer.Option(None, "--qk-scale", hidden=True, help="deprecated: --qk-norm-scale"),
     alpha: float = typer.Option(None, "--alpha", help="override the skip weight (0 = no skip)"),
     heads: int = typer.Option(None, "--heads", help="attention heads"),
     mlp: bool = typer.Option(None, "--mlp/--no-mlp", help="add the MLP sublayer (post_ln/pre_ln)"),
@@ -219,7 +204,7 @@ def simulate_command(
                                    "of minilm | smollm2 | a model dir"),
     d_qk: float = typer.Option(1.0, "--d-qk", help="temperature d_QK > 0"),
     source: str = typer.Option("gaussian", "--input", help="gaussian | sphere | hemisphere | nonnegative | antipodal | simplex | "
-                               "wikipedia (wiki: deprecated) | FILE.npy/.pt. "
+                               "wikipedia | FILE.npy/.pt. "
                                "gaussian (default) tokens are N(0, I), not on the unit sphere, so the first "
                                "layer's normalisation/averaging gives a large one-off drop of μ; use sphere "
                                "to start on the sphere"),
@@ -250,11 +235,6 @@ def simulate_command(
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
     if uniform and attention not in (None, "uniform"):
         raise ConfigError(f"--uniform and --attention {attention} contradict each other: give one")
-    from ..dynamics.config import DEPRECATED_PLACEMENTS, DEPRECATED_VARIANTS
-
-    variant = renamed_value("--variant", variant, DEPRECATED_VARIANTS)
-    placement = renamed_value("--placement", placement, DEPRECATED_PLACEMENTS)
-    qk_norm_scale = _qk_norm_scale(qk_norm_scale, qk_scale)
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
                           attention="uniform" if uniform else attention, mix_layers=mix_layers,
                           alpha_ngpt=alpha_ngpt, dyt_alpha=dyt_alpha, qk_norm=qk_norm, qk_norm_scale=qk_norm_scale)
@@ -356,15 +336,3 @@ def register(app: typer.Typer) -> None:
     """Attach ``rankcollapse simulate``."""
     app.command("simulate")(simulate_command)
 
-
-def _qk_norm_scale(qk_norm_scale: float | None, qk_scale: float | None) -> float | None:
-    """``--qk-norm-scale``, or the deprecated ``--qk-scale`` (with a note): the QK-norm gain g,
-    not ``phase``'s ``qk_scale`` (the W_Q/W_K scale)."""
-    if qk_scale is None:
-        return qk_norm_scale
-    if qk_norm_scale is not None:
-        raise ConfigError("give --qk-norm-scale or the deprecated --qk-scale, not both")
-    from ._vocab import deprecated
-
-    deprecated("--qk-scale G", "--qk-norm-scale G")
-    return qk_scale

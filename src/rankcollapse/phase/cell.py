@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._deprecation import renamed_arguments
 from ..dynamics.inputs import canonical_input, make_tokens
 from ..dynamics.weights import LayerWeights, draw, generator
 from ..errors import ConfigError
@@ -107,13 +106,11 @@ def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
     return worst
 
 
-@renamed_arguments(batch="n_samples", d="d_model")
 def make_input(kind: str, n_samples: int, n_tokens: int, d_model: int, seed: int) -> torch.Tensor:
     """X(0) ``(n_samples, n_tokens, d_model)`` float64 of the registry input ``kind``
     (:func:`rankcollapse.dynamics.inputs.make_tokens`) under seed ``seed``; ``wikipedia``
     takes window block ``seed`` of the windows cut with seed 0 (disjoint windows per
-    weight seed), projected on their top-``d_model`` right singular vectors. ``batch=``
-    and ``d=`` are deprecated aliases of ``n_samples=`` and ``d_model=`` until 0.3.0.
+    weight seed), projected on their top-``d_model`` right singular vectors.
 
     Raises
     ------

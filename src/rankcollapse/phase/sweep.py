@@ -16,7 +16,6 @@ from typing import Any
 
 import pandas as pd
 
-from .._deprecation import renamed_arguments
 from ..sweep.cache import UnitCache
 from ..sweep.context import RunContext
 from ..sweep.engine import run_units
@@ -92,7 +91,6 @@ def _content_key(cells: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-@renamed_arguments(samples="n_samples")
 def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1, seed: int = 0,
               cache_dir: str | Path, executor: str = "serial", workers: int | None = None,
               address: str | None = None, progress: bool = False) -> tuple[pd.DataFrame, dict[str, Any]]:
