@@ -15,7 +15,7 @@ per depth ``h = 1..H`` (``layer = h``) and metric:
 * for ``causal_sliding_window:w=W``: ``horizon_predicted``, the normal approximation
   :func:`~rankcollapse.masks.influence.window_horizon`, and ``horizon_geometric``,
   ``W ln(epsilon) / ln(1 - alpha)`` (the horizon of a walk that stops for good with
-  probability ``alpha`` at each step, issue 29's guess);
+  probability ``alpha`` at each step, a coarser estimate);
 * with ``profiles: true``, the profile itself: metric ``influence``, one row per depth
   and input position ``j`` (``point = "position.j"``).
 

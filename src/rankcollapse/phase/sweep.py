@@ -45,7 +45,7 @@ def cell_label(unit: Unit) -> str:
 
 
 # version: bumped when a change alters the numbers of a cell (invalidates cached cells);
-# 3: the decay-law columns and the qk_norm axis (issue 30); 4: rate_last_bound_max,
+# 3: the decay-law columns and the qk_norm axis; 4: rate_last_bound_max,
 # frac_rate_last_falling (the columns rule 5 is checked on) and the mu_relative floor rule;
 # 5: the floor of mu_relative is the round-off floor 2 (N + d) eps (regime.mu_floor)
 register_unit_kind("phase_cell", cell_unit, version=5, label=cell_label, group="phase")
