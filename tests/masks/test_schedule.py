@@ -186,8 +186,8 @@ def test_cli_describe_schedule_interface(tmp_path):
     d = json.loads(p.stdout)
     assert {"n_tokens", "centers", "radius", "quasi_strongly_connected", "period", "layers"} <= set(d)
     assert d["n_tokens"] == 16 and d["period"] == 3 and len(d["layers"]) == 3
-    p = _cli("show", "schedule:causal_sliding_window:w=3*2,causal", "--n-tokens", "16", "--out", str(tmp_path / "s.png"))
-    assert p.returncode == 0 and (tmp_path / "s.png").stat().st_size > 0
+    p = _cli("show", "schedule:causal_sliding_window:w=3*2,causal", "--n-tokens", "16", "--out", str(tmp_path / "s"))
+    assert p.returncode == 0 and (tmp_path / "s" / "mask.png").stat().st_size > 0
     p = _cli("compare", "schedule:causal_sliding_window:w=3*2,causal", "causal", "--n-tokens", "16", "--format", "json")
     rows = json.loads(p.stdout)
     # same eps (largest in-degree 16 in both); effective radius p r = 3 vs 1: the schedule is slower
