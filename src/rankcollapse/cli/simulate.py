@@ -289,8 +289,8 @@ def simulate_command(
     floor = _mark_floor(layers, names, dtype)
     # "variant" is the preset equal to the block that ran (or custom; "block" has every
     # field, alpha included), "variant_option" the --variant the overrides started from
-    # the settings in the CLI's vocabulary: the run's "batch" is --n-samples, --model names the weights
-    settings = {("n_samples" if k == "batch" else k): v for k, v in res.config.items()}
+    # the settings in the CLI's vocabulary: --model names the weights
+    settings = dict(res.config)
     settings["metrics"] = names
     stopped = None if res.stopped is None else {"after_layer": res.stopped.after_layer,
                                                   "samples": res.stopped.samples}

@@ -582,7 +582,7 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
               "query_key": "given" if given_weights else query_key if isinstance(query_key, str) else "user",
               "weights": "given" if given_weights else "family", "seed": seed,
               "shared": shared, "dtype": str(X.dtype).replace("torch.", ""), "device": str(X.device),
-              "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "batch": B,
+              "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "n_samples": B,
               "metrics": list(names)}
     return SimResult(metrics=out, config=config,
                      row_mass_deficit=_pad(torch.stack(attend.row_mass), depth) if attend.row_mass else None,

@@ -269,8 +269,8 @@ def block_config(cell: dict[str, Any]) -> BlockConfig:
                        mix_layers=int(cell["depth"]) // 4 if placement == "mix" else None)
 
 
-def cell_bytes(cell: dict[str, Any], samples: int) -> int:
-    """Estimated peak bytes of running ``cell`` with ``samples`` inputs per weight seed
+def cell_bytes(cell: dict[str, Any], n_samples: int) -> int:
+    """Estimated peak bytes of running ``cell`` with ``n_samples`` inputs per weight seed
     (float64, one head), the arrays :func:`.cell.run_cell` keeps for the whole cell:
 
     - weights: ``L (2 d d_qk + d^2)`` values, twice (the shared draw and its scaled copy),
@@ -300,10 +300,10 @@ def cell_bytes(cell: dict[str, Any], samples: int) -> int:
 
         from ..dynamics.sparse import DEFAULT_BLOCK_SIZE, SCORE_BUDGET
 
-        chunk = 3 * max(samples * DEFAULT_BLOCK_SIZE * N, SCORE_BUDGET // 8) + 2 * samples * N * d_qk
-        return 8 * (weights + 8 * samples * N * d + torch.get_num_threads() * chunk)
-    states = (depth + 1) * samples * N * d
-    attention = 2 * depth * samples * N * N
+        chunk = 3 * max(n_samples * DEFAULT_BLOCK_SIZE * N, SCORE_BUDGET // 8) + 2 * n_samples * N * d_qk
+        return 8 * (weights + 8 * n_samples * N * d + torch.get_num_threads() * chunk)
+    states = (depth + 1) * n_samples * N * d
+    attention = 2 * depth * n_samples * N * N
     return 8 * (weights + states + attention)
 
 
@@ -363,9 +363,9 @@ def check_long_cell(cell: dict[str, Any]) -> None:
                           f"use n_tokens <= {DENSE_MAX_TOKENS}, or qk_norm=off and attention=softmax")
 
 
-def check_cells(cells: Any, samples: int | None = None) -> None:
+def check_cells(cells: Any, n_samples: int | None = None) -> None:
     """:func:`check_cell` for every cell (each mask built once per ``N``), refusing an
-    empty grid; with ``samples``, also every cell's :func:`cell_bytes` against half the
+    empty grid; with ``n_samples``, also every cell's :func:`cell_bytes` against half the
     physical memory (:func:`rankcollapse._memory.default_limit`).
 
     Raises
@@ -392,8 +392,8 @@ def check_cells(cells: Any, samples: int | None = None) -> None:
         if key not in built:
             parse_mask(*key)
             built.add(key)
-        if samples is not None and cell_bytes(cell, samples) > limit:
+        if n_samples is not None and cell_bytes(cell, n_samples) > limit:
             raise MemoryLimitError(
                 f"phase cell N = {cell['n_tokens']}, d = {cell['d_model']}, depth = {cell['depth']} with "
-                f"{samples} samples needs about {human(cell_bytes(cell, samples))} of memory, more than the "
+                f"{n_samples} samples needs about {human(cell_bytes(cell, n_samples))} of memory, more than the "
                 f"limit {human(limit)} (half the physical memory); lower n_tokens, d_model, depth or n_samples")
