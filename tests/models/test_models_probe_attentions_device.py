@@ -67,7 +67,7 @@ def test_sdpa_model_is_restored_after_recording_attentions():
     ],
 )
 def test_bad_device_or_attentions_without_out_exit_2(monkeypatch, capsys, text_file, extra, text):
-    code = _main(monkeypatch, "minilm", "--text-file", str(text_file), "--n-samples", "1", "--n-tokens", "16", *extra)
+    code = _main(monkeypatch, "--model", "minilm", "--text-file", str(text_file), "--n-samples", "1", "--n-tokens", "16", *extra)
     err = capsys.readouterr().err.strip()
     assert code == 2 and text in err and len(err.splitlines()) == 1
 
