@@ -18,7 +18,7 @@ def test_json_layers_and_plot(tmp_path):
             "--d-model", "8", "--seed", "1", "--format", "json", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert [row["t"] for row in doc["layers"]] == [row["layer"] for row in doc["layers"]] == list(range(6))
+    assert [row["layer"] for row in doc["layers"]] == list(range(6)) and "t" not in doc["layers"][0]
     assert [row["point"] for row in doc["layers"]][:2] == ["embeddings", "layer.0.output"]
     assert doc["settings"]["mask"] == "causal" and doc["settings"]["depth"] == 5
     mus = [row["mu"] for row in doc["layers"]]
@@ -86,14 +86,14 @@ def test_values_at_the_compute_dtype_floor_are_flagged():
     doc = json.loads(run(*args, "--dtype", "float64", "--format", "json").stdout)
     assert doc["floor"] == {"dtype": "float64", "epsilon": 2.220446049250313e-16, "metrics": ["mu_relative"],
                             "smallest_normal": 2.2250738585072014e-308, "underflow_metrics": ["mu"]}
-    flagged = [row["t"] for row in doc["layers"] if row["at_floor"]]
+    flagged = [row["layer"] for row in doc["layers"] if row["at_floor"]]
     assert flagged and all(doc["layers"][t]["mu_relative"] <= 2.220446049250313e-16 for t in flagged)
     assert all(row["mu_relative"] > 2.220446049250313e-16 for row in doc["layers"] if not row["at_floor"])
     assert doc["layers"][0]["at_floor"] == [] and doc["layers"][-1]["at_floor"] == ["mu_relative"]
     # float32: its own, coarser floor is reached earlier
     doc32 = json.loads(run(*args, "--dtype", "float32", "--format", "json").stdout)
     assert doc32["floor"]["epsilon"] == pytest.approx(1.1920929e-07)
-    first32 = min(row["t"] for row in doc32["layers"] if row["at_floor"])
+    first32 = min(row["layer"] for row in doc32["layers"] if row["at_floor"])
     assert doc32["layers"][first32]["mu_relative"] <= 1.1920929e-07 and first32 <= min(flagged)
     table = run(*args, "--dtype", "float64")
     last = table.stdout.strip().splitlines()[-1].split("\t")
@@ -185,7 +185,7 @@ def test_attention_that_is_not_row_stochastic_shows_the_token_norms_and_a_note()
     p = run(*SMALL, "--depth", "24", "--attention", "sigmoid")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
-    assert lines[0].split("\t") == ["t", "mu", "mu_relative", "token_radius", "max_token_share",
+    assert lines[0].split("\t") == ["layer", "mu", "mu_relative", "token_radius", "max_token_share",
                                     "row_mass_deficit_q50", "epsilon_measured"]
     assert "note: attention sigmoid is not row-stochastic" in p.stderr
     assert "one token holds more than half of ‖X‖_F²" in p.stderr
@@ -201,7 +201,7 @@ def test_attention_that_is_not_row_stochastic_shows_the_token_norms_and_a_note()
 def test_row_stochastic_output_stays_compact():
     p = run(*SMALL, "--depth", "4")
     assert p.returncode == 0, p.stderr
-    assert p.stdout.splitlines()[0].split("\t") == ["t", "mu", "mu_relative", "epsilon_measured"]
+    assert p.stdout.splitlines()[0].split("\t") == ["layer", "mu", "mu_relative", "epsilon_measured"]
     assert "note:" not in p.stderr
     doc = json.loads(run(*SMALL, "--depth", "4", "--format", "json").stdout)
     assert "token_radius" not in doc["layers"][0] and doc["notes"] == [] and doc["stopped"] is None

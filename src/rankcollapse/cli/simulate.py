@@ -145,11 +145,11 @@ def _state_notes(layers: list[dict], row_stochastic: bool, attention: str, dtype
         notes.append(f"attention {attention} is not row-stochastic (rows sum to 1 - row_mass_deficit): "
                      "μ/‖X‖_F is scale-free: it shows neither how the tokens' norms change (they may decay to 0) "
                      "nor one token taking over; read token_radius (mean token norm), max_token_share and row_mass_deficit beside it")
-    share = pd.Series({row["t"]: row["max_token_share"] for row in layers}, dtype=float)
+    share = pd.Series({row["layer"]: row["max_token_share"] for row in layers}, dtype=float)
     dominant = dominant_token_text(share)
     if dominant is not None:
         notes.append(dominant)
-    radius = [(row["t"], row["token_radius"]) for row in layers if row["token_radius"] is not None]
+    radius = [(row["layer"], row["token_radius"]) for row in layers if row["token_radius"] is not None]
     if radius and radius[0][1] > 0:
         (t0, r0), (t, r) = radius[0], radius[-1]
         if r <= floor_of(dtype) * r0:
@@ -268,7 +268,7 @@ def simulate_command(
     for w in caught:
         if res.stopped is None or not str(w.message).startswith(f"after layer {res.stopped.after_layer}: X is the zero"):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon_measured":
+    layers = [{"layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon_measured":
                (None if t == 0 or res.epsilon_measured is None else _json_number(res.epsilon_measured[t - 1]))}
               for t in range(depth + 1)]
     row_stochastic = parse_attention(cfg.attention).row_stochastic
@@ -310,17 +310,17 @@ def simulate_command(
         print_records([{**row, "at_floor": ";".join(row["at_floor"])} for row in layers], fmt)
         return
     deficit = [] if row_stochastic or res.row_mass_deficit is None else ["row_mass_deficit_q50"]
-    typer.echo("t\t" + "\t".join(names + deficit) + "\tepsilon_measured")
+    typer.echo("layer\t" + "\t".join(names + deficit) + "\tepsilon_measured")
     measured = depth + 1 if res.stopped is None else res.stopped.after_layer
     for row in layers:
-        if row["t"] >= measured:
-            typer.echo(f"{row['t']}\t" + "\t".join("-" for _ in names + deficit) + "\t-")
+        if row["layer"] >= measured:
+            typer.echo(f"{row['layer']}\t" + "\t".join("-" for _ in names + deficit) + "\t-")
             continue
         eps = "-" if row["epsilon_measured"] is None else f"{row['epsilon_measured']:.3e}"
         cells = ["undefined" if row[k] is None else f"{row[k]:.4e}" + (FLOOR_MARK if k in row["at_floor"] else "")
                  for k in names]
         cells += ["-" if row.get(k) is None else f"{row[k]:.3e}" for k in deficit]
-        typer.echo(f"{row['t']}\t" + "\t".join(cells) + f"\t{eps}")
+        typer.echo(f"{row['layer']}\t" + "\t".join(cells) + f"\t{eps}")
     if any(set(row["at_floor"]) - set(UNDERFLOW_METRICS) for row in layers):
         typer.echo(f"{FLOOR_MARK} at or below the {dtype} floor (machine epsilon {floor['epsilon']:.3g}): collapsed, "
                    "the digits are rounding", err=True)
