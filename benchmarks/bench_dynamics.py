@@ -1,4 +1,4 @@
-"""Benchmarks of the dynamics simulator (issue 5), all ratios measured in one run.
+"""Benchmarks of the dynamics simulator, all ratios measured in one run.
 
 Workload: a pure-SA run (theory.md §2), ``X <- A X W_V`` with
 ``A = softmax_causal(X W_Q (X W_K)^T)``, B=64, N=128, d=384, float32, one head, 64 layers

@@ -3,7 +3,7 @@
 Each command runs ``--repeats`` times in a fresh interpreter (``python -m
 rankcollapse.cli ...``, output discarded); the table gives the median wall time and the
 median CPU time (user + system of the child, from ``getrusage``), the number that
-predicts the time on an idle machine of another speed. Goals (issue 26, idle machine):
+predicts the time on an idle machine of another speed. Goals (idle machine):
 ``--help`` and ``--version`` under 0.5 s, ``mask describe`` of a 64-token mask under
 1.5 s. The load average is printed with the table: on a shared machine wall time
 grows with it, CPU time much less. ``python -c pass`` and ``import torch`` are

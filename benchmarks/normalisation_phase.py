@@ -1,4 +1,4 @@
-"""Normalisations as speed regulators, decided on a phase sweep (issue 30).
+"""Normalisations as speed regulators, decided on a phase sweep.
 
 Runs three phase grids through the sweep's own path (:func:`rankcollapse.phase.run_phase`:
 batched fast path, cache, regime and decay-law columns) and decides the two claims of

@@ -1,4 +1,4 @@
-"""Normalisations as speed regulators (issue 30): one setting, every normalisation.
+"""Normalisations as speed regulators: one setting, every normalisation.
 
 Setting: pure-SA weights (``W_Q, W_K, W_V`` i.i.d. ``N(0, 1/d)`` per layer, the default
 Gaussian family), N = 32 tokens, d = 16, 64 layers, complete and causal masks, float64,

@@ -1,4 +1,4 @@
-"""Temperature against sequence length (issue 30): the γ of the collapse switch at each N.
+"""Temperature against sequence length: the γ of the collapse switch at each N.
 
 Cells (docs/phase.md, "Temperature against sequence length"): the model of Chen, Lin,
 Polyanskiy & Rigollet (ICLR 2026) in the phase sweep: ``qk_scale=log:γ`` (scores

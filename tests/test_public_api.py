@@ -91,24 +91,17 @@ def _lazy_modules() -> list[ModuleType]:
         if ".cli" in info.name or info.name.endswith("__main__"):
             continue
         mod = importlib.import_module(info.name)
-        if hasattr(mod, "_lazy_exports") or hasattr(vars(mod).get("__getattr__"), "moved"):
+        if hasattr(mod, "_lazy_exports"):
             found.append(mod)
     return found
 
 
 def test_every_name_of_every_lazy_export_list_resolves():
-    import warnings
-
     mods = _lazy_modules()
-    assert {"rankcollapse.sweep", "rankcollapse.masks.rates"} <= {m.__name__ for m in mods}
+    assert {"rankcollapse.sweep", "rankcollapse.masks"} <= {m.__name__ for m in mods}
     for mod in mods:
         for name in [*getattr(mod, "__all__", ()), *dir(mod)]:
             assert getattr(mod, name, None) is not None or name in vars(mod), f"{mod.__name__}.{name}"
-        for name in getattr(vars(mod).get("__getattr__"), "moved", {}):
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                assert getattr(mod, name) is not None, f"{mod.__name__}.{name}"
-            assert any(issubclass(w.category, FutureWarning) for w in caught)
 
 
 def test_see_also_of_intervene_names_a_function_that_exists():

@@ -21,7 +21,6 @@ import ast
 import importlib
 import sys
 import types
-import warnings
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
@@ -38,13 +37,12 @@ class _LazyPackage(types.ModuleType):
         super().__setattr__(name, value)
 
 
-def attach(package: str, exports: Mapping[str, Iterable[str]], moved: Mapping[str, str] | None = None,
+def attach(package: str, exports: Mapping[str, Iterable[str]]
            ) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
     """``(__getattr__, __dir__, __all__)`` for ``package`` exporting ``exports``
     (``{submodule: names}``); call as ``__getattr__, __dir__, __all__ = attach(__name__, {...})``.
     A submodule listed there is also reachable as an attribute (``theory.sphere.INPUTS``)
-    unless an export has its name. ``moved`` (``{name: module}``): deprecated names that
-    now live in another package, served by :func:`forward` (not in ``__all__``).
+    unless an export has its name.
 
     Raises
     ------
@@ -56,11 +54,7 @@ def attach(package: str, exports: Mapping[str, Iterable[str]], moved: Mapping[st
     module.__class__ = _LazyPackage
     object.__setattr__(module, "_lazy_exports", where)
 
-    old = forward(package, moved or {})
-
     def __getattr__(name: str) -> object:
-        if name in (moved or {}):
-            return old(name, 3)  # the warning points at the caller's line
         if name not in where:
             if name in exports:  # a submodule without an export of its name: the module
                 return importlib.import_module(f"{package}.{name}")
@@ -73,30 +67,6 @@ def attach(package: str, exports: Mapping[str, Iterable[str]], moved: Mapping[st
         return sorted(set(module.__dict__) | set(where))
 
     return __getattr__, __dir__, sorted(where)
-
-
-def forward(module: str, moved: Mapping[str, str], removal: str = "0.3.0") -> Callable[[str], object]:
-    """``__getattr__`` for a module whose names ``moved`` (``{name: new module}``) were
-    moved out: each access warns (FutureWarning, naming the new home and the removal
-    version) and returns the object from its new home. The new module is named by string
-    and imported only on such an access, so the old module does not depend on the new
-    one (``masks`` forwards a few names to ``theory`` without importing it).
-
-    Raises
-    ------
-    AttributeError
-        From the returned function, for a name not in ``moved``.
-    """
-
-    def __getattr__(name: str, stacklevel: int = 2) -> object:
-        if name not in moved:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        warnings.warn(f"{module}.{name} moved to {moved[name]}.{name}; the old name is removed in {removal}",
-                      FutureWarning, stacklevel=stacklevel)
-        return getattr(importlib.import_module(moved[name]), name)
-
-    __getattr__.moved = dict(moved)  # type: ignore[attr-defined]  # what it serves, for readers and tests
-    return __getattr__
 
 
 def exports_of(init_file: str | Path) -> dict[str, tuple[str, ...]]:
@@ -123,12 +93,12 @@ def exports_of(init_file: str | Path) -> dict[str, tuple[str, ...]]:
     return exports
 
 
-def attach_imports(package: str, init_file: str, moved: Mapping[str, str] | None = None,
+def attach_imports(package: str, init_file: str
                    ) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
     """:func:`attach` with the exports written once under ``if TYPE_CHECKING:`` in
-    ``init_file`` (:func:`exports_of`) and the deprecated ``moved`` names; call as
+    ``init_file`` (:func:`exports_of`); call as
     ``__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)``."""
-    return attach(package, exports_of(init_file), moved)
+    return attach(package, exports_of(init_file))
 
 
 def is_tensor(x: object) -> bool:

@@ -31,7 +31,6 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ._deprecation import renamed_arguments, renamed_attribute
 from . import assets
 from ._io import atomic_path
 from .errors import DataError, TokenizerError
@@ -121,17 +120,15 @@ class Windows:
 
     @property
     def n_samples(self) -> int:
-        """Number of windows B (the deprecated ``n_windows`` reads it)."""
+        """Number of windows B."""
         return int(self.input_ids.shape[0])
 
-    n_windows = renamed_attribute("n_windows", "n_samples")
 
     @property
     def n_tokens(self) -> int:
-        """Tokens per window N (the deprecated ``length`` reads it)."""
+        """Tokens per window N."""
         return int(self.input_ids.shape[1])
 
-    length = renamed_attribute("length", "n_tokens")
 
     def save(self, path: str | Path) -> None:
         """Save as ``.npz`` with ``input_ids``, ``attention_mask``, ``special_tokens_mask``."""
@@ -206,7 +203,6 @@ def check_window_arrays(arrays: dict[str, np.ndarray], where: str) -> None:
         raise DataError(f"{where}: window {int(empty[0])} has no real token (attention_mask all 0)")
 
 
-@renamed_arguments(length="n_tokens", n_windows="n_samples")
 def make_windows(
     texts: Sequence[str],
     tokenizer: Any,
@@ -223,9 +219,8 @@ def make_windows(
     texts : documents (see module docstring for the procedure).
     tokenizer : a Hugging Face tokenizer (fast or slow).
     n_tokens : tokens per window N, special tokens included; must exceed their number
-        (deprecated alias ``length``).
-    n_samples : how many windows; only as many documents as needed are tokenised
-        (deprecated alias ``n_windows``).
+       .
+    n_samples : how many windows; only as many documents as needed are tokenised.
     seed : seeds the document order (``numpy.random.default_rng``).
     allow_fewer : return fewer windows (with a warning) instead of raising when the
         text is too short for ``n_samples``.

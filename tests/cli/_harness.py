@@ -81,8 +81,8 @@ def check_run(argv: list[str], root: Path) -> tuple[int, str, str]:
 
 
 def wants_json(argv: list[str]) -> bool:
-    """Whether ``argv`` asks for JSON on stdout (``--format json`` or the old ``--json``)."""
-    return "--json" in argv or any(a == "--format" and b == "json" for a, b in zip(argv, argv[1:])) \
+    """Whether ``argv`` asks for JSON on stdout (``--format json``)."""
+    return any(a == "--format" and b == "json" for a, b in zip(argv, argv[1:])) \
         or "--format=json" in argv
 
 

@@ -64,14 +64,14 @@ def _opt(draw, flag, strategy, ok=False):
 @st.composite
 def mask_describe(draw):
     ok = _valid(draw)
-    return ["mask", "describe", _pick(draw, SPECS, ok), "--n", _pick(draw, INTS, ok), *draw(st.sampled_from([["--json"], []])),
+    return ["mask", "describe", _pick(draw, SPECS, ok), "--n-tokens", _pick(draw, INTS, ok), *draw(st.sampled_from([["--format", "json"], []])),
             *_opt(draw, "--max-memory", st.sampled_from(["1kB", "8GiB", "abc", "-1", "nan"]))]
 
 
 @st.composite
 def mask_compare(draw):
     ok = _valid(draw)
-    return ["mask", "compare", _pick(draw, SPECS, ok), _pick(draw, SPECS, ok), "--n", _pick(draw, INTS, ok), "--json",
+    return ["mask", "compare", _pick(draw, SPECS, ok), _pick(draw, SPECS, ok), "--n-tokens", _pick(draw, INTS, ok), "--format", "json",
             *_opt(draw, "--d-qk", FLOATS, ok), *_opt(draw, "--token-norm", FLOATS, ok), *_opt(draw, "--weight-norm", FLOATS, ok),
             *_opt(draw, "--out", st.sampled_from(["t.csv", "afile/t.csv", "adir", "ro/t.csv"]))]
 
@@ -79,14 +79,14 @@ def mask_compare(draw):
 @st.composite
 def mask_show(draw):
     ok = _valid(draw)
-    return ["mask", "show", _pick(draw, SPECS, ok), "--n", _pick(draw, INTS, ok), "--out", draw(OUT_FILES)]
+    return ["mask", "show", _pick(draw, SPECS, ok), "--n-tokens", _pick(draw, INTS, ok), "--out", draw(OUT_FILES)]
 
 
 @st.composite
 def metrics_cmd(draw):
     ok = _valid(draw)
-    return ["metrics", draw(ARRAYS), *draw(st.sampled_from([["--json"], []])),
-            *_opt(draw, "--names", st.sampled_from(["mu,avg_cos", "cos_to_mean", "bogus", ",", "all"])),
+    return ["metrics", draw(ARRAYS), *draw(st.sampled_from([["--format", "json"], []])),
+            *_opt(draw, "--metrics", st.sampled_from(["mu,avg_cos", "cos_to_mean", "bogus", ",", "all"])),
             *_opt(draw, "--padding-mask", st.sampled_from(["pad.npy", "empty.npy", "strings.npy", "missing.npy"])),
             *_opt(draw, "--mask", st.sampled_from(["causal", "bogus", "file:empty.npy"])),
             *_opt(draw, "--dtype", st.sampled_from(["float32", "float64", "int8"]))]
@@ -96,7 +96,7 @@ def metrics_cmd(draw):
 def simulate_cmd(draw):
     ok = _valid(draw)
     argv = ["simulate", "--n-tokens", _pick(draw, INTS, ok), "--depth", _pick(draw, INTS, ok), "--n-samples", _pick(draw, INTS, ok),
-            "--d-model", _pick(draw, INTS, ok), "--mask", _pick(draw, SPECS, ok), "--json"]
+            "--d-model", _pick(draw, INTS, ok), "--mask", _pick(draw, SPECS, ok), "--format", "json"]
     argv += _opt(draw, "--d-qk", FLOATS, ok) + _opt(draw, "--seed", INTS, ok)
     argv += _opt(draw, "--input", st.sampled_from(["sphere", "good.npy", "empty.npy", "nan.npy", "archive.npz",
                                                      "strings.npy", "missing.npy"]))
@@ -111,28 +111,28 @@ def theory_cmd(draw):
     ok = _valid(draw)
     which = draw(st.sampled_from(["equilibria", "find", "sphere", "bound", "basin"]))
     if which == "equilibria":
-        return ["theory", "equilibria", "--n", _pick(draw, INTS, ok), "--d", _pick(draw, INTS, ok), "--rank", _pick(draw, INTS, ok),
-                *_opt(draw, "--limit", INTS, ok), "--json"]
+        return ["theory", "equilibria", "--n-tokens", _pick(draw, INTS, ok), "--d-model", _pick(draw, INTS, ok), "--rank", _pick(draw, INTS, ok),
+                *_opt(draw, "--limit", INTS, ok), "--format", "json"]
     if which == "find":
-        return ["theory", "find", "--system", draw(SYSTEMS), "--starts", _pick(draw, INTS, ok), "--json"]
+        return ["theory", "find", "--system", draw(SYSTEMS), "--starts", _pick(draw, INTS, ok), "--format", "json"]
     if which == "basin":
         return ["theory", "basin", "--system", draw(SYSTEMS), "--n-samples", _pick(draw, INTS, ok), "--depth", _pick(draw, INTS, ok),
-                "--confidence", _pick(draw, FLOATS, ok), "--json"]
+                "--confidence", _pick(draw, FLOATS, ok), "--format", "json"]
     if which == "sphere":
-        return ["theory", "sphere", "--n", _pick(draw, INTS, ok), "--d", _pick(draw, INTS, ok), "--depth", _pick(draw, INTS, ok),
-                "--beta", _pick(draw, FLOATS, ok), "--mask", _pick(draw, SPECS, ok), "--json"]
-    return ["theory", "bound", "--mask", _pick(draw, SPECS, ok), "--n", _pick(draw, INTS, ok), "--d", _pick(draw, INTS, ok), "--depth", _pick(draw, INTS, ok),
-            "--n-samples", _pick(draw, INTS, ok), "--json"]
+        return ["theory", "sphere", "--n-tokens", _pick(draw, INTS, ok), "--d-model", _pick(draw, INTS, ok), "--depth", _pick(draw, INTS, ok),
+                "--beta", _pick(draw, FLOATS, ok), "--mask", _pick(draw, SPECS, ok), "--format", "json"]
+    return ["theory", "bound", "--mask", _pick(draw, SPECS, ok), "--n-tokens", _pick(draw, INTS, ok), "--d-model", _pick(draw, INTS, ok), "--depth", _pick(draw, INTS, ok),
+            "--n-samples", _pick(draw, INTS, ok), "--format", "json"]
 
 
 @st.composite
 def probe_invalid(draw):
     """Probe arguments that must be refused before a model is loaded or anything written."""
     ok = _valid(draw)
-    bad = draw(st.sampled_from([["--windows", "0"], ["--length", "1"], ["--batch-size", "-1"],
-                                ["--d-qk-scale", "nan"], ["--length", "99999999999999999999"],
-                                ["--mask", "bogus"], ["--corpus", "nowhere"], ["--windows", "inf"]]))
-    return ["probe", "minilm", *bad, *_opt(draw, "--out", OUT_DIRS), "--json"]
+    bad = draw(st.sampled_from([["--n-samples", "0"], ["--n-tokens", "1"], ["--batch-size", "-1"],
+                                ["--d-qk", "nan"], ["--n-tokens", "99999999999999999999"],
+                                ["--mask", "bogus"], ["--corpus", "nowhere"], ["--n-samples", "inf"]]))
+    return ["probe", "--model", "minilm", *bad, *_opt(draw, "--out", OUT_DIRS), "--format", "json"]
 
 
 @st.composite
@@ -142,12 +142,12 @@ def reproduce_invalid(draw):
         ["--seed", draw(st.sampled_from(["-1", "99999999999999999999", "nan", "\u00b2", "1.5"]))],
         ["--device", draw(st.sampled_from(["bogus", "cuda:97", "", "cpu:x"]))],
         ["--cache-dir", draw(st.sampled_from(["afile", "afile/sub"]))],
-        ["--length", draw(st.sampled_from(["0", "1", "-5", "nan", "99999999999999999999"]))],
-        ["--scale", "bogus"], ["--executor", "bogus"], ["--depth", "0"], ["--windows", "-1"],
+        ["--n-tokens", draw(st.sampled_from(["0", "1", "-5", "nan", "99999999999999999999"]))],
+        ["--scale", "bogus"], ["--executor", "bogus"], ["--depth", "0"], ["--n-samples", "-1"],
         ["--mask", "file:empty.npy"], ["--text-file", "missing.txt"],
     ]))
     out = draw(st.sampled_from(["run", "afile", "afile/sub", "new/run"]))
-    return ["reproduce", "main", "--scale", "smoke", "--no-progress", *bad, "--out", out, "--json"]
+    return ["reproduce", "main", "--scale", "smoke", "--no-progress", *bad, "--out", out, "--format", "json"]
 
 
 COMMANDS = {
@@ -168,24 +168,24 @@ def test_every_argument_vector_keeps_the_contract(root, command):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["mask", "describe", "causal", "--n", "99999999999999999999"], "64-bit"),
-    (["mask", "describe", "sliding_window:w=99999999999999999999", "--n", "16"], "64-bit"),
+    (["mask", "describe", "causal", "--n-tokens", "99999999999999999999"], "64-bit"),
+    (["mask", "describe", "sliding_window:w=99999999999999999999", "--n-tokens", "16"], "64-bit"),
     (["mask", "show", "causal", "--n-tokens", "8", "--out", "m", "--image-format", "xyz"], "format 'xyz'"),
-    (["mask", "show", "causal", "--n", "8", "--out", "afile/m.png"], "is a file where a folder is needed"),
-    (["mask", "describe", "file:edges_dashes.txt", "--n", "4"], "expected two integers"),
-    (["mask", "describe", "file:edges_super.txt", "--n", "4"], "expected two integers"),
+    (["mask", "show", "causal", "--n-tokens", "8", "--out", "afile/m.png"], "is a file where a folder is needed"),
+    (["mask", "describe", "file:edges_dashes.txt", "--n-tokens", "4"], "expected two integers"),
+    (["mask", "describe", "file:edges_super.txt", "--n-tokens", "4"], "expected two integers"),
     (["metrics", "empty.npy"], "is empty (0 bytes)"),
     (["metrics", "good.npy", "--padding-mask", "empty.npy"], "is empty (0 bytes)"),
-    (["mask", "describe", "file:empty.npy", "--n", "4"], "is empty (0 bytes)"),
+    (["mask", "describe", "file:empty.npy", "--n-tokens", "4"], "is empty (0 bytes)"),
     (["metrics", "strings.npy"], "expected bool, integer or float"),
     (["metrics", "dates.npy"], "expected bool, integer or float"),
     (["metrics", "records.npy"], "expected bool, integer or float"),
     (["metrics", "archive.npz"], ".npz archive"),
     (["theory", "find", "--system", "system_abc.json"], "d_qk must be a number"),
     (["theory", "find", "--system", "system_null.json"], "d_qk must be a number"),
-    (["theory", "equilibria", "--n", "2", "--d", "2", "--rank", "2", "--limit", "-1"], "limit must be an integer >= 1"),
-    (["theory", "equilibria", "--n", "2", "--d", "2", "--rank", "2", "--limit", "0"], "limit must be an integer >= 1"),
-    (["mask", "compare", "causal", "--n", "8", "--d-qk", "nan", "--json"], "--d-qk must be a finite number"),
+    (["theory", "equilibria", "--n-tokens", "2", "--d-model", "2", "--rank", "2", "--limit", "-1"], "limit must be an integer >= 1"),
+    (["theory", "equilibria", "--n-tokens", "2", "--d-model", "2", "--rank", "2", "--limit", "0"], "limit must be an integer >= 1"),
+    (["mask", "compare", "causal", "--n-tokens", "8", "--d-qk", "nan", "--format", "json"], "--d-qk must be a finite number"),
     (["simulate", "--mask", "complete", "--mask", "causal"], "--mask given more than once"),
     (["simulate", "--n-tokens", "100000", "--mask", "complete", "--n-samples", "1", "--d-model", "4"], "--max-memory"),
     (["simulate", "--out", "afile", "--depth", "1"], "is an existing file"),
@@ -193,7 +193,7 @@ def test_every_argument_vector_keeps_the_contract(root, command):
     (["reproduce", "--scale", "smoke", "--device", "cuda:97", "--out", "r"], "not available"),
     (["reproduce", "--scale", "smoke", "--seed", "-1", "--out", "r"], "--seed must be an integer >= 0"),
     (["reproduce", "--scale", "smoke", "--cache-dir", "afile", "--out", "r"], "--cache-dir 'afile' is an existing file"),
-    pytest.param(["reproduce", "--scale", "smoke", "--length", "1024", "--out", "r", "--no-progress"], "512 positions",
+    pytest.param(["reproduce", "--scale", "smoke", "--n-tokens", "1024", "--out", "r", "--no-progress"], "512 positions",
                  marks=pytest.mark.slow),  # loads MiniLM (~13 s)
 ])
 def test_issue_inputs_end_in_one_line(root, argv, message):
@@ -202,14 +202,14 @@ def test_issue_inputs_end_in_one_line(root, argv, message):
 
 
 def test_big_endian_array_is_converted(root):
-    code, out, _ = check_run(["metrics", "bigendian.npy", "--json", "--names", "mu"], root)
+    code, out, _ = check_run(["metrics", "bigendian.npy", "--format", "json", "--metrics", "mu"], root)
     assert code == 0 and '"mu"' in out
 
 
 def test_undefined_metric_is_null_with_reason(root):
     import json
 
-    code, out, _ = check_run(["metrics", "antipodal.npy", "--json"], root)
+    code, out, _ = check_run(["metrics", "antipodal.npy", "--format", "json"], root)
     row = json.loads(out)
     assert code == 0 and row["cos_to_mean"] is None and "mean token is zero" in row["undefined"]["cos_to_mean"]
     assert row["avg_abs_cos"] == pytest.approx(1.0)
@@ -218,7 +218,7 @@ def test_undefined_metric_is_null_with_reason(root):
 def test_huge_complete_mask_is_described_without_a_csr(root):
     import json
 
-    code, out, _ = check_run(["mask", "describe", "complete", "--n", "65536", "--json"], root)
+    code, out, _ = check_run(["mask", "describe", "complete", "--n-tokens", "65536", "--format", "json"], root)
     d = json.loads(out)
     assert code == 0 and d["method"] == "intervals" and d["radius"] == 1 and d["n_edges"] == 65536**2
 

@@ -15,10 +15,10 @@ def run(*args):
 
 def test_json_layers_and_plot(tmp_path):
     p = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--n-samples", "3", "--value", "orthogonal",
-            "--d-model", "8", "--seed", "1", "--json", "--out", str(tmp_path))
+            "--d-model", "8", "--seed", "1", "--format", "json", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert [row["t"] for row in doc["layers"]] == [row["layer"] for row in doc["layers"]] == list(range(6))
+    assert [row["layer"] for row in doc["layers"]] == list(range(6)) and "t" not in doc["layers"][0]
     assert [row["point"] for row in doc["layers"]][:2] == ["embeddings", "layer.0.output"]
     assert doc["settings"]["mask"] == "causal" and doc["settings"]["depth"] == 5
     mus = [row["mu"] for row in doc["layers"]]
@@ -27,11 +27,8 @@ def test_json_layers_and_plot(tmp_path):
     assert (tmp_path / "mu_loglog.png").stat().st_size > 1000
     assert json.loads((tmp_path / "result.json").read_text())["layers"] == doc["layers"]
     again = run("--mask", "causal", "--n-tokens", "16", "--depth", "5", "--n-samples", "3", "--value", "orthogonal",
-                "--d-model", "8", "--seed", "1", "--json")
+                "--d-model", "8", "--seed", "1", "--format", "json")
     assert json.loads(again.stdout)["layers"] == doc["layers"]
-    alias = run("--mask", "causal", "--n", "16", "--depth", "5", "--n-samples", "3", "--value", "orthogonal",
-                "--d-model", "8", "--seed", "1", "--json")
-    assert json.loads(alias.stdout)["layers"] == doc["layers"]  # --n is --n-tokens
 
 
 @pytest.mark.parametrize("args, msg", [
@@ -61,7 +58,7 @@ def test_bad_input_one_line_exit_2(args, msg, tmp_path, monkeypatch, capsys):
 
 def test_settings_name_the_variant_and_plot_draws_requested_metrics(tmp_path):
     p = run("--mask", "causal", "--n-tokens", "8", "--depth", "3", "--n-samples", "2", "--d-model", "4",
-            "--variant", "sphere", "--metrics", "avg_abs_cos", "--json", "--out", str(tmp_path))
+            "--variant", "sphere", "--metrics", "avg_abs_cos", "--format", "json", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["settings"]["variant"] == "sphere" and doc["settings"]["block"]["norm"] == "sphere"
@@ -77,7 +74,7 @@ def test_json_numbers_are_strict():
 
 
 def test_pretrained_defaults_to_the_model_width():
-    p = run("--mask", "complete", "--n-tokens", "8", "--n-samples", "1", "--pretrained", "minilm", "--json")
+    p = run("--mask", "complete", "--n-tokens", "8", "--n-samples", "1", "--model", "minilm", "--format", "json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["settings"]["d_model"] == 384 and len(doc["layers"]) == doc["settings"]["depth"] + 1
@@ -86,17 +83,17 @@ def test_pretrained_defaults_to_the_model_width():
 def test_values_at_the_compute_dtype_floor_are_flagged():
     args = ["--mask", "complete", "--n-tokens", "16", "--depth", "30", "--n-samples", "2", "--d-model", "8",
             "--input", "sphere"]
-    doc = json.loads(run(*args, "--dtype", "float64", "--json").stdout)
+    doc = json.loads(run(*args, "--dtype", "float64", "--format", "json").stdout)
     assert doc["floor"] == {"dtype": "float64", "epsilon": 2.220446049250313e-16, "metrics": ["mu_relative"],
                             "smallest_normal": 2.2250738585072014e-308, "underflow_metrics": ["mu"]}
-    flagged = [row["t"] for row in doc["layers"] if row["at_floor"]]
+    flagged = [row["layer"] for row in doc["layers"] if row["at_floor"]]
     assert flagged and all(doc["layers"][t]["mu_relative"] <= 2.220446049250313e-16 for t in flagged)
     assert all(row["mu_relative"] > 2.220446049250313e-16 for row in doc["layers"] if not row["at_floor"])
     assert doc["layers"][0]["at_floor"] == [] and doc["layers"][-1]["at_floor"] == ["mu_relative"]
     # float32: its own, coarser floor is reached earlier
-    doc32 = json.loads(run(*args, "--dtype", "float32", "--json").stdout)
+    doc32 = json.loads(run(*args, "--dtype", "float32", "--format", "json").stdout)
     assert doc32["floor"]["epsilon"] == pytest.approx(1.1920929e-07)
-    first32 = min(row["t"] for row in doc32["layers"] if row["at_floor"])
+    first32 = min(row["layer"] for row in doc32["layers"] if row["at_floor"])
     assert doc32["layers"][first32]["mu_relative"] <= 1.1920929e-07 and first32 <= min(flagged)
     table = run(*args, "--dtype", "float64")
     last = table.stdout.strip().splitlines()[-1].split("\t")
@@ -135,7 +132,7 @@ def test_input_names_come_from_the_registry():
 
     for name in ("nonnegative", "antipodal"):
         p = run("--mask", "causal", "--n-tokens", "6", "--depth", "1", "--n-samples", "2", "--d-model", "4",
-                "--seed", "3", "--input", name, "--json")
+                "--seed", "3", "--input", name, "--format", "json")
         assert p.returncode == 0, p.stderr
         doc = json.loads(p.stdout)
         assert doc["settings"]["input"] == name
@@ -188,12 +185,12 @@ def test_attention_that_is_not_row_stochastic_shows_the_token_norms_and_a_note()
     p = run(*SMALL, "--depth", "24", "--attention", "sigmoid")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
-    assert lines[0].split("\t") == ["t", "mu", "mu_relative", "token_radius", "max_token_share",
+    assert lines[0].split("\t") == ["layer", "mu", "mu_relative", "token_radius", "max_token_share",
                                     "row_mass_deficit_q50", "epsilon_measured"]
     assert "note: attention sigmoid is not row-stochastic" in p.stderr
     assert "one token holds more than half of ‖X‖_F²" in p.stderr
     assert "the tokens decay towards 0" in p.stderr
-    doc = json.loads(run(*SMALL, "--depth", "24", "--attention", "sigmoid", "--json").stdout)
+    doc = json.loads(run(*SMALL, "--depth", "24", "--attention", "sigmoid", "--format", "json").stdout)
     first, last = doc["layers"][0], doc["layers"][-1]
     assert doc["settings"]["metrics"] == ["mu", "mu_relative", "token_radius", "max_token_share"]
     assert last["token_radius"] < 1.2e-7 * first["token_radius"]  # decayed below the input's rounding
@@ -204,9 +201,9 @@ def test_attention_that_is_not_row_stochastic_shows_the_token_norms_and_a_note()
 def test_row_stochastic_output_stays_compact():
     p = run(*SMALL, "--depth", "4")
     assert p.returncode == 0, p.stderr
-    assert p.stdout.splitlines()[0].split("\t") == ["t", "mu", "mu_relative", "epsilon_measured"]
+    assert p.stdout.splitlines()[0].split("\t") == ["layer", "mu", "mu_relative", "epsilon_measured"]
     assert "note:" not in p.stderr
-    doc = json.loads(run(*SMALL, "--depth", "4", "--json").stdout)
+    doc = json.loads(run(*SMALL, "--depth", "4", "--format", "json").stdout)
     assert "token_radius" not in doc["layers"][0] and doc["notes"] == [] and doc["stopped"] is None
 
 
@@ -214,7 +211,7 @@ def test_float32_run_that_reaches_the_zero_matrix_keeps_its_layers():
     """The tokens underflow to exactly 0 in float32: the layers measured before are kept,
     the rest are marked (``-`` in the table, null in JSON, ``stopped``), exit status 0."""
     args = [*SMALL, "--depth", "64", "--attention", "sigmoid"]
-    doc = json.loads(run(*args, "--json").stdout)
+    doc = json.loads(run(*args, "--format", "json").stdout)
     stop = doc["stopped"]
     assert stop is not None and 1 <= stop["after_layer"] <= 64 and stop["samples"]
     t = stop["after_layer"]
@@ -228,5 +225,5 @@ def test_float32_run_that_reaches_the_zero_matrix_keeps_its_layers():
     assert f"after layer {t}: X is the zero matrix" in p.stderr and "--dtype float64 follows" in p.stderr
     assert "underflow" in p.stderr and "Warning" not in p.stderr
     # float64 follows the same run to the end
-    doc64 = json.loads(run(*args, "--dtype", "float64", "--json").stdout)
+    doc64 = json.loads(run(*args, "--dtype", "float64", "--format", "json").stdout)
     assert doc64["stopped"] is None and doc64["layers"][-1]["mu_relative"] is not None

@@ -41,8 +41,8 @@ def test_flex_overflowing_layer_goes_to_the_windowed_kernel():
 
 
 def test_cli_backend_option():
-    args = ["--mask", "causal_sliding_window:w=4", "--n", "40", "--depth", "2", "--n-samples", "1", "--d-model", "8",
-            "--json"]
+    args = ["--mask", "causal_sliding_window:w=4", "--n-tokens", "40", "--depth", "2", "--n-samples", "1", "--d-model", "8",
+            "--format", "json"]
     runs = {b: subprocess.run(CMD + args + ["--backend", b], capture_output=True, text=True, timeout=300)
             for b in ("dense", "blocked", "nope")}
     docs = {b: json.loads(p.stdout) for b, p in runs.items() if b != "nope"}

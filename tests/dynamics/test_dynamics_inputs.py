@@ -64,21 +64,13 @@ def test_undefined_metric_names_the_layer():
         simulate(X(), mask="causal", depth=2, variant="sphere", value="zero")
 
 
-def test_deprecated_variant_and_placement_names_warn_and_record_the_new_names():
-    from rankcollapse.dynamics.config import VARIANTS, resolve_variant
+def test_unknown_variant_and_placement_names_are_refused():
+    from rankcollapse.dynamics.config import resolve_variant
 
-    with pytest.warns(FutureWarning, match="'ln' is deprecated; use 'sphere'"):
-        assert resolve_variant("ln") == VARIANTS["sphere"]
-    with pytest.warns(FutureWarning, match="'skip_ln' is deprecated; use 'post_ln'"):
-        assert resolve_variant("skip_ln") == VARIANTS["post_ln"]
-    with pytest.warns(FutureWarning, match="placement 'theory' is deprecated; use 'none'"):
-        assert BlockConfig(placement="theory").placement == "none" == BlockConfig().placement
-    X = torch.randn(2, 5, 3, dtype=torch.float64)
-    a = simulate(X, mask="causal", depth=3, variant="sphere", seed=1)
-    with pytest.warns(FutureWarning):
-        b = simulate(X, mask="causal", depth=3, variant="ln", seed=1)
-    assert a.config == b.config and a.config["variant"] == "sphere"
-    assert torch.equal(a.metrics["mu"], b.metrics["mu"])
+    with pytest.raises(ConfigError, match="unknown variant 'ln'"):
+        resolve_variant("ln")
+    with pytest.raises(ConfigError, match="placement must be one of"):
+        BlockConfig(placement="theory")
 
 
 def test_config_records_the_preset_actually_run():

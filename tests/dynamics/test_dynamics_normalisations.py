@@ -247,7 +247,7 @@ def test_meaningless_combinations_are_refused(kwargs, msg):
 def test_cli_runs_a_new_placement_and_refuses_a_missing_setting(monkeypatch, capsys):
     from rankcollapse.cli import main
 
-    base = ["rankcollapse", "simulate", "--n-tokens", "6", "--depth", "3", "--d-model", "4", "--samples", "2",
+    base = ["rankcollapse", "simulate", "--n-tokens", "6", "--depth", "3", "--d-model", "4", "--n-samples", "2",
             "--norm", "layernorm", "--placement", "mix", "--format", "json"]
     monkeypatch.setattr(sys, "argv", base)
     with pytest.raises(SystemExit) as exc:
@@ -283,43 +283,29 @@ def test_phase_axes_offer_every_normalisation():
         expand_grid({"placement": ["ngpt"]}, {"norm": "layernorm"})
 
 
-def test_qk_norm_scale_keeps_qk_scale_as_a_deprecated_alias():
-    """The QK-norm gain g is ``qk_norm_scale`` (``qk_scale`` is phase's W_Q/W_K scale);
-    the old name works until 0.3.0 with a FutureWarning."""
+def test_qk_norm_scale_is_the_qk_norm_gain():
+    """The QK-norm gain g is ``qk_norm_scale`` (``qk_scale`` is phase's W_Q/W_K scale)."""
     from rankcollapse.dynamics import resolve_variant
 
     new = BlockConfig(qk_norm=True, qk_norm_scale=2.0)
-    with pytest.warns(FutureWarning, match=r"qk_scale.*0\.3\.0.*qk_norm_scale"):
-        old = BlockConfig(qk_norm=True, qk_scale=2.0)
-    assert old == new and old.qk_norm_scale == 2.0 and qk_norm_scale(old, 10) == 2.0
-    with pytest.warns(FutureWarning, match=r"qk_scale.*0\.3\.0"):
-        assert new.qk_scale == 2.0
-    with pytest.warns(FutureWarning, match=r"qk_scale.*0\.3\.0"):
-        assert resolve_variant("pure", qk_norm=True, qk_scale=3.0) == BlockConfig(qk_norm=True, qk_norm_scale=3.0)
-    with pytest.raises(ConfigError, match="not both"):
-        BlockConfig(qk_norm=True, qk_scale=2.0, qk_norm_scale=2.0)
+    assert qk_norm_scale(new, 10) == 2.0
+    assert resolve_variant("pure", qk_norm=True, qk_norm_scale=3.0) == BlockConfig(qk_norm=True, qk_norm_scale=3.0)
+    with pytest.raises(TypeError):
+        BlockConfig(qk_norm=True, qk_scale=2.0)
     assert "qk_norm_scale" in new.to_dict() and "qk_scale" not in new.to_dict()
 
 
-def test_cli_qk_scale_is_a_deprecated_alias_of_qk_norm_scale(monkeypatch, capsys):
+def test_cli_qk_norm_scale(monkeypatch, capsys):
     import json
 
     from rankcollapse.cli import main
 
     base = ["rankcollapse", "simulate", "--n-tokens", "6", "--depth", "3", "--d-model", "4", "--n-samples", "2",
             "--qk-norm", "--format", "json", "--dtype", "float64"]
-    docs, errs = [], []
-    for flag in ("--qk-norm-scale", "--qk-scale"):
-        monkeypatch.setattr(sys, "argv", [*base, flag, "2.5"])
-        main()
-        cap = capsys.readouterr()
-        docs.append(json.loads(cap.out))
-        errs.append(cap.err)
-    assert docs[0]["settings"]["block"]["qk_norm_scale"] == 2.5
-    assert docs[0]["layers"] == docs[1]["layers"] and docs[0]["settings"] == docs[1]["settings"]
-    assert "deprecated" not in errs[0]
-    assert "--qk-scale G is deprecated and will be removed in 0.3.0; use --qk-norm-scale G" in errs[1]
-    monkeypatch.setattr(sys, "argv", [*base, "--qk-scale", "2", "--qk-norm-scale", "2"])
+    monkeypatch.setattr(sys, "argv", [*base, "--qk-norm-scale", "2.5"])
+    main()
+    assert json.loads(capsys.readouterr().out)["settings"]["block"]["qk_norm_scale"] == 2.5
+    monkeypatch.setattr(sys, "argv", [*base, "--qk-scale", "2"])
     with pytest.raises(SystemExit) as exc:
         main()
-    assert exc.value.code == 2 and "not both" in capsys.readouterr().err
+    assert exc.value.code == 2 and "--qk-scale" in capsys.readouterr().err

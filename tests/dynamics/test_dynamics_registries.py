@@ -1,5 +1,5 @@
 """The input registry (dynamics.inputs) and the weight-family registry (dynamics.weights):
-every name draws what its formula says, deprecated names warn, the phase and the
+every name draws what its formula says, the phase and the
 Theorem-2 check look their inputs and families up there."""
 
 import importlib
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rankcollapse.dynamics import simulate
-from rankcollapse.dynamics.inputs import DEPRECATED_INPUTS, INPUTS, ON_SPHERE, canonical_input, make_tokens
+from rankcollapse.dynamics.inputs import INPUTS, ON_SPHERE, canonical_input, make_tokens
 from rankcollapse.dynamics.weights import FAMILIES, FAMILY_PARAMS, construction_eigenvalues, draw, generator
 from rankcollapse.errors import ConfigError
 
@@ -20,12 +20,12 @@ def unit(X):
     return X / torch.linalg.vector_norm(X, dim=-1, keepdim=True)
 
 
-def test_registry_names_and_deprecated_aliases():
+def test_registry_names():
     assert set(INPUTS) == {"gaussian", "sphere", "hemisphere", "nonnegative", "antipodal", "simplex", "wikipedia"}
     assert set(ON_SPHERE) < set(INPUTS)
     for old in ("wiki", "minilm"):
-        with pytest.warns(FutureWarning, match=r"0\.3\.0.*'wikipedia'"):
-            assert canonical_input(old) == "wikipedia"
+        with pytest.raises(ConfigError, match=f"unknown input '{old}'"):
+            canonical_input(old)
     with pytest.raises(ConfigError, match="unknown input 'uniform'.*gaussian, sphere"):
         make_tokens("uniform", 2, 3, 4)
     with pytest.raises(ConfigError, match="takes the options"):
@@ -87,8 +87,8 @@ def test_phase_input_axis_speaks_the_registry():
     from rankcollapse.phase.grid import parse_axis
 
     assert parse_axis("input=nonnegative,antipodal") == ("input", ["nonnegative", "antipodal"])
-    with pytest.warns(FutureWarning, match="'minilm' is deprecated"):
-        assert parse_axis("input=minilm") == ("input", ["wikipedia"])
+    with pytest.raises(ConfigError, match="unknown input 'minilm'"):
+        parse_axis("input=minilm")
     with pytest.raises(ConfigError, match="--axis input: unknown input"):
         parse_axis("input=uniform")
 

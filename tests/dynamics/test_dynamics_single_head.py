@@ -127,7 +127,7 @@ def test_phase_sweep_keeps_and_reports_zero_rows_like_simulate(monkeypatch):
     monkeypatch.setattr(batched, "make_input", with_zero_row)
     c = {**DEFAULTS, "norm": "sphere", "placement": "pre_ln", "alpha": 1.0, "depth": 3}
     with pytest.warns(RuntimeWarning, match=r"zero rows \(left at zero\) in layers \[1\]"):
-        batched.run_group([c], samples=2)
+        batched.run_group([c], n_samples=2)
 
 
 def test_theorem2_check_raises_on_a_zero_row_naming_the_layer(monkeypatch):

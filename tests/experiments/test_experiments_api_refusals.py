@@ -33,17 +33,12 @@ def test_recheck_of_a_missing_or_unfinished_folder(tmp_path):
         runner.recheck(tmp_path)
 
 
-@pytest.mark.parametrize("overrides, key", [({"n_sample": 3}, "n_sample"), ({"colour": "red"}, "colour")])
+@pytest.mark.parametrize("overrides, key", [({"n_sample": 3}, "n_sample"), ({"colour": "red"}, "colour"),
+                                            ({"n_windows": 2}, "n_windows")])
 def test_plan_refuses_an_unknown_override_key(overrides, key):
     # a dropped key would run the default units while the caller believes otherwise
     with pytest.raises(ConfigError, match=rf"unknown key '{key}'; accepted keys: masks, depth, n_samples, extra_models"):
         runner.plan("main", "smoke", 0, overrides=overrides)
-
-
-def test_old_override_key_warning_points_at_the_caller():
-    with pytest.warns(FutureWarning, match="n_windows") as caught:
-        runner.plan("fig3", "smoke", 0, overrides={"n_windows": 2})
-    assert [w.filename for w in caught if "n_windows" in str(w.message)] == [__file__]
 
 
 @pytest.mark.parametrize("name, text, msg", [

@@ -55,8 +55,8 @@ def _run_cli(monkeypatch, capsys, *args) -> tuple[int, str]:
 @pytest.mark.parametrize("args, needle", [
     (["--mask", "nosuchmask"], "nosuchmask"),
     (["--mask", "sliding_window:w=4"], "w"),
-    (["--length", "0"], "--n-tokens"),
-    (["--text", "/nonexistent/corpus.txt"], "corpus.txt"),
+    (["--n-tokens", "0"], "--n-tokens"),
+    (["--text-file", "/nonexistent/corpus.txt"], "corpus.txt"),
     (["nosuchexperiment"], "nosuchexperiment"),
     (["--scale", "huge"], "huge"),
     (["--depth", "0"], "depth"),
@@ -75,7 +75,7 @@ def test_text_shorter_than_window(monkeypatch, capsys, tmp_path):
     short = tmp_path / "short.txt"
     short.write_text("a few words only\n")
     out = tmp_path / "out"
-    code, err = _run_cli(monkeypatch, capsys, "--text", str(short), "--out", str(out), "--no-progress")
+    code, err = _run_cli(monkeypatch, capsys, "--text-file", str(short), "--out", str(out), "--no-progress")
     lines = [ln for ln in err.splitlines() if ln.strip()]  # model loading draws no progress bar
     assert code == 2 and len(lines) == 1 and lines[0].startswith("rankcollapse: error:")
     assert "window" in lines[0] and str(short) in lines[0]

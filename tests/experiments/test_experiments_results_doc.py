@@ -82,7 +82,7 @@ def test_results_doc_large_table_is_the_committed_large_run():
     large = ROOT / "docs" / "results" / "large"
     claims = json.loads((large / "claims.json").read_text())
     config = json.loads((large / "config.json").read_text())
-    assert config["scale"] == "large" and config["overrides"]["n_windows"] == 64
+    assert config["scale"] == "large" and config["overrides"]["n_samples"] == 64
     assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-large") == results_markdown(claims).strip()
 
 

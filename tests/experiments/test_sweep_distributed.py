@@ -23,7 +23,7 @@ RAY = Path(sys.executable).with_name("ray")
 CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "reproduce"]
 # fig3's pretrained-network units (12 and its 2 control units, about a second each on one
 # thread) and the first layer of the same at N = 128 and 1,024 (the claims' N axis: 22 units)
-SWEEP = ["fig3", "--scale", "smoke", "--windows", "16", "--no-nearby", "--no-progress"]
+SWEEP = ["fig3", "--scale", "smoke", "--n-samples", "16", "--no-nearby", "--no-progress"]
 N_UNITS = len(runner.plan("fig3", "smoke", 0, overrides={"n_samples": 16})[1])
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -92,7 +92,7 @@ def _table(out):
 
 
 def test_smoke_sweep_tables_identical_serial_processes_ray(tmp_path, ray_cluster):
-    args = ["all", "--scale", "smoke", "--windows", "2", "--depth", "4", "--no-nearby", "--no-progress"]
+    args = ["all", "--scale", "smoke", "--n-samples", "2", "--depth", "4", "--no-nearby", "--no-progress"]
     tables = {}
     for name, extra in {"serial": [], "processes": ["--executor", "processes", "--workers", "2"],
                         "ray": ["--executor", "ray", "--address", ray_cluster]}.items():

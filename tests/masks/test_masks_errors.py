@@ -69,10 +69,10 @@ def test_bad_matrices():
 
 
 @pytest.mark.parametrize("args", [
-    ["mask", "describe", "sliding_window:w=4", "--n", "9", "--json"],
-    ["mask", "describe", "causal", "--n", "0"],
-    ["mask", "compare", "causal", "nosuch", "--n", "5"],
-    ["mask", "compare", "causal", "--n", "5", "--exponent", "t^2"],
+    ["mask", "describe", "sliding_window:w=4", "--n-tokens", "9", "--format", "json"],
+    ["mask", "describe", "causal", "--n-tokens", "0"],
+    ["mask", "compare", "causal", "nosuch", "--n-tokens", "5"],
+    ["mask", "compare", "causal", "--n-tokens", "5", "--exponent", "t^2"],
 ])
 def test_cli_exit_status_2_one_line(args):
     code = "import sys; from rankcollapse.cli import main; sys.argv = ['rankcollapse', *sys.argv[1:]]; main()"

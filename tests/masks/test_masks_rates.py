@@ -76,26 +76,13 @@ def test_bad_parameters():
         epsilon_lower_bound(d_qk=0, token_norm=1, weight_norm=1, max_in_degree=1)
 
 
-def test_moved_names_forward_to_theory_with_a_future_warning():
-    """compare_masks, compare_schedules, describe_schedule moved to theory.rates (issue 28):
-    the old names warn, name 0.3.0, and are the same objects; masks imports no theory."""
+def test_rates_live_in_theory_only():
     import rankcollapse.masks as masks
-    import rankcollapse.masks.rates as old_rates
-    from rankcollapse import theory
-    from rankcollapse.theory import envelope
 
     for name in ("compare_masks", "compare_schedules", "describe_schedule"):
-        with pytest.warns(FutureWarning, match=f"rankcollapse.theory.rates.{name}.*0.3.0"):
-            assert getattr(masks, name) is getattr(theory, name)
         assert name not in masks.__all__
-    with pytest.warns(FutureWarning, match="theory.envelope"):
-        assert old_rates.log_contraction is envelope.log_contraction
-    with pytest.warns(FutureWarning):
-        assert old_rates.compare_masks is theory.compare_masks
-    with pytest.raises(AttributeError):
-        masks.no_such_name
-    with pytest.raises(AttributeError):
-        old_rates.no_such_name
+        with pytest.raises(AttributeError):
+            getattr(masks, name)
 
 
 def test_importing_masks_does_not_import_theory_or_dynamics():
@@ -103,7 +90,7 @@ def test_importing_masks_does_not_import_theory_or_dynamics():
     import sys
 
     code = ("import sys, rankcollapse.masks as m; m.parse_mask('causal', 4); m.analyze(m.causal(4)); "
-            "import rankcollapse.masks.schedule, rankcollapse.masks.rates; "
+            "import rankcollapse.masks.schedule; "
             "print(sorted(k for k in sys.modules if k.startswith(('rankcollapse.theory', 'rankcollapse.dynamics'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

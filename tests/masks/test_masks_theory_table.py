@@ -97,13 +97,13 @@ def _cli(*args):
 
 
 def test_cli_describe_json_keys():
-    res = _cli("mask", "describe", "causal_sliding_window:w=4", "--n", "9", "--json")
+    res = _cli("mask", "describe", "causal_sliding_window:w=4", "--n-tokens", "9", "--format", "json")
     assert res.returncode == 0, res.stderr
     d = json.loads(res.stdout)
     for key in ("n_tokens", "n_edges", "self_loops", "strongly_connected",
                 "quasi_strongly_connected", "centers", "radius", "diameter", "reason"):
         assert key in d
     assert (d["n_tokens"], d["radius"], d["centers"], d["diameter"]) == (9, 3, [0], None)
-    res = _cli("mask", "describe", "block:size=3", "--n", "9", "--json")
+    res = _cli("mask", "describe", "block:size=3", "--n-tokens", "9", "--format", "json")
     d = json.loads(res.stdout)
     assert d["radius"] is None and d["quasi_strongly_connected"] is False and "not reachable" in d["reason"]

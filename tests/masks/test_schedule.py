@@ -181,18 +181,18 @@ def _cli(*args):
 
 
 def test_cli_describe_schedule_interface(tmp_path):
-    p = _cli("describe", "schedule:causal_sliding_window:w=3*2,causal", "--n-tokens", "16", "--json")
+    p = _cli("describe", "schedule:causal_sliding_window:w=3*2,causal", "--n-tokens", "16", "--format", "json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert {"n_tokens", "centers", "radius", "quasi_strongly_connected", "period", "layers"} <= set(d)
     assert d["n_tokens"] == 16 and d["period"] == 3 and len(d["layers"]) == 3
-    p = _cli("show", "schedule:causal_sliding_window:w=3*2,causal", "--n", "16", "--out", str(tmp_path / "s.png"))
-    assert p.returncode == 0 and (tmp_path / "s.png").stat().st_size > 0
-    p = _cli("compare", "schedule:causal_sliding_window:w=3*2,causal", "causal", "--n", "16", "--json")
+    p = _cli("show", "schedule:causal_sliding_window:w=3*2,causal", "--n-tokens", "16", "--out", str(tmp_path / "s"))
+    assert p.returncode == 0 and (tmp_path / "s" / "mask.png").stat().st_size > 0
+    p = _cli("compare", "schedule:causal_sliding_window:w=3*2,causal", "causal", "--n-tokens", "16", "--format", "json")
     rows = json.loads(p.stdout)
     # same eps (largest in-degree 16 in both); effective radius p r = 3 vs 1: the schedule is slower
     assert [r["period"] for r in rows] == [3, 1] and [r["rank_predicted"] for r in rows] == [1, 2]
-    p = _cli("describe", "schedule:causal*x", "--n", "8")
+    p = _cli("describe", "schedule:causal*x", "--n-tokens", "8")
     assert p.returncode == 2 and p.stderr.count("\n") == 1
 
 
@@ -226,5 +226,5 @@ def test_compare_takes_the_exponent_variant():
     assert b.loc[0, "log10_rate_per_layer"] == pytest.approx(a.loc[0, "log10_rate_per_layer"] / 2, rel=1e-14)
     with pytest.raises(ConfigError, match="exponent"):
         compare_schedules(["schedule:complete*3"], 8, exponent="t^2")
-    p = _cli("compare", "schedule:complete*3", "--n", "8", "--exponent", "t^2")
+    p = _cli("compare", "schedule:complete*3", "--n-tokens", "8", "--exponent", "t^2")
     assert p.returncode == 2 and p.stderr.count("\n") == 1

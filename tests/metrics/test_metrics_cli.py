@@ -54,7 +54,7 @@ def arrays(tmp_path_factory):
 
 def test_json_single_matrix_matches_numpy(arrays):
     paths, single, _ = arrays
-    proc = _subprocess(str(paths["single"]), "--json")
+    proc = _subprocess(str(paths["single"]), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert set(REQUIRED) <= set(out) and list(out) == list(METRICS)
@@ -64,7 +64,7 @@ def test_json_single_matrix_matches_numpy(arrays):
 
 def test_json_batch_is_a_list_of_objects_honouring_padding(arrays):
     paths, _, batch = arrays
-    proc = _run(str(paths["batch"]), "--json", "--padding-mask", str(paths["pm"]), "--names", "mu,avg_abs_cos")
+    proc = _run(str(paths["batch"]), "--format", "json", "--padding-mask", str(paths["pm"]), "--metrics", "mu,avg_abs_cos")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert isinstance(out, list) and len(out) == 3
@@ -75,7 +75,7 @@ def test_json_batch_is_a_list_of_objects_honouring_padding(arrays):
 
 def test_table_output_and_graph_mask(arrays):
     paths, _, _ = arrays
-    proc = _run(str(paths["batch"]), "--mask", "causal", "--names", "dirichlet_energy,mu")
+    proc = _run(str(paths["batch"]), "--mask", "causal", "--metrics", "dirichlet_energy,mu")
     assert proc.returncode == 0, proc.stderr
     assert "dirichlet_energy" in proc.stdout and "mean" in proc.stdout
 
@@ -86,7 +86,7 @@ def test_table_output_and_graph_mask(arrays):
         (("missing.npy",), "token array 'missing.npy' does not exist"),
         (("{nan}",), "NaN or Inf"),
         (("{bad_rank}",), "expected shape (N, d) or (B, N, d)"),
-        (("{single}", "--names", "mu,bogus"), "unknown metric(s) ['bogus']"),
+        (("{single}", "--metrics", "mu,bogus"), "unknown metric(s) ['bogus']"),
         (("{single}", "--dtype", "int8"), "--dtype must be one of"),
     ],
 )

@@ -123,9 +123,9 @@ def test_arbitrary_float32_scales_agree_to_rounding(seed, s):
 def test_simulated_scaled_identity_keeps_avg_abs_cos_near_one():
     cmd = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "simulate"]
     args = ["--value", "scaled_identity:scale=0.01", "--depth", "16", "--metrics", "avg_abs_cos,mu_relative"]
-    args += ["--n-tokens", "8", "--d-model", "4", "--n-samples", "1", "--input", "sphere", "--json"]
+    args += ["--n-tokens", "8", "--d-model", "4", "--n-samples", "1", "--input", "sphere", "--format", "json"]
     out = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     layers = json.loads(out.stdout)["layers"]
-    late = [row["avg_abs_cos"] for row in layers if row["t"] >= 10]
+    late = [row["avg_abs_cos"] for row in layers if row["layer"] >= 10]
     assert len(late) == 7 and all(v > 0.9999 for v in late)  # float64 gives 1.0; was 0.0 from t = 12

@@ -37,8 +37,8 @@ def _main(monkeypatch, capsys, *args: str) -> tuple[int, str]:
 def test_probe_json_matches_hidden_states(monkeypatch, capsys, text_file, tmp_path):
     from rankcollapse.cli import main
 
-    monkeypatch.setattr(sys, "argv", ["rankcollapse", "probe", "minilm", "--text-file", str(text_file), "--windows", "4",
-                                      "--length", "48", "--json", "--out", str(tmp_path / "run")])
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "probe", "--model", "minilm", "--text-file", str(text_file), "--n-samples", "4",
+                                      "--n-tokens", "48", "--format", "json", "--out", str(tmp_path / "run")])
     main()
     doc = json.loads(capsys.readouterr().out)  # stdout holds exactly one JSON document
     assert doc["model"] == "minilm" and doc["n_windows"] == 4 and len(doc["layers"]) == 7
@@ -68,7 +68,7 @@ def test_probe_json_matches_hidden_states(monkeypatch, capsys, text_file, tmp_pa
         (b"just a few words\n", [], "fewer than one window"),
         (None, ["--mask", "causal_sliding_window:w=0"], "w"),
         (None, ["--drop", "attention"], "attention"),
-        (None, ["--d-qk-scale", "-1"], "--d-qk-scale"),
+        (None, ["--d-qk", "-1"], "--d-qk"),
     ],
 )
 def test_bad_input_one_line_exit_2(monkeypatch, capsys, tmp_path, text_file, content, extra, text):
@@ -76,7 +76,7 @@ def test_bad_input_one_line_exit_2(monkeypatch, capsys, tmp_path, text_file, con
     if content is not None:
         path = tmp_path / "bad.txt"
         path.write_bytes(content)
-    code, err = _main(monkeypatch, capsys, "minilm", "--text-file", str(path), "--windows", "2", "--length", "32", *extra)
+    code, err = _main(monkeypatch, capsys, "--model", "minilm", "--text-file", str(path), "--n-samples", "2", "--n-tokens", "32", *extra)
     assert code == 2, err
     lines = [ln for ln in err.splitlines() if ln.startswith("rankcollapse: error:")]
     assert len(lines) == 1 and text in lines[0], err
@@ -85,14 +85,14 @@ def test_bad_input_one_line_exit_2(monkeypatch, capsys, tmp_path, text_file, con
 def test_mask_file_of_wrong_size(monkeypatch, capsys, tmp_path, text_file):
     mask_path = tmp_path / "m.npy"
     np.save(mask_path, np.tril(np.ones((20, 20), dtype=bool)))
-    code, err = _main(monkeypatch, capsys, "minilm", "--text-file", str(text_file), "--length", "32",
+    code, err = _main(monkeypatch, capsys, "--model", "minilm", "--text-file", str(text_file), "--n-tokens", "32",
                       "--mask", f"file:{mask_path}")
     assert code == 2 and "rankcollapse: error:" in err and "32" in err
 
 
 def test_hub_name_offline_fails_fast(monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    code, err = _main(monkeypatch, capsys, "some-org/not-a-local-model", "--windows", "2", "--length", "16")
+    code, err = _main(monkeypatch, capsys, "--model", "some-org/not-a-local-model", "--n-samples", "2", "--n-tokens", "16")
     assert code == 2
     assert "some-org/not-a-local-model" in err and "HF_HUB_OFFLINE" in err
 
@@ -106,14 +106,14 @@ def test_hub_name_offline_fails_fast(monkeypatch, capsys):
     ],
 )
 def test_unsupported_options_for_minilm_exit_2(monkeypatch, capsys, text_file, extra, text):
-    code, err = _main(monkeypatch, capsys, "minilm", "--text-file", str(text_file), "--windows", "2", "--length", "32", *extra)
+    code, err = _main(monkeypatch, capsys, "--model", "minilm", "--text-file", str(text_file), "--n-samples", "2", "--n-tokens", "32", *extra)
     lines = [ln for ln in err.splitlines() if ln.startswith("rankcollapse: error:")]
     assert code == 2 and len(lines) == 1 and text in lines[0], err
 
 
 def test_local_folder_without_config_names_what_is_missing(monkeypatch, capsys, tmp_path):
     (tmp_path / "notes.txt").write_text("not a model", encoding="utf-8")
-    code, err = _main(monkeypatch, capsys, str(tmp_path), "--windows", "2", "--length", "16")
+    code, err = _main(monkeypatch, capsys, "--model", str(tmp_path), "--n-samples", "2", "--n-tokens", "16")
     assert code == 2 and "config.json" in err and str(tmp_path) in err, err
-    code, err = _main(monkeypatch, capsys, str(tmp_path / "notes.txt"), "--windows", "2", "--length", "16")
+    code, err = _main(monkeypatch, capsys, "--model", str(tmp_path / "notes.txt"), "--n-samples", "2", "--n-tokens", "16")
     assert code == 2 and "not a folder" in err, err

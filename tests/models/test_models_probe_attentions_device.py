@@ -32,8 +32,8 @@ def test_attentions_equal_the_model_own_eager_maps(monkeypatch, capsys, text_fil
     from rankcollapse.cli import main
 
     out = tmp_path / "run"
-    monkeypatch.setattr(sys, "argv", ["rankcollapse", "probe", "minilm", "--text-file", str(text_file), "--windows", "2",
-                                      "--length", "24", "--json", "--out", str(out), "--attentions", "--device", "cpu"])
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "probe", "--model", "minilm", "--text-file", str(text_file), "--n-samples", "2",
+                                      "--n-tokens", "24", "--format", "json", "--out", str(out), "--attentions", "--device", "cpu"])
     main()
     capsys.readouterr()
     maps = np.load(out / "attentions.npz")
@@ -67,7 +67,7 @@ def test_sdpa_model_is_restored_after_recording_attentions():
     ],
 )
 def test_bad_device_or_attentions_without_out_exit_2(monkeypatch, capsys, text_file, extra, text):
-    code = _main(monkeypatch, "minilm", "--text-file", str(text_file), "--windows", "1", "--length", "16", *extra)
+    code = _main(monkeypatch, "--model", "minilm", "--text-file", str(text_file), "--n-samples", "1", "--n-tokens", "16", *extra)
     err = capsys.readouterr().err.strip()
     assert code == 2 and text in err and len(err.splitlines()) == 1
 
@@ -79,8 +79,8 @@ def test_device_cpu_is_the_unchanged_default(monkeypatch, capsys, text_file):
 
     docs = []
     for extra in ([], ["--device", "cpu"]):
-        monkeypatch.setattr(sys, "argv", ["rankcollapse", "probe", "minilm", "--text-file", str(text_file),
-                                          "--windows", "1", "--length", "16", "--json", *extra])
+        monkeypatch.setattr(sys, "argv", ["rankcollapse", "probe", "--model", "minilm", "--text-file", str(text_file),
+                                          "--n-samples", "1", "--n-tokens", "16", "--format", "json", *extra])
         main()
         docs.append(json.loads(capsys.readouterr().out))
     assert docs[0] == docs[1]

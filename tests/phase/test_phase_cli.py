@@ -69,7 +69,7 @@ def test_write_report_files_and_theory_agreement(tmp_path):
 def test_cli_json_and_files(tmp_path):
     out = subprocess.run([*CLI, "phase", "--axis", "qk_scale=0.25,4", "--axis", "norm=none,layernorm",
                           "--depth", "8", "--n-tokens", "8", "--d-model", "4", "--n-samples", "2",
-                          "--out", str(tmp_path), "--json"], capture_output=True, text=True, timeout=600)
+                          "--out", str(tmp_path), "--format", "json"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert len(data["cells"]) == 4
@@ -172,48 +172,28 @@ def test_readme_phase_example_has_cells_in_several_regimes(tmp_path):
     assert f"μ/‖X‖_F {odd['mu_relative']:.2f}" in " ".join(readme.split())
 
 
-def test_axes_are_block_config_fields_and_old_spellings_run_as_before():
-    """norm, placement, alpha are BlockConfig's fields; the deprecated skip, post/pre and
-    sphere_sqrtd warn and become the block they always ran as (cell.block_config)."""
+def test_axes_are_block_config_fields():
+    """norm, placement, alpha are BlockConfig's fields (cell.block_config); an axis
+    spelling that is not one of them is refused."""
     from rankcollapse.dynamics import BlockConfig
     from rankcollapse.phase.cell import block_config
 
-    with pytest.warns(FutureWarning, match="axis 'skip' is deprecated.*0.3.0"):
-        assert parse_axis("skip=off,on") == ("skip", [False, True])
-    with pytest.warns(FutureWarning, match="norm 'sphere_sqrtd'"):
-        assert parse_axis("norm=sphere_sqrtd") == ("norm", ["rmsnorm"])
-    with pytest.warns(FutureWarning, match="placement '(post|pre)'"):
-        parse_axis("placement=post,pre")
-    with pytest.warns(FutureWarning):
-        old = expand_grid({"placement": ["post", "pre"], "skip": [False, True]})
-    assert [(c["placement"], c["alpha"]) for c in old] == [("none", 0.0), ("post_ln", 1.0), ("pre_ln", 0.0),
-                                                          ("pre_ln", 1.0)]
-    assert all("skip" not in c for c in old)
-    assert [block_config(c) for c in old] == [
+    for bad in ("skip=off,on", "norm=sphere_sqrtd", "placement=post,pre"):
+        with pytest.raises(ConfigError):
+            parse_axis(bad)
+    cells = expand_grid({"placement": ["post_ln", "pre_ln"], "alpha": [0.0, 1.0]})
+    assert [(c["placement"], c["alpha"]) for c in cells] == [("none", 0.0), ("post_ln", 1.0), ("pre_ln", 0.0),
+                                                            ("pre_ln", 1.0)]
+    assert [block_config(c) for c in cells] == [
         BlockConfig(), BlockConfig(placement="post_ln", alpha=1.0), BlockConfig(placement="pre_ln", alpha=0.0),
         BlockConfig(placement="pre_ln", alpha=1.0)]
-    assert expand_grid({"placement": ["post_ln", "pre_ln"], "alpha": [0.0, 1.0]}) == old  # the same four blocks
     new = expand_grid({"placement": ["none", "post_ln", "pre_ln"]})  # alpha: the placement's own
     assert [(c["placement"], c["alpha"]) for c in new] == [("none", 0.0), ("post_ln", 1.0), ("pre_ln", 1.0)]
     with pytest.raises(ConfigError, match="placement 'none' has no skip"):
         expand_grid({"placement": ["none", "post_ln"], "alpha": [0.0, 1.0]})
     assert len(expand_grid({"placement": ["none", "post_ln"], "alpha": [0.0, 1.0]}, zipped=("placement", "alpha"))) == 2
-    with pytest.raises(ConfigError, match="give the skip weight once"), pytest.warns(FutureWarning):
+    with pytest.raises(ConfigError, match="unknown axes"):
         expand_grid({"alpha": [0.0]}, {"skip": True})
-
-
-def test_cli_old_axis_spellings_get_one_note_each(tmp_path):
-    res = subprocess.run([*CLI, "phase", "--axis", "skip=off,on", "--axis", "norm=sphere_sqrtd", "--depth", "2",
-                          "--n-tokens", "4", "--d-model", "2", "--n-samples", "1", "--out", str(tmp_path / "p"),
-                          "--format", "json"], capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr
-    notes = res.stderr.strip().splitlines()
-    assert notes == ["rankcollapse: note: --axis skip is deprecated and will be removed in 0.3.0; use --axis alpha=0,1 "
-                     "(the skip weight) with placement post_ln or pre_ln",
-                     "rankcollapse: note: --axis norm=sphere_sqrtd is deprecated and will be removed in 0.3.0; use "
-                     "'rmsnorm'"]
-    cells = json.loads(res.stdout)["cells"]
-    assert [(c["alpha"], c["norm"]) for c in cells] == [(0.0, "rmsnorm"), (1.0, "rmsnorm")]
 
 
 def test_zipped_axes_vary_together_and_cross_the_rest():

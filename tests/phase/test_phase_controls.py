@@ -15,7 +15,7 @@ def cell(**over):
 
 
 def one(c, samples=8, seed=0):
-    (row,) = run_group([c], samples=samples, seed=seed)
+    (row,) = run_group([c], n_samples=samples, seed=seed)
     return row
 
 

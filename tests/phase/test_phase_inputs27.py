@@ -110,7 +110,7 @@ def test_huge_cell_refused_before_running():
         run_cell(cell)
     assert time.perf_counter() - t0 < 10
     # the default cell is far inside the limit
-    grid.check_cells([dict(DEFAULTS)], samples=4)
+    grid.check_cells([dict(DEFAULTS)], n_samples=4)
 
 
 def test_cli_huge_cell_one_line(tmp_path):

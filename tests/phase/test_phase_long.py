@@ -92,7 +92,7 @@ def test_log_qk_scale_orders_collapse_by_gamma():
     cells = expand_grid({"qk_scale": ["log:0.5", "log:6"]},
                         {"n_tokens": 256, "d_model": 64, "depth": 1, "norm": "sphere", "input": "simplex",
                          "value": "orthogonal"})
-    low, high = run_group(cells, samples=2)
+    low, high = run_group(cells, n_samples=2)
     m0 = math.sqrt(0.5)  # mu/||X||_F of the start: every token is sqrt(1/2) from the mean direction
     assert low["mu_relative"] < 0.1 * m0
     assert high["mu_relative"] > 0.95 * m0
@@ -134,8 +134,8 @@ def test_blocked_path_matches_the_dense_path(over):
     multiple of the block size: padded rows; BigBird: global rows on the dense slab).
     States differ by a few roundings per layer; μ/||X||_F, entropy and ε inherit that."""
     cells = [cell(n_tokens=300, d_model=8, depth=6, **over)]
-    dense = run_group(cells, samples=2, path="dense")
-    blocked = run_group(cells, samples=2, path="blocked")
+    dense = run_group(cells, n_samples=2, path="dense")
+    blocked = run_group(cells, n_samples=2, path="blocked")
     for a, b in zip(dense, blocked):
         assert a["regime"] == b["regime"] and a["k"] == b["k"] and a["law"] == b["law"]
         assert b["mu_relative"] == pytest.approx(a["mu_relative"], rel=1e-9, abs=1e-13)
@@ -175,7 +175,7 @@ def test_memory_estimate_follows_the_chunked_path():
     assert cell_bytes(c, 1) < 2 * 2 * 65536**2  # far below one dense (N, N) float64 array
     check_cells([c], 1)
     with pytest.raises(ConfigError, match="run_phase"):
-        run_cell(c, samples=1)
+        run_cell(c, n_samples=1)
 
 
 # ------------------------------------------------------------------ the almost-simplex input

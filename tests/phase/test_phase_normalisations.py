@@ -20,14 +20,14 @@ UNIFORM = {"n_tokens": 16, "d_model": 8, "depth": 128, "qk_scale": 0.0, "value":
 def test_uniform_attention_pre_ln_decays_as_t_to_the_minus_two():
     """qk_scale = 0: every update is common to all tokens, x_i - x_j never changes, and with
     one orthogonal W_V for every layer the norm grows linearly: g(t) ~ |dx|^2 / (2 t^2)."""
-    (row,) = run_group(expand_grid({}, {**UNIFORM, "placement": "pre_ln", "norm": "sphere", "shared": True}), samples=8)
+    (row,) = run_group(expand_grid({}, {**UNIFORM, "placement": "pre_ln", "norm": "sphere", "shared": True}), n_samples=8)
     assert row["law"] == "power" and row["frac_law_power"] == 1.0
     assert row["law_exponent"] == pytest.approx(-2.0, abs=0.25)
     assert row["law_r2_power"] > row["law_r2_exp"]
 
 
 def test_uniform_attention_post_ln_decays_exponentially():
-    (row,) = run_group(expand_grid({}, {**UNIFORM, "placement": "post_ln", "norm": "sphere"}), samples=8)
+    (row,) = run_group(expand_grid({}, {**UNIFORM, "placement": "post_ln", "norm": "sphere"}), n_samples=8)
     assert row["law"] == "exponential" and row["frac_law_exponential"] == 1.0
     assert row["law_rate"] < -0.5 and row["law_r2_exp"] > 0.99
 
@@ -35,14 +35,14 @@ def test_uniform_attention_post_ln_decays_exponentially():
 @pytest.mark.parametrize("placement", ["post_ln", "pre_ln"])
 def test_zero_values_leave_the_gap_constant_and_no_law_is_called(placement):
     (row,) = run_group(expand_grid({}, {**UNIFORM, "placement": placement, "norm": "sphere", "value_scale": 0.0,
-                                        "depth": 32}), samples=4)
+                                        "depth": 32}), n_samples=4)
     assert row["law"] == "undecided" and row["frac_law_undecided"] == 1.0
 
 
 def test_a_gap_at_the_float64_floor_is_undecided_not_a_law():
     """Pure SA under uniform attention makes every token the mean in one layer: the gap is
     at round-off from layer 1 on, so no law can be read from it."""
-    (row,) = run_group(expand_grid({}, {**UNIFORM, "depth": 16}), samples=4)
+    (row,) = run_group(expand_grid({}, {**UNIFORM, "depth": 16}), n_samples=4)
     assert row["regime"] == "rank_collapse"
     assert row["law"] == "undecided" and np.isnan(row["law_r2_exp"])
     assert gap_floor(16, 8) == pytest.approx((8 + 256) * np.finfo(np.float64).eps / 2)
@@ -163,7 +163,7 @@ def test_rules_and_controls_through_the_sweep():
                                                                                     "depth": 16})
     rows = []
     for c in cells:
-        rows.append({**c, **run_group([c], samples=4)[0]})
+        rows.append({**c, **run_group([c], n_samples=4)[0]})
     ctl = nz.controls(pd.DataFrame(rows))
     assert ctl["all_pass"], json.dumps(ctl, default=str)
 
@@ -175,13 +175,13 @@ def test_committed_phase_summaries_still_load():
 
     doc = json.loads((Path(__file__).parents[2] / "docs/results/phase/summary.json").read_text())
     assert doc["theorem1"]["cells"] == 288
-    old = pd.DataFrame(run_group(expand_grid({}, {"n_tokens": 8, "d_model": 4, "depth": 8}), samples=2))
+    old = pd.DataFrame(run_group(expand_grid({}, {"n_tokens": 8, "d_model": 4, "depth": 8}), n_samples=2))
     old = pd.concat([pd.DataFrame([{k: v for k, v in DEFAULTS.items() if k != "qk_norm"}]), old], axis=1)
     old = old.drop(columns=[c for c in old if c.startswith(("law", "frac_law"))])
     out = summarize(old)
     assert out["cells"] == 1 and "decay_law" not in out
     new = pd.DataFrame([{**DEFAULTS, **r} for r in run_group(expand_grid({}, {"n_tokens": 8, "d_model": 4,
-                                                                              "depth": 8}), samples=2)])
+                                                                              "depth": 8}), n_samples=2)])
     assert summarize(new)["decay_law"] == {"none": {new["law"].iloc[0]: 1}}
 
 

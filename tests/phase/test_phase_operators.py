@@ -29,7 +29,7 @@ def test_axis_takes_operator_specs_and_refuses_bad_ones():
 def test_batched_operator_cells_match_simulate(spec):
     (cell,) = _cells(f"attention={spec}", "mask=causal")
     cell["depth"] = 12
-    a, b = run_group([cell], samples=2)[0], run_cell(cell, samples=2)
+    a, b = run_group([cell], n_samples=2)[0], run_cell(cell, n_samples=2)
     assert a["regime"] == b["regime"]
     for key in ("mu_relative", "row_mass_deficit", "norm_spread", "max_token_share"):
         assert a[key] == pytest.approx(b[key], rel=1e-8, abs=1e-13), key
@@ -40,7 +40,7 @@ def test_aligned_without_consensus_controls():
     """Positive: pure SA, causal mask, off-by-one softmax: every trajectory aligns while
     mu/||X||_F stays at the Perron profile's 0.488 (docs/theory.md §8). Negative: the same
     under the complete mask (equal row masses at consensus): none; softmax causal: none."""
-    pos, neg, soft = (run_group([c], samples=8)[0] for c in (
+    pos, neg, soft = (run_group([c], n_samples=8)[0] for c in (
         _cells("attention=offbyone", "mask=causal")[0], _cells("attention=offbyone", "mask=complete")[0],
         _cells("attention=softmax", "mask=causal")[0]))
     assert pos["regime"] == "aligned_without_consensus" and pos["frac_aligned_without_consensus"] == 1.0

@@ -21,7 +21,7 @@ def cell(**over):
 
 
 def test_pure_attention_complete_mask_collapses():
-    (row,) = run_group([cell(value="orthogonal")], samples=2)  # ||W_V||_2 = 1: A2 holds
+    (row,) = run_group([cell(value="orthogonal")], n_samples=2)  # ||W_V||_2 = 1: A2 holds
     assert row["value_log_norm"] == pytest.approx(0.0, abs=1e-9)
     assert row["regime"] == "rank_collapse"
     assert row["mu_relative"] < 1e-6
@@ -50,13 +50,13 @@ def test_causal_2x2_construction_from_its_basin_is_stable_rank_2():
 @pytest.mark.parametrize("mask", ["complete", "causal"])
 def test_orthogonal_values_with_sphere_norm_from_a_hemisphere_collapse(mask):
     """Theorem 2: SA + unit-sphere norm, orthogonal W_V, tokens in an open hemisphere."""
-    (row,) = run_group([cell(norm="sphere", value="orthogonal", input="hemisphere", mask=mask, depth=128)], samples=2)
+    (row,) = run_group([cell(norm="sphere", value="orthogonal", input="hemisphere", mask=mask, depth=128)], n_samples=2)
     assert row["regime"] == "rank_collapse"
     assert row["theory_regime"] == "rank_collapse" and row["theory_source"] == "theorem2"
 
 
 def test_vanishing_query_key_scale_gives_uniform_attention():
-    rows = run_group([cell(qk_scale=0.0), cell(qk_scale=1e-4)], samples=2)
+    rows = run_group([cell(qk_scale=0.0), cell(qk_scale=1e-4)], n_samples=2)
     assert rows[0]["attention_entropy"] == pytest.approx(1.0, abs=1e-12)
     assert rows[1]["attention_entropy"] > 0.9999
 
@@ -66,8 +66,8 @@ def test_batched_path_matches_simulate_per_cell():
              cell(norm="rmsnorm", mask="sliding_window:w=3", value="orthogonal", value_scale=2.0),
              cell(norm="none", d_qk=4, shared=True, value_scale=0.5)]
     for c in cells:
-        (got,) = run_group([c], samples=2)
-        ref = run_cell(c, samples=2)
+        (got,) = run_group([c], n_samples=2)
+        ref = run_cell(c, n_samples=2)
         assert got["regime"] == ref["regime"] and got["k"] == ref["k"]
         for key in ("attention_entropy", "stable_rank", "numerical_rank", "epsilon_measured"):
             assert got[key] == pytest.approx(ref[key], rel=1e-8, abs=1e-12), key
@@ -88,8 +88,8 @@ def test_batched_path_matches_simulate_per_cell_for_every_normalisation(over):
     """Issue 30's norms, placements and qk_norm through the sweep's batched fast path
     against the reference path through simulate, cell by cell, decay-law columns included."""
     c = cell(**{**SMALL, **over})
-    (got,) = run_group([c], samples=2)
-    ref = run_cell(c, samples=2)
+    (got,) = run_group([c], n_samples=2)
+    ref = run_cell(c, n_samples=2)
     assert got["regime"] == ref["regime"] and got["law"] == ref["law"] and got["k"] == ref["k"]
     for key in ("mu_relative", "attention_entropy", "stable_rank", "epsilon_measured", "law_exponent", "law_rate",
                 "law_r2_exp", "law_r2_power"):
@@ -203,7 +203,7 @@ def test_cell_shows_the_bound_rule_5_reads():
 def test_sweep_label_checks_against_its_columns():
     # the trial's cell: pre_ln, unit sphere, QK-norm, 16 layers, N = 8, d = 4
     row = run_cell(dict(DEFAULTS, placement="pre_ln", norm="sphere", alpha=1.0, qk_norm=True, qk_scale=1.0,
-                        depth=16, n_tokens=8, d_model=4), samples=2)
+                        depth=16, n_tokens=8, d_model=4), n_samples=2)
     falling = row["frac_rate_last_falling"]
     assert falling >= row["frac_collapsing_slowly"]  # every collapsing_slowly trajectory passed rule 5
     if row["frac_collapsing_slowly"] == 1.0:
@@ -236,6 +236,6 @@ def test_round_off_of_a_consensus_is_the_floor():
 def test_run_cell_mu_at_round_off_is_the_floor():
     # pure SA on the unit sphere, 5 layers, N = 8, d = 4: both starts reach a consensus, m(T)
     # is 0 or ~2^-54 by the machine's last bits; the cell reads the floor on every machine
-    row = run_cell(dict(DEFAULTS, norm="sphere", depth=5, n_tokens=8, d_model=4), samples=2)
+    row = run_cell(dict(DEFAULTS, norm="sphere", depth=5, n_tokens=8, d_model=4), n_samples=2)
     assert row["frac_mu_floor"] == 1.0 and row["mu_relative"] == MU_FLOOR
     assert row["regime"] == "rank_collapse"

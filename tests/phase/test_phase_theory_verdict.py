@@ -56,7 +56,7 @@ def test_agreement_counts_add_up_and_undecided_is_not_agreement():
 
 
 def _cell(**over):
-    (row,) = run_group([{**DEFAULTS, "n_tokens": 32, "d_model": 16, "depth": 64, **over}], samples=8, seed=0)
+    (row,) = run_group([{**DEFAULTS, "n_tokens": 32, "d_model": 16, "depth": 64, **over}], n_samples=8, seed=0)
     return row
 
 

@@ -16,7 +16,7 @@ def test_phase_grid_under_ray_gives_the_serial_numbers(monkeypatch, tmp_path):
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     cells = expand_grid(dict([parse_axis("qk_scale=0.5,2")]), {"depth": 4, "n_tokens": 6, "d_model": 3}, ())
-    serial, _ = run_phase(cells, samples=2, cache_dir=tmp_path / "a")
-    ray, timing = run_phase(cells, samples=2, cache_dir=tmp_path / "b", executor="ray", workers=1)
+    serial, _ = run_phase(cells, n_samples=2, cache_dir=tmp_path / "a")
+    ray, timing = run_phase(cells, n_samples=2, cache_dir=tmp_path / "b", executor="ray", workers=1)
     pd.testing.assert_frame_equal(ray, serial)
     assert timing["computed"] == 1 and timing["executor"] == "ray" and timing["workers"] == 1

@@ -112,17 +112,13 @@ def test_experiment_configs_take_only_the_experiments_kinds():
     ("probe", {"model": "minilm"}, "c0e69683b5fe"),
     ("pretrained_sa", {"d_qk": 1.0}, "67a045ff2e93"),
     ("theory", {"check": "x"}, "885c797b70a2"),
-    # renamed config keys (experiments.keys): the keys the code wrote under the old spelling
+    # the parameters are hashed as they are spelt (a text file's path left out)
     ("simulate", {"mask": "causal", "seed": 0, "n_samples": 8, "data": {"corpus": "wikipedia", "n_tokens": 128, "seed": 0}},
-     "d97bf099e4cf"),
+     "ca38942b2957"),
     ("theory", {"check": "equilibria", "n_tokens": 16, "d_model": 8, "eq_n_tokens": 4, "eq_d_model": 4,
-                "rate_n_tokens": 128}, "0935117b1342"),
-    # phase_cell version 5 (decay-law columns and the qk_norm axis in version 3; rate_last_bound,
-    # frac_mu_floor and the floor rule of mu_relative in 4; the round-off floor of mu_relative,
-    # regime.mu_floor, in 5) invalidates the version-2 key 9b8c31295cac, the version-3 key
-    # 4424d216962f and the version-4 key b5bf9d84770a on purpose: those cached rows lack the new
-    # columns, average the floor marker or count round-off of a consensus as a measurement
-    ("phase_cell", {"cells": [{"qk_scale": 1.0, "depth": 4}], "samples": 2, "seeds": 1, "seed": 0}, "ffe1fa17b369"),
+                "rate_n_tokens": 128}, "c8785d9b7416"),
+    # phase_cell version 6: its parameters name the inputs per seed n_samples
+    ("phase_cell", {"cells": [{"qk_scale": 1.0, "depth": 4}], "n_samples": 2, "seeds": 1, "seed": 0}, "36ad93650f2b"),
 ])
 def test_unit_keys_are_those_the_earlier_code_wrote(monkeypatch, kind, params, key):
     """Keys computed by the code before the sweep engine was one package (experiments'
@@ -131,7 +127,7 @@ def test_unit_keys_are_those_the_earlier_code_wrote(monkeypatch, kind, params, k
 
     monkeypatch.setattr(sweep_units, "code_fingerprint", lambda: _io.config_hash({"numerics": 2, "torch": "2.5.1"}))
     assert Unit(kind, params).hash == key
-    assert unit_kind(kind).version == {"theory": 4, "phase_cell": 5}.get(kind, 3)
+    assert unit_kind(kind).version == {"theory": 4, "phase_cell": 6}.get(kind, 3)
 
 
 def test_one_terminal_test_for_every_progress_display(monkeypatch, capsys):

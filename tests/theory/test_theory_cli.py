@@ -17,7 +17,7 @@ def run(*args):
 
 @pytest.mark.parametrize("n,d,k", [(2, 2, 2), (6, 4, 3)])
 def test_equilibria_json_is_verifiable_from_printed_system(n, d, k, numpy_step):
-    p = run("equilibria", "--n", str(n), "--d", str(d), "--rank", str(k), "--json")
+    p = run("equilibria", "--n-tokens", str(n), "--d-model", str(d), "--rank", str(k), "--format", "json")
     assert p.returncode == 0, p.stderr
     obj = json.loads(p.stdout)
     assert {"mask", "W_Q", "W_K", "W_V", "d_qk", "equilibria"} <= set(obj)
@@ -31,19 +31,19 @@ def test_equilibria_json_is_verifiable_from_printed_system(n, d, k, numpy_step):
 
 
 def test_bad_rank_exits_2_with_message():
-    p = run("equilibria", "--n", "2", "--d", "3", "--rank", "3")
+    p = run("equilibria", "--n-tokens", "2", "--d-model", "3", "--rank", "3")
     assert p.returncode == 2 and "rank must satisfy" in p.stderr and p.stdout == ""
 
 
 def test_basin_and_find_json(tmp_path):
-    p = run("basin", "--n-samples", "400", "--depth", "100", "--json")
+    p = run("basin", "--n-samples", "400", "--depth", "100", "--format", "json")
     assert p.returncode == 0, p.stderr
     b = json.loads(p.stdout)
     assert b["n_samples"] == 400 and b["seed"] == 0 and 0 < b["fraction"] < 0.2 and b["ci_low"] < b["ci_high"]
-    system = json.loads(run("equilibria", "--example", "--json").stdout)
+    system = json.loads(run("equilibria", "--example", "--format", "json").stdout)
     path = tmp_path / "system.json"
     path.write_text(json.dumps(system))
-    f = json.loads(run("find", "--system", str(path), "--starts", "32", "--json").stdout)
+    f = json.loads(run("find", "--system", str(path), "--starts", "32", "--format", "json").stdout)
     assert any(e["rank"] == 2 and e["stable"] for e in f["equilibria"])
     bad = run("find", "--system", str(tmp_path / "missing.json"))
     assert bad.returncode == 2 and "cannot read system JSON" in bad.stderr
@@ -52,7 +52,7 @@ def test_basin_and_find_json(tmp_path):
 @pytest.mark.parametrize(
     "args, text",
     [
-        (["bound", "--n", "1", "--widths", "2"], "at least 2 tokens"),
+        (["bound", "--n-tokens", "1", "--widths", "2"], "at least 2 tokens"),
         (["basin", "--confidence", "1.5", "--n-samples", "10"], "confidence"),
     ],
 )

@@ -43,7 +43,7 @@ def test_find_and_basin_accept_spec_masks_and_name_the_system(tmp_path):
     assert p.returncode == 0, p.stderr
     p = run("basin", "--system", str(path), "--n-samples", "50", "--depth", "100")
     assert p.returncode == 0 and f"system {path}: N=2, d=2, W_V=[[1.0, -3.0], [0.0, 2.0]]" in p.stdout, p.stdout
-    p = run("basin", "--n-samples", "50", "--depth", "100", "--json")
+    p = run("basin", "--n-samples", "50", "--depth", "100", "--format", "json")
     obj = json.loads(p.stdout)
     assert obj["system"]["W_V"] == W["W_V"] and "example" in obj["system"]["source"]
 
@@ -56,7 +56,7 @@ def test_equilibria_example_text_shows_B_and_all_ten():
 
 
 def test_bound_says_when_envelope_is_uninformative():
-    loose = run("bound", "--mask", "causal_sliding_window:w=2", "--n", "8", "--depth", "10", "--n-samples", "2")
+    loose = run("bound", "--mask", "causal_sliding_window:w=2", "--n-tokens", "8", "--depth", "10", "--n-samples", "2")
     assert loose.returncode == 0 and "too loose to be informative" in loose.stdout, loose.stdout
-    tight = run("bound", "--mask", "causal_sliding_window:w=8", "--n", "8", "--depth", "10", "--n-samples", "2")
+    tight = run("bound", "--mask", "causal_sliding_window:w=8", "--n-tokens", "8", "--depth", "10", "--n-samples", "2")
     assert tight.returncode == 0 and "too loose" not in tight.stdout, tight.stdout

@@ -49,8 +49,8 @@ def test_schedule_without_self_loops_or_qsc_is_rejected():
 
 def test_theory_bound_cli_takes_a_schedule():
     p = subprocess.run([sys.executable, "-c", "from rankcollapse.cli import main; main()", "theory", "bound",
-                        "--n", "16", "--mask", "schedule:causal_sliding_window:w=3*2,causal", "--depth", "20",
-                        "--n-samples", "3", "--json"], capture_output=True, text=True, timeout=300)
+                        "--n-tokens", "16", "--mask", "schedule:causal_sliding_window:w=3*2,causal", "--depth", "20",
+                        "--n-samples", "3", "--format", "json"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["n_violations"] == 0 and d["config"]["period"] == 3 and d["config"]["support_agrees"]

@@ -23,7 +23,7 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .._validate import INT64_MAX, INT64_MIN
 from ..errors import RankCollapseError
-from ._vocab import in_flags, rewrite
+from ._vocab import in_flags
 
 PREFIX = "rankcollapse: error: "
 #: The longest error line printed; the toolkit's own messages are far shorter, and
@@ -74,16 +74,8 @@ class Command(TyperCommand):
     """A command where an option that takes one value may be given only once."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        args, notes = rewrite(self, args)  # old spellings -> canonical flags (_vocab)
-        ctx.meta["rankcollapse.notes"] = notes
         parser = self.make_parser(ctx)
-        try:
-            raw, _, order = parser.parse_args(args=list(args))
-        except NoSuchOption as exc:  # suggest only the options --help shows, never a hidden one
-            hidden = {opt for p in self.get_params(ctx) if getattr(p, "hidden", False)
-                      for opt in (*p.opts, *p.secondary_opts)}
-            exc.possibilities = [p for p in exc.possibilities or () if p not in hidden]
-            raise
+        raw, _, order = parser.parse_args(args=list(args))
         _refuse_empty_paths(raw, order, ctx)
         seen: set[str] = set()
         for param in order:
@@ -96,7 +88,7 @@ class Command(TyperCommand):
         return super().parse_args(ctx, args)
 
     def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
-        """The usage line without hidden (deprecated) arguments."""
+        """The usage line without hidden arguments."""
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if not getattr(param, "hidden", False):
@@ -107,11 +99,7 @@ class Command(TyperCommand):
         for param in self.params:
             for value in _values(ctx.params.get(param.name)):
                 _check_number(value, param, ctx)
-        result = super().invoke(ctx)
-        # after success only: a failed command prints exactly one line (its error)
-        for line in ctx.meta.get("rankcollapse.notes", ()):
-            click.echo(line, err=True)
-        return result
+        return super().invoke(ctx)
 
 
 def _refuse_empty_paths(raw: dict[str, Any], params: list, ctx: click.Context) -> None:

@@ -14,7 +14,6 @@ from .._memory import check_memory, influence_bytes, parse_size
 from .._validate import check_int
 from ..errors import ConfigError, MaskError
 from ._output import ALLOW_NONEMPTY_HELP, FORMAT_HELP, check_format, make_table, print_json, print_records, print_table
-from ._vocab import out_file
 
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
 
@@ -94,7 +93,7 @@ def show(
     n = _n_tokens(spec, n)
     if n > 2048:
         raise MaskError(f"--n-tokens {n} is too large to draw one cell per token pair (at most 2048)")
-    target = out_file(out, f"mask.{image}", IMAGE_SUFFIXES)
+    target = out / f"mask.{image}"
     from ..masks.plot import image_format
 
     image_format(target)  # before any work
@@ -106,23 +105,16 @@ def show(
 
 
 def _check_target(out: Path, target: Path, allow_nonempty: bool) -> None:
-    """Before any work: the folder ``out`` may receive ``target`` (rankcollapse._outdir),
-    or, in the deprecated form ``--out FILE``, the named file can be written."""
-    if target == out:
-        check_writable(target, folder=False)
-    else:
-        from .._outdir import check_out
+    """Before any work: the folder ``out`` may receive ``target`` (rankcollapse._outdir)."""
+    from .._outdir import check_out
 
-        check_out(out, [target.name], allow_nonempty=allow_nonempty, flags=True)
+    check_out(out, [target.name], allow_nonempty=allow_nonempty, flags=True)
 
 
 @contextlib.contextmanager
 def _writing(out: Path, target: Path, command: str, allow_nonempty: bool) -> Iterator[Path]:
-    """The path to write ``target`` to: the named file itself (``--out FILE``), or one in a
-    staging folder published into ``out`` beside the files earlier commands wrote there."""
-    if target == out:
-        yield target
-        return
+    """The path to write ``target`` to: one in a staging folder published into ``out``
+    beside the files earlier commands wrote there."""
     from .._outdir import writing
 
     with writing(out, f"{command}\n", [target.name], allow_nonempty=allow_nonempty, keep=True) as stage:
@@ -163,7 +155,7 @@ def compare(
 
     if exponent not in EXPONENTS:  # before any work, for the schedule table too
         raise ConfigError(f"--exponent must be one of {', '.join(EXPONENTS)}, got {exponent!r}")
-    target = out_file(out, "compare.csv", (".csv",)) if out is not None else None
+    target = out / "compare.csv" if out is not None else None
     if out is not None:
         _check_target(out, target, allow_nonempty)
     n = check_int(n, "--n-tokens", low=1, error=MaskError)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +10,6 @@ import typer
 
 from ..errors import ConfigError
 from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_records
-from ._vocab import deprecated
 
 JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entropy", "rate", "rate_lo", "rate_hi",
                 "rate_last", "rate_last_lo", "rate_last_hi", "rate_last_bound_max",
@@ -34,7 +32,7 @@ def _clean(v):
 def phase(
     axis: list[str] = typer.Option([], "--axis", help="NAME=v1,v2,... (repeatable); names: qk_scale, value, "
                                    "value_scale, norm, placement, alpha, qk_norm, attention, mask, d_qk, n_tokens, d_model, "
-                                   "depth, shared, input (skip, placement post/pre, norm sphere_sqrtd: deprecated)"),
+                                   "depth, shared, input"),
     depth: int = typer.Option(64, "--depth", help="layers (an axis 'depth' overrides)"),
     n_tokens: int = typer.Option(32, "--n-tokens", help="tokens N"),
     d_model: int = typer.Option(16, "--d-model", help="width d"),
@@ -68,13 +66,11 @@ def phase(
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")
     axes: dict[str, list] = {}
-    with warnings.catch_warnings(record=True) as caught:  # deprecated spellings: the CLI's one-line notes
-        warnings.simplefilter("always", FutureWarning)
-        for text in axis:
-            name, values = parse_axis(text)
-            if name in axes:
-                raise ConfigError(f"--axis {name} given twice")
-            axes[name] = values
+    for text in axis:
+        name, values = parse_axis(text)
+        if name in axes:
+            raise ConfigError(f"--axis {name} given twice")
+        axes[name] = values
     fixed = {}
     for name, value in (("depth", depth), ("n_tokens", n_tokens), ("d_model", d_model)):
         fixed[name] = parse_axis(f"{name}={value}")[1][0]
@@ -83,16 +79,12 @@ def phase(
         parts = tuple(p.strip() for p in plot.split(","))
         if len(parts) != 2 or any(p not in axes for p in parts):
             raise ConfigError(f"--plot expects two of the given axes X,Y, got {plot!r}")
-        plot_axes = tuple("alpha" if p == "skip" else p for p in parts)
+        plot_axes = parts
     zipped = tuple(p.strip() for p in zip_axes.split(",")) if zip_axes else ()
-    with warnings.catch_warnings(record=True) as more:
-        warnings.simplefilter("always", FutureWarning)
-        cells = expand_grid(axes, fixed, zipped)
-    _notes([*caught, *more])
+    cells = expand_grid(axes, fixed, zipped)
     check_cells(cells, samples)  # every cell's size, before the output folder is touched
     check_out(out, NAMES, allow_nonempty=allow_nonempty, flags=True)
-    # the deprecated axis skip runs as alpha: the table has the alpha column
-    names = list(dict.fromkeys("alpha" if a == "skip" else a for a in axes)) or ["depth"]
+    names = list(axes) or ["depth"]
     meta = {"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples, "seeds": seeds,
             "seed": seed}
     # one run owns --out at a time; its outputs are built aside and published whole, so a
@@ -118,20 +110,6 @@ def phase(
         typer.echo(f"wrote {paths['report']}")
     for note in operator_notes(table):
         typer.echo(f"note: {note}", err=True)
-
-
-def _notes(caught: list) -> None:
-    """One CLI note per deprecated axis spelling among the caught FutureWarnings."""
-    notes: dict[str, str] = {}
-    for w in caught:
-        if not issubclass(w.category, FutureWarning):
-            continue
-        old, _, new = str(w.message).partition(" is deprecated and will be removed in 0.3.0; use ")
-        what, _, value = old.removeprefix("phase ").partition(" ")  # e.g. "placement 'post'"
-        value = value.strip("'")
-        notes.setdefault(f"--axis {value}" if what == "axis" else f"--axis {what}={value}", new)
-    for spelled, new in notes.items():
-        deprecated(spelled, new)  # the note names the removal version
 
 
 def _moved(path: str, stage: Path, out: Path) -> str:

@@ -14,7 +14,6 @@ from .._io import atomic_path, write_json_atomic, write_text_atomic
 from .._validate import check_device, check_float
 from ..errors import ConfigError
 from ._output import ALLOW_NONEMPTY_HELP, check_format, make_table, print_json, print_records, print_table
-from ._vocab import deprecated
 from ..models.plot import PLOT_METRICS, drawn_metrics, plot_layers  # plot_layers: also importable from here, as before
 
 
@@ -24,8 +23,6 @@ def register(app: typer.Typer) -> None:
 
 
 def probe_command(
-    model_arg: Optional[str] = typer.Argument(None, hidden=True, metavar="MODEL",
-                                              help="deprecated: the model as a positional argument"),
     model: Optional[List[str]] = typer.Option(None, "--model", help="minilm, smollm2, a hub name (offline cache) "
                                               "or a local folder (required; repeat to compare models in one "
                                               "table and one figure)"),
@@ -41,8 +38,6 @@ def probe_command(
     mask: Optional[str] = typer.Option(None, "--mask", help="replacement self-attention mask spec"),
     d_qk: Optional[float] = typer.Option(None, "--d-qk", help="attention temperature d_QK > 0: scores "
                                          "q·k / sqrt(d_qk) as in simulate (default: the model's own, 1/scaling²)"),
-    d_qk_scale: Optional[float] = typer.Option(None, "--d-qk-scale", hidden=True,
-                                               help="deprecated: logits divided by sqrt(X); use --d-qk"),
     drop: str = typer.Option("", "--drop", help="components to remove: skip,mlp,norm[,final_norm]; 'mlp:0-3' for blocks"),
     clip_massive: bool = typer.Option(False, "--clip-massive", help="scale each window's massive token (max/median "
                                       "token norm >= 10) to the median norm at the block where it appears; "
@@ -94,11 +89,10 @@ def probe_command(
     if influence:
         from ._probe_influence import check_influence_options
 
-        check_influence_options(metrics=metrics, mask=mask, d_qk=d_qk, d_qk_scale=d_qk_scale, drop=drop,
+        check_influence_options(metrics=metrics, mask=mask, d_qk=d_qk, drop=drop,
                                 points=points, attentions=attentions, clip_massive=clip_massive, control=control)
-    names = _model_names(model, model_arg)
+    names = _model_names(model)
     metric_names = _metric_names(metrics)
-    d_qk_scale = _d_qk_scale(d_qk, d_qk_scale)
     # Before transformers is imported: a hub name must fail at once, not wait on the network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if corpus != "wiki" and text_file is None:
@@ -106,7 +100,7 @@ def probe_command(
     if windows < 1 or length < 2 or batch_size < 1:
         raise ConfigError(f"--n-samples and --batch-size must be >= 1 and --n-tokens >= 2 "
                           f"(got {windows}, {batch_size}, {length})")
-    _check_interventions(mask, *((d_qk_scale, "--d-qk-scale") if d_qk is None else (d_qk, "--d-qk")), drop, length)
+    _check_interventions(mask, 1.0 if d_qk is None else d_qk, "--d-qk", drop, length)
     dev = check_device(device, "--device")
     if control is not None:
         from ..models.controls import CONTROLS
@@ -162,14 +156,14 @@ def probe_command(
 
             runs.append((loaded, wins, measure_influence(loaded, wins, batch_size=batch_size, seed=seed)))
             continue
-        table = models.probe(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
+        table = models.probe(loaded, wins, mask=mask, d_qk=d_qk, drop=drop,
                              batch_size=batch_size, points=points, metrics=metric_names, clip_massive=clip_massive)
         runs.append((loaded, wins, table))
         if control is not None:  # same windows, same options, fresh weights
             from ..models.controls import random_init
 
             fresh = random_init(loaded, seed=seed)
-            runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
+            runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk=d_qk, drop=drop,
                                                    batch_size=batch_size, points=points, metrics=metric_names,
                                                    clip_massive=clip_massive)))
     if parity:
@@ -189,7 +183,7 @@ def probe_command(
     loaded, wins, table = runs[0]
     doc = to_json(table)
     # everything is computed before the first file is written: a failure leaves no partial folder
-    maps = models.attention_maps(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
+    maps = models.attention_maps(loaded, wins, mask=mask, d_qk=d_qk, drop=drop,
                                  batch_size=batch_size) if attentions else None
     if save_states is not None:
         from ..models.states import capture_states
@@ -332,13 +326,8 @@ def _check_input_file(flag: str, path: Optional[Path]) -> None:
         raise ConfigError(f"{flag} {str(path)!r} is not a regular file (a FIFO, device or folder); refused")
 
 
-def _model_names(model: Optional[List[str]], positional: Optional[str]) -> list[str]:
-    """The ``--model`` values, or the deprecated positional MODEL (with a note)."""
-    if model and positional is not None:
-        raise ConfigError(f"give the model once: --model {model[0]} (not also the positional {positional!r})")
-    if positional is not None:
-        deprecated("the positional MODEL", f"--model {positional}")
-        return [positional]
+def _model_names(model: Optional[List[str]]) -> list[str]:
+    """The ``--model`` values."""
     if not model:
         raise ConfigError("missing --model: minilm, smollm2, a hub name (offline cache) or a local folder")
     twice = sorted({m for m in model if model.count(m) > 1})
@@ -460,16 +449,6 @@ def _explicit_options() -> set[str]:
     if ctx is None:
         return set()
     return {name for name in ctx.params if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
-
-
-def _d_qk_scale(d_qk: Optional[float], d_qk_scale: Optional[float]) -> float:
-    """The deprecated ``--d-qk-scale`` (with a note), or 1 when ``--d-qk`` is used."""
-    if d_qk_scale is None:
-        return 1.0
-    if d_qk is not None:
-        raise ConfigError("give --d-qk or the deprecated --d-qk-scale, not both")
-    deprecated("--d-qk-scale S", "--d-qk D (D = S x the model's own d_qk, 1/scaling²)")
-    return d_qk_scale
 
 
 def _check_interventions(mask: Optional[str], temperature: float, flag: str, drop: str, length: int) -> None:

@@ -15,28 +15,14 @@ from ..points import point_after
 from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_records
 
 
-def renamed_value(flag: str, value: str | None, renames: dict[str, str]) -> str | None:
-    """``value`` of ``flag`` with a deprecated spelling (a key of ``renames``) replaced by its
-    current name and the CLI's one-line note (:func:`._vocab.deprecated`, which names the
-    removal version), so the API's FutureWarning never reaches the terminal."""
-    from ._vocab import deprecated
-
-    if value in renames:
-        deprecated(f"{flag} {value}", f"{flag} {renames[value]}")
-        return renames[value]
-    return value
-
-
 #: ``--n-tokens`` of a drawn or Wikipedia input when the flag is not given.
 N_TOKENS = 128
 
 
 def input_name(source: str) -> str | None:
-    """The registry name of ``--input`` (a deprecated one gets the CLI's one-line note), or
-    None for a file path."""
-    from ..dynamics.inputs import DEPRECATED_INPUTS, INPUTS
+    """The registry name of ``--input``, or None for a file path."""
+    from ..dynamics.inputs import INPUTS
 
-    source = renamed_value("--input", source, DEPRECATED_INPUTS)
     return source if source in INPUTS else None
 
 
@@ -159,11 +145,11 @@ def _state_notes(layers: list[dict], row_stochastic: bool, attention: str, dtype
         notes.append(f"attention {attention} is not row-stochastic (rows sum to 1 - row_mass_deficit): "
                      "μ/‖X‖_F is scale-free: it shows neither how the tokens' norms change (they may decay to 0) "
                      "nor one token taking over; read token_radius (mean token norm), max_token_share and row_mass_deficit beside it")
-    share = pd.Series({row["t"]: row["max_token_share"] for row in layers}, dtype=float)
+    share = pd.Series({row["layer"]: row["max_token_share"] for row in layers}, dtype=float)
     dominant = dominant_token_text(share)
     if dominant is not None:
         notes.append(dominant)
-    radius = [(row["t"], row["token_radius"]) for row in layers if row["token_radius"] is not None]
+    radius = [(row["layer"], row["token_radius"]) for row in layers if row["token_radius"] is not None]
     if radius and radius[0][1] > 0:
         (t0, r0), (t, r) = radius[0], radius[-1]
         if r <= floor_of(dtype) * r0:
@@ -190,11 +176,11 @@ def simulate_command(
     mask: str = typer.Option("causal", "--mask", help="mask spec, e.g. causal_sliding_window:w=4"),
     n_tokens: int = typer.Option(None, "--n-tokens", help="tokens per sample N (default 128; a FILE input: its N)"),
     depth: int = typer.Option(32, "--depth", help="layers T"),
-    variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln (ln, skip_ln: deprecated)"),
+    variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln"),
     norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm | dyt (tanh, "
                              "--dyt-alpha)"),
     placement: str = typer.Option(None, "--placement", help="override: none | post_ln | pre_ln | peri | mix "
-                                  "(--mix-layers) | lns | ngpt (--alpha-ngpt, norm sphere) (theory: deprecated); "
+                                  "(--mix-layers) | lns | ngpt (--alpha-ngpt, norm sphere); "
                                   "all but none keep a residual (alpha 1) unless --alpha 0"),
     mix_layers: int = typer.Option(None, "--mix-layers", help="placement mix: leading post-LN layers"),
     alpha_ngpt: float = typer.Option(None, "--alpha-ngpt", help="placement ngpt: step alpha (default 0.05)"),
@@ -202,7 +188,6 @@ def simulate_command(
     qk_norm: bool = typer.Option(None, "--qk-norm/--no-qk-norm", help="unit queries and keys, scores g cos "
                                  "(--qk-norm-scale g, default log2(N^2 - N))"),
     qk_norm_scale: float = typer.Option(None, "--qk-norm-scale", help="with --qk-norm: the score scale g"),
-    qk_scale: float = typer.Option(None, "--qk-scale", hidden=True, help="deprecated: --qk-norm-scale"),
     alpha: float = typer.Option(None, "--alpha", help="override the skip weight (0 = no skip)"),
     heads: int = typer.Option(None, "--heads", help="attention heads"),
     mlp: bool = typer.Option(None, "--mlp/--no-mlp", help="add the MLP sublayer (post_ln/pre_ln)"),
@@ -219,7 +204,7 @@ def simulate_command(
                                    "of minilm | smollm2 | a model dir"),
     d_qk: float = typer.Option(1.0, "--d-qk", help="temperature d_QK > 0"),
     source: str = typer.Option("gaussian", "--input", help="gaussian | sphere | hemisphere | nonnegative | antipodal | simplex | "
-                               "wikipedia (wiki: deprecated) | FILE.npy/.pt. "
+                               "wikipedia | FILE.npy/.pt. "
                                "gaussian (default) tokens are N(0, I), not on the unit sphere, so the first "
                                "layer's normalisation/averaging gives a large one-off drop of μ; use sphere "
                                "to start on the sphere"),
@@ -250,11 +235,6 @@ def simulate_command(
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
     if uniform and attention not in (None, "uniform"):
         raise ConfigError(f"--uniform and --attention {attention} contradict each other: give one")
-    from ..dynamics.config import DEPRECATED_PLACEMENTS, DEPRECATED_VARIANTS
-
-    variant = renamed_value("--variant", variant, DEPRECATED_VARIANTS)
-    placement = renamed_value("--placement", placement, DEPRECATED_PLACEMENTS)
-    qk_norm_scale = _qk_norm_scale(qk_norm_scale, qk_scale)
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
                           attention="uniform" if uniform else attention, mix_layers=mix_layers,
                           alpha_ngpt=alpha_ngpt, dyt_alpha=dyt_alpha, qk_norm=qk_norm, qk_norm_scale=qk_norm_scale)
@@ -288,7 +268,7 @@ def simulate_command(
     for w in caught:
         if res.stopped is None or not str(w.message).startswith(f"after layer {res.stopped.after_layer}: X is the zero"):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    layers = [{"t": t, "layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon_measured":
+    layers = [{"layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon_measured":
                (None if t == 0 or res.epsilon_measured is None else _json_number(res.epsilon_measured[t - 1]))}
               for t in range(depth + 1)]
     row_stochastic = parse_attention(cfg.attention).row_stochastic
@@ -309,8 +289,8 @@ def simulate_command(
     floor = _mark_floor(layers, names, dtype)
     # "variant" is the preset equal to the block that ran (or custom; "block" has every
     # field, alpha included), "variant_option" the --variant the overrides started from
-    # the settings in the CLI's vocabulary: the run's "batch" is --n-samples, --model names the weights
-    settings = {("n_samples" if k == "batch" else k): v for k, v in res.config.items()}
+    # the settings in the CLI's vocabulary: --model names the weights
+    settings = dict(res.config)
     settings["metrics"] = names
     stopped = None if res.stopped is None else {"after_layer": res.stopped.after_layer,
                                                   "samples": res.stopped.samples}
@@ -330,17 +310,17 @@ def simulate_command(
         print_records([{**row, "at_floor": ";".join(row["at_floor"])} for row in layers], fmt)
         return
     deficit = [] if row_stochastic or res.row_mass_deficit is None else ["row_mass_deficit_q50"]
-    typer.echo("t\t" + "\t".join(names + deficit) + "\tepsilon_measured")
+    typer.echo("layer\t" + "\t".join(names + deficit) + "\tepsilon_measured")
     measured = depth + 1 if res.stopped is None else res.stopped.after_layer
     for row in layers:
-        if row["t"] >= measured:
-            typer.echo(f"{row['t']}\t" + "\t".join("-" for _ in names + deficit) + "\t-")
+        if row["layer"] >= measured:
+            typer.echo(f"{row['layer']}\t" + "\t".join("-" for _ in names + deficit) + "\t-")
             continue
         eps = "-" if row["epsilon_measured"] is None else f"{row['epsilon_measured']:.3e}"
         cells = ["undefined" if row[k] is None else f"{row[k]:.4e}" + (FLOOR_MARK if k in row["at_floor"] else "")
                  for k in names]
         cells += ["-" if row.get(k) is None else f"{row[k]:.3e}" for k in deficit]
-        typer.echo(f"{row['t']}\t" + "\t".join(cells) + f"\t{eps}")
+        typer.echo(f"{row['layer']}\t" + "\t".join(cells) + f"\t{eps}")
     if any(set(row["at_floor"]) - set(UNDERFLOW_METRICS) for row in layers):
         typer.echo(f"{FLOOR_MARK} at or below the {dtype} floor (machine epsilon {floor['epsilon']:.3g}): collapsed, "
                    "the digits are rounding", err=True)
@@ -356,15 +336,3 @@ def register(app: typer.Typer) -> None:
     """Attach ``rankcollapse simulate``."""
     app.command("simulate")(simulate_command)
 
-
-def _qk_norm_scale(qk_norm_scale: float | None, qk_scale: float | None) -> float | None:
-    """``--qk-norm-scale``, or the deprecated ``--qk-scale`` (with a note): the QK-norm gain g,
-    not ``phase``'s ``qk_scale`` (the W_Q/W_K scale)."""
-    if qk_scale is None:
-        return qk_norm_scale
-    if qk_norm_scale is not None:
-        raise ConfigError("give --qk-norm-scale or the deprecated --qk-scale, not both")
-    from ._vocab import deprecated
-
-    deprecated("--qk-scale G", "--qk-norm-scale G")
-    return qk_scale

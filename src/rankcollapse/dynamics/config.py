@@ -30,18 +30,13 @@ given: ``BlockConfig(placement="post_ln")`` is ``X <- norm(X + SA(X))``, and
 ``alpha=0`` turns the skip off explicitly. Overriding the placement of a preset with
 :func:`resolve_variant` moves a default ``alpha`` along (``pure`` with placement
 ``pre_ln`` is ``X <- X + SA(norm(X))``); an explicit ``alpha`` is kept.
-
-Deprecated names, still accepted with a :class:`FutureWarning`: variant ``ln`` (now
-``sphere``), variant ``skip_ln`` (now ``post_ln``), placement ``theory`` (now ``none``).
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from .._deprecation import renamed_arguments, renamed_attribute
 from .._validate import check_float, check_int
 from ..errors import ConfigError
 
@@ -99,9 +94,6 @@ class BlockConfig:
     or ``alpha != 1``; ``mix`` without ``mix_layers``; ``mix_layers``, a non-default
     ``alpha_ngpt``, ``dyt_alpha`` or ``qk_norm_scale`` where the block does not use them.
 
-    ``qk_scale`` (argument and attribute) is a deprecated alias of ``qk_norm_scale`` until
-    0.3.0 (FutureWarning): in ``rankcollapse phase`` ``qk_scale`` scales ``W_Q, W_K``.
-
     Attributes
     ----------
     norm : "none" | "sphere" | "layernorm" | "rmsnorm" | "dyt"
@@ -110,8 +102,7 @@ class BlockConfig:
         is ``tanh(dyt_alpha x)``. Affine parameters are applied only when layer weights
         carry them.
     placement : "none" | "post_ln" | "pre_ln" | "peri" | "mix" | "lns" | "ngpt"
-        ``"none"``: no residual. The deprecated name ``"theory"`` is accepted (with a
-        :class:`FutureWarning`) for ``"none"``.
+        ``"none"``: no residual.
     alpha : float or None
         Skip weight (0 = no skip connection). None (default) means the placement's own:
         0 for ``none``, 1 for the others; the stored value is always the
@@ -160,9 +151,6 @@ class BlockConfig:
     qk_norm_scale: float | None = None
 
     def __post_init__(self) -> None:
-        # accepted alias -> canonical placement (frozen dataclass: set through object)
-        if self.placement in DEPRECATED_PLACEMENTS:
-            object.__setattr__(self, "placement", _deprecated("placement", self.placement, DEPRECATED_PLACEMENTS))
         if self.norm not in NORMS:
             raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
         if self.placement not in PLACEMENTS:
@@ -221,20 +209,12 @@ class BlockConfig:
         return asdict(self)
 
 
-# the QK-norm gain was called qk_scale, the name phase uses for the W_Q/W_K scale (one name per concept)
-BlockConfig.__init__ = renamed_arguments(qk_scale="qk_norm_scale")(BlockConfig.__init__)  # type: ignore[method-assign]
-BlockConfig.qk_scale = renamed_attribute("qk_scale", "qk_norm_scale")  # type: ignore[attr-defined]
-
 
 def default_alpha(placement: str) -> float:
     """The skip weight a placement has unless told otherwise: 0 for ``none`` (no
     residual), 1 for the others (``ngpt``: its residual is built into the step)."""
     return 0.0 if placement == "none" else 1.0
 
-
-#: Old names -> new names; accepted with a FutureWarning (see the module docstring).
-DEPRECATED_VARIANTS = {"ln": "sphere", "skip_ln": "post_ln"}
-DEPRECATED_PLACEMENTS = {"theory": "none"}
 
 VARIANTS: dict[str, BlockConfig] = {
     # X <- A X W_V
@@ -250,20 +230,6 @@ VARIANTS: dict[str, BlockConfig] = {
 }
 
 
-def _deprecated(kind: str, name: str, table: dict[str, str]) -> str:
-    new = table[name]
-    warnings.warn(f"{kind} {name!r} is deprecated; use {new!r} (same block)", FutureWarning, stacklevel=4)
-    return new
-
-
-def canonical_variant(name: str) -> str:
-    """The current variant name of ``name`` (a deprecated name is mapped, with a
-    :class:`FutureWarning`; any other value is returned unchanged)."""
-    if isinstance(name, str) and name in DEPRECATED_VARIANTS:
-        return _deprecated("variant", name, DEPRECATED_VARIANTS)
-    return name
-
-
 def variant_name(cfg: BlockConfig) -> str | None:
     """The preset name of ``cfg`` (e.g. ``"sphere"`` with its norm overridden to
     layernorm is ``"layernorm"``), or None when no preset equals it. The head layout
@@ -273,7 +239,6 @@ def variant_name(cfg: BlockConfig) -> str | None:
     return next((name for name, preset in VARIANTS.items() if preset == rule), None)
 
 
-@renamed_arguments(qk_scale="qk_norm_scale")
 def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
     """Return the :class:`BlockConfig` of a variant name or config, with ``overrides``.
 
@@ -288,14 +253,12 @@ def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
     ConfigError
         Unknown variant name or invalid override.
     """
-    name = canonical_variant(variant)
     if isinstance(variant, BlockConfig):
         cfg = variant
-    elif name in VARIANTS:
-        cfg = VARIANTS[name]
+    elif isinstance(variant, str) and variant in VARIANTS:
+        cfg = VARIANTS[variant]
     else:
-        raise ConfigError(f"unknown variant {variant!r}; choose one of {list(VARIANTS)} (deprecated names "
-                          f"{sorted(DEPRECATED_VARIANTS)}) or pass a BlockConfig")
+        raise ConfigError(f"unknown variant {variant!r}; choose one of {list(VARIANTS)} or pass a BlockConfig")
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if "placement" in overrides and "alpha" not in overrides and cfg.alpha == default_alpha(cfg.placement):
         overrides["alpha"] = None  # the new placement's own

@@ -1,8 +1,7 @@
 """Initial token matrices ``X(0)``: the one registry of input distributions.
 
 Every input is a function ``draw(n_samples, n_tokens, d_model, *, seed=0, generator=None, ...)``
-returning a float64 CPU tensor ``(B, N, d) = (n_samples, n_tokens, d_model)`` (the old
-keywords ``batch=`` and ``d=`` warn until 0.3.0); the same ``seed`` gives
+returning a float64 CPU tensor ``(B, N, d) = (n_samples, n_tokens, d_model)``; the same ``seed`` gives
 the same numbers on every machine (cast with ``.to(dtype, device)``). ``generator``, when
 given, replaces the fresh generator seeded by ``seed`` (the draw continues its stream).
 Look one up by name with :func:`make_tokens`; :data:`INPUTS` lists them:
@@ -27,28 +26,19 @@ name              distribution (rows ``x_i`` of ``X(0)``)                     on
 ``wikipedia``     a model's embedding-layer output on windows of the shipped    no
                   English Wikipedia extracts (default all-MiniLM-L6-v2)
 ================  ==========================================================  ===============
-
-Deprecated names, accepted with a :class:`FutureWarning` until 0.3.0: ``wiki`` and
-``minilm`` (both ``wikipedia``).
 """
 
 from __future__ import annotations
 
 import inspect
-import warnings
 from functools import lru_cache
 from typing import Any, Callable
 
 import torch
 
-from .._deprecation import renamed_arguments
 from .._validate import check_int
 from ..errors import ConfigError
 from .layers import sphere
-
-
-#: the renamed size arguments of every draw function (old -> new)
-_RENAMED = {"batch": "n_samples", "d": "d_model"}
 
 
 def _check(n_samples: int, n_tokens: int, d_model: int) -> None:
@@ -60,7 +50,6 @@ def _generator(seed: int, generator: torch.Generator | None) -> torch.Generator:
     return torch.Generator().manual_seed(check_int(seed, "seed", low=0)) if generator is None else generator
 
 
-@renamed_arguments(**_RENAMED)
 def gaussian_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0, std: float = 1.0,
                     generator: torch.Generator | None = None) -> torch.Tensor:
     """i.i.d. ``N(0, std^2)`` entries, float64 ``(n_samples, n_tokens, d_model)``; drawn
@@ -76,7 +65,6 @@ def gaussian_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 
     return torch.randn(n_samples, n_tokens, d_model, generator=gen, dtype=torch.float64) * std
 
 
-@renamed_arguments(**_RENAMED)
 def sphere_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
                   generator: torch.Generator | None = None) -> torch.Tensor:
     """Tokens uniform on the unit sphere ``S^{d-1}`` (normalised Gaussians; Muller 1959),
@@ -85,7 +73,6 @@ def sphere_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
     return sphere(gaussian_tokens(n_samples, n_tokens, d_model, seed=seed, generator=generator))[0]
 
 
-@renamed_arguments(**_RENAMED)
 def hemisphere_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
                       pole: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Tokens uniform on the open hemisphere ``{x in S^{d-1}: <x, pole> > 0}`` (default
@@ -111,7 +98,6 @@ def hemisphere_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int 
     return X
 
 
-@renamed_arguments(**_RENAMED)
 def nonnegative_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
                        generator: torch.Generator | None = None) -> torch.Tensor:
     """Unit tokens ``|g| / ||g||`` with ``g ~ N(0, I_d)``, float64
@@ -122,7 +108,6 @@ def nonnegative_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int
     return sphere(G.abs())[0]
 
 
-@renamed_arguments(**_RENAMED)
 def antipodal_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
                      generator: torch.Generator | None = None) -> torch.Tensor:
     """Unit tokens ``normalise((-1)^i v + 1e-3 g_i)`` with ``v`` uniform on the sphere (one
@@ -137,7 +122,6 @@ def antipodal_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int =
     return sphere(signs * v + 1e-3 * G)[0]
 
 
-@renamed_arguments(**_RENAMED)
 def simplex_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0, rho: float = 0.5,
                    generator: torch.Generator | None = None) -> torch.Tensor:
     """Unit tokens ``x_i = sqrt(rho) e_1 + sqrt(1 - rho) u_i`` with ``u_i`` uniform on the unit
@@ -162,7 +146,6 @@ def simplex_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0
     return X
 
 
-@renamed_arguments(**_RENAMED)
 def wikipedia_tokens(n_samples: int, n_tokens: int, d_model: int | None = None, *, seed: int = 0,
                      generator: torch.Generator | None = None, model: Any = "minilm", block: int = 0) -> torch.Tensor:
     """The embedding-layer output (``hidden_states[0]``, :func:`rankcollapse.models.embed`)
@@ -245,42 +228,31 @@ INPUTS: dict[str, Callable[..., torch.Tensor]] = {
 }
 #: inputs whose rows lie on the unit sphere
 ON_SPHERE = ("sphere", "hemisphere", "nonnegative", "antipodal", "simplex")
-#: old names -> new names; accepted with a FutureWarning until 0.3.0
-DEPRECATED_INPUTS = {"wiki": "wikipedia", "minilm": "wikipedia"}
 
 
-def canonical_input(name: str, *, stacklevel: int = 3) -> str:
-    """The registry name of ``name`` (a deprecated name is mapped with a
-    :class:`FutureWarning` naming its removal in 0.3.0).
+def canonical_input(name: str) -> str:
+    """``name``, checked to be an input of :data:`INPUTS`.
 
     Raises
     ------
     ConfigError
         ``name`` is not an input (the message lists them).
     """
-    if isinstance(name, str) and name in DEPRECATED_INPUTS:
-        new = DEPRECATED_INPUTS[name]
-        warnings.warn(f"input {name!r} is deprecated and will be removed in 0.3.0; use {new!r}",
-                      FutureWarning, stacklevel=stacklevel)
-        return new
     if not isinstance(name, str) or name not in INPUTS:
-        raise ConfigError(f"unknown input {name!r}; choose one of {', '.join(INPUTS)} "
-                          f"(deprecated: {', '.join(DEPRECATED_INPUTS)})")
+        raise ConfigError(f"unknown input {name!r}; choose one of {', '.join(INPUTS)}")
     return name
 
 
-@renamed_arguments(**_RENAMED)
 def make_tokens(name: str, n_samples: int, n_tokens: int, d_model: int | None, *, seed: int = 0,
                 generator: torch.Generator | None = None, **options: Any) -> torch.Tensor:
     """``X(0)`` float64 ``(n_samples, n_tokens, d_model)`` of the input ``name``
     (:data:`INPUTS`), ``INPUTS[name](n_samples, n_tokens, d_model, seed=seed,
-    generator=generator, **options)``. ``batch=`` and ``d=`` are deprecated aliases of
-    ``n_samples=`` and ``d_model=`` until 0.3.0.
+    generator=generator, **options)``.
 
     Raises
     ------
     ConfigError
-        Unknown name (deprecated names warn, see :func:`canonical_input`), an option the
+        Unknown name, an option the
         input does not take, bad sizes; ``d_model=None`` for an input other than ``wikipedia``.
     """
     draw = INPUTS[canonical_input(name)]

@@ -15,7 +15,6 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from .._deprecation import renamed_attribute
 from .._display import NotebookResult
 from .._progress import Steps, steps
 from .._validate import check_device, check_float, check_int, check_tensor_storage
@@ -48,7 +47,7 @@ class SimResult(NotebookResult):
         (row 0 = the input).
     final_metrics : name -> ``(B,)`` after the final norm, or None without ``final_norm``.
     epsilon_measured : ``(depth,)`` smallest allowed attention entry of each layer (over
-        batch and heads), or None; the deprecated ``epsilon`` reads it.
+        batch and heads), or None.
     states : list of ``depth+1`` tensors ``(B, N, d)`` (CPU), or None.
     attention : list of ``depth`` tensors ``(B, H, N, N)`` (CPU), or None.
     config : JSON-able settings of the run.
@@ -75,7 +74,6 @@ class SimResult(NotebookResult):
     row_mass_deficit: torch.Tensor | None = None
     stopped: ZeroStop | None = None
 
-    epsilon = renamed_attribute("epsilon", "epsilon_measured")
 
     def to_pandas(self, *, summary: bool = False) -> Any:
         """Tidy :class:`pandas.DataFrame` ``layer, sample, metric, value`` (layer 0 = the
@@ -442,8 +440,7 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
         (give one of the two).
     run : :class:`RunConfig`; its fields may instead be given as keywords (not both).
     variant : ``"pure"``, ``"sphere"``, ``"layernorm"``, ``"skip"``, ``"post_ln"``
-        (:data:`~rankcollapse.dynamics.config.VARIANTS`; the deprecated ``"ln"`` and
-        ``"skip_ln"`` are accepted with a FutureWarning) or a :class:`BlockConfig`. The
+        (:data:`~rankcollapse.dynamics.config.VARIANTS`) or a :class:`BlockConfig`. The
         config records the preset equal to the block actually run (overrides included),
         or ``"custom"``.
     d_qk : temperature > 0: scores ``q k^T / sqrt(d_qk)`` (ignored by layers whose weights
@@ -585,7 +582,7 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
               "query_key": "given" if given_weights else query_key if isinstance(query_key, str) else "user",
               "weights": "given" if given_weights else "family", "seed": seed,
               "shared": shared, "dtype": str(X.dtype).replace("torch.", ""), "device": str(X.device),
-              "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "batch": B,
+              "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "n_samples": B,
               "metrics": list(names)}
     return SimResult(metrics=out, config=config,
                      row_mass_deficit=_pad(torch.stack(attend.row_mass), depth) if attend.row_mass else None,

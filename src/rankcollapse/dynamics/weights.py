@@ -46,7 +46,6 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .._deprecation import renamed_arguments
 from .._validate import check_tensor_storage, parse_params
 from ..errors import ConfigError
 from .layer_weights import LayerWeights  # noqa: F401  (its home; weights is its public path)
@@ -153,11 +152,9 @@ def _near_identity(d, _, gen, p, batch=(), layer=0, role="W_V"):
 RHO = 4.0
 
 
-@renamed_arguments(d="d_model")
 def construction_eigenvalues(d_model: int, rank: int, rho: float = RHO) -> np.ndarray:
     """``λ_t = ρ^(t - (rank-1)/2)`` for ``t < rank`` and ``λ_0 / 2`` for the ``d - rank``
-    spare directions (``d = d_model``, the token width; ``d=`` is a deprecated alias until
-    0.3.0), float64 ``(d,)``: the diagonal ``W_V`` of the construction of SA-LN
+    spare directions (``d = d_model``, the token width), float64 ``(d,)``: the diagonal ``W_V`` of the construction of SA-LN
     equilibria of every rank (docs/theory.md, § "Equilibria of every rank").
 
     Centring the exponents keeps ``λ²`` inside float64's range up to ``rank = 500``
@@ -261,7 +258,6 @@ def layer_matrix(source: MatrixSource, role: str, layer: int, depth: int, shape:
     return M
 
 
-@renamed_arguments(d="d_model")
 def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
                   n_heads: int = 1, out_proj: bool = False, mlp_ratio: int | None = None,
                   shared: bool = False, seed: int = 0) -> list[LayerWeights]:
@@ -270,8 +266,7 @@ def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian",
     Parameters
     ----------
     d_model : model width ``d``; ``n_heads`` must divide it (head width ``d / n_heads``;
-        ``W_Q``, ``W_K``, ``W_V`` are ``(d, d)`` holding the heads side by side). ``d=`` is
-        a deprecated alias until 0.3.0.
+        ``W_Q``, ``W_K``, ``W_V`` are ``(d, d)`` holding the heads side by side).
     depth : number of layers.
     value, query_key : family spec (module table), one ``(d, d)`` matrix, or a list of
         ``depth`` matrices.

@@ -99,7 +99,6 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from .keys import current
 from .quantities import AmbiguousSelection, EvalContext, MissingData, Value, combine_bounds, evaluate  # noqa: F401
 
 UNDECIDABLE = "undecidable at this depth"
@@ -252,7 +251,7 @@ def _qtext(q: dict[str, Any]) -> str:
     if stat in ("ratio", "difference"):
         return f"({_qtext(q['num'])} {'/' if stat == 'ratio' else '-'} {_qtext(q['den'])})"
     if stat == "envelope_rate":
-        n_tokens = current(q, "quantity").get("n_tokens")  # a rule of an earlier version says n
+        n_tokens = q.get("n_tokens")
         return f"theorem1_envelope_rate[mask_spec={q.get('select', {}).get('mask_spec')},N={n_tokens}]"
     sel = ",".join(f"{k}={v}" for k, v in q.get("select", {}).items())
     fl = q.get("from_layer")

@@ -20,7 +20,6 @@ import yaml
 
 from ..errors import ConfigError
 from ..sweep.units import Unit
-from .keys import current, current_config
 from .schema import validate_config
 from .units import _norm_of, mask_name
 
@@ -46,7 +45,7 @@ def load_config(name: str) -> dict[str, Any]:
     if name not in EXPERIMENTS:
         raise ConfigError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)} or 'all'")
     text = resources.files(__package__).joinpath("configs", f"{name}.yaml").read_text(encoding="utf-8")
-    cfg = current_config(yaml.safe_load(text))  # an old key warns (FutureWarning) and is renamed
+    cfg = yaml.safe_load(text)
     validate(cfg, name)
     validate_config(cfg, name)  # the pydantic schema: an unknown or misspelt key is an error naming it
     return cfg
@@ -115,11 +114,10 @@ def expand_units(
         (:func:`rankcollapse.models.loading.model_key`),
         one whose mask reads files the digests of those files (:func:`mask_key`).
     overrides : user overrides from the command line (``masks``, ``depth``,
-        ``n_samples``, ``extra_models``) applied before hashing (the old key
-        ``n_windows`` warns, :mod:`.keys`).
+        ``n_samples``, ``extra_models``) applied before hashing.
     """
     sc = scale_settings(cfg, scale)
-    overrides = current(overrides or {}, "overrides", warn="overrides")
+    overrides = overrides or {}
     units = []
     for spec in cfg["units"]:
         grid = {k: list(v) if isinstance(v, list) else [v] for k, v in spec.get("grid", {}).items()}

@@ -15,7 +15,7 @@ per depth ``h = 1..H`` (``layer = h``) and metric:
 * for ``causal_sliding_window:w=W``: ``horizon_predicted``, the normal approximation
   :func:`~rankcollapse.masks.influence.window_horizon`, and ``horizon_geometric``,
   ``W ln(epsilon) / ln(1 - alpha)`` (the horizon of a walk that stops for good with
-  probability ``alpha`` at each step, issue 29's guess);
+  probability ``alpha`` at each step, a coarser estimate);
 * with ``profiles: true``, the profile itself: metric ``influence``, one row per depth
   and input position ``j`` (``point = "position.j"``).
 
@@ -47,9 +47,8 @@ import pandas as pd
 
 from ..errors import ConfigError
 from ..sweep.units import register_unit_kind
-from .keys import stored_params
 from .table import normalise
-from .units import _labels, _probe_condition, mask_name
+from .units import _labels, _probe_condition, key_params, mask_name
 
 #: The ``point`` of a per-position row: ``position.<j>`` (0-based input position).
 POSITION_PREFIX = "position."
@@ -185,5 +184,5 @@ def run_model_influence(unit: Any, ctx: Any) -> pd.DataFrame:
 
 # Registered with the sweep engine beside the other experiment kinds (schema.py imports
 # this module); a version is bumped when a change alters these units' labels or numbers.
-register_unit_kind("mask_influence", run_mask_influence, version=1, group="experiments", key_params=stored_params)
-register_unit_kind("model_influence", run_model_influence, version=1, group="experiments", key_params=stored_params)
+register_unit_kind("mask_influence", run_mask_influence, version=1, group="experiments", key_params=key_params)
+register_unit_kind("model_influence", run_model_influence, version=1, group="experiments", key_params=key_params)

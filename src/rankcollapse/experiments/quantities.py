@@ -38,7 +38,6 @@ import pandas as pd
 from ..errors import ConfigError
 from ..metrics.floor import epsilon, relative_floor
 from ..metrics.rate import least_squares_rate
-from .keys import current
 from .table import CONDITION_COLUMNS, condition_of
 
 #: Metrics with a scale-free floor (values in [0, 1] relative to ‖X‖): clipped at relative_floor(dtype).
@@ -291,10 +290,9 @@ def _finite_depth(q: dict[str, Any], sel: dict[str, Any], layers: np.ndarray, ct
 def _envelope_rate(q: dict[str, Any]) -> float:
     """Fastest per-layer rate Theorem 1's envelope certifies for ``select.mask_spec`` at
     ``n_tokens`` tokens (:func:`rankcollapse.theory.envelope.envelope_rate`, ε = 1/deg_max): a
-    constant of the mask, read from no row. The old key ``n`` warns (FutureWarning)."""
+    constant of the mask, read from no row."""
     from ..theory.envelope import envelope_rate
 
-    q = current(q, "quantity", warn="quantity")
     spec = q.get("select", {}).get("mask_spec")
     if not spec or "n_tokens" not in q:
         raise ConfigError(f"envelope_rate needs select.mask_spec and n_tokens, got {q}")

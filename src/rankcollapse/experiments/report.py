@@ -17,7 +17,6 @@ from markupsafe import Markup
 from .claims import fmt, fmt_interval, fmt_measured
 from .config import claim_sources
 from .digest import dominant_token_notes, summary_html, summary_markdown
-from .keys import current
 
 
 def geometry_lines(table: Any) -> list[str]:
@@ -154,7 +153,7 @@ def cost_text(cost: dict[str, Any] | None, seconds: float) -> str:
 
 def header_fields(result: Any) -> list[tuple[str, str]]:
     """Labelled header of the report (no raw JSON)."""
-    cfg, d = result.config, current(result.config["data"], "data")  # a run of an earlier version says length
+    cfg, d = result.config, result.config["data"]
     counts = {v: sum(c["verdict"] == v for c in result.claims) for v in
               ("reproduced", "mixed", "mixed (depth-sensitive)", "threshold-sensitive", "not reproduced where decidable",
                "not reproduced", "undecidable at this depth", "not run")}

@@ -17,7 +17,6 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd
 
-from .._deprecation import renamed_arguments
 from .._io import atomic_path, check_writable, config_hash, versions, write_json_atomic, write_text_atomic
 from .._outdir import OUTPUT_NAMES, OutputFolder, check_out, staged
 from .._validate import check_device, check_int
@@ -35,7 +34,6 @@ from .controls import assess, evaluate_controls
 from .config import (OVERRIDE_KEYS, claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
                      with_override)
 from .config import unit_matches as _unit_matches
-from .keys import current, current_config, stored_run
 from . import report
 from .result import RunResult
 from .table import normalise, rename_legacy
@@ -70,20 +68,16 @@ def check_overrides(overrides: dict[str, Any], n_tokens: int) -> None:
             check_int(overrides[key], option, low=1)
 
 
-def run_overrides(overrides: dict[str, Any] | None, *, above: int = 2) -> dict[str, Any]:
-    """A run's ``overrides`` in today's spelling: an old key (``n_windows``) warns
-    (FutureWarning) and is renamed (:mod:`.keys`). ``above``: the frames between this
-    function's caller and the user's code (the public function and its
-    :func:`renamed_arguments` wrapper), so that the warning points at the user's call.
+def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """A run's ``overrides``, checked to hold only the keys of :data:`OVERRIDE_KEYS`.
 
     Raises
     ------
     ConfigError
-        An old key given beside its new one, or a key that is not an override
-        (:data:`OVERRIDE_KEYS`): a silently dropped option would run something else
-        than what was asked.
+        A key that is not an override: a silently dropped option would run something
+        else than what was asked.
     """
-    out = current(overrides or {}, "overrides", warn="overrides", stacklevel=4 + above)
+    out = dict(overrides or {})
     unknown = sorted(set(out) - set(OVERRIDE_KEYS))
     if unknown:
         raise ConfigError(f"overrides: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
@@ -98,7 +92,6 @@ DEFAULT_N_TOKENS = 128
 TEXT_UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "model_influence")
 
 
-@renamed_arguments(length="n_tokens")
 def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, n_tokens: int | None = None,
          overrides: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], list[Unit], dict[str, Any]]:
     """Configs, de-duplicated units and the data spec of a run (validates everything).
@@ -331,7 +324,6 @@ def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units:
     return table, timings
 
 
-@renamed_arguments(length="n_tokens")
 def run_experiment(name: str | None = "main", scale: str = "quick", out: str | Path | None = None, seed: int = 0, *,
                    text: str | Path | None = None, n_tokens: int | None = None, cache_dir: str | Path | None = None,
                    overrides: dict[str, Any] | None = None, device: str = "cpu", progress: bool = True,
@@ -346,10 +338,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     out : output folder (default ``runs/<UTC time>``); held exclusively while the run lives.
     seed : seeds the window order and (``seed + k``) the weights of seed ``k``.
     text : a UTF-8 text file (one document per line) or JSONL instead of Wikipedia.
-    n_tokens : tokens per window N (default :data:`DEFAULT_N_TOKENS`; deprecated alias
-        ``length``); refused where no unit reads the run's windows at its N.
-    overrides : ``masks`` (list of specs), ``depth``, ``n_samples`` (windows; deprecated
-        key ``n_windows``), ``extra_models``.
+    n_tokens : tokens per window N (default :data:`DEFAULT_N_TOKENS`); refused where no unit reads the run's windows at its N.
+    overrides : ``masks`` (list of specs), ``depth``, ``n_samples`` (windows), ``extra_models``.
     nearby : run the pre-registered nearby settings of claims not reproduced.
     executor, workers, address : where units run (:func:`.executors.make_executor`);
         the numbers do not depend on them.
@@ -507,12 +497,12 @@ def _preflight(ctx: RunContext, units: list[Unit]) -> None:
 
 def run_config(cfgs, scale, seed, data, overrides, units, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``config.json`` content: configs, options, unit hashes (with their labels), run hash,
-    versions. The run hash is that of the body in the stored spelling
-    (:func:`.keys.stored_run`), so renamed keys keep every run's hash."""
+    versions. The run hash is that of the body (experiments, scale, seed, data,
+    overrides, configs)."""
     labels = labels or unit_labels(units)
     body = {"experiments": [c["name"] for c in cfgs], "scale": scale, "seed": seed, "data": data,
             "overrides": overrides, "configs": cfgs}
-    return {**body, "config_hash": config_hash(stored_run(body)), "units": {u.hash: labels[u.hash] for u in units}, "versions": versions()}
+    return {**body, "config_hash": config_hash(body), "units": {u.hash: labels[u.hash] for u in units}, "versions": versions()}
 
 
 def write_outputs(result: RunResult) -> None:
@@ -600,7 +590,7 @@ def decide_again(out: str | Path) -> list[dict[str, Any]]:
     table = normalise(pd.read_parquet(out / "table.parquet"))
     rules = run_rules(config)
     cfgs = []
-    for cfg in claim_sources(rename_legacy([current_config(c, warn=False) for c in config["configs"]])):
+    for cfg in claim_sources(rename_legacy(list(config["configs"]))):
         cfgs.append({**cfg, "claims": [rules.get(c["id"], c) for c in cfg.get("claims", [])]})
     names = [c["name"] for c in cfgs]
     cfgs = [{**c, "claims_from": [n for n in c.get("claims_from", []) if n not in names]} for c in cfgs]

@@ -19,13 +19,11 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from .._deprecation import renamed_arguments
 from .._io import atomic_path
 from .._outdir import check_out, writing
 from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
 from ..theory.rates import compare_schedules
-from .keys import current_study
 from .schema import validate_study
 
 
@@ -43,7 +41,7 @@ def load_study(scale: str = "quick") -> dict[str, Any]:
     ConfigError
         An unknown scale, or a study file that fails validation (names the key).
     """
-    cfg = current_study(_read_study())  # an old key warns (FutureWarning) and is renamed
+    cfg = _read_study()
     validate_study(cfg, "schedules")
     if scale not in cfg["scales"]:
         raise ConfigError(f"unknown scale {scale!r}; choose from {sorted(cfg['scales'])}")
@@ -55,11 +53,10 @@ def load_study(scale: str = "quick") -> dict[str, Any]:
     return cfg
 
 
-@renamed_arguments(n="n_tokens")
 def window_for_budget(template: str, n_tokens: int, budget: float) -> tuple[int, str, float]:
     """Width ``w`` (1..n_tokens) whose schedule ``template.format(w=w)`` on ``n_tokens``
     tokens has mean edges per layer closest to ``budget`` (ties: the smaller ``w``).
-    Returns ``(w, spec, mean edges)``. ``n=`` is a deprecated alias of ``n_tokens`` until 0.3.0."""
+    Returns ``(w, spec, mean edges)``."""
     best = None
     for w in range(1, n_tokens + 1):
         spec = template.format(w=w)
@@ -125,7 +122,7 @@ def plot_study(table: pd.DataFrame, path: Path | None, cfg: dict[str, Any]) -> A
         a.errorbar(g["budget"], g["measured_rate"], yerr=[g["measured_rate"] - g["measured_q25"],
                    g["measured_q75"] - g["measured_rate"]], fmt="o-", capsize=3, label=fam)
         b.plot(g["budget"], g["log10_layers_per_decade"], "o-", label=fam)
-    sim = current_study(cfg, warn=False)["simulation"]  # a study config of an earlier version says d
+    sim = cfg["simulation"]
     a.set(xlabel="attended pairs per layer (mean over the period)", ylabel="measured per-layer factor of μ",
           title=f"measured (N={cfg['n_tokens']}, d={sim['d_model']}, {sim['n_samples']} samples)")
     b.set(xlabel="attended pairs per layer (mean over the period)", ylabel="log10 layers per 10x (envelope)",

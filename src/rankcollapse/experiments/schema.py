@@ -22,7 +22,6 @@ from ..sweep.units import unit_kinds
 from . import influence_units as _influence_units  # noqa: F401  (registers mask_influence, model_influence)
 from . import temperature_units as _temperature_units  # noqa: F401  (registers temperature_law)
 from . import units as _units  # noqa: F401  (registers the experiments' unit kinds)
-from .keys import current_config, current_study
 
 
 class _Strict(BaseModel):
@@ -230,20 +229,18 @@ class ScheduleStudy(_Strict):
 
 
 def validate_study(cfg: Any, name: str = "schedules") -> ScheduleStudy:
-    """Check ``cfg`` (the parsed schedule study) against :class:`ScheduleStudy` (an old
-    key, :mod:`.keys`, warns and is read under its new name).
+    """Check ``cfg`` (the parsed schedule study) against :class:`ScheduleStudy`.
 
     Raises
     ------
     ConfigError
         One line per problem, as :func:`validate_config` (``scales.smoke: unknown key 'dpeth'``).
     """
-    return _validated(ScheduleStudy, current_study(cfg), name)
+    return _validated(ScheduleStudy, cfg, name)
 
 
 def validate_config(cfg: Any, name: str) -> ExperimentConfig:
-    """Check ``cfg`` (a parsed YAML config) against :class:`ExperimentConfig` (an old key,
-    :mod:`.keys`, warns and is read under its new name).
+    """Check ``cfg`` (a parsed YAML config) against :class:`ExperimentConfig`.
 
     Raises
     ------
@@ -251,7 +248,7 @@ def validate_config(cfg: Any, name: str) -> ExperimentConfig:
         One line per problem: where (``claims[2].rule.checks[0]``) and what
         (``unknown key 'factr'``, a missing required key, a value not allowed).
     """
-    return _validated(ExperimentConfig, current_config(cfg), name)
+    return _validated(ExperimentConfig, cfg, name)
 
 
 def _validated(model: type[BaseModel], cfg: Any, name: str) -> Any:

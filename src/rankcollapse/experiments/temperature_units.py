@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 from ..sweep.units import register_unit_kind
-from .keys import stored_params
+from .units import key_params
 from .table import normalise, rows_from_metrics
 from .units import _labels
 
@@ -74,4 +74,4 @@ def run_temperature_law(unit: Any, ctx: Any) -> pd.DataFrame:
 
 # Registered with the sweep engine beside the other experiment kinds (schema.py imports
 # this module); the version is bumped when a change alters these units' labels or numbers.
-register_unit_kind("temperature_law", run_temperature_law, version=1, group="experiments", key_params=stored_params)
+register_unit_kind("temperature_law", run_temperature_law, version=1, group="experiments", key_params=key_params)

@@ -20,11 +20,18 @@ import torch
 from ..errors import ConfigError, RankCollapseError
 from ..sweep.context import RunContext
 from ..sweep.units import Unit, register_unit_kind
-from .keys import stored_params, stored_theory_params
 from .table import normalise, rows_from_metrics
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_ratio")
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def key_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A unit's parameters as its cache key hashes them: the run's ``data`` without its
+    ``path`` (a text file counts by its content's ``sha256``, not by where it lies)."""
+    if not isinstance(params.get("data"), dict):
+        return params
+    return {**params, "data": {k: v for k, v in params["data"].items() if k != "path"}}
 
 
 def mask_name(spec: str) -> str:
@@ -285,8 +292,8 @@ def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
 # ``dtype`` is the compute type, float64, not the embeddings' float32; theory 4: C10's
 # perturbed and random-start counts, and the control system's). ``NUMERICS_VERSION`` and
 # the numeric libraries' versions change every key (rankcollapse.sweep.units).
-# Keys hash the parameters in their stored spelling (.keys: renamed keys keep their keys).
-register_unit_kind("simulate", run_simulate, version=3, group="experiments", key_params=stored_params)
-register_unit_kind("probe", run_probe, version=3, group="experiments", key_params=stored_params)
-register_unit_kind("pretrained_sa", run_pretrained_sa, version=3, group="experiments", key_params=stored_params)
-register_unit_kind("theory", run_theory, version=4, group="experiments", key_params=stored_theory_params)
+# Keys hash the parameters as spelt, less a text file's path (key_params): its content is keyed instead.
+register_unit_kind("simulate", run_simulate, version=3, group="experiments", key_params=key_params)
+register_unit_kind("probe", run_probe, version=3, group="experiments", key_params=key_params)
+register_unit_kind("pretrained_sa", run_pretrained_sa, version=3, group="experiments", key_params=key_params)
+register_unit_kind("theory", run_theory, version=4, group="experiments", key_params=key_params)

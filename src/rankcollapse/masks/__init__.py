@@ -7,14 +7,11 @@ analyse them with :func:`analyze`, accept any mask form with :func:`resolve_mask
 / :func:`dense_mask` (:mod:`.adapt`), convert them with :mod:`rankcollapse.masks.convert`.
 
 Layering: ``masks`` is the lowest numerical layer. It may import ``errors`` and the
-private utility modules (``_io``, ``_validate``, ``_lazy``, ``_deprecation``, ``_memory``,
+private utility modules (``_io``, ``_validate``, ``_lazy``, ``_memory``,
 ``_display``, ``_figure``), numpy, scipy and torch; never ``metrics``, ``dynamics``, ``theory``,
 ``models``, ``phase``, ``experiments`` or ``cli`` (the ``[tool.importlinter]`` contracts
 in pyproject.toml; tests/test_layering.py). Rates and envelopes of masks are Theorem-1
-quantities and live in :mod:`rankcollapse.theory`; the moved names ``compare_masks``,
-``compare_schedules`` and ``describe_schedule`` still resolve here, with a
-FutureWarning, until 0.3.0 (:func:`rankcollapse._lazy.forward`, which imports
-``theory`` only when such a name is used).
+quantities and live in :mod:`rankcollapse.theory`.
 """
 
 from typing import TYPE_CHECKING
@@ -37,5 +34,4 @@ if TYPE_CHECKING:
     from .schedule import MaskSchedule, is_schedule, parse_schedule
     from .spec import MASK_KINDS, parse_mask, spec_n_tokens
 
-__getattr__, __dir__, __all__ = attach_imports(__name__, __file__, moved={
-    name: "rankcollapse.theory.rates" for name in ("compare_masks", "compare_schedules", "describe_schedule")})
+__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

@@ -12,7 +12,7 @@ accepted), or a scipy sparse matrix.
   (model interventions, graph metrics, which also accept a ``(B, N, N)`` batch and
   graphs whose nodes lack in-edges).
 
-Both take the number of tokens as ``n_tokens`` (``n=`` is a deprecated alias until 0.3.0).
+Both take the number of tokens as ``n_tokens``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .._deprecation import renamed_arguments
 from .._lazy import is_tensor
 from ..errors import MaskError, RankCollapseError
 from .mask import Mask, as_bool_matrix
@@ -43,14 +42,13 @@ def _spec_mask(spec: str, n: int | None) -> Mask:
     return parse_mask(spec, n)
 
 
-@renamed_arguments(n="n_tokens")
 def resolve_mask(source: Any, n_tokens: int | None = None) -> Mask:
     """``source`` (any form of the module docstring) as a :class:`Mask` on ``n_tokens`` tokens.
 
     A spec is parsed once; a :class:`Mask` is returned itself (no copy, no second
     validation); a matrix becomes ``Mask.from_dense`` (spec ``dense:n=N``) or
     ``Mask.from_csr`` (spec ``sparse:n=N``). ``n_tokens`` may be omitted for a matrix or
-    Mask input (taken from its shape); ``n=`` is its deprecated alias until 0.3.0.
+    Mask input (taken from its shape).
 
     Raises
     ------
@@ -89,7 +87,6 @@ def resolve_mask(source: Any, n_tokens: int | None = None) -> Mask:
     return mask
 
 
-@renamed_arguments(n="n_tokens", batch="n_samples")
 def dense_mask(source: Any, n_tokens: int, *, n_samples: int | None = None, require_keys: bool = True,
                error: type[RankCollapseError] = MaskError) -> Any:
     """Bool ``(N, N)`` ``torch`` tensor of a mask in any form (or ``(B, N, N)``, see ``n_samples``).
@@ -97,10 +94,9 @@ def dense_mask(source: Any, n_tokens: int, *, n_samples: int | None = None, requ
     Parameters
     ----------
     source : spec string, Mask, bool/0-1 tensor or array, or scipy sparse matrix.
-    n_tokens : number of tokens N (``n=`` is a deprecated alias until 0.3.0).
+    n_tokens : number of tokens N.
     n_samples : the number of samples ``B`` of the tokens ``(B, N, d)`` the mask applies to;
-        if given, a 3-D tensor ``(B, N, N)`` or ``(1, N, N)`` is accepted too (``batch=``
-        is a deprecated alias until 0.3.0).
+        if given, a 3-D tensor ``(B, N, N)`` or ``(1, N, N)`` is accepted too.
     require_keys : check that every row allows a key (always :class:`MaskError`);
         graph metrics turn it off, since a graph may have nodes without in-edges.
     error : error type for a bad type or shape (a metric raises :class:`MetricError`).

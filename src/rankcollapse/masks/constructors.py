@@ -5,8 +5,7 @@ Every constructor states the exact key set ``K(i) = {j : M[i, j]}`` of query ``i
 (0-based, ``N`` tokens), builds its CSR straight from that rule, gives a matching
 FlexAttention predicate, and records the graph quantities known in closed form
 (spec.md §4), which the tests check against the generic analysis. Every constructor
-takes the number of tokens ``n_tokens`` (N >= 1; a MaskError otherwise) first
-(``n=`` is a deprecated alias until 0.3.0).
+takes the number of tokens ``n_tokens`` (N >= 1; a MaskError otherwise) first.
 """
 
 from __future__ import annotations
@@ -16,14 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from .._deprecation import renamed_arguments
 from ..errors import MaskError
 from ._build import progressions, union_csr
 from .._validate import check_int
 from .mask import Mask, lazy_table
 
 
-@renamed_arguments(n="n_tokens")
 def closed(
     n_tokens: int, *, centers: Any, radius: int | None, strongly: bool, diameter: int | None = None
 ) -> dict[str, Any]:
@@ -45,7 +42,6 @@ def _identity_like(n: int) -> dict[str, Any]:
                   diameter=0 if one else None)
 
 
-@renamed_arguments(n="n_tokens")
 def complete(n_tokens: int) -> Mask:
     """Full attention: ``K(i) = {0, ..., N-1}``.
 
@@ -62,7 +58,6 @@ def complete(n_tokens: int) -> Mask:
     )
 
 
-@renamed_arguments(n="n_tokens")
 def causal(n_tokens: int) -> Mask:
     """Causal (decoder) attention: ``K(i) = {0, ..., i}``.
 
@@ -80,7 +75,6 @@ def causal(n_tokens: int) -> Mask:
     )
 
 
-@renamed_arguments(n="n_tokens")
 def sliding_window(n_tokens: int, w: int) -> Mask:
     """Bidirectional sliding window of odd width ``w = 2h + 1``: ``K(i) = {j : |i - j| <= h}``.
 
@@ -111,7 +105,6 @@ def sliding_window(n_tokens: int, w: int) -> Mask:
     )
 
 
-@renamed_arguments(n="n_tokens")
 def causal_sliding_window(n_tokens: int, w: int) -> Mask:
     """Causal sliding window of width ``w`` (the query and ``w - 1`` previous tokens):
     ``K(i) = {j : i - w + 1 <= j <= i}``.
@@ -139,7 +132,6 @@ def causal_sliding_window(n_tokens: int, w: int) -> Mask:
     )
 
 
-@renamed_arguments(n="n_tokens")
 def dilated(n_tokens: int, w: int, dilation: int, causal: bool = False) -> Mask:
     """Dilated sliding window (Longformer's dilated heads).
 
@@ -183,7 +175,6 @@ def dilated(n_tokens: int, w: int, dilation: int, causal: bool = False) -> Mask:
     )
 
 
-@renamed_arguments(n="n_tokens")
 def prefix(n_tokens: int, k: int) -> Mask:
     """Prefix-LM mask with ``k`` prefix tokens: ``K(i) = {0, ..., max(i, k - 1)}``
     (prefix tokens attend to the whole prefix, later tokens causally).
@@ -211,7 +202,6 @@ def prefix(n_tokens: int, k: int) -> Mask:
     )
 
 
-@renamed_arguments(n="n_tokens")
 def documents(n_tokens: int, lengths: list[int], causal: bool = False) -> Mask:
     """Packed sequences (block diagonal): tokens attend only within their document.
 
@@ -238,7 +228,6 @@ def documents(n_tokens: int, lengths: list[int], causal: bool = False) -> Mask:
     return _blocks(n, doc, starts, ends, causal, spec)
 
 
-@renamed_arguments(n="n_tokens")
 def block(n_tokens: int, size: int, causal: bool = False) -> Mask:
     """Block-local attention: consecutive blocks of ``size`` tokens (the last may be
     shorter); ``K(i) = {j : j // size = i // size}``, and ``j <= i`` if ``causal``.

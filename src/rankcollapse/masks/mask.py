@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import scipy.sparse as sp
 
-from .._deprecation import renamed_arguments
 from .._lazy import is_tensor
 from ..errors import MaskError, RankCollapseError
 from .._validate import check_device, check_int, check_tensor_storage
@@ -26,7 +25,6 @@ if TYPE_CHECKING:  # torch is imported when a tensor form is asked for: `mask de
 MaskMod = Callable[[Any, Any, "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
-@renamed_arguments(n="n_tokens")
 def normalise_csr(csr: Any, n_tokens: int) -> sp.csr_array:
     """Canonical bool CSR of shape ``(n_tokens, n_tokens)``: sorted indices, no duplicates,
     no stored False, int64 index. Raises MaskError for another shape."""
@@ -224,10 +222,9 @@ class Mask:
         return cls(n, spec or f"sparse:n={n}", csr=csr)
 
     @classmethod
-    @renamed_arguments(n="n_tokens")
     def from_edges(cls, edges: Any, n_tokens: int, spec: str | None = None) -> "Mask":
         """Mask on ``n_tokens`` tokens from an ``(E, 2)`` integer array of ``(i, j)`` pairs
-        meaning i attends to j (``n=`` is a deprecated alias of ``n_tokens`` until 0.3.0).
+        meaning i attends to j.
 
         Raises
         ------

@@ -2,7 +2,7 @@
 
 Key sets ``K(i) = {j : M[i, j]}`` are stated exactly for 0-based tokens. Every
 function takes the number of tokens ``n_tokens`` (N >= 1; a MaskError otherwise) as
-its first mask argument (``n=`` is a deprecated alias until 0.3.0).
+its first mask argument.
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ import numpy as np
 
 from ..errors import MaskError, excerpt
 from ._build import COO_BYTES_PER_EDGE, check_edges, columns_coo, interval_coo, progressions, rows_coo, union_csr
-from .._deprecation import renamed_arguments
 from .._io import load_npy
 from .._validate import check_int
 from .constructors import closed, sliding_window
 from .mask import Mask, lazy_table
 
 
-@renamed_arguments(n="n_tokens")
 def strided(n_tokens: int, stride: int) -> Mask:
     """Sparse Transformer *strided* pattern, both heads merged (causal).
 
@@ -53,7 +51,6 @@ def strided(n_tokens: int, stride: int) -> Mask:
     )
 
 
-@renamed_arguments(n="n_tokens")
 def fixed(n_tokens: int, stride: int, c: int = 1) -> Mask:
     """Sparse Transformer *fixed* pattern, both heads merged (causal).
 
@@ -106,7 +103,6 @@ def _window_with_globals(n: int, w: int, g: np.ndarray, name: str) -> tuple[list
     return pieces, base, is_g
 
 
-@renamed_arguments(n="n_tokens")
 def longformer(n_tokens: int, w: int, globals: Sequence[int] = ()) -> Mask:
     """Longformer: bidirectional window of odd width ``w = 2h + 1`` plus global tokens.
 
@@ -153,7 +149,6 @@ def _distinct_random_keys(rng: np.random.Generator, n: int, r: int) -> np.ndarra
         keys[dup] = rng.integers(0, n, size=(int(dup.sum()), r))
 
 
-@renamed_arguments(n="n_tokens")
 def bigbird(n_tokens: int, w: int, globals: Sequence[int] = (), random: int = 0, seed: int = 0) -> Mask:
     """BigBird: bidirectional window (odd ``w``) + global tokens + ``random`` random keys.
 
@@ -188,7 +183,6 @@ def bigbird(n_tokens: int, w: int, globals: Sequence[int] = (), random: int = 0,
     return Mask(n, spec, csr=csr, closed_form=cf)
 
 
-@renamed_arguments(n="n_tokens")
 def random(n_tokens: int, p: float, seed: int = 0) -> Mask:
     """Erdős–Rényi directed graph ``G(N, p)`` plus self-loops: ``K(i) = {i} ∪ {j : U_ij < p}``.
 
@@ -217,7 +211,6 @@ def random(n_tokens: int, p: float, seed: int = 0) -> Mask:
     return Mask(n, f"random:p={p},seed={seed}", csr=csr)
 
 
-@renamed_arguments(n="n_tokens")
 def from_file(path: str | Path, n_tokens: int) -> Mask:
     """Mask read from ``path``: a ``.npy`` boolean ``(N, N)`` matrix, or a text edge list
     with one ``i j`` pair per line meaning token i attends to token j (``#`` comments).

@@ -26,7 +26,6 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from .._deprecation import renamed_arguments
 from ..errors import MaskError, excerpt
 from . import interval_graph
 from .graph import MaskAnalysis, analyze
@@ -297,10 +296,8 @@ def canonical_spec(specs: Sequence[str]) -> str:
     return PREFIX + ",".join(parts)
 
 
-@renamed_arguments(n="n_tokens")
 def parse_schedule(source: Any, n_tokens: int) -> MaskSchedule:
-    """Build the schedule described by ``source`` for ``n_tokens`` tokens (forms: module docstring;
-    ``n=`` is a deprecated alias of ``n_tokens`` until 0.3.0).
+    """Build the schedule described by ``source`` for ``n_tokens`` tokens (forms: module docstring).
 
     A plain mask spec or :class:`Mask` gives a period-1 schedule.
 

@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .._deprecation import renamed_arguments
 from ..errors import MaskError
 from . import constructors as c
 from . import patterns as p
@@ -152,7 +151,6 @@ def _check_file(path: str) -> _Checked:
     return _Checked()
 
 
-@renamed_arguments(n="n_tokens")
 def parse_mask(spec: str, n_tokens: int) -> Mask:
     """Build the mask described by ``spec`` for ``n_tokens`` tokens.
 
@@ -163,7 +161,7 @@ def parse_mask(spec: str, n_tokens: int) -> Mask:
         (``&`` binds tighter) and grouped with parentheses:
         ``(causal|sliding_window:w=3)&block:size=4``. Names: see ``MASK_KINDS``.
     n_tokens : int
-        Number of tokens N >= 1 (``n=`` is a deprecated alias until 0.3.0).
+        Number of tokens N >= 1.
 
     Returns
     -------

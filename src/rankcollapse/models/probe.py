@@ -16,7 +16,6 @@ import inspect
 import pandas as pd
 import torch
 
-from .._deprecation import renamed_arguments
 from ..data import Windows, distinct_tokens
 from ..errors import ConfigError, ModelError
 from .._progress import steps
@@ -436,9 +435,8 @@ def _module_tokens(name: str, X: Any, shape: tuple[int, int]) -> torch.Tensor:
     return X
 
 
-@renamed_arguments(n="n_tokens")
 def attention_allowed(loaded: Any, mask: Any, point: str, n_tokens: int) -> torch.Tensor:
-    """Bool ``(N, N)`` (``N = n_tokens``; ``n=`` is a deprecated alias until 0.3.0): the
+    """Bool ``(N, N)`` (``N = n_tokens``): the
     keys each query of the attention at ``point``
     (``{prefix}layer.k.attention``) may attend to before padding: the replacement
     ``mask`` (a schedule's layer ``k``), else the model's own pattern (causal for

@@ -5,7 +5,7 @@
 ``predict`` gives the theory's prediction and checks Theorem 1's envelope per layer,
 ``sweep`` runs many cells on the sweep engine (:mod:`rankcollapse.sweep`: executors,
 cache, progress), ``report`` writes the table, heatmaps and report.html, ``findings``
-summarises a table and ``normalisation`` decides the speed-law and ordering claims (issue 30).
+summarises a table and ``normalisation`` decides the speed-law and ordering claims.
 
 Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``phase`` may import
 ``sweep``, ``theory``, ``dynamics``, ``models``, ``metrics``, ``masks`` and everything below

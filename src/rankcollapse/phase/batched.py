@@ -43,7 +43,7 @@ GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement
               "qk_norm")
 
 
-def _stack(cells: list[dict[str, Any]], seeds: range, samples: int, depth: int):
+def _stack(cells: list[dict[str, Any]], seeds: range, n_samples: int, depth: int):
     """Per-layer weights ``(depth, B, ...)`` with ``B = len(cells) * len(seeds) * samples``."""
     Q, K, V, scale = [], [], [], None
     for cell, s in itertools.product(cells, seeds):
@@ -52,11 +52,11 @@ def _stack(cells: list[dict[str, Any]], seeds: range, samples: int, depth: int):
         for name, acc in (("W_Q", Q), ("W_K", K), ("W_V", V)):
             acc.append(torch.stack([getattr(lw, name) for lw in layers]) if len(layers) > 1 or depth == 1
                        else getattr(layers[0], name).expand(depth, *getattr(layers[0], name).shape))
-    rep = lambda acc: torch.stack(acc, 1).repeat_interleave(samples, dim=1)  # noqa: E731
+    rep = lambda acc: torch.stack(acc, 1).repeat_interleave(n_samples, dim=1)  # noqa: E731
     return rep(Q), rep(K), rep(V), scale
 
 
-def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, seed: int = 0,
+def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1, seed: int = 0,
               path: str = "auto") -> list[dict[str, Any]]:
     """The rows of ``cells`` (all equal on :data:`GROUP_KEYS`), same fields as
     :func:`.cell.run_cell`; ``path`` as :func:`.grid.attention_path` (the windowed kernel takes
@@ -86,8 +86,8 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
         allowed = mask.to_dense()
     cfg = block_config(first)
     seed_range = range(seed, seed + seeds)
-    X = torch.cat([make_input(first["input"], samples, N, d, s) for s in seed_range] * len(cells))
-    WQ, WK, WV, scale = _stack(cells, seed_range, samples, depth)
+    X = torch.cat([make_input(first["input"], n_samples, N, d, s) for s in seed_range] * len(cells))
+    WQ, WK, WV, scale = _stack(cells, seed_range, n_samples, depth)
     B = X.shape[0]
     mus, mus_abs, ents, states = [mu_relative(X)], [mu(X)], [], {0: X}
     cosines = [avg_cos(X)]  # the cosine gap's decay law (regime.law_measures)
@@ -127,7 +127,7 @@ def run_group(cells: list[dict[str, Any]], *, samples: int = 4, seeds: int = 1, 
     trs = trajectory_measures(metrics, kept, entropy)
     for b in np.nonzero(diverged.numpy())[0]:
         trs[b] = {"diverged": True}
-    per = seeds * samples
+    per = seeds * n_samples
     env = _envelope(first, info, torch.stack(mus_abs).numpy(), X0, eps_min.numpy(), diverged.numpy())
     out = []
     for i, cell in enumerate(cells):

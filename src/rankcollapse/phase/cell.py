@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._deprecation import renamed_arguments
 from ..dynamics.inputs import canonical_input, make_tokens
 from ..dynamics.weights import LayerWeights, draw, generator
 from ..errors import ConfigError
@@ -109,13 +108,11 @@ def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
     return worst
 
 
-@renamed_arguments(batch="n_samples", d="d_model")
 def make_input(kind: str, n_samples: int, n_tokens: int, d_model: int, seed: int) -> torch.Tensor:
     """X(0) ``(n_samples, n_tokens, d_model)`` float64 of the registry input ``kind``
     (:func:`rankcollapse.dynamics.inputs.make_tokens`) under seed ``seed``; ``wikipedia``
     takes window block ``seed`` of the windows cut with seed 0 (disjoint windows per
-    weight seed), projected on their top-``d_model`` right singular vectors. ``batch=``
-    and ``d=`` are deprecated aliases of ``n_samples=`` and ``d_model=`` until 0.3.0.
+    weight seed), projected on their top-``d_model`` right singular vectors.
 
     Raises
     ------
@@ -135,12 +132,12 @@ def _entropy_per_layer(attention: list[torch.Tensor], allowed: torch.Tensor) -> 
     return row_entropy(torch.stack(attention), allowed).numpy()  # (T, B, H, N, N) -> (T, B)
 
 
-def _diverged_envelope(cell: dict[str, Any], info: Any, samples: int) -> dict[str, np.ndarray] | None:
+def _diverged_envelope(cell: dict[str, Any], info: Any, n_samples: int) -> dict[str, np.ndarray] | None:
     from .predict import envelope_applies
 
     if not envelope_applies(cell, info):
         return None
-    return {"violations": np.full(samples, -1), "log10_margin": np.full(samples, np.nan), "layers": cell["depth"] + 1}
+    return {"violations": np.full(n_samples, -1), "log10_margin": np.full(n_samples, np.nan), "layers": cell["depth"] + 1}
 
 
 def _join(parts: list) -> dict[str, np.ndarray] | None:
@@ -151,9 +148,9 @@ def _join(parts: list) -> dict[str, np.ndarray] | None:
             "log10_margin": np.concatenate([p["log10_margin"] for p in parts]), "layers": parts[0]["layers"]}
 
 
-def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: int = 0) -> dict[str, Any]:
+def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: int = 0) -> dict[str, Any]:
     """Simulate ``cell`` for ``seeds`` weight draws (``seed``, ``seed+1``, ...) with
-    ``samples`` inputs each and return the cell's row (see :func:`.regime.label_cell`).
+    ``n_samples`` inputs each and return the cell's row (see :func:`.regime.label_cell`).
 
     Raises
     ------
@@ -171,7 +168,7 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
     from .grid import DENSE_MAX_TOKENS, check_cells
     from .regime import label_cell, theory_prediction
 
-    check_cells([cell], samples)
+    check_cells([cell], n_samples)
     if cell["n_tokens"] > DENSE_MAX_TOKENS:
         raise ConfigError(f"run_cell records every layer's (N, N) attention: N = {cell['n_tokens']} is above "
                           f"{DENSE_MAX_TOKENS}; run the cell with rankcollapse.phase.run_phase (windowed kernel)")
@@ -183,7 +180,7 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
     trajectories, envelopes, finals, deficits = [], [], [], []
     eps_min = 1.0
     for s in range(seed, seed + seeds):
-        X0 = make_input(cell["input"], samples, N, d, s)
+        X0 = make_input(cell["input"], n_samples, N, d, s)
         weights = build_weights(cell, s)
         try:
             res = simulate(X0, mask=mask, depth=cell["depth"], variant=cfg, weights=weights,
@@ -192,8 +189,8 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
         except ConfigError as exc:
             if "non-finite" not in str(exc):
                 raise
-            trajectories += [{"diverged": True}] * samples
-            envelopes.append(_diverged_envelope(cell, info, samples))
+            trajectories += [{"diverged": True}] * n_samples
+            envelopes.append(_diverged_envelope(cell, info, n_samples))
             continue
         ent = _entropy_per_layer(res.attention, mask.to_dense())
         eps_min = min(eps_min, float(res.epsilon_measured.min()))
@@ -201,7 +198,7 @@ def run_cell(cell: dict[str, Any], *, samples: int = 4, seeds: int = 1, seed: in
         dense = mask.to_dense()
         eps_b = torch.stack([A.masked_fill(~dense, 1.0).flatten(1).amin(1) for A in res.attention]).amin(0)
         envelopes.append(_envelope(cell, info, res.metrics["mu"].numpy(), X0, eps_b.numpy(),
-                                   np.zeros(samples, dtype=bool)))
+                                   np.zeros(n_samples, dtype=bool)))
         deficit = torch.stack([1.0 - A.sum(-1).mean(dim=(-1, -2)) for A in res.attention]).mean(0)  # (samples,)
         finals.append(res.states[-1])
         deficits.append(deficit)

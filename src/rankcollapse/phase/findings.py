@@ -107,7 +107,7 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
     out["theory"] = theory_summary(table)
     # and Theorem 1's pointwise envelope beside the agreement
     out["theory"]["theorem1_envelope"] = envelope_summary(table)
-    if "law" in table:  # tables made before the decay-law columns (issue 30) have none
+    if "law" in table:  # a table without the decay-law columns has none
         out["decay_law"] = {p: g["law"].value_counts().to_dict() for p, g in table.groupby("placement")}
     return out
 

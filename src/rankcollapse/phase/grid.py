@@ -14,7 +14,6 @@ and a cell's regime and theory columns are of one graph, so the mask axis refuse
 from __future__ import annotations
 
 import itertools
-import warnings
 from typing import Any, Callable
 
 from ..errors import ConfigError, MaskError, MemoryLimitError
@@ -23,13 +22,6 @@ from ..dynamics.config import NORMS as NORM_NAMES, PLACEMENTS, BlockConfig, defa
 from ..dynamics.temperature_laws import LLAMA4_FLOOR_SCALE, TemperatureLaw, is_law, parse_law
 
 VALUE_FAMILIES = ("gaussian", "orthogonal", "near_identity", "constructed", "pretrained")
-#: old axis spellings, accepted with a FutureWarning until 0.3.0 (docs/phase.md): the norm
-#: ``sphere_sqrtd`` (rows at radius sqrt(d): RMSNorm without affine, which it always ran
-#: as), the placements ``post``/``pre`` and the axis ``skip`` (on/off), which
-#: :func:`expand_grid` turns into ``placement`` and ``alpha`` cell by cell.
-DEPRECATED_NORMS = {"sphere_sqrtd": "rmsnorm"}
-LEGACY_PLACEMENTS = ("post", "pre")
-LEGACY_AXES = ("skip",)
 
 
 def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
@@ -41,33 +33,10 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
 
 
 def _input(text: str) -> str:
-    """A name of the input registry (:data:`rankcollapse.dynamics.inputs.INPUTS`); the
-    deprecated ``minilm`` is ``wikipedia`` (with a FutureWarning)."""
+    """A name of the input registry (:data:`rankcollapse.dynamics.inputs.INPUTS`)."""
     from ..dynamics.inputs import canonical_input
 
-    return canonical_input(text, stacklevel=4)
-
-
-def _deprecated(what: str, old: str, new: str, stacklevel: int = 5) -> None:
-    warnings.warn(f"phase {what} {old!r} is deprecated and will be removed in 0.3.0; use {new}",
-                  FutureWarning, stacklevel=stacklevel)
-
-
-def _norm(text: str) -> str:
-    """A :class:`~rankcollapse.dynamics.config.BlockConfig` norm (``sphere_sqrtd``: deprecated, ``rmsnorm``)."""
-    if text in DEPRECATED_NORMS:
-        _deprecated("norm", text, repr(DEPRECATED_NORMS[text]))
-        return DEPRECATED_NORMS[text]
-    return _choice(NORM_NAMES)(text)
-
-
-def _placement(text: str) -> str:
-    """A :class:`~rankcollapse.dynamics.config.BlockConfig` placement; the deprecated
-    ``post``/``pre`` are kept for :func:`expand_grid` to translate with ``skip``."""
-    if text in LEGACY_PLACEMENTS:
-        _deprecated("placement", text, "none, post_ln or pre_ln with --axis alpha")
-        return text
-    return _choice(PLACEMENTS)(text)
+    return canonical_input(text)
 
 
 def _float(text: str) -> float:
@@ -176,8 +145,8 @@ AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "qk_scale": (_qk_scale, 1.0),
     "value": (_choice(VALUE_FAMILIES), "gaussian"),
     "value_scale": (_float, 1.0),
-    "norm": (_norm, "none"),
-    "placement": (_placement, "none"),
+    "norm": (_choice(NORM_NAMES), "none"),
+    "placement": (_choice(PLACEMENTS), "none"),
     "alpha": (_float, 0.0),
     "mask": (_mask, "complete"),
     "d_qk": (_int(0, 4096), 0),
@@ -190,7 +159,7 @@ AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "qk_norm": (_bool, False),
 }
 DEFAULTS = {name: default for name, (_, default) in AXES.items()}
-_PARSERS = {**{name: parse for name, (parse, _) in AXES.items()}, "skip": _bool}
+_PARSERS = {name: parse for name, (parse, _) in AXES.items()}
 
 
 def parse_axis(text: str) -> tuple[str, list[Any]]:
@@ -207,8 +176,6 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
     name = name.strip()
     if not eq or name not in _PARSERS:
         raise ConfigError(f"--axis expects NAME=v1,v2,... with NAME one of {', '.join(AXES)}, got {text!r}")
-    if name in LEGACY_AXES:
-        _deprecated("axis", name, "--axis alpha=0,1 (the skip weight) with placement post_ln or pre_ln", 3)
     items = [v.strip() for v in values.split(",") if v.strip()]
     if not items:
         raise ConfigError(f"--axis {name}: no values")
@@ -263,13 +230,6 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
             continue
         factors.append([{name: v} for v in axes[name]])
     alpha_given = "alpha" in axes or "alpha" in fixed
-    if "skip" in axes or "skip" in fixed:
-        _deprecated("axis", "skip", "alpha (the skip weight) with placement post_ln or pre_ln", 3)
-    placements = set(axes.get("placement", [])) | {fixed.get("placement")}
-    for old in sorted(placements & set(LEGACY_PLACEMENTS)):
-        _deprecated("placement", old, "none, post_ln or pre_ln with alpha", 3)
-    if alpha_given and ("skip" in axes or "skip" in fixed):
-        raise ConfigError("give the skip weight once: alpha (skip is its deprecated on/off spelling)")
     cells = []
     for combo in itertools.product(*factors):
         cell = dict(base)
@@ -282,30 +242,9 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
 
 def _block_fields(cell: dict[str, Any], alpha_given: bool) -> dict[str, Any]:
     """``cell`` with its layer in :class:`BlockConfig` fields: ``alpha`` not given is the
-    placement's own, and the deprecated spellings (warned about) become what they always ran as
-    (placement ``post`` without skip: ``none``, alpha 0; with skip: ``post_ln``, alpha 1;
-    ``pre``: ``pre_ln`` with alpha 0 or 1). ``post_ln`` with ``alpha = 0`` is the block
-    ``none`` and is named so, so ``placement=post_ln,pre_ln`` crossed with ``alpha=0,1``
-    are the four cells ``skip`` x ``post, pre`` were."""
-    if cell["norm"] in DEPRECATED_NORMS:
-        cell["norm"] = _norm(cell["norm"])
-    if isinstance(cell["input"], str):
-        from ..dynamics.inputs import DEPRECATED_INPUTS
-
-        if cell["input"] in DEPRECATED_INPUTS:
-            cell["input"] = _input(cell["input"])
-    skip = cell.pop("skip", None)
-    placement = cell["placement"]
-    if placement in LEGACY_PLACEMENTS or skip is not None:
-        on = bool(skip)
-        if placement == "pre":
-            cell["placement"] = "pre_ln"
-        elif placement in ("post", "none"):
-            cell["placement"] = "post_ln" if on else "none"
-        if skip is not None or not alpha_given:
-            cell["alpha"] = 1.0 if on else 0.0
-    elif not alpha_given:
-        cell["alpha"] = default_alpha(placement)
+    placement's own. ``post_ln`` with ``alpha = 0`` is the block ``none`` and is named so."""
+    if not alpha_given:
+        cell["alpha"] = default_alpha(cell["placement"])
     if cell["placement"] == "post_ln" and cell["alpha"] == 0:
         cell["placement"] = "none"  # norm(0 X + SA(X)) is norm(SA(X)): one block, one name
     return cell
@@ -323,8 +262,8 @@ def block_config(cell: dict[str, Any]) -> BlockConfig:
                        mix_layers=int(cell["depth"]) // 4 if placement == "mix" else None)
 
 
-def cell_bytes(cell: dict[str, Any], samples: int) -> int:
-    """Estimated peak bytes of running ``cell`` with ``samples`` inputs per weight seed
+def cell_bytes(cell: dict[str, Any], n_samples: int) -> int:
+    """Estimated peak bytes of running ``cell`` with ``n_samples`` inputs per weight seed
     (float64, one head), the arrays :func:`.cell.run_cell` keeps for the whole cell:
 
     - weights: ``L (2 d d_qk + d^2)`` values, twice (the shared draw and its scaled copy),
@@ -354,10 +293,10 @@ def cell_bytes(cell: dict[str, Any], samples: int) -> int:
 
         from ..dynamics.sparse import DEFAULT_BLOCK_SIZE, SCORE_BUDGET
 
-        chunk = 3 * max(samples * DEFAULT_BLOCK_SIZE * N, SCORE_BUDGET // 8) + 2 * samples * N * d_qk
-        return 8 * (weights + 8 * samples * N * d + torch.get_num_threads() * chunk)
-    states = (depth + 1) * samples * N * d
-    attention = 2 * depth * samples * N * N
+        chunk = 3 * max(n_samples * DEFAULT_BLOCK_SIZE * N, SCORE_BUDGET // 8) + 2 * n_samples * N * d_qk
+        return 8 * (weights + 8 * n_samples * N * d + torch.get_num_threads() * chunk)
+    states = (depth + 1) * n_samples * N * d
+    attention = 2 * depth * n_samples * N * N
     return 8 * (weights + states + attention)
 
 
@@ -395,9 +334,6 @@ def check_cell(cell: Any) -> None:
         raise ConfigError(f"phase cell qk_scale={law.spec}: its β depends on the query's position from "
                           f"position {LLAMA4_FLOOR_SCALE - 1} on, and a cell's layer has one β; give n_tokens "
                           f"< {LLAMA4_FLOOR_SCALE}, or measure it with 'rankcollapse theory temperature'")
-    if cell["placement"] in LEGACY_PLACEMENTS:
-        raise ConfigError(f"phase cell placement {cell['placement']!r} is an axis spelling; make cells with "
-                          "rankcollapse.phase.expand_grid (it runs as none, post_ln or pre_ln with alpha)")
     try:
         block_config(cell)
     except ConfigError as exc:
@@ -425,9 +361,9 @@ def check_long_cell(cell: dict[str, Any]) -> None:
                           f"use n_tokens <= {DENSE_MAX_TOKENS}, or qk_norm=off and attention=softmax")
 
 
-def check_cells(cells: Any, samples: int | None = None) -> None:
+def check_cells(cells: Any, n_samples: int | None = None) -> None:
     """:func:`check_cell` for every cell (each mask built once per ``N``), refusing an
-    empty grid; with ``samples``, also every cell's :func:`cell_bytes` against half the
+    empty grid; with ``n_samples``, also every cell's :func:`cell_bytes` against half the
     physical memory (:func:`rankcollapse._memory.default_limit`).
 
     Raises
@@ -454,8 +390,8 @@ def check_cells(cells: Any, samples: int | None = None) -> None:
         if key not in built:
             parse_mask(*key)
             built.add(key)
-        if samples is not None and cell_bytes(cell, samples) > limit:
+        if n_samples is not None and cell_bytes(cell, n_samples) > limit:
             raise MemoryLimitError(
                 f"phase cell N = {cell['n_tokens']}, d = {cell['d_model']}, depth = {cell['depth']} with "
-                f"{samples} samples needs about {human(cell_bytes(cell, samples))} of memory, more than the "
+                f"{n_samples} samples needs about {human(cell_bytes(cell, n_samples))} of memory, more than the "
                 f"limit {human(limit)} (half the physical memory); lower n_tokens, d_model, depth or n_samples")

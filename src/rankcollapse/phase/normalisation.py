@@ -1,4 +1,4 @@
-"""Normalisation claims of a phase table (issue 30): the speed law and the ordering.
+"""Normalisation claims of a phase table: the speed law and the ordering.
 
 Karagodin, Ge, Polyanskiy & Rigollet, "Normalization in Attention Dynamics" (NeurIPS 2025)
 model tokens as particles on the sphere whose normalisation sets their speed: under post-LN

@@ -16,7 +16,6 @@ from typing import Any
 
 import pandas as pd
 
-from .._deprecation import renamed_arguments
 from ..sweep.cache import UnitCache
 from ..sweep.context import RunContext
 from ..sweep.engine import run_units
@@ -30,10 +29,10 @@ BATCH_CELLS = 64
 
 
 def cell_unit(unit: Unit, ctx: RunContext) -> pd.DataFrame:
-    """The function of a ``phase_cell`` unit (``params = {"cells": [...], "samples",
+    """The function of a ``phase_cell`` unit (``params = {"cells": [...], "n_samples",
     "seeds", "seed"}``): one row per cell."""
     p = unit.params
-    rows = run_group(p["cells"], samples=p["samples"], seeds=p["seeds"], seed=p["seed"])
+    rows = run_group(p["cells"], n_samples=p["n_samples"], seeds=p["seeds"], seed=p["seed"])
     frame = pd.DataFrame([{**c, **r} for c, r in zip(p["cells"], rows)])
     frame["qk_scale"] = qk_scale_column(frame["qk_scale"])  # plain numbers and log:γ in one Parquet column
     return frame
@@ -46,10 +45,11 @@ def cell_label(unit: Unit) -> str:
 
 
 # version: bumped when a change alters the numbers of a cell (invalidates cached cells);
-# 3: the decay-law columns and the qk_norm axis (issue 30); 4: rate_last_bound_max,
+# 3: the decay-law columns and the qk_norm axis; 4: rate_last_bound_max,
 # frac_rate_last_falling (the columns rule 5 is checked on) and the mu_relative floor rule;
-# 5: the floor of mu_relative is the round-off floor 2 (N + d) eps (regime.mu_floor)
-register_unit_kind("phase_cell", cell_unit, version=5, label=cell_label, group="phase")
+# 5: the floor of mu_relative is the round-off floor 2 (N + d) eps (regime.mu_floor);
+# 6: the parameters name the inputs per seed n_samples
+register_unit_kind("phase_cell", cell_unit, version=6, label=cell_label, group="phase")
 
 
 def batches(cells: list[dict[str, Any]], size: int) -> list[list[int]]:
@@ -61,10 +61,10 @@ def batches(cells: list[dict[str, Any]], size: int) -> list[list[int]]:
     return [idx[j:j + size] for idx in groups.values() for j in range(0, len(idx), size)]
 
 
-def cell_units(cells: list[dict[str, Any]], samples: int, seeds: int, seed: int) -> tuple[list[Unit], list[list[int]]]:
+def cell_units(cells: list[dict[str, Any]], n_samples: int, seeds: int, seed: int) -> tuple[list[Unit], list[list[int]]]:
     """The ``phase_cell`` units of ``cells`` and, for each, the indices of its cells."""
     parts = batches(cells, BATCH_CELLS)
-    units = [Unit("phase_cell", {"cells": [cells[i] for i in part], "samples": int(samples), "seeds": int(seeds),
+    units = [Unit("phase_cell", {"cells": [cells[i] for i in part], "n_samples": int(n_samples), "seeds": int(seeds),
                                  "seed": int(seed), **_content_key([cells[i] for i in part])}) for part in parts]
     return units, parts
 
@@ -92,7 +92,6 @@ def _content_key(cells: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-@renamed_arguments(samples="n_samples")
 def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1, seed: int = 0,
               cache_dir: str | Path, executor: str = "serial", workers: int | None = None,
               address: str | None = None, progress: bool = False) -> tuple[pd.DataFrame, dict[str, Any]]:

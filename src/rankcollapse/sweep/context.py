@@ -16,14 +16,12 @@ from typing import Any
 import torch
 
 from .. import assets, data
-from .._deprecation import renamed_arguments
 from ..errors import DataError
 
 #: How many distinct weight draws :meth:`RunContext.random_weights` keeps.
 WEIGHT_CACHE = 2
 
 
-@renamed_arguments(length="n_tokens")
 def data_spec(text: str | Path | None, n_tokens: int, seed: int) -> dict[str, Any]:
     """The input description that enters every unit hash: ``corpus``, ``n_tokens``
     (tokens per window N), ``seed`` and, for a text file, ``path`` and ``sha256`` (for the
@@ -84,11 +82,9 @@ class RunContext:
         self._embeddings: dict[tuple, torch.Tensor] = {}
         self._weights: dict[tuple, list] = {}
 
-    @renamed_arguments(d="d_model")
     def random_weights(self, d_model: int, depth: int, *, seed: int, value: Any, query_key: Any, n_heads: int = 1,
                        out_proj: bool = False, mlp_ratio: int | None = None) -> list:
-        """``dynamics.weights.random_layers`` with the same arguments (``d=`` is a
-        deprecated alias of ``d_model=`` until 0.3.0), drawn once and reused
+        """``dynamics.weights.random_layers`` with the same arguments, drawn once and reused
         by every unit that shares them (the four masks x four variants of one seed use the
         same weights). Only the most recent :data:`WEIGHT_CACHE` draws are kept (float64,
         ~1 MiB per ``(384, 384)`` matrix); the runner orders units so that those sharing
@@ -122,12 +118,10 @@ class RunContext:
                 self._models[name] = load_model(name, device=self.device)
         return self._models[name]
 
-    @renamed_arguments(n_windows="n_samples")
     def windows(self, model: str, n_samples: int, *, n_tokens: int | None = None) -> Any:
         """``n_samples`` windows of ``n_tokens`` tokens (default: the run's ``n_tokens``) cut
         with ``model``'s tokenizer from the run's text and seed (``data.make_windows``: the
-        same token stream at every N). ``n_windows=`` is a deprecated alias of
-        ``n_samples=`` until 0.3.0."""
+        same token stream at every N)."""
         n_tokens = int(self.data["n_tokens"] if n_tokens is None else n_tokens)
         # the run's own length keeps the key it always had
         key = (model, int(n_samples)) if n_tokens == int(self.data["n_tokens"]) else (model, int(n_samples), n_tokens)
@@ -138,14 +132,12 @@ class RunContext:
             )
         return self._windows[key]
 
-    @renamed_arguments(n_windows="n_samples")
     def embeddings(self, model: str, n_samples: int, *, start: int = 0, stop: int | None = None,
                    n_tokens: int | None = None, positions: bool = True) -> torch.Tensor:
         """X(0): the embedding-layer output ``(B, N, d)`` of windows ``start:stop`` of
         :meth:`windows` (``n_samples`` windows of ``n_tokens`` tokens each);
         ``positions=False`` leaves the position embeddings out (``models.probe.embed``), so
-        N may exceed the model's position table. ``n_windows=`` is a deprecated alias of
-        ``n_samples=`` until 0.3.0."""
+        N may exceed the model's position table."""
         from ..models.probe import embed
 
         key = (model, int(n_samples), int(start), stop)

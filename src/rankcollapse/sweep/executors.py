@@ -26,7 +26,6 @@ from typing import Any, Iterator, Mapping
 
 import pandas as pd
 
-from .._deprecation import warn_renamed
 from ..errors import ConfigError, excerpt
 from .context import RunContext
 from .units import Unit, UnitFn
@@ -295,8 +294,7 @@ def check_ray_reachable(address: str, timeout: float | None = None) -> None:
 def validate_executor(name: str, *, workers: int | None = None, address: str | None = None, flags: bool = False) -> None:
     """Validate executor options without starting anything or touching the network
     (a validator: in the public API ``check_*`` names a theorem check, e.g.
-    :func:`rankcollapse.theory.check_collapse_bound`; the old name ``check_executor``
-    is a deprecated alias).
+    :func:`rankcollapse.theory.check_collapse_bound`).
 
     An option the executor would ignore is refused: ``workers`` with ``serial`` (one
     unit at a time), ``workers`` with a Ray ``address`` (the cluster's CPUs are used),
@@ -327,12 +325,6 @@ def validate_executor(name: str, *, workers: int | None = None, address: str | N
 
         if importlib.util.find_spec("ray") is None:
             raise ConfigError(f"{e}ray needs Ray: pip install 'rankcollapse[distributed]'")
-
-
-def check_executor(*args: Any, **kwargs: Any) -> None:
-    """Deprecated alias of :func:`validate_executor` (removed in 0.3.0)."""
-    warn_renamed("check_executor", "validate_executor")
-    validate_executor(*args, **kwargs)
 
 
 def make_executor(name: str, *, workers: int | None = None, address: str | None = None,

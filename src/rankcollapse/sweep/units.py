@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 #: change does not (docstrings, refactors, speed-ups with identical results), so cached
 #: results stay valid. A change of one kind's labels or numbers bumps that kind's
 #: ``version`` instead (:func:`register_unit_kind`).
-NUMERICS_VERSION = 2
+NUMERICS_VERSION = 3
 #: Libraries whose version can change a unit's numbers (kernels, tokenizers, weights loading).
 NUMERIC_LIBRARIES = ("torch", "numpy", "scipy", "networkx", "transformers", "tokenizers", "safetensors")
 
@@ -114,8 +114,8 @@ class UnitKind:
     group : who plans units of this kind; an experiment config may name only the kinds
         of group ``"experiments"``.
     key_params : ``key_params(params) -> dict``, the parameters as the key hashes them
-        (e.g. renamed keys in the spelling they had when cache entries were written,
-        :func:`rankcollapse.experiments.keys.stored_params`); None: as they are.
+        (e.g. without a local file path, :func:`rankcollapse.experiments.units.key_params`);
+        None: as they are.
     """
 
     name: str

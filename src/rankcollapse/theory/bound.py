@@ -16,7 +16,6 @@ from typing import Any
 import pandas as pd
 import torch
 
-from .._deprecation import renamed_arguments
 from ..errors import ConfigError
 from ..masks import resolve_mask
 from ..masks.schedule import is_schedule
@@ -27,7 +26,6 @@ from .schedule_bound import check_schedule_bound
 __all__ = ["BoundResult", "EnvelopeViolation", "check_collapse_bound", "fit_rate", "radius_sweep"]
 
 
-@renamed_arguments(n="n_tokens", d="d_model")
 def check_collapse_bound(
     mask: Any,
     *,
@@ -58,8 +56,8 @@ def check_collapse_bound(
     mask : Mask, bool ``(N, N)`` or spec string (with ``n_tokens``); must be QSC with
         self-loops. A schedule (``"schedule:..."``) is checked against its own envelope by
         :func:`~rankcollapse.theory.schedule_bound.check_schedule_bound`.
-    n_tokens : number of tokens N of a spec string (deprecated alias ``n``).
-    d_model, depth, n_samples, seed : width d (deprecated alias ``d``), layers, batch size
+    n_tokens : number of tokens N of a spec string.
+    d_model, depth, n_samples, seed : width d, layers, batch size
         and seed (weights, and X(0) unless given).
     exponent : ``"t/r"`` or ``"t/(2r)"``.
     d_qk, qk_scale : temperature, and std·√d of the Gaussian ``W_Q, W_K`` entries (A1).
@@ -110,7 +108,6 @@ def check_collapse_bound(
     return envelope_result(m.spec, r, r, exponent, X0, sim.metrics["mu"], eps, cfg)
 
 
-@renamed_arguments(n="n_tokens")
 def radius_sweep(n_tokens: int = 32, widths: tuple[int, ...] = (32, 17, 9, 5, 3, 2), **kwargs: Any) -> pd.DataFrame:
     """Theorem 1 check across ``causal_sliding_window:w`` masks at fixed ``n_tokens``.
 

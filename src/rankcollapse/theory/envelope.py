@@ -36,7 +36,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._deprecation import renamed_arguments
 from .._validate import check_float, check_int
 from ..errors import ConfigError
 
@@ -196,7 +195,6 @@ class Theorem1Terms:
         return {**self.__dict__, "period_radius": self.period_radius, "effective_radius": self.effective_radius}
 
 
-@renamed_arguments(n="n_tokens")
 def theorem1_terms(source: Any, n_tokens: int | None = None, *, max_memory: int | str | None = None) -> Theorem1Terms:
     """:class:`Theorem1Terms` of a mask (any form of :func:`~rankcollapse.masks.resolve_mask`)
     or a schedule (any form of :func:`~rankcollapse.masks.parse_schedule`; a plain mask is
@@ -210,8 +208,7 @@ def theorem1_terms(source: Any, n_tokens: int | None = None, *, max_memory: int 
     (it contains ``r_H`` whole periods, padded by self-loops). At most ``p² (r_H + 1)``
     compositions: O(N) each when every layer is a monotone interval mask (windows, causal,
     complete, ...), else sparse boolean products restricted to the candidate roots
-    (:mod:`._scrambling`). ``n_tokens``: N, needed for a spec (``n=`` is a deprecated
-    alias until 0.3.0).
+    (:mod:`._scrambling`). ``n_tokens``: N, needed for a spec.
 
     Raises
     ------
@@ -278,7 +275,6 @@ def _layer_facts(mask: Any) -> tuple[bool, int]:
     return bool(csr.diagonal().all()), int(np.diff(csr.indptr).max())
 
 
-@renamed_arguments(n="n_tokens")
 def scrambling_length(source: Any, n_tokens: int | None = None) -> int | None:
     """Scrambling length ``L`` of a schedule or mask: the least ``L`` such that every window
     of ``L`` consecutive layers, at any phase, composes to a graph in which some token
@@ -287,10 +283,9 @@ def scrambling_length(source: Any, n_tokens: int | None = None) -> int | None:
     return theorem1_terms(source, n_tokens).scrambling_length
 
 
-@renamed_arguments(n="n_tokens")
 def require_theorem1(source: Any, n_tokens: int | None = None) -> Theorem1Terms:
     """:func:`theorem1_terms` of a mask or schedule the envelope applies to (``n_tokens``:
-    N, needed for a spec; ``n=`` is a deprecated alias until 0.3.0).
+    N, needed for a spec).
 
     Raises
     ------
@@ -313,10 +308,9 @@ def require_theorem1(source: Any, n_tokens: int | None = None) -> Theorem1Terms:
     return terms
 
 
-@renamed_arguments(n="n_tokens")
 def theorem1_mask(mask: Any, n_tokens: int | None) -> tuple[Any, Any]:
     """``(resolved mask, its analysis)`` for a mask Theorem 1 applies to, on ``n_tokens``
-    tokens (None: a Mask's or matrix's own; ``n=`` is a deprecated alias until 0.3.0).
+    tokens (None: a Mask's or matrix's own).
 
     Raises ConfigError (fewer than 2 tokens, not QSC, no self-loops) or MaskError, as
     :func:`require_theorem1`.
@@ -380,14 +374,13 @@ def _rate(eps: float, e: int) -> float:
     return 0.0 if eps >= 1 else math.exp(log_contraction(eps, e))
 
 
-@renamed_arguments(n="n_tokens")
 def envelope_rate(mask: Any, n_tokens: int | None = None, *, epsilon: float | None = None) -> float:
     """Per-layer rate ``(1 - ε^e)^{1/e}`` of the Theorem-1 envelope of a mask or schedule
     (``e`` = effective radius, :class:`Theorem1Terms`; ``r`` for a mask).
 
     Parameters
     ----------
-    mask : Mask, bool ``(N, N)``, spec string (with ``n_tokens``; deprecated alias ``n``)
+    mask : Mask, bool ``(N, N)``, spec string (with ``n_tokens``)
         or schedule; QSC with self-loops.
     epsilon : smallest allowed attention entry, in (0, 1]; default
         :func:`epsilon_uniform` ``= 1 / deg_max``, the largest it can be, which gives the
@@ -409,7 +402,6 @@ def envelope_rate(mask: Any, n_tokens: int | None = None, *, epsilon: float | No
     return _rate(_epsilon(epsilon, terms.max_in_degree), terms.effective_radius)
 
 
-@renamed_arguments(n="n_tokens")
 def envelope_crossing_depth(mask: Any, threshold: float, n_tokens: int | None = None, *, epsilon: float | None = None,
                             cap: int = MAX_DEPTH) -> EnvelopeDepth:
     """Least depth at which the Theorem-1 envelope relative to the input,

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 from scipy.optimize import brentq
 
-from .._deprecation import renamed_arguments
 from .._display import NotebookResult
 from .._validate import check_int
 from ..dynamics.weights import RHO, construction_eigenvalues  # the W_V of the construction: a weight family
@@ -158,9 +157,8 @@ def _token_after_rank(S: np.ndarray, lam: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x)
 
 
-@renamed_arguments(n="n_tokens")
 def construct_equilibrium(n_tokens: int, lam: np.ndarray, signs: tuple[int, ...]) -> np.ndarray:
-    """The equilibrium on ``n_tokens`` tokens (``n=`` is a deprecated alias until 0.3.0) of
+    """The equilibrium on ``n_tokens`` tokens of
     the rank-``k`` construction with sign pattern ``signs`` (length k), eigenvalues ``lam``
     ``(d,)``.
 
@@ -186,7 +184,6 @@ def construct_equilibrium(n_tokens: int, lam: np.ndarray, signs: tuple[int, ...]
     return X
 
 
-@renamed_arguments(n="n_tokens", d="d_model")
 def equilibria(n_tokens: int, d_model: int, rank: int, *, limit: int | None = None, stability: bool = True) -> EquilibriumSet:
     """A system with at least ``2^rank`` distinct SA-LN equilibria of rank exactly ``rank``.
 
@@ -196,8 +193,7 @@ def equilibria(n_tokens: int, d_model: int, rank: int, *, limit: int | None = No
 
     Parameters
     ----------
-    n_tokens, d_model : number of tokens N and token dimension d (deprecated aliases
-        ``n``, ``d``).
+    n_tokens, d_model : number of tokens N and token dimension d.
     rank : ``1 ≤ rank ≤ min(n, d)`` (and ``≤ MAX_RANK``).
     limit : enumerate only the first ``limit`` sign patterns (required above 4096).
     stability : attach a tangent-space stability report to each equilibrium.

@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .._deprecation import renamed_arguments, renamed_attribute
 from .._display import NotebookResult
 from ..dynamics import gaussian_tokens, simulate
 from ..errors import ConfigError
@@ -54,8 +53,7 @@ class BoundResult(NotebookResult):
     """Measured μ and the Theorem 1 envelope, per layer and sample.
 
     ``mu`` and ``envelope`` are float64 ``(depth+1, B)``; ``epsilon_measured`` ``(B,)``, the
-    smallest allowed attention entry each sample's trajectory met (:func:`measured_epsilon`;
-    the deprecated ``epsilon`` reads it);
+    smallest allowed attention entry each sample's trajectory met (:func:`measured_epsilon`);
     ``measured_rate`` is the median over samples of ``exp(slope)`` of a least-squares fit
     of ``log μ(t)`` (per-layer decay factor, < 1 = collapse); ``envelope_rate`` is
     ``(1 - ε^e)^{1/e}`` (or ``^{1/(2e)}``, ``e`` the effective radius, ``r`` for a mask) of
@@ -74,7 +72,6 @@ class BoundResult(NotebookResult):
     n_violations: int
     config: dict[str, Any] = field(default_factory=dict)
 
-    epsilon = renamed_attribute("epsilon", "epsilon_measured")
 
     @property
     def holds(self) -> bool:
@@ -133,7 +130,6 @@ def envelope_result(spec: str, radius: int, effective_radius: int, exponent: str
                        float(rate[median]), n_bad, config)
 
 
-@renamed_arguments(N="n_tokens", d="d_model")
 def orthogonal_run(X0, mask: Any, n_tokens: int, d_model: int, *, n_samples: int, depth: int, d_qk: float,
                    qk_scale: float, seed: int):
     """The pure-SA run both envelope checks measure: ``X0`` (default: ``n_samples``
@@ -141,8 +137,7 @@ def orthogonal_run(X0, mask: Any, n_tokens: int, d_model: int, *, n_samples: int
     ``depth`` layers of :func:`simulate` with Haar-orthogonal ``W_V`` (so assumption A2
     holds), Gaussian ``W_Q, W_K`` scaled by ``qk_scale``, float64, attention recorded.
     Returns ``(X0 (B, N, d) float64, SimResult)``, where ``N = n_tokens``; a given ``X0``
-    sets ``d`` (``N=`` and ``d=`` are deprecated aliases of ``n_tokens=`` and ``d_model=``
-    until 0.3.0).
+    sets ``d``.
 
     Raises
     ------

@@ -17,7 +17,6 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from .._deprecation import renamed_arguments
 from ..masks import analyze, parse_mask
 from ..masks.schedule import MaskSchedule, parse_schedule
 from .envelope import check_exponent, mask_terms, predicted_rate, schedule_terms, theorem1_terms
@@ -26,7 +25,6 @@ from .envelope import check_exponent, mask_terms, predicted_rate, schedule_terms
 TERM_KEYS = ("period_radius", "scrambling_length", "effective_radius")
 
 
-@renamed_arguments(n="n_tokens")
 def describe_schedule(schedule: Any, n_tokens: int | None = None, *, per_token: bool = False,
                       **bounds: float) -> dict[str, Any]:
     """JSON-ready description of a schedule: the composed graph's
@@ -37,7 +35,7 @@ def describe_schedule(schedule: Any, n_tokens: int | None = None, *, per_token: 
     exponent), ``epsilon_bound``, ``log10_rate_per_layer``, ``log10_layers_per_decade``
     (:func:`rankcollapse.theory.envelope.predicted_rate`; ``bounds`` = its keyword
     arguments) and ``layers`` (each layer's description). ``n_tokens``: N, needed unless
-    ``schedule`` is a :class:`MaskSchedule` (``n=`` is a deprecated alias until 0.3.0).
+    ``schedule`` is a :class:`MaskSchedule`.
 
     Raises MaskError for a bad schedule (see :func:`parse_schedule`).
     """
@@ -61,13 +59,12 @@ def describe_schedule(schedule: Any, n_tokens: int | None = None, *, per_token: 
     return out
 
 
-@renamed_arguments(d="d_model")
 def measure_rate(schedule: MaskSchedule, *, d_model: int = 16, depth: int = 60, n_samples: int = 8,
                  seed: int = 0, d_qk: float = 1.0, quantiles: bool = False):
     """Median over samples of the measured per-layer decay factor of ``μ`` (pure SA,
     Haar ``W_V``, Gaussian ``W_Q, W_K`` and ``X(0)`` entries of std ``1/√d``, float64) —
     :func:`rankcollapse.theory.fit_rate` of :func:`rankcollapse.dynamics.simulate` on
-    ``n_samples`` inputs ``(N, d)``, ``d = d_model`` (``d=`` is a deprecated alias until 0.3.0).
+    ``n_samples`` inputs ``(N, d)``, ``d = d_model``.
     With ``quantiles``: ``(q25, median, q75)`` over samples."""
     import torch
 
@@ -84,7 +81,6 @@ def measure_rate(schedule: MaskSchedule, *, d_model: int = 16, depth: int = 60, 
     return float(rates.median())
 
 
-@renamed_arguments(n="n_tokens", d="d_model")
 def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: bool = False, d_model: int = 16,
                       depth: int = 60, n_samples: int = 8, seed: int = 0, d_qk: float = 1.0,
                       token_norm: float = 1.0, weight_norm: float = 1.0, exponent: str = "t/r") -> pd.DataFrame:
@@ -101,8 +97,7 @@ def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: bool = Fa
     collapse is implied). Compare rows of equal ``mean_edges_per_layer``. ``exponent``:
     ``"t/r"`` or ``"t/(2r)"`` (:func:`rankcollapse.theory.envelope.predicted_rate`).
     Every schedule is on ``n_tokens`` tokens; ``d_model, depth, n_samples, seed`` are
-    :func:`measure_rate`'s (``n=`` and ``d=`` are deprecated aliases of ``n_tokens=`` and
-    ``d_model=`` until 0.3.0).
+    :func:`measure_rate`'s.
 
     Raises
     ------
@@ -133,7 +128,6 @@ def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: bool = Fa
     return df
 
 
-@renamed_arguments(n="n_tokens")
 def compare_masks(
     specs: Sequence[str], n_tokens: int, *, d_qk: float = 1.0, token_norm: float = 1.0,
     weight_norm: float = 1.0, exponent: str = "t/r", max_memory: int | str | None = None,
@@ -147,7 +141,7 @@ def compare_masks(
     (:func:`~rankcollapse.theory.envelope.predicted_rate`). Non-QSC masks get no rate
     (NaN): Theorem 1 gives no collapse to one token there. ``max_memory`` bounds each
     graph analysis (see :func:`~rankcollapse.masks.analyze`). Every mask is on ``n_tokens``
-    tokens (``n=`` is a deprecated alias until 0.3.0).
+    tokens.
 
     Raises
     ------

@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-from .._deprecation import renamed_arguments
 from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
 from .envelope import EXPONENTS, require_theorem1
@@ -54,7 +53,6 @@ def _scrambling_agrees(attention: list[torch.Tensor], eps: torch.Tensor, L: int,
     return all(bool((_product(attention, s, L).amin(dim=-2) >= floor).any(-1).all()) for s in starts)
 
 
-@renamed_arguments(n="n_tokens", d="d_model")
 def check_schedule_bound(
     schedule: Any, *, n_tokens: int | None = None, d_model: int = 16, depth: int = 60, n_samples: int = 8,
     seed: int = 0, exponent: str = "t/r", d_qk: float = 1.0, qk_scale: float = 1.0,

@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from .._deprecation import renamed_arguments
 from .._display import NotebookResult
 from ..dynamics.config import BlockConfig
 from ..dynamics.inputs import ON_SPHERE, canonical_input, make_tokens
@@ -33,10 +32,9 @@ INPUTS = ("nonnegative", "antipodal", "sphere")
 SA_LN = BlockConfig(norm="sphere", placement="none")  # X <- D A X W_V
 
 
-@renamed_arguments(N="n_tokens", B="n_samples", d="d_model")
 def make_inputs(kind: str, n_samples: int, n_tokens: int, d_model: int, generator: torch.Generator) -> torch.Tensor:
     """Unit tokens ``(B, N, d)`` float64 (``B = n_samples``, ``N = n_tokens``,
-    ``d = d_model``; ``B=``, ``N=`` and ``d=`` are deprecated aliases until 0.3.0) of the
+    ``d = d_model``) of the
     input ``kind`` of the registry (:func:`rankcollapse.dynamics.inputs.make_tokens`)
     drawn from ``generator``; only inputs on the unit sphere
     (:data:`~rankcollapse.dynamics.inputs.ON_SPHERE`).
@@ -80,7 +78,6 @@ class SphereResult(NotebookResult):
                 "config": self.config}
 
 
-@renamed_arguments(n="n_tokens", d="d_model")
 def check_sphere_collapse(
     mask: Any,
     *,

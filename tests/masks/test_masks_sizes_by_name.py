@@ -1,16 +1,12 @@
-"""The token count is ``n_tokens`` in the whole mask API (issue 28): a positional call is
-unchanged, ``n_tokens=`` is silent, the old keyword ``n=`` (``N=`` for two theory
-helpers) warns (FutureWarning naming 0.3.0) and gives the identical result, and the old
-and the new name together are refused. The same for the token width ``d_model`` (old
-``d=``) and the number of samples ``n_samples`` (old ``B=``/``batch=``) in every public
-function of the package."""
+"""The token count is ``n_tokens`` in the whole mask API: a positional call and
+``n_tokens=`` give the same result. The same for the token width ``d_model`` and the
+number of samples ``n_samples`` in every public function of the package."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import math
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -18,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from rankcollapse.errors import ConfigError, RankCollapseError
+from rankcollapse.errors import RankCollapseError
 from rankcollapse.masks import Mask, MaskAnalysis, MaskSchedule
 from rankcollapse.masks import adapt, constructors as c, mask as mask_module, patterns as p, schedule, spec
 
@@ -43,7 +39,7 @@ def _fn(path):
 
 
 # (id, function, leading arguments (a callable of tmp_path: fresh per call), trailing
-# positional arguments (a tuple, or a callable for fresh ones), keyword arguments, the old keyword)
+# positional arguments (a tuple, or a callable for fresh ones), keyword arguments, unused)
 CASES = [
     ("complete", lambda: c.complete, lambda t: (), (), {}, "n"),
     ("causal", lambda: c.causal, lambda t: (), (), {}, "n"),
@@ -132,26 +128,8 @@ def _call(case, tmp_path, how):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_n_tokens_by_position_by_name_and_by_the_old_name(case, tmp_path):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", FutureWarning)  # the new name and a positional call are silent
-        by_position = _call(case, tmp_path, "position")
-        by_name = _call(case, tmp_path, "new")
-    with pytest.warns(FutureWarning, match=rf"\({case[5]}=\.\.\.\) is deprecated and will be removed in 0\.3\.0; use n_tokens=") as rec:
-        by_old_name = _call(case, tmp_path, "old")
-    assert len(rec) == 1 and rec[0].filename == __file__  # one warning, pointing at the caller
-    assert _plain(by_name) == _plain(by_position)
-    assert _plain(by_old_name) == _plain(by_position)
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_old_and_new_name_together_are_refused(case, tmp_path):
-    _, fn, lead, tail, kw, old = case
-    f, tail = fn(), tail() if callable(tail) else tail
-    with pytest.raises(ConfigError, match=rf"give n_tokens= or the deprecated {old}=, not both \(n_tokens was given by keyword\)"):
-        f(*lead(tmp_path), **{old: N, "n_tokens": N}, **kw)
-    with pytest.raises(ConfigError, match=rf"not both \(n_tokens was given by position\)"):
-        f(*lead(tmp_path), N, *tail, **{old: N}, **kw)
+def test_n_tokens_by_position_and_by_name(case, tmp_path):
+    assert _plain(_call(case, tmp_path, "new")) == _plain(_call(case, tmp_path, "position"))
 
 
 #: the mask API, the theory and the other homes of a renamed token count
@@ -185,12 +163,6 @@ def test_no_public_function_takes_the_token_count_as_n():
     found = {qual: list(inspect.signature(fn).parameters) for qual, fn in _public_functions()}
     assert len(found) > 100
     assert [q for q, params in found.items() if {"n", "N"} & set(params)] == []
-    renamed = {q.rsplit(".", 1)[-1].replace("from_edges", "Mask.from_edges")
-               for q, fn in _public_functions() if {"n", "N"} & set(getattr(fn, "__renamed__", {}))}
-    # every renamed function of this change is exercised above (older renames are tested in tests/cli)
-    older = {"check_collapse_bound", "radius_sweep", "check_schedule_bound", "check_sphere_collapse", "equilibria",
-             "envelope_rate", "envelope_crossing_depth", "scrambling_length"}
-    assert renamed - older == {c[0] for c in CASES}
 
 
 # --- the token width d_model (old d=) and the number of samples n_samples (old B=, batch=) ---
@@ -239,8 +211,6 @@ SIZE_CASES = [
     ("masks.adapt.dense_mask", lambda: adapt.dense_mask, lambda: (torch.ones(2, N, N, dtype=torch.bool).tril(), N),
      {"n_samples": 2}, {"batch": "n_samples"}),
 ]
-SIZE_RENAMES = [(case, old) for case in SIZE_CASES for old in case[4]]
-SIZE_IDS = [f"{case[0].rsplit('.', 1)[-1]}-{old}" for case, old in SIZE_RENAMES]
 
 
 def _size_forms(case):
@@ -253,41 +223,19 @@ def _size_forms(case):
     return f, args, kw, first, {**dict(zip(names[first:], args[first:])), **kw}
 
 
-def _size_call(case, how, old=None):
-    """Call ``case`` with its arguments as given (``position``), by name from the first
-    renamed one on (``new``), or so with ``old`` in place of its new name."""
+def _size_call(case, how):
+    """Call ``case`` with its arguments as given (``position``) or by name from the first
+    size argument on (``new``)."""
     f, args, kw, first, keyword = _size_forms(case)
-    if how == "old":
-        keyword[old] = keyword.pop(case[4][old])
     try:
         return _plain(f(*args, **kw) if how == "position" else f(*args[:first], **keyword))
     except RankCollapseError as exc:  # a refusal must read the same by every spelling
         return ("raised", type(exc).__name__, str(exc))
 
 
-@pytest.mark.parametrize(("case", "old"), SIZE_RENAMES, ids=SIZE_IDS)
-def test_sizes_by_position_by_name_and_by_the_old_name(case, old):
-    new = case[4][old]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", FutureWarning)  # the new names and a positional call are silent
-        by_position = _size_call(case, "position")
-        by_name = _size_call(case, "new")
-    with pytest.warns(FutureWarning, match=rf"\({old}=\.\.\.\) is deprecated and will be removed in 0\.3\.0; use {new}=") as rec:
-        by_old_name = _size_call(case, "old", old)
-    assert len(rec) == 1 and rec[0].filename == __file__  # one warning, pointing at the caller
-    assert by_name == by_position
-    assert by_old_name == by_position
-
-
-@pytest.mark.parametrize(("case", "old"), SIZE_RENAMES, ids=SIZE_IDS)
-def test_old_and_new_size_name_together_are_refused(case, old):
-    new = case[4][old]
-    f, args, kw, first, keyword = _size_forms(case)
-    with pytest.raises(ConfigError, match=rf"give {new}= or the deprecated {old}=, not both \({new} was given by keyword\)"):
-        f(*args[:first], **keyword, **{old: keyword[new]})
-    if new not in kw:  # given by position in the case
-        with pytest.raises(ConfigError, match=rf"not both \({new} was given by position\)"):
-            f(*args, **kw, **{old: keyword[new]})
+@pytest.mark.parametrize("case", SIZE_CASES, ids=[c[0] for c in SIZE_CASES])
+def test_sizes_by_position_and_by_name(case):
+    assert _size_call(case, "new") == _size_call(case, "position")
 
 
 def _public_modules():
@@ -315,9 +263,6 @@ NOT_SIZES = {
     ("rankcollapse.dynamics.weights.haar_orthogonal", "d"): "the dimension of the group O(d) drawn from",
     ("rankcollapse.dynamics.weights.haar_orthogonal", "batch"): "a shape tuple (leading dimensions), not a count",
 }
-#: renamed before this change (tested in tests/cli/test_renamed_names.py)
-OLDER_SIZE_RENAMES = {"theory.bound.check_collapse_bound", "theory.sphere.check_sphere_collapse",
-                      "theory.schedule_bound.check_schedule_bound", "theory.equilibria.equilibria"}
 
 
 def test_no_public_function_takes_the_width_as_d_or_the_samples_as_b():
@@ -325,6 +270,3 @@ def test_no_public_function_takes_the_width_as_d_or_the_samples_as_b():
     assert len(found) > 400
     spelt = {(q, p) for q, fn in found.items() for p in inspect.signature(fn).parameters if p in ("d", "B", "batch")}
     assert spelt == set(NOT_SIZES)
-    renamed = {q.removeprefix("rankcollapse.") for q, fn in found.items()
-               if {"d", "B", "batch"} & set(getattr(fn, "__renamed__", {}))}
-    assert renamed - OLDER_SIZE_RENAMES == {c[0] for c in SIZE_CASES}
