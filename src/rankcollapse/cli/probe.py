@@ -188,7 +188,7 @@ def probe_command(
     if save_states is not None:
         from ..models.states import capture_states
 
-        states = capture_states(loaded, wins, mask=mask, d_qk_scale=d_qk_scale, d_qk=d_qk, drop=drop,
+        states = capture_states(loaded, wins, mask=mask, d_qk=d_qk, drop=drop,
                                 batch_size=batch_size, points=points, clip_massive=clip_massive, attentions=attentions)
     if out is not None:
         from .._outdir import writing
