@@ -22,7 +22,7 @@ def test_grouped_call_is_the_keyword_call_bit_for_bit():
                                      record_states=True, record_epsilon=True))
     for name in kw.metrics:
         assert torch.equal(kw.metrics[name], grouped.metrics[name])
-    assert torch.equal(kw.epsilon, grouped.epsilon)
+    assert torch.equal(kw.epsilon_measured, grouped.epsilon_measured)
     assert all(torch.equal(a, b) for a, b in zip(kw.states, grouped.states))
     assert kw.config == grouped.config and grouped.config["variant"] == "post_ln"
 

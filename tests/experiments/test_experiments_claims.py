@@ -211,7 +211,7 @@ def test_configs_hold_the_claims_once():
     for n in EXPERIMENTS:
         for claim in load_config(n).get("claims", []):
             paper = claim["id"].startswith("C")  # G-, I- and L-claims are this project's own
-            own = {"G": "New (issue 31)", "I": "New (issue 29)", "L": "New (temperature laws)"}.get(claim["id"][0])
+            own = {"G": "New", "I": "New", "L": "New (temperature laws)"}.get(claim["id"][0])
             assert claim["effect"] and claim["paper_effect"] in (("Helped", "Hurt", "Mixed") if paper else (own,))
             if claim.get("original"):  # an amended rule keeps its original verdict and the reason
                 assert claim["original"]["verdict"] in C.VERDICTS and claim["original"]["reason"].strip()

@@ -115,7 +115,7 @@ def test_every_module_imports_and_every_file_plot_draws_without_touching_the_bac
                               "measured_rate": [0.5, 0.4, 0.6], "measured_q25": [0.45, 0.35, 0.55],
                               "measured_q75": [0.55, 0.45, 0.65], "log10_layers_per_decade": [1.0, 0.8, 1.2]}})
         plot_study(study, out / "schedules.png", {{"n_tokens": 8, "title": "t",
-                                                 "simulation": {{"d": 4, "n_samples": 2}}}})
+                                                 "simulation": {{"d_model": 4, "n_samples": 2}}}})
         assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
         assert plt.get_fignums() == [], plt.get_fignums()
         print(len(names), len(files))

@@ -440,8 +440,9 @@ def attention_allowed(loaded: Any, mask: Any, point: str, n_tokens: int) -> torc
     keys each query of the attention at ``point``
     (``{prefix}layer.k.attention``) may attend to before padding: the replacement
     ``mask`` (a schedule's layer ``k``), else the model's own pattern (causal for
-    causal families and T5's decoder, complete otherwise)."""
-    return allowed_keys(loaded.family, mask, point, n_tokens)
+    causal families and T5's decoder, complete otherwise); ``loaded`` is read only
+    without ``mask``."""
+    return allowed_keys(getattr(loaded, "family", None), mask, point, n_tokens)
 
 
 def allowed_keys(family_name: str, mask: Any, point: str, n_tokens: int) -> torch.Tensor:
