@@ -41,7 +41,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	@$(choose_torch_index); \
 	echo "$(BIN)/pip install -q $${index:+--index-url $$index }'$(TORCH_SPEC)'"; \
 	$(BIN)/pip install -q $${index:+--index-url "$$index"} '$(TORCH_SPEC)'
-	$(BIN)/pip install -q -e '.[test,distributed]'
+	$(BIN)/pip install -q -e '.[test,distributed,interp]'
 	$(BIN)/pip install -q --no-deps $(ASSETS)
 	touch $@
 
