@@ -24,6 +24,7 @@ from ..metrics.registry import ATTENTION_METRICS
 from ..summary import SUMMARY_COLUMNS, summary_table
 from . import families
 from .interventions import intervene, split_drop
+from .lens import LibraryModel, library_model
 from .loading import as_loaded
 from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
 from .sinks import SINK_METRICS, ValueRecorder, sink_values
@@ -231,7 +232,10 @@ def probe(
     Parameters
     ----------
     loaded : LoadedModel, or any ``transformers.PreTrainedModel`` (with or without a
-        task head; see :func:`rankcollapse.models.as_loaded`).
+        task head; see :func:`rankcollapse.models.as_loaded`), or a TransformerLens
+        ``TransformerBridge`` or an nnsight model around one, recorded by the library
+        (:mod:`rankcollapse.models.lens`; the token metrics of the ``hidden_states``
+        points, without interventions).
     windows : token windows (``rankcollapse.data.make_windows``), ``(B, N)``.
     mask : replacement self-attention mask (a ``rankcollapse.masks.Mask``, a spec string
         or a bool ``(N, N)`` tensor); None keeps the model's own mask.
@@ -305,6 +309,12 @@ def probe(
          2 layer.1.output rank_fraction   1.0          4
          2     final_norm rank_fraction   1.0          4
     """
+    library = library_model(loaded)  # a TransformerLens or nnsight model
+    if library is not None:
+        applied = {"mask": mask is not None, "d_qk_scale": d_qk_scale != 1, "d_qk": d_qk is not None, "drop": bool(drop),
+                   "points": points != "hidden_states", "clip_massive": clip_massive}
+        return _probe_library(library, windows, metrics, batch_size, exclude_special, progress, per_window,
+                              [k for k, v in applied.items() if v])
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
     check_positions(loaded, windows.n_tokens)
@@ -332,6 +342,42 @@ def probe(
         drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_samples, n_tokens=windows.n_tokens,
         **({"clip_massive": True} if clip_massive else {}),
     )
+    return df
+
+
+def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[str] | None, batch_size: int,
+                   exclude_special: bool, progress: bool | None, per_window: bool, refused: list[str]) -> pd.DataFrame:
+    """:func:`probe` of a TransformerLens or nnsight model (:mod:`rankcollapse.models.lens`): the
+    ``hidden_states`` points the library records, measured and summarised as for a transformers model.
+
+    Raises
+    ------
+    ConfigError
+        ``refused`` names an option given (an intervention, other ``points``), or ``metrics``
+        names attention or sink metrics: the library runs the model unchanged and records
+        the ``hidden_states`` points only.
+    """
+    names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
+    refused = refused + [n for n in names if n in ATTENTION_METRICS or n in SINK_METRICS]
+    if refused:
+        raise ConfigError(f"{refused[0]}: not available for a {library.library} model, which is probed unchanged at "
+                          "its hidden_states points with token metrics; pass the transformers model itself")
+    loaded = library.loaded
+    check_positions(loaded, windows.n_tokens)
+    check_token_ids(loaded, windows)
+    values: dict[tuple[str, str], list[torch.Tensor]] = {}
+    with steps(-(-windows.n_samples // batch_size), "probe: batches", progress) as bar, torch.no_grad():
+        for start in range(0, windows.n_samples, batch_size):
+            ids = windows.input_ids[start : start + batch_size]
+            am = windows.attention_mask[start : start + batch_size]
+            real = am.bool()
+            if exclude_special:
+                real = real & ~windows.special_tokens_mask[start : start + batch_size]
+            add_point_metrics(library.record(model_inputs(loaded, ids, am)), tuple(ids.shape), real, names, values)
+            bar.advance()
+    df = _summarise(values, [(p, names) for p in library.points], [], per_window, library.points)
+    df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), library=library.library,
+                    mask=None, d_qk_scale=1.0, d_qk=None, drop=[], n_windows=windows.n_samples, n_tokens=windows.n_tokens)
     return df
 
 
