@@ -92,6 +92,8 @@ def test_a_transformer_lens_bridge_is_probed_at_its_cached_residual_stream(gpt2,
     # embeddings are TransformerLens's token plus position embeddings
     assert_metrics_of(df[df["point"] == "embeddings"], {"embeddings": cache["hook_embed"] + cache["hook_pos_embed"]},
                       windows.attention_mask)
+    # the bridge's hook_normalized is before the final norm's scale and bias; hook_out after them
+    assert not torch.allclose(cache["ln_final.hook_normalized"], cache["ln_final.hook_out"], atol=1e-2)
     assert list(df["layer"].drop_duplicates()) == [0, 1, 2]
     assert df.attrs["library"] == "transformer_lens" and df.attrs["family"] == "gpt2"
     assert "blocks.k.hook_resid_post" in df.attrs["notes"][0] and len(df.attrs["notes"]) == 1
@@ -113,8 +115,21 @@ def test_processed_weights_are_recorded_as_transformer_lens_computes_them(gpt2, 
     assert not np.allclose(df[df["metric"] == "avg_abs_cos"]["mean"], plain["mean"], rtol=1e-3)
 
 
-def test_an_nnsight_model_is_probed_at_its_saved_outputs(gpt2, windows):
-    model = nnsight.NNsight(copy.deepcopy(gpt2))
+def word_tokenizer(vocab_size: int) -> tf.PreTrainedTokenizerFast:
+    """A word-level tokenizer ``t0 ... t{vocab_size-1}``, built offline (TransformersModel wants one)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t1"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tf.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="t0")
+
+
+@pytest.mark.parametrize("wrapper", ["NNsight", "TransformersModel"])
+def test_an_nnsight_model_is_probed_at_its_saved_outputs(gpt2, windows, wrapper):
+    if wrapper == "NNsight":
+        model = nnsight.NNsight(copy.deepcopy(gpt2))
+    else:
+        model = nnsight.TransformersModel(copy.deepcopy(gpt2), tokenizer=word_tokenizer(gpt2.config.vocab_size))
     df = probe(model, windows, metrics=METRICS, per_window=True, progress=False)
     am = windows.attention_mask
     positions = torch.where(am.bool(), am.cumsum(-1) - 1, 0)  # the k-th real token at position k

@@ -5,17 +5,15 @@ and an nnsight model, recorded with the library's own mechanism.
 and records the same ``hidden_states`` points (``embeddings``, every ``layer.k.output``,
 ``final_norm``), so the three give the same table when they run the same weights.
 
-TransformerLens 4 (its ``HookedTransformer`` was replaced by ``TransformerBridge``):
-the points are read from ``run_with_cache`` with ``names_filter`` set to
+TransformerLens 4 (whose ``TransformerBridge`` replaced ``HookedTransformer``): the
+points are read from ``run_with_cache`` with ``names_filter`` set to their hooks,
+:data:`LENS_HOOKS`:
 
-==================  ============================
-point               hook
-==================  ============================
-``embeddings``      ``blocks.0.hook_resid_pre`` (``hook_embed + hook_pos_embed`` where positions are added)
-``layer.k.output``  ``blocks.k.hook_resid_post``
-``final_norm``      ``ln_final.hook_out`` (the norm's output, after its scale and bias;
-                    the bridge's ``ln_final.hook_normalized`` is taken before them)
-==================  ============================
+- ``embeddings``: ``blocks.0.hook_resid_pre`` (``hook_embed + hook_pos_embed`` where
+  positions are added to the embeddings);
+- ``layer.k.output``: ``blocks.k.hook_resid_post``;
+- ``final_norm``: ``ln_final.hook_out``, the norm's output after its scale and bias (the
+  bridge's ``ln_final.hook_normalized`` is taken before them).
 
 The residual stream is the one TransformerLens computes. A bridge on which
 ``enable_compatibility_mode()`` or ``process_weights()`` ran has processed weights, as
@@ -25,8 +23,8 @@ mean over ``d`` from what each component writes into the residual stream, and
 and ranks are those of the processed model, not of the transformers model; the
 table's notes say so.
 
-nnsight (``NNsight(model)``, ``LanguageModel(model)``, any ``Envoy`` around a
-transformers model): the points are the module inputs and outputs that
+nnsight (``NNsight(model)``, ``TransformersModel(model, tokenizer=...)``, any ``Envoy``
+around a transformers model): the points are the module inputs and outputs that
 :class:`~rankcollapse.models.Recorder` reads (block 0's input, each block's output,
 the final norm's output), saved with ``.save()`` inside ``model.trace(...)`` on the
 envoys of those modules; the model runs on the inputs
