@@ -178,3 +178,19 @@ def test_only_library_models_take_the_library_route(gpt2):
     assert library_model(gpt2) is None
     with pytest.raises(ModelError, match="transformers"):
         library_model(nnsight.NNsight(torch.nn.Linear(3, 3)))
+
+
+@pytest.mark.parametrize("kind", ["bert", "t5", "llama", "roberta", "distilbert"])
+def test_an_nnsight_model_gives_the_transformers_table_in_every_family(kind, make_tiny, make_windows_tiny):
+    """Encoders, T5's two stacks and decoders: nnsight records the probe's points of the same
+    forward pass (the probe's model inputs), so the tables are equal; windows with padding."""
+    windows = make_windows_tiny()
+    reference = probe(make_tiny(kind), windows, metrics=METRICS, progress=False)
+    table = probe(nnsight.NNsight(make_tiny(kind).model), windows, metrics=METRICS, progress=False)
+    assert table[["layer", "point", "metric", "n_samples"]].equals(reference[["layer", "point", "metric", "n_samples"]])
+    np.testing.assert_allclose(table["mean"], reference["mean"], rtol=1e-9, atol=1e-12, equal_nan=True)
+
+
+def test_an_nnsight_model_with_a_shared_block_is_refused(make_tiny):
+    with pytest.raises(ModelError, match="runs one module as several blocks"):
+        library_model(nnsight.NNsight(make_tiny("albert").model))

@@ -147,7 +147,7 @@ def _nnsight_model(envoy: Any) -> LibraryModel:
             taps[name] = (envoy.get(path) if path else envoy, tap.io, tap.index)
             points[name] = families.depth_of(name, stack)
     loaded.notes = ["recorded by nnsight model.trace(): .save() of block 0's input, each block's output and the "
-                    "final norm's output"]
+                    "final norm's output where there is one"]
 
     def record(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         with envoy.trace(**inputs):
