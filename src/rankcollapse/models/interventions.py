@@ -24,6 +24,8 @@ All are forward hooks, plus one attribute swap (``scaling``) restored on exit:
 
 * **clip_massive** -- the massive token's residual row is scaled to the median token
   norm at the first block where it appears (:mod:`rankcollapse.models.massive`).
+* **edits** -- ``fn(tensor, context) -> tensor`` at any point or module path
+  (:mod:`rankcollapse.models.edits`: head ablation and activation patching are such edits).
 
 Recorded ``attn_output``/``mlp_output`` points show what the block adds after
 interventions (0 for a dropped MLP, branch - residual when skip is dropped).
@@ -33,8 +35,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -44,6 +46,7 @@ from ..masks import dense_mask
 from ..masks.schedule import is_schedule, parse_schedule
 from ..masks.rows import check_rows_allow_key
 from . import families
+from .edits import Editor
 from .families import Stack, Tap
 from .loading import as_loaded
 
@@ -259,6 +262,8 @@ def intervene(
     drop: Sequence[str] | str = (),
     attention_mask: torch.Tensor | None = None,
     clip_massive: bool = False,
+    edits: Mapping[str, Any] | None = None,
+    windows: range | None = None,
 ) -> Iterator[None]:
     """Apply interventions (module docstring) to ``loaded.model`` inside the block.
 
@@ -279,6 +284,11 @@ def intervene(
         first block output where it appears (:class:`~rankcollapse.models.massive.MassiveClip`);
         composes with ``mask``, ``d_qk_scale`` and ``drop`` (it runs after them on
         each block's output).
+    edits : point name (or ``module:PATH``) -> ``fn(tensor, context) -> tensor``
+        (:class:`~rankcollapse.models.edits.Editor`); they run after ``drop`` and before
+        ``clip_massive`` where they share a module.
+    windows : the rows of the probed windows this batch holds, told to each edit
+        (:class:`~rankcollapse.models.edits.EditContext`); default ``range(B)``.
 
     Raises
     ------
@@ -324,11 +334,13 @@ def intervene(
     loaded = as_loaded(loaded)
     drop_list = split_drop(drop) if isinstance(drop, str) else list(drop)
     if mask is None and d_qk_scale == 1.0 and not drop_list and not clip_massive:
-        yield
+        with Editor(loaded, edits, attention_mask=attention_mask, windows=windows) if edits else nullcontext():
+            yield
         return
     stack_list = _supported(loaded, "intervention (mask, d_qk_scale, drop)")
     handles: list[Any] = []
     restore: list[tuple[nn.Module, float]] = []
+    editor = Editor(loaded, edits, attention_mask=attention_mask, windows=windows) if edits else None
     try:
         for stack in stack_list:
             attn_modules = _distinct([p.self_attn for p in stack.blocks])
@@ -342,10 +354,15 @@ def intervene(
                     m.scaling = m.scaling / math.sqrt(d_qk_scale)
             if drop_list:
                 handles.extend(_install_drops(loaded, stack, drop_list))
+        if editor is not None:
+            editor.__enter__()
+        for stack in stack_list:
             if clip_massive:
                 handles.extend(_install_clip(loaded, stack, attention_mask))
         yield
     finally:
+        if editor is not None:
+            editor.__exit__(None, None, None)
         for h in handles:
             h.remove()
         for m, value in restore:
