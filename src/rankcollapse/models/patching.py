@@ -53,6 +53,29 @@ def patch(loaded: Any, clean: Any, corrupted: Any, *, point: str, head: int | No
         ``layer.k.heads`` or outside ``0..H-1``.
     ModelError
         An unknown point.
+
+    See Also
+    --------
+    rankcollapse.models.HeadAblation : remove heads instead of patching them.
+    rankcollapse.models.edits.Editor : the edit that puts the clean tensor in place.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> _ = torch.manual_seed(0)
+    >>> config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, bos_token_id=0, eos_token_id=0)
+    >>> model = transformers.GPT2Model(config).eval()  # a tiny randomly initialised GPT-2
+    >>> from rankcollapse.data import Windows
+    >>> def windows(seed):
+    ...     ids = torch.randint(0, 50, (4, 8), generator=torch.Generator().manual_seed(seed))
+    ...     return Windows(ids, torch.ones_like(ids), torch.zeros_like(ids, dtype=torch.bool))
+    >>> df = patch(model, windows(0), windows(1), point="layer.0.heads", head=1, metrics=["mu"])
+    >>> print(df[["layer", "point"]].assign(changed=df["mean"] != 0).to_string(index=False))
+     layer          point  changed
+         0     embeddings    False
+         1 layer.0.output     True
+         2 layer.1.output     True
+         2     final_norm     True
     """
     loaded = as_loaded(loaded)
     if tuple(clean.input_ids.shape) != tuple(corrupted.input_ids.shape):
