@@ -41,7 +41,8 @@ def probe_command(
     drop: str = typer.Option("", "--drop", help="components to remove: skip,mlp,norm[,final_norm]; 'mlp:0-3' for blocks"),
     clip_massive: bool = typer.Option(False, "--clip-massive", help="scale each window's massive token (max/median "
                                       "token norm >= 10) to the median norm at the block where it appears; "
-                                      "composes with --mask and --drop"),
+                                      "composes with --mask and --drop; stderr says where it clipped and whether "
+                                      "a later block's token is massive again (JSON: massive_clips)"),
     points: str = typer.Option("hidden_states", "--points", help="hidden_states or all, plus any "
                                 "module:PATH items (the output of a named_modules() path, e.g. "
                                 "hidden_states,module:model.layers.3.self_attn)"),
@@ -166,6 +167,13 @@ def probe_command(
             runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk=d_qk, drop=drop,
                                                    batch_size=batch_size, points=points, metrics=metric_names,
                                                    clip_massive=clip_massive)))
+        if clip_massive:  # where each run clipped, and whether the token came back
+            from ..models.massive import clip_report
+
+            many = len(names) > 1 or control is not None
+            for run_loaded, _, run_table in runs[-(1 if control is None else 2):]:
+                line = clip_report(run_table.attrs["massive_clips"], wins.n_samples)
+                notes.append(f"{run_loaded.name}: {line}" if many else line)
     if parity:
         _report_parity([table for _, _, table in runs], fmt)
         _echo_notes(notes)
@@ -478,7 +486,8 @@ def to_json(table: Any) -> dict[str, Any]:
         "model": attrs.get("model"), "family": attrs.get("family"), "n_windows": attrs.get("n_windows"),
         "n_tokens": attrs.get("n_tokens"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
         "d_qk": attrs.get("d_qk"),
-        "drop": attrs.get("drop"), **({"clip_massive": True} if attrs.get("clip_massive") else {}),
+        "drop": attrs.get("drop"),
+        **({"clip_massive": True, "massive_clips": attrs.get("massive_clips")} if attrs.get("clip_massive") else {}),
         "notes": attrs.get("notes"), "layers": layers,
     }
 

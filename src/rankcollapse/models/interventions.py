@@ -264,8 +264,10 @@ def intervene(
     clip_massive: bool = False,
     edits: Mapping[str, Any] | None = None,
     windows: range | None = None,
-) -> Iterator[None]:
-    """Apply interventions (module docstring) to ``loaded.model`` inside the block.
+) -> Iterator[list[Any]]:
+    """Apply interventions (module docstring) to ``loaded.model`` inside the block; the
+    block gets the :class:`~rankcollapse.models.massive.MassiveClip` of each stack
+    (empty without ``clip_massive``), whose ``found`` reports the latest forward pass.
 
     Parameters
     ----------
@@ -335,7 +337,7 @@ def intervene(
     drop_list = split_drop(drop) if isinstance(drop, str) else list(drop)
     if mask is None and d_qk_scale == 1.0 and not drop_list and not clip_massive:
         with Editor(loaded, edits, attention_mask=attention_mask, windows=windows) if edits else nullcontext():
-            yield
+            yield []
         return
     stack_list = _supported(loaded, "intervention (mask, d_qk_scale, drop)")
     handles: list[Any] = []
@@ -356,10 +358,8 @@ def intervene(
                 handles.extend(_install_drops(loaded, stack, drop_list))
         if editor is not None:
             editor.__enter__()
-        for stack in stack_list:
-            if clip_massive:
-                handles.extend(_install_clip(loaded, stack, attention_mask))
-        yield
+        clips = [_install_clip(loaded, stack, attention_mask, handles) for stack in stack_list] if clip_massive else []
+        yield clips
     finally:
         if editor is not None:
             editor.__exit__(None, None, None)
@@ -384,7 +384,9 @@ def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask
     return [m.register_forward_pre_hook(_mask_hook(m, arg, value), with_kwargs=True) for m in attn_modules]
 
 
-def _install_clip(loaded: Any, stack: Stack, attention_mask: Any) -> list[Any]:
+def _install_clip(loaded: Any, stack: Stack, attention_mask: Any, handles: list[Any]) -> Any:
+    """Install a :class:`~rankcollapse.models.massive.MassiveClip` on ``stack`` (its hook
+    handles appended to ``handles``); returns it."""
     from .massive import MassiveClip
 
     if attention_mask is None:
@@ -392,7 +394,9 @@ def _install_clip(loaded: Any, stack: Stack, attention_mask: Any) -> list[Any]:
     padding = attention_mask.to(loaded.device)
     if stack.prefix == "decoder.":
         padding = torch.cat([torch.ones_like(padding[:, :1]), padding[:, :-1]], dim=1)
-    return MassiveClip(stack, padding).install(loaded.model)
+    clip = MassiveClip(stack, padding)
+    handles.extend(clip.install(loaded.model))
+    return clip
 
 
 def _install_schedule(loaded: Any, stack: Stack, attn_modules: list[nn.Module], schedule: Any, padding: torch.Tensor,

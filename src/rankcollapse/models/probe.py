@@ -284,7 +284,11 @@ def probe(
         Padding is always left out.
     progress : a progress bar over batches on stderr; None = only on a terminal.
     clip_massive : scale each window's massive token to the median norm at the block
-        where it appears (:mod:`rankcollapse.models.massive`), with any other intervention.
+        where it appears (:mod:`rankcollapse.models.massive`), with any other intervention;
+        ``df.attrs["massive_clips"]`` then lists, per clipped window, where it clipped and
+        whether a later block's output is massive again
+        (:meth:`~rankcollapse.models.massive.MassiveClip.records`;
+        :func:`~rankcollapse.models.massive.clip_report` says it in one line).
     edits : point name (``layer.3.output``, ``layer.3.heads``...) or ``module:PATH`` ->
         ``fn(tensor, context) -> tensor``, applied in the forward pass; every point is
         measured on the edited model (:mod:`rankcollapse.models.edits`).
@@ -349,10 +353,11 @@ def probe(
     point_list = _point_list(loaded, points) if names else []
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attn_names else []
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
+    clip_records: list[dict[str, Any]] | None = [] if clip_massive else None
     with steps(-(-windows.n_samples // batch_size), "probe: batches", progress) as bar:
         for start in range(0, windows.n_samples, batch_size):
             _probe_batch(loaded, windows, start, batch_size, mask, d_qk_scale, drop, point_list, names,
-                         exclude_special, values, attn_names, sink_names, clip_massive, all_edits)
+                         exclude_special, values, attn_names, sink_names, clip_massive, all_edits, clip_records)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
     df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
@@ -362,7 +367,7 @@ def probe(
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
         d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
         drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_samples, n_tokens=windows.n_tokens,
-        **({"clip_massive": True} if clip_massive else {}),
+        **({"clip_massive": True, "massive_clips": clip_records} if clip_massive else {}),
         **({"edits": list(edits)} if edits else {}),
         **({"ablate_heads": {"heads": [list(kh) for kh in ablate_heads.heads], "mode": ablate_heads.mode}}
            if ablate_heads is not None else {}),
@@ -395,7 +400,7 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
                  drop: Any, point_list: list[str], names: Sequence[str], exclude_special: bool,
                  values: dict[tuple[str, str], list[torch.Tensor]], attn_names: tuple[str, ...] = (),
                  sinks: Sequence[str] = (), clip_massive: bool = False,
-                 edits: Mapping[str, EditFn] | None = None) -> None:
+                 edits: Mapping[str, EditFn] | None = None, clip_records: list[dict[str, Any]] | None = None) -> None:
     """One forward pass over windows ``start : start + batch_size``; appends each point's
     metrics ``(batch,)`` to ``values[(point, metric)]`` (with ``attn_names``, also those
     metrics of :data:`~rankcollapse.metrics.ATTENTION_METRICS` of every block's attention; with ``sinks``, those of :mod:`~rankcollapse.models.sinks`)."""
@@ -406,9 +411,11 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
     if exclude_special:
         real = real & ~windows.special_tokens_mask[start : start + batch_size]
     stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
-    rec, vrec = _record_batch(loaded, inputs, am, mask, d_qk_scale, drop, point_list, bool(attn_names) or bool(sinks),
-                              stack_list if "sink_value_ratio" in sinks else [], clip_massive, edits,
-                              range(start, start + int(ids.shape[0])))
+    rec, vrec, clips = _record_batch(loaded, inputs, am, mask, d_qk_scale, drop, point_list,
+                                     bool(attn_names) or bool(sinks), stack_list if "sink_value_ratio" in sinks else [],
+                                     clip_massive, edits, range(start, start + int(ids.shape[0])))
+    if clip_records is not None:
+        clip_records.extend(r for clip in clips for r in clip.records(start))
     add_point_metrics(rec.outputs, tuple(ids.shape), real, names, values)
     if sinks:
         def padding_of(point: str) -> torch.Tensor:  # keys and queries: every real token
@@ -440,9 +447,10 @@ def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, mask:
 def _record_batch(loaded: Any, inputs: dict[str, torch.Tensor], am: torch.Tensor, mask: Any, d_qk_scale: float,
                   drop: Any, point_list: list[str], attentions: bool = False, value_stacks: Sequence[Any] = (),
                   clip_massive: bool = False, edits: Mapping[str, EditFn] | None = None,
-                  window_rows: range | None = None) -> tuple[Recorder, ValueRecorder]:
+                  window_rows: range | None = None) -> tuple[Recorder, ValueRecorder, list[Any]]:
     """One forward pass of ``inputs`` under the interventions, recording ``point_list``
-    (and attention probabilities, and the values of ``value_stacks``).
+    (and attention probabilities, and the values of ``value_stacks``); also returns the
+    :class:`~rankcollapse.models.massive.MassiveClip` of each stack (with ``clip_massive``).
 
     Raises
     ------
@@ -450,14 +458,14 @@ def _record_batch(loaded: Any, inputs: dict[str, torch.Tensor], am: torch.Tensor
         A ``module:PATH`` point whose module did not run.
     """
     with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am, clip_massive=clip_massive,
-                   edits=edits, windows=window_rows):
+                   edits=edits, windows=window_rows) as clips:
         with Recorder(loaded, point_list, attentions=attentions) as rec, ValueRecorder(list(value_stacks)) as vrec:
             loaded.model(**inputs)
     silent = [p for p in point_list if p.startswith(MODULE_PREFIX) and p not in rec.outputs]
     if silent:
         raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
                          "ModuleList, or an unused branch); record a module that runs")
-    return rec, vrec
+    return rec, vrec, clips
 
 
 def add_point_metrics(outputs: dict[str, Any], shape: tuple[int, int], real: torch.Tensor, names: Sequence[str],
