@@ -102,7 +102,7 @@ def probe_command(
     if influence:
         from ._probe_influence import check_influence_options
 
-        check_influence_options(metrics=metrics, mask=mask, d_qk=d_qk, drop=drop,
+        check_influence_options(metrics=metrics, d_qk=d_qk, drop=drop,
                                 points=points, attentions=attentions, clip_massive=clip_massive, control=control,
                                 ablate_heads=ablate_heads, patch_from=patch_from)
     names = _model_names(model)
@@ -174,7 +174,7 @@ def probe_command(
         if influence:
             from ..models.influence import measure_influence
 
-            runs.append((loaded, wins, measure_influence(loaded, wins, batch_size=batch_size, seed=seed)))
+            runs.append((loaded, wins, measure_influence(loaded, wins, mask=mask, batch_size=batch_size, seed=seed)))
             continue
         if clean is not None:
             table = models.patch(loaded, clean, wins, point=patch_point, head=patch_head, metrics=metric_names,
