@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from family_configs import build
+
 from rankcollapse.data import Windows
 from rankcollapse.errors import ConfigError, ModelError
-from rankcollapse.models import Recorder, probe
+from rankcollapse.models import Recorder, as_loaded, probe
 from rankcollapse.models.edits import HeadAblation, parse_heads
 from rankcollapse.models.patching import patch
 
@@ -198,3 +200,25 @@ def test_refusals(make_tiny, make_windows_tiny):
     short = Windows(corrupted.input_ids[:, :5], corrupted.attention_mask[:, :5], corrupted.special_tokens_mask[:, :5])
     with pytest.raises(ConfigError, match="differ in shape"):
         patch(loaded, clean, short, point="layer.0.output")
+
+
+@pytest.mark.parametrize("kind, out_proj", [("gpt_neox", "attention.dense"), ("opt", "self_attn.out_proj"),
+                                            ("phi", "self_attn.dense"), ("distilbert", "attention.out_lin")])
+def test_record_only_families_take_edits_and_head_ablation(kind, out_proj, make_windows_tiny):
+    loaded, w = as_loaded(build(kind)), make_windows_tiny()
+    assert loaded.family == "generic"
+    blocks = next(m for m in loaded.model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == 3)
+    got = _probe(loaded, w, edits={"layer.1.output": lambda X, ctx: X.flip(1)})
+    want = _by_hand(loaded, w, blocks[1], lambda m, a, out: (out[0].flip(1),) + tuple(out[1:])
+                    if isinstance(out, tuple) else out.flip(1))
+    _same(got, want)
+
+    def hook(module, args):
+        Z = args[0].clone()
+        Z[..., 2 * D_HEAD: 3 * D_HEAD] = 0
+        return (Z,) + args[1:]
+
+    got = _probe(loaded, w, ablate_heads=HeadAblation(((1, 2),)))
+    _same(got, _by_hand(loaded, w, blocks[1].get_submodule(out_proj), hook, pre=True))
+    plain = _probe(loaded, w)
+    assert not all(np.allclose(a, b, rtol=1e-4) for a, b in zip(got["values"], plain["values"]))

@@ -157,8 +157,9 @@ class Editor:
 
     Parameters
     ----------
-    loaded : LoadedModel or a transformers model (a family with the full layout, or
-        ``module:PATH`` points only).
+    loaded : LoadedModel or a transformers model (any family that records; the generic
+        layout has ``embeddings``, ``layer.k.input``, ``layer.k.output``, ``layer.k.heads``
+        where its output projection is known, and ``module:PATH``).
     edits : point name -> ``fn(tensor, context) -> tensor`` (module docstring); the
         returned tensor must have the shape it was given, and is cast to its dtype.
     attention_mask, windows : passed to each edit in its :class:`EditContext`.
@@ -175,8 +176,7 @@ class Editor:
                  windows: range | None = None):
         loaded = as_loaded(loaded)
         self.model: nn.Module = loaded.model
-        table = {} if loaded.family == families.GENERIC.name else resolve_points(
-            families.stacks(self.model, loaded.family))
+        table = resolve_points(families.stacks(self.model, loaded.family))
         self.heads = n_heads(self.model) if any(p.endswith("." + HEADS) for p in edits) else 0
         self.plan: dict[tuple[int, str], dict[int, list[tuple[str, int, EditFn]]]] = defaultdict(
             lambda: defaultdict(list))
@@ -256,13 +256,15 @@ def check_ablation(loaded: Any, ablation: HeadAblation) -> None:
     ConfigError
         A layer >= the number of blocks or a head >= H (names both).
     ModelError
-        A family without the full layout (no output projection to hook).
+        A model whose output projection is not known (a generic layout other than
+        GPT-NeoX, OPT, Phi and DistilBERT).
     """
     loaded = as_loaded(loaded)
-    if loaded.family == families.GENERIC.name:
-        raise ModelError(f"head ablation is not supported for the generic family ({type(loaded.model).__name__}); "
-                         f"supported families: {', '.join(families.REGISTRY)}")
-    L, H = families.stacks(loaded.model, loaded.family)[0].n_layers, n_heads(loaded.model)
+    stack = families.stacks(loaded.model, loaded.family)[0]
+    if any(parts.out_proj is None for parts in stack.blocks):
+        raise ModelError(f"{type(loaded.model).__name__} ({loaded.family} layout) has no self-attention output "
+                         "projection the toolkit knows; head ablation hooks its input")
+    L, H = stack.n_layers, n_heads(loaded.model)
     bad = [(k, h) for k, h in ablation.heads if k >= L or h >= H]
     if bad:
         raise ConfigError(f"ablate_heads {bad}: the model has layers 0..{L - 1} and heads 0..{H - 1}")
