@@ -33,6 +33,9 @@ def probe_command(
                                           "sigma_min,avg_abs_cos"),
     corpus: str = typer.Option("wiki", "--corpus", help="wiki: the shipped Wikipedia extracts"),
     text_file: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 file, one document per line (or .jsonl)"),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="UTF-8 file, one prompt per line (or .jsonl): "
+                                           "one window each, of its own length, right-padded to the longest "
+                                           "(padding is left out of every metric)"),
     windows: int = typer.Option(16, "--n-samples", help="number of token windows B"),
     length: int = typer.Option(128, "--n-tokens", help="tokens per window N"),
     mask: Optional[str] = typer.Option(None, "--mask", help="replacement self-attention mask spec"),
@@ -97,7 +100,8 @@ def probe_command(
     if parity:
         refuse_options(_PARITY_OPTIONS, "--parity compares the model's own forward pass with transformers', "
                        "without interventions or outputs")
-    for flag, path in (("--text-file", text_file), ("--windows-file", windows_file), ("--patch-from", patch_from)):
+    for flag, path in (("--text-file", text_file), ("--windows-file", windows_file), ("--patch-from", patch_from),
+                       ("--prompts", prompts)):
         _check_input_file(flag, path)  # before anything heavy is imported
     if influence:
         from ._probe_influence import check_influence_options
@@ -114,7 +118,9 @@ def probe_command(
     if windows < 1 or length < 2 or batch_size < 1:
         raise ConfigError(f"--n-samples and --batch-size must be >= 1 and --n-tokens >= 2 "
                           f"(got {windows}, {batch_size}, {length})")
-    _check_interventions(mask, 1.0 if d_qk is None else d_qk, "--d-qk", drop, length)
+    if prompts is not None:
+        _check_prompts(text_file, windows_file, corpus)
+    _check_interventions(mask, 1.0 if d_qk is None else d_qk, "--d-qk", drop, None if prompts is not None else length)
     heads = _check_edits(ablate_heads, ablation, patch_from, patch_point, patch_head, n_models=len(names),
                          attentions=attentions, save_states=save_states, control=control, out=out,
                          others={"--mask": mask, "--d-qk": d_qk, "--drop": drop or None,
@@ -152,14 +158,20 @@ def probe_command(
         given = _given_windows(windows_file, windows, length, tokenizer, text_file, corpus)
         prepared = [(model, None, given) for model in names]
     else:
-        texts = data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
+        texts = data.read_text_file(text_file) if text_file is not None else [] if prompts is not None else \
+            data.wikipedia_texts()
         prepared = []
         for model in names:
             tok = models.loading.load_tokenizer(model, gguf_file=gguf_file, tokenizer=tokenizer)
-            prepared.append((model, tok, data.make_windows(texts, tok, n_tokens=length, n_samples=windows, seed=seed,
-                                                           allow_fewer=text_file is not None)))
+            if prompts is not None:  # one window per line, padded to the longest
+                wins = data.prompt_windows(data.read_text_file(prompts), tok)
+                _check_interventions(mask, 1.0, "--d-qk", "", wins.n_tokens)
+            else:
+                wins = data.make_windows(texts, tok, n_tokens=length, n_samples=windows, seed=seed,
+                                         allow_fewer=text_file is not None)
+            prepared.append((model, tok, wins))
     clean = None if patch_from is None else _patch_windows(patch_from, prepared[0], names[0], gguf_file, tokenizer,
-                                                           seed)
+                                                           seed, prompts=prompts is not None)
     runs = []  # (loaded, windows, table) per model; nothing is written until every model ran
     notes: list[str] = []  # printed once the command succeeded: a failure is one line
     for model, tok, wins in prepared:
@@ -483,6 +495,18 @@ def _explicit_options() -> set[str]:
     return {name for name in ctx.params if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
 
 
+def _check_prompts(text_file: Optional[Path], windows_file: Optional[Path], corpus: str) -> None:
+    """``--prompts`` makes the windows itself: the options that make or size other windows
+    are refused."""
+    given = _explicit_options()
+    for flag, value in (("--text-file", text_file), ("--windows-file", windows_file),
+                        ("--corpus", None if corpus == "wiki" else corpus),
+                        ("--n-samples", "windows" in given or None), ("--n-tokens", "length" in given or None),
+                        ("--seed", "seed" in given or None)):
+        if value is not None:
+            raise ConfigError(f"--prompts makes one window per line, of its own length; {flag} does not apply")
+
+
 def _check_edits(ablate_heads: Optional[str], ablation: Optional[str], patch_from: Optional[Path],
                  patch_point: Optional[str], patch_head: Optional[int], *, n_models: int, attentions: bool,
                  save_states: Optional[Path], control: Optional[str], out: Optional[Path],
@@ -519,15 +543,18 @@ def _check_edits(ablate_heads: Optional[str], ablation: Optional[str], patch_fro
 
 
 def _patch_windows(path: Path, prepared: tuple, model: str, gguf_file: Optional[str], tokenizer: Optional[str],
-                   seed: int) -> Any:
-    """The clean windows of ``--patch-from``: a windows.npz as it is, or text cut with the
-    probed windows' tokenizer, length and number; refused unless they match the probed
-    windows' shape and padding (checked before the model loads)."""
+                   seed: int, prompts: bool = False) -> Any:
+    """The clean windows of ``--patch-from``: a windows.npz as it is, prompts (with
+    ``--prompts``) or text cut with the probed windows' tokenizer, length and number;
+    refused unless they match the probed windows' shape and padding (checked before the
+    model loads)."""
     from .. import data
 
     _, tok, wins = prepared
     if path.suffix == ".npz":
         clean = data.Windows.load(path)
+    elif prompts:
+        clean = data.prompt_windows(data.read_text_file(path), tok)
     else:
         tok = tok if tok is not None else models.loading.load_tokenizer(model, gguf_file=gguf_file, tokenizer=tokenizer)
         clean = data.make_windows(data.read_text_file(path), tok, n_tokens=wins.n_tokens, n_samples=wins.n_samples,
@@ -540,14 +567,15 @@ def _patch_windows(path: Path, prepared: tuple, model: str, gguf_file: Optional[
     return clean
 
 
-def _check_interventions(mask: Optional[str], temperature: float, flag: str, drop: str, length: int) -> None:
+def _check_interventions(mask: Optional[str], temperature: float, flag: str, drop: str,
+                         length: Optional[int]) -> None:
     """Fail on bad intervention options before the (slow) model load."""
     check_float(temperature, flag, low=0, strict_low=True)
     components = models.interventions.COMPONENTS
     for item in models.interventions.split_drop(drop):
         if item.partition(":")[0] not in components:
             raise ConfigError(f"unknown component to drop {item!r}; choose from {', '.join(components)}")
-    if mask is not None:
+    if mask is not None and length is not None:  # None: the windows' length is not known yet
         masks.parse_schedule(mask, length) if masks.is_schedule(mask) else masks.dense_mask(mask, length)
 
 
