@@ -41,7 +41,8 @@ def _by_hand(loaded, w, module, hook, pre=False, **kw):
 def _out_proj(loaded, layer):
     m = loaded.model
     return {"gpt2": lambda: m.h[layer].attn.c_proj, "llama": lambda: m.layers[layer].self_attn.o_proj,
-            "bert": lambda: m.encoder.layer[layer].attention.output.dense}[loaded.family]()
+            "bert": lambda: m.encoder.layer[layer].attention.output.dense,
+            "t5": lambda: m.encoder.block[layer].layer[0].SelfAttention.o}[loaded.family]()
 
 
 def _blocks(loaded):
@@ -77,7 +78,7 @@ def test_edit_at_an_input_point_equals_a_hand_pre_hook(make_tiny, make_windows_t
     _same(got, want)
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "bert", "t5"])
 def test_zero_ablation_equals_zeroed_columns_of_the_output_projection_input(kind, make_tiny, make_windows_tiny):
     loaded, w = make_tiny(kind), make_windows_tiny()
 
@@ -90,6 +91,37 @@ def test_zero_ablation_equals_zeroed_columns_of_the_output_projection_input(kind
     got = _probe(loaded, w, ablate_heads=HeadAblation(((1, 2), (1, 0))))
     _same(got, _by_hand(loaded, w, _out_proj(loaded, 1), hook, pre=True))
     assert got.attrs["ablate_heads"] == {"heads": [[1, 2], [1, 0]], "mode": "zero"}
+
+
+def test_ablation_in_a_shared_layer_acts_at_its_depth_only(make_tiny, make_windows_tiny):
+    # ALBERT runs one layer at every depth: the hand hook counts the calls of the
+    # shared projection in each forward pass and zeroes head 1 at the second call only
+    loaded, w = make_tiny("albert"), make_windows_tiny()
+    dense = loaded.model.encoder.albert_layer_groups[0].albert_layers[0].attention.dense
+    calls = {"n": 0}
+
+    def reset(module, args, kwargs):
+        calls["n"] = 0
+
+    def hook(module, args):
+        calls["n"] += 1
+        if calls["n"] != 2:
+            return None
+        Z = args[0].clone()
+        Z[..., D_HEAD: 2 * D_HEAD] = 0
+        return (Z,)
+
+    handle = loaded.model.register_forward_pre_hook(reset, with_kwargs=True)
+    try:
+        want = _by_hand(loaded, w, dense, hook, pre=True)
+    finally:
+        handle.remove()
+    got = _probe(loaded, w, ablate_heads=HeadAblation(((1, 1),)))
+    _same(got, want)
+    plain = _probe(loaded, w)
+    for point, same in (("layer.0.output", True), ("layer.1.output", False)):  # before and at the ablated depth
+        rows = got["point"] == point
+        assert np.array_equal(np.stack(got["values"][rows]), np.stack(plain["values"][rows])) == same, point
 
 
 def test_mean_ablation_uses_the_mean_over_windows_of_real_tokens(make_tiny, make_windows_tiny):
