@@ -54,8 +54,8 @@ class EditContext:
     ----------
     point : the point name (``layer.3.heads``, ``module:PATH``...).
     windows : rows of the probed windows in this batch (``range(B)`` outside a probe).
-    attention_mask : ``(B, N)`` padding mask of the batch (1 = real), or None when the
-        caller gave none.
+    attention_mask : ``(B, N)`` padding mask of the batch's input (1 = real; T5's
+        ``decoder.`` points see it shifted right by one), or None when the caller gave none.
     """
 
     point: str
