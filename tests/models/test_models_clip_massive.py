@@ -145,3 +145,11 @@ def test_clip_report_tells_a_rebuilt_token_from_another():
     assert [(r["returns_at"], r["returns_token"]) for r in df.attrs["massive_clips"]] == [(2, 6)] * 2
     assert "another token in 2" in clip_report(df.attrs["massive_clips"], 2)
     assert "nothing clipped" in clip_report([], 2)
+
+
+def test_clip_on_a_generic_layout_family():
+    loaded = as_loaded(build("gpt_neox"))  # generic layout: blocks only
+    assert loaded.family == "generic"
+    x, am = ids(2, 9), torch.ones(2, 9, dtype=torch.long)
+    inflated_then_clipped = _probe_clipped(loaded, x, am, {1: {3: 1000.0}})[2].attrs["massive_clips"]
+    assert [(r["window"], r["block"], r["token"]) for r in inflated_then_clipped] == [(0, 1, 3), (1, 1, 3)]

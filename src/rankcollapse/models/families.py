@@ -265,17 +265,21 @@ def _generic(model: nn.Module) -> list[Stack]:
             f"cannot find the {n_layers} blocks of {type(model).__name__} (no nn.ModuleList of that length); "
             "this model is not supported"
         )
-    return [Stack("", tuple(BlockParts(block=b, out_proj=_out_proj(b)) for b in lists[0]), None, "unknown")]
+    return [Stack("", tuple(BlockParts(block=b, self_attn=_find(b, GENERIC_SELF_ATTN), out_proj=_find(b, GENERIC_OUT_PROJ))
+                            for b in lists[0]), None, "unknown")]
 
 
-#: Where blocks of the generic layout keep their self-attention output projection
-#: (GPT-NeoX, OPT, Phi, DistilBERT), so that ``layer.k.heads`` exists there too.
+#: Where blocks of the generic layout keep their self-attention module (it receives the
+#: mask as ``attention_mask`` and owns ``scaling``) and its output projection (whose
+#: input is ``layer.k.heads``): GPT-NeoX, OPT, Phi and DistilBERT. A replacement mask,
+#: ``d_qk``, ``clip_massive`` and the edits work there; ``drop`` needs a full layout.
+GENERIC_SELF_ATTN = ("attention", "self_attn")
 GENERIC_OUT_PROJ = ("attention.dense", "self_attn.out_proj", "self_attn.dense", "attention.out_lin")
 
 
-def _out_proj(block: nn.Module) -> nn.Module | None:
+def _find(block: nn.Module, paths: tuple[str, ...]) -> nn.Module | None:
     names = dict(block.named_modules())
-    return next((names[p] for p in GENERIC_OUT_PROJ if p in names), None)
+    return next((names[p] for p in paths if p in names), None)
 
 
 _LAYOUTS = {"bert": _bert, "roberta": _bert, "albert": _albert, "gpt2": _gpt2, "llama": _llama, "t5": _t5, "generic": _generic}

@@ -244,13 +244,20 @@ def _identity(tracker: _BlockTracker, blocks: set[int]):
     return post
 
 
-def _supported(loaded: Any, what: str) -> list[Stack]:
-    if loaded.family == "generic":
-        raise ModelError(
-            f"{what} is not supported for the generic family ({type(loaded.model).__name__}); "
-            f"supported families: {', '.join(families.REGISTRY)}"
-        )
-    return families.stacks(loaded.model, loaded.family)
+def _supported(loaded: Any, attention: bool, drop: bool) -> list[Stack]:
+    """The stacks of ``loaded``, refusing what its layout cannot do: ``drop`` needs a
+    full layout (sublayers and norms), a mask or temperature (``attention``) a known
+    self-attention module in every block."""
+    stack_list = families.stacks(loaded.model, loaded.family)
+    name = f"the generic family ({type(loaded.model).__name__})"
+    if drop and loaded.family == families.GENERIC.name:
+        raise ModelError(f"drop is not supported for {name}: it needs the sublayers and norms of a full layout; "
+                         f"supported families: {', '.join(families.REGISTRY)}")
+    if attention and any(p.self_attn is None for s in stack_list for p in s.blocks):
+        raise ModelError(f"a replacement mask or d_qk is not supported for {name}: no self-attention module "
+                         f"it knows; supported families: {', '.join(families.REGISTRY)}, and GPT-NeoX, OPT, Phi, "
+                         "DistilBERT")
+    return stack_list
 
 
 @contextmanager
@@ -339,7 +346,7 @@ def intervene(
         with Editor(loaded, edits, attention_mask=attention_mask, windows=windows) if edits else nullcontext():
             yield []
         return
-    stack_list = _supported(loaded, "intervention (mask, d_qk_scale, drop)")
+    stack_list = _supported(loaded, mask is not None or d_qk_scale != 1.0, bool(drop_list))
     handles: list[Any] = []
     restore: list[tuple[nn.Module, float]] = []
     editor = Editor(loaded, edits, attention_mask=attention_mask, windows=windows) if edits else None
