@@ -599,7 +599,8 @@ def to_json(table: Any) -> dict[str, Any]:
         **({"clip_massive": True, "massive_clips": attrs.get("massive_clips")} if attrs.get("clip_massive") else {}),
         **({"ablate_heads": attrs["ablate_heads"]} if attrs.get("ablate_heads") else {}),
         **({"patch": {"point": attrs["patch_point"], "head": attrs.get("patch_head"),
-                      "values": "patched - unpatched, per window"}} if attrs.get("patch_point") else {}),
+                      "layers": "change patched - unpatched per window, mean over windows"}}
+           if attrs.get("patch_point") else {}),
         "notes": attrs.get("notes"), "layers": layers,
     }
 
