@@ -22,6 +22,7 @@ ENTRY_POINTS = [
     "rankcollapse.models.loading:load_model",
     "rankcollapse.data:make_windows",
     "rankcollapse.models.interventions:intervene",
+    "rankcollapse.models.patching:patch",
 ]
 
 

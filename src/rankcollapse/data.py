@@ -305,6 +305,41 @@ def make_windows(
     return Windows(input_ids, torch.ones_like(input_ids), special)
 
 
+def prompt_windows(texts: Sequence[str], tokenizer: Any) -> Windows:
+    """One window per prompt, the tokenizer's special tokens around it, right-padded to
+    the longest prompt: ``(B, N)`` with ``N`` the longest prompt's tokens and
+    ``attention_mask`` 0 on the padding (the probe leaves padding out of every metric and
+    numbers positions from the real tokens).
+
+    Raises
+    ------
+    TokenizerError
+        The tokenizer cannot represent text (:func:`check_tokenizer`).
+    DataError
+        No prompts, or a prompt with no tokens (names it, 1-based).
+    """
+    check_tokenizer(tokenizer)
+    if not texts:
+        raise DataError("no prompts")
+    prefix, suffix = special_affixes(tokenizer)
+    bodies = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    empty = next((k for k, b in enumerate(bodies) if not b), None)
+    if empty is not None:
+        raise DataError(f"prompt {empty + 1} ({texts[empty][:40]!r}) has no tokens")
+    n = max(len(b) for b in bodies) + len(prefix) + len(suffix)
+    pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+    input_ids = torch.full((len(bodies), n), pad, dtype=torch.long)
+    attention_mask = torch.zeros(len(bodies), n, dtype=torch.long)
+    special = torch.zeros(len(bodies), n, dtype=torch.bool)
+    for k, body in enumerate(bodies):
+        row = [*prefix, *body, *suffix]
+        input_ids[k, : len(row)] = torch.tensor(row, dtype=torch.long)
+        attention_mask[k, : len(row)] = 1
+        special[k, : len(prefix)] = True
+        special[k, len(row) - len(suffix) : len(row)] = True
+    return Windows(input_ids, attention_mask, special)
+
+
 #: Fewest ordinary tokens a tokenizer (and a window) must have to represent text.
 MIN_ORDINARY_TOKENS = 2
 

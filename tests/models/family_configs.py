@@ -32,7 +32,7 @@ CONFIGS = {
     "phi": lambda: tf.PhiConfig(vocab_size=VOCAB, hidden_size=H, intermediate_size=FF, num_hidden_layers=L,
                                 num_attention_heads=HEADS),
 }
-#: families with the full layout (interventions); the rest are recorded generically
+#: families with the full layout (every intervention, drop included); the rest use the generic layout
 FULL = {"bert", "roberta", "albert", "gpt2", "t5", "llama", "mistral", "qwen2", "gemma"}
 
 

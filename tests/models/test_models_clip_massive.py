@@ -82,3 +82,74 @@ def test_composes_with_drop_and_ignores_padding():
     with pytest.raises(ConfigError, match="needs the batch's attention_mask"):
         with intervene(loaded, clip_massive=True):
             pass
+
+
+def _probe_clipped(loaded, x, am, rows_by_block):
+    """probe with clip_massive while hand hooks inflate ``{block: {row: factor}}``."""
+    from rankcollapse.data import Windows
+    from rankcollapse.models import probe
+
+    handles = []
+    for block, rows in rows_by_block.items():
+        for row, factor in rows.items():
+            handles.append(_inflate(loaded.model, block, row, factor))
+    try:
+        w = Windows(x, am, torch.zeros_like(x, dtype=torch.bool))
+        plain = _run(loaded, x, am)
+        df = probe(loaded, w, metrics=["max_norm_ratio"], clip_massive=True, progress=False, batch_size=1)
+        clipped = _run(loaded, x, am, clip_massive=True)
+    finally:
+        for h in handles:
+            h.remove()
+    return plain, clipped, df
+
+
+def _ratio(X):
+    n = X.double().norm(dim=-1).numpy()
+    return n.max(-1) / np.median(n, axis=-1), n.argmax(-1)
+
+
+def test_clip_report_names_block_token_and_ratios_by_hand():
+    from rankcollapse.models.massive import clip_report
+
+    loaded = as_loaded(build("llama"))
+    x, am = ids(2, 9), torch.ones(2, 9, dtype=torch.long)
+    plain, clipped, df = _probe_clipped(loaded, x, am, {1: {0: 1000.0, 4: 300.0}})  # two massive tokens
+    before, _ = _ratio(plain["layer.1.output"])
+    after, where_after = _ratio(clipped["layer.1.output"])
+    assert after.min() >= MASSIVE_RATIO and list(where_after) == [4, 4]  # premise: the second token remains
+    recs = df.attrs["massive_clips"]
+    assert [(r["window"], r["point"], r["block"], r["token"]) for r in recs] == [(0, "layer.1.output", 1, 0),
+                                                                               (1, "layer.1.output", 1, 0)]
+    np.testing.assert_allclose([r["ratio"] for r in recs], before, rtol=1e-6)
+    np.testing.assert_allclose([r["ratio_after"] for r in recs], after, rtol=1e-6)
+    later, _ = _ratio(clipped["layer.2.output"])
+    assert all((r["returns_at"] == 2) == (later[i] >= MASSIVE_RATIO) for i, r in enumerate(recs))
+    line = clip_report(recs, 2)
+    assert "clipped 2 of 2 windows at layer.1.output (2), token 0 (2)" in line
+    assert "(a second massive token)" in line
+
+
+def test_clip_report_tells_a_rebuilt_token_from_another():
+    from rankcollapse.models.massive import clip_report
+
+    loaded = as_loaded(build("llama"))
+    x, am = ids(2, 9), torch.ones(2, 9, dtype=torch.long)
+    _, clipped, df = _probe_clipped(loaded, x, am, {0: {2: 1000.0}, 2: {2: 1000.0}})  # token 2 rebuilt at block 2
+    recs = df.attrs["massive_clips"]
+    assert [(r["block"], r["token"], r["returns_at"], r["returns_token"], r["returns_point"]) for r in recs] == \
+        [(0, 2, 2, 2, "layer.2.output")] * 2
+    assert "massive again in 2 windows, first at layer.2.output (2): the same token rebuilt in 2, another token in 0" \
+        in clip_report(recs, 2)
+    _, _, df = _probe_clipped(loaded, x, am, {0: {2: 1000.0}, 2: {6: 1000.0}})  # another token at block 2
+    assert [(r["returns_at"], r["returns_token"]) for r in df.attrs["massive_clips"]] == [(2, 6)] * 2
+    assert "another token in 2" in clip_report(df.attrs["massive_clips"], 2)
+    assert "nothing clipped" in clip_report([], 2)
+
+
+def test_clip_on_a_generic_layout_family():
+    loaded = as_loaded(build("gpt_neox"))  # generic layout: blocks only
+    assert loaded.family == "generic"
+    x, am = ids(2, 9), torch.ones(2, 9, dtype=torch.long)
+    inflated_then_clipped = _probe_clipped(loaded, x, am, {1: {3: 1000.0}})[2].attrs["massive_clips"]
+    assert [(r["window"], r["block"], r["token"]) for r in inflated_then_clipped] == [(0, 1, 3), (1, 1, 3)]

@@ -110,7 +110,7 @@ def _layer0(model, x, **intervention):
     return rec.attention_maps[f"{prefix}layer.0.attention"].double(), rec
 
 
-@pytest.mark.parametrize("kind", sorted(FULL))
+@pytest.mark.parametrize("kind", KINDS)
 def test_mask_and_temperature_act_on_the_attention_probabilities(kind):
     model = build(kind)
     x = ids()
@@ -149,13 +149,23 @@ def test_dropping_the_mlp_zeroes_its_branch(kind):
 
 
 @pytest.mark.parametrize("kind", sorted(set(CONFIGS) - FULL))
-def test_interventions_fail_clearly_without_a_layout(kind):
+def test_generic_layouts_take_the_own_mask_and_refuse_drop(kind):
+    # the generic layout knows these families' attention modules: their own pattern as a
+    # replacement mask reproduces the model; drop needs sublayers it does not know
     model = build(kind)
     loaded = as_loaded(model)
-    for kw in ({"mask": "causal"}, {"d_qk_scale": 2.0}, {"drop": "mlp"}):
-        with pytest.raises(ModelError, match="not supported for the generic family"):
-            with intervene(loaded, attention_mask=torch.ones(1, 8, dtype=torch.long), **kw):
-                pass
+    x = ids()
+    am = torch.ones_like(x)
+    own = "causal" if kind in ("gpt_neox", "opt", "phi") else "complete"
+    with intervene(loaded, mask=own, attention_mask=am), Recorder(model) as rec:
+        _run(model, x, am)
+    with Recorder(model) as ref:
+        _run(model, x, am)
+    for p, X in ref.outputs.items():
+        torch.testing.assert_close(rec.outputs[p], X, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ModelError, match="drop is not supported for the generic family"):
+        with intervene(loaded, attention_mask=am, drop="mlp"):
+            pass
 
 
 def test_probe_accepts_a_plain_model_with_a_head():

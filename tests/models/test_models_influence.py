@@ -121,8 +121,33 @@ def test_cli_probe_influence(tmp_path, monkeypatch, capsys):
     assert model["mask"] == "causal" and len(model["layers"]) == 3 and len(model["profiles"]["gradient"][0]) == 8
     assert json.loads((tmp_path / "out" / "influence.json").read_text()) == doc
     assert (tmp_path / "out" / "influence.csv").read_text().startswith("model,layer,alpha,rho_gradient")
-    code, out, err = _main(monkeypatch, capsys, *base, "--mask", "causal")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--mask does not apply" in err
+    code, out, err = _main(monkeypatch, capsys, *base, "--drop", "mlp")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--drop does not apply" in err
+    code, out, err = _main(monkeypatch, capsys, *base, "--mask", "causal_sliding_window:w=3", "--format", "json")
+    assert code == 0, err
+    (model,) = json.loads(out)["models"]
+    assert model["mask"] == "causal_sliding_window:w=3"
+    assert model["profiles"]["gradient"][0][:5] == [0.0] * 5  # layer 1: the last token sees tokens 5-7 only
+
+
+def test_replacement_mask_bounds_the_measured_influence(make_tiny):
+    # under a causal window of 3, the last token after k blocks depends on the 2k + 1
+    # tokens before it only: every profile is 0 further back, and the prediction is the mask's
+    loaded, wins = make_tiny("gpt2"), _full_windows(n_windows=2)
+    spec = "causal_sliding_window:w=3"
+    df = measure_influence(loaded, wins, mask=spec, n_probes=None)
+    assert df.attrs["mask"] == spec
+    profiles = df.attrs["profiles"]
+    for k in range(1, 4):
+        reach = 9 - 1 - 2 * k  # positions < reach are out of reach after k blocks
+        for name in ("gradient", "rollout", "predicted"):
+            assert np.all(profiles[name][k - 1][:reach] == 0), (name, k)
+            assert np.all(profiles[name][k - 1][reach:] > 0), (name, k)
+    ref = influence(spec, 9, depth=3, alpha=df["alpha"].tolist()).profiles
+    np.testing.assert_allclose(profiles["predicted"], ref, rtol=1e-12)
+    plain = measure_influence(loaded, wins, n_probes=None).attrs["profiles"]
+    own = measure_influence(loaded, wins, mask="causal", n_probes=None).attrs["profiles"]  # GPT-2's own mask
+    np.testing.assert_allclose(own["gradient"], plain["gradient"], rtol=1e-4, atol=1e-7)
 
 
 def test_alpha_is_the_residual_share_of_norms(make_tiny):

@@ -156,10 +156,10 @@ def test_bad_interventions(kw, err, text, make_tiny, make_windows_tiny):
         _run(loaded, w, **kw)
 
 
-def test_generic_family_refuses_interventions(make_tiny, make_windows_tiny):
+def test_generic_family_refuses_drop(make_tiny, make_windows_tiny):
     loaded, w = make_tiny("distilbert"), make_windows_tiny()
-    with pytest.raises(ModelError, match="generic"):
-        _run(loaded, w, mask="complete")
+    with pytest.raises(ModelError, match="drop is not supported for the generic family"):
+        _run(loaded, w, drop="mlp")
 
 
 def test_parse_drop_block_lists():

@@ -12,6 +12,7 @@ import pytest
 import torch
 import transformers as tf
 
+from rankcollapse.models import HeadAblation
 from rankcollapse.data import Windows
 from rankcollapse.errors import ConfigError, ModelError
 from rankcollapse.metrics import compute_metrics
@@ -159,7 +160,8 @@ def test_one_model_gives_one_table_as_transformers_transformer_lens_and_nnsight_
 
 
 @pytest.mark.parametrize("option", [{"mask": "causal"}, {"drop": "mlp"}, {"d_qk_scale": 2.0}, {"points": "all"},
-                                    {"metrics": ["attention_entropy"]}])
+                                    {"metrics": ["attention_entropy"]}, {"edits": {"layer.0.output": lambda Z, ctx: Z}},
+                                    {"ablate_heads": HeadAblation(((0, 0),))}])
 def test_interventions_and_attention_metrics_are_refused(gpt2, windows, option):
     for model in (bridge(gpt2), nnsight.NNsight(copy.deepcopy(gpt2))):
         with pytest.raises(ConfigError, match="not available for a (transformer_lens|nnsight) model"):

@@ -41,9 +41,10 @@ def test_d_qk_and_d_qk_scale_together_is_a_config_error(make_tiny):
         d_qk_scale_for(make_tiny("bert"), 8.0, 2.0)
 
 
-def test_generic_family_has_no_d_qk(make_tiny):
+def test_generic_layout_without_a_known_scaling_has_no_d_qk(make_tiny):
     import dataclasses
 
-    generic = dataclasses.replace(make_tiny("bert"), family="generic")
-    with pytest.raises(ModelError, match="generic"):
+    generic = dataclasses.replace(make_tiny("bert"), family="generic")  # BertAttention holds no scaling
+    with pytest.raises(ModelError, match="BertAttention has no numeric 'scaling'"):
         model_d_qk(generic)
+    assert model_d_qk(make_tiny("distilbert")) == pytest.approx(8.0)  # generic layout, d_head 8

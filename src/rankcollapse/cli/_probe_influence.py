@@ -12,12 +12,14 @@ from ._output import make_table, print_json, print_records, print_table
 
 
 def check_influence_options(**given: Any) -> None:
-    """Refuse the probe options ``--influence`` does not use (it measures the model as it is)."""
+    """Refuse the probe options ``--influence`` does not use (it measures the model as it
+    is, on its own mask or ``--mask``)."""
     defaults = {"points": "hidden_states", "drop": "", "attentions": False, "clip_massive": False}
     for name, value in given.items():
         if value is not None and value != defaults.get(name, None):
             flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"--influence measures the model as it is, on its own mask; {flag} does not apply")
+            raise ConfigError(f"--influence measures the model as it is, on its own mask or --mask; {flag} does "
+                              "not apply")
 
 
 def _records(tables: list) -> list[dict]:

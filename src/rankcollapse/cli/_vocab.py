@@ -21,6 +21,10 @@ API_TO_FLAGS: tuple[tuple[re.Pattern[str], str], ...] = (
         ("text", "--text-file"), ("n_tokens", "--n-tokens"), ("overrides['masks']", "--mask"),
         ("overrides['depth']", "--depth"), ("overrides['n_samples']", "--n-samples"),
         ("overrides['extra_models']", "--model"))),
+    (re.compile(r"^ablate_heads "), "--ablate-heads "),
+    (re.compile(r"^patch: a head is patched at a point layer\.k\.heads, not "), "--patch-head applies at a "
+     "--patch-point layer.k.heads, not "),
+    (re.compile(r"^patch: head (\d+) outside"), r"--patch-head \1 outside"),
     (re.compile(r"raise the limit with max_memory \(--max-memory on the command line\)"),
      "raise the limit with --max-memory (e.g. --max-memory 32GiB)"),
 )

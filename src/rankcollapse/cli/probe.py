@@ -33,6 +33,9 @@ def probe_command(
                                           "sigma_min,avg_abs_cos"),
     corpus: str = typer.Option("wiki", "--corpus", help="wiki: the shipped Wikipedia extracts"),
     text_file: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 file, one document per line (or .jsonl)"),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="UTF-8 file, one prompt per line (or .jsonl): "
+                                           "one window each, of its own length, right-padded to the longest "
+                                           "(padding is left out of every metric)"),
     windows: int = typer.Option(16, "--n-samples", help="number of token windows B"),
     length: int = typer.Option(128, "--n-tokens", help="tokens per window N"),
     mask: Optional[str] = typer.Option(None, "--mask", help="replacement self-attention mask spec"),
@@ -41,7 +44,20 @@ def probe_command(
     drop: str = typer.Option("", "--drop", help="components to remove: skip,mlp,norm[,final_norm]; 'mlp:0-3' for blocks"),
     clip_massive: bool = typer.Option(False, "--clip-massive", help="scale each window's massive token (max/median "
                                       "token norm >= 10) to the median norm at the block where it appears; "
-                                      "composes with --mask and --drop"),
+                                      "composes with --mask and --drop; stderr says where it clipped and whether "
+                                      "a later block's token is massive again (JSON: massive_clips)"),
+    ablate_heads: Optional[str] = typer.Option(None, "--ablate-heads", help="heads removed from their block's "
+                                               "attention output, LAYER.HEAD items (0-based), e.g. 3.1,3.5"),
+    ablation: Optional[str] = typer.Option(None, "--ablation", help="with --ablate-heads: zero (default; the heads "
+                                           "output 0) or mean (their mean output over the windows, per position)"),
+    patch_from: Optional[Path] = typer.Option(None, "--patch-from", help="activation patching: clean text (one "
+                                              "document per line) or a windows.npz, cut like the probed windows; "
+                                              "its --patch-point replaces theirs, and the table is the change "
+                                              "patched - unpatched per window"),
+    patch_point: Optional[str] = typer.Option(None, "--patch-point", help="with --patch-from: the point patched, "
+                                              "e.g. layer.3.output, layer.3.heads or module:PATH"),
+    patch_head: Optional[int] = typer.Option(None, "--patch-head", help="with --patch-point layer.k.heads: "
+                                             "patch this head only (0-based)"),
     points: str = typer.Option("hidden_states", "--points", help="hidden_states or all, plus any "
                                 "module:PATH items (the output of a named_modules() path, e.g. "
                                 "hidden_states,module:model.layers.3.self_attn)"),
@@ -84,13 +100,15 @@ def probe_command(
     if parity:
         refuse_options(_PARITY_OPTIONS, "--parity compares the model's own forward pass with transformers', "
                        "without interventions or outputs")
-    for flag, path in (("--text-file", text_file), ("--windows-file", windows_file)):
+    for flag, path in (("--text-file", text_file), ("--windows-file", windows_file), ("--patch-from", patch_from),
+                       ("--prompts", prompts)):
         _check_input_file(flag, path)  # before anything heavy is imported
     if influence:
         from ._probe_influence import check_influence_options
 
-        check_influence_options(metrics=metrics, mask=mask, d_qk=d_qk, drop=drop,
-                                points=points, attentions=attentions, clip_massive=clip_massive, control=control)
+        check_influence_options(metrics=metrics, d_qk=d_qk, drop=drop,
+                                points=points, attentions=attentions, clip_massive=clip_massive, control=control,
+                                ablate_heads=ablate_heads, patch_from=patch_from)
     names = _model_names(model)
     metric_names = _metric_names(metrics)
     # Before transformers is imported: a hub name must fail at once, not wait on the network.
@@ -100,7 +118,13 @@ def probe_command(
     if windows < 1 or length < 2 or batch_size < 1:
         raise ConfigError(f"--n-samples and --batch-size must be >= 1 and --n-tokens >= 2 "
                           f"(got {windows}, {batch_size}, {length})")
-    _check_interventions(mask, 1.0 if d_qk is None else d_qk, "--d-qk", drop, length)
+    if prompts is not None:
+        _check_prompts(text_file, windows_file, corpus)
+    _check_interventions(mask, 1.0 if d_qk is None else d_qk, "--d-qk", drop, None if prompts is not None else length)
+    heads = _check_edits(ablate_heads, ablation, patch_from, patch_point, patch_head, n_models=len(names),
+                         attentions=attentions, save_states=save_states, control=control, out=out,
+                         others={"--mask": mask, "--d-qk": d_qk, "--drop": drop or None,
+                                 "--clip-massive": clip_massive or None})
     dev = check_device(device, "--device")
     if control is not None:
         from ..models.controls import CONTROLS
@@ -134,12 +158,20 @@ def probe_command(
         given = _given_windows(windows_file, windows, length, tokenizer, text_file, corpus)
         prepared = [(model, None, given) for model in names]
     else:
-        texts = data.read_text_file(text_file) if text_file is not None else data.wikipedia_texts()
+        texts = data.read_text_file(text_file) if text_file is not None else [] if prompts is not None else \
+            data.wikipedia_texts()
         prepared = []
         for model in names:
             tok = models.loading.load_tokenizer(model, gguf_file=gguf_file, tokenizer=tokenizer)
-            prepared.append((model, tok, data.make_windows(texts, tok, n_tokens=length, n_samples=windows, seed=seed,
-                                                           allow_fewer=text_file is not None)))
+            if prompts is not None:  # one window per line, padded to the longest
+                wins = data.prompt_windows(data.read_text_file(prompts), tok)
+                _check_interventions(mask, 1.0, "--d-qk", "", wins.n_tokens)
+            else:
+                wins = data.make_windows(texts, tok, n_tokens=length, n_samples=windows, seed=seed,
+                                         allow_fewer=text_file is not None)
+            prepared.append((model, tok, wins))
+    clean = None if patch_from is None else _patch_windows(patch_from, prepared[0], names[0], gguf_file, tokenizer,
+                                                           seed, prompts=prompts is not None)
     runs = []  # (loaded, windows, table) per model; nothing is written until every model ran
     notes: list[str] = []  # printed once the command succeeded: a failure is one line
     for model, tok, wins in prepared:
@@ -154,10 +186,15 @@ def probe_command(
         if influence:
             from ..models.influence import measure_influence
 
-            runs.append((loaded, wins, measure_influence(loaded, wins, batch_size=batch_size, seed=seed)))
+            runs.append((loaded, wins, measure_influence(loaded, wins, mask=mask, batch_size=batch_size, seed=seed)))
             continue
-        table = models.probe(loaded, wins, mask=mask, d_qk=d_qk, drop=drop,
-                             batch_size=batch_size, points=points, metrics=metric_names, clip_massive=clip_massive)
+        if clean is not None:
+            table = models.patch(loaded, clean, wins, point=patch_point, head=patch_head, metrics=metric_names,
+                                 points=points, batch_size=batch_size).drop(columns="values")
+            runs.append((loaded, wins, table))
+            continue
+        table = models.probe(loaded, wins, mask=mask, d_qk=d_qk, drop=drop, batch_size=batch_size, points=points,
+                             metrics=metric_names, clip_massive=clip_massive, ablate_heads=heads)
         runs.append((loaded, wins, table))
         if control is not None:  # same windows, same options, fresh weights
             from ..models.controls import random_init
@@ -165,7 +202,14 @@ def probe_command(
             fresh = random_init(loaded, seed=seed)
             runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk=d_qk, drop=drop,
                                                    batch_size=batch_size, points=points, metrics=metric_names,
-                                                   clip_massive=clip_massive)))
+                                                   clip_massive=clip_massive, ablate_heads=heads)))
+        if clip_massive:  # where each run clipped, and whether the token came back
+            from ..models.massive import clip_report
+
+            many = len(names) > 1 or control is not None
+            for run_loaded, _, run_table in runs[-(1 if control is None else 2):]:
+                line = clip_report(run_table.attrs["massive_clips"], wins.n_samples)
+                notes.append(f"{run_loaded.name}: {line}" if many else line)
     if parity:
         _report_parity([table for _, _, table in runs], fmt)
         _echo_notes(notes)
@@ -451,14 +495,87 @@ def _explicit_options() -> set[str]:
     return {name for name in ctx.params if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
 
 
-def _check_interventions(mask: Optional[str], temperature: float, flag: str, drop: str, length: int) -> None:
+def _check_prompts(text_file: Optional[Path], windows_file: Optional[Path], corpus: str) -> None:
+    """``--prompts`` makes the windows itself: the options that make or size other windows
+    are refused."""
+    given = _explicit_options()
+    for flag, value in (("--text-file", text_file), ("--windows-file", windows_file),
+                        ("--corpus", None if corpus == "wiki" else corpus),
+                        ("--n-samples", "windows" in given or None), ("--n-tokens", "length" in given or None),
+                        ("--seed", "seed" in given or None)):
+        if value is not None:
+            raise ConfigError(f"--prompts makes one window per line, of its own length; {flag} does not apply")
+
+
+def _check_edits(ablate_heads: Optional[str], ablation: Optional[str], patch_from: Optional[Path],
+                 patch_point: Optional[str], patch_head: Optional[int], *, n_models: int, attentions: bool,
+                 save_states: Optional[Path], control: Optional[str], out: Optional[Path],
+                 others: dict[str, Any]) -> Any:
+    """``--ablate-heads``/``--ablation`` and ``--patch-from``/``--patch-point``/``--patch-head``,
+    checked before any model loads; returns the :class:`~rankcollapse.models.HeadAblation`
+    or None."""
+    edits = models.edits
+    if ablation is not None and ablate_heads is None:
+        raise ConfigError("--ablation says how --ablate-heads removes heads: give --ablate-heads too")
+    if (patch_point is not None or patch_head is not None) and patch_from is None:
+        raise ConfigError(f"{'--patch-point' if patch_point is not None else '--patch-head'} applies to "
+                          "activation patching: give --patch-from too")
+    if patch_from is not None and patch_point is None:
+        raise ConfigError("--patch-from needs --patch-point, the point to patch (e.g. layer.3.output)")
+    if patch_head is not None and patch_head < 0:
+        raise ConfigError(f"--patch-head is 0-based, got {patch_head}")
+    which = "--ablate-heads" if ablate_heads is not None else "--patch-from" if patch_from is not None else None
+    if which is None:
+        return None
+    shared = {"--attentions": attentions or None, "--save-states": save_states}
+    if patch_from is not None:
+        shared.update({"--ablate-heads": ablate_heads, "--control": control, "--out": out, **others})
+    given = next((flag for flag, value in shared.items() if value is not None), None)
+    if given is not None:
+        raise ConfigError(f"{given} cannot be applied with {which}: "
+                          + ("it measures the model without the edit" if given in ("--attentions", "--save-states")
+                             else "patching compares the model with and without the patch alone"))
+    if n_models > 1:
+        raise ConfigError(f"{which} applies to one model: give one --model")
+    if ablate_heads is None:
+        return None
+    return edits.HeadAblation(edits.parse_heads(ablate_heads), "zero" if ablation is None else ablation)
+
+
+def _patch_windows(path: Path, prepared: tuple, model: str, gguf_file: Optional[str], tokenizer: Optional[str],
+                   seed: int, prompts: bool = False) -> Any:
+    """The clean windows of ``--patch-from``: a windows.npz as it is, prompts (with
+    ``--prompts``) or text cut with the probed windows' tokenizer, length and number;
+    refused unless they match the probed windows' shape and padding (checked before the
+    model loads)."""
+    from .. import data
+
+    _, tok, wins = prepared
+    if path.suffix == ".npz":
+        clean = data.Windows.load(path)
+    elif prompts:
+        clean = data.prompt_windows(data.read_text_file(path), tok)
+    else:
+        tok = tok if tok is not None else models.loading.load_tokenizer(model, gguf_file=gguf_file, tokenizer=tokenizer)
+        clean = data.make_windows(data.read_text_file(path), tok, n_tokens=wins.n_tokens, n_samples=wins.n_samples,
+                                  seed=seed, allow_fewer=True)
+    if tuple(clean.input_ids.shape) != tuple(wins.input_ids.shape) or \
+            not bool((clean.attention_mask.bool() == wins.attention_mask.bool()).all()):
+        raise ConfigError(f"--patch-from {path}: {clean.n_samples} windows of {clean.n_tokens} tokens with their "
+                          f"padding, the probed ones {wins.n_samples} of {wins.n_tokens}; patching needs the same "
+                          "windows and the same real tokens in both")
+    return clean
+
+
+def _check_interventions(mask: Optional[str], temperature: float, flag: str, drop: str,
+                         length: Optional[int]) -> None:
     """Fail on bad intervention options before the (slow) model load."""
     check_float(temperature, flag, low=0, strict_low=True)
     components = models.interventions.COMPONENTS
     for item in models.interventions.split_drop(drop):
         if item.partition(":")[0] not in components:
             raise ConfigError(f"unknown component to drop {item!r}; choose from {', '.join(components)}")
-    if mask is not None:
+    if mask is not None and length is not None:  # None: the windows' length is not known yet
         masks.parse_schedule(mask, length) if masks.is_schedule(mask) else masks.dense_mask(mask, length)
 
 
@@ -478,7 +595,12 @@ def to_json(table: Any) -> dict[str, Any]:
         "model": attrs.get("model"), "family": attrs.get("family"), "n_windows": attrs.get("n_windows"),
         "n_tokens": attrs.get("n_tokens"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
         "d_qk": attrs.get("d_qk"),
-        "drop": attrs.get("drop"), **({"clip_massive": True} if attrs.get("clip_massive") else {}),
+        "drop": attrs.get("drop"),
+        **({"clip_massive": True, "massive_clips": attrs.get("massive_clips")} if attrs.get("clip_massive") else {}),
+        **({"ablate_heads": attrs["ablate_heads"]} if attrs.get("ablate_heads") else {}),
+        **({"patch": {"point": attrs["patch_point"], "head": attrs.get("patch_head"),
+                      "layers": "change patched - unpatched per window, mean over windows"}}
+           if attrs.get("patch_point") else {}),
         "notes": attrs.get("notes"), "layers": layers,
     }
 
@@ -531,6 +653,10 @@ def _print_summary(*tables: Any) -> None:
     first = tables[0].attrs
     title = (", ".join(f"{t.attrs.get('model')} ({t.attrs.get('family')})" for t in tables)
              + f", {first.get('n_windows')} windows")
+    if first.get("patch_point"):
+        head = first.get("patch_head")
+        title += (f": change when {first['patch_point']}{'' if head is None else f' head {head}'} is patched "
+                  "from the clean windows (patched - unpatched)")
     t = make_table(title, [str(col) for col in wide.columns],
                    ([("" if v != v else f"{v:.4g}") if isinstance(v, float) else str(v) for v in row]
                     for row in wide.itertuples(index=False)))

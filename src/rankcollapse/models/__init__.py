@@ -2,8 +2,8 @@
 
 See ``docs/models.md``. Public API: :func:`load_model`, :class:`LoadedModel`,
 :class:`Recorder`, :func:`intervene`, :func:`probe`, :func:`embed`,
-:func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`, :func:`plot_layers`,
-and hidden states on disk: :class:`States`, :func:`capture_states`, :func:`save_states`,
+:func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`, :func:`plot_layers`;
+edits inside the model: :class:`HeadAblation`, :class:`EditContext`, :func:`patch`; and hidden states on disk: :class:`States`, :func:`capture_states`, :func:`save_states`,
 :func:`read_states`, :func:`states_table`; parity with transformers: :func:`parity`,
 :func:`check_parity`.
 
@@ -20,6 +20,7 @@ from .._lazy import attach_imports
 # block), eagerly by readers and static tools.
 if TYPE_CHECKING:
     from .attention_only import attention_only
+    from .edits import EditContext, HeadAblation
     from .interventions import intervene
     from .loading import FAMILIES, LoadedModel, as_loaded, detect_family, load_model
     from .probe import (
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     )
     from .plot import plot_layers
     from .parity import check_parity, parity
+    from .patching import patch
     from .recorder import Recorder
     from .states import States, capture_states, read_states, save_states, states_table
     from .temperature import d_qk_scale_for, model_d_qk

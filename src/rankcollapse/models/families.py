@@ -11,6 +11,9 @@ Point names (stable across families, and shared with simulations through
 ``embeddings``            input of block 0 (= ``hidden_states[0]``)
 ``layer.k.input``         input of block k (0-based)
 ``layer.k.norm_1``        output of the block's first norm (``norm_2``, ``norm_3`` next)
+``layer.k.heads``         input of the self-attention output projection: the heads'
+                          outputs side by side, ``(B, N, H·d_head)`` (head h in columns
+                          ``h·d_head : (h+1)·d_head``); recorded and edited on request
 ``layer.k.attn_output``   self-attention sublayer output after its output projection,
                           before the residual add
 ``layer.k.mlp_output``    MLP sublayer output before the residual add
@@ -144,6 +147,7 @@ class BlockParts:
     attn: Sublayer | None = None
     mlp: Sublayer | None = None
     norms: tuple[nn.Module, ...] = ()
+    out_proj: nn.Module | None = None  # self-attention output projection; its input is the heads' outputs
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,7 @@ def _bert(model: nn.Module) -> list[Stack]:
             attn=Sublayer(Tap(b.attention.output.dense, "output"), Tap(b.attention, "input")),
             mlp=Sublayer(Tap(b.output.dense, "output"), Tap(b.attention, "output", 0)),
             norms=(b.attention.output.LayerNorm, b.output.LayerNorm),
+            out_proj=b.attention.output.dense,
         )
         for b in model.encoder.layer
     )
@@ -192,6 +197,7 @@ def _albert(model: nn.Module) -> list[Stack]:
             attn=Sublayer(Tap(a.attention.dense, "output"), Tap(a.attention, "input")),
             mlp=Sublayer(Tap(a.ffn_output, "output"), Tap(a.attention, "output", 0)),
             norms=(a.attention.LayerNorm, a.full_layer_layer_norm),
+            out_proj=a.attention.dense,
         )
         for a in calls
     )
@@ -206,6 +212,7 @@ def _gpt2(model: nn.Module) -> list[Stack]:
             attn=Sublayer(Tap(b.attn, "output", 0), Tap(b.ln_1, "input")),
             mlp=Sublayer(Tap(b.mlp, "output"), Tap(b.ln_2, "input")),
             norms=(b.ln_1, b.ln_2),
+            out_proj=b.attn.c_proj,
         )
         for b in model.h
     )
@@ -220,6 +227,7 @@ def _llama(model: nn.Module) -> list[Stack]:
             attn=Sublayer(Tap(b.self_attn, "output", 0), Tap(b.input_layernorm, "input")),
             mlp=Sublayer(Tap(b.mlp, "output"), Tap(b.post_attention_layernorm, "input")),
             norms=(b.input_layernorm, b.post_attention_layernorm),
+            out_proj=b.self_attn.o_proj,
         )
         for b in model.layers
     )
@@ -235,6 +243,7 @@ def _t5_stack(stack: nn.Module, prefix: str) -> Stack:
             attn=Sublayer(Tap(b.layer[0].SelfAttention, "output", 0), Tap(b.layer[0].layer_norm, "input")),
             mlp=Sublayer(Tap(b.layer[-1].DenseReluDense, "output"), Tap(b.layer[-1].layer_norm, "input")),
             norms=tuple(sub.layer_norm for sub in b.layer),
+            out_proj=b.layer[0].SelfAttention.o,
         )
         for b in stack.block
     )
@@ -256,7 +265,21 @@ def _generic(model: nn.Module) -> list[Stack]:
             f"cannot find the {n_layers} blocks of {type(model).__name__} (no nn.ModuleList of that length); "
             "this model is not supported"
         )
-    return [Stack("", tuple(BlockParts(block=b) for b in lists[0]), None, "unknown")]
+    return [Stack("", tuple(BlockParts(block=b, self_attn=_find(b, GENERIC_SELF_ATTN), out_proj=_find(b, GENERIC_OUT_PROJ))
+                            for b in lists[0]), None, "unknown")]
+
+
+#: Where blocks of the generic layout keep their self-attention module (it receives the
+#: mask as ``attention_mask`` and owns ``scaling``) and its output projection (whose
+#: input is ``layer.k.heads``): GPT-NeoX, OPT, Phi and DistilBERT. A replacement mask,
+#: ``d_qk``, ``clip_massive`` and the edits work there; ``drop`` needs a full layout.
+GENERIC_SELF_ATTN = ("attention", "self_attn")
+GENERIC_OUT_PROJ = ("attention.dense", "self_attn.out_proj", "self_attn.dense", "attention.out_lin")
+
+
+def _find(block: nn.Module, paths: tuple[str, ...]) -> nn.Module | None:
+    names = dict(block.named_modules())
+    return next((names[p] for p in paths if p in names), None)
 
 
 _LAYOUTS = {"bert": _bert, "roberta": _bert, "albert": _albert, "gpt2": _gpt2, "llama": _llama, "t5": _t5, "generic": _generic}

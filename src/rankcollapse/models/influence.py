@@ -16,7 +16,8 @@ on windows without padding:
   row ``N - 1`` (attention rollout, Abnar & Zuidema 2020). ``rollout`` uses the fitted
   ``a_k = alpha_k`` below, ``rollout_half`` Abnar & Zuidema's ``a_k = 1/2``.
 * **predicted**: :func:`rankcollapse.masks.influence` of the model's own mask (causal for
-  decoders, complete for encoders) under uniform attention with the per-layer residual
+  decoders, complete for encoders), or of the replacement ``mask`` the model then runs
+  under (every profile is measured under it), under uniform attention with the per-layer residual
   weight fitted to the model,
   ``alpha_k = mean‖x^(k)‖ / (mean‖x^(k)‖ + mean‖attn_out^(k)‖)``: ``x^(k)`` the block's
   input (the residual stream entering it), ``attn_out^(k)`` its self-attention sublayer
@@ -43,6 +44,7 @@ import torch
 
 from ..errors import ConfigError, ModelError
 from . import families
+from .interventions import intervene
 from .loading import as_loaded
 from .probe import check_positions, check_token_ids, model_inputs
 from .recorder import Recorder
@@ -53,8 +55,8 @@ COLUMNS = ("layer", "alpha", "rho_gradient", "rho_rollout", "rho_rollout_half", 
            "first_token_gradient", "first_token_predicted", "n_windows")
 
 
-def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probes: int | None = 4,
-                      seed: int = 0) -> pd.DataFrame:
+def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size: int = 4,
+                      n_probes: int | None = 4, seed: int = 0) -> pd.DataFrame:
     """Per-layer Spearman ρ between the mask-only influence prediction and the measured
     influence (gradient norms, attention rollout) of each input on the last token.
 
@@ -62,6 +64,10 @@ def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probe
     ----------
     loaded : LoadedModel or a ``transformers`` model of one stack (encoder or decoder).
     windows : ``rankcollapse.data.Windows`` ``(B, N)``; windows with padding are left out.
+    mask : replacement self-attention mask (spec, ``Mask`` or schedule, as
+        :func:`~rankcollapse.models.probe`): the model runs under it
+        (:func:`~rankcollapse.models.intervene`) and the prediction is of it; None: the
+        model's own mask (causal for decoders, complete for encoders).
     batch_size : windows per forward pass.
     n_probes : Gaussian probes per layer for the Jacobian norms (>= 1); None: exact (the
         ``d`` basis vectors as probes).
@@ -112,7 +118,7 @@ def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probe
     window_grads: list[np.ndarray] = []
     for start in range(0, ids_all.shape[0], batch_size):
         ids, am = ids_all[start:start + batch_size], am_all[start:start + batch_size]
-        grads, batch_maps, batch_norms = _batch(loaded, stack, ids, am, n_probes, gen)
+        grads, batch_maps, batch_norms = _batch(loaded, stack, ids, am, n_probes, gen, mask)
         sums["gradient"] += grads.sum(0)
         window_grads.append(grads)
         for k in range(n_layers):
@@ -120,9 +126,9 @@ def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probe
         norms += batch_norms
         count += ids.shape[0]
     alpha = norms[:, 0] / norms.sum(1)
-    native = families.family(loaded.family).native_mask
+    spec = families.family(loaded.family).native_mask if mask is None else mask
     rollout = _rollout_windows(maps, alpha)
-    predicted = influence(native, n, depth=n_layers, alpha=alpha.tolist()).profiles
+    predicted = influence(spec, n, depth=n_layers, alpha=alpha.tolist()).profiles
     profiles = {"predicted": predicted, "gradient": _normalise(sums["gradient"] / count),
                 "rollout": _normalise(_window_mean(rollout)), "rollout_half": _normalise(_rollout(maps, 0.5))}
     per_window = {"gradient": np.concatenate(window_grads), "rollout": rollout}
@@ -137,14 +143,15 @@ def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probe
                      "first_token_gradient": float(profiles["gradient"][k, 0]),
                      "first_token_predicted": float(predicted[k, 0]), "n_windows": count})
     df = pd.DataFrame(rows, columns=list(COLUMNS))
-    df.attrs.update(model=loaded.name, family=loaded.family, mask=native, length=n, profiles=profiles,
+    df.attrs.update(model=loaded.name, family=loaded.family, mask=str(getattr(spec, "spec", spec)), length=n,
+                    profiles=profiles,
                     per_window=per_window, n_probes=n_probes)
     return df
 
 
 def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probes: int | None,
-           gen: torch.Generator) -> tuple[np.ndarray, list[list[np.ndarray]], np.ndarray]:
-    """One forward with the block-0 input as a leaf; returns gradient-norm profiles
+           gen: torch.Generator, mask: Any = None) -> tuple[np.ndarray, list[list[np.ndarray]], np.ndarray]:
+    """One forward (under ``mask`` when given) with the block-0 input as a leaf; returns gradient-norm profiles
     ``(B, L, N)``, head-mean attention maps ``[layer][window] (N, N)`` and the summed
     per-token norms ``(L, 2)`` of block inputs and attention outputs."""
     n_layers = stack.n_layers
@@ -161,7 +168,8 @@ def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probe
     points = [f"{p}layer.{k}.{part}" for k in range(n_layers) for part in ("input", "attn_output")]
     handle = stack.blocks[0].block.register_forward_pre_hook(make_leaf, with_kwargs=True)
     try:
-        with torch.enable_grad(), Recorder(loaded, points, attentions=True) as rec:
+        with torch.enable_grad(), intervene(loaded, mask=mask, attention_mask=am), \
+                Recorder(loaded, points, attentions=True) as rec:
             out = loaded.model(**model_inputs(loaded, ids, am), output_hidden_states=True)
             hidden = out.hidden_states
             if hidden is None or len(hidden) != n_layers + 1 or not leaf:

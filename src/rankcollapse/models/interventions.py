@@ -24,6 +24,8 @@ All are forward hooks, plus one attribute swap (``scaling``) restored on exit:
 
 * **clip_massive** -- the massive token's residual row is scaled to the median token
   norm at the first block where it appears (:mod:`rankcollapse.models.massive`).
+* **edits** -- ``fn(tensor, context) -> tensor`` at any point or module path
+  (:mod:`rankcollapse.models.edits`: head ablation and activation patching are such edits).
 
 Recorded ``attn_output``/``mlp_output`` points show what the block adds after
 interventions (0 for a dropped MLP, branch - residual when skip is dropped).
@@ -33,8 +35,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -44,6 +46,7 @@ from ..masks import dense_mask
 from ..masks.schedule import is_schedule, parse_schedule
 from ..masks.rows import check_rows_allow_key
 from . import families
+from .edits import Editor
 from .families import Stack, Tap
 from .loading import as_loaded
 
@@ -241,13 +244,20 @@ def _identity(tracker: _BlockTracker, blocks: set[int]):
     return post
 
 
-def _supported(loaded: Any, what: str) -> list[Stack]:
-    if loaded.family == "generic":
-        raise ModelError(
-            f"{what} is not supported for the generic family ({type(loaded.model).__name__}); "
-            f"supported families: {', '.join(families.REGISTRY)}"
-        )
-    return families.stacks(loaded.model, loaded.family)
+def _supported(loaded: Any, attention: bool, drop: bool) -> list[Stack]:
+    """The stacks of ``loaded``, refusing what its layout cannot do: ``drop`` needs a
+    full layout (sublayers and norms), a mask or temperature (``attention``) a known
+    self-attention module in every block."""
+    stack_list = families.stacks(loaded.model, loaded.family)
+    name = f"the generic family ({type(loaded.model).__name__})"
+    if drop and loaded.family == families.GENERIC.name:
+        raise ModelError(f"drop is not supported for {name}: it needs the sublayers and norms of a full layout; "
+                         f"supported families: {', '.join(families.REGISTRY)}")
+    if attention and any(p.self_attn is None for s in stack_list for p in s.blocks):
+        raise ModelError(f"a replacement mask or d_qk is not supported for {name}: no self-attention module "
+                         f"it knows; supported families: {', '.join(families.REGISTRY)}, and GPT-NeoX, OPT, Phi, "
+                         "DistilBERT")
+    return stack_list
 
 
 @contextmanager
@@ -259,8 +269,12 @@ def intervene(
     drop: Sequence[str] | str = (),
     attention_mask: torch.Tensor | None = None,
     clip_massive: bool = False,
-) -> Iterator[None]:
-    """Apply interventions (module docstring) to ``loaded.model`` inside the block.
+    edits: Mapping[str, Any] | None = None,
+    windows: range | None = None,
+) -> Iterator[list[Any]]:
+    """Apply interventions (module docstring) to ``loaded.model`` inside the block; the
+    block gets the :class:`~rankcollapse.models.massive.MassiveClip` of each stack
+    (empty without ``clip_massive``), whose ``found`` reports the latest forward pass.
 
     Parameters
     ----------
@@ -279,6 +293,11 @@ def intervene(
         first block output where it appears (:class:`~rankcollapse.models.massive.MassiveClip`);
         composes with ``mask``, ``d_qk_scale`` and ``drop`` (it runs after them on
         each block's output).
+    edits : point name (or ``module:PATH``) -> ``fn(tensor, context) -> tensor``
+        (:class:`~rankcollapse.models.edits.Editor`); they run after ``drop`` and before
+        ``clip_massive`` where they share a module.
+    windows : the rows of the probed windows this batch holds, told to each edit
+        (:class:`~rankcollapse.models.edits.EditContext`); default ``range(B)``.
 
     Raises
     ------
@@ -324,11 +343,13 @@ def intervene(
     loaded = as_loaded(loaded)
     drop_list = split_drop(drop) if isinstance(drop, str) else list(drop)
     if mask is None and d_qk_scale == 1.0 and not drop_list and not clip_massive:
-        yield
+        with Editor(loaded, edits, attention_mask=attention_mask, windows=windows) if edits else nullcontext():
+            yield []
         return
-    stack_list = _supported(loaded, "intervention (mask, d_qk_scale, drop)")
+    stack_list = _supported(loaded, mask is not None or d_qk_scale != 1.0, bool(drop_list))
     handles: list[Any] = []
     restore: list[tuple[nn.Module, float]] = []
+    editor = Editor(loaded, edits, attention_mask=attention_mask, windows=windows) if edits else None
     try:
         for stack in stack_list:
             attn_modules = _distinct([p.self_attn for p in stack.blocks])
@@ -342,10 +363,13 @@ def intervene(
                     m.scaling = m.scaling / math.sqrt(d_qk_scale)
             if drop_list:
                 handles.extend(_install_drops(loaded, stack, drop_list))
-            if clip_massive:
-                handles.extend(_install_clip(loaded, stack, attention_mask))
-        yield
+        if editor is not None:
+            editor.__enter__()
+        clips = [_install_clip(loaded, stack, attention_mask, handles) for stack in stack_list] if clip_massive else []
+        yield clips
     finally:
+        if editor is not None:
+            editor.__exit__(None, None, None)
         for h in handles:
             h.remove()
         for m, value in restore:
@@ -367,7 +391,9 @@ def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask
     return [m.register_forward_pre_hook(_mask_hook(m, arg, value), with_kwargs=True) for m in attn_modules]
 
 
-def _install_clip(loaded: Any, stack: Stack, attention_mask: Any) -> list[Any]:
+def _install_clip(loaded: Any, stack: Stack, attention_mask: Any, handles: list[Any]) -> Any:
+    """Install a :class:`~rankcollapse.models.massive.MassiveClip` on ``stack`` (its hook
+    handles appended to ``handles``); returns it."""
     from .massive import MassiveClip
 
     if attention_mask is None:
@@ -375,7 +401,9 @@ def _install_clip(loaded: Any, stack: Stack, attention_mask: Any) -> list[Any]:
     padding = attention_mask.to(loaded.device)
     if stack.prefix == "decoder.":
         padding = torch.cat([torch.ones_like(padding[:, :1]), padding[:, :-1]], dim=1)
-    return MassiveClip(stack, padding).install(loaded.model)
+    clip = MassiveClip(stack, padding)
+    handles.extend(clip.install(loaded.model))
+    return clip
 
 
 def _install_schedule(loaded: Any, stack: Stack, attn_modules: list[nn.Module], schedule: Any, padding: torch.Tensor,

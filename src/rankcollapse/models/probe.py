@@ -9,7 +9,7 @@ windows.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import inspect
 
@@ -23,6 +23,7 @@ from ..metrics import compute_metrics
 from ..metrics.registry import ATTENTION_METRICS
 from ..summary import SUMMARY_COLUMNS, summary_table
 from . import families
+from .edits import EditFn, HeadAblation, ablation_edits, check_ablation, head_means, heads_point, n_heads
 from .interventions import intervene, split_drop
 from .lens import LibraryModel, library_model
 from .loading import as_loaded
@@ -154,14 +155,36 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8, positions: bool
     check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
-    parts = []
+    return record_points(loaded, windows, [name], batch_size=batch_size)[name]
+
+
+@torch.no_grad()
+def record_points(loaded: Any, windows: Windows, points: Sequence[str], *, batch_size: int = 8,
+                  **interventions: Any) -> dict[str, torch.Tensor]:
+    """The tensors at ``points`` for every window, concatenated along the windows, on CPU
+    (each forward pass stops once they are recorded). ``interventions``: keywords of
+    :func:`~rankcollapse.models.intervene` (``mask``, ``d_qk_scale``, ``drop``,
+    ``clip_massive``, ``edits``).
+
+    Raises
+    ------
+    ModelError
+        An unknown point, or a ``module:PATH`` whose module did not run.
+    """
+    loaded = as_loaded(loaded)
+    parts: dict[str, list[torch.Tensor]] = {p: [] for p in points}
     for start in range(0, windows.n_samples, batch_size):
         ids = windows.input_ids[start : start + batch_size]
         am = windows.attention_mask[start : start + batch_size]
-        with Recorder(loaded, [name], stop=True) as rec:
-            loaded.model(**model_inputs(loaded, ids, am))
-        parts.append(rec.outputs[name].cpu())
-    return torch.cat(parts, dim=0)
+        with intervene(loaded, attention_mask=am, windows=range(start, start + int(ids.shape[0])), **interventions):
+            with Recorder(loaded, points, stop=True) as rec:
+                loaded.model(**model_inputs(loaded, ids, am))
+        for p in points:
+            if p not in rec.outputs:
+                raise ModelError(f"{p}: the module was not called in the forward pass (a container such as a "
+                                 "ModuleList, or an unused branch); record a module that runs")
+            parts[p].append(rec.outputs[p].cpu())
+    return {p: torch.cat(chunks, dim=0) for p, chunks in parts.items()}
 
 
 def default_points(loaded: Any, detail: str = "hidden_states") -> list[str]:
@@ -226,6 +249,8 @@ def probe(
     progress: bool | None = None,
     per_window: bool = False,
     clip_massive: bool = False,
+    edits: Mapping[str, EditFn] | None = None,
+    ablate_heads: HeadAblation | None = None,
 ) -> pd.DataFrame:
     """Metrics per layer and recorded point, summarised over windows.
 
@@ -263,7 +288,16 @@ def probe(
         Padding is always left out.
     progress : a progress bar over batches on stderr; None = only on a terminal.
     clip_massive : scale each window's massive token to the median norm at the block
-        where it appears (:mod:`rankcollapse.models.massive`), with any other intervention.
+        where it appears (:mod:`rankcollapse.models.massive`), with any other intervention;
+        ``df.attrs["massive_clips"]`` then lists, per clipped window, where it clipped and
+        whether a later block's output is massive again
+        (:meth:`~rankcollapse.models.massive.MassiveClip.records`;
+        :func:`~rankcollapse.models.massive.clip_report` says it in one line).
+    edits : point name (``layer.3.output``, ``layer.3.heads``...) or ``module:PATH`` ->
+        ``fn(tensor, context) -> tensor``, applied in the forward pass; every point is
+        measured on the edited model (:mod:`rankcollapse.models.edits`).
+    ablate_heads : heads to remove from their block's attention output, with zeros or
+        their mean over the windows (:class:`~rankcollapse.models.edits.HeadAblation`).
     per_window : also return each row's per-window values (column ``values``: a float64
         array ``(B,)`` in window order, non-finite values kept), from the same batched
         forward passes, so intervals over windows need no second run.
@@ -312,13 +346,16 @@ def probe(
     library = library_model(loaded)  # a TransformerLens or nnsight model
     if library is not None:
         applied = {"mask": mask is not None, "d_qk_scale": d_qk_scale != 1, "d_qk": d_qk is not None, "drop": bool(drop),
-                   "points": points != "hidden_states", "clip_massive": clip_massive}
+                   "points": points != "hidden_states", "clip_massive": clip_massive,
+                   "edits": bool(edits), "ablate_heads": ablate_heads is not None}
         return _probe_library(library, windows, metrics, batch_size, exclude_special, progress, per_window,
                               [k for k, v in applied.items() if v])
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
     check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
+    settings = dict(mask=mask, d_qk_scale=d_qk_scale, drop=drop, clip_massive=clip_massive)
+    all_edits = _with_ablation(loaded, windows, edits, ablate_heads, batch_size, settings)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     attn_names = tuple(n for n in names if n in ATTENTION_METRICS)
     sink_names = tuple(n for n in names if n in SINK_METRICS)
@@ -327,10 +364,11 @@ def probe(
     point_list = _point_list(loaded, points) if names else []
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attn_names else []
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
+    clip_records: list[dict[str, Any]] | None = [] if clip_massive else None
     with steps(-(-windows.n_samples // batch_size), "probe: batches", progress) as bar:
         for start in range(0, windows.n_samples, batch_size):
             _probe_batch(loaded, windows, start, batch_size, mask, d_qk_scale, drop, point_list, names,
-                         exclude_special, values, attn_names, sink_names, clip_massive)
+                         exclude_special, values, attn_names, sink_names, clip_massive, all_edits, clip_records)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
     df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
@@ -340,7 +378,10 @@ def probe(
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
         d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
         drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_samples, n_tokens=windows.n_tokens,
-        **({"clip_massive": True} if clip_massive else {}),
+        **({"clip_massive": True, "massive_clips": clip_records} if clip_massive else {}),
+        **({"edits": list(edits)} if edits else {}),
+        **({"ablate_heads": {"heads": [list(kh) for kh in ablate_heads.heads], "mode": ablate_heads.mode}}
+           if ablate_heads is not None else {}),
     )
     return df
 
@@ -381,10 +422,32 @@ def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[st
     return df
 
 
+def _with_ablation(loaded: Any, windows: Windows, edits: Mapping[str, EditFn] | None,
+                   ablation: HeadAblation | None, batch_size: int, settings: dict[str, Any]) -> dict[str, EditFn]:
+    """``edits`` plus the edits of ``ablation`` (a layer's ablation runs after a user's
+    edit of the same ``layer.k.heads`` point); mean ablation measures the means first."""
+    out = dict(edits or {})
+    if ablation is None:
+        return out
+    check_ablation(loaded, ablation)
+    prefix = families.stacks(loaded.model, loaded.family)[0].prefix
+    means = None
+    if ablation.mode == "mean":
+        recorded = record_points(loaded, windows, [heads_point(k, prefix) for k in ablation.by_layer()],
+                                 batch_size=batch_size, **settings)
+        H = n_heads(loaded.model)
+        means = {p: head_means(Z, windows.attention_mask, H) for p, Z in recorded.items()}
+    for point, fn in ablation_edits(ablation, means, prefix).items():
+        first = out.get(point)
+        out[point] = fn if first is None else (lambda Z, ctx, f=first, g=fn: g(f(Z, ctx), ctx))
+    return out
+
+
 def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mask: Any, d_qk_scale: float,
                  drop: Any, point_list: list[str], names: Sequence[str], exclude_special: bool,
                  values: dict[tuple[str, str], list[torch.Tensor]], attn_names: tuple[str, ...] = (),
-                 sinks: Sequence[str] = (), clip_massive: bool = False) -> None:
+                 sinks: Sequence[str] = (), clip_massive: bool = False,
+                 edits: Mapping[str, EditFn] | None = None, clip_records: list[dict[str, Any]] | None = None) -> None:
     """One forward pass over windows ``start : start + batch_size``; appends each point's
     metrics ``(batch,)`` to ``values[(point, metric)]`` (with ``attn_names``, also those
     metrics of :data:`~rankcollapse.metrics.ATTENTION_METRICS` of every block's attention; with ``sinks``, those of :mod:`~rankcollapse.models.sinks`)."""
@@ -395,8 +458,11 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
     if exclude_special:
         real = real & ~windows.special_tokens_mask[start : start + batch_size]
     stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
-    rec, vrec = _record_batch(loaded, inputs, am, mask, d_qk_scale, drop, point_list, bool(attn_names) or bool(sinks),
-                              stack_list if "sink_value_ratio" in sinks else [], clip_massive)
+    rec, vrec, clips = _record_batch(loaded, inputs, am, mask, d_qk_scale, drop, point_list,
+                                     bool(attn_names) or bool(sinks), stack_list if "sink_value_ratio" in sinks else [],
+                                     clip_massive, edits, range(start, start + int(ids.shape[0])))
+    if clip_records is not None:
+        clip_records.extend(r for clip in clips for r in clip.records(start))
     add_point_metrics(rec.outputs, tuple(ids.shape), real, names, values)
     if sinks:
         def padding_of(point: str) -> torch.Tensor:  # keys and queries: every real token
@@ -427,23 +493,26 @@ def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, mask:
 
 def _record_batch(loaded: Any, inputs: dict[str, torch.Tensor], am: torch.Tensor, mask: Any, d_qk_scale: float,
                   drop: Any, point_list: list[str], attentions: bool = False, value_stacks: Sequence[Any] = (),
-                  clip_massive: bool = False) -> tuple[Recorder, ValueRecorder]:
+                  clip_massive: bool = False, edits: Mapping[str, EditFn] | None = None,
+                  window_rows: range | None = None) -> tuple[Recorder, ValueRecorder, list[Any]]:
     """One forward pass of ``inputs`` under the interventions, recording ``point_list``
-    (and attention probabilities, and the values of ``value_stacks``).
+    (and attention probabilities, and the values of ``value_stacks``); also returns the
+    :class:`~rankcollapse.models.massive.MassiveClip` of each stack (with ``clip_massive``).
 
     Raises
     ------
     ModelError
         A ``module:PATH`` point whose module did not run.
     """
-    with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am, clip_massive=clip_massive):
+    with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am, clip_massive=clip_massive,
+                   edits=edits, windows=window_rows) as clips:
         with Recorder(loaded, point_list, attentions=attentions) as rec, ValueRecorder(list(value_stacks)) as vrec:
             loaded.model(**inputs)
     silent = [p for p in point_list if p.startswith(MODULE_PREFIX) and p not in rec.outputs]
     if silent:
         raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
                          "ModuleList, or an unused branch); record a module that runs")
-    return rec, vrec
+    return rec, vrec, clips
 
 
 def add_point_metrics(outputs: dict[str, Any], shape: tuple[int, int], real: torch.Tensor, names: Sequence[str],

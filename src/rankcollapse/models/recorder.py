@@ -44,6 +44,8 @@ def resolve_points(stack_list: list[Stack]) -> dict[str, tuple[Tap, int]]:
             table[f"{p}layer.{k}.output"] = (Tap(parts.block, "output", 0), occ)
             for j, norm in enumerate(parts.norms):
                 table[f"{p}layer.{k}.norm_{j + 1}"] = (Tap(norm, "output", 0), occ)
+            if parts.out_proj is not None:
+                table[f"{p}layer.{k}.heads"] = (Tap(parts.out_proj, "input"), occ)
             if parts.attn is not None:
                 table[f"{p}layer.{k}.attn_output"] = (parts.attn.branch, occ)
             if parts.mlp is not None:

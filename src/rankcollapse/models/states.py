@@ -145,7 +145,7 @@ def capture_states(loaded: Any, windows: Windows, *, mask: Any = None, d_qk_scal
     for start in range(0, windows.n_samples, batch_size):
         ids = windows.input_ids[start : start + batch_size]
         am = windows.attention_mask[start : start + batch_size]
-        rec, _ = _record_batch(loaded, model_inputs(loaded, ids, am), am, mask, d_qk_scale, drop, point_list,
+        rec, _, _ = _record_batch(loaded, model_inputs(loaded, ids, am), am, mask, d_qk_scale, drop, point_list,
                                attentions=attentions, clip_massive=clip_massive)
         parts.append(torch.stack([rec.outputs[p].detach().cpu() for p in point_list], dim=1))  # (b, P, N, d)
         if attentions:  # (b, A, H, N, N)

@@ -25,15 +25,17 @@ def model_d_qk(loaded: Any) -> float:
     Raises
     ------
     ModelError
-        A generic-family model, a self-attention module without a numeric ``scaling``,
+        A model whose self-attention modules are not known (a generic layout other than
+        GPT-NeoX, OPT, Phi, DistilBERT), one without a numeric ``scaling``,
         or modules that disagree (no single ``d_qk`` to speak of).
     """
     loaded = as_loaded(loaded)
-    if loaded.family == "generic":
-        raise ModelError(f"d_qk= is not supported for the generic family ({type(loaded.model).__name__})")
     scalings = set()
     for stack in families.stacks(loaded.model, loaded.family):
         for block in stack.blocks:
+            if block.self_attn is None:
+                raise ModelError(f"d_qk= is not supported for {type(loaded.model).__name__} ({loaded.family} layout): "
+                                 "no self-attention module the toolkit knows")
             s = getattr(block.self_attn, "scaling", None)
             if not isinstance(s, (int, float)) or not s > 0:
                 raise ModelError(f"{type(block.self_attn).__name__} has no numeric 'scaling'; cannot set d_qk")

@@ -1,0 +1,315 @@
+"""Edits of activations inside an unmodified pretrained model: a function at any
+recording point or module path, per-head ablation, and activation patching.
+
+One mechanism, forward hooks and forward pre-hooks in the manner of baukit's
+``nethook.Trace(edit_output=...)``: an *edit* ``fn(tensor, context) -> tensor`` replaces
+the tensor at a point while the model runs, so every later point, and the point's own
+recorded value, is measured on the edited forward pass. Hooks are removed on exit.
+
+Where an edit acts (point names of :mod:`rankcollapse.models.families`):
+
+* an output point (``layer.k.output``, ``layer.k.attn_output``, ``layer.k.norm_1``,
+  ``final_norm``, ``module:PATH``): the module's output (element 0 or the point's
+  element of a tuple) is replaced;
+* an input point (``embeddings``, ``layer.k.input``): the block's input is replaced;
+* ``layer.k.heads``: the input of block k's self-attention output projection, the
+  heads' outputs side by side. The edit receives and returns it as ``(B, N, H, d_head)``
+  (head h is ``[:, :, h]``), so ``Z[:, :, h] = 0`` removes head h from the block's
+  attention output (the projection's bias stays).
+
+**Head ablation** (:class:`HeadAblation`) is such an edit at ``layer.k.heads``:
+``zero`` sets the head's output to 0; ``mean`` sets it, at each position ``i``, to its
+mean over the windows whose token ``i`` is real (0 where none is), measured on the same
+windows with the same mask, temperature, drops and clip but no edits
+(:func:`head_means`; :func:`~rankcollapse.models.probe.probe` measures them first).
+
+**Activation patching** (:func:`~rankcollapse.models.patching.patch`) is an edit that
+puts a point (or one head of ``layer.k.heads``) recorded on clean windows into the
+corrupted windows' forward pass.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError, ModelError
+from . import families
+from .loading import as_loaded
+from .recorder import MODULE_PREFIX, module_tap, resolve_points
+
+ABLATION_MODES = ("zero", "mean")
+HEADS = "heads"
+
+
+@dataclass(frozen=True)
+class EditContext:
+    """What an edit function is told about the tensor it edits.
+
+    Attributes
+    ----------
+    point : the point name (``layer.3.heads``, ``module:PATH``...).
+    windows : rows of the probed windows in this batch (``range(B)`` outside a probe).
+    attention_mask : ``(B, N)`` padding mask of the batch's input (1 = real; T5's
+        ``decoder.`` points see it shifted right by one), or None when the caller gave none.
+    """
+
+    point: str
+    windows: range
+    attention_mask: torch.Tensor | None
+
+
+EditFn = Callable[[torch.Tensor, EditContext], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class HeadAblation:
+    """Heads to ablate, ``((layer, head), ...)`` (0-based block and head; T5: encoder
+    blocks), and how: ``"zero"`` or ``"mean"`` (module docstring).
+
+    Raises
+    ------
+    ConfigError
+        No heads, a negative index, or an unknown mode.
+    """
+
+    heads: tuple[tuple[int, int], ...]
+    mode: str = "zero"
+
+    def __post_init__(self) -> None:
+        heads = tuple((int(k), int(h)) for k, h in self.heads)
+        if not heads:
+            raise ConfigError("ablate_heads: give at least one (layer, head)")
+        if any(k < 0 or h < 0 for k, h in heads):
+            raise ConfigError(f"ablate_heads: layers and heads are 0-based, got {list(heads)}")
+        if self.mode not in ABLATION_MODES:
+            raise ConfigError(f"unknown ablation {self.mode!r}; choose from {', '.join(ABLATION_MODES)}")
+        object.__setattr__(self, "heads", heads)
+
+    def by_layer(self) -> dict[int, list[int]]:
+        """``{layer: sorted heads}``."""
+        out: dict[int, set[int]] = defaultdict(set)
+        for k, h in self.heads:
+            out[k].add(h)
+        return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def parse_heads(text: str) -> tuple[tuple[int, int], ...]:
+    """``"3.1,3.5"`` -> ``((3, 1), (3, 5))``: ``LAYER.HEAD`` items, 0-based.
+
+    Raises
+    ------
+    ConfigError
+        An item that is not two non-negative integers joined by a dot.
+    """
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        layer, dot, head = item.partition(".")
+        if not (dot and layer.isdigit() and head.isdigit()):
+            raise ConfigError(f"bad head {item!r} in {text!r}; write LAYER.HEAD items, e.g. 3.1,3.5")
+        out.append((int(layer), int(head)))
+    if not out:
+        raise ConfigError(f"no heads in {text!r}; write LAYER.HEAD items, e.g. 3.1,3.5")
+    return tuple(out)
+
+
+def n_heads(model: nn.Module) -> int:
+    """The number of attention heads H in ``model.config``.
+
+    Raises
+    ------
+    ModelError
+        The config names none.
+    """
+    config = model.config
+    for key in ("num_attention_heads", "n_head", "num_heads"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    raise ModelError(f"{type(model).__name__}'s config names no number of attention heads")
+
+
+def split_heads(X: torch.Tensor, H: int, point: str) -> torch.Tensor:
+    if X.ndim != 3 or X.shape[-1] % H:
+        raise ModelError(f"{point}: the output projection's input {tuple(X.shape)} is not (B, N, H·d_head) "
+                         f"for H = {H}")
+    return X.unflatten(-1, (H, X.shape[-1] // H))  # (B, N, H, d_head)
+
+
+def _pick(value: Any, index: int, point: str) -> torch.Tensor:
+    if isinstance(value, tuple):
+        value = value[index]
+    if not isinstance(value, torch.Tensor):
+        raise ModelError(f"{point}: the module's output is a {type(value).__name__}, not a tensor to edit")
+    return value
+
+
+def _replace(value: Any, index: int, new: torch.Tensor) -> Any:
+    return value[:index] + (new,) + value[index + 1:] if isinstance(value, tuple) else new
+
+
+class Editor:
+    """Context manager installing edits ``{point: fn}`` on ``loaded.model``.
+
+    Parameters
+    ----------
+    loaded : LoadedModel or a transformers model (any family that records; the generic
+        layout has ``embeddings``, ``layer.k.input``, ``layer.k.output``, ``layer.k.heads``
+        where its output projection is known, and ``module:PATH``).
+    edits : point name -> ``fn(tensor, context) -> tensor`` (module docstring); the
+        returned tensor must have the shape it was given, and is cast to its dtype.
+    attention_mask, windows : passed to each edit in its :class:`EditContext`.
+
+    Raises
+    ------
+    ModelError
+        An unknown point, or a point that is not a tensor.
+    ConfigError
+        An edit that returns something other than a tensor of the shape it was given.
+    """
+
+    def __init__(self, loaded: Any, edits: Mapping[str, EditFn], *, attention_mask: torch.Tensor | None = None,
+                 windows: range | None = None):
+        loaded = as_loaded(loaded)
+        self.model: nn.Module = loaded.model
+        table = resolve_points(families.stacks(self.model, loaded.family))
+        self.heads = n_heads(self.model) if any(p.endswith("." + HEADS) for p in edits) else 0
+        self.plan: dict[tuple[int, str], dict[int, list[tuple[str, int, EditFn]]]] = defaultdict(
+            lambda: defaultdict(list))
+        self.modules: dict[tuple[int, str], nn.Module] = {}
+        for point, fn in edits.items():
+            if not callable(fn):
+                raise ConfigError(f"edit at {point!r}: {fn!r} is not a function fn(tensor, context) -> tensor")
+            if point.startswith(MODULE_PREFIX):
+                tap, occ = module_tap(self.model, point), 0
+            elif point in table:
+                tap, occ = table[point]
+            else:
+                raise ModelError(f"no point {point!r} to edit in family {loaded.family!r}; use a point name "
+                                 f"(e.g. {list(table)[:4]}) or module:PATH")
+            key = (id(tap.module), tap.io)
+            self.plan[key][occ].append((point, tap.index, fn))
+            self.modules[key] = tap.module
+        self.windows = windows
+        self.attention_mask = attention_mask
+        self._calls: dict[tuple[int, str], int] = defaultdict(int)
+        self._handles: list[Any] = []
+
+    def _reset(self, *_: Any, **__: Any) -> None:
+        self._calls.clear()
+
+    def _edit(self, key: tuple[int, str], value: Any) -> Any:
+        occ = self._calls[key]
+        self._calls[key] = occ + 1
+        for point, index, fn in self.plan[key].get(occ, ()):
+            X = _pick(value, index, point)
+            heads = point.endswith("." + HEADS) and not point.startswith(MODULE_PREFIX)
+            given = split_heads(X, self.heads, point) if heads else X
+            windows = self.windows if self.windows is not None else range(X.shape[0])
+            new = fn(given, EditContext(point, windows, self.attention_mask))
+            if not isinstance(new, torch.Tensor) or new.shape != given.shape:
+                got = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
+                raise ConfigError(f"the edit at {point!r} returned {got}; return a tensor of the shape it "
+                                  f"was given, {tuple(given.shape)}")
+            new = new.to(dtype=X.dtype, device=X.device)
+            value = _replace(value, index, new.flatten(-2) if heads else new)
+        return value
+
+    def __enter__(self) -> "Editor":
+        self._handles.append(self.model.register_forward_pre_hook(self._reset))
+        for key, module in self.modules.items():
+            if key[1] == "input":
+                self._handles.append(module.register_forward_pre_hook(self._input_hook(key), with_kwargs=True))
+            else:
+                self._handles.append(module.register_forward_hook(self._output_hook(key)))
+        return self
+
+    def _input_hook(self, key: tuple[int, str]):
+        def hook(module: nn.Module, args: tuple, kwargs: dict):
+            if args:
+                return (self._edit(key, args[0]),) + args[1:], kwargs
+            return args, dict(kwargs, hidden_states=self._edit(key, kwargs["hidden_states"]))
+
+        return hook
+
+    def _output_hook(self, key: tuple[int, str]):
+        def hook(module: nn.Module, args: tuple, output: Any):
+            return self._edit(key, output)
+
+        return hook
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+def check_ablation(loaded: Any, ablation: HeadAblation) -> None:
+    """Refuse heads the model does not have.
+
+    Raises
+    ------
+    ConfigError
+        A layer >= the number of blocks or a head >= H (names both).
+    ModelError
+        A model whose output projection is not known (a generic layout other than
+        GPT-NeoX, OPT, Phi and DistilBERT).
+    """
+    loaded = as_loaded(loaded)
+    stack = families.stacks(loaded.model, loaded.family)[0]
+    if any(parts.out_proj is None for parts in stack.blocks):
+        raise ModelError(f"{type(loaded.model).__name__} ({loaded.family} layout) has no self-attention output "
+                         "projection the toolkit knows; head ablation hooks its input")
+    L, H = stack.n_layers, n_heads(loaded.model)
+    bad = [(k, h) for k, h in ablation.heads if k >= L or h >= H]
+    if bad:
+        raise ConfigError(f"ablate_heads {bad}: the model has layers 0..{L - 1} and heads 0..{H - 1}")
+
+
+def heads_point(layer: int, prefix: str = "") -> str:
+    """The point ``{prefix}layer.{layer}.heads``."""
+    return f"{prefix}layer.{layer}.{HEADS}"
+
+
+def ablation_edits(ablation: HeadAblation, means: Mapping[str, torch.Tensor] | None = None,
+                   prefix: str = "") -> dict[str, EditFn]:
+    """The edits that implement ``ablation``: one per layer, at ``layer.k.heads``.
+
+    ``means`` (``mode="mean"``): point -> the heads' mean output ``(N, H, d_head)`` per
+    position (:func:`head_means`; :func:`~rankcollapse.models.probe.probe` measures them first).
+
+    Raises
+    ------
+    ConfigError
+        ``mode="mean"`` without the means of an ablated layer.
+    """
+    edits: dict[str, EditFn] = {}
+    for k, heads in ablation.by_layer().items():
+        point = heads_point(k, prefix)
+        if ablation.mode == "mean" and (means is None or point not in means):
+            raise ConfigError(f"mean ablation of {point} needs its mean head outputs (head_means)")
+        mean = means[point] if ablation.mode == "mean" and means is not None else None
+
+        def fn(Z: torch.Tensor, ctx: EditContext, heads: list[int] = heads, mean: Any = mean) -> torch.Tensor:
+            Z = Z.clone()
+            Z[:, :, heads] = 0 if mean is None else mean[None, : Z.shape[1], heads].to(Z)
+            return Z
+
+        edits[point] = fn
+    return edits
+
+
+def head_means(heads: torch.Tensor, attention_mask: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """The heads' output ``(N, H, d_head)`` at each position, averaged over the windows
+    whose token there is real (0 where none is), float64.
+
+    ``heads``: a ``layer.k.heads`` point of every window, ``(B, N, H·d_head)``;
+    ``attention_mask``: ``(B, N)``, 1 = real.
+    """
+    Z = split_heads(heads.double(), n_heads, "heads")  # (B, N, H, d_head)
+    real = attention_mask.to(torch.float64)[:, :, None, None]  # (B, N, 1, 1)
+    return (Z * real).sum(dim=0) / real.sum(dim=0).clamp(min=1)
