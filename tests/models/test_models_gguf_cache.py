@@ -142,3 +142,13 @@ def test_disabled_cache_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv(loading.GGUF_CACHE_ENV, "off")
     load_model(write_gguf(tmp_path / "model" / "m.gguf", seed=0), gguf_file="m.gguf")
     assert not (tmp_path / "xdg").exists()
+
+
+def test_a_cache_that_cannot_be_written_warns_and_the_load_goes_on(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    monkeypatch.setenv(loading.GGUF_CACHE_ENV, str(blocker / "cache"))
+    folder = write_gguf(tmp_path / "model" / "m.gguf", seed=0)
+    with pytest.warns(UserWarning, match="cannot write the GGUF weights cache"):
+        loaded = load_model(folder, gguf_file="m.gguf")
+    _assert_same(loaded, _uncached(folder, monkeypatch))

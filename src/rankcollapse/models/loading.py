@@ -705,11 +705,11 @@ def _gguf_cache_entry(gguf: Path, dtype: torch.dtype) -> tuple[Path, str, dict[s
     from .._io import config_hash, file_sha256
 
     folder = gguf_cache_dir()
+    if folder is None:
+        return None
     try:
         digest = file_sha256(gguf)
     except OSError:  # transformers' own load names an unreadable file
-        return None
-    if folder is None:
         return None
     key = {"format": _GGUF_CACHE_FORMAT, "gguf_sha256": digest, "dtype": str(dtype).removeprefix("torch."),
            "torch": torch.__version__, "transformers": version("transformers"), "gguf": version("gguf")}
@@ -773,6 +773,6 @@ def _write_gguf_cache(folder: Path, name: str, key: dict[str, Any], model: Any) 
             save_file(tensors, str(tmp))
             record = {"key": key, "bytes": tmp.stat().st_size, "sha256": file_sha256(tmp), "config": config}
         write_json_atomic(folder / f"{name}.json", record)
-    except OSError as exc:
+    except Exception as exc:  # noqa: BLE001 - OSError or safetensors' own error (a full disk): the load goes on
         warnings.warn(f"cannot write the GGUF weights cache {str(folder)!r} ({exc}); set {GGUF_CACHE_ENV} to "
                       "another folder, or to off", stacklevel=3)
