@@ -22,6 +22,7 @@ SCRIPTS = {
     "recorder": ["bench_recorder.py"],
     "sweep": ["bench_sweep.py"],
     "startup": ["bench_startup.py"],
+    "probe": ["bench_probe.py"],
 }
 QUICK = {
     "masks": ["--n", "16384"],
@@ -32,6 +33,7 @@ QUICK = {
     "recorder": ["--repeats", "3"],
     "sweep": ["--repeats", "1", "--units", "4", "--windows", "8"],
     "startup": ["--repeats", "2"],
+    "probe": ["--models", "minilm"],
 }
 
 

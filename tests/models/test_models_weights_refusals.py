@@ -122,6 +122,13 @@ def test_a_weight_beyond_float16_is_refused_in_float16_only(tmp_path):
     assert torch.equal(loaded.model.wte.weight, saved.wte.weight)
 
 
+def test_finite_weights_whose_sum_overflows_are_accepted(tmp_path):
+    _save("gpt2", tmp_path)
+    _rewrite(tmp_path, lambda t: {**t, "h.1.ln_1.weight": torch.full((32,), 6e4)})  # sum 1.9e6 > float16's 65504
+    loaded = load_model(str(tmp_path), dtype=torch.float16)
+    assert torch.equal(loaded.model.h[1].ln_1.weight, torch.full((32,), 6e4, dtype=torch.float16))
+
+
 def test_nothing_is_printed_before_the_refusal(tmp_path, capfd):
     _save("bert", tmp_path)
     _rewrite(tmp_path, lambda t: {k: v for k, v in t.items() if not k.startswith("encoder.layer.1.")})

@@ -9,10 +9,17 @@ The tokenizer comes from the same source unless ``tokenizer=`` names another. A 
 saved with ``model.save_pretrained(dir)`` alone has no tokenizer: the model still loads
 (token ids can be given as :class:`rankcollapse.data.Windows`), ``LoadedModel.tokenizer``
 is None and ``tokenizer_error`` says why; cutting text into windows is then refused.
+
+A GGUF model's dequantised weights are cached (:func:`gguf_cache_dir`): the first load
+converts the file and writes the state dict as safetensors, keyed by the SHA-256 of the
+GGUF file's bytes, the dtype and the torch/transformers/gguf versions; later loads read
+it back instead of converting again. An entry whose size or SHA-256 differs from its
+record is a miss and is written again.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 from dataclasses import dataclass, field
@@ -164,7 +171,8 @@ def load_model(
     ----------
     name_or_path : ``"minilm"`` (all-MiniLM-L6-v2), ``"smollm2"`` (SmolLM2-135M-Instruct,
         Q4_1 GGUF), a Hugging Face hub name, or a local folder.
-    gguf_file : GGUF file inside ``name_or_path`` (weights are dequantised to ``dtype``).
+    gguf_file : GGUF file inside ``name_or_path`` (weights are dequantised to ``dtype``,
+        once per file content: see :func:`gguf_cache_dir`).
     dtype : parameter dtype after loading.
     device : where the model is placed (the caller chooses; default CPU).
     attn_implementation : ``"eager"`` (needed for attention maps), ``"sdpa"``, or None
@@ -235,10 +243,18 @@ def load_model(
     is_local = _check_source(source, gguf_file, local_files_only)
     if is_local and gguf_file is None:
         _check_size(source, dtype)
+    cache = _gguf_cache_entry(Path(source) / gguf_file, dtype) if is_local and gguf_file is not None else None
+    cached = _read_gguf_cache(*cache) if cache is not None else None
     with quiet_loading():  # no progress bar or warning before the result or the one error line
-        model, info = _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
+        if cached is not None:
+            model, info = _from_state_dict(source, *cached, dtype, attn_implementation)
+        else:
+            model, info = _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only,
+                                                 is_local)
     notes += check_loaded_weights(model, info, source)
     check_finite_weights(model, source)
+    if cache is not None and cached is None and not info.get("missing_keys"):  # never a model with random weights
+        _write_gguf_cache(*cache, model)
     model.to(device)
     model.eval()
     if tokenizer is None:
@@ -651,3 +667,112 @@ _REFUSED_PICKLE = (
     "model {source!r}: its PyTorch pickle weights (pytorch_model.bin) hold objects other than "
     "plain tensors, and unpickling those can run arbitrary code, so the file is refused; "
     "use a copy of the model saved in the safetensors format")
+
+
+#: Environment variable: the folder of the GGUF weights cache, or ``off`` to disable it.
+GGUF_CACHE_ENV = "RANKCOLLAPSE_GGUF_CACHE"
+#: Version of the cache entry layout (part of every key).
+_GGUF_CACHE_FORMAT = 1
+
+
+def gguf_cache_dir() -> Path | None:
+    """Folder of the dequantised GGUF weights :func:`load_model` keeps, or None (disabled).
+
+    ``$RANKCOLLAPSE_GGUF_CACHE`` if set (``off``, ``0``, ``false`` or ``no`` disable the
+    cache), else ``$XDG_CACHE_HOME/rankcollapse/gguf`` (``~/.cache/rankcollapse/gguf``
+    when ``XDG_CACHE_HOME`` is unset or not absolute, as the XDG specification says).
+    Each entry is ``KEY.safetensors`` (the state dict as loaded) and ``KEY.json`` (the
+    key, the model's config, and the weights file's size and SHA-256); KEY is a digest of
+    the GGUF file's SHA-256, the dtype and the torch, transformers and gguf versions,
+    never of a path. Entries are written atomically; one that does not match its record
+    is ignored and written again. Deleting the folder is always safe.
+    """
+    value = os.environ.get(GGUF_CACHE_ENV, "").strip()
+    if value.lower() in ("off", "0", "false", "no"):
+        return None
+    if value:
+        return Path(value).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "rankcollapse" / "gguf"
+
+
+def _gguf_cache_entry(gguf: Path, dtype: torch.dtype) -> tuple[Path, str, dict[str, Any]] | None:
+    """``(folder, name, key)`` of the cache entry of GGUF file ``gguf`` loaded in ``dtype``,
+    or None when the cache is disabled."""
+    from importlib.metadata import version
+
+    from .._io import config_hash, file_sha256
+
+    folder = gguf_cache_dir()
+    if folder is None:
+        return None
+    try:
+        digest = file_sha256(gguf)
+    except OSError:  # transformers' own load names an unreadable file
+        return None
+    key = {"format": _GGUF_CACHE_FORMAT, "gguf_sha256": digest, "dtype": str(dtype).removeprefix("torch."),
+           "torch": torch.__version__, "transformers": version("transformers"), "gguf": version("gguf")}
+    return folder, config_hash(key, 32), key
+
+
+def _read_gguf_cache(folder: Path, name: str, key: dict[str, Any]) -> tuple[dict, dict] | None:
+    """``(config dict, state dict)`` of a cache entry whose record has ``key`` and whose
+    weights file has the recorded size and SHA-256; None for anything else (absent,
+    unreadable, truncated, altered)."""
+    from safetensors.torch import load_file
+
+    from .._io import file_sha256
+
+    weights = folder / f"{name}.safetensors"
+    try:
+        entry = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+        if (not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("config"), dict)
+                or weights.stat().st_size != entry.get("bytes") or file_sha256(weights) != entry.get("sha256")):
+            return None
+        return entry["config"], load_file(weights)
+    except Exception:  # noqa: BLE001 - OSError, JSON or safetensors errors: an unusable entry is a miss
+        return None
+
+
+def _from_state_dict(source: str, config: dict, state_dict: dict, dtype: torch.dtype,
+                     attn_implementation: str | None) -> tuple[Any, dict[str, list]]:
+    """The base model of ``config`` with the weights ``state_dict``, loaded by transformers
+    as :func:`_from_pretrained` loads a checkpoint (same dtype, attention and loading info)."""
+    from transformers import MODEL_MAPPING, AutoConfig
+
+    config = AutoConfig.for_model(**config)
+    kwargs: dict[str, Any] = {"attn_implementation": attn_implementation} if attn_implementation is not None else {}
+    model, info = MODEL_MAPPING[type(config)].from_pretrained(
+        None, config=config, state_dict=state_dict, dtype=dtype, output_loading_info=True,
+        ignore_mismatched_sizes=True, **kwargs)
+    model.config.name_or_path = source
+    return model, info
+
+
+def _write_gguf_cache(folder: Path, name: str, key: dict[str, Any], model: Any) -> None:
+    """Write the cache entry of ``model`` (weights, then the record naming them); a cache
+    that cannot be written is reported with a warning, and the load goes on."""
+    import warnings
+
+    from safetensors.torch import save_file
+
+    from .._io import atomic_path, file_sha256, write_json_atomic
+
+    tensors, seen = {}, set()
+    for k, t in model.state_dict().items():
+        t = t.detach().contiguous()
+        if t.data_ptr() in seen:  # tied weights: safetensors stores each tensor once
+            t = t.clone()
+        seen.add(t.data_ptr())
+        tensors[k] = t
+    config = {k: v for k, v in model.config.to_dict().items() if k != "_name_or_path"}
+    try:
+        weights = folder / f"{name}.safetensors"
+        with atomic_path(weights) as tmp:
+            save_file(tensors, str(tmp))
+            record = {"key": key, "bytes": tmp.stat().st_size, "sha256": file_sha256(tmp), "config": config}
+        write_json_atomic(folder / f"{name}.json", record)
+    except Exception as exc:  # noqa: BLE001 - OSError or safetensors' own error (a full disk): the load goes on
+        warnings.warn(f"cannot write the GGUF weights cache {str(folder)!r} ({exc}); set {GGUF_CACHE_ENV} to "
+                      "another folder, or to off", stacklevel=3)
