@@ -68,3 +68,19 @@ def test_data_spec_takes_n_tokens_and_names_it():
     assert data_spec(None, n_tokens=16, seed=0) == {"corpus": "wikipedia", "n_tokens": 16, "seed": 0}
     with pytest.raises(TypeError):
         data_spec(None, length=16, seed=0)
+
+
+def test_an_error_carries_its_argument_and_the_cli_shows_the_flag():
+    import pickle
+
+    from rankcollapse.cli._vocab import FLAGS, in_flags
+    from rankcollapse.dynamics import RunConfig
+
+    with pytest.raises(ConfigError) as exc:
+        RunConfig(depth=1, backend="sparse")
+    err = exc.value
+    assert err.argument == "backend" and str(err) == f"backend {err.detail}"
+    assert err.detail.startswith("must be one of") and in_flags(err) == f"--backend {err.detail}"
+    back = pickle.loads(pickle.dumps(err))  # as a worker process sends it
+    assert type(back) is ConfigError and (back.argument, str(back)) == (err.argument, str(err))
+    assert in_flags(ConfigError("plain")) == "plain" and set(FLAGS.values()) >= {"--n-tokens", "--max-memory"}
