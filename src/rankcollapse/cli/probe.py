@@ -475,7 +475,7 @@ def to_json(table: Any) -> dict[str, Any]:
         layers.append(entry)
     attrs = table.attrs
     return {
-        "model": attrs.get("model"), "family": attrs.get("family"), "n_windows": attrs.get("n_windows"),
+        "model": attrs.get("model"), "family": attrs.get("family"), "n_samples": attrs.get("n_samples"),
         "n_tokens": attrs.get("n_tokens"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
         "d_qk": attrs.get("d_qk"),
         "drop": attrs.get("drop"), **({"clip_massive": True} if attrs.get("clip_massive") else {}),
@@ -530,7 +530,7 @@ def _print_summary(*tables: Any) -> None:
     wide = wide[["model", *[c for c in wide.columns if c != "model"]]] if several else wide.drop(columns="model")
     first = tables[0].attrs
     title = (", ".join(f"{t.attrs.get('model')} ({t.attrs.get('family')})" for t in tables)
-             + f", {first.get('n_windows')} windows")
+             + f", {first.get('n_samples')} windows")
     t = make_table(title, [str(col) for col in wide.columns],
                    ([("" if v != v else f"{v:.4g}") if isinstance(v, float) else str(v) for v in row]
                     for row in wide.itertuples(index=False)))

@@ -50,7 +50,7 @@ from .recorder import Recorder
 PROFILES = ("predicted", "gradient", "rollout", "rollout_half")
 #: Columns of the per-layer table.
 COLUMNS = ("layer", "alpha", "rho_gradient", "rho_rollout", "rho_rollout_half", "rho_rollout_gradient",
-           "first_token_gradient", "first_token_predicted", "n_windows")
+           "first_token_gradient", "first_token_predicted", "n_samples")
 
 
 def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probes: int | None = 4,
@@ -135,7 +135,7 @@ def measure_influence(loaded: Any, windows: Any, *, batch_size: int = 4, n_probe
                      "rho_rollout": rho["rollout"], "rho_rollout_half": rho["rollout_half"],
                      "rho_rollout_gradient": float(spearmanr(profiles["rollout"][k], profiles["gradient"][k]).statistic),
                      "first_token_gradient": float(profiles["gradient"][k, 0]),
-                     "first_token_predicted": float(predicted[k, 0]), "n_windows": count})
+                     "first_token_predicted": float(predicted[k, 0]), "n_samples": count})
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df.attrs.update(model=loaded.name, family=loaded.family, mask=native, length=n, profiles=profiles,
                     per_window=per_window, n_probes=n_probes)

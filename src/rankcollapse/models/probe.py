@@ -329,7 +329,7 @@ def probe(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
         d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
-        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_samples, n_tokens=windows.n_tokens,
+        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_samples=windows.n_samples, n_tokens=windows.n_tokens,
         **({"clip_massive": True} if clip_massive else {}),
     )
     return df
