@@ -13,7 +13,8 @@ from ..errors import RankCollapseError
 #: command-line user typed
 FLAGS: dict[str, str] = {
     "n_tokens": "--n-tokens", "backend": "--backend", "qk_norm_scale": "--qk-norm-scale",
-    "max_memory": "--max-memory", "text": "--text-file", "overrides['masks']": "--mask",
+    "max_memory": "--max-memory", "text": "--text-file", "executor": "--executor", "workers": "--workers",
+    "address": "--address", "overrides['masks']": "--mask",
     "overrides['depth']": "--depth", "overrides['n_samples']": "--n-samples", "overrides['extra_models']": "--model",
 }
 
