@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     loaded = load_model(args.model)
-    wins = make_windows(wikipedia_texts(), loaded.tokenizer, length=args.length, n_windows=args.batch)
+    wins = make_windows(wikipedia_texts(), loaded.tokenizer, n_tokens=args.length, n_samples=args.batch)
     inputs = model_inputs(loaded, wins.input_ids, wins.attention_mask)
 
     @torch.no_grad()

@@ -31,7 +31,7 @@ from rankcollapse.sweep.units import unit_functions  # noqa: E402
 
 
 def _units(windows: int, n: int):
-    _, units, data = runner.plan("fig3", "smoke", 0, overrides={"n_windows": windows})
+    _, units, data = runner.plan("fig3", "smoke", 0, overrides={"n_samples": windows})
     return units[:n], data
 
 

@@ -38,6 +38,7 @@ def test_three_epsilons_are_named_apart():
 
 
 def test_api_errors_name_arguments_not_flags():
+    from rankcollapse.cli._vocab import in_flags
     from rankcollapse.experiments import runner
     from rankcollapse.sweep.executors import validate_executor
 
@@ -48,9 +49,8 @@ def test_api_errors_name_arguments_not_flags():
     for kw in (dict(workers=0), dict(workers=2), dict(address="auto")):
         with pytest.raises(ConfigError) as exc:
             validate_executor("processes" if "workers" in kw and kw["workers"] == 0 else "serial", **kw)
-        assert "--" not in str(exc.value)
-        with pytest.raises(ConfigError, match="--"):  # the command line's own wording
-            validate_executor("processes" if "workers" in kw and kw["workers"] == 0 else "serial", **kw, flags=True)
+        assert "--" not in str(exc.value) and str(exc.value).startswith(f"{next(iter(kw))} ")
+        assert in_flags(exc.value).startswith(f"--{next(iter(kw))} ")  # the command line's wording
     with pytest.raises(ConfigError) as exc:
         runner.run_experiment("main", "smoke", seed=0, n_tokens=1, write=False)
     assert str(exc.value).startswith("n_tokens must be")
@@ -68,3 +68,19 @@ def test_data_spec_takes_n_tokens_and_names_it():
     assert data_spec(None, n_tokens=16, seed=0) == {"corpus": "wikipedia", "n_tokens": 16, "seed": 0}
     with pytest.raises(TypeError):
         data_spec(None, length=16, seed=0)
+
+
+def test_an_error_carries_its_argument_and_the_cli_shows_the_flag():
+    import pickle
+
+    from rankcollapse.cli._vocab import FLAGS, in_flags
+    from rankcollapse.dynamics import RunConfig
+
+    with pytest.raises(ConfigError) as exc:
+        RunConfig(depth=1, backend="sparse")
+    err = exc.value
+    assert err.argument == "backend" and str(err) == f"backend {err.detail}"
+    assert err.detail.startswith("must be one of") and in_flags(err) == f"--backend {err.detail}"
+    back = pickle.loads(pickle.dumps(err))  # as a worker process sends it
+    assert type(back) is ConfigError and (back.argument, str(back)) == (err.argument, str(err))
+    assert in_flags(ConfigError("plain")) == "plain" and set(FLAGS.values()) >= {"--n-tokens", "--max-memory"}

@@ -30,7 +30,7 @@ def default_limit() -> int:
     return physical_memory() // 2
 
 
-def parse_size(text: str | int | float | None, name: str = "--max-memory") -> int | None:
+def parse_size(text: str | int | float | None, name: str = "max_memory") -> int | None:
     """Bytes in ``text`` (``"8GiB"``, ``"500MB"``, ``"2e9"``, an int); None stays None.
 
     Raises
@@ -43,10 +43,10 @@ def parse_size(text: str | int | float | None, name: str = "--max-memory") -> in
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
     unit = m.group(2).lower() if m else ""
     if m is None or unit not in _UNITS:
-        raise MemoryLimitError(f"{name} must be a size such as 8GiB, 500MB or a number of bytes, got {text!r}")
+        raise MemoryLimitError(f"must be a size such as 8GiB, 500MB or a number of bytes, got {text!r}", argument=name)
     value = float(m.group(1)) * _UNITS[unit]
     if not 0 < value < 2**63:
-        raise MemoryLimitError(f"{name} must be a positive size below 2^63 bytes, got {text!r}")
+        raise MemoryLimitError(f"must be a positive size below 2^63 bytes, got {text!r}", argument=name)
     return int(value)
 
 
@@ -70,8 +70,9 @@ def check_memory(estimate: float, what: str, max_memory: int | str | None = None
     limit = parse_size(max_memory) if max_memory is not None else default_limit()
     if estimate > limit:
         raise MemoryLimitError(
-            f"{what} needs about {human(estimate)} of memory, more than the limit {human(limit)}; "
-            f"lower the size, or raise the limit with max_memory (--max-memory on the command line) if the machine has it")
+            f"{human(limit)}{'' if max_memory is not None else ' (half the RAM)'} is exceeded: {what} needs about "
+            f"{human(estimate)} of memory; lower the size, or raise the limit if the machine has it (e.g. 32GiB)",
+            argument="max_memory")
 
 
 # ------------------------------------------------------------------ simulate's tokens

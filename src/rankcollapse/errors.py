@@ -6,7 +6,28 @@ from __future__ import annotations
 
 
 class RankCollapseError(ValueError):
-    """Base class of every error the toolkit raises on bad input."""
+    """Base class of every error the toolkit raises on bad input.
+
+    ``argument`` names the argument the error concerns, as the API spells it (None: no
+    single argument); the message then reads ``f"{argument} {detail}"``, and the command
+    line shows the argument's flag in its place (``cli/_vocab.py`` ``FLAGS``).
+
+    >>> str(ConfigError("must be one of ('auto', 'dense'), got 'nope'", argument="backend"))
+    "backend must be one of ('auto', 'dense'), got 'nope'"
+    """
+
+    def __init__(self, detail: object = "", *, argument: str | None = None) -> None:
+        super().__init__(detail if argument is None else f"{argument} {detail}")
+        self.detail, self.argument = str(detail), argument
+
+    def __reduce__(self):  # worker processes send errors back pickled: keep the argument
+        return _rebuild, (type(self), self.detail, self.argument)
+
+
+def _rebuild(cls: type, detail: str, argument: str | None) -> RankCollapseError:
+    err = cls.__new__(cls)
+    RankCollapseError.__init__(err, detail, argument=argument)
+    return err
 
 
 class MaskError(RankCollapseError):
@@ -50,7 +71,7 @@ class ConvergenceError(RankCollapseError):
 
 class MemoryLimitError(ConfigError):
     """A request whose estimated memory exceeds the limit; the message gives the
-    estimate and the option (``--max-memory``) that lifts it."""
+    estimate and the limit; it concerns the argument ``max_memory``."""
 
 
 class OutputBusyError(RankCollapseError):

@@ -94,7 +94,7 @@ def test_clip_massive_says_what_it_clipped(model_dir, tmp_path):
      "--mask cannot be applied with --patch-from"),
     (["--patch-from", "short.npz", "--patch-point", "layer.0.output"], "patching needs the same windows"),
     (["--patch-from", "c.npz", "--patch-point", "layer.0.output", "--patch-head", "1"],
-     "--patch-head applies at a --patch-point layer.k.heads"),
+     "--patch-head applies at a point layer.k.heads"),
     (["--patch-from", "c.npz", "--patch-point", "layer.0.heads", "--patch-head", "4"], "--patch-head 4 outside 0..3"),
     (["--influence", "--ablate-heads", "1.1"], "--ablate-heads does not apply"),
 ])

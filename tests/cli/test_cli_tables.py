@@ -19,7 +19,7 @@ def test_probe_table_tells_the_trained_model_from_its_control(capsys):
     def table(model):
         t = pd.DataFrame({"layer": [0, 1], "point": ["embeddings", "layer.0.output"], "metric": "mu",
                           "mean": [1.0, 0.5]})
-        t.attrs.update(model=model, family="bert", n_windows=2)
+        t.attrs.update(model=model, family="bert", n_samples=2)
         return t
 
     _print_summary(table("tiny"), table("tiny [random-init, seed 0]"))

@@ -116,7 +116,7 @@ def test_attention_operator_option_reports_row_mass_deficit():
 @pytest.mark.parametrize("args, msg", [
     (["--attention", "sink:c=1"], "takes parameters"),
     (["--attention", "offbyone", "--uniform"], "contradict"),
-    (["--attention", "offbyone", "--backend", "blocked"], "--backend dense only"),
+    (["--attention", "offbyone", "--backend", "blocked"], "--backend 'blocked' cannot run attention"),
 ])
 def test_attention_operator_errors_are_one_line(args, msg):
     p = run("--n-tokens", "8", "--depth", "2", "--d-model", "4", *args)

@@ -17,8 +17,8 @@ CMD = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "simul
 def test_flex_equals_dense_and_blocked():
     X = torch.randn(2, 200, 16, generator=torch.Generator().manual_seed(0))
     kw = dict(mask="longformer:w=9,globals=0+100", depth=3, n_heads=2, record_states=True, metrics=("mu",))
-    dense, flex = simulate(X, path="dense", **kw), simulate(X, path="flex", **kw)
-    assert flex.config["path"] == "flex"
+    dense, flex = simulate(X, backend="dense", **kw), simulate(X, backend="flex", **kw)
+    assert flex.config["backend"] == "flex"
     for a, b in zip(dense.states, flex.states):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
 
@@ -26,9 +26,9 @@ def test_flex_equals_dense_and_blocked():
 def test_flex_refuses_what_it_cannot_record():
     X = torch.randn(1, 32, 8)
     with pytest.raises(ConfigError, match="record_epsilon"):
-        simulate(X, mask="causal", depth=1, path="flex", record_epsilon=True)
-    with pytest.raises(ConfigError, match="path must be one of"):
-        simulate(X, mask="causal", depth=1, path="sparse")
+        simulate(X, mask="causal", depth=1, backend="flex", record_epsilon=True)
+    with pytest.raises(ConfigError, match="backend must be one of"):
+        simulate(X, mask="causal", depth=1, backend="sparse")
 
 
 @pytest.mark.slow  # torch.compile
@@ -36,7 +36,7 @@ def test_flex_overflowing_layer_goes_to_the_windowed_kernel():
     X = torch.randn(1, 64, 4, generator=torch.Generator().manual_seed(1)) * 1e18  # q.k bound past float32
     kw = dict(mask="causal_sliding_window:w=8", depth=1, record_states=True, metrics=("mu",),
               query_key="gaussian:std=1")
-    dense, flex = simulate(X, path="dense", **kw), simulate(X, path="flex", **kw)
+    dense, flex = simulate(X, backend="dense", **kw), simulate(X, backend="flex", **kw)
     torch.testing.assert_close(flex.states[-1], dense.states[-1])
 
 
@@ -46,7 +46,7 @@ def test_cli_backend_option():
     runs = {b: subprocess.run(CMD + args + ["--backend", b], capture_output=True, text=True, timeout=300)
             for b in ("dense", "blocked", "nope")}
     docs = {b: json.loads(p.stdout) for b, p in runs.items() if b != "nope"}
-    assert docs["blocked"]["settings"]["path"] == "blocked"
+    assert docs["blocked"]["settings"]["backend"] == "blocked"
     for a, b in zip(docs["dense"]["layers"], docs["blocked"]["layers"]):
         assert a["mu"] == pytest.approx(b["mu"], rel=1e-5) and (a["epsilon_measured"] is None) == (b["epsilon_measured"] is None)
-    assert runs["nope"].returncode == 2 and "path must be one of" in runs["nope"].stderr
+    assert runs["nope"].returncode == 2 and "--backend must be one of" in runs["nope"].stderr

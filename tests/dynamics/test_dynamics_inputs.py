@@ -82,10 +82,3 @@ def test_config_records_the_preset_actually_run():
     assert run(resolve_variant("post_ln", norm="rmsnorm")) == "custom"
 
 
-def test_sphere_theorem_d_qk_is_beta_relation():
-    """check_sphere_collapse(d_qk=q) uses beta = 1/sqrt(q): the same run as beta given."""
-    from rankcollapse.theory import check_sphere_collapse
-
-    a = check_sphere_collapse("causal", n_tokens=6, d_model=3, depth=5, n_samples=2, d_qk=0.25)
-    b = check_sphere_collapse("causal", n_tokens=6, d_model=3, depth=5, n_samples=2, beta=2.0)
-    assert torch.equal(a.mu, b.mu)

@@ -58,10 +58,10 @@ def test_the_theorem1_check_parses_its_spec_once(parsed):
     (lambda: sp.coo_matrix(TRIL), f"sparse:n={N}"),
     (lambda: ["causal"], "schedule:causal"),
 ])
-@pytest.mark.parametrize("path", ["dense", "blocked"])
-def test_every_mask_form_runs_the_same(form, spec, path):
-    want = simulate(_X(), mask="causal", depth=3, metrics=["mu", "dirichlet_energy"], path=path, record_epsilon=True)
-    got = simulate(_X(), mask=form(), depth=3, metrics=["mu", "dirichlet_energy"], path=path, record_epsilon=True)
+@pytest.mark.parametrize("backend", ["dense", "blocked"])
+def test_every_mask_form_runs_the_same(form, spec, backend):
+    want = simulate(_X(), mask="causal", depth=3, metrics=["mu", "dirichlet_energy"], backend=backend, record_epsilon=True)
+    got = simulate(_X(), mask=form(), depth=3, metrics=["mu", "dirichlet_energy"], backend=backend, record_epsilon=True)
     for k in want.metrics:
         assert torch.equal(got.metrics[k], want.metrics[k])
     assert torch.equal(got.epsilon_measured, want.epsilon_measured)

@@ -114,10 +114,10 @@ def test_one_sink_layer_through_simulate_matches_numpy():
 def test_softmax_records_no_row_mass_and_operators_refuse_windowed_kernels():
     X0 = torch.randn(2, 8, 4, dtype=torch.float64)
     assert simulate(X0, mask="causal", depth=2, dtype=torch.float64).row_mass_deficit is None
-    with pytest.raises(ConfigError, match="path='dense' only"):
-        simulate(X0, mask="causal", depth=2, variant=BlockConfig(attention="offbyone"), path="blocked")
+    with pytest.raises(ConfigError, match="^backend 'blocked' cannot run attention"):
+        simulate(X0, mask="causal", depth=2, variant=BlockConfig(attention="offbyone"), backend="blocked")
     res = simulate(X0, mask="causal", depth=2, variant=BlockConfig(attention="offbyone"), dtype=torch.float64)
-    assert res.config["path"] == "dense" and res.config["block"]["attention"] == "sink:b=0"
+    assert res.config["backend"] == "dense" and res.config["block"]["attention"] == "sink:b=0"
     assert res.row_mass_deficit.shape == (2, 2, 1, 3)
 
 

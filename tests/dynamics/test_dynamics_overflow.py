@@ -45,12 +45,12 @@ def test_blocked_attention_with_overflowing_scores_is_exact(need_epsilon):
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5 * float(ref.abs().max()))
 
 
-@pytest.mark.parametrize("path", ["dense", "blocked"])
-def test_growing_pure_sa_matches_float64_until_x_itself_overflows(path):
+@pytest.mark.parametrize("backend", ["dense", "blocked"])
+def test_growing_pure_sa_matches_float64_until_x_itself_overflows(backend):
     # W_V = 3 I: ||X(t)|| grows like 3^t, past float32's squared range (1e19) at t ~ 40
     X0 = torch.randn(2, 16, 8, generator=torch.Generator().manual_seed(1))
     amax = {"amax": lambda X: X.abs().amax((1, 2))}
-    kw = dict(mask="causal", depth=60, value="scaled_identity:scale=3", path=path, block_size=4,
+    kw = dict(mask="causal", depth=60, value="scaled_identity:scale=3", backend=backend, block_size=4,
               record_states=True, metrics=amax)
     a = simulate(X0, dtype=torch.float32, **kw)
     b = simulate(X0, dtype=torch.float64, **kw)

@@ -16,9 +16,9 @@ def X0():
 
 def test_grouped_call_is_the_keyword_call_bit_for_bit():
     kw = simulate(X0(), mask="causal", variant="post_ln", d_qk=2.0, depth=6, seed=3, dtype=torch.float64,
-                  path="blocked", block_size=2, record_states=True, record_epsilon=True)
+                  backend="blocked", block_size=2, record_states=True, record_epsilon=True)
     grouped = simulate(X0(), mask="causal", d_qk=2.0, block=BlockConfig(norm="layernorm", placement="post_ln"),
-                       run=RunConfig(depth=6, seed=3, dtype=torch.float64, path="blocked", block_size=2,
+                       run=RunConfig(depth=6, seed=3, dtype=torch.float64, backend="blocked", block_size=2,
                                      record_states=True, record_epsilon=True))
     for name in kw.metrics:
         assert torch.equal(kw.metrics[name], grouped.metrics[name])
@@ -44,7 +44,7 @@ def test_contradictory_or_missing_settings_refused(kwargs, match):
     (dict(depth=0), "depth must be an integer >= 1"),
     (dict(depth=2, seed=-1), "seed must be an integer >= 0"),
     (dict(depth=2, block_size=0), "block_size"),
-    (dict(depth=2, path="sparse"), "path must be one of"),
+    (dict(depth=2, backend="sparse"), "backend must be one of"),
 ])
 def test_run_config_checks_its_fields(kwargs, match):
     with pytest.raises(ConfigError, match=match):
@@ -53,7 +53,7 @@ def test_run_config_checks_its_fields(kwargs, match):
 
 def test_signature_shows_the_run_defaults():
     sig = inspect.signature(simulate)
-    shown = {name: repr(sig.parameters[name].default) for name in ("seed", "path", "block_size", "record_states")}
-    assert shown == {"seed": "0", "path": "'auto'", "block_size": "64", "record_states": "False"}
+    shown = {name: repr(sig.parameters[name].default) for name in ("seed", "backend", "block_size", "record_states")}
+    assert shown == {"seed": "0", "backend": "'auto'", "block_size": "64", "record_states": "False"}
     fields = RunConfig(depth=1)
-    assert (fields.seed, fields.path, fields.block_size, fields.record_states) == (0, "auto", 64, False)
+    assert (fields.seed, fields.backend, fields.block_size, fields.record_states) == (0, "auto", 64, False)

@@ -42,8 +42,8 @@ def test_schedule_matches_a_numpy_reference():
 def test_blocked_path_agrees_with_dense():
     spec = "schedule:causal_sliding_window:w=4*3,causal"
     X0 = gaussian_tokens(2, 40, 8, seed=0).double()
-    d = simulate(X0, mask=spec, depth=8, path="dense", dtype=torch.float64).metrics["mu"]
-    b = simulate(X0, mask=spec, depth=8, path="blocked", block_size=16, dtype=torch.float64).metrics["mu"]
+    d = simulate(X0, mask=spec, depth=8, backend="dense", dtype=torch.float64).metrics["mu"]
+    b = simulate(X0, mask=spec, depth=8, backend="blocked", block_size=16, dtype=torch.float64).metrics["mu"]
     torch.testing.assert_close(d, b, rtol=1e-9, atol=1e-12)
 
 

@@ -53,16 +53,16 @@ def _free_loopback_port() -> int:
 
 # ------------------------------------------------------------------ API
 @pytest.mark.parametrize("kw, message", [
-    ({"name": "serial", "workers": 2}, "workers needs executor=processes or ray"),
-    ({"name": "serial", "workers": 1}, "workers needs executor=processes or ray"),
-    ({"name": "ray", "workers": 2, "address": "auto"}, "with address the cluster's own CPUs"),
+    ({"name": "serial", "workers": 2}, "^workers applies to the processes and ray executors only"),
+    ({"name": "serial", "workers": 1}, "^workers applies to the processes and ray executors only"),
+    ({"name": "ray", "workers": 2, "address": "auto"}, "^workers sizes a private Ray instance; with a cluster address the cluster's own CPUs"),
     ({"name": "ray", "address": ""}, "address must be auto or host:port"),
     ({"name": "ray", "address": "nonsense"}, "address must be auto or host:port"),
     ({"name": "ray", "address": "127.0.0.1:99999"}, "address must be auto or host:port"),
     ({"name": "ray", "address": "127.0.0.1:"}, "address must be auto or host:port"),
     ({"name": "ray", "address": ":6379"}, "address must be auto or host:port"),
     ({"name": "ray", "address": "a b:6379"}, "address must be auto or host:port"),
-    ({"name": "processes", "address": ""}, "address needs executor=ray"),
+    ({"name": "processes", "address": ""}, "^address applies to the ray executor only"),
 ])
 def test_ignored_or_malformed_options_refused(kw, message):
     with pytest.raises(ConfigError, match=message):
@@ -126,7 +126,7 @@ def test_cli_bad_ray_address_one_line_exit_2_in_seconds(tmp_path):
 
 def test_cli_phase_serial_refuses_workers(tmp_path):
     code, _, err = _invoke([*TINY_PHASE, "--workers", "2", "--out", str(tmp_path / "out")], tmp_path)
-    _refused(code, err, "--workers needs --executor processes or ray")
+    _refused(code, err, "--workers applies to the processes and ray executors only")
     assert not (tmp_path / "out").exists()
 
 

@@ -19,7 +19,7 @@ from rankcollapse.experiments.schema import validate_config
 from rankcollapse.experiments.table import normalise
 
 CFG = load_config("fig3")
-AXIS = {"positions": "none", "depth": 1, "path": "blocked", "metrics": ["mu", "mu_relative"], "chunk": 1}
+AXIS = {"positions": "none", "depth": 1, "backend": "blocked", "metrics": ["mu", "mu_relative"], "chunk": 1}
 
 
 def _plan(scale):

@@ -95,7 +95,7 @@ def test_summary_prints_the_results_table(fake, monkeypatch, capsys, tmp_path):
     cli.main()
     rows = json.loads(capsys.readouterr().out)
     assert [r["id"] for r in rows] == [c["id"] for c in res.claims]
-    assert {"verdict", "measured", "interval", "depth", "n_windows", "n_seeds", "original_verdict"} <= set(rows[0])
+    assert {"verdict", "measured", "interval", "depth", "n_samples", "n_seeds", "original_verdict"} <= set(rows[0])
     code, err = _run_cli(monkeypatch, capsys, "summary", str(tmp_path / "nothing"))
     assert code == 2 and "claims.json" in err
 
@@ -105,7 +105,7 @@ def test_claims_json_has_the_interface_fields(fake, tmp_path):
 
     res = runner.run_experiment("all", "smoke", tmp_path / "run", progress=False, nearby=False, write=False)
     claims = json.loads(json.dumps(res.claims))  # what write_outputs stores
-    need = {"id", "effect", "verdict", "measured", "rule", "interval", "depth", "n_windows", "n_seeds", "original_verdict"}
+    need = {"id", "effect", "verdict", "measured", "rule", "interval", "depth", "n_samples", "n_seeds", "original_verdict"}
     for c in claims:
         assert need <= set(c), c["id"]
         assert c["interval"] is None or len(c["interval"]) == 2

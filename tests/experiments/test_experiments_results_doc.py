@@ -74,7 +74,7 @@ def test_results_doc_geometry_large_table_is_the_committed_run():
     claims = json.loads((large / "claims.json").read_text())
     config = json.loads((large / "config.json").read_text())
     assert config["scale"] == "large" and config["experiments"] == ["geometry"]
-    assert {c["n_windows"] for c in claims} == {64}
+    assert {c["n_samples"] for c in claims} == {64}
     assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-geometry-large") == results_markdown(claims).strip()
 
 

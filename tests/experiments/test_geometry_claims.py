@@ -40,7 +40,7 @@ def test_spearman_across_layers_point_interval_and_pairing():
     t = _table({"a": layers + noise, "b": -2 * layers + noise, "c": np.cos(layers) + 0 * noise})
     ctx = EvalContext(n_boot=200, seed=1)
     v = evaluate(t, {"stat": "spearman", "metric": "a", "with": "b", "select": SEL}, "default", ctx)
-    assert v.point == -1.0 and np.all(v.reps == -1.0) and v.n_windows == 4  # monotone in every replicate
+    assert v.point == -1.0 and np.all(v.reps == -1.0) and v.n_samples == 4  # monotone in every replicate
     v = evaluate(t, {"stat": "spearman", "metric": "a", "with": "layer", "select": SEL}, "default", ctx)
     assert v.point == 1.0
     v = evaluate(t, {"stat": "spearman", "metric": "c", "with": "layer", "from_layer": 1, "select": SEL}, "default", ctx)

@@ -198,7 +198,7 @@ def test_profile_spearman_equals_scipy_and_leaves_out_unranked_layers():
     mean = measured.mean(0)
     rho = [spearmanr(mean[k], pred[k]).statistic for k in range(layers)]
     v3 = evaluate(t, _q(layer=3), "default", ctx)
-    assert v3.point == pytest.approx(rho[2], abs=1e-12) and v3.n_windows == 5 and v3.reps.shape == (200,)
+    assert v3.point == pytest.approx(rho[2], abs=1e-12) and v3.n_samples == 5 and v3.reps.shape == (200,)
     assert np.isnan(evaluate(t, _q(layer=1), "default", ctx).point)  # the prediction ranks nothing there
     med = evaluate(t, _q(over="median"), "default", ctx)
     assert med.point == pytest.approx(np.median(rho[1:]), abs=1e-12)

@@ -269,9 +269,9 @@ def test_progress_bar_on_a_terminal_shows_counts(capsys):
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({"name": "threads"}, "unknown executor 'threads'"),
+    ({"name": "threads"}, "^executor 'threads' is unknown"),
     ({"name": "processes", "workers": 0}, "workers must be >= 1"),
-    ({"name": "processes", "address": "auto"}, "address needs executor=ray"),
+    ({"name": "processes", "address": "auto"}, "^address applies to the ray executor only"),
 ])
 def test_executor_options_are_checked(kw, message):
     with pytest.raises(ConfigError, match=message):

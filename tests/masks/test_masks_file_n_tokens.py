@@ -57,7 +57,7 @@ def test_describe_a_npy_mask_without_n_tokens(files):
 @pytest.mark.parametrize("argv, message", [
     (["mask", "describe", "causal"], "--n-tokens is needed for 'causal'"),
     (["mask", "describe", "file:edges.txt"], "--n-tokens is needed"),
-    (["mask", "describe", "file:causal12.npy", "--n-tokens", "5"], "has N=12 tokens, but --n-tokens 5 was asked"),
+    (["mask", "describe", "file:causal12.npy", "--n-tokens", "5"], "--n-tokens is 5, but mask file 'causal12.npy' has N=12 tokens"),
     (["mask", "show", "file:wide.npy", "--out", "m"], "square"),
 ])
 def test_n_tokens_errors_are_one_line(files, argv, message):

@@ -8,7 +8,7 @@ from rankcollapse.errors import MemoryLimitError
 
 def test_csr_path_refused_by_size_before_building():
     m = masks.parse_mask("complete", 50)
-    with pytest.raises(MemoryLimitError, match=r"--max-memory"):
+    with pytest.raises(MemoryLimitError, match=r"^max_memory "):
         masks.analyze(m, method="csr", max_memory=100)
     assert not m.is_built  # refused before the CSR existed
     a = masks.analyze(m, method="csr", max_memory="1GiB")

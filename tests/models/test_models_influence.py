@@ -81,7 +81,7 @@ def test_uniform_attention_rollout_is_the_prediction(kind, make_tiny):
 def test_table_columns_and_padding_left_out(make_tiny, make_windows_tiny):
     df = measure_influence(make_tiny("gpt2"), make_windows_tiny(3, 10, pad_last=3), n_probes=2)
     assert list(df.columns) == list(COLUMNS) and list(df["layer"]) == [1, 2, 3]
-    assert (df["n_windows"] == 2).all()  # the padded window is left out
+    assert (df["n_samples"] == 2).all()  # the padded window is left out
     for name, p in df.attrs["profiles"].items():
         assert p.shape == (3, 10)
         np.testing.assert_allclose(p.sum(1), 1.0, rtol=1e-12)

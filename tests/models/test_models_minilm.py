@@ -41,7 +41,7 @@ def test_probe_json_matches_hidden_states(monkeypatch, capsys, text_file, tmp_pa
                                       "--n-tokens", "48", "--format", "json", "--out", str(tmp_path / "run")])
     main()
     doc = json.loads(capsys.readouterr().out)  # stdout holds exactly one JSON document
-    assert doc["model"] == "minilm" and doc["n_windows"] == 4 and len(doc["layers"]) == 7
+    assert doc["model"] == "minilm" and doc["n_samples"] == 4 and len(doc["layers"]) == 7
     assert [e["layer"] for e in doc["layers"]] == list(range(7))
     assert doc["layers"][0]["point"] == "embeddings" and doc["layers"][6]["point"] == "layer.5.output"
 

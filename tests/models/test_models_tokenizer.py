@@ -123,7 +123,7 @@ def test_tokenizer_option_gives_the_numbers_of_the_complete_folder(monkeypatch, 
                              str(tmp_path / "o" / "windows.npz"), "--format", "json")
     assert code == 0, err
     doc = json.loads(again)
-    assert doc["layers"] == json.loads(full)["layers"] and (doc["n_windows"], doc["n_tokens"]) == (2, 16)
+    assert doc["layers"] == json.loads(full)["layers"] and (doc["n_samples"], doc["n_tokens"]) == (2, 16)
 
 
 @pytest.mark.parametrize("extra, text", [

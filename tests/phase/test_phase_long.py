@@ -17,7 +17,7 @@ from rankcollapse.errors import ConfigError
 from rankcollapse.masks import parse_mask
 from rankcollapse.metrics.attention import row_entropy
 from rankcollapse.phase import expand_grid, run_phase
-from rankcollapse.phase.batched import DENSE_MAX_TOKENS, attention_path, run_group
+from rankcollapse.phase.batched import DENSE_MAX_TOKENS, attention_backend, run_group
 from rankcollapse.phase.cell import build_weights, run_cell
 from rankcollapse.phase.grid import DEFAULTS, cell_bytes, check_cells, parse_axis, qk_law
 
@@ -112,9 +112,9 @@ def test_n_tokens_axis_reaches_two_to_the_sixteen():
     assert parse_axis("n_tokens=65536")[1] == [65536]
     with pytest.raises(ConfigError):
         parse_axis("n_tokens=65537")
-    assert attention_path(DENSE_MAX_TOKENS) == "dense" and attention_path(DENSE_MAX_TOKENS + 1) == "blocked"
+    assert attention_backend(DENSE_MAX_TOKENS) == "dense" and attention_backend(DENSE_MAX_TOKENS + 1) == "blocked"
     with pytest.raises(ConfigError):
-        attention_path(64, "flex")
+        attention_backend(64, "flex")
 
 
 @pytest.mark.parametrize("over", [
@@ -134,8 +134,8 @@ def test_blocked_path_matches_the_dense_path(over):
     multiple of the block size: padded rows; BigBird: global rows on the dense slab).
     States differ by a few roundings per layer; μ/||X||_F, entropy and ε inherit that."""
     cells = [cell(n_tokens=300, d_model=8, depth=6, **over)]
-    dense = run_group(cells, n_samples=2, path="dense")
-    blocked = run_group(cells, n_samples=2, path="blocked")
+    dense = run_group(cells, n_samples=2, backend="dense")
+    blocked = run_group(cells, n_samples=2, backend="blocked")
     for a, b in zip(dense, blocked):
         assert a["regime"] == b["regime"] and a["k"] == b["k"] and a["law"] == b["law"]
         assert b["mu_relative"] == pytest.approx(a["mu_relative"], rel=1e-9, abs=1e-13)

@@ -49,7 +49,7 @@ class CliError(click.ClickException):
 def describe(exc: BaseException) -> str:
     """One line for ``exc``, by its kind (see the module docstring)."""
     if isinstance(exc, RankCollapseError):
-        return in_flags(str(exc))  # the argument names as flags (_vocab)
+        return in_flags(exc)  # the argument it concerns named by its flag (_vocab)
     if isinstance(exc, OSError):
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         where = exc.filename if exc.filename is not None else ""

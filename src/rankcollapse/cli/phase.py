@@ -61,7 +61,7 @@ def phase(
 
     # checked here, not only when a cell needs computing: a fully cached grid would
     # otherwise accept an executor option it ignores
-    validate_executor(executor, workers=workers, flags=True)
+    validate_executor(executor, workers=workers)
     for name, value, low in (("--n-samples", samples, 1), ("--seeds", seeds, 1), ("--seed", seed, 0)):
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")

@@ -592,7 +592,7 @@ def to_json(table: Any) -> dict[str, Any]:
         layers.append(entry)
     attrs = table.attrs
     return {
-        "model": attrs.get("model"), "family": attrs.get("family"), "n_windows": attrs.get("n_windows"),
+        "model": attrs.get("model"), "family": attrs.get("family"), "n_samples": attrs.get("n_samples"),
         "n_tokens": attrs.get("n_tokens"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
         "d_qk": attrs.get("d_qk"),
         "drop": attrs.get("drop"),
@@ -652,7 +652,7 @@ def _print_summary(*tables: Any) -> None:
     wide = wide[["model", *[c for c in wide.columns if c != "model"]]] if several else wide.drop(columns="model")
     first = tables[0].attrs
     title = (", ".join(f"{t.attrs.get('model')} ({t.attrs.get('family')})" for t in tables)
-             + f", {first.get('n_windows')} windows")
+             + f", {first.get('n_samples')} windows")
     if first.get("patch_point"):
         head = first.get("patch_head")
         title += (f": change when {first['patch_point']}{'' if head is None else f' head {head}'} is patched "

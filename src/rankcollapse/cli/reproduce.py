@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
         for flag, value in (("--depth", depth), ("--n-samples", n_samples)):
             if value is not None:
                 check_int(value, flag, low=1)
-        validate_executor(executor, workers=workers, address=address, flags=True)
+        validate_executor(executor, workers=workers, address=address)
         if cache_dir is not None:  # named by its flag here; the API names its argument
             from .._io import check_writable
 

@@ -263,7 +263,7 @@ def simulate_command(
         warnings.simplefilter("always", RuntimeWarning)
         res = dynamics.simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
                        weights=weights, shared=shared, metrics=asked + [m for m in STATE_METRICS if m not in asked],
-                       seed=seed, dtype=getattr(torch, dtype), device=device, path=backend,
+                       seed=seed, dtype=getattr(torch, dtype), device=device, backend=backend,
                        record_epsilon=backend != "flex", max_memory=parse_size(max_memory))
     for w in caught:
         if res.stopped is None or not str(w.message).startswith(f"after layer {res.stopped.after_layer}: X is the zero"):

@@ -1,6 +1,6 @@
 """Configuration of the simulated network: the layer (:class:`BlockConfig`:
 normalisation, placement, skip, MLP) and the run (:class:`RunConfig`: depth, seed,
-precision, device, attention path, what is recorded).
+precision, device, attention backend, what is recorded).
 
 The named variants of spec.md §2 (and real LayerNorm beside them) are presets of
 :class:`BlockConfig`; names say what the block does, and result tables record them:
@@ -41,7 +41,7 @@ from .._validate import check_float, check_int
 from ..errors import ConfigError
 
 NORMS = ("none", "sphere", "layernorm", "rmsnorm", "dyt")
-PATHS = ("auto", "dense", "blocked", "flex")
+BACKENDS = ("auto", "dense", "blocked", "flex")
 PLACEMENTS = ("none", "post_ln", "pre_ln", "peri", "mix", "lns", "ngpt")
 #: placements whose rule is built around a normalisation (``norm="none"`` is refused)
 NORMED_PLACEMENTS = ("peri", "mix", "lns", "ngpt")
@@ -202,7 +202,7 @@ class BlockConfig:
             raise ConfigError("qk_norm acts on queries and keys; uniform attention has none")
         if self.qk_norm_scale is not None:
             if not self.qk_norm:
-                raise ConfigError("qk_norm_scale is a setting of qk_norm=True")
+                raise ConfigError("is a setting of the query-key normalisation: turn it on as well", argument="qk_norm_scale")
             check_float(self.qk_norm_scale, "qk_norm_scale", low=0, strict_low=True)
 
     def to_dict(self) -> dict:
@@ -288,7 +288,7 @@ class RunConfig:
         Compute precision; None: X0's when it is float32/float64, else float32.
     device : torch device, str or None
         None: X0's device.
-    path : "auto" | "dense" | "blocked" | "flex"
+    backend : "auto" | "dense" | "blocked" | "flex"
         Attention kernel (:func:`~rankcollapse.dynamics.simulate` explains each).
     block_size : int
         Query rows per block of the windowed kernel.
@@ -302,14 +302,14 @@ class RunConfig:
     Raises
     ------
     ConfigError
-        ``depth`` < 1, ``seed`` < 0, ``block_size`` < 1 (or not integers), unknown ``path``.
+        ``depth`` < 1, ``seed`` < 0, ``block_size`` < 1 (or not integers), unknown ``backend``.
     """
 
     depth: int
     seed: int = 0
     dtype: Any = None
     device: Any = None
-    path: str = "auto"
+    backend: str = "auto"
     block_size: int = 64
     record_states: bool = False
     record_epsilon: bool = False
@@ -320,5 +320,5 @@ class RunConfig:
     def __post_init__(self) -> None:
         for name, low in (("depth", 1), ("seed", 0), ("block_size", 1)):
             object.__setattr__(self, name, check_int(getattr(self, name), name, low=low))
-        if self.path not in PATHS:
-            raise ConfigError(f"path must be one of {PATHS}, got {self.path!r}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"must be one of {BACKENDS}, got {self.backend!r}", argument="backend")

@@ -1,4 +1,4 @@
-"""FlexAttention backend (``path="flex"``): ``torch.compile``-d ``flex_attention`` on a
+"""FlexAttention backend (``backend="flex"``): ``torch.compile``-d ``flex_attention`` on a
 ``BlockMask`` built from the mask's CSR form (:func:`rankcollapse.masks.to_block_mask`).
 
 Device-agnostic: the block mask lives on the tokens' device and the same code runs on
@@ -41,7 +41,7 @@ class FlexBackend:
 
     def __init__(self, mask, device, *, block_size: int = 128):
         if not flex_available():
-            raise ConfigError(f"path='flex' needs torch.nn.attention.flex_attention (torch {torch.__version__})")
+            raise ConfigError(f"backend='flex' needs torch.nn.attention.flex_attention (torch {torch.__version__})")
         from torch.nn.attention.flex_attention import flex_attention
 
         from ..masks.convert import to_block_mask
@@ -54,5 +54,5 @@ class FlexBackend:
         try:
             return self._fn(Q.contiguous(), K.contiguous(), V.contiguous(), block_mask=self.block_mask, scale=scale)
         except torch._dynamo.exc.TorchDynamoException as exc:  # no compiler for this device
-            raise ConfigError(f"path='flex': torch.compile of flex_attention failed on {Q.device} "
-                              f"({type(exc).__name__}: {str(exc).splitlines()[0]}); use path='blocked'") from None
+            raise ConfigError(f"backend='flex': torch.compile of flex_attention failed on {Q.device} "
+                              f"({type(exc).__name__}: {str(exc).splitlines()[0]}); use backend='blocked'") from None

@@ -25,7 +25,7 @@ from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, STEP_METRICS, compute_metrics
 from ..metrics.core import mu_finite
 from .attention import kept
-from .config import PATHS, BlockConfig, RunConfig, resolve_variant, variant_name
+from .config import BlockConfig, RunConfig, resolve_variant, variant_name
 from .operators import parse_attention
 from .layers import Attention, apply_norm, block_forward, warn_zero_rows
 from .scheduled import ScheduledAttention
@@ -330,7 +330,7 @@ def _check_weight_memory(cfg: BlockConfig, d: int, depth: int, shared: bool, max
     check_memory(need, f"{depth} layers of weights and records at d = {d}", max_memory)
 
 
-def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, path: str, max_memory,
+def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, backend: str, max_memory,
                             block_size: int | None = None) -> None:
     """Refuse a run whose attention would not fit: the dense path holds about three
     ``(B, H, N, N)`` score arrays (scores, weights, their product's workspace) and the
@@ -342,11 +342,11 @@ def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, path: s
     if edges is None:
         edges = N * N  # unknown without building the mask: assume dense
     dense_bytes = B * H * N * N * itemsize
-    dense = path == "dense" or (path == "auto" and not (edges / N**2 < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET))
+    dense = backend == "dense" or (backend == "auto" and not (edges / N**2 < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET))
     chunk = max(SCORE_BUDGET, B * H * min(N, block_size or DEFAULT_BLOCK_SIZE) * N * itemsize)
     blocked = min(3 * B * H * edges * itemsize, 3 * max(torch.get_num_threads(), 1) * chunk)
     need = 3 * dense_bytes + N * N if dense else blocked + 16 * edges
-    check_memory(need, f"attention over N = {N} tokens ({'dense' if dense else 'blocked'} path, "
+    check_memory(need, f"attention over N = {N} tokens ({'dense' if dense else 'blocked'} backend, "
                        f"{B} samples x {H} heads)", max_memory)
 
 
@@ -407,7 +407,7 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
              d_qk: float = 1.0, value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
              weights: Sequence[LayerWeights] | None = None, metrics=None, seed: int = _Default(0),
              dtype: torch.dtype | None = _Default(None), device: torch.device | str | None = _Default(None),
-             n_heads: int | None = None, shared: bool = False, path: str = _Default("auto"),
+             n_heads: int | None = None, shared: bool = False, backend: str = _Default("auto"),
              block_size: int = _Default(64), record_states: bool = _Default(False),
              record_epsilon: bool = _Default(False), record_attention: bool = _Default(False),
              progress: bool | None = _Default(None), max_memory: int | str | None = _Default(None),
@@ -419,7 +419,7 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
 
     The settings come in two groups: what the network is (``mask``, ``block``/``variant``,
     ``d_qk``, the weights) and how it is run (``run``, a :class:`RunConfig`: ``depth``,
-    ``seed``, ``dtype``, ``device``, ``path``, ``block_size``, ``record_*``, ``progress``,
+    ``seed``, ``dtype``, ``device``, ``backend``, ``block_size``, ``record_*``, ``progress``,
     ``max_memory``). Each run setting may instead be given as a keyword of the same name
     (the shorthand used throughout the docs), but not both::
 
@@ -433,7 +433,7 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
     mask : spec string (``rankcollapse.masks.parse_mask``), ``Mask``, bool ``(N, N)``
         tensor/array, or scipy sparse matrix; True = token i attends to j. Or a
         schedule (``"schedule:A*k,B"``, a list, :class:`~rankcollapse.masks.schedule.MaskSchedule`):
-        layer ``t`` uses mask ``t mod period``; mask-aware metrics and the auto path
+        layer ``t`` uses mask ``t mod period``; mask-aware metrics and the auto backend
         see the composed graph of one period.
     depth : number of layers T >= 1.
     block : :class:`BlockConfig`, what each layer is; ``variant`` names a preset instead
@@ -458,7 +458,7 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
         row 0), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
     seed : weight seed. dtype : float32 (default) or float64. device : default X0's.
     n_heads : heads (default ``variant.n_heads``). shared : one layer's weights for all.
-    path : ``"dense"``, ``"blocked"`` (windowed kernel, memory O(edges), :mod:`.sparse`),
+    backend : ``"dense"``, ``"blocked"`` (windowed kernel, memory O(edges), :mod:`.sparse`),
         ``"flex"`` (compiled FlexAttention, :mod:`.flex`; no ``record_epsilon``) or
         ``"auto"`` (blocked when the mask's density < 1/4 and the dense scores exceed
         64 MiB, else dense).
@@ -505,11 +505,11 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
     >>> bool((res.metrics["mu"][-1] < 1e-3 * res.metrics["mu"][0]).all())  # rank collapse
     True
     """
-    rc = _run_config(run, dict(depth=depth, seed=seed, dtype=dtype, device=device, path=path,
+    rc = _run_config(run, dict(depth=depth, seed=seed, dtype=dtype, device=device, backend=backend,
                                 block_size=block_size, record_states=record_states,
                                 record_epsilon=record_epsilon, record_attention=record_attention,
                                 progress=progress, max_memory=max_memory))
-    depth, seed, dtype, path, block_size = rc.depth, rc.seed, rc.dtype, rc.path, rc.block_size
+    depth, seed, dtype, backend, block_size = rc.depth, rc.seed, rc.dtype, rc.backend, rc.block_size
     record_states, record_epsilon, record_attention = rc.record_states, rc.record_epsilon, rc.record_attention
     progress, max_memory = rc.progress, rc.max_memory
     if block is not None:
@@ -545,25 +545,25 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
     sched = parse_schedule(mask, N) if is_schedule(mask) else None
     # one Mask, parsed once; it knows its edge count before building anything
     m = sched.composed() if sched is not None else resolve_mask(mask, N)
-    _check_attention_memory(m, B, H, N, X.element_size(), path, max_memory, block_size)
+    _check_attention_memory(m, B, H, N, X.element_size(), backend, max_memory, block_size)
     density = m.n_edges / N**2
     dense_bytes = B * H * N * N * X.element_size()
-    if path == "auto":
+    if backend == "auto":
         dense_op = not parse_attention(cfg.attention).row_stochastic  # operators other than softmax: dense only
-        path = "blocked" if density < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET and not dense_op else "dense"
-    if path in ("blocked", "flex") and (record_attention or any(lw.position_bias is not None for lw in weights)):
-        raise ConfigError("record_attention and position bias (T5) need path='dense'")
-    if path == "flex" and record_epsilon:
-        raise ConfigError("record_epsilon needs path 'dense' or 'blocked' (FlexAttention returns no weights)")
+        backend = "blocked" if density < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET and not dense_op else "dense"
+    if backend in ("blocked", "flex") and (record_attention or any(lw.position_bias is not None for lw in weights)):
+        raise ConfigError("record_attention and position bias (T5) need backend='dense'")
+    if backend == "flex" and record_epsilon:
+        raise ConfigError("record_epsilon needs backend 'dense' or 'blocked' (FlexAttention returns no weights)")
     op = parse_attention(cfg.attention)
-    if not op.row_stochastic and path in ("blocked", "flex"):
-        raise ConfigError(f"attention {op.spec!r} runs on path='dense' only (the windowed and FlexAttention "
-                          "kernels compute softmax); use path='dense' or 'auto'")
+    if not op.row_stochastic and backend in ("blocked", "flex"):
+        raise ConfigError(f"{backend!r} cannot run attention {op.spec!r} (the windowed and FlexAttention kernels "
+                          "compute softmax); use dense or auto", argument="backend")
 
     def make_attention(mi: Mask):
-        return Attention(mask_dense=mi.to_dense(X.device) if path == "dense" else None,
-                         plan=_plan(mi, block_size, X.device) if path == "blocked" else None,
-                         flex=FlexBackend(mi, X.device) if path == "flex" else None,
+        return Attention(mask_dense=mi.to_dense(X.device) if backend == "dense" else None,
+                         plan=_plan(mi, block_size, X.device) if backend == "blocked" else None,
+                         flex=FlexBackend(mi, X.device) if backend == "flex" else None,
                          make_plan=lambda: _plan(mi, block_size, X.device), d_qk=d_qk,
                          uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
                          record_attention=record_attention, operator=None if op.row_stochastic else op)
@@ -571,7 +571,7 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
     attend = make_attention(m) if sched is None else ScheduledAttention(sched, make_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
     metric_mask = m.to_dense(X.device) if uses_mask else None  # built once, not per layer
-    threads = chunk_threads() if path == "blocked" and (X.device.type == "cpu") else contextlib.nullcontext()
+    threads = chunk_threads() if backend == "blocked" and (X.device.type == "cpu") else contextlib.nullcontext()
     with steps(len(weights), "simulate: layers", progress) as bar, threads:
         rows, states, zero_rows, final, stop = _run_layers(X, weights, cfg, attend, measure, metric_mask,
                                                            record_states, bar)
@@ -582,7 +582,7 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
               "query_key": "given" if given_weights else query_key if isinstance(query_key, str) else "user",
               "weights": "given" if given_weights else "family", "seed": seed,
               "shared": shared, "dtype": str(X.dtype).replace("torch.", ""), "device": str(X.device),
-              "path": path, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "n_samples": B,
+              "backend": backend, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "n_samples": B,
               "metrics": list(names)}
     return SimResult(metrics=out, config=config,
                      row_mass_deficit=_pad(torch.stack(attend.row_mass), depth) if attend.row_mass else None,

@@ -202,7 +202,7 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
         "floors": [lhs.floor, rhs.floor],
         "dtypes": [lhs.dtype, rhs.dtype],
         "per_seed": {int(s): float(v) for s, v in per.items()},
-        "n_windows": max(lhs.n_windows, rhs.n_windows),
+        "n_samples": max(lhs.n_samples, rhs.n_samples),
         "n_seeds": max(lhs.n_seeds, rhs.n_seeds),
         "outcome": _outcome(op, lo, hi, tau, bound),
     }
@@ -241,7 +241,7 @@ def _paired(a: Value, b: Value, op) -> dict[int, float]:
 def _stats(v: Value) -> dict[str, Any]:
     lo, hi = _interval(v.reps)
     return {"mean": float(v.point), "interval": [lo, hi], "collapsed": v.collapsed, "bound": v.bound,
-            "floor": v.floor, "dtype": v.dtype, "n_seeds": v.n_seeds, "n_windows": v.n_windows}
+            "floor": v.floor, "dtype": v.dtype, "n_seeds": v.n_seeds, "n_samples": v.n_samples}
 
 
 def _qtext(q: dict[str, Any]) -> str:
@@ -397,9 +397,9 @@ def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx:
         except MissingData as exc:
             if not info:
                 return {"verdict": "not run", "measured": None, "interval": None, "checks": [], "missing": str(exc),
-                        "missing_select": exc.select, "n_windows": 0, "n_seeds": 0}
+                        "missing_select": exc.select, "n_samples": 0, "n_seeds": 0}
             res = {"check": c.get("name", ""), "text": str(exc), "outcome": "missing", "value": math.nan,
-                   "interval": [math.nan, math.nan], "per_seed": {}, "n_windows": 0, "n_seeds": 0}
+                   "interval": [math.nan, math.nan], "per_seed": {}, "n_samples": 0, "n_seeds": 0}
         res["informational"] = info
         checks.append(res if info else annotate(res, c))
     if factor:
@@ -410,7 +410,7 @@ def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx:
     return {"verdict": verdict, "measured": key["value"] if key else None, "interval": key["interval"] if key else None,
             "bound": key.get("bound") if key else None, "decidable_to_layer": key.get("decidable_to_layer") if key else None,
             "decisive": key["check"] if key else "", "checks": checks,
-            "n_windows": max((c["n_windows"] for c in scored), default=0),
+            "n_samples": max((c["n_samples"] for c in scored), default=0),
             "n_seeds": max((c["n_seeds"] for c in scored), default=0)}
 
 
@@ -606,7 +606,7 @@ def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any],
         "rule": rule_text(claim),
         "depth": result.get("depth"),
         "depth_check": result.get("depth_check"),
-        "n_windows": result.get("n_windows", 0),
+        "n_samples": result.get("n_samples", 0),
         "n_seeds": result.get("n_seeds", 0),
         "original_verdict": original.get("verdict"),
         "original_rule": original.get("rule"),

@@ -133,7 +133,7 @@ class Value:
     reps: np.ndarray
     per_seed: dict[int, float]
     collapsed: bool = False
-    n_windows: int = 0
+    n_samples: int = 0
     n_seeds: int = 0
     conditions: tuple[str, ...] = ()
     bound: str | None = None
@@ -234,7 +234,7 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
                for s in seeds}
         with np.errstate(all="ignore"):
             return Value(float(op(a.point, b.point)), op(a.reps, b.reps), per, a.collapsed and b.collapsed,
-                         max(a.n_windows, b.n_windows), max(a.n_seeds, b.n_seeds), a.conditions + b.conditions,
+                         max(a.n_samples, b.n_samples), max(a.n_seeds, b.n_seeds), a.conditions + b.conditions,
                          bound=combine_bounds(a.bound, b.bound), floor=max(a.floor, b.floor),
                          finite_depth="; ".join(x for x in (a.finite_depth, b.finite_depth) if x))
     if stat == "envelope_rate":

@@ -208,7 +208,7 @@ def results_markdown(claims: list[dict[str, Any]]) -> str:
 def results_json(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The scorecard fields of every claim (for ``reproduce summary --format json``)."""
     keys = ("id", "effect", "paper_effect", "verdict", "measured", "interval", "bound", "decidable_to_layer", "decisive",
-            "depth", "depth_check", "n_windows", "n_seeds", "original_verdict", "controls_ok", "plot")
+            "depth", "depth_check", "n_samples", "n_seeds", "original_verdict", "controls_ok", "plot")
     out = []
     for c in claims:
         row = {k: c.get(k) for k in keys}

@@ -31,7 +31,7 @@ class RunResult(NotebookResult):
         """``"table"`` (default): a copy of the tidy results table (columns of
         :mod:`.table`: condition columns, ``seed, layer, point, metric``, statistics over
         windows, and the per-window ``values``). ``"claims"``: one row per claim, columns
-        ``id, experiment, verdict, measured, interval_low, interval_high, n_windows,
+        ``id, experiment, verdict, measured, interval_low, interval_high, n_samples,
         n_seeds, decisive``.
 
         Raises
@@ -43,7 +43,7 @@ class RunResult(NotebookResult):
             return self.table.copy()
         if what != "claims":
             raise ConfigError(f"to_pandas(what=...) takes 'table' or 'claims', got {what!r}")
-        cols = ("id", "experiment", "verdict", "measured", "interval_low", "interval_high", "n_windows", "n_seeds",
+        cols = ("id", "experiment", "verdict", "measured", "interval_low", "interval_high", "n_samples", "n_seeds",
                 "decisive")
         rows = []
         for c in self.claims:

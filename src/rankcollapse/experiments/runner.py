@@ -152,7 +152,7 @@ def check_applied(cfgs: list[dict[str, Any]], units: list[Unit], *, text: Any, n
         unused.append(("overrides['extra_models']", "it probes no list of models"))
     if unused:
         arg, why = unused[0]
-        raise ConfigError(f"{arg} does not apply to {run}: {why}; drop it (it would be recorded and ignored)")
+        raise ConfigError(f"does not apply to {run}: {why}; drop it (it would be recorded and ignored)", argument=arg)
 
 
 def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path | UnitCache, *,

@@ -180,7 +180,7 @@ def run_pretrained_sa(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     Optional parameters (absent: the run's windows, every layer, as before): ``n_tokens``
     (window length N, cut from the same text), ``positions`` (:data:`POSITIONS`; ``none``
     lets N exceed the position table), ``depth`` (the first ``depth`` layers only) and
-    ``path`` (``simulate``'s attention kernel: ``blocked`` keeps memory O(N) per row
+    ``backend`` (``simulate``'s attention kernel: ``blocked`` keeps memory O(N) per row
     block, so complete masks at N = 8,192 fit)."""
     from ..dynamics.pretrained import extract_attention_weights
 
@@ -191,7 +191,7 @@ def run_pretrained_sa(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     weights = [dataclasses.replace(lw, scale=None) for lw in extract_attention_weights(loaded.model)]
     weights = weights[: _pretrained_depth(p, len(weights))]
     n_tokens, positions = p.get("n_tokens"), _positions(p)
-    kernel = {"path": str(p["path"])} if p.get("path") else {}
+    kernel = {"backend": str(p["backend"])} if p.get("backend") else {}
     metrics = _simulate_chunks(
         unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b, n_tokens=n_tokens,
                                                positions=positions == "model"), n,

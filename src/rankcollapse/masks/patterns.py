@@ -233,7 +233,7 @@ def from_file(path: str | Path, n_tokens: int) -> Mask:
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
             raise MaskError(f"mask file {str(path)!r} must hold a square (N, N) matrix, got shape {arr.shape}")
         if arr.shape[0] != n:
-            raise MaskError(f"mask file {str(path)!r} has N={arr.shape[0]} tokens, but n_tokens={n} was asked")
+            raise MaskError(f"is {n}, but mask file {str(path)!r} has N={arr.shape[0]} tokens", argument="n_tokens")
         return Mask.from_dense(arr, spec=spec)
     return Mask.from_edges(_read_edge_list(path, n), n, spec=spec)
 

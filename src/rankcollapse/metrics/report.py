@@ -126,7 +126,7 @@ def _too_large(X, names, dtype, max_memory) -> dict[str, str]:
         try:
             check_pairwise_memory(X, (name,), _as_dtype(dtype), max_memory)
         except MemoryLimitError as exc:
-            undefined[name] = str(exc)
+            undefined[name] = f"the memory limit {exc.detail}"  # read by API and CLI users alike
     return undefined
 
 

@@ -113,7 +113,7 @@ def attention_only(
                 _record(values, t, f"attention_only.block.{k}", result)
     df = summary_table(values)
     df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), keep=list(keep),
-                    depth=depth, d_qk_scale=float(d_qk_scale), n_windows=windows.n_samples, n_tokens=n)
+                    depth=depth, d_qk_scale=float(d_qk_scale), n_samples=windows.n_samples, n_tokens=n)
     return df
 
 

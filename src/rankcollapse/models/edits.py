@@ -267,7 +267,7 @@ def check_ablation(loaded: Any, ablation: HeadAblation) -> None:
     L, H = stack.n_layers, n_heads(loaded.model)
     bad = [(k, h) for k, h in ablation.heads if k >= L or h >= H]
     if bad:
-        raise ConfigError(f"ablate_heads {bad}: the model has layers 0..{L - 1} and heads 0..{H - 1}")
+        raise ConfigError(f"{bad}: the model has layers 0..{L - 1} and heads 0..{H - 1}", argument="ablate_heads")
 
 
 def heads_point(layer: int, prefix: str = "") -> str:

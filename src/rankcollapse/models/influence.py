@@ -52,7 +52,7 @@ from .recorder import Recorder
 PROFILES = ("predicted", "gradient", "rollout", "rollout_half")
 #: Columns of the per-layer table.
 COLUMNS = ("layer", "alpha", "rho_gradient", "rho_rollout", "rho_rollout_half", "rho_rollout_gradient",
-           "first_token_gradient", "first_token_predicted", "n_windows")
+           "first_token_gradient", "first_token_predicted", "n_samples")
 
 
 def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size: int = 4,
@@ -141,7 +141,7 @@ def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size
                      "rho_rollout": rho["rollout"], "rho_rollout_half": rho["rollout_half"],
                      "rho_rollout_gradient": float(spearmanr(profiles["rollout"][k], profiles["gradient"][k]).statistic),
                      "first_token_gradient": float(profiles["gradient"][k, 0]),
-                     "first_token_predicted": float(predicted[k, 0]), "n_windows": count})
+                     "first_token_predicted": float(predicted[k, 0]), "n_samples": count})
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df.attrs.update(model=loaded.name, family=loaded.family, mask=str(getattr(spec, "spec", spec)), length=n,
                     profiles=profiles,

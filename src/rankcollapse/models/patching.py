@@ -44,7 +44,7 @@ def patch(loaded: Any, clean: Any, corrupted: Any, *, point: str, head: int | No
     pandas.DataFrame
         The summary layout of :func:`~rankcollapse.models.probe`, of the per-window
         change ``patched − corrupted`` (column ``values``: the changes, ``(B,)``).
-        ``attrs``: ``model``, ``family``, ``patch_point``, ``patch_head``, ``n_windows``.
+        ``attrs``: ``model``, ``family``, ``patch_point``, ``patch_head``, ``n_samples``.
 
     Raises
     ------
@@ -86,10 +86,10 @@ def patch(loaded: Any, clean: Any, corrupted: Any, *, point: str, head: int | No
                           "real tokens in both")
     if head is not None:
         if not point.endswith("." + HEADS) or point.startswith(MODULE_PREFIX):
-            raise ConfigError(f"patch: a head is patched at a point layer.k.heads, not {point!r}")
+            raise ConfigError(f"applies at a point layer.k.heads, not {point!r}", argument="head")
         H = n_heads(loaded.model)
         if not 0 <= head < H:
-            raise ConfigError(f"patch: head {head} outside 0..{H - 1}")
+            raise ConfigError(f"{head} outside 0..{H - 1}", argument="head")
     source = record_points(loaded, clean, [point], batch_size=batch_size)[point]
     if head is not None:
         source = split_heads(source, H, point)
@@ -109,5 +109,5 @@ def patch(loaded: Any, clean: Any, corrupted: Any, *, point: str, head: int | No
                for a, b_values in zip(base.itertuples(index=False), patched["values"])}
     df = summary_table(changes, per_window=True)
     df.attrs.update(model=base.attrs.get("model"), family=base.attrs.get("family"), patch_point=point,
-                    patch_head=head, n_windows=corrupted.n_samples)
+                    patch_head=head, n_samples=corrupted.n_samples)
     return df

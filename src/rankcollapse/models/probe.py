@@ -377,7 +377,7 @@ def probe(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
         d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
-        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_windows=windows.n_samples, n_tokens=windows.n_tokens,
+        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_samples=windows.n_samples, n_tokens=windows.n_tokens,
         **({"clip_massive": True, "massive_clips": clip_records} if clip_massive else {}),
         **({"edits": list(edits)} if edits else {}),
         **({"ablate_heads": {"heads": [list(kh) for kh in ablate_heads.heads], "mode": ablate_heads.mode}}
@@ -418,7 +418,7 @@ def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[st
             bar.advance()
     df = _summarise(values, [(p, names) for p in library.points], [], per_window, library.points)
     df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), library=library.library,
-                    mask=None, d_qk_scale=1.0, d_qk=None, drop=[], n_windows=windows.n_samples, n_tokens=windows.n_tokens)
+                    mask=None, d_qk_scale=1.0, d_qk=None, drop=[], n_samples=windows.n_samples, n_tokens=windows.n_tokens)
     return df
 
 

@@ -3,11 +3,11 @@
 One folder layout (``probe --save-states DIR``, :func:`save_states`):
 
 ``DIR/states.safetensors``
-    ``hidden_states``: ``(n_windows, n_points, N, d)`` in the model's dtype, i.e.
+    ``hidden_states``: ``(n_samples, n_points, N, d)`` in the model's dtype, i.e.
     ``[window, point, token, d]``: the tokens of every recorded point of every window;
-    ``attention_mask``: int64 ``(n_windows, N)``, 1 = real token, 0 = padding;
-    ``input_ids`` and ``special_tokens_mask`` ``(n_windows, N)`` when known.
-    ``attentions`` (on request): float32 ``(n_windows, n_blocks, H, N, N)``, each
+    ``attention_mask``: int64 ``(n_samples, N)``, 1 = real token, 0 = padding;
+    ``input_ids`` and ``special_tokens_mask`` ``(n_samples, N)`` when known.
+    ``attentions`` (on request): float32 ``(n_samples, n_blocks, H, N, N)``, each
     block's attention probabilities (``[window, block, head, query, key]``).
 ``DIR/states.json``
     what the axes mean: ``format`` (``"rankcollapse.states"``), ``version`` (1),
@@ -63,19 +63,19 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 @dataclass(frozen=True)
 class States:
-    """Recorded hidden states of ``n_windows`` windows at ``n_points`` points.
+    """Recorded hidden states of ``n_samples`` windows at ``n_points`` points.
 
     Attributes
     ----------
-    hidden_states : ``(n_windows, n_points, N, d)``, ``[window, point, token, d]``.
+    hidden_states : ``(n_samples, n_points, N, d)``, ``[window, point, token, d]``.
     points : point names, in the order of axis 1.
-    attention_mask : int64 ``(n_windows, N)``, 1 = real token.
+    attention_mask : int64 ``(n_samples, N)``, 1 = real token.
     n_layers : blocks per stack prefix (``{"": L}``; T5: ``encoder.``, ``decoder.``).
     window_ids : each window's row in the windows it came from.
     model, family : where the states come from (None when unknown).
-    input_ids, special_tokens_mask : ``(n_windows, N)``, when known.
+    input_ids, special_tokens_mask : ``(n_samples, N)``, when known.
     settings : the interventions of the capture (``mask``, ``drop``...).
-    attentions : float32 ``(n_windows, n_attention_points, H, N, N)``, each block's
+    attentions : float32 ``(n_samples, n_attention_points, H, N, N)``, each block's
         attention probabilities, when captured (``attentions=True``).
     attention_points : ``{prefix}layer.k.attention`` names of axis 1 of ``attentions``.
     """
@@ -321,10 +321,10 @@ def _checked(t: dict[str, torch.Tensor], points: tuple[str, ...], n_layers: dict
         raise StatesError(f"{where!r} has no tensor hidden_states")
     if X.ndim != 4 or X.dtype not in _FLOATS:
         raise StatesError(f"{where!r}: hidden_states is {X.dtype} {tuple(X.shape)}; expected a float tensor "
-                          "(n_windows, n_points, N, d)")
+                          "(n_samples, n_points, N, d)")
     W, P, N, d = X.shape
     if P != len(points) or W != len(window_ids) or W == 0 or N == 0 or d == 0:
-        raise StatesError(f"{where!r}: hidden_states (n_windows, n_points, N, d) = {tuple(X.shape)} does not match "
+        raise StatesError(f"{where!r}: hidden_states (n_samples, n_points, N, d) = {tuple(X.shape)} does not match "
                           f"the {len(window_ids)} window ids and {len(points)} points of the sidecar")
     for p in points:
         try:
@@ -442,7 +442,7 @@ def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_
                      **{p: states.layer(p[: -len("attention")] + "output") for p in attn}})
     settings = {"mask": None, "d_qk_scale": 1.0, "d_qk": None, "drop": [], **states.settings}
     clip = settings.pop("clip_massive", False)
-    df.attrs.update(model=states.model, family=states.family, notes=[], **settings, n_windows=int(W),
+    df.attrs.update(model=states.model, family=states.family, notes=[], **settings, n_samples=int(W),
                     n_tokens=int(X.shape[2]), **({"clip_massive": True} if clip else {}))
     return df
 

@@ -33,7 +33,7 @@ from ..masks import parse_mask
 from ..masks.graph import analyze
 from ..metrics import avg_cos, mu, mu_relative
 from ..metrics.attention import row_entropy
-from .grid import DENSE_MAX_TOKENS, attention_path  # noqa: F401  (DENSE_MAX_TOKENS: re-exported)
+from .grid import DENSE_MAX_TOKENS, attention_backend  # noqa: F401  (DENSE_MAX_TOKENS: re-exported)
 from .cell import block_config, build_weights, make_input, operator_columns, value_log_norm
 from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
@@ -57,16 +57,16 @@ def _stack(cells: list[dict[str, Any]], seeds: range, n_samples: int, depth: int
 
 
 def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1, seed: int = 0,
-              path: str = "auto") -> list[dict[str, Any]]:
+              backend: str = "auto") -> list[dict[str, Any]]:
     """The rows of ``cells`` (all equal on :data:`GROUP_KEYS`), same fields as
-    :func:`.cell.run_cell`; ``path`` as :func:`.grid.attention_path` (the windowed kernel takes
+    :func:`.cell.run_cell`; ``backend`` as :func:`.grid.attention_backend` (the windowed kernel takes
     softmax attention only).
 
     Raises
     ------
     ConfigError, MaskError
-        Cells that differ on a group key; a bad mask or input; an unknown ``path``;
-        an attention operator other than softmax on the blocked path.
+        Cells that differ on a group key; a bad mask or input; an unknown ``backend``;
+        an attention operator other than softmax on the blocked backend.
     """
     from ..errors import ConfigError
 
@@ -76,7 +76,7 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     N, d, depth = first["n_tokens"], first["d_model"], first["depth"]
     mask = parse_mask(first["mask"], N)
     info = analyze(mask)
-    blocked = attention_path(N, path) == "blocked"
+    blocked = attention_backend(N, backend) == "blocked"
     if blocked:
         from ..dynamics.runner import _plan
         from ..dynamics.sparse import DEFAULT_BLOCK_SIZE

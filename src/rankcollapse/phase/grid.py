@@ -74,23 +74,23 @@ def qk_scale_column(values: Any) -> Any:
 
 #: cells with more tokens run on the windowed kernel (:mod:`.batched`)
 DENSE_MAX_TOKENS = 4096
-PATHS = ("auto", "dense", "blocked")
+BACKENDS = ("auto", "dense", "blocked")
 
 
-def attention_path(n_tokens: int, path: str = "auto") -> str:
-    """``"dense"`` or ``"blocked"``: ``path`` itself, or for ``"auto"`` blocked above
+def attention_backend(n_tokens: int, backend: str = "auto") -> str:
+    """``"dense"`` or ``"blocked"``: ``backend`` itself, or for ``"auto"`` blocked above
     :data:`DENSE_MAX_TOKENS` tokens.
 
     Raises
     ------
     ConfigError
-        ``path`` not one of :data:`PATHS`.
+        ``backend`` not one of :data:`BACKENDS`.
     """
-    if path not in PATHS:
-        raise ConfigError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
-    if path == "auto":
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "auto":
         return "blocked" if n_tokens > DENSE_MAX_TOKENS else "dense"
-    return path
+    return backend
 
 
 def _int(low: int, high: int) -> Callable[[str], int]:
@@ -353,7 +353,7 @@ def check_long_cell(cell: dict[str, Any]) -> None:
         Such a cell; the message names the axes and the limit.
     """
     attention, qk_norm = cell.get("attention", "softmax"), bool(cell.get("qk_norm", False))
-    if attention_path(int(cell["n_tokens"])) == "blocked" and (qk_norm or attention != "softmax"):
+    if attention_backend(int(cell["n_tokens"])) == "blocked" and (qk_norm or attention != "softmax"):
         asked = ", ".join(p for p in ("qk_norm=on" if qk_norm else "",
                                       f"attention={attention}" if attention != "softmax" else "") if p)
         raise ConfigError(f"phase cell n_tokens={cell['n_tokens']} with {asked}: cells above {DENSE_MAX_TOKENS} "

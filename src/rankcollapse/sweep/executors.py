@@ -291,15 +291,15 @@ def check_ray_reachable(address: str, timeout: float | None = None) -> None:
         raise ConfigError(f"cannot reach the Ray cluster at {excerpt(address)} within {timeout:g} s: {why}") from None
 
 
-def validate_executor(name: str, *, workers: int | None = None, address: str | None = None, flags: bool = False) -> None:
+def validate_executor(name: str, *, workers: int | None = None, address: str | None = None) -> None:
     """Validate executor options without starting anything or touching the network
     (a validator: in the public API ``check_*`` names a theorem check, e.g.
     :func:`rankcollapse.theory.check_collapse_bound`).
 
     An option the executor would ignore is refused: ``workers`` with ``serial`` (one
     unit at a time), ``workers`` with a Ray ``address`` (the cluster's CPUs are used),
-    ``address`` without ``ray``. Messages name the arguments (``workers``), or with
-    ``flags`` the command line's options (``--workers``).
+    ``address`` without ``ray``. Each error carries the argument it concerns
+    (:attr:`rankcollapse.errors.RankCollapseError.argument`).
 
     Raises
     ------
@@ -307,24 +307,25 @@ def validate_executor(name: str, *, workers: int | None = None, address: str | N
         Unknown name, ``workers`` < 1, an option the executor would ignore, a malformed
         ``address`` (:func:`parse_ray_address`), Ray not installed.
     """
-    w, a, e = ("--workers", "--address", "--executor ") if flags else ("workers", "address", "executor=")
     if name not in EXECUTOR_NAMES:
-        raise ConfigError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTOR_NAMES)}")
+        raise ConfigError(f"{name!r} is unknown; choose one of {', '.join(EXECUTOR_NAMES)}", argument="executor")
     if workers is not None and int(workers) < 1:
-        raise ConfigError(f"{w} must be >= 1, got {workers}")
+        raise ConfigError(f"must be >= 1, got {workers}", argument="workers")
     if address is not None and name != "ray":
-        raise ConfigError(f"{a} needs {e}ray")
+        raise ConfigError(f"applies to the ray executor only, not {name!r}", argument="address")
     if workers is not None and name == "serial":
-        raise ConfigError(f"{w} needs {e}processes or ray (serial runs one unit at a time)")
+        raise ConfigError("applies to the processes and ray executors only (serial runs one unit at a time)",
+                          argument="workers")
     if workers is not None and address is not None:
-        raise ConfigError(f"{w} sizes a private Ray instance; with {a} the cluster's own CPUs are used")
+        raise ConfigError("sizes a private Ray instance; with a cluster address the cluster's own CPUs are used",
+                          argument="workers")
     if address is not None:
         parse_ray_address(address)
     if name == "ray":
         import importlib.util
 
         if importlib.util.find_spec("ray") is None:
-            raise ConfigError(f"{e}ray needs Ray: pip install 'rankcollapse[distributed]'")
+            raise ConfigError("'ray' needs Ray: pip install 'rankcollapse[distributed]'", argument="executor")
 
 
 def make_executor(name: str, *, workers: int | None = None, address: str | None = None,

@@ -153,5 +153,5 @@ def orthogonal_run(X0, mask: Any, n_tokens: int, d_model: int, *, n_samples: int
     d = X0.shape[2]
     query_key = "gaussian" if qk_scale == 1 else f"gaussian:std={qk_scale / math.sqrt(d)}"
     sim = simulate(X0, mask=mask, depth=depth, d_qk=d_qk, value="orthogonal", query_key=query_key, seed=seed,
-                   dtype=torch.float64, metrics=("mu",), path="dense", record_attention=True)
+                   dtype=torch.float64, metrics=("mu",), backend="dense", record_attention=True)
     return X0, sim

@@ -20,7 +20,6 @@ from ..dynamics.config import BlockConfig
 from ..dynamics.inputs import ON_SPHERE, canonical_input, make_tokens
 from ..dynamics.layers import sphere
 from ..dynamics.single_head import single_head_layer
-from .._validate import check_float
 from ..errors import ConfigError
 from ..metrics import mu as mu_metric
 from ..dynamics.weights import haar_orthogonal
@@ -89,14 +88,13 @@ def check_sphere_collapse(
     seed: int = 0,
     beta: float = 1.0,
     collapse_tol: float = 1e-8,
-    d_qk: float | None = None,
 ) -> SphereResult:
     """Run SA-LN ``X ↦ D A X W_V(t)`` with Haar-orthogonal ``W_V(t)`` and measure collapse.
 
     Attention uses ``W_Q = W_K = sqrt(beta) I`` (``d_qk = 1``): scores ``β ⟨x_i, x_j⟩``,
-    larger ``beta`` = sharper attention to similar tokens. ``d_qk``, if given, sets
-    ``beta = 1 / sqrt(d_qk)``: the same scores as ``simulate`` with ``W_Q = W_K = I``
-    and that ``d_qk`` (the one temperature relation, docs/dynamics.md).
+    larger ``beta`` = sharper attention to similar tokens; ``beta = 1 / sqrt(d_qk)`` gives
+    the scores of ``simulate`` with ``W_Q = W_K = I`` and that ``d_qk`` (docs/dynamics.md,
+    "Temperature: one name per quantity").
 
     Returns
     -------
@@ -110,8 +108,6 @@ def check_sphere_collapse(
         beta < 0), or a zero row of ``A X W_V`` at some layer (the step is undefined;
         zero rows follow the rule of :func:`rankcollapse.dynamics.layers.sphere`).
     """
-    if d_qk is not None:
-        beta = 1.0 / math.sqrt(check_float(d_qk, "d_qk", low=0, strict_low=True))
     m, d = resolve_mask(mask, n_tokens), d_model  # d: the formulas' name for d_model
     N = m.n_tokens
     if N < 2 or d < 2 or depth < 1 or n_samples < 1 or not beta >= 0:
