@@ -25,7 +25,7 @@ def test_prompts_of_different_lengths_measure_as_alone(tmp_path):
     code, out, err = check_run([*argv, "p.txt", "--out", "o"], tmp_path)
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["n_windows"] == 3 and doc["n_tokens"] == 12  # [CLS] + 10 words + [SEP]
+    assert doc["n_samples"] == 3 and doc["n_tokens"] == 12  # [CLS] + 10 words + [SEP]
     code, alone, err = check_run([*argv, "short.txt"], tmp_path)
     assert code == 0 and json.loads(alone)["n_tokens"] == 5, err
     # mu of the padded batch is the mean of the three prompts' values; per prompt, the
