@@ -454,10 +454,7 @@ def _explicit_options() -> set[str]:
 def _check_interventions(mask: Optional[str], temperature: float, flag: str, drop: str, length: int) -> None:
     """Fail on bad intervention options before the (slow) model load."""
     check_float(temperature, flag, low=0, strict_low=True)
-    components = models.interventions.COMPONENTS
-    for item in models.interventions.split_drop(drop):
-        if item.partition(":")[0] not in components:
-            raise ConfigError(f"unknown component to drop {item!r}; choose from {', '.join(components)}")
+    models.interventions.parse_drop(drop, None)
     if mask is not None:
         masks.parse_schedule(mask, length) if masks.is_schedule(mask) else masks.dense_mask(mask, length)
 

@@ -98,6 +98,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._validate import Spec
 from ..errors import ConfigError
 from .quantities import AmbiguousSelection, EvalContext, MissingData, Value, combine_bounds, evaluate  # noqa: F401
 
@@ -543,9 +544,9 @@ def _override_rule(rule: dict[str, Any], override: dict[str, Any]) -> dict[str, 
 
 
 def _window_spec(value: Any, override: dict[str, Any]) -> Any:
-    family = str(value).split(":")[0]
+    family = Spec.name_of(value)
     if "window" in override and isinstance(value, str) and family in ("sliding_window", "causal_sliding_window"):
-        return f"{family}:w={override['window']}"
+        return str(Spec(family, {"w": override["window"]}))
     return value
 
 

@@ -18,10 +18,11 @@ from typing import Any
 
 import yaml
 
+from .._validate import Spec
 from ..errors import ConfigError
 from ..sweep.units import Unit
 from .schema import validate_config
-from .units import _norm_of, mask_name
+from .units import _norm_of
 
 EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry", "influence", "laws")
 ALIASES = {"": "main", "all": "all"}
@@ -200,7 +201,7 @@ def effective_override(unit: Unit, override: dict[str, Any]) -> dict[str, Any]:
     params, out = unit.params, {}
     for k, v in override.items():
         if k == "window":
-            if str(params.get("mask", "")).split(":")[0] in ("sliding_window", "causal_sliding_window"):
+            if Spec.name_of(params.get("mask", "")) in ("sliding_window", "causal_sliding_window"):
                 out[k] = v
         elif k == "norm":
             variant = params.get("variant")
@@ -222,9 +223,9 @@ def with_override(unit: Unit, override: dict[str, Any], label: str) -> Unit:
     params = dict(unit.params)
     for k, v in override.items():
         if k == "window":
-            name = str(params["mask"]).split(":")[0]
+            name = Spec.name_of(params["mask"])
             if name in ("sliding_window", "causal_sliding_window"):
-                params["mask"] = f"{name}:w={v}"
+                params["mask"] = str(Spec(name, {"w": v}))
         else:
             params[k] = v
     params["setting"] = label
@@ -250,7 +251,7 @@ def unit_matches(u: Unit, filt: dict[str, Any]) -> bool:
     defaults to 1; values compare as strings."""
     for k, want in filt.items():
         wants = [str(w) for w in (want if isinstance(want, list) else [want])]
-        have = (u.kind if k == "kind" else mask_name(u.params.get("mask", "")) if k == "mask"
+        have = (u.kind if k == "kind" else Spec.name_of(u.params.get("mask", "")) if k == "mask"
                 else _norm_of(u.params) if k == "norm" else float(u.params.get("sphere_radius", 1.0)) if k == "sphere_radius"
                 else u.params.get(k, ""))
         if str(have) not in wants:
