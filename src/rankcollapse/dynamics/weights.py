@@ -95,10 +95,7 @@ def draw(spec: str, d_in: int, d_out: int, gen: torch.Generator, *, n: int | Non
         Bad spec or parameter, or a square-only family with ``d_in != d_out``.
     """
     name, p = parse_family(spec)
-    unknown = set(params) - set(FAMILY_PARAMS[name])
-    if unknown:
-        raise ConfigError(f"weight family {name!r} takes {FAMILY_PARAMS[name] or 'no parameters'}, got {sorted(unknown)}")
-    p = {**p, **{k: float(v) for k, v in params.items()}}
+    p = {**p, **parse_family(str(Spec(name, params)))[1]}  # the keyword parameters, read as the spec's
     if name in _SQUARE and d_in != d_out:
         raise ConfigError(f"weight family {name!r} needs a square matrix, got ({d_in}, {d_out})")
     batch = () if n is None else (int(n),)
