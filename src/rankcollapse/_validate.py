@@ -164,9 +164,7 @@ KINDS: dict[str, tuple[Callable[[str], Any], str]] = {
 @dataclass(frozen=True)
 class Spec:
     """A ``NAME[:key=value,...]`` spec: the grammar of masks, attention operators, weight
-    families, inputs and temperature laws, read only by :meth:`parse`.
-
-    ``str(spec)`` writes it back (``Spec.parse(str(s), ...) == s`` for raw values).
+    families, inputs and temperature laws, read only by :meth:`parse`; ``str`` writes it back.
 
     >>> Spec.parse("sink:b=2, c = 3", "attention")
     Spec(name='sink', params={'b': '2', 'c': '3'})
@@ -189,8 +187,7 @@ class Spec:
     @classmethod
     def parse(cls, text: Any, what: str, *, names: Mapping[str, Sequence[Key]] | None = None,
               error: type[RankCollapseError] = ConfigError, short: bool = False) -> "Spec":
-        """Read ``text``. Names, keys and values are stripped; empty items (``a=1,,b=2``)
-        are skipped.
+        """Read ``text``; names, keys and values stripped, empty items (``a=1,,b=2``) skipped.
 
         Parameters
         ----------
@@ -232,7 +229,7 @@ class Spec:
                 continue
             if key not in keys:
                 takes = f"takes parameters {', '.join(keys)}" if keys else "takes no parameters"
-                raise error(f"{what} {name!r} has no key {key!r}; it {takes}")
+                raise error(f"{what} {text!r}: {name!r} has no key {key!r}; it {takes}")
             convert, want = KINDS[keys[key].kind]
             try:
                 params[key] = convert(raw)
@@ -240,5 +237,5 @@ class Spec:
                 raise error(f"{what} {text!r}: key {key!r} must be {want}, got {raw!r}") from None
         for k in (keys or {}).values():
             if k.default is REQUIRED and k.name not in params:
-                raise error(f"{what} {name!r} needs key {k.name!r} (e.g. {name}:{k.name}=...)")
+                raise error(f"{what} {text!r}: {name!r} needs key {k.name!r} (e.g. {name}:{k.name}=...)")
         return cls(name, params)

@@ -74,7 +74,7 @@ def test_an_input_is_a_spec_with_typed_keys():
     assert canonical_input(" simplex : rho = 0.25 ") == "simplex:rho=0.25" and canonical_input("sphere") == "sphere"
     X = make_tokens("simplex:rho=0.25", 2, 6, 5, seed=1)
     torch.testing.assert_close(X[..., 0], torch.full((2, 6), 0.5, dtype=torch.float64), rtol=0, atol=0)  # sqrt(rho)
-    for spec, text in [("sphere:std=1", "input 'sphere' has no key 'std'; it takes no parameters"),
+    for spec, text in [("sphere:std=1", "input 'sphere:std=1': 'sphere' has no key 'std'; it takes no parameters"),
                        ("simplex:rho=x", "key 'rho' must be a finite number"),
                        ("wikipedia:block=1.5", "key 'block' must be an integer")]:
         with pytest.raises(ConfigError, match=text):

@@ -87,11 +87,11 @@ def test_spec_refuses_repeated_keys_and_malformed_items(spec, text):
 
 @pytest.mark.parametrize("spec, text", [
     ("relu", "unknown thing 'relu'; choose one of k, none"),
-    ("k:x=1", "thing 'k' has no key 'x'; it takes parameters i, f"),
-    ("none:x=1", "thing 'none' has no key 'x'; it takes no parameters"),
+    ("k:x=1", "thing 'k:x=1': 'k' has no key 'x'; it takes parameters i, f"),
+    ("none:x=1", "thing 'none:x=1': 'none' has no key 'x'; it takes no parameters"),
     ("k:i=1.5", "thing 'k:i=1.5': key 'i' must be an integer, got '1.5'"),
     ("k:i=1,f=inf", "key 'f' must be a finite number, got 'inf'"),
-    ("k:f=1", "thing 'k' needs key 'i'"),
+    ("k:f=1", "thing 'k:f=1': 'k' needs key 'i'"),
     ("none:2", "expected key=value, got '2'"),  # no short form without short=True
 ])
 def test_spec_refuses_unknown_names_keys_and_values_naming_them(spec, text):

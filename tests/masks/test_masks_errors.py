@@ -17,7 +17,7 @@ BAD_SPECS = [
     ("sliding_window:w=abc", 8, "must be an integer"),
     ("sliding_window:w=3,w=5", 8, "mask 'sliding_window:w=3,w=5': key 'w' given twice"),
     ("random:p=nan", 8, "mask 'random:p=nan': key 'p' must be a finite number, got 'nan'"),
-    ("causal:w=3", 8, "mask 'causal' has no key 'w'; it takes no parameters"),
+    ("causal:w=3", 8, "mask 'causal:w=3': 'causal' has no key 'w'; it takes no parameters"),
     ("causal_sliding_window:w=0", 8, "must be an integer >= 1"),
     ("prefix:k=9", 8, "exceeds the number of tokens"),
     ("documents:lengths=3+4", 8, "sum to 7, not N=8"),

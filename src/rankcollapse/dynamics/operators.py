@@ -91,8 +91,6 @@ def parse_attention(spec: str | AttentionOperator) -> AttentionOperator:
     """
     if isinstance(spec, AttentionOperator):
         return spec
-    if not isinstance(spec, str) or not spec.strip():
-        raise ConfigError(f"attention must be one of {KINDS} (with parameters, e.g. 'sink:b=2'), got {spec!r}")
     parsed = Spec.parse(spec, "attention", names=_KEYS)
     if parsed.name == "offbyone":
         return AttentionOperator("sink", b=0.0)

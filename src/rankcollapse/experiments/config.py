@@ -201,7 +201,7 @@ def effective_override(unit: Unit, override: dict[str, Any]) -> dict[str, Any]:
     params, out = unit.params, {}
     for k, v in override.items():
         if k == "window":
-            if Spec.name_of(params.get("mask", "")) in ("sliding_window", "causal_sliding_window"):
+            if Spec.name_of(params.get("mask", "")) in WINDOWED:
                 out[k] = v
         elif k == "norm":
             variant = params.get("variant")
@@ -211,6 +211,17 @@ def effective_override(unit: Unit, override: dict[str, Any]) -> dict[str, Any]:
         elif params.get(k) != v:
             out[k] = v
     return out
+
+
+#: the masks whose width a ``window`` override sets
+WINDOWED = ("sliding_window", "causal_sliding_window")
+
+
+def window_spec(spec: Any, override: dict[str, Any]) -> Any:
+    """``spec`` with the width ``override["window"]`` if it is a window mask
+    (``sliding_window:w=9`` -> ``sliding_window:w=W``), else ``spec`` as it is."""
+    name = Spec.name_of(spec)
+    return str(Spec(name, {"w": override["window"]})) if "window" in override and name in WINDOWED else spec
 
 
 def with_override(unit: Unit, override: dict[str, Any], label: str) -> Unit:
@@ -223,9 +234,7 @@ def with_override(unit: Unit, override: dict[str, Any], label: str) -> Unit:
     params = dict(unit.params)
     for k, v in override.items():
         if k == "window":
-            name = Spec.name_of(params["mask"])
-            if name in ("sliding_window", "causal_sliding_window"):
-                params["mask"] = str(Spec(name, {"w": v}))
+            params["mask"] = window_spec(params["mask"], override)
         else:
             params[k] = v
     params["setting"] = label

@@ -40,8 +40,9 @@ def _input(text: str) -> str:
     return canonical_input(text)
 
 
-def _number(kind: str, low: float, high: float | None = None) -> Callable[[str], Any]:
-    """A parser of one value of kind ``"int"`` or ``"float"`` (finite) in ``[low, high]``."""
+def _value(kind: str, low: float | None = None, high: float | None = None) -> Callable[[str], Any]:
+    """A parser of one value of a spec key's kind (:data:`~rankcollapse._validate.KINDS`),
+    a number in ``[low, high]``."""
     convert, want = KINDS[kind]
 
     def parse(text: str) -> Any:
@@ -49,11 +50,13 @@ def _number(kind: str, low: float, high: float | None = None) -> Callable[[str],
             value = convert(text)
         except ValueError:
             raise ConfigError(f"expected {want}, got {text!r}") from None
+        if kind == "bool":
+            return value
         return (check_int if kind == "int" else check_float)(value, "the value", low=low, high=high)
     return parse
 
 
-_float = _number("float", 0)
+_float = _value("float", 0)
 
 
 def _qk_scale(text: str) -> float | str:
@@ -100,13 +103,6 @@ def attention_path(n_tokens: int, path: str = "auto") -> str:
     return path
 
 
-def _bool(text: str) -> bool:
-    try:
-        return KINDS["bool"][0](text)
-    except ValueError:
-        raise ConfigError(f"expected on/off, got {text!r}") from None
-
-
 def _mask(spec: str) -> str:
     """A mask spec, checked by name, keys and values."""
     from ..masks.spec import check_spec
@@ -143,14 +139,14 @@ AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "placement": (_choice(PLACEMENTS), "none"),
     "alpha": (_float, 0.0),
     "mask": (_mask, "complete"),
-    "d_qk": (_number("int", 0, 4096), 0),
-    "n_tokens": (_number("int", 2, 65536), 32),
-    "d_model": (_number("int", 2, 4096), 16),
-    "depth": (_number("int", 1, 1024), 64),
-    "shared": (_bool, False),
+    "d_qk": (_value("int", 0, 4096), 0),
+    "n_tokens": (_value("int", 2, 65536), 32),
+    "d_model": (_value("int", 2, 4096), 16),
+    "depth": (_value("int", 1, 1024), 64),
+    "shared": (_value("bool"), False),
     "input": (_input, "gaussian"),
     "attention": (_attention, "softmax"),
-    "qk_norm": (_bool, False),
+    "qk_norm": (_value("bool"), False),
 }
 DEFAULTS = {name: default for name, (_, default) in AXES.items()}
 _PARSERS = {name: parse for name, (parse, _) in AXES.items()}
