@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import ConfigError, RankCollapseError
 
@@ -119,33 +120,122 @@ def check_tensor_storage(value: Any, name: str, *, error: type[RankCollapseError
         raise error(f"{name} is a tensor on the meta device: it has a shape but no values")
 
 
-def parse_params(spec: Any, what: str, *, error: type[RankCollapseError] = ConfigError) -> tuple[str, dict[str, str]]:
-    """Split a ``NAME[:key=value,...]`` spec into its name and its raw values, in order.
+#: ``Key.default`` of a key the spec must give
+REQUIRED = object()
 
-    The one reader of this grammar (masks, attention operators, weight families): the
-    caller checks the name, the keys and converts the values. Names, keys and values
-    are stripped; empty items (``a=1,,b=2``) are skipped.
 
-    Raises
-    ------
-    error
-        ``spec`` is not a string, an item has no ``=`` or no key, or a key is given twice
-        (``sink:b=2,b=3`` is refused, not read as ``b=3``).
+@dataclass(frozen=True)
+class Key:
+    """One key of a spec: its name, its kind (:data:`KINDS`) and its default
+    (:data:`REQUIRED`: the spec must give it; any other value is the caller's to fill in)."""
 
-    >>> parse_params("sink:b=2, c = 3", "attention")
-    ('sink', {'b': '2', 'c': '3'})
+    name: str
+    kind: str = "float"
+    default: Any = REQUIRED
+    help: str = ""
+
+
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def _finite(raw: str) -> float:
+    value = float(raw)
+    if not math.isfinite(value):
+        raise ValueError(raw)
+    return value
+
+
+def _bool(raw: str) -> bool:
+    if raw.lower() not in _TRUE | _FALSE:
+        raise ValueError(raw)
+    return raw.lower() in _TRUE
+
+
+#: kind -> (converter of the raw text, what it accepts)
+KINDS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "int": (int, "an integer"),
+    "float": (_finite, "a finite number"),
+    "bool": (_bool, "true or false"),
+    "ints": (lambda raw: tuple(int(x) for x in raw.split("+")) if raw else (), "integers joined by '+'"),
+    "str": (str, "a string"),
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A ``NAME[:key=value,...]`` spec: the grammar of masks, attention operators, weight
+    families, inputs and temperature laws, read only by :meth:`parse`; ``str`` writes it back.
+
+    >>> Spec.parse("sink:b=2, c = 3", "attention")
+    Spec(name='sink', params={'b': '2', 'c': '3'})
+    >>> str(Spec("sliding_window", {"w": 9}))
+    'sliding_window:w=9'
     """
-    if not isinstance(spec, str):
-        raise error(f"{what} must be a string NAME[:key=value,...], got {type(spec).__name__} {spec!r}")
-    name, _, rest = spec.partition(":")
-    name = name.strip()
-    values: dict[str, str] = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, eq, raw = item.partition("=")
-        key = key.strip()
-        if not eq or not key:
-            raise error(f"{what} {name!r}: expected key=value, got {item!r}")
-        if key in values:
-            raise error(f"{what} {name!r}: key {key!r} given twice")
-        values[key] = raw.strip()
-    return name, values
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.name + (":" + ",".join(f"{k}={v}" for k, v in self.params.items()) if self.params else "")
+
+    @staticmethod
+    def name_of(text: Any) -> str:
+        """The name of ``text`` without reading its keys (``sliding_window:w=9`` ->
+        ``sliding_window``): a label, never a check."""
+        return str(text).partition(":")[0].strip()
+
+    @classmethod
+    def parse(cls, text: Any, what: str, *, names: Mapping[str, Sequence[Key]] | None = None,
+              error: type[RankCollapseError] = ConfigError, short: bool = False) -> "Spec":
+        """Read ``text``; names, keys and values stripped, empty items (``a=1,,b=2``) skipped.
+
+        Parameters
+        ----------
+        what : the kind of spec, for messages (``"mask"``, ``"attention"``).
+        names : None: any name and key, values kept as strings. Else the names the spec
+            may have, each with its keys: values are converted to their key's kind and a
+            :data:`REQUIRED` key must be given (defaults are not filled in).
+        short : ``NAME:value`` reads as ``NAME:key=value`` for a name with one key.
+
+        Raises
+        ------
+        error
+            ``text`` not a string; an item with no ``=`` or no key; a key given twice
+            (``sink:b=2,b=3`` is refused, not read as ``b=3``); with ``names``: an unknown
+            name or key, a value its kind refuses, a required key missing. The message
+            names the spec and the key.
+        """
+        if not isinstance(text, str):
+            raise error(f"{what} must be a string NAME[:key=value,...], got {type(text).__name__} {text!r}")
+        name, _, rest = text.partition(":")
+        name = name.strip()
+        keys = None
+        if names is not None:
+            if name not in names:
+                raise error(f"unknown {what} {name!r}; choose one of {', '.join(names)}")
+            keys = {k.name: k for k in names[name]}
+        items = [s.strip() for s in rest.split(",") if s.strip()]
+        if short and keys is not None and len(keys) == 1 and len(items) == 1 and "=" not in items[0]:
+            items = [f"{next(iter(keys))}={items[0]}"]
+        params: dict[str, Any] = {}
+        for item in items:
+            key, eq, raw = (s.strip() for s in item.partition("="))
+            if not eq or not key:
+                raise error(f"{what} {text!r}: expected key=value, got {item!r}")
+            if key in params:
+                raise error(f"{what} {text!r}: key {key!r} given twice")
+            if keys is None:
+                params[key] = raw
+                continue
+            if key not in keys:
+                takes = f"takes parameters {', '.join(keys)}" if keys else "takes no parameters"
+                raise error(f"{what} {text!r}: {name!r} has no key {key!r}; it {takes}")
+            convert, want = KINDS[keys[key].kind]
+            try:
+                params[key] = convert(raw)
+            except ValueError:
+                raise error(f"{what} {text!r}: key {key!r} must be {want}, got {raw!r}") from None
+        for k in (keys or {}).values():
+            if k.default is REQUIRED and k.name not in params:
+                raise error(f"{what} {text!r}: {name!r} needs key {k.name!r} (e.g. {name}:{k.name}=...)")
+        return cls(name, params)

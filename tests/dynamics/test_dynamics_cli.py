@@ -117,6 +117,7 @@ def test_attention_operator_option_reports_row_mass_deficit():
     (["--attention", "sink:c=1"], "takes parameters"),
     (["--attention", "offbyone", "--uniform"], "contradict"),
     (["--attention", "offbyone", "--backend", "blocked"], "--backend 'blocked' cannot run attention"),
+    (["--input", "gaussian:std=1,std=2"], "input 'gaussian:std=1,std=2': key 'std' given twice"),
 ])
 def test_attention_operator_errors_are_one_line(args, msg):
     p = run("--n-tokens", "8", "--depth", "2", "--d-model", "4", *args)
@@ -124,13 +125,13 @@ def test_attention_operator_errors_are_one_line(args, msg):
 
 
 def test_input_names_come_from_the_registry():
-    """Every registry input runs from the CLI and X(0) is the registry's draw (float32)."""
+    """Every registry input runs from the CLI, with its keys, and X(0) is the registry's draw (float32)."""
     import torch
 
     from rankcollapse.dynamics.inputs import make_tokens
     from rankcollapse.metrics import mu
 
-    for name in ("nonnegative", "antipodal"):
+    for name in ("nonnegative", "antipodal", "simplex:rho=0.25"):
         p = run("--mask", "causal", "--n-tokens", "6", "--depth", "1", "--n-samples", "2", "--d-model", "4",
                 "--seed", "3", "--input", name, "--format", "json")
         assert p.returncode == 0, p.stderr

@@ -77,9 +77,9 @@ def test_differential_attention_is_difference_of_two_half_softmaxes():
 
 
 @pytest.mark.parametrize("spec, match", [
-    ("sink", "needs its logit"), ("sink:c=1", "takes parameters"), ("sink:b=x", "must be a number"),
-    ("sink:b=inf", "finite"), ("diff", "needs lambda"), ("softmax:b=1", "no parameters"), ("relu", "unknown"),
-    ("", "must be one of"),
+    ("sink", "needs key 'b'"), ("sink:c=1", "takes parameters b"), ("sink:b=x", "key 'b' must be a finite number"),
+    ("sink:b=inf", "finite"), ("diff", "needs key 'lambda'"), ("softmax:b=1", "no parameters"), ("relu", "unknown"),
+    ("", "unknown attention ''; choose one of softmax"), (None, "attention must be a string"),
 ])
 def test_bad_operator_specs_are_refused(spec, match):
     with pytest.raises(ConfigError, match=match):

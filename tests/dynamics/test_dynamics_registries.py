@@ -68,6 +68,21 @@ def test_formulas_against_hand_written_references():
         "nonnegative", 2, 6, 4),) * 2).min()) >= 0
 
 
+def test_an_input_is_a_spec_with_typed_keys():
+    # gaussian:std=s is the option std=s: the same numbers
+    assert torch.equal(make_tokens("gaussian:std=0.5", 2, 6, 4, seed=3), make_tokens("gaussian", 2, 6, 4, seed=3, std=0.5))
+    assert canonical_input(" simplex : rho = 0.25 ") == "simplex:rho=0.25" and canonical_input("sphere") == "sphere"
+    X = make_tokens("simplex:rho=0.25", 2, 6, 5, seed=1)
+    torch.testing.assert_close(X[..., 0], torch.full((2, 6), 0.5, dtype=torch.float64), rtol=0, atol=0)  # sqrt(rho)
+    for spec, text in [("sphere:std=1", "input 'sphere:std=1': 'sphere' has no key 'std'; it takes no parameters"),
+                       ("simplex:rho=x", "key 'rho' must be a finite number"),
+                       ("wikipedia:block=1.5", "key 'block' must be an integer")]:
+        with pytest.raises(ConfigError, match=text):
+            canonical_input(spec)
+    with pytest.raises(ConfigError, match="key 'std' given twice"):
+        make_tokens("gaussian:std=1", 2, 3, 4, std=2.0)
+
+
 def test_wikipedia_refuses_a_generator_and_too_wide_projection():
     with pytest.raises(ConfigError, match="drawn by seed"):
         make_tokens("wikipedia", 2, 8, None, generator=torch.Generator())
@@ -87,6 +102,8 @@ def test_phase_input_axis_speaks_the_registry():
     from rankcollapse.phase.grid import parse_axis
 
     assert parse_axis("input=nonnegative,antipodal") == ("input", ["nonnegative", "antipodal"])
+    assert parse_axis("input=simplex:rho=0.9,gaussian:std=2") == ("input", ["simplex:rho=0.9", "gaussian:std=2.0"])
+    assert parse_axis("input=wikipedia:model=minilm;block=1") == ("input", ["wikipedia:model=minilm,block=1"])
     with pytest.raises(ConfigError, match="unknown input 'minilm'"):
         parse_axis("input=minilm")
     with pytest.raises(ConfigError, match="--axis input: unknown input"):

@@ -15,11 +15,18 @@ def test_parse_to_canonical_specs():
     assert parse_law("ssmax:0.5") == TemperatureLaw("ssmax", 0.5) and parse_law("llama4").spec == "llama4"
     assert is_law("log:1") and is_law("llama4") and not is_law("1.5") and not is_law(1.5)
     assert set(LAWS) == {"log", "pow", "ssmax", "llama4"}
+    # NAME:value is short for the law's one key
+    assert parse_law("log:gamma=2") == parse_law(" log : 2 ") == TemperatureLaw("log", 2.0)
+    assert parse_law("pow:c=1.5") == TemperatureLaw("pow", 1.5) and parse_law("ssmax:s=0") == TemperatureLaw("ssmax", 0.0)
 
 
-@pytest.mark.parametrize("text", ["log", "pow:", "pow:-1", "ssmax:nan", "log:inf", "llama4:2", "tanh:1", "log:x"])
-def test_bad_laws_are_refused(text):
-    with pytest.raises(ConfigError):
+@pytest.mark.parametrize("text, match", [
+    ("log", "needs key 'gamma'"), ("pow:", "needs key 'c'"), ("pow:-1", "must be >= 0"),
+    ("ssmax:nan", "finite"), ("log:inf", "finite"), ("llama4:2", "expected key=value"), ("tanh:1", "unknown"),
+    ("log:x", "must be a finite number"), ("log:c=1", "has no key 'c'"), ("log:1,2", "expected key=value"),
+    ("log:gamma=1,gamma=2", "given twice")])
+def test_bad_laws_are_refused(text, match):
+    with pytest.raises(ConfigError, match=match):
         parse_law(text)
 
 

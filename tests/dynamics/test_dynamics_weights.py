@@ -92,3 +92,26 @@ def test_random_layers_do_not_depend_on_the_thread_count():
     # and each matrix is its own generator's draw, scaled: W_V of layer 2
     expected = torch.randn(16, 16, generator=generator(7, 2, "W_V"), dtype=torch.float64) / math.sqrt(16)
     assert torch.equal(one[2 * 6 + 2], expected)
+
+
+@pytest.mark.parametrize("spec, parsed", [
+    ("gaussian:std=0.125", ("gaussian", {"std": 0.125})),
+    ("orthogonal:scale=2", ("orthogonal", {"scale": 2.0})),
+    ("near_identity:scale=0.5,noise=0.2", ("near_identity", {"scale": 0.5, "noise": 0.2})),
+    ("constructed:scale=1,rank=3", ("constructed", {"scale": 1.0, "rank": 3.0})),
+    ("spd:lo=0.5,hi=2", ("spd", {"lo": 0.5, "hi": 2.0})),
+    (" xavier : gain = 2 ", ("xavier", {"gain": 2.0})),
+    ("identity", ("identity", {})),
+])
+def test_documented_family_spellings_read_to_their_parameters(spec, parsed):
+    from rankcollapse.dynamics.weights import parse_family
+
+    assert parse_family(spec) == parsed
+
+
+def test_family_keyword_parameters_are_read_as_the_specs():
+    assert torch.equal(draw("gaussian:std=0.5", 3, 3, g()), draw("gaussian", 3, 3, g(), std=0.5))
+    with pytest.raises(ConfigError, match="'gaussian' has no key 'scale'; it takes parameters std"):
+        draw("gaussian", 3, 3, g(), scale=0.5)
+    with pytest.raises(ConfigError, match="key 'std' must be a finite number"):
+        draw("gaussian:std=inf", 3, 3, g())

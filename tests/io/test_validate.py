@@ -1,6 +1,7 @@
 """The one validation module: typed errors naming the argument, 64-bit and finite."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -49,30 +50,67 @@ def test_callers_raise_their_own_error_type():
         simulate(np.ones((4, 2)), mask="causal", depth=1, d_qk=math.nan)
 
 
-def test_parse_params_splits_in_order_and_strips():
-    from rankcollapse._validate import parse_params
+def test_spec_splits_in_order_strips_and_writes_back():
+    from rankcollapse._validate import Spec
 
-    assert parse_params(" sink : b = 2 ,, c=x ", "attention") == ("sink", {"b": "2", "c": "x"})
-    assert parse_params("causal", "mask") == ("causal", {})
+    assert Spec.parse(" sink : b = 2 ,, c=x ", "attention") == Spec("sink", {"b": "2", "c": "x"})
+    assert Spec.parse("causal", "mask") == Spec("causal", {})
+    assert str(Spec.parse(" sink : b = 2 ,, c=x ", "attention")) == "sink:b=2,c=x"
+    assert Spec.name_of("sliding_window:w=9") == "sliding_window" and Spec.name_of(" causal ") == "causal"
+
+
+def test_spec_types_values_by_key_kind():
+    from rankcollapse._validate import Key, Spec
+
+    names = {"k": (Key("i", "int"), Key("f", default=None), Key("b", "bool", False), Key("l", "ints", ()), Key("s", "str", None))}
+    got = Spec.parse("k:i=-3,f=2.5e-1,b=YES,l=3+5+8,s=smollm2", "thing", names=names)
+    assert got == Spec("k", {"i": -3, "f": 0.25, "b": True, "l": (3, 5, 8), "s": "smollm2"})
+    assert Spec.parse("k:i=1", "thing", names=names).params == {"i": 1}  # defaults are the caller's
+    assert Spec.parse("k:i=1,f=0", "thing", names=names).params == {"i": 1, "f": 0.0}
+    one = {"log": (Key("gamma"),), "llama4": ()}
+    assert Spec.parse("log:2", "law", names=one, short=True) == Spec("log", {"gamma": 2.0})
+    assert Spec.parse("log:gamma=2", "law", names=one, short=True) == Spec("log", {"gamma": 2.0})
 
 
 @pytest.mark.parametrize("spec, text", [
-    ("sink:b=2,b=3", "attention 'sink': key 'b' given twice"),
-    ("sink:b", "attention 'sink': expected key=value, got 'b'"),
+    ("sink:b=2,b=3", "attention 'sink:b=2,b=3': key 'b' given twice"),
+    ("sink:b", "attention 'sink:b': expected key=value, got 'b'"),
     ("sink:=2", "expected key=value, got '=2'"),
     (None, "attention must be a string NAME"),
 ])
-def test_parse_params_refuses_repeated_keys_and_malformed_items(spec, text):
-    from rankcollapse._validate import parse_params
+def test_spec_refuses_repeated_keys_and_malformed_items(spec, text):
+    from rankcollapse._validate import Spec
 
-    with pytest.raises(ConfigError, match=text):
-        parse_params(spec, "attention")
+    with pytest.raises(ConfigError, match=re.escape(text)):
+        Spec.parse(spec, "attention")
+
+
+@pytest.mark.parametrize("spec, text", [
+    ("relu", "unknown thing 'relu'; choose one of k, none"),
+    ("k:x=1", "thing 'k:x=1': 'k' has no key 'x'; it takes parameters i, f"),
+    ("none:x=1", "thing 'none:x=1': 'none' has no key 'x'; it takes no parameters"),
+    ("k:i=1.5", "thing 'k:i=1.5': key 'i' must be an integer, got '1.5'"),
+    ("k:i=1,f=inf", "key 'f' must be a finite number, got 'inf'"),
+    ("k:f=1", "thing 'k:f=1': 'k' needs key 'i'"),
+    ("none:2", "expected key=value, got '2'"),  # no short form without short=True
+])
+def test_spec_refuses_unknown_names_keys_and_values_naming_them(spec, text):
+    from rankcollapse._validate import Key, Spec
+
+    with pytest.raises(ConfigError, match=re.escape(text)):
+        Spec.parse(spec, "thing", names={"k": (Key("i", "int"), Key("f", default=None)), "none": ()})
 
 
 @pytest.mark.parametrize("parse, spec, error", [
     ("rankcollapse.dynamics.operators:parse_attention", "sink:b=2,b=3", ConfigError),
     ("rankcollapse.dynamics.operators:parse_attention", "sigmoid:bias=1, bias=1", ConfigError),
-    ("rankcollapse.dynamics.weights:parse_family", "gaussian:scale=1,scale=2", ConfigError),
+    ("rankcollapse.dynamics.weights:parse_family", "gaussian:std=1,std=2", ConfigError),
+    ("rankcollapse.dynamics.temperature_laws:parse_law", "log:gamma=1,gamma=2", ConfigError),
+    ("rankcollapse.dynamics.inputs:canonical_input", "simplex:rho=0.1,rho=0.2", ConfigError),
+    ("rankcollapse.dynamics.inputs:make_tokens", "gaussian:std=1,std=2", ConfigError),
+    ("rankcollapse.phase.grid:parse_axis", "mask=sliding_window:w=3;w=5", ConfigError),
+    ("rankcollapse.phase.grid:parse_axis", "input=gaussian:std=1;std=2", ConfigError),
+    ("rankcollapse.phase.grid:parse_axes", ["n_tokens=4", "n_tokens=8"], ConfigError),
     ("rankcollapse.masks.spec:check_spec", "sliding_window:w=3,w=5", MaskError),
     ("rankcollapse.masks.spec:check_spec", "causal&sliding_window:w=3,w=3", MaskError),
     ("rankcollapse.masks.schedule:parse_schedule", "schedule:sliding_window:w=3,w=5*2,complete", MaskError),
@@ -85,7 +123,7 @@ def test_every_reader_of_the_key_value_grammar_refuses_a_repeated_key(parse, spe
     module, _, name = parse.partition(":")
     fn = getattr(importlib.import_module(module), name)
     with pytest.raises(error, match="given twice"):
-        fn(spec, 8) if name == "parse_schedule" else fn(spec)
+        fn(spec, 8) if name == "parse_schedule" else fn(spec, 1, 2, 3) if name == "make_tokens" else fn(spec)
 
 
 def test_a_users_json_with_a_key_given_twice_is_refused(tmp_path):

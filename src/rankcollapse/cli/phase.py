@@ -55,7 +55,7 @@ def phase(
     check_format(fmt)
     from ..sweep.executors import validate_executor
     from .._outdir import OutputFolder, check_out, staged
-    from ..phase.grid import check_cells, expand_grid, parse_axis
+    from ..phase.grid import check_cells, expand_grid, parse_axes, parse_axis
     from ..phase.report import operator_notes, write_report
     from ..phase.sweep import run_phase
 
@@ -65,12 +65,7 @@ def phase(
     for name, value, low in (("--n-samples", samples, 1), ("--seeds", seeds, 1), ("--seed", seed, 0)):
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")
-    axes: dict[str, list] = {}
-    for text in axis:
-        name, values = parse_axis(text)
-        if name in axes:
-            raise ConfigError(f"--axis {name} given twice")
-        axes[name] = values
+    axes = parse_axes(axis)
     fixed = {}
     for name, value in (("depth", depth), ("n_tokens", n_tokens), ("d_model", d_model)):
         fixed[name] = parse_axis(f"{name}={value}")[1][0]

@@ -571,10 +571,7 @@ def _check_interventions(mask: Optional[str], temperature: float, flag: str, dro
                          length: Optional[int]) -> None:
     """Fail on bad intervention options before the (slow) model load."""
     check_float(temperature, flag, low=0, strict_low=True)
-    components = models.interventions.COMPONENTS
-    for item in models.interventions.split_drop(drop):
-        if item.partition(":")[0] not in components:
-            raise ConfigError(f"unknown component to drop {item!r}; choose from {', '.join(components)}")
+    models.interventions.parse_drop(drop, None)
     if mask is not None and length is not None:  # None: the windows' length is not known yet
         masks.parse_schedule(mask, length) if masks.is_schedule(mask) else masks.dense_mask(mask, length)
 

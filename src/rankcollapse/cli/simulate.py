@@ -20,10 +20,11 @@ N_TOKENS = 128
 
 
 def input_name(source: str) -> str | None:
-    """The registry name of ``--input``, or None for a file path."""
-    from ..dynamics.inputs import INPUTS
+    """The registry name of ``--input`` (a spec ``NAME[:key=value,...]``, checked), or None for a file path."""
+    from .._validate import Spec
+    from ..dynamics.inputs import INPUTS, canonical_input
 
-    return source if source in INPUTS else None
+    return Spec.name_of(canonical_input(source)) if Spec.name_of(source) in INPUTS else None
 
 
 def _initial_tokens(source: str, n_tokens: int | None, d_model: int | None, samples: int, seed: int, loaded=None):
@@ -41,18 +42,17 @@ def _initial_tokens(source: str, n_tokens: int | None, d_model: int | None, samp
     if name is not None and n_tokens is None:
         n_tokens = N_TOKENS
     if name == "wikipedia":
-        model = "minilm" if loaded is None else loaded
         width = None if loaded is None else loaded.model.config.hidden_size
         if d_model is not None and width is not None and d_model != width:
             raise ConfigError(f"--input wikipedia uses {loaded.name} embeddings of width {width}; "
                               "drop --d-model or set it to that")
-        X = make_tokens(name, samples, n_tokens, None, seed=seed, model=model)
+        X = make_tokens(source, samples, n_tokens, None, seed=seed, **({} if loaded is None else {"model": loaded}))
         if d_model not in (None, X.shape[-1]):
-            raise ConfigError(f"--input wikipedia uses minilm embeddings of width {X.shape[-1]}; "
+            raise ConfigError(f"--input {source} uses embeddings of width {X.shape[-1]}; "
                               "drop --d-model or set it to that")
         return X
     if name is not None:
-        return make_tokens(name, samples, n_tokens, 64 if d_model is None else d_model, seed=seed)
+        return make_tokens(source, samples, n_tokens, 64 if d_model is None else d_model, seed=seed)
     import torch
 
     path = Path(source)
@@ -204,7 +204,7 @@ def simulate_command(
                                    "of minilm | smollm2 | a model dir"),
     d_qk: float = typer.Option(1.0, "--d-qk", help="temperature d_QK > 0"),
     source: str = typer.Option("gaussian", "--input", help="gaussian | sphere | hemisphere | nonnegative | antipodal | simplex | "
-                               "wikipedia | FILE.npy/.pt. "
+                               "wikipedia, with keys as NAME:key=value (gaussian:std=2, simplex:rho=0.9) | FILE.npy/.pt. "
                                "gaussian (default) tokens are N(0, I), not on the unit sphere, so the first "
                                "layer's normalisation/averaging gives a large one-off drop of μ; use sphere "
                                "to start on the sphere"),
@@ -238,12 +238,12 @@ def simulate_command(
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
                           attention="uniform" if uniform else attention, mix_layers=mix_layers,
                           alpha_ngpt=alpha_ngpt, dyt_alpha=dyt_alpha, qk_norm=qk_norm, qk_norm_scale=qk_norm_scale)
+    name = input_name(source)
     weights = loaded = None
     if pretrained is not None:
         loaded = models.load_model(pretrained)
         weights = dynamics.extract_attention_weights(loaded.model)
         depth = len(weights)
-    name = input_name(source)
     if loaded is not None and name != "wikipedia":
         d_model = weights[0].d_model if d_model is None else d_model
     if name is not None and name != "wikipedia":  # drawn here: refuse a size that cannot fit before drawing it
@@ -251,7 +251,7 @@ def simulate_command(
                               8 if dtype == "float64" else 4,
                               depth=depth, mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0,
                               max_memory=parse_size(max_memory))
-    X0 = _initial_tokens(name or source, n_tokens, d_model, samples, seed, loaded)
+    X0 = _initial_tokens(source, n_tokens, d_model, samples, seed, loaded)
     import torch  # here, not at the top: `rankcollapse --help` must not import torch
 
     import warnings
@@ -294,7 +294,7 @@ def simulate_command(
     settings["metrics"] = names
     stopped = None if res.stopped is None else {"after_layer": res.stopped.after_layer,
                                                   "samples": res.stopped.samples}
-    doc = {"settings": {**settings, "variant_option": variant, "input": name or source, "model": pretrained},
+    doc = {"settings": {**settings, "variant_option": variant, "input": source, "model": pretrained},
            "layers": layers, "floor": floor, "stopped": stopped, "notes": notes, "versions": versions()}
     if out is not None:
         from .._outdir import writing

@@ -4,7 +4,8 @@ Every input is a function ``draw(n_samples, n_tokens, d_model, *, seed=0, genera
 returning a float64 CPU tensor ``(B, N, d) = (n_samples, n_tokens, d_model)``; the same ``seed`` gives
 the same numbers on every machine (cast with ``.to(dtype, device)``). ``generator``, when
 given, replaces the fresh generator seeded by ``seed`` (the draw continues its stream).
-Look one up by name with :func:`make_tokens`; :data:`INPUTS` lists them:
+Look one up by its spec (``NAME[:key=value,...]``, keys :data:`KEYS`) with
+:func:`make_tokens`; :data:`INPUTS` lists them:
 
 ================  ==========================================================  ===============
 name              distribution (rows ``x_i`` of ``X(0)``)                     on the sphere
@@ -36,7 +37,7 @@ from typing import Any, Callable
 
 import torch
 
-from .._validate import check_int
+from .._validate import Key, Spec, check_int
 from ..errors import ConfigError
 from .layers import sphere
 
@@ -230,36 +231,46 @@ INPUTS: dict[str, Callable[..., torch.Tensor]] = {
 ON_SPHERE = ("sphere", "hemisphere", "nonnegative", "antipodal", "simplex")
 
 
-def canonical_input(name: str) -> str:
-    """``name``, checked to be an input of :data:`INPUTS`.
+#: name -> the keys its spec ``NAME[:key=value,...]`` takes (``simplex:rho=0.9``); a
+#: hemisphere's pole (a vector) is an option of :func:`make_tokens` only
+KEYS: dict[str, tuple[Key, ...]] = {name: () for name in INPUTS} | {
+    "gaussian": (Key("std", default=None),), "simplex": (Key("rho", default=None),),
+    "wikipedia": (Key("model", "str", None), Key("block", "int", None))}
+
+
+def canonical_input(spec: str) -> str:
+    """``spec`` (``NAME[:key=value,...]``), checked to be an input of :data:`INPUTS` with
+    its keys, written canonically (``simplex:rho=0.9``).
 
     Raises
     ------
     ConfigError
-        ``name`` is not an input (the message lists them).
+        ``spec`` is not an input (the message lists them), an unknown key or bad value.
     """
-    if not isinstance(name, str) or name not in INPUTS:
-        raise ConfigError(f"unknown input {name!r}; choose one of {', '.join(INPUTS)}")
-    return name
+    return str(Spec.parse(spec, "input", names=KEYS))
 
 
-def make_tokens(name: str, n_samples: int, n_tokens: int, d_model: int | None, *, seed: int = 0,
+def make_tokens(spec: str, n_samples: int, n_tokens: int, d_model: int | None, *, seed: int = 0,
                 generator: torch.Generator | None = None, **options: Any) -> torch.Tensor:
-    """``X(0)`` float64 ``(n_samples, n_tokens, d_model)`` of the input ``name``
-    (:data:`INPUTS`), ``INPUTS[name](n_samples, n_tokens, d_model, seed=seed,
-    generator=generator, **options)``.
+    """``X(0)`` float64 ``(n_samples, n_tokens, d_model)`` of the input ``spec``
+    (``NAME[:key=value,...]``, :data:`INPUTS` and :data:`KEYS`), ``INPUTS[NAME](n_samples,
+    n_tokens, d_model, seed=seed, generator=generator, **keys, **options)``.
 
     Raises
     ------
     ConfigError
-        Unknown name, an option the
-        input does not take, bad sizes; ``d_model=None`` for an input other than ``wikipedia``.
+        Unknown name, an option the input does not take or given twice (in ``spec`` and
+        ``options``), bad sizes; ``d_model=None`` for an input other than ``wikipedia``.
     """
-    draw = INPUTS[canonical_input(name)]
+    parsed = Spec.parse(spec, "input", names=KEYS)
+    draw = INPUTS[parsed.name]
     if d_model is None and draw is not wikipedia_tokens:
-        raise ConfigError(f"input {name!r} needs the width d_model")
+        raise ConfigError(f"input {spec!r} needs the width d_model")
     allowed = set(inspect.signature(draw).parameters) - {"n_samples", "n_tokens", "d_model", "seed", "generator"}
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise ConfigError(f"input {name!r} takes the options {sorted(allowed) or 'none'}, got {unknown}")
-    return draw(n_samples, n_tokens, d_model, seed=seed, generator=generator, **options)
+        raise ConfigError(f"input {parsed.name!r} takes the options {sorted(allowed) or 'none'}, got {unknown}")
+    twice = sorted(set(options) & set(parsed.params))
+    if twice:
+        raise ConfigError(f"input {spec!r}: key {twice[0]!r} given twice (in the spec and as an option)")
+    return draw(n_samples, n_tokens, d_model, seed=seed, generator=generator, **parsed.params, **options)

@@ -35,14 +35,16 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._validate import parse_params
+from .._validate import Key, Spec
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # torch is imported where weights are computed: parsing stays light (CLI start-up)
     import torch
 
-KINDS = ("softmax", "uniform", "sink", "offbyone", "sigmoid", "diff")
-_PARAMS = {"sink": ("b",), "sigmoid": ("bias",), "diff": ("lambda",)}
+#: kind -> the keys of its spec
+_KEYS = {"softmax": (), "uniform": (), "sink": (Key("b"),), "offbyone": (), "sigmoid": (Key("bias", default=None),),
+         "diff": (Key("lambda"),)}
+KINDS = tuple(_KEYS)
 
 
 @dataclass(frozen=True)
@@ -89,37 +91,11 @@ def parse_attention(spec: str | AttentionOperator) -> AttentionOperator:
     """
     if isinstance(spec, AttentionOperator):
         return spec
-    if not isinstance(spec, str) or not spec.strip():
-        raise ConfigError(f"attention must be one of {KINDS} (with parameters, e.g. 'sink:b=2'), got {spec!r}")
-    kind, raws = parse_params(spec, "attention")
-    if kind not in KINDS:
-        raise ConfigError(f"unknown attention {kind!r}; choose one of {KINDS} (e.g. 'sink:b=2', 'diff:lambda=0.5')")
-    params: dict[str, float] = {}
-    for key, raw in raws.items():
-        if key not in _PARAMS.get(kind, ()):
-            allowed = _PARAMS.get(kind, ())
-            raise ConfigError(f"attention {kind!r} takes {'parameters ' + str(allowed) if allowed else 'no parameters'}, "
-                              f"got {key}={raw}")
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ConfigError(f"attention {kind}: {key} must be a number, got {raw!r}") from None
-        if not math.isfinite(value):
-            raise ConfigError(f"attention {kind}: {key} must be finite, got {raw!r}")
-        params[key] = value
-    if kind == "sink":
-        if "b" not in params:
-            raise ConfigError("attention 'sink' needs its logit: 'sink:b=2' ('offbyone' is b = 0)")
-        return AttentionOperator("sink", b=params["b"])
-    if kind == "offbyone":
+    parsed = Spec.parse(spec, "attention", names=_KEYS)
+    if parsed.name == "offbyone":
         return AttentionOperator("sink", b=0.0)
-    if kind == "sigmoid":
-        return AttentionOperator("sigmoid", bias=params.get("bias"))
-    if kind == "diff":
-        if "lambda" not in params:
-            raise ConfigError("attention 'diff' needs lambda: 'diff:lambda=0.5'")
-        return AttentionOperator("diff", lam=params["lambda"])
-    return AttentionOperator(kind)
+    p = parsed.params
+    return AttentionOperator(parsed.name, b=p.get("b"), bias=p.get("bias"), lam=p.get("lambda"))
 
 
 def operator_weights(Q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor, op: AttentionOperator, *,

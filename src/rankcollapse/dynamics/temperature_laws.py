@@ -3,7 +3,7 @@ function of the number of keys ``N`` and the width ``d``.
 
 A law is written as a string, the one syntax of the ``qk_scale`` axis of ``phase``
 (:func:`rankcollapse.phase.grid.expand_grid`) and of ``rankcollapse theory temperature``;
-:func:`parse_law` reads it. Scores are ``β <x_i, x_j>`` on the tokens themselves (identity
+:func:`parse_law` reads it (``log:γ`` is short for ``log:gamma=γ``; ``pow:c=…``, ``ssmax:s=…``). Scores are ``β <x_i, x_j>`` on the tokens themselves (identity
 query and key projections):
 
 ==============  ==============================================  ==========================================
@@ -39,10 +39,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .._validate import Key, Spec
 from ..errors import ConfigError
 
-#: law name -> the name of its parameter (None: a preset without one)
-LAWS: dict[str, str | None] = {"log": "γ", "pow": "c", "ssmax": "s", "llama4": None}
+#: law name -> its parameter (none: a preset)
+LAWS: dict[str, tuple[Key, ...]] = {"log": (Key("gamma"),), "pow": (Key("c"),), "ssmax": (Key("s"),), "llama4": ()}
 #: Llama 4's ``floor_scale`` and ``attn_scale`` (transformers ``Llama4TextConfig`` defaults)
 LLAMA4_FLOOR_SCALE = 8192
 LLAMA4_ATTN_SCALE = 0.1
@@ -111,19 +112,8 @@ def parse_law(text: str) -> TemperatureLaw:
     ConfigError
         An unknown law name, a missing, extra, negative or non-finite parameter.
     """
-    name, sep, arg = (text.partition(":") if isinstance(text, str) else ("", "", ""))
-    if name not in LAWS:
-        raise ConfigError(f"unknown temperature law {text!r}; write one of "
-                          f"{', '.join(f'{n}:{p}' if p else n for n, p in LAWS.items())}")
-    if LAWS[name] is None:
-        if sep:
-            raise ConfigError(f"{name} is a preset and takes no parameter, got {text!r}")
-        return TemperatureLaw(name)
-    what = {"log": "γ log N", "pow": "c N^(2/(d-1))", "ssmax": "s log N / sqrt(d)"}[name]
-    try:
-        value = float(arg)
-    except ValueError:
-        raise ConfigError(f"{name}:{LAWS[name]} (β = {what}): expected a number, got {arg!r}") from None
-    if not value >= 0 or value == math.inf:
-        raise ConfigError(f"{name}:{LAWS[name]} (β = {what}): expected a finite number >= 0, got {arg!r}")
-    return TemperatureLaw(name, value)
+    law = Spec.parse(text, "temperature law", names=LAWS, short=True)
+    value = next(iter(law.params.values()), None)
+    if value is not None and value < 0:
+        raise ConfigError(f"temperature law {text!r}: its parameter must be >= 0, got {value!r}")
+    return TemperatureLaw(law.name, value)

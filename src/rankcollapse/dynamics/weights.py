@@ -46,7 +46,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .._validate import check_tensor_storage, parse_params
+from .._validate import Key, Spec, check_tensor_storage
 from ..errors import ConfigError
 from .layer_weights import LayerWeights  # noqa: F401  (its home; weights is its public path)
 
@@ -62,20 +62,9 @@ def parse_family(spec: str) -> tuple[str, dict[str, float]]:
     ConfigError
         Unknown family, malformed or unknown parameter.
     """
-    name, raws = parse_params(spec, "weight family")
-    if name not in FAMILIES:
-        raise ConfigError(f"unknown weight family {name!r}; choose one of {sorted(FAMILIES)}")
-    params: dict[str, float] = {}
-    for key, value in raws.items():
-        try:
-            params[key] = float(value)
-        except ValueError:
-            raise ConfigError(f"weight family {spec!r}: {key!r} must be a number, got {value!r}") from None
-    allowed = FAMILY_PARAMS[name]
-    unknown = set(params) - set(allowed)
-    if unknown:
-        raise ConfigError(f"weight family {name!r} takes {allowed or 'no parameters'}, got {sorted(unknown)}")
-    return name, params
+    parsed = Spec.parse(spec, "weight family", names={n: tuple(Key(k, default=None) for k in keys)
+                                                      for n, keys in FAMILY_PARAMS.items()})
+    return parsed.name, parsed.params
 
 
 def generator(seed: int, layer: int, role: str) -> torch.Generator:
@@ -106,10 +95,7 @@ def draw(spec: str, d_in: int, d_out: int, gen: torch.Generator, *, n: int | Non
         Bad spec or parameter, or a square-only family with ``d_in != d_out``.
     """
     name, p = parse_family(spec)
-    unknown = set(params) - set(FAMILY_PARAMS[name])
-    if unknown:
-        raise ConfigError(f"weight family {name!r} takes {FAMILY_PARAMS[name] or 'no parameters'}, got {sorted(unknown)}")
-    p = {**p, **{k: float(v) for k, v in params.items()}}
+    p = {**p, **parse_family(str(Spec(name, params)))[1]}  # the keyword parameters, read as the spec's
     if name in _SQUARE and d_in != d_out:
         raise ConfigError(f"weight family {name!r} needs a square matrix, got ({d_in}, {d_out})")
     batch = () if n is None else (int(n),)

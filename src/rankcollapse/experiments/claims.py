@@ -99,6 +99,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
+from .config import window_spec
 from .quantities import AmbiguousSelection, EvalContext, MissingData, Value, combine_bounds, evaluate  # noqa: F401
 
 UNDECIDABLE = "undecidable at this depth"
@@ -537,16 +538,9 @@ def _override_rule(rule: dict[str, Any], override: dict[str, Any]) -> dict[str, 
     changes replaced."""
     if not override:
         return rule
-    checks = [{**c, "for_each": {k: [_window_spec(v, override) for v in vs] for k, vs in c["for_each"].items()}}
+    checks = [{**c, "for_each": {k: [window_spec(v, override) for v in vs] for k, vs in c["for_each"].items()}}
               if c.get("for_each") else c for c in rule["checks"]]
     return {**rule, "checks": _override_selects(expand_checks(checks), override)}
-
-
-def _window_spec(value: Any, override: dict[str, Any]) -> Any:
-    family = str(value).split(":")[0]
-    if "window" in override and isinstance(value, str) and family in ("sliding_window", "causal_sliding_window"):
-        return f"{family}:w={override['window']}"
-    return value
 
 
 def _override_selects(rule: Any, override: dict[str, Any]) -> Any:
@@ -558,7 +552,7 @@ def _override_selects(rule: Any, override: dict[str, Any]) -> Any:
     if "select" in out:
         sel = {k: override.get(k, v) for k, v in out["select"].items()}
         if "mask_spec" in sel:
-            sel["mask_spec"] = _window_spec(sel["mask_spec"], override)
+            sel["mask_spec"] = window_spec(sel["mask_spec"], override)
         out["select"] = sel
     return out
 

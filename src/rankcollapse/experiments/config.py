@@ -18,10 +18,11 @@ from typing import Any
 
 import yaml
 
+from .._validate import Spec
 from ..errors import ConfigError
 from ..sweep.units import Unit
 from .schema import validate_config
-from .units import _norm_of, mask_name
+from .units import _norm_of
 
 EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry", "influence", "laws")
 ALIASES = {"": "main", "all": "all"}
@@ -200,7 +201,7 @@ def effective_override(unit: Unit, override: dict[str, Any]) -> dict[str, Any]:
     params, out = unit.params, {}
     for k, v in override.items():
         if k == "window":
-            if str(params.get("mask", "")).split(":")[0] in ("sliding_window", "causal_sliding_window"):
+            if Spec.name_of(params.get("mask", "")) in WINDOWED:
                 out[k] = v
         elif k == "norm":
             variant = params.get("variant")
@@ -210,6 +211,17 @@ def effective_override(unit: Unit, override: dict[str, Any]) -> dict[str, Any]:
         elif params.get(k) != v:
             out[k] = v
     return out
+
+
+#: the masks whose width a ``window`` override sets
+WINDOWED = ("sliding_window", "causal_sliding_window")
+
+
+def window_spec(spec: Any, override: dict[str, Any]) -> Any:
+    """``spec`` with the width ``override["window"]`` if it is a window mask
+    (``sliding_window:w=9`` -> ``sliding_window:w=W``), else ``spec`` as it is."""
+    name = Spec.name_of(spec)
+    return str(Spec(name, {"w": override["window"]})) if "window" in override and name in WINDOWED else spec
 
 
 def with_override(unit: Unit, override: dict[str, Any], label: str) -> Unit:
@@ -222,9 +234,7 @@ def with_override(unit: Unit, override: dict[str, Any], label: str) -> Unit:
     params = dict(unit.params)
     for k, v in override.items():
         if k == "window":
-            name = str(params["mask"]).split(":")[0]
-            if name in ("sliding_window", "causal_sliding_window"):
-                params["mask"] = f"{name}:w={v}"
+            params["mask"] = window_spec(params["mask"], override)
         else:
             params[k] = v
     params["setting"] = label
@@ -250,7 +260,7 @@ def unit_matches(u: Unit, filt: dict[str, Any]) -> bool:
     defaults to 1; values compare as strings."""
     for k, want in filt.items():
         wants = [str(w) for w in (want if isinstance(want, list) else [want])]
-        have = (u.kind if k == "kind" else mask_name(u.params.get("mask", "")) if k == "mask"
+        have = (u.kind if k == "kind" else Spec.name_of(u.params.get("mask", "")) if k == "mask"
                 else _norm_of(u.params) if k == "norm" else float(u.params.get("sphere_radius", 1.0)) if k == "sphere_radius"
                 else u.params.get(k, ""))
         if str(have) not in wants:

@@ -45,10 +45,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._validate import Spec
 from ..errors import ConfigError
 from ..sweep.units import register_unit_kind
 from .table import normalise
-from .units import _labels, _probe_condition, key_params, mask_name
+from .units import _labels, _probe_condition, key_params
 
 #: The ``point`` of a per-position row: ``position.<j>`` (0-based input position).
 POSITION_PREFIX = "position."
@@ -66,10 +67,9 @@ def _variant(alpha: float, n_tokens: int, decay: float) -> str:
 
 def window_width(spec: str) -> int | None:
     """``W`` of ``causal_sliding_window:w=W`` (None for any other spec)."""
-    name, _, args = str(spec).partition(":")
-    if name != "causal_sliding_window":
+    if Spec.name_of(spec) != "causal_sliding_window":
         return None
-    return int(dict(a.split("=") for a in args.split(","))["w"])
+    return int(Spec.parse(spec, "mask").params["w"])
 
 
 def mask_influence_rows(p: dict[str, Any]) -> pd.DataFrame:
@@ -140,7 +140,7 @@ def run_mask_influence(unit: Any, ctx: Any) -> pd.DataFrame:
     p = unit.params
     labels = _labels(unit, model="uniform", variant=_variant(float(p["alpha"]), int(p["n_tokens"]),
                                                               float(p.get("decay", 0.0))),
-                     depth=int(p["depth"]), mask=mask_name(p["mask"]), mask_spec=str(p["mask"]))
+                     depth=int(p["depth"]), mask=Spec.name_of(p["mask"]), mask_spec=str(p["mask"]))
     return normalise(mask_influence_rows(p), labels)
 
 

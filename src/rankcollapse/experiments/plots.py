@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .._figure import colour, new_figure
+from .._validate import Spec
 from ..errors import ConfigError
 from .quantities import select_rows
 from .table import CONDITION_COLUMNS, applies, condition_of
@@ -84,7 +85,7 @@ def _ordered(values: list[Any], key: str) -> list[Any]:
     sorts by its family), the rest sorted."""
     order = _LINE_ORDER.get(key, [])
     rank = {v: i for i, v in enumerate(order)}
-    fam = lambda v: str(v).split(" · ")[0].split(":")[0]  # noqa: E731
+    fam = lambda v: Spec.name_of(str(v).split(" · ")[0])  # noqa: E731
     return sorted(values, key=lambda v: (rank.get(fam(v), len(order)), str(type(v)), v))
 
 

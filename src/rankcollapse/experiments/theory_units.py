@@ -11,12 +11,13 @@ from typing import Any
 
 import pandas as pd
 
+from .._validate import Spec
 from .table import rows_from_metrics
 
 
 def _scalar_rows(values: dict[str, float], mask: str = "", layer: int = 0, n: int = 1, **stats: Any) -> list[dict]:
     return [{"layer": layer, "metric": k, "mean": float(v), "std": 0.0, "q05": float(v), "q25": float(v), "q50": float(v),
-             "q75": float(v), "q95": float(v), "n_samples": n, "mask": mask.split(":")[0], "mask_spec": mask, **stats}
+             "q75": float(v), "q95": float(v), "n_samples": n, "mask": Spec.name_of(mask), "mask_spec": mask, **stats}
             for k, v in values.items()]
 
 
@@ -45,7 +46,7 @@ def rows_sphere_collapse(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     for mask in p.get("masks", ("complete", "causal", "sliding_window:w=3")):
         res = run(mask, n_tokens=int(p.get("n_tokens", 16)), d_model=int(p.get("d_model", 8)), depth=int(b.get("sphere_depth", 80)),
                   n_samples=int(b.get("sphere_samples", 8)), inputs=p.get("inputs", "nonnegative"))
-        traj = rows_from_metrics({"mu": res.mu}, {"mask": mask.split(":")[0], "mask_spec": mask})
+        traj = rows_from_metrics({"mu": res.mu}, {"mask": Spec.name_of(mask), "mask_spec": mask})
         frames += [traj, pd.DataFrame(_scalar_rows({"measured_rate": res.measured_rate, "min_cos0": res.min_cos0}, mask))]
     return pd.concat(frames, ignore_index=True)
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .._validate import Spec
 from ..errors import ConfigError, RankCollapseError
 from ..sweep.context import RunContext
 from ..sweep.units import Unit, register_unit_kind
@@ -34,18 +35,13 @@ def key_params(params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "data": {k: v for k, v in params["data"].items() if k != "path"}}
 
 
-def mask_name(spec: str) -> str:
-    """``sliding_window:w=9`` -> ``sliding_window``."""
-    return str(spec).split(":")[0]
-
-
 def _labels(unit: Unit, **extra: Any) -> dict[str, Any]:
     p = unit.params
     out = {
         "experiment": unit.experiment,
         "source": unit.kind,
         "model": p.get("model", ""),
-        "mask": mask_name(p.get("mask", "")),
+        "mask": Spec.name_of(p.get("mask", "")),
         "mask_spec": str(p.get("mask", "")),
         "variant": str(p.get("variant", "")),
         "value": str(p.get("value", "")),

@@ -17,21 +17,8 @@ from typing import Any, Callable
 from ..errors import MaskError
 from . import constructors as c
 from . import patterns as p
-from .._validate import check_int, parse_params
+from .._validate import REQUIRED, Key, Spec, check_int
 from .mask import Mask
-
-_REQUIRED = object()
-
-
-@dataclass(frozen=True)
-class Key:
-    """One spec key: its name, kind (int, float, bool, ints) and default."""
-
-    name: str
-    kind: str
-    default: Any = _REQUIRED
-    help: str = ""
-
 
 @dataclass(frozen=True)
 class MaskKind:
@@ -77,27 +64,7 @@ def _kinds() -> dict[str, MaskKind]:
 
 
 MASK_KINDS: dict[str, MaskKind] = _kinds()
-_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
-
-
-def _convert(kind: str, name: str, key: str, raw: str) -> Any:
-    try:
-        if kind == "int":
-            return int(raw)
-        if kind == "float":
-            return float(raw)
-        if kind == "ints":
-            return tuple(int(x) for x in raw.split("+")) if raw else ()
-    except ValueError:
-        pass
-    else:
-        if kind == "bool":
-            low = raw.lower()
-            if low in _TRUE | _FALSE:
-                return low in _TRUE
-    want = {"int": "an integer", "float": "a number", "ints": "integers joined by '+'",
-            "bool": "true or false"}[kind]
-    raise MaskError(f"mask {name!r}: key {key!r} must be {want}, got {raw!r}")
+_KEYS = {name: kind.keys for name, kind in MASK_KINDS.items()}
 
 
 class _Checked:
@@ -115,29 +82,14 @@ def _parse_atom(text: str, n: int | None) -> Any:
     text = text.strip()
     if not text:
         raise MaskError("empty mask spec (nothing between '&' or '|')")
-    name, _, rest = text.partition(":")
-    name = name.strip()
-    if name == "file":
-        if not rest.strip():
+    if Spec.name_of(text) == "file":
+        path = _file_path(text)
+        if not path:
             raise MaskError("mask spec 'file:' needs a path, e.g. file:mask.npy")
-        if n is None:
-            return _check_file(rest.strip())
-        return p.from_file(rest.strip(), n)
-    if name not in MASK_KINDS:
-        raise MaskError(f"unknown mask {name!r}; known: {', '.join(sorted(MASK_KINDS) + ['file'])}")
-    kind = MASK_KINDS[name]
-    allowed = {k.name: k for k in kind.keys}
-    values: dict[str, Any] = {}
-    for key, raw in parse_params(text, "mask", error=MaskError)[1].items():
-        if key not in allowed:
-            known = ", ".join(allowed) or "none"
-            raise MaskError(f"mask {name!r} has no key {key!r}; its keys: {known}")
-        values[key] = _convert(allowed[key].kind, name, key, raw)
-    for k in kind.keys:
-        if k.name not in values:
-            if k.default is _REQUIRED:
-                raise MaskError(f"mask {name!r} needs key {k.name!r} (e.g. {name}:{k.name}=...)")
-            values[k.name] = k.default
+        return _check_file(path) if n is None else p.from_file(path, n)
+    spec = Spec.parse(text, "mask", names=_KEYS, error=MaskError)
+    kind = MASK_KINDS[spec.name]
+    values = {**{k.name: k.default for k in kind.keys if k.default is not REQUIRED}, **spec.params}
     return _Checked() if n is None else kind.build(n, **values)
 
 
@@ -194,18 +146,7 @@ def parse_mask(spec: str, n_tokens: int) -> Mask:
     >>> parse_mask("causal&sliding_window:w=3", 4) == m
     True
     """
-    if not isinstance(spec, str):
-        raise MaskError(f"mask spec must be a string, got {type(spec).__name__}")
-    if spec.strip().startswith(("schedule:", "[")):
-        raise MaskError(SCHEDULE_HERE.format(spec=spec))
-    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
-    if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
-        return _parse_atom(spec, n)  # a lone path may hold any character
-    tokens = [t for t in (p.strip() for p in re.split(r"([&|()])", spec)) if t]
-    mask, pos = _parse_union(tokens, 0, n, spec)
-    if pos != len(tokens):
-        raise MaskError(f"unbalanced parentheses in mask spec {spec!r} (unexpected {tokens[pos]!r})")
-    return mask
+    return _build(spec, check_int(n_tokens, "n_tokens", low=1, error=MaskError) if isinstance(spec, str) else None)
 
 
 def check_spec(spec: str) -> str:
@@ -220,18 +161,23 @@ def check_spec(spec: str) -> str:
         As :func:`parse_mask` would for the same spec at any N; a schedule is refused with
         the message that routes to :func:`~rankcollapse.masks.parse_schedule`.
     """
+    _build(spec, None)
+    return spec
+
+
+def _build(spec: Any, n: int | None) -> Any:
+    """The mask of ``spec`` on ``n`` tokens; with ``n=None`` only checked."""
     if not isinstance(spec, str):
         raise MaskError(f"mask spec must be a string, got {type(spec).__name__}")
     if spec.strip().startswith(("schedule:", "[")):
         raise MaskError(SCHEDULE_HERE.format(spec=spec))
     if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
-        _parse_atom(spec, None)
-        return spec
+        return _parse_atom(spec, n)  # a lone path may hold any character
     tokens = [t for t in (p.strip() for p in re.split(r"([&|()])", spec)) if t]
-    _, pos = _parse_union(tokens, 0, None, spec)
+    mask, pos = _parse_union(tokens, 0, n, spec)
     if pos != len(tokens):
         raise MaskError(f"unbalanced parentheses in mask spec {spec!r} (unexpected {tokens[pos]!r})")
-    return spec
+    return mask
 
 
 def spec_n_tokens(spec: str) -> int | None:
@@ -249,13 +195,8 @@ def spec_n_tokens(spec: str) -> int | None:
     """
     if not isinstance(spec, str) or spec.strip().startswith(("schedule:", "[")):
         return None
-    if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
-        atoms = [spec.strip()]
-    else:
-        atoms = [t.strip() for t in re.split(r"[&|()]", spec) if t.strip().startswith("file:")]
     sizes = {}
-    for atom in atoms:
-        path = atom.partition(":")[2].strip()
+    for path in spec_files(spec):
         if path.endswith(".npy"):
             sizes[path] = _npy_rows(path)
     if len(set(sizes.values())) > 1:
@@ -268,11 +209,19 @@ def spec_files(spec: str) -> list[str]:
     a spec that reads no file); a schedule's files: :func:`~rankcollapse.masks.schedule.mask_files`."""
     if not isinstance(spec, str):
         return []
+    return [_file_path(atom) for atom in _atoms(spec) if Spec.name_of(atom) == "file"]
+
+
+def _atoms(spec: str) -> list[str]:
+    """The atoms of a mask spec, in order; a lone ``file:PATH`` is one atom whatever its path holds."""
     if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
-        atoms = [spec.strip()]
-    else:
-        atoms = [t.strip() for t in re.split(r"[&|()]", spec) if t.strip().startswith("file:")]
-    return [atom.partition(":")[2].strip() for atom in atoms]
+        return [spec.strip()]
+    return [t.strip() for t in re.split(r"[&|()]", spec) if t.strip()]
+
+
+def _file_path(atom: str) -> str:
+    """``PATH`` of the atom ``file:PATH`` (a path may hold ``:``, ``,`` and ``=``)."""
+    return atom.partition(":")[2].strip()
 
 
 def _npy_rows(path: str) -> int:

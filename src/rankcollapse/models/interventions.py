@@ -53,8 +53,9 @@ from .loading import as_loaded
 COMPONENTS = ("skip", "mlp", "norm", "final_norm")
 
 
-def parse_drop(drop: Sequence[str] | str, n_layers: int) -> dict[str, set[int]]:
-    """``["mlp", "skip:0-2,5"]`` -> ``{"mlp": {0..L-1}, "skip": {0, 1, 2, 5}}``.
+def parse_drop(drop: Sequence[str] | str, n_layers: int | None) -> dict[str, set[int]]:
+    """``["mlp", "skip:0-2,5"]`` -> ``{"mlp": {0..L-1}, "skip": {0, 1, 2, 5}}``
+    (``n_layers=None``: checked without a model, block indices unbounded).
 
     Raises
     ------
@@ -81,10 +82,10 @@ def parse_drop(drop: Sequence[str] | str, n_layers: int) -> dict[str, set[int]]:
             layers.update(range(first, last + 1))
         if name == "final_norm" and layers:
             raise ConfigError(f"{item!r}: the final norm is not per block; write 'final_norm' alone")
-        bad = sorted(k for k in layers if not 0 <= k < n_layers)
+        bad = sorted(k for k in layers if n_layers is not None and not 0 <= k < n_layers)
         if bad:
             raise ConfigError(f"drop {item!r}: block(s) {bad} outside 0..{n_layers - 1}")
-        out.setdefault(name, set()).update(layers or range(n_layers))
+        out.setdefault(name, set()).update(layers or range(n_layers or 0))
     return out
 
 

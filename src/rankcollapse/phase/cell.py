@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._validate import Spec
 from ..dynamics.inputs import canonical_input, make_tokens
 from ..dynamics.weights import LayerWeights, draw, generator
 from ..errors import ConfigError
@@ -120,7 +121,7 @@ def make_input(kind: str, n_samples: int, n_tokens: int, d_model: int, seed: int
         Unknown ``kind`` or bad sizes (:func:`~rankcollapse.dynamics.inputs.make_tokens`).
     """
     kind = canonical_input(kind)
-    if kind == "wikipedia":
+    if Spec.name_of(kind) == "wikipedia":
         return make_tokens(kind, n_samples, n_tokens, d_model, seed=0, block=seed)
     return make_tokens(kind, n_samples, n_tokens, d_model, seed=seed)
 

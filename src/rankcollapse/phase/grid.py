@@ -1,8 +1,8 @@
 """Axes of the phase sweep and their expansion into cells.
 
 A cell is a dict of every axis (defaults filled in). Values are parsed from the CLI's
-``--axis NAME=v1,v2,...``; a mask spec containing commas is written with ``;`` between
-its parameters (``sliding_window:w=5``, ``bigbird:w=3;globals=1;random=2``).
+``--axis NAME=v1,v2,...``; a spec with several keys (a mask, an input) is written with
+``;`` between them (``bigbird:w=3;globals=1;random=2``, ``wikipedia:model=minilm;block=1``).
 
 Every cell is checked before anything runs (:func:`check_cells`): all axes present, each
 value one its axis accepts, its mask built at its N (an unknown mask or key is refused
@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable
 
+from .._validate import KINDS, check_float, check_int
 from ..errors import ConfigError, MaskError, MemoryLimitError
 
 from ..dynamics.config import NORMS as NORM_NAMES, PLACEMENTS, BlockConfig, default_alpha
@@ -33,20 +34,29 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
 
 
 def _input(text: str) -> str:
-    """A name of the input registry (:data:`rankcollapse.dynamics.inputs.INPUTS`)."""
+    """An input spec of the registry (:data:`rankcollapse.dynamics.inputs.INPUTS`), as its canonical spec."""
     from ..dynamics.inputs import canonical_input
 
     return canonical_input(text)
 
 
-def _float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise ConfigError(f"expected a finite number >= 0, got {text!r}")
-    return value
+def _value(kind: str, low: float | None = None, high: float | None = None) -> Callable[[str], Any]:
+    """A parser of one value of a spec key's kind (:data:`~rankcollapse._validate.KINDS`),
+    a number in ``[low, high]``."""
+    convert, want = KINDS[kind]
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise ConfigError(f"expected {want}, got {text!r}") from None
+        if kind == "bool":
+            return value
+        return (check_int if kind == "int" else check_float)(value, "the value", low=low, high=high)
+    return parse
+
+
+_float = _value("float", 0)
 
 
 def _qk_scale(text: str) -> float | str:
@@ -93,30 +103,10 @@ def attention_backend(n_tokens: int, backend: str = "auto") -> str:
     return backend
 
 
-def _int(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise ConfigError(f"expected an integer, got {text!r}") from None
-        if not low <= value <= high:
-            raise ConfigError(f"expected an integer in [{low}, {high}], got {value}")
-        return value
-    return parse
-
-
-def _bool(text: str) -> bool:
-    table = {"on": True, "true": True, "1": True, "yes": True, "off": False, "false": False, "0": False, "no": False}
-    if text.lower() not in table:
-        raise ConfigError(f"expected on/off, got {text!r}")
-    return table[text.lower()]
-
-
-def _mask(text: str) -> str:
-    """A mask spec (``;`` for the commas inside it), checked by name, keys and values."""
+def _mask(spec: str) -> str:
+    """A mask spec, checked by name, keys and values."""
     from ..masks.spec import check_spec
 
-    spec = text.replace(";", ",")
     if spec.strip().startswith(("schedule:", "[")):
         raise ConfigError(f"{spec!r} is a mask schedule; a phase cell runs one mask (its regime and theory "
                           "columns are of one graph): run a schedule with 'rankcollapse simulate --mask SPEC' "
@@ -128,10 +118,10 @@ def _mask(text: str) -> str:
 
 
 def _attention(text: str) -> str:
-    """An attention operator spec (``;`` for the commas inside it), as its canonical spec."""
+    """An attention operator spec, as its canonical spec."""
     from ..dynamics.operators import parse_attention
 
-    return parse_attention(text.replace(";", ",")).spec
+    return parse_attention(text).spec
 
 
 #: axis name -> (parser of one value, default). ``d_qk`` 0 means "= d_model". ``qk_scale``
@@ -149,14 +139,14 @@ AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "placement": (_choice(PLACEMENTS), "none"),
     "alpha": (_float, 0.0),
     "mask": (_mask, "complete"),
-    "d_qk": (_int(0, 4096), 0),
-    "n_tokens": (_int(2, 65536), 32),
-    "d_model": (_int(2, 4096), 16),
-    "depth": (_int(1, 1024), 64),
-    "shared": (_bool, False),
+    "d_qk": (_value("int", 0, 4096), 0),
+    "n_tokens": (_value("int", 2, 65536), 32),
+    "d_model": (_value("int", 2, 4096), 16),
+    "depth": (_value("int", 1, 1024), 64),
+    "shared": (_value("bool"), False),
     "input": (_input, "gaussian"),
     "attention": (_attention, "softmax"),
-    "qk_norm": (_bool, False),
+    "qk_norm": (_value("bool"), False),
 }
 DEFAULTS = {name: default for name, (_, default) in AXES.items()}
 _PARSERS = {name: parse for name, (parse, _) in AXES.items()}
@@ -176,7 +166,7 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
     name = name.strip()
     if not eq or name not in _PARSERS:
         raise ConfigError(f"--axis expects NAME=v1,v2,... with NAME one of {', '.join(AXES)}, got {text!r}")
-    items = [v.strip() for v in values.split(",") if v.strip()]
+    items = [v.strip().replace(";", ",") for v in values.split(",") if v.strip()]  # ';': a spec's commas
     if not items:
         raise ConfigError(f"--axis {name}: no values")
     parse = _PARSERS[name]
@@ -184,6 +174,23 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
         return name, [parse(v) for v in items]
     except ConfigError as exc:
         raise ConfigError(f"--axis {name}: {exc}") from None
+
+
+def parse_axes(texts: list[str]) -> dict[str, list[Any]]:
+    """``["NAME=v1,v2", ...]`` -> ``{NAME: [parsed values]}`` in order (:func:`parse_axis`).
+
+    Raises
+    ------
+    ConfigError
+        As :func:`parse_axis`; an axis given twice.
+    """
+    axes: dict[str, list[Any]] = {}
+    for text in texts:
+        name, values = parse_axis(text)
+        if name in axes:
+            raise ConfigError(f"--axis {name} given twice")
+        axes[name] = values
+    return axes
 
 
 def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from .._validate import Spec
 from ..sweep.cache import UnitCache
 from ..sweep.context import RunContext
 from ..sweep.engine import run_units
@@ -85,10 +86,13 @@ def _content_key(cells: list[dict[str, Any]]) -> dict[str, Any]:
     masks = {str(c["mask"]): mask_digests(c["mask"]) for c in cells}
     if any(masks.values()):
         out["mask_sha256"] = {spec: d for spec, d in masks.items() if d}
-    if any(c.get("input") == "wikipedia" for c in cells):
+    wiki = [Spec.parse(c["input"], "input").params for c in cells if Spec.name_of(c.get("input")) == "wikipedia"]
+    if wiki:
         out.update({f"wikipedia_{k}": v for k, v in wikipedia_key().items()})
-    if any(c.get("input") == "wikipedia" or c.get("value") == "pretrained" for c in cells):
-        out.update(model_key("minilm"))
+    models = {p.get("model", "minilm") for p in wiki} | ({"minilm"} if any(c.get("value") == "pretrained" for c in cells)
+                                                        else set())
+    for name in sorted(models):  # the default model's key as it always was; another's under its name
+        out.update({k if name == "minilm" else f"{k}_{name}": v for k, v in model_key(name).items()})
     return out
 
 

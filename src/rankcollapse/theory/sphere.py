@@ -20,6 +20,7 @@ from ..dynamics.config import BlockConfig
 from ..dynamics.inputs import ON_SPHERE, canonical_input, make_tokens
 from ..dynamics.layers import sphere
 from ..dynamics.single_head import single_head_layer
+from .._validate import Spec
 from ..errors import ConfigError
 from ..metrics import mu as mu_metric
 from ..dynamics.weights import haar_orthogonal
@@ -43,7 +44,7 @@ def make_inputs(kind: str, n_samples: int, n_tokens: int, d_model: int, generato
     ConfigError
         ``kind`` is not an input on the sphere.
     """
-    if canonical_input(kind) not in ON_SPHERE:
+    if Spec.name_of(canonical_input(kind)) not in ON_SPHERE:
         raise ConfigError(f"inputs must be one on the unit sphere, one of {ON_SPHERE}, got {kind!r}")
     return make_tokens(kind, n_samples, n_tokens, d_model, generator=generator)
 
