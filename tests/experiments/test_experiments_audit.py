@@ -89,6 +89,14 @@ def test_audit_of_the_committed_quick_run(monkeypatch, capsys):
     assert code == 0 and out.startswith("| id | verdict |") and "| C02 |" in out and "- factor LayerNorm:" in out
 
 
+def test_audit_of_a_committed_run_without_a_table_says_so_in_one_line(monkeypatch, capsys):
+    assert not any((RESULTS / "large" / n).exists() for n in ("table.parquet", "table.csv"))
+    code, out, err = _cli(monkeypatch, capsys, str(RESULTS / "large"))
+    assert code == 0 and out.startswith("| id | verdict |") and "| C02 |" in out
+    assert err.strip().splitlines() == [f"note: {RESULTS / 'large'} keeps no table: the audit reads the checks "
+                                        "stored in its claims.json (nothing is evaluated again)"]
+
+
 def test_audit_refuses_a_folder_that_is_not_a_run(monkeypatch, capsys, tmp_path):
     code, _, err = _cli(monkeypatch, capsys, str(tmp_path))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "not a finished run folder" in err
