@@ -36,7 +36,7 @@ from .config import (OVERRIDE_KEYS, claim_depth, claim_sources, effective_overri
 from .config import unit_matches as _unit_matches
 from . import report
 from .result import RunResult
-from .table import normalise, read_table, rename_legacy
+from .table import normalise, rename_legacy
 
 log = logging.getLogger(__name__)
 #: Metrics recorded by nearby-setting runs: the ones the claim rules read.
@@ -575,26 +575,23 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
 
 def decide_again(out: str | Path) -> list[dict[str, Any]]:
     """The claims.json records of the finished run in ``out`` decided again from its
-    stored table (``table.parquet``, else ``table.csv``, whose rows keep no per-window
-    values) and rules with today's decision layer (factor contrasts, threshold bands,
-    labels, floors; :func:`.audit.run_rules`), through the path a run takes
-    (:func:`evaluate_claims`); no unit is recomputed. The nearby settings' records are
-    kept as stored (their rows are not all in the table)."""
+    stored ``table.parquet`` and rules with today's decision layer (factor contrasts,
+    threshold bands, labels, floors; :func:`.audit.run_rules`), through the path a run
+    takes (:func:`evaluate_claims`); no unit is recomputed. The nearby settings' records
+    are kept as stored (their rows are not all in the table). A run that kept only
+    ``table.csv`` is refused: its rows have no per-window values, so every interval would
+    shrink to a point (:func:`.audit.audit_run` decides it again from its stored checks)."""
     import json
 
     from .audit import run_rules
 
     out = Path(out)
-    for name in ("config.json", "claims.json"):
+    for name in ("config.json", "claims.json", "table.parquet"):
         if not (out / name).is_file():
             raise ConfigError(f"{str(out)!r} is not a finished run folder: no {name} in it")
-    tables = [out / n for n in ("table.parquet", "table.csv") if (out / n).is_file()]
-    if not tables:
-        raise ConfigError(f"{str(out)!r} is not a finished run folder with a table: "
-                          "no table.parquet or table.csv in it")
     config = json.loads((out / "config.json").read_text())
     stored = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
-    table = read_table(tables[0])
+    table = normalise(pd.read_parquet(out / "table.parquet"))
     rules = run_rules(config)
     cfgs = []
     for cfg in claim_sources(rename_legacy(list(config["configs"]))):

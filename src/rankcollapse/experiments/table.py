@@ -22,7 +22,6 @@ call the column ``radius``; :func:`normalise` renames it on load (:data:`LEGACY_
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -106,18 +105,6 @@ def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.D
     df["claims"] = df["claims"].fillna("").astype(str)
     extra = [c for c in df.columns if c not in COLUMNS]
     return df[list(COLUMNS) + extra].reset_index(drop=True)
-
-
-def read_table(path: str | Path) -> pd.DataFrame:
-    """A stored run table, normalised: ``table.parquet``, or ``table.csv`` (no per-window
-    values; its empty text cells read as empty strings, not NaN)."""
-    path = Path(path)
-    if path.suffix == ".parquet":
-        return normalise(pd.read_parquet(path))
-    text = [k for k in KEY_COLUMNS + tuple(EXTRA_COLUMNS) if isinstance(EXTRA_COLUMNS.get(k, ""), str)]
-    numbers = ("d_qk", "init_scale", "sphere_radius") + STAT_COLUMNS[:-1]
-    return normalise(pd.read_csv(path, dtype={k: str for k in text}, keep_default_na=False,
-                                 na_values={k: [""] for k in numbers}))
 
 
 def rename_legacy(obj: Any) -> Any:
