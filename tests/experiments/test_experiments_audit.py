@@ -98,7 +98,7 @@ def test_audit_of_a_committed_run_without_a_table_says_so_in_one_line(monkeypatc
     code, out, err = _cli(monkeypatch, capsys, str(RESULTS / "large"))
     assert code == 0 and out.startswith("| id | verdict |") and "| C02 |" in out
     assert err.strip().splitlines() == [f"note: {RESULTS / 'large'} keeps no table: the audit reads the checks "
-                                        "stored in its claims.json (nothing is evaluated again)"]
+                                        "stored in its claims.json (no quantity is read again from rows)"]
 
 
 def test_audit_refuses_a_folder_that_is_not_a_run(monkeypatch, capsys, tmp_path):

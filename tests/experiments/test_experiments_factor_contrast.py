@@ -43,7 +43,8 @@ def test_the_factor_off_arm_is_pure_sa_at_the_logit_scale_of_real_layernorm(quic
     assert len(scored) == 8
     for c in scored:
         sel = c["lhs"]["select"]
-        assert sel["variant"] == "pure" and sel["d_qk"] == MATCHED_DQK and "norm" not in sel and sel["sphere_radius"] == 1.0
+        assert sel["variant"] == "pure" and sel["d_qk"] == MATCHED_DQK and sel["sphere_radius"] == 1.0
+        assert "norm" not in sel
     # logit scale = mean squared row norm / sqrt(d_qk): real LayerNorm's rows hold d = 384
     # from layer 1 on (d_qk = 1); the matched arm's input rows 100.8, over sqrt(0.0689) = 0.2625
     for mask in ("complete", "causal", "sliding_window:w=9", "causal_sliding_window:w=9"):

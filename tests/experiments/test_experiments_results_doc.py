@@ -127,7 +127,8 @@ def test_committed_quick_run_is_todays_run(monkeypatch):
     for run, names in ((GEOMETRY, "geometry"), (INFLUENCE, "influence"), (AXIS, "fig3"), (LAWS, "laws")):
         other, units = planned(run, names)
         assert sorted(other["units"]) == units, run.name
-    assert set(runner.resolve_names("all")) == {"main", "fig2", "fig3", "fig4", "theory", "geometry", "influence", "laws"}
+    assert set(runner.resolve_names("all")) == {"main", "fig2", "fig3", "fig4", "theory", "geometry", "influence",
+                                                "laws"}
 
 
 @pytest.mark.slow

@@ -183,7 +183,7 @@ def print_audit(folder: Optional[Path], fmt: str) -> None:
     entries = audit_run(folder)
     if not any((folder / n).is_file() for n in ("table.parquet", "table.csv")):
         typer.echo(f"note: {folder} keeps no table: the audit reads the checks stored in its claims.json "
-                   "(nothing is evaluated again)", err=True)
+                   "(no quantity is read again from rows)", err=True)
     if fmt == "json":
         print_json(entries, indent=2)
     else:
