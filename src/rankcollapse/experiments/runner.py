@@ -569,7 +569,8 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
                           f"{', '.join(unknown[:5])}")
     return [(cid, stored[cid]["verdict"],
              claims_mod.evaluate_claim(table, rules[cid], rules[cid].get("setting", "default"),
-                                       depth=stored[cid].get("depth"), n_tokens=config["data"]["n_tokens"])["verdict"])
+                                       depth=stored[cid].get("depth"),
+                                       n_tokens=(config.get("data") or {}).get("n_tokens"))["verdict"])
             for cid in sorted(stored)]
 
 
@@ -598,5 +599,6 @@ def decide_again(out: str | Path) -> list[dict[str, Any]]:
         cfgs.append({**cfg, "claims": [rules.get(c["id"], c) for c in cfg.get("claims", [])]})
     names = [c["name"] for c in cfgs]
     cfgs = [{**c, "claims_from": [n for n in c.get("claims_from", []) if n not in names]} for c in cfgs]
-    records = evaluate_claims(cfgs, table, config["scale"], config.get("overrides"), config["data"]["n_tokens"])
+    records = evaluate_claims(cfgs, table, config["scale"], config.get("overrides"),
+                              (config.get("data") or {}).get("n_tokens"))
     return [{**r, "nearby": stored[r["id"]].get("nearby", [])} for r in records if r["id"] in stored]
