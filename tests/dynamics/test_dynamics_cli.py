@@ -84,21 +84,24 @@ def test_values_at_the_compute_dtype_floor_are_flagged():
     args = ["--mask", "complete", "--n-tokens", "16", "--depth", "30", "--n-samples", "2", "--d-model", "8",
             "--input", "sphere"]
     doc = json.loads(run(*args, "--dtype", "float64", "--format", "json").stdout)
-    assert doc["floor"] == {"dtype": "float64", "epsilon": 2.220446049250313e-16, "metrics": ["mu_relative"],
-                            "smallest_normal": 2.2250738585072014e-308, "underflow_metrics": ["mu"]}
+    floor = 2 * (16 + 8) * 2.220446049250313e-16  # the round-off floor model 2 (N + d) eps
+    assert doc["floor"] == {"dtype": "float64", "epsilon": 2.220446049250313e-16, "floor": floor, "n_tokens": 16,
+                            "d_model": 8, "metrics": ["mu_relative"], "smallest_normal": 2.2250738585072014e-308,
+                            "underflow_metrics": ["mu"]}
     flagged = [row["layer"] for row in doc["layers"] if row["at_floor"]]
-    assert flagged and all(doc["layers"][t]["mu_relative"] <= 2.220446049250313e-16 for t in flagged)
-    assert all(row["mu_relative"] > 2.220446049250313e-16 for row in doc["layers"] if not row["at_floor"])
+    assert flagged and all(doc["layers"][t]["mu_relative"] <= floor for t in flagged)
+    assert all(row["mu_relative"] > floor for row in doc["layers"] if not row["at_floor"])
     assert doc["layers"][0]["at_floor"] == [] and doc["layers"][-1]["at_floor"] == ["mu_relative"]
     # float32: its own, coarser floor is reached earlier
     doc32 = json.loads(run(*args, "--dtype", "float32", "--format", "json").stdout)
-    assert doc32["floor"]["epsilon"] == pytest.approx(1.1920929e-07)
+    floor32 = 48 * 1.1920929e-07
+    assert doc32["floor"]["epsilon"] == pytest.approx(1.1920929e-07) and doc32["floor"]["floor"] == pytest.approx(floor32)
     first32 = min(row["layer"] for row in doc32["layers"] if row["at_floor"])
-    assert doc32["layers"][first32]["mu_relative"] <= 1.1920929e-07 and first32 <= min(flagged)
+    assert doc32["layers"][first32]["mu_relative"] <= floor32 and first32 <= min(flagged)
     table = run(*args, "--dtype", "float64")
     last = table.stdout.strip().splitlines()[-1].split("\t")
     assert last[2].endswith("*") and not last[1].endswith("*")  # mu_relative flagged, absolute mu not
-    assert "* at or below the float64 floor (machine epsilon 2.22e-16)" in table.stderr
+    assert "* at or below the float64 round-off floor 2 (N + d) ε = 1.07e-14 (N = 16, d = 8" in table.stderr
 
 
 def test_attention_operator_option_reports_row_mass_deficit():

@@ -393,3 +393,32 @@ def test_factor_contrast_on_a_table(table):
     absent = {**claim, "factor": {"name": "x", "without": [{"where": {"variant": "sphere"}, "set": {"variant": "skip"}}]}}
     (k,) = C.evaluate_claim(table, absent, n_boot=50)["checks"]
     assert k["outcome"] == "holds" and "no rows" in k["factor_off"]["missing"]
+
+
+def test_each_condition_reads_the_floor_of_its_own_n_and_d():
+    """2 (N + d) eps at the rows' own shape: N the run's (or a claim axis's label), d the
+    model's width, a theory check's own (N, d); the conservative default where unknown."""
+    from rankcollapse.experiments.quantities import MODEL_WIDTHS, row_floor
+    from rankcollapse.metrics.floor import EPS64, mu_floor
+
+    def rows(**labels):
+        return pd.DataFrame([{"source": "simulate", "model": "minilm", "setting": "default", "variant": "pure",
+                              "dtype": "float64", **labels}])
+
+    assert row_floor(rows(), "mu_relative", 128) == 2 * (128 + 384) * EPS64
+    assert row_floor(rows(setting="n_tokens=8192,positions=none"), "mu_relative", 128) == mu_floor(8192, 384)
+    assert row_floor(rows(setting="window=3"), "sigma_ratio", 256) == mu_floor(256, 384)
+    assert row_floor(rows(source="theory", model="theory", variant="ln_example_basin"), "mu_relative", 128) == 8 * EPS64
+    assert row_floor(rows(dtype="float32"), "mu_relative", 128) == mu_floor(128, 384, "float32")
+    assert row_floor(rows(), "mu", 128) == 0.0  # an absolute metric has no relative floor
+    assert row_floor(rows(model="other"), "mu_relative", 128) == mu_floor(128, 576)  # d unknown: the default d
+    assert row_floor(rows(), "mu_relative") == mu_floor(8192, 384)  # N unknown: the default N
+    # a collapsed value between eps and the default floor is a measurement at N = 128, d = 384
+    t = pd.concat([_curve("causal", "sphere", [1.0, 2.8e-9]), _curve("complete", "sphere", [1.0, 1e-12])],
+                  ignore_index=True).assign(model="minilm")
+    check = {"lhs": _q("sphere", mask="causal"), "op": ">=", "factor": 2, "rhs": _q("sphere", mask="complete")}
+    ctx = EvalContext(n_tokens=128)
+    res = C.evaluate_check(t, check, ctx=ctx)
+    assert res["bound"] is None and res["value"] == pytest.approx(2800) and res["floors"] == [mu_floor(128, 384)] * 2
+    assert C.evaluate_check(t, check)["bound"] == "lower"  # at the default N = 8,192 it is within the floor
+    assert MODEL_WIDTHS["minilm"] == 384

@@ -79,13 +79,16 @@ def test_summary_is_a_mask_by_condition_grid_with_shared_fields_once(main_like):
 
 
 def test_summary_marks_values_at_the_floor_of_their_dtype():
-    t = pd.concat([_sim("complete", "pure", "none", 1.0, rate=1e-3), _sim("causal", "pure", "none", 1.0, rate=0.9)],
-                  ignore_index=True)
-    grid, *_ = digest.summary_grid(t)
-    assert grid.shape == (2, 1)
-    assert digest.cell_text(grid.loc["complete"].iloc[0]) == "1e-12 / 1e-24*"  # 1e-24 < eps(float64) = 2.2e-16
+    """The floor is the round-off model 2 (N + d) eps at the rows' N (the run's) and d
+    (MiniLM's 384): 2.27e-13 at N = 128, so 1e-13 is at it though above eps."""
+    t = pd.concat([_sim("complete", "pure", "none", 1.0, rate=1e-3), _sim("causal", "pure", "none", 1.0, rate=0.9),
+                   _sim("sliding_window:w=9", "pure", "none", 1.0, rate=1e-13 ** (1 / 8))], ignore_index=True)
+    grid, *_ = digest.summary_grid(t, n_tokens=128)
+    assert grid.shape == (3, 1)
+    assert digest.cell_text(grid.loc["complete"].iloc[0]) == "1e-12 / 1e-24*"  # 1e-12 > 2.27e-13 > 1e-24
+    assert digest.cell_text(grid.loc["sliding_window:w=9"].iloc[0]).endswith("/ 1e-13*")
     assert "*" not in digest.cell_text(grid.loc["causal"].iloc[0])
-    assert "float64 2.22e-16" in str(digest.summary_html(t))
+    assert "float64 2.27e-13" in str(digest.summary_html(t, n_tokens=128))
 
 
 def _probe_rows(model, X_layers):

@@ -105,36 +105,30 @@ def test_results_doc_paper_table_is_the_committed_paper_run():
 
 
 def test_committed_quick_run_is_todays_run(monkeypatch):
+    """Every committed quick-scale run holds the unit keys today's configs plan, hashed with
+    the library versions that run recorded (so the check holds on any interpreter's numeric
+    stack, while a changed config, rule or NUMERICS_VERSION still fails it): `all` is the
+    paper's experiments (docs/results/quick, C06/C07's sequence-length axis included),
+    geometry, position bias, the axis alone (docs/results/fig3-n-axis) and the temperature laws."""
     from rankcollapse._io import config_hash
     from rankcollapse.sweep import units as sweep_units
     from rankcollapse.sweep.units import NUMERICS_VERSION
 
-    config = json.loads((RESULTS / "config.json").read_text())
-    assert config["scale"] == "quick" and config["seed"] == 0
-    # hash today's plan with the library versions the committed run recorded, so the
-    # check holds on any interpreter's numeric stack (3.12/3.13 resolve newer numpy,
-    # scipy...) while a changed config, rule or NUMERICS_VERSION still fails it
-    recorded = config["execution"]["numerics"]
-    monkeypatch.setattr(sweep_units, "code_fingerprint", lambda: config_hash({**recorded, "numerics": NUMERICS_VERSION}))
-    _, units, _ = runner.plan("all", "quick", 0)
-    # `all` = the paper's experiments (docs/results/quick) + geometry (docs/results/geometry-quick)
-    # + position bias (docs/results/influence-quick)
-    # + the sequence-length axis of C06/C07 (docs/results/fig3-n-axis: fig3 with its axis units)
-    geometry = json.loads((GEOMETRY / "config.json").read_text())
-    influence = json.loads((INFLUENCE / "config.json").read_text())
-    axis = json.loads((AXIS / "config.json").read_text())
-    assert geometry["execution"]["numerics"] == recorded == influence["execution"]["numerics"]
-    assert axis["execution"]["numerics"] == recorded
-    # fig3's own units are the committed quick run's: the axis only adds units
-    fig3 = {u.hash for u in runner.plan("fig3", "quick", 0)[1] if u.params["setting"] == "default"}
-    assert len(fig3) == 14 and fig3 <= set(config["units"]) and fig3 <= set(axis["units"])
-    assert sorted({*config["units"], *geometry["units"], *influence["units"], *axis["units"]}) == sorted(
-        u.hash for u in units if u.experiment != "laws")
-    # + the temperature laws (docs/results/laws-quick), run with its own recorded library versions
-    laws = json.loads((LAWS / "config.json").read_text())
-    own = laws["execution"]["numerics"]
-    monkeypatch.setattr(sweep_units, "code_fingerprint", lambda: config_hash({**own, "numerics": NUMERICS_VERSION}))
-    assert sorted(laws["units"]) == sorted(u.hash for u in runner.plan("laws", "quick", 0)[1])
+    def planned(run: Path, names: str) -> tuple[dict, list[str]]:
+        config = json.loads((run / "config.json").read_text())
+        assert config["scale"] == "quick" and config["seed"] == 0
+        recorded = config["execution"]["numerics"]
+        monkeypatch.setattr(sweep_units, "code_fingerprint",
+                            lambda: config_hash({**recorded, "numerics": NUMERICS_VERSION}))
+        return config, sorted(u.hash for u in runner.plan(names, "quick", 0)[1])
+
+    config, paper = planned(RESULTS, "main,fig2,fig3,fig4,theory")
+    assert sorted(config["units"]) == paper
+    for run, names in ((GEOMETRY, "geometry"), (INFLUENCE, "influence"), (AXIS, "fig3"), (LAWS, "laws")):
+        other, units = planned(run, names)
+        assert sorted(other["units"]) == units, run.name
+    assert set(runner.resolve_names("all")) == {"main", "fig2", "fig3", "fig4", "theory", "geometry", "influence",
+                                                "laws"}
 
 
 @pytest.mark.slow

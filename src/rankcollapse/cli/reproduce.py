@@ -181,6 +181,9 @@ def print_audit(folder: Optional[Path], fmt: str) -> None:
         raise ConfigError(f"--format must be markdown or json, got {fmt!r}")
     finished_claims(folder)  # the checks `summary` makes on an untrusted folder
     entries = audit_run(folder)
+    if not any((folder / n).is_file() for n in ("table.parquet", "table.csv")):
+        typer.echo(f"note: {folder} keeps no table: the audit reads the checks stored in its claims.json "
+                   "(no quantity is read again from rows)", err=True)
     if fmt == "json":
         print_json(entries, indent=2)
     else:

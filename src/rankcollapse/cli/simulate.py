@@ -106,22 +106,25 @@ STATE_METRICS = ("token_radius", "max_token_share")
 UNDERFLOW_METRICS = ("token_radius", "mu")
 
 
-def _mark_floor(layers: list[dict], names: list[str], dtype: str) -> dict:
+def _mark_floor(layers: list[dict], names: list[str], dtype: str, n_tokens: int, d_model: int) -> dict:
     """Add ``at_floor`` to every layer row: the scale-free metrics whose mean is at or below
-    the machine epsilon of the compute ``dtype`` (collapsed, the digits are rounding), as
-    ``reproduce`` reads them (:mod:`rankcollapse.experiments.quantities`), and the norms
+    the round-off floor of the compute ``dtype`` at ``n_tokens`` x ``d_model``
+    (:func:`rankcollapse.metrics.floor.relative_floor`, ``2 (N + d) eps``: collapsed, the
+    digits are rounding), as ``reproduce`` reads them (:mod:`rankcollapse.experiments.quantities`), and the norms
     (:data:`UNDERFLOW_METRICS`) whose mean is positive and below the dtype's smallest normal
     number (underflow: the tokens decay towards 0 and lose digits); return the floor's
     description for the result."""
     import numpy as np
 
     from ..experiments.quantities import FLOOR_METRICS, floor_of
+    from ..metrics.floor import relative_floor
 
-    eps, tiny = floor_of(dtype), float(np.finfo(np.dtype(dtype)).tiny)
+    floor, tiny = relative_floor(dtype, n_tokens, d_model), float(np.finfo(np.dtype(dtype)).tiny)
     for row in layers:
         row["at_floor"] = [k for k in names if row[k] is not None and (
-            (k in FLOOR_METRICS and row[k] <= eps) or (k in UNDERFLOW_METRICS and 0 < row[k] < tiny))]
-    return {"dtype": dtype, "epsilon": eps, "metrics": sorted(m for m in names if m in FLOOR_METRICS),
+            (k in FLOOR_METRICS and row[k] <= floor) or (k in UNDERFLOW_METRICS and 0 < row[k] < tiny))]
+    return {"dtype": dtype, "epsilon": floor_of(dtype), "floor": floor, "n_tokens": n_tokens, "d_model": d_model,
+            "metrics": sorted(m for m in names if m in FLOOR_METRICS),
             "smallest_normal": tiny, "underflow_metrics": sorted(m for m in names if m in UNDERFLOW_METRICS)}
 
 
@@ -286,7 +289,7 @@ def simulate_command(
                 del row[m]
     if res.stopped is not None:
         notes.append(res.stopped.message(depth).replace("dtype=torch.float64", "--dtype float64"))
-    floor = _mark_floor(layers, names, dtype)
+    floor = _mark_floor(layers, names, dtype, int(X0.shape[-2]), int(X0.shape[-1]))
     # "variant" is the preset equal to the block that ran (or custom; "block" has every
     # field, alpha included), "variant_option" the --variant the overrides started from
     # the settings in the CLI's vocabulary: --model names the weights
@@ -322,7 +325,8 @@ def simulate_command(
         cells += ["-" if row.get(k) is None else f"{row[k]:.3e}" for k in deficit]
         typer.echo(f"{row['layer']}\t" + "\t".join(cells) + f"\t{eps}")
     if any(set(row["at_floor"]) - set(UNDERFLOW_METRICS) for row in layers):
-        typer.echo(f"{FLOOR_MARK} at or below the {dtype} floor (machine epsilon {floor['epsilon']:.3g}): collapsed, "
+        typer.echo(f"{FLOOR_MARK} at or below the {dtype} round-off floor 2 (N + d) ε = {floor['floor']:.3g} "
+                   f"(N = {floor['n_tokens']}, d = {floor['d_model']}, ε = {floor['epsilon']:.3g}): collapsed, "
                    "the digits are rounding", err=True)
     if any(set(row["at_floor"]) & set(UNDERFLOW_METRICS) for row in layers):
         typer.echo(f"{FLOOR_MARK} on {', '.join(floor['underflow_metrics'])}: below the smallest normal {dtype} "

@@ -9,8 +9,9 @@ section list, per claim:
 - each check's power on its own noise and each threshold's near-threshold control
   (:func:`.controls.assess`), and the null a control check states;
 - which numbers are bounds and the floor they rest on. The floor of a relative metric is
-  the round-off error model of its compute dtype (:func:`rankcollapse.metrics.floor.relative_floor`,
-  ``2 (N + d) eps``, calibrated on exactly collapsed trajectories); a side whose mean is
+  the round-off error model of its compute dtype at the rows' own N and d
+  (:func:`rankcollapse.experiments.quantities.row_floor`: ``2 (N + d) eps``, calibrated on
+  exactly collapsed trajectories); a side whose mean is
   above it but within :data:`NEAR_FLOOR` times it is listed as well: a ratio with such a
   denominator may be a ratio to round-off.
 
@@ -42,11 +43,13 @@ def _scored(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [k for k in checks if not k.get("informational")]
 
 
-def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | None = None) -> dict[str, Any]:
+def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | None = None,
+             n_tokens: int | None = None) -> dict[str, Any]:
     """``rec`` (a stored claim record) decided again from its stored checks with the
     claim's registered bands and factor (``claim``: its rule as the run stored it, with
     today's ``factor`` and ``band`` entries): verdict, the verdict at the registered
-    thresholds, decisive check and number, bands. The depth check is the stored one."""
+    thresholds, decisive check and number, bands. The depth check is the stored one;
+    ``n_tokens``: the run's N, which the floors of a factor-off arm read from ``table`` use."""
     if rec.get("verdict") == "not run" or not rec.get("checks"):
         return rec
     specs = C.expand_checks(claim["rule"]["checks"])
@@ -55,7 +58,7 @@ def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | N
         return rec  # the stored checks are not this rule's
     checks = [C.annotate(k, s) if not k.get("informational") else k for k, s in zip(checks, specs)]
     if claim.get("factor"):
-        checks = _with_factor_off(checks, claim, table, rec)
+        checks = _with_factor_off(checks, claim, table, rec, n_tokens)
     checks = [{**k, "outcome": C.outcome_at(k)} if not k.get("informational") else k for k in checks]
     expect = claim["rule"].get("expect", "all")
     scored = _scored(checks)
@@ -77,7 +80,7 @@ def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | N
 
 
 def _with_factor_off(checks: list[dict[str, Any]], claim: dict[str, Any], table: pd.DataFrame | None,
-                     rec: dict[str, Any]) -> list[dict[str, Any]]:
+                     rec: dict[str, Any], n_tokens: int | None = None) -> list[dict[str, Any]]:
     """Each scored check with its factor-off arm: evaluated on ``table``, or else the
     stored check of ``rec`` whose text is the off arm's."""
     from .quantities import EvalContext, MissingData
@@ -96,7 +99,7 @@ def _with_factor_off(checks: list[dict[str, Any]], claim: dict[str, Any], table:
         if table is not None:
             try:
                 arm = C.evaluate_check(table, off, claim.get("setting", "default"),
-                                       EvalContext(depth=rec.get("depth"), seed=seed))
+                                       EvalContext(depth=rec.get("depth"), seed=seed, n_tokens=n_tokens))
             except MissingData:
                 arm = None
         arm = arm or by_text.get(C.check_text(off))
@@ -181,9 +184,9 @@ def audit_run(folder: str | Path) -> list[dict[str, Any]]:
     decided again from its stored checks where its ``claims.json`` has no bands."""
     claims, config, table = read_run(folder)
     rules = run_rules(config)
-    out = []
+    n_tokens, out = (config.get("data") or {}).get("n_tokens"), []
     for rec in claims:
-        now = rec if "bands" in rec or rec["id"] not in rules else redecide(rec, rules[rec["id"]], table)
+        now = rec if "bands" in rec or rec["id"] not in rules else redecide(rec, rules[rec["id"]], table, n_tokens)
         out.append({**robustness(now), "stored_verdict": rec["verdict"]})
     return out
 

@@ -332,19 +332,20 @@ def _fill(obj: Any, sub: dict[str, Any]) -> Any:
 
 def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "default",
                    override: dict[str, Any] | None = None, *, depth: int | None = None,
-                   depth_check: bool = True, n_boot: int | None = None) -> dict[str, Any]:
+                   depth_check: bool = True, n_boot: int | None = None, n_tokens: int | None = None) -> dict[str, Any]:
     """Verdict, decisive number and interval of one claim under one setting.
 
     ``override`` (a nearby setting) replaces the selected value of every column it
     changes, so the same rule reads the rows of the changed setting. ``depth`` is the
     claim depth D; with ``depth_check`` the rule is read again at 2 D (``last`` and the
     explicit layers of simulated networks doubled) where the rows reach it, and a verdict
-    that differs there becomes ``mixed (depth-sensitive)``.
+    that differs there becomes ``mixed (depth-sensitive)``. ``n_tokens``: the run's tokens
+    per window, which the round-off floors read (:func:`.quantities.row_floor`).
     """
     rule = _override_rule(claim["rule"], override or {})
     factor = claim.get("factor")
     seed = sum(map(ord, str(claim.get("id", ""))))  # fixed bootstrap draws per claim
-    ctx = EvalContext(depth=depth, seed=seed, **({"n_boot": n_boot} if n_boot else {}))
+    ctx = EvalContext(depth=depth, seed=seed, n_tokens=n_tokens, **({"n_boot": n_boot} if n_boot else {}))
     res = _evaluate_rule(table, rule, setting, ctx, factor)
     res["depth"] = depth
     if res["verdict"] == "not run":
@@ -353,6 +354,7 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     if not depth_check or depth is None:
         return res
     deep = _evaluate_rule(table, rule, setting, EvalContext(depth=2 * depth, layer_factor=2, seed=seed,
+                                                            n_tokens=n_tokens,
                                                             **({"n_boot": n_boot} if n_boot else {})), factor)
     if deep["verdict"] == "not run":
         res["depth_check"] = {"depth": 2 * depth, "verdict": "not run", "missing": deep.get("missing", "")}

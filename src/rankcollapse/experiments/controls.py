@@ -83,13 +83,15 @@ def control_rule(rule: dict[str, Any], control: dict[str, Any]) -> dict[str, Any
 
 
 def evaluate_controls(table: pd.DataFrame, claim: dict[str, Any], *, depth: int | None = None,
-                      n_boot: int | None = None, setting: str = "default") -> dict[str, Any] | None:
+                      n_boot: int | None = None, setting: str = "default",
+                      n_tokens: int | None = None) -> dict[str, Any] | None:
     """Verdicts of ``claim``'s positive and negative controls on ``table`` at the claim
     depth, on the rows of ``setting`` (a claim axis's, :mod:`.axis`, or the default):
     ``{positive: {...}, negative: {...}, ok}`` where each entry holds ``why``,
     ``expected``, ``verdict``, ``passed``, ``measured``, ``interval`` and the checks;
     ``ok`` is True when both read as expected, None when either did not run (its rows
-    are not in this run). None for a claim without controls."""
+    are not in this run). None for a claim without controls. ``n_tokens``: the run's N
+    (:func:`.quantities.row_floor`)."""
     from .claims import _evaluate_rule
 
     spec = claim.get("controls")
@@ -99,7 +101,7 @@ def evaluate_controls(table: pd.DataFrame, claim: dict[str, Any], *, depth: int 
     out: dict[str, Any] = {}
     for kind, expected in EXPECTED.items():
         control = spec[kind]
-        ctx = EvalContext(depth=depth, seed=seed, **({"n_boot": n_boot} if n_boot else {}))
+        ctx = EvalContext(depth=depth, seed=seed, n_tokens=n_tokens, **({"n_boot": n_boot} if n_boot else {}))
         res = _evaluate_rule(table, control_rule(claim["rule"], control), setting, ctx)
         out[kind] = {"why": " ".join(str(control.get("why", "")).split()), "expected": expected,
                      "verdict": res["verdict"], "passed": res["verdict"] in PASSING[kind], "measured": res["measured"],

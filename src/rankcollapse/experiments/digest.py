@@ -18,20 +18,22 @@ from .claims import fmt
 from .table import CONDITION_COLUMNS, applies
 
 
-def _ratios(sim: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+def _ratios(sim: pd.DataFrame, cols: list[str], n_tokens: int | None = None) -> pd.DataFrame:
     """One row per condition: its columns, μ/‖X‖_F ÷ input at the claim depth (half the
     units' depth: units run to twice it) and at the last layer, and whether μ/‖X‖_F
-    there is at or below the floor of the row's ``dtype`` (:func:`~.quantities.floor_of`)."""
-    from .quantities import floor_of
+    there is at or below the round-off floor of the rows (:func:`~.quantities.row_floor`:
+    their ``dtype``, N and d; ``n_tokens``: the run's N)."""
+    from .quantities import row_floor
 
     out = []
     for key, g in sim.groupby(cols, dropna=False, sort=True):
         m = g.groupby("layer")["mean"].mean()
         half = int(m.index.max()) // 2
-        floor = floor_of(str(g["dtype"].iloc[0])) if "dtype" in g else 0.0
+        floor = row_floor(g, "mu_relative", n_tokens)
         out.append({**dict(zip(cols, key)), "at_depth": m.loc[half] / m.iloc[0], "at_2x": m.iloc[-1] / m.iloc[0],
                     "t_depth": half, "t_2x": int(m.index.max()), "floor_depth": bool(m.loc[half] <= floor),
-                    "floor_2x": bool(m.iloc[-1] <= floor), "dtype": str(g["dtype"].iloc[0]) if "dtype" in g else ""})
+                    "floor_2x": bool(m.iloc[-1] <= floor), "dtype": str(g["dtype"].iloc[0]) if "dtype" in g else "",
+                    "floor": floor})
     return pd.DataFrame(out)
 
 
@@ -47,7 +49,8 @@ def _text(col: str, value: Any) -> str:
     return f"{col}={value:g}" if isinstance(value, (float, np.floating)) else f"{col}={value}"
 
 
-def summary_grid(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str], tuple[int, int] | None]:
+def summary_grid(table: pd.DataFrame, n_tokens: int | None = None
+                 ) -> tuple[pd.DataFrame, list[str], list[str], tuple[int, int] | None]:
     """The default simulations' μ/‖X‖_F ÷ input as a mask × condition grid.
 
     Returns
@@ -59,13 +62,13 @@ def summary_grid(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str
         columns every cell shares. ``usual``: ``col=value`` a column holds unless its
         name says otherwise. ``depths``: ``(claim depth, 2× depth)`` when every cell has
         the same (else ``None``, and cells carry their own). An empty grid when the
-        table has no simulation.
+        table has no simulation. ``n_tokens``: the run's N, which the floors read.
     """
     sim = table[(table["source"] == "simulate") & (table["metric"] == "mu_relative") & (table["setting"] == "default")]
     if sim.empty:
         return pd.DataFrame(), [], [], None
     cols = [c for c in CONDITION_COLUMNS if c in sim]
-    r = _ratios(sim, cols)
+    r = _ratios(sim, cols, n_tokens)
     varying = [c for c in cols if r[c].astype(str).nunique() > 1]
     shared = [_text(c, r[c].iloc[0]) for c in cols if c not in varying and applies(c, r[c].iloc[0])]
     across = [c for c in varying if c != "mask_spec"]
@@ -91,9 +94,8 @@ def summary_grid(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str
     usual_text = [_text(c, r[c][r[c].astype(str) == usual[c]].iloc[0]) for c in across[1:]
                   if applies(c, r[c][r[c].astype(str) == usual[c]].iloc[0])]
     depths = (int(r["t_depth"].iloc[0]), int(r["t_2x"].iloc[0])) if same_t else None
-    from .quantities import floor_of
-
-    grid.attrs["floors"] = {d: floor_of(d) for d in sorted(set(r["dtype"])) if floor_of(d)}
+    grid.attrs["floors"] = {d: float(r.loc[r["dtype"] == d, "floor"].max()) for d in sorted(set(r["dtype"]))
+                            if r.loc[r["dtype"] == d, "floor"].max() > 0}
     return grid, shared, usual_text, depths
 
 
@@ -131,8 +133,8 @@ def _floor_note(grid: pd.DataFrame) -> str:
     if not any(c.floor_depth or c.floor_2x for c in cells):
         return ""
     floors = ", ".join(f"{d} {eps:.3g}" for d, eps in grid.attrs.get("floors", {}).items())
-    return (f" {FLOOR_MARK} μ/‖X‖_F at or below the machine epsilon of the dtype its rows were computed in ({floors}): "
-            "collapsed to the floor, its digits are rounding.")
+    return (f" {FLOOR_MARK} μ/‖X‖_F at or below the round-off floor 2 (N + d) ε of the dtype its rows were "
+            f"computed in ({floors}): collapsed to the floor, its digits are rounding.")
 
 
 def dominant_token_notes(table: pd.DataFrame) -> list[str]:
@@ -173,10 +175,10 @@ def _moved(table: pd.DataFrame, cond: dict[str, Any], cols: list[str], t: int) -
     return f"; at that layer {', '.join(bits)}" if bits and t > 0 else ""
 
 
-def summary_html(table: pd.DataFrame) -> Markup:
+def summary_html(table: pd.DataFrame, n_tokens: int | None = None) -> Markup:
     """The summary grid (:func:`summary_grid`) as an HTML table, with the shared
     condition fields said once above it."""
-    grid, shared, usual, depths = summary_grid(table)
+    grid, shared, usual, depths = summary_grid(table, n_tokens)
     if grid.empty:
         return Markup("<p>No simulation in this run.</p>")
     each = (f"μ/‖X‖_F ÷ input at the claim depth (t = {depths[0]}) / at 2× depth (t = {depths[1]})" if depths
@@ -191,9 +193,9 @@ def summary_html(table: pd.DataFrame) -> Markup:
     return Markup(f"{notes}</p><table><tr><th>mask</th>{head}</tr>{body}</table>")
 
 
-def summary_markdown(table: pd.DataFrame) -> str:
+def summary_markdown(table: pd.DataFrame, n_tokens: int | None = None) -> str:
     """The summary grid as a Markdown table (empty string without simulations)."""
-    grid, shared, usual, depths = summary_grid(table)
+    grid, shared, usual, depths = summary_grid(table, n_tokens)
     if grid.empty:
         return ""
     each = f"claim depth t = {depths[0]} / 2× depth t = {depths[1]}" if depths else "claim depth / 2× depth"

@@ -18,10 +18,10 @@ the round-off floor of its row's ``dtype`` (the type of the computation that pro
 it: float64 for a float64 trajectory, whatever the storage type of its input; float32
 for a probe's float32 forward) is *at its floor*. The floor is the error model
 :func:`rankcollapse.metrics.floor.relative_floor` (``2 (N + d) eps``, calibrated on
-exactly collapsed trajectories), not epsilon alone: a collapsed float64 trajectory
-levels off at 1 to 6 eps, above epsilon. A value at its floor is clipped to it and the
-quantity read from it is only a bound (``Value.bound``): a value or change at the floor
-is at most what it shows (``upper``). A ratio or difference combines the bounds of its
+exactly collapsed trajectories) at the rows' own N and d (:func:`row_floor`), not epsilon
+alone: a collapsed float64 trajectory levels off at 1 to 6 eps, above epsilon. A value at
+its floor is clipped to it and the quantity read from it is only a bound (``Value.bound``):
+a value or change at the floor is at most what it shows (``upper``). A ratio or difference combines the bounds of its
 sides (:func:`combine_bounds`): one side at its floor gives a bound on the comparison,
 both sides give ``undecidable``, never an equality.
 """
@@ -40,7 +40,7 @@ from ..metrics.floor import epsilon, relative_floor
 from ..metrics.rate import least_squares_rate
 from .table import CONDITION_COLUMNS, condition_of
 
-#: Metrics with a scale-free floor (values in [0, 1] relative to ‖X‖): clipped at relative_floor(dtype).
+#: Metrics with a scale-free floor (values in [0, 1] relative to ‖X‖): clipped at row_floor.
 FLOOR_METRICS = frozenset({"mu_relative", "sigma_ratio"})
 N_BOOT = 1000
 
@@ -60,8 +60,42 @@ class AmbiguousSelection(ConfigError):
 def floor_of(dtype: str) -> float:
     """Machine epsilon of ``dtype`` (``float32`` 1.19e-7, ``float64`` 2.2e-16); 0 if unknown
     (:func:`rankcollapse.metrics.floor.epsilon`). The floor a claim reads is
-    :func:`rankcollapse.metrics.floor.relative_floor` (module docstring)."""
+    :func:`row_floor` (module docstring)."""
     return epsilon(dtype)
+
+
+#: Width d (``hidden_size``) of the packaged models whose embeddings or forward produce rows.
+MODEL_WIDTHS = {"minilm": 384, "smollm2": 576}
+#: ``(N, d)`` of the theory checks whose rows carry a relative metric: the N = d = 2
+#: SA-LN example (docs/theory.md §3a).
+THEORY_SHAPES = {"ln_example_basin": (2, 2), "ln_example_outside": (2, 2)}
+
+
+def row_shape(rows: pd.DataFrame, n_tokens: int | None = None) -> tuple[int | None, int | None]:
+    """``(N, d)`` of the computation behind one condition's ``rows`` (None where unknown).
+
+    A table row records neither, so they are read from what does: a theory check's shape
+    (:data:`THEORY_SHAPES`); otherwise N is the ``n_tokens`` of the row's setting label (a
+    claim's sequence-length axis, ``n_tokens=1024,...``) or else the run's ``n_tokens``, and
+    d the width of the row's model (:data:`MODEL_WIDTHS`)."""
+    if rows.empty:
+        return None, None
+    row = rows.iloc[0]
+    if str(row.get("source", "")) == "theory":
+        return THEORY_SHAPES.get(str(row.get("variant", "")), (None, None))
+    label = dict(p.split("=", 1) for p in str(row.get("setting", "")).split(",") if "=" in p)
+    n = int(label["n_tokens"]) if "n_tokens" in label else n_tokens
+    return n, MODEL_WIDTHS.get(str(row.get("model", "")))
+
+
+def row_floor(rows: pd.DataFrame, metric: str, n_tokens: int | None = None) -> float:
+    """Round-off floor of one condition's ``rows`` of ``metric``: for a relative metric
+    (:data:`FLOOR_METRICS`), :func:`rankcollapse.metrics.floor.relative_floor` of the rows'
+    compute ``dtype`` at their own N and d (:func:`row_shape`; ``n_tokens``: the run's N),
+    the conservative default N and d where unknown; 0 for any other metric."""
+    if metric not in FLOOR_METRICS or "dtype" not in rows or rows.empty:
+        return 0.0
+    return relative_floor(str(rows["dtype"].iloc[0]), *row_shape(rows, n_tokens))
 
 
 @dataclass
@@ -69,10 +103,12 @@ class EvalContext:
     """How rules are read. ``depth``: the claim depth D (``layer: last`` of a simulated
     network means min(D, deepest layer)); ``layer_factor`` multiplies the explicit
     layers of simulated networks (2 for the depth check); ``n_boot``, ``seed``: the
-    bootstrap."""
+    bootstrap; ``n_tokens``: the run's tokens per window N, which the floors read
+    (:func:`row_floor`; None: unknown)."""
 
     depth: int | None = None
     layer_factor: int = 1
+    n_tokens: int | None = None
     n_boot: int = N_BOOT
     seed: int = 0
     _cache: dict = field(default_factory=dict)
@@ -246,7 +282,7 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     sel = dict(q.get("select", {}))
     rows, layers, seeds, M, W = _condition(table, q["metric"], sel, setting, ctx)
     S = len(seeds)
-    floor = relative_floor(str(rows["dtype"].iloc[0])) if q["metric"] in FLOOR_METRICS and "dtype" in rows else 0.0
+    floor = row_floor(rows, q["metric"], ctx.n_tokens)
     floor = max(floor, float(q.get("floor", 0.0)))  # an explicit floor for an absolute metric (theory μ)
     collapsed = M[0] <= floor
     if floor:

@@ -171,6 +171,11 @@ def header_fields(result: Any) -> list[tuple[str, str]]:
     ]
 
 
+def _n_tokens(result: Any) -> int | None:
+    """The run's tokens per window N (its data spec), which the summary's floors read."""
+    return (result.config.get("data") or {}).get("n_tokens")
+
+
 def render_html(result: Any, figures: dict[str, Any]) -> str:
     """The report of a :class:`~rankcollapse.experiments.runner.RunResult`."""
     env = Environment(loader=PackageLoader("rankcollapse.experiments", "templates"), autoescape=select_autoescape(["j2", "html"]))
@@ -186,7 +191,7 @@ def render_html(result: Any, figures: dict[str, Any]) -> str:
         cfg=cfg, claims=result.claims, figures=figs, header=header_fields(result), css=Markup(_CSS),
         self_check=Markup(_SELF_CHECK), badge=badge, number=number, fmt=fmt, fmt_interval=fmt_interval,
         check_number=check_number, scored_checks=scored_checks, controls_text=controls_text,
-        plot_link=lambda p: plot_link(p, figures), summary=summary_html(result.table),
+        plot_link=lambda p: plot_link(p, figures), summary=summary_html(result.table, _n_tokens(result)),
         notes=dominant_token_notes(result.table), geometry=geometry_lines(result.table), settings=settings,
         rules=_rules_yaml(cfg["configs"]), overrides=json.dumps(cfg["overrides"]), timings=result.timings,
         finite_depth_note=FINITE_DEPTH_NOTE,
@@ -236,7 +241,7 @@ def render_markdown(result: Any, figures: dict[str, Any]) -> str:
     from .audit import audit_markdown, robustness
 
     lines += ["## Robustness", "", ROBUSTNESS_NOTE, "", audit_markdown([robustness(c) for c in result.claims], heading="##")]
-    summary, notes = summary_markdown(result.table), dominant_token_notes(result.table)
+    summary, notes = summary_markdown(result.table, _n_tokens(result)), dominant_token_notes(result.table)
     if summary:
         lines += ["## Summary", "", summary]
     if notes:

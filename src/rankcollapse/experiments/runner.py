@@ -205,11 +205,12 @@ def _share_key(u: Unit) -> tuple:
 
 
 def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame, scale: str = "",
-                    overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                    overrides: dict[str, Any] | None = None, n_tokens: int | None = None) -> list[dict[str, Any]]:
     """Claims of every config, evaluated on ``table`` under the default setting, at the
     claim depth and at twice it. A ``main`` run lists only the claims it can decide
     (``claims_from`` configs contribute the claims its rows decide); a claim of the
-    experiment's own config that cannot be decided is kept and names its missing inputs."""
+    experiment's own config that cannot be decided is kept and names its missing inputs.
+    ``n_tokens``: the run's tokens per window, which the round-off floors read."""
     out = {}
     excluded = tuple(m for c in cfgs for m in c["scales"].get(scale, {}).get("exclude_models", ()))
     own = {c["name"] for c in cfgs}
@@ -217,12 +218,12 @@ def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame, scale: str 
         depth = claim_depth(cfg, scale, overrides) if scale in cfg["scales"] else None
         for claim in claims_with_axes(cfg, scale):
             setting = claim.get("setting", "default")  # an axis claim reads its own rows
-            res = claims_mod.evaluate_claim(table, claim, setting, depth=depth)
+            res = claims_mod.evaluate_claim(table, claim, setting, depth=depth, n_tokens=n_tokens)
             if res["verdict"] == "not run" and cfg["name"] not in own and not (overrides or {}).get("masks"):
                 continue  # borrowed claim this run has no rows for
             if claim["id"] in out:
                 continue
-            ctl = evaluate_controls(table, claim, depth=depth, setting=setting)
+            ctl = evaluate_controls(table, claim, depth=depth, setting=setting, n_tokens=n_tokens)
             rec = claims_mod.claim_record(claim, cfg["name"], res, excluded_models=excluded, scale=scale, controls=ctl)
             out[claim["id"]] = assess(rec, claim["rule"].get("expect", "all"))
     return sorted(out.values(), key=_claim_order)
@@ -316,7 +317,8 @@ def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units:
                 & (default["setting"] == "default")  # a claim axis's rows belong to their own setting
             kept = default[keep].assign(setting=label)
             rows = pd.concat([frames[u.hash] for u in nunits] + [kept], ignore_index=True)
-            res = claims_mod.evaluate_claim(rows, claim, setting=label, override=override, depth=rec["depth"])
+            res = claims_mod.evaluate_claim(rows, claim, setting=label, override=override, depth=rec["depth"],
+                                            n_tokens=ctx.data["n_tokens"])
             rec["nearby"].append({"setting": label, "verdict": res["verdict"], "measured": res["measured"],
                                   "interval": res["interval"], "checks": res["checks"],
                                   **({"missing": res["missing"]} if "missing" in res else {})})
@@ -415,7 +417,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
         bar.start(len(cached), len(units) + len(near_units) - len(cached), getattr(ex, "workers", 1), ex.name,
                   groups=[("default settings", len(units)), ("nearby settings", len(near_units))])
         table, timings = compute_units(units, ctx, cache, progress=bar, labels=labels)
-        records = evaluate_claims(cfgs, table, scale, overrides)
+        records = evaluate_claims(cfgs, table, scale, overrides, data["n_tokens"])
         _drop_undecided(bar, near_plan, near_units, records, cached)
         near, near_t = run_nearby(cfgs, records, units, ctx, cache, progress=bar, default=table, plan=near_plan,
                                   labels=labels) if nearby else (None, [])
@@ -567,16 +569,19 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
                           f"{', '.join(unknown[:5])}")
     return [(cid, stored[cid]["verdict"],
              claims_mod.evaluate_claim(table, rules[cid], rules[cid].get("setting", "default"),
-                                       depth=stored[cid].get("depth"))["verdict"])
+                                       depth=stored[cid].get("depth"),
+                                       n_tokens=(config.get("data") or {}).get("n_tokens"))["verdict"])
             for cid in sorted(stored)]
 
 
 def decide_again(out: str | Path) -> list[dict[str, Any]]:
     """The claims.json records of the finished run in ``out`` decided again from its
     stored ``table.parquet`` and rules with today's decision layer (factor contrasts,
-    threshold bands, labels; :func:`.audit.run_rules`), through the path a run takes
-    (:func:`evaluate_claims`); no unit is recomputed. The nearby settings' records are
-    kept as stored (their rows are not all in the table)."""
+    threshold bands, labels, floors; :func:`.audit.run_rules`), through the path a run
+    takes (:func:`evaluate_claims`); no unit is recomputed. The nearby settings' records
+    are kept as stored (their rows are not all in the table). A run that kept only
+    ``table.csv`` is refused: its rows have no per-window values, so every interval would
+    shrink to a point (:func:`.audit.audit_run` decides it again from its stored checks)."""
     import json
 
     from .audit import run_rules
@@ -594,5 +599,6 @@ def decide_again(out: str | Path) -> list[dict[str, Any]]:
         cfgs.append({**cfg, "claims": [rules.get(c["id"], c) for c in cfg.get("claims", [])]})
     names = [c["name"] for c in cfgs]
     cfgs = [{**c, "claims_from": [n for n in c.get("claims_from", []) if n not in names]} for c in cfgs]
-    records = evaluate_claims(cfgs, table, config["scale"], config.get("overrides"))
+    records = evaluate_claims(cfgs, table, config["scale"], config.get("overrides"),
+                              (config.get("data") or {}).get("n_tokens"))
     return [{**r, "nearby": stored[r["id"]].get("nearby", [])} for r in records if r["id"] in stored]
