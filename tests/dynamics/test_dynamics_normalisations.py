@@ -97,6 +97,28 @@ def test_qk_norm_hand_case():
     np.testing.assert_allclose(got, A @ X_HAND, rtol=1e-14)
 
 
+def test_headwise_rmsnorm_hand_case():
+    """Li et al. 2026 (arXiv 2605.06611): each head's output row over its own d_head
+    entries, o / sqrt(mean(o^2) + eps). Uniform causal attention, W_V = I, two heads of
+    width 2 (X_HAND and 3 X_HAND reversed): each head's running means, row by row over
+    that head's two columns; no norm, no skip. One head of width 4 is RMSNorm of the whole row."""
+    X = np.concatenate([X_HAND, 3 * X_HAND[::-1]], axis=1)  # (3, 4)
+    M = _running_mean(X)
+    eps = 1e-5
+
+    def rms(O):
+        return O / np.sqrt((O ** 2).mean(-1, keepdims=True) + eps)
+
+    z = torch.zeros(4, 4, dtype=torch.float64)
+    two = LayerWeights(W_Q=z, W_K=z, W_V=torch.eye(4, dtype=torch.float64), n_heads=2)
+    got = _one_layer(BlockConfig(n_heads=2, headwise_rmsnorm=True), X=X, lw=two)
+    np.testing.assert_allclose(got, np.concatenate([rms(M[:, :2]), rms(M[:, 2:])], axis=1), rtol=1e-14)
+    one = _one_layer(BlockConfig(headwise_rmsnorm=True), X=X, lw=_uniform_layer(4))
+    np.testing.assert_allclose(one, rms(M), rtol=1e-14)
+    # the first query's output (one value) and the others' (averages) leave with one RMS
+    np.testing.assert_allclose(np.sqrt((one ** 2).mean(-1)), np.sqrt(1 / (1 + eps / (M ** 2).mean(-1))), rtol=1e-14)
+
+
 def test_qk_norm_default_scale_is_henry_g0():
     cfg = BlockConfig(qk_norm=True)
     assert qk_norm_scale(cfg, 3) == pytest.approx(math.log2(6.0), rel=1e-15)
@@ -275,6 +297,7 @@ def test_phase_axes_offer_every_normalisation():
     assert parse_axis("norm=dyt,rmsnorm") == ("norm", ["dyt", "rmsnorm"])
     assert parse_axis("placement=peri,mix,lns,ngpt") == ("placement", ["peri", "mix", "lns", "ngpt"])
     assert parse_axis("qk_norm=on,off") == ("qk_norm", [True, False])
+    assert parse_axis("headwise_rmsnorm=on,off") == ("headwise_rmsnorm", [True, False])
     with pytest.raises(ConfigError, match="expected one of"):
         parse_axis("placement=nosuch")
     cells = expand_grid({"placement": ["mix", "lns"]}, {"norm": "layernorm", "depth": 12})
