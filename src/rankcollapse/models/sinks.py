@@ -13,18 +13,21 @@ Sec. 4). Per block k and head h (``{prefix}layer.k.attention.head_h``), over win
   head's value vectors (the output of the block's value projection, W_V x + b; heads
   that share a key/value head under grouped-query attention share it). Small: the sink
   contributes almost nothing to the head's output.
-- ``sink_contribution``: ``mean_{i real, i != f} C[h, i, f]``, the first token's share of
-  the head's output, with the contribution weights of :func:`contribution_weights`
-  (attention x value norm after the output projection x alignment with the head's
-  output; Cunningham & Muça Cirone, "Contribution Weights: A Geometrical Analysis of
-  Self-Attention Transformers", ICML 2026, arXiv 2606.07604). Beside ``sink_mass``: a
-  sink head has ``sink_mass`` near 1 and ``sink_contribution`` near 0 when the first
-  token's value is small or orthogonal to what the head writes.
+- ``sink_contribution``: ``mean_{i real, i != f} C[h, i, f]``, the share of the
+  attention layer's output that head h writes from the first token, with the
+  contribution weights of :func:`contribution_weights` (attention x value norm after the
+  output projection x alignment with the layer output; Cunningham & Muça Cirone,
+  "Contribution Weights: A Geometrical Analysis of Self-Attention Transformers", ICML
+  2026, arXiv 2606.07604). Per block it is the sum over heads (the first token's share
+  of the block's attention output; equal to ``sink_mass`` when every head and key writes
+  the same vector). A sink reads ``sink_mass`` near 1 and ``sink_contribution`` near 0
+  when the first token's values are small or orthogonal to what the layer writes.
 - ``sink_head_fraction`` (per block only): the fraction of heads whose ``sink_mass`` is
   at least :data:`SINK_THRESHOLD`.
 
-The per-block point ``{prefix}layer.k.attention`` holds the mean over heads of the two
-per-head metrics and the head fraction.
+The per-block point ``{prefix}layer.k.attention`` holds the mean over heads of
+``sink_mass`` and ``sink_value_ratio``, the sum over heads of ``sink_contribution``, and
+the head fraction.
 """
 
 from __future__ import annotations
@@ -74,7 +77,8 @@ def first_token_mass(A: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tenso
     if bool((n == 0).any()):
         raise ModelError("sink_mass needs windows of at least 2 real tokens")
     col = A.double()[torch.arange(len(f)), :, :, f]  # (B, H, N): A[b, h, i, f_b]
-    return (col * queries.unsqueeze(1)).sum(dim=-1) / n.unsqueeze(1)
+    col = torch.where(queries.unsqueeze(1), col, 0.0)  # rows left out may be NaN (a zero output)
+    return col.sum(dim=-1) / n.unsqueeze(1)
 
 
 def value_norm_ratio(V: torch.Tensor, n_heads: int, head_dim: int, padding_mask: torch.Tensor) -> torch.Tensor:
@@ -128,23 +132,27 @@ def linear_map(module: nn.Module, width: int) -> torch.Tensor:
 
 def contribution_weights(A: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
     """Contribution weights ``C`` ``(B, H, N, N)``, float64, of attention probabilities
-    ``A`` ``(B, H, N, N)`` and each head's value vectors after its output projection
-    ``U`` ``(B, H, N, d)`` (``u_j = W_O^h v_j``, bias left out).
+    ``A`` ``(B, H, N, N)`` and each head's value vectors after its slice of the output
+    projection ``U`` ``(B, H, N, d)`` (``u^h_j = W_O^h v^h_j``, bias left out).
 
-    Head h writes ``o_i = sum_j a_ij u_j`` at query i. Key j's contribution weight is
-    the projection of its term ``a_ij u_j`` on ``o_i``, as a fraction of ``o_i``:
+    The attention layer writes ``y_i = sum_h sum_j a^h_ij u^h_j`` at query i. Key j's
+    contribution weight in head h is the projection of its term ``a^h_ij u^h_j`` on
+    ``y_i``, as a fraction of ``y_i``:
 
-        c_ij = a_ij <u_j, o_i> / ||o_i||^2 = a_ij ||u_j|| cos(u_j, o_i) / ||o_i||,
+        c^h_ij = a^h_ij <u^h_j, y_i> / ||y_i||^2 = a^h_ij ||u^h_j|| cos(u^h_j, y_i) / ||y_i||,
 
-    attention x value norm x alignment with the output, normalised so that each row sums
-    to 1 (``sum_j c_ij = <o_i, o_i> / ||o_i||^2``); a weight is negative where the key's
-    term points away from the output. Closed forms: a key with ``u_j = 0`` gets 0; equal
-    values (``u_j = u != 0`` for all j) give ``C = A``. A row with ``o_i = 0`` is NaN.
+    attention x value norm x alignment with the layer output, normalised so that the
+    weights of each query sum to 1 over heads and keys (``sum_h sum_j c^h_ij =
+    <y_i, y_i> / ||y_i||^2``); a weight is negative where the term points away from the
+    output. Closed forms: a key with ``u^h_j = 0`` gets 0; with one head and equal
+    values (``u_j = u != 0``) ``C = A``; with H heads and one value ``u`` for every
+    head and key, ``C = A / H``, so ``sum_h c^h_ij`` is the heads' mean attention. A
+    query with ``y_i = 0`` is NaN.
     """
     A, U = A.double(), U.double()
-    O = A @ U  # (B, H, N, d): the head's output at each query
-    dots = O @ U.transpose(-1, -2)  # (B, H, N, N): <o_i, u_j>
-    return A * dots / (O * O).sum(dim=-1, keepdim=True)
+    Y = (A @ U).sum(dim=1, keepdim=True)  # (B, 1, N, d): the layer's output at each query
+    dots = Y @ U.transpose(-1, -2)  # (B, H, N, N): <y_i, u^h_j>
+    return A * dots / (Y * Y).sum(dim=-1, keepdim=True)
 
 
 def value_module(self_attn: nn.Module | None) -> nn.Module:
@@ -256,7 +264,9 @@ def sink_values(attention_maps: dict[str, torch.Tensor], value_outputs: dict[str
             if metric in names:
                 for h in range(n_heads):
                     out[(f"{point}.head_{h}", metric)] = per_head[metric][:, h]
-                out[(point, metric)] = per_head[metric].mean(dim=1)
+                # contribution: the first token's share of the block's output, summed over heads
+                whole = per_head[metric].sum(dim=1) if metric == "sink_contribution" else per_head[metric].mean(dim=1)
+                out[(point, metric)] = whole
         if "sink_head_fraction" in names:
             out[(point, "sink_head_fraction")] = (mass >= SINK_THRESHOLD).double().mean(dim=1)
     return out
