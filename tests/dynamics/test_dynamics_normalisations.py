@@ -119,6 +119,21 @@ def test_headwise_rmsnorm_hand_case():
     np.testing.assert_allclose(np.sqrt((one ** 2).mean(-1)), np.sqrt(1 / (1 + eps / (M ** 2).mean(-1))), rtol=1e-14)
 
 
+def test_headwise_rmsnorm_undoes_a_sink_key():
+    """A sink key of value 0 (``sink:b=B``) scales each softmax row by 1 - m_i; head-wise
+    RMSNorm divides that factor out, so the layer equals the softmax layer up to eps."""
+    g = torch.Generator().manual_seed(3)
+    X0 = torch.randn(2, 6, 4, generator=g, dtype=torch.float64)
+    run = lambda attention: simulate(X0, mask="causal", depth=3, variant=BlockConfig(  # noqa: E731
+        norm="rmsnorm", placement="pre_ln", attention=attention, headwise_rmsnorm=True, eps=1e-300),
+        dtype=torch.float64, seed=0, record_states=True, metrics=("mu",)).states[-1]
+    torch.testing.assert_close(run("sink:b=2"), run("softmax"), rtol=1e-12, atol=1e-12)
+    plain = simulate(X0, mask="causal", depth=3, variant=BlockConfig(norm="rmsnorm", placement="pre_ln",
+                     attention="sink:b=2", eps=1e-300), dtype=torch.float64, seed=0, record_states=True,
+                     metrics=("mu",)).states[-1]
+    assert not torch.allclose(plain, run("softmax"), rtol=1e-3)
+
+
 def test_qk_norm_default_scale_is_henry_g0():
     cfg = BlockConfig(qk_norm=True)
     assert qk_norm_scale(cfg, 3) == pytest.approx(math.log2(6.0), rel=1e-15)
