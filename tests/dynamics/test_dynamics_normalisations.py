@@ -347,3 +347,23 @@ def test_cli_qk_norm_scale(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         main()
     assert exc.value.code == 2 and "--qk-scale" in capsys.readouterr().err
+
+
+def test_phase_theory_makes_no_pure_sa_prediction_under_headwise_rmsnorm():
+    """Head-wise RMSNorm rescales each row of A X W_V: Theorem 1 (convex mixing) and its
+    envelope do not apply to a pure-SA cell with it; under the sphere norm the rescaling
+    is absorbed (D(c y) = D(y)), so Theorem 2 still predicts."""
+    from rankcollapse.masks import parse_mask
+    from rankcollapse.masks.graph import analyze
+    from rankcollapse.phase.grid import DEFAULTS
+    from rankcollapse.phase.predict import envelope_applies, theory_prediction
+
+    info = analyze(parse_mask("causal", 8))
+    pure = {**DEFAULTS, "n_tokens": 8, "mask": "causal"}
+    assert theory_prediction(pure, info, 0.1)["theory_source"] == "theorem1" and envelope_applies(pure, info)
+    hw = {**pure, "headwise_rmsnorm": True}
+    assert theory_prediction(hw, info, 0.1) == {"theory_regime": "", "theory_source": "headwise_rmsnorm",
+                                                 "theory_rate": pytest.approx(float("nan"), nan_ok=True)}
+    assert not envelope_applies(hw, info)
+    sphere = {**hw, "norm": "sphere", "value": "orthogonal", "input": "hemisphere"}
+    assert theory_prediction(sphere, info, 0.1)["theory_source"] == "theorem2"
