@@ -97,6 +97,43 @@ def test_qk_norm_hand_case():
     np.testing.assert_allclose(got, A @ X_HAND, rtol=1e-14)
 
 
+def test_headwise_rmsnorm_hand_case():
+    """Li et al. 2026 (arXiv 2605.06611): each head's output row over its own d_head
+    entries, o / sqrt(mean(o^2) + eps). Uniform causal attention, W_V = I, two heads of
+    width 2 (X_HAND and 3 X_HAND reversed): each head's running means, row by row over
+    that head's two columns; no norm, no skip. One head of width 4 is RMSNorm of the whole row."""
+    X = np.concatenate([X_HAND, 3 * X_HAND[::-1]], axis=1)  # (3, 4)
+    M = _running_mean(X)
+    eps = 1e-5
+
+    def rms(O):
+        return O / np.sqrt((O ** 2).mean(-1, keepdims=True) + eps)
+
+    z = torch.zeros(4, 4, dtype=torch.float64)
+    two = LayerWeights(W_Q=z, W_K=z, W_V=torch.eye(4, dtype=torch.float64), n_heads=2)
+    got = _one_layer(BlockConfig(n_heads=2, headwise_rmsnorm=True), X=X, lw=two)
+    np.testing.assert_allclose(got, np.concatenate([rms(M[:, :2]), rms(M[:, 2:])], axis=1), rtol=1e-14)
+    one = _one_layer(BlockConfig(headwise_rmsnorm=True), X=X, lw=_uniform_layer(4))
+    np.testing.assert_allclose(one, rms(M), rtol=1e-14)
+    # the first query's output (one value) and the others' (averages) leave with one RMS
+    np.testing.assert_allclose(np.sqrt((one ** 2).mean(-1)), np.sqrt(1 / (1 + eps / (M ** 2).mean(-1))), rtol=1e-14)
+
+
+def test_headwise_rmsnorm_undoes_a_sink_key():
+    """A sink key of value 0 (``sink:b=B``) scales each softmax row by 1 - m_i; head-wise
+    RMSNorm divides that factor out, so the layer equals the softmax layer up to eps."""
+    g = torch.Generator().manual_seed(3)
+    X0 = torch.randn(2, 6, 4, generator=g, dtype=torch.float64)
+    run = lambda attention: simulate(X0, mask="causal", depth=3, variant=BlockConfig(  # noqa: E731
+        norm="rmsnorm", placement="pre_ln", attention=attention, headwise_rmsnorm=True, eps=1e-300),
+        dtype=torch.float64, seed=0, record_states=True, metrics=("mu",)).states[-1]
+    torch.testing.assert_close(run("sink:b=2"), run("softmax"), rtol=1e-12, atol=1e-12)
+    plain = simulate(X0, mask="causal", depth=3, variant=BlockConfig(norm="rmsnorm", placement="pre_ln",
+                     attention="sink:b=2", eps=1e-300), dtype=torch.float64, seed=0, record_states=True,
+                     metrics=("mu",)).states[-1]
+    assert not torch.allclose(plain, run("softmax"), rtol=1e-3)
+
+
 def test_qk_norm_default_scale_is_henry_g0():
     cfg = BlockConfig(qk_norm=True)
     assert qk_norm_scale(cfg, 3) == pytest.approx(math.log2(6.0), rel=1e-15)
@@ -275,6 +312,7 @@ def test_phase_axes_offer_every_normalisation():
     assert parse_axis("norm=dyt,rmsnorm") == ("norm", ["dyt", "rmsnorm"])
     assert parse_axis("placement=peri,mix,lns,ngpt") == ("placement", ["peri", "mix", "lns", "ngpt"])
     assert parse_axis("qk_norm=on,off") == ("qk_norm", [True, False])
+    assert parse_axis("headwise_rmsnorm=on,off") == ("headwise_rmsnorm", [True, False])
     with pytest.raises(ConfigError, match="expected one of"):
         parse_axis("placement=nosuch")
     cells = expand_grid({"placement": ["mix", "lns"]}, {"norm": "layernorm", "depth": 12})
@@ -309,3 +347,23 @@ def test_cli_qk_norm_scale(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         main()
     assert exc.value.code == 2 and "--qk-scale" in capsys.readouterr().err
+
+
+def test_phase_theory_makes_no_pure_sa_prediction_under_headwise_rmsnorm():
+    """Head-wise RMSNorm rescales each row of A X W_V: Theorem 1 (convex mixing) and its
+    envelope do not apply to a pure-SA cell with it; under the sphere norm the rescaling
+    is absorbed (D(c y) = D(y)), so Theorem 2 still predicts."""
+    from rankcollapse.masks import parse_mask
+    from rankcollapse.masks.graph import analyze
+    from rankcollapse.phase.grid import DEFAULTS
+    from rankcollapse.phase.predict import envelope_applies, theory_prediction
+
+    info = analyze(parse_mask("causal", 8))
+    pure = {**DEFAULTS, "n_tokens": 8, "mask": "causal"}
+    assert theory_prediction(pure, info, 0.1)["theory_source"] == "theorem1" and envelope_applies(pure, info)
+    hw = {**pure, "headwise_rmsnorm": True}
+    assert theory_prediction(hw, info, 0.1) == {"theory_regime": "", "theory_source": "headwise_rmsnorm",
+                                                 "theory_rate": pytest.approx(float("nan"), nan_ok=True)}
+    assert not envelope_applies(hw, info)
+    sphere = {**hw, "norm": "sphere", "value": "orthogonal", "input": "hemisphere"}
+    assert theory_prediction(sphere, info, 0.1)["theory_source"] == "theorem2"

@@ -42,11 +42,13 @@ NORMALISATIONS = [BlockConfig(norm="layernorm", placement="peri"), BlockConfig(n
                   BlockConfig(norm="none", placement="none", qk_norm=True),
                   BlockConfig(norm="layernorm", placement="pre_ln", qk_norm=True, qk_norm_scale=3.0),
                   BlockConfig(norm="sphere", placement="ngpt", qk_norm=True, alpha_ngpt=0.5),
-                  BlockConfig(norm="rmsnorm", placement="post_ln", qk_norm=True, attention="sink:b=1")]
+                  BlockConfig(norm="rmsnorm", placement="post_ln", qk_norm=True, attention="sink:b=1"),
+                  BlockConfig(norm="rmsnorm", placement="pre_ln", headwise_rmsnorm=True),
+                  BlockConfig(norm="none", placement="none", headwise_rmsnorm=True, attention="sink:b=1")]
 
 
 @pytest.mark.parametrize("cfg", NORMALISATIONS,
-                         ids=lambda c: f"{c.norm}-{c.placement}-qk{int(c.qk_norm)}-{c.attention}")
+                         ids=lambda c: f"{c.norm}-{c.placement}-qk{int(c.qk_norm)}-hw{int(c.headwise_rmsnorm)}-{c.attention}")
 def test_every_normalisation_matches_simulate_layer_by_layer(cfg):
     """Four layers of the fast path (per-sample weights, the layer index passed) against
     simulate run sample by sample with that sample's weights: mix changes rule after

@@ -98,21 +98,23 @@ def test_synthetic_controls_closed_forms():
     assert curve("massive_clipped", "effective_rank").min() > 2 * curve("massive_spike", "effective_rank").min()
 
 
-@pytest.mark.parametrize("cid", ["G1", "G2", "G3", "G4"])
+@pytest.mark.parametrize("cid", ["G1", "G2", "G3", "G4", "G5"])
 def test_geometry_claims_controls_read_as_expected(cid):
     """Each claim's rule, redirected by its controls to the synthetic rows, reads
     reproduced (positive) and not reproduced (negative); G3's negative reads the model
     against itself, so it is checked on hand-built probe rows of one condition, and G4's
     negative puts the trained model's first-token mass (hand-built: 0.012 rising to 0.8)
-    where the random-init control's equivalence test reads."""
+    where the random-init control's equivalence test reads; G5 reads a hand-built
+    contribution a tenth of that mass."""
     claim = next(c for c in load_config("geometry")["claims"] if c["id"] == cid)
     parts = [_synthetic(c) for c in ("massive_spike", "massive_clipped", "massive_null", "massive_aligned")]
     erank = np.linspace(60, 8, 31)[:, None] * np.ones((1, 3))
     parts.append(rows_from_metrics({"effective_rank": erank}, {"source": "probe", "model": "smollm2", "variant": "full",
                                                                "value": "pretrained", "dtype": "float32"}))
     sink = np.r_[0.012, np.linspace(0.012, 0.8, 30)][:, None] * np.array([[1.0, 1.01, 0.99]])  # layers 0, 1..30
-    parts.append(rows_from_metrics({"sink_mass": sink}, {"source": "probe", "model": "smollm2", "variant": "full",
-                                                         "value": "pretrained", "dtype": "float32"}))
+    parts.append(rows_from_metrics({"sink_mass": sink, "sink_contribution": sink / 10},
+                                   {"source": "probe", "model": "smollm2", "variant": "full", "value": "pretrained",
+                                    "dtype": "float32"}))
     res = evaluate_controls(pd.concat(parts, ignore_index=True), claim, n_boot=100)
     assert res["positive"]["verdict"] == "reproduced", res["positive"]
     if cid == "G3":

@@ -12,7 +12,8 @@ from family_configs import HEADS, build, ids
 from rankcollapse.data import Windows
 from rankcollapse.errors import ModelError
 from rankcollapse.models import probe
-from rankcollapse.models.sinks import SINK_THRESHOLD, first_token_mass, value_norm_ratio
+from rankcollapse.models.sinks import (SINK_THRESHOLD, contribution_weights, first_token_mass, linear_map,
+                                       value_norm_ratio)
 
 SINKS = ("sink_mass", "sink_head_fraction", "sink_value_ratio")
 
@@ -84,3 +85,101 @@ def test_sinks_and_token_metrics_in_one_probe():
     table = probe(model, _windows(ids(2, 8)), metrics=("mu", "sink_mass"))
     assert set(table.metric) == {"mu", "sink_mass"}
     assert set(table[table.metric == "mu"].point) >= {"embeddings", "layer.2.output"}
+
+
+def test_contribution_weights_closed_forms():
+    g = torch.Generator().manual_seed(0)
+    A = torch.softmax(torch.randn(2, 3, 5, 5, generator=g, dtype=torch.float64), dim=-1)
+    U = torch.randn(2, 3, 5, 4, generator=g, dtype=torch.float64)
+    C = contribution_weights(A, U)
+    np.testing.assert_allclose(C.sum(dim=(1, 3)).numpy(), 1.0, rtol=1e-12)  # the terms' projections add up to y_i
+    U0 = U.clone()
+    U0[:, 1, 2] = 0  # key 2 writes nothing in head 1
+    C0 = contribution_weights(A, U0)
+    assert (C0[:, 1, :, 2] == 0).all() and (C0[:, 0, :, 2] != 0).all()
+    one = contribution_weights(A[:, :1], U[:, :1, :1].expand(-1, -1, 5, -1))  # one head, equal values
+    np.testing.assert_allclose(one.numpy(), A[:, :1].numpy(), rtol=1e-12)
+    same = contribution_weights(A, U[:, :1, :1].expand(-1, 3, 5, -1))  # one value for every head and key
+    np.testing.assert_allclose(same.numpy(), A.numpy() / 3, rtol=1e-12)
+
+
+def test_contribution_weights_hand_computed():
+    # one query, two keys, two heads: a = (0.75, 0.25) and (0.5, 0.5); head 0 writes
+    # u_0 = (1, 0), u_1 = (0, 2); head 1 writes (0, 0), (2, 0) -> y = (0.75, 0.5) + (1, 0)
+    # = (1.75, 0.5), ||y||^2 = 3.3125; c = a <u, y> / ||y||^2
+    A = torch.tensor([[[[0.75, 0.25]], [[0.5, 0.5]]]], dtype=torch.float64)
+    U = torch.tensor([[[[1.0, 0.0], [0.0, 2.0]], [[0.0, 0.0], [2.0, 0.0]]]], dtype=torch.float64)
+    got = contribution_weights(A, U)[0, :, 0]
+    want = [[0.75 * 1.75 / 3.3125, 0.25 * 1.0 / 3.3125], [0.0, 0.5 * 3.5 / 3.3125]]
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-15)
+
+
+def test_linear_map_reads_linear_and_conv1d():
+    gpt2 = build("gpt2")
+    conv = gpt2.h[0].attn.c_proj  # Conv1D: x @ weight + bias
+    np.testing.assert_allclose(linear_map(conv, 32).numpy(), conv.weight.double().detach().numpy(), rtol=1e-6, atol=1e-7)
+    lin = torch.nn.Linear(6, 3)
+    np.testing.assert_allclose(linear_map(lin, 6).numpy(), lin.weight.double().detach().T.numpy(), rtol=1e-6, atol=1e-7)
+
+
+@torch.no_grad()
+def _contribution_reference(model, x, family):
+    """Per block, the first token's contribution weight per window and head, by loops over
+    queries from a plain forward: u^h_j = W_O^h v^h_j (o_proj's columns of head h),
+    y_i = sum_h sum_j a^h_ij u^h_j, c^h_i0 = a^h_i0 <u^h_0, y_i> / ||y_i||^2, averaged over queries 1..N-1."""
+    out = model(input_ids=x, output_attentions=True, output_hidden_states=True)
+    rows = []
+    for k, A in enumerate(out.attentions):
+        h = out.hidden_states[k]
+        if family == "llama":
+            attn = model.layers[k].self_attn
+            V, dim, W = attn.v_proj(model.layers[k].input_layernorm(h)), attn.head_dim, attn.o_proj.weight
+        else:
+            attn = model.encoder.layer[k].attention
+            V, dim, W = attn.self.value(h), attn.self.attention_head_size, attn.output.dense.weight
+        V, W, A = V.double().numpy(), W.double().numpy(), A.double().numpy()
+        B, H, N, _ = A.shape
+        n_kv = V.shape[-1] // dim
+        got = np.zeros((B, H))
+        for b in range(B):
+            u = [V[b, :, (hd // (H // n_kv)) * dim:(hd // (H // n_kv) + 1) * dim] @ W[:, hd * dim:(hd + 1) * dim].T
+                 for hd in range(H)]  # per head (N, d)
+            for i in range(1, N):
+                y = sum(A[b, hd, i] @ u[hd] for hd in range(H))
+                for hd in range(H):
+                    got[b, hd] += A[b, hd, i, 0] * (u[hd][0] @ y) / (y @ y) / (N - 1)
+        rows.append(got)
+    return rows
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_probe_sink_contribution_matches_a_hand_computation(family):
+    model = build(family, attn_implementation="eager")
+    x = ids(2, 7)
+    table = probe(model, _windows(x), metrics=("sink_mass", "sink_contribution"), per_window=True)
+    row = lambda p, m: table[(table.point == p) & (table.metric == m)].iloc[0]  # noqa: E731
+    for k, ref in enumerate(_contribution_reference(model, x, family)):
+        point = f"layer.{k}.attention"
+        for h in range(HEADS):
+            np.testing.assert_allclose(row(f"{point}.head_{h}", "sink_contribution")["values"], ref[:, h],
+                                       rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(row(point, "sink_contribution")["values"], ref.sum(1), rtol=1e-5, atol=1e-6)
+
+
+def test_a_first_token_value_edited_to_zero_contributes_nothing():
+    """The probe's value edit (module:PATH at block 0's value projection) zeroes the first
+    token's values: its contribution at block 0 is exactly 0 while its attention is unchanged."""
+    model = build("llama", attn_implementation="eager")
+    x = ids(2, 7)
+
+    def no_first_value(V, ctx):
+        V = V.clone()
+        V[:, 0] = 0
+        return V
+
+    metrics = ("sink_mass", "sink_contribution")
+    plain = probe(model, _windows(x), metrics=metrics)
+    edited = probe(model, _windows(x), metrics=metrics, edits={"module:layers.0.self_attn.v_proj": no_first_value})
+    row = lambda t, m: t[(t.point == "layer.0.attention") & (t.metric == m)]["mean"].iloc[0]  # noqa: E731
+    assert row(edited, "sink_contribution") == 0.0 and row(plain, "sink_contribution") != 0.0
+    assert row(edited, "sink_mass") == row(plain, "sink_mass")

@@ -31,7 +31,7 @@ def _clean(v):
 
 def phase(
     axis: list[str] = typer.Option([], "--axis", help="NAME=v1,v2,... (repeatable); names: qk_scale, value, "
-                                   "value_scale, norm, placement, alpha, qk_norm, attention, mask, d_qk, n_tokens, d_model, "
+                                   "value_scale, norm, placement, alpha, qk_norm, headwise_rmsnorm, attention, mask, d_qk, n_tokens, d_model, "
                                    "depth, shared, input"),
     depth: int = typer.Option(64, "--depth", help="layers (an axis 'depth' overrides)"),
     n_tokens: int = typer.Option(32, "--n-tokens", help="tokens N"),

@@ -28,7 +28,7 @@ def probe_command(
                                               "table and one figure)"),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="comma-separated metrics: those of "
                                           "rankcollapse metrics, attention_entropy or participation_ratio (of each block's attention), "
-                                          "sink_mass, sink_head_fraction, sink_value_ratio (attention sinks, per block "
+                                          "sink_mass, sink_head_fraction, sink_value_ratio, sink_contribution (attention sinks, per block "
                                           "and head), or all (the token metrics); default mu,mu_relative,rank_fraction,"
                                           "sigma_min,avg_abs_cos"),
     corpus: str = typer.Option("wiki", "--corpus", help="wiki: the shipped Wikipedia extracts"),

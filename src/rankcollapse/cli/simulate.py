@@ -191,6 +191,8 @@ def simulate_command(
     qk_norm: bool = typer.Option(None, "--qk-norm/--no-qk-norm", help="unit queries and keys, scores g cos "
                                  "(--qk-norm-scale g, default log2(N^2 - N))"),
     qk_norm_scale: float = typer.Option(None, "--qk-norm-scale", help="with --qk-norm: the score scale g"),
+    headwise_rmsnorm: bool = typer.Option(None, "--headwise-rmsnorm/--no-headwise-rmsnorm",
+                                          help="RMSNorm of each head's output before W_O"),
     alpha: float = typer.Option(None, "--alpha", help="override the skip weight (0 = no skip)"),
     heads: int = typer.Option(None, "--heads", help="attention heads"),
     mlp: bool = typer.Option(None, "--mlp/--no-mlp", help="add the MLP sublayer (post_ln/pre_ln)"),
@@ -240,7 +242,8 @@ def simulate_command(
         raise ConfigError(f"--uniform and --attention {attention} contradict each other: give one")
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,
                           attention="uniform" if uniform else attention, mix_layers=mix_layers,
-                          alpha_ngpt=alpha_ngpt, dyt_alpha=dyt_alpha, qk_norm=qk_norm, qk_norm_scale=qk_norm_scale)
+                          alpha_ngpt=alpha_ngpt, dyt_alpha=dyt_alpha, qk_norm=qk_norm, qk_norm_scale=qk_norm_scale,
+                          headwise_rmsnorm=headwise_rmsnorm)
     name = input_name(source)
     weights = loaded = None
     if pretrained is not None:

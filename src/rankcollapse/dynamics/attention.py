@@ -10,6 +10,7 @@ import functools
 import math
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import ConfigError
 from ..masks.rows import check_rows_allow_key
@@ -156,9 +157,13 @@ def _affine(X: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.T
     return X @ W if b is None else torch.addmm(b, X.reshape(-1, X.shape[-1]), W).view(*X.shape[:-1], -1)
 
 
-def merge_heads(O: torch.Tensor, lw) -> torch.Tensor:
-    """``(B, H, N, d_v)`` head outputs -> ``(B, N, H d_v)``, then ``W_O`` (+ ``b_O``) if set."""
+def merge_heads(O: torch.Tensor, lw, head_eps: float | None = None) -> torch.Tensor:
+    """``(B, H, N, d_v)`` head outputs -> ``(B, N, H d_v)``, then ``W_O`` (+ ``b_O``) if set.
+    With ``head_eps``, each head's output row is first divided by its RMS,
+    ``o / sqrt(mean(o^2) + head_eps)`` (head-wise RMSNorm, no gain)."""
     B, H, N, d_v = O.shape
+    if head_eps is not None:
+        O = F.rms_norm(O, (d_v,), eps=head_eps)
     Y = O.transpose(1, 2).reshape(B, N, H * d_v)
     return Y if lw.W_O is None else _affine(Y, lw.W_O, lw.b_O)
 

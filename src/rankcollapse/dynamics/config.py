@@ -88,6 +88,12 @@ class BlockConfig:
       is Henry et al.'s initial ``g_0 = log2(N^2 - N)`` (N tokens; 1 when N = 1). ``g``
       replaces ``1/sqrt(d_qk)`` and a layer's own scale. It combines with every norm and
       placement (it acts inside SA); not with uniform attention.
+    - ``headwise_rmsnorm=True`` (head-wise RMSNorm, Li et al. 2026, "The Structural Origin
+      of Attention Sink", arXiv 2605.06611): each head's output row ``o_i = sum_j a_ij v_j``
+      is divided by its RMS, ``o_i / sqrt(mean(o_i^2) + eps)`` (no gain), before the heads
+      are joined and ``W_O`` applied; the first query's output (one value) and a later
+      query's (an average of many) then have the same RMS. It combines with every norm,
+      placement and attention (it acts inside SA).
 
     Combinations refused (``ConfigError``): ``peri``, ``mix``, ``lns``, ``ngpt`` with
     ``norm="none"`` (their rule is about a norm); ``ngpt`` with a norm other than ``sphere``
@@ -132,6 +138,8 @@ class BlockConfig:
         Normalise queries and keys (see above).
     qk_norm_scale : float or None
         ``qk_norm``: the score scale ``g`` (None: ``log2(N^2 - N)``).
+    headwise_rmsnorm : bool
+        RMSNorm of each head's output (see above; ``eps`` is its epsilon).
     """
 
     norm: str = "none"
@@ -149,6 +157,7 @@ class BlockConfig:
     dyt_alpha: float = DYT_ALPHA
     qk_norm: bool = False
     qk_norm_scale: float | None = None
+    headwise_rmsnorm: bool = False
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
@@ -166,7 +175,7 @@ class BlockConfig:
             raise ConfigError("the MLP sublayer needs a residual placement (post_ln, pre_ln, peri, mix, lns, ngpt)")
         for name in ("n_heads", "mlp_ratio"):
             check_int(getattr(self, name), name, low=1)
-        for name in ("out_proj", "mlp", "final_norm"):
+        for name in ("out_proj", "mlp", "final_norm", "headwise_rmsnorm"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_float(self.alpha, "alpha")

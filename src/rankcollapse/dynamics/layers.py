@@ -145,10 +145,11 @@ class Attention:
         self._scratch: dict = {}  # projection, scores and weights, reused by every layer
 
     def __call__(self, X: torch.Tensor, lw: LayerWeights, x_peak: float | None = None,
-                 qk_norm: float | None = None) -> torch.Tensor:
+                 qk_norm: float | None = None, head_eps: float | None = None) -> torch.Tensor:
         """Attention output ``(B, N, d)``; ``x_peak`` = ``max |X|`` if the caller knows it.
         ``qk_norm`` = ``g``: queries and keys to unit rows, scores ``g q^ k^T``
-        (:class:`~.config.BlockConfig` ``qk_norm``)."""
+        (:class:`~.config.BlockConfig` ``qk_norm``); ``head_eps``: head-wise RMSNorm of
+        each head's output before ``W_O`` (:func:`~.attention.merge_heads`)."""
         if qk_norm is not None:
             Q, K, V = project_qkv(X, replace(lw, W_MV=None), scratch=self._scratch)  # real keys X W_K
             Q, K = F.normalize(Q, dim=-1), F.normalize(K, dim=-1)  # a zero row stays 0
@@ -158,7 +159,7 @@ class Attention:
             Q, K, V = project_qkv(X, lw, uniform=self.uniform, scratch=self._scratch, split_qk=split)  # (B, H, N, d_head)
             scale = self.default_scale if lw.scale is None else lw.scale
         if self.operator is not None:
-            return self._operator(X, Q, K, V, lw, scale)
+            return self._operator(X, Q, K, V, lw, scale, head_eps)
         overflow = False if qk_norm is not None else None  # |scores| <= |g|; else unknown: reduce over Q, K
         if (qk_norm is None and x_peak is not None and lw.W_MV is not None and lw.position_bias is None
                 and not self.uniform):
@@ -169,7 +170,7 @@ class Attention:
             if overflow is None:
                 overflow = scores_may_overflow(Q, K, scale)
             if not overflow:
-                return merge_heads(self.flex(Q, K, V, scale=scale), lw)
+                return merge_heads(self.flex(Q, K, V, scale=scale), lw, head_eps)
             if self.plan is None:  # FlexAttention has no float64-score path: the windowed kernel does
                 self.plan = self.make_plan()
         if self.plan is not None:
@@ -185,9 +186,9 @@ class Attention:
                 self.attention.append(A.detach())
         if self.record_epsilon:
             self.epsilon.append(eps)
-        return merge_heads(O, lw)
+        return merge_heads(O, lw, head_eps)
 
-    def _operator(self, X, Q, K, V, lw, scale) -> torch.Tensor:
+    def _operator(self, X, Q, K, V, lw, scale, head_eps=None) -> torch.Tensor:
         """A layer of a non-row-stochastic operator (dense): weights, their row-mass
         deficit quantiles, the records, and the heads' output."""
         bias = None if lw.position_bias is None else lw.position_bias(X.shape[1]).to(X.dtype)
@@ -197,7 +198,7 @@ class Attention:
             self.epsilon.append(A.masked_fill(~self.mask_dense, float("inf")).amin())
         if self.record_attention:
             self.attention.append(A.detach())
-        return merge_heads(A @ V, lw)
+        return merge_heads(A @ V, lw, head_eps)
 
 
 def qk_norm_scale(cfg: BlockConfig, n_tokens: int) -> float | None:
@@ -217,10 +218,11 @@ def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: A
     ``layer`` = the 1-based layer index ``l`` (``mix`` and ``lns`` depend on it). The
     update rules are :class:`~.config.BlockConfig`'s, applied by :func:`placement_update`."""
     g = qk_norm_scale(cfg, X.shape[-2])
+    head_eps = cfg.eps if cfg.headwise_rmsnorm else None
 
     def sa(Z):  # x_peak bounds the scores only when attention reads the layer's input itself
         peak = x_peak if Z is X else None
-        return attend(Z, lw, peak) if g is None else attend(Z, lw, peak, qk_norm=g)
+        return attend(Z, lw, peak, qk_norm=g, head_eps=head_eps)
 
     def norm(Y):
         return apply_norm(Y, cfg.norm, cfg.eps, dyt_alpha=cfg.dyt_alpha)

@@ -6,7 +6,7 @@ whole batch). The settings of the theorems and of the phase sweep need less and 
 more: one head, no MLP, dense mask, and weights that may differ per sample ``b`` (one
 batch runs many weight draws). :func:`single_head_layer` is that layer, a handful of
 batched matmuls, with the update rules of :class:`~.config.BlockConfig` (every norm,
-placement and ``qk_norm``), applied by the one function that applies them in ``simulate``
+placement, ``qk_norm`` and ``headwise_rmsnorm``), applied by the one function that applies them in ``simulate``
 too, :func:`.layers.placement_update`; for example
 
 - ``placement="none"``: ``X <- norm(A X W_V)``;
@@ -87,7 +87,7 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
     def sa(Z):
         A = _weights(Z, mask, W_Q, W_K, cfg, d_qk=d_qk, scale=scale, qk_norm=g)
         weights.append(A)
-        return A @ Z @ W_V
+        return _head_norm(A @ Z @ W_V, cfg)
 
     X, z = placement_update(X, cfg, sa, norm, layer=layer)
     return X, weights[0], z
@@ -150,10 +150,16 @@ def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, W_Q: torch.Tenso
         O, _ = blocked_attention((Z @ W_Q).unsqueeze(1), (Z @ W_K).unsqueeze(1), Z.unsqueeze(1), plan, scale=scale,
                                  row_stats=parts)
         stats.update({k: v[:, 0] for k, v in merge_row_statistics(parts).items()})
-        return O[:, 0] @ W_V
+        return _head_norm(O[:, 0] @ W_V, cfg)
 
     X, z = placement_update(X, cfg, sa, norm, layer=layer)
     return X, stats, z
+
+
+def _head_norm(O: torch.Tensor, cfg: BlockConfig) -> torch.Tensor:
+    """The head's output ``O`` ``(..., N, d)``, divided row by row by its RMS with
+    ``headwise_rmsnorm`` (:class:`~.config.BlockConfig`)."""
+    return F.rms_norm(O, (O.shape[-1],), eps=cfg.eps) if cfg.headwise_rmsnorm else O
 
 
 def _norm(Y: torch.Tensor, cfg: BlockConfig, zero_rows: str, direct: bool):

@@ -20,7 +20,7 @@ import pandas as pd
 #: A token counts as massive from this ratio to the median token norm on (the claims'
 #: G1 threshold; Sun et al. 2024 call activations ~1000x the median massive, on entries).
 MASSIVE_RATIO = 10.0
-_SINKS = ("sink_mass", "sink_head_fraction", "sink_value_ratio")
+_SINKS = ("sink_mass", "sink_head_fraction", "sink_value_ratio", "sink_contribution")
 
 
 def layer_curves(table: pd.DataFrame) -> pd.DataFrame:

@@ -28,7 +28,7 @@ from .interventions import intervene, split_drop
 from .lens import LibraryModel, library_model
 from .loading import as_loaded
 from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
-from .sinks import SINK_METRICS, ValueRecorder, sink_values
+from .sinks import SINK_METRICS, VALUE_METRICS, ValueRecorder, sink_values
 from .temperature import d_qk_scale_for
 
 TABLE_COLUMNS = SUMMARY_COLUMNS  # the one per-layer table layout (rankcollapse.summary)
@@ -459,7 +459,7 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
         real = real & ~windows.special_tokens_mask[start : start + batch_size]
     stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
     rec, vrec, clips = _record_batch(loaded, inputs, am, mask, d_qk_scale, drop, point_list,
-                                     bool(attn_names) or bool(sinks), stack_list if "sink_value_ratio" in sinks else [],
+                                     bool(attn_names) or bool(sinks), stack_list if set(sinks) & set(VALUE_METRICS) else [],
                                      clip_massive, edits, range(start, start + int(ids.shape[0])))
     if clip_records is not None:
         clip_records.extend(r for clip in clips for r in clip.records(start))

@@ -13,11 +13,21 @@ Sec. 4). Per block k and head h (``{prefix}layer.k.attention.head_h``), over win
   head's value vectors (the output of the block's value projection, W_V x + b; heads
   that share a key/value head under grouped-query attention share it). Small: the sink
   contributes almost nothing to the head's output.
+- ``sink_contribution``: ``mean_{i real, i != f} C[h, i, f]``, the share of the
+  attention layer's output that head h writes from the first token, with the
+  contribution weights of :func:`contribution_weights` (attention x value norm after the
+  output projection x alignment with the layer output; Cunningham & Muça Cirone,
+  "Contribution Weights: A Geometrical Analysis of Self-Attention Transformers", ICML
+  2026, arXiv 2606.07604). Per block it is the sum over heads (the first token's share
+  of the block's attention output; equal to ``sink_mass`` when every head and key writes
+  the same vector). A sink reads ``sink_mass`` near 1 and ``sink_contribution`` near 0
+  when the first token's values are small or orthogonal to what the layer writes.
 - ``sink_head_fraction`` (per block only): the fraction of heads whose ``sink_mass`` is
   at least :data:`SINK_THRESHOLD`.
 
-The per-block point ``{prefix}layer.k.attention`` holds the mean over heads of the two
-per-head metrics and the head fraction.
+The per-block point ``{prefix}layer.k.attention`` holds the mean over heads of
+``sink_mass`` and ``sink_value_ratio``, the sum over heads of ``sink_contribution``, and
+the head fraction.
 """
 
 from __future__ import annotations
@@ -31,7 +41,9 @@ from torch import nn
 from ..errors import ModelError
 from .families import Stack
 
-SINK_METRICS = ("sink_mass", "sink_head_fraction", "sink_value_ratio")
+SINK_METRICS = ("sink_mass", "sink_head_fraction", "sink_value_ratio", "sink_contribution")
+#: The sink metrics that read the value projection (:class:`ValueRecorder`).
+VALUE_METRICS = ("sink_value_ratio", "sink_contribution")
 #: A head is a sink head when the first token receives at least half of its attention
 #: (mean over queries): then the first token outweighs all other keys together, which no
 #: content-based pattern does on every query; uniform causal attention over N = 128
@@ -49,7 +61,8 @@ def first_real(padding_mask: torch.Tensor) -> torch.Tensor:
 
 def first_token_mass(A: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
     """``sink_mass`` per window and head, float64 ``(B, H)``, from attention
-    probabilities ``A`` ``(B, H, N, N)`` and the padding mask ``(B, N)`` (True = real).
+    probabilities ``A`` ``(B, H, N, N)`` and the padding mask ``(B, N)`` (True = real);
+    ``sink_contribution`` when ``A`` holds contribution weights (:func:`contribution_weights`).
 
     Raises
     ------
@@ -64,7 +77,8 @@ def first_token_mass(A: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tenso
     if bool((n == 0).any()):
         raise ModelError("sink_mass needs windows of at least 2 real tokens")
     col = A.double()[torch.arange(len(f)), :, :, f]  # (B, H, N): A[b, h, i, f_b]
-    return (col * queries.unsqueeze(1)).sum(dim=-1) / n.unsqueeze(1)
+    col = torch.where(queries.unsqueeze(1), col, 0.0)  # rows left out may be NaN (a zero output)
+    return col.sum(dim=-1) / n.unsqueeze(1)
 
 
 def value_norm_ratio(V: torch.Tensor, n_heads: int, head_dim: int, padding_mask: torch.Tensor) -> torch.Tensor:
@@ -87,6 +101,60 @@ def value_norm_ratio(V: torch.Tensor, n_heads: int, head_dim: int, padding_mask:
     return out.repeat_interleave(n_heads // n_kv, dim=1)
 
 
+def head_values(V: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
+    """The value projection's output ``V`` ``(B, N, n_kv * head_dim)`` as one value per
+    query head, ``(B, n_heads, N, head_dim)``: query head h reads key/value head
+    ``h // (n_heads / n_kv)`` (grouped-query attention).
+
+    Raises
+    ------
+    ModelError
+        A width that is not a whole number of key/value heads dividing ``n_heads``.
+    """
+    B, N, width = V.shape
+    if width % head_dim or n_heads % (width // head_dim):
+        raise ModelError(f"value width {width} is not a whole number of key/value heads of {head_dim} "
+                         f"dividing {n_heads} heads")
+    n_kv = width // head_dim
+    return V.reshape(B, N, n_kv, head_dim).transpose(1, 2).repeat_interleave(n_heads // n_kv, dim=1)
+
+
+def linear_map(module: nn.Module, width: int) -> torch.Tensor:
+    """The matrix ``M`` ``(width, d_out)`` of a linear module (``nn.Linear``, GPT-2's
+    ``Conv1D``...) without its bias, so that ``module(x) - module(0) = x @ M``: read off
+    by applying the module to the identity and to 0; float64."""
+    weight = next(module.parameters())
+    eye = torch.eye(width + 1, width, dtype=weight.dtype, device=weight.device)  # last row: 0
+    with torch.no_grad():
+        out = module(eye).double()
+    return out[:width] - out[width:]
+
+
+def contribution_weights(A: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
+    """Contribution weights ``C`` ``(B, H, N, N)``, float64, of attention probabilities
+    ``A`` ``(B, H, N, N)`` and each head's value vectors after its slice of the output
+    projection ``U`` ``(B, H, N, d)`` (``u^h_j = W_O^h v^h_j``, bias left out).
+
+    The attention layer writes ``y_i = sum_h sum_j a^h_ij u^h_j`` at query i. Key j's
+    contribution weight in head h is the projection of its term ``a^h_ij u^h_j`` on
+    ``y_i``, as a fraction of ``y_i``:
+
+        c^h_ij = a^h_ij <u^h_j, y_i> / ||y_i||^2 = a^h_ij ||u^h_j|| cos(u^h_j, y_i) / ||y_i||,
+
+    attention x value norm x alignment with the layer output, normalised so that the
+    weights of each query sum to 1 over heads and keys (``sum_h sum_j c^h_ij =
+    <y_i, y_i> / ||y_i||^2``); a weight is negative where the term points away from the
+    output. Closed forms: a key with ``u^h_j = 0`` gets 0; with one head and equal
+    values (``u_j = u != 0``) ``C = A``; with H heads and one value ``u`` for every
+    head and key, ``C = A / H``, so ``sum_h c^h_ij`` is the heads' mean attention. A
+    query with ``y_i = 0`` is NaN.
+    """
+    A, U = A.double(), U.double()
+    Y = (A @ U).sum(dim=1, keepdim=True)  # (B, 1, N, d): the layer's output at each query
+    dots = Y @ U.transpose(-1, -2)  # (B, H, N, N): <y_i, u^h_j>
+    return A * dots / (Y * Y).sum(dim=-1, keepdim=True)
+
+
 def value_module(self_attn: nn.Module | None) -> nn.Module:
     """The value projection of a self-attention module (``v_proj``, ``value`` or ``v``).
 
@@ -100,7 +168,7 @@ def value_module(self_attn: nn.Module | None) -> nn.Module:
         if isinstance(module, nn.Module):
             return module
     raise ModelError(f"no value projection ({', '.join(_VALUE_ATTRS)}) in {type(self_attn).__name__}: "
-                     "sink_value_ratio is supported for BERT, ALBERT, Llama and T5 layouts")
+                     "sink_value_ratio and sink_contribution are supported for BERT, ALBERT, Llama and T5 layouts")
 
 
 def head_dim_of(self_attn: nn.Module, config: Any, n_heads: int) -> int:
@@ -153,27 +221,52 @@ class ValueRecorder:
         self._calls.clear()
 
 
+def head_outputs(V: torch.Tensor, out_proj: nn.Module | None, n_heads: int, head_dim: int,
+                 point: str) -> torch.Tensor:
+    """Each head's value vectors after its slice of the output projection, ``u_j = W_O^h v_j``
+    (bias left out), float64 ``(B, n_heads, N, d)``, from the value projection's output
+    ``V`` ``(B, N, n_kv * head_dim)``.
+
+    Raises
+    ------
+    ModelError
+        No known output projection (a generic layout other than GPT-NeoX, OPT, Phi and DistilBERT).
+    """
+    if out_proj is None:
+        raise ModelError(f"{point}: no self-attention output projection the toolkit knows; "
+                         "sink_contribution needs it")
+    M = linear_map(out_proj, n_heads * head_dim).to(V.device)  # (H * d_head, d)
+    Vh = head_values(V.double(), n_heads, head_dim)  # (B, H, N, d_head)
+    return torch.einsum("bhnk,hkd->bhnd", Vh, M.reshape(n_heads, head_dim, -1))
+
+
 def sink_values(attention_maps: dict[str, torch.Tensor], value_outputs: dict[str, torch.Tensor],
                 stack_list: list[Stack], config: Any, padding_of: Callable[[str], torch.Tensor],
                 names: tuple[str, ...]) -> dict[tuple[str, str], torch.Tensor]:
     """Per-window sink metrics ``(B,)`` keyed by ``(point, metric)``: per head at
     ``{point}.head_h`` and per block at ``{point}`` = ``{prefix}layer.k.attention``;
     ``padding_of(point)`` is the ``(B, N)`` padding mask of that point's tokens."""
-    self_attn = {f"{s.prefix}layer.{k}.attention": p.self_attn for s in stack_list for k, p in enumerate(s.blocks)}
+    parts = {f"{s.prefix}layer.{k}.attention": p for s in stack_list for k, p in enumerate(s.blocks)}
     out: dict[tuple[str, str], torch.Tensor] = {}
     for point, A in attention_maps.items():
         pad = padding_of(point).to(A.device)
         n_heads = A.shape[1]
         mass = first_token_mass(A, pad)
         per_head = {"sink_mass": mass}
+        if any(n in VALUE_METRICS for n in names):
+            dim = head_dim_of(parts[point].self_attn, config, n_heads)
         if "sink_value_ratio" in names:
-            dim = head_dim_of(self_attn[point], config, n_heads)
             per_head["sink_value_ratio"] = value_norm_ratio(value_outputs[point], n_heads, dim, pad)
-        for metric in ("sink_mass", "sink_value_ratio"):
+        if "sink_contribution" in names:
+            U = head_outputs(value_outputs[point], parts[point].out_proj, n_heads, dim, point)
+            per_head["sink_contribution"] = first_token_mass(contribution_weights(A, U.to(A.device)), pad)
+        for metric in ("sink_mass", "sink_value_ratio", "sink_contribution"):
             if metric in names:
                 for h in range(n_heads):
                     out[(f"{point}.head_{h}", metric)] = per_head[metric][:, h]
-                out[(point, metric)] = per_head[metric].mean(dim=1)
+                # contribution: the first token's share of the block's output, summed over heads
+                whole = per_head[metric].sum(dim=1) if metric == "sink_contribution" else per_head[metric].mean(dim=1)
+                out[(point, metric)] = whole
         if "sink_head_fraction" in names:
             out[(point, "sink_head_fraction")] = (mass >= SINK_THRESHOLD).double().mean(dim=1)
     return out

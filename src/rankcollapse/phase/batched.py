@@ -1,7 +1,7 @@
 """Many phase cells in one batched simulation.
 
 Cells that share the tensor shapes and the block (``n_tokens, d_model, d_qk, depth,
-mask, norm, placement, alpha, qk_norm, input, attention``) differ only in their weights, so they run as one
+mask, norm, placement, alpha, qk_norm, headwise_rmsnorm, input, attention``) differ only in their weights, so they run as one
 batch: element ``b`` of the batch carries its own ``W_Q, W_K, W_V`` per layer and every
 layer is one call of :func:`rankcollapse.dynamics.single_head.single_head_layer`, the
 dynamics' fast path for one head without MLP (it agrees with
@@ -40,7 +40,7 @@ from .regime import label_cell, trajectory_measures
 
 #: the axes a batch must share
 GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "alpha", "input", "attention",
-              "qk_norm")
+              "qk_norm", "headwise_rmsnorm")
 
 
 def _stack(cells: list[dict[str, Any]], seeds: range, n_samples: int, depth: int):

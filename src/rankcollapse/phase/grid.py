@@ -127,7 +127,7 @@ def _attention(text: str) -> str:
 #: axis name -> (parser of one value, default). ``d_qk`` 0 means "= d_model". ``qk_scale``
 #: is a number or a temperature law such as ``log:γ`` (:func:`_qk_scale`). ``n_tokens`` above
 #: :data:`DENSE_MAX_TOKENS` runs on the windowed kernel. ``norm``,
-#: ``placement``, ``alpha``, ``qk_norm`` and ``attention`` (softmax or an operator of
+#: ``placement``, ``alpha``, ``qk_norm``, ``headwise_rmsnorm`` and ``attention`` (softmax or an operator of
 #: :mod:`rankcollapse.dynamics.operators`) are the :class:`~rankcollapse.dynamics.config.BlockConfig`
 #: fields of the cell's layer; ``alpha`` not given is the placement's own (0 for ``none``,
 #: 1 for the others); ``mix`` runs with ``mix_layers = depth // 4`` (:func:`block_config`).
@@ -147,6 +147,7 @@ AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "input": (_input, "gaussian"),
     "attention": (_attention, "softmax"),
     "qk_norm": (_value("bool"), False),
+    "headwise_rmsnorm": (_value("bool"), False),
 }
 DEFAULTS = {name: default for name, (_, default) in AXES.items()}
 _PARSERS = {name: parse for name, (parse, _) in AXES.items()}
@@ -259,13 +260,14 @@ def _block_fields(cell: dict[str, Any], alpha_given: bool) -> dict[str, Any]:
 
 def block_config(cell: dict[str, Any]) -> BlockConfig:
     """The :class:`BlockConfig` of a cell: its ``norm``, ``placement``, ``alpha``,
-    ``attention`` and ``qk_norm`` axes are the config's fields (``placement="none"``: the
+    ``attention``, ``qk_norm`` and ``headwise_rmsnorm`` axes are the config's fields (``placement="none"``: the
     theory's ``X <- norm(SA(X))``); ``mix`` gets ``mix_layers = depth // 4`` (Mix-LN's
-    ``floor(0.25 L)``, Li et al. 2024, §3). A cell without ``qk_norm`` (made before the
-    axis existed) runs without it."""
+    ``floor(0.25 L)``, Li et al. 2024, §3). A cell without ``qk_norm`` or
+    ``headwise_rmsnorm`` runs without it."""
     placement = cell["placement"]
     return BlockConfig(norm=cell["norm"], placement=placement, alpha=float(cell["alpha"]),
                        attention=cell.get("attention", "softmax"), qk_norm=bool(cell.get("qk_norm", False)),
+                       headwise_rmsnorm=bool(cell.get("headwise_rmsnorm", False)),
                        mix_layers=int(cell["depth"]) // 4 if placement == "mix" else None)
 
 

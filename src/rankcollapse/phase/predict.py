@@ -77,6 +77,10 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
       consensus → ``rank_collapse``; otherwise no prediction.
     - Attention that is not row-stochastic (``attention`` other than ``softmax``): no
       prediction, ``theory_source = "not_row_stochastic"`` (docs/theory.md §8).
+    - Head-wise RMSNorm without a norm: each row of ``A X W_V`` is rescaled, so the
+      update is no longer a convex mixing: no prediction, ``theory_source =
+      "headwise_rmsnorm"`` (under the ``sphere`` norm the rescaling is absorbed and the
+      results above stand).
     """
     from ..theory.envelope import log_contraction
 
@@ -84,6 +88,8 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
     regime, source, rate = "", "", float("nan")
     if cell.get("attention", "softmax") != "softmax":  # every result below assumes row-stochastic softmax rows
         return {"theory_regime": regime, "theory_source": "not_row_stochastic", "theory_rate": rate}
+    if cell.get("headwise_rmsnorm", False) and cell["norm"] == "none":  # rows rescaled: not Theorem 1's convex mixing
+        return {"theory_regime": regime, "theory_source": "headwise_rmsnorm", "theory_rate": rate}
     qsc = info.quasi_strongly_connected and info.self_loops
     if no_skip and cell["norm"] == "none" and qsc and value_log_norm > A2_TOL:
         source = "pure_sa_outside_A2"
@@ -148,10 +154,12 @@ def envelope_points(mu: np.ndarray, X0: torch.Tensor, epsilon: np.ndarray, radiu
 
 
 def envelope_applies(cell: dict[str, Any], info: Any) -> bool:
-    """Theorem 1's envelope is defined for the cell: pure SA (no norm, no skip, softmax rows)
+    """Theorem 1's envelope is defined for the cell: pure SA (no norm, no skip, softmax rows,
+    no head-wise RMSNorm)
     on a quasi-strongly connected mask with self-loops. Whether it must hold also needs A2
     (``theory_source == "theorem1"``); outside A2 the check is computed all the same."""
     return (cell["norm"] == "none" and cell["placement"] == "none" and cell.get("attention", "softmax") == "softmax"
+            and not cell.get("headwise_rmsnorm", False)
             and bool(info.quasi_strongly_connected) and bool(info.self_loops) and cell["n_tokens"] >= 2)
 
 
