@@ -69,8 +69,10 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q -rs
 
+# -n auto: one worker per core; --dist loadfile runs each test file in one worker (the doc
+# commands in order in their folders, a module's model or Ray cluster started once)
 test-slow: setup
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow -n auto --dist loadfile
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

@@ -20,3 +20,39 @@ settings.register_profile(
     "ci", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci")
+
+
+def pytest_collection_finish(session):
+    """A session that runs slow tests reads each packaged model from disk once."""
+    if any(item.get_closest_marker("slow") for item in session.items):
+        _load_packaged_models_once()
+
+
+def _load_packaged_models_once() -> None:
+    """The packaged models (MiniLM; SmolLM2, ~60 CPU-s to de-quantise its GGUF file) are
+    read from disk once in this process: a later load gets a deep copy of the weights
+    read, and runs every check ``load_model`` makes after reading them. Other sources (a
+    folder a test wrote, a hub name) load as usual; a test may still replace
+    ``_from_pretrained`` with its own."""
+    import copy
+
+    from rankcollapse.errors import RankCollapseError
+    from rankcollapse.models import loading
+
+    packaged = set()
+    for name in ("minilm", "smollm2"):
+        try:
+            packaged.add(loading._source(name, None)[:2])
+        except RankCollapseError:  # not installed: its tests skip
+            pass
+    read, weights = loading._from_pretrained, {}
+
+    def from_pretrained(source, gguf_file, *args):
+        if (source, gguf_file) not in packaged:
+            return read(source, gguf_file, *args)
+        key = (source, gguf_file, *args)
+        if key not in weights:
+            weights[key] = read(source, gguf_file, *args)
+        return copy.deepcopy(weights[key])
+
+    loading._from_pretrained = from_pretrained

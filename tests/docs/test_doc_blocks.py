@@ -94,9 +94,15 @@ _DIRS: dict[str, Path] = {}
 @pytest.fixture
 def workdir(doc, tmp_path_factory, monkeypatch):
     """One folder per document: its commands run in order there (a file one writes, the
-    next may read)."""
+    next may read). Every folder's unit cache (``runs/.rankcollapse-cache``, the default
+    of a run under ``runs/``) is one cache of the session: a document's ``reproduce``
+    command still runs as written, and reads the units an earlier document computed."""
     if doc not in _DIRS:
         _DIRS[doc] = _inputs(tmp_path_factory.mktemp(doc.replace(".", "_")))
+        shared = tmp_path_factory.getbasetemp() / "rankcollapse-cache"
+        shared.mkdir(exist_ok=True)
+        (_DIRS[doc] / "runs").mkdir()
+        (_DIRS[doc] / "runs" / ".rankcollapse-cache").symlink_to(shared, target_is_directory=True)
     monkeypatch.chdir(_DIRS[doc])
     return _DIRS[doc]
 

@@ -34,6 +34,21 @@ def test_spearman_rows_matches_scipy_with_ties_and_constants():
     assert math.isnan(spearman_rows(x[:1, :2], y[:1, :2])[0])  # fewer than 3 layers
 
 
+def test_spearman_rows_with_gaps_and_constants_among_full_rows():
+    """Rows with a non-finite entry use their finite pairs; a constant row among gap-free
+    rows is NaN; every row as if computed alone."""
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(6, 9)), rng.normal(size=(6, 9))
+    x[1, 3], y[2, [0, 5]] = np.nan, np.inf  # gaps
+    x[3] = 2.0  # constant
+    x[4, 2:] = np.nan  # 2 finite pairs
+    got = spearman_rows(x, y)
+    for r, keep in ((0, slice(None)), (5, slice(None)), (1, np.isfinite(x[1])), (2, np.isfinite(y[2]))):
+        assert got[r] == pytest.approx(spearmanr(x[r, keep], y[r, keep]).statistic, abs=1e-12)
+        assert got[r] == spearman_rows(x[r:r + 1], y[r:r + 1])[0]
+    assert math.isnan(got[3]) and math.isnan(got[4])
+
+
 def test_spearman_across_layers_point_interval_and_pairing():
     layers = np.arange(6, dtype=float)[:, None]
     noise = np.array([[0.0, 0.3, -0.2, 0.1]])

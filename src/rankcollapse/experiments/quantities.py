@@ -206,8 +206,20 @@ def conditions(rows: pd.DataFrame) -> list[str]:
     cols = [c for c in CONDITION_COLUMNS if c in rows]
     if rows.empty:
         return []
+    if all(_constant(rows[c].to_numpy()) for c in cols):  # the usual case, without pandas' hashing
+        first = (rows[c].iloc[0] for c in cols)
+        return [condition_of({c: v.item() if isinstance(v, np.generic) else v for c, v in zip(cols, first)})]
     keys = rows[cols].drop_duplicates()
     return sorted(condition_of(r) for r in keys.to_dict("records"))
+
+
+def _constant(v: np.ndarray) -> bool:
+    """Whether every entry equals the first (NaN equals NaN in a float column), as
+    ``drop_duplicates`` sees it; False where unsure."""
+    same = v == v[0]
+    if v.dtype.kind == "f":
+        same |= np.isnan(v) & np.isnan(v[0])
+    return bool(np.all(same))
 
 
 def one_condition(rows: pd.DataFrame, what: str) -> pd.DataFrame:
@@ -462,7 +474,14 @@ def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     from scipy.stats import rankdata
 
     out = np.full(x.shape[0], np.nan)
-    for r in range(x.shape[0]):
+    full = np.isfinite(x).all(axis=1) & np.isfinite(y).all(axis=1)
+    if x.shape[1] >= 3 and full.any():  # rows without a gap at once (ranks are exact in float64)
+        a, b = rankdata(x[full], axis=1), rankdata(y[full], axis=1)
+        a, b = a - a.mean(axis=1, keepdims=True), b - b.mean(axis=1, keepdims=True)
+        den = np.sqrt((a * a).sum(axis=1) * (b * b).sum(axis=1))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[full] = np.where(den > 0, (a * b).sum(axis=1) / den, np.nan)
+    for r in np.flatnonzero(~full):
         ok = np.isfinite(x[r]) & np.isfinite(y[r])
         if ok.sum() < 3:
             continue
