@@ -87,7 +87,7 @@ def test_committed_quick_run_controls_pass_through_the_real_pipeline():
     floors and rules as the claims; tests/experiments/test_experiments_results_doc.py ties
     that run to today's configs)."""
     claims = [c for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS) for c in json.loads((d / "claims.json").read_text())]
-    assert len(claims) == 28  # the quick run's 18 (C06, C07 with their N axis), 4 geometry, 4 position bias, 2 laws
+    assert len(claims) == 29  # the quick run's 18 (C06, C07 with their N axis), 5 geometry, 4 position bias, 2 laws
     for c in claims:
         ctl = c["controls"]
         assert ctl["positive"]["verdict"] == "reproduced", (c["id"], ctl["positive"])
@@ -194,12 +194,12 @@ def test_g2_control_is_one_sided_and_g4_control_an_equivalence_test():
 
 
 def test_amended_claims_are_read_with_todays_rule():
-    """A committed run stored G2 with its two-sided control; today's G2 (amended, with an
-    `original` block) replaces it when the run is decided again, while an unamended
-    claim keeps the run's rule."""
+    """A committed run (geometry-large) stored G2 with its two-sided control; today's G2
+    (amended, with an `original` block) replaces it when the run is decided again, while
+    an unamended claim keeps the run's rule."""
     from rankcollapse.experiments.audit import run_rules
 
-    config = json.loads((GEOMETRY / "config.json").read_text())
+    config = json.loads((GEOMETRY.parent / "geometry-large" / "config.json").read_text())
     stored = {c["id"]: c for cfg in config["configs"] for c in cfg["claims"]}
     assert any("ρ < 0.3" in c["name"] for c in stored["G2"]["rule"]["checks"])
     rules = run_rules(config)

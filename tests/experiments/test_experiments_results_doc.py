@@ -51,7 +51,7 @@ def test_results_doc_geometry_table_is_the_committed_geometry_run():
     claims = json.loads((GEOMETRY / "claims.json").read_text())
     config = json.loads((GEOMETRY / "config.json").read_text())
     assert config["scale"] == "quick" and config["experiments"] == ["geometry"] and config["seed"] == 0
-    assert [c["id"] for c in claims] == ["G1", "G2", "G3", "G4"]
+    assert [c["id"] for c in claims] == ["G1", "G2", "G3", "G4", "G5"]
     assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-geometry") == results_markdown(claims).strip()
 
 
