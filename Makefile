@@ -66,10 +66,10 @@ demo: setup
 	$(BIN)/rankcollapse reproduce --scale quick --out runs/demo --executor processes --workers 2
 
 # -rs: the reason of each skipped test (one needs chromium: `make browser`); -n auto: one
-# pytest-xdist worker per core (at most 8, tests/conftest.py); loadgroup keeps the tests of
-# one xdist_group (commands of one document that run in order) on one worker
+# pytest-xdist worker per core, at most 8 (tests/conftest.py), each file on one worker
+# (--dist loadfile in pyproject.toml)
 test: setup
-	$(BIN)/python -m pytest -q -rs -n auto --dist loadgroup
+	$(BIN)/python -m pytest -q -rs -n auto
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow

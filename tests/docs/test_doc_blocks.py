@@ -142,10 +142,7 @@ def test_every_command_is_classified_and_few_are_illustrative():
     assert all(c.startswith(("rankcollapse", "echo")) for _, c in cmds if _kind(c) != "illustrative")
 
 
-# one document's commands run in order in one folder: under pytest-xdist (--dist loadgroup)
-# they stay on one worker
-@pytest.mark.parametrize("doc,command", [pytest.param(*c, marks=pytest.mark.xdist_group(c[0]))
-                                         for c in _commands() if _kind(c[1]) == "fast"],
+@pytest.mark.parametrize("doc,command", [c for c in _commands() if _kind(c[1]) == "fast"],
                          ids=lambda v: v if v.endswith(".md") else v[:60])
 def test_fast_command_runs(doc, command, workdir):
     _run(_smaller(command), workdir)
