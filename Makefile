@@ -65,9 +65,11 @@ browser:
 demo: setup
 	$(BIN)/rankcollapse reproduce --scale quick --out runs/demo --executor processes --workers 2
 
-# -rs: the reason of each skipped test (one needs chromium: `make browser`)
+# -rs: the reason of each skipped test (one needs chromium: `make browser`); -n auto: one
+# pytest-xdist worker per core, at most 8 (tests/conftest.py), each file on one worker
+# (--dist loadfile in pyproject.toml)
 test: setup
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n auto
 
 # -n auto: one worker per core; --dist loadfile runs each test file in one worker (the doc
 # commands in order in their folders, a module's model or Ray cluster started once)

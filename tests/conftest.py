@@ -1,4 +1,5 @@
-"""Shared test settings: offline, deterministic, no display."""
+"""Shared test settings: offline, deterministic, no display; the number of workers of
+``pytest -n auto`` (pytest-xdist)."""
 
 import atexit
 import os
@@ -56,3 +57,13 @@ def _load_packaged_models_once() -> None:
         return copy.deepcopy(weights[key])
 
     loading._from_pretrained = from_pretrained
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per core this process may run on, at most 8 (each worker
+    collects the suite and imports torch once); ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still
+    overrides it."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, 8))

@@ -7,6 +7,9 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -32,15 +35,25 @@ def _cwd(path: Path):
 
 
 def invoke(argv: list[str], cwd: Path) -> tuple[int, str, str]:
-    """Run ``rankcollapse argv`` in-process in ``cwd``: (exit status, stdout, stderr)."""
-    with _cwd(cwd), _RUNNER.isolation() as streams:
+    """Run ``rankcollapse argv`` in-process in ``cwd``: (exit status, stdout, stderr).
+    A Python warning the run raises is printed on stderr as a fresh interpreter would
+    print it (pytest would otherwise record it out of sight)."""
+    with _cwd(cwd), _RUNNER.isolation() as streams, warnings.catch_warnings(record=True) as caught:
         code = run(argv)
-        import sys
-
+        for w in caught:
+            sys.stderr.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
         sys.stdout.flush()
         sys.stderr.flush()
         out, err = streams[0].getvalue().decode(), streams[1].getvalue().decode()
     return code, out, err
+
+
+def run_cli(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """:func:`invoke` (in the current folder by default) as a ``CompletedProcess``, the
+    shape of ``subprocess.run(..., capture_output=True, text=True)``: one real process
+    per command is enough, the other runs of that command stay in this one."""
+    code, out, err = invoke(list(argv), Path.cwd() if cwd is None else cwd)
+    return subprocess.CompletedProcess(list(argv), code, out, err)
 
 
 def snapshot(root: Path) -> set[str]:

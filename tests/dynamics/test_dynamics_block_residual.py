@@ -3,8 +3,6 @@
 ``BlockConfig(placement="post_ln")``, and every record says which block ran."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,6 +10,7 @@ import torch
 from rankcollapse.dynamics import BlockConfig, LayerWeights, simulate
 from rankcollapse.dynamics.config import VARIANTS, resolve_variant, variant_name
 from rankcollapse.errors import ConfigError
+from tests.cli._harness import run_cli
 
 
 def _tokens(B=2, N=6, d=4, seed=0):
@@ -83,10 +82,8 @@ def test_placement_override_moves_a_default_skip_weight_only():
 
 
 def test_cli_records_the_block_that_ran():
-    cmd = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "simulate", "--variant", "pure",
-           "--placement", "post_ln", "--n-tokens", "6", "--depth", "2", "--n-samples", "1", "--d-model", "4",
-           "--format", "json"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    p = run_cli("simulate", "--variant", "pure", "--placement", "post_ln", "--n-tokens", "6", "--depth", "2",
+                "--n-samples", "1", "--d-model", "4", "--format", "json")
     assert p.returncode == 0, p.stderr
     settings = json.loads(p.stdout)["settings"]
     assert settings["block"]["placement"] == "post_ln" and settings["block"]["alpha"] == 1.0

@@ -1,4 +1,5 @@
-"""`rankcollapse simulate` through the real entry point."""
+"""`rankcollapse simulate` through the CLI: in-process, and once through the real entry
+point in a fresh interpreter."""
 
 import json
 import subprocess
@@ -6,11 +7,13 @@ import sys
 
 import pytest
 
+from tests.cli._harness import run_cli
+
 CMD = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "simulate"]
 
 
 def run(*args):
-    return subprocess.run(CMD + list(args), capture_output=True, text=True, timeout=120)
+    return run_cli("simulate", *args)
 
 
 def test_json_layers_and_plot(tmp_path):

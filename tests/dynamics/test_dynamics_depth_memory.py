@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -11,6 +9,7 @@ import torch
 
 from rankcollapse.dynamics import simulate
 from rankcollapse.errors import MemoryLimitError
+from tests.cli._harness import run_cli
 
 
 def test_a_huge_depth_is_refused_before_drawing():
@@ -30,9 +29,7 @@ def test_the_estimate_follows_the_limit_and_shared_weights():
 
 
 def test_cli_refuses_in_one_line_within_seconds(tmp_path):
-    cmd = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "simulate", "--depth", "100000000",
-           "--n-tokens", "8", "--d-model", "4"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = run_cli("simulate", "--depth", "100000000", "--n-tokens", "8", "--d-model", "4", cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "--max-memory" in done.stderr
 
@@ -58,10 +55,8 @@ def test_cli_refuses_a_huge_n_tokens_before_drawing_the_input(tmp_path):
     """``simulate --n-tokens 100000000`` (8 x 1e8 x 64 tokens, ~2 TiB) is refused with the
     memory line, not drawn until the allocator fails."""
     for extra in ([], ["--mask", "complete", "--dtype", "float64"], ["--mask", "causal_sliding_window:w=4"]):
-        cmd = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "simulate",
-               "--n-tokens", "100000000", *extra]
         t0 = time.perf_counter()
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        done = run_cli("simulate", "--n-tokens", "100000000", *extra, cwd=tmp_path)
         assert done.returncode == 2 and done.stdout == ""
         assert done.stderr.count("\n") == 1, done.stderr
         assert "8 x 100000000 x 64 tokens" in done.stderr and "--max-memory" in done.stderr

@@ -1,16 +1,13 @@
 """The FlexAttention backend and the simulate CLI's --backend option."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from rankcollapse.dynamics import simulate
 from rankcollapse.errors import ConfigError
-
-CMD = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "simulate"]
+from tests.cli._harness import run_cli
 
 
 @pytest.mark.slow  # torch.compile: ~10 s
@@ -43,8 +40,7 @@ def test_flex_overflowing_layer_goes_to_the_windowed_kernel():
 def test_cli_backend_option():
     args = ["--mask", "causal_sliding_window:w=4", "--n-tokens", "40", "--depth", "2", "--n-samples", "1", "--d-model", "8",
             "--format", "json"]
-    runs = {b: subprocess.run(CMD + args + ["--backend", b], capture_output=True, text=True, timeout=300)
-            for b in ("dense", "blocked", "nope")}
+    runs = {b: run_cli("simulate", *args, "--backend", b) for b in ("dense", "blocked", "nope")}
     docs = {b: json.loads(p.stdout) for b, p in runs.items() if b != "nope"}
     assert docs["blocked"]["settings"]["backend"] == "blocked"
     for a, b in zip(docs["dense"]["layers"], docs["blocked"]["layers"]):

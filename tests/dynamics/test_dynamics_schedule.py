@@ -1,8 +1,5 @@
 """Per-layer masks in simulate: layer t attends through the schedule's mask t mod period."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -10,6 +7,7 @@ import torch
 from rankcollapse.dynamics import gaussian_tokens, simulate
 from rankcollapse.masks import parse_mask
 from rankcollapse.masks.schedule import parse_schedule
+from tests.cli._harness import run_cli
 
 
 def test_each_layer_uses_its_mask():
@@ -48,11 +46,9 @@ def test_blocked_path_agrees_with_dense():
 
 
 def test_simulate_cli_takes_a_schedule(tmp_path):
-    p = subprocess.run([sys.executable, "-c", "from rankcollapse.cli import main; main()", "simulate",
-                        "--mask", "schedule:causal_sliding_window:w=3*2,causal", "--n-tokens", "12", "--depth", "4",
-                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
+    p = run_cli("simulate", "--mask", "schedule:causal_sliding_window:w=3*2,causal", "--n-tokens", "12", "--depth", "4",
+                "--out", str(tmp_path / "o"))
     assert p.returncode == 0, p.stderr
-    p = subprocess.run([sys.executable, "-c", "from rankcollapse.cli import main; main()", "simulate",
-                        "--mask", "schedule:causal*0", "--n-tokens", "12", "--depth", "4",
-                        "--out", str(tmp_path / "o2")], capture_output=True, text=True, timeout=300)
+    p = run_cli("simulate", "--mask", "schedule:causal*0", "--n-tokens", "12", "--depth", "4",
+                "--out", str(tmp_path / "o2"))
     assert p.returncode == 2 and "repeat" in p.stderr

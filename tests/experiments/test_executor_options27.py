@@ -11,30 +11,15 @@ import sys
 import time
 
 import pytest
-from typer.testing import CliRunner
 
-from rankcollapse.cli import run
 from rankcollapse.errors import ConfigError
 from rankcollapse.sweep.executors import (
     validate_executor, check_ray_reachable, make_executor, parse_ray_address,
 )
+from tests.cli._harness import invoke as _invoke
 
 CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
 TINY_PHASE = ["phase", "--axis", "qk_scale=1", "--depth", "2", "--n-tokens", "4", "--d-model", "2", "--n-samples", "1"]
-
-
-def _invoke(argv: list[str], cwd) -> tuple[int, str, str]:
-    """``rankcollapse argv`` in-process in ``cwd``: (exit status, stdout, stderr)."""
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        with CliRunner().isolation() as streams:
-            code = run(argv)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            return code, streams[0].getvalue().decode(), streams[1].getvalue().decode()
-    finally:
-        os.chdir(old)
 
 
 def _refused(code: int, err: str, *needles: str) -> None:
@@ -111,15 +96,20 @@ def test_listening_loopback_address_passes_the_connect_check():
 
 # ------------------------------------------------------------------ CLI
 def test_cli_bad_ray_address_one_line_exit_2_in_seconds(tmp_path):
+    """A real process for the address nothing answers at, in-process for the malformed one."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MPLBACKEND": "Agg"}
     for address, needle in ((f"127.0.0.1:{_free_loopback_port()}", "cannot reach the Ray cluster"),
                             ("not an address", "address must be auto or host:port")):
+        argv = ["reproduce", "--scale", "smoke", "--executor", "ray", "--address", address,
+                "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")]
         t0 = time.perf_counter()
-        proc = subprocess.run([*CLI, "reproduce", "--scale", "smoke", "--executor", "ray", "--address", address,
-                               "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")],
-                              capture_output=True, text=True, env=env, timeout=90, cwd=tmp_path)
+        if address == "not an address":
+            code, _, err = _invoke(argv, tmp_path)
+        else:
+            proc = subprocess.run([*CLI, *argv], capture_output=True, text=True, env=env, timeout=90, cwd=tmp_path)
+            code, err = proc.returncode, proc.stderr
         wall = time.perf_counter() - t0
-        _refused(proc.returncode, proc.stderr, needle)
+        _refused(code, err, needle)
         assert wall < 60, wall  # interpreter start-up on a loaded machine; ray.init alone waits minutes
         assert not (tmp_path / "out").exists()  # refused before --out is created or locked
 

@@ -1,13 +1,11 @@
 """Bad input: one clear MaskError naming the problem; exit status 2 at the CLI."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from rankcollapse.errors import MaskError
 from rankcollapse.masks import Mask, parse_mask
+from tests.cli._harness import run_cli
 
 BAD_SPECS = [
     ("nosuch", 8, "unknown mask 'nosuch'"),
@@ -77,8 +75,7 @@ def test_bad_matrices():
     ["mask", "compare", "causal", "--n-tokens", "5", "--exponent", "t^2"],
 ])
 def test_cli_exit_status_2_one_line(args):
-    code = "import sys; from rankcollapse.cli import main; sys.argv = ['rankcollapse', *sys.argv[1:]]; main()"
-    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    res = run_cli(*args)
     assert res.returncode == 2
     assert res.stdout == ""
     lines = res.stderr.strip().splitlines()

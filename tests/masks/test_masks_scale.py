@@ -1,10 +1,9 @@
 """Long masks never form an N x N matrix; drawing writes an image."""
 
-import subprocess
-import sys
 import tracemalloc
 
 from rankcollapse.masks import analyze, parse_mask
+from tests.cli._harness import run_cli
 
 
 def test_long_window_analysis_stays_far_below_n_squared_memory():
@@ -20,8 +19,6 @@ def test_long_window_analysis_stays_far_below_n_squared_memory():
 
 def test_show_writes_png(tmp_path):
     out = tmp_path / "m"
-    code = "import sys; from rankcollapse.cli import main; sys.argv = ['rankcollapse', *sys.argv[1:]]; main()"
-    res = subprocess.run([sys.executable, "-c", code, "mask", "show", "longformer:w=5,globals=0+7",
-                          "--n-tokens", "24", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    res = run_cli("mask", "show", "longformer:w=5,globals=0+7", "--n-tokens", "24", "--out", str(out))
     assert res.returncode == 0, res.stderr
     assert (out / "mask.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,8 +1,6 @@
 """Schedules and masks are sized before they are expanded or allocated, and every
 malformed schedule is a typed one-line refusal (issue 27)."""
 
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -10,19 +8,18 @@ import pytest
 
 from rankcollapse import masks
 from rankcollapse.errors import MaskError, MemoryLimitError, RankCollapseError
+from tests.cli._harness import run_cli
 
-CLI = "import sys; from rankcollapse.cli import main; sys.argv = ['rankcollapse', *sys.argv[1:]]; main()"
 
-
-def run_cli(*args, cwd=None):
-    """(exit status, stderr lines, seconds) of the CLI in a fresh process."""
+def _timed_cli(*args, cwd=None):
+    """(exit status, stderr lines, seconds) of the CLI."""
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+    res = run_cli(*args, cwd=cwd)
     return res.returncode, res.stderr.strip().splitlines(), time.perf_counter() - t0
 
 
 def assert_refused(args, match, cwd=None):
-    rc, lines, seconds = run_cli(*args, cwd=cwd)
+    rc, lines, seconds = _timed_cli(*args, cwd=cwd)
     assert rc == 2, lines
     assert len(lines) == 1 and lines[0].startswith("rankcollapse: error:"), lines
     assert match in lines[0], lines

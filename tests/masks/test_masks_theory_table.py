@@ -3,8 +3,6 @@ against the generic algorithm on many sizes, and the CLI's JSON."""
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -92,8 +90,9 @@ def test_degrees_density_self_loops():
 
 
 def _cli(*args):
-    code = "import sys; from rankcollapse.cli import main; sys.argv = ['rankcollapse', *sys.argv[1:]]; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    from tests.cli._harness import run_cli
+
+    return run_cli(*args)
 
 
 def test_cli_describe_json_keys():

@@ -173,11 +173,9 @@ def test_measured_rank_uses_simulation():
 
 
 def _cli(*args):
-    import subprocess
-    import sys
+    from tests.cli._harness import run_cli
 
-    return subprocess.run([sys.executable, "-c", "from rankcollapse.cli import main; main()", "mask", *args],
-                          capture_output=True, text=True, timeout=300)
+    return run_cli("mask", *args)
 
 
 def test_cli_describe_schedule_interface(tmp_path):

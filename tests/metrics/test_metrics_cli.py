@@ -54,7 +54,7 @@ def arrays(tmp_path_factory):
 
 def test_json_single_matrix_matches_numpy(arrays):
     paths, single, _ = arrays
-    proc = _subprocess(str(paths["single"]), "--format", "json")
+    proc = _run(str(paths["single"]), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert set(REQUIRED) <= set(out) and list(out) == list(METRICS)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -121,10 +119,11 @@ def test_arbitrary_float32_scales_agree_to_rounding(seed, s):
 
 
 def test_simulated_scaled_identity_keeps_avg_abs_cos_near_one():
-    cmd = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "simulate"]
+    from tests.cli._harness import run_cli
+
     args = ["--value", "scaled_identity:scale=0.01", "--depth", "16", "--metrics", "avg_abs_cos,mu_relative"]
     args += ["--n-tokens", "8", "--d-model", "4", "--n-samples", "1", "--input", "sphere", "--format", "json"]
-    out = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
+    out = run_cli("simulate", *args)
     assert out.returncode == 0, out.stderr
     layers = json.loads(out.stdout)["layers"]
     late = [row["avg_abs_cos"] for row in layers if row["layer"] >= 10]

@@ -1,4 +1,5 @@
-"""The phase grid, sweep cache, report files and the `rankcollapse phase` command."""
+"""The phase grid, sweep cache, report files and the `rankcollapse phase` command (in-process,
+and once through the real entry point in a fresh interpreter)."""
 
 import json
 import subprocess
@@ -12,6 +13,7 @@ from rankcollapse.phase.grid import DEFAULTS, expand_grid, parse_axis
 from rankcollapse.phase.regime import REGIMES
 from rankcollapse.phase.report import theory_agreement, write_report
 from rankcollapse.phase.sweep import batches, run_phase
+from tests.cli._harness import run_cli
 
 CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
 
@@ -87,7 +89,7 @@ def test_cli_json_and_files(tmp_path):
     (("--n-samples", "0"), "--n-samples must be >= 1"),
 ])
 def test_cli_errors_are_one_line(tmp_path, args, fragment):
-    out = subprocess.run([*CLI, "phase", *args, "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    out = run_cli("phase", *args, "--out", str(tmp_path))
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0]
@@ -155,7 +157,7 @@ def test_readme_phase_example_has_cells_in_several_regimes(tmp_path):
     (line,) = [ln for ln in readme.splitlines() if ln.startswith("rankcollapse phase ")]
     argv = shlex.split(line)[1:]
     argv[argv.index("--out") + 1] = str(tmp_path / "phase")
-    res = subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=600)
+    res = run_cli(*argv)
     assert res.returncode == 0, res.stderr
     cells = json.loads(res.stdout)["cells"]
     assert len({c["regime"] for c in cells}) >= 2, [c["regime"] for c in cells]
@@ -217,14 +219,13 @@ def test_a_smaller_grid_after_a_bigger_one_leaves_none_of_its_outputs(tmp_path):
     out = tmp_path / "phase"
     base = ["phase", "--depth", "4", "--n-tokens", "4", "--d-model", "2", "--n-samples", "1", "--out", str(out),
             "--format", "json"]
-    big = subprocess.run([*CLI, *base, "--axis", "qk_scale=0.5,8", "--axis", "norm=none,sphere", "--axis", "placement=none,post_ln",
-                          "--axis", "d_qk=1,2,4,8", "--axis", "value_scale=0.5,1,2,4", "--plot", "qk_scale,norm"],
-                         capture_output=True, text=True, timeout=600)
+    big = run_cli(*base, "--axis", "qk_scale=0.5,8", "--axis", "norm=none,sphere", "--axis", "placement=none,post_ln",
+                  "--axis", "d_qk=1,2,4,8", "--axis", "value_scale=0.5,1,2,4", "--plot", "qk_scale,norm")
     assert big.returncode == 0, big.stderr
     first = set(json.loads((out / MANIFEST).read_text()))
     assert {"heatmap_000.png", "heatmap_001.png"} <= first
     (out / "mine.txt").write_text("user file")
-    small = subprocess.run([*CLI, *base, "--axis", "qk_scale=0.5,8"], capture_output=True, text=True, timeout=600)
+    small = run_cli(*base, "--axis", "qk_scale=0.5,8")
     assert small.returncode == 0, small.stderr
     names = {p.name for p in out.iterdir()}
     assert "heatmap.png" in names and not {"heatmap_000.png", "heatmap_001.png"} & names
@@ -233,16 +234,16 @@ def test_a_smaller_grid_after_a_bigger_one_leaves_none_of_its_outputs(tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "data.csv").write_text("x")
-    res = subprocess.run([*CLI, *base[:-4], "--out", str(foreign)], capture_output=True, text=True, timeout=600)
+    res = run_cli(*base[:-4], "--out", str(foreign))
     assert res.returncode == 2 and "--allow-nonempty" in res.stderr and res.stderr.count("\n") == 1
     assert sorted(p.name for p in foreign.iterdir()) == ["data.csv"]
 
 
 def test_long_qk_norm_cell_is_refused_before_out_is_touched(tmp_path):
     out = tmp_path / "D"
-    res = subprocess.run([*CLI, "phase", "--axis", "qk_scale=log:1.5", "--axis", "input=simplex", "--axis", "norm=sphere",
-                          "--axis", "value=orthogonal", "--axis", "n_tokens=5000", "--axis", "qk_norm=on", "--depth", "1",
-                          "--d-model", "8", "--n-samples", "1", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    res = run_cli("phase", "--axis", "qk_scale=log:1.5", "--axis", "input=simplex", "--axis", "norm=sphere",
+                  "--axis", "value=orthogonal", "--axis", "n_tokens=5000", "--axis", "qk_norm=on", "--depth", "1",
+                  "--d-model", "8", "--n-samples", "1", "--out", str(out))
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
     assert "qk_norm=on" in res.stderr and "above 4096 tokens" in res.stderr
     assert not out.exists()  # no lock file, no folder

@@ -2,8 +2,6 @@
 parse time, schedules refused with what to do, empty grids, cells missing axes, and
 cells too large for memory, each a typed error in Python and one line with exit 2."""
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -11,15 +9,13 @@ import pytest
 from rankcollapse.errors import ConfigError, MaskError, MemoryLimitError, RankCollapseError
 from rankcollapse.phase import grid
 from rankcollapse.phase.grid import DEFAULTS, expand_grid, parse_axis
-
-CLI = "import sys; from rankcollapse.cli import main; sys.argv = ['rankcollapse', *sys.argv[1:]]; main()"
+from tests.cli._harness import run_cli
 
 
 def assert_cli_refused(args, match, tmp_path):
     out = tmp_path / "out"
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-c", CLI, "phase", *args, "--out", str(out)],
-                         capture_output=True, text=True, timeout=120)
+    res = run_cli("phase", *args, "--out", str(out))
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2, lines
     assert len(lines) == 1 and lines[0].startswith("rankcollapse: error:") and match in lines[0], lines

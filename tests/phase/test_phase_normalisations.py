@@ -186,17 +186,16 @@ def test_committed_phase_summaries_still_load():
 
 
 def test_cli_sweeps_the_new_axes_and_prints_the_law(tmp_path):
-    import subprocess
-    import sys
+    from tests.cli._harness import run_cli
 
-    cmd = [sys.executable, "-c", "from rankcollapse.cli import main; main()", "phase", "--axis", "placement=peri,lns",
-           "--axis", "norm=dyt,layernorm", "--axis", "qk_norm=off,on", "--depth", "8", "--n-tokens", "6",
-           "--d-model", "4", "--n-samples", "2", "--out", str(tmp_path / "out"), "--format", "json"]
-    doc = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    p = run_cli("phase", "--axis", "placement=peri,lns", "--axis", "norm=dyt,layernorm", "--axis", "qk_norm=off,on",
+                "--depth", "8", "--n-tokens", "6", "--d-model", "4", "--n-samples", "2", "--out", str(tmp_path / "out"),
+                "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
     assert len(doc["cells"]) == 8
     assert {(c["placement"], c["norm"], c["qk_norm"]) for c in doc["cells"]} == {
         (p, n, q) for p in ("peri", "lns") for n in ("dyt", "layernorm") for q in (False, True)}
     assert all(c["law"] in ("exponential", "power", "undecided") for c in doc["cells"])
-    bad = subprocess.run(cmd[:3] + ["phase", "--axis", "placement=ngpt", "--axis", "norm=layernorm", "--out",
-                                    str(tmp_path / "bad")], capture_output=True, text=True)
+    bad = run_cli("phase", "--axis", "placement=ngpt", "--axis", "norm=layernorm", "--out", str(tmp_path / "bad"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "sphere" in bad.stderr

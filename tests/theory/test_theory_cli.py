@@ -1,4 +1,5 @@
-"""`rankcollapse theory ...` through the real entry point."""
+"""`rankcollapse theory ...` through the CLI: in-process, and once through the real entry
+point in a fresh interpreter."""
 
 import json
 import subprocess
@@ -7,12 +8,13 @@ import sys
 import numpy as np
 import pytest
 
+from tests.cli._harness import run_cli
 
 CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
 
 
 def run(*args):
-    return subprocess.run([*CLI, "theory", *args], capture_output=True, text=True, timeout=300)
+    return run_cli("theory", *args)
 
 
 @pytest.mark.parametrize("n,d,k", [(2, 2, 2), (6, 4, 3)])
@@ -31,7 +33,8 @@ def test_equilibria_json_is_verifiable_from_printed_system(n, d, k, numpy_step):
 
 
 def test_bad_rank_exits_2_with_message():
-    p = run("equilibria", "--n-tokens", "2", "--d-model", "3", "--rank", "3")
+    p = subprocess.run([*CLI, "theory", "equilibria", "--n-tokens", "2", "--d-model", "3", "--rank", "3"],
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "rank must satisfy" in p.stderr and p.stdout == ""
 
 

@@ -2,21 +2,19 @@
 loose envelopes."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from rankcollapse.errors import ConfigError, MaskError
 from rankcollapse.theory.system import AttentionSystem
+from tests.cli._harness import run_cli
 
-CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
 W = {"W_Q": [[0.0], [0.0]], "W_K": [[0.0], [0.0]], "W_V": [[1.0, -3.0], [0.0, 2.0]]}
 
 
 def run(*args):
-    return subprocess.run([*CLI, "theory", *args], capture_output=True, text=True, timeout=300)
+    return run_cli("theory", *args)
 
 
 def test_spec_string_mask_equals_boolean_list():

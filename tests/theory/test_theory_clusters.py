@@ -4,8 +4,6 @@ against an independent union-find, and a short circle run through ``simulate``."
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -82,16 +80,16 @@ def test_circle_step_is_the_projected_euler_step():
 
 
 def test_cli_clusters_json():
-    p = subprocess.run([sys.executable, "-m", "rankcollapse.cli", "theory", "clusters", "--beta", "0.5",
-                        "--n-tokens", "16", "--n-samples", "2", "--depth", "300", "--min-plateau", "50", "--format", "json"],
-                       capture_output=True, text=True, timeout=120)
+    from tests.cli._harness import run_cli
+
+    p = run_cli("theory", "clusters", "--beta", "0.5", "--n-tokens", "16", "--n-samples", "2", "--depth", "300",
+                "--min-plateau", "50", "--format", "json")
     assert p.returncode == 0, p.stderr
     import json
 
     (res,) = json.loads(p.stdout)["results"]
     assert res["predicted"] == 1 and res["plateau_counts"] == [1, 1] and res["agreement"] == 1.0
-    bad = subprocess.run([sys.executable, "-m", "rankcollapse.cli", "theory", "clusters", "--beta", "x"],
-                         capture_output=True, text=True, timeout=60)
+    bad = run_cli("theory", "clusters", "--beta", "x")
     assert bad.returncode == 2 and "--beta" in bad.stderr and "Traceback" not in bad.stderr
 
 

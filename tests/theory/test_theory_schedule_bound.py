@@ -1,8 +1,6 @@
 """The schedule envelope (docs/theory.md §7) is never crossed, and its support claim holds."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -10,6 +8,7 @@ import pytest
 from rankcollapse.errors import ConfigError
 from rankcollapse.masks.schedule import parse_schedule
 from rankcollapse.theory import check_collapse_bound, check_schedule_bound
+from tests.cli._harness import run_cli
 
 _LAYERS = ["causal_sliding_window:w=2", "causal_sliding_window:w=3", "causal", "sliding_window:w=3",
            "complete", "random:p=0.1,seed=4"]
@@ -48,9 +47,8 @@ def test_schedule_without_self_loops_or_qsc_is_rejected():
 
 
 def test_theory_bound_cli_takes_a_schedule():
-    p = subprocess.run([sys.executable, "-c", "from rankcollapse.cli import main; main()", "theory", "bound",
-                        "--n-tokens", "16", "--mask", "schedule:causal_sliding_window:w=3*2,causal", "--depth", "20",
-                        "--n-samples", "3", "--format", "json"], capture_output=True, text=True, timeout=300)
+    p = run_cli("theory", "bound", "--n-tokens", "16", "--mask", "schedule:causal_sliding_window:w=3*2,causal",
+                "--depth", "20", "--n-samples", "3", "--format", "json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["n_violations"] == 0 and d["config"]["period"] == 3 and d["config"]["support_agrees"]

@@ -1,10 +1,8 @@
 """participation_scan: one query's participation ratio against a numpy softmax, closed
 forms (β = 0: PR = N; a power law's slope), the uniform-sphere contrast of the laws, and
-`rankcollapse theory temperature` through the real entry point."""
+`rankcollapse theory temperature` through the CLI."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,8 +10,7 @@ import torch
 
 from rankcollapse.errors import ConfigError, MemoryLimitError
 from rankcollapse.theory.temperature import _slope, participation_scan, query_participation
-
-CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
+from tests.cli._harness import run_cli
 
 
 def test_query_participation_matches_numpy():
@@ -68,12 +65,12 @@ def test_memory_is_checked_before_drawing():
 
 
 def test_cli_json_and_refusal():
-    p = subprocess.run([*CLI, "theory", "temperature", "--law", "log:1,pow:1", "--n-tokens", "100,1000",
-                        "--n-queries", "8", "--format", "json"], capture_output=True, text=True, timeout=300)
+    p = run_cli("theory", "temperature", "--law", "log:1,pow:1", "--n-tokens", "100,1000", "--n-queries", "8",
+                "--format", "json")
     assert p.returncode == 0, p.stderr
     obj = json.loads(p.stdout)
     assert [(r["n_tokens"], r["law"]) for r in obj["rows"]] == [(100, "log:1.0"), (100, "pow:1.0"),
                                                                 (1000, "log:1.0"), (1000, "pow:1.0")]
     assert [s["law"] for s in obj["slopes"]] == ["log:1.0", "pow:1.0"]
-    bad = subprocess.run([*CLI, "theory", "temperature", "--law", "pow:x"], capture_output=True, text=True, timeout=300)
+    bad = run_cli("theory", "temperature", "--law", "pow:x")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "pow:c" in bad.stderr and bad.stdout == ""
