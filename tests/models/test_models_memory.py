@@ -13,7 +13,7 @@ import torch
 from rankcollapse.errors import MemoryLimitError
 from rankcollapse.models import probe
 from rankcollapse.models import probe_memory
-from rankcollapse.models.memory import HEADROOM, MAP_METRIC_COPIES, SCORE_COPIES, ProbeMemory
+from rankcollapse.models.memory import HEADROOM, MAP_METRIC_COPIES, OVERHEAD, SCORE_COPIES, ProbeMemory
 
 from family_configs import build
 
@@ -22,13 +22,14 @@ def test_batch_size_is_the_largest_that_fits():
     """Each window counted HEADROOM = 1.5 times: 300 bytes each here."""
     assert HEADROOM == 1.5
     plan = ProbeMemory(weights=1000, per_window=200)
-    assert plan.peak(3) == 1600
-    assert plan.batch_size(1900, most=8) == 3
-    assert plan.batch_size(1899, most=8) == 2
-    assert plan.batch_size(10**9, most=8) == 8
-    assert plan.batch_size("1.3kB", most=8) == 1
+    base = 1000 + OVERHEAD
+    assert plan.peak(3) == base + 600
+    assert plan.batch_size(base + 900, most=8) == 3
+    assert plan.batch_size(base + 899, most=8) == 2
+    assert plan.batch_size(10**12, most=8) == 8
+    assert plan.batch_size(str(base + 300), most=8) == 1
     with pytest.raises(MemoryLimitError, match="one window"):
-        plan.batch_size(1299, most=8)
+        plan.batch_size(base + 299, most=8)
 
 
 def test_attention_terms_grow_with_n_squared():
@@ -52,26 +53,32 @@ def test_probe_with_max_memory_runs_the_batches_that_fit(make_windows_tiny):
     model = build("gpt2")
     w = make_windows_tiny(n_windows=5, length=10, pad_last=3)
     plan = probe_memory(model, 10)
-    limit = plan.weights + int(2.5 * HEADROOM * plan.per_window)
+    limit = plan.weights + OVERHEAD + int(2.5 * HEADROOM * plan.per_window)
     df = probe(model, w, max_memory=limit, batch_size=8, progress=False)
     assert df.attrs["batch_size"] == 2 and df.attrs["predicted_peak_bytes"] == plan.peak(2) <= limit
     ref = probe(model, w, batch_size=8, progress=False)
     torch.testing.assert_close(torch.tensor(df["mean"].to_numpy()), torch.tensor(ref["mean"].to_numpy()))
     with pytest.raises(MemoryLimitError):
-        probe(model, w, max_memory=plan.weights + int(HEADROOM * plan.per_window) - 1)
+        probe(model, w, max_memory=plan.weights + OVERHEAD + int(HEADROOM * plan.per_window) - 1)
 
 
 MEASURE = r"""
-import json, resource, sys, torch
+import json, sys, torch
 sys.path.insert(0, sys.argv[1])
 from family_configs import build
 from rankcollapse.data import Windows
 from rankcollapse.models import probe
 from rankcollapse.models import probe_memory
-from rankcollapse.models.memory import HEADROOM
+from rankcollapse.models.memory import HEADROOM, OVERHEAD
 
-def rss():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+def status(key):  # kB fields of /proc/self/status: VmRSS now, VmHWM the peak since the reset
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+
+def reset_peak():  # Linux: writing 5 to clear_refs resets VmHWM to the current VmRSS
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 def windows(n, b):
     x = torch.randint(1, 97, (b, n), generator=torch.Generator().manual_seed(1))
@@ -80,32 +87,34 @@ def windows(n, b):
 model = build("llama", "sdpa")
 metrics = ["attention_entropy", "avg_abs_cos"]
 probe(model, windows(32, 2), metrics=metrics, progress=False)  # first-call allocations
-base = rss()
-out = {}
-plan = probe_memory(model, 384, metrics=metrics)
-limit = plan.weights + int(2.5 * HEADROOM * plan.per_window)  # two windows fit, three do not
-df = probe(model, windows(384, 6), metrics=metrics, batch_size=6, max_memory=limit, progress=False)
-out["auto"] = {"batch_size": df.attrs["batch_size"], "measured": rss() - base, "limit": limit - plan.weights,
-               "predicted": 2 * plan.per_window}
-probe(model, windows(768, 2), metrics=metrics, batch_size=2, progress=False)  # a larger peak: rss() grows to it
-out["large"] = {"measured": rss() - base, "predicted": 2 * probe_memory(model, 768, metrics=metrics).per_window}
+n, n_windows, batch_size = (int(a) for a in sys.argv[2:5])
+plan = probe_memory(model, n, metrics=metrics)
+limit = plan.weights + OVERHEAD + int(2.5 * HEADROOM * plan.per_window)  # two windows fit, three do not
+reset_peak()
+base = status("VmRSS")
+df = probe(model, windows(n, n_windows), metrics=metrics, batch_size=batch_size, max_memory=limit, progress=False)
+out = {"batch_size": df.attrs["batch_size"], "measured": status("VmHWM") - base, "limit": limit - plan.weights,
+       "predicted": df.attrs["predicted_peak_bytes"] - plan.weights}
 print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is in KiB on Linux")
+@pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="needs Linux's resettable peak RSS")
 def test_prediction_against_the_measured_peak(tmp_path):
-    """In a fresh process, the growth of the peak resident set over a warmed-up baseline
-    (``ru_maxrss``) at N = 384 (micro-batched by max_memory to 2 windows) and N = 768
-    (2 windows) is within a factor 2 of the prediction, and the micro-batched run stays
-    under its limit."""
+    """In a fresh process per case, the growth of the peak resident set (``VmHWM``, reset
+    before the run) over the resident set before it, at N = 384 (6 windows, micro-batched
+    by max_memory to 2) and N = 768 (2 windows), is within a factor 2 of the prediction,
+    and the micro-batched run stays under its limit."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     here = str(Path(__file__).parent)
-    run = subprocess.run([sys.executable, "-c", MEASURE, here], capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    out = json.loads(run.stdout.strip().splitlines()[-1])
+    out = {}
+    for case, args in (("auto", ("384", "6", "6")), ("large", ("768", "2", "2"))):  # a fresh process each
+        run = subprocess.run([sys.executable, "-c", MEASURE, here, *args], capture_output=True, text=True, env=env,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        out[case] = json.loads(run.stdout.strip().splitlines()[-1])
     auto, large = out["auto"], out["large"]
-    assert auto["batch_size"] == 2
+    assert auto["batch_size"] == 2 and large["batch_size"] == 2
     assert auto["measured"] <= auto["limit"]
     for case in (auto, large):
         assert 0.5 <= case["measured"] / case["predicted"] <= 2, out

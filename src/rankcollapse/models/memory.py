@@ -16,12 +16,12 @@ blocks in all stacks, ``P`` recorded points, ``s`` the model's bytes per element
 
 GQA models form ``H`` (query heads) score rows, so ``H`` is the query heads' count.
 
-The prediction is a best estimate of the growth a probe adds to the process: measured
-on CPU (tiny Llama and GPT-2 models, d = 64, N = 256 to 1024, one to eight windows;
-attention, sink and token metrics), the growth of the peak resident set
-(``ru_maxrss``) was 0.76 to 1.45 times the prediction (the allocator and libraries add
-buffers the formula does not count). To fit a limit, :meth:`ProbeMemory.batch_size`
-counts each window :data:`HEADROOM` times, the top of that band.
+plus :data:`OVERHEAD` per probe, the allocator's and libraries' buffers. The prediction
+is a best estimate of the growth a probe adds to the process: measured on CPU with a
+tiny Llama (d = 32, 3 blocks, attention entropy and avg |cos|, N = 384 and 768, in
+batches of 2), the growth of the peak resident set (``VmHWM``) over the resident set
+before the run was 0.59 to 1.1 times the prediction. To fit a limit,
+:meth:`ProbeMemory.batch_size` counts each window :data:`HEADROOM` times.
 """
 
 from __future__ import annotations
@@ -30,9 +30,12 @@ from dataclasses import dataclass
 
 from .._memory import check_memory, human, parse_size
 
-#: The factor on ``per_window`` when a batch size is fitted to a limit: the largest
-#: measured / predicted growth seen.
+#: The factor on ``per_window`` when a batch size is fitted to a limit (the largest
+#: measured / predicted growth seen, 1.1, with a margin).
 HEADROOM = 1.5
+#: Bytes a probe adds besides its windows: the allocator's arenas and library buffers
+#: (measured 20 to 40 MiB beyond the per-window terms on CPU).
+OVERHEAD = 32 * 2**20
 #: ``(N, d)`` arrays per window alive at once in a block's forward pass besides the
 #: recorded points (residual, norm output, queries, keys, values, attention output,
 #: branch sum, a cast).
@@ -53,15 +56,15 @@ SINK_METRIC_COPIES = 2
 
 @dataclass(frozen=True)
 class ProbeMemory:
-    """Predicted bytes of a probe: ``weights`` (parameters and buffers) plus
-    ``per_window`` for each window of a batch."""
+    """Predicted bytes of a probe: ``weights`` (parameters and buffers), plus
+    :data:`OVERHEAD`, plus ``per_window`` for each window of a batch."""
 
     weights: int
     per_window: int
 
     def peak(self, batch_size: int) -> int:
         """Predicted peak bytes with ``batch_size`` windows per forward pass."""
-        return self.weights + batch_size * self.per_window
+        return self.weights + OVERHEAD + batch_size * self.per_window
 
     def batch_size(self, max_memory: int | str, most: int) -> int:
         """The largest batch size up to ``most`` whose peak, each window counted
@@ -73,13 +76,13 @@ class ProbeMemory:
             Not even one window fits.
         """
         window = HEADROOM * self.per_window
-        check_memory(self.weights + window, "probing one window (weights included)", max_memory)
+        check_memory(self.weights + OVERHEAD + window, "probing one window (weights included)", max_memory)
         limit = parse_size(max_memory)
-        return max(1, min(most, int((limit - self.weights) // max(window, 1))))
+        return max(1, min(most, int((limit - self.weights - OVERHEAD) // max(window, 1))))
 
     def __str__(self) -> str:
-        return f"weights {human(self.weights)} + {human(self.per_window)} per window"
+        return f"weights {human(self.weights)} + {human(OVERHEAD)} + {human(self.per_window)} per window"
 
 
-__all__ = ["FORWARD_TOKEN_COPIES", "HEADROOM", "MAP_METRIC_COPIES", "SCORE_COPIES", "SDPA_SCORE_COPIES", "SINK_METRIC_COPIES",
+__all__ = ["FORWARD_TOKEN_COPIES", "HEADROOM", "OVERHEAD", "MAP_METRIC_COPIES", "SCORE_COPIES", "SDPA_SCORE_COPIES", "SINK_METRIC_COPIES",
            "ProbeMemory"]
