@@ -34,3 +34,19 @@ def test_parity_table(model_dir, tmp_path):
     for extra, flag in ((["--mask", "causal"], "--mask"), (["--out", "o"], "--out"), (["--drop", "mlp"], "--drop")):
         code, _, err = check_run([*base, *extra], tmp_path)
         assert code == 2 and f"{flag} cannot be applied: --parity" in err, err
+
+
+def test_max_memory_micro_batches_the_metrics_run(model_dir, tmp_path):
+    """--max-memory: the JSON says the batch size that fits and the predicted peak; a bad
+    size and the runs that cannot apply it are refused with one line."""
+    base = ["probe", "--model", str(model_dir / "model"), "--windows-file", str(model_dir / "w.npz")]
+    code, out, err = check_run([*base, "--max-memory", "1GiB", "--batch-size", "2", "--format", "json"], tmp_path)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["batch_size"] == 2 and 0 < doc["predicted_peak_bytes"] < 2**30
+    assert "batches of 2 windows" in err
+    for extra, flag in ((["--max-memory", "lots"], "--max-memory must be a size"),
+                        (["--max-memory", "1GiB", "--parity"], "--max-memory cannot be applied: --parity"),
+                        (["--max-memory", "1kB"], "probing one window")):
+        code, _, err = check_run([*base, *extra], tmp_path)
+        assert code == 2 and flag in err and len(err.strip().splitlines()) == 1, err

@@ -196,3 +196,33 @@ def test_an_nnsight_model_gives_the_transformers_table_in_every_family(kind, mak
 def test_an_nnsight_model_with_a_shared_block_is_refused(make_tiny):
     with pytest.raises(ModelError, match="runs one module as several blocks"):
         library_model(nnsight.NNsight(make_tiny("albert").model))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_parity_of_a_bridge_against_the_wrapped_models_hidden_states(name, request, windows):
+    """Each cached point of an unprocessed bridge equals the wrapped model's hidden_states
+    within the float32 bound (right padding: a plain transformers call numbers a
+    left-padded window's positions from its first slot, the bridge from its first real
+    token); the table labels every hidden_states entry."""
+    from rankcollapse.models import check_parity, parity
+
+    model = bridge(request.getfixturevalue(name))
+    right = windows.attention_mask.clone()
+    right[2] = 1  # the left-padded window, unpadded
+    table = parity(model, Windows(windows.input_ids, right, windows.special_tokens_mask), batch_size=2)
+    assert list(table["point"]) == ["embeddings", *[f"layer.{k}.output" for k in range(N_LAYERS - 1)], "final_norm"]
+    assert table["ok"].all() and (table["max_abs"] > 0).all()
+    assert table.attrs["recorded_by"] == "transformer_lens"
+    check_parity(table)
+
+
+def test_parity_of_a_bridge_with_processed_weights_fails_loudly(gpt2, windows):
+    """Compatibility mode centres the residual stream: far above the float32 bound."""
+    from rankcollapse.models import check_parity, parity
+
+    model = bridge(gpt2)
+    model.enable_compatibility_mode(disable_warnings=True)
+    table = parity(model, windows)
+    assert not table["ok"].all()
+    with pytest.raises(ModelError, match="parity with transformers"):
+        check_parity(table)

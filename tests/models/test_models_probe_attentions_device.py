@@ -28,7 +28,7 @@ def _main(monkeypatch, *args):
     return exc.value.code
 
 
-def test_attentions_equal_the_model_own_eager_maps(monkeypatch, capsys, text_file, tmp_path):
+def test_attentions_equal_the_model_own_eager_maps_within_float32(monkeypatch, capsys, text_file, tmp_path):
     from rankcollapse.cli import main
 
     out = tmp_path / "run"
@@ -45,16 +45,18 @@ def test_attentions_equal_the_model_own_eager_maps(monkeypatch, capsys, text_fil
     for k, a in enumerate(ref):
         got = maps[f"layer.{k}.attention"]
         assert got.shape == (2, 12, 24, 24)
-        np.testing.assert_array_equal(got, a.numpy())
+        # MiniLM loads with SDPA: rows recomputed from the kernel's queries and keys, whose
+        # hidden states differ from eager attention's in the last float32 bits
+        np.testing.assert_allclose(got, a.numpy(), rtol=1e-4, atol=1e-5)
 
 
-def test_sdpa_model_is_restored_after_recording_attentions():
+def test_sdpa_model_keeps_sdpa_while_recording_attentions():
     from rankcollapse.models import Recorder
 
     loaded = load_model("minilm")
     assert loaded.model.config._attn_implementation == "sdpa"
     with Recorder(loaded, [], attentions=True):
-        assert loaded.model.config._attn_implementation == "eager"
+        assert loaded.model.config._attn_implementation == "sdpa"
     assert loaded.model.config._attn_implementation == "sdpa"
 
 

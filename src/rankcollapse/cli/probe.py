@@ -67,6 +67,9 @@ def probe_command(
     windows_file: Optional[Path] = typer.Option(None, "--windows-file", help="token ids instead of text: a windows.npz "
                                                 "as --out writes (input_ids, attention_mask, special_tokens_mask)"),
     batch_size: int = typer.Option(8, "--batch-size"),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="memory the probe may use, weights included, "
+                                             "e.g. 8GiB: windows run in the largest batches (up to --batch-size) "
+                                             "that its predicted peak fits"),
     seed: int = typer.Option(0, "--seed", help="seeds the document order (and the --control weights)"),
     control: Optional[str] = typer.Option(None, "--control", help="random-init: also run each model's architecture "
                                           "freshly initialised (seeded with --seed) on the same windows, side by "
@@ -109,6 +112,13 @@ def probe_command(
         check_influence_options(metrics=metrics, d_qk=d_qk, drop=drop,
                                 points=points, attentions=attentions, clip_massive=clip_massive, control=control,
                                 ablate_heads=ablate_heads, patch_from=patch_from)
+    if max_memory is not None:
+        from .._memory import parse_size
+
+        parse_size(max_memory)
+        for flag, given in (("--influence", influence), ("--patch-from", patch_from)):
+            if given:
+                raise ConfigError(f"--max-memory plans the batches of the metrics run; {flag} does not apply it")
     names = _model_names(model)
     metric_names = _metric_names(metrics)
     # Before transformers is imported: a hub name must fail at once, not wait on the network.
@@ -194,15 +204,22 @@ def probe_command(
             runs.append((loaded, wins, table))
             continue
         table = models.probe(loaded, wins, mask=mask, d_qk=d_qk, drop=drop, batch_size=batch_size, points=points,
-                             metrics=metric_names, clip_massive=clip_massive, ablate_heads=heads)
+                             metrics=metric_names, clip_massive=clip_massive, ablate_heads=heads,
+                             max_memory=max_memory)
         runs.append((loaded, wins, table))
+        if max_memory is not None:
+            from .._memory import human
+
+            notes.append(f"{loaded.name}: --max-memory {max_memory}: batches of {table.attrs['batch_size']} windows, "
+                         f"predicted peak {human(table.attrs['predicted_peak_bytes'])}")
         if control is not None:  # same windows, same options, fresh weights
             from ..models.controls import random_init
 
             fresh = random_init(loaded, seed=seed)
             runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk=d_qk, drop=drop,
                                                    batch_size=batch_size, points=points, metrics=metric_names,
-                                                   clip_massive=clip_massive, ablate_heads=heads)))
+                                                   clip_massive=clip_massive, ablate_heads=heads,
+                                                   max_memory=max_memory)))
         if clip_massive:  # where each run clipped, and whether the token came back
             from ..models.massive import clip_report
 
@@ -595,6 +612,8 @@ def to_json(table: Any) -> dict[str, Any]:
         "drop": attrs.get("drop"),
         **({"clip_massive": True, "massive_clips": attrs.get("massive_clips")} if attrs.get("clip_massive") else {}),
         **({"ablate_heads": attrs["ablate_heads"]} if attrs.get("ablate_heads") else {}),
+        **({"batch_size": attrs["batch_size"], "predicted_peak_bytes": attrs["predicted_peak_bytes"]}
+           if "predicted_peak_bytes" in attrs else {}),
         **({"patch": {"point": attrs["patch_point"], "head": attrs.get("patch_head"),
                       "layers": "change patched - unpatched per window, mean over windows"}}
            if attrs.get("patch_point") else {}),

@@ -5,7 +5,7 @@ See ``docs/models.md``. Public API: :func:`load_model`, :class:`LoadedModel`,
 :func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`, :func:`plot_layers`;
 edits inside the model: :class:`HeadAblation`, :class:`EditContext`, :func:`patch`; and hidden states on disk: :class:`States`, :func:`capture_states`, :func:`save_states`,
 :func:`read_states`, :func:`states_table`; parity with transformers: :func:`parity`,
-:func:`check_parity`.
+:func:`check_parity`; the memory of a probe: :func:`probe_memory`.
 
 Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``models`` may import
 ``metrics``, ``masks``, ``data``, ``points``, ``assets``, ``errors`` and the private
@@ -23,10 +23,11 @@ if TYPE_CHECKING:
     from .edits import EditContext, HeadAblation
     from .interventions import intervene
     from .loading import FAMILIES, LoadedModel, as_loaded, detect_family, load_model
+    from .memory import ProbeMemory
     from .probe import (
         PROBE_DEFAULT_METRICS, TABLE_COLUMNS, attention_maps, default_points, embed, embedding_rank_note,
         layernorm_rank_note,
-        model_inputs, position_ids, probe,
+        model_inputs, position_ids, probe, probe_memory,
     )
     from .plot import plot_layers
     from .parity import check_parity, parity

@@ -9,6 +9,12 @@ a bound that follows the dtype: ``8 · eps(dtype) · max|x|`` (``x`` the transfo
 tensor; float32 eps = 1.2e-7, bfloat16 eps = 7.8e-3). Entries are labelled as
 :func:`~rankcollapse.models.families.hidden_states_points` says; the last entry of a
 generic family is not compared (its final norm is not known).
+
+Given a TransformerLens ``TransformerBridge``, the recorded side is the bridge's
+``run_with_cache`` (the hooks of :data:`~rankcollapse.models.lens.LENS_HOOKS`) and the
+reference is ``output_hidden_states`` of the transformers model the bridge wraps, so
+the table says how far TransformerLens's residual stream is from the model it runs (a
+bridge with processed weights is expected to fail: its stream is centred).
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFram
     """Per ``hidden_states`` entry, the largest ``|Δ|`` between the probe's recorded point
     and transformers' ``output_hidden_states``, over the real tokens of every window.
 
+    ``loaded``: a transformers model (or :class:`~rankcollapse.models.LoadedModel`), or a
+    TransformerLens ``TransformerBridge``, whose cached points are compared with the
+    wrapped transformers model's ``hidden_states``.
+
     Returns
     -------
     pandas.DataFrame with :data:`PARITY_COLUMNS`: ``layer`` (the entry's index),
@@ -44,21 +54,29 @@ def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFram
     ConfigError
         As :func:`~rankcollapse.models.probe` (positions, token ids).
     ModelError
-        The model returns no ``hidden_states`` (nor ``encoder_hidden_states``).
+        The model returns no ``hidden_states`` (nor ``encoder_hidden_states``); an
+        nnsight model (it records with the transformers model's own hooks: pass that).
 
     See Also
     --------
     check_parity : raises when an entry is above its bound.
     """
+    from .lens import library_model
     from .loading import as_loaded
     from .probe import check_positions, check_token_ids, decoder_padding, model_inputs
     from .recorder import Recorder
 
-    loaded = as_loaded(loaded)
+    library = library_model(loaded)
+    if library is not None and library.library != "transformer_lens":
+        raise ModelError(f"parity of an {library.library} model: pass the transformers model it wraps, whose hooks "
+                         "it records with")
+    loaded = library.loaded if library is not None else as_loaded(loaded)
     check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     stack_list = families.stacks(loaded.model, loaded.family)
     labels = {s.prefix: families.hidden_states_points(loaded.family, s.n_layers, s.prefix) for s in stack_list}
+    if library is not None:  # compare the points the bridge caches
+        labels = {p: [n if n in library.points else None for n in names] for p, names in labels.items()}
     wanted = [p for names in labels.values() for p in names if p is not None]
     worst: dict[str, list[float]] = {p: [0.0, 0.0] for p in wanted}  # point -> [max |Δ|, max |x|]
     dtype = next(loaded.model.parameters()).dtype
@@ -66,8 +84,12 @@ def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFram
         ids = windows.input_ids[start : start + batch_size]
         am = windows.attention_mask[start : start + batch_size]
         inputs = model_inputs(loaded, ids, am)
-        with Recorder(loaded, wanted) as rec:
-            loaded.model(**inputs)
+        if library is not None:
+            recorded = library.record(inputs)
+        else:
+            with Recorder(loaded, wanted) as rec:
+                loaded.model(**inputs)
+            recorded = rec.outputs
         plain = {k: v for k, v in inputs.items() if k not in ("position_ids", "use_cache")}
         out = loaded.model(**plain, output_hidden_states=True)
         for prefix, names in labels.items():
@@ -76,7 +98,7 @@ def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFram
             for name, ref in zip(names, entries):
                 if name is None:
                     continue
-                X = rec.outputs[name]
+                X = recorded[name].to(ref.device)
                 diff = (X.double() - ref.double()).abs().amax(dim=-1)[real]
                 worst[name][0] = max(worst[name][0], float(diff.max()) if diff.numel() else 0.0)
                 worst[name][1] = max(worst[name][1], float(ref.double().abs().amax(dim=-1)[real].max()))
@@ -91,7 +113,8 @@ def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFram
             rows.append({"layer": layer, "point": name, "max_abs_diff": d, "max_abs": scale, "bound": bound,
                          "ok": d <= bound})
     df = pd.DataFrame(rows, columns=list(PARITY_COLUMNS))
-    df.attrs.update(model=loaded.name, family=loaded.family, dtype=str(dtype).removeprefix("torch."))
+    df.attrs.update(model=loaded.name, family=loaded.family, dtype=str(dtype).removeprefix("torch."),
+                    recorded_by=library.library if library is not None else "rankcollapse")
     return df
 
 

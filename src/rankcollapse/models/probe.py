@@ -27,6 +27,7 @@ from .edits import EditFn, HeadAblation, ablation_edits, check_ablation, head_me
 from .interventions import intervene, split_drop
 from .lens import LibraryModel, library_model
 from .loading import as_loaded
+from .memory import ProbeMemory
 from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
 from .sinks import SINK_METRICS, VALUE_METRICS, ValueRecorder, sink_values
 from .temperature import d_qk_scale_for
@@ -251,6 +252,7 @@ def probe(
     clip_massive: bool = False,
     edits: Mapping[str, EditFn] | None = None,
     ablate_heads: HeadAblation | None = None,
+    max_memory: int | str | None = None,
 ) -> pd.DataFrame:
     """Metrics per layer and recorded point, summarised over windows.
 
@@ -274,11 +276,12 @@ def probe(
     metrics : metric names from ``rankcollapse.metrics.METRICS`` (of the recorded
         hidden states) or from ``ATTENTION_METRICS`` (``attention_entropy``,
         ``participation_ratio``, ...: of every block's self-attention
-        probabilities, recorded in the same forward pass under eager attention, at the
+        probabilities, recorded in the same forward pass (eager attention's own, or
+        recomputed from SDPA's queries and keys: :class:`~rankcollapse.models.Recorder`), at the
         point ``{prefix}layer.k.attention``; allowed keys: ``mask`` or the model's own
         causal/complete pattern, and real tokens); None =
         ``mu, mu_relative, rank_fraction, sigma_min, avg_abs_cos``.
-    batch_size : windows per forward pass.
+    batch_size : windows per forward pass (at most, with ``max_memory``).
     points : ``"hidden_states"`` (default), ``"all"`` (also block inputs, norms and
         sublayer outputs), an explicit list of point names, or a comma-separated string
         adding ``module:PATH`` items to either (``"hidden_states,module:model.layers.3.self_attn"``):
@@ -298,6 +301,10 @@ def probe(
         measured on the edited model (:mod:`rankcollapse.models.edits`).
     ablate_heads : heads to remove from their block's attention output, with zeros or
         their mean over the windows (:class:`~rankcollapse.models.edits.HeadAblation`).
+    max_memory : bytes (or ``"8GiB"``) the probe may use, weights included: the batch
+        size becomes the largest (up to ``batch_size``) whose predicted peak fits
+        (:func:`~rankcollapse.models.memory.probe_memory`); ``df.attrs`` then holds
+        ``batch_size`` and ``predicted_peak_bytes``. None runs ``batch_size`` as given.
     per_window : also return each row's per-window values (column ``values``: a float64
         array ``(B,)`` in window order, non-finite values kept), from the same batched
         forward passes, so intervals over windows need no second run.
@@ -343,13 +350,20 @@ def probe(
          2 layer.1.output rank_fraction   1.0          4
          2     final_norm rank_fraction   1.0          4
     """
+    planned = {}
+    if max_memory is not None:
+        plan = probe_memory(loaded, windows.n_tokens, points=points, metrics=metrics)
+        batch_size = plan.batch_size(max_memory, batch_size)
+        planned = {"batch_size": int(batch_size), "predicted_peak_bytes": plan.peak(batch_size)}
     library = library_model(loaded)  # a TransformerLens or nnsight model
     if library is not None:
         applied = {"mask": mask is not None, "d_qk_scale": d_qk_scale != 1, "d_qk": d_qk is not None, "drop": bool(drop),
                    "points": points != "hidden_states", "clip_massive": clip_massive,
                    "edits": bool(edits), "ablate_heads": ablate_heads is not None}
-        return _probe_library(library, windows, metrics, batch_size, exclude_special, progress, per_window,
-                              [k for k, v in applied.items() if v])
+        df = _probe_library(library, windows, metrics, batch_size, exclude_special, progress, per_window,
+                            [k for k, v in applied.items() if v])
+        df.attrs.update(planned)
+        return df
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
     check_positions(loaded, windows.n_tokens)
@@ -382,8 +396,62 @@ def probe(
         **({"edits": list(edits)} if edits else {}),
         **({"ablate_heads": {"heads": [list(kh) for kh in ablate_heads.heads], "mode": ablate_heads.mode}}
            if ablate_heads is not None else {}),
+        **planned,
     )
     return df
+
+
+def _config_int(config: Any, names: Sequence[str], default: int) -> int:
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return default
+
+
+def probe_memory(loaded: Any, n_tokens: int, *, points: Sequence[str] | str = "hidden_states",
+                 metrics: Sequence[str] | None = None) -> ProbeMemory:
+    """Predict the memory of :func:`~rankcollapse.models.probe` on windows of
+    ``n_tokens`` tokens with these ``points`` and ``metrics`` (see the module docstring
+    of :mod:`rankcollapse.models.memory` for the formula and its measured error band).
+
+    ``loaded``: a transformers model, :class:`~rankcollapse.models.LoadedModel`, or a
+    TransformerLens / nnsight model (the model it wraps is sized).
+
+    Raises
+    ------
+    ModelError
+        Unknown points (as :func:`~rankcollapse.models.probe`).
+    """
+    from ..metrics.registry import metrics_bytes
+    from .memory import FORWARD_TOKEN_COPIES, MAP_METRIC_COPIES, SCORE_COPIES, SDPA_SCORE_COPIES, SINK_METRIC_COPIES
+
+    library = library_model(loaded)
+    loaded = library.loaded if library is not None else as_loaded(loaded)
+    model = loaded.model
+    tensors = [*model.parameters(), *model.buffers()]
+    weights = sum(t.numel() * t.element_size() for t in tensors)
+    s = tensors[0].element_size() if tensors else 4
+    config = model.config
+    d = _config_int(config, ("hidden_size", "n_embd", "d_model", "dim"), 0)
+    f = _config_int(config, ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "hidden_dim"), 4 * d)
+    heads = _config_int(config, ("num_attention_heads", "n_head", "num_heads", "n_heads"), 1)
+    n_blocks = sum(st.n_layers for st in families.stacks(model, loaded.family))
+    names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
+    measured_maps = any(n in ATTENTION_METRICS for n in names)
+    attention = measured_maps or any(n in SINK_METRICS for n in names)
+    eager = getattr(config, "_attn_implementation", "eager") == "eager"
+    token_names = [n for n in names if n not in ATTENTION_METRICS and n not in SINK_METRICS]
+    n_points = (len(library.points) if library is not None else len(_point_list(loaded, points))) if token_names else 0
+    N = int(n_tokens)
+    records = n_points * N * d * s
+    maps = n_blocks * heads * N * N * s if attention else 0
+    scores = SCORE_COPIES if attention or eager else SDPA_SCORE_COPIES
+    forward = (FORWARD_TOKEN_COPIES * N * d + 2 * N * f) * s + scores * heads * N * N * 4
+    map_copies = MAP_METRIC_COPIES if measured_maps else SINK_METRIC_COPIES if attention else 0
+    measure = max(metrics_bytes((1, N, d), token_names, 8)[0] if token_names else 0, map_copies * heads * N * N * 8)
+    return ProbeMemory(int(weights), int(records + maps + max(forward, measure)))
+
 
 
 def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[str] | None, batch_size: int,
@@ -587,9 +655,11 @@ def attention_maps(
     """Self-attention probabilities of every block on ``windows``, under the same
     interventions as :func:`probe`.
 
-    The model runs with eager attention for the call (switched automatically by
-    :class:`Recorder` ``(attentions=True)`` and restored), so the maps are exactly
-    the model's own ``output_attentions``.
+    Recorded by :class:`Recorder` ``(attentions=True)``: an SDPA model keeps SDPA and
+    its rows are recomputed from the queries and keys the kernel receives (equal to
+    eager attention's within float round-off); any other model runs with eager
+    attention for the call (switched and restored), so the maps are exactly its own
+    ``output_attentions``.
 
     Returns
     -------

@@ -19,6 +19,8 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
+from torch.overrides import TorchFunctionMode
+
 from ..errors import ModelError
 from . import families
 from .families import Stack, Tap
@@ -115,10 +117,14 @@ class Recorder:
     stop : raise :class:`StopForward` as soon as every point is captured, so a caller
         that needs only early points (e.g. ``embeddings``) skips the rest of the model.
         The exception is swallowed by this context manager's ``__exit__``.
-    attentions : also record the self-attention probabilities of every block. Inside
-        the ``with`` block the model runs with eager attention (SDPA and flash kernels
-        never form the probabilities; the previous implementation is restored on
-        exit) and ``output_attentions=True`` is added to its call.
+    attentions : also record the self-attention probabilities of every block. A model
+        running SDPA attention keeps it: each block's probabilities are recomputed from
+        the queries, keys, scale and mask that its ``scaled_dot_product_attention`` call
+        receives (:class:`SdpaRows`), i.e. after rotary embeddings, query/key norms and
+        grouped keys, as eager attention forms them. Any other model runs with eager
+        attention inside the ``with`` block (flash kernels never form the
+        probabilities; the previous implementation is restored on exit) and
+        ``output_attentions=True`` is added to its call.
 
     Attributes
     ----------
@@ -127,7 +133,8 @@ class Recorder:
     attention_maps : dict[str, torch.Tensor]
         With ``attentions=True``: ``{prefix}layer.k.attention`` -> softmax probabilities
         ``(B, H, N, N)`` (row i: how query token i attends to each key), exactly the
-        model's own ``output_attentions`` under eager attention.
+        model's own ``output_attentions`` under eager attention (under SDPA, equal to
+        them up to the float round-off by which SDPA and eager attention differ).
 
     Raises
     ------
@@ -185,6 +192,7 @@ class Recorder:
         self.attentions = attentions
         self.attention_maps: dict[str, torch.Tensor] = {}
         self._previous_impl: str | None = None
+        self._rows: SdpaRows | None = None
         self.outputs: dict[str, torch.Tensor] = {}
         self._calls: dict[tuple[int, str], int] = defaultdict(int)
         self._handles: list[Any] = []
@@ -200,7 +208,7 @@ class Recorder:
     def _reset(self, *_: Any, **__: Any) -> None:
         self._calls.clear()
         self.outputs = {}
-        self.attention_maps = {}
+        self.attention_maps.clear()  # the same dict SdpaRows fills
 
     def _store_attentions(self, module: nn.Module, args: tuple, output: Any) -> None:
         for stack in self.stacks:
@@ -214,7 +222,12 @@ class Recorder:
     def __enter__(self) -> "Recorder":
         self._reset()
         self._handles.append(self.model.register_forward_pre_hook(self._reset))
-        if self.attentions:
+        if self.attentions and SdpaRows.applies(self.model, self.stacks):
+            self._rows = SdpaRows(self.stacks, self.attention_maps)
+            self._handles.extend(self._rows.hooks())
+            self._handles.append(self.model.register_forward_hook(self._rows.check))
+            self._rows.__enter__()
+        elif self.attentions:
             self._previous_impl = switch_attention(self.model, "eager")
             self._handles.append(self.model.register_forward_pre_hook(_ask_attentions, with_kwargs=True))
             self._handles.append(self.model.register_forward_hook(self._store_attentions))
@@ -239,6 +252,9 @@ class Recorder:
         return hook
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if self._rows is not None:
+            self._rows.__exit__(None, None, None)
+            self._rows = None
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -246,6 +262,97 @@ class Recorder:
             switch_attention(self.model, self._previous_impl)
             self._previous_impl = None
         return exc_type is not None and issubclass(exc_type, StopForward)
+
+
+class SdpaRows(TorchFunctionMode):
+    """Attention probabilities of an SDPA model, recomputed from what each block's
+    self-attention passes to ``torch.nn.functional.scaled_dot_product_attention``.
+
+    The queries and keys arrive there exactly as the kernel uses them (rotary
+    embeddings applied, query/key norms, the model's scale, its mask), so
+    ``softmax(q kᵀ · scale + mask)`` in float32, cast to the queries' dtype, is the
+    row eager attention returns: keys grouped as transformers' ``repeat_kv`` groups
+    them (head h reads key head ``h // (H / H_kv)``), a boolean mask (True = attend)
+    made additive with ``finfo.min`` as transformers' eager mask, ``is_causal`` as
+    the lower triangle. The kernel still computes the block's output.
+
+    Calls are attributed to ``{prefix}layer.k.attention`` by forward hooks on each
+    block's self-attention module (counted per call, so a shared layer gets one name
+    per depth); cross-attention calls are not recorded.
+    """
+
+    def __init__(self, stack_list: list[Stack], maps: dict[str, torch.Tensor]):
+        super().__init__()
+        self.stacks = stack_list
+        self.maps = maps
+        self._current: str | None = None
+        names: dict[int, list[str]] = defaultdict(list)
+        for stack in stack_list:
+            for k, parts in enumerate(stack.blocks):
+                names[id(parts.self_attn)].append(f"{stack.prefix}layer.{k}.attention")
+        self._names = names
+        self._modules = {id(p.self_attn): p.self_attn for s in stack_list for p in s.blocks}
+
+    @staticmethod
+    def applies(model: nn.Module, stack_list: list[Stack]) -> bool:
+        """The model runs SDPA attention and every block names its self-attention."""
+        return (getattr(model.config, "_attn_implementation", None) == "sdpa"
+                and all(p.self_attn is not None for s in stack_list for p in s.blocks))
+
+    def hooks(self) -> list[Any]:
+        """Install the forward hooks that name the running block; returns their handles."""
+        handles = []
+        for key, module in self._modules.items():
+            def enter(module: nn.Module, args: tuple, key: int = key) -> None:
+                done = sum(1 for n in self._names[key] if n in self.maps)
+                self._current = self._names[key][min(done, len(self._names[key]) - 1)]
+
+            def leave(module: nn.Module, args: tuple, output: Any) -> None:
+                self._current = None
+
+            handles.append(module.register_forward_pre_hook(enter))
+            handles.append(module.register_forward_hook(leave))
+        return handles
+
+    def check(self, module: nn.Module, args: tuple, output: Any) -> None:
+        """After the forward pass: every block's self-attention went through SDPA.
+
+        Raises
+        ------
+        ModelError
+            A block's self-attention did not call ``scaled_dot_product_attention``.
+        """
+        missing = [n for names in self._names.values() for n in names if n not in self.maps]
+        if missing:
+            raise ModelError(f"{type(module).__name__}: {missing[0]} did not call scaled_dot_product_attention; "
+                             "load the model with attn_implementation='eager' to record its attention")
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention and self._current is not None:
+            self.maps[self._current] = sdpa_probabilities(*args, **kwargs).detach()
+        return func(*args, **kwargs)
+
+
+def sdpa_probabilities(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor | None = None,
+                       attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+                       scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
+    """The probabilities ``(B, H, N, M)`` that ``scaled_dot_product_attention`` with
+    these arguments applies to the values (without dropout), formed as transformers'
+    eager attention forms them (see :class:`SdpaRows`)."""
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    key = repeat_kv(key, query.shape[-3] // key.shape[-3])  # (B, H, M, d_head)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    scores = torch.matmul(query, key.transpose(-2, -1)) * scale  # (B, H, N, M)
+    if is_causal:
+        attn_mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.where(attn_mask, torch.zeros((), dtype=scores.dtype, device=scores.device),
+                                torch.finfo(scores.dtype).min)
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    return torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
 
 
 def _ask_attentions(module: nn.Module, args: tuple, kwargs: dict):
