@@ -206,8 +206,8 @@ def _metric_fn(metrics, scratch: dict | None = None) -> tuple[tuple[str, ...], C
         if wide or not unscaled or X.dtype not in (torch.float32, torch.float64) or not math.isfinite(peak):
             return compute_metrics(X, state, mask=mask, dtype=torch.float64 if wide else None) if state else {}
         out = compute_metrics(X, rest, mask=mask) if rest else {}
-        B = X.shape[0]
-        ctx = MetricContext(X, torch.arange(B), None, RankTolerance(), True, normalise=False)
+        samples = torch.arange(X.shape[0], device=X.device)
+        ctx = MetricContext(X, samples, None, RankTolerance(), True, normalise=False)
         if uses_mu:
             ctx.cached("mu_n", lambda: mu_finite(X, out=kept(scratch, "tokens", X.shape, X.dtype, X.device)))
         out.update((n, METRICS[n].fn(ctx)) for n in unscaled)
