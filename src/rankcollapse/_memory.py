@@ -76,34 +76,45 @@ def check_memory(estimate: float, what: str, max_memory: int | str | None = None
 
 
 # ------------------------------------------------------------------ simulate's tokens
-#: ``(B, N, d)`` arrays in the compute dtype that a ``simulate`` layer holds at its peak
-#: (queries, keys, values, head output, residual sum, norm output, the metrics' centred
-#: copy, the previous state). Measured with ``ru_maxrss`` at B = 8, N = 1e5, d = 64 under a
-#: causal window of 4 keys (attention included): 8.2 for pure SA and 8.6 for post-LN in
-#: float64, 8.2-9.1 in float32 (one to four heads); 10 keeps the estimate an upper bound.
-LAYER_TOKEN_COPIES = 10
+#: ``(B, N, d)`` arrays in the compute dtype that a pure self-attention layer (one head:
+#: ``X <- A X W_V``) holds at its peak besides ``X(0)``: the layer's input ``X(t-1)`` (the
+#: keys), the fused projection ``[X W_Q W_K^T | X W_V]`` (two) and the output ``X(t)``.
+#: The metrics after the layer add none: μ's centred tokens reuse the projection's buffer,
+#: the row-norm metrics read X itself (``metrics.registry.UNSCALED_METRICS``). Measured with
+#: ``ru_maxrss`` (tests/dynamics/test_dynamics_depth_memory.py): 4.2-4.5 on the windowed
+#: kernel in float32 and float64, the rest being the plan's index vectors and the chunks.
+LAYER_TOKEN_COPIES = 4
+#: More arrays for any other block: a norm's output and temporaries, the residual sum,
+#: the wider projection and merged output of several heads. Measured over
+#: :data:`LAYER_TOKEN_COPIES`: 0.9 (post-norm LayerNorm), 1.8-2.0 (sphere, skip, post-LN,
+#: four heads), 3.0-3.2 (pre-LN); 4 keeps the estimate an upper bound.
+BLOCK_TOKEN_COPIES = 4
 #: More ``(B, N, d)`` arrays per unit of ``mlp_ratio`` with the MLP sublayer (its hidden
-#: ``(B, N, mlp_ratio d)`` and GELU output): measured 16.1 (float64) and 16.8 (float32)
-#: copies in all at ``mlp_ratio = 4``.
+#: ``(B, N, mlp_ratio d)`` and GELU output): measured 14.2 copies in all for pre-LN at
+#: ``mlp_ratio = 4``.
 MLP_TOKEN_COPIES = 2
 
 
 def simulate_tokens_bytes(n_samples: int, n_tokens: int, d_model: int, itemsize: int, *, depth: int = 0,
-                          record_states: bool = False, mlp_ratio: int = 0, input_itemsize: int = 8) -> int:
-    """Bytes the token arrays of a ``simulate`` run need: the input ``X(0)`` ``(B, N, d)``
-    (``input_itemsize``: float64 as the input registry draws it), the layer's working
-    copies in the compute dtype (:data:`LAYER_TOKEN_COPIES`, :data:`MLP_TOKEN_COPIES`) and,
-    with ``record_states``, the ``depth + 1`` states. Attention scores and weights are
-    estimated apart (``dynamics.runner``)."""
+                          record_states: bool = False, mlp_ratio: int = 0, input_itemsize: int = 8,
+                          pure: bool = False) -> int:
+    """Bytes the token arrays of a ``simulate`` run need at its peak: the input ``X(0)``
+    ``(B, N, d)`` (``input_itemsize``: float64 as the input registry draws it), the layer's
+    working arrays in the compute dtype (:data:`LAYER_TOKEN_COPIES`; unless ``pure``, a
+    one-head block without norm, residual or MLP, also :data:`BLOCK_TOKEN_COPIES` and
+    :data:`MLP_TOKEN_COPIES`) and, with ``record_states``, the ``depth + 1`` states. For a
+    pure block it predicts the peak (the test compares it with ``ru_maxrss``); for the
+    others it is an upper bound. Attention scores and weights are estimated apart
+    (``dynamics.runner``)."""
     cells = int(n_samples) * int(n_tokens) * int(d_model)
-    working = itemsize * (LAYER_TOKEN_COPIES + MLP_TOKEN_COPIES * int(mlp_ratio))
+    copies = LAYER_TOKEN_COPIES if pure else LAYER_TOKEN_COPIES + BLOCK_TOKEN_COPIES + MLP_TOKEN_COPIES * int(mlp_ratio)
     states = (int(depth) + 1) * itemsize if record_states else 0
-    return cells * (input_itemsize + working + states)
+    return cells * (input_itemsize + itemsize * copies + states)
 
 
 def check_simulate_tokens(n_samples: int, n_tokens: int, d_model: int, itemsize: int, *, depth: int,
                           record_states: bool = False, mlp_ratio: int = 0, input_itemsize: int = 8,
-                          max_memory: int | str | None = None) -> None:
+                          pure: bool = False, max_memory: int | str | None = None) -> None:
     """Refuse a ``simulate`` run whose tokens (:func:`simulate_tokens_bytes`) exceed
     ``max_memory``; called by ``simulate`` and, before it draws ``X(0)``, by the command line.
 
@@ -113,7 +124,7 @@ def check_simulate_tokens(n_samples: int, n_tokens: int, d_model: int, itemsize:
         The estimate exceeds the limit (one line).
     """
     need = simulate_tokens_bytes(n_samples, n_tokens, d_model, itemsize, depth=depth, record_states=record_states,
-                                 mlp_ratio=mlp_ratio, input_itemsize=input_itemsize)
+                                 mlp_ratio=mlp_ratio, input_itemsize=input_itemsize, pure=pure)
     dtype = {4: "float32", 8: "float64"}.get(itemsize, f"{itemsize}-byte")
     check_memory(need, f"simulating {n_samples} x {n_tokens} x {d_model} tokens (B x N x d, {dtype}, {depth} layers)",
                  max_memory)

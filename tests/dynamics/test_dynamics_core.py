@@ -102,6 +102,24 @@ def test_registry_metrics_streamed():
         np.testing.assert_allclose(res.metrics["mu_relative"][t].numpy(), rel, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_row_norm_metrics_are_the_registrys_bit_for_bit(dtype):
+    """The layer loop reads μ and the row-norm metrics off X itself (no power-of-two
+    copy); a power of two only moves exponents, so at every scale of the tokens (down to
+    1e-30, where squares underflow, and up to 1e11) they are the registry's values."""
+    from rankcollapse.metrics import compute_metrics
+
+    names = ("mu", "mu_relative", "token_radius", "max_token_share", "norm_spread")
+    for scale in (1e-30, 1e-12, 1.0, 7.0, 1e11):
+        X = torch.randn(3, 40, 8, generator=torch.Generator().manual_seed(1), dtype=dtype) * scale
+        for variant in ("pure", "sphere"):
+            res = simulate(X, mask="causal", depth=3, metrics=names, record_states=True, variant=variant, seed=2)
+            for t, S in enumerate(res.states):
+                ref = compute_metrics(S, names)
+                for name in names:
+                    assert torch.equal(ref[name].to(torch.float64), res.metrics[name][t]), (scale, variant, t, name)
+
+
 def test_multihead_matches_torch_multihead_attention():
     torch.manual_seed(0)
     N, d, H = 6, 8, 2

@@ -339,15 +339,17 @@ def test_mu_scratch_gives_the_same_bits_and_is_reused():
     X = torch.randn(3, 50, 8, generator=torch.Generator().manual_seed(0))
 
     def fast(Y):
-        return mu_finite(Y, out=kept(scratch, "centred", Y.shape, Y.dtype, Y.device))
+        return mu_finite(Y, out=kept(scratch, "tokens", Y.shape, Y.dtype, Y.device))
 
     with torch.no_grad():  # as in simulate
         a = fast(X)
-        buf = scratch["centred"]
+        buf = scratch["tokens"]
         b = fast(X * 2)
-        assert scratch["centred"] is buf
-        assert torch.equal(fast(X[:, ::2]), mu_finite(X[:, ::2]))  # another shape: a new buffer
-        assert scratch["centred"].shape == (3, 25, 8)
+        assert scratch["tokens"] is buf
+        assert torch.equal(fast(X[:, ::2]), mu_finite(X[:, ::2]))  # a smaller shape: carved from the same buffer
+        assert scratch["tokens"] is buf
+        assert torch.equal(fast(torch.cat([X, X], 1)), mu_finite(torch.cat([X, X], 1)))  # a larger one: a new buffer
+        assert scratch["tokens"].numel() == 3 * 100 * 8
     assert torch.equal(a, mu_finite(X)) and torch.equal(b, mu_finite(X * 2))
     # the simulator's μ is the registry's, bit for bit (the registry's power-of-two scaling is exact)
     assert torch.equal(a, mu(X)) and torch.equal(b, mu(X * 2))

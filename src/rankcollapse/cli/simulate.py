@@ -256,9 +256,12 @@ def simulate_command(
         check_simulate_tokens(samples, N_TOKENS if n_tokens is None else n_tokens, 64 if d_model is None else d_model,
                               8 if dtype == "float64" else 4,
                               depth=depth, mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0,
-                              max_memory=parse_size(max_memory))
+                              pure=cfg == dynamics.VARIANTS["pure"], max_memory=parse_size(max_memory))
     X0 = _initial_tokens(source, n_tokens, d_model, samples, seed, loaded)
     import torch  # here, not at the top: `rankcollapse --help` must not import torch
+
+    if X0.is_floating_point():  # in the run's dtype now (simulate's own cast): no float64 copy held beside the run
+        X0 = X0.to(getattr(torch, dtype))
 
     import warnings
 

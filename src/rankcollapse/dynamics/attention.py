@@ -133,23 +133,27 @@ def project_qkv(X: torch.Tensor, lw, *, uniform: bool = False, scratch: dict | N
 
 
 def kept(scratch: dict | None, name: str, shape, dtype: torch.dtype, device) -> torch.Tensor | None:
-    """Tensor ``name`` of the dict ``scratch``, allocated once and reused while its
-    shape, dtype and device stay the same (every layer of a run); None without a dict
-    or under autograd. A fresh large tensor faults in each 4 KiB page on first write,
-    which on the CPU can cost as much as the matmul that fills it. The tensor is a
-    normal one even when made under ``torch.inference_mode`` (writable outside it)."""
+    """A ``shape`` tensor carved from the buffer ``name`` of the dict ``scratch``,
+    allocated once and reused while it is large enough and its dtype and device stay
+    the same (every layer of a run); None without a dict or under autograd. Callers whose
+    arrays are never alive together share one name (the fused projection of the
+    attention and the centred tokens of the metrics: ``"tokens"``). A fresh large tensor
+    faults in each 4 KiB page on first write, which on the CPU can cost as much as the
+    matmul that fills it. The tensor is a normal one even when made under
+    ``torch.inference_mode`` (writable outside it)."""
     if scratch is None or torch.is_grad_enabled():
         return None
+    numel = math.prod(shape)
     t = scratch.get(name)
-    if t is None or t.shape != tuple(shape) or t.dtype != dtype or t.device != torch.device(device):
-        with torch.inference_mode(False):
-            t = scratch[name] = torch.empty(shape, dtype=dtype, device=device)
-    return t
+    with torch.inference_mode(False):
+        if t is None or t.numel() < numel or t.dtype != dtype or t.device != torch.device(device):
+            t = scratch[name] = torch.empty(numel, dtype=dtype, device=device)
+        return t[:numel].view(shape)
 
 
 def _fused(X: torch.Tensor, W: torch.Tensor, scratch: dict | None) -> torch.Tensor:
-    """``X W``, into the kept tensor ``scratch["projection"]`` if given."""
-    out = kept(scratch, "projection", (*X.shape[:-1], W.shape[1]), X.dtype, X.device)
+    """``X W``, into the kept tensor ``scratch["tokens"]`` if given."""
+    out = kept(scratch, "tokens", (*X.shape[:-1], W.shape[1]), X.dtype, X.device)
     return X @ W if out is None else torch.matmul(X, W, out=out)
 
 

@@ -129,11 +129,13 @@ class Attention:
     operator : an :class:`~rankcollapse.dynamics.operators.AttentionOperator` that is not
         row-stochastic (sink, sigmoid, differential), run on the dense path; every layer
         then records the quantiles of its row-mass deficit (``row_mass``). None = softmax.
+    scratch : a dict of working arrays kept across layers (:func:`~.attention.kept`), shared
+        with the caller's metrics (None = the attention's own).
     """
 
     def __init__(self, *, mask_dense=None, plan: BlockPlan | None = None, flex=None, make_plan=None,
                  d_qk: float = 1.0, uniform: bool = False, record_epsilon: bool = False,
-                 record_attention: bool = False, operator=None):
+                 record_attention: bool = False, operator=None, scratch: dict | None = None):
         self.mask_dense, self.plan, self.flex, self.make_plan = mask_dense, plan, flex, make_plan
         self.default_scale = 1.0 / math.sqrt(d_qk)
         self.uniform = uniform
@@ -142,7 +144,8 @@ class Attention:
         self.record_epsilon, self.record_attention = record_epsilon, record_attention
         self.epsilon: list[torch.Tensor] = []
         self.attention: list[torch.Tensor] = []
-        self._scratch: dict = {}  # projection, scores and weights, reused by every layer
+        # projection, scores and weights, reused by every layer (a caller's dict: shared with it)
+        self._scratch: dict = {} if scratch is None else scratch
 
     def __call__(self, X: torch.Tensor, lw: LayerWeights, x_peak: float | None = None,
                  qk_norm: float | None = None, head_eps: float | None = None) -> torch.Tensor:

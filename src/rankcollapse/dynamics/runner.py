@@ -23,6 +23,8 @@ from .._memory import check_memory, check_simulate_tokens
 from ..masks import Mask, resolve_mask
 from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, STEP_METRICS, compute_metrics
+from ..metrics._context import MetricContext, RankTolerance
+from ..metrics.registry import UNSCALED_METRICS
 from ..metrics.core import mu_finite
 from .attention import kept
 from .config import BlockConfig, RunConfig, resolve_variant, variant_name
@@ -170,11 +172,13 @@ def _peak(X: torch.Tensor) -> float:
     return float(torch.maximum(-lo, hi))
 
 
-def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
+def _metric_fn(metrics, scratch: dict | None = None) -> tuple[tuple[str, ...], Callable, bool]:
     """Names, ``measure(X, mask, peak, prev=None) -> {name: (B,)}`` (``peak`` =
     :func:`_peak` of X, ``prev`` the state one layer earlier, None at the input: the
     metrics of :data:`~rankcollapse.metrics.STEP_METRICS` are NaN there) and whether a
-    metric needs the mask."""
+    metric needs the mask. ``scratch``: the attention's working arrays
+    (:func:`~.attention.kept`); the centred tokens of μ go into its ``"tokens"`` buffer,
+    idle between layers."""
     if isinstance(metrics, Mapping):
         fns = dict(metrics)
         return tuple(fns), lambda X, mask, peak, prev=None: {k: f(X) for k, f in fns.items()}, False
@@ -190,16 +194,23 @@ def _metric_fn(metrics) -> tuple[tuple[str, ...], Callable, bool]:
     step = tuple(n for n in names if n in STEP_METRICS)  # of (X(t-1), X(t)): computed from prev
     state = tuple(n for n in names if n not in STEP_METRICS)
 
-    rest = tuple(n for n in state if n != "mu")
-    scratch: dict = {}  # X - mean, reused by every layer (attention.kept)
+    # metrics of the row norms and μ read X itself; the others a normalised copy of it
+    unscaled = tuple(n for n in state if n in UNSCALED_METRICS)
+    rest = tuple(n for n in state if n not in UNSCALED_METRICS)
+    uses_mu = any(n in ("mu", "mu_relative") for n in unscaled)
+    scratch = {} if scratch is None else scratch  # X - mean, reused by every layer (attention.kept)
 
     def measure_state(X, mask, peak):
         # float32 tokens past ~1e12 overflow Gram matrices (cosines) though X is finite
         wide = X.dtype == torch.float32 and not peak < _FLOAT32_METRIC_LIMIT
-        if wide or "mu" not in state or X.dtype not in (torch.float32, torch.float64) or not math.isfinite(peak):
+        if wide or not unscaled or X.dtype not in (torch.float32, torch.float64) or not math.isfinite(peak):
             return compute_metrics(X, state, mask=mask, dtype=torch.float64 if wide else None) if state else {}
         out = compute_metrics(X, rest, mask=mask) if rest else {}
-        out["mu"] = mu_finite(X, out=kept(scratch, "centred", X.shape, X.dtype, X.device))
+        samples = torch.arange(X.shape[0], device=X.device)
+        ctx = MetricContext(X, samples, None, RankTolerance(), True, normalise=False)
+        if uses_mu:
+            ctx.cached("mu_n", lambda: mu_finite(X, out=kept(scratch, "tokens", X.shape, X.dtype, X.device)))
+        out.update((n, METRICS[n].fn(ctx)) for n in unscaled)
         return out
 
     def measure(X, mask, peak, prev=None):
@@ -267,10 +278,12 @@ def _zero_samples(X: torch.Tensor) -> list[int]:
 
 
 def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callable, metric_mask,
-                record_states: bool, bar: Steps | None = None):
+                record_states: bool, bar: Steps | None = None, steps_asked: bool = False):
     """The layer loop: returns (metric rows, states or None, zero rows per layer, final
-    metrics or None, :class:`ZeroStop` or None). Zero rows met under ``sphere`` are
-    warned about even when a later layer fails. A metric that fails because X decayed to
+    metrics or None, :class:`ZeroStop` or None). ``steps_asked``: a metric of
+    :data:`~rankcollapse.metrics.STEP_METRICS` is measured (it reads the previous state,
+    otherwise freed with its layer). Zero rows met under ``sphere`` are warned about even
+    when a later layer fails. A metric that fails because X decayed to
     the zero matrix in some samples (underflow: :func:`_underflow_range`) ends the loop
     there: the rows measured so far are kept."""
     B = X.shape[0]
@@ -282,7 +295,9 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
     try:
         with torch.no_grad():
             for t, lw in enumerate(weights):
-                prev, prev_peak = X, peak  # for the step metrics (angular_speed); a reference, not a copy
+                # X(t-1) for the step metrics (angular_speed): a reference, not a copy, held
+                # only when one is asked (it would otherwise outlive the layer)
+                prev, prev_peak = (X if steps_asked else None), peak
                 X, z = block_forward(X, lw, cfg, attend, peak, layer=t + 1)
                 peak = _peak(X)  # the layer's one sync: finiteness, metric dtype, next score bound
                 if not math.isfinite(peak):
@@ -530,7 +545,7 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
     # the tokens first: X(0), the layer's working copies, the recorded states (_memory)
     check_simulate_tokens(B, N, d, X.element_size(), depth=depth, record_states=record_states,
                           mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0, input_itemsize=_itemsize(X0),
-                          max_memory=max_memory)
+                          pure=variant_name(cfg) == "pure", max_memory=max_memory)
     if weights is None:
         _check_weight_memory(cfg, d, depth, shared, max_memory)  # before any layer is drawn
         weights = random_layers(d, depth, value=value, query_key=query_key, n_heads=cfg.n_heads,
@@ -539,7 +554,8 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
     _check_weights(weights, depth, d)
     if cfg.mlp and any(lw.W_1 is None for lw in weights):
         raise ConfigError("mlp=True but the given weights carry no MLP (W_1, W_2)")
-    names, measure, uses_mask = _metric_fn(metrics)
+    scratch: dict = {}  # working arrays of the attention and the metrics, kept across layers
+    names, measure, uses_mask = _metric_fn(metrics, scratch)
     H = max(lw.n_heads for lw in weights)
     # a schedule runs layer t on its mask t mod period; metrics see the composed graph
     sched = parse_schedule(mask, N) if is_schedule(mask) else None
@@ -566,7 +582,8 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
                          flex=FlexBackend(mi, X.device) if backend == "flex" else None,
                          make_plan=lambda: _plan(mi, block_size, X.device), d_qk=d_qk,
                          uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
-                         record_attention=record_attention, operator=None if op.row_stochastic else op)
+                         record_attention=record_attention, operator=None if op.row_stochastic else op,
+                         scratch=scratch)
 
     attend = make_attention(m) if sched is None else ScheduledAttention(sched, make_attention)
     weights = [lw.to(X.dtype, X.device) for lw in weights]
@@ -574,7 +591,8 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
     threads = chunk_threads() if backend == "blocked" and (X.device.type == "cpu") else contextlib.nullcontext()
     with steps(len(weights), "simulate: layers", progress) as bar, threads:
         rows, states, zero_rows, final, stop = _run_layers(X, weights, cfg, attend, measure, metric_mask,
-                                                           record_states, bar)
+                                                           record_states, bar,
+                                                           steps_asked=any(n in STEP_METRICS for n in names))
     out = {k: _pad(torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]), depth + 1)
            for k in names}
     config = {"variant": variant_name(cfg) or "custom", "block": cfg.to_dict(), "depth": depth,

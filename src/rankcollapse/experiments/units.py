@@ -283,13 +283,14 @@ def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     return normalise(fn(unit.params, ctx), labels)
 
 
-# A kind's version is bumped when a change alters its units' labels or numbers (probe 3:
-# windows probed in batches, float32 rounding differs; simulate and pretrained_sa 3:
+# A kind's version is bumped when a change alters its units' labels or numbers (probe 4:
+# attention rows recomputed from the SDPA call instead of an eager forward, float32
+# rounding differs where attention metrics are recorded; simulate and pretrained_sa 3:
 # ``dtype`` is the compute type, float64, not the embeddings' float32; theory 4: C10's
 # perturbed and random-start counts, and the control system's). ``NUMERICS_VERSION`` and
 # the numeric libraries' versions change every key (rankcollapse.sweep.units).
 # Keys hash the parameters as spelt, less a text file's path (key_params): its content is keyed instead.
 register_unit_kind("simulate", run_simulate, version=3, group="experiments", key_params=key_params)
-register_unit_kind("probe", run_probe, version=3, group="experiments", key_params=key_params)
+register_unit_kind("probe", run_probe, version=4, group="experiments", key_params=key_params)
 register_unit_kind("pretrained_sa", run_pretrained_sa, version=3, group="experiments", key_params=key_params)
 register_unit_kind("theory", run_theory, version=4, group="experiments", key_params=key_params)

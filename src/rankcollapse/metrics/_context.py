@@ -78,10 +78,16 @@ class MetricContext:
     over the dtype's normal range (no Gram entry, square or sum under/overflows);
     metrics that scale with X multiply their value by ``scale`` (``scale**2`` for
     squared quantities) at the end.
+
+    ``normalise=False`` keeps ``X`` itself (no copy, ``scale = 1``), for metrics whose
+    intermediates are the :func:`stable_norm` row norms and μ
+    (:data:`~rankcollapse.metrics.registry.UNSCALED_METRICS`): they cannot over- or
+    underflow, and a power-of-two scale only moves their exponents, so the values are
+    the same as with the copy.
     """
 
-    def __init__(self, X, samples, graph, tolerance, batched, data_eps=0.0):
-        self.X, self.scale = pow2_normalise(X)
+    def __init__(self, X, samples, graph, tolerance, batched, data_eps=0.0, *, normalise: bool = True):
+        self.X, self.scale = pow2_normalise(X) if normalise else (X, X.new_ones(X.shape[0]))
         self.data_eps = data_eps  # eps of the input's own dtype (before any cast)
         self.samples = samples
         self.tolerance = tolerance

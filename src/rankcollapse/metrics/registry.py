@@ -103,6 +103,11 @@ ATTENTION_METRICS: dict[str, MetricSpec] = {
 tokens: ``fn(A, mask=, padding_mask=)``; :func:`compute_metrics` takes them with
 ``attention=A`` (see :func:`~rankcollapse.metrics.attention.attention_entropy`)."""
 
+#: Metrics computed from the :func:`~rankcollapse.metrics._context.stable_norm` row norms and
+#: μ alone: exact on unscaled tokens (``MetricContext(normalise=False)``, no copy of X), as
+#: ``simulate``'s layer loop computes them.
+UNSCALED_METRICS = frozenset({"mu", "mu_relative", "max_token_share", "norm_spread", "token_radius"})
+
 STEP_METRICS: dict[str, MetricSpec] = {
     "angular_speed": MetricSpec(
         "angular_speed", motion.angular_speed,
