@@ -67,20 +67,18 @@ def summarise(values: Any) -> dict[str, np.ndarray]:
         warnings.simplefilter("ignore", RuntimeWarning)  # a row without a finite value: NaN, counted 0
         out = {"mean": np.nanmean(v, axis=1) if v.size else np.full(v.shape[0], np.nan)}
         out["std"] = np.nanstd(v, axis=1)
-        qs = np.nanquantile(v, QUANTILES, axis=1) if n.min(initial=1) > 0 else _row_quantiles(v, n)
+        qs = np.full((len(QUANTILES), v.shape[0]), np.nan)
+        ordered = np.sort(v, axis=1)  # each row's finite values first (NaN sorts last)
+        for k in np.unique(n[n > 0]):  # the rows with k finite values: numpy's quantiles of those
+            rows = n == k
+            qs[:, rows] = np.quantile(ordered[rows, :k], QUANTILES, axis=1)
+        zero, neg = v == 0, np.signbit(v)  # 0.0 and -0.0 tie: which one a quantile gets is numpy's partition's
+        for i in np.flatnonzero((zero & neg).any(axis=1) & (zero & ~neg).any(axis=1)):
+            qs[:, i] = np.nanquantile(v[i], QUANTILES)
     for name, q in zip(QUANTILE_COLUMNS, qs):
         out[name] = q
     out["n_samples"] = n.astype(np.int64)
     return out
-
-
-def _row_quantiles(v: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Quantiles ``(5, L)`` row by row, NaN for rows without a finite value (numpy warns
-    on an all-NaN slice)."""
-    qs = np.full((len(QUANTILES), v.shape[0]), np.nan)
-    for i in np.flatnonzero(n):
-        qs[:, i] = np.nanquantile(v[i : i + 1], QUANTILES, axis=1)[:, 0]
-    return qs
 
 
 def summary_table(values: Mapping[tuple[int, str, str], Any], *, per_window: bool = False) -> pd.DataFrame:
@@ -97,13 +95,18 @@ def summary_table(values: Mapping[tuple[int, str, str], Any], *, per_window: boo
     pandas.DataFrame with the columns :data:`SUMMARY_COLUMNS` (+ ``values``); ``layer``
     and ``n_samples`` int64, statistics float64 (:func:`summarise`).
     """
-    rows = []
-    for (layer, point, metric), v in values.items():
-        every = _concat(v)
-        stats = {k: x[0] for k, x in summarise(every[None, :]).items()}
-        rows.append({"layer": layer, "point": point, "metric": metric, **stats,
-                     **({"values": every} if per_window else {})})
-    df = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS) + (["values"] if per_window else []))
+    keys = list(values)
+    every = [_concat(values[k]) for k in keys]
+    cols: dict[str, Any] = {c: np.array([k[i] for k in keys], dtype=object)
+                            for i, c in enumerate(("layer", "point", "metric"))}
+    cols.update({k: np.zeros(len(keys), np.int64 if k == "n_samples" else np.float64) for k in STAT_COLUMNS})
+    for b in {len(e) for e in every}:  # one summarise per sample count, on the rows stacked
+        rows = [i for i, e in enumerate(every) if len(e) == b]
+        for k, x in summarise(np.stack([every[i] for i in rows])).items():
+            cols[k][rows] = x
+    if per_window:
+        cols["values"] = every
+    df = pd.DataFrame(cols, columns=list(SUMMARY_COLUMNS) + (["values"] if per_window else []))
     df["layer"] = df["layer"].astype(np.int64)
     df["n_samples"] = df["n_samples"].astype(np.int64)
     for k in STAT_COLUMNS[:-1]:

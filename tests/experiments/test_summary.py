@@ -5,6 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra.numpy import arrays
 
 from rankcollapse.experiments.table import rows_from_metrics
 from rankcollapse.summary import STAT_COLUMNS, SUMMARY_COLUMNS, by_layer, summarise, summary_table
@@ -35,6 +37,35 @@ def test_summarise_row_without_finite_value_leaves_other_rows_intact():
     s = summarise(np.array([[np.nan, np.inf], [1.0, 3.0]]))
     assert np.isnan(s["mean"][0]) and np.isnan(s["q50"][0]) and s["n_samples"][0] == 0
     assert s["q50"][1] == 2.0 and s["mean"][1] == 2.0
+
+
+def _numpy_row(row: np.ndarray) -> dict:
+    """numpy's own statistics of one row alone, non-finite values left out (the reference)."""
+    f = np.where(np.isfinite(row), row, np.nan)
+    if np.isnan(f).all():
+        return dict.fromkeys(("mean", "std", "q05", "q25", "q50", "q75", "q95"), np.nan) | {"n_samples": 0}
+    with np.errstate(all="ignore"):
+        qs = np.nanquantile(f, [0.05, 0.25, 0.5, 0.75, 0.95])
+        return {"mean": np.nanmean(f), "std": np.nanstd(f), **dict(zip(("q05", "q25", "q50", "q75", "q95"), qs)),
+                "n_samples": int(np.isfinite(row).sum())}
+
+
+_ROW_VALUES = st.one_of(st.floats(allow_subnormal=True), st.sampled_from([0.0, -0.0, 1.0, np.nan, np.inf, -np.inf]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.integers(0, 3).flatmap(lambda b: st.lists(
+    arrays(np.float64, b, elements=_ROW_VALUES), min_size=1, max_size=3)), min_size=1, max_size=4))
+def test_summary_table_equals_numpy_row_by_row_bit_for_bit(rows):
+    """Rows of 0 to 3 samples (several rows per length, summarised together), NaN, ±inf,
+    all-NaN rows, ties of 0.0 and -0.0: each statistic is numpy's of that row alone, sign
+    of zero included."""
+    every = [r for group in rows for r in group]
+    df = summary_table({(i, "p", "m"): r for i, r in enumerate(every)})
+    for i, r in enumerate(every):
+        for k, want in _numpy_row(r).items():
+            got = df[k].iloc[i]
+            assert (np.isnan(got) and np.isnan(want)) or (got == want and np.signbit(got) == np.signbit(want)), k
 
 
 def test_summary_table_layout_and_values_column():
