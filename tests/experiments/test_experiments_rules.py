@@ -26,7 +26,7 @@ R = 19.595917942265423
 
 
 def _claims():
-    """The paper's claims; the geometry claims (G1-G4: Spearman across layers, minima over
+    """The paper's claims; the geometry claims (G1-G5: Spearman across layers, minima over
     selected layers) have their own present/absent tables in test_geometry_claims.py, the
     position-bias claims (I1-I4: exact profiles, Spearman across positions) theirs in
     test_influence_experiment.py, the temperature-law claims (L1-L2) theirs in
