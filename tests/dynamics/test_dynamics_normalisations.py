@@ -269,7 +269,7 @@ def test_final_norm_of_dyt_uses_its_alpha():
     (dict(norm="layernorm", placement="pre_ln", alpha_ngpt=0.1), "setting of placement 'ngpt'"),
     (dict(norm="layernorm", dyt_alpha=1.0), "setting of norm 'dyt'"),
     (dict(norm="dyt", dyt_alpha=0.0), "dyt_alpha"),
-    (dict(qk_norm_scale=2.0), "setting of qk_norm"),
+    (dict(qk_norm_scale=2.0), "qk_norm_scale is a setting of the query-key normalisation"),
     (dict(qk_norm=True, qk_norm_scale=-1.0), "qk_norm_scale"),
     (dict(qk_norm=True, attention="uniform"), "uniform attention"),
     (dict(qk_norm=1), "qk_norm must be True or False"),

@@ -93,7 +93,7 @@ def test_labels_name_every_field_that_tells_units_apart():
     # the paper's probes and geometry's (trained and random-init) differ in metrics and control
     paper = "metrics=[mu,mu_relative,avg_abs_cos,rank_fraction,sigma_min,max_token_share]"
     geometry = ("metrics=[effective_rank,max_norm_ratio,max_norm_position,top_singular_share,max_token_sigma_share,"
-                "matrix_entropy,alpha_req,sink_mass,sink_head_fraction,sink_value_ratio]")
+                "matrix_entropy,alpha_req,sink_mass,sink_head_fraction,sink_value_ratio,sink_contribution]")
     assert probes == [f"probe[model=minilm, control=random-init, {geometry}]", f"probe[model=minilm, drop=[], {paper}]",
                       f"probe[model=minilm, drop=[norm], {paper}]", f"probe[model=minilm, {geometry}]"]
 

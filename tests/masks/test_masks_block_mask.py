@@ -48,7 +48,7 @@ def test_no_quadratic_memory():
     bm = to_block_mask(m, block_size=128)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert peak < 64 * 2**20
+    assert peak < 128 * 2**20  # about 48 MiB measured; the dense matrix would be 1 GiB, a worker's imports add some
     assert bm.kv_num_blocks.sum() + bm.full_kv_num_blocks.sum() == 256 + 255  # diagonal + one band below
 
 

@@ -109,7 +109,7 @@ def test_experiment_configs_take_only_the_experiments_kinds():
 
 @pytest.mark.parametrize("kind, params, key", [
     ("simulate", {"mask": "causal", "seed": 0}, "b42d37d88024"),
-    ("probe", {"model": "minilm"}, "c0e69683b5fe"),
+    ("probe", {"model": "minilm"}, "cdeebd1a43c5"),  # probe version 4: attention rows from SDPA calls
     ("pretrained_sa", {"d_qk": 1.0}, "67a045ff2e93"),
     ("theory", {"check": "x"}, "885c797b70a2"),
     # the parameters are hashed as they are spelt (a text file's path left out)
@@ -127,7 +127,7 @@ def test_unit_keys_are_those_the_earlier_code_wrote(monkeypatch, kind, params, k
 
     monkeypatch.setattr(sweep_units, "code_fingerprint", lambda: _io.config_hash({"numerics": 2, "torch": "2.5.1"}))
     assert Unit(kind, params).hash == key
-    assert unit_kind(kind).version == {"theory": 4, "phase_cell": 6}.get(kind, 3)
+    assert unit_kind(kind).version == {"theory": 4, "phase_cell": 6, "probe": 4}.get(kind, 3)
 
 
 def test_one_terminal_test_for_every_progress_display(monkeypatch, capsys):

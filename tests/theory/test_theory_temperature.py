@@ -73,4 +73,4 @@ def test_cli_json_and_refusal():
                                                                 (1000, "log:1.0"), (1000, "pow:1.0")]
     assert [s["law"] for s in obj["slopes"]] == ["log:1.0", "pow:1.0"]
     bad = run_cli("theory", "temperature", "--law", "pow:x")
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "pow:c" in bad.stderr and bad.stdout == ""
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'pow:x': key 'c'" in bad.stderr and bad.stdout == ""

@@ -139,12 +139,12 @@ class MassiveClip:
         return handles
 
 
-def clip_report(records: list[dict[str, Any]], n_windows: int, ratio: float = MASSIVE_RATIO) -> str:
+def clip_report(records: list[dict[str, Any]], n_samples: int, ratio: float = MASSIVE_RATIO) -> str:
     """One line on where ``clip_massive`` clipped and what followed, from the per-window
     records of ``probe(...).attrs["massive_clips"]`` (``window``, ``point``, ``returns_point``
     and :data:`CLIP_FIELDS`, one per clipped window).
 
-    Says in how many of ``n_windows`` windows a token was clipped, at which block output
+    Says in how many of ``n_samples`` windows a token was clipped, at which block output
     and token position (counts), the largest max/median norm left in that output after the
     clip (>= ``ratio``: a second massive token there), and in how many windows a later
     block's output is massive again, by the same token (rebuilt) or another.
@@ -159,7 +159,7 @@ def clip_report(records: list[dict[str, Any]], n_windows: int, ratio: float = MA
     after = max(r["ratio_after"] for r in records)
     back = [r for r in records if r["returns_at"] >= 0]
     same = sum(r["returns_token"] == r["token"] for r in back)
-    line = (f"clip-massive: clipped {len(records)} of {n_windows} windows at {counts('point', records)}, "
+    line = (f"clip-massive: clipped {len(records)} of {n_samples} windows at {counts('point', records)}, "
             f"token {counts('token', records)}; max/median norm there {min(r['ratio'] for r in records):.3g}-"
             f"{max(r['ratio'] for r in records):.3g} before the clip, at most {after:.3g} after it"
             f"{' (a second massive token)' if after >= ratio else ''}; ")
