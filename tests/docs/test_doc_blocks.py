@@ -5,7 +5,8 @@ block written as a doctest (``>>>`` prompts, e.g. the README's quickstart) runs 
 so its printed outputs are checked too.
 ``bash`` blocks (and indented ``rankcollapse ...`` lines) run through the CLI in
 process (typer's runner; ``&&`` and ``> file`` handled), in a temporary folder holding
-the input files the docs name (X.npy, pm.npy, my.txt, my_corpus.txt). Commands that load
+the input files the docs name (X.npy, pm.npy, my.txt, my_corpus.txt, clean.txt,
+prompts.txt). Commands that load
 SmolLM2, MiniLM or run an experiment job go to the slow test, some with smaller sizes
 (:data:`SMALLER`). The few that cannot run here are listed in :data:`ILLUSTRATIVE`
 with the reason; a new command that matches none of the lists runs in the fast test.
@@ -116,6 +117,8 @@ def _inputs(tmp_path: Path) -> Path:
     text = ("Attention masks shape how tokens mix. " * 40 + "\n\n") * 6
     (tmp_path / "my.txt").write_text(text)
     (tmp_path / "my_corpus.txt").write_text(text)
+    (tmp_path / "clean.txt").write_text(text.replace("shape", "steer"))  # patching's clean text, cut alike
+    (tmp_path / "prompts.txt").write_text("The capital of France is\nAttention masks shape how tokens mix.\n")
     return tmp_path
 
 
