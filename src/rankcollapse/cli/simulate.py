@@ -154,7 +154,7 @@ def _state_notes(layers: list[dict], row_stochastic: bool, attention: str, dtype
         notes.append(dominant)
     radius = [(row["layer"], row["token_radius"]) for row in layers if row["token_radius"] is not None]
     if radius and radius[0][1] > 0:
-        (t0, r0), (t, r) = radius[0], radius[-1]
+        (_, r0), (t, r) = radius[0], radius[-1]
         if r <= floor_of(dtype) * r0:
             notes.append(f"the tokens decay towards 0: mean token norm {r0:.3g} at the input, {r:.3g} at layer {t} "
                          f"(below {dtype}'s machine epsilon times the input's: at the input's scale X is zero; "

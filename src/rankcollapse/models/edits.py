@@ -117,6 +117,10 @@ def parse_heads(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+#: the config fields that name the number of attention heads, by family
+HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
+
+
 def n_heads(model: nn.Module) -> int:
     """The number of attention heads H in ``model.config``.
 
@@ -126,7 +130,7 @@ def n_heads(model: nn.Module) -> int:
         The config names none.
     """
     config = model.config
-    for key in ("num_attention_heads", "n_head", "num_heads"):
+    for key in HEAD_KEYS:
         value = getattr(config, key, None)
         if isinstance(value, int):
             return value

@@ -23,7 +23,7 @@ from ..metrics import compute_metrics
 from ..metrics.registry import ATTENTION_METRICS
 from ..summary import SUMMARY_COLUMNS, summary_table
 from . import families
-from .edits import EditFn, HeadAblation, ablation_edits, check_ablation, head_means, heads_point, n_heads
+from .edits import HEAD_KEYS, EditFn, HeadAblation, ablation_edits, check_ablation, head_means, heads_point, n_heads
 from .interventions import intervene, split_drop
 from .lens import LibraryModel, library_model
 from .loading import as_loaded
@@ -435,7 +435,7 @@ def probe_memory(loaded: Any, n_tokens: int, *, points: Sequence[str] | str = "h
     config = model.config
     d = _config_int(config, ("hidden_size", "n_embd", "d_model", "dim"), 0)
     f = _config_int(config, ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "hidden_dim"), 4 * d)
-    heads = _config_int(config, ("num_attention_heads", "n_head", "num_heads", "n_heads"), 1)
+    heads = _config_int(config, HEAD_KEYS, 1)
     n_blocks = sum(st.n_layers for st in families.stacks(model, loaded.family))
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     measured_maps = any(n in ATTENTION_METRICS for n in names)
