@@ -6,7 +6,7 @@ Workload: a pure-SA run (theory.md §2), ``X <- A X W_V`` with
 
 Both sides do the same work and record the same numbers:
 
-- ``ours``: ``simulate(X, mask=causal, depth=T, metrics=("mu",))``;
+- ``ours``: ``simulate(X, "causal", metrics=("mu",), run=RunConfig(depth=T))``;
 - ``sdpa loop``: what a user would write: per layer ``Q, K, V = X W_Q, X W_K, X W_V``
   (three matmuls), ``F.scaled_dot_product_attention`` with the dense bool mask, and
   μ = ``||X - mean||_F`` by hand.
@@ -42,18 +42,18 @@ import time
 import torch
 import torch.nn.functional as F
 
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.dynamics.weights import random_layers
 
 LONG_CHILD = """
 import resource, sys, time, torch
 if int(sys.argv[1]) > 0:
     torch.set_num_threads(int(sys.argv[1]))
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 X = torch.randn(1, 65536, 64, generator=torch.Generator().manual_seed(0))
 t0 = time.perf_counter()
-r = simulate(X, mask="causal_sliding_window:w=256", depth=8, metrics=("mu",), record_epsilon=True)
-print(time.perf_counter() - t0, r.config["path"], float(r.metrics["mu"][-1, 0]),
+r = simulate(X, "causal_sliding_window:w=256", metrics=("mu",), run=RunConfig(depth=8, record_epsilon=True))
+print(time.perf_counter() - t0, r.config["backend"], float(r.metrics["mu"][-1, 0]),
       resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
@@ -103,9 +103,9 @@ def main() -> None:
     executed = T * (2 * 2 * B * N * d * d + 2 * 2 * B * N * N * d)  # 2 projections + scores + A V
     cases = {
         ("peak", "matmul"): lambda: a @ b,
-        ("draw inside", "ours"): lambda: simulate(X, mask=mask, depth=T, metrics=("mu",)),
+        ("draw inside", "ours"): lambda: simulate(X, mask=mask, metrics=("mu",), run=RunConfig(depth=T)),
         ("draw inside", "sdpa loop"): lambda: sdpa_loop(X, mask, _draw(d, T), 1.0),
-        ("pre-drawn", "ours"): lambda: simulate(X, mask=mask, depth=T, weights=layers, metrics=("mu",)),
+        ("pre-drawn", "ours"): lambda: simulate(X, mask=mask, weights=layers, metrics=("mu",), run=RunConfig(depth=T)),
         ("pre-drawn", "sdpa loop"): lambda: sdpa_loop(X, mask, layers, 1.0),
     }
     times = {k: [] for k in cases}
@@ -120,7 +120,7 @@ def main() -> None:
     # the float64 one after some layers; report for each side how many layers stay
     # within 1e-3 of a float64 sdpa loop (same weights), and whether both agree early.
     ref = sdpa_loop(X.double(), mask, [lw.to(torch.float64, "cpu") for lw in random_layers(d, T, seed=0)], 1.0)
-    ours_mu = simulate(X, mask=mask, depth=T, metrics=("mu",)).metrics["mu"]
+    ours_mu = simulate(X, mask=mask, metrics=("mu",), run=RunConfig(depth=T)).metrics["mu"]
     loop_mu = sdpa_loop(X, mask, layers, 1.0).double()
     out = {"depth": T, "shape": [B, N, d], "threads": torch.get_num_threads(), "repeats": args.repeats,
            "matmul_peak_gflops": peak / 1e9}

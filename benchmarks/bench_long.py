@@ -7,7 +7,7 @@ after every layer, float32. Every case runs in its own child process, so that it
 peak RSS (``ru_maxrss``) is its own; ``import`` is the RSS after importing torch and
 rankcollapse, before any work. Cases:
 
-- ``ours``: ``simulate(..., backend="blocked")`` (the windowed kernel, :mod:`rankcollapse.dynamics.sparse`);
+- ``ours``: ``simulate(..., run=RunConfig(backend="blocked", ...))`` (the windowed kernel, :mod:`rankcollapse.dynamics.sparse`);
 - ``loop``: the previous blocked path, a Python loop over query blocks (kept here, verbatim
   in spirit, as the baseline the kernel replaced);
 - ``flex``: what a user would write with FlexAttention: ``create_block_mask`` +
@@ -40,7 +40,7 @@ CHILD = r'''
 import json, math, resource, sys, time
 import torch
 import torch.nn.functional as F
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.dynamics.weights import random_layers
 from rankcollapse.masks import parse_mask
 
@@ -103,7 +103,7 @@ if case == "interleaved":  # ours and flex alternately in one process: load chan
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     flex = torch.compile(flex_attention, dynamic=False)
     bm = create_block_mask(lambda b, h, q, kv: (kv <= q) & (q - kv < w), None, None, n, n, device="cpu")
-    runs = {"ours": lambda: simulate(X, mask=spec, depth=depth, metrics=("mu",), backend="blocked"),
+    runs = {"ours": lambda: simulate(X, spec, metrics=("mu",), run=RunConfig(depth=depth, backend="blocked")),
             "flex": lambda: hand_loop(X, lambda Q, K, V: flex(Q, K, V, block_mask=bm, scale=1.0))}
     times = {k: [] for k in runs}
     for fn in runs.values():
@@ -115,7 +115,7 @@ if case == "interleaved":  # ours and flex alternately in one process: load chan
     print(json.dumps(out | {"best_of_7": best, "flex_over_ours": best["flex"] / best["ours"]}))
     sys.exit()
 if case == "ours":
-    run = lambda: simulate(X, mask=spec, depth=depth, metrics=("mu",), backend="blocked").metrics["mu"][:, 0].tolist()
+    run = lambda: simulate(X, spec, metrics=("mu",), run=RunConfig(depth=depth, backend="blocked")).metrics["mu"][:, 0].tolist()
 elif case == "loop":
     def run():
         blocks = old_blocks(parse_mask(spec, n).to_csr())

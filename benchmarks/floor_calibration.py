@@ -21,7 +21,7 @@ import argparse
 import numpy as np
 import torch
 
-from rankcollapse.dynamics.runner import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.metrics.floor import EPS64, mu_floor
 
 VARIANTS = ("pure", "sphere", "layernorm", "skip", "post_ln")
@@ -39,8 +39,8 @@ def worst(X0: torch.Tensor, depth: int) -> float:
     for mask in MASKS:
         for variant in VARIANTS:
             for seed in (0, 1):
-                r = simulate(X0, mask=mask, variant=variant, depth=depth, seed=seed, dtype=torch.float64,
-                             metrics=("mu_relative",))
+                r = simulate(X0, mask=mask, metrics=("mu_relative",), block=variant,
+                             run=RunConfig(depth=depth, seed=seed, dtype=torch.float64))
                 m = r.metrics["mu_relative"].numpy()
                 m = m[np.isfinite(m)]
                 out = max(out, float(m.max()) if m.size else 0.0)
@@ -61,8 +61,8 @@ def main() -> None:
     print("random starts under the complete mask (pure SA, depth 4 x --depth): where m levels off")
     for n, d in ((32, 16), (128, 384)):
         X0 = torch.randn(4, n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-        r = simulate(X0, mask="complete", variant="pure", depth=4 * args.depth, seed=0, dtype=torch.float64,
-                     metrics=("mu_relative",))
+        r = simulate(X0, mask="complete", metrics=("mu_relative",),
+                     run=RunConfig(depth=4 * args.depth, seed=0, dtype=torch.float64))
         m = r.metrics["mu_relative"].numpy()[-args.depth:]
         print(f"N {n} d {d}: last {args.depth} layers m/eps in [{m.min() / EPS64:.2f}, {m.max() / EPS64:.2f}], "
               f"model {mu_floor(n, d) / EPS64:.0f}")

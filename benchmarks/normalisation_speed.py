@@ -20,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from rankcollapse.dynamics import BlockConfig, simulate
+from rankcollapse.dynamics import BlockConfig, RunConfig, simulate
 from rankcollapse.metrics.rate import fit_decay_law
 
 N, D, DEPTH, SEEDS = 32, 16, 64, 8
@@ -47,8 +47,8 @@ def measure(cfg: BlockConfig, mask: str) -> dict:
     mu, gaps = [], []
     for seed in range(SEEDS):
         X0 = torch.randn(1, N, D, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-        res = simulate(X0, mask=mask, depth=DEPTH, variant=cfg, seed=seed, dtype=torch.float64,
-                       metrics=("mu_relative", "avg_cos"))
+        res = simulate(X0, mask=mask, metrics=("mu_relative", "avg_cos"), block=cfg,
+                       run=RunConfig(depth=DEPTH, seed=seed, dtype=torch.float64))
         mu.append(res.metrics["mu_relative"][:, 0].numpy())
         gaps.append(1.0 - res.metrics["avg_cos"][:, 0].numpy())
     mu, gaps = np.array(mu), np.array(gaps).T  # (seeds, T+1), (T+1, seeds)

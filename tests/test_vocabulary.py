@@ -12,7 +12,7 @@ from rankcollapse.errors import ConfigError
 
 
 def test_three_epsilons_are_named_apart():
-    from rankcollapse.dynamics import gaussian_tokens, simulate
+    from rankcollapse.dynamics import RunConfig, gaussian_tokens, simulate
     from rankcollapse.masks import parse_mask
     from rankcollapse.theory import check_collapse_bound
     from rankcollapse.theory.envelope import envelope_rate, epsilon_lower_bound, epsilon_uniform, predicted_rate, \
@@ -26,8 +26,8 @@ def test_three_epsilons_are_named_apart():
     assert rate["epsilon_bound"] == epsilon_lower_bound(d_qk=4.0, token_norm=1.0, weight_norm=1.0, max_in_degree=5)
     assert rate["epsilon_bound"] == math.exp(-1.0) / 5 and "epsilon" not in rate
     # epsilon_measured: the smallest allowed entry met, on SimResult and BoundResult
-    res = simulate(gaussian_tokens(2, 5, 3, seed=0), mask="causal", depth=2, record_epsilon=True,
-                   record_attention=True)
+    res = simulate(gaussian_tokens(2, 5, 3, seed=0), mask="causal",
+                   run=RunConfig(depth=2, record_epsilon=True, record_attention=True))
     A = torch.stack(res.attention)  # (depth, B, H, N, N)
     allowed = parse_mask("causal", 5).to_dense()
     assert torch.equal(res.epsilon_measured, A[..., allowed].flatten(1).amin(1).double())

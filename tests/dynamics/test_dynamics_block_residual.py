@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from rankcollapse.dynamics import BlockConfig, LayerWeights, simulate
+from rankcollapse.dynamics import BlockConfig, LayerWeights, RunConfig, simulate
 from rankcollapse.dynamics.config import VARIANTS, resolve_variant, variant_name
 from rankcollapse.errors import ConfigError
 from tests.cli._harness import run_cli
@@ -45,8 +45,9 @@ def test_one_layer_equals_the_hand_built_residual_update():
     g = torch.Generator().manual_seed(3)
     Wq, Wk, Wv = (torch.randn(d, d, dtype=torch.float64, generator=g) / d ** 0.5 for _ in range(3))
     lw = LayerWeights(W_Q=Wq, W_K=Wk, W_V=Wv)
-    res = simulate(X0, mask="causal", depth=1, variant=BlockConfig(placement="post_ln"), weights=[lw], d_qk=2.0,
-                   dtype=torch.float64, record_states=True, metrics=("mu",))
+    res = simulate(X0, mask="causal", weights=[lw], d_qk=2.0, metrics=("mu",),
+                   block=BlockConfig(placement="post_ln"),
+                   run=RunConfig(depth=1, dtype=torch.float64, record_states=True))
     scores = (X0 @ Wq) @ (X0 @ Wk).transpose(-1, -2) / 2.0 ** 0.5
     N = X0.shape[1]
     scores = scores.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
@@ -59,10 +60,10 @@ def test_post_ln_block_with_mlp_runs_the_residual_network():
     """The reported case: 4 heads, an MLP, 16 layers. Without its skip the post-LN block
     collapses to the float64 floor; the default block is the alpha=1 block exactly."""
     X0 = _tokens(B=4, N=32, d=64)
-    kw = dict(mask="complete", depth=16, seed=0, metrics=("mu_relative",), dtype=torch.float64)
-    default = simulate(X0, variant=BlockConfig(norm="layernorm", placement="post_ln", n_heads=4, mlp=True), **kw)
-    one = simulate(X0, variant=BlockConfig(norm="layernorm", placement="post_ln", n_heads=4, mlp=True, alpha=1.0), **kw)
-    off = simulate(X0, variant=BlockConfig(norm="layernorm", placement="post_ln", n_heads=4, mlp=True, alpha=0.0), **kw)
+    kw = dict(mask="complete", metrics=("mu_relative",), run=RunConfig(depth=16, seed=0, dtype=torch.float64))
+    default = simulate(X0, block=BlockConfig(norm="layernorm", placement="post_ln", n_heads=4, mlp=True), **kw)
+    one = simulate(X0, block=BlockConfig(norm="layernorm", placement="post_ln", n_heads=4, mlp=True, alpha=1.0), **kw)
+    off = simulate(X0, block=BlockConfig(norm="layernorm", placement="post_ln", n_heads=4, mlp=True, alpha=0.0), **kw)
     assert torch.equal(default.metrics["mu_relative"], one.metrics["mu_relative"])
     assert default.config["block"] == one.config["block"] and default.config["block"]["alpha"] == 1.0
     assert float(off.metrics["mu_relative"][-1].max()) < 1e-12  # no residual: collapsed to rounding
@@ -99,10 +100,10 @@ def test_variant_post_ln_is_the_post_ln_placement_with_layernorm():
     d = X0.shape[-1]
     g = torch.Generator().manual_seed(5)
     Wq, Wk, Wv = (torch.randn(d, d, dtype=torch.float64, generator=g) / d ** 0.5 for _ in range(3))
-    kw = dict(mask="causal", depth=1, weights=[LayerWeights(W_Q=Wq, W_K=Wk, W_V=Wv)], d_qk=1.0, dtype=torch.float64,
-              record_states=True, metrics=("mu",))
-    by_name = simulate(X0, variant="post_ln", **kw)
-    by_block = simulate(X0, variant=BlockConfig(placement="post_ln", norm="layernorm"), **kw)
+    kw = dict(mask="causal", weights=[LayerWeights(W_Q=Wq, W_K=Wk, W_V=Wv)], d_qk=1.0, metrics=("mu",),
+              run=RunConfig(depth=1, dtype=torch.float64, record_states=True))
+    by_name = simulate(X0, block="post_ln", **kw)
+    by_block = simulate(X0, block=BlockConfig(placement="post_ln", norm="layernorm"), **kw)
     N = X0.shape[1]
     scores = ((X0 @ Wq) @ (X0 @ Wk).transpose(-1, -2)).masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(),
                                                                     float("-inf"))

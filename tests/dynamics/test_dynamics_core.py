@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankcollapse.dynamics import BlockConfig, LayerWeights, simulate, sphere_tokens
+from rankcollapse.dynamics import BlockConfig, LayerWeights, RunConfig, simulate, sphere_tokens
 from rankcollapse.dynamics.attention import attention_weights, masked_softmax
 from rankcollapse.errors import ConfigError, MaskError
 
@@ -58,8 +58,8 @@ def test_variants_match_numpy_reference(variant):
     M = np.tril(np.ones((N, N), bool))
     Ws = [tuple(rng.normal(size=(d, d)) / math.sqrt(d) for _ in range(3)) for _ in range(T)]
     weights = [LayerWeights(*(torch.tensor(w) for w in ws)) for ws in Ws]
-    res = simulate(torch.tensor(X0), mask=torch.tensor(M), depth=T, variant=variant, d_qk=d_qk,
-                   weights=weights, metrics=MU, dtype=torch.float64, record_states=True)
+    res = simulate(torch.tensor(X0), mask=torch.tensor(M), d_qk=d_qk, weights=weights, metrics=MU, block=variant,
+                   run=RunConfig(depth=T, dtype=torch.float64, record_states=True))
     ref = reference(X0, M, Ws, variant, d_qk)
     for t in range(T + 1):
         np.testing.assert_allclose(res.states[t].numpy(), ref[t], rtol=1e-10, atol=1e-10)
@@ -75,7 +75,7 @@ def test_masked_entries_zero_rows_sum_to_one():
     assert bool((A[:, ~M] == 0).all())
     assert bool((A[:, M] > 0).all())
     torch.testing.assert_close(A.sum(-1), torch.ones(2, 9, dtype=A.dtype))
-    res = simulate(X, mask=M, depth=3, metrics=MU, record_attention=True, record_epsilon=True, n_heads=2)
+    res = simulate(X, mask=M, metrics=MU, block=BlockConfig(n_heads=2), run=RunConfig(depth=3, record_attention=True, record_epsilon=True))
     for t, At in enumerate(res.attention):
         assert At.shape == (2, 2, 9, 9)
         assert bool((At[..., ~M] == 0).all())
@@ -85,8 +85,8 @@ def test_masked_entries_zero_rows_sum_to_one():
 
 def test_sphere_rows_unit_norm_and_seed_reproducible():
     X = sphere_tokens(2, 12, 6, seed=1)
-    kw = dict(mask=causal(12), depth=6, variant="sphere", metrics=MU, record_states=True)
-    a, b, c = simulate(X, seed=3, **kw), simulate(X, seed=3, **kw), simulate(X, seed=4, **kw)
+    kw = dict(mask=causal(12), block="sphere", metrics=MU)
+    a, b, c = (simulate(X, run=RunConfig(depth=6, seed=s, record_states=True), **kw) for s in (3, 3, 4))
     for S in a.states[1:]:
         torch.testing.assert_close(S.norm(dim=-1), torch.ones(2, 12, dtype=S.dtype))
     assert torch.equal(a.metrics["mu"], b.metrics["mu"])
@@ -95,7 +95,7 @@ def test_sphere_rows_unit_norm_and_seed_reproducible():
 
 def test_registry_metrics_streamed():
     X = torch.randn(2, 10, 8, dtype=torch.float64)
-    res = simulate(X, mask=causal(10), depth=3, metrics=("mu", "mu_relative"), record_states=True)
+    res = simulate(X, mask=causal(10), metrics=("mu", "mu_relative"), run=RunConfig(depth=3, record_states=True))
     for t, S in enumerate(res.states):
         np.testing.assert_allclose(res.metrics["mu"][t].numpy(), mu_np(S.numpy()), rtol=1e-5)
         rel = mu_np(S.numpy()) / np.linalg.norm(S.numpy(), axis=(-2, -1))
@@ -113,7 +113,7 @@ def test_row_norm_metrics_are_the_registrys_bit_for_bit(dtype):
     for scale in (1e-30, 1e-12, 1.0, 7.0, 1e11):
         X = torch.randn(3, 40, 8, generator=torch.Generator().manual_seed(1), dtype=dtype) * scale
         for variant in ("pure", "sphere"):
-            res = simulate(X, mask="causal", depth=3, metrics=names, record_states=True, variant=variant, seed=2)
+            res = simulate(X, mask="causal", metrics=names, block=variant, run=RunConfig(depth=3, record_states=True, seed=2))
             for t, S in enumerate(res.states):
                 ref = compute_metrics(S, names)
                 for name in names:
@@ -128,7 +128,7 @@ def test_multihead_matches_torch_multihead_attention():
     mha = torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True, dtype=torch.float64)
     Wq, Wk, Wv = mha.in_proj_weight.detach().chunk(3)
     lw = LayerWeights(Wq.T, Wk.T, Wv.T, W_O=mha.out_proj.weight.detach().T, n_heads=H)
-    res = simulate(X, mask=M, depth=1, weights=[lw], d_qk=d // H, metrics=MU, record_states=True)
+    res = simulate(X, mask=M, weights=[lw], d_qk=d // H, metrics=MU, run=RunConfig(depth=1, record_states=True))
     expected = mha(X, X, X, attn_mask=~M, need_weights=False)[0]
     torch.testing.assert_close(res.states[1], expected.detach())
 
@@ -138,7 +138,7 @@ def test_uniform_attention_averages_over_mask():
     X = torch.randn(1, N, d, dtype=torch.float64)
     M = causal(N)
     cfg = BlockConfig(attention="uniform")
-    res = simulate(X, mask=M, depth=1, variant=cfg, value="identity", metrics=MU, record_states=True)
+    res = simulate(X, mask=M, value="identity", metrics=MU, block=cfg, run=RunConfig(depth=1, record_states=True))
     expected = (M.double() / M.sum(1, keepdim=True)) @ X[0]
     torch.testing.assert_close(res.states[1][0], expected)
 
@@ -147,7 +147,7 @@ def test_pre_ln_mlp_and_final_norm():
     N, d = 4, 6
     X = torch.randn(1, N, d, dtype=torch.float64)
     cfg = BlockConfig(norm="rmsnorm", placement="pre_ln", alpha=1.0, mlp=True, mlp_ratio=2, final_norm=True)
-    res = simulate(X, mask=causal(N), depth=1, variant=cfg, value="orthogonal", metrics=MU, record_states=True)
+    res = simulate(X, mask=causal(N), value="orthogonal", metrics=MU, block=cfg, run=RunConfig(depth=1, record_states=True))
     from rankcollapse.dynamics.weights import random_layers
 
     lw = random_layers(d, 1, value="orthogonal", mlp_ratio=2)[0]
@@ -162,7 +162,7 @@ def test_pre_ln_mlp_and_final_norm():
 
 def test_qsc_orthogonal_value_collapses_geometrically_documents_do_not():
     X = torch.randn(8, 32, 16, dtype=torch.float64)
-    res = simulate(X, mask=causal(32), depth=40, value="orthogonal", metrics=MU, d_qk=16.0)
+    res = simulate(X, mask=causal(32), value="orthogonal", metrics=MU, d_qk=16.0, run=RunConfig(depth=40))
     mu = res.metrics["mu"].mean(1)
     rates = (mu[1:] / mu[:-1]).numpy()
     assert (rates < 1).all()                      # monotone
@@ -170,7 +170,7 @@ def test_qsc_orthogonal_value_collapses_geometrically_documents_do_not():
     slope = np.polyfit(np.arange(20, 41), np.log(mu[20:].numpy()), 1)[0]
     assert slope < -0.1
     docs = torch.block_diag(*[torch.ones(8, 8, dtype=torch.bool).tril()] * 4)
-    res_docs = simulate(X, mask=docs, depth=40, value="orthogonal", metrics=MU, d_qk=16.0)
+    res_docs = simulate(X, mask=docs, value="orthogonal", metrics=MU, d_qk=16.0, run=RunConfig(depth=40))
     mu_docs = res_docs.metrics["mu"].mean(1)
     assert float(mu_docs[-1] / mu_docs[0]) > 0.1
     assert float(mu_docs[-1] / mu_docs[-11]) > 0.95  # settled at a non-zero value
@@ -183,15 +183,15 @@ def test_huge_logits_never_nan():
     assert bool(torch.isfinite(A).all())
     torch.testing.assert_close(A.sum(-1), torch.ones(6))
     X = torch.randn(2, 6, 4) * 1e15
-    res = simulate(X, mask=M, depth=3, variant="sphere", d_qk=1e-6, metrics=MU)
+    res = simulate(X, mask=M, d_qk=1e-6, metrics=MU, block="sphere", run=RunConfig(depth=3))
     assert bool(torch.isfinite(res.metrics["mu"]).all())
 
 
 def test_zero_rows_under_sphere_warn_and_stay_zero():
     X = torch.randn(1, 4, 3, dtype=torch.float64)
     with pytest.warns(RuntimeWarning, match="zero rows"):
-        res = simulate(X, mask=causal(4), depth=2, variant="sphere", value=torch.zeros(3, 3), metrics=MU,
-                       record_states=True)
+        res = simulate(X, mask=causal(4), value=torch.zeros(3, 3), metrics=MU, block="sphere",
+                       run=RunConfig(depth=2, record_states=True))
     assert bool((res.states[2] == 0).all())
     assert res.zero_rows == [4, 4]
 
@@ -202,38 +202,41 @@ def test_zero_rows_under_sphere_warn_and_stay_zero():
         (dict(d_qk=0.0), "d_qk"),
         (dict(d_qk=-1.0), "d_qk"),
         (dict(value=torch.eye(5)), r"W_V of layer 0 has shape \(5, 5\), expected \(4, 4\)"),
-        (dict(n_heads=3), "n_heads=3 does not divide d_model=4"),
-        (dict(variant="nope"), "unknown variant"),
-        (dict(depth=0), "depth"),
+        (dict(block=dict(n_heads=3)), "n_heads=3 does not divide d_model=4"),
+        (dict(block="nope"), "unknown variant"),
+        (dict(run=dict(depth=0)), "depth"),
         (dict(value="gaussian:sd=1"), "takes"),
-        (dict(value="orthogonal", dtype=torch.float16), "dtype"),
-        (dict(variant=BlockConfig(), n_heads=0), "n_heads"),
+        (dict(value="orthogonal", run=dict(dtype=torch.float16)), "dtype"),
+        (dict(block=dict(n_heads=0)), "n_heads"),
     ],
 )
 def test_bad_options_fail_before_work(kwargs, match):
     calls = []
     metrics = {"mu": lambda X: calls.append(1) or MU["mu"](X)}
-    args = dict(mask=causal(6), depth=2, metrics=metrics) | kwargs
+    args = dict(mask=causal(6), metrics=metrics) | kwargs
     with pytest.raises(ConfigError, match=match):
+        if isinstance(args.get("block"), dict):
+            args["block"] = BlockConfig(**args["block"])
+        args["run"] = RunConfig(**{"depth": 2, **args.get("run", {})})
         simulate(torch.randn(2, 6, 4), **args)
     assert calls == []
 
 
 def test_bad_shapes_and_masks():
     with pytest.raises(ConfigError, match=r"\(N, d\) or \(B, N, d\)"):
-        simulate(torch.randn(6), mask=causal(6), depth=1, metrics=MU)
+        simulate(torch.randn(6), mask=causal(6), metrics=MU, run=RunConfig(depth=1))
     with pytest.raises(MaskError, match=r"shape \(5, 5\) for N=5"):
-        simulate(torch.randn(5, 3), mask=causal(6), depth=1, metrics=MU)
+        simulate(torch.randn(5, 3), mask=causal(6), metrics=MU, run=RunConfig(depth=1))
     M = causal(5)
     M[2] = False
     with pytest.raises(MaskError, match=r"rows \[2\]"):
-        simulate(torch.randn(5, 3), mask=M, depth=1, metrics=MU)
+        simulate(torch.randn(5, 3), mask=M, metrics=MU, run=RunConfig(depth=1))
     with pytest.raises(ConfigError, match="placement 'none'"):
         BlockConfig(alpha=1.0)
 
 
 def test_float32_matches_float64():
     X = torch.randn(2, 16, 8, dtype=torch.float64)
-    a = simulate(X, mask=causal(16), depth=5, variant="post_ln", metrics=MU, dtype=torch.float32)
-    b = simulate(X, mask=causal(16), depth=5, variant="post_ln", metrics=MU, dtype=torch.float64)
+    a = simulate(X, mask=causal(16), metrics=MU, block="post_ln", run=RunConfig(depth=5, dtype=torch.float32))
+    b = simulate(X, mask=causal(16), metrics=MU, block="post_ln", run=RunConfig(depth=5, dtype=torch.float64))
     torch.testing.assert_close(a.metrics["mu"], b.metrics["mu"], rtol=1e-4, atol=1e-5)

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.errors import MemoryLimitError
 from tests.cli._harness import run_cli
 
@@ -19,15 +19,15 @@ def test_a_huge_depth_is_refused_before_drawing():
     X = torch.randn(1, 8, 4, dtype=torch.float64)
     t0 = time.perf_counter()
     with pytest.raises(MemoryLimitError, match="100000000 layers"):
-        simulate(X, mask="causal", depth=10**8)
+        simulate(X, mask="causal", run=RunConfig(depth=10**8))
     assert time.perf_counter() - t0 < 5  # refused from the estimate, not after drawing
 
 
 def test_the_estimate_follows_the_limit_and_shared_weights():
     X = torch.randn(1, 8, 4, dtype=torch.float64)
     with pytest.raises(MemoryLimitError):
-        simulate(X, mask="causal", depth=64, max_memory="64KiB")  # 64 x 4 KiB of records alone
-    res = simulate(X, mask="causal", depth=64, max_memory="1MiB")
+        simulate(X, mask="causal", run=RunConfig(depth=64, max_memory="64KiB"))  # 64 x 4 KiB of records alone
+    res = simulate(X, mask="causal", run=RunConfig(depth=64, max_memory="1MiB"))
     assert res.metrics["mu"].shape == (65, 1)
 
 
@@ -51,8 +51,8 @@ def test_the_tokens_are_estimated_before_the_run():
     assert simulate_tokens_bytes(2, 4096, 64, 4, mlp_ratio=4) == cells * (8 + 4 * (block + 8))
     assert simulate_tokens_bytes(2, 4096, 64, 8, depth=3, record_states=True) == cells * 8 * (1 + block + 4)
     with pytest.raises(MemoryLimitError, match=r"^max_memory .*2 x 4096 x 64 tokens.*float64"):
-        simulate(X, mask="causal_sliding_window:w=4", depth=2, max_memory="16MiB")
-    res = simulate(X[:, :64], mask="causal_sliding_window:w=4", depth=2, max_memory="16MiB")  # the same run, small
+        simulate(X, mask="causal_sliding_window:w=4", run=RunConfig(depth=2, max_memory="16MiB"))
+    res = simulate(X[:, :64], mask="causal_sliding_window:w=4", run=RunConfig(depth=2, max_memory="16MiB"))  # the same run, small
     assert res.metrics["mu"].shape == (3, 2)
 
 
@@ -71,12 +71,12 @@ def test_cli_refuses_a_huge_n_tokens_before_drawing_the_input(tmp_path):
 _PEAK_CHILD = r"""
 import json, sys
 import torch
-from rankcollapse.dynamics import resolve_variant, simulate
+from rankcollapse.dynamics import RunConfig, resolve_variant, simulate
 
 torch.set_num_threads(1)
 n, variant = int(sys.argv[1]), resolve_variant("pure", **json.loads(sys.argv[2]))
-simulate(torch.randn(1, 256, 64, dtype=torch.float64), mask="causal_sliding_window:w=4", depth=2,
-         variant=variant, backend="blocked")  # code paths and lazy imports loaded before the baseline
+simulate(torch.randn(1, 256, 64, dtype=torch.float64), "causal_sliding_window:w=4", block=variant,
+         run=RunConfig(depth=2, backend="blocked"))  # code paths and lazy imports loaded before the baseline
 def status(field):
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
@@ -84,7 +84,7 @@ with open("/proc/self/clear_refs", "w") as f:  # the high-water mark restarts at
     f.write("5")
 base = status("VmRSS")
 X = torch.randn(1, n, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-simulate(X, mask="causal_sliding_window:w=4", depth=2, variant=variant, backend="blocked")
+simulate(X, "causal_sliding_window:w=4", block=variant, run=RunConfig(depth=2, backend="blocked"))
 print(json.dumps({"base": base, "peak": status("VmHWM")}))
 """
 

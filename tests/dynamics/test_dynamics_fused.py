@@ -2,7 +2,7 @@
 
 import torch
 
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.dynamics.attention import dense_attention, project_qkv
 from rankcollapse.dynamics.weights import LayerWeights, random_layers
 from rankcollapse.masks import parse_mask
@@ -37,8 +37,8 @@ def test_heads_or_narrow_keys_keep_the_three_projections():
 
 def test_float32_fused_run_tracks_the_float64_run():
     X0 = torch.randn(4, 32, 16, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
-    a = simulate(X0.float(), mask="causal", depth=12, metrics=("mu",), seed=1)
-    b = simulate(X0, mask="causal", depth=12, metrics=("mu",), seed=1)
+    a = simulate(X0.float(), mask="causal", metrics=("mu",), run=RunConfig(depth=12, seed=1))
+    b = simulate(X0, mask="causal", metrics=("mu",), run=RunConfig(depth=12, seed=1))
     torch.testing.assert_close(a.metrics["mu"], b.metrics["mu"], rtol=1e-4, atol=1e-6)
 
 

@@ -4,7 +4,7 @@ they make meaningless are refused instead of ignored, and the record says what r
 import pytest
 import torch
 
-from rankcollapse.dynamics import BlockConfig, simulate
+from rankcollapse.dynamics import BlockConfig, RunConfig, resolve_variant, simulate
 from rankcollapse.dynamics.weights import random_layers
 from rankcollapse.errors import ConfigError
 
@@ -12,7 +12,7 @@ from rankcollapse.errors import ConfigError
 def _run(**kw):
     X0 = torch.randn(1, 6, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     weights = random_layers(8, 2, n_heads=4, out_proj=True, seed=1)
-    return simulate(X0, mask="causal", depth=2, weights=weights, dtype=torch.float64, **kw), X0, weights
+    return simulate(X0, mask="causal", weights=weights, run=RunConfig(depth=2, dtype=torch.float64), **kw), X0, weights
 
 
 @pytest.mark.parametrize("kw, name", [
@@ -28,9 +28,9 @@ def test_options_the_weights_override_are_refused(kw, name):
 
 def test_a_head_count_other_than_the_weights_is_refused():
     with pytest.raises(ConfigError, match="n_heads=2 but the given weights have 4 heads"):
-        _run(n_heads=2)
+        _run(block=BlockConfig(n_heads=2))
     with pytest.raises(ConfigError, match="n_heads=2 but"):
-        _run(variant=BlockConfig(n_heads=2))
+        _run(block=resolve_variant("skip", n_heads=2))
 
 
 def test_the_record_gives_the_heads_and_projection_that_ran():
@@ -40,7 +40,7 @@ def test_the_record_gives_the_heads_and_projection_that_ran():
     assert res.config["value"] == res.config["query_key"] == res.config["weights"] == "given"
     assert res.config["variant"] == "pure"  # the update rule; the head layout is in "block"
     # the same numbers as the run that draws those weights itself (same seed, same layout)
-    drawn = simulate(X0, mask="causal", depth=2, n_heads=4, variant=BlockConfig(n_heads=4, out_proj=True), seed=1,
-                     dtype=torch.float64)
+    drawn = simulate(X0, mask="causal", block=BlockConfig(n_heads=4, out_proj=True),
+                     run=RunConfig(depth=2, seed=1, dtype=torch.float64))
     assert torch.equal(drawn.metrics["mu"], res.metrics["mu"])
     assert drawn.config["block"] == block

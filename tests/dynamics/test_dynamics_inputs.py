@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankcollapse.dynamics import BlockConfig, simulate
+from rankcollapse.dynamics import BlockConfig, RunConfig, simulate
 from rankcollapse.dynamics.weights import random_layers
 from rankcollapse.errors import ConfigError, MetricError
 
@@ -16,23 +16,27 @@ def X():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(device="nosuchdevice"), "not a torch device"),
-    (dict(device="cuda:99"), "not available"),
+    (dict(run=dict(device="nosuchdevice")), "not a torch device"),
+    (dict(run=dict(device="cuda:99")), "not available"),
     (dict(d_qk="1"), "d_qk must be a number"),
     (dict(d_qk=math.inf), "d_qk must be a finite number"),
-    (dict(seed=-1), "seed must be an integer >= 0"),
-    (dict(depth=True), "depth must be an integer"),
-    (dict(depth=2.0), "depth must be an integer"),
-    (dict(block_size=0), "block_size"),
-    (dict(n_heads=True), "n_heads must be an integer"),
+    (dict(run=dict(seed=-1)), "seed must be an integer >= 0"),
+    (dict(run=dict(depth=True)), "depth must be an integer"),
+    (dict(run=dict(depth=2.0)), "depth must be an integer"),
+    (dict(run=dict(block_size=0)), "block_size"),
+    (dict(block=dict(n_heads=True)), "n_heads must be an integer"),
     (dict(value=[object(), object()]), "W_V of layer 0 is not a numeric matrix"),
     (dict(value=[["a", "b"], ["c", "d"]]), "W_V of layer 0"),
 ])
 def test_bad_options_fail_before_any_layer(kwargs, match):
     calls = []
     metrics = {"n": lambda X: calls.append(1) or X.new_zeros(X.shape[0])}
+    args = {"mask": "causal", "metrics": metrics} | kwargs
     with pytest.raises(ConfigError, match=match):
-        simulate(X(), **({"mask": "causal", "depth": 2, "metrics": metrics} | kwargs))
+        if isinstance(args.get("block"), dict):
+            args["block"] = BlockConfig(**args["block"])
+        args["run"] = RunConfig(**{"depth": 2, **args.get("run", {})})
+        simulate(X(), **args)
     assert calls == []
 
 
@@ -48,7 +52,7 @@ def test_block_config_rejects_bad_fields(kwargs, match):
 
 
 def test_numpy_integer_depth_is_accepted():
-    res = simulate(X(), mask="causal", depth=np.int64(2))
+    res = simulate(X(), mask="causal", run=RunConfig(depth=np.int64(2)))
     assert res.metrics["mu"].shape == (3, 2)
 
 
@@ -61,7 +65,7 @@ def test_per_layer_list_may_mix_family_specs_and_matrices():
 
 def test_undefined_metric_names_the_layer():
     with pytest.warns(RuntimeWarning, match="zero rows"), pytest.raises(MetricError, match="after layer 1"):
-        simulate(X(), mask="causal", depth=2, variant="sphere", value="zero")
+        simulate(X(), mask="causal", value="zero", block="sphere", run=RunConfig(depth=2))
 
 
 def test_unknown_variant_and_placement_names_are_refused():
@@ -77,7 +81,7 @@ def test_config_records_the_preset_actually_run():
     from rankcollapse.dynamics.config import resolve_variant
 
     X = torch.randn(2, 5, 3, dtype=torch.float64)
-    run = lambda v: simulate(X, mask="causal", depth=2, variant=v).config["variant"]  # noqa: E731
+    run = lambda v: simulate(X, mask="causal", block=v, run=RunConfig(depth=2)).config["variant"]  # noqa: E731
     assert run(resolve_variant("sphere", norm="layernorm")) == "layernorm"
     assert run(resolve_variant("post_ln", norm="rmsnorm")) == "custom"
 

@@ -7,7 +7,7 @@ import scipy.sparse as sp
 import torch
 
 from rankcollapse import theory
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.masks import Mask, causal, parse_schedule
 from rankcollapse.masks import spec as spec_module
 
@@ -39,7 +39,7 @@ def _X():
     ("schedule:causal*2,complete", ["causal", "complete"]),
 ])
 def test_a_spec_going_into_simulate_is_parsed_exactly_once(parsed, spec, atoms):
-    simulate(_X(), mask=spec, depth=3, metrics=["mu", "dirichlet_energy"])
+    simulate(_X(), mask=spec, metrics=["mu", "dirichlet_energy"], run=RunConfig(depth=3))
     assert parsed == atoms
 
 
@@ -60,8 +60,8 @@ def test_the_theorem1_check_parses_its_spec_once(parsed):
 ])
 @pytest.mark.parametrize("backend", ["dense", "blocked"])
 def test_every_mask_form_runs_the_same(form, spec, backend):
-    want = simulate(_X(), mask="causal", depth=3, metrics=["mu", "dirichlet_energy"], backend=backend, record_epsilon=True)
-    got = simulate(_X(), mask=form(), depth=3, metrics=["mu", "dirichlet_energy"], backend=backend, record_epsilon=True)
+    want = simulate(_X(), mask="causal", metrics=["mu", "dirichlet_energy"], run=RunConfig(depth=3, backend=backend, record_epsilon=True))
+    got = simulate(_X(), mask=form(), metrics=["mu", "dirichlet_energy"], run=RunConfig(depth=3, backend=backend, record_epsilon=True))
     for k in want.metrics:
         assert torch.equal(got.metrics[k], want.metrics[k])
     assert torch.equal(got.epsilon_measured, want.epsilon_measured)
@@ -70,8 +70,8 @@ def test_every_mask_form_runs_the_same(form, spec, backend):
 
 def test_a_schedule_object_runs_layer_by_layer():
     sched = parse_schedule("schedule:causal,complete", N)
-    a = simulate(_X(), mask=sched, depth=4, metrics=["mu"], record_attention=True)
-    b = simulate(_X(), mask="schedule:causal,complete", depth=4, metrics=["mu"], record_attention=True)
+    a = simulate(_X(), mask=sched, metrics=["mu"], run=RunConfig(depth=4, record_attention=True))
+    b = simulate(_X(), mask="schedule:causal,complete", metrics=["mu"], run=RunConfig(depth=4, record_attention=True))
     assert torch.equal(a.metrics["mu"], b.metrics["mu"])
     upper = ~torch.from_numpy(TRIL)
     assert [bool((att[..., upper] == 0).all()) for att in a.attention] == [True, False, True, False]
@@ -81,6 +81,6 @@ def test_a_bad_form_is_a_mask_error_before_any_layer():
     from rankcollapse.errors import MaskError
 
     with pytest.raises(MaskError, match="boolean"):
-        simulate(_X(), mask=TRIL.astype(float), depth=1)
+        simulate(_X(), mask=TRIL.astype(float), run=RunConfig(depth=1))
     with pytest.raises(MaskError, match=r"shape \(6, 6\) for N=6 tokens, got \(5, 5\)"):
-        simulate(_X(), mask=Mask.from_dense(TRIL[:5, :5]), depth=1)
+        simulate(_X(), mask=Mask.from_dense(TRIL[:5, :5]), run=RunConfig(depth=1))

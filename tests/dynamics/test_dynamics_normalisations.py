@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy.special import erf
 
-from rankcollapse.dynamics import BlockConfig, LayerWeights, simulate
+from rankcollapse.dynamics import BlockConfig, LayerWeights, RunConfig, simulate
 from rankcollapse.dynamics.layers import Attention, block_forward, qk_norm_scale
 from rankcollapse.errors import ConfigError
 
@@ -124,13 +124,15 @@ def test_headwise_rmsnorm_undoes_a_sink_key():
     RMSNorm divides that factor out, so the layer equals the softmax layer up to eps."""
     g = torch.Generator().manual_seed(3)
     X0 = torch.randn(2, 6, 4, generator=g, dtype=torch.float64)
-    run = lambda attention: simulate(X0, mask="causal", depth=3, variant=BlockConfig(  # noqa: E731
+    run = lambda attention: simulate(X0, mask="causal", metrics=("mu",),
+        block=BlockConfig(  # noqa: E731
         norm="rmsnorm", placement="pre_ln", attention=attention, headwise_rmsnorm=True, eps=1e-300),
-        dtype=torch.float64, seed=0, record_states=True, metrics=("mu",)).states[-1]
+        run=RunConfig(depth=3, dtype=torch.float64, seed=0, record_states=True)).states[-1]
     torch.testing.assert_close(run("sink:b=2"), run("softmax"), rtol=1e-12, atol=1e-12)
-    plain = simulate(X0, mask="causal", depth=3, variant=BlockConfig(norm="rmsnorm", placement="pre_ln",
-                     attention="sink:b=2", eps=1e-300), dtype=torch.float64, seed=0, record_states=True,
-                     metrics=("mu",)).states[-1]
+    plain = simulate(X0, mask="causal", metrics=("mu",),
+                     block=BlockConfig(norm="rmsnorm", placement="pre_ln",
+                     attention="sink:b=2", eps=1e-300),
+                     run=RunConfig(depth=3, dtype=torch.float64, seed=0, record_states=True)).states[-1]
     assert not torch.allclose(plain, run("softmax"), rtol=1e-3)
 
 
@@ -236,8 +238,8 @@ def test_simulate_matches_the_numpy_reference(cfg, mask):
         w["W_2"] = rng.standard_normal((2 * d, d)) / math.sqrt(2 * d)
     lws = [LayerWeights(**{k: torch.from_numpy(v) for k, v in w.items()}) for w in ws]
     X0 = rng.standard_normal((2, N, d))
-    res = simulate(torch.from_numpy(X0), mask=mask, depth=depth, variant=cfg, weights=lws, d_qk=d_qk,
-                   dtype=torch.float64, record_states=True, metrics=("mu",))
+    res = simulate(torch.from_numpy(X0), mask=mask, weights=lws, d_qk=d_qk, metrics=("mu",), block=cfg,
+                   run=RunConfig(depth=depth, dtype=torch.float64, record_states=True))
     M = np.tril(np.ones((N, N), bool)) if mask == "causal" else np.ones((N, N), bool)
     for b in range(2):
         X = X0[b]
@@ -249,8 +251,8 @@ def test_simulate_matches_the_numpy_reference(cfg, mask):
 def test_final_norm_of_dyt_uses_its_alpha():
     X0 = torch.randn(1, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     cfg = BlockConfig(norm="dyt", placement="pre_ln", dyt_alpha=2.0, final_norm=True)
-    res = simulate(X0, mask="causal", depth=2, variant=cfg, dtype=torch.float64, record_states=True,
-                   metrics=("token_radius",))
+    res = simulate(X0, mask="causal", metrics=("token_radius",), block=cfg,
+                   run=RunConfig(depth=2, dtype=torch.float64, record_states=True))
     expected = np.linalg.norm(np.tanh(2.0 * res.states[-1][0].numpy()), axis=-1).mean()
     assert float(res.final_metrics["token_radius"][0]) == pytest.approx(expected, rel=1e-13)
 

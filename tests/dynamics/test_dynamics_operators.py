@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankcollapse.dynamics import BlockConfig, LayerWeights, simulate
+from rankcollapse.dynamics import BlockConfig, LayerWeights, RunConfig, simulate
 from rankcollapse.dynamics.operators import AttentionOperator, operator_weights, parse_attention
 from rankcollapse.errors import ConfigError
 from rankcollapse.metrics import norm_spread
@@ -98,8 +98,8 @@ def test_one_sink_layer_through_simulate_matches_numpy():
     X0 = torch.randn(N, d, generator=g, dtype=torch.float64)
     W_Q, W_K, W_V = (torch.randn(d, d, generator=g, dtype=torch.float64) for _ in range(3))
     lw = LayerWeights(W_Q=W_Q, W_K=W_K, W_V=W_V)
-    res = simulate(X0, mask="causal", depth=1, weights=[lw], variant=BlockConfig(attention="sink:b=1"),
-                   d_qk=4.0, dtype=torch.float64, record_states=True, record_attention=True)
+    res = simulate(X0, mask="causal", weights=[lw], d_qk=4.0, block=BlockConfig(attention="sink:b=1"),
+                   run=RunConfig(depth=1, dtype=torch.float64, record_states=True, record_attention=True))
     x = X0.numpy()
     S = (x @ W_Q.numpy()) @ (x @ W_K.numpy()).T / 2.0
     M = np.tril(np.ones((N, N), bool))
@@ -113,10 +113,10 @@ def test_one_sink_layer_through_simulate_matches_numpy():
 
 def test_softmax_records_no_row_mass_and_operators_refuse_windowed_kernels():
     X0 = torch.randn(2, 8, 4, dtype=torch.float64)
-    assert simulate(X0, mask="causal", depth=2, dtype=torch.float64).row_mass_deficit is None
+    assert simulate(X0, mask="causal", run=RunConfig(depth=2, dtype=torch.float64)).row_mass_deficit is None
     with pytest.raises(ConfigError, match="^backend 'blocked' cannot run attention"):
-        simulate(X0, mask="causal", depth=2, variant=BlockConfig(attention="offbyone"), backend="blocked")
-    res = simulate(X0, mask="causal", depth=2, variant=BlockConfig(attention="offbyone"), dtype=torch.float64)
+        simulate(X0, mask="causal", block=BlockConfig(attention="offbyone"), run=RunConfig(depth=2, backend="blocked"))
+    res = simulate(X0, mask="causal", block=BlockConfig(attention="offbyone"), run=RunConfig(depth=2, dtype=torch.float64))
     assert res.config["backend"] == "dense" and res.config["block"]["attention"] == "sink:b=0"
     assert res.row_mass_deficit.shape == (2, 2, 1, 3)
 
@@ -134,8 +134,8 @@ def test_norm_spread_hand_built():
 def _sink_run(mask, attention, seed):
     g = torch.Generator().manual_seed(seed)
     X0 = torch.randn(32, 16, generator=g, dtype=torch.float64) + 0.5
-    r = simulate(X0, mask=mask, depth=64, variant=BlockConfig(attention=attention), value="orthogonal", seed=seed,
-                 dtype=torch.float64, metrics=["mu_relative", "avg_abs_cos", "norm_spread"])
+    r = simulate(X0, mask=mask, value="orthogonal", metrics=["mu_relative", "avg_abs_cos", "norm_spread"],
+                 block=BlockConfig(attention=attention), run=RunConfig(depth=64, seed=seed, dtype=torch.float64))
     return {k: float(v[-1, 0]) for k, v in r.metrics.items()}
 
 
@@ -191,8 +191,8 @@ def test_row_mass_deficit_registry_metric():
 def test_epsilon_measured_is_the_signed_smallest_allowed_entry(attention):
     # diff attention has negative entries: ε is the smallest entry, not the smallest |entry|
     X0 = torch.randn(2, 16, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    res = simulate(X0, mask="causal", depth=2, variant=BlockConfig(attention=attention), dtype=torch.float64,
-                   record_epsilon=True, record_attention=True, seed=0)
+    res = simulate(X0, mask="causal", block=BlockConfig(attention=attention),
+                   run=RunConfig(depth=2, dtype=torch.float64, record_epsilon=True, record_attention=True, seed=0))
     M = torch.tril(torch.ones(16, 16, dtype=torch.bool))
     want = torch.stack([A[..., M].min() for A in res.attention]).double()
     torch.testing.assert_close(res.epsilon_measured, want, rtol=0, atol=0)
@@ -200,18 +200,18 @@ def test_epsilon_measured_is_the_signed_smallest_allowed_entry(attention):
 
 
 def test_a_run_that_reaches_the_zero_matrix_keeps_the_layers_it_measured():
-    from rankcollapse.dynamics import resolve_variant, simulate
+    from rankcollapse.dynamics import RunConfig, resolve_variant, simulate
     from rankcollapse.dynamics.runner import ZeroStop
 
     X0 = torch.randn(4, 16, 8, generator=torch.Generator().manual_seed(0))
     cfg = resolve_variant("pure", attention="sigmoid")
     with pytest.warns(RuntimeWarning, match="X is the zero matrix"):
-        res = simulate(X0, mask="causal", depth=64, variant=cfg, dtype=torch.float32, record_epsilon=True)
+        res = simulate(X0, mask="causal", block=cfg, run=RunConfig(depth=64, dtype=torch.float32, record_epsilon=True))
     assert isinstance(res.stopped, ZeroStop) and res.stopped.dtype == "float32"
     t = res.stopped.after_layer
     assert res.metrics["mu_relative"].shape == (65, 4)
     assert torch.isfinite(res.metrics["mu_relative"][:t]).all() and torch.isnan(res.metrics["mu_relative"][t:]).all()
     assert res.row_mass_deficit.shape[0] == res.epsilon_measured.shape[0] == 64
     assert torch.isnan(res.epsilon_measured[t:]).all() and res.to_dict()["stopped"]["after_layer"] == t
-    full = simulate(X0, mask="causal", depth=64, variant=cfg, dtype=torch.float64)
+    full = simulate(X0, mask="causal", block=cfg, run=RunConfig(depth=64, dtype=torch.float64))
     assert full.stopped is None and torch.isfinite(full.metrics["mu_relative"]).all()

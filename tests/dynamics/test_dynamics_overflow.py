@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.dynamics.attention import dense_attention
 from rankcollapse.dynamics.layers import sphere
 from rankcollapse.dynamics.sparse import BlockPlan, blocked_attention
@@ -50,10 +50,10 @@ def test_growing_pure_sa_matches_float64_until_x_itself_overflows(backend):
     # W_V = 3 I: ||X(t)|| grows like 3^t, past float32's squared range (1e19) at t ~ 40
     X0 = torch.randn(2, 16, 8, generator=torch.Generator().manual_seed(1))
     amax = {"amax": lambda X: X.abs().amax((1, 2))}
-    kw = dict(mask="causal", depth=60, value="scaled_identity:scale=3", backend=backend, block_size=4,
-              record_states=True, metrics=amax)
-    a = simulate(X0, dtype=torch.float32, **kw)
-    b = simulate(X0, dtype=torch.float64, **kw)
+    kw = dict(mask="causal", value="scaled_identity:scale=3", metrics=amax)
+    run = dict(depth=60, backend=backend, block_size=4, record_states=True)
+    a = simulate(X0, run=RunConfig(dtype=torch.float32, **run), **kw)
+    b = simulate(X0, run=RunConfig(dtype=torch.float64, **run), **kw)
     assert float(a.metrics["amax"][-1].min()) > 1e25  # not collapsed to exact zeros
     for sa, sb in zip(a.states, b.states):
         torch.testing.assert_close(sa.double(), sb, rtol=1e-3, atol=1e-3 * float(sb.abs().max()))
@@ -61,8 +61,8 @@ def test_growing_pure_sa_matches_float64_until_x_itself_overflows(backend):
 
 def test_default_metrics_stay_finite_for_huge_finite_float32_tokens():
     X0 = torch.randn(2, 16, 8, generator=torch.Generator().manual_seed(2))
-    res = simulate(X0, mask="causal", depth=75, value="scaled_identity:scale=3", dtype=torch.float32)
-    ref = simulate(X0, mask="causal", depth=75, value="scaled_identity:scale=3", dtype=torch.float64)
+    res = simulate(X0, mask="causal", value="scaled_identity:scale=3", run=RunConfig(depth=75, dtype=torch.float32))
+    ref = simulate(X0, mask="causal", value="scaled_identity:scale=3", run=RunConfig(depth=75, dtype=torch.float64))
     assert bool(torch.isfinite(res.metrics["mu"]).all()) and bool(torch.isfinite(res.metrics["mu_relative"]).all())
     torch.testing.assert_close(res.metrics["mu_relative"], ref.metrics["mu_relative"], rtol=1e-3, atol=1e-4)
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rankcollapse import assets
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.dynamics.pretrained import extract_attention_weights
 from rankcollapse.errors import ModelError
 
@@ -15,8 +15,8 @@ N, B = 12, 2
 
 
 def one_layer(X, lw, mask):
-    res = simulate(X, mask=mask, depth=1, weights=[lw], metrics={"n": lambda Z: Z.norm(dim=(-2, -1))},
-                   record_states=True, dtype=X.dtype)
+    res = simulate(X, mask=mask, weights=[lw], metrics={"n": lambda Z: Z.norm(dim=(-2, -1))},
+                   run=RunConfig(depth=1, record_states=True, dtype=X.dtype))
     return res.states[1]
 
 

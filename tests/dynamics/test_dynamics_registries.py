@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.dynamics.inputs import INPUTS, ON_SPHERE, canonical_input, make_tokens
 from rankcollapse.dynamics.weights import FAMILIES, FAMILY_PARAMS, construction_eigenvalues, draw, generator
 from rankcollapse.errors import ConfigError
@@ -158,9 +158,9 @@ def test_batched_draws_follow_one_stream():
 
 def test_simulate_runs_the_new_families():
     X0 = torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    res = simulate(X0, mask="causal", depth=3, value="constructed:rank=2", variant="sphere", dtype=torch.float64)
+    res = simulate(X0, mask="causal", value="constructed:rank=2", block="sphere", run=RunConfig(depth=3, dtype=torch.float64))
     assert res.config["value"] == "constructed:rank=2"
-    res = simulate(X0, mask="causal", depth=3, value="near_identity:scale=0.5", dtype=torch.float64)
+    res = simulate(X0, mask="causal", value="near_identity:scale=0.5", run=RunConfig(depth=3, dtype=torch.float64))
     assert torch.isfinite(res.metrics["mu"]).all()
 
 

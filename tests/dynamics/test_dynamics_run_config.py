@@ -1,5 +1,5 @@
-"""simulate's settings in two groups: the layer (BlockConfig) and the run (RunConfig),
-with the flat keywords as a shorthand for the run's fields (never both)."""
+"""simulate's settings in two groups: the network (``block``: a BlockConfig or a preset
+name) and the run (``run``: a RunConfig), each given once."""
 
 import inspect
 
@@ -14,12 +14,11 @@ def X0():
     return torch.randn(3, 6, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 
 
-def test_grouped_call_is_the_keyword_call_bit_for_bit():
-    kw = simulate(X0(), mask="causal", variant="post_ln", d_qk=2.0, depth=6, seed=3, dtype=torch.float64,
-                  backend="blocked", block_size=2, record_states=True, record_epsilon=True)
-    grouped = simulate(X0(), mask="causal", d_qk=2.0, block=BlockConfig(norm="layernorm", placement="post_ln"),
-                       run=RunConfig(depth=6, seed=3, dtype=torch.float64, backend="blocked", block_size=2,
-                                     record_states=True, record_epsilon=True))
+def test_preset_name_is_its_block_bit_for_bit():
+    run = RunConfig(depth=6, seed=3, dtype=torch.float64, backend="blocked", block_size=2, record_states=True,
+                    record_epsilon=True)
+    kw = simulate(X0(), "causal", d_qk=2.0, block="post_ln", run=run)
+    grouped = simulate(X0(), "causal", d_qk=2.0, block=BlockConfig(norm="layernorm", placement="post_ln"), run=run)
     for name in kw.metrics:
         assert torch.equal(kw.metrics[name], grouped.metrics[name])
     assert torch.equal(kw.epsilon_measured, grouped.epsilon_measured)
@@ -28,16 +27,20 @@ def test_grouped_call_is_the_keyword_call_bit_for_bit():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(run=RunConfig(depth=2), seed=1), "seed given both"),
-    (dict(run=RunConfig(depth=2), depth=2, record_states=True), "depth, record_states given both"),
-    (dict(), "needs depth"),
-    (dict(depth=2, block=BlockConfig(), variant="sphere"), "give the layer once"),
-    (dict(depth=2, block="sphere"), "block must be a rankcollapse.dynamics.BlockConfig"),
     (dict(run={"depth": 2}), "run must be a rankcollapse.dynamics.RunConfig"),
+    (dict(run=RunConfig(depth=2), block="nope"), "unknown variant 'nope'"),
 ])
-def test_contradictory_or_missing_settings_refused(kwargs, match):
+def test_bad_groups_refused(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         simulate(X0(), mask="causal", **kwargs)
+
+
+@pytest.mark.parametrize("name", ["depth", "seed", "dtype", "backend", "variant", "n_heads"])
+def test_each_setting_has_one_place(name):
+    params = inspect.signature(simulate).parameters
+    assert name not in params
+    with pytest.raises(TypeError, match=name):
+        simulate(X0(), mask="causal", run=RunConfig(depth=1), **{name: None})
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -51,9 +54,6 @@ def test_run_config_checks_its_fields(kwargs, match):
         RunConfig(**kwargs)
 
 
-def test_signature_shows_the_run_defaults():
-    sig = inspect.signature(simulate)
-    shown = {name: repr(sig.parameters[name].default) for name in ("seed", "backend", "block_size", "record_states")}
-    assert shown == {"seed": "0", "backend": "'auto'", "block_size": "64", "record_states": "False"}
+def test_run_defaults():
     fields = RunConfig(depth=1)
     assert (fields.seed, fields.backend, fields.block_size, fields.record_states) == (0, "auto", 64, False)

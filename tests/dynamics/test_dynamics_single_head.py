@@ -5,7 +5,7 @@ AttentionSystem)."""
 import pytest
 import torch
 
-from rankcollapse.dynamics import BlockConfig, simulate
+from rankcollapse.dynamics import BlockConfig, RunConfig, simulate
 from rankcollapse.dynamics.layers import sphere
 from rankcollapse.dynamics.single_head import single_head_layer
 from rankcollapse.dynamics.weights import LayerWeights
@@ -30,8 +30,8 @@ def test_per_sample_weights_match_simulate_sample_by_sample(cfg):
         assert A.shape == (B, N, N) and int(z) == 0
         for b in range(B):
             lw = LayerWeights(W_Q=W_Q[b], W_K=W_K[b], W_V=W_V[b])
-            ref = simulate(X[b], mask=mask, depth=1, variant=cfg, d_qk=2.0, weights=[lw], dtype=torch.float64,
-                           record_states=True, metrics=("mu",)).states[1]
+            ref = simulate(X[b], mask=mask, d_qk=2.0, weights=[lw], metrics=("mu",), block=cfg,
+                           run=RunConfig(depth=1, dtype=torch.float64, record_states=True)).states[1]
             torch.testing.assert_close(got[b], ref.reshape(N, d), rtol=1e-12, atol=1e-12)
 
 
@@ -63,8 +63,8 @@ def test_every_normalisation_matches_simulate_layer_by_layer(cfg):
         X, A, _ = single_head_layer(X, mask.to_dense(), *W[t], cfg, scale=0.5, layer=t + 1)
     for b in range(B):
         weights = [LayerWeights(W_Q=Wq[b], W_K=Wk[b], W_V=Wv[b], scale=0.5) for Wq, Wk, Wv in W]
-        ref = simulate(X0[b], mask=mask, depth=depth, variant=cfg, weights=weights, dtype=torch.float64,
-                       record_states=True, metrics=("mu",)).states[-1]
+        ref = simulate(X0[b], mask=mask, weights=weights, metrics=("mu",), block=cfg,
+                       run=RunConfig(depth=depth, dtype=torch.float64, record_states=True)).states[-1]
         torch.testing.assert_close(X[b], ref.reshape(N, d), rtol=1e-12, atol=1e-12)
 
 

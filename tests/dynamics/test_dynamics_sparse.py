@@ -6,7 +6,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, resolve_variant, simulate
 from rankcollapse.dynamics.attention import dense_attention
 from rankcollapse.dynamics.sparse import BlockPlan, blocked_attention
 from rankcollapse.errors import MaskError
@@ -48,9 +48,10 @@ def test_blocked_equals_dense(spec, block_size):
 @pytest.mark.parametrize("variant", ["pure", "sphere", "post_ln"])
 def test_simulate_paths_agree(spec, variant):
     X = torch.randn(2, N, 16)
-    kw = dict(mask=spec, depth=3, variant=variant, n_heads=2, record_states=True, record_epsilon=True,
-              metrics=("mu", "mu_relative"))
-    a, b = simulate(X, backend="dense", **kw), simulate(X, backend="blocked", block_size=32, **kw)
+    run = dict(depth=3, record_states=True, record_epsilon=True)
+    kw = dict(mask=spec, block=resolve_variant(variant, n_heads=2), metrics=("mu", "mu_relative"))
+    a = simulate(X, run=RunConfig(backend="dense", **run), **kw)
+    b = simulate(X, run=RunConfig(backend="blocked", block_size=32, **run), **kw)
     assert a.config["backend"] == "dense" and b.config["backend"] == "blocked"
     for sa, sb in zip(a.states, b.states):
         torch.testing.assert_close(sa, sb, rtol=1e-5, atol=1e-5)
@@ -80,9 +81,9 @@ def test_layouts_by_mask_kind():
 
 def test_auto_path_picks_blocked_for_long_sparse_masks():
     X = torch.randn(1, 8192, 4)
-    res = simulate(X, mask="causal_sliding_window:w=16", depth=1, metrics=("mu",))
+    res = simulate(X, mask="causal_sliding_window:w=16", metrics=("mu",), run=RunConfig(depth=1))
     assert res.config["backend"] == "blocked"
-    res = simulate(X[:, :256], mask="causal_sliding_window:w=16", depth=1, metrics=("mu",))
+    res = simulate(X[:, :256], mask="causal_sliding_window:w=16", metrics=("mu",), run=RunConfig(depth=1))
     assert res.config["backend"] == "dense"
 
 
@@ -163,7 +164,7 @@ def test_plan_from_intervals_equals_plan_from_csr(spec):
 
 def test_simulate_never_builds_the_csr_of_a_window():
     mask = parse_mask("causal_sliding_window:w=8", 5000)
-    simulate(torch.randn(1, 5000, 4), mask=mask, depth=1, backend="blocked", metrics=("mu",))
+    simulate(torch.randn(1, 5000, 4), mask=mask, metrics=("mu",), run=RunConfig(depth=1, backend="blocked"))
     assert mask._csr is None
 
 
@@ -218,8 +219,8 @@ def test_simulate_mu_equals_compute_metrics(dtype, size):
     from rankcollapse.metrics import compute_metrics
 
     X = torch.randn(2, 120, 8, generator=torch.Generator().manual_seed(1), dtype=dtype) * size
-    r = simulate(X, mask="causal_sliding_window:w=9", depth=3, metrics=("mu", "mu_relative"), record_states=True,
-                 backend="blocked", block_size=16)
+    r = simulate(X, mask="causal_sliding_window:w=9", metrics=("mu", "mu_relative"),
+                 run=RunConfig(depth=3, record_states=True, backend="blocked", block_size=16))
     for t, state in enumerate(r.states):
         ref = compute_metrics(state, ("mu",))["mu"].to(r.metrics["mu"].dtype)
         torch.testing.assert_close(r.metrics["mu"][t], ref, rtol=4 * torch.finfo(dtype).eps, atol=0.0)
@@ -259,8 +260,8 @@ def test_simulate_blocked_with_two_threads_restores_them_and_equals_one_thread(m
     import rankcollapse.dynamics.sparse as sparse
 
     X = torch.randn(1, 700, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    kw = dict(mask="causal_sliding_window:w=50", depth=3, metrics=("mu",), backend="blocked", block_size=16,
-              record_states=True)
+    kw = dict(mask="causal_sliding_window:w=50", metrics=("mu",),
+              run=RunConfig(depth=3, backend="blocked", block_size=16, record_states=True))
     monkeypatch.setattr(sparse, "SCORE_BUDGET", 16 * 66 * 8 * 4)  # several chunks a layer
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -366,8 +367,8 @@ def test_two_threads_under_inference_mode_and_a_plan_reused_outside_it():
     try:
         with torch.inference_mode():
             a, _ = blocked_attention(Q, K, V, plan, scale=1.0)
-            r = simulate(torch.randn(100, 8), mask="causal_sliding_window:w=8", depth=2, backend="blocked",
-                         block_size=16, metrics=("mu",))
+            r = simulate(torch.randn(100, 8), mask="causal_sliding_window:w=8", metrics=("mu",),
+                         run=RunConfig(depth=2, backend="blocked", block_size=16))
         b, _ = blocked_attention(Q, K, V, plan, scale=1.0)
     finally:
         torch.set_num_threads(threads)

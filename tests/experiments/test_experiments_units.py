@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.experiments.units import run_probe, run_simulate
 from rankcollapse.sweep.context import RunContext
 from rankcollapse.sweep.units import Unit
@@ -33,8 +33,8 @@ def test_shared_weights_match_simulate_own_draw(variant, value, init_scale):
     assert len(ctx._weights) == 1
     qk = {} if init_scale == 1.0 else {"query_key": f"gaussian:std={init_scale / 8 ** 0.5!r}"}
     for mask, df in (("causal", got), ("complete", again)):
-        ref = simulate(ctx.X0, mask=mask, depth=4, variant=variant, value=value, seed=7, dtype=torch.float64,
-                       metrics=["mu", "mu_relative"], **qk)
+        ref = simulate(ctx.X0, mask=mask, value=value, metrics=["mu", "mu_relative"], block=variant,
+                       run=RunConfig(depth=4, seed=7, dtype=torch.float64), **qk)
         for name in ("mu", "mu_relative"):
             mine = df[df["metric"] == name].sort_values("layer")["mean"].to_numpy()
             assert (mine == ref.metrics[name].mean(dim=1).numpy()).all()  # bit-identical

@@ -58,13 +58,13 @@ def test_simulate_unit_takes_a_schedule_mask():
 
     import torch
 
-    from rankcollapse.dynamics import gaussian_tokens, simulate
+    from rankcollapse.dynamics import RunConfig, gaussian_tokens, simulate
     from rankcollapse.sweep.units import Unit
     from rankcollapse.experiments.units import _simulate_chunks
 
     spec = "schedule:causal_sliding_window:w=2*2,causal"
     unit = Unit("simulate", {"mask": spec, "seed": 0, "dtype": "float64", "metrics": ["mu"]}, "schedules")
     X0 = gaussian_tokens(3, 10, 4, seed=1).double()
-    got = _simulate_chunks(unit, SimpleNamespace(device="cpu"), lambda a, b: X0[a:b], 3, lambda d: {"depth": 4})
-    want = simulate(X0, mask=spec, depth=4, seed=0, dtype=torch.float64, metrics=["mu"]).metrics["mu"]
+    got = _simulate_chunks(unit, SimpleNamespace(device="cpu"), lambda a, b: X0[a:b], 3, 4, lambda d: {})
+    want = simulate(X0, mask=spec, metrics=["mu"], run=RunConfig(depth=4, seed=0, dtype=torch.float64)).metrics["mu"]
     assert torch.equal(got["mu"], want)

@@ -90,10 +90,10 @@ def test_probe_rows_and_reproduce_rows_agree_on_the_same_values():
 
 
 def test_simresult_and_boundresult_summaries_use_the_layout():
-    from rankcollapse.dynamics import gaussian_tokens, simulate
+    from rankcollapse.dynamics import RunConfig, gaussian_tokens, simulate
     from rankcollapse.theory import check_collapse_bound
 
-    res = simulate(gaussian_tokens(4, 6, 3, seed=0), mask="causal", depth=3, seed=0)
+    res = simulate(gaussian_tokens(4, 6, 3, seed=0), mask="causal", run=RunConfig(depth=3, seed=0))
     df = res.to_pandas(summary=True)
     assert list(df.columns) == list(SUMMARY_COLUMNS) and len(df) == 2 * 4
     mu = res.metrics["mu"].double().numpy()

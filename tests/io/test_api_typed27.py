@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rankcollapse import metrics
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.dynamics.weights import LayerWeights
 from rankcollapse.errors import ConfigError, MaskError, MetricError
 from rankcollapse.masks import parse_mask
@@ -103,18 +103,18 @@ def test_dense_input_still_measured():
 def test_simulate_refuses_sparse_and_meta_inputs():
     X = _tokens()
     with pytest.raises(ConfigError, match="X0 .*sparse_coo"):
-        simulate(X.to_sparse(), mask="causal", depth=2)
+        simulate(X.to_sparse(), mask="causal", run=RunConfig(depth=2))
     with pytest.raises(ConfigError, match="X0 is a tensor on the meta device"):
-        simulate(torch.empty(8, 4, device="meta"), mask="causal", depth=2)
+        simulate(torch.empty(8, 4, device="meta"), mask="causal", run=RunConfig(depth=2))
     with pytest.raises(ConfigError, match="W_V of layer 0 .*sparse_coo"):
-        simulate(X, mask="causal", depth=2, value=torch.eye(4).to_sparse())
+        simulate(X, mask="causal", value=torch.eye(4).to_sparse(), run=RunConfig(depth=2))
     with pytest.raises(MaskError, match="mask .*sparse_coo"):
-        simulate(X, mask=torch.ones(8, 8, dtype=torch.bool).to_sparse(), depth=2)
+        simulate(X, mask=torch.ones(8, 8, dtype=torch.bool).to_sparse(), run=RunConfig(depth=2))
     with pytest.raises(MaskError, match="mask is a tensor on the meta device"):
-        simulate(X, mask=torch.ones(8, 8, dtype=torch.bool, device="meta"), depth=2)
+        simulate(X, mask=torch.ones(8, 8, dtype=torch.bool, device="meta"), run=RunConfig(depth=2))
     given = [LayerWeights(W_Q=torch.eye(4).to_sparse(), W_K=torch.eye(4), W_V=torch.eye(4))]
     with pytest.raises(ConfigError, match="layer 0 W_Q .*sparse_coo"):
-        simulate(X, mask="causal", depth=1, weights=given)
+        simulate(X, mask="causal", weights=given, run=RunConfig(depth=1))
 
 
 def test_resolved_mask_and_attention_system_absent_device_are_config_errors():

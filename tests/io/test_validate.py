@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rankcollapse._validate import check_float, check_int
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.errors import ConfigError, MaskError
 from rankcollapse.masks import causal, parse_mask
 
@@ -45,9 +45,9 @@ def test_callers_raise_their_own_error_type():
     with pytest.raises(MaskError, match="w must fit a signed 64-bit integer"):
         parse_mask(f"causal_sliding_window:w={2**70}", 8)
     with pytest.raises(ConfigError, match="seed must fit a signed 64-bit integer"):
-        simulate(np.ones((4, 2)), mask="causal", depth=1, seed=2**64)
+        simulate(np.ones((4, 2)), mask="causal", run=RunConfig(depth=1, seed=2**64))
     with pytest.raises(ConfigError, match="d_qk must be a finite number"):
-        simulate(np.ones((4, 2)), mask="causal", depth=1, d_qk=math.nan)
+        simulate(np.ones((4, 2)), mask="causal", d_qk=math.nan, run=RunConfig(depth=1))
 
 
 def test_spec_splits_in_order_strips_and_writes_back():

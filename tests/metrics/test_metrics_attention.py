@@ -105,13 +105,13 @@ def test_refusals(A, kw, match):
 def test_simulate_routes_attention_entropy_to_the_recorded_attention():
     """simulate measures tokens; asking it for attention_entropy names the way to get it,
     and that way gives the registry's value."""
-    from rankcollapse.dynamics import simulate
+    from rankcollapse.dynamics import RunConfig, simulate
     from rankcollapse.errors import ConfigError
 
     X0 = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     with pytest.raises(ConfigError, match="record_attention=True"):
-        simulate(X0, mask="causal", depth=2, metrics=["attention_entropy"])
-    res = simulate(X0, mask="causal", depth=2, dtype=torch.float64, record_attention=True)
+        simulate(X0, mask="causal", metrics=["attention_entropy"], run=RunConfig(depth=2))
+    res = simulate(X0, mask="causal", run=RunConfig(depth=2, dtype=torch.float64, record_attention=True))
     A = res.attention[0]
     allowed = parse_mask("causal", 6).to_dense().numpy()
     np.testing.assert_allclose(attention_entropy(A, mask="causal").numpy(),

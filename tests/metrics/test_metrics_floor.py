@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankcollapse.dynamics.runner import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.metrics.floor import EPS64, epsilon, gap_floor, mu_floor, relative_floor
 
 
@@ -25,8 +25,8 @@ def test_an_exactly_collapsed_trajectory_stays_within_the_floor(variant, mask):
     the full grid; the margin there is >= 20)."""
     n, d = 64, 16
     x = torch.randn(d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    r = simulate(x.expand(1, n, d).clone(), mask=mask, variant=variant, depth=16, seed=0, dtype=torch.float64,
-                 metrics=("mu_relative",))
+    r = simulate(x.expand(1, n, d).clone(), mask=mask, metrics=("mu_relative",), block=variant,
+                 run=RunConfig(depth=16, seed=0, dtype=torch.float64))
     m = r.metrics["mu_relative"].numpy()
     assert np.isfinite(m).all() and m.max() <= mu_floor(n, d)
 

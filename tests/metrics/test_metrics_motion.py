@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.errors import ConfigError, MetricError
 from rankcollapse.metrics import METRICS, STEP_METRICS, angular_speed, compute_metrics
 
@@ -51,8 +51,8 @@ def test_step_metric_is_refused_by_compute_metrics():
 
 def test_simulate_records_both_per_layer():
     X0 = torch.randn(2, 6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-    res = simulate(X0, mask="causal", depth=4, variant="post_ln", dtype=torch.float64, record_states=True,
-                   metrics=["mu", "angular_speed", "token_radius"])
+    res = simulate(X0, mask="causal", metrics=["mu", "angular_speed", "token_radius"], block="post_ln",
+                   run=RunConfig(depth=4, dtype=torch.float64, record_states=True))
     assert list(res.metrics) == ["mu", "angular_speed", "token_radius"]
     assert torch.isnan(res.metrics["angular_speed"][0]).all()
     for t in range(1, 5):
@@ -62,4 +62,4 @@ def test_simulate_records_both_per_layer():
         np.testing.assert_allclose(res.metrics["token_radius"][t].numpy(), np.linalg.norm(S1, axis=-1).mean(-1),
                                    rtol=1e-13)
     with pytest.raises(ConfigError, match="unknown metrics"):
-        simulate(X0, mask="causal", depth=1, metrics=["angular_sped"])
+        simulate(X0, mask="causal", metrics=["angular_sped"], run=RunConfig(depth=1))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.errors import MetricError, RankCollapseError
 from rankcollapse.metrics import METRICS, MetricSpec, compute_metrics, register_metric, report_metrics
 
@@ -39,14 +39,14 @@ def test_registered_metric_matches_numpy_and_reaches_every_consumer(registry):
     want = np.linalg.svd(X, compute_uv=False)[:, 0]
     np.testing.assert_allclose(got, want, rtol=1e-12)
     assert report_metrics(X[0], ["sigma_1"]).values["sigma_1"] == pytest.approx(want[0], rel=1e-12)
-    res = simulate(torch.from_numpy(X) / 1e30, mask="causal", depth=2, metrics=["sigma_1"])
+    res = simulate(torch.from_numpy(X) / 1e30, mask="causal", metrics=["sigma_1"], run=RunConfig(depth=2))
     assert res.metrics["sigma_1"].shape == (3, 3)
 
 
 def test_a_mask_metric_sees_the_mask_in_simulate(registry):
     register_metric("edge_sum", edge_sum, "sum_{M[i,j]} x_i . x_j", uses_mask=True)
     X = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    res = simulate(X, mask="causal", depth=1, metrics=["edge_sum"])
+    res = simulate(X, mask="causal", metrics=["edge_sum"], run=RunConfig(depth=1))
     tril = torch.ones(5, 5, dtype=torch.bool).tril()
     want = ((X @ X.transpose(1, 2)) * tril).sum((1, 2))
     torch.testing.assert_close(res.metrics["edge_sum"][0], want, rtol=1e-12, atol=0)

@@ -200,7 +200,7 @@ def test_anything_else_is_a_clear_error():
 
 @pytest.mark.parametrize("kind", ["roberta", "gemma", "mistral", "qwen2"])
 def test_weight_extraction_reproduces_the_first_attention_layer(kind):
-    from rankcollapse.dynamics import simulate
+    from rankcollapse.dynamics import RunConfig, simulate
     from rankcollapse.dynamics.pretrained import extract_attention_weights
 
     model = build(kind, "eager")
@@ -212,8 +212,8 @@ def test_weight_extraction_reproduces_the_first_attention_layer(kind):
         _run(model, x, torch.ones_like(x))
     X = rec.outputs["embeddings"] if kind == "roberta" else rec.outputs["layer.0.norm_1"]
     weights = extract_attention_weights(model)
-    res = simulate(X.double(), mask=M, depth=1, weights=[weights[0]], metrics={"n": lambda Z: Z.norm()},
-                   record_states=True, dtype=torch.float64)
+    res = simulate(X.double(), mask=M, weights=[weights[0]], metrics={"n": lambda Z: Z.norm()},
+                   run=RunConfig(depth=1, record_states=True, dtype=torch.float64))
     torch.testing.assert_close(res.states[1].float(), rec.outputs["layer.0.attn_output"], rtol=1e-4, atol=1e-5)
 
 

@@ -25,7 +25,7 @@ def test_import_and_draw_leave_backend_and_environment_alone(tmp_path):
         fig = masks.draw_mask(masks.parse_mask("causal", 8))
         masks.draw_mask(masks.parse_mask("causal", 8), out={str(tmp_path / 'm.png')!r})
         theory.portrait_2d(n_angles=9, depth=5)
-        res = dynamics.simulate(dynamics.gaussian_tokens(2, 4, 3, seed=0), mask="causal", depth=3)
+        res = dynamics.simulate(dynamics.gaussian_tokens(2, 4, 3, seed=0), mask="causal", run=dynamics.RunConfig(depth=3))
         res.plot()
         assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
         assert plt.get_fignums() == [], plt.get_fignums()
@@ -53,7 +53,7 @@ def test_plotting_functions_draw_on_given_ax():
 
     fig2 = Figure()
     ax2 = fig2.add_subplot()
-    res = dynamics.simulate(dynamics.gaussian_tokens(2, 4, 3, seed=0), mask="causal", depth=4)
+    res = dynamics.simulate(dynamics.gaussian_tokens(2, 4, 3, seed=0), mask="causal", run=dynamics.RunConfig(depth=4))
     assert res.plot(ax=ax2) is fig2
     mu_line = ax2.lines[0]
     assert np.allclose(mu_line.get_ydata(), res.metrics["mu"].mean(1).numpy()[1:])

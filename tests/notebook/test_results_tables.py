@@ -8,8 +8,8 @@ from rankcollapse import dynamics, masks, theory
 
 
 def test_sim_result_table_matches_metrics():
-    res = dynamics.simulate(dynamics.gaussian_tokens(3, 5, 4, seed=1), mask="causal", depth=2,
-                            metrics=["mu", "rank_fraction"])
+    res = dynamics.simulate(dynamics.gaussian_tokens(3, 5, 4, seed=1), mask="causal",
+                            metrics=["mu", "rank_fraction"], run=dynamics.RunConfig(depth=2))
     df = res.to_pandas()
     assert len(df) == 2 * 3 * 3  # metrics x (depth+1) x samples
     mu = df[df.metric == "mu"].pivot(index="layer", columns="sample", values="value").to_numpy(float)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.masks import parse_mask
 from rankcollapse.phase.batched import run_group
 from rankcollapse.phase.cell import _entropy_per_layer, run_cell
@@ -38,8 +38,8 @@ def test_causal_2x2_construction_from_its_basin_is_stable_rank_2():
     X0 = X0 / X0.norm(dim=-1, keepdim=True)
     W_V = torch.tensor([[1.0, -3.0], [0.0, 2.0]], dtype=torch.float64)
     mask = parse_mask("causal", 2)
-    res = simulate(X0, mask=mask, depth=400, variant="sphere", value=W_V, query_key="zero",
-                   metrics=("mu_relative",), dtype=torch.float64, record_states=True, record_attention=True)
+    res = simulate(X0, mask=mask, value=W_V, query_key="zero", metrics=("mu_relative",), block="sphere",
+                   run=RunConfig(depth=400, dtype=torch.float64, record_states=True, record_attention=True))
     ent = _entropy_per_layer(res.attention, mask.to_dense())
     row = label_cell(trajectory_measures(res.metrics, res.states, ent))
     assert row["regime"] == "stable_rank_k" and row["k"] == 2

@@ -64,13 +64,14 @@ def test_circle_flow_small_beta_is_one_cluster_and_run_is_reproducible():
 def test_circle_step_is_the_projected_euler_step():
     """One layer of the simulate-based flow equals x + h A x normalised, from numpy."""
     import rankcollapse.theory.clusters as C
-    from rankcollapse.dynamics import BlockConfig, simulate
+    from rankcollapse.dynamics import BlockConfig, RunConfig, simulate
 
     beta, h = 3.0, 0.1
     X0 = _on_circle(np.random.default_rng(0).uniform(0, 2 * math.pi, 10))
     eye = torch.eye(2, dtype=torch.float64)
-    res = simulate(X0, mask="complete", depth=1, variant=BlockConfig(norm="sphere", placement="post_ln", alpha=1 / h),
-                   d_qk=1 / beta**2, value=eye, query_key=eye, dtype=torch.float64, record_states=True)
+    res = simulate(X0, mask="complete", d_qk=1 / beta**2, value=eye, query_key=eye,
+                   block=BlockConfig(norm="sphere", placement="post_ln", alpha=1 / h),
+                   run=RunConfig(depth=1, dtype=torch.float64, record_states=True))
     x = X0.numpy()
     W = np.exp(beta * x @ x.T)
     W /= W.sum(1, keepdims=True)

@@ -104,12 +104,13 @@ def test_bound_curve_is_simulate_with_the_same_seed():
     records A, which takes the explicit-softmax path instead of the fused kernel)."""
     import math
 
-    from rankcollapse.dynamics import gaussian_tokens, simulate
+    from rankcollapse.dynamics import RunConfig, gaussian_tokens, simulate
 
     for qk_scale in (1.0, 0.5):
         res = check_collapse_bound("causal_sliding_window:w=3", n_tokens=8, d_model=4, depth=12, n_samples=3, seed=7,
                                    qk_scale=qk_scale, d_qk=2.0)
         X0 = gaussian_tokens(3, 8, 4, seed=7, std=1 / math.sqrt(4))
-        sim = simulate(X0, mask="causal_sliding_window:w=3", depth=12, d_qk=2.0, value="orthogonal",
-                       query_key=res.config["query_key"], seed=7, dtype=torch.float64, metrics=("mu",))
+        sim = simulate(X0, mask="causal_sliding_window:w=3", d_qk=2.0, value="orthogonal",
+                       query_key=res.config["query_key"], metrics=("mu",),
+                       run=RunConfig(depth=12, seed=7, dtype=torch.float64))
         torch.testing.assert_close(sim.metrics["mu"], res.mu, rtol=1e-12, atol=0)

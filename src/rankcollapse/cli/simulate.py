@@ -270,10 +270,11 @@ def simulate_command(
     asked = [m.strip() for m in metrics.split(",") if m.strip()]
     with warnings.catch_warnings(record=True) as caught:  # a run stopped at a zero matrix: said below, once
         warnings.simplefilter("always", RuntimeWarning)
-        res = dynamics.simulate(X0, mask=mask, depth=depth, variant=cfg, d_qk=d_qk, value=value, query_key=query_key,
-                       weights=weights, shared=shared, metrics=asked + [m for m in STATE_METRICS if m not in asked],
-                       seed=seed, dtype=getattr(torch, dtype), device=device, backend=backend,
-                       record_epsilon=backend != "flex", max_memory=parse_size(max_memory))
+        run = dynamics.RunConfig(depth=depth, seed=seed, dtype=getattr(torch, dtype), device=device, backend=backend,
+                                 record_epsilon=backend != "flex", max_memory=parse_size(max_memory))
+        res = dynamics.simulate(X0, mask, block=cfg, run=run, d_qk=d_qk, value=value, query_key=query_key,
+                                weights=weights, shared=shared,
+                                metrics=asked + [m for m in STATE_METRICS if m not in asked])
     for w in caught:
         if res.stopped is None or not str(w.message).startswith(f"after layer {res.stopped.after_layer}: X is the zero"):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -282,10 +282,9 @@ class RunConfig:
     """How :func:`rankcollapse.dynamics.simulate` runs the network (not what the network
     is: that is :class:`BlockConfig`, the mask, ``d_qk`` and the weights).
 
-    ``simulate(X0, mask="causal", block=BlockConfig(norm="sphere"), run=RunConfig(depth=64,
-    seed=0, dtype=torch.float64))`` is the same run as ``simulate(X0, mask="causal",
-    variant="sphere", depth=64, seed=0, dtype=torch.float64)``; a field given both ways
-    is refused.
+    ``simulate(X0, "causal", block=BlockConfig(norm="sphere"), run=RunConfig(depth=64,
+    seed=0, dtype=torch.float64))``: 64 layers of SA with rows put on the unit sphere, in
+    float64, weights drawn from seed 0.
 
     Attributes
     ----------

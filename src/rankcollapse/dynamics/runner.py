@@ -17,7 +17,7 @@ import torch
 
 from .._display import NotebookResult
 from .._progress import Steps, steps
-from .._validate import check_device, check_float, check_int, check_tensor_storage
+from .._validate import check_device, check_float, check_tensor_storage
 from ..errors import ConfigError, MetricError
 from .._memory import check_memory, check_simulate_tokens
 from ..masks import Mask, resolve_mask
@@ -159,11 +159,6 @@ def _as_tokens(X0, dtype, device) -> torch.Tensor:
 def _itemsize(X0) -> int:
     """Bytes per entry of the caller's ``X0`` (held beside the run's copy)."""
     return X0.element_size() if isinstance(X0, torch.Tensor) else int(np.asarray(X0).itemsize)
-
-
-def _check_device(device) -> torch.device | None:
-    """``device`` as a ``torch.device`` that exists on this machine (None = X0's)."""
-    return None if device is None else check_device(device)
 
 
 def _peak(X: torch.Tensor) -> float:
@@ -374,7 +369,7 @@ def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, valu
     ------
     ConfigError
         ``value``/``query_key`` other than the default ``"gaussian"``, ``shared=True``,
-        or a head count other than 1 (the default) that differs from the weights'.
+        or a block whose head count, other than 1 (the default), differs from the weights'.
     """
     from dataclasses import replace
 
@@ -388,59 +383,26 @@ def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, valu
         return cfg
     (h,) = heads
     if cfg.n_heads not in (1, h):
-        raise ConfigError(f"n_heads={cfg.n_heads} but the given weights have {h} heads; drop n_heads")
+        raise ConfigError(f"the block has n_heads={cfg.n_heads} but the given weights have {h} heads; "
+                          "leave n_heads at 1")
     out_proj = all(getattr(lw, "W_O", None) is not None for lw in weights)
     return replace(cfg, n_heads=h, out_proj=out_proj)
 
 
-class _Default:
-    """A keyword left at its default (shown as the default): lets :func:`simulate` tell a
-    run setting given as a keyword from one left to ``run``."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-
-def _run_config(run: RunConfig | None, given: dict[str, Any]) -> RunConfig:
-    """``run`` or the :class:`RunConfig` of the keywords; a setting given both ways is refused."""
-    explicit = {k: v for k, v in given.items() if not isinstance(v, _Default)}
-    if run is None:
-        if "depth" not in explicit:
-            raise ConfigError("simulate needs depth: depth=T or run=RunConfig(depth=T, ...)")
-        return RunConfig(**{k: v.value if isinstance(v, _Default) else v for k, v in given.items()})
-    if not isinstance(run, RunConfig):
-        raise ConfigError(f"run must be a rankcollapse.dynamics.RunConfig, got {type(run).__name__}")
-    if explicit:
-        raise ConfigError(f"{', '.join(sorted(explicit))} given both as keywords and in run=; give each once")
-    return run
-
-
-def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | BlockConfig = "pure",
-             d_qk: float = 1.0, value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
-             weights: Sequence[LayerWeights] | None = None, metrics=None, seed: int = _Default(0),
-             dtype: torch.dtype | None = _Default(None), device: torch.device | str | None = _Default(None),
-             n_heads: int | None = None, shared: bool = False, backend: str = _Default("auto"),
-             block_size: int = _Default(64), record_states: bool = _Default(False),
-             record_epsilon: bool = _Default(False), record_attention: bool = _Default(False),
-             progress: bool | None = _Default(None), max_memory: int | str | None = _Default(None),
-             block: BlockConfig | None = None, run: RunConfig | None = None) -> SimResult:
-    """Run ``depth`` layers of masked self-attention dynamics from ``X0``.
+def simulate(X0, mask, *, run: RunConfig, block: str | BlockConfig = "pure", d_qk: float = 1.0,
+             value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
+             weights: Sequence[LayerWeights] | None = None, shared: bool = False, metrics=None) -> SimResult:
+    """Run ``run.depth`` layers of masked self-attention dynamics from ``X0``.
 
     Pure SA (spec.md §2): ``X(t+1) = A(t) X(t) W_V(t)``, ``A(t) = softmax_G(X W_Q
-    (X W_K)^T / sqrt(d_qk))``; other variants per :class:`BlockConfig`.
+    (X W_K)^T / sqrt(d_qk))``; other blocks per :class:`BlockConfig`.
 
-    The settings come in two groups: what the network is (``mask``, ``block``/``variant``,
-    ``d_qk``, the weights) and how it is run (``run``, a :class:`RunConfig`: ``depth``,
-    ``seed``, ``dtype``, ``device``, ``backend``, ``block_size``, ``record_*``, ``progress``,
-    ``max_memory``). Each run setting may instead be given as a keyword of the same name
-    (the shorthand used throughout the docs), but not both::
+    The settings come in two groups: what the network is (``mask``, ``block``, ``d_qk``,
+    the weights) and how it is run (``run``, a :class:`RunConfig`: ``depth``, ``seed``,
+    ``dtype``, ``device``, ``backend``, ``block_size``, ``record_*``, ``progress``,
+    ``max_memory``)::
 
-        simulate(X0, mask="causal", block=BlockConfig(norm="sphere"),
-                 run=RunConfig(depth=64, seed=0, dtype=torch.float64))
-        simulate(X0, mask="causal", variant="sphere", depth=64, seed=0, dtype=torch.float64)  # the same run
+        simulate(X0, "causal", block="sphere", run=RunConfig(depth=64, seed=0, dtype=torch.float64))
 
     Parameters
     ----------
@@ -450,14 +412,12 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
         schedule (``"schedule:A*k,B"``, a list, :class:`~rankcollapse.masks.schedule.MaskSchedule`):
         layer ``t`` uses mask ``t mod period``; mask-aware metrics and the auto backend
         see the composed graph of one period.
-    depth : number of layers T >= 1.
-    block : :class:`BlockConfig`, what each layer is; ``variant`` names a preset instead
-        (give one of the two).
-    run : :class:`RunConfig`; its fields may instead be given as keywords (not both).
-    variant : ``"pure"``, ``"sphere"``, ``"layernorm"``, ``"skip"``, ``"post_ln"``
-        (:data:`~rankcollapse.dynamics.config.VARIANTS`) or a :class:`BlockConfig`. The
-        config records the preset equal to the block actually run (overrides included),
-        or ``"custom"``.
+    run : :class:`RunConfig`: depth, seed, precision, device, attention backend, records,
+        progress bar, memory limit.
+    block : what each layer is: a :class:`BlockConfig` (its ``n_heads`` is the head
+        count) or a preset name, ``"pure"``, ``"sphere"``, ``"layernorm"``, ``"skip"``,
+        ``"post_ln"`` (:data:`~rankcollapse.dynamics.config.VARIANTS`). The config records
+        the preset equal to the block actually run as ``variant``, or ``"custom"``.
     d_qk : temperature > 0: scores ``q k^T / sqrt(d_qk)`` (ignored by layers whose weights
         set ``scale``). ``probe``'s ``d_qk_scale = s`` multiplies a model's own ``d_qk``
         by ``s``; ``theory sphere``'s ``beta`` is ``1 / sqrt(d_qk)`` (docs/dynamics.md).
@@ -468,23 +428,19 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
         ``W_Q, W_K, W_V``, the heads and ``W_O``, so ``value``/``query_key`` other than
         the default, ``shared=True`` or a head count other than theirs is refused (it
         would be ignored); the config records their heads and ``W_O``.
+    shared : one layer's drawn weights for all layers.
     metrics : names from ``rankcollapse.metrics.METRICS`` (default ``("mu",
         "mu_relative")``) or ``STEP_METRICS`` (``angular_speed``: of X(t-1), X(t), NaN in
         row 0), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
-    seed : weight seed. dtype : float32 (default) or float64. device : default X0's.
-    n_heads : heads (default ``variant.n_heads``). shared : one layer's weights for all.
-    backend : ``"dense"``, ``"blocked"`` (windowed kernel, memory O(edges), :mod:`.sparse`),
-        ``"flex"`` (compiled FlexAttention, :mod:`.flex`; no ``record_epsilon``) or
-        ``"auto"`` (blocked when the mask's density < 1/4 and the dense scores exceed
-        64 MiB, else dense).
-    block_size : query rows per block of the windowed kernel (default 64).
-    record_states, record_epsilon, record_attention : keep X(t), ε(t), A(t).
-    progress : a progress bar over layers on stderr; None = only when stderr is a terminal.
-    max_memory : bytes (or ``"8GiB"``) the run may use (default half the RAM), checked
-        before each part is allocated: the tokens (``X0``, the layer's working copies, the
-        recorded states: :func:`rankcollapse._memory.simulate_tokens_bytes`), the drawn
-        weights, and the attention, estimated from the mask's edge count before the mask
-        or any score is built.
+
+    The backends of ``run.backend``: ``"dense"``, ``"blocked"`` (windowed kernel, memory
+    O(edges), :mod:`.sparse`; ``run.block_size`` query rows per block), ``"flex"``
+    (compiled FlexAttention, :mod:`.flex`; no ``record_epsilon``) or ``"auto"`` (blocked
+    when the mask's density < 1/4 and the dense scores exceed 64 MiB, else dense).
+    ``run.max_memory`` is checked before each part is allocated: the tokens (``X0``, the
+    layer's working copies, the recorded states:
+    :func:`rankcollapse._memory.simulate_tokens_bytes`), the drawn weights, and the
+    attention, estimated from the mask's edge count before the mask or any score is built.
 
     Returns
     -------
@@ -493,14 +449,12 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
     Raises
     ------
     ConfigError
-        Bad option or shape (checked before any layer runs), no ``depth``, a run setting
-        given both as a keyword and in ``run``, ``block`` and a ``variant`` other than the
-        default both given, a device not present on
-        this machine, ``X0``, a weight matrix or given weights that are sparse or on the
-        meta device (named with their layout), or X overflowing to non-finite values
-        (names the layer).
+        Bad option or shape (checked before any layer runs), ``run`` not a
+        :class:`RunConfig`, an unknown preset, a device not present on this machine,
+        ``X0``, a weight matrix or given weights that are sparse or on the meta device
+        (named with their layout), or X overflowing to non-finite values (names the layer).
     MemoryLimitError
-        The estimated memory of the tokens, the weights or the attention exceeds ``max_memory``.
+        The estimated memory of the tokens, the weights or the attention exceeds ``run.max_memory``.
     MaskError
         Bad mask (a sparse or meta mask tensor included) or a row with no allowed key.
 
@@ -514,64 +468,101 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
     --------
     >>> import torch
     >>> X0 = torch.randn(4, 8, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    >>> res = simulate(X0, mask="causal", depth=30, seed=0)  # pure self-attention
+    >>> res = simulate(X0, "causal", run=RunConfig(depth=30, seed=0))  # pure self-attention
     >>> res.metrics["mu"].shape  # (depth + 1, B)
     torch.Size([31, 4])
     >>> bool((res.metrics["mu"][-1] < 1e-3 * res.metrics["mu"][0]).all())  # rank collapse
     True
     """
-    rc = _run_config(run, dict(depth=depth, seed=seed, dtype=dtype, device=device, backend=backend,
-                                block_size=block_size, record_states=record_states,
-                                record_epsilon=record_epsilon, record_attention=record_attention,
-                                progress=progress, max_memory=max_memory))
-    depth, seed, dtype, backend, block_size = rc.depth, rc.seed, rc.dtype, rc.backend, rc.block_size
-    record_states, record_epsilon, record_attention = rc.record_states, rc.record_epsilon, rc.record_attention
-    progress, max_memory = rc.progress, rc.max_memory
-    if block is not None:
-        if not isinstance(block, BlockConfig):
-            raise ConfigError(f"block must be a rankcollapse.dynamics.BlockConfig, got {type(block).__name__}; "
-                              "name a preset with variant=")
-        if not (isinstance(variant, str) and variant == "pure"):
-            raise ConfigError("give the layer once: block=BlockConfig(...) or variant=, not both")
-        variant = block
+    if not isinstance(run, RunConfig):
+        raise ConfigError(f"must be a rankcollapse.dynamics.RunConfig, got {type(run).__name__}", argument="run")
     d_qk = check_float(d_qk, "d_qk", low=0, strict_low=True)
-    device = _check_device(rc.device)
-    cfg = resolve_variant(variant, n_heads=n_heads)
-    given_weights = weights is not None
-    if given_weights:
-        cfg = _block_of_weights(cfg, weights, value=value, query_key=query_key, shared=shared)
-    X = _as_tokens(X0, dtype, device)
-    B, N, d = X.shape
-    # the tokens first: X(0), the layer's working copies, the recorded states (_memory)
-    check_simulate_tokens(B, N, d, X.element_size(), depth=depth, record_states=record_states,
-                          mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0, input_itemsize=_itemsize(X0),
-                          pure=variant_name(cfg) == "pure", max_memory=max_memory)
-    if weights is None:
-        _check_weight_memory(cfg, d, depth, shared, max_memory)  # before any layer is drawn
-        weights = random_layers(d, depth, value=value, query_key=query_key, n_heads=cfg.n_heads,
-                                out_proj=cfg.out_proj, mlp_ratio=cfg.mlp_ratio if cfg.mlp else None,
-                                shared=shared, seed=seed)
-    _check_weights(weights, depth, d)
-    if cfg.mlp and any(lw.W_1 is None for lw in weights):
-        raise ConfigError("mlp=True but the given weights carry no MLP (W_1, W_2)")
+    X, cfg, layers = _network(X0, block, run, weights, value=value, query_key=query_key, shared=shared)
     scratch: dict = {}  # working arrays of the attention and the metrics, kept across layers
     names, measure, uses_mask = _metric_fn(metrics, scratch)
+    m, spec, backend, attend = _attention(mask, X, cfg, layers, run, d_qk, scratch)
+    layers = [lw.to(X.dtype, X.device) for lw in layers]
+    metric_mask = m.to_dense(X.device) if uses_mask else None  # built once, not per layer
+    threads = chunk_threads() if backend == "blocked" and (X.device.type == "cpu") else contextlib.nullcontext()
+    with steps(len(layers), "simulate: layers", run.progress) as bar, threads:
+        rows, states, zero_rows, final, stop = _run_layers(X, layers, cfg, attend, measure, metric_mask,
+                                                           run.record_states, bar,
+                                                           steps_asked=any(n in STEP_METRICS for n in names))
+    depth, B = run.depth, X.shape[0]
+    out = {k: _pad(torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]), depth + 1)
+           for k in names}
+    drawn = weights is None
+    config = {"variant": variant_name(cfg) or "custom", "block": cfg.to_dict(), "depth": depth,
+              "d_qk": d_qk, "value": _source_name(value) if drawn else "given",
+              "query_key": _source_name(query_key) if drawn else "given",
+              "weights": "family" if drawn else "given", "seed": run.seed,
+              "shared": shared, "dtype": str(X.dtype).replace("torch.", ""), "device": str(X.device),
+              "backend": backend, "block_size": run.block_size, "mask": spec, "n_tokens": X.shape[1],
+              "d_model": X.shape[2], "n_samples": B, "metrics": list(names)}
+    return SimResult(metrics=out, config=config,
+                     row_mass_deficit=_pad(torch.stack(attend.row_mass), depth) if attend.row_mass else None,
+                     epsilon_measured=_pad(torch.stack(attend.epsilon).to("cpu", torch.float64), depth)
+                     if run.record_epsilon else None,
+                     states=states, attention=[a.cpu() for a in attend.attention] if run.record_attention else None,
+                     final_metrics=final, zero_rows=zero_rows, stopped=stop)
+
+
+def _source_name(source: MatrixSource) -> str:
+    """What the config records of a weight source: a family spec as it is, ``"user"`` for matrices."""
+    return source if isinstance(source, str) else "user"
+
+
+def _network(X0, block: str | BlockConfig, run: RunConfig, weights: Sequence[LayerWeights] | None, *,
+             value: MatrixSource, query_key: MatrixSource, shared: bool
+             ) -> tuple[torch.Tensor, BlockConfig, list[LayerWeights]]:
+    """The tokens ``(B, N, d)`` on the run's device and dtype, the block that runs (with
+    the head layout of given weights) and every layer's weights (given, or drawn after
+    the memory of the tokens and of the weights is checked)."""
+    device = None if run.device is None else check_device(run.device)
+    cfg = resolve_variant(block)
+    if weights is not None:
+        cfg = _block_of_weights(cfg, weights, value=value, query_key=query_key, shared=shared)
+    X = _as_tokens(X0, run.dtype, device)
+    B, N, d = X.shape
+    # the tokens first: X(0), the layer's working copies, the recorded states (_memory)
+    check_simulate_tokens(B, N, d, X.element_size(), depth=run.depth, record_states=run.record_states,
+                          mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0, input_itemsize=_itemsize(X0),
+                          pure=variant_name(cfg) == "pure", max_memory=run.max_memory)
+    if weights is None:
+        _check_weight_memory(cfg, d, run.depth, shared, run.max_memory)  # before any layer is drawn
+        weights = random_layers(d, run.depth, value=value, query_key=query_key, n_heads=cfg.n_heads,
+                                out_proj=cfg.out_proj, mlp_ratio=cfg.mlp_ratio if cfg.mlp else None,
+                                shared=shared, seed=run.seed)
+    _check_weights(weights, run.depth, d)
+    if cfg.mlp and any(lw.W_1 is None for lw in weights):
+        raise ConfigError("mlp=True but the given weights carry no MLP (W_1, W_2)")
+    return X, cfg, list(weights)
+
+
+def _attention(mask, X: torch.Tensor, cfg: BlockConfig, weights: Sequence[LayerWeights], run: RunConfig,
+               d_qk: float, scratch: dict):
+    """The mask (asked once whether it is a schedule), the backend that runs it and the
+    layers' attention: returns ``(Mask of one period, recorded mask spec, backend,
+    attention)``, after refusing what the backend cannot do and attention that would not
+    fit in ``run.max_memory``."""
+    B, N, _ = X.shape
     H = max(lw.n_heads for lw in weights)
     # a schedule runs layer t on its mask t mod period; metrics see the composed graph
     sched = parse_schedule(mask, N) if is_schedule(mask) else None
     # one Mask, parsed once; it knows its edge count before building anything
     m = sched.composed() if sched is not None else resolve_mask(mask, N)
-    _check_attention_memory(m, B, H, N, X.element_size(), backend, max_memory, block_size)
-    density = m.n_edges / N**2
-    dense_bytes = B * H * N * N * X.element_size()
-    if backend == "auto":
-        dense_op = not parse_attention(cfg.attention).row_stochastic  # operators other than softmax: dense only
-        backend = "blocked" if density < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET and not dense_op else "dense"
-    if backend in ("blocked", "flex") and (record_attention or any(lw.position_bias is not None for lw in weights)):
-        raise ConfigError("record_attention and position bias (T5) need backend='dense'")
-    if backend == "flex" and record_epsilon:
-        raise ConfigError("record_epsilon needs backend 'dense' or 'blocked' (FlexAttention returns no weights)")
+    backend, block_size = run.backend, run.block_size
+    _check_attention_memory(m, B, H, N, X.element_size(), backend, run.max_memory, block_size)
     op = parse_attention(cfg.attention)
+    if backend == "auto":
+        dense_bytes = B * H * N * N * X.element_size()
+        # operators other than softmax: dense only
+        sparse = m.n_edges / N**2 < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET and op.row_stochastic
+        backend = "blocked" if sparse else "dense"
+    if backend in ("blocked", "flex") and (run.record_attention or any(lw.position_bias is not None for lw in weights)):
+        raise ConfigError("record_attention and position bias (T5) need backend='dense'")
+    if backend == "flex" and run.record_epsilon:
+        raise ConfigError("record_epsilon needs backend 'dense' or 'blocked' (FlexAttention returns no weights)")
     if not op.row_stochastic and backend in ("blocked", "flex"):
         raise ConfigError(f"{backend!r} cannot run attention {op.spec!r} (the windowed and FlexAttention kernels "
                           "compute softmax); use dense or auto", argument="backend")
@@ -581,33 +572,13 @@ def simulate(X0, *, mask, depth: int | None = _Default(None), variant: str | Blo
                          plan=_plan(mi, block_size, X.device) if backend == "blocked" else None,
                          flex=FlexBackend(mi, X.device) if backend == "flex" else None,
                          make_plan=lambda: _plan(mi, block_size, X.device), d_qk=d_qk,
-                         uniform=cfg.attention == "uniform", record_epsilon=record_epsilon,
-                         record_attention=record_attention, operator=None if op.row_stochastic else op,
+                         uniform=cfg.attention == "uniform", record_epsilon=run.record_epsilon,
+                         record_attention=run.record_attention, operator=None if op.row_stochastic else op,
                          scratch=scratch)
 
-    attend = make_attention(m) if sched is None else ScheduledAttention(sched, make_attention)
-    weights = [lw.to(X.dtype, X.device) for lw in weights]
-    metric_mask = m.to_dense(X.device) if uses_mask else None  # built once, not per layer
-    threads = chunk_threads() if backend == "blocked" and (X.device.type == "cpu") else contextlib.nullcontext()
-    with steps(len(weights), "simulate: layers", progress) as bar, threads:
-        rows, states, zero_rows, final, stop = _run_layers(X, weights, cfg, attend, measure, metric_mask,
-                                                           record_states, bar,
-                                                           steps_asked=any(n in STEP_METRICS for n in names))
-    out = {k: _pad(torch.stack([r[k].detach().to("cpu", torch.float64).reshape(B) for r in rows]), depth + 1)
-           for k in names}
-    config = {"variant": variant_name(cfg) or "custom", "block": cfg.to_dict(), "depth": depth,
-              "d_qk": d_qk, "value": "given" if given_weights else value if isinstance(value, str) else "user",
-              "query_key": "given" if given_weights else query_key if isinstance(query_key, str) else "user",
-              "weights": "given" if given_weights else "family", "seed": seed,
-              "shared": shared, "dtype": str(X.dtype).replace("torch.", ""), "device": str(X.device),
-              "backend": backend, "block_size": block_size, "mask": m.spec if sched is None else sched.spec, "n_tokens": N, "d_model": d, "n_samples": B,
-              "metrics": list(names)}
-    return SimResult(metrics=out, config=config,
-                     row_mass_deficit=_pad(torch.stack(attend.row_mass), depth) if attend.row_mass else None,
-                     epsilon_measured=_pad(torch.stack(attend.epsilon).to("cpu", torch.float64), depth)
-                     if record_epsilon else None,
-                     states=states, attention=[a.cpu() for a in attend.attention] if record_attention else None,
-                     final_metrics=final, zero_rows=zero_rows, stopped=stop)
+    if sched is None:
+        return m, m.spec, backend, make_attention(m)
+    return m, sched.spec, backend, ScheduledAttention(sched, make_attention)
 
 
 def _pad(values: torch.Tensor, n: int) -> torch.Tensor:

@@ -85,28 +85,23 @@ def _norm_of(p: dict[str, Any]) -> str:
 
 
 def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], torch.Tensor], n: int,
-                     kw_fn: Callable[[int], dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Run ``dynamics.simulate`` over windows in chunks (same weights for every chunk);
-    concatenate per-sample metrics. ``kw_fn(d)`` gives the remaining keywords."""
-    from ..dynamics import simulate
-    from ..masks import is_schedule, parse_mask, parse_schedule
+                     depth: int, kw_fn: Callable[[int], dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Run ``dynamics.simulate`` for ``depth`` layers over windows in chunks (same weights
+    for every chunk); concatenate per-sample metrics. ``kw_fn(d)`` gives the network's
+    keywords (``block``, the weights, ``d_qk``); the unit's ``backend``, when set, picks
+    the attention kernel."""
+    from ..dynamics import RunConfig, simulate
 
     p = unit.params
     chunk = int(p.get("chunk", 64))
+    run = RunConfig(depth=depth, seed=max(int(p.get("seed", 0)), 0),  # -1 = no random weights (pretrained_sa)
+                    dtype=_DTYPES[p.get("dtype", "float64")], device=ctx.device, backend=str(p.get("backend") or "auto"))
     parts: list[dict[str, torch.Tensor]] = []
     for start in range(0, n, chunk):
         X0 = x0_fn(start, min(n, start + chunk))
-        spec = str(p["mask"])  # a schedule (schedule:A*k,B) gives each layer its own mask
-        mask = parse_schedule(spec, X0.shape[-2]) if is_schedule(spec) else parse_mask(spec, X0.shape[-2])
-        res = simulate(
-            X0,
-            mask=mask,
-            seed=max(int(p.get("seed", 0)), 0),  # -1 = no random weights (pretrained_sa)
-            dtype=_DTYPES[p.get("dtype", "float64")],
-            device=ctx.device,
-            metrics=list(p.get("metrics", DEFAULT_SIM_METRICS)),
-            **kw_fn(X0.shape[-1]),
-        )
+        # the spec as written: simulate asks once whether it is a schedule (schedule:A*k,B)
+        res = simulate(X0, str(p["mask"]), run=run, metrics=list(p.get("metrics", DEFAULT_SIM_METRICS)),
+                       **kw_fn(X0.shape[-1]))
         parts.append({k: v.detach().cpu() for k, v in res.metrics.items()})
     return {k: torch.cat([pt[k] for pt in parts], dim=1) for k in parts[0]}
 
@@ -131,15 +126,15 @@ def run_simulate(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     """Random-init network on X(0) = ``model``'s embeddings (spec.md §2, §5.4)."""
     p = unit.params
     n = int(p["n_samples"])
-    variant = _variant(p)
+    block = _block(p)
     metrics = _simulate_chunks(
-        unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b), n,
-        lambda d: {"depth": int(p["depth"]), "variant": variant, **_shared_weights(p, d, variant, ctx)},
+        unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b), n, int(p["depth"]),
+        lambda d: {"block": block, **_shared_weights(p, d, block, ctx)},
     )
     return rows_from_metrics(metrics, _labels(unit))
 
 
-def _shared_weights(p: dict[str, Any], d: int, variant: Any, ctx: RunContext) -> dict[str, Any]:
+def _shared_weights(p: dict[str, Any], d: int, block: Any, ctx: RunContext) -> dict[str, Any]:
     """``simulate`` keywords with the weights drawn once per (seed, families, depth)
     through the run context: the same numbers ``simulate`` would draw itself from
     ``value``/``query_key`` (``dynamics.weights.random_layers``), without redrawing them
@@ -147,15 +142,15 @@ def _shared_weights(p: dict[str, Any], d: int, variant: Any, ctx: RunContext) ->
     from ..dynamics.config import resolve_variant
 
     kw = _weight_kwargs(p, d)
-    cfg = resolve_variant(variant)
+    cfg = resolve_variant(block)
     weights = ctx.random_weights(d, int(p["depth"]), seed=int(p.get("seed", 0)), value=kw.pop("value"),
                                  query_key=kw.pop("query_key", "gaussian"), n_heads=cfg.n_heads,
                                  out_proj=cfg.out_proj, mlp_ratio=cfg.mlp_ratio if cfg.mlp else None)
     return {**kw, "weights": weights}
 
 
-def _variant(p: dict[str, Any]) -> Any:
-    """Variant name, or a BlockConfig when a nearby setting changes the norm type."""
+def _block(p: dict[str, Any]) -> Any:
+    """The unit's preset name (``variant``), or a BlockConfig when a nearby setting changes the norm type."""
     if not p.get("norm"):
         return p["variant"]
     from ..dynamics.config import resolve_variant
@@ -187,12 +182,10 @@ def run_pretrained_sa(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     weights = [dataclasses.replace(lw, scale=None) for lw in extract_attention_weights(loaded.model)]
     weights = weights[: _pretrained_depth(p, len(weights))]
     n_tokens, positions = p.get("n_tokens"), _positions(p)
-    kernel = {"backend": str(p["backend"])} if p.get("backend") else {}
     metrics = _simulate_chunks(
         unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b, n_tokens=n_tokens,
-                                               positions=positions == "model"), n,
-        lambda d: {"depth": len(weights), "variant": _variant(p), "weights": weights, "d_qk": float(p["d_qk"]),
-                   **kernel},
+                                               positions=positions == "model"), n, len(weights),
+        lambda d: {"block": _block(p), "weights": weights, "d_qk": float(p["d_qk"])},
     )
     return rows_from_metrics(metrics, _labels(unit, value="pretrained"))
 

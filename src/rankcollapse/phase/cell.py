@@ -164,7 +164,7 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
     MemoryLimitError
         The cell's :func:`.grid.cell_bytes` exceeds half the physical memory.
     """
-    from ..dynamics import simulate
+    from ..dynamics import RunConfig, simulate
     from .predict import _envelope, _envelope_columns
     from .grid import DENSE_MAX_TOKENS, check_cells
     from .regime import label_cell, theory_prediction
@@ -184,9 +184,9 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
         X0 = make_input(cell["input"], n_samples, N, d, s)
         weights = build_weights(cell, s)
         try:
-            res = simulate(X0, mask=mask, depth=cell["depth"], variant=cfg, weights=weights,
-                           metrics=("mu_relative", "mu", "avg_cos"), dtype=torch.float64,
-                           record_states=True, record_attention=True, record_epsilon=True)
+            run = RunConfig(depth=cell["depth"], dtype=torch.float64, record_states=True, record_attention=True,
+                            record_epsilon=True)
+            res = simulate(X0, mask, block=cfg, run=run, weights=weights, metrics=("mu_relative", "mu", "avg_cos"))
         except ConfigError as exc:
             if "non-finite" not in str(exc):
                 raise

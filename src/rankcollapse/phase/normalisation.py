@@ -263,7 +263,7 @@ def identity_control(n_tokens: int = IDENTITY_CONTROL["n_tokens"], d_model: int 
     import torch
 
     from ..dynamics.config import BlockConfig
-    from ..dynamics.runner import simulate
+    from ..dynamics import RunConfig, simulate
     from .regime import law_measures
 
     if n_tokens + 1 > d_model:
@@ -274,9 +274,9 @@ def identity_control(n_tokens: int = IDENTITY_CONTROL["n_tokens"], d_model: int 
         X[0, :, 0] = rho ** 0.5
         X[0, torch.arange(n_tokens), torch.arange(n_tokens) + 1] = (1 - rho) ** 0.5
         for placement, law in (("post_ln", "exponential"), ("pre_ln", "power")):
-            r = simulate(X, mask="complete", block=BlockConfig(norm="sphere", placement=placement), depth=depth,
-                         value="identity", query_key="identity", shared=True, dtype=torch.float64,
-                         metrics=("avg_cos",))
+            r = simulate(X, mask="complete", block=BlockConfig(norm="sphere", placement=placement),
+                         value="identity", query_key="identity", shared=True, metrics=("avg_cos",),
+                         run=RunConfig(depth=depth, dtype=torch.float64))
             fit = law_measures(r.metrics["avg_cos"].numpy().reshape(depth + 1, 1), n_tokens, d_model)[0]
             good = fit["law"] == law and (law != "power" or EXPONENT_BAND[0] <= fit["law_exponent"] <= EXPONENT_BAND[1])
             ok &= good

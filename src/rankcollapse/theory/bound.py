@@ -45,9 +45,8 @@ def check_collapse_bound(
     reproducible through it with the same seed::
 
         X0 = gaussian_tokens(n_samples, N, d, seed=seed, std=1 / sqrt(d))
-        simulate(X0, mask=mask, depth=depth, d_qk=d_qk, value="orthogonal",
-                 query_key=result.config["query_key"], seed=seed,
-                 dtype=torch.float64).metrics["mu"]  # == result.mu
+        simulate(X0, mask, d_qk=d_qk, value="orthogonal", query_key=result.config["query_key"],
+                 run=RunConfig(depth=depth, seed=seed, dtype=torch.float64)).metrics["mu"]  # == result.mu
 
     (``query_key`` is ``"gaussian"`` for ``qk_scale=1``, else ``"gaussian:std=…"``).
 

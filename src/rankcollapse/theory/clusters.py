@@ -155,7 +155,7 @@ def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, st
     """
     import torch
 
-    from ..dynamics import BlockConfig, simulate
+    from ..dynamics import BlockConfig, RunConfig, simulate
     from ..metrics.clusters import CLUSTER_ANGLE, cluster_count
 
     beta = check_beta(beta)
@@ -169,9 +169,9 @@ def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, st
     X0 = torch.stack([theta.cos(), theta.sin()], dim=-1)  # (n_samples, N, 2), uniform on the circle
     eye = torch.eye(2, dtype=torch.float64)
     block = BlockConfig(norm="sphere", placement="post_ln", alpha=1.0 / step)
-    res = simulate(X0, mask="complete", depth=depth, variant=block, d_qk=1.0 / beta**2, value=eye, query_key=eye,
-                   dtype=torch.float64, record_states=True,
-                   metrics={"n_clusters": lambda X: cluster_count(X, angle=angle)})
+    res = simulate(X0, mask="complete", d_qk=1.0 / beta**2, value=eye, query_key=eye,
+                   metrics={"n_clusters": lambda X: cluster_count(X, angle=angle)}, block=block,
+                   run=RunConfig(depth=depth, dtype=torch.float64, record_states=True))
     counts = res.metrics["n_clusters"].numpy().astype(int)  # (depth + 1, n_samples)
     first = [first_plateau(counts[:, b], min_plateau) for b in range(n_samples)]
     settings = {"n_tokens": n_tokens, "n_samples": n_samples, "seed": seed, "step": step, "depth": depth, "angle": angle,

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from .._display import NotebookResult
-from ..dynamics import gaussian_tokens, simulate
+from ..dynamics import RunConfig, gaussian_tokens, simulate
 from ..errors import ConfigError
 from .envelope import measured_envelope
 from ..metrics.rate import least_squares_rate
@@ -152,6 +152,6 @@ def orthogonal_run(X0, mask: Any, n_tokens: int, d_model: int, *, n_samples: int
         raise ConfigError(f"X0 must be (B, {N}, d), got {tuple(X0.shape)}")
     d = X0.shape[2]
     query_key = "gaussian" if qk_scale == 1 else f"gaussian:std={qk_scale / math.sqrt(d)}"
-    sim = simulate(X0, mask=mask, depth=depth, d_qk=d_qk, value="orthogonal", query_key=query_key, seed=seed,
-                   dtype=torch.float64, metrics=("mu",), backend="dense", record_attention=True)
+    sim = simulate(X0, mask=mask, d_qk=d_qk, value="orthogonal", query_key=query_key, metrics=("mu",),
+                   run=RunConfig(depth=depth, seed=seed, dtype=torch.float64, backend="dense", record_attention=True))
     return X0, sim

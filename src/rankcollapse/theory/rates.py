@@ -68,12 +68,12 @@ def measure_rate(schedule: MaskSchedule, *, d_model: int = 16, depth: int = 60, 
     With ``quantiles``: ``(q25, median, q75)`` over samples."""
     import torch
 
-    from ..dynamics import gaussian_tokens, simulate
+    from ..dynamics import RunConfig, gaussian_tokens, simulate
     from .measured import fit_rate
 
     X0 = gaussian_tokens(n_samples, schedule.n_tokens, d_model, seed=seed, std=1 / math.sqrt(d_model))
-    sim = simulate(X0, mask=schedule, depth=depth, d_qk=d_qk, value="orthogonal", query_key="gaussian",
-                   seed=seed, dtype=torch.float64, metrics=("mu",))
+    sim = simulate(X0, mask=schedule, d_qk=d_qk, value="orthogonal", query_key="gaussian", metrics=("mu",),
+                   run=RunConfig(depth=depth, seed=seed, dtype=torch.float64))
     rates = fit_rate(sim.metrics["mu"])
     if quantiles:
         q = torch.quantile(rates, torch.tensor([0.25, 0.5, 0.75], dtype=rates.dtype))

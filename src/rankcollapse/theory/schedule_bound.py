@@ -61,8 +61,8 @@ def check_schedule_bound(
     """Run pure SA through ``schedule`` (Haar ``W_V`` per layer) and check its envelope.
 
     Same parameters and trajectory as :func:`~rankcollapse.theory.check_collapse_bound`
-    (``simulate(X0, mask=schedule, value="orthogonal", query_key=..., seed=seed,
-    dtype=float64)``); ``radius`` of the result is the composed graph's ``r_H``, and
+    (``simulate(X0, schedule, value="orthogonal", query_key=..., run=RunConfig(depth=depth,
+    seed=seed, dtype=torch.float64))``); ``radius`` of the result is the composed graph's ``r_H``, and
     ``config`` adds ``period``, ``period_radius`` (``p r_H``), ``scrambling_length``
     (``L``), ``effective_radius`` (``min(p r_H, L)``, the envelope's exponent),
     ``support_agrees`` (the first period's attention product has exactly the composed
