@@ -25,8 +25,8 @@ def test_per_sample_weights_match_simulate_sample_by_sample(cfg):
     W_Q, W_K = (torch.randn(B, d, d_k, generator=g, dtype=torch.float64) for _ in range(2))
     W_V = torch.randn(B, d, d, generator=g, dtype=torch.float64) / d ** 0.5
     mask = causal(N)
-    for kw in ({"d_qk": 2.0}, {"scale": 2.0 ** -0.5}):
-        got, A, z = single_head_layer(X, mask.to_dense(), W_Q, W_K, W_V, cfg, **kw)
+    for kw, scale in (({"d_qk": 2.0}, None), ({}, 2.0 ** -0.5)):
+        got, A, z = single_head_layer(X, mask.to_dense(), LayerWeights(W_Q, W_K, W_V, scale=scale), cfg, **kw)
         assert A.shape == (B, N, N) and int(z) == 0
         for b in range(B):
             lw = LayerWeights(W_Q=W_Q[b], W_K=W_K[b], W_V=W_V[b])
@@ -60,7 +60,7 @@ def test_every_normalisation_matches_simulate_layer_by_layer(cfg):
     mask = causal(N)
     X = X0
     for t in range(depth):
-        X, A, _ = single_head_layer(X, mask.to_dense(), *W[t], cfg, scale=0.5, layer=t + 1)
+        X, A, _ = single_head_layer(X, mask.to_dense(), LayerWeights(*W[t], scale=0.5), cfg, layer=t + 1)
     for b in range(B):
         weights = [LayerWeights(W_Q=Wq[b], W_K=Wk[b], W_V=Wv[b], scale=0.5) for Wq, Wk, Wv in W]
         ref = simulate(X0[b], mask=mask, weights=weights, metrics=("mu",), block=cfg,
@@ -72,13 +72,13 @@ def test_the_layer_index_matters_where_the_rule_says():
     """lns at layer 4 is not lns at layer 1 (the factor 1/sqrt(l)); pre_ln does not look at it."""
     g = torch.Generator().manual_seed(1)
     X = torch.randn(6, 4, generator=g, dtype=torch.float64)
-    W = [torch.randn(4, 4, generator=g, dtype=torch.float64) for _ in range(3)]
+    W = LayerWeights(*(torch.randn(4, 4, generator=g, dtype=torch.float64) for _ in range(3)))
     dense = causal(6).to_dense()
     lns = BlockConfig(norm="layernorm", placement="lns")
-    first, fourth = (single_head_layer(X, dense, *W, lns, layer=t)[0] for t in (1, 4))
+    first, fourth = (single_head_layer(X, dense, W, lns, layer=t)[0] for t in (1, 4))
     assert not torch.allclose(first, fourth)
     pre = BlockConfig(norm="layernorm", placement="pre_ln")
-    assert torch.equal(single_head_layer(X, dense, *W, pre, layer=1)[0], single_head_layer(X, dense, *W, pre, layer=4)[0])
+    assert torch.equal(single_head_layer(X, dense, W, pre, layer=1)[0], single_head_layer(X, dense, W, pre, layer=4)[0])
 
 
 def test_fast_path_refuses_what_only_simulate_runs():
@@ -86,7 +86,10 @@ def test_fast_path_refuses_what_only_simulate_runs():
     W = torch.eye(2, dtype=torch.float64)
     for cfg in (BlockConfig(placement="pre_ln", mlp=True), BlockConfig(n_heads=2), BlockConfig(attention="uniform")):
         with pytest.raises(ConfigError, match="use simulate"):
-            single_head_layer(X, causal(4).to_dense(), W, W, W, cfg)
+            single_head_layer(X, causal(4).to_dense(), LayerWeights(W, W, W), cfg)
+    for extra in (dict(W_O=W), dict(b_Q=W[0]), dict(n_heads=2)):  # parts the fast path does not run
+        with pytest.raises(ConfigError, match="use simulate"):
+            single_head_layer(X, causal(4).to_dense(), LayerWeights(W, W, W, **extra), BlockConfig())
 
 
 def _rows():

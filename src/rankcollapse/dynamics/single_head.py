@@ -31,37 +31,45 @@ import torch.nn.functional as F
 
 from .attention import attention_weights, masked_softmax
 from .config import BlockConfig
+from .layer_weights import LayerWeights
 from .layers import apply_norm, placement_update, qk_norm_scale, sphere
 from .operators import operator_weights, parse_attention
 from .sparse import BlockPlan, blocked_attention, merge_row_statistics
 from ..errors import ConfigError
 
 
-def _check_fast(cfg: BlockConfig) -> None:
+#: Parts of :class:`LayerWeights` the fast path does not run (refused, not ignored).
+_NOT_RUN = ("W_O", "b_Q", "b_K", "b_V", "b_O", "rope_inv_freq", "position_bias", "W_1", "W_2")
+
+
+def _check_fast(cfg: BlockConfig, weights: LayerWeights) -> None:
     if cfg.n_heads != 1 or cfg.mlp or cfg.out_proj or cfg.attention == "uniform":
         raise ConfigError("single_head_layer runs one attention head without MLP or W_O; use simulate")
+    extra = [name for name in _NOT_RUN if getattr(weights, name) is not None]
+    if extra or weights.n_heads != 1 or weights.n_kv_heads not in (None, 1):
+        raise ConfigError(f"single_head_layer runs one head of W_Q, W_K, W_V and scale; the weights also carry "
+                          f"{extra or 'several heads'}: use simulate")
 
 
-def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor,
-                      W_V: torch.Tensor, cfg: BlockConfig, *, d_qk: float = 1.0, scale: float | None = None,
-                      zero_rows: str = "keep", direct_sphere: bool = False, layer: int = 1):
+def single_head_layer(X: torch.Tensor, mask: torch.Tensor, weights: LayerWeights, cfg: BlockConfig, *,
+                      d_qk: float = 1.0, zero_rows: str = "keep", direct_sphere: bool = False, layer: int = 1):
     """One layer ``X(t) -> X(t+1)`` (module docstring); returns ``(X_next, A, n_zero_rows)``.
 
     Parameters
     ----------
     X : float ``(N, d)`` or ``(B, N, d)``.
     mask : bool ``(N, N)``, ``mask[i, j]`` = token i attends to token j; no empty row.
-    W_Q, W_K : ``(d, d_k)`` or per sample ``(B, d, d_k)``; W_V : ``(d, d)`` or ``(B, d, d)``
-        (row-vector convention ``x -> x W``).
+    weights : :class:`~.weights.LayerWeights` with ``W_Q, W_K`` ``(d, d_k)`` or per sample
+        ``(B, d, d_k)``, ``W_V`` ``(d, d)`` or ``(B, d, d)`` (row-vector convention ``x -> x W``)
+        and ``scale``; nothing else (no biases, ``W_O``, RoPE, position bias or MLP).
     cfg : :class:`BlockConfig` with ``n_heads=1``, ``mlp=False``; softmax attention or an
         operator of :mod:`.operators` (sink, off-by-one, sigmoid, differential), not uniform;
         any norm, placement and ``qk_norm`` (``qk_norm``'s scale ``g`` replaces ``d_qk``
         and ``scale``).
-    d_qk, scale : the temperature: scores ``q k^T / sqrt(d_qk)``
-        (:func:`~.attention.attention_weights`), or ``q k^T * scale`` when ``scale`` is given
-        (the :class:`~.weights.LayerWeights` convention, ``scale = 1/sqrt(d_qk)``). The two
-        are the same number up to one rounding; each caller keeps the form its recorded
-        results were computed with.
+    d_qk : the temperature: scores ``q k^T / sqrt(d_qk)``
+        (:func:`~.attention.attention_weights`), or ``q k^T * weights.scale`` when the
+        weights set ``scale`` (``scale = 1/sqrt(d_qk)``). The two are the same number up to
+        one rounding; each caller keeps the form its recorded results were computed with.
     zero_rows, direct_sphere : what a ``sphere`` norm does with a zero row, and its
         arithmetic (:func:`.layers.sphere`).
     layer : the 1-based index ``l`` of this layer (``mix`` and ``lns`` depend on it).
@@ -74,12 +82,14 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_
     Raises
     ------
     ConfigError
-        ``cfg`` with several heads, an MLP, uniform attention or ``W_O``; an odd key width under
-        differential attention; a zero row with ``zero_rows="raise"``.
+        ``cfg`` with several heads, an MLP, uniform attention or ``W_O``; weights with parts
+        other than ``W_Q, W_K, W_V, scale``; an odd key width under differential attention;
+        a zero row with ``zero_rows="raise"``.
     MaskError
         A mask row with no allowed key.
     """
-    _check_fast(cfg)
+    _check_fast(cfg, weights)
+    W_Q, W_K, W_V, scale = weights.W_Q, weights.W_K, weights.W_V, weights.scale
     g = qk_norm_scale(cfg, X.shape[-2])
     norm = lambda Y: _norm(Y, cfg, zero_rows, direct_sphere)  # noqa: E731
     weights = []  # the layer's one attention matrix, kept for the caller
@@ -112,9 +122,8 @@ def _weights(Z, mask, W_Q, W_K, cfg: BlockConfig, *, d_qk: float, scale: float |
     return masked_softmax((Z @ W_Q) @ (Z @ W_K).transpose(-1, -2) * scale, mask)
 
 
-def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, W_Q: torch.Tensor, W_K: torch.Tensor,
-                              W_V: torch.Tensor, cfg: BlockConfig, *, scale: float, zero_rows: str = "keep",
-                              layer: int = 1):
+def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, weights: LayerWeights, cfg: BlockConfig, *,
+                              zero_rows: str = "keep", layer: int = 1):
     """:func:`single_head_layer` on the windowed kernel of :mod:`.sparse` (the one
     :func:`~rankcollapse.dynamics.simulate` runs long sequences on): no ``(N, N)`` array, the
     attention's memory is that of :func:`~.sparse.blocked_attention`'s chunks, O(chunk N)
@@ -125,10 +134,10 @@ def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, W_Q: torch.Tenso
     Parameters
     ----------
     X : float ``(B, N, d)``; plan : :class:`~.sparse.BlockPlan` of the mask.
-    W_Q, W_K : ``(B, d, d_k)``; W_V : ``(B, d, d)`` (per sample, as :func:`single_head_layer`).
+    weights : ``W_Q, W_K`` ``(B, d, d_k)``, ``W_V`` ``(B, d, d)`` (per sample, as
+        :func:`single_head_layer`) and ``scale``: scores ``q k^T * scale``.
     cfg : as :func:`single_head_layer`, softmax attention without ``qk_norm`` only (the
-        kernel computes softmax of the plain scores).
-    scale : scores ``q k^T * scale``; layer : as :func:`single_head_layer`.
+        kernel computes softmax of the plain scores). layer : as :func:`single_head_layer`.
 
     The update is :func:`single_head_layer`'s with the same association ``(A Z) W_V``; the
     two agree to round-off (``tests/phase/test_phase_long.py``).
@@ -136,9 +145,12 @@ def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, W_Q: torch.Tenso
     Raises
     ------
     ConfigError
-        What :func:`single_head_layer` refuses, and attention other than softmax.
+        What :func:`single_head_layer` refuses, attention other than softmax, and no ``scale``.
     """
-    _check_fast(cfg)
+    _check_fast(cfg, weights)
+    W_Q, W_K, W_V, scale = weights.W_Q, weights.W_K, weights.W_V, weights.scale
+    if scale is None:
+        raise ConfigError("the windowed kernel takes the score scale from the weights: set LayerWeights.scale")
     if cfg.attention != "softmax" or cfg.qk_norm:
         raise ConfigError(f"attention {cfg.attention!r} (qk_norm={cfg.qk_norm}) runs on the dense path only "
                           "(the windowed kernel computes softmax of the plain scores)")

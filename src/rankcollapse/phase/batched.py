@@ -28,6 +28,7 @@ import torch
 
 from ..dynamics.layers import warn_zero_rows
 from ..dynamics.chunks import chunk_threads
+from ..dynamics.layer_weights import LayerWeights
 from ..dynamics.single_head import single_head_layer, single_head_layer_blocked
 from ..masks import parse_mask
 from ..masks.graph import analyze
@@ -99,13 +100,14 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     zero_rows = []
     with torch.no_grad(), (chunk_threads() if blocked else contextlib.nullcontext()):
         for t in range(depth):
+            lw = LayerWeights(WQ[t], WK[t], WV[t], scale=scale)  # per sample: (B, d, d)
             if blocked:
-                X, st, z = single_head_layer_blocked(X, plan, WQ[t], WK[t], WV[t], cfg, scale=scale, layer=t + 1)
+                X, st, z = single_head_layer_blocked(X, plan, lw, cfg, layer=t + 1)
                 ents.append(st["entropy"])
                 eps_min = torch.minimum(eps_min, st["epsilon"])
                 deficit += st["row_mass_deficit"]
             else:
-                X, A, z = single_head_layer(X, allowed, WQ[t], WK[t], WV[t], cfg, scale=scale, layer=t + 1)
+                X, A, z = single_head_layer(X, allowed, lw, cfg, layer=t + 1)
                 ents.append(row_entropy(A.unsqueeze(1), allowed))  # one head: (B, 1, N, N) -> (B,)
                 eps_min = torch.minimum(eps_min, A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2)))
                 deficit += 1.0 - A.sum(-1).mean(-1)  # 0 for softmax rows (to round-off)

@@ -19,6 +19,7 @@ from .._display import NotebookResult
 from ..dynamics.config import BlockConfig
 from ..dynamics.inputs import ON_SPHERE, canonical_input, make_tokens
 from ..dynamics.layers import sphere
+from ..dynamics.layer_weights import LayerWeights
 from ..dynamics.single_head import single_head_layer
 from .._validate import Spec
 from ..errors import ConfigError
@@ -123,7 +124,7 @@ def check_sphere_collapse(
     mus = [mu_metric(X)]
     for t in range(depth):  # loop over layers only
         try:
-            X = single_head_layer(X, dense, W, W, W_V[t], SA_LN, d_qk=1.0, zero_rows="raise")[0]
+            X = single_head_layer(X, dense, LayerWeights(W, W, W_V[t]), SA_LN, d_qk=1.0, zero_rows="raise")[0]
         except ConfigError as exc:  # the one zero-row rule (dynamics.layers.sphere), named by layer
             raise ConfigError(f"layer {t}: {exc}") from None
         mus.append(mu_metric(X))

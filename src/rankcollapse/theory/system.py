@@ -15,6 +15,7 @@ import torch
 
 from ..dynamics.attention import attention_weights
 from ..dynamics.config import BlockConfig
+from ..dynamics.layer_weights import LayerWeights
 from ..dynamics.single_head import single_head_layer
 from ..masks import check_rows_allow_key, dense_mask
 from .._validate import check_device, check_float, check_int, check_tensor_storage
@@ -108,8 +109,9 @@ class AttentionSystem:
         return self._layer(X, SA_LN, "raise" if check else "nan")
 
     def _layer(self, X: torch.Tensor, cfg: BlockConfig, zero_rows: str) -> torch.Tensor:
-        return single_head_layer(X, self.mask, self.W_Q, self.W_K, self.W_V, cfg, d_qk=self.d_qk,
-                                 zero_rows=zero_rows, direct_sphere=True)[0]
+        weights = LayerWeights(self.W_Q, self.W_K, self.W_V)
+        return single_head_layer(X, self.mask, weights, cfg, d_qk=self.d_qk, zero_rows=zero_rows,
+                                 direct_sphere=True)[0]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with keys ``mask``, ``W_Q``, ``W_K``, ``W_V``, ``d_qk``."""
