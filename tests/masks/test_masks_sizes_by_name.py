@@ -14,6 +14,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from rankcollapse.dynamics import RunConfig
 from rankcollapse.errors import RankCollapseError
 from rankcollapse.masks import Mask, MaskAnalysis, MaskSchedule
 from rankcollapse.masks import adapt, constructors as c, mask as mask_module, patterns as p, schedule, spec
@@ -184,10 +185,10 @@ def _run_context():
 SIZE_CASES = [
     ("theory.rates.measure_rate", lambda: _fn("rankcollapse.theory.rates:measure_rate"),
      lambda: (schedule.parse_schedule("schedule:causal_sliding_window:w=2,complete", N),),
-     {"d_model": 3, "depth": 2, "n_samples": 2, "seed": 1, "quantiles": True}, {"d": "d_model"}),
+     {"run": RunConfig(depth=2, seed=1), "d_model": 3, "n_samples": 2, "quantiles": True}, {"d": "d_model"}),
     ("theory.rates.compare_schedules", lambda: _fn("rankcollapse.theory.rates:compare_schedules"),
      lambda: (["schedule:sliding_window:w=3*2,complete", "causal"], N),
-     {"measure": True, "d_model": 3, "depth": 2, "n_samples": 2}, {"d": "d_model"}),
+     {"measure": RunConfig(depth=2), "d_model": 3, "n_samples": 2}, {"d": "d_model"}),
     ("theory.measured.orthogonal_run", lambda: _fn("rankcollapse.theory.measured:orthogonal_run"),
      lambda: (None, "causal", N, 3), {"n_samples": 2, "depth": 2, "d_qk": 1.0, "qk_scale": 1.0, "seed": 0},
      {"d": "d_model"}),

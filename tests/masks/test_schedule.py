@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from rankcollapse.dynamics import RunConfig
 from rankcollapse.errors import MaskError
 from rankcollapse.masks import analyze, parse_mask
 from rankcollapse.masks.schedule import MaskSchedule, is_schedule, parse_schedule
@@ -165,7 +166,7 @@ def test_compare_ranks_at_equal_budget():
 
 def test_measured_rank_uses_simulation():
     df = compare_schedules(["schedule:causal_sliding_window:w=2*3,causal", "causal_sliding_window:w=2"], 16,
-                           measure=True, depth=30, n_samples=4)
+                           measure=RunConfig(depth=30), n_samples=4)
     assert df["measured_rate"].between(0, 1).all()
     # a local chain of width 2 collapses more slowly than one that reaches everyone every 4 layers
     assert df["measured_rate"].iloc[1] > df["measured_rate"].iloc[0]

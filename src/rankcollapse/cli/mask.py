@@ -151,6 +151,7 @@ def compare(
     if d_qk <= 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
     from ..theory.envelope import EXPONENTS  # here: numpy is not needed for --help
+    from ..dynamics.config import RunConfig
     from ..theory.rates import compare_masks, compare_schedules
 
     if exponent not in EXPONENTS:  # before any work, for the schedule table too
@@ -160,9 +161,9 @@ def compare(
         _check_target(out, target, allow_nonempty)
     n = check_int(n, "--n-tokens", low=1, error=MaskError)
     if measure or any(masks.is_schedule(s) for s in specs):
-        df = compare_schedules(specs, n, measure=measure, d_model=check_int(d_model, "--d-model", low=1),
-                               depth=check_int(depth, "--depth", low=1), n_samples=check_int(samples, "--n-samples", low=1),
-                               seed=check_int(seed, "--seed", low=0), d_qk=d_qk, token_norm=token_norm,
+        run = RunConfig(depth=check_int(depth, "--depth", low=1), seed=check_int(seed, "--seed", low=0))
+        df = compare_schedules(specs, n, measure=run if measure else None, d_model=check_int(d_model, "--d-model", low=1),
+                               n_samples=check_int(samples, "--n-samples", low=1), d_qk=d_qk, token_norm=token_norm,
                                weight_norm=weight_norm, exponent=exponent)
     else:
         df = compare_masks(specs, n, d_qk=d_qk, token_norm=token_norm,

@@ -23,6 +23,7 @@ from .._io import atomic_path
 from .._outdir import check_out, writing
 from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
+from ..dynamics.config import RunConfig
 from ..theory.rates import compare_schedules
 from .schema import validate_study
 
@@ -92,8 +93,8 @@ def run_schedule_study(out: Path, scale: str = "quick", seed: int = 0, *, allow_
         picks = {fam: window_for_budget(t, n, budget) for fam, t in cfg["families"].items()}
         # a family that cannot meet the budget (e.g. 1 local : 1 global below N(N+1)/4) is left out
         picks = {f: p for f, p in picks.items() if abs(p[2] - budget) <= cfg["budget_tolerance"] * budget}
-        df = compare_schedules([p[1] for p in picks.values()], n, measure=True, d_model=sim["d_model"], depth=sim["depth"],
-                               n_samples=sim["n_samples"], seed=seed, d_qk=sim["d_qk"])
+        df = compare_schedules([p[1] for p in picks.values()], n, measure=RunConfig(depth=sim["depth"], seed=seed),
+                               d_model=sim["d_model"], n_samples=sim["n_samples"], d_qk=sim["d_qk"])
         df.insert(0, "family", list(picks))
         df.insert(1, "width", [p[0] for p in picks.values()])
         df.insert(2, "budget", budget)

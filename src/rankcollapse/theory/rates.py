@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from ..dynamics.config import RunConfig
 from ..masks import analyze, parse_mask
 from ..masks.schedule import MaskSchedule, parse_schedule
 from .envelope import check_exponent, mask_terms, predicted_rate, schedule_terms, theorem1_terms
@@ -59,21 +60,21 @@ def describe_schedule(schedule: Any, n_tokens: int | None = None, *, per_token: 
     return out
 
 
-def measure_rate(schedule: MaskSchedule, *, d_model: int = 16, depth: int = 60, n_samples: int = 8,
-                 seed: int = 0, d_qk: float = 1.0, quantiles: bool = False):
+def measure_rate(schedule: MaskSchedule, run: RunConfig, *, d_model: int = 16, n_samples: int = 8,
+                 d_qk: float = 1.0, quantiles: bool = False):
     """Median over samples of the measured per-layer decay factor of ``μ`` (pure SA,
-    Haar ``W_V``, Gaussian ``W_Q, W_K`` and ``X(0)`` entries of std ``1/√d``, float64) —
+    Haar ``W_V``, Gaussian ``W_Q, W_K`` and ``X(0)`` entries of std ``1/√d``) —
     :func:`rankcollapse.theory.fit_rate` of :func:`rankcollapse.dynamics.simulate` on
-    ``n_samples`` inputs ``(N, d)``, ``d = d_model``.
+    ``n_samples`` inputs ``(N, d)``, ``d = d_model``, run by ``run`` (its ``depth``; its
+    ``seed`` draws the weights and ``X(0)``; ``dtype`` None is float64, the inputs').
     With ``quantiles``: ``(q25, median, q75)`` over samples."""
     import torch
 
-    from ..dynamics import RunConfig, gaussian_tokens, simulate
+    from ..dynamics import gaussian_tokens, simulate
     from .measured import fit_rate
 
-    X0 = gaussian_tokens(n_samples, schedule.n_tokens, d_model, seed=seed, std=1 / math.sqrt(d_model))
-    sim = simulate(X0, mask=schedule, d_qk=d_qk, value="orthogonal", query_key="gaussian", metrics=("mu",),
-                   run=RunConfig(depth=depth, seed=seed, dtype=torch.float64))
+    X0 = gaussian_tokens(n_samples, schedule.n_tokens, d_model, seed=run.seed, std=1 / math.sqrt(d_model))
+    sim = simulate(X0, schedule, d_qk=d_qk, value="orthogonal", query_key="gaussian", metrics=("mu",), run=run)
     rates = fit_rate(sim.metrics["mu"])
     if quantiles:
         q = torch.quantile(rates, torch.tensor([0.25, 0.5, 0.75], dtype=rates.dtype))
@@ -81,22 +82,23 @@ def measure_rate(schedule: MaskSchedule, *, d_model: int = 16, depth: int = 60, 
     return float(rates.median())
 
 
-def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: bool = False, d_model: int = 16,
-                      depth: int = 60, n_samples: int = 8, seed: int = 0, d_qk: float = 1.0,
-                      token_norm: float = 1.0, weight_norm: float = 1.0, exponent: str = "t/r") -> pd.DataFrame:
+def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: RunConfig | None = None, d_model: int = 16,
+                      n_samples: int = 8, d_qk: float = 1.0, token_norm: float = 1.0, weight_norm: float = 1.0,
+                      exponent: str = "t/r") -> pd.DataFrame:
     """Rank schedules (plain masks are period-1 schedules) by collapse rate at their cost.
 
     Columns: ``spec, period, n_tokens, mean_edges_per_layer, quasi_strongly_connected,
     radius`` (``r_H``, of the composed graph), ``period_radius`` (``p r_H``),
     ``scrambling_length`` (``L``), ``effective_radius`` (``min(p r_H, L)``, the exponent of
     the envelope), ``epsilon_bound, log10_rate_per_layer, log10_layers_per_decade,
-    rank_predicted`` and, with ``measure``, ``measured_rate``
+    rank_predicted`` and, with ``measure`` (the :class:`~rankcollapse.dynamics.RunConfig`
+    of the simulation, e.g. ``RunConfig(depth=60, seed=0)``), ``measured_rate``
     (median over samples, :func:`measure_rate`), ``measured_q25, measured_q75`` and
     ``rank_measured``. Rank 1 = slowest collapse (most layers
     per decade / measured factor closest to 1); non-QSC schedules rank first (no
     collapse is implied). Compare rows of equal ``mean_edges_per_layer``. ``exponent``:
     ``"t/r"`` or ``"t/(2r)"`` (:func:`rankcollapse.theory.envelope.predicted_rate`).
-    Every schedule is on ``n_tokens`` tokens; ``d_model, depth, n_samples, seed`` are
+    Every schedule is on ``n_tokens`` tokens; ``d_model, n_samples`` are
     :func:`measure_rate`'s.
 
     Raises
@@ -115,15 +117,15 @@ def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: bool = Fa
         row.update({k: getattr(terms, k) for k in TERM_KEYS})
         row.update(predicted_rate(terms, d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm,
                                    exponent=exponent))
-        if measure:
-            q25, med, q75 = measure_rate(sched, d_model=d_model, depth=depth, n_samples=n_samples, seed=seed, d_qk=d_qk,
+        if measure is not None:
+            q25, med, q75 = measure_rate(sched, measure, d_model=d_model, n_samples=n_samples, d_qk=d_qk,
                                          quantiles=True)
             row.update(measured_rate=med, measured_q25=q25, measured_q75=q75)
         rows.append(row)
     df = pd.DataFrame(rows).astype({k: "Int64" for k in ("radius", *TERM_KEYS)})
     slow = df["log10_layers_per_decade"].astype(float).fillna(math.inf)
     df["rank_predicted"] = slow.rank(ascending=False, method="min").astype(int)
-    if measure:
+    if measure is not None:
         df["rank_measured"] = df["measured_rate"].rank(ascending=False, method="min").astype(int)
     return df
 
