@@ -180,7 +180,7 @@ def _metric_fn(metrics, scratch: dict | None = None) -> tuple[tuple[str, ...], C
     names = tuple(DEFAULT_SIM_METRICS if metrics is None else ([metrics] if isinstance(metrics, str) else metrics))
     if "attention_entropy" in names:  # a metric of A(t), not of X(t)
         raise ConfigError("attention_entropy is a metric of attention probabilities, not of tokens: simulate with "
-                          "record_attention=True and apply rankcollapse.metrics.attention_entropy to each "
+                          "run=RunConfig(record_attention=True) and apply rankcollapse.metrics.attention_entropy to each "
                           "result.attention[t] (phase reports it per cell)")
     unknown = [n for n in names if n not in METRICS and n not in STEP_METRICS]
     if unknown:
