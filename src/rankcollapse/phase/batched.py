@@ -32,12 +32,16 @@ from ..dynamics.layer_weights import LayerWeights
 from ..dynamics.single_head import single_head_layer, single_head_layer_blocked
 from ..masks import parse_mask
 from ..masks.graph import analyze
-from ..metrics import avg_cos, mu, mu_relative
+from ..metrics._context import evaluate
 from ..metrics.attention import row_entropy
+from ..metrics.registry import METRICS
 from .grid import DENSE_MAX_TOKENS, attention_backend  # noqa: F401  (DENSE_MAX_TOKENS: re-exported)
 from .cell import block_config, build_weights, make_input, operator_columns, value_log_norm
 from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
+
+#: the per-layer metrics of a trajectory, computed on one shared metric context per layer
+LAYER_METRICS = {name: METRICS[name].fn for name in ("mu_relative", "mu", "avg_cos")}
 
 #: the axes a batch must share
 GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "alpha", "input", "attention",
@@ -90,8 +94,9 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     X = torch.cat([make_input(first["input"], n_samples, N, d, s) for s in seed_range] * len(cells))
     WQ, WK, WV, scale = _stack(cells, seed_range, n_samples, depth)
     B = X.shape[0]
-    mus, mus_abs, ents, states = [mu_relative(X)], [mu(X)], [], {0: X}
-    cosines = [avg_cos(X)]  # the cosine gap's decay law (regime.law_measures)
+    m = evaluate(X, LAYER_METRICS)
+    mus, mus_abs, ents, states = [m["mu_relative"]], [m["mu"]], [], {0: X}
+    cosines = [m["avg_cos"]]  # the cosine gap's decay law (regime.law_measures)
     X0 = X
     diverged = torch.zeros(B, dtype=torch.bool)
     eps_min = torch.ones(B, dtype=torch.float64)
@@ -114,9 +119,10 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
             zero_rows.append(z)
             diverged |= ~torch.isfinite(X).all(dim=(-1, -2))  # overflow: simulate() would raise
             X = torch.where(diverged[:, None, None], X0, X)  # keep NaN/Inf out of the other metrics
-            mus.append(torch.where(diverged, torch.ones((), dtype=X.dtype), mu_relative(X)))
-            mus_abs.append(mu(X))
-            cosines.append(avg_cos(X))
+            m = evaluate(X, LAYER_METRICS)
+            mus.append(torch.where(diverged, torch.ones((), dtype=X.dtype), m["mu_relative"]))
+            mus_abs.append(m["mu"])
+            cosines.append(m["avg_cos"])
             if t + 1 in keep:
                 states[t + 1] = X
     warn_zero_rows([int(z) for z in zero_rows])  # the rule of dynamics.layers.sphere, as simulate

@@ -102,11 +102,19 @@ def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
     worst = 0.0
     for s in seeds:
         n = 1 if cell["shared"] else cell["depth"]
-        logs = torch.log(torch.linalg.matrix_norm(_values(cell, n, s), ord=2))
+        logs = _log_value_norms(cell["value"], float(cell["value_scale"]), cell["d_model"], cell["n_tokens"], n, s)
         if cell["shared"]:
             logs = logs.expand(cell["depth"])
         worst = max(worst, float(torch.cumsum(logs, 0).max()))
     return worst
+
+
+@lru_cache(maxsize=32)
+def _log_value_norms(family: str, value_scale: float, d_model: int, n_tokens: int, n: int, seed: int) -> torch.Tensor:
+    """``ln ||W_V(t)||_2`` of the ``n`` drawn value matrices (cached with :func:`_draw`'s
+    draw: the cells of a batch that share a value family and seed share it)."""
+    cell = {"value": family, "value_scale": value_scale, "d_model": d_model, "n_tokens": n_tokens}
+    return torch.log(torch.linalg.matrix_norm(_values(cell, n, seed), ord=2))
 
 
 def make_input(kind: str, n_samples: int, n_tokens: int, d_model: int, seed: int) -> torch.Tensor:
