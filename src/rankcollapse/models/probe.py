@@ -38,7 +38,7 @@ TABLE_COLUMNS = SUMMARY_COLUMNS  # the one per-layer table layout (rankcollapse.
 PROBE_DEFAULT_METRICS = ("mu", "mu_relative", "rank_fraction", "sigma_min", "avg_abs_cos")
 
 
-def model_inputs(loaded: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """Keyword arguments for one forward pass of ``loaded.model`` on a batch.
 
     T5 (encoder-decoder) gets the same window as decoder input, shifted right by one
@@ -53,6 +53,7 @@ def model_inputs(loaded: LoadedModel, input_ids: torch.Tensor, attention_mask: t
         generation config name no ``decoder_start_token_id`` (a model built from a
         bare config): the decoder input is undefined, and no default is guessed.
     """
+    loaded = as_loaded(loaded)
     model = loaded.model
     device = loaded.device
     kw: dict[str, Any] = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
@@ -166,7 +167,7 @@ def record_points(loaded: LoadedModel, windows: Windows, points: Sequence[str], 
     """The tensors at ``points`` for every window, concatenated along the windows, on CPU
     (each forward pass stops once they are recorded). ``interventions``: keywords of
     :func:`~rankcollapse.models.intervene` (``mask``, ``d_qk_scale``, ``drop``,
-    ``clip_massive``, ``edits``; a schedule mask parsed, :func:`~rankcollapse.masks.schedule_or_mask`).
+    ``clip_massive``, ``edits``).
 
     Raises
     ------
@@ -355,7 +356,8 @@ def probe(
     See Also
     --------
     Recorder : the hidden states behind each row, by point name.
-    intervene : the mask, temperature and component changes ``mask``, ``d_qk`` and ``drop`` apply.
+    Intervention : what is changed in the model.
+    intervene : applies an intervention's mask, temperature, drops, clip and edits around each forward pass.
     rankcollapse.data.make_windows : windows of real text.
 
     Examples
