@@ -135,6 +135,12 @@ def test_probe_with_interventions_records_settings(make_tiny, make_windows_tiny)
     assert df["point"].str.startswith("decoder.").any()
 
 
+def test_probe_refuses_an_intervention_that_is_not_one(make_tiny, make_windows_tiny):
+    with pytest.raises(ConfigError, match="rankcollapse.models.Intervention") as info:
+        probe(make_tiny("gpt2"), make_windows_tiny(), "causal")
+    assert info.value.argument == "intervention"
+
+
 @pytest.mark.parametrize(
     "kw, err, text",
     [

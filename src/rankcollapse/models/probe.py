@@ -349,7 +349,8 @@ def probe(
     Raises
     ------
     ModelError, MaskError, ConfigError
-        Unknown point, unsupported intervention, mask size different from the windows,
+        ``intervention`` not an :class:`Intervention`, unknown point, unsupported
+        intervention, mask size different from the windows,
         windows longer than the model's positions (:func:`check_positions`), token ids
         beyond the model's embeddings (:func:`check_token_ids`).
 
@@ -378,6 +379,9 @@ def probe(
          2     final_norm rank_fraction   1.0          4
     """
     net = intervention if intervention is not None else Intervention()
+    if not isinstance(net, Intervention):
+        raise ConfigError(f"expects a rankcollapse.models.Intervention, got {type(net).__name__}",
+                          argument="intervention")
     loaded, library = open_model(loaded)
     planned = {}
     if max_memory is not None:
