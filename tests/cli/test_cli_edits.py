@@ -10,7 +10,7 @@ import torch
 import transformers as tf
 
 from rankcollapse.data import Windows
-from rankcollapse.models import HeadAblation, patch, probe
+from rankcollapse.models import HeadAblation, Intervention, patch, probe
 
 from ._harness import check_run
 
@@ -52,8 +52,9 @@ def test_ablate_heads_gives_the_api_table(model_dir, tmp_path):
     doc = json.loads(out)
     assert doc["ablate_heads"] == {"heads": [[1, 2], [0, 0]], "mode": "mean"}
     model = tf.GPT2Model.from_pretrained(model_dir / "model").eval()
-    want = probe(model, Windows.load(model_dir / "w.npz"), metrics=METRICS.split(","), batch_size=2, progress=False,
-                 ablate_heads=HeadAblation(((1, 2), (0, 0)), mode="mean"))
+    ablation = Intervention(ablate_heads=HeadAblation(((1, 2), (0, 0)), mode="mean"))
+    want = probe(model, Windows.load(model_dir / "w.npz"), ablation, metrics=METRICS.split(","), batch_size=2,
+                 progress=False)
     got, want = _means(doc), _api_means(want)
     assert got.keys() == want.keys()
     np.testing.assert_allclose([got[k] for k in want], list(want.values()), rtol=1e-9)

@@ -87,7 +87,7 @@ def test_composes_with_drop_and_ignores_padding():
 def _probe_clipped(loaded, x, am, rows_by_block):
     """probe with clip_massive while hand hooks inflate ``{block: {row: factor}}``."""
     from rankcollapse.data import Windows
-    from rankcollapse.models import probe
+    from rankcollapse.models import Intervention, probe
 
     handles = []
     for block, rows in rows_by_block.items():
@@ -96,7 +96,7 @@ def _probe_clipped(loaded, x, am, rows_by_block):
     try:
         w = Windows(x, am, torch.zeros_like(x, dtype=torch.bool))
         plain = _run(loaded, x, am)
-        df = probe(loaded, w, metrics=["max_norm_ratio"], clip_massive=True, progress=False, batch_size=1)
+        df = probe(loaded, w, Intervention(clip_massive=True), metrics=["max_norm_ratio"], progress=False, batch_size=1)
         clipped = _run(loaded, x, am, clip_massive=True)
     finally:
         for h in handles:

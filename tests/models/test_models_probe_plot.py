@@ -8,7 +8,7 @@ import torch  # noqa: E402
 
 from rankcollapse.models import plot as probe_cli  # noqa: E402
 from rankcollapse.data import Windows  # noqa: E402
-from rankcollapse.models import probe  # noqa: E402
+from rankcollapse.models import Intervention, probe  # noqa: E402
 from rankcollapse.models.probe import distinct_token_fraction, embedding_rank_note, layernorm_rank_note  # noqa: E402
 
 
@@ -20,7 +20,7 @@ def _repeating_windows(n_windows=2, length=12, distinct=4) -> Windows:
 
 def test_layer_rows_separate_final_norm_from_last_block_output(make_tiny, make_windows_tiny):
     loaded = make_tiny("llama")
-    table = probe(loaded, make_windows_tiny(), metrics=["mu"], d_qk_scale=2.0, drop="mlp")
+    table = probe(loaded, make_windows_tiny(), Intervention(d_qk_scale=2.0, drop="mlp"), metrics=["mu"])
     blocks, final = probe_cli._layer_rows(table)
     L = loaded.model.config.num_hidden_layers
     assert sorted(blocks["layer"]) == list(range(L + 1))
@@ -32,7 +32,7 @@ def test_layer_rows_separate_final_norm_from_last_block_output(make_tiny, make_w
 
 def test_plot_draws_final_norm_as_its_own_labelled_series(tmp_path, make_tiny, make_windows_tiny):
     loaded = make_tiny("llama")
-    table = probe(loaded, make_windows_tiny(), mask="causal_sliding_window:w=4")
+    table = probe(loaded, make_windows_tiny(), Intervention(mask="causal_sliding_window:w=4"))
     saved = {"fig": probe_cli.plot_layers({"tiny": table}, tmp_path / "probe.png")}
     assert (tmp_path / "probe.png").stat().st_size > 0
     ax = saved["fig"].axes[0]

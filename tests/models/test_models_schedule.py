@@ -38,16 +38,36 @@ def test_shared_layers_reject_a_schedule(make_tiny, make_windows_tiny):
         _attn(loaded, w, "schedule:complete,sliding_window:w=3")
 
 
+def test_a_probe_parses_its_schedule_once(make_tiny, make_windows_tiny, monkeypatch):
+    """Every batch and every attention map of one probe use the schedule parsed at its entry,
+    and a schedule given already parsed gives the same table."""
+    from rankcollapse.masks import MaskSchedule, parse_schedule
+    from rankcollapse.models import Intervention, probe
+
+    loaded, w = make_tiny("llama"), make_windows_tiny(4, 10, pad_last=0)
+    spec = "schedule:causal_sliding_window:w=2,causal"
+    built = []
+    init = MaskSchedule.__init__
+    monkeypatch.setattr(MaskSchedule, "__init__", lambda self, *a, **k: built.append(1) or init(self, *a, **k))
+    metrics = ["mu", "attention_entropy"]
+    table = probe(loaded, w, Intervention(mask=spec), metrics=metrics, batch_size=1, progress=False)
+    assert len(built) == 1
+    given = probe(loaded, w, Intervention(mask=parse_schedule(spec, w.n_tokens)), metrics=metrics, batch_size=1,
+                  progress=False)
+    assert len(built) == 2 and table.attrs["mask"] == spec
+    assert table.equals(given)
+
+
 @pytest.mark.slow
 def test_smollm2_gemma3_like_schedule_vs_native_causal():
     from rankcollapse.data import make_windows, wikipedia_texts
-    from rankcollapse.models import load_model, probe
+    from rankcollapse.models import Intervention, load_model, probe
 
     loaded = load_model("smollm2")
     wins = make_windows(wikipedia_texts(), loaded.tokenizer, n_tokens=32, n_samples=2)
     native = probe(loaded, wins)
-    sched = probe(loaded, wins, mask="schedule:causal_sliding_window:w=4*5,causal")
-    same = probe(loaded, wins, mask="schedule:causal*6")
+    sched = probe(loaded, wins, Intervention(mask="schedule:causal_sliding_window:w=4*5,causal"))
+    same = probe(loaded, wins, Intervention(mask="schedule:causal*6"))
     assert list(native.columns) == list(sched.columns) and len(native) == len(sched)
     num = native.select_dtypes("number").columns
     # the native mask as a schedule reproduces the native metrics; the windowed one differs

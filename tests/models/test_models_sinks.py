@@ -11,7 +11,7 @@ from family_configs import HEADS, build, ids
 
 from rankcollapse.data import Windows
 from rankcollapse.errors import ModelError
-from rankcollapse.models import probe
+from rankcollapse.models import Intervention, probe
 from rankcollapse.models.sinks import (SINK_THRESHOLD, contribution_weights, first_token_mass, linear_map,
                                        value_norm_ratio)
 
@@ -179,7 +179,8 @@ def test_a_first_token_value_edited_to_zero_contributes_nothing():
 
     metrics = ("sink_mass", "sink_contribution")
     plain = probe(model, _windows(x), metrics=metrics)
-    edited = probe(model, _windows(x), metrics=metrics, edits={"module:layers.0.self_attn.v_proj": no_first_value})
+    edited = probe(model, _windows(x), Intervention(edits={"module:layers.0.self_attn.v_proj": no_first_value}),
+                   metrics=metrics)
     row = lambda t, m: t[(t.point == "layer.0.attention") & (t.metric == m)]["mean"].iloc[0]  # noqa: E731
     assert row(edited, "sink_contribution") == 0.0 and row(plain, "sink_contribution") != 0.0
     assert row(edited, "sink_mass") == row(plain, "sink_mass")

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from rankcollapse.data import Windows
 from rankcollapse.errors import ConfigError, RankCollapseError, StatesError, UnsafePathError
-from rankcollapse.models import capture_states, probe, read_states, save_states, states_table
+from rankcollapse.models import Intervention, capture_states, probe, read_states, save_states, states_table
 from rankcollapse.models.states import SIDECAR, STATES_FILE
 from rankcollapse.points import layer_of
 
@@ -46,7 +46,7 @@ def test_round_trip_gives_the_probe_table(kind, make_tiny, make_windows_tiny, tm
 def test_round_trip_keeps_interventions_and_exclude_special(make_tiny, make_windows_tiny, tmp_path):
     model, wins = make_tiny("gpt2"), make_windows_tiny(4, 10, pad_last=2)
     kw = dict(mask="causal_sliding_window:w=3", drop="mlp:1")
-    live = probe(model, wins, metrics=METRICS, exclude_special=True, progress=False, **kw)
+    live = probe(model, wins, Intervention(**kw), metrics=METRICS, exclude_special=True, progress=False)
     save_states(tmp_path, capture_states(model, wins, **kw))
     table = states_table(read_states(tmp_path), METRICS, exclude_special=True)
     pd.testing.assert_frame_equal(table, live, check_exact=False, rtol=1e-12)
@@ -58,7 +58,7 @@ def test_round_trip_keeps_interventions_and_exclude_special(make_tiny, make_wind
 def test_saved_attention_rows_give_the_probe_attention_entropy(kind, mask, make_tiny, make_windows_tiny, tmp_path):
     model, wins = make_tiny(kind), make_windows_tiny(4, 10, pad_last=3)
     metrics = ["rank_fraction", "attention_entropy"]
-    live = probe(model, wins, metrics=metrics, mask=mask, batch_size=2, progress=False)
+    live = probe(model, wins, Intervention(mask=mask), metrics=metrics, batch_size=2, progress=False)
     save_states(tmp_path, capture_states(model, wins, mask=mask, batch_size=2, attentions=True))
     back = read_states(tmp_path)
     n_blocks = 4 if kind == "t5" else 3

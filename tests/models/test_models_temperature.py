@@ -5,7 +5,7 @@ import math
 import pytest
 
 from rankcollapse.errors import ConfigError, ModelError
-from rankcollapse.models import d_qk_scale_for, model_d_qk, probe
+from rankcollapse.models import Intervention, d_qk_scale_for, model_d_qk, probe
 
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2", "llama", "t5"])
@@ -20,13 +20,13 @@ def test_model_d_qk_is_one_over_scaling_squared(kind, make_tiny):
 def test_d_qk_gives_the_same_probe_as_the_matching_d_qk_scale(make_tiny, make_windows_tiny):
     loaded, w = make_tiny("bert"), make_windows_tiny()
     own = model_d_qk(loaded)
-    by_scale = probe(loaded, w, d_qk_scale=4.0)
-    by_d_qk = probe(loaded, w, d_qk=4.0 * own)
+    by_scale = probe(loaded, w, Intervention(d_qk_scale=4.0))
+    by_d_qk = probe(loaded, w, Intervention(d_qk=4.0 * own))
     assert by_d_qk.attrs["d_qk"] == 4.0 * own
     assert by_d_qk.attrs["d_qk_scale"] == pytest.approx(4.0, rel=1e-12)
     assert by_d_qk["mean"].to_numpy() == pytest.approx(by_scale["mean"].to_numpy(), rel=1e-5, nan_ok=True)
     unchanged = probe(loaded, w)
-    assert probe(loaded, w, d_qk=own)["mean"].to_numpy() == pytest.approx(unchanged["mean"].to_numpy(), rel=1e-6,
+    assert probe(loaded, w, Intervention(d_qk=own))["mean"].to_numpy() == pytest.approx(unchanged["mean"].to_numpy(), rel=1e-6,
                                                                            nan_ok=True)
 
 

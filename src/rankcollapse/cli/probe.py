@@ -158,7 +158,9 @@ def probe_command(
         check_out(out, _out_names(influence=influence, n_runs=n_runs, attentions=attentions),
                   allow_nonempty=allow_nonempty, flags=True)
     from .. import data
-    from ..models.probe import check_points, check_positions  # here: importing it imports torch
+    from ..models.probe import Intervention, check_points, check_positions  # here: importing it imports torch
+
+    intervention = Intervention(mask=mask, d_qk=d_qk, drop=drop, clip_massive=clip_massive, ablate_heads=heads)
 
     if isinstance(points, str):
         check_points(points)
@@ -203,8 +205,7 @@ def probe_command(
                                  points=points, batch_size=batch_size).drop(columns="values")
             runs.append((loaded, wins, table))
             continue
-        table = models.probe(loaded, wins, mask=mask, d_qk=d_qk, drop=drop, batch_size=batch_size, points=points,
-                             metrics=metric_names, clip_massive=clip_massive, ablate_heads=heads,
+        table = models.probe(loaded, wins, intervention, metrics=metric_names, points=points, batch_size=batch_size,
                              max_memory=max_memory)
         runs.append((loaded, wins, table))
         if max_memory is not None:
@@ -216,10 +217,8 @@ def probe_command(
             from ..models.controls import random_init
 
             fresh = random_init(loaded, seed=seed)
-            runs.append((fresh, wins, models.probe(fresh, wins, mask=mask, d_qk=d_qk, drop=drop,
-                                                   batch_size=batch_size, points=points, metrics=metric_names,
-                                                   clip_massive=clip_massive, ablate_heads=heads,
-                                                   max_memory=max_memory)))
+            runs.append((fresh, wins, models.probe(fresh, wins, intervention, metrics=metric_names, points=points,
+                                                   batch_size=batch_size, max_memory=max_memory)))
         if clip_massive:  # where each run clipped, and whether the token came back
             from ..models.massive import clip_report
 
@@ -590,7 +589,9 @@ def _check_interventions(mask: Optional[str], temperature: float, flag: str, dro
     check_float(temperature, flag, low=0, strict_low=True)
     models.interventions.parse_drop(drop, None)
     if mask is not None and length is not None:  # None: the windows' length is not known yet
-        masks.parse_schedule(mask, length) if masks.is_schedule(mask) else masks.dense_mask(mask, length)
+        layers = masks.schedule_or_mask(mask, length)
+        if not isinstance(layers, masks.MaskSchedule):
+            masks.dense_mask(layers, length)
 
 
 def to_json(table: Any) -> dict[str, Any]:

@@ -259,8 +259,10 @@ def _probe_per_window(probe: Callable, loaded: Any, win: Any, drop: tuple, metri
     as the simulated rows' (:mod:`rankcollapse.summary`). Sink metrics keep the
     per-block rows (the mean over heads) and leave the per-head ones to ``probe``."""
     # no bar of its own: the sweep's progress (one line or bar per unit) is the run's
-    kw = {"clip_massive": True} if clip_massive else {}
-    df = probe(loaded, win, drop=drop, metrics=metrics, batch_size=batch_size, per_window=True, progress=False, **kw)
+    from ..models.probe import Intervention
+
+    df = probe(loaded, win, Intervention(drop=drop, clip_massive=clip_massive), metrics=metrics, batch_size=batch_size,
+               per_window=True, progress=False)
     return df[~df["point"].str.contains(".head_", regex=False)].reset_index(drop=True)
 
 

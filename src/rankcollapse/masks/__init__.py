@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .plot import draw_mask
     from .patterns import bigbird, fixed, from_file, longformer, random, strided
     from .rows import check_rows_allow_key
-    from .schedule import MaskSchedule, is_schedule, parse_schedule
+    from .schedule import MaskSchedule, is_schedule, parse_schedule, schedule_or_mask
     from .spec import MASK_KINDS, parse_mask, spec_n_tokens
 
 __getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

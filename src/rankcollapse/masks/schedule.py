@@ -296,6 +296,20 @@ def canonical_spec(specs: Sequence[str]) -> str:
     return PREFIX + ",".join(parts)
 
 
+def schedule_or_mask(source: Any, n_tokens: int) -> Any:
+    """``source`` with a schedule parsed: its :class:`MaskSchedule` on ``n_tokens`` tokens
+    when :func:`is_schedule` says it is one, else ``source`` itself (a mask in any form
+    :func:`~rankcollapse.masks.dense_mask` reads, or None). A run asks here once whether its mask
+    is a schedule; what it passes on answers by its type.
+
+    Raises
+    ------
+    MaskError
+        As :func:`parse_schedule`, for a schedule.
+    """
+    return parse_schedule(source, n_tokens) if is_schedule(source) else source
+
+
 def parse_schedule(source: Any, n_tokens: int) -> MaskSchedule:
     """Build the schedule described by ``source`` for ``n_tokens`` tokens (forms: module docstring).
 

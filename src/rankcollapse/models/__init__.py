@@ -1,7 +1,7 @@
 """Real pretrained models: loading, recording named activations, interventions, probes.
 
 See ``docs/models.md``. Public API: :func:`load_model`, :class:`LoadedModel`,
-:class:`Recorder`, :func:`intervene`, :func:`probe`, :func:`embed`,
+:class:`Recorder`, :func:`intervene`, :func:`probe` (and its :class:`Intervention`), :func:`embed`,
 :func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`, :func:`plot_layers`;
 edits inside the model: :class:`HeadAblation`, :class:`EditContext`, :func:`patch`; and hidden states on disk: :class:`States`, :func:`capture_states`, :func:`save_states`,
 :func:`read_states`, :func:`states_table`; parity with transformers: :func:`parity`,
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .loading import FAMILIES, LoadedModel, as_loaded, detect_family, load_model
     from .memory import ProbeMemory
     from .probe import (
-        PROBE_DEFAULT_METRICS, TABLE_COLUMNS, attention_maps, default_points, embed, embedding_rank_note,
+        PROBE_DEFAULT_METRICS, TABLE_COLUMNS, Intervention, attention_maps, default_points, embed, embedding_rank_note,
         layernorm_rank_note,
         model_inputs, position_ids, probe, probe_memory,
     )

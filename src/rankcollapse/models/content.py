@@ -25,7 +25,7 @@ import torch
 
 from ..data import Windows
 from ..errors import ModelError
-from .loading import as_loaded
+from .loading import LoadedModel
 
 #: Families whose embedding layer adds an absolute position table that can be left out.
 CONTENT_FAMILIES = ("bert", "roberta", "albert", "gpt2")
@@ -36,13 +36,13 @@ def _base(model: Any) -> Any:
 
 
 @torch.no_grad()
-def content_embeddings(loaded: Any, windows: Windows, *, batch_size: int = 8) -> torch.Tensor:
+def content_embeddings(loaded: LoadedModel, windows: Windows, *, batch_size: int = 8) -> torch.Tensor:
     """X(0) of ``windows`` without position embeddings (module docstring).
 
     Parameters
     ----------
-    loaded : a :class:`~rankcollapse.models.LoadedModel` or a ``transformers`` model of a
-        family in :data:`CONTENT_FAMILIES`.
+    loaded : a :class:`~rankcollapse.models.LoadedModel` of a family in
+        :data:`CONTENT_FAMILIES`.
     windows : token windows of any length N (the position table does not limit it).
     batch_size : windows per embedding call (the result does not depend on it).
 
@@ -56,7 +56,6 @@ def content_embeddings(loaded: Any, windows: Windows, *, batch_size: int = 8) ->
         A family without an absolute position table in its embedding layer (T5's
         relative bias and Llama's RoPE act inside attention, not on X(0)).
     """
-    loaded = as_loaded(loaded)
     base = _base(loaded.model)
     emb = getattr(base, "embeddings", None)
     if loaded.family in ("bert", "roberta", "albert") and emb is not None:

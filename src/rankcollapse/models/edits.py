@@ -39,7 +39,7 @@ from torch import nn
 
 from ..errors import ConfigError, ModelError
 from . import families
-from .loading import as_loaded
+from .loading import LoadedModel
 from .recorder import MODULE_PREFIX, module_tap, resolve_points
 
 ABLATION_MODES = ("zero", "mean")
@@ -161,7 +161,7 @@ class Editor:
 
     Parameters
     ----------
-    loaded : LoadedModel or a transformers model (any family that records; the generic
+    loaded : LoadedModel (any family that records; the generic
         layout has ``embeddings``, ``layer.k.input``, ``layer.k.output``, ``layer.k.heads``
         where its output projection is known, and ``module:PATH``).
     edits : point name -> ``fn(tensor, context) -> tensor`` (module docstring); the
@@ -176,9 +176,8 @@ class Editor:
         An edit that returns something other than a tensor of the shape it was given.
     """
 
-    def __init__(self, loaded: Any, edits: Mapping[str, EditFn], *, attention_mask: torch.Tensor | None = None,
-                 windows: range | None = None):
-        loaded = as_loaded(loaded)
+    def __init__(self, loaded: LoadedModel, edits: Mapping[str, EditFn], *,
+                 attention_mask: torch.Tensor | None = None, windows: range | None = None):
         self.model: nn.Module = loaded.model
         table = resolve_points(families.stacks(self.model, loaded.family))
         self.heads = n_heads(self.model) if any(p.endswith("." + HEADS) for p in edits) else 0
@@ -252,7 +251,7 @@ class Editor:
         self._handles.clear()
 
 
-def check_ablation(loaded: Any, ablation: HeadAblation) -> None:
+def check_ablation(loaded: LoadedModel, ablation: HeadAblation) -> None:
     """Refuse heads the model does not have.
 
     Raises
@@ -263,7 +262,6 @@ def check_ablation(loaded: Any, ablation: HeadAblation) -> None:
         A model whose output projection is not known (a generic layout other than
         GPT-NeoX, OPT, Phi and DistilBERT).
     """
-    loaded = as_loaded(loaded)
     stack = families.stacks(loaded.model, loaded.family)[0]
     if any(parts.out_proj is None for parts in stack.blocks):
         raise ModelError(f"{type(loaded.model).__name__} ({loaded.family} layout) has no self-attention output "

@@ -43,7 +43,7 @@ from torch import nn
 
 from ..errors import ConfigError, ModelError
 from ..masks import dense_mask
-from ..masks.schedule import is_schedule, parse_schedule
+from ..masks.schedule import MaskSchedule, schedule_or_mask
 from ..masks.rows import check_rows_allow_key
 from . import families
 from .edits import Editor
@@ -348,6 +348,8 @@ def intervene(
             yield []
         return
     stack_list = _supported(loaded, mask is not None or d_qk_scale != 1.0, bool(drop_list))
+    if attention_mask is not None:
+        mask = schedule_or_mask(mask, attention_mask.shape[1])
     handles: list[Any] = []
     restore: list[tuple[nn.Module, float]] = []
     editor = Editor(loaded, edits, attention_mask=attention_mask, windows=windows) if edits else None
@@ -384,8 +386,8 @@ def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask
     if stack.prefix == "decoder.":
         padding = torch.cat([torch.ones_like(padding[:, :1]), padding[:, :-1]], dim=1)
     arg = stack.blocks[0].mask_arg
-    if is_schedule(mask):
-        return _install_schedule(loaded, stack, attn_modules, parse_schedule(mask, padding.shape[1]), padding, arg)
+    if isinstance(mask, MaskSchedule):
+        return _install_schedule(loaded, stack, attn_modules, mask, padding, arg)
     allowed = dense_mask(mask, padding.shape[1])
     check_real_rows(allowed, padding, getattr(mask, "spec", mask if isinstance(mask, str) else None))
     value = additive_mask(allowed, padding, loaded.dtype)

@@ -90,6 +90,20 @@ def library_model(model: Any) -> LibraryModel | None:
     return None
 
 
+def open_model(model: Any) -> tuple[LoadedModel, LibraryModel | None]:
+    """``model`` as the :class:`LoadedModel` the toolkit runs, with its :class:`LibraryModel`
+    when it is a TransformerLens or nnsight model (else None): what a public entry point
+    does once with the model it is given.
+
+    Raises
+    ------
+    ModelError
+        As :func:`library_model` and :func:`~rankcollapse.models.as_loaded`.
+    """
+    library = library_model(model)
+    return (library.loaded, library) if library is not None else (as_loaded(model), None)
+
+
 def _lens_model(bridge: Any) -> LibraryModel:
     hf = getattr(bridge, "original_model", None)
     hooks = getattr(bridge, "hook_dict", {})

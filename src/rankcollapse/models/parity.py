@@ -61,16 +61,14 @@ def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFram
     --------
     check_parity : raises when an entry is above its bound.
     """
-    from .lens import library_model
-    from .loading import as_loaded
+    from .lens import open_model
     from .probe import check_positions, check_token_ids, decoder_padding, model_inputs
     from .recorder import Recorder
 
-    library = library_model(loaded)
+    loaded, library = open_model(loaded)
     if library is not None and library.library != "transformer_lens":
         raise ModelError(f"parity of an {library.library} model: pass the transformers model it wraps, whose hooks "
                          "it records with")
-    loaded = library.loaded if library is not None else as_loaded(loaded)
     check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     stack_list = families.stacks(loaded.model, loaded.family)

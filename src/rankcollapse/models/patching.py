@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..summary import summary_table
 from .edits import HEADS, EditContext, split_heads, n_heads
 from .loading import as_loaded
-from .probe import probe, record_points
+from .probe import Intervention, probe, record_points
 from .recorder import MODULE_PREFIX
 
 
@@ -104,7 +104,7 @@ def patch(loaded: Any, clean: Any, corrupted: Any, *, point: str, head: int | No
 
     kw = dict(metrics=metrics, points=points, batch_size=batch_size, per_window=True, progress=False)
     base = probe(loaded, corrupted, **kw)
-    patched = probe(loaded, corrupted, edits={point: fn}, **kw)
+    patched = probe(loaded, corrupted, Intervention(edits={point: fn}), **kw)
     changes = {(int(a.layer), a.point, a.metric): b_values - a.values
                for a, b_values in zip(base.itertuples(index=False), patched["values"])}
     df = summary_table(changes, per_window=True)

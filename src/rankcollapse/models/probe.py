@@ -9,6 +9,7 @@ windows.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import inspect
@@ -22,11 +23,12 @@ from .._progress import steps
 from ..metrics import compute_metrics
 from ..metrics.registry import ATTENTION_METRICS
 from ..summary import SUMMARY_COLUMNS, summary_table
+from ..masks.schedule import MaskSchedule, schedule_or_mask
 from . import families
 from .edits import HEAD_KEYS, EditFn, HeadAblation, ablation_edits, check_ablation, head_means, heads_point, n_heads
 from .interventions import intervene, split_drop
-from .lens import LibraryModel, library_model
-from .loading import as_loaded
+from .lens import LibraryModel, open_model
+from .loading import LoadedModel, as_loaded
 from .memory import ProbeMemory
 from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
 from .sinks import SINK_METRICS, VALUE_METRICS, ValueRecorder, sink_values
@@ -160,7 +162,7 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8, positions: bool
 
 
 @torch.no_grad()
-def record_points(loaded: Any, windows: Windows, points: Sequence[str], *, batch_size: int = 8,
+def record_points(loaded: LoadedModel, windows: Windows, points: Sequence[str], *, batch_size: int = 8,
                   **interventions: Any) -> dict[str, torch.Tensor]:
     """The tensors at ``points`` for every window, concatenated along the windows, on CPU
     (each forward pass stops once they are recorded). ``interventions``: keywords of
@@ -172,7 +174,6 @@ def record_points(loaded: Any, windows: Windows, points: Sequence[str], *, batch
     ModelError
         An unknown point, or a ``module:PATH`` whose module did not run.
     """
-    loaded = as_loaded(loaded)
     parts: dict[str, list[torch.Tensor]] = {p: [] for p in points}
     for start in range(0, windows.n_samples, batch_size):
         ids = windows.input_ids[start : start + batch_size]
@@ -235,23 +236,65 @@ def check_token_ids(loaded: Any, windows: Windows) -> None:
                           "the windows were made with another model's tokenizer")
 
 
+@dataclass(frozen=True)
+class Intervention:
+    """What :func:`probe` changes in the network before measuring it (the measurement
+    itself, metrics, points and batches, is the keywords of :func:`probe`). The default
+    is the model unchanged.
+
+    Attributes
+    ----------
+    mask : replacement self-attention mask (a ``rankcollapse.masks.Mask``, a spec string,
+        a schedule ``"schedule:..."`` giving block ``k`` the schedule's layer ``k``, or a
+        bool ``(N, N)`` tensor); None keeps the model's own mask.
+    d_qk_scale : attention temperature multiplier s: logits are divided by sqrt(s)
+        (as if d_qk were s times larger; paper Sec. 3); 1 leaves the model unchanged.
+    d_qk : the attention temperature itself, scores ``q·k / sqrt(d_qk)`` as in
+        :func:`rankcollapse.dynamics.simulate`; sets ``d_qk_scale = d_qk · scaling²``
+        (:mod:`rankcollapse.models.temperature`). None keeps ``d_qk_scale``; both given
+        is refused when the probe runs.
+    drop : components to remove, e.g. ``("mlp",)``, ``("skip:0-3", "norm")`` or the
+        string ``"skip:0-3,norm"`` (see :func:`rankcollapse.models.interventions.intervene`).
+    clip_massive : scale each window's massive token to the median norm at the block
+        where it appears (:mod:`rankcollapse.models.massive`), with any other intervention;
+        ``df.attrs["massive_clips"]`` then lists, per clipped window, where it clipped and
+        whether a later block's output is massive again
+        (:meth:`~rankcollapse.models.massive.MassiveClip.records`;
+        :func:`~rankcollapse.models.massive.clip_report` says it in one line).
+    edits : point name (``layer.3.output``, ``layer.3.heads``...) or ``module:PATH`` ->
+        ``fn(tensor, context) -> tensor``, applied in the forward pass; every point is
+        measured on the edited model (:mod:`rankcollapse.models.edits`).
+    ablate_heads : heads to remove from their block's attention output, with zeros or
+        their mean over the windows (:class:`~rankcollapse.models.edits.HeadAblation`).
+    """
+
+    mask: Any = None
+    d_qk_scale: float = 1.0
+    d_qk: float | None = None
+    drop: Sequence[str] | str = ()
+    clip_massive: bool = False
+    edits: Mapping[str, EditFn] | None = None
+    ablate_heads: HeadAblation | None = None
+
+    def given(self) -> list[str]:
+        """Names of the fields that change the model, in field order."""
+        changed = {"mask": self.mask is not None, "d_qk_scale": self.d_qk_scale != 1, "d_qk": self.d_qk is not None,
+                   "drop": bool(self.drop), "clip_massive": self.clip_massive, "edits": bool(self.edits),
+                   "ablate_heads": self.ablate_heads is not None}
+        return [k for k, v in changed.items() if v]
+
+
 def probe(
     loaded: Any,
     windows: Windows,
+    intervention: Intervention | None = None,
     *,
-    mask: Any = None,
-    d_qk_scale: float = 1.0,
-    drop: Sequence[str] | str = (),
     metrics: Sequence[str] | None = None,
-    d_qk: float | None = None,
-    batch_size: int = 8,
     points: Sequence[str] | str = "hidden_states",
+    batch_size: int = 8,
     exclude_special: bool = False,
-    progress: bool | None = None,
     per_window: bool = False,
-    clip_massive: bool = False,
-    edits: Mapping[str, EditFn] | None = None,
-    ablate_heads: HeadAblation | None = None,
+    progress: bool | None = None,
     max_memory: int | str | None = None,
 ) -> pd.DataFrame:
     """Metrics per layer and recorded point, summarised over windows.
@@ -264,22 +307,16 @@ def probe(
         (:mod:`rankcollapse.models.lens`; the token metrics of the ``hidden_states``
         points, without interventions).
     windows : token windows (``rankcollapse.data.make_windows``), ``(B, N)``.
-    mask : replacement self-attention mask (a ``rankcollapse.masks.Mask``, a spec string
-        or a bool ``(N, N)`` tensor); None keeps the model's own mask.
-    d_qk_scale : attention temperature multiplier s: logits are divided by sqrt(s)
-        (as if d_qk were s times larger; paper Sec. 3); 1 leaves the model unchanged.
-    d_qk : the attention temperature itself, scores ``q·k / sqrt(d_qk)`` as in
-        :func:`rankcollapse.dynamics.simulate`; sets ``d_qk_scale = d_qk · scaling²``
-        (:mod:`rankcollapse.models.temperature`). None keeps ``d_qk_scale``.
-    drop : components to remove, e.g. ``("mlp",)``, ``("skip:0-3", "norm")`` or the
-        string ``"skip:0-3,norm"`` (see :func:`rankcollapse.models.interventions.intervene`).
+    intervention : what is changed in the model (mask, temperature, dropped components,
+        massive-token clipping, edits, head ablation: :class:`Intervention`); None runs
+        the model as it is.
     metrics : metric names from ``rankcollapse.metrics.METRICS`` (of the recorded
         hidden states) or from ``ATTENTION_METRICS`` (``attention_entropy``,
         ``participation_ratio``, ...: of every block's self-attention
         probabilities, recorded in the same forward pass (eager attention's own, or
         recomputed from SDPA's queries and keys: :class:`~rankcollapse.models.Recorder`), at the
-        point ``{prefix}layer.k.attention``; allowed keys: ``mask`` or the model's own
-        causal/complete pattern, and real tokens); None =
+        point ``{prefix}layer.k.attention``; allowed keys: the intervention's ``mask`` or
+        the model's own causal/complete pattern, and real tokens); None =
         ``mu, mu_relative, rank_fraction, sigma_min, avg_abs_cos``.
     batch_size : windows per forward pass (at most, with ``max_memory``).
     points : ``"hidden_states"`` (default), ``"all"`` (also block inputs, norms and
@@ -290,17 +327,6 @@ def probe(
     exclude_special : also leave out special tokens ([CLS], [SEP], BOS) from metrics.
         Padding is always left out.
     progress : a progress bar over batches on stderr; None = only on a terminal.
-    clip_massive : scale each window's massive token to the median norm at the block
-        where it appears (:mod:`rankcollapse.models.massive`), with any other intervention;
-        ``df.attrs["massive_clips"]`` then lists, per clipped window, where it clipped and
-        whether a later block's output is massive again
-        (:meth:`~rankcollapse.models.massive.MassiveClip.records`;
-        :func:`~rankcollapse.models.massive.clip_report` says it in one line).
-    edits : point name (``layer.3.output``, ``layer.3.heads``...) or ``module:PATH`` ->
-        ``fn(tensor, context) -> tensor``, applied in the forward pass; every point is
-        measured on the edited model (:mod:`rankcollapse.models.edits`).
-    ablate_heads : heads to remove from their block's attention output, with zeros or
-        their mean over the windows (:class:`~rankcollapse.models.edits.HeadAblation`).
     max_memory : bytes (or ``"8GiB"``) the probe may use, weights included: the batch
         size becomes the largest (up to ``batch_size``) whose predicted peak fits
         (:func:`~rankcollapse.models.memory.probe_memory`); ``df.attrs`` then holds
@@ -323,14 +349,16 @@ def probe(
     Raises
     ------
     ModelError, MaskError, ConfigError
-        Unknown point, unsupported intervention, mask size different from the windows,
+        ``intervention`` not an :class:`Intervention`, unknown point, unsupported
+        intervention, mask size different from the windows,
         windows longer than the model's positions (:func:`check_positions`), token ids
         beyond the model's embeddings (:func:`check_token_ids`).
 
     See Also
     --------
     Recorder : the hidden states behind each row, by point name.
-    intervene : the mask, temperature and component changes ``mask``, ``d_qk`` and ``drop`` apply.
+    Intervention : what is changed in the model.
+    intervene : applies an intervention's mask, temperature, drops, clip and edits around each forward pass.
     rankcollapse.data.make_windows : windows of real text.
 
     Examples
@@ -350,26 +378,27 @@ def probe(
          2 layer.1.output rank_fraction   1.0          4
          2     final_norm rank_fraction   1.0          4
     """
+    net = intervention if intervention is not None else Intervention()
+    if not isinstance(net, Intervention):
+        raise ConfigError(f"expects a rankcollapse.models.Intervention, got {type(net).__name__}",
+                          argument="intervention")
+    loaded, library = open_model(loaded)
     planned = {}
     if max_memory is not None:
-        plan = probe_memory(loaded, windows.n_tokens, points=points, metrics=metrics)
+        plan = _memory_plan(loaded, library, windows.n_tokens, points, metrics)
         batch_size = plan.batch_size(max_memory, batch_size)
         planned = {"batch_size": int(batch_size), "predicted_peak_bytes": plan.peak(batch_size)}
-    library = library_model(loaded)  # a TransformerLens or nnsight model
     if library is not None:
-        applied = {"mask": mask is not None, "d_qk_scale": d_qk_scale != 1, "d_qk": d_qk is not None, "drop": bool(drop),
-                   "points": points != "hidden_states", "clip_massive": clip_massive,
-                   "edits": bool(edits), "ablate_heads": ablate_heads is not None}
-        df = _probe_library(library, windows, metrics, batch_size, exclude_special, progress, per_window,
-                            [k for k, v in applied.items() if v])
+        refused = net.given() + (["points"] if points != "hidden_states" else [])
+        df = _probe_library(library, windows, metrics, batch_size, exclude_special, progress, per_window, refused)
         df.attrs.update(planned)
         return df
-    loaded = as_loaded(loaded)
-    d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
+    d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
     check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
-    settings = dict(mask=mask, d_qk_scale=d_qk_scale, drop=drop, clip_massive=clip_massive)
-    all_edits = _with_ablation(loaded, windows, edits, ablate_heads, batch_size, settings)
+    mask = schedule_or_mask(net.mask, windows.n_tokens)
+    settings = dict(mask=mask, d_qk_scale=d_qk_scale, drop=net.drop, clip_massive=net.clip_massive)
+    all_edits = _with_ablation(loaded, windows, net.edits, net.ablate_heads, batch_size, settings)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     attn_names = tuple(n for n in names if n in ATTENTION_METRICS)
     sink_names = tuple(n for n in names if n in SINK_METRICS)
@@ -378,24 +407,26 @@ def probe(
     point_list = _point_list(loaded, points) if names else []
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attn_names else []
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
-    clip_records: list[dict[str, Any]] | None = [] if clip_massive else None
+    clip_records: list[dict[str, Any]] | None = [] if net.clip_massive else None
     with steps(-(-windows.n_samples // batch_size), "probe: batches", progress) as bar:
         for start in range(0, windows.n_samples, batch_size):
-            _probe_batch(loaded, windows, start, batch_size, mask, d_qk_scale, drop, point_list, names,
-                         exclude_special, values, attn_names, sink_names, clip_massive, all_edits, clip_records)
+            _probe_batch(loaded, windows, start, batch_size, settings, point_list, names, exclude_special, values,
+                         attn_names, sink_names, all_edits, clip_records)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
     df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
                     stack_list, per_window, _module_depths(loaded, point_list, stack_list))
+    ablate = net.ablate_heads
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
-        mask=str(getattr(mask, "spec", mask)) if mask is not None else None,
-        d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
-        drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_samples=windows.n_samples, n_tokens=windows.n_tokens,
-        **({"clip_massive": True, "massive_clips": clip_records} if clip_massive else {}),
-        **({"edits": list(edits)} if edits else {}),
-        **({"ablate_heads": {"heads": [list(kh) for kh in ablate_heads.heads], "mode": ablate_heads.mode}}
-           if ablate_heads is not None else {}),
+        mask=str(getattr(net.mask, "spec", net.mask)) if net.mask is not None else None,
+        d_qk_scale=float(d_qk_scale), d_qk=None if net.d_qk is None else float(net.d_qk),
+        drop=split_drop(net.drop) if isinstance(net.drop, str) else list(net.drop), n_samples=windows.n_samples,
+        n_tokens=windows.n_tokens,
+        **({"clip_massive": True, "massive_clips": clip_records} if net.clip_massive else {}),
+        **({"edits": list(net.edits)} if net.edits else {}),
+        **({"ablate_heads": {"heads": [list(kh) for kh in ablate.heads], "mode": ablate.mode}}
+           if ablate is not None else {}),
         **planned,
     )
     return df
@@ -423,11 +454,15 @@ def probe_memory(loaded: Any, n_tokens: int, *, points: Sequence[str] | str = "h
     ModelError
         Unknown points (as :func:`~rankcollapse.models.probe`).
     """
+    return _memory_plan(*open_model(loaded), n_tokens, points, metrics)
+
+
+def _memory_plan(loaded: LoadedModel, library: LibraryModel | None, n_tokens: int, points: Sequence[str] | str,
+                 metrics: Sequence[str] | None) -> ProbeMemory:
+    """:func:`probe_memory` of an opened model (:func:`~rankcollapse.models.lens.open_model`)."""
     from ..metrics.registry import metrics_bytes
     from .memory import FORWARD_TOKEN_COPIES, MAP_METRIC_COPIES, SCORE_COPIES, SDPA_SCORE_COPIES, SINK_METRIC_COPIES
 
-    library = library_model(loaded)
-    loaded = library.loaded if library is not None else as_loaded(loaded)
     model = loaded.model
     tensors = [*model.parameters(), *model.buffers()]
     weights = sum(t.numel() * t.element_size() for t in tensors)
@@ -490,7 +525,7 @@ def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[st
     return df
 
 
-def _with_ablation(loaded: Any, windows: Windows, edits: Mapping[str, EditFn] | None,
+def _with_ablation(loaded: LoadedModel, windows: Windows, edits: Mapping[str, EditFn] | None,
                    ablation: HeadAblation | None, batch_size: int, settings: dict[str, Any]) -> dict[str, EditFn]:
     """``edits`` plus the edits of ``ablation`` (a layer's ablation runs after a user's
     edit of the same ``layer.k.heads`` point); mean ablation measures the means first."""
@@ -511,12 +546,14 @@ def _with_ablation(loaded: Any, windows: Windows, edits: Mapping[str, EditFn] | 
     return out
 
 
-def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mask: Any, d_qk_scale: float,
-                 drop: Any, point_list: list[str], names: Sequence[str], exclude_special: bool,
+def _probe_batch(loaded: LoadedModel, windows: Windows, start: int, batch_size: int, settings: dict[str, Any],
+                 point_list: list[str], names: Sequence[str], exclude_special: bool,
                  values: dict[tuple[str, str], list[torch.Tensor]], attn_names: tuple[str, ...] = (),
-                 sinks: Sequence[str] = (), clip_massive: bool = False,
-                 edits: Mapping[str, EditFn] | None = None, clip_records: list[dict[str, Any]] | None = None) -> None:
-    """One forward pass over windows ``start : start + batch_size``; appends each point's
+                 sinks: Sequence[str] = (), edits: Mapping[str, EditFn] | None = None,
+                 clip_records: list[dict[str, Any]] | None = None) -> None:
+    """One forward pass over windows ``start : start + batch_size`` under ``settings``
+    (keywords of :func:`~rankcollapse.models.intervene`, the mask resolved by
+    :func:`~rankcollapse.masks.schedule_or_mask`); appends each point's
     metrics ``(batch,)`` to ``values[(point, metric)]`` (with ``attn_names``, also those
     metrics of :data:`~rankcollapse.metrics.ATTENTION_METRICS` of every block's attention; with ``sinks``, those of :mod:`~rankcollapse.models.sinks`)."""
     ids = windows.input_ids[start : start + batch_size]
@@ -526,9 +563,9 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
     if exclude_special:
         real = real & ~windows.special_tokens_mask[start : start + batch_size]
     stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
-    rec, vrec, clips = _record_batch(loaded, inputs, am, mask, d_qk_scale, drop, point_list,
-                                     bool(attn_names) or bool(sinks), stack_list if set(sinks) & set(VALUE_METRICS) else [],
-                                     clip_massive, edits, range(start, start + int(ids.shape[0])))
+    rec, vrec, clips = _record_batch(loaded, inputs, am, settings, point_list, bool(attn_names) or bool(sinks),
+                                     stack_list if set(sinks) & set(VALUE_METRICS) else [], edits,
+                                     range(start, start + int(ids.shape[0])))
     if clip_records is not None:
         clip_records.extend(r for clip in clips for r in clip.records(start))
     add_point_metrics(rec.outputs, tuple(ids.shape), real, names, values)
@@ -540,15 +577,15 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
         for key, v in found.items():
             values.setdefault(key, []).append(v.detach().cpu().double())
     if attn_names:
-        add_attention_metrics(rec.attention_maps, loaded.family, mask, am, attn_names, values)
+        add_attention_metrics(rec.attention_maps, loaded.family, settings["mask"], am, attn_names, values)
 
 
 def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, mask: Any, am: torch.Tensor,
                           metrics: Sequence[str], values: dict[tuple[str, str], list[torch.Tensor]]) -> None:
     """The ``metrics`` (names in :data:`~rankcollapse.metrics.ATTENTION_METRICS`) of each
     block's attention probabilities ``(B, H, N, N)`` of one batch, appended to
-    ``values[(point, metric)]``: allowed keys as :func:`attention_allowed`, less padding
-    (``am``, ``(B, N)``, 1 = real). The live probe and the tables of saved states both
+    ``values[(point, metric)]``: allowed keys as :func:`allowed_keys` (``mask`` resolved by
+    :func:`~rankcollapse.masks.schedule_or_mask`), less padding (``am``, ``(B, N)``, 1 = real). The live probe and the tables of saved states both
     measure here."""
     for name, A in maps.items():
         decoder = name.startswith("decoder.")
@@ -559,11 +596,13 @@ def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, mask:
             values.setdefault((name, metric), []).append(v.detach().cpu().double())
 
 
-def _record_batch(loaded: Any, inputs: dict[str, torch.Tensor], am: torch.Tensor, mask: Any, d_qk_scale: float,
-                  drop: Any, point_list: list[str], attentions: bool = False, value_stacks: Sequence[Any] = (),
-                  clip_massive: bool = False, edits: Mapping[str, EditFn] | None = None,
+def _record_batch(loaded: LoadedModel, inputs: dict[str, torch.Tensor], am: torch.Tensor, settings: dict[str, Any],
+                  point_list: list[str], attentions: bool = False, value_stacks: Sequence[Any] = (),
+                  edits: Mapping[str, EditFn] | None = None,
                   window_rows: range | None = None) -> tuple[Recorder, ValueRecorder, list[Any]]:
-    """One forward pass of ``inputs`` under the interventions, recording ``point_list``
+    """One forward pass of ``inputs`` under the interventions ``settings`` (keywords of
+    :func:`~rankcollapse.models.intervene`: ``mask``, ``d_qk_scale``, ``drop``,
+    ``clip_massive``), recording ``point_list``
     (and attention probabilities, and the values of ``value_stacks``); also returns the
     :class:`~rankcollapse.models.massive.MassiveClip` of each stack (with ``clip_massive``).
 
@@ -572,8 +611,7 @@ def _record_batch(loaded: Any, inputs: dict[str, torch.Tensor], am: torch.Tensor
     ModelError
         A ``module:PATH`` point whose module did not run.
     """
-    with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am, clip_massive=clip_massive,
-                   edits=edits, windows=window_rows) as clips:
+    with intervene(loaded, **settings, attention_mask=am, edits=edits, windows=window_rows) as clips:
         with Recorder(loaded, point_list, attentions=attentions) as rec, ValueRecorder(list(value_stacks)) as vrec:
             loaded.model(**inputs)
     silent = [p for p in point_list if p.startswith(MODULE_PREFIX) and p not in rec.outputs]
@@ -625,19 +663,21 @@ def attention_allowed(loaded: Any, mask: Any, point: str, n_tokens: int) -> torc
     ``mask`` (a schedule's layer ``k``), else the model's own pattern (causal for
     causal families and T5's decoder, complete otherwise); ``loaded`` is read only
     without ``mask``."""
-    return allowed_keys(getattr(loaded, "family", None), mask, point, n_tokens)
+    layers = schedule_or_mask(mask, n_tokens)
+    return allowed_keys(getattr(loaded, "family", None), layers, point, n_tokens)
 
 
 def allowed_keys(family_name: str, mask: Any, point: str, n_tokens: int) -> torch.Tensor:
-    """:func:`attention_allowed` of a family given by name (no model needed)."""
-    from ..masks import dense_mask, is_schedule, parse_schedule
+    """:func:`attention_allowed` of a family given by name (no model needed), ``mask``
+    resolved by :func:`~rankcollapse.masks.schedule_or_mask`."""
+    from ..masks import dense_mask
 
     k = int(point.rsplit(".", 2)[-2])
     if mask is None:
         causal = families.family(family_name).causal or point.startswith("decoder.")
         return dense_mask("causal" if causal else "complete", n_tokens)
-    if is_schedule(mask):
-        return parse_schedule(mask, n_tokens).layer(k).to_dense()
+    if isinstance(mask, MaskSchedule):
+        return mask.layer(k).to_dense()
     return dense_mask(mask, n_tokens)
 
 
@@ -677,6 +717,7 @@ def attention_maps(
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
     check_token_ids(loaded, windows)
+    mask = schedule_or_mask(mask, windows.n_tokens)
     parts: dict[str, list[torch.Tensor]] = {}
     for start in range(0, windows.n_samples, batch_size):
         ids = windows.input_ids[start : start + batch_size]

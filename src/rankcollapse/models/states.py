@@ -120,6 +120,7 @@ def capture_states(loaded: Any, windows: Windows, *, mask: Any = None, d_qk_scal
     ModelError, MaskError
         As :func:`~rankcollapse.models.probe`.
     """
+    from ..masks import schedule_or_mask
     from .interventions import split_drop
     from .loading import as_loaded
     from .probe import _point_list, _record_batch, check_positions, check_token_ids, model_inputs
@@ -140,13 +141,14 @@ def capture_states(loaded: Any, windows: Windows, *, mask: Any = None, d_qk_scal
                           "give a mask spec string or a rankcollapse.masks.Mask")
     stack_list = families.stacks(loaded.model, loaded.family)
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attentions else []
+    applied = dict(mask=schedule_or_mask(mask, windows.n_tokens), d_qk_scale=d_qk_scale, drop=drop,
+                   clip_massive=clip_massive)
     parts: list[torch.Tensor] = []
     maps: list[torch.Tensor] = []
     for start in range(0, windows.n_samples, batch_size):
         ids = windows.input_ids[start : start + batch_size]
         am = windows.attention_mask[start : start + batch_size]
-        rec, _, _ = _record_batch(loaded, model_inputs(loaded, ids, am), am, mask, d_qk_scale, drop, point_list,
-                               attentions=attentions, clip_massive=clip_massive)
+        rec, _, _ = _record_batch(loaded, model_inputs(loaded, ids, am), am, applied, point_list, attentions=attentions)
         parts.append(torch.stack([rec.outputs[p].detach().cpu() for p in point_list], dim=1))  # (b, P, N, d)
         if attentions:  # (b, A, H, N, N)
             maps.append(torch.stack([rec.attention_maps[p].detach().float().cpu() for p in attn_points], dim=1))
@@ -410,6 +412,7 @@ def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_
         A metric of attention (it needs the model), an unknown metric, or
         ``exclude_special`` without a ``special_tokens_mask``.
     """
+    from ..masks import schedule_or_mask
     from ..metrics import ATTENTION_METRICS
     from .probe import _summarise, add_attention_metrics, add_point_metrics
 
@@ -422,6 +425,7 @@ def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_
     if exclude_special and states.special_tokens_mask is None:
         raise ConfigError("exclude_special needs the states' special_tokens_mask, which they do not hold")
     X, W = states.hidden_states, states.hidden_states.shape[0]
+    mask = schedule_or_mask(states.settings.get("mask"), int(X.shape[2])) if attn_names else None
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
     for start in range(0, W, batch_size):
         chunk = X[start : start + batch_size]  # (b, P, N, d)
@@ -433,7 +437,7 @@ def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_
             add_point_metrics(outputs, tuple(real.shape), real, names, values)
         if attn_names:
             maps = {p: states.attentions[start : start + batch_size, i] for i, p in enumerate(states.attention_points)}
-            add_attention_metrics(maps, states.family or families.GENERIC.name, states.settings.get("mask"),
+            add_attention_metrics(maps, states.family or families.GENERIC.name, mask,
                                   states.attention_mask[start : start + batch_size], attn_names, values)
     attn = list(states.attention_points) if attn_names else []
     df = _summarise(values, [(p, names) for p in (states.points if names else ())]
