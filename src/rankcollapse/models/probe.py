@@ -23,13 +23,14 @@ from ..metrics import compute_metrics
 from ..metrics.registry import ATTENTION_METRICS
 from ..summary import SUMMARY_COLUMNS, summary_table
 from . import families
-from .edits import HEAD_KEYS, EditFn, HeadAblation, ablation_edits, check_ablation, head_means, heads_point, n_heads
+from .edits import (HEAD_KEYS, EditFn, HeadAblation, ablation_edits, check_ablation, edit_settings, head_means,
+                    n_heads)
 from .interventions import intervene, split_drop
 from .lens import LibraryModel, library_model
 from .loading import as_loaded
 from .memory import ProbeMemory
 from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
-from .sinks import SINK_METRICS, VALUE_METRICS, ValueRecorder, sink_values
+from .sinks import SINK_METRICS, VALUE_METRICS, ValueRecorder, sink_values, zeroed_heads
 from .temperature import d_qk_scale_for
 
 TABLE_COLUMNS = SUMMARY_COLUMNS  # the one per-layer table layout (rankcollapse.summary)
@@ -369,10 +370,11 @@ def probe(
     check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     settings = dict(mask=mask, d_qk_scale=d_qk_scale, drop=drop, clip_massive=clip_massive)
-    all_edits = _with_ablation(loaded, windows, edits, ablate_heads, batch_size, settings)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     attn_names = tuple(n for n in names if n in ATTENTION_METRICS)
     sink_names = tuple(n for n in names if n in SINK_METRICS)
+    zeroed = zeroed_heads(sink_names, edits, ablate_heads, loaded)
+    all_edits = _with_ablation(loaded, windows, edits, ablate_heads, batch_size, settings)
     names = tuple(n for n in names if n not in ATTENTION_METRICS and n not in SINK_METRICS)
     stack_list = families.stacks(loaded.model, loaded.family)
     point_list = _point_list(loaded, points) if names else []
@@ -382,7 +384,7 @@ def probe(
     with steps(-(-windows.n_samples // batch_size), "probe: batches", progress) as bar:
         for start in range(0, windows.n_samples, batch_size):
             _probe_batch(loaded, windows, start, batch_size, mask, d_qk_scale, drop, point_list, names,
-                         exclude_special, values, attn_names, sink_names, clip_massive, all_edits, clip_records)
+                         exclude_special, values, attn_names, sink_names, clip_massive, all_edits, clip_records, zeroed)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
     df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
@@ -393,9 +395,7 @@ def probe(
         d_qk_scale=float(d_qk_scale), d_qk=None if d_qk is None else float(d_qk),
         drop=split_drop(drop) if isinstance(drop, str) else list(drop), n_samples=windows.n_samples, n_tokens=windows.n_tokens,
         **({"clip_massive": True, "massive_clips": clip_records} if clip_massive else {}),
-        **({"edits": list(edits)} if edits else {}),
-        **({"ablate_heads": {"heads": [list(kh) for kh in ablate_heads.heads], "mode": ablate_heads.mode}}
-           if ablate_heads is not None else {}),
+        **edit_settings(edits, ablate_heads),
         **planned,
     )
     return df
@@ -497,11 +497,10 @@ def _with_ablation(loaded: Any, windows: Windows, edits: Mapping[str, EditFn] | 
     out = dict(edits or {})
     if ablation is None:
         return out
-    check_ablation(loaded, ablation)
-    prefix = families.stacks(loaded.model, loaded.family)[0].prefix
+    prefix = check_ablation(loaded, ablation)
     means = None
     if ablation.mode == "mean":
-        recorded = record_points(loaded, windows, [heads_point(k, prefix) for k in ablation.by_layer()],
+        recorded = record_points(loaded, windows, [ablation.point(k, prefix) for k in ablation.by_layer()],
                                  batch_size=batch_size, **settings)
         H = n_heads(loaded.model)
         means = {p: head_means(Z, windows.attention_mask, H) for p, Z in recorded.items()}
@@ -515,7 +514,8 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
                  drop: Any, point_list: list[str], names: Sequence[str], exclude_special: bool,
                  values: dict[tuple[str, str], list[torch.Tensor]], attn_names: tuple[str, ...] = (),
                  sinks: Sequence[str] = (), clip_massive: bool = False,
-                 edits: Mapping[str, EditFn] | None = None, clip_records: list[dict[str, Any]] | None = None) -> None:
+                 edits: Mapping[str, EditFn] | None = None, clip_records: list[dict[str, Any]] | None = None,
+                 zeroed: Mapping[str, Sequence[int]] | None = None) -> None:
     """One forward pass over windows ``start : start + batch_size``; appends each point's
     metrics ``(batch,)`` to ``values[(point, metric)]`` (with ``attn_names``, also those
     metrics of :data:`~rankcollapse.metrics.ATTENTION_METRICS` of every block's attention; with ``sinks``, those of :mod:`~rankcollapse.models.sinks`)."""
@@ -536,7 +536,8 @@ def _probe_batch(loaded: Any, windows: Windows, start: int, batch_size: int, mas
         def padding_of(point: str) -> torch.Tensor:  # keys and queries: every real token
             return decoder_padding(am.bool()) if point.startswith("decoder.") else am.bool()
 
-        found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config, padding_of, tuple(sinks))
+        found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config, padding_of, tuple(sinks),
+                            zeroed)
         for key, v in found.items():
             values.setdefault(key, []).append(v.detach().cpu().double())
     if attn_names:
@@ -651,9 +652,14 @@ def attention_maps(
     drop: Sequence[str] | str = (),
     batch_size: int = 8,
     d_qk: float | None = None,
+    clip_massive: bool = False,
+    edits: Mapping[str, EditFn] | None = None,
+    ablate_heads: HeadAblation | None = None,
 ) -> dict[str, torch.Tensor]:
     """Self-attention probabilities of every block on ``windows``, under the same
-    interventions as :func:`probe`.
+    interventions as :func:`probe` (``mask``, ``d_qk``, ``drop``, ``clip_massive``,
+    ``edits``, ``ablate_heads``: installed by the same code), so the maps are those of
+    the forward pass whose table :func:`probe` gives.
 
     Recorded by :class:`Recorder` ``(attentions=True)``: an SDPA model keeps SDPA and
     its rows are recomputed from the queries and keys the kernel receives (equal to
@@ -677,13 +683,15 @@ def attention_maps(
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
     check_token_ids(loaded, windows)
+    settings = dict(mask=mask, d_qk_scale=d_qk_scale, drop=drop, clip_massive=clip_massive)
+    all_edits = _with_ablation(loaded, windows, edits, ablate_heads, batch_size, settings)
     parts: dict[str, list[torch.Tensor]] = {}
     for start in range(0, windows.n_samples, batch_size):
         ids = windows.input_ids[start : start + batch_size]
         am = windows.attention_mask[start : start + batch_size]
-        with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am):
-            with Recorder(loaded, [], attentions=True) as rec:
-                loaded.model(**model_inputs(loaded, ids, am))
+        rec, _, _ = _record_batch(loaded, model_inputs(loaded, ids, am), am, mask, d_qk_scale, drop, [], True,
+                                  clip_massive=clip_massive, edits=all_edits,
+                                  window_rows=range(start, start + int(ids.shape[0])))
         for name, a in rec.attention_maps.items():
             parts.setdefault(name, []).append(a.float().cpu())
     return {name: torch.cat(chunks) for name, chunks in parts.items()}
