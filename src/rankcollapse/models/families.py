@@ -344,7 +344,6 @@ def _distilbert_block(b: nn.Module, config: object) -> BlockParts:
 #: have no ``final_norm`` point (GPT-NeoX, OPT and Phi have a final norm, not recorded).
 _GENERIC_BLOCKS = {"gpt_neox": _gpt_neox_block, "opt": _opt_block, "phi": _phi_block,
                    "distilbert": _distilbert_block}
-GENERIC_KNOWN = tuple(_GENERIC_BLOCKS)
 
 
 def _generic_placement(config: object) -> str:
