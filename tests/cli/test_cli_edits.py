@@ -77,6 +77,26 @@ def test_patch_gives_the_api_change(model_dir, tmp_path):
     assert code == 0 and "change when layer.1.output is patched" in out, err
 
 
+def test_ablate_heads_with_save_states_and_attentions_saves_the_ablated_model(model_dir, tmp_path):
+    from rankcollapse.models import attention_maps, read_states, states_table
+
+    states, root = tmp_path / "states", tmp_path / "run"  # the harness removes what a run leaves in its root
+    root.mkdir()
+    code, out, err = check_run(_argv(model_dir, "--ablate-heads", "0.2", "--save-states", str(states),
+                                     "--attentions"), root)
+    assert code == 0, err
+    saved = read_states(states)
+    assert saved.settings["ablate_heads"] == {"heads": [[0, 2]], "mode": "zero"}
+    got, want = _api_means(states_table(saved, metrics=METRICS.split(","), batch_size=2)), _means(json.loads(out))
+    assert got.keys() == want.keys()
+    np.testing.assert_allclose([got[k] for k in want], list(want.values()), rtol=1e-9)
+    model = tf.GPT2Model.from_pretrained(model_dir / "model").eval()
+    maps = attention_maps(model, Windows.load(model_dir / "w.npz"), Intervention(ablate_heads=HeadAblation(((0, 2),))), batch_size=2)
+    plain = attention_maps(model, Windows.load(model_dir / "w.npz"), batch_size=2)
+    assert torch.equal(saved.attentions[:, 1], maps["layer.1.attention"])
+    assert not torch.allclose(saved.attentions[:, 1], plain["layer.1.attention"])  # block 1 sees the ablation
+
+
 def test_clip_massive_says_what_it_clipped(model_dir, tmp_path):
     code, out, err = check_run(_argv(model_dir, "--clip-massive"), tmp_path)
     assert code == 0 and "clip-massive: no window had a token with max/median norm >= 10" in err, err
@@ -88,7 +108,8 @@ def test_clip_massive_says_what_it_clipped(model_dir, tmp_path):
     (["--ablate-heads", "1,2"], "write LAYER.HEAD items"),
     (["--ablate-heads", "1.4"], "--ablate-heads [(1, 4)]: the model has layers 0..1 and heads 0..3"),
     (["--ablate-heads", "1.1", "--ablation", "resample"], "unknown ablation 'resample'"),
-    (["--ablate-heads", "1.1", "--save-states", "s"], "--save-states cannot be applied with --ablate-heads"),
+    (["--patch-from", "c.npz", "--patch-point", "layer.0.output", "--save-states", "s"],
+     "--save-states cannot be applied with --patch-from"),
     (["--patch-point", "layer.0.output"], "give --patch-from too"),
     (["--patch-from", "c.npz"], "--patch-from needs --patch-point"),
     (["--patch-from", "c.npz", "--patch-point", "layer.0.output", "--mask", "causal"],
@@ -106,3 +127,29 @@ def test_refusals(model_dir, tmp_path, more, why):
         argv = [a for a in argv if a not in ("--metrics", METRICS)]
     code, _, err = check_run(argv, tmp_path)
     assert code == 2 and why in err, err
+
+
+def test_ablate_heads_of_t5_cross_attention(tmp_path):
+    from rankcollapse.models import read_states
+    from rankcollapse.models.states import capture_states
+
+    torch.manual_seed(0)
+    config = tf.T5Config(vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                         decoder_start_token_id=0, pad_token_id=0)
+    tf.T5Model(config).save_pretrained(tmp_path / "t5")
+    ids = torch.randint(1, 97, (2, 8), generator=torch.Generator().manual_seed(1))
+    windows = Windows(ids, torch.ones_like(ids), torch.zeros_like(ids, dtype=torch.bool))
+    windows.save(tmp_path / "w.npz")
+    root = tmp_path / "run"
+    root.mkdir()
+    code, out, err = check_run(["probe", "--model", str(tmp_path / "t5"), "--windows-file", str(tmp_path / "w.npz"),
+                                "--metrics", "mu", "--format", "json", "--ablate-heads", "cross:1.2",
+                                "--save-states", str(tmp_path / "states")], root)
+    assert code == 0, err
+    assert json.loads(out)["ablate_heads"] == {"heads": [[1, 2]], "mode": "zero", "attention": "cross"}
+    model = tf.T5Model.from_pretrained(tmp_path / "t5").eval()
+    want = capture_states(model, windows, Intervention(ablate_heads=HeadAblation(((1, 2),), attention="cross")))
+    assert torch.equal(read_states(tmp_path / "states").hidden_states, want.hidden_states)
+    code, _, err = check_run(["probe", "--model", str(tmp_path / "t5"), "--windows-file", str(tmp_path / "w.npz"),
+                              "--ablate-heads", "encoder:1.2"], root)
+    assert code == 2 and "unknown attention 'encoder'" in err, err

@@ -32,7 +32,8 @@ CONFIGS = {
     "phi": lambda: tf.PhiConfig(vocab_size=VOCAB, hidden_size=H, intermediate_size=FF, num_hidden_layers=L,
                                 num_attention_heads=HEADS),
 }
-#: families with the full layout (every intervention, drop included); the rest use the generic layout
+#: families of the registry; the rest use the generic layout, whose blocks the toolkit knows for
+#: these four (every intervention works there too, drop included)
 FULL = {"bert", "roberta", "albert", "gpt2", "t5", "llama", "mistral", "qwen2", "gemma"}
 
 

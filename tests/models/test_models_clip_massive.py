@@ -153,3 +153,37 @@ def test_clip_on_a_generic_layout_family():
     x, am = ids(2, 9), torch.ones(2, 9, dtype=torch.long)
     inflated_then_clipped = _probe_clipped(loaded, x, am, {1: {3: 1000.0}})[2].attrs["massive_clips"]
     assert [(r["window"], r["block"], r["token"]) for r in inflated_then_clipped] == [(0, 1, 3), (1, 1, 3)]
+
+
+def test_attention_maps_run_under_the_clip():
+    """``attention_maps(clip_massive=True)`` (and so ``probe --attentions --clip-massive``)
+    gives the maps of the clipped model: block 2's maps equal those of a forward pass whose
+    massive row (block 0's output) a hook written here scales to the median norm. Block 1's
+    maps cannot tell (its norm sees the row's direction only); block 2 sees what block 1 added."""
+    from rankcollapse.data import Windows
+    from rankcollapse.models import Intervention, attention_maps
+
+    loaded = as_loaded(build("llama", attn_implementation="eager"))
+    x = ids(2, 9)
+    w = Windows(x, torch.ones_like(x), torch.zeros_like(x, dtype=torch.bool))
+
+    def clip_by_hand(module, args, output):
+        X = (output[0] if isinstance(output, tuple) else output).clone()
+        norms = X.double().norm(dim=-1)  # (B, N)
+        X[:, 0] *= (norms.median(dim=-1).values / norms[:, 0]).to(X.dtype)[:, None]  # N = 9: the middle norm
+        return (X,) + output[1:] if isinstance(output, tuple) else X
+
+    handle = _inflate(loaded.model, block=0)
+    try:
+        inflated = attention_maps(loaded, w)
+        clipped = attention_maps(loaded, w, Intervention(clip_massive=True))
+        hand = loaded.model.layers[0].register_forward_hook(clip_by_hand)
+        try:
+            want = attention_maps(loaded, w)
+        finally:
+            hand.remove()
+    finally:
+        handle.remove()
+    torch.testing.assert_close(clipped["layer.2.attention"], want["layer.2.attention"], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(clipped["layer.2.attention"], inflated["layer.2.attention"], rtol=1e-3, atol=1e-4)
+    assert torch.equal(clipped["layer.0.attention"], inflated["layer.0.attention"])  # before the clip

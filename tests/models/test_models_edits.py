@@ -236,7 +236,7 @@ def test_refusals(make_tiny, make_windows_tiny):
 
 @pytest.mark.parametrize("kind, out_proj", [("gpt_neox", "attention.dense"), ("opt", "self_attn.out_proj"),
                                             ("phi", "self_attn.dense"), ("distilbert", "attention.out_lin")])
-def test_record_only_families_take_edits_and_head_ablation(kind, out_proj, make_windows_tiny):
+def test_generic_layouts_take_edits_and_head_ablation(kind, out_proj, make_windows_tiny):
     loaded, w = as_loaded(build(kind)), make_windows_tiny()
     assert loaded.family == "generic"
     blocks = next(m for m in loaded.model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == 3)
@@ -254,3 +254,108 @@ def test_record_only_families_take_edits_and_head_ablation(kind, out_proj, make_
     _same(got, _by_hand(loaded, w, blocks[1].get_submodule(out_proj), hook, pre=True))
     plain = _probe(loaded, w)
     assert not all(np.allclose(a, b, rtol=1e-4) for a, b in zip(got["values"], plain["values"]))
+
+
+def _gpt2_windows(make_tiny, make_windows_tiny):
+    return make_tiny("gpt2"), make_windows_tiny()
+
+
+def _zero_head_2(module, args):
+    Z = args[0].clone()
+    Z[..., 2 * D_HEAD: 3 * D_HEAD] = 0  # head 2
+    return (Z,) + args[1:]
+
+
+def test_captured_states_under_ablation_equal_a_hand_hook(make_tiny, make_windows_tiny):
+    from rankcollapse.models.states import capture_states
+
+    loaded, w = _gpt2_windows(make_tiny, make_windows_tiny)
+    got = capture_states(loaded, w, Intervention(ablate_heads=HeadAblation(((1, 2),))), batch_size=2, attentions=True)
+    handle = _out_proj(loaded, 1).register_forward_pre_hook(_zero_head_2)
+    try:
+        want = capture_states(loaded, w, batch_size=2, attentions=True)
+    finally:
+        handle.remove()
+    plain = capture_states(loaded, w, batch_size=2)
+    assert got.points == want.points == ("embeddings", "layer.0.output", "layer.1.output", "layer.2.output", "final_norm")
+    assert torch.equal(got.hidden_states, want.hidden_states)
+    assert torch.equal(got.attentions, want.attentions)
+    assert torch.equal(got.hidden_states[:, :2], plain.hidden_states[:, :2])  # before the ablated block
+    assert not torch.allclose(got.hidden_states[:, 2], plain.hidden_states[:, 2])
+    assert got.settings["ablate_heads"] == {"heads": [[1, 2]], "mode": "zero"}
+
+
+def test_captured_states_under_a_mean_ablation_give_the_probe_table(make_tiny, make_windows_tiny):
+    from rankcollapse.models.states import capture_states, states_table
+
+    loaded, w = make_tiny("llama"), make_windows_tiny(n_windows=4, pad_last=3)
+    ablation = HeadAblation(((1, 3), (0, 1)), mode="mean")
+    states = capture_states(loaded, w, Intervention(ablate_heads=ablation), batch_size=2)
+    table = states_table(states, metrics=METRICS, per_window=True)
+    _same(table, _probe(loaded, w, ablate_heads=ablation))
+    assert table.attrs["ablate_heads"] == {"heads": [[1, 3], [0, 1]], "mode": "mean"}
+
+
+def test_attention_maps_under_ablation_and_edits_equal_a_hand_hook(make_tiny, make_windows_tiny):
+    from rankcollapse.models import attention_maps
+
+    loaded, w = _gpt2_windows(make_tiny, make_windows_tiny)
+    got = attention_maps(loaded, w, Intervention(ablate_heads=HeadAblation(((0, 2),))), batch_size=2)
+    plain = attention_maps(loaded, w, batch_size=2)
+    handle = _out_proj(loaded, 0).register_forward_pre_hook(_zero_head_2)
+    try:
+        want = attention_maps(loaded, w, batch_size=2)
+    finally:
+        handle.remove()
+    assert list(got) == ["layer.0.attention", "layer.1.attention", "layer.2.attention"]
+    for name in got:
+        assert torch.equal(got[name], want[name]), name
+    assert torch.equal(got["layer.0.attention"], plain["layer.0.attention"])  # the ablation acts after block 0's maps
+    assert not torch.allclose(got["layer.1.attention"], plain["layer.1.attention"])
+    flipped = attention_maps(loaded, w, Intervention(edits={"layer.0.output": lambda X, ctx: X.flip(1)}), batch_size=2)
+    handle = loaded.model.h[0].register_forward_hook(lambda m, a, out: (out[0].flip(1),) + tuple(out[1:])
+                                                     if isinstance(out, tuple) else out.flip(1))
+    try:
+        want = attention_maps(loaded, w, batch_size=2)
+    finally:
+        handle.remove()
+    assert torch.equal(flipped["layer.1.attention"], want["layer.1.attention"])
+
+
+@pytest.mark.parametrize("attention, module", [
+    ("self", lambda m: m.encoder.block[1].layer[0].SelfAttention.o),
+    ("decoder", lambda m: m.decoder.block[1].layer[0].SelfAttention.o),
+    ("cross", lambda m: m.decoder.block[1].layer[1].EncDecAttention.o),
+])
+def test_t5_ablation_of_encoder_decoder_and_cross_heads_equals_a_hand_hook(attention, module, make_tiny,
+                                                                          make_windows_tiny):
+    from rankcollapse.models.states import capture_states
+
+    loaded, w = make_tiny("t5"), make_windows_tiny()
+    got = capture_states(loaded, w, Intervention(ablate_heads=HeadAblation(((1, 2),), attention=attention)), batch_size=2)
+    handle = module(loaded.model).register_forward_pre_hook(_zero_head_2)
+    try:
+        want = capture_states(loaded, w, batch_size=2)
+    finally:
+        handle.remove()
+    plain = capture_states(loaded, w, batch_size=2)
+    assert torch.equal(got.hidden_states, want.hidden_states)
+    changed = {p for i, p in enumerate(got.points) if not torch.equal(got.hidden_states[:, i], plain.hidden_states[:, i])}
+    decoder_from_1 = {"decoder.layer.1.output", "decoder.final_norm"}
+    if attention == "self":  # the encoder from block 1 on, and the whole decoder, which reads its output
+        assert changed == {"encoder.layer.1.output", "encoder.final_norm", "decoder.layer.0.output"} | decoder_from_1
+    else:
+        assert changed == decoder_from_1
+    assert got.settings["ablate_heads"] == {"heads": [[1, 2]], "mode": "zero",
+                                            **({} if attention == "self" else {"attention": attention})}
+
+
+def test_decoder_and_cross_ablations_need_a_decoder(make_tiny, make_windows_tiny):
+    from rankcollapse.models.edits import check_ablation
+
+    assert check_ablation(make_tiny("t5"), HeadAblation(((1, 2),), attention="cross")) == "decoder."
+    assert check_ablation(make_tiny("t5"), HeadAblation(((1, 2),))) == "encoder."
+    with pytest.raises(ConfigError, match="attention 'cross' names T5's decoder; GPT2Model has none"):
+        check_ablation(make_tiny("gpt2"), HeadAblation(((1, 2),), attention="cross"))
+    with pytest.raises(ConfigError, match="unknown attention 'encoder'"):
+        HeadAblation(((1, 2),), attention="encoder")

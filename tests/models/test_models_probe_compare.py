@@ -155,7 +155,7 @@ def test_probe_attention_entropy_matches_a_plain_forward(make_tiny, make_windows
     else:
         from rankcollapse.models import attention_maps
 
-        got = attention_maps(loaded, w, mask=mask)
+        got = attention_maps(loaded, w, Intervention(mask=mask))
         maps = [got[f"layer.{k}.attention"] for k in range(3)]
     for k, A in enumerate(maps):
         want = _entropy_reference(A.double().numpy(), allowed, real)

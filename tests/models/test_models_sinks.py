@@ -10,8 +10,8 @@ import torch
 from family_configs import HEADS, build, ids
 
 from rankcollapse.data import Windows
-from rankcollapse.errors import ModelError
-from rankcollapse.models import Intervention, probe
+from rankcollapse.errors import ConfigError, ModelError
+from rankcollapse.models import HeadAblation, Intervention, probe
 from rankcollapse.models.sinks import (SINK_THRESHOLD, contribution_weights, first_token_mass, linear_map,
                                        value_norm_ratio)
 
@@ -123,10 +123,11 @@ def test_linear_map_reads_linear_and_conv1d():
 
 
 @torch.no_grad()
-def _contribution_reference(model, x, family):
+def _contribution_reference(model, x, family, ablated=None):
     """Per block, the first token's contribution weight per window and head, by loops over
     queries from a plain forward: u^h_j = W_O^h v^h_j (o_proj's columns of head h),
-    y_i = sum_h sum_j a^h_ij u^h_j, c^h_i0 = a^h_i0 <u^h_0, y_i> / ||y_i||^2, averaged over queries 1..N-1."""
+    y_i = sum_h sum_j a^h_ij u^h_j, c^h_i0 = a^h_i0 <u^h_0, y_i> / ||y_i||^2, averaged over queries 1..N-1.
+    ``ablated``: block -> heads whose u^h is 0 (the forward pass runs with the caller's hooks)."""
     out = model(input_ids=x, output_attentions=True, output_hidden_states=True)
     rows = []
     for k, A in enumerate(out.attentions):
@@ -143,7 +144,7 @@ def _contribution_reference(model, x, family):
         got = np.zeros((B, H))
         for b in range(B):
             u = [V[b, :, (hd // (H // n_kv)) * dim:(hd // (H // n_kv) + 1) * dim] @ W[:, hd * dim:(hd + 1) * dim].T
-                 for hd in range(H)]  # per head (N, d)
+                 * (hd not in (ablated or {}).get(k, ())) for hd in range(H)]  # per head (N, d)
             for i in range(1, N):
                 y = sum(A[b, hd, i] @ u[hd] for hd in range(H))
                 for hd in range(H):
@@ -184,3 +185,42 @@ def test_a_first_token_value_edited_to_zero_contributes_nothing():
     row = lambda t, m: t[(t.point == "layer.0.attention") & (t.metric == m)]["mean"].iloc[0]  # noqa: E731
     assert row(edited, "sink_contribution") == 0.0 and row(plain, "sink_contribution") != 0.0
     assert row(edited, "sink_mass") == row(plain, "sink_mass")
+
+
+def test_sink_contribution_leaves_out_zero_ablated_heads():
+    """A zero-ablated head writes nothing: its contribution is 0 and the layer output y_i
+    holds the other heads only (hand computation under a hand-written hook); later blocks
+    see the ablated model."""
+    model = build("llama", attn_implementation="eager")
+    x = ids(2, 7)
+    dim = model.config.hidden_size // HEADS
+
+    def zero_head_2(module, args):
+        Z = args[0].clone()
+        Z[..., 2 * dim: 3 * dim] = 0
+        return (Z,) + args[1:]
+
+    handle = model.layers[1].self_attn.o_proj.register_forward_pre_hook(zero_head_2)
+    try:
+        reference = _contribution_reference(model, x, "llama", ablated={1: [2]})
+    finally:
+        handle.remove()
+    table = probe(model, _windows(x), metrics=("sink_mass", "sink_contribution"), per_window=True,
+                  intervention=Intervention(ablate_heads=HeadAblation(((1, 2),))))
+    row = lambda p, m: table[(table.point == p) & (table.metric == m)].iloc[0]  # noqa: E731
+    assert np.all(row("layer.1.attention.head_2", "sink_contribution")["values"] == 0)
+    for k, ref in enumerate(reference):
+        point = f"layer.{k}.attention"
+        for h in range(HEADS):
+            np.testing.assert_allclose(row(f"{point}.head_{h}", "sink_contribution")["values"], ref[:, h],
+                                       rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(row(point, "sink_contribution")["values"], ref.sum(1), rtol=1e-5, atol=1e-6)
+
+
+def test_sink_contribution_refuses_heads_that_are_no_sum_over_keys():
+    model = build("llama", attn_implementation="eager")
+    w = _windows(ids(2, 7))
+    with pytest.raises(ConfigError, match="ablate_heads mode 'mean' sets heads to their mean output"):
+        probe(model, w, Intervention(ablate_heads=HeadAblation(((1, 2),), mode="mean")), metrics=("sink_contribution",))
+    with pytest.raises(ConfigError, match="sink_contribution cannot be measured with the edit at layer.0.heads"):
+        probe(model, w, Intervention(edits={"layer.0.heads": lambda Z, ctx: Z}), metrics=("sink_contribution",))

@@ -47,7 +47,7 @@ def test_round_trip_keeps_interventions_and_exclude_special(make_tiny, make_wind
     model, wins = make_tiny("gpt2"), make_windows_tiny(4, 10, pad_last=2)
     kw = dict(mask="causal_sliding_window:w=3", drop="mlp:1")
     live = probe(model, wins, Intervention(**kw), metrics=METRICS, exclude_special=True, progress=False)
-    save_states(tmp_path, capture_states(model, wins, **kw))
+    save_states(tmp_path, capture_states(model, wins, Intervention(**kw)))
     table = states_table(read_states(tmp_path), METRICS, exclude_special=True)
     pd.testing.assert_frame_equal(table, live, check_exact=False, rtol=1e-12)
     assert table.attrs["mask"] == "causal_sliding_window:w=3" and table.attrs["drop"] == ["mlp:1"]
@@ -59,7 +59,7 @@ def test_saved_attention_rows_give_the_probe_attention_entropy(kind, mask, make_
     model, wins = make_tiny(kind), make_windows_tiny(4, 10, pad_last=3)
     metrics = ["rank_fraction", "attention_entropy"]
     live = probe(model, wins, Intervention(mask=mask), metrics=metrics, batch_size=2, progress=False)
-    save_states(tmp_path, capture_states(model, wins, mask=mask, batch_size=2, attentions=True))
+    save_states(tmp_path, capture_states(model, wins, Intervention(mask=mask), batch_size=2, attentions=True))
     back = read_states(tmp_path)
     n_blocks = 4 if kind == "t5" else 3
     assert back.attentions.shape == (4, n_blocks, 4, 10, 10) and back.attentions.dtype == torch.float32
@@ -256,6 +256,6 @@ def test_module_points_and_attention_metrics_are_refused(make_tiny, make_windows
     with pytest.raises(ConfigError, match="module:h.0.attn"):
         capture_states(make_tiny("gpt2"), make_windows_tiny(), points="hidden_states,module:h.0.attn")
     with pytest.raises(ConfigError, match="has no spec for states.json"):
-        capture_states(make_tiny("gpt2"), make_windows_tiny(), mask=torch.ones(10, 10, dtype=torch.bool).tril())
+        capture_states(make_tiny("gpt2"), make_windows_tiny(), Intervention(mask=torch.ones(10, 10, dtype=torch.bool).tril()))
     with pytest.raises(ConfigError, match="the sink metrics need the model"):
         states_table(read_states(saved), ["sink_mass"])

@@ -47,7 +47,8 @@ def probe_command(
                                       "composes with --mask and --drop; stderr says where it clipped and whether "
                                       "a later block's token is massive again (JSON: massive_clips)"),
     ablate_heads: Optional[str] = typer.Option(None, "--ablate-heads", help="heads removed from their block's "
-                                               "attention output, LAYER.HEAD items (0-based), e.g. 3.1,3.5"),
+                                               "attention output, LAYER.HEAD items (0-based), e.g. 3.1,3.5 (T5: its encoder's; "
+                                               "decoder:1.2 for its decoder, cross:1.2 for its cross-attention)"),
     ablation: Optional[str] = typer.Option(None, "--ablation", help="with --ablate-heads: zero (default; the heads "
                                            "output 0) or mean (their mean output over the windows, per position)"),
     patch_from: Optional[Path] = typer.Option(None, "--patch-from", help="activation patching: clean text (one "
@@ -243,13 +244,12 @@ def probe_command(
     loaded, wins, table = runs[0]
     doc = to_json(table)
     # everything is computed before the first file is written: a failure leaves no partial folder
-    maps = models.attention_maps(loaded, wins, mask=mask, d_qk=d_qk, drop=drop,
-                                 batch_size=batch_size) if attentions else None
+    maps = models.attention_maps(loaded, wins, intervention, batch_size=batch_size) if attentions else None
     if save_states is not None:
         from ..models.states import capture_states
 
-        states = capture_states(loaded, wins, mask=mask, d_qk=d_qk, drop=drop,
-                                batch_size=batch_size, points=points, clip_massive=clip_massive, attentions=attentions)
+        states = capture_states(loaded, wins, intervention, batch_size=batch_size, points=points,
+                                attentions=attentions)
     if out is not None:
         from .._outdir import writing
 
@@ -543,19 +543,19 @@ def _check_edits(ablate_heads: Optional[str], ablation: Optional[str], patch_fro
     which = "--ablate-heads" if ablate_heads is not None else "--patch-from" if patch_from is not None else None
     if which is None:
         return None
-    shared = {"--attentions": attentions or None, "--save-states": save_states}
     if patch_from is not None:
-        shared.update({"--ablate-heads": ablate_heads, "--control": control, "--out": out, **others})
-    given = next((flag for flag, value in shared.items() if value is not None), None)
-    if given is not None:
-        raise ConfigError(f"{given} cannot be applied with {which}: "
-                          + ("it measures the model without the edit" if given in ("--attentions", "--save-states")
-                             else "patching compares the model with and without the patch alone"))
+        shared = {"--attentions": attentions or None, "--save-states": save_states, "--ablate-heads": ablate_heads,
+                  "--control": control, "--out": out, **others}
+        given = next((flag for flag, value in shared.items() if value is not None), None)
+        if given is not None:
+            raise ConfigError(f"{given} cannot be applied with {which}: "
+                              "patching compares the model with and without the patch alone")
     if n_models > 1:
         raise ConfigError(f"{which} applies to one model: give one --model")
     if ablate_heads is None:
         return None
-    return edits.HeadAblation(edits.parse_heads(ablate_heads), "zero" if ablation is None else ablation)
+    attention, _, items = ablate_heads.rpartition(":")  # "cross:1.2": T5's decoder cross-attention
+    return edits.HeadAblation(edits.parse_heads(items), "zero" if ablation is None else ablation, attention or "self")
 
 
 def _patch_windows(path: Path, prepared: tuple, model: str, gguf_file: Optional[str], tokenizer: Optional[str],

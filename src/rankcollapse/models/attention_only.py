@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from ..data import Windows
-from ..errors import ConfigError
+from ..errors import ConfigError, ModelError
 from ..masks import dense_mask
 from ..metrics import compute_metrics
 from . import families
@@ -86,6 +86,9 @@ def attention_only(
     ModelError
         Generic family.
     """
+    if loaded.family == families.GENERIC.name:  # its blocks' own call arguments (positions, masks) are not known
+        raise ModelError(f"attention_only is not supported for the generic family ({type(loaded.model).__name__}); "
+                         f"supported families: {', '.join(families.REGISTRY)}")
     stack = families.stacks(loaded.model, loaded.family)[0]
     if depth < 1:
         raise ConfigError(f"depth must be >= 1, got {depth}")

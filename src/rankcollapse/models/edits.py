@@ -13,9 +13,10 @@ Where an edit acts (point names of :mod:`rankcollapse.models.families`):
   element of a tuple) is replaced;
 * an input point (``embeddings``, ``layer.k.input``): the block's input is replaced;
 * ``layer.k.heads``: the input of block k's self-attention output projection, the
-  heads' outputs side by side. The edit receives and returns it as ``(B, N, H, d_head)``
-  (head h is ``[:, :, h]``), so ``Z[:, :, h] = 0`` removes head h from the block's
-  attention output (the projection's bias stays).
+  heads' outputs side by side (T5's ``decoder.layer.k.cross_heads``: its cross-attention's).
+  The edit receives and returns it as ``(B, N, H, d_head)`` (head h is ``[:, :, h]``),
+  so ``Z[:, :, h] = 0`` removes head h from the block's attention output (the
+  projection's bias stays).
 
 **Head ablation** (:class:`HeadAblation`) is such an edit at ``layer.k.heads``:
 ``zero`` sets the head's output to 0; ``mean`` sets it, at each position ``i``, to its
@@ -40,10 +41,18 @@ from torch import nn
 from ..errors import ConfigError, ModelError
 from . import families
 from .loading import LoadedModel
-from .recorder import MODULE_PREFIX, module_tap, resolve_points
+from .recorder import MODULE_PREFIX, as_tokens, module_tap, resolve_points, token_shape
 
 ABLATION_MODES = ("zero", "mean")
+ABLATION_ATTENTIONS = ("self", "decoder", "cross")
 HEADS = "heads"
+CROSS_HEADS = "cross_heads"
+
+
+def is_heads_point(point: str) -> bool:
+    """Whether ``point`` holds heads side by side (``layer.k.heads``, T5's
+    ``decoder.layer.k.cross_heads``), edited as ``(B, N, H, d_head)``."""
+    return not point.startswith(MODULE_PREFIX) and point.rsplit(".", 1)[-1] in (HEADS, CROSS_HEADS)
 
 
 @dataclass(frozen=True)
@@ -68,17 +77,22 @@ EditFn = Callable[[torch.Tensor, EditContext], torch.Tensor]
 
 @dataclass(frozen=True)
 class HeadAblation:
-    """Heads to ablate, ``((layer, head), ...)`` (0-based block and head; T5: encoder
-    blocks), and how: ``"zero"`` or ``"mean"`` (module docstring).
+    """Heads to ablate, ``((layer, head), ...)`` (0-based block and head), how
+    (``"zero"`` or ``"mean"``, module docstring), and in which attention:
+
+    ``"self"``     the model's self-attention (T5: the encoder's), at ``layer.k.heads``;
+    ``"decoder"``  T5's decoder self-attention, at ``decoder.layer.k.heads``;
+    ``"cross"``    T5's decoder cross-attention, at ``decoder.layer.k.cross_heads``.
 
     Raises
     ------
     ConfigError
-        No heads, a negative index, or an unknown mode.
+        No heads, a negative index, an unknown mode or attention.
     """
 
     heads: tuple[tuple[int, int], ...]
     mode: str = "zero"
+    attention: str = "self"
 
     def __post_init__(self) -> None:
         heads = tuple((int(k), int(h)) for k, h in self.heads)
@@ -88,7 +102,15 @@ class HeadAblation:
             raise ConfigError(f"ablate_heads: layers and heads are 0-based, got {list(heads)}")
         if self.mode not in ABLATION_MODES:
             raise ConfigError(f"unknown ablation {self.mode!r}; choose from {', '.join(ABLATION_MODES)}")
+        if self.attention not in ABLATION_ATTENTIONS:
+            raise ConfigError(f"unknown attention {self.attention!r} to ablate; choose from "
+                              f"{', '.join(ABLATION_ATTENTIONS)}")
         object.__setattr__(self, "heads", heads)
+
+    def point(self, layer: int, prefix: str = "") -> str:
+        """The point whose heads block ``layer`` ablates, in the stack of ``prefix``:
+        ``{prefix}layer.{layer}.heads``, or ``.cross_heads`` for ``attention="cross"``."""
+        return f"{prefix}layer.{layer}.{CROSS_HEADS if self.attention == 'cross' else HEADS}"
 
     def by_layer(self) -> dict[int, list[int]]:
         """``{layer: sorted heads}``."""
@@ -161,9 +183,10 @@ class Editor:
 
     Parameters
     ----------
-    loaded : LoadedModel (any family that records; the generic
-        layout has ``embeddings``, ``layer.k.input``, ``layer.k.output``, ``layer.k.heads``
-        where its output projection is known, and ``module:PATH``).
+    loaded : LoadedModel (any family that records; a generic layout other than
+        GPT-NeoX, OPT, Phi and DistilBERT has ``embeddings``, ``layer.k.input``,
+        ``layer.k.output``, ``layer.k.heads`` where its output projection is found, and
+        ``module:PATH``).
     edits : point name -> ``fn(tensor, context) -> tensor`` (module docstring); the
         returned tensor must have the shape it was given, and is cast to its dtype.
     attention_mask, windows : passed to each edit in its :class:`EditContext`.
@@ -180,7 +203,7 @@ class Editor:
                  attention_mask: torch.Tensor | None = None, windows: range | None = None):
         self.model: nn.Module = loaded.model
         table = resolve_points(families.stacks(self.model, loaded.family))
-        self.heads = n_heads(self.model) if any(p.endswith("." + HEADS) for p in edits) else 0
+        self.heads = n_heads(self.model) if any(is_heads_point(p) for p in edits) else 0
         self.plan: dict[tuple[int, str], dict[int, list[tuple[str, int, EditFn]]]] = defaultdict(
             lambda: defaultdict(list))
         self.modules: dict[tuple[int, str], nn.Module] = {}
@@ -200,9 +223,11 @@ class Editor:
         self.windows = windows
         self.attention_mask = attention_mask
         self._calls: dict[tuple[int, str], int] = defaultdict(int)
+        self._tokens: tuple[int, int] | None = None  # (B, N) of the running forward pass
         self._handles: list[Any] = []
 
-    def _reset(self, *_: Any, **__: Any) -> None:
+    def _reset(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self._tokens = token_shape(args, kwargs)
         self._calls.clear()
 
     def _edit(self, key: tuple[int, str], value: Any) -> Any:
@@ -210,8 +235,9 @@ class Editor:
         self._calls[key] = occ + 1
         for point, index, fn in self.plan[key].get(occ, ()):
             X = _pick(value, index, point)
-            heads = point.endswith("." + HEADS) and not point.startswith(MODULE_PREFIX)
-            given = split_heads(X, self.heads, point) if heads else X
+            heads = is_heads_point(point)
+            tokens = X if point.startswith(MODULE_PREFIX) else as_tokens(X, self._tokens)
+            given = split_heads(tokens, self.heads, point) if heads else tokens
             windows = self.windows if self.windows is not None else range(X.shape[0])
             new = fn(given, EditContext(point, windows, self.attention_mask))
             if not isinstance(new, torch.Tensor) or new.shape != given.shape:
@@ -219,11 +245,11 @@ class Editor:
                 raise ConfigError(f"the edit at {point!r} returned {got}; return a tensor of the shape it "
                                   f"was given, {tuple(given.shape)}")
             new = new.to(dtype=X.dtype, device=X.device)
-            value = _replace(value, index, new.flatten(-2) if heads else new)
+            value = _replace(value, index, (new.flatten(-2) if heads else new).reshape(X.shape))
         return value
 
     def __enter__(self) -> "Editor":
-        self._handles.append(self.model.register_forward_pre_hook(self._reset))
+        self._handles.append(self.model.register_forward_pre_hook(self._reset, with_kwargs=True))
         for key, module in self.modules.items():
             if key[1] == "input":
                 self._handles.append(module.register_forward_pre_hook(self._input_hook(key), with_kwargs=True))
@@ -251,35 +277,54 @@ class Editor:
         self._handles.clear()
 
 
-def check_ablation(loaded: LoadedModel, ablation: HeadAblation) -> None:
-    """Refuse heads the model does not have.
+def check_ablation(loaded: LoadedModel, ablation: HeadAblation) -> str:
+    """Refuse heads the model does not have; returns the prefix of the stack whose
+    blocks ``ablation`` names (``""``; T5: ``"encoder."``, or ``"decoder."`` for its
+    decoder and cross-attention).
 
     Raises
     ------
     ConfigError
-        A layer >= the number of blocks or a head >= H (names both).
+        A layer >= the number of blocks or a head >= H (names both); ``attention``
+        ``"decoder"`` or ``"cross"`` on a model without T5's decoder.
     ModelError
         A model whose output projection is not known (a generic layout other than
         GPT-NeoX, OPT, Phi and DistilBERT).
     """
-    stack = families.stacks(loaded.model, loaded.family)[0]
-    if any(parts.out_proj is None for parts in stack.blocks):
+    stack_list = families.stacks(loaded.model, loaded.family)
+    if ablation.attention == "self":
+        stack = stack_list[0]
+    else:
+        stack = next((s for s in stack_list if s.prefix == "decoder."), None)
+        if stack is None:
+            raise ConfigError(f"attention {ablation.attention!r} names T5's decoder; {type(loaded.model).__name__} "
+                              "has none: ablate its self-attention (attention='self')", argument="ablate_heads")
+    projections = [p.cross_out_proj if ablation.attention == "cross" else p.out_proj for p in stack.blocks]
+    if any(m is None for m in projections):
         raise ModelError(f"{type(loaded.model).__name__} ({loaded.family} layout) has no self-attention output "
                          "projection the toolkit knows; head ablation hooks its input")
     L, H = stack.n_layers, n_heads(loaded.model)
     bad = [(k, h) for k, h in ablation.heads if k >= L or h >= H]
     if bad:
         raise ConfigError(f"{bad}: the model has layers 0..{L - 1} and heads 0..{H - 1}", argument="ablate_heads")
+    return stack.prefix
 
 
-def heads_point(layer: int, prefix: str = "") -> str:
-    """The point ``{prefix}layer.{layer}.heads``."""
-    return f"{prefix}layer.{layer}.{HEADS}"
+def edit_settings(edits: Mapping[str, EditFn] | None, ablation: HeadAblation | None) -> dict[str, Any]:
+    """How a table or a states sidecar records its edits: ``edits`` (the points edited)
+    and ``ablate_heads`` (``{"heads": [[layer, head], ...], "mode": ...}``, and
+    ``"attention"`` unless ``"self"``), each only when given."""
+    if ablation is None:
+        return {"edits": list(edits)} if edits else {}
+    where = {} if ablation.attention == "self" else {"attention": ablation.attention}
+    return {**({"edits": list(edits)} if edits else {}),
+            "ablate_heads": {"heads": [list(kh) for kh in ablation.heads], "mode": ablation.mode, **where}}
 
 
 def ablation_edits(ablation: HeadAblation, means: Mapping[str, torch.Tensor] | None = None,
                    prefix: str = "") -> dict[str, EditFn]:
-    """The edits that implement ``ablation``: one per layer, at ``layer.k.heads``.
+    """The edits that implement ``ablation``: one per layer, at ``{prefix}layer.k.heads``
+    (``cross_heads`` for T5's cross-attention; ``prefix`` from :func:`check_ablation`).
 
     ``means`` (``mode="mean"``): point -> the heads' mean output ``(N, H, d_head)`` per
     position (:func:`head_means`; :func:`~rankcollapse.models.probe.probe` measures them first).
@@ -291,7 +336,7 @@ def ablation_edits(ablation: HeadAblation, means: Mapping[str, torch.Tensor] | N
     """
     edits: dict[str, EditFn] = {}
     for k, heads in ablation.by_layer().items():
-        point = heads_point(k, prefix)
+        point = ablation.point(k, prefix)
         if ablation.mode == "mean" and (means is None or point not in means):
             raise ConfigError(f"mean ablation of {point} needs its mean head outputs (head_means)")
         mean = means[point] if ablation.mode == "mean" and means is not None else None

@@ -14,6 +14,8 @@ Point names (stable across families, and shared with simulations through
 ``layer.k.heads``         input of the self-attention output projection: the heads'
                           outputs side by side, ``(B, N, H·d_head)`` (head h in columns
                           ``h·d_head : (h+1)·d_head``); recorded and edited on request
+``layer.k.cross_heads``   T5's decoder: the input of the cross-attention output
+                          projection, as ``layer.k.heads``
 ``layer.k.attn_output``   self-attention sublayer output after its output projection,
                           before the residual add
 ``layer.k.mlp_output``    MLP sublayer output before the residual add
@@ -133,10 +135,12 @@ class Tap:
 @dataclass(frozen=True)
 class Sublayer:
     """A residual unit ``residual + branch``: ``branch`` is the sublayer's output before
-    the add, ``residual`` the tensor it is added to."""
+    the add, ``residual`` the tensor it is added to; None for the MLP of a parallel
+    block (``X + SA(LN X) + MLP(LN' X)``: GPT-NeoX, Phi), which shares the attention
+    sublayer's residual."""
 
     branch: Tap
-    residual: Tap
+    residual: Tap | None
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,7 @@ class BlockParts:
     mlp: Sublayer | None = None
     norms: tuple[nn.Module, ...] = ()
     out_proj: nn.Module | None = None  # self-attention output projection; its input is the heads' outputs
+    cross_out_proj: nn.Module | None = None  # cross-attention output projection (T5's decoder)
 
 
 @dataclass(frozen=True)
@@ -244,6 +249,7 @@ def _t5_stack(stack: nn.Module, prefix: str) -> Stack:
             mlp=Sublayer(Tap(b.layer[-1].DenseReluDense, "output"), Tap(b.layer[-1].layer_norm, "input")),
             norms=tuple(sub.layer_norm for sub in b.layer),
             out_proj=b.layer[0].SelfAttention.o,
+            cross_out_proj=b.layer[1].EncDecAttention.o if len(b.layer) == 3 else None,
         )
         for b in stack.block
     )
@@ -258,21 +264,24 @@ def _t5(model: nn.Module) -> list[Stack]:
 
 
 def _generic(model: nn.Module) -> list[Stack]:
-    n_layers = getattr(model.config, "num_hidden_layers", None)
+    config = model.config
+    n_layers = getattr(config, "num_hidden_layers", None)
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == n_layers]
     if not lists:
         raise ModelError(
             f"cannot find the {n_layers} blocks of {type(model).__name__} (no nn.ModuleList of that length); "
             "this model is not supported"
         )
+    known = _GENERIC_BLOCKS.get(getattr(config, "model_type", None))
+    if known is not None:
+        return [Stack("", tuple(known(b, config) for b in lists[0]), None, _generic_placement(config))]
     return [Stack("", tuple(BlockParts(block=b, self_attn=_find(b, GENERIC_SELF_ATTN), out_proj=_find(b, GENERIC_OUT_PROJ))
                             for b in lists[0]), None, "unknown")]
 
 
-#: Where blocks of the generic layout keep their self-attention module (it receives the
-#: mask as ``attention_mask`` and owns ``scaling``) and its output projection (whose
-#: input is ``layer.k.heads``): GPT-NeoX, OPT, Phi and DistilBERT. A replacement mask,
-#: ``d_qk``, ``clip_massive`` and the edits work there; ``drop`` needs a full layout.
+#: Where blocks of other generic layouts may keep their self-attention module (it
+#: receives the mask as ``attention_mask`` and owns ``scaling``) and its output
+#: projection (whose input is ``layer.k.heads``); ``drop`` needs a known layout.
 GENERIC_SELF_ATTN = ("attention", "self_attn")
 GENERIC_OUT_PROJ = ("attention.dense", "self_attn.out_proj", "self_attn.dense", "attention.out_lin")
 
@@ -280,6 +289,69 @@ GENERIC_OUT_PROJ = ("attention.dense", "self_attn.out_proj", "self_attn.dense", 
 def _find(block: nn.Module, paths: tuple[str, ...]) -> nn.Module | None:
     names = dict(block.named_modules())
     return next((names[p] for p in paths if p in names), None)
+
+
+def _gpt_neox_block(b: nn.Module, config: object) -> BlockParts:
+    parallel = getattr(config, "use_parallel_residual", True)
+    return BlockParts(
+        block=b,
+        self_attn=b.attention,
+        attn=Sublayer(Tap(b.attention, "output", 0), Tap(b.input_layernorm, "input")),
+        mlp=Sublayer(Tap(b.mlp, "output"), None if parallel else Tap(b.post_attention_layernorm, "input")),
+        norms=(b.input_layernorm, b.post_attention_layernorm),
+        out_proj=b.attention.dense,
+    )
+
+
+def _opt_block(b: nn.Module, config: object) -> BlockParts:
+    # OPT runs its MLP on the tokens flattened to (B·N, d): its MLP points arrive as
+    # (B·N, d) and the recorder and editor view them as (B, N, d)
+    pre = getattr(config, "do_layer_norm_before", True)
+    return BlockParts(
+        block=b,
+        self_attn=b.self_attn,
+        attn=Sublayer(Tap(b.self_attn, "output", 0), Tap(b.self_attn_layer_norm if pre else b.self_attn, "input")),
+        mlp=Sublayer(Tap(b.fc2, "output"), Tap(b.final_layer_norm if pre else b.fc1, "input")),
+        norms=(b.self_attn_layer_norm, b.final_layer_norm),
+        out_proj=b.self_attn.out_proj,
+    )
+
+
+def _phi_block(b: nn.Module, config: object) -> BlockParts:
+    return BlockParts(
+        block=b,
+        self_attn=b.self_attn,
+        attn=Sublayer(Tap(b.self_attn, "output", 0), Tap(b.input_layernorm, "input")),
+        mlp=Sublayer(Tap(b.mlp, "output"), None),
+        norms=(b.input_layernorm,),
+        out_proj=b.self_attn.dense,
+    )
+
+
+def _distilbert_block(b: nn.Module, config: object) -> BlockParts:
+    return BlockParts(
+        block=b,
+        self_attn=b.attention,
+        attn=Sublayer(Tap(b.attention, "output", 0), Tap(b.attention, "input")),
+        mlp=Sublayer(Tap(b.ffn, "output"), Tap(b.ffn, "input")),
+        norms=(b.sa_layer_norm, b.output_layer_norm),
+        out_proj=b.attention.out_lin,
+    )
+
+
+#: Generic-layout model types whose blocks the toolkit knows (self-attention module,
+#: output projection, sublayers, norms): every intervention works there. Their stacks
+#: have no ``final_norm`` point (GPT-NeoX, OPT and Phi have a final norm, not recorded).
+_GENERIC_BLOCKS = {"gpt_neox": _gpt_neox_block, "opt": _opt_block, "phi": _phi_block,
+                   "distilbert": _distilbert_block}
+
+
+def _generic_placement(config: object) -> str:
+    if getattr(config, "model_type", None) == "distilbert":
+        return "post_ln"
+    if getattr(config, "model_type", None) == "opt" and not getattr(config, "do_layer_norm_before", True):
+        return "post_ln"
+    return "pre_ln"
 
 
 _LAYOUTS = {"bert": _bert, "roberta": _bert, "albert": _albert, "gpt2": _gpt2, "llama": _llama, "t5": _t5, "generic": _generic}

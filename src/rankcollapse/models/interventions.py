@@ -14,12 +14,15 @@ All are forward hooks, plus one attribute swap (``scaling``) restored on exit:
 * **drop** -- per block (``"mlp"``, ``"skip"``, ``"norm"``, optionally
   ``"name:0-3,7"`` for some blocks; ``"final_norm"`` for the final norm):
 
-  ``mlp``   the MLP branch outputs 0. Pre-LN (GPT-2, T5, Llama): h + MLP(LN h) -> h.
-            Post-LN (BERT, ALBERT): LN(h + MLP(h)) -> LN(h).
+  ``mlp``   the MLP branch outputs 0. Pre-LN (GPT-2, T5, Llama, OPT): h + MLP(LN h) -> h.
+            Post-LN (BERT, ALBERT, DistilBERT): LN(h + MLP(h)) -> LN(h). Parallel
+            (GPT-NeoX, Phi): X + SA(LN X) + MLP(LN' X) -> X + SA(LN X).
   ``skip``  the residual is removed from each kept sublayer: pre-LN
             X + SA(LN X) -> SA(LN X); post-LN LN(X + SA(X)) -> LN(SA(X)); the same
-            for the MLP sublayer unless it is dropped too. Implemented as
-            branch - residual, exact up to float rounding (~1 ulp).
+            for the MLP sublayer unless it is dropped too; parallel
+            X + SA(LN X) + MLP(LN' X) -> SA(LN X) + MLP(LN' X) (one residual, removed
+            from the attention branch). Implemented as branch - residual, exact up to
+            float rounding (~1 ulp).
   ``norm``  the block's norms (LayerNorm / RMSNorm) become the identity.
 
 * **clip_massive** -- the massive token's residual row is scaled to the median token
@@ -199,6 +202,8 @@ def _drop_hooks(stack: Stack, chosen: dict[str, set[int]], tracker: _BlockTracke
         subs = [getattr(p, sub_name) for p in stack.blocks]
         if any(s is None for s in subs):
             raise ModelError(f"this model family exposes no {sub_name} sublayer; cannot drop {sorted(chosen)}")
+        if subs[0].residual is None:  # a parallel block's MLP: the residual is removed once, from the attention
+            skip_blocks = set()
         if skip_blocks:
             res = subs[0].residual
             for m in _distinct([s.residual.module for s in subs]):
@@ -251,9 +256,9 @@ def _supported(loaded: Any, attention: bool, drop: bool) -> list[Stack]:
     self-attention module in every block."""
     stack_list = families.stacks(loaded.model, loaded.family)
     name = f"the generic family ({type(loaded.model).__name__})"
-    if drop and loaded.family == families.GENERIC.name:
-        raise ModelError(f"drop is not supported for {name}: it needs the sublayers and norms of a full layout; "
-                         f"supported families: {', '.join(families.REGISTRY)}")
+    if drop and any(p.attn is None or p.mlp is None for s in stack_list for p in s.blocks):
+        raise ModelError(f"drop is not supported for {name}: it needs the sublayers and norms of a known layout; "
+                         f"supported families: {', '.join(families.REGISTRY)}, and GPT-NeoX, OPT, Phi, DistilBERT")
     if attention and any(p.self_attn is None for s in stack_list for p in s.blocks):
         raise ModelError(f"a replacement mask or d_qk is not supported for {name}: no self-attention module "
                          f"it knows; supported families: {', '.join(families.REGISTRY)}, and GPT-NeoX, OPT, Phi, "
@@ -310,8 +315,9 @@ def intervene(
         once padding keys are removed (padding never feeds real tokens; the message
         names the rows).
     ModelError
-        The family does not support the intervention (generic models; ``final_norm``
-        on a model without a final norm, e.g. BERT/ALBERT).
+        The family does not support the intervention (``drop`` on a generic layout other
+        than GPT-NeoX, OPT, Phi and DistilBERT; ``final_norm`` on a model without a
+        final norm point: BERT, ALBERT and the generic layouts).
 
     See Also
     --------

@@ -17,10 +17,9 @@ import torch
 
 from ..errors import ConfigError
 from ..summary import summary_table
-from .edits import HEADS, EditContext, split_heads, n_heads
+from .edits import EditContext, is_heads_point, split_heads, n_heads
 from .loading import as_loaded
 from .probe import Intervention, probe, record_points
-from .recorder import MODULE_PREFIX
 
 
 def patch(loaded: Any, clean: Any, corrupted: Any, *, point: str, head: int | None = None,
@@ -85,7 +84,7 @@ def patch(loaded: Any, clean: Any, corrupted: Any, *, point: str, head: int | No
         raise ConfigError("patch: clean and corrupted windows have different padding; patching needs the same "
                           "real tokens in both")
     if head is not None:
-        if not point.endswith("." + HEADS) or point.startswith(MODULE_PREFIX):
+        if not is_heads_point(point):
             raise ConfigError(f"applies at a point layer.k.heads, not {point!r}", argument="head")
         H = n_heads(loaded.model)
         if not 0 <= head < H:

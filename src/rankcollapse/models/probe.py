@@ -25,13 +25,14 @@ from ..metrics.registry import ATTENTION_METRICS
 from ..summary import SUMMARY_COLUMNS, summary_table
 from ..masks.schedule import MaskSchedule, schedule_or_mask
 from . import families
-from .edits import HEAD_KEYS, EditFn, HeadAblation, ablation_edits, check_ablation, head_means, heads_point, n_heads
+from .edits import (HEAD_KEYS, EditFn, HeadAblation, ablation_edits, check_ablation, edit_settings, head_means,
+                    n_heads)
 from .interventions import intervene, split_drop
 from .lens import LibraryModel, open_model
 from .loading import LoadedModel, as_loaded
 from .memory import ProbeMemory
 from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
-from .sinks import SINK_METRICS, VALUE_METRICS, ValueRecorder, sink_values
+from .sinks import SINK_METRICS, VALUE_METRICS, ValueRecorder, sink_values, zeroed_heads
 from .temperature import d_qk_scale_for
 
 TABLE_COLUMNS = SUMMARY_COLUMNS  # the one per-layer table layout (rankcollapse.summary)
@@ -284,6 +285,21 @@ class Intervention:
         return [k for k, v in changed.items() if v]
 
 
+def as_intervention(intervention: Any) -> Intervention:
+    """``intervention``, or the empty :class:`Intervention` for None.
+
+    Raises
+    ------
+    ConfigError
+        Anything else.
+    """
+    net = intervention if intervention is not None else Intervention()
+    if not isinstance(net, Intervention):
+        raise ConfigError(f"expects a rankcollapse.models.Intervention, got {type(net).__name__}",
+                          argument="intervention")
+    return net
+
+
 def probe(
     loaded: Any,
     windows: Windows,
@@ -378,10 +394,7 @@ def probe(
          2 layer.1.output rank_fraction   1.0          4
          2     final_norm rank_fraction   1.0          4
     """
-    net = intervention if intervention is not None else Intervention()
-    if not isinstance(net, Intervention):
-        raise ConfigError(f"expects a rankcollapse.models.Intervention, got {type(net).__name__}",
-                          argument="intervention")
+    net = as_intervention(intervention)
     loaded, library = open_model(loaded)
     planned = {}
     if max_memory is not None:
@@ -398,10 +411,11 @@ def probe(
     check_token_ids(loaded, windows)
     mask = schedule_or_mask(net.mask, windows.n_tokens)
     settings = dict(mask=mask, d_qk_scale=d_qk_scale, drop=net.drop, clip_massive=net.clip_massive)
-    all_edits = _with_ablation(loaded, windows, net.edits, net.ablate_heads, batch_size, settings)
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     attn_names = tuple(n for n in names if n in ATTENTION_METRICS)
     sink_names = tuple(n for n in names if n in SINK_METRICS)
+    zeroed = zeroed_heads(sink_names, net.edits, net.ablate_heads, loaded)
+    all_edits = _with_ablation(loaded, windows, net.edits, net.ablate_heads, batch_size, settings)
     names = tuple(n for n in names if n not in ATTENTION_METRICS and n not in SINK_METRICS)
     stack_list = families.stacks(loaded.model, loaded.family)
     point_list = _point_list(loaded, points) if names else []
@@ -411,12 +425,11 @@ def probe(
     with steps(-(-windows.n_samples // batch_size), "probe: batches", progress) as bar:
         for start in range(0, windows.n_samples, batch_size):
             _probe_batch(loaded, windows, start, batch_size, settings, point_list, names, exclude_special, values,
-                         attn_names, sink_names, all_edits, clip_records)
+                         attn_names, sink_names, all_edits, clip_records, zeroed)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
     df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
                     stack_list, per_window, _module_depths(loaded, point_list, stack_list))
-    ablate = net.ablate_heads
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(net.mask, "spec", net.mask)) if net.mask is not None else None,
@@ -424,9 +437,7 @@ def probe(
         drop=split_drop(net.drop) if isinstance(net.drop, str) else list(net.drop), n_samples=windows.n_samples,
         n_tokens=windows.n_tokens,
         **({"clip_massive": True, "massive_clips": clip_records} if net.clip_massive else {}),
-        **({"edits": list(net.edits)} if net.edits else {}),
-        **({"ablate_heads": {"heads": [list(kh) for kh in ablate.heads], "mode": ablate.mode}}
-           if ablate is not None else {}),
+        **edit_settings(net.edits, net.ablate_heads),
         **planned,
     )
     return df
@@ -532,11 +543,10 @@ def _with_ablation(loaded: LoadedModel, windows: Windows, edits: Mapping[str, Ed
     out = dict(edits or {})
     if ablation is None:
         return out
-    check_ablation(loaded, ablation)
-    prefix = families.stacks(loaded.model, loaded.family)[0].prefix
+    prefix = check_ablation(loaded, ablation)
     means = None
     if ablation.mode == "mean":
-        recorded = record_points(loaded, windows, [heads_point(k, prefix) for k in ablation.by_layer()],
+        recorded = record_points(loaded, windows, [ablation.point(k, prefix) for k in ablation.by_layer()],
                                  batch_size=batch_size, **settings)
         H = n_heads(loaded.model)
         means = {p: head_means(Z, windows.attention_mask, H) for p, Z in recorded.items()}
@@ -550,7 +560,8 @@ def _probe_batch(loaded: LoadedModel, windows: Windows, start: int, batch_size: 
                  point_list: list[str], names: Sequence[str], exclude_special: bool,
                  values: dict[tuple[str, str], list[torch.Tensor]], attn_names: tuple[str, ...] = (),
                  sinks: Sequence[str] = (), edits: Mapping[str, EditFn] | None = None,
-                 clip_records: list[dict[str, Any]] | None = None) -> None:
+                 clip_records: list[dict[str, Any]] | None = None,
+                 zeroed: Mapping[str, Sequence[int]] | None = None) -> None:
     """One forward pass over windows ``start : start + batch_size`` under ``settings``
     (keywords of :func:`~rankcollapse.models.intervene`, the mask resolved by
     :func:`~rankcollapse.masks.schedule_or_mask`); appends each point's
@@ -573,7 +584,8 @@ def _probe_batch(loaded: LoadedModel, windows: Windows, start: int, batch_size: 
         def padding_of(point: str) -> torch.Tensor:  # keys and queries: every real token
             return decoder_padding(am.bool()) if point.startswith("decoder.") else am.bool()
 
-        found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config, padding_of, tuple(sinks))
+        found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config, padding_of, tuple(sinks),
+                            zeroed)
         for key, v in found.items():
             values.setdefault(key, []).append(v.detach().cpu().double())
     if attn_names:
@@ -682,18 +694,11 @@ def allowed_keys(family_name: str, mask: Any, point: str, n_tokens: int) -> torc
 
 
 @torch.no_grad()
-def attention_maps(
-    loaded: Any,
-    windows: Windows,
-    *,
-    mask: Any = None,
-    d_qk_scale: float = 1.0,
-    drop: Sequence[str] | str = (),
-    batch_size: int = 8,
-    d_qk: float | None = None,
-) -> dict[str, torch.Tensor]:
+def attention_maps(loaded: Any, windows: Windows, intervention: Intervention | None = None, *,
+                   batch_size: int = 8) -> dict[str, torch.Tensor]:
     """Self-attention probabilities of every block on ``windows``, under the same
-    interventions as :func:`probe`.
+    :class:`Intervention` as :func:`probe` (installed by the same code), so the maps are
+    those of the forward pass whose table :func:`probe` gives.
 
     Recorded by :class:`Recorder` ``(attentions=True)``: an SDPA model keeps SDPA and
     its rows are recomputed from the queries and keys the kernel receives (equal to
@@ -714,17 +719,19 @@ def attention_maps(
     ConfigError
         Token ids beyond the model's embeddings (:func:`check_token_ids`).
     """
+    net = as_intervention(intervention)
     loaded = as_loaded(loaded)
-    d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
+    d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
     check_token_ids(loaded, windows)
-    mask = schedule_or_mask(mask, windows.n_tokens)
+    settings = dict(mask=schedule_or_mask(net.mask, windows.n_tokens), d_qk_scale=d_qk_scale, drop=net.drop,
+                    clip_massive=net.clip_massive)
+    all_edits = _with_ablation(loaded, windows, net.edits, net.ablate_heads, batch_size, settings)
     parts: dict[str, list[torch.Tensor]] = {}
     for start in range(0, windows.n_samples, batch_size):
         ids = windows.input_ids[start : start + batch_size]
         am = windows.attention_mask[start : start + batch_size]
-        with intervene(loaded, mask=mask, d_qk_scale=d_qk_scale, drop=drop, attention_mask=am):
-            with Recorder(loaded, [], attentions=True) as rec:
-                loaded.model(**model_inputs(loaded, ids, am))
+        rec, _, _ = _record_batch(loaded, model_inputs(loaded, ids, am), am, settings, [], True, edits=all_edits,
+                                  window_rows=range(start, start + int(ids.shape[0])))
         for name, a in rec.attention_maps.items():
             parts.setdefault(name, []).append(a.float().cpu())
     return {name: torch.cat(chunks) for name, chunks in parts.items()}

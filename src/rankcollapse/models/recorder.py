@@ -48,6 +48,8 @@ def resolve_points(stack_list: list[Stack]) -> dict[str, tuple[Tap, int]]:
                 table[f"{p}layer.{k}.norm_{j + 1}"] = (Tap(norm, "output", 0), occ)
             if parts.out_proj is not None:
                 table[f"{p}layer.{k}.heads"] = (Tap(parts.out_proj, "input"), occ)
+            if parts.cross_out_proj is not None:
+                table[f"{p}layer.{k}.cross_heads"] = (Tap(parts.cross_out_proj, "input"), occ)
             if parts.attn is not None:
                 table[f"{p}layer.{k}.attn_output"] = (parts.attn.branch, occ)
             if parts.mlp is not None:
@@ -95,6 +97,24 @@ def module_depth(stack_list: list[Stack], module: nn.Module, path: str) -> int:
     if stack.final_norm is not None and any(m is module for m in stack.final_norm.modules()):
         return stack.n_layers
     return stack.n_layers if "head" in path.rsplit(".", 1)[-1] else 0
+
+
+def token_shape(args: tuple, kwargs: dict) -> tuple[int, int] | None:
+    """``(B, N)`` of a model call: the shape of its ``input_ids`` (or ``inputs_embeds``,
+    or first positional argument); None when none is a tensor."""
+    for x in (kwargs.get("input_ids"), kwargs.get("inputs_embeds"), args[0] if args else None):
+        if isinstance(x, torch.Tensor) and x.ndim >= 2:
+            return int(x.shape[0]), int(x.shape[1])
+    return None
+
+
+def as_tokens(X: torch.Tensor, shape: tuple[int, int] | None) -> torch.Tensor:
+    """``X`` as tokens ``(B, N, width)``: a point whose module sees the tokens flattened to
+    ``(B·N, width)`` (OPT's MLP and its norm) is viewed back; any other tensor is returned
+    as it is."""
+    if shape is not None and X.ndim == 2 and X.shape[0] == shape[0] * shape[1]:
+        return X.view(*shape, X.shape[-1])
+    return X
 
 
 def _pick(value: Any, index: int) -> torch.Tensor:
@@ -195,17 +215,20 @@ class Recorder:
         self._rows: SdpaRows | None = None
         self.outputs: dict[str, torch.Tensor] = {}
         self._calls: dict[tuple[int, str], int] = defaultdict(int)
+        self._tokens: tuple[int, int] | None = None  # (B, N) of the running forward pass
         self._handles: list[Any] = []
 
     def _store(self, key: tuple[int, str], value: Any) -> None:
         occ = self._calls[key]
         self._calls[key] = occ + 1
         for name, index in self._plan[key].get(occ, ()):
-            self.outputs[name] = _pick(value, index).detach()
+            X = _pick(value, index).detach()
+            self.outputs[name] = X if name.startswith(MODULE_PREFIX) else as_tokens(X, self._tokens)
         if self.stop and len(self.outputs) == len(self.points):
             raise StopForward()
 
-    def _reset(self, *_: Any, **__: Any) -> None:
+    def _reset(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self._tokens = token_shape(args, kwargs)
         self._calls.clear()
         self.outputs = {}
         self.attention_maps.clear()  # the same dict SdpaRows fills
@@ -220,8 +243,8 @@ class Recorder:
                 self.attention_maps[f"{stack.prefix}layer.{k}.attention"] = a.detach()
 
     def __enter__(self) -> "Recorder":
-        self._reset()
-        self._handles.append(self.model.register_forward_pre_hook(self._reset))
+        self._reset(self.model, (), {})
+        self._handles.append(self.model.register_forward_pre_hook(self._reset, with_kwargs=True))
         if self.attentions and SdpaRows.applies(self.model, self.stacks):
             self._rows = SdpaRows(self.stacks, self.attention_maps)
             self._handles.extend(self._rows.hooks())

@@ -33,12 +33,12 @@ the head fraction.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import nn
 
-from ..errors import ModelError
+from ..errors import ConfigError, ModelError
 from .families import Stack
 
 SINK_METRICS = ("sink_mass", "sink_head_fraction", "sink_value_ratio", "sink_contribution")
@@ -240,12 +240,50 @@ def head_outputs(V: torch.Tensor, out_proj: nn.Module | None, n_heads: int, head
     return torch.einsum("bhnk,hkd->bhnd", Vh, M.reshape(n_heads, head_dim, -1))
 
 
+def zeroed_heads(names: Sequence[str], edits: Mapping[str, Any] | None, ablation: Any,
+                 loaded: Any) -> dict[str, list[int]]:
+    """The self-attention heads a zero ablation removes
+    (:class:`~rankcollapse.models.edits.HeadAblation` of ``loaded``), by attention point
+    ``{prefix}layer.k.attention``: :func:`sink_values` gives them no contribution and
+    leaves them out of the layer output ``y_i``.
+
+    Raises
+    ------
+    ConfigError
+        ``sink_contribution`` among ``names`` with a mean ablation or an edit at a
+        ``layer.k.heads`` point: those heads' outputs are then no attention-weighted sum
+        of value vectors, which is what the contribution weights decompose.
+    """
+    from .edits import check_ablation, is_heads_point
+
+    if "sink_contribution" in names:
+        edited = [p for p in (edits or {}) if is_heads_point(p)]
+        if edited:
+            raise ConfigError(f"sink_contribution cannot be measured with the edit at {edited[0]}: the heads' "
+                              "outputs are then no attention-weighted sum of value vectors, which contribution "
+                              "weights decompose")
+        if ablation is not None and ablation.mode != "zero":
+            raise ConfigError(f"mode {ablation.mode!r} sets heads to their mean output, no attention-weighted sum "
+                              "of value vectors, which sink_contribution decomposes; use mode 'zero' with it",
+                              argument="ablate_heads")
+    if ablation is None or ablation.attention == "cross":  # cross-attention maps are not measured
+        return {}
+    prefix = check_ablation(loaded, ablation)
+    return {f"{prefix}layer.{k}.attention": heads for k, heads in ablation.by_layer().items()}
+
+
 def sink_values(attention_maps: dict[str, torch.Tensor], value_outputs: dict[str, torch.Tensor],
                 stack_list: list[Stack], config: Any, padding_of: Callable[[str], torch.Tensor],
-                names: tuple[str, ...]) -> dict[tuple[str, str], torch.Tensor]:
+                names: tuple[str, ...], zeroed: Mapping[str, Sequence[int]] | None = None,
+                ) -> dict[tuple[str, str], torch.Tensor]:
     """Per-window sink metrics ``(B,)`` keyed by ``(point, metric)``: per head at
     ``{point}.head_h`` and per block at ``{point}`` = ``{prefix}layer.k.attention``;
-    ``padding_of(point)`` is the ``(B, N)`` padding mask of that point's tokens."""
+    ``padding_of(point)`` is the ``(B, N)`` padding mask of that point's tokens.
+
+    ``zeroed`` (:func:`zeroed_heads`): attention point -> heads whose output a zero
+    ablation removes; their ``u^h_j`` are 0 in ``sink_contribution`` (contribution 0,
+    and left out of the layer output), while ``sink_mass`` and ``sink_value_ratio``
+    still read their attention and values, which the ablation does not change."""
     parts = {f"{s.prefix}layer.{k}.attention": p for s in stack_list for k, p in enumerate(s.blocks)}
     out: dict[tuple[str, str], torch.Tensor] = {}
     for point, A in attention_maps.items():
@@ -259,6 +297,7 @@ def sink_values(attention_maps: dict[str, torch.Tensor], value_outputs: dict[str
             per_head["sink_value_ratio"] = value_norm_ratio(value_outputs[point], n_heads, dim, pad)
         if "sink_contribution" in names:
             U = head_outputs(value_outputs[point], parts[point].out_proj, n_heads, dim, point)
+            U[:, list((zeroed or {}).get(point, ()))] = 0  # (B, H, N, d): ablated heads write nothing
             per_head["sink_contribution"] = first_token_mass(contribution_weights(A, U.to(A.device)), pad)
         for metric in ("sink_mass", "sink_value_ratio", "sink_contribution"):
             if metric in names:

@@ -16,7 +16,8 @@ One folder layout (``probe --save-states DIR``, :func:`save_states`):
     in axis order), ``n_layers`` (blocks per stack prefix, ``{"": L}``; gives each point's
     ``layer``), ``window_ids`` (each window's row in the windows it came from), ``model``,
     ``family``, ``dtype`` (of ``hidden_states``) and the interventions the states were
-    captured under (``mask``, ``d_qk_scale``, ``d_qk``, ``drop``, ``clip_massive``);
+    captured under (``mask``, ``d_qk_scale``, ``d_qk``, ``drop``, ``clip_massive``, and
+    ``edits`` (the points edited) and ``ablate_heads`` when given);
     with attentions, ``attention_points`` (``layer.k.attention``, axis 1 of ``attentions``).
 
 A transformers ``output_hidden_states`` dump is read as well (:func:`read_states`): a
@@ -59,6 +60,8 @@ FORMAT = "rankcollapse.states"
 VERSION = 1
 LAYOUT = ("window", "point", "token", "d")
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: The sidecar keys naming the interventions the states were captured under.
+SETTINGS = ("mask", "d_qk_scale", "d_qk", "drop", "clip_massive", "edits", "ablate_heads")
 
 
 @dataclass(frozen=True)
@@ -104,13 +107,13 @@ def _layer(point: str, n_layers: dict[str, int]) -> int:
 
 
 @torch.no_grad()
-def capture_states(loaded: Any, windows: Windows, *, mask: Any = None, d_qk_scale: float = 1.0,
-                   drop: Sequence[str] | str = (), d_qk: float | None = None, batch_size: int = 8,
-                   points: Sequence[str] | str = "hidden_states", clip_massive: bool = False,
-                   attentions: bool = False) -> States:
+def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, batch_size: int = 8,
+                   points: Sequence[str] | str = "hidden_states", attentions: bool = False) -> States:
     """The hidden states :func:`~rankcollapse.models.probe` measures, under the same
-    interventions, on CPU in the model's dtype; with ``attentions``, also every block's
-    attention probabilities (float32, recorded in the same pass under eager attention).
+    :class:`~rankcollapse.models.Intervention` (installed by the probe's own code), on
+    CPU in the model's dtype;
+    with ``attentions``, also every block's attention probabilities (float32, recorded
+    in the same pass).
 
     Raises
     ------
@@ -121,14 +124,18 @@ def capture_states(loaded: Any, windows: Windows, *, mask: Any = None, d_qk_scal
         As :func:`~rankcollapse.models.probe`.
     """
     from ..masks import schedule_or_mask
+    from .edits import edit_settings
     from .interventions import split_drop
     from .loading import as_loaded
-    from .probe import _point_list, _record_batch, check_positions, check_token_ids, model_inputs
+    from .probe import (_point_list, _record_batch, _with_ablation, as_intervention, check_positions, check_token_ids,
+                        model_inputs)
     from .recorder import MODULE_PREFIX
     from .temperature import d_qk_scale_for
 
+    net = as_intervention(intervention)
+    mask, drop, d_qk = net.mask, net.drop, net.d_qk
     loaded = as_loaded(loaded)
-    d_qk_scale = d_qk_scale_for(loaded, d_qk, d_qk_scale)
+    d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
     check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     point_list = _point_list(loaded, points)
@@ -139,22 +146,25 @@ def capture_states(loaded: Any, windows: Windows, *, mask: Any = None, d_qk_scal
     if mask is not None and not isinstance(mask, str) and not hasattr(mask, "spec"):
         raise ConfigError(f"a mask given as {type(mask).__name__} has no spec for states.json to record; "
                           "give a mask spec string or a rankcollapse.masks.Mask")
+    applied = dict(mask=schedule_or_mask(mask, windows.n_tokens), d_qk_scale=d_qk_scale, drop=drop,
+                   clip_massive=net.clip_massive)
+    all_edits = _with_ablation(loaded, windows, net.edits, net.ablate_heads, batch_size, applied)
     stack_list = families.stacks(loaded.model, loaded.family)
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attentions else []
-    applied = dict(mask=schedule_or_mask(mask, windows.n_tokens), d_qk_scale=d_qk_scale, drop=drop,
-                   clip_massive=clip_massive)
     parts: list[torch.Tensor] = []
     maps: list[torch.Tensor] = []
     for start in range(0, windows.n_samples, batch_size):
         ids = windows.input_ids[start : start + batch_size]
         am = windows.attention_mask[start : start + batch_size]
-        rec, _, _ = _record_batch(loaded, model_inputs(loaded, ids, am), am, applied, point_list, attentions=attentions)
+        rec, _, _ = _record_batch(loaded, model_inputs(loaded, ids, am), am, applied, point_list, attentions=attentions,
+                                  edits=all_edits, window_rows=range(start, start + int(ids.shape[0])))
         parts.append(torch.stack([rec.outputs[p].detach().cpu() for p in point_list], dim=1))  # (b, P, N, d)
         if attentions:  # (b, A, H, N, N)
             maps.append(torch.stack([rec.attention_maps[p].detach().float().cpu() for p in attn_points], dim=1))
     settings = {"mask": str(getattr(mask, "spec", mask)) if mask is not None else None,
                 "d_qk_scale": float(d_qk_scale), "d_qk": None if d_qk is None else float(d_qk),
-                "drop": split_drop(drop) if isinstance(drop, str) else list(drop), "clip_massive": bool(clip_massive)}
+                "drop": split_drop(drop) if isinstance(drop, str) else list(drop), "clip_massive": bool(net.clip_massive),
+                **edit_settings(net.edits, net.ablate_heads)}
     return States(torch.cat(parts), tuple(point_list), windows.attention_mask.long().clone(),
                   {s.prefix: s.n_layers for s in stack_list}, tuple(range(windows.n_samples)),
                   model=loaded.name, family=loaded.family, input_ids=windows.input_ids.clone(),
@@ -260,7 +270,7 @@ def _read_own(folder: Path) -> States:
         raise StatesError(f"{str(side)!r} needs layout {list(LAYOUT)}, points (distinct names), n_layers "
                           "({prefix: blocks >= 1}) and window_ids (integers)")
     t = _tensors(folder / STATES_FILE)
-    settings = {k: meta.get(k) for k in ("mask", "d_qk_scale", "d_qk", "drop", "clip_massive") if k in meta}
+    settings = {k: meta.get(k) for k in SETTINGS if k in meta}
     attn = meta.get("attention_points", [])
     if not isinstance(attn, list) or not all(isinstance(p, str) for p in attn):
         raise StatesError(f"{str(side)!r}: attention_points must be a list of names")
