@@ -25,7 +25,7 @@ def _untimed(obj):
 
 
 def test_two_shards_then_the_merge_equal_one_run(fake, tmp_path):
-    serial = run_cli("reproduce", "main", "--scale", "smoke", "--out", "one", "--cache-dir", "c1", "--no-progress",
+    serial = run_cli("reproduce", "theory", "--scale", "smoke", "--out", "one", "--cache-dir", "c1", "--no-progress",
                      cwd=tmp_path)
     assert serial.returncode == 0, serial.stderr
     planned = json.loads((tmp_path / "one" / "config.json").read_text())["cost"]["units"]
@@ -34,7 +34,7 @@ def test_two_shards_then_the_merge_equal_one_run(fake, tmp_path):
 
     shards = []
     for i in (1, 2):
-        res = run_cli("reproduce", "main", "--scale", "smoke", "--shard", f"{i}/2", "--cache-dir", "c2",
+        res = run_cli("reproduce", "theory", "--scale", "smoke", "--shard", f"{i}/2", "--cache-dir", "c2",
                       "--out", "merged", "--format", "json", cwd=tmp_path)
         assert res.returncode == 0, res.stderr
         shards.append(json.loads(res.stdout))
@@ -46,7 +46,7 @@ def test_two_shards_then_the_merge_equal_one_run(fake, tmp_path):
     hashes = {s["config_hash"] for s in shards}
     calls = fake.calls
 
-    merge = run_cli("reproduce", "main", "--scale", "smoke", "--out", "merged", "--cache-dir", "c2", "--no-progress",
+    merge = run_cli("reproduce", "theory", "--scale", "smoke", "--out", "merged", "--cache-dir", "c2", "--no-progress",
                     cwd=tmp_path)
     assert merge.returncode == 0, merge.stderr
     assert fake.calls == calls  # the merge computes nothing
