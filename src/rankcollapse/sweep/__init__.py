@@ -35,5 +35,5 @@ if TYPE_CHECKING:
     from .engine import run_units
     from .executors import EXECUTOR_NAMES, ExecutionConfig, make_executor, validate_executor
     from .progress import UnitProgress
-    from .units import (NUMERICS_VERSION, Shard, Unit, UnitKind, code_fingerprint, numerics_key, register_unit_kind, unit_kind,
-                        unit_kinds, unit_labels)
+    from .units import (NUMERICS_VERSION, Shard, Unit, UnitKind, code_fingerprint, numerics_key, register_unit_kind,
+                        unit_kind, unit_kinds, unit_labels)
