@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rankcollapse.errors import ConfigError
+from rankcollapse.experiments import StorageConfig
 
 
 def test_three_epsilons_are_named_apart():
@@ -52,7 +53,7 @@ def test_api_errors_name_arguments_not_flags():
         assert "--" not in str(exc.value) and str(exc.value).startswith(f"{next(iter(kw))} ")
         assert in_flags(exc.value).startswith(f"--{next(iter(kw))} ")  # the command line's wording
     with pytest.raises(ConfigError) as exc:
-        runner.run_experiment("main", "smoke", seed=0, n_tokens=1, write=False)
+        runner.run_experiment("main", "smoke", seed=0, n_tokens=1, storage=StorageConfig(write=False))
     assert str(exc.value).startswith("n_tokens must be")
 
 

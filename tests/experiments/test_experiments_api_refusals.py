@@ -4,7 +4,7 @@ subclass naming the argument), never a bare ValueError or FileNotFoundError."""
 import pytest
 
 from rankcollapse.errors import ConfigError
-from rankcollapse.experiments import runner
+from rankcollapse.experiments import ExecutionConfig, runner
 
 
 @pytest.mark.parametrize("kw, text", [
@@ -77,7 +77,7 @@ def test_an_option_no_unit_applies_is_refused_not_recorded(tmp_path, monkeypatch
     with pytest.raises(ConfigError, match=text):
         runner.plan(name, "smoke", 0, **kw)
     with pytest.raises(ConfigError, match=text):
-        runner.run_experiment(name, "smoke", out=tmp_path / "out", progress=False, **kw)
+        runner.run_experiment(name, "smoke", out=tmp_path / "out", **kw, execution=ExecutionConfig(progress=False))
     assert not (tmp_path / "out").exists()
 
 

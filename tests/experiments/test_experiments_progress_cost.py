@@ -7,11 +7,13 @@ import json
 import pandas as pd
 import pytest
 
-from rankcollapse.experiments import runner
+from rankcollapse.experiments import ExecutionConfig, StorageConfig, runner
 from rankcollapse.sweep.cache import UnitCache
 from rankcollapse.sweep import progress as progress_mod
 from rankcollapse.sweep.executors import Done
 from rankcollapse.sweep.units import Unit, unit_labels
+
+QUIET = ExecutionConfig(progress=False)
 
 
 def _planned(name, scale):
@@ -69,7 +71,8 @@ def test_dropped_units_leave_the_total(capsys):
 def test_run_announces_default_and_nearby_units_up_front(fake, tmp_path, capsys):
     units, near = _planned("main", "smoke")
     assert len(near) > 0
-    res = runner.run_experiment("main", "smoke", tmp_path / "run", progress=True, write=False)
+    res = runner.run_experiment("main", "smoke", tmp_path / "run",
+                                execution=ExecutionConfig(progress=True), storage=StorageConfig(write=False))
     err = capsys.readouterr().err.splitlines()
     total = len(units) + len(near)
     assert err[0] == (f"main: {total} units (default settings {len(units)}, nearby settings {len(near)}), "
@@ -125,13 +128,13 @@ class _SlowExecutor:
 def test_cached_rerun_keeps_what_the_numbers_cost(fake, monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "make_executor", lambda *a, **k: _SlowExecutor())
     out = tmp_path / "run"
-    first = runner.run_experiment("fig3", "smoke", out, progress=False)
+    first = runner.run_experiment("fig3", "smoke", out, execution=QUIET)
     n = len(first.timings)
     cost1 = json.loads((out / "config.json").read_text())["cost"]
     assert cost1["unit_seconds"] == pytest.approx(5.0 * n) and cost1["unit_cpu_seconds"] == pytest.approx(4.0 * n)
     assert cost1["units_computed"] == n and cost1["units_cached"] == 0
     calls = fake.calls
-    runner.run_experiment("fig3", "smoke", out, progress=False)
+    runner.run_experiment("fig3", "smoke", out, execution=QUIET)
     assert fake.calls == calls  # nothing recomputed
     cfg = json.loads((out / "config.json").read_text())
     cost2 = cfg["cost"]

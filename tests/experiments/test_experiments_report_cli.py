@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from rankcollapse import cli
-from rankcollapse.experiments import runner
+from rankcollapse.experiments import ExecutionConfig, StorageConfig, runner
+
+QUIET = ExecutionConfig(progress=False)
 
 
 CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
@@ -27,7 +29,7 @@ def _chromium(path: Path) -> tuple[str, list[str]]:
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs chromium on PATH: `make browser` installs it (apt-get, as root)")
 def test_report_opens_in_chromium_without_console_errors(fake, tmp_path):
-    res = runner.run_experiment("main", "smoke", tmp_path / "run", progress=False, nearby=False)
+    res = runner.run_experiment("main", "smoke", tmp_path / "run", nearby=False, execution=QUIET)
     bad = tmp_path / "bad.html"  # control: the console capture must see an error
     bad.write_text('<html><body><script>console.error("boom")</script></body></html>')
     assert any("boom" in m for m in _chromium(bad)[1])
@@ -85,7 +87,7 @@ def test_text_shorter_than_window(monkeypatch, capsys, tmp_path):
 def test_summary_prints_the_results_table(fake, monkeypatch, capsys, tmp_path):
     import json
 
-    res = runner.run_experiment("fig2", "smoke", tmp_path / "run", progress=False, nearby=False)
+    res = runner.run_experiment("fig2", "smoke", tmp_path / "run", nearby=False, execution=QUIET)
     monkeypatch.setattr(sys, "argv", ["rankcollapse", "reproduce", "summary", str(res.out), "--format", "markdown"])
     cli.main()
     out = capsys.readouterr().out.splitlines()
@@ -103,7 +105,8 @@ def test_summary_prints_the_results_table(fake, monkeypatch, capsys, tmp_path):
 def test_claims_json_has_the_interface_fields(fake, tmp_path):
     import json
 
-    res = runner.run_experiment("all", "smoke", tmp_path / "run", progress=False, nearby=False, write=False)
+    res = runner.run_experiment("all", "smoke", tmp_path / "run", nearby=False,
+                                execution=QUIET, storage=StorageConfig(write=False))
     claims = json.loads(json.dumps(res.claims))  # what write_outputs stores
     need = {"id", "effect", "verdict", "measured", "rule", "interval", "depth", "n_samples", "n_seeds", "original_verdict"}
     for c in claims:

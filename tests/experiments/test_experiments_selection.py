@@ -5,9 +5,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rankcollapse.experiments import plots, report, runner
+from rankcollapse.experiments import ExecutionConfig, StorageConfig, plots, report, runner
 from rankcollapse.experiments.config import EXPERIMENTS
 from rankcollapse.experiments.table import rows_from_metrics
+
+QUIET = ExecutionConfig(progress=False)
+IN_MEMORY = StorageConfig(write=False)  # no output folder
 
 
 def _key(c):
@@ -16,11 +19,12 @@ def _key(c):
 
 
 def test_each_experiment_alone_equals_all(fake, tmp_path):
-    together = {c["id"]: c for c in runner.run_experiment("all", "smoke", tmp_path / "all", progress=False,
-                                                          nearby=False, write=False).claims}
+    together = {c["id"]: c for c in runner.run_experiment("all", "smoke", tmp_path / "all", nearby=False,
+                                                          execution=QUIET, storage=IN_MEMORY).claims}
     seen = set()
     for name in EXPERIMENTS:
-        alone = runner.run_experiment(name, "smoke", tmp_path / name, progress=False, nearby=False, write=False).claims
+        alone = runner.run_experiment(name, "smoke", tmp_path / name, nearby=False,
+                                      execution=QUIET, storage=IN_MEMORY).claims
         for c in alone:
             assert _key(c) == _key(together[c["id"]]), (name, c["id"])
             seen.add(c["id"])
@@ -28,7 +32,8 @@ def test_each_experiment_alone_equals_all(fake, tmp_path):
 
 
 def test_main_lists_only_claims_it_can_decide(fake, tmp_path):
-    claims = runner.run_experiment("main", "smoke", tmp_path / "m", progress=False, nearby=False, write=False).claims
+    claims = runner.run_experiment("main", "smoke", tmp_path / "m", nearby=False,
+                                   execution=QUIET, storage=IN_MEMORY).claims
     ids = [c["id"] for c in claims]
     # C03 needs norm-dropped probes, C11 orthogonal W_V: fig2's rows, not main's
     assert "C03" not in ids and "C11" not in ids and {"C01", "C02", "C04", "C05"} <= set(ids)
@@ -39,8 +44,9 @@ def test_main_lists_only_claims_it_can_decide(fake, tmp_path):
 
 
 def test_mask_override_names_missing_inputs(fake, tmp_path):
-    res = runner.run_experiment("main", "smoke", tmp_path / "m", progress=False, nearby=False, write=False,
-                                overrides={"masks": ["sliding_window:w=3", "sliding_window:w=33"]})
+    res = runner.run_experiment("main", "smoke", tmp_path / "m", nearby=False,
+                                overrides={"masks": ["sliding_window:w=3", "sliding_window:w=33"]},
+                                execution=QUIET, storage=IN_MEMORY)
     c01 = next(c for c in res.claims if c["id"] == "C01")
     assert c01["verdict"] == "not run" and "mask_spec=sliding_window:w=9" in c01["missing"]
 

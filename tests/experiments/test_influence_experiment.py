@@ -15,7 +15,7 @@ from scipy.stats import spearmanr
 
 from rankcollapse.data import Windows
 from rankcollapse.errors import MaskError
-from rankcollapse.experiments import claims as C
+from rankcollapse.experiments import ExecutionConfig, claims as C
 from rankcollapse.experiments import runner
 from rankcollapse.experiments.config import load_config
 from rankcollapse.experiments.controls import evaluate_controls
@@ -280,7 +280,8 @@ def test_i4_rule_and_controls_on_hand_built_profiles():
 
 # ------------------------------------------------------------------ the real pipeline
 def test_smoke_run_decides_the_mask_claims_and_their_controls(tmp_path):
-    res = runner.run_experiment("influence", "smoke", tmp_path / "run", progress=False, nearby=False)
+    res = runner.run_experiment("influence", "smoke", tmp_path / "run", nearby=False,
+                                execution=ExecutionConfig(progress=False))
     claims = {c["id"]: c for c in json.loads((tmp_path / "run" / "claims.json").read_text())}
     assert sorted(claims) == ["I1", "I2", "I3", "I4"]
     for cid in ("I1", "I2", "I3"):

@@ -16,7 +16,8 @@ FLAGS: dict[str, str] = {
     "max_memory": "--max-memory", "text": "--text-file", "executor": "--executor", "workers": "--workers",
     "address": "--address", "overrides['masks']": "--mask",
     "overrides['depth']": "--depth", "overrides['n_samples']": "--n-samples", "overrides['extra_models']": "--model",
-    "ablate_heads": "--ablate-heads", "head": "--patch-head",
+    "ablate_heads": "--ablate-heads", "head": "--patch-head", "shard": "--shard", "wait": "--wait",
+    "allow_nonempty": "--allow-nonempty",
 }
 
 

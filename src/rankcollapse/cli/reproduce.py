@@ -22,8 +22,10 @@ self-contained report.html to --out (default runs/<UTC time>). Results are cache
 unit next to the output folder (or --cache-dir, which a cluster may share), so a rerun
 only computes what changed and an interrupted run resumes. Units run in this process,
 in worker processes (--executor processes --workers N) or on a Ray cluster
-(--executor ray --address auto); the numbers are the same. One run at a time owns
---out: a second exits 2 naming the first (or waits, --wait).
+(--executor ray --address auto); the numbers are the same. --shard I/K computes only
+shard I of K of the units into the cache, so a run can be spread over machines or
+sessions; the run without --shard on that cache then writes the result. One run at a
+time owns --out: a second exits 2 naming the first (or waits, --wait).
 
 `rankcollapse reproduce summary DIR [--format markdown|json]` prints the results table
 of a finished run (its claims.json) without running anything; `rankcollapse reproduce
@@ -58,6 +60,9 @@ def register(app: typer.Typer) -> None:
         executor: str = typer.Option("serial", "--executor", help="Where units run: serial, processes (local worker processes) or ray (a Ray cluster). Numbers do not depend on it."),
         workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (processes; default every core) or CPUs of a private Ray instance (ray without --address)."),
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (host:port, or auto for the cluster started on this machine)."),
+        shard: Optional[str] = typer.Option(None, "--shard", help="I/K: compute only shard I of K of the run's units into the "
+                                            "cache (--cache-dir) and write no result; a run without --shard on the same "
+                                            "cache then writes the result, computing nothing the shards computed."),
         recompute: bool = typer.Option(False, "--recompute", help="Recompute every unit and overwrite its cache entry."),
         wait: bool = typer.Option(False, "--wait", help="If another run holds --out, wait for it instead of failing."),
         allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
@@ -85,8 +90,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
             return
         from .._validate import check_int
-        from ..sweep.executors import validate_executor
-        from ..experiments.runner import run_experiment
+        from ..experiments.runner import StorageConfig, run_experiment
+        from ..sweep.executors import ExecutionConfig
 
         # the options by their flags (run_experiment's own messages name its arguments)
         check_int(seed, "--seed", low=0)
@@ -95,26 +100,45 @@ def register(app: typer.Typer) -> None:
         for flag, value in (("--depth", depth), ("--n-samples", n_samples)):
             if value is not None:
                 check_int(value, flag, low=1)
-        validate_executor(executor, workers=workers, address=address)
+        execution = ExecutionConfig(executor, workers=workers, address=address, device=device,
+                                    progress=progress and not as_json, shard=shard)
+        storage = StorageConfig(cache_dir=cache_dir, recompute=recompute, wait=wait, allow_nonempty=allow_nonempty)
         if cache_dir is not None:  # named by its flag here; the API names its argument
             from .._io import check_writable
 
             check_writable(cache_dir, folder=True, option="--cache-dir")
-        if out is not None:  # named by its flags here, before the experiments load
+        if out is not None and shard is None:  # named by its flags here, before the experiments load
             from .._outdir import OUTPUT_NAMES, check_out
 
             check_out(out, OUTPUT_NAMES, allow_nonempty=allow_nonempty, flags=True)
         overrides = {"masks": masks or None, "depth": depth, "n_samples": n_samples, "extra_models": models or None}
         overrides = {k: v for k, v in overrides.items() if v is not None}
-        result = run_experiment(name, scale, out, seed, text=text, n_tokens=n_tokens, cache_dir=cache_dir,
-                                overrides=overrides, device=device, progress=progress and not as_json,
-                                nearby=nearby, executor=executor, workers=workers, address=address,
-                                recompute=recompute, wait=wait, allow_nonempty=allow_nonempty)
+        result = run_experiment(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides,
+                                nearby=nearby, execution=execution, storage=storage)
+        if shard is not None:
+            print_shard(result, as_json)
+            return
         if as_json:
             print_json({"out": str(result.out), "config_hash": result.config["config_hash"], "claims": result.claims},
                        indent=2)
             return
         print_summary(result)
+
+
+def print_shard(result, as_json: bool) -> None:
+    """What a shard computed and where it is (stdout): its units, computed and read from
+    the cache, the run's config hash (every shard of a run and the run itself share it)."""
+    cost, config = result.config["cost"], result.config
+    if as_json:
+        print_json({"shard": config["shard"], "config_hash": config["config_hash"],
+                    "cache": config["execution"]["cache"], **{k: cost[k] for k in ("units", "units_computed",
+                                                                                    "units_cached")}}, indent=2)
+        return
+    typer.echo(f"shard {config['shard']} of {', '.join(config['experiments'])} ({config['scale']}, hash "
+               f"{config['config_hash']}): {cost['units']} units, {cost['units_computed']} computed, "
+               f"{cost['units_cached']} from the cache, in {result.seconds:.0f} s")
+    typer.echo(f"cache: {config['execution']['cache']}; once every shard is done, the same command without --shard "
+               "on this cache writes the result")
 
 
 def refuse_ignored(ctx: typer.Context, command: str) -> None:

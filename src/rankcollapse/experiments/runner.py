@@ -12,6 +12,7 @@ import logging
 import time
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -25,9 +26,9 @@ from ..models.probe import check_positions
 from ..sweep.cache import UnitCache
 from ..sweep.context import RunContext, data_spec
 from ..sweep.engine import run_units
-from ..sweep.executors import check_ray_reachable, make_executor, validate_executor
+from ..sweep.executors import ExecutionConfig, check_ray_reachable, make_executor
 from ..sweep.progress import UnitProgress
-from ..sweep.units import Unit, numerics_key, unit_labels
+from ..sweep.units import Shard, Unit, numerics_key, unit_labels
 from . import claims as claims_mod
 from .axis import axis_units, claims_with_axes
 from .controls import assess, evaluate_controls
@@ -326,13 +327,96 @@ def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units:
     return table, timings
 
 
+@dataclass(frozen=True)
+class StorageConfig:
+    """Where a run keeps its numbers: the unit cache and the output folder's policy.
+
+    Attributes
+    ----------
+    cache_dir : folder of the unit cache (default :func:`default_cache_dir`), which
+        runs, worker machines and the shards of a run may share.
+    recompute : recompute every unit of the run and overwrite its cache entries.
+    write : write the outputs into ``out`` (False: return the result only).
+    wait : if another run holds ``out``, wait for it instead of failing.
+    allow_nonempty : write into a non-empty ``out`` that no run wrote (its files stay;
+        by default such a folder is refused).
+    """
+
+    cache_dir: str | Path | None = None
+    recompute: bool = False
+    write: bool = True
+    wait: bool = False
+    allow_nonempty: bool = False
+
+
+@dataclass
+class RunPlan:
+    """Everything a run computes and decides, known before any unit runs
+    (:func:`plan_run`): the configs, the default units, every claim's nearby settings
+    and their units, the run context, the cache and the output folder."""
+
+    cfgs: list[dict[str, Any]]
+    units: list[Unit]
+    near_plan: list
+    near_units: list[Unit]
+    labels: dict[str, str]
+    ctx: RunContext
+    cache: UnitCache
+    out: Path
+    scale: str
+    seed: int
+    overrides: dict[str, Any]
+
+    @property
+    def title(self) -> str:
+        return "/".join(c["name"] for c in self.cfgs)
+
+    def config(self, shard: Shard | None = None) -> dict[str, Any]:
+        """``config.json`` content (:func:`run_config`); a shard's names itself."""
+        config = run_config(self.cfgs, self.scale, self.seed, self.ctx.data, self.overrides, self.units, self.labels)
+        return config if shard is None else {**config, "shard": str(shard)}
+
+
+def plan_run(name: str | None, scale: str, out: str | Path | None, seed: int, *, text: str | Path | None,
+             n_tokens: int | None, overrides: dict[str, Any] | None, nearby: bool, execution: ExecutionConfig,
+             storage: StorageConfig) -> RunPlan:
+    """Validate every argument and plan the run (:func:`plan`, :func:`nearby_plan`)
+    before anything is written: no output folder, lock or cache entry is created here.
+    The raises of :func:`run_experiment`."""
+    seed = check_int(seed, "seed", low=0)
+    if n_tokens is not None:
+        n_tokens = check_int(n_tokens, "n_tokens", low=2)
+    device = str(check_device(execution.device))
+    overrides = run_overrides(overrides)
+    cfgs, units, data = plan(name, scale, seed, text=text, n_tokens=n_tokens, overrides=overrides)
+    out = Path(out) if out is not None else Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    cache = UnitCache(Path(storage.cache_dir) if storage.cache_dir is not None else default_cache_dir(out),
+                      recompute=storage.recompute)
+    if execution.shard is not None:
+        for arg in ("wait", "allow_nonempty"):
+            if getattr(storage, arg):
+                raise ConfigError(f"does not apply to shard {execution.shard}: a shard writes only into the unit "
+                                  "cache, never into out", argument=arg)
+    elif storage.write:  # a foreign folder, an untrusted manifest, a planted link, a user's report.md: refused here
+        check_out(out, OUTPUT_NAMES, allow_nonempty=storage.allow_nonempty)
+    check_writable(cache.root, folder=True, option="cache_dir")
+    if execution.executor == "ray" and execution.address is not None:
+        check_ray_reachable(execution.address)  # before --out is locked: a refused run leaves nothing behind
+    # the whole plan up front: default units and every claim's nearby settings
+    near_plan = nearby_plan(cfgs, units) if nearby else []
+    near_units = plan_units(near_plan)
+    return RunPlan(cfgs, units, near_plan, near_units, unit_labels(units + near_units), RunContext(data, device),
+                   cache, out, scale, seed, overrides)
+
+
 def run_experiment(name: str | None = "main", scale: str = "quick", out: str | Path | None = None, seed: int = 0, *,
-                   text: str | Path | None = None, n_tokens: int | None = None, cache_dir: str | Path | None = None,
-                   overrides: dict[str, Any] | None = None, device: str = "cpu", progress: bool = True,
-                   nearby: bool = True, write: bool = True, executor: str = "serial", workers: int | None = None,
-                   address: str | None = None, recompute: bool = False, wait: bool = False,
-                   allow_nonempty: bool = False) -> RunResult:
+                   text: str | Path | None = None, n_tokens: int | None = None,
+                   overrides: dict[str, Any] | None = None, nearby: bool = True,
+                   execution: ExecutionConfig | None = None, storage: StorageConfig | None = None) -> RunResult:
     """Run experiment ``name`` (``main``, ``fig2``, ``fig3``, ``fig4``, ``theory``, ``geometry``, ``influence``, ``laws`` or ``all``).
+
+    Three steps: plan every unit (:func:`plan_run`), compute them (from the cache where
+    it has them), then decide the claims, run their nearby settings and write the outputs.
 
     Parameters
     ----------
@@ -343,22 +427,24 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     n_tokens : tokens per window N (default :data:`DEFAULT_N_TOKENS`); refused where no unit reads the run's windows at its N.
     overrides : ``masks`` (list of specs), ``depth``, ``n_samples`` (windows), ``extra_models``.
     nearby : run the pre-registered nearby settings of claims not reproduced.
-    executor, workers, address : where units run (:func:`.executors.make_executor`);
-        the numbers do not depend on them.
-    recompute : recompute every unit of the run and overwrite its cache entries.
-    wait : if another run holds ``out``, wait for it instead of failing.
-    allow_nonempty : write into a non-empty ``out`` that no run wrote (its files stay;
-        by default such a folder is refused).
+    execution : where units run, the device, progress, and a shard
+        (:class:`~rankcollapse.sweep.ExecutionConfig`; default serial on the CPU). With
+        ``shard="I/K"`` the run computes only shard I of K of its planned units (nearby
+        settings included) into the cache and decides and writes nothing: its result has
+        no claims, its table the shard's rows. A run without a shard on the same cache
+        then computes nothing the shards computed.
+    storage : the unit cache and the output folder's policy (:class:`StorageConfig`).
 
     Raises
     ------
     ConfigError, MaskError, DataError, AssetMissingError, ModelError
         Bad input (a negative seed, an unknown or absent device, an ``out`` or
         ``cache_dir`` that cannot be a folder, a non-empty ``out`` that no run wrote,
-        windows longer than a model's positions, an option no unit applies), raised before the output folder or
-        any cache entry is created.
+        windows longer than a model's positions, an option no unit applies, ``wait`` or
+        ``allow_nonempty`` with a shard), raised before the output folder or any cache
+        entry is created.
     OutputBusyError
-        Another live run holds ``out`` (and ``wait`` is false).
+        Another live run holds ``out`` (and ``storage.wait`` is false).
 
     See Also
     --------
@@ -372,67 +458,71 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     16-token windows): the tidy table and the claim records.
 
     >>> import tempfile
+    >>> from rankcollapse.sweep import ExecutionConfig
     >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     result = run_experiment("fig4", "smoke", out=f"{tmp}/run", cache_dir=f"{tmp}/cache", n_tokens=16,
-    ...                             overrides={"n_samples": 2}, progress=False, nearby=False, write=False)
+    ...     result = run_experiment("fig4", "smoke", out=f"{tmp}/run", n_tokens=16, overrides={"n_samples": 2},
+    ...                             nearby=False, execution=ExecutionConfig(progress=False),
+    ...                             storage=StorageConfig(cache_dir=f"{tmp}/cache", write=False))
     >>> sorted(result.table["source"].unique())
     ['pretrained_sa', 'probe']
     >>> [c["id"] for c in result.claims]
     ['C12']
     """
     t0, usage0 = time.perf_counter(), _cpu_seconds()
-    # every argument is checked before the first write (output folder, cache entry)
-    seed = check_int(seed, "seed", low=0)
-    if n_tokens is not None:
-        n_tokens = check_int(n_tokens, "n_tokens", low=2)
-    device = str(check_device(device))
-    overrides = run_overrides(overrides)
-    cfgs, units, data = plan(name, scale, seed, text=text, n_tokens=n_tokens, overrides=overrides)
-    ctx = RunContext(data, device)
-    out = Path(out) if out is not None else Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    cache = UnitCache(Path(cache_dir) if cache_dir is not None else default_cache_dir(out), recompute=recompute)
-    if write:  # a foreign folder, an untrusted manifest, a planted link, a user's report.md: refused here
-        check_out(out, OUTPUT_NAMES, allow_nonempty=allow_nonempty)
-    check_writable(cache.root, folder=True, option="cache_dir")
-    validate_executor(executor, workers=workers, address=address)
-    if executor == "ray" and address is not None:
-        check_ray_reachable(address)  # before --out is locked: a refused run leaves nothing behind
-    cache.remove_orphans()  # temporary files of writers that died a day ago or more
-    _preflight(ctx, [u for u in units if not cache.has(u)])
-    # the whole plan up front: default units and every claim's nearby settings
-    near_plan = nearby_plan(cfgs, units) if nearby else []
-    near_units = plan_units(near_plan)
-    labels = unit_labels(units + near_units)
-    cached = {u.hash for u in units + near_units if cache.has(u)}
+    execution = execution or ExecutionConfig()
+    storage = storage or StorageConfig()
+    rp = plan_run(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides, nearby=nearby,
+                  execution=execution, storage=storage)
+    shard = execution.shard
+    todo = shard.select(rp.units + rp.near_units) if shard is not None else rp.units + rp.near_units
+    rp.cache.remove_orphans()  # temporary files of writers that died a day ago or more
+    _preflight(rp.ctx, [u for u in todo if not rp.cache.has(u)])
+    cached = {u.hash for u in todo if rp.cache.has(u)}
     with ExitStack() as stack:
-        if write:
+        if storage.write and shard is None:
             # the previous run's outputs (and its marker) stay until this one is published
-            stack.enter_context(OutputFolder(out, OUTPUT_NAMES, wait=wait, allow_nonempty=allow_nonempty))
-        ex = make_executor(executor, workers=workers, address=address, data=data, device=device)
+            stack.enter_context(OutputFolder(rp.out, OUTPUT_NAMES, wait=storage.wait,
+                                             allow_nonempty=storage.allow_nonempty))
+        ex = make_executor(execution.executor, workers=execution.workers, address=execution.address,
+                           data=rp.ctx.data, device=str(rp.ctx.device))
         stack.callback(ex.close)
         stack.enter_context(using_executor(ex))
-        bar = stack.enter_context(UnitProgress("/".join(c["name"] for c in cfgs), len(units) + len(near_units),
-                                               enabled=progress))
-        bar.expect(u for u in units + near_units if u.hash not in cached)
-        bar.start(len(cached), len(units) + len(near_units) - len(cached), getattr(ex, "workers", 1), ex.name,
-                  groups=[("default settings", len(units)), ("nearby settings", len(near_units))])
-        table, timings = compute_units(units, ctx, cache, progress=bar, labels=labels)
-        records = evaluate_claims(cfgs, table, scale, overrides, data["n_tokens"])
-        _drop_undecided(bar, near_plan, near_units, records, cached)
-        near, near_t = run_nearby(cfgs, records, units, ctx, cache, progress=bar, default=table, plan=near_plan,
-                                  labels=labels) if nearby else (None, [])
-        if near is not None:
-            table = normalise(pd.concat([table, near], ignore_index=True))
+        title = rp.title if shard is None else f"{rp.title} shard {shard} of {len(rp.units) + len(rp.near_units)} units"
+        bar = stack.enter_context(UnitProgress(title, len(todo), enabled=execution.progress))
+        bar.expect(u for u in todo if u.hash not in cached)
+        groups = [("default settings", len(rp.units)), ("nearby settings", len(rp.near_units))] if shard is None else None
+        bar.start(len(cached), len(todo) - len(cached), getattr(ex, "workers", 1), ex.name, groups=groups)
+        if shard is not None:
+            table, timings = compute_units(todo, rp.ctx, rp.cache, progress=bar, labels=rp.labels)
+            records, config = [], rp.config(shard)
+        else:
+            table, records, timings = _compute_and_decide(rp, bar, cached)
+            config = rp.config()
         ex.close()  # worker processes end here, so their CPU time is counted below
-        config = run_config(cfgs, scale, seed, data, overrides, units, labels)
         config["execution"] = {"executor": ex.name, "workers": getattr(ex, "workers", 1), "numerics": numerics_key(),
-                               "cache": str(cache.root)}
+                               "cache": str(rp.cache.root)}
         seconds = time.perf_counter() - t0
-        config["cost"] = run_cost(timings + near_t, seconds, _cpu_seconds() - usage0)
-        result = RunResult(out, table, records, config, timings + near_t, seconds)
-        if write:
+        config["cost"] = run_cost(timings, seconds, _cpu_seconds() - usage0)
+        result = RunResult(rp.out, table, records, config, timings, seconds)
+        if storage.write and shard is None:
             write_outputs(result)
     return result
+
+
+def _compute_and_decide(rp: RunPlan, bar: UnitProgress, cached: set[str]
+                        ) -> tuple[pd.DataFrame, list[dict[str, Any]], list[dict[str, Any]]]:
+    """Compute the default units, decide the claims, run the nearby settings of the
+    decided ones: (table, claim records, timings)."""
+    table, timings = compute_units(rp.units, rp.ctx, rp.cache, progress=bar, labels=rp.labels)
+    records = evaluate_claims(rp.cfgs, table, rp.scale, rp.overrides, rp.ctx.data["n_tokens"])
+    _drop_undecided(bar, rp.near_plan, rp.near_units, records, cached)
+    if not rp.near_plan:
+        return table, records, timings
+    near, near_t = run_nearby(rp.cfgs, records, rp.units, rp.ctx, rp.cache, progress=bar, default=table,
+                              plan=rp.near_plan, labels=rp.labels)
+    if near is not None:
+        table = normalise(pd.concat([table, near], ignore_index=True))
+    return table, records, timings + near_t
 
 
 def _drop_undecided(bar: UnitProgress, near_plan: list, near_units: list[Unit], records: list[dict[str, Any]],

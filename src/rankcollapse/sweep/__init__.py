@@ -21,9 +21,9 @@ from .._lazy import attach
 
 __getattr__, __dir__, __all__ = attach(__name__, {
     "units": ("Unit", "UnitKind", "register_unit_kind", "unit_kind", "unit_kinds", "unit_labels", "code_fingerprint",
-              "numerics_key", "NUMERICS_VERSION"),
+              "numerics_key", "NUMERICS_VERSION", "Shard"),
     "cache": ("UnitCache",),
-    "executors": ("make_executor", "validate_executor", "EXECUTOR_NAMES"),
+    "executors": ("ExecutionConfig", "make_executor", "validate_executor", "EXECUTOR_NAMES"),
     "progress": ("UnitProgress",),
     "context": ("RunContext", "data_spec"),
     "engine": ("run_units",),
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .cache import UnitCache
     from .context import RunContext, data_spec
     from .engine import run_units
-    from .executors import EXECUTOR_NAMES, make_executor, validate_executor
+    from .executors import EXECUTOR_NAMES, ExecutionConfig, make_executor, validate_executor
     from .progress import UnitProgress
-    from .units import (NUMERICS_VERSION, Unit, UnitKind, code_fingerprint, numerics_key, register_unit_kind, unit_kind,
-                        unit_kinds, unit_labels)
+    from .units import (NUMERICS_VERSION, Shard, Unit, UnitKind, code_fingerprint, numerics_key, register_unit_kind,
+                        unit_kind, unit_kinds, unit_labels)

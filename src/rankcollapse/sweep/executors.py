@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..errors import ConfigError, excerpt
 from .context import RunContext
-from .units import Unit, UnitFn
+from .units import Shard, Unit, UnitFn
 
 #: Intra-op torch threads of every unit, under every executor (see the module docstring).
 UNIT_THREADS = 1
@@ -326,6 +326,47 @@ def validate_executor(name: str, *, workers: int | None = None, address: str | N
 
         if importlib.util.find_spec("ray") is None:
             raise ConfigError("'ray' needs Ray: pip install 'rankcollapse[distributed]'", argument="executor")
+
+
+@dataclass(frozen=True)
+class ExecutionConfig:
+    """Where and how a run computes its units; the numbers do not depend on it.
+
+    Attributes
+    ----------
+    executor : "serial" | "processes" | "ray"
+        Where units run (:data:`EXECUTOR_NAMES`).
+    workers : int or None
+        Worker processes (``processes``; default every core) or CPUs of a private local
+        Ray instance (``ray`` without ``address``).
+    address : str or None
+        Ray cluster address (``auto``, ``host:port``); only with ``ray``.
+    device : str
+        torch device of the simulated units.
+    progress : bool
+        Report progress on stderr (:mod:`.progress`).
+    shard : Shard, "I/K" or None
+        Compute only shard I of K of the run's units into the cache
+        (:class:`~.units.Shard`); None: every unit.
+
+    Raises
+    ------
+    ConfigError
+        Bad executor options (:func:`validate_executor`) or a bad shard spec
+        (:meth:`Shard.parse`); each error names its argument.
+    """
+
+    executor: str = "serial"
+    workers: int | None = None
+    address: str | None = None
+    device: str = "cpu"
+    progress: bool = True
+    shard: Shard | str | None = None
+
+    def __post_init__(self) -> None:
+        validate_executor(self.executor, workers=self.workers, address=self.address)
+        if self.shard is not None:
+            object.__setattr__(self, "shard", Shard.parse(self.shard))
 
 
 def make_executor(name: str, *, workers: int | None = None, address: str | None = None,

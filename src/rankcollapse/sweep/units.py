@@ -230,3 +230,57 @@ def unit_labels(units: list[Unit]) -> dict[str, str]:
         clash = {lab for lab in labels.values() if list(labels.values()).count(lab) > 1}
         out.update({h: (lab[:-1] + f", unit={h}]" if lab in clash else lab) for h, lab in labels.items()})
     return out
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` of ``count`` (1-based) of a run's units: what one machine or
+    session computes into a shared cache when a run is spread over several.
+
+    The partition depends on the unit keys only (never on the cache, the executor or
+    the machine), so every shard of a run, wherever it runs, agrees on it: the units,
+    sorted by cost class (:func:`~.progress.cost_class`: kind and model) and then by key,
+    are dealt round-robin, so each shard gets its share of every class of unit.
+
+    >>> Shard.parse("2/3")
+    Shard(index=2, count=3)
+    >>> str(Shard(1, 2))
+    '1/2'
+    """
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (self.index, self.count))
+        if not ok or self.count < 1 or not 1 <= self.index <= self.count:
+            raise ConfigError(f"must be I/K with 1 <= I <= K, got {self.index!r}/{self.count!r}", argument="shard")
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    @classmethod
+    def parse(cls, spec: "str | Shard") -> "Shard":
+        """``"I/K"`` (or a :class:`Shard`) as a :class:`Shard`.
+
+        Raises
+        ------
+        ConfigError
+            Not two integers ``I/K`` with ``1 <= I <= K`` (``argument="shard"``).
+        """
+        if isinstance(spec, Shard):
+            return spec
+        parts = str(spec).strip().split("/")
+        if len(parts) != 2 or not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
+            raise ConfigError(f"must be I/K (shard I of K, e.g. 1/4), got {str(spec)[:40]!r}", argument="shard")
+        return cls(int(parts[0]), int(parts[1]))
+
+    def select(self, units: list[Unit]) -> list[Unit]:
+        """The units of this shard, in the order of ``units`` (a unit listed twice
+        counts once)."""
+        from .progress import cost_class
+
+        distinct = list({u.hash: u for u in units}.values())
+        ranked = sorted(distinct, key=lambda u: (cost_class(u), u.hash))
+        mine = {u.hash for u in ranked[self.index - 1::self.count]}
+        return [u for u in distinct if u.hash in mine]
