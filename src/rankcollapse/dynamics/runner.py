@@ -23,6 +23,7 @@ from .._memory import check_memory, check_simulate_tokens
 from ..masks import Mask, resolve_mask
 from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, STEP_METRICS, compute_metrics
+from ..metrics.registry import WEIGHT_METRICS
 from ..metrics._context import MetricContext, RankTolerance
 from ..metrics.registry import UNSCALED_METRICS
 from ..metrics.core import mu_finite
@@ -168,26 +169,28 @@ def _peak(X: torch.Tensor) -> float:
 
 
 def _metric_fn(metrics, scratch: dict | None = None) -> tuple[tuple[str, ...], Callable, bool]:
-    """Names, ``measure(X, mask, peak, prev=None) -> {name: (B,)}`` (``peak`` =
+    """Names, ``measure(X, mask, peak, prev=None, layer=None) -> {name: (B,)}`` (``peak`` =
     :func:`_peak` of X, ``prev`` the state one layer earlier, None at the input: the
-    metrics of :data:`~rankcollapse.metrics.STEP_METRICS` are NaN there) and whether a
+    metrics of :data:`~rankcollapse.metrics.STEP_METRICS` are NaN there; ``layer`` the
+    weights the metrics of :data:`~rankcollapse.metrics.registry.WEIGHT_METRICS` read) and whether a
     metric needs the mask. ``scratch``: the attention's working arrays
     (:func:`~.attention.kept`); the centred tokens of μ go into its ``"tokens"`` buffer,
     idle between layers."""
     if isinstance(metrics, Mapping):
         fns = dict(metrics)
-        return tuple(fns), lambda X, mask, peak, prev=None: {k: f(X) for k, f in fns.items()}, False
+        return tuple(fns), lambda X, mask, peak, prev=None, layer=None: {k: f(X) for k, f in fns.items()}, False
     names = tuple(DEFAULT_SIM_METRICS if metrics is None else ([metrics] if isinstance(metrics, str) else metrics))
     if "attention_entropy" in names:  # a metric of A(t), not of X(t)
         raise ConfigError("attention_entropy is a metric of attention probabilities, not of tokens: simulate with "
                           "run=RunConfig(record_attention=True) and apply rankcollapse.metrics.attention_entropy to each "
                           "result.attention[t] (phase reports it per cell)")
-    unknown = [n for n in names if n not in METRICS and n not in STEP_METRICS]
+    unknown = [n for n in names if n not in METRICS and n not in STEP_METRICS and n not in WEIGHT_METRICS]
     if unknown:
-        raise ConfigError(f"unknown metrics {unknown}; choose from {sorted([*METRICS, *STEP_METRICS])}")
+        raise ConfigError(f"unknown metrics {unknown}; choose from {sorted([*METRICS, *STEP_METRICS, *WEIGHT_METRICS])}")
     uses_mask = any(METRICS[n].uses_mask for n in names if n in METRICS)
     step = tuple(n for n in names if n in STEP_METRICS)  # of (X(t-1), X(t)): computed from prev
-    state = tuple(n for n in names if n not in STEP_METRICS)
+    weighted = tuple(n for n in names if n in WEIGHT_METRICS)  # of X(t) and the weights of layer max(t, 1)
+    state = tuple(n for n in names if n not in STEP_METRICS and n not in WEIGHT_METRICS)
 
     # metrics of the row norms and μ read X itself; the others a normalised copy of it
     unscaled = tuple(n for n in state if n in UNSCALED_METRICS)
@@ -208,20 +211,23 @@ def _metric_fn(metrics, scratch: dict | None = None) -> tuple[tuple[str, ...], C
         out.update((n, METRICS[n].fn(ctx)) for n in unscaled)
         return out
 
-    def measure(X, mask, peak, prev=None):
+    def measure(X, mask, peak, prev=None, layer=None):
         out = measure_state(X, mask, peak)
         for n in step:
             out[n] = (torch.full(X.shape[:1], math.nan, dtype=torch.float64) if prev is None
                       else STEP_METRICS[n].fn(prev, X))
+        for n in weighted:
+            out[n] = WEIGHT_METRICS[n].fn(X, layer)
         return {n: out[n] for n in names}
 
     return names, measure, uses_mask
 
 
-def _measure_at(measure: Callable, X: torch.Tensor, mask, t: int, peak: float | None = None, prev=None) -> dict:
-    """``measure(X, mask, peak, prev)``, with a metric failure naming the layer it happened after."""
+def _measure_at(measure: Callable, X: torch.Tensor, mask, t: int, peak: float | None = None, prev=None,
+                layer=None) -> dict:
+    """``measure(X, mask, peak, prev, layer)``, with a metric failure naming the layer it happened after."""
     try:
-        return measure(X, mask, _peak(X) if peak is None else peak, prev)
+        return measure(X, mask, _peak(X) if peak is None else peak, prev, layer)
     except MetricError as exc:
         raise MetricError(f"after layer {t}: {exc}") from None
 
@@ -283,7 +289,7 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
     there: the rows measured so far are kept."""
     B = X.shape[0]
     peak = _peak(X)
-    rows = [_measure_at(measure, X, metric_mask, 0, peak)]
+    rows = [_measure_at(measure, X, metric_mask, 0, peak, layer=weights[0])]
     states = [X.cpu()] if record_states else None
     zero_rows: list = []
     final = stop = None
@@ -300,7 +306,7 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                                       "use dtype=torch.float64, a smaller-norm value family, or a normalisation")
                 zero_rows.append(z)
                 try:
-                    rows.append(_measure_at(measure, X, metric_mask, t + 1, peak, prev))
+                    rows.append(_measure_at(measure, X, metric_mask, t + 1, peak, prev, lw))
                 except MetricError:
                     zero = _zero_samples(X)
                     if not zero or not prev_peak < _underflow_range(X.dtype):  # e.g. W_V = 0: an error, as before
@@ -316,7 +322,8 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
             if cfg.final_norm and stop is None:
                 Xf, _ = apply_norm(X, cfg.norm, cfg.eps, dyt_alpha=cfg.dyt_alpha)
                 final = {k: v.detach().to("cpu", torch.float64).reshape(B)
-                         for k, v in _measure_at(measure, Xf, metric_mask, len(weights)).items()}
+                         for k, v in _measure_at(measure, Xf, metric_mask, len(weights),
+                                                 layer=weights[-1]).items()}
     finally:
         zero_rows = [int(z) for z in zero_rows]
         warn_zero_rows(zero_rows, stacklevel=3)
@@ -430,8 +437,9 @@ def simulate(X0, mask, *, run: RunConfig, block: str | BlockConfig = "pure", d_q
         would be ignored); the config records their heads and ``W_O``.
     shared : one layer's drawn weights for all layers.
     metrics : names from ``rankcollapse.metrics.METRICS`` (default ``("mu",
-        "mu_relative")``) or ``STEP_METRICS`` (``angular_speed``: of X(t-1), X(t), NaN in
-        row 0), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
+        "mu_relative")``), ``STEP_METRICS`` (``angular_speed``: of X(t-1), X(t), NaN in
+        row 0) or ``WEIGHT_METRICS`` (``v1_alignment``: of X(t) and the weights of layer
+        ``max(t, 1)``), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
 
     The backends of ``run.backend``: ``"dense"``, ``"blocked"`` (windowed kernel, memory
     O(edges), :mod:`.sparse`; ``run.block_size`` query rows per block), ``"flex"``

@@ -14,7 +14,7 @@ import torch
 from .._memory import check_memory
 from .._validate import check_float
 from ..errors import MetricError
-from . import _context, core, geometry, graph, motion, spectral
+from . import _context, core, geometry, graph, motion, power, spectral
 from .attention import attention_entropy, participation_ratio, row_mass_deficit
 from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
@@ -118,6 +118,18 @@ STEP_METRICS: dict[str, MetricSpec] = {
 its layer loop (``metrics=["angular_speed"]``; row 0, the input, is NaN);
 :func:`compute_metrics` refuses them."""
 
+WEIGHT_METRICS: dict[str, MetricSpec] = {
+    "v1_alignment": MetricSpec(
+        "v1_alignment", power.layer_v1_alignment,
+        "(1/N) sum_i |<x_i/||x_i||, v_1>|, v_1 the principal eigenvector of the layer's W_O W_V "
+        "(row convention: of (W_V W_O)^T)"),
+}
+"""Metrics of a token matrix and the weights of the layer that acts on it:
+``fn(X, layer) -> (B,)``, ``layer`` a :class:`~rankcollapse.dynamics.LayerWeights`
+(``metrics/power.py``). :func:`~rankcollapse.dynamics.simulate` computes them in its
+layer loop, row ``t`` with layer ``max(t, 1)`` (the input with the first layer);
+:func:`compute_metrics` refuses them."""
+
 #: A metric name: it becomes a table column, a CLI list item and a keyword.
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -178,7 +190,7 @@ def register_metric(name: str, fn: Callable[..., torch.Tensor], description: str
     """
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise MetricError(f"metric name must be a lower-case identifier ([a-z][a-z0-9_]*), got {name!r}")
-    taken = METRICS.get(name) or ATTENTION_METRICS.get(name) or STEP_METRICS.get(name)
+    taken = METRICS.get(name) or ATTENTION_METRICS.get(name) or STEP_METRICS.get(name) or WEIGHT_METRICS.get(name)
     if taken is not None:
         raise MetricError(f"metric {name!r} is already registered (fn={getattr(taken.fn, '__name__', taken.fn)}); "
                           "choose another name")
@@ -365,6 +377,10 @@ def compute_metrics(
     if step:
         raise MetricError(f"{step} are metrics of two consecutive states X(t), X(t+1), not of one X: call "
                           "rankcollapse.metrics.STEP_METRICS[name].fn(X_prev, X_next), or simulate(metrics=...)")
+    weighted = [n for n in unknown if n in WEIGHT_METRICS]
+    if weighted:
+        raise MetricError(f"{weighted} are metrics of X and a layer's weights: call "
+                          "rankcollapse.metrics.WEIGHT_METRICS[name].fn(X, layer), or simulate(metrics=...)")
     if unknown:
         raise MetricError(f"unknown metric(s) {unknown}; available: {', '.join((*METRICS, *ATTENTION_METRICS))}")
     if not names:
