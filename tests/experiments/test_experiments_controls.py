@@ -19,6 +19,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "quick"
 GEOMETRY = RESULTS.parent / "geometry-quick"  # `all`'s geometry claims, committed apart (docs/results.md)
 INFLUENCE = RESULTS.parent / "influence-quick"  # `all`'s position-bias claims, committed apart (docs/results.md)
 LAWS = RESULTS.parent / "laws-quick"  # `all`'s temperature-law claims, committed apart (docs/results.md)
+ENERGY = RESULTS.parent / "energy-quick"  # `all`'s energy claims, committed apart (docs/results.md)
 CLAIMS = {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
 
 
@@ -72,7 +73,7 @@ def test_controls_read_through_the_rule():
 
 
 def test_every_claim_has_a_positive_and_a_negative_control():
-    assert len(CLAIMS) == 23
+    assert len(CLAIMS) == 25
     for cid, claim in CLAIMS.items():
         ctl = claim.get("controls")
         assert ctl and ctl["positive"]["why"].strip() and ctl["negative"]["why"].strip(), cid
@@ -86,8 +87,9 @@ def test_committed_quick_run_controls_pass_through_the_real_pipeline():
     round-off with round-off), on the rows of the committed quick run (the same units, selections,
     floors and rules as the claims; tests/experiments/test_experiments_results_doc.py ties
     that run to today's configs)."""
-    claims = [c for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS) for c in json.loads((d / "claims.json").read_text())]
-    assert len(claims) == 29  # the quick run's 18 (C06, C07 with their N axis), 5 geometry, 4 position bias, 2 laws
+    claims = [c for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS, ENERGY)
+              for c in json.loads((d / "claims.json").read_text())]
+    assert len(claims) == 31  # the quick run's 18 (C06, C07 with their N axis), 5 geometry, 4 position bias, 2 laws, 2 energy
     for c in claims:
         ctl = c["controls"]
         assert ctl["positive"]["verdict"] == "reproduced", (c["id"], ctl["positive"])

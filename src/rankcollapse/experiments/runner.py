@@ -89,7 +89,7 @@ def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
 DEFAULT_N_TOKENS = 128
 #: Unit kinds that read the run's text windows (the text, and ``n_tokens`` unless the
 #: unit sets its own); the others (``theory``, ``mask_influence``, ``temperature_law``) read no text.
-TEXT_UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "model_influence")
+TEXT_UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "model_influence", "energy")
 
 
 def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, n_tokens: int | None = None,
@@ -332,7 +332,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
                    nearby: bool = True, write: bool = True, executor: str = "serial", workers: int | None = None,
                    address: str | None = None, recompute: bool = False, wait: bool = False,
                    allow_nonempty: bool = False) -> RunResult:
-    """Run experiment ``name`` (``main``, ``fig2``, ``fig3``, ``fig4``, ``theory``, ``geometry``, ``influence``, ``laws`` or ``all``).
+    """Run experiment ``name`` (``main``, ``fig2``, ``fig3``, ``fig4``, ``theory``, ``geometry``, ``influence``, ``laws``, ``energy`` or ``all``).
 
     Parameters
     ----------
