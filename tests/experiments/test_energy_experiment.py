@@ -14,9 +14,10 @@ from cli._harness import run_cli
 from rankcollapse.experiments import claims as C
 from rankcollapse.experiments.config import load_config
 from rankcollapse.experiments.controls import evaluate_controls
-from rankcollapse.experiments.energy_units import (
-    CONTROL_RADII, energy_rows, rows_energy_aligned, rows_energy_rising, rows_energy_spread, rows_energy_turning,
+from rankcollapse.experiments.energy_controls import (
+    CONTROL_RADII, rows_energy_aligned, rows_energy_rising, rows_energy_spread, rows_energy_turning,
 )
+from rankcollapse.experiments.energy_units import energy_rows
 from rankcollapse.experiments.table import rows_from_metrics
 
 LABELS = {"source": "energy", "variant": "full", "dtype": "float32"}
