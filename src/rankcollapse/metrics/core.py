@@ -303,10 +303,10 @@ def interaction_energy(X, *, beta: float = ENERGY_BETA, padding_mask=None, dtype
     """Interaction energy of the token directions,
     ``E_beta = (1 / 2 beta) sum_{i,j} exp(beta <u_i, u_j>)``, ``u_i = x_i / ||x_i||``.
 
-    The energy that the attention dynamics on the sphere increase along their flow
-    (Geshkovski, Letrouit, Polyanskiy & Rigollet, "A mathematical perspective on
-    Transformers", 2023, Sec. 3: for ``V = I`` the flow is its gradient ascent), on the
-    normalised tokens; the sum runs over all ordered pairs, ``i = j`` included. It lies in
+    The interaction energy of Geshkovski, Letrouit, Polyanskiy & Rigollet ("A mathematical
+    perspective on Transformers", 2023): with ``V = I`` and attention left unnormalised,
+    the attention dynamics of tokens on the sphere are its gradient ascent, so it grows
+    along them. Here of the normalised tokens; the sum runs over all ordered pairs, ``i = j`` included. It lies in
     ``[N^2 e^{-beta} / 2 beta, N^2 e^beta / 2 beta]``: ``N^2 e^beta / 2 beta`` when every
     token points the same way, ``(N e^beta + N (N - 1)) / 2 beta`` for orthonormal tokens.
     Computed in log space (``logsumexp``), so no term overflows on its way, and returned
