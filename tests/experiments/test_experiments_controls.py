@@ -20,6 +20,7 @@ GEOMETRY = RESULTS.parent / "geometry-quick"  # `all`'s geometry claims, committ
 INFLUENCE = RESULTS.parent / "influence-quick"  # `all`'s position-bias claims, committed apart (docs/results.md)
 LAWS = RESULTS.parent / "laws-quick"  # `all`'s temperature-law claims, committed apart (docs/results.md)
 POWER = RESULTS.parent / "power-quick"  # `all`'s power-method claims, committed apart (docs/results.md)
+ENERGY = RESULTS.parent / "energy-quick"  # `all`'s energy claims, committed apart (docs/results.md)
 CLAIMS = {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
 
 
@@ -73,7 +74,7 @@ def test_controls_read_through_the_rule():
 
 
 def test_every_claim_has_a_positive_and_a_negative_control():
-    assert len(CLAIMS) == 26
+    assert len(CLAIMS) == 27
     for cid, claim in CLAIMS.items():
         ctl = claim.get("controls")
         assert ctl and ctl["positive"]["why"].strip() and ctl["negative"]["why"].strip(), cid
@@ -87,8 +88,9 @@ def test_committed_quick_run_controls_pass_through_the_real_pipeline():
     round-off with round-off), on the rows of the committed quick run (the same units, selections,
     floors and rules as the claims; tests/experiments/test_experiments_results_doc.py ties
     that run to today's configs)."""
-    claims = [c for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS, POWER) for c in json.loads((d / "claims.json").read_text())]
-    assert len(claims) == 32  # the quick run's 18 (C06, C07 with their N axis), 5 geometry, 4 position bias, 2 laws, 3 power
+    claims = [c for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS, POWER, ENERGY)
+              for c in json.loads((d / "claims.json").read_text())]
+    assert len(claims) == 34  # the quick run's 18 (C06, C07 with their N axis), 5 geometry, 4 position bias, 2 laws, 3 power, 2 energy
     for c in claims:
         ctl = c["controls"]
         assert ctl["positive"]["verdict"] == "reproduced", (c["id"], ctl["positive"])

@@ -206,6 +206,16 @@ def token_radius(X):
 
 ALL["token_radius"] = token_radius
 
+
+def interaction_energy(X, beta=1.0):
+    """(1 / 2 beta) sum_{i,j} exp(beta <u_i, u_j>) over the non-zero rows' directions."""
+    U = np.array(_nonzero_rows(X))
+    U = U / np.linalg.norm(U, axis=1, keepdims=True)
+    return float(np.exp(beta * (U @ U.T)).sum() / (2.0 * beta))
+
+
+ALL["interaction_energy"] = interaction_energy
+
 #: Registry metrics undefined below rank two (a MetricError there): the rest are
 #: computed on every input of the "all" tests.
 NEEDS_RANK_TWO = frozenset({"alpha_req"})

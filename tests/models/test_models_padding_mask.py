@@ -57,3 +57,27 @@ def test_padding_rows_may_lose_every_key():
     M[6, 7] = True  # a padding row that sees only padding: allowed
     with intervene(model, mask=M, attention_mask=_padding(n, 6)):
         pass
+
+
+def test_probe_records_interaction_energy_of_the_real_tokens_per_layer():
+    """probe(metrics=["interaction_energy"]) gives, per hidden state, the mean over windows
+    of E_1 of each window's real tokens alone (a padded window's padding rows left out), as
+    the metric on the plain forward's hidden states cut to the real rows."""
+    import numpy as np
+
+    from rankcollapse.data import Windows
+    from rankcollapse.metrics import interaction_energy
+    from rankcollapse.models import probe
+
+    model = build("bert")
+    n, real = 12, 8
+    x, am = ids(2, n), torch.ones(2, n, dtype=torch.long)
+    am[1, real:] = 0
+    table = probe(model, Windows(x, am, torch.zeros(2, n, dtype=torch.bool)), metrics=["interaction_energy"])
+    with torch.no_grad():
+        hidden = model(input_ids=x, attention_mask=am, output_hidden_states=True).hidden_states
+    rows = table[table.metric == "interaction_energy"].sort_values("layer")
+    assert list(rows["layer"]) == list(range(len(hidden)))
+    for (_, row), h in zip(rows.iterrows(), hidden):
+        want = [float(interaction_energy(h[0].double())), float(interaction_energy(h[1, :real].double()))]
+        assert row["mean"] == pytest.approx(np.mean(want), rel=1e-5)

@@ -15,7 +15,7 @@ from ._output import ALLOW_NONEMPTY_HELP, check_format, make_table, print_json, 
 #: to it would be ignored, so it is refused.
 SUBCOMMAND_OPTIONS = {"summary": {"fmt"}, "audit": {"fmt"}, "schedules": {"out", "scale", "seed", "allow_nonempty"}}
 
-HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, geometry, influence, laws, power, all, or schedules:
+HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, geometry, influence, laws, power, energy, all, or schedules:
 collapse rate of mask schedules at equal attention budget) on real
 Wikipedia windows and write the tidy table, plots, claims.json, config.json and a
 self-contained report.html to --out (default runs/<UTC time>). Results are cached by
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
     @app.command("reproduce", help=HELP)
     def reproduce(
         ctx: typer.Context,
-        name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, geometry, influence, laws, power, all, a comma-separated list (fig3,fig4), summary or audit."),
+        name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, geometry, influence, laws, power, energy, all, a comma-separated list (fig3,fig4), summary or audit."),
         target: Optional[Path] = typer.Argument(None, help="With `summary` or `audit`: the run folder."),
         fmt: Optional[str] = typer.Option(None, "--format", help="stdout: table (default) or json (the claims); "
                                           "with `summary`: markdown (default, the table of docs/results.md) or json."),

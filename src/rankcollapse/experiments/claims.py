@@ -21,6 +21,9 @@ matches two is an error naming them):
   ``against`` changes the select for the second profile; windows resampled for both;
 - ``{stat: rate, metric, select, from_layer}``: fitted per-layer rate ``exp(slope)`` of
   ``log value`` over layers ``from_layer`` (default 1) .. last, floor layers left out;
+- ``{stat: turn, metric, select, from_layer}``: ``min(max_l s_l, 1 / min_l s_l)`` of the
+  steps ``s_l = value(l) / value(l - 1)`` between consecutive layers: at most 1 for a
+  monotone curve, above 1 where it both rises and falls (no-effect value 1);
 - ``{stat: envelope_rate, n, select: {mask_spec}}``: the fastest per-layer rate Theorem 1's
   envelope certifies for that mask at ``n`` tokens, ``(1 - deg_max^{-r})^{1/r}``
   (:mod:`rankcollapse.theory.envelope`; a constant of the mask, read from no row);
@@ -70,7 +73,7 @@ Every threshold of a rule therefore carries a *band*, fixed before the numbers a
   τ the check compares with: ``factor`` times the constant of a constant right-hand side;
   a ``where`` bound takes its own ``band``);
 - by default ×½ to ×2 of the threshold's distance from its no-effect value: 1 for a
-  fitted per-layer rate against a constant (``rate >= 1 - δ`` has the band ``1 - 2δ`` to
+  fitted per-layer rate or a turn against a constant (``rate >= 1 - δ`` has the band ``1 - 2δ`` to
   ``1 - δ/2``) and for ``within`` a factor (``within 1.25``: 1.125 to 1.5), 0 otherwise
   (a ratio ``>= 10`` has the band 5 to 20, a difference ``> 0.01`` the band 0.005 to
   0.02; a rank correlation's band is cut to [-1, 1]). A threshold at the no-effect value
@@ -258,7 +261,7 @@ def _qtext(q: dict[str, Any]) -> str:
     fl = q.get("from_layer")
     where = {"value": f"@{q.get('layer', 'last')}", "change": f"@{q.get('layer', 'last')}/@{q.get('from', 0)}",
              "min": f"@{fl}.." if fl else "", "max": f"@{fl}.." if fl else "",
-             "rate": f"@{fl if fl is not None else 1}..last"}.get(stat, "")
+             "rate": f"@{fl if fl is not None else 1}..last", "turn": f"@{fl or 0}..last"}.get(stat, "")
     if "where" in q:
         w = q["where"]
         where += f"(where {w.get('metric')} {w.get('op', '>=')} {w.get('value')})"
@@ -268,7 +271,8 @@ def _qtext(q: dict[str, Any]) -> str:
         vs = ",".join(f"{k}={v}" for k, v in (q.get("against") or {}).items())
         at = f"@{q['layer']}" if q.get("layer") is not None else f" {q.get('over', 'median')} over layers{'@' + str(fl) + '..' if fl else ''}"
         return f"spearman_positions({q['metric']}[{sel}], [{vs}]){at}"
-    head = {"value": "", "change": "change ", "min": "min_layers ", "max": "max_layers ", "rate": "rate "}[stat]
+    head = {"value": "", "change": "change ", "min": "min_layers ", "max": "max_layers ", "rate": "rate ",
+            "turn": "turn "}[stat]
     return f"{head}{q['metric']}{where}[{sel}]"
 
 
@@ -689,7 +693,7 @@ def reference(spec: dict[str, Any]) -> float:
     rhs = spec.get("rhs", {"const": 1.0})
     if spec.get("op") == "within":  # within a factor tau either way: tau = 1 is exact agreement
         return 1.0
-    return 1.0 if spec.get("lhs", {}).get("stat") == "rate" and "const" in rhs else 0.0
+    return 1.0 if spec.get("lhs", {}).get("stat") in ("rate", "turn") and "const" in rhs else 0.0
 
 
 def band_of(spec: dict[str, Any], tau: float) -> list[float] | None:

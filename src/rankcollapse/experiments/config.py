@@ -24,7 +24,7 @@ from ..sweep.units import Unit
 from .schema import validate_config
 from .units import _norm_of
 
-EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry", "influence", "laws", "power")
+EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry", "influence", "laws", "power", "energy")
 ALIASES = {"": "main", "all": "all"}
 SCALES = ("quick", "large", "paper", "smoke")
 #: Simulated networks run to this multiple of the claim depth, so every verdict is also
@@ -99,7 +99,7 @@ OVERRIDE_KEYS = ("masks", "depth", "n_samples", "extra_models")
 
 
 #: Unit kinds that read a pretrained model (weights, config, tokenizer).
-MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence", "power_method")
+MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence", "power_method", "energy")
 
 
 def expand_units(
@@ -164,7 +164,7 @@ def _apply_grid_overrides(kind: str, grid: dict[str, list], overrides: dict[str,
 def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[str, Any]:
     kind = spec["kind"]
     out: dict[str, Any] = {}
-    if kind in ("simulate", "pretrained_sa", "probe", "model_influence", "power_method"):
+    if kind in MODEL_KINDS:
         per_model = sc.get("n_samples_per_model", {})
         n = int(overrides.get("n_samples") or per_model.get(params.get("model", ""), sc.get("n_samples", 16)))
         # a control unit (role: control) shows an effect that is certainly there or certainly

@@ -381,8 +381,24 @@ def _stat(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], stat: str, ctx: 
         return getattr(np, f"nan{stat}")(M[:, keep], axis=1), None
     if stat == "rate":
         return _rate(M, layers, q, ctx, simulated, floor), None
-    raise ConfigError(f"unknown quantity stat {stat!r}; use value, change, min, max, rate, spearman, profile_spearman, "
-                      "envelope_rate, ratio or difference")
+    if stat == "turn":
+        return _turn(M, layers, q), None
+    raise ConfigError(f"unknown quantity stat {stat!r}; use value, change, min, max, rate, turn, spearman, "
+                      "profile_spearman, envelope_rate, ratio or difference")
+
+
+def _turn(M: np.ndarray, layers: np.ndarray, q: dict[str, Any]) -> np.ndarray:
+    """``min(max_l s_l, 1 / min_l s_l)`` of the steps ``s_l = M[l] / M[l - 1]`` between
+    consecutive layers ``from_layer`` (default 0) .. last: the smaller of the largest rise
+    and the largest fall, as factors. At most 1 for a monotone curve (one of the two is
+    at most 1), above 1 exactly where the curve both rises and falls."""
+    keep = layers >= int(q.get("from_layer", 0))
+    if keep.sum() < 3:
+        raise MissingData(f"turn of {q['metric']}: fewer than 3 layers", q.get("select"))
+    V = M[:, keep]
+    with np.errstate(all="ignore"):
+        steps = V[:, 1:] / V[:, :-1]
+        return np.minimum(np.nanmax(steps, axis=1), 1.0 / np.nanmin(steps, axis=1))
 
 
 def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext, simulated: bool,

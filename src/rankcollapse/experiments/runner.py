@@ -90,7 +90,7 @@ def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
 DEFAULT_N_TOKENS = 128
 #: Unit kinds that read the run's text windows (the text, and ``n_tokens`` unless the
 #: unit sets its own); the others (``theory``, ``mask_influence``, ``temperature_law``) read no text.
-TEXT_UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "model_influence", "power_method")
+TEXT_UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "model_influence", "power_method", "energy")
 
 
 def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, n_tokens: int | None = None,
@@ -413,7 +413,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
                    text: str | Path | None = None, n_tokens: int | None = None,
                    overrides: dict[str, Any] | None = None, nearby: bool = True,
                    execution: ExecutionConfig | None = None, storage: StorageConfig | None = None) -> RunResult:
-    """Run experiment ``name`` (``main``, ``fig2``, ``fig3``, ``fig4``, ``theory``, ``geometry``, ``influence``, ``laws``, ``power`` or ``all``).
+    """Run experiment ``name`` (``main``, ``fig2``, ``fig3``, ``fig4``, ``theory``, ``geometry``, ``influence``, ``laws``, ``power``, ``energy`` or ``all``).
 
     Three steps: plan every unit (:func:`plan_run`), compute them (from the cache where
     it has them), then decide the claims, run their nearby settings and write the outputs.

@@ -22,6 +22,7 @@ from ..sweep.units import unit_kinds
 from . import influence_units as _influence_units  # noqa: F401  (registers mask_influence, model_influence)
 from . import temperature_units as _temperature_units  # noqa: F401  (registers temperature_law)
 from . import power_units as _power_units  # noqa: F401  (registers power_method)
+from . import energy_units as _energy_units  # noqa: F401  (registers energy)
 from . import units as _units  # noqa: F401  (registers the experiments' unit kinds)
 
 

@@ -264,3 +264,7 @@ def rows_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 from .geometry_controls import (  # noqa: E402,F401
     rows_massive_aligned, rows_massive_clipped, rows_massive_null, rows_massive_spike,
 )
+# Constructed controls of the energy claims (one home: energy_controls).
+from .energy_controls import (  # noqa: E402,F401
+    rows_energy_aligned, rows_energy_rising, rows_energy_spread, rows_energy_turning,
+)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .clusters import CLUSTER_ANGLE, cluster_count
     from .core import (
         avg_abs_cos, avg_cos, composite_norm, cos_to_mean, dong_residual, dong_residual_relative,
-        max_token_share, mu, mu_relative, norm_spread,
+        interaction_energy, max_token_share, mu, mu_relative, norm_spread,
     )
     from .geometry import (
         alpha_req, matrix_entropy, max_norm_position, max_norm_ratio, max_token_sigma_share, top_singular_share,

@@ -15,6 +15,7 @@ collapsed set of tokens (consistent with ``mu = 0`` for ``N = 1``).
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import torch
@@ -128,6 +129,31 @@ def _dong_residual(ctx: MetricContext) -> torch.Tensor:
 def _dong_residual_relative(ctx: MetricContext) -> torch.Tensor:
     ctx.fail(ctx.frobenius == 0, "X is the zero matrix: the relative residual is undefined")
     return _composite(ctx, "centered") / _composite(ctx, "X")
+
+
+#: β of the registry's ``interaction_energy`` (another β: register
+#: ``partial(energy_of, beta=b)`` under a name of its own, :func:`~.registry.register_metric`).
+ENERGY_BETA = 1.0
+
+
+def energy_of(ctx: MetricContext, beta: float = ENERGY_BETA) -> torch.Tensor:
+    """Interaction energy ``E_beta`` ``(G,)`` of the unit tokens of ``ctx`` (zero tokens
+    left out), summed in log space: ``log E = logsumexp_{i,j}(beta <u_i, u_j>) -
+    log(2 beta)``, so no ``exp`` overflows before ``E`` itself leaves the dtype's range."""
+    U = ctx.unit_rows
+    gram = U @ U.mT  # (G, L, L): <u_i, u_j>, diagonal 1
+    valid = ctx.row_valid
+    pairs = valid.unsqueeze(-1) & valid.unsqueeze(-2)
+    logits = torch.where(pairs, beta * gram, gram.new_tensor(-math.inf))
+    log_e = torch.logsumexp(logits.flatten(-2), dim=-1) - math.log(2.0 * beta)
+    ctx.fail(log_e > math.log(torch.finfo(log_e.dtype).max),
+             f"E_beta at beta = {beta:g} exceeds the largest {log_e.dtype} (log E_beta = "
+             f"{float(log_e.max()):.6g}): use float64 or a smaller beta")
+    return torch.exp(log_e)
+
+
+def _interaction_energy(ctx: MetricContext) -> torch.Tensor:
+    return energy_of(ctx)
 
 
 # ---- public functions -------------------------------------------------------------
@@ -271,3 +297,37 @@ def dong_residual_relative(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     """``||X - 1 gamma_X^T||_{1,inf} / ||X||_{1,inf}``, the relative residual Dong et al.
     (2021) plot against depth. Raises :class:`MetricError` for the zero matrix."""
     return _one(_dong_residual_relative, "dong_residual_relative", X, padding_mask, dtype)
+
+
+def interaction_energy(X, *, beta: float = ENERGY_BETA, padding_mask=None, dtype=None) -> torch.Tensor:
+    """Interaction energy of the token directions,
+    ``E_beta = (1 / 2 beta) sum_{i,j} exp(beta <u_i, u_j>)``, ``u_i = x_i / ||x_i||``.
+
+    The interaction energy of Geshkovski, Letrouit, Polyanskiy & Rigollet ("A mathematical
+    perspective on Transformers", 2023): with ``V = I`` and attention left unnormalised,
+    the attention dynamics of tokens on the sphere are its gradient ascent, so it grows
+    along them. Here of the normalised tokens; the sum runs over all ordered pairs, ``i = j`` included. It lies in
+    ``[N^2 e^{-beta} / 2 beta, N^2 e^beta / 2 beta]``: ``N^2 e^beta / 2 beta`` when every
+    token points the same way, ``(N e^beta + N (N - 1)) / 2 beta`` for orthonormal tokens.
+    Computed in log space (``logsumexp``), so no term overflows on its way, and returned
+    as ``E_beta`` itself: at ``beta = 1`` it stays below ``N^2 e / 2``, finite in float32
+    up to ``N ~ 10^19``; where ``E_beta`` itself exceeds the dtype's largest number the
+    metric is undefined (an error naming ``log E_beta``). Zero tokens have no
+    direction and are left out (``N`` counts non-zero tokens), with a ``ZeroRowWarning``.
+
+    Parameters
+    ----------
+    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real.
+    beta : inverse temperature ``beta > 0`` (default :data:`ENERGY_BETA` = 1, the
+        registry's ``interaction_energy``).
+    padding_mask, dtype : as :func:`mu`.
+
+    Raises
+    ------
+    MetricError
+        ``beta`` not a finite number > 0; every token zero; ``E_beta`` beyond the
+        compute dtype's range; otherwise as :func:`mu`.
+    """
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 0:
+        raise MetricError(f"beta must be a finite number > 0, got {beta!r}")
+    return _one(lambda ctx: energy_of(ctx, float(beta)), "interaction_energy", X, padding_mask, dtype)

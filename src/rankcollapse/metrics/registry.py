@@ -79,6 +79,8 @@ _SPECS = (
     MetricSpec("alpha_req", geometry._alpha_req,
                "alpha-ReQ (Agrawal et al. 2022): -slope of OLS ln sigma_i^2 on ln i, i = 1..numerical rank"),
     MetricSpec("token_radius", motion._token_radius, "(1/N) sum_i ||x_i||, mean token norm"),
+    MetricSpec("interaction_energy", core._interaction_energy,
+               "(1/2 beta) sum_{i,j} exp(beta cos(x_i, x_j)), beta = 1 (zero tokens left out)"),
 )
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
@@ -217,9 +219,10 @@ def register_metric(name: str, fn: Callable[..., torch.Tensor], description: str
 
 #: Metrics whose formulas may hold ``(B, N, N)`` pairwise matrices (cosines, the
 #: centred Gram, the graph); the others need O(N d) memory.
-PAIRWISE = frozenset({"avg_abs_cos", "avg_cos", "dirichlet_energy", "mean_average_distance"})
-#: Pairwise metrics that always form the ``(B, N, N)`` matrices (the graph is dense).
-DENSE_PAIRWISE = frozenset({"dirichlet_energy", "mean_average_distance"})
+PAIRWISE = frozenset({"avg_abs_cos", "avg_cos", "dirichlet_energy", "mean_average_distance", "interaction_energy"})
+#: Pairwise metrics that always form the ``(B, N, N)`` matrices (the graph is dense; the
+#: energy's exponentials have no low-dimensional form).
+DENSE_PAIRWISE = frozenset({"dirichlet_energy", "mean_average_distance", "interaction_energy"})
 #: ``(B, N, N)`` arrays alive at once in the dense pairwise formulas (Gram, cosines, graph).
 PAIRWISE_COPIES = 3
 #: ``(B, N, d)`` arrays alive at once in any call (input cast, normalised, centred,
