@@ -195,7 +195,7 @@ def test_simplex_tokens_have_pairwise_cosine_rho():
 
 # ------------------------------------------------------------------ prediction and switch
 def test_paper_and_annealed_critical_gamma():
-    from rankcollapse.phase.critical import annealed_gamma, paper_gamma
+    from rankcollapse.theory.critical import annealed_gamma, paper_gamma
 
     assert paper_gamma(0.5) == 2.0 and paper_gamma(0.0) == 1.0
     # d -> infinity: the others' weight (N - 1) e^{βρ} M(·) -> (N - 1) e^{βρ}, root -> log(N - 1) / ((1 - ρ) log N)
@@ -206,7 +206,7 @@ def test_paper_and_annealed_critical_gamma():
 
 
 def test_switch_interpolates_the_levels():
-    from rankcollapse.phase.critical import switch
+    from rankcollapse.theory.critical import switch
 
     s = switch([3.0, 1.0, 2.0, 4.0], [0.7, 0.05, 0.3, 0.95])
     assert s["gamma_switch"] == pytest.approx(2.5)  # 0.3 -> 0.7 between 2 and 3
