@@ -87,7 +87,7 @@ def test_committed_quick_run_controls_pass_through_the_real_pipeline():
     floors and rules as the claims; tests/experiments/test_experiments_results_doc.py ties
     that run to today's configs)."""
     claims = [c for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS) for c in json.loads((d / "claims.json").read_text())]
-    assert len(claims) == 29  # the quick run's 18 (C06, C07 with their N axis), 5 geometry, 4 position bias, 2 laws
+    assert len(claims) == 31  # the quick run's 18 (C06, C07 with their N axis), 5 geometry, 4 position bias, 4 laws
     for c in claims:
         ctl = c["controls"]
         assert ctl["positive"]["verdict"] == "reproduced", (c["id"], ctl["positive"])

@@ -99,7 +99,7 @@ OVERRIDE_KEYS = ("masks", "depth", "n_samples", "extra_models")
 
 
 #: Unit kinds that read a pretrained model (weights, config, tokenizer).
-MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence")
+MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence", "gap_count")
 
 
 def expand_units(
@@ -164,7 +164,7 @@ def _apply_grid_overrides(kind: str, grid: dict[str, list], overrides: dict[str,
 def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[str, Any]:
     kind = spec["kind"]
     out: dict[str, Any] = {}
-    if kind in ("simulate", "pretrained_sa", "probe", "model_influence"):
+    if kind in MODEL_KINDS:
         per_model = sc.get("n_samples_per_model", {})
         n = int(overrides.get("n_samples") or per_model.get(params.get("model", ""), sc.get("n_samples", 16)))
         # a control unit (role: control) shows an effect that is certainly there or certainly
@@ -176,6 +176,10 @@ def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[s
         out["budget"] = sc.get("theory_budget", {})
     if kind == "temperature_law":
         out["n_queries"] = int(sc.get("n_queries", 64))
+    if kind == "temperature_switch":  # the short sequences only where the scale caps them
+        out["n_samples"] = int(sc.get("n_samples", 4))
+        cap = sc.get("max_axis_tokens")
+        out["n_tokens"] = [n for n in params["n_tokens"] if cap is None or int(n) <= int(cap)]
     return out
 
 
