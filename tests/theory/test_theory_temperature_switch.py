@@ -1,6 +1,7 @@
-"""The collapse switch of one layer on almost-simplex tokens: switch_ratios against the
-phase sweep's cells (an independent pipeline), the closed form of exactly equiangular
-tokens against a direct computation and its large-N root."""
+"""The collapse switch of one layer on almost-simplex tokens: the paper's and the finite-d
+critical γ, the switch read off a curve, switch_ratios against the phase sweep's cells (an
+independent pipeline), the closed form of exactly equiangular tokens against a direct
+computation and its large-N root."""
 
 import math
 
@@ -10,7 +11,7 @@ import torch
 
 from rankcollapse.errors import ConfigError
 from rankcollapse.metrics import mu_relative
-from rankcollapse.theory.critical import switch
+from rankcollapse.theory.critical import annealed_gamma, paper_gamma, switch
 from rankcollapse.theory.temperature import simplex_switch_ratio, switch_ratios
 
 
@@ -61,3 +62,20 @@ def test_refusals():
         simplex_switch_ratio(8, 1.0, [1.0])
     with pytest.raises(ConfigError, match="n_tokens"):
         switch_ratios(1, [1.0])
+
+
+def test_paper_and_annealed_critical_gamma():
+    assert paper_gamma(0.5) == 2.0 and paper_gamma(0.0) == 1.0
+    # d -> infinity: the others' weight (N - 1) e^{βρ} M(·) -> (N - 1) e^{βρ}, root -> log(N - 1) / ((1 - ρ) log N)
+    n = 4096
+    assert annealed_gamma(n, 100_000, 0.5) == pytest.approx(math.log(n - 1) / (0.5 * math.log(n)), rel=2e-3)
+    assert annealed_gamma(n, 64, 0.5) > annealed_gamma(n, 256, 0.5) > 2.0 - 1e-3  # finite d: later switch
+    assert annealed_gamma(2**16, 8, 0.5) > 3 * annealed_gamma(2**16, 64, 0.5)  # log N >> d: neighbours dominate
+
+
+def test_switch_interpolates_the_levels():
+    s = switch([3.0, 1.0, 2.0, 4.0], [0.7, 0.05, 0.3, 0.95])
+    assert s["gamma_switch"] == pytest.approx(2.5)  # 0.3 -> 0.7 between 2 and 3
+    assert s["gamma_10"] == pytest.approx(1.2) and s["gamma_90"] == pytest.approx(3.8)
+    assert s["width"] == pytest.approx(2.6) and s["slope"] == pytest.approx(0.4)
+    assert math.isnan(switch([1.0, 2.0], [0.6, 0.9])["gamma_switch"])  # never below 1/2: not bracketed
