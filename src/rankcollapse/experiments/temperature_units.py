@@ -44,8 +44,8 @@ and i.i.d. uniform ones (a flat density at a bounded top: ``n(g) ∝ g``), drawn
 difference, > 0 where the exponential fits better), ``gap_rate`` (the exponential rate
 ``a``, per unit logit) and ``gap_exponent`` (the power ``p``). Labels: ``source =
 gap_count``, ``variant`` = ``model``, ``gaussian`` or ``uniform`` (the rows' logits),
-``value`` = ``pretrained`` or ``random_init`` (``control: random-init``), ``dtype =
-float32`` (the model's probabilities).
+``value`` = ``pretrained`` or ``random_init`` (``control: random-init``), ``mask`` the
+model's own (``complete`` or ``causal``), ``dtype = float32`` (the model's probabilities).
 """
 
 from __future__ import annotations
@@ -169,13 +169,15 @@ def gap_count_rows(maps: dict[str, Any], draw_seed: int = 0) -> pd.DataFrame:
 def run_gap_count(unit: Any, ctx: Any) -> pd.DataFrame:
     """The ``gap_count`` unit kind: ``model``, ``n_samples``, optionally ``control``
     (``random-init``), ``batch_size`` (8), ``draw_seed`` (0)."""
+    from ..models.families import family
     from ..models.probe import attention_maps
     from .units import _probe_condition
 
     p = unit.params
     _, value, loaded = _probe_condition(p, ctx.model(p["model"]), ())
     maps = attention_maps(loaded, ctx.windows(p["model"], int(p["n_samples"])), batch_size=int(p.get("batch_size", 8)))
-    labels = _labels(unit, value=value, mask="complete", mask_spec="complete", dtype="float32")
+    native = family(loaded.family).native_mask  # a causal model's rows: the keys up to the query
+    labels = _labels(unit, value=value, mask=native, mask_spec=native, dtype="float32")
     labels.pop("variant")
     return normalise(gap_count_rows(maps, int(p.get("draw_seed", 0))), labels)
 
