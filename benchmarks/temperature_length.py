@@ -10,7 +10,7 @@ equals that of ``W_V = I``), complete mask, d = 64, depth 1. Each (N, γ) cell i
 weights at N = 4,096 hold a single cell's samples.
 
 Per cell ``r = m(1) / m(0)`` with ``m = μ/||X||_F`` (geometric means over the cell's inputs);
-:func:`rankcollapse.phase.critical.switch` gives the γ where ``r`` crosses 1/2 and the
+:func:`rankcollapse.theory.critical.switch` gives the γ where ``r`` crosses 1/2 and the
 10-90% width. Writes ``OUT/cells.csv``, ``OUT/switch.csv``, ``OUT/timing.json``, ``OUT/crossings.json`` (where the curves of consecutive N cross) and
 the figure ``FIG``.
 
@@ -73,7 +73,7 @@ def run(out: Path, cache: Path, plan: dict) -> tuple[pd.DataFrame, dict]:
 
 
 def summarise(cells: pd.DataFrame) -> pd.DataFrame:
-    from rankcollapse.phase.critical import annealed_gamma, paper_gamma, switch
+    from rankcollapse.theory.critical import annealed_gamma, paper_gamma, switch
 
     out = []
     for n, g in cells.groupby("n_tokens"):
@@ -88,7 +88,7 @@ def crossings(cells: pd.DataFrame) -> list[dict]:
     """Where the curves r(γ) of consecutive N cross (``r_N2 - r_N1`` changes sign from + to -
     on their common γ points, linearly interpolated): a finite-size estimate of the critical γ
     (below it r falls with N, above it r rises). Descriptive: added after the run."""
-    from rankcollapse.phase.critical import _crossing
+    from rankcollapse.theory.critical import _crossing
 
     out, groups = [], [(n, g.set_index("gamma")["ratio"]) for n, g in cells.groupby("n_tokens")]
     for (n1, r1), (n2, r2) in zip(groups, groups[1:]):
@@ -101,7 +101,7 @@ def crossings(cells: pd.DataFrame) -> list[dict]:
 
 def figure(cells: pd.DataFrame, summary: pd.DataFrame, path: Path) -> None:
     from rankcollapse._figure import colour, new_axes, save_figure
-    from rankcollapse.phase.critical import SWITCH_LEVEL, WIDTH_LEVELS, paper_gamma
+    from rankcollapse.theory.critical import SWITCH_LEVEL, WIDTH_LEVELS, paper_gamma
 
     fig, ax = new_axes(figsize=(7.0, 4.2))
     for i, (n, g) in enumerate(cells.groupby("n_tokens")):

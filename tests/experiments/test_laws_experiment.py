@@ -1,4 +1,4 @@
-"""The temperature-law experiment: the temperature_law unit's rows (layer = log10 N, the
+"""The temperature-law experiment: the temperature_law, temperature_switch and gap_count units' rows (layer = log10 N, the
 per-query values kept, its labels), refusals, and the claims' reading of a growth factor."""
 
 import math
@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from rankcollapse.errors import ConfigError
 from rankcollapse.experiments import claims as C
@@ -36,7 +37,7 @@ def test_unit_labels():
 
 
 def test_n_tokens_not_a_power_of_ten_is_refused():
-    with pytest.raises(ConfigError, match="powers of ten"):
+    with pytest.raises(ConfigError, match="powers of 10"):
         temperature_law_rows({**PARAMS, "n_tokens": [10, 300]})
 
 
@@ -72,6 +73,113 @@ def test_rules_pass_when_present_and_fail_when_absent(present):
     law.update({k: (flat if present else grows) for k in ("pow:1.0",)})
     law.update({k: (grows if present else flat) for k in ("log:1.0", "ssmax:1.0", "llama4")})
     table = _table(law)
-    for claim in load_config("laws")["claims"]:
+    for claim in [c for c in load_config("laws")["claims"] if c["id"] in ("L1", "L2")]:
         res = C.evaluate_claim(table, claim, n_boot=200)
         assert C.registered_verdict(res) == ("reproduced" if present else "not reproduced"), claim["id"]
+
+
+# ------------------------------------------------------------------ L3: the collapse switch
+SWITCH = {"law": "log", "grid": [1.0, 1.5, 2.0, 2.5], "n_tokens": [256, 1024], "tokens": "exact", "rho": 0.5}
+
+
+def test_switch_rows_of_exact_tokens():
+    """Exactly equiangular tokens (closed form): one value per N at layer log2 N; the distance
+    is |γ* - 2| / 2, and γ* rises towards 2 with N."""
+    from rankcollapse.experiments.temperature_units import run_temperature_switch
+
+    df = run_temperature_switch(Unit("temperature_switch", {**SWITCH, "seed": -1, "setting": "default"}, "laws"), None)
+    star = df[df["metric"] == "gamma_switch"].sort_values("layer")
+    dist = df[df["metric"] == "gamma_distance"].sort_values("layer")
+    assert list(star["layer"]) == [8, 10] and set(df["variant"]) == {"log,d=inf"} and set(df["model"]) == {"exact"}
+    assert all(len(v) == 1 for v in star["values"])
+    np.testing.assert_allclose(dist["mean"], np.abs(star["mean"].to_numpy() - 2) / 2, rtol=1e-12)
+    assert 1.7 < star["mean"].iloc[0] < star["mean"].iloc[1] < 2.0
+
+
+def test_switch_n_tokens_not_a_power_of_two_is_refused():
+    from rankcollapse.experiments.temperature_units import temperature_switch_rows
+
+    with pytest.raises(ConfigError, match="powers of 2"):
+        temperature_switch_rows({**SWITCH, "n_tokens": [256, 1000]})
+
+
+def _switch_table(distance: dict[str, list[float]]) -> pd.DataFrame:
+    """gamma_distance rows at layers 8..11 per (model, variant), four inputs spread by +-1 %."""
+    spread = np.linspace(0.99, 1.01, 4)
+    parts = []
+    for key, dist in distance.items():
+        model, variant = key.split("|")
+        vals = np.asarray(dist)[:, None] * spread
+        parts.append(rows_from_metrics({"gamma_distance": vals}, {"source": "temperature_switch", "model": model,
+                                                                  "variant": variant, "mask": "complete",
+                                                                  "mask_spec": "complete", "dtype": "float64",
+                                                                  "depth": -1}, layers=[8, 9, 10, 11]))
+    return pd.concat(parts, ignore_index=True)
+
+
+@pytest.mark.parametrize("present", [True, False])
+def test_switch_rule_passes_when_gamma_approaches_2_and_fails_when_not(present):
+    """Present: the distance falls like 1/ln N to 0.065. Absent: it stays at 0.2."""
+    approach = [0.5 / (k * math.log(2)) for k in (8, 9, 10, 11)]
+    table = _switch_table({"simplex|log,d=64": approach if present else [0.2] * 4,
+                           "exact|log,d=inf": approach, "simplex|pow,d=64": [3.2, 3.6, 4.1, 4.6]})
+    (claim,) = [c for c in load_config("laws")["claims"] if c["id"] == "L3"]
+    res = C.evaluate_claim(table, claim, n_boot=200)
+    assert C.registered_verdict(res) == ("reproduced" if present else "not reproduced")
+
+
+# ------------------------------------------------------------------ L4: the gap count of real rows
+def test_gap_count_rows_of_exponential_rows():
+    """Attention rows whose logits have gaps u_(k) = ln k / a (n(g) = e^{a g}): the model
+    variant's rate is a and its exponential fit exact; the synthetic variants share the
+    rows' shapes; layers are k + 1."""
+    from rankcollapse.experiments.temperature_units import gap_count_rows
+
+    N, a = 64, 2.0
+    z = -torch.log(torch.arange(1, N + 1, dtype=torch.float64)) / a
+    A = torch.softmax(z, -1).expand(2, 3, N, N).to(torch.float32)  # (B, H, N, N)
+    df = gap_count_rows({"layer.0.attention": A, "layer.1.attention": A})
+    model = df[df["variant"] == "model"].set_index(["metric", "layer"])["mean"]
+    assert model[("gap_rate", 1)] == pytest.approx(a, rel=1e-4) and model[("gap_r2_exp", 2)] == pytest.approx(1, abs=1e-6)
+    assert set(df["variant"]) == {"model", "gaussian", "uniform"} and set(df["layer"]) == {1, 2}
+    assert all(len(v) == 2 for v in df["values"])  # one value per window
+
+
+def _gap_table(advantage: dict[str, float]) -> pd.DataFrame:
+    spread = np.linspace(0.9, 1.1, 8)
+    parts = []
+    for variant, adv in advantage.items():
+        metrics = {"gap_fit_advantage": np.full((6, 1), adv) * spread, "gap_rate": np.full((6, 8), 1.0)}
+        parts.append(rows_from_metrics(metrics, {"source": "gap_count", "model": "minilm", "variant": variant,
+                                                 "value": "pretrained", "mask": "complete", "mask_spec": "complete",
+                                                 "dtype": "float32", "depth": -1}, layers=[1, 2, 3, 4, 5, 6]))
+    return pd.concat(parts, ignore_index=True)
+
+
+@pytest.mark.parametrize("present", [True, False])
+def test_gap_rule_passes_when_exponential_and_fails_when_power(present):
+    table = _gap_table({"model": 0.05 if present else -0.05, "gaussian": 0.06, "uniform": -0.07})
+    (claim,) = [c for c in load_config("laws")["claims"] if c["id"] == "L4"]
+    res = C.evaluate_claim(table, claim, n_boot=200)
+    assert C.registered_verdict(res) == ("reproduced" if present else "not reproduced")
+
+
+def test_smoke_run_through_the_cli(tmp_path):
+    """`reproduce laws --scale smoke` end to end: the four claims, each with its controls
+    passing, the switch rows at N = 2^8 and 2^9 only and the gap rows of MiniLM and its
+    random-init control."""
+    import json
+
+    from tests.cli._harness import run_cli
+
+    out = tmp_path / "run"
+    res = run_cli("reproduce", "laws", "--scale", "smoke", "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
+                  "--no-progress", "--no-nearby")
+    assert res.returncode == 0, res.stderr
+    claims = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
+    assert sorted(claims) == ["L1", "L2", "L3", "L4"]
+    assert all(c["controls_ok"] for c in claims.values()), {k: c["controls"] for k, c in claims.items()}
+    table = pd.read_parquet(out / "table.parquet")
+    assert set(table.loc[table["source"] == "temperature_switch", "layer"]) == {8, 9}
+    gaps = table[table["source"] == "gap_count"]
+    assert set(gaps["value"]) == {"pretrained", "random_init"} and set(gaps["layer"]) == set(range(1, 7))

@@ -193,28 +193,6 @@ def test_simplex_tokens_have_pairwise_cosine_rho():
     assert np.isfinite(X.numpy()).all()
 
 
-# ------------------------------------------------------------------ prediction and switch
-def test_paper_and_annealed_critical_gamma():
-    from rankcollapse.phase.critical import annealed_gamma, paper_gamma
-
-    assert paper_gamma(0.5) == 2.0 and paper_gamma(0.0) == 1.0
-    # d -> infinity: the others' weight (N - 1) e^{βρ} M(·) -> (N - 1) e^{βρ}, root -> log(N - 1) / ((1 - ρ) log N)
-    n = 4096
-    assert annealed_gamma(n, 100_000, 0.5) == pytest.approx(math.log(n - 1) / (0.5 * math.log(n)), rel=2e-3)
-    assert annealed_gamma(n, 64, 0.5) > annealed_gamma(n, 256, 0.5) > 2.0 - 1e-3  # finite d: later switch
-    assert annealed_gamma(2**16, 8, 0.5) > 3 * annealed_gamma(2**16, 64, 0.5)  # log N >> d: neighbours dominate
-
-
-def test_switch_interpolates_the_levels():
-    from rankcollapse.phase.critical import switch
-
-    s = switch([3.0, 1.0, 2.0, 4.0], [0.7, 0.05, 0.3, 0.95])
-    assert s["gamma_switch"] == pytest.approx(2.5)  # 0.3 -> 0.7 between 2 and 3
-    assert s["gamma_10"] == pytest.approx(1.2) and s["gamma_90"] == pytest.approx(3.8)
-    assert s["width"] == pytest.approx(2.6) and s["slope"] == pytest.approx(0.4)
-    assert math.isnan(switch([1.0, 2.0], [0.6, 0.9])["gamma_switch"])  # never below 1/2: not bracketed
-
-
 # ------------------------------------------------------------------ what the windowed kernel refuses
 @pytest.mark.parametrize("over, named", [({"qk_norm": True}, "qk_norm=on"), ({"attention": "sigmoid"}, "attention=sigmoid"),
                                          ({"attention": "diff:lambda=0.5", "qk_norm": True}, "qk_norm=on, attention=diff")])

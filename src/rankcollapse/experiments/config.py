@@ -99,7 +99,7 @@ OVERRIDE_KEYS = ("masks", "depth", "n_samples", "extra_models")
 
 
 #: Unit kinds that read a pretrained model (weights, config, tokenizer).
-MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence", "power_method", "energy")
+MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence", "power_method", "energy", "gap_count")
 
 
 def expand_units(
@@ -178,6 +178,10 @@ def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[s
         out["n_queries"] = int(sc.get("n_queries", 64))
     if kind == "power_method" and params.get("network", "simulator") == "simulator":
         out["depth"] = int(sc["depth"])  # a fixed-depth reading: the claims read its last layer
+    if kind == "temperature_switch":  # the short sequences only where the scale caps them
+        out["n_samples"] = int(sc.get("n_samples", 4))
+        cap = sc.get("max_axis_tokens")
+        out["n_tokens"] = [n for n in params["n_tokens"] if cap is None or int(n) <= int(cap)]
     return out
 
 

@@ -14,6 +14,38 @@ per-query values kept (a claim's bootstrap resamples the queries), ``point =
 
 Labels: ``source = temperature_law``, ``model`` = the keys' input name, ``variant =
 "LAW,d=D"`` (the law's canonical spec), ``mask = complete``, ``dtype = float64``.
+
+The ``temperature_switch`` unit kind: where one attention layer on almost-simplex tokens
+switches from collapse to no collapse (docs/phase.md, "Temperature against sequence
+length"). Per ``N`` in ``n_tokens`` (powers of two) and coefficient ``x`` in ``grid``, the
+scale is ``β = law:x`` at ``(N, d_model)`` (``law`` a family of
+:mod:`rankcollapse.dynamics.temperature_laws` with one parameter: ``log``, ``pow``,
+``ssmax``); :func:`rankcollapse.theory.temperature.switch_ratios` gives ``r(x) = m(1) /
+m(0)`` of each of ``n_samples`` inputs ``tokens`` (seed ``draw_seed``, default 0), and
+:func:`rankcollapse.theory.critical.switch` the switch ``x*`` where ``r`` first crosses 1/2.
+``tokens: exact`` reads :func:`~rankcollapse.theory.temperature.simplex_switch_ratio`
+instead (exactly equiangular tokens, the ``d >= N`` limit, in closed form; one value, no
+samples). Rows at ``layer = log2 N``: ``gamma_switch`` (``x*`` of each input) and
+``gamma_distance``, ``|x* - γ_c| / γ_c`` with the paper's ``γ_c = 1 / (1 - ρ)`` (``rho``,
+default 0.5, the ``simplex`` input's): a rate fitted over layers is the factor by which
+the distance changes per doubling of N. Labels: ``source = temperature_switch``,
+``model`` = ``tokens``, ``variant = "LAW,d=D"`` (``d=inf`` for ``exact``), ``mask =
+complete``, ``dtype = float64``.
+
+The ``gap_count`` unit kind: the gap-counting function of a pretrained model's attention
+rows (:func:`rankcollapse.metrics.attention.gap_growth` on the log-probabilities of
+:func:`rankcollapse.models.probe.attention_maps`, every head and real query of block
+``k`` at ``layer = k + 1``, ``point = "layer.k.attention"``) on ``n_samples`` windows,
+beside two synthetic rows of the same shape, allowed keys and per-row logit variance:
+i.i.d. Gaussian logits (an unbounded tail: a near-top count that grows exponentially)
+and i.i.d. uniform ones (a flat density at a bounded top: ``n(g) ∝ g``), drawn with seed
+``draw_seed`` (default 0). Metrics per window (mean over heads and queries):
+``gap_r2_exp``, ``gap_r2_pow`` (the two fits' R²), ``gap_fit_advantage`` (their
+difference, > 0 where the exponential fits better), ``gap_rate`` (the exponential rate
+``a``, per unit logit) and ``gap_exponent`` (the power ``p``). Labels: ``source =
+gap_count``, ``variant`` = ``model``, ``gaussian`` or ``uniform`` (the rows' logits),
+``value`` = ``pretrained`` or ``random_init`` (``control: random-init``), ``mask`` the
+model's own (``complete`` or ``causal``), ``dtype = float32`` (the model's probabilities).
 """
 
 from __future__ import annotations
@@ -38,13 +70,13 @@ def law_variant(law: str, d_model: int) -> str:
     return f"{parse_law(str(law)).spec},d={int(d_model)}"
 
 
-def _decades(sizes: list[int]) -> list[int]:
-    """``log10 N`` of each N, refusing an N that is not a power of ten."""
+def _decades(sizes: list[int], base: int = 10, kind: str = "temperature_law") -> list[int]:
+    """``log_base N`` of each N, refusing an N that is not a power of ``base`` (at least ``base``)."""
     out = []
     for n in sizes:
-        k = round(math.log10(n)) if n > 0 else -1
-        if k < 1 or 10**k != n:
-            raise ConfigError(f"temperature_law n_tokens must be powers of ten >= 10 (a layer is a decade), got {n}")
+        k = round(math.log(n, base)) if n > 0 else -1
+        if k < 1 or base**k != n:
+            raise ConfigError(f"{kind} n_tokens must be powers of {base} >= {base} (a layer is a factor {base}), got {n}")
         out.append(k)
     return out
 
@@ -72,6 +104,96 @@ def run_temperature_law(unit: Any, ctx: Any) -> pd.DataFrame:
     return normalise(temperature_law_rows(p), labels)
 
 
+def temperature_switch_rows(p: dict[str, Any]) -> pd.DataFrame:
+    """Rows of one ``temperature_switch`` unit (module docstring) from its parameters."""
+    from ..dynamics.temperature_laws import parse_law
+    from ..theory.critical import paper_gamma, switch
+    from ..theory.temperature import simplex_switch_ratio, switch_ratios
+
+    sizes = [int(n) for n in p["n_tokens"]]
+    layers = _decades(sizes, 2, "temperature_switch")
+    grid, law, d = [float(x) for x in p["grid"]], str(p.get("law", "log")), int(p.get("d_model", 64))
+    rho, tokens = float(p.get("rho", 0.5)), str(p.get("tokens", "simplex"))
+    gamma_c = paper_gamma(rho)
+    found = []
+    for N in sizes:
+        betas = [parse_law(f"{law}:{x}").beta(N, d) for x in grid]
+        if tokens == "exact":
+            r = simplex_switch_ratio(N, rho, betas)[None]  # (1, G)
+        else:
+            r = switch_ratios(N, betas, tokens=tokens, d_model=d, n_samples=int(p["n_samples"]),
+                              seed=int(p.get("draw_seed", 0)))  # (B, G)
+        found.append([switch(grid, ri)["gamma_switch"] for ri in r])
+    star = np.asarray(found)  # (L, B)
+    return rows_from_metrics({"gamma_switch": star, "gamma_distance": np.abs(star - gamma_c) / gamma_c}, {},
+                             layers=layers, points=[f"n_tokens.{n}" for n in sizes])
+
+
+#: the rows of a gap_count unit: the model's logits and two synthetic ones of matched variance
+GAP_LOGITS = ("model", "gaussian", "uniform")
+#: metric name -> key of :func:`rankcollapse.metrics.attention.gap_growth`'s result
+GAP_METRICS = {"gap_r2_exp": "r2_exp", "gap_r2_pow": "r2_pow", "gap_rate": "rate", "gap_exponent": "exponent"}
+
+
+def gap_count_rows(maps: dict[str, Any], draw_seed: int = 0) -> pd.DataFrame:
+    """Rows of one ``gap_count`` unit (module docstring) from the attention maps
+    ``{"layer.k.attention": (B, H, N, N)}`` of its windows."""
+    import torch
+
+    from ..metrics.attention import gap_growth
+
+    gen = torch.Generator().manual_seed(int(draw_seed))
+    names = sorted(maps, key=lambda n: int(n.split(".")[-2]))
+    per: dict[str, dict[str, list[np.ndarray]]] = {v: {m: [] for m in [*GAP_METRICS, "gap_fit_advantage"]}
+                                                   for v in GAP_LOGITS}
+    for name in names:
+        z = torch.log(maps[name].to(torch.float64))  # (B, H, N, N); -inf at keys with no mass
+        allowed = z > -math.inf
+        zf = z.masked_fill(~allowed, 0.0)
+        m = allowed.sum(-1, keepdim=True).clamp(min=1)
+        mean = zf.sum(-1, keepdim=True) / m
+        std = torch.sqrt(((zf - mean) ** 2 * allowed).sum(-1, keepdim=True) / m)  # each row's logit std
+        gauss = torch.randn(z.shape, generator=gen, dtype=torch.float64) * std
+        unif = (torch.rand(z.shape, generator=gen, dtype=torch.float64) * 2 - 1) * math.sqrt(3) * std
+        for variant, logits in zip(GAP_LOGITS, (z, gauss, unif)):
+            fit = gap_growth(logits.masked_fill(~allowed, -math.inf))
+            fit["fit_advantage"] = fit["r2_exp"] - fit["r2_pow"]
+            for metric, key in [*GAP_METRICS.items(), ("gap_fit_advantage", "fit_advantage")]:
+                per[variant][metric].append(fit[key].flatten(1).nanmean(-1).numpy())  # (B,)
+    layers = [int(n.split(".")[-2]) + 1 for n in names]
+    parts = [rows_from_metrics({k: np.stack(v) for k, v in per[variant].items()}, {"variant": variant},
+                               layers=layers, points=names) for variant in GAP_LOGITS]
+    return pd.concat(parts, ignore_index=True)
+
+
+def run_gap_count(unit: Any, ctx: Any) -> pd.DataFrame:
+    """The ``gap_count`` unit kind: ``model``, ``n_samples``, optionally ``control``
+    (``random-init``), ``batch_size`` (8), ``draw_seed`` (0)."""
+    from ..models.families import family
+    from ..models.probe import attention_maps
+    from .units import _probe_condition
+
+    p = unit.params
+    _, value, loaded = _probe_condition(p, ctx.model(p["model"]), ())
+    maps = attention_maps(loaded, ctx.windows(p["model"], int(p["n_samples"])), batch_size=int(p.get("batch_size", 8)))
+    native = family(loaded.family).native_mask  # a causal model's rows: the keys up to the query
+    labels = _labels(unit, value=value, mask=native, mask_spec=native, dtype="float32")
+    labels.pop("variant")
+    return normalise(gap_count_rows(maps, int(p.get("draw_seed", 0))), labels)
+
+
+def run_temperature_switch(unit: Any, ctx: Any) -> pd.DataFrame:
+    """The ``temperature_switch`` unit kind (module docstring)."""
+    p = unit.params
+    tokens = str(p.get("tokens", "simplex"))
+    d = "inf" if tokens == "exact" else int(p.get("d_model", 64))
+    labels = _labels(unit, model=tokens, variant=f"{p.get('law', 'log')},d={d}", mask="complete",
+                     mask_spec="complete", dtype="float64")
+    return normalise(temperature_switch_rows(p), labels)
+
+
 # Registered with the sweep engine beside the other experiment kinds (schema.py imports
 # this module); the version is bumped when a change alters these units' labels or numbers.
 register_unit_kind("temperature_law", run_temperature_law, version=1, group="experiments", key_params=key_params)
+register_unit_kind("gap_count", run_gap_count, version=1, group="experiments", key_params=key_params)
+register_unit_kind("temperature_switch", run_temperature_switch, version=1, group="experiments", key_params=key_params)

@@ -18,7 +18,7 @@ from .._lazy import attach_imports
 # block), eagerly by readers and static tools.
 if TYPE_CHECKING:
     from ._context import MetricContext, ZeroRowWarning
-    from .attention import attention_entropy, participation_ratio, row_mass_deficit
+    from .attention import attention_entropy, gap_counting, gap_growth, participation_ratio, row_mass_deficit
     from .clusters import CLUSTER_ANGLE, cluster_count
     from .core import (
         avg_abs_cos, avg_cos, composite_norm, cos_to_mean, dong_residual, dong_residual_relative,

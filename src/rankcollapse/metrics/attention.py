@@ -12,6 +12,16 @@ The participation ratio ``PR_i = 1 / sum_j A_ij^2`` of row ``i`` is the effectiv
 number of keys it attends: ``k`` for a row uniform over ``k`` keys, 1 for a one-hot row,
 and ``1 <= PR_i <= k_i`` for any row with ``k_i`` allowed keys (Cauchy-Schwarz). It is
 ``exp`` of the Renyi-2 entropy, so ``PR_i <= exp(H_i)``.
+
+The gap-counting function of a row with logits ``z_j`` (scale included, so ``A_ij =
+softmax_j(z_j)``) is ``n(g) = #{j allowed : max_k z_k - z_j <= g}``, the number of keys
+within a gap ``g`` of the row's largest logit (:func:`gap_counting`). Its growth near the
+top decides how a temperature ``t`` (logits ``t z_j``) spreads the row, since
+``sum_j e^{-t u_j} = ∫ e^{-t g} dn(g)`` for the gaps ``u_j`` and ``PR = L(t)^2 / L(2t)``
+with that Laplace-Stieltjes transform ``L`` (docs/phase.md, "Temperature laws").
+:func:`gap_growth` fits it at its jumps, ``n(u_(k)) = k``: exponential (``ln k`` linear in
+``u_(k)``) against power (``ln k`` linear in ``ln u_(k)``). Log-probabilities serve as
+logits: they differ by a constant per row, which no gap sees.
 """
 
 from __future__ import annotations
@@ -174,6 +184,106 @@ def row_participation(A: torch.Tensor) -> torch.Tensor:
     """``1 / sum_j A_ij^2`` over the last axis of ``A`` (rows of a softmax), without input
     checks: ``(..., N)`` -> ``(...)`` in A's dtype."""
     return 1.0 / (A * A).sum(-1)
+
+
+def gap_counting(logits, gaps, *, mask=None) -> torch.Tensor:
+    """The gap-counting function ``n(g) = #{j allowed : max_k z_k - z_j <= g}`` of each row
+    (module docstring).
+
+    Parameters
+    ----------
+    logits : tensor or array ``(..., M)``, real; ``-inf`` marks a key that is not allowed
+        (a masked softmax's logit; ``log 0`` of a padded key's probability).
+    gaps : ``(G,)`` non-negative gaps ``g``.
+    mask : bool, broadcastable to ``logits``, True = key allowed (a padding mask); default
+        every finite logit.
+
+    Returns
+    -------
+    torch.Tensor
+        int64 ``(..., G)``: 0 for a row with no allowed key, else between 1 and the row's
+        allowed keys, non-decreasing in ``g``.
+
+    Raises
+    ------
+    MetricError
+        ``logits`` empty, complex, or NaN or ``+inf``; ``gaps`` not a 1-D non-negative
+        finite sequence; a mask that does not broadcast.
+    """
+    z, allowed = _logits(logits, mask)
+    g = torch.as_tensor(gaps, dtype=torch.float64).detach()
+    if g.ndim != 1 or not bool(torch.isfinite(g).all()) or bool((g < 0).any()):
+        raise MetricError("gaps must be a 1-D sequence of finite non-negative numbers")
+    u = _gaps(z, allowed).sort(dim=-1).values  # (..., M), inf at keys not allowed
+    return torch.searchsorted(u, g.expand(*u.shape[:-1], g.numel()).contiguous(), right=True)
+
+
+def gap_growth(logits, *, mask=None, k_max: int = 32) -> dict[str, torch.Tensor]:
+    """Least-squares fits of each row's gap count at its jumps ``(u_(k), k)``, ``u_(k)`` the
+    ``k``-th smallest gap (``u_(1) = 0``, the maximum), over ``k = 2 .. min(k_max, m)`` for a
+    row of ``m`` allowed keys (a fixed number of keys near the top, whatever ``m``: a
+    fraction of the row would read a fixed quantile range of the logits' distribution,
+    whose growth rate does not change with ``m``); a point with ``u_(k) = 0`` (a tie with
+    the maximum) is left out.
+
+    Returns ``{"rate", "exponent", "r2_exp", "r2_pow"}``, float64 ``(...)`` each: ``rate`` the
+    slope ``a`` of ``ln k`` on ``u_(k)`` (``n(g) ≈ e^{a g}``), ``exponent`` the slope ``p`` of
+    ``ln k`` on ``ln u_(k)`` (``n(g) ≈ C g^p``) and the coefficient of determination of each
+    fit; NaN for a row with fewer than 3 points or constant gaps. Same ``logits`` and
+    ``mask`` as :func:`gap_counting`; ``k_max >= 4``.
+    """
+    if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 4:
+        raise MetricError(f"k_max must be an integer >= 4, got {k_max!r}")
+    z, allowed = _logits(logits, mask)
+    u = _gaps(z, allowed).sort(dim=-1).values  # (..., M)
+    m = allowed.expand(z.shape).sum(-1, keepdim=True)  # (..., 1)
+    k = torch.arange(1, z.shape[-1] + 1, dtype=torch.float64)  # (M,)
+    use = (k >= 2) & (k <= k_max) & (k <= m) & (u > 0) & torch.isfinite(u)
+    log_k = torch.log(k).expand(u.shape)
+    rate, r2_exp = _line(u, log_k, use)
+    exponent, r2_pow = _line(torch.log(u.clamp(min=torch.finfo(torch.float64).tiny)), log_k, use)
+    return {"rate": rate, "exponent": exponent, "r2_exp": r2_exp, "r2_pow": r2_pow}
+
+
+def _logits(logits, mask) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(z float64 (..., M), allowed bool (..., M))`` of :func:`gap_counting`'s inputs."""
+    import numpy as np
+
+    z = torch.from_numpy(np.ascontiguousarray(logits)) if isinstance(logits, np.ndarray) else logits
+    if not isinstance(z, torch.Tensor) or z.ndim < 1 or z.numel() == 0 or z.is_complex():
+        raise MetricError("logits must be a real, non-empty torch.Tensor or numpy array (..., M)")
+    z = z.detach().to(torch.float64)
+    if bool(torch.isnan(z).any()) or bool((z == math.inf).any()):
+        raise MetricError("logits must not be NaN or +inf (-inf marks a key that is not allowed)")
+    allowed = z > -math.inf
+    if mask is not None:
+        try:
+            allowed = allowed & torch.as_tensor(mask, dtype=torch.bool, device=z.device)
+        except RuntimeError as exc:
+            raise MetricError(f"mask of shape {tuple(torch.as_tensor(mask).shape)} does not broadcast to logits "
+                              f"{tuple(z.shape)}") from exc
+    return z, allowed.expand(z.shape)
+
+
+def _gaps(z: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """``max_k z_k - z_j`` over allowed keys, ``inf`` at the others (``(..., M)``)."""
+    top = z.masked_fill(~allowed, -math.inf).amax(-1, keepdim=True)
+    return torch.where(allowed, top - z, torch.full_like(z, math.inf))
+
+
+def _line(x: torch.Tensor, y: torch.Tensor, use: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slope and R² of the least-squares line of ``y`` on ``x`` over the points ``use``,
+    along the last axis; NaN with fewer than 3 points or constant ``x``."""
+    w = use.to(torch.float64)
+    n = w.sum(-1)
+    x, y = torch.where(use, x, 0.0), torch.where(use, y, 0.0)
+    mx, my = (w * x).sum(-1) / n, (w * y).sum(-1) / n
+    dx, dy = (x - mx.unsqueeze(-1)) * w, (y - my.unsqueeze(-1)) * w
+    sxx, syy, sxy = (dx * dx).sum(-1), (dy * dy).sum(-1), (dx * dy).sum(-1)
+    ok = (n >= 3) & (sxx > 0) & (syy > 0)
+    nan = torch.full_like(n, math.nan)
+    slope = torch.where(ok, sxy / sxx.clamp(min=1e-300), nan)
+    return slope, torch.where(ok, sxy * sxy / (sxx * syy).clamp(min=1e-300), nan)
 
 
 def _as_array(A) -> torch.Tensor:

@@ -170,3 +170,45 @@ def _slope(per_n: list[np.ndarray], sizes: list[int], rng: np.random.Generator) 
     boot = np.stack([v[rng.integers(0, v.size, size=(N_BOOT, v.size))].mean(-1) for v in per_n], axis=-1)
     lo, hi = np.quantile(fit(boot), [0.025, 0.975])
     return {"slope": point, "slope_lo": float(lo), "slope_hi": float(hi)}
+
+
+# ------------------------------------------------------------------ the collapse switch
+def switch_ratios(n_tokens: int, betas: Sequence[float], *, tokens: str = "simplex", d_model: int = 64,
+                  n_samples: int = 4, seed: int = 0) -> np.ndarray:
+    """``r = m(1) / m(0)`` per input and ``β``, ``m = μ/‖X‖_F``, of one attention layer on
+    the sphere: ``X(1) = sphere(softmax(β X Xᵀ) X)``, complete mask (docs/phase.md,
+    "Temperature against sequence length": the cells of its sweep, ``value=orthogonal``
+    being a rotation that no measure sees). ``tokens``: an input of
+    :data:`rankcollapse.dynamics.inputs.INPUTS`, :func:`~rankcollapse.dynamics.inputs.make_tokens`
+    with seed ``seed`` (the phase sweep's draw of every input but ``wikipedia``). Returns
+    ``(n_samples, len(betas))`` float64; one ``(N, N)`` score matrix at a time, O(N² d) per ``β``."""
+    from ..metrics import mu_relative
+
+    N = check_int(n_tokens, "n_tokens", low=2)
+    X = make_tokens(canonical_input(tokens), check_int(n_samples, "n_samples", low=1), N,
+                    check_int(d_model, "d_model", low=2), seed=check_int(seed, "seed", low=0))  # (B, N, d)
+    check_memory(3 * N * N * 8, f"one layer's attention over {N} tokens", None)
+    m0 = mu_relative(X)  # (B,)
+    out = np.empty((X.shape[0], len(betas)))
+    for b, x in enumerate(X):
+        scores = x @ x.T  # (N, N)
+        for k, beta in enumerate(betas):
+            y = torch.softmax(float(beta) * scores, dim=-1) @ x  # (N, d)
+            y = y / torch.linalg.vector_norm(y, dim=-1, keepdim=True)
+            out[b, k] = float(mu_relative(y) / m0[b])
+    return out
+
+
+def simplex_switch_ratio(n_tokens: int, rho: float, betas: Sequence[float]) -> np.ndarray:
+    """:func:`switch_ratios` in closed form for exactly equiangular unit tokens (Gram matrix
+    ``(1 - ρ) I + ρ 11ᵀ``, the ``d ≥ N`` limit of the ``simplex`` input): each row of
+    ``A = softmax(β Gram)`` is ``α`` on the diagonal plus ``c`` everywhere, ``w = e^{-β(1 - ρ)}``,
+    ``α = (1 - w) / (1 + (N - 1) w)``, ``c = w / (1 + (N - 1) w)``; ``A X - mean`` is ``α (X - mean)``
+    and every output has squared norm ``α² + (2αc + N c²)(1 + ρ (N - 1))``, so
+    ``r = α / sqrt(α² + (2αc + N c²)(1 + ρ (N - 1)))``. Returns ``(len(betas),)``."""
+    N = check_int(n_tokens, "n_tokens", low=2)
+    if not 0 <= rho < 1:
+        raise ConfigError(f"rho must be in [0, 1), got {rho}")
+    w = np.exp(-np.asarray(betas, dtype=np.float64) * (1 - rho))
+    alpha, c = (1 - w) / (1 + (N - 1) * w), w / (1 + (N - 1) * w)
+    return alpha / np.sqrt(alpha**2 + (2 * alpha * c + N * c**2) * (1 + rho * (N - 1)))
