@@ -1,4 +1,4 @@
-"""The normalisations of issue 30 (Peri-LN, Mix-LN, LayerNorm scaling, nGPT, Dynamic Tanh,
+"""The normalisations (Peri-LN, Mix-LN, LayerNorm scaling, nGPT, Dynamic Tanh,
 QK-norm): each block against a small case computed by hand from its paper's equation,
 and against a plain numpy float64 reference written from the same equations, over
 several layers with random weights."""

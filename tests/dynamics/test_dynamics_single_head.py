@@ -35,7 +35,7 @@ def test_per_sample_weights_match_simulate_sample_by_sample(cfg):
             torch.testing.assert_close(got[b], ref.reshape(N, d), rtol=1e-12, atol=1e-12)
 
 
-#: every placement, norm and qk_norm beyond the first ones (issue 30); mix switches rule at layer 3
+#: every placement, norm and qk_norm beyond the first ones; mix switches rule at layer 3
 NORMALISATIONS = [BlockConfig(norm="layernorm", placement="peri"), BlockConfig(norm="rmsnorm", placement="mix", mix_layers=2),
                   BlockConfig(norm="layernorm", placement="lns"), BlockConfig(norm="sphere", placement="ngpt"),
                   BlockConfig(norm="dyt", placement="pre_ln"), BlockConfig(norm="dyt", placement="post_ln", dyt_alpha=2.0),

@@ -19,7 +19,7 @@ def test_real_main_smoke_run_verdicts_recompute_and_rerun_uses_cache(tmp_path):
     assert set(sim["variant"]) == {"pure", "sphere", "layernorm", "skip", "post_ln"}
     # d_qk = 1 (main also runs pure SA at d_qk = 1e4, C02's temperature-matched reference)
     pure = sim[(sim["mask"] == "complete") & (sim["variant"] == "pure") & (sim["d_qk"] == 1.0)].set_index("layer")["mean"]
-    assert pure.iloc[-1] <= pure.loc[0] / 100  # issue 2: >= 100x collapse on real embeddings
+    assert pure.iloc[-1] <= pure.loc[0] / 100  # >= 100x collapse on real embeddings
     assert all(stored == again for _, stored, again in runner.recheck(out))
     second = runner.run_experiment("main", "smoke", tmp_path / "run2", seed=0, nearby=False, execution=QUIET)
     assert all(u["cached"] for u in second.timings)

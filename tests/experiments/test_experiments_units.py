@@ -98,7 +98,7 @@ def test_a_failed_probe_is_no_rows_with_a_warning_not_a_data_row(monkeypatch, dr
 
 def test_probe_condition_labels_control_and_clip():
     """A probe unit's control and clip become its value and variant labels, so a claim
-    selects them with the model's own name (issue 31)."""
+    selects them with the model's own name."""
     from rankcollapse.errors import ConfigError
     from rankcollapse.experiments.units import _probe_condition
 

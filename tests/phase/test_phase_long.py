@@ -1,4 +1,4 @@
-"""Temperature against sequence length (issue 30): the ``qk_scale=log:γ`` axis value, the
+"""Temperature against sequence length: the ``qk_scale=log:γ`` axis value, the
 windowed (long-sequence) path of the phase sweep, its memory estimate, and the
 almost-simplex input."""
 
@@ -122,7 +122,7 @@ def test_n_tokens_axis_reaches_two_to_the_sixteen():
     dict(norm="layernorm", placement="post_ln", alpha=1.0, value="near_identity"),
     dict(norm="rmsnorm", placement="pre_ln", alpha=1.0, mask="sliding_window:w=9", qk_scale=2.0),
     dict(norm="none", mask="bigbird:w=3,globals=2,random=2", value="orthogonal", shared=True),
-    # the placements of issue 30: both paths take the update from dynamics.layers.placement_update
+    # every placement: both paths take the update from dynamics.layers.placement_update
     dict(norm="rmsnorm", placement="peri", alpha=1.0),
     dict(norm="layernorm", placement="mix", alpha=1.0, mask="causal"),
     dict(norm="sphere", placement="lns", alpha=1.0),

@@ -1,5 +1,5 @@
 """The decay law of phase cells on closed forms, and the speed-law and ordering rules of
-rankcollapse.phase.normalisation on hand-built tables and through the sweep (issue 30)."""
+rankcollapse.phase.normalisation on hand-built tables and through the sweep."""
 
 import json
 from pathlib import Path

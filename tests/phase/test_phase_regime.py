@@ -85,7 +85,7 @@ SMALL = {"n_tokens": 8, "d_model": 4, "depth": 16, "mask": "causal", "value": "o
     dict(norm="sphere", placement="ngpt", alpha=1.0, qk_norm=True, shared=True),
 ], ids=lambda o: f"{o['norm']}-{o['placement']}-qk{int(o.get('qk_norm', False))}")
 def test_batched_path_matches_simulate_per_cell_for_every_normalisation(over):
-    """Issue 30's norms, placements and qk_norm through the sweep's batched fast path
+    """The norms, placements and qk_norm through the sweep's batched fast path
     against the reference path through simulate, cell by cell, decay-law columns included."""
     c = cell(**{**SMALL, **over})
     (got,) = run_group([c], n_samples=2)

@@ -1,4 +1,4 @@
-"""Phase grids and cells are checked before anything runs (issue 27): masks at grid
+"""Phase grids and cells are checked before anything runs: masks at grid
 parse time, schedules refused with what to do, empty grids, cells missing axes, and
 cells too large for memory, each a typed error in Python and one line with exit 2."""
 

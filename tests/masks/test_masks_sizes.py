@@ -1,5 +1,5 @@
 """Schedules and masks are sized before they are expanded or allocated, and every
-malformed schedule is a typed one-line refusal (issue 27)."""
+malformed schedule is a typed one-line refusal."""
 
 import time
 
