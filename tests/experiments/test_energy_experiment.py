@@ -17,7 +17,7 @@ from rankcollapse.experiments.controls import evaluate_controls
 from rankcollapse.experiments.energy_controls import (
     CONTROL_RADII, rows_energy_aligned, rows_energy_rising, rows_energy_spread, rows_energy_turning,
 )
-from rankcollapse.experiments.energy_units import energy_rows
+from rankcollapse.experiments.energy_units import block_radii, energy_rows
 from rankcollapse.experiments.table import rows_from_metrics
 
 LABELS = {"source": "energy", "variant": "full", "dtype": "float32"}
@@ -90,6 +90,40 @@ def test_constructed_controls_closed_forms():
     assert spearmanr(curve(spread, "contraction"), CONTROL_RADII).statistic == 1.0
     # aligned: c_l = sqrt((N a^2 + ||R||^2) / (N r^2 a^2 + ||R||^2)) < 1 for r > 1
     assert np.all(curve(aligned, "contraction") < 1) and np.all(curve(spread, "contraction") > 1)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_block_radii_of_the_sum_over_heads_without_biases(family):
+    """rho(M_k), M_k = sum_h W_V^h W_O^h from the nn.Linear weights by hand: BERT's full
+    heads give value.weight^T dense.weight^T (its biases, set to 1e3, left out exactly);
+    Llama's grouped heads (4 query heads on 2 key/value heads) read v_proj's rows of head
+    h // 2."""
+    import torch
+    import transformers as tf
+
+    from rankcollapse.models import as_loaded
+
+    d, heads = 32, 4
+    torch.manual_seed(0)
+    if family == "bert":
+        model = tf.BertModel(tf.BertConfig(vocab_size=97, hidden_size=d, num_hidden_layers=3,
+                                           num_attention_heads=heads, intermediate_size=64)).eval()
+        pairs = [(b.attention.self.value, b.attention.output.dense) for b in model.encoder.layer]
+        for v, o in pairs:
+            torch.nn.init.constant_(v.bias, 1e3)
+            torch.nn.init.constant_(o.bias, 1e3)
+    else:
+        model = tf.LlamaModel(tf.LlamaConfig(vocab_size=97, hidden_size=d, intermediate_size=64, num_hidden_layers=3,
+                                             num_attention_heads=heads, num_key_value_heads=2)).eval()
+        pairs = [(b.self_attn.v_proj, b.self_attn.o_proj) for b in model.layers]
+    want = []
+    for v, o in pairs:
+        V, O = v.weight.detach().double().numpy().T, o.weight.detach().double().numpy().T  # (d, kv d_v), (H d_v, d)
+        dv = d // heads
+        group = heads // (V.shape[1] // dv)
+        M = sum(V[:, (h // group) * dv:(h // group + 1) * dv] @ O[h * dv:(h + 1) * dv] for h in range(heads))
+        want.append(np.abs(np.linalg.eigvals(M)).max())
+    np.testing.assert_allclose(block_radii(as_loaded(model)), want, rtol=1e-10)
 
 
 @pytest.mark.parametrize("cid", ["E1", "E2"])

@@ -11,7 +11,9 @@ import torch
 from rankcollapse.dynamics import BlockConfig, LayerWeights, RunConfig, simulate
 from rankcollapse.errors import MetricError
 from rankcollapse.metrics import WEIGHT_METRICS, compute_metrics
-from rankcollapse.metrics.power import principal_eigenvector, random_alignment, v1_alignment, value_output_map
+from rankcollapse.metrics.power import (
+    principal_eigenvector, random_alignment, spectral_radius, v1_alignment, value_output_map,
+)
 
 T = dict(dtype=torch.float64)
 
@@ -106,6 +108,12 @@ def test_value_output_map_sums_the_heads():
                        n_heads=H, n_kv_heads=1)
     np.testing.assert_allclose(value_output_map(gqa).numpy(), W_Vkv @ (W_O[:dv] + W_O[dv:]), rtol=1e-12)
     assert value_output_map(LayerWeights(torch.zeros(d, d), torch.zeros(d, d), torch.from_numpy(W_O[:d]))).shape == (d, d)
+
+
+def test_spectral_radius_closed_forms():
+    assert spectral_radius(torch.diag(torch.tensor([0.5, -3.0, 2.0]))) == pytest.approx(3.0, rel=1e-15)
+    rotation = torch.tensor([[0.0, -2.0], [2.0, 0.0]])  # eigenvalues +-2i
+    assert spectral_radius(rotation) == pytest.approx(2.0, rel=1e-12)
 
 
 def test_random_alignment_closed_form():

@@ -13,7 +13,7 @@ from rankcollapse.data import Windows
 from rankcollapse.errors import ConfigError, ModelError
 from rankcollapse.models import HeadAblation, Intervention, probe
 from rankcollapse.models.sinks import (SINK_THRESHOLD, contribution_weights, first_token_mass, linear_map,
-                                       spectral_radius, value_norm_ratio, value_output_map)
+                                       value_norm_ratio)
 
 SINKS = ("sink_mass", "sink_head_fraction", "sink_value_ratio")
 
@@ -224,29 +224,3 @@ def test_sink_contribution_refuses_heads_that_are_no_sum_over_keys():
         probe(model, w, Intervention(ablate_heads=HeadAblation(((1, 2),), mode="mean")), metrics=("sink_contribution",))
     with pytest.raises(ConfigError, match="sink_contribution cannot be measured with the edit at layer.0.heads"):
         probe(model, w, Intervention(edits={"layer.0.heads": lambda Z, ctx: Z}), metrics=("sink_contribution",))
-
-@pytest.mark.parametrize("family", ["bert", "llama"])
-def test_value_output_map_is_the_sum_over_heads(family):
-    """M = sum_h W_V^h W_O^h from the nn.Linear weights by hand: BERT's full heads give
-    value.weight^T dense.weight^T; Llama's grouped heads (4 query heads on 2 key/value
-    heads) read v_proj's rows of head h // 2."""
-    from rankcollapse.models import as_loaded
-    from rankcollapse.models.families import stacks
-
-    loaded = as_loaded(build(family))
-    parts = stacks(loaded.model, loaded.family)[0].blocks[1]
-    got = value_output_map(parts, loaded.model.config, HEADS).numpy()
-    if family == "bert":
-        v, o = parts.self_attn.value.weight, parts.out_proj.weight
-        want = v.double().detach().numpy().T @ o.double().detach().numpy().T
-    else:
-        v, o = parts.self_attn.v_proj.weight.double().detach().numpy(), parts.out_proj.weight.double().detach().numpy()
-        dim = v.shape[0] // 2
-        want = sum(v[(h // 2) * dim:(h // 2 + 1) * dim].T @ o[:, h * dim:(h + 1) * dim].T for h in range(HEADS))
-    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
-
-
-def test_spectral_radius_closed_forms():
-    assert spectral_radius(torch.diag(torch.tensor([0.5, -3.0, 2.0]))) == pytest.approx(3.0, rel=1e-15)
-    rotation = torch.tensor([[0.0, -2.0], [2.0, 0.0]])  # eigenvalues +-2i
-    assert spectral_radius(rotation) == pytest.approx(2.0, rel=1e-12)

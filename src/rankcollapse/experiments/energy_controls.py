@@ -54,7 +54,7 @@ def rows_energy_turning(params: dict[str, Any], ctx: Any = None) -> pd.DataFrame
 
 def _value_rows(axis: int) -> pd.DataFrame:
     from ..metrics import mu_relative
-    from ..models.sinks import spectral_radius
+    from ..metrics.power import spectral_radius
 
     n, d, a = 128, 8, 0.5
     R = np.random.default_rng(0).standard_normal((n, d))

@@ -12,7 +12,7 @@ random-init``) on the run's windows, at the hidden states ``embeddings`` (layer 
   uniformity relative to the norm (below 1: the block contracts);
 * ``value_radius`` at layer l >= 1: the spectral radius ``rho(M)`` of block l - 1's
   combined value-output map ``M = sum_h W_V^h W_O^h``
-  (:func:`rankcollapse.models.sinks.value_output_map`), a constant of the weights repeated
+  (:func:`rankcollapse.metrics.power.value_output_map`), a constant of the weights repeated
   for every window so that a claim's Spearman pairs it with ``contraction``.
 
 Labels: ``source = energy``, ``variant = full``, ``value = pretrained`` or ``random_init``.
@@ -56,15 +56,12 @@ def energy_rows(df: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
 
 
 def block_radii(loaded: Any) -> list[float]:
-    """``rho(sum_h W_V^h W_O^h)`` of every block of ``loaded`` (one stack), in order."""
-    from ..models.edits import n_heads
-    from ..models.families import stacks
-    from ..models.sinks import spectral_radius, value_output_map
+    """``rho(sum_h W_V^h W_O^h)`` of every attention layer of ``loaded``, in order
+    (:func:`rankcollapse.dynamics.pretrained.extract_attention_weights`)."""
+    from ..dynamics.pretrained import extract_attention_weights
+    from ..metrics.power import spectral_radius, value_output_map
 
-    model = loaded.model
-    heads = n_heads(model)
-    return [spectral_radius(value_output_map(parts, model.config, heads))
-            for stack in stacks(model, loaded.family) for parts in stack.blocks]
+    return [spectral_radius(value_output_map(lw)) for lw in extract_attention_weights(loaded.model)]
 
 
 def run_energy(unit: Any, ctx: Any) -> pd.DataFrame:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         ATTENTION_METRICS, DEFAULT_METRICS, METRICS, STEP_METRICS, MetricSpec, compute_metrics, register_metric,
     )
     from .registry import WEIGHT_METRICS
-    from .power import principal_eigenvector, v1_alignment, value_output_map
+    from .power import principal_eigenvector, spectral_radius, v1_alignment, value_output_map
     from .motion import angular_speed
     from .report import MetricReport, report_metrics
     from .spectral import (

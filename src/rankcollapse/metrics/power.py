@@ -13,6 +13,7 @@ layer, and toward nothing in particular when no eigenvalue dominates.
 
 - :func:`value_output_map`: ``M`` of one layer's weights (biases left out: they are not
   part of the linear map).
+- :func:`spectral_radius`: ``rho(M) = max |lambda_i(M)|``.
 - :func:`principal_eigenvector`: ``v_1`` of ``F = M^T`` and the ratio
   ``|lambda_2| / |lambda_1|``. ``v_1`` belongs to the eigenvalue of largest modulus;
   where several share that modulus (``lambda`` and ``-lambda``), to the largest real one
@@ -72,6 +73,11 @@ def value_output_map(layer: Any) -> torch.Tensor:
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise MetricError(f"the value-output map of a layer must be square (d, d), got {tuple(M.shape)}")
     return M
+
+
+def spectral_radius(M: torch.Tensor) -> float:
+    """``rho(M) = max |lambda_i(M)|`` of a square matrix (float64 eigenvalues)."""
+    return float(torch.linalg.eigvals(torch.as_tensor(M).double()).abs().max())
 
 
 def principal_eigenvector(M: torch.Tensor) -> tuple[torch.Tensor, float]:

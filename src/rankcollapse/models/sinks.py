@@ -272,33 +272,6 @@ def zeroed_heads(names: Sequence[str], edits: Mapping[str, Any] | None, ablation
     return {f"{prefix}layer.{k}.attention": heads for k, heads in ablation.by_layer().items()}
 
 
-def value_output_map(parts: Any, config: Any, n_heads: int) -> torch.Tensor:
-    """A block's combined value-output map ``M = sum_h W_V^h W_O^h`` ``(d, d)``, float64,
-    biases left out: the vector the attention layer writes at a query that attends to
-    one key ``x`` with weight 1 in every head is ``x @ M``. ``W_V^h`` ``(d, d_head)`` is
-    the value projection's slice of head h (the key/value head it reads under
-    grouped-query attention), ``W_O^h`` ``(d_head, d)`` the output projection's slice; a
-    norm before the value projection (pre-LN gains) is not part of it.
-
-    Raises
-    ------
-    ModelError
-        The block has no value projection or no output projection the toolkit knows.
-    """
-    if parts.out_proj is None:
-        raise ModelError("no self-attention output projection the toolkit knows: the value-output map needs it")
-    value = value_module(parts.self_attn)
-    d = int(config.hidden_size)
-    dim = head_dim_of(parts.self_attn, config, n_heads)
-    Wv = head_values(linear_map(value, d).unsqueeze(0), n_heads, dim)[0]  # (H, d, d_head)
-    Wo = linear_map(parts.out_proj, n_heads * dim).reshape(n_heads, dim, -1)  # (H, d_head, d)
-    return torch.einsum("hik,hkj->ij", Wv, Wo)
-
-
-def spectral_radius(M: torch.Tensor) -> float:
-    """``rho(M) = max |lambda_i(M)|`` of a square matrix (float64 eigenvalues)."""
-    return float(torch.linalg.eigvals(M.double()).abs().max())
-
 def sink_values(attention_maps: dict[str, torch.Tensor], value_outputs: dict[str, torch.Tensor],
                 stack_list: list[Stack], config: Any, padding_of: Callable[[str], torch.Tensor],
                 names: tuple[str, ...], zeroed: Mapping[str, Sequence[int]] | None = None,
