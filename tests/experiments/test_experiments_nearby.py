@@ -65,7 +65,7 @@ def test_excluded_model_is_named_plainly(fake, use_function, tmp_path):
         return fake(unit, ctx).assign(variant=variant, mask="complete")
 
     use_function("probe", probe)
-    res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", progress=False, nearby=False)
+    res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", progress=False, nearby=False, write=False)
     c03 = next(c for c in res.claims if c["id"] == "C03")
     assert c03["verdict"] == "not run"
     assert "needs model smollm2, which --scale smoke excludes" in c03["notes"]
