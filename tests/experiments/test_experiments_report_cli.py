@@ -26,8 +26,8 @@ def _chromium(path: Path) -> tuple[str, list[str]]:
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs chromium on PATH: `make browser` installs it (apt-get, as root)")
-def test_report_opens_in_chromium_without_console_errors(fake, tmp_path):
-    res = runner.run_experiment("main", "smoke", tmp_path / "run", progress=False, nearby=False)
+def test_report_opens_in_chromium_without_console_errors(all_smoke, tmp_path):
+    res = all_smoke  # every experiment's claims and figures in one report
     bad = tmp_path / "bad.html"  # control: the console capture must see an error
     bad.write_text('<html><body><script>console.error("boom")</script></body></html>')
     assert any("boom" in m for m in _chromium(bad)[1])
