@@ -30,11 +30,11 @@ def test_interrupted_run_resumes_and_is_not_marked_complete(install_executor, fa
     install_executor(fake_executor_cls(fail_after=3))
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)
+        runner.run_experiment("theory", "smoke", out, progress=False, nearby=False)
     assert not (out / "COMPLETE").exists() and not (out / "report.html").exists()
     assert len(list((tmp_path / ".rankcollapse-cache").glob("*.parquet"))) == 3
     resumed = install_executor(fake_executor_cls())
-    res = runner.run_experiment("fig3", "smoke", out, progress=False, nearby=False)
+    res = runner.run_experiment("theory", "smoke", out, progress=False, nearby=False)
     assert resumed.calls == len(res.config["units"]) - 3
     assert (out / "COMPLETE").exists()
 
@@ -53,7 +53,7 @@ def test_all_writes_every_claim(all_smoke):
 
 
 def test_nearby_settings_run_for_every_decided_claim(fake, tmp_path):
-    res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", progress=False)
+    res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", progress=False, write=False)
     cfg = {c["id"]: c for c in runner.load_config("fig2")["claims"]}
     for c in res.claims:
         if c["verdict"] != "not run" and cfg[c["id"]].get("nearby"):

@@ -88,7 +88,7 @@ class ReversedExecutor:
 
 
 def test_table_in_unit_order_whatever_the_completion_order(fake, tmp_path):
-    cfgs, units, data = runner.plan("main", "smoke", 0)
+    cfgs, units, data = runner.plan("theory", "smoke", 0)
     ctx = runner.RunContext(data, "cpu")
     serial, _ = runner.compute_units(units, ctx, tmp_path / "a", progress=False)
     rev, timings = runner.compute_units(units, ctx, tmp_path / "b", progress=False, executor=ReversedExecutor())
@@ -101,11 +101,11 @@ def test_table_in_unit_order_whatever_the_completion_order(fake, tmp_path):
 
 
 def test_recompute_reruns_every_unit_and_timings_are_recorded(fake, tmp_path):
-    res = runner.run_experiment("fig3", "smoke", tmp_path / "run", progress=False, nearby=False, write=False)
+    res = runner.run_experiment("theory", "smoke", tmp_path / "run", progress=False, nearby=False, write=False)
     n = fake.calls
-    runner.run_experiment("fig3", "smoke", tmp_path / "run", progress=False, nearby=False, write=False)
+    runner.run_experiment("theory", "smoke", tmp_path / "run", progress=False, nearby=False, write=False)
     assert fake.calls == n
-    again = runner.run_experiment("fig3", "smoke", tmp_path / "run", progress=False, nearby=False, recompute=True)
+    again = runner.run_experiment("theory", "smoke", tmp_path / "run", progress=False, nearby=False, recompute=True)
     assert fake.calls == 2 * n
     pd.testing.assert_frame_equal(again.table, res.table)
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
