@@ -2,11 +2,13 @@
 simulations, probes and theory checks."""
 
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
+from filelock import FileLock
 
-from rankcollapse.experiments import runner
+from rankcollapse.experiments import ExecutionConfig, runner
 from rankcollapse.experiments.table import rows_from_metrics
 from rankcollapse.experiments.units import _labels
 from rankcollapse.sweep import units as sweep_units
@@ -72,3 +74,25 @@ def fake(monkeypatch):
     ex = FakeExecutor()
     _use_everywhere(monkeypatch, ex)
     return ex
+
+
+@pytest.fixture(scope="session")
+def all_smoke(tmp_path_factory, worker_id):
+    """The :class:`RunResult` of ``run_experiment("all", "smoke")`` with the synthetic
+    executor, written to its ``out`` once per session: the tests that only read the whole
+    run share it (under pytest-xdist the workers share one folder, the first one runs it).
+    Read it, never write into its folder."""
+    if worker_id == "master":
+        return _run_all(tmp_path_factory.mktemp("all") / "run")
+    shared = tmp_path_factory.getbasetemp().parent  # this session's folder, above every worker's
+    saved = shared / "all_smoke.pickle"
+    with FileLock(str(saved) + ".lock"):
+        if not saved.is_file():
+            saved.write_bytes(pickle.dumps(_run_all(shared / "all_smoke")))
+        return pickle.loads(saved.read_bytes())
+
+
+def _run_all(out):
+    with pytest.MonkeyPatch.context() as mp:
+        _use_everywhere(mp, FakeExecutor())
+        return runner.run_experiment("all", "smoke", out, nearby=False, execution=ExecutionConfig(progress=False))

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from rankcollapse import report
-from rankcollapse.experiments import ExecutionConfig, plots, runner
+from rankcollapse.experiments import ExecutionConfig, StorageConfig, plots, runner
 from rankcollapse.experiments.config import effective_override, load_config
 from rankcollapse.sweep.units import Unit
 
@@ -65,8 +65,7 @@ def test_excluded_model_is_named_plainly(fake, use_function, tmp_path):
         return fake(unit, ctx).assign(variant=variant, mask="complete")
 
     use_function("probe", probe)
-    res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", nearby=False,
-                                execution=ExecutionConfig(progress=False))
+    res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", nearby=False, execution=ExecutionConfig(progress=False), storage=StorageConfig(write=False))
     c03 = next(c for c in res.claims if c["id"] == "C03")
     assert c03["verdict"] == "not run"
     assert "needs model smollm2, which --scale smoke excludes" in c03["notes"]

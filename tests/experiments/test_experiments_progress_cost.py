@@ -69,19 +69,18 @@ def test_dropped_units_leave_the_total(capsys):
 
 
 def test_run_announces_default_and_nearby_units_up_front(fake, tmp_path, capsys):
-    units, near = _planned("main", "smoke")
+    units, near = _planned("fig3", "smoke")
     assert len(near) > 0
-    res = runner.run_experiment("main", "smoke", tmp_path / "run",
-                                execution=ExecutionConfig(progress=True), storage=StorageConfig(write=False))
+    res = runner.run_experiment("fig3", "smoke", tmp_path / "run", execution=ExecutionConfig(progress=True), storage=StorageConfig(write=False))
     err = capsys.readouterr().err.splitlines()
     total = len(units) + len(near)
-    assert err[0] == (f"main: {total} units (default settings {len(units)}, nearby settings {len(near)}), "
+    assert err[0] == (f"fig3: {total} units (default settings {len(units)}, nearby settings {len(near)}), "
                       f"0 cached, computing {total} (serial, 1 worker)")
-    done = [ln for ln in err if ln.startswith("main [")]
+    done = [ln for ln in err if ln.startswith("fig3 [")]
     dropped = sum(int(ln.split(": ")[1].split()[0]) for ln in err if "planned units not run" in ln)
     assert len(done) == total - dropped == len(res.timings)
-    assert done[-1].startswith(f"main [{total - dropped}/{total - dropped}]") and done[-1].endswith("ETA 0 s)")
-    assert err[-1].startswith(f"main: {total - dropped} units (0 cached) in ")
+    assert done[-1].startswith(f"fig3 [{total - dropped}/{total - dropped}]") and done[-1].endswith("ETA 0 s)")
+    assert err[-1].startswith(f"fig3: {total - dropped} units (0 cached) in ")
 
 
 def test_labels_name_every_field_that_tells_units_apart():
@@ -128,13 +127,13 @@ class _SlowExecutor:
 def test_cached_rerun_keeps_what_the_numbers_cost(fake, monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "make_executor", lambda *a, **k: _SlowExecutor())
     out = tmp_path / "run"
-    first = runner.run_experiment("fig3", "smoke", out, execution=QUIET)
+    first = runner.run_experiment("theory", "smoke", out, execution=QUIET)
     n = len(first.timings)
     cost1 = json.loads((out / "config.json").read_text())["cost"]
     assert cost1["unit_seconds"] == pytest.approx(5.0 * n) and cost1["unit_cpu_seconds"] == pytest.approx(4.0 * n)
     assert cost1["units_computed"] == n and cost1["units_cached"] == 0
     calls = fake.calls
-    runner.run_experiment("fig3", "smoke", out, execution=QUIET)
+    runner.run_experiment("theory", "smoke", out, execution=QUIET)
     assert fake.calls == calls  # nothing recomputed
     cfg = json.loads((out / "config.json").read_text())
     cost2 = cfg["cost"]

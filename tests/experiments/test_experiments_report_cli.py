@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rankcollapse import cli
-from rankcollapse.experiments import ExecutionConfig, StorageConfig, runner
+from rankcollapse.experiments import ExecutionConfig, runner
 
 QUIET = ExecutionConfig(progress=False)
 
@@ -28,8 +28,8 @@ def _chromium(path: Path) -> tuple[str, list[str]]:
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs chromium on PATH: `make browser` installs it (apt-get, as root)")
-def test_report_opens_in_chromium_without_console_errors(fake, tmp_path):
-    res = runner.run_experiment("main", "smoke", tmp_path / "run", nearby=False, execution=QUIET)
+def test_report_opens_in_chromium_without_console_errors(all_smoke, tmp_path):
+    res = all_smoke  # every experiment's claims and figures in one report
     bad = tmp_path / "bad.html"  # control: the console capture must see an error
     bad.write_text('<html><body><script>console.error("boom")</script></body></html>')
     assert any("boom" in m for m in _chromium(bad)[1])
@@ -87,7 +87,7 @@ def test_text_shorter_than_window(monkeypatch, capsys, tmp_path):
 def test_summary_prints_the_results_table(fake, monkeypatch, capsys, tmp_path):
     import json
 
-    res = runner.run_experiment("fig2", "smoke", tmp_path / "run", nearby=False, execution=QUIET)
+    res = runner.run_experiment("fig3", "smoke", tmp_path / "run", nearby=False, execution=QUIET)
     monkeypatch.setattr(sys, "argv", ["rankcollapse", "reproduce", "summary", str(res.out), "--format", "markdown"])
     cli.main()
     out = capsys.readouterr().out.splitlines()
@@ -102,11 +102,10 @@ def test_summary_prints_the_results_table(fake, monkeypatch, capsys, tmp_path):
     assert code == 2 and "claims.json" in err
 
 
-def test_claims_json_has_the_interface_fields(fake, tmp_path):
+def test_claims_json_has_the_interface_fields(all_smoke):
     import json
 
-    res = runner.run_experiment("all", "smoke", tmp_path / "run", nearby=False,
-                                execution=QUIET, storage=StorageConfig(write=False))
+    res = all_smoke
     claims = json.loads(json.dumps(res.claims))  # what write_outputs stores
     need = {"id", "effect", "verdict", "measured", "rule", "interval", "depth", "n_samples", "n_seeds", "original_verdict"}
     for c in claims:

@@ -13,7 +13,7 @@ IN_MEMORY = StorageConfig(write=False)  # no output folder
 
 def test_outputs_cache_and_recheck(fake, tmp_path):
     out = tmp_path / "run"
-    res = runner.run_experiment("main", "smoke", out, seed=3, nearby=False, execution=QUIET)
+    res = runner.run_experiment("fig3", "smoke", out, seed=3, nearby=False, execution=QUIET)
     n_units = fake.calls
     assert n_units == len(res.config["units"]) > 0
     for name in ("table.parquet", "table.csv", "claims.json", "config.json", "report.html", "report.md", "COMPLETE"):
@@ -21,12 +21,11 @@ def test_outputs_cache_and_recheck(fake, tmp_path):
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["config_hash"] == res.config["config_hash"] and cfg["versions"]["torch"]
     assert all(s == r for _, s, r in runner.recheck(out))
-    again = runner.run_experiment("main", "smoke", tmp_path / "run2", seed=3, nearby=False, execution=QUIET)
+    again = runner.run_experiment("fig3", "smoke", tmp_path / "run2", seed=3, nearby=False, execution=QUIET)
     assert fake.calls == n_units  # everything came from the shared cache
     assert again.config["config_hash"] == res.config["config_hash"]
     assert again.table.equals(res.table)
-    other = runner.run_experiment("main", "smoke", tmp_path / "run3", seed=4, nearby=False,
-                                  execution=QUIET, storage=IN_MEMORY)
+    other = runner.run_experiment("fig3", "smoke", tmp_path / "run3", seed=4, nearby=False, execution=QUIET, storage=IN_MEMORY)
     assert other.config["config_hash"] != res.config["config_hash"] and fake.calls > n_units
 
 
@@ -34,18 +33,18 @@ def test_interrupted_run_resumes_and_is_not_marked_complete(install_executor, fa
     install_executor(fake_executor_cls(fail_after=3))
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        runner.run_experiment("main", "smoke", out, nearby=False, execution=QUIET)
+        runner.run_experiment("theory", "smoke", out, nearby=False, execution=QUIET)
     assert not (out / "COMPLETE").exists() and not (out / "report.html").exists()
     assert len(list((tmp_path / ".rankcollapse-cache").glob("*.parquet"))) == 3
     resumed = install_executor(fake_executor_cls())
-    res = runner.run_experiment("main", "smoke", out, nearby=False, execution=QUIET)
+    res = runner.run_experiment("theory", "smoke", out, nearby=False, execution=QUIET)
     assert resumed.calls == len(res.config["units"]) - 3
     assert (out / "COMPLETE").exists()
 
 
-def test_all_writes_every_claim(fake, tmp_path):
-    res = runner.run_experiment("all", "smoke", tmp_path / "all", nearby=False, execution=QUIET)
-    claims = json.loads((tmp_path / "all" / "claims.json").read_text())
+def test_all_writes_every_claim(all_smoke):
+    res = all_smoke
+    claims = json.loads((res.out / "claims.json").read_text())
     paper = [f"C{k:02d}" + axis for k in range(1, 13)
              for axis in (["", ".N128", ".N1024"] if k in (6, 7) else [""])]  # smoke: the N axis up to 1,024
     assert [c["id"] for c in claims] == (paper + ["E1", "E2"] + [f"G{k}" for k in range(1, 6)]
@@ -58,7 +57,7 @@ def test_all_writes_every_claim(fake, tmp_path):
 
 
 def test_nearby_settings_run_for_every_decided_claim(fake, tmp_path):
-    res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", execution=QUIET)
+    res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", execution=QUIET, storage=IN_MEMORY)
     cfg = {c["id"]: c for c in runner.load_config("fig2")["claims"]}
     for c in res.claims:
         if c["verdict"] != "not run" and cfg[c["id"]].get("nearby"):
@@ -74,8 +73,7 @@ def test_run_result_to_pandas_table_and_claims(fake, tmp_path):
 
     from rankcollapse.errors import ConfigError
 
-    res = runner.run_experiment("main", "smoke", tmp_path / "run", seed=3, nearby=False,
-                                execution=QUIET, storage=IN_MEMORY)
+    res = runner.run_experiment("fig3", "smoke", tmp_path / "run", seed=3, nearby=False, execution=QUIET, storage=IN_MEMORY)
     table = res.to_pandas()
     assert table.equals(res.table) and table is not res.table
     for col in ("layer", "point", "metric", "mean", "seed"):

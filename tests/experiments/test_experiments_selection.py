@@ -18,9 +18,8 @@ def _key(c):
                                                              for k in c["checks"]]))
 
 
-def test_each_experiment_alone_equals_all(fake, tmp_path):
-    together = {c["id"]: c for c in runner.run_experiment("all", "smoke", tmp_path / "all", nearby=False,
-                                                          execution=QUIET, storage=IN_MEMORY).claims}
+def test_each_experiment_alone_equals_all(fake, all_smoke, tmp_path):
+    together = {c["id"]: c for c in all_smoke.claims}
     seen = set()
     for name in EXPERIMENTS:
         alone = runner.run_experiment(name, "smoke", tmp_path / name, nearby=False,

@@ -7,9 +7,7 @@ still load with the checkpoint's own weights."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -22,6 +20,7 @@ from rankcollapse.errors import AssetMissingError, ModelError
 from rankcollapse.models import load_model
 
 from family_configs import CONFIGS, VOCAB
+from tests.cli._harness import run_cli
 
 HEADS = {
     "bert": tf.BertForMaskedLM, "roberta": tf.RobertaForMaskedLM, "distilbert": tf.DistilBertForMaskedLM,
@@ -192,10 +191,8 @@ def test_smollm2_loads_without_refusal():
 
 
 def _probe(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    code = "import sys; from rankcollapse.cli import main; sys.argv[0] = 'rankcollapse'; main()"
-    return subprocess.run([sys.executable, "-c", code, "probe", *args], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=300)
+    # in-process: the real probe process is test_models_refusals.py's (transformers' output silenced)
+    return run_cli("probe", *args, cwd=tmp_path)
 
 
 def _windows_file(tmp_path):

@@ -67,6 +67,18 @@ STABLE_2X2 = {"n_tokens": 2, "d_model": 2, "depth": 256, "norm": "sphere", "mask
               "shared": True, "input": "sphere", "value": "gaussian"}
 
 
+def test_stable_rank_2_basins_of_four_value_matrices():
+    """The control below on four of its draws (two with a basin, two without), fast: the
+    fraction sees 2 and 1 of 16 starts in a stable rank-2 state while the label stays
+    rank_collapse, and fresh weights per layer leave none."""
+    rows = {s: one({**DEFAULTS, **STABLE_2X2}, samples=16, seed=s) for s in (0, 1, 5, 14)}
+    assert {s: r["frac_stable_rank_k"] for s, r in rows.items()} == {0: 0.0, 1: 0.0, 5: 2 / 16, 14: 1 / 16}
+    assert rows[5]["regime"] == rows[14]["regime"] == "rank_collapse"
+    for s in (5, 14):
+        assert one({**DEFAULTS, **STABLE_2X2, "shared": False}, samples=16, seed=s)["frac_stable_rank_k"] == 0.0
+
+
+@pytest.mark.slow  # 44 runs of 256 layers (~18 CPU-s); the test above checks four of the draws
 def test_stable_rank_2_basins_of_random_time_invariant_value_matrices():
     """Positive control: 40 random 2x2 W_V (time-invariant, unit-sphere SA-LN, causal,
     s = 0, 256 layers, 16 uniform starts each): 4 of them send 1 or 2 of 16 starts to a

@@ -13,6 +13,7 @@ from rankcollapse.phase.batched import run_group
 from rankcollapse.phase.cell import block_config
 from rankcollapse.phase.grid import DEFAULTS, expand_grid
 from rankcollapse.phase.regime import gap_floor, law_cell
+from rankcollapse.phase.sweep import BATCH_CELLS, batches
 
 UNIFORM = {"n_tokens": 16, "d_model": 8, "depth": 128, "qk_scale": 0.0, "value": "orthogonal"}
 
@@ -161,9 +162,10 @@ def test_rules_and_controls_through_the_sweep():
                          "qk_scale": [0.0, 1.0], "shared": [False, True]}, fixed)
     cells += expand_grid({"placement": ["post_ln", "pre_ln"], "value_scale": [0.0]}, {**fixed, "norm": "sphere",
                                                                                     "depth": 16})
-    rows = []
-    for c in cells:
-        rows.append({**c, **run_group([c], n_samples=4)[0]})
+    rows = [None] * len(cells)
+    for part in batches(cells, BATCH_CELLS):  # the sweep's own batches: one batched run per group
+        for i, row in zip(part, run_group([cells[i] for i in part], n_samples=4)):
+            rows[i] = {**cells[i], **row}
     ctl = nz.controls(pd.DataFrame(rows))
     assert ctl["all_pass"], json.dumps(ctl, default=str)
 

@@ -91,7 +91,7 @@ class ReversedExecutor:
 
 
 def test_table_in_unit_order_whatever_the_completion_order(fake, tmp_path):
-    cfgs, units, data = runner.plan("main", "smoke", 0)
+    cfgs, units, data = runner.plan("theory", "smoke", 0)
     ctx = runner.RunContext(data, "cpu")
     serial, _ = runner.compute_units(units, ctx, tmp_path / "a", progress=False)
     rev, timings = runner.compute_units(units, ctx, tmp_path / "b", progress=False, executor=ReversedExecutor())
@@ -104,12 +104,11 @@ def test_table_in_unit_order_whatever_the_completion_order(fake, tmp_path):
 
 
 def test_recompute_reruns_every_unit_and_timings_are_recorded(fake, tmp_path):
-    res = runner.run_experiment("main", "smoke", tmp_path / "run", nearby=False, execution=QUIET, storage=IN_MEMORY)
+    res = runner.run_experiment("theory", "smoke", tmp_path / "run", nearby=False, execution=QUIET, storage=IN_MEMORY)
     n = fake.calls
-    runner.run_experiment("main", "smoke", tmp_path / "run", nearby=False, execution=QUIET, storage=IN_MEMORY)
+    runner.run_experiment("theory", "smoke", tmp_path / "run", nearby=False, execution=QUIET, storage=IN_MEMORY)
     assert fake.calls == n
-    again = runner.run_experiment("main", "smoke", tmp_path / "run", nearby=False,
-                                  execution=QUIET, storage=StorageConfig(recompute=True))
+    again = runner.run_experiment("theory", "smoke", tmp_path / "run", nearby=False, execution=QUIET, storage=StorageConfig(recompute=True))
     assert fake.calls == 2 * n
     pd.testing.assert_frame_equal(again.table, res.table)
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
@@ -173,7 +172,7 @@ def _describe(out):
 
 def test_rerun_clears_only_outputs_it_wrote_and_marks_complete_last(fake, tmp_path):
     out = tmp_path / "run"
-    runner.run_experiment("fig3", "smoke", out, nearby=False, execution=QUIET)
+    runner.run_experiment("theory", "smoke", out, nearby=False, execution=QUIET)
     first = set(json.loads((out / MANIFEST).read_text()))
     assert "table.parquet" in first and any(p.startswith("plots/") for p in first)
     # a plot the first run wrote that the second will not: listed, so removed
@@ -186,7 +185,7 @@ def test_rerun_clears_only_outputs_it_wrote_and_marks_complete_last(fake, tmp_pa
     (out / "notes.txt").write_text("the user's own file")
     (out / "plots" / "my_figure.png").write_bytes(b"mine")
     (out / ".draft.tmp").write_text("mine too")
-    runner.run_experiment("fig3", "smoke", out, nearby=False, execution=QUIET)
+    runner.run_experiment("theory", "smoke", out, nearby=False, execution=QUIET)
     names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert "plots/fig2_stale.png" not in names and stale in names
     assert not [n for n in names if n.endswith(_io.TMP_SUFFIX)] and not (out / ".rankcollapse-staging").exists()
@@ -204,7 +203,7 @@ def test_a_failed_rerun_leaves_the_previous_run_whole(fake, tmp_path, monkeypatc
     from rankcollapse.experiments import report
 
     out = tmp_path / "run"
-    runner.run_experiment("fig3", "smoke", out, nearby=False, execution=QUIET)
+    runner.run_experiment("theory", "smoke", out, nearby=False, execution=QUIET)
     before = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != LOCK_NAME}
 
     def full_disk(*a, **k):
@@ -212,7 +211,7 @@ def test_a_failed_rerun_leaves_the_previous_run_whole(fake, tmp_path, monkeypatc
 
     monkeypatch.setattr(report, "render_markdown", full_disk)
     with pytest.raises(OSError):
-        runner.run_experiment("fig3", "smoke", out, seed=1, nearby=False, execution=QUIET)
+        runner.run_experiment("theory", "smoke", out, seed=1, nearby=False, execution=QUIET)
     after = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != LOCK_NAME}
     assert after == before  # same files, same bytes: the first run, still COMPLETE
 
@@ -222,18 +221,16 @@ def test_a_foreign_nonempty_out_is_refused_unless_allowed(fake, tmp_path):
     out.mkdir()
     (out / "thesis.tex").write_text("user data")
     with pytest.raises(ConfigError, match="pass allow_nonempty=True to write beside"):
-        runner.run_experiment("fig3", "smoke", out, nearby=False, execution=QUIET)
+        runner.run_experiment("theory", "smoke", out, nearby=False, execution=QUIET)
     assert sorted(p.name for p in out.iterdir()) == ["thesis.tex"]  # nothing created
-    runner.run_experiment("fig3", "smoke", out, nearby=False,
-                          execution=QUIET, storage=StorageConfig(allow_nonempty=True))
+    runner.run_experiment("theory", "smoke", out, nearby=False, execution=QUIET, storage=StorageConfig(allow_nonempty=True))
     assert (out / "COMPLETE").is_file() and (out / "thesis.tex").read_text() == "user data"
-    runner.run_experiment("fig3", "smoke", out, nearby=False, execution=QUIET)  # now ours: no flag needed
+    runner.run_experiment("theory", "smoke", out, nearby=False, execution=QUIET)  # now ours: no flag needed
     draft = tmp_path / "drafts"
     draft.mkdir()
     (draft / "report.md").write_text("the user's draft\n")  # a file of an output's name: never replaced
     with pytest.raises(ConfigError, match="would replace: report.md;"):
-        runner.run_experiment("fig3", "smoke", draft, nearby=False,
-                              execution=QUIET, storage=StorageConfig(allow_nonempty=True))
+        runner.run_experiment("theory", "smoke", draft, nearby=False, execution=QUIET, storage=StorageConfig(allow_nonempty=True))
     assert sorted(p.name for p in draft.iterdir()) == ["report.md"]
     assert (draft / "report.md").read_text() == "the user's draft\n"
 
@@ -242,14 +239,14 @@ def test_a_rerun_never_publishes_through_a_planted_plots_link(fake, tmp_path):
     from rankcollapse.errors import UnsafePathError
 
     out = tmp_path / "run"
-    runner.run_experiment("fig3", "smoke", out, nearby=False, execution=QUIET)
+    runner.run_experiment("theory", "smoke", out, nearby=False, execution=QUIET)
     outside = tmp_path / "outside"
     (out / "plots").rename(outside)  # the same figure names, now the user's folder
     (out / "plots").symlink_to(outside)
     victims = {p.name: p.read_bytes() for p in outside.iterdir()}
     calls = fake.calls
     with pytest.raises(UnsafePathError, match="plots' is a symbolic link"):
-        runner.run_experiment("fig3", "smoke", out, seed=1, nearby=False, execution=QUIET)
+        runner.run_experiment("theory", "smoke", out, seed=1, nearby=False, execution=QUIET)
     assert {p.name: p.read_bytes() for p in outside.iterdir()} == victims and fake.calls == calls
 
 
