@@ -61,8 +61,9 @@ NETWORKS = ("simulator", "model", "albert")
 SIM_NORMS = ("sphere", "layernorm")
 
 
-def value_spectrum_matrix(d: int, second: float, rest: float, seed: int) -> torch.Tensor:
-    """The simulator's ``W_V`` (module docstring), float64 ``(d, d)``, symmetric."""
+def value_spectrum_matrix(d_model: int, second: float, rest: float, seed: int) -> torch.Tensor:
+    """The simulator's ``W_V`` (module docstring), float64 ``(d_model, d_model)``, symmetric."""
+    d = d_model
     if d < 3:
         raise ConfigError(f"power_method d_model must be at least 3 (v1, v2 and the LayerNorm direction), got {d}")
     g = torch.Generator().manual_seed(int(seed))

@@ -174,8 +174,9 @@ def layer_v1_alignment(X, layer: Any) -> torch.Tensor:
     return v1_alignment(X, v1)
 
 
-def random_alignment(d: int) -> float:
-    """``E |<u, v>|`` for ``u`` uniform on ``S^(d-1)`` and a fixed unit ``v``:
-    ``Gamma(d/2) / (sqrt(pi) Gamma((d+1)/2))`` (about ``sqrt(2 / (pi d))``), the
+def random_alignment(d_model: int) -> float:
+    """``E |<u, v>|`` for ``u`` uniform on ``S^(d-1)`` (``d = d_model``) and a fixed unit
+    ``v``: ``Gamma(d/2) / (sqrt(pi) Gamma((d+1)/2))`` (about ``sqrt(2 / (pi d))``), the
     alignment of tokens in random directions."""
+    d = d_model
     return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
