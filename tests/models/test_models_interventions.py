@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from rankcollapse.errors import ConfigError, MaskError, ModelError
-from rankcollapse.models import Intervention, Recorder, attention_only, intervene, model_inputs, probe
+from rankcollapse.models import (Intervention, Recorder, attention_maps, attention_only, capture_states, intervene,
+                                 model_inputs, probe)
 from rankcollapse.models.interventions import additive_mask, parse_drop
 
 
@@ -139,6 +140,29 @@ def test_probe_refuses_an_intervention_that_is_not_one(make_tiny, make_windows_t
     with pytest.raises(ConfigError, match="rankcollapse.models.Intervention") as info:
         probe(make_tiny("gpt2"), make_windows_tiny(), "causal")
     assert info.value.argument == "intervention"
+
+
+@pytest.mark.parametrize("kw, argument", [
+    (dict(clip_massive="no"), "clip_massive"),  # a truthy string would clip
+    (dict(drop=3), "drop"),
+    (dict(drop=["mlp", 3]), "drop"),
+    (dict(ablate_heads=[(1, 1)]), "ablate_heads"),
+])
+def test_intervention_fields_of_the_wrong_type_are_refused(kw, argument, make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("gpt2"), make_windows_tiny()
+    for run in (lambda net: probe(loaded, w, net), lambda net: capture_states(loaded, w, net),
+                lambda net: attention_maps(loaded, w, net)):
+        with pytest.raises(ConfigError, match=argument) as info:
+            run(Intervention(**kw))
+        assert info.value.argument == argument
+
+
+def test_windows_that_are_a_bare_tensor_are_refused(make_tiny, make_windows_tiny):
+    loaded, ids = make_tiny("gpt2"), make_windows_tiny().input_ids
+    for run in (probe, capture_states, attention_maps):
+        with pytest.raises(ConfigError, match="rankcollapse.data.Windows") as info:
+            run(loaded, ids)
+        assert info.value.argument == "windows"
 
 
 @pytest.mark.parametrize(

@@ -128,11 +128,12 @@ def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, b
     from .interventions import split_drop
     from .loading import as_loaded
     from .probe import (_point_list, _record_batch, _with_ablation, as_intervention, check_positions, check_token_ids,
-                        model_inputs)
+                        check_windows, model_inputs)
     from .recorder import MODULE_PREFIX
     from .temperature import d_qk_scale_for
 
     net = as_intervention(intervention)
+    check_windows(windows)
     mask, drop, d_qk = net.mask, net.drop, net.d_qk
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
