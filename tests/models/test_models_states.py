@@ -215,6 +215,10 @@ def test_bad_folders_are_refused(saved, tmp_path_factory):
     _edit_sidecar(saved, points=["embeddings", "layer.0.output", "layer.1.output", "layer.2.output", "final_norm"], window_ids=[0, 1])
     with pytest.raises(StatesError, match="does not match the 2 window ids"):
         read_states(saved)
+    for ids in ([0, 0, 1], [-1, 0, 1]):  # each window is one row of the windows it came from
+        _edit_sidecar(saved, window_ids=ids)
+        with pytest.raises(StatesError, match=r"window_ids \(distinct rows >= 0\)"):
+            read_states(saved)
     _edit_sidecar(saved, format="something else")
     with pytest.raises(StatesError, match="not a rankcollapse.states sidecar"):
         read_states(saved)

@@ -267,9 +267,10 @@ def _read_own(folder: Path) -> States:
             or not all(isinstance(p, str) for p in points) or len(set(points)) != len(points)
             or not isinstance(n_layers, dict) or not n_layers
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in n_layers.values())
-            or not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
+            or not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                    for i in ids) or len(set(ids)) != len(ids)):
         raise StatesError(f"{str(side)!r} needs layout {list(LAYOUT)}, points (distinct names), n_layers "
-                          "({prefix: blocks >= 1}) and window_ids (integers)")
+                          "({prefix: blocks >= 1}) and window_ids (distinct rows >= 0)")
     t = _tensors(folder / STATES_FILE)
     settings = {k: meta.get(k) for k in SETTINGS if k in meta}
     attn = meta.get("attention_points", [])
