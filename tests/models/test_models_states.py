@@ -251,6 +251,9 @@ def test_dump_refusals(make_tiny, tmp_path):
     save_file({"hidden_states": torch.zeros(4, 5, 32)}, str(tmp_path / "hidden_states.safetensors"))
     with pytest.raises(StatesError, match=r"shape \(4, 5, 32\), expected \(L \+ 1, B, N, d\)"):
         read_states(tmp_path)
+    save_file({"hidden_states": torch.ones(3, 2, 5, 32)}, str(tmp_path / "hidden_states.safetensors"))
+    with pytest.raises(StatesError, match="holds 3 hidden states, but .* gives the model 3 layers"):
+        read_states(tmp_path)  # 2 blocks' states under a 3-block config: every label would be wrong
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "opt"}))
     with pytest.raises(StatesError, match="model_type 'opt' is not a family"):
         read_states(tmp_path)

@@ -315,6 +315,11 @@ def _read_dump(folder: Path) -> States:
         raise StatesError(f"{str(folder / DUMP_FILE)!r}: hidden_states has shape {tuple(stacked.shape)}, "
                           "expected (L + 1, B, N, d) with L >= 1")
     n_layers = int(stacked.shape[0]) - 1
+    said = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if k in config), None)
+    if said != n_layers:  # labels from another count would name every entry wrongly
+        raise StatesError(f"{str(folder / DUMP_FILE)!r} holds {n_layers + 1} hidden states, but {str(config_path)!r} "
+                          f"gives the model {said!r} layers (L + 1 entries expected): save the config of the model "
+                          "that made them")
     points = tuple(families.hidden_states_points(family, n_layers))
     B, N = int(stacked.shape[1]), int(stacked.shape[2])
     t["hidden_states"] = stacked.transpose(0, 1)  # (B, L + 1, N, d)
