@@ -90,7 +90,7 @@ def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
 DEFAULT_N_TOKENS = 128
 #: Unit kinds that read the run's text windows (the text, and ``n_tokens`` unless the
 #: unit sets its own); the others (``theory``, ``mask_influence``, ``temperature_law``) read no text.
-TEXT_UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "model_influence", "power_method", "energy")
+TEXT_UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "model_influence", "power_method", "energy", "gap_count")
 
 
 def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, n_tokens: int | None = None,
