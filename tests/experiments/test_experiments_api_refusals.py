@@ -67,7 +67,8 @@ def test_recheck_of_a_run_folder_whose_records_are_not_a_runs(tmp_path, name, te
     ("influence", dict(text="docs.txt"), "text does not apply to influence at scale smoke"),
     ("geometry", dict(overrides={"masks": ["causal"]}), r"overrides\['masks'\] does not apply to geometry"),
     ("fig3", dict(overrides={"masks": ["causal"]}), r"overrides\['masks'\] does not apply to fig3"),
-    ("geometry", dict(overrides={"depth": 3}), r"overrides\['depth'\] does not apply"),
+    ("geometry", dict(overrides={"depth": 3}), r"overrides\['depth'\] does not apply.*it simulates no network"),
+    ("power", dict(overrides={"depth": 3}), r"overrides\['depth'\] does not apply.*have a fixed depth"),
     ("influence", dict(overrides={"n_samples": 3}), r"overrides\['n_samples'\] does not apply"),
     ("influence", dict(overrides={"extra_models": ["minilm"]}), r"overrides\['extra_models'\] does not apply"),
 ])

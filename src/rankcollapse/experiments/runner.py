@@ -146,7 +146,9 @@ def check_applied(cfgs: list[dict[str, Any]], units: list[Unit], *, text: Any, n
     if overrides.get("masks") and not any(s["kind"] == "simulate" and "mask" in s.get("grid", {}) for s in specs):
         unused.append(("overrides['masks']", "it simulates no mask grid"))
     if overrides.get("depth") is not None and not any(u.kind == "simulate" for u in units):
-        unused.append(("overrides['depth']", "it simulates no network"))
+        fixed = any(u.kind == "power_method" and u.params.get("network") == "simulator" for u in units)
+        unused.append(("overrides['depth']", "its simulated networks have a fixed depth" if fixed
+                       else "it simulates no network"))
     if overrides.get("n_samples") is not None and not readers:
         unused.append(("overrides['n_samples']", "no unit of it reads windows"))
     if overrides.get("extra_models") and not any(s["kind"] == "probe" and "model" in s.get("grid", {}) for s in specs):
