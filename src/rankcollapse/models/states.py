@@ -45,6 +45,7 @@ import pandas as pd
 import torch
 
 from .._io import read_regular, read_user_json, write_json_atomic
+from .._validate import check_int
 from ..data import Windows
 from ..errors import ConfigError, StatesError
 from ..points import layer_of
@@ -134,6 +135,7 @@ def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, b
 
     net = as_intervention(intervention)
     check_windows(windows)
+    batch_size = check_int(batch_size, "batch_size", low=1)
     mask, drop, d_qk = net.mask, net.drop, net.d_qk
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
