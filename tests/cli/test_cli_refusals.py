@@ -26,6 +26,8 @@ def _refused(argv, root, *texts):
       "--d-model", "2"], "key 'b' given twice"),
     (["simulate", "--mask", "sliding_window:w=3,w=5", "--depth", "2", "--n-tokens", "4", "--d-model", "2"],
      "key 'w' given twice"),
+    (["simulate", "--model", "minilm", "--depth", "3", "--out", "o"],  # refused before the model loads
+     "--depth does not apply with --model"),
     (["theory", "clusters", "--beta", "4,1e308"], "beta must be <= 1e+150"),
     (["theory", "clusters", "--beta", "1e-308"], "beta must be >= 1e-150"),
     (["theory", "clusters", "--angle", "4"], "angle must be <= 3.14159"),

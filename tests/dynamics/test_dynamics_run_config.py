@@ -29,6 +29,7 @@ def test_preset_name_is_its_block_bit_for_bit():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(run={"depth": 2}), "run must be a rankcollapse.dynamics.RunConfig"),
     (dict(run=RunConfig(depth=2), block="nope"), "unknown variant 'nope'"),
+    (dict(run=RunConfig(depth=2), shared="no"), "shared must be True or False"),  # a truthy string would share
 ])
 def test_bad_groups_refused(kwargs, match):
     with pytest.raises(ConfigError, match=match):

@@ -67,7 +67,8 @@ def test_recheck_of_a_run_folder_whose_records_are_not_a_runs(tmp_path, name, te
     ("influence", dict(text="docs.txt"), "text does not apply to influence at scale smoke"),
     ("geometry", dict(overrides={"masks": ["causal"]}), r"overrides\['masks'\] does not apply to geometry"),
     ("fig3", dict(overrides={"masks": ["causal"]}), r"overrides\['masks'\] does not apply to fig3"),
-    ("geometry", dict(overrides={"depth": 3}), r"overrides\['depth'\] does not apply"),
+    ("geometry", dict(overrides={"depth": 3}), r"overrides\['depth'\] does not apply.*it simulates no network"),
+    ("power", dict(overrides={"depth": 3}), r"overrides\['depth'\] does not apply.*have a fixed depth"),
     ("influence", dict(overrides={"n_samples": 3}), r"overrides\['n_samples'\] does not apply"),
     ("influence", dict(overrides={"extra_models": ["minilm"]}), r"overrides\['extra_models'\] does not apply"),
 ])
@@ -85,3 +86,14 @@ def test_options_a_unit_applies_are_accepted():
     _, units, data = runner.plan("main", "smoke", 0, n_tokens=64, overrides={"masks": ["causal"], "depth": 2})
     assert data["n_tokens"] == 64 and {u.params["mask"] for u in units if u.kind == "simulate"} == {"causal"}
     assert runner.plan("influence", "smoke", 0)[2]["n_tokens"] == runner.DEFAULT_N_TOKENS
+
+
+def test_the_gap_count_unit_takes_the_text_options(tmp_path):
+    """laws' gap_count unit reads MiniLM's windows of the run's text: --text-file,
+    --n-tokens and --n-samples apply to it."""
+    text = tmp_path / "docs.txt"
+    text.write_text("the river city was built near the old stone bridge\n")
+    _, units, data = runner.plan("laws", "smoke", 0, text=text, n_tokens=16, overrides={"n_samples": 3})
+    gaps = [u for u in units if u.kind == "gap_count"]
+    assert data["n_tokens"] == 16 and gaps
+    assert {(u.params["data"]["n_tokens"], u.params["n_samples"]) for u in gaps} == {(16, 3)}

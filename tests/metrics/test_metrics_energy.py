@@ -71,8 +71,10 @@ def test_log_space_sum_stays_finite_where_the_terms_overflow():
 
 
 def test_energy_beyond_the_dtype_is_refused():
-    with pytest.raises(MetricError, match="log E_beta"):
+    with pytest.raises(MetricError, match=r"log E_beta.*: use float64 or a smaller beta$"):
         interaction_energy(torch.ones(8, 3), beta=100.0)
+    with pytest.raises(MetricError, match=r"float64 \(log E_beta.*: use a smaller beta$"):  # float64 already
+        interaction_energy(torch.ones(8, 3, dtype=torch.float64), beta=1000.0)
 
 
 @pytest.mark.parametrize("beta", [0.0, -1.0, math.inf, True])

@@ -223,6 +223,9 @@ def test_refusals(make_tiny, make_windows_tiny):
         _probe(loaded, w, ablate_heads=HeadAblation(((0, 4),)))
     with pytest.raises(ConfigError, match="unknown ablation"):
         HeadAblation(((0, 1),), mode="resample")
+    for heads in ((3, 1), ((3, 1.5),), ((3,),)):  # not nested, a float head, not a pair
+        with pytest.raises(ConfigError, match="pairs of integers"):
+            HeadAblation(heads)
     with pytest.raises(ConfigError, match="LAYER.HEAD"):
         parse_heads("3,1")
     assert parse_heads("3.1, 0.2") == ((3, 1), (0, 2))

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from rankcollapse.errors import ConfigError, MaskError, ModelError
-from rankcollapse.models import Intervention, Recorder, attention_only, intervene, model_inputs, probe
+from rankcollapse.models import (Intervention, Recorder, attention_maps, attention_only, capture_states, intervene,
+                                 model_inputs, probe)
 from rankcollapse.models.interventions import additive_mask, parse_drop
 
 
@@ -141,12 +142,47 @@ def test_probe_refuses_an_intervention_that_is_not_one(make_tiny, make_windows_t
     assert info.value.argument == "intervention"
 
 
+@pytest.mark.parametrize("kw, argument", [
+    (dict(clip_massive="no"), "clip_massive"),  # a truthy string would clip
+    (dict(drop=3), "drop"),
+    (dict(drop=["mlp", 3]), "drop"),
+    (dict(ablate_heads=[(1, 1)]), "ablate_heads"),
+    (dict(edits={3: lambda X, ctx: X}), "edits"),
+    (dict(edits=lambda X, ctx: X), "edits"),
+])
+def test_intervention_fields_of_the_wrong_type_are_refused(kw, argument, make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("gpt2"), make_windows_tiny()
+    for run in (lambda net: probe(loaded, w, net), lambda net: capture_states(loaded, w, net),
+                lambda net: attention_maps(loaded, w, net)):
+        with pytest.raises(ConfigError, match=argument) as info:
+            run(Intervention(**kw))
+        assert info.value.argument == argument
+
+
+def test_batch_size_below_one_is_refused_and_one_metric_name_is_a_name(make_tiny, make_windows_tiny):
+    loaded, w = make_tiny("gpt2"), make_windows_tiny()
+    for run in (probe, capture_states, attention_maps):
+        with pytest.raises(ConfigError, match="batch_size must be an integer >= 1, got 0"):
+            run(loaded, w, batch_size=0)
+    df = probe(loaded, w, metrics="mu")
+    assert set(df["metric"]) == {"mu"}
+
+
+def test_windows_that_are_a_bare_tensor_are_refused(make_tiny, make_windows_tiny):
+    loaded, ids = make_tiny("gpt2"), make_windows_tiny().input_ids
+    for run in (probe, capture_states, attention_maps):
+        with pytest.raises(ConfigError, match="rankcollapse.data.Windows") as info:
+            run(loaded, ids)
+        assert info.value.argument == "windows"
+
+
 @pytest.mark.parametrize(
     "kw, err, text",
     [
         (dict(mask="causal_sliding_window:w=3", size=12), MaskError, "12"),
         (dict(d_qk_scale=0.0), ConfigError, "d_qk_scale"),
         (dict(d_qk_scale=float("nan")), ConfigError, "d_qk_scale"),
+        (dict(d_qk_scale=True), ConfigError, "d_qk_scale"),
         (dict(drop="dropout"), ConfigError, "dropout"),
         (dict(drop="mlp:7"), ConfigError, "outside"),
     ],

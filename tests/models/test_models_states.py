@@ -215,6 +215,10 @@ def test_bad_folders_are_refused(saved, tmp_path_factory):
     _edit_sidecar(saved, points=["embeddings", "layer.0.output", "layer.1.output", "layer.2.output", "final_norm"], window_ids=[0, 1])
     with pytest.raises(StatesError, match="does not match the 2 window ids"):
         read_states(saved)
+    for ids in ([0, 0, 1], [-1, 0, 1]):  # each window is one row of the windows it came from
+        _edit_sidecar(saved, window_ids=ids)
+        with pytest.raises(StatesError, match=r"window_ids \(distinct rows >= 0\)"):
+            read_states(saved)
     _edit_sidecar(saved, format="something else")
     with pytest.raises(StatesError, match="not a rankcollapse.states sidecar"):
         read_states(saved)
@@ -247,6 +251,9 @@ def test_dump_refusals(make_tiny, tmp_path):
     save_file({"hidden_states": torch.zeros(4, 5, 32)}, str(tmp_path / "hidden_states.safetensors"))
     with pytest.raises(StatesError, match=r"shape \(4, 5, 32\), expected \(L \+ 1, B, N, d\)"):
         read_states(tmp_path)
+    save_file({"hidden_states": torch.ones(3, 2, 5, 32)}, str(tmp_path / "hidden_states.safetensors"))
+    with pytest.raises(StatesError, match="holds 3 hidden states, but .* gives the model 3 layers"):
+        read_states(tmp_path)  # 2 blocks' states under a 3-block config: every label would be wrong
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "opt"}))
     with pytest.raises(StatesError, match="model_type 'opt' is not a family"):
         read_states(tmp_path)

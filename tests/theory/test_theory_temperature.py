@@ -74,3 +74,9 @@ def test_cli_json_and_refusal():
     assert [s["law"] for s in obj["slopes"]] == ["log:1.0", "pow:1.0"]
     bad = run_cli("theory", "temperature", "--law", "pow:x")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'pow:x': key 'c'" in bad.stderr and bad.stdout == ""
+
+
+def test_cli_table_with_one_n_says_the_exponent_is_undefined():
+    p = run_cli("theory", "temperature", "--law", "log:1", "--n-tokens", "100,100", "--n-queries", "2")
+    assert p.returncode == 0, p.stderr
+    assert "undefined with one N (give two or more --n-tokens)" in p.stdout and "nan" not in p.stdout.lower()

@@ -178,7 +178,7 @@ def _plot(result, path: Path, title: str, asked: list[str]) -> None:
 def simulate_command(
     mask: str = typer.Option("causal", "--mask", help="mask spec, e.g. causal_sliding_window:w=4"),
     n_tokens: int = typer.Option(None, "--n-tokens", help="tokens per sample N (default 128; a FILE input: its N)"),
-    depth: int = typer.Option(32, "--depth", help="layers T"),
+    depth: int = typer.Option(None, "--depth", help="layers T (default 32; with --model its number of layers)"),
     variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln"),
     norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm | dyt (tanh, "
                              "--dyt-alpha)"),
@@ -238,6 +238,9 @@ def simulate_command(
         check_out(out, NAMES, allow_nonempty=allow_nonempty, flags=True)
     if not d_qk > 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
+    if pretrained is not None and depth is not None:  # the model's layers are the network
+        raise ConfigError("--depth does not apply with --model: the model's attention layers set the depth; drop it")
+    depth = 32 if depth is None else depth
     if uniform and attention not in (None, "uniform"):
         raise ConfigError(f"--uniform and --attention {attention} contradict each other: give one")
     cfg = dynamics.resolve_variant(variant, norm=norm, placement=placement, alpha=alpha, n_heads=heads, mlp=mlp,

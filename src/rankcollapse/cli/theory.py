@@ -265,9 +265,12 @@ def temperature_cmd(
              f"(mean [95% t-interval])", f"{'N':>8}  {'law':<12} {'beta':>10}  PR"]
     lines += [f"{r['n_tokens']:>8}  {r['law']:<12} {r['beta']:>10.4g}  {r['pr_mean']:.4g} "
               f"[{r['pr_lo']:.4g}, {r['pr_hi']:.4g}]" for r in scan.rows]
-    lines += ["growth exponent of mean PR in N (slope of ln PR on ln N [95% bootstrap]):"]
-    lines += [f"  {s['law']:<12} {fixed(s['slope'], '+.3f')} [{fixed(s['slope_lo'], '+.3f')}, "
-              f"{fixed(s['slope_hi'], '+.3f')}]" for s in scan.slopes]
+    if len(set(scan.config["n_tokens"])) < 2:  # the slopes are NaN (null in JSON)
+        lines += ["growth exponent of mean PR in N: undefined with one N (give two or more --n-tokens)"]
+    else:
+        lines += ["growth exponent of mean PR in N (slope of ln PR on ln N [95% bootstrap]):"]
+        lines += [f"  {s['law']:<12} {fixed(s['slope'], '+.3f')} [{fixed(s['slope_lo'], '+.3f')}, "
+                  f"{fixed(s['slope_hi'], '+.3f')}]" for s in scan.slopes]
     _emit(scan.to_dict(), fmt, lines)
 
 

@@ -485,6 +485,8 @@ def simulate(X0, mask, *, run: RunConfig, block: str | BlockConfig = "pure", d_q
     if not isinstance(run, RunConfig):
         raise ConfigError(f"must be a rankcollapse.dynamics.RunConfig, got {type(run).__name__}", argument="run")
     d_qk = check_float(d_qk, "d_qk", low=0, strict_low=True)
+    if not isinstance(shared, bool):  # a truthy "no" would share
+        raise ConfigError(f"must be True or False, got {shared!r}", argument="shared")
     X, cfg, layers = _network(X0, block, run, weights, value=value, query_key=query_key, shared=shared)
     scratch: dict = {}  # working arrays of the attention and the metrics, kept across layers
     names, measure, uses_mask = _metric_fn(metrics, scratch)

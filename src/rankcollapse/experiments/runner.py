@@ -90,7 +90,7 @@ def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
 DEFAULT_N_TOKENS = 128
 #: Unit kinds that read the run's text windows (the text, and ``n_tokens`` unless the
 #: unit sets its own); the others (``theory``, ``mask_influence``, ``temperature_law``) read no text.
-TEXT_UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "model_influence", "power_method", "energy")
+TEXT_UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "model_influence", "power_method", "energy", "gap_count")
 
 
 def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, n_tokens: int | None = None,
@@ -146,7 +146,9 @@ def check_applied(cfgs: list[dict[str, Any]], units: list[Unit], *, text: Any, n
     if overrides.get("masks") and not any(s["kind"] == "simulate" and "mask" in s.get("grid", {}) for s in specs):
         unused.append(("overrides['masks']", "it simulates no mask grid"))
     if overrides.get("depth") is not None and not any(u.kind == "simulate" for u in units):
-        unused.append(("overrides['depth']", "it simulates no network"))
+        fixed = any(u.kind == "power_method" and u.params.get("network") == "simulator" for u in units)
+        unused.append(("overrides['depth']", "its simulated networks have a fixed depth" if fixed
+                       else "it simulates no network"))
     if overrides.get("n_samples") is not None and not readers:
         unused.append(("overrides['n_samples']", "no unit of it reads windows"))
     if overrides.get("extra_models") and not any(s["kind"] == "probe" and "model" in s.get("grid", {}) for s in specs):

@@ -148,7 +148,8 @@ def energy_of(ctx: MetricContext, beta: float = ENERGY_BETA) -> torch.Tensor:
     log_e = torch.logsumexp(logits.flatten(-2), dim=-1) - math.log(2.0 * beta)
     ctx.fail(log_e > math.log(torch.finfo(log_e.dtype).max),
              f"E_beta at beta = {beta:g} exceeds the largest {log_e.dtype} (log E_beta = "
-             f"{float(log_e.max()):.6g}): use float64 or a smaller beta")
+             f"{float(log_e.max()):.6g}): use "
+             f"{'a smaller beta' if log_e.dtype == torch.float64 else 'float64 or a smaller beta'}")
     return torch.exp(log_e)
 
 

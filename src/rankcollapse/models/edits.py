@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
+from .._validate import check_int
 from ..errors import ConfigError, ModelError
 from . import families
 from .loading import LoadedModel
@@ -87,7 +88,8 @@ class HeadAblation:
     Raises
     ------
     ConfigError
-        No heads, a negative index, an unknown mode or attention.
+        No heads, an item that is not a pair of integers, a negative index, an unknown
+        mode or attention.
     """
 
     heads: tuple[tuple[int, int], ...]
@@ -95,7 +97,11 @@ class HeadAblation:
     attention: str = "self"
 
     def __post_init__(self) -> None:
-        heads = tuple((int(k), int(h)) for k, h in self.heads)
+        try:
+            heads = tuple((check_int(k, "layer"), check_int(h, "head")) for k, h in self.heads)
+        except (TypeError, ValueError, ConfigError):
+            raise ConfigError(f"ablate_heads: give (layer, head) pairs of integers, e.g. ((3, 1), (3, 5)); got "
+                              f"{self.heads!r}") from None
         if not heads:
             raise ConfigError("ablate_heads: give at least one (layer, head)")
         if any(k < 0 or h < 0 for k, h in heads):

@@ -345,7 +345,8 @@ def intervene(
     >>> torch.allclose(bidirectional[:, 0], model(ids).last_hidden_state[:, 0], atol=1e-6)
     False
     """
-    if not (isinstance(d_qk_scale, (int, float)) and math.isfinite(d_qk_scale) and d_qk_scale > 0):
+    if isinstance(d_qk_scale, bool) or not (isinstance(d_qk_scale, (int, float)) and math.isfinite(d_qk_scale)
+                                            and d_qk_scale > 0):
         raise ConfigError(f"d_qk_scale must be a positive finite number, got {d_qk_scale!r}")
     loaded = as_loaded(loaded)
     drop_list = split_drop(drop) if isinstance(drop, str) else list(drop)

@@ -17,6 +17,7 @@ import inspect
 import pandas as pd
 import torch
 
+from .._validate import check_int
 from ..data import Windows, distinct_tokens
 from ..errors import ConfigError, ModelError
 from .._progress import steps
@@ -291,13 +292,41 @@ def as_intervention(intervention: Any) -> Intervention:
     Raises
     ------
     ConfigError
-        Anything else.
+        Anything else, or a field of the wrong type (``clip_massive`` not a bool, ``drop``
+        not strings, ``edits`` not a mapping of point names, ``ablate_heads`` not a
+        ``HeadAblation``).
     """
     net = intervention if intervention is not None else Intervention()
     if not isinstance(net, Intervention):
         raise ConfigError(f"expects a rankcollapse.models.Intervention, got {type(net).__name__}",
                           argument="intervention")
+    if not isinstance(net.clip_massive, bool):  # a truthy "no" would clip
+        raise ConfigError(f"must be True or False, got {net.clip_massive!r}", argument="clip_massive")
+    drop = [net.drop] if isinstance(net.drop, str) else net.drop
+    if not isinstance(drop, Sequence) or not all(isinstance(item, str) for item in drop):
+        raise ConfigError(f"must be a string or a sequence of strings such as ('mlp', 'skip:0-3'), got "
+                          f"{net.drop!r}", argument="drop")
+    if net.edits is not None and (not isinstance(net.edits, Mapping) or not all(isinstance(k, str) for k in net.edits)):
+        raise ConfigError(f"must map point names to functions, {{'layer.3.output': fn}}, got {net.edits!r}",
+                          argument="edits")
+    if net.ablate_heads is not None and not isinstance(net.ablate_heads, HeadAblation):
+        raise ConfigError(f"must be a rankcollapse.models.edits.HeadAblation (e.g. "
+                          f"HeadAblation(((3, 1),))), got {type(net.ablate_heads).__name__}", argument="ablate_heads")
     return net
+
+
+def check_windows(windows: Any) -> None:
+    """Refuse anything but :class:`~rankcollapse.data.Windows` (a bare tensor of token ids
+    has no attention mask).
+
+    Raises
+    ------
+    ConfigError
+        ``windows`` of another type.
+    """
+    if not isinstance(windows, Windows):
+        raise ConfigError(f"expects rankcollapse.data.Windows (make_windows, Windows.load or Windows(input_ids, "
+                          f"attention_mask, special_tokens_mask)), got {type(windows).__name__}", argument="windows")
 
 
 def probe(
@@ -395,6 +424,9 @@ def probe(
          2     final_norm rank_fraction   1.0          4
     """
     net = as_intervention(intervention)
+    check_windows(windows)
+    batch_size = check_int(batch_size, "batch_size", low=1)
+    metrics = [metrics] if isinstance(metrics, str) else metrics  # one name, as in simulate
     loaded, library = open_model(loaded)
     planned = {}
     if max_memory is not None:
@@ -720,6 +752,8 @@ def attention_maps(loaded: Any, windows: Windows, intervention: Intervention | N
         Token ids beyond the model's embeddings (:func:`check_token_ids`).
     """
     net = as_intervention(intervention)
+    check_windows(windows)
+    batch_size = check_int(batch_size, "batch_size", low=1)
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
     check_token_ids(loaded, windows)

@@ -45,6 +45,7 @@ import pandas as pd
 import torch
 
 from .._io import read_regular, read_user_json, write_json_atomic
+from .._validate import check_int
 from ..data import Windows
 from ..errors import ConfigError, StatesError
 from ..points import layer_of
@@ -128,11 +129,13 @@ def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, b
     from .interventions import split_drop
     from .loading import as_loaded
     from .probe import (_point_list, _record_batch, _with_ablation, as_intervention, check_positions, check_token_ids,
-                        model_inputs)
+                        check_windows, model_inputs)
     from .recorder import MODULE_PREFIX
     from .temperature import d_qk_scale_for
 
     net = as_intervention(intervention)
+    check_windows(windows)
+    batch_size = check_int(batch_size, "batch_size", low=1)
     mask, drop, d_qk = net.mask, net.drop, net.d_qk
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
@@ -266,9 +269,10 @@ def _read_own(folder: Path) -> States:
             or not all(isinstance(p, str) for p in points) or len(set(points)) != len(points)
             or not isinstance(n_layers, dict) or not n_layers
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in n_layers.values())
-            or not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
+            or not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                    for i in ids) or len(set(ids)) != len(ids)):
         raise StatesError(f"{str(side)!r} needs layout {list(LAYOUT)}, points (distinct names), n_layers "
-                          "({prefix: blocks >= 1}) and window_ids (integers)")
+                          "({prefix: blocks >= 1}) and window_ids (distinct rows >= 0)")
     t = _tensors(folder / STATES_FILE)
     settings = {k: meta.get(k) for k in SETTINGS if k in meta}
     attn = meta.get("attention_points", [])
@@ -313,6 +317,11 @@ def _read_dump(folder: Path) -> States:
         raise StatesError(f"{str(folder / DUMP_FILE)!r}: hidden_states has shape {tuple(stacked.shape)}, "
                           "expected (L + 1, B, N, d) with L >= 1")
     n_layers = int(stacked.shape[0]) - 1
+    said = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if k in config), None)
+    if said != n_layers:  # labels from another count would name every entry wrongly
+        raise StatesError(f"{str(folder / DUMP_FILE)!r} holds {n_layers + 1} hidden states, but {str(config_path)!r} "
+                          f"gives the model {said!r} layers (L + 1 entries expected): save the config of the model "
+                          "that made them")
     points = tuple(families.hidden_states_points(family, n_layers))
     B, N = int(stacked.shape[1]), int(stacked.shape[2])
     t["hidden_states"] = stacked.transpose(0, 1)  # (B, L + 1, N, d)
