@@ -298,7 +298,7 @@ def simulate_command(
             if m not in names:
                 del row[m]
     if res.stopped is not None:
-        notes.append(res.stopped.message(depth).replace("dtype=torch.float64", "--dtype float64"))
+        notes.append(res.stopped.message(depth, float64="--dtype float64"))
     floor = _mark_floor(layers, names, dtype, int(X0.shape[-2]), int(X0.shape[-1]))
     # "variant" is the preset equal to the block that ran (or custom; "block" has every
     # field, alpha included), "variant_option" the --variant the overrides started from

@@ -255,11 +255,12 @@ class ZeroStop:
     samples: list[int]
     dtype: str
 
-    def message(self, depth: int) -> str:
-        """One line: where, which samples, which layers are not measured, what follows it further."""
+    def message(self, depth: int, float64: str = "dtype=torch.float64") -> str:
+        """One line: where, which samples, which layers are not measured, what follows it
+        further (``float64``: how the caller's interface asks for float64)."""
         rest = (f"layer {self.after_layer}" if self.after_layer == depth
                 else f"layers {self.after_layer}..{depth}")
-        further = ("; dtype=torch.float64 follows the decay further (it underflows below about 1e-308)"
+        further = (f"; {float64} follows the decay further (it underflows below about 1e-308)"
                    if self.dtype == "float32" else "")
         return (f"after layer {self.after_layer}: X is the zero matrix in samples {self.samples} "
                 f"(its entries underflowed to 0 in {self.dtype}): {rest} not measured (NaN){further}")
