@@ -69,6 +69,29 @@ def test_saved_attention_rows_give_the_probe_attention_entropy(kind, mask, make_
     assert (table.loc[table["metric"] == "attention_entropy", "mean"].between(0, 1)).all()
 
 
+def test_generic_decoder_states_give_the_probe_attention_metrics(make_windows_tiny, tmp_path):
+    """Tiny GPT-NeoX (generic family, a causal decoder): the sidecar's ``model_type`` gives
+    the table of saved states the live probe's causal allowed keys; a sidecar without it
+    reads as unknown (complete keys)."""
+    from family_configs import build
+
+    from rankcollapse.models import as_loaded
+
+    model = as_loaded(build("gpt_neox", "eager"))
+    wins, metrics = make_windows_tiny(4, 10, pad_last=3), ["attention_entropy", "participation_ratio"]
+    live = probe(model, wins, metrics=metrics, batch_size=2, progress=False)
+    causal = probe(model, wins, Intervention(mask="causal"), metrics=metrics, batch_size=2, progress=False)
+    pd.testing.assert_series_equal(live["mean"], causal["mean"], check_exact=False, rtol=1e-12)
+    save_states(tmp_path, capture_states(model, wins, batch_size=2, attentions=True))
+    side = json.loads((tmp_path / SIDECAR).read_text())
+    assert side["family"] == "generic" and side["model_type"] == "gpt_neox"
+    table = states_table(read_states(tmp_path), metrics, batch_size=2)
+    pd.testing.assert_frame_equal(table, live, check_exact=False, rtol=1e-12)
+    del side["model_type"]
+    (tmp_path / SIDECAR).write_text(json.dumps(side))
+    assert read_states(tmp_path).model_type is None
+
+
 def test_save_states_writes_only_its_own_names(make_tiny, make_windows_tiny, tmp_path):
     """Through the output-folder module: a user's folder or a planted link is refused, untouched."""
     states = capture_states(make_tiny("gpt2"), make_windows_tiny())
@@ -219,6 +242,9 @@ def test_bad_folders_are_refused(saved, tmp_path_factory):
         _edit_sidecar(saved, window_ids=ids)
         with pytest.raises(StatesError, match=r"window_ids \(distinct rows >= 0\)"):
             read_states(saved)
+    _edit_sidecar(saved, window_ids=[0, 1, 2], model_type=["gpt2"])
+    with pytest.raises(StatesError, match="model_type must be a string"):
+        read_states(saved)
     _edit_sidecar(saved, format="something else")
     with pytest.raises(StatesError, match="not a rankcollapse.states sidecar"):
         read_states(saved)

@@ -45,7 +45,8 @@ class Family:
     ----------
     name : the layout (module names, recorder points) the family's models share.
     model_types : Hugging Face ``config.model_type`` values laid out this way.
-    causal : the model's own self-attention is causal (else bidirectional).
+    causal : the model's own self-attention is causal (else bidirectional); for the
+        generic family :func:`native_mask` reads it from the model type.
     position_in_attention : how position enters *inside* attention (``"RoPE"``,
         ``"relative position bias"``), or None when the embeddings carry it.
     position_ids : how the model's ``position_ids`` are made from the padding mask
@@ -63,11 +64,6 @@ class Family:
     position_in_attention: str | None = None
     position_ids: str | None = "count"
     final_norm: bool = False
-
-    @property
-    def native_mask(self) -> str:
-        """The mask spec of the model's own self-attention pattern."""
-        return "causal" if self.causal else "complete"
 
 
 #: The families, by layout name. Mistral, Qwen2 and Gemma share Llama's module layout
@@ -92,6 +88,9 @@ MODEL_TYPES: dict[str, str] = {mt: f.name for f in REGISTRY.values() for mt in f
 #: token (absolute or rotary): their ``position_ids`` are made from the padding mask
 #: too. Other generic models keep their own (correct for right padding only).
 COUNT_POSITIONS_GENERIC = frozenset({"distilbert", "gpt_neox", "opt", "phi"})
+#: Generic-layout model types that are causal decoders; other generic models are taken
+#: as bidirectional (DistilBERT).
+CAUSAL_GENERIC = frozenset({"gpt_neox", "opt", "phi"})
 
 
 def position_rule(family_name: str, model_type: str) -> str | None:
@@ -100,6 +99,15 @@ def position_rule(family_name: str, model_type: str) -> str | None:
     if family_name == GENERIC.name:
         return "count" if model_type in COUNT_POSITIONS_GENERIC else None
     return family(family_name).position_ids
+
+
+def native_mask(family_name: str, model_type: str | None) -> str:
+    """The mask spec of the model's own self-attention pattern (``"causal"`` or
+    ``"complete"``): its family's :attr:`Family.causal`, and for the generic family
+    whether ``model_type`` is in :data:`CAUSAL_GENERIC`."""
+    if family_name == GENERIC.name:
+        return "causal" if model_type in CAUSAL_GENERIC else "complete"
+    return "causal" if family(family_name).causal else "complete"
 
 
 def family_of(model_type: str) -> str:

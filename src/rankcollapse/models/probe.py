@@ -621,11 +621,13 @@ def _probe_batch(loaded: LoadedModel, windows: Windows, start: int, batch_size: 
         for key, v in found.items():
             values.setdefault(key, []).append(v.detach().cpu().double())
     if attn_names:
-        add_attention_metrics(rec.attention_maps, loaded.family, settings["mask"], am, attn_names, values)
+        add_attention_metrics(rec.attention_maps, loaded.family, loaded.model.config.model_type, settings["mask"], am,
+                              attn_names, values)
 
 
-def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, mask: Any, am: torch.Tensor,
-                          metrics: Sequence[str], values: dict[tuple[str, str], list[torch.Tensor]]) -> None:
+def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, model_type: str | None, mask: Any,
+                          am: torch.Tensor, metrics: Sequence[str],
+                          values: dict[tuple[str, str], list[torch.Tensor]]) -> None:
     """The ``metrics`` (names in :data:`~rankcollapse.metrics.ATTENTION_METRICS`) of each
     block's attention probabilities ``(B, H, N, N)`` of one batch, appended to
     ``values[(point, metric)]``: allowed keys as :func:`allowed_keys` (``mask`` resolved by
@@ -634,7 +636,7 @@ def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, mask:
     for name, A in maps.items():
         decoder = name.startswith("decoder.")
         pad = decoder_padding(am.bool()) if decoder else am.bool()  # keys: every real token
-        allowed = allowed_keys(family_name, mask, name, int(am.shape[-1]))
+        allowed = allowed_keys(family_name, model_type, mask, name, int(am.shape[-1]))
         for metric in metrics:
             v = ATTENTION_METRICS[metric].fn(A, allowed, padding_mask=pad.to(A.device))
             values.setdefault((name, metric), []).append(v.detach().cpu().double())
@@ -708,18 +710,20 @@ def attention_allowed(loaded: Any, mask: Any, point: str, n_tokens: int) -> torc
     causal families and T5's decoder, complete otherwise); ``loaded`` is read only
     without ``mask``."""
     layers = schedule_or_mask(mask, n_tokens)
-    return allowed_keys(getattr(loaded, "family", None), layers, point, n_tokens)
+    config = getattr(getattr(loaded, "model", None), "config", None)
+    return allowed_keys(getattr(loaded, "family", None), getattr(config, "model_type", None), layers, point, n_tokens)
 
 
-def allowed_keys(family_name: str, mask: Any, point: str, n_tokens: int) -> torch.Tensor:
-    """:func:`attention_allowed` of a family given by name (no model needed), ``mask``
-    resolved by :func:`~rankcollapse.masks.schedule_or_mask`."""
+def allowed_keys(family_name: str, model_type: str | None, mask: Any, point: str, n_tokens: int) -> torch.Tensor:
+    """:func:`attention_allowed` of a family given by name and ``config.model_type`` (no
+    model needed; :func:`~rankcollapse.models.families.native_mask`), ``mask`` resolved
+    by :func:`~rankcollapse.masks.schedule_or_mask`."""
     from ..masks import dense_mask
 
     k = int(point.rsplit(".", 2)[-2])
     if mask is None:
-        causal = families.family(family_name).causal or point.startswith("decoder.")
-        return dense_mask("causal" if causal else "complete", n_tokens)
+        causal = point.startswith("decoder.")  # T5's decoder
+        return dense_mask("causal" if causal else families.native_mask(family_name, model_type), n_tokens)
     if isinstance(mask, MaskSchedule):
         return mask.layer(k).to_dense()
     return dense_mask(mask, n_tokens)

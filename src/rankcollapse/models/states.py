@@ -15,7 +15,9 @@ One folder layout (``probe --save-states DIR``, :func:`save_states`):
     :mod:`rankcollapse.points`: ``embeddings``, ``layer.k.output``, ``final_norm``...,
     in axis order), ``n_layers`` (blocks per stack prefix, ``{"": L}``; gives each point's
     ``layer``), ``window_ids`` (each window's row in the windows it came from), ``model``,
-    ``family``, ``dtype`` (of ``hidden_states``) and the interventions the states were
+    ``family``, ``model_type`` (``config.model_type``: with the family, the model's own
+    attention pattern, :func:`~rankcollapse.models.families.native_mask`; absent reads as
+    None), ``dtype`` (of ``hidden_states``) and the interventions the states were
     captured under (``mask``, ``d_qk_scale``, ``d_qk``, ``drop``, ``clip_massive``, and
     ``edits`` (the points edited) and ``ablate_heads`` when given);
     with attentions, ``attention_points`` (``layer.k.attention``, axis 1 of ``attentions``).
@@ -76,7 +78,7 @@ class States:
     attention_mask : int64 ``(n_samples, N)``, 1 = real token.
     n_layers : blocks per stack prefix (``{"": L}``; T5: ``encoder.``, ``decoder.``).
     window_ids : each window's row in the windows it came from.
-    model, family : where the states come from (None when unknown).
+    model, family, model_type : where the states come from (None when unknown).
     input_ids, special_tokens_mask : ``(n_samples, N)``, when known.
     settings : the interventions of the capture (``mask``, ``drop``...).
     attentions : float32 ``(n_samples, n_attention_points, H, N, N)``, each block's
@@ -91,6 +93,7 @@ class States:
     window_ids: tuple[int, ...]
     model: str | None = None
     family: str | None = None
+    model_type: str | None = None
     input_ids: torch.Tensor | None = None
     special_tokens_mask: torch.Tensor | None = None
     settings: dict[str, Any] = field(default_factory=dict)
@@ -170,7 +173,8 @@ def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, b
                 **edit_settings(net.edits, net.ablate_heads)}
     return States(torch.cat(parts), tuple(point_list), windows.attention_mask.long().clone(),
                   {s.prefix: s.n_layers for s in stack_list}, tuple(range(windows.n_samples)),
-                  model=loaded.name, family=loaded.family, input_ids=windows.input_ids.clone(),
+                  model=loaded.name, family=loaded.family, model_type=loaded.model.config.model_type,
+                  input_ids=windows.input_ids.clone(),
                   special_tokens_mask=windows.special_tokens_mask.clone(), settings=settings,
                   attentions=torch.cat(maps) if attentions else None, attention_points=tuple(attn_points))
 
@@ -210,7 +214,8 @@ def _write_states(folder: Path, states: States) -> None:
     write_json_atomic(folder / SIDECAR, {
         "format": FORMAT, "version": VERSION, "layout": list(LAYOUT), "points": list(states.points),
         "n_layers": dict(states.n_layers), "window_ids": list(states.window_ids), "model": states.model,
-        "family": states.family, "dtype": str(states.hidden_states.dtype).removeprefix("torch."),
+        "family": states.family, "model_type": states.model_type,
+        "dtype": str(states.hidden_states.dtype).removeprefix("torch."),
         **({"attention_points": list(states.attention_points)} if states.attentions is not None else {}),
         **states.settings,
     })
@@ -275,11 +280,15 @@ def _read_own(folder: Path) -> States:
                           "({prefix: blocks >= 1}) and window_ids (distinct rows >= 0)")
     t = _tensors(folder / STATES_FILE)
     settings = {k: meta.get(k) for k in SETTINGS if k in meta}
+    model_type = meta.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise StatesError(f"{str(side)!r}: model_type must be a string")
     attn = meta.get("attention_points", [])
     if not isinstance(attn, list) or not all(isinstance(p, str) for p in attn):
         raise StatesError(f"{str(side)!r}: attention_points must be a list of names")
     states = _checked(t, tuple(points), n_layers, tuple(ids), folder / STATES_FILE, model=meta.get("model"),
-                      family=meta.get("family"), settings=settings, attention_points=tuple(attn))
+                      family=meta.get("family"), model_type=model_type, settings=settings,
+                      attention_points=tuple(attn))
     dtype = str(states.hidden_states.dtype).removeprefix("torch.")
     if meta.get("dtype") != dtype:
         raise StatesError(f"{str(side)!r} says dtype {meta.get('dtype')!r} but hidden_states is {dtype}")
@@ -327,7 +336,8 @@ def _read_dump(folder: Path) -> States:
     t["hidden_states"] = stacked.transpose(0, 1)  # (B, L + 1, N, d)
     t.setdefault("attention_mask", torch.ones(B, N, dtype=torch.long))
     name = config.get("_name_or_path") or model_type
-    return _checked(t, points, {"": n_layers}, tuple(range(B)), folder / DUMP_FILE, model=str(name), family=family)
+    return _checked(t, points, {"": n_layers}, tuple(range(B)), folder / DUMP_FILE, model=str(name), family=family,
+                    model_type=model_type)
 
 
 def _checked(t: dict[str, torch.Tensor], points: tuple[str, ...], n_layers: dict[str, int],
@@ -456,7 +466,7 @@ def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_
             add_point_metrics(outputs, tuple(real.shape), real, names, values)
         if attn_names:
             maps = {p: states.attentions[start : start + batch_size, i] for i, p in enumerate(states.attention_points)}
-            add_attention_metrics(maps, states.family or families.GENERIC.name, mask,
+            add_attention_metrics(maps, states.family or families.GENERIC.name, states.model_type, mask,
                                   states.attention_mask[start : start + batch_size], attn_names, values)
     attn = list(states.attention_points) if attn_names else []
     df = _summarise(values, [(p, names) for p in (states.points if names else ())]
