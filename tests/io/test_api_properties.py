@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from rankcollapse import masks, metrics, theory
 from rankcollapse.data import Windows
-from rankcollapse.dynamics import simulate
+from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.errors import RankCollapseError
 from rankcollapse.masks.convert import to_block_mask
 
@@ -87,7 +87,9 @@ def test_simulate(depth, d_qk, mask):
     if isinstance(depth, (int, np.integer)) and not isinstance(depth, bool) and depth > 5:
         depth = 5
     X0 = np.random.default_rng(0).standard_normal((2, 6, 4))
-    _call(simulate, X0, mask=mask, depth=depth, d_qk=d_qk)
+    run = _call(RunConfig, depth=depth)  # a bad depth is refused by the run's config
+    if run is not None:
+        _call(simulate, X0, mask, run=run, d_qk=d_qk)
 
 
 def test_file_readers_refuse_bad_files(tmp_path):
