@@ -68,7 +68,7 @@ class FailingProbeContext(RunContext):
     def model(self, name):
         from types import SimpleNamespace
 
-        return SimpleNamespace(family="gpt2")
+        return SimpleNamespace(family="gpt2", model=SimpleNamespace(config=SimpleNamespace(model_type="gpt2")))
 
     def windows(self, model, n_samples):
         from types import SimpleNamespace
