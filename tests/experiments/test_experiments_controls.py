@@ -101,7 +101,7 @@ def test_committed_quick_run_controls_pass_through_the_real_pipeline():
 
 @pytest.mark.slow
 def test_controls_recompute_from_the_committed_table():
-    tables = {d: pd.read_parquet(d / "table.parquet") for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS, POWER)}
+    tables = {d: pd.read_parquet(d / "table.parquet") for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS, POWER, ENERGY)}
     stored = {c["id"]: (d, c) for d in tables for c in json.loads((d / "claims.json").read_text())}
     for cid, claim in CLAIMS.items():
         where, kept = stored[cid]
