@@ -9,6 +9,13 @@ import tempfile
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Each pytest-xdist worker gets its share of the cores as intra-op threads (at least one):
+# two workers with two OpenMP threads each on two cores spin at every barrier, which cost
+# more CPU than the tests themselves. Results do not depend on it (tests compare with
+# tolerances that hold at any thread count); OMP_NUM_THREADS set by the caller wins.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT") and "OMP_NUM_THREADS" not in os.environ:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ["OMP_NUM_THREADS"] = str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 # converted GGUF weights go to a folder of this session, never the user's cache
 if "RANKCOLLAPSE_GGUF_CACHE" not in os.environ:
     os.environ["RANKCOLLAPSE_GGUF_CACHE"] = tempfile.mkdtemp(prefix="rankcollapse-gguf-")
