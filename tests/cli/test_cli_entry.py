@@ -65,3 +65,39 @@ def test_a_mistyped_option_suggests_the_flag(tmp_path):
     code, _, err = invoke(["probe", "--n-sample", "3"], tmp_path)
     m = re.search(r"\(Possible options: ([^)]*)\)", err)
     assert code == 2 and m and set(m.group(1).split(", ")) == {"--n-samples"}, err
+
+
+# main() with run() replaced by a print of the policy main() leaves for torch to read
+THREADS_PROBE = ("import os; import rankcollapse.cli as c; "
+                 "c.run = lambda argv=None: print(os.environ.get('OMP_WAIT_POLICY')) or 0; c.main()")
+
+
+@pytest.mark.parametrize("given, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_the_entry_point_lets_waiting_threads_sleep_unless_the_caller_chose(given, expected):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given:
+        env["OMP_WAIT_POLICY"] = given
+    out = subprocess.run([sys.executable, "-c", THREADS_PROBE, "--version"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == expected
+
+
+def test_simulated_numbers_do_not_depend_on_the_thread_settings():
+    import json
+    import os
+
+    args = ["simulate", "--n-tokens", "32", "--d-model", "16", "--depth", "6", "--n-samples", "2",
+            "--mask", "causal", "--seed", "3", "--format", "json"]
+    mus = []
+    for extra in ({"OMP_NUM_THREADS": "1"}, {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "ACTIVE"},
+                  {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}):
+        env = {**os.environ, **extra}
+        out = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, env=env)
+        assert out.returncode == 0, out.stderr
+        mus.append([row["mu"] for row in json.loads(out.stdout)["layers"]])
+    assert len(mus[0]) == 7
+    for other in mus[1:]:  # float32, 6 layers: the thread split changes round-off only
+        assert other == pytest.approx(mus[0], rel=1e-5)
