@@ -11,7 +11,7 @@ from rankcollapse.data import make_windows, wikipedia_texts
 from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.dynamics.pretrained import extract_attention_weights
 from rankcollapse.models import attention_only, embed, load_model
-from rankcollapse.models.families import native_mask
+from rankcollapse.models.families import native_mask_of
 
 METRICS = ["mu", "mu_relative"]
 
@@ -23,7 +23,7 @@ def _both_routes(name: str, length: int):
     assert bool(wins.attention_mask.all())  # full windows: both routes see the same tokens
     depth = loaded.model.config.num_hidden_layers
     table = attention_only(loaded, wins, depth=depth, keep=(), metrics=METRICS)
-    res = simulate(embed(loaded, wins).double(), mask=native_mask(loaded.family, loaded.model.config.model_type),
+    res = simulate(embed(loaded, wins).double(), mask=native_mask_of(loaded),
                    weights=extract_attention_weights(loaded.model), metrics=METRICS,
                    run=RunConfig(depth=depth, dtype=torch.float64))
     hooked = {m: torch.tensor(table[table.metric == m].sort_values("layer")["mean"].to_numpy()) for m in METRICS}

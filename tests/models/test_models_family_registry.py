@@ -1,5 +1,7 @@
 """One model-family registry: loading, recording and weight extraction agree."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from transformers import MistralConfig, MistralModel, Qwen2Config, Qwen2Model
@@ -8,7 +10,7 @@ from rankcollapse.dynamics.pretrained import extract_attention_weights, model_fa
 from rankcollapse.errors import ModelError
 from family_configs import build
 from rankcollapse.models import FAMILIES, Intervention, as_loaded, detect_family, probe
-from rankcollapse.models.families import MODEL_TYPES, REGISTRY, family, family_of, native_mask, point_names, stacks
+from rankcollapse.models.families import MODEL_TYPES, REGISTRY, family, family_of, native_mask, native_mask_of, point_names, stacks
 
 TINY = dict(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=64)
@@ -35,6 +37,8 @@ def test_registry_is_the_one_table():
     assert native_mask("llama", "mistral") == "causal" and native_mask("bert", "bert") == "complete"
     assert [native_mask("generic", t) for t in ("gpt_neox", "opt", "phi", "distilbert", None)] == \
         ["causal", "causal", "causal", "complete", "complete"]
+    opt = SimpleNamespace(family="generic", model=SimpleNamespace(config=SimpleNamespace(model_type="opt")))
+    assert native_mask_of(opt) == "causal" and native_mask_of(SimpleNamespace(**{**vars(opt), "family": "bert"})) == "complete"
     assert set(MODEL_TYPES.values()) <= set(REGISTRY)
     with pytest.raises(ModelError, match="unknown model family 'opt'"):
         family("opt")

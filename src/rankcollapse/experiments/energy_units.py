@@ -67,7 +67,7 @@ def block_radii(loaded: Any) -> list[float]:
 def run_energy(unit: Any, ctx: Any) -> pd.DataFrame:
     """The ``energy`` unit kind (module docstring): ``model``, ``n_samples`` and optionally
     ``control`` (``random-init``, seed ``control_seed``) and ``batch_size`` (8)."""
-    from ..models.families import native_mask
+    from ..models.families import native_mask_of
     from ..models.probe import probe
 
     p = unit.params
@@ -75,7 +75,7 @@ def run_energy(unit: Any, ctx: Any) -> pd.DataFrame:
     win = ctx.windows(p["model"], int(p["n_samples"]))
     variant, value, loaded = _probe_condition(p, loaded, ())
     df = _probe_per_window(probe, loaded, win, (), list(PROBE_METRICS), int(p.get("batch_size", 8)))
-    native = native_mask(loaded.family, loaded.model.config.model_type)
+    native = native_mask_of(loaded)
     labels = _labels(unit, mask=native, mask_spec=native, variant=variant, value=value, family=loaded.family)
     return normalise(energy_rows(df, block_radii(loaded)), labels)
 

@@ -163,14 +163,14 @@ def model_influence_rows(df: pd.DataFrame, shuffle_seed: int = 0) -> pd.DataFram
 def run_model_influence(unit: Any, ctx: Any) -> pd.DataFrame:
     """The ``model_influence`` unit kind: ``model``, ``n_samples`` and optionally
     ``control`` (``random-init``), ``n_probes`` (4), ``batch_size`` (4), ``shuffle_seed`` (0)."""
-    from ..models.families import native_mask
+    from ..models.families import native_mask_of
     from ..models.influence import measure_influence
 
     p = unit.params
     loaded = ctx.model(p["model"])
     win = ctx.windows(p["model"], int(p["n_samples"]))
     _, value, loaded = _probe_condition(p, loaded, ())
-    native = native_mask(loaded.family, loaded.model.config.model_type)
+    native = native_mask_of(loaded)
     n_probes = p.get("n_probes", 4)
     if n_probes is not None and int(n_probes) < 1:
         raise ConfigError(f"n_probes must be >= 1 or null, got {n_probes}")

@@ -169,7 +169,7 @@ def gap_count_rows(maps: dict[str, Any], draw_seed: int = 0) -> pd.DataFrame:
 def run_gap_count(unit: Any, ctx: Any) -> pd.DataFrame:
     """The ``gap_count`` unit kind: ``model``, ``n_samples``, optionally ``control``
     (``random-init``), ``batch_size`` (8), ``draw_seed`` (0)."""
-    from ..models.families import native_mask
+    from ..models.families import native_mask_of
     from ..models.probe import attention_maps
     from .units import _probe_condition
 
@@ -177,7 +177,7 @@ def run_gap_count(unit: Any, ctx: Any) -> pd.DataFrame:
     _, value, loaded = _probe_condition(p, ctx.model(p["model"]), ())
     maps = attention_maps(loaded, ctx.windows(p["model"], int(p["n_samples"])), batch_size=int(p.get("batch_size", 8)))
     # a causal model's rows: the keys up to the query
-    native = native_mask(loaded.family, loaded.model.config.model_type)
+    native = native_mask_of(loaded)
     labels = _labels(unit, value=value, mask=native, mask_spec=native, dtype="float32")
     labels.pop("variant")
     return normalise(gap_count_rows(maps, int(p.get("draw_seed", 0))), labels)

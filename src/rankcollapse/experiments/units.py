@@ -209,14 +209,14 @@ def _pretrained_depth(p: dict[str, Any], n_layers: int) -> int:
 
 def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     """Per-layer metrics of a real pretrained model (``models.probe``)."""
-    from ..models.families import native_mask
+    from ..models.families import native_mask_of
     from ..models.probe import probe
 
     p = unit.params
     loaded = ctx.model(p["model"])
     win = ctx.windows(p["model"], int(p["n_samples"]))
     drop = tuple(p.get("drop", ()))
-    native = native_mask(loaded.family, loaded.model.config.model_type)
+    native = native_mask_of(loaded)
     variant, value, loaded = _probe_condition(p, loaded, drop)
     labels = _labels(unit, mask=native, mask_spec=native, variant=variant, value=value, family=loaded.family)
     try:

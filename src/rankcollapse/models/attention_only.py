@@ -100,7 +100,7 @@ def attention_only(
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     drop = ["mlp"] + [c for c in ("skip", "norm") if c not in keep]
     n = windows.n_tokens
-    native = families.native_mask(loaded.family, loaded.model.config.model_type)
+    native = families.native_mask_of(loaded)
     allowed = dense_mask(native if mask is None else mask, n)
     X_all = embed(loaded, windows, batch_size=batch_size)
     values: dict[tuple[int, str, str], list[torch.Tensor]] = {}

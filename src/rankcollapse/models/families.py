@@ -28,6 +28,7 @@ Point names (stable across families, and shared with simulations through
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -108,6 +109,11 @@ def native_mask(family_name: str, model_type: str | None) -> str:
     if family_name == GENERIC.name:
         return "causal" if model_type in CAUSAL_GENERIC else "complete"
     return "causal" if family(family_name).causal else "complete"
+
+
+def native_mask_of(loaded: Any) -> str:
+    """:func:`native_mask` of a loaded model (its ``family`` and ``config.model_type``)."""
+    return native_mask(loaded.family, loaded.model.config.model_type)
 
 
 def family_of(model_type: str) -> str:

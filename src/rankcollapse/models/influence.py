@@ -126,7 +126,7 @@ def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size
         norms += batch_norms
         count += ids.shape[0]
     alpha = norms[:, 0] / norms.sum(1)
-    spec = families.native_mask(loaded.family, loaded.model.config.model_type) if mask is None else mask
+    spec = families.native_mask_of(loaded) if mask is None else mask
     rollout = _rollout_windows(maps, alpha)
     predicted = influence(spec, n, depth=n_layers, alpha=alpha.tolist()).profiles
     profiles = {"predicted": predicted, "gradient": _normalise(sums["gradient"] / count),
