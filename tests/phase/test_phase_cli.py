@@ -13,6 +13,7 @@ from rankcollapse.phase.grid import DEFAULTS, expand_grid, parse_axis
 from rankcollapse.phase.regime import REGIMES
 from rankcollapse.phase.report import theory_agreement, write_report
 from rankcollapse.phase.sweep import batches, run_phase
+from rankcollapse.sweep.executors import ExecutionConfig
 from tests.cli._harness import run_cli
 
 CLI = [sys.executable, "-c", "from rankcollapse.cli import main; main()"]
@@ -99,7 +100,8 @@ def test_cli_errors_are_one_line(tmp_path, args, fragment):
 def test_processes_executor_gives_the_serial_numbers(tmp_path):
     cells = expand_grid({"qk_scale": [0.5, 2.0], "norm": ["none", "sphere"]}, {"depth": 8, "n_tokens": 8, "d_model": 4})
     serial, _ = run_phase(cells, n_samples=2, cache_dir=tmp_path / "a")
-    procs, timing = run_phase(cells, n_samples=2, cache_dir=tmp_path / "b", executor="processes", workers=2)
+    procs, timing = run_phase(cells, n_samples=2, cache_dir=tmp_path / "b",
+                              execution=ExecutionConfig(executor="processes", workers=2))
     assert timing["computed"] == 2
     pd.testing.assert_frame_equal(serial, procs)
 

@@ -9,6 +9,7 @@ import pytest
 from rankcollapse.errors import ConfigError, MaskError, MemoryLimitError, RankCollapseError
 from rankcollapse.phase import grid
 from rankcollapse.phase.grid import DEFAULTS, expand_grid, parse_axis
+from rankcollapse.sweep.executors import ExecutionConfig
 from tests.cli._harness import run_cli
 
 
@@ -70,6 +71,18 @@ def test_empty_grid_refused():
 
     with pytest.raises(ConfigError, match="no cells"):
         run_phase([], cache_dir="unused")
+
+
+@pytest.mark.parametrize("execution, argument", [
+    (ExecutionConfig(device="cuda"), "device"), (ExecutionConfig(shard="1/2"), "shard"), ("serial", "execution")])
+def test_run_phase_refuses_an_execution_it_cannot_apply(tmp_path, execution, argument):
+    from rankcollapse.phase.sweep import run_phase
+
+    cells = expand_grid({}, {"depth": 2, "n_tokens": 4, "d_model": 2})
+    with pytest.raises(ConfigError) as exc:
+        run_phase(cells, cache_dir=tmp_path / "cache", execution=execution)
+    assert exc.value.argument == argument
+    assert not (tmp_path / "cache").exists()
 
 
 @pytest.mark.parametrize("cell, match", [

@@ -53,7 +53,7 @@ def phase(
 ) -> None:
     """Run every cell of the grid, label its regime (docs/phase.md) and write the report."""
     check_format(fmt)
-    from ..sweep.executors import validate_executor
+    from ..sweep.executors import ExecutionConfig
     from .._outdir import OutputFolder, check_out, staged
     from ..phase.grid import check_cells, expand_grid, parse_axes, parse_axis
     from ..phase.report import operator_notes, write_report
@@ -61,7 +61,7 @@ def phase(
 
     # checked here, not only when a cell needs computing: a fully cached grid would
     # otherwise accept an executor option it ignores
-    validate_executor(executor, workers=workers)
+    execution = ExecutionConfig(executor=executor, workers=workers, progress=progress)
     for name, value, low in (("--n-samples", samples, 1), ("--seeds", seeds, 1), ("--seed", seed, 0)):
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")
@@ -87,7 +87,7 @@ def phase(
     with OutputFolder(out, NAMES, allow_nonempty=allow_nonempty, flags=True):
         table, timing = run_phase(cells, n_samples=samples, seeds=seeds, seed=seed,
                                   cache_dir=cache_dir if cache_dir is not None else out / "cache",
-                                  executor=executor, workers=workers, progress=progress)
+                                  execution=execution)
         # the printed rows are built before publishing: a folder marked complete has a result
         rows = [{**{a: _clean(r.get(a)) for a in names}, **{c: _clean(r.get(c)) for c in JSON_COLUMNS}}
                 for r in table.to_dict("records")]

@@ -17,10 +17,11 @@ from typing import Any
 import pandas as pd
 
 from .._validate import Spec
+from ..errors import ConfigError
 from ..sweep.cache import UnitCache
 from ..sweep.context import RunContext
 from ..sweep.engine import run_units
-from ..sweep.executors import make_executor
+from ..sweep.executors import ExecutionConfig, make_executor
 from ..sweep.units import Unit, register_unit_kind
 from .batched import GROUP_KEYS, run_group
 from .grid import check_cells, qk_scale_column
@@ -97,9 +98,15 @@ def _content_key(cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1, seed: int = 0,
-              cache_dir: str | Path, executor: str = "serial", workers: int | None = None,
-              address: str | None = None, progress: bool = False) -> tuple[pd.DataFrame, dict[str, Any]]:
+              cache_dir: str | Path, execution: ExecutionConfig | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Rows of every cell (in cell order), computing only batches missing from the cache.
+
+    Parameters
+    ----------
+    execution : where the batches run (``executor``, ``workers``, ``address``) and
+        ``progress``, as for :func:`rankcollapse.experiments.run_experiment`; default
+        serial without progress. Phase cells run in float64 on the CPU, every batch of
+        the grid: a ``device`` other than ``"cpu"`` or a ``shard`` is refused.
 
     Returns
     -------
@@ -110,7 +117,8 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     Raises
     ------
     ConfigError
-        Bad executor options; no cells; a cell the dynamics cannot run.
+        ``execution`` not an :class:`~rankcollapse.sweep.executors.ExecutionConfig`, or with
+        a device or a shard; no cells; a cell the dynamics cannot run.
     MemoryLimitError
         A cell too large for the memory limit (:func:`.grid.check_cells`).
 
@@ -133,6 +141,7 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     >>> timing["computed"], again["computed"]
     (2, 0)
     """
+    execution = _execution(execution)
     check_cells(cells, n_samples)
     units, parts = cell_units(cells, n_samples, seeds, seed)
     cache = UnitCache(Path(cache_dir))
@@ -141,10 +150,11 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     made: list[Any] = []
 
     def start() -> Any:  # only when a batch must be computed: a cached grid starts no worker
-        made.append(make_executor(executor, workers=workers, address=address))
+        made.append(make_executor(execution.executor, workers=execution.workers, address=execution.address))
         return made[0]
 
-    frames, timings = run_units(units, RunContext({}), cache, executor=start, progress=progress, title="phase")
+    frames, timings = run_units(units, RunContext({}), cache, executor=start, progress=execution.progress,
+                                title="phase")
     computed = [t for t in timings if not t["cached"]]
     table = pd.concat(frames, ignore_index=True)
     table.index = [i for part in parts for i in part]
@@ -152,5 +162,20 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     table["qk_scale"] = qk_scale_column(table["qk_scale"])
     timing = {"cells": len(cells), "units": len(units), "computed": len(computed), "cached": len(units) - len(computed),
               "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(sum(t["cpu_seconds"] for t in computed), 2),
-              "executor": executor, "workers": getattr(made[0], "workers", 1) if made else 0}
+              "executor": execution.executor, "workers": getattr(made[0], "workers", 1) if made else 0}
     return table, timing
+
+
+def _execution(execution: Any) -> ExecutionConfig:
+    """``execution`` checked for what a phase run applies (:func:`run_phase`)."""
+    if execution is None:
+        return ExecutionConfig(progress=False)
+    if not isinstance(execution, ExecutionConfig):
+        raise ConfigError(f"must be an ExecutionConfig, got {type(execution).__name__}", argument="execution")
+    if execution.device != "cpu":
+        raise ConfigError(f"must be 'cpu' (a phase run computes its cells in float64 on the CPU), got "
+                          f"{execution.device!r}", argument="device")
+    if execution.shard is not None:
+        raise ConfigError(f"does not apply to a phase run (it computes every batch of its grid), got "
+                          f"{execution.shard}", argument="shard")
+    return execution
