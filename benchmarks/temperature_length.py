@@ -1,7 +1,7 @@
 """Temperature against sequence length: the γ of the collapse switch at each N.
 
 Cells (docs/phase.md, "Temperature against sequence length"): the model of Chen, Lin,
-Polyanskiy & Rigollet (ICLR 2026) in the phase sweep: ``qk_scale=log:γ`` (scores
+Polyanskiy & Rigollet (ICLR 2026) in the phase sweep: ``beta=log:γ`` (scores
 ``γ log N <x_i, x_j>``), ``input=simplex`` (pairwise cosines ρ = 1/2, so the paper's
 ``γ_c = 2``), ``norm=sphere``, ``placement=none`` (tokens stay on the sphere: the attention of
 every layer sees unit tokens), ``value=orthogonal`` (a rotation, under which every measure
@@ -56,7 +56,7 @@ def run(out: Path, cache: Path, plan: dict) -> tuple[pd.DataFrame, dict]:
     for n, (gammas, samples) in plan.items():
         w0, c0, cached = time.perf_counter(), time.process_time(), 0
         for g in gammas:
-            cells = expand_grid({"qk_scale": [f"log:{g}"]}, {**FIXED, "n_tokens": n})
+            cells = expand_grid({"beta": [f"log:{g}"]}, {**FIXED, "n_tokens": n})
             table, t = run_phase(cells, n_samples=samples, cache_dir=cache)
             rows.append(table.iloc[0].to_dict())
             cached += t["cached"]
@@ -67,7 +67,7 @@ def run(out: Path, cache: Path, plan: dict) -> tuple[pd.DataFrame, dict]:
                      "cells": len(gammas), "samples": samples, "cells_from_cache": cached}
         print(n, timing[n], flush=True)
     cells = pd.DataFrame(rows)
-    cells["gamma"] = cells["qk_scale"].map(lambda v: float(v.split(":")[1]))
+    cells["gamma"] = cells["beta"].map(lambda v: float(v.split(":")[1]))
     cells["ratio"] = cells["mu_relative"] / cells["m0"]
     return cells, timing
 

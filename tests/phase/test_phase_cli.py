@@ -243,7 +243,7 @@ def test_a_smaller_grid_after_a_bigger_one_leaves_none_of_its_outputs(tmp_path):
 
 def test_long_qk_norm_cell_is_refused_before_out_is_touched(tmp_path):
     out = tmp_path / "D"
-    res = run_cli("phase", "--axis", "qk_scale=log:1.5", "--axis", "input=simplex", "--axis", "norm=sphere",
+    res = run_cli("phase", "--axis", "beta=log:1.5", "--axis", "input=simplex", "--axis", "norm=sphere",
                   "--axis", "value=orthogonal", "--axis", "n_tokens=5000", "--axis", "qk_norm=on", "--depth", "1",
                   "--d-model", "8", "--n-samples", "1", "--out", str(out))
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr

@@ -1,4 +1,5 @@
-"""Temperature against sequence length: the ``qk_scale=log:γ`` axis value, the
+"""Temperature against sequence length: the ``beta`` axis (a number or a temperature law
+such as ``log:γ``), the
 windowed (long-sequence) path of the phase sweep, its memory estimate, and the
 almost-simplex input."""
 
@@ -19,31 +20,53 @@ from rankcollapse.metrics.attention import row_entropy
 from rankcollapse.phase import expand_grid, run_phase
 from rankcollapse.phase.batched import DENSE_MAX_TOKENS, attention_backend, run_group
 from rankcollapse.phase.cell import build_weights, run_cell
-from rankcollapse.phase.grid import DEFAULTS, cell_bytes, check_cells, parse_axis, qk_law
+from rankcollapse.phase.grid import DEFAULTS, cell_beta, cell_bytes, check_cells, parse_axis
 
 
 def cell(**over):
     return {**DEFAULTS, **over}
 
 
-# ------------------------------------------------------------------ qk_scale=log:γ
-def test_log_qk_scale_parses_to_its_canonical_string():
-    assert parse_axis("qk_scale=log:1.5,0.5,log:2")[1] == ["log:1.5", 0.5, "log:2.0"]
-    assert qk_law("log:1.5").value == 1.5 and qk_law(0.5) is None
-    assert parse_axis("qk_scale=pow:1,ssmax:0.5,llama4")[1] == ["pow:1.0", "ssmax:0.5", "llama4"]
+def beta_cell(beta, **over):
+    """A cell whose scores are ``β <x_i, x_j>``: ``beta`` set, ``qk_scale`` None (as expand_grid makes it)."""
+    return cell(qk_scale=None, beta=beta, **over)
 
 
-@pytest.mark.parametrize("text", ["log:-1", "log:abc", "log:", "log:inf", "lg:1", "pow:", "ssmax:-2", "llama4:1"])
-def test_bad_log_qk_scale_is_refused(text):
+# ------------------------------------------------------------------ beta=log:γ
+def test_beta_parses_to_its_canonical_string():
+    assert parse_axis("beta=log:1.5,0.5,log:2")[1] == ["log:1.5", 0.5, "log:2.0"]
+    assert parse_axis("beta=pow:1,ssmax:0.5,llama4")[1] == ["pow:1.0", "ssmax:0.5", "llama4"]
+    assert cell_beta(beta_cell("log:1.5", n_tokens=100)) == 1.5 * math.log(100)
+    assert cell_beta(beta_cell(0.5)) == 0.5 and cell_beta(cell()) is None
+
+
+@pytest.mark.parametrize("text", ["log:-1", "log:abc", "log:", "log:inf", "lg:1", "pow:", "ssmax:-2", "llama4:1", "-1"])
+def test_bad_beta_is_refused(text):
     with pytest.raises(ConfigError):
+        parse_axis(f"beta={text}")
+
+
+@pytest.mark.parametrize("text", ["log:1", "pow:1", "llama4"])
+def test_qk_scale_takes_numbers_only(text):
+    with pytest.raises(ConfigError, match="qk_scale"):
         parse_axis(f"qk_scale={text}")
 
 
-def test_log_qk_scale_gives_scores_beta_times_inner_products():
+def test_beta_with_a_non_default_qk_scale_is_refused():
+    with pytest.raises(ConfigError, match="give one temperature"):
+        expand_grid({"beta": ["log:1"], "qk_scale": [1.0, 2.0]}, {"n_tokens": 8, "d_model": 4, "depth": 2})
+    (c,) = expand_grid({"beta": ["log:1"]}, {"n_tokens": 8, "d_model": 4, "depth": 2})
+    assert c["qk_scale"] is None and c["beta"] == "log:1"
+    for both_or_neither in (cell(beta="log:1.0"), cell(qk_scale=None)):
+        with pytest.raises(ConfigError, match="give one temperature"):
+            check_cells([both_or_neither])
+
+
+def test_log_beta_gives_scores_beta_times_inner_products():
     """Scores q k^T * scale = γ log N <x_i, x_j> (Chen et al., ICLR 2026) in float64: unit
     tokens, so the two sums of d products differ by at most ~2 d eps β (Higham's dot-product bound)."""
     N, d, gamma = 100, 6, 1.5
-    (lw,) = build_weights(cell(qk_scale="log:1.5", n_tokens=N, d_model=d, depth=1), seed=3)
+    (lw,) = build_weights(beta_cell("log:1.5", n_tokens=N, d_model=d, depth=1), seed=3)
     X = make_tokens("sphere", 1, N, d, seed=1)[0]
     got = (X @ lw.W_Q) @ (X @ lw.W_K).T * lw.scale
     want = gamma * math.log(N) * (X @ X.T)
@@ -55,10 +78,11 @@ def test_log_qk_scale_gives_scores_beta_times_inner_products():
 
 @pytest.mark.parametrize("law, beta", [("pow:0.5", lambda N, d: 0.5 * N ** (2 / (d - 1))),
                                        ("ssmax:2", lambda N, d: 2 * math.log(N) / math.sqrt(d)),
-                                       ("llama4", lambda N, d: 1 / math.sqrt(d))])
-def test_other_laws_give_scores_beta_times_inner_products(law, beta):
+                                       ("llama4", lambda N, d: 1 / math.sqrt(d)),
+                                       (2.5, lambda N, d: 2.5)])
+def test_other_laws_and_a_number_give_scores_beta_times_inner_products(law, beta):
     N, d = 50, 5
-    (lw,) = build_weights(cell(qk_scale=law, n_tokens=N, d_model=d, depth=1), seed=0)
+    (lw,) = build_weights(beta_cell(law, n_tokens=N, d_model=d, depth=1), seed=0)
     X = make_tokens("sphere", 1, N, d, seed=1)[0]
     got = (X @ lw.W_Q) @ (X @ lw.W_K).T * lw.scale
     b = beta(N, d)
@@ -66,9 +90,9 @@ def test_other_laws_give_scores_beta_times_inner_products(law, beta):
 
 
 def test_llama4_cell_with_position_dependent_beta_is_refused():
-    check_cells([cell(qk_scale="llama4", n_tokens=8191)])
+    check_cells([beta_cell("llama4", n_tokens=8191)])
     with pytest.raises(ConfigError, match="position"):
-        check_cells([cell(qk_scale="llama4", n_tokens=8192)])
+        check_cells([beta_cell("llama4", n_tokens=8192)])
 
 
 def test_plain_qk_scale_draws_are_unchanged():
@@ -80,16 +104,16 @@ def test_plain_qk_scale_draws_are_unchanged():
         assert all(torch.equal(getattr(lw, role), ref[t]) for t, lw in enumerate(layers))
 
 
-def test_log_qk_scale_refuses_a_narrow_key_width():
+def test_beta_refuses_a_narrow_key_width():
     with pytest.raises(ConfigError, match="d_qk"):
-        check_cells([cell(qk_scale="log:1.0", d_qk=4, d_model=8)])
+        check_cells([beta_cell("log:1.0", d_qk=4, d_model=8)])
 
 
-def test_log_qk_scale_orders_collapse_by_gamma():
+def test_log_beta_orders_collapse_by_gamma():
     """Positive and negative control at N = 256 on the almost-simplex start (ρ = 1/2, so the
     paper's γ_c = 2): γ = 0.5 averages every token towards the mean (μ/||X||_F falls to a
     few percent of its start), γ = 6 leaves the attention nearly the identity."""
-    cells = expand_grid({"qk_scale": ["log:0.5", "log:6"]},
+    cells = expand_grid({"beta": ["log:0.5", "log:6"]},
                         {"n_tokens": 256, "d_model": 64, "depth": 1, "norm": "sphere", "input": "simplex",
                          "value": "orthogonal"})
     low, high = run_group(cells, n_samples=2)
@@ -99,12 +123,16 @@ def test_log_qk_scale_orders_collapse_by_gamma():
     assert high["attention_entropy"] < low["attention_entropy"]
 
 
-def test_mixed_plain_and_log_scales_write_one_string_column(tmp_path):
-    cells = expand_grid({"qk_scale": [1.0, "log:1.0"]}, {"n_tokens": 8, "d_model": 4, "depth": 2})
+def test_mixed_plain_and_law_betas_write_one_string_column(tmp_path):
+    fixed = {"n_tokens": 8, "d_model": 4, "depth": 2}
+    cells = expand_grid({"beta": [1.0, "log:1.0"]}, fixed) + expand_grid({"qk_scale": [0.5]}, fixed)
     table, _ = run_phase(cells, n_samples=1, cache_dir=tmp_path / "cache")
-    assert list(table["qk_scale"]) == ["1.0", "log:1.0"]
+    assert list(table["beta"]) == ["1.0", "log:1.0", None]
+    assert table["qk_scale"].isna().tolist() == [True, True, False] and table["qk_scale"].iloc[2] == 0.5
     table.to_parquet(tmp_path / "t.parquet")
-    assert list(pd.read_parquet(tmp_path / "t.parquet")["qk_scale"]) == ["1.0", "log:1.0"]
+    back = pd.read_parquet(tmp_path / "t.parquet")
+    assert list(back["beta"][:2]) == ["1.0", "log:1.0"] and back["beta"].isna().iloc[2]
+    assert back["qk_scale"].iloc[2] == 0.5
 
 
 # ------------------------------------------------------------------ the long-sequence path
@@ -118,7 +146,7 @@ def test_n_tokens_axis_reaches_two_to_the_sixteen():
 
 
 @pytest.mark.parametrize("over", [
-    dict(norm="sphere", input="simplex", value="orthogonal", qk_scale="log:1.5"),
+    dict(norm="sphere", input="simplex", value="orthogonal", qk_scale=None, beta="log:1.5"),
     dict(norm="layernorm", placement="post_ln", alpha=1.0, value="near_identity"),
     dict(norm="rmsnorm", placement="pre_ln", alpha=1.0, mask="sliding_window:w=9", qk_scale=2.0),
     dict(norm="none", mask="bigbird:w=3,globals=2,random=2", value="orthogonal", shared=True),
@@ -168,7 +196,7 @@ def test_row_statistics_match_the_dense_reference(spec):
 def test_memory_estimate_follows_the_chunked_path():
     """N = 65,536 at d = 64: the dense estimate (2 depth samples N^2 floats of attention) is
     refused, the windowed one is states + a chunk per thread, O(chunk N)."""
-    c = cell(n_tokens=65536, d_model=64, depth=2, qk_scale="log:2.0")
+    c = beta_cell("log:2.0", n_tokens=65536, d_model=64, depth=2)
     threads = torch.get_num_threads()
     chunk = 3 * 64 * 65536 + 2 * 65536 * 64
     assert cell_bytes(c, 1) == 8 * (2 * 2 * 3 * 64 * 64 + 8 * 65536 * 64 + threads * chunk)

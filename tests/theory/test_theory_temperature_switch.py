@@ -16,13 +16,13 @@ from rankcollapse.theory.temperature import simplex_switch_ratio, switch_ratios
 
 
 def test_switch_ratios_match_the_phase_sweep(tmp_path):
-    """One layer of `phase` (qk_scale=log:γ, simplex, norm=sphere, value=orthogonal, depth 1;
+    """One layer of `phase` (beta=log:γ, simplex, norm=sphere, value=orthogonal, depth 1;
     docs/phase.md, "Temperature against sequence length") gives m(1) with the same m(0)."""
     from rankcollapse.phase import expand_grid, run_phase
 
     N, d, gamma = 32, 16, 1.5
     fixed = {"d_model": d, "depth": 1, "norm": "sphere", "input": "simplex", "value": "orthogonal", "n_tokens": N}
-    table, _ = run_phase(expand_grid({"qk_scale": [f"log:{gamma}"]}, fixed), n_samples=3, cache_dir=tmp_path)
+    table, _ = run_phase(expand_grid({"beta": [f"log:{gamma}"]}, fixed), n_samples=3, cache_dir=tmp_path)
     r = switch_ratios(N, [gamma * math.log(N)], d_model=d, n_samples=3)[:, 0]  # (3,)
     from rankcollapse.phase.cell import make_input
 

@@ -1,7 +1,7 @@
 """Attention temperature laws: the inverse temperature ``β`` of scores ``β <q, k>`` as a
 function of the number of keys ``N`` and the width ``d``.
 
-A law is written as a string, the one syntax of the ``qk_scale`` axis of ``phase``
+A law is written as a string, the one syntax of the ``beta`` axis of ``phase``
 (:func:`rankcollapse.phase.grid.expand_grid`) and of ``rankcollapse theory temperature``;
 :func:`parse_law` reads it (``log:γ`` is short for ``log:gamma=γ``; ``pow:c=…``, ``ssmax:s=…``). Scores are ``β <x_i, x_j>`` on the tokens themselves (identity
 query and key projections):

@@ -8,12 +8,12 @@ the layers of one role drawn one after another from the
 
 - ``W_Q, W_K`` ``(d, d_qk)`` i.i.d. ``N(0, s^2/d)`` with ``s = qk_scale``; scores
   ``q k^T / sqrt(d_qk)`` (``s = 0``: uniform attention over each mask row);
-- ``qk_scale = log:γ``: the model of Chen, Lin, Polyanskiy & Rigollet, "Critical attention
-  scaling in long-context transformers" (ICLR 2026), scores ``a_ij = β <x_i, x_j>`` with
-  ``β = γ log N`` (natural log, N = ``n_tokens``): ``W_K = I``, ``W_Q = β sqrt(d) I`` (so
-  that ``q k^T / sqrt(d_qk)`` is ``β <x_i, x_j>`` up to two roundings), ``d_qk = d``;
-  the other temperature laws (``pow:c``, ``ssmax:s``, ``llama4``;
-  :mod:`rankcollapse.dynamics.temperature_laws`) the same with their ``β(N, d)``;
+- or, in a cell that sets ``beta``, scores ``a_ij = β <x_i, x_j>``: ``W_K = I``,
+  ``W_Q = β sqrt(d) I`` (so that ``q k^T / sqrt(d_qk)`` is ``β <x_i, x_j>`` up to two
+  roundings), ``d_qk = d``; ``β`` a number or a temperature law's ``β(N, d)``
+  (:mod:`rankcollapse.dynamics.temperature_laws`; ``beta = log:γ`` is the model of Chen,
+  Lin, Polyanskiy & Rigollet, "Critical attention scaling in long-context transformers",
+  ICLR 2026: ``β = γ log N``, natural log, N = ``n_tokens``);
 - ``W_V`` ``(d, d)`` times ``value_scale`` (``a``): ``gaussian`` ``N(0, a^2/d)``;
   ``orthogonal`` ``a Q`` (Haar); ``near_identity`` ``a I + N(0, 0.1^2/d)``;
   ``constructed`` ``a diag(lambda)`` of :func:`rankcollapse.dynamics.weights.construction_eigenvalues`
@@ -74,21 +74,21 @@ def _values(cell: dict[str, Any], n: int, seed: int) -> torch.Tensor:
 def build_weights(cell: dict[str, Any], seed: int) -> list[LayerWeights]:
     """Per-layer float64 weights of ``cell`` under weight seed ``seed`` (module docstring);
     layer ``t`` uses slice ``t`` of each role's draw (:func:`_draw`)."""
-    from .grid import qk_law
+    from .grid import cell_beta
 
     d, depth = cell["d_model"], cell["depth"]
     d_qk = cell["d_qk"] or d
     n = 1 if cell["shared"] else depth
-    law = qk_law(cell["qk_scale"])
-    if law is None:
+    beta = cell_beta(cell)
+    if beta is None:
         std = (("std", float(cell["qk_scale"]) / math.sqrt(d)),)
         WQ = _draw(seed, "W_Q", "gaussian", std, n, d, d_qk)
         WK = _draw(seed, "W_K", "gaussian", std, n, d, d_qk)
     else:  # β <x_i, x_j> = (x_i β sqrt(d) I)(x_j I)^T / sqrt(d) (module docstring)
         if d_qk != d:
-            raise ConfigError(f"qk_scale={cell['qk_scale']} needs d_qk = d_model = {d}, got {d_qk}")
+            raise ConfigError(f"beta={cell['beta']} needs d_qk = d_model = {d}, got {d_qk}")
         WK = torch.eye(d, dtype=torch.float64).expand(n, d, d)
-        WQ = WK * (law.beta(cell["n_tokens"], d) * math.sqrt(d))
+        WQ = WK * (beta * math.sqrt(d))
     WV = _values(cell, n, seed)
     layers = [LayerWeights(W_Q=WQ[t], W_K=WK[t], W_V=WV[t].clone(), scale=1 / math.sqrt(d_qk)) for t in range(n)]
     return layers * depth if cell["shared"] else layers

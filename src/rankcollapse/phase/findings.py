@@ -102,8 +102,12 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
         out["by_d_qk"] = {int(k): {"frac_rank_collapse": round(float(g["collapse"].mean()), 4),
                                    "median_entropy": float(g["attention_entropy"].median())}
                           for k, g in rc.groupby("d_qk")}
-    out["by_qk_scale"] = {(k if isinstance(k, str) else float(k)): {r: round(float((g["regime"] == r).mean()), 4) for r in sorted(set(table["regime"]))}
+    out["by_qk_scale"] = {float(k): {r: round(float((g["regime"] == r).mean()), 4) for r in sorted(set(table["regime"]))}
                           for k, g in rc.groupby("qk_scale")}
+    if "beta" in table and table["beta"].notna().any():  # the cells that set beta have no qk_scale
+        out["by_beta"] = {(k if isinstance(k, str) else float(k)): {r: round(float((g["regime"] == r).mean()), 4)
+                                                                     for r in sorted(set(table["regime"]))}
+                          for k, g in rc.groupby("beta")}
     out["theory"] = theory_summary(table)
     # and Theorem 1's pointwise envelope beside the agreement
     out["theory"]["theorem1_envelope"] = envelope_summary(table)

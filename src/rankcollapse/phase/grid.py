@@ -20,7 +20,7 @@ from .._validate import KINDS, check_float, check_int
 from ..errors import ConfigError, MaskError, MemoryLimitError
 
 from ..dynamics.config import NORMS as NORM_NAMES, PLACEMENTS, BlockConfig, default_alpha
-from ..dynamics.temperature_laws import LLAMA4_FLOOR_SCALE, TemperatureLaw, is_law, parse_law
+from ..dynamics.temperature_laws import LLAMA4_FLOOR_SCALE, is_law, parse_law
 
 VALUE_FAMILIES = ("gaussian", "orthogonal", "near_identity", "constructed", "pretrained")
 
@@ -59,27 +59,38 @@ def _value(kind: str, low: float | None = None, high: float | None = None) -> Ca
 _float = _value("float", 0)
 
 
-def _qk_scale(text: str) -> float | str:
-    """A number ``s >= 0`` (``W_Q, W_K`` i.i.d. ``N(0, s^2/d)``), or a temperature law
-    (``log:γ``, ``pow:c``, ``ssmax:s``, ``llama4``; :mod:`rankcollapse.dynamics.temperature_laws`):
-    scores ``β <x_i, x_j>`` with the law's ``β`` at the cell's N and d
-    (:func:`.cell.build_weights`); kept as the law's canonical string (``log:2.0``)."""
+def _beta(text: str) -> float | str:
+    """An inverse temperature on the tokens themselves, scores ``β <x_i, x_j>``
+    (:func:`.cell.build_weights`): a number ``β >= 0`` or a temperature law (``log:γ``,
+    ``pow:c``, ``ssmax:s``, ``llama4``; :mod:`rankcollapse.dynamics.temperature_laws`)
+    whose ``β`` is taken at the cell's N and d, kept as the law's canonical string
+    (``log:2.0``)."""
     if is_law(text):
         return parse_law(text).spec
     return _float(text)
 
 
-def qk_law(value: Any) -> TemperatureLaw | None:
-    """The temperature law of a ``qk_scale`` value, None for a plain number."""
-    return parse_law(value) if is_law(value) else None
+def cell_beta(cell: dict[str, Any]) -> float | None:
+    """``β`` of a cell's scores ``β <x_i, x_j>`` at its N and d; None for a cell whose
+    scores come from Gaussian ``W_Q, W_K`` of scale ``qk_scale``."""
+    value = cell["beta"]
+    if value is None:
+        return None
+    if is_law(value):
+        return parse_law(value).beta(int(cell["n_tokens"]), int(cell["d_model"]))
+    return float(value)
 
 
-def qk_scale_column(values: Any) -> Any:
-    """The ``qk_scale`` column of a table (a pandas Series): as it is when every value is a
-    number or every value a law string, else every value as a string (``"1.0"``,
-    ``"log:1.0"``), since a Parquet column holds one type."""
-    kinds = {isinstance(v, str) for v in values}
-    return values.map(str) if len(kinds) > 1 else values
+def temperature_columns(table: Any) -> Any:
+    """``table`` (a pandas DataFrame of cells) with ``qk_scale`` as floats (NaN in the
+    cells that set ``beta``) and ``beta`` in one Parquet type: as it is when every value
+    given is a number or every one a law string, else every value given as a string
+    (``"1.0"``, ``"log:1.0"``); None where a cell sets ``qk_scale``."""
+    table["qk_scale"] = table["qk_scale"].astype(float)
+    given = table["beta"].map(lambda v: v is not None and v == v)  # None and NaN: no beta
+    if len({isinstance(v, str) for v in table["beta"][given]}) > 1:
+        table["beta"] = table["beta"].where(~given, table["beta"].map(str)).where(given, None)
+    return table
 
 
 #: cells with more tokens run on the windowed kernel (:mod:`.batched`)
@@ -125,14 +136,17 @@ def _attention(text: str) -> str:
 
 
 #: axis name -> (parser of one value, default). ``d_qk`` 0 means "= d_model". ``qk_scale``
-#: is a number or a temperature law such as ``log:γ`` (:func:`_qk_scale`). ``n_tokens`` above
+#: is the scale of Gaussian ``W_Q, W_K``; ``beta`` (default None: not set) a number or a
+#: temperature law such as ``log:γ`` (:func:`_beta`) for scores ``β <x_i, x_j>``, and a cell
+#: that sets it has ``qk_scale`` None (:func:`expand_grid`). ``n_tokens`` above
 #: :data:`DENSE_MAX_TOKENS` runs on the windowed kernel. ``norm``,
 #: ``placement``, ``alpha``, ``qk_norm``, ``headwise_rmsnorm`` and ``attention`` (softmax or an operator of
 #: :mod:`rankcollapse.dynamics.operators`) are the :class:`~rankcollapse.dynamics.config.BlockConfig`
 #: fields of the cell's layer; ``alpha`` not given is the placement's own (0 for ``none``,
 #: 1 for the others); ``mix`` runs with ``mix_layers = depth // 4`` (:func:`block_config`).
 AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
-    "qk_scale": (_qk_scale, 1.0),
+    "qk_scale": (_float, 1.0),
+    "beta": (_beta, None),
     "value": (_choice(VALUE_FAMILIES), "gaussian"),
     "value_scale": (_float, 1.0),
     "norm": (_choice(NORM_NAMES), "none"),
@@ -243,7 +257,7 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
         cell = dict(base)
         for part in combo:
             cell.update(part)
-        cells.append(_block_fields(cell, alpha_given))
+        cells.append(_temperature_fields(_block_fields(cell, alpha_given)))
     check_cells(cells)
     return cells
 
@@ -255,6 +269,22 @@ def _block_fields(cell: dict[str, Any], alpha_given: bool) -> dict[str, Any]:
         cell["alpha"] = default_alpha(cell["placement"])
     if cell["placement"] == "post_ln" and cell["alpha"] == 0:
         cell["placement"] = "none"  # norm(0 X + SA(X)) is norm(SA(X)): one block, one name
+    return cell
+
+
+def _temperature_fields(cell: dict[str, Any]) -> dict[str, Any]:
+    """``cell`` with one temperature: a cell that sets ``beta`` has ``qk_scale`` None.
+
+    Raises
+    ------
+    ConfigError
+        ``beta`` with a ``qk_scale`` other than its default 1.
+    """
+    if cell["beta"] is not None:
+        if cell["qk_scale"] != DEFAULTS["qk_scale"]:
+            raise ConfigError(f"phase cell qk_scale={cell['qk_scale']} and beta={cell['beta']}: give one temperature, "
+                              "qk_scale (Gaussian W_Q, W_K of that scale) or beta (scores β <x_i, x_j>)")
+        cell["qk_scale"] = None
     return cell
 
 
@@ -329,18 +359,23 @@ def check_cell(cell: Any) -> None:
         raise ConfigError(f"phase cell has {what}; make cells with rankcollapse.phase.expand_grid")
     for name, (parse, _) in AXES.items():
         value = cell[name]
+        if value is None and name in ("qk_scale", "beta"):
+            continue
         if isinstance(value, float) and name in ("d_qk", "n_tokens", "d_model", "depth"):
             raise ConfigError(f"phase cell axis {name}: expected an integer, got {value!r}")
         try:
             parse(str(value))
         except ConfigError as exc:
             raise ConfigError(f"phase cell axis {name}: {exc}") from None
-    if qk_law(cell["qk_scale"]) is not None and int(cell["d_qk"]) not in (0, int(cell["d_model"])):
-        raise ConfigError(f"phase cell qk_scale={cell['qk_scale']} sets W_Q = W_K = I (d_qk = d_model = "
+    beta = cell["beta"]
+    if (cell["qk_scale"] is None) == (beta is None):
+        raise ConfigError(f"phase cell qk_scale={cell['qk_scale']}, beta={beta}: give one temperature, qk_scale or "
+                          "beta, and None for the other (expand_grid does)")
+    if beta is not None and int(cell["d_qk"]) not in (0, int(cell["d_model"])):
+        raise ConfigError(f"phase cell beta={beta} sets W_Q = W_K = I (d_qk = d_model = "
                           f"{cell['d_model']}), got d_qk = {cell['d_qk']}; give d_qk 0")
-    law = qk_law(cell["qk_scale"])
-    if law is not None and law.varies_with_position(int(cell["n_tokens"])):
-        raise ConfigError(f"phase cell qk_scale={law.spec}: its β depends on the query's position from "
+    if is_law(beta) and parse_law(beta).varies_with_position(int(cell["n_tokens"])):
+        raise ConfigError(f"phase cell beta={beta}: its β depends on the query's position from "
                           f"position {LLAMA4_FLOOR_SCALE - 1} on, and a cell's layer has one β; give n_tokens "
                           f"< {LLAMA4_FLOOR_SCALE}, or measure it with 'rankcollapse theory temperature'")
     try:

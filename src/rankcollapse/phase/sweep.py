@@ -24,7 +24,7 @@ from ..sweep.engine import run_units
 from ..sweep.executors import ExecutionConfig, make_executor
 from ..sweep.units import Unit, register_unit_kind
 from .batched import GROUP_KEYS, run_group
-from .grid import check_cells, qk_scale_column
+from .grid import check_cells, temperature_columns
 
 #: Most cells simulated in one batch (one unit).
 BATCH_CELLS = 64
@@ -35,9 +35,7 @@ def cell_unit(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     "seeds", "seed"}``): one row per cell."""
     p = unit.params
     rows = run_group(p["cells"], n_samples=p["n_samples"], seeds=p["seeds"], seed=p["seed"])
-    frame = pd.DataFrame([{**c, **r} for c, r in zip(p["cells"], rows)])
-    frame["qk_scale"] = qk_scale_column(frame["qk_scale"])  # plain numbers and log:γ in one Parquet column
-    return frame
+    return temperature_columns(pd.DataFrame([{**c, **r} for c, r in zip(p["cells"], rows)]))
 
 
 def cell_label(unit: Unit) -> str:
@@ -159,7 +157,7 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     table = pd.concat(frames, ignore_index=True)
     table.index = [i for part in parts for i in part]
     table = table.sort_index().reset_index(drop=True)
-    table["qk_scale"] = qk_scale_column(table["qk_scale"])
+    table = temperature_columns(table)
     timing = {"cells": len(cells), "units": len(units), "computed": len(computed), "cached": len(units) - len(computed),
               "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(sum(t["cpu_seconds"] for t in computed), 2),
               "executor": execution.executor, "workers": getattr(made[0], "workers", 1) if made else 0}

@@ -5,7 +5,7 @@ transformers" (ICLR 2026), study scores ``a_ij = β <y_i, y_j>`` on unit tokens 
 inner products are all ``ρ`` (an almost-simplex configuration) and find a phase transition
 at ``β = γ log n`` with ``γ_c = 1 / (1 - ρ)``: below it one layer averages the tokens
 towards one direction, above it attention is nearly the identity. The phase sweep runs that
-model as ``qk_scale=log:γ`` on the ``simplex`` input (:mod:`rankcollapse.dynamics.inputs`).
+model as ``beta=log:γ`` on the ``simplex`` input (:mod:`rankcollapse.dynamics.inputs`).
 
 This module holds the prediction and the measured switch:
 
