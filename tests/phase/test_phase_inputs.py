@@ -62,6 +62,16 @@ def test_cli_unknown_mask_and_schedule_one_line(tmp_path):
     assert_cli_refused(["--axis", "mask=schedule:causal*5;complete"], "mask schedule", tmp_path)
 
 
+# --- one temperature per cell --------------------------------------------------------------
+
+@pytest.mark.parametrize("args, match", [
+    (["--axis", "beta=log:1", "--axis", "qk_scale=2"], "give one temperature"),
+    (["--axis", "qk_scale=log:1"], "--axis qk_scale"),
+])
+def test_cli_refuses_a_law_in_qk_scale_and_beta_beside_qk_scale(args, match, tmp_path):
+    assert_cli_refused([*args, "--depth", "2", "--n-tokens", "4", "--d-model", "2"], match, tmp_path)
+
+
 # --- empty grids and cells missing axes ---------------------------------------------------
 
 def test_empty_grid_refused():
