@@ -133,6 +133,10 @@ def test_mixed_plain_and_law_betas_write_one_string_column(tmp_path):
     back = pd.read_parquet(tmp_path / "t.parquet")
     assert list(back["beta"][:2]) == ["1.0", "log:1.0"] and back["beta"].isna().iloc[2]
     assert back["qk_scale"].iloc[2] == 0.5
+    from rankcollapse.phase.findings import summarize
+
+    out = summarize(table)  # each temperature summarised under its own name
+    assert list(out["by_qk_scale"]) == [0.5] and sorted(out["by_beta"]) == ["1.0", "log:1.0"]
 
 
 # ------------------------------------------------------------------ the long-sequence path
