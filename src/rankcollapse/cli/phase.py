@@ -31,10 +31,10 @@ def _clean(v):
 
 def phase(
     axis: list[str] = typer.Option([], "--axis", help="NAME=v1,v2,... (repeatable); names: qk_scale (scale s of "
-                                   "Gaussian W_Q, W_K), beta (scores β<x_i,x_j>: a number or a temperature law log:γ, "
-                                   "pow:c, ssmax:s, llama4; not with qk_scale), value, value_scale, norm, placement, "
-                                   "alpha, qk_norm, headwise_rmsnorm, attention, mask, d_qk, n_tokens, d_model, depth, "
-                                   "shared, input"),
+                                   "Gaussian W_Q, W_K), beta (scores β<x_i,x_j>: a number or a temperature law "
+                                   "log:γ, pow:c, ssmax:s, llama4; not with qk_scale), value, value_scale, norm, "
+                                   "placement, alpha, qk_norm, headwise_rmsnorm, attention, mask, d_qk, n_tokens, "
+                                   "d_model, depth, shared, input"),
     depth: int = typer.Option(64, "--depth", help="layers (an axis 'depth' overrides)"),
     n_tokens: int = typer.Option(32, "--n-tokens", help="tokens N"),
     d_model: int = typer.Option(16, "--d-model", help="width d"),
