@@ -118,4 +118,7 @@ def test_prediction_against_the_measured_peak(tmp_path):
     assert auto["measured"] <= auto["limit"]
     for case in (auto, large):
         assert 0.5 <= case["measured"] / case["predicted"] <= 2, out
-    assert large["measured"] > 2 * auto["measured"]  # N² terms: about 4x
+    # N² terms: the growth from N = 384 to 768 follows the prediction's (about 3x) within the
+    # same factor 2; the allocator's reuse moves single peaks by tens of MB from run to run
+    predicted, measured = large["predicted"] / auto["predicted"], large["measured"] / auto["measured"]
+    assert predicted > 2.5 and 0.5 <= measured / predicted <= 2, out
