@@ -28,6 +28,7 @@ both sides give ``undecidable``, never an equality.
 
 from __future__ import annotations
 
+import weakref
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,21 +184,54 @@ class Value:
         return Value(float(x), np.full(n_boot, float(x)), {-1: float(x)})
 
 
+#: The rows of each (setting, metric) of a table, per table object: a claim's rules make
+#: hundreds of selections of one table, each within one metric, and filtering the whole
+#: table each time was most of the cost of deciding claims. Tables are not changed in
+#: place once built; an entry is dropped with its table and rebuilt if the table's length
+#: or columns change. None for a table whose setting or metric column holds a non-string.
+_PARTS: dict[int, tuple[weakref.ref, int, tuple, dict | None, dict]] = {}
+
+
+def _part(table: pd.DataFrame, setting: str, metric: str) -> pd.DataFrame | None:
+    """The rows of ``table`` with this setting and metric, in table order."""
+    key = id(table)
+    entry = _PARTS.get(key)
+    if entry is None or entry[0]() is not table or entry[1] != len(table) or entry[2] != tuple(table.columns):
+        cols = table[["setting", "metric"]]
+        strings = all(isinstance(v, str) for c in cols for v in pd.unique(cols[c]))
+        groups = table.groupby(["setting", "metric"], sort=False).indices if strings else None
+        entry = (weakref.ref(table, lambda _, k=key: _PARTS.pop(k, None)), len(table), tuple(table.columns), groups, {})
+        _PARTS[key] = entry
+    groups, parts = entry[3], entry[4]
+    if groups is None:
+        return None
+    if (setting, metric) not in parts:
+        idx = groups.get((setting, metric))
+        parts[(setting, metric)] = table.iloc[np.sort(idx) if idx is not None else []]
+    return parts[(setting, metric)]
+
+
 def select_rows(table: pd.DataFrame, select: dict[str, Any], setting: str = "default") -> pd.DataFrame:
     """Rows of ``setting`` whose columns equal ``select``'s values (a list = any of;
     floats compared with ``isclose``)."""
+    metric = select.get("metric")
+    part = _part(table, setting, metric) if isinstance(metric, str) and "metric" in table else None
+    if part is not None:  # every row has this setting and metric
+        table, select = part, {k: v for k, v in select.items() if k != "metric"}
     keep = (table["setting"] == setting).to_numpy().copy()
     for col, want in select.items():
         if col not in table:
             raise ConfigError(f"selection on unknown column {col!r}")
         wants = want if isinstance(want, list) else [want]
-        if table[col].dtype.kind == "f":
+        column = table[col]
+        if column.dtype.kind == "f":
+            values = column.to_numpy()
             hit = np.zeros(len(table), dtype=bool)
             for w in wants:
-                hit |= np.isclose(table[col].to_numpy(), float(w))
+                hit |= np.isclose(values, float(w))
             keep &= hit
         else:
-            keep &= table[col].astype(str).isin([str(w) for w in wants]).to_numpy()
+            keep &= column.astype(str).isin([str(w) for w in wants]).to_numpy()
     return table[keep]
 
 
