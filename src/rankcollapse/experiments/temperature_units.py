@@ -38,9 +38,10 @@ rows (:func:`rankcollapse.metrics.attention.gap_growth` on the log-probabilities
 ``k`` at ``layer = k + 1``, ``point = "layer.k.attention"``) on ``n_samples`` windows,
 the rows whose mask allows more than the fit's ``k_max = 32`` keys only (every row under
 a complete mask; under a causal one the queries at positions 33..N, so every row is fit
-on the same 31 keys nearest its maximum), beside two synthetic rows of the same shape, allowed keys and per-row logit variance:
-i.i.d. Gaussian logits (an unbounded tail: a near-top count that grows exponentially)
-and i.i.d. uniform ones (a flat density at a bounded top: ``n(g) ∝ g``), drawn with seed
+on the same 31 keys nearest its maximum; fewer than 33 tokens are refused), beside two
+synthetic rows of the same shape, allowed keys and per-row logit variance: i.i.d.
+Gaussian logits (an unbounded tail: a near-top count that grows exponentially) and
+i.i.d. uniform ones (a flat density at a bounded top: ``n(g) ∝ g``), drawn with seed
 ``draw_seed`` (default 0). Metrics per window (mean over heads and queries):
 ``gap_r2_exp``, ``gap_r2_pow`` (the two fits' R²), ``gap_fit_advantage`` (their
 difference, > 0 where the exponential fits better), ``gap_rate`` (the exponential rate
