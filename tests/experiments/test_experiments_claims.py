@@ -204,11 +204,11 @@ def test_bad_operator_raises(table):
 
 def test_configs_hold_the_claims_once():
     """The paper's twelve claims (C01-C12), the geometry experiment's five (G1-G5), the
-    position-bias experiment's four (I1-I4), the temperature-law experiment's four (L1-L4), the
+    position-bias experiment's four (I1-I4), the temperature-law experiment's five (L1-L5), the
     power-method experiment's three (P1-P3) and the energy experiment's two (E1-E2), each once."""
     ids = [c["id"] for n in EXPERIMENTS for c in load_config(n).get("claims", [])]
     assert sorted(ids) == sorted([f"C{k:02d}" for k in range(1, 13)] + [f"G{k}" for k in range(1, 6)]
-                                 + [f"I{k}" for k in range(1, 5)] + ["L1", "L2", "L3", "L4", "P1", "P2", "P3", "E1", "E2"])
+                                 + [f"I{k}" for k in range(1, 5)] + ["L1", "L2", "L3", "L4", "L5", "P1", "P2", "P3", "E1", "E2"])
     for n in EXPERIMENTS:
         for claim in load_config(n).get("claims", []):
             paper = claim["id"].startswith("C")  # G-, I- and L-claims are this project's own

@@ -67,7 +67,7 @@ def test_results_doc_influence_table_is_the_committed_influence_run():
 
 def test_results_doc_laws_table_is_the_committed_laws_run():
     claims = json.loads((LAWS / "claims.json").read_text())
-    assert [c["id"] for c in claims] == ["L1", "L2", "L3", "L4"]
+    assert [c["id"] for c in claims] == ["L1", "L2", "L3", "L4", "L5"]
     assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-laws") == results_markdown(claims).strip()
 
 

@@ -29,7 +29,7 @@ def _claims():
     """The paper's claims; the geometry claims (G1-G5: Spearman across layers, minima over
     selected layers) have their own present/absent tables in test_geometry_claims.py, the
     position-bias claims (I1-I4: exact profiles, Spearman across positions) theirs in
-    test_influence_experiment.py, the temperature-law claims (L1-L4) theirs in
+    test_influence_experiment.py, the temperature-law claims (L1-L5) theirs in
     test_laws_experiment.py, the power-method claims (P1-P3) theirs in test_power_experiment.py, the energy claims (E1-E2) theirs in test_energy_experiment.py."""
     out = {}
     for name in EXPERIMENTS:

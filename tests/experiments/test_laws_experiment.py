@@ -145,29 +145,66 @@ def test_gap_count_rows_of_exponential_rows():
     assert all(len(v) == 2 for v in df["values"])  # one value per window
 
 
-def _gap_table(advantage: dict[str, float]) -> pd.DataFrame:
+def test_gap_count_rows_under_a_causal_mask_fit_only_rows_with_every_point():
+    """Causal rows: the queries with more than 32 keys have exponential gaps (rate a, exact
+    fit), the shorter ones power-like gaps. Under the causal mask only the former are fit;
+    read as complete, the short rows would enter and move the rate."""
+    from rankcollapse.experiments.temperature_units import gap_count_rows
+
+    N, a = 40, 2.0
+    k = torch.arange(1, N + 1, dtype=torch.float64)
+    z = torch.full((N, N), -math.inf, dtype=torch.float64)
+    for i in range(N):
+        gaps = torch.log(k[: i + 1]) / a if i >= 32 else 0.05 * (k[: i + 1] - 1) ** 2  # u_(1) = 0: the maximum
+        z[i, : i + 1] = -gaps.flip(0)  # the largest logit on the latest key
+    A = torch.softmax(z, -1).expand(2, 3, N, N).to(torch.float32)  # (B, H, N, N), 0 beyond the query
+    maps = {"layer.0.attention": A}
+    causal = gap_count_rows(maps, mask="causal")
+    model = causal[causal["variant"] == "model"].set_index("metric")["mean"]
+    assert model["gap_rate"] == pytest.approx(a, rel=1e-4) and model["gap_r2_exp"] == pytest.approx(1, abs=1e-6)
+    complete = gap_count_rows(maps)
+    rate = complete[(complete["variant"] == "model") & (complete["metric"] == "gap_rate")]["mean"].item()
+    assert abs(rate - a) > 0.1 * a
+
+
+def test_gap_count_rows_without_a_full_row_are_refused():
+    from rankcollapse.experiments.temperature_units import gap_count_rows
+
+    A = torch.full((1, 1, 32, 32), 1 / 32)
+    with pytest.raises(ConfigError, match="more than 32 keys"):
+        gap_count_rows({"layer.0.attention": A})
+
+
+def _gap_table(advantage: dict[str, float], model: str = "minilm", layers: int = 6) -> pd.DataFrame:
     spread = np.linspace(0.9, 1.1, 8)
     parts = []
     for variant, adv in advantage.items():
-        metrics = {"gap_fit_advantage": np.full((6, 1), adv) * spread, "gap_rate": np.full((6, 8), 1.0)}
-        parts.append(rows_from_metrics(metrics, {"source": "gap_count", "model": "minilm", "variant": variant,
+        metrics = {"gap_fit_advantage": np.full((layers, 1), adv) * spread, "gap_rate": np.full((layers, 8), 1.0)}
+        parts.append(rows_from_metrics(metrics, {"source": "gap_count", "model": model, "variant": variant,
                                                  "value": "pretrained", "mask": "complete", "mask_spec": "complete",
-                                                 "dtype": "float32", "depth": -1}, layers=[1, 2, 3, 4, 5, 6]))
+                                                 "dtype": "float32", "depth": -1}, layers=list(range(1, layers + 1))))
     return pd.concat(parts, ignore_index=True)
 
 
+@pytest.mark.parametrize("cid, model, layers", [("L4", "minilm", 6), ("L5", "smollm2", 30)])
 @pytest.mark.parametrize("present", [True, False])
-def test_gap_rule_passes_when_exponential_and_fails_when_power(present):
-    table = _gap_table({"model": 0.05 if present else -0.05, "gaussian": 0.06, "uniform": -0.07})
-    (claim,) = [c for c in load_config("laws")["claims"] if c["id"] == "L4"]
+def test_gap_rule_passes_when_exponential_and_fails_when_power(present, cid, model, layers):
+    """L4 (MiniLM) and L5 (SmolLM2) read their own model's rows at each of its layers, with
+    the same threshold; the other model's rows do not enter."""
+    other = _gap_table({"model": -0.05 if present else 0.05}, "smollm2" if model == "minilm" else "minilm", 30)
+    table = pd.concat([_gap_table({"model": 0.05 if present else -0.05, "gaussian": 0.06, "uniform": -0.07},
+                                  model, layers), other], ignore_index=True)
+    (claim,) = [c for c in load_config("laws")["claims"] if c["id"] == cid]
+    (check, *_) = claim["rule"]["checks"]
+    assert check["for_each"]["layer"] == list(range(1, layers + 1)) and check["rhs"] == {"const": 0.01}
     res = C.evaluate_claim(table, claim, n_boot=200)
     assert C.registered_verdict(res) == ("reproduced" if present else "not reproduced")
 
 
 def test_smoke_run_through_the_cli(tmp_path):
-    """`reproduce laws --scale smoke` end to end: the four claims, each with its controls
-    passing, the switch rows at N = 2^8 and 2^9 only and the gap rows of MiniLM and its
-    random-init control."""
+    """`reproduce laws --scale smoke` end to end: L1-L4, each with its controls passing,
+    L5 not run (smoke leaves SmolLM2 out), the switch rows at N = 2^8 and 2^9 only and the
+    gap rows of MiniLM and its random-init control."""
     import json
 
     from tests.cli._harness import run_cli
@@ -177,9 +214,10 @@ def test_smoke_run_through_the_cli(tmp_path):
                   "--no-progress", "--no-nearby")
     assert res.returncode == 0, res.stderr
     claims = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
-    assert sorted(claims) == ["L1", "L2", "L3", "L4"]
+    assert sorted(claims) == ["L1", "L2", "L3", "L4", "L5"] and claims.pop("L5")["verdict"] == "not run"
     assert all(c["controls_ok"] for c in claims.values()), {k: c["controls"] for k, c in claims.items()}
     table = pd.read_parquet(out / "table.parquet")
     assert set(table.loc[table["source"] == "temperature_switch", "layer"]) == {8, 9}
     gaps = table[table["source"] == "gap_count"]
-    assert set(gaps["value"]) == {"pretrained", "random_init"} and set(gaps["layer"]) == set(range(1, 7))
+    assert set(gaps["model"]) == {"minilm"} and set(gaps["value"]) == {"pretrained", "random_init"}
+    assert set(gaps["layer"]) == set(range(1, 7))

@@ -36,9 +36,12 @@ The ``gap_count`` unit kind: the gap-counting function of a pretrained model's a
 rows (:func:`rankcollapse.metrics.attention.gap_growth` on the log-probabilities of
 :func:`rankcollapse.models.probe.attention_maps`, every head and real query of block
 ``k`` at ``layer = k + 1``, ``point = "layer.k.attention"``) on ``n_samples`` windows,
-beside two synthetic rows of the same shape, allowed keys and per-row logit variance:
-i.i.d. Gaussian logits (an unbounded tail: a near-top count that grows exponentially)
-and i.i.d. uniform ones (a flat density at a bounded top: ``n(g) ∝ g``), drawn with seed
+the rows whose mask allows more than the fit's ``k_max = 32`` keys only (every row under
+a complete mask; under a causal one the queries at positions 33..N, so every row is fit
+on the same 31 keys nearest its maximum; fewer than 33 tokens are refused), beside two
+synthetic rows of the same shape, allowed keys and per-row logit variance: i.i.d.
+Gaussian logits (an unbounded tail: a near-top count that grows exponentially) and
+i.i.d. uniform ones (a flat density at a bounded top: ``n(g) ∝ g``), drawn with seed
 ``draw_seed`` (default 0). Metrics per window (mean over heads and queries):
 ``gap_r2_exp``, ``gap_r2_pow`` (the two fits' R²), ``gap_fit_advantage`` (their
 difference, > 0 where the exponential fits better), ``gap_rate`` (the exponential rate
@@ -133,21 +136,29 @@ def temperature_switch_rows(p: dict[str, Any]) -> pd.DataFrame:
 GAP_LOGITS = ("model", "gaussian", "uniform")
 #: metric name -> key of :func:`rankcollapse.metrics.attention.gap_growth`'s result
 GAP_METRICS = {"gap_r2_exp": "r2_exp", "gap_r2_pow": "r2_pow", "gap_rate": "rate", "gap_exponent": "exponent"}
+#: the keys nearest each row's maximum that the fits read (k = 2..GAP_K_MAX)
+GAP_K_MAX = 32
 
 
-def gap_count_rows(maps: dict[str, Any], draw_seed: int = 0) -> pd.DataFrame:
+def gap_count_rows(maps: dict[str, Any], draw_seed: int = 0, *, mask: str = "complete") -> pd.DataFrame:
     """Rows of one ``gap_count`` unit (module docstring) from the attention maps
-    ``{"layer.k.attention": (B, H, N, N)}`` of its windows."""
+    ``{"layer.k.attention": (B, H, N, N)}`` of its windows under the model's ``mask`` spec."""
     import torch
 
+    from ..masks.adapt import dense_mask
     from ..metrics.attention import gap_growth
 
     gen = torch.Generator().manual_seed(int(draw_seed))
     names = sorted(maps, key=lambda n: int(n.split(".")[-2]))
+    n_tokens = maps[names[0]].shape[-1]
+    full = dense_mask(mask, n_tokens).sum(-1) > GAP_K_MAX  # (N,) rows with every fit point
+    if not bool(full.any()):
+        raise ConfigError(f"gap_count needs a row with more than {GAP_K_MAX} keys (the fit reads the {GAP_K_MAX} "
+                          f"nearest each row's maximum); windows of {n_tokens} tokens under a {mask} mask have none")
     per: dict[str, dict[str, list[np.ndarray]]] = {v: {m: [] for m in [*GAP_METRICS, "gap_fit_advantage"]}
                                                    for v in GAP_LOGITS}
     for name in names:
-        z = torch.log(maps[name].to(torch.float64))  # (B, H, N, N); -inf at keys with no mass
+        z = torch.log(maps[name][..., full, :].to(torch.float64))  # (B, H, R, N); -inf at keys with no mass
         allowed = z > -math.inf
         zf = z.masked_fill(~allowed, 0.0)
         m = allowed.sum(-1, keepdim=True).clamp(min=1)
@@ -156,7 +167,7 @@ def gap_count_rows(maps: dict[str, Any], draw_seed: int = 0) -> pd.DataFrame:
         gauss = torch.randn(z.shape, generator=gen, dtype=torch.float64) * std
         unif = (torch.rand(z.shape, generator=gen, dtype=torch.float64) * 2 - 1) * math.sqrt(3) * std
         for variant, logits in zip(GAP_LOGITS, (z, gauss, unif)):
-            fit = gap_growth(logits.masked_fill(~allowed, -math.inf))
+            fit = gap_growth(logits.masked_fill(~allowed, -math.inf), k_max=GAP_K_MAX)
             fit["fit_advantage"] = fit["r2_exp"] - fit["r2_pow"]
             for metric, key in [*GAP_METRICS.items(), ("gap_fit_advantage", "fit_advantage")]:
                 per[variant][metric].append(fit[key].flatten(1).nanmean(-1).numpy())  # (B,)
@@ -180,7 +191,7 @@ def run_gap_count(unit: Any, ctx: Any) -> pd.DataFrame:
     native = native_mask_of(loaded)
     labels = _labels(unit, value=value, mask=native, mask_spec=native, dtype="float32")
     labels.pop("variant")
-    return normalise(gap_count_rows(maps, int(p.get("draw_seed", 0))), labels)
+    return normalise(gap_count_rows(maps, int(p.get("draw_seed", 0)), mask=native), labels)
 
 
 def run_temperature_switch(unit: Any, ctx: Any) -> pd.DataFrame:
@@ -196,5 +207,5 @@ def run_temperature_switch(unit: Any, ctx: Any) -> pd.DataFrame:
 # Registered with the sweep engine beside the other experiment kinds (schema.py imports
 # this module); the version is bumped when a change alters these units' labels or numbers.
 register_unit_kind("temperature_law", run_temperature_law, version=1, group="experiments", key_params=key_params)
-register_unit_kind("gap_count", run_gap_count, version=1, group="experiments", key_params=key_params)
+register_unit_kind("gap_count", run_gap_count, version=2, group="experiments", key_params=key_params)
 register_unit_kind("temperature_switch", run_temperature_switch, version=1, group="experiments", key_params=key_params)
