@@ -51,7 +51,7 @@ GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement
 #: bytes of the states ``(T, B, N, d)`` and attention ``(T, B, N, N)`` of the ``T`` layers
 #: measured at once; at most the metrics' :data:`~rankcollapse.metrics._context.PAIR_BUDGET`,
 #: so that their ``(T B, N, N)`` cosines take the same path as one layer's would
-MEASURE_BYTES = 2**21
+MEASURE_BYTES = 2**20
 
 
 def _layers_per_chunk(B: int, N: int, d: int, itemsize: int) -> int:
