@@ -6,7 +6,10 @@ batch: element ``b`` of the batch carries its own ``W_Q, W_K, W_V`` per layer an
 layer is one call of :func:`rankcollapse.dynamics.single_head.single_head_layer`, the
 dynamics' fast path for one head without MLP (it agrees with
 :func:`rankcollapse.dynamics.simulate` to round-off, cell by cell:
-``tests/phase/test_phase_regime.py``).
+``tests/phase/test_phase_regime.py``). The layer loop runs the layers alone; their
+measures (μ, μ/‖X‖_F, mean cosine, row entropy, smallest weight, row-mass deficit) are
+taken on chunks of :data:`MEASURE_BYTES` of layers at once, sample by sample, so the
+numbers are those of one call per layer.
 
 Cells with more than :data:`.grid.DENSE_MAX_TOKENS` tokens (the axis's former cap, so every
 cell that ran before runs as it did) go through
@@ -40,7 +43,7 @@ from .cell import block_config, make_input, operator_columns, value_log_norm, we
 from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
 
-#: the per-layer metrics of a trajectory, computed on one shared metric context per layer
+#: the per-layer metrics of a trajectory, computed on one shared metric context per chunk of layers
 LAYER_METRICS = {name: METRICS[name].fn for name in ("mu_relative", "mu", "avg_cos")}
 
 #: the axes a batch must share
@@ -48,8 +51,9 @@ GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement
               "qk_norm", "headwise_rmsnorm")
 
 
-#: bytes of the states ``(T, B, N, d)`` and attention ``(T, B, N, N)`` of the ``T`` layers
-#: measured at once; at most the metrics' :data:`~rankcollapse.metrics._context.PAIR_BUDGET`,
+#: bytes of the attention ``(T, B, N, N)`` (and at least those of the states ``(T, B, N, d)``)
+#: of the ``T`` layers measured at once: half a core's L2 cache here, so that the passes over
+#: a chunk stay in cache; at most the metrics' :data:`~rankcollapse.metrics._context.PAIR_BUDGET`,
 #: so that their ``(T B, N, N)`` cosines take the same path as one layer's would
 MEASURE_BYTES = 2**20
 
