@@ -8,6 +8,9 @@ layernorm × ``mask`` complete, causal (18 cells; depth 64, N 32, d 16, 4 sample
 - **anchor**: the same layers written plainly in torch (one batch per group, dense masked
   softmax, the norm, X W_V) with the per-layer quantities the cells are labelled from
   (μ, μ/‖X‖_F, mean pairwise cosine, row entropy, smallest allowed entry), and nothing else.
+- **profile** (``--profile``): shares of the project's CPU time by part of ``run_group``
+  (cProfile's cumulative times, which inflate Python-level overhead; a part marked ``of which``
+  is inside the part above it; the metrics are called by ``_measure`` and once on X(0)).
 - **command** (``--command``): the whole ``rankcollapse phase`` command in a fresh process
   (CPU-seconds of the child), and a fresh process that only imports what the command
   imports (start-up: torch, pandas, scipy.stats, matplotlib); the rest is the cells and
@@ -16,7 +19,7 @@ layernorm × ``mask`` complete, causal (18 cells; depth 64, N 32, d 16, 4 sample
 The ratio is of CPU-seconds (``time.process_time``), medians over ``--repeats`` interleaved
 rounds, with the load average printed beside it: the 2 cores here are shared.
 
-    .venv/bin/python benchmarks/bench_phase.py [--repeats 5] [--command] [--json]
+    .venv/bin/python benchmarks/bench_phase.py [--repeats 5] [--command] [--profile] [--json]
 """
 
 from __future__ import annotations
@@ -99,6 +102,33 @@ def anchor(parts: list[list[dict]]) -> None:
             _ = A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2))
 
 
+#: label -> (file, function) of the parts of run_group whose cumulative time --profile reports
+PARTS = {
+    "layers (single_head_layer)": ("single_head.py", "single_head_layer"),
+    "  of which masked_softmax": ("attention.py", "masked_softmax"),
+    "per-layer measures (_measure)": ("batched.py", "_measure"),
+    "  of which row entropy": ("attention.py", "row_entropy"),
+    "metrics of the states (evaluate)": ("_context.py", "evaluate"),
+    "weights (_stack)": ("batched.py", "_stack"),
+    "trajectory measures": ("regime.py", "trajectory_measures"),
+    "labels (label_cell)": ("regime.py", "label_cell"),
+    "operator columns": ("cell.py", "operator_columns"),
+    "envelope": ("predict.py", "_envelope"),
+}
+
+
+def profile_shares(parts: list[list[dict]], repeats: int) -> dict[str, float]:
+    """Share of the project's CPU time spent in each of :data:`PARTS` (cProfile, cumulative)."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile(time.process_time)
+    prof.runcall(lambda: [project(parts) for _ in range(repeats)])
+    cum = {(path.rsplit("/", 1)[-1], name): v[3] for (path, _, name), v in pstats.Stats(prof).stats.items()}
+    total = cum[("bench_phase.py", "project")]
+    return {label: cum.get(key, 0.0) / total for label, key in PARTS.items()}
+
+
 def _cpu(fn) -> float:
     start = time.process_time()
     fn()
@@ -128,6 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--command", action="store_true", help="also time the whole phase command")
+    parser.add_argument("--profile", action="store_true", help="also print the shares of the cells' time by part")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -150,11 +181,19 @@ def main(argv: list[str] | None = None) -> dict:
                    "--seed", "0", "--format", "json"]
             out["command_cpu_s"] = _command([*cmd, "--out", os.path.join(tmp, "run")])
             out["startup_cpu_s"] = _imports()
+        out["rest_cpu_s"] = out["command_cpu_s"] - out["startup_cpu_s"] - med["project"]  # report, cache, CLI
+    if args.profile:
+        out["profile"] = profile_shares(parts, args.repeats)
     if args.json:
         print(json.dumps(out, indent=1))
     else:
         for k, v in out.items():
-            print(f"{k:>28}: {v:.4g}" if isinstance(v, float) else f"{k:>28}: {v}")
+            if k == "profile":
+                print("   share of the cells' CPU time (cProfile):")
+                for label, share in v.items():
+                    print(f"{label:>38}: {share:.1%}")
+            else:
+                print(f"{k:>28}: {v:.4g}" if isinstance(v, float) else f"{k:>28}: {v}")
     return out
 
 

@@ -96,6 +96,21 @@ def test_batched_path_matches_simulate_per_cell_for_every_normalisation(over):
         assert got[key] == pytest.approx(ref[key], rel=1e-8, abs=1e-12), key
 
 
+
+def test_batched_rows_do_not_depend_on_the_layers_measured_at_once(monkeypatch):
+    """run_group measures its layers in chunks of batched.MEASURE_BYTES (at most the metrics'
+    pair budget, so their path is that of one layer); one layer per chunk gives the same
+    rows bit for bit, with a batch whose second cell overflows (value scale 200, no norm)."""
+    from rankcollapse.metrics._context import PAIR_BUDGET
+    from rankcollapse.phase import batched
+
+    assert batched.MEASURE_BYTES <= PAIR_BUDGET
+    cells = [cell(n_tokens=8, d_model=4, depth=160, mask="causal", value_scale=v) for v in (1.0, 200.0)]
+    rows = run_group(cells, n_samples=3)
+    assert [r["frac_diverging"] for r in rows] == [0.0, 1.0]
+    monkeypatch.setattr(batched, "MEASURE_BYTES", 1)  # one layer per chunk
+    np.testing.assert_equal(run_group(cells, n_samples=3), rows)
+
 def _tr(**over):
     base = {"diverged": False, "mu_relative": 0.5, "norm_ratio": 1.0, "change": 1.0, "k": 3,
             "numerical_rank": 3.0, "stable_rank": 2.0, "rate": -0.1, "attention_entropy": 0.5, "entropy_last": 0.5}

@@ -6,7 +6,10 @@ batch: element ``b`` of the batch carries its own ``W_Q, W_K, W_V`` per layer an
 layer is one call of :func:`rankcollapse.dynamics.single_head.single_head_layer`, the
 dynamics' fast path for one head without MLP (it agrees with
 :func:`rankcollapse.dynamics.simulate` to round-off, cell by cell:
-``tests/phase/test_phase_regime.py``).
+``tests/phase/test_phase_regime.py``). The layer loop runs the layers alone; their
+measures (μ, μ/‖X‖_F, mean cosine, row entropy, smallest weight, row-mass deficit) are
+taken on chunks of :data:`MEASURE_BYTES` of layers at once, sample by sample, so the
+numbers are those of one call per layer.
 
 Cells with more than :data:`.grid.DENSE_MAX_TOKENS` tokens (the axis's former cap, so every
 cell that ran before runs as it did) go through
@@ -36,11 +39,11 @@ from ..metrics._context import evaluate
 from ..metrics.attention import row_entropy
 from ..metrics.registry import METRICS
 from .grid import DENSE_MAX_TOKENS, attention_backend  # noqa: F401  (DENSE_MAX_TOKENS: re-exported)
-from .cell import block_config, build_weights, make_input, operator_columns, value_log_norm
+from .cell import block_config, make_input, operator_columns, value_log_norm, weight_stack
 from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
 
-#: the per-layer metrics of a trajectory, computed on one shared metric context per layer
+#: the per-layer metrics of a trajectory, computed on one shared metric context per chunk of layers
 LAYER_METRICS = {name: METRICS[name].fn for name in ("mu_relative", "mu", "avg_cos")}
 
 #: the axes a batch must share
@@ -48,17 +51,46 @@ GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement
               "qk_norm", "headwise_rmsnorm")
 
 
+#: bytes of the attention ``(T, B, N, N)`` (and at least those of the states ``(T, B, N, d)``)
+#: of the ``T`` layers measured at once: half a core's L2 cache here, so that the passes over
+#: a chunk stay in cache; at most the metrics' :data:`~rankcollapse.metrics._context.PAIR_BUDGET`,
+#: so that their ``(T B, N, N)`` cosines take the same path as one layer's would
+MEASURE_BYTES = 2**20
+
+
+def _layers_per_chunk(B: int, N: int, d: int, itemsize: int) -> int:
+    """Layers measured at once: as many as fit :data:`MEASURE_BYTES`, at least one."""
+    return max(1, MEASURE_BYTES // (B * N * max(N, d) * itemsize))
+
+
+def _measure(Xs: list[torch.Tensor], As: list, allowed: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """Per-layer measures ``(T, B)`` of ``T`` layers: :data:`LAYER_METRICS` of their outputs
+    ``Xs`` ``(B, N, d)`` each, in one call of the metrics, and from their attention ``As``
+    the row entropy, the smallest allowed weight ``epsilon`` and the mean row-mass deficit
+    ``1 - sum_j A_ij``: dense ``(B, N, N)`` with the mask ``allowed``, or (``allowed`` None)
+    the windowed kernel's row statistics of each layer. Every value is computed sample by
+    sample as for one layer, so the numbers are those of one call per layer."""
+    T = len(Xs)
+    out = {k: v.reshape(T, -1) for k, v in evaluate(torch.stack(Xs).flatten(0, 1), LAYER_METRICS).items()}
+    if allowed is None:
+        out.update({k: torch.stack([st[k] for st in As]) for k in ("entropy", "epsilon", "row_mass_deficit")})
+        return out
+    A = torch.stack(As)  # (T, B, N, N)
+    out["entropy"] = row_entropy(A.unsqueeze(2), allowed)  # one head: (T, B, 1, N, N) -> (T, B)
+    out["epsilon"] = A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2))
+    out["row_mass_deficit"] = 1.0 - A.sum(-1).mean(-1)  # 0 for softmax rows (to round-off)
+    return out
+
+
 def _stack(cells: list[dict[str, Any]], seeds: range, n_samples: int, depth: int):
-    """Per-layer weights ``(depth, B, ...)`` with ``B = len(cells) * len(seeds) * samples``."""
+    """Per-layer weights ``(depth, B, ...)`` with ``B = len(cells) * len(seeds) * samples``
+    (cell, then seed, then sample), and the score scale."""
     Q, K, V, scale = [], [], [], None
     for cell, s in itertools.product(cells, seeds):
-        layers = build_weights(cell, s)
-        scale = layers[0].scale
-        for name, acc in (("W_Q", Q), ("W_K", K), ("W_V", V)):
-            acc.append(torch.stack([getattr(lw, name) for lw in layers]) if len(layers) > 1 or depth == 1
-                       else getattr(layers[0], name).expand(depth, *getattr(layers[0], name).shape))
-    rep = lambda acc: torch.stack(acc, 1).repeat_interleave(n_samples, dim=1)  # noqa: E731
-    return rep(Q), rep(K), rep(V), scale
+        *roles, scale = weight_stack(cell, s)
+        for W, acc in zip(roles, (Q, K, V)):  # (1 or depth, ...) -> (depth, n_samples, ...)
+            acc.append(W.expand(depth, *W.shape[1:]).unsqueeze(1).expand(-1, n_samples, -1, -1))
+    return torch.cat(Q, 1), torch.cat(K, 1), torch.cat(V, 1), scale
 
 
 def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1, seed: int = 0,
@@ -94,40 +126,44 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     X = torch.cat([make_input(first["input"], n_samples, N, d, s) for s in seed_range] * len(cells))
     WQ, WK, WV, scale = _stack(cells, seed_range, n_samples, depth)
     B = X.shape[0]
-    m = evaluate(X, LAYER_METRICS)
-    mus, mus_abs, ents, states = [m["mu_relative"]], [m["mu"]], [], {0: X}
-    cosines = [m["avg_cos"]]  # the cosine gap's decay law (regime.law_measures)
     X0 = X
     diverged = torch.zeros(B, dtype=torch.bool)
+    diverged_at = torch.full((B,), depth + 1)  # the layer whose output first overflowed
     eps_min = torch.ones(B, dtype=torch.float64)
-    deficit = torch.zeros(B, dtype=torch.float64)  # sum over layers of the mean row-mass deficit
     keep = {depth - max(1, depth // 10), depth}
-    zero_rows = []
+    states, zero_rows = {0: X}, []
+    chunks = [{k: v[None] for k, v in evaluate(X, LAYER_METRICS).items()}]  # X(0); then each chunk's layers
+    size = _layers_per_chunk(B, N, d, X.element_size())
+    Xs, As = [], []  # the outputs and attention of the chunk's layers, measured at once (_measure)
     with torch.no_grad(), (chunk_threads() if blocked else contextlib.nullcontext()):
         for t in range(depth):
             lw = LayerWeights(WQ[t], WK[t], WV[t], scale=scale)  # per sample: (B, d, d)
             if blocked:
                 X, st, z = single_head_layer_blocked(X, plan, lw, cfg, layer=t + 1)
-                ents.append(st["entropy"])
-                eps_min = torch.minimum(eps_min, st["epsilon"])
-                deficit += st["row_mass_deficit"]
+                As.append(st)
             else:
                 X, A, z = single_head_layer(X, allowed, lw, cfg, layer=t + 1)
-                ents.append(row_entropy(A.unsqueeze(1), allowed))  # one head: (B, 1, N, N) -> (B,)
-                eps_min = torch.minimum(eps_min, A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2)))
-                deficit += 1.0 - A.sum(-1).mean(-1)  # 0 for softmax rows (to round-off)
+                As.append(A)
             zero_rows.append(z)
-            diverged |= ~torch.isfinite(X).all(dim=(-1, -2))  # overflow: simulate() would raise
-            X = torch.where(diverged[:, None, None], X0, X)  # keep NaN/Inf out of the other metrics
-            m = evaluate(X, LAYER_METRICS)
-            mus.append(torch.where(diverged, torch.ones((), dtype=X.dtype), m["mu_relative"]))
-            mus_abs.append(m["mu"])
-            cosines.append(m["avg_cos"])
+            if bool(diverged.any()) or not bool(torch.isfinite(X).all()):  # overflow: simulate() would raise
+                bad = ~torch.isfinite(X).all(dim=(-1, -2))
+                diverged_at = torch.where(bad & ~diverged, t + 1, diverged_at)
+                diverged |= bad
+                X = torch.where(diverged[:, None, None], X0, X)  # keep NaN/Inf out of the other metrics
+            Xs.append(X)
             if t + 1 in keep:
                 states[t + 1] = X
+            if len(Xs) == size or t + 1 == depth:
+                chunks.append(_measure(Xs, As, None if blocked else allowed))
+                Xs, As = [], []
     warn_zero_rows([int(z) for z in zero_rows])  # the rule of dynamics.layers.sphere, as simulate
-    metrics = {"mu_relative": torch.stack(mus), "avg_cos": torch.stack(cosines)}
-    entropy = torch.stack(ents).numpy()
+    per_layer = {k: torch.cat([c[k] for c in chunks if k in c]) for k in chunks[-1]}  # (depth [+ 1], B) each
+    eps_min = torch.minimum(eps_min, per_layer["epsilon"].amin(0))
+    deficit = torch.cumsum(per_layer["row_mass_deficit"], 0)[-1]  # summed layer by layer, in order
+    after = torch.arange(depth + 1)[:, None] >= diverged_at  # (depth + 1, B): the state is X(0) of an overflow
+    metrics = {"mu_relative": torch.where(after, torch.ones((), dtype=X.dtype), per_layer["mu_relative"]),
+               "avg_cos": per_layer["avg_cos"]}
+    entropy = per_layer["entropy"].numpy()
     # trajectory_measures reads only states[0], states[-1 - w] and states[-1]
     kept: list = [None] * (depth + 1)
     for t, S_t in states.items():
@@ -136,7 +172,7 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     for b in np.nonzero(diverged.numpy())[0]:
         trs[b] = {"diverged": True}
     per = seeds * n_samples
-    env = _envelope(first, info, torch.stack(mus_abs).numpy(), X0, eps_min.numpy(), diverged.numpy())
+    env = _envelope(first, info, per_layer["mu"].numpy(), X0, eps_min.numpy(), diverged.numpy())
     out = []
     for i, cell in enumerate(cells):
         row = label_cell(trs[i * per:(i + 1) * per])

@@ -71,9 +71,11 @@ def _values(cell: dict[str, Any], n: int, seed: int) -> torch.Tensor:
     return _draw(seed, "W_V", fam, tuple(sorted(params.items())), n, d, d)
 
 
-def build_weights(cell: dict[str, Any], seed: int) -> list[LayerWeights]:
-    """Per-layer float64 weights of ``cell`` under weight seed ``seed`` (module docstring);
-    layer ``t`` uses slice ``t`` of each role's draw (:func:`_draw`)."""
+def weight_stack(cell: dict[str, Any], seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """``(W_Q, W_K, W_V, scale)`` of ``cell`` under weight seed ``seed`` (module docstring):
+    float64 ``(n, d, d_qk)``, ``(n, d, d_qk)``, ``(n, d, d)`` with ``n = 1`` for ``shared``
+    cells and ``depth`` otherwise (slice ``t`` is layer ``t``), read-only (:func:`_draw`'s
+    cache), and the score scale ``1 / sqrt(d_qk)``."""
     from .grid import cell_beta
 
     d, depth = cell["d_model"], cell["depth"]
@@ -89,9 +91,15 @@ def build_weights(cell: dict[str, Any], seed: int) -> list[LayerWeights]:
             raise ConfigError(f"beta={cell['beta']} needs d_qk = d_model = {d}, got {d_qk}")
         WK = torch.eye(d, dtype=torch.float64).expand(n, d, d)
         WQ = WK * (beta * math.sqrt(d))
-    WV = _values(cell, n, seed)
-    layers = [LayerWeights(W_Q=WQ[t], W_K=WK[t], W_V=WV[t].clone(), scale=1 / math.sqrt(d_qk)) for t in range(n)]
-    return layers * depth if cell["shared"] else layers
+    return WQ, WK, _values(cell, n, seed), 1 / math.sqrt(d_qk)
+
+
+def build_weights(cell: dict[str, Any], seed: int) -> list[LayerWeights]:
+    """Per-layer float64 weights of ``cell`` under weight seed ``seed`` (module docstring);
+    layer ``t`` uses slice ``t`` of each role's draw (:func:`weight_stack`)."""
+    WQ, WK, WV, scale = weight_stack(cell, seed)
+    layers = [LayerWeights(W_Q=WQ[t], W_K=WK[t], W_V=WV[t].clone(), scale=scale) for t in range(len(WV))]
+    return layers * cell["depth"] if cell["shared"] else layers
 
 
 def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
