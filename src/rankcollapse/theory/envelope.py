@@ -308,20 +308,6 @@ def require_theorem1(source: Any, n_tokens: int | None = None) -> Theorem1Terms:
     return terms
 
 
-def theorem1_mask(mask: Any, n_tokens: int | None) -> tuple[Any, Any]:
-    """``(resolved mask, its analysis)`` for a mask Theorem 1 applies to, on ``n_tokens``
-    tokens (None: a Mask's or matrix's own).
-
-    Raises ConfigError (fewer than 2 tokens, not QSC, no self-loops) or MaskError, as
-    :func:`require_theorem1`.
-    """
-    from ..masks import analyze, resolve_mask
-
-    m = resolve_mask(mask, n_tokens)
-    require_theorem1(m)
-    return m, analyze(m)
-
-
 # --------------------------------------------------------------------------- rates of a mask or schedule
 
 @dataclass(frozen=True)
