@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 import typer
-from ._click import NoSuchOption, click
+from ._click import click
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .._validate import INT64_MAX, INT64_MIN
