@@ -87,14 +87,6 @@ class Command(TyperCommand):
             seen.add(param.name)
         return super().parse_args(ctx, args)
 
-    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
-        """The usage line without hidden arguments."""
-        pieces = [self.options_metavar] if self.options_metavar else []
-        for param in self.get_params(ctx):
-            if not getattr(param, "hidden", False):
-                pieces.extend(param.get_usage_pieces(ctx))
-        return pieces
-
     def invoke(self, ctx: click.Context) -> Any:
         for param in self.params:
             for value in _values(ctx.params.get(param.name)):

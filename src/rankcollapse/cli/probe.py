@@ -14,7 +14,7 @@ from .._io import atomic_path, write_json_atomic, write_text_atomic
 from .._validate import check_device, check_float
 from ..errors import ConfigError
 from ._output import ALLOW_NONEMPTY, check_format, make_table, print_result, print_table, records_table
-from ..models.plot import PLOT_METRICS, drawn_metrics, plot_layers  # plot_layers: also importable from here, as before
+from ..models.plot import PLOT_METRICS, drawn_metrics, plot_layers
 
 
 def register(app: typer.Typer) -> None:
@@ -284,7 +284,7 @@ def print_probe_table(table: Any, fmt: str, doc: dict[str, Any] | None = None) -
 
 
 #: The options ``--parity`` uses: which model, which windows, where it runs.
-_PARITY_OPTIONS = ("model_arg", "model", "corpus", "text_file", "windows", "length", "gguf_file", "tokenizer",
+_PARITY_OPTIONS = ("model", "corpus", "text_file", "windows", "length", "gguf_file", "tokenizer",
                    "windows_file", "batch_size", "seed", "device", "fmt", "parity")
 
 
