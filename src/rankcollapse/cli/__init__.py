@@ -92,11 +92,8 @@ def run(argv: Sequence[str] | None = None) -> int:
 def main() -> None:
     """Console entry point (see :func:`run`); returns normally on success.
 
-    OpenMP threads waiting at a barrier sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``,
-    unless the caller set it; it must be set before torch is imported): on cores shared with
-    other jobs, spinning threads made a 2-thread ``probe`` cost 1.8x the CPU of 1 thread, and on
-    an idle machine the policy changes whole commands by less than their run-to-run spread
-    (docs/performance.md, "Threads"). Numbers do not depend on it."""
+    OpenMP threads waiting at a barrier sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``
+    unless the caller set it; set before torch is imported; docs/performance.md, "Threads")."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     code = run()
     if code:
