@@ -44,7 +44,7 @@ import scipy.sparse as sp
 
 from ..errors import MaskError
 from .._memory import check_memory, influence_bytes
-from .._validate import check_int
+from .._validate import check_float, check_int
 from . import interval_graph
 from .mask import Mask
 from .schedule import MaskSchedule, parse_schedule
@@ -639,20 +639,14 @@ def _on_intervals(mask: Mask) -> bool:
     return iv is not None and interval_graph.is_monotone_interval(*iv)
 
 
-def _num(x: Any, name: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float, np.floating, np.integer)) or not math.isfinite(x):
-        raise MaskError(f"{name} must be a finite number, got {x!r}")
-    return float(x)
-
-
 def _check_alphas(alpha: Any, depth: int) -> list[float]:
     """One residual weight per layer, each in ``[0, 1]``."""
     if isinstance(alpha, (list, tuple, np.ndarray)):
-        alphas = [_num(a, "alpha") for a in alpha]
+        alphas = [check_float(a, "alpha", error=MaskError) for a in alpha]
         if len(alphas) != depth:
             raise MaskError(f"alpha holds {len(alphas)} per-layer weights but depth is {depth}")
     else:
-        alphas = [_num(alpha, "alpha")] * depth
+        alphas = [check_float(alpha, "alpha", error=MaskError)] * depth
     bad = [a for a in alphas if not 0.0 <= a <= 1.0]
     if bad:
         raise MaskError(f"alpha (residual weight) must be in [0, 1], got {bad[0]}")
@@ -660,7 +654,7 @@ def _check_alphas(alpha: Any, depth: int) -> list[float]:
 
 
 def _check_params(decay: Any, epsilon: Any, query: str, n: int) -> tuple[float, float]:
-    decay, epsilon = _num(decay, "decay"), _num(epsilon, "epsilon")
+    decay, epsilon = check_float(decay, "decay", error=MaskError), check_float(epsilon, "epsilon", error=MaskError)
     if decay < 0.0:
         raise MaskError(f"decay m must be >= 0 (weights exp(-m |i-j|)), got {decay}")
     if not 0.0 < epsilon < 1.0:

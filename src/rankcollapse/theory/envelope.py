@@ -59,8 +59,7 @@ def check_exponent(exponent: str) -> int:
 def _check_eps_r(epsilon: float, radius: int) -> None:
     if not 0.0 < epsilon < 1.0:
         raise ConfigError(f"epsilon must lie in (0, 1), got {epsilon}")
-    if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 1:
-        raise ConfigError(f"radius must be an integer >= 1, got {radius!r}")
+    check_int(radius, "radius", low=1)
 
 
 def log_contraction(epsilon: float, radius: int, *, exponent: str = "t/r") -> float:
