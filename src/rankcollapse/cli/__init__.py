@@ -7,9 +7,6 @@ so ``--help``, ``--version`` and ``mask describe`` start without them
 below a command (the user's ``RankCollapseError``, an operating-system error, any
 other) prints one line and exits with status 2 (see :mod:`._boundary`); only a real
 interrupt exits with 130.
-
-Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``cli`` is the top
-layer: it may import every subpackage, and none imports it.
 """
 
 from __future__ import annotations

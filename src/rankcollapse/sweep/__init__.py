@@ -9,10 +9,6 @@ label; the key's numerics fingerprint), ``cache`` (one Parquet file per unit),
 ``context`` (inputs shared by the units of one run: texts, windows, models,
 embeddings), ``engine`` (:func:`run_units`). Adding a unit kind is one registry entry
 and one function (docs/sweeps.md, "Adding a unit kind").
-
-Layering: this package may import ``_io``, ``_progress``, ``errors``, ``data`` and,
-lazily inside the run context, ``models`` and ``dynamics``; it never imports
-``experiments`` or ``phase``, which build on it.
 """
 
 from typing import TYPE_CHECKING
