@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import typer
 
@@ -24,7 +24,7 @@ def _table_or_json(value: str) -> str:
 _FORMAT = typer.Option("table", "--format", callback=_table_or_json, help="stdout: table (text) or json.")
 
 
-def _emit(obj: dict, fmt: str, lines: list[str], rows: list[dict] = ()) -> None:
+def _emit(obj: dict, fmt: str, lines: list[str], rows: Sequence[dict] = ()) -> None:
     """``obj`` as JSON, ``rows`` as CSV or markdown, or the text ``lines``."""
     if not print_result(fmt, obj, rows):
         typer.echo("\n".join(lines))
