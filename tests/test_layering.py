@@ -1,6 +1,6 @@
 """Which subpackage may import which: the import-linter contracts of pyproject.toml.
 
-``layers``: cli > report > phase > experiments > sweep > theory > dynamics > models > metrics >
+``layers``: cli > phase > experiments > sweep > theory > dynamics > models > metrics >
 masks > data, points > assets > private utilities > _io > errors; a module imports only
 from its own layer or below (so ``masks`` imports neither ``dynamics`` nor ``theory``).
 Each contract is checked on the source tree by import-linter (static imports, those

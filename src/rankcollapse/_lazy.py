@@ -5,8 +5,7 @@ name is used (the command line starts in well under a second), yet each package'
 ``__init__`` should show what it exports and from where. A package writes its exports
 once, as ordinary imports under ``if TYPE_CHECKING:`` (read by people and static tools,
 never run), and calls :func:`attach_imports`, which reads that block from the source
-(as ``lazy_loader.attach_stub`` reads a ``.pyi`` stub) and hands the
-``{submodule: (names...)}`` map to :func:`attach`: the names are imported on first
+(as ``lazy_loader.attach_stub`` reads a ``.pyi`` stub): the names are imported on first
 access and cached.
 
 One subtlety: an export may share its name with its submodule (``models.probe`` the
@@ -22,7 +21,7 @@ import importlib
 import sys
 import types
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable
 
 
 class _LazyPackage(types.ModuleType):
@@ -37,18 +36,22 @@ class _LazyPackage(types.ModuleType):
         super().__setattr__(name, value)
 
 
-def attach(package: str, exports: Mapping[str, Iterable[str]]
-           ) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
-    """``(__getattr__, __dir__, __all__)`` for ``package`` exporting ``exports``
-    (``{submodule: names}``); call as ``__getattr__, __dir__, __all__ = attach(__name__, {...})``.
-    A submodule listed there is also reachable as an attribute (``theory.sphere.INPUTS``)
-    unless an export has its name.
+def attach_imports(package: str, init_file: str
+                   ) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
+    """``(__getattr__, __dir__, __all__)`` for ``package`` exporting the names written
+    once under ``if TYPE_CHECKING:`` in ``init_file`` (:func:`exports_of`); call as
+    ``__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)``. A submodule
+    listed there is also reachable as an attribute (``theory.sphere.INPUTS``) unless an
+    export has its name.
 
     Raises
     ------
     AttributeError
         From ``__getattr__``, for a name the package does not export.
+    ImportError
+        A malformed export block (:func:`exports_of`).
     """
+    exports = exports_of(init_file)
     where = {name: sub for sub, names in exports.items() for name in names}
     module = sys.modules[package]
     module.__class__ = _LazyPackage
@@ -91,14 +94,6 @@ def exports_of(init_file: str | Path) -> dict[str, tuple[str, ...]]:
             raise ImportError(f"{init_file}:{stmt.lineno}: only 'from .submodule import name, ...' may list exports")
         exports[stmt.module] = exports.get(stmt.module, ()) + tuple(a.name for a in stmt.names)
     return exports
-
-
-def attach_imports(package: str, init_file: str
-                   ) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
-    """:func:`attach` with the exports written once under ``if TYPE_CHECKING:`` in
-    ``init_file`` (:func:`exports_of`); call as
-    ``__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)``."""
-    return attach(package, exports_of(init_file))
 
 
 def is_tensor(x: object) -> bool:

@@ -50,11 +50,6 @@ def check_int(value: Any, name: str, *, low: int | None = None, high: int | None
     return value
 
 
-def check_positive_int(value: Any, name: str, *, error: type[RankCollapseError] = ConfigError) -> int:
-    """``value`` as an ``int >= 1`` (see :func:`check_int`)."""
-    return check_int(value, name, low=1, error=error)
-
-
 def check_float(value: Any, name: str, *, low: float | None = None, high: float | None = None,
                 strict_low: bool = False, error: type[RankCollapseError] = ConfigError) -> float:
     """``value`` as a finite Python ``float`` with ``value >= low`` (``> low`` when

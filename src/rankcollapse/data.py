@@ -218,8 +218,7 @@ def make_windows(
     ----------
     texts : documents (see module docstring for the procedure).
     tokenizer : a Hugging Face tokenizer (fast or slow).
-    n_tokens : tokens per window N, special tokens included; must exceed their number
-       .
+    n_tokens : tokens per window N, special tokens included; must exceed their number.
     n_samples : how many windows; only as many documents as needed are tokenised.
     seed : seeds the document order (``numpy.random.default_rng``).
     allow_fewer : return fewer windows (with a warning) instead of raising when the

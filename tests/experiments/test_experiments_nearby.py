@@ -5,8 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rankcollapse import report
-from rankcollapse.experiments import ExecutionConfig, StorageConfig, plots, runner
+from rankcollapse.experiments import ExecutionConfig, StorageConfig, plots, report, runner
 from rankcollapse.experiments.config import effective_override, load_config
 from rankcollapse.sweep.units import Unit
 
@@ -90,8 +89,8 @@ def test_report_lists_evaluated_rules_and_links_aliased_figure():
     rules = report._rules_yaml([load_config("main")])
     assert "fig2 (evaluated by main)" in rules and "id: C02" in rules and "[]" not in rules
     figures = {"sim_mu_relative": {"aliases": ["fig2_mu_relative"]}}
-    assert report._plot_link("fig2_mu_relative", figures).startswith('<a href="#fig-sim_mu_relative">')
-    assert "not drawn" in report._plot_link("fig2_pretrained", figures)
+    assert report.plot_link("fig2_mu_relative", figures).startswith('<a href="#fig-sim_mu_relative">')
+    assert "not drawn" in report.plot_link("fig2_pretrained", figures)
 
 
 def _rows(panel_values):

@@ -16,7 +16,7 @@ from rankcollapse.cli import run
 from rankcollapse.errors import MaskError
 from rankcollapse.masks import Mask, influence, parse_mask, parse_schedule
 from rankcollapse.masks import interval_graph
-from rankcollapse.masks.influence import MAX_ALL_TOKENS, SEQUENTIAL_SCAN, RangeSums, range_sums, summarize
+from rankcollapse.masks.influence import MAX_ALL_TOKENS, SEQUENTIAL_SCAN, RangeSums, summarize
 
 RTOL = 1e-11  # positive sums only, on both sides: relative error ~ depth * log2(N) * eps
 TINY = np.finfo(np.float64).tiny
@@ -179,7 +179,7 @@ def test_range_sums_equal_brute_force():
                 np.minimum(a + rng.integers(0, 9, 50), n - 1), a]  # short windows, empty ranges
         for lo_, hi_ in zip(starts, ends):
             for r in (1.0, 0.6, 0.0):
-                got = range_sums(x, lo_, hi_, r)
+                got = RangeSums(len(x), lo_, hi_, r)(x)
                 want = [sum(x[i] * r ** (i - lo) for i in range(lo, hi + 1)) for lo, hi in zip(lo_, hi_)]
                 np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
 
@@ -193,12 +193,12 @@ def test_range_sums_in_two_stages_equal_brute_force():
     for b in (np.full(20, n - 1), a + rng.integers(SEQUENTIAL_SCAN, n // 2, 20), np.minimum(a + 1500, n - 1)):
         for r in (1.0, 0.999, 0.6):
             want = [math.fsum(x[lo:hi + 1] * r ** np.arange(hi + 1 - lo)) for lo, hi in zip(a, b)]
-            np.testing.assert_allclose(range_sums(x, a, b, r), want, rtol=1e-12, atol=0)
+            np.testing.assert_allclose(RangeSums(len(x), a, b, r)(x), want, rtol=1e-12, atol=0)
     keys = np.arange(n)
     for r in (1.0, 0.999):  # every suffix, and every window of 1,500
         for lo, hi in [(keys, np.full(n, n - 1)), (keys, np.minimum(keys + 1500, n - 1))]:
             want = [math.fsum(x[i:j + 1] * r ** np.arange(j + 1 - i)) for i, j in zip(lo[::97], hi[::97])]
-            np.testing.assert_allclose(range_sums(x, lo, hi, r)[::97], want, rtol=1e-12, atol=0)
+            np.testing.assert_allclose(RangeSums(len(x), lo, hi, r)(x)[::97], want, rtol=1e-12, atol=0)
 
 
 def _exact_range_sums(x, a, b):
@@ -224,7 +224,7 @@ def test_range_sums_keep_relative_accuracy_of_tiny_sums(n):
     for a, b in cases:
         want = _exact_range_sums(x, a[some], b[some])
         assert want.min() < 1e-250
-        got = range_sums(x, a, b)[some]
+        got = RangeSums(len(x), a, b)(x)[some]
         assert np.all(np.abs(got - want) <= bound * want)
 
 

@@ -74,7 +74,6 @@ CASES = [
     ("theorem1_terms", lambda: _fn("rankcollapse.theory.envelope:theorem1_terms"), lambda t: ("schedule:sliding_window:w=3,causal",), (), {},
      "n"),
     ("require_theorem1", lambda: _fn("rankcollapse.theory.envelope:require_theorem1"), lambda t: ("causal_sliding_window:w=2",), (), {}, "n"),
-    ("theorem1_mask", lambda: _fn("rankcollapse.theory.envelope:theorem1_mask"), lambda t: ("causal",), (), {}, "n"),
     ("construct_equilibrium", lambda: _fn("rankcollapse.theory.equilibria:construct_equilibrium"), lambda t: (),
      lambda: (_fn("rankcollapse.dynamics.weights:construction_eigenvalues")(3, 2), (1, -1)), {}, "n"),
     ("orthogonal_run", lambda: _fn("rankcollapse.theory.measured:orthogonal_run"), lambda t: (None, "causal"), (3,),

@@ -7,9 +7,6 @@ so ``--help``, ``--version`` and ``mask describe`` start without them
 below a command (the user's ``RankCollapseError``, an operating-system error, any
 other) prints one line and exits with status 2 (see :mod:`._boundary`); only a real
 interrupt exits with 130.
-
-Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``cli`` is the top
-layer: it may import every subpackage, and none imports it.
 """
 
 from __future__ import annotations
@@ -92,11 +89,8 @@ def run(argv: Sequence[str] | None = None) -> int:
 def main() -> None:
     """Console entry point (see :func:`run`); returns normally on success.
 
-    OpenMP threads waiting at a barrier sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``,
-    unless the caller set it; it must be set before torch is imported): on cores shared with
-    other jobs, spinning threads made a 2-thread ``probe`` cost 1.8x the CPU of 1 thread, and on
-    an idle machine the policy changes whole commands by less than their run-to-run spread
-    (docs/performance.md, "Threads"). Numbers do not depend on it."""
+    OpenMP threads waiting at a barrier sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``
+    unless the caller set it; set before torch is imported; docs/performance.md, "Threads")."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     code = run()
     if code:

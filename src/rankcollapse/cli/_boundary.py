@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 import typer
-from ._click import NoSuchOption, click
+from ._click import click
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .._validate import INT64_MAX, INT64_MIN
@@ -86,14 +86,6 @@ class Command(TyperCommand):
                                        ctx=ctx)
             seen.add(param.name)
         return super().parse_args(ctx, args)
-
-    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
-        """The usage line without hidden arguments."""
-        pieces = [self.options_metavar] if self.options_metavar else []
-        for param in self.get_params(ctx):
-            if not getattr(param, "hidden", False):
-                pieces.extend(param.get_usage_pieces(ctx))
-        return pieces
 
     def invoke(self, ctx: click.Context) -> Any:
         for param in self.params:

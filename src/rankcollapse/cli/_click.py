@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typer import _click as click
 from typer._click.core import ParameterSource
-from typer._click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption, UsageError
+from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer._click.globals import get_current_context
 
-__all__ = ["ClickException", "NoArgsIsHelpError", "NoSuchOption", "ParameterSource", "UsageError", "click", "get_current_context"]
+__all__ = ["ClickException", "NoArgsIsHelpError", "ParameterSource", "click", "get_current_context"]

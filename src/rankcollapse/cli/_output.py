@@ -15,13 +15,17 @@ import json
 import sys
 from typing import Any, Iterable, Sequence
 
+import typer
+
 from .._io import strict_json
 from ..errors import ConfigError
 
 FORMATS = ("table", "json", "csv", "markdown")
 FORMAT_HELP = "Output on stdout: table, json, csv or markdown."
-ALLOW_NONEMPTY_HELP = ("Write into a non-empty --out that no run wrote, beside its files (a file of the same name "
-                       "as an output is still refused; by default such a folder is refused).")
+#: The ``--allow-nonempty`` option of every command that writes ``--out``.
+ALLOW_NONEMPTY = typer.Option(False, "--allow-nonempty", help="Write into a non-empty --out that no run wrote, beside "
+                              "its files (a file of the same name as an output is still refused; by default such a "
+                              "folder is refused).")
 
 
 def check_format(fmt: str, allowed: Sequence[str] = FORMATS) -> str:
@@ -76,6 +80,24 @@ def print_records(rows: Sequence[dict], fmt: str, columns: Iterable[str] | None 
     sys.stdout.write("| " + " | ".join(cols) + " |\n| " + " | ".join("---" for _ in cols) + " |\n")
     for cells in esc:
         sys.stdout.write("| " + " | ".join(cells) + " |\n")
+
+
+def print_result(fmt: str, doc: Any, rows: Sequence[dict], columns: Iterable[str] | None = None) -> bool:
+    """Print ``doc`` as JSON (``fmt`` json) or ``rows`` as CSV or markdown; False for
+    ``table``, which the command renders itself."""
+    if fmt == "json":
+        print_json(doc)
+    elif fmt in ("csv", "markdown"):
+        print_records(rows, fmt, columns)
+    else:
+        return False
+    return True
+
+
+def records_table(title: str, rows: Sequence[dict]) -> Any:
+    """A rich table (:func:`make_table`) of ``rows``, one column per key, floats to 3 digits."""
+    return make_table(title, list(rows[0]) if rows else [],
+                      ([f"{v:.3g}" if isinstance(v, float) else str(v) for v in r.values()] for r in rows))
 
 
 def console(renderable: Any = None) -> Any:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from .._io import atomic_path, write_json_atomic
 from ..errors import ConfigError
-from ._output import make_table, print_json, print_records, print_table
+from ._output import print_result, print_table, records_table
 
 
 def check_influence_options(**given: Any) -> None:
@@ -44,12 +44,6 @@ def report_influence(tables: list, out: Optional[Path], fmt: str, *, allow_nonem
             with atomic_path(stage / "influence.csv") as tmp:
                 pd.DataFrame(rows).to_csv(tmp, index=False)
             write_json_atomic(stage / "influence.json", doc)
-    if fmt == "json":
-        print_json(doc)
-        return
-    if fmt in ("csv", "markdown"):
-        print_records(rows, fmt)
-        return
-    print_table(make_table("Spearman's rho between the mask-only influence prediction (uniform attention, fitted "
-                           "alpha) and the measured influence on the last token", list(rows[0]) if rows else [],
-                           ([f"{v:.3g}" if isinstance(v, float) else str(v) for v in row.values()] for row in rows)))
+    if not print_result(fmt, doc, rows):
+        print_table(records_table("Spearman's rho between the mask-only influence prediction (uniform attention, "
+                                  "fitted alpha) and the measured influence on the last token", rows))

@@ -13,7 +13,7 @@ from .._io import atomic_path, check_writable
 from .._memory import check_memory, influence_bytes, parse_size
 from .._validate import check_int
 from ..errors import ConfigError, MaskError
-from ._output import ALLOW_NONEMPTY_HELP, FORMAT_HELP, check_format, make_table, print_json, print_records, print_table
+from ._output import ALLOW_NONEMPTY, FORMAT_HELP, check_format, make_table, print_json, print_result, print_table
 
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
 
@@ -86,7 +86,7 @@ def show(
     out: Path = typer.Option(..., "--out", help="Output folder; the drawing is OUT/mask.png (or .pdf, .svg: "
                              "--image-format)."),
     image: str = typer.Option("png", "--image-format", help="png, pdf or svg."),
-    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
+    allow_nonempty: bool = ALLOW_NONEMPTY,
 ) -> None:
     """Draw the mask: query tokens down, key tokens across, centers highlighted.
     A schedule draws its composed graph of one period."""
@@ -139,7 +139,7 @@ def compare(
     samples: int = typer.Option(8, "--n-samples", help="Samples simulated with --measure."),
     d_model: int = typer.Option(16, "--d-model", help="Token width d simulated with --measure."),
     seed: int = typer.Option(0, "--seed", help="Seed of --measure."),
-    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
+    allow_nonempty: bool = ALLOW_NONEMPTY,
 ) -> None:
     """Compare masks by radius and the Theorem-1 per-layer contraction bound.
 
@@ -173,11 +173,7 @@ def compare(
         with _writing(out, target, "mask compare", allow_nonempty) as path, atomic_path(path) as tmp:
             df.to_csv(tmp, index=False)
     rows = [{k: _plain(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
-    if fmt == "json":
-        print_json(rows)
-        return
-    if fmt in ("csv", "markdown"):
-        print_records(rows, fmt, df.columns)
+    if print_result(fmt, rows, rows, df.columns):
         return
     print_table(make_table(f"masks at N = {n}, d_qk = {d_qk}, exponent {exponent}; "
                            "eps = Theorem-1 entry bound, factor = (1-eps^e)^(1/e), e = r for a mask, "

@@ -16,16 +16,6 @@ from ._output import FORMAT_HELP, check_format, make_table, print_json, print_re
 _DTYPES = ("float64", "float32")  # names of torch dtypes: torch is imported only when a command runs
 
 
-def _load_array(path: Path, what: str):
-    return load_npy(path, what, error=DataError)
-
-
-def _graph_mask(spec: str | None, n_tokens: int):
-    if spec is None:
-        return None
-    return masks.parse_mask(spec, n_tokens)
-
-
 def _print_table(report, shape: tuple) -> None:
     batched = report.batched
     cols = ("mean", "std", "min", "max") if batched else ("value",)
@@ -75,15 +65,16 @@ def metrics_command(
         raise MetricError("give FILE (a .npy token array) or --states DIR (recorded hidden states)")
     if dtype not in _DTYPES:
         raise MetricError(f"--dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    X = _load_array(file, "token array")
+    X = load_npy(file, "token array", error=DataError)
     if X.ndim not in (2, 3):
         raise MetricError(f"{file}: expected shape (N, d) or (B, N, d), got {X.shape}")
-    pm = _load_array(padding_mask, "padding mask") if padding_mask is not None else None
+    pm = load_npy(padding_mask, "padding mask", error=DataError) if padding_mask is not None else None
     chosen = tuple(metrics.METRICS) if names is None else tuple(n.strip() for n in names.split(",") if n.strip())
     import torch
 
-    report = metrics.report_metrics(X, chosen, padding_mask=pm, mask=_graph_mask(mask, X.shape[-2]),
-                                    dtype=getattr(torch, dtype), max_memory=parse_size(max_memory))
+    graph = None if mask is None else masks.parse_mask(mask, X.shape[-2])
+    report = metrics.report_metrics(X, chosen, padding_mask=pm, mask=graph, dtype=getattr(torch, dtype),
+                                    max_memory=parse_size(max_memory))
     if fmt == "json":  # undefined metrics are null with their reason: always strict JSON
         print_json(report.rows(), indent=2)
     elif fmt in ("csv", "markdown"):

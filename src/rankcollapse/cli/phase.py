@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..errors import ConfigError
-from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_records
+from ._output import ALLOW_NONEMPTY, check_format, print_result
 
 JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entropy", "rate", "rate_lo", "rate_hi",
                 "rate_last", "rate_last_lo", "rate_last_hi", "rate_last_bound_max",
@@ -21,12 +20,6 @@ JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entro
 
 #: The files a phase run writes whatever its grid (the heatmaps' names follow the grid).
 NAMES = ("phase.parquet", "report.html")
-
-
-def _clean(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v.item() if hasattr(v, "item") else v
 
 
 def phase(
@@ -51,7 +44,7 @@ def phase(
     progress: bool = typer.Option(False, "--progress", help="per-cell progress on stderr"),
     fmt: str = typer.Option("table", "--format", help="stdout: table (a summary line), json ({'cells': [...]}), "
                             "csv or markdown (one row per cell)"),
-    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
+    allow_nonempty: bool = ALLOW_NONEMPTY,
 ) -> None:
     """Run every cell of the grid, label its regime (docs/phase.md) and write the report."""
     check_format(fmt)
@@ -91,17 +84,13 @@ def phase(
                                   cache_dir=cache_dir if cache_dir is not None else out / "cache",
                                   execution=execution)
         # the printed rows are built before publishing: a folder marked complete has a result
-        rows = [{**{a: _clean(r.get(a)) for a in names}, **{c: _clean(r.get(c)) for c in JSON_COLUMNS}}
+        rows = [{**{a: r.get(a) for a in names}, **{c: r.get(c) for c in JSON_COLUMNS}}
                 for r in table.to_dict("records")]
         with staged(out, f"cells {len(table)}\n") as stage:
             written = write_report(table, names, stage, plot=plot_axes, meta={**meta, "timing": timing})
     paths = {k: ([_moved(p, stage, out) for p in v] if isinstance(v, list) else _moved(v, stage, out))
              for k, v in written.items()}
-    if fmt == "json":
-        print_json({"cells": rows, "timing": timing, "files": paths})
-    elif fmt in ("csv", "markdown"):
-        print_records(rows, fmt)
-    else:
+    if not print_result(fmt, {"cells": rows, "timing": timing, "files": paths}, rows):
         counts = table["regime"].value_counts().to_dict()
         typer.echo(f"{len(table)} cells ({timing['computed']} computed, {timing['wall_s']} s): {counts}")
         typer.echo(f"wrote {paths['report']}")

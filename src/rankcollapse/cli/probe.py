@@ -13,8 +13,8 @@ from .. import masks, models  # lazy packages; `data` (torch) is imported by the
 from .._io import atomic_path, write_json_atomic, write_text_atomic
 from .._validate import check_device, check_float
 from ..errors import ConfigError
-from ._output import ALLOW_NONEMPTY_HELP, check_format, make_table, print_json, print_records, print_table
-from ..models.plot import PLOT_METRICS, drawn_metrics, plot_layers  # plot_layers: also importable from here, as before
+from ._output import ALLOW_NONEMPTY, check_format, make_table, print_result, print_table, records_table
+from ..models.plot import PLOT_METRICS, drawn_metrics, plot_layers
 
 
 def register(app: typer.Typer) -> None:
@@ -94,7 +94,7 @@ def probe_command(
     parity: bool = typer.Option(False, "--parity", help="instead of the metrics: per hidden_states entry, the "
                                 "largest |Δ| between the recorded point and transformers' output_hidden_states, "
                                 "against 8·eps(dtype)·max|x|; exit 2 above it"),
-    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
+    allow_nonempty: bool = ALLOW_NONEMPTY,
 ) -> None:
     """Per-layer μ, rank fraction, σ_min, avg |cos| (or --metrics) of models' hidden states on real text."""
     check_format(fmt)
@@ -277,18 +277,14 @@ def print_probe_table(table: Any, fmt: str, doc: dict[str, Any] | None = None) -
     """Print one probe table on stdout in ``fmt`` (``doc``: its :func:`to_json`); True for
     the rich table, after which a caller may add its notes."""
     doc = to_json(table) if doc is None else doc
-    if fmt == "json":
-        print_json(doc)
-    elif fmt in ("csv", "markdown"):
-        print_records(doc["layers"], fmt)
-    else:
-        _print_summary(table)
-        return True
-    return False
+    if print_result(fmt, doc, doc["layers"]):
+        return False
+    _print_summary(table)
+    return True
 
 
 #: The options ``--parity`` uses: which model, which windows, where it runs.
-_PARITY_OPTIONS = ("model_arg", "model", "corpus", "text_file", "windows", "length", "gguf_file", "tokenizer",
+_PARITY_OPTIONS = ("model", "corpus", "text_file", "windows", "length", "gguf_file", "tokenizer",
                    "windows_file", "batch_size", "seed", "device", "fmt", "parity")
 
 
@@ -298,15 +294,10 @@ def _report_parity(tables: list[Any], fmt: str) -> None:
     from ..models.parity import check_parity
 
     rows = [{"model": t.attrs["model"], "dtype": t.attrs["dtype"], **r} for t in tables for r in t.to_dict("records")]
-    if fmt == "json":
-        print_json({"models": [{"model": t.attrs["model"], "family": t.attrs["family"], "dtype": t.attrs["dtype"],
-                                "points": t.to_dict("records")} for t in tables]})
-    elif fmt in ("csv", "markdown"):
-        print_records(rows, fmt)
-    else:
-        print_table(make_table("parity with transformers' output_hidden_states (max over real tokens)",
-                               list(rows[0]), ([f"{v:.3g}" if isinstance(v, float) else str(v) for v in r.values()]
-                                               for r in rows)))
+    doc = {"models": [{"model": t.attrs["model"], "family": t.attrs["family"], "dtype": t.attrs["dtype"],
+                       "points": t.to_dict("records")} for t in tables]}
+    if not print_result(fmt, doc, rows):
+        print_table(records_table("parity with transformers' output_hidden_states (max over real tokens)", rows))
     for t in tables:
         check_parity(t)
 
@@ -470,11 +461,7 @@ def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: b
             _plot(tables, stage / "probe.png")
             write_geometry(stage, tables)
         typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json, windows_0..{len(runs) - 1}.npz", err=True)
-    if fmt == "json":
-        print_json(combined)
-    elif fmt in ("csv", "markdown"):
-        print_records(rows, fmt)
-    else:
+    if not print_result(fmt, combined, rows):
         _print_summary(*tables.values())
     for note in forced.values():
         typer.echo(f"note: {note}", err=True)

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from ._output import ALLOW_NONEMPTY_HELP, check_format, make_table, print_json, print_table
+from ._output import ALLOW_NONEMPTY, check_format, make_table, print_json, print_table
 
 #: The options each sub-command that runs no experiment takes; any other option given
 #: to it would be ignored, so it is refused.
@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
                                             "cache then writes the result, computing nothing the shards computed."),
         recompute: bool = typer.Option(False, "--recompute", help="Recompute every unit and overwrite its cache entry."),
         wait: bool = typer.Option(False, "--wait", help="If another run holds --out, wait for it instead of failing."),
-        allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
+        allow_nonempty: bool = ALLOW_NONEMPTY,
     ) -> None:
         if name in SUBCOMMAND_OPTIONS:
             refuse_ignored(ctx, name)

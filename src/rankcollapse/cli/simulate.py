@@ -12,7 +12,7 @@ from .._io import load_npy, versions, write_json_atomic
 from .._memory import check_simulate_tokens, parse_size
 from ..errors import ConfigError, DataError
 from ..points import point_after
-from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_records
+from ._output import ALLOW_NONEMPTY, check_format, print_result
 
 
 #: ``--n-tokens`` of a drawn or Wikipedia input when the flag is not given.
@@ -224,7 +224,7 @@ def simulate_command(
                                 "kernel for sparse masks) | flex (torch.compile FlexAttention; no epsilon column)"),
     fmt: str = typer.Option("table", "--format", help="stdout: table (tab-separated), json, csv or markdown"),
     out: Path = typer.Option(None, "--out", help="folder for result.json and mu_loglog.png"),
-    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
+    allow_nonempty: bool = ALLOW_NONEMPTY,
     max_memory: str = typer.Option(None, "--max-memory", help="memory the run may use (tokens, weights, attention), e.g. "
                                    "64GiB (default half the RAM); checked before anything is allocated"),
 ) -> None:
@@ -316,11 +316,7 @@ def simulate_command(
             write_json_atomic(stage / "result.json", doc)
             _plot(res, stage / "mu_loglog.png", f"{mask}, {res.config['variant']}, d_qk={d_qk}", asked)
     _print_notes(notes)
-    if fmt == "json":
-        print_json(doc)
-        return
-    if fmt in ("csv", "markdown"):
-        print_records([{**row, "at_floor": ";".join(row["at_floor"])} for row in layers], fmt)
+    if print_result(fmt, doc, [{**row, "at_floor": ";".join(row["at_floor"])} for row in layers]):
         return
     deficit = [] if row_stochastic or res.row_mass_deficit is None else ["row_mass_deficit_q50"]
     typer.echo("layer\t" + "\t".join(names + deficit) + "\tepsilon_measured")

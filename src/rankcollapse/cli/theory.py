@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import typer
 
@@ -12,7 +11,7 @@ from .. import theory
 from .._display import fixed
 from .._io import write_json_atomic
 from ..errors import ConfigError
-from ._output import ALLOW_NONEMPTY_HELP, check_format, print_json, print_records
+from ._output import ALLOW_NONEMPTY, check_format, print_result
 
 sub = typer.Typer(help="Theorems as code: collapse envelopes, SA-LN equilibria, stability, basins, portraits.",
                   no_args_is_help=True)
@@ -25,10 +24,9 @@ def _table_or_json(value: str) -> str:
 _FORMAT = typer.Option("table", "--format", callback=_table_or_json, help="stdout: table (text) or json.")
 
 
-def _emit(obj: dict, fmt: str, lines: list[str]) -> None:
-    if check_format(fmt, ("table", "json")) == "json":
-        print_json(obj)
-    else:
+def _emit(obj: dict, fmt: str, lines: list[str], rows: Sequence[dict] = ()) -> None:
+    """``obj`` as JSON, ``rows`` as CSV or markdown, or the text ``lines``."""
+    if not print_result(fmt, obj, rows):
         typer.echo("\n".join(lines))
 
 
@@ -69,19 +67,14 @@ def bound_cmd(
         lines = [f"{res.mask}: r={res.radius}{exp} ε={float(res.epsilon_measured.median()):.3g} "
                  f"measured rate {fixed(res.measured_rate, '.4f')}/layer, envelope rate "
                  f"{fixed(res.envelope_rate, '.6f')}, violations {res.n_violations}"]
-        if fmt in ("csv", "markdown"):
-            print_records([res.to_dict()], fmt)
-            return
-        _emit(res.to_dict(), fmt, lines + _loose_note([res.mask], [res.envelope_rate]))
+        _emit(res.to_dict(), fmt, lines + _loose_note([res.mask], [res.envelope_rate]), [res.to_dict()])
         return
     table = theory.radius_sweep(n, _numbers(widths, "--widths"), **kw)
-    if fmt in ("csv", "markdown"):
-        print_records(table.to_dict(orient="records"), fmt)
-        return
+    rows = table.to_dict(orient="records")
     ok = bool(table["holds"].all())
     lines = [table.to_string(index=False), "envelope holds everywhere" if ok else "ENVELOPE VIOLATED"]
-    _emit({"sweep": table.to_dict(orient="records"), "all_hold": ok, "config": {"n": n, **kw}}, fmt,
-          lines + _loose_note(list(table["mask"]), list(table["envelope_rate"])))
+    _emit({"sweep": rows, "all_hold": ok, "config": {"n": n, **kw}}, fmt,
+          lines + _loose_note(list(table["mask"]), list(table["envelope_rate"])), rows)
 
 
 #: A guaranteed per-layer factor above this says almost nothing about finite depth.
@@ -127,7 +120,7 @@ def equilibria_cmd(
 def system_cmd(
     out: Path = typer.Option(..., "--out", help="Output folder; writes OUT/system.json."),
     fmt: str = _FORMAT,
-    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
+    allow_nonempty: bool = ALLOW_NONEMPTY,
 ) -> None:
     """Write a system JSON for `theory find` and `theory basin`: the N = d = 2 causal example
     (spec.md §5.3: W_Q = W_K = 0, W_V = [[1, -3], [0, 2]]); edit it for other systems."""
@@ -197,7 +190,7 @@ def sphere_cmd(
 def portrait_cmd(
     out: Path = typer.Option(Path("runs/theory"), help="Folder for the PNGs."),
     seed: int = typer.Option(0), fmt: str = _FORMAT,
-    allow_nonempty: bool = typer.Option(False, "--allow-nonempty", help=ALLOW_NONEMPTY_HELP),
+    allow_nonempty: bool = ALLOW_NONEMPTY,
 ) -> None:
     """N = d = 2 final angle vs starting angle, and d = 3 trajectories on the sphere (PNG)."""
     from .._outdir import check_out, writing
@@ -255,12 +248,9 @@ def temperature_cmd(
     """Participation ratio 1/sum_j a_j^2 of one query over N keys per temperature law, and its growth exponent in N."""
     from ..theory.temperature import participation_scan
 
-    check_format(fmt, ("table", "json", "csv", "markdown"))
+    check_format(fmt)
     scan = participation_scan([v.strip() for v in law.split(",")], _numbers(n, "--n-tokens"), keys=keys, d_model=d,
                               n_queries=queries, query=query, seed=seed, max_memory=max_memory)
-    if fmt in ("csv", "markdown"):
-        print_records(scan.rows, fmt)
-        return
     lines = [f"participation ratio of one {query} query over N {keys} keys, d = {d}, {queries} queries per N "
              f"(mean [95% t-interval])", f"{'N':>8}  {'law':<12} {'beta':>10}  PR"]
     lines += [f"{r['n_tokens']:>8}  {r['law']:<12} {r['beta']:>10.4g}  {r['pr_mean']:.4g} "
@@ -271,7 +261,7 @@ def temperature_cmd(
         lines += ["growth exponent of mean PR in N (slope of ln PR on ln N [95% bootstrap]):"]
         lines += [f"  {s['law']:<12} {fixed(s['slope'], '+.3f')} [{fixed(s['slope_lo'], '+.3f')}, "
                   f"{fixed(s['slope_hi'], '+.3f')}]" for s in scan.slopes]
-    _emit(scan.to_dict(), fmt, lines)
+    _emit(scan.to_dict(), fmt, lines, scan.rows)
 
 
 def register(app: typer.Typer) -> None:

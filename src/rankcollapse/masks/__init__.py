@@ -5,13 +5,7 @@ One convention everywhere: ``M[i, j] = True`` iff token ``i`` attends to token `
 :func:`parse_mask` (``"causal_sliding_window:w=4"``, ``"causal&sliding_window:w=9"``),
 analyse them with :func:`analyze`, accept any mask form with :func:`resolve_mask`
 / :func:`dense_mask` (:mod:`.adapt`), convert them with :mod:`rankcollapse.masks.convert`.
-
-Layering: ``masks`` is the lowest numerical layer. It may import ``errors`` and the
-private utility modules (``_io``, ``_validate``, ``_lazy``, ``_memory``,
-``_display``, ``_figure``), numpy, scipy and torch; never ``metrics``, ``dynamics``, ``theory``,
-``models``, ``phase``, ``experiments`` or ``cli`` (the ``[tool.importlinter]`` contracts
-in pyproject.toml; tests/test_layering.py). Rates and envelopes of masks are Theorem-1
-quantities and live in :mod:`rankcollapse.theory`.
+Rates and envelopes of masks are Theorem-1 quantities and live in :mod:`rankcollapse.theory`.
 """
 
 from typing import TYPE_CHECKING

@@ -1,26 +1,9 @@
 """Influence profiles of masks and schedules: which input positions a token depends on.
 
-Model (docs/masks.md, "Influence profiles"). Under uniform attention over each row's
-allowed keys, optionally weighted by an ALiBi-style decay ``exp(-m |i - j|)`` (Press et al.
-2022), the attention matrix of a layer with mask ``M`` is the row-normalised
-
-    Â[i, j] = M[i, j] r^|i-j| / Z_i,   r = exp(-m),   Z_i = sum_j M[i, j] r^|i-j|,
-
-and with residual mixing one layer is ``P = alpha I + (1 - alpha) Â`` (per layer for a
-schedule: layer ``t`` uses ``schedule.layer(t)``, layer 0 first). The influence of input
-``j`` on query ``i`` after ``H`` layers is ``(P_H ... P_1)[i, j]`` (Wu et al., ICML 2025,
-"On the Emergence of Position Bias in Transformers", §3; attention rollout, Abnar &
-Zuidema 2020, is the same product with the model's own maps). Every ``P`` is
-row-stochastic, so each row of the product is a probability vector over inputs.
-
-Closed forms used by the tests:
-
-* **Causal, alpha = 0.** ``Â = C``, the Cesàro matrix ``C[i, j] = 1/(i+1)`` for ``j <= i``;
-  the influence after ``H`` layers is ``C^H``; its first row sums are ``C^H[i, 0]``.
-* **Self term.** ``P`` is lower triangular for the causal mask, so ``P^H`` is too and its
-  diagonal is the ``H``-th power of ``P``'s: ``(P^H)[i, i] = (alpha + (1-alpha)/(i+1))^H``;
-  the last query's self mass is ``(alpha + (1-alpha)/N)^H``. With the decay the diagonal
-  is ``(alpha + (1-alpha)/Z_i)^H``, ``Z_i = (1 - r^(i+1)) / (1 - r)``.
+Model and closed forms: docs/masks.md, "Influence profiles". One layer is
+``P = alpha I + (1 - alpha) Â`` with ``Â[i, j] = M[i, j] r^|i-j| / Z_i`` (``r = exp(-m)``, an
+ALiBi-style decay; ``Z_i`` the row's sum of weights); the influence of input ``j`` on query
+``i`` after ``H`` layers is ``(P_H ... P_1)[i, j]``, each row a probability vector over inputs.
 
 Computation. The last query's profile is the row vector ``e_last P_H ... P_1``, built left
 to right with one vector-matrix product per layer; the per-depth profiles (depths 1..H)
@@ -61,7 +44,7 @@ import scipy.sparse as sp
 
 from ..errors import MaskError
 from .._memory import check_memory, influence_bytes
-from .._validate import check_int
+from .._validate import check_float, check_int
 from . import interval_graph
 from .mask import Mask
 from .schedule import MaskSchedule, parse_schedule
@@ -120,18 +103,6 @@ class Influence:
 #: Scans along blocks longer than this run in two stages (sub-blocks of about the square
 #: root of the block), so that no sum adds more than this many terms in sequence.
 SEQUENTIAL_SCAN = 1024
-
-
-def range_sums(x: np.ndarray, a: np.ndarray, b: np.ndarray, r: float = 1.0) -> np.ndarray:
-    """``out[k] = sum_{i=a[k]}^{b[k]} x[i] r^(i - a[k])`` (0 where ``a[k] > b[k]``).
-
-    ``x``: float64 ``(N,)`` non-negative; ``a``, ``b``: int ``(K,)``, ``0 <= a <= N``, ``-1 <= b < N``;
-    ``0 <= r <= 1`` (``r = 0``, a decay past float64's range, weights only ``i = a[k]``).
-    One call of a :class:`RangeSums` plan (build the plan once to apply the same ranges to
-    many vectors). Only non-negative terms are added (no cancellation): see
-    :class:`RangeSums` for the error bound.
-    """
-    return RangeSums(x.shape[0], a, b, r)(x)
 
 
 class RangeSums:
@@ -668,20 +639,14 @@ def _on_intervals(mask: Mask) -> bool:
     return iv is not None and interval_graph.is_monotone_interval(*iv)
 
 
-def _num(x: Any, name: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float, np.floating, np.integer)) or not math.isfinite(x):
-        raise MaskError(f"{name} must be a finite number, got {x!r}")
-    return float(x)
-
-
 def _check_alphas(alpha: Any, depth: int) -> list[float]:
     """One residual weight per layer, each in ``[0, 1]``."""
     if isinstance(alpha, (list, tuple, np.ndarray)):
-        alphas = [_num(a, "alpha") for a in alpha]
+        alphas = [check_float(a, "alpha", error=MaskError) for a in alpha]
         if len(alphas) != depth:
             raise MaskError(f"alpha holds {len(alphas)} per-layer weights but depth is {depth}")
     else:
-        alphas = [_num(alpha, "alpha")] * depth
+        alphas = [check_float(alpha, "alpha", error=MaskError)] * depth
     bad = [a for a in alphas if not 0.0 <= a <= 1.0]
     if bad:
         raise MaskError(f"alpha (residual weight) must be in [0, 1], got {bad[0]}")
@@ -689,7 +654,7 @@ def _check_alphas(alpha: Any, depth: int) -> list[float]:
 
 
 def _check_params(decay: Any, epsilon: Any, query: str, n: int) -> tuple[float, float]:
-    decay, epsilon = _num(decay, "decay"), _num(epsilon, "epsilon")
+    decay, epsilon = check_float(decay, "decay", error=MaskError), check_float(epsilon, "epsilon", error=MaskError)
     if decay < 0.0:
         raise MaskError(f"decay m must be >= 0 (weights exp(-m |i-j|)), got {decay}")
     if not 0.0 < epsilon < 1.0:
@@ -743,18 +708,11 @@ def _matrix(schedule: MaskSchedule, n: int, alphas: list[float], decay: float) -
 
 
 def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any]:
-    """Summary statistics of one influence profile ``I`` (float64 ``(N,)``, sums to 1).
-
-    * ``first_token_mass`` ``I[0]``; ``last_token_mass`` ``I[N-1]`` (the last query's self term);
-    * ``valley_position`` ``argmin I[j]`` over the support ``{j : I[j] >= tiny}`` (first of
-      ties; ``tiny`` = 2.2e-308, the smallest normal float64: below it values are
-      subnormal and lose their relative accuracy, so they are never the valley),
-      ``valley_mass`` its value, ``valley_ratio`` ``valley_mass * n_support`` (1 = the
-      uniform share; the valley's depth);
-    * ``effective_horizon`` the fewest most recent positions ``N-k .. N-1`` holding at
-      least ``(1 - epsilon)`` of the mass; ``n_support`` positions in the support;
-    * ``mass`` ``sum I`` (1 up to rounding).
-    """
+    """Summary statistics of one influence profile ``I`` (float64 ``(N,)``, sums to 1):
+    ``first_token_mass``, ``last_token_mass``, ``valley_position``, ``valley_mass``,
+    ``valley_ratio``, ``effective_horizon`` (at ``epsilon``), ``n_support`` (positions with
+    ``I[j] >=`` the smallest normal float64) and ``mass``, defined in docs/masks.md,
+    "Influence profiles"."""
     n = profile.shape[0]
     total = float(profile.sum())
     in_support = profile >= np.finfo(np.float64).tiny

@@ -190,11 +190,6 @@ class Mask:
     def shape(self) -> tuple[int, int]:
         return (self.n_tokens, self.n_tokens)
 
-    def row_keys(self, i: int) -> np.ndarray:
-        """Sorted key indices token ``i`` attends to."""
-        csr = self.to_csr()
-        return csr.indices[csr.indptr[i] : csr.indptr[i + 1]].astype(np.int64)
-
     # ------------------------------------------------------------ constructors
     @classmethod
     def from_dense(cls, matrix: Any, spec: str | None = None) -> "Mask":

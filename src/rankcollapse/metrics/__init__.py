@@ -4,10 +4,6 @@ Batched, padding-aware (a padded sample gives exactly the metrics of its real ro
 with optional float64 computation. See ``docs/metrics.md`` for formulas, sources and
 conventions. The measured collapse rate of a metric's trajectory over layers (one
 least-squares fit for every caller) is :func:`rankcollapse.metrics.rate.least_squares_rate`.
-
-Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``metrics`` may import
-``masks``, ``errors`` and the private utility modules; never ``models``, ``dynamics``,
-``theory``, ``phase``, ``experiments`` or ``cli``.
 """
 
 from typing import TYPE_CHECKING

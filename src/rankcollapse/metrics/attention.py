@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from .._validate import check_tensor_storage
+from .._validate import check_int, check_tensor_storage
 from ..errors import MetricError
 from ..masks.adapt import dense_mask
 
@@ -232,8 +232,7 @@ def gap_growth(logits, *, mask=None, k_max: int = 32) -> dict[str, torch.Tensor]
     fit; NaN for a row with fewer than 3 points or constant gaps. Same ``logits`` and
     ``mask`` as :func:`gap_counting`; ``k_max >= 4``.
     """
-    if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 4:
-        raise MetricError(f"k_max must be an integer >= 4, got {k_max!r}")
+    check_int(k_max, "k_max", low=4, error=MetricError)
     z, allowed = _logits(logits, mask)
     u = _gaps(z, allowed).sort(dim=-1).values  # (..., M)
     m = allowed.expand(z.shape).sum(-1, keepdim=True)  # (..., 1)

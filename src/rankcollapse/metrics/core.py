@@ -20,6 +20,7 @@ from typing import Mapping
 
 import torch
 
+from .._validate import check_float
 from ..errors import MetricError
 from ._context import MetricContext, evaluate, stable_norm
 
@@ -329,6 +330,5 @@ def interaction_energy(X, *, beta: float = ENERGY_BETA, padding_mask=None, dtype
         ``beta`` not a finite number > 0; every token zero; ``E_beta`` beyond the
         compute dtype's range; otherwise as :func:`mu`.
     """
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 0:
-        raise MetricError(f"beta must be a finite number > 0, got {beta!r}")
-    return _one(lambda ctx: energy_of(ctx, float(beta)), "interaction_energy", X, padding_mask, dtype)
+    beta = check_float(beta, "beta", low=0, strict_low=True, error=MetricError)
+    return _one(lambda ctx: energy_of(ctx, beta), "interaction_energy", X, padding_mask, dtype)

@@ -217,9 +217,6 @@ def register_metric(name: str, fn: Callable[..., torch.Tensor], description: str
     return spec
 
 
-#: Metrics whose formulas may hold ``(B, N, N)`` pairwise matrices (cosines, the
-#: centred Gram, the graph); the others need O(N d) memory.
-PAIRWISE = frozenset({"avg_abs_cos", "avg_cos", "dirichlet_energy", "mean_average_distance", "interaction_energy"})
 #: Pairwise metrics that always form the ``(B, N, N)`` matrices (the graph is dense; the
 #: energy's exponentials have no low-dimensional form).
 DENSE_PAIRWISE = frozenset({"dirichlet_energy", "mean_average_distance", "interaction_energy"})

@@ -9,26 +9,14 @@ label; the key's numerics fingerprint), ``cache`` (one Parquet file per unit),
 ``context`` (inputs shared by the units of one run: texts, windows, models,
 embeddings), ``engine`` (:func:`run_units`). Adding a unit kind is one registry entry
 and one function (docs/sweeps.md, "Adding a unit kind").
-
-Layering: this package may import ``_io``, ``_progress``, ``errors``, ``data`` and,
-lazily inside the run context, ``models`` and ``dynamics``; it never imports
-``experiments`` or ``phase``, which build on it.
 """
 
 from typing import TYPE_CHECKING
 
-from .._lazy import attach
+from .._lazy import attach_imports
 
-__getattr__, __dir__, __all__ = attach(__name__, {
-    "units": ("Unit", "UnitKind", "register_unit_kind", "unit_kind", "unit_kinds", "unit_labels", "code_fingerprint",
-              "numerics_key", "NUMERICS_VERSION", "Shard"),
-    "cache": ("UnitCache",),
-    "executors": ("ExecutionConfig", "make_executor", "validate_executor", "EXECUTOR_NAMES"),
-    "progress": ("UnitProgress",),
-    "context": ("RunContext", "data_spec"),
-    "engine": ("run_units",),
-})
-
+# The exports, written once: imported lazily on first use (attach_imports reads this
+# block; static tools and readers see ordinary imports).
 if TYPE_CHECKING:
     from .cache import UnitCache
     from .context import RunContext, data_spec
@@ -37,3 +25,5 @@ if TYPE_CHECKING:
     from .progress import UnitProgress
     from .units import (NUMERICS_VERSION, Shard, Unit, UnitKind, code_fingerprint, numerics_key, register_unit_kind,
                         unit_kind, unit_kinds, unit_labels)
+
+__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

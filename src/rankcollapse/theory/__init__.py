@@ -14,11 +14,8 @@
 - Masks and schedules compared by their rates: :func:`compare_masks`,
   :func:`compare_schedules`, :func:`describe_schedule` (:mod:`.rates`).
 
-Layering: ``theory`` may import ``dynamics``, ``metrics``, ``masks``, ``errors`` and the
-private utility modules; never ``models``, ``phase``, ``experiments`` or ``cli``
-(pyproject.toml ``[tool.importlinter]``; tests/test_layering.py). Inside it, the
-measured-run pieces (:mod:`.measured`) sit below :mod:`.bound` and
-:mod:`.schedule_bound`, so neither check imports the other's module back.
+Layering: pyproject.toml ``[tool.importlinter]``. Inside ``theory``, the measured-run pieces
+(:mod:`.measured`) sit below :mod:`.bound` and :mod:`.schedule_bound`.
 """
 
 from typing import TYPE_CHECKING

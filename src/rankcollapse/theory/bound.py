@@ -16,11 +16,11 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ..errors import ConfigError
 from ..masks import resolve_mask
 from ..masks.schedule import is_schedule
-from .envelope import EXPONENTS, require_theorem1
-from .measured import BoundResult, EnvelopeViolation, envelope_result, fit_rate, measured_epsilon, orthogonal_run
+from .envelope import require_theorem1
+from .measured import (BoundResult, EnvelopeViolation, check_run, envelope_result, fit_rate, measured_epsilon,
+                       orthogonal_run)
 from .schedule_bound import check_schedule_bound
 
 __all__ = ["BoundResult", "EnvelopeViolation", "check_collapse_bound", "fit_rate", "radius_sweep"]
@@ -92,11 +92,7 @@ def check_collapse_bound(
     if is_schedule(mask):  # per-layer masks: the envelope of the composed graph (docs/theory.md §7)
         return check_schedule_bound(mask, n_tokens=n_tokens, d_model=d_model, depth=depth, n_samples=n_samples, seed=seed,
                                     exponent=exponent, d_qk=d_qk, qk_scale=qk_scale, X0=X0)
-    if exponent not in EXPONENTS:
-        raise ConfigError(f"exponent must be one of {tuple(EXPONENTS)}, got {exponent!r}")
-    if depth < 1 or n_samples < 1 or d_model < 1:
-        raise ConfigError(f"need depth ≥ 1, n_samples ≥ 1 and d_model ≥ 1; got depth={depth}, "
-                          f"n_samples={n_samples}, d_model={d_model}")
+    check_run(exponent, depth, n_samples, d_model)
     m = resolve_mask(mask, n_tokens)
     terms = require_theorem1(m)
     N, r = m.n_tokens, int(terms.radius)

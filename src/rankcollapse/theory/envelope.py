@@ -59,8 +59,7 @@ def check_exponent(exponent: str) -> int:
 def _check_eps_r(epsilon: float, radius: int) -> None:
     if not 0.0 < epsilon < 1.0:
         raise ConfigError(f"epsilon must lie in (0, 1), got {epsilon}")
-    if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 1:
-        raise ConfigError(f"radius must be an integer >= 1, got {radius!r}")
+    check_int(radius, "radius", low=1)
 
 
 def log_contraction(epsilon: float, radius: int, *, exponent: str = "t/r") -> float:
@@ -306,20 +305,6 @@ def require_theorem1(source: Any, n_tokens: int | None = None) -> Theorem1Terms:
     if not terms.self_loops:
         raise ConfigError(f"{what} {terms.spec!r} lacks self-loops: the envelope's proof needs them")
     return terms
-
-
-def theorem1_mask(mask: Any, n_tokens: int | None) -> tuple[Any, Any]:
-    """``(resolved mask, its analysis)`` for a mask Theorem 1 applies to, on ``n_tokens``
-    tokens (None: a Mask's or matrix's own).
-
-    Raises ConfigError (fewer than 2 tokens, not QSC, no self-loops) or MaskError, as
-    :func:`require_theorem1`.
-    """
-    from ..masks import analyze, resolve_mask
-
-    m = resolve_mask(mask, n_tokens)
-    require_theorem1(m)
-    return m, analyze(m)
 
 
 # --------------------------------------------------------------------------- rates of a mask or schedule

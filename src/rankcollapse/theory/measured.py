@@ -23,7 +23,7 @@ import torch
 from .._display import NotebookResult
 from ..dynamics import RunConfig, gaussian_tokens, simulate
 from ..errors import ConfigError
-from .envelope import measured_envelope
+from .envelope import check_exponent, measured_envelope
 from ..metrics.rate import least_squares_rate
 
 
@@ -128,6 +128,15 @@ def envelope_result(spec: str, radius: int, effective_radius: int, exponent: str
     median = int(epsilon.median(dim=0).indices)  # the lower middle, the sample epsilon_measured_median reports
     return BoundResult(spec, radius, exponent, mu, envelope, epsilon, float(fit_rate(mu).median()),
                        float(rate[median]), n_bad, config)
+
+
+def check_run(exponent: str, depth: int, n_samples: int, d_model: int) -> None:
+    """Refuse an unknown envelope exponent or a run with fewer than 1 layer, sample or
+    width (ConfigError), before any mask is parsed."""
+    check_exponent(exponent)
+    if depth < 1 or n_samples < 1 or d_model < 1:
+        raise ConfigError(f"need depth ≥ 1, n_samples ≥ 1 and d_model ≥ 1; got depth={depth}, "
+                          f"n_samples={n_samples}, d_model={d_model}")
 
 
 def orthogonal_run(X0, mask: Any, n_tokens: int, d_model: int, *, n_samples: int, depth: int, d_qk: float,

@@ -24,8 +24,8 @@ import torch
 
 from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
-from .envelope import EXPONENTS, require_theorem1
-from .measured import BoundResult, envelope_result, measured_epsilon, orthogonal_run
+from .envelope import require_theorem1
+from .measured import BoundResult, check_run, envelope_result, measured_epsilon, orthogonal_run
 
 
 def _product(attention: list[torch.Tensor], start: int, length: int) -> torch.Tensor:
@@ -78,10 +78,7 @@ def check_schedule_bound(
     MaskError
         A bad schedule spec.
     """
-    if exponent not in EXPONENTS:
-        raise ConfigError(f"exponent must be one of {tuple(EXPONENTS)}, got {exponent!r}")
-    if depth < 1 or n_samples < 1 or d_model < 1:
-        raise ConfigError(f"need depth ≥ 1, n_samples ≥ 1, d_model ≥ 1; got {depth}, {n_samples}, {d_model}")
+    check_run(exponent, depth, n_samples, d_model)
     if n_tokens is None:
         raise ConfigError("a schedule needs the number of tokens n_tokens")
     sched = parse_schedule(schedule, n_tokens)

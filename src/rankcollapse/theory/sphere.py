@@ -16,9 +16,7 @@ from typing import Any
 import torch
 
 from .._display import NotebookResult
-from ..dynamics.config import BlockConfig
 from ..dynamics.inputs import ON_SPHERE, canonical_input, make_tokens
-from ..dynamics.layers import sphere
 from ..dynamics.layer_weights import LayerWeights
 from ..dynamics.single_head import single_head_layer
 from .._validate import Spec
@@ -26,11 +24,11 @@ from ..errors import ConfigError
 from ..metrics import mu as mu_metric
 from ..dynamics.weights import haar_orthogonal
 from ..masks import resolve_mask
-from .bound import fit_rate
+from .measured import fit_rate
+from .system import SA_LN
 
 #: the inputs the check runs by default: meeting Theorem 2's condition, violating it, and neither
 INPUTS = ("nonnegative", "antipodal", "sphere")
-SA_LN = BlockConfig(norm="sphere", placement="none")  # X <- D A X W_V
 
 
 def make_inputs(kind: str, n_samples: int, n_tokens: int, d_model: int, generator: torch.Generator) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""One self-attention system (mask, W_Q, W_K, W_V, d_qk) and its SA / SA-LN steps.
+"""One self-attention system (mask, W_Q, W_K, W_V, d_qk) and its SA-LN step.
 
 spec.md §2: pure SA is ``X ↦ A X W_V`` and SA-LN is ``X ↦ D A X W_V`` with ``D``
 the diagonal matrix that puts every row back on the unit sphere. Row-vector
@@ -21,8 +21,8 @@ from ..masks import check_rows_allow_key, dense_mask
 from .._validate import check_device, check_float, check_int, check_tensor_storage
 from ..errors import ConfigError, MaskError
 
-#: pure SA ``X <- A X W_V`` and SA-LN ``X <- D A X W_V`` as dynamics blocks
-SA, SA_LN = BlockConfig(norm="none", placement="none"), BlockConfig(norm="sphere", placement="none")
+#: SA-LN ``X <- D A X W_V`` as a dynamics block
+SA_LN = BlockConfig(norm="sphere", placement="none")
 
 
 @dataclass(frozen=True)
@@ -88,10 +88,6 @@ class AttentionSystem:
         """``A(X)``, shape ``(N, N)`` or ``(B, N, N)``."""
         return attention_weights(X, self.mask, self.W_Q, self.W_K, d_qk=self.d_qk)
 
-    def sa_step(self, X: torch.Tensor) -> torch.Tensor:
-        """Pure SA step ``A X W_V`` for ``X`` of shape ``(N, d)`` or ``(B, N, d)``."""
-        return self._layer(X, SA, "keep")
-
     def step(self, X: torch.Tensor, *, check: bool = True) -> torch.Tensor:
         """SA-LN step ``D A X W_V`` (rows normalised to unit norm), computed by
         :func:`rankcollapse.dynamics.single_head.single_head_layer`.
@@ -106,11 +102,8 @@ class AttentionSystem:
         ConfigError
             If ``check`` and some row of ``A X W_V`` is zero (the step is undefined).
         """
-        return self._layer(X, SA_LN, "raise" if check else "nan")
-
-    def _layer(self, X: torch.Tensor, cfg: BlockConfig, zero_rows: str) -> torch.Tensor:
         weights = LayerWeights(self.W_Q, self.W_K, self.W_V)
-        return single_head_layer(X, self.mask, weights, cfg, d_qk=self.d_qk, zero_rows=zero_rows,
+        return single_head_layer(X, self.mask, weights, SA_LN, d_qk=self.d_qk, zero_rows="raise" if check else "nan",
                                  direct_sphere=True)[0]
 
     def to_dict(self) -> dict[str, Any]:
