@@ -85,6 +85,7 @@ def test_the_entry_point_lets_waiting_threads_sleep_unless_the_caller_chose(give
     assert out.stdout.strip() == expected
 
 
+@pytest.mark.slow  # a whole run or fresh processes: CI runs it with the slow tests
 def test_simulated_numbers_do_not_depend_on_the_thread_settings():
     import json
     import os

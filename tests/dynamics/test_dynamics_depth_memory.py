@@ -101,6 +101,7 @@ def _measured_peak(n: int, **block) -> int:
     return r["peak"] - r["base"]
 
 
+@pytest.mark.slow  # a whole run or fresh processes: CI runs it with the slow tests
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="resets and reads the peak RSS through /proc")
 def test_the_token_model_predicts_the_measured_peak():
     """``simulate_tokens_bytes`` against the measured peak RSS: for pure SA (X(0), the layer's input,

@@ -18,6 +18,7 @@ def _key(c):
                                                              for k in c["checks"]]))
 
 
+@pytest.mark.slow  # a whole run or fresh processes: CI runs it with the slow tests
 def test_each_experiment_alone_equals_all(fake, all_smoke, tmp_path):
     together = {c["id"]: c for c in all_smoke.claims}
     seen = set()

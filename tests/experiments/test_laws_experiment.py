@@ -201,6 +201,7 @@ def test_gap_rule_passes_when_exponential_and_fails_when_power(present, cid, mod
     assert C.registered_verdict(res) == ("reproduced" if present else "not reproduced")
 
 
+@pytest.mark.slow  # a whole run or fresh processes: CI runs it with the slow tests
 def test_smoke_run_through_the_cli(tmp_path):
     """`reproduce laws --scale smoke` end to end: L1-L4, each with its controls passing,
     L5 not run (smoke leaves SmolLM2 out), the switch rows at N = 2^8 and 2^9 only and the

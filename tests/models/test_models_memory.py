@@ -99,6 +99,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # a whole run or fresh processes: CI runs it with the slow tests
 @pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="needs Linux's resettable peak RSS")
 def test_prediction_against_the_measured_peak(tmp_path):
     """In a fresh process per case, the growth of the peak resident set (``VmHWM``, reset
