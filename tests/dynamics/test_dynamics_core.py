@@ -120,6 +120,47 @@ def test_row_norm_metrics_are_the_registrys_bit_for_bit(dtype):
                     assert torch.equal(ref[name].to(torch.float64), res.metrics[name][t]), (scale, variant, t, name)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cosine_metrics_read_off_x_are_the_registrys_bit_for_bit(dtype):
+    """The cosine averages are read off X's unit rows (no power-of-two copy): unit rows
+    do not depend on a power-of-two scale, so at every scale they are the registry's
+    values; with a zero token the loop takes the registry's path (and its warning)."""
+    from rankcollapse.metrics import ZeroRowWarning, compute_metrics
+
+    names = ("mu", "mu_relative", "avg_cos", "avg_abs_cos", "cos_to_mean")
+    for scale in (1e-30, 1e-12, 1.0, 7.0, 1e11):
+        X = torch.randn(3, 40, 8, generator=torch.Generator().manual_seed(1), dtype=dtype) * scale
+        res = simulate(X, mask="causal", metrics=names, run=RunConfig(depth=3, record_states=True, seed=2))
+        for t, S in enumerate(res.states):
+            ref = compute_metrics(S, names)
+            for name in names:
+                assert torch.equal(ref[name].to(torch.float64), res.metrics[name][t]), (scale, t, name)
+    X = torch.randn(2, 12, 4, generator=torch.Generator().manual_seed(3), dtype=dtype)
+    X[1, 5] = 0.0  # uniform attention keeps no zero row after a layer: only the input has one
+    with pytest.warns(ZeroRowWarning):
+        res = simulate(X, mask="causal", metrics=names, run=RunConfig(depth=1, seed=2))
+    with pytest.warns(ZeroRowWarning):
+        ref = compute_metrics(X, names)
+    for name in names:
+        assert torch.equal(ref[name].to(torch.float64), res.metrics[name][0]), name
+
+
+def test_recorded_cosines_reuse_the_token_buffer():
+    """μ's centred tokens and then the unit rows go into the layer loop's one kept
+    ``(B, N, d)`` buffer: no copy of X per layer."""
+    from rankcollapse.dynamics.runner import _metric_fn, _peak
+
+    X = torch.randn(4, 16, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    scratch: dict = {}
+    _, measure, _ = _metric_fn(("mu", "avg_abs_cos"), scratch)
+    with torch.no_grad():
+        out = measure(X, None, _peak(X))
+    torch.testing.assert_close(scratch["tokens"].view(X.shape), X / X.norm(dim=-1, keepdim=True))
+    U = X / X.norm(dim=-1, keepdim=True)
+    C = (U @ U.mT).abs()
+    torch.testing.assert_close(out["avg_abs_cos"], (C.sum((1, 2)) - C.diagonal(dim1=1, dim2=2).sum(-1)) / (16 * 15))
+
+
 def test_multihead_matches_torch_multihead_attention():
     torch.manual_seed(0)
     N, d, H = 6, 8, 2

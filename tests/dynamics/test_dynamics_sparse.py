@@ -318,17 +318,36 @@ def test_edge_and_inner_chunks_equal_dense(spec, bh, monkeypatch):
     torch.testing.assert_close(out, dense, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_softmax_in_place_equals_the_separate_weights(dtype, monkeypatch):
+    """Without row statistics the banded kernel's softmax overwrites the scores; with
+    them it writes a separate weights buffer: the outputs are the same bits, and the
+    dense path's to the dtype's round-off, over several chunks and both window ends."""
+    mask = parse_mask("causal_sliding_window:w=40", 1000)
+    plan = BlockPlan(intervals=mask.intervals, block_size=16)
+    gen = torch.Generator().manual_seed(0)
+    Q, K, V = (torch.randn(1, 1, 1000, 8, generator=gen, dtype=dtype) for _ in range(3))
+    assert plan.blocks_per_chunk(1, Q.element_size(), 2**14) < plan.n_blocks
+    monkeypatch.setattr("rankcollapse.dynamics.sparse.CACHE_BUDGET", 2**14)  # several chunks
+    a, _ = blocked_attention(Q, K, V, plan, scale=0.7)
+    b, _ = blocked_attention(Q, K, V, plan, scale=0.7, row_stats={})
+    assert torch.equal(a, b)
+    dense, _ = dense_attention(Q, K, V, mask.to_dense(), scale=0.7)
+    torch.testing.assert_close(a, dense)
+
+
 def test_workspace_is_kept_per_thread():
     import threading
 
     plan = BlockPlan(intervals=parse_mask("causal_sliding_window:w=8", 100).intervals, block_size=16)
-    a = plan.workspace((2, 16, 23), torch.float32, "cpu")
-    assert a[0] is plan.workspace((2, 16, 23), torch.float32, "cpu")[0] and a[0] is not a[1]
+    a = plan.workspace("scores", (2, 16, 23), torch.float32, "cpu")
+    b = plan.workspace("weights", (2, 16, 23), torch.float32, "cpu")
+    assert a is plan.workspace("scores", (2, 16, 23), torch.float32, "cpu") and a is not b
     other = []
-    t = threading.Thread(target=lambda: other.append(plan.workspace((2, 16, 23), torch.float32, "cpu")))
+    t = threading.Thread(target=lambda: other.append(plan.workspace("scores", (2, 16, 23), torch.float32, "cpu")))
     t.start()
     t.join()
-    assert other[0][0].data_ptr() not in (a[0].data_ptr(), a[1].data_ptr())
+    assert other[0].data_ptr() not in (a.data_ptr(), b.data_ptr())
 
 
 def test_mu_scratch_gives_the_same_bits_and_is_reused():

@@ -192,7 +192,7 @@ def _metric_fn(metrics, scratch: dict | None = None) -> tuple[tuple[str, ...], C
     weighted = tuple(n for n in names if n in WEIGHT_METRICS)  # of X(t) and the weights of layer max(t, 1)
     state = tuple(n for n in names if n not in STEP_METRICS and n not in WEIGHT_METRICS)
 
-    # metrics of the row norms and μ read X itself; the others a normalised copy of it
+    # metrics of the row norms, μ and the unit rows read X itself; the others a normalised copy of it
     unscaled = tuple(n for n in state if n in UNSCALED_METRICS)
     rest = tuple(n for n in state if n not in UNSCALED_METRICS)
     uses_mu = any(n in ("mu", "mu_relative") for n in unscaled)
@@ -205,9 +205,14 @@ def _metric_fn(metrics, scratch: dict | None = None) -> tuple[tuple[str, ...], C
             return compute_metrics(X, state, mask=mask, dtype=torch.float64 if wide else None) if state else {}
         out = compute_metrics(X, rest, mask=mask) if rest else {}
         samples = torch.arange(X.shape[0], device=X.device)
-        ctx = MetricContext(X, samples, None, RankTolerance(), True, normalise=False)
+        # one X-shaped buffer: μ's centred tokens, then (μ computed) the unit rows
+        buffer = kept(scratch, "tokens", X.shape, X.dtype, X.device)
+        ctx = MetricContext(X, samples, None, RankTolerance(), True, normalise=False, out=buffer)
+        if unscaled != ("mu",) and not bool((ctx.row_norms >= torch.finfo(X.dtype).tiny).all()):
+            # a zero or subnormal token: the registry's checks, warning and normalised copy
+            return out | compute_metrics(X, unscaled, mask=mask)
         if uses_mu:
-            ctx.cached("mu_n", lambda: mu_finite(X, out=kept(scratch, "tokens", X.shape, X.dtype, X.device)))
+            ctx.cached("mu_n", lambda: mu_finite(X, out=buffer))
         out.update((n, METRICS[n].fn(ctx)) for n in unscaled)
         return out
 

@@ -80,14 +80,18 @@ class MetricContext:
     squared quantities) at the end.
 
     ``normalise=False`` keeps ``X`` itself (no copy, ``scale = 1``), for metrics whose
-    intermediates are the :func:`stable_norm` row norms and μ
-    (:data:`~rankcollapse.metrics.registry.UNSCALED_METRICS`): they cannot over- or
-    underflow, and a power-of-two scale only moves their exponents, so the values are
-    the same as with the copy.
+    intermediates are the :func:`stable_norm` row norms, μ, the mean token and the unit
+    rows (:data:`~rankcollapse.metrics.registry.UNSCALED_METRICS`): they cannot over- or
+    underflow while every row norm is a normal number (unit rows are bounded by 1), and a
+    power-of-two scale only moves their exponents, so the values are the same as with
+    the copy. ``out``: an ``X``-shaped buffer the unit rows are written into (the
+    caller's scratch, free once μ is computed).
     """
 
-    def __init__(self, X, samples, graph, tolerance, batched, data_eps=0.0, *, normalise: bool = True):
+    def __init__(self, X, samples, graph, tolerance, batched, data_eps=0.0, *, normalise: bool = True,
+                 out: torch.Tensor | None = None):
         self.X, self.scale = pow2_normalise(X) if normalise else (X, X.new_ones(X.shape[0]))
+        self._out = out
         self.data_eps = data_eps  # eps of the input's own dtype (before any cast)
         self.samples = samples
         self.tolerance = tolerance
@@ -171,7 +175,7 @@ class MetricContext:
         """``x_i / ||x_i||`` ``(G, L, d)``; zero tokens stay zero. The row norms come
         from :func:`stable_norm`, so tokens far smaller than the sample's largest stay
         exact (a Gram of X would square them below the dtype's range)."""
-        return self.cached("unit", lambda: self.X * self.inv_norms.unsqueeze(-1))
+        return self.cached("unit", lambda: torch.mul(self.X, self.inv_norms.unsqueeze(-1), out=self._out))
 
     @property
     def cos(self) -> torch.Tensor:
@@ -190,11 +194,6 @@ class MetricContext:
         G, L, _ = self.X.shape
         return G * L * L * self.X.element_size() <= PAIR_BUDGET
 
-    @property
-    def unit(self) -> torch.Tensor:
-        """Unit tokens ``x_i / ||x_i||`` ``(G, L, d)``; zero tokens stay 0."""
-        return self.cached("unit", lambda: self.X * self.inv_norms.unsqueeze(-1))
-
     def cos_pair_sum(self) -> torch.Tensor:
         """``sum_{i != j} cos(x_i, x_j)`` over non-zero tokens, ``(G,)``.
 
@@ -203,7 +202,7 @@ class MetricContext:
         with ``u_i`` the unit tokens (expand the square), O(L d) time and memory."""
         if self._pairs_fit():
             return self.cos.sum(dim=(-2, -1))
-        u = self.unit
+        u = self.unit_rows
         return u.sum(dim=-2).square().sum(dim=-1) - u.square().sum(dim=(-2, -1))
 
     def abs_cos_pair_sum(self) -> torch.Tensor:
@@ -214,7 +213,7 @@ class MetricContext:
         twice), memory ``O(PAIR_BUDGET)``, time ``L^2 d``."""
         if self._pairs_fit():
             return self.cos.abs().sum(dim=(-2, -1))
-        u = self.unit
+        u = self.unit_rows
         G, L, _ = u.shape
         rows = max(1, PAIR_BUDGET // (2 * G * L * u.element_size()))
         total = u.new_zeros(G)

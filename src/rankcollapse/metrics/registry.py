@@ -105,10 +105,12 @@ ATTENTION_METRICS: dict[str, MetricSpec] = {
 tokens: ``fn(A, mask=, padding_mask=)``; :func:`compute_metrics` takes them with
 ``attention=A`` (see :func:`~rankcollapse.metrics.attention.attention_entropy`)."""
 
-#: Metrics computed from the :func:`~rankcollapse.metrics._context.stable_norm` row norms and
-#: μ alone: exact on unscaled tokens (``MetricContext(normalise=False)``, no copy of X), as
+#: Metrics computed from the :func:`~rankcollapse.metrics._context.stable_norm` row norms,
+#: μ, the mean token and the unit rows ``x_i / ||x_i||`` alone: exact on unscaled tokens
+#: (``MetricContext(normalise=False)``, no copy of X) whose row norms are normal numbers, as
 #: ``simulate``'s layer loop computes them.
-UNSCALED_METRICS = frozenset({"mu", "mu_relative", "max_token_share", "norm_spread", "token_radius"})
+UNSCALED_METRICS = frozenset({"mu", "mu_relative", "max_token_share", "norm_spread", "token_radius",
+                              "avg_cos", "avg_abs_cos", "cos_to_mean"})
 
 STEP_METRICS: dict[str, MetricSpec] = {
     "angular_speed": MetricSpec(
