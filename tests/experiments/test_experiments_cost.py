@@ -44,8 +44,11 @@ def test_estimate_counts_cached_units_and_the_longest(monkeypatch):
     assert est["total"]["cpu_seconds"] == 2.0 and est["total"]["units"] == 3 and est["total"]["cached"] == 1
     assert est["total"]["longest_seconds"] == 1.0 and est["total"]["wall_seconds"] == 1.0  # max(2 / 2, 1)
     lines = cost.estimate_lines(est, 2)
-    assert lines[0] == "main: 2 units, 1 cached, 1 to compute: ~1.0 CPU-s"
+    assert lines[0] == "main: 2 units, 1 cached, 1 to compute: ~1.0 CPU-s" and len(lines) == 3
     assert lines[-1].startswith("total: 3 units, 1 cached, 2 to compute: ~2.0 CPU-s; ~1.0 s wall on 2 cores")
+    one = cost.estimate(units[:2], 4, workers=None)  # one experiment: the total alone; no wall time on a cluster
+    assert cost.estimate_lines(one, None) == ["total: 2 units, 0 cached, 2 to compute: ~2.0 CPU-s "
+                                              "(longest unit ~1.0 CPU-s)"]
 
 
 @pytest.mark.parametrize("name", TIMED)
@@ -95,7 +98,7 @@ def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
     text = run_cli("reproduce", "power", "--scale", "paper", "--dry-run", "--executor", "processes", "--workers", "2",
                    "--out", "o", "--cache-dir", "c", cwd=tmp_path)
-    assert text.returncode == 0 and "power: 18 units, 0 cached, 18 to compute" in text.stdout
+    assert text.returncode == 0 and "total: 18 units, 0 cached, 18 to compute" in text.stdout
     assert "s wall on 2 cores" in text.stdout and list(tmp_path.iterdir()) == []
 
 

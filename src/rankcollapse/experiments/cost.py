@@ -161,8 +161,8 @@ def estimate(units: Iterable[Unit], n_tokens: int, cached: Iterable[str] = (), w
 
 
 def estimate_lines(est: Mapping[str, Any], workers: int | None = 1) -> list[str]:
-    """``estimate``'s numbers as lines of text (one per experiment, then the total and
-    its wall time on ``workers`` cores)."""
+    """``estimate``'s numbers as lines of text (one per experiment where there are
+    several, then the total and its wall time on ``workers`` cores)."""
     def line(name: str, r: Mapping[str, Any]) -> str:
         todo = r["units"] - r["cached"]
         unknown = f" + {r['unknown']} of unknown cost" if r["unknown"] else ""
@@ -170,7 +170,7 @@ def estimate_lines(est: Mapping[str, Any], workers: int | None = 1) -> list[str]
                 f"~{_round(r['cpu_seconds'])} CPU-s{unknown}")
 
     total = est["total"]
-    out = [line(name, r) for name, r in est["experiments"].items()]
+    out = [line(name, r) for name, r in est["experiments"].items()] if len(est["experiments"]) > 1 else []
     wall = "" if total["wall_seconds"] is None else \
         f"; ~{_round(total['wall_seconds'])} s wall on {workers} core{'s' if workers != 1 else ''}"
     out.append(line("total", total) + f"{wall} (longest unit ~{_round(total['longest_seconds'])} CPU-s)")

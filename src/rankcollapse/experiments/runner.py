@@ -481,8 +481,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     shard = execution.shard
     todo, cached, est = planned_cost(rp, execution)
     if execution.progress:  # the cost model's estimate, before anything is computed (docs/reproduce.md)
-        lines = estimate_lines(est, est["workers"])
-        sys.stderr.write("".join(f"estimate: {line}\n" for line in (lines if len(lines) > 2 else lines[-1:])))
+        sys.stderr.write("".join(f"estimate: {line}\n" for line in estimate_lines(est, est["workers"])))
     rp.cache.remove_orphans()  # temporary files of writers that died a day ago or more
     _preflight(rp.ctx, [u for u in todo if u.hash not in cached])
     with ExitStack() as stack:
