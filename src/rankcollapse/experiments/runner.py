@@ -422,6 +422,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
 
     Three steps: plan every unit (:func:`plan_run`), compute them (from the cache where
     it has them), then decide the claims, run their nearby settings and write the outputs.
+    With progress on, the cost model's estimate of the units to compute
+    (:func:`estimate_run`) goes to stderr before any is computed.
 
     Parameters
     ----------
