@@ -24,8 +24,10 @@ only computes what changed and an interrupted run resumes. Units run in this pro
 in worker processes (--executor processes --workers N) or on a Ray cluster
 (--executor ray --address auto); the numbers are the same. --shard I/K computes only
 shard I of K of the units into the cache, so a run can be spread over machines or
-sessions; the run without --shard on that cache then writes the result. One run at a
-time owns --out: a second exits 2 naming the first (or waits, --wait).
+sessions; the run without --shard on that cache then writes the result (shards are
+balanced by estimated cost). Before computing, a run prints the cost model's estimate of
+its CPU-seconds; --dry-run prints it and computes nothing. One run at a time owns --out:
+a second exits 2 naming the first (or waits, --wait).
 
 `rankcollapse reproduce summary DIR [--format markdown|json]` prints the results table
 of a finished run (its claims.json) without running anything; `rankcollapse reproduce
