@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from ..metrics.registry import ATTENTION_METRICS
+from ..models.sinks import SINK_METRICS
 from ..sweep.progress import cost_class
 from ..sweep.units import Shard, Unit
 from .quantities import MODEL_WIDTHS
@@ -37,21 +39,23 @@ CONSTANTS: dict[str, tuple[float, float]] = {
     'mask_influence': (0.04354, 1.025e-10),
     'model_influence': (0, 0.05726),
     'model_influence[smollm2]': (0, 0.05726),
-    'power_method': (0.4184, 0),
-    'power_method[minilm]': (0, 0.000537),
-    'power_method[simulator]': (0, 6.179e-09),
+    'power_method': (5.799, 0),
+    'power_method[minilm]': (0, 0.0009957),
+    'power_method[simulator]': (0.08736, 1.131e-09),
     'pretrained_sa': (0, 3.483e-10),
     'pretrained_sa[minilm]': (0, 3.483e-10),
-    'probe': (1.769, 0.002134),
-    'probe[minilm]': (0.6374, 0.0004333),
-    'probe[smollm2]': (1.099, 0.003839),
+    'probe': (23.59, 0.002118),
+    'probe[minilm]': (0.003763, 0.000435),
+    'probe[minilm]+maps': (0, 0.0016),
+    'probe[smollm2]': (0, 0.003841),
+    'probe[smollm2]+maps': (0, 0.007708),
     'simulate': (0.1863, 1.233e-10),
     'simulate[minilm]': (0.1863, 1.233e-10),
     'temperature_law': (0.04067, 5.154e-08),
     'temperature_switch': (0, 1.057e-07),
     'temperature_switch[exact]': (0, 9.494e-10),
     'temperature_switch[simplex]': (0, 1.581e-07),
-    'theory': (0.5148, 0),
+    'theory': (0.4595, 0),
     'theory[averaging_rate]': (0.032, 0),
     'theory[basin]': (1.879, 0),
     'theory[collapse_bound]': (0.3455, 0),
@@ -64,21 +68,23 @@ CONSTANTS: dict[str, tuple[float, float]] = {
     'theory[equilibria_search]': (2.487, 0),
     'theory[ln_example_basin]': (0.1165, 0),
     'theory[ln_example_outside]': (0.1155, 0),
-    'theory[massive_aligned]': (0.03, 0),
-    'theory[massive_clipped]': (0.0345, 0),
-    'theory[massive_null]': (0.041, 0),
-    'theory[massive_spike]': (0.0425, 0),
+    'theory[massive_aligned]': (0.032, 0),
+    'theory[massive_clipped]': (0.03767, 0),
+    'theory[massive_null]': (0.042, 0),
+    'theory[massive_spike]': (0.046, 0),
     'theory[sphere_collapse]': (0.4155, 0),
 }
 
 
 def unit_class(unit: Unit) -> str:
     """The cost class of ``unit``: :func:`~rankcollapse.sweep.progress.cost_class` (kind
-    and model), else the kind with the network, theory check or token law that prices
-    its work (``power_method[simulator]``, ``theory[basin]``)."""
+    and model; ``+maps`` for a probe that reads attention maps, ``probe[smollm2]+maps``),
+    else the kind with the network, theory check or token law that prices its work
+    (``power_method[simulator]``, ``theory[basin]``)."""
     p = unit.params
-    if p.get("model") is not None:
-        return cost_class(unit)
+    if p.get("model") is not None:  # a probe that reads attention maps runs the slower path that returns them
+        maps = unit.kind == "probe" and any(m in ATTENTION_METRICS or m in SINK_METRICS for m in p.get("metrics") or ())
+        return cost_class(unit) + ("+maps" if maps else "")
     for key in ("network", "check", "tokens"):
         if p.get(key) is not None:
             return f"{unit.kind}[{p[key]}]"
