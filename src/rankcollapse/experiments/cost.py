@@ -192,5 +192,9 @@ def shard_units(shard: Shard, units: list[Unit], n_tokens: int) -> list[Unit]:
     """The units of ``shard``, balanced by estimated cost
     (:meth:`~rankcollapse.sweep.Shard.select` with :func:`unit_cost`; a unit of unknown
     cost counts as 1 CPU-s)."""
-    return shard.select(units, cost=lambda u: unit_cost(u, n_tokens) or 1.0)
+    def price(u: Unit) -> float:
+        c = unit_cost(u, n_tokens)
+        return 1.0 if c is None else c
+
+    return shard.select(units, cost=price)
 
