@@ -74,7 +74,9 @@ def test_run_announces_default_and_nearby_units_up_front(fake, tmp_path, capsys)
     res = runner.run_experiment("fig3", "smoke", tmp_path / "run", execution=ExecutionConfig(progress=True), storage=StorageConfig(write=False))
     err = capsys.readouterr().err.splitlines()
     total = len(units) + len(near)
-    assert err[0] == (f"fig3: {total} units (default settings {len(units)}, nearby settings {len(near)}), "
+    # the cost model's estimate first (one experiment: only the total), then the plan
+    assert err[0].startswith(f"estimate: total: {total} units, 0 cached, {total} to compute: ~")
+    assert err[1] == (f"fig3: {total} units (default settings {len(units)}, nearby settings {len(near)}), "
                       f"0 cached, computing {total} (serial, 1 worker)")
     done = [ln for ln in err if ln.startswith("fig3 [")]
     dropped = sum(int(ln.split(": ")[1].split()[0]) for ln in err if "planned units not run" in ln)

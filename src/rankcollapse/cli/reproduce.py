@@ -24,8 +24,10 @@ only computes what changed and an interrupted run resumes. Units run in this pro
 in worker processes (--executor processes --workers N) or on a Ray cluster
 (--executor ray --address auto); the numbers are the same. --shard I/K computes only
 shard I of K of the units into the cache, so a run can be spread over machines or
-sessions; the run without --shard on that cache then writes the result. One run at a
-time owns --out: a second exits 2 naming the first (or waits, --wait).
+sessions; the run without --shard on that cache then writes the result (shards are
+balanced by estimated cost). Before computing, a run prints the cost model's estimate of
+its CPU-seconds; --dry-run prints it and computes nothing. One run at a time owns --out:
+a second exits 2 naming the first (or waits, --wait).
 
 `rankcollapse reproduce summary DIR [--format markdown|json]` prints the results table
 of a finished run (its claims.json) without running anything; `rankcollapse reproduce
@@ -64,6 +66,9 @@ def register(app: typer.Typer) -> None:
                                             "cache (--cache-dir) and write no result; a run without --shard on the same "
                                             "cache then writes the result, computing nothing the shards computed."),
         recompute: bool = typer.Option(False, "--recompute", help="Recompute every unit and overwrite its cache entry."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the planned units per experiment, how many are "
+                                     "cached and the cost model's estimate of the CPU-seconds to compute the rest "
+                                     "(and the wall time on the executor's cores); compute and write nothing."),
         wait: bool = typer.Option(False, "--wait", help="If another run holds --out, wait for it instead of failing."),
         allow_nonempty: bool = ALLOW_NONEMPTY,
     ) -> None:
@@ -90,7 +95,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
             return
         from .._validate import check_int
-        from ..experiments.runner import StorageConfig, run_experiment
+        from ..experiments.runner import StorageConfig, estimate_run, run_experiment
         from ..sweep.executors import ExecutionConfig
 
         # the options by their flags (run_experiment's own messages name its arguments)
@@ -107,12 +112,18 @@ def register(app: typer.Typer) -> None:
             from .._io import check_writable
 
             check_writable(cache_dir, folder=True, option="--cache-dir")
+        overrides = {"masks": masks or None, "depth": depth, "n_samples": n_samples, "extra_models": models or None}
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        if dry_run:
+            refuse_in_dry_run(ctx)
+            est = estimate_run(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides,
+                               nearby=nearby, execution=execution, storage=storage)
+            print_estimate(est, as_json)
+            return
         if out is not None and shard is None:  # named by its flags here, before the experiments load
             from .._outdir import OUTPUT_NAMES, check_out
 
             check_out(out, OUTPUT_NAMES, allow_nonempty=allow_nonempty, flags=True)
-        overrides = {"masks": masks or None, "depth": depth, "n_samples": n_samples, "extra_models": models or None}
-        overrides = {k: v for k, v in overrides.items() if v is not None}
         result = run_experiment(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides,
                                 nearby=nearby, execution=execution, storage=storage)
         if shard is not None:
@@ -139,6 +150,34 @@ def print_shard(result, as_json: bool) -> None:
                f"{cost['units_cached']} from the cache, in {result.seconds:.0f} s")
     typer.echo(f"cache: {config['execution']['cache']}; once every shard is done, the same command without --shard "
                "on this cache writes the result")
+
+
+def print_estimate(est: dict, as_json: bool) -> None:
+    """The cost model's estimate of a run (stdout): one line per experiment and the total."""
+    from ..experiments.cost import estimate_lines
+
+    if as_json:
+        print_json(est, indent=2)
+        return
+    shard = f" shard {est['shard']}" if "shard" in est else ""
+    typer.echo(f"estimate ({est['scale']}{shard}, hash {est['config_hash']}; CPU-seconds of one torch thread per unit):")
+    for line in estimate_lines(est, est["workers"]):
+        typer.echo(f"  {line}")
+
+
+def refuse_in_dry_run(ctx: typer.Context) -> None:
+    """Refuse ``--no-progress``/``--progress`` with ``--dry-run`` (nothing runs, so it
+    would be ignored); ``--wait`` and ``--allow-nonempty`` are refused by the estimate.
+
+    Raises
+    ------
+    ConfigError
+    """
+    from ..errors import ConfigError
+    from ._click import ParameterSource
+
+    if ctx.get_parameter_source("progress") in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+        raise ConfigError("--progress/--no-progress does not apply to --dry-run, which runs nothing")
 
 
 def refuse_ignored(ctx: typer.Context, command: str) -> None:

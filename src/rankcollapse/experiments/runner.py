@@ -9,6 +9,8 @@ reproduced, and write the outputs into a folder the run owns (:mod:`rankcollapse
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
@@ -32,6 +34,7 @@ from ..sweep.units import Shard, Unit, numerics_key, unit_labels
 from . import claims as claims_mod
 from .axis import axis_units, claims_with_axes
 from .controls import assess, evaluate_controls
+from .cost import estimate, estimate_lines, shard_units
 from .config import (OVERRIDE_KEYS, claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
                      with_override)
 from .config import unit_matches as _unit_matches
@@ -419,6 +422,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
 
     Three steps: plan every unit (:func:`plan_run`), compute them (from the cache where
     it has them), then decide the claims, run their nearby settings and write the outputs.
+    With progress on, the cost model's estimate of the units to compute
+    (:func:`estimate_run`) goes to stderr before any is computed.
 
     Parameters
     ----------
@@ -476,10 +481,11 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     rp = plan_run(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides, nearby=nearby,
                   execution=execution, storage=storage)
     shard = execution.shard
-    todo = shard.select(rp.units + rp.near_units) if shard is not None else rp.units + rp.near_units
+    todo, cached, est = planned_cost(rp, execution)
+    if execution.progress:  # the cost model's estimate, before anything is computed (docs/reproduce.md)
+        sys.stderr.write("".join(f"estimate: {line}\n" for line in estimate_lines(est, est["workers"])))
     rp.cache.remove_orphans()  # temporary files of writers that died a day ago or more
-    _preflight(rp.ctx, [u for u in todo if not rp.cache.has(u)])
-    cached = {u.hash for u in todo if rp.cache.has(u)}
+    _preflight(rp.ctx, [u for u in todo if u.hash not in cached])
     with ExitStack() as stack:
         if storage.write and shard is None:
             # the previous run's outputs (and its marker) stay until this one is published
@@ -504,11 +510,81 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
         config["execution"] = {"executor": ex.name, "workers": getattr(ex, "workers", 1), "numerics": numerics_key(),
                                "cache": str(rp.cache.root)}
         seconds = time.perf_counter() - t0
-        config["cost"] = run_cost(timings, seconds, _cpu_seconds() - usage0)
+        config["cost"] = {**run_cost(timings, seconds, _cpu_seconds() - usage0),
+                          "estimated_cpu_seconds": round(est["total"]["cpu_seconds"], 1)}
         result = RunResult(rp.out, table, records, config, timings, seconds)
         if storage.write and shard is None:
             write_outputs(result)
     return result
+
+
+def planned_cost(rp: RunPlan, execution: ExecutionConfig) -> tuple[list[Unit], set[str], dict[str, Any]]:
+    """The units a run (or its shard, balanced by estimated cost) computes or reads,
+    the keys of those in the cache, and the cost model's estimate of computing the rest
+    (:func:`.cost.estimate`; ``workers``: the cores the executor asks for, None on a
+    Ray cluster)."""
+    units, n_tokens = rp.units + rp.near_units, rp.ctx.data["n_tokens"]
+    todo = shard_units(execution.shard, units, n_tokens) if execution.shard is not None else units
+    cached = {u.hash for u in todo if rp.cache.has(u)}
+    workers = 1 if execution.executor == "serial" else execution.workers
+    if workers is None and not (execution.executor == "ray" and execution.address is not None):
+        workers = os.cpu_count() or 1  # the executor's default; a Ray cluster's CPUs are not known here
+    return todo, cached, {**estimate(todo, n_tokens, cached, workers), "workers": workers}
+
+
+def estimate_run(name: str | None = "main", scale: str = "quick", out: str | Path | None = None, seed: int = 0, *,
+                 text: str | Path | None = None, n_tokens: int | None = None, overrides: dict[str, Any] | None = None,
+                 nearby: bool = True, execution: ExecutionConfig | None = None,
+                 storage: StorageConfig | None = None) -> dict[str, Any]:
+    """What :func:`run_experiment` with these arguments would compute, and the cost
+    model's estimate of it, without computing, loading or writing anything
+    (:func:`.cost.estimate`: per experiment and in all, units, cached, CPU-seconds;
+    ``workers``; ``config_hash``). Nearby settings count in full (a claim the run cannot
+    decide runs none).
+
+    Raises
+    ------
+    ConfigError, MaskError, DataError
+        Bad input, as :func:`run_experiment` raises it; ``storage.wait`` or
+        ``storage.allow_nonempty``, which apply only to a run that writes.
+    """
+    execution = execution or ExecutionConfig()
+    storage = storage or StorageConfig()
+    for arg in ("wait", "allow_nonempty"):
+        if getattr(storage, arg):
+            raise ConfigError("does not apply to an estimate, which writes nothing", argument=arg)
+    rp = plan_run(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides, nearby=nearby,
+                  execution=execution, storage=StorageConfig(cache_dir=storage.cache_dir, recompute=storage.recompute,
+                                                             write=False))
+    _, _, est = planned_cost(rp, execution)
+    return {**est, "config_hash": rp.config()["config_hash"], "scale": scale,
+            **({"shard": str(execution.shard)} if execution.shard is not None else {})}
+
+
+def recorded_units(config: Mapping[str, Any]) -> tuple[list[tuple[Unit, float]], int]:
+    """The units of a finished run, planned again from its ``config.json`` content
+    (configs, scale, seed, data, overrides; nearby settings included), each with the
+    CPU-seconds computing it cost (its ``timings``' ``compute_cpu_seconds``), and the
+    run's tokens per window. A timing is matched to its unit by key, else by label; one
+    without a match or a recorded cost is left out."""
+    cfgs = rename_legacy(list(config["configs"]))
+    scale, seed, data = config["scale"], int(config["seed"]), dict(config["data"])
+    units: dict[str, Unit] = {}
+    for cfg in cfgs:
+        own = expand_units(cfg, scale, seed, data=data, overrides=dict(config.get("overrides") or {}))
+        for u in own + axis_units(cfg, own, scale):
+            units.setdefault(u.hash, u)
+    planned = list(units.values())
+    planned += plan_units(nearby_plan(cfgs, planned))
+    labels = unit_labels(planned)
+    by_key = {u.hash[:12]: u for u in planned}  # a timing names its unit by the key's first 12 digits
+    by_label = {labels[u.hash]: u for u in planned}
+    out = []
+    for t in config["timings"]:
+        u = by_key.get(str(t.get("hash", ""))[:12]) or by_label.get(t.get("unit"))
+        if u is not None and t.get("compute_cpu_seconds") is not None:
+            out.append((u, float(t["compute_cpu_seconds"])))
+    return out, int(data.get("n_tokens") or DEFAULT_N_TOKENS)
 
 
 def _compute_and_decide(rp: RunPlan, bar: UnitProgress, cached: set[str]

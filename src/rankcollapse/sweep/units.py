@@ -237,10 +237,12 @@ class Shard:
     """Shard ``index`` of ``count`` (1-based) of a run's units: what one machine or
     session computes into a shared cache when a run is spread over several.
 
-    The partition depends on the unit keys only (never on the cache, the executor or
-    the machine), so every shard of a run, wherever it runs, agrees on it: the units,
-    sorted by cost class (:func:`~.progress.cost_class`: kind and model) and then by key,
-    are dealt round-robin, so each shard gets its share of every class of unit.
+    The partition depends on the unit keys and their estimated costs only (never on the
+    cache, the executor or the machine), so every shard of a run, wherever it runs,
+    agrees on it: the units, most expensive first (then by cost class,
+    :func:`~.progress.cost_class`: kind and model, and key), each go to the shard with the
+    least estimated cost so far (the lowest index on a tie). With equal costs this deals
+    them round-robin, so each shard gets its share of every class of unit.
 
     >>> Shard.parse("2/3")
     Shard(index=2, count=3)
@@ -275,12 +277,19 @@ class Shard:
             raise ConfigError(f"must be I/K (shard I of K, e.g. 1/4), got {str(spec)[:40]!r}", argument="shard")
         return cls(int(parts[0]), int(parts[1]))
 
-    def select(self, units: list[Unit]) -> list[Unit]:
+    def select(self, units: list[Unit], cost: Callable[[Unit], float] | None = None) -> list[Unit]:
         """The units of this shard, in the order of ``units`` (a unit listed twice
-        counts once)."""
+        counts once); ``cost``: a unit's estimated cost (default 1 for every unit)."""
         from .progress import cost_class
 
         distinct = list({u.hash: u for u in units}.values())
-        ranked = sorted(distinct, key=lambda u: (cost_class(u), u.hash))
-        mine = {u.hash for u in ranked[self.index - 1::self.count]}
+        price = {u.hash: float(cost(u)) if cost is not None else 1.0 for u in distinct}
+        ranked = sorted(distinct, key=lambda u: (-price[u.hash], cost_class(u), u.hash))
+        loads = [0.0] * self.count
+        mine = set()
+        for u in ranked:
+            k = loads.index(min(loads))
+            loads[k] += price[u.hash]
+            if k == self.index - 1:
+                mine.add(u.hash)
         return [u for u in distinct if u.hash in mine]
