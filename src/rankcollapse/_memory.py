@@ -79,8 +79,9 @@ def check_memory(estimate: float, what: str, max_memory: int | str | None = None
 #: ``(B, N, d)`` arrays in the compute dtype that a pure self-attention layer (one head:
 #: ``X <- A X W_V``) holds at its peak besides ``X(0)``: the layer's input ``X(t-1)`` (the
 #: keys), the fused projection ``[X W_Q W_K^T | X W_V]`` (two) and the output ``X(t)``.
-#: The metrics after the layer add none: μ's centred tokens reuse the projection's buffer,
-#: the row-norm metrics read X itself (``metrics.registry.UNSCALED_METRICS``). Measured with
+#: The metrics after the layer add none: μ's centred tokens and then the unit rows of the
+#: cosine metrics reuse one kept buffer, and the row-norm and cosine metrics read X itself
+#: (``metrics.registry.UNSCALED_METRICS``). Measured with
 #: ``ru_maxrss`` (tests/dynamics/test_dynamics_depth_memory.py): 4.2-4.5 on the windowed
 #: kernel in float32 and float64, the rest being the plan's index vectors and the chunks.
 LAYER_TOKEN_COPIES = 4

@@ -120,6 +120,17 @@ def test_results_doc_paper_table_is_the_committed_paper_run():
     assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-paper") == results_markdown(claims).strip()
 
 
+@pytest.mark.parametrize("name, ids", [("geometry", ["G1", "G2", "G3", "G4", "G5"]), ("laws", ["L1", "L2", "L3", "L4", "L5"]),
+                                       ("power", ["P1", "P2", "P3"]), ("energy", ["E1", "E2"])])
+def test_results_doc_paper_scale_tables_are_the_committed_paper_runs(name, ids):
+    run = ROOT / "docs" / "results" / f"{name}-paper"
+    claims = json.loads((run / "claims.json").read_text())
+    config = json.loads((run / "config.json").read_text())
+    assert config["scale"] == "paper" and config["experiments"] == [name] and config["seed"] == 0
+    assert [c["id"] for c in claims] == ids
+    assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), f"claims-{name}-paper") == results_markdown(claims).strip()
+
+
 def test_committed_quick_run_is_todays_run(monkeypatch):
     """Every committed quick-scale run holds the unit keys today's configs plan, hashed with
     the library versions that run recorded (so the check holds on any interpreter's numeric
