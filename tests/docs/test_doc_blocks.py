@@ -132,7 +132,7 @@ def _run(command: str, cwd: Path) -> None:
         target = None
         if ">" in words:
             k = words.index(">")
-            target, words = words[k + 1], words[:k]
+            target, words = words[k + 1], words[:k] + words[k + 2:]  # as the shell: words after the file stay
         if words[0] == "echo":
             (cwd / target).write_text(" ".join(words[1:]) + "\n")
             continue
