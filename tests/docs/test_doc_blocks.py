@@ -31,7 +31,7 @@ SETUP = r"^(make|pip|python3 -m venv)\b"
 ILLUSTRATIVE = {
     SETUP: "set-up commands (CI runs its own set-up)",
     r"HF_HUB_OFFLINE=0": "needs a reachable Hugging Face hub",
-    r"--scale paper": "paper scale takes hours",
+    r"--scale paper(?!.*--dry-run)": "paper scale takes hours (its --dry-run estimate runs)",
     r"--executor ray": "needs a Ray cluster",
     r"--model (gpt2|t5-small|albert)": "hub checkpoints not installed here",
     r"\[--": "synopsis with optional arguments in brackets",
