@@ -10,7 +10,8 @@ import pytest
 from rankcollapse.errors import ConfigError
 from rankcollapse.experiments import claims as C
 from rankcollapse.experiments.config import EXPERIMENTS, load_config
-from rankcollapse.experiments.quantities import AmbiguousSelection, EvalContext, floor_of
+from rankcollapse.experiments.quantities import EvalContext, floor_of
+from rankcollapse.experiments.selection import AmbiguousSelection
 from rankcollapse.experiments.table import COLUMNS, normalise, rows_from_metrics
 from rankcollapse.metrics.floor import relative_floor
 

@@ -103,7 +103,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 from .config import window_spec
-from .quantities import AmbiguousSelection, EvalContext, MissingData, Value, combine_bounds, evaluate  # noqa: F401
+from .quantities import EvalContext, MissingData, Value, combine_bounds, evaluate  # noqa: F401
 
 UNDECIDABLE = "undecidable at this depth"
 NOT_WHERE_DECIDABLE = "not reproduced where decidable"

@@ -30,7 +30,7 @@ import pandas as pd
 from .._figure import colour, new_figure
 from .._validate import Spec
 from ..errors import ConfigError
-from .quantities import select_rows
+from .selection import select_rows
 from .table import CONDITION_COLUMNS, applies, condition_of
 
 METRIC_LABELS = {
