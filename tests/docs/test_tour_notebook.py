@@ -33,6 +33,9 @@ def test_tour_runs(tmp_path, monkeypatch):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) >= 4  # masks, simulate, res.plot, probe
+    assert len(images) >= 5  # masks, simulate, res.plot, probe, influence
+    text = "\n".join(o.get("data", {}).get("text/plain", "") + o.get("text", "") for o in outputs)
+    for shown in ("effective_radius", "first_token_mass", "sink_mass", "sink_contribution", "max_norm_ratio"):
+        assert shown in text  # schedules, influence, sinks and massive tokens
     verdicts = nb.cells[-1].outputs[0]["data"]["text/plain"]
     assert "C" in verdicts and any(v in verdicts for v in ("reproduced", "mixed", "not run"))
