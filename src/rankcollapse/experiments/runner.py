@@ -696,9 +696,9 @@ def write_outputs(result: RunResult) -> None:
         write_text_atomic(stage / "report.md", report.render_markdown(result, figures))
 
 
-def recheck(out: str | Path) -> list[tuple[str, str, str]]:
-    """Recompute every verdict of a finished run from its stored ``table.parquet`` and
-    the rules stored in its ``config.json``: ``[(id, stored, recomputed)]``.
+def _read_run(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], pd.DataFrame, dict[str, Any]]:
+    """``(config, stored claims by id, table, rules)`` of the finished run in ``out``
+    (:func:`.audit.run_rules`: the run's rules with today's decision entries).
 
     Raises
     ------
@@ -710,7 +710,6 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
 
     from .audit import run_rules
 
-    out = Path(out)
     for name in ("config.json", "claims.json", "table.parquet"):
         if not (out / name).is_file():
             raise ConfigError(f"{str(out)!r} is not a finished run folder: no {name} in it")
@@ -725,16 +724,24 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
         raise ConfigError(f"{str(out / 'claims.json')!r} is not the claims.json of a run: expected a list of "
                           "objects with 'id' and 'verdict'")
     stored = {c["id"]: c for c in claims}
-    try:  # a table of an earlier version: columns renamed
+    try:
         table = normalise(pd.read_parquet(out / "table.parquet"))
     except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise ConfigError(f"{str(out / 'table.parquet')!r} is not a readable table of a run: "
                           f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
-    rules = run_rules(config)  # the run's rules with today's decision entries (factor, bands)
+    rules = run_rules(config)
     unknown = sorted(set(stored) - set(rules))
     if unknown:
         raise ConfigError(f"{str(out / 'claims.json')!r} names claims its config.json does not define: "
                           f"{', '.join(unknown[:5])}")
+    return config, stored, table, rules
+
+
+def recheck(out: str | Path) -> list[tuple[str, str, str]]:
+    """Recompute every verdict of a finished run from its stored ``table.parquet`` and
+    the rules stored in its ``config.json``: ``[(id, stored, recomputed)]``; a folder
+    that is not a finished run raises :class:`ConfigError` (:func:`_read_run`)."""
+    config, stored, table, rules = _read_run(Path(out))
     return [(cid, stored[cid]["verdict"],
              claims_mod.evaluate_claim(table, rules[cid], rules[cid].get("setting", "default"),
                                        depth=stored[cid].get("depth"),
@@ -747,24 +754,10 @@ def decide_again(out: str | Path) -> list[dict[str, Any]]:
     stored ``table.parquet`` and rules with today's decision layer (factor contrasts,
     threshold bands, labels, floors; :func:`.audit.run_rules`), through the path a run
     takes (:func:`evaluate_claims`); no unit is recomputed. The nearby settings' records
-    are kept as stored (their rows are not all in the table). A run that kept only
-    ``table.csv`` is refused: its rows have no per-window values, so every interval would
-    shrink to a point (:func:`.audit.audit_run` decides it again from its stored checks)."""
-    import json
-
-    from .audit import run_rules
-
-    out = Path(out)
-    for name in ("config.json", "claims.json", "table.parquet"):
-        if not (out / name).is_file():
-            raise ConfigError(f"{str(out)!r} is not a finished run folder: no {name} in it")
-    config = json.loads((out / "config.json").read_text())
-    stored = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
-    table = normalise(pd.read_parquet(out / "table.parquet"))
-    rules = run_rules(config)
-    cfgs = []
-    for cfg in claim_sources(rename_legacy(list(config["configs"]))):
-        cfgs.append({**cfg, "claims": [rules.get(c["id"], c) for c in cfg.get("claims", [])]})
+    are kept as stored (their rows are not all in the table). Refusals as :func:`recheck`."""
+    config, stored, table, rules = _read_run(Path(out))
+    cfgs = [{**cfg, "claims": [rules.get(c["id"], c) for c in cfg.get("claims", [])]}
+            for cfg in claim_sources(rename_legacy(list(config["configs"])))]
     names = [c["name"] for c in cfgs]
     cfgs = [{**c, "claims_from": [n for n in c.get("claims_from", []) if n not in names]} for c in cfgs]
     records = evaluate_claims(cfgs, table, config["scale"], config.get("overrides"),
