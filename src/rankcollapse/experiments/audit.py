@@ -117,9 +117,8 @@ def run_rules(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     claim amended since (:func:`with_decision_entries`)."""
     from .axis import claims_with_axes
     from .config import load_config
-    from .table import rename_legacy
 
-    cfgs = rename_legacy(list(config["configs"]))
+    cfgs = list(config["configs"])
     cfgs += [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]
     today = _todays_claims()
     rules: dict[str, dict[str, Any]] = {}

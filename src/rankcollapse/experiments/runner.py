@@ -40,7 +40,7 @@ from .config import (OVERRIDE_KEYS, claim_depth, claim_sources, effective_overri
 from .config import unit_matches as _unit_matches
 from . import report
 from .result import RunResult
-from .table import normalise, rename_legacy
+from .table import normalise
 
 log = logging.getLogger(__name__)
 #: Metrics recorded by nearby-setting runs: the ones the claim rules read.
@@ -567,7 +567,7 @@ def recorded_units(config: Mapping[str, Any]) -> tuple[list[tuple[Unit, float]],
     CPU-seconds computing it cost (its ``timings``' ``compute_cpu_seconds``), and the
     run's tokens per window. A timing is matched to its unit by key, else by label; one
     without a match or a recorded cost is left out."""
-    cfgs = rename_legacy(list(config["configs"]))
+    cfgs = list(config["configs"])
     scale, seed, data = config["scale"], int(config["seed"]), dict(config["data"])
     units: dict[str, Unit] = {}
     for cfg in cfgs:
@@ -757,7 +757,7 @@ def decide_again(out: str | Path) -> list[dict[str, Any]]:
     are kept as stored (their rows are not all in the table). Refusals as :func:`recheck`."""
     config, stored, table, rules = _read_run(Path(out))
     cfgs = [{**cfg, "claims": [rules.get(c["id"], c) for c in cfg.get("claims", [])]}
-            for cfg in claim_sources(rename_legacy(list(config["configs"])))]
+            for cfg in claim_sources(list(config["configs"]))]
     names = [c["name"] for c in cfgs]
     cfgs = [{**c, "claims_from": [n for n in c.get("claims_from", []) if n not in names]} for c in cfgs]
     records = evaluate_claims(cfgs, table, config["scale"], config.get("overrides"),
