@@ -698,37 +698,17 @@ def write_outputs(result: RunResult) -> None:
 
 def _read_run(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], pd.DataFrame, dict[str, Any]]:
     """``(config, stored claims by id, table, rules)`` of the finished run in ``out``
-    (:func:`.audit.run_rules`: the run's rules with today's decision entries).
+    (:func:`.audit.read_run` with its table; :func:`.audit.run_rules`).
 
     Raises
     ------
     ConfigError
-        ``out`` is not a finished run folder (names the missing file), or its
-        ``config.json``, ``claims.json`` or ``table.parquet`` is not what a run writes.
+        As :func:`.audit.read_run`, or ``claims.json`` names a claim its config does not define.
     """
-    from .._io import read_user_json
+    from .audit import read_run, run_rules
 
-    from .audit import run_rules
-
-    for name in ("config.json", "claims.json", "table.parquet"):
-        if not (out / name).is_file():
-            raise ConfigError(f"{str(out)!r} is not a finished run folder: no {name} in it")
-    config = read_user_json(out / "config.json", "run config", ConfigError)
-    claims = read_user_json(out / "claims.json", "claims file", ConfigError)
-    if not (isinstance(config, dict) and isinstance(config.get("configs"), list) and "scale" in config
-            and all(isinstance(c, dict) for c in config["configs"])):
-        raise ConfigError(f"{str(out / 'config.json')!r} is not the config.json of a run: expected an object "
-                          "with 'configs' (a list of objects) and 'scale'")
-    if not (isinstance(claims, list) and all(isinstance(c, dict) and isinstance(c.get("id"), str) and "verdict" in c
-                                             for c in claims)):
-        raise ConfigError(f"{str(out / 'claims.json')!r} is not the claims.json of a run: expected a list of "
-                          "objects with 'id' and 'verdict'")
+    claims, config, table = read_run(out, need_table=True)
     stored = {c["id"]: c for c in claims}
-    try:
-        table = normalise(pd.read_parquet(out / "table.parquet"))
-    except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise ConfigError(f"{str(out / 'table.parquet')!r} is not a readable table of a run: "
-                          f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
     rules = run_rules(config)
     unknown = sorted(set(stored) - set(rules))
     if unknown:
