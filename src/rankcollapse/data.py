@@ -26,7 +26,7 @@ import logging
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -128,6 +128,19 @@ class Windows:
     def n_tokens(self) -> int:
         """Tokens per window N."""
         return int(self.input_ids.shape[1])
+
+    def batches(self, size: int) -> Iterator[tuple[range, "Windows"]]:
+        """``(rows, windows[rows])`` for consecutive runs of at most ``size`` windows."""
+        for start in range(0, self.n_samples, size):
+            rows = range(start, min(start + size, self.n_samples))
+            yield rows, Windows(*(t[rows.start : rows.stop] for t in
+                                  (self.input_ids, self.attention_mask, self.special_tokens_mask)))
+
+    def real(self, exclude_special: bool = False) -> torch.Tensor:
+        """Bool ``(B, N)``: the tokens metrics read (padding left out; special tokens too
+        with ``exclude_special``)."""
+        real = self.attention_mask.bool()
+        return real & ~self.special_tokens_mask.bool() if exclude_special else real
 
 
     def save(self, path: str | Path) -> None:

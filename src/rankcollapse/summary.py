@@ -34,6 +34,12 @@ STAT_COLUMNS = ("mean", "std") + QUANTILE_COLUMNS + ("n_samples",)
 SUMMARY_COLUMNS = ("layer", "point", "metric") + STAT_COLUMNS
 
 
+def exact_stats(value: float, n_samples: int = 1) -> dict[str, Any]:
+    """The statistic columns of an exact value (no spread): every quantile the value."""
+    v = float(value)
+    return {"mean": v, "std": 0.0, **dict.fromkeys(QUANTILE_COLUMNS, v), "n_samples": n_samples}
+
+
 def as_float64(values: Any) -> np.ndarray:
     """``values`` (a torch tensor on any device, an array, a list) as a float64 numpy array."""
     if hasattr(values, "detach"):  # a torch tensor; torch itself is not imported here

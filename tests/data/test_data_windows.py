@@ -145,3 +145,17 @@ def test_a_json_file_is_refused_not_read_as_lines(tmp_path):
     jl = tmp_path / "docs.jsonl"
     jl.write_text("\n".join(json.dumps({"text": t}) for t in ("one document", "another")), encoding="utf-8")
     assert data.read_text_file(jl) == ["one document", "another"]
+
+
+def test_batches_cover_the_windows_in_order_and_real_leaves_out_padding_and_specials():
+    ids = torch.arange(15).reshape(5, 3)
+    am = torch.tensor([[1, 1, 1]] * 4 + [[0, 1, 1]])
+    special = torch.zeros(5, 3, dtype=torch.bool)
+    special[:, 1] = True
+    w = data.Windows(ids, am, special)
+    got = list(w.batches(2))
+    assert [r for r, _ in got] == [range(0, 2), range(2, 4), range(4, 5)]
+    assert torch.equal(torch.cat([b.input_ids for _, b in got]), ids)
+    assert all(torch.equal(b.attention_mask, am[r.start:r.stop]) for r, b in got)
+    assert w.real().tolist()[4] == [False, True, True]
+    assert w.real(exclude_special=True).tolist()[4] == [False, False, True]

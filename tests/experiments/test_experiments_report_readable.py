@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rankcollapse.experiments import digest, plots
-from rankcollapse.experiments.table import normalise, rename_legacy, rows_from_metrics
+from rankcollapse.experiments.table import normalise, rows_from_metrics
 from rankcollapse.metrics import compute_metrics
 
 MASKS = ("complete", "causal", "sliding_window:w=9", "causal_sliding_window:w=9")
@@ -55,15 +55,6 @@ def test_caption_leaves_out_fields_that_do_not_apply():
                                     "variant": "full", "value": "pretrained", "model": "minilm"}))
     text = plots.drawn_text(probe, {"metric": "mu_relative", "lines": "model", "select": {"source": "probe"}})
     assert text == "source=probe, model=minilm, variant=full, value=pretrained"
-
-
-def test_old_tables_and_rules_say_radius_and_are_renamed_on_load():
-    old = _sim("complete", "sphere", "sphere", 19.6).rename(columns={"sphere_radius": "radius"})
-    new = normalise(old)
-    assert "radius" not in new and new["sphere_radius"].unique().tolist() == [19.6]
-    rules = [{"claims": [{"rule": {"checks": [{"lhs": {"select": {"radius": 1.0, "variant": "pure"}}}]}}]}]
-    assert rename_legacy(rules)[0]["claims"][0]["rule"]["checks"][0]["lhs"]["select"] == {"sphere_radius": 1.0,
-                                                                                          "variant": "pure"}
 
 
 def test_summary_is_a_mask_by_condition_grid_with_shared_fields_once(main_like):

@@ -80,8 +80,8 @@ CASES = [
      {"n_samples": 2, "depth": 2, "d_qk": 1.0, "qk_scale": 1.0, "seed": 0}, "N"),
     ("make_inputs", lambda: _fn("rankcollapse.theory.sphere:make_inputs"), lambda t: ("sphere", 2), lambda: (3, torch.Generator().manual_seed(5)), {},
      "N"),
-    ("attention_allowed", lambda: _fn("rankcollapse.models.probe:attention_allowed"),
-     lambda t: (None, "schedule:causal,complete", "layer.1.attention"), (), {}, "n"),
+    ("allowed_keys", lambda: _fn("rankcollapse.models.probe:allowed_keys"),
+     lambda t: ("bert", None, "sliding_window:w=3", "layer.1.attention"), (), {}, "n"),
     ("window_for_budget", lambda: _fn("rankcollapse.experiments.schedules:window_for_budget"),
      lambda t: ("causal_sliding_window:w={w}",), (12.0,), {}, "n"),
 ]

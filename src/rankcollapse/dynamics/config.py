@@ -47,7 +47,6 @@ PLACEMENTS = ("none", "post_ln", "pre_ln", "peri", "mix", "lns", "ngpt")
 NORMED_PLACEMENTS = ("peri", "mix", "lns", "ngpt")
 DYT_ALPHA = 0.5  # Zhu et al. 2025, alpha_0 of non-LLM models
 ALPHA_NGPT = 0.05  # Loshchilov et al. 2024, alpha_init of the eigen learning rates
-ATTENTIONS = ("softmax", "uniform", "sink:b=B", "offbyone", "sigmoid[:bias=B]", "diff:lambda=L")
 
 
 @dataclass(frozen=True)

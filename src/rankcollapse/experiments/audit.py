@@ -117,9 +117,8 @@ def run_rules(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     claim amended since (:func:`with_decision_entries`)."""
     from .axis import claims_with_axes
     from .config import load_config
-    from .table import rename_legacy
 
-    cfgs = rename_legacy(list(config["configs"]))
+    cfgs = list(config["configs"])
     cfgs += [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]
     today = _todays_claims()
     rules: dict[str, dict[str, Any]] = {}
@@ -158,25 +157,42 @@ def with_decision_entries(claim: dict[str, Any], today: dict[str, Any] | None) -
     return out
 
 
-def read_run(folder: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any], pd.DataFrame | None]:
+def read_run(folder: str | Path, *, need_table: bool = False
+             ) -> tuple[list[dict[str, Any]], dict[str, Any], pd.DataFrame | None]:
     """A finished run's claims, config and table (None where the run kept no Parquet
-    table with per-window values).
+    table with per-window values), checked to be what a run writes.
 
     Raises
     ------
     ConfigError
-        ``folder`` is not a finished run folder.
+        ``folder`` is not a finished run folder (names the missing file: ``table.parquet``
+        with ``need_table``, else the ``COMPLETE`` marker), or its ``config.json``,
+        ``claims.json`` or ``table.parquet`` is not what a run writes.
     """
+    from .._io import read_user_json
     from .table import normalise
 
     folder = Path(folder)
-    for name in ("claims.json", "config.json", "COMPLETE"):
+    for name in ("config.json", "claims.json", "table.parquet" if need_table else "COMPLETE"):
         if not (folder / name).is_file():
             raise ConfigError(f"{str(folder)!r} is not a finished run folder: no {name} in it")
-    claims = json.loads((folder / "claims.json").read_text())
-    config = json.loads((folder / "config.json").read_text())
-    table = normalise(pd.read_parquet(folder / "table.parquet")) if (folder / "table.parquet").is_file() else None
-    return claims, config, table
+    config = read_user_json(folder / "config.json", "run config", ConfigError)
+    claims = read_user_json(folder / "claims.json", "claims file", ConfigError)
+    if not (isinstance(config, dict) and isinstance(config.get("configs"), list) and "scale" in config
+            and all(isinstance(c, dict) for c in config["configs"])):
+        raise ConfigError(f"{str(folder / 'config.json')!r} is not the config.json of a run: expected an object "
+                          "with 'configs' (a list of objects) and 'scale'")
+    if not (isinstance(claims, list) and all(isinstance(c, dict) and isinstance(c.get("id"), str) and "verdict" in c
+                                             for c in claims)):
+        raise ConfigError(f"{str(folder / 'claims.json')!r} is not the claims.json of a run: expected a list of "
+                          "objects with 'id' and 'verdict'")
+    if not (folder / "table.parquet").is_file():
+        return claims, config, None
+    try:
+        return claims, config, normalise(pd.read_parquet(folder / "table.parquet"))
+    except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(f"{str(folder / 'table.parquet')!r} is not a readable table of a run: "
+                          f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
 
 
 def audit_run(folder: str | Path) -> list[dict[str, Any]]:

@@ -111,7 +111,6 @@ THRESHOLD_SENSITIVE = "threshold-sensitive"
 FACTOR_OFF_PASSES = "factor-off also passes"
 VERDICTS = ("reproduced", "not reproduced", NOT_WHERE_DECIDABLE, "mixed", "mixed (depth-sensitive)", THRESHOLD_SENSITIVE,
             UNDECIDABLE, "not run")
-OUTCOMES = ("holds", "fails", "undecided", "undecidable", FACTOR_OFF_PASSES)
 _OPS = (">=", "<=", ">", "<", "within")
 
 

@@ -47,6 +47,7 @@ import pandas as pd
 
 from .._validate import Spec
 from ..errors import ConfigError
+from ..summary import exact_stats
 from ..sweep.units import register_unit_kind
 from .table import normalise
 from .units import _labels, _probe_condition, key_params
@@ -56,9 +57,7 @@ POSITION_PREFIX = "position."
 
 
 def _row(layer: int, metric: str, value: float, **extra: Any) -> dict[str, Any]:
-    v = float(value)
-    return {"layer": layer, "metric": metric, "mean": v, "std": 0.0, "q05": v, "q25": v, "q50": v, "q75": v, "q95": v,
-            "n_samples": 1, **extra}
+    return {"layer": layer, "metric": metric, **exact_stats(value), **extra}
 
 
 def _variant(alpha: float, n_tokens: int, decay: float) -> str:

@@ -134,9 +134,8 @@ def _counts(idx: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-#: What a floor makes of a quantity: ``upper`` (true value <= the number shown),
-#: ``lower`` (>=), ``undecidable`` (both sides of a comparison at their floors).
-BOUNDS = ("upper", "lower", "undecidable")
+#: What a floor makes of a quantity (``upper``: true value <= the number shown, ``lower``:
+#: >=, ``undecidable``: both sides of a comparison at their floors), mirrored.
 _FLIP = {"upper": "lower", "lower": "upper", "undecidable": "undecidable", None: None}
 
 

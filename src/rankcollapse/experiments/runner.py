@@ -40,7 +40,7 @@ from .config import (OVERRIDE_KEYS, claim_depth, claim_sources, effective_overri
 from .config import unit_matches as _unit_matches
 from . import report
 from .result import RunResult
-from .table import normalise, rename_legacy
+from .table import normalise
 
 log = logging.getLogger(__name__)
 #: Metrics recorded by nearby-setting runs: the ones the claim rules read.
@@ -567,7 +567,7 @@ def recorded_units(config: Mapping[str, Any]) -> tuple[list[tuple[Unit, float]],
     CPU-seconds computing it cost (its ``timings``' ``compute_cpu_seconds``), and the
     run's tokens per window. A timing is matched to its unit by key, else by label; one
     without a match or a recorded cost is left out."""
-    cfgs = rename_legacy(list(config["configs"]))
+    cfgs = list(config["configs"])
     scale, seed, data = config["scale"], int(config["seed"]), dict(config["data"])
     units: dict[str, Unit] = {}
     for cfg in cfgs:
@@ -696,45 +696,32 @@ def write_outputs(result: RunResult) -> None:
         write_text_atomic(stage / "report.md", report.render_markdown(result, figures))
 
 
-def recheck(out: str | Path) -> list[tuple[str, str, str]]:
-    """Recompute every verdict of a finished run from its stored ``table.parquet`` and
-    the rules stored in its ``config.json``: ``[(id, stored, recomputed)]``.
+def _read_run(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], pd.DataFrame, dict[str, Any]]:
+    """``(config, stored claims by id, table, rules)`` of the finished run in ``out``
+    (:func:`.audit.read_run` with its table; :func:`.audit.run_rules`).
 
     Raises
     ------
     ConfigError
-        ``out`` is not a finished run folder (names the missing file), or its
-        ``config.json``, ``claims.json`` or ``table.parquet`` is not what a run writes.
+        As :func:`.audit.read_run`, or ``claims.json`` names a claim its config does not define.
     """
-    from .._io import read_user_json
+    from .audit import read_run, run_rules
 
-    from .audit import run_rules
-
-    out = Path(out)
-    for name in ("config.json", "claims.json", "table.parquet"):
-        if not (out / name).is_file():
-            raise ConfigError(f"{str(out)!r} is not a finished run folder: no {name} in it")
-    config = read_user_json(out / "config.json", "run config", ConfigError)
-    claims = read_user_json(out / "claims.json", "claims file", ConfigError)
-    if not (isinstance(config, dict) and isinstance(config.get("configs"), list) and "scale" in config
-            and all(isinstance(c, dict) for c in config["configs"])):
-        raise ConfigError(f"{str(out / 'config.json')!r} is not the config.json of a run: expected an object "
-                          "with 'configs' (a list of objects) and 'scale'")
-    if not (isinstance(claims, list) and all(isinstance(c, dict) and isinstance(c.get("id"), str) and "verdict" in c
-                                             for c in claims)):
-        raise ConfigError(f"{str(out / 'claims.json')!r} is not the claims.json of a run: expected a list of "
-                          "objects with 'id' and 'verdict'")
+    claims, config, table = read_run(out, need_table=True)
     stored = {c["id"]: c for c in claims}
-    try:  # a table of an earlier version: columns renamed
-        table = normalise(pd.read_parquet(out / "table.parquet"))
-    except (OSError, ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise ConfigError(f"{str(out / 'table.parquet')!r} is not a readable table of a run: "
-                          f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
-    rules = run_rules(config)  # the run's rules with today's decision entries (factor, bands)
+    rules = run_rules(config)
     unknown = sorted(set(stored) - set(rules))
     if unknown:
         raise ConfigError(f"{str(out / 'claims.json')!r} names claims its config.json does not define: "
                           f"{', '.join(unknown[:5])}")
+    return config, stored, table, rules
+
+
+def recheck(out: str | Path) -> list[tuple[str, str, str]]:
+    """Recompute every verdict of a finished run from its stored ``table.parquet`` and
+    the rules stored in its ``config.json``: ``[(id, stored, recomputed)]``; a folder
+    that is not a finished run raises :class:`ConfigError` (:func:`_read_run`)."""
+    config, stored, table, rules = _read_run(Path(out))
     return [(cid, stored[cid]["verdict"],
              claims_mod.evaluate_claim(table, rules[cid], rules[cid].get("setting", "default"),
                                        depth=stored[cid].get("depth"),
@@ -747,24 +734,10 @@ def decide_again(out: str | Path) -> list[dict[str, Any]]:
     stored ``table.parquet`` and rules with today's decision layer (factor contrasts,
     threshold bands, labels, floors; :func:`.audit.run_rules`), through the path a run
     takes (:func:`evaluate_claims`); no unit is recomputed. The nearby settings' records
-    are kept as stored (their rows are not all in the table). A run that kept only
-    ``table.csv`` is refused: its rows have no per-window values, so every interval would
-    shrink to a point (:func:`.audit.audit_run` decides it again from its stored checks)."""
-    import json
-
-    from .audit import run_rules
-
-    out = Path(out)
-    for name in ("config.json", "claims.json", "table.parquet"):
-        if not (out / name).is_file():
-            raise ConfigError(f"{str(out)!r} is not a finished run folder: no {name} in it")
-    config = json.loads((out / "config.json").read_text())
-    stored = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
-    table = normalise(pd.read_parquet(out / "table.parquet"))
-    rules = run_rules(config)
-    cfgs = []
-    for cfg in claim_sources(rename_legacy(list(config["configs"]))):
-        cfgs.append({**cfg, "claims": [rules.get(c["id"], c) for c in cfg.get("claims", [])]})
+    are kept as stored (their rows are not all in the table). Refusals as :func:`recheck`."""
+    config, stored, table, rules = _read_run(Path(out))
+    cfgs = [{**cfg, "claims": [rules.get(c["id"], c) for c in cfg.get("claims", [])]}
+            for cfg in claim_sources(list(config["configs"]))]
     names = [c["name"] for c in cfgs]
     cfgs = [{**c, "claims_from": [n for n in c.get("claims_from", []) if n not in names]} for c in cfgs]
     records = evaluate_claims(cfgs, table, config["scale"], config.get("overrides"),

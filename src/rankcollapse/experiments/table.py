@@ -16,8 +16,7 @@ mask spec, variant, norm, sphere radius, value family, init scale, d_qk, model, 
 source, setting); rows of one condition differ only by seed, layer/point and metric.
 
 Names. ``sphere_radius`` is the radius R of the sphere SA-LN rows live on (``radius``
-alone is the mask graph's radius in this project). Tables written before the rename
-call the column ``radius``; :func:`normalise` renames it on load (:data:`LEGACY_COLUMNS`).
+alone is the mask graph's radius in this project).
 """
 
 from __future__ import annotations
@@ -51,8 +50,6 @@ EXTRA_COLUMNS = {
 #: Columns that together identify one condition (see module docstring).
 CONDITION_COLUMNS = ("source", "model", "mask_spec", "variant", "norm", "sphere_radius", "value", "init_scale", "d_qk",
                      "depth", "setting")
-#: Column names of tables written by earlier versions -> today's names (renamed on load).
-LEGACY_COLUMNS = {"radius": "sphere_radius"}
 COLUMNS = KEY_COLUMNS + tuple(EXTRA_COLUMNS) + STAT_COLUMNS + ("values",)
 
 
@@ -76,7 +73,6 @@ def rows_from_metrics(
 def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Add constant ``labels`` and missing columns (neutral defaults); fix column order
     and dtypes so tables from different units concatenate cleanly."""
-    df = df.rename(columns={old: new for old, new in LEGACY_COLUMNS.items() if old in df and new not in df})
     for k, v in (labels or {}).items():
         df[k] = v
     for k in KEY_COLUMNS:
@@ -105,18 +101,6 @@ def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.D
     df["claims"] = df["claims"].fillna("").astype(str)
     extra = [c for c in df.columns if c not in COLUMNS]
     return df[list(COLUMNS) + extra].reset_index(drop=True)
-
-
-def rename_legacy(obj: Any) -> Any:
-    """``obj`` (a stored config or rule: nested dicts and lists) with every key of
-    :data:`LEGACY_COLUMNS` renamed, so the rules stored with an earlier run select the
-    columns :func:`normalise` gives its table."""
-    if isinstance(obj, dict):
-        return {(k if LEGACY_COLUMNS.get(k, k) in obj else LEGACY_COLUMNS.get(k, k)): rename_legacy(v)
-                for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [rename_legacy(v) for v in obj]
-    return obj
 
 
 def _as_values(v: Any) -> np.ndarray:

@@ -12,12 +12,12 @@ from typing import Any
 import pandas as pd
 
 from .._validate import Spec
+from ..summary import exact_stats
 from .table import rows_from_metrics
 
 
 def _scalar_rows(values: dict[str, float], mask: str = "", layer: int = 0, n: int = 1, **stats: Any) -> list[dict]:
-    return [{"layer": layer, "metric": k, "mean": float(v), "std": 0.0, "q05": float(v), "q25": float(v), "q50": float(v),
-             "q75": float(v), "q95": float(v), "n_samples": n, "mask": Spec.name_of(mask), "mask_spec": mask, **stats}
+    return [{"layer": layer, "metric": k, **exact_stats(v, n), "mask": Spec.name_of(mask), "mask_spec": mask, **stats}
             for k, v in values.items()]
 
 

@@ -18,7 +18,6 @@ layer's mask in order); self-loops make ``M_H ⊇ M_t`` for every ``t``.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -28,7 +27,6 @@ import scipy.sparse as sp
 
 from ..errors import MaskError, excerpt
 from . import interval_graph
-from .graph import MaskAnalysis, analyze
 from .mask import Mask
 from .spec import parse_mask, spec_files
 

@@ -104,9 +104,9 @@ def attention_only(
     allowed = dense_mask(native if mask is None else mask, n)
     X_all = embed(loaded, windows, batch_size=batch_size)
     values: dict[tuple[int, str, str], list[torch.Tensor]] = {}
-    for start in range(0, windows.n_samples, batch_size):
-        am = windows.attention_mask[start : start + batch_size].to(loaded.device)
-        X = X_all[start : start + batch_size].to(loaded.device)
+    for rows, w in windows.batches(batch_size):
+        am = w.attention_mask.to(loaded.device)
+        X = X_all[rows.start : rows.stop].to(loaded.device)
         mask4 = additive_mask(allowed, am, loaded.dtype)
         _record(values, 0, "embeddings", compute_metrics(X, list(names), padding_mask=am.bool(), dtype=torch.float64))
         with intervene(loaded, d_qk_scale=d_qk_scale, drop=drop):

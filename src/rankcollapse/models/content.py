@@ -68,8 +68,7 @@ def content_embeddings(loaded: LoadedModel, windows: Windows, *, batch_size: int
                          f"(an absolute position table added in the embedding layer); {loaded.name!r} is "
                          f"{loaded.family!r}")
     device = loaded.device
-    parts = [fn(windows.input_ids[s : s + batch_size].to(device)).cpu()
-             for s in range(0, windows.n_samples, batch_size)]
+    parts = [fn(w.input_ids.to(device)).cpu() for _, w in windows.batches(batch_size)]
     return torch.cat(parts, dim=0)
 
 

@@ -223,33 +223,23 @@ def _albert(model: nn.Module) -> list[Stack]:
     return [Stack("", blocks, None, "post_ln")]
 
 
+def _pre_ln_block(b: nn.Module, attn: nn.Module, ln_1: nn.Module, ln_2: nn.Module | None, mlp: nn.Module,
+                  out_proj: nn.Module, parallel: bool = False) -> BlockParts:
+    """``X + SA(ln_1 X)``, then ``+ MLP(ln_2 X)``; ``parallel``: the MLP shares the
+    attention sublayer's residual (``ln_2`` None: one norm feeds both)."""
+    return BlockParts(block=b, self_attn=attn, attn=Sublayer(Tap(attn, "output", 0), Tap(ln_1, "input")),
+                      mlp=Sublayer(Tap(mlp, "output"), None if parallel else Tap(ln_2, "input")),
+                      norms=(ln_1,) if ln_2 is None else (ln_1, ln_2), out_proj=out_proj)
+
+
 def _gpt2(model: nn.Module) -> list[Stack]:
-    blocks = tuple(
-        BlockParts(
-            block=b,
-            self_attn=b.attn,
-            attn=Sublayer(Tap(b.attn, "output", 0), Tap(b.ln_1, "input")),
-            mlp=Sublayer(Tap(b.mlp, "output"), Tap(b.ln_2, "input")),
-            norms=(b.ln_1, b.ln_2),
-            out_proj=b.attn.c_proj,
-        )
-        for b in model.h
-    )
+    blocks = tuple(_pre_ln_block(b, b.attn, b.ln_1, b.ln_2, b.mlp, b.attn.c_proj) for b in model.h)
     return [Stack("", blocks, model.ln_f, "pre_ln")]
 
 
 def _llama(model: nn.Module) -> list[Stack]:
-    blocks = tuple(
-        BlockParts(
-            block=b,
-            self_attn=b.self_attn,
-            attn=Sublayer(Tap(b.self_attn, "output", 0), Tap(b.input_layernorm, "input")),
-            mlp=Sublayer(Tap(b.mlp, "output"), Tap(b.post_attention_layernorm, "input")),
-            norms=(b.input_layernorm, b.post_attention_layernorm),
-            out_proj=b.self_attn.o_proj,
-        )
-        for b in model.layers
-    )
+    blocks = tuple(_pre_ln_block(b, b.self_attn, b.input_layernorm, b.post_attention_layernorm, b.mlp,
+                                 b.self_attn.o_proj) for b in model.layers)
     return [Stack("", blocks, model.norm, "pre_ln")]
 
 
@@ -306,15 +296,8 @@ def _find(block: nn.Module, paths: tuple[str, ...]) -> nn.Module | None:
 
 
 def _gpt_neox_block(b: nn.Module, config: object) -> BlockParts:
-    parallel = getattr(config, "use_parallel_residual", True)
-    return BlockParts(
-        block=b,
-        self_attn=b.attention,
-        attn=Sublayer(Tap(b.attention, "output", 0), Tap(b.input_layernorm, "input")),
-        mlp=Sublayer(Tap(b.mlp, "output"), None if parallel else Tap(b.post_attention_layernorm, "input")),
-        norms=(b.input_layernorm, b.post_attention_layernorm),
-        out_proj=b.attention.dense,
-    )
+    return _pre_ln_block(b, b.attention, b.input_layernorm, b.post_attention_layernorm, b.mlp, b.attention.dense,
+                         parallel=getattr(config, "use_parallel_residual", True))
 
 
 def _opt_block(b: nn.Module, config: object) -> BlockParts:
@@ -332,14 +315,7 @@ def _opt_block(b: nn.Module, config: object) -> BlockParts:
 
 
 def _phi_block(b: nn.Module, config: object) -> BlockParts:
-    return BlockParts(
-        block=b,
-        self_attn=b.self_attn,
-        attn=Sublayer(Tap(b.self_attn, "output", 0), Tap(b.input_layernorm, "input")),
-        mlp=Sublayer(Tap(b.mlp, "output"), None),
-        norms=(b.input_layernorm,),
-        out_proj=b.self_attn.dense,
-    )
+    return _pre_ln_block(b, b.self_attn, b.input_layernorm, None, b.mlp, b.self_attn.dense, parallel=True)
 
 
 def _distilbert_block(b: nn.Module, config: object) -> BlockParts:

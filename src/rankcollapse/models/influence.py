@@ -49,7 +49,6 @@ from .loading import as_loaded
 from .probe import check_positions, check_token_ids, model_inputs
 from .recorder import Recorder
 
-PROFILES = ("predicted", "gradient", "rollout", "rollout_half")
 #: Columns of the per-layer table.
 COLUMNS = ("layer", "alpha", "rho_gradient", "rho_rollout", "rho_rollout_half", "rho_rollout_gradient",
            "first_token_gradient", "first_token_predicted", "n_samples")

@@ -387,11 +387,8 @@ def intervene(
 
 
 def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask: Any, attention_mask: Any) -> list[Any]:
-    if attention_mask is None:
-        raise ConfigError("a replacement mask needs the batch's attention_mask (B, N) for padding")
-    padding = attention_mask.to(loaded.device)
-    if stack.prefix == "decoder.":
-        padding = torch.cat([torch.ones_like(padding[:, :1]), padding[:, :-1]], dim=1)
+    padding = _padding(loaded, stack, attention_mask, "a replacement mask needs the batch's attention_mask (B, N) "
+                       "for padding")
     arg = stack.blocks[0].mask_arg
     if isinstance(mask, MaskSchedule):
         return _install_schedule(loaded, stack, attn_modules, mask, padding, arg)
@@ -401,17 +398,22 @@ def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask
     return [m.register_forward_pre_hook(_mask_hook(m, arg, value), with_kwargs=True) for m in attn_modules]
 
 
+def _padding(loaded: Any, stack: Stack, attention_mask: Any, missing: str) -> torch.Tensor:
+    """The padding mask ``(B, N)`` of ``stack``'s queries and keys on the model's device
+    (T5's decoder: shifted right behind its start token); ``missing`` is refused without one."""
+    if attention_mask is None:
+        raise ConfigError(missing)
+    padding = attention_mask.to(loaded.device)
+    return torch.cat([torch.ones_like(padding[:, :1]), padding[:, :-1]], dim=1) if stack.prefix == "decoder." else padding
+
+
 def _install_clip(loaded: Any, stack: Stack, attention_mask: Any, handles: list[Any]) -> Any:
     """Install a :class:`~rankcollapse.models.massive.MassiveClip` on ``stack`` (its hook
     handles appended to ``handles``); returns it."""
     from .massive import MassiveClip
 
-    if attention_mask is None:
-        raise ConfigError("clip_massive needs the batch's attention_mask (B, N): only real tokens count")
-    padding = attention_mask.to(loaded.device)
-    if stack.prefix == "decoder.":
-        padding = torch.cat([torch.ones_like(padding[:, :1]), padding[:, :-1]], dim=1)
-    clip = MassiveClip(stack, padding)
+    clip = MassiveClip(stack, _padding(loaded, stack, attention_mask, "clip_massive needs the batch's attention_mask "
+                                       "(B, N): only real tokens count"))
     handles.extend(clip.install(loaded.model))
     return clip
 

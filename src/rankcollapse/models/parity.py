@@ -78,10 +78,9 @@ def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFram
     wanted = [p for names in labels.values() for p in names if p is not None]
     worst: dict[str, list[float]] = {p: [0.0, 0.0] for p in wanted}  # point -> [max |Δ|, max |x|]
     dtype = next(loaded.model.parameters()).dtype
-    for start in range(0, windows.n_samples, batch_size):
-        ids = windows.input_ids[start : start + batch_size]
-        am = windows.attention_mask[start : start + batch_size]
-        inputs = model_inputs(loaded, ids, am)
+    for _, w in windows.batches(batch_size):
+        am = w.attention_mask
+        inputs = model_inputs(loaded, w.input_ids, am)
         if library is not None:
             recorded = library.record(inputs)
         else:

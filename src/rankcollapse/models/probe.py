@@ -177,18 +177,22 @@ def record_points(loaded: LoadedModel, windows: Windows, points: Sequence[str], 
         An unknown point, or a ``module:PATH`` whose module did not run.
     """
     parts: dict[str, list[torch.Tensor]] = {p: [] for p in points}
-    for start in range(0, windows.n_samples, batch_size):
-        ids = windows.input_ids[start : start + batch_size]
-        am = windows.attention_mask[start : start + batch_size]
-        with intervene(loaded, attention_mask=am, windows=range(start, start + int(ids.shape[0])), **interventions):
+    for rows, w in windows.batches(batch_size):
+        with intervene(loaded, attention_mask=w.attention_mask, windows=rows, **interventions):
             with Recorder(loaded, points, stop=True) as rec:
-                loaded.model(**model_inputs(loaded, ids, am))
+                loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
+        _check_ran(points, rec)
         for p in points:
-            if p not in rec.outputs:
-                raise ModelError(f"{p}: the module was not called in the forward pass (a container such as a "
-                                 "ModuleList, or an unused branch); record a module that runs")
             parts[p].append(rec.outputs[p].cpu())
     return {p: torch.cat(chunks, dim=0) for p, chunks in parts.items()}
+
+
+def _check_ran(points: Sequence[str], rec: Recorder) -> None:
+    """Refuse a point whose module did not run in the forward pass (:class:`ModelError`)."""
+    silent = [p for p in points if p not in rec.outputs]
+    if silent:
+        raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
+                         "ModuleList, or an unused branch); record a module that runs")
 
 
 def default_points(loaded: Any, detail: str = "hidden_states") -> list[str]:
@@ -455,8 +459,8 @@ def probe(
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
     clip_records: list[dict[str, Any]] | None = [] if net.clip_massive else None
     with steps(-(-windows.n_samples // batch_size), "probe: batches", progress) as bar:
-        for start in range(0, windows.n_samples, batch_size):
-            _probe_batch(loaded, windows, start, batch_size, settings, point_list, names, exclude_special, values,
+        for rows, w in windows.batches(batch_size):
+            _probe_batch(loaded, w, rows, settings, point_list, names, exclude_special, values,
                          attn_names, sink_names, all_edits, clip_records, zeroed)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
@@ -554,13 +558,9 @@ def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[st
     check_token_ids(loaded, windows)
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
     with steps(-(-windows.n_samples // batch_size), "probe: batches", progress) as bar, torch.no_grad():
-        for start in range(0, windows.n_samples, batch_size):
-            ids = windows.input_ids[start : start + batch_size]
-            am = windows.attention_mask[start : start + batch_size]
-            real = am.bool()
-            if exclude_special:
-                real = real & ~windows.special_tokens_mask[start : start + batch_size]
-            add_point_metrics(library.record(model_inputs(loaded, ids, am)), tuple(ids.shape), real, names, values)
+        for _, w in windows.batches(batch_size):
+            add_point_metrics(library.record(model_inputs(loaded, w.input_ids, w.attention_mask)),
+                              tuple(w.input_ids.shape), w.real(exclude_special), names, values)
             bar.advance()
     df = _summarise(values, [(p, names) for p in library.points], [], per_window, library.points)
     df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), library=library.library,
@@ -588,30 +588,24 @@ def _with_ablation(loaded: LoadedModel, windows: Windows, edits: Mapping[str, Ed
     return out
 
 
-def _probe_batch(loaded: LoadedModel, windows: Windows, start: int, batch_size: int, settings: dict[str, Any],
-                 point_list: list[str], names: Sequence[str], exclude_special: bool,
+def _probe_batch(loaded: LoadedModel, windows: Windows, rows: range, settings: dict[str, Any], point_list: list[str], names: Sequence[str], exclude_special: bool,
                  values: dict[tuple[str, str], list[torch.Tensor]], attn_names: tuple[str, ...] = (),
                  sinks: Sequence[str] = (), edits: Mapping[str, EditFn] | None = None,
                  clip_records: list[dict[str, Any]] | None = None,
                  zeroed: Mapping[str, Sequence[int]] | None = None) -> None:
-    """One forward pass over windows ``start : start + batch_size`` under ``settings``
+    """One forward pass over the batch ``windows`` (rows ``rows`` of the probed ones) under ``settings``
     (keywords of :func:`~rankcollapse.models.intervene`, the mask resolved by
     :func:`~rankcollapse.masks.schedule_or_mask`); appends each point's
     metrics ``(batch,)`` to ``values[(point, metric)]`` (with ``attn_names``, also those
     metrics of :data:`~rankcollapse.metrics.ATTENTION_METRICS` of every block's attention; with ``sinks``, those of :mod:`~rankcollapse.models.sinks`)."""
-    ids = windows.input_ids[start : start + batch_size]
-    am = windows.attention_mask[start : start + batch_size]
-    inputs = model_inputs(loaded, ids, am)
-    real = am.bool()
-    if exclude_special:
-        real = real & ~windows.special_tokens_mask[start : start + batch_size]
+    ids, am = windows.input_ids, windows.attention_mask
     stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
-    rec, vrec, clips = _record_batch(loaded, inputs, am, settings, point_list, bool(attn_names) or bool(sinks),
-                                     stack_list if set(sinks) & set(VALUE_METRICS) else [], edits,
-                                     range(start, start + int(ids.shape[0])))
+    rec, vrec, clips = _record_batch(loaded, model_inputs(loaded, ids, am), am, settings, point_list,
+                                     bool(attn_names) or bool(sinks),
+                                     stack_list if set(sinks) & set(VALUE_METRICS) else [], edits, rows)
     if clip_records is not None:
-        clip_records.extend(r for clip in clips for r in clip.records(start))
-    add_point_metrics(rec.outputs, tuple(ids.shape), real, names, values)
+        clip_records.extend(r for clip in clips for r in clip.records(rows.start))
+    add_point_metrics(rec.outputs, tuple(ids.shape), windows.real(exclude_special), names, values)
     if sinks:
         def padding_of(point: str) -> torch.Tensor:  # keys and queries: every real token
             return decoder_padding(am.bool()) if point.startswith("decoder.") else am.bool()
@@ -660,10 +654,7 @@ def _record_batch(loaded: LoadedModel, inputs: dict[str, torch.Tensor], am: torc
     with intervene(loaded, **settings, attention_mask=am, edits=edits, windows=window_rows) as clips:
         with Recorder(loaded, point_list, attentions=attentions) as rec, ValueRecorder(list(value_stacks)) as vrec:
             loaded.model(**inputs)
-    silent = [p for p in point_list if p.startswith(MODULE_PREFIX) and p not in rec.outputs]
-    if silent:
-        raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
-                         "ModuleList, or an unused branch); record a module that runs")
+    _check_ran([p for p in point_list if p.startswith(MODULE_PREFIX)], rec)
     return rec, vrec, clips
 
 
@@ -702,22 +693,12 @@ def _module_tokens(name: str, X: Any, shape: tuple[int, int]) -> torch.Tensor:
     return X
 
 
-def attention_allowed(loaded: Any, mask: Any, point: str, n_tokens: int) -> torch.Tensor:
-    """Bool ``(N, N)`` (``N = n_tokens``): the
-    keys each query of the attention at ``point``
-    (``{prefix}layer.k.attention``) may attend to before padding: the replacement
-    ``mask`` (a schedule's layer ``k``), else the model's own pattern (causal for
-    causal families and T5's decoder, complete otherwise); ``loaded`` is read only
-    without ``mask``."""
-    layers = schedule_or_mask(mask, n_tokens)
-    config = getattr(getattr(loaded, "model", None), "config", None)
-    return allowed_keys(getattr(loaded, "family", None), getattr(config, "model_type", None), layers, point, n_tokens)
-
-
 def allowed_keys(family_name: str, model_type: str | None, mask: Any, point: str, n_tokens: int) -> torch.Tensor:
-    """:func:`attention_allowed` of a family given by name and ``config.model_type`` (no
-    model needed; :func:`~rankcollapse.models.families.native_mask`), ``mask`` resolved
-    by :func:`~rankcollapse.masks.schedule_or_mask`."""
+    """Bool ``(N, N)`` (``N = n_tokens``): the keys each query of the attention at
+    ``point`` (``{prefix}layer.k.attention``) may attend to before padding: ``mask``
+    (resolved by :func:`~rankcollapse.masks.schedule_or_mask`; a schedule's layer ``k``),
+    else the family's own pattern (causal for causal families and T5's decoder, complete
+    otherwise; :func:`~rankcollapse.models.families.native_mask`, no model needed)."""
     from ..masks import dense_mask
 
     k = int(point.rsplit(".", 2)[-2])
@@ -765,11 +746,9 @@ def attention_maps(loaded: Any, windows: Windows, intervention: Intervention | N
                     clip_massive=net.clip_massive)
     all_edits = _with_ablation(loaded, windows, net.edits, net.ablate_heads, batch_size, settings)
     parts: dict[str, list[torch.Tensor]] = {}
-    for start in range(0, windows.n_samples, batch_size):
-        ids = windows.input_ids[start : start + batch_size]
-        am = windows.attention_mask[start : start + batch_size]
-        rec, _, _ = _record_batch(loaded, model_inputs(loaded, ids, am), am, settings, [], True, edits=all_edits,
-                                  window_rows=range(start, start + int(ids.shape[0])))
+    for rows, w in windows.batches(batch_size):
+        rec, _, _ = _record_batch(loaded, model_inputs(loaded, w.input_ids, w.attention_mask), w.attention_mask,
+                                  settings, [], True, edits=all_edits, window_rows=rows)
         for name, a in rec.attention_maps.items():
             parts.setdefault(name, []).append(a.float().cpu())
     return {name: torch.cat(chunks) for name, chunks in parts.items()}

@@ -86,19 +86,13 @@ def value_norm_ratio(V: torch.Tensor, n_heads: int, head_dim: int, padding_mask:
     the value projection's output ``V`` ``(B, N, n_kv * head_dim)``; query head h reads
     key/value head ``h // (n_heads / n_kv)`` (grouped-query attention). The median is
     numpy's, over the real tokens."""
-    B, N, width = V.shape
-    if width % head_dim or n_heads % (width // head_dim):
-        raise ModelError(f"value width {width} is not a whole number of key/value heads of {head_dim} "
-                         f"dividing {n_heads} heads")
-    n_kv = width // head_dim
-    norms = V.double().reshape(B, N, n_kv, head_dim).norm(dim=-1)  # (B, N, n_kv)
+    norms = head_values(V.double(), n_heads, head_dim).norm(dim=-1)  # (B, n_heads, N)
     pm = padding_mask.to(V.device).bool()
     f = first_real(pm)
-    out = torch.empty(B, n_kv, dtype=torch.float64, device=V.device)
-    for b in range(B):  # windows differ in real length only under padding
-        real = norms[b][pm[b]]
-        out[b] = norms[b, f[b]] / torch.quantile(real, 0.5, dim=0)
-    return out.repeat_interleave(n_heads // n_kv, dim=1)
+    out = torch.empty(V.shape[0], n_heads, dtype=torch.float64, device=V.device)
+    for b in range(V.shape[0]):  # windows differ in real length only under padding
+        out[b] = norms[b, :, f[b]] / torch.quantile(norms[b][:, pm[b]], 0.5, dim=1)
+    return out
 
 
 def head_values(V: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:

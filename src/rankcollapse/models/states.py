@@ -159,11 +159,9 @@ def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, b
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attentions else []
     parts: list[torch.Tensor] = []
     maps: list[torch.Tensor] = []
-    for start in range(0, windows.n_samples, batch_size):
-        ids = windows.input_ids[start : start + batch_size]
-        am = windows.attention_mask[start : start + batch_size]
-        rec, _, _ = _record_batch(loaded, model_inputs(loaded, ids, am), am, applied, point_list, attentions=attentions,
-                                  edits=all_edits, window_rows=range(start, start + int(ids.shape[0])))
+    for rows, w in windows.batches(batch_size):
+        rec, _, _ = _record_batch(loaded, model_inputs(loaded, w.input_ids, w.attention_mask), w.attention_mask,
+                                  applied, point_list, attentions=attentions, edits=all_edits, window_rows=rows)
         parts.append(torch.stack([rec.outputs[p].detach().cpu() for p in point_list], dim=1))  # (b, P, N, d)
         if attentions:  # (b, A, H, N, N)
             maps.append(torch.stack([rec.attention_maps[p].detach().float().cpu() for p in attn_points], dim=1))
