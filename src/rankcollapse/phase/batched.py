@@ -7,9 +7,9 @@ layer is one call of :func:`rankcollapse.dynamics.single_head.single_head_layer`
 dynamics' fast path for one head without MLP (it agrees with
 :func:`rankcollapse.dynamics.simulate` to round-off, cell by cell:
 ``tests/phase/test_phase_regime.py``). The layer loop runs the layers alone; their
-measures (μ, μ/‖X‖_F, mean cosine, row entropy, smallest weight, row-mass deficit) are
-taken on chunks of :data:`MEASURE_BYTES` of layers at once, sample by sample, so the
-numbers are those of one call per layer.
+measures (μ, μ/‖X‖_F, mean cosine, row entropy, smallest weight, row-mass deficit,
+first-token mass) are taken on chunks of :data:`MEASURE_BYTES` of layers at once, sample
+by sample, so the numbers are those of one call per layer.
 
 Cells with more than :data:`.grid.DENSE_MAX_TOKENS` tokens (the axis's former cap, so every
 cell that ran before runs as it did) go through
@@ -39,7 +39,8 @@ from ..metrics._context import evaluate
 from ..metrics.attention import row_entropy
 from ..metrics.registry import METRICS
 from .grid import DENSE_MAX_TOKENS, attention_backend  # noqa: F401  (DENSE_MAX_TOKENS: re-exported)
-from .cell import block_config, make_input, operator_columns, value_log_norm, weight_stack
+from .cell import (block_config, make_input, operator_columns, sink_columns, sink_mass, uniform_sink_mass,
+                   value_log_norm, weight_stack)
 from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
 
@@ -74,11 +75,13 @@ def _measure(Xs: list[torch.Tensor], As: list, allowed: torch.Tensor | None) -> 
     out = {k: v.reshape(T, -1) for k, v in evaluate(torch.stack(Xs).flatten(0, 1), LAYER_METRICS).items()}
     if allowed is None:
         out.update({k: torch.stack([st[k] for st in As]) for k in ("entropy", "epsilon", "row_mass_deficit")})
+        out["sink_mass"] = torch.full_like(out["epsilon"], float("nan"))
         return out
     A = torch.stack(As)  # (T, B, N, N)
     out["entropy"] = row_entropy(A.unsqueeze(2), allowed)  # one head: (T, B, 1, N, N) -> (T, B)
     out["epsilon"] = A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2))
     out["row_mass_deficit"] = 1.0 - A.sum(-1).mean(-1)  # 0 for softmax rows (to round-off)
+    out["sink_mass"] = sink_mass(A)
     return out
 
 
@@ -119,8 +122,10 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
         from ..dynamics.sparse import DEFAULT_BLOCK_SIZE
 
         plan = _plan(mask, DEFAULT_BLOCK_SIZE, torch.device("cpu"))
+        uniform = float("nan")
     else:
         allowed = mask.to_dense()
+        uniform = uniform_sink_mass(allowed)
     cfg = block_config(first)
     seed_range = range(seed, seed + seeds)
     X = torch.cat([make_input(first["input"], n_samples, N, d, s) for s in seed_range] * len(cells))
@@ -179,6 +184,7 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
         e = float(eps_min[i * per:(i + 1) * per].min())
         row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_measured=e)
         row.update(operator_columns(X, deficit / depth, diverged, slice(i * per, (i + 1) * per)))
+        row.update(sink_columns(per_layer["sink_mass"][-1], diverged, slice(i * per, (i + 1) * per), uniform))
         row.update(_envelope_columns(env, slice(i * per, (i + 1) * per)))
         row["value_log_norm"] = value_log_norm(cell, seed_range)
         row.update(theory_prediction(cell, info, e, row["value_log_norm"]))
