@@ -108,7 +108,7 @@ PARTS = {
     "  of which masked_softmax": ("attention.py", "masked_softmax"),
     "per-layer measures (_measure)": ("batched.py", "_measure"),
     "  of which row entropy": ("attention.py", "row_entropy"),
-    "metrics of the states (evaluate)": ("_context.py", "evaluate"),
+    "metrics of the states (measure_state)": ("runner.py", "measure_state"),
     "weights (_stack)": ("batched.py", "_stack"),
     "trajectory measures": ("regime.py", "trajectory_measures"),
     "labels (label_cell)": ("regime.py", "label_cell"),
