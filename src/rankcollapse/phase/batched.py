@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -140,6 +141,7 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     B = X.shape[0]
     X0 = X
     diverged = torch.zeros(B, dtype=torch.bool)
+    overflowed = False  # diverged.any(), kept on the host
     diverged_at = torch.full((B,), depth + 1)  # the layer whose output first overflowed
     eps_min = torch.ones(B, dtype=torch.float64)
     keep = {depth - max(1, depth // 10), depth}
@@ -161,10 +163,11 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
                 if t + 1 == depth:
                     sink = sink_mass(A)  # (B,)
             zero_rows.append(z)
-            if bool(diverged.any()) or not bool(torch.isfinite(X).all()):  # overflow: simulate() would raise
+            if overflowed or not math.isfinite(_peak(X)):  # overflow: simulate() would raise
                 bad = ~torch.isfinite(X).all(dim=(-1, -2))
                 diverged_at = torch.where(bad & ~diverged, t + 1, diverged_at)
                 diverged |= bad
+                overflowed = bool(diverged.any())
                 X = torch.where(diverged[:, None, None], X0, X)  # keep NaN/Inf out of the other metrics
             Xs.append(X)
             if t + 1 in keep:
