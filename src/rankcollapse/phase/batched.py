@@ -34,10 +34,10 @@ import torch
 from ..dynamics.layers import warn_zero_rows
 from ..dynamics.chunks import chunk_threads
 from ..dynamics.layer_weights import LayerWeights
+from ..dynamics.runner import _metric_fn, _peak
 from ..dynamics.single_head import single_head_layer, single_head_layer_blocked
 from ..masks import parse_mask
 from ..masks.graph import analyze
-from ..dynamics.runner import _metric_fn, _peak
 from ..metrics.attention import row_entropy
 from .grid import DENSE_MAX_TOKENS, attention_backend  # noqa: F401  (DENSE_MAX_TOKENS: re-exported)
 from .cell import (block_config, make_input, operator_columns, sink_columns, sink_mass, uniform_sink_mass,
@@ -77,10 +77,11 @@ def _state_measure():
 def _measure(metrics, Xs: list[torch.Tensor], As: list, allowed: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """Per-layer measures ``(T, B)`` of ``T`` layers: :data:`LAYER_METRICS` of their outputs
     ``Xs`` ``(B, N, d)`` each, in one call of ``metrics`` (:func:`_state_measure`), and
-    from their attention ``As`` the row entropy, the smallest allowed weight ``epsilon`` and the mean row-mass deficit
-    ``1 - sum_j A_ij``: dense ``(B, N, N)`` with the mask ``allowed``, or (``allowed`` None)
-    the windowed kernel's row statistics of each layer. Every value is computed sample by
-    sample as for one layer, so the numbers are those of one call per layer."""
+    from their attention ``As`` the row entropy, the smallest allowed weight ``epsilon``
+    and the mean row-mass deficit ``1 - sum_j A_ij``: dense ``(B, N, N)`` with the mask
+    ``allowed``, or (``allowed`` None) the windowed kernel's row statistics of each layer.
+    Every value is computed sample by sample as for one layer, so the numbers are those of
+    one call per layer."""
     T = len(Xs)
     out = {k: v.reshape(T, -1) for k, v in metrics(torch.stack(Xs).flatten(0, 1)).items()}
     if allowed is None:

@@ -229,8 +229,8 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
                                     dtype=torch.bool), slice(None)))
     else:
         row.update(row_mass_deficit=float("nan"), norm_spread=float("nan"), max_token_share=float("nan"))
-    kept = torch.zeros(sum(len(m) for m in sinks), dtype=torch.bool)  # the seeds that overflowed are left out above
-    row.update(sink_columns(torch.cat(sinks) if sinks else torch.zeros(0), kept, slice(None),
+    mass = torch.cat(sinks) if sinks else torch.zeros(0)  # the seeds that did not overflow
+    row.update(sink_columns(mass, torch.zeros(len(mass), dtype=torch.bool), slice(None),
                             uniform_sink_mass(mask.to_dense())))
     row["value_log_norm"] = value_log_norm(cell, range(seed, seed + seeds))
     row.update(theory_prediction(cell, info, eps_min, row["value_log_norm"]))
