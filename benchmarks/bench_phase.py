@@ -9,8 +9,8 @@ layernorm × ``mask`` complete, causal (18 cells; depth 64, N 32, d 16, 4 sample
   softmax, the norm, X W_V) with the per-layer quantities the cells are labelled from
   (μ, μ/‖X‖_F, mean pairwise cosine, row entropy, smallest allowed entry), and nothing else.
 - **profile** (``--profile``): shares of the project's CPU time by part of ``run_group``
-  (cProfile's cumulative times, which inflate Python-level overhead; a part marked ``of which``
-  is inside the part above it; the metrics are called by ``_measure`` and once on X(0)).
+  (``time.process_time`` around each call of the part; a part marked ``of which`` is inside
+  the part above it; the metrics are called by ``_measure`` and once on X(0)).
 - **command** (``--command``): the whole ``rankcollapse phase`` command in a fresh process
   (CPU-seconds of the child), and a fresh process that only imports what the command
   imports (start-up: torch, pandas, scipy.stats, matplotlib); the rest is the cells and
@@ -102,31 +102,56 @@ def anchor(parts: list[list[dict]]) -> None:
             _ = A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2))
 
 
-#: label -> (file, function) of the parts of run_group whose cumulative time --profile reports
+#: label -> (module, function) of the parts of run_group whose CPU time --profile reports (a part
+#: marked ``of which`` is inside the part above it)
 PARTS = {
-    "layers (single_head_layer)": ("single_head.py", "single_head_layer"),
-    "  of which masked_softmax": ("attention.py", "masked_softmax"),
-    "per-layer measures (_measure)": ("batched.py", "_measure"),
-    "  of which row entropy": ("attention.py", "row_entropy"),
-    "metrics of the states (evaluate)": ("_context.py", "evaluate"),
-    "weights (_stack)": ("batched.py", "_stack"),
-    "trajectory measures": ("regime.py", "trajectory_measures"),
-    "labels (label_cell)": ("regime.py", "label_cell"),
-    "operator columns": ("cell.py", "operator_columns"),
-    "envelope": ("predict.py", "_envelope"),
+    "layers (single_head_layer)": ("rankcollapse.phase.batched", "single_head_layer"),
+    "  of which masked_softmax": ("rankcollapse.dynamics.single_head", "masked_softmax"),
+    "per-layer measures (_measure)": ("rankcollapse.phase.batched", "_measure"),
+    "  of which row entropy": ("rankcollapse.phase.batched", "row_entropy"),
+    "  of which mu, mu/||X||_F, mean cosine": ("rankcollapse.phase.batched", "_state_measure"),
+    "weights (_stack)": ("rankcollapse.phase.batched", "_stack"),
+    "trajectory measures": ("rankcollapse.phase.batched", "trajectory_measures"),
+    "  of which tail rate": ("rankcollapse.phase.regime", "tail_rate"),
+    "labels (label_cell)": ("rankcollapse.phase.batched", "label_cell"),
+    "operator columns": ("rankcollapse.phase.batched", "operator_columns"),
+    "envelope": ("rankcollapse.phase.batched", "_envelope"),
 }
 
 
 def profile_shares(parts: list[list[dict]], repeats: int) -> dict[str, float]:
-    """Share of the project's CPU time spent in each of :data:`PARTS` (cProfile, cumulative)."""
-    import cProfile
-    import pstats
+    """Share of the project's CPU time spent in each of :data:`PARTS`, by ``time.process_time``
+    around each call (the functions are wrapped where ``run_group`` looks them up; the
+    metrics through the function :func:`~rankcollapse.phase.batched._state_measure` returns).
+    A profiler's per-call overhead would inflate the parts made of many small calls."""
+    import importlib
 
-    prof = cProfile.Profile(time.process_time)
-    prof.runcall(lambda: [project(parts) for _ in range(repeats)])
-    cum = {(path.rsplit("/", 1)[-1], name): v[3] for (path, _, name), v in pstats.Stats(prof).stats.items()}
-    total = cum[("bench_phase.py", "project")]
-    return {label: cum.get(key, 0.0) / total for label, key in PARTS.items()}
+    spent = dict.fromkeys(PARTS, 0.0)
+
+    def timed(label, fn):
+        def wrapper(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] += time.process_time() - start
+        return wrapper
+
+    saved = []
+    for label, (module, name) in PARTS.items():
+        mod = importlib.import_module(module)
+        fn = getattr(mod, name)
+        saved.append((mod, name, fn))
+        if name == "_state_measure":  # a factory: time the measure it returns
+            setattr(mod, name, lambda fn=fn, label=label: timed(label, fn()))
+        else:
+            setattr(mod, name, timed(label, fn))
+    try:
+        total = sum(_cpu(lambda: project(parts)) for _ in range(repeats))
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+    return {label: v / total for label, v in spent.items()}
 
 
 def _cpu(fn) -> float:
@@ -189,7 +214,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         for k, v in out.items():
             if k == "profile":
-                print("   share of the cells' CPU time (cProfile):")
+                print("   share of the cells' CPU time (timers around each part):")
                 for label, share in v.items():
                     print(f"{label:>38}: {share:.1%}")
             else:

@@ -116,3 +116,25 @@ def test_simulate_routes_attention_entropy_to_the_recorded_attention():
     allowed = parse_mask("causal", 6).to_dense().numpy()
     np.testing.assert_allclose(attention_entropy(A, mask="causal").numpy(),
                                _reference(A.reshape(2, -1, 6, 6).numpy(), allowed), rtol=1e-12)
+
+
+def test_row_entropy_adds_nothing_for_zero_subnormal_rounding_and_nan_entries():
+    """row_entropy (the computation without checks, phase's per-layer entropy): p log p
+    with p clamped at the smallest normal number, entries not > 0 (zeros, the NaN of an
+    overflowed run) adding nothing, written element by element; its input is left as it was."""
+    from rankcollapse.metrics.attention import row_entropy
+
+    tiny = torch.finfo(torch.float64).tiny
+    A = torch.tensor([[[[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1e-310, 0.25, 0.75 - 1e-310]]],
+                      [[[1.0, 0.0, 0.0], [math.nan, math.nan, 0.0], [0.2, 0.3, 0.5]]]], dtype=torch.float64)
+    allowed = torch.ones(3, 3, dtype=torch.bool).tril()
+    before = A.clone()
+    got = row_entropy(A, allowed)
+    plogp = torch.where(A > 0, A * torch.log(A.clamp_min(tiny)), torch.zeros((), dtype=A.dtype))
+    k = allowed.sum(-1).to(A.dtype)  # keys per row: 1, 2, 3
+    counted = (k >= 2).to(A.dtype)
+    expected = (-plogp.sum(-1) / torch.log(k.clamp_min(2)) * counted).sum(dim=(-1, -2)) / counted.sum()
+    assert torch.equal(got, expected)
+    assert torch.equal(A.nan_to_num(), before.nan_to_num()) and torch.isnan(A).sum() == 2
+    assert float(got[0]) == pytest.approx((math.log(2) / math.log(2) + (0.25 * math.log(4) + 0.75 * math.log(4 / 3))
+                                           / math.log(3)) / 2, rel=1e-14)

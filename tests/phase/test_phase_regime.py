@@ -111,6 +111,32 @@ def test_batched_rows_do_not_depend_on_the_layers_measured_at_once(monkeypatch):
     monkeypatch.setattr(batched, "MEASURE_BYTES", 1)  # one layer per chunk
     np.testing.assert_equal(run_group(cells, n_samples=3), rows)
 
+
+def test_layer_metrics_are_the_registrys_bit_for_bit():
+    """The per-layer metrics run_group takes on a chunk of layers (simulate's recorded
+    path, read off the tokens) equal the registry's (power-of-two-normalised copy) exactly:
+    tokens at scale 1, 2^±600 and 1e-300 (each sample its own), and a chunk with a zero
+    token (the registry's own path then)."""
+    from rankcollapse.metrics import compute_metrics
+    from rankcollapse.phase.batched import LAYER_METRICS, _state_measure
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(8, 32, 16, generator=g, dtype=torch.float64)
+    X[1] *= 2.0 ** 600
+    X[2] *= 2.0 ** -600
+    X[3] *= 1e-300
+    X[4] = X[4, :1]  # one token repeated: mu = 0 exactly
+    measure = _state_measure()
+    for Y in (X, X[:3]):  # a second chunk of another size through the same scratch buffer
+        got, ref = measure(Y), compute_metrics(Y, LAYER_METRICS)
+        for name in LAYER_METRICS:
+            assert torch.equal(got[name], ref[name]), name
+    X[5, 3] = 0.0
+    with pytest.warns(UserWarning):
+        got, ref = measure(X), compute_metrics(X, LAYER_METRICS)
+    for name in LAYER_METRICS:
+        assert torch.equal(got[name], ref[name]), name
+
 def _tr(**over):
     base = {"diverged": False, "mu_relative": 0.5, "norm_ratio": 1.0, "change": 1.0, "k": 3,
             "numerical_rank": 3.0, "stable_rank": 2.0, "rate": -0.1, "attention_entropy": 0.5, "entropy_last": 0.5}

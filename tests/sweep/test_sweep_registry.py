@@ -119,8 +119,8 @@ def test_experiment_configs_take_only_the_experiments_kinds():
      "ca38942b2957"),
     ("theory", {"check": "equilibria", "n_tokens": 16, "d_model": 8, "eq_n_tokens": 4, "eq_d_model": 4,
                 "rate_n_tokens": 128}, "c8785d9b7416"),
-    # phase_cell version 6: its parameters name the inputs per seed n_samples
-    ("phase_cell", {"cells": [{"qk_scale": 1.0, "depth": 4}], "n_samples": 2, "seeds": 1, "seed": 0}, "36ad93650f2b"),
+    # phase_cell version 7: its parameters name the inputs per seed n_samples; rows carry sink_mass
+    ("phase_cell", {"cells": [{"qk_scale": 1.0, "depth": 4}], "n_samples": 2, "seeds": 1, "seed": 0}, "696e2b262d4d"),
 ])
 def test_unit_keys_are_those_the_earlier_code_wrote(monkeypatch, kind, params, key):
     """Keys computed by the code before the sweep engine was one package (experiments'
@@ -129,7 +129,7 @@ def test_unit_keys_are_those_the_earlier_code_wrote(monkeypatch, kind, params, k
 
     monkeypatch.setattr(sweep_units, "code_fingerprint", lambda: _io.config_hash({"numerics": 2, "torch": "2.5.1"}))
     assert Unit(kind, params).hash == key
-    assert unit_kind(kind).version == {"theory": 4, "phase_cell": 6, "probe": 4}.get(kind, 3)
+    assert unit_kind(kind).version == {"theory": 4, "phase_cell": 7, "probe": 4}.get(kind, 3)
 
 
 def test_one_terminal_test_for_every_progress_display(monkeypatch, capsys):

@@ -308,8 +308,10 @@ def row_entropy(A: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     whose ``A`` comes from a masked softmax: ``A`` ``(..., H, N, N)``, ``allowed`` bool
     broadcastable to ``(..., N, N)``; returns ``(...)`` in A's dtype. Entries that are
     not ``> 0`` (zeros, and the NaN of an overflowed run, which phase flags as diverging
-    on its own) add nothing; a sample without a counted row gives NaN."""
-    plogp = torch.where(A > 0, A * torch.log(A.clamp_min(torch.finfo(A.dtype).tiny)), torch.zeros((), dtype=A.dtype))
+    on its own) add nothing; a sample without a counted row gives NaN. ``p log p`` is formed
+    in one buffer (in place: a measurement, no gradient), each large temporary costing its
+    page faults."""
+    plogp = A.clamp_min(torch.finfo(A.dtype).tiny).log_().mul_(A).masked_fill_(~(A > 0), 0.0)
     H = -plogp.sum(-1)  # (..., H, N)
     k = allowed.sum(-1).to(A.dtype).unsqueeze(-2)  # (..., 1, N)
     w = (k >= 2).to(A.dtype).expand_as(H)

@@ -9,7 +9,8 @@ dynamics' fast path for one head without MLP (it agrees with
 ``tests/phase/test_phase_regime.py``). The layer loop runs the layers alone; their
 measures (μ, μ/‖X‖_F, mean cosine, row entropy, smallest weight, row-mass deficit) are
 taken on chunks of :data:`MEASURE_BYTES` of layers at once, sample by sample, so the
-numbers are those of one call per layer.
+numbers are those of one call per layer; the first token's mass (``sink_mass``) is taken
+on the last layer's attention.
 
 Cells with more than :data:`.grid.DENSE_MAX_TOKENS` tokens (the axis's former cap, so every
 cell that ran before runs as it did) go through
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -32,19 +34,20 @@ import torch
 from ..dynamics.layers import warn_zero_rows
 from ..dynamics.chunks import chunk_threads
 from ..dynamics.layer_weights import LayerWeights
+from ..dynamics.runner import _metric_fn, _peak
 from ..dynamics.single_head import single_head_layer, single_head_layer_blocked
 from ..masks import parse_mask
 from ..masks.graph import analyze
-from ..metrics._context import evaluate
 from ..metrics.attention import row_entropy
-from ..metrics.registry import METRICS
 from .grid import DENSE_MAX_TOKENS, attention_backend  # noqa: F401  (DENSE_MAX_TOKENS: re-exported)
-from .cell import block_config, make_input, operator_columns, value_log_norm, weight_stack
+from .cell import (block_config, make_input, operator_columns, sink_columns, sink_mass, uniform_sink_mass,
+                   value_log_norm, weight_stack)
 from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
 
-#: the per-layer metrics of a trajectory, computed on one shared metric context per chunk of layers
-LAYER_METRICS = {name: METRICS[name].fn for name in ("mu_relative", "mu", "avg_cos")}
+#: the per-layer metrics of a trajectory, computed as ``simulate``'s layer loop records them
+#: (read off the tokens themselves, the registry's values bit for bit) on each chunk of layers
+LAYER_METRICS = ("mu_relative", "mu", "avg_cos")
 
 #: the axes a batch must share
 GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "alpha", "input", "attention",
@@ -63,15 +66,24 @@ def _layers_per_chunk(B: int, N: int, d: int, itemsize: int) -> int:
     return max(1, MEASURE_BYTES // (B * N * max(N, d) * itemsize))
 
 
-def _measure(Xs: list[torch.Tensor], As: list, allowed: torch.Tensor | None) -> dict[str, torch.Tensor]:
+def _state_measure():
+    """``measure(X) -> {name: (B,)}`` of :data:`LAYER_METRICS` on tokens ``X`` ``(B, N, d)``:
+    ``simulate``'s per-layer metrics (:func:`rankcollapse.dynamics.runner._metric_fn`),
+    with its own scratch buffer for the centred tokens."""
+    _, measure, _ = _metric_fn(LAYER_METRICS)
+    return lambda X: measure(X, None, _peak(X))
+
+
+def _measure(metrics, Xs: list[torch.Tensor], As: list, allowed: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """Per-layer measures ``(T, B)`` of ``T`` layers: :data:`LAYER_METRICS` of their outputs
-    ``Xs`` ``(B, N, d)`` each, in one call of the metrics, and from their attention ``As``
-    the row entropy, the smallest allowed weight ``epsilon`` and the mean row-mass deficit
-    ``1 - sum_j A_ij``: dense ``(B, N, N)`` with the mask ``allowed``, or (``allowed`` None)
-    the windowed kernel's row statistics of each layer. Every value is computed sample by
-    sample as for one layer, so the numbers are those of one call per layer."""
+    ``Xs`` ``(B, N, d)`` each, in one call of ``metrics`` (:func:`_state_measure`), and
+    from their attention ``As`` the row entropy, the smallest allowed weight ``epsilon``
+    and the mean row-mass deficit ``1 - sum_j A_ij``: dense ``(B, N, N)`` with the mask
+    ``allowed``, or (``allowed`` None) the windowed kernel's row statistics of each layer.
+    Every value is computed sample by sample as for one layer, so the numbers are those of
+    one call per layer."""
     T = len(Xs)
-    out = {k: v.reshape(T, -1) for k, v in evaluate(torch.stack(Xs).flatten(0, 1), LAYER_METRICS).items()}
+    out = {k: v.reshape(T, -1) for k, v in metrics(torch.stack(Xs).flatten(0, 1)).items()}
     if allowed is None:
         out.update({k: torch.stack([st[k] for st in As]) for k in ("entropy", "epsilon", "row_mass_deficit")})
         return out
@@ -119,8 +131,10 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
         from ..dynamics.sparse import DEFAULT_BLOCK_SIZE
 
         plan = _plan(mask, DEFAULT_BLOCK_SIZE, torch.device("cpu"))
+        uniform = float("nan")  # sink_mass: dense cells only
     else:
         allowed = mask.to_dense()
+        uniform = uniform_sink_mass(allowed)
     cfg = block_config(first)
     seed_range = range(seed, seed + seeds)
     X = torch.cat([make_input(first["input"], n_samples, N, d, s) for s in seed_range] * len(cells))
@@ -128,12 +142,15 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     B = X.shape[0]
     X0 = X
     diverged = torch.zeros(B, dtype=torch.bool)
+    overflowed = False  # diverged.any(), kept on the host
     diverged_at = torch.full((B,), depth + 1)  # the layer whose output first overflowed
     eps_min = torch.ones(B, dtype=torch.float64)
     keep = {depth - max(1, depth // 10), depth}
     states, zero_rows = {0: X}, []
-    chunks = [{k: v[None] for k, v in evaluate(X, LAYER_METRICS).items()}]  # X(0); then each chunk's layers
+    metrics = _state_measure()
+    chunks = [{k: v[None] for k, v in metrics(X).items()}]  # X(0); then each chunk's layers
     size = _layers_per_chunk(B, N, d, X.element_size())
+    sink = torch.full((B,), float("nan"), dtype=torch.float64)  # the last layer's first-token mass
     Xs, As = [], []  # the outputs and attention of the chunk's layers, measured at once (_measure)
     with torch.no_grad(), (chunk_threads() if blocked else contextlib.nullcontext()):
         for t in range(depth):
@@ -144,17 +161,20 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
             else:
                 X, A, z = single_head_layer(X, allowed, lw, cfg, layer=t + 1)
                 As.append(A)
+                if t + 1 == depth:
+                    sink = sink_mass(A)  # (B,)
             zero_rows.append(z)
-            if bool(diverged.any()) or not bool(torch.isfinite(X).all()):  # overflow: simulate() would raise
+            if overflowed or not math.isfinite(_peak(X)):  # overflow: simulate() would raise
                 bad = ~torch.isfinite(X).all(dim=(-1, -2))
                 diverged_at = torch.where(bad & ~diverged, t + 1, diverged_at)
                 diverged |= bad
+                overflowed = bool(diverged.any())
                 X = torch.where(diverged[:, None, None], X0, X)  # keep NaN/Inf out of the other metrics
             Xs.append(X)
             if t + 1 in keep:
                 states[t + 1] = X
             if len(Xs) == size or t + 1 == depth:
-                chunks.append(_measure(Xs, As, None if blocked else allowed))
+                chunks.append(_measure(metrics, Xs, As, None if blocked else allowed))
                 Xs, As = [], []
     warn_zero_rows([int(z) for z in zero_rows])  # the rule of dynamics.layers.sphere, as simulate
     per_layer = {k: torch.cat([c[k] for c in chunks if k in c]) for k in chunks[-1]}  # (depth [+ 1], B) each
@@ -179,6 +199,7 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
         e = float(eps_min[i * per:(i + 1) * per].min())
         row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_measured=e)
         row.update(operator_columns(X, deficit / depth, diverged, slice(i * per, (i + 1) * per)))
+        row.update(sink_columns(sink, diverged, slice(i * per, (i + 1) * per), uniform))
         row.update(_envelope_columns(env, slice(i * per, (i + 1) * per)))
         row["value_log_norm"] = value_log_norm(cell, seed_range)
         row.update(theory_prediction(cell, info, e, row["value_log_norm"]))

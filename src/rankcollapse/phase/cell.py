@@ -37,6 +37,7 @@ from ..errors import ConfigError
 from ..masks import parse_mask
 from ..masks.graph import analyze
 from ..metrics.attention import row_entropy
+from ..models.sinks import first_token_mass
 from .grid import block_config
 from .regime import trajectory_measures
 
@@ -194,7 +195,7 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
     mask = parse_mask(cell["mask"], N)
     info = analyze(mask)
     cfg = block_config(cell)
-    trajectories, envelopes, finals, deficits = [], [], [], []
+    trajectories, envelopes, finals, deficits, sinks = [], [], [], [], []
     eps_min = 1.0
     for s in range(seed, seed + seeds):
         X0 = make_input(cell["input"], n_samples, N, d, s)
@@ -219,6 +220,7 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
         deficit = torch.stack([1.0 - A.sum(-1).mean(dim=(-1, -2)) for A in res.attention]).mean(0)  # (samples,)
         finals.append(res.states[-1])
         deficits.append(deficit)
+        sinks.append(sink_mass(res.attention[-1][:, 0]))  # one head: (samples, N, N) -> (samples,)
     row = label_cell(trajectories)
     row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_measured=eps_min)
     row.update(_envelope_columns(_join(envelopes), slice(None)))
@@ -227,6 +229,9 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
                                     dtype=torch.bool), slice(None)))
     else:
         row.update(row_mass_deficit=float("nan"), norm_spread=float("nan"), max_token_share=float("nan"))
+    mass = torch.cat(sinks) if sinks else torch.zeros(0)  # the seeds that did not overflow
+    row.update(sink_columns(mass, torch.zeros(len(mass), dtype=torch.bool), slice(None),
+                            uniform_sink_mass(mask.to_dense())))
     row["value_log_norm"] = value_log_norm(cell, range(seed, seed + seeds))
     row.update(theory_prediction(cell, info, eps_min, row["value_log_norm"]))
     return row
@@ -251,3 +256,33 @@ def operator_columns(X: torch.Tensor, deficit: torch.Tensor, diverged: torch.Ten
     share = max_token_share(last[nonzero]) if bool(nonzero.any()) else torch.full((1,), float("nan"))
     return {"row_mass_deficit": float(deficit[part][ok].mean()), "norm_spread": float(spread.median()),
             "max_token_share": float(share.median())}
+
+
+def sink_mass(A: torch.Tensor) -> torch.Tensor:
+    """The first token's attention mass ``sink_mass`` of one-head attention ``A``
+    ``(..., N, N)``, shape ``(...)``: the mean over the queries ``i >= 1`` of ``A[i, 0]``
+    (:func:`rankcollapse.models.sinks.first_token_mass`, the measure ``probe`` reports on
+    trained models); NaN when ``N = 1`` (no query besides the first token)."""
+    N = A.shape[-1]
+    if N < 2:
+        return torch.full(A.shape[:-2], float("nan"), dtype=torch.float64)
+    flat = A.reshape(-1, 1, N, N)
+    return first_token_mass(flat, torch.ones(len(flat), N, dtype=torch.bool)).view(A.shape[:-2])
+
+
+def uniform_sink_mass(allowed: torch.Tensor) -> float:
+    """:func:`sink_mass` of uniform attention over each row of the mask ``allowed``
+    ``(N, N)`` (bool): the mean over ``i >= 1`` of ``[0 in keys(i)] / |keys(i)|``, the
+    reference a sink is read against (causal: ``(H_N - 1) / (N - 1)``, 0.059 at N = 64)."""
+    rows = allowed.sum(-1, keepdim=True).clamp_min(1)
+    return float(sink_mass(allowed.to(torch.float64) / rows))
+
+
+def sink_columns(mass: torch.Tensor, diverged: torch.Tensor, part: slice, uniform: float) -> dict[str, float]:
+    """Per cell: ``sink_mass``, the mean over its trajectories that did not diverge of the
+    last layer's :func:`sink_mass` (``mass`` ``(B,)``), and ``sink_mass_uniform``
+    (:func:`uniform_sink_mass` of the cell's mask): a sink reads ``sink_mass`` far above
+    ``sink_mass_uniform``."""
+    ok = ~diverged[part]
+    value = float(mass[part][ok].mean()) if bool(ok.any()) else float("nan")
+    return {"sink_mass": value, "sink_mass_uniform": uniform}

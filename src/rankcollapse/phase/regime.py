@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -88,7 +89,14 @@ def tail_rate(m: np.ndarray) -> tuple[float, float]:
     if y.size < 3 or not (y >= RATE_FLOOR).all() or not np.isfinite(y).all():
         return float("nan"), float("nan")
     fit = stats.linregress(np.arange(y.size, dtype=np.float64), np.log10(y))
-    return float(fit.slope), float(fit.slope + stats.t.ppf(0.975, y.size - 2) * fit.stderr)
+    return float(fit.slope), float(fit.slope + _t975(y.size - 2) * fit.stderr)
+
+
+@lru_cache(maxsize=64)
+def _t975(df: int) -> float:
+    """Student's t quantile ``t_{0.975, df}`` (``scipy.stats.t.ppf``; one window length per
+    cell, so computed once per length)."""
+    return stats.t.ppf(0.975, df)
 
 
 def law_measures(avg_cos: np.ndarray, n_tokens: int, d_model: int) -> list[dict[str, Any]]:

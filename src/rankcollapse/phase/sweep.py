@@ -48,8 +48,8 @@ def cell_label(unit: Unit) -> str:
 # 3: the decay-law columns and the qk_norm axis; 4: rate_last_bound_max,
 # frac_rate_last_falling (the columns rule 5 is checked on) and the mu_relative floor rule;
 # 5: the floor of mu_relative is the round-off floor 2 (N + d) eps (regime.mu_floor);
-# 6: the parameters name the inputs per seed n_samples
-register_unit_kind("phase_cell", cell_unit, version=6, label=cell_label, group="phase")
+# 6: the parameters name the inputs per seed n_samples; 7: sink_mass, sink_mass_uniform
+register_unit_kind("phase_cell", cell_unit, version=7, label=cell_label, group="phase")
 
 
 def batches(cells: list[dict[str, Any]], size: int) -> list[list[int]]:
