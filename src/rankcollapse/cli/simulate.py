@@ -206,9 +206,8 @@ def simulate_command(
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     report = res.report(asked, float64="--dtype float64")
     names, layers, floor = report["metrics"], report["layers"], report["floor"]
-    # "variant" is the preset equal to the block that ran (or custom; "block" has every
-    # field, alpha included), "variant_option" the --variant the overrides started from;
-    # --model names the weights
+    # "variant": the preset equal to the block that ran (or custom; "block" has every field);
+    # "variant_option": the --variant the overrides started from; "model": the --model
     doc = {"settings": {**res.config, "metrics": names, "variant_option": variant, "input": source,
                         "model": pretrained}, **{k: report[k] for k in ("layers", "floor", "stopped", "notes")},
            "versions": versions()}

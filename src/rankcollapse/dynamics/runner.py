@@ -39,9 +39,8 @@ from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
 #: Metrics of the tokens' norms that tell apart states μ/‖X‖_F reads alike: the mean token
-#: norm (the state's size; it decays to 0 under attention whose rows sum to less than 1) and
-#: the largest token's share of ‖X‖_F² (one token taking over). :meth:`SimResult.report`
-#: shows them when the attention is not row-stochastic or the state calls for them.
+#: norm (it decays to 0 under attention whose rows sum to less than 1) and the largest
+#: token's share of ‖X‖_F² (one token taking over); shown by :meth:`SimResult.report` with a note.
 STATE_METRICS = ("token_radius", "max_token_share")
 _FLOAT32_METRIC_LIMIT = 1e12  # above this |x|, metrics of float32 X are computed in float64
 _DENSE_SCORE_BUDGET = 64 * 2**20  # bytes of (B, H, N, N) scores above which sparse masks go blocked
@@ -127,23 +126,15 @@ class SimResult(NotebookResult):
         return {**scalars, **last, "zero_rows": list(self.zero_rows), "stopped": stopped}
 
     def report(self, metrics: Sequence[str] | None = None, *, float64: str = "dtype=torch.float64") -> dict:
-        """The run per layer with what μ/‖X‖_F does not show (JSON-ready; ``rankcollapse
-        simulate`` prints it).
-
-        ``metrics``: the metrics shown (default every one measured); of the measured
-        :data:`STATE_METRICS` not in ``metrics``, all are shown when a state note is given.
-        ``float64``: how the caller's interface asks for float64 (the note on a stopped run).
-
-        Returns a dict: ``metrics`` (the names shown); ``layers``, one row per layer
-        ``t = 0..depth``: ``layer``, ``point``, the mean over samples of each metric
-        (None where undefined), ``epsilon_measured`` (None at ``t = 0`` or unrecorded),
-        for attention that is not row-stochastic (``t >= 1``) the means over samples and
-        heads of the deficit's quantiles ``row_mass_deficit_q05/q50/q95``, and
-        ``at_floor`` (:func:`rankcollapse.metrics.floor.mark_floor`); ``floor``, the
-        floor's description; ``stopped`` (``after_layer``, ``samples``, or None);
-        ``notes``: attention that is not row-stochastic, a token holding more than half of
-        ‖X‖_F², tokens decayed below the dtype's epsilon times their input size, and where
-        the run stopped."""
+        """The run per layer as ``rankcollapse simulate`` reports it (JSON-ready): a dict of
+        ``metrics`` shown (``metrics``, default all measured, plus the measured
+        :data:`STATE_METRICS` when a note calls for them); ``layers``, per layer ``t``:
+        ``layer``, ``point``, each metric's mean over samples (None where undefined),
+        ``epsilon_measured``, the mean over samples and heads of the row-mass deficit's
+        quantiles ``row_mass_deficit_q05/q50/q95`` (attention that is not row-stochastic,
+        ``t >= 1``) and ``at_floor`` (:func:`~rankcollapse.metrics.floor.mark_floor`);
+        ``floor``; ``stopped``; ``notes`` on what μ/‖X‖_F does not show and where the run
+        stopped (``float64``: how the caller asks for float64)."""
         from .._io import strict_json
         from ..metrics.floor import mark_floor
         from ..points import point_after
@@ -160,10 +151,7 @@ class SimResult(NotebookResult):
         notes = _state_notes(layers, self.config["block"]["attention"], dtype)
         asked = list(self.metrics) if metrics is None else list(metrics)
         shown = asked + [m for m in STATE_METRICS if m in self.metrics and m not in asked and notes]
-        for row in layers:
-            for m in STATE_METRICS:
-                if m not in shown:
-                    row.pop(m, None)
+        layers = [{k: v for k, v in row.items() if k in shown or k not in STATE_METRICS} for row in layers]
         if self.stopped is not None:
             notes.append(self.stopped.message(depth, float64=float64))
         floor = mark_floor(layers, shown, dtype, self.config["n_tokens"], self.config["d_model"])
@@ -189,11 +177,8 @@ class SimResult(NotebookResult):
 
 
 def _state_notes(layers: list[dict], attention: str, dtype: str) -> list[str]:
-    """The notes of :meth:`SimResult.report` on what μ/‖X‖_F does not show, from its
-    ``layers`` rows: for ``attention`` that is not row-stochastic, what to read beside it;
-    a token holding more than half of ‖X‖_F² (the note ``reproduce`` gives); the tokens'
-    norms decaying below the machine epsilon of ``dtype`` times their input size (at the
-    input's scale X is zero)."""
+    """Notes on what μ/‖X‖_F does not show in ``layers`` (:meth:`SimResult.report`): attention
+    not row-stochastic, one token holding most of ‖X‖_F², tokens decayed below eps x input."""
     from ..metrics.core import dominant_token_text
     from ..metrics.floor import epsilon
 

@@ -77,12 +77,9 @@ def relative_floor(dtype: str, n_tokens: int | None = None, d_model: int | None 
 
 def mark_floor(rows: list[dict], names: list[str], dtype: str, n_tokens: int, d_model: int) -> dict:
     """Add ``at_floor`` to every row (a layer's mean of each metric, None where undefined):
-    the metrics of ``names`` in :data:`FLOOR_METRICS` whose value is at or below
-    :func:`relative_floor` of ``dtype`` at ``n_tokens`` x ``d_model`` (collapsed: the digits
-    are rounding), and those in :data:`UNDERFLOW_METRICS` whose value is positive and below
-    the dtype's smallest normal number (underflow: the tokens decay towards 0 and lose
-    digits). Returns the floor's description: ``dtype, epsilon, floor, n_tokens, d_model,
-    metrics, smallest_normal, underflow_metrics``."""
+    the ``names`` in :data:`FLOOR_METRICS` at or below :func:`relative_floor` (the digits are
+    rounding) and in :data:`UNDERFLOW_METRICS` positive and below the dtype's smallest normal
+    number (underflow); returns the floor's description."""
     floor, tiny = relative_floor(dtype, n_tokens, d_model), float(np.finfo(np.dtype(dtype)).tiny)
     for row in rows:
         row["at_floor"] = [k for k in names if row[k] is not None and (

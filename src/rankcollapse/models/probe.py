@@ -293,15 +293,14 @@ class Intervention:
 
 def as_intervention(intervention: Any, n_tokens: int | None = None) -> Intervention:
     """``intervention``, or the empty :class:`Intervention` for None, checked before any
-    model runs; with ``n_tokens``, its ``mask`` is also built for windows of that length.
+    model runs (with ``n_tokens``, its ``mask`` too, on windows of that length).
 
     Raises
     ------
     ConfigError
         Anything else, or a field of the wrong type or value (``clip_massive`` not a bool,
-        ``drop`` not strings or naming an unknown component, ``d_qk`` not a positive
-        finite number, ``edits`` not a mapping of point names, ``ablate_heads`` not a
-        ``HeadAblation``).
+        ``drop`` not strings or an unknown component, ``d_qk`` not positive and finite,
+        ``edits`` not a mapping of point names, ``ablate_heads`` not a ``HeadAblation``).
     MaskError
         With ``n_tokens``: a ``mask`` that is no mask (or schedule) of ``n_tokens`` tokens.
     """
@@ -332,16 +331,9 @@ def as_intervention(intervention: Any, n_tokens: int | None = None) -> Intervent
 
 
 def probe_metrics(metrics: Sequence[str] | str | None) -> tuple[str, ...] | None:
-    """``metrics`` as :func:`probe` measures them, each once: None (the default,
-    :data:`PROBE_DEFAULT_METRICS`), one name or names; ``"all"`` alone is every metric of
-    tokens (``rankcollapse.metrics.METRICS``).
-
-    Raises
-    ------
-    ConfigError
-        No name, or a name that is no metric of tokens (``METRICS``), of attention
-        (``ATTENTION_METRICS``) or of sinks (``SINK_METRICS``); argument ``metrics``.
-    """
+    """``metrics`` as :func:`probe` measures them, each once (None: the default); ``"all"``
+    alone is every metric of tokens. :class:`ConfigError` (argument ``metrics``) for no name
+    or a name in none of ``METRICS``, ``ATTENTION_METRICS``, ``SINK_METRICS``."""
     from ..metrics import METRICS
 
     if metrics is None:

@@ -47,8 +47,7 @@ def model_d_qk(loaded: Any) -> float:
 
 
 def check_d_qk(d_qk: Any) -> float:
-    """``d_qk`` as a float, or :class:`ConfigError` (argument ``d_qk``) unless it is a
-    positive finite number."""
+    """``d_qk`` as a float; :class:`ConfigError` (argument ``d_qk``) unless positive and finite."""
     if isinstance(d_qk, bool) or not isinstance(d_qk, (int, float)) or not (math.isfinite(d_qk) and d_qk > 0):
         raise ConfigError(f"must be a positive finite number, got {d_qk!r}", argument="d_qk")
     return float(d_qk)
