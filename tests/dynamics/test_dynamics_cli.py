@@ -69,13 +69,6 @@ def test_settings_name_the_variant_and_plot_draws_requested_metrics(tmp_path):
     assert "No artists with labels" not in p.stderr  # the plot is not empty
 
 
-def test_json_numbers_are_strict():
-    from rankcollapse.cli.simulate import _json_number
-
-    assert _json_number(float("nan")) is None and _json_number(float("inf")) is None
-    assert _json_number(2.5) == 2.5
-
-
 def test_pretrained_defaults_to_the_model_width():
     p = run("--mask", "complete", "--n-tokens", "8", "--n-samples", "1", "--model", "minilm", "--format", "json")
     assert p.returncode == 0, p.stderr

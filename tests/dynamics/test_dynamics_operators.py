@@ -111,6 +111,42 @@ def test_one_sink_layer_through_simulate_matches_numpy():
     np.testing.assert_allclose(q, np.quantile(deficit, [0.05, 0.5, 0.95]), rtol=1e-12)
 
 
+def test_report_of_a_sink_layer_reads_its_deficit_and_shows_the_token_norms():
+    """One sink layer (b = 1) on one sample and head: the report's row-mass quantiles and
+    mean token norm are numpy's, the norms are shown beside the metric asked, with a note."""
+    g = torch.Generator().manual_seed(4)
+    N, d = 6, 4
+    X0 = torch.randn(N, d, generator=g, dtype=torch.float64)
+    W_Q, W_K, W_V = (torch.randn(d, d, generator=g, dtype=torch.float64) for _ in range(3))
+    res = simulate(X0, mask="causal", weights=[LayerWeights(W_Q=W_Q, W_K=W_K, W_V=W_V)], d_qk=4.0,
+                   block=BlockConfig(attention="sink:b=1"), metrics=("mu_relative", "token_radius", "max_token_share"),
+                   run=RunConfig(depth=1, dtype=torch.float64))
+    x = X0.numpy()
+    S = (x @ W_Q.numpy()) @ (x @ W_K.numpy()).T / 2.0
+    ext = np.concatenate([S, np.ones((N, 1))], -1)
+    A = _np_softmax(ext, np.concatenate([np.tril(np.ones((N, N), bool)), np.ones((N, 1), bool)], -1))[:, :-1]
+    rep = res.report(["mu_relative"])
+    assert rep["metrics"] == ["mu_relative", "token_radius", "max_token_share"]
+    assert rep["notes"][0].startswith("attention sink:b=1 is not row-stochastic")
+    first, second = rep["layers"]
+    assert first["epsilon_measured"] is None and "row_mass_deficit_q50" not in first
+    np.testing.assert_allclose([second[f"row_mass_deficit_q{q}"] for q in ("05", "50", "95")],
+                               np.quantile(1 - A.sum(-1), [0.05, 0.5, 0.95]), rtol=1e-12)
+    assert second["token_radius"] == pytest.approx(np.linalg.norm(A @ x @ W_V.numpy(), axis=1).mean(), rel=1e-12)
+    assert second["point"] == "layer.0.output" and rep["stopped"] is None
+
+
+def test_report_of_softmax_shows_the_metrics_asked_only():
+    X0 = torch.randn(2, 8, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    res = simulate(X0, mask="causal", metrics=("mu", "token_radius", "max_token_share"),
+                   run=RunConfig(depth=2, dtype=torch.float64))
+    rep = res.report(["mu"])
+    assert rep["metrics"] == ["mu"] and rep["notes"] == [] and rep["stopped"] is None
+    assert [sorted(row) for row in rep["layers"]] == [["at_floor", "epsilon_measured", "layer", "mu", "point"]] * 3
+    assert rep["layers"][2]["mu"] == pytest.approx(float(res.metrics["mu"][2].mean()), rel=1e-15)
+    assert res.report()["metrics"] == ["mu", "token_radius", "max_token_share"]
+
+
 def test_softmax_records_no_row_mass_and_operators_refuse_windowed_kernels():
     X0 = torch.randn(2, 8, 4, dtype=torch.float64)
     assert simulate(X0, mask="causal", run=RunConfig(depth=2, dtype=torch.float64)).row_mass_deficit is None

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rankcollapse.dynamics import RunConfig, simulate
-from rankcollapse.metrics.floor import EPS64, epsilon, gap_floor, mu_floor, relative_floor
+from rankcollapse.metrics.floor import EPS64, epsilon, gap_floor, mark_floor, mu_floor, relative_floor
 
 
 def test_closed_forms():
@@ -37,3 +37,16 @@ def test_one_floor_model_for_claims_and_phase():
 
     assert regime.mu_floor is mu_floor and regime.gap_floor is gap_floor
     assert quantities.relative_floor is relative_floor
+
+
+def test_mark_floor_on_hand_built_rows():
+    """float32 at N = 16, d = 8: the floor is 2 (16 + 8) eps; a scale-free metric at or
+    below it and a norm below the smallest normal number are marked, nothing else."""
+    floor = 2 * (16 + 8) * float(np.finfo(np.float32).eps)
+    tiny = float(np.finfo(np.float32).tiny)
+    rows = [{"mu_relative": floor, "mu": tiny / 2, "token_radius": None, "avg_abs_cos": 0.0},
+            {"mu_relative": 2 * floor, "mu": 0.0, "token_radius": 2 * tiny, "avg_abs_cos": 0.0}]
+    desc = mark_floor(rows, ["mu_relative", "mu", "token_radius", "avg_abs_cos"], "float32", 16, 8)
+    assert [row["at_floor"] for row in rows] == [["mu_relative", "mu"], []]
+    assert desc["floor"] == pytest.approx(floor, rel=1e-12) and desc["smallest_normal"] == tiny
+    assert desc["metrics"] == ["mu_relative"] and desc["underflow_metrics"] == ["mu", "token_radius"]

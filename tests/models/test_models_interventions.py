@@ -149,6 +149,7 @@ def test_probe_refuses_an_intervention_that_is_not_one(make_tiny, make_windows_t
     (dict(ablate_heads=[(1, 1)]), "ablate_heads"),
     (dict(edits={3: lambda X, ctx: X}), "edits"),
     (dict(edits=lambda X, ctx: X), "edits"),
+    (dict(d_qk=-1.0), "d_qk"),
 ])
 def test_intervention_fields_of_the_wrong_type_are_refused(kw, argument, make_tiny, make_windows_tiny):
     loaded, w = make_tiny("gpt2"), make_windows_tiny()
@@ -166,6 +167,29 @@ def test_batch_size_below_one_is_refused_and_one_metric_name_is_a_name(make_tiny
             run(loaded, w, batch_size=0)
     df = probe(loaded, w, metrics="mu")
     assert set(df["metric"]) == {"mu"}
+
+
+def test_metric_names_are_checked_before_the_model_runs(make_tiny, make_windows_tiny):
+    from rankcollapse.metrics import METRICS
+    from rankcollapse.models.probe import probe_metrics
+
+    loaded, w = make_tiny("gpt2"), make_windows_tiny()
+    for bad, text in ((["mu", "nosuch"], "unknown metric 'nosuch'"), ([], "metrics is empty")):
+        with pytest.raises(ConfigError, match=text) as info:
+            probe(loaded, w, metrics=bad)
+        assert info.value.argument == "metrics"
+    assert probe_metrics(["all"]) == tuple(METRICS) and probe_metrics(["mu", "sink_mass", "mu"]) == ("mu", "sink_mass")
+
+
+def test_an_intervention_is_checked_against_the_windows_length():
+    from rankcollapse.models.probe import as_intervention
+
+    net = Intervention(mask=torch.ones(4, 4, dtype=torch.bool))
+    assert as_intervention(net, 4) is net and as_intervention(Intervention(drop="")).drop == ""
+    with pytest.raises(MaskError):
+        as_intervention(net, 8)
+    with pytest.raises(ConfigError, match="unknown component to drop 'nosuch'"):
+        as_intervention(Intervention(drop="mlp,nosuch"))
 
 
 def test_windows_that_are_a_bare_tensor_are_refused(make_tiny, make_windows_tiny):

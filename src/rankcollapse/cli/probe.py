@@ -9,9 +9,9 @@ from typing import Any, List, Optional
 
 import typer
 
-from .. import masks, models  # lazy packages; `data` (torch) is imported by the command
+from .. import models  # lazy package; `data` (torch) is imported by the command
 from .._io import atomic_path, write_json_atomic, write_text_atomic
-from .._validate import check_device, check_float
+from .._validate import check_device
 from ..errors import ConfigError
 from ._output import ALLOW_NONEMPTY, check_format, make_table, print_result, print_table, records_table
 from ..models.plot import PLOT_METRICS, drawn_metrics, plot_layers
@@ -131,7 +131,6 @@ def probe_command(
                           f"(got {windows}, {batch_size}, {length})")
     if prompts is not None:
         _check_prompts(text_file, windows_file, corpus)
-    _check_interventions(mask, 1.0 if d_qk is None else d_qk, "--d-qk", drop, None if prompts is not None else length)
     heads = _check_edits(ablate_heads, ablation, patch_from, patch_point, patch_head, n_models=len(names),
                          attentions=attentions, save_states=save_states, control=control, out=out,
                          others={"--mask": mask, "--d-qk": d_qk, "--drop": drop or None,
@@ -159,9 +158,10 @@ def probe_command(
         check_out(out, _out_names(influence=influence, n_runs=n_runs, attentions=attentions),
                   allow_nonempty=allow_nonempty, flags=True)
     from .. import data
-    from ..models.probe import Intervention, check_points, check_positions  # here: importing it imports torch
+    from ..models.probe import Intervention, as_intervention, check_points, check_positions  # imports torch
 
-    intervention = Intervention(mask=mask, d_qk=d_qk, drop=drop, clip_massive=clip_massive, ablate_heads=heads)
+    intervention = as_intervention(Intervention(mask=mask, d_qk=d_qk, drop=drop, clip_massive=clip_massive,
+                                                ablate_heads=heads), None if prompts is not None else length)
 
     if isinstance(points, str):
         check_points(points)
@@ -178,7 +178,7 @@ def probe_command(
             tok = models.loading.load_tokenizer(model, gguf_file=gguf_file, tokenizer=tokenizer)
             if prompts is not None:  # one window per line, padded to the longest
                 wins = data.prompt_windows(data.read_text_file(prompts), tok)
-                _check_interventions(mask, 1.0, "--d-qk", "", wins.n_tokens)
+                as_intervention(intervention, wins.n_tokens)
             else:
                 wins = data.make_windows(texts, tok, n_tokens=length, n_samples=windows, seed=seed,
                                          allow_fewer=text_file is not None)
@@ -388,22 +388,10 @@ def _model_names(model: Optional[List[str]]) -> list[str]:
 
 
 def _metric_names(text: Optional[str]) -> tuple[str, ...] | None:
-    """``--metrics`` as registry names (None: the probe's default), checked before any load."""
-    from ..metrics import ATTENTION_METRICS, METRICS
-    from ..models.sinks import SINK_METRICS
+    """``--metrics`` (comma-separated) as :func:`rankcollapse.models.probe.probe_metrics` reads them."""
+    from ..models.probe import probe_metrics
 
-    if text is None:
-        return None
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    if names == ("all",):
-        return tuple(METRICS)
-    for name in names:
-        if name not in METRICS and name not in ATTENTION_METRICS and name not in SINK_METRICS:
-            raise ConfigError(f"unknown metric {name!r} in --metrics; choose from "
-                              f"{', '.join((*METRICS, *ATTENTION_METRICS, *SINK_METRICS))} or all")
-    if not names:
-        raise ConfigError("--metrics is empty; give metric names or all")
-    return names
+    return None if text is None else probe_metrics([n.strip() for n in text.split(",") if n.strip()])
 
 
 def _plotted(tables: dict[str, Any]) -> list[str] | None:
@@ -568,17 +556,6 @@ def _patch_windows(path: Path, prepared: tuple, model: str, gguf_file: Optional[
                           f"padding, the probed ones {wins.n_samples} of {wins.n_tokens}; patching needs the same "
                           "windows and the same real tokens in both")
     return clean
-
-
-def _check_interventions(mask: Optional[str], temperature: float, flag: str, drop: str,
-                         length: Optional[int]) -> None:
-    """Fail on bad intervention options before the (slow) model load."""
-    check_float(temperature, flag, low=0, strict_low=True)
-    models.interventions.parse_drop(drop, None)
-    if mask is not None and length is not None:  # None: the windows' length is not known yet
-        layers = masks.schedule_or_mask(mask, length)
-        if not isinstance(layers, masks.MaskSchedule):
-            masks.dense_mask(layers, length)
 
 
 def to_json(table: Any) -> dict[str, Any]:

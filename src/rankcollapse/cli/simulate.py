@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import typer
@@ -11,7 +10,6 @@ from .. import dynamics, models  # lazy packages; `data` (torch) is imported whe
 from .._io import load_npy, versions, write_json_atomic
 from .._memory import check_simulate_tokens, parse_size
 from ..errors import ConfigError, DataError
-from ..points import point_after
 from ._output import ALLOW_NONEMPTY, check_format, print_result
 
 
@@ -85,87 +83,11 @@ def _as_batch(X: "torch.Tensor", source: str, n_tokens: int | None, d_model: int
     return X
 
 
-def _json_number(value) -> float | None:
-    """A float for JSON; NaN/Inf (not valid JSON) become null."""
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
 #: Marks a value at the floor of the compute dtype in the table output.
 FLOOR_MARK = "*"
 
-
-#: Metrics of the tokens' norms that tell apart states μ/‖X‖_F reads alike: the mean token
-#: norm (the state's size; it decays to 0 under attention whose rows sum to less than 1) and
-#: the largest token's share of ‖X‖_F² (one token taking over). Always measured; shown when
-#: the attention is not row-stochastic or the state calls for them (:func:`_state_notes`).
-STATE_METRICS = ("token_radius", "max_token_share")
-
-#: Metrics whose underflow (a mean below the dtype's smallest normal number: digits lost on
-#: the way to 0) is marked like a scale-free metric at its floor.
-UNDERFLOW_METRICS = ("token_radius", "mu")
-
-
-def _mark_floor(layers: list[dict], names: list[str], dtype: str, n_tokens: int, d_model: int) -> dict:
-    """Add ``at_floor`` to every layer row: the scale-free metrics whose mean is at or below
-    the round-off floor of the compute ``dtype`` at ``n_tokens`` x ``d_model``
-    (:func:`rankcollapse.metrics.floor.relative_floor`, ``2 (N + d) eps``: collapsed, the
-    digits are rounding), as ``reproduce`` reads them (:mod:`rankcollapse.experiments.quantities`), and the norms
-    (:data:`UNDERFLOW_METRICS`) whose mean is positive and below the dtype's smallest normal
-    number (underflow: the tokens decay towards 0 and lose digits); return the floor's
-    description for the result."""
-    import numpy as np
-
-    from ..experiments.quantities import FLOOR_METRICS, floor_of
-    from ..metrics.floor import relative_floor
-
-    floor, tiny = relative_floor(dtype, n_tokens, d_model), float(np.finfo(np.dtype(dtype)).tiny)
-    for row in layers:
-        row["at_floor"] = [k for k in names if row[k] is not None and (
-            (k in FLOOR_METRICS and row[k] <= floor) or (k in UNDERFLOW_METRICS and 0 < row[k] < tiny))]
-    return {"dtype": dtype, "epsilon": floor_of(dtype), "floor": floor, "n_tokens": n_tokens, "d_model": d_model,
-            "metrics": sorted(m for m in names if m in FLOOR_METRICS),
-            "smallest_normal": tiny, "underflow_metrics": sorted(m for m in names if m in UNDERFLOW_METRICS)}
-
-
 #: The files ``--out`` receives.
 NAMES = ("result.json", "mu_loglog.png")
-
-
-def _state_notes(layers: list[dict], row_stochastic: bool, attention: str, dtype: str) -> list[str]:
-    """Notes on what μ/‖X‖_F does not show: a token holding more than half of ‖X‖_F² (the
-    note ``reproduce`` gives), and the tokens' norms decaying below the machine epsilon of
-    ``dtype`` times their input size (at the input's scale X is zero); for attention that is
-    not row-stochastic, what to read beside μ/‖X‖_F."""
-    import numpy as np
-    import pandas as pd
-
-    from ..metrics.core import dominant_token_text
-    from ..experiments.quantities import floor_of
-
-    notes = []
-    if not row_stochastic:
-        notes.append(f"attention {attention} is not row-stochastic (rows sum to 1 - row_mass_deficit): "
-                     "μ/‖X‖_F is scale-free: it shows neither how the tokens' norms change (they may decay to 0) "
-                     "nor one token taking over; read token_radius (mean token norm), max_token_share and row_mass_deficit beside it")
-    share = pd.Series({row["layer"]: row["max_token_share"] for row in layers}, dtype=float)
-    dominant = dominant_token_text(share)
-    if dominant is not None:
-        notes.append(dominant)
-    radius = [(row["layer"], row["token_radius"]) for row in layers if row["token_radius"] is not None]
-    if radius and radius[0][1] > 0:
-        (_, r0), (t, r) = radius[0], radius[-1]
-        if r <= floor_of(dtype) * r0:
-            notes.append(f"the tokens decay towards 0: mean token norm {r0:.3g} at the input, {r:.3g} at layer {t} "
-                         f"(below {dtype}'s machine epsilon times the input's: at the input's scale X is zero; "
-                         f"{dtype} underflows below {float(np.finfo(np.dtype(dtype)).tiny):.3g})")
-    return notes
-
-
-def _print_notes(notes: list[str]) -> None:
-    """Each note as one ``note:`` line on stderr."""
-    for note in notes:
-        typer.echo(f"note: {note}", err=True)
 
 
 def _plot(result, path: Path, title: str, asked: list[str]) -> None:
@@ -268,7 +190,8 @@ def simulate_command(
 
     import warnings
 
-    from ..dynamics.operators import parse_attention
+    from ..dynamics.runner import STATE_METRICS
+    from ..metrics.floor import UNDERFLOW_METRICS
 
     asked = [m.strip() for m in metrics.split(",") if m.strip()]
     with warnings.catch_warnings(record=True) as caught:  # a run stopped at a zero matrix: said below, once
@@ -281,44 +204,24 @@ def simulate_command(
     for w in caught:
         if res.stopped is None or not str(w.message).startswith(f"after layer {res.stopped.after_layer}: X is the zero"):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    layers = [{"layer": t, "point": point_after(t), **{k: _json_number(v[t].mean()) for k, v in res.metrics.items()}, "epsilon_measured":
-               (None if t == 0 or res.epsilon_measured is None else _json_number(res.epsilon_measured[t - 1]))}
-              for t in range(depth + 1)]
-    row_stochastic = parse_attention(cfg.attention).row_stochastic
-    if res.row_mass_deficit is not None:  # (depth, B, H, 3): quantiles over queries; report mean over samples, heads
-        q = res.row_mass_deficit.mean(dim=(1, 2))
-        for t in range(1, depth + 1):
-            layers[t]["row_mass_deficit_q05"], layers[t]["row_mass_deficit_q50"], layers[t]["row_mass_deficit_q95"] = (
-                _json_number(v) for v in q[t - 1])
-    notes = _state_notes(layers, row_stochastic, cfg.attention, dtype)
-    # the state metrics are shown when the operator or the state calls for them (a note)
-    names = asked + [m for m in STATE_METRICS if m not in asked and notes]
-    for row in layers:
-        for m in STATE_METRICS:
-            if m not in names:
-                del row[m]
-    if res.stopped is not None:
-        notes.append(res.stopped.message(depth, float64="--dtype float64"))
-    floor = _mark_floor(layers, names, dtype, int(X0.shape[-2]), int(X0.shape[-1]))
-    # "variant" is the preset equal to the block that ran (or custom; "block" has every
-    # field, alpha included), "variant_option" the --variant the overrides started from
-    # the settings in the CLI's vocabulary: --model names the weights
-    settings = dict(res.config)
-    settings["metrics"] = names
-    stopped = None if res.stopped is None else {"after_layer": res.stopped.after_layer,
-                                                  "samples": res.stopped.samples}
-    doc = {"settings": {**settings, "variant_option": variant, "input": source, "model": pretrained},
-           "layers": layers, "floor": floor, "stopped": stopped, "notes": notes, "versions": versions()}
+    report = res.report(asked, float64="--dtype float64")
+    names, layers, floor = report["metrics"], report["layers"], report["floor"]
+    # "variant": the preset equal to the block that ran (or custom; "block" has every field);
+    # "variant_option": the --variant the overrides started from; "model": the --model
+    doc = {"settings": {**res.config, "metrics": names, "variant_option": variant, "input": source,
+                        "model": pretrained}, **{k: report[k] for k in ("layers", "floor", "stopped", "notes")},
+           "versions": versions()}
     if out is not None:
         from .._outdir import writing
 
         with writing(out, "simulate\n", NAMES, allow_nonempty=allow_nonempty) as stage:
             write_json_atomic(stage / "result.json", doc)
             _plot(res, stage / "mu_loglog.png", f"{mask}, {res.config['variant']}, d_qk={d_qk}", asked)
-    _print_notes(notes)
+    for note in report["notes"]:
+        typer.echo(f"note: {note}", err=True)
     if print_result(fmt, doc, [{**row, "at_floor": ";".join(row["at_floor"])} for row in layers]):
         return
-    deficit = [] if row_stochastic or res.row_mass_deficit is None else ["row_mass_deficit_q50"]
+    deficit = ["row_mass_deficit_q50"] if any("row_mass_deficit_q50" in row for row in layers) else []
     typer.echo("layer\t" + "\t".join(names + deficit) + "\tepsilon_measured")
     measured = depth + 1 if res.stopped is None else res.stopped.after_layer
     for row in layers:

@@ -38,6 +38,10 @@ from .sparse import DEFAULT_BLOCK_SIZE, SCORE_BUDGET, BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
+#: Metrics of the tokens' norms that tell apart states μ/‖X‖_F reads alike: the mean token
+#: norm (it decays to 0 under attention whose rows sum to less than 1) and the largest
+#: token's share of ‖X‖_F² (one token taking over); shown by :meth:`SimResult.report` with a note.
+STATE_METRICS = ("token_radius", "max_token_share")
 _FLOAT32_METRIC_LIMIT = 1e12  # above this |x|, metrics of float32 X are computed in float64
 _DENSE_SCORE_BUDGET = 64 * 2**20  # bytes of (B, H, N, N) scores above which sparse masks go blocked
 
@@ -121,6 +125,40 @@ class SimResult(NotebookResult):
                                                          "samples": list(self.stopped.samples)}
         return {**scalars, **last, "zero_rows": list(self.zero_rows), "stopped": stopped}
 
+    def report(self, metrics: Sequence[str] | None = None, *, float64: str = "dtype=torch.float64") -> dict:
+        """The run per layer as ``rankcollapse simulate`` reports it (JSON-ready): a dict of
+        ``metrics`` shown (``metrics``, default all measured, plus the measured
+        :data:`STATE_METRICS` when a note calls for them); ``layers``, per layer ``t``:
+        ``layer``, ``point``, each metric's mean over samples (None where undefined),
+        ``epsilon_measured``, the mean over samples and heads of the row-mass deficit's
+        quantiles ``row_mass_deficit_q05/q50/q95`` (attention that is not row-stochastic,
+        ``t >= 1``) and ``at_floor`` (:func:`~rankcollapse.metrics.floor.mark_floor`);
+        ``floor``; ``stopped``; ``notes`` on what μ/‖X‖_F does not show and where the run
+        stopped (``float64``: how the caller asks for float64)."""
+        from .._io import strict_json
+        from ..metrics.floor import mark_floor
+        from ..points import point_after
+
+        depth, dtype, eps = self.config["depth"], self.config["dtype"], self.epsilon_measured
+        layers = [{"layer": t, "point": point_after(t),
+                   **{k: strict_json(float(v[t].mean())) for k, v in self.metrics.items()},
+                   "epsilon_measured": None if t == 0 or eps is None else strict_json(float(eps[t - 1]))}
+                  for t in range(depth + 1)]
+        if self.row_mass_deficit is not None:  # (depth, B, H, 3): mean over samples and heads
+            for t, q in enumerate(self.row_mass_deficit.mean(dim=(1, 2)).tolist(), start=1):
+                layers[t].update(zip(("row_mass_deficit_q05", "row_mass_deficit_q50", "row_mass_deficit_q95"),
+                                     strict_json(q)))
+        notes = _state_notes(layers, self.config["block"]["attention"], dtype)
+        asked = list(self.metrics) if metrics is None else list(metrics)
+        shown = asked + [m for m in STATE_METRICS if m in self.metrics and m not in asked and notes]
+        layers = [{k: v for k, v in row.items() if k in shown or k not in STATE_METRICS} for row in layers]
+        if self.stopped is not None:
+            notes.append(self.stopped.message(depth, float64=float64))
+        floor = mark_floor(layers, shown, dtype, self.config["n_tokens"], self.config["d_model"])
+        stopped = None if self.stopped is None else {"after_layer": self.stopped.after_layer,
+                                                      "samples": self.stopped.samples}
+        return {"metrics": shown, "layers": layers, "floor": floor, "stopped": stopped, "notes": notes}
+
     def plot(self, metrics: list[str] | None = None, *, ax: Any = None, title: str | None = None) -> Any:
         """Mean over samples of ``metrics`` (default μ and μ/‖X‖_F when recorded) against
         layer on log-log axes, layer 0 dotted; returns the figure (drawn on ``ax`` if given)."""
@@ -136,6 +174,31 @@ class SimResult(NotebookResult):
         ax.legend()
         fig.tight_layout()
         return fig
+
+
+def _state_notes(layers: list[dict], attention: str, dtype: str) -> list[str]:
+    """Notes on what μ/‖X‖_F does not show in ``layers`` (:meth:`SimResult.report`): attention
+    not row-stochastic, one token holding most of ‖X‖_F², tokens decayed below eps x input."""
+    from ..metrics.core import dominant_token_text
+    from ..metrics.floor import epsilon
+
+    notes = []
+    if not parse_attention(attention).row_stochastic:
+        notes.append(f"attention {attention} is not row-stochastic (rows sum to 1 - row_mass_deficit): "
+                     "μ/‖X‖_F is scale-free: it shows neither how the tokens' norms change (they may decay to 0) "
+                     "nor one token taking over; read token_radius (mean token norm), max_token_share and row_mass_deficit beside it")
+    dominant = dominant_token_text({row["layer"]: math.nan if row.get("max_token_share") is None
+                                    else row["max_token_share"] for row in layers})
+    if dominant is not None:
+        notes.append(dominant)
+    radius = [(row["layer"], row["token_radius"]) for row in layers if row.get("token_radius") is not None]
+    if radius and radius[0][1] > 0:
+        (_, r0), (t, r) = radius[0], radius[-1]
+        if r <= epsilon(dtype) * r0:
+            notes.append(f"the tokens decay towards 0: mean token norm {r0:.3g} at the input, {r:.3g} at layer {t} "
+                         f"(below {dtype}'s machine epsilon times the input's: at the input's scale X is zero; "
+                         f"{dtype} underflows below {float(np.finfo(np.dtype(dtype)).tiny):.3g})")
+    return notes
 
 
 def _as_tokens(X0, dtype, device) -> torch.Tensor:

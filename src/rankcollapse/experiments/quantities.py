@@ -36,12 +36,10 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from ..metrics.floor import epsilon, relative_floor
+from ..metrics.floor import FLOOR_METRICS, epsilon, relative_floor
 from ..metrics.rate import least_squares_rate
 from .selection import conditions, one_condition, select_rows
 
-#: Metrics with a scale-free floor (values in [0, 1] relative to ‖X‖): clipped at row_floor.
-FLOOR_METRICS = frozenset({"mu_relative", "sigma_ratio"})
 N_BOOT = 1000
 
 

@@ -33,6 +33,12 @@ from __future__ import annotations
 
 import numpy as np
 
+#: Metrics with a scale-free floor (values in [0, 1] relative to ‖X‖): at or below
+#: :func:`relative_floor` they read round-off.
+FLOOR_METRICS = frozenset({"mu_relative", "sigma_ratio"})
+#: Metrics whose underflow (a mean below the dtype's smallest normal number: digits lost on
+#: the way to 0) is marked like a scale-free metric at its floor.
+UNDERFLOW_METRICS = ("token_radius", "mu")
 #: float64 machine epsilon (2^-52).
 EPS64 = float(np.finfo(np.float64).eps)
 #: N and d of :func:`relative_floor` when the caller knows neither (see module docstring).
@@ -67,3 +73,17 @@ def relative_floor(dtype: str, n_tokens: int | None = None, d_model: int | None 
     of ``(N, d)``, :data:`DEFAULT_TOKENS` / :data:`DEFAULT_WIDTH` where not given; 0 for an
     unknown dtype (no floor)."""
     return mu_floor(n_tokens or DEFAULT_TOKENS, d_model or DEFAULT_WIDTH, dtype)
+
+
+def mark_floor(rows: list[dict], names: list[str], dtype: str, n_tokens: int, d_model: int) -> dict:
+    """Add ``at_floor`` to every row (a layer's mean of each metric, None where undefined):
+    the ``names`` in :data:`FLOOR_METRICS` at or below :func:`relative_floor` (the digits are
+    rounding) and in :data:`UNDERFLOW_METRICS` positive and below the dtype's smallest normal
+    number (underflow); returns the floor's description."""
+    floor, tiny = relative_floor(dtype, n_tokens, d_model), float(np.finfo(np.dtype(dtype)).tiny)
+    for row in rows:
+        row["at_floor"] = [k for k in names if row[k] is not None and (
+            (k in FLOOR_METRICS and row[k] <= floor) or (k in UNDERFLOW_METRICS and 0 < row[k] < tiny))]
+    return {"dtype": dtype, "epsilon": epsilon(dtype), "floor": floor, "n_tokens": n_tokens, "d_model": d_model,
+            "metrics": sorted(m for m in names if m in FLOOR_METRICS),
+            "smallest_normal": tiny, "underflow_metrics": sorted(m for m in names if m in UNDERFLOW_METRICS)}

@@ -24,17 +24,18 @@ from .._progress import steps
 from ..metrics import compute_metrics
 from ..metrics.registry import ATTENTION_METRICS
 from ..summary import SUMMARY_COLUMNS, summary_table
+from ..masks import dense_mask
 from ..masks.schedule import MaskSchedule, schedule_or_mask
 from . import families
 from .edits import (HEAD_KEYS, EditFn, HeadAblation, ablation_edits, check_ablation, edit_settings, head_means,
                     n_heads)
-from .interventions import intervene, split_drop
+from .interventions import intervene, parse_drop, split_drop
 from .lens import LibraryModel, open_model
 from .loading import LoadedModel, as_loaded
 from .memory import ProbeMemory
 from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
 from .sinks import SINK_METRICS, VALUE_METRICS, ValueRecorder, sink_values, zeroed_heads
-from .temperature import d_qk_scale_for
+from .temperature import check_d_qk, d_qk_scale_for
 
 TABLE_COLUMNS = SUMMARY_COLUMNS  # the one per-layer table layout (rankcollapse.summary)
 PROBE_DEFAULT_METRICS = ("mu", "mu_relative", "rank_fraction", "sigma_min", "avg_abs_cos")
@@ -290,15 +291,18 @@ class Intervention:
         return [k for k, v in changed.items() if v]
 
 
-def as_intervention(intervention: Any) -> Intervention:
-    """``intervention``, or the empty :class:`Intervention` for None.
+def as_intervention(intervention: Any, n_tokens: int | None = None) -> Intervention:
+    """``intervention``, or the empty :class:`Intervention` for None, checked before any
+    model runs (with ``n_tokens``, its ``mask`` too, on windows of that length).
 
     Raises
     ------
     ConfigError
-        Anything else, or a field of the wrong type (``clip_massive`` not a bool, ``drop``
-        not strings, ``edits`` not a mapping of point names, ``ablate_heads`` not a
-        ``HeadAblation``).
+        Anything else, or a field of the wrong type or value (``clip_massive`` not a bool,
+        ``drop`` not strings or an unknown component, ``d_qk`` not positive and finite,
+        ``edits`` not a mapping of point names, ``ablate_heads`` not a ``HeadAblation``).
+    MaskError
+        With ``n_tokens``: a ``mask`` that is no mask (or schedule) of ``n_tokens`` tokens.
     """
     net = intervention if intervention is not None else Intervention()
     if not isinstance(net, Intervention):
@@ -310,6 +314,13 @@ def as_intervention(intervention: Any) -> Intervention:
     if not isinstance(drop, Sequence) or not all(isinstance(item, str) for item in drop):
         raise ConfigError(f"must be a string or a sequence of strings such as ('mlp', 'skip:0-3'), got "
                           f"{net.drop!r}", argument="drop")
+    parse_drop(net.drop, None)
+    if net.d_qk is not None:
+        check_d_qk(net.d_qk)
+    if net.mask is not None and n_tokens is not None:
+        mask = schedule_or_mask(net.mask, n_tokens)
+        if not isinstance(mask, MaskSchedule):
+            dense_mask(mask, n_tokens)
     if net.edits is not None and (not isinstance(net.edits, Mapping) or not all(isinstance(k, str) for k in net.edits)):
         raise ConfigError(f"must map point names to functions, {{'layer.3.output': fn}}, got {net.edits!r}",
                           argument="edits")
@@ -317,6 +328,26 @@ def as_intervention(intervention: Any) -> Intervention:
         raise ConfigError(f"must be a rankcollapse.models.edits.HeadAblation (e.g. "
                           f"HeadAblation(((3, 1),))), got {type(net.ablate_heads).__name__}", argument="ablate_heads")
     return net
+
+
+def probe_metrics(metrics: Sequence[str] | str | None) -> tuple[str, ...] | None:
+    """``metrics`` as :func:`probe` measures them, each once (None: the default); ``"all"``
+    alone is every metric of tokens. :class:`ConfigError` (argument ``metrics``) for no name
+    or a name in none of ``METRICS``, ``ATTENTION_METRICS``, ``SINK_METRICS``."""
+    from ..metrics import METRICS
+
+    if metrics is None:
+        return None
+    names = tuple(dict.fromkeys([metrics] if isinstance(metrics, str) else metrics))
+    if names == ("all",):
+        return tuple(METRICS)
+    for name in names:
+        if name not in METRICS and name not in ATTENTION_METRICS and name not in SINK_METRICS:
+            raise ConfigError(f"names an unknown metric {name!r}; choose from "
+                              f"{', '.join((*METRICS, *ATTENTION_METRICS, *SINK_METRICS))} or all", argument="metrics")
+    if not names:
+        raise ConfigError("is empty; give metric names or all", argument="metrics")
+    return names
 
 
 def check_windows(windows: Any) -> None:
@@ -365,8 +396,9 @@ def probe(
         probabilities, recorded in the same forward pass (eager attention's own, or
         recomputed from SDPA's queries and keys: :class:`~rankcollapse.models.Recorder`), at the
         point ``{prefix}layer.k.attention``; allowed keys: the intervention's ``mask`` or
-        the model's own causal/complete pattern, and real tokens); None =
-        ``mu, mu_relative, rank_fraction, sigma_min, avg_abs_cos``.
+        the model's own causal/complete pattern, and real tokens) or ``SINK_METRICS``;
+        ``"all"``: every metric of ``METRICS``; None = ``mu, mu_relative, rank_fraction,
+        sigma_min, avg_abs_cos`` (:func:`probe_metrics`).
     batch_size : windows per forward pass (at most, with ``max_memory``).
     points : ``"hidden_states"`` (default), ``"all"`` (also block inputs, norms and
         sublayer outputs), an explicit list of point names, or a comma-separated string
@@ -398,7 +430,8 @@ def probe(
     Raises
     ------
     ModelError, MaskError, ConfigError
-        ``intervention`` not an :class:`Intervention`, unknown point, unsupported
+        ``intervention`` not an :class:`Intervention` (:func:`as_intervention`), an
+        unknown metric (:func:`probe_metrics`), unknown point, unsupported
         intervention, mask size different from the windows,
         windows longer than the model's positions (:func:`check_positions`), token ids
         beyond the model's embeddings (:func:`check_token_ids`).
@@ -430,7 +463,7 @@ def probe(
     net = as_intervention(intervention)
     check_windows(windows)
     batch_size = check_int(batch_size, "batch_size", low=1)
-    metrics = [metrics] if isinstance(metrics, str) else metrics  # one name, as in simulate
+    metrics = probe_metrics(metrics)
     loaded, library = open_model(loaded)
     planned = {}
     if max_memory is not None:

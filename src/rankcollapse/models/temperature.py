@@ -46,6 +46,13 @@ def model_d_qk(loaded: Any) -> float:
     return 1.0 / scalings.pop() ** 2
 
 
+def check_d_qk(d_qk: Any) -> float:
+    """``d_qk`` as a float; :class:`ConfigError` (argument ``d_qk``) unless positive and finite."""
+    if isinstance(d_qk, bool) or not isinstance(d_qk, (int, float)) or not (math.isfinite(d_qk) and d_qk > 0):
+        raise ConfigError(f"must be a positive finite number, got {d_qk!r}", argument="d_qk")
+    return float(d_qk)
+
+
 def d_qk_scale_for(loaded: Any, d_qk: float | None, d_qk_scale: float = 1.0) -> float:
     """The ``d_qk_scale`` that gives attention temperature ``d_qk`` (None: ``d_qk_scale``).
 
@@ -58,8 +65,7 @@ def d_qk_scale_for(loaded: Any, d_qk: float | None, d_qk_scale: float = 1.0) -> 
     """
     if d_qk is None:
         return d_qk_scale
-    if isinstance(d_qk, bool) or not isinstance(d_qk, (int, float)) or not (math.isfinite(d_qk) and d_qk > 0):
-        raise ConfigError(f"d_qk must be a positive finite number, got {d_qk!r}")
+    check_d_qk(d_qk)
     if d_qk_scale != 1.0:
         raise ConfigError("give d_qk or d_qk_scale, not both (d_qk_scale = d_qk / the model's own d_qk)")
     return float(d_qk) / model_d_qk(loaded)
