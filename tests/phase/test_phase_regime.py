@@ -111,6 +111,43 @@ def test_batched_rows_do_not_depend_on_the_layers_measured_at_once(monkeypatch):
     monkeypatch.setattr(batched, "MEASURE_BYTES", 1)  # one layer per chunk
     np.testing.assert_equal(run_group(cells, n_samples=3), rows)
 
+def test_a_zero_matrix_names_its_cell_layer_and_sample():
+    """A value scale 0 makes X(1) the zero matrix, where mu / ||X||_F is undefined: the error
+    names the cell, the layer and the sample, not positions in the batch of a chunk."""
+    from rankcollapse.errors import MetricError
+
+    cells = [cell(n_tokens=4, d_model=2, depth=3, value_scale=v) for v in (1.0, 0.0)]
+    with pytest.raises(MetricError) as info:
+        run_group(cells, n_samples=2, seeds=2)
+    assert str(info.value) == ("phase cell value_scale=0.0, n_tokens=4, d_model=2, depth=3 (seed 0, sample 0), "
+                               "layer 1: X is the zero matrix: mu / ||X||_F is undefined")
+
+
+def test_zero_tokens_are_warned_once_per_cell(monkeypatch):
+    """A layer that zeroes the first token of every sample of the second cell, measured one
+    layer per chunk: one ZeroRowWarning, naming that cell and counting its zero tokens
+    (depth layers x seeds x samples)."""
+    from rankcollapse.metrics import ZeroRowWarning
+    from rankcollapse.phase import batched
+
+    layer = batched.single_head_layer
+
+    def zeroing(X, *args, **kwargs):
+        X, A, z = layer(X, *args, **kwargs)
+        X = X.clone()
+        X[X.shape[0] // 2:, 0] = 0.0  # the second cell's half of the batch
+        return X, A, z
+
+    monkeypatch.setattr(batched, "single_head_layer", zeroing)
+    monkeypatch.setattr(batched, "MEASURE_BYTES", 1)  # one layer per chunk
+    cells = [cell(n_tokens=4, d_model=2, depth=5, mask="causal", value_scale=v) for v in (1.0, 0.5)]
+    with pytest.warns(ZeroRowWarning) as caught:
+        run_group(cells, n_samples=3, seeds=2)
+    zero = [str(w.message) for w in caught if issubclass(w.category, ZeroRowWarning)]
+    assert zero == ["phase cell value_scale=0.5, mask=causal, n_tokens=4, d_model=2, depth=5: 30 zero token(s) over "
+                    "its layers and samples have no direction; they are excluded from cosine metrics"]
+
+
 def _tr(**over):
     base = {"diverged": False, "mu_relative": 0.5, "norm_ratio": 1.0, "change": 1.0, "k": 3,
             "numerical_rank": 3.0, "stable_rank": 2.0, "rate": -0.1, "attention_entropy": 0.5, "entropy_last": 0.5}
