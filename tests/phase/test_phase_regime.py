@@ -10,6 +10,7 @@ from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.masks import parse_mask
 from rankcollapse.phase.batched import run_group
 from rankcollapse.phase.cell import _entropy_per_layer, run_cell
+from rankcollapse.phase import expand_grid
 from rankcollapse.phase.grid import DEFAULTS
 from rankcollapse.phase.regime import (MU_FLOOR, fit_log10_rate, label_cell, label_trajectory, mu_cell, mu_floor, theory_prediction,
                                        trajectory_measures)
@@ -239,6 +240,14 @@ def test_theory_prediction_sources():
                                 d_model=4), info, 0.01)
     # docs/theory.md §3b: the construction's rank-k equilibria have k(k-1)/2 unstable directions
     assert eq["theory_regime"] == "rank_collapse" and eq["theory_source"] == "equilibria"
+    for beta in (0.0, "log:0"):  # scores β <x_i, x_j> = 0: the same uniform attention as qk_scale 0
+        c = expand_grid({"beta": [beta]}, {"norm": "sphere", "value": "constructed", "mask": "causal", "n_tokens": 4,
+                                           "d_model": 4})[0]
+        got = theory_prediction(c, info, 0.01)
+        assert (got["theory_regime"], got["theory_source"]) == ("rank_collapse", "equilibria"), beta
+    nonzero = expand_grid({"beta": [0.5]}, {"norm": "sphere", "value": "constructed", "mask": "causal", "n_tokens": 4,
+                                            "d_model": 4})[0]
+    assert theory_prediction(nonzero, info, 0.01)["theory_source"] == ""
 
 
 def test_cell_shows_the_bound_rule_5_reads():
