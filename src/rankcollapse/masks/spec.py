@@ -10,11 +10,12 @@ integer lists (``lengths=3+5+8``, ``globals=0+7``).
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import MaskError
+from ..errors import MaskError, excerpt
 from . import constructors as c
 from . import patterns as p
 from .._validate import REQUIRED, Key, Spec, check_int
@@ -174,6 +175,9 @@ def _build(spec: Any, n: int | None) -> Any:
     if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
         return _parse_atom(spec, n)  # a lone path may hold any character
     tokens = [t for t in (p.strip() for p in re.split(r"([&|()])", spec)) if t]
+    depth = max(itertools.accumulate((t == "(") - (t == ")") for t in tokens), default=0)
+    if depth > MAX_NESTING:
+        raise MaskError(f"mask spec {excerpt(spec)} nests parentheses {depth} deep; at most {MAX_NESTING}")
     mask, pos = _parse_union(tokens, 0, n, spec)
     if pos != len(tokens):
         raise MaskError(f"unbalanced parentheses in mask spec {spec!r} (unexpected {tokens[pos]!r})")
@@ -239,6 +243,8 @@ def _npy_rows(path: str) -> int:
 
 
 _OPS = ("&", "|", "(", ")")
+#: Deepest nesting of parentheses a spec may have (the parser recurses once per level).
+MAX_NESTING = 64
 
 #: The one message for a schedule where a single mask is parsed.
 SCHEDULE_HERE = (
