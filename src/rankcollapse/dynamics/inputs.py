@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import torch
 
-from .._validate import Key, Spec, check_int
+from .._validate import Key, Spec, check_float, check_int
 from ..errors import ConfigError
 from .layers import sphere
 
@@ -59,9 +59,10 @@ def gaussian_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 
     Raises
     ------
     ConfigError
-        ``n_samples``, ``n_tokens`` or ``d_model`` < 1, ``seed`` < 0.
+        ``n_samples``, ``n_tokens`` or ``d_model`` < 1, ``seed`` < 0, ``std`` not > 0.
     """
     _check(n_samples, n_tokens, d_model)
+    std = check_float(std, "gaussian input std", low=0, strict_low=True)
     gen = _generator(seed, generator)
     return torch.randn(n_samples, n_tokens, d_model, generator=gen, dtype=torch.float64) * std
 
