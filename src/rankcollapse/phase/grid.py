@@ -223,7 +223,8 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
     ------
     ConfigError
         ``axes`` or ``fixed`` not a dict; unknown axis name in ``axes``, ``fixed`` or ``zipped``; a zipped axis not in
-        ``axes``; fewer than two zipped axes; zipped lists of different lengths.
+        ``axes``; fewer than two zipped axes; zipped lists of different lengths; a value of
+        an axis (or a tuple of the zipped axes) given twice.
     """
     if not isinstance(axes, dict) or not isinstance(fixed or {}, dict):
         raise ConfigError(f"axes and fixed must be dicts {{name: values}}, got {type(axes).__name__} and "
@@ -251,6 +252,12 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
                 done = True
             continue
         factors.append([{name: v} for v in axes[name]])
+    for factor in factors:  # the same cells twice over, drawn on one square of the heatmap
+        twice = next((part for k, part in enumerate(factor) if part in factor[:k]), None)
+        if twice is not None:
+            said = ", ".join(f"{k}={v!r}" for k, v in twice.items())
+            raise ConfigError(f"{'axis' if len(twice) == 1 else 'zipped axes'} {said} given twice: "
+                              "each cell once")
     alpha_given = "alpha" in axes or "alpha" in fixed
     cells = []
     for combo in itertools.product(*factors):
