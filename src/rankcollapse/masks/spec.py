@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from ..errors import MaskError, excerpt
 from . import constructors as c
+from ._build import check_edges
 from . import patterns as p
 from .._validate import REQUIRED, Key, Spec, check_int
 from .mask import Mask
@@ -127,6 +128,9 @@ def parse_mask(spec: str, n_tokens: int) -> Mask:
         parameter the constructor rejects, or a composition leaving a row with no key.
         A schedule spec (``schedule:...`` or a list string) is one mask per layer, not
         one mask: the error routes to :func:`~rankcollapse.masks.parse_schedule`.
+    MemoryLimitError
+        N so large that the rows' first and last keys alone exceed half the physical
+        memory (the builders size the edges themselves).
 
     See Also
     --------
@@ -147,7 +151,10 @@ def parse_mask(spec: str, n_tokens: int) -> Mask:
     >>> parse_mask("causal&sliding_window:w=3", 4) == m
     True
     """
-    return _build(spec, check_int(n_tokens, "n_tokens", low=1, error=MaskError) if isinstance(spec, str) else None)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError) if isinstance(spec, str) else None
+    if n is not None:  # the least a mask of N rows holds: the first and last key of each row
+        check_edges(n, n, PER_ROW_BYTES)
+    return _build(spec, n)
 
 
 def check_spec(spec: str) -> str:
@@ -243,6 +250,8 @@ def _npy_rows(path: str) -> int:
 
 
 _OPS = ("&", "|", "(", ")")
+#: Bytes per query row that any mask holds, built or not: its first and last key (int64).
+PER_ROW_BYTES = 16
 #: Deepest nesting of parentheses a spec may have (the parser recurses once per level).
 MAX_NESTING = 64
 
