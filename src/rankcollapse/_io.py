@@ -260,6 +260,28 @@ def read_user_json(path: str | os.PathLike, what: str, error: type | None = None
         raise error(f"{what} {str(path)!r} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
 
 
+@contextmanager
+def read_as(path: str | os.PathLike, what: str) -> Iterator[None]:
+    """Read a user's file of records (``claims.json``) inside this block: a record whose
+    shape is not the one a run writes (a string where a list of checks is expected, a
+    check without its outcome) stops the reader with an error of the toolkit's own code
+    (``AttributeError``, ``TypeError``, ``KeyError``, ``IndexError``); it is raised as one
+    :class:`~rankcollapse.errors.ConfigError` naming the file.
+
+    Raises
+    ------
+    ConfigError
+        ``path`` is not a ``what`` a run writes (the message names the first problem).
+    """
+    from .errors import ConfigError, excerpt
+
+    try:
+        yield
+    except (AttributeError, TypeError, KeyError, IndexError) as exc:
+        raise ConfigError(f"{str(path)!r} is not a {what} a run writes ({type(exc).__name__}: "
+                          f"{excerpt(exc, 80)})") from None
+
+
 def open_private(path: str | os.PathLike, what: str = "file") -> int:
     """A read-write descriptor of ``path`` (created ``0o644`` if missing) that never
     follows a symbolic link and is a regular file: writing through it can never reach

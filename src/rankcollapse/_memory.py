@@ -58,9 +58,10 @@ def human(n_bytes: float) -> str:
     return f"{int(n_bytes)} B"
 
 
-def check_memory(estimate: float, what: str, max_memory: int | str | None = None) -> None:
+def check_memory(estimate: float, what: str, max_memory: int | str | None = None, *, adjustable: bool = True) -> None:
     """Refuse ``what`` if its ``estimate`` (bytes) exceeds ``max_memory`` (default
-    :func:`default_limit`).
+    :func:`default_limit`). ``adjustable=False`` for a caller that takes no
+    ``max_memory``: the message then offers only a smaller size.
 
     Raises
     ------
@@ -68,6 +69,9 @@ def check_memory(estimate: float, what: str, max_memory: int | str | None = None
         One line: the estimate, the limit and how to lift it.
     """
     limit = parse_size(max_memory) if max_memory is not None else default_limit()
+    if estimate > limit and not adjustable:
+        raise MemoryLimitError(f"{what} needs about {human(estimate)} of memory, more than the limit "
+                               f"{human(limit)} (half the RAM); lower the size")
     if estimate > limit:
         raise MemoryLimitError(
             f"{human(limit)}{'' if max_memory is not None else ' (half the RAM)'} is exceeded: {what} needs about "

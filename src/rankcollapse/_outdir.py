@@ -14,8 +14,9 @@ link planted, a user's file may carry one of the toolkit's names), so a run:
   ``sub/keep.txt``, a user's ``notes.txt``) is refused before anything is touched;
 * never replaces a file it did not write (one the manifest does not list): the run is
   refused, naming the clashes. The names known before the work (``report.html``,
-  ``result.json``...) are checked before it starts, the others (figures) before the
-  first file is published.
+  ``result.json``, a reproduce run's ``plots/<id>.png`` of every declared plot) are
+  checked before it starts, the others (figures whose names follow from the results)
+  before the first file is published.
 
 One run at a time: a run holds an exclusive ``fcntl.flock`` on ``<out>/.rankcollapse.lock``
 for its whole life; the file names the owner (pid, host, start time) for whoever finds it
@@ -246,8 +247,8 @@ def check_out(out: str | os.PathLike, names: Iterable[str] = (), *, allow_nonemp
 def _refuse_clashes(out: Path, clashes: list[str], option: str) -> None:
     if clashes:
         shown = ", ".join(clashes[:5]) + (f" (and {len(clashes) - 5} more)" if len(clashes) > 5 else "")
-        raise ConfigError(f"{option} {str(out)!r} holds files no run wrote that this run would replace: {shown}; "
-                          "move them or choose another folder")
+        raise ConfigError(f"{str(out)!r} holds files no run wrote that this run would replace: {shown}; "
+                          "move them or choose another folder", argument=option)
 
 
 class OutputFolder:

@@ -91,6 +91,22 @@ def test_reproduce_never_publishes_through_a_folder_link(tmp_path, outside):
     assert not (tmp_path / "cache").exists()  # refused before any unit ran
 
 
+def test_reproduce_refuses_a_figure_no_run_wrote_before_any_unit_runs(tmp_path):
+    """A finished run folder of a version without a manifest (a committed result copied
+    elsewhere) vouches for its top-level outputs only: its figure ``plots/*.png`` is
+    refused up front, not found at publish time after the work."""
+    out = tmp_path / "old"
+    (out / "plots").mkdir(parents=True)
+    (out / MARKER).write_text("config_hash x\n")
+    (out / "report.md").write_text("# old run\n")
+    (out / "plots" / "influence_masks.png").write_bytes(b"old figure")
+    before = tree(out)
+    line = refused(*invoke([*REPRODUCE, "--out", "old", "--cache-dir", "cache"], tmp_path))
+    assert line.endswith("--out 'old' holds files no run wrote that this run would replace: "
+                         "plots/influence_masks.png; move them or choose another folder"), line
+    assert tree(out) == before and not (tmp_path / "cache").exists()  # refused before any unit ran
+
+
 @pytest.mark.parametrize("argv,name", [
     (PHASE, "report.html"),
     ([*REPRODUCE, "--cache-dir", "cache"], "report.md"),

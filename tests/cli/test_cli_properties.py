@@ -170,7 +170,10 @@ def test_every_argument_vector_keeps_the_contract(root, command):
 @pytest.mark.parametrize("argv, message", [
     (["mask", "describe", "causal", "--n-tokens", "99999999999999999999"], "64-bit"),
     (["mask", "describe", "sliding_window:w=99999999999999999999", "--n-tokens", "16"], "64-bit"),
-    (["mask", "show", "causal", "--n-tokens", "8", "--out", "m", "--image-format", "xyz"], "format 'xyz'"),
+    (["mask", "show", "causal", "--n-tokens", "8", "--out", "m", "--image-format", "xyz"],
+     "--image-format must be one of png, pdf, svg, got 'xyz'"),
+    (["mask", "show", "causal", "--n-tokens", "8", "--out", "m", "--image-format", "gif"],  # matplotlib writes gif
+     "--image-format must be one of png, pdf, svg, got 'gif'"),
     (["mask", "show", "causal", "--n-tokens", "8", "--out", "afile/m.png"], "is a file where a folder is needed"),
     (["mask", "describe", "file:edges_dashes.txt", "--n-tokens", "4"], "expected two integers"),
     (["mask", "describe", "file:edges_super.txt", "--n-tokens", "4"], "expected two integers"),

@@ -197,6 +197,21 @@ def test_summary_refuses_what_is_not_a_finished_run(tmp_path, claims, complete, 
     assert why in line
 
 
+@pytest.mark.parametrize("command", ["summary", "audit"])
+def test_summary_and_audit_refuse_claims_of_the_wrong_shape(tmp_path, command):
+    """A claim with id, effect and verdict whose other fields are not a run's (a number for
+    the controls, a string for the checks): one line naming the file, not an internal
+    error."""
+    claim = {"controls": 7, "checks": "x"}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "claims.json").write_text(json.dumps([{"id": "C01", "effect": "e", "verdict": "reproduced", **claim}]))
+    (run / "config.json").write_text(json.dumps({"configs": [], "scale": "quick"}))
+    (run / "COMPLETE").write_text("config_hash x\n")
+    line = _one_line_refusal(*invoke(["reproduce", command, str(run)], tmp_path))
+    assert f"{str(run / 'claims.json')!r} is not a claims file a run writes" in line, line
+
+
 @pytest.mark.parametrize("argv", [["reproduce", "--out", ""], ["simulate", "--depth", "2", "--out", " "],
                                   ["mask", "show", "causal", "--n-tokens", "4", "--out="], ["metrics", ""]])
 def test_an_empty_path_is_refused_not_taken_as_the_working_directory(tmp_path, argv):

@@ -27,6 +27,8 @@ def X():
     (dict(block=dict(n_heads=True)), "n_heads must be an integer"),
     (dict(value=[object(), object()]), "W_V of layer 0 is not a numeric matrix"),
     (dict(value=[["a", "b"], ["c", "d"]]), "W_V of layer 0"),
+    (dict(X0="abc"), "X0 must be a floating-point array, got numpy dtype <U3"),
+    (dict(X0=[[1.0], [1.0, 2.0]]), "X0 must be an .N, d. or .B, N, d. array"),
 ])
 def test_bad_options_fail_before_any_layer(kwargs, match):
     calls = []
@@ -36,7 +38,7 @@ def test_bad_options_fail_before_any_layer(kwargs, match):
         if isinstance(args.get("block"), dict):
             args["block"] = BlockConfig(**args["block"])
         args["run"] = RunConfig(**{"depth": 2, **args.get("run", {})})
-        simulate(X(), **args)
+        simulate(args.pop("X0", X()), **args)
     assert calls == []
 
 

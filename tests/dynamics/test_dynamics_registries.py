@@ -32,6 +32,9 @@ def test_registry_names():
         make_tokens("sphere", 2, 3, 4, std=2.0)
     with pytest.raises(ConfigError, match="needs the width"):
         make_tokens("gaussian", 2, 3, None)
+    for std in ("0", "-1"):  # zero tokens have no direction; a negative std is no spread
+        with pytest.raises(ConfigError, match=f"gaussian input std must be > 0, got {float(std)}"):
+            make_tokens(f"gaussian:std={std}", 2, 3, 4)
 
 
 @pytest.mark.parametrize("name", ["gaussian", "sphere", "hemisphere", "nonnegative", "antipodal"])

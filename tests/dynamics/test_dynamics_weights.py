@@ -115,3 +115,13 @@ def test_family_keyword_parameters_are_read_as_the_specs():
         draw("gaussian", 3, 3, g(), scale=0.5)
     with pytest.raises(ConfigError, match="key 'std' must be a finite number"):
         draw("gaussian:std=inf", 3, 3, g())
+
+
+@pytest.mark.parametrize("spec", ["nonnegative:std=-1", "gaussian:std=-0.5", "near_identity:noise=-0.1", "xavier:gain=-2"])
+def test_a_negative_spread_is_refused(spec):
+    """``nonnegative:std=-1`` would draw non-positive entries; a spread is >= 0 (a scale
+    keeps its sign: ``orthogonal:scale=-1`` is ``-Q``)."""
+    key = spec.split(":")[1].split("=")[0]
+    with pytest.raises(ConfigError, match=f"{key} is a spread and must be >= 0"):
+        draw(spec, 3, 3, g())
+    assert torch.equal(draw("orthogonal:scale=-1", 3, 3, g()), -draw("orthogonal", 3, 3, g()))

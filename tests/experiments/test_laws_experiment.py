@@ -167,6 +167,22 @@ def test_gap_count_rows_under_a_causal_mask_fit_only_rows_with_every_point():
     assert abs(rate - a) > 0.1 * a
 
 
+def test_gap_count_rows_give_no_rate_for_rows_equal_to_round_off():
+    """Head 1 exactly uniform (float32 1/N: every logit equal, its float64 std round-off of
+    the mean, not 0): no rate in any variant, instead of the synthetic rows' 1 / round-off
+    (~1e15); head 0's exponential rows keep their numbers, which are then the mean."""
+    from rankcollapse.experiments.temperature_units import gap_count_rows
+
+    N, a = 48, 2.0
+    z = -torch.log(torch.arange(1, N + 1, dtype=torch.float64)) / a
+    A = torch.softmax(z, -1).expand(1, 2, N, N).to(torch.float32).clone()  # (B, H, N, N)
+    A[:, 1] = 1.0 / N
+    rate = gap_count_rows({"layer.0.attention": A}).query("metric == 'gap_rate'").set_index("variant")["mean"]
+    alone = gap_count_rows({"layer.0.attention": A[:, :1]}).query("metric == 'gap_rate'").set_index("variant")["mean"]
+    assert rate["model"] == pytest.approx(a, rel=1e-4) and rate["model"] == alone["model"]
+    assert 1 < rate["gaussian"] < 10 and 1 < rate["uniform"] < 10  # Gaussian and uniform logits of spread ~0.4
+
+
 def test_gap_count_rows_without_a_full_row_are_refused():
     from rankcollapse.experiments.temperature_units import gap_count_rows
 

@@ -40,7 +40,14 @@ def test_composed_spec_rebuilds_the_mask(n):
     ("(causal|)", "empty mask spec"),
     ("causal&&complete", "empty mask spec"),
     ("|causal", "empty mask spec"),
+    ("(" * 5000 + "causal" + ")" * 5000, "nests parentheses 5000 deep; at most 64"),  # not a RecursionError
 ])
 def test_malformed_compositions(spec, message):
     with pytest.raises(MaskError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_mask(spec, 6)
+
+
+def test_nesting_up_to_the_limit_is_one_mask():
+    from rankcollapse.masks.spec import MAX_NESTING
+
+    assert parse_mask("(" * MAX_NESTING + "causal" + ")" * MAX_NESTING, 6) == parse_mask("causal", 6)

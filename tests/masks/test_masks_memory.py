@@ -18,3 +18,10 @@ def test_csr_path_refused_by_size_before_building():
 def test_huge_complete_mask_analysed_from_intervals():
     a = masks.analyze(masks.parse_mask("complete", 65536), max_memory=100)
     assert a.method == "intervals" and a.n_edges == 65536**2 and a.radius == 1
+
+
+def test_a_number_of_tokens_beyond_memory_is_refused_before_any_array():
+    """N = 10^12: the rows' first and last keys alone are 16 TB; a MemoryLimitError (not
+    numpy's MemoryError) before anything is allocated."""
+    with pytest.raises(MemoryLimitError, match="N = 1000000000000 tokens"):
+        masks.parse_mask("causal", 10**12)

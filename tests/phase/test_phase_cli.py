@@ -29,6 +29,15 @@ def test_parse_axis_values_and_errors():
             parse_axis(bad)
 
 
+def test_a_value_given_twice_is_refused_but_zipped_axes_may_repeat():
+    with pytest.raises(ConfigError, match=r"axis qk_scale=1.0 given twice: each cell once"):
+        expand_grid({"qk_scale": [1.0, 0.5, 1.0]})
+    with pytest.raises(ConfigError, match=r"zipped axes qk_scale=1.0, norm='none' given twice"):
+        expand_grid({"qk_scale": [1.0, 2.0, 1.0], "norm": ["none", "none", "none"]}, zipped=("qk_scale", "norm"))
+    cells = expand_grid({"qk_scale": [1.0, 2.0, 1.0], "norm": ["none", "none", "sphere"]}, zipped=("qk_scale", "norm"))
+    assert [(c["qk_scale"], c["norm"]) for c in cells] == [(1.0, "none"), (2.0, "none"), (1.0, "sphere")]
+
+
 def test_expand_grid_is_the_product_over_defaults():
     cells = expand_grid({"qk_scale": [0.5, 2.0], "norm": ["none", "sphere", "layernorm"]}, {"depth": 8})
     assert len(cells) == 6

@@ -132,5 +132,20 @@ def test_huge_cell_refused_before_running():
     grid.check_cells([dict(DEFAULTS)], n_samples=4)
 
 
+@pytest.mark.parametrize("kw, match", [
+    ({"seeds": 0}, "seeds must be an integer >= 1, got 0"), ({"seeds": 1.5}, "seeds must be an integer, got 1.5"),
+    ({"n_samples": 0}, "n_samples must be an integer >= 1, got 0"), ({"seed": -1}, "seed must be an integer >= 0"),
+    ({"seeds": 10**8}, "with 100000000 seeds x 4 samples needs about"),  # the sweep runs a cell's seeds at once
+])
+def test_run_phase_refuses_bad_counts_before_any_work(tmp_path, kw, match):
+    from rankcollapse.phase import run_phase
+
+    cell = {**DEFAULTS, "n_tokens": 4, "d_model": 2, "depth": 2}
+    t0 = time.process_time()
+    with pytest.raises(ConfigError, match=match):  # MemoryLimitError is a ConfigError
+        run_phase([cell], cache_dir=tmp_path / "cache", **kw)
+    assert time.process_time() - t0 < 5 and not (tmp_path / "cache").exists()
+
+
 def test_cli_huge_cell_one_line(tmp_path):
     assert_cli_refused(["--axis", "n_tokens=4096", "--d-model", "4096", "--depth", "1024"], "TiB of memory", tmp_path)

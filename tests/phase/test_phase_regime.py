@@ -10,6 +10,7 @@ from rankcollapse.dynamics import RunConfig, simulate
 from rankcollapse.masks import parse_mask
 from rankcollapse.phase.batched import run_group
 from rankcollapse.phase.cell import _entropy_per_layer, run_cell
+from rankcollapse.phase import expand_grid
 from rankcollapse.phase.grid import DEFAULTS
 from rankcollapse.phase.regime import (MU_FLOOR, fit_log10_rate, label_cell, label_trajectory, mu_cell, mu_floor, theory_prediction,
                                        trajectory_measures)
@@ -137,6 +138,44 @@ def test_layer_metrics_are_the_registrys_bit_for_bit():
     for name in LAYER_METRICS:
         assert torch.equal(got[name], ref[name]), name
 
+
+def test_a_zero_matrix_names_its_cell_layer_and_sample():
+    """A value scale 0 makes X(1) the zero matrix, where mu / ||X||_F is undefined: the error
+    names the cell, the layer and the sample, not positions in the batch of a chunk."""
+    from rankcollapse.errors import MetricError
+
+    cells = [cell(n_tokens=4, d_model=2, depth=3, value_scale=v) for v in (1.0, 0.0)]
+    with pytest.raises(MetricError) as info:
+        run_group(cells, n_samples=2, seeds=2)
+    assert str(info.value) == ("phase cell value_scale=0.0, n_tokens=4, d_model=2, depth=3 (seed 0, sample 0), "
+                               "layer 1: X is the zero matrix: mu / ||X||_F is undefined")
+
+
+def test_zero_tokens_are_warned_once_per_cell(monkeypatch):
+    """A layer that zeroes the first token of every sample of the second cell, measured one
+    layer per chunk: one ZeroRowWarning, naming that cell and counting its zero tokens
+    (depth layers x seeds x samples)."""
+    from rankcollapse.metrics import ZeroRowWarning
+    from rankcollapse.phase import batched
+
+    layer = batched.single_head_layer
+
+    def zeroing(X, *args, **kwargs):
+        X, A, z = layer(X, *args, **kwargs)
+        X = X.clone()
+        X[X.shape[0] // 2:, 0] = 0.0  # the second cell's half of the batch
+        return X, A, z
+
+    monkeypatch.setattr(batched, "single_head_layer", zeroing)
+    monkeypatch.setattr(batched, "MEASURE_BYTES", 1)  # one layer per chunk
+    cells = [cell(n_tokens=4, d_model=2, depth=5, mask="causal", value_scale=v) for v in (1.0, 0.5)]
+    with pytest.warns(ZeroRowWarning) as caught:
+        run_group(cells, n_samples=3, seeds=2)
+    zero = [str(w.message) for w in caught if issubclass(w.category, ZeroRowWarning)]
+    assert zero == ["phase cell value_scale=0.5, mask=causal, n_tokens=4, d_model=2, depth=5: 30 zero token(s) over "
+                    "its layers and samples have no direction; they are excluded from cosine metrics"]
+
+
 def _tr(**over):
     base = {"diverged": False, "mu_relative": 0.5, "norm_ratio": 1.0, "change": 1.0, "k": 3,
             "numerical_rank": 3.0, "stable_rank": 2.0, "rate": -0.1, "attention_entropy": 0.5, "entropy_last": 0.5}
@@ -228,6 +267,14 @@ def test_theory_prediction_sources():
                                 d_model=4), info, 0.01)
     # docs/theory.md §3b: the construction's rank-k equilibria have k(k-1)/2 unstable directions
     assert eq["theory_regime"] == "rank_collapse" and eq["theory_source"] == "equilibria"
+    for beta in (0.0, "log:0"):  # scores β <x_i, x_j> = 0: the same uniform attention as qk_scale 0
+        c = expand_grid({"beta": [beta]}, {"norm": "sphere", "value": "constructed", "mask": "causal", "n_tokens": 4,
+                                           "d_model": 4})[0]
+        got = theory_prediction(c, info, 0.01)
+        assert (got["theory_regime"], got["theory_source"]) == ("rank_collapse", "equilibria"), beta
+    nonzero = expand_grid({"beta": [0.5]}, {"norm": "sphere", "value": "constructed", "mask": "causal", "n_tokens": 4,
+                                            "d_model": 4})[0]
+    assert theory_prediction(nonzero, info, 0.01)["theory_source"] == ""
 
 
 def test_cell_shows_the_bound_rule_5_reads():

@@ -1,13 +1,17 @@
 """Bad input to the theory checks: clear errors naming what was wrong, never a silently
 wrong number; and portraits that describe the system they draw."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
 
-from rankcollapse.errors import ConfigError, ConvergenceError
+from rankcollapse.errors import ConfigError, ConvergenceError, MemoryLimitError
 from rankcollapse.theory.basin import basin_estimate
 from rankcollapse.theory.bound import check_collapse_bound
+from rankcollapse.theory.equilibria import equilibria
+from rankcollapse.theory.sphere import check_sphere_collapse
 from rankcollapse.theory.finder import find_equilibria
 from rankcollapse.theory.portrait import portrait_2d, trajectories_3d
 from rankcollapse.theory.system import causal_uniform_system
@@ -34,6 +38,24 @@ def test_bound_rejects_degenerate_settings(kw, text):
 def test_basin_confidence_out_of_range(confidence):
     with pytest.raises(ConfigError, match="confidence"):
         basin_estimate(n_samples=10, depth=5, confidence=confidence)
+
+
+@pytest.mark.parametrize("call, text", [
+    (lambda: basin_estimate(n_samples=10**12, depth=5), "1000000000000 SA-LN starts of N = 2, d = 2 needs about"),
+    (lambda: equilibria(10**6, 4, 1), "the equilibria of N = 1000000, d = 4 with their stability needs about"),
+    (lambda: equilibria(2, 10**6, 1, stability=False), "the equilibria of N = 2, d = 1000000 needs about"),
+    (lambda: check_sphere_collapse("causal", n_tokens=16, depth=10**12),
+     "the sphere check of 8 x 16 x 8 tokens over 1000000000000 layers"),
+    (lambda: check_collapse_bound(mask="causal", n_tokens=8, n_samples=10**12),
+     "drawing 1000000000000 x 8 x 16 input tokens"),
+])
+def test_a_size_beyond_memory_is_refused_before_allocating(call, text):
+    """Sizes far beyond any machine's memory: refused in a fraction of a second with the
+    estimate, not killed by the allocator (or an internal RuntimeError) minutes later."""
+    t0 = time.process_time()
+    with pytest.raises(MemoryLimitError, match=text):
+        call()
+    assert time.process_time() - t0 < 2
 
 
 def test_basin_undefined_step_is_reported():

@@ -17,7 +17,7 @@ FLAGS: dict[str, str] = {
     "address": "--address", "overrides['masks']": "--mask",
     "overrides['depth']": "--depth", "overrides['n_samples']": "--n-samples", "overrides['extra_models']": "--model",
     "ablate_heads": "--ablate-heads", "head": "--patch-head", "shard": "--shard", "wait": "--wait",
-    "allow_nonempty": "--allow-nonempty", "metrics": "--metrics", "d_qk": "--d-qk",
+    "allow_nonempty": "--allow-nonempty", "metrics": "--metrics", "d_qk": "--d-qk", "out": "--out",
 }
 
 

@@ -78,6 +78,10 @@ def describe(
     print_table(make_table(f"mask {d['spec']}  (N = {n})", ("", ""), rows, show_header=False))
 
 
+#: the drawings ``mask show`` writes: ``OUT/mask.png``, ``.pdf`` or ``.svg``
+IMAGE_FORMATS = ("png", "pdf", "svg")
+
+
 @mask_app.command("show")
 def show(
     spec: str = typer.Argument(..., help=_SPEC_HELP),
@@ -93,10 +97,9 @@ def show(
     n = _n_tokens(spec, n)
     if n > 2048:
         raise MaskError(f"--n-tokens {n} is too large to draw one cell per token pair (at most 2048)")
+    if image not in IMAGE_FORMATS:  # the names --out may hold (rankcollapse._outdir.PRODUCED)
+        raise ConfigError(f"--image-format must be one of {', '.join(IMAGE_FORMATS)}, got {image!r}")
     target = out / f"mask.{image}"
-    from ..masks.plot import image_format
-
-    image_format(target)  # before any work
     _check_target(out, target, allow_nonempty)
     mask = masks.parse_schedule(spec, n).composed() if masks.is_schedule(spec) else masks.parse_mask(spec, n)
     with _writing(out, target, "mask show", allow_nonempty) as path:

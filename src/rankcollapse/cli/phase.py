@@ -72,7 +72,7 @@ def phase(
         plot_axes = parts
     zipped = tuple(p.strip() for p in zip_axes.split(",")) if zip_axes else ()
     cells = expand_grid(axes, fixed, zipped)
-    check_cells(cells, samples)  # every cell's size, before the output folder is touched
+    check_cells(cells, samples, seeds=seeds)  # every cell's size, before the output folder is touched
     check_out(out, NAMES, allow_nonempty=allow_nonempty, flags=True)
     names = list(axes) or ["depth"]
     meta = {"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples, "seeds": seeds,

@@ -210,11 +210,16 @@ def print_results(folder: Optional[Path], fmt: str) -> None:
         raise ConfigError("reproduce summary needs a run folder: rankcollapse reproduce summary DIR")
     if fmt not in ("markdown", "table", "json"):
         raise ConfigError(f"--format must be markdown (alias table) or json, got {fmt!r}")
+    from .._io import read_as
+
     claims = finished_claims(folder)
+    with read_as(Path(folder) / "claims.json", "claims file"):  # rendered whole before anything is printed
+        text = None if fmt == "json" else results_markdown(claims)
+        rows = results_json(claims) if fmt == "json" else None
     if fmt == "json":
-        print_json(results_json(claims), indent=2)
+        print_json(rows, indent=2)
     else:
-        sys.stdout.write(results_markdown(claims))
+        sys.stdout.write(text)
 
 
 def finished_claims(folder: Path) -> list[dict]:

@@ -37,7 +37,8 @@ from typing import Any, Callable
 
 import torch
 
-from .._validate import Key, Spec, check_int
+from .._memory import check_memory
+from .._validate import Key, Spec, check_float, check_int
 from ..errors import ConfigError
 from .layers import sphere
 
@@ -45,6 +46,9 @@ from .layers import sphere
 def _check(n_samples: int, n_tokens: int, d_model: int) -> None:
     for name, value in (("n_samples", n_samples), ("n_tokens", n_tokens), ("d_model", d_model)):
         check_int(value, name, low=1)
+    # the draw and its normalised copy, float64
+    check_memory(16 * n_samples * n_tokens * d_model, f"drawing {n_samples} x {n_tokens} x {d_model} input tokens "
+                 "(B x N x d, float64)", adjustable=False)
 
 
 def _generator(seed: int, generator: torch.Generator | None) -> torch.Generator:
@@ -59,9 +63,10 @@ def gaussian_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 
     Raises
     ------
     ConfigError
-        ``n_samples``, ``n_tokens`` or ``d_model`` < 1, ``seed`` < 0.
+        ``n_samples``, ``n_tokens`` or ``d_model`` < 1, ``seed`` < 0, ``std`` not > 0.
     """
     _check(n_samples, n_tokens, d_model)
+    std = check_float(std, "gaussian input std", low=0, strict_low=True)
     gen = _generator(seed, generator)
     return torch.randn(n_samples, n_tokens, d_model, generator=gen, dtype=torch.float64) * std
 

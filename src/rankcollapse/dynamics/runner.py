@@ -203,7 +203,15 @@ def _state_notes(layers: list[dict], attention: str, dtype: str) -> list[str]:
 
 def _as_tokens(X0, dtype, device) -> torch.Tensor:
     check_tensor_storage(X0, "X0")  # sparse or meta: no token values to evolve
-    X = torch.as_tensor(np.asarray(X0)) if not isinstance(X0, torch.Tensor) else X0
+    if not isinstance(X0, torch.Tensor):
+        try:
+            arr = np.asarray(X0)
+        except ValueError as exc:  # a ragged nesting of lists
+            raise ConfigError(f"X0 must be an (N, d) or (B, N, d) array: {str(exc).splitlines()[0][:120]}") from None
+        if arr.dtype.kind not in "biuf":  # strings, objects, complex: torch cannot hold them as tokens
+            raise ConfigError(f"X0 must be a floating-point array, got numpy dtype {arr.dtype}")
+        X0 = torch.as_tensor(arr)
+    X = X0
     if X.ndim == 2:
         X = X.unsqueeze(0)
     if X.ndim != 3 or min(X.shape) < 1:

@@ -51,6 +51,8 @@ from ..errors import ConfigError
 from .layer_weights import LayerWeights  # noqa: F401  (its home; weights is its public path)
 
 ROLES = {"W_Q": 1, "W_K": 2, "W_V": 3, "W_O": 4, "W_1": 5, "W_2": 6}
+#: parameters that are spreads of a distribution (``std``, ``noise``) or its width (``gain``): >= 0
+SPREADS = ("std", "noise", "gain")
 _SQUARE = ("orthogonal", "identity", "scaled_identity", "spd", "near_identity", "constructed")
 
 
@@ -60,10 +62,15 @@ def parse_family(spec: str) -> tuple[str, dict[str, float]]:
     Raises
     ------
     ConfigError
-        Unknown family, malformed or unknown parameter.
+        Unknown family, malformed or unknown parameter; a negative spread (``std``,
+        ``noise``, ``gain``: ``nonnegative:std=-1`` would draw non-positive entries).
     """
     parsed = Spec.parse(spec, "weight family", names={n: tuple(Key(k, default=None) for k in keys)
                                                       for n, keys in FAMILY_PARAMS.items()})
+    for key in SPREADS:
+        if parsed.params.get(key) is not None and parsed.params[key] < 0:
+            raise ConfigError(f"weight family {str(parsed)!r}: {key} is a spread and must be >= 0, got "
+                              f"{parsed.params[key]}")
     return parsed.name, parsed.params
 
 

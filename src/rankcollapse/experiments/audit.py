@@ -197,13 +197,23 @@ def read_run(folder: str | Path, *, need_table: bool = False
 
 def audit_run(folder: str | Path) -> list[dict[str, Any]]:
     """One robustness entry per claim of the run in ``folder`` (:func:`robustness`),
-    decided again from its stored checks where its ``claims.json`` has no bands."""
+    decided again from its stored checks where its ``claims.json`` has no bands.
+
+    Raises
+    ------
+    ConfigError
+        ``folder`` is not a finished run folder, or its claims (with its config) are not
+        records a run writes.
+    """
+    from .._io import read_as
+
     claims, config, table = read_run(folder)
-    rules = run_rules(config)
-    n_tokens, out = (config.get("data") or {}).get("n_tokens"), []
-    for rec in claims:
-        now = rec if "bands" in rec or rec["id"] not in rules else redecide(rec, rules[rec["id"]], table, n_tokens)
-        out.append({**robustness(now), "stored_verdict": rec["verdict"]})
+    with read_as(Path(folder) / "claims.json", "claims file"):  # with its config.json
+        rules = run_rules(config)
+        n_tokens, out = (config.get("data") or {}).get("n_tokens"), []
+        for rec in claims:
+            now = rec if "bands" in rec or rec["id"] not in rules else redecide(rec, rules[rec["id"]], table, n_tokens)
+            out.append({**robustness(now), "stored_verdict": rec["verdict"]})
     return out
 
 

@@ -376,10 +376,22 @@ class RunPlan:
     def title(self) -> str:
         return "/".join(c["name"] for c in self.cfgs)
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The files the run may write into ``out`` (:func:`output_names`)."""
+        return output_names(self.cfgs)
+
     def config(self, shard: Shard | None = None) -> dict[str, Any]:
         """``config.json`` content (:func:`run_config`); a shard's names itself."""
         config = run_config(self.cfgs, self.scale, self.seed, self.ctx.data, self.overrides, self.units, self.labels)
         return config if shard is None else {**config, "shard": str(shard)}
+
+
+def output_names(cfgs: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The files a run of ``cfgs`` may write into its output folder: :data:`OUTPUT_NAMES`
+    and a figure ``plots/<id>.png`` per declared plot (drawn when it has rows), so that a
+    file of one of these names that no run wrote is refused before any unit runs."""
+    return (*OUTPUT_NAMES, *sorted({f"plots/{spec['id']}.png" for c in cfgs for spec in c.get("plots", [])}))
 
 
 def plan_run(name: str | None, scale: str, out: str | Path | None, seed: int, *, text: str | Path | None,
@@ -403,7 +415,7 @@ def plan_run(name: str | None, scale: str, out: str | Path | None, seed: int, *,
                 raise ConfigError(f"does not apply to shard {execution.shard}: a shard writes only into the unit "
                                   "cache, never into out", argument=arg)
     elif storage.write:  # a foreign folder, an untrusted manifest, a planted link, a user's report.md: refused here
-        check_out(out, OUTPUT_NAMES, allow_nonempty=storage.allow_nonempty)
+        check_out(out, output_names(cfgs), allow_nonempty=storage.allow_nonempty)
     check_writable(cache.root, folder=True, option="cache_dir")
     if execution.executor == "ray" and execution.address is not None:
         check_ray_reachable(execution.address)  # before --out is locked: a refused run leaves nothing behind
@@ -489,7 +501,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     with ExitStack() as stack:
         if storage.write and shard is None:
             # the previous run's outputs (and its marker) stay until this one is published
-            stack.enter_context(OutputFolder(rp.out, OUTPUT_NAMES, wait=storage.wait,
+            stack.enter_context(OutputFolder(rp.out, rp.names, wait=storage.wait,
                                              allow_nonempty=storage.allow_nonempty))
         ex = make_executor(execution.executor, workers=execution.workers, address=execution.address,
                            data=rp.ctx.data, device=str(rp.ctx.device))

@@ -45,7 +45,12 @@ i.i.d. uniform ones (a flat density at a bounded top: ``n(g) ∝ g``), drawn wit
 ``draw_seed`` (default 0). Metrics per window (mean over heads and queries):
 ``gap_r2_exp``, ``gap_r2_pow`` (the two fits' R²), ``gap_fit_advantage`` (their
 difference, > 0 where the exponential fits better), ``gap_rate`` (the exponential rate
-``a``, per unit logit) and ``gap_exponent`` (the power ``p``). Labels: ``source =
+``a``, per unit logit) and ``gap_exponent`` (the power ``p``). A row whose logits are
+equal to round-off (standard deviation at most ``eps max(1, |mean|)``, ``eps`` that of the
+maps' dtype: each log-probability is known to about ``eps``, and the row's mean carries
+``eps |mean|``) has no logit scale: its ``gap_rate`` is NaN in all three variants (a
+rate per unit logit of its round-off would be ``~1 / eps``; its gaps, all zero or
+round-off, give the model variant no fit), and the scale-free fits stand. Labels: ``source =
 gap_count``, ``variant`` = ``model``, ``gaussian`` or ``uniform`` (the rows' logits),
 ``value`` = ``pretrained`` or ``random_init`` (``control: random-init``), ``mask`` the
 model's own (``complete`` or ``causal``), ``dtype = float32`` (the model's probabilities).
@@ -147,6 +152,7 @@ def gap_count_rows(maps: dict[str, Any], draw_seed: int = 0, *, mask: str = "com
 
     from ..masks.adapt import dense_mask
     from ..metrics.attention import gap_growth
+    from ..metrics.floor import epsilon
 
     gen = torch.Generator().manual_seed(int(draw_seed))
     names = sorted(maps, key=lambda n: int(n.split(".")[-2]))
@@ -164,11 +170,13 @@ def gap_count_rows(maps: dict[str, Any], draw_seed: int = 0, *, mask: str = "com
         m = allowed.sum(-1, keepdim=True).clamp(min=1)
         mean = zf.sum(-1, keepdim=True) / m
         std = torch.sqrt(((zf - mean) ** 2 * allowed).sum(-1, keepdim=True) / m)  # each row's logit std
+        flat = (std <= epsilon(str(maps[name].dtype).removeprefix("torch.")) * mean.abs().clamp(min=1)).squeeze(-1)
         gauss = torch.randn(z.shape, generator=gen, dtype=torch.float64) * std
         unif = (torch.rand(z.shape, generator=gen, dtype=torch.float64) * 2 - 1) * math.sqrt(3) * std
         for variant, logits in zip(GAP_LOGITS, (z, gauss, unif)):
             fit = gap_growth(logits.masked_fill(~allowed, -math.inf), k_max=GAP_K_MAX)
             fit["fit_advantage"] = fit["r2_exp"] - fit["r2_pow"]
+            fit["rate"] = fit["rate"].masked_fill(flat, math.nan)  # no logit scale (module docstring)
             for metric, key in [*GAP_METRICS.items(), ("gap_fit_advantage", "fit_advantage")]:
                 per[variant][metric].append(fit[key].flatten(1).nanmean(-1).numpy())  # (B,)
     layers = [int(n.split(".")[-2]) + 1 for n in names]

@@ -10,12 +10,14 @@ integer lists (``lengths=3+5+8``, ``globals=0+7``).
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import MaskError
+from ..errors import MaskError, excerpt
 from . import constructors as c
+from ._build import check_edges
 from . import patterns as p
 from .._validate import REQUIRED, Key, Spec, check_int
 from .mask import Mask
@@ -126,6 +128,9 @@ def parse_mask(spec: str, n_tokens: int) -> Mask:
         parameter the constructor rejects, or a composition leaving a row with no key.
         A schedule spec (``schedule:...`` or a list string) is one mask per layer, not
         one mask: the error routes to :func:`~rankcollapse.masks.parse_schedule`.
+    MemoryLimitError
+        N so large that the rows' first and last keys alone exceed half the physical
+        memory (the builders size the edges themselves).
 
     See Also
     --------
@@ -146,7 +151,10 @@ def parse_mask(spec: str, n_tokens: int) -> Mask:
     >>> parse_mask("causal&sliding_window:w=3", 4) == m
     True
     """
-    return _build(spec, check_int(n_tokens, "n_tokens", low=1, error=MaskError) if isinstance(spec, str) else None)
+    n = check_int(n_tokens, "n_tokens", low=1, error=MaskError) if isinstance(spec, str) else None
+    if n is not None:  # the least a mask of N rows holds: the first and last key of each row
+        check_edges(n, n, PER_ROW_BYTES)
+    return _build(spec, n)
 
 
 def check_spec(spec: str) -> str:
@@ -174,6 +182,9 @@ def _build(spec: Any, n: int | None) -> Any:
     if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
         return _parse_atom(spec, n)  # a lone path may hold any character
     tokens = [t for t in (p.strip() for p in re.split(r"([&|()])", spec)) if t]
+    depth = max(itertools.accumulate((t == "(") - (t == ")") for t in tokens), default=0)
+    if depth > MAX_NESTING:
+        raise MaskError(f"mask spec {excerpt(spec)} nests parentheses {depth} deep; at most {MAX_NESTING}")
     mask, pos = _parse_union(tokens, 0, n, spec)
     if pos != len(tokens):
         raise MaskError(f"unbalanced parentheses in mask spec {spec!r} (unexpected {tokens[pos]!r})")
@@ -239,6 +250,10 @@ def _npy_rows(path: str) -> int:
 
 
 _OPS = ("&", "|", "(", ")")
+#: Bytes per query row that any mask holds, built or not: its first and last key (int64).
+PER_ROW_BYTES = 16
+#: Deepest nesting of parentheses a spec may have (the parser recurses once per level).
+MAX_NESTING = 64
 
 #: The one message for a schedule where a single mask is parsed.
 SCHEDULE_HERE = (

@@ -26,7 +26,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-from typing import Any
+import warnings
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -38,8 +39,11 @@ from ..dynamics.runner import _metric_fn, _peak
 from ..dynamics.single_head import single_head_layer, single_head_layer_blocked
 from ..masks import parse_mask
 from ..masks.graph import analyze
+from ..errors import MetricError
+from ..metrics import compute_metrics
+from ..metrics._context import ZeroRowWarning
 from ..metrics.attention import row_entropy
-from .grid import DENSE_MAX_TOKENS, attention_backend  # noqa: F401  (DENSE_MAX_TOKENS: re-exported)
+from .grid import DEFAULTS, DENSE_MAX_TOKENS, attention_backend  # noqa: F401  (DENSE_MAX_TOKENS: re-exported)
 from .cell import (block_config, make_input, operator_columns, sink_columns, sink_mass, uniform_sink_mass,
                    value_log_norm, weight_stack)
 from .predict import _envelope, _envelope_columns, theory_prediction
@@ -92,6 +96,61 @@ def _measure(metrics, Xs: list[torch.Tensor], As: list, allowed: torch.Tensor | 
     out["epsilon"] = A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2))
     out["row_mass_deficit"] = 1.0 - A.sum(-1).mean(-1)  # 0 for softmax rows (to round-off)
     return out
+
+
+def cell_name(cell: dict[str, Any]) -> str:
+    """``phase cell value_scale=0.0, depth=3``: the axes that differ from their defaults."""
+    axes = ", ".join(f"{k}={cell[k]}" for k, v in DEFAULTS.items() if cell.get(k) not in (None, v))
+    return f"phase cell {axes or 'of the default axes'}"
+
+
+class _Located:
+    """The per-layer measures of a batch of cells with what goes wrong said per cell: a
+    :class:`MetricError` names the cell, the layer and the sample (the first that fails),
+    and zero tokens are counted per element ``b`` of the batch (:meth:`warn`: one
+    :class:`ZeroRowWarning` per cell), not warned per chunk of layers."""
+
+    def __init__(self, cells: list[dict[str, Any]], seeds: range, n_samples: int) -> None:
+        self.cells, self.seeds, self.n_samples = cells, seeds, n_samples
+        self.zero = torch.zeros(len(cells) * len(seeds) * n_samples, dtype=torch.int64)
+
+    def where(self, b: int) -> str:
+        per = len(self.seeds) * self.n_samples
+        return (f"{cell_name(self.cells[b // per])} (seed {self.seeds[b % per // self.n_samples]}, "
+                f"sample {b % self.n_samples})")
+
+    def __call__(self, measure: Callable[[], dict], Xs: list[torch.Tensor], first: int) -> dict:
+        """``measure()`` of the states ``Xs`` ``(B, N, d)`` of layers ``first, first + 1, ...``."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                out = measure()
+            except MetricError as exc:
+                raise self._first_failure(Xs, first) or exc from None
+        for w in caught:
+            if issubclass(w.category, ZeroRowWarning):  # once per call: counted here per element
+                self.zero += (torch.stack(Xs) == 0).all(-1).sum(dim=(0, 2))
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return out
+
+    def _first_failure(self, Xs: list[torch.Tensor], first: int) -> MetricError | None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ZeroRowWarning)
+            for k, b in itertools.product(range(len(Xs)), range(len(self.zero))):
+                try:
+                    compute_metrics(Xs[k][b], LAYER_METRICS)
+                except MetricError as exc:
+                    return MetricError(f"{self.where(b)}, layer {first + k}: {exc}")
+        return None
+
+    def warn(self) -> None:
+        per = len(self.seeds) * self.n_samples
+        for i, cell in enumerate(self.cells):
+            n = int(self.zero[i * per:(i + 1) * per].sum())
+            if n:
+                warnings.warn(f"{cell_name(cell)}: {n} zero token(s) over its layers and samples have no direction; "
+                              "they are excluded from cosine metrics", ZeroRowWarning, stacklevel=4)
 
 
 def _stack(cells: list[dict[str, Any]], seeds: range, n_samples: int, depth: int):
@@ -148,7 +207,8 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     keep = {depth - max(1, depth // 10), depth}
     states, zero_rows = {0: X}, []
     metrics = _state_measure()
-    chunks = [{k: v[None] for k, v in metrics(X).items()}]  # X(0); then each chunk's layers
+    located = _Located(cells, seed_range, n_samples)
+    chunks = [located(lambda: {k: v[None] for k, v in metrics(X).items()}, [X], 0)]  # X(0); then each chunk's layers
     size = _layers_per_chunk(B, N, d, X.element_size())
     sink = torch.full((B,), float("nan"), dtype=torch.float64)  # the last layer's first-token mass
     Xs, As = [], []  # the outputs and attention of the chunk's layers, measured at once (_measure)
@@ -174,9 +234,10 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
             if t + 1 in keep:
                 states[t + 1] = X
             if len(Xs) == size or t + 1 == depth:
-                chunks.append(_measure(metrics, Xs, As, None if blocked else allowed))
+                chunks.append(located(lambda: _measure(metrics, Xs, As, None if blocked else allowed), Xs, t + 2 - len(Xs)))
                 Xs, As = [], []
     warn_zero_rows([int(z) for z in zero_rows])  # the rule of dynamics.layers.sphere, as simulate
+    located.warn()
     per_layer = {k: torch.cat([c[k] for c in chunks if k in c]) for k in chunks[-1]}  # (depth [+ 1], B) each
     eps_min = torch.minimum(eps_min, per_layer["epsilon"].amin(0))
     deficit = torch.cumsum(per_layer["row_mass_deficit"], 0)[-1]  # summed layer by layer, in order

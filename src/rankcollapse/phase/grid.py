@@ -223,7 +223,8 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
     ------
     ConfigError
         ``axes`` or ``fixed`` not a dict; unknown axis name in ``axes``, ``fixed`` or ``zipped``; a zipped axis not in
-        ``axes``; fewer than two zipped axes; zipped lists of different lengths.
+        ``axes``; fewer than two zipped axes; zipped lists of different lengths; a value of
+        an axis (or a tuple of the zipped axes) given twice.
     """
     if not isinstance(axes, dict) or not isinstance(fixed or {}, dict):
         raise ConfigError(f"axes and fixed must be dicts {{name: values}}, got {type(axes).__name__} and "
@@ -251,6 +252,12 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
                 done = True
             continue
         factors.append([{name: v} for v in axes[name]])
+    for factor in factors:  # the same cells twice over, drawn on one square of the heatmap
+        twice = next((part for k, part in enumerate(factor) if part in factor[:k]), None)
+        if twice is not None:
+            said = ", ".join(f"{k}={v!r}" for k, v in twice.items())
+            raise ConfigError(f"{'axis' if len(twice) == 1 else 'zipped axes'} {said} given twice: "
+                              "each cell once")
     alpha_given = "alpha" in axes or "alpha" in fixed
     cells = []
     for combo in itertools.product(*factors):
@@ -405,9 +412,10 @@ def check_long_cell(cell: dict[str, Any]) -> None:
                           f"use n_tokens <= {DENSE_MAX_TOKENS}, or qk_norm=off and attention=softmax")
 
 
-def check_cells(cells: Any, n_samples: int | None = None) -> None:
+def check_cells(cells: Any, n_samples: int | None = None, *, seeds: int = 1) -> None:
     """:func:`check_cell` for every cell (each mask built once per ``N``), refusing an
-    empty grid; with ``n_samples``, also every cell's :func:`cell_bytes` against half the
+    empty grid; with ``n_samples``, also every cell's :func:`cell_bytes` of its ``seeds
+    n_samples`` trajectories (the sweep runs a cell's seeds in one batch) against half the
     physical memory (:func:`rankcollapse._memory.default_limit`).
 
     Raises
@@ -434,8 +442,10 @@ def check_cells(cells: Any, n_samples: int | None = None) -> None:
         if key not in built:
             parse_mask(*key)
             built.add(key)
-        if n_samples is not None and cell_bytes(cell, n_samples) > limit:
+        if n_samples is not None and cell_bytes(cell, n_samples * seeds) > limit:
+            runs = f"{seeds} seeds x {n_samples} samples" if seeds > 1 else f"{n_samples} samples"
             raise MemoryLimitError(
                 f"phase cell N = {cell['n_tokens']}, d = {cell['d_model']}, depth = {cell['depth']} with "
-                f"{n_samples} samples needs about {human(cell_bytes(cell, n_samples))} of memory, more than the "
-                f"limit {human(limit)} (half the physical memory); lower n_tokens, d_model, depth or n_samples")
+                f"{runs} needs about {human(cell_bytes(cell, n_samples * seeds))} of memory, more than the "
+                f"limit {human(limit)} (half the physical memory); lower n_tokens, d_model, depth, n_samples"
+                f"{' or seeds' if seeds > 1 else ''}")

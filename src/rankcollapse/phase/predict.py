@@ -58,6 +58,15 @@ def constructed_stability(n_tokens: int, d_model: int) -> dict[str, Any]:
             "consensus_stable": bool(stability(es.system, consensus).stable)}
 
 
+def uniform_scores(cell: dict[str, Any]) -> bool:
+    """Whether every score of ``cell`` is 0, so softmax attention is uniform over each mask
+    row: ``qk_scale = 0`` (``W_Q = W_K = 0``) or ``β = 0`` (a number, or a law such as
+    ``log:0`` whose ``β(N, d)`` is 0)."""
+    from .grid import cell_beta
+
+    return cell["qk_scale"] == 0 or cell_beta(cell) == 0
+
+
 def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
                       value_log_norm: float = 0.0) -> dict[str, Any]:
     """What the paper's results say about ``cell`` (docs/phase.md), as ``theory_regime``
@@ -71,7 +80,7 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
     - Theorem 2 (unit-sphere norm, no skip, orthogonal ``W_V``, tokens in an open
       hemisphere, quasi-strongly connected mask): ``rank_collapse``.
     - Equilibria (unit-sphere norm, no skip, the constructed ``W_V`` with ``a > 0``,
-      ``W_Q = W_K = 0``, causal mask): read from :func:`constructed_stability`. A stable
+      uniform attention: ``W_Q = W_K = 0`` or ``β = 0``, causal mask): read from :func:`constructed_stability`. A stable
       equilibrium of rank ``min(N, d)`` → ``stable_rank_k``; none stable (every one has
       unstable directions, so random starts reach them with probability 0) and a stable
       consensus → ``rank_collapse``; otherwise no prediction.
@@ -100,7 +109,7 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
     elif (no_skip and cell["norm"] == "sphere" and cell["value"] == "orthogonal" and cell["input"] == "hemisphere"
           and qsc):
         regime, source = "rank_collapse", "theorem2"
-    elif (no_skip and cell["norm"] == "sphere" and cell["value"] == "constructed" and cell["qk_scale"] == 0
+    elif (no_skip and cell["norm"] == "sphere" and cell["value"] == "constructed" and uniform_scores(cell)
           and cell["mask"] == "causal" and cell["value_scale"] > 0):
         st = constructed_stability(int(cell["n_tokens"]), int(cell["d_model"]))
         source = "equilibria"

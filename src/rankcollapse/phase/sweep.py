@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from .._validate import Spec
+from .._validate import Spec, check_int
 from ..errors import ConfigError
 from ..sweep.cache import UnitCache
 from ..sweep.context import RunContext
@@ -116,9 +116,11 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     ------
     ConfigError
         ``execution`` not an :class:`~rankcollapse.sweep.executors.ExecutionConfig`, or with
-        a device or a shard; no cells; a cell the dynamics cannot run.
+        a device or a shard; ``n_samples`` or ``seeds`` not an integer >= 1, ``seed`` not
+        one >= 0; no cells; a cell the dynamics cannot run.
     MemoryLimitError
-        A cell too large for the memory limit (:func:`.grid.check_cells`).
+        A cell too large for the memory limit with its ``seeds x n_samples`` trajectories
+        (:func:`.grid.check_cells`).
 
     See Also
     --------
@@ -140,7 +142,9 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     (2, 0)
     """
     execution = _execution(execution)
-    check_cells(cells, n_samples)
+    n_samples, seeds = check_int(n_samples, "n_samples", low=1), check_int(seeds, "seeds", low=1)
+    seed = check_int(seed, "seed", low=0)
+    check_cells(cells, n_samples, seeds=seeds)
     units, parts = cell_units(cells, n_samples, seeds, seed)
     cache = UnitCache(Path(cache_dir))
     cache.remove_orphans()

@@ -15,6 +15,7 @@ import torch
 from scipy.stats import binomtest
 
 from .._display import NotebookResult
+from .._memory import check_memory
 from .._progress import steps
 from ..dynamics.inputs import sphere_tokens
 from ..metrics import numerical_rank
@@ -92,6 +93,8 @@ def basin_estimate(
     ConfigError
         Non-positive ``n_samples``/``depth``, rank out of range, unknown method,
         ``confidence`` outside (0, 1), or an SA-LN step undefined (zero row) for every start.
+    MemoryLimitError
+        One step over the ``n_samples`` starts would not fit half the physical memory.
     ConvergenceError
         No start reached a fixed point (the message says what was tried).
     """
@@ -105,6 +108,10 @@ def basin_estimate(
         raise ConfigError(f"method must be 'wilson' or 'exact', got {method!r}")
     if not 0 < confidence < 1:
         raise ConfigError(f"confidence must be strictly between 0 and 1, got {confidence}")
+    # one SA-LN step over every start: scores and weights (B, N, N) and the tokens' copies
+    # (B, N, d); measured 1.3 x below this at B = 10^6, N = d = 2 (ru_maxrss)
+    check_memory(8 * n_samples * (4 * N * N + 10 * N * d), f"{n_samples} SA-LN starts of N = {N}, d = {d}",
+                 adjustable=False)
     g = torch.Generator().manual_seed(seed)
     X = run_sa_ln(system, sphere_tokens(n_samples, N, d, generator=g), depth, progress)
     finite = torch.isfinite(X).flatten(1).all(1)

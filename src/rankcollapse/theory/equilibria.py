@@ -18,6 +18,7 @@ import torch
 from scipy.optimize import brentq
 
 from .._display import NotebookResult
+from .._memory import check_memory
 from .._validate import check_int
 from ..dynamics.weights import RHO, construction_eigenvalues  # the W_V of the construction: a weight family
 from ..errors import ConfigError
@@ -208,6 +209,9 @@ def equilibria(n_tokens: int, d_model: int, rank: int, *, limit: int | None = No
     ConfigError
         If ``rank`` is out of range, or ``2^rank > 4096`` without ``limit``, or
         ``n_tokens``, ``d_model``, ``limit`` is not an integer ``>= 1``.
+    MemoryLimitError
+        The system (and with ``stability`` the tangent Jacobians) would not fit half the
+        physical memory.
     """
     n, d = check_int(n_tokens, "n_tokens", low=1), check_int(d_model, "d_model", low=1)
     rank = check_int(rank, "rank")
@@ -219,6 +223,12 @@ def equilibria(n_tokens: int, d_model: int, rank: int, *, limit: int | None = No
     count = 2**rank if limit is None else min(limit, 2**rank)
     if limit is None and count > MAX_ENUMERATED:
         raise ConfigError(f"2^{rank} equilibria are too many to list; pass limit (e.g. limit=64)")
+    # the (N, N) mask and attention, W_V, and with stability the tangent Jacobian (side
+    # N (d - 1)) with its factors and complex eigenvectors: about 8 matrices of side N d
+    # (ru_maxrss at N = 48 and 96, d = 32: 1.15 and 0.87 x this)
+    check_memory(9 * n * n + 8 * d * d + (64 * (n * d) ** 2 if stability else 0),
+                 f"the equilibria of N = {n}, d = {d}" + (" with their stability" if stability else ""),
+                 adjustable=False)
     lam = construction_eigenvalues(d, rank)
     system = causal_uniform_system(torch.diag(torch.tensor(lam)), n)
     eqs = []

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .._display import NotebookResult
+from .._memory import check_memory
 from ..dynamics.inputs import ON_SPHERE, canonical_input, make_tokens
 from ..dynamics.layer_weights import LayerWeights
 from ..dynamics.single_head import single_head_layer
@@ -113,6 +114,9 @@ def check_sphere_collapse(
     if N < 2 or d < 2 or depth < 1 or n_samples < 1 or not beta >= 0:
         raise ConfigError(f"need N ≥ 2 tokens, d_model ≥ 2, depth ≥ 1, n_samples ≥ 1 and beta ≥ 0; got N={N}, d_model={d}, "
                           f"depth={depth}, n_samples={n_samples}, beta={beta}")
+    # W_V of every layer, the mask, and per layer the scores and weights (B, N, N) and token copies (B, N, d)
+    check_memory(8 * (depth * d * d + N * N + 4 * n_samples * N * N + 6 * n_samples * N * d),
+                 f"the sphere check of {n_samples} x {N} x {d} tokens over {depth} layers", adjustable=False)
     g = torch.Generator().manual_seed(seed)
     X = make_inputs(inputs, n_samples, N, d, g)
     cos0 = float((X @ X.transpose(1, 2)).amin())
