@@ -203,7 +203,7 @@ def test_rollout_per_batch_equals_keeping_every_map(kind, make_tiny):
 
 def test_maps_kept_do_not_grow_with_the_windows(make_tiny, monkeypatch):
     # each batch's (N, N) head-mean maps are watched by weak references: the number alive
-    # when a batch starts is one batch's worth (B · L) whatever the number of windows
+    # when a batch starts is at most one batch's worth (B · L) whatever the number of windows
     import weakref
 
     from rankcollapse.models import influence as inf
@@ -222,4 +222,4 @@ def test_maps_kept_do_not_grow_with_the_windows(make_tiny, monkeypatch):
         alive.clear()
         most.append(0)
         measure_influence(loaded, _full_windows(n_windows=n_windows), batch_size=2, n_probes=1)
-    assert most == [2 * 3, 2 * 3]
+    assert max(most) <= 2 * 3, most  # batch_size · L; keeping every map: 14 · 3 at the 16th window
