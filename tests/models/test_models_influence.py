@@ -1,7 +1,7 @@
 """Measured influence on the last token (models/influence.py): exact Jacobian norms
 against torch.func, the positive control (uniform attention: the rollout is the mask-only
-prediction, ρ = 1), the Gaussian estimate against the exact norm, refusals, and
-``probe --influence``."""
+prediction, ρ = 1), the Gaussian estimate against the exact norm, refusals,
+``probe --influence``, and the rollout per batch (maps dropped) against keeping every map."""
 
 import json
 import sys
@@ -161,3 +161,65 @@ def test_alpha_is_the_residual_share_of_norms(make_tiny):
     for k in range(3):
         x, a = (rec.outputs[f"layer.{k}.{part}"].double().norm(dim=-1).mean() for part in ("input", "attn_output"))
         assert df["alpha"][k] == pytest.approx(float(x / (x + a)), rel=1e-6)
+
+
+def _keep_every_map(loaded, wins, batch_size, n_probes, seed):
+    """Reference: every window's head-mean maps kept to the end, alpha from the norms of
+    every window, then each window's rollout (memory growing with the windows)."""
+    from rankcollapse.models import families
+    from rankcollapse.models import influence as inf
+
+    stack = families.stacks(loaded.model, loaded.family)[0]
+    gen = torch.Generator().manual_seed(seed)
+    maps, norms, grads = [[] for _ in range(stack.n_layers)], np.zeros((stack.n_layers, 2)), []
+    for i in range(0, wins.input_ids.shape[0], batch_size):
+        ids, am = wins.input_ids[i:i + batch_size], wins.attention_mask[i:i + batch_size]
+        with inf._forward(loaded, stack, ids, am) as (_, _, rec):
+            norms += inf._norms(rec, stack)
+        g, m = inf._batch(loaded, stack, ids, am, n_probes, gen)
+        grads.append(g)
+        for k in range(stack.n_layers):
+            maps[k].extend(m[k])
+    alpha = norms[:, 0] / norms.sum(1)
+    rollout = inf._rollout_windows(maps, alpha)
+    half = inf._rollout_windows(maps, 0.5)
+    return alpha, np.concatenate(grads), rollout, inf._window_mean(rollout), inf._window_mean(half)
+
+
+@pytest.mark.parametrize("kind", ["llama", "bert"])
+def test_rollout_per_batch_equals_keeping_every_map(kind, make_tiny):
+    # 5 windows in batches of 2: the last batch is short
+    loaded, wins = make_tiny(kind), _full_windows(n_windows=5, length=12)
+    df = measure_influence(loaded, wins, batch_size=2, n_probes=2, seed=4)
+    alpha, grads, rollout, mean_rollout, mean_half = _keep_every_map(loaded, wins, 2, 2, 4)
+    np.testing.assert_array_equal(df["alpha"].to_numpy(), alpha)
+    np.testing.assert_array_equal(df.attrs["per_window"]["gradient"], grads)
+    np.testing.assert_array_equal(df.attrs["per_window"]["rollout"], rollout)
+    profiles = df.attrs["profiles"]
+    np.testing.assert_array_equal(profiles["rollout"], mean_rollout / mean_rollout.sum(1, keepdims=True))
+    np.testing.assert_array_equal(profiles["rollout_half"], mean_half / mean_half.sum(1, keepdims=True))
+    assert (df["n_samples"] == 5).all()
+
+
+def test_maps_kept_do_not_grow_with_the_windows(make_tiny, monkeypatch):
+    # each batch's (N, N) head-mean maps are watched by weak references: the number alive
+    # when a batch starts is at most one batch's worth (B · L) whatever the number of windows
+    import weakref
+
+    from rankcollapse.models import influence as inf
+
+    batch, alive, most = inf._batch, [], []
+
+    def watched(*args, **kwargs):
+        most[-1] = max(most[-1], sum(ref() is not None for ref in alive))
+        out = batch(*args, **kwargs)
+        alive.extend(weakref.ref(m) for layer in out[1] for m in layer)
+        return out
+
+    monkeypatch.setattr(inf, "_batch", watched)
+    loaded = make_tiny("gpt2")
+    for n_windows in (4, 16):
+        alive.clear()
+        most.append(0)
+        measure_influence(loaded, _full_windows(n_windows=n_windows), batch_size=2, n_probes=1)
+    assert max(most) <= 2 * 3, most  # batch_size · L; keeping every map: 14 · 3 at the 16th window

@@ -36,7 +36,8 @@ matrix is uniform).
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -110,26 +111,31 @@ def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size
     stack = stack_list[0]
     n_layers, n = stack.n_layers, windows.n_tokens
     gen = torch.Generator().manual_seed(seed)
-    sums = {name: np.zeros((n_layers, n)) for name in ("gradient", "attn_maps")}
-    maps: list[list[np.ndarray]] = [[] for _ in range(n_layers)]  # head-mean maps per layer, per window
+    batches = [(ids_all[i:i + batch_size], am_all[i:i + batch_size]) for i in range(0, ids_all.shape[0], batch_size)]
+    # alpha weighs every window's rollout: fit it first, in a pass of forwards without
+    # backward, so that each batch's maps are rolled out and dropped in the second
+    # (memory O(batch · L · N²), not O(windows · L · N²))
     norms = np.zeros((n_layers, 2))  # sum of per-token norms: residual input, attention output
-    count = 0
-    window_grads: list[np.ndarray] = []
-    for start in range(0, ids_all.shape[0], batch_size):
-        ids, am = ids_all[start:start + batch_size], am_all[start:start + batch_size]
-        grads, batch_maps, batch_norms = _batch(loaded, stack, ids, am, n_probes, gen, mask)
-        sums["gradient"] += grads.sum(0)
-        window_grads.append(grads)
-        for k in range(n_layers):
-            maps[k].extend(batch_maps[k])
-        norms += batch_norms
-        count += ids.shape[0]
+    for ids, am in batches:
+        with _forward(loaded, stack, ids, am, mask) as (_, _, rec):
+            norms += _norms(rec, stack)
     alpha = norms[:, 0] / norms.sum(1)
+    grad_sum, half_sum = np.zeros((n_layers, n)), np.zeros((n_layers, n))
+    window_grads: list[np.ndarray] = []
+    window_rollouts: list[np.ndarray] = []
+    for ids, am in batches:
+        grads, maps = _batch(loaded, stack, ids, am, n_probes, gen, mask)
+        grad_sum += grads.sum(0)
+        window_grads.append(grads)
+        window_rollouts.append(_rollout_windows(maps, alpha))
+        for half in _rollout_windows(maps, 0.5):  # summed in window order, as _window_mean
+            half_sum += half
+    count = len(ids_all)
     spec = families.native_mask_of(loaded) if mask is None else mask
-    rollout = _rollout_windows(maps, alpha)
+    rollout = np.concatenate(window_rollouts)
     predicted = influence(spec, n, depth=n_layers, alpha=alpha.tolist()).profiles
-    profiles = {"predicted": predicted, "gradient": _normalise(sums["gradient"] / count),
-                "rollout": _normalise(_window_mean(rollout)), "rollout_half": _normalise(_rollout(maps, 0.5))}
+    profiles = {"predicted": predicted, "gradient": _normalise(grad_sum / count),
+                "rollout": _normalise(_window_mean(rollout)), "rollout_half": _normalise(half_sum / count)}
     per_window = {"gradient": np.concatenate(window_grads), "rollout": rollout}
     rows = []
     for k in range(n_layers):
@@ -148,11 +154,12 @@ def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size
     return df
 
 
-def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probes: int | None,
-           gen: torch.Generator, mask: Any = None) -> tuple[np.ndarray, list[list[np.ndarray]], np.ndarray]:
-    """One forward (under ``mask`` when given) with the block-0 input as a leaf; returns gradient-norm profiles
-    ``(B, L, N)``, head-mean attention maps ``[layer][window] (N, N)`` and the summed
-    per-token norms ``(L, 2)`` of block inputs and attention outputs."""
+@contextmanager
+def _forward(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, mask: Any = None) -> Iterator[Any]:
+    """One forward (under ``mask`` when given) with the block-0 input as a leaf; yields the
+    ``hidden_states``, the leaf and the :class:`Recorder` of block inputs, attention outputs
+    and attention maps. Both passes of :func:`measure_influence` run it, so the norms that
+    fit alpha are those of the forwards whose maps are rolled out, to the bit."""
     n_layers = stack.n_layers
     leaf: list[torch.Tensor] = []
 
@@ -173,22 +180,36 @@ def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probe
             hidden = out.hidden_states
             if hidden is None or len(hidden) != n_layers + 1 or not leaf:
                 raise ModelError(f"{type(loaded.model).__name__} returned no hidden states for every block")
-            x = leaf[0]
-            grads = np.zeros((ids.shape[0], n_layers, ids.shape[1]))
-            for k in range(n_layers):
-                h_last = hidden[k + 1][:, -1, :]
-                # all probes in one batched backward (vmap over the vector-Jacobian product)
-                u = torch.stack(list(_probes(h_last, n_probes, gen)))
-                (g,) = torch.autograd.grad(h_last, x, grad_outputs=u, retain_graph=True, is_grads_batched=True)
-                sq = g.detach().double().pow(2).sum((0, -1)).cpu()
-                grads[:, k] = (sq / (n_probes or 1)).sqrt().numpy()
+            yield hidden, leaf[0], rec
     finally:
         handle.remove()
+
+
+def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probes: int | None,
+           gen: torch.Generator, mask: Any = None) -> tuple[np.ndarray, list[list[np.ndarray]]]:
+    """Gradient-norm profiles ``(B, L, N)`` of the last token after each block with respect
+    to the block-0 input, and head-mean attention maps ``[layer][window] (N, N)``, of one
+    :func:`_forward`."""
+    n_layers, p = stack.n_layers, stack.prefix
+    with _forward(loaded, stack, ids, am, mask) as (hidden, x, rec):
+        grads = np.zeros((ids.shape[0], n_layers, ids.shape[1]))
+        for k in range(n_layers):
+            h_last = hidden[k + 1][:, -1, :]
+            # all probes in one batched backward (vmap over the vector-Jacobian product)
+            u = torch.stack(list(_probes(h_last, n_probes, gen)))
+            (g,) = torch.autograd.grad(h_last, x, grad_outputs=u, retain_graph=True, is_grads_batched=True)
+            sq = g.detach().double().pow(2).sum((0, -1)).cpu()
+            grads[:, k] = (sq / (n_probes or 1)).sqrt().numpy()
     maps = [[a.double().mean(0).cpu().numpy() for a in rec.attention_maps[f"{p}layer.{k}.attention"]]
             for k in range(n_layers)]
-    norms = np.array([[float(rec.outputs[f"{p}layer.{k}.{part}"].double().norm(dim=-1).sum()) for part in
-                       ("input", "attn_output")] for k in range(n_layers)])
-    return grads, maps, norms
+    return grads, maps
+
+
+def _norms(rec: Recorder, stack: Any) -> np.ndarray:
+    """Summed per-token norms ``(L, 2)`` of block inputs and attention outputs."""
+    p = stack.prefix
+    return np.array([[float(rec.outputs[f"{p}layer.{k}.{part}"].double().norm(dim=-1).sum()) for part in
+                      ("input", "attn_output")] for k in range(stack.n_layers)])
 
 
 def _probes(h: torch.Tensor, n_probes: int | None, gen: torch.Generator) -> Any:
@@ -202,11 +223,6 @@ def _probes(h: torch.Tensor, n_probes: int | None, gen: torch.Generator) -> Any:
         return
     for _ in range(n_probes):
         yield torch.randn(h.shape, generator=gen).to(dtype=h.dtype, device=h.device)
-
-
-def _rollout(maps: list[list[np.ndarray]], alpha: Any) -> np.ndarray:
-    """Mean over windows of row ``N-1`` of ``R_k = (a_k I + (1-a_k) Ā_k) R_{k-1}``, ``(L, N)``."""
-    return _window_mean(_rollout_windows(maps, alpha))
 
 
 def _window_mean(per: np.ndarray) -> np.ndarray:
