@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from filelock import FileLock
 
-from rankcollapse.experiments import ExecutionConfig, runner
+from rankcollapse.experiments import ExecutionConfig, StorageConfig, runner
 from rankcollapse.experiments.table import rows_from_metrics
 from rankcollapse.experiments.units import _labels
 from rankcollapse.sweep import units as sweep_units
@@ -92,7 +92,19 @@ def all_smoke(tmp_path_factory, worker_id):
         return pickle.loads(saved.read_bytes())
 
 
+@pytest.fixture(scope="module")
+def fig2_nearby(tmp_path_factory):
+    """The :class:`RunResult` of ``run_experiment("fig2", "smoke")`` with its nearby
+    settings, synthetic executor, kept in memory: built once for the tests of one file
+    that only read it."""
+    return _run_fake("fig2", tmp_path_factory.mktemp("fig2") / "run", storage=StorageConfig(write=False))
+
+
 def _run_all(out):
+    return _run_fake("all", out, nearby=False)
+
+
+def _run_fake(name, out, **kwargs):
     with pytest.MonkeyPatch.context() as mp:
         _use_everywhere(mp, FakeExecutor())
-        return runner.run_experiment("all", "smoke", out, nearby=False, execution=ExecutionConfig(progress=False))
+        return runner.run_experiment(name, "smoke", out, execution=ExecutionConfig(progress=False), **kwargs)

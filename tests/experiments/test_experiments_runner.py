@@ -56,16 +56,6 @@ def test_all_writes_every_claim(all_smoke):
                                               "power", "energy"}
 
 
-def test_nearby_settings_run_for_every_decided_claim(fake, tmp_path):
-    res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", execution=QUIET, storage=IN_MEMORY)
-    cfg = {c["id"]: c for c in runner.load_config("fig2")["claims"]}
-    for c in res.claims:
-        if c["verdict"] != "not run" and cfg[c["id"]].get("nearby"):
-            assert [n["setting"] for n in c["nearby"]] == [runner.setting_label(o) for o in cfg[c["id"]]["nearby"]], c["id"]
-            assert set(res.table["setting"]) >= {n["setting"] for n in c["nearby"]}
-            assert all(n["verdict"] in C_VERDICTS for n in c["nearby"])
-
-
 def test_run_result_to_pandas_table_and_claims(fake, tmp_path):
     import math
 
