@@ -27,6 +27,7 @@ def _chromium(path: Path) -> tuple[str, list[str]]:
     return proc.stdout, [ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln]
 
 
+@pytest.mark.slow  # reads the whole `all` smoke run: CI runs it with the slow tests
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs chromium on PATH: `make browser` installs it (apt-get, as root)")
 def test_report_opens_in_chromium_without_console_errors(all_smoke, tmp_path):
     res = all_smoke  # every experiment's claims and figures in one report
@@ -102,6 +103,7 @@ def test_summary_prints_the_results_table(fake, monkeypatch, capsys, tmp_path):
     assert code == 2 and "claims.json" in err
 
 
+@pytest.mark.slow  # reads the whole `all` smoke run: CI runs it with the slow tests
 def test_claims_json_has_the_interface_fields(all_smoke):
     import json
 

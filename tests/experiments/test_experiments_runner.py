@@ -42,6 +42,7 @@ def test_interrupted_run_resumes_and_is_not_marked_complete(install_executor, fa
     assert (out / "COMPLETE").exists()
 
 
+@pytest.mark.slow  # reads the whole `all` smoke run: CI runs it with the slow tests
 def test_all_writes_every_claim(all_smoke):
     res = all_smoke
     claims = json.loads((res.out / "claims.json").read_text())
