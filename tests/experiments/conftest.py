@@ -100,11 +100,21 @@ def fig2_nearby(tmp_path_factory):
     return _run_fake("fig2", tmp_path_factory.mktemp("fig2") / "run", storage=StorageConfig(write=False))
 
 
+@pytest.fixture(scope="module")
+def fig3_seed3(tmp_path_factory):
+    """``(RunResult, units computed)`` of ``run_experiment("fig3", "smoke", seed=3)``
+    without nearby settings, synthetic executor, written to its ``out``: built once for
+    the tests of one file; runs beside ``out`` share its unit cache."""
+    ex = FakeExecutor()
+    res = _run_fake("fig3", tmp_path_factory.mktemp("fig3") / "run", ex, seed=3, nearby=False)
+    return res, ex.calls
+
+
 def _run_all(out):
     return _run_fake("all", out, nearby=False)
 
 
-def _run_fake(name, out, **kwargs):
+def _run_fake(name, out, executor=None, **kwargs):
     with pytest.MonkeyPatch.context() as mp:
-        _use_everywhere(mp, FakeExecutor())
+        _use_everywhere(mp, executor or FakeExecutor())
         return runner.run_experiment(name, "smoke", out, execution=ExecutionConfig(progress=False), **kwargs)
