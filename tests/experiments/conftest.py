@@ -80,16 +80,8 @@ def fake(monkeypatch):
 def all_smoke(tmp_path_factory, worker_id):
     """The :class:`RunResult` of ``run_experiment("all", "smoke")`` with the synthetic
     executor, written to its ``out`` once per session: the tests that only read the whole
-    run share it (under pytest-xdist the workers share one folder, the first one runs it).
-    Read it, never write into its folder."""
-    if worker_id == "master":
-        return _run_all(tmp_path_factory.mktemp("all") / "run")
-    shared = tmp_path_factory.getbasetemp().parent  # this session's folder, above every worker's
-    saved = shared / "all_smoke.pickle"
-    with FileLock(str(saved) + ".lock"):
-        if not saved.is_file():
-            saved.write_bytes(pickle.dumps(_run_all(shared / "all_smoke")))
-        return pickle.loads(saved.read_bytes())
+    run share it. Read it, never write into its folder."""
+    return _once_per_session(tmp_path_factory, worker_id, "all_smoke", lambda folder: _run_all(folder / "run"))
 
 
 @pytest.fixture(scope="module")
@@ -100,14 +92,31 @@ def fig2_nearby(tmp_path_factory):
     return _run_fake("fig2", tmp_path_factory.mktemp("fig2") / "run", storage=StorageConfig(write=False))
 
 
-@pytest.fixture(scope="module")
-def fig3_seed3(tmp_path_factory):
+@pytest.fixture(scope="session")
+def fig3_seed3(tmp_path_factory, worker_id):
     """``(RunResult, units computed)`` of ``run_experiment("fig3", "smoke", seed=3)``
-    without nearby settings, synthetic executor, written to its ``out``: built once for
-    the tests of one file; runs beside ``out`` share its unit cache."""
-    ex = FakeExecutor()
-    res = _run_fake("fig3", tmp_path_factory.mktemp("fig3") / "run", ex, seed=3, nearby=False)
-    return res, ex.calls
+    without nearby settings, synthetic executor, written to its ``out`` once per session.
+    Read it, never write into its ``out``; runs written beside ``out`` share its unit cache."""
+    def build(folder):
+        ex = FakeExecutor()
+        res = _run_fake("fig3", folder / "run", ex, seed=3, nearby=False)
+        return res, ex.calls
+
+    return _once_per_session(tmp_path_factory, worker_id, "fig3_seed3", build)
+
+
+def _once_per_session(tmp_path_factory, worker_id, name, build):
+    """``build(folder)`` once per session: under pytest-xdist the workers share one folder
+    of this session and the first one builds it (the result is pickled beside it)."""
+    if worker_id == "master":
+        return build(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent / name  # this session's folder, above every worker's
+    saved = shared.with_suffix(".pickle")
+    with FileLock(str(saved) + ".lock"):
+        if not saved.is_file():
+            shared.mkdir()
+            saved.write_bytes(pickle.dumps(build(shared)))
+        return pickle.loads(saved.read_bytes())
 
 
 def _run_all(out):

@@ -9,9 +9,6 @@ from pathlib import Path
 import pytest
 
 from rankcollapse import cli
-from rankcollapse.experiments import ExecutionConfig, runner
-
-QUIET = ExecutionConfig(progress=False)
 
 
 CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
@@ -85,10 +82,10 @@ def test_text_shorter_than_window(monkeypatch, capsys, tmp_path):
     assert not out.exists()
 
 
-def test_summary_prints_the_results_table(fake, monkeypatch, capsys, tmp_path):
+def test_summary_prints_the_results_table(fig3_seed3, monkeypatch, capsys, tmp_path):
     import json
 
-    res = runner.run_experiment("fig3", "smoke", tmp_path / "run", nearby=False, execution=QUIET)
+    res = fig3_seed3[0]
     monkeypatch.setattr(sys, "argv", ["rankcollapse", "reproduce", "summary", str(res.out), "--format", "markdown"])
     cli.main()
     out = capsys.readouterr().out.splitlines()
