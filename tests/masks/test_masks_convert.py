@@ -106,8 +106,8 @@ def test_masked_softmax_uses_our_dense_mask_exactly():
 
 
 BLOCK_SPECS = ["causal_sliding_window:w=5", "sliding_window:w=7", "block:size=6,causal=true",
-               "documents:lengths=7+20+{rest}",
-         "dilated:w=3,dilation=2", "longformer:w=3,globals=0+9", "causal", "complete", "prefix:k=3"]
+               "documents:lengths=7+20+{rest}", "dilated:w=3,dilation=2", "longformer:w=3,globals=0+9", "causal",
+               "complete", "prefix:k=3"]
 
 
 def _tiles(bm):
