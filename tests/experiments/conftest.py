@@ -87,9 +87,19 @@ def all_smoke(tmp_path_factory, worker_id):
 @pytest.fixture(scope="module")
 def fig2_nearby(tmp_path_factory):
     """The :class:`RunResult` of ``run_experiment("fig2", "smoke")`` with its nearby
-    settings, synthetic executor, kept in memory: built once for the tests of one file
-    that only read it."""
-    return _run_fake("fig2", tmp_path_factory.mktemp("fig2") / "run", storage=StorageConfig(write=False))
+    settings, synthetic executor (probe rows labelled like the real executor's), kept in
+    memory: built once for the tests of one file that only read it."""
+    ex = FakeExecutor()
+
+    def probe(unit, ctx):
+        variant = "drop_norm" if unit.params.get("drop") else "full"
+        return ex(unit, ctx).assign(variant=variant, mask="complete")
+
+    with pytest.MonkeyPatch.context() as mp:
+        _use_everywhere(mp, ex)
+        _use(mp, "probe", probe)
+        return runner.run_experiment("fig2", "smoke", tmp_path_factory.mktemp("fig2") / "run",
+                                     execution=ExecutionConfig(progress=False), storage=StorageConfig(write=False))
 
 
 @pytest.fixture(scope="session")

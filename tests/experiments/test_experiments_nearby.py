@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rankcollapse.experiments import ExecutionConfig, StorageConfig, plots, report, runner
+from rankcollapse.experiments import plots, report, runner
 from rankcollapse.experiments.claims import VERDICTS as C_VERDICTS
 from rankcollapse.experiments.config import effective_override, load_config
 from rankcollapse.sweep.units import Unit
@@ -69,14 +69,8 @@ def test_nearby_settings_run_for_every_decided_claim(fig2_nearby):
             assert all(n["verdict"] in C_VERDICTS for n in c["nearby"])
 
 
-def test_excluded_model_is_named_plainly(fake, use_function, tmp_path):
-    def probe(unit, ctx):  # probe rows labelled like the real executor's
-        variant = "drop_norm" if unit.params.get("drop") else "full"
-        return fake(unit, ctx).assign(variant=variant, mask="complete")
-
-    use_function("probe", probe)
-    res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", nearby=False, execution=ExecutionConfig(progress=False), storage=StorageConfig(write=False))
-    c03 = next(c for c in res.claims if c["id"] == "C03")
+def test_excluded_model_is_named_plainly(fig2_nearby):
+    c03 = next(c for c in fig2_nearby.claims if c["id"] == "C03")
     assert c03["verdict"] == "not run"
     assert "needs model smollm2, which --scale smoke excludes" in c03["notes"]
     assert "no rows for" not in c03["notes"]
