@@ -65,7 +65,7 @@ browser:
 demo: setup
 	$(BIN)/rankcollapse reproduce --scale quick --out runs/demo --executor processes --workers 2
 
-# -rs: the reason of each skipped test (one needs chromium: `make browser`); -n auto: one
+# -rs: the reason of each skipped test; -n auto: one
 # pytest-xdist worker per core, at most 8 (tests/conftest.py), each file on one worker
 # (--dist loadfile in pyproject.toml). Bytecode is written even where the environment
 # says not to (PYTHONDONTWRITEBYTECODE): otherwise every worker and every subprocess of the
@@ -73,10 +73,11 @@ demo: setup
 test: setup
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -rs -n auto
 
-# -n auto: one worker per core; --dist loadfile runs each test file in one worker (the doc
-# commands in order in their folders, a module's model or Ray cluster started once)
+# -rs: the reason of each skipped test (one needs chromium: `make browser`); -n auto: one
+# worker per core; --dist loadfile runs each test file in one worker (the doc commands in
+# order in their folders, a module's model or Ray cluster started once)
 test-slow: setup
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -m slow -n auto --dist loadfile
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -rs -m slow -n auto --dist loadfile
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

@@ -1,8 +1,10 @@
 """Start-up: `--help`, `--version` and `mask describe` run without torch or transformers.
 
-Each case runs the real CLI in a fresh interpreter and reports which heavy modules ended
-up in ``sys.modules``; ``benchmarks/bench_startup.py`` measures the time. A command that
-needs torch (``metrics`` of a saved array) is the positive control: the check sees it.
+The torch-free commands run one after another in one fresh interpreter, which reports
+after each which heavy modules are in ``sys.modules`` (modules only accumulate, so a
+command that imports one is seen at that command); ``benchmarks/bench_startup.py``
+measures the time. A command that needs torch (``metrics`` of a saved array) is the
+positive control: the check sees it.
 """
 
 import json
@@ -19,24 +21,31 @@ import rankcollapse
 HEAVY = ("torch", "transformers")
 ROOT = Path(__file__).resolve().parents[2]
 
+# runs each argument vector of the JSON list argv[1] in turn, one JSON line per run
 _PROBE = """
 import io, json, sys, contextlib
 from rankcollapse.cli import run
-out = io.StringIO()
-with contextlib.redirect_stdout(out):
-    code = run(sys.argv[1:])
-print(json.dumps({"code": code, "stdout": out.getvalue(),
-                  "heavy": sorted(m for m in %r if m in sys.modules)}))
+for argv in json.loads(sys.argv[1]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = run(argv)
+    print(json.dumps({"code": code, "stdout": out.getvalue(),
+                      "heavy": sorted(m for m in %r if m in sys.modules)}))
 """ % (HEAVY,)
 
 
-def _run(*argv: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, timeout=300)
+def _runs(*argvs: list[str]) -> list[dict]:
+    proc = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(argvs)], capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.splitlines()[-1])
+    return [json.loads(line) for line in proc.stdout.splitlines()[-len(argvs):]]
 
 
-@pytest.mark.parametrize("argv", [
+def _run(*argv: str) -> dict:
+    return _runs(list(argv))[0]
+
+
+TORCH_FREE = [
     ["--help"],
     ["--version"],
     ["mask", "--help"],
@@ -46,9 +55,18 @@ def _run(*argv: str) -> dict:
     ["mask", "describe", "longformer:w=5,globals=0+7", "--n-tokens", "24", "--format", "json"],
     ["mask", "describe", "documents:lengths=3+5+8", "--n-tokens", "16", "--format", "json"],
     ["mask", "describe", "schedule:sliding_window:w=9*5,complete", "--n-tokens", "64", "--format", "json"],
-], ids=" ".join)
-def test_command_imports_neither_torch_nor_transformers(argv):
-    got = _run(*argv)
+]
+
+
+@pytest.fixture(scope="module")
+def torch_free_runs() -> list[dict]:
+    """Every argument vector of TORCH_FREE, in order, in one fresh interpreter."""
+    return _runs(*TORCH_FREE)
+
+
+@pytest.mark.parametrize("k", range(len(TORCH_FREE)), ids=[" ".join(argv) for argv in TORCH_FREE])
+def test_command_imports_neither_torch_nor_transformers(torch_free_runs, k):
+    got = torch_free_runs[k]
     assert got["code"] == 0
     assert got["heavy"] == []
 

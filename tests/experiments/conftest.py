@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from filelock import FileLock
 
-from rankcollapse.experiments import ExecutionConfig, runner
+from rankcollapse.experiments import ExecutionConfig, StorageConfig, runner
 from rankcollapse.experiments.table import rows_from_metrics
 from rankcollapse.experiments.units import _labels
 from rankcollapse.sweep import units as sweep_units
@@ -80,19 +80,60 @@ def fake(monkeypatch):
 def all_smoke(tmp_path_factory, worker_id):
     """The :class:`RunResult` of ``run_experiment("all", "smoke")`` with the synthetic
     executor, written to its ``out`` once per session: the tests that only read the whole
-    run share it (under pytest-xdist the workers share one folder, the first one runs it).
-    Read it, never write into its folder."""
+    run share it. Read it, never write into its folder."""
+    return _once_per_session(tmp_path_factory, worker_id, "all_smoke", lambda folder: _run_all(folder / "run"))
+
+
+@pytest.fixture(scope="module")
+def fig2_nearby(tmp_path_factory):
+    """The :class:`RunResult` of ``run_experiment("fig2", "smoke")`` with its nearby
+    settings, synthetic executor (probe rows labelled like the real executor's), kept in
+    memory: built once for the tests of one file that only read it."""
+    ex = FakeExecutor()
+
+    def probe(unit, ctx):
+        variant = "drop_norm" if unit.params.get("drop") else "full"
+        return ex(unit, ctx).assign(variant=variant, mask="complete")
+
+    with pytest.MonkeyPatch.context() as mp:
+        _use_everywhere(mp, ex)
+        _use(mp, "probe", probe)
+        return runner.run_experiment("fig2", "smoke", tmp_path_factory.mktemp("fig2") / "run",
+                                     execution=ExecutionConfig(progress=False), storage=StorageConfig(write=False))
+
+
+@pytest.fixture(scope="session")
+def fig3_seed3(tmp_path_factory, worker_id):
+    """``(RunResult, units computed)`` of ``run_experiment("fig3", "smoke", seed=3)``
+    without nearby settings, synthetic executor, written to its ``out`` once per session.
+    Read it, never write into its ``out``; runs written beside ``out`` share its unit cache."""
+    def build(folder):
+        ex = FakeExecutor()
+        res = _run_fake("fig3", folder / "run", ex, seed=3, nearby=False)
+        return res, ex.calls
+
+    return _once_per_session(tmp_path_factory, worker_id, "fig3_seed3", build)
+
+
+def _once_per_session(tmp_path_factory, worker_id, name, build):
+    """``build(folder)`` once per session: under pytest-xdist the workers share one folder
+    of this session and the first one builds it (the result is pickled beside it)."""
     if worker_id == "master":
-        return _run_all(tmp_path_factory.mktemp("all") / "run")
-    shared = tmp_path_factory.getbasetemp().parent  # this session's folder, above every worker's
-    saved = shared / "all_smoke.pickle"
+        return build(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent / name  # this session's folder, above every worker's
+    saved = shared.with_suffix(".pickle")
     with FileLock(str(saved) + ".lock"):
         if not saved.is_file():
-            saved.write_bytes(pickle.dumps(_run_all(shared / "all_smoke")))
+            shared.mkdir()
+            saved.write_bytes(pickle.dumps(build(shared)))
         return pickle.loads(saved.read_bytes())
 
 
 def _run_all(out):
+    return _run_fake("all", out, nearby=False)
+
+
+def _run_fake(name, out, executor=None, **kwargs):
     with pytest.MonkeyPatch.context() as mp:
-        _use_everywhere(mp, FakeExecutor())
-        return runner.run_experiment("all", "smoke", out, nearby=False, execution=ExecutionConfig(progress=False))
+        _use_everywhere(mp, executor or FakeExecutor())
+        return runner.run_experiment(name, "smoke", out, execution=ExecutionConfig(progress=False), **kwargs)

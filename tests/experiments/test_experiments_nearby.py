@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rankcollapse.experiments import ExecutionConfig, StorageConfig, plots, report, runner
+from rankcollapse.experiments import plots, report, runner
+from rankcollapse.experiments.claims import VERDICTS as C_VERDICTS
 from rankcollapse.experiments.config import effective_override, load_config
 from rankcollapse.sweep.units import Unit
 
@@ -30,7 +31,7 @@ def test_effective_override_leaves_meaningless_keys_out(params, override, expect
     assert effective_override(_unit(**params), override) == expected
 
 
-def test_norm_setting_changes_only_the_ln_side(fake, tmp_path):
+def test_norm_setting_changes_only_the_ln_side(fig2_nearby):
     cfgs, units, data = runner.plan("fig2", "smoke", 0)
     claim = next(c for c in load_config("fig2")["claims"] if c["id"] == "C05")
     label, _, changed, reused = next(x for x in runner.nearby_units(cfgs[0], claim, units) if x[0] == "norm=rmsnorm")
@@ -39,10 +40,10 @@ def test_norm_setting_changes_only_the_ln_side(fake, tmp_path):
     assert all(u.params["norm"] == "rmsnorm" and u.params["setting"] == label for u in changed)
     assert {u.params["variant"] for u in reused} == {"skip"} and len(reused) == 4
 
-    table, _ = runner.compute_units(units, runner.RunContext(data, "cpu"), tmp_path, progress=False)
-    records = runner.evaluate_claims(cfgs, table, "smoke")
-    near, _ = runner.run_nearby(cfgs, records, units, runner.RunContext(data, "cpu"), tmp_path,
-                                progress=False, default=table)
+    res = fig2_nearby  # the same plan (seed 0), computed, decided and its nearby settings run
+    records, table = res.claims, res.table[res.table.setting == "default"]
+    near = res.table[res.table.setting != "default"]
+    assert len(table) + len(near) == len(res.table) and len(near) > 0
     # every nearby unit once: one row per (unit, seed, layer, metric), claims listed
     assert not near.duplicated(["unit", "seed", "layer", "metric", "point"]).any()
     assert set(near.loc[near.setting == "norm=rmsnorm", "claims"]) == {"C05"}
@@ -58,14 +59,18 @@ def test_norm_setting_changes_only_the_ln_side(fake, tmp_path):
         growth(fresh["checks"]))
 
 
-def test_excluded_model_is_named_plainly(fake, use_function, tmp_path):
-    def probe(unit, ctx):  # probe rows labelled like the real executor's
-        variant = "drop_norm" if unit.params.get("drop") else "full"
-        return fake(unit, ctx).assign(variant=variant, mask="complete")
+def test_nearby_settings_run_for_every_decided_claim(fig2_nearby):
+    res = fig2_nearby
+    cfg = {c["id"]: c for c in runner.load_config("fig2")["claims"]}
+    for c in res.claims:
+        if c["verdict"] != "not run" and cfg[c["id"]].get("nearby"):
+            assert [n["setting"] for n in c["nearby"]] == [runner.setting_label(o) for o in cfg[c["id"]]["nearby"]], c["id"]
+            assert set(res.table["setting"]) >= {n["setting"] for n in c["nearby"]}
+            assert all(n["verdict"] in C_VERDICTS for n in c["nearby"])
 
-    use_function("probe", probe)
-    res = runner.run_experiment("fig2", "smoke", tmp_path / "f2", nearby=False, execution=ExecutionConfig(progress=False), storage=StorageConfig(write=False))
-    c03 = next(c for c in res.claims if c["id"] == "C03")
+
+def test_excluded_model_is_named_plainly(fig2_nearby):
+    c03 = next(c for c in fig2_nearby.claims if c["id"] == "C03")
     assert c03["verdict"] == "not run"
     assert "needs model smollm2, which --scale smoke excludes" in c03["notes"]
     assert "no rows for" not in c03["notes"]

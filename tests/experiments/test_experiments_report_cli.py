@@ -9,9 +9,6 @@ from pathlib import Path
 import pytest
 
 from rankcollapse import cli
-from rankcollapse.experiments import ExecutionConfig, runner
-
-QUIET = ExecutionConfig(progress=False)
 
 
 CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
@@ -27,6 +24,7 @@ def _chromium(path: Path) -> tuple[str, list[str]]:
     return proc.stdout, [ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln]
 
 
+@pytest.mark.slow  # reads the whole `all` smoke run: CI runs it with the slow tests
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs chromium on PATH: `make browser` installs it (apt-get, as root)")
 def test_report_opens_in_chromium_without_console_errors(all_smoke, tmp_path):
     res = all_smoke  # every experiment's claims and figures in one report
@@ -84,10 +82,10 @@ def test_text_shorter_than_window(monkeypatch, capsys, tmp_path):
     assert not out.exists()
 
 
-def test_summary_prints_the_results_table(fake, monkeypatch, capsys, tmp_path):
+def test_summary_prints_the_results_table(fig3_seed3, monkeypatch, capsys, tmp_path):
     import json
 
-    res = runner.run_experiment("fig3", "smoke", tmp_path / "run", nearby=False, execution=QUIET)
+    res = fig3_seed3[0]
     monkeypatch.setattr(sys, "argv", ["rankcollapse", "reproduce", "summary", str(res.out), "--format", "markdown"])
     cli.main()
     out = capsys.readouterr().out.splitlines()
@@ -102,6 +100,7 @@ def test_summary_prints_the_results_table(fake, monkeypatch, capsys, tmp_path):
     assert code == 2 and "claims.json" in err
 
 
+@pytest.mark.slow  # reads the whole `all` smoke run: CI runs it with the slow tests
 def test_claims_json_has_the_interface_fields(all_smoke):
     import json
 

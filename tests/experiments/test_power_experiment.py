@@ -45,6 +45,28 @@ def test_bad_parameters_are_refused(params, match):
         run_power_method(Unit("power_method", p, "power"), None)
 
 
+def test_simulator_units_of_the_smoke_plan():
+    """The simulator units of `reproduce power --scale smoke`, computed one by one: 4
+    inputs, depth 16, one v1 per layer, and the mean tilt (a(X_16) - a(X_0)) / 16 window
+    by window."""
+    from rankcollapse.experiments import runner
+
+    _, units, _ = runner.plan("power", "smoke", 0)
+    sim = [u for u in units if u.kind == "power_method" and u.params["network"] == "simulator"]
+    assert sim
+    table = pd.concat([run_power_method(u, None) for u in sim], ignore_index=True)
+    assert set(table["model"]) == {"gaussian"} and set(table["norm"]) == {"sphere", "layernorm"}
+    align = table[table["metric"] == "v1_alignment"]
+    assert sorted(set(align["layer"])) == list(range(17))
+    assert set(table["n_samples"]) == {4} and set(table["dtype"]) == {"float64"}
+    for variant, g in table.groupby(["norm", "variant"]):
+        a = g[g["metric"] == "v1_alignment"].set_index("layer")["values"]
+        tilt = g[g["metric"] == "v1_tilt_mean"]
+        assert list(tilt["layer"]) == [16]
+        np.testing.assert_allclose(tilt["values"].iloc[0], (np.asarray(a[16]) - np.asarray(a[0])) / 16,
+                                   atol=1e-15, err_msg=str(variant))
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     """`reproduce power --scale smoke` through the CLI: 4 inputs and windows, depth 16."""
@@ -55,6 +77,7 @@ def smoke_run(tmp_path_factory):
     return root / "run"
 
 
+@pytest.mark.slow  # a whole run with MiniLM and ALBERT: CI runs it with the slow tests
 def test_smoke_run_rows_and_claims(smoke_run):
     table = pd.read_parquet(smoke_run / "table.parquet")
     assert set(table["source"]) == {"power_method"}

@@ -96,6 +96,7 @@ def test_embed_refuses_windows_longer_than_the_positions():
         embed(loaded, windows)
 
 
+@pytest.mark.slow  # a fresh process that loads MiniLM: CI runs it with the slow tests
 def test_cli_error_after_loading_is_the_only_line(tmp_path):
     """transformers' "Loading weights" bar and warnings are silenced: a failure after
     the model loaded prints exactly one line, and says what to use instead."""

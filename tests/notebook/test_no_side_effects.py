@@ -12,33 +12,6 @@ import pytest
 import torch
 
 
-def test_import_and_draw_leave_backend_and_environment_alone(tmp_path):
-    # a fresh interpreter: the backend is chosen before anything of ours is imported
-    code = textwrap.dedent(f"""
-        import os, matplotlib
-        matplotlib.use("svg")
-        import matplotlib.pyplot as plt
-        env = dict(os.environ)
-        import rankcollapse, rankcollapse.experiments.plots, rankcollapse.sweep.context
-        import rankcollapse.experiments.runner, rankcollapse.masks.plot, rankcollapse.theory.portrait
-        from rankcollapse import masks, theory, dynamics
-        fig = masks.draw_mask(masks.parse_mask("causal", 8))
-        masks.draw_mask(masks.parse_mask("causal", 8), out={str(tmp_path / 'm.png')!r})
-        theory.portrait_2d(n_angles=9, depth=5)
-        res = dynamics.simulate(dynamics.gaussian_tokens(2, 4, 3, seed=0), mask="causal", run=dynamics.RunConfig(depth=3))
-        res.plot()
-        assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
-        assert plt.get_fignums() == [], plt.get_fignums()
-        assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())
-        print("ok")
-    """)
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "MPLBACKEND")}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "ok"
-    assert (tmp_path / "m.png").stat().st_size > 0
-
-
 def test_plotting_functions_draw_on_given_ax():
     from matplotlib.figure import Figure
 
@@ -89,16 +62,28 @@ def _phase_table():
     return pd.DataFrame(rows)
 
 
-def test_every_module_imports_and_every_file_plot_draws_without_touching_the_backend(tmp_path):
-    # every module of the package, then the plots that write files (phase heatmaps, phase
-    # findings, the schedules study), in a fresh interpreter whose backend is svg
+def test_imports_and_draws_leave_backend_figures_and_environment_alone(tmp_path):
+    # one fresh interpreter whose backend (svg) is chosen before anything of ours is
+    # imported: the package and its drawing functions, then every module of the package,
+    # then the plots that write files (phase heatmaps, phase findings, the schedules study)
     code = textwrap.dedent(f"""
-        import importlib, pkgutil, matplotlib
+        import importlib, os, pkgutil, matplotlib
         matplotlib.use("svg")
         import matplotlib.pyplot as plt
         import pandas as pd
         from pathlib import Path
-        import rankcollapse
+        env = dict(os.environ)
+        import rankcollapse, rankcollapse.experiments.plots, rankcollapse.sweep.context
+        import rankcollapse.experiments.runner, rankcollapse.masks.plot, rankcollapse.theory.portrait
+        from rankcollapse import masks, theory, dynamics
+        fig = masks.draw_mask(masks.parse_mask("causal", 8))
+        masks.draw_mask(masks.parse_mask("causal", 8), out={str(tmp_path / 'm.png')!r})
+        theory.portrait_2d(n_angles=9, depth=5)
+        res = dynamics.simulate(dynamics.gaussian_tokens(2, 4, 3, seed=0), mask="causal", run=dynamics.RunConfig(depth=3))
+        res.plot()
+        assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
+        assert plt.get_fignums() == [], plt.get_fignums()
+        assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())
         names = [m.name for m in pkgutil.walk_packages(rankcollapse.__path__, "rankcollapse.")]
         for name in names:
             importlib.import_module(name)
@@ -118,6 +103,7 @@ def test_every_module_imports_and_every_file_plot_draws_without_touching_the_bac
                                                  "simulation": {{"d_model": 4, "n_samples": 2}}}})
         assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
         assert plt.get_fignums() == [], plt.get_fignums()
+        assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())
         print(len(names), len(files))
     """)
     _phase_table().to_json(tmp_path / "phase.json")
@@ -126,6 +112,7 @@ def test_every_module_imports_and_every_file_plot_draws_without_touching_the_bac
     assert done.returncode == 0, done.stderr[-2000:]
     n_modules, n_heatmaps = map(int, done.stdout.split())
     assert n_modules > 50 and n_heatmaps == 1
+    assert (tmp_path / "m.png").stat().st_size > 0
     for name in ("heatmap.png", "boundary.png", "regimes.png", "schedules.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 

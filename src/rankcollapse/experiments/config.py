@@ -33,6 +33,8 @@ SCALES = ("quick", "large", "paper", "smoke")
 DEPTH_CHECK = 2
 #: Windows of a control unit at any scale (docs/reproduce.md, "Controls").
 CONTROL_WINDOWS = 16
+#: PyYAML's safe loader, with libyaml's parser where PyYAML has it (the same documents, parsed ~8x faster).
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_config(name: str) -> dict[str, Any]:
@@ -46,7 +48,7 @@ def load_config(name: str) -> dict[str, Any]:
     if name not in EXPERIMENTS:
         raise ConfigError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)} or 'all'")
     text = resources.files(__package__).joinpath("configs", f"{name}.yaml").read_text(encoding="utf-8")
-    cfg = yaml.safe_load(text)
+    cfg = yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a SafeLoader
     validate(cfg, name)
     validate_config(cfg, name)  # the pydantic schema: an unknown or misspelt key is an error naming it
     return cfg

@@ -25,12 +25,14 @@ from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
 from ..dynamics.config import RunConfig
 from ..theory.rates import compare_schedules
+from .config import SAFE_LOADER
 from .schema import validate_study
 
 
 def _read_study() -> Any:
     """The parsed ``configs/schedules.yaml``."""
-    return yaml.safe_load(resources.files(__package__).joinpath("configs", "schedules.yaml").read_text("utf-8"))
+    text = resources.files(__package__).joinpath("configs", "schedules.yaml").read_text("utf-8")
+    return yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a SafeLoader
 
 
 def load_study(scale: str = "quick") -> dict[str, Any]:

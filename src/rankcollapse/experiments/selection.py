@@ -75,8 +75,9 @@ def conditions(rows: pd.DataFrame) -> list[str]:
     cols = [c for c in CONDITION_COLUMNS if c in rows]
     if rows.empty:
         return []
-    if all(_constant(rows[c].to_numpy()) for c in cols):  # the usual case, without pandas' hashing
-        first = (rows[c].iloc[0] for c in cols)
+    arrays = [rows[c].to_numpy() for c in cols]
+    if all(_constant(v) for v in arrays):  # the usual case, without pandas' hashing
+        first = (v[0] for v in arrays)
         return [condition_of({c: v.item() if isinstance(v, np.generic) else v for c, v in zip(cols, first)})]
     keys = rows[cols].drop_duplicates()
     return sorted(condition_of(r) for r in keys.to_dict("records"))
