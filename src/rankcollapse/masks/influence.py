@@ -201,7 +201,9 @@ class RangeSums:
         self.factor = factor if self.second is not None and self.log_r != 0.0 else None
 
     def __call__(self, x: np.ndarray, divisor: np.ndarray | None = None) -> np.ndarray:
-        """The range sums of ``x`` (of ``x / divisor`` with a positive ``divisor``), float64 ``(K,)``."""
+        """The range sums of ``x`` (of ``x / divisor`` with a positive ``divisor``), float64
+        ``(K,)``; a view of the plan's storage, overwritten by its next call, when every
+        suffix is asked for (``x`` may be that view)."""
         buf = self.buffer
         if self.whole_suffix:
             return self._suffixes(x, divisor)
@@ -221,7 +223,7 @@ class RangeSums:
     def _suffixes(self, x: np.ndarray, divisor: np.ndarray | None) -> np.ndarray:
         """Every suffix sum of ``x`` (``r = 1``, ``M`` > :data:`SEQUENTIAL_SCAN`): the
         two-stage scan of :func:`_cumsum` on the reversed vector, written (divided) straight
-        into the scan's storage."""
+        into the scan's storage and returned as a reversed view of it."""
         m, n, step = self.size, self.n, self.levels[0].step
         scan = self.buffer[m:2 * m]
         scan[:m - n] = 0.0
@@ -230,7 +232,7 @@ class RangeSums:
         else:
             np.divide(x[::-1], divisor[::-1], out=scan[m - n:])
         _cumsum(None, scan.reshape(1, m), step)
-        return self.first(self.buffer)
+        return scan[m - n:][::-1]
 
 
 def _levels(a: np.ndarray, b: np.ndarray, top: int, last: int) -> list[tuple[int, np.ndarray | None]]:
@@ -613,11 +615,12 @@ def influence(
     profiles = _profiles(layer_ops, n, alphas, periodic=schedule.period == 1 and len(set(alphas)) == 1)
     matrix = _matrix(schedule, n, alphas, decay) if query == "all" else None
     method = "intervals" if all(isinstance(o, _IntervalOperator) for o in ops) else "csr"
-    per_depth = [summarize(p, epsilon) | {"depth": h + 1} for h, p in enumerate(profiles)]
+    summaries = summarize(profiles, epsilon)
+    per_depth = [row | {"depth": h + 1} for h, row in enumerate(summaries)]
     return Influence(spec=schedule.spec if schedule.period > 1 else schedule.masks[0].spec,
                      n_tokens=n, depth=depth, alpha=alphas[0] if len(set(alphas)) == 1 else alphas, decay=decay, epsilon=epsilon,
                      profiles=profiles, method=method, matrix=matrix,
-                     summary=summarize(profiles[-1], epsilon), per_depth=per_depth)
+                     summary=summaries[-1], per_depth=per_depth)
 
 
 def _check_size(n: int, depth: int, query: str, max_memory: Any, schedule: MaskSchedule | None = None,
@@ -674,27 +677,31 @@ def _profiles(layer_ops: list, n: int, alphas: list[float], *, periodic: bool) -
     out = np.empty((depth, n))
     start = np.zeros(n)
     start[-1] = 1.0
-    def step(t: int, v: np.ndarray) -> np.ndarray:
+    def step(t: int, v: np.ndarray, into: np.ndarray) -> np.ndarray:
+        """``v P_{t+1}`` written into ``into`` (an operator may return a view of its storage)."""
         a = alphas[t]
         if a == 1.0:
-            return v
+            into[...] = v
+            return into
         mixed = layer_ops[t](v)
-        if a != 0.0:
+        if a == 0.0:
+            into[...] = mixed
+        else:  # (1 - a) mixed + a v
+            np.multiply(v, a, out=into)
             mixed *= 1.0 - a
-            mixed += a * v
-        return mixed
+            into += mixed
+        return into
 
     if periodic:
         v = start
         for h in range(depth):
-            v = step(h, v)
-            out[h] = v
+            v = step(h, v, out[h])
         return out
+    work = np.empty((2, n))
     for h in range(depth):
         v = start
         for t in range(h, -1, -1):  # e_last P_{h+1} first, P_1 last
-            v = step(t, v)
-        out[h] = v
+            v = step(t, v, out[h] if t == 0 else work[t % 2])
     return out
 
 
@@ -707,34 +714,43 @@ def _matrix(schedule: MaskSchedule, n: int, alphas: list[float], decay: float) -
     return prod
 
 
-def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any]:
+def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any] | list[dict[str, Any]]:
     """Summary statistics of one influence profile ``I`` (float64 ``(N,)``, sums to 1):
     ``first_token_mass``, ``last_token_mass``, ``valley_position``, ``valley_mass``,
     ``valley_ratio``, ``effective_horizon`` (at ``epsilon``), ``n_support`` (positions with
     ``I[j] >=`` the smallest normal float64) and ``mass``, defined in docs/masks.md,
-    "Influence profiles"."""
-    n = profile.shape[0]
-    total = float(profile.sum())
-    in_support = profile >= np.finfo(np.float64).tiny
-    n_support = int(np.count_nonzero(in_support))
-    valley = None
-    if n_support:  # the first minimum over the support
-        valley = int(np.argmin(profile if n_support == n else np.where(in_support, profile, np.inf)))
-    return {
-        "first_token_mass": float(profile[0]),
-        "last_token_mass": float(profile[-1]),
-        "valley_position": valley,
-        "valley_mass": None if valley is None else float(profile[valley]),
-        "valley_ratio": None if valley is None else float(profile[valley] * n_support),
-        "effective_horizon": _horizon(profile, (1.0 - epsilon) * total),
-        "n_support": n_support,
-        "mass": total,
-    }
+    "Influence profiles". Profiles ``(H, N)`` give one summary per row (a list), each
+    pass made over all rows at once."""
+    rows = np.atleast_2d(profile)
+    depth, n = rows.shape
+    totals = rows.sum(axis=1)
+    minima = rows.argmin(axis=1)
+    horizons = _horizon(rows, (1.0 - epsilon) * totals)
+    tiny = np.finfo(np.float64).tiny
+    out = []
+    for h, p in enumerate(rows):
+        n_support, valley = n, int(minima[h])  # the first minimum over the support
+        if p[valley] < tiny:
+            in_support = p >= tiny
+            n_support = int(np.count_nonzero(in_support))
+            valley = int(np.argmin(np.where(in_support, p, np.inf))) if n_support else None
+        out.append({
+            "first_token_mass": float(p[0]),
+            "last_token_mass": float(p[-1]),
+            "valley_position": valley,
+            "valley_mass": None if valley is None else float(p[valley]),
+            "valley_ratio": None if valley is None else float(p[valley] * n_support),
+            "effective_horizon": horizons[h],
+            "n_support": n_support,
+            "mass": float(totals[h]),
+        })
+    return out if np.ndim(profile) == 2 else out[0]
 
 
-def _horizon(profile: np.ndarray, mass: float) -> int:
+def _horizon(profile: np.ndarray, mass: Any) -> Any:
     """The fewest most recent positions whose running sum from the end, added in sequence,
-    reaches ``mass`` (all ``N`` if none does).
+    reaches ``mass`` (all ``N`` if none does); for profiles ``(H, N)`` and masses ``(H,)``,
+    the list of each row's.
 
     The running sum is located without forming it whole: block totals (pairwise) and their
     running sum find the block where ``mass`` is reached, and one block's running sum the
@@ -742,15 +758,25 @@ def _horizon(profile: np.ndarray, mass: float) -> int:
     than the two summations' error bounds (``(N + 2 s + N/s) eps`` relative, non-negative
     terms), so the sequential sum crosses there too. Otherwise (``mass`` within that margin
     of a running sum) the sequential running sum is formed, in chunks from the end."""
-    recent, n = profile[::-1], profile.shape[0]
-    size = 1024
-    if n > 4 * size and 0.0 < mass < math.inf:
+    rows, masses = np.atleast_2d(profile), np.atleast_1d(mass)
+    depth, n = rows.shape
+    recent, size, ends, margin = rows[:, ::-1], 1024, [None] * depth, 0.0
+    if n > 4 * size:
         margin = 2.0 * (n + 2 * size + n // size + 64) * np.finfo(np.float64).eps
         full = n // size * size
-        totals = recent[:full].reshape(-1, size).sum(axis=1)
+        totals = recent[:, :full].reshape(depth, -1, size).sum(axis=2)
         if full < n:
-            totals = np.append(totals, recent[full:].sum())
-        ends = np.cumsum(totals)
+            totals = np.concatenate((totals, recent[:, full:].sum(axis=1)[:, None]), axis=1)
+        ends = np.cumsum(totals, axis=1)
+    out = [_row_horizon(r, float(m), e, size, margin) for r, m, e in zip(recent, masses, ends)]
+    return out if np.ndim(profile) == 2 else out[0]
+
+
+def _row_horizon(recent: np.ndarray, mass: float, ends: np.ndarray | None, size: int, margin: float) -> int:
+    """:func:`_horizon` of one profile read from the end, ``ends`` the running sum of its
+    block totals (None: the sequential running sum alone)."""
+    n = recent.shape[0]
+    if ends is not None and 0.0 < mass < math.inf:
         c = int(np.searchsorted(ends, mass * (1.0 - margin), side="left"))
         if c < ends.shape[0]:
             before = float(ends[c - 1]) if c else 0.0
