@@ -149,7 +149,7 @@ class RangeSums:
         top = max(0, (self.n - 1).bit_length())
         self.size = 1 << top  # M
         index = np.int32 if 4 * self.size < 2**31 else np.int64  # positions in the buffer (< 3 M + 1)
-        a, b = np.asarray(a).astype(index, copy=False), np.asarray(b).astype(index, copy=False)
+        a, b = np.asarray(a), np.asarray(b)
         self.k = a.shape[0]
         # where a range reads its first and second part (-1: the zero at the end of the buffer)
         ia = ib = factor = multi = None
@@ -163,6 +163,7 @@ class RangeSums:
             self.whole_suffix = step > 1 and self.r == 1.0
             return
         self.whole_suffix = False
+        a, b = a.astype(index, copy=False), b.astype(index, copy=False)
         last = self.n - 1  # a range ending here may end with any block holding it (zeros after)
         if self.k and ((b == last).all() or (a == 0).all()) and (a <= b).all():
             levels: list = [(top, None)]  # suffixes (prefixes) of the whole vector: one scan
