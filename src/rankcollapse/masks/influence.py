@@ -157,10 +157,13 @@ class RangeSums:
             # every suffix of x, in order: one scan of the whole vector read as one run
             step = _substep(self.size)
             self.levels = [_Level(self.size, step, slice(0, 1), 0, self.size, None, 0, 0, None)]
-            self.buffer = np.zeros(2 * self.size + 1)
-            self.first = _Gather.run(2 * self.size - 1 if step > 1 else self.size, -1 if step > 1 else 1, self.k)
             self.second = self.factor = None
             self.whole_suffix = step > 1 and self.r == 1.0
+            if self.whole_suffix:  # the scan alone (_suffixes)
+                self.buffer = np.empty(self.size)
+                return
+            self.buffer = np.zeros(2 * self.size + 1)
+            self.first = _Gather.run(2 * self.size - 1 if step > 1 else self.size, -1 if step > 1 else 1, self.k)
             return
         self.whole_suffix = False
         a, b = a.astype(index, copy=False), b.astype(index, copy=False)
@@ -226,7 +229,7 @@ class RangeSums:
         two-stage scan of :func:`_cumsum` on the reversed vector, written (divided) straight
         into the scan's storage and returned as a reversed view of it."""
         m, n, step = self.size, self.n, self.levels[0].step
-        scan = self.buffer[m:2 * m]
+        scan = self.buffer
         scan[:m - n] = 0.0
         if divisor is None:
             scan[m - n:] = x[::-1]
@@ -495,7 +498,8 @@ class _IntervalOperator:
         self.r = math.exp(-decay)
         keys = np.arange(n)
         if decay == 0.0:
-            self.z = (hi - lo + 1).astype(np.float64)
+            self.z = np.subtract(hi, lo, dtype=np.float64)
+            self.z += 1.0
         else:
             left, right = keys - lo + 1, hi - keys + 1  # keys on each side, self counted twice
             self.z = _geometric(left, decay) + _geometric(right, decay) - 1.0
@@ -606,6 +610,7 @@ def influence(
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     depth = check_int(depth, "depth", low=1, error=MaskError)
     _check_size(n, depth, query, max_memory)  # before the per-layer weights or the mask exist
+    profiles = np.empty((depth, n))  # before the mask's arrays (heap reuse across calls)
     alphas = _check_alphas(alpha, depth)
     decay, epsilon = _check_params(decay, epsilon, query, n)
     schedule = parse_schedule(mask, n)
@@ -613,10 +618,11 @@ def influence(
     _check_size(n, depth, query, max_memory, schedule, on_intervals)
     ops = [_operator(m, decay, on) for m, on in zip(schedule.masks, on_intervals)]
     layer_ops = [ops[t % schedule.period] for t in range(depth)]
-    profiles = _profiles(layer_ops, n, alphas, periodic=schedule.period == 1 and len(set(alphas)) == 1)
+    summaries: list[dict[str, Any]] = []  # each profile summarised as soon as it is made (while in cache)
+    _profiles(layer_ops, profiles, alphas, periodic=schedule.period == 1 and len(set(alphas)) == 1,
+              each=lambda row: summaries.append(summarize(row, epsilon)))
     matrix = _matrix(schedule, n, alphas, decay) if query == "all" else None
     method = "intervals" if all(isinstance(o, _IntervalOperator) for o in ops) else "csr"
-    summaries = summarize(profiles, epsilon)
     per_depth = [row | {"depth": h + 1} for h, row in enumerate(summaries)]
     return Influence(spec=schedule.spec if schedule.period > 1 else schedule.masks[0].spec,
                      n_tokens=n, depth=depth, alpha=alphas[0] if len(set(alphas)) == 1 else alphas, decay=decay, epsilon=epsilon,
@@ -671,11 +677,11 @@ def _check_params(decay: Any, epsilon: Any, query: str, n: int) -> tuple[float, 
     return decay, epsilon
 
 
-def _profiles(layer_ops: list, n: int, alphas: list[float], *, periodic: bool) -> np.ndarray:
-    """``(H, N)``: row ``h-1`` = ``e_last P_h ... P_1``. One mask: one chain of H products
-    (``P_h ... P_1 = P^h``); a schedule: each depth its own chain, applied from ``P_h`` down."""
-    depth = len(layer_ops)
-    out = np.empty((depth, n))
+def _profiles(layer_ops: list, out: np.ndarray, alphas: list[float], *, periodic: bool, each: Any = None) -> np.ndarray:
+    """``out`` (float64 ``(H, N)``): row ``h-1`` = ``e_last P_h ... P_1``. One mask: one chain
+    of H products (``P_h ... P_1 = P^h``); a schedule: each depth its own chain, applied from
+    ``P_h`` down. ``each(row)`` is called on each row once it is made."""
+    depth, n = out.shape
     start = np.zeros(n)
     start[-1] = 1.0
     def step(t: int, v: np.ndarray, into: np.ndarray) -> np.ndarray:
@@ -697,12 +703,16 @@ def _profiles(layer_ops: list, n: int, alphas: list[float], *, periodic: bool) -
         v = start
         for h in range(depth):
             v = step(h, v, out[h])
+            if each is not None:
+                each(v)
         return out
     work = np.empty((2, n))
     for h in range(depth):
         v = start
         for t in range(h, -1, -1):  # e_last P_{h+1} first, P_1 last
             v = step(t, v, out[h] if t == 0 else work[t % 2])
+        if each is not None:
+            each(v)
     return out
 
 
@@ -715,37 +725,30 @@ def _matrix(schedule: MaskSchedule, n: int, alphas: list[float], decay: float) -
     return prod
 
 
-def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any] | list[dict[str, Any]]:
+def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any]:
     """Summary statistics of one influence profile ``I`` (float64 ``(N,)``, sums to 1):
     ``first_token_mass``, ``last_token_mass``, ``valley_position``, ``valley_mass``,
     ``valley_ratio``, ``effective_horizon`` (at ``epsilon``), ``n_support`` (positions with
     ``I[j] >=`` the smallest normal float64) and ``mass``, defined in docs/masks.md,
-    "Influence profiles". Profiles ``(H, N)`` give one summary per row (a list), each
-    pass made over all rows at once."""
-    rows = np.atleast_2d(profile)
-    depth, n = rows.shape
-    totals = rows.sum(axis=1)
-    minima = rows.argmin(axis=1)
-    horizons = _horizon(rows, (1.0 - epsilon) * totals)
+    "Influence profiles"."""
+    n = profile.shape[0]
+    total = float(profile.sum())
     tiny = np.finfo(np.float64).tiny
-    out = []
-    for h, p in enumerate(rows):
-        n_support, valley = n, int(minima[h])  # the first minimum over the support
-        if p[valley] < tiny:
-            in_support = p >= tiny
-            n_support = int(np.count_nonzero(in_support))
-            valley = int(np.argmin(np.where(in_support, p, np.inf))) if n_support else None
-        out.append({
-            "first_token_mass": float(p[0]),
-            "last_token_mass": float(p[-1]),
-            "valley_position": valley,
-            "valley_mass": None if valley is None else float(p[valley]),
-            "valley_ratio": None if valley is None else float(p[valley] * n_support),
-            "effective_horizon": horizons[h],
-            "n_support": n_support,
-            "mass": float(totals[h]),
-        })
-    return out if np.ndim(profile) == 2 else out[0]
+    n_support, valley = n, int(np.argmin(profile))  # the first minimum over the support
+    if profile[valley] < tiny:
+        in_support = profile >= tiny
+        n_support = int(np.count_nonzero(in_support))
+        valley = int(np.argmin(np.where(in_support, profile, np.inf))) if n_support else None
+    return {
+        "first_token_mass": float(profile[0]),
+        "last_token_mass": float(profile[-1]),
+        "valley_position": valley,
+        "valley_mass": None if valley is None else float(profile[valley]),
+        "valley_ratio": None if valley is None else float(profile[valley] * n_support),
+        "effective_horizon": _horizon(profile, (1.0 - epsilon) * total),
+        "n_support": n_support,
+        "mass": total,
+    }
 
 
 def _horizon(profile: np.ndarray, mass: Any) -> Any:

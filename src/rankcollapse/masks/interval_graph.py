@@ -41,8 +41,13 @@ def reverse(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lo[i+1]`` (``lo``, ``hi`` non-decreasing, ``lo[0] = 0``, ``hi[N-1] = N-1``): each row
     index repeated over its run, O(N)."""
     n = lo.shape[0]
-    rows = np.arange(n)
-    return np.repeat(rows, np.diff(hi, prepend=-1)), np.repeat(rows, np.diff(lo, append=n))
+    rows, runs = np.arange(n), np.empty(n, dtype=np.int64)
+    runs[0] = hi[0] + 1
+    np.subtract(hi[1:], hi[:-1], out=runs[1:])
+    lo_rev = np.repeat(rows, runs)
+    np.subtract(lo[1:], lo[:-1], out=runs[:-1])
+    runs[-1] = n - lo[-1]
+    return lo_rev, np.repeat(rows, runs)
 
 
 def distances(lo: np.ndarray, hi: np.ndarray, source: int) -> np.ndarray:
