@@ -79,9 +79,8 @@ def products(spec: str, n: int, depth: int, alpha: float) -> np.ndarray:
     from rankcollapse.masks import parse_mask
     from rankcollapse.masks.influence import _operator, _profiles
 
-    out = np.empty((depth, n))
     op = _operator(parse_mask(spec, n), 0.0)
-    return _profiles([op] * depth, out, [alpha] * depth, periodic=True)
+    return _profiles([op] * depth, n, [alpha] * depth, periodic=True)
 
 
 def anchor(spec: str, n: int, depth: int, alpha: float) -> np.ndarray:

@@ -610,7 +610,6 @@ def influence(
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     depth = check_int(depth, "depth", low=1, error=MaskError)
     _check_size(n, depth, query, max_memory)  # before the per-layer weights or the mask exist
-    profiles = np.empty((depth, n))  # before the mask's arrays (heap reuse across calls)
     alphas = _check_alphas(alpha, depth)
     decay, epsilon = _check_params(decay, epsilon, query, n)
     schedule = parse_schedule(mask, n)
@@ -618,9 +617,9 @@ def influence(
     _check_size(n, depth, query, max_memory, schedule, on_intervals)
     ops = [_operator(m, decay, on) for m, on in zip(schedule.masks, on_intervals)]
     layer_ops = [ops[t % schedule.period] for t in range(depth)]
-    summaries: list[dict[str, Any]] = []  # each profile summarised as soon as it is made (while in cache)
-    _profiles(layer_ops, profiles, alphas, periodic=schedule.period == 1 and len(set(alphas)) == 1,
-              each=lambda row: summaries.append(summarize(row, epsilon)))
+    summaries: list[dict[str, Any]] = []
+    profiles = _profiles(layer_ops, n, alphas, periodic=schedule.period == 1 and len(set(alphas)) == 1,
+                         each=lambda row: summaries.append(summarize(row, epsilon)))
     matrix = _matrix(schedule, n, alphas, decay) if query == "all" else None
     method = "intervals" if all(isinstance(o, _IntervalOperator) for o in ops) else "csr"
     per_depth = [row | {"depth": h + 1} for h, row in enumerate(summaries)]
@@ -677,11 +676,12 @@ def _check_params(decay: Any, epsilon: Any, query: str, n: int) -> tuple[float, 
     return decay, epsilon
 
 
-def _profiles(layer_ops: list, out: np.ndarray, alphas: list[float], *, periodic: bool, each: Any = None) -> np.ndarray:
-    """``out`` (float64 ``(H, N)``): row ``h-1`` = ``e_last P_h ... P_1``. One mask: one chain
-    of H products (``P_h ... P_1 = P^h``); a schedule: each depth its own chain, applied from
-    ``P_h`` down. ``each(row)`` is called on each row once it is made."""
-    depth, n = out.shape
+def _profiles(layer_ops: list, n: int, alphas: list[float], *, periodic: bool, each: Any = None) -> np.ndarray:
+    """``(H, N)``: row ``h-1`` = ``e_last P_h ... P_1``. One mask: one chain of H products
+    (``P_h ... P_1 = P^h``); a schedule: each depth its own chain, applied from ``P_h`` down.
+    ``each(row)`` is called on each row once it is made (while it is in cache)."""
+    depth = len(layer_ops)
+    out = np.empty((depth, n))
     start = np.zeros(n)
     start[-1] = 1.0
     def step(t: int, v: np.ndarray, into: np.ndarray) -> np.ndarray:
@@ -751,10 +751,9 @@ def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any]:
     }
 
 
-def _horizon(profile: np.ndarray, mass: Any) -> Any:
+def _horizon(profile: np.ndarray, mass: float) -> int:
     """The fewest most recent positions whose running sum from the end, added in sequence,
-    reaches ``mass`` (all ``N`` if none does); for profiles ``(H, N)`` and masses ``(H,)``,
-    the list of each row's.
+    reaches ``mass`` (all ``N`` if none does).
 
     The running sum is located without forming it whole: block totals (pairwise) and their
     running sum find the block where ``mass`` is reached, and one block's running sum the
@@ -762,25 +761,15 @@ def _horizon(profile: np.ndarray, mass: Any) -> Any:
     than the two summations' error bounds (``(N + 2 s + N/s) eps`` relative, non-negative
     terms), so the sequential sum crosses there too. Otherwise (``mass`` within that margin
     of a running sum) the sequential running sum is formed, in chunks from the end."""
-    rows, masses = np.atleast_2d(profile), np.atleast_1d(mass)
-    depth, n = rows.shape
-    recent, size, ends, margin = rows[:, ::-1], 1024, [None] * depth, 0.0
-    if n > 4 * size:
+    recent, n = profile[::-1], profile.shape[0]
+    size = 1024
+    if n > 4 * size and 0.0 < mass < math.inf:
         margin = 2.0 * (n + 2 * size + n // size + 64) * np.finfo(np.float64).eps
         full = n // size * size
-        totals = recent[:, :full].reshape(depth, -1, size).sum(axis=2)
+        totals = recent[:full].reshape(-1, size).sum(axis=1)
         if full < n:
-            totals = np.concatenate((totals, recent[:, full:].sum(axis=1)[:, None]), axis=1)
-        ends = np.cumsum(totals, axis=1)
-    out = [_row_horizon(r, float(m), e, size, margin) for r, m, e in zip(recent, masses, ends)]
-    return out if np.ndim(profile) == 2 else out[0]
-
-
-def _row_horizon(recent: np.ndarray, mass: float, ends: np.ndarray | None, size: int, margin: float) -> int:
-    """:func:`_horizon` of one profile read from the end, ``ends`` the running sum of its
-    block totals (None: the sequential running sum alone)."""
-    n = recent.shape[0]
-    if ends is not None and 0.0 < mass < math.inf:
+            totals = np.append(totals, recent[full:].sum())
+        ends = np.cumsum(totals)
         c = int(np.searchsorted(ends, mass * (1.0 - margin), side="left"))
         if c < ends.shape[0]:
             before = float(ends[c - 1]) if c else 0.0
