@@ -143,17 +143,22 @@ class RangeSums:
     (as in the dense product). Memory: ``O(M + K)``.
     """
 
-    def __init__(self, n: int, a: np.ndarray, b: np.ndarray, r: float = 1.0) -> None:
+    def __init__(self, n: int, a: np.ndarray | None, b: np.ndarray | None, r: float = 1.0) -> None:
+        """``a = b = None``: every suffix, ``[k, n - 1]`` for ``k < n``."""
         self.n, self.r = int(n), float(r)
         self.log_r = math.log(r) if r > 0.0 else -math.inf  # exp(-m) underflows to 0 for m > ~745
         top = max(0, (self.n - 1).bit_length())
         self.size = 1 << top  # M
         index = np.int32 if 4 * self.size < 2**31 else np.int64  # positions in the buffer (< 3 M + 1)
-        a, b = np.asarray(a), np.asarray(b)
-        self.k = a.shape[0]
+        if a is None:
+            self.k, every = self.n, True
+        else:
+            a, b = np.asarray(a), np.asarray(b)
+            self.k = a.shape[0]
+            every = self.k == self.n and (b == self.n - 1).all() and (a == np.arange(self.n)).all()
         # where a range reads its first and second part (-1: the zero at the end of the buffer)
         ia = ib = factor = multi = None
-        if self.k == self.n and (b == self.n - 1).all() and (a == np.arange(self.n)).all():
+        if every:
             # every suffix of x, in order: one scan of the whole vector read as one run
             step = _substep(self.size)
             self.levels = [_Level(self.size, step, slice(0, 1), 0, self.size, None, 0, 0, None)]
@@ -503,8 +508,11 @@ class _IntervalOperator:
         else:
             left, right = keys - lo + 1, hi - keys + 1  # keys on each side, self counted twice
             self.z = _geometric(left, decay) + _geometric(right, decay) - 1.0
-        lo_rev, hi_rev = interval_graph.reverse(lo, hi)
         self.left = None
+        if self.r == 1.0 and lo[-1] == 0 and (hi == keys).all():  # causal: key j has the queries j..N-1
+            self.right = RangeSums(n, None, None)
+            return
+        lo_rev, hi_rev = interval_graph.reverse(lo, hi)
         if self.r == 1.0:  # no decay: one range sum over all the queries of key j
             self.right = RangeSums(n, lo_rev, hi_rev)
             return
