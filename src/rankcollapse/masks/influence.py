@@ -209,13 +209,13 @@ class RangeSums:
         self.second = None if ib is None or all(lv.prefix_rows is None for lv in self.levels) else _Gather(ib, size + 1)
         self.factor = factor if self.second is not None and self.log_r != 0.0 else None
 
-    def __call__(self, x: np.ndarray, divisor: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, x: np.ndarray, divisor: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """The range sums of ``x`` (of ``x / divisor`` with a positive ``divisor``), float64
-        ``(K,)``; a view of the plan's storage, overwritten by its next call, when every
-        suffix is asked for (``x`` may be that view)."""
+        ``(K,)``, written into ``out`` if given; else a view of the plan's storage, overwritten
+        by its next call, when every suffix is asked for (``x`` may be that view)."""
         buf = self.buffer
         if self.whole_suffix:
-            return self._suffixes(x, divisor)
+            return self._suffixes(x, divisor, out)
         if divisor is None:
             buf[:self.n] = x
         else:
@@ -223,16 +223,21 @@ class RangeSums:
         padded = buf[:self.size]
         for lv in self.levels:
             lv.scan(padded, buf, self.r)
-        out = self.first(buf)
+        sums = self.first(buf)
         if self.second is not None:
             second = self.second(buf)
-            out += second if self.factor is None else self.factor * second
+            sums += second if self.factor is None else self.factor * second
+        if out is None:
+            return sums
+        out[...] = sums
         return out
 
-    def _suffixes(self, x: np.ndarray, divisor: np.ndarray | None) -> np.ndarray:
+    def _suffixes(self, x: np.ndarray, divisor: np.ndarray | None, out: np.ndarray | None) -> np.ndarray:
         """Every suffix sum of ``x`` (``r = 1``, ``M`` > :data:`SEQUENTIAL_SCAN`): the
         two-stage scan of :func:`_cumsum` on the reversed vector, written (divided) straight
-        into the scan's storage and returned as a reversed view of it."""
+        into the scan's storage; the second stage adds the block carries straight into
+        ``out`` (reversed) when its blocks align with it, else the result is a reversed view
+        of the storage (copied into ``out``)."""
         m, n, step = self.size, self.n, self.levels[0].step
         scan = self.buffer
         scan[:m - n] = 0.0
@@ -240,8 +245,20 @@ class RangeSums:
             scan[m - n:] = x[::-1]
         else:
             np.divide(x[::-1], divisor[::-1], out=scan[m - n:])
-        _cumsum(None, scan.reshape(1, m), step)
-        return scan[m - n:][::-1]
+        skip, part = divmod(m - n, step)  # whole blocks of zeros before x; x's first block not whole
+        if out is None or part:
+            _cumsum(None, scan.reshape(1, m), step)
+            if out is None:
+                return scan[m - n:][::-1]
+            out[...] = scan[m - n:][::-1]
+            return out
+        inner = scan.reshape(-1, step)
+        np.cumsum(inner, axis=1, out=inner)
+        carry = np.cumsum(inner[:-1, -1])[skip:, None]  # as in _cumsum (the zero blocks add 0)
+        dest = out[::-1].reshape(-1, step)
+        dest[0] = inner[skip]
+        np.add(inner[skip + 1:], carry, out=dest[1:])
+        return out
 
 
 def _levels(a: np.ndarray, b: np.ndarray, top: int, last: int) -> list[tuple[int, np.ndarray | None]]:
@@ -520,8 +537,9 @@ class _IntervalOperator:
         if (lo_rev < keys).any():  # queries i < j, right-anchored at j - 1: reversed ranges [n - j, n - 1 - lo'_j]
             self.left = RangeSums(n, n - keys, n - 1 - lo_rev, self.r)
 
-    def __call__(self, v: np.ndarray) -> np.ndarray:
-        out = self.right(v, self.z)  # sums of u = v / Z
+    def __call__(self, v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``v Â``, written into ``out`` if given (else possibly a view of the plan's storage)."""
+        out = self.right(v, self.z, out)  # sums of u = v / Z
         if self.left is not None:
             out += self.r * self.left(v[::-1], self.z[::-1])
         return out
@@ -554,8 +572,11 @@ class _CsrOperator:
         # v Â = Â^T v: the transpose as CSR makes it one row-parallel sparse product
         self.transposed = sp.csr_array((w, csr.indices, csr.indptr), shape=csr.shape).T.tocsr()
 
-    def __call__(self, v: np.ndarray) -> np.ndarray:
-        return self.transposed @ v
+    def __call__(self, v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            return self.transposed @ v
+        out[...] = self.transposed @ v
+        return out
 
     def dense(self) -> np.ndarray:
         return self.transposed.T.toarray()
@@ -698,13 +719,12 @@ def _profiles(layer_ops: list, n: int, alphas: list[float], *, periodic: bool, e
         if a == 1.0:
             into[...] = v
             return into
-        mixed = layer_ops[t](v)
         if a == 0.0:
-            into[...] = mixed
-        else:  # (1 - a) mixed + a v
-            np.multiply(v, a, out=into)
-            mixed *= 1.0 - a
-            into += mixed
+            return layer_ops[t](v, into)
+        mixed = layer_ops[t](v)  # (1 - a) mixed + a v
+        np.multiply(v, a, out=into)
+        mixed *= 1.0 - a
+        into += mixed
         return into
 
     if periodic:
