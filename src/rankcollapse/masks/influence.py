@@ -721,8 +721,8 @@ def _profiles(layer_ops: list, n: int, alphas: list[float], *, periodic: bool, e
             return into
         if a == 0.0:
             return layer_ops[t](v, into)
-        mixed = layer_ops[t](v)  # (1 - a) mixed + a v
-        np.multiply(v, a, out=into)
+        mixed = layer_ops[t](v)
+        np.multiply(v, a, out=into)  # a v + (1 - a) mixed: the same sum as (1 - a) mixed + a v
         mixed *= 1.0 - a
         into += mixed
         return into
