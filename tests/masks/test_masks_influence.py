@@ -201,6 +201,23 @@ def test_range_sums_in_two_stages_equal_brute_force():
             np.testing.assert_allclose(RangeSums(len(x), lo, hi, r)(x)[::97], want, rtol=1e-12, atol=0)
 
 
+def test_every_suffix_written_into_out_is_the_same_scan():
+    """Every suffix (``RangeSums(n, None, None)``) written into ``out``, the second stage adding
+    the block carries straight into it, has the bits of the scan returned without ``out``,
+    whether the scan's blocks align with ``out`` (n = M, and M - n one sub-block) or not."""
+    rng = np.random.default_rng(6)
+    for n in (2048, 2048 - 64, 2000):  # M = 2048, sub-blocks of 64
+        x = rng.random(n) * np.exp(-rng.uniform(0, 40, n))
+        plan = RangeSums(n, None, None)
+        scan = plan(x).copy()
+        out = np.empty(n)
+        assert plan(x, out=out) is out
+        np.testing.assert_array_equal(out, scan)
+        np.testing.assert_array_equal(RangeSums(n, np.arange(n), np.full(n, n - 1))(x), scan)
+        want = [math.fsum(x[i:]) for i in range(0, n, 37)]
+        np.testing.assert_allclose(scan[::37], want, rtol=1e-12, atol=0)
+
+
 def _exact_range_sums(x, a, b):
     return np.array([math.fsum(x[lo:hi + 1]) for lo, hi in zip(a, b)])  # correctly rounded
 

@@ -52,7 +52,7 @@ def complete(n_tokens: int) -> Mask:
     r = int(n > 1)
     return Mask(
         n, "complete",
-        intervals=(np.zeros(n), np.full(n, n - 1)),
+        intervals=(np.zeros(n, dtype=np.int64), np.full(n, n - 1)),
         mask_mod=lambda b, h, q, kv: (q >= 0) & (kv >= 0),
         closed_form=closed(n, centers=np.arange(n), radius=r, strongly=True, diameter=r),
     )
@@ -68,7 +68,7 @@ def causal(n_tokens: int) -> Mask:
     idx = np.arange(n)
     return Mask(
         n, "causal",
-        intervals=(np.zeros(n), idx),
+        intervals=(np.zeros(n, dtype=np.int64), idx),
         mask_mod=lambda b, h, q, kv: kv <= q,
         closed_form=closed(n, centers=[0], radius=int(n > 1), strongly=n == 1,
                            diameter=0 if n == 1 else None),
@@ -195,7 +195,7 @@ def prefix(n_tokens: int, k: int) -> Mask:
     r = int(n > 1)
     return Mask(
         n, f"prefix:k={k}",
-        intervals=(np.zeros(n), np.maximum(idx, k - 1)),
+        intervals=(np.zeros(n, dtype=np.int64), np.maximum(idx, k - 1)),
         mask_mod=lambda b, h, q, kv: (kv <= q) | (kv < k),
         closed_form=closed(n, centers=np.arange(k), radius=r, strongly=k == n,
                            diameter=r if k == n else None),

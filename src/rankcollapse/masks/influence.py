@@ -143,26 +143,35 @@ class RangeSums:
     (as in the dense product). Memory: ``O(M + K)``.
     """
 
-    def __init__(self, n: int, a: np.ndarray, b: np.ndarray, r: float = 1.0) -> None:
+    def __init__(self, n: int, a: np.ndarray | None, b: np.ndarray | None, r: float = 1.0) -> None:
+        """``a = b = None``: every suffix, ``[k, n - 1]`` for ``k < n``."""
         self.n, self.r = int(n), float(r)
         self.log_r = math.log(r) if r > 0.0 else -math.inf  # exp(-m) underflows to 0 for m > ~745
         top = max(0, (self.n - 1).bit_length())
         self.size = 1 << top  # M
         index = np.int32 if 4 * self.size < 2**31 else np.int64  # positions in the buffer (< 3 M + 1)
-        a, b = np.asarray(a).astype(index, copy=False), np.asarray(b).astype(index, copy=False)
-        self.k = a.shape[0]
+        if a is None:
+            self.k, every = self.n, True
+        else:
+            a, b = np.asarray(a), np.asarray(b)
+            self.k = a.shape[0]
+            every = self.k == self.n and (b == self.n - 1).all() and (a == np.arange(self.n)).all()
         # where a range reads its first and second part (-1: the zero at the end of the buffer)
         ia = ib = factor = multi = None
-        if self.k == self.n and (b == self.n - 1).all() and (a == np.arange(self.n)).all():
+        if every:
             # every suffix of x, in order: one scan of the whole vector read as one run
             step = _substep(self.size)
             self.levels = [_Level(self.size, step, slice(0, 1), 0, self.size, None, 0, 0, None)]
-            self.buffer = np.zeros(2 * self.size + 1)
-            self.first = _Gather.run(2 * self.size - 1 if step > 1 else self.size, -1 if step > 1 else 1, self.k)
             self.second = self.factor = None
             self.whole_suffix = step > 1 and self.r == 1.0
+            if self.whole_suffix:  # the scan alone (_suffixes)
+                self.buffer = np.empty(self.size)
+                return
+            self.buffer = np.zeros(2 * self.size + 1)
+            self.first = _Gather.run(2 * self.size - 1 if step > 1 else self.size, -1 if step > 1 else 1, self.k)
             return
         self.whole_suffix = False
+        a, b = a.astype(index, copy=False), b.astype(index, copy=False)
         last = self.n - 1  # a range ending here may end with any block holding it (zeros after)
         if self.k and ((b == last).all() or (a == 0).all()) and (a <= b).all():
             levels: list = [(top, None)]  # suffixes (prefixes) of the whole vector: one scan
@@ -200,11 +209,13 @@ class RangeSums:
         self.second = None if ib is None or all(lv.prefix_rows is None for lv in self.levels) else _Gather(ib, size + 1)
         self.factor = factor if self.second is not None and self.log_r != 0.0 else None
 
-    def __call__(self, x: np.ndarray, divisor: np.ndarray | None = None) -> np.ndarray:
-        """The range sums of ``x`` (of ``x / divisor`` with a positive ``divisor``), float64 ``(K,)``."""
+    def __call__(self, x: np.ndarray, divisor: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """The range sums of ``x`` (of ``x / divisor`` with a positive ``divisor``), float64
+        ``(K,)``, written into ``out`` if given; else a view of the plan's storage, overwritten
+        by its next call, when every suffix is asked for (``x`` may be that view)."""
         buf = self.buffer
         if self.whole_suffix:
-            return self._suffixes(x, divisor)
+            return self._suffixes(x, divisor, out)
         if divisor is None:
             buf[:self.n] = x
         else:
@@ -212,25 +223,42 @@ class RangeSums:
         padded = buf[:self.size]
         for lv in self.levels:
             lv.scan(padded, buf, self.r)
-        out = self.first(buf)
+        sums = self.first(buf)
         if self.second is not None:
             second = self.second(buf)
-            out += second if self.factor is None else self.factor * second
+            sums += second if self.factor is None else self.factor * second
+        if out is None:
+            return sums
+        out[...] = sums
         return out
 
-    def _suffixes(self, x: np.ndarray, divisor: np.ndarray | None) -> np.ndarray:
+    def _suffixes(self, x: np.ndarray, divisor: np.ndarray | None, out: np.ndarray | None) -> np.ndarray:
         """Every suffix sum of ``x`` (``r = 1``, ``M`` > :data:`SEQUENTIAL_SCAN`): the
         two-stage scan of :func:`_cumsum` on the reversed vector, written (divided) straight
-        into the scan's storage."""
+        into the scan's storage; the second stage adds the block carries straight into
+        ``out`` (reversed) when its blocks align with it, else the result is a reversed view
+        of the storage (copied into ``out``)."""
         m, n, step = self.size, self.n, self.levels[0].step
-        scan = self.buffer[m:2 * m]
+        scan = self.buffer
         scan[:m - n] = 0.0
         if divisor is None:
             scan[m - n:] = x[::-1]
         else:
             np.divide(x[::-1], divisor[::-1], out=scan[m - n:])
-        _cumsum(None, scan.reshape(1, m), step)
-        return self.first(self.buffer)
+        skip, part = divmod(m - n, step)  # whole blocks of zeros before x; x's first block not whole
+        if out is None or part:
+            _cumsum(None, scan.reshape(1, m), step)
+            if out is None:
+                return scan[m - n:][::-1]
+            out[...] = scan[m - n:][::-1]
+            return out
+        inner = scan.reshape(-1, step)
+        np.cumsum(inner, axis=1, out=inner)
+        carry = np.cumsum(inner[:-1, -1])[skip:, None]  # as in _cumsum (the zero blocks add 0)
+        dest = out[::-1].reshape(-1, step)
+        dest[0] = inner[skip]
+        np.add(inner[skip + 1:], carry, out=dest[1:])
+        return out
 
 
 def _levels(a: np.ndarray, b: np.ndarray, top: int, last: int) -> list[tuple[int, np.ndarray | None]]:
@@ -492,12 +520,16 @@ class _IntervalOperator:
         self.r = math.exp(-decay)
         keys = np.arange(n)
         if decay == 0.0:
-            self.z = (hi - lo + 1).astype(np.float64)
+            self.z = np.subtract(hi, lo, dtype=np.float64)
+            self.z += 1.0
         else:
             left, right = keys - lo + 1, hi - keys + 1  # keys on each side, self counted twice
             self.z = _geometric(left, decay) + _geometric(right, decay) - 1.0
-        lo_rev, hi_rev = interval_graph.reverse(lo, hi)
         self.left = None
+        if self.r == 1.0 and lo[-1] == 0 and (hi == keys).all():  # causal: key j has the queries j..N-1
+            self.right = RangeSums(n, None, None)
+            return
+        lo_rev, hi_rev = interval_graph.reverse(lo, hi)
         if self.r == 1.0:  # no decay: one range sum over all the queries of key j
             self.right = RangeSums(n, lo_rev, hi_rev)
             return
@@ -505,8 +537,9 @@ class _IntervalOperator:
         if (lo_rev < keys).any():  # queries i < j, right-anchored at j - 1: reversed ranges [n - j, n - 1 - lo'_j]
             self.left = RangeSums(n, n - keys, n - 1 - lo_rev, self.r)
 
-    def __call__(self, v: np.ndarray) -> np.ndarray:
-        out = self.right(v, self.z)  # sums of u = v / Z
+    def __call__(self, v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``v Â``, written into ``out`` if given (else possibly a view of the plan's storage)."""
+        out = self.right(v, self.z, out)  # sums of u = v / Z
         if self.left is not None:
             out += self.r * self.left(v[::-1], self.z[::-1])
         return out
@@ -539,8 +572,11 @@ class _CsrOperator:
         # v Â = Â^T v: the transpose as CSR makes it one row-parallel sparse product
         self.transposed = sp.csr_array((w, csr.indices, csr.indptr), shape=csr.shape).T.tocsr()
 
-    def __call__(self, v: np.ndarray) -> np.ndarray:
-        return self.transposed @ v
+    def __call__(self, v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            return self.transposed @ v
+        out[...] = self.transposed @ v
+        return out
 
     def dense(self) -> np.ndarray:
         return self.transposed.T.toarray()
@@ -610,14 +646,16 @@ def influence(
     _check_size(n, depth, query, max_memory, schedule, on_intervals)
     ops = [_operator(m, decay, on) for m, on in zip(schedule.masks, on_intervals)]
     layer_ops = [ops[t % schedule.period] for t in range(depth)]
-    profiles = _profiles(layer_ops, n, alphas, periodic=schedule.period == 1 and len(set(alphas)) == 1)
+    summaries: list[dict[str, Any]] = []
+    profiles = _profiles(layer_ops, n, alphas, periodic=schedule.period == 1 and len(set(alphas)) == 1,
+                         each=lambda row: summaries.append(summarize(row, epsilon)))
     matrix = _matrix(schedule, n, alphas, decay) if query == "all" else None
     method = "intervals" if all(isinstance(o, _IntervalOperator) for o in ops) else "csr"
-    per_depth = [summarize(p, epsilon) | {"depth": h + 1} for h, p in enumerate(profiles)]
+    per_depth = [row | {"depth": h + 1} for h, row in enumerate(summaries)]
     return Influence(spec=schedule.spec if schedule.period > 1 else schedule.masks[0].spec,
                      n_tokens=n, depth=depth, alpha=alphas[0] if len(set(alphas)) == 1 else alphas, decay=decay, epsilon=epsilon,
                      profiles=profiles, method=method, matrix=matrix,
-                     summary=summarize(profiles[-1], epsilon), per_depth=per_depth)
+                     summary=summaries[-1], per_depth=per_depth)
 
 
 def _check_size(n: int, depth: int, query: str, max_memory: Any, schedule: MaskSchedule | None = None,
@@ -667,34 +705,42 @@ def _check_params(decay: Any, epsilon: Any, query: str, n: int) -> tuple[float, 
     return decay, epsilon
 
 
-def _profiles(layer_ops: list, n: int, alphas: list[float], *, periodic: bool) -> np.ndarray:
+def _profiles(layer_ops: list, n: int, alphas: list[float], *, periodic: bool, each: Any = None) -> np.ndarray:
     """``(H, N)``: row ``h-1`` = ``e_last P_h ... P_1``. One mask: one chain of H products
-    (``P_h ... P_1 = P^h``); a schedule: each depth its own chain, applied from ``P_h`` down."""
+    (``P_h ... P_1 = P^h``); a schedule: each depth its own chain, applied from ``P_h`` down.
+    ``each(row)`` is called on each row once it is made (while it is in cache)."""
     depth = len(layer_ops)
     out = np.empty((depth, n))
     start = np.zeros(n)
     start[-1] = 1.0
-    def step(t: int, v: np.ndarray) -> np.ndarray:
+    def step(t: int, v: np.ndarray, into: np.ndarray) -> np.ndarray:
+        """``v P_{t+1}`` written into ``into`` (an operator may return a view of its storage)."""
         a = alphas[t]
         if a == 1.0:
-            return v
+            into[...] = v
+            return into
+        if a == 0.0:
+            return layer_ops[t](v, into)
         mixed = layer_ops[t](v)
-        if a != 0.0:
-            mixed *= 1.0 - a
-            mixed += a * v
-        return mixed
+        np.multiply(v, a, out=into)  # a v + (1 - a) mixed: the same sum as (1 - a) mixed + a v
+        mixed *= 1.0 - a
+        into += mixed
+        return into
 
     if periodic:
         v = start
         for h in range(depth):
-            v = step(h, v)
-            out[h] = v
+            v = step(h, v, out[h])
+            if each is not None:
+                each(v)
         return out
+    work = np.empty((2, n))
     for h in range(depth):
         v = start
         for t in range(h, -1, -1):  # e_last P_{h+1} first, P_1 last
-            v = step(t, v)
-        out[h] = v
+            v = step(t, v, out[h] if t == 0 else work[t % 2])
+        if each is not None:
+            each(v)
     return out
 
 
@@ -715,11 +761,12 @@ def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any]:
     "Influence profiles"."""
     n = profile.shape[0]
     total = float(profile.sum())
-    in_support = profile >= np.finfo(np.float64).tiny
-    n_support = int(np.count_nonzero(in_support))
-    valley = None
-    if n_support:  # the first minimum over the support
-        valley = int(np.argmin(profile if n_support == n else np.where(in_support, profile, np.inf)))
+    tiny = np.finfo(np.float64).tiny
+    n_support, valley = n, int(np.argmin(profile))  # the first minimum over the support
+    if profile[valley] < tiny:
+        in_support = profile >= tiny
+        n_support = int(np.count_nonzero(in_support))
+        valley = int(np.argmin(np.where(in_support, profile, np.inf))) if n_support else None
     return {
         "first_token_mass": float(profile[0]),
         "last_token_mass": float(profile[-1]),

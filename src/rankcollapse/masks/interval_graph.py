@@ -31,18 +31,23 @@ import numpy as np
 def is_monotone_interval(lo: np.ndarray, hi: np.ndarray) -> bool:
     """Whether ``lo[i] <= i <= hi[i]`` and ``lo``, ``hi`` are non-decreasing."""
     idx = np.arange(lo.shape[0])
-    return bool((lo <= idx).all() and (hi >= idx).all() and (np.diff(lo) >= 0).all() and (np.diff(hi) >= 0).all())
+    return bool((lo <= idx).all() and (hi >= idx).all() and (lo[1:] >= lo[:-1]).all() and (hi[1:] >= hi[:-1]).all())
 
 
 def reverse(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Intervals of the reverse graph: row ``j`` of it holds the queries that attend ``j``.
 
-    ``lo'[j]`` counts the rows with ``hi[i] < j`` and ``hi'[j] + 1`` those with ``lo[i] <= j``
-    (``lo``, ``hi`` non-decreasing): cumulative counts, O(N)."""
+    ``lo'[j] = i`` for ``hi[i-1] < j <= hi[i]`` and ``hi'[j] = i`` for ``lo[i] <= j <
+    lo[i+1]`` (``lo``, ``hi`` non-decreasing, ``lo[0] = 0``, ``hi[N-1] = N-1``): each row
+    index repeated over its run, O(N)."""
     n = lo.shape[0]
-    lo_rev = np.zeros(n, dtype=np.int64)
-    np.cumsum(np.bincount(hi, minlength=n)[:n - 1], out=lo_rev[1:])
-    return lo_rev, np.cumsum(np.bincount(lo, minlength=n)[:n]) - 1
+    rows, runs = np.arange(n), np.empty(n, dtype=np.int64)
+    runs[0] = hi[0] + 1
+    np.subtract(hi[1:], hi[:-1], out=runs[1:])
+    lo_rev = np.repeat(rows, runs)
+    np.subtract(lo[1:], lo[:-1], out=runs[:-1])
+    runs[-1] = n - lo[-1]
+    return lo_rev, np.repeat(rows, runs)
 
 
 def distances(lo: np.ndarray, hi: np.ndarray, source: int) -> np.ndarray:

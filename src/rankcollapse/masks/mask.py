@@ -133,7 +133,7 @@ class Mask:
                                 f"got {lo.shape} and {hi.shape}")
             raise_empty(np.flatnonzero(hi < lo), spec)  # O(N), no CSR built
             self.intervals = (lo, hi)
-            self.n_edges_hint = int(np.maximum(hi - lo + 1, 0).sum())
+            self.n_edges_hint = int((hi - lo).sum()) + self.n_tokens  # every row non-empty
             build_csr = lambda: interval_csr(lo, hi, self.n_tokens)  # noqa: E731
         if (csr is None) == (build_csr is None):
             raise MaskError("give exactly one of csr=, build_csr= or intervals=")
