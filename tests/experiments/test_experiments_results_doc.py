@@ -180,6 +180,7 @@ def test_committed_quick_run_rechecks():
     assert all(stored == again for _, stored, again in runner.recheck(AXIS))
     assert all(stored == again for _, stored, again in runner.recheck(LAWS))
     assert all(stored == again for _, stored, again in runner.recheck(POWER))
+    assert all(stored == again for _, stored, again in runner.recheck(SINKS))
 
 
 def test_demo_unit_count_in_the_docs_is_todays_plan():
