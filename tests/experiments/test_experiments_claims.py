@@ -206,15 +206,16 @@ def test_bad_operator_raises(table):
 def test_configs_hold_the_claims_once():
     """The paper's twelve claims (C01-C12), the geometry experiment's five (G1-G5), the
     position-bias experiment's four (I1-I4), the temperature-law experiment's five (L1-L5), the
-    power-method experiment's three (P1-P3) and the energy experiment's two (E1-E2), each once."""
+    power-method experiment's three (P1-P3), the energy experiment's two (E1-E2) and the sinks
+    experiment's one (S1), each once."""
     ids = [c["id"] for n in EXPERIMENTS for c in load_config(n).get("claims", [])]
     assert sorted(ids) == sorted([f"C{k:02d}" for k in range(1, 13)] + [f"G{k}" for k in range(1, 6)]
-                                 + [f"I{k}" for k in range(1, 5)] + ["L1", "L2", "L3", "L4", "L5", "P1", "P2", "P3", "E1", "E2"])
+                                 + [f"I{k}" for k in range(1, 5)] + ["L1", "L2", "L3", "L4", "L5", "P1", "P2", "P3", "E1", "E2", "S1"])
     for n in EXPERIMENTS:
         for claim in load_config(n).get("claims", []):
             paper = claim["id"].startswith("C")  # G-, I- and L-claims are this project's own
             own = {"G": "New", "I": "New", "L": "New (temperature laws)", "P": "New (power method)",
-                   "E": "New (energy and contraction)"}.get(claim["id"][0])
+                   "E": "New (energy and contraction)", "S": "New (head-wise RMSNorm and the sink)"}.get(claim["id"][0])
             cites = "arXiv" in claim["paper_effect"]  # a claim of this project's that tests a paper's statement
             assert claim["effect"] and (claim["paper_effect"] in (("Helped", "Hurt", "Mixed") if paper else (own,)) or cites)
             if claim.get("original"):  # an amended rule keeps its original verdict and the reason

@@ -74,7 +74,7 @@ def test_controls_read_through_the_rule():
 
 
 def test_every_claim_has_a_positive_and_a_negative_control():
-    assert len(CLAIMS) == 31
+    assert len(CLAIMS) == 32
     for cid, claim in CLAIMS.items():
         ctl = claim.get("controls")
         assert ctl and ctl["positive"]["why"].strip() and ctl["negative"]["why"].strip(), cid

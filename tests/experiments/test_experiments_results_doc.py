@@ -29,6 +29,7 @@ AXIS = ROOT / "docs" / "results" / "fig3-n-axis"
 LAWS = ROOT / "docs" / "results" / "laws-quick"
 POWER = ROOT / "docs" / "results" / "power-quick"
 ENERGY = ROOT / "docs" / "results" / "energy-quick"
+SINKS = ROOT / "docs" / "results" / "sinks-quick"
 
 
 def doc_table(text: str, name: str = "claims") -> str:
@@ -85,6 +86,14 @@ def test_results_doc_energy_table_is_the_committed_energy_run():
     assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-energy") == results_markdown(claims).strip()
 
 
+def test_results_doc_sinks_table_is_the_committed_sinks_run():
+    claims = json.loads((SINKS / "claims.json").read_text())
+    config = json.loads((SINKS / "config.json").read_text())
+    assert config["scale"] == "quick" and config["experiments"] == ["sinks"] and config["seed"] == 0
+    assert [c["id"] for c in claims] == ["S1"]
+    assert doc_table(RESULTS_DOC.read_text(encoding="utf-8"), "claims-sinks") == results_markdown(claims).strip()
+
+
 def test_results_doc_geometry_large_table_is_the_committed_run():
     large = ROOT / "docs" / "results" / "geometry-large"
     claims = json.loads((large / "claims.json").read_text())
@@ -138,7 +147,7 @@ def test_committed_quick_run_is_todays_run(monkeypatch):
     stack, while a changed config, rule or NUMERICS_VERSION still fails it): `all` is the
     paper's experiments (docs/results/quick, C06/C07's sequence-length axis included),
     geometry, position bias, the axis alone (docs/results/fig3-n-axis), the temperature laws,
-    the power method and energy."""
+    the power method, energy and the head-wise RMSNorm sinks."""
     from rankcollapse._io import config_hash
     from rankcollapse.sweep import units as sweep_units
     from rankcollapse.sweep.units import NUMERICS_VERSION
@@ -154,11 +163,11 @@ def test_committed_quick_run_is_todays_run(monkeypatch):
     config, paper = planned(RESULTS, "main,fig2,fig3,fig4,theory")
     assert sorted(config["units"]) == paper
     for run, names in ((GEOMETRY, "geometry"), (INFLUENCE, "influence"), (AXIS, "fig3"), (LAWS, "laws"),
-                        (POWER, "power"), (ENERGY, "energy")):
+                        (POWER, "power"), (ENERGY, "energy"), (SINKS, "sinks")):
         other, units = planned(run, names)
         assert sorted(other["units"]) == units, run.name
     assert set(runner.resolve_names("all")) == {"main", "fig2", "fig3", "fig4", "theory", "geometry", "influence",
-                                                "laws", "power", "energy"}
+                                                "laws", "power", "energy", "sinks"}
 
 
 @pytest.mark.slow
@@ -171,6 +180,7 @@ def test_committed_quick_run_rechecks():
     assert all(stored == again for _, stored, again in runner.recheck(AXIS))
     assert all(stored == again for _, stored, again in runner.recheck(LAWS))
     assert all(stored == again for _, stored, again in runner.recheck(POWER))
+    assert all(stored == again for _, stored, again in runner.recheck(SINKS))
 
 
 def test_demo_unit_count_in_the_docs_is_todays_plan():

@@ -30,10 +30,11 @@ def _claims():
     selected layers) have their own present/absent tables in test_geometry_claims.py, the
     position-bias claims (I1-I4: exact profiles, Spearman across positions) theirs in
     test_influence_experiment.py, the temperature-law claims (L1-L5) theirs in
-    test_laws_experiment.py, the power-method claims (P1-P3) theirs in test_power_experiment.py, the energy claims (E1-E2) theirs in test_energy_experiment.py."""
+    test_laws_experiment.py, the power-method claims (P1-P3) theirs in test_power_experiment.py, the energy claims (E1-E2) theirs in test_energy_experiment.py, the sink claim (S1) its own in
+    test_sinks_experiment.py."""
     out = {}
     for name in EXPERIMENTS:
-        if name in ("geometry", "influence", "laws", "power", "energy"):
+        if name in ("geometry", "influence", "laws", "power", "energy", "sinks"):
             continue
         for c in load_config(name).get("claims", []):
             out[c["id"]] = c

@@ -49,12 +49,12 @@ def test_all_writes_every_claim(all_smoke):
     paper = [f"C{k:02d}" + axis for k in range(1, 13)
              for axis in (["", ".N128", ".N1024"] if k in (6, 7) else [""])]  # smoke: the N axis up to 1,024
     assert [c["id"] for c in claims] == (paper + ["E1", "E2"] + [f"G{k}" for k in range(1, 6)]
-                                         + [f"I{k}" for k in range(1, 5)] + ["L1", "L2", "L3", "L4", "L5", "P1", "P2", "P3"])
+                                         + [f"I{k}" for k in range(1, 5)] + ["L1", "L2", "L3", "L4", "L5", "P1", "P2", "P3", "S1"])
     for c in claims:
         assert {"id", "effect", "verdict", "measured", "rule", "experiment", "comparison", "plot", "notes"} <= set(c)
         assert c["verdict"] in C_VERDICTS
     assert set(res.config["experiments"]) == {"main", "fig2", "fig3", "fig4", "theory", "geometry", "influence", "laws",
-                                              "power", "energy"}
+                                              "power", "energy", "sinks"}
 
 
 def test_run_result_to_pandas_table_and_claims(fig3_seed3):

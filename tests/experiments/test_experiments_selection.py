@@ -28,7 +28,7 @@ def test_each_experiment_alone_equals_all(fake, all_smoke, tmp_path):
         for c in alone:
             assert _key(c) == _key(together[c["id"]]), (name, c["id"])
             seen.add(c["id"])
-    assert seen == set(together) and len(seen) == 35  # 12 + 4 N-axis (smoke) + G1-G5 + I1-I4 + L1-L5 + P1-P3 + E1-E2
+    assert seen == set(together) and len(seen) == 36  # 12 + 4 N-axis (smoke) + G1-G5 + I1-I4 + L1-L5 + P1-P3 + E1-E2 + S1
 
 
 def test_main_lists_only_claims_it_can_decide(fake, tmp_path):

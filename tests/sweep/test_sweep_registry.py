@@ -97,14 +97,14 @@ def test_experiment_configs_take_only_the_experiments_kinds():
     from rankcollapse.experiments.schema import validate_config
 
     kinds = ("simulate", "probe", "pretrained_sa", "theory", "mask_influence", "model_influence", "temperature_law",
-             "gap_count", "temperature_switch", "power_method", "energy")
+             "gap_count", "temperature_switch", "power_method", "energy", "phase_sink")
     assert unit_kinds("experiments") == kinds  # the schema imported every experiment kind's module
     assert "phase_cell" in unit_kinds()
     cfg = copy.deepcopy(load_config("fig3"))
     cfg["units"][0]["kind"] = "phase_cell"
     with pytest.raises(ConfigError, match=r"config fig3: units\[0\]: kind: unknown unit kind; experiment configs "
                                           r"take simulate, probe, pretrained_sa, theory, mask_influence, model_influence, temperature_law, "
-                                          r"gap_count, temperature_switch, power_method, energy "
+                                          r"gap_count, temperature_switch, power_method, energy, phase_sink "
                                           r"\(got 'phase_cell'\)"):
         validate_config(cfg, "fig3")
 

@@ -24,7 +24,7 @@ from ..sweep.units import Unit
 from .schema import validate_config
 from .units import _norm_of
 
-EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry", "influence", "laws", "power", "energy")
+EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry", "influence", "laws", "power", "energy", "sinks")
 ALIASES = {"": "main", "all": "all"}
 SCALES = ("quick", "large", "paper", "smoke")
 #: Simulated networks run to this multiple of the claim depth, so every verdict is also
@@ -100,6 +100,8 @@ def scale_settings(cfg: dict[str, Any], scale: str) -> dict[str, Any]:
 OVERRIDE_KEYS = ("masks", "depth", "n_samples", "extra_models")
 
 
+#: Unit kinds that draw random weights: one unit per weight seed ``seed + k``, k < ``n_seeds``.
+SEEDED_KINDS = ("simulate", "phase_sink")
 #: Unit kinds that read a pretrained model (weights, config, tokenizer).
 MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence", "power_method", "energy", "gap_count")
 
@@ -138,7 +140,7 @@ def expand_units(
 
                 params.update(model_key(params["model"]))
             params.update(mask_key(params.get("mask")))
-            seeds = [seed + k for k in range(int(sc.get("n_seeds", 1)))] if spec["kind"] == "simulate" else [-1]
+            seeds = [seed + k for k in range(int(sc.get("n_seeds", 1)))] if spec["kind"] in SEEDED_KINDS else [-1]
             for s in seeds:
                 units.append(Unit(spec["kind"], {**params, "seed": s}, cfg["name"]))
     return units
@@ -174,6 +176,8 @@ def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[s
         out["n_samples"] = min(n, CONTROL_WINDOWS) if params.get("role") == "control" else n
     if kind == "simulate":
         out["depth"] = DEPTH_CHECK * int(overrides.get("depth") or params.get("depth") or sc["depth"])
+    if kind == "phase_sink":
+        out["n_samples"] = int(sc["n_samples"])
     if kind == "theory":
         out["budget"] = sc.get("theory_budget", {})
     if kind == "temperature_law":

@@ -40,6 +40,7 @@ CONSTANTS: dict[str, tuple[float, float]] = {
     'mask_influence': (0.04354, 1.025e-10),
     'model_influence': (0, 0.05726),
     'model_influence[smollm2]': (0, 0.05726),
+    'phase_sink': (0.06281, 1.231e-09),
     'power_method': (5.799, 0),
     'power_method[minilm]': (0, 0.0009957),
     'power_method[simulator]': (0.08736, 1.131e-09),
@@ -108,7 +109,7 @@ def unit_work(unit: Unit, n_tokens: int) -> float:
         d = float(MODEL_WIDTHS.get(str(p.get("model")), 0))
         layers = float(p.get("depth") or MODEL_LAYERS.get(str(p.get("model")), 0))
         return n * layers * big_n * d * (big_n + d)
-    if kind == "power_method" and p.get("network") == "simulator":
+    if kind == "phase_sink" or (kind == "power_method" and p.get("network") == "simulator"):
         d, m = float(p["d_model"]), float(p["n_tokens"])
         return n * float(p["depth"]) * m * d * (m + d)
     if kind in ("probe", "energy", "gap_count", "power_method"):

@@ -23,6 +23,7 @@ from . import influence_units as _influence_units  # noqa: F401  (registers mask
 from . import temperature_units as _temperature_units  # noqa: F401  (registers temperature_law)
 from . import power_units as _power_units  # noqa: F401  (registers power_method)
 from . import energy_units as _energy_units  # noqa: F401  (registers energy)
+from . import sink_units as _sink_units  # noqa: F401  (registers phase_sink)
 from . import units as _units  # noqa: F401  (registers the experiments' unit kinds)
 
 
