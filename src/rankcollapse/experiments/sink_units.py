@@ -40,7 +40,7 @@ def _switch(flag: Any) -> str:
 
 def run_phase_sink(unit: Unit, ctx: Any) -> pd.DataFrame:
     """The ``phase_sink`` unit kind (module docstring)."""
-    # the one phase cell the phase sweep runs (layering: pyproject.toml ignore_imports)
+    # the one phase cell the phase sweep runs
     from ..phase.batched import run_group
     from ..phase.grid import expand_grid
 
