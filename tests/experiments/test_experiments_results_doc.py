@@ -131,7 +131,7 @@ def test_results_doc_paper_table_is_the_committed_paper_run():
 
 @pytest.mark.parametrize("name, ids", [("geometry", ["G1", "G2", "G3", "G4", "G5"]), ("laws", ["L1", "L2", "L3", "L4", "L5"]),
                                        ("power", ["P1", "P2", "P3"]), ("energy", ["E1", "E2"]),
-                                       ("influence", ["I1", "I2", "I3", "I4"])])
+                                       ("influence", ["I1", "I2", "I3", "I4"]), ("sinks", ["S1"])])
 def test_results_doc_paper_scale_tables_are_the_committed_paper_runs(name, ids):
     run = ROOT / "docs" / "results" / f"{name}-paper"
     claims = json.loads((run / "claims.json").read_text())
