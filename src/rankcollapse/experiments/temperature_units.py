@@ -215,5 +215,5 @@ def run_temperature_switch(unit: Any, ctx: Any) -> pd.DataFrame:
 # Registered with the sweep engine beside the other experiment kinds (schema.py imports
 # this module); the version is bumped when a change alters these units' labels or numbers.
 register_unit_kind("temperature_law", run_temperature_law, version=1, group="experiments", key_params=key_params)
-register_unit_kind("gap_count", run_gap_count, version=2, group="experiments", key_params=key_params)
+register_unit_kind("gap_count", run_gap_count, version=3, group="experiments", key_params=key_params)
 register_unit_kind("temperature_switch", run_temperature_switch, version=1, group="experiments", key_params=key_params)
