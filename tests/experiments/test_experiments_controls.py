@@ -21,6 +21,7 @@ INFLUENCE = RESULTS.parent / "influence-quick"  # `all`'s position-bias claims, 
 LAWS = RESULTS.parent / "laws-quick"  # `all`'s temperature-law claims, committed apart (docs/results.md)
 POWER = RESULTS.parent / "power-quick"  # `all`'s power-method claims, committed apart (docs/results.md)
 ENERGY = RESULTS.parent / "energy-quick"  # `all`'s energy claims, committed apart (docs/results.md)
+SINKS = RESULTS.parent / "sinks-quick"  # `all`'s head-wise RMSNorm claim, committed apart (docs/results.md)
 CLAIMS = {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
 
 
@@ -88,9 +89,9 @@ def test_committed_quick_run_controls_pass_through_the_real_pipeline():
     round-off with round-off), on the rows of the committed quick run (the same units, selections,
     floors and rules as the claims; tests/experiments/test_experiments_results_doc.py ties
     that run to today's configs)."""
-    claims = [c for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS, POWER, ENERGY)
+    claims = [c for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS, POWER, ENERGY, SINKS)
               for c in json.loads((d / "claims.json").read_text())]
-    assert len(claims) == 37  # the quick run's 18 (C06, C07 with their N axis), 5 geometry, 4 position bias, 5 laws, 3 power, 2 energy
+    assert len(claims) == 38  # the quick run's 18 (C06, C07 with their N axis), 5 geometry, 4 position bias, 5 laws, 3 power, 2 energy, 1 sinks
     for c in claims:
         ctl = c["controls"]
         assert ctl["positive"]["verdict"] == "reproduced", (c["id"], ctl["positive"])
@@ -101,7 +102,7 @@ def test_committed_quick_run_controls_pass_through_the_real_pipeline():
 
 @pytest.mark.slow
 def test_controls_recompute_from_the_committed_table():
-    tables = {d: pd.read_parquet(d / "table.parquet") for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS, POWER, ENERGY)}
+    tables = {d: pd.read_parquet(d / "table.parquet") for d in (RESULTS, GEOMETRY, INFLUENCE, LAWS, POWER, ENERGY, SINKS)}
     stored = {c["id"]: (d, c) for d in tables for c in json.loads((d / "claims.json").read_text())}
     for cid, claim in CLAIMS.items():
         where, kept = stored[cid]
