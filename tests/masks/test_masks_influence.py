@@ -16,7 +16,8 @@ from rankcollapse.cli import run
 from rankcollapse.errors import MaskError
 from rankcollapse.masks import Mask, influence, parse_mask, parse_schedule
 from rankcollapse.masks import interval_graph
-from rankcollapse.masks.influence import MAX_ALL_TOKENS, SEQUENTIAL_SCAN, RangeSums, summarize
+from rankcollapse.masks.influence import MAX_ALL_TOKENS, summarize
+from rankcollapse.masks.range_sums import SEQUENTIAL_SCAN, RangeSums
 
 RTOL = 1e-11  # positive sums only, on both sides: relative error ~ depth * log2(N) * eps
 TINY = np.finfo(np.float64).tiny
