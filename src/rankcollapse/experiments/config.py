@@ -22,15 +22,11 @@ from .._validate import Spec
 from ..errors import ConfigError
 from ..sweep.units import Unit
 from .schema import validate_config
-from .units import _norm_of
+from .units import DEPTH_CHECK, _norm_of
 
 EXPERIMENTS = ("main", "fig2", "fig3", "fig4", "theory", "geometry", "influence", "laws", "power", "energy", "sinks")
 ALIASES = {"": "main", "all": "all"}
 SCALES = ("quick", "large", "paper", "smoke")
-#: Simulated networks run to this multiple of the claim depth, so every verdict is also
-#: read at twice the depth from the same trajectories (weights are drawn per layer from
-#: the seed, so the first D layers of a 2 D run are those of a D run).
-DEPTH_CHECK = 2
 #: Windows a simulate unit runs beyond the claim depth: a unit with more windows runs
 #: layers D+1..2 D on its first ``DEPTH_CHECK_WINDOWS`` windows only (the first windows of
 #: the run's list, the same for every unit and seed), the others to D (docs/reproduce.md, "Depth").

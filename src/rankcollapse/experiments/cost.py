@@ -21,8 +21,8 @@ from ..metrics.registry import ATTENTION_METRICS
 from ..models.sinks import SINK_METRICS
 from ..sweep.progress import cost_class
 from ..sweep.units import Shard, Unit
-from .config import DEPTH_CHECK
 from .quantities import MODEL_WIDTHS
+from .units import DEPTH_CHECK
 
 #: Layers of the packaged models' networks (a pretrained attention-only unit without
 #: ``depth`` runs them all).

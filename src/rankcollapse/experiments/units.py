@@ -23,6 +23,10 @@ from ..sweep.context import RunContext
 from ..sweep.units import Unit, register_unit_kind
 from .table import normalise, rows_from_metrics
 
+#: Simulated networks run to this multiple of the claim depth D (:func:`.config.expand_units`),
+#: so every verdict is also read at twice the depth from the same trajectories (weights are
+#: drawn per layer from the seed, so the first D layers of a 2 D run are those of a D run).
+DEPTH_CHECK = 2
 DEFAULT_SIM_METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_ratio")
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -129,8 +133,6 @@ def run_simulate(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     ``depth`` = 2 D layers. With ``depth_check_windows`` K < ``n_samples``, windows
     0..K-1 run to 2 D and the others to D with the same first D layers: rows at layers
     0..D hold every window, rows at layers D+1..2 D the first K (``n_samples`` K)."""
-    from .config import DEPTH_CHECK
-
     p = unit.params
     n, depth = int(p["n_samples"]), int(p["depth"])
     k = min(int(p.get("depth_check_windows") or n), n)
