@@ -375,7 +375,7 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
 
 
 def _fewest_windows(res: dict[str, Any]) -> int:
-    """The fewest windows a side of ``res``'s decisive checks read (0: none reads windows):
+    """The fewest windows a side of ``res``'s scored checks read (0: none reads windows):
     at 2 D a simulated network's rows hold ``config.DEPTH_CHECK_WINDOWS`` windows where
     its unit has more."""
     sides = [c[k].get("n_samples", 0) for c in res["checks"] if not c["informational"]

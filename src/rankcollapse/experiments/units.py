@@ -91,9 +91,9 @@ def _norm_of(p: dict[str, Any]) -> str:
 def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], torch.Tensor], n: int,
                      depth: int, kw_fn: Callable[[int], dict[str, Any]], *, start: int = 0) -> dict[str, torch.Tensor]:
     """Run ``dynamics.simulate`` for ``depth`` layers over windows ``start..n-1`` in chunks
-    (same weights for every chunk); concatenate per-sample metrics. Chunks start at the
-    multiples of the unit's ``chunk`` (and at ``start``), so a window is in the same batch
-    whatever ``start``. ``kw_fn(d)`` gives the network's keywords (``block``, the weights,
+    (same weights for every chunk); concatenate per-sample metrics. Chunks start at
+    ``start`` and at the multiples of the unit's ``chunk`` after it, so every window from
+    the first multiple on runs in the batch it has from ``start`` = 0. ``kw_fn(d)`` gives the network's keywords (``block``, the weights,
     ``d_qk``); the unit's ``backend``, when set, picks the attention kernel."""
     from ..dynamics import RunConfig, simulate
 
