@@ -115,3 +115,25 @@ def test_report_header_names_the_window_length():
     result = SimpleNamespace(config={"data": data, "experiments": ["fig3"], "scale": "smoke", "config_hash": "x",
                                      "seed": 0, "overrides": {}}, claims=[], seconds=1.0)
     assert dict(header_fields(result))["Input"] == "wikipedia, windows of 128 tokens, data seed 0"
+
+
+def test_depth_check_windows_enter_only_the_keys_of_units_with_more_windows(monkeypatch):
+    """A simulate unit with more than ``DEPTH_CHECK_WINDOWS`` windows runs layers beyond
+    D on that many (a parameter, so in its key); one with fewer keeps today's parameters
+    and key (every committed run: large has 256 windows)."""
+    from rankcollapse.experiments import config
+    from rankcollapse.experiments.config import expand_units
+
+    cfg, data = load_config("main"), {"corpus": "wikipedia", "n_tokens": 128, "seed": 0}
+    k = config.DEPTH_CHECK_WINDOWS
+    for scale, n in (("large", 256), ("paper", 3000)):
+        sims = [u for u in expand_units(cfg, scale, 0, data=data) if u.kind == "simulate"]
+        assert {(u.params["n_samples"], u.params.get("depth_check_windows")) for u in sims} == (
+            {(n, k if n > k else None), (config.CONTROL_WINDOWS, None)})
+    smoke = expand_units(cfg, "smoke", 0, data=data)  # 4 windows
+    monkeypatch.setattr(config, "DEPTH_CHECK_WINDOWS", 4)
+    assert [u.hash for u in expand_units(cfg, "smoke", 0, data=data)] == [u.hash for u in smoke]
+    monkeypatch.setattr(config, "DEPTH_CHECK_WINDOWS", 3)
+    fewer = expand_units(cfg, "smoke", 0, data=data)
+    assert {u.params.get("depth_check_windows") for u in fewer if u.kind == "simulate"} == {3}
+    assert [u.hash for u in fewer if u.kind != "simulate"] == [u.hash for u in smoke if u.kind != "simulate"]

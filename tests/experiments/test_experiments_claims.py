@@ -128,6 +128,43 @@ def test_depth_check_does_not_flip_on_an_undecidable_deep_reading():
     assert res["depth_check"]["verdict"] == C.UNDECIDABLE and res["depth_check"]["decidable_to_layer"] == 2
 
 
+def _windows(variant, rates, k=None):
+    """mu_relative of the first ``len(rates)`` of 4 windows (inputs 1, 1, 3, 3), falling by
+    ``rates`` per layer over 2 D = 4 layers; with ``k`` the rows at layers 3, 4 hold the
+    first ``k`` windows only, as a simulate unit with ``depth_check_windows`` k writes them."""
+    inputs = np.array([1.0, 1.0, 3.0, 3.0])[: len(rates)]
+    vals = inputs * np.asarray(rates) ** np.arange(5)[:, None]  # (layers, windows)
+    labels = {"source": "simulate", "mask": "complete", "mask_spec": "complete", "variant": variant, "depth": 4,
+              "dtype": "float64"}
+    if k is None:
+        return rows_from_metrics({"mu_relative": vals}, labels)
+    return pd.concat([rows_from_metrics({"mu_relative": vals[:3]}, labels),
+                      rows_from_metrics({"mu_relative": vals[3:, :k]}, labels, layers=[3, 4])], ignore_index=True)
+
+
+def test_depth_check_reads_the_windows_the_deep_rows_hold():
+    """Layers beyond D on the first 2 of 4 windows: the claim depth reads all 4 (the
+    numbers of a table with every window at every layer), the depth check reads windows
+    0, 1 at every layer, its reference layer included (the numbers of a 2-window table)."""
+    check = {"lhs": _q("sphere"), "op": ">=", "factor": 2, "rhs": _q("pure")}
+    claim = {"id": "W", "effect": "e", "rule": {"checks": [check]}}
+    sphere, pure = [0.5, 0.5, 0.9, 0.9], [0.1] * 4
+    split = pd.concat([_windows("sphere", sphere, k=2), _windows("pure", pure, k=2)], ignore_index=True)
+    full = pd.concat([_windows("sphere", sphere), _windows("pure", pure)], ignore_index=True)
+    first = pd.concat([_windows("sphere", sphere[:2]), _windows("pure", pure[:2])], ignore_index=True)
+    res = C.evaluate_claim(split, claim, depth=2, n_boot=200)
+    ref = C.evaluate_claim(full, claim, depth=2, n_boot=200)
+    ref_first = C.evaluate_claim(first, claim, depth=2, n_boot=200)["depth_check"]
+    # claim depth: windows 0..3, (2 * 0.25 + 6 * 0.81) / 8 over 0.01
+    assert res["measured"] == pytest.approx((2 * 0.25 + 6 * 0.81) / 8 / 0.01, rel=1e-12)
+    assert (res["measured"], res["interval"], res["n_samples"]) == (ref["measured"], ref["interval"], 4)
+    # 2 D: windows 0, 1 at layers 4 and 0 alike: 0.5^4 / 0.1^4, not 0.5^4 / 2 over the input of all four
+    deep = res["depth_check"]
+    assert deep["measured"] == pytest.approx(0.5 ** 4 / 0.1 ** 4, rel=1e-12) and deep["n_samples"] == 2
+    assert (deep["measured"], deep["interval"]) == (ref_first["measured"], ref_first["interval"])
+    assert ref["depth_check"]["n_samples"] == 4
+
+
 def test_rates_under_causal_masks_are_marked_finite_depth():
     t = _curve("causal", "pure", 0.5 * 0.9 ** np.arange(6))
     res = C.evaluate_check(t, {"lhs": {"stat": "rate", "metric": "mu_relative", "select": {"mask_spec": "causal"}},

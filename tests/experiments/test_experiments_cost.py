@@ -26,6 +26,9 @@ def test_work_and_cost_of_hand_built_units():
     # windows x layers x N d (N + d) at N = 4 tokens, d = 384 (MiniLM's width)
     assert cost.unit_work(u, 4) == 2 * 3 * 4 * 384 * (4 + 384)
     assert cost.unit_work(_sim(2, 3, n_tokens=8), 4) == 2 * 3 * 8 * 384 * (8 + 384)  # a unit's own N wins
+    # 10 windows, 2 D = 8 layers, the first 3 windows beyond D: 10 x 4 + 3 x 4 window-layers
+    assert cost.unit_work(_sim(10, 8, depth_check_windows=3), 4) == (10 * 4 + 3 * 4) * 4 * 384 * (4 + 384)
+    assert cost.unit_work(_sim(2, 8, depth_check_windows=3), 4) == cost.unit_work(_sim(2, 8), 4)
     consts = {"simulate[minilm]": (1.0, 2.0), "probe": (0.5, 0.25)}
     assert cost.unit_cost(u, 4, consts) == 1.0 + 2.0 * cost.unit_work(u, 4)
     probe = Unit("probe", {"model": "gpt2", "n_samples": 8}, experiment="fig4")

@@ -82,6 +82,30 @@ def test_summary_marks_values_at_the_floor_of_their_dtype():
     assert "float64 2.27e-13" in str(digest.summary_html(t, n_tokens=128))
 
 
+def test_summary_at_2x_reads_the_windows_the_last_layer_holds():
+    """Layers beyond D = 4 on the first 2 of 4 windows (inputs 1, 1, 3, 3): the 2x cell
+    divides by the input of those 2 windows, the claim-depth cell by that of all 4."""
+    labels = {"source": "simulate", "model": "minilm", "mask": "complete", "mask_spec": "complete", "variant": "pure",
+              "depth": 8, "dtype": "float64"}
+    v = np.array([1.0, 1.0, 3.0, 3.0]) * np.array([0.5, 0.5, 0.9, 0.9]) ** np.arange(9, dtype=float)[:, None]
+    t = pd.concat([rows_from_metrics({"mu_relative": v[:5]}, labels),
+                   rows_from_metrics({"mu_relative": v[5:, :2]}, labels, layers=[5, 6, 7, 8])], ignore_index=True)
+    cell = digest.summary_grid(t)[0].iloc[0, 0]
+    assert cell.at_depth == pytest.approx((2 * 0.5 ** 4 + 6 * 0.9 ** 4) / 8) and cell.at_2x == pytest.approx(0.5 ** 8)
+
+
+def test_results_table_says_on_how_many_windows_2x_depth_was_read():
+    from rankcollapse.experiments.report import results_json, results_markdown
+
+    claim = {"id": "C1", "effect": "e", "verdict": "reproduced", "measured": 2.0, "interval": [1.5, 2.5],
+             "n_samples": 3000, "depth_check": {"depth": 128, "verdict": "reproduced", "measured": 2.1,
+                                                "interval": [1.4, 2.9], "n_samples": 256}}
+    assert "| reproduced (on 256 windows) |" in results_markdown([claim])
+    assert results_json([claim])[0]["depth_check"]["n_samples"] == 256
+    every = {**claim, "depth_check": {**claim["depth_check"], "n_samples": 3000}}
+    assert "| reproduced |" in results_markdown([every]) and "windows" not in results_markdown([every])
+
+
 def _probe_rows(model, X_layers):
     """Probe rows of the real metrics on per-layer token matrices ``(L, B, N, d)``."""
     vals = {m: torch.stack([compute_metrics(torch.as_tensor(X), [m])[m] for X in X_layers]) for m in

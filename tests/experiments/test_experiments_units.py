@@ -1,7 +1,10 @@
-"""Shared random-init weights give exactly the numbers ``simulate`` draws itself; a failed
-probe of a model without components is no rows, never a made-up data row."""
+"""Shared random-init weights give exactly the numbers ``simulate`` draws itself; windows
+beyond ``depth_check_windows`` run to the claim depth only, with the same numbers there; a
+failed probe of a model without components is no rows, never a made-up data row."""
 
 import importlib
+
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -15,9 +18,9 @@ from rankcollapse.sweep.units import Unit
 class TinyContext(RunContext):
     """Run context with small random X(0) instead of model embeddings."""
 
-    def __init__(self):
+    def __init__(self, n_windows=3):
         super().__init__({"corpus": "wikipedia", "n_tokens": 6, "seed": 0})
-        self.X0 = torch.randn(3, 6, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+        self.X0 = torch.randn(n_windows, 6, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
 
     def embeddings(self, model, n_samples, *, start=0, stop=None):
         return self.X0[start:stop]
@@ -40,6 +43,37 @@ def test_shared_weights_match_simulate_own_draw(variant, value, init_scale):
             assert (mine == ref.metrics[name].mean(dim=1).numpy()).all()  # bit-identical
     other = run_simulate(Unit("simulate", {**params, "seed": 8}, "t"), ctx)
     assert not pd.Series(other["mean"].to_numpy()).equals(pd.Series(got["mean"].to_numpy()))
+
+
+SPLIT = {"model": "m", "mask": "causal", "variant": "layernorm", "value": "gaussian", "init_scale": 1.0, "d_qk": 1.0,
+         "depth": 6, "n_samples": 8, "seed": 7, "dtype": "float64"}  # D = 3, run to 2 D = 6
+
+
+@pytest.mark.parametrize("chunk", [4, 64])
+def test_windows_beyond_depth_check_windows_run_to_the_claim_depth(chunk):
+    """K = 4 of 8 windows run to 2 D: layers 0..D hold all 8 windows with the numbers of a
+    run of all 8 to 2 D, layers D+1..2 D the first 4 (``n_samples`` 4) with that run's
+    numbers of those windows. With ``chunk`` 4 every window is in the batch it has without
+    K (bit-identical); with 64 the 8 windows run as two batches of 4 instead of one of 8,
+    equal to float64 round-off."""
+    params = {**SPLIT, "chunk": chunk}
+    full = run_simulate(Unit("simulate", params, "t"), TinyContext(8))
+    split = run_simulate(Unit("simulate", {**params, "depth_check_windows": 4}, "t"), TinyContext(8))
+    key = lambda df: sorted(zip(df["metric"], df["layer"], df["point"]))  # noqa: E731
+    assert key(split) == key(full)
+    full = full.set_index(["metric", "layer"])
+    for (metric, layer), row in split.set_index(["metric", "layer"]).iterrows():
+        ref = full.loc[(metric, layer)]
+        want = ref["values"] if layer <= 3 else ref["values"][:4]
+        assert row["n_samples"] == len(row["values"]) == (8 if layer <= 3 else 4)
+        if chunk == 4:
+            assert np.array_equal(row["values"], want, equal_nan=True)
+        else:
+            np.testing.assert_allclose(row["values"], want, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(row["mean"], np.nanmean(want), rtol=1e-12)
+    # K >= n: the unit runs as without K
+    same = run_simulate(Unit("simulate", {**params, "depth_check_windows": 8}, "t"), TinyContext(8))
+    assert same.drop(columns="unit").equals(full.reset_index()[same.columns].drop(columns="unit"))
 
 
 def test_row_dtype_is_the_compute_dtype_not_the_input_storage():

@@ -363,7 +363,7 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
         res["depth_check"] = {"depth": 2 * depth, "verdict": "not run", "missing": deep.get("missing", "")}
         return res
     res["depth_check"] = {"depth": 2 * depth, "verdict": deep["verdict"], "measured": deep["measured"],
-                          "interval": deep["interval"], "bound": deep.get("bound")}
+                          "interval": deep["interval"], "bound": deep.get("bound"), "n_samples": _fewest_windows(deep)}
     if deep["verdict"] == UNDECIDABLE:  # the floors end what 2 D can say; it contradicts nothing
         res["depth_check"]["decidable_to_layer"] = deep.get("decidable_to_layer")
         return res
@@ -372,6 +372,15 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
         res["verdict_at_depth"] = at_threshold
         res["verdict"] = "mixed (depth-sensitive)"
     return res
+
+
+def _fewest_windows(res: dict[str, Any]) -> int:
+    """The fewest windows a side of ``res``'s scored checks read (0: none reads windows):
+    at 2 D a simulated network's rows hold ``config.DEPTH_CHECK_WINDOWS`` windows where
+    its unit has more."""
+    sides = [c[k].get("n_samples", 0) for c in res["checks"] if not c["informational"]
+             for k in ("lhs", "rhs") if k in c]
+    return min((n for n in sides if n > 0), default=0)
 
 
 def registered_verdict(res: dict[str, Any]) -> str:

@@ -2,7 +2,7 @@
 parameters before anything runs.
 
 A unit's cost is ``a + b * w``: ``w`` its work (:func:`unit_work`, a count its
-parameters fix: windows × layers × N·d·(N + d) for a simulated or attention-only
+parameters fix: window-layers × N·d·(N + d) for a simulated or attention-only
 network, windows × N tokens through a model's forward, queries × keys × d for a
 temperature law, ...), ``a`` and ``b`` the constants of its cost class
 (:func:`unit_class`: the kind and the model, network, check or token law that sets
@@ -22,6 +22,7 @@ from ..models.sinks import SINK_METRICS
 from ..sweep.progress import cost_class
 from ..sweep.units import Shard, Unit
 from .quantities import MODEL_WIDTHS
+from .units import DEPTH_CHECK
 
 #: Layers of the packaged models' networks (a pretrained attention-only unit without
 #: ``depth`` runs them all).
@@ -108,7 +109,9 @@ def unit_work(unit: Unit, n_tokens: int) -> float:
     if kind in ("simulate", "pretrained_sa"):
         d = float(MODEL_WIDTHS.get(str(p.get("model")), 0))
         layers = float(p.get("depth") or MODEL_LAYERS.get(str(p.get("model")), 0))
-        return n * layers * big_n * d * (big_n + d)
+        # windows beyond depth_check_windows K run the first half of the layers (units.run_simulate)
+        k = min(float(p.get("depth_check_windows") or n), n)
+        return (k * layers + (n - k) * (layers // DEPTH_CHECK)) * big_n * d * (big_n + d)
     if kind == "phase_sink" or (kind == "power_method" and p.get("network") == "simulator"):
         d, m = float(p["d_model"]), float(p["n_tokens"])
         return n * float(p["depth"]) * m * d * (m + d)

@@ -20,9 +20,10 @@ from .table import CONDITION_COLUMNS, applies
 
 def _ratios(sim: pd.DataFrame, cols: list[str], n_tokens: int | None = None) -> pd.DataFrame:
     """One row per condition: its columns, μ/‖X‖_F ÷ input at the claim depth (half the
-    units' depth: units run to twice it) and at the last layer, and whether μ/‖X‖_F
-    there is at or below the round-off floor of the rows (:func:`~.quantities.row_floor`:
-    their ``dtype``, N and d; ``n_tokens``: the run's N)."""
+    units' depth: units run to twice it) and at the last layer (÷ the input of the
+    windows the last layer holds), and whether μ/‖X‖_F there is at or below the
+    round-off floor of the rows (:func:`~.quantities.row_floor`: their ``dtype``, N and
+    d; ``n_tokens``: the run's N)."""
     from .quantities import row_floor
 
     out = []
@@ -30,7 +31,13 @@ def _ratios(sim: pd.DataFrame, cols: list[str], n_tokens: int | None = None) -> 
         m = g.groupby("layer")["mean"].mean()
         half = int(m.index.max()) // 2
         floor = row_floor(g, "mu_relative", n_tokens)
-        out.append({**dict(zip(cols, key)), "at_depth": m.loc[half] / m.iloc[0], "at_2x": m.iloc[-1] / m.iloc[0],
+        deep_input = m.iloc[0]
+        if "values" in g:  # a simulate unit's layers beyond D hold its first windows only
+            k = int(g.loc[g["layer"] == m.index.max(), "n_samples"].min())
+            first = g.loc[g["layer"] == m.index.min(), "values"]
+            if k > 0 and (first.map(len) > k).all():
+                deep_input = first.map(lambda v: np.mean(v[:k])).mean()
+        out.append({**dict(zip(cols, key)), "at_depth": m.loc[half] / m.iloc[0], "at_2x": m.iloc[-1] / deep_input,
                     "t_depth": half, "t_2x": int(m.index.max()), "floor_depth": bool(m.loc[half] <= floor),
                     "floor_2x": bool(m.iloc[-1] <= floor), "dtype": str(g["dtype"].iloc[0]) if "dtype" in g else "",
                     "floor": floor})

@@ -401,10 +401,23 @@ def _condition(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: s
                           + (f" (setting {setting})" if setting != "default" else ""), sel)
     one_condition(rows, f"selection {sel} of metric {metric}")
     layers, seeds, V = curve(rows)
+    V = V[:, :, :_windows_to_depth(rows, ctx)]
     S, _, W = V.shape
     cs = np.vstack([np.ones((1, S)), np.eye(S), ctx.seed_counts(seeds)])
     cw = np.vstack([np.ones((1 + S, W)), ctx.window_counts(W) if W > 1 else np.ones((ctx.n_boot, 1))])
     return rows, layers, seeds, layer_means(V, cs, cw), W
+
+
+def _windows_to_depth(rows: pd.DataFrame, ctx: EvalContext) -> int | None:
+    """Windows a read of simulated ``rows`` to ``ctx.depth`` takes: those every row up to
+    that layer holds (a simulate unit runs its layers beyond the claim depth on its first
+    ``config.DEPTH_CHECK_WINDOWS`` windows only), so every layer of the read averages the
+    same windows; None (all) for other rows or no depth."""
+    if ctx.depth is None or "depth" not in rows or "values" not in rows or int(rows["depth"].iloc[0]) < 0:
+        return None
+    counts = rows.loc[rows["layer"] <= ctx.depth, "values"].map(len)
+    counts = counts[counts > 0]
+    return int(counts.min()) if len(counts) else None
 
 
 def _layers_where(table: pd.DataFrame, q: dict[str, Any], sel: dict[str, Any], setting: str, ctx: EvalContext

@@ -204,6 +204,8 @@ def results_markdown(claims: list[dict[str, Any]]) -> str:
     for c in claims:
         deep = c.get("depth_check") or {}
         at2 = deep.get("verdict", "—") if deep else ("n/a (fixed depth)" if c["verdict"] != "not run" else "—")
+        if 0 < deep.get("n_samples", 0) < c.get("n_samples", 0):  # simulated rows beyond D hold fewer windows
+            at2 += f" (on {deep['n_samples']} windows)"
         cells = [c["id"], f"{c['effect']} ({c.get('paper_effect', '')})", verdict_text(c), number(c), at2,
                  controls_text(c), c.get("original_verdict") or "unchanged"]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
@@ -218,7 +220,8 @@ def results_json(claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for c in claims:
         row = {k: c.get(k) for k in keys}
         if row["depth_check"]:
-            row["depth_check"] = {k: v for k, v in row["depth_check"].items() if k in ("depth", "verdict", "measured", "interval")}
+            row["depth_check"] = {k: v for k, v in row["depth_check"].items()
+                                  if k in ("depth", "verdict", "measured", "interval", "n_samples")}
         out.append(row)
     return out
 

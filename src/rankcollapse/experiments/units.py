@@ -23,6 +23,10 @@ from ..sweep.context import RunContext
 from ..sweep.units import Unit, register_unit_kind
 from .table import normalise, rows_from_metrics
 
+#: Simulated networks run to this multiple of the claim depth D (:func:`.config.expand_units`),
+#: so every verdict is also read at twice the depth from the same trajectories (weights are
+#: drawn per layer from the seed, so the first D layers of a 2 D run are those of a D run).
+DEPTH_CHECK = 2
 DEFAULT_SIM_METRICS = ("mu", "mu_relative", "avg_abs_cos", "rank_fraction", "sigma_ratio")
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -85,20 +89,22 @@ def _norm_of(p: dict[str, Any]) -> str:
 
 
 def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], torch.Tensor], n: int,
-                     depth: int, kw_fn: Callable[[int], dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Run ``dynamics.simulate`` for ``depth`` layers over windows in chunks (same weights
-    for every chunk); concatenate per-sample metrics. ``kw_fn(d)`` gives the network's
-    keywords (``block``, the weights, ``d_qk``); the unit's ``backend``, when set, picks
-    the attention kernel."""
+                     depth: int, kw_fn: Callable[[int], dict[str, Any]], *, start: int = 0) -> dict[str, torch.Tensor]:
+    """Run ``dynamics.simulate`` for ``depth`` layers over windows ``start..n-1`` in chunks
+    (same weights for every chunk); concatenate per-sample metrics. Chunks start at
+    ``start`` and at the multiples of the unit's ``chunk`` after it, so every window from
+    the first multiple on runs in the batch it has from ``start`` = 0. ``kw_fn(d)`` gives the network's keywords (``block``, the weights,
+    ``d_qk``); the unit's ``backend``, when set, picks the attention kernel."""
     from ..dynamics import RunConfig, simulate
 
     p = unit.params
     chunk = int(p.get("chunk", 64))
     run = RunConfig(depth=depth, seed=max(int(p.get("seed", 0)), 0),  # -1 = no random weights (pretrained_sa)
                     dtype=_DTYPES[p.get("dtype", "float64")], device=ctx.device, backend=str(p.get("backend") or "auto"))
+    edges = [start, *range(start - start % chunk + chunk, n, chunk), n]
     parts: list[dict[str, torch.Tensor]] = []
-    for start in range(0, n, chunk):
-        X0 = x0_fn(start, min(n, start + chunk))
+    for a, b in zip(edges[:-1], edges[1:]):
+        X0 = x0_fn(a, b)
         # the spec as written: simulate asks once whether it is a schedule (schedule:A*k,B)
         res = simulate(X0, str(p["mask"]), run=run, metrics=list(p.get("metrics", DEFAULT_SIM_METRICS)),
                        **kw_fn(X0.shape[-1]))
@@ -123,15 +129,32 @@ def _weight_kwargs(p: dict[str, Any], d: int) -> dict[str, Any]:
 
 
 def run_simulate(unit: Unit, ctx: RunContext) -> pd.DataFrame:
-    """Random-init network on X(0) = ``model``'s embeddings (spec.md §2, §5.4)."""
+    """Random-init network on X(0) = ``model``'s embeddings (spec.md §2, §5.4), run to
+    ``depth`` = 2 D layers. With ``depth_check_windows`` K < ``n_samples``, windows
+    0..K-1 run to 2 D and the others to D with the same first D layers: rows at layers
+    0..D hold every window, rows at layers D+1..2 D the first K (``n_samples`` K)."""
     p = unit.params
-    n = int(p["n_samples"])
+    n, depth = int(p["n_samples"]), int(p["depth"])
+    k = min(int(p.get("depth_check_windows") or n), n)
     block = _block(p)
-    metrics = _simulate_chunks(
-        unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b), n, int(p["depth"]),
-        lambda d: {"block": block, **_shared_weights(p, d, block, ctx)},
-    )
-    return rows_from_metrics(metrics, _labels(unit))
+    x0 = lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b)  # noqa: E731
+    kw = lambda d: {"block": block, **_shared_weights(p, d, block, ctx)}  # noqa: E731
+    deep = _simulate_chunks(unit, ctx, x0, k, depth, kw)
+    if k == n:
+        return rows_from_metrics(deep, _labels(unit))
+    claim = depth // DEPTH_CHECK
+
+    def first_layers(d: int) -> dict[str, Any]:  # the first D of the 2 D layers drawn from the seed
+        out = kw(d)
+        return {**out, "weights": out["weights"][:claim]}
+
+    rest = _simulate_chunks(unit, ctx, x0, n, claim, first_layers, start=k)
+    labels = _labels(unit)
+    return pd.concat([
+        rows_from_metrics({m: torch.cat([v[: claim + 1], rest[m]], dim=1) for m, v in deep.items()}, labels),
+        rows_from_metrics({m: v[claim + 1:] for m, v in deep.items()}, labels,
+                          layers=list(range(claim + 1, depth + 1))),
+    ], ignore_index=True)
 
 
 def _shared_weights(p: dict[str, Any], d: int, block: Any, ctx: RunContext) -> dict[str, Any]:
