@@ -163,22 +163,9 @@ def read_regular(path: str | os.PathLike, what: str = "file") -> bytes:
     UnsafePathError
         ``path`` is a symbolic link, or not a regular file (folder, FIFO, device).
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafePathError(f"{what} {str(path)!r} is a symbolic link; refused (the toolkit "
-                                  "reads only regular files it could have written)") from None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnsafePathError(f"{what} {str(path)!r} is not a regular file; refused")
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    fd = _open_regular(path, what, os.O_RDONLY, "reads only regular files it could have written")
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
 
 
 def read_user_json(path: str | os.PathLike, what: str, error: type | None = None) -> Any:
@@ -236,13 +223,16 @@ def read_as(path: str | os.PathLike, what: str) -> Iterator[None]:
 def open_private(path: str | os.PathLike, what: str = "file") -> int:
     """A read-write descriptor of the regular file ``path`` (created ``0o644`` if missing),
     never through a symbolic link; :class:`~rankcollapse.errors.UnsafePathError` otherwise."""
+    return _open_regular(path, what, os.O_RDWR | os.O_CREAT, "never writes through a link it did not create")
+
+
+def _open_regular(path: str | os.PathLike, what: str, flags: int, rule: str) -> int:
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafePathError(f"{what} {str(path)!r} is a symbolic link; refused (the toolkit "
-                                  "never writes through a link it did not create)") from None
+                                  f"{rule})") from None
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)

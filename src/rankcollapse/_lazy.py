@@ -28,13 +28,7 @@ def attach_imports(package: str, init_file: str
                    ) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
     """``(__getattr__, __dir__, __all__)`` for ``package`` exporting the names of its
     ``init_file``'s export block (:func:`exports_of`); a listed submodule is an attribute too.
-
-    Raises
-    ------
-    AttributeError
-        From ``__getattr__``, for a name the package does not export.
-    ImportError
-        A malformed export block (:func:`exports_of`).
+    ``ImportError``: a malformed block; ``__getattr__`` raises ``AttributeError`` for other names.
     """
     exports = exports_of(init_file)
     where = {name: sub for sub, names in exports.items() for name in names}

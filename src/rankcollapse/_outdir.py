@@ -65,7 +65,7 @@ def produced(rel: object) -> bool:
 
 
 def _folders() -> list[str]:
-    """The fixed folders of :data:`PRODUCED` (``plots``): checked for links up front."""
+    """The fixed folders of :data:`PRODUCED` (``plots``)."""
     return sorted({"/".join(p.split("/")[:k]) for p in PRODUCED for k in range(1, p.count("/") + 1)})
 
 
@@ -223,16 +223,12 @@ class OutputFolder:
         self._fd: int | None = None
         self._fresh = False
 
-    @property
-    def lock_path(self) -> Path:
-        return self.out / LOCK_NAME
-
     def __enter__(self) -> "OutputFolder":
         check_out(self.out, self.names, allow_nonempty=self.allow_nonempty, flags=self.flags)
         # a folder this run makes (absent or empty before) is removed again by a failure
         self._fresh = not self.out.exists() or (self.out.is_dir() and not any(self.out.iterdir()))
         self.out.mkdir(parents=True, exist_ok=True)
-        fd = open_private(self.lock_path, "lock file")
+        fd = open_private(self.out / LOCK_NAME, "lock file")
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -255,12 +251,10 @@ class OutputFolder:
         if self._fd is None:
             return
         if exc_type is not None and self._fresh:
-            # a failed run in a folder it made leaves nothing behind (docs/errors.md): the
-            # lock goes while still held, then every folder the run left empty
-            self.lock_path.unlink(missing_ok=True)
+            # a failed run in a folder it made leaves nothing behind (docs/errors.md)
+            (self.out / LOCK_NAME).unlink(missing_ok=True)
             _remove_empty(self.out)
-        # otherwise the file stays (unlinking it would let a waiter lock a file a third
-        # run no longer sees); closing the descriptor releases the lock
+        # else the lock file stays (a waiter could lock an unlinked file); closing releases the lock
         os.close(self._fd)
         self._fd = None
 
@@ -289,15 +283,11 @@ def staged(out: Path, marker_text: str, *, keep: bool = False) -> Iterator[Path]
 
 def _remove_empty(folder: Path) -> None:
     """Remove ``folder`` and the folders under it that hold no file (bottom up)."""
-    for sub in sorted((p for p in folder.rglob("*") if p.is_dir() and not p.is_symlink()), reverse=True):
+    for sub in [*sorted((p for p in folder.rglob("*") if p.is_dir() and not p.is_symlink()), reverse=True), folder]:
         try:
             sub.rmdir()
         except OSError:  # holds a file: kept
             pass
-    try:
-        folder.rmdir()
-    except OSError:
-        pass
 
 
 def owner(out: str | os.PathLike) -> dict[str, Any]:
@@ -316,21 +306,16 @@ def describe(info: dict[str, Any]) -> str:
     return f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}"
 
 
-def remove_orphan_tmp(out: Path) -> list[Path]:
-    """Delete (and return) what killed writers left in ``out`` and its fixed folders: temporary
-    files (:data:`~rankcollapse._io.TMP_SUFFIX`) and a staging folder. Hold the lock."""
-    removed = []
+def remove_orphan_tmp(out: Path) -> None:
+    """Delete what killed writers left in ``out`` and its fixed folders: temporary files
+    (:data:`~rankcollapse._io.TMP_SUFFIX`) and a staging folder. Hold the lock."""
     for folder in (out, *(out / f for f in _folders())):
-        if not folder.is_dir() or folder.is_symlink():
-            continue
-        for tmp in folder.glob(f".*{TMP_SUFFIX}"):
-            tmp.unlink(missing_ok=True)
-            removed.append(tmp)
+        if folder.is_dir() and not folder.is_symlink():
+            for tmp in folder.glob(f".*{TMP_SUFFIX}"):
+                tmp.unlink(missing_ok=True)
     staging = out / STAGING
     if staging.is_dir() and not staging.is_symlink():
         shutil.rmtree(staging)
-        removed.append(staging)
-    return removed
 
 
 def staging_folder(out: Path) -> Path:
@@ -344,11 +329,11 @@ def staging_folder(out: Path) -> Path:
     return staging
 
 
-def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -> list[Path]:
+def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -> None:
     """Move the files of ``staging`` into ``out``, remove those the previous manifest lists
     that this run did not write (unless ``keep``: a folder gathering several commands'
     files), then write the manifest and, last, the ``COMPLETE`` marker (removed before the
-    first move). Every name is checked first. Returns the removed paths; hold the lock.
+    first move). Every name is checked first; hold the lock.
 
     Raises
     ------
@@ -370,7 +355,6 @@ def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    removed = []
     with _root(out) as root:
         if states[MARKER] == "file":
             os.unlink(MARKER, dir_fd=root)
@@ -396,7 +380,6 @@ def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -
                 os.unlink(name, dir_fd=fd)
             finally:
                 os.close(fd)
-            removed.append(out / rel)
             while folders:  # folders the removal left empty go too
                 last = folders.pop()
                 fd = _open_dir(out, root, folders)
@@ -409,4 +392,3 @@ def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -
     shutil.rmtree(staging, ignore_errors=True)
     write_json_atomic(out / MANIFEST, sorted(old | set(new)) if keep else new)
     write_text_atomic(out / MARKER, marker_text)
-    return removed

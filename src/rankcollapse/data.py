@@ -221,16 +221,15 @@ def make_windows(
     (True, False)
     """
     check_tokenizer(tokenizer)
-    length = n_tokens
-    if length < 1 or n_samples < 1:
-        raise DataError(f"n_tokens and n_samples must be >= 1 (got n_tokens={length}, n_samples={n_samples})")
+    if n_tokens < 1 or n_samples < 1:
+        raise DataError(f"n_tokens and n_samples must be >= 1 (got n_tokens={n_tokens}, n_samples={n_samples})")
     if not texts:
         raise DataError("no texts to cut into windows")
     prefix, suffix = special_affixes(tokenizer)
     n_special = len(prefix) + len(suffix)
-    body = length - n_special
+    body = n_tokens - n_special
     if body < 1:
-        raise DataError(f"n_tokens={length} leaves no room beside {n_special} special tokens")
+        raise DataError(f"n_tokens={n_tokens} leaves no room beside {n_special} special tokens")
     sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     order = np.random.default_rng(seed).permutation(len(texts))
     stream: list[int] = []
@@ -251,17 +250,17 @@ def make_windows(
         )
     if have < n_samples:
         if not allow_fewer:
-            raise DataError(f"the text gives only {have} windows of {length} tokens; {n_samples} were asked for")
-        log.warning("text gives only %d of %d requested windows of %d tokens", have, n_samples, length)
+            raise DataError(f"the text gives only {have} windows of {n_tokens} tokens; {n_samples} were asked for")
+        log.warning("text gives only %d of %d requested windows of %d tokens", have, n_samples, n_tokens)
     n = min(have, n_samples)
     body_ids = torch.tensor(stream[: n * body], dtype=torch.long).view(n, body)
     input_ids = torch.cat(
         [torch.tensor(prefix, dtype=torch.long).expand(n, -1), body_ids, torch.tensor(suffix, dtype=torch.long).expand(n, -1)],
         dim=1,
     )
-    special = torch.zeros(n, length, dtype=torch.bool)
+    special = torch.zeros(n, n_tokens, dtype=torch.bool)
     special[:, : len(prefix)] = True
-    special[:, length - len(suffix) :] = True
+    special[:, n_tokens - len(suffix) :] = True
     _check_represented(body_ids, tokenizer)
     return Windows(input_ids, torch.ones_like(input_ids), special)
 

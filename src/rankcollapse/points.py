@@ -22,13 +22,8 @@ def point_after(t: int, prefix: str = "") -> str:
 
 def layer_of(point: str, n_layers: int) -> int:
     """The ``layer`` of ``point`` (no stack prefix) in ``n_layers`` blocks: 0 for ``embeddings``
-    and ``layer.0.input``, ``k + 1`` for other points of block ``k``, ``n_layers`` for ``final_norm``.
-
-    Raises
-    ------
-    ValueError
-        ``point`` is none of these names, or its block is not below ``n_layers``.
-    """
+    and ``layer.0.input``, ``k + 1`` for other points of block ``k``, ``n_layers`` for ``final_norm``;
+    ``ValueError`` for any other name or a block not below ``n_layers``."""
     if point == INPUT:
         return 0
     if point == "final_norm":
