@@ -1,17 +1,14 @@
 """rankcollapse: measure, simulate and explain rank collapse in self-attention.
 
-Token matrices are ``(N, d)`` (one token per row) or batched ``(B, N, d)``.
-Masks follow one convention everywhere: ``M[i, j] = True`` iff token ``i`` attends
-to token ``j`` (graph edge ``j -> i``). See ``docs/spec.md`` (specification) and ``docs/theory.md`` (derivations).
+Tokens are ``(N, d)`` or ``(B, N, d)``; ``M[i, j] = True`` iff token ``i`` attends to token
+``j`` (edge ``j -> i``). See ``docs/spec.md`` and ``docs/theory.md``.
 """
 
 __version__ = "0.1.0"
 
 import importlib
 
-#: Subpackages and modules of the public API, imported on first attribute access
-#: (PEP 562): ``import rankcollapse`` stays cheap, ``rankcollapse.masks.causal(8)`` and
-#: ``rankcollapse.errors.MaskError`` work without a separate import.
+#: The public subpackages and modules, imported on first attribute access (PEP 562).
 SUBPACKAGES = ("masks", "metrics", "dynamics", "models", "theory", "sweep", "experiments", "phase", "data", "points",
                "errors")
 

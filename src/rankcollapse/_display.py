@@ -1,10 +1,4 @@
-"""Results in a notebook: ``to_pandas()`` and an HTML summary (``_repr_html_``).
-
-Result classes inherit :class:`NotebookResult`; each gives ``to_pandas()`` (a tidy
-table, one row per natural unit: layer x sample, equilibrium, direction ...) unless the
-default, one row of its scalar ``to_dict()`` entries, is the natural table. Jupyter
-shows ``_repr_html_``: the class name, the scalar facts, and the first rows of the table.
-"""
+"""Results in a notebook: ``to_pandas()`` (a tidy table) and ``_repr_html_`` (scalar facts, first rows)."""
 
 from __future__ import annotations
 
@@ -28,9 +22,8 @@ def _fmt(v: Any) -> str:
 
 
 def fixed(value: float, spec: str = ".0f") -> str:
-    """``value`` in the fixed-point format ``spec`` (e.g. ``".0f"``, ``"+.3f"``) without a
-    negative zero: a value that rounds to 0 at that precision prints as 0 (``-0.1`` at
-    ``.0f`` gives ``0``, not ``-0``), since the sign of a rounded-away value says nothing."""
+    """``value`` in the fixed-point format ``spec`` (``".0f"``, ``"+.3f"``), never a negative zero
+    (``-0.1`` at ``.0f`` gives ``0``)."""
     text = format(value, spec)
     if text.startswith("-") and float(text) == 0:
         return format(0.0, spec)

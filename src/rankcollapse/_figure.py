@@ -1,10 +1,5 @@
-"""Figures without pyplot: plotting never touches matplotlib's backend or pyplot state.
-
-Every plotting function in the package draws on a caller's ``ax`` when given one and
-otherwise on a new :class:`matplotlib.figure.Figure` (not registered with pyplot, so a
-notebook's inline backend and open figures are left alone); it returns the figure.
-Jupyter displays a returned ``Figure``; ``fig.savefig(path)`` writes it.
-"""
+"""Figures without pyplot: a plot draws on the caller's ``ax`` or a new unregistered
+:class:`matplotlib.figure.Figure` and returns it; pyplot state and backend are left alone."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import platform
+import stat
 import tempfile
 import time
 from contextlib import contextmanager
@@ -15,18 +16,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
+from .errors import ConfigError, DataError, UnsafePathError, excerpt
+
 _VERSIONED = ("rankcollapse", "torch", "numpy", "scipy", "networkx", "transformers", "pandas", "matplotlib")
-
-
-#: Suffix of the temporary files of :func:`atomic_path`: cleaners remove only files with
-#: it, never a user's own ``.draft.tmp``.
+#: Suffix of :func:`atomic_path`'s temporary files: cleaners remove only these, never a user's ``.tmp``.
 TMP_SUFFIX = ".rankcollapse.tmp"
 
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path in the target's folder; rename it onto ``path`` only if
-    the block finishes, so a crash never leaves a half-written file under the real name."""
+    """A temporary path beside ``path``, renamed onto it only if the block finishes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
@@ -34,17 +33,13 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -54,16 +49,14 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as indented strict JSON atomically (NaN and infinities as null,
-    see :func:`strict_json`)."""
+    """Write ``obj`` as indented strict JSON atomically (:func:`strict_json`)."""
     text = json.dumps(strict_json(obj), indent=2, sort_keys=False, allow_nan=False, default=_json_default)
     write_text_atomic(path, text + "\n")
 
 
 def strict_json(obj: Any) -> Any:
-    """``obj`` ready for strict JSON (RFC 8259 has no NaN/Infinity): non-finite floats
-    become None; numpy/torch values (``tolist``) become plain numbers and lists; paths
-    become text. Containers are copied, never changed in place."""
+    """A copy of ``obj`` for strict JSON (RFC 8259): non-finite floats as None, numpy/torch
+    values as plain numbers and lists, paths as text."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
@@ -91,35 +84,23 @@ def config_hash(config: Any, length: int = 12) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 
 
-#: Bytes read at a time by :func:`file_sha256`.
-_HASH_CHUNK = 1 << 20
 #: ``{(path, size, mtime_ns, inode): digest}`` of the files hashed in this process.
 _DIGESTS: dict[tuple, str] = {}
-#: A file modified less than this many nanoseconds before it is hashed is not remembered:
-#: a file system's coarse timestamps could give a second write within that time the
-#: same ``mtime_ns`` (git's "racily clean" files).
+#: A file modified less than this long before it is hashed is not remembered: coarse
+#: timestamps could give a second write the same ``mtime_ns`` (git's "racily clean" files).
 _SETTLED_NS = 2_000_000_000
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 (64 hex digits) of the bytes of the file ``path`` (a link is followed),
-    read in chunks. The digest is what a cache key holds; it is remembered per process
-    by ``(path, size, mtime_ns, inode)``, so a file read again unchanged is not hashed
-    again and a file rewritten in place (new size, mtime or inode) is; a file written
-    in the last two seconds is hashed every time (:data:`_SETTLED_NS`).
-
-    Raises
-    ------
-    OSError
-        The file cannot be read.
-    """
+    """SHA-256 (64 hex digits) of the file ``path``, remembered per process by
+    ``(path, size, mtime_ns, inode)`` once settled (:data:`_SETTLED_NS`); raises ``OSError``."""
     st = os.stat(path)
     memo = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
     if memo in _DIGESTS:
         return _DIGESTS[memo]
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
+        while chunk := f.read(1 << 20):
             h.update(chunk)
     if time.time_ns() - st.st_mtime_ns > _SETTLED_NS:
         _DIGESTS[memo] = h.hexdigest()
@@ -138,22 +119,14 @@ def versions() -> dict[str, str]:
 
 
 def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | None = None):
-    """The numeric array saved in the ``.npy`` file ``path`` (numpy, native byte order).
-
-    One loader for every array the toolkit reads (token arrays, padding masks, mask
-    matrices), so each refuses bad files the same way. Big-endian arrays are converted
-    to native order; no pickles are ever loaded.
+    """The bool/int/float array of the ``.npy`` file ``path`` in native byte order (never a pickle).
 
     Raises
     ------
     error (default :class:`~rankcollapse.errors.DataError`)
-        Naming ``what`` and ``path``: missing or not a file, empty (0 bytes), truncated
-        or not ``.npy``, an ``.npz`` archive, or a dtype that is not bool/int/float
-        (strings, datetimes, objects, structured records, complex).
+        Naming ``what`` and ``path``: not a file, empty, not a ``.npy`` array, or another dtype.
     """
     import numpy as np
-
-    from .errors import DataError
 
     error = error or DataError
     path = Path(path)
@@ -180,10 +153,8 @@ def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | Non
 
 
 def read_regular(path: str | os.PathLike, what: str = "file") -> bytes:
-    """The bytes of ``path``, which must be a regular file reached without a symbolic link
-    in its last component: the toolkit's own records (cache entries, ``claims.json``,
-    lock files) are read only through this, so a planted link to a system file or a FIFO
-    is refused instead of opened, parsed or waited on.
+    """The bytes of ``path``, a regular file and not a symbolic link: how the toolkit reads its
+    own records (cache entries, ``claims.json``, lock files).
 
     Raises
     ------
@@ -192,43 +163,20 @@ def read_regular(path: str | os.PathLike, what: str = "file") -> bytes:
     UnsafePathError
         ``path`` is a symbolic link, or not a regular file (folder, FIFO, device).
     """
-    import stat
-
-    from .errors import UnsafePathError
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafePathError(f"{what} {str(path)!r} is a symbolic link; refused (the toolkit "
-                                  "reads only regular files it could have written)") from None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnsafePathError(f"{what} {str(path)!r} is not a regular file; refused")
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    fd = _open_regular(path, what, os.O_RDONLY, "reads only regular files it could have written")
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
 
 
 def read_user_json(path: str | os.PathLike, what: str, error: type | None = None) -> Any:
-    """Parse a user's JSON file (a link to it is fine) with every failure one typed line:
-    not a regular file (a FIFO is refused at once instead of waited on), not UTF-8, not
-    JSON, a key given twice in one object, nested too deep for the parser, or numbers
-    outside float range.
+    """Parse a user's JSON file (a link to it is fine).
 
     Raises
     ------
     error (default :class:`~rankcollapse.errors.DataError`)
-        Naming ``what``, the path and the reason.
+        Naming ``what`` and the path: not a regular file, not UTF-8, not JSON, a key given
+        twice, nested too deep, numbers out of range.
     """
-    import stat
-
-    from .errors import DataError
-
     error = error or DataError
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -262,19 +210,9 @@ def read_user_json(path: str | os.PathLike, what: str, error: type | None = None
 
 @contextmanager
 def read_as(path: str | os.PathLike, what: str) -> Iterator[None]:
-    """Read a user's file of records (``claims.json``) inside this block: a record whose
-    shape is not the one a run writes (a string where a list of checks is expected, a
-    check without its outcome) stops the reader with an error of the toolkit's own code
-    (``AttributeError``, ``TypeError``, ``KeyError``, ``IndexError``); it is raised as one
-    :class:`~rankcollapse.errors.ConfigError` naming the file.
-
-    Raises
-    ------
-    ConfigError
-        ``path`` is not a ``what`` a run writes (the message names the first problem).
-    """
-    from .errors import ConfigError, excerpt
-
+    """Read a user's file of records (``claims.json``) in this block: a record of another
+    shape than a run writes (``AttributeError``, ``TypeError``, ``KeyError``, ``IndexError``
+    in the reader) is raised as one :class:`~rankcollapse.errors.ConfigError` naming the file."""
     try:
         yield
     except (AttributeError, TypeError, KeyError, IndexError) as exc:
@@ -283,26 +221,18 @@ def read_as(path: str | os.PathLike, what: str) -> Iterator[None]:
 
 
 def open_private(path: str | os.PathLike, what: str = "file") -> int:
-    """A read-write descriptor of ``path`` (created ``0o644`` if missing) that never
-    follows a symbolic link and is a regular file: writing through it can never reach
-    another file (a lock file planted as a link to ``/etc/passwd`` is refused).
+    """A read-write descriptor of the regular file ``path`` (created ``0o644`` if missing),
+    never through a symbolic link; :class:`~rankcollapse.errors.UnsafePathError` otherwise."""
+    return _open_regular(path, what, os.O_RDWR | os.O_CREAT, "never writes through a link it did not create")
 
-    Raises
-    ------
-    UnsafePathError
-        ``path`` is a symbolic link or not a regular file.
-    """
-    import stat
 
-    from .errors import UnsafePathError
-
+def _open_regular(path: str | os.PathLike, what: str, flags: int, rule: str) -> int:
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafePathError(f"{what} {str(path)!r} is a symbolic link; refused (the toolkit "
-                                  "never writes through a link it did not create)") from None
+                                  f"{rule})") from None
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
@@ -311,17 +241,8 @@ def open_private(path: str | os.PathLike, what: str = "file") -> int:
 
 
 def check_writable(path: str | os.PathLike, *, folder: bool, option: str = "--out") -> Path:
-    """Check, before any work, that ``path`` can be written: a folder (``folder=True``)
-    must not be an existing file; a file must not be an existing folder; the nearest
-    existing ancestor must be a writable folder (no file in the way). Creates nothing.
-
-    Raises
-    ------
-    ConfigError
-        Naming ``option``, the path and what is in the way.
-    """
-    from .errors import ConfigError
-
+    """Check, creating nothing, that ``path`` can be written as a folder (``folder``) or a
+    file; :class:`~rankcollapse.errors.ConfigError` naming ``option`` and what is in the way."""
     path = Path(path)
     if folder and path.exists() and not path.is_dir():
         raise ConfigError(f"{option} {str(path)!r} is an existing file, not a folder")

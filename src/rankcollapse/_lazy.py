@@ -1,18 +1,6 @@
-"""Package-level lazy imports (PEP 562) for the subpackages' public names.
-
-``import rankcollapse.models`` must not pull in pandas, scipy or the model code until a
-name is used (the command line starts in well under a second), yet each package's
-``__init__`` should show what it exports and from where. A package writes its exports
-once, as ordinary imports under ``if TYPE_CHECKING:`` (read by people and static tools,
-never run), and calls :func:`attach_imports`, which reads that block from the source
-(as ``lazy_loader.attach_stub`` reads a ``.pyi`` stub): the names are imported on first
-access and cached.
-
-One subtlety: an export may share its name with its submodule (``models.probe`` the
-function lives in ``models/probe.py``). Python binds a submodule to its parent's
-attribute when it is first imported, which would shadow the function; the package's
-module class below binds the export instead.
-"""
+"""Lazy exports (PEP 562): a package lists them once as imports under ``if TYPE_CHECKING:``;
+:func:`attach_imports` reads that block from the source (as ``lazy_loader.attach_stub`` reads
+a stub) and imports each name on first access."""
 
 from __future__ import annotations
 
@@ -38,18 +26,9 @@ class _LazyPackage(types.ModuleType):
 
 def attach_imports(package: str, init_file: str
                    ) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
-    """``(__getattr__, __dir__, __all__)`` for ``package`` exporting the names written
-    once under ``if TYPE_CHECKING:`` in ``init_file`` (:func:`exports_of`); call as
-    ``__getattr__, __dir__, __all__ = attach_imports(__name__, __file__)``. A submodule
-    listed there is also reachable as an attribute (``theory.sphere.INPUTS``) unless an
-    export has its name.
-
-    Raises
-    ------
-    AttributeError
-        From ``__getattr__``, for a name the package does not export.
-    ImportError
-        A malformed export block (:func:`exports_of`).
+    """``(__getattr__, __dir__, __all__)`` for ``package`` exporting the names of its
+    ``init_file``'s export block (:func:`exports_of`); a listed submodule is an attribute too.
+    ``ImportError``: a malformed block; ``__getattr__`` raises ``AttributeError`` for other names.
     """
     exports = exports_of(init_file)
     where = {name: sub for sub, names in exports.items() for name in names}
@@ -73,14 +52,13 @@ def attach_imports(package: str, init_file: str
 
 
 def exports_of(init_file: str | Path) -> dict[str, tuple[str, ...]]:
-    """``{submodule: names}`` of the ``from .submodule import a, b`` statements under the
-    top-level ``if TYPE_CHECKING:`` of the package file ``init_file``.
+    """``{submodule: names}`` of the ``from .submodule import a, b`` under ``init_file``'s
+    top-level ``if TYPE_CHECKING:``.
 
     Raises
     ------
     ImportError
-        The block is missing, or holds anything but relative ``from .x import a, b``
-        imports without ``as`` (the export list must read as what it exports).
+        The block is missing, or holds anything but ``from .x import a, b`` without ``as``.
     """
     tree = ast.parse(Path(init_file).read_text(encoding="utf-8"))
     blocks = [node for node in tree.body if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
@@ -97,7 +75,6 @@ def exports_of(init_file: str | Path) -> dict[str, tuple[str, ...]]:
 
 
 def is_tensor(x: object) -> bool:
-    """True iff ``x`` is a ``torch.Tensor``, checked without importing torch: if torch
-    was never imported, nothing can be a tensor (so a torch-free code path stays so)."""
+    """True iff ``x`` is a ``torch.Tensor``, without importing torch."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)

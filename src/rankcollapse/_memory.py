@@ -1,10 +1,5 @@
-"""Size before allocation: memory estimates checked against a limit before any work.
-
-A request whose estimate exceeds the limit is refused with one line giving the
-estimate and the option that lifts it (``--max-memory`` on the command line,
-``max_memory=`` in the API), instead of dying in the allocator minutes later.
-The default limit is half the machine's physical memory.
-"""
+"""Size before allocation: memory estimates checked against a limit (default half the RAM)
+before any work, refused in one line naming ``max_memory`` (``--max-memory``)."""
 
 from __future__ import annotations
 
@@ -17,17 +12,12 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
-def physical_memory() -> int:
-    """Bytes of physical memory (``os.sysconf``); 16 GiB where it cannot be read."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return 16 * 2**30
-
-
 def default_limit() -> int:
-    """Half the physical memory, in bytes."""
-    return physical_memory() // 2
+    """Half the physical memory in bytes (of 16 GiB where ``os.sysconf`` cannot read it)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES")) // 2
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2**30 // 2
 
 
 def parse_size(text: str | int | float | None, name: str = "max_memory") -> int | None:
@@ -59,15 +49,8 @@ def human(n_bytes: float) -> str:
 
 
 def check_memory(estimate: float, what: str, max_memory: int | str | None = None, *, adjustable: bool = True) -> None:
-    """Refuse ``what`` if its ``estimate`` (bytes) exceeds ``max_memory`` (default
-    :func:`default_limit`). ``adjustable=False`` for a caller that takes no
-    ``max_memory``: the message then offers only a smaller size.
-
-    Raises
-    ------
-    MemoryLimitError
-        One line: the estimate, the limit and how to lift it.
-    """
+    """Refuse ``what`` (:class:`MemoryLimitError`) if its ``estimate`` (bytes) exceeds ``max_memory``
+    (default :func:`default_limit`); ``adjustable=False``: the caller takes no ``max_memory``."""
     limit = parse_size(max_memory) if max_memory is not None else default_limit()
     if estimate > limit and not adjustable:
         raise MemoryLimitError(f"{what} needs about {human(estimate)} of memory, more than the limit "
@@ -79,38 +62,23 @@ def check_memory(estimate: float, what: str, max_memory: int | str | None = None
             argument="max_memory")
 
 
-# ------------------------------------------------------------------ simulate's tokens
-#: ``(B, N, d)`` arrays in the compute dtype that a pure self-attention layer (one head:
-#: ``X <- A X W_V``) holds at its peak besides ``X(0)``: the layer's input ``X(t-1)`` (the
-#: keys), the fused projection ``[X W_Q W_K^T | X W_V]`` (two) and the output ``X(t)``.
-#: The metrics after the layer add none: μ's centred tokens and then the unit rows of the
-#: cosine metrics reuse one kept buffer, and the row-norm and cosine metrics read X itself
-#: (``metrics.registry.UNSCALED_METRICS``). Measured with
-#: ``ru_maxrss`` (tests/dynamics/test_dynamics_depth_memory.py): 4.2-4.5 on the windowed
-#: kernel in float32 and float64, the rest being the plan's index vectors and the chunks.
+#: ``(B, N, d)`` arrays a pure one-head layer holds at its peak besides ``X(0)``: its input
+#: (the keys), the fused projection ``[X W_Q W_K^T | X W_V]`` (two) and its output; the
+#: metrics reuse one buffer (checked with ``ru_maxrss``, tests/dynamics/test_dynamics_depth_memory.py).
 LAYER_TOKEN_COPIES = 4
-#: More arrays for any other block: a norm's output and temporaries, the residual sum,
-#: the wider projection and merged output of several heads. Measured over
-#: :data:`LAYER_TOKEN_COPIES`: 0.9 (post-norm LayerNorm), 1.8-2.0 (sphere, skip, post-LN,
-#: four heads), 3.0-3.2 (pre-LN); 4 keeps the estimate an upper bound.
+#: More arrays for any other block (norm, residual sum, several heads): an upper bound.
 BLOCK_TOKEN_COPIES = 4
-#: More ``(B, N, d)`` arrays per unit of ``mlp_ratio`` with the MLP sublayer (its hidden
-#: ``(B, N, mlp_ratio d)`` and GELU output): measured 14.2 copies in all for pre-LN at
-#: ``mlp_ratio = 4``.
+#: More ``(B, N, d)`` arrays per unit of ``mlp_ratio`` with the MLP sublayer.
 MLP_TOKEN_COPIES = 2
 
 
 def simulate_tokens_bytes(n_samples: int, n_tokens: int, d_model: int, itemsize: int, *, depth: int = 0,
                           record_states: bool = False, mlp_ratio: int = 0, input_itemsize: int = 8,
                           pure: bool = False) -> int:
-    """Bytes the token arrays of a ``simulate`` run need at its peak: the input ``X(0)``
-    ``(B, N, d)`` (``input_itemsize``: float64 as the input registry draws it), the layer's
-    working arrays in the compute dtype (:data:`LAYER_TOKEN_COPIES`; unless ``pure``, a
-    one-head block without norm, residual or MLP, also :data:`BLOCK_TOKEN_COPIES` and
-    :data:`MLP_TOKEN_COPIES`) and, with ``record_states``, the ``depth + 1`` states. For a
-    pure block it predicts the peak (the test compares it with ``ru_maxrss``); for the
-    others it is an upper bound. Attention scores and weights are estimated apart
-    (``dynamics.runner``)."""
+    """Peak bytes of a ``simulate`` run's token arrays: ``X(0)`` in ``input_itemsize``, the
+    layer's working copies in ``itemsize`` (more unless ``pure``: one head, no norm, residual
+    or MLP) and with ``record_states`` the ``depth + 1`` states. The peak for a pure block,
+    else an upper bound; attention is estimated apart (``dynamics.runner``)."""
     cells = int(n_samples) * int(n_tokens) * int(d_model)
     copies = LAYER_TOKEN_COPIES if pure else LAYER_TOKEN_COPIES + BLOCK_TOKEN_COPIES + MLP_TOKEN_COPIES * int(mlp_ratio)
     states = (int(depth) + 1) * itemsize if record_states else 0
@@ -120,14 +88,8 @@ def simulate_tokens_bytes(n_samples: int, n_tokens: int, d_model: int, itemsize:
 def check_simulate_tokens(n_samples: int, n_tokens: int, d_model: int, itemsize: int, *, depth: int,
                           record_states: bool = False, mlp_ratio: int = 0, input_itemsize: int = 8,
                           pure: bool = False, max_memory: int | str | None = None) -> None:
-    """Refuse a ``simulate`` run whose tokens (:func:`simulate_tokens_bytes`) exceed
-    ``max_memory``; called by ``simulate`` and, before it draws ``X(0)``, by the command line.
-
-    Raises
-    ------
-    MemoryLimitError
-        The estimate exceeds the limit (one line).
-    """
+    """Refuse (:class:`MemoryLimitError`) a ``simulate`` run whose tokens
+    (:func:`simulate_tokens_bytes`) exceed ``max_memory``."""
     need = simulate_tokens_bytes(n_samples, n_tokens, d_model, itemsize, depth=depth, record_states=record_states,
                                  mlp_ratio=mlp_ratio, input_itemsize=input_itemsize, pure=pure)
     dtype = {4: "float32", 8: "float64"}.get(itemsize, f"{itemsize}-byte")
@@ -135,34 +97,23 @@ def check_simulate_tokens(n_samples: int, n_tokens: int, d_model: int, itemsize:
                  max_memory)
 
 
-# ------------------------------------------------------------------ influence profiles
-#: Bytes per token of an influence profile's computation besides its ``(H, N)`` profiles:
-#: the mask's row intervals, the interval operator's arrays, its range-sum plans and their
-#: scans, one working vector per product. Measured (``ru_maxrss``, N = 2e6): 58-260 on the
-#: interval path (causal, sliding and causal windows, complete, documents, with and without
-#: decay; the most for documents with decay, planned at many block sizes), 51 + 42 per edge
-#: on the CSR path.
+#: Bytes per token of an influence computation besides its ``(H, N)`` profiles (row
+#: intervals, range-sum plans, working vectors; ``ru_maxrss`` at N = 2e6 stays below it).
 INFLUENCE_BYTES_PER_TOKEN = 320
-#: Bytes per mask edge on the CSR path (COO pieces while the mask is built at 48 per edge,
-#: then the weighted, row-normalised transpose): measured 42.
+#: Bytes per mask edge on the CSR path (COO pieces, then the row-normalised transpose).
 INFLUENCE_BYTES_PER_EDGE = 64
-#: Bytes per layer of depth beyond the profiles (the per-depth summary and its share of the
-#: per-layer weights): measured 495.
+#: Bytes per layer of depth beyond the profiles (the per-depth summary and weights).
 INFLUENCE_BYTES_PER_LAYER = 1024
-#: Bytes per token and per layer of the JSON document (the profile as a list of floats,
-#: its text; each per-depth summary): measured 159 per token and 486 per layer.
+#: Bytes per token and per layer of the JSON document.
 INFLUENCE_JSON_BYTES_PER_TOKEN, INFLUENCE_JSON_BYTES_PER_LAYER = 256, 1024
 
 
 def influence_bytes(n_tokens: int, depth: int, *, n_edges: int = 0, n_masks: int = 1, query_all: bool = False,
                     as_json: bool = False) -> int:
-    """Bytes :func:`rankcollapse.masks.influence` needs for ``N = n_tokens`` and ``H = depth``:
-    the float64 profiles ``(H, N)``, :data:`INFLUENCE_BYTES_PER_TOKEN` per token and
-    :data:`INFLUENCE_BYTES_PER_EDGE` per CSR edge (``n_edges``: edges of the masks on the
-    CSR path, 0 for interval masks), :data:`INFLUENCE_BYTES_PER_LAYER` per layer; with
-    ``query_all`` the dense ``N x N`` float64 matrix of each of the ``n_masks`` masks of a
-    schedule's period, the product and two temporaries; with ``as_json`` the document the
-    command line prints."""
+    """Bytes :func:`rankcollapse.masks.influence` needs for ``N = n_tokens``, ``H = depth``:
+    float64 profiles ``(H, N)``, the per-token, per-edge (``n_edges`` on the CSR path) and
+    per-layer costs; with ``query_all`` dense ``N x N`` matrices for ``n_masks`` masks plus
+    three; with ``as_json`` the printed document."""
     n, h = int(n_tokens), int(depth)
     need = 8 * h * n + INFLUENCE_BYTES_PER_TOKEN * n + INFLUENCE_BYTES_PER_EDGE * int(n_edges)
     need += INFLUENCE_BYTES_PER_LAYER * h

@@ -1,37 +1,12 @@
-"""Output folders: every command writes into ``--out`` through this module, and only its own files.
+"""Output folders: every command writes into ``--out`` through this module, only its own files.
 
-Everything already in an output folder is untrusted input (a manifest may be edited, a
-link planted, a user's file may carry one of the toolkit's names), so a run:
-
-* writes and deletes only names this version produces (:data:`PRODUCED`), each reached
-  from ``out`` one component at a time through directory descriptors opened with
-  ``O_NOFOLLOW``: a symbolic link (or a device, a FIFO, a folder) anywhere on the way or
-  at the name itself is refused, never followed. ``out`` itself is the user's path and
-  may be a link;
-* trusts its manifest (``.rankcollapse-manifest.json``, the files the last run wrote)
-  only when every entry is such a name (relative, normalised, no ``..``): a manifest
-  that is a link, not a list of names, or names anything else (``/home/me/x``,
-  ``sub/keep.txt``, a user's ``notes.txt``) is refused before anything is touched;
-* never replaces a file it did not write (one the manifest does not list): the run is
-  refused, naming the clashes. The names known before the work (``report.html``,
-  ``result.json``, a reproduce run's ``plots/<id>.png`` of every declared plot) are
-  checked before it starts, the others (figures whose names follow from the results)
-  before the first file is published.
-
-One run at a time: a run holds an exclusive ``fcntl.flock`` on ``<out>/.rankcollapse.lock``
-for its whole life; the file names the owner (pid, host, start time) for whoever finds it
-taken. The kernel drops the lock when the owner dies (``kill -9`` included), so a lock
-left by a dead run is taken over by the next one without any staleness guess. (``flock``
-is per machine: two hosts writing one ``--out`` on a network file system are not
-guarded; give each host its own ``--out`` and share only the cache.)
-
-Whole runs only: a run builds every output in a staging folder inside ``out`` and
-publishes it when complete (:func:`publish`): each file is renamed into place, the files
-the previous run listed and this run did not write are removed, then the manifest and
-the ``COMPLETE`` marker are written. A failure while building (a full disk) leaves the
-previous run whole. A non-empty folder that no run of this toolkit wrote is refused
-unless the caller allows it (``--allow-nonempty``); its files are then kept beside the
-run's, and a file of the same name as one the run writes is still refused.
+What is in an output folder is untrusted. A run writes and deletes only names of
+:data:`PRODUCED`, reached through ``O_NOFOLLOW`` directory descriptors (a link or non-regular
+file on the way is refused); trusts its manifest only when it lists such names; never
+replaces a file it did not write. A run holds an ``fcntl.flock`` on ``.rankcollapse.lock``
+(per machine; the kernel drops it when the owner dies), builds its outputs in a staging
+folder and publishes them whole (:func:`publish`). A non-empty folder no run wrote is
+refused unless allowed (``--allow-nonempty``). See docs/errors.md.
 """
 
 from __future__ import annotations
@@ -63,10 +38,8 @@ OWN_NAMES = (LOCK_NAME, MANIFEST, MARKER)
 #: Top-level files of ``reproduce`` (and of a run folder of a version without a manifest,
 #: whose marker then vouches for these names only).
 OUTPUT_NAMES = ("table.parquet", "table.csv", "claims.json", "config.json", "report.html", "report.md")
-#: Every file a command of this version writes into an output folder, as ``/``-separated
-#: patterns (``*`` matches within one name): ``reproduce``, ``phase``, ``probe``,
-#: ``simulate``, ``reproduce schedules``, ``theory system`` / ``portrait``, ``mask show`` /
-#: ``compare``. A manifest naming anything else is refused.
+#: Every file a command writes into an output folder, as ``/``-separated patterns (``*``
+#: within one name); a manifest naming anything else is refused.
 PRODUCED = (*OUTPUT_NAMES, "plots/*.png",
             "phase.parquet", "heatmap.png", "heatmap_*.png",
             "probe.csv", "probe.json", "probe.png", "windows.npz", "windows_*.npz", "geometry.md", "geometry.png",
@@ -81,9 +54,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 
 
 def produced(rel: object) -> bool:
-    """Whether ``rel`` is a name this version writes into an output folder: a relative,
-    normalised ``/``-separated path (no ``..``, no ``.``, no empty part) matching one of
-    :data:`PRODUCED` part by part."""
+    """Whether ``rel`` is a relative, normalised ``/``-separated path matching :data:`PRODUCED`."""
     if not isinstance(rel, str) or not rel or "\\" in rel or "\0" in rel or PurePosixPath(rel).as_posix() != rel:
         return False
     parts = rel.split("/")
@@ -94,7 +65,7 @@ def produced(rel: object) -> bool:
 
 
 def _folders() -> list[str]:
-    """The fixed folders of :data:`PRODUCED` (``plots``): checked for links up front."""
+    """The fixed folders of :data:`PRODUCED` (``plots``)."""
     return sorted({"/".join(p.split("/")[:k]) for p in PRODUCED for k in range(1, p.count("/") + 1)})
 
 
@@ -104,8 +75,8 @@ def _refuse_link(out: Path, rel: str, what: str) -> UnsafePathError:
 
 
 def _open_dir(out: Path, root: int, parts: list[str], *, create: bool = False) -> int | None:
-    """A descriptor of the folder ``out/parts`` reached from ``root`` without following a
-    link (None when a folder on the way is absent and ``create`` is false)."""
+    """A descriptor of ``out/parts`` reached from ``root`` without following a link (None:
+    absent and not ``create``)."""
     fd = os.dup(root)
     try:
         for k, name in enumerate(parts):
@@ -138,8 +109,7 @@ def _is_link(dir_fd: int, name: str) -> bool:
 
 
 def _state(out: Path, root: int, rel: str) -> str:
-    """``"absent"`` or ``"file"`` (a regular file) for ``out/rel``; anything else on the way
-    (a link at any depth, a folder, a FIFO) is refused."""
+    """``"absent"`` or ``"file"`` for ``out/rel``; anything else on the way is refused."""
     parts = rel.split("/")
     fd = _open_dir(out, root, parts[:-1])
     if fd is None:
@@ -165,15 +135,8 @@ def _root(out: Path) -> Iterator[int]:
 
 
 def manifest(out: str | os.PathLike) -> set[str]:
-    """The files the last run published into ``out`` (empty for none; for a finished run
-    of a version without a manifest, :data:`OUTPUT_NAMES`).
-
-    Raises
-    ------
-    UnsafePathError
-        The manifest is a link or not a regular file, is not a JSON list, or lists a name
-        this version does not write (the message quotes the first).
-    """
+    """The files the last run published into ``out`` (:data:`OUTPUT_NAMES` for a finished run
+    without a manifest); :class:`UnsafePathError` for a manifest that is not a list of produced names."""
     out = Path(out)
     path = out / MANIFEST
     try:
@@ -201,22 +164,15 @@ def manifest(out: str | os.PathLike) -> set[str]:
 
 def check_out(out: str | os.PathLike, names: Iterable[str] = (), *, allow_nonempty: bool = False,
               flags: bool | str = False) -> set[str]:
-    """Check, before any work and without touching anything, that a run may write ``names``
-    into the output folder ``out``; returns the previous run's files (:func:`manifest`).
-
-    ``out`` must be a folder that can be made; a non-empty one that no run wrote is refused
-    unless ``allow_nonempty``; its manifest must name only files this version writes; no
-    link may stand where a run would write or delete (the lock, the marker, ``plots/``, a
-    listed file, one of ``names``); and none of ``names`` may be a file the previous run
-    did not write.
+    """Check, touching nothing, that a run may write ``names`` into ``out``; returns the
+    previous run's files (:func:`manifest`).
 
     Raises
     ------
     ConfigError
-        ``out`` cannot be a folder, or is foreign and non-empty, or holds files of
-        ``names`` no run wrote (each named); with ``flags`` the message names the
-        command line's ``--out`` (or the flag ``flags`` names, e.g. ``"--save-states"``)
-        and ``--allow-nonempty``.
+        ``out`` cannot be a folder, is non-empty and no run wrote it (unless
+        ``allow_nonempty``), or holds files of ``names`` no run wrote; with ``flags`` naming
+        ``--out`` (or the flag ``flags`` gives) and ``--allow-nonempty``.
     UnsafePathError
         A link or non-regular file where the run would write, or an untrusted manifest.
     """
@@ -225,8 +181,11 @@ def check_out(out: str | os.PathLike, names: Iterable[str] = (), *, allow_nonemp
     check_writable(out, folder=True, option=option)
     if not out.is_dir():
         return set()
-    if not allow_nonempty:
-        check_own_or_empty(out, flags=flags)
+    found = set() if allow_nonempty else {p.name for p in out.iterdir()}
+    if found and not found & set(OWN_NAMES):  # a run would mix its outputs with files it does not know
+        allow = "--allow-nonempty" if flags else "allow_nonempty=True"
+        raise ConfigError(f"{option} {str(out)!r} is a non-empty folder that no run wrote ({len(found)} entries); "
+                          f"choose a new or empty folder, or pass {allow} to write beside its files")
     old = manifest(out)
     names = sorted(set(names))
     bad = [n for n in names if not produced(n)]
@@ -252,24 +211,9 @@ def _refuse_clashes(out: Path, clashes: list[str], option: str) -> None:
 
 
 class OutputFolder:
-    """The lock on output folder ``out`` (a context manager). Entering checks the folder
-    first (:func:`check_out`), so nothing is created in a folder that is refused.
-
-    Parameters
-    ----------
-    names : the files the run is known to write (checked for clashes before any work).
-    wait : when another live run holds the folder, wait for it instead of failing.
-    poll_s : how often to retry while waiting.
-    allow_nonempty : write into a non-empty folder that no run wrote, beside its files.
-    flags : name the command line's options (``--out``, or the flag given as a string) in messages.
-
-    Raises
-    ------
-    OutputBusyError
-        On entry, when another live run holds ``out`` and ``wait`` is false; the message
-        names its pid, host and start time.
-    ConfigError, UnsafePathError
-        On entry, as :func:`check_out`.
+    """The lock on output folder ``out``, a context manager whose entry first checks the folder
+    (:func:`check_out`, same ``names``, ``allow_nonempty``, ``flags``). With ``wait``, a folder held
+    by another live run is polled every ``poll_s`` seconds, else :class:`OutputBusyError` naming it.
     """
 
     def __init__(self, out: str | os.PathLike, names: Iterable[str] = (), *, wait: bool = False, poll_s: float = 1.0,
@@ -279,16 +223,12 @@ class OutputFolder:
         self._fd: int | None = None
         self._fresh = False
 
-    @property
-    def lock_path(self) -> Path:
-        return self.out / LOCK_NAME
-
     def __enter__(self) -> "OutputFolder":
         check_out(self.out, self.names, allow_nonempty=self.allow_nonempty, flags=self.flags)
         # a folder this run makes (absent or empty before) is removed again by a failure
         self._fresh = not self.out.exists() or (self.out.is_dir() and not any(self.out.iterdir()))
         self.out.mkdir(parents=True, exist_ok=True)
-        fd = open_private(self.lock_path, "lock file")
+        fd = open_private(self.out / LOCK_NAME, "lock file")
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -311,12 +251,10 @@ class OutputFolder:
         if self._fd is None:
             return
         if exc_type is not None and self._fresh:
-            # a failed run in a folder it made leaves nothing behind (docs/errors.md): the
-            # lock goes while still held, then every folder the run left empty
-            self.lock_path.unlink(missing_ok=True)
+            # a failed run in a folder it made leaves nothing behind (docs/errors.md)
+            (self.out / LOCK_NAME).unlink(missing_ok=True)
             _remove_empty(self.out)
-        # otherwise the file stays (unlinking it would let a waiter lock a file a third
-        # run no longer sees); closing the descriptor releases the lock
+        # else the lock file stays (a waiter could lock an unlinked file); closing releases the lock
         os.close(self._fd)
         self._fd = None
 
@@ -324,9 +262,8 @@ class OutputFolder:
 @contextmanager
 def writing(out: str | os.PathLike, marker_text: str, names: Iterable[str] = (), *, allow_nonempty: bool = False,
             flags: bool | str = True, wait: bool = False, keep: bool = False) -> Iterator[Path]:
-    """Hold ``out`` (:class:`OutputFolder`) and yield a staging folder to write the run's
-    files into; they are published (:func:`publish`, ``keep`` as there) when the block
-    ends without error, and dropped otherwise. For commands that write at the end."""
+    """Hold ``out`` (:class:`OutputFolder`) and yield a staging folder, published (:func:`publish`)
+    when the block ends without error."""
     with OutputFolder(out, names, wait=wait, allow_nonempty=allow_nonempty, flags=flags) as folder:
         with staged(folder.out, marker_text, keep=keep) as stage:
             yield stage
@@ -334,8 +271,7 @@ def writing(out: str | os.PathLike, marker_text: str, names: Iterable[str] = (),
 
 @contextmanager
 def staged(out: Path, marker_text: str, *, keep: bool = False) -> Iterator[Path]:
-    """A fresh staging folder inside ``out``, published with ``marker_text`` when the block
-    ends without error (the previous run stays whole otherwise). Hold ``out`` first."""
+    """A fresh staging folder in ``out`` (held), published with ``marker_text`` if the block succeeds."""
     stage = staging_folder(out)
     try:
         yield stage
@@ -347,15 +283,11 @@ def staged(out: Path, marker_text: str, *, keep: bool = False) -> Iterator[Path]
 
 def _remove_empty(folder: Path) -> None:
     """Remove ``folder`` and the folders under it that hold no file (bottom up)."""
-    for sub in sorted((p for p in folder.rglob("*") if p.is_dir() and not p.is_symlink()), reverse=True):
+    for sub in [*sorted((p for p in folder.rglob("*") if p.is_dir() and not p.is_symlink()), reverse=True), folder]:
         try:
             sub.rmdir()
         except OSError:  # holds a file: kept
             pass
-    try:
-        folder.rmdir()
-    except OSError:
-        pass
 
 
 def owner(out: str | os.PathLike) -> dict[str, Any]:
@@ -374,49 +306,20 @@ def describe(info: dict[str, Any]) -> str:
     return f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}"
 
 
-def check_own_or_empty(out: Path, *, flags: bool | str = False) -> None:
-    """Refuse ``out`` when it is a non-empty folder that no run of this toolkit wrote
-    (none of :data:`OWN_NAMES` in it): a run there would mix its outputs with files it
-    does not know.
-
-    Raises
-    ------
-    ConfigError
-        Naming the folder and the argument that allows it (``allow_nonempty``; with
-        ``flags``, the command line's ``--out`` and ``--allow-nonempty``).
-    """
-    if not out.is_dir():
-        return
-    names = {p.name for p in out.iterdir()}
-    if names and not names & set(OWN_NAMES):
-        o, allow = ((flags if isinstance(flags, str) else "--out"), "--allow-nonempty") if flags \
-            else ("out", "allow_nonempty=True")
-        raise ConfigError(f"{o} {str(out)!r} is a non-empty folder that no run wrote ({len(names)} entries); "
-                          f"choose a new or empty folder, or pass {allow} to write beside its files")
-
-
-def remove_orphan_tmp(out: Path) -> list[Path]:
-    """Delete what killed writers of this toolkit left in ``out`` and ``out/plots``: their
-    temporary files (``.<name>.*`` + :data:`~rankcollapse._io.TMP_SUFFIX`) and a staging
-    folder. A ``plots`` that is a link is not entered. Call only while holding the lock.
-    Returns the removed paths."""
-    removed = []
+def remove_orphan_tmp(out: Path) -> None:
+    """Delete what killed writers left in ``out`` and its fixed folders: temporary files
+    (:data:`~rankcollapse._io.TMP_SUFFIX`) and a staging folder. Hold the lock."""
     for folder in (out, *(out / f for f in _folders())):
-        if not folder.is_dir() or folder.is_symlink():
-            continue
-        for tmp in folder.glob(f".*{TMP_SUFFIX}"):
-            tmp.unlink(missing_ok=True)
-            removed.append(tmp)
+        if folder.is_dir() and not folder.is_symlink():
+            for tmp in folder.glob(f".*{TMP_SUFFIX}"):
+                tmp.unlink(missing_ok=True)
     staging = out / STAGING
     if staging.is_dir() and not staging.is_symlink():
         shutil.rmtree(staging)
-        removed.append(staging)
-    return removed
 
 
 def staging_folder(out: Path) -> Path:
-    """A fresh, empty staging folder inside ``out`` (same file system, so publishing is
-    renames only). Call only while holding the lock."""
+    """A fresh, empty staging folder inside ``out`` (publishing is renames only). Hold the lock."""
     staging = out / STAGING
     if staging.is_symlink():
         staging.unlink()
@@ -426,19 +329,11 @@ def staging_folder(out: Path) -> Path:
     return staging
 
 
-def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -> list[Path]:
-    """Move every file built in ``staging`` into ``out``, remove the files the previous
-    run's manifest lists that this run did not write (never anything else), then write
-    the manifest and, last, the ``COMPLETE`` marker. Returns the removed paths.
-
-    With ``keep`` the listed files stay and the manifest lists them beside this run's:
-    for commands that add one file (``mask show``, ``theory system``), so a folder can
-    gather the outputs of several of them.
-
-    Every name is checked first (a produced name, no link on the way, no file the
-    previous run did not write), so a refusal leaves ``out`` as it was. The marker is
-    removed before the first file moves, so a folder marked ``COMPLETE`` always holds
-    exactly the files its manifest lists. Call only while holding the lock.
+def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -> None:
+    """Move the files of ``staging`` into ``out``, remove those the previous manifest lists
+    that this run did not write (unless ``keep``: a folder gathering several commands'
+    files), then write the manifest and, last, the ``COMPLETE`` marker (removed before the
+    first move). Every name is checked first; hold the lock.
 
     Raises
     ------
@@ -460,7 +355,6 @@ def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    removed = []
     with _root(out) as root:
         if states[MARKER] == "file":
             os.unlink(MARKER, dir_fd=root)
@@ -486,7 +380,6 @@ def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -
                 os.unlink(name, dir_fd=fd)
             finally:
                 os.close(fd)
-            removed.append(out / rel)
             while folders:  # folders the removal left empty go too
                 last = folders.pop()
                 fd = _open_dir(out, root, folders)
@@ -499,4 +392,3 @@ def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -
     shutil.rmtree(staging, ignore_errors=True)
     write_json_atomic(out / MANIFEST, sorted(old | set(new)) if keep else new)
     write_text_atomic(out / MARKER, marker_text)
-    return removed

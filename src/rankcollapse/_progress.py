@@ -1,11 +1,4 @@
-"""Progress bars (rich) for the long loops of ``simulate``, ``probe`` and ``basin_estimate``,
-and the one test for a terminal that every progress display uses (the sweep engine's
-:class:`rankcollapse.sweep.progress.UnitProgress` included).
-
-Shown on stderr when it is a terminal (or when asked with ``progress=True``); quiet
-otherwise, so piped output, logs and tests stay clean. The bar is transient: it is
-erased when the loop ends.
-"""
+"""Transient progress bars (rich) on stderr for long loops, shown only on a terminal unless asked."""
 
 from __future__ import annotations
 
@@ -15,7 +8,7 @@ from typing import Iterator
 
 
 def stderr_is_tty() -> bool:
-    """Whether stderr is a terminal (False for a stream without ``isatty``, e.g. a capture)."""
+    """Whether stderr is a terminal (False for a stream without ``isatty``)."""
     return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
@@ -34,8 +27,7 @@ class Steps:
 
 @contextmanager
 def steps(total: int, description: str, enabled: bool | None = None) -> Iterator[Steps]:
-    """A :class:`Steps` counter with a rich bar of ``total`` steps when ``enabled``
-    (None = only when stderr is a terminal)."""
+    """A :class:`Steps` counter with a bar of ``total`` steps when ``enabled`` (None: on a terminal)."""
     if enabled is None:
         enabled = stderr_is_tty()
     if not enabled:

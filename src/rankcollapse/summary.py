@@ -1,19 +1,10 @@
-"""The results-table layout and its one summariser: statistics over samples.
+"""The per-layer results table and its one summariser: statistics over samples.
 
-Every per-layer results table of the project (``reproduce``'s ``table.parquet``,
-:func:`rankcollapse.models.probe`, :meth:`SimResult.summarise
-<rankcollapse.dynamics.SimResult.summarise>`, :meth:`BoundResult.summarise
-<rankcollapse.theory.BoundResult.summarise>`) has the columns
-
-``layer, point, metric, mean, std, q05, q25, q50, q75, q95, n_samples[, values]``
-
-one row per (measurement point, metric); ``layer`` and ``point`` follow
-:mod:`rankcollapse.points`. The statistics are over samples (windows or batch rows):
-``std`` is the population standard deviation (ddof 0, as ``numpy.std``), ``q..`` are
-``numpy.quantile``'s default (linear) quantiles, ``n_samples`` counts the samples that
-enter them. Non-finite values (NaN, ±inf) are left out of every statistic and of
-``n_samples``; ``values`` keeps all of a row's per-sample values, in sample order,
-non-finite ones included.
+Every results table (``table.parquet``, :func:`rankcollapse.models.probe`, ``summarise``
+of simulations and bounds) has the columns ``layer, point, metric, mean, std, q05, q25,
+q50, q75, q95, n_samples[, values]``, one row per (point, metric) (:mod:`rankcollapse.points`).
+``std`` has ddof 0, quantiles are ``numpy.quantile``'s linear ones; non-finite values are left
+out of the statistics and of ``n_samples``, ``values`` keeps them all in sample order.
 """
 
 from __future__ import annotations
@@ -48,19 +39,10 @@ def as_float64(values: Any) -> np.ndarray:
 
 
 def summarise(values: Any) -> dict[str, np.ndarray]:
-    """Statistics over samples of per-layer values.
+    """Statistics over samples of ``values`` ``(L, B)`` or ``(B,)`` (any float dtype, in float64).
 
-    Parameters
-    ----------
-    values : array-like or torch tensor ``(L, B)`` (L layers or points, B samples) or
-        ``(B,)`` (one row); any float dtype, computed in float64.
-
-    Returns
-    -------
-    dict of float64 arrays ``(L,)``: ``mean``, ``std`` (ddof 0), ``q05``, ``q25``,
-    ``q50``, ``q75``, ``q95`` (``numpy.quantile``, linear), and int64 ``n_samples``
-    (finite values per row). A row without a finite value has NaN statistics and
-    ``n_samples = 0``.
+    Returns float64 arrays ``(L,)`` ``mean``, ``std``, ``q05`` ... ``q95`` and int64
+    ``n_samples`` (finite values per row; 0 with NaN statistics for a row without one).
     """
     v = as_float64(values)
     if v.ndim == 1:
@@ -88,19 +70,9 @@ def summarise(values: Any) -> dict[str, np.ndarray]:
 
 
 def summary_table(values: Mapping[tuple[int, str, str], Any], *, per_window: bool = False) -> pd.DataFrame:
-    """The summary table of per-sample values keyed by ``(layer, point, metric)``.
-
-    Parameters
-    ----------
-    values : ``{(layer, point, metric): values (B,)}`` (array-like or tensor, or a list
-        of chunks concatenated in order); one row per key, in key order.
-    per_window : also the column ``values``: each row's float64 values ``(B,)``.
-
-    Returns
-    -------
-    pandas.DataFrame with the columns :data:`SUMMARY_COLUMNS` (+ ``values``); ``layer``
-    and ``n_samples`` int64, statistics float64 (:func:`summarise`).
-    """
+    """The summary table (:data:`SUMMARY_COLUMNS`, one row per key in key order) of
+    ``{(layer, point, metric): values (B,)}`` (arrays, tensors or lists of chunks);
+    ``per_window`` adds the column ``values`` (each row's float64 values)."""
     keys = list(values)
     every = [_concat(values[k]) for k in keys]
     cols: dict[str, Any] = {c: np.array([k[i] for k in keys], dtype=object)
@@ -122,9 +94,8 @@ def summary_table(values: Mapping[tuple[int, str, str], Any], *, per_window: boo
 
 def by_layer(metrics: Mapping[str, Any], *, layers: Sequence[int] | None = None,
              points: Sequence[str] | None = None) -> dict[tuple[int, str, str], np.ndarray]:
-    """``{metric: values (L, B)}`` keyed for :func:`summary_table`: row ``i`` of a metric
-    at ``layers[i]`` (default ``0..L-1``, layers applied) and ``points[i]`` (default
-    :func:`rankcollapse.points.point_after` of the layer); metric by metric, layer order."""
+    """``{metric: values (L, B)}`` keyed for :func:`summary_table`: row ``i`` at ``layers[i]``
+    (default ``i``) and ``points[i]`` (default :func:`rankcollapse.points.point_after`)."""
     out: dict[tuple[int, str, str], np.ndarray] = {}
     for name, vals in metrics.items():
         arr = as_float64(vals)

@@ -1,12 +1,8 @@
 """The ``rankcollapse`` command line: a thin layer over the Python API.
 
-Each sub-command lives in its own module exposing ``register(app)``; those modules
-import torch, transformers, pandas and the numerical packages only inside their commands,
-so ``--help``, ``--version`` and ``mask describe`` start without them
-(``benchmarks/bench_startup.py`` measures it). Every error
-below a command (the user's ``RankCollapseError``, an operating-system error, any
-other) prints one line and exits with status 2 (see :mod:`._boundary`); only a real
-interrupt exits with 130.
+Each sub-command module exposes ``register(app)`` and imports the numerical packages only
+inside its commands (``benchmarks/bench_startup.py``). Every error prints one line and exits
+with status 2 (:mod:`._boundary`); a real interrupt exits with 130.
 """
 
 from __future__ import annotations
@@ -29,6 +25,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     cls=Group,
 )
+INTERRUPTED = "rankcollapse: interrupted; rerun the same command to resume"
+
 
 def _print_version(value: bool) -> None:
     if value:
@@ -53,26 +51,18 @@ for _name in _SUBCOMMAND_MODULES:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI on ``argv`` (default ``sys.argv[1:]``); return the exit status.
-
-    Errors print one line on stderr: status 2 for every error, 130 for a real
-    interrupt (Ctrl-C), 0 on success.
-    """
+    """Run the CLI on ``argv`` (default ``sys.argv[1:]``); the exit status: 0, 2 for every
+    error (one line on stderr), 130 for a real interrupt."""
     try:
         rv = app(args=None if argv is None else list(argv), standalone_mode=False)
-        if rv == 130:  # typer turns a KeyboardInterrupt into exit status 130
-            print("rankcollapse: interrupted; rerun the same command to resume", file=sys.stderr)
-        return rv if isinstance(rv, int) else 0
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort as exc:
-        if isinstance(exc.__cause__, KeyboardInterrupt) or exc.__cause__ is None:
-            print("rankcollapse: interrupted; rerun the same command to resume", file=sys.stderr)
-            return 130
-        return _fail_line(describe(exc.__cause__))  # e.g. an EOFError outside a command
+        if not (isinstance(exc.__cause__, KeyboardInterrupt) or exc.__cause__ is None):
+            return _fail_line(describe(exc.__cause__))  # e.g. an EOFError outside a command
+        rv = 130
     except KeyboardInterrupt:
-        print("rankcollapse: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+        rv = 130
     except CliError as exc:
         exc.show()
         return exc.exit_code
@@ -84,13 +74,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         return _fail_line(f"{exc.format_message()} (see '{where} --help')")
     except Exception as exc:  # noqa: BLE001 - the boundary before any command runs
         return _fail_line(describe(exc))
+    if rv == 130:  # typer also turns a KeyboardInterrupt into exit status 130
+        print(INTERRUPTED, file=sys.stderr)
+    return rv if isinstance(rv, int) else 0
 
 
 def main() -> None:
-    """Console entry point (see :func:`run`); returns normally on success.
-
-    OpenMP threads waiting at a barrier sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``
-    unless the caller set it; set before torch is imported; docs/performance.md, "Threads")."""
+    """Console entry point (:func:`run`); OpenMP threads at a barrier sleep, not spin, unless the
+    caller set ``OMP_WAIT_POLICY`` (docs/performance.md, "Threads")."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     code = run()
     if code:

@@ -1,13 +1,5 @@
-"""The CLI's single error boundary and its one-value-per-option rule.
-
-Every command runs inside :meth:`Group.invoke`, so an error raised anywhere below a
-command becomes one line on stderr and exit status 2, whether the CLI runs from the
-console entry point or in-process (typer's ``CliRunner``). Errors are described by
-their kind: the toolkit's own errors carry their message; operating-system errors
-(an ``--out`` that is a file, a read-only folder) name the path and the reason;
-anything else is labelled an internal error, still as one line. A real
-``KeyboardInterrupt`` is not caught here: the entry point turns it into exit 130.
-"""
+"""The CLI's single error boundary (:meth:`Group.invoke`: any error below a command is one
+line on stderr, exit 2, also in-process) and its one-value-per-option rule."""
 
 from __future__ import annotations
 
@@ -47,7 +39,7 @@ class CliError(click.ClickException):
 
 
 def describe(exc: BaseException) -> str:
-    """One line for ``exc``, by its kind (see the module docstring)."""
+    """One line for ``exc``: the toolkit's message, an OS error's path and reason, or an internal error."""
     if isinstance(exc, RankCollapseError):
         return in_flags(exc)  # the argument it concerns named by its flag (_vocab)
     if isinstance(exc, OSError):
@@ -55,7 +47,7 @@ def describe(exc: BaseException) -> str:
         where = exc.filename if exc.filename is not None else ""
         if exc.errno == errno.EEXIST:
             reason = "a file is in the way of a folder to create (or the path exists)"
-        elif exc.errno in (errno.ENOTDIR,):
+        elif exc.errno == errno.ENOTDIR:
             reason = "a file is in the way where a folder is expected"
         return f"cannot use {where}: {reason}" if where else f"operating-system error: {reason}"
     if isinstance(exc, MemoryError):
@@ -64,10 +56,6 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, EOFError):
         return f"a file ended early (empty or truncated): {exc}".rstrip(": ")
     return f"internal error ({type(exc).__name__}: {exc}); please report this with the command line"
-
-
-def _as_cli_error(exc: Exception) -> CliError:
-    return CliError(describe(exc))
 
 
 class Command(TyperCommand):
@@ -95,8 +83,7 @@ class Command(TyperCommand):
 
 
 def _refuse_empty_paths(raw: dict[str, Any], params: list, ctx: click.Context) -> None:
-    """An empty path (``--out ""``: an unset shell variable) would be read as the working
-    directory; it is refused before anything runs."""
+    """Refuse an empty path (``--out ""``: an unset shell variable), else read as the working directory."""
     for param in params:
         if not _takes_path(param):
             continue
@@ -126,8 +113,7 @@ def _values(value: Any) -> tuple:
 
 
 def _check_number(value: Any, param: Any, ctx: click.Context) -> None:
-    """Numbers every option must meet, whatever the command: finite floats (NaN and
-    inf are no setting) and integers that fit 64 bits (numpy and torch consume them)."""
+    """Every option's numbers: finite floats, integers that fit 64 bits (numpy and torch consume them)."""
     name = (param.opts or [param.name])[0]
     if isinstance(value, float) and not math.isfinite(value):
         raise click.exceptions.UsageError(f"{name} must be a finite number, got {value}", ctx=ctx)
@@ -140,8 +126,7 @@ class Group(TyperGroup):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         cmd = super().get_command(ctx, cmd_name)
-        # typer builds every command with its own classes; give each the rules above
-        # (same state, a subclass adding behaviour only) so no registration can miss them
+        # typer builds every command with its own classes: no registration can miss the rules above
         if type(cmd) is TyperCommand:
             cmd.__class__ = Command
         elif type(cmd) is TyperGroup:
@@ -154,4 +139,4 @@ class Group(TyperGroup):
         except (typer.Exit, typer.Abort, click.ClickException, KeyboardInterrupt):
             raise
         except Exception as exc:  # the boundary: any other error becomes one line, exit 2
-            raise _as_cli_error(exc) from exc
+            raise CliError(describe(exc)) from exc

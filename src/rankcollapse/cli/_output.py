@@ -1,12 +1,5 @@
-"""What the commands print: ``--format json|csv|markdown|table``, strict JSON, whole tables.
-
-* JSON is strict (RFC 8259): a NaN or infinity becomes ``null`` (never the ``NaN`` /
-  ``Infinity`` tokens Python's ``json`` writes by default); numpy and torch values
-  become plain numbers or lists.
-* ``table`` is a rich table on a terminal; off a terminal (a pipe, a file) the table
-  is laid out as wide as its longest cells, so no name is ever cut or folded.
-* ``csv`` and ``markdown`` print the command's main table, one row per record.
-"""
+"""What the commands print (``--format table|json|csv|markdown``): strict JSON (NaN and
+infinities as ``null``), CSV or markdown of the main table, rich tables never cut off a terminal."""
 
 from __future__ import annotations
 
@@ -36,8 +29,7 @@ def check_format(fmt: str, allowed: Sequence[str] = FORMATS) -> str:
 
 
 def strict(obj: Any) -> Any:
-    """``obj`` with non-finite floats as None and numpy/torch values as plain Python;
-    other objects (e.g. paths) as their text."""
+    """:func:`~rankcollapse._io.strict_json` of ``obj`` with any other object as its text."""
     obj = strict_json(obj)
     if isinstance(obj, dict):
         return {k: strict(v) for k, v in obj.items()}
@@ -74,8 +66,6 @@ def print_records(rows: Sequence[dict], fmt: str, columns: Iterable[str] | None 
         w.writerow(cols)
         w.writerows([[_cell(r.get(c)) for c in cols] for r in rows])
         return
-    if fmt != "markdown":
-        raise ConfigError(f"print_records prints csv or markdown, not {fmt!r}")
     esc = [[_cell(r.get(c)).replace("|", "\\|") for c in cols] for r in rows]
     sys.stdout.write("| " + " | ".join(cols) + " |\n| " + " | ".join("---" for _ in cols) + " |\n")
     for cells in esc:
@@ -100,25 +90,10 @@ def records_table(title: str, rows: Sequence[dict]) -> Any:
                       ([f"{v:.3g}" if isinstance(v, float) else str(v) for v in r.values()] for r in rows))
 
 
-def console(renderable: Any = None) -> Any:
-    """A rich Console on stdout: the terminal's width on a TTY; off one, wide enough
-    for ``renderable`` (a table) at its natural width, so nothing is cut."""
-    from rich.console import Console
-
-    if sys.stdout.isatty() or renderable is None:
-        return Console(file=sys.stdout)
-    wide = Console(file=sys.stdout, width=100_000)
-    width = wide.measure(renderable).maximum
-    return Console(file=sys.stdout, width=max(80, width), soft_wrap=True)
-
-
 def make_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, show_header: bool = True,
                **column: Any) -> Any:
-    """A rich Table of ``rows`` under ``columns`` (each with the options ``column``, e.g.
-    ``overflow="fold"``) whose title, headers and text cells are literal: rich reads
-    ``[...]`` as markup, so a label such as ``[random-init, seed 0]`` would vanish; every
-    string is escaped (:func:`rich.markup.escape`). A cell that is already a rich
-    renderable (a styled ``rich.text.Text``) is kept as it is; other cells become their text."""
+    """A rich Table of ``rows`` under ``columns`` (each with the options ``column``); every
+    string is escaped (rich would read ``[random-init, seed 0]`` as markup), rich renderables kept."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -131,6 +106,11 @@ def make_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]
 
 
 def print_table(table: Any) -> None:
-    """Print a rich table (built by :func:`make_table`) on stdout (whole names off a
-    terminal; see :func:`console`)."""
-    console(table).print(table)
+    """Print a rich table on stdout: at the terminal's width, or off one as wide as the table (nothing cut)."""
+    from rich.console import Console
+
+    if not sys.stdout.isatty():
+        width = Console(file=sys.stdout, width=100_000).measure(table).maximum
+        Console(file=sys.stdout, width=max(80, width), soft_wrap=True).print(table)
+    else:
+        Console(file=sys.stdout).print(table)

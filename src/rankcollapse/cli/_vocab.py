@@ -1,16 +1,10 @@
-"""The command line's words for the API's arguments.
-
-The canonical vocabulary (docs/cli.md): ``--n-tokens``, ``--n-samples``, ``--d-model``,
-``--model``, ``--metrics``, ``--seed``, ``--device``, ``--out`` (a folder) and
-``--format json|csv|markdown|table``.
-"""
+"""The command line's words for the API's arguments (docs/cli.md)."""
 
 from __future__ import annotations
 
 from ..errors import RankCollapseError
 
-#: an API argument an error names (:attr:`RankCollapseError.argument`) -> the flag a
-#: command-line user typed
+#: an API argument an error names (:attr:`RankCollapseError.argument`) -> its flag
 FLAGS: dict[str, str] = {
     "n_tokens": "--n-tokens", "backend": "--backend", "qk_norm_scale": "--qk-norm-scale",
     "max_memory": "--max-memory", "text": "--text-file", "executor": "--executor", "workers": "--workers",

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import typer
 
 from .. import masks  # lazy (PEP 562): `rankcollapse --help` imports no numerical library
+from .._figure import save_figure
 from .._io import atomic_path, check_writable
 from .._memory import check_memory, influence_bytes, parse_size
+from .._outdir import check_out, writing
 from .._validate import check_int
 from ..errors import ConfigError, MaskError
 from ._output import ALLOW_NONEMPTY, FORMAT_HELP, check_format, make_table, print_json, print_result, print_table
@@ -30,8 +31,7 @@ _SPEC_HELP = ("Mask spec: NAME or NAME:key=value,... (e.g. causal_sliding_window
 
 
 def _n_tokens(spec: str, n: Optional[int]) -> int:
-    """``--n-tokens``, or the N a ``.npy`` mask file fixes (:func:`masks.spec_n_tokens`);
-    a given N must match the file (checked when the file is read)."""
+    """``--n-tokens``, or the N a ``.npy`` mask file fixes (:func:`masks.spec_n_tokens`)."""
     if n is not None:
         return check_int(n, "--n-tokens", low=1, error=MaskError)
     fixed = masks.spec_n_tokens(spec)
@@ -68,13 +68,8 @@ def describe(
     if as_json:
         print_json(d)
         return
-    rows = []
-    for key, value in d.items():
-        if key in ("spec",):
-            continue
-        if isinstance(value, list) and len(value) > 12:
-            value = f"{value[:6]} ... ({len(value)} in all)"
-        rows.append((key, value))
+    rows = [(key, f"{value[:6]} ... ({len(value)} in all)" if isinstance(value, list) and len(value) > 12 else value)
+            for key, value in d.items() if key != "spec"]
     print_table(make_table(f"mask {d['spec']}  (N = {n})", ("", ""), rows, show_header=False))
 
 
@@ -100,28 +95,12 @@ def show(
     if image not in IMAGE_FORMATS:  # the names --out may hold (rankcollapse._outdir.PRODUCED)
         raise ConfigError(f"--image-format must be one of {', '.join(IMAGE_FORMATS)}, got {image!r}")
     target = out / f"mask.{image}"
-    _check_target(out, target, allow_nonempty)
+    check_out(out, [target.name], allow_nonempty=allow_nonempty, flags=True)  # before any work
     mask = masks.parse_schedule(spec, n).composed() if masks.is_schedule(spec) else masks.parse_mask(spec, n)
-    with _writing(out, target, "mask show", allow_nonempty) as path:
-        masks.draw_mask(mask, masks.analyze(mask), path)
+    # published beside the files earlier commands wrote there
+    with writing(out, "mask show\n", [target.name], allow_nonempty=allow_nonempty, keep=True) as stage:
+        masks.draw_mask(mask, masks.analyze(mask), stage / target.name)
     typer.echo(f"wrote {target}", err=True)
-
-
-def _check_target(out: Path, target: Path, allow_nonempty: bool) -> None:
-    """Before any work: the folder ``out`` may receive ``target`` (rankcollapse._outdir)."""
-    from .._outdir import check_out
-
-    check_out(out, [target.name], allow_nonempty=allow_nonempty, flags=True)
-
-
-@contextlib.contextmanager
-def _writing(out: Path, target: Path, command: str, allow_nonempty: bool) -> Iterator[Path]:
-    """The path to write ``target`` to: one in a staging folder published into ``out``
-    beside the files earlier commands wrote there."""
-    from .._outdir import writing
-
-    with writing(out, f"{command}\n", [target.name], allow_nonempty=allow_nonempty, keep=True) as stage:
-        yield stage / target.name
 
 
 @mask_app.command("compare")
@@ -161,7 +140,7 @@ def compare(
         raise ConfigError(f"--exponent must be one of {', '.join(EXPONENTS)}, got {exponent!r}")
     target = out / "compare.csv" if out is not None else None
     if out is not None:
-        _check_target(out, target, allow_nonempty)
+        check_out(out, [target.name], allow_nonempty=allow_nonempty, flags=True)
     n = check_int(n, "--n-tokens", low=1, error=MaskError)
     if measure or any(masks.is_schedule(s) for s in specs):
         run = RunConfig(depth=check_int(depth, "--depth", low=1), seed=check_int(seed, "--seed", low=0))
@@ -169,11 +148,11 @@ def compare(
                                n_samples=check_int(samples, "--n-samples", low=1), d_qk=d_qk, token_norm=token_norm,
                                weight_norm=weight_norm, exponent=exponent)
     else:
-        df = compare_masks(specs, n, d_qk=d_qk, token_norm=token_norm,
-                                 weight_norm=weight_norm, exponent=exponent,
-                                 max_memory=parse_size(max_memory))
+        df = compare_masks(specs, n, d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm, exponent=exponent,
+                           max_memory=parse_size(max_memory))
     if out is not None:
-        with _writing(out, target, "mask compare", allow_nonempty) as path, atomic_path(path) as tmp:
+        with writing(out, "mask compare\n", [target.name], allow_nonempty=allow_nonempty, keep=True) as stage, \
+                atomic_path(stage / target.name) as tmp:
             df.to_csv(tmp, index=False)
     rows = [{k: _plain(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
     if print_result(fmt, rows, rows, df.columns):
@@ -221,7 +200,6 @@ def influence_command(
     result = influence(spec, n, depth=depth, alpha=alpha, decay=decay, query=query, epsilon=epsilon,
                        max_memory=limit)
     if plot is not None:
-        from .._figure import save_figure
         from ..masks.influence import draw_influence
 
         save_figure(draw_influence(result), plot)
@@ -245,7 +223,7 @@ _SHORT = {"n_tokens": "N", "n_edges": "edges", "quasi_strongly_connected": "QSC"
 
 
 def _plain(v):
-    """JSON-ready scalar: numpy scalars unwrapped, NaN / NA as null."""
+    """A JSON-ready scalar: numpy scalars unwrapped, NaN / NA as None."""
     import pandas as pd
 
     if v is None or (not isinstance(v, str) and pd.isna(v)):

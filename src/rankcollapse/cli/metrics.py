@@ -84,8 +84,7 @@ def metrics_command(
 
 
 def _states_table(folder: Path, file: Optional[Path], names: Optional[str], fmt: str) -> None:
-    """``metrics --states DIR``: the probe's per-layer table of recorded hidden states
-    (:func:`rankcollapse.models.states.states_table`), printed as ``probe`` prints it."""
+    """``metrics --states DIR``: the probe's table of recorded hidden states, printed as ``probe`` does."""
     from .probe import _metric_names, print_probe_table, refuse_options
 
     if file is not None:

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from .._outdir import OutputFolder, check_out, staged
 from ..errors import ConfigError
 from ._output import ALLOW_NONEMPTY, check_format, print_result
 
@@ -49,21 +50,18 @@ def phase(
     """Run every cell of the grid, label its regime (docs/phase.md) and write the report."""
     check_format(fmt)
     from ..sweep.executors import ExecutionConfig
-    from .._outdir import OutputFolder, check_out, staged
     from ..phase.grid import check_cells, expand_grid, parse_axes, parse_axis
     from ..phase.report import operator_notes, write_report
     from ..phase.sweep import run_phase
 
-    # checked here, not only when a cell needs computing: a fully cached grid would
-    # otherwise accept an executor option it ignores
+    # checked here: a fully cached grid would otherwise accept an executor option it ignores
     execution = ExecutionConfig(executor=executor, workers=workers, progress=progress)
     for name, value, low in (("--n-samples", samples, 1), ("--seeds", seeds, 1), ("--seed", seed, 0)):
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")
     axes = parse_axes(axis)
-    fixed = {}
-    for name, value in (("depth", depth), ("n_tokens", n_tokens), ("d_model", d_model)):
-        fixed[name] = parse_axis(f"{name}={value}")[1][0]
+    fixed = {name: parse_axis(f"{name}={value}")[1][0]
+             for name, value in (("depth", depth), ("n_tokens", n_tokens), ("d_model", d_model))}
     plot_axes = None
     if plot is not None:
         parts = tuple(p.strip() for p in plot.split(","))
@@ -75,10 +73,8 @@ def phase(
     check_cells(cells, samples, seeds=seeds)  # every cell's size, before the output folder is touched
     check_out(out, NAMES, allow_nonempty=allow_nonempty, flags=True)
     names = list(axes) or ["depth"]
-    meta = {"fixed": {k: v for k, v in {**fixed}.items() if k not in axes}, "samples": samples, "seeds": seeds,
-            "seed": seed}
-    # one run owns --out at a time; its outputs are built aside and published whole, so a
-    # smaller grid after a bigger one leaves none of the bigger one's heatmaps behind
+    meta = {"fixed": {k: v for k, v in fixed.items() if k not in axes}, "samples": samples, "seeds": seeds, "seed": seed}
+    # published whole: a smaller grid after a bigger one leaves none of its heatmaps behind
     with OutputFolder(out, NAMES, allow_nonempty=allow_nonempty, flags=True):
         table, timing = run_phase(cells, n_samples=samples, seeds=seeds, seed=seed,
                                   cache_dir=cache_dir if cache_dir is not None else out / "cache",

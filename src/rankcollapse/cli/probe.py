@@ -11,10 +11,13 @@ import typer
 
 from .. import models  # lazy package; `data` (torch) is imported by the command
 from .._io import atomic_path, write_json_atomic, write_text_atomic
+from .._memory import human, parse_size
+from .._outdir import check_out, writing
 from .._validate import check_device
 from ..errors import ConfigError
-from ._output import ALLOW_NONEMPTY, check_format, make_table, print_result, print_table, records_table
 from ..models.plot import PLOT_METRICS, drawn_metrics, plot_layers
+from ._click import ParameterSource, get_current_context
+from ._output import ALLOW_NONEMPTY, check_format, make_table, print_result, print_table, records_table
 
 
 def register(app: typer.Typer) -> None:
@@ -108,14 +111,10 @@ def probe_command(
                        ("--prompts", prompts)):
         _check_input_file(flag, path)  # before anything heavy is imported
     if influence:
-        from ._probe_influence import check_influence_options
-
-        check_influence_options(metrics=metrics, d_qk=d_qk, drop=drop,
-                                points=points, attentions=attentions, clip_massive=clip_massive, control=control,
-                                ablate_heads=ablate_heads, patch_from=patch_from)
+        _check_influence_options(metrics=metrics, d_qk=d_qk, drop=drop, points=points, attentions=attentions,
+                                 clip_massive=clip_massive, control=control, ablate_heads=ablate_heads,
+                                 patch_from=patch_from)
     if max_memory is not None:
-        from .._memory import parse_size
-
         parse_size(max_memory)
         for flag, given in (("--influence", influence), ("--patch-from", patch_from)):
             if given:
@@ -152,8 +151,6 @@ def probe_command(
         _check_save_states(save_states, out, influence=influence, control=control, n_models=len(names),
                            points=points, allow_nonempty=allow_nonempty)
     if out is not None:
-        from .._outdir import check_out
-
         n_runs = len(names) * (1 if control is None else 2)
         check_out(out, _out_names(influence=influence, n_runs=n_runs, attentions=attentions),
                   allow_nonempty=allow_nonempty, flags=True)
@@ -165,8 +162,7 @@ def probe_command(
 
     if isinstance(points, str):
         check_points(points)
-    # every input is read and cut into windows before the first (slow) model load: a
-    # refusal that needs no model (no tokenizer, a text too short) comes first
+    # every input is cut into windows before the first (slow) model load: refusals come first
     if windows_file is not None:
         given = _given_windows(windows_file, windows, length, tokenizer, text_file, corpus)
         prepared = [(model, None, given) for model in names]
@@ -210,8 +206,6 @@ def probe_command(
                              max_memory=max_memory)
         runs.append((loaded, wins, table))
         if max_memory is not None:
-            from .._memory import human
-
             notes.append(f"{loaded.name}: --max-memory {max_memory}: batches of {table.attrs['batch_size']} windows, "
                          f"predicted peak {human(table.attrs['predicted_peak_bytes'])}")
         if control is not None:  # same windows, same options, fresh weights
@@ -232,9 +226,7 @@ def probe_command(
         _echo_notes(notes)
         return
     if influence:
-        from ._probe_influence import report_influence
-
-        report_influence([table for _, _, table in runs], out, fmt, allow_nonempty=allow_nonempty)
+        _report_influence([table for _, _, table in runs], out, fmt, allow_nonempty=allow_nonempty)
         _echo_notes(notes)
         return
     if len(runs) > 1:
@@ -251,8 +243,6 @@ def probe_command(
         states = capture_states(loaded, wins, intervention, batch_size=batch_size, points=points,
                                 attentions=attentions)
     if out is not None:
-        from .._outdir import writing
-
         with writing(out, "probe\n", _out_names(attentions=attentions), allow_nonempty=allow_nonempty) as stage:
             write_outputs(stage, table, wins, doc)
             if maps is not None:
@@ -273,9 +263,13 @@ def probe_command(
     _echo_notes(notes)
 
 
+def _echo_notes(notes: list[str]) -> None:
+    for note in notes:
+        typer.echo(note, err=True)
+
+
 def print_probe_table(table: Any, fmt: str, doc: dict[str, Any] | None = None) -> bool:
-    """Print one probe table on stdout in ``fmt`` (``doc``: its :func:`to_json`); True for
-    the rich table, after which a caller may add its notes."""
+    """Print one probe table in ``fmt`` (``doc``: its :func:`to_json`); True for the rich table."""
     doc = to_json(table) if doc is None else doc
     if print_result(fmt, doc, doc["layers"]):
         return False
@@ -289,8 +283,7 @@ _PARITY_OPTIONS = ("model", "corpus", "text_file", "windows", "length", "gguf_fi
 
 
 def _report_parity(tables: list[Any], fmt: str) -> None:
-    """Print each model's parity table (:func:`rankcollapse.models.parity.parity`), then
-    fail with one line if any point is above its bound."""
+    """Print each model's parity table (:func:`rankcollapse.models.parity.parity`); fail above a bound."""
     from ..models.parity import check_parity
 
     rows = [{"model": t.attrs["model"], "dtype": t.attrs["dtype"], **r} for t in tables for r in t.to_dict("records")]
@@ -302,15 +295,44 @@ def _report_parity(tables: list[Any], fmt: str) -> None:
         check_parity(t)
 
 
+def _check_influence_options(**given: Any) -> None:
+    """Refuse the options ``--influence`` does not use (it measures the model as it is)."""
+    defaults = {"points": "hidden_states", "drop": "", "attentions": False, "clip_massive": False}
+    for name, value in given.items():
+        if value is not None and value != defaults.get(name, None):
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"--influence measures the model as it is, on its own mask or --mask; {flag} does "
+                              "not apply")
+
+
+def _report_influence(tables: list, out: Optional[Path], fmt: str, *, allow_nonempty: bool = False) -> None:
+    """Print the per-layer table of :func:`rankcollapse.models.influence.measure_influence` (a
+    ``model`` column first); ``out`` gets ``influence.csv`` and ``influence.json`` (with the profiles)."""
+    rows = [{"model": t.attrs["model"], **row} for t in tables for row in t.to_dict(orient="records")]
+    doc = {"models": [{"model": t.attrs["model"], "family": t.attrs["family"], "mask": t.attrs["mask"],
+                       "n_tokens": t.attrs["length"], "n_probes": t.attrs["n_probes"],
+                       "layers": t.to_dict(orient="records"),
+                       "profiles": {k: v.tolist() for k, v in t.attrs["profiles"].items()}} for t in tables]}
+    if out is not None:
+        import pandas as pd
+
+        with writing(out, "probe --influence\n", ("influence.csv", "influence.json"),
+                     allow_nonempty=allow_nonempty) as stage:
+            with atomic_path(stage / "influence.csv") as tmp:
+                pd.DataFrame(rows).to_csv(tmp, index=False)
+            write_json_atomic(stage / "influence.json", doc)
+    if not print_result(fmt, doc, rows):
+        print_table(records_table("Spearman's rho between the mask-only influence prediction (uniform attention, "
+                                  "fitted alpha) and the measured influence on the last token", rows))
+
+
 #: The options ``--hidden-states`` uses; every other one needs a live model.
 _RECORDED_OPTIONS = ("hidden_states", "metrics", "fmt", "out", "allow_nonempty", "batch_size")
 
 
 def _probe_recorded(folder: Path, metrics: Optional[str], fmt: str, out: Optional[Path], allow_nonempty: bool,
                     batch_size: int) -> None:
-    """``probe --hidden-states DIR``: the table of recorded states
-    (:func:`rankcollapse.models.states.states_table`); ``--out`` gets probe.csv,
-    probe.json and probe.png."""
+    """``probe --hidden-states DIR``: the table of recorded states; ``--out`` gets probe.csv, .json, .png."""
     refuse_options(_RECORDED_OPTIONS, "--hidden-states measures recorded states, without a model")
     from ..models.states import read_states, state_metrics, states_table
 
@@ -319,14 +341,10 @@ def _probe_recorded(folder: Path, metrics: Optional[str], fmt: str, out: Optiona
         raise ConfigError(f"--batch-size must be >= 1 (got {batch_size})")
     files = ("probe.csv", "probe.json", "probe.png")
     if out is not None:
-        from .._outdir import check_out
-
         check_out(out, files, allow_nonempty=allow_nonempty, flags=True)
     table = states_table(read_states(folder), names, batch_size=batch_size)
     doc = to_json(table)
     if out is not None:
-        from .._outdir import writing
-
         with writing(out, "probe\n", files, allow_nonempty=allow_nonempty) as stage:
             write_outputs(stage, table, None, doc)
         typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json", err=True)
@@ -334,10 +352,7 @@ def _probe_recorded(folder: Path, metrics: Optional[str], fmt: str, out: Optiona
 
 
 def refuse_options(allowed: tuple[str, ...], why: str) -> None:
-    """Refuse every option given on the command line whose parameter is not in ``allowed``
-    (one line naming the first, and ``why``)."""
-    from ._click import get_current_context
-
+    """Refuse the first option given on the command line whose parameter is not in ``allowed``."""
     ctx = get_current_context(silent=True)
     given = _explicit_options()
     for param in (ctx.command.params if ctx is not None else ()):
@@ -348,8 +363,7 @@ def refuse_options(allowed: tuple[str, ...], why: str) -> None:
 
 def _check_save_states(folder: Path, out: Optional[Path], *, influence: bool, control: Optional[str], n_models: int,
                        points: str, allow_nonempty: bool) -> None:
-    """``--save-states``: one model's metrics run, into a folder of its own (checked
-    before any model loads)."""
+    """``--save-states``: one model's metrics run, into a folder of its own."""
     if influence or control is not None or n_models > 1:
         what = "--influence" if influence else "--control" if control is not None else "several --model"
         raise ConfigError(f"--save-states writes one model's hidden states of a metrics run; drop {what}")
@@ -359,20 +373,13 @@ def _check_save_states(folder: Path, out: Optional[Path], *, influence: bool, co
                           "of them: drop it from --points")
     if out is not None and os.path.abspath(out) == os.path.abspath(folder):
         raise ConfigError("--save-states needs a folder of its own, not the --out folder")
-    from .._outdir import check_out
     from ..models.states import STATE_NAMES
 
     check_out(folder, STATE_NAMES, allow_nonempty=allow_nonempty, flags="--save-states")
 
 
-def _echo_notes(notes: list[str]) -> None:
-    for note in notes:
-        typer.echo(note, err=True)
-
-
 def _check_input_file(flag: str, path: Optional[Path]) -> None:
-    """An input that is not a regular file (a FIFO would block the read), refused before
-    any heavy import (a missing one is named by its reader, still before any model)."""
+    """Refuse an input that exists but is not a regular file (a FIFO would block the read)."""
     if path is not None and path.exists() and not path.is_file():
         raise ConfigError(f"{flag} {str(path)!r} is not a regular file (a FIFO, device or folder); refused")
 
@@ -394,17 +401,8 @@ def _metric_names(text: Optional[str]) -> tuple[str, ...] | None:
     return None if text is None else probe_metrics([n.strip() for n in text.split(",") if n.strip()])
 
 
-def _plotted(tables: dict[str, Any]) -> list[str] | None:
-    """Panels of probe.png: the default four, or the metrics asked for when they differ
-    (those with rows at the points the figure draws: no empty panel)."""
-    held = drawn_metrics(tables)
-    return None if {m for m, _ in PLOT_METRICS} <= set(held) else held
-
-
 def _out_names(*, influence: bool = False, n_runs: int = 1, attentions: bool = False) -> tuple[str, ...]:
-    """The files ``--out`` receives whatever the tables hold (``geometry.md`` and
-    ``geometry.png`` follow the metrics measured): checked for clashes before any model
-    loads."""
+    """The files ``--out`` receives whatever the tables hold (not ``geometry.*``)."""
     if influence:
         return ("influence.csv", "influence.json")
     wins = [f"windows_{k}.npz" for k in range(n_runs)] if n_runs > 1 else ["windows.npz"]
@@ -412,19 +410,18 @@ def _out_names(*, influence: bool = False, n_runs: int = 1, attentions: bool = F
 
 
 def _plot(tables: dict[str, Any], path: Path) -> None:
-    """probe.png (:func:`plot_layers`), or a note when no metric has rows it can draw
-    (e.g. only ``module:PATH`` points)."""
-    panels = _plotted(tables)
-    if panels == []:
+    """probe.png (:func:`plot_layers`): the default four panels, else the metrics with rows it can
+    draw; a note when none has."""
+    held = drawn_metrics(tables)
+    if not held:
         typer.echo(f"note: {path.name} not drawn: no metric at the points it draws (embeddings, layer.k.output, "
                    "layer.k.attention, final_norm)", err=True)
         return
-    plot_layers(tables, path, metrics=panels)
+    plot_layers(tables, path, metrics=None if {m for m, _ in PLOT_METRICS} <= set(held) else held)
 
 
 def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: bool = False) -> None:
-    """Outputs of several ``--model``: one table (rows tagged ``model``), one figure
-    with a line per model, ``windows_K.npz`` per model (K = position in ``models``)."""
+    """Outputs of several ``--model``: one table (rows tagged ``model``), one figure, ``windows_K.npz``."""
     import pandas as pd
 
     from ..models.geometry_story import forced_control_notes
@@ -438,8 +435,6 @@ def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: b
     combined = {"models": docs}
     rows = [{"model": d["model"], **row} for d in docs for row in d["layers"]]
     if out is not None:
-        from .._outdir import writing
-
         with writing(out, "probe\n", _out_names(n_runs=len(runs)), allow_nonempty=allow_nonempty) as stage:
             for k, (_, wins, _) in enumerate(runs):
                 wins.save(stage / f"windows_{k}.npz")
@@ -457,9 +452,7 @@ def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: b
 
 def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[str], text_file: Optional[Path],
                    corpus: str) -> Any:
-    """``--windows-file``: the file's windows, whole. Options that would make other windows
-    (text, tokenizer) are refused, and so are ``--n-samples``/``--n-tokens`` given with
-    values the file does not have."""
+    """``--windows-file``: the file's windows, whole; options that would make other windows are refused."""
     for flag, value in (("--text-file", text_file), ("--tokenizer", tokenizer), ("--corpus", None if corpus == "wiki" else corpus)):
         if value is not None:
             raise ConfigError(f"--windows-file gives the token ids; {flag} would cut other windows: give one of them")
@@ -478,8 +471,6 @@ def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[st
 
 def _explicit_options() -> set[str]:
     """Parameter names the user gave on the command line (empty outside a CLI call)."""
-    from ._click import ParameterSource, get_current_context
-
     ctx = get_current_context(silent=True)
     if ctx is None:
         return set()
@@ -487,8 +478,7 @@ def _explicit_options() -> set[str]:
 
 
 def _check_prompts(text_file: Optional[Path], windows_file: Optional[Path], corpus: str) -> None:
-    """``--prompts`` makes the windows itself: the options that make or size other windows
-    are refused."""
+    """``--prompts`` makes the windows: refuse the options that make or size other windows."""
     given = _explicit_options()
     for flag, value in (("--text-file", text_file), ("--windows-file", windows_file),
                         ("--corpus", None if corpus == "wiki" else corpus),
@@ -502,9 +492,7 @@ def _check_edits(ablate_heads: Optional[str], ablation: Optional[str], patch_fro
                  patch_point: Optional[str], patch_head: Optional[int], *, n_models: int, attentions: bool,
                  save_states: Optional[Path], control: Optional[str], out: Optional[Path],
                  others: dict[str, Any]) -> Any:
-    """``--ablate-heads``/``--ablation`` and ``--patch-from``/``--patch-point``/``--patch-head``,
-    checked before any model loads; returns the :class:`~rankcollapse.models.HeadAblation`
-    or None."""
+    """Check the head-ablation and patching options; the :class:`~rankcollapse.models.HeadAblation` or None."""
     edits = models.edits
     if ablation is not None and ablate_heads is None:
         raise ConfigError("--ablation says how --ablate-heads removes heads: give --ablate-heads too")
@@ -535,10 +523,8 @@ def _check_edits(ablate_heads: Optional[str], ablation: Optional[str], patch_fro
 
 def _patch_windows(path: Path, prepared: tuple, model: str, gguf_file: Optional[str], tokenizer: Optional[str],
                    seed: int, prompts: bool = False) -> Any:
-    """The clean windows of ``--patch-from``: a windows.npz as it is, prompts (with
-    ``--prompts``) or text cut with the probed windows' tokenizer, length and number;
-    refused unless they match the probed windows' shape and padding (checked before the
-    model loads)."""
+    """The clean windows of ``--patch-from`` (a windows.npz, prompts or text cut like the probed
+    windows), refused unless their shape and padding match the probed ones."""
     from .. import data
 
     _, tok, wins = prepared
@@ -559,8 +545,7 @@ def _patch_windows(path: Path, prepared: tuple, model: str, gguf_file: Optional[
 
 
 def to_json(table: Any) -> dict[str, Any]:
-    """The ``--json`` document: settings plus one entry per recorded point with each
-    metric's mean over windows."""
+    """The JSON document: settings and, per point, each metric's mean over windows."""
     wide = table.pivot_table(index=["layer", "point"], columns="metric", values="mean", sort=False)
     order = {p: i for i, p in enumerate(dict.fromkeys(table["point"]))}
     wide = wide.reset_index().sort_values(["layer", "point"], key=lambda s: s.map(order) if s.name == "point" else s)
@@ -573,8 +558,7 @@ def to_json(table: Any) -> dict[str, Any]:
     return {
         "model": attrs.get("model"), "family": attrs.get("family"), "n_samples": attrs.get("n_samples"),
         "n_tokens": attrs.get("n_tokens"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
-        "d_qk": attrs.get("d_qk"),
-        "drop": attrs.get("drop"),
+        "d_qk": attrs.get("d_qk"), "drop": attrs.get("drop"),
         **({"clip_massive": True, "massive_clips": attrs.get("massive_clips")} if attrs.get("clip_massive") else {}),
         **({"ablate_heads": attrs["ablate_heads"]} if attrs.get("ablate_heads") else {}),
         **({"batch_size": attrs["batch_size"], "predicted_peak_bytes": attrs["predicted_peak_bytes"]}
@@ -588,7 +572,6 @@ def to_json(table: Any) -> dict[str, Any]:
 
 def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None:
     """Table (CSV), plot, exact inputs (``windows.npz``, when ``wins`` is given) and the JSON document."""
-    out.mkdir(parents=True, exist_ok=True)
     if wins is not None:  # None: recorded states (probe --hidden-states), no windows
         wins.save(out / "windows.npz")
     with atomic_path(out / "probe.csv") as tmp:
@@ -599,10 +582,8 @@ def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None
 
 
 def write_geometry(out: Path, tables: dict[str, Any]) -> None:
-    """``geometry.md`` (what the massive-token and sink metrics show, in words computed
-    from the tables) and ``geometry.png`` (largest token norm / median and first-token
-    attention per layer, trained beside any random-init control), when the probe
-    measured ``max_norm_ratio``."""
+    """``geometry.md`` and ``geometry.png`` (massive tokens and sinks) when the probe measured
+    ``max_norm_ratio``."""
     from ..models.geometry_story import from_probe_tables, plot_geometry
 
     if not any((t["metric"] == "max_norm_ratio").any() for t in tables.values()):
@@ -614,8 +595,7 @@ def write_geometry(out: Path, tables: dict[str, Any]) -> None:
 
 
 def write_attentions(path: Path, maps: dict[str, Any]) -> None:
-    """Attention probabilities, one float32 ``(B, H, N, N)`` array per
-    ``layer.k.attention`` point, as a compressed ``.npz`` (written atomically)."""
+    """Attention probabilities as a compressed ``.npz``, one float32 ``(B, H, N, N)`` per point."""
     import numpy as np
 
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
@@ -623,8 +603,7 @@ def write_attentions(path: Path, maps: dict[str, Any]) -> None:
 
 
 def _print_summary(*tables: Any) -> None:
-    """One rich table: per layer and point, each metric's mean; a ``model`` column
-    first when several models are compared."""
+    """One rich table of each metric's mean per layer and point (a ``model`` column for several)."""
     import pandas as pd
 
     several = len(tables) > 1

@@ -9,6 +9,11 @@ from typing import List, Optional
 
 import typer
 
+from .._io import check_writable, read_as, read_regular
+from .._outdir import OUTPUT_NAMES, check_out
+from .._validate import check_int
+from ..errors import ConfigError
+from ._click import ParameterSource
 from ._output import ALLOW_NONEMPTY, check_format, make_table, print_json, print_table
 
 #: The options each sub-command that runs no experiment takes; any other option given
@@ -86,15 +91,12 @@ def register(app: typer.Typer) -> None:
         if name == "schedules":  # the schedule study has its own small runner (docs/schedules.md)
             from ..experiments.schedules import NAMES as SCHEDULE_NAMES, run_schedule_study
 
-            from .._outdir import check_out
-
             dest = out or Path("runs") / "schedules"
             check_out(dest, SCHEDULE_NAMES, allow_nonempty=allow_nonempty, flags=True)  # named by its flags
             table = run_schedule_study(dest, scale, seed, allow_nonempty=allow_nonempty)
             typer.echo(table.to_string(index=False))
             typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
             return
-        from .._validate import check_int
         from ..experiments.runner import StorageConfig, estimate_run, run_experiment
         from ..sweep.executors import ExecutionConfig
 
@@ -109,8 +111,6 @@ def register(app: typer.Typer) -> None:
                                     progress=progress and not as_json, shard=shard)
         storage = StorageConfig(cache_dir=cache_dir, recompute=recompute, wait=wait, allow_nonempty=allow_nonempty)
         if cache_dir is not None:  # named by its flag here; the API names its argument
-            from .._io import check_writable
-
             check_writable(cache_dir, folder=True, option="--cache-dir")
         overrides = {"masks": masks or None, "depth": depth, "n_samples": n_samples, "extra_models": models or None}
         overrides = {k: v for k, v in overrides.items() if v is not None}
@@ -121,8 +121,6 @@ def register(app: typer.Typer) -> None:
             print_estimate(est, as_json)
             return
         if out is not None and shard is None:  # named by its flags here, before the experiments load
-            from .._outdir import OUTPUT_NAMES, check_out
-
             check_out(out, OUTPUT_NAMES, allow_nonempty=allow_nonempty, flags=True)
         result = run_experiment(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides,
                                 nearby=nearby, execution=execution, storage=storage)
@@ -137,8 +135,7 @@ def register(app: typer.Typer) -> None:
 
 
 def print_shard(result, as_json: bool) -> None:
-    """What a shard computed and where it is (stdout): its units, computed and read from
-    the cache, the run's config hash (every shard of a run and the run itself share it)."""
+    """What a shard computed (units computed and cached) and where, with the run's config hash."""
     cost, config = result.config["cost"], result.config
     if as_json:
         print_json({"shard": config["shard"], "config_hash": config["config_hash"],
@@ -166,32 +163,14 @@ def print_estimate(est: dict, as_json: bool) -> None:
 
 
 def refuse_in_dry_run(ctx: typer.Context) -> None:
-    """Refuse ``--no-progress``/``--progress`` with ``--dry-run`` (nothing runs, so it
-    would be ignored); ``--wait`` and ``--allow-nonempty`` are refused by the estimate.
-
-    Raises
-    ------
-    ConfigError
-    """
-    from ..errors import ConfigError
-    from ._click import ParameterSource
-
+    """Refuse ``--progress``/``--no-progress`` with ``--dry-run``, which runs nothing (the estimate
+    refuses ``--wait`` and ``--allow-nonempty``)."""
     if ctx.get_parameter_source("progress") in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
         raise ConfigError("--progress/--no-progress does not apply to --dry-run, which runs nothing")
 
 
 def refuse_ignored(ctx: typer.Context, command: str) -> None:
-    """Refuse the options given on the command line that ``reproduce COMMAND`` does not
-    take (``summary --workers 0`` would otherwise be accepted and ignored).
-
-    Raises
-    ------
-    ConfigError
-        Naming the options.
-    """
-    from ..errors import ConfigError
-    from ._click import ParameterSource
-
+    """Refuse the options given that ``reproduce COMMAND`` does not take (:data:`SUBCOMMAND_OPTIONS`)."""
     keep = SUBCOMMAND_OPTIONS[command] | {"name", "target"}
     given = [p.opts[0] for p in ctx.command.params if p.name not in keep
              and ctx.get_parameter_source(p.name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
@@ -202,16 +181,13 @@ def refuse_ignored(ctx: typer.Context, command: str) -> None:
 
 
 def print_results(folder: Optional[Path], fmt: str) -> None:
-    """The results table of the finished run in ``folder`` on stdout (exit 2 on bad input)."""
-    from ..errors import ConfigError
+    """The results table of the finished run in ``folder`` on stdout."""
     from ..experiments.report import results_json, results_markdown
 
     if folder is None:
         raise ConfigError("reproduce summary needs a run folder: rankcollapse reproduce summary DIR")
     if fmt not in ("markdown", "table", "json"):
         raise ConfigError(f"--format must be markdown (alias table) or json, got {fmt!r}")
-    from .._io import read_as
-
     claims = finished_claims(folder)
     with read_as(Path(folder) / "claims.json", "claims file"):  # rendered whole before anything is printed
         text = None if fmt == "json" else results_markdown(claims)
@@ -223,12 +199,8 @@ def print_results(folder: Optional[Path], fmt: str) -> None:
 
 
 def finished_claims(folder: Path) -> list[dict]:
-    """The claims of the finished run in ``folder``, read as untrusted input: a planted
-    link or FIFO, a run without its COMPLETE marker or a file that is not a claims list
-    is refused (ConfigError)."""
-    from .._io import read_regular
-    from ..errors import ConfigError
-
+    """The claims of the finished run in ``folder``, read as untrusted input (a link, FIFO, an
+    unfinished run or not a claims list is refused)."""
     path = Path(folder) / "claims.json"
     if not path.exists() and not path.is_symlink():
         raise ConfigError(f"{folder}: no claims.json (not a finished run folder)")
@@ -239,8 +211,7 @@ def finished_claims(folder: Path) -> list[dict]:
 
 
 def print_audit(folder: Optional[Path], fmt: str) -> None:
-    """The robustness audit of the finished run in ``folder`` on stdout (exit 2 on bad input)."""
-    from ..errors import ConfigError
+    """The robustness audit of the finished run in ``folder`` on stdout."""
     from ..experiments.audit import audit_markdown, audit_run
 
     if folder is None:
@@ -259,11 +230,8 @@ def print_audit(folder: Optional[Path], fmt: str) -> None:
 
 
 def _checked_claims(raw: bytes, path: Path) -> list[dict]:
-    """The claims of ``claims.json`` if it has the shape a run writes: a non-empty list
-    of objects with string ``id``, ``effect`` and ``verdict`` (anything else is refused,
-    never printed as a table)."""
-    from ..errors import ConfigError
-
+    """The claims of ``claims.json``: a non-empty list of objects with string ``id``, ``effect``
+    and ``verdict``, else refused."""
     try:
         claims = json.loads(raw.decode("utf-8"))
     except RecursionError:
@@ -278,8 +246,7 @@ def _checked_claims(raw: bytes, path: Path) -> list[dict]:
 
 
 def print_summary(result) -> None:
-    """Short claims table and where the outputs are (stdout); the measured numbers of
-    every check are in the report and claims.json."""
+    """The short claims table and where the outputs are."""
     from rich.text import Text
 
     from ..experiments.report import controls_text, cost_text, number

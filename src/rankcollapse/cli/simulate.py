@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import typer
 
 from .. import dynamics, models  # lazy packages; `data` (torch) is imported where used
+from .._figure import save_figure
 from .._io import load_npy, versions, write_json_atomic
 from .._memory import check_simulate_tokens, parse_size
+from .._outdir import check_out, writing
+from .._validate import Spec
 from ..errors import ConfigError, DataError
 from ._output import ALLOW_NONEMPTY, check_format, print_result
 
@@ -19,21 +23,15 @@ N_TOKENS = 128
 
 def input_name(source: str) -> str | None:
     """The registry name of ``--input`` (a spec ``NAME[:key=value,...]``, checked), or None for a file path."""
-    from .._validate import Spec
     from ..dynamics.inputs import INPUTS, canonical_input
 
     return Spec.name_of(canonical_input(source)) if Spec.name_of(source) in INPUTS else None
 
 
 def _initial_tokens(source: str, n_tokens: int | None, d_model: int | None, samples: int, seed: int, loaded=None):
-    """X(0) ``(B, N, d)`` from ``source`` (see ``--input``), validated before any run.
-
-    A name of the input registry (:data:`rankcollapse.dynamics.inputs.INPUTS`) draws
-    with ``seed``; ``wikipedia`` embeds Wikipedia windows with ``loaded`` (the
-    ``--model`` model) or, without one, MiniLM, at the model's width; both take N from
-    ``n_tokens`` (default :data:`N_TOKENS`). Anything else is a ``.npy``/``.pt`` file,
-    whose shape gives N and d: ``n_tokens`` and ``d_model``, when given, must equal them.
-    """
+    """X(0) ``(B, N, d)`` from ``--input``: drawn from the input registry with ``seed``, Wikipedia
+    windows embedded by ``loaded`` (default MiniLM), or a ``.npy``/``.pt`` file whose N and d
+    a given ``n_tokens``/``d_model`` must equal."""
     from ..dynamics.inputs import INPUTS, make_tokens
 
     name = input_name(source)
@@ -68,8 +66,7 @@ def _initial_tokens(source: str, n_tokens: int | None, d_model: int | None, samp
 
 
 def _as_batch(X: "torch.Tensor", source: str, n_tokens: int | None, d_model: int | None) -> "torch.Tensor":
-    """``X`` as ``(B, N, d)``; its N and d are the run's, and a given ``--n-tokens`` or
-    width (``--d-model``, or the ``--model``'s) that contradicts them is refused."""
+    """``X`` as ``(B, N, d)``, refused if a given ``--n-tokens`` or width contradicts it."""
     if X.ndim == 2:
         X = X.unsqueeze(0)
     if X.ndim != 3:
@@ -88,13 +85,6 @@ FLOOR_MARK = "*"
 
 #: The files ``--out`` receives.
 NAMES = ("result.json", "mu_loglog.png")
-
-
-def _plot(result, path: Path, title: str, asked: list[str]) -> None:
-    """μ and μ/‖X‖_F when ``asked`` (the ``--metrics``) has them, else every metric asked."""
-    from .._figure import save_figure
-
-    save_figure(result.plot([k for k in ("mu", "mu_relative") if k in asked] or asked, title=title), path, dpi=120)
 
 
 def simulate_command(
@@ -155,8 +145,6 @@ def simulate_command(
     if dtype not in ("float32", "float64"):
         raise ConfigError(f"--dtype must be float32 or float64, got {dtype!r}")
     if out is not None:
-        from .._outdir import check_out
-
         check_out(out, NAMES, allow_nonempty=allow_nonempty, flags=True)
     if not d_qk > 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
@@ -179,17 +167,13 @@ def simulate_command(
         d_model = weights[0].d_model if d_model is None else d_model
     if name is not None and name != "wikipedia":  # drawn here: refuse a size that cannot fit before drawing it
         check_simulate_tokens(samples, N_TOKENS if n_tokens is None else n_tokens, 64 if d_model is None else d_model,
-                              8 if dtype == "float64" else 4,
-                              depth=depth, mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0,
+                              8 if dtype == "float64" else 4, depth=depth, mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0,
                               pure=cfg == dynamics.VARIANTS["pure"], max_memory=parse_size(max_memory))
     X0 = _initial_tokens(source, n_tokens, d_model, samples, seed, loaded)
     import torch  # here, not at the top: `rankcollapse --help` must not import torch
 
     if X0.is_floating_point():  # in the run's dtype now (simulate's own cast): no float64 copy held beside the run
         X0 = X0.to(getattr(torch, dtype))
-
-    import warnings
-
     from ..dynamics.runner import STATE_METRICS
     from ..metrics.floor import UNDERFLOW_METRICS
 
@@ -199,8 +183,7 @@ def simulate_command(
         run = dynamics.RunConfig(depth=depth, seed=seed, dtype=getattr(torch, dtype), device=device, backend=backend,
                                  record_epsilon=backend != "flex", max_memory=parse_size(max_memory))
         res = dynamics.simulate(X0, mask, block=cfg, run=run, d_qk=d_qk, value=value, query_key=query_key,
-                                weights=weights, shared=shared,
-                                metrics=asked + [m for m in STATE_METRICS if m not in asked])
+                                weights=weights, shared=shared, metrics=asked + [m for m in STATE_METRICS if m not in asked])
     for w in caught:
         if res.stopped is None or not str(w.message).startswith(f"after layer {res.stopped.after_layer}: X is the zero"):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -212,11 +195,11 @@ def simulate_command(
                         "model": pretrained}, **{k: report[k] for k in ("layers", "floor", "stopped", "notes")},
            "versions": versions()}
     if out is not None:
-        from .._outdir import writing
-
         with writing(out, "simulate\n", NAMES, allow_nonempty=allow_nonempty) as stage:
             write_json_atomic(stage / "result.json", doc)
-            _plot(res, stage / "mu_loglog.png", f"{mask}, {res.config['variant']}, d_qk={d_qk}", asked)
+            drawn = [k for k in ("mu", "mu_relative") if k in asked] or asked  # μ and μ/‖X‖_F when asked
+            save_figure(res.plot(drawn, title=f"{mask}, {res.config['variant']}, d_qk={d_qk}"), stage / "mu_loglog.png",
+                        dpi=120)
     for note in report["notes"]:
         typer.echo(f"note: {note}", err=True)
     if print_result(fmt, doc, [{**row, "at_floor": ";".join(row["at_floor"])} for row in layers]):

@@ -9,7 +9,8 @@ import typer
 
 from .. import theory
 from .._display import fixed
-from .._io import write_json_atomic
+from .._io import read_user_json, write_json_atomic
+from .._outdir import check_out, writing
 from ..errors import ConfigError
 from ._output import ALLOW_NONEMPTY, check_format, print_result
 
@@ -33,8 +34,6 @@ def _emit(obj: dict, fmt: str, lines: list[str], rows: Sequence[dict] = ()) -> N
 def _load_system(path: Optional[Path]):
     if path is None:
         return None
-    from .._io import read_user_json
-
     return theory.AttentionSystem.from_dict(read_user_json(path, "system JSON", ConfigError))
 
 
@@ -124,8 +123,6 @@ def system_cmd(
 ) -> None:
     """Write a system JSON for `theory find` and `theory basin`: the N = d = 2 causal example
     (spec.md §5.3: W_Q = W_K = 0, W_V = [[1, -3], [0, 2]]); edit it for other systems."""
-    from .._outdir import check_out, writing
-
     check_out(out, ["system.json"], allow_nonempty=allow_nonempty, flags=True)
     path = out / "system.json"
     obj = theory.causal_example_2x2().system.to_dict()
@@ -193,8 +190,6 @@ def portrait_cmd(
     allow_nonempty: bool = ALLOW_NONEMPTY,
 ) -> None:
     """N = d = 2 final angle vs starting angle, and d = 3 trajectories on the sphere (PNG)."""
-    from .._outdir import check_out, writing
-
     names = ["portrait_2d.png", "trajectories_3d.png"]
     check_out(out, names, allow_nonempty=allow_nonempty, flags=True)
     p2, p3 = (out / name for name in names)
