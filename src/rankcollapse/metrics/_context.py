@@ -44,10 +44,9 @@ class RankTolerance:
     noise_floor: bool = True
 
     def threshold(self, svals: torch.Tensor, n: int, d: int, frobenius: torch.Tensor, storage_eps: float = 0.0):
-        """Threshold ``(G, 1)`` for singular values ``svals`` ``(G, k)`` of the normalised
-        tokens with ``||X||_F`` ``frobenius`` ``(G,)``; ``storage_eps``: eps of the input's dtype."""
-        if self.atol is not None:
-            raise ValueError("atol is compared on the original scale; see _numerical_rank")
+        """Relative threshold ``(G, 1)`` (``atol`` is the caller's, on the input's scale) for
+        singular values ``svals`` ``(G, k)`` of the normalised tokens with ``||X||_F``
+        ``frobenius`` ``(G,)``; ``storage_eps``: eps of the input's dtype."""
         if self.rtol is not None:
             return svals[..., :1] * self.rtol
         tol = svals[..., :1] * (max(n, d) * torch.finfo(svals.dtype).eps)
@@ -221,19 +220,21 @@ def stable_norm(Y: torch.Tensor, dim) -> torch.Tensor:
     low = math.sqrt(info.tiny) / info.eps  # below this, lost squares could matter
     if Y.numel() == 0 or bool((torch.isfinite(r) & (r >= low)).all()):
         return r
-    peak = Y.abs().amax(dim=dim, keepdim=True)
-    _, exponent = torch.frexp(peak)  # peak = m 2^e, 0.5 <= m < 1
-    s = torch.where(peak > 0, torch.ldexp(torch.ones_like(peak), exponent - 1), 1.0)
+    s = _pow2(Y.abs().amax(dim=dim, keepdim=True))
     return torch.linalg.vector_norm(Y / s, dim=dim) * s.reshape(r.shape)
 
 
 def pow2_normalise(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(X / s, s)``, ``s`` ``(G,)`` the power of two with ``max |X / s|`` in ``[1, 2)`` per
     sample of ``X`` ``(G, L, d)`` (1 for a zero sample), as LAPACK's ``xLASCL``."""
-    peak = X.abs().amax(dim=(-2, -1))
-    _, exponent = torch.frexp(peak)  # peak = m 2^e, 0.5 <= m < 1
-    s = torch.where(peak > 0, torch.ldexp(torch.ones_like(peak), exponent - 1), torch.ones_like(peak))
+    s = _pow2(X.abs().amax(dim=(-2, -1)))
     return X / s.reshape(-1, 1, 1), s
+
+
+def _pow2(peak: torch.Tensor) -> torch.Tensor:
+    """``2^(e-1)`` for ``peak = m 2^e``, ``0.5 <= m < 1`` (``peak / 2^(e-1)`` in ``[1, 2)``); 1 at 0."""
+    _, exponent = torch.frexp(peak)
+    return torch.where(peak > 0, torch.ldexp(torch.ones_like(peak), exponent - 1), 1.0)
 
 
 def svdvals_fast(X: torch.Tensor) -> torch.Tensor:
@@ -355,16 +356,8 @@ def _checked_value(name: str, value: object, n: int) -> torch.Tensor:
     return value
 
 
-def evaluate(
-    X,
-    fns: Mapping[str, MetricFn],
-    *,
-    padding_mask=None,
-    mask=None,
-    dtype: torch.dtype | None = None,
-    tolerance: RankTolerance = RankTolerance(),
-    stacklevel: int = 3,
-) -> dict[str, torch.Tensor]:
+def evaluate(X, fns: Mapping[str, MetricFn], *, padding_mask=None, mask=None, dtype: torch.dtype | None = None,
+             tolerance: RankTolerance = RankTolerance(), stacklevel: int = 3) -> dict[str, torch.Tensor]:
     """Run the metric functions ``fns`` on every sample; values ``(B,)`` or 0-d.
     ``stacklevel``: of the :class:`ZeroRowWarning`."""
     eps = data_eps(X)

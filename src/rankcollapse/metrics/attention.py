@@ -35,16 +35,14 @@ def attention_entropy(A, mask=None, *, padding_mask=None) -> torch.Tensor:
 
     Returns
     -------
-    torch.Tensor
-        float64, 0-d for ``(N, N)`` input, ``(B,)`` otherwise, in ``[0, 1]``.
+    float64 tensor in ``[0, 1]``, 0-d for ``(N, N)`` input, ``(B,)`` otherwise.
 
     Raises
     ------
     MetricError
-        ``A`` not 2-D to 4-D or not square in its last two dimensions, empty, not
-        finite, negative, mass on a key that is not allowed, a counted row that does not
-        sum to 1 (tolerance ``sqrt(eps)`` of A's dtype), no row with two allowed keys;
-        a mask or padding mask of the wrong shape.
+        ``A`` of a wrong shape, empty, not finite or outside ``[0, 1]``; mass on a key not
+        allowed; a counted row not summing to 1 (tolerance ``sqrt(eps)`` of A's dtype); no
+        row with two allowed keys; a bad mask or padding mask.
     """
     A, batched, eps = _as_heads(A)
     B, _, N, _ = A.shape
@@ -74,16 +72,8 @@ def row_mass_deficit(A, mask=None, *, padding_mask=None) -> torch.Tensor:
     mask : accepted for the registry's signature; the deficit sums every key of a row.
     padding_mask : bool ``(N,)`` or ``(B, N)``, True = real token: padded queries are left out.
 
-    Returns
-    -------
-    torch.Tensor
-        float64, 0-d for ``(N, N)`` input, ``(B,)`` otherwise.
-
-    Raises
-    ------
-    MetricError
-        ``A`` not 2-D to 4-D, not square in its last two dimensions, empty, complex or not
-        finite; a padding mask of the wrong shape or with no real token in a sample.
+    Returns float64, 0-d for ``(N, N)`` input, ``(B,)`` otherwise; raises :class:`MetricError` for
+    ``A`` of a wrong shape, empty, complex or not finite, or a bad padding mask.
     """
     A = _as_array(A)
     batched = A.ndim >= 3
@@ -111,20 +101,10 @@ def participation_ratio(A, mask=None, *, padding_mask=None, summary: str = "mean
     summary : ``"mean"``, ``"median"`` (``torch.nanmedian``'s lower middle) or ``"max"`` over
         heads and real queries, or ``"rows"`` for every row.
 
-    Returns
-    -------
-    torch.Tensor
-        float64; a summary is 0-d for ``(N, N)`` input and ``(B,)`` otherwise; ``"rows"``
-        is ``(N,)``, ``(B, N)`` or ``(B, H, N)`` as ``A`` has two, three or four
-        dimensions, NaN at padded queries.
-
-    Raises
-    ------
-    MetricError
-        ``A`` not 2-D to 4-D or not square in its last two dimensions, empty, not
-        finite, negative, mass on a key that is not allowed, a real query's row that does
-        not sum to 1 (tolerance ``sqrt(eps)`` of A's dtype); a sample without a real
-        query; a mask or padding mask of the wrong shape; an unknown ``summary``.
+    Returns float64: a summary 0-d for ``(N, N)`` input, ``(B,)`` otherwise; ``"rows"`` ``(N,)``,
+    ``(B, N)`` or ``(B, H, N)`` as ``A``, NaN at padded queries. Raises :class:`MetricError` as
+    :func:`attention_entropy` (a sample without a real query instead of a counted row), and
+    for an unknown ``summary``.
     """
     if summary not in PR_SUMMARIES:
         raise MetricError(f"summary must be one of {', '.join(PR_SUMMARIES)}, got {summary!r}")
@@ -163,17 +143,8 @@ def gap_counting(logits, gaps, *, mask=None) -> torch.Tensor:
     gaps : ``(G,)`` non-negative gaps ``g``.
     mask : bool, broadcastable to ``logits``, True = key allowed; default every finite logit.
 
-    Returns
-    -------
-    torch.Tensor
-        int64 ``(..., G)``: 0 for a row with no allowed key, else between 1 and the row's
-        allowed keys, non-decreasing in ``g``.
-
-    Raises
-    ------
-    MetricError
-        ``logits`` empty, complex, or NaN or ``+inf``; ``gaps`` not a 1-D non-negative
-        finite sequence; a mask that does not broadcast.
+    Returns int64 ``(..., G)``, 0 for a row with no allowed key. Raises :class:`MetricError` for
+    ``logits`` empty, complex, NaN or ``+inf``, bad ``gaps``, or a mask that does not broadcast.
     """
     z, allowed = _logits(logits, mask)
     g = torch.as_tensor(gaps, dtype=torch.float64).detach()

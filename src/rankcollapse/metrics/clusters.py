@@ -19,26 +19,10 @@ CLUSTER_ANGLE = 0.1
 
 
 def cluster_count(X, *, angle: float = CLUSTER_ANGLE) -> torch.Tensor:
-    """Number of clusters of the token directions.
-
-    Parameters
-    ----------
-    X : ``(N, d)`` or ``(B, N, d)`` real tensor or array; zero tokens have no direction
-        and are left out (as for the cosines).
-    angle : link threshold in radians, in ``(0, pi]``: ``i, j`` are linked when
-        ``cos(x_i, x_j) >= cos(angle)``.
-
-    Returns
-    -------
-    torch.Tensor
-        float64, 0-d for ``(N, d)``, ``(B,)`` otherwise, integer values in ``[1, N]``.
-
-    Raises
-    ------
-    MetricError
-        Wrong shape, ``angle`` outside ``(0, pi]``, non-finite values, or a sample whose
-        tokens are all zero.
-    """
+    """Number of clusters of the token directions of ``X`` ``(N, d)`` or ``(B, N, d)`` (zero
+    tokens left out), ``i, j`` linked when ``cos(x_i, x_j) >= cos(angle)``, ``angle`` in
+    ``(0, pi]``: float64, 0-d or ``(B,)``. :class:`MetricError` for a bad X or ``angle``, or
+    a sample whose tokens are all zero."""
     angle = check_float(angle, "angle", low=0, high=math.pi, strict_low=True, error=MetricError)
     Xb, batched = as_batch(X, torch.float64)
     batch = Xb.detach().to("cpu")

@@ -79,17 +79,9 @@ def _cos_to_mean(ctx: MetricContext) -> torch.Tensor:
 
 
 def composite_norm(R: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Dong et al.'s composite norm ``||R||_{1,inf} = sqrt(||R||_1 ||R||_inf)`` ``(...)``.
-
-    Induced 1- and inf-norms (largest absolute column and row sum) of each matrix of ``R``
-    ``(..., N, d)``; ``out`` (shape of R): scratch for ``|R|``. Source: Dong, Cordonnier &
-    Loukas, ICML 2021, Sec. 2.2.
-
-    Raises
-    ------
-    MetricError
-        ``R`` is not a tensor of at least two dimensions.
-    """
+    """Dong et al.'s composite norm ``sqrt(||R||_1 ||R||_inf)`` ``(...)`` (induced norms: largest
+    absolute column and row sum) of each matrix of ``R`` ``(..., N, d)`` (ICML 2021, Sec. 2.2);
+    ``out``: scratch for ``|R|``. :class:`MetricError` unless R is a tensor of 2+ dimensions."""
     if not isinstance(R, torch.Tensor) or R.ndim < 2:
         raise MetricError(f"composite_norm needs a tensor (..., N, d), got "
                           f"{f'shape {tuple(R.shape)}' if isinstance(R, torch.Tensor) else type(R).__name__}")
@@ -145,23 +137,9 @@ def mu(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
 
     0 iff all tokens are equal. Source: Wu et al., NeurIPS 2024 (spec.md §3).
 
-    Parameters
-    ----------
-    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real; integer input is cast to
-        the default float dtype, half precision to float32.
-    padding_mask : bool ``(N,)`` / ``(B, N)``, True = real token; optional.
-    dtype : torch dtype to compute in, e.g. ``torch.float64``; optional.
-
-    Returns
-    -------
-    torch.Tensor : 0-d for ``(N, d)`` input, ``(B,)`` for a batch.
-
-    Raises
-    ------
-    MetricError
-        NaN/Inf in a real token, empty X, wrong number of dimensions, a sparse X or
-        one on the meta device (no dense values), a padding mask of the wrong shape or
-        one that removes every token of a sample.
+    Integer input is cast to the default float dtype, half precision to float32. Raises
+    :class:`MetricError` for NaN/Inf in a real token, an empty, sparse or meta X, a wrong
+    number of dimensions, or a bad padding mask.
     """
     return evaluate_one(X, "mu", _mu, padding_mask=padding_mask, dtype=dtype)
 
@@ -257,18 +235,8 @@ def interaction_energy(X, *, beta: float = ENERGY_BETA, padding_mask=None, dtype
     In ``[N^2 e^{-beta} / 2 beta, N^2 e^beta / 2 beta]`` (the top when every token points
     the same way); computed in log space. Zero tokens are left out (``ZeroRowWarning``).
 
-    Parameters
-    ----------
-    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real.
-    beta : inverse temperature ``beta > 0`` (default :data:`ENERGY_BETA` = 1, the
-        registry's ``interaction_energy``).
-    padding_mask, dtype : as :func:`mu`.
-
-    Raises
-    ------
-    MetricError
-        ``beta`` not a finite number > 0; every token zero; ``E_beta`` beyond the
-        compute dtype's range; otherwise as :func:`mu`.
+    As :func:`mu`; ``beta > 0`` (default :data:`ENERGY_BETA`, the registry's). Raises also for
+    every token zero and ``E_beta`` beyond the compute dtype's range.
     """
     beta = check_float(beta, "beta", low=0, strict_low=True, error=MetricError)
     return evaluate_one(X, "interaction_energy", lambda ctx: energy_of(ctx, beta), padding_mask=padding_mask,

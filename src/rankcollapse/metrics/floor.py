@@ -1,14 +1,9 @@
 """The round-off floor of a computation: one error model for every caller.
 
-A scale-free metric of a collapsed trajectory (``mu/||X||_F``, ``sigma_2/sigma_1``) is 0
-in exact arithmetic; computed, it reads round-off, at most
-
-    mu_floor(N, d) = 2 (N + d) eps
-
-for the computation's machine epsilon (Higham, *Accuracy and Stability of Numerical
-Algorithms*, eq. 3.5: the derivation and its calibration, ``benchmarks/floor_calibration.py``,
-are in docs/metrics.md, "Round-off floor"). A value at or below the floor is a bound, not a
-measurement (``experiments.quantities.combine_bounds``).
+A scale-free metric of a collapsed trajectory (``mu/||X||_F``, ``sigma_2/sigma_1``) is 0 in
+exact arithmetic and reads at most ``mu_floor(N, d) = 2 (N + d) eps`` of round-off (Higham,
+eq. 3.5; derivation and calibration in docs/metrics.md, "Round-off floor"). A value at or
+below the floor is a bound, not a measurement.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Geometry of trained-model token matrices: massive tokens and the shape of the spectrum.
 
 Massive activations (Sun et al. 2024) and spectral compression (Queipo-de-Llano et al.,
-arXiv 2510.06477), measured on the singular values ``sigma_1 >= ... >= sigma_k`` of the
-real, uncentred tokens and their row norms ``||x_i||``. Inputs and errors as
-:func:`rankcollapse.metrics.mu`. Bound: ``sigma_1^2 >= ||X^T e_i||^2 = ||x_i||^2``.
+arXiv 2510.06477) on the singular values of the real, uncentred tokens and their norms
+``||x_i||`` (``sigma_1^2 >= ||x_i||^2``). Inputs and errors as :func:`rankcollapse.metrics.mu`.
 """
 
 from __future__ import annotations

@@ -38,18 +38,8 @@ def dirichlet_energy(X, *, mask=None, padding_mask=None, dtype=None) -> torch.Te
     """Dirichlet energy ``E(X) = (1/N) sum_{(i, j): M[i, j]} ||x_i - x_j||_2^2`` over the
     directed edges of the mask (Rusch, Bronstein & Mishra 2023, Def. 3.1, without degree
     normalisation); ``E(cX) = c^2 E(X)``, and ``E = 2 mu(X)^2`` on the complete graph.
-
-    Parameters
-    ----------
-    X : ``(N, d)`` or ``(B, N, d)``.
-    mask : Mask, bool ``(N, N)`` or ``(B, N, N)`` over padded positions; default complete.
-    padding_mask, dtype : as :func:`rankcollapse.metrics.mu`.
-
-    Raises
-    ------
-    MetricError
-        Bad X or padding mask (see :func:`rankcollapse.metrics.mu`), or a mask that is
-        not boolean or of the wrong shape.
+    ``mask``: any mask form over the padded positions (default complete); otherwise as
+    :func:`rankcollapse.metrics.mu`, and raises for a bad mask.
     """
     return evaluate_one(X, "dirichlet_energy", _dirichlet_energy, mask=mask, padding_mask=padding_mask, dtype=dtype)
 

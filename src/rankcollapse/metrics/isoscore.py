@@ -1,15 +1,11 @@
 """IsoScore (Rudman, Gillman, Rayne & Eickhoff, Findings of ACL 2022, Algorithm 1) on the
 ``(N, d)`` layout (points = tokens = rows).
 
-With ``n = d`` and covariance eigenvalues ``lambda``, the algorithm's steps reduce to the
-closed form (``||lambda_hat - 1||^2 = 2n - 2 sqrt(n) r``, ``r = sum lambda / ||lambda||_2``)
-
-    IsoScore = (PR - 1) / (n - 1),   PR = (sum lambda)^2 / sum lambda^2 = tr(C)^2 / ||C||_F^2,
-
-the participation ratio of the covariance ``C``, taken from the smaller of the centred
-Gram and ``C`` (no eigendecomposition). Points spread isotropically over k dimensions
-score ``(k - 1) / (n - 1)``. Conventions (0/0): zero covariance scores 0; ``d = 1`` with
-non-zero variance scores 1.
+With ``n = d`` and covariance eigenvalues ``lambda`` the algorithm reduces to (since
+``||lambda_hat - 1||^2 = 2n - 2 sqrt(n) sum lambda / ||lambda||_2``)
+``IsoScore = (PR - 1) / (n - 1)``, ``PR = tr(C)^2 / ||C||_F^2`` the participation ratio of
+the covariance ``C``, read off the smaller of the centred Gram and ``C``. Conventions (0/0):
+zero covariance scores 0; ``d = 1`` with non-zero variance scores 1.
 """
 
 from __future__ import annotations

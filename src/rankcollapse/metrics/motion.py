@@ -17,23 +17,9 @@ def _token_radius(ctx: MetricContext) -> torch.Tensor:
 
 
 def angular_speed(X_prev: torch.Tensor, X_next: torch.Tensor) -> torch.Tensor:
-    """Mean angle (radians) between each token and itself one layer later.
-
-    Parameters
-    ----------
-    X_prev, X_next : float tensors ``(N, d)`` or ``(B, N, d)`` of the same shape:
-        ``X(t)`` and ``X(t+1)``.
-
-    Returns
-    -------
-    Tensor ``()`` or ``(B,)`` in float64: ``(1/N) sum_i 2 asin(||u_i - v_i|| / 2)`` of the unit
-    rows; NaN for a sample with a zero token.
-
-    Raises
-    ------
-    MetricError
-        Not two tensors, or shapes that differ or are not 2-D/3-D.
-    """
+    """Mean angle (radians) ``(1/N) sum_i 2 asin(||u_i - v_i|| / 2)`` between the unit rows of
+    ``X_prev`` ``X(t)`` and ``X_next`` ``X(t+1)``, ``(N, d)`` or ``(B, N, d)`` each: float64 ``()``
+    or ``(B,)``, NaN for a sample with a zero token; :class:`MetricError` for other shapes."""
     if not (isinstance(X_prev, torch.Tensor) and isinstance(X_next, torch.Tensor)):
         raise MetricError(f"angular_speed needs two torch tensors, got {type(X_prev).__name__} and "
                           f"{type(X_next).__name__}")

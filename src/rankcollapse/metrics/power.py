@@ -23,17 +23,9 @@ TIE = 1e-9
 
 def value_output_map(layer: Any) -> torch.Tensor:
     """``M = W_V W_O = sum_h W_V^h W_O^h`` ``(d, d)`` in float64 of one layer's weights
-    (biases left out; ``M = W_V`` without ``W_O``).
-
-    Parameters
-    ----------
-    layer : with ``W_V`` ``(d, H_kv d_v)``, ``W_O`` ``(H d_v, d)`` or None, ``n_heads`` and
-        ``n_kv_heads``, as :class:`rankcollapse.dynamics.LayerWeights`.
-
-    Raises
-    ------
-    MetricError
-        Shapes that do not make a square map.
+    (biases left out; ``M = W_V`` without ``W_O``). ``layer``: ``W_V`` ``(d, H_kv d_v)``, ``W_O``
+    ``(H d_v, d)`` or None, ``n_heads``, ``n_kv_heads``, as :class:`rankcollapse.dynamics.LayerWeights`;
+    :class:`MetricError` for shapes that do not make a square map.
     """
     W_V = layer.W_V.detach().to("cpu", torch.float64)
     W_O = getattr(layer, "W_O", None)
@@ -68,10 +60,7 @@ def principal_eigenvector(M: torch.Tensor) -> tuple[torch.Tensor, float]:
         an orthonormal basis of the plane of a complex leading pair.
     ratio : ``|lambda_2| / |lambda_1|`` over the eigenvalues outside ``v_1`` (0 if none).
 
-    Raises
-    ------
-    MetricError
-        ``M`` not square, not finite or zero.
+    Raises :class:`MetricError` for ``M`` not square, not finite or zero.
     """
     M = torch.as_tensor(M).detach().to("cpu", torch.float64)
     if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] == 0:
@@ -104,20 +93,10 @@ def v1_alignment(X, v1: torch.Tensor, *, padding_mask=None) -> torch.Tensor:
     tokens, ``P`` the projection onto the span of ``v1`` (about ``sqrt(2 / (pi d))`` for
     random directions and a line).
 
-    Parameters
-    ----------
-    X : ``(N, d)`` or ``(B, N, d)`` tokens.
-    v1 : ``(d,)`` unit vector or ``(k, d)`` orthonormal rows (:func:`principal_eigenvector`).
-    padding_mask : bool ``(N,)`` / ``(B, N)``, True = real token; None: every token.
-
-    Returns
-    -------
-    float64 tensor ``()`` or ``(B,)``.
-
-    Raises
-    ------
-    MetricError
-        Widths that differ, X not 2-D/3-D, or a sample without a non-zero real token.
+    ``X`` ``(N, d)`` or ``(B, N, d)`` -> float64 ``()`` or ``(B,)``; ``v1`` ``(d,)`` or ``(k, d)``
+    orthonormal rows (:func:`principal_eigenvector`); ``padding_mask`` bool, True = real
+    token. :class:`MetricError` for widths that differ, X not 2-D/3-D, or a sample without a
+    non-zero real token.
     """
     X = torch.as_tensor(X)
     V = torch.as_tensor(v1).to(torch.float64)

@@ -49,21 +49,13 @@ def least_squares_rate(values, *, floor, layers=None, shared: bool = False, befo
         fitted in float64.
     floor : float, or ``(B,)`` of the same library: values ``<= floor`` are left out.
     layers : ``(T,)`` abscissae (default ``0 .. T-1``).
-    shared : select the layers by column 0 (a point estimate) and fit every column on
-        those layers (its bootstrap or per-seed replicates, values clipped below at the
-        smallest positive float64). numpy only.
+    shared : select the layers by column 0 (a point estimate) and fit every column (its
+        replicates, clipped below at the smallest positive float64) on them; numpy only.
     before_floor : fit only the layers before the first at or below the floor (or non-finite).
 
-    Returns
-    -------
-    RateFit
-        ``slope`` and ``n_layers`` per column (``(1,)`` for 1-D ``values``).
-
-    Raises
-    ------
-    ConfigError
-        ``values`` not 1-D or 2-D with ``T >= 1``, ``layers`` not of
-        length ``T``, ``shared`` with a tensor.
+    Returns a :class:`RateFit` per column (``(1,)`` for 1-D ``values``); raises
+    :class:`ConfigError` for ``values`` not ``(T,)``/``(T, B)``, ``layers`` not of length ``T``,
+    or ``shared`` with a tensor.
     """
     v = values.double() if is_tensor(values) else np.asarray(values, dtype=np.float64)
     if v.ndim not in (1, 2) or v.shape[0] < 1:
@@ -133,17 +125,10 @@ LAWS = ("exponential", "power", "undecided")
 
 @dataclass(frozen=True)
 class LawFit:
-    """Exponential against power-law fit of a decaying trajectory, per column (numpy).
-
-    Attributes
-    ----------
-    rate : float64 ``(B,)``: ``b`` of ``log v = a + b t`` (natural log per layer).
-    exponent : float64 ``(B,)``: ``p`` of ``log v = a + p log t`` (``v ~ t^p``).
-    r2_exponential, r2_power : float64 ``(B,)``: R² of each fit on the same layers (NaN
-        under 3 layers or a constant ``log v``).
-    law : str ``(B,)``: the law of the larger R², or ``"undecided"`` (equal or NaN R², or a
-        slope ``>= 0`` under either law).
-    n_layers : int ``(B,)``: layers fitted.
+    """Exponential against power-law fit of a decaying trajectory, per column (numpy ``(B,)``):
+    ``rate`` ``b`` of ``log v = a + b t``, ``exponent`` ``p`` of ``log v = a + p log t``, the R² of
+    each (NaN under 3 layers or a constant ``log v``), ``law`` (that of the larger R², or
+    ``"undecided"``: equal or NaN R², or a slope ``>= 0``) and ``n_layers`` fitted.
     """
 
     rate: Any
@@ -163,20 +148,8 @@ def fit_decay_law(values, *, floor, layers=None) -> LawFit:
     on the same layers (``t > 0``, before the first value at or below ``floor``); each R² is
     ``b^2 S_xx / S_yy`` (Montgomery & Runger §11-8).
 
-    Parameters
-    ----------
-    values : numpy array or torch tensor ``(T,)`` / ``(T, B)``, fitted in float64 numpy.
-    floor : float: values ``<= floor`` are round-off.
-    layers : ``(T,)`` abscissae (default ``0 .. T-1``); only ``t > 0`` are fitted.
-
-    Returns
-    -------
-    LawFit
-
-    Raises
-    ------
-    ConfigError
-        ``values`` not 1-D or 2-D, ``layers`` not of length ``T``.
+    ``values``, ``floor``, ``layers`` as :func:`least_squares_rate` (fitted in float64 numpy;
+    only ``t > 0``); raises :class:`ConfigError` as it does.
     """
     v = values.detach().to("cpu").double().numpy() if is_tensor(values) else np.asarray(values, dtype=np.float64)
     if v.ndim not in (1, 2) or v.shape[0] < 1:

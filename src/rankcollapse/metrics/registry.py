@@ -234,33 +234,15 @@ def check_pairwise_memory(X, names, dtype, max_memory) -> None:
         check_memory(estimate, what, max_memory)
 
 
-DEFAULT_METRICS: tuple[str, ...] = (
-    "mu",
-    "mu_relative",
-    "rank_fraction",
-    "sigma_min",
-    "avg_abs_cos",
-    "sigma_ratio",
-    "rank_one_distance",
-    "stable_rank",
-    "effective_rank",
-)
+DEFAULT_METRICS: tuple[str, ...] = ("mu", "mu_relative", "rank_fraction", "sigma_min", "avg_abs_cos", "sigma_ratio",
+                                    "rank_one_distance", "stable_rank", "effective_rank")
 """The first-cut metrics plus the spectral ones of the same SVD."""
 
 
-def compute_metrics(
-    X,
-    names: Iterable[str] | None = None,
-    *,
-    padding_mask=None,
-    mask=None,
-    dtype: torch.dtype | None = None,
-    rank_atol: float | None = None,
-    rank_rtol: float | None = None,
-    rank_noise_floor: bool = True,
-    max_memory: int | str | None = None,
-    attention=None,
-) -> dict[str, torch.Tensor]:
+def compute_metrics(X, names: Iterable[str] | None = None, *, padding_mask=None, mask=None,
+                    dtype: torch.dtype | None = None, rank_atol: float | None = None, rank_rtol: float | None = None,
+                    rank_noise_floor: bool = True, max_memory: int | str | None = None,
+                    attention=None) -> dict[str, torch.Tensor]:
     """Compute several metrics at once, sharing one SVD and one Gram matrix per length.
 
     Parameters

@@ -74,13 +74,9 @@ def report_metrics(
 ) -> MetricReport:
     """Metrics of ``X`` with undefined ones reported, not raised (module docstring).
 
-    Parameters as :func:`~rankcollapse.metrics.compute_metrics`; a metric above
-    ``max_memory`` is undefined with the estimate in the reason.
-
-    Raises
-    ------
-    MetricError
-        Unknown names, or an input no requested metric can take (the first error).
+    Parameters as :func:`~rankcollapse.metrics.compute_metrics`; a metric above ``max_memory``
+    is undefined with the estimate in the reason. :class:`MetricError` for unknown names, or
+    an input no requested metric can take (the first error).
     """
     names = DEFAULT_METRICS if names is None else ((names,) if isinstance(names, str) else tuple(names))
     names = tuple(METRICS) if names == ("all",) else tuple(dict.fromkeys(names))
