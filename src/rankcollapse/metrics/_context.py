@@ -56,14 +56,11 @@ class RankTolerance:
 
 
 class MetricContext:
-    """Real tokens of the samples ``samples`` plus lazily cached intermediates shared by
-    all metrics of a call.
-
-    ``X`` ``(G, L, d)`` holds each sample divided by ``scale`` ``(G,)``, a power of two with
-    ``max |X| in [1, 2)`` (exact, so nothing under/overflows); metrics that scale with X
-    multiply by ``scale`` at the end. ``normalise=False`` keeps ``X`` itself (``scale = 1``),
-    exact for :data:`~rankcollapse.metrics.registry.UNSCALED_METRICS`. ``out``: an
-    ``X``-shaped buffer for the unit rows.
+    """Real tokens of the samples ``samples`` plus lazily cached intermediates shared by all
+    metrics of a call. ``X`` ``(G, L, d)`` holds each sample divided by ``scale`` ``(G,)``, a power
+    of two with ``max |X| in [1, 2)`` (exact, so nothing under/overflows; metrics that scale with
+    X multiply by ``scale``); ``normalise=False`` keeps ``X`` (``scale = 1``), exact for
+    :data:`~rankcollapse.metrics.registry.UNSCALED_METRICS`. ``out``: a buffer for the unit rows.
     """
 
     def __init__(self, X, samples, graph, tolerance, batched, data_eps=0.0, *, normalise: bool = True,

@@ -1,13 +1,9 @@
 """Metrics of attention probabilities ``A`` ``(N, N)``, ``(B, N, N)`` (one head) or
 ``(B, H, N, N)``, row ``i`` a distribution over the keys ``M[i, j]`` token ``i`` may attend.
 
-- normalised row entropy: 1 for uniform rows, 0 for one-hot rows ("entropy collapse",
-  Zhai et al., ICML 2023);
-- participation ratio ``PR_i = 1 / sum_j A_ij^2``, the effective number of keys attended
-  (``1 <= PR_i <= k_i``; ``exp`` of the Renyi-2 entropy);
-- gap-counting function ``n(g) = #{j allowed : max_k z_k - z_j <= g}`` of a row's logits,
-  whose growth decides how a temperature spreads the row (docs/phase.md, "Temperature
-  laws"); log-probabilities serve as logits.
+Normalised row entropy (0 for one-hot rows: "entropy collapse", Zhai et al., ICML 2023),
+participation ratio ``1 <= PR_i = 1 / sum_j A_ij^2 <= k_i`` (the effective number of keys),
+and the gap counts of a row's logits (docs/phase.md, "Temperature laws").
 """
 
 from __future__ import annotations
@@ -33,16 +29,10 @@ def attention_entropy(A, mask=None, *, padding_mask=None) -> torch.Tensor:
     padding_mask : bool ``(N,)`` or ``(B, N)``, True = real token: padded queries are
         left out and padded keys are not allowed.
 
-    Returns
-    -------
-    float64 tensor in ``[0, 1]``, 0-d for ``(N, N)`` input, ``(B,)`` otherwise.
-
-    Raises
-    ------
-    MetricError
-        ``A`` of a wrong shape, empty, not finite or outside ``[0, 1]``; mass on a key not
-        allowed; a counted row not summing to 1 (tolerance ``sqrt(eps)`` of A's dtype); no
-        row with two allowed keys; a bad mask or padding mask.
+    Returns float64 in ``[0, 1]``, 0-d for ``(N, N)`` input, ``(B,)`` otherwise. Raises
+    :class:`MetricError` for ``A`` of a wrong shape, empty, not finite or outside ``[0, 1]``;
+    mass on a key not allowed; a counted row not summing to 1 (tolerance ``sqrt(eps)`` of A's
+    dtype); no row with two allowed keys; a bad mask or padding mask.
     """
     A, batched, eps = _as_heads(A)
     B, _, N, _ = A.shape

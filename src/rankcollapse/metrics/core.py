@@ -1,10 +1,8 @@
 """Token-similarity metrics: μ(X), cosines and the Dong et al. (2021) residual.
 
-Public functions take ``X`` ``(N, d)`` (result 0-d) or ``(B, N, d)`` (result ``(B,)``), an
-optional ``padding_mask`` (``(N,)`` / ``(B, N)``, True = real token) and ``dtype`` to compute
-in; bad input raises :class:`~rankcollapse.errors.MetricError`. Cosine metrics leave zero
-tokens out (:class:`ZeroRowWarning`) and raise if every token is zero; with fewer than two
-non-zero tokens ``avg_abs_cos`` and ``avg_cos`` are 1, the collapsed value.
+Public functions take ``X`` ``(N, d)`` (result 0-d) or ``(B, N, d)`` (result ``(B,)``),
+``padding_mask`` (True = real token) and ``dtype``. Cosine metrics leave zero tokens out
+(:class:`ZeroRowWarning`), raise if every token is zero, and are 1 without a pair.
 """
 
 from __future__ import annotations

@@ -99,11 +99,6 @@ def alpha_req(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     et al., NeurIPS 2022), ``-slope`` of the OLS fit of ``ln lambda_i`` on ``ln i`` over
     ``i = 1..r``, r the numerical rank (:func:`~rankcollapse.metrics.numerical_rank`). X is
     not centred (pass ``X - X.mean(-2)`` for the paper's covariance spectrum: same alpha).
-
-    Raises
-    ------
-    MetricError
-        As :func:`~rankcollapse.metrics.mu`; fewer than 2 singular values above the
-        tolerance (rank <= 1, e.g. N = 1 or identical tokens): the fit is undetermined.
+    As :func:`~rankcollapse.metrics.mu`; refuses a rank <= 1 (the fit is undetermined).
     """
     return evaluate_one(X, "alpha_req", _alpha_req, padding_mask=padding_mask, dtype=dtype)

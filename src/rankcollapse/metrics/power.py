@@ -1,11 +1,9 @@
 """Alignment of tokens with the principal eigenvector of a layer's value-output map.
 
-Row convention: a token ``x`` maps to ``x M``, ``M = W_V W_O = sum_h W_V^h W_O^h``. Li and
-Altafini (arXiv 2605.25619) read a layer as one power-method step on ``F = M^T`` (the
-column convention's ``W_O W_V``): tokens tilt toward its principal eigenvector ``v_1`` at
-the rate ``|lambda_2 / lambda_1|`` per layer. ``v_1`` belongs to the eigenvalue of largest
-modulus (the largest real one among ties); for a complex pair it is the real plane the pair
-spans (an orthonormal basis of ``Re v, Im v``).
+A token ``x`` maps to ``x M``, ``M = W_V W_O``; Li and Altafini (arXiv 2605.25619) read a
+layer as a power-method step on ``F = M^T``: tokens tilt toward its principal eigenvector
+``v_1`` (of the largest modulus, the largest real one among ties; for a complex pair the
+real plane it spans) at the rate ``|lambda_2 / lambda_1|`` per layer.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The measured collapse rate of a metric trajectory: one least-squares fit for every caller.
 
-Model ``log v(t) = a + b t + e(t)`` over the layers whose value is above the ``floor``; ``b``
-(natural log per layer) is the OLS slope (Montgomery & Runger §11-2), ``exp(b)`` the
-per-layer decay factor. Values at or below the floor are round-off and left out. The
-floor is the computation's (docs/reproduce.md, "Floors belong to the computation"), passed
-explicitly by every caller: :func:`rankcollapse.metrics.floor.relative_floor` for a relative
-metric, one relative to its scale (``1e-12 · μ(0)``) for an absolute one.
+Model ``log v(t) = a + b t + e(t)`` over the layers above the ``floor``, ``b`` the OLS slope
+(natural log per layer), ``exp(b)`` the decay factor. The floor is the computation's, passed
+by every caller (docs/reproduce.md, "Floors belong to the computation").
 """
 
 from __future__ import annotations
@@ -81,7 +78,7 @@ def least_squares_rate(values, *, floor, layers=None, shared: bool = False, befo
         return RateFit((y - y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc), np.full(B, int(keep.sum())))
     n = above.sum(0)
     slope = _masked_slope(t, v, above)
-    return RateFit(_torch_where(n >= 2, slope, math.nan) if is_tensor(v) else np.where(n >= 2, slope, np.nan), n)
+    return RateFit(slope.where(n >= 2, math.nan) if is_tensor(v) else np.where(n >= 2, slope, np.nan), n)
 
 
 def _arange(v, T: int):
@@ -90,12 +87,6 @@ def _arange(v, T: int):
 
         return torch.arange(T, dtype=torch.float64, device=v.device)
     return np.arange(T, dtype=np.float64)
-
-
-def _torch_where(cond, a, b):
-    import torch
-
-    return torch.where(cond, a, torch.full_like(a, b))
 
 
 def _masked_slope(t, v, keep):

@@ -255,8 +255,7 @@ def compute_metrics(X, names: Iterable[str] | None = None, *, padding_mask=None,
     mask : any mask form over the padded positions, the graph of ``dirichlet_energy`` and
         ``mean_average_distance`` (default complete).
     dtype : compute dtype (or its name, ``"float64"``); default X's (half precision: float32).
-    rank_atol, rank_rtol, rank_noise_floor : the tolerance of
-        :func:`rankcollapse.metrics.numerical_rank`.
+    rank_atol, rank_rtol, rank_noise_floor : :func:`rankcollapse.metrics.numerical_rank`'s tolerance.
     attention : the attention probabilities ``(N, N)``, ``(B, N, N)`` or ``(B, H, N, N)`` of
         the layer that produced X, for :data:`ATTENTION_METRICS`.
     max_memory : bytes (or ``"8GiB"``) the metrics may allocate (:func:`metrics_bytes`),
@@ -264,8 +263,7 @@ def compute_metrics(X, names: Iterable[str] | None = None, *, padding_mask=None,
 
     Returns
     -------
-    dict[str, torch.Tensor] : ``name -> value`` in the order of ``names``, 0-d for
-        ``(N, d)``, ``(B,)`` for a batch, in the compute dtype.
+    dict[str, torch.Tensor] : ``name -> value`` in the order of ``names``, 0-d or ``(B,)``.
 
     Raises
     ------

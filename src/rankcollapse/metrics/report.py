@@ -100,12 +100,6 @@ def report_metrics(
 
 
 def _too_large(X, names, dtype, max_memory) -> dict[str, str]:
-    try:
-        check_pairwise_memory(X, names, _as_dtype(dtype), max_memory)
-    except MemoryLimitError:
-        pass
-    else:
-        return {}
     undefined = {}
     for name in names:  # which metrics are too large on their own; the others still run
         try:
