@@ -1,10 +1,5 @@
 """Phase diagram of self-attention dynamics: which weights, masks and norms collapse rank
-(docs/phase.md).
-
-``grid`` parses axes into cells, ``cell`` runs one cell, ``regime`` labels it, ``predict``
-gives the theory's prediction, ``sweep`` runs many cells on the sweep engine, ``report``
-writes the table and report, ``findings`` and ``normalisation`` summarise a table.
-"""
+(docs/phase.md)."""
 
 from typing import TYPE_CHECKING
 

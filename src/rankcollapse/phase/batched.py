@@ -1,13 +1,7 @@
-"""Many phase cells in one batched simulation.
-
-Cells equal on :data:`GROUP_KEYS` differ only in their weights, so they run as one batch,
-element ``b`` with its own ``W_Q, W_K, W_V`` per layer, through the dynamics' one-head fast
-path :func:`rankcollapse.dynamics.single_head.single_head_layer` (it agrees with
-:func:`rankcollapse.dynamics.simulate` to round-off). Layer measures are taken on chunks of
-:data:`MEASURE_BYTES` of layers, sample by sample, so the numbers are those of one call per
-layer. Cells above :data:`.grid.DENSE_MAX_TOKENS` tokens run on the windowed kernel
-(:func:`~rankcollapse.dynamics.single_head.single_head_layer_blocked`), reduced chunk by
-chunk without any ``(B, N, N)`` array.
+"""Many phase cells, equal on :data:`GROUP_KEYS`, in one batched simulation through the
+dynamics' one-head path (:func:`rankcollapse.dynamics.single_head.single_head_layer`; above
+:data:`.grid.DENSE_MAX_TOKENS` tokens the windowed kernel), each element with its own
+weights; layers are measured in chunks of :data:`MEASURE_BYTES`, sample by sample.
 """
 
 from __future__ import annotations
@@ -45,10 +39,8 @@ LAYER_METRICS = ("mu_relative", "mu", "avg_cos")
 GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "alpha", "input", "attention",
               "qk_norm", "headwise_rmsnorm")
 
-
-#: bytes of the attention ``(T, B, N, N)`` (at least of the states) of the ``T`` layers
-#: measured at once: about half an L2 cache, and at most the metrics'
-#: :data:`~rankcollapse.metrics._context.PAIR_BUDGET` (their cosines take one layer's path)
+#: bytes of the attention (at least of the states) of the layers measured at once: about half an L2
+#: cache, at most the metrics' :data:`~rankcollapse.metrics._context.PAIR_BUDGET` (one layer's path)
 MEASURE_BYTES = 2**20
 
 
@@ -89,11 +81,11 @@ class _Located:
 
     def __init__(self, cells: list[dict[str, Any]], seeds: range, n_samples: int) -> None:
         self.cells, self.seeds, self.n_samples = cells, seeds, n_samples
+        self.per = len(seeds) * n_samples  # trajectories per cell
         self.zero = torch.zeros(len(cells) * len(seeds) * n_samples, dtype=torch.int64)
 
     def where(self, b: int) -> str:
-        per = len(self.seeds) * self.n_samples
-        return (f"{cell_name(self.cells[b // per])} (seed {self.seeds[b % per // self.n_samples]}, "
+        return (f"{cell_name(self.cells[b // self.per])} (seed {self.seeds[b % self.per // self.n_samples]}, "
                 f"sample {b % self.n_samples})")
 
     def __call__(self, measure: Callable[[], dict], Xs: list[torch.Tensor], first: int) -> dict:
@@ -122,9 +114,8 @@ class _Located:
         return None
 
     def warn(self) -> None:
-        per = len(self.seeds) * self.n_samples
         for i, cell in enumerate(self.cells):
-            n = int(self.zero[i * per:(i + 1) * per].sum())
+            n = int(self.zero[i * self.per:(i + 1) * self.per].sum())
             if n:
                 warnings.warn(f"{cell_name(cell)}: {n} zero token(s) over its layers and samples have no direction; "
                               "they are excluded from cosine metrics", ZeroRowWarning, stacklevel=4)
@@ -143,14 +134,8 @@ def _stack(cells: list[dict[str, Any]], seeds: range, n_samples: int, depth: int
 def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1, seed: int = 0,
               backend: str = "auto") -> list[dict[str, Any]]:
     """The rows of ``cells`` (all equal on :data:`GROUP_KEYS`) as :func:`.cell.run_cell`;
-    ``backend`` as :func:`.grid.attention_backend`.
-
-    Raises
-    ------
-    ConfigError, MaskError
-        Cells that differ on a group key; a bad mask or input; an unknown ``backend``;
-        an attention operator other than softmax on the blocked backend.
-    """
+    ``backend`` as :func:`.grid.attention_backend`. :class:`ConfigError` or :class:`MaskError`
+    for cells that differ on a group key, a bad mask, input or ``backend``."""
     from ..errors import ConfigError
 
     first = cells[0]
@@ -180,7 +165,7 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     diverged_at = torch.full((B,), depth + 1)  # the layer whose output first overflowed
     eps_min = torch.ones(B, dtype=torch.float64)
     keep = {depth - max(1, depth // 10), depth}
-    states, zero_rows = {0: X}, []
+    states, zero_rows = [X] + [None] * depth, []  # trajectory_measures reads states 0, -1 - w and -1
     metrics = _state_measure()
     located = _Located(cells, seed_range, n_samples)
     chunks = [located(lambda: {k: v[None] for k, v in metrics(X).items()}, [X], 0)]  # X(0); then each chunk's layers
@@ -220,11 +205,7 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     metrics = {"mu_relative": torch.where(after, torch.ones((), dtype=X.dtype), per_layer["mu_relative"]),
                "avg_cos": per_layer["avg_cos"]}
     entropy = per_layer["entropy"].numpy()
-    # trajectory_measures reads only states[0], states[-1 - w] and states[-1]
-    kept: list = [None] * (depth + 1)
-    for t, S_t in states.items():
-        kept[t] = S_t
-    trs = trajectory_measures(metrics, kept, entropy)
+    trs = trajectory_measures(metrics, states, entropy)
     for b in np.nonzero(diverged.numpy())[0]:
         trs[b] = {"diverged": True}
     per = seeds * n_samples

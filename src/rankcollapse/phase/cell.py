@@ -1,12 +1,6 @@
-"""Run one phase cell: build X(0) and per-layer float64 weights, call
-:func:`rankcollapse.dynamics.simulate`, and reduce the trajectories to the measures
-:mod:`.regime` labels.
-
-Weights (docs/phase.md, "Axes"; families of :data:`rankcollapse.dynamics.weights.FAMILIES`,
-drawn from the stream ``(seed, 0, role)``): ``W_Q, W_K`` ``(d, d_qk)`` i.i.d.
-``N(0, s^2/d)``, ``s = qk_scale``; or, in a cell that sets ``beta``, scores
-``β <x_i, x_j>`` (``W_K = I``, ``W_Q = β sqrt(d) I``, ``d_qk = d``); ``W_V`` of the
-``value`` family times ``value_scale``.
+"""Run one phase cell through :func:`rankcollapse.dynamics.simulate` with its float64 weights
+(docs/phase.md, "Axes": ``W_Q, W_K`` i.i.d. ``N(0, s^2/d)``, or ``W_K = I``, ``W_Q = β sqrt(d) I``
+for scores ``β <x_i, x_j>``; ``W_V`` of the ``value`` family times ``value_scale``).
 """
 
 from __future__ import annotations
@@ -30,8 +24,6 @@ from .grid import block_config
 from .regime import trajectory_measures
 
 NEAR_IDENTITY_NOISE = 0.1  # std * sqrt(d) of the noise added to a I
-
-
 #: value family -> its registry parameters for the value scale ``a`` of ``cell`` (W_V = draw(family, **params))
 _VALUE_PARAMS = {
     "gaussian": lambda a, cell: {"std": a / math.sqrt(cell["d_model"])},
@@ -50,7 +42,6 @@ def _draw(seed: int, role: str, family: str, params: tuple, n: int, rows: int, c
 
 
 def _values(cell: dict[str, Any], n: int, seed: int) -> torch.Tensor:
-    """``(n, d, d)`` value matrices of the ``n`` drawn layers."""
     d, fam = cell["d_model"], cell["value"]
     if fam not in _VALUE_PARAMS:
         raise ConfigError(f"unknown value family {fam!r}")
@@ -102,20 +93,13 @@ def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
 
 @lru_cache(maxsize=32)
 def _log_value_norms(family: str, value_scale: float, d_model: int, n_tokens: int, n: int, seed: int) -> torch.Tensor:
-    """``ln ||W_V(t)||_2`` of the ``n`` drawn value matrices (cached)."""
     cell = {"value": family, "value_scale": value_scale, "d_model": d_model, "n_tokens": n_tokens}
     return torch.log(torch.linalg.matrix_norm(_values(cell, n, seed), ord=2))
 
 
 def make_input(kind: str, n_samples: int, n_tokens: int, d_model: int, seed: int) -> torch.Tensor:
     """X(0) ``(n_samples, n_tokens, d_model)`` float64 of the registry input ``kind`` under
-    seed ``seed``; ``wikipedia`` takes window block ``seed`` of the windows cut with seed 0.
-
-    Raises
-    ------
-    ConfigError
-        Unknown ``kind`` or bad sizes (:func:`~rankcollapse.dynamics.inputs.make_tokens`).
-    """
+    seed ``seed`` (``wikipedia``: window block ``seed`` of the windows cut with seed 0)."""
     kind = canonical_input(kind)
     if Spec.name_of(kind) == "wikipedia":
         return make_tokens(kind, n_samples, n_tokens, d_model, seed=0, block=seed)
@@ -127,36 +111,12 @@ def _entropy_per_layer(attention: list[torch.Tensor], allowed: torch.Tensor) -> 
     return row_entropy(torch.stack(attention), allowed).numpy()  # (T, B, H, N, N) -> (T, B)
 
 
-def _diverged_envelope(cell: dict[str, Any], info: Any, n_samples: int) -> dict[str, np.ndarray] | None:
-    from .predict import envelope_applies
-
-    if not envelope_applies(cell, info):
-        return None
-    return {"violations": np.full(n_samples, -1), "log10_margin": np.full(n_samples, np.nan), "layers": cell["depth"] + 1}
-
-
-def _join(parts: list) -> dict[str, np.ndarray] | None:
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        return None
-    return {"violations": np.concatenate([p["violations"] for p in parts]),
-            "log10_margin": np.concatenate([p["log10_margin"] for p in parts]), "layers": parts[0]["layers"]}
-
-
 def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: int = 0) -> dict[str, Any]:
-    """Simulate ``cell`` for ``seeds`` weight draws (``seed``, ``seed+1``, ...) with
-    ``n_samples`` inputs each and return the cell's row (see :func:`.regime.label_cell`).
-
-    Raises
-    ------
-    ConfigError, MaskError
-        A cell the dynamics cannot run (:func:`.grid.check_cells`), or above
-        :data:`.grid.DENSE_MAX_TOKENS` tokens (``run_phase`` runs those on the windowed kernel).
-    MemoryLimitError
-        The cell's :func:`.grid.cell_bytes` exceeds half the physical memory.
-    """
+    """The row of ``cell`` simulated for ``seeds`` weight draws (``seed``, ``seed+1``, ...) with
+    ``n_samples`` inputs each. Refuses (:func:`.grid.check_cells`) a cell the dynamics cannot
+    run or above :data:`.grid.DENSE_MAX_TOKENS` tokens (``run_phase`` runs those)."""
     from ..dynamics import RunConfig, simulate
-    from .predict import _envelope, _envelope_columns
+    from .predict import _envelope, _envelope_columns, envelope_applies
     from .grid import DENSE_MAX_TOKENS, check_cells
     from .regime import label_cell, theory_prediction
 
@@ -169,6 +129,7 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
     mask = parse_mask(cell["mask"], N)
     info = analyze(mask)
     cfg = block_config(cell)
+    dense = mask.to_dense()
     trajectories, envelopes, finals, deficits, sinks = [], [], [], [], []
     eps_min = 1.0
     for s in range(seed, seed + seeds):
@@ -182,22 +143,25 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
             if "non-finite" not in str(exc):
                 raise
             trajectories += [{"diverged": True}] * n_samples
-            envelopes.append(_diverged_envelope(cell, info, n_samples))
+            if envelope_applies(cell, info):  # not checked: overflowed
+                envelopes.append({"violations": np.full(n_samples, -1), "log10_margin": np.full(n_samples, np.nan),
+                                  "layers": cell["depth"] + 1})
             continue
-        ent = _entropy_per_layer(res.attention, mask.to_dense())
+        ent = _entropy_per_layer(res.attention, dense)
         eps_min = min(eps_min, float(res.epsilon_measured.min()))
         trajectories += trajectory_measures(res.metrics, res.states, ent)
-        dense = mask.to_dense()
         eps_b = torch.stack([A.masked_fill(~dense, 1.0).flatten(1).amin(1) for A in res.attention]).amin(0)
-        envelopes.append(_envelope(cell, info, res.metrics["mu"].numpy(), X0, eps_b.numpy(),
-                                   np.zeros(n_samples, dtype=bool)))
+        env = _envelope(cell, info, res.metrics["mu"].numpy(), X0, eps_b.numpy(), np.zeros(n_samples, dtype=bool))
+        envelopes += [env] if env is not None else []
         deficit = torch.stack([1.0 - A.sum(-1).mean(dim=(-1, -2)) for A in res.attention]).mean(0)  # (samples,)
         finals.append(res.states[-1])
         deficits.append(deficit)
         sinks.append(sink_mass(res.attention[-1][:, 0]))  # one head: (samples, N, N) -> (samples,)
     row = label_cell(trajectories)
     row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_measured=eps_min)
-    row.update(_envelope_columns(_join(envelopes), slice(None)))
+    row.update(_envelope_columns({"violations": np.concatenate([e["violations"] for e in envelopes]),
+                                  "log10_margin": np.concatenate([e["log10_margin"] for e in envelopes]),
+                                  "layers": envelopes[0]["layers"]} if envelopes else None, slice(None)))
     if finals:  # the trajectories of seeds that did not overflow
         row.update(operator_columns(torch.cat(finals), torch.cat(deficits), torch.zeros(sum(len(f) for f in finals),
                                     dtype=torch.bool), slice(None)))
@@ -205,7 +169,7 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
         row.update(row_mass_deficit=float("nan"), norm_spread=float("nan"), max_token_share=float("nan"))
     mass = torch.cat(sinks) if sinks else torch.zeros(0)  # the seeds that did not overflow
     row.update(sink_columns(mass, torch.zeros(len(mass), dtype=torch.bool), slice(None),
-                            uniform_sink_mass(mask.to_dense())))
+                            uniform_sink_mass(dense)))
     row["value_log_norm"] = value_log_norm(cell, range(seed, seed + seeds))
     row.update(theory_prediction(cell, info, eps_min, row["value_log_norm"]))
     return row

@@ -16,10 +16,6 @@ from .normalisation import bounded_median, cell_floor
 from .report import theory_agreement
 
 
-def _log10(x: pd.Series) -> pd.Series:
-    return np.log10(x.clip(lower=1e-300))
-
-
 def paired_norm_effect(table: pd.DataFrame, norm: str, base: str = "none") -> pd.DataFrame:
     """Cells with ``norm`` joined to the same cell with ``base``: ``regime_base``, ``regime``,
     ``dlog10_mu`` (log10 mu_relative, norm minus base) and the axis values."""
@@ -27,7 +23,8 @@ def paired_norm_effect(table: pd.DataFrame, norm: str, base: str = "none") -> pd
     left = table[table["norm"] == base].set_index(axes)
     right = table[table["norm"] == norm].set_index(axes)
     joined = right[["regime", "mu_relative"]].join(left[["regime", "mu_relative"]], rsuffix="_base", how="inner")
-    joined["dlog10_mu"] = _log10(joined["mu_relative"]) - _log10(joined["mu_relative_base"])
+    joined["dlog10_mu"] = (np.log10(joined["mu_relative"].clip(lower=1e-300))
+                           - np.log10(joined["mu_relative_base"].clip(lower=1e-300)))
     return joined.reset_index()
 
 
@@ -85,7 +82,7 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
     out["attention_labels"] = {"cells": int(len(att)),
                                "whole_depth_rate_interval_below_0": int((att["rate_hi"] < 0).sum()),
                                "tail_rate_interval_below_0": int((att["rate_last_hi"] < 0).sum())}
-    rc = table.assign(collapse=table["regime"] == "rank_collapse", log10_mu=_log10(table["mu_relative"]))
+    rc = table.assign(collapse=table["regime"] == "rank_collapse")
     if "mask" in table:
         out["by_mask"] = {m: {"radius": int(g["radius"].iloc[0]), "cells": int(len(g)),
                               "regimes": g["regime"].value_counts().to_dict(),
@@ -96,15 +93,13 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
         out["by_d_qk"] = {int(k): {"frac_rank_collapse": round(float(g["collapse"].mean()), 4),
                                    "median_entropy": float(g["attention_entropy"].median())}
                           for k, g in rc.groupby("d_qk")}
-    out["by_qk_scale"] = {float(k): {r: round(float((g["regime"] == r).mean()), 4) for r in sorted(set(table["regime"]))}
+    regimes = sorted(set(table["regime"]))
+    out["by_qk_scale"] = {float(k): {r: round(float((g["regime"] == r).mean()), 4) for r in regimes}
                           for k, g in rc.groupby("qk_scale")}
     if "beta" in table and table["beta"].notna().any():  # the cells that set beta have no qk_scale
         out["by_beta"] = {(k if isinstance(k, str) else float(k)): {r: round(float((g["regime"] == r).mean()), 4)
-                                                                     for r in sorted(set(table["regime"]))}
-                          for k, g in rc.groupby("beta")}
-    out["theory"] = theory_summary(table)
-    # and Theorem 1's pointwise envelope beside the agreement
-    out["theory"]["theorem1_envelope"] = envelope_summary(table)
+                                                                     for r in regimes} for k, g in rc.groupby("beta")}
+    out["theory"] = {**theory_summary(table), "theorem1_envelope": envelope_summary(table)}
     if "law" in table:  # a table without the decay-law columns has none
         out["decay_law"] = {p: g["law"].value_counts().to_dict() for p, g in table.groupby("placement")}
     return out

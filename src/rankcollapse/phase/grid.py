@@ -1,8 +1,5 @@
-"""Axes of the phase sweep (docs/phase.md, "Axes") and their expansion into cells.
-
-A cell is a dict of every axis. Values are parsed from ``--axis NAME=v1,v2,...``, with
-``;`` between a spec's keys (``bigbird:w=3;globals=1;random=2``). Every cell is checked
-before anything runs (:func:`check_cells`).
+"""Axes of the phase sweep (docs/phase.md, "Axes") and their expansion into cells, dicts of
+every axis; ``--axis NAME=v1,v2,...`` with ``;`` between a spec's keys (``bigbird:w=3;globals=1``).
 """
 
 from __future__ import annotations
@@ -52,8 +49,7 @@ _float = _value("float", 0)
 
 
 def _beta(text: str) -> float | str:
-    """A number ``β >= 0`` or a temperature law (:mod:`rankcollapse.dynamics.temperature_laws`),
-    kept as its canonical string (``log:2.0``)."""
+    """A number ``β >= 0`` or a temperature law, kept as its canonical string (``log:2.0``)."""
     if is_law(text):
         return parse_law(text).spec
     return _float(text)
@@ -136,7 +132,6 @@ AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "headwise_rmsnorm": (_value("bool"), False),
 }
 DEFAULTS = {name: default for name, (_, default) in AXES.items()}
-_PARSERS = {name: parse for name, (parse, _) in AXES.items()}
 
 
 def parse_axis(text: str) -> tuple[str, list[Any]]:
@@ -145,12 +140,12 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
         raise ConfigError(f"--axis expects a string NAME=v1,v2,..., got {type(text).__name__} {text!r}")
     name, eq, values = text.partition("=")
     name = name.strip()
-    if not eq or name not in _PARSERS:
+    if not eq or name not in AXES:
         raise ConfigError(f"--axis expects NAME=v1,v2,... with NAME one of {', '.join(AXES)}, got {text!r}")
     items = [v.strip().replace(";", ",") for v in values.split(",") if v.strip()]  # ';': a spec's commas
     if not items:
         raise ConfigError(f"--axis {name}: no values")
-    parse = _PARSERS[name]
+    parse = AXES[name][0]
     try:
         return name, [parse(v) for v in items]
     except ConfigError as exc:
@@ -171,20 +166,15 @@ def parse_axes(texts: list[str]) -> dict[str, list[Any]]:
 def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
                 zipped: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Every combination of ``axes`` (last axis fastest) over the defaults updated by
-    ``fixed``. The axes in ``zipped`` vary together (value ``i`` of each with value ``i`` of
-    the others), crossed with the rest at the position of the first of them.
-
-    Raises
-    ------
-    ConfigError
-        Not dicts; an unknown axis; a bad ``zipped``; a value (or zipped tuple) given twice;
-        a cell :func:`check_cells` refuses.
+    ``fixed``; the axes in ``zipped`` vary together (value ``i`` of each with value ``i`` of
+    the others). :class:`ConfigError` for an unknown axis, a bad ``zipped``, a value given
+    twice, or a cell :func:`check_cells` refuses.
     """
     if not isinstance(axes, dict) or not isinstance(fixed or {}, dict):
         raise ConfigError(f"axes and fixed must be dicts {{name: values}}, got {type(axes).__name__} and "
                           f"{type(fixed).__name__}")
     fixed = dict(fixed or {})
-    unknown = (set(axes) | set(fixed) | set(zipped)) - set(_PARSERS)
+    unknown = (set(axes) | set(fixed) | set(zipped)) - set(AXES)
     if unknown:
         raise ConfigError(f"unknown axes {sorted(unknown)}; choose from {', '.join(AXES)}")
     empty = [name for name, values in axes.items() if len(values) == 0]
@@ -325,16 +315,9 @@ def check_long_cell(cell: dict[str, Any]) -> None:
 
 def check_cells(cells: Any, n_samples: int | None = None, *, seeds: int = 1) -> None:
     """:func:`check_cell` and :func:`check_long_cell` for every cell, each mask built once per
-    ``N``; with ``n_samples``, every cell's :func:`cell_bytes` of its ``seeds n_samples``
-    trajectories against half the physical memory.
-
-    Raises
-    ------
-    ConfigError, MaskError
-        No cells, or a cell refused.
-    MemoryLimitError
-        A cell whose estimate exceeds the limit.
-    """
+    ``N`` (:class:`ConfigError`, :class:`MaskError`); with ``n_samples``, every cell's
+    :func:`cell_bytes` of its ``seeds n_samples`` trajectories against half the physical
+    memory (:class:`MemoryLimitError`)."""
     from .._memory import default_limit, human
     from ..masks import parse_mask
 

@@ -1,11 +1,6 @@
-"""Normalisation claims of a phase table: the speed law and the ordering.
-
-Karagodin, Ge, Polyanskiy & Rigollet ("Normalization in Attention Dynamics", NeurIPS 2025)
-predict that the cosine gap decays exponentially under post-LN and about as ``t^-2`` under
-pre-LN (:func:`speed_law`), and that every other placement keeps ``mu/||X||_F`` above
-post-LN (:func:`ordering`); :func:`controls` runs both rules where the answer is known in
-closed form. The rules, fixed before the sweep ran, are in docs/phase.md
-("Normalisations as speed regulators").
+"""Normalisation claims of a phase table (Karagodin et al., NeurIPS 2025): the speed law
+(:func:`speed_law`) and the ordering (:func:`ordering`), with :func:`controls`; the rules are
+in docs/phase.md, "Normalisations as speed regulators".
 """
 
 from __future__ import annotations
@@ -97,28 +92,27 @@ def speed_law(table: pd.DataFrame) -> dict[str, Any]:
     :data:`PAPER_SETTING`; the ``t^-2`` exponent on :data:`PAPER_SETTING`, the pooled
     median apart."""
     cells = _scope(table)
-    post = law_verdict(cells[cells["placement"] == "post_ln"], "exponential")
-    pre = law_verdict(cells[cells["placement"] == "pre_ln"], "power")
-    ok = (post["verdict"] == "exponential", pre["verdict"] == "power")
-    failed = post["verdict"] == "not_exponential" or pre["verdict"] == "not_power"
+    pooled = _laws(cells)
     by_qk = {f"qk_norm={bool(k)}": {p: law_verdict(g[g["placement"] == p], law)["by_law"]
                                     for p, law in (("post_ln", "exponential"), ("pre_ln", "power"))}
              for k, g in cells.groupby("qk_norm")} if "qk_norm" in cells else {}
     pre_cells = cells[cells["placement"] == "pre_ln"]
-    paper = paper_setting(cells)
-    paper_post = law_verdict(paper[paper["placement"] == "post_ln"], "exponential")
-    paper_pre = law_verdict(paper[paper["placement"] == "pre_ln"], "power")
-    paper_ok = (paper_post["verdict"] == "exponential", paper_pre["verdict"] == "power")
-    paper_failed = paper_post["verdict"] == "not_exponential" or paper_pre["verdict"] == "not_power"
-    pooled = exponent_verdict(pre_cells)
-    pooled = {k: v for k, v in pooled.items() if k != "verdict"}
-    return {"post_ln": post, "pre_ln": pre,
+    exponent = {k: v for k, v in exponent_verdict(pre_cells).items() if k != "verdict"}
+    return {"post_ln": pooled["post_ln"], "pre_ln": pooled["pre_ln"],
             "pre_ln_exponent": {**exponent_verdict(paper_setting(pre_cells)), "setting": dict(PAPER_SETTING)},
-            "paper_setting": {"setting": dict(PAPER_SETTING), "post_ln": paper_post, "pre_ln": paper_pre,
-                              "verdict": "holds" if all(paper_ok) else ("fails" if paper_failed else "undecided")},
-            "pre_ln_exponent_pooled": {**pooled, "setting": "every scope cell (all masks, fresh and shared weights): "
-                                                            "a description of the sweep, not a test of the paper"},
-            "by_qk_norm": by_qk, "verdict": "holds" if all(ok) else ("fails" if failed else "undecided")}
+            "paper_setting": {"setting": dict(PAPER_SETTING), **_laws(paper_setting(cells))},
+            "pre_ln_exponent_pooled": {**exponent, "setting": "every scope cell (all masks, fresh and shared weights): "
+                                                              "a description of the sweep, not a test of the paper"},
+            "by_qk_norm": by_qk, "verdict": pooled["verdict"]}
+
+
+def _laws(cells: pd.DataFrame) -> dict[str, Any]:
+    """The law verdicts of the post-LN (exponential) and pre-LN (power) ``cells`` and the claim's ``verdict``."""
+    post = law_verdict(cells[cells["placement"] == "post_ln"], "exponential")
+    pre = law_verdict(cells[cells["placement"] == "pre_ln"], "power")
+    holds = post["verdict"] == "exponential" and pre["verdict"] == "power"
+    failed = post["verdict"] == "not_exponential" or pre["verdict"] == "not_power"
+    return {"post_ln": post, "pre_ln": pre, "verdict": "holds" if holds else ("fails" if failed else "undecided")}
 
 
 def paired(table: pd.DataFrame, axis: str, value: Any, base: Any) -> pd.DataFrame:
@@ -141,13 +135,10 @@ def cell_floor(pairs: pd.DataFrame) -> pd.Series:
 
 
 def bounded_median(side: pd.Series, base: pd.Series, floor: pd.Series) -> dict[str, Any]:
-    """Median over pairs of ``log10 side - log10 base`` (``mu_relative``), a measurement or a bound.
-
-    A value within its ``floor`` is read at the floor: a pair with ``base`` there reads a
-    lower bound of its gap, with ``side`` there an upper bound, with both it is left out.
-    The median is a lower bound (``median_bound`` ``lower``) when a lower-bounded pair sits
-    at or below it, an upper bound when an upper-bounded one sits at or above it,
-    ``undecidable`` when both, else None; ``median_text``: ``14.6``, ``≥ 13.4`` or ``≤ ...``."""
+    """Median over pairs of ``log10 side - log10 base`` (``mu_relative``), a measurement or a
+    bound: a value within its ``floor`` is read there, so a pair with ``base`` (``side``) there
+    reads a lower (upper) bound, with both it is left out; ``median_bound`` is ``lower`` /
+    ``upper`` when such a pair sits at or below / above the median, ``undecidable`` when both."""
     low, up = base <= floor, side <= floor
     diff = np.log10(np.maximum(side, floor)) - np.log10(np.maximum(base, floor))
     keep = ~(low & up)

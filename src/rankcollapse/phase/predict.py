@@ -56,12 +56,12 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
 
     no_skip = cell["placement"] == "none"  # X <- norm(SA(X)): no residual (alpha 0)
     regime, source, rate = "", "", float("nan")
-    if cell.get("attention", "softmax") != "softmax":  # every result below assumes row-stochastic softmax rows
-        return {"theory_regime": regime, "theory_source": "not_row_stochastic", "theory_rate": rate}
-    if cell.get("headwise_rmsnorm", False) and cell["norm"] == "none":  # rows rescaled: not Theorem 1's convex mixing
-        return {"theory_regime": regime, "theory_source": "headwise_rmsnorm", "theory_rate": rate}
     qsc = info.quasi_strongly_connected and info.self_loops
-    if no_skip and cell["norm"] == "none" and qsc and value_log_norm > A2_TOL:
+    if cell.get("attention", "softmax") != "softmax":  # every result below assumes row-stochastic softmax rows
+        source = "not_row_stochastic"
+    elif cell.get("headwise_rmsnorm", False) and cell["norm"] == "none":  # rows rescaled: not a convex mixing
+        source = "headwise_rmsnorm"
+    elif no_skip and cell["norm"] == "none" and qsc and value_log_norm > A2_TOL:
         source = "pure_sa_outside_A2"
     elif no_skip and cell["norm"] == "none" and qsc:
         regime, source = "rank_collapse", "theorem1"
@@ -84,19 +84,9 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
 def envelope_points(mu: np.ndarray, X0: torch.Tensor, epsilon: np.ndarray, radius: int) -> dict[str, np.ndarray]:
     """Theorem 1's envelope ``E_b(t) = C_b (1 - ε_b^r)^{t/r}``, ``C_b = (√N / 2) ‖osc(X_b(0))‖₂ /
     (1 - ε_b^r)`` (docs/theory.md §1), against μ at every layer of every trajectory; ``ε_b = 0``
-    gives the constant envelope ``C_b``.
-
-    Parameters
-    ----------
-    mu : ``(T+1, B)`` float64, μ(X(t)) (not relative).
-    X0 : ``(B, N, d)`` the inputs.
-    epsilon : ``(B,)`` float64 in [0, 1].
-    radius : the mask's radius r >= 1.
-
-    Returns
-    -------
-    dict of ``(B,)`` arrays: ``violations`` (layers with μ above ``E (1 + 1e-9)``) and
-    ``log10_margin`` (max over layers ``t >= 1`` of log10(μ(t) / E(t)); -inf when μ is 0).
+    gives the constant envelope ``C_b``. ``mu`` ``(T+1, B)``, ``X0`` ``(B, N, d)``, ``epsilon``
+    ``(B,)``, ``radius`` r >= 1 -> ``(B,)`` arrays ``violations`` (layers with μ above
+    ``E (1 + ENVELOPE_RTOL)``) and ``log10_margin`` (max over ``t >= 1`` of log10 μ/E).
     """
     from ..theory.envelope import collapse_envelope
 

@@ -1,12 +1,6 @@
-"""The regime label of a phase cell (docs/phase.md, "Measures and the regime rule").
-
-Per trajectory, with ``m(t) = mu(X(t)) / ||X(t)||_F``, the first rule that holds:
-``diverging``, ``rank_collapse`` (``m(T) < COLLAPSED``), ``aligned_without_consensus``
-(rank one, ``m(T) >= ALIVE``), ``stable_rank_k`` (the normalised state moved less than
-``CONVERGED`` over the last ``max(1, T // 10)`` layers), ``collapsing_slowly`` (the tail
-rate's 95% upper bound below ``-RATE_RESOLVED``), ``uniform_attention``,
-``one_hot_attention``, else ``undecided``. A cell takes its trajectories' majority label
-(:func:`label_cell`). The thresholds were fixed before any sweep ran.
+"""The regime label of a phase cell: per trajectory the first of the rules in docs/phase.md,
+"Measures and the regime rule" (thresholds fixed before any sweep ran), and per cell the
+majority label of its trajectories (:func:`label_cell`).
 """
 
 from __future__ import annotations
@@ -62,7 +56,6 @@ def tail_rate(m: np.ndarray) -> tuple[float, float]:
 
 @lru_cache(maxsize=64)
 def _t975(df: int) -> float:
-    """Student's t quantile ``t_{0.975, df}``."""
     return stats.t.ppf(0.975, df)
 
 
@@ -129,27 +122,19 @@ def label_trajectory(tr: dict[str, Any]) -> str:
 
 
 def _tail_falling(tr: dict[str, Any]) -> bool:
-    """Rule 5: ``rate_last_bound < -RATE_RESOLVED``."""
     return bool(tr.get("rate_last_bound", float("nan")) < -RATE_RESOLVED)
 
 
-def _mean(values: list[float]) -> float:
+def _mean(values: list[float], reduce=np.mean) -> float:
+    """``reduce`` (default the mean) of the finite ``values``; NaN if none."""
     v = [x for x in values if math.isfinite(x)]
-    return float(np.mean(v)) if v else float("nan")
-
-
-def _max(values: list[float]) -> float:
-    v = [x for x in values if math.isfinite(x)]
-    return float(max(v)) if v else float("nan")
+    return float(reduce(v)) if v else float("nan")
 
 
 def _t_interval(values: list[float]) -> tuple[float, float, float]:
     """Mean and 95% t-interval of the finite ``values`` (NaN half-width below 2 values)."""
     v = np.array([x for x in values if math.isfinite(x)])
-    if v.size >= 2:
-        half = float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
-    else:
-        half = float("nan")
+    half = float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)) if v.size >= 2 else float("nan")
     mean = float(v.mean()) if v.size else float("nan")
     return mean, mean - half, mean + half
 
@@ -197,13 +182,10 @@ def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
         regime = "collapsing_slowly"
     row = {
         **mu_cell([t["mu_relative"] for t in ok], max((t.get("mu_floor", 0.0) for t in ok), default=0.0)),
-        "numerical_rank": _mean([t["numerical_rank"] for t in ok]),
-        "stable_rank": _mean([t["stable_rank"] for t in ok]),
-        "attention_entropy": _mean([t["attention_entropy"] for t in ok]),
-        "entropy_last": _mean([t["entropy_last"] for t in ok]),
+        **{k: _mean([t[k] for t in ok]) for k in ("numerical_rank", "stable_rank", "attention_entropy", "entropy_last")},
         "rate": rate, "rate_lo": rate_lo, "rate_hi": rate_hi,
         "rate_last": last, "rate_last_lo": last_lo, "rate_last_hi": last_hi,
-        "rate_last_bound_max": _max([t.get("rate_last_bound", float("nan")) for t in ok]),
+        "rate_last_bound_max": _mean([t.get("rate_last_bound", float("nan")) for t in ok], max),
         "frac_rate_last_falling": sum(_tail_falling(t) for t in ok) / len(labels),
         "regime": regime,
         "k": int(np.median([t["k"] for t, lab in zip(trajectories, labels) if lab == "stable_rank_k"]))

@@ -14,8 +14,6 @@ from .regime import REGIMES
 PANELS_PER_FILE = 24
 COLOURS = {"rank_collapse": "#d62728", "collapsing_slowly": "#9467bd", "uniform_attention": "#ff7f0e",
            "one_hot_attention": "#bcbd22", "aligned_without_consensus": "#e377c2", "stable_rank_k": "#2ca02c", "diverging": "#7f7f7f", "undecided": "#1f77b4"}
-
-
 #: What a heatmap cell's colour and number mean (the legend's title).
 CELL_TEXT = ("colour: regime;  number: log10(μ/‖X‖_F) at the last layer, geometric mean over trajectories "
              "(-300: at the 1e-300 floor)")
@@ -98,9 +96,8 @@ Computed {{ timing.computed }}, cached {{ timing.cached }}, wall {{ timing.wall_
 
 
 def operator_notes(table: pd.DataFrame) -> list[str]:
-    """What μ/‖X‖_F does not show in ``table``'s cells: attention that is not row-stochastic,
-    and one token holding more than :data:`~rankcollapse.metrics.core.DOMINANT_SHARE` of
-    ‖X‖_F² at the last layer."""
+    """What μ/‖X‖_F does not show in ``table``'s cells: attention that is not row-stochastic, and
+    one token above :data:`~rankcollapse.metrics.core.DOMINANT_SHARE` of ‖X‖_F² at the last layer."""
     from ..dynamics.operators import parse_attention
     from ..metrics.core import DOMINANT_SHARE
 

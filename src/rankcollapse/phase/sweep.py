@@ -51,7 +51,7 @@ def batches(cells: list[dict[str, Any]], size: int) -> list[list[int]]:
 
 
 def cell_units(cells: list[dict[str, Any]], n_samples: int, seeds: int, seed: int) -> tuple[list[Unit], list[list[int]]]:
-    """The ``phase_cell`` units of ``cells`` and, for each, the indices of its cells."""
+    """The ``phase_cell`` units of ``cells`` and the indices of each one's cells."""
     parts = batches(cells, BATCH_CELLS)
     units = [Unit("phase_cell", {"cells": [cells[i] for i in part], "n_samples": int(n_samples), "seeds": int(seeds),
                                  "seed": int(seed), **_content_key([cells[i] for i in part])}) for part in parts]
@@ -84,24 +84,11 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
               cache_dir: str | Path, execution: ExecutionConfig | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Rows of every cell (in cell order), computing only batches missing from the cache.
 
-    Parameters
-    ----------
-    execution : executor, workers, address and progress, as for
-        :func:`rankcollapse.experiments.run_experiment` (default serial, no progress); cells
-        run in float64 on the CPU, so a ``device`` or a ``shard`` is refused.
-
-    Returns
-    -------
-    (table, timing) : one row per cell; ``timing`` has ``cells``, ``units``, ``computed``,
-        ``cached``, ``wall_s``, ``cpu_s``, ``executor`` and ``workers``.
-
-    Raises
-    ------
-    ConfigError
-        A bad ``execution``, ``n_samples``, ``seeds`` or ``seed``; a cell refused
-        (:func:`.grid.check_cells`).
-    MemoryLimitError
-        A cell too large with its ``seeds x n_samples`` trajectories.
+    ``execution``: as for :func:`rankcollapse.experiments.run_experiment` (default serial);
+    cells run in float64 on the CPU, so a ``device`` or a ``shard`` is refused. Returns
+    ``(table, timing)``: one row per cell, and ``cells``, ``units``, ``computed``, ``cached``,
+    ``wall_s``, ``cpu_s``, ``executor``, ``workers``. Raises :class:`ConfigError` for a bad
+    argument or cell (:func:`.grid.check_cells`), :class:`MemoryLimitError` for a cell too large.
 
     See Also
     --------
@@ -141,8 +128,7 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     computed = [t for t in timings if not t["cached"]]
     table = pd.concat(frames, ignore_index=True)
     table.index = [i for part in parts for i in part]
-    table = table.sort_index().reset_index(drop=True)
-    table = temperature_columns(table)
+    table = temperature_columns(table.sort_index().reset_index(drop=True))
     timing = {"cells": len(cells), "units": len(units), "computed": len(computed), "cached": len(units) - len(computed),
               "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(sum(t["cpu_seconds"] for t in computed), 2),
               "executor": execution.executor, "workers": getattr(made[0], "workers", 1) if made else 0}
