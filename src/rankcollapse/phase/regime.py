@@ -103,7 +103,7 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
 
 
 def label_trajectory(tr: dict[str, Any]) -> str:
-    """The regime of one trajectory (module docstring)."""
+    """The regime of one trajectory: the first rule of docs/phase.md that holds."""
     if tr["diverged"] or not tr["norm_ratio"] <= DIVERGE_RATIO:
         return "diverging"
     if tr["mu_relative"] < COLLAPSED:
