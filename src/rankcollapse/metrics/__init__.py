@@ -1,17 +1,12 @@
-"""Metrics of rank collapse and anisotropy over token matrices ``(N, d)`` / ``(B, N, d)``.
-
-Batched, padding-aware (a padded sample gives exactly the metrics of its real rows),
-with optional float64 computation. See ``docs/metrics.md`` for formulas, sources and
-conventions. The measured collapse rate of a metric's trajectory over layers (one
-least-squares fit for every caller) is :func:`rankcollapse.metrics.rate.least_squares_rate`.
+"""Metrics of rank collapse and anisotropy over token matrices ``(N, d)`` / ``(B, N, d)``:
+batched and padding-aware (docs/metrics.md: formulas, sources, conventions).
 """
 
 from typing import TYPE_CHECKING
 
 from .._lazy import attach_imports
 
-# The exports, written once: imported lazily on first use (attach_imports reads this
-# block), eagerly by readers and static tools.
+# The exports, imported lazily on first use (attach_imports reads this block).
 if TYPE_CHECKING:
     from ._context import MetricContext, ZeroRowWarning
     from .attention import attention_entropy, gap_counting, gap_growth, participation_ratio, row_mass_deficit

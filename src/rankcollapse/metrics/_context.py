@@ -1,11 +1,9 @@
 """Input checking, padding-aware grouping and the intermediates metrics share.
 
-Every metric is a function ``fn(ctx) -> (G,)`` of a :class:`MetricContext` that holds
-the *real* tokens of ``G`` samples sharing one length ``L`` as a dense ``(G, L, d)``
-tensor. A padded batch is split into one context per distinct length (a Python loop
-over lengths, never over samples), so a padded sample gives exactly the numbers of
-its unpadded rows: N-dependent normalisations (``min(N, d)``, mean-centring, the
-``1/(N(N-1))`` of pair averages) all see ``L``, not the padded length.
+Every metric is a function ``fn(ctx) -> (G,)`` of a :class:`MetricContext` holding the
+real tokens of ``G`` samples of one length ``L`` as ``(G, L, d)``: a padded batch is split
+into one context per distinct length, so a padded sample gives exactly the numbers of its
+unpadded rows (``min(N, d)``, centring and pair counts all see ``L``).
 """
 
 from __future__ import annotations
@@ -33,21 +31,12 @@ class ZeroRowWarning(UserWarning):
 @dataclass(frozen=True)
 class RankTolerance:
     """Numerical-rank threshold: ``atol`` if given, else ``rtol * sigma_1`` if given,
-    else the larger of two stated error sources.
+    else the larger of two error sources (docs/metrics.md):
 
-    1. **Error of the computation**: ``sigma_1 * max(N, d) * eps(compute dtype)``,
-       numpy's ``matrix_rank`` rule. A backward-stable SVD returns the exact singular
-       values of ``X + E`` with ``||E||_2 <= p(N, d) eps ||X||_2`` (Golub & Van Loan,
-       Matrix Computations, 4th ed., §8.6.3), and numpy/Numerical Recipes (§2.6) take
-       ``p = max(N, d)``. Half-precision input is computed in float32 (see
-       :func:`as_batch`), so ``eps`` is never bfloat16's.
-    2. **Noise floor of the storage** (``noise_floor=True``, the default): rounding
-       the data to its own dtype moves each entry by at most ``u |x_ij|`` (unit
-       roundoff ``u = eps / 2``), a perturbation with ``||E||_2 <= ||E||_F <= u ||X||_F``.
-       By Weyl's inequality every singular value above ``u ||X||_F`` is non-zero in
-       the unrounded data too, and one below it may be rounding alone. It only
-       matters when the compute dtype is finer than the storage (float32 hidden
-       states computed in float64); otherwise term 1 is always larger.
+    1. the SVD's error ``sigma_1 * max(N, d) * eps(compute dtype)`` (numpy's
+       ``matrix_rank`` rule; Golub & Van Loan §8.6.3);
+    2. with ``noise_floor``, the storage's rounding ``u ||X||_F``, ``u = eps(input dtype) / 2``:
+       by Weyl's inequality a singular value above it is not rounding alone.
     """
 
     atol: float | None = None
@@ -55,11 +44,9 @@ class RankTolerance:
     noise_floor: bool = True
 
     def threshold(self, svals: torch.Tensor, n: int, d: int, frobenius: torch.Tensor, storage_eps: float = 0.0):
-        """Per-sample threshold ``(G, 1)`` for singular values ``svals`` ``(G, k)`` of
-        the normalised tokens (see :class:`MetricContext`); ``frobenius`` ``(G,)`` is
-        their ``||X||_F`` and ``storage_eps`` the machine epsilon of the input's dtype."""
-        if self.atol is not None:
-            raise ValueError("atol is compared on the original scale; see _numerical_rank")
+        """Relative threshold ``(G, 1)`` (``atol`` is the caller's, on the input's scale) for
+        singular values ``svals`` ``(G, k)`` of the normalised tokens with ``||X||_F``
+        ``frobenius`` ``(G,)``; ``storage_eps``: eps of the input's dtype."""
         if self.rtol is not None:
             return svals[..., :1] * self.rtol
         tol = svals[..., :1] * (max(n, d) * torch.finfo(svals.dtype).eps)
@@ -69,23 +56,11 @@ class RankTolerance:
 
 
 class MetricContext:
-    """Real tokens of the samples ``samples`` plus lazily cached intermediates
-    (singular values, Gram matrices...) shared by all metrics of a call.
-
-    ``X`` ``(G, L, d)`` holds each sample divided by ``scale`` ``(G,)``, a power of two
-    near its largest absolute entry (so ``max |X| in [1, 2)``). The division is exact,
-    so scale-invariant metrics computed from ``X`` are the same at every input scale
-    over the dtype's normal range (no Gram entry, square or sum under/overflows);
-    metrics that scale with X multiply their value by ``scale`` (``scale**2`` for
-    squared quantities) at the end.
-
-    ``normalise=False`` keeps ``X`` itself (no copy, ``scale = 1``), for metrics whose
-    intermediates are the :func:`stable_norm` row norms, μ, the mean token and the unit
-    rows (:data:`~rankcollapse.metrics.registry.UNSCALED_METRICS`): they cannot over- or
-    underflow while every row norm is a normal number (unit rows are bounded by 1), and a
-    power-of-two scale only moves their exponents, so the values are the same as with
-    the copy. ``out``: an ``X``-shaped buffer the unit rows are written into (the
-    caller's scratch, free once μ is computed).
+    """Real tokens of the samples ``samples`` plus lazily cached intermediates shared by all
+    metrics of a call. ``X`` ``(G, L, d)`` holds each sample divided by ``scale`` ``(G,)``, a power
+    of two with ``max |X| in [1, 2)`` (exact, so nothing under/overflows; metrics that scale with
+    X multiply by ``scale``); ``normalise=False`` keeps ``X`` (``scale = 1``), exact for
+    :data:`~rankcollapse.metrics.registry.UNSCALED_METRICS`. ``out``: a buffer for the unit rows.
     """
 
     def __init__(self, X, samples, graph, tolerance, batched, data_eps=0.0, *, normalise: bool = True,
@@ -109,7 +84,6 @@ class MetricContext:
         return self.X.shape[-1]
 
     def cached(self, key: str, make: Callable[[], object]):
-        """Compute ``make()`` once per context."""
         if key not in self._cache:
             self._cache[key] = make()
         return self._cache[key]
@@ -125,8 +99,14 @@ class MetricContext:
     # ---- shared intermediates -------------------------------------------------
     @property
     def svals(self) -> torch.Tensor:
-        """Singular values ``(G, min(L, d))``, descending: one ``svdvals`` per context."""
+        """Singular values ``(G, min(L, d))``, descending."""
         return self.cached("svals", lambda: svdvals_fast(self.X))
+
+    def nonzero_svals(self, what: str) -> torch.Tensor:
+        """:attr:`svals`, refusing the zero matrix (``what`` is undefined there)."""
+        S = self.svals
+        self.fail(S[..., 0] == 0, f"X is the zero matrix: {what} is undefined")
+        return S
 
     @property
     def row_norms(self) -> torch.Tensor:
@@ -172,15 +152,12 @@ class MetricContext:
 
     @property
     def unit_rows(self) -> torch.Tensor:
-        """``x_i / ||x_i||`` ``(G, L, d)``; zero tokens stay zero. The row norms come
-        from :func:`stable_norm`, so tokens far smaller than the sample's largest stay
-        exact (a Gram of X would square them below the dtype's range)."""
+        """``x_i / ||x_i||`` ``(G, L, d)``; zero tokens stay zero."""
         return self.cached("unit", lambda: torch.mul(self.X, self.inv_norms.unsqueeze(-1), out=self._out))
 
     @property
     def cos(self) -> torch.Tensor:
-        """Pairwise cosines ``(G, L, L)`` with the diagonal set to 0 (pairs i != j only);
-        rows/columns of zero tokens are 0: the Gram of the unit rows."""
+        """Pairwise cosines ``(G, L, L)``, diagonal and zero tokens' rows/columns 0."""
 
         def make():
             U = self.unit_rows
@@ -195,22 +172,16 @@ class MetricContext:
         return G * L * L * self.X.element_size() <= PAIR_BUDGET
 
     def cos_pair_sum(self) -> torch.Tensor:
-        """``sum_{i != j} cos(x_i, x_j)`` over non-zero tokens, ``(G,)``.
-
-        Small L: the sum of :attr:`cos`. Large L (the ``(G, L, L)`` matrix over
-        :data:`PAIR_BUDGET`): the d-dimensional form ``||sum_i u_i||^2 - sum_i ||u_i||^2``
-        with ``u_i`` the unit tokens (expand the square), O(L d) time and memory."""
+        """``sum_{i != j} cos(x_i, x_j)`` over non-zero tokens ``(G,)``; above
+        :data:`PAIR_BUDGET` as ``||sum_i u_i||^2 - sum_i ||u_i||^2``, O(L d)."""
         if self._pairs_fit():
             return self.cos.sum(dim=(-2, -1))
         u = self.unit_rows
         return u.sum(dim=-2).square().sum(dim=-1) - u.square().sum(dim=(-2, -1))
 
     def abs_cos_pair_sum(self) -> torch.Tensor:
-        """``sum_{i != j} |cos(x_i, x_j)|`` over non-zero tokens, ``(G,)``.
-
-        |cos| has no low-dimensional form; for large L the pairs are summed in row
-        chunks of the upper triangle (``|C|`` is symmetric: off-diagonal chunks count
-        twice), memory ``O(PAIR_BUDGET)``, time ``L^2 d``."""
+        """``sum_{i != j} |cos(x_i, x_j)|`` over non-zero tokens ``(G,)``; above
+        :data:`PAIR_BUDGET` in row chunks of the upper triangle (memory ``O(PAIR_BUDGET)``)."""
         if self._pairs_fit():
             return self.cos.abs().sum(dim=(-2, -1))
         u = self.unit_rows
@@ -227,8 +198,7 @@ class MetricContext:
 
     @property
     def graph(self) -> torch.Tensor:
-        """Edge weights ``(G or 1, L, L)`` (``1.0`` where token i attends to token j);
-        the complete graph when no mask was given."""
+        """Edge weights ``(G or 1, L, L)``; the complete graph without a mask."""
         if self._graph is None:
             shape = (1, self.n_tokens, self.n_tokens)
             return self.cached("graph", lambda: torch.ones(shape, dtype=self.X.dtype, device=self.X.device))
@@ -238,45 +208,40 @@ class MetricContext:
 def stable_norm(Y: torch.Tensor, dim) -> torch.Tensor:
     """``torch.linalg.vector_norm(Y, dim=dim)`` without overflow or underflow of the squares.
 
-    float32 squares overflow for entries above ~1.8e19 (a finite X would get ``mu = inf``)
-    and vanish below ~1e-19 (``mu = 0``). The plain norm is kept where it is safely
-    inside the range; otherwise the slices are divided by a power of two near their
-    largest absolute entry (exact) before squaring and the norm is scaled back, as
-    LAPACK's ``xNRM2`` does (Blue 1978, "A portable Fortran program to find the
-    Euclidean norm of a vector"). Costs one extra reduction and a ``(G,)`` host check.
+    Where the plain norm is not safely inside the range, the slices are divided by a power
+    of two near their largest entry (exact) and the norm scaled back, as LAPACK's ``xNRM2``
+    (Blue 1978, "A portable Fortran program to find the Euclidean norm of a vector").
     """
     r = torch.linalg.vector_norm(Y, dim=dim)
     info = torch.finfo(Y.dtype)
     low = math.sqrt(info.tiny) / info.eps  # below this, lost squares could matter
     if Y.numel() == 0 or bool((torch.isfinite(r) & (r >= low)).all()):
         return r
-    peak = Y.abs().amax(dim=dim, keepdim=True)
-    _, exponent = torch.frexp(peak)  # peak = m 2^e, 0.5 <= m < 1
-    s = torch.where(peak > 0, torch.ldexp(torch.ones_like(peak), exponent - 1), 1.0)
+    s = _pow2(Y.abs().amax(dim=dim, keepdim=True))
     return torch.linalg.vector_norm(Y / s, dim=dim) * s.reshape(r.shape)
 
 
 def pow2_normalise(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(X / s, s)`` with ``s`` ``(G,)`` a power of two such that each sample of
-    ``X`` ``(G, L, d)`` has ``max |X / s|`` in ``[1, 2)`` (``s = 1`` for a zero sample).
-    Dividing by a power of two is exact (only entries below ``tiny * s`` lose digits),
-    as in LAPACK's ``xLASCL`` scaling before an SVD."""
-    peak = X.abs().amax(dim=(-2, -1))
-    _, exponent = torch.frexp(peak)  # peak = m 2^e, 0.5 <= m < 1
-    s = torch.where(peak > 0, torch.ldexp(torch.ones_like(peak), exponent - 1), torch.ones_like(peak))
+    """``(X / s, s)``, ``s`` ``(G,)`` the power of two with ``max |X / s|`` in ``[1, 2)`` per
+    sample of ``X`` ``(G, L, d)`` (1 for a zero sample), as LAPACK's ``xLASCL``."""
+    s = _pow2(X.abs().amax(dim=(-2, -1)))
     return X / s.reshape(-1, 1, 1), s
 
 
+def _pow2(peak: torch.Tensor) -> torch.Tensor:
+    """``2^(e-1)`` for ``peak = m 2^e``, ``0.5 <= m < 1`` (``peak / 2^(e-1)`` in ``[1, 2)``); 1 at 0."""
+    _, exponent = torch.frexp(peak)
+    return torch.where(peak > 0, torch.ldexp(torch.ones_like(peak), exponent - 1), 1.0)
+
+
 def svdvals_fast(X: torch.Tensor) -> torch.Tensor:
-    """``torch.linalg.svdvals`` of the tall orientation: same values, but LAPACK on CPU
-    is several times slower for wide ``(N < d)`` matrices than for their transpose."""
+    """``torch.linalg.svdvals`` of the tall orientation (LAPACK is slower on wide matrices)."""
     return torch.linalg.svdvals(X.mT if X.shape[-2] < X.shape[-1] else X)
 
 
 # ---- input handling -----------------------------------------------------------
 def data_eps(X) -> float:
-    """Machine epsilon of the input's own floating dtype (0 for integer or other
-    input, which is exact): the precision the data has, whatever the compute dtype."""
+    """Machine epsilon of the input's own floating dtype (0 for exact, non-float input)."""
     dtype = getattr(X, "dtype", None)
     if isinstance(dtype, torch.dtype):
         return torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
@@ -286,10 +251,7 @@ def data_eps(X) -> float:
 
 
 def _numpy_to_torch(X: np.ndarray) -> torch.Tensor:
-    """A numeric numpy array as a tensor. Non-native byte order (big-endian ``>f8``
-    from a file written on another machine) is valid data: it is converted to native
-    order (values unchanged). Strings, objects, dates and other non-numeric dtypes
-    are refused: they have no metric."""
+    """A numeric numpy array (either byte order) as a tensor; non-numeric dtypes refused."""
     if X.dtype.kind not in "biufc":
         raise MetricError(f"X must hold numbers (bool, integer or floating), got numpy dtype {X.dtype}")
     if not X.dtype.isnative:
@@ -342,8 +304,7 @@ def _as_padding(padding_mask, shape, batched, device) -> torch.Tensor | None:
 
 
 def _as_graph(mask, n: int, b: int, device) -> torch.Tensor | None:
-    """The graph of a metric: any mask form, or a ``(b, n, n)`` batch; rows without
-    in-edges are allowed (a graph is not a softmax)."""
+    """The graph of a metric, any mask form; rows without keys are allowed."""
     if mask is None:
         return None
     M = dense_mask(mask, n, n_samples=b, require_keys=False, error=MetricError)
@@ -363,8 +324,8 @@ def check_finite(X: torch.Tensor, pm: torch.Tensor | None, batched: bool) -> Non
 
 
 def _groups(X, pm, graph):
-    """Yield ``(samples, X_real (G, L, d), graph_real (G or 1, L, L) | None)``, one per
-    distinct number ``L`` of real tokens; boolean indexing keeps the token order."""
+    """Yield ``(samples, X_real (G, L, d), graph_real (G or 1, L, L) | None)`` per distinct
+    number ``L`` of real tokens."""
     B, N, d = X.shape
     if pm is None:
         yield torch.arange(B, device=X.device), X, graph
@@ -382,14 +343,8 @@ def _groups(X, pm, graph):
 
 
 def _checked_value(name: str, value: object, n: int) -> torch.Tensor:
-    """``value`` of metric ``name`` on a group of ``n`` samples: a real tensor ``(n,)``.
-
-    Raises
-    ------
-    MetricError
-        Any other type, dtype or shape (a registered function that returns one value for
-        the whole batch, or a per-token array).
-    """
+    """``value`` of metric ``name`` on ``n`` samples, refused (:class:`MetricError`) unless
+    a real tensor ``(n,)``."""
     if not isinstance(value, torch.Tensor) or value.shape != (n,) or value.is_complex() or value.dtype == torch.bool:
         got = (f"a {value.dtype} tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor)
                else type(value).__name__)
@@ -398,18 +353,10 @@ def _checked_value(name: str, value: object, n: int) -> torch.Tensor:
     return value
 
 
-def evaluate(
-    X,
-    fns: Mapping[str, MetricFn],
-    *,
-    padding_mask=None,
-    mask=None,
-    dtype: torch.dtype | None = None,
-    tolerance: RankTolerance = RankTolerance(),
-    stacklevel: int = 3,
-) -> dict[str, torch.Tensor]:
+def evaluate(X, fns: Mapping[str, MetricFn], *, padding_mask=None, mask=None, dtype: torch.dtype | None = None,
+             tolerance: RankTolerance = RankTolerance(), stacklevel: int = 3) -> dict[str, torch.Tensor]:
     """Run the metric functions ``fns`` on every sample; values ``(B,)`` or 0-d.
-    ``stacklevel`` makes a :class:`ZeroRowWarning` point at the caller's line."""
+    ``stacklevel``: of the :class:`ZeroRowWarning`."""
     eps = data_eps(X)
     Xb, batched = as_batch(X, dtype)
     B, N, _ = Xb.shape
@@ -427,3 +374,8 @@ def evaluate(
         message = f"{n_zero} zero token(s) have no direction; they are excluded from cosine metrics"
         warnings.warn(message, ZeroRowWarning, stacklevel=stacklevel)
     return out if batched else {name: v[0] for name, v in out.items()}
+
+
+def evaluate_one(X, name: str, fn: MetricFn, **kwargs) -> torch.Tensor:
+    """:func:`evaluate` of one metric for a public function (its warning points at the caller's line)."""
+    return evaluate(X, {name: fn}, stacklevel=4, **kwargs)[name]

@@ -1,27 +1,9 @@
-"""Metrics of attention probabilities (not of tokens): the normalised row entropy and
-the participation ratio.
+"""Metrics of attention probabilities ``A`` ``(N, N)``, ``(B, N, N)`` (one head) or
+``(B, H, N, N)``, row ``i`` a distribution over the keys ``M[i, j]`` token ``i`` may attend.
 
-Its input is the softmax output of a self-attention layer, ``A`` ``(N, N)``,
-``(B, N, N)`` (one head) or ``(B, H, N, N)``, whose row ``i`` is a probability
-distribution over the keys token ``i`` may attend to (``M[i, j] = True``). The value
-tells how spread attention is: 1 when every row is uniform over its allowed keys, 0
-when every row puts all its mass on one key ("entropy collapse", Zhai et al. 2023,
-"Stabilizing Transformer Training by Preventing Attention Entropy Collapse", ICML).
-
-The participation ratio ``PR_i = 1 / sum_j A_ij^2`` of row ``i`` is the effective
-number of keys it attends: ``k`` for a row uniform over ``k`` keys, 1 for a one-hot row,
-and ``1 <= PR_i <= k_i`` for any row with ``k_i`` allowed keys (Cauchy-Schwarz). It is
-``exp`` of the Renyi-2 entropy, so ``PR_i <= exp(H_i)``.
-
-The gap-counting function of a row with logits ``z_j`` (scale included, so ``A_ij =
-softmax_j(z_j)``) is ``n(g) = #{j allowed : max_k z_k - z_j <= g}``, the number of keys
-within a gap ``g`` of the row's largest logit (:func:`gap_counting`). Its growth near the
-top decides how a temperature ``t`` (logits ``t z_j``) spreads the row, since
-``sum_j e^{-t u_j} = ∫ e^{-t g} dn(g)`` for the gaps ``u_j`` and ``PR = L(t)^2 / L(2t)``
-with that Laplace-Stieltjes transform ``L`` (docs/phase.md, "Temperature laws").
-:func:`gap_growth` fits it at its jumps, ``n(u_(k)) = k``: exponential (``ln k`` linear in
-``u_(k)``) against power (``ln k`` linear in ``ln u_(k)``). Log-probabilities serve as
-logits: they differ by a constant per row, which no gap sees.
+Normalised row entropy (0 for one-hot rows: "entropy collapse", Zhai et al., ICML 2023),
+participation ratio ``1 <= PR_i = 1 / sum_j A_ij^2 <= k_i`` (the effective number of keys),
+and the gap counts of a row's logits (docs/phase.md, "Temperature laws").
 """
 
 from __future__ import annotations
@@ -36,34 +18,21 @@ from ..masks.adapt import dense_mask
 
 
 def attention_entropy(A, mask=None, *, padding_mask=None) -> torch.Tensor:
-    """Mean normalised Shannon entropy of the attention rows.
-
-    ``H_i = -sum_j A_ij log A_ij`` (``0 log 0 = 0``) divided by ``log k_i``, where
-    ``k_i`` is the number of keys row ``i`` may attend to, averaged over heads and over
-    the rows with ``k_i >= 2`` (a row with one key has no choice: it is left out).
+    """Mean normalised Shannon entropy of the attention rows: ``-sum_j A_ij log A_ij / log k_i``
+    over heads and rows with ``k_i >= 2`` allowed keys.
 
     Parameters
     ----------
-    A : tensor or array ``(N, N)``, ``(B, N, N)`` (one head) or ``(B, H, N, N)``, real,
-        entries in ``[0, 1]``; row ``i`` sums to 1 over its allowed keys (a softmax
-        output; computed in float64).
-    mask : the allowed keys, any mask form (spec string, :class:`~rankcollapse.masks.Mask`,
-        bool ``(N, N)`` or ``(B, N, N)``); default the complete graph.
+    A : ``(N, N)``, ``(B, N, N)`` or ``(B, H, N, N)``, entries in ``[0, 1]``, each row
+        summing to 1 over its allowed keys (computed in float64).
+    mask : the allowed keys, any mask form; default the complete graph.
     padding_mask : bool ``(N,)`` or ``(B, N)``, True = real token: padded queries are
         left out and padded keys are not allowed.
 
-    Returns
-    -------
-    torch.Tensor
-        float64, 0-d for ``(N, N)`` input, ``(B,)`` otherwise, in ``[0, 1]``.
-
-    Raises
-    ------
-    MetricError
-        ``A`` not 2-D to 4-D or not square in its last two dimensions, empty, not
-        finite, negative, mass on a key that is not allowed, a counted row that does not
-        sum to 1 (tolerance ``sqrt(eps)`` of A's dtype), no row with two allowed keys;
-        a mask or padding mask of the wrong shape.
+    Returns float64 in ``[0, 1]``, 0-d for ``(N, N)`` input, ``(B,)`` otherwise. Raises
+    :class:`MetricError` for ``A`` of a wrong shape, empty, not finite or outside ``[0, 1]``;
+    mass on a key not allowed; a counted row not summing to 1 (tolerance ``sqrt(eps)`` of A's
+    dtype); no row with two allowed keys; a bad mask or padding mask.
     """
     A, batched, eps = _as_heads(A)
     B, _, N, _ = A.shape
@@ -84,30 +53,17 @@ def attention_entropy(A, mask=None, *, padding_mask=None) -> torch.Tensor:
 
 
 def row_mass_deficit(A, mask=None, *, padding_mask=None) -> torch.Tensor:
-    """Mean row-mass deficit ``1 - sum_j A_ij`` over heads and real queries.
-
-    0 for softmax attention (rows sum to 1); positive for a sink or the off-by-one
-    softmax, any sign for sigmoid or differential attention
-    (:mod:`rankcollapse.dynamics.operators`; per-head quantiles per layer are in
-    ``SimResult.row_mass_deficit``).
+    """Mean row-mass deficit ``1 - sum_j A_ij`` over heads and real queries: 0 for softmax,
+    positive for a sink, any sign for sigmoid or differential attention.
 
     Parameters
     ----------
-    A : tensor or array ``(N, N)``, ``(B, N, N)`` or ``(B, H, N, N)``, real and finite
-        (entries may be negative or exceed 1: no row-stochastic check).
+    A : ``(N, N)``, ``(B, N, N)`` or ``(B, H, N, N)``, real and finite (no row-stochastic check).
     mask : accepted for the registry's signature; the deficit sums every key of a row.
     padding_mask : bool ``(N,)`` or ``(B, N)``, True = real token: padded queries are left out.
 
-    Returns
-    -------
-    torch.Tensor
-        float64, 0-d for ``(N, N)`` input, ``(B,)`` otherwise.
-
-    Raises
-    ------
-    MetricError
-        ``A`` not 2-D to 4-D, not square in its last two dimensions, empty, complex or not
-        finite; a padding mask of the wrong shape or with no real token in a sample.
+    Returns float64, 0-d for ``(N, N)`` input, ``(B,)`` otherwise; raises :class:`MetricError` for
+    ``A`` of a wrong shape, empty, complex or not finite, or a bad padding mask.
     """
     A = _as_array(A)
     batched = A.ndim >= 3
@@ -127,35 +83,18 @@ PR_SUMMARIES = ("mean", "median", "max", "rows")
 
 
 def participation_ratio(A, mask=None, *, padding_mask=None, summary: str = "mean") -> torch.Tensor:
-    """Participation ratio ``PR_i = 1 / sum_j A_ij^2`` of the attention rows: the effective
-    number of keys row ``i`` attends (module docstring).
+    """Participation ratio ``PR_i = 1 / sum_j A_ij^2`` of the attention rows.
 
     Parameters
     ----------
-    A : tensor or array ``(N, N)``, ``(B, N, N)`` (one head) or ``(B, H, N, N)``, real,
-        entries in ``[0, 1]``, each real query's row summing to 1 over its allowed keys
-        (computed in float64).
-    mask : the allowed keys, any mask form; default the complete graph.
-    padding_mask : bool ``(N,)`` or ``(B, N)``, True = real token: padded queries are
-        left out and padded keys are not allowed.
-    summary : ``"mean"``, ``"median"`` (the lower middle value for an even count, as
-        ``torch.nanmedian``) or ``"max"`` over heads and real queries, or ``"rows"`` for
-        every row.
+    A, mask, padding_mask : as :func:`attention_entropy` (every real query's row sums to 1).
+    summary : ``"mean"``, ``"median"`` (``torch.nanmedian``'s lower middle) or ``"max"`` over
+        heads and real queries, or ``"rows"`` for every row.
 
-    Returns
-    -------
-    torch.Tensor
-        float64; a summary is 0-d for ``(N, N)`` input and ``(B,)`` otherwise; ``"rows"``
-        is ``(N,)``, ``(B, N)`` or ``(B, H, N)`` as ``A`` has two, three or four
-        dimensions, NaN at padded queries.
-
-    Raises
-    ------
-    MetricError
-        ``A`` not 2-D to 4-D or not square in its last two dimensions, empty, not
-        finite, negative, mass on a key that is not allowed, a real query's row that does
-        not sum to 1 (tolerance ``sqrt(eps)`` of A's dtype); a sample without a real
-        query; a mask or padding mask of the wrong shape; an unknown ``summary``.
+    Returns float64: a summary 0-d for ``(N, N)`` input, ``(B,)`` otherwise; ``"rows"`` ``(N,)``,
+    ``(B, N)`` or ``(B, H, N)`` as ``A``, NaN at padded queries. Raises :class:`MetricError` as
+    :func:`attention_entropy` (a sample without a real query instead of a counted row), and
+    for an unknown ``summary``.
     """
     if summary not in PR_SUMMARIES:
         raise MetricError(f"summary must be one of {', '.join(PR_SUMMARIES)}, got {summary!r}")
@@ -181,34 +120,21 @@ def participation_ratio(A, mask=None, *, padding_mask=None, summary: str = "mean
 
 
 def row_participation(A: torch.Tensor) -> torch.Tensor:
-    """``1 / sum_j A_ij^2`` over the last axis of ``A`` (rows of a softmax), without input
-    checks: ``(..., N)`` -> ``(...)`` in A's dtype."""
+    """``1 / sum_j A_ij^2`` over the last axis, no input checks: ``(..., N)`` -> ``(...)``."""
     return 1.0 / (A * A).sum(-1)
 
 
 def gap_counting(logits, gaps, *, mask=None) -> torch.Tensor:
-    """The gap-counting function ``n(g) = #{j allowed : max_k z_k - z_j <= g}`` of each row
-    (module docstring).
+    """The gap-counting function ``n(g) = #{j allowed : max_k z_k - z_j <= g}`` of each row.
 
     Parameters
     ----------
-    logits : tensor or array ``(..., M)``, real; ``-inf`` marks a key that is not allowed
-        (a masked softmax's logit; ``log 0`` of a padded key's probability).
+    logits : tensor or array ``(..., M)``, real; ``-inf`` marks a key that is not allowed.
     gaps : ``(G,)`` non-negative gaps ``g``.
-    mask : bool, broadcastable to ``logits``, True = key allowed (a padding mask); default
-        every finite logit.
+    mask : bool, broadcastable to ``logits``, True = key allowed; default every finite logit.
 
-    Returns
-    -------
-    torch.Tensor
-        int64 ``(..., G)``: 0 for a row with no allowed key, else between 1 and the row's
-        allowed keys, non-decreasing in ``g``.
-
-    Raises
-    ------
-    MetricError
-        ``logits`` empty, complex, or NaN or ``+inf``; ``gaps`` not a 1-D non-negative
-        finite sequence; a mask that does not broadcast.
+    Returns int64 ``(..., G)``, 0 for a row with no allowed key. Raises :class:`MetricError` for
+    ``logits`` empty, complex, NaN or ``+inf``, bad ``gaps``, or a mask that does not broadcast.
     """
     z, allowed = _logits(logits, mask)
     g = torch.as_tensor(gaps, dtype=torch.float64).detach()
@@ -220,17 +146,13 @@ def gap_counting(logits, gaps, *, mask=None) -> torch.Tensor:
 
 def gap_growth(logits, *, mask=None, k_max: int = 32) -> dict[str, torch.Tensor]:
     """Least-squares fits of each row's gap count at its jumps ``(u_(k), k)``, ``u_(k)`` the
-    ``k``-th smallest gap (``u_(1) = 0``, the maximum), over ``k = 2 .. min(k_max, m)`` for a
-    row of ``m`` allowed keys (a fixed number of keys near the top, whatever ``m``: a
-    fraction of the row would read a fixed quantile range of the logits' distribution,
-    whose growth rate does not change with ``m``); a point with ``u_(k) = 0`` (a tie with
-    the maximum) is left out.
+    ``k``-th smallest gap, over ``k = 2 .. min(k_max, m)`` for ``m`` allowed keys (a fixed
+    number of keys near the top), ties with the maximum left out.
 
-    Returns ``{"rate", "exponent", "r2_exp", "r2_pow"}``, float64 ``(...)`` each: ``rate`` the
-    slope ``a`` of ``ln k`` on ``u_(k)`` (``n(g) ≈ e^{a g}``), ``exponent`` the slope ``p`` of
-    ``ln k`` on ``ln u_(k)`` (``n(g) ≈ C g^p``) and the coefficient of determination of each
-    fit; NaN for a row with fewer than 3 points or constant gaps. Same ``logits`` and
-    ``mask`` as :func:`gap_counting`; ``k_max >= 4``.
+    Returns ``{"rate", "exponent", "r2_exp", "r2_pow"}``, float64 ``(...)`` each: the slope of
+    ``ln k`` on ``u_(k)`` (``n(g) ≈ e^{a g}``), on ``ln u_(k)`` (``n(g) ≈ C g^p``) and each
+    fit's R²; NaN with fewer than 3 points or constant gaps. ``logits``, ``mask`` as
+    :func:`gap_counting`; ``k_max >= 4``.
     """
     check_int(k_max, "k_max", low=4, error=MetricError)
     z, allowed = _logits(logits, mask)
@@ -271,8 +193,7 @@ def _gaps(z: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
 
 
 def _line(x: torch.Tensor, y: torch.Tensor, use: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slope and R² of the least-squares line of ``y`` on ``x`` over the points ``use``,
-    along the last axis; NaN with fewer than 3 points or constant ``x``."""
+    """Slope and R² of ``y`` on ``x`` over the points ``use`` (last axis); NaN under 3 points."""
     w = use.to(torch.float64)
     n = w.sum(-1)
     x, y = torch.where(use, x, 0.0), torch.where(use, y, 0.0)
@@ -304,13 +225,9 @@ def _as_array(A) -> torch.Tensor:
 
 
 def row_entropy(A: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """The computation of :func:`attention_entropy` without input checks, for callers
-    whose ``A`` comes from a masked softmax: ``A`` ``(..., H, N, N)``, ``allowed`` bool
-    broadcastable to ``(..., N, N)``; returns ``(...)`` in A's dtype. Entries that are
-    not ``> 0`` (zeros, and the NaN of an overflowed run, which phase flags as diverging
-    on its own) add nothing; a sample without a counted row gives NaN. ``p log p`` is formed
-    in one buffer (in place: a measurement, no gradient), each large temporary costing its
-    page faults."""
+    """:func:`attention_entropy` without input checks: ``A`` ``(..., H, N, N)``, ``allowed``
+    broadcastable to ``(..., N, N)`` -> ``(...)`` in A's dtype. Entries not ``> 0`` (NaN
+    included) add nothing; a sample without a counted row gives NaN. In place, one buffer."""
     plogp = A.clamp_min(torch.finfo(A.dtype).tiny).log_().mul_(A).masked_fill_(~(A > 0), 0.0)
     H = -plogp.sum(-1)  # (..., H, N)
     k = allowed.sum(-1).to(A.dtype).unsqueeze(-2)  # (..., 1, N)

@@ -1,16 +1,8 @@
 """Token-similarity metrics: μ(X), cosines and the Dong et al. (2021) residual.
 
-All public functions take ``X`` of shape ``(N, d)`` (result: 0-d tensor) or
-``(B, N, d)`` (result: ``(B,)``), an optional ``padding_mask`` (``(N,)`` or ``(B, N)``,
-True = real token; padded rows are never part of X) and an optional ``dtype`` to
-compute in (e.g. ``torch.float64``). Bad input raises
-:class:`rankcollapse.errors.MetricError`.
-
-Zero tokens and cosines: a zero row has no direction. Cosine metrics leave zero rows
-out of their averages and emit a :class:`ZeroRowWarning`; if every token is zero
-they raise. With fewer than two non-zero tokens (e.g. ``N = 1``) there is no pair:
-``avg_abs_cos`` and ``avg_cos`` are then defined as 1, their value for a fully
-collapsed set of tokens (consistent with ``mu = 0`` for ``N = 1``).
+Public functions take ``X`` ``(N, d)`` (result 0-d) or ``(B, N, d)`` (result ``(B,)``),
+``padding_mask`` (True = real token) and ``dtype``. Cosine metrics leave zero tokens out
+(:class:`ZeroRowWarning`), raise if every token is zero, and are 1 without a pair.
 """
 
 from __future__ import annotations
@@ -22,18 +14,13 @@ import torch
 
 from .._validate import check_float
 from ..errors import MetricError
-from ._context import MetricContext, evaluate, stable_norm
+from ._context import MetricContext, evaluate_one, stable_norm
 
 
 def mu_finite(X: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``mu(X) = ||X - 1 gamma_X||_F`` ``(B,)`` of finite tokens ``X`` ``(B, N, d)``, no
-    input checks: the one μ computation. The registry's ``mu`` and ``mu_relative`` call
-    it on a context's checked, power-of-two-normalised tokens; the simulator's layer loop
-    (which has checked the tokens) calls it on the raw ones, two passes over X instead of
-    the registry's six, which matters at N = 65,536 where μ is recorded after every layer.
-    The normalisation only moves the exponent (exact), so both give the same value.
-    ``out``: an ``X``-shaped buffer for the centred tokens (reused across layers).
-    Source: Wu et al., NeurIPS 2024 (spec.md §3)."""
+    """``mu(X) = ||X - 1 gamma_X||_F`` ``(B,)`` of finite tokens ``X`` ``(B, N, d)``, no input
+    checks: the one μ computation (registry and simulator). ``out``: an ``X``-shaped buffer
+    for the centred tokens."""
     mean = X.mean(dim=-2, keepdim=True)
     centred = X - mean if out is None else torch.sub(X, mean, out=out)
     return stable_norm(centred, (-2, -1))
@@ -41,7 +28,6 @@ def mu_finite(X: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tens
 
 # ---- metric functions on a context (G samples of L real tokens) -----------------
 def _mu_normalised(ctx: MetricContext) -> torch.Tensor:
-    """``mu`` of the normalised tokens ``ctx.X`` (``mu(X) / ctx.scale``)."""
     return ctx.cached("mu_n", lambda: mu_finite(ctx.X))
 
 
@@ -61,15 +47,13 @@ def _max_token_share(ctx: MetricContext) -> torch.Tensor:
 
 def _norm_spread(ctx: MetricContext) -> torch.Tensor:
     norms = ctx.row_norms
-    # a zero token makes the spread infinite: refused, not computed over the others (a
-    # token that underflowed to 0 would otherwise shrink the spread it is the cause of)
+    # refused, not computed over the others: a token that underflowed to 0 caused the spread
     ctx.fail(norms.amin(dim=-1) == 0, "a token is zero: the norm spread max_i ||x_i|| / min_i ||x_i|| is infinite")
     return norms.amax(dim=-1) / norms.amin(dim=-1)
 
 
 def _pair_mean(ctx: MetricContext, total: torch.Tensor) -> torch.Tensor:
-    """``total`` ``(G,)`` (a sum over ordered pairs i != j of non-zero tokens) divided
-    by the number of such pairs; 1 where there is no such pair."""
+    """``total`` ``(G,)`` over ordered pairs of non-zero tokens, per pair; 1 without a pair."""
     n = ctx.row_valid.sum(dim=-1).to(total.dtype)
     pairs = n * (n - 1)
     return torch.where(pairs > 0, total / pairs.clamp_min(1), torch.ones_like(total))
@@ -93,19 +77,9 @@ def _cos_to_mean(ctx: MetricContext) -> torch.Tensor:
 
 
 def composite_norm(R: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Dong et al.'s composite norm ``||R||_{1,inf} = sqrt(||R||_1 ||R||_inf)``.
-
-    ``||R||_1`` is the induced 1-norm (largest absolute column sum) and ``||R||_inf``
-    the induced inf-norm (largest absolute row sum) of each ``(N, d)`` matrix in
-    ``R`` ``(..., N, d)``; result ``(...)``. ``out`` (shape of R) is scratch space for
-    ``|R|``. Source: Dong, Cordonnier & Loukas, "Attention is not all you need: pure
-    attention loses rank doubly exponentially with depth", ICML 2021, Sec. 2.2.
-
-    Raises
-    ------
-    MetricError
-        ``R`` is not a tensor of at least two dimensions.
-    """
+    """Dong et al.'s composite norm ``sqrt(||R||_1 ||R||_inf)`` ``(...)`` (induced norms: largest
+    absolute column and row sum) of each matrix of ``R`` ``(..., N, d)`` (ICML 2021, Sec. 2.2);
+    ``out``: scratch for ``|R|``. :class:`MetricError` unless R is a tensor of 2+ dimensions."""
     if not isinstance(R, torch.Tensor) or R.ndim < 2:
         raise MetricError(f"composite_norm needs a tensor (..., N, d), got "
                           f"{f'shape {tuple(R.shape)}' if isinstance(R, torch.Tensor) else type(R).__name__}")
@@ -114,7 +88,6 @@ def composite_norm(R: torch.Tensor, *, out: torch.Tensor | None = None) -> torch
 
 
 def _composite(ctx: MetricContext, which: str) -> torch.Tensor:
-    """Composite norm of ``ctx.centered`` or ``ctx.X``, sharing one scratch buffer."""
 
     def make():
         scratch = ctx.cached("scratch", lambda: torch.empty_like(ctx.X))
@@ -132,15 +105,13 @@ def _dong_residual_relative(ctx: MetricContext) -> torch.Tensor:
     return _composite(ctx, "centered") / _composite(ctx, "X")
 
 
-#: β of the registry's ``interaction_energy`` (another β: register
-#: ``partial(energy_of, beta=b)`` under a name of its own, :func:`~.registry.register_metric`).
+#: β of the registry's ``interaction_energy`` (another β: register ``partial(energy_of, beta=b)``).
 ENERGY_BETA = 1.0
 
 
 def energy_of(ctx: MetricContext, beta: float = ENERGY_BETA) -> torch.Tensor:
-    """Interaction energy ``E_beta`` ``(G,)`` of the unit tokens of ``ctx`` (zero tokens
-    left out), summed in log space: ``log E = logsumexp_{i,j}(beta <u_i, u_j>) -
-    log(2 beta)``, so no ``exp`` overflows before ``E`` itself leaves the dtype's range."""
+    """Interaction energy ``E_beta`` ``(G,)`` of the unit tokens (zero tokens left out), summed
+    in log space so no ``exp`` overflows before ``E`` itself does."""
     U = ctx.unit_rows
     gram = U @ U.mT  # (G, L, L): <u_i, u_j>, diagonal 1
     valid = ctx.row_valid
@@ -159,71 +130,43 @@ def _interaction_energy(ctx: MetricContext) -> torch.Tensor:
 
 
 # ---- public functions -------------------------------------------------------------
-def _one(fn, name, X, padding_mask, dtype):
-    return evaluate(X, {name: fn}, padding_mask=padding_mask, dtype=dtype, stacklevel=4)[name]
-
-
 def mu(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
-    """Distance to token uniformity ``mu(X) = ||X - 1 gamma_X||_F``.
+    """Distance to token uniformity ``mu(X) = ||X - 1 gamma_X||_F``, ``gamma_X`` the mean token.
 
-    ``gamma_X = (1/N) 1^T X`` is the mean token; ``mu = 0`` iff all tokens are equal
-    (``mu = 0`` for ``N = 1``). Source: Wu et al., NeurIPS 2024, "On the Role of
-    Attention Masks and LayerNorm in Transformers" (spec.md §3).
+    0 iff all tokens are equal. Source: Wu et al., NeurIPS 2024 (spec.md §3).
 
-    Parameters
-    ----------
-    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real; integer input is cast to
-        the default float dtype, half precision to float32.
-    padding_mask : bool ``(N,)`` / ``(B, N)``, True = real token; optional.
-    dtype : torch dtype to compute in, e.g. ``torch.float64``; optional.
-
-    Returns
-    -------
-    torch.Tensor : 0-d for ``(N, d)`` input, ``(B,)`` for a batch.
-
-    Raises
-    ------
-    MetricError
-        NaN/Inf in a real token, empty X, wrong number of dimensions, a sparse X or
-        one on the meta device (no dense values), a padding mask of the wrong shape or
-        one that removes every token of a sample.
+    Integer input is cast to the default float dtype, half precision to float32. Raises
+    :class:`MetricError` for NaN/Inf in a real token, an empty, sparse or meta X, a wrong
+    number of dimensions, or a bad padding mask.
     """
-    return _one(_mu, "mu", X, padding_mask, dtype)
+    return evaluate_one(X, "mu", _mu, padding_mask=padding_mask, dtype=dtype)
 
 
 def mu_relative(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
-    """Scale-free token uniformity ``mu(X) / ||X||_F`` in ``[0, 1]``.
+    """Scale-free token uniformity ``mu(X) / ||X||_F`` in ``[0, 1]`` (spec.md §3).
 
-    Pure attention can shrink or grow norms, so the ratio separates collapse from
-    scale (spec.md §3). Same parameters and errors as :func:`mu`; also raises
-    :class:`MetricError` if X is the zero matrix.
+    As :func:`mu`; also raises :class:`MetricError` for the zero matrix.
     """
-    return _one(_mu_relative, "mu_relative", X, padding_mask, dtype)
+    return evaluate_one(X, "mu_relative", _mu_relative, padding_mask=padding_mask, dtype=dtype)
 
 
 def max_token_share(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
-    """Largest share of ``||X||_F^2`` held by one token, ``max_i ||x_i||^2 / ||X||_F^2``,
-    in ``[1/N, 1]``: ``1/N`` when every token has the same norm, near 1 when one token's
-    norm dwarfs the others' (a massive activation). Above 1/2, μ(X)/‖X‖_F mostly measures
-    that one token: with ``X = e_k x_k^T`` exactly, ``mu/||X||_F = sqrt(1 - 1/N)``
-    whatever the other tokens were. Same parameters and errors as :func:`mu_relative`.
+    """Largest share of ``||X||_F^2`` held by one token, ``max_i ||x_i||^2 / ||X||_F^2``, in
+    ``[1/N, 1]`` (above :data:`DOMINANT_SHARE`, μ/‖X‖_F mostly measures that token).
+    As :func:`mu_relative`.
     """
-    return _one(_max_token_share, "max_token_share", X, padding_mask, dtype)
+    return evaluate_one(X, "max_token_share", _max_token_share, padding_mask=padding_mask, dtype=dtype)
 
 
-#: A token holding more than this share of ‖X‖_F² (:func:`max_token_share`) holds more
-#: than all the others together: μ/‖X‖_F then mostly measures that one token (exactly
-#: ``sqrt(1 - 1/N)`` when it is the only non-zero token, whatever the others).
+#: A token above this share of ‖X‖_F² holds more than all the others together: μ/‖X‖_F then
+#: mostly measures it (exactly ``sqrt(1 - 1/N)`` when it is the only non-zero token).
 DOMINANT_SHARE = 0.5
 
 
 def dominant_token_text(share: Mapping[int, float], where: str = "", moved: str = "") -> str | None:
-    """The note on a dominant token, from ``share`` (mean :func:`max_token_share` per
-    layer, e.g. a ``pandas.Series`` indexed by layer; NaN left out): from the first layer
-    above :data:`DOMINANT_SHARE` on, one token holds more than half of ‖X‖_F², so μ/‖X‖_F
-    mostly measures that token. ``where`` (e.g. `` in 3 of 8 windows``) follows the first
-    layer's share, ``moved`` (how μ/‖X‖_F and μ moved at that layer) closes the first
-    sentence. None when no layer is above. ``reproduce``, ``simulate`` and ``phase`` say it."""
+    """The note on a dominant token from ``share`` (layer -> mean :func:`max_token_share`,
+    NaN left out), or None when no layer is above :data:`DOMINANT_SHARE`. ``where`` (e.g.
+    `` in 3 of 8 windows``) follows the first layer's share; ``moved`` closes the first sentence."""
     layers = [(int(t), float(v)) for t, v in share.items() if v == v]
     over = [(t, v) for t, v in layers if v > DOMINANT_SHARE]
     if not over:
@@ -236,99 +179,63 @@ def dominant_token_text(share: Mapping[int, float], where: str = "", moved: str 
 
 
 def norm_spread(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
-    """Spread of the token norms ``max_i ||x_i|| / min_i ||x_i||``, in ``[1, inf)``: 1 when
-    every token has the same norm. Attention whose rows do not sum to 1 (a sink, sigmoid
-    attention; :mod:`rankcollapse.dynamics.operators`) scales token ``i`` by its row mass,
-    so tokens can align (``avg_abs_cos`` near 1) while their norms spread and
-    ``mu/||X||_F`` stays away from 0. Same parameters as :func:`mu`; raises
-    :class:`MetricError` if a (non-padded) token is zero: the spread is then infinite
-    (in float32 a token of a sink run can underflow to 0: use float64).
+    """Spread of the token norms ``max_i ||x_i|| / min_i ||x_i||`` in ``[1, inf)``.
+
+    As :func:`mu`; raises :class:`MetricError` if a real token is zero (infinite spread).
     """
-    return _one(_norm_spread, "norm_spread", X, padding_mask, dtype)
+    return evaluate_one(X, "norm_spread", _norm_spread, padding_mask=padding_mask, dtype=dtype)
 
 
 def avg_abs_cos(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
-    """Average absolute pairwise cosine ``(1/(N(N-1))) sum_{i != j} |cos(x_i, x_j)|``.
-
-    Anisotropy measure of Fig. 4 in Wu et al. (NeurIPS 2024). Zero tokens are left
-    out (``N`` counts non-zero tokens) with a :class:`ZeroRowWarning`; with fewer
-    than two non-zero tokens the value is 1 (the fully collapsed value). Same
-    parameters as :func:`mu`; raises :class:`MetricError` if every token is zero.
+    """Average absolute pairwise cosine ``(1/(N(N-1))) sum_{i != j} |cos(x_i, x_j)|``
+    (Wu et al., NeurIPS 2024, Fig. 4); zero tokens as in the module docstring.
     """
-    return _one(_avg_abs_cos, "avg_abs_cos", X, padding_mask, dtype)
+    return evaluate_one(X, "avg_abs_cos", _avg_abs_cos, padding_mask=padding_mask, dtype=dtype)
 
 
 def avg_cos(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
-    """Average signed pairwise cosine ``(1/(N(N-1))) sum_{i != j} cos(x_i, x_j)``.
-
-    Unlike :func:`avg_abs_cos` it tells tokens at ``+v`` from tokens at ``±v``
-    (Ethayarajh 2019 uses this as "self-similarity"/anisotropy). Same conventions and
-    errors as :func:`avg_abs_cos`.
+    """Average signed pairwise cosine ``(1/(N(N-1))) sum_{i != j} cos(x_i, x_j)`` (Ethayarajh
+    2019); as :func:`avg_abs_cos`.
     """
-    return _one(_avg_cos, "avg_cos", X, padding_mask, dtype)
+    return evaluate_one(X, "avg_cos", _avg_cos, padding_mask=padding_mask, dtype=dtype)
 
 
 def cos_to_mean(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     """Mean cosine between each non-zero token and the mean token ``gamma_X``.
 
-    ``(1/|V|) sum_{i in V} cos(x_i, gamma_X)`` over the non-zero tokens ``V``;
-    ``gamma_X`` averages all real tokens. Equals 1 iff all tokens point along the
-    mean. Raises :class:`MetricError` if ``gamma_X = 0`` (no direction) or every token
-    is zero; otherwise as :func:`mu`.
+    As :func:`mu`; raises :class:`MetricError` if ``gamma_X = 0`` or every token is zero.
     """
-    return _one(_cos_to_mean, "cos_to_mean", X, padding_mask, dtype)
+    return evaluate_one(X, "cos_to_mean", _cos_to_mean, padding_mask=padding_mask, dtype=dtype)
 
 
 def dong_residual(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     """Dong et al. (2021) residual ``||X - 1 x^T||_{1,inf}`` with ``x = gamma_X``.
 
-    Dong, Cordonnier & Loukas (ICML 2021, Sec. 2.2) define ``res(X) = X - 1 x^T``
-    with ``x`` minimising the composite norm ``sqrt(||R||_1 ||R||_inf)`` (see
-    :func:`composite_norm`). That minimisation is non-convex (a product of two
-    polyhedral norms) and has no closed form, so we take ``x`` = the mean token
-    ``gamma_X``: it is unique, shift-equivariant, zero residual iff ``mu = 0``, and
-    provably within a factor 2 of the true minimum, because for every ``x``,
-    ``||X - 1 gamma^T||_1 <= 2 ||X - 1 x^T||_1`` and likewise for ``||.||_inf``
-    (triangle inequality with ``gamma - x = mean_i (x_i - x)``). Same parameters and
-    errors as :func:`mu`.
+    Dong, Cordonnier & Loukas (ICML 2021, Sec. 2.2) minimise over ``x`` (non-convex, no
+    closed form); the mean token is within a factor 2 of that minimum, because for every
+    ``x``, ``||X - 1 gamma^T||_1 <= 2 ||X - 1 x^T||_1`` and likewise for ``||.||_inf``
+    (triangle inequality with ``gamma - x = mean_i (x_i - x)``). As :func:`mu`.
     """
-    return _one(_dong_residual, "dong_residual", X, padding_mask, dtype)
+    return evaluate_one(X, "dong_residual", _dong_residual, padding_mask=padding_mask, dtype=dtype)
 
 
 def dong_residual_relative(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
-    """``||X - 1 gamma_X^T||_{1,inf} / ||X||_{1,inf}``, the relative residual Dong et al.
-    (2021) plot against depth. Raises :class:`MetricError` for the zero matrix."""
-    return _one(_dong_residual_relative, "dong_residual_relative", X, padding_mask, dtype)
+    """``||X - 1 gamma_X^T||_{1,inf} / ||X||_{1,inf}`` (Dong et al. 2021); refuses the zero matrix."""
+    return evaluate_one(X, "dong_residual_relative", _dong_residual_relative, padding_mask=padding_mask,
+                        dtype=dtype)
 
 
 def interaction_energy(X, *, beta: float = ENERGY_BETA, padding_mask=None, dtype=None) -> torch.Tensor:
-    """Interaction energy of the token directions,
-    ``E_beta = (1 / 2 beta) sum_{i,j} exp(beta <u_i, u_j>)``, ``u_i = x_i / ||x_i||``.
+    """Interaction energy ``E_beta = (1 / 2 beta) sum_{i,j} exp(beta <u_i, u_j>)`` of the
+    token directions ``u_i = x_i / ||x_i||`` (Geshkovski et al., "A mathematical perspective
+    on Transformers", 2023), over all ordered pairs, ``i = j`` included.
 
-    The interaction energy of Geshkovski, Letrouit, Polyanskiy & Rigollet ("A mathematical
-    perspective on Transformers", 2023): with ``V = I`` and attention left unnormalised,
-    the attention dynamics of tokens on the sphere are its gradient ascent, so it grows
-    along them. Here of the normalised tokens; the sum runs over all ordered pairs, ``i = j`` included. It lies in
-    ``[N^2 e^{-beta} / 2 beta, N^2 e^beta / 2 beta]``: ``N^2 e^beta / 2 beta`` when every
-    token points the same way, ``(N e^beta + N (N - 1)) / 2 beta`` for orthonormal tokens.
-    Computed in log space (``logsumexp``), so no term overflows on its way, and returned
-    as ``E_beta`` itself: at ``beta = 1`` it stays below ``N^2 e / 2``, finite in float32
-    up to ``N ~ 10^19``; where ``E_beta`` itself exceeds the dtype's largest number the
-    metric is undefined (an error naming ``log E_beta``). Zero tokens have no
-    direction and are left out (``N`` counts non-zero tokens), with a ``ZeroRowWarning``.
+    In ``[N^2 e^{-beta} / 2 beta, N^2 e^beta / 2 beta]`` (the top when every token points
+    the same way); computed in log space. Zero tokens are left out (``ZeroRowWarning``).
 
-    Parameters
-    ----------
-    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real.
-    beta : inverse temperature ``beta > 0`` (default :data:`ENERGY_BETA` = 1, the
-        registry's ``interaction_energy``).
-    padding_mask, dtype : as :func:`mu`.
-
-    Raises
-    ------
-    MetricError
-        ``beta`` not a finite number > 0; every token zero; ``E_beta`` beyond the
-        compute dtype's range; otherwise as :func:`mu`.
+    As :func:`mu`; ``beta > 0`` (default :data:`ENERGY_BETA`, the registry's). Raises also for
+    every token zero and ``E_beta`` beyond the compute dtype's range.
     """
     beta = check_float(beta, "beta", low=0, strict_low=True, error=MetricError)
-    return _one(lambda ctx: energy_of(ctx, beta), "interaction_energy", X, padding_mask, dtype)
+    return evaluate_one(X, "interaction_energy", lambda ctx: energy_of(ctx, beta), padding_mask=padding_mask,
+                        dtype=dtype)

@@ -1,17 +1,13 @@
-"""Over-smoothing measures from the GNN literature, on the attention-mask graph.
-
-The graph is a mask ``M`` (a :class:`rankcollapse.masks.Mask` or a bool ``(N, N)`` /
-``(B, N, N)`` matrix over the padded positions, ``M[i, j]`` = token i attends to
-token j, spec.md §1); without a mask, the complete graph. With padding, the graph
-is restricted to the real tokens. Both measures are computed from ``(N, N)`` Gram
-matrices, never from ``(N, N, d)`` differences.
+"""Over-smoothing measures from the GNN literature on the attention-mask graph ``M``
+(``M[i, j]``: token i attends to j, spec.md §1; default complete), restricted to the real
+tokens, computed from ``(N, N)`` Gram matrices.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._context import MetricContext, evaluate
+from ._context import MetricContext, evaluate_one
 
 
 def _dirichlet_energy(ctx: MetricContext) -> torch.Tensor:
@@ -39,44 +35,22 @@ def _mean_average_distance(ctx: MetricContext) -> torch.Tensor:
 
 
 def dirichlet_energy(X, *, mask=None, padding_mask=None, dtype=None) -> torch.Tensor:
-    """Dirichlet energy of the tokens on the mask graph.
-
-    ``E(X) = (1/N) sum_{(i, j): M[i, j]} ||x_i - x_j||_2^2`` over the directed edges of
-    the mask (a symmetric mask counts each pair twice; self-loops add 0), ``N`` the
-    number of real tokens. This is the unnormalised-Laplacian energy of Rusch,
-    Bronstein & Mishra, "A survey on oversmoothing in graph neural networks" (2023),
-    Def. 3.1, without degree normalisation so that ``E = 0`` iff tokens joined by an
-    edge are equal. Not scale-invariant: ``E(cX) = c^2 E(X)``. With the complete
-    graph ``E = 2 mu(X)^2``.
-
-    Parameters
-    ----------
-    X : ``(N, d)`` or ``(B, N, d)``.
-    mask : Mask, bool ``(N, N)`` or ``(B, N, N)`` over padded positions; default complete.
-    padding_mask, dtype : as :func:`rankcollapse.metrics.mu`.
-
-    Raises
-    ------
-    MetricError
-        Bad X or padding mask (see :func:`rankcollapse.metrics.mu`), or a mask that is
-        not boolean or of the wrong shape.
+    """Dirichlet energy ``E(X) = (1/N) sum_{(i, j): M[i, j]} ||x_i - x_j||_2^2`` over the
+    directed edges of the mask (Rusch, Bronstein & Mishra 2023, Def. 3.1, without degree
+    normalisation); ``E(cX) = c^2 E(X)``, and ``E = 2 mu(X)^2`` on the complete graph.
+    ``mask``: any mask form over the padded positions (default complete); otherwise as
+    :func:`rankcollapse.metrics.mu`, and raises for a bad mask.
     """
-    return evaluate(X, {"e": _dirichlet_energy}, mask=mask, padding_mask=padding_mask, dtype=dtype)["e"]
+    return evaluate_one(X, "dirichlet_energy", _dirichlet_energy, mask=mask, padding_mask=padding_mask, dtype=dtype)
 
 
 def mean_average_distance(X, *, mask=None, padding_mask=None, dtype=None) -> torch.Tensor:
-    """Mean average (cosine) distance, MAD, on the mask graph.
+    """Mean average cosine distance, MAD (Chen et al., AAAI 2020, Eqs. 1–4), in ``[0, 2]``.
 
-    Chen et al., "Measuring and relieving the over-smoothing problem for graph neural
-    networks from the topological view", AAAI 2020, Eqs. 1–4: ``D_ij = 1 - cos(x_i,
-    x_j)`` on target pairs ``M[i, j]``, ``i != j``; per token ``D_i = mean_j D_ij`` over
-    its target pairs; MAD = mean of ``D_i`` over tokens that have target pairs.
-    Normalisation differs from the paper in one stated way: Chen et al. divide by the
-    number of *non-zero* distances, which makes exactly-equal tokens drop out (0/0
-    for a collapsed set); we divide by the number of target pairs, so a fully
-    collapsed set gives MAD = 0 and generic inputs agree with the paper. Zero tokens
-    are left out (:class:`ZeroRowWarning`); with no target pair at all (e.g.
-    ``N = 1``) MAD is 0. Range ``[0, 2]``. Parameters and errors as
-    :func:`dirichlet_energy`; raises also if every token is zero.
+    ``D_i = mean_j (1 - cos(x_i, x_j))`` over the target pairs ``M[i, j]``, ``i != j``; MAD
+    the mean of ``D_i`` over tokens with target pairs (0 with none). Divided by the number
+    of target pairs, not of non-zero distances as in the paper, so a collapsed set gives 0.
+    Zero tokens are left out; as :func:`dirichlet_energy`, and raises if every token is zero.
     """
-    return evaluate(X, {"m": _mean_average_distance}, mask=mask, padding_mask=padding_mask, dtype=dtype)["m"]
+    return evaluate_one(X, "mean_average_distance", _mean_average_distance, mask=mask, padding_mask=padding_mask,
+                        dtype=dtype)

@@ -1,41 +1,18 @@
-"""IsoScore (Rudman, Gillman, Rayne & Eickhoff, "IsoScore: Measuring the Uniformity
-of Embedding Space Utilization", Findings of ACL 2022, Algorithm 1), from the paper's
-definition on the usual ``(N, d)`` layout (points = tokens = rows).
+"""IsoScore (Rudman, Gillman, Rayne & Eickhoff, Findings of ACL 2022, Algorithm 1) on the
+``(N, d)`` layout (points = tokens = rows).
 
-For points in ``R^n`` (``n = d``):
-
-1. PCA-reorient the centred points; the diagonal of their covariance is the vector
-   ``lambda`` of covariance eigenvalues (zero-padded to length n when ``N - 1 < n``).
-2. Normalise: ``lambda_hat = sqrt(n) lambda / ||lambda||_2`` (so ``||lambda_hat|| =
-   ||1|| = sqrt(n)``).
-3. Isotropy defect ``delta = ||lambda_hat - 1||_2 / sqrt(2 (n - sqrt(n)))`` in [0, 1].
-4. Fraction of dimensions used ``phi = (n - delta^2 (n - sqrt(n)))^2 / n^2``.
-5. ``IsoScore = (n phi - 1) / (n - 1)`` in [0, 1].
-
-Closed form used for computation: since ``||lambda_hat||^2 = n``,
-``||lambda_hat - 1||^2 = 2n - 2 sqrt(n) r`` with ``r = sum(lambda) / ||lambda||_2``, so
-``delta^2 (n - sqrt(n)) = n - sqrt(n) r``, ``phi = r^2 / n`` and
-
-    IsoScore = (PR - 1) / (n - 1),   PR = (sum lambda)^2 / sum lambda^2
-                                        = tr(C)^2 / ||C||_F^2,
-
-the participation ratio of the covariance ``C``. The PCA step drops out (IsoScore is
-rotation invariant), and ``tr(C)``, ``||C||_F`` come from the centred ``(N, N)`` Gram
-matrix (same non-zero eigenvalues as ``C``): no eigendecomposition is needed. Points
-spread isotropically over k of the n dimensions have ``PR = k``, hence
-``IsoScore = (k - 1) / (n - 1)`` exactly; N tokens in d > N dimensions score at most
-``(N - 2) / (d - 1)``.
-
-Conventions (the formula is 0/0 there): zero covariance (all tokens equal, e.g.
-``N = 1``) scores 0, the least isotropic value; ``d = 1`` with non-zero variance
-scores 1 (the only dimension is used).
+With ``n = d`` and covariance eigenvalues ``lambda`` the algorithm reduces to (since
+``||lambda_hat - 1||^2 = 2n - 2 sqrt(n) sum lambda / ||lambda||_2``)
+``IsoScore = (PR - 1) / (n - 1)``, ``PR = tr(C)^2 / ||C||_F^2`` the participation ratio of
+the covariance ``C``, read off the smaller of the centred Gram and ``C``. Conventions (0/0):
+zero covariance scores 0; ``d = 1`` with non-zero variance scores 1.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._context import MetricContext, evaluate
+from ._context import MetricContext, evaluate_one
 
 
 def _participation_ratio(ctx: MetricContext) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,20 +36,6 @@ def _isoscore(ctx: MetricContext) -> torch.Tensor:
 
 
 def isoscore(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
-    """IsoScore of the tokens (rows of X), in ``[0, 1]``; 1 = isotropic.
-
-    See the module docstring for the algorithm (Rudman et al. 2022, Alg. 1), the
-    closed form ``(k - 1)/(n - 1)`` and the degenerate-case conventions.
-
-    Parameters
-    ----------
-    X : ``(N, d)`` or ``(B, N, d)`` (rows are points, as in the PyPI IsoScore package
-        2.0.1, which takes ``(num_samples, dimension)``).
-    padding_mask, dtype : as :func:`rankcollapse.metrics.mu`.
-
-    Raises
-    ------
-    MetricError
-        As :func:`rankcollapse.metrics.mu`.
-    """
-    return evaluate(X, {"isoscore": _isoscore}, padding_mask=padding_mask, dtype=dtype)["isoscore"]
+    """IsoScore of the tokens (rows of X) in ``[0, 1]``, 1 = isotropic (module docstring);
+    inputs and errors as :func:`rankcollapse.metrics.mu`."""
+    return evaluate_one(X, "isoscore", _isoscore, padding_mask=padding_mask, dtype=dtype)

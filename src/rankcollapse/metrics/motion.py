@@ -1,16 +1,7 @@
-"""How far tokens sit from the origin and how fast they turn from one layer to the next.
-
-Normalisations regulate the speed of token clustering (Karagodin, Ge, Polyanskiy,
-Rigollet, "Normalization in Attention Dynamics", NeurIPS 2025): these two metrics read
-that speed off a trajectory ``X(0), X(1), ...`` of token matrices ``(B, N, d)``.
-
-- ``token_radius`` of ``X``: ``(1/N) sum_i ||x_i||``, a metric of one state (registry
-  :data:`~rankcollapse.metrics.METRICS`).
-- ``angular_speed`` of ``(X(t), X(t+1))``: ``(1/N) sum_i angle(x_i(t), x_i(t+1))`` in
-  radians, a metric of two consecutive states (:data:`~rankcollapse.metrics.STEP_METRICS`;
-  ``simulate`` computes it in its layer loop, row 0 is NaN). The angle is
-  ``2 asin(||u - v|| / 2)`` with ``u, v`` the unit rows: exact to round-off near 0 and
-  pi, where ``acos`` of the cosine loses half the digits.
+"""How far tokens sit from the origin (``token_radius``) and how fast they turn from one
+layer to the next (``angular_speed``), the speed of clustering that normalisations regulate
+(Karagodin et al., NeurIPS 2025). The angle is ``2 asin(||u - v|| / 2)`` of the unit rows,
+exact near 0 and pi where ``acos`` loses half the digits.
 """
 
 from __future__ import annotations
@@ -22,29 +13,13 @@ from ._context import MetricContext
 
 
 def _token_radius(ctx: MetricContext) -> torch.Tensor:
-    # scales with X: the context's tokens are divided by an exact power of two
     return ctx.row_norms.mean(dim=-1) * ctx.scale
 
 
 def angular_speed(X_prev: torch.Tensor, X_next: torch.Tensor) -> torch.Tensor:
-    """Mean angle (radians) between each token and itself one layer later.
-
-    Parameters
-    ----------
-    X_prev, X_next : float tensors ``(N, d)`` or ``(B, N, d)`` of the same shape:
-        ``X(t)`` and ``X(t+1)``.
-
-    Returns
-    -------
-    Tensor ``()`` or ``(B,)`` in float64: ``(1/N) sum_i 2 asin(||u_i - v_i|| / 2)``,
-    ``u_i = x_i(t)/||x_i(t)||``, ``v_i = x_i(t+1)/||x_i(t+1)||``; NaN for a sample with a
-    zero token (no direction).
-
-    Raises
-    ------
-    MetricError
-        Not two tensors, or shapes that differ or are not 2-D/3-D.
-    """
+    """Mean angle (radians) ``(1/N) sum_i 2 asin(||u_i - v_i|| / 2)`` between the unit rows of
+    ``X_prev`` ``X(t)`` and ``X_next`` ``X(t+1)``, ``(N, d)`` or ``(B, N, d)`` each: float64 ``()``
+    or ``(B,)``, NaN for a sample with a zero token; :class:`MetricError` for other shapes."""
     if not (isinstance(X_prev, torch.Tensor) and isinstance(X_next, torch.Tensor)):
         raise MetricError(f"angular_speed needs two torch tensors, got {type(X_prev).__name__} and "
                           f"{type(X_next).__name__}")
@@ -57,8 +32,7 @@ def angular_speed(X_prev: torch.Tensor, X_next: torch.Tensor) -> torch.Tensor:
 
 
 def _unit_rows(X: torch.Tensor) -> torch.Tensor:
-    """Rows to the unit sphere (rescaled by their largest entry first, so no overflow);
-    a zero row becomes NaN."""
+    """Rows to the unit sphere, without overflow; a zero row becomes NaN."""
     peak = X.abs().amax(dim=-1, keepdim=True)
-    Y = X / peak  # largest entry 1: the squares neither overflow nor all underflow
+    Y = X / peak
     return Y / torch.linalg.vector_norm(Y, dim=-1, keepdim=True)

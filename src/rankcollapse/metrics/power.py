@@ -1,30 +1,9 @@
 """Alignment of tokens with the principal eigenvector of a layer's value-output map.
 
-A layer's attention output is ``A X W_V W_O`` (row-vector convention: a token ``x`` maps
-to ``x M``, ``M = W_V W_O = sum_h W_V^h W_O^h`` over heads, ``W_V^h`` the head's
-``(d, d_v)`` column block of ``W_V`` and ``W_O^h`` its ``(d_v, d)`` row block of
-``W_O``; ``M = W_V`` where a layer has no ``W_O``). Li and Altafini ("Analogies between
-Transformer Layers and Power Method", arXiv 2605.25619) read the projections and the
-normalisation of a layer as one step of the power method on the matrix ``W_O W_V`` of
-the column convention, which is ``F = M^T``: iterating ``x <- x M / ||x M||`` multiplies
-the column ``x^T`` by ``F``, so tokens tilt toward the principal eigenvector ``v_1`` of
-``F`` (the dominant left eigenvector of ``M``) at the rate ``|lambda_2 / lambda_1|`` per
-layer, and toward nothing in particular when no eigenvalue dominates.
-
-- :func:`value_output_map`: ``M`` of one layer's weights (biases left out: they are not
-  part of the linear map).
-- :func:`spectral_radius`: ``rho(M) = max |lambda_i(M)|``.
-- :func:`principal_eigenvector`: ``v_1`` of ``F = M^T`` and the ratio
-  ``|lambda_2| / |lambda_1|``. ``v_1`` belongs to the eigenvalue of largest modulus;
-  where several share that modulus (``lambda`` and ``-lambda``), to the largest real one
-  among them. When that eigenvalue is complex (a pair ``r e^{+-i theta}``, common in
-  trained and random layers) it has no real eigenvector: the power method then drives
-  tokens into the real plane the pair spans (where they keep turning by ``theta``), and
-  ``v_1`` is that plane, given by an orthonormal basis of ``Re v, Im v``.
-- :func:`v1_alignment`: ``(1/N) sum_i ||P x_i|| / ||x_i||`` over the real, non-zero
-  tokens, ``P`` the orthogonal projection onto ``v_1`` (its line, or its plane), in
-  ``[0, 1]``: for a line ``|<x_i / ||x_i||, v_1>|``; 1 when every token lies in ``v_1``,
-  about ``sqrt(2 / (pi d))`` for tokens in random directions and a line.
+A token ``x`` maps to ``x M``, ``M = W_V W_O``; Li and Altafini (arXiv 2605.25619) read a
+layer as a power-method step on ``F = M^T``: tokens tilt toward its principal eigenvector
+``v_1`` (of the largest modulus, the largest real one among ties; for a complex pair the
+real plane it spans) at the rate ``|lambda_2 / lambda_1|`` per layer.
 """
 
 from __future__ import annotations
@@ -36,25 +15,15 @@ import torch
 
 from ..errors import MetricError
 
-#: Two eigenvalues whose moduli differ by less than this fraction of the largest share it
-#: (eigenvalues of a real matrix are computed to a few ulps of its norm).
+#: Two eigenvalues whose moduli differ by less than this fraction of the largest share it.
 TIE = 1e-9
 
 
 def value_output_map(layer: Any) -> torch.Tensor:
-    """``M = W_V W_O = sum_h W_V^h W_O^h`` ``(d, d)`` in float64 of one layer's weights.
-
-    Parameters
-    ----------
-    layer : an object with ``W_V`` ``(d, H_kv d_v)``, ``W_O`` ``(H d_v, d)`` or None,
-        ``n_heads`` and ``n_kv_heads`` (None: ``n_heads``), as
-        :class:`rankcollapse.dynamics.LayerWeights`; grouped-query heads read their
-        shared key/value head's block of ``W_V``.
-
-    Raises
-    ------
-    MetricError
-        Shapes that do not make a square map.
+    """``M = W_V W_O = sum_h W_V^h W_O^h`` ``(d, d)`` in float64 of one layer's weights
+    (biases left out; ``M = W_V`` without ``W_O``). ``layer``: ``W_V`` ``(d, H_kv d_v)``, ``W_O``
+    ``(H d_v, d)`` or None, ``n_heads``, ``n_kv_heads``, as :class:`rankcollapse.dynamics.LayerWeights`;
+    :class:`MetricError` for shapes that do not make a square map.
     """
     W_V = layer.W_V.detach().to("cpu", torch.float64)
     W_O = getattr(layer, "W_O", None)
@@ -81,24 +50,15 @@ def spectral_radius(M: torch.Tensor) -> float:
 
 
 def principal_eigenvector(M: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """``(v_1, |lambda_2| / |lambda_1|)`` of ``F = M^T`` (module docstring).
-
-    Parameters
-    ----------
-    M : ``(d, d)`` real matrix, the row-convention map ``x -> x M``.
+    """``(v_1, |lambda_2| / |lambda_1|)`` of ``F = M^T`` for the row-convention map ``M`` ``(d, d)``.
 
     Returns
     -------
-    v_1 : float64 ``(1, d)``, a unit vector whose largest entry is positive, for a real
-        leading eigenvalue; ``(2, d)``, an orthonormal basis of the plane of a complex
-        leading pair.
-    ratio : ``|lambda_2| / |lambda_1|`` over the eigenvalues outside ``v_1`` (0 if none);
-        1 when no eigenvalue dominates.
+    v_1 : float64 ``(1, d)``, a unit vector whose largest entry is positive, or ``(2, d)``,
+        an orthonormal basis of the plane of a complex leading pair.
+    ratio : ``|lambda_2| / |lambda_1|`` over the eigenvalues outside ``v_1`` (0 if none).
 
-    Raises
-    ------
-    MetricError
-        ``M`` not square, not finite or zero.
+    Raises :class:`MetricError` for ``M`` not square, not finite or zero.
     """
     M = torch.as_tensor(M).detach().to("cpu", torch.float64)
     if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] == 0:
@@ -127,23 +87,14 @@ def principal_eigenvector(M: torch.Tensor) -> tuple[torch.Tensor, float]:
 
 
 def v1_alignment(X, v1: torch.Tensor, *, padding_mask=None) -> torch.Tensor:
-    """``(1/N) sum_i ||P x_i|| / ||x_i||`` per sample over its real, non-zero tokens, ``P``
-    the orthogonal projection onto the span of ``v1``.
+    """``(1/N) sum_i ||P x_i|| / ||x_i||`` in ``[0, 1]`` per sample over its real, non-zero
+    tokens, ``P`` the projection onto the span of ``v1`` (about ``sqrt(2 / (pi d))`` for
+    random directions and a line).
 
-    Parameters
-    ----------
-    X : ``(N, d)`` or ``(B, N, d)`` tokens.
-    v1 : ``(d,)`` unit vector or ``(k, d)`` orthonormal rows (:func:`principal_eigenvector`).
-    padding_mask : bool ``(N,)`` / ``(B, N)``, True = real token; None: every token.
-
-    Returns
-    -------
-    float64 tensor ``()`` or ``(B,)`` in ``[0, 1]``.
-
-    Raises
-    ------
-    MetricError
-        Widths that differ, X not 2-D/3-D, or a sample without a non-zero real token.
+    ``X`` ``(N, d)`` or ``(B, N, d)`` -> float64 ``()`` or ``(B,)``; ``v1`` ``(d,)`` or ``(k, d)``
+    orthonormal rows (:func:`principal_eigenvector`); ``padding_mask`` bool, True = real
+    token. :class:`MetricError` for widths that differ, X not 2-D/3-D, or a sample without a
+    non-zero real token.
     """
     X = torch.as_tensor(X)
     V = torch.as_tensor(v1).to(torch.float64)
@@ -154,7 +105,7 @@ def v1_alignment(X, v1: torch.Tensor, *, padding_mask=None) -> torch.Tensor:
     batched = X.ndim == 3
     Xb = (X if batched else X.unsqueeze(0)).double()
     peak = Xb.abs().amax(dim=-1, keepdim=True)
-    Y = Xb / torch.where(peak > 0, peak, 1.0)  # largest entry 1: the squares neither over- nor underflow
+    Y = Xb / torch.where(peak > 0, peak, 1.0)  # largest entry 1: no over- or underflow
     norms = torch.linalg.vector_norm(Y, dim=-1)  # (B, N)
     keep = norms > 0
     if padding_mask is not None:
@@ -168,15 +119,13 @@ def v1_alignment(X, v1: torch.Tensor, *, padding_mask=None) -> torch.Tensor:
 
 
 def layer_v1_alignment(X, layer: Any) -> torch.Tensor:
-    """:func:`v1_alignment` of ``X`` with ``v_1`` of ``layer``'s :func:`value_output_map`
-    (the registry's form, :data:`~rankcollapse.metrics.registry.WEIGHT_METRICS`)."""
+    """:func:`v1_alignment` of ``X`` with ``v_1`` of ``layer``'s :func:`value_output_map`."""
     v1, _ = principal_eigenvector(value_output_map(layer))
     return v1_alignment(X, v1)
 
 
 def random_alignment(d_model: int) -> float:
-    """``E |<u, v>|`` for ``u`` uniform on ``S^(d-1)`` (``d = d_model``) and a fixed unit
-    ``v``: ``Gamma(d/2) / (sqrt(pi) Gamma((d+1)/2))`` (about ``sqrt(2 / (pi d))``), the
-    alignment of tokens in random directions."""
+    """``E |<u, v>| = Gamma(d/2) / (sqrt(pi) Gamma((d+1)/2))`` for ``u`` uniform on ``S^(d-1)``
+    and a fixed unit ``v``: the alignment of tokens in random directions."""
     d = d_model
     return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)

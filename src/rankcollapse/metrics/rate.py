@@ -1,19 +1,8 @@
 """The measured collapse rate of a metric trajectory: one least-squares fit for every caller.
 
-Model: ``log v(t) = a + b t + e(t)`` over the layers ``t`` whose value ``v(t)`` is above
-the ``floor``; ``b`` (natural log per layer) is the ordinary-least-squares slope
-``b = sum (t - t̄)(y - ȳ) / sum (t - t̄)^2`` with ``y = log v`` (the textbook estimator,
-e.g. Montgomery & Runger, *Applied Statistics and Probability for Engineers*, §11-2), and
-``exp(b)`` the per-layer decay factor (< 1: collapse). A value at or below the floor is
-left out: it is round-off, not a measurement, and carries no rate.
-
-Where a floor comes from: the computation that produced the trajectory, not the storage
-of its input (docs/reproduce.md, "Floors belong to the computation"). A relative metric
-(``mu_relative``) is resolved down to the round-off floor of the computation's dtype
-(:func:`rankcollapse.metrics.floor.relative_floor`, ``2 (N + d) eps``); an absolute
-metric (``mu``) needs a floor relative to its scale, e.g. ``1e-12 · μ(0)`` per sample
-(what :func:`rankcollapse.theory.check_collapse_bound` passes). The callers pass their
-floor explicitly; there is no default.
+Model ``log v(t) = a + b t + e(t)`` over the layers above the ``floor``, ``b`` the OLS slope
+(natural log per layer), ``exp(b)`` the decay factor. The floor is the computation's, passed
+by every caller (docs/reproduce.md, "Floors belong to the computation").
 """
 
 from __future__ import annotations
@@ -30,13 +19,8 @@ from ..errors import ConfigError
 
 @dataclass(frozen=True)
 class RateFit:
-    """A least-squares rate per trajectory (arrays of the input's library: numpy or torch).
-
-    Attributes
-    ----------
-    slope : float64 ``(B,)``: ``b``, natural log per layer (NaN with fewer than 2 layers).
-    n_layers : int ``(B,)``: layers fitted (above the floor, in the window).
-    """
+    """A least-squares rate per trajectory (arrays of the input's library): ``slope`` float64
+    ``(B,)``, natural log per layer (NaN under 2 layers), and ``n_layers`` int ``(B,)`` fitted."""
 
     slope: Any
     n_layers: Any
@@ -53,35 +37,22 @@ class RateFit:
 
 
 def least_squares_rate(values, *, floor, layers=None, shared: bool = False, before_floor: bool = False) -> RateFit:
-    """Least-squares rate of ``values`` ``(T,)`` or ``(T, B)`` (layers along axis 0).
-
-    The model, the estimator and the floor's origin are the module docstring's. The
-    arithmetic is that of the input's library (a numpy array in numpy, a torch tensor
-    in torch), so a caller's numbers do not depend on a conversion.
+    """Least-squares rate of ``values`` ``(T,)`` or ``(T, B)`` (layers along axis 0), in the
+    input's library (numpy or torch).
 
     Parameters
     ----------
-    values : numpy array or torch tensor ``(T,)`` / ``(T, B)``: the metric at each layer,
-        one trajectory per column; fitted in float64.
-    floor : float, or ``(B,)`` of the same library: values ``<= floor`` are left out (the
-        floor of the computation's dtype; per column for a relative floor).
+    values : numpy array or torch tensor ``(T,)`` / ``(T, B)``, one trajectory per column;
+        fitted in float64.
+    floor : float, or ``(B,)`` of the same library: values ``<= floor`` are left out.
     layers : ``(T,)`` abscissae (default ``0 .. T-1``).
-    shared : select the layers by column 0 (a point estimate) and fit every column on
-        those layers (its bootstrap or per-seed replicates, values clipped below at the
-        smallest positive float64). numpy only.
-    before_floor : fit only the layers before the first at or below the floor (or
-        non-finite): once a trajectory reached round-off, later values are round-off too.
+    shared : select the layers by column 0 (a point estimate) and fit every column (its
+        replicates, clipped below at the smallest positive float64) on them; numpy only.
+    before_floor : fit only the layers before the first at or below the floor (or non-finite).
 
-    Returns
-    -------
-    RateFit
-        ``slope`` and ``n_layers`` per column (``(1,)`` for 1-D ``values``).
-
-    Raises
-    ------
-    ConfigError
-        ``values`` not 1-D or 2-D with ``T >= 1``, ``layers`` not of
-        length ``T``, ``shared`` with a tensor.
+    Returns a :class:`RateFit` per column (``(1,)`` for 1-D ``values``); raises
+    :class:`ConfigError` for ``values`` not ``(T,)``/``(T, B)``, ``layers`` not of length ``T``,
+    or ``shared`` with a tensor.
     """
     v = values.double() if is_tensor(values) else np.asarray(values, dtype=np.float64)
     if v.ndim not in (1, 2) or v.shape[0] < 1:
@@ -107,7 +78,7 @@ def least_squares_rate(values, *, floor, layers=None, shared: bool = False, befo
         return RateFit((y - y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc), np.full(B, int(keep.sum())))
     n = above.sum(0)
     slope = _masked_slope(t, v, above)
-    return RateFit(_torch_where(n >= 2, slope, math.nan) if is_tensor(v) else np.where(n >= 2, slope, np.nan), n)
+    return RateFit(slope.where(n >= 2, math.nan) if is_tensor(v) else np.where(n >= 2, slope, np.nan), n)
 
 
 def _arange(v, T: int):
@@ -118,16 +89,9 @@ def _arange(v, T: int):
     return np.arange(T, dtype=np.float64)
 
 
-def _torch_where(cond, a, b):
-    import torch
-
-    return torch.where(cond, a, torch.full_like(a, b))
-
-
 def _masked_slope(t, v, keep):
-    """OLS slope of ``log v`` ``(T, B)`` against ``t`` ``(T,)`` per column over the rows
-    ``keep`` (a layer set per column), as sums over axis 0 with weights 0/1 (a left-out
-    layer adds exact zeros); a column with one layer gets 0."""
+    """OLS slope of ``log v`` ``(T, B)`` on ``t`` ``(T,)`` per column over the rows ``keep``
+    (0/1 weights); 0 for a column with one layer."""
     if is_tensor(v):
         import torch
 
@@ -152,18 +116,10 @@ LAWS = ("exponential", "power", "undecided")
 
 @dataclass(frozen=True)
 class LawFit:
-    """Exponential against power-law fit of a decaying trajectory, per column (numpy).
-
-    Attributes
-    ----------
-    rate : float64 ``(B,)``: ``b`` of ``log v = a + b t`` (natural log per layer).
-    exponent : float64 ``(B,)``: ``p`` of ``log v = a + p log t`` (``v ~ t^p``).
-    r2_exponential, r2_power : float64 ``(B,)``: coefficient of determination of each fit
-        on the same layers (NaN with fewer than 3 layers or a constant ``log v``).
-    law : str ``(B,)``: ``"exponential"`` or ``"power"``, the larger R², or
-        ``"undecided"`` (equal or NaN R², or a trajectory that does not decay: a fitted
-        slope ``>= 0`` under either law).
-    n_layers : int ``(B,)``: layers fitted.
+    """Exponential against power-law fit of a decaying trajectory, per column (numpy ``(B,)``):
+    ``rate`` ``b`` of ``log v = a + b t``, ``exponent`` ``p`` of ``log v = a + p log t``, the R² of
+    each (NaN under 3 layers or a constant ``log v``), ``law`` (that of the larger R², or
+    ``"undecided"``: equal or NaN R², or a slope ``>= 0``) and ``n_layers`` fitted.
     """
 
     rate: Any
@@ -178,29 +134,13 @@ def fit_decay_law(values, *, floor, layers=None) -> LawFit:
     """Fit ``values`` ``(T,)`` / ``(T, B)`` as exponential (``log v`` linear in ``t``) and as
     power law (``log v`` linear in ``log t``) and say which fits better.
 
-    Made for the cosine gap ``g(t) = 1 - mean_{i != j} cos(x_i(t), x_j(t))`` over depth
-    (``1 - avg_cos``): post-LN dynamics predict exponential decay, pre-LN polynomial decay
-    (Karagodin et al., "Normalization in Attention Dynamics", NeurIPS 2025). Both slopes
-    are :func:`least_squares_rate`'s (the one fit), on the same layers: ``t > 0`` (``log t``),
-    values above ``floor``, before the first at or below it (``before_floor``). Each R² is
-    ``1 - SSR / SST = b^2 S_xx / S_yy`` (the OLS identity, Montgomery & Runger §11-8) with
-    ``x = t`` or ``log t`` and ``y = log v``.
+    Made for the cosine gap ``1 - avg_cos`` over depth (post-LN: exponential, pre-LN:
+    polynomial; Karagodin et al., NeurIPS 2025). Both slopes are :func:`least_squares_rate`'s
+    on the same layers (``t > 0``, before the first value at or below ``floor``); each R² is
+    ``b^2 S_xx / S_yy`` (Montgomery & Runger §11-8).
 
-    Parameters
-    ----------
-    values : numpy array or torch tensor ``(T,)`` / ``(T, B)``, fitted in float64 numpy.
-    floor : float: values ``<= floor`` are round-off (the floor of the computation's
-        dtype, as for :func:`least_squares_rate`).
-    layers : ``(T,)`` abscissae (default ``0 .. T-1``); only ``t > 0`` are fitted.
-
-    Returns
-    -------
-    LawFit
-
-    Raises
-    ------
-    ConfigError
-        ``values`` not 1-D or 2-D, ``layers`` not of length ``T``.
+    ``values``, ``floor``, ``layers`` as :func:`least_squares_rate` (fitted in float64 numpy;
+    only ``t > 0``); raises :class:`ConfigError` as it does.
     """
     v = values.detach().to("cpu").double().numpy() if is_tensor(values) else np.asarray(values, dtype=np.float64)
     if v.ndim not in (1, 2) or v.shape[0] < 1:

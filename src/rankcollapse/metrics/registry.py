@@ -28,18 +28,10 @@ def _n_clusters(ctx) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """A named metric.
-
-    Attributes
-    ----------
-    name : registry key.
-    fn : ``fn(ctx) -> (G,)`` on a :class:`~rankcollapse.metrics._context.MetricContext`
-        (:data:`METRICS`), or ``fn(A, mask, padding_mask=) -> (B,)`` on attention
-        probabilities (:data:`ATTENTION_METRICS`).
-    description : one line, with the formula.
-    collapse_value : the value at full token collapse (all tokens equal), if defined.
-    uses_mask : True if the attention-mask graph changes the value.
-    """
+    """A named metric: ``fn(ctx) -> (G,)`` on a :class:`~rankcollapse.metrics.MetricContext`
+    (:data:`METRICS`; the other registries state their signature), a one-line
+    ``description`` with the formula, the value at full token collapse if defined, and
+    whether the attention-mask graph changes the value."""
 
     name: str
     fn: MetricFn
@@ -101,14 +93,11 @@ ATTENTION_METRICS: dict[str, MetricSpec] = {
        for name, summary in (("participation_ratio", "mean"), ("participation_ratio_median", "median"),
                              ("participation_ratio_max", "max"))},
 }
-"""Metrics of attention probabilities ``A`` (``(B, H, N, N)``, a softmax output), not of
-tokens: ``fn(A, mask=, padding_mask=)``; :func:`compute_metrics` takes them with
-``attention=A`` (see :func:`~rankcollapse.metrics.attention.attention_entropy`)."""
+"""Metrics of attention probabilities ``A`` ``(B, H, N, N)``: ``fn(A, mask, padding_mask=)``;
+:func:`compute_metrics` takes them with ``attention=A``."""
 
-#: Metrics computed from the :func:`~rankcollapse.metrics._context.stable_norm` row norms,
-#: μ, the mean token and the unit rows ``x_i / ||x_i||`` alone: exact on unscaled tokens
-#: (``MetricContext(normalise=False)``, no copy of X) whose row norms are normal numbers, as
-#: ``simulate``'s layer loop computes them.
+#: Metrics of the :func:`~rankcollapse.metrics._context.stable_norm` row norms, μ, the mean
+#: token and the unit rows alone: exact on unscaled tokens (``MetricContext(normalise=False)``).
 UNSCALED_METRICS = frozenset({"mu", "mu_relative", "max_token_share", "norm_spread", "token_radius",
                               "avg_cos", "avg_abs_cos", "cos_to_mean"})
 
@@ -117,10 +106,8 @@ STEP_METRICS: dict[str, MetricSpec] = {
         "angular_speed", motion.angular_speed,
         "(1/N) sum_i angle(x_i(t), x_i(t+1)) in radians, mean turn of a token in one layer"),
 }
-"""Metrics of two consecutive states ``X(t), X(t+1)``, not of one token matrix:
-``fn(X_prev, X_next) -> (B,)``. :func:`~rankcollapse.dynamics.simulate` computes them in
-its layer loop (``metrics=["angular_speed"]``; row 0, the input, is NaN);
-:func:`compute_metrics` refuses them."""
+"""Metrics of two consecutive states: ``fn(X_prev, X_next) -> (B,)``, computed by
+:func:`~rankcollapse.dynamics.simulate` (row 0 NaN), refused by :func:`compute_metrics`."""
 
 WEIGHT_METRICS: dict[str, MetricSpec] = {
     "v1_alignment": MetricSpec(
@@ -128,11 +115,9 @@ WEIGHT_METRICS: dict[str, MetricSpec] = {
         "(1/N) sum_i |<x_i/||x_i||, v_1>|, v_1 the principal eigenvector of the layer's W_O W_V "
         "(row convention: of (W_V W_O)^T)"),
 }
-"""Metrics of a token matrix and the weights of the layer that acts on it:
-``fn(X, layer) -> (B,)``, ``layer`` a :class:`~rankcollapse.dynamics.LayerWeights`
-(``metrics/power.py``). :func:`~rankcollapse.dynamics.simulate` computes them in its
-layer loop, row ``t`` with layer ``max(t, 1)`` (the input with the first layer);
-:func:`compute_metrics` refuses them."""
+"""Metrics of X and the weights of the layer acting on it: ``fn(X, layer) -> (B,)``,
+computed by :func:`~rankcollapse.dynamics.simulate` (row ``t`` with layer ``max(t, 1)``),
+refused by :func:`compute_metrics`."""
 
 #: A metric name: it becomes a table column, a CLI list item and a keyword.
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -140,25 +125,17 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 def register_metric(name: str, fn: Callable[..., torch.Tensor], description: str, *,
                     collapse_value: float | None = None, uses_mask: bool = False) -> MetricSpec:
-    """Add a metric of token matrices to :data:`METRICS`, so that :func:`compute_metrics`,
-    :func:`~rankcollapse.metrics.report_metrics` and ``simulate(metrics=...)`` take it by
-    name (in this process).
+    """Add a metric of token matrices to :data:`METRICS` (in this process), so that
+    :func:`compute_metrics`, ``report_metrics`` and ``simulate(metrics=...)`` take it by name.
 
     Parameters
     ----------
-    name : lower-case identifier (``[a-z][a-z0-9_]*``) not yet registered (in
-        :data:`METRICS` or :data:`ATTENTION_METRICS`).
-    fn : ``fn(ctx) -> (G,)`` tensor on a :class:`~rankcollapse.metrics.MetricContext`:
-        ``ctx.X`` ``(G, L, d)`` holds the real tokens of ``G`` samples of one length,
-        each divided by ``ctx.scale`` ``(G,)`` (an exact power of two, so scale-invariant
-        values need no correction; a value that scales with X multiplies by
-        ``ctx.scale``). Shared intermediates: ``ctx.svals``, ``ctx.centered``,
-        ``ctx.row_norms``, ``ctx.frobenius``, ``ctx.cos``, ``ctx.graph`` ...; call
-        ``ctx.fail(bad, "why")`` where the value is undefined. Called with the context
-        as its only argument.
-    description : one line, with the formula.
-    collapse_value : the value at full token collapse (all tokens equal), if defined.
-    uses_mask : True if the attention-mask graph (``ctx.graph``) changes the value.
+    name : lower-case identifier (``[a-z][a-z0-9_]*``) not yet registered.
+    fn : ``fn(ctx) -> (G,)`` on a :class:`~rankcollapse.metrics.MetricContext`: ``ctx.X``
+        ``(G, L, d)`` holds the real tokens divided by ``ctx.scale`` ``(G,)`` (a value that
+        scales with X multiplies by it); shared intermediates ``ctx.svals``, ``ctx.cos``,
+        ``ctx.graph`` ...; ``ctx.fail(bad, "why")`` where the value is undefined.
+    description, collapse_value, uses_mask : as :class:`MetricSpec`.
 
     Returns
     -------
@@ -167,9 +144,9 @@ def register_metric(name: str, fn: Callable[..., torch.Tensor], description: str
     Raises
     ------
     MetricError
-        ``name`` already registered or not a lower-case identifier; ``fn`` not callable
-        with one positional argument; an empty or multi-line ``description``;
-        ``collapse_value`` not a finite number or None; ``uses_mask`` not a bool.
+        A name taken or not such an identifier; ``fn`` not callable with one argument; a
+        ``description`` not one line; ``collapse_value`` not finite or None; ``uses_mask``
+        not a bool.
 
     See Also
     --------
@@ -219,43 +196,26 @@ def register_metric(name: str, fn: Callable[..., torch.Tensor], description: str
     return spec
 
 
-#: Pairwise metrics that always form the ``(B, N, N)`` matrices (the graph is dense; the
-#: energy's exponentials have no low-dimensional form).
+#: Pairwise metrics that always form the ``(B, N, N)`` matrices.
 DENSE_PAIRWISE = frozenset({"dirichlet_energy", "mean_average_distance", "interaction_energy"})
 #: ``(B, N, N)`` arrays alive at once in the dense pairwise formulas (Gram, cosines, graph).
 PAIRWISE_COPIES = 3
-#: ``(B, N, d)`` arrays alive at once in any call (input cast, normalised, centred,
-#: unit tokens, scratch).
+#: ``(B, N, d)`` arrays alive at once in any call (cast, normalised, centred, unit, scratch).
 TOKEN_COPIES = 5
 
 
-def pairwise_bytes(shape: tuple[int, ...], itemsize: int) -> int:
-    """Memory of the dense pairwise intermediates for X of ``shape`` ``(N, d)``/``(B, N, d)``."""
-    b = shape[0] if len(shape) == 3 else 1
-    n = shape[-2]
-    return PAIRWISE_COPIES * b * n * n * itemsize
-
-
 def metrics_bytes(shape: tuple[int, ...], names, itemsize: int) -> tuple[int, bool]:
-    """``(bytes, dense)``: the memory ``names`` need on X of ``shape`` along the path
-    :class:`~rankcollapse.metrics._context.MetricContext` takes, and whether that path
-    forms ``(B, N, N)`` matrices.
-
-    - ``dirichlet_energy``, ``mean_average_distance``: dense, :func:`pairwise_bytes`.
-    - ``avg_cos``, ``avg_abs_cos``: the ``(B, N, N)`` cosines (plus ``|cos|``) while they
-      fit :data:`~rankcollapse.metrics._context.PAIR_BUDGET`; beyond it the signed sum's
-      d-dimensional form and row chunks of ``|cos|``, at most ``PAIR_BUDGET`` bytes.
-    - everything: :data:`TOKEN_COPIES` ``(B, N, d)`` arrays; the SVD of the tall
-      ``(N, d)`` orientation needs O(N d) workspace.
-    """
+    """``(bytes, dense)``: the memory ``names`` need on X of ``shape`` along the path the
+    metrics take, and whether it forms ``(B, N, N)`` matrices (:data:`DENSE_PAIRWISE`; the
+    cosine averages only below :data:`~rankcollapse.metrics._context.PAIR_BUDGET`)."""
     b = shape[0] if len(shape) == 3 else 1
     n, d = shape[-2], shape[-1]
     tokens = TOKEN_COPIES * b * n * d * itemsize
     names = set(names)
+    pairs = b * n * n * itemsize
     if names & DENSE_PAIRWISE:
-        return tokens + pairwise_bytes(shape, itemsize), True
+        return tokens + PAIRWISE_COPIES * pairs, True
     if names & {"avg_cos", "avg_abs_cos"}:
-        pairs = b * n * n * itemsize
         if pairs <= _context.PAIR_BUDGET:
             return tokens + 2 * pairs, False
         return tokens + _context.PAIR_BUDGET, False
@@ -263,9 +223,8 @@ def metrics_bytes(shape: tuple[int, ...], names, itemsize: int) -> tuple[int, bo
 
 
 def check_pairwise_memory(X, names, dtype, max_memory) -> None:
-    """Refuse (:class:`MemoryLimitError`) metrics ``names`` whose intermediates for
-    ``X`` (:func:`metrics_bytes`, the path actually taken) would exceed ``max_memory``
-    (default half the RAM)."""
+    """Refuse (:class:`MemoryLimitError`) metrics whose :func:`metrics_bytes` on ``X`` exceed
+    ``max_memory`` (default half the RAM)."""
     shape = tuple(getattr(X, "shape", ()))
     if len(shape) in (2, 3):
         itemsize = 4 if dtype == torch.float32 or (dtype is None and getattr(X, "dtype", None) in _SINGLE) else 8
@@ -275,82 +234,45 @@ def check_pairwise_memory(X, names, dtype, max_memory) -> None:
         check_memory(estimate, what, max_memory)
 
 
-DEFAULT_METRICS: tuple[str, ...] = (
-    "mu",
-    "mu_relative",
-    "rank_fraction",
-    "sigma_min",
-    "avg_abs_cos",
-    "sigma_ratio",
-    "rank_one_distance",
-    "stable_rank",
-    "effective_rank",
-)
-"""The first-cut metrics plus the spectral ones that come free with the same SVD."""
+DEFAULT_METRICS: tuple[str, ...] = ("mu", "mu_relative", "rank_fraction", "sigma_min", "avg_abs_cos", "sigma_ratio",
+                                    "rank_one_distance", "stable_rank", "effective_rank")
+"""The first-cut metrics plus the spectral ones of the same SVD."""
 
 
-def compute_metrics(
-    X,
-    names: Iterable[str] | None = None,
-    *,
-    padding_mask=None,
-    mask=None,
-    dtype: torch.dtype | None = None,
-    rank_atol: float | None = None,
-    rank_rtol: float | None = None,
-    rank_noise_floor: bool = True,
-    max_memory: int | str | None = None,
-    attention=None,
-) -> dict[str, torch.Tensor]:
+def compute_metrics(X, names: Iterable[str] | None = None, *, padding_mask=None, mask=None,
+                    dtype: torch.dtype | None = None, rank_atol: float | None = None, rank_rtol: float | None = None,
+                    rank_noise_floor: bool = True, max_memory: int | str | None = None,
+                    attention=None) -> dict[str, torch.Tensor]:
     """Compute several metrics at once, sharing one SVD and one Gram matrix per length.
 
     Parameters
     ----------
-    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real (bool, integer or floating;
-        numpy arrays in either byte order, big-endian ones converted to native order).
-    names : metric names (keys of :data:`METRICS`, or of :data:`ATTENTION_METRICS`
-        with ``attention``); default :data:`DEFAULT_METRICS`; ``"all"`` for every
-        metric of :data:`METRICS` (and of :data:`ATTENTION_METRICS` when ``attention``
-        is given).
-    padding_mask : bool ``(N,)`` or ``(B, N)`` (integer 0/1 accepted), True = real
-        token. Each sample's metrics are exactly those of its real rows.
-    mask : :class:`rankcollapse.masks.Mask` or bool ``(N, N)`` / ``(B, N, N)`` over the
-        padded positions, for ``dirichlet_energy`` and ``mean_average_distance``
-        (default: complete graph).
-    dtype : compute dtype, e.g. ``torch.float64`` (or ``"float64"``) for float64
-        accumulation; default the dtype of X (half precision is computed in float32).
-    rank_atol, rank_rtol : numerical-rank tolerance, see
-        :func:`rankcollapse.metrics.numerical_rank` (default: the SVD's error in the
-        compute dtype).
-    rank_noise_floor : also count the storage dtype's rounding noise floor
-        ``u ||X||_F`` in the rank tolerance (default True; see ``numerical_rank``).
-    attention : the attention probabilities of the layer that produced X, ``(N, N)``,
-        ``(B, N, N)`` or ``(B, H, N, N)``, for the metrics of :data:`ATTENTION_METRICS`
-        (``mask`` gives their allowed keys and ``padding_mask`` their real tokens).
-    max_memory : bytes (or ``"8GiB"``) the metrics may allocate; default half the
-        physical memory. Checked before any allocation against the estimate of the path
-        taken (:func:`metrics_bytes`): cosine averages at large N go through d-dimensional
-        forms and row chunks, only the graph metrics form ``(B, N, N)`` matrices.
+    X : tensor or array ``(N, d)`` or ``(B, N, d)``, real (bool, integer or floating).
+    names : keys of :data:`METRICS` (and of :data:`ATTENTION_METRICS` with ``attention``);
+        default :data:`DEFAULT_METRICS`; ``"all"`` for every one.
+    padding_mask : bool ``(N,)`` or ``(B, N)`` (integer 0/1 accepted), True = real token:
+        each sample's metrics are exactly those of its real rows.
+    mask : any mask form over the padded positions, the graph of ``dirichlet_energy`` and
+        ``mean_average_distance`` (default complete).
+    dtype : compute dtype (or its name, ``"float64"``); default X's (half precision: float32).
+    rank_atol, rank_rtol, rank_noise_floor : :func:`rankcollapse.metrics.numerical_rank`'s tolerance.
+    attention : the attention probabilities ``(N, N)``, ``(B, N, N)`` or ``(B, H, N, N)`` of
+        the layer that produced X, for :data:`ATTENTION_METRICS`.
+    max_memory : bytes (or ``"8GiB"``) the metrics may allocate (:func:`metrics_bytes`),
+        checked before any allocation; default half the physical memory.
 
     Returns
     -------
-    dict[str, torch.Tensor] : ``name -> value``, 0-d for ``(N, d)``, ``(B,)`` for a
-        batch, in the compute dtype, in the order of ``names``.
+    dict[str, torch.Tensor] : ``name -> value`` in the order of ``names``, 0-d or ``(B,)``.
 
     Raises
     ------
     MetricError
-        Unknown metric name; X not 2-D/3-D, empty, non-finite on a real token, a
-        sparse tensor or one on the meta device (the message names the layout), or
-        a numpy array of a non-numeric dtype (strings, objects); a
-        padding mask of the wrong shape or removing every token of a sample; a
-        metric undefined on the input (e.g. ``mu_relative`` of the zero matrix);
-        ``dtype`` not a floating torch dtype or its name; ``rank_atol``/``rank_rtol``
-        negative or not finite. :func:`~rankcollapse.metrics.report_metrics` reports
-        undefined metrics as None with a reason instead.
+        An unknown name; X not 2-D/3-D, empty, non-finite on a real token, sparse, on the
+        meta device or non-numeric; a bad padding mask; a metric undefined on the input
+        (``report_metrics`` reports it instead); a bad ``dtype`` or rank tolerance.
     MemoryLimitError
-        The intermediates of the path taken (:func:`metrics_bytes`) would exceed
-        ``max_memory``.
+        :func:`metrics_bytes` above ``max_memory``.
 
     See Also
     --------
@@ -405,7 +327,7 @@ def compute_metrics(
 
 
 def _as_dtype(dtype) -> torch.dtype | None:
-    """``dtype`` as a floating torch dtype; names such as ``"float64"`` accepted."""
+    """``dtype`` as a torch dtype; names such as ``"float64"`` accepted."""
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
     named = getattr(torch, dtype, None) if isinstance(dtype, str) else None

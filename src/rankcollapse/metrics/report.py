@@ -1,12 +1,6 @@
-"""A metrics report where one undefined metric never hides the others.
-
-:func:`report_metrics` computes the requested metrics together (sharing one SVD and
-one Gram matrix per length, as :func:`~rankcollapse.metrics.compute_metrics`); a
-metric that is undefined for the input (the mean token is zero, X is the zero
-matrix...), whose value is not finite at the input's scale (squares of entries
-near 1e300 leave float64), or whose ``(N, N)`` intermediates exceed the memory limit
-is reported as ``None`` with a reason, and the others are still computed. Only an
-input that no metric can take (NaN in X, a wrong shape) raises.
+"""A metrics report where one undefined metric never hides the others: a metric undefined
+on the input, not finite at its scale or over the memory limit is reported as ``None`` with
+a reason; only an input no metric can take raises.
 """
 
 from __future__ import annotations
@@ -27,10 +21,9 @@ class MetricReport(NotebookResult):
 
     Attributes
     ----------
-    values : ``name -> tensor`` (0-d for ``(N, d)``, ``(B,)`` for a batch), every
-        requested metric in order; NaN where the metric is undefined.
-    undefined : ``name -> reason`` for each metric undefined on X; a metric undefined
-        on some samples of a batch is undefined for all (the reason names them).
+    values : ``name -> tensor`` (0-d or ``(B,)``), every requested metric in order; NaN where
+        undefined.
+    undefined : ``name -> reason``; a metric undefined on some samples is undefined for all.
     batched : True for a ``(B, N, d)`` input.
     """
 
@@ -39,9 +32,8 @@ class MetricReport(NotebookResult):
     batched: bool = False
 
     def rows(self) -> dict | list[dict]:
-        """JSON-ready rows (strict JSON: undefined values are ``None``): one dict for
-        ``(N, d)``, one per sample for a batch; a row with undefined metrics carries
-        ``"undefined": {name: reason}``."""
+        """JSON-ready rows (undefined values ``None``, with ``"undefined": {name: reason}``):
+        one dict for ``(N, d)``, one per sample for a batch."""
         table = {name: v.double().reshape(-1).tolist() for name, v in self.values.items()}
         n_rows = len(next(iter(table.values())))
         out = []
@@ -54,10 +46,8 @@ class MetricReport(NotebookResult):
         return out if self.batched else out[0]
 
     def to_pandas(self) -> Any:
-        """Tidy :class:`pandas.DataFrame` ``sample, metric, value, undefined`` in float64:
-        one row per sample and metric (metrics in the requested order, samples in batch
-        order; ``sample`` is 0 for an ``(N, d)`` input). ``value`` is NaN and
-        ``undefined`` gives the reason where the metric is undefined (else ``""``)."""
+        """Tidy :class:`pandas.DataFrame` ``sample, metric, value, undefined`` (float64; NaN
+        and the reason where undefined, else ``""``), one row per sample and metric."""
         import numpy as np
         import pandas as pd
 
@@ -84,14 +74,9 @@ def report_metrics(
 ) -> MetricReport:
     """Metrics of ``X`` with undefined ones reported, not raised (module docstring).
 
-    Parameters are those of :func:`~rankcollapse.metrics.compute_metrics`, plus
-    ``max_memory``: bytes (or ``"8GiB"``) the pairwise metrics may use (default half
-    the RAM); above it they are undefined with the estimate in the reason.
-
-    Raises
-    ------
-    MetricError
-        Unknown names, or an input no requested metric can take (the first error).
+    Parameters as :func:`~rankcollapse.metrics.compute_metrics`; a metric above ``max_memory``
+    is undefined with the estimate in the reason. :class:`MetricError` for unknown names, or
+    an input no requested metric can take (the first error).
     """
     names = DEFAULT_METRICS if names is None else ((names,) if isinstance(names, str) else tuple(names))
     names = tuple(METRICS) if names == ("all",) else tuple(dict.fromkeys(names))
@@ -115,12 +100,6 @@ def report_metrics(
 
 
 def _too_large(X, names, dtype, max_memory) -> dict[str, str]:
-    try:
-        check_pairwise_memory(X, names, _as_dtype(dtype), max_memory)
-    except MemoryLimitError:
-        pass
-    else:
-        return {}
     undefined = {}
     for name in names:  # which metrics are too large on their own; the others still run
         try:

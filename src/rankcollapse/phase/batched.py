@@ -1,24 +1,7 @@
-"""Many phase cells in one batched simulation.
-
-Cells that share the tensor shapes and the block (``n_tokens, d_model, d_qk, depth,
-mask, norm, placement, alpha, qk_norm, headwise_rmsnorm, input, attention``) differ only in their weights, so they run as one
-batch: element ``b`` of the batch carries its own ``W_Q, W_K, W_V`` per layer and every
-layer is one call of :func:`rankcollapse.dynamics.single_head.single_head_layer`, the
-dynamics' fast path for one head without MLP (it agrees with
-:func:`rankcollapse.dynamics.simulate` to round-off, cell by cell:
-``tests/phase/test_phase_regime.py``). The layer loop runs the layers alone; their
-measures (μ, μ/‖X‖_F, mean cosine, row entropy, smallest weight, row-mass deficit) are
-taken on chunks of :data:`MEASURE_BYTES` of layers at once, sample by sample, so the
-numbers are those of one call per layer; the first token's mass (``sink_mass``) is taken
-on the last layer's attention.
-
-Cells with more than :data:`.grid.DENSE_MAX_TOKENS` tokens (the axis's former cap, so every
-cell that ran before runs as it did) go through
-:func:`rankcollapse.dynamics.single_head.single_head_layer_blocked` instead: the windowed
-kernel of :mod:`rankcollapse.dynamics.sparse`, whose attention memory is O(chunk N) for
-the complete mask and O(edges) for sparse ones; each layer's ε, row entropy and row-mass
-deficit are reduced chunk by chunk, so no ``(B, N, N)`` array is formed
-(``tests/phase/test_phase_long.py`` checks the two paths agree).
+"""Many phase cells, equal on :data:`GROUP_KEYS`, in one batched simulation through the
+dynamics' one-head path (:func:`rankcollapse.dynamics.single_head.single_head_layer`; above
+:data:`.grid.DENSE_MAX_TOKENS` tokens the windowed kernel), each element with its own
+weights; layers are measured in chunks of :data:`MEASURE_BYTES`, sample by sample.
 """
 
 from __future__ import annotations
@@ -49,43 +32,30 @@ from .cell import (block_config, make_input, operator_columns, sink_columns, sin
 from .predict import _envelope, _envelope_columns, theory_prediction
 from .regime import label_cell, trajectory_measures
 
-#: the per-layer metrics of a trajectory, computed as ``simulate``'s layer loop records them
-#: (read off the tokens themselves, the registry's values bit for bit) on each chunk of layers
+#: the per-layer metrics of a trajectory, as ``simulate``'s layer loop records them
 LAYER_METRICS = ("mu_relative", "mu", "avg_cos")
 
 #: the axes a batch must share
 GROUP_KEYS = ("n_tokens", "d_model", "d_qk", "depth", "mask", "norm", "placement", "alpha", "input", "attention",
               "qk_norm", "headwise_rmsnorm")
 
-
-#: bytes of the attention ``(T, B, N, N)`` (and at least those of the states ``(T, B, N, d)``)
-#: of the ``T`` layers measured at once: half a core's L2 cache here, so that the passes over
-#: a chunk stay in cache; at most the metrics' :data:`~rankcollapse.metrics._context.PAIR_BUDGET`,
-#: so that their ``(T B, N, N)`` cosines take the same path as one layer's would
+#: bytes of the attention (at least of the states) of the layers measured at once: about half an L2
+#: cache, at most the metrics' :data:`~rankcollapse.metrics._context.PAIR_BUDGET` (one layer's path)
 MEASURE_BYTES = 2**20
 
 
-def _layers_per_chunk(B: int, N: int, d: int, itemsize: int) -> int:
-    """Layers measured at once: as many as fit :data:`MEASURE_BYTES`, at least one."""
-    return max(1, MEASURE_BYTES // (B * N * max(N, d) * itemsize))
-
-
 def _state_measure():
-    """``measure(X) -> {name: (B,)}`` of :data:`LAYER_METRICS` on tokens ``X`` ``(B, N, d)``:
-    ``simulate``'s per-layer metrics (:func:`rankcollapse.dynamics.runner._metric_fn`),
-    with its own scratch buffer for the centred tokens."""
+    """``measure(X) -> {name: (B,)}`` of :data:`LAYER_METRICS` on ``X`` ``(B, N, d)``, as
+    ``simulate``'s layer loop (:func:`rankcollapse.dynamics.runner._metric_fn`)."""
     _, measure, _ = _metric_fn(LAYER_METRICS)
     return lambda X: measure(X, None, _peak(X))
 
 
 def _measure(metrics, Xs: list[torch.Tensor], As: list, allowed: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """Per-layer measures ``(T, B)`` of ``T`` layers: :data:`LAYER_METRICS` of their outputs
-    ``Xs`` ``(B, N, d)`` each, in one call of ``metrics`` (:func:`_state_measure`), and
-    from their attention ``As`` the row entropy, the smallest allowed weight ``epsilon``
-    and the mean row-mass deficit ``1 - sum_j A_ij``: dense ``(B, N, N)`` with the mask
-    ``allowed``, or (``allowed`` None) the windowed kernel's row statistics of each layer.
-    Every value is computed sample by sample as for one layer, so the numbers are those of
-    one call per layer."""
+    ``Xs`` and, from their attention ``As`` (dense ``(B, N, N)`` under ``allowed``, or with
+    ``allowed`` None the windowed kernel's row statistics), ``entropy``, ``epsilon`` (the
+    smallest allowed weight) and ``row_mass_deficit``."""
     T = len(Xs)
     out = {k: v.reshape(T, -1) for k, v in metrics(torch.stack(Xs).flatten(0, 1)).items()}
     if allowed is None:
@@ -105,18 +75,17 @@ def cell_name(cell: dict[str, Any]) -> str:
 
 
 class _Located:
-    """The per-layer measures of a batch of cells with what goes wrong said per cell: a
-    :class:`MetricError` names the cell, the layer and the sample (the first that fails),
-    and zero tokens are counted per element ``b`` of the batch (:meth:`warn`: one
-    :class:`ZeroRowWarning` per cell), not warned per chunk of layers."""
+    """The per-layer measures of a batch of cells with errors said per cell: a
+    :class:`MetricError` names the first cell, layer and sample that fails, and zero tokens
+    are counted per element and warned once per cell (:meth:`warn`)."""
 
     def __init__(self, cells: list[dict[str, Any]], seeds: range, n_samples: int) -> None:
         self.cells, self.seeds, self.n_samples = cells, seeds, n_samples
+        self.per = len(seeds) * n_samples  # trajectories per cell
         self.zero = torch.zeros(len(cells) * len(seeds) * n_samples, dtype=torch.int64)
 
     def where(self, b: int) -> str:
-        per = len(self.seeds) * self.n_samples
-        return (f"{cell_name(self.cells[b // per])} (seed {self.seeds[b % per // self.n_samples]}, "
+        return (f"{cell_name(self.cells[b // self.per])} (seed {self.seeds[b % self.per // self.n_samples]}, "
                 f"sample {b % self.n_samples})")
 
     def __call__(self, measure: Callable[[], dict], Xs: list[torch.Tensor], first: int) -> dict:
@@ -145,17 +114,15 @@ class _Located:
         return None
 
     def warn(self) -> None:
-        per = len(self.seeds) * self.n_samples
         for i, cell in enumerate(self.cells):
-            n = int(self.zero[i * per:(i + 1) * per].sum())
+            n = int(self.zero[i * self.per:(i + 1) * self.per].sum())
             if n:
                 warnings.warn(f"{cell_name(cell)}: {n} zero token(s) over its layers and samples have no direction; "
                               "they are excluded from cosine metrics", ZeroRowWarning, stacklevel=4)
 
 
 def _stack(cells: list[dict[str, Any]], seeds: range, n_samples: int, depth: int):
-    """Per-layer weights ``(depth, B, ...)`` with ``B = len(cells) * len(seeds) * samples``
-    (cell, then seed, then sample), and the score scale."""
+    """Per-layer weights ``(depth, B, ...)``, ``B`` ordered by cell, seed, sample, and the score scale."""
     Q, K, V, scale = [], [], [], None
     for cell, s in itertools.product(cells, seeds):
         *roles, scale = weight_stack(cell, s)
@@ -166,16 +133,9 @@ def _stack(cells: list[dict[str, Any]], seeds: range, n_samples: int, depth: int
 
 def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1, seed: int = 0,
               backend: str = "auto") -> list[dict[str, Any]]:
-    """The rows of ``cells`` (all equal on :data:`GROUP_KEYS`), same fields as
-    :func:`.cell.run_cell`; ``backend`` as :func:`.grid.attention_backend` (the windowed kernel takes
-    softmax attention only).
-
-    Raises
-    ------
-    ConfigError, MaskError
-        Cells that differ on a group key; a bad mask or input; an unknown ``backend``;
-        an attention operator other than softmax on the blocked backend.
-    """
+    """The rows of ``cells`` (all equal on :data:`GROUP_KEYS`) as :func:`.cell.run_cell`;
+    ``backend`` as :func:`.grid.attention_backend`. :class:`ConfigError` or :class:`MaskError`
+    for cells that differ on a group key, a bad mask, input or ``backend``."""
     from ..errors import ConfigError
 
     first = cells[0]
@@ -205,11 +165,11 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     diverged_at = torch.full((B,), depth + 1)  # the layer whose output first overflowed
     eps_min = torch.ones(B, dtype=torch.float64)
     keep = {depth - max(1, depth // 10), depth}
-    states, zero_rows = {0: X}, []
+    states, zero_rows = [X] + [None] * depth, []  # trajectory_measures reads states 0, -1 - w and -1
     metrics = _state_measure()
     located = _Located(cells, seed_range, n_samples)
     chunks = [located(lambda: {k: v[None] for k, v in metrics(X).items()}, [X], 0)]  # X(0); then each chunk's layers
-    size = _layers_per_chunk(B, N, d, X.element_size())
+    size = max(1, MEASURE_BYTES // (B * N * max(N, d) * X.element_size()))  # layers measured at once
     sink = torch.full((B,), float("nan"), dtype=torch.float64)  # the last layer's first-token mass
     Xs, As = [], []  # the outputs and attention of the chunk's layers, measured at once (_measure)
     with torch.no_grad(), (chunk_threads() if blocked else contextlib.nullcontext()):
@@ -245,11 +205,7 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     metrics = {"mu_relative": torch.where(after, torch.ones((), dtype=X.dtype), per_layer["mu_relative"]),
                "avg_cos": per_layer["avg_cos"]}
     entropy = per_layer["entropy"].numpy()
-    # trajectory_measures reads only states[0], states[-1 - w] and states[-1]
-    kept: list = [None] * (depth + 1)
-    for t, S_t in states.items():
-        kept[t] = S_t
-    trs = trajectory_measures(metrics, kept, entropy)
+    trs = trajectory_measures(metrics, states, entropy)
     for b in np.nonzero(diverged.numpy())[0]:
         trs[b] = {"diverged": True}
     per = seeds * n_samples

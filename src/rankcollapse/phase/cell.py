@@ -1,24 +1,6 @@
-"""Run one phase cell: build X(0) and per-layer weights, call
-:func:`rankcollapse.dynamics.simulate`, and reduce the trajectories to per-trajectory
-measurements that :mod:`.regime` labels.
-
-Weights (float64, families of the registry :data:`rankcollapse.dynamics.weights.FAMILIES`,
-the layers of one role drawn one after another from the
-:func:`rankcollapse.dynamics.weights.generator` stream ``(seed, 0, role)``):
-
-- ``W_Q, W_K`` ``(d, d_qk)`` i.i.d. ``N(0, s^2/d)`` with ``s = qk_scale``; scores
-  ``q k^T / sqrt(d_qk)`` (``s = 0``: uniform attention over each mask row);
-- or, in a cell that sets ``beta``, scores ``a_ij = β <x_i, x_j>``: ``W_K = I``,
-  ``W_Q = β sqrt(d) I`` (so that ``q k^T / sqrt(d_qk)`` is ``β <x_i, x_j>`` up to two
-  roundings), ``d_qk = d``; ``β`` a number or a temperature law's ``β(N, d)``
-  (:mod:`rankcollapse.dynamics.temperature_laws`; ``beta = log:γ`` is the model of Chen,
-  Lin, Polyanskiy & Rigollet, "Critical attention scaling in long-context transformers",
-  ICLR 2026: ``β = γ log N``, natural log, N = ``n_tokens``);
-- ``W_V`` ``(d, d)`` times ``value_scale`` (``a``): ``gaussian`` ``N(0, a^2/d)``;
-  ``orthogonal`` ``a Q`` (Haar); ``near_identity`` ``a I + N(0, 0.1^2/d)``;
-  ``constructed`` ``a diag(lambda)`` of :func:`rankcollapse.dynamics.weights.construction_eigenvalues`
-  (rank ``min(d, N)``); ``pretrained`` ``a`` times the top-left ``(d, d)`` block of
-  all-MiniLM-L6-v2's ``W_V`` of layer ``t mod 6``.
+"""Run one phase cell through :func:`rankcollapse.dynamics.simulate` with its float64 weights
+(docs/phase.md, "Axes": ``W_Q, W_K`` i.i.d. ``N(0, s^2/d)``, or ``W_K = I``, ``W_Q = β sqrt(d) I``
+for scores ``β <x_i, x_j>``; ``W_V`` of the ``value`` family times ``value_scale``).
 """
 
 from __future__ import annotations
@@ -41,9 +23,7 @@ from ..models.sinks import first_token_mass
 from .grid import block_config
 from .regime import trajectory_measures
 
-NEAR_IDENTITY_NOISE = 0.1  # std * sqrt(d) of the noise added to a I (fixed, documented)
-
-
+NEAR_IDENTITY_NOISE = 0.1  # std * sqrt(d) of the noise added to a I
 #: value family -> its registry parameters for the value scale ``a`` of ``cell`` (W_V = draw(family, **params))
 _VALUE_PARAMS = {
     "gaussian": lambda a, cell: {"std": a / math.sqrt(cell["d_model"])},
@@ -56,15 +36,12 @@ _VALUE_PARAMS = {
 
 @lru_cache(maxsize=32)
 def _draw(seed: int, role: str, family: str, params: tuple, n: int, rows: int, cols: int) -> torch.Tensor:
-    """``(n, rows, cols)`` float64 matrices of ``family`` (:func:`rankcollapse.dynamics.weights.draw`)
-    for layers ``0 .. n-1``, drawn one after another from the stream ``(seed, 0, role)``: cells
-    with the same seed see the same underlying draw (common random numbers). Cached
-    (read-only): a cell's weights and its :func:`value_log_norm` share one draw."""
+    """``(n, rows, cols)`` float64 matrices of ``family`` for layers ``0 .. n-1`` from the stream
+    ``(seed, 0, role)`` (common random numbers across cells); cached, read-only."""
     return draw(family, rows, cols, generator(seed, 0, role), n=n, role=role, **dict(params))
 
 
 def _values(cell: dict[str, Any], n: int, seed: int) -> torch.Tensor:
-    """``(n, d, d)`` value matrices of the ``n`` drawn layers."""
     d, fam = cell["d_model"], cell["value"]
     if fam not in _VALUE_PARAMS:
         raise ConfigError(f"unknown value family {fam!r}")
@@ -73,10 +50,9 @@ def _values(cell: dict[str, Any], n: int, seed: int) -> torch.Tensor:
 
 
 def weight_stack(cell: dict[str, Any], seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
-    """``(W_Q, W_K, W_V, scale)`` of ``cell`` under weight seed ``seed`` (module docstring):
-    float64 ``(n, d, d_qk)``, ``(n, d, d_qk)``, ``(n, d, d)`` with ``n = 1`` for ``shared``
-    cells and ``depth`` otherwise (slice ``t`` is layer ``t``), read-only (:func:`_draw`'s
-    cache), and the score scale ``1 / sqrt(d_qk)``."""
+    """``(W_Q, W_K, W_V, scale)`` of ``cell`` under weight seed ``seed``: read-only float64
+    ``(n, d, d_qk)``, ``(n, d, d_qk)``, ``(n, d, d)`` (``n = 1`` when ``shared``, else
+    ``depth``) and the score scale ``1 / sqrt(d_qk)``."""
     from .grid import cell_beta
 
     d, depth = cell["d_model"], cell["depth"]
@@ -96,18 +72,15 @@ def weight_stack(cell: dict[str, Any], seed: int) -> tuple[torch.Tensor, torch.T
 
 
 def build_weights(cell: dict[str, Any], seed: int) -> list[LayerWeights]:
-    """Per-layer float64 weights of ``cell`` under weight seed ``seed`` (module docstring);
-    layer ``t`` uses slice ``t`` of each role's draw (:func:`weight_stack`)."""
+    """Per-layer float64 weights of ``cell`` under weight seed ``seed`` (:func:`weight_stack`)."""
     WQ, WK, WV, scale = weight_stack(cell, seed)
     layers = [LayerWeights(W_Q=WQ[t], W_K=WK[t], W_V=WV[t].clone(), scale=scale) for t in range(len(WV))]
     return layers * cell["depth"] if cell["shared"] else layers
 
 
 def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
-    """``max`` over the weight seeds and over ``t = 0..depth`` of ``sum_{s<t} ln ||W_V(s)||_2``
-    (the empty product counts, so the value is ``>= 0``): 0 means every partial product
-    ``W_V(0)…W_V(t-1)`` has spectral norm at most 1 (Theorem 1's assumption A2 with
-    constant 1, the form the envelope of docs/theory.md §1 needs)."""
+    """``max`` over the weight seeds and ``t = 0..depth`` of ``sum_{s<t} ln ||W_V(s)||_2`` (>= 0):
+    0 iff every partial product of the ``W_V`` has norm <= 1 (assumption A2, docs/theory.md §1)."""
     worst = 0.0
     for s in seeds:
         n = 1 if cell["shared"] else cell["depth"]
@@ -120,23 +93,13 @@ def value_log_norm(cell: dict[str, Any], seeds: range) -> float:
 
 @lru_cache(maxsize=32)
 def _log_value_norms(family: str, value_scale: float, d_model: int, n_tokens: int, n: int, seed: int) -> torch.Tensor:
-    """``ln ||W_V(t)||_2`` of the ``n`` drawn value matrices (cached with :func:`_draw`'s
-    draw: the cells of a batch that share a value family and seed share it)."""
     cell = {"value": family, "value_scale": value_scale, "d_model": d_model, "n_tokens": n_tokens}
     return torch.log(torch.linalg.matrix_norm(_values(cell, n, seed), ord=2))
 
 
 def make_input(kind: str, n_samples: int, n_tokens: int, d_model: int, seed: int) -> torch.Tensor:
-    """X(0) ``(n_samples, n_tokens, d_model)`` float64 of the registry input ``kind``
-    (:func:`rankcollapse.dynamics.inputs.make_tokens`) under seed ``seed``; ``wikipedia``
-    takes window block ``seed`` of the windows cut with seed 0 (disjoint windows per
-    weight seed), projected on their top-``d_model`` right singular vectors.
-
-    Raises
-    ------
-    ConfigError
-        Unknown ``kind`` or bad sizes (:func:`~rankcollapse.dynamics.inputs.make_tokens`).
-    """
+    """X(0) ``(n_samples, n_tokens, d_model)`` float64 of the registry input ``kind`` under
+    seed ``seed`` (``wikipedia``: window block ``seed`` of the windows cut with seed 0)."""
     kind = canonical_input(kind)
     if Spec.name_of(kind) == "wikipedia":
         return make_tokens(kind, n_samples, n_tokens, d_model, seed=0, block=seed)
@@ -144,45 +107,16 @@ def make_input(kind: str, n_samples: int, n_tokens: int, d_model: int, seed: int
 
 
 def _entropy_per_layer(attention: list[torch.Tensor], allowed: torch.Tensor) -> np.ndarray:
-    """``(depth, B)`` attention entropy of every layer (the registry's
-    :func:`~rankcollapse.metrics.attention.row_entropy`: mean over heads and rows with
-    > 1 allowed key of the row entropy divided by ``log(#allowed keys)``)."""
+    """``(depth, B)`` :func:`~rankcollapse.metrics.attention.row_entropy` of every layer."""
     return row_entropy(torch.stack(attention), allowed).numpy()  # (T, B, H, N, N) -> (T, B)
 
 
-def _diverged_envelope(cell: dict[str, Any], info: Any, n_samples: int) -> dict[str, np.ndarray] | None:
-    from .predict import envelope_applies
-
-    if not envelope_applies(cell, info):
-        return None
-    return {"violations": np.full(n_samples, -1), "log10_margin": np.full(n_samples, np.nan), "layers": cell["depth"] + 1}
-
-
-def _join(parts: list) -> dict[str, np.ndarray] | None:
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        return None
-    return {"violations": np.concatenate([p["violations"] for p in parts]),
-            "log10_margin": np.concatenate([p["log10_margin"] for p in parts]), "layers": parts[0]["layers"]}
-
-
 def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: int = 0) -> dict[str, Any]:
-    """Simulate ``cell`` for ``seeds`` weight draws (``seed``, ``seed+1``, ...) with
-    ``n_samples`` inputs each and return the cell's row (see :func:`.regime.label_cell`).
-
-    Raises
-    ------
-    ConfigError, MaskError
-        A cell the dynamics cannot run (missing axes, bad mask, width mismatch:
-        :func:`.grid.check_cells`).
-        A cell above :data:`.grid.DENSE_MAX_TOKENS` tokens (this records every layer's
-        ``(N, N)`` attention; :func:`rankcollapse.phase.run_phase` runs such cells on the
-        windowed kernel).
-    MemoryLimitError
-        The cell's :func:`.grid.cell_bytes` exceeds half the physical memory.
-    """
+    """The row of ``cell`` simulated for ``seeds`` weight draws (``seed``, ``seed+1``, ...) with
+    ``n_samples`` inputs each. Refuses (:func:`.grid.check_cells`) a cell the dynamics cannot
+    run or above :data:`.grid.DENSE_MAX_TOKENS` tokens (``run_phase`` runs those)."""
     from ..dynamics import RunConfig, simulate
-    from .predict import _envelope, _envelope_columns
+    from .predict import _envelope, _envelope_columns, envelope_applies
     from .grid import DENSE_MAX_TOKENS, check_cells
     from .regime import label_cell, theory_prediction
 
@@ -195,6 +129,7 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
     mask = parse_mask(cell["mask"], N)
     info = analyze(mask)
     cfg = block_config(cell)
+    dense = mask.to_dense()
     trajectories, envelopes, finals, deficits, sinks = [], [], [], [], []
     eps_min = 1.0
     for s in range(seed, seed + seeds):
@@ -208,22 +143,25 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
             if "non-finite" not in str(exc):
                 raise
             trajectories += [{"diverged": True}] * n_samples
-            envelopes.append(_diverged_envelope(cell, info, n_samples))
+            if envelope_applies(cell, info):  # not checked: overflowed
+                envelopes.append({"violations": np.full(n_samples, -1), "log10_margin": np.full(n_samples, np.nan),
+                                  "layers": cell["depth"] + 1})
             continue
-        ent = _entropy_per_layer(res.attention, mask.to_dense())
+        ent = _entropy_per_layer(res.attention, dense)
         eps_min = min(eps_min, float(res.epsilon_measured.min()))
         trajectories += trajectory_measures(res.metrics, res.states, ent)
-        dense = mask.to_dense()
         eps_b = torch.stack([A.masked_fill(~dense, 1.0).flatten(1).amin(1) for A in res.attention]).amin(0)
-        envelopes.append(_envelope(cell, info, res.metrics["mu"].numpy(), X0, eps_b.numpy(),
-                                   np.zeros(n_samples, dtype=bool)))
+        env = _envelope(cell, info, res.metrics["mu"].numpy(), X0, eps_b.numpy(), np.zeros(n_samples, dtype=bool))
+        envelopes += [env] if env is not None else []
         deficit = torch.stack([1.0 - A.sum(-1).mean(dim=(-1, -2)) for A in res.attention]).mean(0)  # (samples,)
         finals.append(res.states[-1])
         deficits.append(deficit)
         sinks.append(sink_mass(res.attention[-1][:, 0]))  # one head: (samples, N, N) -> (samples,)
     row = label_cell(trajectories)
     row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_measured=eps_min)
-    row.update(_envelope_columns(_join(envelopes), slice(None)))
+    row.update(_envelope_columns({"violations": np.concatenate([e["violations"] for e in envelopes]),
+                                  "log10_margin": np.concatenate([e["log10_margin"] for e in envelopes]),
+                                  "layers": envelopes[0]["layers"]} if envelopes else None, slice(None)))
     if finals:  # the trajectories of seeds that did not overflow
         row.update(operator_columns(torch.cat(finals), torch.cat(deficits), torch.zeros(sum(len(f) for f in finals),
                                     dtype=torch.bool), slice(None)))
@@ -231,18 +169,16 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
         row.update(row_mass_deficit=float("nan"), norm_spread=float("nan"), max_token_share=float("nan"))
     mass = torch.cat(sinks) if sinks else torch.zeros(0)  # the seeds that did not overflow
     row.update(sink_columns(mass, torch.zeros(len(mass), dtype=torch.bool), slice(None),
-                            uniform_sink_mass(mask.to_dense())))
+                            uniform_sink_mass(dense)))
     row["value_log_norm"] = value_log_norm(cell, range(seed, seed + seeds))
     row.update(theory_prediction(cell, info, eps_min, row["value_log_norm"]))
     return row
 
 
 def operator_columns(X: torch.Tensor, deficit: torch.Tensor, diverged: torch.Tensor, part: slice) -> dict[str, float]:
-    """Per cell, over its trajectories that did not diverge: ``row_mass_deficit`` (mean over
-    layers and queries of ``1 - sum_j A_ij``: 0 for softmax, > 0 with a sink),
-    ``norm_spread`` (median of ``max_i ||x_i|| / min_i ||x_i||`` at the last layer; NaN where
-    a token is zero) and ``max_token_share`` (median of the metric ``max_token_share``,
-    ``max_i ||x_i||^2 / ||X||_F^2``, at the last layer; NaN where X is zero)."""
+    """Per cell, over its trajectories that did not diverge: the mean ``row_mass_deficit`` and
+    the medians of ``norm_spread`` (NaN where a token is zero) and ``max_token_share`` at the
+    last layer."""
     from ..metrics.core import max_token_share
 
     ok = ~diverged[part]
@@ -259,10 +195,9 @@ def operator_columns(X: torch.Tensor, deficit: torch.Tensor, diverged: torch.Ten
 
 
 def sink_mass(A: torch.Tensor) -> torch.Tensor:
-    """The first token's attention mass ``sink_mass`` of one-head attention ``A``
-    ``(..., N, N)``, shape ``(...)``: the mean over the queries ``i >= 1`` of ``A[i, 0]``
-    (:func:`rankcollapse.models.sinks.first_token_mass`, the measure ``probe`` reports on
-    trained models); NaN when ``N = 1`` (no query besides the first token)."""
+    """The first token's mass ``(...)`` of one-head attention ``A`` ``(..., N, N)``: the mean over
+    queries ``i >= 1`` of ``A[i, 0]`` (:func:`rankcollapse.models.sinks.first_token_mass`); NaN
+    when ``N = 1``."""
     N = A.shape[-1]
     if N < 2:
         return torch.full(A.shape[:-2], float("nan"), dtype=torch.float64)
@@ -271,18 +206,15 @@ def sink_mass(A: torch.Tensor) -> torch.Tensor:
 
 
 def uniform_sink_mass(allowed: torch.Tensor) -> float:
-    """:func:`sink_mass` of uniform attention over each row of the mask ``allowed``
-    ``(N, N)`` (bool): the mean over ``i >= 1`` of ``[0 in keys(i)] / |keys(i)|``, the
-    reference a sink is read against (causal: ``(H_N - 1) / (N - 1)``, 0.059 at N = 64)."""
+    """:func:`sink_mass` of uniform attention over each row of the bool mask ``allowed``
+    ``(N, N)``, the reference a sink is read against."""
     rows = allowed.sum(-1, keepdim=True).clamp_min(1)
     return float(sink_mass(allowed.to(torch.float64) / rows))
 
 
 def sink_columns(mass: torch.Tensor, diverged: torch.Tensor, part: slice, uniform: float) -> dict[str, float]:
-    """Per cell: ``sink_mass``, the mean over its trajectories that did not diverge of the
-    last layer's :func:`sink_mass` (``mass`` ``(B,)``), and ``sink_mass_uniform``
-    (:func:`uniform_sink_mass` of the cell's mask): a sink reads ``sink_mass`` far above
-    ``sink_mass_uniform``."""
+    """Per cell: ``sink_mass``, the mean of ``mass`` ``(B,)`` over its trajectories that did not
+    diverge, and ``sink_mass_uniform``."""
     ok = ~diverged[part]
     value = float(mass[part][ok].mean()) if bool(ok.any()) else float("nan")
     return {"sink_mass": value, "sink_mass_uniform": uniform}

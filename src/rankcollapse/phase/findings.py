@@ -1,8 +1,5 @@
-"""Summaries of a phase table: regime counts and trajectory fractions, the paired effect
-of a normalisation, stable states (any trajectory), Theorem 1's pointwise envelope, the
-collapse boundary against mask radius and ``d_qk``, the theory's agreement and the decay
-laws per placement. Used to write docs/phase.md; every number comes from the table (the
-normalisation claims: :mod:`.normalisation`).
+"""Summaries of a phase table, the numbers docs/phase.md reports (the normalisation
+claims: :mod:`.normalisation`).
 """
 
 from __future__ import annotations
@@ -19,19 +16,15 @@ from .normalisation import bounded_median, cell_floor
 from .report import theory_agreement
 
 
-def _log10(x: pd.Series) -> pd.Series:
-    return np.log10(x.clip(lower=1e-300))
-
-
 def paired_norm_effect(table: pd.DataFrame, norm: str, base: str = "none") -> pd.DataFrame:
-    """Cells with ``norm`` joined to the same cell with ``base`` (every other axis equal):
-    columns ``regime_base``, ``regime``, ``dlog10_mu`` (log10 mu_relative, norm minus base)
-    and the axis values."""
+    """Cells with ``norm`` joined to the same cell with ``base``: ``regime_base``, ``regime``,
+    ``dlog10_mu`` (log10 mu_relative, norm minus base) and the axis values."""
     axes = [a for a in AXES if a in table and a != "norm"]
     left = table[table["norm"] == base].set_index(axes)
     right = table[table["norm"] == norm].set_index(axes)
     joined = right[["regime", "mu_relative"]].join(left[["regime", "mu_relative"]], rsuffix="_base", how="inner")
-    joined["dlog10_mu"] = _log10(joined["mu_relative"]) - _log10(joined["mu_relative_base"])
+    joined["dlog10_mu"] = (np.log10(joined["mu_relative"].clip(lower=1e-300))
+                           - np.log10(joined["mu_relative_base"].clip(lower=1e-300)))
     return joined.reset_index()
 
 
@@ -50,9 +43,7 @@ def helps(pairs: pd.DataFrame) -> pd.Series:
 
 def theory_summary(table: pd.DataFrame) -> dict[str, Any]:
     """The theory's agreement (:func:`.report.theory_agreement`) and the labels of the
-    Theorem-1 cells (``theorem1_consistent``); :func:`summarize` adds Theorem 1's pointwise
-    envelope (:func:`envelope_summary`). Needs only the columns ``theory_regime``,
-    ``theory_source``, ``regime`` and ``envelope_violations``."""
+    Theorem-1 cells (``theorem1_consistent``)."""
     out = theory_agreement(table)
     t1 = table[table["theory_source"] == "theorem1"]
     if len(t1):  # Theorem 1 is asymptotic: a cell whose mu still falls at the last layer is on its way
@@ -91,7 +82,7 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
     out["attention_labels"] = {"cells": int(len(att)),
                                "whole_depth_rate_interval_below_0": int((att["rate_hi"] < 0).sum()),
                                "tail_rate_interval_below_0": int((att["rate_last_hi"] < 0).sum())}
-    rc = table.assign(collapse=table["regime"] == "rank_collapse", log10_mu=_log10(table["mu_relative"]))
+    rc = table.assign(collapse=table["regime"] == "rank_collapse")
     if "mask" in table:
         out["by_mask"] = {m: {"radius": int(g["radius"].iloc[0]), "cells": int(len(g)),
                               "regimes": g["regime"].value_counts().to_dict(),
@@ -102,23 +93,20 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
         out["by_d_qk"] = {int(k): {"frac_rank_collapse": round(float(g["collapse"].mean()), 4),
                                    "median_entropy": float(g["attention_entropy"].median())}
                           for k, g in rc.groupby("d_qk")}
-    out["by_qk_scale"] = {float(k): {r: round(float((g["regime"] == r).mean()), 4) for r in sorted(set(table["regime"]))}
+    regimes = sorted(set(table["regime"]))
+    out["by_qk_scale"] = {float(k): {r: round(float((g["regime"] == r).mean()), 4) for r in regimes}
                           for k, g in rc.groupby("qk_scale")}
     if "beta" in table and table["beta"].notna().any():  # the cells that set beta have no qk_scale
         out["by_beta"] = {(k if isinstance(k, str) else float(k)): {r: round(float((g["regime"] == r).mean()), 4)
-                                                                     for r in sorted(set(table["regime"]))}
-                          for k, g in rc.groupby("beta")}
-    out["theory"] = theory_summary(table)
-    # and Theorem 1's pointwise envelope beside the agreement
-    out["theory"]["theorem1_envelope"] = envelope_summary(table)
+                                                                     for r in regimes} for k, g in rc.groupby("beta")}
+    out["theory"] = {**theory_summary(table), "theorem1_envelope": envelope_summary(table)}
     if "law" in table:  # a table without the decay-law columns has none
         out["decay_law"] = {p: g["law"].value_counts().to_dict() for p, g in table.groupby("placement")}
     return out
 
 
 def trajectory_fractions(table: pd.DataFrame) -> dict[str, float]:
-    """Fraction of all trajectories of ``table`` in each regime (``frac_*`` weighted by
-    ``n_trajectories``)."""
+    """Fraction of all trajectories of ``table`` in each regime."""
     from .regime import REGIMES
 
     n = table["n_trajectories"].sum()
@@ -127,9 +115,7 @@ def trajectory_fractions(table: pd.DataFrame) -> dict[str, float]:
 
 
 def stable_states(table: pd.DataFrame) -> dict[str, Any]:
-    """Cells with at least one trajectory at a stable state (``frac_stable_rank_k > 0``):
-    how many, by ``shared``, their fractions and majority labels, and the cells where the
-    majority is ``stable_rank_k`` with ``k > 1``."""
+    """Cells with a trajectory at a stable state: counts, fractions, majority labels, by axis."""
     st = table[table["frac_stable_rank_k"] > 0]
     major = table[(table["regime"] == "stable_rank_k") & (table["k"] > 1)]
     out: dict[str, Any] = {"cells_with_any": int(len(st)), "majority_stable_rank_gt1": int(len(major)),
@@ -142,9 +128,8 @@ def stable_states(table: pd.DataFrame) -> dict[str, Any]:
 
 
 def envelope_summary(table: pd.DataFrame) -> dict[str, Any]:
-    """Theorem 1's pointwise envelope (``envelope_*`` columns): over the cells where its
-    assumptions hold (``theory_source == "theorem1"``) and, as the check's negative control,
-    over pure-SA cells outside A2."""
+    """Theorem 1's pointwise envelope over the ``theorem1`` cells and, as the negative control,
+    the pure-SA cells outside A2."""
     out: dict[str, Any] = {}
     if "envelope_points" not in table:
         return out
@@ -160,10 +145,8 @@ def envelope_summary(table: pd.DataFrame) -> dict[str, Any]:
 
 
 def boundary_figure(table: pd.DataFrame, by: str, path: Path | None, title: str, *, ax: Any = None) -> Any:
-    """Fraction of ``rank_collapse`` cells against ``qk_scale``, one line per value of ``by``.
-
-    Draws on ``ax`` when given (else a new pyplot-free figure), writes a PNG to ``path``
-    unless it is None, and returns the figure."""
+    """Fraction of ``rank_collapse`` cells against ``qk_scale``, one line per value of ``by``, on
+    ``ax`` (else a new figure); written to ``path`` unless None; returns the figure."""
     from .._figure import new_axes, save_figure
 
     fig, ax = new_axes(ax, figsize=(4.2, 3.0))
@@ -185,10 +168,8 @@ def boundary_figure(table: pd.DataFrame, by: str, path: Path | None, title: str,
 
 def regime_figure(table: pd.DataFrame, path: Path | None,
                   rows: tuple[str, ...] = ("norm", "alpha", "placement")) -> Any:
-    """Stacked regime fractions per ``qk_scale`` (x) for every combination of ``rows``.
-
-    One panel per combination on a new pyplot-free figure; writes a PNG to ``path`` unless
-    it is None, and returns the figure."""
+    """Stacked regime fractions per ``qk_scale``, one panel per combination of ``rows``; written
+    to ``path`` unless None; returns the figure."""
     from .._figure import new_figure, save_figure
     from .regime import REGIMES
     from .report import COLOURS

@@ -1,14 +1,5 @@
-"""Axes of the phase sweep and their expansion into cells.
-
-A cell is a dict of every axis (defaults filled in). Values are parsed from the CLI's
-``--axis NAME=v1,v2,...``; a spec with several keys (a mask, an input) is written with
-``;`` between them (``bigbird:w=3;globals=1;random=2``, ``wikipedia:model=minilm;block=1``).
-
-Every cell is checked before anything runs (:func:`check_cells`): all axes present, each
-value one its axis accepts, its mask built at its N (an unknown mask or key is refused
-when the grid is made, not when its cell is reached), and its memory estimate
-(:func:`cell_bytes`) within half the physical memory. A schedule is one mask per layer
-and a cell's regime and theory columns are of one graph, so the mask axis refuses it.
+"""Axes of the phase sweep (docs/phase.md, "Axes") and their expansion into cells, dicts of
+every axis; ``--axis NAME=v1,v2,...`` with ``;`` between a spec's keys (``bigbird:w=3;globals=1``).
 """
 
 from __future__ import annotations
@@ -34,15 +25,13 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
 
 
 def _input(text: str) -> str:
-    """An input spec of the registry (:data:`rankcollapse.dynamics.inputs.INPUTS`), as its canonical spec."""
     from ..dynamics.inputs import canonical_input
 
     return canonical_input(text)
 
 
 def _value(kind: str, low: float | None = None, high: float | None = None) -> Callable[[str], Any]:
-    """A parser of one value of a spec key's kind (:data:`~rankcollapse._validate.KINDS`),
-    a number in ``[low, high]``."""
+    """A parser of one value of a :data:`~rankcollapse._validate.KINDS` kind, a number in ``[low, high]``."""
     convert, want = KINDS[kind]
 
     def parse(text: str) -> Any:
@@ -60,19 +49,14 @@ _float = _value("float", 0)
 
 
 def _beta(text: str) -> float | str:
-    """An inverse temperature on the tokens themselves, scores ``β <x_i, x_j>``
-    (:func:`.cell.build_weights`): a number ``β >= 0`` or a temperature law (``log:γ``,
-    ``pow:c``, ``ssmax:s``, ``llama4``; :mod:`rankcollapse.dynamics.temperature_laws`)
-    whose ``β`` is taken at the cell's N and d, kept as the law's canonical string
-    (``log:2.0``)."""
+    """A number ``β >= 0`` or a temperature law, kept as its canonical string (``log:2.0``)."""
     if is_law(text):
         return parse_law(text).spec
     return _float(text)
 
 
 def cell_beta(cell: dict[str, Any]) -> float | None:
-    """``β`` of a cell's scores ``β <x_i, x_j>`` at its N and d; None for a cell whose
-    scores come from Gaussian ``W_Q, W_K`` of scale ``qk_scale``."""
+    """``β`` of a cell's scores ``β <x_i, x_j>`` at its N and d; None for a ``qk_scale`` cell."""
     value = cell["beta"]
     if value is None:
         return None
@@ -82,10 +66,8 @@ def cell_beta(cell: dict[str, Any]) -> float | None:
 
 
 def temperature_columns(table: Any) -> Any:
-    """``table`` (a pandas DataFrame of cells) with ``qk_scale`` as floats (NaN in the
-    cells that set ``beta``) and ``beta`` in one Parquet type: as it is when every value
-    given is a number or every one a law string, else every value given as a string
-    (``"1.0"``, ``"log:1.0"``); None where a cell sets ``qk_scale``."""
+    """``table`` (a DataFrame of cells) with ``qk_scale`` as floats and ``beta`` in one Parquet
+    type (every value given as a string when numbers and laws mix)."""
     table["qk_scale"] = table["qk_scale"].astype(float)
     given = table["beta"].map(lambda v: v is not None and v == v)  # None and NaN: no beta
     if len({isinstance(v, str) for v in table["beta"][given]}) > 1:
@@ -99,14 +81,8 @@ BACKENDS = ("auto", "dense", "blocked")
 
 
 def attention_backend(n_tokens: int, backend: str = "auto") -> str:
-    """``"dense"`` or ``"blocked"``: ``backend`` itself, or for ``"auto"`` blocked above
-    :data:`DENSE_MAX_TOKENS` tokens.
-
-    Raises
-    ------
-    ConfigError
-        ``backend`` not one of :data:`BACKENDS`.
-    """
+    """``"dense"`` or ``"blocked"``: ``backend``, or for ``"auto"`` blocked above
+    :data:`DENSE_MAX_TOKENS` tokens; :class:`ConfigError` for another ``backend``."""
     if backend not in BACKENDS:
         raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "auto":
@@ -115,7 +91,7 @@ def attention_backend(n_tokens: int, backend: str = "auto") -> str:
 
 
 def _mask(spec: str) -> str:
-    """A mask spec, checked by name, keys and values."""
+    """A mask spec, checked; a schedule is refused (a cell's columns are of one graph)."""
     from ..masks.spec import check_spec
 
     if spec.strip().startswith(("schedule:", "[")):
@@ -129,21 +105,13 @@ def _mask(spec: str) -> str:
 
 
 def _attention(text: str) -> str:
-    """An attention operator spec, as its canonical spec."""
     from ..dynamics.operators import parse_attention
 
     return parse_attention(text).spec
 
 
-#: axis name -> (parser of one value, default). ``d_qk`` 0 means "= d_model". ``qk_scale``
-#: is the scale of Gaussian ``W_Q, W_K``; ``beta`` (default None: not set) a number or a
-#: temperature law such as ``log:γ`` (:func:`_beta`) for scores ``β <x_i, x_j>``, and a cell
-#: that sets it has ``qk_scale`` None (:func:`expand_grid`). ``n_tokens`` above
-#: :data:`DENSE_MAX_TOKENS` runs on the windowed kernel. ``norm``,
-#: ``placement``, ``alpha``, ``qk_norm``, ``headwise_rmsnorm`` and ``attention`` (softmax or an operator of
-#: :mod:`rankcollapse.dynamics.operators`) are the :class:`~rankcollapse.dynamics.config.BlockConfig`
-#: fields of the cell's layer; ``alpha`` not given is the placement's own (0 for ``none``,
-#: 1 for the others); ``mix`` runs with ``mix_layers = depth // 4`` (:func:`block_config`).
+#: axis name -> (parser of one value, default); meanings in docs/phase.md, "Axes". ``d_qk`` 0
+#: means "= d_model"; a cell that sets ``beta`` has ``qk_scale`` None (:func:`expand_grid`).
 AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "qk_scale": (_float, 1.0),
     "beta": (_beta, None),
@@ -164,27 +132,20 @@ AXES: dict[str, tuple[Callable[[str], Any], Any]] = {
     "headwise_rmsnorm": (_value("bool"), False),
 }
 DEFAULTS = {name: default for name, (_, default) in AXES.items()}
-_PARSERS = {name: parse for name, (parse, _) in AXES.items()}
 
 
 def parse_axis(text: str) -> tuple[str, list[Any]]:
-    """``"NAME=v1,v2"`` -> ``(NAME, [parsed values])``.
-
-    Raises
-    ------
-    ConfigError
-        Not a string, unknown axis, missing ``=``, empty list, a value the axis does not accept.
-    """
+    """``"NAME=v1,v2"`` -> ``(NAME, [parsed values])``; :class:`ConfigError` for anything else."""
     if not isinstance(text, str):
         raise ConfigError(f"--axis expects a string NAME=v1,v2,..., got {type(text).__name__} {text!r}")
     name, eq, values = text.partition("=")
     name = name.strip()
-    if not eq or name not in _PARSERS:
+    if not eq or name not in AXES:
         raise ConfigError(f"--axis expects NAME=v1,v2,... with NAME one of {', '.join(AXES)}, got {text!r}")
     items = [v.strip().replace(";", ",") for v in values.split(",") if v.strip()]  # ';': a spec's commas
     if not items:
         raise ConfigError(f"--axis {name}: no values")
-    parse = _PARSERS[name]
+    parse = AXES[name][0]
     try:
         return name, [parse(v) for v in items]
     except ConfigError as exc:
@@ -192,13 +153,7 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
 
 
 def parse_axes(texts: list[str]) -> dict[str, list[Any]]:
-    """``["NAME=v1,v2", ...]`` -> ``{NAME: [parsed values]}`` in order (:func:`parse_axis`).
-
-    Raises
-    ------
-    ConfigError
-        As :func:`parse_axis`; an axis given twice.
-    """
+    """``["NAME=v1,v2", ...]`` -> ``{NAME: [parsed values]}`` (:func:`parse_axis`); an axis twice is refused."""
     axes: dict[str, list[Any]] = {}
     for text in texts:
         name, values = parse_axis(text)
@@ -210,27 +165,16 @@ def parse_axes(texts: list[str]) -> dict[str, list[Any]]:
 
 def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
                 zipped: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Every combination of ``axes`` (in the given order, last axis fastest) over the
-    defaults updated by ``fixed``; a combination the dynamics cannot run raises.
-
-    The axes named in ``zipped`` vary together instead of being crossed: value ``i`` of
-    each goes with value ``i`` of the others (equal-length lists, repeats allowed), and
-    that list of tuples is crossed with the other axes at the position of the first
-    zipped axis. This runs a stratified subset: the full product of the other axes
-    against a short design of the zipped ones that still holds every value of each.
-
-    Raises
-    ------
-    ConfigError
-        ``axes`` or ``fixed`` not a dict; unknown axis name in ``axes``, ``fixed`` or ``zipped``; a zipped axis not in
-        ``axes``; fewer than two zipped axes; zipped lists of different lengths; a value of
-        an axis (or a tuple of the zipped axes) given twice.
+    """Every combination of ``axes`` (last axis fastest) over the defaults updated by
+    ``fixed``; the axes in ``zipped`` vary together (value ``i`` of each with value ``i`` of
+    the others). :class:`ConfigError` for an unknown axis, a bad ``zipped``, a value given
+    twice, or a cell :func:`check_cells` refuses.
     """
     if not isinstance(axes, dict) or not isinstance(fixed or {}, dict):
         raise ConfigError(f"axes and fixed must be dicts {{name: values}}, got {type(axes).__name__} and "
                           f"{type(fixed).__name__}")
     fixed = dict(fixed or {})
-    unknown = (set(axes) | set(fixed) | set(zipped)) - set(_PARSERS)
+    unknown = (set(axes) | set(fixed) | set(zipped)) - set(AXES)
     if unknown:
         raise ConfigError(f"unknown axes {sorted(unknown)}; choose from {', '.join(AXES)}")
     empty = [name for name, values in axes.items() if len(values) == 0]
@@ -270,8 +214,7 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
 
 
 def _block_fields(cell: dict[str, Any], alpha_given: bool) -> dict[str, Any]:
-    """``cell`` with its layer in :class:`BlockConfig` fields: ``alpha`` not given is the
-    placement's own. ``post_ln`` with ``alpha = 0`` is the block ``none`` and is named so."""
+    """``cell`` with the placement's own ``alpha`` when none is given; ``post_ln`` at ``alpha = 0`` is ``none``."""
     if not alpha_given:
         cell["alpha"] = default_alpha(cell["placement"])
     if cell["placement"] == "post_ln" and cell["alpha"] == 0:
@@ -280,13 +223,7 @@ def _block_fields(cell: dict[str, Any], alpha_given: bool) -> dict[str, Any]:
 
 
 def _temperature_fields(cell: dict[str, Any]) -> dict[str, Any]:
-    """``cell`` with one temperature: a cell that sets ``beta`` has ``qk_scale`` None.
-
-    Raises
-    ------
-    ConfigError
-        ``beta`` with a ``qk_scale`` other than its default 1.
-    """
+    """``cell`` with one temperature: one that sets ``beta`` (``qk_scale`` at its default) has ``qk_scale`` None."""
     if cell["beta"] is not None:
         if cell["qk_scale"] != DEFAULTS["qk_scale"]:
             raise ConfigError(f"phase cell qk_scale={cell['qk_scale']} and beta={cell['beta']}: give one temperature, "
@@ -296,11 +233,8 @@ def _temperature_fields(cell: dict[str, Any]) -> dict[str, Any]:
 
 
 def block_config(cell: dict[str, Any]) -> BlockConfig:
-    """The :class:`BlockConfig` of a cell: its ``norm``, ``placement``, ``alpha``,
-    ``attention``, ``qk_norm`` and ``headwise_rmsnorm`` axes are the config's fields (``placement="none"``: the
-    theory's ``X <- norm(SA(X))``); ``mix`` gets ``mix_layers = depth // 4`` (Mix-LN's
-    ``floor(0.25 L)``, Li et al. 2024, §3). A cell without ``qk_norm`` or
-    ``headwise_rmsnorm`` runs without it."""
+    """The :class:`BlockConfig` of a cell's block axes; ``mix`` gets ``mix_layers = depth // 4``
+    (Mix-LN's ``floor(0.25 L)``, Li et al. 2024, §3)."""
     placement = cell["placement"]
     return BlockConfig(norm=cell["norm"], placement=placement, alpha=float(cell["alpha"]),
                        attention=cell.get("attention", "softmax"), qk_norm=bool(cell.get("qk_norm", False)),
@@ -309,27 +243,10 @@ def block_config(cell: dict[str, Any]) -> BlockConfig:
 
 
 def cell_bytes(cell: dict[str, Any], n_samples: int) -> int:
-    """Estimated peak bytes of running ``cell`` with ``n_samples`` inputs per weight seed
-    (float64, one head), the arrays :func:`.cell.run_cell` keeps for the whole cell:
-
-    - weights: ``L (2 d d_qk + d^2)`` values, twice (the shared draw and its scaled copy),
-      with ``L = depth`` (or 1 when ``shared``);
-    - recorded states: ``(depth + 1) samples N d``;
-    - recorded attention: ``depth samples N^2`` (plus the equal ``eps`` reduction over it).
-
-    The transient scores of one layer are sized by :func:`rankcollapse.dynamics.simulate`.
-
-    Cells above :data:`DENSE_MAX_TOKENS` tokens run only in the phase sweep, on the
-    windowed kernel (:func:`.batched.run_group`), which keeps no attention and a few states:
-
-    - states: ``8 samples N d`` (X(0), X, two recorded states, queries, keys, the
-      attention output and its product with ``W_V``);
-    - per worker thread (:func:`torch.get_num_threads`), one chunk of
-      :func:`rankcollapse.dynamics.sparse.blocked_attention`: scores, weights and their
-      ``p log p``, ``3 max(samples B_q K_w, SCORE_BUDGET / 8)`` with ``B_q`` the block size
-      and ``K_w = N`` the keys a block reads (exact for the complete mask, an upper bound
-      for sparse masks, whose windows are narrower), and the ``2 samples K_w d`` window
-      keys and values it gathers."""
+    """Estimated peak bytes of running ``cell`` with ``n_samples`` inputs per weight seed: the
+    weights, recorded states and attention of :func:`.cell.run_cell`, or above
+    :data:`DENSE_MAX_TOKENS` the windowed kernel's states and per-thread chunks
+    (docs/phase.md, "Axes")."""
     N, d, depth = int(cell["n_tokens"]), int(cell["d_model"]), int(cell["depth"])
     d_qk = int(cell["d_qk"]) or d
     layers = 1 if cell["shared"] else depth
@@ -347,16 +264,8 @@ def cell_bytes(cell: dict[str, Any], n_samples: int) -> int:
 
 
 def check_cell(cell: Any) -> None:
-    """Refuse a cell that :func:`.cell.run_cell` cannot run: not a dict, missing or unknown
-    axes, a value its axis does not accept, a mask that cannot be built at the cell's N.
-
-    Raises
-    ------
-    ConfigError
-        Naming the missing or unknown keys, or the axis and its value.
-    MaskError
-        The cell's mask at its ``n_tokens`` (:func:`rankcollapse.masks.parse_mask`).
-    """
+    """Refuse (:class:`ConfigError`) a cell that is not a dict of every axis with values its
+    axes accept and one temperature."""
     if not isinstance(cell, dict):
         raise ConfigError(f"a phase cell is a dict of its axes, got {type(cell).__name__}")
     missing, unknown = sorted(set(AXES) - set(cell)), sorted(set(cell) - set(AXES))
@@ -393,16 +302,8 @@ def check_cell(cell: Any) -> None:
 
 
 def check_long_cell(cell: dict[str, Any]) -> None:
-    """Refuse a cell the windowed kernel cannot run: above :data:`DENSE_MAX_TOKENS` tokens
-    a cell runs on :func:`rankcollapse.dynamics.sparse.blocked_attention`, which computes
-    softmax of the plain scores ``q k^T * scale``, so ``qk_norm`` on or an ``attention``
-    operator other than softmax is refused here, before anything is written.
-
-    Raises
-    ------
-    ConfigError
-        Such a cell; the message names the axes and the limit.
-    """
+    """Refuse (:class:`ConfigError`) a cell above :data:`DENSE_MAX_TOKENS` tokens with
+    ``qk_norm`` or a non-softmax ``attention``: the windowed kernel takes plain softmax scores."""
     attention, qk_norm = cell.get("attention", "softmax"), bool(cell.get("qk_norm", False))
     if attention_backend(int(cell["n_tokens"])) == "blocked" and (qk_norm or attention != "softmax"):
         asked = ", ".join(p for p in ("qk_norm=on" if qk_norm else "",
@@ -413,21 +314,10 @@ def check_long_cell(cell: dict[str, Any]) -> None:
 
 
 def check_cells(cells: Any, n_samples: int | None = None, *, seeds: int = 1) -> None:
-    """:func:`check_cell` for every cell (each mask built once per ``N``), refusing an
-    empty grid; with ``n_samples``, also every cell's :func:`cell_bytes` of its ``seeds
-    n_samples`` trajectories (the sweep runs a cell's seeds in one batch) against half the
-    physical memory (:func:`rankcollapse._memory.default_limit`).
-
-    Raises
-    ------
-    ConfigError
-        No cells, a cell :func:`check_cell` refuses, or a cell above
-        :data:`DENSE_MAX_TOKENS` tokens with ``qk_norm`` on or an ``attention`` other than
-        softmax (such cells run on the windowed kernel, which computes softmax of the
-        plain scores: :func:`check_long_cell`).
-    MemoryLimitError
-        A cell whose estimate exceeds the limit (the message names its size).
-    """
+    """:func:`check_cell` and :func:`check_long_cell` for every cell, each mask built once per
+    ``N`` (:class:`ConfigError`, :class:`MaskError`); with ``n_samples``, every cell's
+    :func:`cell_bytes` of its ``seeds n_samples`` trajectories against half the physical
+    memory (:class:`MemoryLimitError`)."""
     from .._memory import default_limit, human
     from ..masks import parse_mask
 

@@ -1,54 +1,6 @@
-"""Normalisation claims of a phase table: the speed law and the ordering.
-
-Karagodin, Ge, Polyanskiy & Rigollet, "Normalization in Attention Dynamics" (NeurIPS 2025)
-model tokens as particles on the sphere whose normalisation sets their speed: under post-LN
-the cosine gap ``g(t) = 1 - mean_{i != j} cos(x_i, x_j)`` decays exponentially, under pre-LN
-polynomially (about ``t^-2``: the residual stream's norm grows linearly, so the angular
-step shrinks like ``1/t``), and the schemes that slow the particles (pre-LN, Mix-LN,
-Peri-LN, nGPT) keep the representation from collapsing longer than post-LN. Two claims are
-decided here on a sweep's cells, with rules fixed before the sweep was run (docs/phase.md,
-"Normalisations as speed regulators"); no threshold is tuned on its result.
-
-**Speed law** (:func:`speed_law`). Over the scope cells (placement ``post_ln`` or
-``pre_ln``, a norm that normalises: sphere, layernorm, rmsnorm; softmax attention with
-``qk_scale > 0``), per placement, the cells whose ``law`` (the cosine gap's decay law,
-:func:`.regime.law_cell`) is decided: ``post_ln`` is exponential when the Wilson 95%
-interval of the fraction ``exponential`` lies above 1/2, not exponential when it lies
-below, else undecided; ``pre_ln`` likewise with ``power``. The claim holds when both hold,
-fails when either fails. The exponent (``about t^-2``): the 95% bootstrap interval of the
-median ``law_exponent`` of the pre-LN power-law cells is consistent when it meets
-``[-2.5, -1.5]``, inconsistent when it does not. The ``t^-2`` statement is the paper's, so
-it is decided only on the cells that match the paper's stated assumptions
-(:data:`PAPER_SETTING`: every token attends to every token, and one set of weights for
-all layers, the time-invariant dynamics whose residual norm grows linearly); the pooled
-sweep's median (every mask, fresh and shared weights) is reported apart
-(``pre_ln_exponent_pooled``) as what it is, a description of the sweep, not a test of
-the paper: causal masks and fresh weights per layer are outside its argument.
-
-**Ordering** (:func:`ordering`). At the sweep's depth, ``log10 mu/||X||_F`` of each
-placement ``P`` is compared with ``post_ln`` on pairs of cells equal in every other axis
-(scope as above, every placement). Predicted: every other placement keeps ``mu/||X||_F``
-above post-LN. Per ``P``: the fraction of untied pairs with ``P`` above ``post_ln``; its
-Wilson 95% interval above 1/2 agrees, below 1/2 contradicts, else undecided (also when no
-pair is untied). A pair with both cells at the float64 floor of ``mu/||X||_F``
-(:data:`.regime.RATE_FLOOR`) is undecidable and left out like a tie (added after the sweep
-ran, as the project's floor rule; it removes no pair of that sweep). The claim holds when
-every ``P`` agrees, fails when any contradicts. The size of the gap, the median of
-``dlog10_mu`` over the pairs (:func:`bounded_median`), is a bound where it rests on a cell
-within the round-off floor :func:`rankcollapse.metrics.floor.mu_floor` of its N and d
-(``2 (N + d) eps``): such a cell is read at the floor, and a post-LN cell at round-off
-makes ``P``'s lead at least what it reads (``median_bound`` ``lower``, printed ``≥ x``),
-never a magnitude.
-
-Controls (:func:`controls`) run the same two rules on cells where the answer is known in
-closed form: uniform attention (``qk_scale = 0``) with orthogonal ``W_V`` makes every update
-common to all tokens, so under pre-LN the differences ``x_i - x_j`` never change and only
-the growing norm shrinks the angles (with time-invariant weights the norm grows linearly:
-``g ~ t^-2``), while under post-LN each step contracts the angles by a factor bounded away
-from 1 (exponential). Negative controls: ``W_V = 0`` (``value_scale = 0``: no update, the gap
-is constant, no law may be called) and ``qk_norm`` on against off at ``qk_scale = 0``
-(``W_Q = W_K = 0`` gives the same uniform attention with or without QK-norm: the ordering rule
-must find no difference).
+"""Normalisation claims of a phase table (Karagodin et al., NeurIPS 2025): the speed law
+(:func:`speed_law`) and the ordering (:func:`ordering`), with :func:`controls`; the rules are
+in docs/phase.md, "Normalisations as speed regulators".
 """
 
 from __future__ import annotations
@@ -66,12 +18,10 @@ from .regime import RATE_FLOOR
 NORMALISING = ("sphere", "layernorm", "rmsnorm")
 #: the band of exponents read as "about t^-2" (fixed before the sweep)
 EXPONENT_BAND = (-2.5, -1.5)
-#: The paper's stated assumptions (Karagodin, Ge, Polyanskiy & Rigollet, NeurIPS 2025: the
-#: particle dynamics of full attention with one set of weights for all layers), as cell
-#: filters: a statement about the paper is decided on these cells only.
+#: The paper's stated assumptions (full attention, one set of weights for all layers) as
+#: cell filters: a statement about the paper is decided on these cells only.
 PAPER_SETTING = {"mask": "complete", "shared": True}
-#: The identity-weights positive control of the law fit: N tokens with equal pairwise
-#: cosine ``rho`` (equiangular), ``W_Q = W_K = W_V = I``, full attention, sphere norm.
+#: The identity-weights positive control of the law fit (:func:`identity_control`).
 IDENTITY_CONTROL = {"n_tokens": 8, "d_model": 16, "depth": 64, "rho": (0.1, 0.5)}
 PREDICTED_ABOVE_POST_LN = ("pre_ln", "peri", "mix", "lns", "ngpt")
 
@@ -93,8 +43,7 @@ def _side(lo: float, hi: float) -> str:
 
 def law_verdict(cells: pd.DataFrame, law: str) -> dict[str, Any]:
     """Of ``cells`` with a decided law, the fraction whose law is ``law`` with its Wilson
-    interval; ``verdict`` is ``law`` (interval above 1/2), ``not_<law>`` (below) or
-    ``undecided``. ``by_law`` counts every cell, undecided ones included."""
+    interval; ``verdict`` ``law`` (above 1/2), ``not_<law>`` (below) or ``undecided``."""
     decided = cells[cells["law"] != "undecided"]
     hits = int((decided["law"] == law).sum())
     lo, hi = wilson(hits, len(decided))
@@ -106,9 +55,9 @@ def law_verdict(cells: pd.DataFrame, law: str) -> dict[str, Any]:
 
 
 def exponent_verdict(cells: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
-    """Median ``law_exponent`` of the power-law ``cells`` with its 95% bootstrap interval
-    (scipy's ``bootstrap``, percentile, 2,000 resamples); ``verdict`` ``consistent`` when
-    the interval meets :data:`EXPONENT_BAND`, else ``inconsistent`` (``undecided`` under 2 cells)."""
+    """Median ``law_exponent`` of the power-law ``cells`` with its 95% percentile bootstrap
+    interval; ``verdict`` ``consistent`` when it meets :data:`EXPONENT_BAND` (under 2 cells
+    ``undecided``)."""
     from scipy.stats import bootstrap
 
     p = cells.loc[cells["law"] == "power", "law_exponent"].dropna().to_numpy()
@@ -123,8 +72,7 @@ def exponent_verdict(cells: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
 
 
 def _scope(table: pd.DataFrame) -> pd.DataFrame:
-    """Softmax cells with a normalising norm and non-uniform attention (``qk_scale > 0``)
-    whose weights are not zero."""
+    """Softmax cells with a normalising norm, ``qk_scale > 0`` and ``value_scale > 0``."""
     keep = table["norm"].isin(NORMALISING) & (table["qk_scale"] > 0) & (table["value_scale"] > 0)
     return table[keep & (table["attention"] == "softmax")]
 
@@ -140,33 +88,31 @@ def paper_setting(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def speed_law(table: pd.DataFrame) -> dict[str, Any]:
-    """The speed-law claim on ``table`` (module docstring's rule): the law per placement on
-    the pooled scope (``verdict``) and on the cells of :data:`PAPER_SETTING`
-    (``paper_setting``); the paper's ``t^-2`` on the cells of :data:`PAPER_SETTING`
-    (``pre_ln_exponent``), the pooled median apart (``pre_ln_exponent_pooled``)."""
+    """The speed-law claim on ``table``: the law per placement on the pooled scope and on
+    :data:`PAPER_SETTING`; the ``t^-2`` exponent on :data:`PAPER_SETTING`, the pooled
+    median apart."""
     cells = _scope(table)
-    post = law_verdict(cells[cells["placement"] == "post_ln"], "exponential")
-    pre = law_verdict(cells[cells["placement"] == "pre_ln"], "power")
-    ok = (post["verdict"] == "exponential", pre["verdict"] == "power")
-    failed = post["verdict"] == "not_exponential" or pre["verdict"] == "not_power"
+    pooled = _laws(cells)
     by_qk = {f"qk_norm={bool(k)}": {p: law_verdict(g[g["placement"] == p], law)["by_law"]
                                     for p, law in (("post_ln", "exponential"), ("pre_ln", "power"))}
              for k, g in cells.groupby("qk_norm")} if "qk_norm" in cells else {}
     pre_cells = cells[cells["placement"] == "pre_ln"]
-    paper = paper_setting(cells)
-    paper_post = law_verdict(paper[paper["placement"] == "post_ln"], "exponential")
-    paper_pre = law_verdict(paper[paper["placement"] == "pre_ln"], "power")
-    paper_ok = (paper_post["verdict"] == "exponential", paper_pre["verdict"] == "power")
-    paper_failed = paper_post["verdict"] == "not_exponential" or paper_pre["verdict"] == "not_power"
-    pooled = exponent_verdict(pre_cells)
-    pooled = {k: v for k, v in pooled.items() if k != "verdict"}
-    return {"post_ln": post, "pre_ln": pre,
+    exponent = {k: v for k, v in exponent_verdict(pre_cells).items() if k != "verdict"}
+    return {"post_ln": pooled["post_ln"], "pre_ln": pooled["pre_ln"],
             "pre_ln_exponent": {**exponent_verdict(paper_setting(pre_cells)), "setting": dict(PAPER_SETTING)},
-            "paper_setting": {"setting": dict(PAPER_SETTING), "post_ln": paper_post, "pre_ln": paper_pre,
-                              "verdict": "holds" if all(paper_ok) else ("fails" if paper_failed else "undecided")},
-            "pre_ln_exponent_pooled": {**pooled, "setting": "every scope cell (all masks, fresh and shared weights): "
-                                                            "a description of the sweep, not a test of the paper"},
-            "by_qk_norm": by_qk, "verdict": "holds" if all(ok) else ("fails" if failed else "undecided")}
+            "paper_setting": {"setting": dict(PAPER_SETTING), **_laws(paper_setting(cells))},
+            "pre_ln_exponent_pooled": {**exponent, "setting": "every scope cell (all masks, fresh and shared weights): "
+                                                              "a description of the sweep, not a test of the paper"},
+            "by_qk_norm": by_qk, "verdict": pooled["verdict"]}
+
+
+def _laws(cells: pd.DataFrame) -> dict[str, Any]:
+    """The law verdicts of the post-LN (exponential) and pre-LN (power) ``cells`` and the claim's ``verdict``."""
+    post = law_verdict(cells[cells["placement"] == "post_ln"], "exponential")
+    pre = law_verdict(cells[cells["placement"] == "pre_ln"], "power")
+    holds = post["verdict"] == "exponential" and pre["verdict"] == "power"
+    failed = post["verdict"] == "not_exponential" or pre["verdict"] == "not_power"
+    return {"post_ln": post, "pre_ln": pre, "verdict": "holds" if holds else ("fails" if failed else "undecided")}
 
 
 def paired(table: pd.DataFrame, axis: str, value: Any, base: Any) -> pd.DataFrame:
@@ -181,25 +127,18 @@ def paired(table: pd.DataFrame, axis: str, value: Any, base: Any) -> pd.DataFram
 
 
 def cell_floor(pairs: pd.DataFrame) -> pd.Series:
-    """Per row, the round-off floor of ``mu/||X||_F`` at the row's N and d
-    (:func:`rankcollapse.metrics.floor.mu_floor`; the grid's defaults where a column is missing)."""
+    """Per row, :func:`rankcollapse.metrics.floor.mu_floor` at its N and d (the grid's defaults
+    where a column is missing)."""
     n = pairs["n_tokens"] if "n_tokens" in pairs else pd.Series(AXES["n_tokens"][1], index=pairs.index)
     d = pairs["d_model"] if "d_model" in pairs else pd.Series(AXES["d_model"][1], index=pairs.index)
     return pd.Series([mu_floor(int(a), int(b)) for a, b in zip(n, d)], index=pairs.index, dtype=np.float64)
 
 
 def bounded_median(side: pd.Series, base: pd.Series, floor: pd.Series) -> dict[str, Any]:
-    """Median over pairs of ``log10 side - log10 base`` (``mu_relative`` of two cells), as a
-    measurement or a bound.
-
-    A value within its ``floor`` (round-off) is read at the floor: the truth is at most
-    that. A pair with ``base`` within the floor (``side`` above) then reads a lower bound of
-    the true gap, ``side`` within the floor (base above) an upper bound; both within:
-    undecidable, left out. Raising some values can only raise the median, so the median
-    is a lower bound (``median_bound`` ``lower``) when a lower-bounded pair sits at or
-    below it, an upper bound when an upper-bounded pair sits at or above it, undecidable
-    when both; else a measurement (``median_bound`` None). ``median_text``: ``14.6``,
-    ``≥ 13.4`` or ``≤ ...``."""
+    """Median over pairs of ``log10 side - log10 base`` (``mu_relative``), a measurement or a
+    bound: a value within its ``floor`` is read there, so a pair with ``base`` (``side``) there
+    reads a lower (upper) bound, with both it is left out; ``median_bound`` is ``lower`` /
+    ``upper`` when such a pair sits at or below / above the median, ``undecidable`` when both."""
     low, up = base <= floor, side <= floor
     diff = np.log10(np.maximum(side, floor)) - np.log10(np.maximum(base, floor))
     keep = ~(low & up)
@@ -217,10 +156,9 @@ def bounded_median(side: pd.Series, base: pd.Series, floor: pd.Series) -> dict[s
 
 
 def above_verdict(pairs: pd.DataFrame) -> dict[str, Any]:
-    """Sign rule on ``pairs`` (:func:`paired`): ties (``dlog10_mu == 0``) and pairs with both
-    sides at the float64 floor (``mu_relative <= RATE_FLOOR``: round-off against round-off)
-    left out; the fraction above with its Wilson interval; ``verdict`` above / below /
-    undecided; the median gap with its bound (:func:`bounded_median`)."""
+    """Sign rule on ``pairs`` (:func:`paired`), ties and pairs with both sides at or below
+    ``RATE_FLOOR`` left out: the fraction above, its Wilson interval, ``verdict`` above /
+    below / undecided, and the median gap (:func:`bounded_median`)."""
     at_floor = (pairs["mu"] <= RATE_FLOOR) & (pairs["mu_base"] <= RATE_FLOOR) if len(pairs) else pairs["dlog10_mu"] != 0
     untied = pairs[(pairs["dlog10_mu"] != 0) & ~at_floor]
     hits = int((untied["dlog10_mu"] > 0).sum())
@@ -232,9 +170,8 @@ def above_verdict(pairs: pd.DataFrame) -> dict[str, Any]:
 
 
 def ordering(table: pd.DataFrame) -> dict[str, Any]:
-    """The ordering claim on ``table`` (module docstring's rule), with the measured order
-    (median log10 mu/||X||_F per placement over the scope cells of the sphere norm, the one
-    norm every placement, nGPT included, runs with)."""
+    """The ordering claim on ``table``, with the measured order (median log10 mu/||X||_F per
+    placement over the sphere-norm cells, the one norm every placement runs with)."""
     cells = _scope(table)
     per = {p: above_verdict(paired(cells, "placement", p, "post_ln"))
            for p in PREDICTED_ABOVE_POST_LN if p in set(cells["placement"])}
@@ -254,12 +191,10 @@ def ordering(table: pd.DataFrame) -> dict[str, Any]:
 def identity_control(n_tokens: int = IDENTITY_CONTROL["n_tokens"], d_model: int = IDENTITY_CONTROL["d_model"],
                      depth: int = IDENTITY_CONTROL["depth"], rhos: tuple[float, ...] = IDENTITY_CONTROL["rho"]
                      ) -> dict[str, Any]:
-    """Positive control of the law fit in the paper's own setting: ``n_tokens`` unit tokens
-    with equal pairwise cosine ``rho`` (``x_i = sqrt(rho) e_1 + sqrt(1 - rho) e_{i+1}``),
-    ``W_Q = W_K = W_V = I`` at every layer, full attention, sphere norm, float64. Post-LN
-    must read ``exponential``, pre-LN ``power`` with its exponent in :data:`EXPONENT_BAND`
-    (about ``t^-2``). Per ``(placement, rho)``: law and exponent
-    (:func:`.regime.law_measures`); ``passes`` when every run reads its known answer."""
+    """Positive control of the law fit in the paper's setting: ``n_tokens`` unit tokens with
+    pairwise cosine ``rho`` (``x_i = sqrt(rho) e_1 + sqrt(1 - rho) e_{i+1}``), ``W_Q = W_K =
+    W_V = I``, full attention, sphere norm, float64; post-LN must read ``exponential``,
+    pre-LN ``power`` in :data:`EXPONENT_BAND`."""
     import torch
 
     from ..dynamics.config import BlockConfig
@@ -287,9 +222,8 @@ def identity_control(n_tokens: int = IDENTITY_CONTROL["n_tokens"], d_model: int 
 
 
 def controls(table: pd.DataFrame) -> dict[str, Any]:
-    """The two rules on the control cells of ``table`` (module docstring) and whether each
-    gave its known answer (``passes``); the pre-LN exponent control on the uniform cells of
-    :data:`PAPER_SETTING` only; the identity-weights control (:func:`identity_control`)."""
+    """The two rules on the control cells of ``table`` (docs/phase.md) and whether each gave
+    its known answer (``passes``), with :func:`identity_control`."""
     uniform = table[(table["qk_scale"] == 0) & (table["value"] == "orthogonal") & table["norm"].isin(NORMALISING)
                     & (table["value_scale"] > 0) & (table["attention"] == "softmax")]
     post = law_verdict(uniform[uniform["placement"] == "post_ln"], "exponential")
@@ -318,9 +252,8 @@ def controls(table: pd.DataFrame) -> dict[str, Any]:
 
 
 def law_table(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per (placement, norm) over the softmax cells with ``qk_scale > 0`` and ``W_V != 0``
-    (every norm, dyt included): cells, law counts, median exponent, median rate, median R²
-    of each law, median log10 mu/||X||_F (the page's table)."""
+    """Per (placement, norm) over the softmax cells with ``qk_scale > 0`` and ``W_V != 0``: law
+    counts and medians of the fit measures and of log10 mu/||X||_F."""
     cells = table[(table["qk_scale"] > 0) & (table["value_scale"] > 0) & (table["attention"] == "softmax")]
     cells = cells.assign(log10_mu=np.log10(cells["mu_relative"].clip(lower=1e-300)))
     rows = []

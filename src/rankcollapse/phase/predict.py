@@ -1,13 +1,5 @@
-"""What the theory says about a phase cell, and Theorem 1's envelope checked on its trajectories.
-
-- :func:`theory_prediction`: the regime the paper's results predict for a cell
-  (docs/phase.md § "Theory's prediction per cell"). The equilibria prediction reads the
-  package's own stability check (:func:`constructed_stability`), not the existence of
-  equilibria alone.
-- :func:`envelope_points`: μ(X(t)) against Theorem 1's envelope at every layer of every
-  trajectory (docs/theory.md §1), through :func:`rankcollapse.theory.envelope.collapse_envelope`;
-  :func:`envelope_applies` says for which cells, and the cell columns come from it
-  (shared by the batched sweep and :func:`.cell.run_cell`).
+"""What the theory says about a phase cell (docs/phase.md, "Theory's prediction per cell"),
+and Theorem 1's envelope checked on its trajectories at every layer (docs/theory.md §1).
 """
 
 from __future__ import annotations
@@ -20,8 +12,7 @@ import numpy as np
 import torch
 
 #: Sign patterns of the construction whose stability the equilibria prediction reads
-#: (docs/theory.md §3b proves every pattern has the same k(k-1)/2 unstable directions;
-#: each report is an autograd Jacobian of size N d, seconds at N = 16, d = 8).
+#: (docs/theory.md §3b: every pattern has the same k(k-1)/2 unstable directions).
 STABILITY_PATTERNS = 4
 #: A2 (products of W_V bounded by 1) holds when ``value_log_norm`` is at most this (round-off of orthogonal W_V).
 A2_TOL = 1e-9
@@ -31,20 +22,10 @@ ENVELOPE_RTOL = 1e-9
 
 @lru_cache(maxsize=16)
 def constructed_stability(n_tokens: int, d_model: int) -> dict[str, Any]:
-    """Stability of the known equilibria of the phase cell's ``constructed`` W_V.
-
-    The cell's ``W_V`` is ``diag(λ)`` of :func:`rankcollapse.theory.equilibria.construction_eigenvalues`
-    with rank ``k = min(N, d)``; its equilibria of rank ``k`` are the construction's
-    (:func:`rankcollapse.theory.equilibria.equilibria`, first :data:`STABILITY_PATTERNS`
-    sign patterns, each with the package's tangent-space stability report). The consensus
-    state, every token at the eigenvector of the largest eigenvalue, is checked with
-    :func:`rankcollapse.theory.stability.stability` too.
-
-    Returns
-    -------
-    dict with ``rank``, ``n_checked``, ``n_stable`` (stable rank-k equilibria among those
-    checked), ``n_unstable_directions`` (of the first) and ``consensus_stable``.
-    """
+    """Stability of the rank-``min(N, d)`` equilibria of the ``constructed`` W_V (first
+    :data:`STABILITY_PATTERNS` sign patterns) and of the consensus at its top eigenvector:
+    ``rank``, ``n_checked``, ``n_stable``, ``n_unstable_directions`` (of the first) and
+    ``consensus_stable``."""
     from ..theory.equilibria import construction_eigenvalues, equilibria
     from ..theory.stability import stability
 
@@ -59,9 +40,7 @@ def constructed_stability(n_tokens: int, d_model: int) -> dict[str, Any]:
 
 
 def uniform_scores(cell: dict[str, Any]) -> bool:
-    """Whether every score of ``cell`` is 0, so softmax attention is uniform over each mask
-    row: ``qk_scale = 0`` (``W_Q = W_K = 0``) or ``β = 0`` (a number, or a law such as
-    ``log:0`` whose ``β(N, d)`` is 0)."""
+    """Whether every score of ``cell`` is 0 (``qk_scale = 0`` or ``β(N, d) = 0``): uniform attention."""
     from .grid import cell_beta
 
     return cell["qk_scale"] == 0 or cell_beta(cell) == 0
@@ -69,38 +48,20 @@ def uniform_scores(cell: dict[str, Any]) -> bool:
 
 def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
                       value_log_norm: float = 0.0) -> dict[str, Any]:
-    """What the paper's results say about ``cell`` (docs/phase.md), as ``theory_regime``
-    (``""`` = no prediction), ``theory_source`` and ``theory_rate`` (Theorem 1's per-layer
-    log10 envelope factor from the mask radius and the smallest attention entry seen, or NaN).
-
-    - Theorem 1 (pure SA: no norm, no skip, quasi-strongly connected mask with
-      self-loops, and its assumption A2 checked as ``value_log_norm <= A2_TOL``: every
-      partial product of the W_V has norm <= 1): ``rank_collapse``. Pure-SA cells that
-      fail A2 get no prediction and ``theory_source = "pure_sa_outside_A2"``.
-    - Theorem 2 (unit-sphere norm, no skip, orthogonal ``W_V``, tokens in an open
-      hemisphere, quasi-strongly connected mask): ``rank_collapse``.
-    - Equilibria (unit-sphere norm, no skip, the constructed ``W_V`` with ``a > 0``,
-      uniform attention: ``W_Q = W_K = 0`` or ``β = 0``, causal mask): read from :func:`constructed_stability`. A stable
-      equilibrium of rank ``min(N, d)`` → ``stable_rank_k``; none stable (every one has
-      unstable directions, so random starts reach them with probability 0) and a stable
-      consensus → ``rank_collapse``; otherwise no prediction.
-    - Attention that is not row-stochastic (``attention`` other than ``softmax``): no
-      prediction, ``theory_source = "not_row_stochastic"`` (docs/theory.md §8).
-    - Head-wise RMSNorm without a norm: each row of ``A X W_V`` is rescaled, so the
-      update is no longer a convex mixing: no prediction, ``theory_source =
-      "headwise_rmsnorm"`` (under the ``sphere`` norm the rescaling is absorbed and the
-      results above stand).
-    """
+    """What the paper's results say about ``cell`` (docs/phase.md): ``theory_regime`` (``""``:
+    no prediction), ``theory_source`` (``theorem1``, ``theorem2``, ``equilibria``, or why
+    none: ``pure_sa_outside_A2``, ``not_row_stochastic``, ``headwise_rmsnorm``) and
+    ``theory_rate`` (Theorem 1's per-layer log10 envelope factor, or NaN)."""
     from ..theory.envelope import log_contraction
 
     no_skip = cell["placement"] == "none"  # X <- norm(SA(X)): no residual (alpha 0)
     regime, source, rate = "", "", float("nan")
-    if cell.get("attention", "softmax") != "softmax":  # every result below assumes row-stochastic softmax rows
-        return {"theory_regime": regime, "theory_source": "not_row_stochastic", "theory_rate": rate}
-    if cell.get("headwise_rmsnorm", False) and cell["norm"] == "none":  # rows rescaled: not Theorem 1's convex mixing
-        return {"theory_regime": regime, "theory_source": "headwise_rmsnorm", "theory_rate": rate}
     qsc = info.quasi_strongly_connected and info.self_loops
-    if no_skip and cell["norm"] == "none" and qsc and value_log_norm > A2_TOL:
+    if cell.get("attention", "softmax") != "softmax":  # every result below assumes row-stochastic softmax rows
+        source = "not_row_stochastic"
+    elif cell.get("headwise_rmsnorm", False) and cell["norm"] == "none":  # rows rescaled: not a convex mixing
+        source = "headwise_rmsnorm"
+    elif no_skip and cell["norm"] == "none" and qsc and value_log_norm > A2_TOL:
         source = "pure_sa_outside_A2"
     elif no_skip and cell["norm"] == "none" and qsc:
         regime, source = "rank_collapse", "theorem1"
@@ -121,25 +82,11 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
 
 
 def envelope_points(mu: np.ndarray, X0: torch.Tensor, epsilon: np.ndarray, radius: int) -> dict[str, np.ndarray]:
-    """Theorem 1's envelope against μ at every layer of every trajectory.
-
-    ``E_b(t) = C_b (1 - ε_b^r)^{t/r}`` with ``C_b = (√N / 2) ‖osc(X_b(0))‖₂ / (1 - ε_b^r)``
-    (docs/theory.md §1; ``osc`` = per-column max minus min), ``ε_b`` the smallest allowed
-    attention entry of trajectory ``b`` over all layers and ``r`` the mask radius; the decay
-    is :func:`rankcollapse.theory.envelope.collapse_envelope`. ``ε_b = 0`` (an entry that
-    underflowed) gives the constant envelope ``C_b``, which the proof still yields.
-
-    Parameters
-    ----------
-    mu : ``(T+1, B)`` float64, μ(X(t)) (not relative).
-    X0 : ``(B, N, d)`` the inputs.
-    epsilon : ``(B,)`` float64 in [0, 1].
-    radius : the mask's radius r >= 1.
-
-    Returns
-    -------
-    dict of ``(B,)`` arrays: ``violations`` (layers with μ above ``E (1 + 1e-9)``) and
-    ``log10_margin`` (max over layers ``t >= 1`` of log10(μ(t) / E(t)); -inf when μ is 0).
+    """Theorem 1's envelope ``E_b(t) = C_b (1 - ε_b^r)^{t/r}``, ``C_b = (√N / 2) ‖osc(X_b(0))‖₂ /
+    (1 - ε_b^r)`` (docs/theory.md §1), against μ at every layer of every trajectory; ``ε_b = 0``
+    gives the constant envelope ``C_b``. ``mu`` ``(T+1, B)``, ``X0`` ``(B, N, d)``, ``epsilon``
+    ``(B,)``, ``radius`` r >= 1 -> ``(B,)`` arrays ``violations`` (layers with μ above
+    ``E (1 + ENVELOPE_RTOL)``) and ``log10_margin`` (max over ``t >= 1`` of log10 μ/E).
     """
     from ..theory.envelope import collapse_envelope
 
@@ -163,10 +110,8 @@ def envelope_points(mu: np.ndarray, X0: torch.Tensor, epsilon: np.ndarray, radiu
 
 
 def envelope_applies(cell: dict[str, Any], info: Any) -> bool:
-    """Theorem 1's envelope is defined for the cell: pure SA (no norm, no skip, softmax rows,
-    no head-wise RMSNorm)
-    on a quasi-strongly connected mask with self-loops. Whether it must hold also needs A2
-    (``theory_source == "theorem1"``); outside A2 the check is computed all the same."""
+    """Theorem 1's envelope is defined for the cell: pure softmax SA (no norm, skip or
+    head-wise RMSNorm) on a quasi-strongly connected mask with self-loops (A2 aside)."""
     return (cell["norm"] == "none" and cell["placement"] == "none" and cell.get("attention", "softmax") == "softmax"
             and not cell.get("headwise_rmsnorm", False)
             and bool(info.quasi_strongly_connected) and bool(info.self_loops) and cell["n_tokens"] >= 2)
@@ -182,9 +127,8 @@ def _envelope(cell, info, mu_abs, X0, eps, diverged) -> dict[str, np.ndarray] | 
 
 
 def _envelope_columns(env: dict[str, np.ndarray] | None, part: slice) -> dict[str, float]:
-    """Per cell: ``envelope_points`` (layer × trajectory points checked), ``envelope_violations``
-    and ``envelope_log10_margin`` (largest log10 μ/E over layers >= 1); NaN where the envelope
-    is not defined."""
+    """Per cell: ``envelope_points`` checked, ``envelope_violations`` and ``envelope_log10_margin``;
+    NaN where the envelope is not defined."""
     if env is None:
         return {"envelope_points": 0, "envelope_violations": float("nan"), "envelope_log10_margin": float("nan")}
     v, m = env["violations"][part], env["log10_margin"][part]

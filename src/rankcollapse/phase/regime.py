@@ -1,37 +1,6 @@
-"""The regime label of a phase cell and the theory's prediction for it.
-
-The rule (docs/phase.md; thresholds fixed before any sweep was run, never tuned):
-
-Per trajectory (one input under one weight draw), after ``T`` layers, with
-``m(t) = mu(X(t)) / ||X(t)||_F`` and ``Y(t) = X(t) / ||X(t)||_F``:
-
-1. ``diverging``: X overflowed, or ``||X(T)||_F / ||X(0)||_F > DIVERGE_RATIO``;
-2. ``rank_collapse``: ``m(T) < COLLAPSED``;
-3. ``aligned_without_consensus``: every token on one line, ``sigma_2(X(T)) <= RANK_RTOL
-   sigma_1`` (so ``avg |cos| = 1`` to that tolerance), while ``m(T) >= ALIVE``: the tokens
-   are parallel but their norms differ, which attention whose rows do not sum to 1
-   produces (a sink: docs/theory.md, "Attention that is not row-stochastic"), and so do
-   antipodal rows on the sphere; ``m`` alone would call it "not collapsed";
-4. ``stable_rank_k``: ``||Y(T) - Y(T - w)||_F < CONVERGED`` with ``w = max(1, T // 10)``
-   and ``m(T) >= ALIVE``; ``k = #{sigma_i(X(T)) > RANK_RTOL sigma_1}`` (``k >= 2``: a
-   rank-one state is rule 3);
-5. ``collapsing_slowly``: ``m`` is still falling at the end: the 95% upper bound of the
-   least-squares slope of ``log10 m(t)`` over the last ``max(2, T // 4)`` layers
-   (:func:`tail_rate`), the trajectory's ``rate_last_bound``, is below ``-RATE_RESOLVED`` (a slope float64 can resolve: round-off
-   of ``log10 m`` is ~1e-15 per point, so a flat ``m`` cannot pass by noise);
-6. ``uniform_attention``: the mean normalised attention row entropy over the last
-   ``max(1, T // 4)`` layers is ``>= UNIFORM``;
-7. ``one_hot_attention``: that entropy is ``<= ONE_HOT`` (the literature's "entropy
-   collapse", attention concentrating on one key);
-8. ``undecided`` otherwise (still moving, or ``COLLAPSED <= m(T) < ALIVE``).
-
-A cell's label is the label of more than half of its trajectories, else ``undecided``;
-a majority ``uniform_attention`` or ``one_hot_attention`` becomes ``collapsing_slowly``
-when the cell's tail-rate t-interval over trajectories (``rate_last_lo``, ``rate_last_hi``: an
-interval for the mean slope, not a trajectory's bound) lies below ``-RATE_RESOLVED`` (μ still
-falling). ``frac_<regime>`` gives the fraction of trajectories of each regime beside the label;
-``frac_rate_last_falling`` the fraction whose ``rate_last_bound`` passes rule 5's test and
-``rate_last_bound_max`` the largest ``rate_last_bound`` (the columns rule 5 can be checked on).
+"""The regime label of a phase cell: per trajectory the first of the rules in docs/phase.md,
+"Measures and the regime rule" (thresholds fixed before any sweep ran), and per cell the
+majority label of its trajectories (:func:`label_cell`).
 """
 
 from __future__ import annotations
@@ -65,11 +34,9 @@ ATTENTION_LABELS = ("uniform_attention", "one_hot_attention")
 
 
 def fit_log10_rate(m: np.ndarray) -> float:
-    """Least-squares slope of ``log m(t)`` against ``t`` in decades per layer (negative =
-    collapsing; :func:`rankcollapse.metrics.rate.least_squares_rate`) over the layers before
-    ``m`` first drops below :data:`RATE_FLOOR`. A trajectory below the floor from layer 1
-    gets the bound ``log10(RATE_FLOOR / m(0))`` (it fell at least that fast); NaN with
-    fewer than two layers otherwise."""
+    """Least-squares slope of ``log m(t)`` in decades per layer over the layers before ``m``
+    first drops below :data:`RATE_FLOOR`; below it from layer 1: the bound
+    ``log10(RATE_FLOOR / m(0))``."""
     fit = least_squares_rate(m, floor=RATE_FLOOR, before_floor=True)
     if fit.n_layers[0] == 1 and m.size > 1:
         return float(np.log10(RATE_FLOOR) - np.log10(m[0]))
@@ -77,13 +44,8 @@ def fit_log10_rate(m: np.ndarray) -> float:
 
 
 def tail_rate(m: np.ndarray) -> tuple[float, float]:
-    """``(slope, 95% upper bound)`` of the least-squares fit of ``log10 m(t)`` against ``t``
-    over the last ``max(2, T // 4) + 1`` points of ``m`` ``(T+1,)`` (decades per layer).
-
-    The bound is ``slope + t_{0.975, n-2} · SE`` (ordinary least squares, residuals
-    treated as independent). NaN, NaN when a point of the window is below
-    :data:`RATE_FLOOR` (the state is at round-off, not falling) or non-finite.
-    """
+    """``(slope, slope + t_{0.975, n-2} SE)`` of ``log10 m(t)`` over the last ``max(2, T // 4) + 1``
+    points of ``m`` ``(T+1,)``; NaN, NaN when a point is below :data:`RATE_FLOOR` or not finite."""
     T = m.size - 1
     y = m[-(max(2, T // 4) + 1):]
     if y.size < 3 or not (y >= RATE_FLOOR).all() or not np.isfinite(y).all():
@@ -94,18 +56,13 @@ def tail_rate(m: np.ndarray) -> tuple[float, float]:
 
 @lru_cache(maxsize=64)
 def _t975(df: int) -> float:
-    """Student's t quantile ``t_{0.975, df}`` (``scipy.stats.t.ppf``; one window length per
-    cell, so computed once per length)."""
     return stats.t.ppf(0.975, df)
 
 
 def law_measures(avg_cos: np.ndarray, n_tokens: int, d_model: int) -> list[dict[str, Any]]:
-    """Per trajectory, the decay law of the cosine gap ``g(t) = 1 - avg_cos(t)`` over depth
-    (``avg_cos`` ``(T+1, B)``): :func:`rankcollapse.metrics.rate.fit_decay_law` on
-    ``t = 1..T`` with the floor :func:`gap_floor` (a gap at the floor from layer 1 on is
-    ``undecided``, not a law). Keys ``law``, ``law_exponent`` (``p`` of ``g ~ t^p``),
-    ``law_rate`` (``b`` of ``g ~ e^{bt}``, natural log per layer), ``law_r2_exp``,
-    ``law_r2_power``."""
+    """Per trajectory, :func:`rankcollapse.metrics.rate.fit_decay_law` of the cosine gap
+    ``1 - avg_cos`` ``(T+1, B)`` with the floor :func:`gap_floor`: ``law``, ``law_exponent``,
+    ``law_rate``, ``law_r2_exp``, ``law_r2_power``."""
     fit = fit_decay_law(1.0 - avg_cos, floor=gap_floor(n_tokens, d_model))
     return [{"law": str(fit.law[b]), "law_exponent": float(fit.exponent[b]), "law_rate": float(fit.rate[b]),
              "law_r2_exp": float(fit.r2_exponential[b]), "law_r2_power": float(fit.r2_power[b])}
@@ -114,14 +71,9 @@ def law_measures(avg_cos: np.ndarray, n_tokens: int, d_model: int) -> list[dict[
 
 def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Tensor],
                         entropy: np.ndarray) -> list[dict[str, Any]]:
-    """One dict per batch element of a simulation: ``mu_relative`` (final) and its round-off
-    floor ``mu_floor`` (:func:`mu_floor`), ``norm_ratio``,
-    ``change`` (of the normalised state over the last ``w`` layers), ``numerical_rank``,
-    ``stable_rank``, ``k``, ``rate``, ``rate_last`` and its 95% upper bound ``rate_last_bound``
-    (:func:`tail_rate`; rule 5 reads it),
-    ``attention_entropy`` (mean over layers whose input had ``m >= ALIVE``, else layer 1),
-    ``entropy_last`` (last quarter of layers) and, when ``metrics`` has ``avg_cos``, the
-    decay law of the cosine gap (:func:`law_measures`)."""
+    """The measures of each batch element of a simulation that :func:`label_trajectory`
+    reads (docs/phase.md), with the decay law (:func:`law_measures`) when ``metrics`` has
+    ``avg_cos``."""
     from ..metrics import numerical_rank, stable_rank
 
     m = metrics["mu_relative"].numpy()  # (T+1, B)
@@ -151,7 +103,7 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
 
 
 def label_trajectory(tr: dict[str, Any]) -> str:
-    """The regime of one trajectory (module docstring's rule)."""
+    """The regime of one trajectory: the first rule of docs/phase.md that holds."""
     if tr["diverged"] or not tr["norm_ratio"] <= DIVERGE_RATIO:
         return "diverging"
     if tr["mu_relative"] < COLLAPSED:
@@ -170,38 +122,27 @@ def label_trajectory(tr: dict[str, Any]) -> str:
 
 
 def _tail_falling(tr: dict[str, Any]) -> bool:
-    """Rule 5's test: the trajectory's own tail-rate bound ``rate_last_bound`` < ``-RATE_RESOLVED``."""
     return bool(tr.get("rate_last_bound", float("nan")) < -RATE_RESOLVED)
 
 
-def _mean(values: list[float]) -> float:
+def _mean(values: list[float], reduce=np.mean) -> float:
+    """``reduce`` (default the mean) of the finite ``values``; NaN if none."""
     v = [x for x in values if math.isfinite(x)]
-    return float(np.mean(v)) if v else float("nan")
-
-
-def _max(values: list[float]) -> float:
-    v = [x for x in values if math.isfinite(x)]
-    return float(max(v)) if v else float("nan")
+    return float(reduce(v)) if v else float("nan")
 
 
 def _t_interval(values: list[float]) -> tuple[float, float, float]:
     """Mean and 95% t-interval of the finite ``values`` (NaN half-width below 2 values)."""
     v = np.array([x for x in values if math.isfinite(x)])
-    if v.size >= 2:
-        half = float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
-    else:
-        half = float("nan")
+    half = float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)) if v.size >= 2 else float("nan")
     mean = float(v.mean()) if v.size else float("nan")
     return mean, mean - half, mean + half
 
 
 def law_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
-    """The decay law of a cell: ``law`` is the law of more than half of its trajectories
-    (a diverged one counts as ``undecided``), else ``undecided`` (the regime's majority
-    rule); ``law_exponent``, ``law_rate``, ``law_r2_exp``, ``law_r2_power`` are medians
-    over the trajectories with a finite value (NaN if none); ``frac_law_<law>`` the
-    fractions. Empty when the trajectories carry no law (no ``avg_cos`` recorded); a cell
-    whose trajectories all diverged is ``undecided`` with NaN measures."""
+    """The decay law of a cell: the majority ``law`` of its trajectories (diverged ones
+    ``undecided``), medians of the finite fit measures and ``frac_law_<law>``; empty when
+    the trajectories carry no law."""
     if not any("law" in t or t["diverged"] for t in trajectories):
         return {}
     laws = [t.get("law", "undecided") if not t["diverged"] else "undecided" for t in trajectories]
@@ -216,13 +157,9 @@ def law_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
 
 def mu_cell(mus: list[float], floor: float = 0.0) -> dict[str, float]:
     """The cell's ``mu_relative`` from the final ``m(T)`` of its trajectories that did not
-    diverge: the floor marker ``MU_FLOOR`` when more than half of them are at the floor,
-    at or below ``max(floor, MU_FLOOR)`` (``floor``: :func:`mu_floor` of the cell's N and
-    d, so a last-bit difference of round-off cannot move a trajectory across it; the
-    regime's majority rule), else the geometric mean over those above it (NaN when there
-    are none); ``frac_mu_floor`` is the fraction at the floor. A mean of the marker with
-    real values would be neither a measurement nor the floor (``1e-300`` and ``1e-16``
-    give ``1e-158``)."""
+    diverge: the marker ``MU_FLOOR`` when more than half are at or below
+    ``max(floor, MU_FLOOR)`` (``floor``: :func:`mu_floor`), else the geometric mean of those
+    above it; ``frac_mu_floor`` the fraction at the floor."""
     if not mus:
         return {"mu_relative": float("nan"), "frac_mu_floor": float("nan")}
     above = np.array([m for m in mus if m > max(floor, MU_FLOOR)], dtype=np.float64)
@@ -231,14 +168,9 @@ def mu_cell(mus: list[float], floor: float = 0.0) -> dict[str, float]:
 
 
 def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
-    """Aggregate trajectories into a cell row: means of the measures (``mu_relative`` and
-    ``frac_mu_floor``: :func:`mu_cell`), the rate's and the tail rate's mean and 95% t-interval over
-    trajectories (``rate_last_lo``, ``rate_last_hi``), ``rate_last_bound_max`` (max over
-    trajectories of the per-trajectory bound rule 5 reads, NaN if none is finite) and
-    ``frac_rate_last_falling`` (fraction of all trajectories passing rule 5's test), the
-    per-regime fractions ``frac_<regime>``, the majority ``regime``
-    (module docstring), its ``k`` (median over its trajectories) and the decay law
-    (:func:`law_cell`)."""
+    """Aggregate trajectories into a cell row (columns: docs/phase.md): means and 95%
+    t-intervals of the measures, ``frac_<regime>``, the majority ``regime`` and its ``k``,
+    and the decay law (:func:`law_cell`)."""
     labels = [label_trajectory(t) for t in trajectories]
     counts = Counter(labels)
     top, n_top = counts.most_common(1)[0]
@@ -250,13 +182,10 @@ def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
         regime = "collapsing_slowly"
     row = {
         **mu_cell([t["mu_relative"] for t in ok], max((t.get("mu_floor", 0.0) for t in ok), default=0.0)),
-        "numerical_rank": _mean([t["numerical_rank"] for t in ok]),
-        "stable_rank": _mean([t["stable_rank"] for t in ok]),
-        "attention_entropy": _mean([t["attention_entropy"] for t in ok]),
-        "entropy_last": _mean([t["entropy_last"] for t in ok]),
+        **{k: _mean([t[k] for t in ok]) for k in ("numerical_rank", "stable_rank", "attention_entropy", "entropy_last")},
         "rate": rate, "rate_lo": rate_lo, "rate_hi": rate_hi,
         "rate_last": last, "rate_last_lo": last_lo, "rate_last_hi": last_hi,
-        "rate_last_bound_max": _max([t.get("rate_last_bound", float("nan")) for t in ok]),
+        "rate_last_bound_max": _mean([t.get("rate_last_bound", float("nan")) for t in ok], max),
         "frac_rate_last_falling": sum(_tail_falling(t) for t in ok) / len(labels),
         "regime": regime,
         "k": int(np.median([t["k"] for t, lab in zip(trajectories, labels) if lab == "stable_rank_k"]))

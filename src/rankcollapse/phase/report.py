@@ -1,10 +1,4 @@
-"""Write a phase table: ``phase.parquet``, regime heatmaps and ``report.html``.
-
-Heatmaps put two axes on the plot (default: the first two axes with more than one value)
-and draw one panel per combination of the other varied axes; a cell's colour is its
-regime and its text ``log10(mu/||X||_F)``. More than :data:`PANELS_PER_FILE` panels are
-split over ``heatmap_000.png``, ``heatmap_001.png``, ...
-"""
+"""Write a phase table: ``phase.parquet``, regime heatmaps and ``report.html``."""
 
 from __future__ import annotations
 
@@ -20,8 +14,6 @@ from .regime import REGIMES
 PANELS_PER_FILE = 24
 COLOURS = {"rank_collapse": "#d62728", "collapsing_slowly": "#9467bd", "uniform_attention": "#ff7f0e",
            "one_hot_attention": "#bcbd22", "aligned_without_consensus": "#e377c2", "stable_rank_k": "#2ca02c", "diverging": "#7f7f7f", "undecided": "#1f77b4"}
-
-
 #: What a heatmap cell's colour and number mean (the legend's title).
 CELL_TEXT = ("colour: regime;  number: log10(μ/‖X‖_F) at the last layer, geometric mean over trajectories "
              "(-300: at the 1e-300 floor)")
@@ -42,7 +34,9 @@ def _panels(table: pd.DataFrame, axes: list[str], plot: tuple[str, str]):
 
 
 def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, str] | None = None) -> list[Path]:
-    """Regime heatmaps of ``table`` over the varied ``axes``; returns the files written."""
+    """Regime heatmaps of ``table``: ``plot`` (default the first two varied axes) on each panel,
+    one panel per combination of the other varied axes, :data:`PANELS_PER_FILE` per file;
+    returns the files written."""
     from matplotlib.patches import Patch, Rectangle
 
     from .._display import fixed
@@ -102,12 +96,8 @@ Computed {{ timing.computed }}, cached {{ timing.cached }}, wall {{ timing.wall_
 
 
 def operator_notes(table: pd.DataFrame) -> list[str]:
-    """What μ/‖X‖_F does not show in ``table``'s cells: cells whose attention is not
-    row-stochastic (:mod:`rankcollapse.dynamics.operators`), where the tokens' norms spread
-    and decay while μ/‖X‖_F stays scale-free, and cells where one token holds more than
-    half of ‖X‖_F² at the last layer (``max_token_share`` >
-    :data:`~rankcollapse.metrics.core.DOMINANT_SHARE`, the note ``reproduce`` and
-    ``simulate`` give). Empty when neither occurs."""
+    """What μ/‖X‖_F does not show in ``table``'s cells: attention that is not row-stochastic, and
+    one token above :data:`~rankcollapse.metrics.core.DOMINANT_SHARE` of ‖X‖_F² at the last layer."""
     from ..dynamics.operators import parse_attention
     from ..metrics.core import DOMINANT_SHARE
 
@@ -137,19 +127,10 @@ VERDICTS = ("agree", "disagree", "undecided")
 
 
 def theory_verdict(row: Any) -> str:
-    """Whether a cell's measurement ``agree``\ s with its ``theory_regime``, contradicts it
-    (``disagree``) or cannot decide (``undecided``); ``""`` without a prediction.
-
-    - ``disagree``: a measured point above Theorem 1's envelope (``envelope_violations >
-      0``: the theorem bounds μ(t), and so its rate, by ``C (1 - ε^r)^{t/r}``,
-      docs/theory.md §1), or an end state other than the predicted one (:data:`END_STATES`);
-    - ``agree``: the predicted label, or ``collapsing_slowly`` where ``rank_collapse`` is
-      predicted: μ still falling at the last layer and under the envelope wherever it is
-      checked is what an asymptotic collapse with that bound looks like at finite depth;
-    - ``undecided``: anything else (``undecided``, an attention label, ``collapsing_slowly``
-      where a stable state is predicted): the measurement neither shows nor excludes the
-      predicted regime, and is never counted as agreement.
-    """
+    """``disagree``: a point above Theorem 1's envelope or an end state (:data:`END_STATES`)
+    other than the predicted one; ``agree``: the predicted label, or ``collapsing_slowly``
+    where ``rank_collapse`` is predicted; ``undecided`` otherwise; ``""`` without a
+    prediction (docs/phase.md, "Theory's prediction per cell")."""
     pred, got = row["theory_regime"], row["regime"]
     if pred == "":
         return ""
@@ -161,10 +142,8 @@ def theory_verdict(row: Any) -> str:
 
 
 def theory_agreement(table: pd.DataFrame) -> dict[str, Any]:
-    """Over the cells where the theory predicts a regime: ``n``, the fractions of them that
-    ``agree``, ``disagree`` and are ``undecided`` (:func:`theory_verdict`; they add up to
-    1) and their ``counts``, overall and per ``theory_source``; NaN fractions without a
-    predicted cell."""
+    """Over the predicted cells, overall and per ``theory_source``: ``n``, the fractions of
+    each :func:`theory_verdict` (NaN without a predicted cell) and their ``counts``."""
     pred = table[table["theory_regime"] != ""]
     verdicts = pred.apply(theory_verdict, axis=1) if len(pred) else pd.Series([], dtype=object)
 

@@ -1,11 +1,6 @@
-"""Run a phase grid on the sweep engine: one cached unit per batch of cells.
-
-Cells equal on :data:`.batched.GROUP_KEYS` are cut into batches of at most
-:data:`BATCH_CELLS` and each batch is a :class:`~rankcollapse.sweep.Unit` of kind
-``phase_cell`` (registered below), simulated at once by :func:`.batched.run_group`.
-:func:`rankcollapse.sweep.run_units` runs the units on an executor (serial, worker
-processes or Ray) and caches one Parquet file per batch, so a rerun computes nothing
-and an extended grid only the new batches.
+"""Run a phase grid on the sweep engine: cells equal on :data:`.batched.GROUP_KEYS`, in
+batches of at most :data:`BATCH_CELLS`, each one cached ``phase_cell`` unit simulated at
+once by :func:`.batched.run_group`.
 """
 
 from __future__ import annotations
@@ -31,8 +26,7 @@ BATCH_CELLS = 64
 
 
 def cell_unit(unit: Unit, ctx: RunContext) -> pd.DataFrame:
-    """The function of a ``phase_cell`` unit (``params = {"cells": [...], "n_samples",
-    "seeds", "seed"}``): one row per cell."""
+    """The function of a ``phase_cell`` unit: one row per cell of ``params["cells"]``."""
     p = unit.params
     rows = run_group(p["cells"], n_samples=p["n_samples"], seeds=p["seeds"], seed=p["seed"])
     return temperature_columns(pd.DataFrame([{**c, **r} for c, r in zip(p["cells"], rows)]))
@@ -44,17 +38,12 @@ def cell_label(unit: Unit) -> str:
     return f"phase[{len(unit.params['cells'])} cells, " + ", ".join(f"{k}={first[k]}" for k in GROUP_KEYS) + "]"
 
 
-# version: bumped when a change alters the numbers of a cell (invalidates cached cells);
-# 3: the decay-law columns and the qk_norm axis; 4: rate_last_bound_max,
-# frac_rate_last_falling (the columns rule 5 is checked on) and the mu_relative floor rule;
-# 5: the floor of mu_relative is the round-off floor 2 (N + d) eps (regime.mu_floor);
-# 6: the parameters name the inputs per seed n_samples; 7: sink_mass, sink_mass_uniform
+# version: bumped when a change alters the numbers of a cell (invalidates cached cells)
 register_unit_kind("phase_cell", cell_unit, version=7, label=cell_label, group="phase")
 
 
 def batches(cells: list[dict[str, Any]], size: int) -> list[list[int]]:
-    """Indices of ``cells`` grouped by :data:`.batched.GROUP_KEYS` (first-seen order),
-    each group cut into runs of at most ``size``."""
+    """Indices of ``cells`` grouped by :data:`.batched.GROUP_KEYS`, cut into runs of at most ``size``."""
     groups: dict[tuple, list[int]] = {}
     for i, c in enumerate(cells):
         groups.setdefault(tuple(c[k] for k in GROUP_KEYS), []).append(i)
@@ -62,7 +51,7 @@ def batches(cells: list[dict[str, Any]], size: int) -> list[list[int]]:
 
 
 def cell_units(cells: list[dict[str, Any]], n_samples: int, seeds: int, seed: int) -> tuple[list[Unit], list[list[int]]]:
-    """The ``phase_cell`` units of ``cells`` and, for each, the indices of its cells."""
+    """The ``phase_cell`` units of ``cells`` and the indices of each one's cells."""
     parts = batches(cells, BATCH_CELLS)
     units = [Unit("phase_cell", {"cells": [cells[i] for i in part], "n_samples": int(n_samples), "seeds": int(seeds),
                                  "seed": int(seed), **_content_key([cells[i] for i in part])}) for part in parts]
@@ -70,13 +59,9 @@ def cell_units(cells: list[dict[str, Any]], n_samples: int, seeds: int, seed: in
 
 
 def _content_key(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a batch of ``cells`` reads from files, by content, for its key: the digests of
-    the mask files (``mask_sha256``, :func:`rankcollapse.masks.schedule.mask_digests`) and,
-    for the ``wikipedia`` input and the ``pretrained`` value family, of the packaged corpus
-    and MiniLM when they are not the pinned versions (``wikipedia_sha256``,
-    ``model_sha256``: :func:`rankcollapse.assets.wikipedia_key`,
-    :func:`rankcollapse.models.loading.model_key`). ``{}`` for cells that read no file or
-    only the pinned packages (the key is the cells alone)."""
+    """What a batch of ``cells`` reads from files, by content, for its key: the mask files'
+    digests and, for the ``wikipedia`` input and ``pretrained`` values, the corpus's and
+    model's keys when they are not the pinned versions; ``{}`` when nothing else is read."""
     from ..assets import wikipedia_key
     from ..masks.schedule import mask_digests
     from ..models.loading import model_key
@@ -99,28 +84,11 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
               cache_dir: str | Path, execution: ExecutionConfig | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Rows of every cell (in cell order), computing only batches missing from the cache.
 
-    Parameters
-    ----------
-    execution : where the batches run (``executor``, ``workers``, ``address``) and
-        ``progress``, as for :func:`rankcollapse.experiments.run_experiment`; default
-        serial without progress. Phase cells run in float64 on the CPU, every batch of
-        the grid: a ``device`` other than ``"cpu"`` or a ``shard`` is refused.
-
-    Returns
-    -------
-    (table, timing) : one row per cell (axis values, measures, regime, theory columns);
-        ``timing`` has ``cells``, ``units``, ``computed``, ``cached`` (units), ``wall_s``, ``cpu_s`` (summed
-        over the workers), ``executor`` and ``workers``.
-
-    Raises
-    ------
-    ConfigError
-        ``execution`` not an :class:`~rankcollapse.sweep.executors.ExecutionConfig`, or with
-        a device or a shard; ``n_samples`` or ``seeds`` not an integer >= 1, ``seed`` not
-        one >= 0; no cells; a cell the dynamics cannot run.
-    MemoryLimitError
-        A cell too large for the memory limit with its ``seeds x n_samples`` trajectories
-        (:func:`.grid.check_cells`).
+    ``execution``: as for :func:`rankcollapse.experiments.run_experiment` (default serial);
+    cells run in float64 on the CPU, so a ``device`` or a ``shard`` is refused. Returns
+    ``(table, timing)``: one row per cell, and ``cells``, ``units``, ``computed``, ``cached``,
+    ``wall_s``, ``cpu_s``, ``executor``, ``workers``. Raises :class:`ConfigError` for a bad
+    argument or cell (:func:`.grid.check_cells`), :class:`MemoryLimitError` for a cell too large.
 
     See Also
     --------
@@ -160,8 +128,7 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     computed = [t for t in timings if not t["cached"]]
     table = pd.concat(frames, ignore_index=True)
     table.index = [i for part in parts for i in part]
-    table = table.sort_index().reset_index(drop=True)
-    table = temperature_columns(table)
+    table = temperature_columns(table.sort_index().reset_index(drop=True))
     timing = {"cells": len(cells), "units": len(units), "computed": len(computed), "cached": len(units) - len(computed),
               "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(sum(t["cpu_seconds"] for t in computed), 2),
               "executor": execution.executor, "workers": getattr(made[0], "workers", 1) if made else 0}
@@ -169,7 +136,6 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
 
 
 def _execution(execution: Any) -> ExecutionConfig:
-    """``execution`` checked for what a phase run applies (:func:`run_phase`)."""
     if execution is None:
         return ExecutionConfig(progress=False)
     if not isinstance(execution, ExecutionConfig):
