@@ -1,15 +1,6 @@
-"""Real pretrained models: loading, recording named activations, interventions, probes.
-
-See ``docs/models.md``. Public API: :func:`load_model`, :class:`LoadedModel`,
-:class:`Recorder`, :func:`intervene`, :func:`probe` (and its :class:`Intervention`), :func:`embed`,
-:func:`attention_maps`, :func:`attention_only`, :func:`as_loaded`, :func:`plot_layers`;
-edits inside the model: :class:`HeadAblation`, :class:`EditContext`, :func:`patch`; and hidden states on disk: :class:`States`, :func:`capture_states`, :func:`save_states`,
-:func:`read_states`, :func:`states_table`; parity with transformers: :func:`parity`,
-:func:`check_parity`; the memory of a probe: :func:`probe_memory`.
-
-Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``models`` may import
-``metrics``, ``masks``, ``data``, ``points``, ``assets``, ``errors`` and the private
-utility modules; never ``dynamics``, ``theory``, ``phase``, ``experiments`` or ``cli``.
+"""Real pretrained models: loading, recording named activations, interventions, probes
+(docs/models.md). ``models`` never imports ``dynamics``, ``theory``, ``phase``,
+``experiments`` or ``cli`` (pyproject.toml ``[tool.importlinter]``).
 """
 
 from typing import TYPE_CHECKING
