@@ -1,14 +1,8 @@
 """Edits of activations inside an unmodified pretrained model (docs/models.md,
-"Interventions"): an *edit* ``fn(tensor, context) -> tensor`` replaces the tensor at a
-point or ``module:PATH`` while the model runs (forward hooks, as baukit's
-``nethook.Trace(edit_output=...)``), so every later point, and the point's own value, is
-measured on the edited pass. At ``layer.k.heads`` (T5's ``decoder.layer.k.cross_heads``)
-the edit receives and returns ``(B, N, H, d_head)``.
-
-Head ablation (:class:`HeadAblation`) is such an edit: ``zero`` sets a head's output to
-0; ``mean`` to its mean at each position over the windows whose token there is real
-(:func:`head_means`), measured on the same windows under the same interventions, without
-edits. Activation patching (:func:`~rankcollapse.models.patching.patch`) is another.
+"Interventions"): ``fn(tensor, context) -> tensor`` replaces the tensor at a point while
+the model runs, so every later point is measured on the edited pass (as baukit's
+``nethook.Trace(edit_output=...)``). At ``layer.k.heads`` the edit sees ``(B, N, H, d_head)``.
+Head ablation and activation patching are such edits.
 """
 
 from __future__ import annotations
@@ -24,7 +18,7 @@ from .._validate import check_int
 from ..errors import ConfigError, ModelError
 from . import families
 from .loading import LoadedModel
-from .recorder import MODULE_PREFIX, as_tokens, module_tap, resolve_points, token_shape
+from .recorder import MODULE_PREFIX, _PointHooks, as_tokens, module_tap, resolve_points
 
 ABLATION_MODES = ("zero", "mean")
 ABLATION_ATTENTIONS = ("self", "decoder", "cross")
@@ -138,54 +132,35 @@ def _replace(value: Any, index: int, new: torch.Tensor) -> Any:
     return value[:index] + (new,) + value[index + 1:] if isinstance(value, tuple) else new
 
 
-class Editor:
-    """Context manager installing edits ``{point: fn}`` on ``loaded.model``; an edit must
-    return a tensor of the shape it was given (cast to its dtype), and is told
-    ``attention_mask`` and ``windows`` in its :class:`EditContext`.
-
-    Raises
-    ------
-    ModelError
-        An unknown point, or a point that is not a tensor.
-    ConfigError
-        An edit that returns something other than a tensor of the shape it was given.
-    """
+class Editor(_PointHooks):
+    """Context manager installing edits ``{point: fn}`` on ``loaded.model``, each told
+    ``attention_mask`` and ``windows`` in its :class:`EditContext`. :class:`ModelError` for an
+    unknown point or one that is not a tensor; :class:`ConfigError` for an edit that does not
+    return a tensor of the shape it was given (the result is cast to its dtype)."""
 
     def __init__(self, loaded: LoadedModel, edits: Mapping[str, EditFn], *,
                  attention_mask: torch.Tensor | None = None, windows: range | None = None):
-        self.model: nn.Module = loaded.model
-        table = resolve_points(families.stacks(self.model, loaded.family))
-        self.heads = n_heads(self.model) if any(is_heads_point(p) for p in edits) else 0
-        self.plan: dict[tuple[int, str], dict[int, list[tuple[str, int, EditFn]]]] = defaultdict(
-            lambda: defaultdict(list))
-        self.modules: dict[tuple[int, str], nn.Module] = {}
+        model = loaded.model
+        table = resolve_points(families.stacks(model, loaded.family))
+        self.heads = n_heads(model) if any(is_heads_point(p) for p in edits) else 0
+        taps = []
         for point, fn in edits.items():
             if not callable(fn):
                 raise ConfigError(f"edit at {point!r}: {fn!r} is not a function fn(tensor, context) -> tensor")
             if point.startswith(MODULE_PREFIX):
-                tap, occ = module_tap(self.model, point), 0
+                tap, occ = module_tap(model, point), 0
             elif point in table:
                 tap, occ = table[point]
             else:
                 raise ModelError(f"no point {point!r} to edit in family {loaded.family!r}; use a point name "
                                  f"(e.g. {list(table)[:4]}) or module:PATH")
-            key = (id(tap.module), tap.io)
-            self.plan[key][occ].append((point, tap.index, fn))
-            self.modules[key] = tap.module
+            taps.append((point, tap, occ, fn))
+        super().__init__(model, taps)
         self.windows = windows
         self.attention_mask = attention_mask
-        self._calls: dict[tuple[int, str], int] = defaultdict(int)
-        self._tokens: tuple[int, int] | None = None  # (B, N) of the running forward pass
-        self._handles: list[Any] = []
 
-    def _reset(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        self._tokens = token_shape(args, kwargs)
-        self._calls.clear()
-
-    def _edit(self, key: tuple[int, str], value: Any) -> Any:
-        occ = self._calls[key]
-        self._calls[key] = occ + 1
-        for point, index, fn in self.plan[key].get(occ, ()):
+    def _visit(self, key: tuple[int, str], value: Any) -> Any:
+        for point, index, fn in self._entries(key):
             X = _pick(value, index, point)
             heads = is_heads_point(point)
             tokens = X if point.startswith(MODULE_PREFIX) else as_tokens(X, self._tokens)
@@ -201,45 +176,18 @@ class Editor:
         return value
 
     def __enter__(self) -> "Editor":
-        self._handles.append(self.model.register_forward_pre_hook(self._reset, with_kwargs=True))
-        for key, module in self.modules.items():
-            if key[1] == "input":
-                self._handles.append(module.register_forward_pre_hook(self._input_hook(key), with_kwargs=True))
-            else:
-                self._handles.append(module.register_forward_hook(self._output_hook(key)))
+        self._install()
         return self
 
-    def _input_hook(self, key: tuple[int, str]):
-        def hook(module: nn.Module, args: tuple, kwargs: dict):
-            if args:
-                return (self._edit(key, args[0]),) + args[1:], kwargs
-            return args, dict(kwargs, hidden_states=self._edit(key, kwargs["hidden_states"]))
-
-        return hook
-
-    def _output_hook(self, key: tuple[int, str]):
-        def hook(module: nn.Module, args: tuple, output: Any):
-            return self._edit(key, output)
-
-        return hook
-
     def __exit__(self, *exc: Any) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        self._remove()
 
 
 def check_ablation(loaded: LoadedModel, ablation: HeadAblation) -> str:
     """Refuse heads the model does not have; returns the prefix of the stack ``ablation``
-    names (``""``; T5: ``"encoder."`` or ``"decoder."``).
-
-    Raises
-    ------
-    ConfigError
-        A layer or head out of range; ``"decoder"`` or ``"cross"`` without T5's decoder.
-    ModelError
-        No known output projection.
-    """
+    names (``""``; T5: ``"encoder."`` or ``"decoder."``). :class:`ConfigError` for a layer or
+    head out of range, or ``"decoder"``/``"cross"`` without T5's decoder; :class:`ModelError`
+    without a known output projection."""
     stack_list = families.stacks(loaded.model, loaded.family)
     if ablation.attention == "self":
         stack = stack_list[0]

@@ -107,7 +107,66 @@ def _pick(value: Any, index: int) -> torch.Tensor:
     return value
 
 
-class Recorder:
+class _PointHooks:
+    """Forward hooks at the taps of named points; a module that runs several times in a
+    forward pass (ALBERT's shared layer) is told apart by counting its calls. What
+    :meth:`_visit` returns (not None) replaces the tensor."""
+
+    def __init__(self, model: nn.Module, taps: Iterable[tuple[str, Tap, int, Any]]):
+        self.model = model
+        # (module id, io) -> occurrence -> [(name, index, extra)]
+        self._plan: dict[tuple[int, str], dict[int, list[tuple[str, int, Any]]]] = defaultdict(lambda: defaultdict(list))
+        self._modules: dict[tuple[int, str], nn.Module] = {}
+        for name, tap, occ, extra in taps:
+            key = (id(tap.module), tap.io)
+            self._plan[key][occ].append((name, tap.index, extra))
+            self._modules[key] = tap.module
+        self._calls: dict[tuple[int, str], int] = defaultdict(int)
+        self._tokens: tuple[int, int] | None = None  # (B, N) of the running forward pass
+        self._handles: list[Any] = []
+
+    def _visit(self, key: tuple[int, str], value: Any) -> Any:
+        raise NotImplementedError
+
+    def _entries(self, key: tuple[int, str]) -> list[tuple[str, int, Any]]:
+        occ = self._calls[key]
+        self._calls[key] = occ + 1
+        return self._plan[key].get(occ, [])
+
+    def _reset(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self._tokens = token_shape(args, kwargs)
+        self._calls.clear()
+
+    def _install(self) -> None:
+        self._handles.append(self.model.register_forward_pre_hook(self._reset, with_kwargs=True))
+        for key, module in self._modules.items():
+            if key[1] == "input":
+                self._handles.append(module.register_forward_pre_hook(self._input_hook(key), with_kwargs=True))
+            else:
+                self._handles.append(module.register_forward_hook(self._output_hook(key)))
+
+    def _input_hook(self, key: tuple[int, str]):
+        def hook(module: nn.Module, args: tuple, kwargs: dict):
+            new = self._visit(key, args[0] if args else kwargs["hidden_states"])
+            if new is None:
+                return None
+            return ((new,) + args[1:], kwargs) if args else (args, dict(kwargs, hidden_states=new))
+
+        return hook
+
+    def _output_hook(self, key: tuple[int, str]):
+        def hook(module: nn.Module, args: tuple, output: Any):
+            return self._visit(key, output)
+
+        return hook
+
+    def _remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+class Recorder(_PointHooks):
     """Context manager capturing named points of a model during its forward passes.
 
     Parameters
@@ -157,51 +216,37 @@ class Recorder:
         self, loaded: Any, points: Iterable[str] | None = None, *, stop: bool = False, attentions: bool = False
     ):
         loaded = as_loaded(loaded)
-        self.model: nn.Module = loaded.model
-        self.stacks = families.stacks(self.model, loaded.family)
+        self.stacks = families.stacks(loaded.model, loaded.family)
         table = resolve_points(self.stacks)
         if points is None:
             points = [n for s in self.stacks for n in families.point_names(s)]
         self.points = list(points)
         for p in self.points:
             if p.startswith(MODULE_PREFIX) and p not in table:
-                table[p] = (module_tap(self.model, p), 0)
+                table[p] = (module_tap(loaded.model, p), 0)
         unknown = [p for p in self.points if p not in table]
         if unknown:
             raise ModelError(
                 f"unknown recording point(s) {unknown[:5]} for family {loaded.family!r}; "
                 f"available e.g. {list(table)[:6]}"
             )
-        # (module id, io) -> occurrence -> [(name, index)]
-        self._plan: dict[tuple[int, str], dict[int, list[tuple[str, int]]]] = defaultdict(lambda: defaultdict(list))
-        self._modules: dict[tuple[int, str], nn.Module] = {}
-        for name in self.points:
-            tap, occ = table[name]
-            key = (id(tap.module), tap.io)
-            self._plan[key][occ].append((name, tap.index))
-            self._modules[key] = tap.module
+        super().__init__(loaded.model, [(name, *table[name], None) for name in self.points])
         self.stop = stop
         self.attentions = attentions
         self.attention_maps: dict[str, torch.Tensor] = {}
         self._previous_impl: str | None = None
         self._rows: SdpaRows | None = None
         self.outputs: dict[str, torch.Tensor] = {}
-        self._calls: dict[tuple[int, str], int] = defaultdict(int)
-        self._tokens: tuple[int, int] | None = None  # (B, N) of the running forward pass
-        self._handles: list[Any] = []
 
-    def _store(self, key: tuple[int, str], value: Any) -> None:
-        occ = self._calls[key]
-        self._calls[key] = occ + 1
-        for name, index in self._plan[key].get(occ, ()):
+    def _visit(self, key: tuple[int, str], value: Any) -> None:
+        for name, index, _ in self._entries(key):
             X = _pick(value, index).detach()
             self.outputs[name] = X if name.startswith(MODULE_PREFIX) else as_tokens(X, self._tokens)
         if self.stop and len(self.outputs) == len(self.points):
             raise StopForward()
 
     def _reset(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        self._tokens = token_shape(args, kwargs)
-        self._calls.clear()
+        super()._reset(module, args, kwargs)
         self.outputs = {}
         self.attention_maps.clear()  # the same dict SdpaRows fills
 
@@ -216,7 +261,6 @@ class Recorder:
 
     def __enter__(self) -> "Recorder":
         self._reset(self.model, (), {})
-        self._handles.append(self.model.register_forward_pre_hook(self._reset, with_kwargs=True))
         if self.attentions and SdpaRows.applies(self.model, self.stacks):
             self._rows = SdpaRows(self.stacks, self.attention_maps)
             self._handles.extend(self._rows.hooks())
@@ -226,33 +270,14 @@ class Recorder:
             self._previous_impl = switch_attention(self.model, "eager")
             self._handles.append(self.model.register_forward_pre_hook(_ask_attentions, with_kwargs=True))
             self._handles.append(self.model.register_forward_hook(self._store_attentions))
-        for key, module in self._modules.items():
-            if key[1] == "input":
-                hook = self._input_hook(key)
-                self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-            else:
-                self._handles.append(module.register_forward_hook(self._output_hook(key)))
+        self._install()
         return self
-
-    def _input_hook(self, key: tuple[int, str]):
-        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            self._store(key, args[0] if args else kwargs["hidden_states"])
-
-        return hook
-
-    def _output_hook(self, key: tuple[int, str]):
-        def hook(module: nn.Module, args: tuple, output: Any) -> None:
-            self._store(key, output)
-
-        return hook
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         if self._rows is not None:
             self._rows.__exit__(None, None, None)
             self._rows = None
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        self._remove()
         if self._previous_impl is not None:
             switch_attention(self.model, self._previous_impl)
             self._previous_impl = None
