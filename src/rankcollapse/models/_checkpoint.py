@@ -27,18 +27,11 @@ POOLER_NOTE = ("the checkpoint has no pooler weights (saved from a model with a 
 
 
 def check_loaded_weights(model: Any, info: dict[str, list], source: str) -> list[str]:
-    """Refuse a model that transformers loaded with weights the checkpoint did not give.
-
-    ``info``: ``from_pretrained(..., output_loading_info=True)``'s second value (with
-    ``ignore_mismatched_sizes=True``); ``source`` names the model in the message. Returns the
-    notes on what was tolerated.
-
-    Raises
-    ------
-    ModelError
-        Missing weights (other than the pooler), tensors of modules the model lacks,
-        wrongly shaped tensors, or transformers' loading errors.
-    """
+    """Refuse a model that transformers loaded with weights the checkpoint did not give
+    (``info``: ``from_pretrained(..., output_loading_info=True, ignore_mismatched_sizes=True)``'s
+    second value): :class:`ModelError` naming missing weights (other than the pooler), tensors
+    of modules the model lacks, wrong shapes or loading errors. Returns notes on what was
+    tolerated."""
     missing = sorted(info.get("missing_keys") or ())
     refused_missing = [k for k in missing if not k.startswith(TOLERATED_MISSING)]
     foreign = sorted(k for k in info.get("unexpected_keys") or () if _module_missing(model, k))

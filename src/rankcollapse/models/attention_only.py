@@ -1,12 +1,6 @@
 """A pretrained model's self-attention network, repeated for many layers (docs/models.md,
-"Interventions").
-
-From X(0), the model's embeddings, each step applies one of its blocks with the MLP
-dropped, cycling through ``layers`` for ``depth`` steps; ``keep`` says whether residuals
-and norms stay (``()``: pure attention X <- SA(X), paper Sec. 3, Eq. (1)). T5 uses its
-encoder with block 0's relative position bias. With ``keep=()`` this is the network
-:func:`rankcollapse.dynamics.simulate` runs on the extracted weights (variant ``pure``;
-tests/models/test_models_attention_only_equal.py).
+"Interventions"); with ``keep=()`` it is the network ``dynamics.simulate`` runs on the
+extracted weights (tests/models/test_models_attention_only_equal.py).
 """
 
 from __future__ import annotations
@@ -54,18 +48,13 @@ def attention_only(
     metrics: Sequence[str] | None = None,
     batch_size: int = 8,
 ) -> pd.DataFrame:
-    """Metrics after each of ``depth`` steps of the model's attention-only network.
+    """Metrics after each of ``depth`` steps of the model's attention-only network: from the
+    embeddings, each step applies a block of ``layers`` (default all, cycled) with its MLP
+    dropped, and its skip and norms unless in ``keep``. T5 runs its encoder with block 0's
+    position bias.
 
-    Parameters
-    ----------
-    loaded : LoadedModel of family bert, albert, gpt2, t5 or llama.
-    windows : token windows ``(B, N)``.
-    depth : number of steps (may exceed the model's depth; blocks are reused).
-    keep : subset of ``("skip", "norm")`` kept around each attention sublayer.
-    layers : block indices to cycle through (default: all, in order).
-    mask : self-attention mask; default the model's own pattern, always with padding.
-    d_qk_scale : logits divided by sqrt(d_qk_scale).
-    metrics : metric names (default as :func:`rankcollapse.models.probe`).
+    ``mask``: default the model's own pattern, always with padding; ``d_qk_scale``: logits
+    divided by its square root; ``metrics``: as :func:`rankcollapse.models.probe`.
 
     Returns
     -------

@@ -21,20 +21,11 @@ from ..points import block_output, layer_of, point_after
 @dataclass(frozen=True)
 class Family:
     """What the toolkit knows about one model family (the one registry that loading,
-    recording, interventions and the weight extraction read).
-
-    Attributes
-    ----------
-    name : the layout (module names, recorder points) the family's models share.
-    model_types : Hugging Face ``config.model_type`` values laid out this way.
-    causal : the model's own self-attention is causal.
-    position_in_attention : how position enters inside attention (``"RoPE"``, ``"relative
-        position bias"``), or None when the embeddings carry it.
-    position_ids : rule of :func:`rankcollapse.models.probe.position_ids` (``"count"``,
-        ``"padding_idx"``), or None (no position ids: T5).
-    final_norm : the stack ends in a final norm, so the last ``hidden_states`` entry is the
-        point ``final_norm``.
-    """
+    recording, interventions and the weight extraction read): its ``model_types``, whether
+    its self-attention is ``causal``, how position enters inside attention
+    (``position_in_attention``, None when the embeddings carry it), its ``position_ids``
+    rule (:func:`rankcollapse.models.probe.position_ids`; None: no position ids), and
+    whether its stack ends in a ``final_norm``."""
 
     name: str
     model_types: tuple[str, ...]

@@ -1,18 +1,6 @@
-"""Measured influence of each input position on the last token of a real model, beside
-the mask-only prediction (docs/models.md, "Influence of input positions").
-
-Per layer ``k`` and input position ``j``, on windows without padding:
-
-* **gradient**: ``‖∂h_last^(k) / ∂x_j‖_F`` (``x_j`` the input of block 0), estimated with
-  ``n_probes`` Gaussian vectors (Hutchinson 1990), or exactly with the ``d`` basis vectors.
-* **rollout**: ``R_k = (a_k I + (1 - a_k) Ā_k) R_{k-1}``, row ``N - 1``, with the head-mean
-  attention ``Ā_k`` (Abnar & Zuidema 2020); ``rollout`` with ``a_k = alpha_k``,
-  ``rollout_half`` with ``a_k = 1/2``.
-* **predicted**: :func:`rankcollapse.masks.influence` of the mask the model runs under,
-  with ``alpha_k = mean‖x^(k)‖ / (mean‖x^(k)‖ + mean‖attn_out^(k)‖)`` fitted to the model.
-
-Profiles are normalised to sum 1 per layer and compared by Spearman's ρ; a prediction with
-fewer than three distinct values ranks nothing, so its ρ is NaN.
+"""Measured influence of each input position on the last token of a real model (gradient
+norms, attention rollout), beside the mask-only prediction; definitions in docs/models.md,
+"Influence of input positions".
 """
 
 from __future__ import annotations
@@ -41,21 +29,16 @@ def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size
     """Per-layer Spearman ρ between the mask-only influence prediction and the measured
     influence (gradient norms, attention rollout) of each input on the last token.
 
-    Parameters
-    ----------
-    loaded : LoadedModel or a ``transformers`` model of one stack.
-    windows : ``Windows`` ``(B, N)``; windows with padding are left out.
-    mask : replacement self-attention mask, run and predicted; None: the model's own.
-    batch_size : windows per forward pass.
-    n_probes : Gaussian probes per layer (>= 1); None: exact.
-    seed : seeds the probes.
+    ``loaded``: a model of one stack; ``windows`` with padding are left out; ``mask``: the
+    replacement mask the model runs under and the prediction is of (None: the model's own);
+    ``n_probes``: Gaussian probes per layer (None: exact); ``seed`` seeds them.
 
     Returns
     -------
     pandas.DataFrame
-        One row per layer ``k = 1..L``, columns :data:`COLUMNS`. ``df.attrs``: ``model``,
-        ``family``, ``mask``, ``length``, ``profiles`` (name -> float64 ``(L, N)``, normalised
-        means over windows) and ``per_window`` (``gradient``, ``rollout`` -> ``(W, L, N)``).
+        One row per layer ``k = 1..L``, columns :data:`COLUMNS`; ``df.attrs`` also holds
+        ``profiles`` (name -> normalised ``(L, N)``) and ``per_window`` (``gradient``,
+        ``rollout`` -> ``(W, L, N)``).
 
     Raises
     ------

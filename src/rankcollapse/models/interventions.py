@@ -1,14 +1,5 @@
 """Interventions inside an unmodified pretrained model, undone on exit: forward hooks,
-plus one attribute swap (``scaling``) restored on exit (docs/models.md, "Interventions").
-
-* **mask**: every self-attention module receives the additive mask ``(B, 1, N, N)`` of
-  ``M ∧ padding`` in place of the model's; cross-attention keeps the model's mask.
-* **d_qk_scale** s: ``scaling`` becomes ``scaling / sqrt(s)``; s = 1 leaves the model
-  bit for bit as it is.
-* **drop** ``mlp`` (branch -> 0), ``skip`` (branch - residual, exact up to rounding),
-  ``norm`` (identity), per block (``"skip:0-3,7"``), and ``final_norm``.
-* **clip_massive** (:mod:`rankcollapse.models.massive`) and **edits**
-  (:mod:`rankcollapse.models.edits`).
+plus ``scaling`` swapped and restored (docs/models.md, "Interventions").
 """
 
 from __future__ import annotations
@@ -35,15 +26,9 @@ COMPONENTS = ("skip", "mlp", "norm", "final_norm")
 
 
 def parse_drop(drop: Sequence[str] | str, n_layers: int | None) -> dict[str, set[int]]:
-    """``["mlp", "skip:0-2,5"]`` -> ``{"mlp": {0..L-1}, "skip": {0, 1, 2, 5}}``
-    (``n_layers=None``: checked without a model, block indices unbounded).
-
-    Raises
-    ------
-    ConfigError
-        Unknown component, a block outside ``0..n_layers-1``, a reversed range (``3-1``) or
-        a block list on ``final_norm``.
-    """
+    """``["mlp", "skip:0-2,5"]`` -> ``{"mlp": {0..L-1}, "skip": {0, 1, 2, 5}}`` (``n_layers=None``:
+    checked without a model); :class:`ConfigError` for an unknown component, a block out of
+    range, a reversed range or a block list on ``final_norm``."""
     if isinstance(drop, str):
         drop = split_drop(drop)
     out: dict[str, set[int]] = {}

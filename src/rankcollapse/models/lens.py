@@ -1,13 +1,7 @@
 """Models as interpretability libraries wrap them, a TransformerLens ``TransformerBridge``
-and an nnsight model, recorded with the library's own mechanism at the same
-``hidden_states`` points as a transformers model (docs/models.md, "TransformerLens and
-nnsight models").
-
-TransformerLens: ``run_with_cache`` at the hooks :data:`LENS_HOOKS`; a bridge with
-processed weights (``fold_ln``, ``center_writing_weights``) gives the processed model's
-residual stream, which the table's notes say. nnsight: ``.save()`` inside
-``model.trace(...)`` of the module inputs and outputs :class:`~rankcollapse.models.Recorder`
-reads.
+(``run_with_cache`` at :data:`LENS_HOOKS`) and an nnsight model (``.save()`` inside
+``model.trace(...)``), recorded at the same ``hidden_states`` points as a transformers
+model (docs/models.md, "TransformerLens and nnsight models").
 """
 
 from __future__ import annotations
@@ -31,15 +25,9 @@ LENS_HOOKS = {"embeddings": "blocks.0.hook_resid_pre", "layer.{k}.output": "bloc
 
 @dataclass
 class LibraryModel:
-    """A model object of an interpretability library, ready to record the ``hidden_states`` points.
-
-    Attributes
-    ----------
-    library : ``"transformer_lens"`` or ``"nnsight"``.
-    loaded : the transformers model the library runs (its ``notes`` say how it was recorded).
-    points : point name -> ``layer``, in forward order.
-    record : model inputs of one batch -> point name -> tokens ``(B, N, d)``.
-    """
+    """A model of an interpretability library: ``library`` (``"transformer_lens"`` or
+    ``"nnsight"``), the transformers model it runs (``loaded``), ``points`` (name ->
+    ``layer``) and ``record`` (model inputs -> point name -> tokens ``(B, N, d)``)."""
 
     library: str
     loaded: LoadedModel
@@ -48,15 +36,10 @@ class LibraryModel:
 
 
 def library_model(model: Any) -> LibraryModel | None:
-    """The :class:`LibraryModel` of a TransformerLens bridge or an nnsight model; None for
-    anything else (neither library is imported here).
-
-    Raises
-    ------
-    ModelError
-        A TransformerLens model that is not a one-stack ``TransformerBridge``; an nnsight
-        model around no transformers model, or whose blocks share a module.
-    """
+    """The :class:`LibraryModel` of a TransformerLens bridge or an nnsight model, None for
+    anything else (neither library is imported here); :class:`ModelError` for a TransformerLens
+    model that is no one-stack ``TransformerBridge``, or an nnsight model around no
+    transformers model or whose blocks share a module."""
     if type(model).__module__.split(".")[0] == "transformer_lens":
         return _lens_model(model)
     nnsight = sys.modules.get("nnsight")

@@ -223,18 +223,11 @@ def _source(name_or_path: str, gguf_file: str | None) -> tuple[str, str | None, 
 
 
 def model_digest(name_or_path: str, *, gguf_file: str | None = None, local_files_only: bool | None = None) -> str | None:
-    """SHA-256 (16 hex digits) of what :func:`load_model` reads for ``name_or_path``: the
-    cache key of a model's numbers.
-
-    A GGUF model: that file; a local folder: the name and bytes of each top-level regular
-    file except dot files and ``*.md``; a hub name: its cached snapshot as a folder, else
-    (online only) ``hub:<commit>``; offline and not cached: None.
-
-    Raises
-    ------
-    AssetMissingError, ModelError
-        A packaged model not installed; files that cannot be read.
-    """
+    """SHA-256 (16 hex digits) of what :func:`load_model` reads for ``name_or_path``, the
+    cache key of a model's numbers: a GGUF file; a folder's top-level regular files except
+    dot files and ``*.md``; a hub name's cached snapshot, else (online only) ``hub:<commit>``,
+    else None. Raises as :func:`load_model` for a packaged model not installed, and
+    :class:`ModelError` for files that cannot be read."""
     from .._io import config_hash, file_sha256
 
     source, gguf_file, _ = _source(name_or_path, gguf_file)
@@ -325,16 +318,9 @@ def _check_size(source: str, dtype: torch.dtype) -> None:
 
 def load_tokenizer(name_or_path: str, *, gguf_file: str | None = None, tokenizer: Any = None,
                    local_files_only: bool | None = None) -> Any:
-    """The tokenizer :func:`load_model` would give, checked to represent text, without
-    loading the model; arguments as there.
-
-    Raises
-    ------
-    TokenizerError
-        No usable tokenizer, or one without an ordinary vocabulary.
-    ModelError
-        As :func:`load_model` for a source that is not a model.
-    """
+    """The tokenizer :func:`load_model` would give (arguments as there), checked to represent
+    text, without loading the model; :class:`TokenizerError` when there is none usable,
+    :class:`ModelError` as :func:`load_model` for a source that is not a model."""
     from ..data import TOKENIZER_REMEDY, check_tokenizer
 
     source, gguf_file, _ = _source(name_or_path, gguf_file)

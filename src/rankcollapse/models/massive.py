@@ -1,12 +1,7 @@
-"""The ``clip_massive`` intervention: remove a massive token from the residual stream
-(docs/models.md, "Trained-model geometry").
-
-At the *first* block output where a window's real tokens have ``max ||x_i|| / median
-||x_i|| >=`` :data:`MASSIVE_RATIO` (numpy's median), its largest-norm real token is
-scaled to the median norm (direction kept), once per window and forward pass; later
-blocks run on and may rebuild it, which :class:`MassiveClip` reports. 10 separates
-ordinary tokens (a few times the median) from a massive one (100x and more) by an order
-of magnitude on both sides, fixed before any measurement.
+"""The ``clip_massive`` intervention (docs/models.md, "Trained-model geometry"): at the
+first block output where a window's max / median real-token norm reaches
+:data:`MASSIVE_RATIO`, its largest token is scaled to the median norm (direction kept),
+once per window and forward pass; :class:`MassiveClip` reports what follows.
 """
 
 from __future__ import annotations

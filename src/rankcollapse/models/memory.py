@@ -1,12 +1,8 @@
 """The memory of a probe, predicted before it runs
 (:func:`~rankcollapse.models.probe.probe_memory`), and the batch size that fits a limit
-(docs/models.md, "Planning memory").
-
-Besides the weights and :data:`OVERHEAD`, each window of ``N`` tokens adds (``d`` the
-width, ``f`` the MLP width, ``H`` query heads, ``L`` blocks, ``P`` points, ``s`` bytes per
-element): the recorded points ``P · N · d · s``; with attention or sink metrics every
-block's probabilities ``L · H · N² · s``; and the larger of the forward pass's working set
-and the metrics'. Measured on CPU, the peak growth was 0.59 to 1.1 times the prediction.
+(docs/models.md, "Planning memory"). Per window: the recorded points, every block's
+attention probabilities when measured, and the larger of the forward pass's and the
+metrics' working sets.
 """
 
 from __future__ import annotations

@@ -22,12 +22,8 @@ PARITY_ULPS = 8.0
 def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFrame:
     """Per ``hidden_states`` entry, the largest ``|Δ|`` over real tokens between the probe's
     recorded point (or a TransformerLens bridge's cached one) and transformers'
-    ``output_hidden_states``, against the bound ``8 · eps(dtype) · max|x|``.
-
-    Returns
-    -------
-    pandas.DataFrame with :data:`PARITY_COLUMNS` (``ok``: ``max_abs_diff <= bound``);
-    ``attrs``: ``model``, ``family``, ``dtype``, ``recorded_by``.
+    ``output_hidden_states``, against the bound ``8 · eps(dtype) · max|x|``: a table of
+    :data:`PARITY_COLUMNS` (``ok``: ``max_abs_diff <= bound``).
 
     Raises
     ------

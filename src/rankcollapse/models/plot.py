@@ -37,21 +37,13 @@ def _panels(tables: Mapping[str, Any], metrics: Sequence[str] | None) -> list[tu
 
 def plot_layers(tables: Mapping[str, Any] | Any, path: str | Path | None = None, *, ax: Any = None,
                 metrics: Sequence[str] | None = None) -> Any:
-    """Per-layer curves of :func:`rankcollapse.models.probe` tables, one line per model.
+    """Per-layer curves of :func:`rankcollapse.models.probe` tables, one line per model
+    through the embeddings and block outputs (T5: the encoder's), a final norm as a star.
 
-    Parameters
-    ----------
-    tables : ``{label: table}``, or one table (labelled by ``attrs["model"]``). Each line runs
-        through the embeddings and block outputs (T5: the encoder's); a final norm is a star
-        marker at the last layer.
-    path : also write the figure there (PNG, PDF or SVG by the suffix).
-    ax : axes to draw on, one per metric (else a new pyplot-free figure).
-    metrics : one panel per metric; default those of :data:`PLOT_METRICS` the tables hold,
-        else every metric they hold. μ is drawn on a log scale.
-
-    Returns
-    -------
-    matplotlib.figure.Figure, titled with each table's intervention settings.
+    ``tables``: ``{label: table}`` or one table; ``path``: also write the figure there (by
+    the suffix); ``ax``: axes, one per metric (else a new pyplot-free figure); ``metrics``:
+    one panel each, default those of :data:`PLOT_METRICS` held, else all (μ on a log scale).
+    Returns the figure, titled with each table's intervention settings.
 
     Raises
     ------

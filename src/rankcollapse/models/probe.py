@@ -35,16 +35,10 @@ PROBE_DEFAULT_METRICS = ("mu", "mu_relative", "rank_fraction", "sigma_min", "avg
 
 
 def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Keyword arguments for one forward pass of ``loaded.model`` on a batch.
-
-    T5 gets the window as decoder input too, shifted right behind ``decoder_start_token_id``
-    (teacher forcing); causal LMs run without a KV cache.
-
-    Raises
-    ------
-    ModelError
-        A generic encoder-decoder, or a T5 without ``decoder_start_token_id``.
-    """
+    """Keyword arguments for one forward pass of ``loaded.model`` on a batch: no KV cache,
+    position ids that follow the padding (:func:`position_ids`, by the family's rule), and
+    for T5 the window as decoder input too, shifted right behind :func:`decoder_start_id`.
+    :class:`ModelError` for an encoder-decoder other than T5."""
     loaded = as_loaded(loaded)
     model = loaded.model
     device = loaded.device
@@ -67,13 +61,8 @@ def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
 
 
 def decoder_start_id(model: Any) -> int:
-    """``config.decoder_start_token_id``, else the generation config's.
-
-    Raises
-    ------
-    ModelError
-        Neither names one.
-    """
+    """``config.decoder_start_token_id``, else the generation config's; :class:`ModelError`
+    when neither names one."""
     for source in (model.config, getattr(model, "generation_config", None)):
         value = getattr(source, "decoder_start_token_id", None) if source is not None else None
         if isinstance(value, int) and not isinstance(value, bool):
@@ -85,16 +74,9 @@ def decoder_start_id(model: Any) -> int:
 
 
 def position_ids(attention_mask: torch.Tensor, rule: str = "count", padding_idx: int | None = None) -> torch.Tensor:
-    """Position ids ``(B, N)`` that follow the padding mask ``(B, N)`` (1 = real).
-
-    ``"count"``: the k-th real token gets k, padding 0. ``"padding_idx"`` (RoBERTa):
-    ``padding_idx + 1 + k``, padding gets ``padding_idx``.
-
-    Raises
-    ------
-    ModelError
-        Unknown rule, or ``"padding_idx"`` without a ``padding_idx``.
-    """
+    """Position ids ``(B, N)`` that follow the padding mask ``(B, N)`` (1 = real): ``"count"``,
+    the k-th real token gets k and padding 0; ``"padding_idx"`` (RoBERTa), ``padding_idx + 1 + k``
+    and padding ``padding_idx``. :class:`ModelError` for an unknown rule or no ``padding_idx``."""
     real = attention_mask.bool()
     count = real.long().cumsum(dim=-1) - 1
     if rule == "count":
@@ -109,19 +91,10 @@ def position_ids(attention_mask: torch.Tensor, rule: str = "count", padding_idx:
 @torch.no_grad()
 def embed(loaded: Any, windows: Windows, *, batch_size: int = 8, positions: bool = True) -> torch.Tensor:
     """The token embeddings X(0) ``(B, N, d)`` of ``windows`` (``hidden_states[0]``), in the
-    model's dtype on CPU, without running the blocks.
-
-    ``positions=False`` leaves the absolute position embeddings out
-    (:func:`~rankcollapse.models.content.content_embeddings`; windows may be longer than the
-    position table).
-
-    Raises
-    ------
-    ConfigError
-        Windows longer than the positions (with ``positions=True``), or unknown token ids.
-    ModelError
-        ``positions=False`` for a family without absolute position embeddings.
-    """
+    model's dtype on CPU, without running the blocks; ``positions=False`` leaves the absolute
+    position embeddings out (:mod:`rankcollapse.models.content`; windows of any length).
+    :class:`ConfigError` for windows too long or unknown token ids; :class:`ModelError` for
+    ``positions=False`` without absolute position embeddings."""
     loaded = as_loaded(loaded)
     if not positions:
         from .content import content_embeddings
@@ -138,13 +111,8 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8, positions: bool
 def record_points(loaded: LoadedModel, windows: Windows, points: Sequence[str], *, batch_size: int = 8,
                   **interventions: Any) -> dict[str, torch.Tensor]:
     """The tensors at ``points`` for every window, on CPU, under ``interventions`` (keywords
-    of :func:`~rankcollapse.models.intervene`); each forward pass stops once they are recorded.
-
-    Raises
-    ------
-    ModelError
-        An unknown point, or a ``module:PATH`` whose module did not run.
-    """
+    of :func:`~rankcollapse.models.intervene`), each forward pass stopped once they are
+    recorded; :class:`ModelError` for an unknown point or a module that did not run."""
     parts: dict[str, list[torch.Tensor]] = {p: [] for p in points}
     for rows, w in windows.batches(batch_size):
         with intervene(loaded, attention_mask=w.attention_mask, windows=rows, **interventions):
@@ -227,16 +195,9 @@ class Intervention:
 
 
 def as_intervention(intervention: Any, n_tokens: int | None = None) -> Intervention:
-    """``intervention`` (None: the empty one), its fields checked before any model runs
-    (with ``n_tokens``, its ``mask`` too).
-
-    Raises
-    ------
-    ConfigError
-        Not an :class:`Intervention`, or a field of the wrong type or value.
-    MaskError
-        With ``n_tokens``: a ``mask`` that is no mask of ``n_tokens`` tokens.
-    """
+    """``intervention`` (None: the empty one), its fields checked before any model runs:
+    :class:`ConfigError` for another type or a bad field; with ``n_tokens``, :class:`MaskError`
+    for a ``mask`` that is no mask of ``n_tokens`` tokens."""
     net = intervention if intervention is not None else Intervention()
     if not isinstance(net, Intervention):
         raise ConfigError(f"expects a rankcollapse.models.Intervention, got {type(net).__name__}",
@@ -426,13 +387,7 @@ def _config_int(config: Any, names: Sequence[str], default: int) -> int:
 def probe_memory(loaded: Any, n_tokens: int, *, points: Sequence[str] | str = "hidden_states",
                  metrics: Sequence[str] | None = None) -> ProbeMemory:
     """Predicted memory of :func:`probe` on windows of ``n_tokens`` tokens
-    (formula: :mod:`rankcollapse.models.memory`).
-
-    Raises
-    ------
-    ModelError
-        Unknown points.
-    """
+    (:mod:`rankcollapse.models.memory`); :class:`ModelError` for unknown points."""
     return _memory_plan(*open_model(loaded), n_tokens, points, metrics)
 
 
@@ -569,13 +524,8 @@ def _record_batch(loaded: LoadedModel, inputs: dict[str, torch.Tensor], am: torc
 def add_point_metrics(outputs: dict[str, Any], shape: tuple[int, int], real: torch.Tensor, names: Sequence[str],
                       values: dict[tuple[str, str], list[torch.Tensor]]) -> None:
     """Appends the token metrics ``(batch,)`` of each point of ``outputs`` (tokens
-    ``(B, N, d)``, ``B, N = shape``) to ``values[(point, metric)]``; ``real``: bool ``(B, N)``.
-
-    Raises
-    ------
-    ModelError
-        A ``module:PATH`` output that is not tokens ``(B, N, width)``.
-    """
+    ``(B, N, d)``, ``B, N = shape``; ``real``: bool ``(B, N)``) to ``values[(point, metric)]``;
+    :class:`ModelError` for a ``module:PATH`` output that is not tokens."""
     for name, X in outputs.items():
         pad = decoder_padding(real) if name.startswith("decoder.") else real
         if name.startswith(MODULE_PREFIX) and (not isinstance(X, torch.Tensor) or X.ndim != 3
@@ -604,20 +554,9 @@ def allowed_keys(family_name: str, model_type: str | None, mask: Any, point: str
 def attention_maps(loaded: Any, windows: Windows, intervention: Intervention | None = None, *,
                    batch_size: int = 8) -> dict[str, torch.Tensor]:
     """Self-attention probabilities of every block on ``windows`` under ``intervention``,
-    installed by the code of :func:`probe` (:class:`Recorder` ``attentions=True``).
-
-    Returns
-    -------
-    dict[str, torch.Tensor]
-        ``{prefix}layer.k.attention`` -> float32 ``(B, H, N, N)`` on CPU (padding keys 0).
-
-    Raises
-    ------
-    ModelError
-        The model cannot switch to eager attention or returns no probabilities.
-    ConfigError
-        Token ids beyond the model's embeddings.
-    """
+    installed by the code of :func:`probe`: ``{prefix}layer.k.attention`` -> float32
+    ``(B, H, N, N)`` on CPU (padding keys 0). :class:`ModelError` when the model gives no
+    probabilities; :class:`ConfigError` for unknown token ids."""
     net = as_intervention(intervention)
     check_windows(windows)
     batch_size = check_int(batch_size, "batch_size", low=1)
@@ -646,13 +585,8 @@ def _point_list(loaded: Any, points: Sequence[str] | str) -> list[str]:
 
 def check_points(points: str) -> tuple[str, list[str]]:
     """``(base, module items)`` of a comma-separated ``points`` string, checked without a
-    model: ``base`` is ``hidden_states`` or ``all``.
-
-    Raises
-    ------
-    ModelError
-        Anything else, or a ``module:`` item without a path.
-    """
+    model (``base``: ``hidden_states`` or ``all``); :class:`ModelError` for anything else or
+    a ``module:`` item without a path."""
     items = [p.strip() for p in points.split(",") if p.strip()]
     modules = [p for p in items if p.startswith(MODULE_PREFIX)]
     rest = [p for p in items if not p.startswith(MODULE_PREFIX)]

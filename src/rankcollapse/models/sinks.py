@@ -1,12 +1,8 @@
 """Attention sinks: how much attention the first token receives, and what it passes on
-(definitions and references: docs/models.md, "Trained-model geometry").
-
-Per block k and head h (``{prefix}layer.k.attention.head_h``), over windows, with f the
-first real token: ``sink_mass`` (``mean_{i real, i != f} A[h, i, f]``),
-``sink_value_ratio`` (``||v_f|| / median_j ||v_j||``), ``sink_contribution`` (the mass
-with the contribution weights of :func:`contribution_weights`) and, per block only,
-``sink_head_fraction`` (heads with ``sink_mass >=`` :data:`SINK_THRESHOLD`). The per-block
-point holds the mean over heads, the sum for ``sink_contribution``.
+(``sink_mass``, ``sink_value_ratio``, ``sink_contribution``, ``sink_head_fraction``;
+docs/models.md, "Trained-model geometry"). Per head at ``{prefix}layer.k.attention.head_h``;
+per block at ``{prefix}layer.k.attention`` the mean over heads (the sum for
+``sink_contribution``).
 """
 
 from __future__ import annotations
@@ -174,14 +170,9 @@ def head_outputs(V: torch.Tensor, out_proj: nn.Module | None, n_heads: int, head
 
 def zeroed_heads(names: Sequence[str], edits: Mapping[str, Any] | None, ablation: Any,
                  loaded: Any) -> dict[str, list[int]]:
-    """The self-attention heads a zero ablation removes, by ``{prefix}layer.k.attention``:
-    :func:`sink_values` gives them no contribution.
-
-    Raises
-    ------
-    ConfigError
-        ``sink_contribution`` with a mean ablation or an edit at a ``layer.k.heads`` point.
-    """
+    """The self-attention heads a zero ablation removes, by ``{prefix}layer.k.attention``
+    (:func:`sink_values` gives them no contribution); :class:`ConfigError` for
+    ``sink_contribution`` with a mean ablation or an edit at a ``layer.k.heads`` point."""
     from .edits import check_ablation, is_heads_point
 
     if "sink_contribution" in names:

@@ -38,21 +38,9 @@ SETTINGS = ("mask", "d_qk_scale", "d_qk", "drop", "clip_massive", "edits", "abla
 
 @dataclass(frozen=True)
 class States:
-    """Recorded hidden states of ``n_samples`` windows at ``n_points`` points.
-
-    Attributes
-    ----------
-    hidden_states : ``(n_samples, n_points, N, d)``, ``[window, point, token, d]``.
-    points : point names, in the order of axis 1.
-    attention_mask : int64 ``(n_samples, N)``, 1 = real token.
-    n_layers : blocks per stack prefix (``{"": L}``; T5: ``encoder.``, ``decoder.``).
-    window_ids : each window's row in the windows it came from.
-    model, family, model_type : where the states come from (None when unknown).
-    input_ids, special_tokens_mask : ``(n_samples, N)``, when known.
-    settings : the interventions of the capture (``mask``, ``drop``...).
-    attentions : float32 ``(n_samples, n_attention_points, H, N, N)``, when captured.
-    attention_points : ``{prefix}layer.k.attention`` names of axis 1 of ``attentions``.
-    """
+    """Recorded hidden states ``(n_samples, n_points, N, d)`` and what their axes mean (the
+    fields of ``states.json``, docs/models.md, "Hidden states on disk"); ``attentions``:
+    float32 ``(n_samples, n_attention_points, H, N, N)`` when captured."""
 
     hidden_states: torch.Tensor
     points: tuple[str, ...]
@@ -83,15 +71,8 @@ def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, b
                    points: Sequence[str] | str = "hidden_states", attentions: bool = False) -> States:
     """The hidden states :func:`~rankcollapse.models.probe` measures, under the same
     :class:`~rankcollapse.models.Intervention`, on CPU in the model's dtype (with
-    ``attentions``, also every block's float32 attention probabilities).
-
-    Raises
-    ------
-    ConfigError
-        ``module:PATH`` points, a mask without a spec (a bool tensor), or the probe's checks.
-    ModelError, MaskError
-        As :func:`~rankcollapse.models.probe`.
-    """
+    ``attentions``, also every block's float32 attention probabilities). Raises as the probe,
+    and :class:`ConfigError` for ``module:PATH`` points or a mask without a spec."""
     from ..masks import schedule_or_mask
     from .edits import edit_settings
     from .interventions import split_drop
@@ -178,9 +159,7 @@ def read_states(folder: str | Path) -> States:
     Raises
     ------
     StatesError
-        No such folder or neither layout; an unreadable or malformed file; a tensor of the
-        wrong shape or dtype; NaN or inf at a real token; point names that are not the
-        project's or do not match the tensor; a dump whose last entry cannot be labelled.
+        No such folder or neither layout, or anything malformed (names what).
     UnsafePathError
         A tensor file that is a link or not a regular file.
     """
@@ -364,14 +343,9 @@ def state_metrics(metrics: Sequence[str] | None) -> tuple[str, ...]:
 def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_size: int = 8,
                  exclude_special: bool = False, per_window: bool = False) -> pd.DataFrame:
     """The per-layer table of :func:`~rankcollapse.models.probe` from recorded states (the
-    same metric code, batches and summary; arguments as there).
-
-    Raises
-    ------
-    ConfigError
-        An unknown metric, an attention metric without saved attentions, or
-        ``exclude_special`` without a ``special_tokens_mask``.
-    """
+    same metric code, batches and summary; arguments as there); :class:`ConfigError` for an
+    unknown metric, an attention metric without saved attentions, or ``exclude_special``
+    without a ``special_tokens_mask``."""
     from ..masks import schedule_or_mask
     from ..metrics import ATTENTION_METRICS
     from .probe import _summarise, add_attention_metrics, add_point_metrics

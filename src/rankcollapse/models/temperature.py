@@ -43,15 +43,8 @@ def check_d_qk(d_qk: Any) -> float:
 
 
 def d_qk_scale_for(loaded: Any, d_qk: float | None, d_qk_scale: float = 1.0) -> float:
-    """The ``d_qk_scale`` that gives attention temperature ``d_qk`` (None: ``d_qk_scale``).
-
-    Raises
-    ------
-    ConfigError
-        ``d_qk`` not a positive finite number, or both ``d_qk`` and ``d_qk_scale != 1``.
-    ModelError
-        As :func:`model_d_qk`.
-    """
+    """The ``d_qk_scale`` that gives attention temperature ``d_qk`` (None: ``d_qk_scale``);
+    :class:`ConfigError` for a bad ``d_qk`` or both given, :class:`ModelError` as :func:`model_d_qk`."""
     if d_qk is None:
         return d_qk_scale
     check_d_qk(d_qk)
