@@ -115,16 +115,9 @@ def _hub_cache() -> str:
         return "the Hugging Face cache"
 
 
-def load_model(
-    name_or_path: str,
-    *,
-    gguf_file: str | None = None,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
-    attn_implementation: str | None = None,
-    local_files_only: bool | None = None,
-    tokenizer: Any = None,
-) -> LoadedModel:
+def load_model(name_or_path: str, *, gguf_file: str | None = None, dtype: torch.dtype = torch.float32,
+               device: str | torch.device = "cpu", attn_implementation: str | None = None,
+               local_files_only: bool | None = None, tokenizer: Any = None) -> LoadedModel:
     """Load a pretrained model and its tokenizer for measurement.
 
     Parameters
@@ -384,13 +377,9 @@ def _given_tokenizer(tokenizer: Any, model: Any, local_files_only: bool) -> Any:
 
 
 def _named_tokenizer(name: str | os.PathLike, local_files_only: bool) -> Any:
-    key = str(name).strip().lower()
-    if key == "minilm":
-        return _tokenizer_from(str(assets.minilm_dir()), None, True)
-    if key == "smollm2":
-        folder, gguf = assets.smollm2_gguf()
-        return _tokenizer_from(str(folder), gguf, True)
-    return _tokenizer_from(str(name), None, local_files_only)
+    source, gguf_file, _ = _source(str(name), None)
+    packaged = str(name).strip().lower() in ("minilm", "smollm2")
+    return _tokenizer_from(source, gguf_file, local_files_only or packaged)
 
 
 def _tokenizer_from(source: str, gguf_file: str | None, local_files_only: bool) -> Any:
@@ -464,36 +453,28 @@ def _check_hub_reachable(source: str) -> None:
                          f"is not in the cache {_hub_cache()!r}; use a local folder, 'minilm' or 'smollm2'") from None
 
 
-def _from_pretrained(
-    source: str,
-    gguf_file: str | None,
-    dtype: torch.dtype,
-    attn_implementation: str | None,
-    local_files_only: bool,
-    is_local: bool,
-) -> tuple[Any, dict[str, list]]:
+def _from_pretrained(source: str, gguf_file: str | None, dtype: torch.dtype, attn_implementation: str | None,
+                     local_files_only: bool, is_local: bool) -> tuple[Any, dict[str, list]]:
     from transformers import AutoModel
 
     if is_local:
         _refuse_custom_code(source)
-    kwargs: dict[str, Any] = {"local_files_only": local_files_only, "trust_remote_code": False}
-    if gguf_file is not None:
-        kwargs["gguf_file"] = gguf_file
-    model_kwargs = dict(kwargs, dtype=dtype)
-    if attn_implementation is not None:
-        model_kwargs["attn_implementation"] = attn_implementation
-    # with ignore_mismatched_sizes a wrong shape is listed in the loading info (checked by
-    # check_loaded_weights) instead of raised with its details in a silenced log
-    model_kwargs.update(output_loading_info=True, ignore_mismatched_sizes=True)
+    given = {k: v for k, v in (("gguf_file", gguf_file), ("attn_implementation", attn_implementation)) if v is not None}
     try:
-        model, info = AutoModel.from_pretrained(source, **model_kwargs)
+        # with ignore_mismatched_sizes a wrong shape is listed in the loading info (checked by
+        # check_loaded_weights) instead of raised with its details in a silenced log
+        model, info = AutoModel.from_pretrained(source, local_files_only=local_files_only, trust_remote_code=False,
+                                                dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True,
+                                                **given)
     except OSError as exc:
         raise _not_found(source, is_local, local_files_only, exc) from None
     except (ValueError, KeyError) as exc:
         raise ModelError(f"cannot load model {source!r}: {str(exc).splitlines()[0][:300]}") from None
     except Exception as exc:
         if isinstance(exc, pickle.UnpicklingError) or "weights_only" in str(exc):
-            raise ModelError(_REFUSED_PICKLE.format(source=source)) from None
+            raise ModelError(f"model {source!r}: its PyTorch pickle weights (pytorch_model.bin) hold objects other "
+                             "than plain tensors, and unpickling those can run arbitrary code, so the file is refused; "
+                             "use a copy of the model saved in the safetensors format") from None
         raise
     return model, info
 
@@ -503,16 +484,10 @@ def _not_found(source: str, is_local: bool, local_files_only: bool, exc: OSError
         looked = f"in the local folder {source!r}"
     else:
         looked = f"as a local folder (none at {str(Path(source).resolve())!r}) or in the cache {_hub_cache()!r}"
-    how = (
-        "offline (HF_HUB_OFFLINE=1 / local_files_only=True; pass local_files_only=False or set "
-        "HF_HUB_OFFLINE=0 to download)"
-        if local_files_only
-        else "online"
-    )
-    return ModelError(
-        f"cannot load model {source!r}: looked {looked}, {how}; use 'minilm', 'smollm2' or a local "
-        f"folder with config.json and weights ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
-    )
+    how = ("offline (HF_HUB_OFFLINE=1 / local_files_only=True; pass local_files_only=False or set "
+           "HF_HUB_OFFLINE=0 to download)") if local_files_only else "online"
+    return ModelError(f"cannot load model {source!r}: looked {looked}, {how}; use 'minilm', 'smollm2' or a local "
+                      f"folder with config.json and weights ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
 
 
 def _refuse_custom_code(folder: str) -> None:
@@ -530,12 +505,6 @@ def _refuse_custom_code(folder: str) -> None:
             raise ModelError(f"model {folder!r}: {name} asks for custom code (auto_map); custom model code is "
                              "never run here, so the folder is refused. Use a model whose architecture "
                              "transformers ships")
-
-
-_REFUSED_PICKLE = (
-    "model {source!r}: its PyTorch pickle weights (pytorch_model.bin) hold objects other than "
-    "plain tensors, and unpickling those can run arbitrary code, so the file is refused; "
-    "use a copy of the model saved in the safetensors format")
 
 
 #: Environment variable: the folder of the GGUF weights cache, or ``off`` to disable it.
