@@ -132,17 +132,11 @@ class Stack:
 
 
 def _bert(model: nn.Module) -> list[Stack]:
-    blocks = tuple(
-        BlockParts(
-            block=b,
-            self_attn=b.attention.self,
-            attn=Sublayer(Tap(b.attention.output.dense, "output"), Tap(b.attention, "input")),
-            mlp=Sublayer(Tap(b.output.dense, "output"), Tap(b.attention, "output", 0)),
-            norms=(b.attention.output.LayerNorm, b.output.LayerNorm),
-            out_proj=b.attention.output.dense,
-        )
-        for b in model.encoder.layer
-    )
+    blocks = tuple(BlockParts(block=b, self_attn=b.attention.self, out_proj=b.attention.output.dense,
+                              attn=Sublayer(Tap(b.attention.output.dense, "output"), Tap(b.attention, "input")),
+                              mlp=Sublayer(Tap(b.output.dense, "output"), Tap(b.attention, "output", 0)),
+                              norms=(b.attention.output.LayerNorm, b.output.LayerNorm))
+                   for b in model.encoder.layer)
     return [Stack("", blocks, None, "post_ln")]
 
 
@@ -158,17 +152,11 @@ def _albert(model: nn.Module) -> list[Stack]:
     for i in range(cfg.num_hidden_layers):
         group = enc.albert_layer_groups[albert_group(i, cfg.num_hidden_layers, cfg.num_hidden_groups)]
         calls.extend(group.albert_layers)
-    blocks = tuple(
-        BlockParts(
-            block=a,
-            self_attn=a.attention,
-            attn=Sublayer(Tap(a.attention.dense, "output"), Tap(a.attention, "input")),
-            mlp=Sublayer(Tap(a.ffn_output, "output"), Tap(a.attention, "output", 0)),
-            norms=(a.attention.LayerNorm, a.full_layer_layer_norm),
-            out_proj=a.attention.dense,
-        )
-        for a in calls
-    )
+    blocks = tuple(BlockParts(block=a, self_attn=a.attention, out_proj=a.attention.dense,
+                              attn=Sublayer(Tap(a.attention.dense, "output"), Tap(a.attention, "input")),
+                              mlp=Sublayer(Tap(a.ffn_output, "output"), Tap(a.attention, "output", 0)),
+                              norms=(a.attention.LayerNorm, a.full_layer_layer_norm))
+                   for a in calls)
     return [Stack("", blocks, None, "post_ln")]
 
 
@@ -193,19 +181,12 @@ def _llama(model: nn.Module) -> list[Stack]:
 
 
 def _t5_stack(stack: nn.Module, prefix: str) -> Stack:
-    blocks = tuple(
-        BlockParts(
-            block=b,
-            self_attn=b.layer[0].SelfAttention,
-            mask_arg="mask",
-            attn=Sublayer(Tap(b.layer[0].SelfAttention, "output", 0), Tap(b.layer[0].layer_norm, "input")),
-            mlp=Sublayer(Tap(b.layer[-1].DenseReluDense, "output"), Tap(b.layer[-1].layer_norm, "input")),
-            norms=tuple(sub.layer_norm for sub in b.layer),
-            out_proj=b.layer[0].SelfAttention.o,
-            cross_out_proj=b.layer[1].EncDecAttention.o if len(b.layer) == 3 else None,
-        )
-        for b in stack.block
-    )
+    blocks = tuple(BlockParts(block=b, self_attn=b.layer[0].SelfAttention, mask_arg="mask",
+                              attn=Sublayer(Tap(b.layer[0].SelfAttention, "output", 0), Tap(b.layer[0].layer_norm, "input")),
+                              mlp=Sublayer(Tap(b.layer[-1].DenseReluDense, "output"), Tap(b.layer[-1].layer_norm, "input")),
+                              norms=tuple(sub.layer_norm for sub in b.layer), out_proj=b.layer[0].SelfAttention.o,
+                              cross_out_proj=b.layer[1].EncDecAttention.o if len(b.layer) == 3 else None)
+                   for b in stack.block)
     return Stack(prefix, blocks, stack.final_layer_norm, "pre_ln")
 
 
@@ -221,10 +202,8 @@ def _generic(model: nn.Module) -> list[Stack]:
     n_layers = getattr(config, "num_hidden_layers", None)
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == n_layers]
     if not lists:
-        raise ModelError(
-            f"cannot find the {n_layers} blocks of {type(model).__name__} (no nn.ModuleList of that length); "
-            "this model is not supported"
-        )
+        raise ModelError(f"cannot find the {n_layers} blocks of {type(model).__name__} (no nn.ModuleList of that "
+                         "length); this model is not supported")
     known = _GENERIC_BLOCKS.get(getattr(config, "model_type", None))
     if known is not None:
         return [Stack("", tuple(known(b, config) for b in lists[0]), None, _generic_placement(config))]
@@ -250,14 +229,11 @@ def _gpt_neox_block(b: nn.Module, config: object) -> BlockParts:
 def _opt_block(b: nn.Module, config: object) -> BlockParts:
     # OPT runs its MLP on the tokens flattened to (B·N, d); the recorder and editor view them as (B, N, d)
     pre = getattr(config, "do_layer_norm_before", True)
-    return BlockParts(
-        block=b,
-        self_attn=b.self_attn,
-        attn=Sublayer(Tap(b.self_attn, "output", 0), Tap(b.self_attn_layer_norm if pre else b.self_attn, "input")),
-        mlp=Sublayer(Tap(b.fc2, "output"), Tap(b.final_layer_norm if pre else b.fc1, "input")),
-        norms=(b.self_attn_layer_norm, b.final_layer_norm),
-        out_proj=b.self_attn.out_proj,
-    )
+    attn_residual = b.self_attn_layer_norm if pre else b.self_attn
+    return BlockParts(block=b, self_attn=b.self_attn, out_proj=b.self_attn.out_proj,
+                      attn=Sublayer(Tap(b.self_attn, "output", 0), Tap(attn_residual, "input")),
+                      mlp=Sublayer(Tap(b.fc2, "output"), Tap(b.final_layer_norm if pre else b.fc1, "input")),
+                      norms=(b.self_attn_layer_norm, b.final_layer_norm))
 
 
 def _phi_block(b: nn.Module, config: object) -> BlockParts:
@@ -265,14 +241,9 @@ def _phi_block(b: nn.Module, config: object) -> BlockParts:
 
 
 def _distilbert_block(b: nn.Module, config: object) -> BlockParts:
-    return BlockParts(
-        block=b,
-        self_attn=b.attention,
-        attn=Sublayer(Tap(b.attention, "output", 0), Tap(b.attention, "input")),
-        mlp=Sublayer(Tap(b.ffn, "output"), Tap(b.ffn, "input")),
-        norms=(b.sa_layer_norm, b.output_layer_norm),
-        out_proj=b.attention.out_lin,
-    )
+    return BlockParts(block=b, self_attn=b.attention, out_proj=b.attention.out_lin,
+                      attn=Sublayer(Tap(b.attention, "output", 0), Tap(b.attention, "input")),
+                      mlp=Sublayer(Tap(b.ffn, "output"), Tap(b.ffn, "input")), norms=(b.sa_layer_norm, b.output_layer_norm))
 
 
 #: Generic-layout model types whose blocks the toolkit knows: every intervention works there
