@@ -36,18 +36,9 @@ def _call_block(loaded: Any, stack: families.Stack, k: int, X: torch.Tensor, mas
 
 
 @torch.no_grad()
-def attention_only(
-    loaded: Any,
-    windows: Windows,
-    *,
-    depth: int,
-    keep: Sequence[str] = ("skip", "norm"),
-    layers: Sequence[int] | None = None,
-    mask: Any = None,
-    d_qk_scale: float = 1.0,
-    metrics: Sequence[str] | None = None,
-    batch_size: int = 8,
-) -> pd.DataFrame:
+def attention_only(loaded: Any, windows: Windows, *, depth: int, keep: Sequence[str] = ("skip", "norm"),
+                   layers: Sequence[int] | None = None, mask: Any = None, d_qk_scale: float = 1.0,
+                   metrics: Sequence[str] | None = None, batch_size: int = 8) -> pd.DataFrame:
     """Metrics after each of ``depth`` steps of the model's attention-only network: from the
     embeddings, each step applies a block of ``layers`` (default all, cycled) with its MLP
     dropped, and its skip and norms unless in ``keep``. T5 runs its encoder with block 0's

@@ -250,19 +250,10 @@ def check_windows(windows: Any) -> None:
                           f"attention_mask, special_tokens_mask)), got {type(windows).__name__}", argument="windows")
 
 
-def probe(
-    loaded: Any,
-    windows: Windows,
-    intervention: Intervention | None = None,
-    *,
-    metrics: Sequence[str] | None = None,
-    points: Sequence[str] | str = "hidden_states",
-    batch_size: int = 8,
-    exclude_special: bool = False,
-    per_window: bool = False,
-    progress: bool | None = None,
-    max_memory: int | str | None = None,
-) -> pd.DataFrame:
+def probe(loaded: Any, windows: Windows, intervention: Intervention | None = None, *,
+          metrics: Sequence[str] | None = None, points: Sequence[str] | str = "hidden_states", batch_size: int = 8,
+          exclude_special: bool = False, per_window: bool = False, progress: bool | None = None,
+          max_memory: int | str | None = None) -> pd.DataFrame:
     """Metrics per layer and recorded point, summarised over windows.
 
     Parameters
@@ -421,7 +412,6 @@ def _memory_plan(loaded: LoadedModel, library: LibraryModel | None, n_tokens: in
     return ProbeMemory(int(weights), int(records + maps + max(forward, measure)))
 
 
-
 def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[str] | None, batch_size: int,
                    exclude_special: bool, progress: bool | None, per_window: bool, refused: list[str]) -> pd.DataFrame:
     """:func:`probe` of a TransformerLens or nnsight model; :class:`ConfigError` for an
@@ -466,11 +456,10 @@ def _with_ablation(loaded: LoadedModel, windows: Windows, edits: Mapping[str, Ed
     return out
 
 
-def _probe_batch(loaded: LoadedModel, windows: Windows, rows: range, settings: dict[str, Any], point_list: list[str], names: Sequence[str], exclude_special: bool,
-                 values: dict[tuple[str, str], list[torch.Tensor]], attn_names: tuple[str, ...] = (),
-                 sinks: Sequence[str] = (), edits: Mapping[str, EditFn] | None = None,
-                 clip_records: list[dict[str, Any]] | None = None,
-                 zeroed: Mapping[str, Sequence[int]] | None = None) -> None:
+def _probe_batch(loaded: LoadedModel, windows: Windows, rows: range, settings: dict[str, Any], point_list: list[str],
+                 names: Sequence[str], exclude_special: bool, values: dict[tuple[str, str], list[torch.Tensor]],
+                 attn_names: tuple[str, ...], sinks: Sequence[str], edits: Mapping[str, EditFn],
+                 clip_records: list[dict[str, Any]] | None, zeroed: Mapping[str, Sequence[int]]) -> None:
     """One forward pass over the batch; appends each ``(point, metric)``'s ``(batch,)``
     values (token, attention and sink metrics) to ``values``."""
     ids, am = windows.input_ids, windows.attention_mask

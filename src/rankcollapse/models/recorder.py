@@ -212,9 +212,8 @@ class Recorder(_PointHooks):
     True
     """
 
-    def __init__(
-        self, loaded: Any, points: Iterable[str] | None = None, *, stop: bool = False, attentions: bool = False
-    ):
+    def __init__(self, loaded: Any, points: Iterable[str] | None = None, *, stop: bool = False,
+                 attentions: bool = False):
         loaded = as_loaded(loaded)
         self.stacks = families.stacks(loaded.model, loaded.family)
         table = resolve_points(self.stacks)
@@ -226,10 +225,8 @@ class Recorder(_PointHooks):
                 table[p] = (module_tap(loaded.model, p), 0)
         unknown = [p for p in self.points if p not in table]
         if unknown:
-            raise ModelError(
-                f"unknown recording point(s) {unknown[:5]} for family {loaded.family!r}; "
-                f"available e.g. {list(table)[:6]}"
-            )
+            raise ModelError(f"unknown recording point(s) {unknown[:5]} for family {loaded.family!r}; "
+                             f"available e.g. {list(table)[:6]}")
         super().__init__(loaded.model, [(name, *table[name], None) for name in self.points])
         self.stop = stop
         self.attentions = attentions
