@@ -211,7 +211,7 @@ def _supported(loaded: Any, attention: bool, drop: bool) -> list[Stack]:
 def intervene(loaded: Any, *, mask: Any = None, d_qk_scale: float = 1.0, drop: Sequence[str] | str = (),
               attention_mask: torch.Tensor | None = None, clip_massive: bool = False,
               edits: Mapping[str, Any] | None = None, windows: range | None = None) -> Iterator[list[Any]]:
-    """Apply interventions (module docstring) to ``loaded.model`` inside the block; the block
+    """Apply interventions (docs/models.md, "Interventions") to ``loaded.model`` inside the block; the block
     gets the :class:`~rankcollapse.models.massive.MassiveClip` of each stack (empty without
     ``clip_massive``).
 

@@ -1,4 +1,4 @@
-"""Per-layer metrics of a pretrained model on token windows, as a tidy table (docs/models.md, "Probe")."""
+"""Per-layer metrics of a pretrained model on token windows, as a tidy table (docs/models.md, "Probe: a tidy table")."""
 
 from __future__ import annotations
 
@@ -350,10 +350,10 @@ def probe(loaded: Any, windows: Windows, intervention: Intervention | None = Non
                          attn_names, sink_names, all_edits, clip_records, zeroed)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
+    module_depths = {p: module_depth(stack_list, module_tap(loaded.model, p).module, p[len(MODULE_PREFIX):])
+                     for p in point_list if p.startswith(MODULE_PREFIX)}
     df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
-                    stack_list, per_window, {p: module_depth(stack_list, module_tap(loaded.model, p).module,
-                                                             p[len(MODULE_PREFIX):])
-                                             for p in point_list if p.startswith(MODULE_PREFIX)})
+                    stack_list, per_window, module_depths)
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(net.mask, "spec", net.mask)) if net.mask is not None else None,

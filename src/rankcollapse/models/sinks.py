@@ -19,10 +19,8 @@ from .families import Stack
 SINK_METRICS = ("sink_mass", "sink_head_fraction", "sink_value_ratio", "sink_contribution")
 #: The sink metrics that read the value projection (:class:`ValueRecorder`).
 VALUE_METRICS = ("sink_value_ratio", "sink_contribution")
-#: A head is a sink head when the first token receives at least half of its attention
-#: (mean over queries): then the first token outweighs all other keys together, which no
-#: content-based pattern does on every query; uniform causal attention over N = 128
-#: tokens gives the first token (1/127) sum_{i=2..128} 1/i = 0.035.
+#: A head is a sink head when the first token receives at least half of its attention (mean over
+#: queries): then it outweighs all other keys together, which no content-based pattern does on every query.
 SINK_THRESHOLD = 0.5
 
 _VALUE_ATTRS = ("v_proj", "value", "v")  # Llama, BERT/ALBERT, T5
