@@ -21,15 +21,12 @@ from .loading import LoadedModel
 CONTENT_FAMILIES = ("bert", "roberta", "albert", "gpt2")
 
 
-def _base(model: Any) -> Any:
-    return getattr(model, getattr(model, "base_model_prefix", ""), model)
-
-
 @torch.no_grad()
 def content_embeddings(loaded: LoadedModel, windows: Windows, *, batch_size: int = 8) -> torch.Tensor:
     """X(0) ``(B, N, d)`` of ``windows`` (any N) without position embeddings, in the model's
     dtype on CPU; :class:`ModelError` for a family outside :data:`CONTENT_FAMILIES`."""
-    base = _base(loaded.model)
+    model = loaded.model
+    base = getattr(model, getattr(model, "base_model_prefix", ""), model)  # a task-head model's base
     emb = getattr(base, "embeddings", None)
     if loaded.family in ("bert", "roberta", "albert") and emb is not None:
         project = base.encoder.embedding_hidden_mapping_in if loaded.family == "albert" else None
