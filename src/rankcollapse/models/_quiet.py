@@ -24,7 +24,7 @@ def quiet_loading() -> Iterator[None]:
     hub_utils.disable_progress_bars()
     hf_logging.set_verbosity_error()
     try:
-        # stderr held in a buffer: bars that ignore these switches (GGUF de-quantisation) write there
+        # stderr buffered: bars ignoring these switches (GGUF de-quantisation) write there
         with warnings.catch_warnings(), redirect_stderr(io.StringIO()):
             warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub)(\.|$)")
             yield

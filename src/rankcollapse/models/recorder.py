@@ -115,7 +115,8 @@ class _PointHooks:
     def __init__(self, model: nn.Module, taps: Iterable[tuple[str, Tap, int, Any]]):
         self.model = model
         # (module id, io) -> occurrence -> [(name, index, extra)]
-        self._plan: dict[tuple[int, str], dict[int, list[tuple[str, int, Any]]]] = defaultdict(lambda: defaultdict(list))
+        self._plan: dict[tuple[int, str], dict[int, list[tuple[str, int, Any]]]] = \
+            defaultdict(lambda: defaultdict(list))
         self._modules: dict[tuple[int, str], nn.Module] = {}
         for name, tap, occ, extra in taps:
             key = (id(tap.module), tap.io)
