@@ -1,29 +1,11 @@
 """Refuse a model whose loaded weights are not all the checkpoint's own, finite weights.
 
 transformers loads a checkpoint that does not match its ``config.json`` with a warning
-only: a weight the file lacks is randomly initialised, a tensor the model has no module
-for is dropped. The numbers measured on such a model are those of a partly random model,
-so :func:`check_loaded_weights` turns what ``from_pretrained(..., output_loading_info=True)``
-reports (``missing_keys``, ``unexpected_keys``, ``mismatched_keys``, ``error_msgs``) into
-one :class:`~rankcollapse.errors.ModelError` naming the tensors, and
-:func:`check_finite_weights` names tensors holding NaN or Inf.
-
-What is tolerated, and why (each keeps the numbers those of the checkpoint):
-
-* Missing ``pooler.*`` (BERT, RoBERTa, ALBERT): a checkpoint saved from a model with a
-  task head (``BertForMaskedLM``) has no pooler. The pooler maps the final first token to
-  ``pooler_output``, which no measurement reads (the recorder reads the layers' token
-  states), so its random initialisation changes no number; a note on the
-  :class:`~rankcollapse.models.LoadedModel` says so.
-* Unexpected tensors of a task head (``lm_head``, ``cls.predictions``, ``embed_out``...):
-  ``AutoModel`` loads the base model, whose modules do not include the head. A tensor is a
-  head's when its first name component is not a module of the base model.
-* Unexpected tensors inside a module the model has (GPT-2's legacy ``attn.masked_bias``
-  buffer): the module's code never reads them, and any weight they would stand for is
-  reported missing instead.
-
-Tied weights (GPT-2's ``lm_head`` to ``wte``, T5's ``embed_tokens`` to ``shared``) and the
-base-model prefix (``bert.``, ``model.``) are resolved by transformers and never reported.
+only (missing weights randomly initialised, extra tensors dropped).
+:func:`check_loaded_weights` turns its loading info into one ``ModelError``. Tolerated,
+as they change no number: a missing ``pooler.*`` (no measurement reads it; a note says
+so), a task head's tensors, and unused tensors inside a module the model has (GPT-2's
+``attn.masked_bias``).
 """
 
 from __future__ import annotations
@@ -45,31 +27,11 @@ POOLER_NOTE = ("the checkpoint has no pooler weights (saved from a model with a 
 
 
 def check_loaded_weights(model: Any, info: dict[str, list], source: str) -> list[str]:
-    """Refuse a model that transformers loaded with weights the checkpoint did not give.
-
-    Parameters
-    ----------
-    model : transformers.PreTrainedModel
-        The base model as loaded.
-    info : dict
-        ``from_pretrained(..., output_loading_info=True)``'s second value, loaded with
-        ``ignore_mismatched_sizes=True`` so that wrongly shaped tensors are listed in
-        ``mismatched_keys`` as ``(name, checkpoint shape, model shape)`` rather than raised.
-    source : str
-        The model's name or folder, for the message.
-
-    Returns
-    -------
-    list of str
-        Notes on what was tolerated (a missing pooler), for :attr:`LoadedModel.notes`.
-
-    Raises
-    ------
-    ModelError
-        Missing weights (other than the pooler), tensors of modules the model lacks (a
-        checkpoint with more layers than ``config.json``), wrongly shaped tensors, or
-        transformers' own loading errors: one line naming a few tensors and the count.
-    """
+    """Refuse a model that transformers loaded with weights the checkpoint did not give
+    (``info``: ``from_pretrained(..., output_loading_info=True, ignore_mismatched_sizes=True)``'s
+    second value): :class:`ModelError` naming missing weights (other than the pooler), tensors
+    of modules the model lacks, wrong shapes or loading errors. Returns notes on what was
+    tolerated."""
     missing = sorted(info.get("missing_keys") or ())
     refused_missing = [k for k in missing if not k.startswith(TOLERATED_MISSING)]
     foreign = sorted(k for k in info.get("unexpected_keys") or () if _module_missing(model, k))
@@ -95,19 +57,8 @@ def check_loaded_weights(model: Any, info: dict[str, list], source: str) -> list
 
 
 def check_finite_weights(model: Any, source: str) -> None:
-    """Refuse a model whose parameters or saved buffers hold NaN or Inf.
-
-    Checked in the dtype the model was loaded in (a float32 value beyond float16's range
-    becomes Inf when loaded as float16). One reduction per tensor: a sum is finite only
-    if every entry is (a NaN or an Inf makes it NaN or Inf), so only a tensor whose sum
-    is not finite (an overflowing sum of finite entries, or a non-finite entry) is read
-    again entry by entry.
-
-    Raises
-    ------
-    ModelError
-        Names a few tensors holding NaN or Inf and the count, with the dtype.
-    """
+    """:class:`ModelError` naming the tensors that hold NaN or Inf in the loaded dtype (one
+    sum per tensor; only a non-finite sum is read again entry by entry)."""
     bad = [name for name, t in model.state_dict().items()
            if t.is_floating_point() and not bool(torch.isfinite(t.sum())) and not bool(torch.isfinite(t).all())]
     if bad:
@@ -118,9 +69,8 @@ def check_finite_weights(model: Any, source: str) -> None:
 
 
 def _module_missing(model: Any, key: str) -> bool:
-    """True for an unexpected checkpoint tensor that would live in a module of the base
-    model that the model does not have (e.g. ``encoder.layer.6.*`` for a 6-layer config):
-    neither a task head's tensor nor an unused attribute of an existing module."""
+    """Whether an unexpected tensor belongs to a module of the base model that the model
+    lacks (not a task head's, not an unused attribute of an existing module)."""
     prefix = f"{getattr(model, 'base_model_prefix', '')}."
     if prefix != "." and key.startswith(prefix):
         key = key[len(prefix):]

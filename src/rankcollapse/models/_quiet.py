@@ -1,14 +1,6 @@
-"""Silence transformers while a model loads.
-
-transformers prints a "Loading weights" progress bar, logging warnings (unused or newly
-initialised weights, deprecated options) and Python warnings while it loads; on the
-command line they would stand before the one error line a failure prints, and on
-success they repeat what the notes already say. The project reports what qualifies
-the numbers itself (:attr:`LoadedModel.notes`), so loading runs with transformers'
-and huggingface_hub's progress bars off, transformers' logging at ``ERROR``,
-transformers' Python warnings ignored, and ``sys.stderr`` held in a buffer (bars that
-ignore those switches, such as the GGUF de-quantisation bar, write there); every
-setting is restored afterwards. Errors are exceptions, raised after the block.
+"""Silence transformers while a model loads: its progress bars, logging and warnings
+would stand before the one error line a failure prints, and the notes already say what
+qualifies the numbers. Every setting is restored afterwards.
 """
 
 from __future__ import annotations
@@ -32,6 +24,7 @@ def quiet_loading() -> Iterator[None]:
     hub_utils.disable_progress_bars()
     hf_logging.set_verbosity_error()
     try:
+        # stderr buffered: bars ignoring these switches (GGUF de-quantisation) write there
         with warnings.catch_warnings(), redirect_stderr(io.StringIO()):
             warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub)(\.|$)")
             yield

@@ -1,17 +1,6 @@
-"""A pretrained model's self-attention network, repeated for many layers.
-
-X(0) is the model's own token embedding output (block 0's input). Each step applies
-one of the model's blocks with its MLP removed (``drop=("mlp",)``, see
-:mod:`rankcollapse.models.interventions`), cycling through blocks ``layers`` (default
-all, in order) for ``depth`` steps. ``keep`` chooses what stays around the attention:
-``("skip", "norm")`` keeps the model's residuals and norms in their own placement
-(post-LN for BERT/ALBERT, pre-LN for GPT-2/T5/Llama); ``()`` is pure attention
-X <- SA(X) (paper Sec. 3, Eq. (1), with the model's trained W_Q, W_K, W_V, W_O).
-T5 uses its encoder stack, with the relative position bias of block 0 for every step.
-
-With ``keep=()`` this is the network that :func:`rankcollapse.dynamics.simulate` runs on
-:func:`rankcollapse.dynamics.pretrained.extract_attention_weights` (variant ``pure``):
-equal to 1e-10 in float64 on MiniLM and SmolLM2 (tests/models/test_models_attention_only_equal.py).
+"""A pretrained model's self-attention network, repeated for many layers (docs/models.md,
+"Interventions"); with ``keep=()`` it is the network ``dynamics.simulate`` runs on the
+extracted weights (tests/models/test_models_attention_only_equal.py).
 """
 
 from __future__ import annotations
@@ -47,37 +36,22 @@ def _call_block(loaded: Any, stack: families.Stack, k: int, X: torch.Tensor, mas
 
 
 @torch.no_grad()
-def attention_only(
-    loaded: Any,
-    windows: Windows,
-    *,
-    depth: int,
-    keep: Sequence[str] = ("skip", "norm"),
-    layers: Sequence[int] | None = None,
-    mask: Any = None,
-    d_qk_scale: float = 1.0,
-    metrics: Sequence[str] | None = None,
-    batch_size: int = 8,
-) -> pd.DataFrame:
-    """Metrics after each of ``depth`` steps of the model's attention-only network.
+def attention_only(loaded: Any, windows: Windows, *, depth: int, keep: Sequence[str] = ("skip", "norm"),
+                   layers: Sequence[int] | None = None, mask: Any = None, d_qk_scale: float = 1.0,
+                   metrics: Sequence[str] | None = None, batch_size: int = 8) -> pd.DataFrame:
+    """Metrics after each of ``depth`` steps of the model's attention-only network: from the
+    embeddings, each step applies a block of ``layers`` (default all, cycled) with its MLP
+    dropped, and its skip and norms unless in ``keep``. T5 runs its encoder with block 0's
+    position bias.
 
-    Parameters
-    ----------
-    loaded : LoadedModel of family bert, albert, gpt2, t5 or llama.
-    windows : token windows ``(B, N)``.
-    depth : number of steps (may exceed the model's depth; blocks are reused).
-    keep : subset of ``("skip", "norm")`` kept around each attention sublayer.
-    layers : block indices to cycle through (default: all, in order).
-    mask : self-attention mask (spec, Mask or bool ``(N, N)``); default the model's own
-        pattern (causal for GPT-2/Llama, complete otherwise), always with padding.
-    d_qk_scale : logits divided by sqrt(d_qk_scale).
-    metrics : metric names (default as :func:`rankcollapse.models.probe`).
+    ``mask``: default the model's own pattern, always with padding; ``d_qk_scale``: logits
+    divided by its square root; ``metrics``: as :func:`rankcollapse.models.probe`.
 
     Returns
     -------
     pandas.DataFrame
-        The tidy table of :func:`rankcollapse.models.probe` with ``layer`` = step t
-        (0 = embeddings) and ``point`` = ``attention_only.block.k`` (the block used).
+        The probe's table with ``layer`` = step t (0 = embeddings) and ``point`` =
+        ``attention_only.block.k``.
 
     Raises
     ------

@@ -1,11 +1,5 @@
-"""Random-init controls: the same architecture, freshly initialised, on the same windows.
-
-A trained model's geometry (massive tokens, sinks, a spectrum's entropy) is a finding
-only where a network of the same architecture that never saw data differs. The control
-is built from the trained model's own config by its class's constructor, which runs the
-architecture's own initialisation (transformers' ``_init_weights``: e.g. normal(0,
-``initializer_range``) linear and embedding weights, unit norm gains), with torch's
-generator seeded for the call (and restored after it).
+"""Random-init controls: the same architecture, freshly initialised by its class's own
+constructor from the trained model's config, torch seeded for the call.
 """
 
 from __future__ import annotations
@@ -23,31 +17,15 @@ CONTROLS = ("random-init",)
 
 
 def control_name(name: str, control: str, seed: int) -> str:
-    """The label of a control run in tables and figures, e.g. ``smollm2 [random-init, seed 0]``."""
+    """The label of a control run, e.g. ``smollm2 [random-init, seed 0]``."""
     return f"{name} [{control}, seed {seed}]"
 
 
 def random_init(loaded: Any, *, seed: int = 0) -> LoadedModel:
-    """The architecture of ``loaded`` with fresh weights, ``seed``-determined.
-
-    Parameters
-    ----------
-    loaded : LoadedModel or a transformers model (:func:`~rankcollapse.models.as_loaded`).
-    seed : seeds torch's global generator for the construction only (the caller's
-        generator state is restored); the same seed gives the same weights.
-
-    Returns
-    -------
-    LoadedModel
-        Same class, config (a copy), dtype, device, family and tokenizer; eval mode;
-        ``name`` from :func:`control_name`; ``notes`` say the weights are random.
-        The trained model is not touched.
-
-    Raises
-    ------
-    ConfigError
-        ``seed`` not an integer >= 0.
-    """
+    """The architecture of ``loaded`` with fresh weights from ``seed`` (the caller's
+    generator state restored): same class, config (a copy), dtype, device, family and
+    tokenizer, eval mode, named by :func:`control_name`; the trained model is not touched.
+    :class:`ConfigError` for a ``seed`` that is not an integer >= 0."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"the control's seed must be an integer >= 0, got {seed!r}")
     loaded = as_loaded(loaded)

@@ -1,32 +1,8 @@
-"""Edits of activations inside an unmodified pretrained model: a function at any
-recording point or module path, per-head ablation, and activation patching.
-
-One mechanism, forward hooks and forward pre-hooks in the manner of baukit's
-``nethook.Trace(edit_output=...)``: an *edit* ``fn(tensor, context) -> tensor`` replaces
-the tensor at a point while the model runs, so every later point, and the point's own
-recorded value, is measured on the edited forward pass. Hooks are removed on exit.
-
-Where an edit acts (point names of :mod:`rankcollapse.models.families`):
-
-* an output point (``layer.k.output``, ``layer.k.attn_output``, ``layer.k.norm_1``,
-  ``final_norm``, ``module:PATH``): the module's output (element 0 or the point's
-  element of a tuple) is replaced;
-* an input point (``embeddings``, ``layer.k.input``): the block's input is replaced;
-* ``layer.k.heads``: the input of block k's self-attention output projection, the
-  heads' outputs side by side (T5's ``decoder.layer.k.cross_heads``: its cross-attention's).
-  The edit receives and returns it as ``(B, N, H, d_head)`` (head h is ``[:, :, h]``),
-  so ``Z[:, :, h] = 0`` removes head h from the block's attention output (the
-  projection's bias stays).
-
-**Head ablation** (:class:`HeadAblation`) is such an edit at ``layer.k.heads``:
-``zero`` sets the head's output to 0; ``mean`` sets it, at each position ``i``, to its
-mean over the windows whose token ``i`` is real (0 where none is), measured on the same
-windows with the same mask, temperature, drops and clip but no edits
-(:func:`head_means`; :func:`~rankcollapse.models.probe.probe` measures them first).
-
-**Activation patching** (:func:`~rankcollapse.models.patching.patch`) is an edit that
-puts a point (or one head of ``layer.k.heads``) recorded on clean windows into the
-corrupted windows' forward pass.
+"""Edits of activations inside an unmodified pretrained model (docs/models.md,
+"Interventions"): ``fn(tensor, context) -> tensor`` replaces the tensor at a point while
+the model runs, so every later point is measured on the edited pass (as baukit's
+``nethook.Trace(edit_output=...)``). At ``layer.k.heads`` the edit sees ``(B, N, H, d_head)``.
+Head ablation and activation patching are such edits.
 """
 
 from __future__ import annotations
@@ -42,7 +18,7 @@ from .._validate import check_int
 from ..errors import ConfigError, ModelError
 from . import families
 from .loading import LoadedModel
-from .recorder import MODULE_PREFIX, as_tokens, module_tap, resolve_points, token_shape
+from .recorder import MODULE_PREFIX, _PointHooks, as_tokens, module_tap, resolve_points
 
 ABLATION_MODES = ("zero", "mean")
 ABLATION_ATTENTIONS = ("self", "decoder", "cross")
@@ -51,22 +27,15 @@ CROSS_HEADS = "cross_heads"
 
 
 def is_heads_point(point: str) -> bool:
-    """Whether ``point`` holds heads side by side (``layer.k.heads``, T5's
-    ``decoder.layer.k.cross_heads``), edited as ``(B, N, H, d_head)``."""
+    """Whether ``point`` holds heads side by side (``layer.k.heads``, ``layer.k.cross_heads``)."""
     return not point.startswith(MODULE_PREFIX) and point.rsplit(".", 1)[-1] in (HEADS, CROSS_HEADS)
 
 
 @dataclass(frozen=True)
 class EditContext:
-    """What an edit function is told about the tensor it edits.
-
-    Attributes
-    ----------
-    point : the point name (``layer.3.heads``, ``module:PATH``...).
-    windows : rows of the probed windows in this batch (``range(B)`` outside a probe).
-    attention_mask : ``(B, N)`` padding mask of the batch's input (1 = real; T5's
-        ``decoder.`` points see it shifted right by one), or None when the caller gave none.
-    """
+    """What an edit function is told: the ``point``, the rows of the probed ``windows`` in
+    this batch (``range(B)`` outside a probe) and the batch's ``attention_mask`` ``(B, N)``
+    (1 = real; T5's ``decoder.`` points see it shifted right), or None."""
 
     point: str
     windows: range
@@ -78,19 +47,10 @@ EditFn = Callable[[torch.Tensor, EditContext], torch.Tensor]
 
 @dataclass(frozen=True)
 class HeadAblation:
-    """Heads to ablate, ``((layer, head), ...)`` (0-based block and head), how
-    (``"zero"`` or ``"mean"``, module docstring), and in which attention:
-
-    ``"self"``     the model's self-attention (T5: the encoder's), at ``layer.k.heads``;
-    ``"decoder"``  T5's decoder self-attention, at ``decoder.layer.k.heads``;
-    ``"cross"``    T5's decoder cross-attention, at ``decoder.layer.k.cross_heads``.
-
-    Raises
-    ------
-    ConfigError
-        No heads, an item that is not a pair of integers, a negative index, an unknown
-        mode or attention.
-    """
+    """Heads to ablate, ``((layer, head), ...)`` (0-based), ``mode`` ``"zero"`` or
+    ``"mean"``, in ``attention`` ``"self"`` (T5: the encoder's), ``"decoder"`` (T5's decoder
+    self-attention) or ``"cross"`` (T5's cross-attention, at ``decoder.layer.k.cross_heads``).
+    :class:`ConfigError` for no heads, a bad pair, a negative index, an unknown mode or attention."""
 
     heads: tuple[tuple[int, int], ...]
     mode: str = "zero"
@@ -114,8 +74,7 @@ class HeadAblation:
         object.__setattr__(self, "heads", heads)
 
     def point(self, layer: int, prefix: str = "") -> str:
-        """The point whose heads block ``layer`` ablates, in the stack of ``prefix``:
-        ``{prefix}layer.{layer}.heads``, or ``.cross_heads`` for ``attention="cross"``."""
+        """``{prefix}layer.{layer}.heads`` (``.cross_heads`` for ``attention="cross"``)."""
         return f"{prefix}layer.{layer}.{CROSS_HEADS if self.attention == 'cross' else HEADS}"
 
     def by_layer(self) -> dict[int, list[int]]:
@@ -127,13 +86,8 @@ class HeadAblation:
 
 
 def parse_heads(text: str) -> tuple[tuple[int, int], ...]:
-    """``"3.1,3.5"`` -> ``((3, 1), (3, 5))``: ``LAYER.HEAD`` items, 0-based.
-
-    Raises
-    ------
-    ConfigError
-        An item that is not two non-negative integers joined by a dot.
-    """
+    """``"3.1,3.5"`` -> ``((3, 1), (3, 5))``; :class:`ConfigError` for an item that is not
+    ``LAYER.HEAD``."""
     out = []
     for item in filter(None, (t.strip() for t in text.split(","))):
         layer, dot, head = item.partition(".")
@@ -150,13 +104,7 @@ HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
 
 
 def n_heads(model: nn.Module) -> int:
-    """The number of attention heads H in ``model.config``.
-
-    Raises
-    ------
-    ModelError
-        The config names none.
-    """
+    """The number of attention heads in ``model.config``; :class:`ModelError` if it names none."""
     config = model.config
     for key in HEAD_KEYS:
         value = getattr(config, key, None)
@@ -184,62 +132,35 @@ def _replace(value: Any, index: int, new: torch.Tensor) -> Any:
     return value[:index] + (new,) + value[index + 1:] if isinstance(value, tuple) else new
 
 
-class Editor:
-    """Context manager installing edits ``{point: fn}`` on ``loaded.model``.
-
-    Parameters
-    ----------
-    loaded : LoadedModel (any family that records; a generic layout other than
-        GPT-NeoX, OPT, Phi and DistilBERT has ``embeddings``, ``layer.k.input``,
-        ``layer.k.output``, ``layer.k.heads`` where its output projection is found, and
-        ``module:PATH``).
-    edits : point name -> ``fn(tensor, context) -> tensor`` (module docstring); the
-        returned tensor must have the shape it was given, and is cast to its dtype.
-    attention_mask, windows : passed to each edit in its :class:`EditContext`.
-
-    Raises
-    ------
-    ModelError
-        An unknown point, or a point that is not a tensor.
-    ConfigError
-        An edit that returns something other than a tensor of the shape it was given.
-    """
+class Editor(_PointHooks):
+    """Context manager installing edits ``{point: fn}`` on ``loaded.model``, each told
+    ``attention_mask`` and ``windows`` in its :class:`EditContext`. :class:`ModelError` for an
+    unknown point or one that is not a tensor; :class:`ConfigError` for an edit that does not
+    return a tensor of the shape it was given (the result is cast to its dtype)."""
 
     def __init__(self, loaded: LoadedModel, edits: Mapping[str, EditFn], *,
                  attention_mask: torch.Tensor | None = None, windows: range | None = None):
-        self.model: nn.Module = loaded.model
-        table = resolve_points(families.stacks(self.model, loaded.family))
-        self.heads = n_heads(self.model) if any(is_heads_point(p) for p in edits) else 0
-        self.plan: dict[tuple[int, str], dict[int, list[tuple[str, int, EditFn]]]] = defaultdict(
-            lambda: defaultdict(list))
-        self.modules: dict[tuple[int, str], nn.Module] = {}
+        model = loaded.model
+        table = resolve_points(families.stacks(model, loaded.family))
+        self.heads = n_heads(model) if any(is_heads_point(p) for p in edits) else 0
+        taps = []
         for point, fn in edits.items():
             if not callable(fn):
                 raise ConfigError(f"edit at {point!r}: {fn!r} is not a function fn(tensor, context) -> tensor")
             if point.startswith(MODULE_PREFIX):
-                tap, occ = module_tap(self.model, point), 0
+                tap, occ = module_tap(model, point), 0
             elif point in table:
                 tap, occ = table[point]
             else:
                 raise ModelError(f"no point {point!r} to edit in family {loaded.family!r}; use a point name "
                                  f"(e.g. {list(table)[:4]}) or module:PATH")
-            key = (id(tap.module), tap.io)
-            self.plan[key][occ].append((point, tap.index, fn))
-            self.modules[key] = tap.module
+            taps.append((point, tap, occ, fn))
+        super().__init__(model, taps)
         self.windows = windows
         self.attention_mask = attention_mask
-        self._calls: dict[tuple[int, str], int] = defaultdict(int)
-        self._tokens: tuple[int, int] | None = None  # (B, N) of the running forward pass
-        self._handles: list[Any] = []
 
-    def _reset(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        self._tokens = token_shape(args, kwargs)
-        self._calls.clear()
-
-    def _edit(self, key: tuple[int, str], value: Any) -> Any:
-        occ = self._calls[key]
-        self._calls[key] = occ + 1
-        for point, index, fn in self.plan[key].get(occ, ()):
+    def _visit(self, key: tuple[int, str], value: Any) -> Any:
+        for point, index, fn in self._entries(key):
             X = _pick(value, index, point)
             heads = is_heads_point(point)
             tokens = X if point.startswith(MODULE_PREFIX) else as_tokens(X, self._tokens)
@@ -255,48 +176,18 @@ class Editor:
         return value
 
     def __enter__(self) -> "Editor":
-        self._handles.append(self.model.register_forward_pre_hook(self._reset, with_kwargs=True))
-        for key, module in self.modules.items():
-            if key[1] == "input":
-                self._handles.append(module.register_forward_pre_hook(self._input_hook(key), with_kwargs=True))
-            else:
-                self._handles.append(module.register_forward_hook(self._output_hook(key)))
+        self._install()
         return self
 
-    def _input_hook(self, key: tuple[int, str]):
-        def hook(module: nn.Module, args: tuple, kwargs: dict):
-            if args:
-                return (self._edit(key, args[0]),) + args[1:], kwargs
-            return args, dict(kwargs, hidden_states=self._edit(key, kwargs["hidden_states"]))
-
-        return hook
-
-    def _output_hook(self, key: tuple[int, str]):
-        def hook(module: nn.Module, args: tuple, output: Any):
-            return self._edit(key, output)
-
-        return hook
-
     def __exit__(self, *exc: Any) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        self._remove()
 
 
 def check_ablation(loaded: LoadedModel, ablation: HeadAblation) -> str:
-    """Refuse heads the model does not have; returns the prefix of the stack whose
-    blocks ``ablation`` names (``""``; T5: ``"encoder."``, or ``"decoder."`` for its
-    decoder and cross-attention).
-
-    Raises
-    ------
-    ConfigError
-        A layer >= the number of blocks or a head >= H (names both); ``attention``
-        ``"decoder"`` or ``"cross"`` on a model without T5's decoder.
-    ModelError
-        A model whose output projection is not known (a generic layout other than
-        GPT-NeoX, OPT, Phi and DistilBERT).
-    """
+    """Refuse heads the model does not have; returns the prefix of the stack ``ablation``
+    names (``""``; T5: ``"encoder."`` or ``"decoder."``). :class:`ConfigError` for a layer or
+    head out of range, or ``"decoder"``/``"cross"`` without T5's decoder; :class:`ModelError`
+    without a known output projection."""
     stack_list = families.stacks(loaded.model, loaded.family)
     if ablation.attention == "self":
         stack = stack_list[0]
@@ -317,9 +208,8 @@ def check_ablation(loaded: LoadedModel, ablation: HeadAblation) -> str:
 
 
 def edit_settings(edits: Mapping[str, EditFn] | None, ablation: HeadAblation | None) -> dict[str, Any]:
-    """How a table or a states sidecar records its edits: ``edits`` (the points edited)
-    and ``ablate_heads`` (``{"heads": [[layer, head], ...], "mode": ...}``, and
-    ``"attention"`` unless ``"self"``), each only when given."""
+    """How a table or states sidecar records its edits: ``edits`` (the points) and
+    ``ablate_heads`` (``{"heads": [[layer, head], ...], "mode": ...}``), each when given."""
     if ablation is None:
         return {"edits": list(edits)} if edits else {}
     where = {} if ablation.attention == "self" else {"attention": ablation.attention}
@@ -329,17 +219,9 @@ def edit_settings(edits: Mapping[str, EditFn] | None, ablation: HeadAblation | N
 
 def ablation_edits(ablation: HeadAblation, means: Mapping[str, torch.Tensor] | None = None,
                    prefix: str = "") -> dict[str, EditFn]:
-    """The edits that implement ``ablation``: one per layer, at ``{prefix}layer.k.heads``
-    (``cross_heads`` for T5's cross-attention; ``prefix`` from :func:`check_ablation`).
-
-    ``means`` (``mode="mean"``): point -> the heads' mean output ``(N, H, d_head)`` per
-    position (:func:`head_means`; :func:`~rankcollapse.models.probe.probe` measures them first).
-
-    Raises
-    ------
-    ConfigError
-        ``mode="mean"`` without the means of an ablated layer.
-    """
+    """The edits that implement ``ablation``, one per layer at ``{prefix}layer.k.heads``;
+    ``means`` (``mode="mean"``): point -> :func:`head_means`. :class:`ConfigError` for a
+    missing mean."""
     edits: dict[str, EditFn] = {}
     for k, heads in ablation.by_layer().items():
         point = ablation.point(k, prefix)
@@ -357,12 +239,8 @@ def ablation_edits(ablation: HeadAblation, means: Mapping[str, torch.Tensor] | N
 
 
 def head_means(heads: torch.Tensor, attention_mask: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """The heads' output ``(N, H, d_head)`` at each position, averaged over the windows
-    whose token there is real (0 where none is), float64.
-
-    ``heads``: a ``layer.k.heads`` point of every window, ``(B, N, H·d_head)``;
-    ``attention_mask``: ``(B, N)``, 1 = real.
-    """
+    """The heads' output ``(N, H, d_head)`` at each position, float64, averaged over the
+    windows whose token there is real (0 where none is), of ``heads`` ``(B, N, H·d_head)``."""
     Z = split_heads(heads.double(), n_heads, "heads")  # (B, N, H, d_head)
     real = attention_mask.to(torch.float64)[:, :, None, None]  # (B, N, 1, 1)
     return (Z * real).sum(dim=0) / real.sum(dim=0).clamp(min=1)

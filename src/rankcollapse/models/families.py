@@ -1,28 +1,10 @@
 """The model-family registry, and where each family keeps its blocks, sublayers and norms.
 
-A family layout lists, per stack (one for encoders and decoders, two for T5), the
-blocks in the order they are *called* (ALBERT calls one shared layer L times, so the
-same module appears L times) and, per block, the modules the recorder and the
-interventions attach to. Nothing here changes a model.
-
-Point names (stable across families, and shared with simulations through
-:mod:`rankcollapse.points`; T5 prefixes ``encoder.`` / ``decoder.``):
-
-``embeddings``            input of block 0 (= ``hidden_states[0]``)
-``layer.k.input``         input of block k (0-based)
-``layer.k.norm_1``        output of the block's first norm (``norm_2``, ``norm_3`` next)
-``layer.k.heads``         input of the self-attention output projection: the heads'
-                          outputs side by side, ``(B, N, H·d_head)`` (head h in columns
-                          ``h·d_head : (h+1)·d_head``); recorded and edited on request
-``layer.k.cross_heads``   T5's decoder: the input of the cross-attention output
-                          projection, as ``layer.k.heads``
-``layer.k.attn_output``   self-attention sublayer output after its output projection,
-                          before the residual add
-``layer.k.mlp_output``    MLP sublayer output before the residual add
-``layer.k.output``        output of block k (= ``hidden_states[k+1]`` except the last
-                          block of a family with a final norm)
-``final_norm``            output of the final norm (= ``hidden_states[L]`` for GPT-2,
-                          T5 and Llama)
+Per stack (two for T5), the blocks in the order they are *called* (ALBERT's shared
+layer appears L times) and, per block, the modules the recorder and the interventions
+attach to. Nothing here changes a model. The point names (shared with simulations
+through :mod:`rankcollapse.points`; T5 prefixes ``encoder.`` / ``decoder.``) are listed
+in docs/models.md, "Point names".
 """
 
 from __future__ import annotations
@@ -38,26 +20,12 @@ from ..points import block_output, layer_of, point_after
 
 @dataclass(frozen=True)
 class Family:
-    """What the toolkit knows about one model family: the one registry that loading,
-    recording, interventions, the attention-only network and the weight extraction of
-    :mod:`rankcollapse.dynamics.pretrained` all read.
-
-    Attributes
-    ----------
-    name : the layout (module names, recorder points) the family's models share.
-    model_types : Hugging Face ``config.model_type`` values laid out this way.
-    causal : the model's own self-attention is causal (else bidirectional); for the
-        generic family :func:`native_mask` reads it from the model type.
-    position_in_attention : how position enters *inside* attention (``"RoPE"``,
-        ``"relative position bias"``), or None when the embeddings carry it.
-    position_ids : how the model's ``position_ids`` are made from the padding mask
-        (see :func:`rankcollapse.models.probe.position_ids`): ``"count"`` (the k-th
-        real token gets k, whatever padding precedes it; absolute and rotary
-        positions), ``"padding_idx"`` (RoBERTa: ``padding_idx + 1 + k``, padding gets
-        ``padding_idx``) or ``None`` (no position ids: T5's relative bias).
-    final_norm : the stack ends in a final norm, so the last ``hidden_states`` entry is
-        the point ``final_norm`` (after the norm), not ``layer.{L-1}.output``.
-    """
+    """What the toolkit knows about one model family (the one registry that loading,
+    recording, interventions and the weight extraction read): its ``model_types``, whether
+    its self-attention is ``causal``, how position enters inside attention
+    (``position_in_attention``, None when the embeddings carry it), its ``position_ids``
+    rule (:func:`rankcollapse.models.probe.position_ids`; None: no position ids), and
+    whether its stack ends in a ``final_norm``."""
 
     name: str
     model_types: tuple[str, ...]
@@ -67,10 +35,7 @@ class Family:
     final_norm: bool = False
 
 
-#: The families, by layout name. Mistral, Qwen2 and Gemma share Llama's module layout
-#: (``layers[k].self_attn.{q,k,v,o}_proj``, ``input_layernorm``, RoPE, GQA); Qwen2's
-#: q/k/v biases are read by the weight extraction. RoBERTa has BERT's modules but
-#: offsets its positions by ``padding_idx + 1``.
+#: The families, by layout name (Mistral, Qwen2 and Gemma share Llama's module layout).
 REGISTRY: dict[str, Family] = {f.name: f for f in (
     Family("bert", ("bert",)),
     Family("roberta", ("roberta", "xlm-roberta", "camembert"), position_ids="padding_idx"),
@@ -85,34 +50,28 @@ GENERIC = Family("generic", ())
 MODEL_TYPES: dict[str, str] = {mt: f.name for f in REGISTRY.values() for mt in f.model_types}
 
 
-#: Generic-layout model types known to number positions 0, 1, ... from their first
-#: token (absolute or rotary): their ``position_ids`` are made from the padding mask
-#: too. Other generic models keep their own (correct for right padding only).
+#: Generic-layout model types whose ``position_ids`` count real tokens from 0 (others keep their own).
 COUNT_POSITIONS_GENERIC = frozenset({"distilbert", "gpt_neox", "opt", "phi"})
-#: Generic-layout model types that are causal decoders; other generic models are taken
-#: as bidirectional (DistilBERT).
+#: Generic-layout model types that are causal decoders (others are taken as bidirectional).
 CAUSAL_GENERIC = frozenset({"gpt_neox", "opt", "phi"})
 
 
 def position_rule(family_name: str, model_type: str) -> str | None:
-    """How ``position_ids`` follow the padding mask for this model (see
-    :attr:`Family.position_ids`); None = leave them to the model."""
+    """How ``position_ids`` follow the padding mask for this model; None = the model's own."""
     if family_name == GENERIC.name:
         return "count" if model_type in COUNT_POSITIONS_GENERIC else None
     return family(family_name).position_ids
 
 
 def native_mask(family_name: str, model_type: str | None) -> str:
-    """The mask spec of the model's own self-attention pattern (``"causal"`` or
-    ``"complete"``): its family's :attr:`Family.causal`, and for the generic family
-    whether ``model_type`` is in :data:`CAUSAL_GENERIC`."""
+    """The mask spec of the model's own self-attention pattern, ``"causal"`` or ``"complete"``."""
     if family_name == GENERIC.name:
         return "causal" if model_type in CAUSAL_GENERIC else "complete"
     return "causal" if family(family_name).causal else "complete"
 
 
 def native_mask_of(loaded: Any) -> str:
-    """:func:`native_mask` of a loaded model (its ``family`` and ``config.model_type``)."""
+    """:func:`native_mask` of a loaded model."""
     return native_mask(loaded.family, loaded.model.config.model_type)
 
 
@@ -122,13 +81,7 @@ def family_of(model_type: str) -> str:
 
 
 def family(name: str) -> Family:
-    """The :class:`Family` called ``name`` (``generic`` included).
-
-    Raises
-    ------
-    ModelError
-        Unknown family name.
-    """
+    """The :class:`Family` called ``name``; :class:`ModelError` if unknown."""
     if name == GENERIC.name:
         return GENERIC
     if name not in REGISTRY:
@@ -138,8 +91,7 @@ def family(name: str) -> Family:
 
 @dataclass(frozen=True)
 class Tap:
-    """A tensor at a module boundary: its positional/keyword input 0 or its output
-    (element ``index`` if the module returns a tuple)."""
+    """A tensor at a module boundary: its input 0 or its output (element ``index`` of a tuple)."""
 
     module: nn.Module
     io: str  # "input" | "output"
@@ -148,10 +100,8 @@ class Tap:
 
 @dataclass(frozen=True)
 class Sublayer:
-    """A residual unit ``residual + branch``: ``branch`` is the sublayer's output before
-    the add, ``residual`` the tensor it is added to; None for the MLP of a parallel
-    block (``X + SA(LN X) + MLP(LN' X)``: GPT-NeoX, Phi), which shares the attention
-    sublayer's residual."""
+    """A residual unit ``residual + branch`` (``branch`` before the add); ``residual`` None
+    for the MLP of a parallel block (GPT-NeoX, Phi), which shares the attention's."""
 
     branch: Tap
     residual: Tap | None
@@ -182,24 +132,17 @@ class Stack:
 
 
 def _bert(model: nn.Module) -> list[Stack]:
-    blocks = tuple(
-        BlockParts(
-            block=b,
-            self_attn=b.attention.self,
-            attn=Sublayer(Tap(b.attention.output.dense, "output"), Tap(b.attention, "input")),
-            mlp=Sublayer(Tap(b.output.dense, "output"), Tap(b.attention, "output", 0)),
-            norms=(b.attention.output.LayerNorm, b.output.LayerNorm),
-            out_proj=b.attention.output.dense,
-        )
-        for b in model.encoder.layer
-    )
+    blocks = tuple(BlockParts(block=b, self_attn=b.attention.self, out_proj=b.attention.output.dense,
+                              attn=Sublayer(Tap(b.attention.output.dense, "output"), Tap(b.attention, "input")),
+                              mlp=Sublayer(Tap(b.output.dense, "output"), Tap(b.attention, "output", 0)),
+                              norms=(b.attention.output.LayerNorm, b.output.LayerNorm))
+                   for b in model.encoder.layer)
     return [Stack("", blocks, None, "post_ln")]
 
 
 def albert_group(layer: int, n_layers: int, n_groups: int) -> int:
-    """The hidden group ALBERT's layer ``layer`` (0-based) runs, by transformers' own
-    rule in ``AlbertTransformer.forward``: ``int(layer / (n_layers / n_groups))``.
-    3 layers in 2 groups run groups 0, 0, 1; 4 layers in 3 groups run 0, 0, 1, 2."""
+    """The hidden group ALBERT's layer ``layer`` runs: ``int(layer / (n_layers / n_groups))``,
+    transformers' rule in ``AlbertTransformer.forward``."""
     return int(layer / (n_layers / n_groups))
 
 
@@ -209,24 +152,18 @@ def _albert(model: nn.Module) -> list[Stack]:
     for i in range(cfg.num_hidden_layers):
         group = enc.albert_layer_groups[albert_group(i, cfg.num_hidden_layers, cfg.num_hidden_groups)]
         calls.extend(group.albert_layers)
-    blocks = tuple(
-        BlockParts(
-            block=a,
-            self_attn=a.attention,
-            attn=Sublayer(Tap(a.attention.dense, "output"), Tap(a.attention, "input")),
-            mlp=Sublayer(Tap(a.ffn_output, "output"), Tap(a.attention, "output", 0)),
-            norms=(a.attention.LayerNorm, a.full_layer_layer_norm),
-            out_proj=a.attention.dense,
-        )
-        for a in calls
-    )
+    blocks = tuple(BlockParts(block=a, self_attn=a.attention, out_proj=a.attention.dense,
+                              attn=Sublayer(Tap(a.attention.dense, "output"), Tap(a.attention, "input")),
+                              mlp=Sublayer(Tap(a.ffn_output, "output"), Tap(a.attention, "output", 0)),
+                              norms=(a.attention.LayerNorm, a.full_layer_layer_norm))
+                   for a in calls)
     return [Stack("", blocks, None, "post_ln")]
 
 
 def _pre_ln_block(b: nn.Module, attn: nn.Module, ln_1: nn.Module, ln_2: nn.Module | None, mlp: nn.Module,
                   out_proj: nn.Module, parallel: bool = False) -> BlockParts:
     """``X + SA(ln_1 X)``, then ``+ MLP(ln_2 X)``; ``parallel``: the MLP shares the
-    attention sublayer's residual (``ln_2`` None: one norm feeds both)."""
+    attention's residual (``ln_2`` None: one norm feeds both)."""
     return BlockParts(block=b, self_attn=attn, attn=Sublayer(Tap(attn, "output", 0), Tap(ln_1, "input")),
                       mlp=Sublayer(Tap(mlp, "output"), None if parallel else Tap(ln_2, "input")),
                       norms=(ln_1,) if ln_2 is None else (ln_1, ln_2), out_proj=out_proj)
@@ -244,19 +181,12 @@ def _llama(model: nn.Module) -> list[Stack]:
 
 
 def _t5_stack(stack: nn.Module, prefix: str) -> Stack:
-    blocks = tuple(
-        BlockParts(
-            block=b,
-            self_attn=b.layer[0].SelfAttention,
-            mask_arg="mask",
-            attn=Sublayer(Tap(b.layer[0].SelfAttention, "output", 0), Tap(b.layer[0].layer_norm, "input")),
-            mlp=Sublayer(Tap(b.layer[-1].DenseReluDense, "output"), Tap(b.layer[-1].layer_norm, "input")),
-            norms=tuple(sub.layer_norm for sub in b.layer),
-            out_proj=b.layer[0].SelfAttention.o,
-            cross_out_proj=b.layer[1].EncDecAttention.o if len(b.layer) == 3 else None,
-        )
-        for b in stack.block
-    )
+    blocks = tuple(BlockParts(block=b, self_attn=b.layer[0].SelfAttention, mask_arg="mask",
+                              attn=Sublayer(Tap(b.layer[0].SelfAttention, "output", 0), Tap(b.layer[0].layer_norm, "input")),
+                              mlp=Sublayer(Tap(b.layer[-1].DenseReluDense, "output"), Tap(b.layer[-1].layer_norm, "input")),
+                              norms=tuple(sub.layer_norm for sub in b.layer), out_proj=b.layer[0].SelfAttention.o,
+                              cross_out_proj=b.layer[1].EncDecAttention.o if len(b.layer) == 3 else None)
+                   for b in stack.block)
     return Stack(prefix, blocks, stack.final_layer_norm, "pre_ln")
 
 
@@ -272,10 +202,8 @@ def _generic(model: nn.Module) -> list[Stack]:
     n_layers = getattr(config, "num_hidden_layers", None)
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == n_layers]
     if not lists:
-        raise ModelError(
-            f"cannot find the {n_layers} blocks of {type(model).__name__} (no nn.ModuleList of that length); "
-            "this model is not supported"
-        )
+        raise ModelError(f"cannot find the {n_layers} blocks of {type(model).__name__} (no nn.ModuleList of that "
+                         "length); this model is not supported")
     known = _GENERIC_BLOCKS.get(getattr(config, "model_type", None))
     if known is not None:
         return [Stack("", tuple(known(b, config) for b in lists[0]), None, _generic_placement(config))]
@@ -283,9 +211,7 @@ def _generic(model: nn.Module) -> list[Stack]:
                             for b in lists[0]), None, "unknown")]
 
 
-#: Where blocks of other generic layouts may keep their self-attention module (it
-#: receives the mask as ``attention_mask`` and owns ``scaling``) and its output
-#: projection (whose input is ``layer.k.heads``); ``drop`` needs a known layout.
+#: Where blocks of other generic layouts may keep their self-attention module and its output projection.
 GENERIC_SELF_ATTN = ("attention", "self_attn")
 GENERIC_OUT_PROJ = ("attention.dense", "self_attn.out_proj", "self_attn.dense", "attention.out_lin")
 
@@ -301,17 +227,13 @@ def _gpt_neox_block(b: nn.Module, config: object) -> BlockParts:
 
 
 def _opt_block(b: nn.Module, config: object) -> BlockParts:
-    # OPT runs its MLP on the tokens flattened to (B·N, d): its MLP points arrive as
-    # (B·N, d) and the recorder and editor view them as (B, N, d)
+    # OPT runs its MLP on the tokens flattened to (B·N, d); the recorder and editor view them as (B, N, d)
     pre = getattr(config, "do_layer_norm_before", True)
-    return BlockParts(
-        block=b,
-        self_attn=b.self_attn,
-        attn=Sublayer(Tap(b.self_attn, "output", 0), Tap(b.self_attn_layer_norm if pre else b.self_attn, "input")),
-        mlp=Sublayer(Tap(b.fc2, "output"), Tap(b.final_layer_norm if pre else b.fc1, "input")),
-        norms=(b.self_attn_layer_norm, b.final_layer_norm),
-        out_proj=b.self_attn.out_proj,
-    )
+    attn_residual = b.self_attn_layer_norm if pre else b.self_attn
+    return BlockParts(block=b, self_attn=b.self_attn, out_proj=b.self_attn.out_proj,
+                      attn=Sublayer(Tap(b.self_attn, "output", 0), Tap(attn_residual, "input")),
+                      mlp=Sublayer(Tap(b.fc2, "output"), Tap(b.final_layer_norm if pre else b.fc1, "input")),
+                      norms=(b.self_attn_layer_norm, b.final_layer_norm))
 
 
 def _phi_block(b: nn.Module, config: object) -> BlockParts:
@@ -319,29 +241,21 @@ def _phi_block(b: nn.Module, config: object) -> BlockParts:
 
 
 def _distilbert_block(b: nn.Module, config: object) -> BlockParts:
-    return BlockParts(
-        block=b,
-        self_attn=b.attention,
-        attn=Sublayer(Tap(b.attention, "output", 0), Tap(b.attention, "input")),
-        mlp=Sublayer(Tap(b.ffn, "output"), Tap(b.ffn, "input")),
-        norms=(b.sa_layer_norm, b.output_layer_norm),
-        out_proj=b.attention.out_lin,
-    )
+    return BlockParts(block=b, self_attn=b.attention, out_proj=b.attention.out_lin,
+                      attn=Sublayer(Tap(b.attention, "output", 0), Tap(b.attention, "input")),
+                      mlp=Sublayer(Tap(b.ffn, "output"), Tap(b.ffn, "input")), norms=(b.sa_layer_norm, b.output_layer_norm))
 
 
-#: Generic-layout model types whose blocks the toolkit knows (self-attention module,
-#: output projection, sublayers, norms): every intervention works there. Their stacks
-#: have no ``final_norm`` point (GPT-NeoX, OPT and Phi have a final norm, not recorded).
+#: Generic-layout model types whose blocks the toolkit knows: every intervention works there
+#: (no ``final_norm`` point: GPT-NeoX, OPT and Phi's final norm is not recorded).
 _GENERIC_BLOCKS = {"gpt_neox": _gpt_neox_block, "opt": _opt_block, "phi": _phi_block,
                    "distilbert": _distilbert_block}
 
 
 def _generic_placement(config: object) -> str:
-    if getattr(config, "model_type", None) == "distilbert":
-        return "post_ln"
-    if getattr(config, "model_type", None) == "opt" and not getattr(config, "do_layer_norm_before", True):
-        return "post_ln"
-    return "pre_ln"
+    model_type = getattr(config, "model_type", None)
+    post = model_type == "distilbert" or (model_type == "opt" and not getattr(config, "do_layer_norm_before", True))
+    return "post_ln" if post else "pre_ln"
 
 
 _LAYOUTS = {"bert": _bert, "roberta": _bert, "albert": _albert, "gpt2": _gpt2, "llama": _llama, "t5": _t5, "generic": _generic}
@@ -349,13 +263,8 @@ assert set(_LAYOUTS) == {*REGISTRY, GENERIC.name}  # one registry: every family 
 
 
 def stacks(model: nn.Module, family: str) -> list[Stack]:
-    """The stacks of ``model`` laid out as ``family`` (see module docstring).
-
-    Raises
-    ------
-    ModelError
-        Unknown family, or the model does not have that family's modules.
-    """
+    """The stacks of ``model`` laid out as ``family``; :class:`ModelError` for an unknown
+    family or a model without that family's modules."""
     if family not in _LAYOUTS:
         raise ModelError(f"unknown model family {family!r}; known: {', '.join(_LAYOUTS)}")
     try:
@@ -365,12 +274,9 @@ def stacks(model: nn.Module, family: str) -> list[Stack]:
 
 
 def point_names(stack: Stack, detail: str = "hidden_states") -> list[str]:
-    """Names of the points of ``stack`` in forward order.
-
-    ``detail="hidden_states"``: ``embeddings``, every ``layer.k.output`` and
-    ``final_norm`` if the stack has one (together they cover every ``hidden_states``
-    entry). ``detail="all"`` adds each block's input, norms and sublayer outputs.
-    """
+    """Names of the points of ``stack`` in forward order: the ``hidden_states`` points
+    (``embeddings``, every ``layer.k.output``, ``final_norm``); ``detail="all"`` adds each
+    block's input, norms and sublayer outputs."""
     if detail not in ("hidden_states", "all"):
         raise ModelError(f"unknown point detail {detail!r}; use 'hidden_states' or 'all'")
     p = stack.prefix
@@ -390,12 +296,9 @@ def point_names(stack: Stack, detail: str = "hidden_states") -> list[str]:
 
 
 def hidden_states_points(family_name: str, n_layers: int, prefix: str = "") -> list[str | None]:
-    """The point name of each of the ``n_layers + 1`` entries of transformers'
-    ``output_hidden_states`` for a family: ``embeddings``, ``layer.k.output``, and last
-    ``final_norm`` where the family's stack ends in a final norm (transformers returns
-    the last entry after it), ``layer.{L-1}.output`` where it has none (BERT, RoBERTa,
-    ALBERT), ``None`` for the generic family (whether its last entry is normed is not
-    known here)."""
+    """The point name of each of the ``n_layers + 1`` entries of ``output_hidden_states``:
+    the last is ``final_norm`` where the family has one, ``layer.{L-1}.output`` where it has
+    none, None for the generic family (unknown)."""
     fam = family(family_name)
     last: str | None = (f"{prefix}final_norm" if fam.final_norm else
                         None if fam is GENERIC else block_output(n_layers - 1, prefix))
@@ -403,6 +306,5 @@ def hidden_states_points(family_name: str, n_layers: int, prefix: str = "") -> l
 
 
 def depth_of(name: str, stack: Stack) -> int:
-    """The ``hidden_states`` index a point belongs to: 0 for ``embeddings`` and
-    ``layer.0.input``, k+1 for every point inside block k, L for ``final_norm``."""
+    """The ``hidden_states`` index a point belongs to (k+1 for every point inside block k)."""
     return layer_of(name[len(stack.prefix):], stack.n_layers)

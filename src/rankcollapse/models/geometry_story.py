@@ -1,12 +1,7 @@
 """Words and a figure, computed from per-layer means, for what a probe's geometry
-metrics show: where a massive token appears, what the spectrum and the attention sinks
-do there, and how a random-init control and ``--clip-massive`` differ.
-
-Nothing here names a layer or a number in advance: the layer described is the first one
-whose mean ``max_norm_ratio`` (largest token norm / median token norm, mean over
-windows) reaches :data:`MASSIVE_RATIO`, and every number in a sentence is read from the
-curves given. Used by ``probe --out`` (``geometry.md``, ``geometry.png``) and by the
-reproduce report.
+metrics show (``probe --out``: ``geometry.md``, ``geometry.png``; the reproduce report).
+No layer or number is named in advance: the layer described is the first whose mean
+``max_norm_ratio`` reaches :data:`MASSIVE_RATIO`, and every number is read from the curves.
 """
 
 from __future__ import annotations
@@ -17,17 +12,14 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-#: A token counts as massive from this ratio to the median token norm on (the claims'
-#: G1 threshold; Sun et al. 2024 call activations ~1000x the median massive, on entries).
+#: A token counts as massive from this ratio to the median token norm on (the claims' G1 threshold).
 MASSIVE_RATIO = 10.0
 _SINKS = ("sink_mass", "sink_head_fraction", "sink_value_ratio", "sink_contribution")
 
 
 def layer_curves(table: pd.DataFrame) -> pd.DataFrame:
-    """Per-layer means ``(layers, metrics)`` of one probe table (``models.probe``'s
-    columns ``layer, point, metric, mean``): hidden states (``embeddings``,
-    ``*.output``) and the per-block sink rows (``*.attention``); per-head rows and the
-    final norm are left out."""
+    """Per-layer means ``(layers, metrics)`` of one probe table: hidden states
+    (``embeddings``, ``*.output``) and per-block sink rows (``*.attention``)."""
     pts = table["point"].astype(str)
     hidden = (pts == "embeddings") | pts.str.endswith(".output")
     sink = table["metric"].isin(_SINKS) & pts.str.endswith(".attention")
@@ -62,18 +54,14 @@ EQUAL_NORMS_TOL = 1e-3
 
 
 def forced_equal_norms(ratio: pd.Series) -> bool:
-    """Whether ``max_norm_ratio`` per layer is 1 (within :data:`EQUAL_NORMS_TOL`) at every
-    layer: what an untrained LayerNorm (weight 1, bias 0) at every block output forces,
-    every token at norm √d, so a random-init post-LN control's curve is fixed by its
-    construction."""
+    """Whether ``max_norm_ratio`` is 1 (within :data:`EQUAL_NORMS_TOL`) at every layer, as an
+    untrained LayerNorm at every block output forces."""
     return len(ratio) > 0 and bool(((ratio - 1).abs() <= EQUAL_NORMS_TOL).all())
 
 
 def forced_control_notes(tables: Mapping[str, Any]) -> dict[str, str]:
-    """``{name: note}`` for each random-init control among ``tables`` (probe tables keyed by
-    model name, a control named ``NAME [random-init, seed S]``) whose ``max_norm_ratio`` is
-    1 at every layer (:func:`forced_equal_norms`): that value is fixed by the control's
-    construction, not measured evidence."""
+    """``{name: note}`` for each random-init control among ``tables`` whose
+    ``max_norm_ratio`` is forced to 1 by its construction (:func:`forced_equal_norms`)."""
     out = {}
     for name, t in tables.items():
         if "[random-init" not in name or not (t["metric"] == "max_norm_ratio").any():
@@ -96,8 +84,7 @@ def first_massive_layer(c: pd.DataFrame) -> int | None:
 def explain(name: str, trained: pd.DataFrame, control: pd.DataFrame | None = None,
             clipped: pd.DataFrame | None = None) -> list[str]:
     """Sentences describing ``trained``'s curves (:func:`layer_curves`), beside its
-    random-init ``control`` and its ``clipped`` run when given. Empty when the curves
-    hold no ``max_norm_ratio``."""
+    ``control`` and ``clipped`` run when given; empty without ``max_norm_ratio``."""
     if "max_norm_ratio" not in trained:
         return []
     L = first_massive_layer(trained)
@@ -158,17 +145,15 @@ def explain(name: str, trained: pd.DataFrame, control: pd.DataFrame | None = Non
 
 
 def plot_geometry(curves: Mapping[str, pd.DataFrame], path: str | Path) -> Path:
-    """:func:`geometry_figure` of ``curves`` written atomically as a PNG; returns its path."""
+    """:func:`geometry_figure` written atomically as a PNG; returns its path."""
     from .._figure import save_figure
 
     return save_figure(geometry_figure(curves), path, dpi=110)
 
 
 def geometry_figure(curves: Mapping[str, pd.DataFrame]) -> Any:
-    """Largest token norm / median per layer (log scale) and, when any curve measured
-    ``sink_mass``, first-token attention mass per layer: one panel per measured metric
-    (no empty panel), one line per entry of ``curves`` (label -> :func:`layer_curves`;
-    a random-init control dashed). A pyplot-free figure."""
+    """Max / median token norm per layer (log scale) and, when measured, ``sink_mass``:
+    one panel per metric, one line per curve (a random-init control dashed); pyplot-free."""
     from .._figure import new_figure
 
     panels = [(metric, kw) for metric, kw in (
@@ -194,9 +179,8 @@ def geometry_figure(curves: Mapping[str, pd.DataFrame]) -> Any:
 
 
 def from_results_table(table: pd.DataFrame) -> tuple[list[str], dict[str, pd.DataFrame]]:
-    """Sentences and curves of every probed model of a ``reproduce`` table (columns
-    ``source, model, value, variant, point, layer, metric, mean``, seeds pooled): the
-    trained full model, its ``random_init`` control and its ``full_clip_massive`` run."""
+    """Sentences and curves of every probed model of a ``reproduce`` table: the trained full
+    model, its ``random_init`` control and its ``full_clip_massive`` run."""
     rows = table[(table["source"] == "probe") & (table.get("setting", "default") == "default")]
     lines: list[str] = []
     curves: dict[str, pd.DataFrame] = {}
@@ -220,9 +204,8 @@ def from_results_table(table: pd.DataFrame) -> tuple[list[str], dict[str, pd.Dat
 
 
 def from_probe_tables(tables: Mapping[str, Any]) -> tuple[list[str], dict[str, pd.DataFrame]]:
-    """Sentences and curves of ``probe`` tables keyed by model name; a table named
-    ``NAME [random-init, seed S]`` (:func:`~rankcollapse.models.controls.control_name`)
-    is the control of ``NAME``; a run with ``clip_massive`` is said to be clipped."""
+    """Sentences and curves of ``probe`` tables keyed by model name (``NAME [random-init,
+    seed S]`` is the control of ``NAME``)."""
     curves = {name: layer_curves(t) for name, t in tables.items()}
     lines: list[str] = []
     for name, t in tables.items():

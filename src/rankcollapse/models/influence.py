@@ -1,37 +1,6 @@
-"""Measured influence of each input position on the last token of a real model, beside
-the mask-only prediction (docs/models.md, "Influence of input positions").
-
-Per layer ``k`` (the ``hidden_states`` index: 1 = after block 0) and input position ``j``,
-on windows without padding:
-
-* **gradient**: ``‖∂h_last^(k) / ∂x_j‖_F``, ``x_j`` the input embeddings (the input of
-  block 0, ``hidden_states[0]``), ``h_last^(k)`` the hidden state of the last token after
-  block ``k``. The Frobenius norm of each ``d x d`` Jacobian block is estimated with
-  ``n_probes`` Gaussian vectors ``u`` (``E ‖uᵀ J‖² = ‖J‖_F²``, Hutchinson 1990): one
-  backward pass per probe and layer gives every position at once. Averaged (as squares)
-  over probes, then the root, then the mean over windows. ``n_probes=None`` uses the
-  ``d`` basis vectors instead: the exact norm, ``d`` backward passes per layer.
-* **rollout**: the model's own attention maps, averaged over heads, mixed with the
-  residual and multiplied through the layers, ``R_k = (a_k I + (1 - a_k) Ā_k) R_{k-1}``,
-  row ``N - 1`` (attention rollout, Abnar & Zuidema 2020). ``rollout`` uses the fitted
-  ``a_k = alpha_k`` below, ``rollout_half`` Abnar & Zuidema's ``a_k = 1/2``.
-* **predicted**: :func:`rankcollapse.masks.influence` of the model's own mask (causal for
-  decoders, complete for encoders), or of the replacement ``mask`` the model then runs
-  under (every profile is measured under it), under uniform attention with the per-layer residual
-  weight fitted to the model,
-  ``alpha_k = mean‖x^(k)‖ / (mean‖x^(k)‖ + mean‖attn_out^(k)‖)``: ``x^(k)`` the block's
-  input (the residual stream entering it), ``attn_out^(k)`` its self-attention sublayer
-  output before the residual add, means of per-token norms over real tokens and windows.
-  The ratio weighs the two terms of ``x + attn(x)`` by their sizes: the share of the
-  block's update that bypasses attention.
-
-Each profile is normalised to sum 1 per layer; Spearman's ρ (:func:`scipy.stats.spearmanr`)
-compares them across positions. A prediction with fewer than three distinct values
-(equal to 9 significant digits) ranks nothing: its ρ would rank rounding noise of the
-measured side among tied positions, so it is NaN (undecidable). That is every layer
-under the complete mask (flat except the self term: an encoder's position bias is not
-a property of its mask) and layer 1 under the causal mask (the last row of the Cesàro
-matrix is uniform).
+"""Measured influence of each input position on the last token of a real model (gradient
+norms, attention rollout), beside the mask-only prediction; definitions in docs/models.md,
+"Influence of input positions".
 """
 
 from __future__ import annotations
@@ -60,34 +29,21 @@ def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size
     """Per-layer Spearman ρ between the mask-only influence prediction and the measured
     influence (gradient norms, attention rollout) of each input on the last token.
 
-    Parameters
-    ----------
-    loaded : LoadedModel or a ``transformers`` model of one stack (encoder or decoder).
-    windows : ``rankcollapse.data.Windows`` ``(B, N)``; windows with padding are left out.
-    mask : replacement self-attention mask (spec, ``Mask`` or schedule, as
-        :func:`~rankcollapse.models.probe`): the model runs under it
-        (:func:`~rankcollapse.models.intervene`) and the prediction is of it; None: the
-        model's own mask (causal for decoders, complete for encoders).
-    batch_size : windows per forward pass.
-    n_probes : Gaussian probes per layer for the Jacobian norms (>= 1); None: exact (the
-        ``d`` basis vectors as probes).
-    seed : seeds the probes.
+    ``loaded``: a model of one stack; ``windows`` with padding are left out; ``mask``: the
+    replacement mask the model runs under and the prediction is of (None: the model's own);
+    ``n_probes``: Gaussian probes per layer (None: exact); ``seed`` seeds them.
 
     Returns
     -------
     pandas.DataFrame
-        One row per layer ``k = 1..L``, columns :data:`COLUMNS` (``rho_X``: ρ between the
-        prediction and profile ``X``; ``rho_rollout_gradient``: rollout vs gradient;
-        ``first_token_*``: the normalised profile's entry 0). ``df.attrs``: ``model``,
-        ``family``, ``mask``, ``length``, ``profiles`` (name -> float64 ``(L, N)``, rows
-        normalised to sum 1, means over windows) and ``per_window`` (``gradient`` and
-        ``rollout`` -> float64 ``(W, L, N)``, each window's profile before normalising:
-        ``profiles`` is their mean over windows, normalised). Definitions: module docstring.
+        One row per layer ``k = 1..L``, columns :data:`COLUMNS`; ``df.attrs`` also holds
+        ``profiles`` (name -> normalised ``(L, N)``) and ``per_window`` (``gradient``,
+        ``rollout`` -> ``(W, L, N)``).
 
     Raises
     ------
     ModelError
-        An encoder-decoder model (two stacks), or no attention probabilities.
+        An encoder-decoder model, or no attention probabilities.
     ConfigError
         ``n_probes`` or ``batch_size`` < 1, every window padded, windows too long or ids
         beyond the embeddings.
@@ -112,9 +68,7 @@ def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size
     n_layers, n = stack.n_layers, windows.n_tokens
     gen = torch.Generator().manual_seed(seed)
     batches = [(ids_all[i:i + batch_size], am_all[i:i + batch_size]) for i in range(0, ids_all.shape[0], batch_size)]
-    # alpha weighs every window's rollout: fit it first, in a pass of forwards without
-    # backward, so that each batch's maps are rolled out and dropped in the second
-    # (memory O(batch · L · N²), not O(windows · L · N²))
+    # alpha first, in forwards without backward, so the second pass rolls out and drops each batch's maps
     norms = np.zeros((n_layers, 2))  # sum of per-token norms: residual input, attention output
     for ids, am in batches:
         with _forward(loaded, stack, ids, am, mask) as (_, _, rec):
@@ -156,10 +110,9 @@ def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size
 
 @contextmanager
 def _forward(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, mask: Any = None) -> Iterator[Any]:
-    """One forward (under ``mask`` when given) with the block-0 input as a leaf; yields the
-    ``hidden_states``, the leaf and the :class:`Recorder` of block inputs, attention outputs
-    and attention maps. Both passes of :func:`measure_influence` run it, so the norms that
-    fit alpha are those of the forwards whose maps are rolled out, to the bit."""
+    """One forward with the block-0 input as a leaf; yields the ``hidden_states``, the leaf
+    and the :class:`Recorder` of block inputs, attention outputs and maps (both passes run it,
+    so alpha is fitted on the very forwards whose maps are rolled out)."""
     n_layers = stack.n_layers
     leaf: list[torch.Tensor] = []
 
@@ -187,9 +140,8 @@ def _forward(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, mask:
 
 def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probes: int | None,
            gen: torch.Generator, mask: Any = None) -> tuple[np.ndarray, list[list[np.ndarray]]]:
-    """Gradient-norm profiles ``(B, L, N)`` of the last token after each block with respect
-    to the block-0 input, and head-mean attention maps ``[layer][window] (N, N)``, of one
-    :func:`_forward`."""
+    """Gradient-norm profiles ``(B, L, N)`` and head-mean attention maps ``[layer][window]
+    (N, N)`` of one :func:`_forward`."""
     n_layers, p = stack.n_layers, stack.prefix
     with _forward(loaded, stack, ids, am, mask) as (hidden, x, rec):
         grads = np.zeros((ids.shape[0], n_layers, ids.shape[1]))
@@ -213,8 +165,7 @@ def _norms(rec: Recorder, stack: Any) -> np.ndarray:
 
 
 def _probes(h: torch.Tensor, n_probes: int | None, gen: torch.Generator) -> Any:
-    """Probe vectors shaped like ``h`` ``(B, d)``: ``n_probes`` Gaussian ones (CPU generator,
-    so a seed gives the same probes on every device), or the ``d`` basis vectors."""
+    """``n_probes`` Gaussian vectors shaped like ``h`` (CPU generator), or the basis vectors."""
     if n_probes is None:
         for i in range(h.shape[-1]):
             u = torch.zeros_like(h)
@@ -234,7 +185,7 @@ def _window_mean(per: np.ndarray) -> np.ndarray:
 
 
 def _rollout_windows(maps: list[list[np.ndarray]], alpha: Any) -> np.ndarray:
-    """Row ``N-1`` of ``R_k = (a_k I + (1-a_k) Ā_k) R_{k-1}`` of each window, ``(W, L, N)``."""
+    """Row ``N-1`` of ``R_k`` of each window, ``(W, L, N)``."""
     n_layers, n_samples = len(maps), len(maps[0])
     a = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (n_layers,))
     out = np.zeros((n_samples, n_layers, maps[0][0].shape[0]))

@@ -1,37 +1,5 @@
-"""Interventions inside an unmodified pretrained model, undone on exit.
-
-All are forward hooks, plus one attribute swap (``scaling``) restored on exit:
-
-* **mask** -- every self-attention module receives, instead of the mask the model
-  built, the additive 4D mask ``(B, 1, N, N)`` of ``M ∧ padding`` (0 where token i may
-  attend to token j, ``finfo.min`` elsewhere). Eager and SDPA attention both add it to
-  the logits. T5 gets it in encoder and decoder self-attention; cross-attention keeps
-  the model's mask.
-* **d_qk_scale** s -- the logits ``q·k · scaling`` become ``q·k · scaling / sqrt(s)``
-  (as if the key/query width d_qk were s times larger; paper Sec. 3, Eq. (1)).
-  s = 1 leaves ``scaling`` untouched, so the model is reproduced bit for bit. T5's
-  relative position bias is added unscaled.
-* **drop** -- per block (``"mlp"``, ``"skip"``, ``"norm"``, optionally
-  ``"name:0-3,7"`` for some blocks; ``"final_norm"`` for the final norm):
-
-  ``mlp``   the MLP branch outputs 0. Pre-LN (GPT-2, T5, Llama, OPT): h + MLP(LN h) -> h.
-            Post-LN (BERT, ALBERT, DistilBERT): LN(h + MLP(h)) -> LN(h). Parallel
-            (GPT-NeoX, Phi): X + SA(LN X) + MLP(LN' X) -> X + SA(LN X).
-  ``skip``  the residual is removed from each kept sublayer: pre-LN
-            X + SA(LN X) -> SA(LN X); post-LN LN(X + SA(X)) -> LN(SA(X)); the same
-            for the MLP sublayer unless it is dropped too; parallel
-            X + SA(LN X) + MLP(LN' X) -> SA(LN X) + MLP(LN' X) (one residual, removed
-            from the attention branch). Implemented as branch - residual, exact up to
-            float rounding (~1 ulp).
-  ``norm``  the block's norms (LayerNorm / RMSNorm) become the identity.
-
-* **clip_massive** -- the massive token's residual row is scaled to the median token
-  norm at the first block where it appears (:mod:`rankcollapse.models.massive`).
-* **edits** -- ``fn(tensor, context) -> tensor`` at any point or module path
-  (:mod:`rankcollapse.models.edits`: head ablation and activation patching are such edits).
-
-Recorded ``attn_output``/``mlp_output`` points show what the block adds after
-interventions (0 for a dropped MLP, branch - residual when skip is dropped).
+"""Interventions inside an unmodified pretrained model, undone on exit: forward hooks,
+plus ``scaling`` swapped and restored (docs/models.md, "Interventions").
 """
 
 from __future__ import annotations
@@ -49,23 +17,18 @@ from ..masks import dense_mask
 from ..masks.schedule import MaskSchedule, schedule_or_mask
 from ..masks.rows import check_rows_allow_key
 from . import families
-from .edits import Editor
+from .edits import Editor, _replace
 from .families import Stack, Tap
 from .loading import as_loaded
+from .recorder import _pick
 
 COMPONENTS = ("skip", "mlp", "norm", "final_norm")
 
 
 def parse_drop(drop: Sequence[str] | str, n_layers: int | None) -> dict[str, set[int]]:
-    """``["mlp", "skip:0-2,5"]`` -> ``{"mlp": {0..L-1}, "skip": {0, 1, 2, 5}}``
-    (``n_layers=None``: checked without a model, block indices unbounded).
-
-    Raises
-    ------
-    ConfigError
-        Unknown component, a block index outside ``0..n_layers-1``, a reversed range
-        (``3-1``) or a block list on ``final_norm``.
-    """
+    """``["mlp", "skip:0-2,5"]`` -> ``{"mlp": {0..L-1}, "skip": {0, 1, 2, 5}}`` (``n_layers=None``:
+    checked without a model); :class:`ConfigError` for an unknown component, a block out of
+    range, a reversed range or a block list on ``final_norm``."""
     if isinstance(drop, str):
         drop = split_drop(drop)
     out: dict[str, set[int]] = {}
@@ -93,8 +56,7 @@ def parse_drop(drop: Sequence[str] | str, n_layers: int | None) -> dict[str, set
 
 
 def split_drop(text: str) -> list[str]:
-    """``"skip:0-3,7,mlp"`` -> ``["skip:0-3,7", "mlp"]`` (a comma followed by a digit
-    continues the previous block list)."""
+    """``"skip:0-3,7,mlp"`` -> ``["skip:0-3,7", "mlp"]`` (a digit continues the block list)."""
     items: list[str] = []
     for tok in (t.strip() for t in text.split(",")):
         if tok and tok[0].isdigit() and items:
@@ -106,25 +68,15 @@ def split_drop(text: str) -> list[str]:
 
 def additive_mask(allowed: torch.Tensor, padding: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``(B, 1, N, N)`` additive mask: 0 where ``allowed[i, j]`` and key j is real,
-    ``finfo(dtype).min`` elsewhere (finite, so a fully masked row stays NaN-free)."""
+    ``finfo(dtype).min`` elsewhere (finite: a fully masked row stays NaN-free)."""
     ok = allowed.to(padding.device)[None, None] & padding.bool()[:, None, None, :]
     out = torch.zeros(ok.shape, dtype=dtype, device=padding.device)
     return out.masked_fill_(~ok, torch.finfo(dtype).min)
 
 
 def check_real_rows(allowed: torch.Tensor, padding: torch.Tensor, spec: str | None = None) -> None:
-    """Padding never feeds a real token: every real query row of ``allowed ∧ real
-    keys`` must keep a key, by the empty-row rule of :mod:`rankcollapse.masks.rows`.
-
-    ``allowed`` bool ``(N, N)``; ``padding`` ``(B, N)``, 1 = real token. Padding rows
-    are not checked (they are excluded from metrics).
-
-    Raises
-    ------
-    MaskError
-        Naming the real rows left with no real key (e.g. row 3 allowed only key 30
-        when positions 24-31 are padding).
-    """
+    """:class:`MaskError` naming the real query rows of ``allowed`` ``(N, N)`` left with no
+    real key (``padding`` ``(B, N)``, 1 = real; padding rows are not checked)."""
     real = padding.bool()
     ok = allowed.to(real.device)[None] & real[:, None, :]
     label = f"{spec if spec is not None else 'mask'} on the real tokens (padding keys removed)"
@@ -147,19 +99,9 @@ def _mask_hook(module: nn.Module, arg: str, value: torch.Tensor):
     return hook
 
 
-def _replace(output: Any, index: int, value: torch.Tensor) -> Any:
-    if isinstance(output, tuple):
-        return output[:index] + (value,) + output[index + 1 :]
-    return value
-
-
-def _pick(output: Any, index: int) -> torch.Tensor:
-    return output[index] if isinstance(output, tuple) else output
-
-
 class _BlockTracker:
-    """Knows which block (0-based position in the stack) is running, also when one
-    module serves several positions (ALBERT's shared layer)."""
+    """Which block (position in the stack) is running, also when one module serves several
+    positions (ALBERT)."""
 
     def __init__(self, stack: Stack) -> None:
         self.positions: dict[int, list[int]] = {}
@@ -190,7 +132,7 @@ def _distinct(modules: Sequence[nn.Module | None]) -> list[nn.Module]:
 
 
 def _drop_hooks(stack: Stack, chosen: dict[str, set[int]], tracker: _BlockTracker) -> list[tuple[nn.Module, str, Any]]:
-    """(module, "pre"|"post", hook) triples implementing ``chosen`` on one stack."""
+    """``(module, "pre"|"post", hook)`` triples implementing ``chosen`` on one stack."""
     hooks: list[tuple[nn.Module, str, Any]] = []
     saved: dict[str, torch.Tensor] = {}
     mlp_blocks = chosen.get("mlp", set())
@@ -251,9 +193,8 @@ def _identity(tracker: _BlockTracker, blocks: set[int]):
 
 
 def _supported(loaded: Any, attention: bool, drop: bool) -> list[Stack]:
-    """The stacks of ``loaded``, refusing what its layout cannot do: ``drop`` needs a
-    full layout (sublayers and norms), a mask or temperature (``attention``) a known
-    self-attention module in every block."""
+    """The stacks of ``loaded``; :class:`ModelError` when ``drop`` needs sublayers and norms,
+    or a mask or temperature (``attention``) a self-attention module, the layout lacks."""
     stack_list = families.stacks(loaded.model, loaded.family)
     name = f"the generic family ({type(loaded.model).__name__})"
     if drop and any(p.attn is None or p.mlp is None for s in stack_list for p in s.blocks):
@@ -267,43 +208,27 @@ def _supported(loaded: Any, attention: bool, drop: bool) -> list[Stack]:
 
 
 @contextmanager
-def intervene(
-    loaded: Any,
-    *,
-    mask: Any = None,
-    d_qk_scale: float = 1.0,
-    drop: Sequence[str] | str = (),
-    attention_mask: torch.Tensor | None = None,
-    clip_massive: bool = False,
-    edits: Mapping[str, Any] | None = None,
-    windows: range | None = None,
-) -> Iterator[list[Any]]:
-    """Apply interventions (module docstring) to ``loaded.model`` inside the block; the
-    block gets the :class:`~rankcollapse.models.massive.MassiveClip` of each stack
-    (empty without ``clip_massive``), whose ``found`` reports the latest forward pass.
+def intervene(loaded: Any, *, mask: Any = None, d_qk_scale: float = 1.0, drop: Sequence[str] | str = (),
+              attention_mask: torch.Tensor | None = None, clip_massive: bool = False,
+              edits: Mapping[str, Any] | None = None, windows: range | None = None) -> Iterator[list[Any]]:
+    """Apply interventions (docs/models.md, "Interventions") to ``loaded.model`` inside the block; the block
+    gets the :class:`~rankcollapse.models.massive.MassiveClip` of each stack (empty without
+    ``clip_massive``).
 
     Parameters
     ----------
     loaded : LoadedModel
-    mask : replacement self-attention mask: ``rankcollapse.masks.Mask``, spec string
-        (``"causal_sliding_window:w=16"``) or bool ``(N, N)`` tensor, ``M[i, j]`` = token
-        i attends to token j; or a schedule (``"schedule:causal_sliding_window:w=16*5,causal"``):
-        block ``k`` gets the schedule's mask ``k mod period`` (models with one attention
-        module per layer).
+    mask : replacement self-attention mask: ``Mask``, spec string or bool ``(N, N)``
+        tensor (``M[i, j]``: token i attends to token j), or a schedule
+        (``"schedule:..."``: block ``k`` gets mask ``k mod period``).
     d_qk_scale : s > 0; attention logits are divided by sqrt(s).
-    drop : components to remove (see :func:`rankcollapse.models.interventions.parse_drop`).
+    drop : components to remove (:func:`parse_drop`).
     attention_mask : ``(B, N)`` padding mask (1 = real) of the batch about to run;
         required with ``mask`` and ``clip_massive``.
-    clip_massive : scale each window's massive token (max/median token norm >=
-        :data:`~rankcollapse.models.massive.MASSIVE_RATIO`) to the median norm at the
-        first block output where it appears (:class:`~rankcollapse.models.massive.MassiveClip`);
-        composes with ``mask``, ``d_qk_scale`` and ``drop`` (it runs after them on
-        each block's output).
+    clip_massive : clip each window's massive token (runs after the other interventions).
     edits : point name (or ``module:PATH``) -> ``fn(tensor, context) -> tensor``
-        (:class:`~rankcollapse.models.edits.Editor`); they run after ``drop`` and before
-        ``clip_massive`` where they share a module.
-    windows : the rows of the probed windows this batch holds, told to each edit
-        (:class:`~rankcollapse.models.edits.EditContext`); default ``range(B)``.
+        (:class:`~rankcollapse.models.edits.Editor`; after ``drop``, before the clip).
+    windows : the rows of the probed windows this batch holds; default ``range(B)``.
 
     Raises
     ------
@@ -311,13 +236,9 @@ def intervene(
         ``d_qk_scale`` not a positive finite number, unknown component, ``mask`` without
         ``attention_mask``.
     MaskError
-        Mask size differs from the window length, or a real token keeps no real key
-        once padding keys are removed (padding never feeds real tokens; the message
-        names the rows).
+        Mask size differs from the window length, or a real token keeps no real key.
     ModelError
-        The family does not support the intervention (``drop`` on a generic layout other
-        than GPT-NeoX, OPT, Phi and DistilBERT; ``final_norm`` on a model without a
-        final norm point: BERT, ALBERT and the generic layouts).
+        The family does not support the intervention.
 
     See Also
     --------
@@ -399,17 +320,21 @@ def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask
 
 
 def _padding(loaded: Any, stack: Stack, attention_mask: Any, missing: str) -> torch.Tensor:
-    """The padding mask ``(B, N)`` of ``stack``'s queries and keys on the model's device
-    (T5's decoder: shifted right behind its start token); ``missing`` is refused without one."""
+    """The padding mask ``(B, N)`` of ``stack``'s tokens on the model's device (T5's decoder:
+    shifted right); :class:`ConfigError` ``missing`` without one."""
     if attention_mask is None:
         raise ConfigError(missing)
     padding = attention_mask.to(loaded.device)
-    return torch.cat([torch.ones_like(padding[:, :1]), padding[:, :-1]], dim=1) if stack.prefix == "decoder." else padding
+    return decoder_padding(padding) if stack.prefix == "decoder." else padding
+
+
+def decoder_padding(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Padding mask ``(B, N)`` of the right-shifted decoder input."""
+    return torch.cat([torch.ones_like(attention_mask[:, :1]), attention_mask[:, :-1]], dim=1)
 
 
 def _install_clip(loaded: Any, stack: Stack, attention_mask: Any, handles: list[Any]) -> Any:
-    """Install a :class:`~rankcollapse.models.massive.MassiveClip` on ``stack`` (its hook
-    handles appended to ``handles``); returns it."""
+    """Install a :class:`~rankcollapse.models.massive.MassiveClip` on ``stack``; returns it."""
     from .massive import MassiveClip
 
     clip = MassiveClip(stack, _padding(loaded, stack, attention_mask, "clip_massive needs the batch's attention_mask "
@@ -420,8 +345,7 @@ def _install_clip(loaded: Any, stack: Stack, attention_mask: Any, handles: list[
 
 def _install_schedule(loaded: Any, stack: Stack, attn_modules: list[nn.Module], schedule: Any, padding: torch.Tensor,
                       arg: str) -> list[Any]:
-    """Per-layer masks: block ``k``'s attention gets ``schedule.layer(k)`` (one additive
-    mask per distinct mask of the period)."""
+    """Block ``k``'s attention gets ``schedule.layer(k)``."""
     if len(attn_modules) != len(stack.blocks):
         raise ModelError("a mask schedule needs one attention module per layer; this model shares its layers")
     values: dict[int, torch.Tensor] = {}

@@ -1,34 +1,7 @@
-"""Models as interpretability libraries wrap them: a TransformerLens ``TransformerBridge``
-and an nnsight model, recorded with the library's own mechanism.
-
-:func:`~rankcollapse.models.probe` accepts these objects beside a transformers model
-and records the same ``hidden_states`` points (``embeddings``, every ``layer.k.output``,
-``final_norm``), so the three give the same table when they run the same weights.
-
-TransformerLens 4 (whose ``TransformerBridge`` replaced ``HookedTransformer``): the
-points are read from ``run_with_cache`` with ``names_filter`` set to their hooks,
-:data:`LENS_HOOKS`:
-
-- ``embeddings``: ``blocks.0.hook_resid_pre`` (``hook_embed + hook_pos_embed`` where
-  positions are added to the embeddings);
-- ``layer.k.output``: ``blocks.k.hook_resid_post``;
-- ``final_norm``: ``ln_final.hook_out``, the norm's output after its scale and bias (the
-  bridge's ``ln_final.hook_normalized`` is taken before them).
-
-The residual stream is the one TransformerLens computes. A bridge on which
-``enable_compatibility_mode()`` or ``process_weights()`` ran has processed weights, as
-``HookedTransformer`` had by default: ``center_writing_weights`` removes every token's
-mean over ``d`` from what each component writes into the residual stream, and
-``fold_ln`` moves the final norm's scale and bias into the unembedding, so cosines, μ
-and ranks are those of the processed model, not of the transformers model; the
-table's notes say so.
-
-nnsight (``NNsight(model)``, ``TransformersModel(model, tokenizer=...)``, any ``Envoy``
-around a transformers model): the points are the module inputs and outputs that
-:class:`~rankcollapse.models.Recorder` reads (block 0's input, each block's output,
-the final norm's output), saved with ``.save()`` inside ``model.trace(...)`` on the
-envoys of those modules; the model runs on the inputs
-:func:`~rankcollapse.models.probe.model_inputs` builds for the transformers model.
+"""Models as interpretability libraries wrap them, a TransformerLens ``TransformerBridge``
+(``run_with_cache`` at :data:`LENS_HOOKS`) and an nnsight model (``.save()`` inside
+``model.trace(...)``), recorded at the same ``hidden_states`` points as a transformers
+model (docs/models.md, "TransformerLens and nnsight models").
 """
 
 from __future__ import annotations
@@ -52,17 +25,9 @@ LENS_HOOKS = {"embeddings": "blocks.0.hook_resid_pre", "layer.{k}.output": "bloc
 
 @dataclass
 class LibraryModel:
-    """A model object of an interpretability library, ready to record the ``hidden_states`` points.
-
-    Attributes
-    ----------
-    library : ``"transformer_lens"`` or ``"nnsight"``.
-    loaded : the transformers model the library runs (name, family, config; its
-        ``notes`` say how the points were recorded).
-    points : point name -> ``layer`` (``hidden_states`` index), in forward order.
-    record : model inputs of one batch (:func:`~rankcollapse.models.probe.model_inputs`)
-        -> point name -> tokens ``(B, N, d)``, from one forward pass.
-    """
+    """A model of an interpretability library: ``library`` (``"transformer_lens"`` or
+    ``"nnsight"``), the transformers model it runs (``loaded``), ``points`` (name ->
+    ``layer``) and ``record`` (model inputs -> point name -> tokens ``(B, N, d)``)."""
 
     library: str
     loaded: LoadedModel
@@ -71,17 +36,10 @@ class LibraryModel:
 
 
 def library_model(model: Any) -> LibraryModel | None:
-    """The :class:`LibraryModel` of a TransformerLens bridge or an nnsight model; None
-    for anything else (a transformers model, a :class:`LoadedModel`). Neither library
-    is imported here: a model of one means it is loaded already.
-
-    Raises
-    ------
-    ModelError
-        A TransformerLens model that is not a ``TransformerBridge`` around a
-        transformers model with one stack of blocks; an nnsight model around something
-        other than a transformers model, or one whose blocks share a module.
-    """
+    """The :class:`LibraryModel` of a TransformerLens bridge or an nnsight model, None for
+    anything else (neither library is imported here); :class:`ModelError` for a TransformerLens
+    model that is no one-stack ``TransformerBridge``, or an nnsight model around no
+    transformers model or whose blocks share a module."""
     if type(model).__module__.split(".")[0] == "transformer_lens":
         return _lens_model(model)
     nnsight = sys.modules.get("nnsight")
@@ -91,15 +49,8 @@ def library_model(model: Any) -> LibraryModel | None:
 
 
 def open_model(model: Any) -> tuple[LoadedModel, LibraryModel | None]:
-    """``model`` as the :class:`LoadedModel` the toolkit runs, with its :class:`LibraryModel`
-    when it is a TransformerLens or nnsight model (else None): what a public entry point
-    does once with the model it is given.
-
-    Raises
-    ------
-    ModelError
-        As :func:`library_model` and :func:`~rankcollapse.models.as_loaded`.
-    """
+    """``(LoadedModel, LibraryModel or None)`` of ``model``; errors as :func:`library_model`
+    and :func:`~rankcollapse.models.as_loaded`."""
     library = library_model(model)
     return (library.loaded, library) if library is not None else (as_loaded(model), None)
 

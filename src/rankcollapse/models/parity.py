@@ -1,20 +1,5 @@
-"""Parity with transformers: the probe's recorded points against ``output_hidden_states``.
-
-The probe records its points with hooks in its own forward pass
-(:func:`~rankcollapse.models.probe.model_inputs`: explicit position ids, no KV cache).
-:func:`parity` runs that pass, then the call a transformers user writes,
-``model(input_ids=..., attention_mask=..., output_hidden_states=True)``, and reports per
-``hidden_states`` entry the largest ``|Δ|`` over real tokens between the two, against
-a bound that follows the dtype: ``8 · eps(dtype) · max|x|`` (``x`` the transformers
-tensor; float32 eps = 1.2e-7, bfloat16 eps = 7.8e-3). Entries are labelled as
-:func:`~rankcollapse.models.families.hidden_states_points` says; the last entry of a
-generic family is not compared (its final norm is not known).
-
-Given a TransformerLens ``TransformerBridge``, the recorded side is the bridge's
-``run_with_cache`` (the hooks of :data:`~rankcollapse.models.lens.LENS_HOOKS`) and the
-reference is ``output_hidden_states`` of the transformers model the bridge wraps, so
-the table says how far TransformerLens's residual stream is from the model it runs (a
-bridge with processed weights is expected to fail: its stream is centred).
+"""Parity with transformers: the probe's recorded points against ``output_hidden_states``
+(docs/models.md, "Parity with transformers").
 """
 
 from __future__ import annotations
@@ -35,27 +20,17 @@ PARITY_ULPS = 8.0
 
 @torch.no_grad()
 def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFrame:
-    """Per ``hidden_states`` entry, the largest ``|Δ|`` between the probe's recorded point
-    and transformers' ``output_hidden_states``, over the real tokens of every window.
-
-    ``loaded``: a transformers model (or :class:`~rankcollapse.models.LoadedModel`), or a
-    TransformerLens ``TransformerBridge``, whose cached points are compared with the
-    wrapped transformers model's ``hidden_states``.
-
-    Returns
-    -------
-    pandas.DataFrame with :data:`PARITY_COLUMNS`: ``layer`` (the entry's index),
-    ``point``, ``max_abs_diff``, ``max_abs`` (of transformers' tensor), ``bound``
-    (``8 · eps(dtype) · max_abs``) and ``ok`` (``max_abs_diff <= bound``);
-    ``attrs``: ``model``, ``family``, ``dtype``.
+    """Per ``hidden_states`` entry, the largest ``|Δ|`` over real tokens between the probe's
+    recorded point (or a TransformerLens bridge's cached one) and transformers'
+    ``output_hidden_states``, against the bound ``8 · eps(dtype) · max|x|``: a table of
+    :data:`PARITY_COLUMNS` (``ok``: ``max_abs_diff <= bound``).
 
     Raises
     ------
     ConfigError
         As :func:`~rankcollapse.models.probe` (positions, token ids).
     ModelError
-        The model returns no ``hidden_states`` (nor ``encoder_hidden_states``); an
-        nnsight model (it records with the transformers model's own hooks: pass that).
+        No ``hidden_states`` returned; an nnsight model.
 
     See Also
     --------
@@ -126,13 +101,8 @@ def _entries(out: Any, prefix: str) -> tuple[torch.Tensor, ...]:
 
 
 def check_parity(table: pd.DataFrame) -> None:
-    """Raise when any entry of a :func:`parity` table is above its bound.
-
-    Raises
-    ------
-    ModelError
-        Naming the point with the largest ``|Δ| / bound``, its ``|Δ|`` and bound.
-    """
+    """:class:`ModelError` naming the point with the largest ``|Δ| / bound`` when any entry
+    of a :func:`parity` table is above its bound."""
     bad = table[~table["ok"].astype(bool)]
     if bad.empty:
         return

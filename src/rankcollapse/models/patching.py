@@ -1,11 +1,5 @@
-"""Activation patching: run a clean and a corrupted input, put one point (or one head)
-of the clean run into the corrupted run, and measure what changes.
-
-The point's tensor is recorded on the clean windows and replaces the same point of the
-corrupted windows, window for window, through an edit
-(:mod:`rankcollapse.models.edits`); every point the probe measures afterwards is on the
-patched forward pass. The result is the per-window change ``patched − corrupted`` of
-each metric, summarised over windows in the probe's table layout.
+"""Activation patching: a point (or one head) recorded on clean windows replaces that of
+the corrupted windows, window for window, through an edit (:mod:`rankcollapse.models.edits`).
 """
 
 from __future__ import annotations
@@ -31,25 +25,22 @@ def patch(loaded: Any, clean: Any, corrupted: Any, *, point: str, head: int | No
     Parameters
     ----------
     loaded : LoadedModel or a transformers model.
-    clean, corrupted : :class:`~rankcollapse.data.Windows` of the same shape and padding;
-        window ``b`` of ``clean`` is patched into window ``b`` of ``corrupted``.
-    point : where to patch: a point name (``layer.3.output``, ``layer.3.heads``...) or
-        ``module:PATH``.
-    head : with ``point="layer.k.heads"``: patch only head ``head`` (0-based).
+    clean, corrupted : :class:`~rankcollapse.data.Windows` of the same shape and padding.
+    point : a point name (``layer.3.output``, ``layer.3.heads``...) or ``module:PATH``.
+    head : with ``point="layer.k.heads"``: patch only this head (0-based).
     metrics, points, batch_size : as :func:`~rankcollapse.models.probe`.
 
     Returns
     -------
     pandas.DataFrame
-        The summary layout of :func:`~rankcollapse.models.probe`, of the per-window
-        change ``patched − corrupted`` (column ``values``: the changes, ``(B,)``).
-        ``attrs``: ``model``, ``family``, ``patch_point``, ``patch_head``, ``n_samples``.
+        The probe's layout, of the per-window change ``patched − corrupted`` (with
+        ``values``). ``attrs``: ``model``, ``family``, ``patch_point``, ``patch_head``,
+        ``n_samples``.
 
     Raises
     ------
     ConfigError
-        Windows of different shapes or padding, or ``head`` on a point other than
-        ``layer.k.heads`` or outside ``0..H-1``.
+        Windows of different shapes or padding, or a bad ``head``.
     ModelError
         An unknown point.
 

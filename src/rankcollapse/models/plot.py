@@ -13,8 +13,7 @@ PLOT_METRICS = (("mu", "μ(X)"), ("rank_fraction", "rank fraction"), ("sigma_min
 
 def drawn_metrics(tables: Mapping[str, Any]) -> list[str]:
     """The metrics of ``tables`` (in table order) with rows at the points :func:`plot_layers`
-    draws (embeddings, block outputs and attention, final norm: :func:`_layer_rows`); a
-    metric held only elsewhere (``module:PATH`` points, per head) would be an empty panel."""
+    draws (:func:`_layer_rows`)."""
     out: dict[str, None] = {}
     for t in tables.values():
         blocks, final = _layer_rows(t)
@@ -23,8 +22,7 @@ def drawn_metrics(tables: Mapping[str, Any]) -> list[str]:
 
 
 def _panels(tables: Mapping[str, Any], metrics: Sequence[str] | None) -> list[tuple[str, str]]:
-    """``(metric, title)`` per panel; a requested metric must have rows the figure draws
-    (:func:`drawn_metrics`), so no panel is empty."""
+    """``(metric, title)`` per panel; :class:`ConfigError` for a metric without drawn rows."""
     titles = dict(PLOT_METRICS)
     held = drawn_metrics(tables)
     if metrics is None:  # the default panels the tables hold, else every metric they hold
@@ -39,32 +37,18 @@ def _panels(tables: Mapping[str, Any], metrics: Sequence[str] | None) -> list[tu
 
 def plot_layers(tables: Mapping[str, Any] | Any, path: str | Path | None = None, *, ax: Any = None,
                 metrics: Sequence[str] | None = None) -> Any:
-    """Per-layer curves of :func:`rankcollapse.models.probe` tables, one line per model,
-    to compare models (or interventions) in one figure.
+    """Per-layer curves of :func:`rankcollapse.models.probe` tables, one line per model
+    through the embeddings and block outputs (T5: the encoder's), a final norm as a star.
 
-    Parameters
-    ----------
-    tables : ``{label: table}`` (e.g. ``{"minilm": t1, "smollm2": t2}``), or one table
-        (labelled by its ``attrs["model"]``). Each line runs through the embeddings and
-        every block output (``layer.k.output``; T5: the encoder's); where the model has a
-        final norm, its output is a separate star marker at the last layer (it shares
-        the ``hidden_states`` index with the raw last block output).
-    path : also write the figure there (PNG, PDF or SVG by the suffix).
-    ax : axes to draw on, one per metric (else a new pyplot-free figure).
-    metrics : one panel per metric, from the tables' ``metric`` column; default those
-        of μ, rank fraction, σ_min, avg |cos| (:data:`PLOT_METRICS`) the tables hold, else
-        every metric they hold. μ is drawn on a log scale.
-
-    Returns
-    -------
-    matplotlib.figure.Figure; never changes matplotlib's backend. The title gives each
-    table's intervention settings (mask, d_qk_scale, drop).
+    ``tables``: ``{label: table}`` or one table; ``path``: also write the figure there (by
+    the suffix); ``ax``: axes, one per metric (else a new pyplot-free figure); ``metrics``:
+    one panel each, default those of :data:`PLOT_METRICS` held, else all (μ on a log scale).
+    Returns the figure, titled with each table's intervention settings.
 
     Raises
     ------
     ConfigError
-        No table, ``ax`` with a number of axes other than the number of metrics, or
-        a metric no table holds.
+        No table, ``ax`` of another length than the metrics, or a metric no table holds.
     """
     from .._figure import new_figure, save_figure
 
@@ -110,7 +94,6 @@ def plot_layers(tables: Mapping[str, Any] | Any, path: str | Path | None = None,
 
 
 def _settings_title(tables: dict[str, Any]) -> str:
-    """``model: mask=..., d_qk_scale=..., drop=...`` per table, joined by ``; ``."""
     parts = []
     for name, table in tables.items():
         a = table.attrs
@@ -121,7 +104,7 @@ def _settings_title(tables: dict[str, Any]) -> str:
 
 def _layer_rows(table: Any) -> tuple[Any, Any]:
     """``(blocks, final)``: rows of ``embeddings``, ``layer.k.output`` and
-    ``layer.k.attention`` (attention metrics; one per layer), and rows of ``final_norm`` (empty for families without one). T5: encoder."""
+    ``layer.k.attention``, and rows of ``final_norm``; T5: the encoder's."""
     pts = table["point"].str.replace(r"^(encoder|decoder)\.", "", regex=True)
     encoder_only = ~table["point"].str.startswith("decoder.")
     blocks = table[encoder_only & (pts.eq("embeddings") | pts.str.fullmatch(r"layer\.\d+\.(output|attention)"))]

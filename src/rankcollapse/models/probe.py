@@ -1,11 +1,4 @@
-"""Per-layer metrics of a pretrained model on token windows, as a tidy table.
-
-``probe`` runs the model over the windows in batches, records the requested points
-with :class:`~rankcollapse.models.recorder.Recorder` (by default every ``hidden_states``
-entry, plus the last block's output before the final norm where there is one), computes
-:mod:`rankcollapse.metrics` per window with padding excluded, and summarises over
-windows.
-"""
+"""Per-layer metrics of a pretrained model on token windows, as a tidy table (docs/models.md, "Probe: a tidy table")."""
 
 from __future__ import annotations
 
@@ -29,7 +22,7 @@ from ..masks.schedule import MaskSchedule, schedule_or_mask
 from . import families
 from .edits import (HEAD_KEYS, EditFn, HeadAblation, ablation_edits, check_ablation, edit_settings, head_means,
                     n_heads)
-from .interventions import intervene, parse_drop, split_drop
+from .interventions import decoder_padding, intervene, parse_drop, split_drop
 from .lens import LibraryModel, open_model
 from .loading import LoadedModel, as_loaded
 from .memory import ProbeMemory
@@ -42,20 +35,10 @@ PROBE_DEFAULT_METRICS = ("mu", "mu_relative", "rank_fraction", "sigma_min", "avg
 
 
 def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Keyword arguments for one forward pass of ``loaded.model`` on a batch.
-
-    T5 (encoder-decoder) gets the same window as decoder input, shifted right by one
-    token behind the model's ``decoder_start_token_id`` (teacher forcing, as T5's own
-    ``_shift_right`` does in training with ``labels=input_ids``); the decoder's
-    padding mask is shifted the same way. Causal LMs run without a KV cache.
-
-    Raises
-    ------
-    ModelError
-        A generic encoder-decoder (unknown decoder inputs); a T5 whose config and
-        generation config name no ``decoder_start_token_id`` (a model built from a
-        bare config): the decoder input is undefined, and no default is guessed.
-    """
+    """Keyword arguments for one forward pass of ``loaded.model`` on a batch: no KV cache,
+    position ids that follow the padding (:func:`position_ids`, by the family's rule), and
+    for T5 the window as decoder input too, shifted right behind :func:`decoder_start_id`.
+    :class:`ModelError` for an encoder-decoder other than T5."""
     loaded = as_loaded(loaded)
     model = loaded.model
     device = loaded.device
@@ -78,15 +61,8 @@ def model_inputs(loaded: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
 
 
 def decoder_start_id(model: Any) -> int:
-    """The token a T5 decoder starts from: ``config.decoder_start_token_id``, else the
-    generation config's.
-
-    Raises
-    ------
-    ModelError
-        Neither names one (e.g. a ``T5Config`` built without it); the message says how
-        to set it or how to probe the encoder alone.
-    """
+    """``config.decoder_start_token_id``, else the generation config's; :class:`ModelError`
+    when neither names one."""
     for source in (model.config, getattr(model, "generation_config", None)):
         value = getattr(source, "decoder_start_token_id", None) if source is not None else None
         if isinstance(value, int) and not isinstance(value, bool):
@@ -98,20 +74,9 @@ def decoder_start_id(model: Any) -> int:
 
 
 def position_ids(attention_mask: torch.Tensor, rule: str = "count", padding_idx: int | None = None) -> torch.Tensor:
-    """Position ids ``(B, N)`` that follow the padding mask ``(B, N)`` (1 = real).
-
-    ``"count"``: the k-th real token of a row gets position k (0-based) wherever it
-    sits, so left padding does not shift absolute positions (GPT-2, BERT) and a
-    window gets the positions of its unpadded self; padding gets 0 (it is masked as a
-    key and excluded from metrics). ``"padding_idx"``: RoBERTa's numbering
-    ``padding_idx + 1 + k``, padding gets ``padding_idx`` (as
-    ``create_position_ids_from_input_ids`` does from the pad token).
-
-    Raises
-    ------
-    ModelError
-        Unknown rule, or ``"padding_idx"`` without a ``padding_idx``.
-    """
+    """Position ids ``(B, N)`` that follow the padding mask ``(B, N)`` (1 = real): ``"count"``,
+    the k-th real token gets k and padding 0; ``"padding_idx"`` (RoBERTa), ``padding_idx + 1 + k``
+    and padding ``padding_idx``. :class:`ModelError` for an unknown rule or no ``padding_idx``."""
     real = attention_mask.bool()
     count = real.long().cumsum(dim=-1) - 1
     if rule == "count":
@@ -123,35 +88,13 @@ def position_ids(attention_mask: torch.Tensor, rule: str = "count", padding_idx:
     raise ModelError(f"unknown position-id rule {rule!r}; use 'count' or 'padding_idx'")
 
 
-def decoder_padding(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Padding mask of the right-shifted decoder input: the start token is real, then
-    the encoder's mask without its last entry. Shape ``(B, N)``."""
-    first = torch.ones_like(attention_mask[:, :1])
-    return torch.cat([first, attention_mask[:, :-1]], dim=1)
-
-
 @torch.no_grad()
 def embed(loaded: Any, windows: Windows, *, batch_size: int = 8, positions: bool = True) -> torch.Tensor:
-    """The token embeddings X(0) of ``windows``: the input of the first block
-    (``hidden_states[0]``; for T5 the encoder's), computed without running the blocks.
-
-    ``positions=False`` leaves the absolute position embeddings out
-    (:func:`rankcollapse.models.content.content_embeddings`): the windows may then be
-    longer than the model's position table.
-
-    Returns
-    -------
-    torch.Tensor, shape (B, N, d), the model's dtype, on CPU.
-
-    Raises
-    ------
-    ConfigError
-        Windows longer than the model's positions (:func:`check_positions`; only with
-        ``positions=True``), or token ids beyond the model's embeddings
-        (:func:`check_token_ids`).
-    ModelError
-        ``positions=False`` for a family without absolute position embeddings.
-    """
+    """The token embeddings X(0) ``(B, N, d)`` of ``windows`` (``hidden_states[0]``), in the
+    model's dtype on CPU, without running the blocks; ``positions=False`` leaves the absolute
+    position embeddings out (:mod:`rankcollapse.models.content`; windows of any length).
+    :class:`ConfigError` for windows too long or unknown token ids; :class:`ModelError` for
+    ``positions=False`` without absolute position embeddings."""
     loaded = as_loaded(loaded)
     if not positions:
         from .content import content_embeddings
@@ -167,16 +110,9 @@ def embed(loaded: Any, windows: Windows, *, batch_size: int = 8, positions: bool
 @torch.no_grad()
 def record_points(loaded: LoadedModel, windows: Windows, points: Sequence[str], *, batch_size: int = 8,
                   **interventions: Any) -> dict[str, torch.Tensor]:
-    """The tensors at ``points`` for every window, concatenated along the windows, on CPU
-    (each forward pass stops once they are recorded). ``interventions``: keywords of
-    :func:`~rankcollapse.models.intervene` (``mask``, ``d_qk_scale``, ``drop``,
-    ``clip_massive``, ``edits``).
-
-    Raises
-    ------
-    ModelError
-        An unknown point, or a ``module:PATH`` whose module did not run.
-    """
+    """The tensors at ``points`` for every window, on CPU, under ``interventions`` (keywords
+    of :func:`~rankcollapse.models.intervene`), each forward pass stopped once they are
+    recorded; :class:`ModelError` for an unknown point or a module that did not run."""
     parts: dict[str, list[torch.Tensor]] = {p: [] for p in points}
     for rows, w in windows.batches(batch_size):
         with intervene(loaded, attention_mask=w.attention_mask, windows=rows, **interventions):
@@ -189,7 +125,6 @@ def record_points(loaded: LoadedModel, windows: Windows, points: Sequence[str], 
 
 
 def _check_ran(points: Sequence[str], rec: Recorder) -> None:
-    """Refuse a point whose module did not run in the forward pass (:class:`ModelError`)."""
     silent = [p for p in points if p not in rec.outputs]
     if silent:
         raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
@@ -197,27 +132,14 @@ def _check_ran(points: Sequence[str], rec: Recorder) -> None:
 
 
 def default_points(loaded: Any, detail: str = "hidden_states") -> list[str]:
-    """Point names probed by default (every ``hidden_states`` entry of every stack).
-
-    Raises
-    ------
-    ModelError
-        ``loaded`` is not a model (:func:`~rankcollapse.models.as_loaded`).
-    """
+    """Point names probed by default (every ``hidden_states`` entry of every stack)."""
     loaded = as_loaded(loaded)
     return [n for s in families.stacks(loaded.model, loaded.family) for n in families.point_names(s, detail)]
 
 
 @torch.no_grad()
 def check_positions(loaded: Any, length: int) -> None:
-    """Refuse windows longer than the model's position table (``max_position_embeddings``
-    or ``n_positions`` in its config), before any forward pass.
-
-    Raises
-    ------
-    ConfigError
-        ``length`` exceeds the model's positions (names both numbers).
-    """
+    """:class:`ConfigError` for windows longer than the model's position table."""
     config = getattr(loaded.model, "config", None)
     limit = next((getattr(config, k) for k in ("max_position_embeddings", "n_positions")
                   if isinstance(getattr(config, k, None), int)), None)
@@ -227,14 +149,7 @@ def check_positions(loaded: Any, length: int) -> None:
 
 
 def check_token_ids(loaded: Any, windows: Windows) -> None:
-    """Refuse token ids the model has no embedding for (ids from another model's
-    tokenizer, or a windows file made for another model), before any forward pass.
-
-    Raises
-    ------
-    ConfigError
-        An id >= the input embedding's number of rows (names both numbers).
-    """
+    """:class:`ConfigError` for token ids the model has no embedding for (another tokenizer's)."""
     embeddings = loaded.model.get_input_embeddings()
     rows = getattr(embeddings, "num_embeddings", None)
     top = int(windows.input_ids.max())
@@ -245,34 +160,22 @@ def check_token_ids(loaded: Any, windows: Windows) -> None:
 
 @dataclass(frozen=True)
 class Intervention:
-    """What :func:`probe` changes in the network before measuring it (the measurement
-    itself, metrics, points and batches, is the keywords of :func:`probe`). The default
-    is the model unchanged.
+    """What :func:`probe` changes in the network; the default is the model unchanged
+    (docs/models.md, "Interventions").
 
     Attributes
     ----------
-    mask : replacement self-attention mask (a ``rankcollapse.masks.Mask``, a spec string,
-        a schedule ``"schedule:..."`` giving block ``k`` the schedule's layer ``k``, or a
-        bool ``(N, N)`` tensor); None keeps the model's own mask.
-    d_qk_scale : attention temperature multiplier s: logits are divided by sqrt(s)
-        (as if d_qk were s times larger; paper Sec. 3); 1 leaves the model unchanged.
-    d_qk : the attention temperature itself, scores ``q·k / sqrt(d_qk)`` as in
-        :func:`rankcollapse.dynamics.simulate`; sets ``d_qk_scale = d_qk · scaling²``
-        (:mod:`rankcollapse.models.temperature`). None keeps ``d_qk_scale``; both given
-        is refused when the probe runs.
-    drop : components to remove, e.g. ``("mlp",)``, ``("skip:0-3", "norm")`` or the
-        string ``"skip:0-3,norm"`` (see :func:`rankcollapse.models.interventions.intervene`).
-    clip_massive : scale each window's massive token to the median norm at the block
-        where it appears (:mod:`rankcollapse.models.massive`), with any other intervention;
-        ``df.attrs["massive_clips"]`` then lists, per clipped window, where it clipped and
-        whether a later block's output is massive again
-        (:meth:`~rankcollapse.models.massive.MassiveClip.records`;
-        :func:`~rankcollapse.models.massive.clip_report` says it in one line).
-    edits : point name (``layer.3.output``, ``layer.3.heads``...) or ``module:PATH`` ->
-        ``fn(tensor, context) -> tensor``, applied in the forward pass; every point is
-        measured on the edited model (:mod:`rankcollapse.models.edits`).
-    ablate_heads : heads to remove from their block's attention output, with zeros or
-        their mean over the windows (:class:`~rankcollapse.models.edits.HeadAblation`).
+    mask : replacement self-attention mask (``Mask``, spec string, ``"schedule:..."`` or
+        bool ``(N, N)`` tensor); None keeps the model's own.
+    d_qk_scale : logits divided by sqrt(s) (:mod:`rankcollapse.models.temperature`).
+    d_qk : the attention temperature ``q·k / sqrt(d_qk)``; sets ``d_qk_scale``; giving both
+        is refused.
+    drop : components to remove, ``("mlp",)`` or ``"skip:0-3,norm"`` (:func:`~rankcollapse.models.interventions.parse_drop`).
+    clip_massive : clip each window's massive token (:mod:`rankcollapse.models.massive`);
+        ``df.attrs["massive_clips"]`` lists the clips.
+    edits : point name or ``module:PATH`` -> ``fn(tensor, context) -> tensor``
+        (:mod:`rankcollapse.models.edits`).
+    ablate_heads : :class:`~rankcollapse.models.edits.HeadAblation`.
     """
 
     mask: Any = None
@@ -292,18 +195,9 @@ class Intervention:
 
 
 def as_intervention(intervention: Any, n_tokens: int | None = None) -> Intervention:
-    """``intervention``, or the empty :class:`Intervention` for None, checked before any
-    model runs (with ``n_tokens``, its ``mask`` too, on windows of that length).
-
-    Raises
-    ------
-    ConfigError
-        Anything else, or a field of the wrong type or value (``clip_massive`` not a bool,
-        ``drop`` not strings or an unknown component, ``d_qk`` not positive and finite,
-        ``edits`` not a mapping of point names, ``ablate_heads`` not a ``HeadAblation``).
-    MaskError
-        With ``n_tokens``: a ``mask`` that is no mask (or schedule) of ``n_tokens`` tokens.
-    """
+    """``intervention`` (None: the empty one), its fields checked before any model runs:
+    :class:`ConfigError` for another type or a bad field; with ``n_tokens``, :class:`MaskError`
+    for a ``mask`` that is no mask of ``n_tokens`` tokens."""
     net = intervention if intervention is not None else Intervention()
     if not isinstance(net, Intervention):
         raise ConfigError(f"expects a rankcollapse.models.Intervention, got {type(net).__name__}",
@@ -331,9 +225,8 @@ def as_intervention(intervention: Any, n_tokens: int | None = None) -> Intervent
 
 
 def probe_metrics(metrics: Sequence[str] | str | None) -> tuple[str, ...] | None:
-    """``metrics`` as :func:`probe` measures them, each once (None: the default); ``"all"``
-    alone is every metric of tokens. :class:`ConfigError` (argument ``metrics``) for no name
-    or a name in none of ``METRICS``, ``ATTENTION_METRICS``, ``SINK_METRICS``."""
+    """``metrics`` as :func:`probe` measures them, each once (None: the default; ``"all"``:
+    every token metric); :class:`ConfigError` for none or an unknown name."""
     from ..metrics import METRICS
 
     if metrics is None:
@@ -351,90 +244,50 @@ def probe_metrics(metrics: Sequence[str] | str | None) -> tuple[str, ...] | None
 
 
 def check_windows(windows: Any) -> None:
-    """Refuse anything but :class:`~rankcollapse.data.Windows` (a bare tensor of token ids
-    has no attention mask).
-
-    Raises
-    ------
-    ConfigError
-        ``windows`` of another type.
-    """
+    """:class:`ConfigError` for anything but :class:`~rankcollapse.data.Windows`."""
     if not isinstance(windows, Windows):
         raise ConfigError(f"expects rankcollapse.data.Windows (make_windows, Windows.load or Windows(input_ids, "
                           f"attention_mask, special_tokens_mask)), got {type(windows).__name__}", argument="windows")
 
 
-def probe(
-    loaded: Any,
-    windows: Windows,
-    intervention: Intervention | None = None,
-    *,
-    metrics: Sequence[str] | None = None,
-    points: Sequence[str] | str = "hidden_states",
-    batch_size: int = 8,
-    exclude_special: bool = False,
-    per_window: bool = False,
-    progress: bool | None = None,
-    max_memory: int | str | None = None,
-) -> pd.DataFrame:
+def probe(loaded: Any, windows: Windows, intervention: Intervention | None = None, *,
+          metrics: Sequence[str] | None = None, points: Sequence[str] | str = "hidden_states", batch_size: int = 8,
+          exclude_special: bool = False, per_window: bool = False, progress: bool | None = None,
+          max_memory: int | str | None = None) -> pd.DataFrame:
     """Metrics per layer and recorded point, summarised over windows.
 
     Parameters
     ----------
-    loaded : LoadedModel, or any ``transformers.PreTrainedModel`` (with or without a
-        task head; see :func:`rankcollapse.models.as_loaded`), or a TransformerLens
-        ``TransformerBridge`` or an nnsight model around one, recorded by the library
-        (:mod:`rankcollapse.models.lens`; the token metrics of the ``hidden_states``
-        points, without interventions).
-    windows : token windows (``rankcollapse.data.make_windows``), ``(B, N)``.
-    intervention : what is changed in the model (mask, temperature, dropped components,
-        massive-token clipping, edits, head ablation: :class:`Intervention`); None runs
-        the model as it is.
-    metrics : metric names from ``rankcollapse.metrics.METRICS`` (of the recorded
-        hidden states) or from ``ATTENTION_METRICS`` (``attention_entropy``,
-        ``participation_ratio``, ...: of every block's self-attention
-        probabilities, recorded in the same forward pass (eager attention's own, or
-        recomputed from SDPA's queries and keys: :class:`~rankcollapse.models.Recorder`), at the
-        point ``{prefix}layer.k.attention``; allowed keys: the intervention's ``mask`` or
-        the model's own causal/complete pattern, and real tokens) or ``SINK_METRICS``;
-        ``"all"``: every metric of ``METRICS``; None = ``mu, mu_relative, rank_fraction,
-        sigma_min, avg_abs_cos`` (:func:`probe_metrics`).
+    loaded : LoadedModel, a ``transformers.PreTrainedModel`` (task head allowed), or a
+        TransformerLens ``TransformerBridge`` / nnsight model (:mod:`rankcollapse.models.lens`:
+        token metrics of the ``hidden_states`` points, no interventions).
+    windows : token windows ``(B, N)``.
+    intervention : what is changed in the model (:class:`Intervention`); None: nothing.
+    metrics : names from ``METRICS`` (hidden states), ``ATTENTION_METRICS`` (every block's
+        attention probabilities, at ``{prefix}layer.k.attention``) or ``SINK_METRICS``;
+        ``"all"``: every ``METRICS``; None: :data:`PROBE_DEFAULT_METRICS`.
+    points : ``"hidden_states"``, ``"all"`` (also block inputs, norms, sublayer outputs), a
+        list of point names, or a comma-separated string adding ``module:PATH`` items.
     batch_size : windows per forward pass (at most, with ``max_memory``).
-    points : ``"hidden_states"`` (default), ``"all"`` (also block inputs, norms and
-        sublayer outputs), an explicit list of point names, or a comma-separated string
-        adding ``module:PATH`` items to either (``"hidden_states,module:model.layers.3.self_attn"``):
-        the output (element 0 of a tuple) of any ``named_modules()`` path, at the layer of
-        the block that holds it (:func:`~rankcollapse.models.recorder.module_depth`).
-    exclude_special : also leave out special tokens ([CLS], [SEP], BOS) from metrics.
-        Padding is always left out.
-    progress : a progress bar over batches on stderr; None = only on a terminal.
-    max_memory : bytes (or ``"8GiB"``) the probe may use, weights included: the batch
-        size becomes the largest (up to ``batch_size``) whose predicted peak fits
-        (:func:`~rankcollapse.models.memory.probe_memory`); ``df.attrs`` then holds
-        ``batch_size`` and ``predicted_peak_bytes``. None runs ``batch_size`` as given.
-    per_window : also return each row's per-window values (column ``values``: a float64
-        array ``(B,)`` in window order, non-finite values kept), from the same batched
-        forward passes, so intervals over windows need no second run.
+    exclude_special : also leave special tokens out of metrics (padding always is).
+    per_window : also a ``values`` column, float64 ``(B,)`` per row in window order.
+    progress : a progress bar on stderr; None = only on a terminal.
+    max_memory : bytes (or ``"8GiB"``), weights included: the largest batch size that fits
+        (:func:`probe_memory`); ``df.attrs`` then holds ``batch_size`` and
+        ``predicted_peak_bytes``.
 
     Returns
     -------
     pandas.DataFrame
-        The summary layout of :mod:`rankcollapse.summary`: ``layer, point, metric, mean,
-        std, q05, q25, q50, q75, q95, n_samples``. ``layer`` is the ``hidden_states``
-        index (0 = embeddings, k = after block k; points inside block k, 0-based names,
-        count as k+1); ``std`` is the population std over windows; non-finite values are
-        left out of the statistics and of ``n_samples``;
-        ``df.attrs`` holds ``model``, ``family``, ``notes`` and the intervention settings.
-        With ``per_window``, also ``values``.
+        The layout of :mod:`rankcollapse.summary`; ``layer`` is the ``hidden_states`` index
+        (points inside block k count as k+1). ``df.attrs``: ``model``, ``family``, ``notes``
+        and the intervention settings.
 
     Raises
     ------
     ModelError, MaskError, ConfigError
-        ``intervention`` not an :class:`Intervention` (:func:`as_intervention`), an
-        unknown metric (:func:`probe_metrics`), unknown point, unsupported
-        intervention, mask size different from the windows,
-        windows longer than the model's positions (:func:`check_positions`), token ids
-        beyond the model's embeddings (:func:`check_token_ids`).
+        A bad intervention, metric or point, an unsupported intervention, a mask of
+        another size, windows too long or token ids beyond the embeddings.
 
     See Also
     --------
@@ -497,8 +350,10 @@ def probe(
                          attn_names, sink_names, all_edits, clip_records, zeroed)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
+    module_depths = {p: module_depth(stack_list, module_tap(loaded.model, p).module, p[len(MODULE_PREFIX):])
+                     for p in point_list if p.startswith(MODULE_PREFIX)}
     df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
-                    stack_list, per_window, _module_depths(loaded, point_list, stack_list))
+                    stack_list, per_window, module_depths)
     df.attrs.update(
         model=loaded.name, family=loaded.family, notes=list(loaded.notes),
         mask=str(getattr(net.mask, "spec", net.mask)) if net.mask is not None else None,
@@ -522,24 +377,13 @@ def _config_int(config: Any, names: Sequence[str], default: int) -> int:
 
 def probe_memory(loaded: Any, n_tokens: int, *, points: Sequence[str] | str = "hidden_states",
                  metrics: Sequence[str] | None = None) -> ProbeMemory:
-    """Predict the memory of :func:`~rankcollapse.models.probe` on windows of
-    ``n_tokens`` tokens with these ``points`` and ``metrics`` (see the module docstring
-    of :mod:`rankcollapse.models.memory` for the formula and its measured error band).
-
-    ``loaded``: a transformers model, :class:`~rankcollapse.models.LoadedModel`, or a
-    TransformerLens / nnsight model (the model it wraps is sized).
-
-    Raises
-    ------
-    ModelError
-        Unknown points (as :func:`~rankcollapse.models.probe`).
-    """
+    """Predicted memory of :func:`probe` on windows of ``n_tokens`` tokens
+    (:mod:`rankcollapse.models.memory`); :class:`ModelError` for unknown points."""
     return _memory_plan(*open_model(loaded), n_tokens, points, metrics)
 
 
 def _memory_plan(loaded: LoadedModel, library: LibraryModel | None, n_tokens: int, points: Sequence[str] | str,
                  metrics: Sequence[str] | None) -> ProbeMemory:
-    """:func:`probe_memory` of an opened model (:func:`~rankcollapse.models.lens.open_model`)."""
     from ..metrics.registry import metrics_bytes
     from .memory import FORWARD_TOKEN_COPIES, MAP_METRIC_COPIES, SCORE_COPIES, SDPA_SCORE_COPIES, SINK_METRIC_COPIES
 
@@ -568,19 +412,10 @@ def _memory_plan(loaded: LoadedModel, library: LibraryModel | None, n_tokens: in
     return ProbeMemory(int(weights), int(records + maps + max(forward, measure)))
 
 
-
 def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[str] | None, batch_size: int,
                    exclude_special: bool, progress: bool | None, per_window: bool, refused: list[str]) -> pd.DataFrame:
-    """:func:`probe` of a TransformerLens or nnsight model (:mod:`rankcollapse.models.lens`): the
-    ``hidden_states`` points the library records, measured and summarised as for a transformers model.
-
-    Raises
-    ------
-    ConfigError
-        ``refused`` names an option given (an intervention, other ``points``), or ``metrics``
-        names attention or sink metrics: the library runs the model unchanged and records
-        the ``hidden_states`` points only.
-    """
+    """:func:`probe` of a TransformerLens or nnsight model; :class:`ConfigError` for an
+    option in ``refused`` or an attention or sink metric."""
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     refused = refused + [n for n in names if n in ATTENTION_METRICS or n in SINK_METRICS]
     if refused:
@@ -603,8 +438,8 @@ def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[st
 
 def _with_ablation(loaded: LoadedModel, windows: Windows, edits: Mapping[str, EditFn] | None,
                    ablation: HeadAblation | None, batch_size: int, settings: dict[str, Any]) -> dict[str, EditFn]:
-    """``edits`` plus the edits of ``ablation`` (a layer's ablation runs after a user's
-    edit of the same ``layer.k.heads`` point); mean ablation measures the means first."""
+    """``edits`` plus those of ``ablation`` (run after a user's edit at the same point);
+    mean ablation measures the means first."""
     out = dict(edits or {})
     if ablation is None:
         return out
@@ -621,16 +456,12 @@ def _with_ablation(loaded: LoadedModel, windows: Windows, edits: Mapping[str, Ed
     return out
 
 
-def _probe_batch(loaded: LoadedModel, windows: Windows, rows: range, settings: dict[str, Any], point_list: list[str], names: Sequence[str], exclude_special: bool,
-                 values: dict[tuple[str, str], list[torch.Tensor]], attn_names: tuple[str, ...] = (),
-                 sinks: Sequence[str] = (), edits: Mapping[str, EditFn] | None = None,
-                 clip_records: list[dict[str, Any]] | None = None,
-                 zeroed: Mapping[str, Sequence[int]] | None = None) -> None:
-    """One forward pass over the batch ``windows`` (rows ``rows`` of the probed ones) under ``settings``
-    (keywords of :func:`~rankcollapse.models.intervene`, the mask resolved by
-    :func:`~rankcollapse.masks.schedule_or_mask`); appends each point's
-    metrics ``(batch,)`` to ``values[(point, metric)]`` (with ``attn_names``, also those
-    metrics of :data:`~rankcollapse.metrics.ATTENTION_METRICS` of every block's attention; with ``sinks``, those of :mod:`~rankcollapse.models.sinks`)."""
+def _probe_batch(loaded: LoadedModel, windows: Windows, rows: range, settings: dict[str, Any], point_list: list[str],
+                 names: Sequence[str], exclude_special: bool, values: dict[tuple[str, str], list[torch.Tensor]],
+                 attn_names: tuple[str, ...], sinks: Sequence[str], edits: Mapping[str, EditFn],
+                 clip_records: list[dict[str, Any]] | None, zeroed: Mapping[str, Sequence[int]]) -> None:
+    """One forward pass over the batch; appends each ``(point, metric)``'s ``(batch,)``
+    values (token, attention and sink metrics) to ``values``."""
     ids, am = windows.input_ids, windows.attention_mask
     stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
     rec, vrec, clips = _record_batch(loaded, model_inputs(loaded, ids, am), am, settings, point_list,
@@ -655,11 +486,8 @@ def _probe_batch(loaded: LoadedModel, windows: Windows, rows: range, settings: d
 def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, model_type: str | None, mask: Any,
                           am: torch.Tensor, metrics: Sequence[str],
                           values: dict[tuple[str, str], list[torch.Tensor]]) -> None:
-    """The ``metrics`` (names in :data:`~rankcollapse.metrics.ATTENTION_METRICS`) of each
-    block's attention probabilities ``(B, H, N, N)`` of one batch, appended to
-    ``values[(point, metric)]``: allowed keys as :func:`allowed_keys` (``mask`` resolved by
-    :func:`~rankcollapse.masks.schedule_or_mask`), less padding (``am``, ``(B, N)``, 1 = real). The live probe and the tables of saved states both
-    measure here."""
+    """Appends the ``metrics`` of each attention map ``(B, H, N, N)`` of one batch to
+    ``values[(point, metric)]``; allowed keys as :func:`allowed_keys`, less padding (``am``)."""
     for name, A in maps.items():
         decoder = name.startswith("decoder.")
         pad = decoder_padding(am.bool()) if decoder else am.bool()  # keys: every real token
@@ -673,17 +501,8 @@ def _record_batch(loaded: LoadedModel, inputs: dict[str, torch.Tensor], am: torc
                   point_list: list[str], attentions: bool = False, value_stacks: Sequence[Any] = (),
                   edits: Mapping[str, EditFn] | None = None,
                   window_rows: range | None = None) -> tuple[Recorder, ValueRecorder, list[Any]]:
-    """One forward pass of ``inputs`` under the interventions ``settings`` (keywords of
-    :func:`~rankcollapse.models.intervene`: ``mask``, ``d_qk_scale``, ``drop``,
-    ``clip_massive``), recording ``point_list``
-    (and attention probabilities, and the values of ``value_stacks``); also returns the
-    :class:`~rankcollapse.models.massive.MassiveClip` of each stack (with ``clip_massive``).
-
-    Raises
-    ------
-    ModelError
-        A ``module:PATH`` point whose module did not run.
-    """
+    """One forward pass under ``settings``: the :class:`Recorder`, the :class:`ValueRecorder`
+    and each stack's :class:`~rankcollapse.models.massive.MassiveClip`."""
     with intervene(loaded, **settings, attention_mask=am, edits=edits, windows=window_rows) as clips:
         with Recorder(loaded, point_list, attentions=attentions) as rec, ValueRecorder(list(value_stacks)) as vrec:
             loaded.model(**inputs)
@@ -693,47 +512,24 @@ def _record_batch(loaded: LoadedModel, inputs: dict[str, torch.Tensor], am: torc
 
 def add_point_metrics(outputs: dict[str, Any], shape: tuple[int, int], real: torch.Tensor, names: Sequence[str],
                       values: dict[tuple[str, str], list[torch.Tensor]]) -> None:
-    """The token metrics of each recorded point of one batch: appends ``(batch,)`` float64
-    values to ``values[(point, metric)]``.
-
-    ``outputs``: point name -> tokens ``(B, N, d)`` of the batch (``B, N = shape``);
-    ``real``: bool ``(B, N)``, the tokens that enter the metrics (a ``decoder.`` point
-    uses the right-shifted mask, :func:`decoder_padding`). The live probe and the
-    tables of saved states (:mod:`rankcollapse.models.states`) both measure here.
-    """
+    """Appends the token metrics ``(batch,)`` of each point of ``outputs`` (tokens
+    ``(B, N, d)``, ``B, N = shape``; ``real``: bool ``(B, N)``) to ``values[(point, metric)]``;
+    :class:`ModelError` for a ``module:PATH`` output that is not tokens."""
     for name, X in outputs.items():
         pad = decoder_padding(real) if name.startswith("decoder.") else real
-        if name.startswith(MODULE_PREFIX):
-            X = _module_tokens(name, X, shape)
+        if name.startswith(MODULE_PREFIX) and (not isinstance(X, torch.Tensor) or X.ndim != 3
+                                               or tuple(X.shape[:2]) != shape):
+            got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+            raise ModelError(f"{name}: the module's output {got} is not tokens (B, N, width) for B, N = {shape}; "
+                             "record a module whose output (or element 0 of it) holds one vector per token")
         result = compute_metrics(X, list(names), padding_mask=pad.to(X.device), dtype=torch.float64)
         for metric, v in result.items():
             values.setdefault((name, metric), []).append(v.detach().cpu().double())
 
 
-def _module_tokens(name: str, X: Any, shape: tuple[int, int]) -> torch.Tensor:
-    """A ``module:PATH`` output as tokens ``(B, N, width)``.
-
-    Raises
-    ------
-    ModelError
-        The output is not a tensor of shape ``(B, N, width)`` for the batch's ``(B, N)``
-        (e.g. a ModuleList, a head's logits are fine, an attention map is not).
-    """
-    if not isinstance(X, torch.Tensor) or X.ndim != 3 or tuple(X.shape[:2]) != shape:
-        got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
-        raise ModelError(f"{name}: the module's output {got} is not tokens (B, N, width) for B, N = {shape}; "
-                         "record a module whose output (or element 0 of it) holds one vector per token")
-    return X
-
-
 def allowed_keys(family_name: str, model_type: str | None, mask: Any, point: str, n_tokens: int) -> torch.Tensor:
-    """Bool ``(N, N)`` (``N = n_tokens``): the keys each query of the attention at
-    ``point`` (``{prefix}layer.k.attention``) may attend to before padding: ``mask``
-    (resolved by :func:`~rankcollapse.masks.schedule_or_mask`; a schedule's layer ``k``),
-    else the family's own pattern (causal for causal families and T5's decoder, complete
-    otherwise; :func:`~rankcollapse.models.families.native_mask`, no model needed)."""
-    from ..masks import dense_mask
-
+    """Bool ``(N, N)``: the keys each query of the attention at ``point`` may attend to
+    before padding: ``mask`` (a schedule's layer k), else the family's own pattern."""
     k = int(point.rsplit(".", 2)[-2])
     if mask is None:
         causal = point.startswith("decoder.")  # T5's decoder
@@ -746,29 +542,10 @@ def allowed_keys(family_name: str, model_type: str | None, mask: Any, point: str
 @torch.no_grad()
 def attention_maps(loaded: Any, windows: Windows, intervention: Intervention | None = None, *,
                    batch_size: int = 8) -> dict[str, torch.Tensor]:
-    """Self-attention probabilities of every block on ``windows``, under the same
-    :class:`Intervention` as :func:`probe` (installed by the same code), so the maps are
-    those of the forward pass whose table :func:`probe` gives.
-
-    Recorded by :class:`Recorder` ``(attentions=True)``: an SDPA model keeps SDPA and
-    its rows are recomputed from the queries and keys the kernel receives (equal to
-    eager attention's within float round-off); any other model runs with eager
-    attention for the call (switched and restored), so the maps are exactly its own
-    ``output_attentions``.
-
-    Returns
-    -------
-    dict[str, torch.Tensor]
-        ``{prefix}layer.k.attention`` -> float32 ``(B, H, N, N)`` on CPU; row i of a
-        real query sums to 1 over the real keys (padding keys get 0).
-
-    Raises
-    ------
-    ModelError
-        The model cannot switch to eager attention or returns no probabilities.
-    ConfigError
-        Token ids beyond the model's embeddings (:func:`check_token_ids`).
-    """
+    """Self-attention probabilities of every block on ``windows`` under ``intervention``,
+    installed by the code of :func:`probe`: ``{prefix}layer.k.attention`` -> float32
+    ``(B, H, N, N)`` on CPU (padding keys 0). :class:`ModelError` when the model gives no
+    probabilities; :class:`ConfigError` for unknown token ids."""
     net = as_intervention(intervention)
     check_windows(windows)
     batch_size = check_int(batch_size, "batch_size", low=1)
@@ -787,17 +564,8 @@ def attention_maps(loaded: Any, windows: Windows, intervention: Intervention | N
     return {name: torch.cat(chunks) for name, chunks in parts.items()}
 
 
-def _stack_of(name: str, stack_list: list[families.Stack]) -> families.Stack:
-    for stack in stack_list:
-        if stack.prefix and name.startswith(stack.prefix):
-            return stack
-    return stack_list[0]
-
-
 def _point_list(loaded: Any, points: Sequence[str] | str) -> list[str]:
-    """Point names of ``points``: ``"hidden_states"``/``"all"``, a list, or a comma-separated
-    string whose ``module:PATH`` items are recorded beside the ``hidden_states`` points
-    (beside all points with ``all`` among the items)."""
+    """Point names of ``points`` (a list, or a string as :func:`check_points`)."""
     if not isinstance(points, str):
         return list(points)
     base, modules = check_points(points)
@@ -806,14 +574,8 @@ def _point_list(loaded: Any, points: Sequence[str] | str) -> list[str]:
 
 def check_points(points: str) -> tuple[str, list[str]]:
     """``(base, module items)`` of a comma-separated ``points`` string, checked without a
-    model: ``base`` is ``hidden_states`` (the default) or ``all``; each ``module:PATH``
-    item names a module path (resolved once the model is loaded).
-
-    Raises
-    ------
-    ModelError
-        Anything else, or a ``module:`` item without a path.
-    """
+    model (``base``: ``hidden_states`` or ``all``); :class:`ModelError` for anything else or
+    a ``module:`` item without a path."""
     items = [p.strip() for p in points.split(",") if p.strip()]
     modules = [p for p in items if p.startswith(MODULE_PREFIX)]
     rest = [p for p in items if not p.startswith(MODULE_PREFIX)]
@@ -826,38 +588,26 @@ def check_points(points: str) -> tuple[str, list[str]]:
     return (rest[0] if rest else "hidden_states"), modules
 
 
-def _module_depths(loaded: Any, point_list: list[str], stack_list: list) -> dict[str, int]:
-    """Layer index of each ``module:PATH`` point (:func:`~rankcollapse.models.recorder.module_depth`)."""
-    return {p: module_depth(stack_list, module_tap(loaded.model, p).module, p[len(MODULE_PREFIX):])
-            for p in point_list if p.startswith(MODULE_PREFIX)}
-
-
 def _summarise(values: dict, point_metrics: list[tuple[str, Sequence[str]]], stack_list: list,
                per_window: bool = False, depths: dict[str, int] | None = None) -> pd.DataFrame:
-    """``point_metrics``: ``(point, metric names)`` in table order; ``depths`` gives the
-    layer of points :func:`families.depth_of` cannot place (``module:PATH``)."""
+    """``point_metrics``: ``(point, metric names)`` in table order; ``depths``: the layer
+    of points :func:`families.depth_of` cannot place."""
     depths = depths or {}
-    keyed = {
-        (depths[name] if name in depths else families.depth_of(name, _stack_of(name, stack_list)), name, metric):
-            values[(name, metric)]
-        for name, names in point_metrics
-        for metric in names
-    }
+
+    def depth(name: str) -> int:
+        if name in depths:
+            return depths[name]
+        stack = next((s for s in stack_list if s.prefix and name.startswith(s.prefix)), stack_list[0])
+        return families.depth_of(name, stack)
+
+    keyed = {(depth(name), name, metric): values[(name, metric)] for name, names in point_metrics for metric in names}
     return summary_table(keyed, per_window=per_window)
 
 
 def layernorm_rank_note(loaded: Any, windows: Windows, table: pd.DataFrame) -> str | None:
-    """One line explaining rank ``d − 1`` at LayerNorm outputs, or None.
-
-    LayerNorm centres every token (its ``d`` entries sum to 0 before the affine map), so
-    with zero bias (a random-init model's, or any LayerNorm without bias) its ``(N, d)``
-    outputs lie in the ``(d − 1)``-dimensional subspace orthogonal to the all-ones
-    direction: with ``N >= d`` the numerical rank is at most ``d − 1`` (``rank_fraction``
-    ``(d − 1) / d``, ``sigma_min`` at rounding), whatever the tokens. Returned when the
-    model has a ``torch.nn.LayerNorm``, every window has at least ``d`` real tokens and
-    some point's measured ``rank_fraction`` (mean over windows) is exactly ``(d − 1) / d``;
-    the note names those points. Rank is measured in the full space, not the centred one.
-    """
+    """One line explaining rank ``d − 1`` at LayerNorm outputs (centring, with zero bias),
+    or None: when the model has a ``LayerNorm``, every window has >= ``d`` real tokens and
+    some point's mean ``rank_fraction`` is exactly ``(d − 1) / d``."""
     d = int(loaded.model.config.hidden_size)
     if not any(isinstance(m, torch.nn.LayerNorm) for m in loaded.model.modules()):
         return None
@@ -873,24 +623,15 @@ def layernorm_rank_note(loaded: Any, windows: Windows, table: pd.DataFrame) -> s
             f"outputs span at most d - 1 = {d - 1} dimensions (sigma_min ~ 0 there)")
 
 
-# Families whose position information acts inside attention (RoPE, relative bias), so
-# the embeddings of repeated tokens are identical rows.
 def distinct_token_fraction(windows: Windows, dim: int) -> torch.Tensor:
-    """Per window, ``#distinct real token ids / min(n_real, dim)``, shape ``(B,)``: the
-    largest rank the embeddings can have when position is not in them."""
+    """Per window, ``#distinct real token ids / min(n_real, dim)``, shape ``(B,)``."""
     real = windows.attention_mask.bool()
     return distinct_tokens(windows.input_ids, real) / torch.clamp(real.sum(dim=-1), max=dim)
 
 
 def embedding_rank_note(loaded: Any, windows: Windows, table: pd.DataFrame) -> str | None:
-    """One line explaining a rank-deficient embedding layer, or None.
-
-    For families that add position inside attention (Llama: RoPE; T5: relative bias)
-    the input embeddings carry no position, so repeated tokens give identical rows:
-    ``rank_fraction`` of layer 0 is the fraction of distinct tokens and ``sigma_min`` is
-    0 up to rounding. Returned only when the measured ``rank_fraction`` equals that
-    fraction (mean over windows, special tokens included), i.e. repetition explains it.
-    """
+    """One line explaining a rank-deficient embedding layer (position inside attention:
+    repeated tokens give identical rows), or None when repetition does not explain it."""
     how = families.family(loaded.family).position_in_attention
     name = families.stacks(loaded.model, loaded.family)[0].prefix + "embeddings"
     rows = table[(table["point"] == name) & (table["metric"] == "rank_fraction")]

@@ -1,14 +1,6 @@
-"""Record named activations of an unmodified Hugging Face model with forward hooks.
-
-In the manner of baukit's ``nethook.Trace``: hooks are installed on entry and removed
-on exit; the model's code and weights are never touched. Point names are listed in
-:mod:`rankcollapse.models.families`.
-
-Example
--------
->>> with Recorder(loaded, ["embeddings", "layer.2.output"]) as rec:   # doctest: +SKIP
-...     loaded.model(input_ids=ids, attention_mask=am)
->>> rec.outputs["layer.2.output"].shape                                # (B, N, d)
+"""Record named activations of an unmodified Hugging Face model with forward hooks, in
+the manner of baukit's ``nethook.Trace``: hooks are installed on entry and removed on
+exit. Point names: docs/models.md, "Point names".
 """
 
 from __future__ import annotations
@@ -28,8 +20,8 @@ from .loading import as_loaded
 
 
 class StopForward(Exception):
-    """Raised inside the forward pass once every requested point is captured
-    (``Recorder(stop=True)``); the recorder's ``with`` block swallows it."""
+    """Raised once every requested point is captured (``Recorder(stop=True)``); swallowed
+    by the recorder's ``with`` block."""
 
 
 def resolve_points(stack_list: list[Stack]) -> dict[str, tuple[Tap, int]]:
@@ -63,15 +55,9 @@ MODULE_PREFIX = "module:"
 
 
 def module_tap(model: nn.Module, name: str) -> Tap:
-    """The output (element 0 of a tuple) of the submodule a ``module:PATH`` point names,
-    ``PATH`` being any ``model.named_modules()`` name (e.g. ``layers.3.self_attn``; a
-    leading ``model.`` is accepted for a base model loaded without its task head).
-
-    Raises
-    ------
-    ModelError
-        No submodule at ``PATH`` (the message shows names that exist).
-    """
+    """The output (element 0 of a tuple) of the submodule a ``module:PATH`` point names
+    (any ``named_modules()`` path; a leading ``model.`` is accepted); :class:`ModelError`
+    when there is none."""
     path = name[len(MODULE_PREFIX):]
     names = dict(model.named_modules())
     for candidate in (path, path.partition(".")[2] if path.startswith("model.") else None):
@@ -83,10 +69,8 @@ def module_tap(model: nn.Module, name: str) -> Tap:
 
 
 def module_depth(stack_list: list[Stack], module: nn.Module, path: str) -> int:
-    """``hidden_states`` index of a module point, counted as the named points are: k + 1
-    for a module inside block k; the number of layers L for one that holds blocks or
-    runs after them (final norm, head); 0 for the rest, modules that run before the
-    blocks (embeddings, rotary tables; ``path`` is used only in the error message)."""
+    """``hidden_states`` index of a module point: k + 1 inside block k; L for a module that
+    holds blocks or runs after them (final norm, head); 0 for one that runs before them."""
     stack = stack_list[-1]
     for s_ in stack_list:
         for k, parts in enumerate(s_.blocks):
@@ -100,8 +84,7 @@ def module_depth(stack_list: list[Stack], module: nn.Module, path: str) -> int:
 
 
 def token_shape(args: tuple, kwargs: dict) -> tuple[int, int] | None:
-    """``(B, N)`` of a model call: the shape of its ``input_ids`` (or ``inputs_embeds``,
-    or first positional argument); None when none is a tensor."""
+    """``(B, N)`` of a model call's ``input_ids`` (or ``inputs_embeds``, or first argument)."""
     for x in (kwargs.get("input_ids"), kwargs.get("inputs_embeds"), args[0] if args else None):
         if isinstance(x, torch.Tensor) and x.ndim >= 2:
             return int(x.shape[0]), int(x.shape[1])
@@ -109,9 +92,8 @@ def token_shape(args: tuple, kwargs: dict) -> tuple[int, int] | None:
 
 
 def as_tokens(X: torch.Tensor, shape: tuple[int, int] | None) -> torch.Tensor:
-    """``X`` as tokens ``(B, N, width)``: a point whose module sees the tokens flattened to
-    ``(B·N, width)`` (OPT's MLP and its norm) is viewed back; any other tensor is returned
-    as it is."""
+    """``X`` viewed as ``(B, N, width)`` where its module flattened the tokens to
+    ``(B·N, width)`` (OPT's MLP); any other tensor as it is."""
     if shape is not None and X.ndim == 2 and X.shape[0] == shape[0] * shape[1]:
         return X.view(*shape, X.shape[-1])
     return X
@@ -125,36 +107,86 @@ def _pick(value: Any, index: int) -> torch.Tensor:
     return value
 
 
-class Recorder:
+class _PointHooks:
+    """Forward hooks at the taps of named points; a module that runs several times in a
+    forward pass (ALBERT's shared layer) is told apart by counting its calls. What
+    :meth:`_visit` returns (not None) replaces the tensor."""
+
+    def __init__(self, model: nn.Module, taps: Iterable[tuple[str, Tap, int, Any]]):
+        self.model = model
+        # (module id, io) -> occurrence -> [(name, index, extra)]
+        self._plan: dict[tuple[int, str], dict[int, list[tuple[str, int, Any]]]] = \
+            defaultdict(lambda: defaultdict(list))
+        self._modules: dict[tuple[int, str], nn.Module] = {}
+        for name, tap, occ, extra in taps:
+            key = (id(tap.module), tap.io)
+            self._plan[key][occ].append((name, tap.index, extra))
+            self._modules[key] = tap.module
+        self._calls: dict[tuple[int, str], int] = defaultdict(int)
+        self._tokens: tuple[int, int] | None = None  # (B, N) of the running forward pass
+        self._handles: list[Any] = []
+
+    def _visit(self, key: tuple[int, str], value: Any) -> Any:
+        raise NotImplementedError
+
+    def _entries(self, key: tuple[int, str]) -> list[tuple[str, int, Any]]:
+        occ = self._calls[key]
+        self._calls[key] = occ + 1
+        return self._plan[key].get(occ, [])
+
+    def _reset(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self._tokens = token_shape(args, kwargs)
+        self._calls.clear()
+
+    def _install(self) -> None:
+        self._handles.append(self.model.register_forward_pre_hook(self._reset, with_kwargs=True))
+        for key, module in self._modules.items():
+            if key[1] == "input":
+                self._handles.append(module.register_forward_pre_hook(self._input_hook(key), with_kwargs=True))
+            else:
+                self._handles.append(module.register_forward_hook(self._output_hook(key)))
+
+    def _input_hook(self, key: tuple[int, str]):
+        def hook(module: nn.Module, args: tuple, kwargs: dict):
+            new = self._visit(key, args[0] if args else kwargs["hidden_states"])
+            if new is None:
+                return None
+            return ((new,) + args[1:], kwargs) if args else (args, dict(kwargs, hidden_states=new))
+
+        return hook
+
+    def _output_hook(self, key: tuple[int, str]):
+        def hook(module: nn.Module, args: tuple, output: Any):
+            return self._visit(key, output)
+
+        return hook
+
+    def _remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+class Recorder(_PointHooks):
     """Context manager capturing named points of a model during its forward passes.
 
     Parameters
     ----------
     loaded : LoadedModel (or any object with ``.model`` and ``.family``).
-    points : names to record (see :mod:`rankcollapse.models.families`), or
-        ``module:PATH`` for the output of any submodule (:func:`module_tap`; its first
-        call in a forward pass); None = the ``hidden_states`` points of every stack.
-    stop : raise :class:`StopForward` as soon as every point is captured, so a caller
-        that needs only early points (e.g. ``embeddings``) skips the rest of the model.
-        The exception is swallowed by this context manager's ``__exit__``.
-    attentions : also record the self-attention probabilities of every block. A model
-        running SDPA attention keeps it: each block's probabilities are recomputed from
-        the queries, keys, scale and mask that its ``scaled_dot_product_attention`` call
-        receives (:class:`SdpaRows`), i.e. after rotary embeddings, query/key norms and
-        grouped keys, as eager attention forms them. Any other model runs with eager
-        attention inside the ``with`` block (flash kernels never form the
-        probabilities; the previous implementation is restored on exit) and
-        ``output_attentions=True`` is added to its call.
+    points : point names, or ``module:PATH`` (:func:`module_tap`); None = the
+        ``hidden_states`` points of every stack.
+    stop : raise :class:`StopForward` once every point is captured, skipping the rest of
+        the model.
+    attentions : also record every block's self-attention probabilities: recomputed from
+        the arguments of each SDPA call (:class:`SdpaRows`), or, for other models, with
+        eager attention and ``output_attentions=True`` inside the block.
 
     Attributes
     ----------
     outputs : dict[str, torch.Tensor]
         Point name -> tensor ``(B, N, d)`` from the latest forward pass (detached).
     attention_maps : dict[str, torch.Tensor]
-        With ``attentions=True``: ``{prefix}layer.k.attention`` -> softmax probabilities
-        ``(B, H, N, N)`` (row i: how query token i attends to each key), exactly the
-        model's own ``output_attentions`` under eager attention (under SDPA, equal to
-        them up to the float round-off by which SDPA and eager attention differ).
+        With ``attentions=True``: ``{prefix}layer.k.attention`` -> ``(B, H, N, N)``.
 
     Raises
     ------
@@ -181,55 +213,38 @@ class Recorder:
     True
     """
 
-    def __init__(
-        self, loaded: Any, points: Iterable[str] | None = None, *, stop: bool = False, attentions: bool = False
-    ):
+    def __init__(self, loaded: Any, points: Iterable[str] | None = None, *, stop: bool = False,
+                 attentions: bool = False):
         loaded = as_loaded(loaded)
-        self.model: nn.Module = loaded.model
-        self.stacks = families.stacks(self.model, loaded.family)
+        self.stacks = families.stacks(loaded.model, loaded.family)
         table = resolve_points(self.stacks)
         if points is None:
             points = [n for s in self.stacks for n in families.point_names(s)]
         self.points = list(points)
         for p in self.points:
             if p.startswith(MODULE_PREFIX) and p not in table:
-                table[p] = (module_tap(self.model, p), 0)
+                table[p] = (module_tap(loaded.model, p), 0)
         unknown = [p for p in self.points if p not in table]
         if unknown:
-            raise ModelError(
-                f"unknown recording point(s) {unknown[:5]} for family {loaded.family!r}; "
-                f"available e.g. {list(table)[:6]}"
-            )
-        # (module id, io) -> occurrence -> [(name, index)]
-        self._plan: dict[tuple[int, str], dict[int, list[tuple[str, int]]]] = defaultdict(lambda: defaultdict(list))
-        self._modules: dict[tuple[int, str], nn.Module] = {}
-        for name in self.points:
-            tap, occ = table[name]
-            key = (id(tap.module), tap.io)
-            self._plan[key][occ].append((name, tap.index))
-            self._modules[key] = tap.module
+            raise ModelError(f"unknown recording point(s) {unknown[:5]} for family {loaded.family!r}; "
+                             f"available e.g. {list(table)[:6]}")
+        super().__init__(loaded.model, [(name, *table[name], None) for name in self.points])
         self.stop = stop
         self.attentions = attentions
         self.attention_maps: dict[str, torch.Tensor] = {}
         self._previous_impl: str | None = None
         self._rows: SdpaRows | None = None
         self.outputs: dict[str, torch.Tensor] = {}
-        self._calls: dict[tuple[int, str], int] = defaultdict(int)
-        self._tokens: tuple[int, int] | None = None  # (B, N) of the running forward pass
-        self._handles: list[Any] = []
 
-    def _store(self, key: tuple[int, str], value: Any) -> None:
-        occ = self._calls[key]
-        self._calls[key] = occ + 1
-        for name, index in self._plan[key].get(occ, ()):
+    def _visit(self, key: tuple[int, str], value: Any) -> None:
+        for name, index, _ in self._entries(key):
             X = _pick(value, index).detach()
             self.outputs[name] = X if name.startswith(MODULE_PREFIX) else as_tokens(X, self._tokens)
         if self.stop and len(self.outputs) == len(self.points):
             raise StopForward()
 
     def _reset(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        self._tokens = token_shape(args, kwargs)
-        self._calls.clear()
+        super()._reset(module, args, kwargs)
         self.outputs = {}
         self.attention_maps.clear()  # the same dict SdpaRows fills
 
@@ -244,7 +259,6 @@ class Recorder:
 
     def __enter__(self) -> "Recorder":
         self._reset(self.model, (), {})
-        self._handles.append(self.model.register_forward_pre_hook(self._reset, with_kwargs=True))
         if self.attentions and SdpaRows.applies(self.model, self.stacks):
             self._rows = SdpaRows(self.stacks, self.attention_maps)
             self._handles.extend(self._rows.hooks())
@@ -254,33 +268,14 @@ class Recorder:
             self._previous_impl = switch_attention(self.model, "eager")
             self._handles.append(self.model.register_forward_pre_hook(_ask_attentions, with_kwargs=True))
             self._handles.append(self.model.register_forward_hook(self._store_attentions))
-        for key, module in self._modules.items():
-            if key[1] == "input":
-                hook = self._input_hook(key)
-                self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-            else:
-                self._handles.append(module.register_forward_hook(self._output_hook(key)))
+        self._install()
         return self
-
-    def _input_hook(self, key: tuple[int, str]):
-        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            self._store(key, args[0] if args else kwargs["hidden_states"])
-
-        return hook
-
-    def _output_hook(self, key: tuple[int, str]):
-        def hook(module: nn.Module, args: tuple, output: Any) -> None:
-            self._store(key, output)
-
-        return hook
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         if self._rows is not None:
             self._rows.__exit__(None, None, None)
             self._rows = None
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        self._remove()
         if self._previous_impl is not None:
             switch_attention(self.model, self._previous_impl)
             self._previous_impl = None
@@ -289,19 +284,10 @@ class Recorder:
 
 class SdpaRows(TorchFunctionMode):
     """Attention probabilities of an SDPA model, recomputed from what each block's
-    self-attention passes to ``torch.nn.functional.scaled_dot_product_attention``.
-
-    The queries and keys arrive there exactly as the kernel uses them (rotary
-    embeddings applied, query/key norms, the model's scale, its mask), so
-    ``softmax(q kᵀ · scale + mask)`` in float32, cast to the queries' dtype, is the
-    row eager attention returns: keys grouped as transformers' ``repeat_kv`` groups
-    them (head h reads key head ``h // (H / H_kv)``), a boolean mask (True = attend)
-    made additive with ``finfo.min`` as transformers' eager mask, ``is_causal`` as
-    the lower triangle. The kernel still computes the block's output.
-
-    Calls are attributed to ``{prefix}layer.k.attention`` by forward hooks on each
-    block's self-attention module (counted per call, so a shared layer gets one name
-    per depth); cross-attention calls are not recorded.
+    self-attention passes to ``scaled_dot_product_attention`` (queries and keys as the
+    kernel uses them): ``softmax(q kᵀ · scale + mask)`` as eager attention forms it.
+    Calls are named by forward hooks on each block's self-attention; cross-attention is not
+    recorded.
     """
 
     def __init__(self, stack_list: list[Stack], maps: dict[str, torch.Tensor]):
@@ -323,7 +309,7 @@ class SdpaRows(TorchFunctionMode):
                 and all(p.self_attn is not None for s in stack_list for p in s.blocks))
 
     def hooks(self) -> list[Any]:
-        """Install the forward hooks that name the running block; returns their handles."""
+        """Install the hooks that name the running block; returns their handles."""
         handles = []
         for key, module in self._modules.items():
             def enter(module: nn.Module, args: tuple, key: int = key) -> None:
@@ -338,13 +324,7 @@ class SdpaRows(TorchFunctionMode):
         return handles
 
     def check(self, module: nn.Module, args: tuple, output: Any) -> None:
-        """After the forward pass: every block's self-attention went through SDPA.
-
-        Raises
-        ------
-        ModelError
-            A block's self-attention did not call ``scaled_dot_product_attention``.
-        """
+        """:class:`ModelError` when a block's self-attention did not call SDPA."""
         missing = [n for names in self._names.values() for n in names if n not in self.maps]
         if missing:
             raise ModelError(f"{type(module).__name__}: {missing[0]} did not call scaled_dot_product_attention; "
@@ -360,9 +340,8 @@ class SdpaRows(TorchFunctionMode):
 def sdpa_probabilities(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor | None = None,
                        attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
                        scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
-    """The probabilities ``(B, H, N, M)`` that ``scaled_dot_product_attention`` with
-    these arguments applies to the values (without dropout), formed as transformers'
-    eager attention forms them (see :class:`SdpaRows`)."""
+    """The probabilities ``(B, H, N, M)`` that ``scaled_dot_product_attention`` applies to
+    the values (without dropout), formed as transformers' eager attention forms them."""
     from transformers.integrations.sdpa_attention import repeat_kv
 
     key = repeat_kv(key, query.shape[-3] // key.shape[-3])  # (B, H, M, d_head)
@@ -383,14 +362,8 @@ def _ask_attentions(module: nn.Module, args: tuple, kwargs: dict):
 
 
 def switch_attention(model: nn.Module, implementation: str) -> str:
-    """Set ``model``'s attention implementation (``"eager"``, ``"sdpa"``...) with
-    transformers' own ``set_attn_implementation``; returns the previous one.
-
-    Raises
-    ------
-    ModelError
-        The model cannot switch (no ``set_attn_implementation``, or transformers refuses).
-    """
+    """Set the attention implementation with transformers' ``set_attn_implementation``;
+    returns the previous one. :class:`ModelError` when the model cannot switch."""
     previous = getattr(model.config, "_attn_implementation", None) or "eager"
     if previous == implementation:
         return previous

@@ -1,33 +1,8 @@
-"""Attention sinks: how much attention the first token receives, and what it passes on.
-
-Trained language models send most attention to the first token in many heads (an
-"attention sink": Xiao et al., "Efficient Streaming Language Models with Attention
-Sinks", ICLR 2024), and that token's value vector is small, so a sink head outputs almost
-nothing (a no-op; Sun et al., "Massive Activations in Large Language Models", 2024,
-Sec. 4). Per block k and head h (``{prefix}layer.k.attention.head_h``), over windows:
-
-- ``sink_mass``: ``mean_{i real, i != f} A[h, i, f]``, the attention mass on the first
-  real token f, averaged over the other real queries. The first token's own row is
-  left out: in a causal model it can attend only to itself (mass 1 by construction).
-- ``sink_value_ratio``: ``||v_f|| / median_j ||v_j||`` over the real tokens j, with v the
-  head's value vectors (the output of the block's value projection, W_V x + b; heads
-  that share a key/value head under grouped-query attention share it). Small: the sink
-  contributes almost nothing to the head's output.
-- ``sink_contribution``: ``mean_{i real, i != f} C[h, i, f]``, the share of the
-  attention layer's output that head h writes from the first token, with the
-  contribution weights of :func:`contribution_weights` (attention x value norm after the
-  output projection x alignment with the layer output; Cunningham & Muça Cirone,
-  "Contribution Weights: A Geometrical Analysis of Self-Attention Transformers", ICML
-  2026, arXiv 2606.07604). Per block it is the sum over heads (the first token's share
-  of the block's attention output; equal to ``sink_mass`` when every head and key writes
-  the same vector). A sink reads ``sink_mass`` near 1 and ``sink_contribution`` near 0
-  when the first token's values are small or orthogonal to what the layer writes.
-- ``sink_head_fraction`` (per block only): the fraction of heads whose ``sink_mass`` is
-  at least :data:`SINK_THRESHOLD`.
-
-The per-block point ``{prefix}layer.k.attention`` holds the mean over heads of
-``sink_mass`` and ``sink_value_ratio``, the sum over heads of ``sink_contribution``, and
-the head fraction.
+"""Attention sinks: how much attention the first token receives, and what it passes on
+(``sink_mass``, ``sink_value_ratio``, ``sink_contribution``, ``sink_head_fraction``;
+docs/models.md, "Trained-model geometry"). Per head at ``{prefix}layer.k.attention.head_h``;
+per block at ``{prefix}layer.k.attention`` the mean over heads (the sum for
+``sink_contribution``).
 """
 
 from __future__ import annotations
@@ -44,10 +19,8 @@ from .families import Stack
 SINK_METRICS = ("sink_mass", "sink_head_fraction", "sink_value_ratio", "sink_contribution")
 #: The sink metrics that read the value projection (:class:`ValueRecorder`).
 VALUE_METRICS = ("sink_value_ratio", "sink_contribution")
-#: A head is a sink head when the first token receives at least half of its attention
-#: (mean over queries): then the first token outweighs all other keys together, which no
-#: content-based pattern does on every query; uniform causal attention over N = 128
-#: tokens gives the first token (1/127) sum_{i=2..128} 1/i = 0.035.
+#: A head is a sink head when the first token receives at least half of its attention (mean over
+#: queries): then it outweighs all other keys together, which no content-based pattern does on every query.
 SINK_THRESHOLD = 0.5
 
 _VALUE_ATTRS = ("v_proj", "value", "v")  # Llama, BERT/ALBERT, T5
@@ -55,20 +28,14 @@ _HEAD_DIM_ATTRS = ("head_dim", "attention_head_size", "key_value_proj_dim")
 
 
 def first_real(padding_mask: torch.Tensor) -> torch.Tensor:
-    """Index ``(B,)`` of each window's first real token in a ``(B, N)`` padding mask."""
+    """Index ``(B,)`` of each window's first real token."""
     return padding_mask.to(torch.int64).argmax(dim=-1)
 
 
 def first_token_mass(A: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
-    """``sink_mass`` per window and head, float64 ``(B, H)``, from attention
-    probabilities ``A`` ``(B, H, N, N)`` and the padding mask ``(B, N)`` (True = real);
-    ``sink_contribution`` when ``A`` holds contribution weights (:func:`contribution_weights`).
-
-    Raises
-    ------
-    ModelError
-        A window with fewer than 2 real tokens (no query besides the first token).
-    """
+    """``sink_mass`` float64 ``(B, H)`` of probabilities ``A`` ``(B, H, N, N)`` and the
+    padding mask ``(B, N)``; ``sink_contribution`` when ``A`` holds contribution weights.
+    :class:`ModelError` for a window with fewer than 2 real tokens."""
     pm = padding_mask.to(A.device).bool()
     f = first_real(pm)
     queries = pm.clone()
@@ -82,10 +49,8 @@ def first_token_mass(A: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tenso
 
 
 def value_norm_ratio(V: torch.Tensor, n_heads: int, head_dim: int, padding_mask: torch.Tensor) -> torch.Tensor:
-    """``sink_value_ratio`` per window and (query) head, float64 ``(B, n_heads)``, from
-    the value projection's output ``V`` ``(B, N, n_kv * head_dim)``; query head h reads
-    key/value head ``h // (n_heads / n_kv)`` (grouped-query attention). The median is
-    numpy's, over the real tokens."""
+    """``sink_value_ratio`` float64 ``(B, n_heads)`` of the value projection's output ``V``
+    ``(B, N, n_kv * head_dim)`` (numpy's median over the real tokens)."""
     norms = head_values(V.double(), n_heads, head_dim).norm(dim=-1)  # (B, n_heads, N)
     pm = padding_mask.to(V.device).bool()
     f = first_real(pm)
@@ -96,15 +61,9 @@ def value_norm_ratio(V: torch.Tensor, n_heads: int, head_dim: int, padding_mask:
 
 
 def head_values(V: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
-    """The value projection's output ``V`` ``(B, N, n_kv * head_dim)`` as one value per
-    query head, ``(B, n_heads, N, head_dim)``: query head h reads key/value head
-    ``h // (n_heads / n_kv)`` (grouped-query attention).
-
-    Raises
-    ------
-    ModelError
-        A width that is not a whole number of key/value heads dividing ``n_heads``.
-    """
+    """``V`` ``(B, N, n_kv * head_dim)`` as one value per query head, ``(B, n_heads, N,
+    head_dim)``: query head h reads key/value head ``h // (n_heads / n_kv)``.
+    :class:`ModelError` for a width that is no whole number of key/value heads."""
     B, N, width = V.shape
     if width % head_dim or n_heads % (width // head_dim):
         raise ModelError(f"value width {width} is not a whole number of key/value heads of {head_dim} "
@@ -114,9 +73,8 @@ def head_values(V: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
 
 
 def linear_map(module: nn.Module, width: int) -> torch.Tensor:
-    """The matrix ``M`` ``(width, d_out)`` of a linear module (``nn.Linear``, GPT-2's
-    ``Conv1D``...) without its bias, so that ``module(x) - module(0) = x @ M``: read off
-    by applying the module to the identity and to 0; float64."""
+    """The float64 matrix ``M`` ``(width, d_out)`` of a linear module without its bias,
+    ``module(x) - module(0) = x @ M``."""
     weight = next(module.parameters())
     eye = torch.eye(width + 1, width, dtype=weight.dtype, device=weight.device)  # last row: 0
     with torch.no_grad():
@@ -125,23 +83,15 @@ def linear_map(module: nn.Module, width: int) -> torch.Tensor:
 
 
 def contribution_weights(A: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
-    """Contribution weights ``C`` ``(B, H, N, N)``, float64, of attention probabilities
-    ``A`` ``(B, H, N, N)`` and each head's value vectors after its slice of the output
-    projection ``U`` ``(B, H, N, d)`` (``u^h_j = W_O^h v^h_j``, bias left out).
+    """Contribution weights ``C`` ``(B, H, N, N)``, float64, of probabilities ``A``
+    ``(B, H, N, N)`` and each head's values after its slice of the output projection ``U``
+    ``(B, H, N, d)`` (``u^h_j = W_O^h v^h_j``, bias left out):
 
-    The attention layer writes ``y_i = sum_h sum_j a^h_ij u^h_j`` at query i. Key j's
-    contribution weight in head h is the projection of its term ``a^h_ij u^h_j`` on
-    ``y_i``, as a fraction of ``y_i``:
+        c^h_ij = a^h_ij <u^h_j, y_i> / ||y_i||^2,   y_i = sum_h sum_j a^h_ij u^h_j,
 
-        c^h_ij = a^h_ij <u^h_j, y_i> / ||y_i||^2 = a^h_ij ||u^h_j|| cos(u^h_j, y_i) / ||y_i||,
-
-    attention x value norm x alignment with the layer output, normalised so that the
-    weights of each query sum to 1 over heads and keys (``sum_h sum_j c^h_ij =
-    <y_i, y_i> / ||y_i||^2``); a weight is negative where the term points away from the
-    output. Closed forms: a key with ``u^h_j = 0`` gets 0; with one head and equal
-    values (``u_j = u != 0``) ``C = A``; with H heads and one value ``u`` for every
-    head and key, ``C = A / H``, so ``sum_h c^h_ij`` is the heads' mean attention. A
-    query with ``y_i = 0`` is NaN.
+    so each query's weights sum to 1 over heads and keys. Closed forms: ``u^h_j = 0`` gives 0;
+    one head with equal values gives ``C = A``; one value for every head and key ``C = A / H``.
+    A query with ``y_i = 0`` is NaN.
     """
     A, U = A.double(), U.double()
     Y = (A @ U).sum(dim=1, keepdim=True)  # (B, 1, N, d): the layer's output at each query
@@ -150,13 +100,8 @@ def contribution_weights(A: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
 
 
 def value_module(self_attn: nn.Module | None) -> nn.Module:
-    """The value projection of a self-attention module (``v_proj``, ``value`` or ``v``).
-
-    Raises
-    ------
-    ModelError
-        The module has none of them (e.g. GPT-2's fused ``c_attn``; a generic family).
-    """
+    """The value projection (``v_proj``, ``value`` or ``v``) of a self-attention module;
+    :class:`ModelError` if none."""
     for attr in _VALUE_ATTRS:
         module = getattr(self_attn, attr, None)
         if isinstance(module, nn.Module):
@@ -176,14 +121,8 @@ def head_dim_of(self_attn: nn.Module, config: Any, n_heads: int) -> int:
 
 class ValueRecorder:
     """Context manager recording every block's value-projection output ``(B, N, width)``
-    (forward hooks, removed on exit; a module shared by several blocks, as in ALBERT,
-    is told apart by its call order).
-
-    Attributes
-    ----------
-    outputs : dict[str, torch.Tensor]
-        ``{prefix}layer.k.attention`` -> the value projection's output of block k.
-    """
+    into ``outputs`` (``{prefix}layer.k.attention`` -> tensor); a shared module is told
+    apart by call order."""
 
     def __init__(self, stack_list: list[Stack]):
         self._blocks: list[tuple[str, nn.Module, int]] = []
@@ -217,15 +156,8 @@ class ValueRecorder:
 
 def head_outputs(V: torch.Tensor, out_proj: nn.Module | None, n_heads: int, head_dim: int,
                  point: str) -> torch.Tensor:
-    """Each head's value vectors after its slice of the output projection, ``u_j = W_O^h v_j``
-    (bias left out), float64 ``(B, n_heads, N, d)``, from the value projection's output
-    ``V`` ``(B, N, n_kv * head_dim)``.
-
-    Raises
-    ------
-    ModelError
-        No known output projection (a generic layout other than GPT-NeoX, OPT, Phi and DistilBERT).
-    """
+    """Each head's values after its slice of the output projection, float64
+    ``(B, n_heads, N, d)``; :class:`ModelError` without a known output projection."""
     if out_proj is None:
         raise ModelError(f"{point}: no self-attention output projection the toolkit knows; "
                          "sink_contribution needs it")
@@ -236,18 +168,9 @@ def head_outputs(V: torch.Tensor, out_proj: nn.Module | None, n_heads: int, head
 
 def zeroed_heads(names: Sequence[str], edits: Mapping[str, Any] | None, ablation: Any,
                  loaded: Any) -> dict[str, list[int]]:
-    """The self-attention heads a zero ablation removes
-    (:class:`~rankcollapse.models.edits.HeadAblation` of ``loaded``), by attention point
-    ``{prefix}layer.k.attention``: :func:`sink_values` gives them no contribution and
-    leaves them out of the layer output ``y_i``.
-
-    Raises
-    ------
-    ConfigError
-        ``sink_contribution`` among ``names`` with a mean ablation or an edit at a
-        ``layer.k.heads`` point: those heads' outputs are then no attention-weighted sum
-        of value vectors, which is what the contribution weights decompose.
-    """
+    """The self-attention heads a zero ablation removes, by ``{prefix}layer.k.attention``
+    (:func:`sink_values` gives them no contribution); :class:`ConfigError` for
+    ``sink_contribution`` with a mean ablation or an edit at a ``layer.k.heads`` point."""
     from .edits import check_ablation, is_heads_point
 
     if "sink_contribution" in names:
@@ -270,14 +193,10 @@ def sink_values(attention_maps: dict[str, torch.Tensor], value_outputs: dict[str
                 stack_list: list[Stack], config: Any, padding_of: Callable[[str], torch.Tensor],
                 names: tuple[str, ...], zeroed: Mapping[str, Sequence[int]] | None = None,
                 ) -> dict[tuple[str, str], torch.Tensor]:
-    """Per-window sink metrics ``(B,)`` keyed by ``(point, metric)``: per head at
-    ``{point}.head_h`` and per block at ``{point}`` = ``{prefix}layer.k.attention``;
-    ``padding_of(point)`` is the ``(B, N)`` padding mask of that point's tokens.
-
-    ``zeroed`` (:func:`zeroed_heads`): attention point -> heads whose output a zero
-    ablation removes; their ``u^h_j`` are 0 in ``sink_contribution`` (contribution 0,
-    and left out of the layer output), while ``sink_mass`` and ``sink_value_ratio``
-    still read their attention and values, which the ablation does not change."""
+    """Per-window sink metrics ``(B,)`` by ``(point, metric)``, per head at
+    ``{point}.head_h`` and per block at ``{point}``; ``padding_of(point)``: that point's
+    ``(B, N)`` padding mask; ``zeroed`` heads (:func:`zeroed_heads`) write nothing in
+    ``sink_contribution``."""
     parts = {f"{s.prefix}layer.{k}.attention": p for s in stack_list for k, p in enumerate(s.blocks)}
     out: dict[tuple[str, str], torch.Tensor] = {}
     for point, A in attention_maps.items():

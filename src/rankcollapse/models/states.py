@@ -1,40 +1,9 @@
 """Hidden states on disk: capture them where the model runs, measure them anywhere.
 
-One folder layout (``probe --save-states DIR``, :func:`save_states`):
-
-``DIR/states.safetensors``
-    ``hidden_states``: ``(n_samples, n_points, N, d)`` in the model's dtype, i.e.
-    ``[window, point, token, d]``: the tokens of every recorded point of every window;
-    ``attention_mask``: int64 ``(n_samples, N)``, 1 = real token, 0 = padding;
-    ``input_ids`` and ``special_tokens_mask`` ``(n_samples, N)`` when known.
-    ``attentions`` (on request): float32 ``(n_samples, n_blocks, H, N, N)``, each
-    block's attention probabilities (``[window, block, head, query, key]``).
-``DIR/states.json``
-    what the axes mean: ``format`` (``"rankcollapse.states"``), ``version`` (1),
-    ``layout`` (``["window", "point", "token", "d"]``), ``points`` (point names of
-    :mod:`rankcollapse.points`: ``embeddings``, ``layer.k.output``, ``final_norm``...,
-    in axis order), ``n_layers`` (blocks per stack prefix, ``{"": L}``; gives each point's
-    ``layer``), ``window_ids`` (each window's row in the windows it came from), ``model``,
-    ``family``, ``model_type`` (``config.model_type``: with the family, the model's own
-    attention pattern, :func:`~rankcollapse.models.families.native_mask`; absent reads as
-    None), ``dtype`` (of ``hidden_states``) and the interventions the states were
-    captured under (``mask``, ``d_qk_scale``, ``d_qk``, ``drop``, ``clip_massive``, and
-    ``edits`` (the points edited) and ``ablate_heads`` when given);
-    with attentions, ``attention_points`` (``layer.k.attention``, axis 1 of ``attentions``).
-
-A transformers ``output_hidden_states`` dump is read as well (:func:`read_states`): a
-folder holding ``hidden_states.safetensors`` with either one tensor ``hidden_states``
-``(L + 1, B, N, d)`` (``torch.stack(outputs.hidden_states)``) or the tensors
-``hidden_states.0`` ... ``hidden_states.L`` ``(B, N, d)``, an optional ``attention_mask``
-``(B, N)`` (absent: every token is real) and optional ``input_ids``, beside the model's
-``config.json`` (``model.config.save_pretrained(DIR)``). Its entries are labelled as the
-probe labels them: ``embeddings``, ``layer.k.output``, and the last one ``final_norm``
-for a family whose stack ends in a final norm (GPT-2, Llama, T5's encoder:
-transformers applies the norm to the last entry), else ``layer.{L-1}.output``.
-
-:func:`states_table` measures either with the probe's own code
-(:func:`rankcollapse.models.probe.add_point_metrics` and the summary table), so states
-saved by a probe give its table back.
+The folder layouts, ``states.safetensors`` + ``states.json`` (:func:`save_states`) and a
+transformers ``output_hidden_states`` dump (``hidden_states.safetensors`` + ``config.json``),
+are documented in docs/models.md, "Hidden states on disk". :func:`states_table` measures
+either with the probe's own code, so states saved by a probe give its table back.
 """
 
 from __future__ import annotations
@@ -69,22 +38,9 @@ SETTINGS = ("mask", "d_qk_scale", "d_qk", "drop", "clip_massive", "edits", "abla
 
 @dataclass(frozen=True)
 class States:
-    """Recorded hidden states of ``n_samples`` windows at ``n_points`` points.
-
-    Attributes
-    ----------
-    hidden_states : ``(n_samples, n_points, N, d)``, ``[window, point, token, d]``.
-    points : point names, in the order of axis 1.
-    attention_mask : int64 ``(n_samples, N)``, 1 = real token.
-    n_layers : blocks per stack prefix (``{"": L}``; T5: ``encoder.``, ``decoder.``).
-    window_ids : each window's row in the windows it came from.
-    model, family, model_type : where the states come from (None when unknown).
-    input_ids, special_tokens_mask : ``(n_samples, N)``, when known.
-    settings : the interventions of the capture (``mask``, ``drop``...).
-    attentions : float32 ``(n_samples, n_attention_points, H, N, N)``, each block's
-        attention probabilities, when captured (``attentions=True``).
-    attention_points : ``{prefix}layer.k.attention`` names of axis 1 of ``attentions``.
-    """
+    """Recorded hidden states ``(n_samples, n_points, N, d)`` and what their axes mean (the
+    fields of ``states.json``, docs/models.md, "Hidden states on disk"); ``attentions``:
+    float32 ``(n_samples, n_attention_points, H, N, N)`` when captured."""
 
     hidden_states: torch.Tensor
     points: tuple[str, ...]
@@ -101,7 +57,7 @@ class States:
     attention_points: tuple[str, ...] = ()
 
     def layer(self, point: str) -> int:
-        """The ``layer`` column of ``point`` (:func:`rankcollapse.points.layer_of`)."""
+        """The ``layer`` column of ``point``."""
         return _layer(point, self.n_layers)
 
 
@@ -114,19 +70,9 @@ def _layer(point: str, n_layers: dict[str, int]) -> int:
 def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, batch_size: int = 8,
                    points: Sequence[str] | str = "hidden_states", attentions: bool = False) -> States:
     """The hidden states :func:`~rankcollapse.models.probe` measures, under the same
-    :class:`~rankcollapse.models.Intervention` (installed by the probe's own code), on
-    CPU in the model's dtype;
-    with ``attentions``, also every block's attention probabilities (float32, recorded
-    in the same pass).
-
-    Raises
-    ------
-    ConfigError
-        ``module:PATH`` points (their widths differ from ``d``: not one tensor), a mask
-        without a spec (a bool tensor: the sidecar could not name it), or the checks of :func:`~rankcollapse.models.probe` (positions, token ids).
-    ModelError, MaskError
-        As :func:`~rankcollapse.models.probe`.
-    """
+    :class:`~rankcollapse.models.Intervention`, on CPU in the model's dtype (with
+    ``attentions``, also every block's float32 attention probabilities). Raises as the probe,
+    and :class:`ConfigError` for ``module:PATH`` points or a mask without a spec."""
     from ..masks import schedule_or_mask
     from .edits import edit_settings
     from .interventions import split_drop
@@ -179,26 +125,13 @@ def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, b
 
 def save_states(folder: str | Path, states: States, *, allow_nonempty: bool = False,
                 flags: bool | str = False) -> None:
-    """Write ``states`` as ``folder/states.safetensors`` and ``folder/states.json`` (the
-    layout of the module docstring), through :mod:`rankcollapse._outdir` as every output
-    folder: only these names, no link followed, no file of another run or of the user
-    replaced, a failure leaves the previous contents whole.
-
-    Raises
-    ------
-    ConfigError, UnsafePathError, OutputBusyError
-        As :func:`rankcollapse._outdir.check_out` (``allow_nonempty`` and ``flags`` as there).
-    """
-    from .._outdir import writing
-
-    with writing(folder, "states\n", STATE_NAMES, allow_nonempty=allow_nonempty, flags=flags) as stage:
-        _write_states(stage, states)
-
-
-def _write_states(folder: Path, states: States) -> None:
+    """Write ``states`` as ``folder/states.safetensors`` and ``folder/states.json`` through
+    :mod:`rankcollapse._outdir` (``allow_nonempty`` and ``flags`` as
+    :func:`rankcollapse._outdir.check_out`, whose errors it raises)."""
     from safetensors.torch import save_file
 
     from .._io import atomic_path
+    from .._outdir import writing
 
     tensors = {"hidden_states": states.hidden_states.contiguous(), "attention_mask": states.attention_mask.long()}
     if states.input_ids is not None:
@@ -207,32 +140,28 @@ def _write_states(folder: Path, states: States) -> None:
         tensors["special_tokens_mask"] = states.special_tokens_mask.bool().contiguous()
     if states.attentions is not None:
         tensors["attentions"] = states.attentions.contiguous()
-    with atomic_path(folder / STATES_FILE) as tmp:
-        save_file(tensors, str(tmp))
-    write_json_atomic(folder / SIDECAR, {
-        "format": FORMAT, "version": VERSION, "layout": list(LAYOUT), "points": list(states.points),
-        "n_layers": dict(states.n_layers), "window_ids": list(states.window_ids), "model": states.model,
-        "family": states.family, "model_type": states.model_type,
-        "dtype": str(states.hidden_states.dtype).removeprefix("torch."),
-        **({"attention_points": list(states.attention_points)} if states.attentions is not None else {}),
-        **states.settings,
-    })
+    with writing(folder, "states\n", STATE_NAMES, allow_nonempty=allow_nonempty, flags=flags) as stage:
+        with atomic_path(stage / STATES_FILE) as tmp:
+            save_file(tensors, str(tmp))
+        write_json_atomic(stage / SIDECAR, {
+            "format": FORMAT, "version": VERSION, "layout": list(LAYOUT), "points": list(states.points),
+            "n_layers": dict(states.n_layers), "window_ids": list(states.window_ids), "model": states.model,
+            "family": states.family, "model_type": states.model_type,
+            "dtype": str(states.hidden_states.dtype).removeprefix("torch."),
+            **({"attention_points": list(states.attention_points)} if states.attentions is not None else {}),
+            **states.settings,
+        })
 
 
 def read_states(folder: str | Path) -> States:
-    """The states in ``folder``: the layout :func:`save_states` writes, or a transformers
-    ``output_hidden_states`` dump (module docstring), checked whole before any metric.
+    """The states in ``folder`` (either layout), checked whole before any metric.
 
     Raises
     ------
     StatesError
-        No such folder or neither layout in it; an unreadable or malformed sidecar or
-        tensor file; a tensor of the wrong shape or dtype; non-finite hidden states
-        (names the point and window); point names that are not the project's, or that
-        do not match the tensor's axis; a dump whose family's last entry cannot be
-        labelled.
+        No such folder or neither layout, or anything malformed (names what).
     UnsafePathError
-        A tensor file that is a link or not a regular file (a FIFO).
+        A tensor file that is a link or not a regular file.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -397,14 +326,8 @@ def _checked(t: dict[str, torch.Tensor], points: tuple[str, ...], n_layers: dict
 
 
 def state_metrics(metrics: Sequence[str] | None) -> tuple[str, ...]:
-    """The metric names :func:`states_table` measures (None: the probe's default),
-    checked before any file is read.
-
-    Raises
-    ------
-    ConfigError
-        A name that is not a metric of hidden states (attention metrics need the model).
-    """
+    """The metric names :func:`states_table` measures (None: the probe's default);
+    :class:`ConfigError` for a name that is no metric of hidden states or attention maps."""
     from ..metrics import ATTENTION_METRICS, METRICS
     from .probe import PROBE_DEFAULT_METRICS
 
@@ -419,26 +342,10 @@ def state_metrics(metrics: Sequence[str] | None) -> tuple[str, ...]:
 
 def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_size: int = 8,
                  exclude_special: bool = False, per_window: bool = False) -> pd.DataFrame:
-    """The per-layer table of :func:`~rankcollapse.models.probe` from recorded states:
-    the same metric code, batches and summary, so states a probe saved give its table.
-
-    Parameters
-    ----------
-    metrics : token metrics (``rankcollapse.metrics.METRICS``); None = the probe's default.
-    batch_size : windows per batch, as the probe's.
-    exclude_special : also leave out special tokens (needs ``special_tokens_mask``).
-    per_window : also the ``values`` column, as the probe's.
-
-    Returns
-    -------
-    pandas.DataFrame in the layout of :mod:`rankcollapse.summary`, ``attrs`` as the probe's.
-
-    Raises
-    ------
-    ConfigError
-        A metric of attention (it needs the model), an unknown metric, or
-        ``exclude_special`` without a ``special_tokens_mask``.
-    """
+    """The per-layer table of :func:`~rankcollapse.models.probe` from recorded states (the
+    same metric code, batches and summary; arguments as there); :class:`ConfigError` for an
+    unknown metric, an attention metric without saved attentions, or ``exclude_special``
+    without a ``special_tokens_mask``."""
     from ..masks import schedule_or_mask
     from ..metrics import ATTENTION_METRICS
     from .probe import _summarise, add_attention_metrics, add_point_metrics

@@ -1,12 +1,8 @@
 """The attention temperature of a pretrained model, as ``d_qk``.
 
-A model scores ``q·k · scaling`` (``scaling = 1/sqrt(d_head)`` for BERT, GPT-2, Llama;
-1 for T5). In the paper's notation (Sec. 3, Eq. (1); spec.md §1) scores are
-``q·k / sqrt(d_qk)``, so the model's own ``d_qk = 1 / scaling²``. Asking for another
-``d_qk = D`` is the intervention ``d_qk_scale = s = D · scaling²``
-(:func:`rankcollapse.models.interventions.intervene` divides ``scaling`` by ``sqrt(s)``).
-The same ``d_qk`` is ``simulate``'s ``d_qk``, and ``theory sphere``'s ``beta`` is
-``1 / sqrt(d_qk)`` with ``W_Q = W_K = I`` (docs/dynamics.md).
+A model scores ``q·k · scaling``; in the paper's notation (Sec. 3, Eq. (1)) scores are
+``q·k / sqrt(d_qk)``, so its own ``d_qk = 1 / scaling²``, and another ``d_qk = D`` is the
+intervention ``d_qk_scale = D · scaling²`` (docs/models.md, "Interventions").
 """
 
 from __future__ import annotations
@@ -20,15 +16,8 @@ from .loading import as_loaded
 
 
 def model_d_qk(loaded: Any) -> float:
-    """The model's own ``d_qk = 1 / scaling²`` (a float > 0).
-
-    Raises
-    ------
-    ModelError
-        A model whose self-attention modules are not known (a generic layout other than
-        GPT-NeoX, OPT, Phi, DistilBERT), one without a numeric ``scaling``,
-        or modules that disagree (no single ``d_qk`` to speak of).
-    """
+    """The model's own ``d_qk = 1 / scaling²``; :class:`ModelError` for unknown
+    self-attention modules, a non-numeric ``scaling``, or modules that disagree."""
     loaded = as_loaded(loaded)
     scalings = set()
     for stack in families.stacks(loaded.model, loaded.family):
@@ -54,15 +43,8 @@ def check_d_qk(d_qk: Any) -> float:
 
 
 def d_qk_scale_for(loaded: Any, d_qk: float | None, d_qk_scale: float = 1.0) -> float:
-    """The ``d_qk_scale`` that gives attention temperature ``d_qk`` (None: ``d_qk_scale``).
-
-    Raises
-    ------
-    ConfigError
-        ``d_qk`` not a positive finite number, or both ``d_qk`` and ``d_qk_scale != 1``.
-    ModelError
-        See :func:`model_d_qk`.
-    """
+    """The ``d_qk_scale`` that gives attention temperature ``d_qk`` (None: ``d_qk_scale``);
+    :class:`ConfigError` for a bad ``d_qk`` or both given, :class:`ModelError` as :func:`model_d_qk`."""
     if d_qk is None:
         return d_qk_scale
     check_d_qk(d_qk)
