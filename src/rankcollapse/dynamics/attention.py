@@ -18,13 +18,8 @@ from ..masks.rows import check_rows_allow_key
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Row softmax of ``scores`` ``(..., N, N)`` restricted to ``mask`` (bool, broadcastable;
-    True = i attends to j); masked entries are exactly 0, huge logits stay stable.
-
-    Raises
-    ------
-    MaskError
-        If some row has no allowed key (names the first such rows).
-    """
+    True = i attends to j); masked entries are exactly 0, huge logits stay stable. Raises
+    ``MaskError``: if some row has no allowed key (names the first such rows)."""
     check_rows_allow_key(mask)
     blocked = ~(mask.expand_as(scores) if mask.shape != scores.shape else mask)
     info = torch.finfo(scores.dtype)

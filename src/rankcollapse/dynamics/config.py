@@ -48,12 +48,8 @@ class BlockConfig:
         qk_norm_scale`` (None: ``log2(N^2 - N)``).
     headwise_rmsnorm : each head's output row divided by its RMS before ``W_O``.
 
-    Raises
-    ------
-    ConfigError
-        An unknown value, or a combination docs/dynamics.md lists as refused (e.g.
-        ``peri`` with ``norm="none"``, ``ngpt`` without ``sphere``, ``mix`` without
-        ``mix_layers``, a setting of a placement or norm the block does not use).
+    Raises ``ConfigError`` for an unknown value or a combination docs/dynamics.md lists as refused
+    (e.g. ``peri`` with ``norm="none"``, a setting of a placement or norm the block does not use).
     """
 
     norm: str = "none"
@@ -132,16 +128,11 @@ def default_alpha(placement: str) -> float:
 
 
 VARIANTS: dict[str, BlockConfig] = {
-    # X <- A X W_V
-    "pure": BlockConfig(),
-    # X <- D A X W_V (rows to the unit sphere, spec.md §2)
-    "sphere": BlockConfig(norm="sphere"),
-    # X <- LayerNorm(A X W_V), no affine, no skip
-    "layernorm": BlockConfig(norm="layernorm"),
-    # X <- X + A X W_V
-    "skip": BlockConfig(placement="post_ln"),
-    # X <- LayerNorm(X + A X W_V), no affine
-    "post_ln": BlockConfig(norm="layernorm", placement="post_ln"),
+    "pure": BlockConfig(),  # X <- A X W_V
+    "sphere": BlockConfig(norm="sphere"),  # X <- D A X W_V (rows to the unit sphere, spec.md §2)
+    "layernorm": BlockConfig(norm="layernorm"),  # X <- LayerNorm(A X W_V), no affine, no skip
+    "skip": BlockConfig(placement="post_ln"),  # X <- X + A X W_V
+    "post_ln": BlockConfig(norm="layernorm", placement="post_ln"),  # X <- LayerNorm(X + A X W_V), no affine
 }
 
 
@@ -155,13 +146,8 @@ def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
     """Return the :class:`BlockConfig` of a variant name or config, with ``overrides``.
 
     A ``placement`` override without ``alpha`` moves a default skip weight to the new
-    placement's default (:func:`default_alpha`); a non-default skip weight is kept.
-
-    Raises
-    ------
-    ConfigError
-        Unknown variant name or invalid override.
-    """
+    placement's default (:func:`default_alpha`); a non-default skip weight is kept. Raises
+    ``ConfigError``: unknown variant name or invalid override."""
     if isinstance(variant, BlockConfig):
         cfg = variant
     elif isinstance(variant, str) and variant in VARIANTS:
@@ -193,10 +179,8 @@ class RunConfig:
     progress : a progress bar over layers on stderr; None: only on a terminal.
     max_memory : bytes (or ``"8GiB"``) each part of the run may use; None: half the physical memory.
 
-    Raises
-    ------
-    ConfigError
-        ``depth`` < 1, ``seed`` < 0, ``block_size`` < 1 (or not integers), unknown ``backend``.
+    Raises ``ConfigError`` for ``depth``, ``block_size`` < 1, ``seed`` < 0 (or not integers), an
+    unknown ``backend``.
     """
 
     depth: int

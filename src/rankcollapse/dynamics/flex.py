@@ -12,13 +12,8 @@ from ..errors import ConfigError
 
 class FlexBackend:
     """Compiled FlexAttention on one :class:`~rankcollapse.masks.Mask`, the block mask built
-    on ``device`` with tiles of ``block_size``.
-
-    Raises
-    ------
-    ConfigError
-        FlexAttention missing from this torch.
-    """
+    on ``device`` with tiles of ``block_size``. Raises ``ConfigError``: FlexAttention missing from
+    this torch."""
 
     def __init__(self, mask, device, *, block_size: int = 128):
         try:

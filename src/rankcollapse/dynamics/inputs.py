@@ -1,9 +1,6 @@
-"""Initial token matrices ``X(0)``: the one registry of input distributions (docs/dynamics.md,
-"Initial tokens").
-
-Every input is ``draw(n_samples, n_tokens, d_model, *, seed=0, generator=None, ...)`` returning
-a float64 CPU tensor ``(B, N, d)``, the same numbers for a seed on every machine; a
-``generator`` replaces the one seeded by ``seed``. :func:`make_tokens` looks one up by spec.
+"""Initial token matrices ``X(0)``, the one registry of input distributions (docs/dynamics.md,
+"Initial tokens"): ``draw(n_samples, n_tokens, d_model, *, seed=0, generator=None, ...)`` returns
+float64 CPU ``(B, N, d)``, a ``generator`` replacing the one seeded by ``seed``.
 """
 
 from __future__ import annotations
@@ -33,13 +30,8 @@ def _generator(seed: int, generator: torch.Generator | None) -> torch.Generator:
 
 def gaussian_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0, std: float = 1.0,
                     generator: torch.Generator | None = None) -> torch.Tensor:
-    """i.i.d. ``N(0, std^2)`` entries, float64 ``(n_samples, n_tokens, d_model)``.
-
-    Raises
-    ------
-    ConfigError
-        ``n_samples``, ``n_tokens`` or ``d_model`` < 1, ``seed`` < 0, ``std`` not > 0.
-    """
+    """i.i.d. ``N(0, std^2)`` entries, float64 ``(n_samples, n_tokens, d_model)``. Raises
+    ``ConfigError``: a size < 1, ``seed`` < 0, ``std`` not > 0."""
     _check(n_samples, n_tokens, d_model)
     std = check_float(std, "gaussian input std", low=0, strict_low=True)
     gen = _generator(seed, generator)
@@ -55,13 +47,8 @@ def sphere_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
 def hemisphere_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
                       pole: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Tokens uniform on the open hemisphere ``<x, pole> > 0`` (default pole ``e_1``): sphere
-    samples reflected across the pole's hyperplane (spec.md §5.2's start).
-
-    Raises
-    ------
-    ConfigError
-        ``pole`` of the wrong shape or zero.
-    """
+    samples reflected across the pole's hyperplane (spec.md §5.2's start). Raises ``ConfigError``:
+    ``pole`` of the wrong shape or zero."""
     X = sphere_tokens(n_samples, n_tokens, d_model, seed=seed, generator=generator)
     p = torch.zeros(d_model, dtype=torch.float64) if pole is None else torch.as_tensor(pole, dtype=torch.float64)
     if pole is None:
@@ -96,13 +83,8 @@ def simplex_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0
                    generator: torch.Generator | None = None) -> torch.Tensor:
     """Unit tokens ``x_i = sqrt(rho) e_1 + sqrt(1 - rho) u_i``, ``u_i`` uniform on the unit sphere
     of ``x_1 = 0``: pairwise cosines ``rho + O((1 - rho) / sqrt(d - 1))``, the almost-simplex
-    start of Chen, Lin, Polyanskiy & Rigollet (ICLR 2026).
-
-    Raises
-    ------
-    ConfigError
-        ``d_model < 2``, ``rho`` outside ``[0, 1)``.
-    """
+    start of Chen, Lin, Polyanskiy & Rigollet (ICLR 2026). Raises ``ConfigError``: ``d_model < 2``,
+    ``rho`` outside ``[0, 1)``."""
     _check(n_samples, n_tokens, d_model)
     if d_model < 2 or not 0 <= rho < 1:
         raise ConfigError(f"simplex tokens need d_model >= 2 and 0 <= rho < 1, got d_model = {d_model}, rho = {rho}")
@@ -127,12 +109,9 @@ def wikipedia_tokens(n_samples: int, n_tokens: int, d_model: int | None = None, 
         process), or a loaded model.
     generator : not accepted (the windows are drawn by ``seed``).
 
-    Raises
-    ------
-    ConfigError
-        ``generator`` given, ``d_model`` larger than the model's width, bad sizes.
-    DataError, ModelError, TokenizerError
-        The corpus or model is not installed, or the windows cannot be cut.
+    Raises ``ConfigError`` for a ``generator``, ``d_model`` larger than the model's width, bad
+    sizes; ``DataError``, ``ModelError``, ``TokenizerError`` when the corpus or model is not
+    installed or the windows cannot be cut.
     """
     if generator is not None:
         raise ConfigError("input 'wikipedia' is drawn by seed (its windows), not from a generator")
@@ -140,10 +119,8 @@ def wikipedia_tokens(n_samples: int, n_tokens: int, d_model: int | None = None, 
     check_int(n_tokens, "n_tokens", low=1)
     block = check_int(block, "block", low=0)
     seed = check_int(seed, "seed", low=0)
-    if isinstance(model, str):
-        E = _cached_embeddings(model, n_tokens, n_samples * (block + 1), seed)
-    else:
-        E = _embeddings(model, n_tokens, n_samples * (block + 1), seed)
+    embeddings = _cached_embeddings if isinstance(model, str) else _embeddings
+    E = embeddings(model, n_tokens, n_samples * (block + 1), seed)
     E = E[block * n_samples:(block + 1) * n_samples]
     if d_model is None:
         return E
@@ -206,11 +183,8 @@ def make_tokens(spec: str, n_samples: int, n_tokens: int, d_model: int | None, *
     """``X(0)`` float64 ``(n_samples, n_tokens, d_model)`` of the input ``spec``:
     ``INPUTS[NAME](n_samples, n_tokens, d_model, seed=seed, generator=generator, **keys, **options)``.
 
-    Raises
-    ------
-    ConfigError
-        Unknown name, an option the input does not take or given twice (in ``spec`` and
-        ``options``), bad sizes; ``d_model=None`` for an input other than ``wikipedia``.
+    Raises ``ConfigError`` for an unknown name, an option the input does not take or given
+    twice (in ``spec`` and ``options``), bad sizes, ``d_model=None`` other than for ``wikipedia``.
     """
     parsed = Spec.parse(spec, "input", names=KEYS)
     draw = INPUTS[parsed.name]

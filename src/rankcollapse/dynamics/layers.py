@@ -32,13 +32,8 @@ def sphere(X: torch.Tensor, *, zero_rows: str = "keep", direct: bool = False) ->
     The one rule for zero rows (every entry exactly 0; docs/dynamics.md, "Records, numerics,
     errors"): never given a direction, counted, and ``zero_rows`` ``"keep"`` (left at 0;
     runs warn once, :func:`warn_zero_rows`), ``"raise"`` or ``"nan"``. No device sync except
-    with ``"raise"`` or ``direct``.
-
-    Raises
-    ------
-    ConfigError
-        ``zero_rows="raise"`` and a zero row; an unknown ``zero_rows``.
-    """
+    with ``"raise"`` or ``direct``. Raises ``ConfigError``: ``zero_rows="raise"`` and a zero row; an
+    unknown ``zero_rows``."""
     if zero_rows not in ZERO_ROWS:
         raise ConfigError(f"zero_rows must be one of {ZERO_ROWS}, got {zero_rows!r}")
     if direct:

@@ -1,9 +1,7 @@
-"""Attention operators whose rows need not sum to one: sinks, off-by-one, sigmoid, differential.
-
-Each maps the scaled scores ``S = scale * Q K^T`` ``(B, H, N, N)`` and the mask to weights
-``A``; the formulas and their papers are in docs/dynamics.md ("Update rules"), what still
-holds of Theorem 1 in docs/theory.md ("Attention that is not row-stochastic"). All run on
-the dense path only.
+"""Attention operators whose rows need not sum to one (sinks, off-by-one, sigmoid, differential):
+maps of the scaled scores ``S = scale * Q K^T`` and the mask to weights ``A``, dense path only.
+Formulas: docs/dynamics.md ("Update rules"); theory: docs/theory.md ("Attention that is not
+row-stochastic").
 """
 
 from __future__ import annotations
@@ -52,13 +50,9 @@ class AttentionOperator:
 
 
 def parse_attention(spec: str | AttentionOperator) -> AttentionOperator:
-    """Parse ``softmax | uniform | sink:b=B | offbyone | sigmoid[:bias=B] | diff:lambda=L``.
-
-    Raises
-    ------
-    ConfigError
-        Unknown kind, unknown or missing parameter, or a value that is not a finite number.
-    """
+    """Parse ``softmax | uniform | sink:b=B | offbyone | sigmoid[:bias=B] | diff:lambda=L``. Raises
+    ``ConfigError``: unknown kind, unknown or missing parameter, or a value that is not a finite
+    number."""
     if isinstance(spec, AttentionOperator):
         return spec
     parsed = Spec.parse(spec, "attention", names=_KEYS)
@@ -72,13 +66,8 @@ def operator_weights(Q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor, op: A
                      scale: float, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Attention weights ``A`` ``(B, H, N, N)`` of ``op`` in ``Q.dtype`` from Q, K ``(B, H, N, d_k)``,
     a bool mask ``(N, N)`` and ``bias`` ``(H, N, N)`` or None added to the scaled scores; scores
-    that may overflow are formed in float64.
-
-    Raises
-    ------
-    ConfigError
-        ``diff`` with an odd per-head query/key width.
-    """
+    that may overflow are formed in float64. Raises ``ConfigError``: ``diff`` with an odd per-head
+    query/key width."""
     import torch
 
     from .attention import masked_softmax, scores_may_overflow

@@ -93,13 +93,8 @@ _EXTRACTORS = {"bert": _bert, "roberta": _bert, "albert": _albert, "gpt2": _gpt2
 
 def model_family(hf_model) -> str:
     """``bert | roberta | albert | gpt2 | t5 | llama`` from ``config.model_type``
-    (:data:`rankcollapse.models.families.REGISTRY`; Mistral, Qwen2 and Gemma are Llama).
-
-    Raises
-    ------
-    ModelError
-        A model type whose attention layout is not known.
-    """
+    (:data:`rankcollapse.models.families.REGISTRY`; Mistral, Qwen2 and Gemma are Llama). Raises
+    ``ModelError``: a model type whose attention layout is not known."""
     mt = getattr(hf_model.config, "model_type", "")
     family = family_of(mt)
     if family not in _EXTRACTORS:
@@ -110,13 +105,8 @@ def model_family(hf_model) -> str:
 def extract_attention_weights(hf_model) -> list[LayerWeights]:
     """Per-layer :class:`LayerWeights` (Q, K, V, O, biases, scale, RoPE, position bias), detached,
     in the model's dtype, of a ``transformers`` model (BERT, ALBERT, GPT-2, T5 encoder, Llama;
-    base or with a head) or a :class:`rankcollapse.models.LoadedModel`.
-
-    Raises
-    ------
-    ModelError
-        Unsupported family.
-    """
+    base or with a head) or a :class:`rankcollapse.models.LoadedModel`. Raises ``ModelError``:
+    unsupported family."""
     hf_model = getattr(hf_model, "model", hf_model) if not hasattr(hf_model, "config") else hf_model
     family = model_family(hf_model)
     base = getattr(hf_model, hf_model.base_model_prefix, hf_model)

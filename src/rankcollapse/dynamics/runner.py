@@ -19,9 +19,8 @@ from .._memory import check_memory, check_simulate_tokens
 from ..masks import Mask, resolve_mask
 from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, STEP_METRICS, compute_metrics
-from ..metrics.registry import WEIGHT_METRICS
+from ..metrics.registry import UNSCALED_METRICS, WEIGHT_METRICS
 from ..metrics._context import MetricContext, RankTolerance
-from ..metrics.registry import UNSCALED_METRICS
 from ..metrics.core import mu_finite
 from .attention import kept
 from .config import BlockConfig, RunConfig, resolve_variant, variant_name
@@ -65,7 +64,6 @@ class SimResult(NotebookResult):
     zero_rows: list[int] = field(default_factory=list)
     row_mass_deficit: torch.Tensor | None = None
     stopped: ZeroStop | None = None
-
 
     def to_pandas(self, *, summary: bool = False) -> Any:
         """Tidy frame ``layer, sample, metric, value`` (final-norm values at ``layer =

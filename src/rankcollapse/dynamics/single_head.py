@@ -1,8 +1,6 @@
 """One single-head attention layer without MLP, on per-sample weights: the fast path of the
-phase sweep, the Theorem-2 check and :class:`~rankcollapse.theory.system.AttentionSystem`.
-
-The update rules are :func:`.layers.placement_update`'s (every norm, placement, ``qk_norm``
-and ``headwise_rmsnorm``), so the layer agrees with ``simulate`` to round-off; the operation
+phase sweep, the Theorem-2 check and ``AttentionSystem``. Its update rules are
+:func:`.layers.placement_update`'s (it agrees with ``simulate`` to round-off); the operation
 order is fixed so that its callers' results are reproducible bit for bit.
 """
 
@@ -51,13 +49,9 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, weights: LayerWeights
     zero_rows, direct_sphere : the ``sphere`` norm's options (:func:`.layers.sphere`).
     layer : the 1-based index (``mix``, ``lns``).
 
-    Raises
-    ------
-    ConfigError
-        A ``cfg`` or weights the fast path does not run, an odd key width under differential
-        attention, a zero row with ``zero_rows="raise"``.
-    MaskError
-        A mask row with no allowed key.
+    Raises ``ConfigError`` for a ``cfg`` or weights the fast path does not run, an odd key width
+    under differential attention, a zero row with ``zero_rows="raise"``; ``MaskError`` for a
+    mask row with no allowed key.
     """
     _check_fast(cfg, weights)
     W_Q, W_K, W_V, scale = weights.W_Q, weights.W_K, weights.W_V, weights.scale
@@ -98,10 +92,8 @@ def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, weights: LayerWe
     ``scale``). Returns ``(X_next, stats, n_zero_rows)``, ``stats`` the layer's
     :func:`~.sparse.merge_row_statistics` (``epsilon``, ``entropy``, ``row_mass_deficit``, each ``(B,)``).
 
-    Raises
-    ------
-    ConfigError
-        What :func:`single_head_layer` refuses, attention other than softmax, ``qk_norm``, no ``scale``.
+    Raises ``ConfigError`` for what :func:`single_head_layer` refuses, attention other than
+    softmax, ``qk_norm``, no ``scale``.
     """
     _check_fast(cfg, weights)
     W_Q, W_K, W_V, scale = weights.W_Q, weights.W_K, weights.W_V, weights.scale

@@ -1,12 +1,7 @@
-"""Long-sequence attention whose memory grows with the mask's edges, not ``N^2``
-(docs/dynamics.md, "Long sequences and backends").
-
-Queries are cut into ``nb`` blocks of ``block_size`` rows, each reading the same number
-``K_w`` of keys (its window), so a chunk of blocks is one batched matmul, a masked softmax
-and a second batched matmul. Layouts: *intervals* (every row's keys one contiguous run
-``lo[i] .. hi[i]``; banded masks read strided views of the keys) and *gathered* (the sorted
-union of a block's keys, with a stored local mask). Rows attending to every token are a
-dense ``(G, N)`` slab. The result equals dense masked attention (spec.md §1).
+"""Long-sequence attention whose memory grows with the mask's edges, not ``N^2``: blocks of
+``block_size`` queries each read a window of ``K_w`` keys, a chunk of blocks in one batched
+matmul (docs/dynamics.md, "Long sequences and backends", gives the layouts). The result
+equals dense masked attention (spec.md §1).
 """
 
 from __future__ import annotations
@@ -42,11 +37,8 @@ class BlockPlan:
     kind : ``"intervals"`` or ``"gathered"``; max_keys : ``K_w``, keys every block reads;
     full_rows : int64 ``(G,)``, rows attending to all N tokens (dense slab).
 
-    Raises
-    ------
-    MaskError
-        Non-square mask, a row with no allowed key, intervals outside ``0..N-1``, or
-        ``block_size < 1``.
+    Raises ``MaskError`` for a non-square mask, a row with no allowed key, intervals outside
+    ``0..N-1``, ``block_size < 1``.
     """
 
     def __init__(self, csr=None, *, intervals: tuple[np.ndarray, np.ndarray] | None = None,
@@ -398,12 +390,10 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
 
 def row_statistics(A: torch.Tensor, skip: torch.Tensor | None, proxy: torch.Tensor | None = None, *,
                    scores: torch.Tensor | None = None) -> tuple:
-    """Per-``(B, H)`` sums over the real rows of a chunk of windowed weights, for
-    :func:`merge_row_statistics`.
-
-    A : ``(c, Bq, K_w)`` or ``(B, H, c, Bq, K_w)``; skip : bool ``(c, Bq, K_w)``, entries that are
-    not allowed keys, or None; proxy : bool ``(c, Bq)``, placeholder rows, or None; scores : the
-    masked scores ``A`` is the softmax of, or None.
+    """Per-``(B, H)`` sums over the real rows of a chunk of windowed weights ``A`` ``(c, Bq, K_w)``
+    or ``(B, H, c, Bq, K_w)``, for :func:`merge_row_statistics`. skip : bool ``(c, Bq, K_w)``,
+    entries that are not allowed keys; proxy : bool ``(c, Bq)``, placeholder rows; scores : the
+    masked scores ``A`` is the softmax of; each or None.
 
     Returns ``(low, entropy_sum, entropy_rows, deficit_sum, rows)``, each ``(B, H)``: the smallest
     allowed entry, the sum of ``H_i / log k_i`` over rows with ``k_i >= 2`` keys and their number

@@ -35,13 +35,9 @@ class TemperatureLaw:
 
     def beta(self, n_tokens: int, d_model: int, position: int | None = None) -> float:
         """``β`` of scores ``β <q, k>`` for a query at ``position`` (0-based; default
-        ``n_tokens - 1``, the last) over ``n_tokens`` keys of width ``d_model``.
-
-        Raises
-        ------
-        ConfigError
-            ``n_tokens < 1``, ``d_model < 1``, ``pow`` with ``d_model < 2``, a negative position.
-        """
+        ``n_tokens - 1``, the last) over ``n_tokens`` keys of width ``d_model``. Raises
+        ``ConfigError``: ``n_tokens < 1``, ``d_model < 1``, ``pow`` with ``d_model < 2``, a negative
+        position."""
         if n_tokens < 1 or d_model < 1:
             raise ConfigError(f"a temperature law needs n_tokens >= 1 and d_model >= 1, got {n_tokens}, {d_model}")
         if self.name == "log":
@@ -74,12 +70,8 @@ def is_law(text: object) -> bool:
 
 def parse_law(text: str) -> TemperatureLaw:
     """The law written ``text``: ``log:γ``, ``pow:c``, ``ssmax:s`` (finite, ``>= 0``) or ``llama4``.
-
-    Raises
-    ------
-    ConfigError
-        An unknown law name, a missing, extra, negative or non-finite parameter.
-    """
+    Raises ``ConfigError``: an unknown law name, a missing, extra, negative or non-finite
+    parameter."""
     law = Spec.parse(text, "temperature law", names=LAWS, short=True)
     value = next(iter(law.params.values()), None)
     if value is not None and value < 0:

@@ -1,13 +1,8 @@
 """Weight families for the simulated network (docs/dynamics.md, "Default initialisation and
-weight families").
-
-Row-vector convention: ``x -> x W``, every matrix ``(d_in, d_out)``. Weights are drawn in
-float64 on the CPU from a generator seeded by ``(seed, layer, role)``, then cast, so a seed
-gives the same numbers on every device and the value family leaves ``W_Q``/``W_K`` unchanged.
-
-:data:`FAMILIES` is the one registry: ``name -> fn(d_in, d_out, gen, params, batch, layer,
-role)`` returning float64 ``(*batch, d_in, d_out)``; ``batch = (n,)`` draws layers ``layer ..
-layer + n - 1`` one after another from ``gen``. :data:`FAMILY_PARAMS` lists their parameters.
+weight families"): matrices ``(d_in, d_out)``, ``x -> x W``, drawn in float64 on the CPU from
+a generator seeded by ``(seed, layer, role)``. :data:`FAMILIES` is the one registry: ``name ->
+fn(d_in, d_out, gen, params, batch, layer, role)`` returning float64 ``(*batch, d_in, d_out)``
+(``batch = (n,)``: layers ``layer .. layer + n - 1`` one after another from ``gen``).
 """
 
 from __future__ import annotations
@@ -30,13 +25,8 @@ _SQUARE = ("orthogonal", "identity", "scaled_identity", "spd", "near_identity", 
 
 
 def parse_family(spec: str) -> tuple[str, dict[str, float]]:
-    """Split ``NAME:key=value,...`` into the name and float parameters.
-
-    Raises
-    ------
-    ConfigError
-        Unknown family, malformed or unknown parameter, a negative spread (:data:`SPREADS`).
-    """
+    """Split ``NAME:key=value,...`` into the name and float parameters. Raises ``ConfigError``:
+    unknown family, malformed or unknown parameter, a negative spread (:data:`SPREADS`)."""
     parsed = Spec.parse(spec, "weight family", names={n: tuple(Key(k, default=None) for k in keys)
                                                       for n, keys in FAMILY_PARAMS.items()})
     for key in SPREADS:
@@ -64,13 +54,8 @@ def draw(spec: str, d_in: int, d_out: int, gen: torch.Generator, *, n: int | Non
          role: str = "W_V", **params: float) -> torch.Tensor:
     """One ``(d_in, d_out)`` float64 matrix of family ``spec``, or with ``n`` the stack ``(n,
     d_in, d_out)`` of layers ``layer .. layer + n - 1``. ``params`` override the spec's;
-    ``layer`` and ``role`` matter only to ``pretrained``.
-
-    Raises
-    ------
-    ConfigError
-        Bad spec or parameter, or a square-only family with ``d_in != d_out``.
-    """
+    ``layer`` and ``role`` matter only to ``pretrained``. Raises ``ConfigError``: bad spec or
+    parameter, or a square-only family with ``d_in != d_out``."""
     name, p = parse_family(spec)
     p = {**p, **parse_family(str(Spec(name, params)))[1]}  # the keyword parameters, read as the spec's
     if name in _SQUARE and d_in != d_out:
@@ -183,21 +168,14 @@ MatrixSource = str | torch.Tensor | np.ndarray | Sequence[torch.Tensor | np.ndar
 def layer_matrix(source: MatrixSource, role: str, layer: int, depth: int, shape: tuple[int, int],
                  seed: int) -> torch.Tensor:
     """The float64 ``shape`` matrix ``role`` of ``layer`` from a family spec, one matrix (all
-    layers) or a list of ``depth`` matrices or specs.
-
-    Raises
-    ------
-    ConfigError
-        Wrong shape or list length, NaN/Inf, a non-numeric entry.
-    """
-    if isinstance(source, str):
-        return draw(source, shape[0], shape[1], generator(seed, layer, role), layer=layer, role=role)
-    if isinstance(source, (list, tuple)):
+    layers) or a list of ``depth`` matrices or specs. Raises ``ConfigError``: wrong shape or list
+    length, NaN/Inf, a non-numeric entry."""
+    if isinstance(source, (list, tuple)):  # a per-layer list may mix family specs and matrices
         if len(source) != depth:
             raise ConfigError(f"{role}: got a list of {len(source)} matrices for depth {depth}")
         source = source[layer]
-        if isinstance(source, str):
-            return draw(source, shape[0], shape[1], generator(seed, layer, role), layer=layer, role=role)
+    if isinstance(source, str):
+        return draw(source, shape[0], shape[1], generator(seed, layer, role), layer=layer, role=role)
     check_tensor_storage(source, f"{role} of layer {layer}")
     try:
         M = torch.as_tensor(np.asarray(source) if not isinstance(source, torch.Tensor) else source)
@@ -226,14 +204,8 @@ def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian",
     mlp_ratio : if given, MLP weights ``W_1 (d, m d)``, ``W_2 (m d, d)`` from ``gaussian``.
     shared : one set of weights reused by every layer (ALBERT-style).
 
-    Returns
-    -------
-    list of ``depth`` float64 CPU :class:`LayerWeights`.
-
-    Raises
-    ------
-    ConfigError
-        ``n_heads`` not dividing ``d_model``, bad family or matrix.
+    Returns ``depth`` float64 CPU :class:`LayerWeights`; raises ``ConfigError`` for ``n_heads``
+    not dividing ``d_model``, a bad family or matrix.
     """
     d = d_model
     if d % n_heads:

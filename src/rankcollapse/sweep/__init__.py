@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 
 from .._lazy import attach_imports
 
-# The exports, written once: imported lazily on first use (attach_imports reads this
-# block; static tools and readers see ordinary imports).
+# The exports, imported lazily on first use (attach_imports reads this block).
 if TYPE_CHECKING:
     from .cache import UnitCache
     from .context import RunContext, data_spec

@@ -21,13 +21,8 @@ WEIGHT_CACHE = 2  # distinct weight draws RunContext.random_weights keeps
 def data_spec(text: str | Path | None, n_tokens: int, seed: int) -> dict[str, Any]:
     """The input description that enters every unit hash: ``corpus``, ``n_tokens``, ``seed`` and,
     for a text file, ``path`` (recorded, left out of keys) and its content's ``sha256`` (for
-    the packaged extracts only when they are not the pinned version's).
-
-    Raises
-    ------
-    DataError
-        ``n_tokens`` < 1, or the text file cannot be read (names the file).
-    """
+    the packaged extracts only when they are not the pinned version's). Raises ``DataError``:
+    ``n_tokens`` < 1, or the text file cannot be read (names the file)."""
     if int(n_tokens) < 1:
         raise DataError(f"tokens per window N must be >= 1, got {n_tokens}")
     if text is None:  # the packaged corpus: by name while it is the pinned version's (assets.wikipedia_key)
@@ -83,10 +78,8 @@ class RunContext:
 
     def texts(self) -> list[str]:
         if self._texts is None:
-            if self.data["corpus"] == "wikipedia":
-                self._texts = data.wikipedia_texts()
-            else:
-                self._texts = data.read_text_file(self.data["path"])
+            wiki = self.data["corpus"] == "wikipedia"
+            self._texts = data.wikipedia_texts() if wiki else data.read_text_file(self.data["path"])
         return self._texts
 
     def model(self, name: str) -> Any:
@@ -106,9 +99,8 @@ class RunContext:
         key = (model, int(n_samples)) if n_tokens == int(self.data["n_tokens"]) else (model, int(n_samples), n_tokens)
         if key not in self._windows:
             tok = self.model(model).require_tokenizer()
-            self._windows[key] = data.make_windows(
-                self.texts(), tok, n_tokens=n_tokens, n_samples=n_samples, seed=self.data["seed"]
-            )
+            self._windows[key] = data.make_windows(self.texts(), tok, n_tokens=n_tokens, n_samples=n_samples,
+                                                   seed=self.data["seed"])
         return self._windows[key]
 
     def embeddings(self, model: str, n_samples: int, *, start: int = 0, stop: int | None = None,

@@ -25,24 +25,16 @@ def run_units(units: Iterable[Unit], ctx: Any, cache: Path | str | UnitCache, *,
 
     Parameters
     ----------
-    units : units of registered kinds (:func:`~.units.register_unit_kind`).
     ctx : the :class:`~.context.RunContext` of this process (workers build their own).
-    cache : a cache folder or a :class:`~.cache.UnitCache`.
     executor : where units run (:mod:`.executors`), or a function that makes one only when a
         unit must be computed (closed here); default: serial in this process.
     progress : report on stderr, or a :class:`UnitProgress` that already announced these units.
     labels : ``{hash: label}`` (default: each unit's :attr:`~.units.Unit.label`).
     order : sort key of the compute and cache-read order; default: the given order.
 
-    Returns
-    -------
-    (frames, timings) : the frames in the order of ``units``; one :func:`unit_timing` record
-        per unit, in compute order.
-
-    Raises
-    ------
-    ConfigError
-        A unit of an unregistered kind; whatever a unit's function raises.
+    Returns ``(frames, timings)``: the frames in the order of ``units``, one :func:`unit_timing`
+    record per unit in compute order. Raises ``ConfigError`` for a unit of an unregistered kind,
+    and whatever a unit's function raises.
     """
     units = list(units)
     cache = cache if isinstance(cache, UnitCache) else UnitCache(Path(cache))

@@ -1,9 +1,7 @@
-"""Where units run: in this process (``serial``), in local worker processes (``processes``),
-or on a Ray cluster (``ray``) (docs/sweeps.md, "Executors").
-
-Every executor runs a unit on :data:`UNIT_THREADS` intra-op threads (torch's reductions
-split work by thread count), so results are identical to the last digit under every executor
-and worker count. :meth:`map` yields :class:`Done` records as units finish, in any order.
+"""Where units run: in this process, in local worker processes, or on a Ray cluster
+(docs/sweeps.md, "Executors"). Every unit runs on :data:`UNIT_THREADS` intra-op threads, so
+results are identical to the last digit under every executor; ``map`` yields :class:`Done`
+records as units finish, in any order.
 """
 
 from __future__ import annotations
@@ -63,8 +61,7 @@ class SerialExecutor:
 
     def map(self, units: list[Unit], ctx: RunContext, table: Mapping[str, UnitFn]) -> Iterator[Done]:
         for i, u in enumerate(units):
-            frame, wall, cpu, worker = run_unit(u, ctx, table)
-            yield Done(i, frame, wall, cpu, worker)
+            yield Done(i, *run_unit(u, ctx, table))
 
     def close(self) -> None:
         pass
@@ -126,9 +123,9 @@ class ProcessExecutor:
                     finished, _ = wait(futures, return_when=FIRST_COMPLETED)
                     for f in finished:
                         i = futures.pop(f)
-                        frame, wall, cpu, worker = f.result()
+                        done = Done(i, *f.result())
                         del pending[i]
-                        yield Done(i, frame, wall, cpu, worker)
+                        yield done
                 return
             except BrokenProcessPool:
                 self.close()  # a worker died: rebuild the pool, resubmit what is left
@@ -161,13 +158,8 @@ def _ray_run_unit(unit: Unit, data: dict[str, Any], device: str, table: Mapping[
 
 class RayExecutor:
     """Units as Ray tasks (one CPU each) on the cluster at ``address`` (``auto``: started on
-    this machine), or a private local instance of ``workers`` CPUs when ``address`` is None.
-
-    Raises
-    ------
-    ConfigError
-        Ray is not installed or the cluster cannot be reached.
-    """
+    this machine), or a private local instance of ``workers`` CPUs when ``address`` is None. Raises
+    ``ConfigError``: Ray is not installed or the cluster cannot be reached."""
 
     name = "ray"
 
@@ -200,9 +192,7 @@ class RayExecutor:
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1)
                 for ref in ready:
-                    i = refs.pop(ref)
-                    frame, wall, cpu, worker = ray.get(ref)
-                    yield Done(i, frame, wall, cpu, worker)
+                    yield Done(refs.pop(ref), *ray.get(ref))
         except BaseException:
             for ref in refs:
                 ray.cancel(ref, force=True)
@@ -217,13 +207,8 @@ class RayExecutor:
 
 def parse_ray_address(address: str) -> tuple[str, int] | None:
     """``(host, port)`` of a Ray ``--address`` (``host:port``, ``[v6]:port`` or
-    ``ray://host:port``), or None for ``auto``.
-
-    Raises
-    ------
-    ConfigError
-        Anything else (an empty host, a missing or bad port, spaces).
-    """
+    ``ray://host:port``), or None for ``auto``. Raises ``ConfigError``: anything else (an empty
+    host, a missing or bad port, spaces)."""
     if address == "auto":
         return None
     rest = address[len("ray://"):] if address.startswith("ray://") else address
@@ -239,13 +224,8 @@ def parse_ray_address(address: str) -> tuple[str, int] | None:
 
 def check_ray_reachable(address: str, timeout: float | None = None) -> None:
     """Refuse a Ray ``address`` nothing answers at within ``timeout`` seconds (default
-    :data:`RAY_CONNECT_TIMEOUT_S`); ``auto`` is left to Ray.
-
-    Raises
-    ------
-    ConfigError
-        Bad syntax (:func:`parse_ray_address`), an unknown host, or no answer in time.
-    """
+    :data:`RAY_CONNECT_TIMEOUT_S`); ``auto`` is left to Ray. Raises ``ConfigError``: bad syntax
+    (:func:`parse_ray_address`), an unknown host, or no answer in time."""
     target = parse_ray_address(address)
     if target is None:
         return
@@ -259,15 +239,10 @@ def check_ray_reachable(address: str, timeout: float | None = None) -> None:
 
 
 def validate_executor(name: str, *, workers: int | None = None, address: str | None = None) -> None:
-    """Validate executor options without starting anything or touching the network.
-
-    Raises
-    ------
-    ConfigError
-        Unknown name, ``workers`` < 1, an option the executor would ignore (``workers`` with
-        ``serial`` or a Ray ``address``, ``address`` without ``ray``), a malformed ``address``,
-        Ray not installed; each names its argument.
-    """
+    """Validate executor options without starting anything or touching the network. Raises
+    ``ConfigError``: unknown name, ``workers`` < 1, an option the executor would ignore (``workers``
+    with ``serial`` or a Ray ``address``, ``address`` without ``ray``), a malformed ``address``, Ray
+    not installed; each names its argument."""
     if name not in EXECUTOR_NAMES:
         raise ConfigError(f"{name!r} is unknown; choose one of {', '.join(EXECUTOR_NAMES)}", argument="executor")
     if workers is not None and int(workers) < 1:
@@ -302,10 +277,7 @@ class ExecutionConfig:
     progress : report progress on stderr.
     shard : compute only shard ``I/K`` of the run's units (:class:`~.units.Shard`); None: all.
 
-    Raises
-    ------
-    ConfigError
-        Bad executor options (:func:`validate_executor`) or shard spec; each names its argument.
+    Raises ``ConfigError`` (naming its argument) for bad executor options or shard spec.
     """
 
     executor: str = "serial"
@@ -324,13 +296,8 @@ class ExecutionConfig:
 def make_executor(name: str, *, workers: int | None = None, address: str | None = None,
                   data: dict[str, Any] | None = None, device: str = "cpu"):
     """The executor ``name`` with ``workers`` and ``address`` as in :class:`ExecutionConfig`;
-    workers build their run context from the data spec ``data``.
-
-    Raises
-    ------
-    ConfigError
-        What :func:`validate_executor` refuses.
-    """
+    workers build their run context from the data spec ``data``. Raises ``ConfigError``: what
+    :func:`validate_executor` refuses."""
     validate_executor(name, workers=workers, address=address)
     if name == "serial":
         return SerialExecutor()

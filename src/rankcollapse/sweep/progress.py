@@ -1,7 +1,5 @@
-"""Progress of a group of units on stderr (docs/sweeps.md, "Progress and timings"): a live rich
-bar on a terminal, else one line at the start, one per computed unit and a summary. The ETA
-sums, per cost class (:func:`cost_class`), the units left times the mean wall time of the
-finished ones; it is a lower bound while a class has none (:func:`format_eta`).
+"""Progress of a group of units on stderr: a live rich bar on a terminal, else one line at the
+start, one per computed unit and a summary (docs/sweeps.md, "Progress and timings").
 """
 
 from __future__ import annotations
@@ -105,8 +103,7 @@ class UnitProgress:
               groups: list[tuple[str, int]] | None = None) -> None:
         """The run begins: ``n_cached`` units from the cache, ``n_compute`` to run; ``groups``:
         ``[(name, units)]`` of the plan, named when there are several."""
-        self.cached = n_cached
-        self.done_count = n_cached
+        self.cached = self.done_count = n_cached
         self.workers = max(int(workers), 1)
         if not self.enabled or not self.total:
             return

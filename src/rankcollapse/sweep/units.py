@@ -102,14 +102,8 @@ def register_unit_kind(name: str, run: UnitFn, *, version: int, label: Callable[
                        group: str = "", key_params: Callable[[dict[str, Any]], dict[str, Any]] | None = None
                        ) -> UnitKind:
     """Register the unit kind ``name`` (:class:`UnitKind`); returns the entry (the first one when
-    the same entry is registered again).
-
-    Raises
-    ------
-    ConfigError
-        ``name`` already registered with another function, version, label or group, or
-        a ``version`` that is not an integer >= 0.
-    """
+    the same entry is registered again). Raises ``ConfigError``: ``name`` already registered with
+    another function, version, label or group, or a ``version`` that is not an integer >= 0."""
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise ConfigError(f"unit kind {name!r}: version must be an integer >= 0, got {version!r}")
     entry = UnitKind(name, run, version, label, group, key_params)
