@@ -1,7 +1,6 @@
-"""The unit cache: one Parquet file per unit, named by the unit's kind and hash (docs/sweeps.md,
-"Cache"). Each entry keeps its compute cost and the key of the unit it holds in its metadata,
-and checksums on every data page; an entry that does not verify is set aside and recomputed.
-Files are written to a temporary name and renamed, so many writers are safe.
+"""The unit cache: one Parquet file per unit, named by kind and hash (docs/sweeps.md, "Cache"),
+with its compute cost, its unit's key and page checksums; an entry that does not verify is set
+aside and recomputed. Files are written to a temporary name and renamed: many writers are safe.
 """
 
 from __future__ import annotations
@@ -47,9 +46,7 @@ class UnitCache:
 
     def has(self, unit: Unit) -> bool:
         """Whether ``unit`` can be read instead of computed."""
-        if self.recompute and unit.hash not in self._fresh:
-            return False
-        return self.path(unit).exists()
+        return not (self.recompute and unit.hash not in self._fresh) and self.path(unit).exists()
 
     def get(self, unit: Unit) -> pd.DataFrame | None:
         """The stored frame of ``unit``, or ``None`` when it must be computed."""

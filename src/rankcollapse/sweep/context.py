@@ -1,6 +1,5 @@
-"""Shared inputs of one run (texts, token windows, loaded models, X(0) embeddings), loaded
-once per process: by the driver, and by each worker from the run's data spec and device.
-"""
+"""Shared inputs of one run (texts, token windows, loaded models, X(0) embeddings), loaded once
+per process (each worker builds its own from the run's data spec and device)."""
 
 from __future__ import annotations
 

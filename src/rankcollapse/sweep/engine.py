@@ -26,11 +26,10 @@ def run_units(units: Iterable[Unit], ctx: Any, cache: Path | str | UnitCache, *,
     Parameters
     ----------
     ctx : the :class:`~.context.RunContext` of this process (workers build their own).
-    executor : where units run (:mod:`.executors`), or a function that makes one only when a
-        unit must be computed (closed here); default: serial in this process.
+    executor : an executor (:mod:`.executors`; default serial), or a function that makes one
+        only when a unit must be computed (closed here).
     progress : report on stderr, or a :class:`UnitProgress` that already announced these units.
-    labels : ``{hash: label}`` (default: each unit's :attr:`~.units.Unit.label`).
-    order : sort key of the compute and cache-read order; default: the given order.
+    labels : ``{hash: label}`` (default :attr:`~.units.Unit.label`); order : sort key of the run order.
 
     Returns ``(frames, timings)``: the frames in the order of ``units``, one :func:`unit_timing`
     record per unit in compute order. Raises ``ConfigError`` for a unit of an unregistered kind,

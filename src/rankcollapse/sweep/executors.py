@@ -28,8 +28,7 @@ RETRIES = 3  # resubmissions of a unit whose worker died (Ray max_retries; proce
 
 @dataclass
 class Done:
-    """One finished unit: its index in the submitted list, its frame, ``wall`` and ``cpu``
-    seconds measured in the worker, and the worker."""
+    """One finished unit: its index in the submitted list, frame, worker-side seconds, worker."""
 
     index: int
     frame: pd.DataFrame
@@ -74,20 +73,15 @@ _WORKER: dict[str, Any] = {}  # the worker's run context: the only module state,
 def _init_worker(data: dict[str, Any], device: str, parent: int | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     _WORKER["ctx"] = RunContext(data, device)
-    if parent is not None:
-        _exit_with_parent(parent)
+    if parent is not None:  # end this worker when the driver dies (kill -9 included)
+        import threading
 
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
 
-def _exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
-    """End this worker when the driver ``parent`` dies (``kill -9`` included)."""
-    import threading
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _worker_run(unit: Unit, table: Mapping[str, UnitFn]) -> tuple[pd.DataFrame, float, float, str]:
@@ -169,15 +163,12 @@ class RayExecutor:
         except ImportError:
             raise ConfigError("executor 'ray' needs Ray: pip install 'rankcollapse[distributed]'") from None
         self._data, self._device, self._own = data, str(device), not ray.is_initialized()
-        if self._own and address and address != "auto":
-            check_ray_reachable(address)  # seconds, instead of ray.init's minutes of retries
         if self._own:
-            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
+            if address:
+                check_ray_reachable(address)  # seconds, instead of ray.init's minutes of retries
+            where = {"address": address} if address else {"num_cpus": workers or os.cpu_count()}
             try:
-                if address:
-                    ray.init(address=address, **kw)
-                else:
-                    ray.init(num_cpus=workers or os.cpu_count(), **kw)
+                ray.init(**where, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
             except ConnectionError as exc:
                 raise ConfigError(f"cannot reach the Ray cluster at {excerpt(address)}: {exc}") from None
         self.workers = int(ray.cluster_resources().get("CPU", 1))
@@ -222,14 +213,12 @@ def parse_ray_address(address: str) -> tuple[str, int] | None:
     return host, int(port)
 
 
-def check_ray_reachable(address: str, timeout: float | None = None) -> None:
-    """Refuse a Ray ``address`` nothing answers at within ``timeout`` seconds (default
-    :data:`RAY_CONNECT_TIMEOUT_S`); ``auto`` is left to Ray. Raises ``ConfigError``: bad syntax
+def check_ray_reachable(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse a Ray ``address`` nothing answers at within ``timeout`` seconds; ``auto`` is left to Ray. Raises ``ConfigError``: bad syntax
     (:func:`parse_ray_address`), an unknown host, or no answer in time."""
     target = parse_ray_address(address)
     if target is None:
         return
-    timeout = RAY_CONNECT_TIMEOUT_S if timeout is None else timeout
     try:
         with socket.create_connection(target, timeout=timeout):
             pass
