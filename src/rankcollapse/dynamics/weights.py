@@ -99,7 +99,7 @@ RHO = 4.0  # eigenvalue ratio of the equilibria construction: any ρ with σ(ρ)
 
 def construction_eigenvalues(d_model: int, rank: int, rho: float = RHO) -> np.ndarray:
     """``λ_t = ρ^(t - (rank-1)/2)`` for ``t < rank``, ``λ_0 / 2`` for the ``d_model - rank`` others,
-    float64 ``(d_model,)``: the diagonal ``W_V`` of docs/theory.md's "Equilibria of every rank"
+    float64 ``(d_model,)``: the diagonal ``W_V`` of the construction of docs/theory.md §3b
     (centred exponents keep ``λ²`` in float64's range up to ``rank = 500``)."""
     lam = rho ** (np.arange(rank, dtype=np.float64) - (rank - 1) / 2)
     return np.concatenate([lam, np.full(d_model - rank, lam[0] / 2)])

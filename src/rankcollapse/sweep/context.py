@@ -94,7 +94,7 @@ class RunContext:
         """``n_samples`` windows of ``n_tokens`` tokens (default: the run's) cut with ``model``'s
         tokenizer from the run's text and seed (``data.make_windows``)."""
         n_tokens = int(self.data["n_tokens"] if n_tokens is None else n_tokens)
-        # the run's own length keeps the key it always had
+        # the run's own length: the short key
         key = (model, int(n_samples)) if n_tokens == int(self.data["n_tokens"]) else (model, int(n_samples), n_tokens)
         if key not in self._windows:
             tok = self.model(model).require_tokenizer()
