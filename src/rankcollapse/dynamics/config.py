@@ -48,7 +48,7 @@ class BlockConfig:
         qk_norm_scale`` (None: ``log2(N^2 - N)``).
     headwise_rmsnorm : each head's output row divided by its RMS before ``W_O``.
 
-    Raises ``ConfigError`` for an unknown value or a combination docs/dynamics.md lists as refused
+    Raises ``ConfigError``: an unknown value or a combination docs/dynamics.md lists as refused
     (e.g. ``peri`` with ``norm="none"``, a setting of a placement or norm the block does not use).
     """
 
@@ -179,7 +179,7 @@ class RunConfig:
     progress : a progress bar over layers on stderr; None: only on a terminal.
     max_memory : bytes (or ``"8GiB"``) each part of the run may use; None: half the physical memory.
 
-    Raises ``ConfigError`` for ``depth``, ``block_size`` < 1, ``seed`` < 0 (or not integers), an
+    Raises ``ConfigError``: ``depth``, ``block_size`` < 1, ``seed`` < 0 (or not integers), an
     unknown ``backend``.
     """
 

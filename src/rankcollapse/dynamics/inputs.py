@@ -109,7 +109,7 @@ def wikipedia_tokens(n_samples: int, n_tokens: int, d_model: int | None = None, 
         process), or a loaded model.
     generator : not accepted (the windows are drawn by ``seed``).
 
-    Raises ``ConfigError`` for a ``generator``, ``d_model`` larger than the model's width, bad
+    Raises ``ConfigError``: a ``generator``, ``d_model`` larger than the model's width, bad
     sizes; ``DataError``, ``ModelError``, ``TokenizerError`` when the corpus or model is not
     installed or the windows cannot be cut.
     """
@@ -183,7 +183,7 @@ def make_tokens(spec: str, n_samples: int, n_tokens: int, d_model: int | None, *
     """``X(0)`` float64 ``(n_samples, n_tokens, d_model)`` of the input ``spec``:
     ``INPUTS[NAME](n_samples, n_tokens, d_model, seed=seed, generator=generator, **keys, **options)``.
 
-    Raises ``ConfigError`` for an unknown name, an option the input does not take or given
+    Raises ``ConfigError``: an unknown name, an option the input does not take or given
     twice (in ``spec`` and ``options``), bad sizes, ``d_model=None`` other than for ``wikipedia``.
     """
     parsed = Spec.parse(spec, "input", names=KEYS)

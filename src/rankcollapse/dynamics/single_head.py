@@ -49,7 +49,7 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, weights: LayerWeights
     zero_rows, direct_sphere : the ``sphere`` norm's options (:func:`.layers.sphere`).
     layer : the 1-based index (``mix``, ``lns``).
 
-    Raises ``ConfigError`` for a ``cfg`` or weights the fast path does not run, an odd key width
+    Raises ``ConfigError``: a ``cfg`` or weights the fast path does not run, an odd key width
     under differential attention, a zero row with ``zero_rows="raise"``; ``MaskError`` for a
     mask row with no allowed key.
     """
@@ -92,7 +92,7 @@ def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, weights: LayerWe
     ``scale``). Returns ``(X_next, stats, n_zero_rows)``, ``stats`` the layer's
     :func:`~.sparse.merge_row_statistics` (``epsilon``, ``entropy``, ``row_mass_deficit``, each ``(B,)``).
 
-    Raises ``ConfigError`` for what :func:`single_head_layer` refuses, attention other than
+    Raises ``ConfigError``: what :func:`single_head_layer` refuses, attention other than
     softmax, ``qk_norm``, no ``scale``.
     """
     _check_fast(cfg, weights)

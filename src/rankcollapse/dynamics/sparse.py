@@ -37,7 +37,7 @@ class BlockPlan:
     kind : ``"intervals"`` or ``"gathered"``; max_keys : ``K_w``, keys every block reads;
     full_rows : int64 ``(G,)``, rows attending to all N tokens (dense slab).
 
-    Raises ``MaskError`` for a non-square mask, a row with no allowed key, intervals outside
+    Raises ``MaskError``: a non-square mask, a row with no allowed key, intervals outside
     ``0..N-1``, ``block_size < 1``.
     """
 

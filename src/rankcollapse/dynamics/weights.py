@@ -204,7 +204,7 @@ def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian",
     mlp_ratio : if given, MLP weights ``W_1 (d, m d)``, ``W_2 (m d, d)`` from ``gaussian``.
     shared : one set of weights reused by every layer (ALBERT-style).
 
-    Returns ``depth`` float64 CPU :class:`LayerWeights`; raises ``ConfigError`` for ``n_heads``
+    Returns ``depth`` float64 CPU :class:`LayerWeights`; raises ``ConfigError``: ``n_heads``
     not dividing ``d_model``, a bad family or matrix.
     """
     d = d_model

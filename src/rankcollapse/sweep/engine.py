@@ -32,8 +32,8 @@ def run_units(units: Iterable[Unit], ctx: Any, cache: Path | str | UnitCache, *,
     labels : ``{hash: label}`` (default :attr:`~.units.Unit.label`); order : sort key of the run order.
 
     Returns ``(frames, timings)``: the frames in the order of ``units``, one :func:`unit_timing`
-    record per unit in compute order. Raises ``ConfigError`` for a unit of an unregistered kind,
-    and whatever a unit's function raises.
+    record per unit in compute order. Raises ``ConfigError``: a unit of an unregistered kind
+    (and whatever a unit's function raises).
     """
     units = list(units)
     cache = cache if isinstance(cache, UnitCache) else UnitCache(Path(cache))

@@ -214,8 +214,8 @@ def parse_ray_address(address: str) -> tuple[str, int] | None:
 
 
 def check_ray_reachable(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
-    """Refuse a Ray ``address`` nothing answers at within ``timeout`` seconds; ``auto`` is left to Ray. Raises ``ConfigError``: bad syntax
-    (:func:`parse_ray_address`), an unknown host, or no answer in time."""
+    """Refuse a Ray ``address`` nothing answers at within ``timeout`` seconds (``auto`` is left to
+    Ray). Raises ``ConfigError``: bad syntax, an unknown host, or no answer in time."""
     target = parse_ray_address(address)
     if target is None:
         return
@@ -266,7 +266,7 @@ class ExecutionConfig:
     progress : report progress on stderr.
     shard : compute only shard ``I/K`` of the run's units (:class:`~.units.Shard`); None: all.
 
-    Raises ``ConfigError`` (naming its argument) for bad executor options or shard spec.
+    Raises ``ConfigError``: bad executor options or shard spec (naming the argument).
     """
 
     executor: str = "serial"
