@@ -17,25 +17,13 @@ from ..masks.rows import check_rows_allow_key
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Row softmax of ``scores`` restricted to ``mask``; masked entries are exactly 0.
-
-    Parameters
-    ----------
-    scores : float tensor ``(..., N, N)``.
-    mask : bool tensor broadcastable to ``scores``; ``mask[..., i, j]`` = i attends to j.
-
-    Numerically stable for huge logits (the row max over allowed entries is subtracted).
-
-    Raises
-    ------
-    MaskError
-        If some row has no allowed key (names the first such rows).
-    """
+    """Row softmax of ``scores`` ``(..., N, N)`` restricted to ``mask`` (bool, broadcastable;
+    True = i attends to j); masked entries are exactly 0, huge logits stay stable. Raises
+    ``MaskError``: if some row has no allowed key (names the first such rows)."""
     check_rows_allow_key(mask)
     blocked = ~(mask.expand_as(scores) if mask.shape != scores.shape else mask)
     info = torch.finfo(scores.dtype)
-    # Clamp overflowed (+-inf) logits to the finite range so that max-subtraction never
-    # forms inf - inf; the largest logit of a row then gets (almost) all the weight.
+    # overflowed (+-inf) logits clamped: max-subtraction never forms inf - inf
     s = scores.clamp(info.min, info.max).masked_fill_(blocked, info.min)
     s = s - s.amax(dim=-1, keepdim=True)
     # exp of the masked entries is taken at 0 and multiplied by 0: exp near the bottom of
@@ -44,27 +32,10 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return e / e.sum(dim=-1, keepdim=True)
 
 
-def attention_weights(
-    X: torch.Tensor,
-    mask: torch.Tensor,
-    W_Q: torch.Tensor,
-    W_K: torch.Tensor,
-    *,
-    d_qk: float,
-) -> torch.Tensor:
-    """Single-head attention matrix.
-
-    Parameters
-    ----------
-    X : ``(N, d)`` or ``(B, N, d)`` tokens.
-    mask : bool ``(N, N)``.
-    W_Q, W_K : ``(d, d_k)`` (row-vector convention ``x -> x W``).
-    d_qk : temperature, > 0 (spec.md §1; smaller = sharper).
-
-    Returns
-    -------
-    A : ``(N, N)`` or ``(B, N, N)``, row-stochastic, zero off the mask.
-    """
+def attention_weights(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, *,
+                      d_qk: float) -> torch.Tensor:
+    """Single-head attention ``(N, N)`` or ``(B, N, N)`` of tokens ``X`` ``(N, d)`` or ``(B, N, d)``,
+    ``W_Q, W_K`` ``(d, d_k)``, mask bool ``(N, N)``, temperature ``d_qk > 0`` (spec.md §1)."""
     if not d_qk > 0:
         raise ConfigError(f"d_qk must be > 0, got {d_qk}")
     Q = X @ W_Q
@@ -74,11 +45,8 @@ def attention_weights(
 
 
 def rotate_half_rope(x: torch.Tensor, inv_freq: torch.Tensor, scaling: float = 1.0) -> torch.Tensor:
-    """Rotary position embedding (Su et al. 2021, RoFormer eq. 34) in the rotate-half
-    layout used by Llama: ``x cos + rotate_half(x) sin`` with angles ``pos * inv_freq``.
-
-    x : ``(B, H, N, d_k)``; inv_freq : ``(d_k/2,)``; positions are ``0..N-1``.
-    """
+    """RoPE (Su et al. 2021, eq. 34) in Llama's rotate-half layout: ``x cos + rotate_half(x) sin``,
+    angles ``pos * inv_freq``; x ``(B, H, N, d_k)``, inv_freq ``(d_k/2,)``, positions ``0..N-1``."""
     n = x.shape[-2]
     pos = torch.arange(n, device=x.device, dtype=torch.float32)
     freqs = pos[:, None] * inv_freq.to(device=x.device, dtype=torch.float32)[None, :]  # (N, d_k/2)
@@ -94,21 +62,13 @@ def _heads(Y: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 
 def project_qkv(X: torch.Tensor, lw, *, uniform: bool = False, scratch: dict | None = None, split_qk: bool = False):
-    """Queries, keys, values ``(B, H, N, d_k|d_v)`` of layer weights ``lw`` (a
-    :class:`~rankcollapse.dynamics.weights.LayerWeights`), with RoPE and grouped KV
-    heads repeated to ``H``. ``uniform`` zeroes the queries (``W_Q = W_K = 0``).
+    """Queries, keys, values ``(B, H, N, d_k|d_v)`` of :class:`LayerWeights` ``lw``, with RoPE
+    and grouped KV heads repeated to ``H``; ``uniform`` zeroes queries and keys.
 
-    With ``lw.W_MV = [W_Q W_K^T | W_V]`` (one head, ``d_k >= d``) the queries are
-    ``X W_Q W_K^T`` and the keys ``X``: the same scores ``X W_Q (X W_K)^T`` from two
-    ``(d, d)`` projections instead of three.
-
-    ``scratch``: a dict kept across layers by the caller; with autograd off the fused
-    projections are written into a tensor it holds (:func:`kept`; same values). The
-    results are then views of it, valid until the next call with the same dict.
-
-    ``split_qk``: return the queries ``X W_Q`` and keys ``X W_K`` themselves, not the fused
-    pair ``(X W_Q W_K^T, X)`` (same scores, but differential attention splits the query and
-    key dimensions in halves, which needs the unfused ones)."""
+    With ``lw.W_MV = [W_Q W_K^T | W_V]`` the queries are ``X W_Q W_K^T`` and the keys ``X``
+    (same scores, one projection fewer); ``split_qk`` asks for the unfused ``X W_Q, X W_K``
+    (differential attention splits them). ``scratch``: the caller's dict of kept arrays
+    (:func:`kept`); the results are then views valid until its next use."""
     H = lw.n_heads
     H_kv = lw.n_kv_heads or H
     if lw.W_MV is not None and not uniform and not split_qk:  # scores X (W_Q W_K^T) X^T: keys are X itself
@@ -135,14 +95,9 @@ def project_qkv(X: torch.Tensor, lw, *, uniform: bool = False, scratch: dict | N
 
 
 def kept(scratch: dict | None, name: str, shape, dtype: torch.dtype, device) -> torch.Tensor | None:
-    """A ``shape`` tensor carved from the buffer ``name`` of the dict ``scratch``,
-    allocated once and reused while it is large enough and its dtype and device stay
-    the same (every layer of a run); None without a dict or under autograd. Callers whose
-    arrays are never alive together share one name (the fused projection of the
-    attention and the centred tokens of the metrics: ``"tokens"``). A fresh large tensor
-    faults in each 4 KiB page on first write, which on the CPU can cost as much as the
-    matmul that fills it. The tensor is a normal one even when made under
-    ``torch.inference_mode`` (writable outside it)."""
+    """A ``shape`` tensor carved from the buffer ``name`` of ``scratch``, reused by every layer
+    while large enough (fresh pages cost a fault each); None without a dict or under
+    autograd. Arrays never alive together share a name (``"tokens"``)."""
     if scratch is None or torch.is_grad_enabled():
         return None
     numel = math.prod(shape)
@@ -164,9 +119,8 @@ def _affine(X: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.T
 
 
 def merge_heads(O: torch.Tensor, lw, head_eps: float | None = None) -> torch.Tensor:
-    """``(B, H, N, d_v)`` head outputs -> ``(B, N, H d_v)``, then ``W_O`` (+ ``b_O``) if set.
-    With ``head_eps``, each head's output row is first divided by its RMS,
-    ``o / sqrt(mean(o^2) + head_eps)`` (head-wise RMSNorm, no gain)."""
+    """``(B, H, N, d_v)`` head outputs -> ``(B, N, H d_v)``, then ``W_O`` (+ ``b_O``) if set;
+    ``head_eps``: each head's rows first divided by their RMS (head-wise RMSNorm, no gain)."""
     B, H, N, d_v = O.shape
     if head_eps is not None:
         O = F.rms_norm(O, (d_v,), eps=head_eps)
@@ -176,12 +130,11 @@ def merge_heads(O: torch.Tensor, lw, head_eps: float | None = None) -> torch.Ten
 
 def scores_may_overflow(Q: torch.Tensor, K: torch.Tensor, scale: float,
                         bias: torch.Tensor | None = None) -> bool:
-    """Whether some score ``scale * q . k (+ bias)`` may leave ``Q.dtype``'s finite range.
+    """Whether some score ``scale * q . k (+ bias)`` may leave ``Q.dtype``'s finite range
+    (``|q . k| <= d_k max|q| max|k|``, one host sync; NaN counts as overflow).
 
-    Uses ``|q . k| <= d_k max|q| max|k|`` (min/max reductions, no temporaries, one
-    host sync). Overflowed scores are not safe in ``F.scaled_dot_product_attention``:
-    with ``+inf`` logits it returns finite zeros on CPU instead of NaN, so a finiteness
-    check of its output cannot catch it. NaN in Q or K also counts as overflow.
+    ``F.scaled_dot_product_attention`` returns finite zeros on CPU for ``+inf`` logits, so a
+    finiteness check of its output cannot catch overflow: it must be ruled out before.
     """
     parts = (Q, K) if bias is None else (Q, K, bias)
     ends = [e for x in parts for e in (x.amin(), x.amax())]  # faster than aminmax on strided views
@@ -192,10 +145,8 @@ def scores_may_overflow(Q: torch.Tensor, K: torch.Tensor, scale: float,
 
 def safe_softmax_scores(Q, K, mask: torch.Tensor, *, scale: float, bias: torch.Tensor | None = None,
                         overflow: bool | None = None):
-    """Masked attention matrix ``(B, H, Nq, Nk)`` in ``Q.dtype``, exact even when the
-    scores overflow ``Q.dtype``: then they are formed in float64 (finite up to token
-    norms ~1e150) and the clamped, max-subtracted :func:`masked_softmax` runs there.
-    ``overflow`` is :func:`scores_may_overflow`, computed here when None."""
+    """Masked attention ``(B, H, Nq, Nk)`` in ``Q.dtype``; scores that may overflow
+    (:func:`scores_may_overflow`, computed when ``overflow`` is None) are formed in float64."""
     if overflow is None:
         overflow = scores_may_overflow(Q, K, scale, bias)
     work = torch.float64 if overflow else Q.dtype
@@ -205,22 +156,17 @@ def safe_softmax_scores(Q, K, mask: torch.Tensor, *, scale: float, bias: torch.T
     return masked_softmax(scores, mask).to(Q.dtype)
 
 
-FLUSH_SUBNORMAL = True  # False keeps subnormal attention weights (for timing comparisons)
 _FLUSHED = (torch.float32, torch.float64, torch.bfloat16)  # tiny <= 1.2e-38: N tiny far below eps
 
 
 def flush_subnormal(A: torch.Tensor) -> torch.Tensor:
-    """Set attention weights below the smallest normal number (``finfo.tiny``, 1.2e-38 in
-    float32 and bfloat16, 2.2e-308 in float64) to 0, in place, on the CPU; returns ``A``.
+    """Set attention weights below ``finfo.tiny`` to 0, in place, on the CPU; returns ``A``.
 
-    Near-hard attention (large scores) gives many subnormal weights, and subnormal
-    operands make CPU matmuls several times slower (``A V`` at (B, N, d) = (64, 128,
-    384): 2-3x). Dropping them changes each output by less than ``N_keys * tiny *
-    max|v|``, far below the rounding of any output that is not itself near ``tiny``.
-    Left alone: float16 (``tiny`` = 6.1e-5, so ``N_keys * tiny`` is not negligible)
-    and weights autograd needs. Callers that report the weights or their smallest
-    entry (ε) read them first."""
-    if FLUSH_SUBNORMAL and A.device.type == "cpu" and A.dtype in _FLUSHED and not A.requires_grad:
+    Subnormal operands make CPU matmuls several times slower; dropping them changes each
+    output by less than ``N_keys * tiny * max|v|``. Left alone: float16 (``tiny`` is not
+    negligible there) and weights autograd needs. Callers reporting the weights or ε read
+    them first."""
+    if A.device.type == "cpu" and A.dtype in _FLUSHED and not A.requires_grad:
         torch.nn.functional.threshold_(A, _largest_subnormal(A.dtype), 0.0)
     return A
 
@@ -235,10 +181,8 @@ SMALL_SCORES = 16 * 2**20  # bytes of (B, H, N, N) scores below which CPU attent
 
 
 def _small_attention(Q, K, V, mask: torch.Tensor, scale: float, scratch: dict | None = None) -> torch.Tensor:
-    """Two batched matmuls and a softmax, for bounded scores: on the CPU this is ~25%
-    faster than the flash kernel of ``F.scaled_dot_product_attention`` when the scores
-    are small (e.g. (B, N, d) = (64, 128, 384)), which tiles ``N = 128`` poorly. The
-    scores and weights go into kept tensors of ``scratch`` (:func:`kept`) if given."""
+    """Two batched matmuls and a softmax for bounded scores (on the CPU faster than SDPA's
+    flash kernel for small scores); scores and weights in kept tensors of ``scratch``."""
     shape = (*Q.shape[:-1], K.shape[-2])  # (B, H, N, N)
     s_buf, a_buf = (kept(scratch, n, shape, Q.dtype, Q.device) for n in ("scores", "weights"))
     s = Q @ K.transpose(-1, -2) if s_buf is None else torch.matmul(Q, K.transpose(-1, -2), out=s_buf)
@@ -254,18 +198,11 @@ def dense_attention(Q, K, V, mask: torch.Tensor, *, scale: float, bias: torch.Te
     """Masked softmax attention on the full ``(N, N)`` score matrix.
 
     Q, K : ``(B, H, N, d_k)``; V : ``(B, H, N, d_v)``; mask bool ``(N, N)``; bias
-    ``(H, N, N)`` added to the scaled scores (T5). Returns ``(out (B, H, N, d_v), A)``
-    with ``A (B, H, N, N)`` when ``need_weights`` else None. Without weights or bias,
-    and when no score can overflow (:func:`scores_may_overflow`), it calls
-    ``F.scaled_dot_product_attention`` (same mask convention: True = attend), or on the
-    CPU for scores under :data:`SMALL_SCORES` bytes two batched matmuls and a softmax
-    (faster there); otherwise
-    :func:`safe_softmax_scores`. With bounded scores SDPA's softmax is exact, so its
-    output is not checked here: it can only overflow in ``A V``, as the safe path
-    would, and the caller's per-layer finiteness check names the layer. ``overflow``:
-    a caller's a-priori verdict of :func:`scores_may_overflow` (None = compute it).
-    ``scratch``: a dict kept across calls for the small path's scores and weights
-    (:func:`kept`).
+    ``(H, N, N)`` added to the scaled scores (T5). Returns ``(out (B, H, N, d_v), A)``,
+    ``A (B, H, N, N)`` only with ``need_weights``. Bounded scores without weights or bias go
+    to ``F.scaled_dot_product_attention`` (on the CPU under :data:`SMALL_SCORES` bytes,
+    :func:`_small_attention`), others to :func:`safe_softmax_scores`. ``overflow``: the
+    caller's verdict of :func:`scores_may_overflow` (None = compute it).
     """
     if not need_weights and bias is None:
         if not (scores_may_overflow(Q, K, scale) if overflow is None else overflow):

@@ -1,11 +1,8 @@
 """Chunks of the windowed kernel spread over worker threads (one intra-op thread each).
 
-With T > 1 intra-op threads, each small op of a chunk (matmul, softmax, ...) is one
-OpenMP parallel region ending in a barrier: about 50 a layer. On a machine whose cores
-are shared with other processes a barrier waits for a descheduled thread (a scheduler
-time slice, milliseconds), and two threads ran 3-5x slower than one. Here T Python
-threads (torch releases the GIL inside ops) each take every T-th chunk with one
-intra-op thread: one join per call.
+Each small op under T > 1 intra-op threads ends in an OpenMP barrier, which waits for any
+descheduled thread on shared cores; T Python threads each taking every T-th chunk with one
+intra-op thread need one join per call.
 """
 
 from __future__ import annotations
@@ -23,10 +20,8 @@ _WORKERS: list[int] = []  # set by chunk_threads(): chunk workers while intra-op
 
 @contextlib.contextmanager
 def chunk_threads():
-    """Run a block of windowed-kernel layers with one intra-op thread, the kernel's
-    chunks spread over the former thread count of Python threads (:func:`over_chunks`).
-    The small ops around the kernel (projections, key padding, μ) then need no OpenMP
-    barrier either; the thread count is restored on exit."""
+    """Run a block of layers with one intra-op thread, the kernel's chunks spread over the
+    former thread count of Python threads (:func:`over_chunks`); restored on exit."""
     threads = torch.get_num_threads()
     if threads < 2 or not PARALLEL_CHUNKS:
         yield
@@ -41,10 +36,8 @@ def chunk_threads():
 
 
 def over_chunks(chunk, starts: Sequence, device: torch.device) -> None:
-    """Run ``chunk(s)`` for every item ``s`` of ``starts`` (e.g. block ranges), across
-    worker threads on the CPU (module docstring). Chunks write disjoint rows of the
-    output, so the result does not depend on the schedule. The intra-op thread count
-    is process-wide in torch, so it is set to 1 for the duration and restored."""
+    """Run ``chunk(s)`` for every ``s`` of ``starts``, across worker threads on the CPU (chunks
+    write disjoint rows: the result does not depend on the schedule)."""
     threads = _WORKERS[-1] if _WORKERS else torch.get_num_threads()
     if not PARALLEL_CHUNKS or threads < 2 or len(starts) < 2 or device.type != "cpu":
         for s in starts:

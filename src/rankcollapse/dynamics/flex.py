@@ -1,11 +1,6 @@
 """FlexAttention backend (``backend="flex"``): ``torch.compile``-d ``flex_attention`` on a
-``BlockMask`` built from the mask's CSR form (:func:`rankcollapse.masks.to_block_mask`).
-
-Device-agnostic: the block mask lives on the tokens' device and the same code runs on
-CPU or GPU wherever ``torch.compile`` works. FlexAttention computes the softmax of
-spec.md §1 over the allowed keys in the tokens' dtype, so scores that may overflow are
-not given to it: :class:`~rankcollapse.dynamics.layers.Attention` sends such a layer
-to the windowed kernel (:mod:`.sparse`), which forms them in float64.
+``BlockMask`` of the mask (:func:`rankcollapse.masks.to_block_mask`), on the tokens' device.
+It computes in the tokens' dtype, so layers whose scores may overflow go to :mod:`.sparse`.
 """
 
 from __future__ import annotations
@@ -15,34 +10,17 @@ import torch
 from ..errors import ConfigError
 
 
-def flex_available() -> bool:
-    """Whether this torch has FlexAttention (``torch.nn.attention.flex_attention``)."""
-    try:
-        from torch.nn.attention import flex_attention  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class FlexBackend:
-    """Compiled FlexAttention on one mask.
-
-    Parameters
-    ----------
-    mask : :class:`rankcollapse.masks.Mask` on ``N`` tokens.
-    device : device of the tokens (the block mask is built there).
-    block_size : FlexAttention tile size (default 128).
-
-    Raises
-    ------
-    ConfigError
-        FlexAttention missing from this torch.
-    """
+    """Compiled FlexAttention on one :class:`~rankcollapse.masks.Mask`, the block mask built
+    on ``device`` with tiles of ``block_size``. Raises ``ConfigError``: FlexAttention missing from
+    this torch."""
 
     def __init__(self, mask, device, *, block_size: int = 128):
-        if not flex_available():
-            raise ConfigError(f"backend='flex' needs torch.nn.attention.flex_attention (torch {torch.__version__})")
-        from torch.nn.attention.flex_attention import flex_attention
+        try:
+            from torch.nn.attention.flex_attention import flex_attention
+        except ImportError:
+            raise ConfigError(f"backend='flex' needs torch.nn.attention.flex_attention "
+                              f"(torch {torch.__version__})") from None
 
         from ..masks.convert import to_block_mask
 

@@ -1,7 +1,5 @@
-"""The weights of one attention layer (:class:`LayerWeights`), apart from the families
-that draw them (:mod:`.weights`), so that :mod:`.pretrained` (which builds them from a
-model) and :mod:`.weights` (whose ``pretrained`` family reads a model) do not import each
-other."""
+"""The weights of one attention layer, apart from :mod:`.weights` so that it and
+:mod:`.pretrained` do not import each other."""
 
 from __future__ import annotations
 
@@ -18,11 +16,10 @@ class LayerWeights:
     """Attention (and optional MLP) weights of one layer.
 
     Shapes: ``W_Q`` ``(d, H d_k)``, ``W_K`` ``(d, H_kv d_k)``, ``W_V`` ``(d, H_kv d_v)``,
-    ``W_O`` ``(H d_v, d)`` or None (heads are concatenated), biases ``(out,)`` or None.
-    ``scale`` multiplies the scores ``q k^T``; None means ``1/sqrt(d_qk)`` of the run.
-    ``rope_inv_freq`` ``(d_k/2,)`` turns on rotary embeddings (rotate-half layout, Su et
-    al. 2021, as in Llama); ``position_bias(n) -> (H, n, n)`` is added to the scores (T5).
-    ``W_1 (d, m)``, ``W_2 (m, d)`` with biases give the MLP ``GELU(x W_1 + b_1) W_2 + b_2``.
+    ``W_O`` ``(H d_v, d)`` or None, biases ``(out,)`` or None. ``scale`` multiplies ``q k^T``
+    (None: the run's ``1/sqrt(d_qk)``); ``rope_inv_freq`` ``(d_k/2,)`` turns on RoPE;
+    ``position_bias(n) -> (H, n, n)`` is added to the scores (T5); ``W_1 (d, m)``, ``W_2 (m, d)``
+    give the MLP ``GELU(x W_1 + b_1) W_2 + b_2``.
     """
 
     W_Q: torch.Tensor
@@ -53,16 +50,10 @@ class LayerWeights:
         return self.W_Q.shape[0]
 
     def to(self, dtype: torch.dtype, device: torch.device | str | None) -> "LayerWeights":
-        """Copy with every tensor cast to ``dtype`` and moved to ``device``, plus the
-        fused projections the attention uses when the layer allows them:
-
-        - ``W_MV = [W_Q W_K^T | W_V]`` ``(d, d + d_v)`` for one head with ``d_k >= d``:
-          scores ``X (W_Q W_K^T) X^T`` cost one ``(d, d)`` projection less than
-          ``X W_Q (X W_K)^T``; the product is formed in the source precision (float64
-          for drawn weights) before the cast, with its induced 1-norm ``W_QK_norm1``
-          (largest absolute column sum) for the a-priori score bound;
-        - else ``W_QKV = [W_Q | W_K | W_V]`` (one matmul instead of three).
-        """
+        """Copy cast to ``dtype`` on ``device``, with the fused projections the layer allows:
+        ``W_MV = [W_Q W_K^T | W_V]`` for one head with ``d_k >= d`` (the product formed in the
+        source precision, its induced 1-norm ``W_QK_norm1`` bounding the scores), else
+        ``W_QKV = [W_Q | W_K | W_V]``."""
         out = {}
         for name, value in self.__dict__.items():
             is_float = isinstance(value, torch.Tensor) and value.is_floating_point() and name not in _FUSED
@@ -76,7 +67,7 @@ class LayerWeights:
             if self.W_MV is not None:  # already fused: one cast
                 lw.W_MV, lw.W_QK_norm1 = self.W_MV.to(device=device, dtype=dtype), self.W_QK_norm1
                 return lw
-            W_QK = self.W_Q @ self.W_K.T  # source precision; few small ops (they stall under OpenMP)
+            W_QK = self.W_Q @ self.W_K.T  # source precision
             lw.W_QK_norm1 = float(W_QK.abs().sum(dim=0).amax())  # max |x W_QK| <= max|x| * this
             lw.W_MV = torch.cat((W_QK, self.W_V), dim=1).to(device=device, dtype=dtype)
         elif lw.W_Q.shape == lw.W_V.shape:

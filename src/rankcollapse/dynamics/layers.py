@@ -1,7 +1,5 @@
-"""Normalisations, the MLP sublayer and one block of the simulated network.
-
-The update rules are those of :class:`~rankcollapse.dynamics.config.BlockConfig`.
-"""
+"""Normalisations, the MLP sublayer and one block of the simulated network (update rules:
+:class:`~rankcollapse.dynamics.config.BlockConfig`)."""
 
 from __future__ import annotations
 
@@ -24,39 +22,18 @@ ZERO_ROWS = ("keep", "raise", "nan")
 
 
 def sphere(X: torch.Tensor, *, zero_rows: str = "keep", direct: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows divided by their Euclidean norm: ``D X`` with ``D = diag(1/||x_i||)``
-    (spec.md §2, SA-LN), for ``X`` float ``(..., N, d)``.
+    """Rows divided by their Euclidean norm: ``D X``, ``D = diag(1/||x_i||)`` (spec.md §2, SA-LN),
+    ``X`` float ``(..., N, d)``; returns ``(X_normalised, n_zero_rows)`` (0-d int64).
 
-    Rows are first divided by their largest absolute entry, so rows whose norm would
-    overflow (``||x|| > 1.8e19`` in float32 squares past its range) or underflow
-    (subnormal entries) still land exactly on the sphere.
+    Rows are first divided by their largest entry, so norms that would overflow or
+    underflow still land on the sphere; ``direct=True`` divides rows of normal norm by it
+    directly (one rounding fewer, :class:`~rankcollapse.theory.system.AttentionSystem`'s form).
 
-    **Zero rows** (the one rule, used by every caller: ``simulate``, the phase sweep, the
-    Theorem-2 check, :class:`~rankcollapse.theory.system.AttentionSystem`). A row is zero
-    when every entry is exactly 0; no tolerance, since every other finite row is projected
-    exactly. A zero row has no direction and is never given one; it is counted, and
-    ``zero_rows`` says what it becomes:
-
-    - ``"keep"`` (default): it stays 0. Runs (``simulate``, the phase sweep) keep going and
-      warn once per run (:func:`warn_zero_rows`), counts in ``SimResult.zero_rows``.
-    - ``"raise"``: :class:`~rankcollapse.errors.ConfigError` naming the rows. For the
-      theory's maps, whose SA-LN step is undefined there (``AttentionSystem.step``,
-      :func:`~rankcollapse.theory.check_sphere_collapse`).
-    - ``"nan"``: it becomes NaN (differentiable elsewhere). For
-      ``AttentionSystem.step(check=False)``, so basin and finder count the start as undefined.
-
-    ``direct=True`` divides rows whose norm is a normal float by that norm directly (one
-    rounding fewer, what ``AttentionSystem`` has always computed, so its results stay bit
-    for bit); other rows take the rescaled form. Both forms agree to round-off.
-
-    Returns ``(X_normalised, n_zero_rows)`` (0-d int64 tensor). No device sync, except
-    with ``zero_rows="raise"`` or ``direct=True``.
-
-    Raises
-    ------
-    ConfigError
-        ``zero_rows="raise"`` and a zero row; an unknown ``zero_rows``.
-    """
+    The one rule for zero rows (every entry exactly 0; docs/dynamics.md, "Records, numerics,
+    errors"): never given a direction, counted, and ``zero_rows`` ``"keep"`` (left at 0;
+    runs warn once, :func:`warn_zero_rows`), ``"raise"`` or ``"nan"``. No device sync except
+    with ``"raise"`` or ``direct``. Raises ``ConfigError``: ``zero_rows="raise"`` and a zero row; an
+    unknown ``zero_rows``."""
     if zero_rows not in ZERO_ROWS:
         raise ConfigError(f"zero_rows must be one of {ZERO_ROWS}, got {zero_rows!r}")
     if direct:
@@ -80,20 +57,15 @@ def sphere(X: torch.Tensor, *, zero_rows: str = "keep", direct: bool = False) ->
 
 
 def warn_zero_rows(zero_rows: list[int], stacklevel: int = 2) -> None:
-    """The run-level report of :func:`sphere`'s ``"keep"`` rule: one ``RuntimeWarning``
-    naming the layers (1-based) whose ``sphere`` norm met zero rows; silent if none."""
+    """One ``RuntimeWarning`` naming the layers (1-based) whose ``sphere`` norm met zero rows."""
     if any(zero_rows):
         warnings.warn(f"sphere normalisation met zero rows (left at zero) in layers "
                       f"{[t + 1 for t, z in enumerate(zero_rows) if z]}", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def apply_norm(X: torch.Tensor, kind: str, eps: float, weight=None, bias=None, *, dyt_alpha: float = 0.5):
-    """``kind`` normalisation of the rows of X; returns ``(X, n_zero_rows)``.
-
-    layernorm: ``(x - mean(x)) / sqrt(var(x) + eps)`` (Ba et al. 2016); rmsnorm:
-    ``x / sqrt(mean(x^2) + eps)`` (Zhang & Sennrich 2019); dyt: ``tanh(dyt_alpha x)``
-    elementwise (Zhu et al. 2025, eq. 1; ``eps`` unused); affine only when weights given.
-    """
+    """``kind`` normalisation of the rows of X (:class:`~.config.BlockConfig` ``norm``; affine
+    only with ``weight``/``bias``); returns ``(X, n_zero_rows)``."""
     zero = X.new_zeros((), dtype=torch.int64)
     if kind == "none":
         return X, zero
@@ -115,22 +87,19 @@ def mlp(X: torch.Tensor, lw: LayerWeights) -> torch.Tensor:
 
 
 class Attention:
-    """Masked self-attention on a fixed mask, dense or blocked, with optional records.
+    """Masked self-attention on a fixed mask, with optional records.
 
     Parameters
     ----------
-    mask_dense : bool ``(N, N)`` or None; plan : :class:`BlockPlan` or None; flex :
-        :class:`~rankcollapse.dynamics.flex.FlexBackend` or None (exactly one of the three).
-    make_plan : zero-argument callable returning a :class:`BlockPlan`, used by the flex
-        backend for layers whose scores may overflow (built on first need).
-    d_qk : temperature; scores are ``q k^T / sqrt(d_qk)`` unless the layer sets ``scale``.
-    uniform : attention uniform over each mask row (``W_Q = W_K = 0``).
+    mask_dense, plan, flex : bool ``(N, N)``, :class:`BlockPlan` or
+        :class:`~rankcollapse.dynamics.flex.FlexBackend`: exactly one is given.
+    make_plan : ``() -> BlockPlan`` for flex layers whose scores may overflow.
+    d_qk : temperature; scores ``q k^T / sqrt(d_qk)`` unless the layer sets ``scale``.
+    uniform : ``W_Q = W_K = 0``.
     record_epsilon, record_attention : keep the smallest allowed entry / the matrices.
-    operator : an :class:`~rankcollapse.dynamics.operators.AttentionOperator` that is not
-        row-stochastic (sink, sigmoid, differential), run on the dense path; every layer
-        then records the quantiles of its row-mass deficit (``row_mass``). None = softmax.
-    scratch : a dict of working arrays kept across layers (:func:`~.attention.kept`), shared
-        with the caller's metrics (None = the attention's own).
+    operator : a non-row-stochastic :class:`~rankcollapse.dynamics.operators.AttentionOperator`
+        (dense; each layer records its row-mass deficit quantiles in ``row_mass``); None = softmax.
+    scratch : kept working arrays (:func:`~.attention.kept`), shared with the caller's metrics.
     """
 
     def __init__(self, *, mask_dense=None, plan: BlockPlan | None = None, flex=None, make_plan=None,
@@ -140,19 +109,16 @@ class Attention:
         self.default_scale = 1.0 / math.sqrt(d_qk)
         self.uniform = uniform
         self.operator = operator
-        self.row_mass: list[torch.Tensor] = []  # (B, H, 3) deficit quantiles per layer (operator runs)
+        self.row_mass: list[torch.Tensor] = []  # (B, H, 3) per layer
         self.record_epsilon, self.record_attention = record_epsilon, record_attention
         self.epsilon: list[torch.Tensor] = []
         self.attention: list[torch.Tensor] = []
-        # projection, scores and weights, reused by every layer (a caller's dict: shared with it)
         self._scratch: dict = {} if scratch is None else scratch
 
     def __call__(self, X: torch.Tensor, lw: LayerWeights, x_peak: float | None = None,
                  qk_norm: float | None = None, head_eps: float | None = None) -> torch.Tensor:
-        """Attention output ``(B, N, d)``; ``x_peak`` = ``max |X|`` if the caller knows it.
-        ``qk_norm`` = ``g``: queries and keys to unit rows, scores ``g q^ k^T``
-        (:class:`~.config.BlockConfig` ``qk_norm``); ``head_eps``: head-wise RMSNorm of
-        each head's output before ``W_O`` (:func:`~.attention.merge_heads`)."""
+        """Attention output ``(B, N, d)``; ``x_peak`` = ``max |X|`` if known; ``qk_norm`` = ``g``
+        (unit queries and keys); ``head_eps``: head-wise RMSNorm (:func:`~.attention.merge_heads`)."""
         if qk_norm is not None:
             Q, K, V = project_qkv(X, replace(lw, W_MV=None), scratch=self._scratch)  # real keys X W_K
             Q, K = F.normalize(Q, dim=-1), F.normalize(K, dim=-1)  # a zero row stays 0
@@ -192,8 +158,7 @@ class Attention:
         return merge_heads(O, lw, head_eps)
 
     def _operator(self, X, Q, K, V, lw, scale, head_eps=None) -> torch.Tensor:
-        """A layer of a non-row-stochastic operator (dense): weights, their row-mass
-        deficit quantiles, the records, and the heads' output."""
+        """A layer of a non-row-stochastic operator (dense), with its records."""
         bias = None if lw.position_bias is None else lw.position_bias(X.shape[1]).to(X.dtype)
         A = operator_weights(Q, K, self.mask_dense, self.operator, scale=scale, bias=bias)
         self.row_mass.append(row_mass_quantiles(A).cpu())
@@ -205,8 +170,8 @@ class Attention:
 
 
 def qk_norm_scale(cfg: BlockConfig, n_tokens: int) -> float | None:
-    """The QK-norm score scale ``g`` of a block over ``n_tokens`` tokens, or None without
-    ``qk_norm``: ``cfg.qk_norm_scale``, else Henry et al. 2020's ``g_0 = log2(N^2 - N)`` (1 for N = 1)."""
+    """The QK-norm score scale ``g``: ``cfg.qk_norm_scale``, else ``log2(N^2 - N)`` (1 for N = 1);
+    None without ``qk_norm``."""
     if not cfg.qk_norm:
         return None
     if cfg.qk_norm_scale is not None:
@@ -216,10 +181,8 @@ def qk_norm_scale(cfg: BlockConfig, n_tokens: int) -> float | None:
 
 def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: Attention,
                   x_peak: float | None = None, layer: int = 1):
-    """One layer; returns ``(X_next, n_zero_rows)`` (zero rows met by a ``sphere`` norm).
-    ``x_peak`` = ``max |X|`` if known (spares the attention its overflow reductions);
-    ``layer`` = the 1-based layer index ``l`` (``mix`` and ``lns`` depend on it). The
-    update rules are :class:`~.config.BlockConfig`'s, applied by :func:`placement_update`."""
+    """One layer; returns ``(X_next, n_zero_rows)``. ``x_peak``: ``max |X|`` if known;
+    ``layer``: the 1-based index (``mix``, ``lns``)."""
     g = qk_norm_scale(cfg, X.shape[-2])
     head_eps = cfg.eps if cfg.headwise_rmsnorm else None
 
@@ -234,22 +197,16 @@ def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: A
 
 
 def placement_update(X: torch.Tensor, cfg: BlockConfig, sa, norm, *, layer: int = 1, mlp=None):
-    """The update rule of ``cfg.placement`` (:class:`~.config.BlockConfig`'s docstring gives
-    each rule and its paper) around the sublayers it is given; returns ``(X_next, n_zero_rows)``.
-
-    The one home of the placement rules: :func:`block_forward` (``simulate``) and the
-    single-head fast path :func:`~.single_head.single_head_layer` (phase sweep) both call it
-    with their own attention.
+    """The update rule of ``cfg.placement`` (docs/dynamics.md, "Normalisations") around the
+    given sublayers: the one home of the placement rules, for ``simulate`` and the fast path.
+    Returns ``(X_next, n_zero_rows)``.
 
     Parameters
     ----------
     X : float ``(..., N, d)``, the layer's input.
-    sa : callable ``Z -> SA(Z)`` of the same shape (the attention sublayer on ``Z``; it may
-        test ``Z is X`` to know it reads the layer's input itself).
-    norm : callable ``Y -> (norm(Y), n_zero_rows)``.
-    layer : the 1-based layer index ``l`` (``mix``: post-LN while ``l <= mix_layers``;
-        ``lns``: the factor ``1/sqrt(l)``).
-    mlp : callable ``Z -> MLP(Z)`` or None (no MLP sublayer).
+    sa : ``Z -> SA(Z)`` (it may test ``Z is X``); norm : ``Y -> (norm(Y), n_zero_rows)``.
+    layer : the 1-based index ``l`` (``mix``: post-LN while ``l <= mix_layers``; ``lns``: ``1/sqrt(l)``).
+    mlp : ``Z -> MLP(Z)`` or None.
     """
     a, p = cfg.alpha, cfg.placement
     if p == "none":
@@ -288,8 +245,7 @@ def _peri(X, cfg: BlockConfig, sa, norm, mlp):
 
 
 def _ngpt(X, cfg: BlockConfig, Y, norm, mlp):
-    """nGPT: ``X <- D(X + alpha_ngpt (D Y - X))`` with ``Y = SA(X)`` (then the MLP); ``D``
-    is ``norm``, the ``sphere`` norm (:class:`~.config.BlockConfig` refuses another)."""
+    """nGPT: ``X <- D(X + alpha_ngpt (D Y - X))``, ``Y = SA(X)``, ``D`` the sphere norm (then the MLP)."""
     step = cfg.alpha_ngpt
     H, z = norm(Y)
     X, z2 = norm(X + step * (H - X))

@@ -1,32 +1,7 @@
-"""Attention operators whose rows need not sum to one: sinks, off-by-one, sigmoid, differential.
-
-Theorem 1 of the paper (docs/theory.md §1) assumes row-stochastic attention. These
-operators break that assumption in the ways recent architectures do; docs/theory.md
-("Attention that is not row-stochastic") says what still holds. Each operator maps the
-scaled scores ``S = scale * Q K^T`` ``(B, H, N, N)`` and the mask to weights ``A``:
-
-==================  =====================================================================
-spec                weights ``A[i, j]`` over allowed keys ``j`` (0 elsewhere)
-==================  =====================================================================
-``softmax``         ``exp(S_ij) / sum_k exp(S_ik)``: rows sum to 1
-``uniform``         softmax with ``W_Q = W_K = 0``: ``1 / deg(i)``
-``sink:b=B``        ``exp(S_ij) / (exp(B) + sum_k exp(S_ik))``: an extra key with logit ``B``
-                    and value 0 (a learned sink logit as in GPT-OSS, held constant here);
-                    rows sum to ``1 - exp(B) / (exp(B) + sum_k exp(S_ik)) < 1``
-``offbyone``        ``sink:b=0`` (Miller 2023, "Attention is off by one": ``1 +`` in the
-                    softmax denominator)
-``sigmoid[:bias=B]`` ``sigma(S_ij + B)`` elementwise; ``B`` defaults to ``-log N``
-                    (Ramapuram et al. 2024, "Theory, analysis, and best practices for
-                    sigmoid self-attention"); rows sum to anything in ``(0, deg(i))``
-``diff:lambda=L``   ``softmax(S1) - L softmax(S2)``, ``S1, S2`` the scores of the first and
-                    second half of each head's query/key dimensions (Ye et al. 2024,
-                    "Differential Transformer", eq. 1, without its per-head GroupNorm and
-                    ``1 - lambda_init`` output scale); rows sum to ``1 - L`` and entries
-                    may be negative
-==================  =====================================================================
-
-All operators run on the dense path (the windowed and FlexAttention kernels implement
-softmax only; :func:`~rankcollapse.dynamics.simulate` refuses them there).
+"""Attention operators whose rows need not sum to one (sinks, off-by-one, sigmoid, differential):
+maps of the scaled scores ``S = scale * Q K^T`` and the mask to weights ``A``, dense path only.
+Formulas: docs/dynamics.md ("Update rules"); theory: docs/theory.md ("Attention that is not
+row-stochastic").
 """
 
 from __future__ import annotations
@@ -38,7 +13,7 @@ from typing import TYPE_CHECKING
 from .._validate import Key, Spec
 from ..errors import ConfigError
 
-if TYPE_CHECKING:  # torch is imported where weights are computed: parsing stays light (CLI start-up)
+if TYPE_CHECKING:  # torch is imported where weights are computed: parsing stays light
     import torch
 
 #: kind -> the keys of its spec
@@ -49,15 +24,8 @@ KINDS = tuple(_KEYS)
 
 @dataclass(frozen=True)
 class AttentionOperator:
-    """A parsed attention operator (see the module table).
-
-    Attributes
-    ----------
-    kind : one of :data:`KINDS`.
-    b : sink logit (``sink``; 0 for ``offbyone``), else None.
-    bias : sigmoid bias, None = ``-log N``.
-    lam : differential attention's ``lambda``.
-    """
+    """A parsed attention operator: ``kind`` (:data:`KINDS`), the sink logit ``b`` (0 for
+    ``offbyone``), the sigmoid ``bias`` (None: ``-log N``), differential attention's ``lam``."""
 
     kind: str
     b: float | None = None
@@ -82,13 +50,9 @@ class AttentionOperator:
 
 
 def parse_attention(spec: str | AttentionOperator) -> AttentionOperator:
-    """Parse ``softmax | uniform | sink:b=B | offbyone | sigmoid[:bias=B] | diff:lambda=L``.
-
-    Raises
-    ------
-    ConfigError
-        Unknown kind, unknown or missing parameter, or a value that is not a finite number.
-    """
+    """Parse ``softmax | uniform | sink:b=B | offbyone | sigmoid[:bias=B] | diff:lambda=L``. Raises
+    ``ConfigError``: unknown kind, unknown or missing parameter, or a value that is not a finite
+    number."""
     if isinstance(spec, AttentionOperator):
         return spec
     parsed = Spec.parse(spec, "attention", names=_KEYS)
@@ -100,19 +64,10 @@ def parse_attention(spec: str | AttentionOperator) -> AttentionOperator:
 
 def operator_weights(Q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor, op: AttentionOperator, *,
                      scale: float, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention weights ``A`` ``(B, H, N, N)`` of ``op`` in ``Q.dtype``.
-
-    Q, K : ``(B, H, N, d_k)``; mask : bool ``(N, N)`` (True = attend), every row with an
-    allowed key; scale : multiplies ``Q K^T``; bias : ``(H, N, N)`` added to the scaled
-    scores (T5) or None. Scores that may overflow ``Q.dtype``
-    (:func:`~rankcollapse.dynamics.attention.scores_may_overflow`) are formed in float64.
-    Formulas: the module table.
-
-    Raises
-    ------
-    ConfigError
-        ``diff`` with an odd per-head query/key width.
-    """
+    """Attention weights ``A`` ``(B, H, N, N)`` of ``op`` in ``Q.dtype`` from Q, K ``(B, H, N, d_k)``,
+    a bool mask ``(N, N)`` and ``bias`` ``(H, N, N)`` or None added to the scaled scores; scores
+    that may overflow are formed in float64. Raises ``ConfigError``: ``diff`` with an odd per-head
+    query/key width."""
     import torch
 
     from .attention import masked_softmax, scores_may_overflow
@@ -138,8 +93,7 @@ def operator_weights(Q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor, op: A
 
 
 def _sink_softmax(S: torch.Tensor, mask: torch.Tensor, b: float) -> torch.Tensor:
-    """``exp(S_ij) / (exp(b) + sum_k exp(S_ik))`` over allowed ``j``, stable: the row
-    maximum is taken over the allowed scores and the sink's logit ``b`` together."""
+    """``exp(S_ij) / (exp(b) + sum_k exp(S_ik))`` over allowed ``j``, max-subtracted with ``b`` included."""
     import torch
 
     info = torch.finfo(S.dtype)

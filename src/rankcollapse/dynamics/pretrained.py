@@ -1,25 +1,7 @@
-"""Self-attention weights of pretrained Hugging Face models, for "the pretrained
-self-attention network": every layer reduced to its attention sublayer
-``SA(X) = concat_h(softmax(q_h k_h^T * scale + bias_h) v_h) W_O + b_O`` (no skip, no norm,
-no MLP unless the caller's :class:`~rankcollapse.dynamics.config.BlockConfig` adds them).
-
-Family quirks handled (row-vector convention: ``nn.Linear`` weights are transposed):
-
-- BERT (and RoBERTa, same modules): ``query/key/value`` and ``attention.output.dense`` (``W_O``), biases, scale
-  ``1/sqrt(d_head)``.
-- ALBERT: one shared layer (per layer group) repeated ``num_hidden_layers`` times; the
-  simulation runs at ``hidden_size`` (the embedding projection is not part of attention).
-- GPT-2: ``Conv1D`` weights are already ``(in, out)``; ``c_attn`` is split into Q, K, V;
-  the module's ``scaling`` (``1/sqrt(d_head)``, divided by ``layer+1`` with
-  ``scale_attn_by_inverse_layer_idx``) is kept.
-- T5 (encoder stack): no biases and no ``1/sqrt(d)`` scaling (scale 1); the relative
-  position bias of the first layer is shared by every layer, computed by the model's
-  own ``compute_bias`` (bidirectional buckets). Decoder layers are not extracted.
-- Llama: RoPE (the model's ``inv_freq`` and ``attention_scaling``, rotate-half layout),
-  grouped-query attention (KV heads repeated), scale ``1/sqrt(d_head)``.
-
-The model's own causal masking is not part of the weights: pass the mask to
-:func:`~rankcollapse.dynamics.simulate` (``causal`` for GPT-2 and Llama).
+"""Self-attention weights of pretrained Hugging Face models: every layer reduced to its
+attention sublayer ``SA(X) = concat_h(softmax(q_h k_h^T * scale + bias_h) v_h) W_O + b_O``
+(docs/dynamics.md, "Pretrained self-attention", gives each family's quirks). The model's
+causal masking is not part of the weights: pass the mask to ``simulate``.
 """
 
 from __future__ import annotations
@@ -29,8 +11,6 @@ import torch
 from ..errors import ModelError
 from ..models.families import MODEL_TYPES, albert_group, family_of
 from .layer_weights import LayerWeights
-
-LayerAttentionWeights = LayerWeights
 
 
 def _t(linear) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -112,15 +92,9 @@ _EXTRACTORS = {"bert": _bert, "roberta": _bert, "albert": _albert, "gpt2": _gpt2
 
 
 def model_family(hf_model) -> str:
-    """``bert | roberta | albert | gpt2 | t5 | llama`` from ``config.model_type``, by the
-    family registry :data:`rankcollapse.models.families.REGISTRY` (Mistral, Qwen2 and
-    Gemma are Llama).
-
-    Raises
-    ------
-    ModelError
-        A model type whose attention layout is not known.
-    """
+    """``bert | roberta | albert | gpt2 | t5 | llama`` from ``config.model_type``
+    (:data:`rankcollapse.models.families.REGISTRY`; Mistral, Qwen2 and Gemma are Llama). Raises
+    ``ModelError``: a model type whose attention layout is not known."""
     mt = getattr(hf_model.config, "model_type", "")
     family = family_of(mt)
     if family not in _EXTRACTORS:
@@ -128,24 +102,11 @@ def model_family(hf_model) -> str:
     return family
 
 
-def extract_attention_weights(hf_model) -> list[LayerAttentionWeights]:
-    """Per-layer Q, K, V, O (+ biases, scale, RoPE, position bias) of a HF model.
-
-    Parameters
-    ----------
-    hf_model : a ``transformers`` model (base or with a head) of family BERT, ALBERT,
-        GPT-2, T5 (encoder) or Llama; or a :class:`rankcollapse.models.LoadedModel`.
-
-    Returns
-    -------
-    list of :class:`~rankcollapse.dynamics.weights.LayerWeights`, one per layer,
-    float tensors detached from the model (same dtype as the model).
-
-    Raises
-    ------
-    ModelError
-        Unsupported family.
-    """
+def extract_attention_weights(hf_model) -> list[LayerWeights]:
+    """Per-layer :class:`LayerWeights` (Q, K, V, O, biases, scale, RoPE, position bias), detached,
+    in the model's dtype, of a ``transformers`` model (BERT, ALBERT, GPT-2, T5 encoder, Llama;
+    base or with a head) or a :class:`rankcollapse.models.LoadedModel`. Raises ``ModelError``:
+    unsupported family."""
     hf_model = getattr(hf_model, "model", hf_model) if not hasattr(hf_model, "config") else hf_model
     family = model_family(hf_model)
     base = getattr(hf_model, hf_model.base_model_prefix, hf_model)

@@ -1,8 +1,4 @@
-"""``simulate``: run the self-attention dynamics of spec.md §2 and stream metrics.
-
-Default initialisation (documented in docs/dynamics.md): one head, ``W_Q, W_K, W_V``
-``(d, d)`` with i.i.d. ``N(0, 1/d)`` entries, drawn per layer from ``(seed, layer, role)``.
-"""
+"""``simulate``: run the self-attention dynamics of spec.md §2 and stream metrics (docs/dynamics.md)."""
 
 from __future__ import annotations
 
@@ -23,9 +19,8 @@ from .._memory import check_memory, check_simulate_tokens
 from ..masks import Mask, resolve_mask
 from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, STEP_METRICS, compute_metrics
-from ..metrics.registry import WEIGHT_METRICS
+from ..metrics.registry import UNSCALED_METRICS, WEIGHT_METRICS
 from ..metrics._context import MetricContext, RankTolerance
-from ..metrics.registry import UNSCALED_METRICS
 from ..metrics.core import mu_finite
 from .attention import kept
 from .config import BlockConfig, RunConfig, resolve_variant, variant_name
@@ -38,9 +33,7 @@ from .sparse import DEFAULT_BLOCK_SIZE, SCORE_BUDGET, BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
 
 DEFAULT_SIM_METRICS = ("mu", "mu_relative")
-#: Metrics of the tokens' norms that tell apart states μ/‖X‖_F reads alike: the mean token
-#: norm (it decays to 0 under attention whose rows sum to less than 1) and the largest
-#: token's share of ‖X‖_F² (one token taking over); shown by :meth:`SimResult.report` with a note.
+#: Metrics of the tokens' norms that tell apart states μ/‖X‖_F reads alike (:meth:`SimResult.report`).
 STATE_METRICS = ("token_radius", "max_token_share")
 _FLOAT32_METRIC_LIMIT = 1e12  # above this |x|, metrics of float32 X are computed in float64
 _DENSE_SCORE_BUDGET = 64 * 2**20  # bytes of (B, H, N, N) scores above which sparse masks go blocked
@@ -50,25 +43,16 @@ _DENSE_SCORE_BUDGET = 64 * 2**20  # bytes of (B, H, N, N) scores above which spa
 class SimResult(NotebookResult):
     """Output of :func:`simulate`.
 
-    metrics : name -> ``(depth+1, B)`` float64 CPU tensor; row ``t`` is after ``t`` layers
-        (row 0 = the input).
+    metrics : name -> ``(depth+1, B)`` float64 CPU tensor; row ``t`` is after ``t`` layers.
     final_metrics : name -> ``(B,)`` after the final norm, or None without ``final_norm``.
-    epsilon_measured : ``(depth,)`` smallest allowed attention entry of each layer (over
-        batch and heads), or None.
-    states : list of ``depth+1`` tensors ``(B, N, d)`` (CPU), or None.
-    attention : list of ``depth`` tensors ``(B, H, N, N)`` (CPU), or None.
+    epsilon_measured : ``(depth,)`` smallest allowed attention entry of each layer, or None.
+    states : ``depth+1`` tensors ``(B, N, d)`` (CPU), or None.
+    attention : ``depth`` tensors ``(B, H, N, N)`` (CPU), or None.
     config : JSON-able settings of the run.
-    row_mass_deficit : ``(depth, B, H, 3)`` float64: per layer, sample and head, the 5 %,
-        50 % and 95 % quantiles over queries of ``1 - sum_j A_ij`` (0 for softmax rows),
-        recorded for attention operators that are not row-stochastic
-        (:mod:`~rankcollapse.dynamics.operators`); None for softmax and uniform attention.
-    stopped : :class:`ZeroStop` when X decayed to the zero matrix in some samples (its
-        entries underflowed to 0: the layer before had ``max |x|`` below the square root
-        of the dtype's smallest normal number) and a metric is undefined there (a zero
-        matrix from larger tokens, e.g. ``W_V = 0``, raises): the run stops at that layer
-        (with a ``RuntimeWarning``), the rows of ``metrics``, ``epsilon_measured`` and
-        ``row_mass_deficit`` from that layer on are NaN, ``states`` ends at the zero
-        state and ``final_metrics`` is None; None for a run measured to the end.
+    row_mass_deficit : ``(depth, B, H, 3)`` float64, the 5/50/95 % quantiles over queries of
+        ``1 - sum_j A_ij`` for operators that are not row-stochastic; None for softmax and uniform.
+    stopped : :class:`ZeroStop` when X underflowed to the zero matrix in some samples: the
+        rows from that layer on are NaN, ``states`` ends there, ``final_metrics`` is None.
     """
 
     metrics: dict[str, torch.Tensor]
@@ -81,11 +65,9 @@ class SimResult(NotebookResult):
     row_mass_deficit: torch.Tensor | None = None
     stopped: ZeroStop | None = None
 
-
     def to_pandas(self, *, summary: bool = False) -> Any:
-        """Tidy :class:`pandas.DataFrame` ``layer, sample, metric, value`` (layer 0 = the
-        input); values after the final norm, when recorded, have ``layer = "final_norm"``.
-        With ``summary``, the statistics over samples of :meth:`summarise` instead."""
+        """Tidy frame ``layer, sample, metric, value`` (final-norm values at ``layer =
+        "final_norm"``); with ``summary``, :meth:`summarise` instead."""
         import pandas as pd
 
         if summary:
@@ -103,12 +85,9 @@ class SimResult(NotebookResult):
         return pd.concat(frames, ignore_index=True)
 
     def summarise(self, *, per_window: bool = False) -> Any:
-        """Statistics over samples in the results-table layout of :mod:`rankcollapse.summary`
-        (``layer, point, metric, mean, std, q05 .. q95, n_samples``, the layout of
-        ``reproduce``'s table and of a probe): one row per layer and metric, layer ``t``
-        at point ``embeddings`` / ``layer.{t-1}.output``; values after the final norm,
-        when recorded, at ``layer = depth``, point ``final_norm``. ``per_window`` adds
-        each row's per-sample values (column ``values``)."""
+        """Statistics over samples in the layout of :mod:`rankcollapse.summary`, one row per
+        layer and metric (final-norm values at ``layer = depth``, point ``final_norm``);
+        ``per_window`` adds the per-sample ``values``."""
         from ..summary import by_layer, summary_table
 
         values = by_layer(self.metrics)
@@ -126,15 +105,11 @@ class SimResult(NotebookResult):
         return {**scalars, **last, "zero_rows": list(self.zero_rows), "stopped": stopped}
 
     def report(self, metrics: Sequence[str] | None = None, *, float64: str = "dtype=torch.float64") -> dict:
-        """The run per layer as ``rankcollapse simulate`` reports it (JSON-ready): a dict of
-        ``metrics`` shown (``metrics``, default all measured, plus the measured
-        :data:`STATE_METRICS` when a note calls for them); ``layers``, per layer ``t``:
-        ``layer``, ``point``, each metric's mean over samples (None where undefined),
-        ``epsilon_measured``, the mean over samples and heads of the row-mass deficit's
-        quantiles ``row_mass_deficit_q05/q50/q95`` (attention that is not row-stochastic,
-        ``t >= 1``) and ``at_floor`` (:func:`~rankcollapse.metrics.floor.mark_floor`);
-        ``floor``; ``stopped``; ``notes`` on what μ/‖X‖_F does not show and where the run
-        stopped (``float64``: how the caller asks for float64)."""
+        """The run per layer as ``rankcollapse simulate`` reports it (JSON-ready): ``metrics``
+        shown (default all, plus :data:`STATE_METRICS` when a note calls for them),
+        ``layers`` (per layer the means over samples, ``epsilon_measured``,
+        ``row_mass_deficit_q05/q50/q95``, ``at_floor``), ``floor``, ``stopped`` and
+        ``notes`` (``float64``: how the caller asks for float64)."""
         from .._io import strict_json
         from ..metrics.floor import mark_floor
         from ..points import point_after
@@ -160,8 +135,8 @@ class SimResult(NotebookResult):
         return {"metrics": shown, "layers": layers, "floor": floor, "stopped": stopped, "notes": notes}
 
     def plot(self, metrics: list[str] | None = None, *, ax: Any = None, title: str | None = None) -> Any:
-        """Mean over samples of ``metrics`` (default μ and μ/‖X‖_F when recorded) against
-        layer on log-log axes, layer 0 dotted; returns the figure (drawn on ``ax`` if given)."""
+        """Mean over samples of ``metrics`` (default μ, μ/‖X‖_F) against layer, log-log,
+        layer 0 dotted; returns the figure."""
         from .._figure import new_axes
 
         fig, ax = new_axes(ax, figsize=(6, 4))
@@ -177,8 +152,7 @@ class SimResult(NotebookResult):
 
 
 def _state_notes(layers: list[dict], attention: str, dtype: str) -> list[str]:
-    """Notes on what μ/‖X‖_F does not show in ``layers`` (:meth:`SimResult.report`): attention
-    not row-stochastic, one token holding most of ‖X‖_F², tokens decayed below eps x input."""
+    """Notes on what μ/‖X‖_F does not show in ``layers`` (:meth:`SimResult.report`)."""
     from ..metrics.core import dominant_token_text
     from ..metrics.floor import epsilon
 
@@ -228,11 +202,6 @@ def _as_tokens(X0, dtype, device) -> torch.Tensor:
     return X
 
 
-def _itemsize(X0) -> int:
-    """Bytes per entry of the caller's ``X0`` (held beside the run's copy)."""
-    return X0.element_size() if isinstance(X0, torch.Tensor) else int(np.asarray(X0).itemsize)
-
-
 def _peak(X: torch.Tensor) -> float:
     """``max |X|`` with one reduction and one host sync; NaN or Inf if X has any."""
     lo, hi = X.aminmax()
@@ -240,13 +209,9 @@ def _peak(X: torch.Tensor) -> float:
 
 
 def _metric_fn(metrics, scratch: dict | None = None) -> tuple[tuple[str, ...], Callable, bool]:
-    """Names, ``measure(X, mask, peak, prev=None, layer=None) -> {name: (B,)}`` (``peak`` =
-    :func:`_peak` of X, ``prev`` the state one layer earlier, None at the input: the
-    metrics of :data:`~rankcollapse.metrics.STEP_METRICS` are NaN there; ``layer`` the
-    weights the metrics of :data:`~rankcollapse.metrics.registry.WEIGHT_METRICS` read) and whether a
-    metric needs the mask. ``scratch``: the attention's working arrays
-    (:func:`~.attention.kept`); the centred tokens of μ go into its ``"tokens"`` buffer,
-    idle between layers."""
+    """Names, ``measure(X, mask, peak, prev=None, layer=None) -> {name: (B,)}`` and whether a
+    metric needs the mask. ``prev``: X one layer earlier (step metrics, NaN at the input);
+    ``layer``: the weights weight metrics read; ``scratch``: the attention's kept arrays."""
     if isinstance(metrics, Mapping):
         fns = dict(metrics)
         return tuple(fns), lambda X, mask, peak, prev=None, layer=None: {k: f(X) for k, f in fns.items()}, False
@@ -301,7 +266,7 @@ def _metric_fn(metrics, scratch: dict | None = None) -> tuple[tuple[str, ...], C
 
 def _measure_at(measure: Callable, X: torch.Tensor, mask, t: int, peak: float | None = None, prev=None,
                 layer=None) -> dict:
-    """``measure(X, mask, peak, prev, layer)``, with a metric failure naming the layer it happened after."""
+    """``measure(...)``, with a metric failure naming the layer it happened after."""
     try:
         return measure(X, mask, _peak(X) if peak is None else peak, prev, layer)
     except MetricError as exc:
@@ -323,17 +288,16 @@ def _check_weights(weights: Sequence[LayerWeights], depth: int, d: int) -> None:
 
 @dataclass(frozen=True)
 class ZeroStop:
-    """Where a run stopped because X became the zero matrix in some samples (the tokens
-    decayed until every entry underflowed to 0, e.g. in float32 under attention whose rows
-    sum to less than 1): the metrics of ``after_layer`` and later are undefined (NaN)."""
+    """Where a run stopped because X underflowed to the zero matrix in some samples: the
+    metrics of ``after_layer`` and later are NaN."""
 
     after_layer: int
     samples: list[int]
     dtype: str
 
     def message(self, depth: int, float64: str = "dtype=torch.float64") -> str:
-        """One line: where, which samples, which layers are not measured, what follows it
-        further (``float64``: how the caller's interface asks for float64)."""
+        """One line: where, which samples, which layers are not measured (``float64``: how
+        the caller asks for float64)."""
         rest = (f"layer {self.after_layer}" if self.after_layer == depth
                 else f"layers {self.after_layer}..{depth}")
         further = (f"; {float64} follows the decay further (it underflows below about 1e-308)"
@@ -342,28 +306,11 @@ class ZeroStop:
                 f"(its entries underflowed to 0 in {self.dtype}): {rest} not measured (NaN){further}")
 
 
-def _underflow_range(dtype: torch.dtype) -> float:
-    """``sqrt`` of the smallest normal number of ``dtype`` (float32 1.1e-19, float64
-    1.5e-154): tokens whose largest entry was below it one layer before the zero matrix
-    decayed into it (underflow); from larger tokens the zero matrix is the layer's own
-    doing (a zero weight) and stays an error."""
-    return math.sqrt(torch.finfo(dtype).tiny)
-
-
-def _zero_samples(X: torch.Tensor) -> list[int]:
-    """Indices of the samples of ``X`` ``(B, N, d)`` whose every entry is 0."""
-    return [int(b) for b in torch.nonzero(X.flatten(1).abs().amax(1) == 0).flatten()]
-
-
 def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callable, metric_mask,
                 record_states: bool, bar: Steps | None = None, steps_asked: bool = False):
     """The layer loop: returns (metric rows, states or None, zero rows per layer, final
-    metrics or None, :class:`ZeroStop` or None). ``steps_asked``: a metric of
-    :data:`~rankcollapse.metrics.STEP_METRICS` is measured (it reads the previous state,
-    otherwise freed with its layer). Zero rows met under ``sphere`` are warned about even
-    when a later layer fails. A metric that fails because X decayed to
-    the zero matrix in some samples (underflow: :func:`_underflow_range`) ends the loop
-    there: the rows measured so far are kept."""
+    metrics or None, :class:`ZeroStop` or None). ``steps_asked``: keep X(t-1) for the step
+    metrics. A metric failing on X underflowed to zero ends the loop, keeping the rows so far."""
     B = X.shape[0]
     peak = _peak(X)
     rows = [_measure_at(measure, X, metric_mask, 0, peak, layer=weights[0])]
@@ -373,8 +320,6 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
     try:
         with torch.no_grad():
             for t, lw in enumerate(weights):
-                # X(t-1) for the step metrics (angular_speed): a reference, not a copy, held
-                # only when one is asked (it would otherwise outlive the layer)
                 prev, prev_peak = (X if steps_asked else None), peak
                 X, z = block_forward(X, lw, cfg, attend, peak, layer=t + 1)
                 peak = _peak(X)  # the layer's one sync: finiteness, metric dtype, next score bound
@@ -385,8 +330,9 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                 try:
                     rows.append(_measure_at(measure, X, metric_mask, t + 1, peak, prev, lw))
                 except MetricError:
-                    zero = _zero_samples(X)
-                    if not zero or not prev_peak < _underflow_range(X.dtype):  # e.g. W_V = 0: an error, as before
+                    zero = [int(b) for b in torch.nonzero(X.flatten(1).abs().amax(1) == 0).flatten()]
+                    # underflow only when the layer before was below sqrt(tiny); else (W_V = 0) an error
+                    if not zero or not prev_peak < math.sqrt(torch.finfo(X.dtype).tiny):
                         raise
                     stop = ZeroStop(t + 1, zero, str(X.dtype).replace("torch.", ""))
                     if record_states:
@@ -409,15 +355,11 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
     return rows, states, zero_rows, final, stop
 
 
-#: Bytes each layer costs beside its matrices: the tensor objects of its weights and of
-#: its per-layer metric rows (measured: about 1-3 KiB; 4 KiB keeps the estimate an upper bound).
-_PER_LAYER_OVERHEAD = 4096
+_PER_LAYER_OVERHEAD = 4096  # bytes per layer beside its matrices (tensor objects, metric rows): an upper bound
 
 
 def _check_weight_memory(cfg: BlockConfig, d: int, depth: int, shared: bool, max_memory) -> None:
-    """Refuse a run whose drawn weights (float64: W_Q, W_K, W_V, W_O, the MLP) and per-layer
-    records would not fit, before any is drawn (``depth = 10**8`` would otherwise fill the
-    memory layer by layer)."""
+    """Refuse a run whose drawn float64 weights and per-layer records would not fit, before any is drawn."""
     matrices = 3 + (1 if cfg.out_proj else 0) + (2 * cfg.mlp_ratio if cfg.mlp else 0)
     per_layer = matrices * d * d * 8
     need = (1 if shared else depth) * per_layer + depth * _PER_LAYER_OVERHEAD
@@ -426,12 +368,9 @@ def _check_weight_memory(cfg: BlockConfig, d: int, depth: int, shared: bool, max
 
 def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, backend: str, max_memory,
                             block_size: int | None = None) -> None:
-    """Refuse a run whose attention would not fit: the dense path holds about three
-    ``(B, H, N, N)`` score arrays (scores, weights, their product's workspace) and the
-    ``(N, N)`` mask; the blocked path about three scores per edge, but never more than
-    three chunks of scores per worker thread (:func:`.sparse.blocked_attention` works
-    one chunk at a time: at least one block's ``(B H, block_size, K_w <= N)`` scores,
-    else :data:`.sparse.SCORE_BUDGET` bytes), and the CSR form."""
+    """Refuse a run whose attention would not fit: dense, about three ``(B, H, N, N)`` score
+    arrays and the mask; blocked, three scores per edge but at most three chunks per worker
+    thread, and the CSR form."""
     edges = mask.n_edges_hint if isinstance(mask, Mask) else None
     if edges is None:
         edges = N * N  # unknown without building the mask: assume dense
@@ -446,15 +385,8 @@ def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, backend
 
 def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, value: Any, query_key: Any,
                       shared: bool) -> BlockConfig:
-    """``cfg`` with the heads and ``W_O`` the given ``weights`` run with (so the record
-    says what ran). Options the weights make meaningless are refused, not ignored.
-
-    Raises
-    ------
-    ConfigError
-        ``value``/``query_key`` other than the default ``"gaussian"``, ``shared=True``,
-        or a block whose head count, other than 1 (the default), differs from the weights'.
-    """
+    """``cfg`` with the heads and ``W_O`` of the given ``weights``; refuses ``value``,
+    ``query_key``, ``shared`` and a head count the weights make meaningless (``ConfigError``)."""
     from dataclasses import replace
 
     given = [name for name, v in (("value", value), ("query_key", query_key))
@@ -481,51 +413,32 @@ def simulate(X0, mask, *, run: RunConfig, block: str | BlockConfig = "pure", d_q
     Pure SA (spec.md §2): ``X(t+1) = A(t) X(t) W_V(t)``, ``A(t) = softmax_G(X W_Q
     (X W_K)^T / sqrt(d_qk))``; other blocks per :class:`BlockConfig`.
 
-    The settings come in two groups: what the network is (``mask``, ``block``, ``d_qk``,
-    the weights) and how it is run (``run``, a :class:`RunConfig`: ``depth``, ``seed``,
-    ``dtype``, ``device``, ``backend``, ``block_size``, ``record_*``, ``progress``,
-    ``max_memory``)::
-
-        simulate(X0, "causal", block="sphere", run=RunConfig(depth=64, seed=0, dtype=torch.float64))
-
     Parameters
     ----------
     X0 : ``(N, d)`` or ``(B, N, d)`` float tensor or array.
     mask : spec string (``rankcollapse.masks.parse_mask``), ``Mask``, bool ``(N, N)``
-        tensor/array, or scipy sparse matrix; True = token i attends to j. Or a
-        schedule (``"schedule:A*k,B"``, a list, :class:`~rankcollapse.masks.schedule.MaskSchedule`):
-        layer ``t`` uses mask ``t mod period``; mask-aware metrics and the auto backend
-        see the composed graph of one period.
-    run : :class:`RunConfig`: depth, seed, precision, device, attention backend, records,
-        progress bar, memory limit.
-    block : what each layer is: a :class:`BlockConfig` (its ``n_heads`` is the head
-        count) or a preset name, ``"pure"``, ``"sphere"``, ``"layernorm"``, ``"skip"``,
-        ``"post_ln"`` (:data:`~rankcollapse.dynamics.config.VARIANTS`). The config records
-        the preset equal to the block actually run as ``variant``, or ``"custom"``.
+        tensor/array, or scipy sparse matrix (True = i attends to j); or a schedule
+        (``"schedule:A*k,B"``, a list, a ``MaskSchedule``): layer ``t`` uses mask ``t mod
+        period``, metrics and the auto backend see the composed graph of one period.
+    run : :class:`RunConfig`: depth, seed, dtype, device, backend, records, progress, memory.
+    block : a :class:`BlockConfig` or a preset name of
+        :data:`~rankcollapse.dynamics.config.VARIANTS`; recorded as ``variant`` (or ``"custom"``).
     d_qk : temperature > 0: scores ``q k^T / sqrt(d_qk)`` (ignored by layers whose weights
-        set ``scale``). ``probe``'s ``d_qk_scale = s`` multiplies a model's own ``d_qk``
-        by ``s``; ``theory sphere``'s ``beta`` is ``1 / sqrt(d_qk)`` (docs/dynamics.md).
+        set ``scale``; docs/dynamics.md relates it to ``d_qk_scale`` and ``beta``).
     value, query_key : weight family spec (:mod:`rankcollapse.dynamics.weights`), a
         ``(d, d)`` matrix for all layers, or a list of ``depth`` matrices.
-    weights : explicit per-layer :class:`LayerWeights` (e.g. from
+    weights : per-layer :class:`LayerWeights` (e.g. from
         :func:`rankcollapse.dynamics.pretrained.extract_attention_weights`): they fix
-        ``W_Q, W_K, W_V``, the heads and ``W_O``, so ``value``/``query_key`` other than
-        the default, ``shared=True`` or a head count other than theirs is refused (it
-        would be ignored); the config records their heads and ``W_O``.
+        ``W_Q, W_K, W_V``, the heads and ``W_O``; ``value``, ``query_key``, ``shared`` or
+        another head count beside them is refused.
     shared : one layer's drawn weights for all layers.
-    metrics : names from ``rankcollapse.metrics.METRICS`` (default ``("mu",
-        "mu_relative")``), ``STEP_METRICS`` (``angular_speed``: of X(t-1), X(t), NaN in
-        row 0) or ``WEIGHT_METRICS`` (``v1_alignment``: of X(t) and the weights of layer
-        ``max(t, 1)``), or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
+    metrics : names from ``METRICS`` (default ``("mu", "mu_relative")``), ``STEP_METRICS``
+        (NaN in row 0) or ``WEIGHT_METRICS``, or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
 
-    The backends of ``run.backend``: ``"dense"``, ``"blocked"`` (windowed kernel, memory
-    O(edges), :mod:`.sparse`; ``run.block_size`` query rows per block), ``"flex"``
-    (compiled FlexAttention, :mod:`.flex`; no ``record_epsilon``) or ``"auto"`` (blocked
-    when the mask's density < 1/4 and the dense scores exceed 64 MiB, else dense).
-    ``run.max_memory`` is checked before each part is allocated: the tokens (``X0``, the
-    layer's working copies, the recorded states:
-    :func:`rankcollapse._memory.simulate_tokens_bytes`), the drawn weights, and the
-    attention, estimated from the mask's edge count before the mask or any score is built.
+    ``run.backend``: ``"dense"``, ``"blocked"`` (windowed kernel, :mod:`.sparse`),
+    ``"flex"`` (FlexAttention, :mod:`.flex`; no ``record_epsilon``) or ``"auto"`` (blocked
+    when the mask's density < 1/4 and the dense scores exceed 64 MiB). ``run.max_memory``
+    is checked for the tokens, the drawn weights and the attention before each is allocated.
 
     Returns
     -------
@@ -534,14 +447,12 @@ def simulate(X0, mask, *, run: RunConfig, block: str | BlockConfig = "pure", d_q
     Raises
     ------
     ConfigError
-        Bad option or shape (checked before any layer runs), ``run`` not a
-        :class:`RunConfig`, an unknown preset, a device not present on this machine,
-        ``X0``, a weight matrix or given weights that are sparse or on the meta device
-        (named with their layout), or X overflowing to non-finite values (names the layer).
+        Bad option, shape or device (before any layer runs), sparse or meta tensors, or X
+        overflowing to non-finite values (names the layer).
     MemoryLimitError
-        The estimated memory of the tokens, the weights or the attention exceeds ``run.max_memory``.
+        The tokens, the weights or the attention would exceed ``run.max_memory``.
     MaskError
-        Bad mask (a sparse or meta mask tensor included) or a row with no allowed key.
+        Bad mask or a row with no allowed key.
 
     See Also
     --------
@@ -595,25 +506,22 @@ def simulate(X0, mask, *, run: RunConfig, block: str | BlockConfig = "pure", d_q
 
 
 def _source_name(source: MatrixSource) -> str:
-    """What the config records of a weight source: a family spec as it is, ``"user"`` for matrices."""
     return source if isinstance(source, str) else "user"
 
 
 def _network(X0, block: str | BlockConfig, run: RunConfig, weights: Sequence[LayerWeights] | None, *,
              value: MatrixSource, query_key: MatrixSource, shared: bool
              ) -> tuple[torch.Tensor, BlockConfig, list[LayerWeights]]:
-    """The tokens ``(B, N, d)`` on the run's device and dtype, the block that runs (with
-    the head layout of given weights) and every layer's weights (given, or drawn after
-    the memory of the tokens and of the weights is checked)."""
+    """The tokens ``(B, N, d)``, the block that runs and every layer's weights (memory checked first)."""
     device = None if run.device is None else check_device(run.device)
     cfg = resolve_variant(block)
     if weights is not None:
         cfg = _block_of_weights(cfg, weights, value=value, query_key=query_key, shared=shared)
     X = _as_tokens(X0, run.dtype, device)
     B, N, d = X.shape
-    # the tokens first: X(0), the layer's working copies, the recorded states (_memory)
+    itemsize = X0.element_size() if isinstance(X0, torch.Tensor) else int(np.asarray(X0).itemsize)
     check_simulate_tokens(B, N, d, X.element_size(), depth=run.depth, record_states=run.record_states,
-                          mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0, input_itemsize=_itemsize(X0),
+                          mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0, input_itemsize=itemsize,
                           pure=variant_name(cfg) == "pure", max_memory=run.max_memory)
     if weights is None:
         _check_weight_memory(cfg, d, run.depth, shared, run.max_memory)  # before any layer is drawn
@@ -628,15 +536,11 @@ def _network(X0, block: str | BlockConfig, run: RunConfig, weights: Sequence[Lay
 
 def _attention(mask, X: torch.Tensor, cfg: BlockConfig, weights: Sequence[LayerWeights], run: RunConfig,
                d_qk: float, scratch: dict):
-    """The mask (asked once whether it is a schedule), the backend that runs it and the
-    layers' attention: returns ``(Mask of one period, recorded mask spec, backend,
-    attention)``, after refusing what the backend cannot do and attention that would not
-    fit in ``run.max_memory``."""
+    """``(Mask of one period, recorded mask spec, backend, attention)``, after refusing what
+    the backend cannot do and attention that would not fit in ``run.max_memory``."""
     B, N, _ = X.shape
     H = max(lw.n_heads for lw in weights)
-    # a schedule runs layer t on its mask t mod period; metrics see the composed graph
     sched = parse_schedule(mask, N) if is_schedule(mask) else None
-    # one Mask, parsed once; it knows its edge count before building anything
     m = sched.composed() if sched is not None else resolve_mask(mask, N)
     backend, block_size = run.backend, run.block_size
     _check_attention_memory(m, B, H, N, X.element_size(), backend, run.max_memory, block_size)
@@ -669,16 +573,14 @@ def _attention(mask, X: torch.Tensor, cfg: BlockConfig, weights: Sequence[LayerW
 
 
 def _pad(values: torch.Tensor, n: int) -> torch.Tensor:
-    """``values`` ``(k, ...)`` with NaN rows appended up to ``n`` rows (the layers a run
-    stopped at a zero matrix did not measure: :class:`ZeroStop`)."""
+    """``values`` ``(k, ...)`` with NaN rows appended up to ``n`` rows (:class:`ZeroStop`)."""
     if values.shape[0] >= n:
         return values
     return torch.cat([values, values.new_full((n - values.shape[0], *values.shape[1:]), math.nan)])
 
 
 def _plan(m: Mask, block_size: int, device) -> BlockPlan:
-    """:class:`BlockPlan` of a mask: from its row intervals when it has them
-    (windows at N = 2^20 never build their CSR form), else from the CSR form."""
+    """:class:`BlockPlan` of a mask, from its row intervals when it has them (no CSR form)."""
     if m.intervals is not None:
         return BlockPlan(intervals=m.intervals, block_size=block_size, device=device)
     return BlockPlan(m.to_csr(), block_size=block_size, device=device)

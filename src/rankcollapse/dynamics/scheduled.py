@@ -1,11 +1,4 @@
-"""Per-layer masks in the simulator: layer ``t`` attends through ``schedule.layer(t)``.
-
-:class:`ScheduledAttention` wraps one :class:`~rankcollapse.dynamics.layers.Attention`
-per distinct mask of a :class:`~rankcollapse.masks.schedule.MaskSchedule` and
-dispatches on the layer counter (every block calls its attention exactly once per
-layer, in every placement). Records (ε, attention matrices) go to shared lists in
-layer order.
-"""
+"""Per-layer masks in the simulator: layer ``t`` attends through ``schedule.layer(t)``."""
 
 from __future__ import annotations
 
@@ -17,13 +10,9 @@ from ..masks.mask import Mask
 
 
 class ScheduledAttention:
-    """Attention whose mask follows a schedule; same call signature as ``Attention``.
-
-    Parameters
-    ----------
-    schedule : MaskSchedule.
-    make : callable ``Mask -> Attention`` building the attention of one mask.
-    """
+    """Attention whose mask follows a ``MaskSchedule``: one ``make(mask) -> Attention`` per
+    distinct mask, chosen by the layer counter (every block calls its attention once per
+    layer); the records go to shared lists in layer order."""
 
     def __init__(self, schedule, make: Callable[[Mask], object]):
         built: dict[int, object] = {}
@@ -33,8 +22,7 @@ class ScheduledAttention:
         self.layers = []
         for m in schedule.masks:
             if id(m) not in built:
-                att = make(m)  # a schedule holds Masks, validated for its N
-                # one record, layer order
+                att = make(m)
                 att.epsilon, att.attention, att.row_mass = self.epsilon, self.attention, self.row_mass
                 built[id(m)] = att
             self.layers.append(built[id(m)])

@@ -1,28 +1,7 @@
-"""Long-sequence attention whose memory grows with the mask's edges, not ``N^2``.
-
-Queries are cut into ``nb`` blocks of ``block_size`` rows. Every block reads the same
-number ``K_w`` of keys (its *window*), so all blocks of a chunk go through one batched
-matmul ``(nb, Bq, d) @ (nb, d, K_w)``, a masked softmax and a second batched matmul;
-there is no Python loop over blocks or tokens, only over a few chunks that bound the
-score memory (``score_budget`` bytes). Two window layouts, chosen from the CSR form:
-
-* **intervals** — every row's keys are one contiguous run ``lo[i] .. hi[i]`` (sliding
-  and causal sliding windows, blocks, documents, prefix, causal). Block ``b`` reads the
-  keys ``start_b .. start_b + K_w - 1``; when ``start_b = b Bq + c`` (the windows of
-  banded masks) they are a strided *view* of the keys themselves (no copy; the few
-  blocks whose windows reach past either end read a small zero-padded slab), otherwise
-  a gather from the zero-padded keys. The block's local mask is
-  ``lo[i] <= key <= hi[i]``, formed per chunk from two ``(N,)`` integer vectors: no
-  stored ``(N, K_w)`` mask, so N = 1,048,576 fits.
-* **gathered** — anything else (dilated windows, Longformer/BigBird windows with
-  global keys, random keys): block ``b`` reads the sorted union of its rows' keys,
-  padded to the widest block, and a stored bool local mask ``(nb, Bq, K_w)``.
-
-Rows that attend to every token (Longformer/BigBird *global* queries) would widen their
-block's window to N; they are taken out and computed as a small dense slab ``(G, N)``.
-Softmax of each row is the masked softmax of spec.md §1 over exactly its keys, so the
-result equals dense masked attention (``tests/dynamics/test_dynamics_sparse.py``
-checks this with hypothesis over N, block size, window and masks, float32 and float64).
+"""Long-sequence attention whose memory grows with the mask's edges, not ``N^2``: blocks of
+``block_size`` queries each read a window of ``K_w`` keys, a chunk of blocks in one batched
+matmul (docs/dynamics.md, "Long sequences and backends", gives the layouts). The result
+equals dense masked attention (spec.md §1).
 """
 
 from __future__ import annotations
@@ -40,10 +19,7 @@ from .chunks import over_chunks
 
 DEFAULT_BLOCK_SIZE = 64
 SCORE_BUDGET = 2 * 2**20  # bytes of float scores per chunk: small enough that the softmax passes stay in cache
-#: bytes of scores per chunk of one ``(B H)`` slice of a banded layout, whose softmax
-#: runs in place: with the chunk's queries, keys and values they stay in a core's L2
-#: cache (2 MiB on the machine measured; 2 MiB chunks ran 5-8 % slower at N = 16,384)
-CACHE_BUDGET = 2**19
+CACHE_BUDGET = 2**19  # bytes of scores per chunk of one (B H) slice of a banded layout: stays in a core's L2
 
 
 class BlockPlan:
@@ -51,24 +27,18 @@ class BlockPlan:
 
     Parameters
     ----------
-    csr : ``scipy.sparse`` matrix/array ``(N, N)``, nonzero = token i attends to j.
-    intervals : ``(lo, hi)`` int arrays ``(N,)`` instead of ``csr``: row i attends keys
-        ``lo[i] .. hi[i]`` (inclusive), as :class:`~rankcollapse.masks.Mask` keeps for
-        windows; the plan is then built in O(N) without the CSR form.
-    block_size : query rows per block (default 64).
-    device : where the index vectors and local masks live.
+    csr : ``scipy.sparse`` ``(N, N)``, nonzero = token i attends to j; or
+    intervals : ``(lo, hi)`` int arrays ``(N,)``: row i attends keys ``lo[i] .. hi[i]``
+        (inclusive), built in O(N) without the CSR form.
+    block_size : query rows per block; device : where the indices and local masks live.
 
     Attributes
     ----------
-    kind : ``"intervals"`` or ``"gathered"`` (module docstring).
-    max_keys : ``K_w``, keys every block reads (sets the score memory per block).
-    full_rows : int64 tensor ``(G,)`` of rows attending to all N tokens (dense slab).
+    kind : ``"intervals"`` or ``"gathered"``; max_keys : ``K_w``, keys every block reads;
+    full_rows : int64 ``(G,)``, rows attending to all N tokens (dense slab).
 
-    Raises
-    ------
-    MaskError
-        Non-square mask, a row with no allowed key, intervals outside ``0..N-1``, or
-        ``block_size < 1``.
+    Raises ``MaskError``: a non-square mask, a row with no allowed key, intervals outside
+    ``0..N-1``, ``block_size < 1``.
     """
 
     def __init__(self, csr=None, *, intervals: tuple[np.ndarray, np.ndarray] | None = None,
@@ -77,7 +47,7 @@ class BlockPlan:
             raise MaskError("give exactly one of csr or intervals=(lo, hi)")
         if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
             raise MaskError(f"block_size must be an integer >= 1, got {block_size!r}")
-        if intervals is not None:  # row i attends lo[i] .. hi[i]: no CSR needed (N = 2^20 has 268M edges)
+        if intervals is not None:
             lo, hi = (np.asarray(a, dtype=np.int64) for a in intervals)
             n = lo.shape[0]
             counts = hi - lo + 1
@@ -177,8 +147,8 @@ class BlockPlan:
         self.proxy = self._proxy(full)
 
     def _pattern(self) -> None:
-        """Shared ``(Bq, K_w)`` mask of a regular banded layout (the middle block's) and
-        the blocks that differ from it; none when more than a quarter differ."""
+        """Shared ``(Bq, K_w)`` mask of a regular banded layout and the blocks that differ from
+        it; none when more than a quarter differ."""
         self.pattern_blocked = self.exceptions = self.exception_blocked = None
         if not self.regular:
             return
@@ -197,8 +167,7 @@ class BlockPlan:
         self.exception_blocked = (k < self.rel_lo[exc, :, None]) | (k > self.rel_hi[exc, :, None])
 
     def _proxy(self, full: np.ndarray) -> torch.Tensor | None:
-        """Bool ``(nb, Bq)``: rows whose windowed softmax is a placeholder (full rows,
-        padding), left out of ε; None when there are none."""
+        """Bool ``(nb, Bq)``: placeholder rows (full rows, padding), left out of ε; or None."""
         pad = self.n_blocks * self.block_size - self.n_tokens
         if not pad and not full.any():
             return None
@@ -218,11 +187,8 @@ class BlockPlan:
         return (k >= self.rel_lo[b0:b1, :, None]) & (k <= self.rel_hi[b0:b1, :, None])
 
     def fill_masked(self, s: torch.Tensor, b0: int, b1: int) -> None:
-        """Set the masked entries of scores ``s (..., b1 - b0, Bq, K_w)`` to ``-inf`` in place.
-
-        Banded masks share one ``(Bq, K_w)`` pattern in every block but a few near the
-        ends (the exceptions): one broadcast fill, with the exceptions' raw scores kept
-        aside and masked with their own pattern."""
+        """Set the masked entries of scores ``s (..., b1 - b0, Bq, K_w)`` to ``-inf`` in place
+        (banded masks: one broadcast fill of the pattern, the exceptions' own after)."""
         inf = float("-inf")
         if self.all_allowed:
             return
@@ -237,10 +203,8 @@ class BlockPlan:
             s[..., at, :, :] = raw.masked_fill(self.exception_blocked[pick], inf)
 
     def biases(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Additive masks of a banded layout in ``dtype``, built once per dtype: the
-        pattern's ``(Bq, K_w)`` and the exceptions' ``(E, Bq, K_w)`` (0 allowed,
-        ``-inf`` masked), fused into the score matmul (``baddbmm``) instead of a
-        separate scale and masked-fill pass over the scores."""
+        """Additive ``0/-inf`` masks of a banded layout in ``dtype`` (built once), the pattern's
+        ``(Bq, K_w)`` and the exceptions' ``(E, Bq, K_w)``, for the fused score matmul."""
         cache = self.__dict__.setdefault("_biases", {})
         if dtype not in cache:
             inf = float("-inf")
@@ -250,9 +214,7 @@ class BlockPlan:
         return cache[dtype]
 
     def workspace(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
-        """Scratch tensor ``name`` of ``shape`` of the calling thread, kept for the plan's
-        lifetime (every layer of a run reuses it). It is a normal tensor even when made
-        under ``torch.inference_mode`` (writable outside it on later calls)."""
+        """Scratch tensor ``name`` of ``shape`` of the calling thread, kept for the plan's lifetime."""
         cache = self.__dict__.setdefault("_workspace", {})
         key = (threading.get_ident(), name, tuple(shape), dtype, str(device))
         if key not in cache:
@@ -266,11 +228,8 @@ class BlockPlan:
         return out if self.proxy is None else out | self.proxy[b0:b1, :, None]
 
     def keys(self, Kp: torch.Tensor, b0: int, b1: int, first: int = 0) -> torch.Tensor:
-        """Window keys ``(..., b1 - b0, K_w, d)`` of blocks ``b0 .. b1 - 1``.
-
-        Regular layouts read the keys themselves ``Kp (..., N, d)`` (the windows of
-        :meth:`inner_blocks`) or a slab of them whose row 0 is key ``first``
-        (:meth:`window_slab`); the others read the zero-padded keys ``(..., N_p, d)``."""
+        """Window keys ``(..., b1 - b0, K_w, d)`` of blocks ``b0 .. b1 - 1``: of the keys themselves
+        or a slab whose row 0 is key ``first`` (regular layouts), else of the zero-padded keys."""
         if self.key_index is not None:
             return Kp[..., self.key_index[b0:b1], :]
         if self.regular:  # a strided view: window b starts b * Bq rows after window 0
@@ -284,17 +243,15 @@ class BlockPlan:
         return Kp[..., idx, :]
 
     def inner_blocks(self) -> tuple[int, int]:
-        """Blocks ``b0 .. b1 - 1`` of a regular layout whose windows lie inside keys
-        ``0 .. N - 1`` (all but a few at the ends): views of the unpadded keys."""
+        """Blocks ``b0 .. b1 - 1`` of a regular layout whose windows lie inside keys ``0 .. N - 1``."""
         bq, n, nb = self.block_size, self.n_tokens, self.n_blocks
         b0 = min(nb, max(0, -(self.offset // bq)))  # ceil(-offset / Bq)
         b1 = max(b0, min(nb, (n - self.max_keys - self.offset) // bq + 1))
         return b0, b1
 
     def window_slab(self, T: torch.Tensor, b0: int, b1: int) -> tuple[torch.Tensor, int]:
-        """Rows of ``T (..., N, d)`` read by the windows of blocks ``b0 .. b1 - 1`` of a
-        regular layout, zero where a window reaches past either end, and the key index
-        of the slab's row 0 (for :meth:`keys`)."""
+        """Rows of ``T (..., N, d)`` the windows of blocks ``b0 .. b1 - 1`` read (zero past either
+        end), and the key index of the slab's row 0."""
         r0 = self.offset + b0 * self.block_size
         r1 = self.offset + (b1 - 1) * self.block_size + self.max_keys
         slab = T.new_zeros(*T.shape[:-2], r1 - r0, T.shape[-1])
@@ -305,8 +262,7 @@ class BlockPlan:
 
 
 def _pad_keys(K: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-    """``K (..., N, d)`` with ``lo`` zero rows before and ``hi`` after (only the margins
-    are zero-filled: one copy of K, not a fill and a copy)."""
+    """``K (..., N, d)`` with ``lo`` zero rows before and ``hi`` after (one copy of K)."""
     if not lo and not hi:
         return K
     *lead, n, d = K.shape
@@ -318,8 +274,7 @@ def _pad_keys(K: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
 
 
 def _window_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, overflow: bool):
-    """Masked, scaled scores ``(..., c, Bq, K_w)`` of blocks ``b0 .. b1 - 1`` (masked
-    entries ``-inf``; clamped to the finite range first when they may overflow)."""
+    """Masked (``-inf``), scaled scores ``(..., c, Bq, K_w)`` of blocks ``b0 .. b1 - 1``."""
     if not overflow and plan.pattern_blocked is not None and q.dim() == 3:
         return _banded_scores(q, k, plan, b0, b1, scale)
     s = torch.matmul(q, k.transpose(-1, -2))
@@ -333,10 +288,8 @@ def _window_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, overfl
 
 
 def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, out=None):
-    """:func:`_window_scores` of one ``(B H)`` slice of a banded layout: scale and mask
-    fused into the matmul, ``s = bias + scale q k^T`` (``-inf + finite = -inf``, and
-    ``0 + x = x`` exactly, so the scores are those of the unfused path); written into
-    ``out`` ``(b1 - b0, Bq, K_w)`` when given."""
+    """:func:`_window_scores` of one ``(B H)`` slice of a banded layout, ``s = bias + scale q k^T``
+    in one matmul (exactly the unfused scores), into ``out`` when given."""
     pattern, exc_bias = plan.biases(q.dtype)
     s = torch.baddbmm(pattern, q, k.transpose(-1, -2), alpha=scale, out=out)
     if plan.exception_range[0] < b1 and plan.exception_range[1] >= b0:  # blocks near the ends: own pattern
@@ -348,20 +301,14 @@ def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, out=No
 
 def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: bool = False,
                       overflow: bool | None = None, row_stats: dict | None = None):
-    """Masked softmax attention on the windows of ``plan`` (module docstring).
+    """Masked softmax attention on the windows of ``plan``.
 
     Q, K : ``(B, H, N, d_k)``; V : ``(B, H, N, d_v)``, float32 or float64. Returns
-    ``(out (B, H, N, d_v), eps)`` with ``eps`` the smallest allowed attention entry
-    (0-d tensor) when ``need_epsilon`` else None. ``overflow``: a caller's a-priori
-    verdict of :func:`~rankcollapse.dynamics.attention.scores_may_overflow` (None =
-    compute it); when scores may overflow they are formed in float64, as on the
-    dense path.
-
-    ``row_stats``: a dict into which every chunk (key: its first block) and the dense
-    slab of global rows (key: the block count) put :func:`row_statistics` of their
-    weights, read before subnormals are flushed;
-    :func:`merge_row_statistics` reduces them to per-``(B, H)`` ε, row entropy and
-    row-mass deficit without holding any ``(N, N)`` array.
+    ``(out (B, H, N, d_v), eps)``, ``eps`` the smallest allowed entry (0-d) with
+    ``need_epsilon``. ``overflow``: the caller's verdict of
+    :func:`~rankcollapse.dynamics.attention.scores_may_overflow` (None = compute it; if so,
+    scores in float64). ``row_stats``: a dict that receives the :func:`row_statistics` of
+    every chunk (for :func:`merge_row_statistics`).
     """
     B, H, N, d_k = Q.shape
     d_v = V.shape[-1]
@@ -371,22 +318,14 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     work = torch.float64 if overflow else Q.dtype
     n_p = nb * bq
     Qp = torch.nn.functional.pad(Q, (0, 0, 0, n_p - N)) if n_p != N else Q
-    # one (B H) slice goes through 3-D bmm on strided window views (no copies); larger
-    # batches through 5-D matmul, which copies the windows
-    flat = B * H == 1
+    flat = B * H == 1  # 3-D bmm on strided window views; larger batches: 5-D matmul (copies)
     Qb = Qp.reshape(nb, bq, d_k) if flat else Qp.reshape(B, H, nb, bq, d_k)
-    # one (B H) slice of a banded layout: scores and (when row statistics read the
-    # scores) weights in buffers per worker thread, kept by the plan and reused by every
-    # chunk of every layer (no allocation per chunk: with one malloc arena per thread,
-    # freed chunks would stay in the process's resident memory; none per layer: fresh
-    # pages cost a fault each); otherwise the softmax overwrites the scores in place
-    # (elementwise per row, after the row's max is read): one buffer fewer in the cache
+    # one (B H) slice of a banded layout: scores and weights in per-thread buffers kept by the
+    # plan (per-chunk allocations would stay resident in per-thread malloc arenas)
     fused = flat and not overflow and plan.pattern_blocked is not None
     step = plan.blocks_per_chunk(B * H, torch.finfo(work).bits // 8, CACHE_BUDGET if fused else SCORE_BUDGET)
-    # regular layouts: inner blocks' windows are views of K and V themselves, the few
-    # blocks at the ends read a small zero-padded slab (no padded copy of K and V);
-    # other layouts gather from K and V padded once per call
-    slabs = plan.regular  # gathered layouts are never regular
+    # regular layouts: views of K and V, a small zero-padded slab at the ends; others: padded once
+    slabs = plan.regular
     if slabs:
         Kp, Vp = (T if T.stride(-1) == 1 else T.contiguous() for T in (K, V))
         inner = plan.inner_blocks()
@@ -451,23 +390,16 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
 
 def row_statistics(A: torch.Tensor, skip: torch.Tensor | None, proxy: torch.Tensor | None = None, *,
                    scores: torch.Tensor | None = None) -> tuple:
-    """Per-``(B, H)`` sums over the real rows of a chunk of windowed weights, for
-    :func:`merge_row_statistics`.
+    """Per-``(B, H)`` sums over the real rows of a chunk of windowed weights ``A`` ``(c, Bq, K_w)``
+    or ``(B, H, c, Bq, K_w)``, for :func:`merge_row_statistics`. skip : bool ``(c, Bq, K_w)``,
+    entries that are not allowed keys; proxy : bool ``(c, Bq)``, placeholder rows; scores : the
+    masked scores ``A`` is the softmax of; each or None.
 
-    A : ``(c, Bq, K_w)`` (one ``(B H)`` slice) or ``(B, H, c, Bq, K_w)``; skip : bool
-    ``(c, Bq, K_w)``, entries that are not allowed keys (``BlockPlan.not_counted``), or
-    None when every entry is; proxy : bool ``(c, Bq)``, placeholder rows (padding,
-    global rows), or None; scores : the masked scores ``A`` is the softmax of, or None.
-
-    Returns ``(low, entropy_sum, entropy_rows, deficit_sum, rows)``, each ``(B, H)``:
-    the smallest allowed entry, the sum of the normalised row entropies ``H_i / log k_i``
-    over rows with ``k_i >= 2`` allowed keys and their number, the sum of ``1 - sum_j A_ij``
-    and the number of rows: the quantities of
-    :func:`rankcollapse.metrics.attention.row_entropy` (entries not ``> 0`` add nothing) and
-    of the phase sweep's ε and row-mass deficit, summed here and divided at the end. With
-    ``scores`` the entropy is ``H_i = lse_i - sum_j A_ij s_ij`` and ``lse_i = max_j s_ij -
-    log max_j A_ij`` (softmax: ``A_ij = exp(s_ij - lse_i)``), one pass fewer of logarithms
-    than ``-sum_j A_ij log A_ij``; the two agree to round-off."""
+    Returns ``(low, entropy_sum, entropy_rows, deficit_sum, rows)``, each ``(B, H)``: the smallest
+    allowed entry, the sum of ``H_i / log k_i`` over rows with ``k_i >= 2`` keys and their number
+    (:func:`rankcollapse.metrics.attention.row_entropy`), the sum of ``1 - sum_j A_ij`` and the
+    number of rows. With ``scores``, ``H_i = lse_i - sum_j A_ij s_ij``, ``lse_i = max_j s_ij - log
+    max_j A_ij`` (one pass of logarithms fewer; equal to round-off)."""
     A = A if A.dim() == 5 else A.view(1, 1, *A.shape)
     shape = A.shape[-3:-1]
     real = torch.ones(shape, dtype=torch.bool, device=A.device) if proxy is None else ~proxy
@@ -491,11 +423,9 @@ def row_statistics(A: torch.Tensor, skip: torch.Tensor | None, proxy: torch.Tens
 
 
 def merge_row_statistics(row_stats: dict) -> dict[str, torch.Tensor]:
-    """``{"epsilon", "entropy", "row_mass_deficit"}``, each ``(B, H)``, from the
-    :func:`row_statistics` of every chunk of a layer: the smallest allowed entry, the mean
-    normalised row entropy over rows with >= 2 allowed keys (NaN without such a row) and
-    the mean row-mass deficit over rows. Sums run in block order, so the result does
-    not depend on the thread schedule."""
+    """``{"epsilon", "entropy", "row_mass_deficit"}``, each ``(B, H)``, from every chunk's
+    :func:`row_statistics`: the smallest allowed entry, the mean normalised row entropy (NaN
+    without a row of >= 2 keys), the mean deficit; summed in block order (schedule-free)."""
     parts = [row_stats[k] for k in sorted(row_stats)]
     low = torch.stack([p[0] for p in parts]).amin(0)
     total = [torch.stack([p[i] for p in parts]).sum(0) for i in range(1, 5)]

@@ -1,37 +1,10 @@
-"""Attention temperature laws: the inverse temperature ``β`` of scores ``β <q, k>`` as a
-function of the number of keys ``N`` and the width ``d``.
+"""Attention temperature laws: the inverse temperature ``β`` of scores ``β <q, k>`` as a function
+of the number of keys ``N`` and the width ``d`` (docs/phase.md, "Temperature laws", gives each
+law's source).
 
-A law is written as a string, the one syntax of the ``beta`` axis of ``phase``
-(:func:`rankcollapse.phase.grid.expand_grid`) and of ``rankcollapse theory temperature``;
-:func:`parse_law` reads it (``log:γ`` is short for ``log:gamma=γ``; ``pow:c=…``, ``ssmax:s=…``). Scores are ``β <x_i, x_j>`` on the tokens themselves (identity
-query and key projections):
-
-==============  ==============================================  ==========================================
-spec            ``β``                                           source
-==============  ==============================================  ==========================================
-``log:γ``       ``γ ln N``                                      Chen, Lin, Polyanskiy & Rigollet, "Critical
-                                                                attention scaling in long-context
-                                                                transformers", ICLR 2026 (almost-simplex
-                                                                tokens; critical ``γ* = 2`` as N grows)
-``pow:c``       ``c N^{2/(d-1)}``                               the critical scale ``β* ≍ N^{2/(d-1)}`` for
-                                                                keys i.i.d. uniform on ``S^{d-1}``
-                                                                (arXiv 2605.08505)
-``ssmax:s``     ``s ln N / sqrt(d)``                            Scalable-Softmax (Nakanishi, arXiv
-                                                                2501.19399): the scaled dot-product logits
-                                                                ``q·k / sqrt(d)`` times ``s ln n``, ``n``
-                                                                the number of keys (N in a complete row)
-``llama4``      ``(1 + 0.1 ln(1 + floor((p + 1) / 8192)))       Llama 4's attention temperature tuning
-                / sqrt(d)`` for the query at position ``p``     (its NoPE layers), as in transformers'
-                (0-based)                                       ``Llama4TextAttention``: queries times
-                                                                ``log1p(floor((p + 1) / floor_scale)) *
-                                                                attn_scale + 1`` with ``floor_scale =
-                                                                8192``, ``attn_scale = 0.1``, then the
-                                                                usual ``1 / sqrt(d)``
-==============  ==============================================  ==========================================
-
-``ssmax:s`` is ``log:(s / sqrt(d))``: the two laws differ in where the constant is quoted,
-not in their growth. ``llama4`` is 1 / sqrt(d) below position 8191 and grows like
-``0.1 ln(p / 8192)`` beyond: its β depends on the query's position, not on N alone.
+A law is a string, the one syntax of ``phase``'s ``beta`` axis and of ``rankcollapse theory
+temperature``: ``log:γ`` (``γ ln N``), ``pow:c`` (``c N^{2/(d-1)}``), ``ssmax:s`` (``s ln N /
+sqrt(d)``) or ``llama4`` (``(1 + 0.1 ln(1 + floor((p + 1) / 8192))) / sqrt(d)`` at query position ``p``).
 """
 
 from __future__ import annotations
@@ -42,7 +15,6 @@ from dataclasses import dataclass
 from .._validate import Key, Spec
 from ..errors import ConfigError
 
-#: law name -> its parameter (none: a preset)
 LAWS: dict[str, tuple[Key, ...]] = {"log": (Key("gamma"),), "pow": (Key("c"),), "ssmax": (Key("s"),), "llama4": ()}
 #: Llama 4's ``floor_scale`` and ``attn_scale`` (transformers ``Llama4TextConfig`` defaults)
 LLAMA4_FLOOR_SCALE = 8192
@@ -51,8 +23,7 @@ LLAMA4_ATTN_SCALE = 0.1
 
 @dataclass(frozen=True)
 class TemperatureLaw:
-    """A temperature law (module docstring): ``name`` in :data:`LAWS` and its parameter
-    (None for ``llama4``)."""
+    """A temperature law: ``name`` in :data:`LAWS` and its parameter (None for ``llama4``)."""
 
     name: str
     value: float | None = None
@@ -64,14 +35,9 @@ class TemperatureLaw:
 
     def beta(self, n_tokens: int, d_model: int, position: int | None = None) -> float:
         """``β`` of scores ``β <q, k>`` for a query at ``position`` (0-based; default
-        ``n_tokens - 1``, the last) over ``n_tokens`` keys of width ``d_model``.
-
-        Raises
-        ------
-        ConfigError
-            ``n_tokens < 1``, ``d_model < 1``, ``pow`` with ``d_model < 2`` (its exponent
-            ``2 / (d - 1)`` is undefined), a negative position.
-        """
+        ``n_tokens - 1``, the last) over ``n_tokens`` keys of width ``d_model``. Raises
+        ``ConfigError``: ``n_tokens < 1``, ``d_model < 1``, ``pow`` with ``d_model < 2``, a negative
+        position."""
         if n_tokens < 1 or d_model < 1:
             raise ConfigError(f"a temperature law needs n_tokens >= 1 and d_model >= 1, got {n_tokens}, {d_model}")
         if self.name == "log":
@@ -93,8 +59,7 @@ class TemperatureLaw:
 
 
 def llama4_scale(position: int) -> float:
-    """``log1p(floor((position + 1) / 8192)) * 0.1 + 1``: Llama 4's query scale at
-    ``position`` (0-based)."""
+    """``log1p(floor((position + 1) / 8192)) * 0.1 + 1``: Llama 4's query scale at ``position`` (0-based)."""
     return math.log1p(math.floor((position + 1) / LLAMA4_FLOOR_SCALE)) * LLAMA4_ATTN_SCALE + 1.0
 
 
@@ -104,14 +69,9 @@ def is_law(text: object) -> bool:
 
 
 def parse_law(text: str) -> TemperatureLaw:
-    """The law written ``text``: ``log:γ``, ``pow:c``, ``ssmax:s`` (a finite number ``>= 0``)
-    or ``llama4``.
-
-    Raises
-    ------
-    ConfigError
-        An unknown law name, a missing, extra, negative or non-finite parameter.
-    """
+    """The law written ``text``: ``log:γ``, ``pow:c``, ``ssmax:s`` (finite, ``>= 0``) or ``llama4``.
+    Raises ``ConfigError``: an unknown law name, a missing, extra, negative or non-finite
+    parameter."""
     law = Spec.parse(text, "temperature law", names=LAWS, short=True)
     value = next(iter(law.params.values()), None)
     if value is not None and value < 0:

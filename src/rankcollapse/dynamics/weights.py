@@ -1,39 +1,8 @@
-"""Weight families for the simulated network and the per-layer weight record.
-
-Row-vector convention throughout: a token ``x`` (row) maps to ``x W``; every matrix is
-``(d_in, d_out)``. Weights are drawn in float64 on the CPU from a generator seeded by
-``(seed, layer, role)`` (``numpy.random.SeedSequence``), then cast to the caller's
-dtype/device, so the same seed gives the same numbers on every device, and changing
-the value family leaves ``W_Q``/``W_K`` unchanged.
-
-Families (spec ``NAME`` or ``NAME:key=value,...``):
-
-==================  ==========================================================  =================================
-name                distribution                                                source
-==================  ==========================================================  =================================
-``gaussian``        i.i.d. ``N(0, std^2)``, default ``std = 1/sqrt(d_in)``       LeCun init; theory default
-``bert``            i.i.d. ``N(0, 0.02^2)``                                     BERT ``initializer_range``
-``xavier``          i.i.d. ``U(-a, a)``, ``a = gain sqrt(6/(d_in+d_out))``      Glorot & Bengio 2010
-``orthogonal``      Haar-distributed orthogonal times ``scale``                 QR with sign fix, Mezzadri 2007
-``identity``        ``I``                                                       --
-``scaled_identity`` ``scale * I`` (default ``scale=1``)                         --
-``spd``             ``Q diag(lam) Q^T``, Q Haar, ``lam ~ U(lo, hi)``             symmetric positive definite
-``nonnegative``     ``|N(0, std^2)|`` entrywise, default ``std = 1/sqrt(d_in)``  half-normal
-``zero``            ``0`` (with ``W_Q``/``W_K``: uniform attention)             --
-``near_identity``   ``scale I + N(0, noise^2/d)``, defaults ``scale = 1``,       a perturbed identity
-                    ``noise = 0.1``
-``constructed``     ``scale diag(lam)``, ``lam`` of :func:`construction_         the equilibria of every rank
-                    eigenvalues` ``(d, rank)`` (default ``rank = d``)           (docs/theory.md)
-``pretrained``      ``scale`` times the top-left ``(d_in, d_out)`` block of     sentence-transformers/
-                    all-MiniLM-L6-v2's matrix of the same role (``W_Q``,        all-MiniLM-L6-v2
-                    ``W_K``, ``W_V``, ``W_O``) of layer ``t mod 6``
-==================  ==========================================================  =================================
-
-:data:`FAMILIES` is the one registry: ``name -> fn(d_in, d_out, gen, params, batch,
-layer, role)`` returning float64 ``(*batch, d_in, d_out)``; ``batch = (n,)`` draws the
-matrices of layers ``layer .. layer + n - 1`` one after another from ``gen`` (the phase
-sweep's stream), ``batch = ()`` one matrix (what :func:`random_layers` draws per layer).
-:data:`FAMILY_PARAMS` lists the parameters each family takes.
+"""Weight families for the simulated network (docs/dynamics.md, "Default initialisation and
+weight families"): matrices ``(d_in, d_out)``, ``x -> x W``, drawn in float64 on the CPU from
+a generator seeded by ``(seed, layer, role)``. :data:`FAMILIES` is the one registry: ``name ->
+fn(d_in, d_out, gen, params, batch, layer, role)`` returning float64 ``(*batch, d_in, d_out)``
+(``batch = (n,)``: layers ``layer .. layer + n - 1`` one after another from ``gen``).
 """
 
 from __future__ import annotations
@@ -51,20 +20,13 @@ from ..errors import ConfigError
 from .layer_weights import LayerWeights  # noqa: F401  (its home; weights is its public path)
 
 ROLES = {"W_Q": 1, "W_K": 2, "W_V": 3, "W_O": 4, "W_1": 5, "W_2": 6}
-#: parameters that are spreads of a distribution (``std``, ``noise``) or its width (``gain``): >= 0
 SPREADS = ("std", "noise", "gain")
 _SQUARE = ("orthogonal", "identity", "scaled_identity", "spd", "near_identity", "constructed")
 
 
 def parse_family(spec: str) -> tuple[str, dict[str, float]]:
-    """Split ``NAME:key=value,...`` into the name and float parameters.
-
-    Raises
-    ------
-    ConfigError
-        Unknown family, malformed or unknown parameter; a negative spread (``std``,
-        ``noise``, ``gain``: ``nonnegative:std=-1`` would draw non-positive entries).
-    """
+    """Split ``NAME:key=value,...`` into the name and float parameters. Raises ``ConfigError``:
+    unknown family, malformed or unknown parameter, a negative spread (:data:`SPREADS`)."""
     parsed = Spec.parse(spec, "weight family", names={n: tuple(Key(k, default=None) for k in keys)
                                                       for n, keys in FAMILY_PARAMS.items()})
     for key in SPREADS:
@@ -81,9 +43,8 @@ def generator(seed: int, layer: int, role: str) -> torch.Generator:
 
 
 def haar_orthogonal(d: int, gen: torch.Generator, batch: tuple[int, ...] = ()) -> torch.Tensor:
-    """Haar-distributed orthogonal matrices, float64 of shape ``(*batch, d, d)``: QR of a
-    Gaussian with the signs of ``diag(R)`` moved into ``Q`` (Mezzadri 2007, "How to
-    generate random matrices from the classical compact groups", §5)."""
+    """Haar-distributed orthogonal matrices, float64 ``(*batch, d, d)``: QR of a Gaussian with
+    the signs of ``diag(R)`` moved into ``Q`` (Mezzadri 2007, §5)."""
     Z = torch.randn(*batch, d, d, generator=gen, dtype=torch.float64)
     Q, R = torch.linalg.qr(Z)
     return Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)
@@ -91,16 +52,10 @@ def haar_orthogonal(d: int, gen: torch.Generator, batch: tuple[int, ...] = ()) -
 
 def draw(spec: str, d_in: int, d_out: int, gen: torch.Generator, *, n: int | None = None, layer: int = 0,
          role: str = "W_V", **params: float) -> torch.Tensor:
-    """Draw one ``(d_in, d_out)`` float64 matrix of family ``spec`` (see module table), or
-    with ``n`` a stack ``(n, d_in, d_out)`` of the matrices of layers ``layer .. layer + n - 1``
-    drawn one after another from ``gen``. ``params`` add to (and override) the spec's.
-    ``layer`` and ``role`` matter only to ``pretrained`` (which matrix it copies).
-
-    Raises
-    ------
-    ConfigError
-        Bad spec or parameter, or a square-only family with ``d_in != d_out``.
-    """
+    """One ``(d_in, d_out)`` float64 matrix of family ``spec``, or with ``n`` the stack ``(n,
+    d_in, d_out)`` of layers ``layer .. layer + n - 1``. ``params`` override the spec's;
+    ``layer`` and ``role`` matter only to ``pretrained``. Raises ``ConfigError``: bad spec or
+    parameter, or a square-only family with ``d_in != d_out``."""
     name, p = parse_family(spec)
     p = {**p, **parse_family(str(Spec(name, params)))[1]}  # the keyword parameters, read as the spec's
     if name in _SQUARE and d_in != d_out:
@@ -110,7 +65,6 @@ def draw(spec: str, d_in: int, d_out: int, gen: torch.Generator, *, n: int | Non
 
 
 def _gaussian(d_in, d_out, gen, p, batch=(), layer=0, role="W_V"):
-    # in place: the same products as ``randn * std``, without a second (d_in, d_out) buffer
     return torch.randn(*batch, d_in, d_out, generator=gen, dtype=torch.float64).mul_(p.get("std", 1 / math.sqrt(d_in)))
 
 
@@ -123,7 +77,7 @@ def _spd(d, _, gen, p, batch=(), layer=0, role="W_V"):
     lo, hi = p.get("lo", 0.5), p.get("hi", 1.5)
     if not 0 < lo <= hi:
         raise ConfigError(f"spd needs 0 < lo <= hi, got lo={lo}, hi={hi}")
-    if batch:  # one matrix after another: the same stream as per-layer draws from one generator
+    if batch:  # the same stream as per-layer draws from one generator
         return torch.stack([_spd(d, d, gen, p) for _ in range(batch[0])])
     Q = haar_orthogonal(d, gen)
     lam = lo + (hi - lo) * torch.rand(d, generator=gen, dtype=torch.float64)
@@ -140,19 +94,13 @@ def _near_identity(d, _, gen, p, batch=(), layer=0, role="W_V"):
     return p.get("scale", 1.0) * torch.eye(d, dtype=torch.float64) + noise
 
 
-#: Eigenvalue ratio of the construction of equilibria of every rank (docs/theory.md); any
-#: ρ with σ(ρ) < 1 and τ(ρ)/(1-σ(ρ))² < 1 works.
-RHO = 4.0
+RHO = 4.0  # eigenvalue ratio of the equilibria construction: any ρ with σ(ρ) < 1 and τ(ρ)/(1-σ(ρ))² < 1
 
 
 def construction_eigenvalues(d_model: int, rank: int, rho: float = RHO) -> np.ndarray:
-    """``λ_t = ρ^(t - (rank-1)/2)`` for ``t < rank`` and ``λ_0 / 2`` for the ``d - rank``
-    spare directions (``d = d_model``, the token width), float64 ``(d,)``: the diagonal ``W_V`` of the construction of SA-LN
-    equilibria of every rank (docs/theory.md, § "Equilibria of every rank").
-
-    Centring the exponents keeps ``λ²`` inside float64's range up to ``rank = 500``
-    (the overall scale of ``W_V`` does not change the SA-LN dynamics).
-    """
+    """``λ_t = ρ^(t - (rank-1)/2)`` for ``t < rank``, ``λ_0 / 2`` for the ``d_model - rank`` others,
+    float64 ``(d_model,)``: the diagonal ``W_V`` of the construction of docs/theory.md §3b
+    (centred exponents keep ``λ²`` in float64's range up to ``rank = 500``)."""
     lam = rho ** (np.arange(rank, dtype=np.float64) - (rank - 1) / 2)
     return np.concatenate([lam, np.full(d_model - rank, lam[0] / 2)])
 
@@ -168,7 +116,7 @@ def _constructed(d, _, gen, p, batch=(), layer=0, role="W_V"):
 
 @lru_cache(maxsize=1)
 def _minilm_layers() -> tuple:
-    """all-MiniLM-L6-v2's attention weights per layer (float64 CPU, loaded once)."""
+    """all-MiniLM-L6-v2's attention weights per layer (loaded once)."""
     from ..models._quiet import quiet_loading
     from ..models.loading import load_model
     from .pretrained import extract_attention_weights
@@ -219,23 +167,15 @@ MatrixSource = str | torch.Tensor | np.ndarray | Sequence[torch.Tensor | np.ndar
 
 def layer_matrix(source: MatrixSource, role: str, layer: int, depth: int, shape: tuple[int, int],
                  seed: int) -> torch.Tensor:
-    """The float64 ``shape`` matrix ``role`` of ``layer`` from a family spec, one user
-    matrix (all layers) or a list of ``depth`` entries, each a matrix or a family spec.
-
-    Raises
-    ------
-    ConfigError
-        Wrong shape (names the role, layer and both shapes), wrong list length, NaN/Inf,
-        a non-numeric entry.
-    """
-    if isinstance(source, str):
-        return draw(source, shape[0], shape[1], generator(seed, layer, role), layer=layer, role=role)
-    if isinstance(source, (list, tuple)):
+    """The float64 ``shape`` matrix ``role`` of ``layer`` from a family spec, one matrix (all
+    layers) or a list of ``depth`` matrices or specs. Raises ``ConfigError``: wrong shape or list
+    length, NaN/Inf, a non-numeric entry."""
+    if isinstance(source, (list, tuple)):  # a per-layer list may mix family specs and matrices
         if len(source) != depth:
             raise ConfigError(f"{role}: got a list of {len(source)} matrices for depth {depth}")
         source = source[layer]
-        if isinstance(source, str):  # a per-layer list may mix family specs and matrices
-            return draw(source, shape[0], shape[1], generator(seed, layer, role), layer=layer, role=role)
+    if isinstance(source, str):
+        return draw(source, shape[0], shape[1], generator(seed, layer, role), layer=layer, role=role)
     check_tensor_storage(source, f"{role} of layer {layer}")
     try:
         M = torch.as_tensor(np.asarray(source) if not isinstance(source, torch.Tensor) else source)
@@ -258,26 +198,16 @@ def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian",
 
     Parameters
     ----------
-    d_model : model width ``d``; ``n_heads`` must divide it (head width ``d / n_heads``;
-        ``W_Q``, ``W_K``, ``W_V`` are ``(d, d)`` holding the heads side by side).
-    depth : number of layers.
-    value, query_key : family spec (module table), one ``(d, d)`` matrix, or a list of
-        ``depth`` matrices.
+    d_model : width ``d``, divisible by ``n_heads`` (heads side by side in ``(d, d)`` matrices).
+    value, query_key : family spec, one ``(d, d)`` matrix, or a list of ``depth`` matrices.
     out_proj : also draw ``W_O (d, d)`` from ``value``.
     mlp_ratio : if given, MLP weights ``W_1 (d, m d)``, ``W_2 (m d, d)`` from ``gaussian``.
-    shared : one set of weights reused by every layer (ALBERT-style parameter sharing).
-    seed : see module docstring.
+    shared : one set of weights reused by every layer (ALBERT-style).
 
-    Returns
-    -------
-    list of ``depth`` float64 CPU :class:`LayerWeights`.
-
-    Raises
-    ------
-    ConfigError
-        ``n_heads`` not dividing ``d_model``, bad family or matrix.
+    Returns ``depth`` float64 CPU :class:`LayerWeights`; raises ``ConfigError``: ``n_heads``
+    not dividing ``d_model``, a bad family or matrix.
     """
-    d = d_model  # the formulas' name
+    d = d_model
     if d % n_heads:
         raise ConfigError(f"n_heads={n_heads} does not divide d_model={d}")
     n_draw = 1 if shared else depth
@@ -300,10 +230,8 @@ def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian",
 
 
 def _map_layers(fn, n: int) -> list:
-    """``[fn(0), ..., fn(n - 1)]``, on up to ``torch.get_num_threads()`` Python threads
-    (torch's sampling releases the GIL). Every matrix has its own generator
-    (:func:`generator`), so the draws do not depend on the schedule: the weights are
-    the same with any thread count."""
+    """``[fn(0), ..., fn(n - 1)]`` on up to ``torch.get_num_threads()`` Python threads (every
+    matrix has its own generator: the same weights with any thread count)."""
     threads = min(torch.get_num_threads(), n)
     if threads < 2:
         return [fn(t) for t in range(n)]

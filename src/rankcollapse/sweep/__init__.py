@@ -1,22 +1,13 @@
-"""The sweep engine: units of work, the registry of unit kinds, the unit cache, the
-executors, progress, and :func:`run_units`, the loop cache -> executor -> progress ->
-cache that experiments (``rankcollapse reproduce``) and phase grids (``rankcollapse
-phase``) both run on.
-
-``units`` (:class:`Unit`, :func:`register_unit_kind`: kind -> function, version,
-label; the key's numerics fingerprint), ``cache`` (one Parquet file per unit),
-``executors`` (serial, worker processes, Ray), ``progress`` (a bar or log lines),
-``context`` (inputs shared by the units of one run: texts, windows, models,
-embeddings), ``engine`` (:func:`run_units`). Adding a unit kind is one registry entry
-and one function (docs/sweeps.md, "Adding a unit kind").
+"""The sweep engine that experiments and phase grids both run on: units and the registry of
+unit kinds, the unit cache, executors, progress, shared run inputs and :func:`run_units`,
+the loop cache -> executor -> progress -> cache (docs/sweeps.md).
 """
 
 from typing import TYPE_CHECKING
 
 from .._lazy import attach_imports
 
-# The exports, written once: imported lazily on first use (attach_imports reads this
-# block; static tools and readers see ordinary imports).
+# The exports, imported lazily on first use (attach_imports reads this block).
 if TYPE_CHECKING:
     from .cache import UnitCache
     from .context import RunContext, data_spec

@@ -1,27 +1,6 @@
-"""The unit cache: one Parquet file per unit, named by the unit's kind and hash.
-
-The hash (:attr:`~.units.Unit.hash`) covers the unit's parameters, its data spec, its
-kind's version, the declared numerics version and the versions of the libraries that
-change numbers (:func:`~.units.code_fingerprint`), so a file's name says what it holds
-(content addressing by key). The cache stores whatever frame a unit returns, per-window
-rows included; it never interprets them.
-
-Each entry also keeps what computing it cost (:meth:`UnitCache.cost`: wall and CPU
-seconds measured where the unit ran, the worker, when), in the Parquet file's own
-metadata, so a rerun that reads the entry still reports what the numbers took to
-compute. Entries written by earlier versions have no cost (``None``).
-
-Each entry verifies itself: its metadata names the unit it holds (``rankcollapse.key``:
-kind and hash) and every data page carries a CRC checksum (Parquet's
-``write_page_checksum``), checked on every read. An entry that does not verify (another
-unit's file under this name, flipped bits, a truncated or foreign file, an entry of an
-earlier version without a key, a link or a folder) is renamed aside with one warning line
-and the unit is computed again, so a table never silently mixes in a foreign entry.
-
-Safe for many writers (processes of one machine, or the nodes of a cluster sharing the
-folder over NFS): a file is written to a temporary name in the same folder and renamed
-with ``os.replace``, so a reader sees either nothing or a whole file, and two writers of
-the same unit write the same bytes.
+"""The unit cache: one Parquet file per unit, named by kind and hash (docs/sweeps.md, "Cache"),
+with its compute cost, its unit's key and page checksums; an entry that does not verify is set
+aside and recomputed. Files are written to a temporary name and renamed: many writers are safe.
 """
 
 from __future__ import annotations
@@ -40,29 +19,19 @@ import pandas as pd
 from .._io import TMP_SUFFIX, atomic_path, read_regular
 from .units import Unit
 
-#: Temporary files older than this (seconds) belong to a dead writer and may be removed.
-ORPHAN_AGE_S = 24 * 3600
-#: Parquet metadata key of an entry's compute cost.
-COST_KEY = b"rankcollapse.cost"
-#: Parquet metadata key naming the unit an entry holds (``{"kind": ..., "hash": ...}``).
-UNIT_KEY = b"rankcollapse.key"
+ORPHAN_AGE_S = 24 * 3600  # seconds after which a temporary file belongs to a dead writer
+COST_KEY = b"rankcollapse.cost"  # Parquet metadata keys: an entry's compute cost,
+UNIT_KEY = b"rankcollapse.key"  # the unit it holds ({"kind": ..., "hash": ...})
 
 
 class CacheEntryError(Exception):
-    """A cache entry that does not verify (internal: the entry is set aside, never raised
-    to the caller)."""
+    """A cache entry that does not verify (set aside, never raised to the caller)."""
 
 
 @dataclass
 class UnitCache:
-    """Read and write unit results under ``root``.
-
-    Parameters
-    ----------
-    root : the cache folder (created on first write).
-    recompute : ignore existing entries of the units of this run and overwrite them;
-        each unit is recomputed once per run even when several groups ask for it.
-    """
+    """Read and write unit results under ``root`` (created on first write); ``recompute``:
+    compute each unit of this run once, ignoring and overwriting its existing entry."""
 
     root: Path
     recompute: bool = False
@@ -77,9 +46,7 @@ class UnitCache:
 
     def has(self, unit: Unit) -> bool:
         """Whether ``unit`` can be read instead of computed."""
-        if self.recompute and unit.hash not in self._fresh:
-            return False
-        return self.path(unit).exists()
+        return not (self.recompute and unit.hash not in self._fresh) and self.path(unit).exists()
 
     def get(self, unit: Unit) -> pd.DataFrame | None:
         """The stored frame of ``unit``, or ``None`` when it must be computed."""
@@ -96,7 +63,6 @@ class UnitCache:
 
     @staticmethod
     def _verified(unit: Unit, data: bytes) -> pd.DataFrame:
-        """The frame stored in ``data`` if it names ``unit`` and its page checksums hold."""
         import pyarrow.parquet as pq
 
         meta = pq.read_schema(io.BytesIO(data)).metadata or {}
@@ -110,9 +76,8 @@ class UnitCache:
         return pd.read_parquet(io.BytesIO(data), page_checksum_verification=True)
 
     def _set_aside(self, path: Path, exc: Exception) -> None:
-        """Rename an entry that cannot be trusted to ``<name>.rejected-<time>`` (the link
-        itself when it is a link: its target is never touched) and say so on one line;
-        the unit is then computed again."""
+        """Rename an untrusted entry (a link itself, never its target) to ``<name>.rejected-<time>``
+        and say so on one line."""
         aside = path.with_name(f"{path.name}.rejected-{time.strftime('%Y%m%dT%H%M%S')}")
         try:
             os.replace(path, aside)
@@ -124,9 +89,8 @@ class UnitCache:
               "recomputing it", file=sys.stderr, flush=True)
 
     def put(self, unit: Unit, frame: pd.DataFrame, cost: dict[str, Any] | None = None) -> Path:
-        """Store ``frame`` atomically (temporary file + ``os.replace``) with its compute
-        ``cost`` (JSON-able, e.g. ``{"seconds": 12.3, "cpu_seconds": 11.9, "worker":
-        "host:pid"}``) in the file's metadata; returns the path."""
+        """Store ``frame`` atomically with its JSON-able compute ``cost`` (``{"seconds": ...,
+        "cpu_seconds": ..., "worker": "host:pid"}``) in its metadata; returns the path."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -143,8 +107,7 @@ class UnitCache:
         return path
 
     def cost(self, unit: Unit) -> dict[str, Any] | None:
-        """What computing the stored entry of ``unit`` cost (as given to :meth:`put`);
-        ``None`` for an entry without it or no entry."""
+        """The ``cost`` :meth:`put` stored with ``unit``'s entry; None without one."""
         import pyarrow.parquet as pq
 
         try:
@@ -155,12 +118,11 @@ class UnitCache:
         return json.loads(raw) if raw else None
 
     def remove_orphans(self, max_age_s: float = ORPHAN_AGE_S) -> int:
-        """Delete temporary files of writers that died more than ``max_age_s`` ago
-        (a live writer's file is younger); returns how many were removed."""
+        """Delete temporary files older than ``max_age_s`` (of dead writers); returns how many."""
         if not self.root.is_dir():
             return 0
         now, n = time.time(), 0
-        for tmp in self.root.glob(f".*{TMP_SUFFIX}"):  # only ours: a user's .notes.tmp stays
+        for tmp in self.root.glob(f".*{TMP_SUFFIX}"):  # ours only: a user's .notes.tmp stays
             try:
                 if now - tmp.stat().st_mtime > max_age_s:
                     tmp.unlink()
@@ -170,9 +132,4 @@ class UnitCache:
         return n
 
 
-def as_cache(cache: Path | str | UnitCache) -> UnitCache:
-    """A :class:`UnitCache` for a folder (callers may pass either)."""
-    return cache if isinstance(cache, UnitCache) else UnitCache(Path(cache))
-
-
-__all__ = ["UnitCache", "as_cache", "ORPHAN_AGE_S"]
+__all__ = ["UnitCache", "ORPHAN_AGE_S"]

@@ -1,9 +1,5 @@
-"""Shared inputs of one run: texts, token windows, loaded models and X(0) embeddings.
-
-Loaded once per process and handed to every unit (no module-level state): the driver
-builds one for the units it runs itself, each worker process of an executor builds its
-own from the run's data spec and device (:mod:`.executors`).
-"""
+"""Shared inputs of one run (texts, token windows, loaded models, X(0) embeddings), loaded once
+per process (each worker builds its own from the run's data spec and device)."""
 
 from __future__ import annotations
 
@@ -18,23 +14,14 @@ import torch
 from .. import assets, data
 from ..errors import DataError
 
-#: How many distinct weight draws :meth:`RunContext.random_weights` keeps.
-WEIGHT_CACHE = 2
+WEIGHT_CACHE = 2  # distinct weight draws RunContext.random_weights keeps
 
 
 def data_spec(text: str | Path | None, n_tokens: int, seed: int) -> dict[str, Any]:
-    """The input description that enters every unit hash: ``corpus``, ``n_tokens``
-    (tokens per window N), ``seed`` and, for a text file, ``path`` and ``sha256`` (for the
-    packaged Wikipedia extracts, ``sha256`` only when they are not the pinned version's).
-
-    A user text file is identified by its SHA-256, so editing it invalidates the cache;
-    its ``path`` is recorded but unit keys leave it out (a copy elsewhere has the same keys).
-
-    Raises
-    ------
-    DataError
-        ``n_tokens`` < 1, or the text file cannot be read (names the file).
-    """
+    """The input description that enters every unit hash: ``corpus``, ``n_tokens``, ``seed`` and,
+    for a text file, ``path`` (recorded, left out of keys) and its content's ``sha256`` (for
+    the packaged extracts only when they are not the pinned version's). Raises ``DataError``:
+    ``n_tokens`` < 1, or the text file cannot be read (names the file)."""
     if int(n_tokens) < 1:
         raise DataError(f"tokens per window N must be >= 1, got {n_tokens}")
     if text is None:  # the packaged corpus: by name while it is the pinned version's (assets.wikipedia_key)
@@ -47,11 +34,8 @@ def data_spec(text: str | Path | None, n_tokens: int, seed: int) -> dict[str, An
 
 @contextmanager
 def _quiet_transformers():
-    """Silence the progress bars drawn while a run loads a model (transformers' "Loading
-    weights", and the GGUF de-quantising bar, a plain tqdm on ``sys.stderr``): the run
-    draws one progress bar of its own, and an error must stay the only line on stderr.
-    Logging handlers keep their own stream, so warnings still show. The previous
-    transformers setting is restored."""
+    """Silence the progress bars drawn while a model loads (transformers' and GGUF's tqdm on
+    stderr): the run draws its own, and an error stays the only line; warnings still show."""
     from transformers.utils import logging as hf_logging
 
     was = hf_logging.is_progress_bar_enabled()
@@ -65,13 +49,8 @@ def _quiet_transformers():
 
 
 class RunContext:
-    """Lazily loaded inputs shared by the units of one run.
-
-    Parameters
-    ----------
-    data : output of :func:`data_spec`.
-    device : torch device for simulations and loaded models (chosen by the caller).
-    """
+    """Lazily loaded inputs shared by the units of one run: ``data`` from :func:`data_spec`,
+    ``device`` for simulations and loaded models."""
 
     def __init__(self, data: dict[str, Any], device: str | torch.device = "cpu") -> None:
         self.data = data
@@ -84,11 +63,8 @@ class RunContext:
 
     def random_weights(self, d_model: int, depth: int, *, seed: int, value: Any, query_key: Any, n_heads: int = 1,
                        out_proj: bool = False, mlp_ratio: int | None = None) -> list:
-        """``dynamics.weights.random_layers`` with the same arguments, drawn once and reused
-        by every unit that shares them (the four masks x four variants of one seed use the
-        same weights). Only the most recent :data:`WEIGHT_CACHE` draws are kept (float64,
-        ~1 MiB per ``(384, 384)`` matrix); the runner orders units so that those sharing
-        weights run one after another."""
+        """``dynamics.weights.random_layers``, drawn once for the units that share the
+        arguments; the last :data:`WEIGHT_CACHE` draws are kept (units sharing weights run in a row)."""
         from ..dynamics.weights import random_layers
 
         key = (int(d_model), int(depth), int(seed), str(value), str(query_key), int(n_heads), bool(out_proj), mlp_ratio)
@@ -101,43 +77,35 @@ class RunContext:
 
     def texts(self) -> list[str]:
         if self._texts is None:
-            if self.data["corpus"] == "wikipedia":
-                self._texts = data.wikipedia_texts()
-            else:
-                self._texts = data.read_text_file(self.data["path"])
+            wiki = self.data["corpus"] == "wikipedia"
+            self._texts = data.wikipedia_texts() if wiki else data.read_text_file(self.data["path"])
         return self._texts
 
     def model(self, name: str) -> Any:
         """The loaded model ``name`` (``minilm``, ``smollm2`` or a path/hub id)."""
         if name not in self._models:
-            # offline by load_model's default (local_files_only unless the caller set
-            # HF_HUB_OFFLINE=0); the process environment is left alone
-            from ..models.loading import load_model
+            from ..models.loading import load_model  # offline by its default
 
             with _quiet_transformers():
                 self._models[name] = load_model(name, device=self.device)
         return self._models[name]
 
     def windows(self, model: str, n_samples: int, *, n_tokens: int | None = None) -> Any:
-        """``n_samples`` windows of ``n_tokens`` tokens (default: the run's ``n_tokens``) cut
-        with ``model``'s tokenizer from the run's text and seed (``data.make_windows``: the
-        same token stream at every N)."""
+        """``n_samples`` windows of ``n_tokens`` tokens (default: the run's) cut with ``model``'s
+        tokenizer from the run's text and seed (``data.make_windows``)."""
         n_tokens = int(self.data["n_tokens"] if n_tokens is None else n_tokens)
-        # the run's own length keeps the key it always had
+        # the run's own length: the short key
         key = (model, int(n_samples)) if n_tokens == int(self.data["n_tokens"]) else (model, int(n_samples), n_tokens)
         if key not in self._windows:
             tok = self.model(model).require_tokenizer()
-            self._windows[key] = data.make_windows(
-                self.texts(), tok, n_tokens=n_tokens, n_samples=n_samples, seed=self.data["seed"]
-            )
+            self._windows[key] = data.make_windows(self.texts(), tok, n_tokens=n_tokens, n_samples=n_samples,
+                                                   seed=self.data["seed"])
         return self._windows[key]
 
     def embeddings(self, model: str, n_samples: int, *, start: int = 0, stop: int | None = None,
                    n_tokens: int | None = None, positions: bool = True) -> torch.Tensor:
         """X(0): the embedding-layer output ``(B, N, d)`` of windows ``start:stop`` of
-        :meth:`windows` (``n_samples`` windows of ``n_tokens`` tokens each);
-        ``positions=False`` leaves the position embeddings out (``models.probe.embed``), so
-        N may exceed the model's position table."""
+        :meth:`windows`; ``positions=False`` leaves the position embeddings out."""
         from ..models.probe import embed
 
         key = (model, int(n_samples), int(start), stop)

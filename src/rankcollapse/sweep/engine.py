@@ -1,8 +1,5 @@
-"""The sweep loop: read what the cache has, compute the rest on an executor, report
-progress, write each computed unit to the cache as it arrives.
-
-Experiments (:mod:`rankcollapse.experiments.runner`) and phase grids
-(:mod:`rankcollapse.phase.sweep`) both run their units through :func:`run_units`.
+"""The sweep loop: read what the cache has, compute the rest on an executor, report progress,
+write each computed unit to the cache as it arrives.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
-from .cache import UnitCache, as_cache
+from .cache import UnitCache
 from .executors import SerialExecutor
 from .progress import UnitProgress
 from .units import Unit, unit_functions
@@ -23,38 +20,23 @@ from .units import Unit, unit_functions
 def run_units(units: Iterable[Unit], ctx: Any, cache: Path | str | UnitCache, *, executor: Any = None,
               progress: bool | UnitProgress = True, title: str = "units", labels: Mapping[str, str] | None = None,
               order: Callable[[Unit], Any] | None = None) -> tuple[list[pd.DataFrame], list[dict[str, Any]]]:
-    """The frame of every unit, computing only those missing from ``cache``.
+    """The frame of every unit, computing only those missing from ``cache`` (each written as
+    soon as it arrives: an interrupted sweep loses only the units in flight).
 
     Parameters
     ----------
-    units : units of registered kinds (:func:`~.units.register_unit_kind`).
-    ctx : the run context handed to each unit's function in this process
-        (:class:`~.context.RunContext`; worker processes build their own).
-    cache : a cache folder or a :class:`~.cache.UnitCache` (``recompute`` forces).
-    executor : where units run (:mod:`.executors`); or a function that makes one, called
-        only when a unit must be computed (a fully cached sweep starts no worker) and
-        closed here; default: serial in this process.
-    progress : report on stderr (:mod:`.progress`), or a :class:`UnitProgress` that
-        already announced these units as part of a larger plan.
-    labels : ``{hash: label}`` of the units (default: each unit's :attr:`~.units.Unit.label`).
-    order : sort key of the compute (and cache-read) order, e.g. units that share
-        inputs one after another; default: the given order.
+    ctx : the :class:`~.context.RunContext` of this process (workers build their own).
+    executor : an executor (:mod:`.executors`; default serial), or a function that makes one
+        only when a unit must be computed (closed here).
+    progress : report on stderr, or a :class:`UnitProgress` that already announced these units.
+    labels : ``{hash: label}`` (default :attr:`~.units.Unit.label`); order : sort key of the run order.
 
-    Returns
-    -------
-    (frames, timings) : the frames in the order of ``units``, whatever order they
-        finish in; one record per unit (:func:`unit_timing`), in compute order.
-
-    Raises
-    ------
-    ConfigError
-        A unit of an unregistered kind; whatever a unit's function raises.
-
-    Each computed unit is written to the cache, with its compute cost, as soon as it
-    arrives, so an interrupted sweep loses only the units in flight.
+    Returns ``(frames, timings)``: the frames in the order of ``units``, one :func:`unit_timing`
+    record per unit in compute order. Raises ``ConfigError``: a unit of an unregistered kind
+    (and whatever a unit's function raises).
     """
     units = list(units)
-    cache = as_cache(cache)
+    cache = cache if isinstance(cache, UnitCache) else UnitCache(Path(cache))
     table = unit_functions(units)
     labels = labels or {u.hash: u.label for u in units}
     frames: dict[int, pd.DataFrame] = {}
@@ -89,7 +71,6 @@ def run_units(units: Iterable[Unit], ctx: Any, cache: Path | str | UnitCache, *,
 
 def _compute(units: list[Unit], todo: list[int], ctx: Any, ex: Any, table: Mapping[str, Any], cache: UnitCache,
              labels: Mapping[str, str], bar: UnitProgress, frames: dict, timings: dict) -> None:
-    """Run ``units[todo]`` on ``ex``, caching and recording each as it arrives."""
     for done in ex.map([units[i] for i in todo], ctx, table):
         i = todo[done.index]
         cost = {"seconds": round(done.wall, 3), "cpu_seconds": round(done.cpu, 3), "worker": done.worker,
@@ -105,10 +86,8 @@ def _compute(units: list[Unit], todo: list[int], ctx: Any, ex: Any, table: Mappi
 
 def unit_timing(u: Unit, label: str, cached: bool, wall: float, cpu: float, worker: str,
                 cost: dict[str, Any] | None) -> dict[str, Any]:
-    """One unit's record: ``seconds``/``cpu_seconds`` spent on it by this run (reading
-    the cache, or computing it), and ``compute_seconds``/``compute_cpu_seconds``, what
-    computing its numbers cost wherever and whenever they were computed (kept with the
-    cache entry; ``None`` for an entry of an earlier version that did not keep it)."""
+    """One unit's record: ``seconds``/``cpu_seconds`` this run spent on it (reading or computing),
+    ``compute_seconds``/``compute_cpu_seconds`` what computing its numbers cost (None: unknown)."""
     cost = cost or {}
     return {"unit": label, "hash": u.hash, "kind": u.kind, "cached": cached, "seconds": round(wall, 3),
             "cpu_seconds": round(cpu, 3), "worker": worker, "compute_seconds": cost.get("seconds"),

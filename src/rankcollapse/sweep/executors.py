@@ -1,16 +1,7 @@
-"""Where units run: in this process (``serial``), in local worker processes
-(``processes``), or on a Ray cluster (``ray``).
-
-Every executor runs a unit the same way (:func:`run_unit`): the unit's randomness comes
-from its own parameters (the weight seed is part of the unit), never from the order or
-the worker, and torch runs each unit on :data:`UNIT_THREADS` intra-op threads whatever
-the executor, because torch's parallel reductions split work by thread count and so
-change the last bits of a result. The speed-up comes from running units side by side.
-The results are therefore identical to the last digit under every executor and worker
-count; the caller assembles the table in unit order.
-
-An executor's :meth:`map` yields :class:`Done` records as units finish (any order); the
-caller writes each to the cache at once, so a killed driver loses only units in flight.
+"""Where units run: in this process, in local worker processes, or on a Ray cluster
+(docs/sweeps.md, "Executors"). Every unit runs on :data:`UNIT_THREADS` intra-op threads, so
+results are identical to the last digit under every executor; ``map`` yields :class:`Done`
+records as units finish, in any order.
 """
 
 from __future__ import annotations
@@ -20,7 +11,6 @@ import socket
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -30,22 +20,15 @@ from ..errors import ConfigError, excerpt
 from .context import RunContext
 from .units import Shard, Unit, UnitFn
 
-#: Intra-op torch threads of every unit, under every executor (see the module docstring).
-UNIT_THREADS = 1
-#: Executor names accepted by :func:`make_executor`.
+UNIT_THREADS = 1  # intra-op torch threads of every unit, under every executor
 EXECUTOR_NAMES = ("serial", "processes", "ray")
-#: Seconds a TCP connection to a Ray ``--address`` may take before the address is refused
-#: (ray.init itself retries an absent head for minutes).
-RAY_CONNECT_TIMEOUT_S = 3.0
-#: How often a unit whose worker died is resubmitted (Ray ``max_retries``; the process
-#: pool is rebuilt this many times).
-RETRIES = 3
+RAY_CONNECT_TIMEOUT_S = 3.0  # for a TCP connection to a Ray --address (ray.init retries for minutes)
+RETRIES = 3  # resubmissions of a unit whose worker died (Ray max_retries; process pool rebuilds)
 
 
 @dataclass
 class Done:
-    """One finished unit: its index in the submitted list, its frame, and where and how
-    long it ran (``wall`` and ``cpu`` seconds measured in the worker)."""
+    """One finished unit: its index in the submitted list, frame, worker-side seconds, worker."""
 
     index: int
     frame: pd.DataFrame
@@ -54,25 +37,18 @@ class Done:
     worker: str
 
 
-@contextmanager
-def unit_threads(n: int = UNIT_THREADS) -> Iterator[None]:
-    """Run the block with ``n`` torch intra-op threads, restoring the previous number."""
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def run_unit(unit: Unit, ctx: RunContext, table: Mapping[str, UnitFn]) -> tuple[pd.DataFrame, float, float, str]:
     """``table[unit.kind](unit, ctx)`` on :data:`UNIT_THREADS` threads:
     ``(frame, wall seconds, CPU seconds of this process, worker name)``."""
+    import torch
+
     t0, c0 = time.perf_counter(), time.process_time()
-    with unit_threads():
+    old = torch.get_num_threads()
+    torch.set_num_threads(UNIT_THREADS)
+    try:
         frame = table[unit.kind](unit, ctx)
+    finally:
+        torch.set_num_threads(old)
     return frame, time.perf_counter() - t0, time.process_time() - c0, f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -84,37 +60,28 @@ class SerialExecutor:
 
     def map(self, units: list[Unit], ctx: RunContext, table: Mapping[str, UnitFn]) -> Iterator[Done]:
         for i, u in enumerate(units):
-            frame, wall, cpu, worker = run_unit(u, ctx, table)
-            yield Done(i, frame, wall, cpu, worker)
+            yield Done(i, *run_unit(u, ctx, table))
 
     def close(self) -> None:
         pass
 
 
 # --- worker processes -------------------------------------------------------------------
-# One run context per worker process (models and windows loaded once, reused by every
-# unit the worker runs); the only module state, and it lives in the workers.
-_WORKER: dict[str, Any] = {}
+_WORKER: dict[str, Any] = {}  # the worker's run context: the only module state, in the workers
 
 
 def _init_worker(data: dict[str, Any], device: str, parent: int | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     _WORKER["ctx"] = RunContext(data, device)
-    if parent is not None:
-        _exit_with_parent(parent)
+    if parent is not None:  # end this worker when the driver dies (kill -9 included)
+        import threading
 
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
 
-def _exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
-    """End this worker when the driver ``parent`` dies (``kill -9`` included): a pool
-    worker otherwise outlives it, idle, or finishing a unit nobody will read."""
-    import threading
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _worker_run(unit: Unit, table: Mapping[str, UnitFn]) -> tuple[pd.DataFrame, float, float, str]:
@@ -122,9 +89,8 @@ def _worker_run(unit: Unit, table: Mapping[str, UnitFn]) -> tuple[pd.DataFrame, 
 
 
 class ProcessExecutor:
-    """Units in ``workers`` local processes (``spawn``: a fresh interpreter, no state
-    inherited from the driver). A pool whose worker dies (killed, out of memory) is
-    rebuilt and the unfinished units resubmitted, at most :data:`RETRIES` times."""
+    """Units in ``workers`` local ``spawn`` processes; a pool whose worker dies is rebuilt and
+    the unfinished units resubmitted, at most :data:`RETRIES` times."""
 
     name = "processes"
 
@@ -151,9 +117,9 @@ class ProcessExecutor:
                     finished, _ = wait(futures, return_when=FIRST_COMPLETED)
                     for f in finished:
                         i = futures.pop(f)
-                        frame, wall, cpu, worker = f.result()
+                        done = Done(i, *f.result())
                         del pending[i]
-                        yield Done(i, frame, wall, cpu, worker)
+                        yield done
                 return
             except BrokenProcessPool:
                 self.close()  # a worker died: rebuild the pool, resubmit what is left
@@ -174,9 +140,7 @@ class ProcessExecutor:
 # --- Ray --------------------------------------------------------------------------------
 def _ray_run_unit(unit: Unit, data: dict[str, Any], device: str, table: Mapping[str, UnitFn]
                   ) -> tuple[pd.DataFrame, float, float, str]:
-    """The Ray task: runs in a Ray worker process, which keeps one run context per data
-    spec between tasks (workers are reused). ``table``: the unit kinds' functions,
-    pickled by reference (the worker imports their modules, which register the kinds)."""
+    """The Ray task; a reused Ray worker keeps one run context per data spec between tasks."""
     from .._io import config_hash
 
     key = config_hash([data, device])
@@ -187,17 +151,9 @@ def _ray_run_unit(unit: Unit, data: dict[str, Any], device: str, table: Mapping[
 
 
 class RayExecutor:
-    """Units as Ray tasks (one CPU each) on the cluster at ``address`` (``auto``: the
-    cluster started on this machine with ``ray start``), or on a private local Ray
-    instance with ``workers`` CPUs when ``address`` is ``None``. A task whose worker
-    dies is retried by Ray (``max_retries``); an error raised by a unit is not retried.
-
-    Raises
-    ------
-    ConfigError
-        Ray is not installed (``pip install 'rankcollapse[distributed]'``) or the cluster
-        cannot be reached.
-    """
+    """Units as Ray tasks (one CPU each) on the cluster at ``address`` (``auto``: started on
+    this machine), or a private local instance of ``workers`` CPUs when ``address`` is None. Raises
+    ``ConfigError``: Ray is not installed or the cluster cannot be reached."""
 
     name = "ray"
 
@@ -207,15 +163,12 @@ class RayExecutor:
         except ImportError:
             raise ConfigError("executor 'ray' needs Ray: pip install 'rankcollapse[distributed]'") from None
         self._data, self._device, self._own = data, str(device), not ray.is_initialized()
-        if self._own and address and address != "auto":
-            check_ray_reachable(address)  # seconds, instead of ray.init's minutes of retries
         if self._own:
-            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
+            if address:
+                check_ray_reachable(address)  # seconds, instead of ray.init's minutes of retries
+            where = {"address": address} if address else {"num_cpus": workers or os.cpu_count()}
             try:
-                if address:
-                    ray.init(address=address, **kw)
-                else:
-                    ray.init(num_cpus=workers or os.cpu_count(), **kw)
+                ray.init(**where, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
             except ConnectionError as exc:
                 raise ConfigError(f"cannot reach the Ray cluster at {excerpt(address)}: {exc}") from None
         self.workers = int(ray.cluster_resources().get("CPU", 1))
@@ -230,9 +183,7 @@ class RayExecutor:
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1)
                 for ref in ready:
-                    i = refs.pop(ref)
-                    frame, wall, cpu, worker = ray.get(ref)
-                    yield Done(i, frame, wall, cpu, worker)
+                    yield Done(refs.pop(ref), *ray.get(ref))
         except BaseException:
             for ref in refs:
                 ray.cancel(ref, force=True)
@@ -247,15 +198,8 @@ class RayExecutor:
 
 def parse_ray_address(address: str) -> tuple[str, int] | None:
     """``(host, port)`` of a Ray ``--address`` (``host:port``, ``[v6]:port`` or
-    ``ray://host:port``), or None for ``auto`` (the cluster started on this machine,
-    which Ray finds itself).
-
-    Raises
-    ------
-    ConfigError
-        Anything else: an empty host, a missing or non-numeric port, a port outside
-        1-65535, spaces (the message quotes a short excerpt of the address).
-    """
+    ``ray://host:port``), or None for ``auto``. Raises ``ConfigError``: anything else (an empty
+    host, a missing or bad port, spaces)."""
     if address == "auto":
         return None
     rest = address[len("ray://"):] if address.startswith("ray://") else address
@@ -269,20 +213,12 @@ def parse_ray_address(address: str) -> tuple[str, int] | None:
     return host, int(port)
 
 
-def check_ray_reachable(address: str, timeout: float | None = None) -> None:
-    """Refuse a Ray ``address`` nothing answers at: one TCP connection to its host and
-    port, given ``timeout`` seconds (default :data:`RAY_CONNECT_TIMEOUT_S`). ``auto``
-    is left to Ray.
-
-    Raises
-    ------
-    ConfigError
-        Bad syntax (:func:`parse_ray_address`), an unknown host, or no answer in time.
-    """
+def check_ray_reachable(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse a Ray ``address`` nothing answers at within ``timeout`` seconds (``auto`` is left to
+    Ray). Raises ``ConfigError``: bad syntax, an unknown host, or no answer in time."""
     target = parse_ray_address(address)
     if target is None:
         return
-    timeout = RAY_CONNECT_TIMEOUT_S if timeout is None else timeout
     try:
         with socket.create_connection(target, timeout=timeout):
             pass
@@ -292,21 +228,10 @@ def check_ray_reachable(address: str, timeout: float | None = None) -> None:
 
 
 def validate_executor(name: str, *, workers: int | None = None, address: str | None = None) -> None:
-    """Validate executor options without starting anything or touching the network
-    (a validator: in the public API ``check_*`` names a theorem check, e.g.
-    :func:`rankcollapse.theory.check_collapse_bound`).
-
-    An option the executor would ignore is refused: ``workers`` with ``serial`` (one
-    unit at a time), ``workers`` with a Ray ``address`` (the cluster's CPUs are used),
-    ``address`` without ``ray``. Each error carries the argument it concerns
-    (:attr:`rankcollapse.errors.RankCollapseError.argument`).
-
-    Raises
-    ------
-    ConfigError
-        Unknown name, ``workers`` < 1, an option the executor would ignore, a malformed
-        ``address`` (:func:`parse_ray_address`), Ray not installed.
-    """
+    """Validate executor options without starting anything or touching the network. Raises
+    ``ConfigError``: unknown name, ``workers`` < 1, an option the executor would ignore (``workers``
+    with ``serial`` or a Ray ``address``, ``address`` without ``ray``), a malformed ``address``, Ray
+    not installed; each names its argument."""
     if name not in EXECUTOR_NAMES:
         raise ConfigError(f"{name!r} is unknown; choose one of {', '.join(EXECUTOR_NAMES)}", argument="executor")
     if workers is not None and int(workers) < 1:
@@ -334,26 +259,14 @@ class ExecutionConfig:
 
     Attributes
     ----------
-    executor : "serial" | "processes" | "ray"
-        Where units run (:data:`EXECUTOR_NAMES`).
-    workers : int or None
-        Worker processes (``processes``; default every core) or CPUs of a private local
-        Ray instance (``ray`` without ``address``).
-    address : str or None
-        Ray cluster address (``auto``, ``host:port``); only with ``ray``.
-    device : str
-        torch device of the simulated units.
-    progress : bool
-        Report progress on stderr (:mod:`.progress`).
-    shard : Shard, "I/K" or None
-        Compute only shard I of K of the run's units into the cache
-        (:class:`~.units.Shard`); None: every unit.
+    executor : "serial" | "processes" | "ray".
+    workers : worker processes (``processes``; default every core) or CPUs of a private Ray.
+    address : Ray cluster address (``auto``, ``host:port``); only with ``ray``.
+    device : torch device of the simulated units.
+    progress : report progress on stderr.
+    shard : compute only shard ``I/K`` of the run's units (:class:`~.units.Shard`); None: all.
 
-    Raises
-    ------
-    ConfigError
-        Bad executor options (:func:`validate_executor`) or a bad shard spec
-        (:meth:`Shard.parse`); each error names its argument.
+    Raises ``ConfigError``: bad executor options or shard spec (naming the argument).
     """
 
     executor: str = "serial"
@@ -371,20 +284,9 @@ class ExecutionConfig:
 
 def make_executor(name: str, *, workers: int | None = None, address: str | None = None,
                   data: dict[str, Any] | None = None, device: str = "cpu"):
-    """The executor ``name`` (one of :data:`EXECUTOR_NAMES`).
-
-    Parameters
-    ----------
-    workers : worker processes (``processes``; default: every core) or CPUs of a private
-        local Ray instance (``ray`` without ``address``).
-    address : Ray cluster address (``auto``, ``host:port``); only with ``ray``.
-    data : the run's data spec (workers build their own run context from it).
-
-    Raises
-    ------
-    ConfigError
-        Unknown name, ``workers`` < 1, ``address`` without ``ray``, Ray missing.
-    """
+    """The executor ``name`` with ``workers`` and ``address`` as in :class:`ExecutionConfig`;
+    workers build their run context from the data spec ``data``. Raises ``ConfigError``: what
+    :func:`validate_executor` refuses."""
     validate_executor(name, workers=workers, address=address)
     if name == "serial":
         return SerialExecutor()

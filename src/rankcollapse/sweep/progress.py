@@ -1,21 +1,5 @@
-"""Progress of a group of units on stderr.
-
-On a terminal: a live rich bar (units done / total, elapsed, ETA, the unit running).
-Off a terminal (a log file, a pipe, a batch system): one line when the run starts
-(the whole plan: every group and its units, how many are cached), one line per computed
-unit as it finishes, one summary line, so a log shows progress from the first minute.
-
-One bar covers a whole run: the total counts every unit the run plans (default
-settings and nearby settings alike), so the ETA is the time to the end of the run, not
-of its first group. A planned unit that will not run after all (the nearby settings of
-a claim the run could not decide) is taken out of the total with a line that says so
-(:meth:`UnitProgress.drop`).
-
-The ETA sums an estimate per unit still to run: the mean wall time of the finished units
-of its cost class (:func:`cost_class`: the unit kind, and the model where the unit names
-one, so a SmolLM2 probe is not timed by MiniLM's). While a class has no finished unit the
-ETA is a lower bound, ``ETA ≥ ...``, naming how many units are not yet timed; it never
-reads 0 s while units remain (:func:`format_eta`).
+"""Progress of a group of units on stderr: a live rich bar on a terminal, else one line at the
+start, one per computed unit and a summary (docs/sweeps.md, "Progress and timings").
 """
 
 from __future__ import annotations
@@ -32,22 +16,19 @@ WIDTH = 70
 
 
 def short(text: str, width: int = WIDTH) -> str:
-    """``text`` cut to ``width`` characters with an ellipsis (rich's column is fixed)."""
+    """``text`` cut to ``width`` characters with an ellipsis."""
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def cost_class(unit: Any) -> str:
-    """The units whose wall times estimate each other's: the kind, and the model where
-    the unit's parameters name one (``probe[smollm2]``)."""
+    """The units whose wall times estimate each other's: the kind, and its model if any (``probe[smollm2]``)."""
     model = getattr(unit, "params", {}).get("model")
     return unit.kind if model is None else f"{unit.kind}[{model}]"
 
 
 def format_eta(seconds: float, untimed: int, left: int) -> str:
-    """The ETA of ``left`` units still to run (:meth:`UnitProgress.eta` gives ``seconds``
-    and ``untimed``): ``ETA 12 s``; ``ETA ≥ 12 s (2 units not yet timed)`` while some of
-    them are in a class with no finished unit (``ETA unknown (...)`` when the timed rest is
-    under a second); ``ETA < 1 s`` rather than ``0 s`` while any remain; ``ETA 0 s`` at the end."""
+    """The ETA of ``left`` units (``seconds``, ``untimed`` from :meth:`UnitProgress.eta`): ``ETA 12 s``,
+    ``ETA ≥ 12 s (2 units not yet timed)``, ``ETA unknown (...)``, ``ETA < 1 s``; ``ETA 0 s`` only at the end."""
     if left <= 0:
         return "ETA 0 s"
     text = "< 1 s" if seconds < 0.5 else f"{math.floor(seconds + 0.5):.0f} s"
@@ -58,15 +39,8 @@ def format_eta(seconds: float, untimed: int, left: int) -> str:
 
 
 class UnitProgress:
-    """Progress of ``total`` units titled ``title``; a context manager.
-
-    Parameters
-    ----------
-    enabled : report at all.
-    tty : live bar (default: whether stderr is a terminal).
-    stream : where lines go off a terminal (default: ``sys.stderr`` at each write, so
-        pytest's capture sees them).
-    """
+    """Progress of ``total`` units titled ``title``; a context manager. ``tty``: live bar
+    (default: stderr is a terminal); ``stream``: where lines go (default: ``sys.stderr`` at each write)."""
 
     def __init__(self, title: str, total: int, *, enabled: bool = True, tty: bool | None = None,
                  stream: TextIO | None = None) -> None:
@@ -78,17 +52,15 @@ class UnitProgress:
         self._bar = self._task = None
         self._left: Counter[str] = Counter()  # cost class -> units still to compute
         self._walls: dict[str, list[float]] = {}  # cost class -> wall times of finished units
-        self.workers = 1  # units computed at once (:meth:`start`): the ETA divides by it
+        self.workers = 1  # units computed at once: the ETA divides by it
 
     def expect(self, units: Iterable[Any]) -> None:
         """``units`` are to be computed (their cost classes feed the ETA)."""
         self._left.update(cost_class(u) for u in units)
 
     def eta(self) -> tuple[float, int]:
-        """``(seconds, untimed)``: the estimated wall time of the units still to compute
-        (per cost class: its units times the mean wall of its finished ones; without class
-        information, all finished units' mean; divided by the workers), and how many of them are in a class with
-        no finished unit (not counted in ``seconds``)."""
+        """``(seconds, untimed)``: the estimated wall time of the units left (per cost class, its
+        units times its mean wall, over the workers) and how many are of a class not yet timed."""
         left = self.total - self.done_count
         walls = [w for ws in self._walls.values() for w in ws]
         if not self._left:  # no class information: every unit alike
@@ -107,7 +79,7 @@ class UnitProgress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
             from rich.table import Column
 
-            # the description gives way on a narrow terminal (80 columns): counts and ETA stay
+            # the description gives way on a narrow terminal: counts and ETA stay
             description = Column(min_width=12, max_width=WIDTH, overflow="ellipsis", no_wrap=True)
             self._bar = Progress(TextColumn("{task.description}", markup=False, table_column=description),
                                  BarColumn(bar_width=20),
@@ -129,11 +101,9 @@ class UnitProgress:
 
     def start(self, n_cached: int, n_compute: int, workers: int, executor: str,
               groups: list[tuple[str, int]] | None = None) -> None:
-        """The run begins: ``n_cached`` units come from the cache, ``n_compute`` run.
-        ``groups``: ``[(name, units)]`` of the plan, named in the first line when there
-        are several (e.g. default settings and nearby settings)."""
-        self.cached = n_cached
-        self.done_count = n_cached
+        """The run begins: ``n_cached`` units from the cache, ``n_compute`` to run; ``groups``:
+        ``[(name, units)]`` of the plan, named when there are several."""
+        self.cached = self.done_count = n_cached
         self.workers = max(int(workers), 1)
         if not self.enabled or not self.total:
             return
@@ -145,9 +115,8 @@ class UnitProgress:
                        f"({executor}, {workers} worker{'s' if workers != 1 else ''})")
 
     def drop(self, n: int, reason: str, cached: int = 0, units: Iterable[Any] = ()) -> None:
-        """Take ``n`` planned units that will not be used out of the total (``reason``
-        says why, in the log); ``cached`` of them were counted as done from the cache;
-        ``units``: those of them that were expected to be computed (:meth:`expect`)."""
+        """Take ``n`` planned units out of the total (``reason``, in the log): ``cached`` of them
+        counted as done, ``units`` those of them expected to be computed."""
         self._left.subtract(cost_class(u) for u in units)
         self._left = +self._left
         if n <= 0:

@@ -1,13 +1,6 @@
-"""Units of work, the registry of unit kinds, and everything that enters a unit's key.
-
-A :class:`Unit` is a kind plus the parameters that fix its numbers. Its kind is an
-entry of the registry (:func:`register_unit_kind`): the function that computes a unit of
-that kind, the kind's version (bumped when a change alters the labels or numbers of
-that kind's units) and, optionally, how a unit of that kind is labelled in progress
-lines and ``config.json``. The key (:attr:`Unit.hash`) is the hash of the kind, the
-parameters (as the kind's ``key_params`` spells them), the kind's version and the code
-fingerprint (:func:`code_fingerprint`: :data:`NUMERICS_VERSION` and the versions of the
-numeric libraries); the cache (:mod:`.cache`) names each entry by it.
+"""Units of work, the registry of unit kinds, and everything that enters a unit's key
+(docs/sweeps.md, "What a unit is"): kind, parameters, the kind's version and the code
+fingerprint (:func:`code_fingerprint`).
 """
 
 from __future__ import annotations
@@ -23,13 +16,10 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     import pandas as pd
 
-#: Declared version of the package's numerics. Bump it when a change alters the numbers
-#: any unit produces (an algorithm, a default dtype, a metric's formula); leave it when a
-#: change does not (docstrings, refactors, speed-ups with identical results), so cached
-#: results stay valid. A change of one kind's labels or numbers bumps that kind's
-#: ``version`` instead (:func:`register_unit_kind`).
+#: Declared version of the package's numerics: bumped when a change alters the numbers any unit
+#: produces, kept otherwise (one kind's change bumps that kind's ``version`` instead).
 NUMERICS_VERSION = 3
-#: Libraries whose version can change a unit's numbers (kernels, tokenizers, weights loading).
+#: Libraries whose version can change a unit's numbers.
 NUMERIC_LIBRARIES = ("torch", "numpy", "scipy", "networkx", "transformers", "tokenizers", "safetensors")
 
 #: Parameters a unit's default label shows (when the unit has them), in this order.
@@ -40,15 +30,8 @@ _LABEL_ORDER = LABEL_KEYS[:3] + ("norm", "sphere_radius", "init_scale", "drop") 
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """The part of every unit's key that stands for the code: SHA-256 (12 hex digits)
-    of :data:`NUMERICS_VERSION` and the versions of :data:`NUMERIC_LIBRARIES`.
-
-    Deliberately not a hash of the source: an edit that does not change numbers keeps
-    the cache, and machines of a cluster with the same versions share results. The
-    device is not part of it: float64 CPU and CUDA runs of a unit agree to rounding and
-    share one entry (a float32 unit is float32 on every device); a run that needs
-    device-specific bits uses its own ``--cache-dir`` or ``--recompute``.
-    """
+    """The part of every unit's key that stands for the code: SHA-256 (12 hex digits) of
+    :func:`numerics_key`; not a hash of the source, nor of the device (docs/sweeps.md, "Cache")."""
     return config_hash(numerics_key())
 
 
@@ -57,8 +40,7 @@ def numerics_key() -> dict[str, Any]:
     out: dict[str, Any] = {"numerics": NUMERICS_VERSION}
     for name in NUMERIC_LIBRARIES:
         try:
-            # the local part (torch's "+cpu"/"+cu126") names the build, not the numerics
-            out[name] = metadata.version(name).split("+")[0]
+            out[name] = metadata.version(name).split("+")[0]  # "+cpu" names the build, not the numerics
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out
@@ -67,13 +49,8 @@ def numerics_key() -> dict[str, Any]:
 @dataclass(frozen=True)
 class Unit:
     """One cacheable unit of work: a registered ``kind`` plus the parameters that fix its
-    numbers; ``experiment`` names the experiment that planned it (not part of the key).
-
-    Raises
-    ------
-    ConfigError
-        From :attr:`hash` and :attr:`label`, for a kind nobody registered.
-    """
+    numbers; ``experiment`` names the experiment that planned it (not in the key).
+    :attr:`hash` and :attr:`label` raise ``ConfigError`` for an unregistered kind."""
 
     kind: str
     params: dict[str, Any] = field(hash=False)
@@ -81,17 +58,14 @@ class Unit:
 
     @property
     def hash(self) -> str:
-        """12 hex digits of SHA-256 over kind, parameters, the kind's version and
-        :func:`code_fingerprint`: the unit's cache key."""
+        """The cache key: 12 hex digits of SHA-256 over kind, parameters, version, code fingerprint."""
         kind = unit_kind(self.kind)
         params = self.params if kind.key_params is None else kind.key_params(self.params)
         return config_hash({"kind": self.kind, "params": params, "v": kind.version, "code": code_fingerprint()})
 
     @property
     def label(self) -> str:
-        """The kind's label of this unit; by default ``kind[model=..., mask=..., ...]``
-        from the usual identifying parameters (:data:`LABEL_KEYS`). :func:`unit_labels`
-        adds whatever else tells the units of a run apart."""
+        """The kind's label of this unit; by default ``kind[model=..., mask=..., ...]`` (:data:`LABEL_KEYS`)."""
         label = unit_kind(self.kind).label
         return label(self) if label is not None else params_label(self, LABEL_KEYS)
 
@@ -106,16 +80,11 @@ class UnitKind:
 
     Attributes
     ----------
-    run : ``run(unit, ctx) -> pandas.DataFrame``, a module-level function (worker
-        processes receive it by reference).
-    version : bumped when a change alters the labels or numbers of this kind's units
-        (their keys change, so cached entries are not read).
-    label : ``label(unit) -> str`` for progress lines; None: :func:`params_label`.
-    group : who plans units of this kind; an experiment config may name only the kinds
-        of group ``"experiments"``.
-    key_params : ``key_params(params) -> dict``, the parameters as the key hashes them
-        (e.g. without a local file path, :func:`rankcollapse.experiments.units.key_params`);
-        None: as they are.
+    run : ``run(unit, ctx) -> pandas.DataFrame``, a module-level function (sent by reference).
+    version : bumped when a change alters the labels or numbers of this kind's units.
+    label : ``label(unit) -> str``; None: :func:`params_label`.
+    group : who plans these units (an experiment config names only group ``"experiments"``).
+    key_params : ``key_params(params) -> dict``, the parameters as the key hashes them; None: as they are.
     """
 
     name: str
@@ -132,16 +101,9 @@ _KINDS: dict[str, UnitKind] = {}
 def register_unit_kind(name: str, run: UnitFn, *, version: int, label: Callable[[Unit], str] | None = None,
                        group: str = "", key_params: Callable[[dict[str, Any]], dict[str, Any]] | None = None
                        ) -> UnitKind:
-    """Register the unit kind ``name`` (see :class:`UnitKind`); returns the entry.
-    Registering the same functions, version and group again (a module imported
-    twice) is a no-op that returns the first entry.
-
-    Raises
-    ------
-    ConfigError
-        ``name`` already registered with another function, version, label or group, or
-        a ``version`` that is not an integer >= 0.
-    """
+    """Register the unit kind ``name`` (:class:`UnitKind`); returns the entry (the first one when
+    the same entry is registered again). Raises ``ConfigError``: ``name`` already registered with
+    another function, version, label or group, or a ``version`` that is not an integer >= 0."""
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise ConfigError(f"unit kind {name!r}: version must be an integer >= 0, got {version!r}")
     entry = UnitKind(name, run, version, label, group, key_params)
@@ -164,13 +126,7 @@ def _identity(kind: UnitKind) -> tuple:
 
 
 def unit_kind(name: str) -> UnitKind:
-    """The registry entry of ``name``.
-
-    Raises
-    ------
-    ConfigError
-        ``name`` is not registered (names the registered kinds).
-    """
+    """The registry entry of ``name`` (``ConfigError`` naming the registered kinds if none)."""
     try:
         return _KINDS[name]
     except KeyError:
@@ -183,19 +139,12 @@ def unit_kinds(group: str | None = None) -> tuple[str, ...]:
 
 
 def unit_functions(units: list[Unit]) -> dict[str, UnitFn]:
-    """``{kind: run}`` of the kinds of ``units``: what an executor calls.
-
-    Raises
-    ------
-    ConfigError
-        A unit of an unregistered kind.
-    """
+    """``{kind: run}`` of the kinds of ``units`` (``ConfigError`` for an unregistered kind)."""
     return {kind: unit_kind(kind).run for kind in dict.fromkeys(u.kind for u in units)}
 
 
 def params_label(unit: Unit, keys: tuple[str, ...] | list[str]) -> str:
-    """``kind[k=v, ...]`` over the ``keys`` that ``unit`` has (empty, ``None`` and
-    ``default`` values left out, and ``seed=-1``: a unit without random weights)."""
+    """``kind[k=v, ...]`` over the ``keys`` that ``unit`` has (empty, None, ``default`` and ``seed=-1`` left out)."""
     p = unit.params
     bits = [f"{k}={_label_value(p[k])}" for k in keys
             if k in p and p[k] not in ("", None, "default") and not (k == "seed" and p[k] == -1)]
@@ -211,10 +160,8 @@ def _label_value(v: Any) -> str:
 
 
 def unit_labels(units: list[Unit]) -> dict[str, str]:
-    """``{hash: label}``: each unit's :attr:`Unit.label` plus every parameter that differs
-    between units sharing that label (e.g. ``sphere_radius=19.5959`` beside
-    ``sphere_radius=1``, ``drop=[norm]`` beside ``drop=[]``), so no two distinct units of a
-    run read the same. A label that would still collide ends with the unit's hash."""
+    """``{hash: label}``: each unit's :attr:`Unit.label` plus every parameter that differs between
+    units sharing it; a label that would still collide ends with the unit's hash."""
     groups: dict[str, dict[str, Unit]] = {}
     for u in units:
         groups.setdefault(u.label, {})[u.hash] = u
@@ -234,15 +181,11 @@ def unit_labels(units: list[Unit]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Shard:
-    """Shard ``index`` of ``count`` (1-based) of a run's units: what one machine or
-    session computes into a shared cache when a run is spread over several.
+    """Shard ``index`` of ``count`` (1-based) of a run's units, computed into a shared cache.
 
-    The partition depends on the unit keys and their estimated costs only (never on the
-    cache, the executor or the machine), so every shard of a run, wherever it runs,
-    agrees on it: the units, most expensive first (then by cost class,
-    :func:`~.progress.cost_class`: kind and model, and key), each go to the shard with the
-    least estimated cost so far (the lowest index on a tie). With equal costs this deals
-    them round-robin, so each shard gets its share of every class of unit.
+    The partition depends on the unit keys and estimated costs only, so every shard agrees
+    on it: the units, most expensive first (then by cost class and key), each go to the
+    shard with the least cost so far (lowest index on a tie).
 
     >>> Shard.parse("2/3")
     Shard(index=2, count=3)
@@ -263,13 +206,7 @@ class Shard:
 
     @classmethod
     def parse(cls, spec: "str | Shard") -> "Shard":
-        """``"I/K"`` (or a :class:`Shard`) as a :class:`Shard`.
-
-        Raises
-        ------
-        ConfigError
-            Not two integers ``I/K`` with ``1 <= I <= K`` (``argument="shard"``).
-        """
+        """``"I/K"`` (or a :class:`Shard`) as a :class:`Shard` (``ConfigError``, argument ``shard``, otherwise)."""
         if isinstance(spec, Shard):
             return spec
         parts = str(spec).strip().split("/")
@@ -278,8 +215,7 @@ class Shard:
         return cls(int(parts[0]), int(parts[1]))
 
     def select(self, units: list[Unit], cost: Callable[[Unit], float] | None = None) -> list[Unit]:
-        """The units of this shard, in the order of ``units`` (a unit listed twice
-        counts once); ``cost``: a unit's estimated cost (default 1 for every unit)."""
+        """The units of this shard, in the order of ``units``, each once; ``cost``: a unit's estimate (default 1)."""
         from .progress import cost_class
 
         distinct = list({u.hash: u for u in units}.values())
