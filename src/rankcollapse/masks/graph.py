@@ -1,8 +1,7 @@
 """Graph analysis of a mask (spec.md §4): connectivity, centers, radius, diameter.
 
-The mask ``M`` is the digraph with an edge ``j -> i`` whenever ``M[i, j]`` (token i
-attends to j). Forward search from a token follows ``M^T``; backward search follows
-``M``. Everything runs on the CSR form with ``scipy.sparse.csgraph`` in O(E) memory.
+The mask ``M`` is the digraph with an edge ``j -> i`` whenever ``M[i, j]``: forward search
+follows ``M^T``, backward search ``M``, on the CSR form with ``scipy.sparse.csgraph``.
 
 Radius and diameter use the eccentricity bounding scheme of Takes & Kosters
 ("Computing the eccentricity distribution of large graphs", Algorithms 6, 2013),
@@ -13,8 +12,7 @@ exact by construction: after a forward and a backward BFS from ``v``,
 * ``ecc(u) <= d(u, v) + ecc(v)``.
 
 The search stops when no unexplored center can beat the best radius found (and, for
-strongly connected masks, none can exceed the best diameter). Worst case it is one BFS
-per center; on window-like masks it needs a handful, so N = 65,536 takes seconds.
+strongly connected masks, none can exceed the best diameter): worst case one BFS per center.
 """
 
 from __future__ import annotations
@@ -35,14 +33,8 @@ from .mask import Mask
 
 
 def bfs_distances(graph: sp.csr_array, source: int) -> np.ndarray:
-    """Hop distance from ``source`` along the edges ``u -> v`` with ``graph[u, v] != 0``.
-
-    Uses :func:`scipy.sparse.csgraph.breadth_first_order` (O(N + E)) and turns the
-    BFS tree into depths by pointer jumping (O(N log depth), vectorised).
-
-    Returns
-    -------
-    dist : int64 ``(N,)``; ``-1`` for tokens not reachable from ``source``.
+    """Hop distance (int64 ``(N,)``, -1 = unreachable) from ``source`` along the edges
+    ``u -> v`` with ``graph[u, v] != 0``: a BFS tree turned into depths by pointer jumping.
 
     Raises
     ------
@@ -121,12 +113,8 @@ class MaskAnalysis(NotebookResult):
         return out
 
     def to_pandas(self, *, per_token: bool = False) -> Any:
-        """A :class:`pandas.DataFrame` of the analysis.
-
-        Default: one row of the scalar graph facts (``spec, n_tokens, radius, ...``).
-        ``per_token``: one row per token, columns ``token, distance_from_center`` (hop
-        distance from ``best_center``, -1 = unreachable; all -1 when not QSC) and
-        ``is_center`` (the token is in ``centers``)."""
+        """One row of the scalar facts; ``per_token``: one row per token, columns ``token,
+        distance_from_center`` (-1 = unreachable or not QSC) and ``is_center``."""
         if not per_token:
             return super().to_pandas()
         import pandas as pd
@@ -140,6 +128,14 @@ class MaskAnalysis(NotebookResult):
 
 def _degree_stats(deg: np.ndarray) -> dict[str, float]:
     return {"min": int(deg.min()), "mean": float(deg.mean()), "max": int(deg.max())}
+
+
+def _not_qsc(members: list[np.ndarray]) -> str:
+    """Why a mask with the source components ``members`` (two or more) is not QSC."""
+    a, b = int(members[0][0]), int(members[1][0])
+    return (f"not quasi-strongly connected: {len(members)} source components "
+            f"(first tokens {[int(m[0]) for m in members[:10]]}); token {b} is not reachable "
+            f"from token {a}, and no token reaches both components")
 
 
 def _source_components(csr: sp.csr_array, labels: np.ndarray, n_comp: int) -> np.ndarray:
@@ -157,12 +153,8 @@ def _eccentricity_search(
     dist_from: Callable[[int], np.ndarray], dist_to: Callable[[int], np.ndarray] | None, out_deg: np.ndarray,
     self_loop: np.ndarray, centers: np.ndarray, need_diameter: bool,
 ) -> tuple[int, int, np.ndarray, int | None, int]:
-    """Exact radius over ``centers`` (and diameter if asked) by eccentricity bounds.
-
-    ``dist_from(v)`` / ``dist_to(v)``: hop distances from / to ``v`` (``(N,)``, -1 =
-    unreachable); ``dist_to`` None when the graph is symmetric. ``out_deg``, ``self_loop``:
-    per token ``(N,)``. Returns (radius, best_center, distances from it, diameter or None,
-    number of BFS).
+    """Exact radius over ``centers`` (and diameter if asked) by eccentricity bounds; ``dist_to``
+    None for a symmetric graph. Returns (radius, best_center, its distances, diameter or None, BFS count).
     """
     m, n = centers.shape[0], out_deg.shape[0]
     # exact local facts: a center whose out-edges reach all N tokens (self-loop
@@ -200,10 +192,8 @@ def _eccentricity_search(
 
 
 def _next_pick(turn, radius_open, diameter_open, lo, hi, from_v, done, out_deg) -> int:
-    """Cycle: two sweeps to the center farthest from the last source (towards the
-    periphery, where bounds are tightest; among equally far ones the least connected,
-    e.g. the very end of a window chain), then the open center with the smallest lower
-    bound (radius), then the one with the largest upper bound (diameter)."""
+    """Cycle: twice the least connected center farthest from the last source (the periphery,
+    where bounds are tightest), then the smallest lower bound, then the largest upper bound."""
     step = turn % 4
     if step == 2 and radius_open.any():
         cand = np.flatnonzero(radius_open)
@@ -226,8 +216,7 @@ BYTES_PER_EDGE, BYTES_PER_TOKEN = 16, 64
 
 
 def csr_analysis_bytes(mask: Mask) -> int | None:
-    """Memory the CSR path needs for ``mask`` (bytes); None when the CSR already exists
-    or the edge count is unknown without building it."""
+    """Bytes the CSR path needs for ``mask``; None when the CSR exists or the edge count is unknown."""
     if mask.n_edges_hint is None or mask.is_built:
         return None
     return BYTES_PER_EDGE * mask.n_edges_hint + BYTES_PER_TOKEN * mask.n_tokens
@@ -239,31 +228,22 @@ def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = 
     Parameters
     ----------
     mask : Mask or bool tensor/array ``(N, N)``.
-    method : ``"auto"`` (default): masks built from monotone row intervals (windows,
-        causal, prefix, blocks, documents) are analysed from the intervals in
-        O(N log N) (:mod:`.interval_graph`, no CSR; N = 1,048,576 in about a second),
-        every other mask on the CSR form; ``"csr"``: always the CSR path. Both exact.
-
-    Returns
-    -------
-    MaskAnalysis
+    method : ``"auto"``: monotone interval masks (windows, causal, prefix, blocks, documents)
+        from their intervals in O(N log N) (:mod:`.interval_graph`), others on the CSR form;
+        ``"csr"``: always the CSR path. Both exact.
 
     Raises
     ------
     MaskError
-        If ``mask`` is a matrix that is not a valid mask (see :meth:`Mask.from_dense`),
-        or an unknown ``method``.
+        ``mask`` is not a valid mask matrix (:meth:`Mask.from_dense`), or an unknown ``method``.
     MemoryLimitError
-        The CSR path would need more than ``max_memory`` (bytes or a size such as
-        ``"8GiB"``; default half the physical memory), estimated from the edge count
-        before the CSR is built (:func:`csr_analysis_bytes`).
+        The CSR path would need more than ``max_memory`` (bytes or ``"8GiB"``; default half
+        the physical memory), estimated before the CSR is built (:func:`csr_analysis_bytes`).
 
     Notes
     -----
-    Strong components via ``csgraph.connected_components(connection='strong')``;
-    the condensation's source components are those with no entering edge; the mask is
-    QSC iff there is exactly one, and its tokens are the centers. Radius/diameter by
-    exact eccentricity bounding (module docstring).
+    The mask is QSC iff the condensation has exactly one source component; its tokens are
+    the centers. Radius/diameter by exact eccentricity bounding (module docstring).
 
     See Also
     --------
@@ -313,12 +293,7 @@ def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = 
             lambda v: bfs_distances(fwd, v), None if bwd is None else (lambda v: bfs_distances(bwd, v)),
             np.diff(fwd.indptr), fwd.diagonal().astype(bool), centers, strongly)
     else:
-        a, b = int(members[0][0]), int(members[1][0])
-        reason = (
-            f"not quasi-strongly connected: {len(sources)} source components "
-            f"(first tokens {[int(m[0]) for m in members[:10]]}); token {b} is not reachable "
-            f"from token {a}, and no token reaches both components"
-        )
+        reason = _not_qsc(members)
     result = MaskAnalysis(
         spec=mask.spec, n_tokens=n, n_edges=int(csr.nnz), density=csr.nnz / float(n) ** 2,
         self_loops=bool(diag.all()), n_self_loops=int(diag.sum()),
@@ -334,7 +309,7 @@ def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = 
 
 
 def closed_form_agrees(mask: Mask, result: MaskAnalysis) -> bool | None:
-    """Compare the generic result with the mask's closed form (None if it has none)."""
+    """Whether ``result`` agrees with the mask's closed form (None if it has none)."""
     cf = mask.closed_form
     if cf is None:
         return None
@@ -367,10 +342,7 @@ def _analyze_intervals(mask: Mask, lo: np.ndarray, hi: np.ndarray) -> MaskAnalys
             None if len(centers) == 1 or symmetric else (lambda v: interval_graph.distances(rlo, rhi, v)),
             out_deg, np.ones(n, dtype=bool), centers, strongly)
     else:
-        a, b = int(members[0][0]), int(members[1][0])
-        reason = (f"not quasi-strongly connected: {len(members)} source components "
-                  f"(first tokens {[int(m[0]) for m in members[:10]]}); token {b} is not reachable "
-                  f"from token {a}, and no token reaches both components")
+        reason = _not_qsc(members)
     n_edges = int(in_deg.sum())
     return MaskAnalysis(
         spec=mask.spec, n_tokens=n, n_edges=n_edges, density=n_edges / float(n) ** 2, self_loops=True,

@@ -1,11 +1,6 @@
-"""Mask spec strings: ``NAME``, ``NAME:key=value,key=value``, ``file:PATH``, composed
-with ``&`` (intersection, binds tighter) and ``|`` (union), e.g.
-``causal&sliding_window:w=9`` or ``block:size=4|prefix:k=2``.
-
-Parentheses group: ``(causal|sliding_window:w=3)&block:size=4``.
-
-Values: integers, floats, booleans (``true/false/1/0/yes/no``) and ``+``-separated
-integer lists (``lengths=3+5+8``, ``globals=0+7``).
+"""Mask spec strings: ``NAME``, ``NAME:key=value,...``, ``file:PATH``, composed with ``&``
+(binds tighter) and ``|``, grouped with parentheses: ``(causal|sliding_window:w=3)&block:size=4``.
+Values: integers, floats, booleans (``true/false/1/0/yes/no``), ``+``-separated integer lists.
 """
 
 from __future__ import annotations
@@ -70,8 +65,7 @@ _KEYS = {name: kind.keys for name, kind in MASK_KINDS.items()}
 
 
 class _Checked:
-    """What :func:`check_spec` parses an atom to: combining two checked atoms with ``&``
-    or ``|`` is checked, and nothing is built."""
+    """What :func:`check_spec` parses an atom to (nothing is built)."""
 
     def __and__(self, other: "_Checked") -> "_Checked":
         return self
@@ -111,26 +105,16 @@ def parse_mask(spec: str, n_tokens: int) -> Mask:
     Parameters
     ----------
     spec : str
-        ``NAME[:key=value,...]`` or ``file:PATH``, composed with ``&`` / ``|``
-        (``&`` binds tighter) and grouped with parentheses:
-        ``(causal|sliding_window:w=3)&block:size=4``. Names: see ``MASK_KINDS``.
-    n_tokens : int
-        Number of tokens N >= 1.
-
-    Returns
-    -------
-    Mask
+        Forms: module docstring; names: ``MASK_KINDS``.
 
     Raises
     ------
     MaskError
-        ``n_tokens < 1``, unknown name or key, missing key, malformed value, unbalanced parentheses, a
-        parameter the constructor rejects, or a composition leaving a row with no key.
-        A schedule spec (``schedule:...`` or a list string) is one mask per layer, not
-        one mask: the error routes to :func:`~rankcollapse.masks.parse_schedule`.
+        ``n_tokens < 1``, unknown name or key, missing key, malformed value, unbalanced
+        parentheses, a parameter the constructor rejects, a composition leaving a row with no
+        key, or a schedule spec (pointing to :func:`~rankcollapse.masks.parse_schedule`).
     MemoryLimitError
-        N so large that the rows' first and last keys alone exceed half the physical
-        memory (the builders size the edges themselves).
+        N so large that the rows' first and last keys alone exceed half the physical memory.
 
     See Also
     --------
@@ -158,17 +142,9 @@ def parse_mask(spec: str, n_tokens: int) -> Mask:
 
 
 def check_spec(spec: str) -> str:
-    """Check ``spec`` without building it, for any N: known names and keys, well-formed
-    values, required keys present, balanced parentheses, ``file:`` paths that are files
-    (a ``.npy`` file's header is read). Returns ``spec``. Limits that depend on N (a window
-    wider than N, document lengths summing to N) are checked by :func:`parse_mask`.
-
-    Raises
-    ------
-    MaskError
-        As :func:`parse_mask` would for the same spec at any N; a schedule is refused with
-        the message that routes to :func:`~rankcollapse.masks.parse_schedule`.
-    """
+    """``spec``, checked without building it for any N (names, keys, values, parentheses,
+    ``file:`` paths; limits that depend on N are :func:`parse_mask`'s). Raises :class:`MaskError`
+    as :func:`parse_mask` would."""
     _build(spec, None)
     return spec
 
@@ -192,18 +168,9 @@ def _build(spec: Any, n: int | None) -> Any:
 
 
 def spec_n_tokens(spec: str) -> int | None:
-    """The number of tokens N that ``spec`` fixes, or None if it fixes none.
-
-    Only a ``.npy`` mask file fixes N (its ``(N, N)`` shape, read from the header
-    without loading the matrix); other masks, edge lists included, are defined for any
-    N. Schedules are not read (give N).
-
-    Raises
-    ------
-    MaskError
-        A ``.npy`` file that cannot be read (the message of
-        :func:`~rankcollapse.masks.from_file`), or two ``.npy`` files of different N.
-    """
+    """The N that ``spec`` fixes (only a ``.npy`` mask file does, read from its header), or None;
+    schedules are not read. Raises :class:`MaskError` for an unreadable ``.npy`` file or two of
+    different N."""
     if not isinstance(spec, str) or spec.strip().startswith(("schedule:", "[")):
         return None
     sizes = {}
@@ -216,15 +183,15 @@ def spec_n_tokens(spec: str) -> int | None:
 
 
 def spec_files(spec: str) -> list[str]:
-    """Paths of the ``file:`` masks that the mask spec ``spec`` reads, in order (empty for
-    a spec that reads no file); a schedule's files: :func:`~rankcollapse.masks.schedule.mask_files`."""
+    """Paths of the ``file:`` masks of the mask spec ``spec``, in order (a schedule's:
+    :func:`~rankcollapse.masks.schedule.mask_files`)."""
     if not isinstance(spec, str):
         return []
     return [_file_path(atom) for atom in _atoms(spec) if Spec.name_of(atom) == "file"]
 
 
 def _atoms(spec: str) -> list[str]:
-    """The atoms of a mask spec, in order; a lone ``file:PATH`` is one atom whatever its path holds."""
+    """The atoms of a mask spec, in order (a lone ``file:PATH`` is one atom)."""
     if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
         return [spec.strip()]
     return [t.strip() for t in re.split(r"[&|()]", spec) if t.strip()]
