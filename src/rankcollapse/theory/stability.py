@@ -1,11 +1,6 @@
-"""Linear stability of SA-LN equilibria on the product of spheres.
-
-The SA-LN step ``F`` maps ``(S^{d-1})^N`` to itself. At a fixed point ``X``, its
-derivative maps the tangent space ``T = Π_i x_i^⊥`` into itself; with ``Q`` an
-orthonormal basis of ``T`` (``(N d, N (d-1))``, block diagonal), the tangent Jacobian is
-``Q^T J Q`` with ``J = ∂ vec F / ∂ vec X`` (autograd). The equilibrium is linearly
-(asymptotically) stable iff the spectral radius of ``Q^T J Q`` is < 1 (standard
-discrete-time linearisation; Hartman–Grobman for hyperbolic points).
+"""Linear stability of SA-LN equilibria on ``(S^{d-1})^N`` (docs/theory.md §4): with ``Q`` an
+orthonormal basis of the tangent space ``Π_i x_i^⊥``, ``X`` is linearly stable iff the spectral
+radius of ``Q^T J Q`` (``J = ∂ vec F / ∂ vec X``) is < 1.
 """
 
 from __future__ import annotations
@@ -24,12 +19,8 @@ NEUTRAL_TOL = 1e-9
 
 
 def tangent_basis(X: torch.Tensor) -> torch.Tensor:
-    """Orthonormal basis of ``Π_i x_i^⊥``, block diagonal.
-
-    ``X`` is ``(N, d)`` or batched ``(..., N, d)``; returns ``(..., N d, N (d-1))``.
-    Token ``i``'s block is the last ``d-1`` right singular vectors of the ``(1, d)`` row
-    ``x_i`` (batched SVD, no loop over tokens or samples).
-    """
+    """Block-diagonal orthonormal basis ``(..., N d, N (d-1))`` of ``Π_i x_i^⊥`` for ``X``
+    ``(..., N, d)`` (per token the last ``d-1`` right singular vectors of ``x_i``)."""
     X = as_state(X)
     *batch, N, d = X.shape
     _, _, Vh = torch.linalg.svd(X.unsqueeze(-2))  # (..., N, d, d)
@@ -56,11 +47,8 @@ def tangent_jacobian(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class StabilityReport(NotebookResult):
-    """Eigenvalues of the tangent Jacobian with a verdict per direction.
-
-    ``eigenvalues`` complex ``(N(d-1),)``; ``token[m]`` is the token whose tangent block
-    carries most of eigenvector ``m``; ``verdicts[m]`` ∈ {"stable", "unstable", "neutral"}.
-    """
+    """Eigenvalues ``(N(d-1),)`` of the tangent Jacobian; per direction ``m`` the ``token`` carrying
+    most of eigenvector ``m`` and a verdict (``"stable"``, ``"unstable"`` or ``"neutral"``)."""
 
     eigenvalues: torch.Tensor
     token: list[int]

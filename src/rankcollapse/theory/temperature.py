@@ -1,18 +1,10 @@
-"""Participation ratio of one attention row against the number of keys, under each
-temperature law (:mod:`rankcollapse.dynamics.temperature_laws`).
+"""Participation ratio of one attention row against the number of keys, under each temperature
+law (:mod:`rankcollapse.dynamics.temperature_laws`), in O(N d) per row.
 
-A query ``q`` attends ``N`` keys ``k_j`` with probabilities ``a_j = softmax_j(β(N, d) <q, k_j>)``;
-its participation ratio ``PR = 1 / sum_j a_j^2`` (:func:`rankcollapse.metrics.participation_ratio`)
-is the effective number of keys it reads. One row costs O(N d): no ``(N, N)`` matrix is
-formed. For keys i.i.d. uniform on ``S^{d-1}`` and an independent query, the keys within
-angle ``θ`` of ``q`` number about ``N θ^{d-1}``; scores within ``1/β`` of the top one
-have ``θ² ≲ 2/β``, so ``PR`` stays bounded exactly when ``β`` grows like ``N^{2/(d-1)}``
-(``pow:c``, arXiv 2605.08505) and grows like ``N / β^{(d-1)/2}`` under slower laws
-(``log:γ``, ``ssmax:s``, ``llama4``): a growth exponent ``1`` up to log factors.
-
-:func:`participation_scan` measures the mean PR per ``(N, law)`` with a 95 % t-interval over
-queries and the growth exponent of mean PR against N per law (least-squares slope of
-``ln mean PR`` on ``ln N``, with a bootstrap interval over queries).
+For keys i.i.d. uniform on ``S^{d-1}`` and an independent query, ``PR = 1 / sum_j a_j^2`` stays
+bounded when ``β`` grows like ``N^{2/(d-1)}`` (``pow:c``) and grows like ``N / β^{(d-1)/2}``
+under slower laws (``log:γ``, ``ssmax:s``, ``llama4``). :func:`participation_scan` measures the
+mean PR per ``(N, law)`` and its growth exponent against N.
 """
 
 from __future__ import annotations
@@ -35,8 +27,7 @@ from ..metrics.attention import row_participation
 QUERIES = ("fresh", "key")
 #: at most this many queries at once
 CHUNK = 16
-#: bytes of the token draws of one chunk of queries, ``COPIES (b, N + 1, d)`` float64 (the
-#: Gaussian draw, its normalised copy, a slice): fewer queries per chunk above it
+#: bytes of the token draws (``COPIES (b, N + 1, d)`` float64) of one chunk of queries
 CHUNK_BYTES = 256 * 2**20
 COPIES = 3
 #: bootstrap resamples of the growth exponent's interval
@@ -49,12 +40,9 @@ class TemperatureScan:
 
     Attributes
     ----------
-    rows : one dict per ``(n_tokens, law)``: ``n_tokens``, ``law`` (canonical spec),
-        ``beta`` (at the last position), ``pr_mean``, ``pr_lo``, ``pr_hi`` (95 % t-interval
-        over queries), ``pr_median``, ``n_queries``.
-    slopes : one dict per law: ``law``, ``slope``, ``slope_lo``, ``slope_hi`` (95 %
-        percentile bootstrap over queries; NaN with fewer than two N).
-    config : the arguments.
+    rows : per ``(n_tokens, law)``: ``n_tokens, law, beta, pr_mean, pr_lo, pr_hi`` (95 % t-interval),
+        ``pr_median, n_queries``.
+    slopes : per law: ``law, slope, slope_lo, slope_hi`` (95 % bootstrap; NaN with fewer than two N).
     per_query : ``(n_tokens, law spec) -> (n_queries,)`` the PR of every query.
     """
 
@@ -68,8 +56,8 @@ class TemperatureScan:
 
 
 def query_participation(keys: torch.Tensor, queries: torch.Tensor, beta: float) -> torch.Tensor:
-    """``PR`` of each query's softmax row ``softmax_j(β <q_b, k_bj>)``: ``keys`` ``(B, N, d)``,
-    ``queries`` ``(B, d)`` -> ``(B,)`` in the keys' dtype, O(B N d)."""
+    """``PR`` ``(B,)`` of the rows ``softmax_j(β <q_b, k_bj>)``, ``keys`` ``(B, N, d)``, ``queries``
+    ``(B, d)``."""
     scores = beta * torch.einsum("bnd,bd->bn", keys, queries)  # (B, N)
     return row_participation(torch.softmax(scores, dim=-1))
 
@@ -83,19 +71,13 @@ def participation_scan(laws: Sequence[str | TemperatureLaw], n_tokens: Sequence[
     ----------
     laws : temperature laws (``"log:1"``, ``"pow:1"``, ``"ssmax:1"``, ``"llama4"`` or parsed).
     n_tokens : numbers of keys ``N`` (each >= 2).
-    keys : an input of :data:`rankcollapse.dynamics.inputs.INPUTS` (default ``sphere``:
-        i.i.d. uniform on ``S^{d-1}``); query ``b`` draws sample ``b`` of ``N + 1`` tokens.
-    d_model : width ``d``.
+    keys : an input of :data:`rankcollapse.dynamics.inputs.INPUTS`; query ``b`` draws sample ``b``
+        of ``N + 1`` tokens.
     n_queries : queries per ``N``, each with its own keys (>= 2).
-    query : ``fresh`` (the query is token ``N`` of the draw, independent of the keys for
-        i.i.d. inputs) or ``key`` (the query is key 0: the row of a token in
-        self-attention).
-    seed : the draw of ``N`` uses seed ``seed + i`` for the ``i``-th ``N``; the bootstrap uses ``seed``.
-        The queries are drawn in chunks of at most :data:`CHUNK` (fewer when a chunk's
-        tokens would exceed :data:`CHUNK_BYTES`): the numbers depend on ``N``, ``d`` and
-        the seed only, not on the machine.
-    max_memory : bytes (or ``"8GiB"``) one query's tokens may take; default half the
-        physical memory.
+    query : ``fresh`` (the query is token ``N`` of the draw) or ``key`` (key 0).
+    seed : the ``i``-th ``N`` is drawn with seed ``seed + i``, in chunks of at most :data:`CHUNK`
+        queries; the bootstrap uses ``seed``.
+    max_memory : bytes (or ``"8GiB"``) one query's tokens may take; default half the RAM.
 
     Raises
     ------
@@ -155,8 +137,8 @@ def _t_half(v: np.ndarray) -> float:
 
 
 def _slope(per_n: list[np.ndarray], sizes: list[int], rng: np.random.Generator) -> dict[str, float]:
-    """Least-squares slope of ``ln mean PR`` on ``ln N`` and its 95 % percentile bootstrap
-    interval (queries resampled within each N); NaN with fewer than two distinct N."""
+    """Least-squares slope of ``ln mean PR`` on ``ln N`` and its 95 % bootstrap interval over
+    queries; NaN with fewer than two distinct N."""
     x = np.log(np.asarray(sizes, dtype=np.float64))
     if np.unique(x).size < 2:
         nan = float("nan")
@@ -175,13 +157,9 @@ def _slope(per_n: list[np.ndarray], sizes: list[int], rng: np.random.Generator) 
 # ------------------------------------------------------------------ the collapse switch
 def switch_ratios(n_tokens: int, betas: Sequence[float], *, tokens: str = "simplex", d_model: int = 64,
                   n_samples: int = 4, seed: int = 0) -> np.ndarray:
-    """``r = m(1) / m(0)`` per input and ``β``, ``m = μ/‖X‖_F``, of one attention layer on
-    the sphere: ``X(1) = sphere(softmax(β X Xᵀ) X)``, complete mask (docs/phase.md,
-    "Temperature against sequence length": the cells of its sweep, ``value=orthogonal``
-    being a rotation that no measure sees). ``tokens``: an input of
-    :data:`rankcollapse.dynamics.inputs.INPUTS`, :func:`~rankcollapse.dynamics.inputs.make_tokens`
-    with seed ``seed`` (the phase sweep's draw of every input but ``wikipedia``). Returns
-    ``(n_samples, len(betas))`` float64; one ``(N, N)`` score matrix at a time, O(N² d) per ``β``."""
+    """``r = m(1) / m(0)`` ``(n_samples, len(betas))``, ``m = μ/‖X‖_F``, of one complete-mask layer
+    ``X(1) = sphere(softmax(β X Xᵀ) X)`` (docs/phase.md, "Temperature against sequence length")
+    on the input ``tokens`` drawn by :func:`~rankcollapse.dynamics.inputs.make_tokens` with ``seed``."""
     from ..metrics import mu_relative
 
     N = check_int(n_tokens, "n_tokens", low=2)
@@ -200,12 +178,9 @@ def switch_ratios(n_tokens: int, betas: Sequence[float], *, tokens: str = "simpl
 
 
 def simplex_switch_ratio(n_tokens: int, rho: float, betas: Sequence[float]) -> np.ndarray:
-    """:func:`switch_ratios` in closed form for exactly equiangular unit tokens (Gram matrix
-    ``(1 - ρ) I + ρ 11ᵀ``, the ``d ≥ N`` limit of the ``simplex`` input): each row of
-    ``A = softmax(β Gram)`` is ``α`` on the diagonal plus ``c`` everywhere, ``w = e^{-β(1 - ρ)}``,
-    ``α = (1 - w) / (1 + (N - 1) w)``, ``c = w / (1 + (N - 1) w)``; ``A X - mean`` is ``α (X - mean)``
-    and every output has squared norm ``α² + (2αc + N c²)(1 + ρ (N - 1))``, so
-    ``r = α / sqrt(α² + (2αc + N c²)(1 + ρ (N - 1)))``. Returns ``(len(betas),)``."""
+    """:func:`switch_ratios` ``(len(betas),)`` for exactly equiangular unit tokens (Gram
+    ``(1 - ρ) I + ρ 11ᵀ``): with ``w = e^{-β(1 - ρ)}``, ``α = (1 - w) / (1 + (N - 1) w)``,
+    ``c = w / (1 + (N - 1) w)``, ``r = α / sqrt(α² + (2αc + N c²)(1 + ρ (N - 1)))``."""
     N = check_int(n_tokens, "n_tokens", low=2)
     if not 0 <= rho < 1:
         raise ConfigError(f"rho must be in [0, 1), got {rho}")
