@@ -268,44 +268,23 @@ def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = 
         raise MaskError(f"method must be 'auto' or 'csr', got {method!r}")
     iv = mask.intervals
     if method == "auto" and iv is not None and interval_graph.is_monotone_interval(*iv):
-        result = _analyze_intervals(mask, *iv)
-        result.closed_form_agrees = closed_form_agrees(mask, result)
-        return result
+        return _analyze_intervals(mask, *iv)
     need = csr_analysis_bytes(mask)
     if need is not None:
         check_memory(need, f"the graph analysis of mask {mask.spec!r} at N = {mask.n_tokens}", max_memory)
     csr = mask.to_csr()
-    n = mask.n_tokens
     n_comp, labels = csgraph.connected_components(csr, directed=True, connection="strong")
-    sources = _source_components(csr, labels, n_comp)
-    qsc = sources.shape[0] == 1
-    strongly = n_comp == 1
-    members = [np.flatnonzero(labels == s) for s in sources]
-    centers = members[0] if qsc else np.zeros(0, dtype=np.int64)
-    diag = csr.diagonal()
-    radius = diameter = best_c = dist = None
-    n_bfs = 0
-    reason = None
-    if qsc:
+    members = [np.flatnonzero(labels == s) for s in _source_components(csr, labels, n_comp)]
+
+    def search(centers: np.ndarray) -> tuple:
         fwd = csr.T.tocsr()
         bwd = None if len(centers) == 1 or _is_symmetric(csr, fwd) else csr
-        radius, best_c, dist, diameter, n_bfs = _eccentricity_search(
+        return _eccentricity_search(
             lambda v: bfs_distances(fwd, v), None if bwd is None else (lambda v: bfs_distances(bwd, v)),
-            np.diff(fwd.indptr), fwd.diagonal().astype(bool), centers, strongly)
-    else:
-        reason = _not_qsc(members)
-    result = MaskAnalysis(
-        spec=mask.spec, n_tokens=n, n_edges=int(csr.nnz), density=csr.nnz / float(n) ** 2,
-        self_loops=bool(diag.all()), n_self_loops=int(diag.sum()),
-        strongly_connected=strongly, quasi_strongly_connected=qsc, n_strong_components=int(n_comp),
-        centers=centers.tolist(), radius=radius, diameter=diameter, best_center=best_c,
-        in_degree=_degree_stats(np.diff(csr.indptr)),
-        out_degree=_degree_stats(np.bincount(csr.indices, minlength=n)),
-        source_components=[m.tolist() for m in members], reason=reason, n_bfs=n_bfs,
-        distance_from_center=dist,
-    )
-    result.closed_form_agrees = closed_form_agrees(mask, result)
-    return result
+            np.diff(fwd.indptr), fwd.diagonal().astype(bool), centers, n_comp == 1)
+
+    out_deg = np.bincount(csr.indices, minlength=mask.n_tokens)
+    return _analysis(mask, members, n_comp, np.diff(csr.indptr), out_deg, csr.diagonal(), search, "csr")
 
 
 def closed_form_agrees(mask: Mask, result: MaskAnalysis) -> bool | None:
@@ -325,30 +304,37 @@ def closed_form_agrees(mask: Mask, result: MaskAnalysis) -> bool | None:
 
 
 def _analyze_intervals(mask: Mask, lo: np.ndarray, hi: np.ndarray) -> MaskAnalysis:
-    """:func:`analyze` of a monotone interval mask from its intervals (same fields)."""
-    n = mask.n_tokens
+    """:func:`analyze` of a monotone interval mask from its intervals."""
     rlo, rhi = interval_graph.reverse(lo, hi)
-    in_deg, out_deg = hi - lo + 1, rhi - rlo + 1
     starts, ends, is_source = interval_graph.components(lo, hi)
     members = [np.arange(s, e + 1) for s, e in zip(starts[is_source], ends[is_source])]
-    qsc, strongly = len(members) == 1, starts.shape[0] == 1
-    centers = members[0] if qsc else np.zeros(0, dtype=np.int64)
-    radius = diameter = best_c = dist = None
-    n_bfs, reason = 0, None
-    if qsc:
+    loops = np.ones(mask.n_tokens, dtype=bool)
+
+    def search(centers: np.ndarray) -> tuple:
         symmetric = np.array_equal(lo, rlo) and np.array_equal(hi, rhi)
-        radius, best_c, dist, diameter, n_bfs = _eccentricity_search(
+        return _eccentricity_search(
             lambda v: interval_graph.distances(lo, hi, v),
             None if len(centers) == 1 or symmetric else (lambda v: interval_graph.distances(rlo, rhi, v)),
-            out_deg, np.ones(n, dtype=bool), centers, strongly)
-    else:
-        reason = _not_qsc(members)
+            rhi - rlo + 1, loops, centers, starts.shape[0] == 1)
+
+    return _analysis(mask, members, starts.shape[0], hi - lo + 1, rhi - rlo + 1, loops, search, "intervals")
+
+
+def _analysis(mask: Mask, members: list[np.ndarray], n_comp: int, in_deg: np.ndarray, out_deg: np.ndarray,
+              loops: np.ndarray, search: Callable[[np.ndarray], tuple], method: str) -> MaskAnalysis:
+    """The :class:`MaskAnalysis` of a mask with source components ``members``; ``search(centers)``
+    is its :func:`_eccentricity_search`, run when it is QSC."""
+    n, qsc = mask.n_tokens, len(members) == 1
+    centers = members[0] if qsc else np.zeros(0, dtype=np.int64)
+    radius, best_c, dist, diameter, n_bfs = search(centers) if qsc else (None, None, None, None, 0)
     n_edges = int(in_deg.sum())
-    return MaskAnalysis(
-        spec=mask.spec, n_tokens=n, n_edges=n_edges, density=n_edges / float(n) ** 2, self_loops=True,
-        n_self_loops=n, strongly_connected=strongly, quasi_strongly_connected=qsc,
-        n_strong_components=int(starts.shape[0]), centers=centers.tolist(), radius=radius, diameter=diameter,
-        best_center=best_c, in_degree=_degree_stats(in_deg), out_degree=_degree_stats(out_deg),
-        source_components=[m.tolist() for m in members], reason=reason, n_bfs=n_bfs,
-        distance_from_center=dist, method="intervals",
+    result = MaskAnalysis(
+        spec=mask.spec, n_tokens=n, n_edges=n_edges, density=n_edges / float(n) ** 2,
+        self_loops=bool(loops.all()), n_self_loops=int(loops.sum()), strongly_connected=n_comp == 1,
+        quasi_strongly_connected=qsc, n_strong_components=int(n_comp), centers=centers.tolist(),
+        radius=radius, diameter=diameter, best_center=best_c, in_degree=_degree_stats(in_deg),
+        out_degree=_degree_stats(out_deg), source_components=[m.tolist() for m in members],
+        reason=None if qsc else _not_qsc(members), n_bfs=n_bfs, distance_from_center=dist, method=method,
     )
+    result.closed_form_agrees = closed_form_agrees(mask, result)
+    return result
