@@ -81,14 +81,8 @@ def dense_mask(source: Any, n_tokens: int, *, n_samples: int | None = None, requ
     n_samples : the ``B`` of the tokens ``(B, N, d)``; if given, ``(B, N, N)`` or ``(1, N, N)``
         is accepted too.
     require_keys : check that every row allows a key (off for graphs without in-edges).
-    error : error type for a bad type or shape (a metric raises :class:`MetricError`).
-
-    Raises
-    ------
-    error
-        Non-bool matrix or wrong shape.
-    MaskError
-        Bad spec, or (with ``require_keys``) a row with no allowed key.
+    error : error type for a non-bool matrix or a wrong shape (a metric raises :class:`MetricError`);
+        a bad spec or an empty row raise :class:`MaskError`.
     """
     import torch
 

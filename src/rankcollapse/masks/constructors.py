@@ -16,18 +16,12 @@ from .._validate import check_int
 from .mask import Mask, lazy_table
 
 
-def closed(
-    n_tokens: int, *, centers: Any, radius: int | None, strongly: bool, diameter: int | None = None
-) -> dict[str, Any]:
+def closed(n_tokens: int, *, centers: Any, radius: int | None, strongly: bool,
+           diameter: int | None = None) -> dict[str, Any]:
     """Closed-form graph facts; empty ``centers`` = not QSC."""
     centers = np.asarray(centers, dtype=np.int64)
-    return {
-        "quasi_strongly_connected": bool(centers.size),
-        "strongly_connected": strongly,
-        "centers": centers,
-        "radius": radius,
-        "diameter": diameter,
-    }
+    return {"quasi_strongly_connected": bool(centers.size), "strongly_connected": strongly,
+            "centers": centers, "radius": radius, "diameter": diameter}
 
 
 def _identity_like(n: int) -> dict[str, Any]:
@@ -41,25 +35,18 @@ def complete(n_tokens: int) -> Mask:
     """Full attention: ``K(i) = {0, ..., N-1}`` (Vaswani et al. 2017, encoder)."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     r = int(n > 1)
-    return Mask(
-        n, "complete",
-        intervals=(np.zeros(n, dtype=np.int64), np.full(n, n - 1)),
-        mask_mod=lambda b, h, q, kv: (q >= 0) & (kv >= 0),
-        closed_form=closed(n, centers=np.arange(n), radius=r, strongly=True, diameter=r),
-    )
+    return Mask(n, "complete", intervals=(np.zeros(n, dtype=np.int64), np.full(n, n - 1)),
+                mask_mod=lambda b, h, q, kv: (q >= 0) & (kv >= 0),
+                closed_form=closed(n, centers=np.arange(n), radius=r, strongly=True, diameter=r))
 
 
 def causal(n_tokens: int) -> Mask:
     """Causal attention: ``K(i) = {0, ..., i}`` (Vaswani et al. 2017, decoder)."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
-    idx = np.arange(n)
-    return Mask(
-        n, "causal",
-        intervals=(np.zeros(n, dtype=np.int64), idx),
-        mask_mod=lambda b, h, q, kv: kv <= q,
-        closed_form=closed(n, centers=[0], radius=int(n > 1), strongly=n == 1,
-                           diameter=0 if n == 1 else None),
-    )
+    return Mask(n, "causal", intervals=(np.zeros(n, dtype=np.int64), np.arange(n)),
+                mask_mod=lambda b, h, q, kv: kv <= q,
+                closed_form=closed(n, centers=[0], radius=int(n > 1), strongly=n == 1,
+                                   diameter=0 if n == 1 else None))
 
 
 def sliding_window(n_tokens: int, w: int) -> Mask:
@@ -74,12 +61,9 @@ def sliding_window(n_tokens: int, w: int) -> Mask:
     cf = _identity_like(n) if h == 0 else closed(
         n, centers=idx, radius=math.ceil(math.ceil((n - 1) / 2) / h), strongly=True,
         diameter=math.ceil((n - 1) / h))
-    return Mask(
-        n, f"sliding_window:w={w}",
-        intervals=(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1)),
-        mask_mod=lambda b, hh, q, kv: (q - kv).abs() <= h,
-        closed_form=cf,
-    )
+    return Mask(n, f"sliding_window:w={w}",
+                intervals=(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1)),
+                mask_mod=lambda b, hh, q, kv: (q - kv).abs() <= h, closed_form=cf)
 
 
 def causal_sliding_window(n_tokens: int, w: int) -> Mask:
@@ -92,12 +76,8 @@ def causal_sliding_window(n_tokens: int, w: int) -> Mask:
     cf = _identity_like(n) if w == 1 else closed(
         n, centers=[0], radius=math.ceil((n - 1) / (w - 1)), strongly=n == 1,
         diameter=0 if n == 1 else None)
-    return Mask(
-        n, f"causal_sliding_window:w={w}",
-        intervals=(np.maximum(idx - w + 1, 0), idx),
-        mask_mod=lambda b, h, q, kv: (kv <= q) & (q - kv < w),
-        closed_form=cf,
-    )
+    return Mask(n, f"causal_sliding_window:w={w}", intervals=(np.maximum(idx - w + 1, 0), idx),
+                mask_mod=lambda b, h, q, kv: (kv <= q) & (q - kv < w), closed_form=cf)
 
 
 def dilated(n_tokens: int, w: int, dilation: int, causal: bool = False) -> Mask:
@@ -127,13 +107,11 @@ def dilated(n_tokens: int, w: int, dilation: int, causal: bool = False) -> Mask:
         ok = (diff % d == 0) & (diff.abs() <= d * ((w - 1) if causal else (w - 1) // 2))
         return ok & (kv <= q) if causal else ok
 
-    return Mask(
-        n, f"dilated:w={w},dilation={d},causal={str(causal).lower()}",
-        build_csr=lambda: union_csr([progressions(first, step, count)], n),
-        mask_mod=mod,
-        closed_form=base.closed_form if base is not None else _identity_like(n) if n == 1
-        else closed(n, centers=[], radius=None, strongly=False),
-    )
+    cf = base.closed_form if base is not None else _identity_like(n) if n == 1 else closed(
+        n, centers=[], radius=None, strongly=False)
+    return Mask(n, f"dilated:w={w},dilation={d},causal={str(causal).lower()}",
+                build_csr=lambda: union_csr([progressions(first, step, count)], n),
+                mask_mod=mod, closed_form=cf)
 
 
 def prefix(n_tokens: int, k: int) -> Mask:
@@ -143,15 +121,12 @@ def prefix(n_tokens: int, k: int) -> Mask:
     k = check_int(k, "prefix length k", low=1, error=MaskError)
     if k > n:
         raise MaskError(f"prefix length k={k} exceeds the number of tokens N={n}")
-    idx = np.arange(n)
     r = int(n > 1)
-    return Mask(
-        n, f"prefix:k={k}",
-        intervals=(np.zeros(n, dtype=np.int64), np.maximum(idx, k - 1)),
-        mask_mod=lambda b, h, q, kv: (kv <= q) | (kv < k),
-        closed_form=closed(n, centers=np.arange(k), radius=r, strongly=k == n,
-                           diameter=r if k == n else None),
-    )
+    return Mask(n, f"prefix:k={k}",
+                intervals=(np.zeros(n, dtype=np.int64), np.maximum(np.arange(n), k - 1)),
+                mask_mod=lambda b, h, q, kv: (kv <= q) | (kv < k),
+                closed_form=closed(n, centers=np.arange(k), radius=r, strongly=k == n,
+                                   diameter=r if k == n else None))
 
 
 def documents(n_tokens: int, lengths: list[int], causal: bool = False) -> Mask:

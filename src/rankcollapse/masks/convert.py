@@ -17,10 +17,9 @@ from ..errors import MaskError
 from .mask import Mask
 
 
-def to_additive(
-    mask: Mask, *, dtype: torch.dtype = torch.float32, fill: Literal["-inf", "min"] = "-inf",
-    device: torch.device | str | None = None,
-) -> torch.Tensor:
+def to_additive(mask: Mask, *, dtype: torch.dtype = torch.float32,
+                fill: Literal["-inf", "min"] = "-inf",
+                device: torch.device | str | None = None) -> torch.Tensor:
     """Additive float mask ``(N, N)``: 0 where allowed, ``-inf`` (or ``finfo(dtype).min``
     with ``fill="min"``) where masked; add it to the attention logits before softmax."""
     if fill not in ("-inf", "min"):
@@ -40,10 +39,9 @@ def from_additive(additive: torch.Tensor, spec: str | None = None) -> Mask:
     return Mask.from_dense(allowed, spec=spec)
 
 
-def to_hf_4d(
-    mask: Mask, *, batch_size: int = 1, form: Literal["bool", "additive"] = "additive",
-    dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-) -> torch.Tensor:
+def to_hf_4d(mask: Mask, *, batch_size: int = 1, form: Literal["bool", "additive"] = "additive",
+             dtype: torch.dtype = torch.float32,
+             device: torch.device | str | None = None) -> torch.Tensor:
     """Hugging Face 4-D attention mask ``(batch_size, 1, N, N)``: ``form="bool"`` as
     ``sdpa_mask`` (True = attend), ``form="additive"`` as ``eager_mask`` (0 = attend,
     ``finfo(dtype).min`` = masked)."""
@@ -101,14 +99,8 @@ def _ordered_blocks(sel: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor
 def to_block_mask(mask: Mask, *, block_size: int = 128, device: torch.device | str = "cpu"):
     """FlexAttention ``BlockMask`` for ``mask`` from its tile counts (:func:`block_counts`;
     docs/masks.md, "FlexAttention block masks"): full tiles skip ``mask_mod``, partial ones
-    use it; tiles cut by the sequence's end are never full.
-
-    Raises
-    ------
-    MaskError
-        ``block_size < 1``.
-    ConfigError
-        ``device`` is not a torch device or not present here (``"cuda"`` without a GPU).
+    use it; tiles cut by the sequence's end are never full. Raises :class:`MaskError` for
+    ``block_size < 1``, :class:`ConfigError` for a ``device`` not present here.
     """
     from torch.nn.attention.flex_attention import BlockMask
 

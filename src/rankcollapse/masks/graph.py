@@ -1,18 +1,10 @@
-"""Graph analysis of a mask (spec.md §4): connectivity, centers, radius, diameter.
+"""Graph analysis of a mask (spec.md §4; docs/masks.md, "Analysis"): connectivity, centers,
+radius, diameter. The mask is the digraph with an edge ``j -> i`` whenever ``M[i, j]``.
 
-The mask ``M`` is the digraph with an edge ``j -> i`` whenever ``M[i, j]``: forward search
-follows ``M^T``, backward search ``M``, on the CSR form with ``scipy.sparse.csgraph``.
-
-Radius and diameter use the eccentricity bounding scheme of Takes & Kosters
-("Computing the eccentricity distribution of large graphs", Algorithms 6, 2013),
-exact by construction: after a forward and a backward BFS from ``v``,
-
-* ``ecc(u) >= d(u, v)``            (the path u -> v is one of u's targets),
-* ``ecc(u) >= ecc(v) - d(v, u)``   (triangle inequality, ``ecc(v) <= d(v,u) + ecc(u)``),
-* ``ecc(u) <= d(u, v) + ecc(v)``.
-
-The search stops when no unexplored center can beat the best radius found (and, for
-strongly connected masks, none can exceed the best diameter): worst case one BFS per center.
+Radius and diameter are exact, by the eccentricity bounding scheme of Takes & Kosters
+(Algorithms 6, 2013): after a forward and a backward BFS from ``v``, every ``u`` has
+``max(d(u, v), ecc(v) - d(v, u)) <= ecc(u) <= d(u, v) + ecc(v)``; the search stops when no
+unexplored center can beat the best radius (nor, when strongly connected, exceed the best diameter).
 """
 
 from __future__ import annotations
@@ -35,11 +27,7 @@ from .mask import Mask
 def bfs_distances(graph: sp.csr_array, source: int) -> np.ndarray:
     """Hop distance (int64 ``(N,)``, -1 = unreachable) from ``source`` along the edges
     ``u -> v`` with ``graph[u, v] != 0``: a BFS tree turned into depths by pointer jumping.
-
-    Raises
-    ------
-    MaskError
-        ``graph`` is not a square scipy sparse matrix, or ``source`` not one of its nodes.
+    Raises :class:`MaskError` for a non-square or non-sparse ``graph`` or ``source`` not a node.
     """
     if not sp.issparse(graph) or graph.ndim != 2 or graph.shape[0] != graph.shape[1]:
         raise MaskError(f"graph must be a square scipy sparse matrix, got {type(graph).__name__}")
@@ -70,16 +58,11 @@ class MaskAnalysis(NotebookResult):
 
     Attributes
     ----------
-    centers : list of int
-        Tokens from which every token is reachable (the source strong component).
-    radius : int or None
-        ``min_c max_i d(c, i)`` over centers; None when not QSC.
-    diameter : int or None
-        ``max_{u, v} d(u, v)``; None when not strongly connected.
-    distance_from_center : int64 ``(N,)`` or None
-        Hop distance of every token from ``best_center``.
-    reason : str or None
-        Why the mask is not QSC (source components and an unreachable token).
+    centers : tokens from which every token is reachable (the source strong component).
+    radius : ``min_c max_i d(c, i)`` over centers; None when not QSC.
+    diameter : ``max_{u, v} d(u, v)``; None when not strongly connected.
+    distance_from_center : int64 ``(N,)`` hop distance of every token from ``best_center``, or None.
+    reason : why the mask is not QSC, or None.
     """
 
     spec: str
@@ -211,7 +194,7 @@ def _is_symmetric(csr: sp.csr_array, csr_t: sp.csr_array) -> bool:
     return csr.nnz == csr_t.nnz and (csr != csr_t).nnz == 0
 
 
-#: CSR indices and data of the mask and of its transpose, plus the search's copies.
+#: Bytes of the CSR path: the mask's CSR and its transpose, the search's copies.
 BYTES_PER_EDGE, BYTES_PER_TOKEN = 16, 64
 
 
@@ -239,11 +222,6 @@ def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = 
     MemoryLimitError
         The CSR path would need more than ``max_memory`` (bytes or ``"8GiB"``; default half
         the physical memory), estimated before the CSR is built (:func:`csr_analysis_bytes`).
-
-    Notes
-    -----
-    The mask is QSC iff the condensation has exactly one source component; its tokens are
-    the centers. Radius/diameter by exact eccentricity bounding (module docstring).
 
     See Also
     --------
@@ -292,12 +270,9 @@ def closed_form_agrees(mask: Mask, result: MaskAnalysis) -> bool | None:
     cf = mask.closed_form
     if cf is None:
         return None
-    checks = [
-        cf["quasi_strongly_connected"] == result.quasi_strongly_connected,
-        cf["strongly_connected"] == result.strongly_connected,
-        np.array_equal(cf["centers"], result.centers),
-        cf["radius"] == result.radius,
-    ]
+    checks = [cf["quasi_strongly_connected"] == result.quasi_strongly_connected,
+              cf["strongly_connected"] == result.strongly_connected,
+              np.array_equal(cf["centers"], result.centers), cf["radius"] == result.radius]
     if "diameter" in cf:  # omitted where no closed form is known
         checks.append(cf["diameter"] == result.diameter)
     return bool(all(checks))

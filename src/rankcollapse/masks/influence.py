@@ -38,13 +38,9 @@ QUERIES = ("last", "all")
 class Influence:
     """Influence of every input position on the last query (and optionally every query).
 
-    Attributes
-    ----------
-    alpha : a float, or the per-layer weights when they differ.
-    profiles : float64 ``(H, N)``; row ``h - 1`` is ``(P_h ... P_1)[N-1, :]``.
-    matrix : float64 ``(N, N)`` ``P_H ... P_1`` with ``query="all"``, else None.
-    method : ``"intervals"`` or ``"csr"`` (how ``v Â`` was applied).
-    summary : :func:`summarize` of the last profile; ``per_depth`` of each profile.
+    ``profiles`` float64 ``(H, N)``, row ``h - 1`` = ``(P_h ... P_1)[N-1, :]``; ``matrix`` float64
+    ``(N, N)`` ``P_H ... P_1`` with ``query="all"``; ``alpha`` a float or the per-layer weights;
+    ``method`` ``"intervals"`` or ``"csr"``; ``summary`` (:func:`summarize`) and ``per_depth``.
     """
 
     spec: str
@@ -66,17 +62,15 @@ class Influence:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready ``{"influence": [N], "summary": {...}, "per_depth": [...], ...}`` (and ``matrix``)."""
-        out: dict[str, Any] = {
-            "spec": self.spec, "n_tokens": self.n_tokens, "depth": self.depth, "alpha": self.alpha,
-            "decay": self.decay, "epsilon": self.epsilon, "method": self.method,
-            "influence": self.influence.tolist(), "summary": self.summary, "per_depth": self.per_depth,
-        }
+        out: dict[str, Any] = {"spec": self.spec, "n_tokens": self.n_tokens, "depth": self.depth, "alpha": self.alpha,
+                               "decay": self.decay, "epsilon": self.epsilon, "method": self.method,
+                               "influence": self.influence.tolist(), "summary": self.summary,
+                               "per_depth": self.per_depth}
         if self.matrix is not None:
             out["matrix"] = self.matrix.tolist()
         return out
 
 
-# --------------------------------------------------------------- operators
 class _IntervalOperator:
     """``v -> v Â`` for a monotone interval mask (module docstring), O(N) per product."""
 
@@ -153,18 +147,8 @@ def _operator(mask: Mask, decay: float, on_intervals: bool | None = None) -> Any
     return _CsrOperator(mask, decay)
 
 
-# ------------------------------------------------------------------ public
-def influence(
-    mask: Any,
-    n_tokens: int | None = None,
-    *,
-    depth: int,
-    alpha: float,
-    decay: float = 0.0,
-    query: str = "last",
-    epsilon: float = 0.01,
-    max_memory: int | str | None = None,
-) -> Influence:
+def influence(mask: Any, n_tokens: int | None = None, *, depth: int, alpha: float, decay: float = 0.0,
+              query: str = "last", epsilon: float = 0.01, max_memory: int | str | None = None) -> Influence:
     """Influence profile of a mask or schedule under uniform (or decayed) attention.
 
     Parameters
@@ -178,15 +162,10 @@ def influence(
     epsilon : mass left out of the effective horizon, in ``(0, 1)``.
     max_memory : bytes (or ``"8GiB"``) the computation may use (default half the RAM),
         checked (:func:`rankcollapse._memory.influence_bytes`) before the mask is parsed and
-        again with its edge count.
+        again with its edge count: :class:`MemoryLimitError` beyond it.
 
-    Raises
-    ------
-    MaskError
-        Bad spec, N, depth, alpha, decay, epsilon or query; ``query="all"`` above
-        ``MAX_ALL_TOKENS``; N differing from a given Mask's.
-    MemoryLimitError
-        The estimated memory exceeds ``max_memory`` (one line with the estimate).
+    Raises :class:`MaskError` for a bad spec, N, depth, alpha, decay, epsilon or query,
+    ``query="all"`` above ``MAX_ALL_TOKENS``, or N differing from a given Mask's.
     """
     if n_tokens is None:
         if not isinstance(mask, (Mask, MaskSchedule)):

@@ -1,16 +1,7 @@
 """Exact graph facts of *monotone interval* masks in O(N log N), without the CSR form
-(docs/masks.md, "Interval masks without the CSR").
-
-Row ``i`` attends the keys ``lo[i] .. hi[i]``, ``lo[i] <= i <= hi[i]``, ``lo`` and ``hi``
-non-decreasing (complete, causal, windows, prefix, blocks, documents). By monotonicity:
-
-1. the set reached from ``v`` after ``k`` steps is an interval ``[a, b]``, and one more step
-   gives ``b' = max{i : lo[i] <= b}``, ``a' = min{i : hi[i] >= a}`` (two binary searches);
-2. ``p, p+1`` share a strong component iff ``lo[p+1] <= p`` and ``hi[p] >= p + 1``, so the
-   components are runs;
-3. a run ``[s, e]`` has an entering edge iff ``lo[s] < s`` or ``hi[e] > e``.
-
-The reverse graph is again such a mask (:func:`reverse`).
+(docs/masks.md, "Interval masks without the CSR"): row ``i`` attends ``lo[i] .. hi[i]``,
+``lo[i] <= i <= hi[i]``, ``lo`` and ``hi`` non-decreasing. Reached sets are intervals (fact 1:
+one BFS step is two binary searches) and the reverse graph is again such a mask (:func:`reverse`).
 """
 
 from __future__ import annotations
@@ -60,7 +51,8 @@ def distances(lo: np.ndarray, hi: np.ndarray, source: int) -> np.ndarray:
 
 
 def components(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Strong components (fact 2) as runs: ``(starts, ends, is_source)``, ends inclusive."""
+    """Strong components as runs (``p, p+1`` share one iff ``lo[p+1] <= p`` and ``hi[p] >= p + 1``):
+    ``(starts, ends, is_source)``, ends inclusive; a run ``[s, e]`` is a source iff ``lo[s] = s``, ``hi[e] = e``."""
     n = lo.shape[0]
     p = np.arange(n - 1)
     cut = (lo[1:] > p) | (hi[:-1] < p + 1)

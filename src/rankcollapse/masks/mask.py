@@ -38,13 +38,8 @@ def normalise_csr(csr: Any, n_tokens: int) -> sp.csr_array:
 
 def as_bool_matrix(matrix: Any, error: type[RankCollapseError] = MaskError) -> Any:
     """``matrix`` as a ``torch.bool`` tensor (same device) or a ``numpy.bool_`` array. A mask
-    matrix is boolean or 0/1 integers; floats (additive masks, attention weights) are refused.
-
-    Raises
-    ------
-    error
-        A sparse or meta tensor, or entries that are not boolean / 0-1 integers.
-    """
+    matrix is boolean or 0/1 integers; floats (additive masks, attention weights) and sparse or
+    meta tensors raise ``error``."""
     check_tensor_storage(matrix, "mask", error=error)  # scipy sparse is the sparse mask form
     if is_tensor(matrix):
         import torch  # already loaded: matrix is a tensor
@@ -79,30 +74,14 @@ class Mask:
     closed_form : graph quantities known in closed form (``centers``, ``radius``,
         ``diameter``, ``quasi_strongly_connected``, ``strongly_connected``).
 
-    Raises
-    ------
-    MaskError
-        Non-square matrix, ``N < 1``, intervals not of length ``N``, or a row with no
-        allowed key.
-
-    See Also
-    --------
-    parse_mask : a Mask from a spec string.
-    resolve_mask : a Mask from any mask form (spec, Mask, bool matrix, scipy sparse).
-    analyze : the graph quantities of a Mask.
+    Raises :class:`MaskError` for a non-square matrix, ``N < 1``, intervals not of length
+    ``N``, or an empty row. Build one with :func:`parse_mask` or :func:`resolve_mask`.
     """
 
-    def __init__(
-        self,
-        n_tokens: int,
-        spec: str,
-        *,
-        csr: Any = None,
-        build_csr: Callable[[], sp.csr_array] | None = None,
-        intervals: tuple[np.ndarray, np.ndarray] | None = None,
-        mask_mod: MaskMod | None = None,
-        closed_form: dict[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, n_tokens: int, spec: str, *, csr: Any = None,
+                 build_csr: Callable[[], sp.csr_array] | None = None,
+                 intervals: tuple[np.ndarray, np.ndarray] | None = None, mask_mod: MaskMod | None = None,
+                 closed_form: dict[str, Any] | None = None) -> None:
         self.n_tokens = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
         self.spec = spec
         # unstructured masks get an exact predicate backed by a lazily built lookup table
@@ -134,7 +113,6 @@ class Mask:
         """True once the CSR form exists (its memory is already spent)."""
         return self._csr is not None
 
-    # ------------------------------------------------------------------ forms
     def to_csr(self) -> sp.csr_array:
         """Boolean ``scipy.sparse.csr_array`` of shape ``(N, N)`` (cached, sorted indices)."""
         if self._csr is None:
@@ -167,7 +145,6 @@ class Mask:
     def shape(self) -> tuple[int, int]:
         return (self.n_tokens, self.n_tokens)
 
-    # ------------------------------------------------------------ constructors
     @classmethod
     def from_dense(cls, matrix: Any, spec: str | None = None) -> "Mask":
         """Mask from a dense boolean (or 0/1) ``(N, N)`` tensor or array. Raises :class:`MaskError`
@@ -204,7 +181,6 @@ class Mask:
         coo = sp.coo_array((np.ones(len(e), bool), (e[:, 0], e[:, 1])), shape=(n, n))
         return cls(n, spec or f"edges:n={n}", csr=coo.tocsr())
 
-    # ------------------------------------------------------------- algebra
     def __and__(self, other: "Mask") -> "Mask":
         return _combine(self, other, "&")
 

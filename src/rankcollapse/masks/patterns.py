@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -28,13 +28,11 @@ def strided(n_tokens: int, stride: int) -> Mask:
     idx = np.arange(n)
     far = l >= 2 and n - 1 > l
     r = 2 if far else int(n > 1)
-    return Mask(
-        n, f"strided:stride={l}",
-        build_csr=lambda: union_csr([interval_coo(np.maximum(idx - l, 0), idx),
-                                     progressions(idx, -l, idx // l + 1)], n),
-        mask_mod=lambda b, h, q, kv: (kv <= q) & ((q - kv <= l) | ((q - kv) % l == 0)),
-        closed_form=closed(n, centers=[0], radius=r, strongly=n == 1, diameter=0 if n == 1 else None),
-    )
+    return Mask(n, f"strided:stride={l}",
+                build_csr=lambda: union_csr([interval_coo(np.maximum(idx - l, 0), idx),
+                                             progressions(idx, -l, idx // l + 1)], n),
+                mask_mod=lambda b, h, q, kv: (kv <= q) & ((q - kv <= l) | ((q - kv) % l == 0)),
+                closed_form=closed(n, centers=[0], radius=r, strongly=n == 1, diameter=0 if n == 1 else None))
 
 
 def fixed(n_tokens: int, stride: int, c: int = 1) -> Mask:
@@ -52,12 +50,9 @@ def fixed(n_tokens: int, stride: int, c: int = 1) -> Mask:
         first = np.full(n, off)
         pieces.append(progressions(first, l, np.maximum((idx - off) // l + 1, 0)))
     r = 0 if n == 1 else (1 if n <= l or c == l else 2)
-    return Mask(
-        n, f"fixed:stride={l},c={c}",
-        build_csr=lambda: union_csr(pieces, n),
-        mask_mod=lambda b, h, q, kv: (kv <= q) & ((kv // l == q // l) | (kv % l >= l - c)),
-        closed_form=closed(n, centers=[0], radius=r, strongly=n == 1, diameter=0 if n == 1 else None),
-    )
+    return Mask(n, f"fixed:stride={l},c={c}", build_csr=lambda: union_csr(pieces, n),
+                mask_mod=lambda b, h, q, kv: (kv <= q) & ((kv // l == q // l) | (kv % l >= l - c)),
+                closed_form=closed(n, centers=[0], radius=r, strongly=n == 1, diameter=0 if n == 1 else None))
 
 
 def _check_globals(globals_: Sequence[int], n: int, name: str) -> np.ndarray:
@@ -69,15 +64,12 @@ def _check_globals(globals_: Sequence[int], n: int, name: str) -> np.ndarray:
     return np.sort(g)
 
 
-def _window_with_globals(n: int, w: int, g: np.ndarray, name: str) -> tuple[list, Any, np.ndarray]:
+def _window_with_globals(n: int, w: int, g: np.ndarray) -> tuple[list, Mask]:
+    """COO pieces of the window ``w`` (checked by :func:`sliding_window`, also returned) and the globals ``g``."""
     base = sliding_window(n, w)
     h = (w - 1) // 2
     idx = np.arange(n)
-    pieces = [interval_coo(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1)),
-              columns_coo(n, g), rows_coo(n, g)]
-    is_g = np.zeros(n, dtype=bool)
-    is_g[g] = True
-    return pieces, base, is_g
+    return [interval_coo(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1)), columns_coo(n, g), rows_coo(n, g)], base
 
 
 def longformer(n_tokens: int, w: int, globals: Sequence[int] = ()) -> Mask:
@@ -86,7 +78,9 @@ def longformer(n_tokens: int, w: int, globals: Sequence[int] = ()) -> Mask:
     Raises :class:`MaskError` for a bad ``w``, or a global token outside ``0..N-1`` or repeated."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     g = _check_globals(globals, n, "longformer")
-    pieces, base, is_g = _window_with_globals(n, w, g, "longformer")
+    pieces, base = _window_with_globals(n, w, g)
+    is_g = np.zeros(n, dtype=bool)
+    is_g[g] = True
     g_t = lazy_table(lambda: is_g)
     h = (w - 1) // 2
     if g.size and n > 1:
@@ -95,12 +89,9 @@ def longformer(n_tokens: int, w: int, globals: Sequence[int] = ()) -> Mask:
         cf = closed(n, centers=np.arange(n), radius=1, strongly=True, diameter=diam)
     else:
         cf = base.closed_form
-    return Mask(
-        n, f"longformer:w={w},globals={'+'.join(map(str, g.tolist()))}",
-        build_csr=lambda: union_csr(pieces, n),
-        mask_mod=lambda b, hh, q, kv: ((q - kv).abs() <= h) | g_t(q.device)[q] | g_t(q.device)[kv],
-        closed_form=cf,
-    )
+    return Mask(n, f"longformer:w={w},globals={'+'.join(map(str, g.tolist()))}", build_csr=lambda: union_csr(pieces, n),
+                mask_mod=lambda b, hh, q, kv: ((q - kv).abs() <= h) | g_t(q.device)[q] | g_t(q.device)[kv],
+                closed_form=cf)
 
 
 def _distinct_random_keys(rng: np.random.Generator, n: int, r: int) -> np.ndarray:
@@ -127,7 +118,7 @@ def bigbird(n_tokens: int, w: int, globals: Sequence[int] = (), random: int = 0,
     if r > n:
         raise MaskError(f"bigbird random={r} exceeds the number of tokens N={n}")
     seed = check_int(seed, "seed", low=0, error=MaskError)
-    pieces, base, _ = _window_with_globals(n, w, g, "bigbird")
+    pieces, base = _window_with_globals(n, w, g)
     if r:
         keys = _distinct_random_keys(np.random.default_rng(seed), n, r)
         pieces.append((np.repeat(np.arange(n), r), keys.ravel()))
@@ -163,13 +154,9 @@ def random(n_tokens: int, p: float, seed: int = 0) -> Mask:
 
 def from_file(path: str | Path, n_tokens: int) -> Mask:
     """Mask read from a ``.npy`` boolean ``(N, N)`` matrix, or a text edge list of ``i j``
-    lines (token i attends to token j; ``#`` comments).
-
-    Raises
-    ------
-    MaskError
-        Unreadable file, non-square or non-boolean matrix, N other than ``n_tokens``,
-        malformed line, token outside ``0..n_tokens-1``, or an empty row.
+    lines (token i attends to token j; ``#`` comments). Raises :class:`MaskError` for an
+    unreadable file, a non-square or non-boolean matrix, N other than ``n_tokens``, a malformed
+    line, a token outside ``0..n_tokens-1``, or an empty row.
     """
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     path = Path(path)

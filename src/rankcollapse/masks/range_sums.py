@@ -17,13 +17,10 @@ class RangeSums:
     """``RangeSums(n, a, b, r)(x)[k] = sum_{i=a[k]}^{b[k]} x[i] r^(i - a[k])`` (0 where ``a[k] > b[k]``)
     for non-negative float64 ``x`` of length ``n``, ``0 <= r <= 1``: planned once, O(N + K) per call.
 
-    A disjoint sparse table restricted to the block sizes in use. ``x`` is padded with zeros
-    to ``M = 2^p >= n``. At block size ``B = 2^j`` a range is *served* when it crosses one
-    block boundary ``m`` (the suffix of ``a``'s block plus ``r^(m - a)`` times the prefix of
-    ``b``'s block) or lies in one block and starts or ends with it; a range of length
-    ``2^(j-1) < L <= 2^j`` is served at ``2^j`` or ``2^(j-1)``. Block sizes are picked
-    greedily, the one serving most ranges first (:func:`_levels`): a sliding window takes one,
-    the causal mask's suffixes one scan of the whole vector.
+    A disjoint sparse table on ``x`` padded to ``M = 2^p >= n``: at block size ``B = 2^j`` a range
+    crossing one boundary ``m`` is the suffix of ``a``'s block plus ``r^(m - a)`` times the prefix
+    of ``b``'s, a range starting or ending with its block one of them; block sizes are picked
+    greedily (:func:`_levels`).
 
     Error: only non-negative terms are added, so the bound is relative for every entry down to
     the smallest normal float64. With ``r = 1`` a scan adds at most ``S`` terms in sequence

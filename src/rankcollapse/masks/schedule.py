@@ -1,11 +1,7 @@
-"""Mask schedules: a periodic list of per-layer masks (docs/schedules.md); layer ``t`` uses
-mask ``t mod period``. Forms:
-
-- ``schedule:MASK*k,MASK,...``, e.g. ``schedule:sliding_window:w=9*5,complete``; an item
-  ``key=value`` continues the previous mask spec (``schedule:block:size=4,causal=true*2,causal``);
-- a YAML/JSON list string ``["causal_sliding_window:w=9*5", "causal"]``, ``schedule:PATH`` of a
-  ``.yaml/.yml/.json`` file holding one (items may be ``{mask: SPEC, repeat: k}``), or a
-  Python list of specs / :class:`Mask`.
+"""Mask schedules: layer ``t`` uses mask ``t mod period`` (docs/schedules.md). Forms:
+``schedule:MASK*k,MASK,...`` (an item ``key=value`` continues the previous mask spec); a YAML/JSON
+list string, or ``schedule:PATH`` of a ``.yaml/.yml/.json`` file holding one (items may be
+``{mask: SPEC, repeat: k}``); a Python list of specs / :class:`Mask`.
 """
 
 from __future__ import annotations
@@ -185,13 +181,8 @@ def _unique_keys_loader() -> type:
 
 
 class MaskSchedule:
-    """A periodic schedule of masks on ``n_tokens`` tokens.
-
-    Attributes
-    ----------
-    masks : list of :class:`Mask`, one per layer of the period (``period = len(masks)``).
-    spec : canonical spec ``schedule:A*k,B`` (runs of equal specs folded).
-    """
+    """A periodic schedule of ``masks`` (one :class:`Mask` per layer of the period) on ``n_tokens``
+    tokens; ``spec`` is canonical, ``schedule:A*k,B``."""
 
     def __init__(self, masks: Sequence[Mask], spec: str | None = None):
         if not masks:
@@ -269,14 +260,9 @@ def schedule_or_mask(source: Any, n_tokens: int) -> Any:
 
 def parse_schedule(source: Any, n_tokens: int) -> MaskSchedule:
     """The schedule ``source`` (forms: module docstring; a mask is a period-1 schedule) on
-    ``n_tokens`` tokens.
-
-    Raises
-    ------
-    MaskError
-        Not a spec, list or Mask; empty schedule; a repeat count < 1 or a period longer than
-        :data:`MAX_PERIOD`; a layer with ``N != n_tokens``; an unreadable or non-UTF-8 schedule
-        file; invalid YAML/JSON, or a :func:`parse_mask` error (naming the schedule item).
+    ``n_tokens`` tokens. Raises :class:`MaskError` for: not a spec, list or Mask; an empty schedule;
+    a repeat count < 1 or a period longer than :data:`MAX_PERIOD`; a layer with ``N != n_tokens``;
+    an unreadable or non-UTF-8 file; invalid YAML/JSON; a :func:`parse_mask` error (naming the item).
     """
     if isinstance(source, MaskSchedule):
         if source.n_tokens != n_tokens:

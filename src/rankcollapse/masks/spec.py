@@ -28,22 +28,19 @@ class MaskKind:
 
 
 def _kinds() -> dict[str, MaskKind]:
-    w_odd = Key("w", "int", help="odd window width 2h+1")
+    w_odd, causal = Key("w", "int", help="odd window width 2h+1"), Key("causal", "bool", False)
     entries = [
         MaskKind("complete", c.complete, (), "every token attends to every token"),
         MaskKind("causal", c.causal, (), "token i attends to j <= i"),
         MaskKind("sliding_window", c.sliding_window, (w_odd,), "|i - j| <= (w-1)/2"),
         MaskKind("causal_sliding_window", c.causal_sliding_window,
                  (Key("w", "int", help="window width incl. the query"),), "i-w+1 <= j <= i"),
-        MaskKind("dilated", c.dilated, (Key("w", "int"), Key("dilation", "int"),
-                                        Key("causal", "bool", False)),
+        MaskKind("dilated", c.dilated, (Key("w", "int"), Key("dilation", "int"), causal),
                  "window of w keys spaced by dilation"),
         MaskKind("prefix", c.prefix, (Key("k", "int", help="prefix length"),),
                  "prefix tokens bidirectional, rest causal"),
-        MaskKind("block", c.block, (Key("size", "int"), Key("causal", "bool", False)),
-                 "block-local attention"),
-        MaskKind("documents", c.documents, (Key("lengths", "ints", help="e.g. 3+5+8"),
-                                            Key("causal", "bool", False)),
+        MaskKind("block", c.block, (Key("size", "int"), causal), "block-local attention"),
+        MaskKind("documents", c.documents, (Key("lengths", "ints", help="e.g. 3+5+8"), causal),
                  "packed documents, block diagonal"),
         MaskKind("strided", p.strided, (Key("stride", "int"),),
                  "Sparse Transformer strided pattern (Child et al. 2019)"),
@@ -100,12 +97,8 @@ def _check_file(path: str) -> _Checked:
 
 
 def parse_mask(spec: str, n_tokens: int) -> Mask:
-    """Build the mask described by ``spec`` for ``n_tokens`` tokens.
-
-    Parameters
-    ----------
-    spec : str
-        Forms: module docstring; names: ``MASK_KINDS``.
+    """Build the mask described by ``spec`` (forms: module docstring; names: ``MASK_KINDS``) for
+    ``n_tokens`` tokens.
 
     Raises
     ------
