@@ -1,11 +1,7 @@
-"""The paper's theorems as code (spec.md §5; derivations in docs/theory.md).
-
-- Theorem 1: :func:`check_collapse_bound`, :func:`radius_sweep`; every Theorem-1 quantity
-  before a run (envelope rate, crossing depth, radius, scrambling length) in :mod:`.envelope`.
-- Theorem 2: :func:`check_sphere_collapse`.
-- SA-LN equilibria, their stability and basins: :func:`causal_example_2x2`, :func:`equilibria`,
-  :func:`find_equilibria`, :func:`stability`, :func:`basin_estimate`, :mod:`.portrait`.
-- Temperature laws: :func:`participation_scan`; masks and schedules by rate: :mod:`.rates`.
+"""The paper's theorems as code (spec.md §5; derivations in docs/theory.md): Theorem 1
+(:func:`check_collapse_bound`; quantities before a run in :mod:`.envelope`), Theorem 2
+(:func:`check_sphere_collapse`), SA-LN equilibria, stability and basins, temperature laws
+(:func:`participation_scan`), masks and schedules by rate (:mod:`.rates`).
 """
 
 from typing import TYPE_CHECKING

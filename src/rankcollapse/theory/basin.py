@@ -61,17 +61,9 @@ def classify(system: AttentionSystem, X: torch.Tensor, *, conv_tol: float = 1e-8
     return rank, finite & torch.isfinite(res) & (res <= conv_tol)
 
 
-def basin_estimate(
-    system: AttentionSystem | None = None,
-    *,
-    target_rank: int | None = None,
-    n_samples: int = 4000,
-    seed: int = 0,
-    depth: int = 400,
-    confidence: float = 0.95,
-    method: str = "wilson",
-    progress: bool | None = None,
-) -> BasinEstimate:
+def basin_estimate(system: AttentionSystem | None = None, *, target_rank: int | None = None, n_samples: int = 4000,
+                   seed: int = 0, depth: int = 400, confidence: float = 0.95, method: str = "wilson",
+                   progress: bool | None = None) -> BasinEstimate:
     """Estimate the fraction of uniform random starts ending at a rank-``target_rank`` equilibrium.
 
     Parameters
@@ -81,15 +73,9 @@ def basin_estimate(
     method : ``"wilson"`` or ``"exact"`` (Clopper–Pearson), of ``scipy.stats.binomtest``.
     progress : a bar over layers on stderr; None = only when stderr is a terminal.
 
-    Raises
-    ------
-    ConfigError
-        Non-positive ``n_samples``/``depth``, rank out of range, unknown method,
-        ``confidence`` outside (0, 1), or an SA-LN step undefined (zero row) for every start.
-    MemoryLimitError
-        One step over the ``n_samples`` starts would not fit half the physical memory.
-    ConvergenceError
-        No start reached a fixed point (the message says what was tried).
+    Raises ConfigError for ``n_samples`` or ``depth`` < 1, a rank out of range, an unknown method,
+    ``confidence`` outside (0, 1) or a step undefined for every start; MemoryLimitError when one
+    step over the starts would not fit half the memory; ConvergenceError when no start converged.
     """
     system = (system or causal_example_2x2().system).to(torch.float64)
     N, d = system.n_tokens, system.dim

@@ -1,9 +1,5 @@
-"""Theorem 1 (spec.md §5.1) checked against measurement: masked pure SA collapses.
-
-With orthogonal ``W_V(t)``, every allowed attention entry ``≥ ε``, self-loops and a QSC mask
-of radius ``r``: ``μ(X(t)) ≤ C (1 - ε^r)^{t/r}``, ``C = (√N / 2) ‖osc(X(0))‖_2 / (1 - ε^r)``
-(docs/theory.md §1). ``ε`` is measured on the same trajectory, so a point above the envelope
-is a bug (or a counterexample).
+"""Theorem 1 (spec.md §5.1; envelope in :mod:`.envelope`) checked against measurement: ``ε`` is
+measured on the same trajectory, so a point above the envelope is a bug (or a counterexample).
 """
 
 from __future__ import annotations
@@ -23,19 +19,9 @@ from .schedule_bound import check_schedule_bound
 __all__ = ["BoundResult", "EnvelopeViolation", "check_collapse_bound", "fit_rate", "radius_sweep"]
 
 
-def check_collapse_bound(
-    mask: Any,
-    *,
-    n_tokens: int | None = None,
-    d_model: int = 16,
-    depth: int = 60,
-    n_samples: int = 8,
-    seed: int = 0,
-    exponent: str = "t/r",
-    d_qk: float = 1.0,
-    qk_scale: float = 1.0,
-    X0: torch.Tensor | None = None,
-) -> BoundResult:
+def check_collapse_bound(mask: Any, *, n_tokens: int | None = None, d_model: int = 16, depth: int = 60,
+                         n_samples: int = 8, seed: int = 0, exponent: str = "t/r", d_qk: float = 1.0,
+                         qk_scale: float = 1.0, X0: torch.Tensor | None = None) -> BoundResult:
     """Run pure SA with per-layer Haar-orthogonal ``W_V`` and check Theorem 1's envelope.
 
     The trajectory is that of :func:`rankcollapse.dynamics.simulate` with ``value="orthogonal"``,
@@ -50,10 +36,7 @@ def check_collapse_bound(
     d_qk, qk_scale : temperature, and std·√d of the Gaussian ``W_Q, W_K`` entries (A1).
     X0 : optional ``(B, N, d)`` inputs; default Gaussian with entries of std ``1/√d``.
 
-    Returns
-    -------
-    BoundResult
-        A measured point above the envelope also emits an :class:`EnvelopeViolation` warning.
+    A measured point above the envelope also emits an :class:`EnvelopeViolation` warning.
 
     Raises
     ------

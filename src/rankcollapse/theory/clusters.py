@@ -1,13 +1,7 @@
-"""Metastable clusters on the circle: the linearised flow's fastest mode against measured
-plateaus (docs/theory.md §9).
-
-Unit tokens in ``d = 2`` under normalised self-attention with ``W_Q = W_K = W_V = I`` and
-inverse temperature ``beta`` (Geshkovski et al. 2023): Fourier mode ``k`` of the density grows
-at a rate proportional to ``k^2 I_k(β)``, so the fastest mode predicts the number of clusters
-of the first metastable state (Bruno et al., ICLR 2025). The flow runs in
-:func:`~rankcollapse.dynamics.simulate` as the step ``x <- sphere(x/h + A x)``
-(``BlockConfig(norm="sphere", placement="post_ln", alpha=1/h)``); a plateau is a run of
-layers with the same :func:`~rankcollapse.metrics.cluster_count`.
+"""Metastable clusters on the circle (docs/theory.md §9): the linearised flow's fastest Fourier
+mode ``argmax_k k^2 I_k(β)`` (Bruno et al., ICLR 2025) against the measured plateaus of
+:func:`~rankcollapse.metrics.cluster_count` under the flow ``x <- sphere(x/h + A x)`` with
+``W_Q = W_K = W_V = I`` (``BlockConfig(norm="sphere", placement="post_ln", alpha=1/h)``).
 """
 
 from __future__ import annotations
@@ -93,8 +87,7 @@ class CircleClusters:
 
     def to_dict(self) -> dict[str, Any]:
         return {"beta": self.beta, "predicted": self.predicted, "agreement": self.agreement,
-                "n_plateaus": self.n_plateaus,
-                "plateau_counts": self.plateau_counts,
+                "n_plateaus": self.n_plateaus, "plateau_counts": self.plateau_counts,
                 "first_plateaus": [None if p is None else {"count": p[0], "start": p[1], "length": p[2]}
                                    for p in self.first], **self.settings}
 
@@ -116,10 +109,7 @@ def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, st
     angle : cluster threshold in radians in ``(0, pi]`` (default :data:`rankcollapse.metrics.CLUSTER_ANGLE`).
     min_plateau : layers a count must hold to be a plateau, in ``[1, depth + 1]``.
 
-    Raises
-    ------
-    ConfigError
-        A setting out of range.
+    Raises :class:`ConfigError` for a setting out of range.
     """
     import torch
 

@@ -1,17 +1,12 @@
-"""Every Theorem-1 quantity, for masks and schedules alike (spec.md §5.1, docs/theory.md §1, §7):
-graph terms, the entry bound ε, the envelope rate, the envelope and its crossing depth. A mask
-is a period-1 schedule.
-
-For a schedule of period ``p`` with self-loops, pure SA with orthogonal ``W_V(t)`` and every
-allowed attention entry ``≥ ε`` satisfies
+"""Every Theorem-1 quantity, for masks (period-1 schedules) and schedules alike (spec.md §5.1,
+docs/theory.md §1, §7): graph terms, the entry bound ε, the envelope rate, the envelope and its
+crossing depth. With orthogonal ``W_V(t)``, self-loops and every allowed entry ``≥ ε``,
 
 ``μ(X(t)) ≤ C (1 - ε^e)^{t/e}``, ``C = (√N / 2) ‖osc(X(0))‖₂ / (1 - ε^e) ≤ √N μ(X(0)) / (1 - ε^e)``,
 
-with the **effective radius** ``e = min(p r_H, L)``: ``r_H`` the radius of the composed graph
-``H = M_{p-1} ∘ ... ∘ M_0`` (QSC) and ``L`` the **scrambling length**, the least ``L`` such that
-every window of ``L`` consecutive layers composes to a graph with a full column. Before a run,
-``ε ≤ 1 / deg_max`` (uniform attention on the largest key set), which gives the fastest rate
-the theorem can certify, ``ρ* = (1 - deg_max^{-e})^{1/e}``. Rates are computed in log space.
+with the effective radius ``e = min(p r_H, L)`` (``r_H`` the radius of the composed graph, ``L``
+the scrambling length: every window of ``L`` layers composes to a graph with a full column).
+Before a run ``ε ≤ 1 / deg_max``, the fastest rate the theorem certifies. Rates in log space.
 """
 
 from __future__ import annotations
@@ -32,8 +27,6 @@ EXPONENTS = {"t/r": 1, "t/(2r)": 2}
 MAX_DEPTH = 4096
 
 
-# --------------------------------------------------------------------------- formulas in (ε, e)
-
 def check_exponent(exponent: str) -> int:
     """``k`` of an envelope exponent (1 for ``"t/r"``, 2 for ``"t/(2r)"``); ConfigError otherwise."""
     if exponent not in EXPONENTS:
@@ -41,10 +34,13 @@ def check_exponent(exponent: str) -> int:
     return EXPONENTS[exponent]
 
 
-def _check_eps_r(epsilon: float, radius: int) -> None:
+def _log_power(epsilon: float, radius: int, exponent: str) -> tuple[int, float]:
+    """``k`` of ``exponent`` and ``log(ε^e)``, ``e = radius``, both checked."""
+    k = check_exponent(exponent)
     if not 0.0 < epsilon < 1.0:
         raise ConfigError(f"epsilon must lie in (0, 1), got {epsilon}")
     check_int(radius, "radius", low=1)
+    return k, radius * math.log(epsilon)
 
 
 def log_contraction(epsilon: float, radius: int, *, exponent: str = "t/r") -> float:
@@ -52,9 +48,7 @@ def log_contraction(epsilon: float, radius: int, *, exponent: str = "t/r") -> fl
     radius for a schedule), ``k`` of :func:`check_exponent`; ``-ε^e`` in log space when ``ε^e``
     underflows, so never exactly 0. Raises ConfigError for ``epsilon`` outside (0, 1),
     ``radius < 1`` or an unknown exponent."""
-    k = check_exponent(exponent)
-    _check_eps_r(epsilon, radius)
-    log_x = radius * math.log(epsilon)  # log(eps^e)
+    k, log_x = _log_power(epsilon, radius, exponent)
     if log_x > -700:
         return math.log1p(-math.exp(log_x)) / (k * radius)
     return -math.exp(log_x - math.log(k * radius))
@@ -63,9 +57,7 @@ def log_contraction(epsilon: float, radius: int, *, exponent: str = "t/r") -> fl
 def log10_layers_per_decade(epsilon: float, radius: int, *, exponent: str = "t/r") -> float:
     """``log10`` of the layers the envelope needs to fall by 10x, ``ln(10) / -log(factor)``, in log
     space (finite even for ``ε^e`` ~ 1e-5000). Raises ConfigError as :func:`log_contraction`."""
-    k = check_exponent(exponent)
-    _check_eps_r(epsilon, radius)
-    log_x = radius * math.log(epsilon)
+    k, log_x = _log_power(epsilon, radius, exponent)
     if log_x > -700:
         log_neg = math.log(-math.log1p(-math.exp(log_x))) - math.log(k * radius)
     else:
@@ -113,8 +105,6 @@ def measured_envelope(X0: Any, epsilon: Any, radius: int, depth: int, *, exponen
     return C * contraction**power, contraction ** (1 / (k * radius))
 
 
-# --------------------------------------------------------------------------- graph terms
-
 @dataclass(frozen=True)
 class Theorem1Terms:
     """The graph facts Theorem 1's envelope of a mask or schedule rests on: ``radius`` ``r_H`` of
@@ -151,15 +141,8 @@ def theorem1_terms(source: Any, n_tokens: int | None = None, *, max_memory: int 
     :func:`~rankcollapse.masks.resolve_mask` or :func:`~rankcollapse.masks.parse_schedule`);
     fields are None where Theorem 1 does not apply (:func:`require_theorem1` refuses). ``L = r``
     for period 1, else searched (:mod:`._scrambling`). ``n_tokens``: N, needed for a spec.
-
-    Raises
-    ------
-    MaskError
-        A bad spec or schedule, a spec without ``n_tokens``.
-    ConfigError
-        A schedule spec without ``n_tokens``.
-    MemoryLimitError
-        The graph analysis would exceed ``max_memory`` (see :func:`~rankcollapse.masks.analyze`).
+    Raises MaskError or ConfigError for a bad spec or schedule or one without ``n_tokens``,
+    MemoryLimitError when the graph analysis would exceed ``max_memory``.
     """
     from ..masks import analyze, resolve_mask
     from ..masks.schedule import MaskSchedule, is_schedule, parse_schedule
@@ -221,15 +204,8 @@ def scrambling_length(source: Any, n_tokens: int | None = None) -> int | None:
 
 
 def require_theorem1(source: Any, n_tokens: int | None = None) -> Theorem1Terms:
-    """:func:`theorem1_terms` of a mask or schedule the envelope applies to.
-
-    Raises
-    ------
-    ConfigError
-        Fewer than 2 tokens, a composed graph that is not QSC, or a layer without self-loops.
-    MaskError
-        As :func:`theorem1_terms`.
-    """
+    """:func:`theorem1_terms` of a mask or schedule the envelope applies to. Raises ConfigError for
+    fewer than 2 tokens, a composed graph that is not QSC or a layer without self-loops."""
     terms = theorem1_terms(source, n_tokens)
     if terms.n_tokens < 2:
         raise ConfigError(f"Theorem 1 needs at least 2 tokens, got N={terms.n_tokens}")
@@ -242,8 +218,6 @@ def require_theorem1(source: Any, n_tokens: int | None = None) -> Theorem1Terms:
         raise ConfigError(f"{what} {terms.spec!r} lacks self-loops: the envelope's proof needs them")
     return terms
 
-
-# --------------------------------------------------------------------------- rates of a mask or schedule
 
 @dataclass(frozen=True)
 class EnvelopeDepth:
@@ -288,24 +262,9 @@ def _rate(eps: float, e: int) -> float:
 
 
 def envelope_rate(mask: Any, n_tokens: int | None = None, *, epsilon: float | None = None) -> float:
-    """Per-layer rate ``(1 - ε^e)^{1/e}`` of the Theorem-1 envelope of a mask or schedule
-    (``e`` = effective radius, :class:`Theorem1Terms`; ``r`` for a mask).
-
-    Parameters
-    ----------
-    mask : Mask, bool ``(N, N)``, spec string (with ``n_tokens``) or schedule; QSC with self-loops.
-    epsilon : smallest allowed attention entry, in (0, 1]; default :func:`epsilon_uniform`.
-
-    Returns
-    -------
-    float in [0, 1] (within rounding of 1.0 when ``ε^e`` is below float64's resolution).
-
-    Raises
-    ------
-    ConfigError
-        Not QSC, a layer without self-loops, fewer than 2 tokens, ε outside (0, 1].
-    MaskError
-        A spec without ``n``, or an invalid mask.
+    """Per-layer rate ``(1 - ε^e)^{1/e}`` in [0, 1] of the Theorem-1 envelope of a mask or schedule
+    (``e`` the effective radius) with ``epsilon`` in (0, 1] (default :func:`epsilon_uniform`).
+    Raises ConfigError as :func:`require_theorem1` or for ε outside (0, 1], MaskError for a bad mask.
     """
     terms = require_theorem1(mask, n_tokens)
     return _rate(_epsilon(epsilon, terms.max_in_degree), terms.effective_radius)
@@ -316,15 +275,8 @@ def envelope_crossing_depth(mask: Any, threshold: float, n_tokens: int | None = 
     """Least depth at which the envelope relative to the input, ``E(t) = √N (1 - ε^e)^{t/e - 1}``,
     is at or below ``threshold``: ``t* = ⌈e (1 + ln(τ/√N) / ln(1 - ε^e))⌉``, capped at ``cap``.
 
-    Parameters
-    ----------
-    mask, n_tokens, epsilon : as :func:`envelope_rate`.
-    threshold : τ in (0, 1), a fraction of the input μ.
-
-    Raises
-    ------
-    ConfigError
-        ``threshold`` outside (0, 1), ``cap`` < 1, or as :func:`envelope_rate`.
+    ``mask``, ``n_tokens``, ``epsilon`` as :func:`envelope_rate`. Raises ConfigError for
+    ``threshold`` outside (0, 1), ``cap`` < 1, or as :func:`envelope_rate`.
     """
     threshold = check_float(threshold, "threshold")
     if not 0 < threshold < 1:

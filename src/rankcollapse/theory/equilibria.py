@@ -99,14 +99,8 @@ def causal_example_2x2() -> EquilibriumSet:
     """All ten equilibria of the ``N = d = 2`` causal example of spec.md §5.3, in closed form
     (``W_V = [[1, -3], [0, 2]]``; docs/theory.md §3a). Order, each for ``s = +1`` then ``-1``:
 
-    * ``x_0 = s(0, 1)``, ``x_1 = s(β, 3β - 2)`` with ``10 β² - 12 β + 3 = 0``:
-      ``β = (6 - √6)/10`` gives ``B = ((6-√6)/10, -(2+3√6)/10)``, rank 2, locally
-      stable; ``β = (6 + √6)/10`` gives ``B'``, rank 2, unstable (first four entries,
-      ``signs = (s, ±1)``);
-    * ``x_0 = x_1 = s(0, 1)``: rank 1, stable;
-    * ``x_0 = x_1 = s(1, 3)/√10``: rank 1, unstable (token 0);
-    * ``x_0 = s(1, 3)/√10``, ``x_1 = s(1, -3)/√10`` (``α = 2``): rank 2, unstable.
-
+    ``[s(0, 1), B]`` and ``[s(0, 1), B']`` (``signs = (s, ±1)``; ``B = ((6-√6)/10, -(2+3√6)/10)``
+    is stable), ``s[(0,1), (0,1)]``, ``s[(1,3), (1,3)]/√10``, ``s[(1,3), (1,-3)]/√10``.
     ``info["labels"]`` names each one; ``info["B"]`` is B.
     """
     W_V = torch.tensor([[1.0, -3.0], [0.0, 2.0]], dtype=torch.float64)
@@ -158,14 +152,13 @@ def construct_equilibrium(n_tokens: int, lam: np.ndarray, signs: tuple[int, ...]
     X = np.zeros((n_tokens, d))
     S = np.zeros(d)
     for t in range(n_tokens):
+        x = np.zeros(d)
         if t < k:
-            x = np.zeros(d)
             x[:t] = lam[:t] * S[:t] / (lam[t] - lam[:t])
             rest = 1.0 - float(np.sum(x[:t] ** 2))
             assert rest > 0, "construction lemma violated"  # proven: rest ≥ 1 - B²τ(ρ) ≈ 0.65
             x[t] = signs[t] * math.sqrt(rest)
         else:
-            x = np.zeros(d)
             x[:k] = _token_after_rank(S[:k], lam[:k])
         X[t] = x
         S = S + x
@@ -180,13 +173,9 @@ def equilibria(n_tokens: int, d_model: int, rank: int, *, limit: int | None = No
     proof in docs/theory.md §3b. ``limit``: only the first ``limit`` patterns (required above
     4096); ``stability``: attach a tangent-space stability report to each.
 
-    Raises
-    ------
-    ConfigError
-        ``rank`` outside ``1..min(N, d)`` or above ``MAX_RANK``, ``2^rank > 4096`` without
-        ``limit``, or ``n_tokens``, ``d_model``, ``limit`` not an integer ``>= 1``.
-    MemoryLimitError
-        The system (with ``stability``, the tangent Jacobians) would not fit half the memory.
+    Raises ConfigError for ``rank`` outside ``1..min(N, d)`` or above ``MAX_RANK``, ``2^rank > 4096``
+    without ``limit``, or ``n_tokens``, ``d_model``, ``limit`` not an integer ``>= 1``;
+    MemoryLimitError when the system (and tangent Jacobians) would not fit half the memory.
     """
     n, d = check_int(n_tokens, "n_tokens", low=1), check_int(d_model, "d_model", low=1)
     rank = check_int(rank, "rank")

@@ -37,11 +37,9 @@ class FinderSettings:
     batch: int = 16
 
     def describe(self) -> str:
-        return (
-            f"{self.n_starts} seeded starts (seed {self.seed}), {self.fixed_point_iters} damped fixed-point "
-            f"iterations (damping {self.damping}; skipped for a fraction {self.newton_only_fraction} of starts) "
-            f"then up to {self.newton_iters} tangent Newton steps, tol {self.tol:g}"
-        )
+        return (f"{self.n_starts} seeded starts (seed {self.seed}), {self.fixed_point_iters} damped fixed-point "
+                f"iterations (damping {self.damping}; skipped for a fraction {self.newton_only_fraction} of starts) "
+                f"then up to {self.newton_iters} tangent Newton steps, tol {self.tol:g}")
 
 
 @dataclass
@@ -91,32 +89,13 @@ def _dedup(states: torch.Tensor, tol: float) -> list[torch.Tensor]:
     return kept
 
 
-def find_equilibria(
-    system: AttentionSystem,
-    settings: FinderSettings | None = None,
-    *,
-    starts: torch.Tensor | None = None,
-    **overrides: Any,
-) -> FinderResult:
-    """Search equilibria of the SA-LN step of ``system``.
-
-    Parameters
-    ----------
-    settings : :class:`FinderSettings`; keyword ``overrides`` replace its fields.
-    starts : extra initial states ``(B, N, d)``, sent straight to Newton (with them,
-        ``n_starts = 0`` searches from them alone).
-
-    Returns
-    -------
-    FinderResult
-        Distinct equilibria (residual ≤ ``tol``, rank, stability), sorted by rank then residual.
-
-    Raises
-    ------
-    ConvergenceError
-        No start converges (the message says what was tried and the best residual).
-    ConfigError
-        A setting out of range, or the step undefined (a zero row) at every state tried.
+def find_equilibria(system: AttentionSystem, settings: FinderSettings | None = None, *,
+                    starts: torch.Tensor | None = None, **overrides: Any) -> FinderResult:
+    """Distinct equilibria of the SA-LN step of ``system`` (residual ≤ ``tol``, rank, stability),
+    sorted by rank then residual. ``overrides`` replace fields of ``settings``; ``starts`` ``(B, N, d)``
+    go straight to Newton (with them, ``n_starts = 0`` searches from them alone). Raises
+    ConvergenceError when no start converges (naming what was tried), ConfigError for a setting
+    out of range or a step undefined at every state tried.
     """
     s = settings or FinderSettings()
     for k, v in overrides.items():

@@ -53,7 +53,6 @@ class BoundResult(NotebookResult):
     n_violations: int
     config: dict[str, Any] = field(default_factory=dict)
 
-
     @property
     def holds(self) -> bool:
         return self.n_violations == 0
@@ -61,10 +60,8 @@ class BoundResult(NotebookResult):
     def table(self) -> pd.DataFrame:
         """Tidy table: ``layer, sample, mu, envelope``."""
         T, B = self.mu.shape
-        return pd.DataFrame({
-            "layer": np.repeat(np.arange(T), B), "sample": np.tile(np.arange(B), T),
-            "mu": self.mu.flatten().numpy(), "envelope": self.envelope.flatten().numpy(),
-        })
+        return pd.DataFrame({"layer": np.repeat(np.arange(T), B), "sample": np.tile(np.arange(B), T),
+                             "mu": self.mu.flatten().numpy(), "envelope": self.envelope.flatten().numpy()})
 
     def to_pandas(self, *, summary: bool = False) -> pd.DataFrame:
         """:meth:`table`, or with ``summary`` :meth:`summarise`."""
@@ -77,13 +74,11 @@ class BoundResult(NotebookResult):
         return summary_table(by_layer({"mu": self.mu, "envelope": self.envelope}))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "mask": self.mask, "radius": self.radius, "exponent": self.exponent,
-            "epsilon_measured_median": float(self.epsilon_measured.median()), "measured_rate": self.measured_rate,
-            "envelope_rate": self.envelope_rate, "n_violations": self.n_violations, "holds": self.holds,
-            "mu_median": self.mu.median(dim=1).values.tolist(),
-            "envelope_median": self.envelope.median(dim=1).values.tolist(), "config": self.config,
-        }
+        return {"mask": self.mask, "radius": self.radius, "exponent": self.exponent,
+                "epsilon_measured_median": float(self.epsilon_measured.median()), "measured_rate": self.measured_rate,
+                "envelope_rate": self.envelope_rate, "n_violations": self.n_violations, "holds": self.holds,
+                "mu_median": self.mu.median(dim=1).values.tolist(),
+                "envelope_median": self.envelope.median(dim=1).values.tolist(), "config": self.config}
 
 
 def measured_epsilon(attention: list[torch.Tensor], layer_masks: list[torch.Tensor]) -> torch.Tensor:

@@ -27,12 +27,8 @@ def describe_schedule(schedule: Any, n_tokens: int | None = None, *, per_token: 
     sched = parse_schedule(schedule, n_tokens) if not isinstance(schedule, MaskSchedule) else schedule
     a = analyze(sched.composed())
     out = a.to_dict(per_token=per_token)
-    out["spec"] = sched.spec
-    out["composed_spec"] = a.spec
-    out["closed_form_agrees"] = None
-    out["period"] = sched.period
-    out["edges_per_layer"] = sched.edges_per_layer()
-    out["mean_edges_per_layer"] = sched.mean_edges()
+    out.update(spec=sched.spec, composed_spec=a.spec, closed_form_agrees=None, period=sched.period,
+               edges_per_layer=sched.edges_per_layer(), mean_edges_per_layer=sched.mean_edges())
     terms = schedule_terms(sched, a)
     out.update({k: getattr(terms, k) for k in TERM_KEYS})
     out.update(predicted_rate(terms, **bounds))
@@ -72,12 +68,8 @@ def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: RunConfig
     ``rank_predicted`` and, with ``measure`` (the simulation's
     :class:`~rankcollapse.dynamics.RunConfig`), ``measured_rate, measured_q25, measured_q75``
     (:func:`measure_rate`) and ``rank_measured``. Rank 1 = slowest collapse; non-QSC
-    schedules rank first.
-
-    Raises
-    ------
-    MaskError
-        A bad schedule. ConfigError: an unknown exponent, bad ``d_qk`` or norms.
+    schedules rank first. Raises MaskError for a bad schedule, ConfigError for an unknown
+    exponent, bad ``d_qk`` or norms.
     """
     check_exponent(exponent)
     rows = []
@@ -103,32 +95,24 @@ def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: RunConfig
     return df
 
 
-def compare_masks(
-    specs: Sequence[str], n_tokens: int, *, d_qk: float = 1.0, token_norm: float = 1.0,
-    weight_norm: float = 1.0, exponent: str = "t/r", max_memory: int | str | None = None,
-) -> pd.DataFrame:
+def compare_masks(specs: Sequence[str], n_tokens: int, *, d_qk: float = 1.0, token_norm: float = 1.0,
+                  weight_norm: float = 1.0, exponent: str = "t/r",
+                  max_memory: int | str | None = None) -> pd.DataFrame:
     """Table of masks by radius and predicted per-layer contraction: ``spec, n_tokens, n_edges,
     quasi_strongly_connected, n_centers, radius, max_in_degree, epsilon_bound, log10_factor,
     log10_layers_per_decade`` (:func:`~rankcollapse.theory.envelope.predicted_rate`; NaN when not
     QSC). ``max_memory`` bounds each graph analysis (:func:`~rankcollapse.masks.analyze`).
-
-    Raises
-    ------
-    MaskError
-        A bad spec. ConfigError: an unknown exponent, bad ``d_qk`` or norms.
+    Raises MaskError for a bad spec, ConfigError for an unknown exponent, bad ``d_qk`` or norms.
     """
     rows = []
     for spec in specs:
         a = analyze(parse_mask(spec, n_tokens), max_memory=max_memory)
         rate = predicted_rate(mask_terms(a), d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm,
                               exponent=exponent)
-        rows.append({
-            "spec": a.spec, "n_tokens": a.n_tokens, "n_edges": a.n_edges,
-            "quasi_strongly_connected": a.quasi_strongly_connected,
-            "n_centers": len(a.centers), "radius": a.radius, "max_in_degree": a.in_degree["max"],
-            "epsilon_bound": rate["epsilon_bound"],
-            "log10_factor": math.nan if rate["log10_rate_per_layer"] is None else rate["log10_rate_per_layer"],
-            "log10_layers_per_decade": math.nan if rate["log10_layers_per_decade"] is None
-            else rate["log10_layers_per_decade"],
-        })
+        nan_if_none = {k: math.nan if v is None else v for k, v in rate.items()}
+        rows.append({"spec": a.spec, "n_tokens": a.n_tokens, "n_edges": a.n_edges,
+                     "quasi_strongly_connected": a.quasi_strongly_connected, "n_centers": len(a.centers),
+                     "radius": a.radius, "max_in_degree": a.in_degree["max"],
+                     "epsilon_bound": rate["epsilon_bound"], "log10_factor": nan_if_none["log10_rate_per_layer"],
+                     "log10_layers_per_decade": nan_if_none["log10_layers_per_decade"]})
     return pd.DataFrame(rows).astype({"radius": "Int64"})

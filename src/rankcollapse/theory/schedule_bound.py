@@ -41,11 +41,9 @@ def _scrambling_agrees(attention: list[torch.Tensor], eps: torch.Tensor, L: int,
     return all(bool((_product(attention, s, L).amin(dim=-2) >= floor).any(-1).all()) for s in starts)
 
 
-def check_schedule_bound(
-    schedule: Any, *, n_tokens: int | None = None, d_model: int = 16, depth: int = 60, n_samples: int = 8,
-    seed: int = 0, exponent: str = "t/r", d_qk: float = 1.0, qk_scale: float = 1.0,
-    X0: torch.Tensor | None = None,
-) -> BoundResult:
+def check_schedule_bound(schedule: Any, *, n_tokens: int | None = None, d_model: int = 16, depth: int = 60,
+                         n_samples: int = 8, seed: int = 0, exponent: str = "t/r", d_qk: float = 1.0,
+                         qk_scale: float = 1.0, X0: torch.Tensor | None = None) -> BoundResult:
     """Run pure SA through ``schedule`` (Haar ``W_V`` per layer) and check its envelope.
 
     Same parameters and trajectory as :func:`~rankcollapse.theory.check_collapse_bound`; the
@@ -53,13 +51,7 @@ def check_schedule_bound(
     ``scrambling_length``, ``effective_radius`` and the support checks of the module docstring,
     ``support_agrees`` (None when ``depth < p``) and ``scrambling_agrees`` (None when ``depth < L``).
 
-    Raises
-    ------
-    ConfigError
-        Unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d_model`` < 1, a
-        composed graph that is not QSC, a layer mask without self-loops, bad ``X0``.
-    MaskError
-        A bad schedule spec.
+    Raises ConfigError and MaskError as :func:`~rankcollapse.theory.check_collapse_bound`.
     """
     check_run(exponent, depth, n_samples, d_model)
     if n_tokens is None:

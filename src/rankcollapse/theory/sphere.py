@@ -65,28 +65,14 @@ class SphereResult(NotebookResult):
                 "config": self.config}
 
 
-def check_sphere_collapse(
-    mask: Any,
-    *,
-    n_tokens: int | None = None,
-    d_model: int = 8,
-    depth: int = 80,
-    n_samples: int = 8,
-    inputs: str = "nonnegative",
-    seed: int = 0,
-    beta: float = 1.0,
-    collapse_tol: float = 1e-8,
-) -> SphereResult:
+def check_sphere_collapse(mask: Any, *, n_tokens: int | None = None, d_model: int = 8, depth: int = 80,
+                          n_samples: int = 8, inputs: str = "nonnegative", seed: int = 0, beta: float = 1.0,
+                          collapse_tol: float = 1e-8) -> SphereResult:
     """Run SA-LN ``X ↦ D A X W_V(t)`` with Haar-orthogonal ``W_V(t)`` and measure collapse.
 
     Scores ``β ⟨x_i, x_j⟩`` (``W_Q = W_K = sqrt(beta) I``, ``d_qk = 1``); ``collapsed`` iff the
-    median final ``μ`` is below ``collapse_tol``.
-
-    Raises
-    ------
-    ConfigError
-        Unknown ``inputs``, N < 2, d < 2, depth or n_samples < 1, beta < 0, or a zero row of
-        ``A X W_V`` at some layer.
+    median final ``μ`` is below ``collapse_tol``. Raises ConfigError for unknown ``inputs``, N < 2,
+    d < 2, depth or n_samples < 1, beta < 0, or a zero row of ``A X W_V`` at some layer.
     """
     m, d = resolve_mask(mask, n_tokens), d_model  # d: the formulas' name for d_model
     N = m.n_tokens

@@ -75,26 +75,16 @@ class StabilityReport(NotebookResult):
         return {"stable": self.stable, "spectral_radius": self.spectral_radius, "n_unstable": self.n_unstable}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "stable": self.stable,
-            "spectral_radius": self.spectral_radius,
-            "n_unstable_directions": self.n_unstable,
-            "directions": [
-                {"eigenvalue": [float(z.real), float(z.imag)], "modulus": float(abs(z)), "token": t, "verdict": v}
-                for z, t, v in zip(self.eigenvalues.tolist(), self.token, self.verdicts)
-            ],
-        }
+        directions = [{"eigenvalue": [float(z.real), float(z.imag)], "modulus": float(abs(z)), "token": t, "verdict": v}
+                      for z, t, v in zip(self.eigenvalues.tolist(), self.token, self.verdicts)]
+        return {"stable": self.stable, "spectral_radius": self.spectral_radius, "n_unstable_directions": self.n_unstable,
+                "directions": directions}
 
 
 def stability(system: AttentionSystem, X: torch.Tensor) -> StabilityReport:
-    """Stability verdict of the SA-LN equilibrium ``X`` ``(N, d)`` per tangent direction.
-
-    Raises
-    ------
-    ConfigError
-        ``system`` is not an :class:`AttentionSystem`, ``X`` not its ``(N, d)`` state, or
-        the step is undefined at ``X`` (zero row before normalisation).
-    """
+    """Stability verdict of the SA-LN equilibrium ``X`` ``(N, d)`` per tangent direction. Raises
+    ConfigError for a ``system`` that is not an :class:`AttentionSystem`, ``X`` not its state, or
+    a step undefined at ``X``."""
     X = as_state(X, as_system(system))
     if X.ndim != 2:
         raise ConfigError(f"X must be one state (N, d), got shape {tuple(X.shape)}")
@@ -108,6 +98,4 @@ def stability(system: AttentionSystem, X: torch.Tensor) -> StabilityReport:
     mod = vals.abs()
     verdicts = ["unstable" if m > 1 + NEUTRAL_TOL else "stable" if m < 1 - NEUTRAL_TOL else "neutral" for m in mod.tolist()]
     order = torch.argsort(mod, descending=True)
-    return StabilityReport(
-        vals[order], [token[i] for i in order], [verdicts[i] for i in order], float(mod.max())
-    )
+    return StabilityReport(vals[order], [token[i] for i in order], [verdicts[i] for i in order], float(mod.max()))

@@ -22,15 +22,8 @@ SA_LN = BlockConfig(norm="sphere", placement="none")
 
 @dataclass(frozen=True)
 class AttentionSystem:
-    """A time-invariant single-head self-attention layer.
-
-    Attributes
-    ----------
-    mask : bool tensor ``(N, N)``, ``mask[i, j]`` = token i attends to token j.
-    W_Q, W_K : float tensors ``(d, d_k)``.
-    W_V : float tensor ``(d, d)``, row-vector convention ``x ↦ x W_V``.
-    d_qk : float, attention temperature (spec.md §1).
-    """
+    """A time-invariant single-head self-attention layer: bool ``mask`` ``(N, N)``, ``W_Q, W_K``
+    ``(d, d_k)``, ``W_V`` ``(d, d)`` (row vectors: ``x ↦ x W_V``), temperature ``d_qk`` (spec.md §1)."""
 
     mask: torch.Tensor
     W_Q: torch.Tensor
@@ -91,26 +84,15 @@ class AttentionSystem:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with keys ``mask``, ``W_Q``, ``W_K``, ``W_V``, ``d_qk``."""
-        return {
-            "mask": self.mask.cpu().tolist(),
-            "W_Q": self.W_Q.detach().cpu().double().tolist(),
-            "W_K": self.W_K.detach().cpu().double().tolist(),
-            "W_V": self.W_V.detach().cpu().double().tolist(),
-            "d_qk": float(self.d_qk),
-        }
+        return {"mask": self.mask.cpu().tolist(),
+                **{k: getattr(self, k).detach().cpu().double().tolist() for k in ("W_Q", "W_K", "W_V")},
+                "d_qk": float(self.d_qk)}
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any], dtype: torch.dtype = torch.float64) -> "AttentionSystem":
         """Inverse of :meth:`to_dict` (schema: docs/theory.md, "System files"); ``mask`` may also be
         a spec string on ``n_tokens`` tokens (default ``W_V``'s size). Other keys are ignored.
-
-        Raises
-        ------
-        ConfigError
-            If a key is missing or a matrix is malformed.
-        MaskError
-            If a mask spec string is invalid.
-        """
+        Raises ConfigError for a missing key or a malformed matrix, MaskError for a bad mask spec."""
         if not isinstance(obj, dict):
             raise ConfigError(f"system must be a JSON object with keys mask, W_Q, W_K, W_V, got {type(obj).__name__}")
         missing = [k for k in ("mask", "W_Q", "W_K", "W_V") if k not in obj]

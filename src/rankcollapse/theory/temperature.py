@@ -1,10 +1,7 @@
-"""Participation ratio of one attention row against the number of keys, under each temperature
-law (:mod:`rankcollapse.dynamics.temperature_laws`), in O(N d) per row.
-
-For keys i.i.d. uniform on ``S^{d-1}`` and an independent query, ``PR = 1 / sum_j a_j^2`` stays
-bounded when ``β`` grows like ``N^{2/(d-1)}`` (``pow:c``) and grows like ``N / β^{(d-1)/2}``
-under slower laws (``log:γ``, ``ssmax:s``, ``llama4``). :func:`participation_scan` measures the
-mean PR per ``(N, law)`` and its growth exponent against N.
+"""Participation ratio ``PR = 1 / sum_j a_j^2`` of one attention row against the number of keys
+N under each temperature law (:mod:`rankcollapse.dynamics.temperature_laws`), O(N d) per row:
+for i.i.d. uniform keys on ``S^{d-1}`` it stays bounded when ``β`` grows like ``N^{2/(d-1)}``
+(``pow:c``) and grows like ``N / β^{(d-1)/2}`` under slower laws.
 """
 
 from __future__ import annotations
@@ -36,15 +33,9 @@ N_BOOT = 2000
 
 @dataclass
 class TemperatureScan:
-    """Result of :func:`participation_scan`.
-
-    Attributes
-    ----------
-    rows : per ``(n_tokens, law)``: ``n_tokens, law, beta, pr_mean, pr_lo, pr_hi`` (95 % t-interval),
-        ``pr_median, n_queries``.
-    slopes : per law: ``law, slope, slope_lo, slope_hi`` (95 % bootstrap; NaN with fewer than two N).
-    per_query : ``(n_tokens, law spec) -> (n_queries,)`` the PR of every query.
-    """
+    """Result of :func:`participation_scan`: ``rows`` per ``(n_tokens, law)`` (``n_tokens, law, beta,
+    pr_mean, pr_lo, pr_hi`` (95 % t-interval), ``pr_median, n_queries``), ``slopes`` per law (``law, slope,
+    slope_lo, slope_hi``: 95 % bootstrap, NaN with one N), ``per_query[(N, law)]`` every query's PR."""
 
     rows: list[dict[str, Any]]
     slopes: list[dict[str, Any]]
@@ -70,22 +61,16 @@ def participation_scan(laws: Sequence[str | TemperatureLaw], n_tokens: Sequence[
     Parameters
     ----------
     laws : temperature laws (``"log:1"``, ``"pow:1"``, ``"ssmax:1"``, ``"llama4"`` or parsed).
-    n_tokens : numbers of keys ``N`` (each >= 2).
-    keys : an input of :data:`rankcollapse.dynamics.inputs.INPUTS`; query ``b`` draws sample ``b``
-        of ``N + 1`` tokens.
+    keys : an input of :data:`rankcollapse.dynamics.inputs.INPUTS`; query ``b`` draws ``N + 1`` tokens.
     n_queries : queries per ``N``, each with its own keys (>= 2).
     query : ``fresh`` (the query is token ``N`` of the draw) or ``key`` (key 0).
     seed : the ``i``-th ``N`` is drawn with seed ``seed + i``, in chunks of at most :data:`CHUNK`
         queries; the bootstrap uses ``seed``.
     max_memory : bytes (or ``"8GiB"``) one query's tokens may take; default half the RAM.
 
-    Raises
-    ------
-    ConfigError
-        An unknown law, input or query kind; ``N < 2``; ``n_queries < 2``; ``d_model < 1``;
-        ``pow`` with ``d_model < 2``; no law or no ``N``.
-    MemoryLimitError
-        One query's tokens would exceed ``max_memory``.
+    Raises ConfigError for an unknown law, input or query kind, ``N < 2``, ``n_queries < 2``,
+    ``d_model < 1``, ``pow`` with ``d_model < 2``, no law or no ``N``; MemoryLimitError when one
+    query's tokens would exceed ``max_memory``.
     """
     parsed = [law if isinstance(law, TemperatureLaw) else parse_law(law) for law in laws]
     sizes = [check_int(n, "n_tokens", low=2) for n in n_tokens]
@@ -154,7 +139,6 @@ def _slope(per_n: list[np.ndarray], sizes: list[int], rng: np.random.Generator) 
     return {"slope": point, "slope_lo": float(lo), "slope_hi": float(hi)}
 
 
-# ------------------------------------------------------------------ the collapse switch
 def switch_ratios(n_tokens: int, betas: Sequence[float], *, tokens: str = "simplex", d_model: int = 64,
                   n_samples: int = 4, seed: int = 0) -> np.ndarray:
     """``r = m(1) / m(0)`` ``(n_samples, len(betas))``, ``m = μ/‖X‖_F``, of one complete-mask layer
