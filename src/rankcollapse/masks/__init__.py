@@ -1,9 +1,6 @@
-"""Attention masks as graphs (spec.md §1, §4; docs/masks.md).
-
-``M[i, j] = True`` iff token ``i`` attends to token ``j`` (graph edge ``j -> i``), 0-based.
-Build masks with the constructors or :func:`parse_mask`, analyse them with :func:`analyze`,
-accept any mask form with :func:`resolve_mask` / :func:`dense_mask`.
-"""
+"""Attention masks as graphs (spec.md §1, §4; docs/masks.md): ``M[i, j] = True`` iff token
+``i`` attends to token ``j`` (graph edge ``j -> i``), 0-based. Build masks with the constructors
+or :func:`parse_mask`, analyse them with :func:`analyze`, read any form: :func:`resolve_mask`."""
 
 from typing import TYPE_CHECKING
 
@@ -11,9 +8,8 @@ from .._lazy import attach_imports
 
 # The exports, imported lazily on first use (attach_imports reads this block).
 if TYPE_CHECKING:
-    from .constructors import (
-        block, causal, causal_sliding_window, complete, dilated, documents, prefix, sliding_window,
-    )
+    from .constructors import (block, causal, causal_sliding_window, complete, dilated, documents,
+                               prefix, sliding_window)
     from .adapt import dense_mask, resolve_mask
     from .graph import MaskAnalysis, analyze, bfs_distances
     from .influence import Influence, influence

@@ -36,11 +36,8 @@ def resolve_mask(source: Any, n_tokens: int | None = None) -> Mask:
     A Mask is returned itself; a matrix becomes ``Mask.from_dense`` (spec ``dense:n=N``) or
     ``Mask.from_csr`` (``sparse:n=N``). ``n_tokens`` may be omitted for a matrix or Mask.
 
-    Raises
-    ------
-    MaskError
-        A spec without ``n_tokens``, a bad spec, a matrix that is not boolean (or 0/1),
-        a sparse or meta tensor, a shape other than ``(n_tokens, n_tokens)``, or an empty row.
+    Raises :class:`MaskError` for a spec without ``n_tokens``, a bad spec, a matrix that is not
+    boolean (or 0/1), a sparse or meta tensor, a shape other than ``(n_tokens, n_tokens)``, an empty row.
 
     See Also
     --------
@@ -74,15 +71,10 @@ def resolve_mask(source: Any, n_tokens: int | None = None) -> Mask:
 
 def dense_mask(source: Any, n_tokens: int, *, n_samples: int | None = None, require_keys: bool = True,
                error: type[RankCollapseError] = MaskError) -> Any:
-    """Bool ``(N, N)`` ``torch`` tensor of a mask in any form (or ``(B, N, N)``, see ``n_samples``).
-
-    Parameters
-    ----------
-    n_samples : the ``B`` of the tokens ``(B, N, d)``; if given, ``(B, N, N)`` or ``(1, N, N)``
-        is accepted too.
-    require_keys : check that every row allows a key (off for graphs without in-edges).
-    error : error type for a non-bool matrix or a wrong shape (a metric raises :class:`MetricError`);
-        a bad spec or an empty row raise :class:`MaskError`.
+    """Bool ``(N, N)`` ``torch`` tensor of a mask in any form; with ``n_samples`` (the ``B`` of tokens
+    ``(B, N, d)``) a ``(B, N, N)`` or ``(1, N, N)`` tensor is accepted too. ``require_keys``: check that
+    every row allows a key (off for graphs without in-edges). A non-bool matrix or a wrong shape
+    raises ``error`` (a metric's :class:`MetricError`); a bad spec or an empty row :class:`MaskError`.
     """
     import torch
 

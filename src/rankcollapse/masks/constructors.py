@@ -1,7 +1,5 @@
-"""Local and causal masks. Each constructor takes ``n_tokens`` (N >= 1) first, states the
-key set ``K(i) = {j : M[i, j]}`` (0-based), gives a FlexAttention predicate and the graph
-facts known in closed form (spec.md §4 table), which the tests check against :func:`analyze`.
-"""
+"""Local and causal masks: each takes ``n_tokens`` (N >= 1) first, states the key set
+``K(i) = {j : M[i, j]}`` (0-based), gives a FlexAttention predicate and closed-form graph facts."""
 
 from __future__ import annotations
 
@@ -81,8 +79,7 @@ def causal_sliding_window(n_tokens: int, w: int) -> Mask:
 
 
 def dilated(n_tokens: int, w: int, dilation: int, causal: bool = False) -> Mask:
-    """Dilated sliding window (Beltagy et al. 2020 §3.1); not QSC for ``dilation > 1``, N > 1.
-
+    """Dilated sliding window (Beltagy et al. 2020 §3.1); not QSC for ``dilation > 1``, N > 1:
     ``causal=False`` (``w = 2h + 1`` odd): ``K(i) = {i + k*dilation : |k| <= h} ∩ [0, N)``;
     ``causal=True``: ``K(i) = {i - k*dilation : 0 <= k < w} ∩ [0, N)``.
     Raises :class:`MaskError` for ``w < 1``, ``dilation < 1``, or an even ``w`` with ``causal=False``.

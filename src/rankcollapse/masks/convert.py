@@ -1,8 +1,7 @@
 """Conversions between :class:`Mask` and the formats of PyTorch SDPA, FlexAttention and
 Hugging Face ``transformers.masking_utils``, which share ``M[i, j] = True`` = query i attends
 to key j. Our ``causal_sliding_window:w`` is HF ``sliding_window=w`` (``kv > q - w``); our
-``sliding_window:w=2h+1`` is HF's bidirectional ``sliding_window=h`` (``|q - kv| <= h``).
-"""
+``sliding_window:w=2h+1`` is HF's bidirectional ``sliding_window=h`` (``|q - kv| <= h``)."""
 
 from __future__ import annotations
 

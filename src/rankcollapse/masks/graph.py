@@ -1,7 +1,6 @@
 """Graph analysis of a mask (spec.md §4; docs/masks.md, "Analysis"): connectivity, centers,
-radius, diameter. The mask is the digraph with an edge ``j -> i`` whenever ``M[i, j]``.
-
-Radius and diameter are exact, by the eccentricity bounding scheme of Takes & Kosters
+radius, diameter of the digraph with an edge ``j -> i`` whenever ``M[i, j]``. Radius and
+diameter are exact, by the eccentricity bounding scheme of Takes & Kosters
 (Algorithms 6, 2013): after a forward and a backward BFS from ``v``, every ``u`` has
 ``max(d(u, v), ecc(v) - d(v, u)) <= ecc(u) <= d(u, v) + ecc(v)``; the search stops when no
 unexplored center can beat the best radius (nor, when strongly connected, exceed the best diameter).
@@ -56,13 +55,10 @@ def bfs_distances(graph: sp.csr_array, source: int) -> np.ndarray:
 class MaskAnalysis(NotebookResult):
     """Graph facts of a mask (spec.md §4).
 
-    Attributes
-    ----------
-    centers : tokens from which every token is reachable (the source strong component).
-    radius : ``min_c max_i d(c, i)`` over centers; None when not QSC.
-    diameter : ``max_{u, v} d(u, v)``; None when not strongly connected.
-    distance_from_center : int64 ``(N,)`` hop distance of every token from ``best_center``, or None.
-    reason : why the mask is not QSC, or None.
+    ``centers``: the tokens from which every token is reachable (the source strong component);
+    ``radius`` ``min_c max_i d(c, i)`` (None when not QSC); ``diameter`` ``max_{u, v} d(u, v)``
+    (None when not strongly connected); ``distance_from_center`` int64 ``(N,)`` from ``best_center``;
+    ``reason``: why the mask is not QSC.
     """
 
     spec: str
@@ -215,13 +211,9 @@ def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = 
         from their intervals in O(N log N) (:mod:`.interval_graph`), others on the CSR form;
         ``"csr"``: always the CSR path. Both exact.
 
-    Raises
-    ------
-    MaskError
-        ``mask`` is not a valid mask matrix (:meth:`Mask.from_dense`), or an unknown ``method``.
-    MemoryLimitError
-        The CSR path would need more than ``max_memory`` (bytes or ``"8GiB"``; default half
-        the physical memory), estimated before the CSR is built (:func:`csr_analysis_bytes`).
+    Raises :class:`MaskError` for an invalid mask matrix (:meth:`Mask.from_dense`) or ``method``;
+    :class:`MemoryLimitError` when the CSR path would need more than ``max_memory`` (bytes or
+    ``"8GiB"``; default half the RAM), estimated before the CSR is built (:func:`csr_analysis_bytes`).
 
     See Also
     --------

@@ -1,15 +1,10 @@
-"""Influence profiles of masks and schedules: which input positions a token depends on
-(model, closed forms and computation: docs/masks.md, "Influence profiles").
+"""Influence profiles ``(P_H ... P_1)[i, j]``, ``P = alpha I + (1 - alpha) Â``, ``Â[i, j] = M[i, j] r^|i-j| / Z_i``
+(docs/masks.md, "Influence profiles"). For monotone interval masks, with ``u = v / Z`` and the reverse
+intervals ``[lo'_j, hi'_j]``, one product is two range sums per key (:class:`RangeSums`, O(N)):
 
-One layer is ``P = alpha I + (1 - alpha) Â``, ``Â[i, j] = M[i, j] r^|i-j| / Z_i`` (``r = exp(-m)``);
-the influence of input ``j`` on query ``i`` after ``H`` layers is ``(P_H ... P_1)[i, j]``. The
-last query's profile ``e_last P_H ... P_1`` is built one vector-matrix product per layer: for
-monotone interval masks ``v Â`` is two geometric range sums of ``u = v / Z`` per key,
+    (v Â)[j] = sum_{i=j}^{hi'_j} u_i r^(i-j) + r sum_{i=lo'_j}^{j-1} u_i r^(j-1-i);
 
-    (v Â)[j] = sum_{i=j}^{hi'_j} u_i r^(i-j) + r sum_{i=lo'_j}^{j-1} u_i r^(j-1-i),
-
-over the reverse intervals ``[lo'_j, hi'_j]`` (:class:`RangeSums`: O(N) per layer, no
-subtraction, so relative accuracy in every entry); any other mask uses its weighted CSR.
+any other mask uses its weighted CSR.
 """
 
 from __future__ import annotations
@@ -311,9 +306,8 @@ def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any]:
 
 def _horizon(profile: np.ndarray, mass: float) -> int:
     """The fewest most recent positions whose sequential running sum from the end reaches
-    ``mass`` (all ``N`` if none does). Block totals locate the crossing; it is taken when the
-    sums on both sides clear ``mass`` by more than their error bounds, else the sequential
-    sum is formed, in chunks from the end."""
+    ``mass`` (all ``N`` if none does): block totals locate the crossing when it clears their error
+    bounds, else the sequential sum is formed in chunks from the end."""
     recent, n = profile[::-1], profile.shape[0]
     size = 1024
     if n > 4 * size and 0.0 < mass < math.inf:
@@ -395,8 +389,7 @@ def window_horizon(width: int, depth: int, alpha: float, epsilon: float = 0.01) 
         E S = (1 - alpha)(W - 1)/2,   Var S = (1 - alpha)(W^2 - 1)/12 + alpha (1 - alpha)(W - 1)^2/4,
 
     ``horizon ~ ceil(H E S + z sqrt(H Var S) + 1/2)``, ``z = Phi^{-1}(1 - epsilon)``, capped by
-    ``H (W - 1) + 1``. Returns a float. Raises :class:`MaskError` for ``width < 1``,
-    ``depth < 1``, ``alpha`` outside ``[0, 1]`` or ``epsilon`` outside ``(0, 1)``.
+    ``H (W - 1) + 1`` (a float). Raises :class:`MaskError` for a bad width, depth, alpha or epsilon.
     """
     from scipy.stats import norm
 

@@ -1,8 +1,7 @@
 """Exact graph facts of *monotone interval* masks in O(N log N), without the CSR form
 (docs/masks.md, "Interval masks without the CSR"): row ``i`` attends ``lo[i] .. hi[i]``,
 ``lo[i] <= i <= hi[i]``, ``lo`` and ``hi`` non-decreasing. Reached sets are intervals (fact 1:
-one BFS step is two binary searches) and the reverse graph is again such a mask (:func:`reverse`).
-"""
+one BFS step is two binary searches) and the reverse graph is again such a mask (:func:`reverse`)."""
 
 from __future__ import annotations
 

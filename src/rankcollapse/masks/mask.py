@@ -65,10 +65,8 @@ class Mask:
     ----------
     spec : canonical spec string (``NAME:key=value,...``) that rebuilds this mask.
     csr : boolean scipy sparse ``(N, N)``; checked for shape and empty rows.
-    build_csr : zero-argument function returning the CSR form (structured constructors,
-        which guarantee a non-empty row for every token).
-    mask_mod : vectorised predicate ``mask_mod(b, h, q_idx, kv_idx) -> bool tensor``
-        (FlexAttention's signature; ``b`` and ``h`` ignored).
+    build_csr : zero-argument function returning the CSR form (rows guaranteed non-empty).
+    mask_mod : FlexAttention predicate ``mask_mod(b, h, q_idx, kv_idx) -> bool tensor``.
     intervals : (lo, hi) int arrays ``(N,)``: row ``i`` attends to keys ``lo[i] .. hi[i]``;
         the CSR is built from them on first use, the edge count without it.
     closed_form : graph quantities known in closed form (``centers``, ``radius``,

@@ -22,11 +22,10 @@ class RangeSums:
     of ``b``'s, a range starting or ending with its block one of them; block sizes are picked
     greedily (:func:`_levels`).
 
-    Error: only non-negative terms are added, so the bound is relative for every entry down to
-    the smallest normal float64. With ``r = 1`` a scan adds at most ``S`` terms in sequence
-    (``S = B`` up to :data:`SEQUENTIAL_SCAN`, else two stages with ``S ~ 2 sqrt(B)``), so an
-    output errs by at most about ``(S + 1) eps / 2``; with ``r < 1`` suffix scans add along a
-    tree (``2 log2 B`` terms) and the weights ``r^d`` err by ``~ d |log r| eps``. Memory ``O(M + K)``.
+    Only non-negative terms are added, so the error is relative for every normal entry: with
+    ``r = 1`` at most ``(S + 1) eps / 2``, ``S`` the terms a scan adds in sequence (``B`` up to
+    :data:`SEQUENTIAL_SCAN`, else ``~ 2 sqrt(B)``); with ``r < 1`` suffix scans add along a tree and
+    the weights ``r^d`` err by ``~ d |log r| eps``. Memory ``O(M + K)``.
     """
 
     def __init__(self, n: int, a: np.ndarray | None, b: np.ndarray | None, r: float = 1.0) -> None:

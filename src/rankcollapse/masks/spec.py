@@ -1,7 +1,6 @@
 """Mask spec strings: ``NAME``, ``NAME:key=value,...``, ``file:PATH``, composed with ``&``
 (binds tighter) and ``|``, grouped with parentheses: ``(causal|sliding_window:w=3)&block:size=4``.
-Values: integers, floats, booleans (``true/false/1/0/yes/no``), ``+``-separated integer lists.
-"""
+Values: integers, floats, booleans (``true/false/1/0/yes/no``), ``+``-separated integer lists."""
 
 from __future__ import annotations
 
@@ -100,14 +99,10 @@ def parse_mask(spec: str, n_tokens: int) -> Mask:
     """Build the mask described by ``spec`` (forms: module docstring; names: ``MASK_KINDS``) for
     ``n_tokens`` tokens.
 
-    Raises
-    ------
-    MaskError
-        ``n_tokens < 1``, unknown name or key, missing key, malformed value, unbalanced
-        parentheses, a parameter the constructor rejects, a composition leaving a row with no
-        key, or a schedule spec (pointing to :func:`~rankcollapse.masks.parse_schedule`).
-    MemoryLimitError
-        N so large that the rows' first and last keys alone exceed half the physical memory.
+    Raises :class:`MaskError` for ``n_tokens < 1``, an unknown name or key, a missing key, a malformed
+    value, unbalanced parentheses, a parameter the constructor rejects, a composition leaving an empty
+    row, or a schedule spec (pointing to :func:`~rankcollapse.masks.parse_schedule`);
+    :class:`MemoryLimitError` when the rows' first and last keys alone exceed half the memory.
 
     See Also
     --------
