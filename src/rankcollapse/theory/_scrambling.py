@@ -1,9 +1,7 @@
-"""The search for a schedule's scrambling length ``L`` (docs/theory.md §7; public as
-:func:`~.envelope.scrambling_length`). With self-loops a window's composed graph only grows
-with its length, so ``L = max_s L(s)``, ``L(s)`` the least rooted (full-column) window length
-from phase ``s``, at most ``p (r_H + 1) - 1``. Windows compose as intervals in O(N) when every
-layer is a monotone interval mask, else as sparse products restricted to the columns of the
-candidate roots (the centers of the union of the layer graphs)."""
+"""The search for a schedule's scrambling length ``L`` (docs/theory.md §7;
+:func:`~.envelope.scrambling_length`): ``L = max_s L(s)`` over the phases, each the least window
+length with a full column (at most ``p (r_H + 1) - 1``), composed as intervals or as sparse products
+restricted to the candidate roots (the centers of the union of the layer graphs)."""
 
 from __future__ import annotations
 

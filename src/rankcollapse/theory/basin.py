@@ -64,14 +64,10 @@ def classify(system: AttentionSystem, X: torch.Tensor, *, conv_tol: float = 1e-8
 def basin_estimate(system: AttentionSystem | None = None, *, target_rank: int | None = None, n_samples: int = 4000,
                    seed: int = 0, depth: int = 400, confidence: float = 0.95, method: str = "wilson",
                    progress: bool | None = None) -> BasinEstimate:
-    """Estimate the fraction of uniform random starts ending at a rank-``target_rank`` equilibrium.
-
-    Parameters
-    ----------
-    system : default the ``N = d = 2`` causal example (:func:`causal_example_2x2`).
-    target_rank : default ``min(N, d)``.
-    method : ``"wilson"`` or ``"exact"`` (Clopper–Pearson), of ``scipy.stats.binomtest``.
-    progress : a bar over layers on stderr; None = only when stderr is a terminal.
+    """Estimate the fraction of uniform random starts ending at a rank-``target_rank`` (default
+    ``min(N, d)``) equilibrium of ``system`` (default :func:`causal_example_2x2`); ``method``: the
+    ``"wilson"`` or ``"exact"`` interval of ``scipy.stats.binomtest``; ``progress``: a bar on stderr
+    (None = only on a terminal).
 
     Raises ConfigError for ``n_samples`` or ``depth`` < 1, a rank out of range, an unknown method,
     ``confidence`` outside (0, 1) or a step undefined for every start; MemoryLimitError when one

@@ -38,13 +38,9 @@ def check_collapse_bound(mask: Any, *, n_tokens: int | None = None, d_model: int
 
     A measured point above the envelope also emits an :class:`EnvelopeViolation` warning.
 
-    Raises
-    ------
-    ConfigError
-        Unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d_model`` < 1, a mask
-        that is not QSC or lacks self-loops, ``X0`` of the wrong shape.
-    MaskError
-        A spec without ``n_tokens``, or an invalid mask.
+    Raises ConfigError for an unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d_model``
+    < 1, a mask that is not QSC or lacks self-loops, ``X0`` of the wrong shape; MaskError for a spec
+    without ``n_tokens`` or an invalid mask.
 
     See Also
     --------

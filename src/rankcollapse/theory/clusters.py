@@ -100,15 +100,9 @@ def check_beta(beta: Any) -> float:
 def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, step: float = 0.1, depth: int = 1500,
                     angle: float | None = None, min_plateau: int = MIN_PLATEAU, seed: int = 0) -> CircleClusters:
     """Run the flow on the circle from ``n_samples`` uniform random starts and compare each
-    start's first plateau with :func:`fastest_mode`.
-
-    Parameters
-    ----------
-    beta : inverse temperature (scores ``beta <x_i, x_j>``: ``d_qk = 1 / beta^2``).
-    step : Euler step ``h`` (``alpha = 1/h``); depth : layers (time ``depth * h``).
-    angle : cluster threshold in radians in ``(0, pi]`` (default :data:`rankcollapse.metrics.CLUSTER_ANGLE`).
-    min_plateau : layers a count must hold to be a plateau, in ``[1, depth + 1]``.
-
+    start's first plateau with :func:`fastest_mode`: scores ``beta <x_i, x_j>`` (``d_qk = 1 / beta^2``),
+    Euler ``step`` ``h`` (``alpha = 1/h``), cluster ``angle`` in ``(0, pi]`` (default
+    :data:`rankcollapse.metrics.CLUSTER_ANGLE`), plateaus of ``min_plateau`` layers in ``[1, depth + 1]``.
     Raises :class:`ConfigError` for a setting out of range.
     """
     import torch

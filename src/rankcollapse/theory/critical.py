@@ -1,11 +1,7 @@
-"""Critical attention scaling: where collapse switches off as the scale ``β = γ log N`` grows.
-
-Chen, Lin, Polyanskiy & Rigollet (ICLR 2026) find, for scores ``β <y_i, y_j>`` on unit tokens
-with all pairwise inner products ``ρ``, a transition at ``γ_c = 1 / (1 - ρ)``
-(:func:`paper_gamma`). :func:`annealed_gamma` is a finite-``d`` estimate (derived here): the ``γ``
-at which a token's own weight is one half on average, ``e^β = (N - 1) e^{βρ} M_{d-1}((1 - ρ) β)``,
-``M_k(b) = E exp(b <u, v>) = Γ(k/2) (2/b)^{k/2-1} I_{k/2-1}(b)`` for independent uniform ``u, v``
-on ``S^{k-1}``. :func:`switch` reads a measured curve ``r(γ) = m(L) / m(0)`` (``m = μ/||X||_F``).
+"""Critical attention scaling ``β = γ log N`` (Chen, Lin, Polyanskiy & Rigollet, ICLR 2026): the
+paper's ``γ_c = 1 / (1 - ρ)``, a finite-``d`` estimate (:func:`annealed_gamma`, derived here: a
+token's own weight is one half on average, ``e^β = (N - 1) e^{βρ} M_{d-1}((1 - ρ) β)``,
+``M_k(b) = Γ(k/2) (2/b)^{k/2-1} I_{k/2-1}(b)``) and the measured switch (:func:`switch`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Every Theorem-1 quantity, for masks (period-1 schedules) and schedules alike (spec.md §5.1,
-docs/theory.md §1, §7): graph terms, the entry bound ε, the envelope rate, the envelope and its
-crossing depth. With orthogonal ``W_V(t)``, self-loops and every allowed entry ``≥ ε``,
-
+docs/theory.md §1, §7). With orthogonal ``W_V(t)``, self-loops and every allowed entry ``≥ ε``,
 ``μ(X(t)) ≤ C (1 - ε^e)^{t/e}``, ``C = (√N / 2) ‖osc(X(0))‖₂ / (1 - ε^e) ≤ √N μ(X(0)) / (1 - ε^e)``,
-
 with the effective radius ``e = min(p r_H, L)`` (``r_H`` the radius of the composed graph, ``L``
 the scrambling length: every window of ``L`` layers composes to a graph with a full column).
 Before a run ``ε ≤ 1 / deg_max``, the fastest rate the theorem certifies. Rates in log space.

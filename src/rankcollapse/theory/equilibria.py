@@ -166,16 +166,14 @@ def construct_equilibrium(n_tokens: int, lam: np.ndarray, signs: tuple[int, ...]
 
 
 def equilibria(n_tokens: int, d_model: int, rank: int, *, limit: int | None = None, stability: bool = True) -> EquilibriumSet:
-    """A system with at least ``2^rank`` distinct SA-LN equilibria of rank exactly ``rank``.
-
-    Causal mask, ``W_Q = W_K = 0``, ``W_V = diag(λ)`` (:func:`construction_eigenvalues`); one
+    """A system with at least ``2^rank`` distinct SA-LN equilibria of rank exactly ``rank``:
+    causal mask, ``W_Q = W_K = 0``, ``W_V = diag(λ)`` (:func:`construction_eigenvalues`); one
     equilibrium per sign pattern ``s ∈ {±1}^rank``, each verified (residual ≤ 1e-10, rank);
     proof in docs/theory.md §3b. ``limit``: only the first ``limit`` patterns (required above
-    4096); ``stability``: attach a tangent-space stability report to each.
-
-    Raises ConfigError for ``rank`` outside ``1..min(N, d)`` or above ``MAX_RANK``, ``2^rank > 4096``
-    without ``limit``, or ``n_tokens``, ``d_model``, ``limit`` not an integer ``>= 1``;
-    MemoryLimitError when the system (and tangent Jacobians) would not fit half the memory.
+    4096); ``stability``: attach a tangent-space stability report to each. Raises ConfigError for
+    ``rank`` outside ``1..min(N, d)`` or above ``MAX_RANK``, ``2^rank > 4096`` without ``limit``, or
+    ``n_tokens``, ``d_model``, ``limit`` not an integer ``>= 1``; MemoryLimitError when the system
+    (and tangent Jacobians) would not fit half the memory.
     """
     n, d = check_int(n_tokens, "n_tokens", low=1), check_int(d_model, "d_model", low=1)
     rank = check_int(rank, "rank")

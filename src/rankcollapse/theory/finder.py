@@ -1,8 +1,6 @@
-"""Numerical search for SA-LN equilibria of any system (docs/theory.md §5): from seeded uniform
-starts, a damped fixed-point phase ``X ← normalise((1-η) X + η F(X))`` (stable equilibria; part
-of the starts skip it), then tangent Newton steps ``Q^T (J - I) Q δ = -Q^T (F(X) - X)``,
-``X ← normalise(X + Q δ)``. Converged states are deduplicated by max-abs distance (1e-4:
-at degenerate equilibria the state error is about ``sqrt(residual)``).
+"""Numerical search for SA-LN equilibria (docs/theory.md §5): from seeded uniform starts, a damped
+fixed-point phase (part of the starts skip it), then tangent Newton steps; converged states are
+deduplicated by max-abs distance.
 """
 
 from __future__ import annotations

@@ -63,13 +63,11 @@ def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: RunConfig
                       exponent: str = "t/r") -> pd.DataFrame:
     """Rank schedules (masks are period-1 schedules) by collapse rate at their cost.
 
-    Columns: ``spec, period, n_tokens, mean_edges_per_layer, quasi_strongly_connected, radius``,
-    the :data:`TERM_KEYS`, the :func:`~rankcollapse.theory.envelope.predicted_rate` keys,
-    ``rank_predicted`` and, with ``measure`` (the simulation's
-    :class:`~rankcollapse.dynamics.RunConfig`), ``measured_rate, measured_q25, measured_q75``
-    (:func:`measure_rate`) and ``rank_measured``. Rank 1 = slowest collapse; non-QSC
-    schedules rank first. Raises MaskError for a bad schedule, ConfigError for an unknown
-    exponent, bad ``d_qk`` or norms.
+    Columns: ``spec, period, n_tokens, mean_edges_per_layer, quasi_strongly_connected, radius``, the
+    :data:`TERM_KEYS`, the :func:`~rankcollapse.theory.envelope.predicted_rate` keys, ``rank_predicted``
+    and, with ``measure`` (a :class:`~rankcollapse.dynamics.RunConfig`), ``measured_rate, measured_q25,
+    measured_q75`` (:func:`measure_rate`), ``rank_measured``. Rank 1 = slowest collapse (non-QSC first).
+    Raises MaskError for a bad schedule, ConfigError for an unknown exponent, bad ``d_qk`` or norms.
     """
     check_exponent(exponent)
     rows = []

@@ -44,14 +44,11 @@ def _scrambling_agrees(attention: list[torch.Tensor], eps: torch.Tensor, L: int,
 def check_schedule_bound(schedule: Any, *, n_tokens: int | None = None, d_model: int = 16, depth: int = 60,
                          n_samples: int = 8, seed: int = 0, exponent: str = "t/r", d_qk: float = 1.0,
                          qk_scale: float = 1.0, X0: torch.Tensor | None = None) -> BoundResult:
-    """Run pure SA through ``schedule`` (Haar ``W_V`` per layer) and check its envelope.
-
-    Same parameters and trajectory as :func:`~rankcollapse.theory.check_collapse_bound`; the
-    result's ``radius`` is ``r_H``, and ``config`` adds ``period``, ``period_radius``,
-    ``scrambling_length``, ``effective_radius`` and the support checks of the module docstring,
-    ``support_agrees`` (None when ``depth < p``) and ``scrambling_agrees`` (None when ``depth < L``).
-
-    Raises ConfigError and MaskError as :func:`~rankcollapse.theory.check_collapse_bound`.
+    """Run pure SA through ``schedule`` (Haar ``W_V`` per layer) and check its envelope; parameters,
+    trajectory and errors as :func:`~rankcollapse.theory.check_collapse_bound`. The result's ``radius``
+    is ``r_H``; ``config`` adds ``period``, ``period_radius``, ``scrambling_length``,
+    ``effective_radius`` and the module docstring's checks ``support_agrees`` (None when
+    ``depth < p``) and ``scrambling_agrees`` (None when ``depth < L``).
     """
     check_run(exponent, depth, n_samples, d_model)
     if n_tokens is None:

@@ -56,17 +56,12 @@ def query_participation(keys: torch.Tensor, queries: torch.Tensor, beta: float) 
 def participation_scan(laws: Sequence[str | TemperatureLaw], n_tokens: Sequence[int], *, keys: str = "sphere",
                        d_model: int = 3, n_queries: int = 64, query: str = "fresh", seed: int = 0,
                        max_memory: int | str | None = None) -> TemperatureScan:
-    """Mean participation ratio of one query over ``N`` keys per law and ``N`` (module docstring).
-
-    Parameters
-    ----------
-    laws : temperature laws (``"log:1"``, ``"pow:1"``, ``"ssmax:1"``, ``"llama4"`` or parsed).
-    keys : an input of :data:`rankcollapse.dynamics.inputs.INPUTS`; query ``b`` draws ``N + 1`` tokens.
-    n_queries : queries per ``N``, each with its own keys (>= 2).
-    query : ``fresh`` (the query is token ``N`` of the draw) or ``key`` (key 0).
-    seed : the ``i``-th ``N`` is drawn with seed ``seed + i``, in chunks of at most :data:`CHUNK`
-        queries; the bootstrap uses ``seed``.
-    max_memory : bytes (or ``"8GiB"``) one query's tokens may take; default half the RAM.
+    """Mean participation ratio of one query over ``N`` keys per law (``"log:1"``, ``"pow:1"``,
+    ``"ssmax:1"``, ``"llama4"`` or parsed) and ``N``: ``n_queries`` (>= 2) queries per ``N``, each
+    drawing ``N + 1`` tokens of the input ``keys`` (:data:`rankcollapse.dynamics.inputs.INPUTS`);
+    the query is token ``N`` (``query="fresh"``) or key 0 (``"key"``). The ``i``-th ``N`` is drawn
+    with seed ``seed + i`` in chunks of at most :data:`CHUNK` queries; the bootstrap uses ``seed``.
+    ``max_memory``: bytes (or ``"8GiB"``) one query's tokens may take; default half the RAM.
 
     Raises ConfigError for an unknown law, input or query kind, ``N < 2``, ``n_queries < 2``,
     ``d_model < 1``, ``pow`` with ``d_model < 2``, no law or no ``N``; MemoryLimitError when one
