@@ -6,6 +6,7 @@ list string, or ``schedule:PATH`` of a ``.yaml/.yml/.json`` file holding one (it
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -241,15 +242,8 @@ class MaskSchedule:
 
 def canonical_spec(specs: Sequence[str]) -> str:
     """``schedule:A*k,B`` from per-layer specs (consecutive equal specs folded)."""
-    parts: list[str] = []
-    i = 0
-    while i < len(specs):
-        j = i
-        while j < len(specs) and specs[j] == specs[i]:
-            j += 1
-        parts.append(specs[i] if j - i == 1 else f"{specs[i]}*{j - i}")
-        i = j
-    return PREFIX + ",".join(parts)
+    runs = [(spec, len(list(run))) for spec, run in itertools.groupby(specs)]
+    return PREFIX + ",".join(spec if k == 1 else f"{spec}*{k}" for spec, k in runs)
 
 
 def schedule_or_mask(source: Any, n_tokens: int) -> Any:
