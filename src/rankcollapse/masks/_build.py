@@ -28,8 +28,7 @@ def check_edges(n_edges: int, n: int, bytes_per_edge: int) -> None:
 
 
 def progressions(first: np.ndarray, step: int, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """COO rows/cols (int64, rows sorted) of the keys ``first[i] + step * k``, ``0 <= k < count[i]``;
-    ``first``, ``count`` int ``(N,)``."""
+    """COO rows/cols (int64, rows sorted) of the keys ``first[i] + step * k``, ``0 <= k < count[i]``."""
     count = np.maximum(np.asarray(count, dtype=np.int64), 0)
     n = count.shape[0]
     check_edges(int(count.sum()), n, COO_BYTES_PER_EDGE)

@@ -63,9 +63,7 @@ def from_hf_4d(mask4d: torch.Tensor, *, batch_index: int = 0, spec: str | None =
     if not 0 <= batch_index < mask4d.shape[0]:
         raise MaskError(f"batch_index {batch_index} outside 0..{mask4d.shape[0] - 1}")
     m = mask4d[batch_index, 0]
-    if m.dtype == torch.bool:
-        return Mask.from_dense(m, spec=spec)
-    return from_additive(m, spec=spec)
+    return Mask.from_dense(m, spec=spec) if m.dtype == torch.bool else from_additive(m, spec=spec)
 
 
 def block_counts(mask: Mask, block_size: int, *, rows_per_chunk: int = 1 << 16) -> np.ndarray:
@@ -87,8 +85,7 @@ def block_counts(mask: Mask, block_size: int, *, rows_per_chunk: int = 1 << 16) 
 
 
 def _ordered_blocks(sel: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """FlexAttention's ``(num_blocks (1, 1, n_b), indices (1, 1, n_b, n_b))`` for the
-    tiles ``sel`` (bool ``(n_b, n_b)``): per query block, the selected kv blocks first."""
+    """FlexAttention's ``(num_blocks, indices)`` of the tiles ``sel`` (bool ``(n_b, n_b)``)."""
     num = sel.sum(axis=1).astype(np.int32)
     order = np.argsort(~sel, axis=1, kind="stable").astype(np.int32)
     return (torch.as_tensor(num, device=device)[None, None],

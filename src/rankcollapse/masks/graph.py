@@ -186,10 +186,6 @@ def _next_pick(turn, radius_open, diameter_open, lo, hi, from_v, done, out_deg) 
     return int(cand[np.argmin(out_deg[cand])])
 
 
-def _is_symmetric(csr: sp.csr_array, csr_t: sp.csr_array) -> bool:
-    return csr.nnz == csr_t.nnz and (csr != csr_t).nnz == 0
-
-
 #: Bytes of the CSR path: the mask's CSR and its transpose, the search's copies.
 BYTES_PER_EDGE, BYTES_PER_TOKEN = 16, 64
 
@@ -204,12 +200,9 @@ def csr_analysis_bytes(mask: Mask) -> int | None:
 def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = None) -> MaskAnalysis:
     """Analyse the graph of ``mask`` (spec.md §4) exactly, in O(E) memory.
 
-    Parameters
-    ----------
-    mask : Mask or bool tensor/array ``(N, N)``.
-    method : ``"auto"``: monotone interval masks (windows, causal, prefix, blocks, documents)
-        from their intervals in O(N log N) (:mod:`.interval_graph`), others on the CSR form;
-        ``"csr"``: always the CSR path. Both exact.
+    ``mask``: a Mask or bool ``(N, N)`` matrix. ``method="auto"`` analyses monotone interval masks
+    from their intervals in O(N log N) (:mod:`.interval_graph`), others on the CSR form;
+    ``"csr"`` always takes the CSR path. Both exact.
 
     Raises :class:`MaskError` for an invalid mask matrix (:meth:`Mask.from_dense`) or ``method``;
     :class:`MemoryLimitError` when the CSR path would need more than ``max_memory`` (bytes or
@@ -248,7 +241,8 @@ def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = 
 
     def search(centers: np.ndarray) -> tuple:
         fwd = csr.T.tocsr()
-        bwd = None if len(centers) == 1 or _is_symmetric(csr, fwd) else csr
+        symmetric = csr.nnz == fwd.nnz and (csr != fwd).nnz == 0
+        bwd = None if len(centers) == 1 or symmetric else csr
         return _eccentricity_search(
             lambda v: bfs_distances(fwd, v), None if bwd is None else (lambda v: bfs_distances(bwd, v)),
             np.diff(fwd.indptr), fwd.diagonal().astype(bool), centers, n_comp == 1)

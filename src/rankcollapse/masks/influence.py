@@ -148,8 +148,7 @@ def influence(mask: Any, n_tokens: int | None = None, *, depth: int, alpha: floa
 
     Parameters
     ----------
-    mask : mask or schedule spec, :class:`Mask` or :class:`MaskSchedule`.
-    n_tokens : N (>= 1); may be omitted for a Mask or MaskSchedule.
+    mask, n_tokens : a mask or schedule (spec, :class:`Mask`, :class:`MaskSchedule`) on N tokens.
     depth : layers H (>= 1).
     alpha : residual weight in ``[0, 1]``, or ``depth`` weights, one per layer (layer 0 first).
     decay : ALiBi-style slope ``m >= 0``: key ``j`` of query ``i`` weighted ``exp(-m |i-j|)``.
@@ -190,8 +189,7 @@ def influence(mask: Any, n_tokens: int | None = None, *, depth: int, alpha: floa
 
 def _check_size(n: int, depth: int, query: str, max_memory: Any, schedule: MaskSchedule | None = None,
                 on_intervals: list[bool] | None = None) -> None:
-    """Refuse a computation whose :func:`~rankcollapse._memory.influence_bytes` exceed
-    ``max_memory`` (with ``schedule``: counting the CSR edges of masks off the interval path)."""
+    """Refuse a computation whose :func:`~rankcollapse._memory.influence_bytes` exceed ``max_memory``."""
     edges, masks = 0, 1
     if schedule is not None:
         masks = len(schedule.masks)
@@ -282,8 +280,7 @@ def _matrix(schedule: MaskSchedule, n: int, alphas: list[float], decay: float) -
 
 
 def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any]:
-    """Summary statistics of one influence profile (float64 ``(N,)``), as defined in
-    docs/masks.md, "Influence profiles" (``effective_horizon`` at ``epsilon``)."""
+    """Summary statistics of one influence profile (float64 ``(N,)``): docs/masks.md, "Influence profiles"."""
     n = profile.shape[0]
     total = float(profile.sum())
     tiny = np.finfo(np.float64).tiny
@@ -292,16 +289,10 @@ def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any]:
         in_support = profile >= tiny
         n_support = int(np.count_nonzero(in_support))
         valley = int(np.argmin(np.where(in_support, profile, np.inf))) if n_support else None
-    return {
-        "first_token_mass": float(profile[0]),
-        "last_token_mass": float(profile[-1]),
-        "valley_position": valley,
-        "valley_mass": None if valley is None else float(profile[valley]),
-        "valley_ratio": None if valley is None else float(profile[valley] * n_support),
-        "effective_horizon": _horizon(profile, (1.0 - epsilon) * total),
-        "n_support": n_support,
-        "mass": total,
-    }
+    return {"first_token_mass": float(profile[0]), "last_token_mass": float(profile[-1]), "valley_position": valley,
+            "valley_mass": None if valley is None else float(profile[valley]),
+            "valley_ratio": None if valley is None else float(profile[valley] * n_support),
+            "effective_horizon": _horizon(profile, (1.0 - epsilon) * total), "n_support": n_support, "mass": total}
 
 
 def _horizon(profile: np.ndarray, mass: float) -> int:
@@ -347,7 +338,6 @@ def draw_influence(result: Influence, *, ax: Any = None, max_points: int = 4096)
 
     if not isinstance(result, Influence):
         raise MaskError(f"draw_influence draws the Influence that influence() returns, got {type(result).__name__}")
-
     fig, ax = new_axes(ax, figsize=(7.0, 4.2))
     n, depth = result.n_tokens, result.depth
     pos = np.unique(np.linspace(0, n - 1, min(n, max_points)).round().astype(np.int64))
@@ -357,9 +347,7 @@ def draw_influence(result: Influence, *, ax: Any = None, max_points: int = 4096)
         keep = y >= np.finfo(np.float64).tiny
         ax.plot(pos[keep], y[keep], color=colour(k, "viridis" if len(shown) > 10 else "tab10"),
                 lw=1.2, label=f"depth {h}")
-    ax.set_yscale("log")
-    ax.set_xlabel("input position j")
-    ax.set_ylabel("influence on the last query  (P_H ... P_1)[N-1, j]")
+    ax.set(yscale="log", xlabel="input position j", ylabel="influence on the last query  (P_H ... P_1)[N-1, j]")
     alpha = f"{result.alpha:g}" if isinstance(result.alpha, float) else "per layer"
     ax.set_title(f"{result.spec}, N = {n}, alpha = {alpha}, decay = {result.decay:g}", fontsize=9)
     ax.legend(fontsize=7, frameon=False)
@@ -381,15 +369,15 @@ def shown_depths(depth: int) -> list[int]:
 
 
 def window_horizon(width: int, depth: int, alpha: float, epsilon: float = 0.01) -> float:
-    """Normal approximation of the effective horizon of ``causal_sliding_window:w=width``
-    under uniform attention with residual ``alpha`` after ``depth`` layers, when no path
-    reaches token 0 (docs/masks.md, "Horizon of a causal window"): with the step ``S = B U``,
-    ``B ~ Bernoulli(1 - alpha)``, ``U ~ Uniform{0, ..., W-1}``,
+    """Normal approximation of the effective horizon of ``causal_sliding_window:w=width`` under
+    uniform attention with residual ``alpha`` after ``depth`` layers (docs/masks.md, "Horizon of a
+    causal window"): with the step ``S = B U``, ``B ~ Bernoulli(1 - alpha)``, ``U ~ Uniform{0, ..., W-1}``,
 
         E S = (1 - alpha)(W - 1)/2,   Var S = (1 - alpha)(W^2 - 1)/12 + alpha (1 - alpha)(W - 1)^2/4,
 
     ``horizon ~ ceil(H E S + z sqrt(H Var S) + 1/2)``, ``z = Phi^{-1}(1 - epsilon)``, capped by
-    ``H (W - 1) + 1`` (a float). Raises :class:`MaskError` for a bad width, depth, alpha or epsilon.
+    ``H (W - 1) + 1`` (a float; while no path reaches token 0). Raises :class:`MaskError` for a bad
+    width, depth, alpha or epsilon.
     """
     from scipy.stats import norm
 

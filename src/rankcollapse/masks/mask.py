@@ -24,8 +24,7 @@ MaskMod = Callable[[Any, Any, "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
 def normalise_csr(csr: Any, n_tokens: int) -> sp.csr_array:
-    """Canonical bool CSR ``(n_tokens, n_tokens)`` (sorted, no duplicates or stored False).
-    Raises MaskError for another shape."""
+    """Canonical bool CSR ``(n_tokens, n_tokens)``; MaskError for another shape."""
     n = n_tokens
     csr = sp.csr_array(csr, dtype=bool)
     csr.eliminate_zeros()
@@ -67,10 +66,8 @@ class Mask:
     csr : boolean scipy sparse ``(N, N)``; checked for shape and empty rows.
     build_csr : zero-argument function returning the CSR form (rows guaranteed non-empty).
     mask_mod : FlexAttention predicate ``mask_mod(b, h, q_idx, kv_idx) -> bool tensor``.
-    intervals : (lo, hi) int arrays ``(N,)``: row ``i`` attends to keys ``lo[i] .. hi[i]``;
-        the CSR is built from them on first use, the edge count without it.
-    closed_form : graph quantities known in closed form (``centers``, ``radius``,
-        ``diameter``, ``quasi_strongly_connected``, ``strongly_connected``).
+    intervals : (lo, hi) int arrays ``(N,)``: row ``i`` attends to keys ``lo[i] .. hi[i]``.
+    closed_form : graph facts known in closed form (the keys of :func:`~.constructors.closed`).
 
     Raises :class:`MaskError` for a non-square matrix, ``N < 1``, intervals not of length
     ``N``, or an empty row. Build one with :func:`parse_mask` or :func:`resolve_mask`.
@@ -118,8 +115,7 @@ class Mask:
         return self._csr
 
     def to_dense(self, device: torch.device | str | None = None) -> torch.Tensor:
-        """Dense ``torch.bool`` tensor ``(N, N)`` on ``device`` (default CPU); raises
-        :class:`ConfigError` for a device that is not present here."""
+        """Dense ``torch.bool`` ``(N, N)`` on ``device`` (default CPU; ConfigError if not present)."""
         import torch
 
         if device is not None:  # a typed error, not torch's AssertionError, for a missing GPU
@@ -200,8 +196,7 @@ class Mask:
 
 
 def lazy_table(get_array: Callable[[], np.ndarray]) -> Callable[[Any], "torch.Tensor"]:
-    """``table(device)``: the tensor of ``get_array()`` on ``device``, made on first use (so
-    building a mask imports no torch) and kept."""
+    """``table(device)``: the tensor of ``get_array()`` on ``device``, made on first use and kept."""
     cache: list = []
 
     def table(device: Any) -> "torch.Tensor":

@@ -47,8 +47,7 @@ def fixed(n_tokens: int, stride: int, c: int = 1) -> Mask:
     idx = np.arange(n)
     pieces = [interval_coo((idx // l) * l, idx)]
     for off in range(l - c, l):  # one progression per summary offset (c of them)
-        first = np.full(n, off)
-        pieces.append(progressions(first, l, np.maximum((idx - off) // l + 1, 0)))
+        pieces.append(progressions(np.full(n, off), l, np.maximum((idx - off) // l + 1, 0)))
     r = 0 if n == 1 else (1 if n <= l or c == l else 2)
     return Mask(n, f"fixed:stride={l},c={c}", build_csr=lambda: union_csr(pieces, n),
                 mask_mod=lambda b, h, q, kv: (kv <= q) & ((kv // l == q // l) | (kv % l >= l - c)),

@@ -17,10 +17,8 @@ class RangeSums:
     """``RangeSums(n, a, b, r)(x)[k] = sum_{i=a[k]}^{b[k]} x[i] r^(i - a[k])`` (0 where ``a[k] > b[k]``)
     for non-negative float64 ``x`` of length ``n``, ``0 <= r <= 1``: planned once, O(N + K) per call.
 
-    A disjoint sparse table on ``x`` padded to ``M = 2^p >= n``: at block size ``B = 2^j`` a range
-    crossing one boundary ``m`` is the suffix of ``a``'s block plus ``r^(m - a)`` times the prefix
-    of ``b``'s, a range starting or ending with its block one of them; block sizes are picked
-    greedily (:func:`_levels`).
+    A disjoint sparse table on ``x`` padded to ``M = 2^p >= n``: at block size ``2^j`` (picked by
+    :func:`_levels`) a range is one suffix plus ``r^(m - a)`` times one prefix of blocks, or one of them.
 
     Only non-negative terms are added, so the error is relative for every normal entry: with
     ``r = 1`` at most ``(S + 1) eps / 2``, ``S`` the terms a scan adds in sequence (``B`` up to
@@ -320,8 +318,7 @@ def _rows(rows: np.ndarray, wanted: np.ndarray | None = None) -> tuple[Any, np.n
 
 
 def _substep(length: int) -> int:
-    """Sub-block length of a scan along ``length`` (a power of two): 1 (one stage) up to
-    :data:`SEQUENTIAL_SCAN`, else about ``sqrt(length)``."""
+    """Sub-block length of a scan along ``length``: 1 up to :data:`SEQUENTIAL_SCAN`, else ~``sqrt(length)``."""
     return 1 if length <= SEQUENTIAL_SCAN else 1 << (length.bit_length() // 2)
 
 

@@ -54,8 +54,7 @@ def mask_files(source: Any) -> list[str]:
 
 
 def mask_digests(source: Any) -> list[str]:
-    """SHA-256 (16 hex digits) of each file of :func:`mask_files`, for cache keys.
-    Raises :class:`MaskError` for a file that cannot be read."""
+    """SHA-256 (16 hex digits) of each file of :func:`mask_files`; MaskError if one cannot be read."""
     from .._io import file_sha256
 
     out = []
@@ -228,13 +227,8 @@ class MaskSchedule:
 
     def intervals(self) -> list[tuple[np.ndarray, np.ndarray]] | None:
         """Each layer's ``(lo, hi)`` when every layer is a monotone interval mask, else None."""
-        out = []
-        for m in self.masks:
-            iv = m.intervals
-            if iv is None or not interval_graph.is_monotone_interval(*iv):
-                return None
-            out.append(iv)
-        return out
+        ivs = [m.intervals for m in self.masks]
+        return ivs if all(iv is not None and interval_graph.is_monotone_interval(*iv) for iv in ivs) else None
 
     def __repr__(self) -> str:
         return f"MaskSchedule({self.spec!r}, n_tokens={self.n_tokens})"

@@ -7,7 +7,10 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
+
+import numpy as np
 
 from ..errors import MaskError, excerpt
 from . import constructors as c
@@ -86,8 +89,6 @@ def _parse_atom(text: str, n: int | None) -> Any:
 
 
 def _check_file(path: str) -> _Checked:
-    from pathlib import Path
-
     if not Path(path).is_file():
         raise MaskError(f"mask file {path!r} is not a readable file")
     if path.endswith(".npy"):
@@ -161,18 +162,14 @@ def spec_n_tokens(spec: str) -> int | None:
     different N."""
     if not isinstance(spec, str) or spec.strip().startswith(("schedule:", "[")):
         return None
-    sizes = {}
-    for path in spec_files(spec):
-        if path.endswith(".npy"):
-            sizes[path] = _npy_rows(path)
+    sizes = {path: _npy_rows(path) for path in spec_files(spec) if path.endswith(".npy")}
     if len(set(sizes.values())) > 1:
         raise MaskError(f"mask files of different sizes: {', '.join(f'{p} (N={n})' for p, n in sizes.items())}")
     return next(iter(sizes.values()), None)
 
 
 def spec_files(spec: str) -> list[str]:
-    """Paths of the ``file:`` masks of the mask spec ``spec``, in order (a schedule's:
-    :func:`~rankcollapse.masks.schedule.mask_files`)."""
+    """Paths of the ``file:`` masks of the mask spec ``spec``, in order."""
     if not isinstance(spec, str):
         return []
     return [_file_path(atom) for atom in _atoms(spec) if Spec.name_of(atom) == "file"]
@@ -192,8 +189,6 @@ def _file_path(atom: str) -> str:
 
 def _npy_rows(path: str) -> int:
     """Rows of the square matrix in the ``.npy`` file ``path`` (memory-mapped header)."""
-    import numpy as np
-
     try:
         shape = np.load(path, mmap_mode="r", allow_pickle=False).shape
     except Exception:  # noqa: BLE001 - the one loader names what is wrong
