@@ -1,23 +1,15 @@
-"""Attention masks as graphs (spec.md §1, §4).
-
-One convention everywhere: ``M[i, j] = True`` iff token ``i`` attends to token ``j``
-(graph edge ``j -> i``), 0-based. Build masks with the named constructors or
-:func:`parse_mask` (``"causal_sliding_window:w=4"``, ``"causal&sliding_window:w=9"``),
-analyse them with :func:`analyze`, accept any mask form with :func:`resolve_mask`
-/ :func:`dense_mask` (:mod:`.adapt`), convert them with :mod:`rankcollapse.masks.convert`.
-Rates and envelopes of masks are Theorem-1 quantities and live in :mod:`rankcollapse.theory`.
-"""
+"""Attention masks as graphs (spec.md §1, §4; docs/masks.md): ``M[i, j] = True`` iff token
+``i`` attends to token ``j`` (graph edge ``j -> i``), 0-based. Build masks with the constructors
+or :func:`parse_mask`, analyse them with :func:`analyze`, read any form: :func:`resolve_mask`."""
 
 from typing import TYPE_CHECKING
 
 from .._lazy import attach_imports
 
-# The exports, written once: imported lazily on first use (attach_imports reads this
-# block), eagerly by readers and static tools.
+# The exports, imported lazily on first use (attach_imports reads this block).
 if TYPE_CHECKING:
-    from .constructors import (
-        block, causal, causal_sliding_window, complete, dilated, documents, prefix, sliding_window,
-    )
+    from .constructors import (block, causal, causal_sliding_window, complete, dilated, documents,
+                               prefix, sliding_window)
     from .adapt import dense_mask, resolve_mask
     from .graph import MaskAnalysis, analyze, bfs_distances
     from .influence import Influence, influence

@@ -1,10 +1,6 @@
-"""Vectorised CSR builders: every structured mask is a union, per query row, of
-arithmetic progressions of keys, so its CSR is built in O(E) time and memory
-without ever forming the ``N x N`` matrix. Each builder knows its edge count before it
-allocates and refuses, with one :class:`~rankcollapse.errors.MemoryLimitError` line, a
-mask whose construction would exceed the memory limit (half the physical memory), so
-``strided:stride=1`` or ``fixed:stride=2`` at N = 100,000 is refused at once instead of
-being killed by the system minutes later."""
+"""Vectorised CSR builders: a structured mask is a union, per query row, of arithmetic
+progressions of keys, built in O(E) without the ``N x N`` matrix. Each builder counts its
+edges before it allocates and refuses a mask over the memory limit (:func:`check_edges`)."""
 
 from __future__ import annotations
 
@@ -22,14 +18,8 @@ CSR_BYTES_PER_EDGE = 17
 
 
 def check_edges(n_edges: int, n: int, bytes_per_edge: int) -> None:
-    """Refuse to build ``n_edges`` edges of an ``(n, n)`` mask when that needs more than the
-    memory limit (:func:`rankcollapse._memory.default_limit`).
-
-    Raises
-    ------
-    MemoryLimitError
-        One line with the edge count, the estimate and the limit.
-    """
+    """Raise :class:`MemoryLimitError` when ``n_edges`` edges of an ``(n, n)`` mask need more
+    than :func:`rankcollapse._memory.default_limit` to build."""
     need, limit = float(n_edges) * bytes_per_edge, default_limit()
     if need > limit:
         raise MemoryLimitError(
@@ -38,17 +28,7 @@ def check_edges(n_edges: int, n: int, bytes_per_edge: int) -> None:
 
 
 def progressions(first: np.ndarray, step: int, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """COO rows/cols of the keys ``first[i] + step * k`` for ``0 <= k < count[i]``.
-
-    Parameters
-    ----------
-    first, count : int arrays ``(N,)``; ``count >= 0``.
-    step : int, non-zero.
-
-    Returns
-    -------
-    rows, cols : int64 arrays ``(sum(count),)``, rows sorted.
-    """
+    """COO rows/cols (int64, rows sorted) of the keys ``first[i] + step * k``, ``0 <= k < count[i]``."""
     count = np.maximum(np.asarray(count, dtype=np.int64), 0)
     n = count.shape[0]
     check_edges(int(count.sum()), n, COO_BYTES_PER_EDGE)
@@ -60,12 +40,8 @@ def progressions(first: np.ndarray, step: int, count: np.ndarray) -> tuple[np.nd
 
 
 def interval_csr(lo: np.ndarray, hi: np.ndarray, n: int) -> sp.csr_array:
-    """CSR whose row ``i`` holds the keys ``lo[i] .. hi[i]`` (inclusive, sorted).
-
-    Built directly (indptr from the row lengths, ``indices[e] = e - indptr[i] + lo[i]``)
-    in the narrowest index dtype, the fast path for single-interval masks such as
-    causal, sliding window, prefix and block masks.
-    """
+    """CSR whose row ``i`` holds the keys ``lo[i] .. hi[i]`` (inclusive), built directly
+    (``indices[e] = e - indptr[i] + lo[i]``) in the narrowest index dtype."""
     lo = np.asarray(lo, dtype=np.int64)
     count = np.maximum(np.asarray(hi, dtype=np.int64) - lo + 1, 0)
     indptr = np.zeros(n + 1, dtype=np.int64)

@@ -1,19 +1,7 @@
-"""Accept a mask in any of its forms; every subpackage goes through these two functions.
-
-Forms: a spec string (parsed by :func:`~rankcollapse.masks.parse_mask`, needs ``n_tokens``),
-a :class:`~rankcollapse.masks.Mask`, a bool ``(N, N)`` tensor or array (0/1 integers
-accepted), or a scipy sparse matrix.
-
-- :func:`resolve_mask` returns the one mask type, :class:`~rankcollapse.masks.Mask`
-  (a spec is parsed once, a Mask is returned as it is, a matrix is read once), for the
-  simulator and the theory: ``to_dense(device)``, ``to_csr()``, ``intervals`` and
-  ``n_edges`` serve every kernel without building more than it needs;
-- :func:`dense_mask` returns the bool tensor directly, for code that needs it at once
-  (model interventions, graph metrics, which also accept a ``(B, N, N)`` batch and
-  graphs whose nodes lack in-edges).
-
-Both take the number of tokens as ``n_tokens``.
-"""
+"""Accept a mask in any of its forms (docs/masks.md, "One mask type for every mask form"):
+a spec string (needs ``n_tokens``), a :class:`~rankcollapse.masks.Mask`, a bool or 0/1
+``(N, N)`` tensor or array, or a scipy sparse matrix. :func:`resolve_mask` returns a Mask,
+:func:`dense_mask` a bool tensor."""
 
 from __future__ import annotations
 
@@ -45,17 +33,11 @@ def _spec_mask(spec: str, n: int | None) -> Mask:
 def resolve_mask(source: Any, n_tokens: int | None = None) -> Mask:
     """``source`` (any form of the module docstring) as a :class:`Mask` on ``n_tokens`` tokens.
 
-    A spec is parsed once; a :class:`Mask` is returned itself (no copy, no second
-    validation); a matrix becomes ``Mask.from_dense`` (spec ``dense:n=N``) or
-    ``Mask.from_csr`` (spec ``sparse:n=N``). ``n_tokens`` may be omitted for a matrix or
-    Mask input (taken from its shape).
+    A Mask is returned itself; a matrix becomes ``Mask.from_dense`` (spec ``dense:n=N``) or
+    ``Mask.from_csr`` (``sparse:n=N``). ``n_tokens`` may be omitted for a matrix or Mask.
 
-    Raises
-    ------
-    MaskError
-        A spec without ``n_tokens``, a bad spec, a matrix that is not boolean (or 0/1
-        integers), a sparse or meta tensor, a shape other than ``(n_tokens, n_tokens)``,
-        or a row with no allowed key.
+    Raises :class:`MaskError` for a spec without ``n_tokens``, a bad spec, a matrix that is not
+    boolean (or 0/1), a sparse or meta tensor, a shape other than ``(n_tokens, n_tokens)``, an empty row.
 
     See Also
     --------
@@ -89,24 +71,10 @@ def resolve_mask(source: Any, n_tokens: int | None = None) -> Mask:
 
 def dense_mask(source: Any, n_tokens: int, *, n_samples: int | None = None, require_keys: bool = True,
                error: type[RankCollapseError] = MaskError) -> Any:
-    """Bool ``(N, N)`` ``torch`` tensor of a mask in any form (or ``(B, N, N)``, see ``n_samples``).
-
-    Parameters
-    ----------
-    source : spec string, Mask, bool/0-1 tensor or array, or scipy sparse matrix.
-    n_tokens : number of tokens N.
-    n_samples : the number of samples ``B`` of the tokens ``(B, N, d)`` the mask applies to;
-        if given, a 3-D tensor ``(B, N, N)`` or ``(1, N, N)`` is accepted too.
-    require_keys : check that every row allows a key (always :class:`MaskError`);
-        graph metrics turn it off, since a graph may have nodes without in-edges.
-    error : error type for a bad type or shape (a metric raises :class:`MetricError`).
-
-    Raises
-    ------
-    error
-        Non-bool matrix or wrong shape.
-    MaskError
-        Bad spec, or (with ``require_keys``) a row with no allowed key.
+    """Bool ``(N, N)`` ``torch`` tensor of a mask in any form; with ``n_samples`` (the ``B`` of tokens
+    ``(B, N, d)``) a ``(B, N, N)`` or ``(1, N, N)`` tensor is accepted too. ``require_keys``: check that
+    every row allows a key (off for graphs without in-edges). A non-bool matrix or a wrong shape
+    raises ``error`` (a metric's :class:`MetricError`); a bad spec or an empty row :class:`MaskError`.
     """
     import torch
 

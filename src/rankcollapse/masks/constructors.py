@@ -1,12 +1,5 @@
-"""Local and causal masks: complete, causal, sliding windows, dilated, prefix, blocks,
-packed documents.
-
-Every constructor states the exact key set ``K(i) = {j : M[i, j]}`` of query ``i``
-(0-based, ``N`` tokens), builds its CSR straight from that rule, gives a matching
-FlexAttention predicate, and records the graph quantities known in closed form
-(spec.md §4), which the tests check against the generic analysis. Every constructor
-takes the number of tokens ``n_tokens`` (N >= 1; a MaskError otherwise) first.
-"""
+"""Local and causal masks: each takes ``n_tokens`` (N >= 1) first, states the key set
+``K(i) = {j : M[i, j]}`` (0-based), gives a FlexAttention predicate and closed-form graph facts."""
 
 from __future__ import annotations
 
@@ -21,18 +14,12 @@ from .._validate import check_int
 from .mask import Mask, lazy_table
 
 
-def closed(
-    n_tokens: int, *, centers: Any, radius: int | None, strongly: bool, diameter: int | None = None
-) -> dict[str, Any]:
-    """Closed-form graph facts; ``centers`` is an int array (empty = not QSC)."""
+def closed(n_tokens: int, *, centers: Any, radius: int | None, strongly: bool,
+           diameter: int | None = None) -> dict[str, Any]:
+    """Closed-form graph facts; empty ``centers`` = not QSC."""
     centers = np.asarray(centers, dtype=np.int64)
-    return {
-        "quasi_strongly_connected": bool(centers.size),
-        "strongly_connected": strongly,
-        "centers": centers,
-        "radius": radius,
-        "diameter": diameter,
-    }
+    return {"quasi_strongly_connected": bool(centers.size), "strongly_connected": strongly,
+            "centers": centers, "radius": radius, "diameter": diameter}
 
 
 def _identity_like(n: int) -> dict[str, Any]:
@@ -43,51 +30,26 @@ def _identity_like(n: int) -> dict[str, Any]:
 
 
 def complete(n_tokens: int) -> Mask:
-    """Full attention: ``K(i) = {0, ..., N-1}``.
-
-    Strongly connected; every token is a center; radius = diameter = 1 for N > 1
-    (spec.md §4 table). Source: Vaswani et al. 2017 (encoder self-attention).
-    """
+    """Full attention: ``K(i) = {0, ..., N-1}`` (Vaswani et al. 2017, encoder)."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     r = int(n > 1)
-    return Mask(
-        n, "complete",
-        intervals=(np.zeros(n, dtype=np.int64), np.full(n, n - 1)),
-        mask_mod=lambda b, h, q, kv: (q >= 0) & (kv >= 0),
-        closed_form=closed(n, centers=np.arange(n), radius=r, strongly=True, diameter=r),
-    )
+    return Mask(n, "complete", intervals=(np.zeros(n, dtype=np.int64), np.full(n, n - 1)),
+                mask_mod=lambda b, h, q, kv: (q >= 0) & (kv >= 0),
+                closed_form=closed(n, centers=np.arange(n), radius=r, strongly=True, diameter=r))
 
 
 def causal(n_tokens: int) -> Mask:
-    """Causal (decoder) attention: ``K(i) = {0, ..., i}``.
-
-    Centers ``{0}``, radius 1 for N > 1; not strongly connected for N > 1
-    (spec.md §4 table). Source: Vaswani et al. 2017 (decoder self-attention).
-    """
+    """Causal attention: ``K(i) = {0, ..., i}`` (Vaswani et al. 2017, decoder)."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
-    idx = np.arange(n)
-    return Mask(
-        n, "causal",
-        intervals=(np.zeros(n, dtype=np.int64), idx),
-        mask_mod=lambda b, h, q, kv: kv <= q,
-        closed_form=closed(n, centers=[0], radius=int(n > 1), strongly=n == 1,
-                           diameter=0 if n == 1 else None),
-    )
+    return Mask(n, "causal", intervals=(np.zeros(n, dtype=np.int64), np.arange(n)),
+                mask_mod=lambda b, h, q, kv: kv <= q,
+                closed_form=closed(n, centers=[0], radius=int(n > 1), strongly=n == 1,
+                                   diameter=0 if n == 1 else None))
 
 
 def sliding_window(n_tokens: int, w: int) -> Mask:
-    """Bidirectional sliding window of odd width ``w = 2h + 1``: ``K(i) = {j : |i - j| <= h}``.
-
-    For ``h >= 1`` strongly connected, every token a center, radius
-    ``ceil(ceil((N-1)/2) / h)`` and diameter ``ceil((N-1)/h)`` (spec.md §4 table).
-    ``w = 1`` leaves only self-loops (not QSC for N > 1). Source: Beltagy et al. 2020
-    (Longformer local attention); Child et al. 2019 §4 (local pattern).
-
-    Raises
-    ------
-    MaskError
-        ``w`` even or < 1.
-    """
+    """Bidirectional sliding window of odd width ``w = 2h + 1``: ``K(i) = {j : |i - j| <= h}``
+    (Beltagy et al. 2020). Raises :class:`MaskError` for ``w`` even or < 1."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     w = check_int(w, "sliding_window width w", low=1, error=MaskError)
     if w % 2 == 0:
@@ -97,54 +59,30 @@ def sliding_window(n_tokens: int, w: int) -> Mask:
     cf = _identity_like(n) if h == 0 else closed(
         n, centers=idx, radius=math.ceil(math.ceil((n - 1) / 2) / h), strongly=True,
         diameter=math.ceil((n - 1) / h))
-    return Mask(
-        n, f"sliding_window:w={w}",
-        intervals=(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1)),
-        mask_mod=lambda b, hh, q, kv: (q - kv).abs() <= h,
-        closed_form=cf,
-    )
+    return Mask(n, f"sliding_window:w={w}",
+                intervals=(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1)),
+                mask_mod=lambda b, hh, q, kv: (q - kv).abs() <= h, closed_form=cf)
 
 
 def causal_sliding_window(n_tokens: int, w: int) -> Mask:
     """Causal sliding window of width ``w`` (the query and ``w - 1`` previous tokens):
-    ``K(i) = {j : i - w + 1 <= j <= i}``.
-
-    Same convention as Hugging Face ``sliding_window`` (``kv > q - w``) and Mistral.
-    For ``w >= 2``: centers ``{0}``, radius ``ceil((N-1)/(w-1))`` (spec.md §4 table).
-    Source: Child et al. 2019; Jiang et al. 2023 (Mistral sliding-window attention).
-
-    Raises
-    ------
-    MaskError
-        ``w < 1``.
-    """
+    ``K(i) = {j : i - w + 1 <= j <= i}``, as Hugging Face ``sliding_window=w`` and Mistral.
+    Raises :class:`MaskError` for ``w < 1``."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     w = check_int(w, "causal_sliding_window width w", low=1, error=MaskError)
     idx = np.arange(n)
     cf = _identity_like(n) if w == 1 else closed(
         n, centers=[0], radius=math.ceil((n - 1) / (w - 1)), strongly=n == 1,
         diameter=0 if n == 1 else None)
-    return Mask(
-        n, f"causal_sliding_window:w={w}",
-        intervals=(np.maximum(idx - w + 1, 0), idx),
-        mask_mod=lambda b, h, q, kv: (kv <= q) & (q - kv < w),
-        closed_form=cf,
-    )
+    return Mask(n, f"causal_sliding_window:w={w}", intervals=(np.maximum(idx - w + 1, 0), idx),
+                mask_mod=lambda b, h, q, kv: (kv <= q) & (q - kv < w), closed_form=cf)
 
 
 def dilated(n_tokens: int, w: int, dilation: int, causal: bool = False) -> Mask:
-    """Dilated sliding window (Longformer's dilated heads).
-
-    ``causal=False`` (``w = 2h + 1`` odd): ``K(i) = {i + k*dilation : |k| <= h} ∩ [0, N)``.
+    """Dilated sliding window (Beltagy et al. 2020 §3.1); not QSC for ``dilation > 1``, N > 1:
+    ``causal=False`` (``w = 2h + 1`` odd): ``K(i) = {i + k*dilation : |k| <= h} ∩ [0, N)``;
     ``causal=True``: ``K(i) = {i - k*dilation : 0 <= k < w} ∩ [0, N)``.
-    With ``dilation = 1`` this is :func:`sliding_window` / :func:`causal_sliding_window`.
-    With ``dilation > 1`` tokens only meet tokens of the same residue mod ``dilation``,
-    so for N > 1 the graph is not QSC. Source: Beltagy et al. 2020 §3.1.
-
-    Raises
-    ------
-    MaskError
-        ``w < 1``, ``dilation < 1``, or an even ``w`` with ``causal=False``.
+    Raises :class:`MaskError` for ``w < 1``, ``dilation < 1``, or an even ``w`` with ``causal=False``.
     """
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     w = check_int(w, "dilated width w", low=1, error=MaskError)
@@ -166,56 +104,32 @@ def dilated(n_tokens: int, w: int, dilation: int, causal: bool = False) -> Mask:
         ok = (diff % d == 0) & (diff.abs() <= d * ((w - 1) if causal else (w - 1) // 2))
         return ok & (kv <= q) if causal else ok
 
-    return Mask(
-        n, f"dilated:w={w},dilation={d},causal={str(causal).lower()}",
-        build_csr=lambda: union_csr([progressions(first, step, count)], n),
-        mask_mod=mod,
-        closed_form=base.closed_form if base is not None else _identity_like(n) if n == 1
-        else closed(n, centers=[], radius=None, strongly=False),
-    )
+    cf = base.closed_form if base is not None else _identity_like(n) if n == 1 else closed(
+        n, centers=[], radius=None, strongly=False)
+    return Mask(n, f"dilated:w={w},dilation={d},causal={str(causal).lower()}",
+                build_csr=lambda: union_csr([progressions(first, step, count)], n),
+                mask_mod=mod, closed_form=cf)
 
 
 def prefix(n_tokens: int, k: int) -> Mask:
-    """Prefix-LM mask with ``k`` prefix tokens: ``K(i) = {0, ..., max(i, k - 1)}``
-    (prefix tokens attend to the whole prefix, later tokens causally).
-
-    Centers ``{0, ..., k-1}`` (all tokens if ``k = N``), radius 1 for N > 1
-    (spec.md §4 table). Source: Raffel et al. 2020 (T5 prefix LM).
-
-    Raises
-    ------
-    MaskError
-        ``k < 1`` or ``k > N``.
-    """
+    """Prefix-LM mask (Raffel et al. 2020): ``K(i) = {0, ..., max(i, k - 1)}``.
+    Raises :class:`MaskError` for ``k < 1`` or ``k > N``."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     k = check_int(k, "prefix length k", low=1, error=MaskError)
     if k > n:
         raise MaskError(f"prefix length k={k} exceeds the number of tokens N={n}")
-    idx = np.arange(n)
     r = int(n > 1)
-    return Mask(
-        n, f"prefix:k={k}",
-        intervals=(np.zeros(n, dtype=np.int64), np.maximum(idx, k - 1)),
-        mask_mod=lambda b, h, q, kv: (kv <= q) | (kv < k),
-        closed_form=closed(n, centers=np.arange(k), radius=r, strongly=k == n,
-                           diameter=r if k == n else None),
-    )
+    return Mask(n, f"prefix:k={k}",
+                intervals=(np.zeros(n, dtype=np.int64), np.maximum(np.arange(n), k - 1)),
+                mask_mod=lambda b, h, q, kv: (kv <= q) | (kv < k),
+                closed_form=closed(n, centers=np.arange(k), radius=r, strongly=k == n,
+                                   diameter=r if k == n else None))
 
 
 def documents(n_tokens: int, lengths: list[int], causal: bool = False) -> Mask:
-    """Packed sequences (block diagonal): tokens attend only within their document.
-
-    Documents are consecutive runs of ``lengths[0], lengths[1], ...`` tokens
-    (sum = N). ``K(i) = {j : doc(j) = doc(i)}``, intersected with ``{j <= i}`` when
-    ``causal=True``. Two or more documents: not QSC (spec.md §4 table); the source
-    components are the documents (or their first tokens when causal). Source: packed
-    training without cross-document attention (e.g. Krell et al. 2021).
-
-    Raises
-    ------
-    MaskError
-        Empty list, a length < 1, or lengths not summing to N.
-    """
+    """Packed documents of ``lengths`` tokens (sum N): ``K(i) = {j : doc(j) = doc(i)}``,
+    and ``j <= i`` if ``causal`` (Krell et al. 2021).
+    Raises :class:`MaskError` for an empty list, a length < 1, or lengths not summing to N."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     lengths = [check_int(x, "document length", low=1, error=MaskError) for x in lengths]
     if not lengths or sum(lengths) != n:
@@ -229,17 +143,8 @@ def documents(n_tokens: int, lengths: list[int], causal: bool = False) -> Mask:
 
 
 def block(n_tokens: int, size: int, causal: bool = False) -> Mask:
-    """Block-local attention: consecutive blocks of ``size`` tokens (the last may be
-    shorter); ``K(i) = {j : j // size = i // size}``, and ``j <= i`` if ``causal``.
-
-    One block: complete (or causal). Two or more: not QSC. Source: Child et al. 2019
-    (local blocks); Qiu et al. 2020 (blockwise self-attention).
-
-    Raises
-    ------
-    MaskError
-        ``size < 1``.
-    """
+    """Block-local attention (Qiu et al. 2020): ``K(i) = {j : j // size = i // size}``, and
+    ``j <= i`` if ``causal``. Raises :class:`MaskError` for ``size < 1``."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     size = check_int(size, "block size", low=1, error=MaskError)
     causal = bool(causal)

@@ -1,13 +1,7 @@
-"""Conversions between :class:`Mask` and the formats frameworks expect.
-
-Our convention ``M[i, j] = True`` (query i attends to key j) is the one of PyTorch
-``scaled_dot_product_attention`` boolean masks, FlexAttention ``mask_mod(b, h, q_idx,
-kv_idx)`` and Hugging Face ``transformers.masking_utils`` (``sdpa_mask``: True = take
-part; ``eager_mask``: 0 = take part, ``torch.finfo(dtype).min`` = masked). Window
-widths differ between libraries: our ``causal_sliding_window:w`` equals HF
-``sliding_window=w`` (``kv > q - w``); our ``sliding_window:w=2h+1`` equals HF's
-bidirectional ``sliding_window=h`` (``|q - kv| <= h``).
-"""
+"""Conversions between :class:`Mask` and the formats of PyTorch SDPA, FlexAttention and
+Hugging Face ``transformers.masking_utils``, which share ``M[i, j] = True`` = query i attends
+to key j. Our ``causal_sliding_window:w`` is HF ``sliding_window=w`` (``kv > q - w``); our
+``sliding_window:w=2h+1`` is HF's bidirectional ``sliding_window=h`` (``|q - kv| <= h``)."""
 
 from __future__ import annotations
 
@@ -22,10 +16,9 @@ from ..errors import MaskError
 from .mask import Mask
 
 
-def to_additive(
-    mask: Mask, *, dtype: torch.dtype = torch.float32, fill: Literal["-inf", "min"] = "-inf",
-    device: torch.device | str | None = None,
-) -> torch.Tensor:
+def to_additive(mask: Mask, *, dtype: torch.dtype = torch.float32,
+                fill: Literal["-inf", "min"] = "-inf",
+                device: torch.device | str | None = None) -> torch.Tensor:
     """Additive float mask ``(N, N)``: 0 where allowed, ``-inf`` (or ``finfo(dtype).min``
     with ``fill="min"``) where masked; add it to the attention logits before softmax."""
     if fill not in ("-inf", "min"):
@@ -37,31 +30,20 @@ def to_additive(
 
 
 def from_additive(additive: torch.Tensor, spec: str | None = None) -> Mask:
-    """Mask from an additive ``(N, N)`` float mask: allowed iff the entry is finite and
-    above ``finfo(dtype).min`` (so both ``-inf`` and dtype-min fills read as masked).
-
-    Raises
-    ------
-    MaskError
-        Not a 2-D square floating tensor, or a row with no key.
-    """
+    """Mask from an additive ``(N, N)`` float mask: allowed iff the entry is finite and above
+    ``finfo(dtype).min``. Raises :class:`MaskError` for a non-float tensor or an empty row."""
     if not isinstance(additive, torch.Tensor) or not additive.is_floating_point():
         raise MaskError("additive mask must be a floating-point torch tensor")
     allowed = torch.isfinite(additive) & (additive > torch.finfo(additive.dtype).min)
     return Mask.from_dense(allowed, spec=spec)
 
 
-def to_hf_4d(
-    mask: Mask, *, batch_size: int = 1, form: Literal["bool", "additive"] = "additive",
-    dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-) -> torch.Tensor:
-    """Hugging Face 4-D attention mask ``(batch_size, 1, N, N)``.
-
-    ``form="bool"``: True = attend, as ``transformers.masking_utils.sdpa_mask`` builds.
-    ``form="additive"``: 0 = attend, ``torch.finfo(dtype).min`` = masked, as
-    ``transformers.masking_utils.eager_mask`` builds (and as models accept in
-    ``attention_mask=`` when given a 4-D mask).
-    """
+def to_hf_4d(mask: Mask, *, batch_size: int = 1, form: Literal["bool", "additive"] = "additive",
+             dtype: torch.dtype = torch.float32,
+             device: torch.device | str | None = None) -> torch.Tensor:
+    """Hugging Face 4-D attention mask ``(batch_size, 1, N, N)``: ``form="bool"`` as
+    ``sdpa_mask`` (True = attend), ``form="additive"`` as ``eager_mask`` (0 = attend,
+    ``finfo(dtype).min`` = masked)."""
     if batch_size < 1:
         raise MaskError(f"batch_size must be >= 1, got {batch_size}")
     if form == "bool":
@@ -74,28 +56,19 @@ def to_hf_4d(
 
 
 def from_hf_4d(mask4d: torch.Tensor, *, batch_index: int = 0, spec: str | None = None) -> Mask:
-    """Mask from a Hugging Face 4-D mask ``(B, 1, N, N)`` (bool or additive), batch row
-    ``batch_index``.
-
-    Raises
-    ------
-    MaskError
-        Wrong rank, a head dimension other than 1, or a batch index out of range.
-    """
+    """Mask of batch row ``batch_index`` of a Hugging Face 4-D mask ``(B, 1, N, N)`` (bool or
+    additive). Raises :class:`MaskError` for another shape or a batch index out of range."""
     if mask4d.ndim != 4 or mask4d.shape[1] != 1:
         raise MaskError(f"HF 4-D mask must have shape (B, 1, N, N), got {tuple(mask4d.shape)}")
     if not 0 <= batch_index < mask4d.shape[0]:
         raise MaskError(f"batch_index {batch_index} outside 0..{mask4d.shape[0] - 1}")
     m = mask4d[batch_index, 0]
-    if m.dtype == torch.bool:
-        return Mask.from_dense(m, spec=spec)
-    return from_additive(m, spec=spec)
+    return Mask.from_dense(m, spec=spec) if m.dtype == torch.bool else from_additive(m, spec=spec)
 
 
 def block_counts(mask: Mask, block_size: int, *, rows_per_chunk: int = 1 << 16) -> np.ndarray:
     """Allowed entries in every ``block_size x block_size`` tile: int64 ``(n_b, n_b)``,
-    ``n_b = ceil(N / block_size)``, counted from the CSR form in O(E) time; memory
-    O(n_b^2) for the table plus O(E) of one chunk of ``rows_per_chunk`` query rows."""
+    ``n_b = ceil(N / block_size)``, from the CSR in O(E), ``rows_per_chunk`` query rows at a time."""
     csr = mask.to_csr()
     n, bs = mask.n_tokens, block_size
     nb = -(-n // bs)
@@ -112,8 +85,7 @@ def block_counts(mask: Mask, block_size: int, *, rows_per_chunk: int = 1 << 16) 
 
 
 def _ordered_blocks(sel: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """FlexAttention's ``(num_blocks (1, 1, n_b), indices (1, 1, n_b, n_b))`` for the
-    tiles ``sel`` (bool ``(n_b, n_b)``): per query block, the selected kv blocks first."""
+    """FlexAttention's ``(num_blocks, indices)`` of the tiles ``sel`` (bool ``(n_b, n_b)``)."""
     num = sel.sum(axis=1).astype(np.int32)
     order = np.argsort(~sel, axis=1, kind="stable").astype(np.int32)
     return (torch.as_tensor(num, device=device)[None, None],
@@ -121,22 +93,10 @@ def _ordered_blocks(sel: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor
 
 
 def to_block_mask(mask: Mask, *, block_size: int = 128, device: torch.device | str = "cpu"):
-    """FlexAttention ``BlockMask`` for ``mask``, built from its CSR form.
-
-    Tiles of ``block_size x block_size`` (query, key) positions are counted from the
-    CSR (:func:`block_counts`, O(E) time, no ``N^2`` predicate evaluation): a tile with
-    every entry allowed is *full* (FlexAttention skips ``mask_mod`` there), one with
-    some is *partial* (``mask.mask_mod`` decides per entry), one with none is skipped.
-    Tiles cut by the end of the sequence (N not a multiple of ``block_size``) are
-    never full, so that FlexAttention's own bound check applies. Memory
-    O(N^2 / block_size^2) for the tile tables, as FlexAttention's own.
-
-    Raises
-    ------
-    MaskError
-        ``block_size < 1``.
-    ConfigError
-        ``device`` is not a torch device or not present here (``"cuda"`` without a GPU).
+    """FlexAttention ``BlockMask`` for ``mask`` from its tile counts (:func:`block_counts`;
+    docs/masks.md, "FlexAttention block masks"): full tiles skip ``mask_mod``, partial ones
+    use it; tiles cut by the sequence's end are never full. Raises :class:`MaskError` for
+    ``block_size < 1``, :class:`ConfigError` for a ``device`` not present here.
     """
     from torch.nn.attention.flex_attention import BlockMask
 
@@ -161,13 +121,8 @@ def to_block_mask(mask: Mask, *, block_size: int = 128, device: torch.device | s
 
 
 def block_mask_to_dense(block_mask, *, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Dense bool ``(N, N)`` that FlexAttention actually applies for ``block_mask``.
-
-    Runs ``flex_attention`` with all scores equal and ``V = I``: each output row is
-    uniform over the keys the block mask lets through, so ``out > 0`` is the mask. This
-    reads the mask back through FlexAttention itself (full and partial blocks and
-    ``mask_mod``), an end-to-end check. Eager CPU path, O(N^2): for small N.
-    """
+    """Dense bool ``(N, N)`` that FlexAttention actually applies for ``block_mask``: the
+    support of ``flex_attention`` with equal scores and ``V = I`` (eager, O(N^2): small N)."""
     from torch.nn.attention.flex_attention import flex_attention
 
     device = check_device(device)

@@ -1,20 +1,9 @@
-"""Graph analysis of a mask (spec.md §4): connectivity, centers, radius, diameter.
-
-The mask ``M`` is the digraph with an edge ``j -> i`` whenever ``M[i, j]`` (token i
-attends to j). Forward search from a token follows ``M^T``; backward search follows
-``M``. Everything runs on the CSR form with ``scipy.sparse.csgraph`` in O(E) memory.
-
-Radius and diameter use the eccentricity bounding scheme of Takes & Kosters
-("Computing the eccentricity distribution of large graphs", Algorithms 6, 2013),
-exact by construction: after a forward and a backward BFS from ``v``,
-
-* ``ecc(u) >= d(u, v)``            (the path u -> v is one of u's targets),
-* ``ecc(u) >= ecc(v) - d(v, u)``   (triangle inequality, ``ecc(v) <= d(v,u) + ecc(u)``),
-* ``ecc(u) <= d(u, v) + ecc(v)``.
-
-The search stops when no unexplored center can beat the best radius found (and, for
-strongly connected masks, none can exceed the best diameter). Worst case it is one BFS
-per center; on window-like masks it needs a handful, so N = 65,536 takes seconds.
+"""Graph analysis of a mask (spec.md §4; docs/masks.md, "Analysis"): connectivity, centers,
+radius, diameter of the digraph with an edge ``j -> i`` whenever ``M[i, j]``. Radius and
+diameter are exact, by the eccentricity bounding scheme of Takes & Kosters
+(Algorithms 6, 2013): after a forward and a backward BFS from ``v``, every ``u`` has
+``max(d(u, v), ecc(v) - d(v, u)) <= ecc(u) <= d(u, v) + ecc(v)``; the search stops when no
+unexplored center can beat the best radius (nor, when strongly connected, exceed the best diameter).
 """
 
 from __future__ import annotations
@@ -35,19 +24,9 @@ from .mask import Mask
 
 
 def bfs_distances(graph: sp.csr_array, source: int) -> np.ndarray:
-    """Hop distance from ``source`` along the edges ``u -> v`` with ``graph[u, v] != 0``.
-
-    Uses :func:`scipy.sparse.csgraph.breadth_first_order` (O(N + E)) and turns the
-    BFS tree into depths by pointer jumping (O(N log depth), vectorised).
-
-    Returns
-    -------
-    dist : int64 ``(N,)``; ``-1`` for tokens not reachable from ``source``.
-
-    Raises
-    ------
-    MaskError
-        ``graph`` is not a square scipy sparse matrix, or ``source`` not one of its nodes.
+    """Hop distance (int64 ``(N,)``, -1 = unreachable) from ``source`` along the edges
+    ``u -> v`` with ``graph[u, v] != 0``: a BFS tree turned into depths by pointer jumping.
+    Raises :class:`MaskError` for a non-square or non-sparse ``graph`` or ``source`` not a node.
     """
     if not sp.issparse(graph) or graph.ndim != 2 or graph.shape[0] != graph.shape[1]:
         raise MaskError(f"graph must be a square scipy sparse matrix, got {type(graph).__name__}")
@@ -76,18 +55,10 @@ def bfs_distances(graph: sp.csr_array, source: int) -> np.ndarray:
 class MaskAnalysis(NotebookResult):
     """Graph facts of a mask (spec.md §4).
 
-    Attributes
-    ----------
-    centers : list of int
-        Tokens from which every token is reachable (the source strong component).
-    radius : int or None
-        ``min_c max_i d(c, i)`` over centers; None when not QSC.
-    diameter : int or None
-        ``max_{u, v} d(u, v)``; None when not strongly connected.
-    distance_from_center : int64 ``(N,)`` or None
-        Hop distance of every token from ``best_center``.
-    reason : str or None
-        Why the mask is not QSC (source components and an unreachable token).
+    ``centers``: the tokens from which every token is reachable (the source strong component);
+    ``radius`` ``min_c max_i d(c, i)`` (None when not QSC); ``diameter`` ``max_{u, v} d(u, v)``
+    (None when not strongly connected); ``distance_from_center`` int64 ``(N,)`` from ``best_center``;
+    ``reason``: why the mask is not QSC.
     """
 
     spec: str
@@ -121,12 +92,8 @@ class MaskAnalysis(NotebookResult):
         return out
 
     def to_pandas(self, *, per_token: bool = False) -> Any:
-        """A :class:`pandas.DataFrame` of the analysis.
-
-        Default: one row of the scalar graph facts (``spec, n_tokens, radius, ...``).
-        ``per_token``: one row per token, columns ``token, distance_from_center`` (hop
-        distance from ``best_center``, -1 = unreachable; all -1 when not QSC) and
-        ``is_center`` (the token is in ``centers``)."""
+        """One row of the scalar facts; ``per_token``: one row per token, columns ``token,
+        distance_from_center`` (-1 = unreachable or not QSC) and ``is_center``."""
         if not per_token:
             return super().to_pandas()
         import pandas as pd
@@ -140,6 +107,14 @@ class MaskAnalysis(NotebookResult):
 
 def _degree_stats(deg: np.ndarray) -> dict[str, float]:
     return {"min": int(deg.min()), "mean": float(deg.mean()), "max": int(deg.max())}
+
+
+def _not_qsc(members: list[np.ndarray]) -> str:
+    """Why a mask with the source components ``members`` (two or more) is not QSC."""
+    a, b = int(members[0][0]), int(members[1][0])
+    return (f"not quasi-strongly connected: {len(members)} source components "
+            f"(first tokens {[int(m[0]) for m in members[:10]]}); token {b} is not reachable "
+            f"from token {a}, and no token reaches both components")
 
 
 def _source_components(csr: sp.csr_array, labels: np.ndarray, n_comp: int) -> np.ndarray:
@@ -157,12 +132,8 @@ def _eccentricity_search(
     dist_from: Callable[[int], np.ndarray], dist_to: Callable[[int], np.ndarray] | None, out_deg: np.ndarray,
     self_loop: np.ndarray, centers: np.ndarray, need_diameter: bool,
 ) -> tuple[int, int, np.ndarray, int | None, int]:
-    """Exact radius over ``centers`` (and diameter if asked) by eccentricity bounds.
-
-    ``dist_from(v)`` / ``dist_to(v)``: hop distances from / to ``v`` (``(N,)``, -1 =
-    unreachable); ``dist_to`` None when the graph is symmetric. ``out_deg``, ``self_loop``:
-    per token ``(N,)``. Returns (radius, best_center, distances from it, diameter or None,
-    number of BFS).
+    """Exact radius over ``centers`` (and diameter if asked) by eccentricity bounds; ``dist_to``
+    None for a symmetric graph. Returns (radius, best_center, its distances, diameter or None, BFS count).
     """
     m, n = centers.shape[0], out_deg.shape[0]
     # exact local facts: a center whose out-edges reach all N tokens (self-loop
@@ -200,10 +171,8 @@ def _eccentricity_search(
 
 
 def _next_pick(turn, radius_open, diameter_open, lo, hi, from_v, done, out_deg) -> int:
-    """Cycle: two sweeps to the center farthest from the last source (towards the
-    periphery, where bounds are tightest; among equally far ones the least connected,
-    e.g. the very end of a window chain), then the open center with the smallest lower
-    bound (radius), then the one with the largest upper bound (diameter)."""
+    """Cycle: twice the least connected center farthest from the last source (the periphery,
+    where bounds are tightest), then the smallest lower bound, then the largest upper bound."""
     step = turn % 4
     if step == 2 and radius_open.any():
         cand = np.flatnonzero(radius_open)
@@ -217,17 +186,12 @@ def _next_pick(turn, radius_open, diameter_open, lo, hi, from_v, done, out_deg) 
     return int(cand[np.argmin(out_deg[cand])])
 
 
-def _is_symmetric(csr: sp.csr_array, csr_t: sp.csr_array) -> bool:
-    return csr.nnz == csr_t.nnz and (csr != csr_t).nnz == 0
-
-
-#: CSR indices and data of the mask and of its transpose, plus the search's copies.
+#: Bytes of the CSR path: the mask's CSR and its transpose, the search's copies.
 BYTES_PER_EDGE, BYTES_PER_TOKEN = 16, 64
 
 
 def csr_analysis_bytes(mask: Mask) -> int | None:
-    """Memory the CSR path needs for ``mask`` (bytes); None when the CSR already exists
-    or the edge count is unknown without building it."""
+    """Bytes the CSR path needs for ``mask``; None when the CSR exists or the edge count is unknown."""
     if mask.n_edges_hint is None or mask.is_built:
         return None
     return BYTES_PER_EDGE * mask.n_edges_hint + BYTES_PER_TOKEN * mask.n_tokens
@@ -236,34 +200,13 @@ def csr_analysis_bytes(mask: Mask) -> int | None:
 def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = None) -> MaskAnalysis:
     """Analyse the graph of ``mask`` (spec.md §4) exactly, in O(E) memory.
 
-    Parameters
-    ----------
-    mask : Mask or bool tensor/array ``(N, N)``.
-    method : ``"auto"`` (default): masks built from monotone row intervals (windows,
-        causal, prefix, blocks, documents) are analysed from the intervals in
-        O(N log N) (:mod:`.interval_graph`, no CSR; N = 1,048,576 in about a second),
-        every other mask on the CSR form; ``"csr"``: always the CSR path. Both exact.
+    ``mask``: a Mask or bool ``(N, N)`` matrix. ``method="auto"`` analyses monotone interval masks
+    from their intervals in O(N log N) (:mod:`.interval_graph`), others on the CSR form;
+    ``"csr"`` always takes the CSR path. Both exact.
 
-    Returns
-    -------
-    MaskAnalysis
-
-    Raises
-    ------
-    MaskError
-        If ``mask`` is a matrix that is not a valid mask (see :meth:`Mask.from_dense`),
-        or an unknown ``method``.
-    MemoryLimitError
-        The CSR path would need more than ``max_memory`` (bytes or a size such as
-        ``"8GiB"``; default half the physical memory), estimated from the edge count
-        before the CSR is built (:func:`csr_analysis_bytes`).
-
-    Notes
-    -----
-    Strong components via ``csgraph.connected_components(connection='strong')``;
-    the condensation's source components are those with no entering edge; the mask is
-    QSC iff there is exactly one, and its tokens are the centers. Radius/diameter by
-    exact eccentricity bounding (module docstring).
+    Raises :class:`MaskError` for an invalid mask matrix (:meth:`Mask.from_dense`) or ``method``;
+    :class:`MemoryLimitError` when the CSR path would need more than ``max_memory`` (bytes or
+    ``"8GiB"``; default half the RAM), estimated before the CSR is built (:func:`csr_analysis_bytes`).
 
     See Also
     --------
@@ -288,95 +231,71 @@ def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = 
         raise MaskError(f"method must be 'auto' or 'csr', got {method!r}")
     iv = mask.intervals
     if method == "auto" and iv is not None and interval_graph.is_monotone_interval(*iv):
-        result = _analyze_intervals(mask, *iv)
-        result.closed_form_agrees = closed_form_agrees(mask, result)
-        return result
+        return _analyze_intervals(mask, *iv)
     need = csr_analysis_bytes(mask)
     if need is not None:
         check_memory(need, f"the graph analysis of mask {mask.spec!r} at N = {mask.n_tokens}", max_memory)
     csr = mask.to_csr()
-    n = mask.n_tokens
     n_comp, labels = csgraph.connected_components(csr, directed=True, connection="strong")
-    sources = _source_components(csr, labels, n_comp)
-    qsc = sources.shape[0] == 1
-    strongly = n_comp == 1
-    members = [np.flatnonzero(labels == s) for s in sources]
-    centers = members[0] if qsc else np.zeros(0, dtype=np.int64)
-    diag = csr.diagonal()
-    radius = diameter = best_c = dist = None
-    n_bfs = 0
-    reason = None
-    if qsc:
+    members = [np.flatnonzero(labels == s) for s in _source_components(csr, labels, n_comp)]
+
+    def search(centers: np.ndarray) -> tuple:
         fwd = csr.T.tocsr()
-        bwd = None if len(centers) == 1 or _is_symmetric(csr, fwd) else csr
-        radius, best_c, dist, diameter, n_bfs = _eccentricity_search(
+        symmetric = csr.nnz == fwd.nnz and (csr != fwd).nnz == 0
+        bwd = None if len(centers) == 1 or symmetric else csr
+        return _eccentricity_search(
             lambda v: bfs_distances(fwd, v), None if bwd is None else (lambda v: bfs_distances(bwd, v)),
-            np.diff(fwd.indptr), fwd.diagonal().astype(bool), centers, strongly)
-    else:
-        a, b = int(members[0][0]), int(members[1][0])
-        reason = (
-            f"not quasi-strongly connected: {len(sources)} source components "
-            f"(first tokens {[int(m[0]) for m in members[:10]]}); token {b} is not reachable "
-            f"from token {a}, and no token reaches both components"
-        )
-    result = MaskAnalysis(
-        spec=mask.spec, n_tokens=n, n_edges=int(csr.nnz), density=csr.nnz / float(n) ** 2,
-        self_loops=bool(diag.all()), n_self_loops=int(diag.sum()),
-        strongly_connected=strongly, quasi_strongly_connected=qsc, n_strong_components=int(n_comp),
-        centers=centers.tolist(), radius=radius, diameter=diameter, best_center=best_c,
-        in_degree=_degree_stats(np.diff(csr.indptr)),
-        out_degree=_degree_stats(np.bincount(csr.indices, minlength=n)),
-        source_components=[m.tolist() for m in members], reason=reason, n_bfs=n_bfs,
-        distance_from_center=dist,
-    )
-    result.closed_form_agrees = closed_form_agrees(mask, result)
-    return result
+            np.diff(fwd.indptr), fwd.diagonal().astype(bool), centers, n_comp == 1)
+
+    out_deg = np.bincount(csr.indices, minlength=mask.n_tokens)
+    return _analysis(mask, members, n_comp, np.diff(csr.indptr), out_deg, csr.diagonal(), search, "csr")
 
 
 def closed_form_agrees(mask: Mask, result: MaskAnalysis) -> bool | None:
-    """Compare the generic result with the mask's closed form (None if it has none)."""
+    """Whether ``result`` agrees with the mask's closed form (None if it has none)."""
     cf = mask.closed_form
     if cf is None:
         return None
-    checks = [
-        cf["quasi_strongly_connected"] == result.quasi_strongly_connected,
-        cf["strongly_connected"] == result.strongly_connected,
-        np.array_equal(cf["centers"], result.centers),
-        cf["radius"] == result.radius,
-    ]
+    checks = [cf["quasi_strongly_connected"] == result.quasi_strongly_connected,
+              cf["strongly_connected"] == result.strongly_connected,
+              np.array_equal(cf["centers"], result.centers), cf["radius"] == result.radius]
     if "diameter" in cf:  # omitted where no closed form is known
         checks.append(cf["diameter"] == result.diameter)
     return bool(all(checks))
 
 
 def _analyze_intervals(mask: Mask, lo: np.ndarray, hi: np.ndarray) -> MaskAnalysis:
-    """:func:`analyze` of a monotone interval mask from its intervals (same fields)."""
-    n = mask.n_tokens
+    """:func:`analyze` of a monotone interval mask from its intervals."""
     rlo, rhi = interval_graph.reverse(lo, hi)
-    in_deg, out_deg = hi - lo + 1, rhi - rlo + 1
     starts, ends, is_source = interval_graph.components(lo, hi)
     members = [np.arange(s, e + 1) for s, e in zip(starts[is_source], ends[is_source])]
-    qsc, strongly = len(members) == 1, starts.shape[0] == 1
-    centers = members[0] if qsc else np.zeros(0, dtype=np.int64)
-    radius = diameter = best_c = dist = None
-    n_bfs, reason = 0, None
-    if qsc:
+    loops = np.ones(mask.n_tokens, dtype=bool)
+
+    def search(centers: np.ndarray) -> tuple:
         symmetric = np.array_equal(lo, rlo) and np.array_equal(hi, rhi)
-        radius, best_c, dist, diameter, n_bfs = _eccentricity_search(
+        return _eccentricity_search(
             lambda v: interval_graph.distances(lo, hi, v),
             None if len(centers) == 1 or symmetric else (lambda v: interval_graph.distances(rlo, rhi, v)),
-            out_deg, np.ones(n, dtype=bool), centers, strongly)
-    else:
-        a, b = int(members[0][0]), int(members[1][0])
-        reason = (f"not quasi-strongly connected: {len(members)} source components "
-                  f"(first tokens {[int(m[0]) for m in members[:10]]}); token {b} is not reachable "
-                  f"from token {a}, and no token reaches both components")
+            rhi - rlo + 1, loops, centers, starts.shape[0] == 1)
+
+    return _analysis(mask, members, starts.shape[0], hi - lo + 1, rhi - rlo + 1, loops, search, "intervals")
+
+
+def _analysis(mask: Mask, members: list[np.ndarray], n_comp: int, in_deg: np.ndarray, out_deg: np.ndarray,
+              loops: np.ndarray, search: Callable[[np.ndarray], tuple], method: str) -> MaskAnalysis:
+    """The :class:`MaskAnalysis` of a mask with source components ``members``; ``search(centers)``
+    is its :func:`_eccentricity_search`, run when it is QSC."""
+    n, qsc = mask.n_tokens, len(members) == 1
+    centers = members[0] if qsc else np.zeros(0, dtype=np.int64)
+    radius, best_c, dist, diameter, n_bfs = search(centers) if qsc else (None, None, None, None, 0)
     n_edges = int(in_deg.sum())
-    return MaskAnalysis(
-        spec=mask.spec, n_tokens=n, n_edges=n_edges, density=n_edges / float(n) ** 2, self_loops=True,
-        n_self_loops=n, strongly_connected=strongly, quasi_strongly_connected=qsc,
-        n_strong_components=int(starts.shape[0]), centers=centers.tolist(), radius=radius, diameter=diameter,
-        best_center=best_c, in_degree=_degree_stats(in_deg), out_degree=_degree_stats(out_deg),
-        source_components=[m.tolist() for m in members], reason=reason, n_bfs=n_bfs,
-        distance_from_center=dist, method="intervals",
+    result = MaskAnalysis(
+        spec=mask.spec, n_tokens=n, n_edges=n_edges, density=n_edges / float(n) ** 2,
+        self_loops=bool(loops.all()), n_self_loops=int(loops.sum()), strongly_connected=n_comp == 1,
+        quasi_strongly_connected=qsc, n_strong_components=int(n_comp), centers=centers.tolist(),
+        radius=radius, diameter=diameter, best_center=best_c, in_degree=_degree_stats(in_deg),
+        out_degree=_degree_stats(out_deg), source_components=[m.tolist() for m in members],
+        reason=None if qsc else _not_qsc(members), n_bfs=n_bfs, distance_from_center=dist, method=method,
     )
+    result.closed_form_agrees = closed_form_agrees(mask, result)
+    return result

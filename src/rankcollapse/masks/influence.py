@@ -1,36 +1,10 @@
-"""Influence profiles of masks and schedules: which input positions a token depends on.
+"""Influence profiles ``(P_H ... P_1)[i, j]``, ``P = alpha I + (1 - alpha) Â``, ``Â[i, j] = M[i, j] r^|i-j| / Z_i``
+(docs/masks.md, "Influence profiles"). For monotone interval masks, with ``u = v / Z`` and the reverse
+intervals ``[lo'_j, hi'_j]``, one product is two range sums per key (:class:`RangeSums`, O(N)):
 
-Model and closed forms: docs/masks.md, "Influence profiles". One layer is
-``P = alpha I + (1 - alpha) Â`` with ``Â[i, j] = M[i, j] r^|i-j| / Z_i`` (``r = exp(-m)``, an
-ALiBi-style decay; ``Z_i`` the row's sum of weights); the influence of input ``j`` on query
-``i`` after ``H`` layers is ``(P_H ... P_1)[i, j]``, each row a probability vector over inputs.
+    (v Â)[j] = sum_{i=j}^{hi'_j} u_i r^(i-j) + r sum_{i=lo'_j}^{j-1} u_i r^(j-1-i);
 
-Computation. The last query's profile is the row vector ``e_last P_H ... P_1``, built left
-to right with one vector-matrix product per layer; the per-depth profiles (depths 1..H)
-come from the same products (for a schedule, depth ``h`` is ``e_last P_h ... P_1``, so
-the chains differ and ``H (H+1) / 2`` products are made). Two exact paths:
-
-* **Monotone interval masks** (complete, causal, sliding and causal sliding windows,
-  prefix, blocks, documents; and schedules of them): by
-  :func:`~rankcollapse.masks.interval_graph.reverse`, the queries attending key ``j`` are
-  a range ``[lo'_j, hi'_j]``, so with ``u = v / Z``
-
-      (v Â)[j] = sum_{i=j}^{hi'_j} u_i r^(i-j) + r sum_{i=lo'_j}^{j-1} u_i r^(j-1-i),
-
-  two geometric range sums of a non-negative vector per key (one plain range sum over
-  ``[lo'_j, hi'_j]`` without decay). They are evaluated by :class:`RangeSums`: within-block
-  prefix and suffix sums, planned once per mask, O(N) per layer and O(N) memory (the
-  causal mask: one running sum from the end; a sliding window: one block size). Only
-  non-negative terms are added, never subtracted, so every entry keeps float64 relative
-  accuracy, tails of 1e-60 included (bound in :class:`RangeSums`; over ``H`` layers the
-  relative errors add). A difference of prefix sums would also be O(N) but has absolute
-  error ~eps of the total mass, which drowns a window's far tail: after 12 layers of
-  ``sliding_window:w=257`` the last entries are ~1e-30. The causal mask's ``N^2/2``
-  edges are never formed.
-* **Any other mask**: the weighted, row-normalised CSR (O(E) memory), one sparse
-  product per layer.
-
-``query="all"`` returns the dense ``N x N`` product for ``N <=`` :data:`MAX_ALL_TOKENS`.
+any other mask uses its weighted CSR.
 """
 
 from __future__ import annotations
@@ -59,15 +33,9 @@ QUERIES = ("last", "all")
 class Influence:
     """Influence of every input position on the last query (and optionally every query).
 
-    Attributes
-    ----------
-    spec : the mask or schedule spec.
-    n_tokens, depth, alpha, decay : the model's ``N``, ``H``, ``alpha`` (a float, or the
-        list of per-layer weights when they differ), ``m``.
-    profiles : float64 ``(H, N)``; row ``h - 1`` is ``(P_h ... P_1)[N-1, :]``.
-    matrix : float64 ``(N, N)`` ``P_H ... P_1`` with ``query="all"``, else None.
-    method : ``"intervals"`` or ``"csr"`` (how ``v Â`` was applied).
-    summary : :func:`summarize` of the last profile; ``per_depth`` of each profile.
+    ``profiles`` float64 ``(H, N)``, row ``h - 1`` = ``(P_h ... P_1)[N-1, :]``; ``matrix`` float64
+    ``(N, N)`` ``P_H ... P_1`` with ``query="all"``; ``alpha`` a float or the per-layer weights;
+    ``method`` ``"intervals"`` or ``"csr"``; ``summary`` (:func:`summarize`) and ``per_depth``.
     """
 
     spec: str
@@ -88,19 +56,16 @@ class Influence:
         return self.profiles[-1]
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"influence": [N], "summary": {...}, "per_depth": [...], ...}`` (and ``matrix``
-        with ``query="all"``), JSON-ready lists."""
-        out: dict[str, Any] = {
-            "spec": self.spec, "n_tokens": self.n_tokens, "depth": self.depth, "alpha": self.alpha,
-            "decay": self.decay, "epsilon": self.epsilon, "method": self.method,
-            "influence": self.influence.tolist(), "summary": self.summary, "per_depth": self.per_depth,
-        }
+        """JSON-ready ``{"influence": [N], "summary": {...}, "per_depth": [...], ...}`` (and ``matrix``)."""
+        out: dict[str, Any] = {"spec": self.spec, "n_tokens": self.n_tokens, "depth": self.depth, "alpha": self.alpha,
+                               "decay": self.decay, "epsilon": self.epsilon, "method": self.method,
+                               "influence": self.influence.tolist(), "summary": self.summary,
+                               "per_depth": self.per_depth}
         if self.matrix is not None:
             out["matrix"] = self.matrix.tolist()
         return out
 
 
-# --------------------------------------------------------------- operators
 class _IntervalOperator:
     """``v -> v Â`` for a monotone interval mask (module docstring), O(N) per product."""
 
@@ -128,21 +93,20 @@ class _IntervalOperator:
             self.left = RangeSums(n, n - keys, n - 1 - lo_rev, self.r)
 
     def __call__(self, v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """``v Â``, written into ``out`` if given (else possibly a view of the plan's storage)."""
+        """``v Â``, into ``out`` if given (else possibly a view of the plan's storage)."""
         out = self.right(v, self.z, out)  # sums of u = v / Z
         if self.left is not None:
             out += self.r * self.left(v[::-1], self.z[::-1])
         return out
 
 
-#: Above this slope every weight ``exp(-m d)`` with ``d >= 1`` is 0 in float64 (the smallest
-#: subnormal is ``exp(-744.4)``): a larger ``m`` is computed as this one, with the same
-#: weights and without overflowing ``m d``.
+#: Above this slope every weight ``exp(-m d)``, ``d >= 1``, is 0 in float64: a larger ``m`` is
+#: computed as this one (same weights, no overflow of ``m d``).
 _DECAY_ZERO = 800.0
 
 
 def _geometric(count: np.ndarray, decay: float) -> np.ndarray:
-    """``sum_{d=0}^{count-1} exp(-decay d)`` (``count`` when ``decay = 0``), accurately."""
+    """``sum_{d=0}^{count-1} exp(-decay d)``, accurately."""
     count = count.astype(np.float64)
     if decay == 0.0:
         return count
@@ -178,49 +142,24 @@ def _operator(mask: Mask, decay: float, on_intervals: bool | None = None) -> Any
     return _CsrOperator(mask, decay)
 
 
-# ------------------------------------------------------------------ public
-def influence(
-    mask: Any,
-    n_tokens: int | None = None,
-    *,
-    depth: int,
-    alpha: float,
-    decay: float = 0.0,
-    query: str = "last",
-    epsilon: float = 0.01,
-    max_memory: int | str | None = None,
-) -> Influence:
+def influence(mask: Any, n_tokens: int | None = None, *, depth: int, alpha: float, decay: float = 0.0,
+              query: str = "last", epsilon: float = 0.01, max_memory: int | str | None = None) -> Influence:
     """Influence profile of a mask or schedule under uniform (or decayed) attention.
 
     Parameters
     ----------
-    mask : mask or schedule spec (``"causal"``, ``"schedule:sliding_window:w=9*5,complete"``),
-        :class:`Mask` or :class:`MaskSchedule`.
-    n_tokens : N (>= 1); may be omitted for a Mask or MaskSchedule (theirs is used).
+    mask, n_tokens : a mask or schedule (spec, :class:`Mask`, :class:`MaskSchedule`) on N tokens.
     depth : layers H (>= 1).
-    alpha : residual weight in ``[0, 1]``: ``P = alpha I + (1 - alpha) Â``; or a sequence of
-        ``depth`` weights, one per layer (layer 0 first), e.g. fitted to a model.
+    alpha : residual weight in ``[0, 1]``, or ``depth`` weights, one per layer (layer 0 first).
     decay : ALiBi-style slope ``m >= 0``: key ``j`` of query ``i`` weighted ``exp(-m |i-j|)``.
-    query : ``"last"`` (profiles of the last query) or ``"all"`` (also the ``N x N`` matrix,
-        ``N <= MAX_ALL_TOKENS``).
+    query : ``"last"`` or ``"all"`` (also the ``N x N`` matrix, ``N <= MAX_ALL_TOKENS``).
     epsilon : mass left out of the effective horizon, in ``(0, 1)``.
-    max_memory : bytes (or ``"8GiB"``) the computation may use (default half the RAM):
-        estimated (:func:`rankcollapse._memory.influence_bytes`) from N and H before the
-        mask is parsed, and again with its edge count before any product.
+    max_memory : bytes (or ``"8GiB"``) the computation may use (default half the RAM),
+        checked (:func:`rankcollapse._memory.influence_bytes`) before the mask is parsed and
+        again with its edge count: :class:`MemoryLimitError` beyond it.
 
-    Returns
-    -------
-    Influence
-        ``profiles`` float64 ``(H, N)``, ``summary`` (:func:`summarize`), ``matrix`` with
-        ``query="all"``. Formulas and sources: module docstring.
-
-    Raises
-    ------
-    MaskError
-        Bad spec, N, depth, alpha, decay, epsilon or query; ``query="all"`` above
-        ``MAX_ALL_TOKENS``; N differing from a given Mask's.
-    MemoryLimitError
-        The estimated memory exceeds ``max_memory`` (one line with the estimate).
+    Raises :class:`MaskError` for a bad spec, N, depth, alpha, decay, epsilon or query,
+    ``query="all"`` above ``MAX_ALL_TOKENS``, or N differing from a given Mask's.
     """
     if n_tokens is None:
         if not isinstance(mask, (Mask, MaskSchedule)):
@@ -250,9 +189,7 @@ def influence(
 
 def _check_size(n: int, depth: int, query: str, max_memory: Any, schedule: MaskSchedule | None = None,
                 on_intervals: list[bool] | None = None) -> None:
-    """Refuse a computation whose :func:`~rankcollapse._memory.influence_bytes` exceeds
-    ``max_memory``: from N and H alone, then with the schedule's masks (the CSR edges of
-    those not on the interval path, the dense matrices of ``query="all"``)."""
+    """Refuse a computation whose :func:`~rankcollapse._memory.influence_bytes` exceed ``max_memory``."""
     edges, masks = 0, 1
     if schedule is not None:
         masks = len(schedule.masks)
@@ -296,15 +233,14 @@ def _check_params(decay: Any, epsilon: Any, query: str, n: int) -> tuple[float, 
 
 
 def _profiles(layer_ops: list, n: int, alphas: list[float], *, periodic: bool, each: Any = None) -> np.ndarray:
-    """``(H, N)``: row ``h-1`` = ``e_last P_h ... P_1``. One mask: one chain of H products
-    (``P_h ... P_1 = P^h``); a schedule: each depth its own chain, applied from ``P_h`` down.
-    ``each(row)`` is called on each row once it is made (while it is in cache)."""
+    """``(H, N)``: row ``h-1`` = ``e_last P_h ... P_1`` (``periodic``: one chain ``P^h``, else
+    each depth its own chain from ``P_h`` down); ``each(row)`` is called on each row once made."""
     depth = len(layer_ops)
     out = np.empty((depth, n))
     start = np.zeros(n)
     start[-1] = 1.0
     def step(t: int, v: np.ndarray, into: np.ndarray) -> np.ndarray:
-        """``v P_{t+1}`` written into ``into`` (an operator may return a view of its storage)."""
+        """``v P_{t+1}`` into ``into``."""
         a = alphas[t]
         if a == 1.0:
             into[...] = v
@@ -344,11 +280,7 @@ def _matrix(schedule: MaskSchedule, n: int, alphas: list[float], decay: float) -
 
 
 def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any]:
-    """Summary statistics of one influence profile ``I`` (float64 ``(N,)``, sums to 1):
-    ``first_token_mass``, ``last_token_mass``, ``valley_position``, ``valley_mass``,
-    ``valley_ratio``, ``effective_horizon`` (at ``epsilon``), ``n_support`` (positions with
-    ``I[j] >=`` the smallest normal float64) and ``mass``, defined in docs/masks.md,
-    "Influence profiles"."""
+    """Summary statistics of one influence profile (float64 ``(N,)``): docs/masks.md, "Influence profiles"."""
     n = profile.shape[0]
     total = float(profile.sum())
     tiny = np.finfo(np.float64).tiny
@@ -357,28 +289,16 @@ def summarize(profile: np.ndarray, epsilon: float = 0.01) -> dict[str, Any]:
         in_support = profile >= tiny
         n_support = int(np.count_nonzero(in_support))
         valley = int(np.argmin(np.where(in_support, profile, np.inf))) if n_support else None
-    return {
-        "first_token_mass": float(profile[0]),
-        "last_token_mass": float(profile[-1]),
-        "valley_position": valley,
-        "valley_mass": None if valley is None else float(profile[valley]),
-        "valley_ratio": None if valley is None else float(profile[valley] * n_support),
-        "effective_horizon": _horizon(profile, (1.0 - epsilon) * total),
-        "n_support": n_support,
-        "mass": total,
-    }
+    return {"first_token_mass": float(profile[0]), "last_token_mass": float(profile[-1]), "valley_position": valley,
+            "valley_mass": None if valley is None else float(profile[valley]),
+            "valley_ratio": None if valley is None else float(profile[valley] * n_support),
+            "effective_horizon": _horizon(profile, (1.0 - epsilon) * total), "n_support": n_support, "mass": total}
 
 
 def _horizon(profile: np.ndarray, mass: float) -> int:
-    """The fewest most recent positions whose running sum from the end, added in sequence,
-    reaches ``mass`` (all ``N`` if none does).
-
-    The running sum is located without forming it whole: block totals (pairwise) and their
-    running sum find the block where ``mass`` is reached, and one block's running sum the
-    position; the answer is taken when the sums on both sides of it clear ``mass`` by more
-    than the two summations' error bounds (``(N + 2 s + N/s) eps`` relative, non-negative
-    terms), so the sequential sum crosses there too. Otherwise (``mass`` within that margin
-    of a running sum) the sequential running sum is formed, in chunks from the end."""
+    """The fewest most recent positions whose sequential running sum from the end reaches
+    ``mass`` (all ``N`` if none does): block totals locate the crossing when it clears their error
+    bounds, else the sequential sum is formed in chunks from the end."""
     recent, n = profile[::-1], profile.shape[0]
     size = 1024
     if n > 4 * size and 0.0 < mass < math.inf:
@@ -411,23 +331,13 @@ def _horizon(profile: np.ndarray, mass: float) -> int:
 
 
 def draw_influence(result: Influence, *, ax: Any = None, max_points: int = 4096) -> Any:
-    """Influence vs input position, one curve per depth (log scale); returns the figure.
-
-    ``ax``: a matplotlib axes to draw on (else a new pyplot-free figure). Entries below
-    the smallest normal float64 are left out (log scale). Above ``max_points``
-    positions, each curve is drawn at ``max_points`` evenly spaced positions (the last
-    one included). Write it with :func:`rankcollapse._figure.save_figure`.
-
-    Raises
-    ------
-    MaskError
-        ``result`` is not an :class:`Influence` (as :func:`influence` returns).
-    """
+    """Influence vs input position, one curve per depth (log scale, subnormal entries left
+    out, at most ``max_points`` positions); returns the figure, drawn on ``ax`` if given.
+    Raises :class:`MaskError` when ``result`` is not an :class:`Influence`."""
     from .._figure import colour, new_axes
 
     if not isinstance(result, Influence):
         raise MaskError(f"draw_influence draws the Influence that influence() returns, got {type(result).__name__}")
-
     fig, ax = new_axes(ax, figsize=(7.0, 4.2))
     n, depth = result.n_tokens, result.depth
     pos = np.unique(np.linspace(0, n - 1, min(n, max_points)).round().astype(np.int64))
@@ -437,9 +347,7 @@ def draw_influence(result: Influence, *, ax: Any = None, max_points: int = 4096)
         keep = y >= np.finfo(np.float64).tiny
         ax.plot(pos[keep], y[keep], color=colour(k, "viridis" if len(shown) > 10 else "tab10"),
                 lw=1.2, label=f"depth {h}")
-    ax.set_yscale("log")
-    ax.set_xlabel("input position j")
-    ax.set_ylabel("influence on the last query  (P_H ... P_1)[N-1, j]")
+    ax.set(yscale="log", xlabel="input position j", ylabel="influence on the last query  (P_H ... P_1)[N-1, j]")
     alpha = f"{result.alpha:g}" if isinstance(result.alpha, float) else "per layer"
     ax.set_title(f"{result.spec}, N = {n}, alpha = {alpha}, decay = {result.decay:g}", fontsize=9)
     ax.legend(fontsize=7, frameon=False)
@@ -448,46 +356,28 @@ def draw_influence(result: Influence, *, ax: Any = None, max_points: int = 4096)
 
 
 def ranks_something(profile: np.ndarray) -> bool:
-    """Whether ``profile`` (float ``(N,)``) has at least three distinct values to 9
-    significant digits (relative to its maximum). A profile with fewer ranks nothing: a
-    rank correlation with it would rank the rounding noise of the other side among its
-    tied positions (uniform attention's first layer under the causal mask; every layer
-    under the complete mask but for the self term)."""
+    """Whether ``profile`` (float ``(N,)``) has at least three distinct values to 9 significant
+    digits (relative to its maximum); with fewer, a rank correlation would rank round-off."""
     profile = np.asarray(profile, dtype=np.float64)
     scaled = profile / profile.max() if profile.max() > 0 else profile
     return np.unique(np.round(scaled, 9)).size >= 3
 
 
 def shown_depths(depth: int) -> list[int]:
-    """The depths a figure draws one curve each for: 1, ``depth`` and about six evenly
-    spaced between (at most ~8 curves)."""
+    """The depths a figure draws: 1, ``depth`` and about six evenly spaced between."""
     return sorted({1, depth, *range(1, depth + 1, max(1, depth // 6))})
 
 
 def window_horizon(width: int, depth: int, alpha: float, epsilon: float = 0.01) -> float:
-    """Normal (central-limit) approximation of the effective horizon of
-    ``causal_sliding_window:w=width`` under uniform attention with residual ``alpha``
-    after ``depth`` layers, on a sequence long enough that no path reaches token 0
-    (``N - 1 >= depth (width - 1)``).
-
-    Derivation (docs/masks.md, "Horizon of a causal window"). Row ``N-1`` of
-    ``P_H ... P_1`` is the law of the position reached by walking back from ``N-1``:
-    at each layer the walk stays with probability ``alpha`` and otherwise moves back by
-    ``U ~ Uniform{0, ..., W-1}`` (uniform attention over the query and its ``W - 1``
-    predecessors). So ``I[N-1-d] = P(D = d)``, ``D = S_1 + ... + S_H`` with i.i.d. steps
-    ``S = B U``, ``B ~ Bernoulli(1 - alpha)``:
+    """Normal approximation of the effective horizon of ``causal_sliding_window:w=width`` under
+    uniform attention with residual ``alpha`` after ``depth`` layers (docs/masks.md, "Horizon of a
+    causal window"): with the step ``S = B U``, ``B ~ Bernoulli(1 - alpha)``, ``U ~ Uniform{0, ..., W-1}``,
 
         E S = (1 - alpha)(W - 1)/2,   Var S = (1 - alpha)(W^2 - 1)/12 + alpha (1 - alpha)(W - 1)^2/4,
 
-    and the effective horizon (the fewest recent positions holding ``1 - epsilon`` of the
-    mass, :func:`summarize`) is ``q_{1-epsilon}(D) + 1``. With the continuity-corrected
-    normal quantile, ``horizon ~ ceil(H E S + z sqrt(H Var S) + 1/2)``, ``z = Phi^{-1}(1 -
-    epsilon)``, capped by the receptive field ``H (W - 1) + 1``. It grows with the depth
-    (as ``H`` plus ``sqrt(H)``), unlike ``W ln(epsilon) / ln(1 - alpha)``, the horizon of a
-    walk that stops for good with probability ``alpha`` at each step.
-
-    Returns a float (a whole number of positions). Raises :class:`MaskError` for
-    ``width < 1``, ``depth < 1``, ``alpha`` outside ``[0, 1]`` or ``epsilon`` outside ``(0, 1)``.
+    ``horizon ~ ceil(H E S + z sqrt(H Var S) + 1/2)``, ``z = Phi^{-1}(1 - epsilon)``, capped by
+    ``H (W - 1) + 1`` (a float; while no path reaches token 0). Raises :class:`MaskError` for a bad
+    width, depth, alpha or epsilon.
     """
     from scipy.stats import norm
 

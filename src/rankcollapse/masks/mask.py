@@ -1,13 +1,11 @@
-"""The :class:`Mask` type: one attention mask in one convention.
-
-``M[i, j] = True`` iff token ``i`` attends to token ``j`` (spec.md §1), i.e. the
-graph edge ``j -> i``. A mask keeps a compact CSR form (built straight from the
-structure for the named constructors, never through an ``N x N`` dense matrix) and,
-where natural, a vectorised FlexAttention predicate ``mask_mod(b, h, q_idx, kv_idx)``.
+"""The :class:`Mask` type: ``M[i, j] = True`` iff token ``i`` attends to token ``j`` (spec.md §1),
+kept as a CSR form (built from the structure, never through a dense matrix) and a
+FlexAttention predicate ``mask_mod(b, h, q_idx, kv_idx)``.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -26,8 +24,7 @@ MaskMod = Callable[[Any, Any, "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
 def normalise_csr(csr: Any, n_tokens: int) -> sp.csr_array:
-    """Canonical bool CSR of shape ``(n_tokens, n_tokens)``: sorted indices, no duplicates,
-    no stored False, int64 index. Raises MaskError for another shape."""
+    """Canonical bool CSR ``(n_tokens, n_tokens)``; MaskError for another shape."""
     n = n_tokens
     csr = sp.csr_array(csr, dtype=bool)
     csr.eliminate_zeros()
@@ -39,17 +36,9 @@ def normalise_csr(csr: Any, n_tokens: int) -> sp.csr_array:
 
 
 def as_bool_matrix(matrix: Any, error: type[RankCollapseError] = MaskError) -> Any:
-    """``matrix`` as booleans: a ``torch.bool`` tensor for a tensor (same device), else a
-    ``numpy.bool_`` array. The one rule for a mask matrix: boolean, or integers that are
-    all 0 or 1; floats are refused (an additive ``0 / -inf`` mask or attention weights
-    are not an allowed-key matrix).
-
-    Raises
-    ------
-    error
-        A sparse or meta tensor (named with its layout), or entries that are not
-        boolean / 0-1 integers.
-    """
+    """``matrix`` as a ``torch.bool`` tensor (same device) or a ``numpy.bool_`` array. A mask
+    matrix is boolean or 0/1 integers; floats (additive masks, attention weights) and sparse or
+    meta tensors raise ``error``."""
     check_tensor_storage(matrix, "mask", error=error)  # scipy sparse is the sparse mask form
     if is_tensor(matrix):
         import torch  # already loaded: matrix is a tensor
@@ -73,51 +62,21 @@ class Mask:
 
     Parameters
     ----------
-    n_tokens : int
-        Number of tokens ``N`` (>= 1).
-    spec : str
-        Canonical spec string (``NAME:key=value,...``) that rebuilds this mask.
-    csr : scipy.sparse array ``(N, N)``, optional
-        Boolean sparse form; checked for shape and empty rows at construction.
-    build_csr : callable, optional
-        Zero-argument function returning the CSR form (used by structured
-        constructors, which guarantee a non-empty row for every token).
-    mask_mod : callable, optional
-        Vectorised predicate ``mask_mod(b, h, q_idx, kv_idx) -> bool tensor`` with
-        FlexAttention's signature; ``b`` and ``h`` are ignored.
-    intervals : (lo, hi) int arrays ``(N,)``, optional
-        Row ``i`` attends to keys ``lo[i] .. hi[i]`` (inclusive, within ``0 .. N-1``); the
-        CSR is built from them on first use and the edge count is known without building
-        it (kernels build their block plan from them: no CSR of ``N w`` edges).
-    closed_form : dict, optional
-        Graph quantities known in closed form (``centers``, ``radius``, ``diameter``,
-        ``quasi_strongly_connected``, ``strongly_connected``), used to cross-check the
-        generic analysis.
+    spec : canonical spec string (``NAME:key=value,...``) that rebuilds this mask.
+    csr : boolean scipy sparse ``(N, N)``; checked for shape and empty rows.
+    build_csr : zero-argument function returning the CSR form (rows guaranteed non-empty).
+    mask_mod : FlexAttention predicate ``mask_mod(b, h, q_idx, kv_idx) -> bool tensor``.
+    intervals : (lo, hi) int arrays ``(N,)``: row ``i`` attends to keys ``lo[i] .. hi[i]``.
+    closed_form : graph facts known in closed form (the keys of :func:`~.constructors.closed`).
 
-    Raises
-    ------
-    MaskError
-        Non-square matrix, ``N < 1``, intervals not of length ``N``, or a row with no
-        allowed key.
-
-    See Also
-    --------
-    parse_mask : a Mask from a spec string.
-    resolve_mask : a Mask from any mask form (spec, Mask, bool matrix, scipy sparse).
-    analyze : the graph quantities of a Mask.
+    Raises :class:`MaskError` for a non-square matrix, ``N < 1``, intervals not of length
+    ``N``, or an empty row. Build one with :func:`parse_mask` or :func:`resolve_mask`.
     """
 
-    def __init__(
-        self,
-        n_tokens: int,
-        spec: str,
-        *,
-        csr: Any = None,
-        build_csr: Callable[[], sp.csr_array] | None = None,
-        intervals: tuple[np.ndarray, np.ndarray] | None = None,
-        mask_mod: MaskMod | None = None,
-        closed_form: dict[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, n_tokens: int, spec: str, *, csr: Any = None,
+                 build_csr: Callable[[], sp.csr_array] | None = None,
+                 intervals: tuple[np.ndarray, np.ndarray] | None = None, mask_mod: MaskMod | None = None,
+                 closed_form: dict[str, Any] | None = None) -> None:
         self.n_tokens = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
         self.spec = spec
         # unstructured masks get an exact predicate backed by a lazily built lookup table
@@ -149,7 +108,6 @@ class Mask:
         """True once the CSR form exists (its memory is already spent)."""
         return self._csr is not None
 
-    # ------------------------------------------------------------------ forms
     def to_csr(self) -> sp.csr_array:
         """Boolean ``scipy.sparse.csr_array`` of shape ``(N, N)`` (cached, sorted indices)."""
         if self._csr is None:
@@ -157,15 +115,7 @@ class Mask:
         return self._csr
 
     def to_dense(self, device: torch.device | str | None = None) -> torch.Tensor:
-        """Dense ``torch.bool`` tensor ``(N, N)``; ``N^2`` bytes, meant for small N.
-
-        ``device``: None (CPU) or a torch device that exists on this machine.
-
-        Raises
-        ------
-        ConfigError
-            ``device`` is not a torch device or not present here (``"cuda"`` without a GPU).
-        """
+        """Dense ``torch.bool`` ``(N, N)`` on ``device`` (default CPU; ConfigError if not present)."""
         import torch
 
         if device is not None:  # a typed error, not torch's AssertionError, for a missing GPU
@@ -182,25 +132,17 @@ class Mask:
 
     @property
     def n_edges(self) -> int:
-        """Number of allowed (query, key) pairs, self-loops included (from the row
-        intervals or the given CSR when known, without building the CSR form)."""
+        """Number of allowed (query, key) pairs, self-loops included (without the CSR when known)."""
         return self.n_edges_hint if self.n_edges_hint is not None else int(self.to_csr().nnz)
 
     @property
     def shape(self) -> tuple[int, int]:
         return (self.n_tokens, self.n_tokens)
 
-    # ------------------------------------------------------------ constructors
     @classmethod
     def from_dense(cls, matrix: Any, spec: str | None = None) -> "Mask":
-        """Mask from a dense boolean ``(N, N)`` tensor or array.
-
-        Raises
-        ------
-        MaskError
-            Not 2-D, not square, not boolean (0/1 integers are accepted, floats are
-            not: :func:`as_bool_matrix`), a sparse or meta tensor, or a row with no key.
-        """
+        """Mask from a dense boolean (or 0/1) ``(N, N)`` tensor or array. Raises :class:`MaskError`
+        for another shape or dtype (:func:`as_bool_matrix`) or an empty row."""
         arr = as_bool_matrix(matrix)
         arr = arr.cpu().numpy() if is_tensor(arr) else arr
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
@@ -218,15 +160,8 @@ class Mask:
 
     @classmethod
     def from_edges(cls, edges: Any, n_tokens: int, spec: str | None = None) -> "Mask":
-        """Mask on ``n_tokens`` tokens from an ``(E, 2)`` integer array of ``(i, j)`` pairs
-        meaning i attends to j.
-
-        Raises
-        ------
-        MaskError
-            Bad shape, ``n_tokens < 1``, negative index, index ``>= n_tokens`` or a row
-            with no key.
-        """
+        """Mask from an ``(E, 2)`` integer array of ``(i, j)`` pairs meaning i attends to j. Raises
+        :class:`MaskError` for a bad shape, ``n_tokens < 1``, an index outside ``0..N-1``, an empty row."""
         n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
         e = np.asarray(edges)
         if e.size == 0:
@@ -240,7 +175,6 @@ class Mask:
         coo = sp.coo_array((np.ones(len(e), bool), (e[:, 0], e[:, 1])), shape=(n, n))
         return cls(n, spec or f"edges:n={n}", csr=coo.tocsr())
 
-    # ------------------------------------------------------------- algebra
     def __and__(self, other: "Mask") -> "Mask":
         return _combine(self, other, "&")
 
@@ -262,10 +196,7 @@ class Mask:
 
 
 def lazy_table(get_array: Callable[[], np.ndarray]) -> Callable[[Any], "torch.Tensor"]:
-    """``table(device)``: the tensor of ``get_array()`` on ``device``, converted on first
-    use and kept. A predicate indexes such a table, so building a mask imports no torch;
-    :func:`~rankcollapse.masks.convert.to_block_mask` calls the predicate once eagerly,
-    so the table exists before FlexAttention traces it."""
+    """``table(device)``: the tensor of ``get_array()`` on ``device``, made on first use and kept."""
     cache: list = []
 
     def table(device: Any) -> "torch.Tensor":
@@ -279,8 +210,7 @@ def lazy_table(get_array: Callable[[], np.ndarray]) -> Callable[[Any], "torch.Te
 
 
 def _lazy_lookup(get_csr: Callable[[], sp.csr_array]) -> MaskMod:
-    """Exact predicate for an unstructured mask: a dense lookup table built on first
-    use (N^2 bytes; an arbitrary mask has no cheaper exact elementwise predicate)."""
+    """Exact predicate for an unstructured mask: a dense lookup table (N^2 bytes) built on first use."""
     table = lazy_table(lambda: get_csr().toarray())
 
     def mask_mod(b, h, q_idx, kv_idx):
@@ -294,27 +224,20 @@ def _combine(a: Mask, b: Mask, op: str) -> Mask:
         return NotImplemented
     if a.n_tokens != b.n_tokens:
         raise MaskError(f"cannot combine masks of {a.n_tokens} and {b.n_tokens} tokens")
-    structural = a._predicate_is_structural and b._predicate_is_structural
-    if op == "&":
-        csr = _intersect(a, b)
-    else:
-        csr = a.to_csr() + b.to_csr()
+    csr = _intersect(a, b) if op == "&" else a.to_csr() + b.to_csr()
+    join = operator.and_ if op == "&" else operator.or_
     mod = None
-    if structural:
+    if a._predicate_is_structural and b._predicate_is_structural:
         ma, mb = a.mask_mod, b.mask_mod
-        if op == "&":
-            def mod(bb, h, q, kv):
-                return ma(bb, h, q, kv) & mb(bb, h, q, kv)
-        else:
-            def mod(bb, h, q, kv):
-                return ma(bb, h, q, kv) | mb(bb, h, q, kv)
+
+        def mod(bb, h, q, kv):
+            return join(ma(bb, h, q, kv), mb(bb, h, q, kv))
     sa, sb = (_grouped(m.spec) if op == "&" else m.spec for m in (a, b))
     return Mask(a.n_tokens, f"{sa}{op}{sb}", csr=csr, mask_mod=mod)
 
 
 def _grouped(spec: str) -> str:
-    """``spec`` in parentheses if it has a top-level ``|`` (so that ``&``, which binds
-    tighter, keeps the meaning when the combined spec is parsed again)."""
+    """``spec`` in parentheses if it has a top-level ``|`` (``&`` binds tighter)."""
     depth = 0
     for ch in spec:
         depth += (ch == "(") - (ch == ")")
@@ -324,9 +247,7 @@ def _grouped(spec: str) -> str:
 
 
 def _intersect(a: Mask, b: Mask, chunk: int = 1 << 22) -> sp.csr_array:
-    """CSR of ``a & b`` that only builds the sparser operand (by edge count, when known)
-    and filters its entries with the other's predicate, so ``causal&sliding_window``
-    never forms causal's N^2/2 edges."""
+    """CSR of ``a & b``: the sparser operand's entries filtered by the other's predicate."""
     inf = float("inf")
     size = lambda m: inf if m.n_edges_hint is None else m.n_edges_hint  # noqa: E731
     base, other = (a, b) if size(a) <= size(b) else (b, a)

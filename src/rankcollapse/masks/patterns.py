@@ -1,8 +1,5 @@
-"""Sparse-attention patterns from the literature, random graphs and masks from files.
-
-Key sets ``K(i) = {j : M[i, j]}`` are stated exactly for 0-based tokens. Every
-function takes the number of tokens ``n_tokens`` (N >= 1; a MaskError otherwise) as
-its first mask argument.
+"""Sparse-attention patterns from the literature, random graphs and masks from files; each
+takes ``n_tokens`` (N >= 1) first and states its key set ``K(i) = {j : M[i, j]}`` (0-based).
 """
 
 from __future__ import annotations
@@ -10,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -23,47 +20,25 @@ from .mask import Mask, lazy_table
 
 
 def strided(n_tokens: int, stride: int) -> Mask:
-    """Sparse Transformer *strided* pattern, both heads merged (causal).
-
-    ``K(i) = {j : max(0, i - l) <= j <= i} ∪ {j <= i : (i - j) mod l = 0}`` with
-    ``l = stride``: Child et al. 2019, "Generating Long Sequences with Sparse
-    Transformers", §4.2, ``A(1)_i = {t, ..., i}, t = max(0, i - l)`` and
-    ``A(2)_i = {j : (i - j) mod l = 0}``.
-    Center ``{0}``; radius 2 when some token ``i > l`` has ``i mod l != 0`` (reached via
-    ``i mod l``), else 1 (N > 1).
-
-    Raises
-    ------
-    MaskError
-        ``stride < 1``.
-    """
+    """Sparse Transformer *strided* pattern, both heads merged (Child et al. 2019 §4.2):
+    ``K(i) = {j : max(0, i - l) <= j <= i} ∪ {j <= i : (i - j) mod l = 0}``, ``l = stride``.
+    Raises :class:`MaskError` for ``stride < 1``."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     l = check_int(stride, "strided stride", low=1, error=MaskError)
     idx = np.arange(n)
     far = l >= 2 and n - 1 > l
     r = 2 if far else int(n > 1)
-    return Mask(
-        n, f"strided:stride={l}",
-        build_csr=lambda: union_csr([interval_coo(np.maximum(idx - l, 0), idx),
-                                     progressions(idx, -l, idx // l + 1)], n),
-        mask_mod=lambda b, h, q, kv: (kv <= q) & ((q - kv <= l) | ((q - kv) % l == 0)),
-        closed_form=closed(n, centers=[0], radius=r, strongly=n == 1, diameter=0 if n == 1 else None),
-    )
+    return Mask(n, f"strided:stride={l}",
+                build_csr=lambda: union_csr([interval_coo(np.maximum(idx - l, 0), idx),
+                                             progressions(idx, -l, idx // l + 1)], n),
+                mask_mod=lambda b, h, q, kv: (kv <= q) & ((q - kv <= l) | ((q - kv) % l == 0)),
+                closed_form=closed(n, centers=[0], radius=r, strongly=n == 1, diameter=0 if n == 1 else None))
 
 
 def fixed(n_tokens: int, stride: int, c: int = 1) -> Mask:
-    """Sparse Transformer *fixed* pattern, both heads merged (causal).
-
-    ``K(i) = {j <= i : j // l = i // l} ∪ {j <= i : j mod l >= l - c}`` with
-    ``l = stride``: Child et al. 2019 §4.2, ``A(1)_i = {j : floor(j/l) = floor(i/l)}``,
-    ``A(2)_i = {j : j mod l ∈ {t, ..., l}}, t = l - c`` ("summary" positions).
-    Center ``{0}``; radius 1 if one block (N <= l) or ``c = l``, else 2.
-
-    Raises
-    ------
-    MaskError
-        ``stride < 1`` or ``c`` outside ``1..stride``.
-    """
+    """Sparse Transformer *fixed* pattern, both heads merged (Child et al. 2019 §4.2):
+    ``K(i) = {j <= i : j // l = i // l} ∪ {j <= i : j mod l >= l - c}``, ``l = stride``.
+    Raises :class:`MaskError` for ``stride < 1`` or ``c`` outside ``1..stride``."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     l = check_int(stride, "fixed stride", low=1, error=MaskError)
     c = check_int(c, "fixed summary width c", low=1, error=MaskError)
@@ -72,15 +47,11 @@ def fixed(n_tokens: int, stride: int, c: int = 1) -> Mask:
     idx = np.arange(n)
     pieces = [interval_coo((idx // l) * l, idx)]
     for off in range(l - c, l):  # one progression per summary offset (c of them)
-        first = np.full(n, off)
-        pieces.append(progressions(first, l, np.maximum((idx - off) // l + 1, 0)))
+        pieces.append(progressions(np.full(n, off), l, np.maximum((idx - off) // l + 1, 0)))
     r = 0 if n == 1 else (1 if n <= l or c == l else 2)
-    return Mask(
-        n, f"fixed:stride={l},c={c}",
-        build_csr=lambda: union_csr(pieces, n),
-        mask_mod=lambda b, h, q, kv: (kv <= q) & ((kv // l == q // l) | (kv % l >= l - c)),
-        closed_form=closed(n, centers=[0], radius=r, strongly=n == 1, diameter=0 if n == 1 else None),
-    )
+    return Mask(n, f"fixed:stride={l},c={c}", build_csr=lambda: union_csr(pieces, n),
+                mask_mod=lambda b, h, q, kv: (kv <= q) & ((kv // l == q // l) | (kv % l >= l - c)),
+                closed_form=closed(n, centers=[0], radius=r, strongly=n == 1, diameter=0 if n == 1 else None))
 
 
 def _check_globals(globals_: Sequence[int], n: int, name: str) -> np.ndarray:
@@ -92,33 +63,23 @@ def _check_globals(globals_: Sequence[int], n: int, name: str) -> np.ndarray:
     return np.sort(g)
 
 
-def _window_with_globals(n: int, w: int, g: np.ndarray, name: str) -> tuple[list, Any, np.ndarray]:
+def _window_with_globals(n: int, w: int, g: np.ndarray) -> tuple[list, Mask]:
+    """COO pieces of the window ``w`` (checked by :func:`sliding_window`, also returned) and the globals ``g``."""
     base = sliding_window(n, w)
     h = (w - 1) // 2
     idx = np.arange(n)
-    pieces = [interval_coo(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1)),
-              columns_coo(n, g), rows_coo(n, g)]
-    is_g = np.zeros(n, dtype=bool)
-    is_g[g] = True
-    return pieces, base, is_g
+    return [interval_coo(np.maximum(idx - h, 0), np.minimum(idx + h, n - 1)), columns_coo(n, g), rows_coo(n, g)], base
 
 
 def longformer(n_tokens: int, w: int, globals: Sequence[int] = ()) -> Mask:
-    """Longformer: bidirectional window of odd width ``w = 2h + 1`` plus global tokens.
-
-    ``K(i) = {j : |i - j| <= h} ∪ G`` for ``i ∉ G`` and ``K(g) = {0..N-1}`` for ``g ∈ G``
-    (global tokens attend to and are attended by all): Beltagy et al. 2020,
-    "Longformer", §3.1. With ``G`` non-empty and N > 1: strongly connected,
-    radius 1, diameter 1 if the non-global tokens lie within ``h`` of each other, else 2.
-
-    Raises
-    ------
-    MaskError
-        Even or non-positive ``w``, a global token outside ``0..N-1`` or repeated.
-    """
+    """Longformer (Beltagy et al. 2020 §3.1): window of odd width ``w = 2h + 1`` plus global
+    tokens ``G``: ``K(i) = {j : |i - j| <= h} ∪ G`` for ``i ∉ G``, ``K(g) = {0..N-1}``.
+    Raises :class:`MaskError` for a bad ``w``, or a global token outside ``0..N-1`` or repeated."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     g = _check_globals(globals, n, "longformer")
-    pieces, base, is_g = _window_with_globals(n, w, g, "longformer")
+    pieces, base = _window_with_globals(n, w, g)
+    is_g = np.zeros(n, dtype=bool)
+    is_g[g] = True
     g_t = lazy_table(lambda: is_g)
     h = (w - 1) // 2
     if g.size and n > 1:
@@ -127,16 +88,13 @@ def longformer(n_tokens: int, w: int, globals: Sequence[int] = ()) -> Mask:
         cf = closed(n, centers=np.arange(n), radius=1, strongly=True, diameter=diam)
     else:
         cf = base.closed_form
-    return Mask(
-        n, f"longformer:w={w},globals={'+'.join(map(str, g.tolist()))}",
-        build_csr=lambda: union_csr(pieces, n),
-        mask_mod=lambda b, hh, q, kv: ((q - kv).abs() <= h) | g_t(q.device)[q] | g_t(q.device)[kv],
-        closed_form=cf,
-    )
+    return Mask(n, f"longformer:w={w},globals={'+'.join(map(str, g.tolist()))}", build_csr=lambda: union_csr(pieces, n),
+                mask_mod=lambda b, hh, q, kv: ((q - kv).abs() <= h) | g_t(q.device)[q] | g_t(q.device)[kv],
+                closed_form=cf)
 
 
 def _distinct_random_keys(rng: np.random.Generator, n: int, r: int) -> np.ndarray:
-    """``(n, r)`` keys, each row ``r`` distinct tokens drawn uniformly (rejection by row)."""
+    """``(n, r)`` keys, each row ``r`` distinct uniform tokens."""
     if r * r > n:  # many collisions expected: exact per-row permutation of an (n, n) array
         check_edges(n * n, n, 16)
         return np.argsort(rng.random((n, n)), axis=1)[:, :r]
@@ -150,26 +108,16 @@ def _distinct_random_keys(rng: np.random.Generator, n: int, r: int) -> np.ndarra
 
 
 def bigbird(n_tokens: int, w: int, globals: Sequence[int] = (), random: int = 0, seed: int = 0) -> Mask:
-    """BigBird: bidirectional window (odd ``w``) + global tokens + ``random`` random keys.
-
-    ``K(i) = {j : |i - j| <= h} ∪ G ∪ R(i)`` for ``i ∉ G``, ``K(g) = {0..N-1}``, where
-    ``R(i)`` holds ``random`` distinct tokens drawn uniformly per query with
-    ``numpy.random.default_rng(seed)``: Zaheer et al. 2020, "Big Bird", §2 (token-level
-    version of its block-sparse pattern). With ``G`` non-empty and N > 1: strongly
-    connected, radius 1.
-
-    Raises
-    ------
-    MaskError
-        Bad ``w`` or globals (see :func:`longformer`), ``random`` < 0 or > N.
-    """
+    """BigBird (Zaheer et al. 2020 §2, token level): :func:`longformer`'s keys plus ``R(i)``,
+    ``random`` distinct tokens per query drawn with ``numpy.random.default_rng(seed)``.
+    Raises :class:`MaskError` as :func:`longformer`, or for ``random`` < 0 or > N."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     g = _check_globals(globals, n, "bigbird")
     r = check_int(random, "bigbird random", low=0, error=MaskError)
     if r > n:
         raise MaskError(f"bigbird random={r} exceeds the number of tokens N={n}")
     seed = check_int(seed, "seed", low=0, error=MaskError)
-    pieces, base, _ = _window_with_globals(n, w, g, "bigbird")
+    pieces, base = _window_with_globals(n, w, g)
     if r:
         keys = _distinct_random_keys(np.random.default_rng(seed), n, r)
         pieces.append((np.repeat(np.arange(n), r), keys.ravel()))
@@ -184,17 +132,9 @@ def bigbird(n_tokens: int, w: int, globals: Sequence[int] = (), random: int = 0,
 
 
 def random(n_tokens: int, p: float, seed: int = 0) -> Mask:
-    """Erdős–Rényi directed graph ``G(N, p)`` plus self-loops: ``K(i) = {i} ∪ {j : U_ij < p}``.
-
-    Every off-diagonal pair is kept independently with probability ``p``: the edge
-    count is drawn from Binomial(N(N-1), p) and that many distinct pairs are chosen
-    uniformly (``numpy.random.default_rng(seed)``), O(E) memory.
-
-    Raises
-    ------
-    MaskError
-        ``p`` outside ``[0, 1]``.
-    """
+    """Erdős–Rényi directed graph ``G(N, p)`` plus self-loops, in O(E): a Binomial(N(N-1), p)
+    count of distinct off-diagonal pairs (``numpy.random.default_rng(seed)``).
+    Raises :class:`MaskError` for ``p`` outside ``[0, 1]``."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0 or math.isnan(p):
         raise MaskError(f"random edge probability p must be in [0, 1], got {p!r}")
@@ -212,14 +152,10 @@ def random(n_tokens: int, p: float, seed: int = 0) -> Mask:
 
 
 def from_file(path: str | Path, n_tokens: int) -> Mask:
-    """Mask read from ``path``: a ``.npy`` boolean ``(N, N)`` matrix, or a text edge list
-    with one ``i j`` pair per line meaning token i attends to token j (``#`` comments).
-
-    Raises
-    ------
-    MaskError
-        Unreadable file, non-square or non-boolean matrix, size different from
-        ``n_tokens``, malformed line, token outside ``0..n_tokens-1``, or a row with no key.
+    """Mask read from a ``.npy`` boolean ``(N, N)`` matrix, or a text edge list of ``i j``
+    lines (token i attends to token j; ``#`` comments). Raises :class:`MaskError` for an
+    unreadable file, a non-square or non-boolean matrix, N other than ``n_tokens``, a malformed
+    line, a token outside ``0..n_tokens-1``, or an empty row.
     """
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     path = Path(path)

@@ -13,13 +13,8 @@ from .mask import Mask
 
 
 def image_format(out: str | Path) -> str:
-    """The matplotlib format named by ``out``'s suffix (``png`` when it has none).
-
-    Raises
-    ------
-    MaskError
-        The suffix names no format matplotlib can write (checked before any drawing).
-    """
+    """The matplotlib format of ``out``'s suffix (default ``png``); :class:`MaskError` if
+    matplotlib cannot write it."""
     from matplotlib.backend_bases import FigureCanvasBase
 
     fmt = Path(out).suffix.lstrip(".").lower() or "png"
@@ -32,19 +27,9 @@ def image_format(out: str | Path) -> str:
 
 def draw_mask(mask: Mask, analysis: MaskAnalysis | None = None, out: str | Path | None = None, *,
               ax: Any = None) -> Any:
-    """Draw ``mask`` (dark cell ``(i, j)`` = query i attends to key j); returns the figure.
-
-    Centers are marked in red on both axes; the title gives QSC, radius and diameter.
-    ``analysis`` defaults to :func:`rankcollapse.masks.analyze` of ``mask``. ``ax``: a
-    matplotlib axes to draw on (else a new pyplot-free figure). ``out``: also write the
-    image there, atomically; the format follows the suffix (png, pdf, svg). Never
-    changes matplotlib's backend.
-
-    Raises
-    ------
-    MaskError
-        An unknown image format (:func:`image_format`; checked before any drawing).
-    """
+    """Draw ``mask`` (dark cell ``(i, j)`` = query i attends to key j, centers in red); returns
+    the figure, drawn on ``ax`` if given. ``analysis`` defaults to :func:`analyze` of ``mask``.
+    ``out``: also write the image there (format from the suffix; :func:`image_format`)."""
     if out is not None:
         image_format(out)
     from .._figure import new_axes, save_figure

@@ -1,9 +1,5 @@
 """Weighted sums of a non-negative vector over fixed index ranges, in O(N) per vector and
-without subtraction (:class:`RangeSums`): the products of the influence profiles of
-interval masks (:mod:`rankcollapse.masks.influence`, module docstring) are two such sums
-per key. Every entry keeps float64 relative accuracy, tails of 1e-60 included (error
-bound in :class:`RangeSums`).
-"""
+without subtraction (:class:`RangeSums`), for the influence profiles of interval masks."""
 
 from __future__ import annotations
 
@@ -13,47 +9,21 @@ from typing import Any
 
 import numpy as np
 
-#: Scans along blocks longer than this run in two stages (sub-blocks of about the square
-#: root of the block), so that no sum adds more than this many terms in sequence.
+#: Scans along longer blocks run in two stages (sub-blocks of about the square root).
 SEQUENTIAL_SCAN = 1024
 
 
 class RangeSums:
-    """Weighted sums of a non-negative vector over fixed ranges, in O(N + K) per vector.
+    """``RangeSums(n, a, b, r)(x)[k] = sum_{i=a[k]}^{b[k]} x[i] r^(i - a[k])`` (0 where ``a[k] > b[k]``)
+    for non-negative float64 ``x`` of length ``n``, ``0 <= r <= 1``: planned once, O(N + K) per call.
 
-    ``RangeSums(n, a, b, r)(x)[k] = sum_{i=a[k]}^{b[k]} x[i] r^(i - a[k])`` (0 where
-    ``a[k] > b[k]``) for any non-negative float64 ``x`` of length ``n``, ``0 <= r <= 1``.
-    The plan is made once; each call costs O(N + K).
+    A disjoint sparse table on ``x`` padded to ``M = 2^p >= n``: at block size ``2^j`` (picked by
+    :func:`_levels`) a range is one suffix plus ``r^(m - a)`` times one prefix of blocks, or one of them.
 
-    Blocks without subtraction (a disjoint sparse table restricted to the levels and
-    blocks in use). ``x`` is padded with zeros to ``M = 2^p >= n``, so a range ending at
-    ``n - 1`` may be taken to end with any block holding ``n - 1`` (the same sum). At block
-    size ``B = 2^j`` a range ``[a, b]`` is *served* when it crosses one block boundary
-    ``m`` with ``m - B <= a < m <= b < m + B``: it is then the suffix of ``a``'s block from
-    ``a`` plus ``r^(m - a)`` times the prefix of ``b``'s block up to ``b``; or when it lies in
-    one block and starts or ends with it (one prefix or one suffix). A range of length
-    ``2^(j-1) < L <= 2^j`` is served at ``B = 2^j`` or, if it lies inside one such block
-    without touching its ends, at ``2^(j-1)`` (it then contains the block's midpoint and
-    ends less than ``2^(j-1)`` after it); a range starting at 0 or ending at ``n - 1`` is
-    also served at every larger ``B``. The plan picks block sizes greedily, the one
-    serving most ranges first (the larger on ties): the windows of a sliding window take
-    one block size, the causal mask's suffixes one scan of the whole vector. Per vector,
-    each block size scans the blocks holding a range's start (suffix sums) and those
-    holding a range's end (prefix sums), and each range reads one or two scan values
-    (runs of them as slices).
-
-    Error. Only non-negative terms are added, so there is no cancellation and the bound is
-    relative, for every entry however small (down to float64's smallest normal number;
-    terms below it are subnormal or 0, as in the exact product). With ``r = 1`` a scan
-    value is a running sum of at most ``S`` terms: ``S = B`` for blocks up to
-    :data:`SEQUENTIAL_SCAN`, longer blocks run in two stages (running sums within
-    sub-blocks of ``s ~ sqrt(B)``, then the running sum of the sub-block totals added on,
-    ``S ~ 2 sqrt(B)``); an
-    output adds at most two scan values, so its relative error is at most about ``(S + 1)
-    eps / 2`` (worst case; typically ``~ sqrt(S) eps``). With ``r < 1`` the suffix scans
-    add along a tree (``2 log2 B`` terms), the prefix scans weight each term by ``r^t``
-    first, and the weights ``r^d = exp(d log r)`` carry a relative error ~ ``d |log r| eps``
-    (as in the dense product). Memory: ``O(M + K)``.
+    Only non-negative terms are added, so the error is relative for every normal entry: with
+    ``r = 1`` at most ``(S + 1) eps / 2``, ``S`` the terms a scan adds in sequence (``B`` up to
+    :data:`SEQUENTIAL_SCAN`, else ``~ 2 sqrt(B)``); with ``r < 1`` suffix scans add along a tree and
+    the weights ``r^d`` err by ``~ d |log r| eps``. Memory ``O(M + K)``.
     """
 
     def __init__(self, n: int, a: np.ndarray | None, b: np.ndarray | None, r: float = 1.0) -> None:
@@ -123,9 +93,8 @@ class RangeSums:
         self.factor = factor if self.second is not None and self.log_r != 0.0 else None
 
     def __call__(self, x: np.ndarray, divisor: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
-        """The range sums of ``x`` (of ``x / divisor`` with a positive ``divisor``), float64
-        ``(K,)``, written into ``out`` if given; else a view of the plan's storage, overwritten
-        by its next call, when every suffix is asked for (``x`` may be that view)."""
+        """The range sums (float64 ``(K,)``) of ``x`` (or ``x / divisor``), into ``out`` if given;
+        else, when every suffix is asked for, a view of the plan's storage that the next call overwrites."""
         buf = self.buffer
         if self.whole_suffix:
             return self._suffixes(x, divisor, out)
@@ -146,11 +115,8 @@ class RangeSums:
         return out
 
     def _suffixes(self, x: np.ndarray, divisor: np.ndarray | None, out: np.ndarray | None) -> np.ndarray:
-        """Every suffix sum of ``x`` (``r = 1``, ``M`` > :data:`SEQUENTIAL_SCAN`): the
-        two-stage scan of :func:`_cumsum` on the reversed vector, written (divided) straight
-        into the scan's storage; the second stage adds the block carries straight into
-        ``out`` (reversed) when its blocks align with it, else the result is a reversed view
-        of the storage (copied into ``out``)."""
+        """Every suffix sum of ``x`` (``r = 1``, ``M`` > :data:`SEQUENTIAL_SCAN`): :func:`_cumsum`'s
+        two stages on the reversed vector, the second straight into ``out`` when its blocks align."""
         m, n, step = self.size, self.n, self.levels[0].step
         scan = self.buffer
         scan[:m - n] = 0.0
@@ -175,13 +141,9 @@ class RangeSums:
 
 
 def _levels(a: np.ndarray, b: np.ndarray, top: int, last: int) -> list[tuple[int, np.ndarray | None]]:
-    """Block sizes ``2^j`` for the ranges ``[a, b]`` (``a < b <= last``), chosen greedily
-    (:class:`RangeSums`), and the ranges each serves (``None``: all). Candidates of a
-    range: ``j0 - 1`` and ``j0`` with ``2^(j0-1) < b - a + 1 <= 2^j0``; a range starting
-    at 0 or ending at ``last`` is served at every level from the first of them that serves
-    it. Each round counts the candidates of up to ~1024 evenly spaced ranges still
-    unserved and takes the level serving most (the larger on ties) for every range it
-    serves."""
+    """Block sizes ``2^j`` for the ranges ``[a, b]`` (``a < b <= last``) and the ranges each
+    serves (``None``: all). Each round counts the candidate levels of up to ~1024 evenly spaced
+    unserved ranges and takes the one serving most (the larger on ties)."""
     out: list[tuple[int, np.ndarray | None]] = []
     left: np.ndarray | None = None  # indices of the ranges still unserved (None: all)
     while a.shape[0] and (left is None or left.shape[0]):
@@ -208,8 +170,7 @@ def _levels(a: np.ndarray, b: np.ndarray, top: int, last: int) -> list[tuple[int
 
 
 def _served(a: np.ndarray, b: np.ndarray, j: Any, last: int) -> np.ndarray:
-    """Whether ``[a, b]`` is one suffix plus one prefix, one prefix or one suffix of blocks
-    of ``2^j`` (a range ending at ``last`` taken to the end of its block)."""
+    """Whether ``[a, b]`` is served at blocks of ``2^j`` (one ending at ``last`` taken to its block's end)."""
     mask = (1 << j) - 1
     b = np.where(b == last, b | mask, b)
     ra, rb = a >> j, b >> j
@@ -217,9 +178,7 @@ def _served(a: np.ndarray, b: np.ndarray, j: Any, last: int) -> np.ndarray:
 
 
 class _Gather:
-    """``buf[idx]``, read as one slice (ascending or descending) and a few exceptions when
-    ``idx`` is mostly a run ``start +- arange(K)`` (parts of the run outside the buffer are
-    exceptions)."""
+    """``buf[idx]``, read as one slice plus a few exceptions when ``idx`` is mostly a run ``start +- arange(K)``."""
 
     def __init__(self, idx: np.ndarray, length: int) -> None:
         k = idx.shape[0]
@@ -285,11 +244,9 @@ class _Level:
 
     @classmethod
     def plan(cls, j: int, a: np.ndarray, b: np.ndarray, end: int, at: int, log_r: float) -> tuple:
-        """Scans at block size ``2^j`` for the ranges ``[a, b]`` (``a < b``, served there; one
-        ending at ``end`` is taken to the end of its block), placed from ``at`` in the
-        buffer. Returns the level, the end of its scans, and each range's reads: first and
-        second part (buffer positions, -1 for none; the second None when no range has
-        one) and the second part's factor ``r^(m - a)``."""
+        """Scans at block size ``2^j`` for the ranges ``[a, b]`` served there, placed from ``at``.
+        Returns the level, the end of its scans, each range's first and second read (buffer
+        positions, -1 for none; the second None when no range has one) and the second's factor."""
         block = 1 << int(j)
         step, last = _substep(block), block - 1
         b = np.where(b == end, b | last, b)
@@ -347,9 +304,8 @@ class _Level:
 
 
 def _rows(rows: np.ndarray, wanted: np.ndarray | None = None) -> tuple[Any, np.ndarray, int]:
-    """The blocks whose scans are read: those in ``rows`` (where ``wanted``), as a slice
-    when ``rows`` is sorted without gaps (then possibly a few more); the position of each
-    entry's block among them; their count."""
+    """The blocks in ``rows`` (where ``wanted``), as a slice when ``rows`` is sorted without gaps;
+    each entry's position among them; their count."""
     if rows.shape[0] == 0:
         return None, rows, 0
     step = np.diff(rows)
@@ -362,18 +318,13 @@ def _rows(rows: np.ndarray, wanted: np.ndarray | None = None) -> tuple[Any, np.n
 
 
 def _substep(length: int) -> int:
-    """Block length of a two-stage scan along a row of ``length`` (a power of two): 1 (one
-    stage) up to :data:`SEQUENTIAL_SCAN`, else about ``sqrt(length)``."""
+    """Sub-block length of a scan along ``length``: 1 up to :data:`SEQUENTIAL_SCAN`, else ~``sqrt(length)``."""
     return 1 if length <= SEQUENTIAL_SCAN else 1 << (length.bit_length() // 2)
 
 
 def _cumsum(x: np.ndarray | None, out: np.ndarray, step: int) -> None:
-    """Cumulative sums of non-negative ``x`` along rows into ``out`` (both ``(rows, L)``;
-    ``x`` may be a reversed view, ``out`` with ``step > 1`` must be contiguous; ``x =
-    None``: of ``out``, in place). With ``step > 1`` (``L`` a multiple of it), in two
-    stages: running sums within blocks of ``step``, then the running sum of the block
-    totals added to the blocks after them, so no sum passes through more than ``step + L /
-    step`` sequential additions."""
+    """Cumulative sums along rows of ``x`` (``None``: ``out`` in place) into ``out`` (contiguous
+    for ``step > 1``), in two stages for ``step > 1``: within blocks of ``step``, then block carries."""
     if x is None:  # in place
         x = out
     rows, length = x.shape
@@ -386,10 +337,8 @@ def _cumsum(x: np.ndarray | None, out: np.ndarray, step: int) -> None:
 
 
 def _geometric_suffix(x: np.ndarray, r: float, out: np.ndarray) -> None:
-    """``out[:, t] = sum_{s >= t} x[:, s] r^(s - t)`` along rows, non-negative ``x``: an
-    up-sweep of pairwise weighted totals (node ``c`` of level ``k`` holds its ``2^k`` terms
-    anchored at its start), then a down-sweep giving each node the suffix from its start
-    (``O(L)`` work, each output a sum along one root-to-leaf path of the tree)."""
+    """``out[:, t] = sum_{s >= t} x[:, s] r^(s - t)`` along rows: an up-sweep of pairwise weighted
+    totals, then a down-sweep giving each node the suffix from its start (O(L))."""
     rows, length = x.shape
     width = 1 << max(0, (length - 1).bit_length())
     level = np.zeros((rows, width))

@@ -1,10 +1,5 @@
-"""The one check that every row of a mask allows at least one key.
-
-A row with no allowed key makes the masked softmax a softmax over nothing (spec.md §1);
-every consumer (the :class:`~rankcollapse.masks.Mask` type, the dense and blocked
-attention kernels, the theory's :class:`~rankcollapse.theory.AttentionSystem`) calls
-:func:`check_rows_allow_key`, so the rule and its message are the same everywhere.
-"""
+"""The one check that every row of a mask allows at least one key (else the masked softmax
+is over nothing, spec.md §1); every consumer calls :func:`check_rows_allow_key`."""
 
 from __future__ import annotations
 
@@ -20,17 +15,9 @@ _SHOWN = 10  # offending rows named in the message
 
 
 def empty_rows(allowed: Any) -> np.ndarray:
-    """Indices of the rows with no allowed key, int64 ``(k,)`` ascending.
-
-    ``allowed``: a scipy sparse ``(N, N)`` matrix (nonzero = allowed; explicit zeros
-    are not counted as keys), or a bool tensor/array ``(..., N, N)``; with leading
-    batch dimensions a row is empty if it is empty in *any* batch entry.
-
-    Raises
-    ------
-    MaskError
-        ``allowed`` is not a square matrix (or batch of them) of bools or numbers.
-    """
+    """Indices (int64, ascending) of the rows with no allowed key of a scipy sparse ``(N, N)``
+    (nonzero = allowed) or a bool tensor/array ``(..., N, N)`` (empty in *any* batch entry).
+    Raises :class:`MaskError` when ``allowed`` is not a square matrix (or batch) of numbers."""
     if sp.issparse(allowed):
         csr = sp.csr_array(allowed)
         counts = np.diff(csr.indptr) if csr.nnz == csr.count_nonzero() else (csr != 0).sum(axis=1)
@@ -51,27 +38,13 @@ def empty_rows(allowed: Any) -> np.ndarray:
 
 
 def check_rows_allow_key(allowed: Any, spec: str | None = None) -> None:
-    """Raise :class:`MaskError` naming the rows of ``allowed`` with no allowed key.
-
-    Parameters
-    ----------
-    allowed : scipy sparse ``(N, N)`` or bool tensor/array ``(..., N, N)`` (see
-        :func:`empty_rows`); ``M[i, j]`` = token ``i`` attends to token ``j``.
-    spec : the mask's spec, named in the message when given.
-
-    Raises
-    ------
-    MaskError
-        ``"mask 'SPEC': rows [i, ...] allow no key (softmax over nothing)"`` (the first
-        ten rows, then how many more).
-    """
+    """Raise :class:`MaskError` ``"mask 'SPEC': rows [i, ...] allow no key (softmax over
+    nothing)"`` for the empty rows of ``allowed`` (forms: :func:`empty_rows`)."""
     raise_empty(empty_rows(allowed), spec)
 
 
 def raise_empty(empty: np.ndarray, spec: str | None = None) -> None:
-    """Raise the :func:`check_rows_allow_key` error for the empty rows ``empty``
-    (int ``(k,)``); do nothing when ``k = 0``. For callers that already know the key
-    count of every row (``np.flatnonzero(counts == 0)``), e.g. from row intervals."""
+    """Raise the :func:`check_rows_allow_key` error for the empty rows ``empty`` (if any)."""
     if empty.size:
         shown = empty[:_SHOWN].tolist()
         more = f" (and {empty.size - _SHOWN} more)" if empty.size > _SHOWN else ""

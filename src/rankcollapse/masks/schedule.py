@@ -1,23 +1,12 @@
-"""Mask schedules: a periodic list of per-layer masks (Gemma 2/3, ModernBERT, GPT-OSS).
-
-Spec forms (layer ``t`` uses mask ``t mod period``):
-
-- ``schedule:MASK*k,MASK,...`` — comma-separated mask specs, each optionally repeated
-  ``*k`` times, e.g. ``schedule:sliding_window:w=9*5,complete`` (five windowed layers,
-  one global). A comma-separated item of the form ``key=value`` continues the previous
-  mask spec (``schedule:block:size=4,causal=true*2,causal``).
-- a YAML/JSON list string ``["causal_sliding_window:w=9*5", "causal"]`` (or
-  ``schedule:PATH`` of a ``.yaml/.yml/.json`` file holding such a list, or a list with
-  ``{mask: SPEC, repeat: k}`` items), or a Python list of specs / :class:`Mask`.
-
-Theory (docs/theory.md §7): with ``X(t+1) = A(t) X(t) W_V(t)`` the product over one
-period ``A(p-1) ... A(0)`` has exactly the support of the *composed graph*
-``M_H = M_{p-1} ∘ ... ∘ M_0`` (boolean matrix product, paths taking one edge of each
-layer's mask in order); self-loops make ``M_H ⊇ M_t`` for every ``t``.
+"""Mask schedules: layer ``t`` uses mask ``t mod period`` (docs/schedules.md). Forms:
+``schedule:MASK*k,MASK,...`` (an item ``key=value`` continues the previous mask spec); a YAML/JSON
+list string, or ``schedule:PATH`` of a ``.yaml/.yml/.json`` file holding one (items may be
+``{mask: SPEC, repeat: k}``); a Python list of specs / :class:`Mask`.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -34,15 +23,12 @@ PREFIX = "schedule:"
 _REPEAT = re.compile(r"^(.*?)\s*\*\s*(\d+)\s*$", re.S)
 _CONTINUATION = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*=")
 
-#: The most layers one period may hold. Counted from the repeat counts before any list
-#: is expanded, so ``causal*100000000`` is refused at once instead of building (and then
-#: composing) a hundred million layers; per-layer work (composition, scrambling length)
-#: is at least O(N) per layer of the period.
+#: The most layers one period may hold, counted from the repeat counts before any list is expanded.
 MAX_PERIOD = 4096
 
 
 def is_schedule(source: Any) -> bool:
-    """Whether ``source`` is a schedule (spec string, list string, list or object)."""
+    """Whether ``source`` is a schedule (spec string, list string, list or MaskSchedule)."""
     if isinstance(source, MaskSchedule):
         return True
     if isinstance(source, str):
@@ -54,15 +40,8 @@ def is_schedule(source: Any) -> bool:
 
 
 def mask_files(source: Any) -> list[str]:
-    """Paths of the files that the mask or schedule spec ``source`` reads, in order: a
-    schedule's list file (``schedule:PATH.yaml``) and every ``file:`` mask. What a cache key
-    of a unit with this mask hashes (by content) besides the spec.
-
-    Raises
-    ------
-    MaskError
-        A schedule whose list cannot be read (as :func:`parse_schedule`).
-    """
+    """Paths of the files the mask or schedule spec ``source`` reads, in order (a schedule's
+    list file and every ``file:`` mask). Raises :class:`MaskError` for an unreadable schedule list."""
     if not isinstance(source, str):
         return []
     if not is_schedule(source):
@@ -75,14 +54,7 @@ def mask_files(source: Any) -> list[str]:
 
 
 def mask_digests(source: Any) -> list[str]:
-    """SHA-256 (16 hex digits) of each file of :func:`mask_files`, in order: the content
-    a cache key of a unit with this mask holds (a file rewritten in place gives new keys).
-
-    Raises
-    ------
-    MaskError
-        A file that cannot be read.
-    """
+    """SHA-256 (16 hex digits) of each file of :func:`mask_files`; MaskError if one cannot be read."""
     from .._io import file_sha256
 
     out = []
@@ -106,9 +78,8 @@ def _split_items(body: str) -> list[str]:
 
 
 def _repeat(k: Any, label: str) -> int:
-    """A repeat count checked before anything is expanded (``1 <= k <= MAX_PERIOD``);
-    ``label`` names the item (its mask spec, never ``str()`` of a YAML structure, whose
-    aliases can nest 10^9 leaves)."""
+    """A repeat count ``1 <= k <= MAX_PERIOD``; ``label`` (a mask spec, never ``str()`` of a YAML
+    structure) names the item."""
     item = excerpt(label)
     if isinstance(k, str) and k.isdigit():
         if len(k) > 18:  # never convert a 5000-digit string
@@ -143,7 +114,7 @@ def _runs(item: Any) -> tuple[Any, int]:
 
 
 def _expand_all(items: list[Any]) -> list[Any]:
-    """Every layer of the period, after checking the period's length from the counts alone."""
+    """Every layer of the period, its length checked from the counts first."""
     runs = [_runs(item) for item in items]
     period = sum(k for _, k in runs)
     if period > MAX_PERIOD:
@@ -153,8 +124,7 @@ def _expand_all(items: list[Any]) -> list[Any]:
 
 
 def _read_list_file(path: str) -> str:
-    """The text of a schedule file (a regular file: ``Path.is_file`` was checked, so a
-    FIFO is never opened), refused in one line when unreadable or not UTF-8."""
+    """The text of a schedule file; :class:`MaskError` when unreadable or not UTF-8."""
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
@@ -193,8 +163,7 @@ def _items(source: Any) -> list[Any]:
 
 
 def _unique_keys_loader() -> type:
-    """PyYAML's ``SafeLoader`` refusing a key given twice in one mapping (it would keep
-    the later value: ``{mask: causal, mask: complete}``)."""
+    """PyYAML's ``SafeLoader`` refusing a key given twice in one mapping."""
     import yaml
 
     class UniqueKeys(yaml.SafeLoader):
@@ -212,13 +181,8 @@ def _unique_keys_loader() -> type:
 
 
 class MaskSchedule:
-    """A periodic schedule of masks on ``n_tokens`` tokens.
-
-    Attributes
-    ----------
-    masks : list of :class:`Mask`, one per layer of the period (``period = len(masks)``).
-    spec : canonical spec ``schedule:A*k,B`` (runs of equal specs folded).
-    """
+    """A periodic schedule of ``masks`` (one :class:`Mask` per layer of the period) on ``n_tokens``
+    tokens; ``spec`` is canonical, ``schedule:A*k,B``."""
 
     def __init__(self, masks: Sequence[Mask], spec: str | None = None):
         if not masks:
@@ -239,7 +203,7 @@ class MaskSchedule:
         return self.masks[t % self.period]
 
     def edges_per_layer(self) -> list[int]:
-        """Attended ``(query, key)`` pairs of each layer of the period (its cost)."""
+        """Attended ``(query, key)`` pairs of each layer of the period."""
         return [int(m.to_csr().nnz) for m in self.masks]
 
     def mean_edges(self) -> float:
@@ -247,13 +211,9 @@ class MaskSchedule:
         return float(np.mean(self.edges_per_layer()))
 
     def composed(self) -> Mask:
-        """The composed graph of one period: boolean ``M_{p-1} ... M_0`` as a :class:`Mask`
-        (entry ``(i, j)`` iff a path ``j -> ... -> i`` takes one edge of each layer's mask,
-        layer 0 first). When every layer is a monotone interval mask (windows, causal,
-        complete, prefix, blocks, documents) the product is one too, composed in O(N) per
-        layer (:func:`~rankcollapse.masks.interval_graph.compose`) and analysed without its
-        CSR form; otherwise sparse boolean products (scipy adds bools as logical or, so
-        path counts never overflow), O(edges of the result) memory."""
+        """The composed graph of one period, boolean ``M_{p-1} ... M_0`` (docs/theory.md §7), as a
+        :class:`Mask`: from intervals in O(N) per layer when every layer has them, else sparse
+        boolean products."""
         iv = self.intervals()
         if iv is not None:
             prod_iv = iv[0]
@@ -266,16 +226,9 @@ class MaskSchedule:
         return Mask(self.n_tokens, f"composed({self.spec})", csr=prod)
 
     def intervals(self) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        """Each layer's ``(lo, hi)`` row intervals when every layer is a monotone interval
-        mask with self-loops (:func:`~rankcollapse.masks.interval_graph.is_monotone_interval`),
-        else None."""
-        out = []
-        for m in self.masks:
-            iv = m.intervals
-            if iv is None or not interval_graph.is_monotone_interval(*iv):
-                return None
-            out.append(iv)
-        return out
+        """Each layer's ``(lo, hi)`` when every layer is a monotone interval mask, else None."""
+        ivs = [m.intervals for m in self.masks]
+        return ivs if all(iv is not None and interval_graph.is_monotone_interval(*iv) for iv in ivs) else None
 
     def __repr__(self) -> str:
         return f"MaskSchedule({self.spec!r}, n_tokens={self.n_tokens})"
@@ -283,44 +236,21 @@ class MaskSchedule:
 
 def canonical_spec(specs: Sequence[str]) -> str:
     """``schedule:A*k,B`` from per-layer specs (consecutive equal specs folded)."""
-    parts: list[str] = []
-    i = 0
-    while i < len(specs):
-        j = i
-        while j < len(specs) and specs[j] == specs[i]:
-            j += 1
-        parts.append(specs[i] if j - i == 1 else f"{specs[i]}*{j - i}")
-        i = j
-    return PREFIX + ",".join(parts)
+    runs = [(spec, len(list(run))) for spec, run in itertools.groupby(specs)]
+    return PREFIX + ",".join(spec if k == 1 else f"{spec}*{k}" for spec, k in runs)
 
 
 def schedule_or_mask(source: Any, n_tokens: int) -> Any:
-    """``source`` with a schedule parsed: its :class:`MaskSchedule` on ``n_tokens`` tokens
-    when :func:`is_schedule` says it is one, else ``source`` itself (a mask in any form
-    :func:`~rankcollapse.masks.dense_mask` reads, or None). A run asks here once whether its mask
-    is a schedule; what it passes on answers by its type.
-
-    Raises
-    ------
-    MaskError
-        As :func:`parse_schedule`, for a schedule.
-    """
+    """The :class:`MaskSchedule` of ``source`` on ``n_tokens`` tokens when it is a schedule, else
+    ``source`` itself. Raises :class:`MaskError` as :func:`parse_schedule`."""
     return parse_schedule(source, n_tokens) if is_schedule(source) else source
 
 
 def parse_schedule(source: Any, n_tokens: int) -> MaskSchedule:
-    """Build the schedule described by ``source`` for ``n_tokens`` tokens (forms: module docstring).
-
-    A plain mask spec or :class:`Mask` gives a period-1 schedule.
-
-    Raises
-    ------
-    MaskError
-        Not a spec, list or Mask (None); empty schedule; a repeat count < 1 or a period
-        longer than :data:`MAX_PERIOD` layers (counted before expanding); a layer whose
-        ``Mask`` has ``N != n_tokens``; a schedule file that is not a regular UTF-8 file;
-        invalid YAML/JSON, or any per-mask error of
-        :func:`~rankcollapse.masks.parse_mask` (the message names the schedule item).
+    """The schedule ``source`` (forms: module docstring; a mask is a period-1 schedule) on
+    ``n_tokens`` tokens. Raises :class:`MaskError` for: not a spec, list or Mask; an empty schedule;
+    a repeat count < 1 or a period longer than :data:`MAX_PERIOD`; a layer with ``N != n_tokens``;
+    an unreadable or non-UTF-8 file; invalid YAML/JSON; a :func:`parse_mask` error (naming the item).
     """
     if isinstance(source, MaskSchedule):
         if source.n_tokens != n_tokens:
@@ -348,7 +278,7 @@ def parse_schedule(source: Any, n_tokens: int) -> MaskSchedule:
 
 
 def _same_n(mask: Mask, n: int) -> Mask:
-    """``mask`` if it is on ``n`` tokens; a layer on other tokens is refused."""
+    """``mask``, refused unless it is on ``n`` tokens."""
     if mask.n_tokens != n:
         raise MaskError(f"schedule layer {mask.spec!r} is on N={mask.n_tokens} tokens, not the schedule's N={n}")
     return mask

@@ -1,19 +1,16 @@
-"""Mask spec strings: ``NAME``, ``NAME:key=value,key=value``, ``file:PATH``, composed
-with ``&`` (intersection, binds tighter) and ``|`` (union), e.g.
-``causal&sliding_window:w=9`` or ``block:size=4|prefix:k=2``.
-
-Parentheses group: ``(causal|sliding_window:w=3)&block:size=4``.
-
-Values: integers, floats, booleans (``true/false/1/0/yes/no``) and ``+``-separated
-integer lists (``lengths=3+5+8``, ``globals=0+7``).
-"""
+"""Mask spec strings: ``NAME``, ``NAME:key=value,...``, ``file:PATH``, composed with ``&``
+(binds tighter) and ``|``, grouped with parentheses: ``(causal|sliding_window:w=3)&block:size=4``.
+Values: integers, floats, booleans (``true/false/1/0/yes/no``), ``+``-separated integer lists."""
 
 from __future__ import annotations
 
 import itertools
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
+
+import numpy as np
 
 from ..errors import MaskError, excerpt
 from . import constructors as c
@@ -33,22 +30,19 @@ class MaskKind:
 
 
 def _kinds() -> dict[str, MaskKind]:
-    w_odd = Key("w", "int", help="odd window width 2h+1")
+    w_odd, causal = Key("w", "int", help="odd window width 2h+1"), Key("causal", "bool", False)
     entries = [
         MaskKind("complete", c.complete, (), "every token attends to every token"),
         MaskKind("causal", c.causal, (), "token i attends to j <= i"),
         MaskKind("sliding_window", c.sliding_window, (w_odd,), "|i - j| <= (w-1)/2"),
         MaskKind("causal_sliding_window", c.causal_sliding_window,
                  (Key("w", "int", help="window width incl. the query"),), "i-w+1 <= j <= i"),
-        MaskKind("dilated", c.dilated, (Key("w", "int"), Key("dilation", "int"),
-                                        Key("causal", "bool", False)),
+        MaskKind("dilated", c.dilated, (Key("w", "int"), Key("dilation", "int"), causal),
                  "window of w keys spaced by dilation"),
         MaskKind("prefix", c.prefix, (Key("k", "int", help="prefix length"),),
                  "prefix tokens bidirectional, rest causal"),
-        MaskKind("block", c.block, (Key("size", "int"), Key("causal", "bool", False)),
-                 "block-local attention"),
-        MaskKind("documents", c.documents, (Key("lengths", "ints", help="e.g. 3+5+8"),
-                                            Key("causal", "bool", False)),
+        MaskKind("block", c.block, (Key("size", "int"), causal), "block-local attention"),
+        MaskKind("documents", c.documents, (Key("lengths", "ints", help="e.g. 3+5+8"), causal),
                  "packed documents, block diagonal"),
         MaskKind("strided", p.strided, (Key("stride", "int"),),
                  "Sparse Transformer strided pattern (Child et al. 2019)"),
@@ -70,8 +64,7 @@ _KEYS = {name: kind.keys for name, kind in MASK_KINDS.items()}
 
 
 class _Checked:
-    """What :func:`check_spec` parses an atom to: combining two checked atoms with ``&``
-    or ``|`` is checked, and nothing is built."""
+    """What :func:`check_spec` parses an atom to (nothing is built)."""
 
     def __and__(self, other: "_Checked") -> "_Checked":
         return self
@@ -96,8 +89,6 @@ def _parse_atom(text: str, n: int | None) -> Any:
 
 
 def _check_file(path: str) -> _Checked:
-    from pathlib import Path
-
     if not Path(path).is_file():
         raise MaskError(f"mask file {path!r} is not a readable file")
     if path.endswith(".npy"):
@@ -106,31 +97,13 @@ def _check_file(path: str) -> _Checked:
 
 
 def parse_mask(spec: str, n_tokens: int) -> Mask:
-    """Build the mask described by ``spec`` for ``n_tokens`` tokens.
+    """Build the mask described by ``spec`` (forms: module docstring; names: ``MASK_KINDS``) for
+    ``n_tokens`` tokens.
 
-    Parameters
-    ----------
-    spec : str
-        ``NAME[:key=value,...]`` or ``file:PATH``, composed with ``&`` / ``|``
-        (``&`` binds tighter) and grouped with parentheses:
-        ``(causal|sliding_window:w=3)&block:size=4``. Names: see ``MASK_KINDS``.
-    n_tokens : int
-        Number of tokens N >= 1.
-
-    Returns
-    -------
-    Mask
-
-    Raises
-    ------
-    MaskError
-        ``n_tokens < 1``, unknown name or key, missing key, malformed value, unbalanced parentheses, a
-        parameter the constructor rejects, or a composition leaving a row with no key.
-        A schedule spec (``schedule:...`` or a list string) is one mask per layer, not
-        one mask: the error routes to :func:`~rankcollapse.masks.parse_schedule`.
-    MemoryLimitError
-        N so large that the rows' first and last keys alone exceed half the physical
-        memory (the builders size the edges themselves).
+    Raises :class:`MaskError` for ``n_tokens < 1``, an unknown name or key, a missing key, a malformed
+    value, unbalanced parentheses, a parameter the constructor rejects, a composition leaving an empty
+    row, or a schedule spec (pointing to :func:`~rankcollapse.masks.parse_schedule`);
+    :class:`MemoryLimitError` when the rows' first and last keys alone exceed half the memory.
 
     See Also
     --------
@@ -158,17 +131,9 @@ def parse_mask(spec: str, n_tokens: int) -> Mask:
 
 
 def check_spec(spec: str) -> str:
-    """Check ``spec`` without building it, for any N: known names and keys, well-formed
-    values, required keys present, balanced parentheses, ``file:`` paths that are files
-    (a ``.npy`` file's header is read). Returns ``spec``. Limits that depend on N (a window
-    wider than N, document lengths summing to N) are checked by :func:`parse_mask`.
-
-    Raises
-    ------
-    MaskError
-        As :func:`parse_mask` would for the same spec at any N; a schedule is refused with
-        the message that routes to :func:`~rankcollapse.masks.parse_schedule`.
-    """
+    """``spec``, checked without building it for any N (names, keys, values, parentheses,
+    ``file:`` paths; limits that depend on N are :func:`parse_mask`'s). Raises :class:`MaskError`
+    as :func:`parse_mask` would."""
     _build(spec, None)
     return spec
 
@@ -192,39 +157,26 @@ def _build(spec: Any, n: int | None) -> Any:
 
 
 def spec_n_tokens(spec: str) -> int | None:
-    """The number of tokens N that ``spec`` fixes, or None if it fixes none.
-
-    Only a ``.npy`` mask file fixes N (its ``(N, N)`` shape, read from the header
-    without loading the matrix); other masks, edge lists included, are defined for any
-    N. Schedules are not read (give N).
-
-    Raises
-    ------
-    MaskError
-        A ``.npy`` file that cannot be read (the message of
-        :func:`~rankcollapse.masks.from_file`), or two ``.npy`` files of different N.
-    """
+    """The N that ``spec`` fixes (only a ``.npy`` mask file does, read from its header), or None;
+    schedules are not read. Raises :class:`MaskError` for an unreadable ``.npy`` file or two of
+    different N."""
     if not isinstance(spec, str) or spec.strip().startswith(("schedule:", "[")):
         return None
-    sizes = {}
-    for path in spec_files(spec):
-        if path.endswith(".npy"):
-            sizes[path] = _npy_rows(path)
+    sizes = {path: _npy_rows(path) for path in spec_files(spec) if path.endswith(".npy")}
     if len(set(sizes.values())) > 1:
         raise MaskError(f"mask files of different sizes: {', '.join(f'{p} (N={n})' for p, n in sizes.items())}")
     return next(iter(sizes.values()), None)
 
 
 def spec_files(spec: str) -> list[str]:
-    """Paths of the ``file:`` masks that the mask spec ``spec`` reads, in order (empty for
-    a spec that reads no file); a schedule's files: :func:`~rankcollapse.masks.schedule.mask_files`."""
+    """Paths of the ``file:`` masks of the mask spec ``spec``, in order."""
     if not isinstance(spec, str):
         return []
     return [_file_path(atom) for atom in _atoms(spec) if Spec.name_of(atom) == "file"]
 
 
 def _atoms(spec: str) -> list[str]:
-    """The atoms of a mask spec, in order; a lone ``file:PATH`` is one atom whatever its path holds."""
+    """The atoms of a mask spec, in order (a lone ``file:PATH`` is one atom)."""
     if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
         return [spec.strip()]
     return [t.strip() for t in re.split(r"[&|()]", spec) if t.strip()]
@@ -237,8 +189,6 @@ def _file_path(atom: str) -> str:
 
 def _npy_rows(path: str) -> int:
     """Rows of the square matrix in the ``.npy`` file ``path`` (memory-mapped header)."""
-    import numpy as np
-
     try:
         shape = np.load(path, mmap_mode="r", allow_pickle=False).shape
     except Exception:  # noqa: BLE001 - the one loader names what is wrong

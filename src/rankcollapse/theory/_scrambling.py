@@ -1,21 +1,7 @@
-"""The search for a schedule's scrambling length ``L`` (docs/theory.md §7); the quantity
-itself is public in :mod:`.envelope` (:func:`~.envelope.scrambling_length`).
-
-``L`` is the least length such that every window of ``L`` consecutive layers, at any
-phase, composes to a graph with a full column (a token reaching every token). With
-self-loops in every layer a window's composed graph only grows with its length, so
-``L = max_s L(s)``, ``L(s)`` the least rooted length of the windows starting at phase
-``s``; every window of ``p (r_H + 1) - 1`` layers is rooted, which caps the search.
-
-Two exact paths:
-
-- every layer a monotone interval mask (windows, causal, complete, prefix, blocks,
-  documents): windows compose as intervals in O(N) per layer and a full column is the
-  O(1) test ``lo[N-1] <= hi[0]`` (:mod:`rankcollapse.masks.interval_graph`);
-- otherwise sparse boolean products restricted to the columns of the candidate roots,
-  the centers of the union of the layer graphs (a root of any window reaches every token
-  along the union's edges, so it is one of them).
-"""
+"""The search for a schedule's scrambling length ``L`` (docs/theory.md §7;
+:func:`~.envelope.scrambling_length`): ``L = max_s L(s)`` over the phases, each the least window
+length with a full column (at most ``p (r_H + 1) - 1``), composed as intervals or as sparse products
+restricted to the candidate roots (the centers of the union of the layer graphs)."""
 
 from __future__ import annotations
 
@@ -40,7 +26,7 @@ def _interval_window(layers: list[tuple[np.ndarray, np.ndarray]], start: int, ca
 
 
 def _rooted(columns: sp.csr_array, n: int) -> bool:
-    """Whether one of the (candidate) columns of a boolean product is all True."""
+    """Whether one of the columns of a boolean product is all True."""
     return bool(columns.nnz) and int(np.bincount(columns.indices, minlength=columns.shape[1]).max()) == n
 
 
@@ -66,16 +52,9 @@ def _candidates(layers: list[sp.csr_array], max_memory: int | str | None) -> np.
 
 
 def scrambling_search(schedule: Any, radius: int, *, max_memory: int | str | None = None) -> int | None:
-    """``L`` of a :class:`~rankcollapse.masks.MaskSchedule` whose layers all have self-loops
-    and whose composed graph is QSC with radius ``radius`` (``r_H``); None if some phase
-    has no rooted window within the cap (cannot happen under those assumptions).
-
-    Raises
-    ------
-    MemoryLimitError
-        The sparse path's products (``N`` × candidates entries at most) would exceed
-        ``max_memory`` (default half the RAM).
-    """
+    """``L`` of a :class:`~rankcollapse.masks.MaskSchedule` with self-loops whose composed graph
+    is QSC with radius ``radius``; None if some phase has no rooted window within the cap.
+    Raises :class:`MemoryLimitError` when the sparse products would exceed ``max_memory``."""
     p, n = schedule.period, schedule.n_tokens
     cap = p * (radius + 1) - 1
     intervals = schedule.intervals()

@@ -1,10 +1,6 @@
-"""Monte Carlo basin sizes of SA-LN equilibria (spec.md §5.3: "small basins").
-
-Starts are i.i.d. uniform on ``(S^{d-1})^N`` (for ``d = 2``: a uniform random angle per
-token); every start runs ``depth`` SA-LN steps (batched, float64); the final state is
-classified by its numerical rank and whether it is a fixed point. The fraction ending at
-a rank-``k`` state gets a binomial confidence interval (Wilson score, scipy.stats).
-"""
+"""Monte Carlo basin sizes of SA-LN equilibria (spec.md §5.3; docs/theory.md §4): uniform
+starts on ``(S^{d-1})^N`` run ``depth`` steps; the fraction ending at a rank-``k`` fixed point
+gets a binomial confidence interval."""
 
 from __future__ import annotations
 
@@ -46,8 +42,7 @@ class BasinEstimate(NotebookResult):
 
 
 def run_sa_ln(system: AttentionSystem, X0: torch.Tensor, depth: int, progress: bool | None = False) -> torch.Tensor:
-    """``depth`` SA-LN steps from ``X0`` ``(B, N, d)`` (float64); returns the final states.
-    ``progress``: a bar over layers on stderr (None = only on a terminal)."""
+    """``depth`` SA-LN steps from ``X0`` ``(B, N, d)`` in float64 (``progress``: a bar on stderr)."""
     system = as_system(system)
     X = X0.to(torch.float64)
     with steps(depth, "basin: layers", progress) as bar:
@@ -58,45 +53,25 @@ def run_sa_ln(system: AttentionSystem, X0: torch.Tensor, depth: int, progress: b
 
 
 def classify(system: AttentionSystem, X: torch.Tensor, *, conv_tol: float = 1e-8, rank_rtol: float = 1e-6):
-    """Per-sample ``(rank, converged)`` of final states ``(B, N, d)``: numerical rank
-    (σ_i > rank_rtol·σ_1) and ``max |F(X) - X| ≤ conv_tol``; non-finite states (an
-    undefined step on the way) count as not converged."""
+    """Per-sample ``(numerical rank, max |F(X) - X| ≤ conv_tol)`` of states ``(B, N, d)``;
+    non-finite states count as not converged."""
     finite = torch.isfinite(X).flatten(1).all(1)
     rank = numerical_rank(torch.where(finite[:, None, None], X, torch.zeros_like(X)), rtol=rank_rtol).long()
     res = (system.step(X, check=False) - X).flatten(1).abs().amax(1)
     return rank, finite & torch.isfinite(res) & (res <= conv_tol)
 
 
-def basin_estimate(
-    system: AttentionSystem | None = None,
-    *,
-    target_rank: int | None = None,
-    n_samples: int = 4000,
-    seed: int = 0,
-    depth: int = 400,
-    confidence: float = 0.95,
-    method: str = "wilson",
-    progress: bool | None = None,
-) -> BasinEstimate:
-    """Estimate the fraction of uniform random starts ending at a rank-``target_rank`` equilibrium.
+def basin_estimate(system: AttentionSystem | None = None, *, target_rank: int | None = None, n_samples: int = 4000,
+                   seed: int = 0, depth: int = 400, confidence: float = 0.95, method: str = "wilson",
+                   progress: bool | None = None) -> BasinEstimate:
+    """Estimate the fraction of uniform random starts ending at a rank-``target_rank`` (default
+    ``min(N, d)``) equilibrium of ``system`` (default :func:`causal_example_2x2`); ``method``: the
+    ``"wilson"`` or ``"exact"`` interval of ``scipy.stats.binomtest``; ``progress``: a bar on stderr
+    (None = only on a terminal).
 
-    Parameters
-    ----------
-    system : default the ``N = d = 2`` causal example (:func:`causal_example_2x2`).
-    target_rank : default ``min(N, d)``.
-    method : ``"wilson"`` or ``"exact"`` (Clopper–Pearson), passed to
-        ``scipy.stats.binomtest(...).proportion_ci``.
-    progress : a bar over layers on stderr; None = only when stderr is a terminal.
-
-    Raises
-    ------
-    ConfigError
-        Non-positive ``n_samples``/``depth``, rank out of range, unknown method,
-        ``confidence`` outside (0, 1), or an SA-LN step undefined (zero row) for every start.
-    MemoryLimitError
-        One step over the ``n_samples`` starts would not fit half the physical memory.
-    ConvergenceError
-        No start reached a fixed point (the message says what was tried).
+    Raises ConfigError for ``n_samples`` or ``depth`` < 1, a rank out of range, an unknown method,
+    ``confidence`` outside (0, 1) or a step undefined for every start; MemoryLimitError when one
+    step over the starts would not fit half the memory; ConvergenceError when no start converged.
     """
     system = (system or causal_example_2x2().system).to(torch.float64)
     N, d = system.n_tokens, system.dim
@@ -108,8 +83,7 @@ def basin_estimate(
         raise ConfigError(f"method must be 'wilson' or 'exact', got {method!r}")
     if not 0 < confidence < 1:
         raise ConfigError(f"confidence must be strictly between 0 and 1, got {confidence}")
-    # one SA-LN step over every start: scores and weights (B, N, N) and the tokens' copies
-    # (B, N, d); measured 1.3 x below this at B = 10^6, N = d = 2 (ru_maxrss)
+    # one SA-LN step over every start: scores and weights (B, N, N) and the tokens' copies (B, N, d)
     check_memory(8 * n_samples * (4 * N * N + 10 * N * d), f"{n_samples} SA-LN starts of N = {N}, d = {d}",
                  adjustable=False)
     g = torch.Generator().manual_seed(seed)

@@ -1,12 +1,5 @@
-"""Theorem 1 (spec.md §5.1) checked against measurement: masked pure SA collapses.
-
-Envelope (proof in docs/spec.md § "Theorem 1: a rigorous envelope"): with orthogonal
-``W_V(t)``, every allowed attention entry ``≥ ε`` along the trajectory, self-loops, and
-a QSC mask of radius ``r``,
-``μ(X(t)) ≤ C (1 - ε^r)^{t/r}``, ``C = (√N / 2) ‖osc(X(0))‖_2 / (1 - ε^r) ≤ √N μ(X(0)) / (1 - ε^r)``,
-where ``osc`` is the per-column max minus min. The weaker exponent ``t/(2r)`` (a
-possible reading of the paper) is a parameter. ``ε`` is measured on the same
-trajectory, so a measured point above its envelope is a bug (or a counterexample).
+"""Theorem 1 (spec.md §5.1; envelope in :mod:`.envelope`) checked against measurement: ``ε`` is
+measured on the same trajectory, so a point above the envelope is a bug (or a counterexample).
 """
 
 from __future__ import annotations
@@ -26,54 +19,28 @@ from .schedule_bound import check_schedule_bound
 __all__ = ["BoundResult", "EnvelopeViolation", "check_collapse_bound", "fit_rate", "radius_sweep"]
 
 
-def check_collapse_bound(
-    mask: Any,
-    *,
-    n_tokens: int | None = None,
-    d_model: int = 16,
-    depth: int = 60,
-    n_samples: int = 8,
-    seed: int = 0,
-    exponent: str = "t/r",
-    d_qk: float = 1.0,
-    qk_scale: float = 1.0,
-    X0: torch.Tensor | None = None,
-) -> BoundResult:
+def check_collapse_bound(mask: Any, *, n_tokens: int | None = None, d_model: int = 16, depth: int = 60,
+                         n_samples: int = 8, seed: int = 0, exponent: str = "t/r", d_qk: float = 1.0,
+                         qk_scale: float = 1.0, X0: torch.Tensor | None = None) -> BoundResult:
     """Run pure SA with per-layer Haar-orthogonal ``W_V`` and check Theorem 1's envelope.
 
-    The trajectory is :func:`rankcollapse.dynamics.simulate`'s, so every curve is
-    reproducible through it with the same seed::
-
-        X0 = gaussian_tokens(n_samples, N, d, seed=seed, std=1 / sqrt(d))
-        simulate(X0, mask, d_qk=d_qk, value="orthogonal", query_key=result.config["query_key"],
-                 run=RunConfig(depth=depth, seed=seed, dtype=torch.float64)).metrics["mu"]  # == result.mu
-
-    (``query_key`` is ``"gaussian"`` for ``qk_scale=1``, else ``"gaussian:std=…"``).
+    The trajectory is that of :func:`rankcollapse.dynamics.simulate` with ``value="orthogonal"``,
+    ``query_key=result.config["query_key"]`` and the same seed (:func:`.measured.orthogonal_run`).
 
     Parameters
     ----------
-    mask : Mask, bool ``(N, N)`` or spec string (with ``n_tokens``); must be QSC with
-        self-loops. A schedule (``"schedule:..."``) is checked against its own envelope by
-        :func:`~rankcollapse.theory.schedule_bound.check_schedule_bound`.
-    n_tokens : number of tokens N of a spec string.
-    d_model, depth, n_samples, seed : width d, layers, batch size
-        and seed (weights, and X(0) unless given).
+    mask : Mask, bool ``(N, N)`` or spec string (with ``n_tokens``); QSC with self-loops.
+        A schedule is checked by :func:`~rankcollapse.theory.schedule_bound.check_schedule_bound`.
+    d_model, depth, n_samples, seed : width d, layers, batch size and seed (weights, X(0)).
     exponent : ``"t/r"`` or ``"t/(2r)"``.
     d_qk, qk_scale : temperature, and std·√d of the Gaussian ``W_Q, W_K`` entries (A1).
     X0 : optional ``(B, N, d)`` inputs; default Gaussian with entries of std ``1/√d``.
 
-    Returns
-    -------
-    BoundResult
-        A measured point above the envelope also emits an :class:`EnvelopeViolation` warning.
+    A measured point above the envelope also emits an :class:`EnvelopeViolation` warning.
 
-    Raises
-    ------
-    ConfigError
-        Unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d_model`` < 1, a mask
-        that is not QSC or lacks self-loops, ``X0`` of the wrong shape.
-    MaskError
-        A spec without ``n_tokens``, or an invalid mask.
+    Raises ConfigError for an unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d_model``
+    < 1, a mask that is not QSC or lacks self-loops, ``X0`` of the wrong shape; MaskError for a spec
+    without ``n_tokens`` or an invalid mask.
 
     See Also
     --------
@@ -104,11 +71,8 @@ def check_collapse_bound(
 
 
 def radius_sweep(n_tokens: int = 32, widths: tuple[int, ...] = (32, 17, 9, 5, 3, 2), **kwargs: Any) -> pd.DataFrame:
-    """Theorem 1 check across ``causal_sliding_window:w`` masks at fixed ``n_tokens``.
-
-    Returns a table ``mask, width, radius, epsilon_measured (median over samples), measured_rate, envelope_rate,
-    n_violations, holds`` (one row per width, same seed and inputs for all).
-    """
+    """Theorem 1 check across ``causal_sliding_window:w`` masks: a table ``mask, width, radius,
+    epsilon_measured`` (median), ``measured_rate, envelope_rate, n_violations, holds``, one row per width."""
     rows = []
     for w in widths:
         res = check_collapse_bound(f"causal_sliding_window:w={w}", n_tokens=n_tokens, **kwargs)

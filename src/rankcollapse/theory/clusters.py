@@ -1,23 +1,7 @@
-"""Metastable clusters on the circle: the linearised flow's fastest mode against measured plateaus.
-
-Tokens on the unit circle (``d = 2``) under normalised self-attention with
-``W_Q = W_K = W_V = I`` and inverse temperature ``beta`` (Geshkovski, Letrouit, Polyanskiy,
-Rigollet, "A mathematical perspective on Transformers", 2023, eq. (USA)):
-``dx_i/dt = P_{x_i}^⊥ (Σ_j e^{β<x_i, x_j>} x_j / Σ_k e^{β<x_i, x_k>})``. Started near the
-uniform distribution, the Fourier mode ``k`` of the token density grows at a rate
-proportional to ``k^2 I_k(β)`` (``I_k`` the modified Bessel function; linearising the
-mean-field equation at the uniform density, the normaliser's first-order term vanishes
-there and ``I_{k-1} - I_{k+1} = (2k/β) I_k``), so the fastest mode predicts the number of
-clusters of the first metastable state (Bruno, Pasqualotto, Agazzi, "Emergence of
-meta-stable clustering in mean-field transformer models", ICLR 2025): 3 at β = 4, 4 at
-β = 9.
-
-The flow is run with :func:`~rankcollapse.dynamics.simulate` as the sphere-normalised
-residual step ``x <- (x + h A x) / ||x + h A x||`` (``BlockConfig(norm="sphere",
-placement="post_ln", alpha=1/h)``: ``sphere(x/h + A x)`` is the same point), which is the
-flow's projected Euler step to first order in ``h``. Clusters are counted per layer with
-:func:`~rankcollapse.metrics.cluster_count`; a plateau is a run of layers with the same
-count.
+"""Metastable clusters on the circle (docs/theory.md §9): the linearised flow's fastest Fourier
+mode ``argmax_k k^2 I_k(β)`` (Bruno et al., ICLR 2025) against the measured plateaus of
+:func:`~rankcollapse.metrics.cluster_count` under the flow ``x <- sphere(x/h + A x)`` with
+``W_Q = W_K = W_V = I`` (``BlockConfig(norm="sphere", placement="post_ln", alpha=1/h)``).
 """
 
 from __future__ import annotations
@@ -33,21 +17,13 @@ from ..errors import ConfigError
 
 #: Layers a cluster count must hold to be a plateau (10 time units at the default step 0.1).
 MIN_PLATEAU = 100
-#: The range of the circle flow's inverse temperature: it runs with ``d_qk = 1 / beta^2``,
-#: which leaves float64's normal range (``2.2e-308`` to ``1.8e308``) a little outside
-#: ``beta`` in ``[7.5e-155, 6.7e153]``.
+#: The range of ``beta`` (the flow runs with ``d_qk = 1 / beta^2``, which must stay a normal float64).
 BETA_MIN, BETA_MAX = 1e-150, 1e150
 
 
 def fastest_mode(beta: float, k_max: int = 64) -> int:
-    """``argmax_{1 <= k <= k_max} k^2 I_k(beta)``, computed with the exponentially scaled
-    Bessel function ``scipy.special.ive`` (the scale ``e^{-beta}`` is common to every k).
-
-    Raises
-    ------
-    ConfigError
-        ``beta`` not a positive finite number, or the maximum at ``k_max`` (raise it).
-    """
+    """``argmax_{1 <= k <= k_max} k^2 I_k(beta)`` (with the scaled Bessel function ``ive``).
+    Raises :class:`ConfigError` for ``beta`` not positive and finite, or the maximum at ``k_max``."""
     from scipy.special import ive
 
     beta = check_float(beta, "beta", low=0, strict_low=True)
@@ -59,8 +35,7 @@ def fastest_mode(beta: float, k_max: int = 64) -> int:
 
 
 def plateaus(counts, min_length: int = 1) -> list[tuple[int, int, int]]:
-    """Runs of equal values in ``counts`` (one per layer) as ``(count, first layer,
-    length)``, keeping runs of at least ``min_length`` layers."""
+    """Runs of equal ``counts`` (one per layer) of at least ``min_length`` layers: ``(count, start, length)``."""
     out: list[tuple[int, int, int]] = []
     start = 0
     try:
@@ -77,22 +52,16 @@ def plateaus(counts, min_length: int = 1) -> list[tuple[int, int, int]]:
 
 
 def first_plateau(counts, min_length: int = MIN_PLATEAU) -> tuple[int, int, int] | None:
-    """The first run of at least ``min_length`` layers with one count (the first
-    metastable state; the counts of the initial spread change every few layers), or None."""
+    """The first run of at least ``min_length`` layers with one count (the first metastable state), or None."""
     runs = plateaus(counts, min_length)
     return runs[0] if runs else None
 
 
 @dataclass
 class CircleClusters:
-    """Result of :func:`circle_clusters` for one ``beta``.
-
-    predicted : :func:`fastest_mode`; counts : ``(depth + 1, n_samples)`` cluster counts
-    per layer; first : per start, the first plateau ``(count, first layer, length)`` or
-    None; agreement : fraction of all starts whose first plateau has the predicted count
-    (a start without a plateau counts as a disagreement); n_plateaus : starts that reached
-    a plateau; plateau_counts : the first plateau's count per start (-1 = none).
-    """
+    """Result of :func:`circle_clusters` for one ``beta``: ``predicted`` (:func:`fastest_mode`),
+    ``counts`` ``(depth + 1, n_samples)``, per start the ``first`` plateau or None;
+    ``agreement``: fraction of starts whose first plateau has the predicted count."""
 
     beta: float
     predicted: int
@@ -118,40 +87,23 @@ class CircleClusters:
 
     def to_dict(self) -> dict[str, Any]:
         return {"beta": self.beta, "predicted": self.predicted, "agreement": self.agreement,
-                "n_plateaus": self.n_plateaus,
-                "plateau_counts": self.plateau_counts,
+                "n_plateaus": self.n_plateaus, "plateau_counts": self.plateau_counts,
                 "first_plateaus": [None if p is None else {"count": p[0], "start": p[1], "length": p[2]}
                                    for p in self.first], **self.settings}
 
 
 def check_beta(beta: Any) -> float:
-    """``beta`` as a float in ``[BETA_MIN, BETA_MAX]`` (:data:`BETA_MAX`).
-
-    Raises
-    ------
-    ConfigError
-        Naming ``beta``, the value and the bound.
-    """
+    """``beta`` as a float in ``[BETA_MIN, BETA_MAX]``; :class:`ConfigError` otherwise."""
     return check_float(beta, "beta", low=BETA_MIN, high=BETA_MAX)
 
 
 def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, step: float = 0.1, depth: int = 1500,
                     angle: float | None = None, min_plateau: int = MIN_PLATEAU, seed: int = 0) -> CircleClusters:
-    """Run the normalised attention flow on the circle from ``n_samples`` uniform random
-    starts (one batch) and compare each start's first plateau with :func:`fastest_mode`.
-
-    Parameters
-    ----------
-    beta : inverse temperature > 0 (scores ``beta <x_i, x_j>``: ``d_qk = 1 / beta^2``).
-    n_tokens : tokens N per start; n_samples : starts (one seeded batch: ``seed``).
-    step : Euler step ``h`` of the flow (``alpha = 1/h``); depth : layers (time ``depth * h``).
-    angle : cluster threshold in radians in ``(0, pi]`` (default :data:`rankcollapse.metrics.CLUSTER_ANGLE`).
-    min_plateau : layers a count must hold to count as a plateau, in ``[1, depth + 1]``.
-
-    Raises
-    ------
-    ConfigError
-        A setting out of range.
+    """Run the flow on the circle from ``n_samples`` uniform random starts and compare each
+    start's first plateau with :func:`fastest_mode`: scores ``beta <x_i, x_j>`` (``d_qk = 1 / beta^2``),
+    Euler ``step`` ``h`` (``alpha = 1/h``), cluster ``angle`` in ``(0, pi]`` (default
+    :data:`rankcollapse.metrics.CLUSTER_ANGLE`), plateaus of ``min_plateau`` layers in ``[1, depth + 1]``.
+    Raises :class:`ConfigError` for a setting out of range.
     """
     import torch
 

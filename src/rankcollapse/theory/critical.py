@@ -1,23 +1,7 @@
-"""Critical attention scaling: where collapse switches off as the scale ``β = γ log N`` grows.
-
-Chen, Lin, Polyanskiy & Rigollet, "Critical attention scaling in long-context
-transformers" (ICLR 2026), study scores ``a_ij = β <y_i, y_j>`` on unit tokens whose pairwise
-inner products are all ``ρ`` (an almost-simplex configuration) and find a phase transition
-at ``β = γ log n`` with ``γ_c = 1 / (1 - ρ)``: below it one layer averages the tokens
-towards one direction, above it attention is nearly the identity. The phase sweep runs that
-model as ``beta=log:γ`` on the ``simplex`` input (:mod:`rankcollapse.dynamics.inputs`).
-
-This module holds the prediction and the measured switch:
-
-- :func:`paper_gamma` is the paper's ``γ_c = 1/(1 - ρ)`` (infinite dimension);
-- :func:`annealed_gamma` is a finite-``d`` estimate (derived here, not in the paper): the
-  ``γ`` at which a token's own weight is one half on average over the others,
-  ``e^β = (N - 1) e^{βρ} M_{d-1}((1 - ρ) β)`` with ``M_k(b) = E exp(b <u, v>)`` for
-  independent uniform ``u, v`` on ``S^{k-1}``, ``M_k(b) = Γ(k/2) (2/b)^{k/2-1} I_{k/2-1}(b)``
-  (the moment generating function of one coordinate of a uniform unit vector);
-- :func:`switch` finds, on a curve of ``r(γ) = m(L) / m(0)`` (``m = μ/||X||_F``), the ``γ`` where
-  ``r`` first crosses 1/2 and the 10-90% width ``γ(r = 0.9) - γ(r = 0.1)``, by linear
-  interpolation between grid points (levels fixed before the sweep ran).
+"""Critical attention scaling ``β = γ log N`` (Chen, Lin, Polyanskiy & Rigollet, ICLR 2026): the
+paper's ``γ_c = 1 / (1 - ρ)``, a finite-``d`` estimate (:func:`annealed_gamma`, derived here: a
+token's own weight is one half on average, ``e^β = (N - 1) e^{βρ} M_{d-1}((1 - ρ) β)``,
+``M_k(b) = Γ(k/2) (2/b)^{k/2-1} I_{k/2-1}(b)``) and the measured switch (:func:`switch`).
 """
 
 from __future__ import annotations
@@ -26,7 +10,7 @@ import math
 
 import numpy as np
 
-#: the switch level and the two levels of the transition width, fixed before any sweep ran
+#: the switch level and the two levels of the transition width
 SWITCH_LEVEL = 0.5
 WIDTH_LEVELS = (0.1, 0.9)
 
@@ -48,10 +32,9 @@ def _log_mgf(b: float, k: int) -> float:
 
 
 def annealed_gamma(n_tokens: int, d_model: int, rho: float) -> float:
-    """The finite-``d`` estimate of the module docstring for the ``simplex`` input (``u_i`` on
-    ``S^{d-2}``): the root in ``γ`` of ``(1 - ρ) β - log(N - 1) - log M_{d-1}((1 - ρ) β)``,
-    ``β = γ log N``; NaN when there is none below ``γ = 50 γ_c`` (``log N`` too large for
-    ``d``: the others' weight then grows faster than the token's own)."""
+    """The finite-``d`` estimate of the module docstring for the ``simplex`` input: the root in
+    ``γ`` of ``(1 - ρ) β - log(N - 1) - log M_{d-1}((1 - ρ) β)``, ``β = γ log N``; NaN when there
+    is none below ``γ = 50 γ_c``."""
     from scipy.optimize import brentq
 
     L = math.log(n_tokens)
@@ -69,33 +52,29 @@ def annealed_gamma(n_tokens: int, d_model: int, rho: float) -> float:
     return float("nan")
 
 
+def _segment(r: np.ndarray, level: float) -> int | None:
+    """Index ``i`` of the first grid segment on which ``r`` reaches ``level`` from below, or None."""
+    return next((i for i in range(len(r) - 1) if r[i] < level <= r[i + 1]), None)
+
+
 def _crossing(gamma: np.ndarray, r: np.ndarray, level: float) -> float:
-    """First ``γ`` (ascending) where ``r`` reaches ``level`` from below, linearly
-    interpolated; NaN when the curve never crosses it inside the grid."""
-    for i in range(len(gamma) - 1):
-        if r[i] < level <= r[i + 1]:
-            return float(gamma[i] + (level - r[i]) * (gamma[i + 1] - gamma[i]) / (r[i + 1] - r[i]))
-    return float("nan")
-
-
-def _slope_at(gamma: np.ndarray, r: np.ndarray, level: float) -> float:
-    """Slope ``dr/dγ`` of the grid segment on which ``r`` first reaches ``level``; NaN if none."""
-    for i in range(len(gamma) - 1):
-        if r[i] < level <= r[i + 1]:
-            return float((r[i + 1] - r[i]) / (gamma[i + 1] - gamma[i]))
-    return float("nan")
+    """First ``γ`` where ``r`` reaches ``level`` from below, linearly interpolated; NaN if none."""
+    i = _segment(r, level)
+    if i is None:
+        return float("nan")
+    return float(gamma[i] + (level - r[i]) * (gamma[i + 1] - gamma[i]) / (r[i + 1] - r[i]))
 
 
 def switch(gamma, ratio) -> dict[str, float]:
-    """``{"gamma_switch", "gamma_10", "gamma_90", "width", "relative_width", "slope"}`` of one
-    curve ``ratio = m(L)/m(0)`` against ``gamma`` (any order; sorted here): the crossings of
-    :data:`SWITCH_LEVEL` and of :data:`WIDTH_LEVELS`, ``width = γ_90 - γ_10``,
-    ``relative_width = width / gamma_switch``, and ``slope`` the ``dr/dγ`` of the grid
-    segment that crosses :data:`SWITCH_LEVEL` (needs only the two points around the switch).
-    A level the grid does not bracket gives NaN (not a sharp transition: a grid too short)."""
+    """``{"gamma_switch", "gamma_10", "gamma_90", "width", "relative_width", "slope"}`` of one curve
+    ``ratio`` against ``gamma`` (any order): the crossings of :data:`SWITCH_LEVEL` and
+    :data:`WIDTH_LEVELS` (NaN where the grid does not bracket one), ``width = γ_90 - γ_10``,
+    ``relative_width = width / gamma_switch`` and the ``dr/dγ`` of the segment crossing the switch."""
     order = np.argsort(np.asarray(gamma, dtype=float))
     g, r = np.asarray(gamma, dtype=float)[order], np.asarray(ratio, dtype=float)[order]
     mid = _crossing(g, r, SWITCH_LEVEL)
     lo, hi = (_crossing(g, r, level) for level in WIDTH_LEVELS)
+    i = _segment(r, SWITCH_LEVEL)
+    slope = float("nan") if i is None else float((r[i + 1] - r[i]) / (g[i + 1] - g[i]))
     return {"gamma_switch": mid, "gamma_10": lo, "gamma_90": hi, "width": hi - lo, "relative_width": (hi - lo) / mid,
-            "slope": _slope_at(g, r, SWITCH_LEVEL)}
+            "slope": slope}

@@ -1,31 +1,9 @@
-"""Every Theorem-1 quantity, for masks and schedules alike (spec.md §5.1, docs/theory.md
-§1 and §7): the graph terms (radius, scrambling length, effective radius), the entry
-bound ε, the per-layer envelope rate, the envelope curve and its threshold-crossing depth.
-A mask is a period-1 schedule; nothing here depends on how a schedule is written.
-
-For a schedule of period ``p`` whose layer masks have self-loops, pure SA with orthogonal
-``W_V(t)`` and every allowed attention entry ``≥ ε`` satisfies (docs/theory.md §7)
-
+"""Every Theorem-1 quantity, for masks (period-1 schedules) and schedules alike (spec.md §5.1,
+docs/theory.md §1, §7). With orthogonal ``W_V(t)``, self-loops and every allowed entry ``≥ ε``,
 ``μ(X(t)) ≤ C (1 - ε^e)^{t/e}``, ``C = (√N / 2) ‖osc(X(0))‖₂ / (1 - ε^e) ≤ √N μ(X(0)) / (1 - ε^e)``,
-
-with the **effective radius** ``e = min(p r_H, L)``: ``r_H`` is the radius of the composed
-graph ``H = M_{p-1} ∘ ... ∘ M_0`` (QSC), and ``L`` the **scrambling length**, the least
-``L`` such that every window of ``L`` consecutive layers (at any phase) composes to a graph
-in which some token reaches every token. Both exponents give a valid envelope; the smaller
-one gives the faster rate. For a mask (``p = 1``) ``L = r_H = r`` and this is Theorem 1.
-
-``ε`` is a property of the trajectory. Before a run it is bounded by the masks alone: the
-row with the most allowed keys (``deg_max`` of them, over the period's layers) has entries
-summing to 1, so ``ε ≤ 1 / deg_max``, reached by uniform attention. With that ε the
-envelope is the fastest the theorem can certify: every trajectory's envelope decays at a
-per-layer rate ``≥ ρ* = (1 - deg_max^{-e})^{1/e}``, and no envelope relative to the input,
-``E(t) = √N (1 - ε^e)^{t/e - 1}``, crosses a threshold τ before ``t*(τ)``. A measured rate
-below ρ* does not contradict the theorem (it bounds μ from above); it says the data
-collapse faster than the theorem can guarantee. Under assumption A1 the a-priori bound is
-:func:`epsilon_lower_bound`.
-
-All scalar rates are computed in log space, so ``ε^e`` far below the float range (long
-windows) still gives a finite ``log10`` of the per-layer contraction.
+with the effective radius ``e = min(p r_H, L)`` (``r_H`` the radius of the composed graph, ``L``
+the scrambling length: every window of ``L`` layers composes to a graph with a full column).
+Before a run ``ε ≤ 1 / deg_max``, the fastest rate the theorem certifies. Rates in log space.
 """
 
 from __future__ import annotations
@@ -42,55 +20,41 @@ from ..errors import ConfigError
 #: Envelope exponents: ``t/r`` (Theorem 1 as proved, k = 1) and the weaker ``t/(2r)`` (k = 2).
 EXPONENTS = {"t/r": 1, "t/(2r)": 2}
 
-#: Depth cap of :func:`envelope_crossing_depth` (layers; cheap at N = 128).
+#: Depth cap of :func:`envelope_crossing_depth` (layers).
 MAX_DEPTH = 4096
 
 
-# --------------------------------------------------------------------------- formulas in (ε, e)
-
 def check_exponent(exponent: str) -> int:
-    """``k`` of an envelope exponent (1 for ``"t/r"``, 2 for ``"t/(2r)"``).
-    Raises ConfigError for any other string."""
+    """``k`` of an envelope exponent (1 for ``"t/r"``, 2 for ``"t/(2r)"``); ConfigError otherwise."""
     if exponent not in EXPONENTS:
         raise ConfigError(f"exponent must be one of {sorted(EXPONENTS)}, got {exponent!r}")
     return EXPONENTS[exponent]
 
 
-def _check_eps_r(epsilon: float, radius: int) -> None:
+def _log_power(epsilon: float, radius: int, exponent: str) -> tuple[int, float]:
+    """``k`` of ``exponent`` and ``log(ε^e)``, ``e = radius``, both checked."""
+    k = check_exponent(exponent)
     if not 0.0 < epsilon < 1.0:
         raise ConfigError(f"epsilon must lie in (0, 1), got {epsilon}")
     check_int(radius, "radius", low=1)
+    return k, radius * math.log(epsilon)
 
 
 def log_contraction(epsilon: float, radius: int, *, exponent: str = "t/r") -> float:
-    """Natural log of the per-layer factor ``(1 - ε^e)^{1/(k e)}`` (a value < 0), ``e`` =
-    ``radius`` (a mask's radius, or a schedule's effective radius), ``k`` = 1 for
-    ``"t/r"``, 2 for ``"t/(2r)"``.
-
-    Uses ``log1p(-ε^e)`` and, when ``ε^e`` underflows, ``-ε^e`` in log space
-    (``log1p(-x) = -x + O(x^2)``), so it never returns exactly 0 for ``ε > 0``
-    (down to ``ε^e ~ 1e-308``).
-
-    Raises
-    ------
-    ConfigError
-        ``epsilon`` outside (0, 1), ``radius < 1`` or an unknown exponent.
-    """
-    k = check_exponent(exponent)
-    _check_eps_r(epsilon, radius)
-    log_x = radius * math.log(epsilon)  # log(eps^e)
+    """Natural log (< 0) of the per-layer factor ``(1 - ε^e)^{1/(k e)}``, ``e = radius`` (effective
+    radius for a schedule), ``k`` of :func:`check_exponent`; ``-ε^e`` in log space when ``ε^e``
+    underflows, so never exactly 0. Raises ConfigError for ``epsilon`` outside (0, 1),
+    ``radius < 1`` or an unknown exponent."""
+    k, log_x = _log_power(epsilon, radius, exponent)
     if log_x > -700:
         return math.log1p(-math.exp(log_x)) / (k * radius)
     return -math.exp(log_x - math.log(k * radius))
 
 
 def log10_layers_per_decade(epsilon: float, radius: int, *, exponent: str = "t/r") -> float:
-    """``log10`` of the number of layers the envelope needs to fall by 10x:
-    ``ln(10) / -log(factor)``, computed in log space (finite even for ``ε^e`` ~ 1e-5000).
-    Raises ConfigError as :func:`log_contraction`."""
-    k = check_exponent(exponent)
-    _check_eps_r(epsilon, radius)
-    log_x = radius * math.log(epsilon)
+    """``log10`` of the layers the envelope needs to fall by 10x, ``ln(10) / -log(factor)``, in log
+    space (finite even for ``ε^e`` ~ 1e-5000). Raises ConfigError as :func:`log_contraction`."""
+    k, log_x = _log_power(epsilon, radius, exponent)
     if log_x > -700:
         log_neg = math.log(-math.log1p(-math.exp(log_x))) - math.log(k * radius)
     else:
@@ -100,11 +64,8 @@ def log10_layers_per_decade(epsilon: float, radius: int, *, exponent: str = "t/r
 
 def collapse_envelope(t: np.ndarray | Sequence[float] | float, epsilon: float, radius: int, *,
                       exponent: str = "t/r", C: float = 1.0) -> np.ndarray:
-    """Theorem 1 envelope ``C (1 - ε^e)^{t/(k e)}`` at layers ``t`` (float64 array).
-
-    Source: Wu et al. 2024, Theorem 1 (spec.md §5.1; exponent variant a parameter).
-    Raises ConfigError for ``t < 0`` or as :func:`log_contraction`.
-    """
+    """Theorem 1 envelope ``C (1 - ε^e)^{t/(k e)}`` at layers ``t`` (float64; Wu et al. 2024).
+    Raises ConfigError for ``t < 0`` or as :func:`log_contraction`."""
     t = np.asarray(t, dtype=np.float64)
     if (t < 0).any():
         raise ConfigError("layer indices t must be >= 0")
@@ -112,20 +73,10 @@ def collapse_envelope(t: np.ndarray | Sequence[float] | float, epsilon: float, r
 
 
 def epsilon_lower_bound(*, d_qk: float, token_norm: float, weight_norm: float, max_in_degree: int) -> float:
-    """Lower bound on every allowed attention entry (assumption A1).
-
-    With ``||x_i|| <= R`` (``token_norm``) and ``||W_Q||_2, ||W_K||_2 <= C``
-    (``weight_norm``), every logit obeys
-    ``|s_ij| = |x_i W_Q W_K^T x_j^T| / sqrt(d_qk) <= C^2 R^2 / sqrt(d_qk) =: s``; a row
-    with ``|K(i)|`` keys then has ``A_ij >= e^{-s} / (|K(i)| e^{s})``. Hence
-    ``eps = exp(-2 C^2 R^2 / sqrt(d_qk)) / max_i |K(i)|`` (in-degree = keys per query).
-    Under SA-LN ``R = 1``.
-
-    Raises
-    ------
-    ConfigError
-        Non-positive ``d_qk``, negative norms or an in-degree < 1.
-    """
+    """Lower bound on every allowed attention entry (assumption A1): with ``||x_i|| <= R``
+    (``token_norm``) and ``||W_Q||_2, ||W_K||_2 <= C`` (``weight_norm``) every logit has
+    ``|s_ij| <= C^2 R^2 / sqrt(d_qk) =: s``, so ``eps = exp(-2 s) / max_i |K(i)|``.
+    Raises ConfigError for non-positive ``d_qk``, negative norms or an in-degree < 1."""
     if d_qk <= 0 or token_norm < 0 or weight_norm < 0:
         raise ConfigError(f"need d_qk > 0 and norms >= 0, got d_qk={d_qk}, "
                           f"token_norm={token_norm}, weight_norm={weight_norm}")
@@ -136,14 +87,10 @@ def epsilon_lower_bound(*, d_qk: float, token_norm: float, weight_norm: float, m
 
 
 def measured_envelope(X0: Any, epsilon: Any, radius: int, depth: int, *, exponent: str = "t/r") -> tuple[Any, Any]:
-    """The envelope of a measured trajectory: ``(envelope (depth+1, B), rate (B,))``,
-    float64 tensors, with ``C = (√N / 2) ‖osc(X0)‖₂ / (1 - ε^e)`` per sample (``osc`` the
-    per-column max minus min over tokens) and ``rate = (1 - ε^e)^{1/(k e)}``.
-
-    ``X0``: ``(B, N, d)`` inputs; ``epsilon``: ``(B,)`` smallest allowed entry of each
-    sample's trajectory; ``radius``: the effective radius ``e``. Source: docs/theory.md §1,
-    §7. Raises ConfigError for an unknown exponent.
-    """
+    """``(envelope (depth+1, B), rate (B,))`` float64 of a measured trajectory from inputs ``X0``
+    ``(B, N, d)``, per-sample ``epsilon`` ``(B,)`` and effective radius ``radius``:
+    ``C = (√N / 2) ‖osc(X0)‖₂ / (1 - ε^e)``, ``rate = (1 - ε^e)^{1/(k e)}``.
+    Raises ConfigError for an unknown exponent."""
     import torch
 
     k = check_exponent(exponent)
@@ -155,18 +102,11 @@ def measured_envelope(X0: Any, epsilon: Any, radius: int, depth: int, *, exponen
     return C * contraction**power, contraction ** (1 / (k * radius))
 
 
-# --------------------------------------------------------------------------- graph terms
-
 @dataclass(frozen=True)
 class Theorem1Terms:
-    """The graph facts Theorem 1's envelope of a mask or schedule rests on.
-
-    ``radius``: radius ``r_H`` of the composed graph of one period (a mask's radius for
-    ``period`` 1), None when it is not QSC; ``scrambling_length``: ``L``
-    (:func:`scrambling_length`), None when not QSC or a layer lacks self-loops;
-    ``max_in_degree``: most keys of a query over the period's masks; ``self_loops``:
-    every layer mask has them; ``reason``: why the composed graph is not QSC.
-    """
+    """The graph facts Theorem 1's envelope of a mask or schedule rests on: ``radius`` ``r_H`` of
+    the composed graph (None when not QSC), ``scrambling_length`` ``L`` (None when not QSC or a
+    layer lacks self-loops), ``max_in_degree`` over the period's masks, ``reason`` when not QSC."""
 
     spec: str
     n_tokens: int
@@ -185,8 +125,7 @@ class Theorem1Terms:
 
     @property
     def effective_radius(self) -> int | None:
-        """``min(p r_H, L)``: the exponent of the envelope reported (``p r_H`` alone when
-        ``L`` is undefined); None when the composed graph is not QSC."""
+        """``min(p r_H, L)`` (``p r_H`` when ``L`` is undefined), the envelope's exponent; None when not QSC."""
         pr, L = self.period_radius, self.scrambling_length
         return pr if L is None else (L if pr is None else min(pr, L))
 
@@ -195,28 +134,12 @@ class Theorem1Terms:
 
 
 def theorem1_terms(source: Any, n_tokens: int | None = None, *, max_memory: int | str | None = None) -> Theorem1Terms:
-    """:class:`Theorem1Terms` of a mask (any form of :func:`~rankcollapse.masks.resolve_mask`)
-    or a schedule (any form of :func:`~rankcollapse.masks.parse_schedule`; a plain mask is
-    a period-1 schedule). Never refuses a mask Theorem 1 does not apply to (its fields are
-    None); :func:`require_theorem1` does.
-
-    For period 1, ``L = r`` (:func:`mask_terms`), read from the graph analysis (closed
-    forms for large window masks). For a longer period, ``L`` is the largest over the
-    ``p`` phases of the least window length whose composed graph has a full column; the
-    search stops at ``p (r_H + 1) - 1`` layers, which every window of that length reaches
-    (it contains ``r_H`` whole periods, padded by self-loops). At most ``p² (r_H + 1)``
-    compositions: O(N) each when every layer is a monotone interval mask (windows, causal,
-    complete, ...), else sparse boolean products restricted to the candidate roots
-    (:mod:`._scrambling`). ``n_tokens``: N, needed for a spec.
-
-    Raises
-    ------
-    MaskError
-        A bad spec or schedule, a spec without ``n_tokens``.
-    ConfigError
-        A schedule spec without ``n_tokens``.
-    MemoryLimitError
-        The graph analysis would exceed ``max_memory`` (see :func:`~rankcollapse.masks.analyze`).
+    """:class:`Theorem1Terms` of a mask or a schedule (any form of
+    :func:`~rankcollapse.masks.resolve_mask` or :func:`~rankcollapse.masks.parse_schedule`);
+    fields are None where Theorem 1 does not apply (:func:`require_theorem1` refuses). ``L = r``
+    for period 1, else searched (:mod:`._scrambling`). ``n_tokens``: N, needed for a spec.
+    Raises MaskError or ConfigError for a bad spec or schedule or one without ``n_tokens``,
+    MemoryLimitError when the graph analysis would exceed ``max_memory``.
     """
     from ..masks import analyze, resolve_mask
     from ..masks.schedule import MaskSchedule, is_schedule, parse_schedule
@@ -235,9 +158,8 @@ def theorem1_terms(source: Any, n_tokens: int | None = None, *, max_memory: int 
 
 
 def mask_terms(info: Any, spec: str | None = None) -> Theorem1Terms:
-    """:class:`Theorem1Terms` of one mask (period 1) from its
-    :class:`~rankcollapse.masks.MaskAnalysis` ``info``: ``L = r`` with self-loops (with them
-    ``M^l`` has column ``c`` full iff every token is within ``l`` hops of ``c``)."""
+    """:class:`Theorem1Terms` of one mask from its :class:`~rankcollapse.masks.MaskAnalysis`
+    (``L = r`` with self-loops)."""
     qsc = bool(info.quasi_strongly_connected)
     r = int(info.radius) if qsc else None
     return Theorem1Terms(spec or info.spec, int(info.n_tokens), 1, qsc, bool(info.self_loops), r,
@@ -245,9 +167,8 @@ def mask_terms(info: Any, spec: str | None = None) -> Theorem1Terms:
 
 
 def schedule_terms(sched: Any, info: Any = None, *, max_memory: int | str | None = None) -> Theorem1Terms:
-    """:class:`Theorem1Terms` of a :class:`~rankcollapse.masks.MaskSchedule` of any period
-    (search for ``L``: :func:`theorem1_terms`); ``info``: the composed graph's
-    :class:`~rankcollapse.masks.MaskAnalysis` when the caller has it (else analysed here)."""
+    """:class:`Theorem1Terms` of a :class:`~rankcollapse.masks.MaskSchedule`; ``info``: the composed
+    graph's :class:`~rankcollapse.masks.MaskAnalysis` if the caller has it."""
     from ..masks import analyze
 
     if info is None:
@@ -264,8 +185,7 @@ def schedule_terms(sched: Any, info: Any = None, *, max_memory: int | str | None
 
 
 def _layer_facts(mask: Any) -> tuple[bool, int]:
-    """``(every token attends itself, most keys of a query)`` of one layer mask, from its
-    row intervals when it has them (no CSR form), else from the CSR form."""
+    """``(every token attends itself, most keys of a query)`` of one layer mask."""
     if mask.intervals is not None:
         lo, hi = mask.intervals
         idx = np.arange(lo.shape[0])
@@ -275,25 +195,14 @@ def _layer_facts(mask: Any) -> tuple[bool, int]:
 
 
 def scrambling_length(source: Any, n_tokens: int | None = None) -> int | None:
-    """Scrambling length ``L`` of a schedule or mask: the least ``L`` such that every window
-    of ``L`` consecutive layers, at any phase, composes to a graph in which some token
-    reaches every token (docs/theory.md §7). None when the composed graph is not QSC or a
-    layer mask lacks self-loops. Forms, cost and errors: :func:`theorem1_terms`."""
+    """Scrambling length ``L`` of a schedule or mask (module docstring; docs/theory.md §7); None
+    when not QSC or a layer lacks self-loops. Forms and errors: :func:`theorem1_terms`."""
     return theorem1_terms(source, n_tokens).scrambling_length
 
 
 def require_theorem1(source: Any, n_tokens: int | None = None) -> Theorem1Terms:
-    """:func:`theorem1_terms` of a mask or schedule the envelope applies to (``n_tokens``:
-    N, needed for a spec).
-
-    Raises
-    ------
-    ConfigError
-        Fewer than 2 tokens (radius 0: μ is identically 0, no rate), a composed graph that
-        is not quasi-strongly connected, or a layer mask without self-loops (the proof needs them).
-    MaskError
-        As :func:`theorem1_terms`.
-    """
+    """:func:`theorem1_terms` of a mask or schedule the envelope applies to. Raises ConfigError for
+    fewer than 2 tokens, a composed graph that is not QSC or a layer without self-loops."""
     terms = theorem1_terms(source, n_tokens)
     if terms.n_tokens < 2:
         raise ConfigError(f"Theorem 1 needs at least 2 tokens, got N={terms.n_tokens}")
@@ -307,19 +216,12 @@ def require_theorem1(source: Any, n_tokens: int | None = None) -> Theorem1Terms:
     return terms
 
 
-# --------------------------------------------------------------------------- rates of a mask or schedule
-
 @dataclass(frozen=True)
 class EnvelopeDepth:
-    """The Theorem-1 envelope of one mask or schedule at one threshold.
-
-    ``depth``: least layer ``t`` with ``E(t) ≤ threshold``, or ``cap`` when it is deeper
-    (``capped`` true); ``rate``: per-layer envelope rate ``(1 - ε^e)^{1/e}``;
-    ``radius``: the effective radius ``e`` (a mask's radius ``r``); ``epsilon``,
-    ``n_tokens``: the inputs; ``exact_depth``: the real-valued solution (may exceed the
-    cap; ``inf`` when ``ε^e`` underflows to 0 in float64); ``period``,
-    ``scrambling_length``: the schedule's (1 and ``r`` for a mask).
-    """
+    """The Theorem-1 envelope of one mask or schedule at one threshold: ``depth`` the least layer
+    with ``E(t) ≤ threshold`` (``cap`` when deeper, ``capped``), ``rate`` ``(1 - ε^e)^{1/e}``,
+    ``radius`` the effective radius ``e``, ``exact_depth`` the real-valued solution (``inf`` when
+    ``ε^e`` underflows)."""
 
     mask: str
     n_tokens: int
@@ -339,11 +241,8 @@ class EnvelopeDepth:
 
 
 def epsilon_uniform(max_in_degree: int) -> float:
-    """``1 / deg_max``: the largest smallest-entry a row-stochastic attention on a mask can
-    have (uniform attention over the largest key set), hence the fastest rate Theorem 1
-    can certify; the default ε of :func:`envelope_rate` and :func:`envelope_crossing_depth`.
-    (Beside it: :func:`epsilon_lower_bound`, the a-priori bound of assumption A1, and the
-    measured ``epsilon_measured`` of :func:`~rankcollapse.theory.check_collapse_bound`.)"""
+    """``1 / deg_max``, the largest smallest entry of a row-stochastic attention on the mask: the
+    default ε of :func:`envelope_rate` and :func:`envelope_crossing_depth` (fastest certified rate)."""
     return 1.0 / max_in_degree
 
 
@@ -360,28 +259,9 @@ def _rate(eps: float, e: int) -> float:
 
 
 def envelope_rate(mask: Any, n_tokens: int | None = None, *, epsilon: float | None = None) -> float:
-    """Per-layer rate ``(1 - ε^e)^{1/e}`` of the Theorem-1 envelope of a mask or schedule
-    (``e`` = effective radius, :class:`Theorem1Terms`; ``r`` for a mask).
-
-    Parameters
-    ----------
-    mask : Mask, bool ``(N, N)``, spec string (with ``n_tokens``)
-        or schedule; QSC with self-loops.
-    epsilon : smallest allowed attention entry, in (0, 1]; default
-        :func:`epsilon_uniform` ``= 1 / deg_max``, the largest it can be, which gives the
-        fastest rate the theorem certifies.
-
-    Returns
-    -------
-    float in [0, 1]; within rounding of 1.0 when ``ε^e`` is below float64's resolution
-    (no certified decay at float precision).
-
-    Raises
-    ------
-    ConfigError
-        Not QSC, a layer without self-loops, fewer than 2 tokens, ε outside (0, 1].
-    MaskError
-        A spec without ``n``, or an invalid mask.
+    """Per-layer rate ``(1 - ε^e)^{1/e}`` in [0, 1] of the Theorem-1 envelope of a mask or schedule
+    (``e`` the effective radius) with ``epsilon`` in (0, 1] (default :func:`epsilon_uniform`).
+    Raises ConfigError as :func:`require_theorem1` or for ε outside (0, 1], MaskError for a bad mask.
     """
     terms = require_theorem1(mask, n_tokens)
     return _rate(_epsilon(epsilon, terms.max_in_degree), terms.effective_radius)
@@ -389,24 +269,11 @@ def envelope_rate(mask: Any, n_tokens: int | None = None, *, epsilon: float | No
 
 def envelope_crossing_depth(mask: Any, threshold: float, n_tokens: int | None = None, *, epsilon: float | None = None,
                             cap: int = MAX_DEPTH) -> EnvelopeDepth:
-    """Least depth at which the Theorem-1 envelope relative to the input,
-    ``E(t) = √N (1 - ε^e)^{t/e - 1}``, is at or below ``threshold`` (module docstring):
-    ``t* = ⌈e (1 + ln(τ/√N) / ln(1 - ε^e))⌉``, at least 0, capped at ``cap``.
+    """Least depth at which the envelope relative to the input, ``E(t) = √N (1 - ε^e)^{t/e - 1}``,
+    is at or below ``threshold``: ``t* = ⌈e (1 + ln(τ/√N) / ln(1 - ε^e))⌉``, capped at ``cap``.
 
-    With the default ε (``1 / deg_max``) no trajectory of pure SA with orthogonal W_V is
-    guaranteed below ``threshold`` before ``t*``: a collapse claim read at a shallower
-    depth is decided by the data, not by the theorem.
-
-    Parameters
-    ----------
-    mask, n_tokens, epsilon : as :func:`envelope_rate` (masks and schedules).
-    threshold : τ in (0, 1), a fraction of the input μ.
-    cap : largest depth returned (layers, ≥ 1).
-
-    Raises
-    ------
-    ConfigError
-        ``threshold`` outside (0, 1), ``cap`` < 1, or as :func:`envelope_rate`.
+    ``mask``, ``n_tokens``, ``epsilon`` as :func:`envelope_rate`. Raises ConfigError for
+    ``threshold`` outside (0, 1), ``cap`` < 1, or as :func:`envelope_rate`.
     """
     threshold = check_float(threshold, "threshold")
     if not 0 < threshold < 1:
@@ -428,14 +295,9 @@ def envelope_crossing_depth(mask: Any, threshold: float, n_tokens: int | None = 
 
 def predicted_rate(terms: Theorem1Terms, *, d_qk: float = 1.0, token_norm: float = 1.0, weight_norm: float = 1.0,
                    exponent: str = "t/r") -> dict[str, Any]:
-    """Envelope rate of a mask or schedule from the a-priori entry bound (A1).
-
-    ``epsilon_bound`` = :func:`epsilon_lower_bound` with ``terms.max_in_degree``; the
-    per-layer factor is ``(1 - ε^e)^{1/(k e)}`` with ``e = terms.effective_radius``
-    (docs/theory.md §7). Keys: ``epsilon_bound``, ``log10_rate_per_layer`` (log10 of the factor, < 0) and
-    ``log10_layers_per_decade``; both None when the composed graph is not QSC (no collapse
-    to one token is implied). Raises ConfigError as :func:`epsilon_lower_bound`.
-    """
+    """Envelope rate from the a-priori entry bound (A1): ``epsilon_bound``
+    (:func:`epsilon_lower_bound`), ``log10_rate_per_layer`` (log10 of ``(1 - ε^e)^{1/(k e)}``) and
+    ``log10_layers_per_decade``, both None when not QSC. Raises ConfigError as :func:`epsilon_lower_bound`."""
     eps = epsilon_lower_bound(d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm,
                               max_in_degree=terms.max_in_degree)
     e = terms.effective_radius

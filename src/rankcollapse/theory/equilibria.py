@@ -1,9 +1,6 @@
-"""Equilibria of SA-LN: the N = d = 2 causal example and a construction of every rank.
-
-Derivations and proofs: ``docs/theory.md`` (§ "Equilibria of every rank"). Both
-systems use the causal mask with ``W_Q = W_K = 0``, so ``A[i, j] = 1/(i+1)`` for
-``j ≤ i`` and the SA-LN step is ``x_i ↦ normalise(S_i W_V)`` with ``S_i = Σ_{j≤i} x_j``.
-An SA-LN state ``X`` is an equilibrium iff ``S_i W_V = α_i x_i`` with ``α_i > 0``.
+"""Equilibria of SA-LN: the N = d = 2 causal example and a construction of every rank
+(docs/theory.md §3). Causal mask, ``W_Q = W_K = 0``: the step is ``x_i ↦ normalise(S_i W_V)``,
+``S_i = Σ_{j≤i} x_j``, and ``X`` is an equilibrium iff ``S_i W_V = α_i x_i`` with ``α_i > 0``.
 """
 
 from __future__ import annotations
@@ -31,9 +28,8 @@ MAX_RANK = 500
 #: Largest number of equilibria enumerated without an explicit ``limit``.
 MAX_ENUMERATED = 4096
 FIXED_POINT_TOL = 1e-10
-#: Rank of a constructed equilibrium: singular values above ``RANK_RTOL · σ_1``
-#: (:func:`rankcollapse.metrics.numerical_rank`'s ``rtol``). The states come from root
-#: finding accurate to ~1e-12, so numpy's ``max(N, d) eps`` rule would count that noise.
+#: Rank of a constructed equilibrium: singular values above ``RANK_RTOL · σ_1`` (root finding
+#: is accurate to ~1e-12, which numpy's ``max(N, d) eps`` rule would count).
 RANK_RTOL = 1e-8
 
 
@@ -60,8 +56,7 @@ class Equilibrium:
         return out
 
     def to_pandas(self) -> Any:
-        """Tidy :class:`pandas.DataFrame` ``token, coordinate, value`` of ``X`` (float64,
-        row-major: token ``i``, coordinate ``k`` is ``X[i, k]``)."""
+        """Tidy :class:`pandas.DataFrame` ``token, coordinate, value`` of ``X``."""
         import pandas as pd
 
         N, d = self.X.shape
@@ -101,21 +96,11 @@ class EquilibriumSet(NotebookResult):
 
 
 def causal_example_2x2() -> EquilibriumSet:
-    """All ten equilibria of the ``N = d = 2`` causal example of spec.md §5.3, in closed form.
+    """All ten equilibria of the ``N = d = 2`` causal example of spec.md §5.3, in closed form
+    (``W_V = [[1, -3], [0, 2]]``; docs/theory.md §3a). Order, each for ``s = +1`` then ``-1``:
 
-    ``W_Q = W_K = 0``, ``W_V = [[1, -3], [0, 2]]``. Token 0 is a left eigenvector of
-    ``W_V``: ``s (0, 1)`` (eigenvalue 2) or ``s (1, 3)/√10`` (eigenvalue 1), ``s = ±1``.
-    Token 1 solves ``x_1 (α I - W_V) = x_0 W_V`` with ``α > 0``, ``‖x_1‖ = 1``
-    (derivation: docs/theory.md §3a). Order, each for ``s = +1`` then ``s = -1``:
-
-    * ``x_0 = s(0, 1)``, ``x_1 = s(β, 3β - 2)`` with ``10 β² - 12 β + 3 = 0``:
-      ``β = (6 - √6)/10`` gives ``B = ((6-√6)/10, -(2+3√6)/10)``, rank 2, locally
-      stable; ``β = (6 + √6)/10`` gives ``B'``, rank 2, unstable (first four entries,
-      ``signs = (s, ±1)``);
-    * ``x_0 = x_1 = s(0, 1)``: rank 1, stable;
-    * ``x_0 = x_1 = s(1, 3)/√10``: rank 1, unstable (token 0);
-    * ``x_0 = s(1, 3)/√10``, ``x_1 = s(1, -3)/√10`` (``α = 2``): rank 2, unstable.
-
+    ``[s(0, 1), B]`` and ``[s(0, 1), B']`` (``signs = (s, ±1)``; ``B = ((6-√6)/10, -(2+3√6)/10)``
+    is stable), ``s[(0,1), (0,1)]``, ``s[(1,3), (1,3)]/√10``, ``s[(1,3), (1,-3)]/√10``.
     ``info["labels"]`` names each one; ``info["B"]`` is B.
     """
     W_V = torch.tensor([[1.0, -3.0], [0.0, 2.0]], dtype=torch.float64)
@@ -159,26 +144,21 @@ def _token_after_rank(S: np.ndarray, lam: np.ndarray) -> np.ndarray:
 
 
 def construct_equilibrium(n_tokens: int, lam: np.ndarray, signs: tuple[int, ...]) -> np.ndarray:
-    """The equilibrium on ``n_tokens`` tokens of
-    the rank-``k`` construction with sign pattern ``signs`` (length k), eigenvalues ``lam``
-    ``(d,)``.
-
-    Tokens ``t < k`` (α = λ_t): ``x_t[j] = λ_j S_{t-1}[j] / (λ_t - λ_j)`` for ``j < t``,
-    ``x_t[t] = s_t sqrt(1 - Σ_{j<t} x_t[j]²)``, zero after ``t``. Tokens ``t ≥ k``: see
-    :func:`_token_after_rank`. Returns ``(n_tokens, d)`` float64.
-    """
+    """The ``(n_tokens, d)`` float64 equilibrium of the rank-``k`` construction with sign pattern
+    ``signs`` (length k) and eigenvalues ``lam`` ``(d,)``: tokens ``t < k`` have
+    ``x_t[j] = λ_j S_{t-1}[j] / (λ_t - λ_j)`` for ``j < t``, ``x_t[t] = s_t sqrt(1 - Σ_{j<t} x_t[j]²)``;
+    later ones :func:`_token_after_rank`."""
     k, d = len(signs), lam.shape[0]
     X = np.zeros((n_tokens, d))
     S = np.zeros(d)
     for t in range(n_tokens):
+        x = np.zeros(d)
         if t < k:
-            x = np.zeros(d)
             x[:t] = lam[:t] * S[:t] / (lam[t] - lam[:t])
             rest = 1.0 - float(np.sum(x[:t] ** 2))
             assert rest > 0, "construction lemma violated"  # proven: rest ≥ 1 - B²τ(ρ) ≈ 0.65
             x[t] = signs[t] * math.sqrt(rest)
         else:
-            x = np.zeros(d)
             x[:k] = _token_after_rank(S[:k], lam[:k])
         X[t] = x
         S = S + x
@@ -186,32 +166,14 @@ def construct_equilibrium(n_tokens: int, lam: np.ndarray, signs: tuple[int, ...]
 
 
 def equilibria(n_tokens: int, d_model: int, rank: int, *, limit: int | None = None, stability: bool = True) -> EquilibriumSet:
-    """A system with at least ``2^rank`` distinct SA-LN equilibria of rank exactly ``rank``.
-
-    Causal mask, ``W_Q = W_K = 0`` (``d_qk = 1``), ``W_V = diag(λ)`` with ``λ_t ∝ 4^t``
-    for ``t < rank`` and ``λ_0/2`` elsewhere (:func:`construction_eigenvalues`). One equilibrium per sign pattern
-    ``s ∈ {±1}^rank``; proof of existence, distinctness and rank in docs/theory.md.
-
-    Parameters
-    ----------
-    n_tokens, d_model : number of tokens N and token dimension d.
-    rank : ``1 ≤ rank ≤ min(n, d)`` (and ``≤ MAX_RANK``).
-    limit : enumerate only the first ``limit`` sign patterns (required above 4096).
-    stability : attach a tangent-space stability report to each equilibrium.
-
-    Returns
-    -------
-    EquilibriumSet
-        Every equilibrium verified: fixed-point residual ≤ 1e-10 (float64), rank checked.
-
-    Raises
-    ------
-    ConfigError
-        If ``rank`` is out of range, or ``2^rank > 4096`` without ``limit``, or
-        ``n_tokens``, ``d_model``, ``limit`` is not an integer ``>= 1``.
-    MemoryLimitError
-        The system (and with ``stability`` the tangent Jacobians) would not fit half the
-        physical memory.
+    """A system with at least ``2^rank`` distinct SA-LN equilibria of rank exactly ``rank``:
+    causal mask, ``W_Q = W_K = 0``, ``W_V = diag(λ)`` (:func:`construction_eigenvalues`); one
+    equilibrium per sign pattern ``s ∈ {±1}^rank``, each verified (residual ≤ 1e-10, rank);
+    proof in docs/theory.md §3b. ``limit``: only the first ``limit`` patterns (required above
+    4096); ``stability``: attach a tangent-space stability report to each. Raises ConfigError for
+    ``rank`` outside ``1..min(N, d)`` or above ``MAX_RANK``, ``2^rank > 4096`` without ``limit``, or
+    ``n_tokens``, ``d_model``, ``limit`` not an integer ``>= 1``; MemoryLimitError when the system
+    (and tangent Jacobians) would not fit half the memory.
     """
     n, d = check_int(n_tokens, "n_tokens", low=1), check_int(d_model, "d_model", low=1)
     rank = check_int(rank, "rank")
@@ -223,9 +185,7 @@ def equilibria(n_tokens: int, d_model: int, rank: int, *, limit: int | None = No
     count = 2**rank if limit is None else min(limit, 2**rank)
     if limit is None and count > MAX_ENUMERATED:
         raise ConfigError(f"2^{rank} equilibria are too many to list; pass limit (e.g. limit=64)")
-    # the (N, N) mask and attention, W_V, and with stability the tangent Jacobian (side
-    # N (d - 1)) with its factors and complex eigenvectors: about 8 matrices of side N d
-    # (ru_maxrss at N = 48 and 96, d = 32: 1.15 and 0.87 x this)
+    # the (N, N) mask and attention, W_V, and with stability about 8 matrices of side N d
     check_memory(9 * n * n + 8 * d * d + (64 * (n * d) ** 2 if stability else 0),
                  f"the equilibria of N = {n}, d = {d}" + (" with their stability" if stability else ""),
                  adjustable=False)

@@ -1,13 +1,6 @@
-"""Numerical search for SA-LN equilibria of any system on the product of spheres.
-
-From many seeded random starts (uniform on ``(S^{d-1})^N``), batched: a damped
-fixed-point phase ``X ← normalise((1-η) X + η F(X))`` (reaches stable equilibria),
-then Newton steps on the tangent space (part of the starts skip the damped phase, so Newton also reaches unstable ones):
-solve ``Q^T (J - I) Q δ = -Q^T (F(X) - X)`` in least squares and retract
-``X ← normalise(X + Q δ)``. Converged states (``max |F(X) - X| ≤ tol``) are
-deduplicated by max-abs distance; sign-distinct states stay distinct. At degenerate
-equilibria (a tangent eigenvalue equal to 1) Newton converges only linearly and the
-state error is about ``sqrt(residual)``: hence dedup and rank tolerances of 1e-4.
+"""Numerical search for SA-LN equilibria (docs/theory.md §5): from seeded uniform starts, a damped
+fixed-point phase (part of the starts skip it), then tangent Newton steps; converged states are
+deduplicated by max-abs distance.
 """
 
 from __future__ import annotations
@@ -42,11 +35,9 @@ class FinderSettings:
     batch: int = 16
 
     def describe(self) -> str:
-        return (
-            f"{self.n_starts} seeded starts (seed {self.seed}), {self.fixed_point_iters} damped fixed-point "
-            f"iterations (damping {self.damping}; skipped for a fraction {self.newton_only_fraction} of starts) "
-            f"then up to {self.newton_iters} tangent Newton steps, tol {self.tol:g}"
-        )
+        return (f"{self.n_starts} seeded starts (seed {self.seed}), {self.fixed_point_iters} damped fixed-point "
+                f"iterations (damping {self.damping}; skipped for a fraction {self.newton_only_fraction} of starts) "
+                f"then up to {self.newton_iters} tangent Newton steps, tol {self.tol:g}")
 
 
 @dataclass
@@ -58,24 +49,20 @@ class FinderResult(EquilibriumSet):
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-def _batched_step(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
-    return system.step(X, check=False)
-
-
 def _batched_jacobians(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
     """Per-sample Jacobians ``(B, N d, N d)`` of the step (samples do not interact)."""
     B, N, d = X.shape
-    J = torch.autograd.functional.jacobian(lambda Z: _batched_step(system, Z), X, vectorize=True)
+    J = torch.autograd.functional.jacobian(lambda Z: system.step(Z, check=False), X, vectorize=True)
     J = J.reshape(B, N * d, B, N * d)
     idx = torch.arange(B)
     return J[idx, :, idx, :]
 
 
 def _newton(system: AttentionSystem, X: torch.Tensor, iters: int, tol: float) -> torch.Tensor:
-    """Tangent-space Newton on a batch ``(B, N, d)``; samples already converged are left alone."""
+    """Tangent-space Newton on a batch ``(B, N, d)``; converged samples are left alone."""
     B, N, d = X.shape
     for _ in range(iters):
-        R = _batched_step(system, X) - X
+        R = system.step(X, check=False) - X
         todo = R.flatten(1).abs().amax(dim=1) > tol
         todo &= torch.isfinite(R.flatten(1)).all(dim=1)
         if not bool(todo.any()):
@@ -100,35 +87,13 @@ def _dedup(states: torch.Tensor, tol: float) -> list[torch.Tensor]:
     return kept
 
 
-def find_equilibria(
-    system: AttentionSystem,
-    settings: FinderSettings | None = None,
-    *,
-    starts: torch.Tensor | None = None,
-    **overrides: Any,
-) -> FinderResult:
-    """Search equilibria of the SA-LN step of ``system``.
-
-    Parameters
-    ----------
-    system : the system (cast to float64).
-    settings : :class:`FinderSettings`; keyword ``overrides`` replace its fields.
-    starts : optional extra initial states ``(B, N, d)`` (rows normalised), sent straight to
-        Newton; with ``starts`` given, ``n_starts = 0`` searches from them alone.
-
-    Returns
-    -------
-    FinderResult
-        Distinct equilibria (each with residual ≤ ``tol``, rank, stability report),
-        sorted by rank then residual, and the count of converged starts.
-
-    Raises
-    ------
-    ConvergenceError
-        If no start converges (the message says what was tried and the best residual).
-    ConfigError
-        If a setting is out of range, or the step is undefined (a zero row before
-        normalisation) at every state tried.
+def find_equilibria(system: AttentionSystem, settings: FinderSettings | None = None, *,
+                    starts: torch.Tensor | None = None, **overrides: Any) -> FinderResult:
+    """Distinct equilibria of the SA-LN step of ``system`` (residual ≤ ``tol``, rank, stability),
+    sorted by rank then residual. ``overrides`` replace fields of ``settings``; ``starts`` ``(B, N, d)``
+    go straight to Newton (with them, ``n_starts = 0`` searches from them alone). Raises
+    ConvergenceError when no start converges (naming what was tried), ConfigError for a setting
+    out of range or a step undefined at every state tried.
     """
     s = settings or FinderSettings()
     for k, v in overrides.items():
@@ -145,13 +110,13 @@ def find_equilibria(
     # Damped iteration only reaches stable equilibria: part of the starts go to Newton directly.
     n_fp = s.n_starts - int(round(s.newton_only_fraction * s.n_starts))
     for _ in range(s.fixed_point_iters):
-        X[:n_fp] = sphere((1 - s.damping) * X[:n_fp] + s.damping * _batched_step(system, X[:n_fp]))[0]
+        X[:n_fp] = sphere((1 - s.damping) * X[:n_fp] + s.damping * system.step(X[:n_fp], check=False))[0]
     if starts is not None:  # given starts go straight to Newton
         if starts.ndim != 3 or starts.shape[1:] != X.shape[1:]:
             raise ConfigError(f"starts must be (B, {system.n_tokens}, {system.dim}), got {tuple(starts.shape)}")
         X = torch.cat([sphere(starts.to(torch.float64))[0], X])
     X = torch.cat([_newton(system, chunk, s.newton_iters, s.tol) for chunk in X.split(s.batch)])
-    res = (_batched_step(system, X) - X).flatten(1).abs().amax(dim=1)
+    res = (system.step(X, check=False) - X).flatten(1).abs().amax(dim=1)
     ok = torch.isfinite(res) & (res <= s.tol)
     if not bool(ok.any()):
         if not bool(torch.isfinite(res).any()):

@@ -1,9 +1,5 @@
-"""Phase portraits of SA-LN (spec.md §5.3; the paper's Figure 1 idea).
-
-``portrait_2d``: for the ``N = d = 2`` causal example, the final angle of token 1 as a
-function of its starting angle, with token 0 starting at ``+(0, 1)`` and at ``-(0, 1)``.
-``trajectories_3d``: token paths on the unit sphere for a ``d = 3`` system.
-"""
+"""Phase portraits of SA-LN (spec.md §5.3; docs/theory.md §6): the final against the starting
+angle of token 1 in the ``N = d = 2`` example, and token paths on the sphere for ``d = 3``."""
 
 from __future__ import annotations
 
@@ -43,8 +39,8 @@ def portrait_2d_data(system: AttentionSystem | None = None, *, n_angles: int = 7
 
 
 def portrait_2d(path: str | Path | None = None, *, ax: Any = None, **kwargs: Any) -> dict[str, Any]:
-    """Compute :func:`portrait_2d_data` (``kwargs``), draw it with :func:`plot_portrait_2d`
-    (on ``ax`` when given) and write a PNG at ``path`` when given; returns the data."""
+    """:func:`portrait_2d_data` (``kwargs``) drawn by :func:`plot_portrait_2d` (on ``ax``; a PNG at
+    ``path`` when given); returns the data."""
     data = portrait_2d_data(**kwargs)
     fig = plot_portrait_2d(data, kwargs.get("system"), ax=ax)
     if path is not None:
@@ -55,9 +51,8 @@ def portrait_2d(path: str | Path | None = None, *, ax: Any = None, **kwargs: Any
 
 
 def plot_portrait_2d(data: dict[str, Any], system: AttentionSystem | None = None, *, ax: Any = None) -> Any:
-    """Draw :func:`portrait_2d_data`'s output (final vs starting angle of token 1, degrees);
-    returns the figure. ``system``: the one the data came from (for the title; default the
-    ``N = d = 2`` causal example). Never changes matplotlib's backend."""
+    """Draw :func:`portrait_2d_data`'s output; returns the figure. ``system`` (for the title):
+    the one the data came from, default the ``N = d = 2`` causal example."""
     from .._figure import new_axes
 
     system = system or causal_example_2x2().system
@@ -77,13 +72,12 @@ def plot_portrait_2d(data: dict[str, Any], system: AttentionSystem | None = None
 
 
 def _matrix_text(W: torch.Tensor) -> str:
-    """``[[1, -3], [0, 2]]``: a small matrix in the title, entries to 4 significant digits."""
+    """``[[1, -3], [0, 2]]``: a small matrix, entries to 4 significant digits."""
     return "[" + ", ".join("[" + ", ".join(f"{float(v):.4g}" for v in row) + "]" for row in W) + "]"
 
 
 def _pick_starts(system: AttentionSystem, n_starts: int, depth: int, generator: torch.Generator) -> torch.Tensor:
-    """``n_starts`` random starts, about half of them ending above rank 1 when any of a
-    pool of ``32 n_starts`` does (rank-2 basins are small; a plain draw rarely shows one)."""
+    """``n_starts`` random starts, about half ending above rank 1 when any of a pool of ``32 n_starts`` does."""
     pool = sphere_tokens(32 * n_starts, system.n_tokens, 3, generator=generator)
     X = pool
     for _ in range(depth):
@@ -97,13 +91,9 @@ def _pick_starts(system: AttentionSystem, n_starts: int, depth: int, generator: 
 
 def trajectories_3d(path: str | Path | None = None, system: AttentionSystem | None = None, *, n_starts: int = 6,
                     depth: int = 60, seed: int = 0) -> np.ndarray:
-    """Draw token trajectories on the unit sphere (``d = 3``) to a PNG; returns ``(depth+1, B, N, 3)``.
-
-    Default system: the ``N = d = 2`` example lifted to ``N = d = 3`` (causal,
-    ``W_Q = W_K = 0``, ``W_V = diag([[1, -3], [0, 2]], 1/2)``). Starts are drawn from a
-    seeded pool so that about half end above rank 1 when any can (see ``_pick_starts``).
-    ``path``: also write a PNG there. Draw the result with :func:`plot_trajectories_3d`.
-    """
+    """Token trajectories ``(depth+1, B, N, 3)`` on the unit sphere (a PNG at ``path`` when given).
+    Default system: the ``N = d = 2`` example lifted to ``N = d = 3``
+    (``W_V = diag([[1, -3], [0, 2]], 1/2)``); starts: ``_pick_starts``."""
     if system is None:
         W_V = torch.zeros(3, 3, dtype=torch.float64)
         W_V[:2, :2] = causal_example_2x2().system.W_V
@@ -127,8 +117,7 @@ def trajectories_3d(path: str | Path | None = None, system: AttentionSystem | No
 
 
 def plot_trajectories_3d(traj: np.ndarray, *, ax: Any = None) -> Any:
-    """Draw token paths ``traj`` of shape ``(depth+1, B, N, 3)`` on the unit sphere;
-    returns the figure. ``ax``: a 3-D axes (``projection="3d"``) to draw on."""
+    """Draw token paths ``traj`` ``(depth+1, B, N, 3)`` on the unit sphere (on a 3-D ``ax`` if given)."""
     from .._figure import colour, new_axes
 
     traj = np.asarray(traj)

@@ -1,14 +1,5 @@
-"""Masks and schedules compared by Theorem 1's collapse rate (spec.md §5.1, docs/theory.md §7).
-
-:func:`compare_masks` tabulates masks by radius and predicted per-layer contraction;
-:func:`describe_schedule` reports a schedule's composed graph (centers, QSC, radius)
-with its period, scrambling length, per-layer descriptions and predicted rate;
-:func:`compare_schedules` ranks schedules by predicted and (optionally) measured rate,
-with the attention budget (mean attended pairs per layer) in the table so that
-schedules of equal cost can be compared. The Theorem-1 quantities come from
-:mod:`.envelope` (their one home); the measured rate from
-:func:`rankcollapse.theory.fit_rate` of :func:`rankcollapse.dynamics.simulate`.
-"""
+"""Masks and schedules compared by Theorem 1's collapse rate (docs/theory.md §7; quantities
+from :mod:`.envelope`, measured rates from :func:`~rankcollapse.theory.fit_rate`)."""
 
 from __future__ import annotations
 
@@ -29,26 +20,15 @@ TERM_KEYS = ("period_radius", "scrambling_length", "effective_radius")
 def describe_schedule(schedule: Any, n_tokens: int | None = None, *, per_token: bool = False,
                       **bounds: float) -> dict[str, Any]:
     """JSON-ready description of a schedule: the composed graph's
-    :meth:`~rankcollapse.masks.MaskAnalysis.to_dict` keys (``n_tokens``, ``centers``,
-    ``radius``, ``quasi_strongly_connected``, ...; ``spec`` is the schedule's), plus
-    ``period``, ``edges_per_layer``, ``mean_edges_per_layer``, ``period_radius`` (``p r_H``),
-    ``scrambling_length`` (``L``), ``effective_radius`` (``min(p r_H, L)``, the envelope's
-    exponent), ``epsilon_bound``, ``log10_rate_per_layer``, ``log10_layers_per_decade``
-    (:func:`rankcollapse.theory.envelope.predicted_rate`; ``bounds`` = its keyword
-    arguments) and ``layers`` (each layer's description). ``n_tokens``: N, needed unless
-    ``schedule`` is a :class:`MaskSchedule`.
-
-    Raises MaskError for a bad schedule (see :func:`parse_schedule`).
-    """
+    :meth:`~rankcollapse.masks.MaskAnalysis.to_dict` (``spec`` the schedule's), ``period``,
+    ``edges_per_layer``, ``mean_edges_per_layer``, the :data:`TERM_KEYS`, the keys of
+    :func:`~rankcollapse.theory.envelope.predicted_rate` (``bounds``: its keyword arguments) and
+    each layer's description (``layers``). Raises MaskError for a bad schedule."""
     sched = parse_schedule(schedule, n_tokens) if not isinstance(schedule, MaskSchedule) else schedule
     a = analyze(sched.composed())
     out = a.to_dict(per_token=per_token)
-    out["spec"] = sched.spec
-    out["composed_spec"] = a.spec
-    out["closed_form_agrees"] = None
-    out["period"] = sched.period
-    out["edges_per_layer"] = sched.edges_per_layer()
-    out["mean_edges_per_layer"] = sched.mean_edges()
+    out.update(spec=sched.spec, composed_spec=a.spec, closed_form_agrees=None, period=sched.period,
+               edges_per_layer=sched.edges_per_layer(), mean_edges_per_layer=sched.mean_edges())
     terms = schedule_terms(sched, a)
     out.update({k: getattr(terms, k) for k in TERM_KEYS})
     out.update(predicted_rate(terms, **bounds))
@@ -62,12 +42,8 @@ def describe_schedule(schedule: Any, n_tokens: int | None = None, *, per_token: 
 
 def measure_rate(schedule: MaskSchedule, run: RunConfig, *, d_model: int = 16, n_samples: int = 8,
                  d_qk: float = 1.0, quantiles: bool = False):
-    """Median over samples of the measured per-layer decay factor of ``μ`` (pure SA,
-    Haar ``W_V``, Gaussian ``W_Q, W_K`` and ``X(0)`` entries of std ``1/√d``) —
-    :func:`rankcollapse.theory.fit_rate` of :func:`rankcollapse.dynamics.simulate` on
-    ``n_samples`` inputs ``(N, d)``, ``d = d_model``, run by ``run`` (its ``depth``; its
-    ``seed`` draws the weights and ``X(0)``; ``dtype`` None is float64, the inputs').
-    With ``quantiles``: ``(q25, median, q75)`` over samples."""
+    """Median over samples (with ``quantiles``: ``(q25, median, q75)``) of the :func:`fit_rate` of μ
+    under pure SA (Haar ``W_V``, Gaussian ``W_Q, W_K`` and ``X(0)`` of std ``1/√d``) run by ``run``."""
     import torch
 
     from ..dynamics import gaussian_tokens, simulate
@@ -85,26 +61,13 @@ def measure_rate(schedule: MaskSchedule, run: RunConfig, *, d_model: int = 16, n
 def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: RunConfig | None = None, d_model: int = 16,
                       n_samples: int = 8, d_qk: float = 1.0, token_norm: float = 1.0, weight_norm: float = 1.0,
                       exponent: str = "t/r") -> pd.DataFrame:
-    """Rank schedules (plain masks are period-1 schedules) by collapse rate at their cost.
+    """Rank schedules (masks are period-1 schedules) by collapse rate at their cost.
 
-    Columns: ``spec, period, n_tokens, mean_edges_per_layer, quasi_strongly_connected,
-    radius`` (``r_H``, of the composed graph), ``period_radius`` (``p r_H``),
-    ``scrambling_length`` (``L``), ``effective_radius`` (``min(p r_H, L)``, the exponent of
-    the envelope), ``epsilon_bound, log10_rate_per_layer, log10_layers_per_decade,
-    rank_predicted`` and, with ``measure`` (the :class:`~rankcollapse.dynamics.RunConfig`
-    of the simulation, e.g. ``RunConfig(depth=60, seed=0)``), ``measured_rate``
-    (median over samples, :func:`measure_rate`), ``measured_q25, measured_q75`` and
-    ``rank_measured``. Rank 1 = slowest collapse (most layers
-    per decade / measured factor closest to 1); non-QSC schedules rank first (no
-    collapse is implied). Compare rows of equal ``mean_edges_per_layer``. ``exponent``:
-    ``"t/r"`` or ``"t/(2r)"`` (:func:`rankcollapse.theory.envelope.predicted_rate`).
-    Every schedule is on ``n_tokens`` tokens; ``d_model, n_samples`` are
-    :func:`measure_rate`'s.
-
-    Raises
-    ------
-    MaskError
-        A bad schedule. ConfigError: an unknown exponent, bad ``d_qk`` or norms.
+    Columns: ``spec, period, n_tokens, mean_edges_per_layer, quasi_strongly_connected, radius``, the
+    :data:`TERM_KEYS`, the :func:`~rankcollapse.theory.envelope.predicted_rate` keys, ``rank_predicted``
+    and, with ``measure`` (a :class:`~rankcollapse.dynamics.RunConfig`), ``measured_rate, measured_q25,
+    measured_q75`` (:func:`measure_rate`), ``rank_measured``. Rank 1 = slowest collapse (non-QSC first).
+    Raises MaskError for a bad schedule, ConfigError for an unknown exponent, bad ``d_qk`` or norms.
     """
     check_exponent(exponent)
     rows = []
@@ -130,38 +93,24 @@ def compare_schedules(specs: Sequence[Any], n_tokens: int, *, measure: RunConfig
     return df
 
 
-def compare_masks(
-    specs: Sequence[str], n_tokens: int, *, d_qk: float = 1.0, token_norm: float = 1.0,
-    weight_norm: float = 1.0, exponent: str = "t/r", max_memory: int | str | None = None,
-) -> pd.DataFrame:
-    """Table of masks by radius and predicted per-layer contraction.
-
-    Columns: ``spec, n_tokens, n_edges, quasi_strongly_connected, n_centers, radius,
-    max_in_degree, epsilon_bound, log10_factor, log10_layers_per_decade``. ``epsilon_bound`` is
-    :func:`~rankcollapse.theory.envelope.epsilon_lower_bound` for each mask's own max
-    in-degree; ``log10_factor`` is ``log10`` of ``(1 - eps^r)^(1/(k r))``
-    (:func:`~rankcollapse.theory.envelope.predicted_rate`). Non-QSC masks get no rate
-    (NaN): Theorem 1 gives no collapse to one token there. ``max_memory`` bounds each
-    graph analysis (see :func:`~rankcollapse.masks.analyze`). Every mask is on ``n_tokens``
-    tokens.
-
-    Raises
-    ------
-    MaskError
-        A bad spec. ConfigError: an unknown exponent, bad ``d_qk`` or norms.
+def compare_masks(specs: Sequence[str], n_tokens: int, *, d_qk: float = 1.0, token_norm: float = 1.0,
+                  weight_norm: float = 1.0, exponent: str = "t/r",
+                  max_memory: int | str | None = None) -> pd.DataFrame:
+    """Table of masks by radius and predicted per-layer contraction: ``spec, n_tokens, n_edges,
+    quasi_strongly_connected, n_centers, radius, max_in_degree, epsilon_bound, log10_factor,
+    log10_layers_per_decade`` (:func:`~rankcollapse.theory.envelope.predicted_rate`; NaN when not
+    QSC). ``max_memory`` bounds each graph analysis (:func:`~rankcollapse.masks.analyze`).
+    Raises MaskError for a bad spec, ConfigError for an unknown exponent, bad ``d_qk`` or norms.
     """
     rows = []
     for spec in specs:
         a = analyze(parse_mask(spec, n_tokens), max_memory=max_memory)
         rate = predicted_rate(mask_terms(a), d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm,
                               exponent=exponent)
-        rows.append({
-            "spec": a.spec, "n_tokens": a.n_tokens, "n_edges": a.n_edges,
-            "quasi_strongly_connected": a.quasi_strongly_connected,
-            "n_centers": len(a.centers), "radius": a.radius, "max_in_degree": a.in_degree["max"],
-            "epsilon_bound": rate["epsilon_bound"],
-            "log10_factor": math.nan if rate["log10_rate_per_layer"] is None else rate["log10_rate_per_layer"],
-            "log10_layers_per_decade": math.nan if rate["log10_layers_per_decade"] is None
-            else rate["log10_layers_per_decade"],
-        })
+        nan_if_none = {k: math.nan if v is None else v for k, v in rate.items()}
+        rows.append({"spec": a.spec, "n_tokens": a.n_tokens, "n_edges": a.n_edges,
+                     "quasi_strongly_connected": a.quasi_strongly_connected, "n_centers": len(a.centers),
+                     "radius": a.radius, "max_in_degree": a.in_degree["max"],
+                     "epsilon_bound": rate["epsilon_bound"], "log10_factor": nan_if_none["log10_rate_per_layer"],
+                     "log10_layers_per_decade": nan_if_none["log10_layers_per_decade"]})
     return pd.DataFrame(rows).astype({"radius": "Int64"})

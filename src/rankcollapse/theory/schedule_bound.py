@@ -1,19 +1,7 @@
-"""The schedule envelope (docs/theory.md §7): Theorem 1 applied to a periodic schedule.
-
-For a schedule of period ``p`` whose masks all have self-loops and whose composed graph
-``H = M_{p-1} ∘ ... ∘ M_0`` is QSC with radius ``r_H``, pure SA with orthogonal
-``W_V(t)`` and every allowed entry ``≥ ε`` satisfies
-
-``μ(X(t)) ≤ C (1 - ε^e)^{t / e}``,  ``C = (√N / 2) ‖osc(X(0))‖₂ / (1 - ε^e)``,
-
-i.e. Theorem 1's envelope with the radius ``r`` replaced by the effective radius
-``e = min(p r_H, L)``, ``L`` the scrambling length (every window of ``L`` consecutive
-layers, at any phase, composes to a graph in which some token reaches every token;
-:mod:`.envelope`). ``ε`` is measured on the trajectory (smallest allowed entry over all
-layers, each under its own mask), so a point above the envelope is a bug. The run also
-checks the two support claims the proofs rest on: the product of the attention matrices
-of one period has exactly the support of ``H`` with entries ``≥ ε^p``, and the product
-over every window of ``L`` layers has a column with every entry ``≥ ε^L``.
+"""The schedule envelope (docs/theory.md §7): Theorem 1 with the radius replaced by the effective
+radius ``e = min(p r_H, L)`` (:mod:`.envelope`). The run also checks the support claims the
+proofs rest on: one period's attention product has exactly the support of the composed graph
+with entries ``≥ ε^p``, and every window of ``L`` layers has a column with entries ``≥ ε^L``.
 """
 
 from __future__ import annotations
@@ -44,8 +32,8 @@ def _support_agrees(attention: list[torch.Tensor], H: torch.Tensor, eps: torch.T
 
 
 def _scrambling_agrees(attention: list[torch.Tensor], eps: torch.Tensor, L: int, p: int) -> bool | None:
-    """Every recorded window of ``L`` layers starting at a phase ``< p`` has, per sample and
-    head, a column with every entry ``≥ ε^L`` (None when the run is shorter than ``L``)."""
+    """Every recorded window of ``L`` layers starting at a phase ``< p`` has, per sample and head,
+    a column ``≥ ε^L`` (None when the run is shorter than ``L``)."""
     starts = range(min(p, len(attention) - L + 1))
     if not starts:
         return None
@@ -53,30 +41,14 @@ def _scrambling_agrees(attention: list[torch.Tensor], eps: torch.Tensor, L: int,
     return all(bool((_product(attention, s, L).amin(dim=-2) >= floor).any(-1).all()) for s in starts)
 
 
-def check_schedule_bound(
-    schedule: Any, *, n_tokens: int | None = None, d_model: int = 16, depth: int = 60, n_samples: int = 8,
-    seed: int = 0, exponent: str = "t/r", d_qk: float = 1.0, qk_scale: float = 1.0,
-    X0: torch.Tensor | None = None,
-) -> BoundResult:
-    """Run pure SA through ``schedule`` (Haar ``W_V`` per layer) and check its envelope.
-
-    Same parameters and trajectory as :func:`~rankcollapse.theory.check_collapse_bound`
-    (``simulate(X0, schedule, value="orthogonal", query_key=..., run=RunConfig(depth=depth,
-    seed=seed, dtype=torch.float64))``); ``radius`` of the result is the composed graph's ``r_H``, and
-    ``config`` adds ``period``, ``period_radius`` (``p r_H``), ``scrambling_length``
-    (``L``), ``effective_radius`` (``min(p r_H, L)``, the envelope's exponent),
-    ``support_agrees`` (the first period's attention product has exactly the composed
-    support, entries ``≥ ε^p``; checked when ``depth ≥ p``) and ``scrambling_agrees``
-    (every window of ``L`` layers starting in the first period has a column ``≥ ε^L``;
-    checked when ``depth ≥ L``).
-
-    Raises
-    ------
-    ConfigError
-        Unknown exponent, fewer than 2 tokens, ``depth``/``n_samples``/``d_model`` < 1, a
-        composed graph that is not QSC, a layer mask without self-loops, bad ``X0``.
-    MaskError
-        A bad schedule spec.
+def check_schedule_bound(schedule: Any, *, n_tokens: int | None = None, d_model: int = 16, depth: int = 60,
+                         n_samples: int = 8, seed: int = 0, exponent: str = "t/r", d_qk: float = 1.0,
+                         qk_scale: float = 1.0, X0: torch.Tensor | None = None) -> BoundResult:
+    """Run pure SA through ``schedule`` (Haar ``W_V`` per layer) and check its envelope; parameters,
+    trajectory and errors as :func:`~rankcollapse.theory.check_collapse_bound`. The result's ``radius``
+    is ``r_H``; ``config`` adds ``period``, ``period_radius``, ``scrambling_length``,
+    ``effective_radius`` and the module docstring's checks ``support_agrees`` (None when
+    ``depth < p``) and ``scrambling_agrees`` (None when ``depth < L``).
     """
     check_run(exponent, depth, n_samples, d_model)
     if n_tokens is None:

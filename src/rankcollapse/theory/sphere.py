@@ -1,11 +1,6 @@
-"""Theorem 2 (spec.md §5.2) checked: SA-LN with orthogonal W_V still collapses.
-
-QSC mask, per-layer Haar-orthogonal ``W_V``, initial tokens with non-negative pairwise
-cosines: all tokens converge exponentially to one common point on the sphere
-(``μ(X(t)) → 0``). Inputs violating the condition — two antipodal clusters — keep
-``μ`` away from 0 under sharp attention: tokens sit at ``±v`` (rank-one subspace,
-not one point), which is the condition mattering.
-"""
+"""Theorem 2 (spec.md §5.2; docs/theory.md §2): under a QSC mask and per-layer Haar-orthogonal
+``W_V``, SA-LN tokens with non-negative pairwise cosines converge to one point (``μ → 0``);
+antipodal inputs keep ``μ`` away from 0 under sharp attention."""
 
 from __future__ import annotations
 
@@ -33,17 +28,9 @@ INPUTS = ("nonnegative", "antipodal", "sphere")
 
 
 def make_inputs(kind: str, n_samples: int, n_tokens: int, d_model: int, generator: torch.Generator) -> torch.Tensor:
-    """Unit tokens ``(B, N, d)`` float64 (``B = n_samples``, ``N = n_tokens``,
-    ``d = d_model``) of the
-    input ``kind`` of the registry (:func:`rankcollapse.dynamics.inputs.make_tokens`)
-    drawn from ``generator``; only inputs on the unit sphere
-    (:data:`~rankcollapse.dynamics.inputs.ON_SPHERE`).
-
-    Raises
-    ------
-    ConfigError
-        ``kind`` is not an input on the sphere.
-    """
+    """Unit tokens ``(n_samples, n_tokens, d_model)`` float64 of the input ``kind``
+    (:func:`rankcollapse.dynamics.inputs.make_tokens`) drawn from ``generator``. Raises
+    ConfigError unless ``kind`` is in :data:`~rankcollapse.dynamics.inputs.ON_SPHERE`."""
     if Spec.name_of(canonical_input(kind)) not in ON_SPHERE:
         raise ConfigError(f"inputs must be one on the unit sphere, one of {ON_SPHERE}, got {kind!r}")
     return make_tokens(kind, n_samples, n_tokens, d_model, generator=generator)
@@ -78,36 +65,14 @@ class SphereResult(NotebookResult):
                 "config": self.config}
 
 
-def check_sphere_collapse(
-    mask: Any,
-    *,
-    n_tokens: int | None = None,
-    d_model: int = 8,
-    depth: int = 80,
-    n_samples: int = 8,
-    inputs: str = "nonnegative",
-    seed: int = 0,
-    beta: float = 1.0,
-    collapse_tol: float = 1e-8,
-) -> SphereResult:
+def check_sphere_collapse(mask: Any, *, n_tokens: int | None = None, d_model: int = 8, depth: int = 80,
+                          n_samples: int = 8, inputs: str = "nonnegative", seed: int = 0, beta: float = 1.0,
+                          collapse_tol: float = 1e-8) -> SphereResult:
     """Run SA-LN ``X ↦ D A X W_V(t)`` with Haar-orthogonal ``W_V(t)`` and measure collapse.
 
-    Attention uses ``W_Q = W_K = sqrt(beta) I`` (``d_qk = 1``): scores ``β ⟨x_i, x_j⟩``,
-    larger ``beta`` = sharper attention to similar tokens; ``beta = 1 / sqrt(d_qk)`` gives
-    the scores of ``simulate`` with ``W_Q = W_K = I`` and that ``d_qk`` (docs/dynamics.md,
-    "Temperature: one name per quantity").
-
-    Returns
-    -------
-    SphereResult
-        ``collapsed`` iff the median final ``μ`` is below ``collapse_tol``.
-
-    Raises
-    ------
-    ConfigError
-        Unknown ``inputs``, sizes out of range (N < 2, d < 2, depth or n_samples < 1,
-        beta < 0), or a zero row of ``A X W_V`` at some layer (the step is undefined;
-        zero rows follow the rule of :func:`rankcollapse.dynamics.layers.sphere`).
+    Scores ``β ⟨x_i, x_j⟩`` (``W_Q = W_K = sqrt(beta) I``, ``d_qk = 1``); ``collapsed`` iff the
+    median final ``μ`` is below ``collapse_tol``. Raises ConfigError for unknown ``inputs``, N < 2,
+    d < 2, depth or n_samples < 1, beta < 0, or a zero row of ``A X W_V`` at some layer.
     """
     m, d = resolve_mask(mask, n_tokens), d_model  # d: the formulas' name for d_model
     N = m.n_tokens

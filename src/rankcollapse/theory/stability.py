@@ -1,11 +1,6 @@
-"""Linear stability of SA-LN equilibria on the product of spheres.
-
-The SA-LN step ``F`` maps ``(S^{d-1})^N`` to itself. At a fixed point ``X``, its
-derivative maps the tangent space ``T = Π_i x_i^⊥`` into itself; with ``Q`` an
-orthonormal basis of ``T`` (``(N d, N (d-1))``, block diagonal), the tangent Jacobian is
-``Q^T J Q`` with ``J = ∂ vec F / ∂ vec X`` (autograd). The equilibrium is linearly
-(asymptotically) stable iff the spectral radius of ``Q^T J Q`` is < 1 (standard
-discrete-time linearisation; Hartman–Grobman for hyperbolic points).
+"""Linear stability of SA-LN equilibria on ``(S^{d-1})^N`` (docs/theory.md §4): with ``Q`` an
+orthonormal basis of the tangent space ``Π_i x_i^⊥``, ``X`` is linearly stable iff the spectral
+radius of ``Q^T J Q`` (``J = ∂ vec F / ∂ vec X``) is < 1.
 """
 
 from __future__ import annotations
@@ -24,12 +19,8 @@ NEUTRAL_TOL = 1e-9
 
 
 def tangent_basis(X: torch.Tensor) -> torch.Tensor:
-    """Orthonormal basis of ``Π_i x_i^⊥``, block diagonal.
-
-    ``X`` is ``(N, d)`` or batched ``(..., N, d)``; returns ``(..., N d, N (d-1))``.
-    Token ``i``'s block is the last ``d-1`` right singular vectors of the ``(1, d)`` row
-    ``x_i`` (batched SVD, no loop over tokens or samples).
-    """
+    """Block-diagonal orthonormal basis ``(..., N d, N (d-1))`` of ``Π_i x_i^⊥`` for ``X``
+    ``(..., N, d)`` (per token the last ``d-1`` right singular vectors of ``x_i``)."""
     X = as_state(X)
     *batch, N, d = X.shape
     _, _, Vh = torch.linalg.svd(X.unsqueeze(-2))  # (..., N, d, d)
@@ -56,11 +47,8 @@ def tangent_jacobian(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class StabilityReport(NotebookResult):
-    """Eigenvalues of the tangent Jacobian with a verdict per direction.
-
-    ``eigenvalues`` complex ``(N(d-1),)``; ``token[m]`` is the token whose tangent block
-    carries most of eigenvector ``m``; ``verdicts[m]`` ∈ {"stable", "unstable", "neutral"}.
-    """
+    """Eigenvalues ``(N(d-1),)`` of the tangent Jacobian; per direction ``m`` the ``token`` carrying
+    most of eigenvector ``m`` and a verdict (``"stable"``, ``"unstable"`` or ``"neutral"``)."""
 
     eigenvalues: torch.Tensor
     token: list[int]
@@ -87,26 +75,16 @@ class StabilityReport(NotebookResult):
         return {"stable": self.stable, "spectral_radius": self.spectral_radius, "n_unstable": self.n_unstable}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "stable": self.stable,
-            "spectral_radius": self.spectral_radius,
-            "n_unstable_directions": self.n_unstable,
-            "directions": [
-                {"eigenvalue": [float(z.real), float(z.imag)], "modulus": float(abs(z)), "token": t, "verdict": v}
-                for z, t, v in zip(self.eigenvalues.tolist(), self.token, self.verdicts)
-            ],
-        }
+        directions = [{"eigenvalue": [float(z.real), float(z.imag)], "modulus": float(abs(z)), "token": t, "verdict": v}
+                      for z, t, v in zip(self.eigenvalues.tolist(), self.token, self.verdicts)]
+        return {"stable": self.stable, "spectral_radius": self.spectral_radius, "n_unstable_directions": self.n_unstable,
+                "directions": directions}
 
 
 def stability(system: AttentionSystem, X: torch.Tensor) -> StabilityReport:
-    """Stability verdict of the SA-LN equilibrium ``X`` ``(N, d)`` per tangent direction.
-
-    Raises
-    ------
-    ConfigError
-        ``system`` is not an :class:`AttentionSystem`, ``X`` not its ``(N, d)`` state, or
-        the step is undefined at ``X`` (zero row before normalisation).
-    """
+    """Stability verdict of the SA-LN equilibrium ``X`` ``(N, d)`` per tangent direction. Raises
+    ConfigError for a ``system`` that is not an :class:`AttentionSystem`, ``X`` not its state, or
+    a step undefined at ``X``."""
     X = as_state(X, as_system(system))
     if X.ndim != 2:
         raise ConfigError(f"X must be one state (N, d), got shape {tuple(X.shape)}")
@@ -120,6 +98,4 @@ def stability(system: AttentionSystem, X: torch.Tensor) -> StabilityReport:
     mod = vals.abs()
     verdicts = ["unstable" if m > 1 + NEUTRAL_TOL else "stable" if m < 1 - NEUTRAL_TOL else "neutral" for m in mod.tolist()]
     order = torch.argsort(mod, descending=True)
-    return StabilityReport(
-        vals[order], [token[i] for i in order], [verdicts[i] for i in order], float(mod.max())
-    )
+    return StabilityReport(vals[order], [token[i] for i in order], [verdicts[i] for i in order], float(mod.max()))

@@ -1,10 +1,5 @@
-"""One self-attention system (mask, W_Q, W_K, W_V, d_qk) and its SA-LN step.
-
-spec.md §2: pure SA is ``X ↦ A X W_V`` and SA-LN is ``X ↦ D A X W_V`` with ``D``
-the diagonal matrix that puts every row back on the unit sphere. Row-vector
-convention: a token ``x`` maps to ``x W_V``. The weights are the same at every layer
-(time-invariant system), which is the setting of equilibria and stability.
-"""
+"""One time-invariant self-attention system (mask, W_Q, W_K, W_V, d_qk) and its SA-LN step
+``X ↦ D A X W_V`` (spec.md §2; ``D`` puts every row back on the unit sphere)."""
 
 from __future__ import annotations
 
@@ -27,15 +22,8 @@ SA_LN = BlockConfig(norm="sphere", placement="none")
 
 @dataclass(frozen=True)
 class AttentionSystem:
-    """A time-invariant single-head self-attention layer.
-
-    Attributes
-    ----------
-    mask : bool tensor ``(N, N)``, ``mask[i, j]`` = token i attends to token j.
-    W_Q, W_K : float tensors ``(d, d_k)``.
-    W_V : float tensor ``(d, d)``, row-vector convention ``x ↦ x W_V``.
-    d_qk : float, attention temperature (spec.md §1).
-    """
+    """A time-invariant single-head self-attention layer: bool ``mask`` ``(N, N)``, ``W_Q, W_K``
+    ``(d, d_k)``, ``W_V`` ``(d, d)`` (row vectors: ``x ↦ x W_V``), temperature ``d_qk`` (spec.md §1)."""
 
     mask: torch.Tensor
     W_Q: torch.Tensor
@@ -78,8 +66,7 @@ class AttentionSystem:
         return int(self.W_V.shape[0])
 
     def to(self, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> "AttentionSystem":
-        """Copy with float tensors cast to ``dtype`` (and moved to ``device``, which must
-        exist here: :class:`~rankcollapse.errors.ConfigError` otherwise)."""
+        """Copy cast to ``dtype`` on ``device`` (ConfigError for a device not present here)."""
         device = None if device is None else check_device(device)
         f = lambda w: w.to(dtype=dtype, device=device)  # noqa: E731
         return AttentionSystem(self.mask.to(device=device), f(self.W_Q), f(self.W_K), f(self.W_V), self.d_qk)
@@ -89,52 +76,23 @@ class AttentionSystem:
         return attention_weights(X, self.mask, self.W_Q, self.W_K, d_qk=self.d_qk)
 
     def step(self, X: torch.Tensor, *, check: bool = True) -> torch.Tensor:
-        """SA-LN step ``D A X W_V`` (rows normalised to unit norm), computed by
-        :func:`rankcollapse.dynamics.single_head.single_head_layer`.
-
-        A zero row of ``A X W_V`` (every entry exactly 0; the one rule of
-        :func:`rankcollapse.dynamics.layers.sphere`) has no direction: with ``check`` it
-        raises, without it the row becomes NaN (basin and finder count such starts as
-        undefined; the other rows stay differentiable).
-
-        Raises
-        ------
-        ConfigError
-            If ``check`` and some row of ``A X W_V`` is zero (the step is undefined).
-        """
+        """SA-LN step ``D A X W_V``. A zero row of ``A X W_V`` raises ConfigError with ``check``,
+        else becomes NaN (:func:`rankcollapse.dynamics.layers.sphere`)."""
         weights = LayerWeights(self.W_Q, self.W_K, self.W_V)
         return single_head_layer(X, self.mask, weights, SA_LN, d_qk=self.d_qk, zero_rows="raise" if check else "nan",
                                  direct_sphere=True)[0]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with keys ``mask``, ``W_Q``, ``W_K``, ``W_V``, ``d_qk``."""
-        return {
-            "mask": self.mask.cpu().tolist(),
-            "W_Q": self.W_Q.detach().cpu().double().tolist(),
-            "W_K": self.W_K.detach().cpu().double().tolist(),
-            "W_V": self.W_V.detach().cpu().double().tolist(),
-            "d_qk": float(self.d_qk),
-        }
+        return {"mask": self.mask.cpu().tolist(),
+                **{k: getattr(self, k).detach().cpu().double().tolist() for k in ("W_Q", "W_K", "W_V")},
+                "d_qk": float(self.d_qk)}
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any], dtype: torch.dtype = torch.float64) -> "AttentionSystem":
-        """Inverse of :meth:`to_dict` (the schema of ``theory find/basin --system``).
-
-        Keys: ``mask`` — a boolean ``(N, N)`` nested list (``true`` = token i attends to
-        token j; 0/1 accepted) or a mask spec string such as ``"causal"``
-        (:func:`rankcollapse.masks.parse_mask`, with ``N`` from ``n_tokens`` or else from
-        ``W_V``'s size); ``W_Q``, ``W_K`` ``(d, d_k)`` and ``W_V`` ``(d, d)`` nested lists
-        (row-vector convention ``x ↦ x W_V``); optional ``d_qk`` (default 1) and
-        ``n_tokens``. Other keys (e.g. ``equilibria`` of ``theory equilibria --json``)
-        are ignored.
-
-        Raises
-        ------
-        ConfigError
-            If a key is missing or a matrix is malformed.
-        MaskError
-            If a mask spec string is invalid.
-        """
+        """Inverse of :meth:`to_dict` (schema: docs/theory.md, "System files"); ``mask`` may also be
+        a spec string on ``n_tokens`` tokens (default ``W_V``'s size). Other keys are ignored.
+        Raises ConfigError for a missing key or a malformed matrix, MaskError for a bad mask spec."""
         if not isinstance(obj, dict):
             raise ConfigError(f"system must be a JSON object with keys mask, W_Q, W_K, W_V, got {type(obj).__name__}")
         missing = [k for k in ("mask", "W_Q", "W_K", "W_V") if k not in obj]
@@ -151,8 +109,7 @@ class AttentionSystem:
 
 
 def _mask_of(obj: dict[str, Any], W_V: torch.Tensor) -> torch.Tensor:
-    """The ``mask`` entry as a bool tensor: a nested list, or a spec string built for
-    ``n_tokens`` tokens (default: as many as ``W_V`` has rows)."""
+    """The ``mask`` entry (a nested list or a spec string) as a bool tensor."""
     spec = obj["mask"]
     if not isinstance(spec, str):
         return torch.tensor(spec, dtype=torch.bool)
@@ -163,13 +120,7 @@ def _mask_of(obj: dict[str, Any], W_V: torch.Tensor) -> torch.Tensor:
 
 
 def as_system(system: Any) -> AttentionSystem:
-    """``system`` in float64, the form every analysis of this package computes in.
-
-    Raises
-    ------
-    ConfigError
-        ``system`` is not an :class:`AttentionSystem`.
-    """
+    """``system`` in float64; ConfigError unless it is an :class:`AttentionSystem`."""
     if not isinstance(system, AttentionSystem):
         raise ConfigError(f"system must be an AttentionSystem (AttentionSystem.from_dict builds one), "
                           f"got {type(system).__name__}")
@@ -177,15 +128,8 @@ def as_system(system: Any) -> AttentionSystem:
 
 
 def as_state(X: Any, system: AttentionSystem | None = None, name: str = "X") -> torch.Tensor:
-    """``X`` as a float64 tensor of token states ``(..., N, d)``, with ``N, d`` those of
-    ``system`` when given.
-
-    Raises
-    ------
-    ConfigError
-        Not a tensor or array of real numbers, fewer than two dimensions, or a shape that
-        does not match ``system``.
-    """
+    """``X`` as float64 token states ``(..., N, d)`` (``N, d`` those of ``system`` when given).
+    Raises ConfigError for a non-real tensor or array, fewer than two dimensions, or another shape."""
     import numpy as np
 
     if isinstance(X, np.ndarray) and X.dtype.kind in "biuf":
@@ -200,13 +144,8 @@ def as_state(X: Any, system: AttentionSystem | None = None, name: str = "X") -> 
 
 
 def causal_uniform_system(W_V: torch.Tensor, n_tokens: int) -> AttentionSystem:
-    """Causal mask with ``W_Q = W_K = 0`` (so ``A[i, j] = 1/(i+1)`` for ``j ≤ i``).
-
-    Raises
-    ------
-    ConfigError
-        ``W_V`` not a square ``(d, d)`` tensor, ``n_tokens`` not an integer >= 1.
-    """
+    """Causal mask with ``W_Q = W_K = 0`` (``A[i, j] = 1/(i+1)``, ``j ≤ i``). Raises ConfigError
+    for ``W_V`` not a ``(d, d)`` tensor or ``n_tokens`` not an integer >= 1."""
     n_tokens = check_int(n_tokens, "n_tokens", low=1)
     if not isinstance(W_V, torch.Tensor) or W_V.ndim != 2:
         raise ConfigError(f"W_V must be a (d, d) torch.Tensor, got {type(W_V).__name__}")

@@ -1,18 +1,7 @@
-"""Participation ratio of one attention row against the number of keys, under each
-temperature law (:mod:`rankcollapse.dynamics.temperature_laws`).
-
-A query ``q`` attends ``N`` keys ``k_j`` with probabilities ``a_j = softmax_j(β(N, d) <q, k_j>)``;
-its participation ratio ``PR = 1 / sum_j a_j^2`` (:func:`rankcollapse.metrics.participation_ratio`)
-is the effective number of keys it reads. One row costs O(N d): no ``(N, N)`` matrix is
-formed. For keys i.i.d. uniform on ``S^{d-1}`` and an independent query, the keys within
-angle ``θ`` of ``q`` number about ``N θ^{d-1}``; scores within ``1/β`` of the top one
-have ``θ² ≲ 2/β``, so ``PR`` stays bounded exactly when ``β`` grows like ``N^{2/(d-1)}``
-(``pow:c``, arXiv 2605.08505) and grows like ``N / β^{(d-1)/2}`` under slower laws
-(``log:γ``, ``ssmax:s``, ``llama4``): a growth exponent ``1`` up to log factors.
-
-:func:`participation_scan` measures the mean PR per ``(N, law)`` with a 95 % t-interval over
-queries and the growth exponent of mean PR against N per law (least-squares slope of
-``ln mean PR`` on ``ln N``, with a bootstrap interval over queries).
+"""Participation ratio ``PR = 1 / sum_j a_j^2`` of one attention row against the number of keys
+N under each temperature law (:mod:`rankcollapse.dynamics.temperature_laws`), O(N d) per row:
+for i.i.d. uniform keys on ``S^{d-1}`` it stays bounded when ``β`` grows like ``N^{2/(d-1)}``
+(``pow:c``) and grows like ``N / β^{(d-1)/2}`` under slower laws.
 """
 
 from __future__ import annotations
@@ -35,8 +24,7 @@ from ..metrics.attention import row_participation
 QUERIES = ("fresh", "key")
 #: at most this many queries at once
 CHUNK = 16
-#: bytes of the token draws of one chunk of queries, ``COPIES (b, N + 1, d)`` float64 (the
-#: Gaussian draw, its normalised copy, a slice): fewer queries per chunk above it
+#: bytes of the token draws (``COPIES (b, N + 1, d)`` float64) of one chunk of queries
 CHUNK_BYTES = 256 * 2**20
 COPIES = 3
 #: bootstrap resamples of the growth exponent's interval
@@ -45,18 +33,9 @@ N_BOOT = 2000
 
 @dataclass
 class TemperatureScan:
-    """Result of :func:`participation_scan`.
-
-    Attributes
-    ----------
-    rows : one dict per ``(n_tokens, law)``: ``n_tokens``, ``law`` (canonical spec),
-        ``beta`` (at the last position), ``pr_mean``, ``pr_lo``, ``pr_hi`` (95 % t-interval
-        over queries), ``pr_median``, ``n_queries``.
-    slopes : one dict per law: ``law``, ``slope``, ``slope_lo``, ``slope_hi`` (95 %
-        percentile bootstrap over queries; NaN with fewer than two N).
-    config : the arguments.
-    per_query : ``(n_tokens, law spec) -> (n_queries,)`` the PR of every query.
-    """
+    """Result of :func:`participation_scan`: ``rows`` per ``(n_tokens, law)`` (``n_tokens, law, beta,
+    pr_mean, pr_lo, pr_hi`` (95 % t-interval), ``pr_median, n_queries``), ``slopes`` per law (``law, slope,
+    slope_lo, slope_hi``: 95 % bootstrap, NaN with one N), ``per_query[(N, law)]`` every query's PR."""
 
     rows: list[dict[str, Any]]
     slopes: list[dict[str, Any]]
@@ -68,8 +47,8 @@ class TemperatureScan:
 
 
 def query_participation(keys: torch.Tensor, queries: torch.Tensor, beta: float) -> torch.Tensor:
-    """``PR`` of each query's softmax row ``softmax_j(β <q_b, k_bj>)``: ``keys`` ``(B, N, d)``,
-    ``queries`` ``(B, d)`` -> ``(B,)`` in the keys' dtype, O(B N d)."""
+    """``PR`` ``(B,)`` of the rows ``softmax_j(β <q_b, k_bj>)``, ``keys`` ``(B, N, d)``, ``queries``
+    ``(B, d)``."""
     scores = beta * torch.einsum("bnd,bd->bn", keys, queries)  # (B, N)
     return row_participation(torch.softmax(scores, dim=-1))
 
@@ -77,33 +56,16 @@ def query_participation(keys: torch.Tensor, queries: torch.Tensor, beta: float) 
 def participation_scan(laws: Sequence[str | TemperatureLaw], n_tokens: Sequence[int], *, keys: str = "sphere",
                        d_model: int = 3, n_queries: int = 64, query: str = "fresh", seed: int = 0,
                        max_memory: int | str | None = None) -> TemperatureScan:
-    """Mean participation ratio of one query over ``N`` keys per law and ``N`` (module docstring).
+    """Mean participation ratio of one query over ``N`` keys per law (``"log:1"``, ``"pow:1"``,
+    ``"ssmax:1"``, ``"llama4"`` or parsed) and ``N``: ``n_queries`` (>= 2) queries per ``N``, each
+    drawing ``N + 1`` tokens of the input ``keys`` (:data:`rankcollapse.dynamics.inputs.INPUTS`);
+    the query is token ``N`` (``query="fresh"``) or key 0 (``"key"``). The ``i``-th ``N`` is drawn
+    with seed ``seed + i`` in chunks of at most :data:`CHUNK` queries; the bootstrap uses ``seed``.
+    ``max_memory``: bytes (or ``"8GiB"``) one query's tokens may take; default half the RAM.
 
-    Parameters
-    ----------
-    laws : temperature laws (``"log:1"``, ``"pow:1"``, ``"ssmax:1"``, ``"llama4"`` or parsed).
-    n_tokens : numbers of keys ``N`` (each >= 2).
-    keys : an input of :data:`rankcollapse.dynamics.inputs.INPUTS` (default ``sphere``:
-        i.i.d. uniform on ``S^{d-1}``); query ``b`` draws sample ``b`` of ``N + 1`` tokens.
-    d_model : width ``d``.
-    n_queries : queries per ``N``, each with its own keys (>= 2).
-    query : ``fresh`` (the query is token ``N`` of the draw, independent of the keys for
-        i.i.d. inputs) or ``key`` (the query is key 0: the row of a token in
-        self-attention).
-    seed : the draw of ``N`` uses seed ``seed + i`` for the ``i``-th ``N``; the bootstrap uses ``seed``.
-        The queries are drawn in chunks of at most :data:`CHUNK` (fewer when a chunk's
-        tokens would exceed :data:`CHUNK_BYTES`): the numbers depend on ``N``, ``d`` and
-        the seed only, not on the machine.
-    max_memory : bytes (or ``"8GiB"``) one query's tokens may take; default half the
-        physical memory.
-
-    Raises
-    ------
-    ConfigError
-        An unknown law, input or query kind; ``N < 2``; ``n_queries < 2``; ``d_model < 1``;
-        ``pow`` with ``d_model < 2``; no law or no ``N``.
-    MemoryLimitError
-        One query's tokens would exceed ``max_memory``.
+    Raises ConfigError for an unknown law, input or query kind, ``N < 2``, ``n_queries < 2``,
+    ``d_model < 1``, ``pow`` with ``d_model < 2``, no law or no ``N``; MemoryLimitError when one
+    query's tokens would exceed ``max_memory``.
     """
     parsed = [law if isinstance(law, TemperatureLaw) else parse_law(law) for law in laws]
     sizes = [check_int(n, "n_tokens", low=2) for n in n_tokens]
@@ -155,8 +117,8 @@ def _t_half(v: np.ndarray) -> float:
 
 
 def _slope(per_n: list[np.ndarray], sizes: list[int], rng: np.random.Generator) -> dict[str, float]:
-    """Least-squares slope of ``ln mean PR`` on ``ln N`` and its 95 % percentile bootstrap
-    interval (queries resampled within each N); NaN with fewer than two distinct N."""
+    """Least-squares slope of ``ln mean PR`` on ``ln N`` and its 95 % bootstrap interval over
+    queries; NaN with fewer than two distinct N."""
     x = np.log(np.asarray(sizes, dtype=np.float64))
     if np.unique(x).size < 2:
         nan = float("nan")
@@ -172,16 +134,11 @@ def _slope(per_n: list[np.ndarray], sizes: list[int], rng: np.random.Generator) 
     return {"slope": point, "slope_lo": float(lo), "slope_hi": float(hi)}
 
 
-# ------------------------------------------------------------------ the collapse switch
 def switch_ratios(n_tokens: int, betas: Sequence[float], *, tokens: str = "simplex", d_model: int = 64,
                   n_samples: int = 4, seed: int = 0) -> np.ndarray:
-    """``r = m(1) / m(0)`` per input and ``β``, ``m = μ/‖X‖_F``, of one attention layer on
-    the sphere: ``X(1) = sphere(softmax(β X Xᵀ) X)``, complete mask (docs/phase.md,
-    "Temperature against sequence length": the cells of its sweep, ``value=orthogonal``
-    being a rotation that no measure sees). ``tokens``: an input of
-    :data:`rankcollapse.dynamics.inputs.INPUTS`, :func:`~rankcollapse.dynamics.inputs.make_tokens`
-    with seed ``seed`` (the phase sweep's draw of every input but ``wikipedia``). Returns
-    ``(n_samples, len(betas))`` float64; one ``(N, N)`` score matrix at a time, O(N² d) per ``β``."""
+    """``r = m(1) / m(0)`` ``(n_samples, len(betas))``, ``m = μ/‖X‖_F``, of one complete-mask layer
+    ``X(1) = sphere(softmax(β X Xᵀ) X)`` (docs/phase.md, "Temperature against sequence length")
+    on the input ``tokens`` drawn by :func:`~rankcollapse.dynamics.inputs.make_tokens` with ``seed``."""
     from ..metrics import mu_relative
 
     N = check_int(n_tokens, "n_tokens", low=2)
@@ -200,12 +157,9 @@ def switch_ratios(n_tokens: int, betas: Sequence[float], *, tokens: str = "simpl
 
 
 def simplex_switch_ratio(n_tokens: int, rho: float, betas: Sequence[float]) -> np.ndarray:
-    """:func:`switch_ratios` in closed form for exactly equiangular unit tokens (Gram matrix
-    ``(1 - ρ) I + ρ 11ᵀ``, the ``d ≥ N`` limit of the ``simplex`` input): each row of
-    ``A = softmax(β Gram)`` is ``α`` on the diagonal plus ``c`` everywhere, ``w = e^{-β(1 - ρ)}``,
-    ``α = (1 - w) / (1 + (N - 1) w)``, ``c = w / (1 + (N - 1) w)``; ``A X - mean`` is ``α (X - mean)``
-    and every output has squared norm ``α² + (2αc + N c²)(1 + ρ (N - 1))``, so
-    ``r = α / sqrt(α² + (2αc + N c²)(1 + ρ (N - 1)))``. Returns ``(len(betas),)``."""
+    """:func:`switch_ratios` ``(len(betas),)`` for exactly equiangular unit tokens (Gram
+    ``(1 - ρ) I + ρ 11ᵀ``): with ``w = e^{-β(1 - ρ)}``, ``α = (1 - w) / (1 + (N - 1) w)``,
+    ``c = w / (1 + (N - 1) w)``, ``r = α / sqrt(α² + (2αc + N c²)(1 + ρ (N - 1)))``."""
     N = check_int(n_tokens, "n_tokens", low=2)
     if not 0 <= rho < 1:
         raise ConfigError(f"rho must be in [0, 1), got {rho}")
