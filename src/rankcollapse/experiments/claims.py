@@ -116,7 +116,7 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
     with np.errstate(all="ignore"):
         if "const" in rhs_q:
             stat, reps, tau, kind = lhs.point, lhs.reps, factor * rhs.point, "value"
-            per = {s: v for s, v in lhs.per_seed.items()}
+            per = dict(lhs.per_seed)
         elif compare == "difference":
             stat, reps, tau, kind = lhs.point - rhs.point, lhs.reps - rhs.reps, factor, "difference"
             per = _paired(lhs, rhs, np.subtract)
@@ -125,26 +125,12 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
             per = _paired(lhs, rhs, np.divide)
     bound = lhs.bound if "const" in rhs_q else combine_bounds(lhs.bound, rhs.bound)
     lo, hi = _interval(reps)
-    out = {
-        "check": check.get("name", ""),
-        "text": check_text(check),
-        "statistic": kind,
-        "value": float(stat),
-        "interval": [lo, hi],
-        "bound": bound,
-        "threshold": float(tau),
-        "op": op,
-        "factor": factor,
-        "lhs": _stats(lhs),
-        "rhs": _stats(rhs),
-        "collapsed": [lhs.collapsed, rhs.collapsed],
-        "floors": [lhs.floor, rhs.floor],
-        "dtypes": [lhs.dtype, rhs.dtype],
-        "per_seed": {int(s): float(v) for s, v in per.items()},
-        "n_samples": max(lhs.n_samples, rhs.n_samples),
-        "n_seeds": max(lhs.n_seeds, rhs.n_seeds),
-        "outcome": _outcome(op, lo, hi, tau, bound),
-    }
+    out = {"check": check.get("name", ""), "text": check_text(check), "statistic": kind, "value": float(stat),
+           "interval": [lo, hi], "bound": bound, "threshold": float(tau), "op": op, "factor": factor,
+           "lhs": _stats(lhs), "rhs": _stats(rhs), "collapsed": [lhs.collapsed, rhs.collapsed],
+           "floors": [lhs.floor, rhs.floor], "dtypes": [lhs.dtype, rhs.dtype],
+           "per_seed": {int(s): float(v) for s, v in per.items()}, "n_samples": max(lhs.n_samples, rhs.n_samples),
+           "n_seeds": max(lhs.n_seeds, rhs.n_seeds), "outcome": _outcome(op, lo, hi, tau, bound)}
     if bound == "undecidable":
         out["decidable_to_layer"] = _decidable_to(lhs, rhs)
     if check.get("null_hypothesis"):
@@ -239,8 +225,7 @@ def expand_checks(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         keys = list(loops)
         for combo in itertools.product(*(loops[k] for k in keys)):
             sub = dict(zip(keys, combo))
-            body = {k: v for k, v in c.items() if k != "for_each"}
-            body = _fill(body, sub)
+            body = _fill({k: v for k, v in c.items() if k != "for_each"}, sub)
             body["name"] = f"{c.get('name', 'check')} [{', '.join(f'{k}={v}' for k, v in sub.items())}]"
             out.append(body)
     return out
@@ -349,7 +334,9 @@ def _matches(q: dict[str, Any], where: dict[str, Any]) -> bool:
     return True
 
 
-def _edit_leaf(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
+def _edit(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
+    if q.get("stat") in ("ratio", "difference"):
+        return {**q, "num": _edit(q["num"], edit), "den": _edit(q["den"], edit)}
     if "const" in q or not _matches(q, edit.get("where", {})):
         return q
     q = copy.deepcopy(q)
@@ -362,12 +349,6 @@ def _edit_leaf(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
         sel.pop(col, None)
     q.update(edit.get("quantity", {}))
     return q
-
-
-def _edit(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
-    if q.get("stat") in ("ratio", "difference"):
-        return {**q, "num": _edit(q["num"], edit), "den": _edit(q["den"], edit)}
-    return _edit_leaf(q, edit)
 
 
 def edit_rule(rule: dict[str, Any], edits: list[dict[str, Any]]) -> dict[str, Any]:
@@ -499,39 +480,21 @@ def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any],
                  controls: dict[str, Any] | None = None) -> dict[str, Any]:
     """The claims.json object of one claim (``excluded_models``: those the scale leaves out)."""
     original = claim.get("original") or {}
-    rec = {
-        "id": claim["id"],
-        "effect": claim["effect"],
-        "paper_effect": claim.get("paper_effect", ""),
-        "where": claim.get("where", ""),
-        "measured_quantity": claim.get("measured_quantity", ""),
-        "verdict": result["verdict"],
-        "measured": result["measured"],
-        "interval": result["interval"],
-        "bound": result.get("bound"),
-        "decidable_to_layer": result.get("decidable_to_layer"),
-        "decisive": result.get("decisive", ""),
-        "rule": rule_text(claim),
-        "depth": result.get("depth"),
-        "depth_check": result.get("depth_check"),
-        "n_samples": result.get("n_samples", 0),
-        "n_seeds": result.get("n_seeds", 0),
-        "original_verdict": original.get("verdict"),
-        "original_rule": original.get("rule"),
-        "change_reason": " ".join(str(original.get("reason", "")).split()) or None,
-        "earlier_amendments": [{k: " ".join(str(v).split()) for k, v in e.items()} for e in original.get("earlier", [])],
-        "verdict_at_threshold": result.get("verdict_at_threshold"),
-        "bands": result.get("bands", []),
-        "factor": claim.get("factor", {}).get("name") if claim.get("factor") else None,
-        "controls": controls,
-        "controls_ok": (controls or {}).get("ok"),
-        "checks": result["checks"],
-        "experiment": experiment,
-        "comparison": claim.get("comparison", ""),
-        "plot": claim.get("plot", ""),
-        "notes": claim.get("notes", "").strip(),
-        "nearby": [],
-    }
+    rec = {"id": claim["id"], "effect": claim["effect"], "paper_effect": claim.get("paper_effect", ""),
+           "where": claim.get("where", ""), "measured_quantity": claim.get("measured_quantity", ""),
+           "verdict": result["verdict"], "measured": result["measured"], "interval": result["interval"],
+           "bound": result.get("bound"), "decidable_to_layer": result.get("decidable_to_layer"),
+           "decisive": result.get("decisive", ""), "rule": rule_text(claim), "depth": result.get("depth"),
+           "depth_check": result.get("depth_check"), "n_samples": result.get("n_samples", 0),
+           "n_seeds": result.get("n_seeds", 0), "original_verdict": original.get("verdict"),
+           "original_rule": original.get("rule"),
+           "change_reason": " ".join(str(original.get("reason", "")).split()) or None,
+           "earlier_amendments": [{k: " ".join(str(v).split()) for k, v in e.items()} for e in original.get("earlier", [])],
+           "verdict_at_threshold": result.get("verdict_at_threshold"), "bands": result.get("bands", []),
+           "factor": claim.get("factor", {}).get("name") if claim.get("factor") else None, "controls": controls,
+           "controls_ok": (controls or {}).get("ok"), "checks": result["checks"], "experiment": experiment,
+           "comparison": claim.get("comparison", ""), "plot": claim.get("plot", ""),
+           "notes": claim.get("notes", "").strip(), "nearby": []}
     if claim.get("axis"):  # a claim's sequence-length axis (.axis): what was varied, on which rows
         rec["setting"] = claim["setting"]
         rec["axis"] = claim["axis"]

@@ -214,8 +214,8 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     sel = dict(q.get("select", {}))
     rows, layers, seeds, M, W = _condition(table, q["metric"], sel, setting, ctx)
     S = len(seeds)
-    floor = row_floor(rows, q["metric"], ctx.n_tokens)
-    floor = max(floor, float(q.get("floor", 0.0)))  # an explicit floor for an absolute metric (theory μ)
+    # an explicit floor for an absolute metric (theory μ)
+    floor = max(row_floor(rows, q["metric"], ctx.n_tokens), float(q.get("floor", 0.0)))
     collapsed = M[0] <= floor
     if floor:
         M = np.maximum(M, floor)
@@ -229,10 +229,7 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     bound = "upper" if at_floor else None
     if stat == "change" and collapsed[_index(layers, q.get("from", 0), ctx, simulated)]:
         bound = combine_bounds(bound, "upper")  # a reference layer at its floor: at least, or undecidable
-    live = None
-    if hit is not None:
-        top = layers[hit[0]]
-        live = tuple(int(t) for t in layers[(~collapsed) & (layers <= top)])
+    live = None if hit is None else tuple(int(t) for t in layers[(~collapsed) & (layers <= layers[hit[0]])])
     return Value(float(vals[0]), vals[1 + S:], {s: float(vals[1 + i]) for i, s in enumerate(seeds)},
                  at_floor, W if rows["values"].map(len).max() else 0,
                  len([s for s in seeds if s >= 0]), tuple(conditions(rows)), bound=bound,

@@ -5,7 +5,6 @@ run nearby settings and write the outputs (``COMPLETE`` last) into a folder the 
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
@@ -21,6 +20,7 @@ from .._io import atomic_path, check_writable, config_hash, versions, write_json
 from .._outdir import OUTPUT_NAMES, OutputFolder, check_out, staged
 from .._validate import check_device, check_int
 from ..errors import ConfigError, DataError
+from ..masks import parse_mask
 from ..models.probe import check_positions
 from ..sweep.cache import UnitCache
 from ..sweep.context import RunContext, data_spec
@@ -39,7 +39,6 @@ from . import report
 from .result import RunResult
 from .table import normalise
 
-log = logging.getLogger(__name__)
 #: Metrics recorded by nearby-setting runs: the ones the claim rules read.
 NEARBY_METRICS = ("mu", "mu_relative")
 _EXECUTOR: ContextVar[Any] = ContextVar("rankcollapse_executor", default=None)
@@ -48,22 +47,6 @@ _EXECUTOR: ContextVar[Any] = ContextVar("rankcollapse_executor", default=None)
 def default_cache_dir(out: Path) -> Path:
     """Cache shared by sibling run folders: ``<out>/../.rankcollapse-cache``."""
     return Path(out).resolve().parent / ".rankcollapse-cache"
-
-
-def check_overrides(overrides: dict[str, Any], n_tokens: int) -> None:
-    """Validate the overrides' mask specs (for ``n_tokens`` tokens) and counts (integers >= 1).
-
-    Raises
-    ------
-    MaskError, ConfigError
-    """
-    from ..masks import parse_mask
-
-    for spec in overrides.get("masks") or ():
-        parse_mask(spec, n_tokens)
-    for key, option in (("depth", "overrides['depth']"), ("n_samples", "overrides['n_samples']")):
-        if overrides.get(key) is not None:
-            check_int(overrides[key], option, low=1)
 
 
 def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
@@ -105,7 +88,11 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
     given_n = n_tokens
     n_tokens = DEFAULT_N_TOKENS if n_tokens is None else check_int(n_tokens, "n_tokens", low=2)
     data = data_spec(text, n_tokens, seed)
-    check_overrides(overrides, n_tokens)
+    for spec in overrides.get("masks") or ():
+        parse_mask(spec, n_tokens)
+    for key in ("depth", "n_samples"):
+        if overrides.get(key) is not None:
+            check_int(overrides[key], f"overrides[{key!r}]", low=1)
     units = _expand(cfgs, scale, seed, data, overrides)
     check_applied(cfgs, units, text=text, n_tokens=given_n, overrides=overrides,
                   run=f"{', '.join(c['name'] for c in cfgs)} at scale {scale}")
@@ -262,14 +249,14 @@ def plan_units(plan: list[tuple[dict[str, Any], list]], ids: set[str] | None = N
     return list(out.values())
 
 
-def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units: list[Unit], ctx: RunContext,
-               cache: Path | UnitCache, *, progress: bool | UnitProgress, default: pd.DataFrame,
-               plan: list | None = None, labels: Mapping[str, str] | None = None) -> tuple[pd.DataFrame | None, list[dict]]:
-    """Run the nearby settings of every claim the run decided, as one batch, and attach
-    their verdicts to ``records``; rows a setting does not change come from ``default``.
-    Returns the settings' rows (``claims``: the claims reading each unit) and timings."""
+def run_nearby(plan: list, records: list[dict[str, Any]], units: list[Unit], ctx: RunContext, cache: Path | UnitCache,
+               *, progress: bool | UnitProgress, default: pd.DataFrame, labels: Mapping[str, str] | None = None
+               ) -> tuple[pd.DataFrame | None, list[dict]]:
+    """Run the nearby settings (:func:`nearby_plan`) of every claim the run decided, as one
+    batch, and attach their verdicts to ``records``; rows a setting does not change come
+    from ``default``. Returns the settings' rows (``claims``: the claims reading each unit)
+    and timings."""
     by_id = {r["id"]: r for r in records}
-    plan = nearby_plan(cfgs, units) if plan is None else plan
     decided = [(c, settings) for c, settings in plan if c["id"] in by_id and by_id[c["id"]]["verdict"] != "not run"]
     todo = plan_units(decided)
     if not todo:
@@ -544,8 +531,8 @@ def _compute_and_decide(rp: RunPlan, bar: UnitProgress, cached: set[str]
     _drop_undecided(bar, rp.near_plan, rp.near_units, records, cached)
     if not rp.near_plan:
         return table, records, timings
-    near, near_t = run_nearby(rp.cfgs, records, rp.units, rp.ctx, rp.cache, progress=bar, default=table,
-                              plan=rp.near_plan, labels=rp.labels)
+    near, near_t = run_nearby(rp.near_plan, records, rp.units, rp.ctx, rp.cache, progress=bar, default=table,
+                              labels=rp.labels)
     if near is not None:
         table = normalise(pd.concat([table, near], ignore_index=True))
     return table, records, timings + near_t
