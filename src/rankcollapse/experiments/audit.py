@@ -93,22 +93,16 @@ def run_rules(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The claims a run stored in its ``config.json`` by id (axis claims included), with
     today's decision entries (:func:`with_decision_entries`)."""
     from .axis import claims_with_axes
-    from .config import load_config
+    from .config import EXPERIMENTS, load_config
 
     cfgs = list(config["configs"])
     cfgs += [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]
-    today = _todays_claims()
+    today = {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
     rules: dict[str, dict[str, Any]] = {}
     for cfg in cfgs:
         for claim in claims_with_axes(cfg, config["scale"]):
             rules.setdefault(claim["id"], with_decision_entries(claim, today.get(claim["id"].split(".")[0])))
     return rules
-
-
-def _todays_claims() -> dict[str, dict[str, Any]]:
-    from .config import EXPERIMENTS, load_config
-
-    return {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
 
 
 def _without_bands(rule: dict[str, Any]) -> str:

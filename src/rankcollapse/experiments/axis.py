@@ -33,11 +33,6 @@ def axis_label(axis: dict[str, Any], n_tokens: int) -> str:
     return setting_label({"n_tokens": int(n_tokens), **{k: params[k] for k in LABEL_PARAMS if k in params}})
 
 
-def axis_id(claim_id: str, n_tokens: int) -> str:
-    """``C06`` at N = 1024 -> ``C06.N1024``."""
-    return f"{claim_id}.N{int(n_tokens)}"
-
-
 def axis_units(cfg: dict[str, Any], units: list[Unit], scale: str) -> list[Unit]:
     """The distinct units every claim axis of ``cfg`` adds to its expanded ``units`` at ``scale``."""
     sc = scale_settings(cfg, scale)
@@ -72,7 +67,7 @@ def axis_claims(cfg: dict[str, Any], scale: str) -> list[dict[str, Any]]:
             c = {k: copy.deepcopy(v) for k, v in claim.items()
                  if k not in ("n_tokens_axis", "nearby", "nearby_units", "original", "plot")}
             label = axis_label(axis, n)
-            c["id"] = axis_id(claim["id"], n)
+            c["id"] = f"{claim['id']}.N{int(n)}"
             c["setting"] = label
             c["axis"] = {"claim": claim["id"], "n_tokens": n, "setting": label, "params": dict(axis.get("params", {})),
                          "why": " ".join(str(axis.get("why", "")).split())}

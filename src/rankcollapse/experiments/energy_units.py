@@ -22,11 +22,6 @@ from .units import _labels, _probe_condition, _probe_per_window, key_params
 PROBE_METRICS = ("mu_relative", "interaction_energy")
 
 
-def _steps(values: np.ndarray) -> np.ndarray:
-    """``values[l] / values[l - 1]`` for l = 1..L of ``values (L + 1, W)``."""
-    return values[1:] / values[:-1]
-
-
 def energy_rows(df: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     """Rows of one ``energy`` unit from the probe's per-window table ``df`` and the blocks' ``radii``."""
     hidden = df[df["point"].eq("embeddings") | df["point"].str.fullmatch(r"(.*\.)?layer\.\d+\.output")]
@@ -35,7 +30,7 @@ def energy_rows(df: pd.DataFrame, radii: list[float]) -> pd.DataFrame:
     points = list(per["mu_relative"]["point"])
     vals = {m: np.stack([np.asarray(v, dtype=np.float64) for v in rows["values"]]) for m, rows in per.items()}
     W = vals["mu_relative"].shape[1]
-    derived = {"contraction": _steps(vals["mu_relative"]),
+    derived = {"contraction": vals["mu_relative"][1:] / vals["mu_relative"][:-1],
                "value_radius": np.repeat(np.asarray(radii, dtype=np.float64)[:, None], W, axis=1)}
     return pd.concat([rows_from_metrics(vals, {}, layers=layers, points=points),
                       rows_from_metrics(derived, {}, layers=layers[1:], points=points[1:])], ignore_index=True)

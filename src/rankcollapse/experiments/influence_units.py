@@ -32,16 +32,8 @@ from ..sweep.units import register_unit_kind
 from .table import normalise
 from .units import _labels, _probe_condition, key_params
 
-#: The ``point`` of a per-position row: ``position.<j>`` (0-based input position).
-POSITION_PREFIX = "position."
-
-
 def _row(layer: int, metric: str, value: float, **extra: Any) -> dict[str, Any]:
     return {"layer": layer, "metric": metric, **exact_stats(value), **extra}
-
-
-def _variant(alpha: float, n_tokens: int, decay: float) -> str:
-    return f"alpha={alpha:g},n_tokens={n_tokens}" + (f",decay={decay:g}" if decay else "")
 
 
 def window_width(spec: str) -> int | None:
@@ -93,7 +85,7 @@ def _profile_rows(prof: np.ndarray, values: np.ndarray | None = None) -> pd.Data
     layer = np.repeat(np.arange(1, n_layers + 1), n)
     pos = np.tile(np.arange(n), n_layers)
     mean = prof.reshape(-1).astype(np.float64)
-    df = pd.DataFrame({"layer": layer, "metric": "influence", "point": [f"{POSITION_PREFIX}{j}" for j in pos],
+    df = pd.DataFrame({"layer": layer, "metric": "influence", "point": [f"position.{j}" for j in pos],
                        "mean": mean})
     if values is None:
         for k in ("q05", "q25", "q50", "q75", "q95"):
@@ -113,8 +105,9 @@ def _profile_rows(prof: np.ndarray, values: np.ndarray | None = None) -> pd.Data
 def run_mask_influence(unit: Any, ctx: Any) -> pd.DataFrame:
     """The ``mask_influence`` unit kind."""
     p = unit.params
-    labels = _labels(unit, model="uniform", variant=_variant(float(p["alpha"]), int(p["n_tokens"]),
-                                                              float(p.get("decay", 0.0))),
+    decay = float(p.get("decay", 0.0))
+    variant = f"alpha={float(p['alpha']):g},n_tokens={int(p['n_tokens'])}" + (f",decay={decay:g}" if decay else "")
+    labels = _labels(unit, model="uniform", variant=variant,
                      depth=int(p["depth"]), mask=Spec.name_of(p["mask"]), mask_spec=str(p["mask"]))
     return normalise(mask_influence_rows(p), labels)
 

@@ -287,7 +287,9 @@ def _stat(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], stat: str, ctx: 
         if "_layers" in q:
             keep &= np.isin(layers, q["_layers"])
             if not keep.any():
-                raise MissingData(f"{stat} of {q['metric']}: no layer where {_where_text(q['where'])}", q.get("select"))
+                w = q["where"]
+                raise MissingData(f"{stat} of {q['metric']}: no layer where {w.get('metric')} {w.get('op', '>=')} "
+                                  f"{w.get('value')}", q.get("select"))
         return getattr(np, f"nan{stat}")(M[:, keep], axis=1), None
     if stat == "rate":
         return _rate(M, layers, q, ctx, simulated, floor), None
@@ -324,10 +326,6 @@ def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext
 
 
 _WHERE_OPS = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less}
-
-
-def _where_text(where: dict[str, Any]) -> str:
-    return f"{where.get('metric')} {where.get('op', '>=')} {where.get('value')}"
 
 
 def _layer_curve(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: str, ctx: EvalContext

@@ -21,10 +21,6 @@ from .units import _labels, key_params
 CELL_AXES = ("norm", "placement", "shared", "depth", "headwise_rmsnorm", "mask", "n_tokens", "d_model")
 
 
-def _switch(flag: Any) -> str:
-    return "on" if bool(flag) else "off"
-
-
 def run_phase_sink(unit: Unit, ctx: Any) -> pd.DataFrame:
     """The ``phase_sink`` unit kind."""
     from ..phase.batched import run_group
@@ -36,7 +32,7 @@ def run_phase_sink(unit: Unit, ctx: Any) -> pd.DataFrame:
     (row,) = run_group([cell], n_samples=int(p["n_samples"]), seeds=1, seed=weight_seed)
     mass, uniform = float(row["sink_mass"]), float(row["sink_mass_uniform"])
     depth = int(cell["depth"])
-    shared, headwise = _switch(cell["shared"]), _switch(cell["headwise_rmsnorm"])
+    shared, headwise = ("on" if bool(cell[k]) else "off" for k in ("shared", "headwise_rmsnorm"))
     variant = f"{cell['placement']},shared={shared},headwise_rmsnorm={headwise}"
     labels = _labels(unit, model="gaussian", mask=str(cell["mask"]), mask_spec=str(cell["mask"]), variant=variant,
                      value=str(cell["value"]), norm=str(cell["norm"]), depth=depth, seed=weight_seed, dtype="float64")

@@ -57,26 +57,14 @@ def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.D
     """Add constant ``labels`` and missing columns; fix column order and dtypes."""
     for k, v in (labels or {}).items():
         df[k] = v
-    for k in KEY_COLUMNS:
+    for k, v in {**dict.fromkeys(KEY_COLUMNS, ""), **EXTRA_COLUMNS, **dict.fromkeys(STAT_COLUMNS, np.nan)}.items():
         if k not in df:
-            df[k] = ""
-    for k, v in EXTRA_COLUMNS.items():
-        if k not in df:
-            df[k] = v
-    for k in STAT_COLUMNS:
-        if k not in df:
-            df[k] = np.nan if k != "n_samples" else 0
-    df["layer"] = df["layer"].astype(np.int64)
-    df["seed"] = df["seed"].astype(np.int64)
-    df["depth"] = df["depth"].astype(np.int64)
-    df["sphere_radius"] = df["sphere_radius"].astype(np.float64)
-    if "values" not in df:
-        df["values"] = [np.empty(0)] * len(df)
-    else:
-        df["values"] = [_as_values(v) for v in df["values"]]
-    df["n_samples"] = df["n_samples"].astype(np.int64)
-    for k in ("d_qk", "init_scale") + STAT_COLUMNS[:-1]:
+            df[k] = 0 if k == "n_samples" else v
+    for k in ("layer", "seed", "depth", "n_samples"):
+        df[k] = df[k].astype(np.int64)
+    for k in ("sphere_radius", "d_qk", "init_scale") + STAT_COLUMNS[:-1]:
         df[k] = df[k].astype(np.float64)
+    df["values"] = [_as_values(v) for v in df["values"]] if "values" in df else [np.empty(0)] * len(df)
     for k in ("experiment", "model", "mask", "variant", "metric", "source", "mask_spec", "value", "point", "setting", "unit",
               "norm", "dtype"):
         df[k] = df[k].astype(str)
