@@ -52,10 +52,8 @@ def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | N
     deep = (rec.get("depth_check") or {}).get("verdict")
     # a record written before "not reproduced where decidable" existed called it mixed
     same = {C.registered_verdict(res)} | ({"mixed"} if C.registered_verdict(res) == C.NOT_WHERE_DECIDABLE else set())
-    if deep and deep not in (C.UNDECIDABLE, "not run") and deep not in same:
-        out["verdict"] = "mixed (depth-sensitive)"
-    else:
-        out["verdict"] = res["verdict"]
+    depth_sensitive = deep and deep not in (C.UNDECIDABLE, "not run") and deep not in same
+    out["verdict"] = "mixed (depth-sensitive)" if depth_sensitive else res["verdict"]
     return out
 
 

@@ -357,13 +357,8 @@ def _condition(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: s
 
 def _layers_where(table: pd.DataFrame, q: dict[str, Any], sel: dict[str, Any], setting: str, ctx: EvalContext
                   ) -> np.ndarray:
-    """Layers whose point estimate of ``where.metric`` (same condition) passes the bound.
-
-    Raises
-    ------
-    ConfigError
-        ``where`` without a metric or value, or an unknown operator.
-    """
+    """Layers whose point estimate of ``where.metric`` (same condition) passes the bound
+    (:class:`ConfigError` for a ``where`` without a metric or value, or an unknown operator)."""
     where = q["where"]
     op = where.get("op", ">=")
     if op not in _WHERE_OPS or "metric" not in where or "value" not in where:

@@ -185,8 +185,7 @@ def render_html(result: Any, figures: dict[str, Any]) -> str:
         plot_link=lambda p: plot_link(p, figures), summary=summary_html(result.table, _n_tokens(result)),
         notes=dominant_token_notes(result.table), geometry=geometry_lines(result.table), settings=settings,
         rules=_rules_yaml(cfg["configs"]), overrides=json.dumps(cfg["overrides"]), timings=result.timings,
-        finite_depth_note=FINITE_DEPTH_NOTE,
-        credits=CREDITS)
+        finite_depth_note=FINITE_DEPTH_NOTE, credits=CREDITS)
 
 
 def results_markdown(claims: list[dict[str, Any]]) -> str:

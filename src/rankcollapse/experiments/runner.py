@@ -394,11 +394,10 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     Raises
     ------
     ConfigError, MaskError, DataError, AssetMissingError, ModelError
-        Bad input (a negative seed, an unknown or absent device, an ``out`` or
-        ``cache_dir`` that cannot be a folder, a non-empty ``out`` that no run wrote,
-        windows longer than a model's positions, an option no unit applies, ``wait`` or
-        ``allow_nonempty`` with a shard), raised before the output folder or any cache
-        entry is created.
+        Bad input (a negative seed, an unknown or absent device, an ``out`` or ``cache_dir`` that
+        cannot be a folder, a non-empty ``out`` no run wrote, windows longer than a model's
+        positions, an option no unit applies, ``wait`` or ``allow_nonempty`` with a shard),
+        before any output or cache entry is created.
     OutputBusyError
         Another live run holds ``out`` (and ``storage.wait`` is false).
 
@@ -616,13 +615,8 @@ def write_outputs(result: RunResult) -> None:
 
 
 def _read_run(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], pd.DataFrame, dict[str, Any]]:
-    """``(config, stored claims by id, table, rules)`` of the finished run in ``out``.
-
-    Raises
-    ------
-    ConfigError
-        As :func:`.audit.read_run`, or ``claims.json`` names a claim its config does not define.
-    """
+    """``(config, stored claims by id, table, rules)`` of the finished run in ``out``; a
+    :class:`ConfigError` as :func:`.audit.read_run`, or for a claim its config does not define."""
     from .audit import read_run, run_rules
 
     claims, config, table = read_run(out, need_table=True)
