@@ -624,22 +624,27 @@ def threshold_bands(scored: list[dict[str, Any]], expect: str = "all") -> list[d
         if band is None:
             out.append({**entry, "sensitive": False})
             continue
-        registered = verdict_at(scored, expect, group, tau)
-        lo, hi = band
-        points = grid(band, tau, first.get("reference"))
-        on_grid = [[t, verdict_at(scored, expect, group, t)] for t in points]
-        edges = sorted({e for e in _edges(members) if lo < e < hi})
-        cuts = [lo] + edges + [hi]
-        segments = [verdict_at(scored, expect, group, (a + b) / 2) for a, b in zip(cuts[:-1], cuts[1:])]
-        flips = [{"at": e, "below": segments[i], "above": segments[i + 1]}
-                 for i, e in enumerate(edges) if segments[i] != segments[i + 1]]
-        seen = {v for _, v in on_grid} | set(segments) | {verdict_at(scored, expect, group, lo),
-                                                          verdict_at(scored, expect, group, hi)}
-        nearest = min(flips, key=lambda f: abs(f["at"] - tau)) if flips else None
-        out.append({**entry, "verdict": registered, "verdict_low": verdict_at(scored, expect, group, lo),
-                    "verdict_high": verdict_at(scored, expect, group, hi), "grid": on_grid, "flips": flips,
-                    "flip_point": nearest["at"] if nearest else None, "sensitive": seen != {registered}})
+        at = lambda t, g=group: verdict_at(scored, expect, g, t)  # noqa: E731
+        edges = sorted({e for e in _edges(members) if band[0] < e < band[1]})
+        out.append(_band_reading(entry, edges, at, at(tau), grid(band, tau, first.get("reference"))))
     return out
+
+
+def _band_reading(entry: dict[str, Any], edges: list[float], at, verdict: str, points: list[float] = ()
+                  ) -> dict[str, Any]:
+    """``entry`` (a threshold, its ``registered`` value and ``band``) with the verdicts ``at``
+    gives across the band: at its ends, on ``points``, in every segment between ``edges``
+    (the flip points, and the one nearest the registered value), and ``sensitive``."""
+    lo, hi = entry["band"]
+    cuts = [lo] + edges + [hi]
+    segments = [at((a + b) / 2) for a, b in zip(cuts[:-1], cuts[1:])]
+    flips = [{"at": e, "below": segments[i], "above": segments[i + 1]}
+             for i, e in enumerate(edges) if segments[i] != segments[i + 1]]
+    on_grid = [[t, at(t)] for t in points]
+    low, high = at(lo), at(hi)
+    nearest = min(flips, key=lambda f: abs(f["at"] - entry["registered"]))["at"] if flips else None
+    return {**entry, "verdict": verdict, "verdict_low": low, "verdict_high": high, "grid": on_grid, "flips": flips,
+            "flip_point": nearest, "sensitive": {v for _, v in on_grid} | set(segments) | {low, high} != {verdict}}
 
 
 def annotate(record: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
@@ -684,7 +689,6 @@ def where_bands(table: Any, rule: dict[str, Any], verdict: str, setting: str, ct
             except MissingData:
                 continue
             edges |= {float(x) for x in M[0] if band[0] < x < band[1]}
-        cuts = [band[0]] + sorted(edges) + [band[1]]
 
         def at(v: float) -> str:
             moved = [{**c, "lhs": {**c["lhs"], "where": {**c["lhs"]["where"], "value": v}}} if i in members else c
@@ -694,14 +698,7 @@ def where_bands(table: Any, rule: dict[str, Any], verdict: str, setting: str, ct
             except MissingData:
                 return "not run"
 
-        segments = [at((a + b) / 2) for a, b in zip(cuts[:-1], cuts[1:])]
-        flips = [{"at": e, "below": segments[i], "above": segments[i + 1]}
-                 for i, e in enumerate(cuts[1:-1]) if segments[i] != segments[i + 1]]
-        low, high = at(band[0]), at(band[1])
-        nearest = min(flips, key=lambda f: abs(f["at"] - v0)) if flips else None
-        out.append({"threshold": f"{group}: where {where['metric']} {where.get('op', '>=')} value",
-                    "registered": v0, "op": where.get("op", ">="), "band": band, "stated": bool(where.get("band")),
-                    "reference": 0.0, "verdict": verdict, "verdict_low": low, "verdict_high": high, "grid": [],
-                    "flips": flips, "flip_point": nearest["at"] if nearest else None,
-                    "sensitive": set(segments) | {low, high} != {verdict}})
+        entry = {"threshold": f"{group}: where {where['metric']} {where.get('op', '>=')} value", "registered": v0,
+                 "op": where.get("op", ">="), "band": band, "stated": bool(where.get("band")), "reference": 0.0}
+        out.append(_band_reading(entry, sorted(edges), at, verdict))
     return out

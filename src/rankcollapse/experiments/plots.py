@@ -158,9 +158,8 @@ def draw(table: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
     for ax in axes.flat[:len(panels)]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(lab, h)
-    handles, labels = list(legend.values()), list(legend)
-    if labels:
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False,
+    if legend:
+        fig.legend(list(legend.values()), list(legend), loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False,
                    title=spec.get("legend_title", spec["lines"]))
     fig.suptitle(spec["title"], fontsize=11)
     fig.tight_layout()

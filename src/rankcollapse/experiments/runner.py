@@ -323,11 +323,6 @@ class RunPlan:
     def title(self) -> str:
         return "/".join(c["name"] for c in self.cfgs)
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        """:func:`output_names` of the run."""
-        return output_names(self.cfgs)
-
     def config(self, shard: Shard | None = None) -> dict[str, Any]:
         """``config.json`` content (:func:`run_config`); a shard's names itself."""
         config = run_config(self.cfgs, self.scale, self.seed, self.ctx.data, self.overrides, self.units, self.labels)
@@ -437,7 +432,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     with ExitStack() as stack:
         if storage.write and shard is None:
             # the previous run's outputs (and its marker) stay until this one is published
-            stack.enter_context(OutputFolder(rp.out, rp.names, wait=storage.wait,
+            stack.enter_context(OutputFolder(rp.out, output_names(rp.cfgs), wait=storage.wait,
                                              allow_nonempty=storage.allow_nonempty))
         ex = make_executor(execution.executor, workers=execution.workers, address=execution.address,
                            data=rp.ctx.data, device=str(rp.ctx.device))
