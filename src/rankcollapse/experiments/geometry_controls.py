@@ -36,7 +36,7 @@ def _bulk(n_tokens: int, d_model: int, seed: int) -> torch.Tensor:
 
 
 def _with_row0(B: torch.Tensor, ratio: float | None) -> torch.Tensor:
-    """``B`` with row 0 set to ``ratio * median(other norms) * e_d`` (``None``: clipped to the median norm)."""
+    """``B`` with row 0 set to ``ratio * median(other norms) * e_d`` (None: clipped to it)."""
     X = B.clone()
     median = torch.quantile(B[1:].norm(dim=-1), 0.5)
     if ratio is None:
