@@ -1,13 +1,6 @@
-"""Experiments of the paper as declarative configs, a cached runner, claims and plots.
-
-``run_experiment(name, scale, out, seed)`` runs ``main``, ``fig2``, ``fig3``, ``fig4``,
-``theory`` or ``all`` (see ``docs/reproduce.md``); ``execution=ExecutionConfig(...)``
-says where its units run (and which shard of them), ``storage=StorageConfig(...)``
-where its numbers are kept.
-
-Layering (pyproject.toml ``[tool.importlinter]``, tests/test_layering.py): ``experiments`` may
-import ``theory``, ``dynamics``, ``models``, ``metrics``, ``masks`` and everything below
-them; never ``phase`` or ``cli``.
+"""Experiments of the paper as declarative configs, a cached runner, claims and plots
+(:func:`run_experiment`; docs/reproduce.md). Layering (tests/test_layering.py): may import
+``theory``, ``dynamics``, ``models``, ``metrics``, ``masks`` and below; never ``phase`` or ``cli``.
 """
 
 from ..sweep.executors import ExecutionConfig

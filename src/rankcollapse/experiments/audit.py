@@ -1,26 +1,9 @@
-"""What every verdict of a finished run rests on, read from its committed outputs.
-
-``rankcollapse reproduce audit RUN`` (:func:`audit_run`) and the report's "Robustness"
-section list, per claim:
-
-- the factor contrast (:mod:`.claims`): each check with the factor on and off, with
-  their 95 % intervals, and the checks whose factor-off arm passes as well;
-- each threshold's band, the verdict at its ends and the flip points (:func:`.claims.threshold_bands`);
-- each check's power on its own noise and each threshold's near-threshold control
-  (:func:`.controls.assess`), and the null a control check states;
-- which numbers are bounds and the floor they rest on. The floor of a relative metric is
-  the round-off error model of its compute dtype at the rows' own N and d
-  (:func:`rankcollapse.experiments.quantities.row_floor`: ``2 (N + d) eps``, calibrated on
-  exactly collapsed trajectories); a side whose mean is
-  above it but within :data:`NEAR_FLOOR` times it is listed as well: a ratio with such a
-  denominator may be a ratio to round-off.
-
-Nothing is recomputed: the checks stored in ``claims.json`` carry their intervals,
-operators, thresholds and bounds, from which outcomes and verdicts follow at any
-threshold. A ``claims.json`` written before bands and factor contrasts were recorded is
-decided again from its checks (:func:`redecide`); a check's factor-off arm is then read
-from the run's table (``table.parquet``) where the run kept one, or from a stored check
-that reads exactly that condition (C02's pure-SA reference checks).
+"""What every verdict of a finished run rests on, read from its committed outputs
+(``rankcollapse reproduce audit``, the report's "Robustness" section; docs/reproduce.md,
+"Audit"): per claim the factor contrast, each threshold's band and flips, each check's
+power and near-threshold control, and the bounds and near-floor sides. Nothing is
+recomputed; a ``claims.json`` without bands is decided again from its checks
+(:func:`redecide`).
 """
 
 from __future__ import annotations
@@ -45,11 +28,8 @@ def _scored(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | None = None,
              n_tokens: int | None = None) -> dict[str, Any]:
-    """``rec`` (a stored claim record) decided again from its stored checks with the
-    claim's registered bands and factor (``claim``: its rule as the run stored it, with
-    today's ``factor`` and ``band`` entries): verdict, the verdict at the registered
-    thresholds, decisive check and number, bands. The depth check is the stored one;
-    ``n_tokens``: the run's N, which the floors of a factor-off arm read from ``table`` use."""
+    """``rec`` (a stored claim record) decided again from its stored checks with ``claim``'s
+    bands and factor; a factor-off arm is read from ``table`` where it has the rows."""
     if rec.get("verdict") == "not run" or not rec.get("checks"):
         return rec
     specs = C.expand_checks(claim["rule"]["checks"])
@@ -72,17 +52,14 @@ def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | N
     deep = (rec.get("depth_check") or {}).get("verdict")
     # a record written before "not reproduced where decidable" existed called it mixed
     same = {C.registered_verdict(res)} | ({"mixed"} if C.registered_verdict(res) == C.NOT_WHERE_DECIDABLE else set())
-    if deep and deep not in (C.UNDECIDABLE, "not run") and deep not in same:
-        out["verdict"] = "mixed (depth-sensitive)"
-    else:
-        out["verdict"] = res["verdict"]
+    depth_sensitive = deep and deep not in (C.UNDECIDABLE, "not run") and deep not in same
+    out["verdict"] = "mixed (depth-sensitive)" if depth_sensitive else res["verdict"]
     return out
 
 
 def _with_factor_off(checks: list[dict[str, Any]], claim: dict[str, Any], table: pd.DataFrame | None,
                      rec: dict[str, Any], n_tokens: int | None = None) -> list[dict[str, Any]]:
-    """Each scored check with its factor-off arm: evaluated on ``table``, or else the
-    stored check of ``rec`` whose text is the off arm's."""
+    """Each scored check with its factor-off arm, from ``table`` or else a stored check of that text."""
     from .quantities import EvalContext, MissingData
 
     rule = claim["rule"]
@@ -111,27 +88,19 @@ def _with_factor_off(checks: list[dict[str, Any]], claim: dict[str, Any], table:
 
 
 def run_rules(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The claims a run stored in its ``config.json`` by id (its axis claims included),
-    each with today's decision entries (``factor``; each check's ``band``) of the claim
-    of the same id: the decision layer is today's, the rules are the run's, but for a
-    claim amended since (:func:`with_decision_entries`)."""
+    """The claims a run stored in its ``config.json`` by id (axis claims included), with
+    today's decision entries (:func:`with_decision_entries`)."""
     from .axis import claims_with_axes
-    from .config import load_config
+    from .config import EXPERIMENTS, load_config
 
     cfgs = list(config["configs"])
     cfgs += [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]
-    today = _todays_claims()
+    today = {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
     rules: dict[str, dict[str, Any]] = {}
     for cfg in cfgs:
         for claim in claims_with_axes(cfg, config["scale"]):
             rules.setdefault(claim["id"], with_decision_entries(claim, today.get(claim["id"].split(".")[0])))
     return rules
-
-
-def _todays_claims() -> dict[str, dict[str, Any]]:
-    from .config import EXPERIMENTS, load_config
-
-    return {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
 
 
 def _without_bands(rule: dict[str, Any]) -> str:
@@ -140,10 +109,8 @@ def _without_bands(rule: dict[str, Any]) -> str:
 
 
 def with_decision_entries(claim: dict[str, Any], today: dict[str, Any] | None) -> dict[str, Any]:
-    """``claim`` with ``today``'s ``factor`` and the ``band`` of each check of the same
-    name (unchanged when ``today`` is None). A claim amended after the run (today's has
-    an ``original`` block and another rule) is today's claim: its record says what the
-    rule was (``original_rule``) and why it changed."""
+    """``claim`` with ``today``'s ``factor`` and check ``band`` entries; a claim amended
+    since the run (an ``original`` block and another rule) is today's."""
     if not today:
         return claim
     if today.get("original") and claim["id"] == today["id"] and (
@@ -159,15 +126,13 @@ def with_decision_entries(claim: dict[str, Any], today: dict[str, Any] | None) -
 
 def read_run(folder: str | Path, *, need_table: bool = False
              ) -> tuple[list[dict[str, Any]], dict[str, Any], pd.DataFrame | None]:
-    """A finished run's claims, config and table (None where the run kept no Parquet
-    table with per-window values), checked to be what a run writes.
+    """A finished run's claims, config and table (None without ``table.parquet``).
 
     Raises
     ------
     ConfigError
-        ``folder`` is not a finished run folder (names the missing file: ``table.parquet``
-        with ``need_table``, else the ``COMPLETE`` marker), or its ``config.json``,
-        ``claims.json`` or ``table.parquet`` is not what a run writes.
+        ``folder`` is not a finished run folder (names the missing file), or a file in
+        it is not what a run writes.
     """
     from .._io import read_user_json
     from .table import normalise
@@ -196,14 +161,12 @@ def read_run(folder: str | Path, *, need_table: bool = False
 
 
 def audit_run(folder: str | Path) -> list[dict[str, Any]]:
-    """One robustness entry per claim of the run in ``folder`` (:func:`robustness`),
-    decided again from its stored checks where its ``claims.json`` has no bands.
+    """One :func:`robustness` entry per claim of the run in ``folder``.
 
     Raises
     ------
     ConfigError
-        ``folder`` is not a finished run folder, or its claims (with its config) are not
-        records a run writes.
+        ``folder`` is not a finished run folder, or its records are not what a run writes.
     """
     from .._io import read_as
 
@@ -218,8 +181,7 @@ def audit_run(folder: str | Path) -> list[dict[str, Any]]:
 
 
 def robustness(rec: dict[str, Any]) -> dict[str, Any]:
-    """The robustness entry of one claim record: verdict, verdict at the registered
-    thresholds, factor contrast, bands, bounds and near-floor sides."""
+    """The robustness entry of one claim record."""
     scored = _scored(rec.get("checks", []))
     contrast = [{"check": k["check"], "on": [k.get("value"), k.get("interval")], "outcome": k["outcome"],
                  "off": [k["factor_off"].get("value"), k["factor_off"].get("interval")] if "interval" in k["factor_off"] else None,
@@ -252,7 +214,7 @@ def robustness(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def band_line(b: dict[str, Any]) -> str:
-    """One threshold's band in words: registered value, band, verdict at its ends, flips."""
+    """One threshold's band in words."""
     if b.get("band") is None:
         return f"{b['threshold']}: registered {C.fmt(b['registered'])}, no band (the no-effect value)"
     lo, hi = b["band"]
@@ -263,7 +225,7 @@ def band_line(b: dict[str, Any]) -> str:
 
 
 def contrast_line(entry: dict[str, Any], c: dict[str, Any]) -> str:
-    """One check of a factor contrast: ``check: on x [lo, hi], off y [lo, hi] → outcome``."""
+    """``factor: check: on x [lo, hi], off y [lo, hi] → outcome``."""
     on = f"{C.fmt(c['on'][0])} {C.fmt_interval(c['on'][1])}"
     off = f"{C.fmt(c['off'][0])} {C.fmt_interval(c['off'][1])}" if c["off"] else f"not run ({c['off_outcome']})"
     return f"{entry['factor']}: {c['check']}: on {on}, off {off} → {c['outcome']}"
@@ -277,7 +239,7 @@ def bound_line(b: dict[str, Any]) -> str:
 
 
 def power_line(p: dict[str, Any]) -> str:
-    """One check's power on its own noise: where it must hold and fail, and whether it does."""
+    """One check's power in words."""
     lo, hi = p["noise"]
     if p["pass_at"] is None:
         return f"{p['check']}: {p['reading']} (noise -{C.fmt(lo)} / +{C.fmt(hi)})"
@@ -287,14 +249,14 @@ def power_line(p: dict[str, Any]) -> str:
 
 
 def near_line(n: dict[str, Any]) -> str:
-    """One threshold's near-threshold control: the two synthetic values and their readings."""
+    """One threshold's near-threshold control in words."""
     return (f"{n['threshold']} ({n['op']} {C.fmt(n['registered'])}): just inside {n['just_inside']:.7g} → "
             f"{n['outcome_inside']} ({n['verdict_inside']}), just outside {n['just_outside']:.7g} → "
             f"{n['outcome_outside']} ({n['verdict_outside']}){'' if n['ok'] else ': NOT AS IT MUST'}")
 
 
 def power_text(e: dict[str, Any]) -> str:
-    """The power cell of the robustness table: ``ok`` or the checks that cannot pass or fail."""
+    """The robustness table's power cell: ``ok`` or the checks that cannot pass or fail."""
     from .controls import NOT_ASSESSED
 
     bad = [f"{p['check']}: {p['reading']}" for p in e.get("power", []) if p["reading"] not in ("can pass and fail", NOT_ASSESSED)]

@@ -1,21 +1,9 @@
-"""A claim's sequence-length axis: the same rule decided again at other window lengths N.
-
-A claim may name an ``n_tokens_axis`` in its config::
-
-    n_tokens_axis:
-      n_tokens: [128, 1024, 8192]
-      units: {kind: pretrained_sa, d_qk: [...]}   # the units the rule reads (controls too)
-      params: {positions: none, depth: 1, ...}     # given to every axis unit
-      max_windows: {8192: 4}                       # N -> windows a unit reads at most
-      why: "..."
-
-For each N the units that ``units`` selects are run again with ``n_tokens: N`` and
-``params`` (:func:`axis_units`), under the setting label ``n_tokens=N,<params named in
-LABEL_PARAMS>`` (e.g. ``n_tokens=1024,positions=none``); the rule and both controls are
-then read on the rows of that setting only, as the claim ``<id>.N<N>``
-(:func:`axis_claims`). The claim's own rows (setting ``default``) and verdict are
-untouched: the axis adds rows and claims. A scale may cap the axis with
-``max_axis_tokens`` (``smoke`` runs the short windows only).
+"""A claim's sequence-length axis: the same rule decided again at other window lengths N
+(``n_tokens_axis`` in a claim's config: ``n_tokens``, ``units``, ``params``,
+``max_windows``, ``why``; docs/reproduce.md). For each N the selected units run again
+under the setting ``n_tokens=N,...`` (:func:`axis_units`) and the rule and controls are
+read there as the claim ``<id>.N<N>`` (:func:`axis_claims`); a scale may cap N with
+``max_axis_tokens``.
 """
 
 from __future__ import annotations
@@ -31,8 +19,7 @@ LABEL_PARAMS = ("positions",)
 
 
 def axis_values(claim: dict[str, Any], sc: dict[str, Any]) -> list[int]:
-    """The window lengths N of ``claim``'s axis that the scale settings ``sc`` run
-    (those <= ``max_axis_tokens`` when the scale names it); empty without an axis."""
+    """The window lengths N of ``claim``'s axis that the scale settings ``sc`` run."""
     axis = claim.get("n_tokens_axis")
     if not axis:
         return []
@@ -46,17 +33,8 @@ def axis_label(axis: dict[str, Any], n_tokens: int) -> str:
     return setting_label({"n_tokens": int(n_tokens), **{k: params[k] for k in LABEL_PARAMS if k in params}})
 
 
-def axis_id(claim_id: str, n_tokens: int) -> str:
-    """``C06`` at N = 1024 -> ``C06.N1024``."""
-    return f"{claim_id}.N{int(n_tokens)}"
-
-
 def axis_units(cfg: dict[str, Any], units: list[Unit], scale: str) -> list[Unit]:
-    """The units every claim axis of ``cfg`` adds to ``units`` (the config's expanded
-    units) at ``scale``: each default-setting unit its ``units`` filter selects, with
-    ``n_tokens``, the axis ``params`` and at most ``max_windows[N]`` windows (fewer when
-    the unit has fewer), labelled with :func:`axis_label`.
-    A unit two claims share (same parameters) appears once."""
+    """The distinct units every claim axis of ``cfg`` adds to its expanded ``units`` at ``scale``."""
     sc = scale_settings(cfg, scale)
     out: dict[str, Unit] = {}
     for claim in cfg.get("claims", []):
@@ -76,11 +54,9 @@ def axis_units(cfg: dict[str, Any], units: list[Unit], scale: str) -> list[Unit]
 
 
 def axis_claims(cfg: dict[str, Any], scale: str) -> list[dict[str, Any]]:
-    """The claims ``<id>.N<N>`` of every claim axis of ``cfg`` run at ``scale``: the
-    claim's rule and controls unchanged, read under the axis setting (``setting``), with
-    ``axis: {claim, n_tokens, setting, params, why}`` saying what was varied. No nearby
-    settings and no amendment history (those belong to the claim itself); no figure (the
-    claim's figure draws the default setting)."""
+    """The claims ``<id>.N<N>`` of every claim axis of ``cfg`` at ``scale``: rule and controls
+    read under the axis ``setting``, ``axis`` saying what was varied (no nearby settings,
+    history or figure)."""
     if scale not in cfg.get("scales", {}):
         return []
     sc = scale_settings(cfg, scale)
@@ -91,7 +67,7 @@ def axis_claims(cfg: dict[str, Any], scale: str) -> list[dict[str, Any]]:
             c = {k: copy.deepcopy(v) for k, v in claim.items()
                  if k not in ("n_tokens_axis", "nearby", "nearby_units", "original", "plot")}
             label = axis_label(axis, n)
-            c["id"] = axis_id(claim["id"], n)
+            c["id"] = f"{claim['id']}.N{int(n)}"
             c["setting"] = label
             c["axis"] = {"claim": claim["id"], "n_tokens": n, "setting": label, "params": dict(axis.get("params", {})),
                          "why": " ".join(str(axis.get("why", "")).split())}

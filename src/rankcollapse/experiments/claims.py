@@ -1,100 +1,41 @@
 """Pre-registered claims: each of the paper's measured effects is a rule evaluated on
-the tidy table, giving ``reproduced`` / ``not reproduced`` / ``not reproduced where
-decidable`` / ``mixed`` / ``threshold-sensitive`` / ``not run``.
+the tidy table, giving one of :data:`VERDICTS` (docs/reproduce.md, "Claims").
 
-A rule is a list of checks ``lhs OP factor * rhs`` between *quantities* read from the
-table (:mod:`.quantities`: every quantity reads exactly one condition; a selection that
-matches two is an error naming them):
+A rule is a list of checks ``lhs OP factor * rhs`` between quantities read from the
+table (:mod:`.quantities`; each reads exactly one condition):
 
 - ``{stat: value, metric, layer, select}``: the mean at ``layer`` (``last`` = the claim
   depth for simulated networks, the deepest layer otherwise);
 - ``{stat: change, metric, layer, from, select}``: ``value(layer) / value(from)``;
-- ``{stat: min | max, metric, select, from_layer, where}``: min / max over layers;
-  ``where: {metric, op, value}`` keeps only the layers whose mean of another metric of
-  the same condition passes the bound (none passing: missing data, ``not run``);
+- ``{stat: min | max, metric, select, from_layer, where}``: min / max over layers,
+  ``where: {metric, op, value}`` keeping the layers where another metric passes a bound;
 - ``{stat: spearman, metric, with, select, from_layer}``: Spearman's ρ across layers
-  between ``metric`` and the metric ``with`` (or the layer index, ``with: layer``),
-  its interval from the same window resampling of both curves;
+  with the metric ``with`` (or the layer index, ``with: layer``);
 - ``{stat: profile_spearman, metric, select, against, layer | over, from_layer}``:
-  Spearman's ρ across input positions between two per-position profiles (rows at
-  ``point = position.j``) at one layer, or their ``median``/``min``/``max`` over layers;
-  ``against`` changes the select for the second profile; windows resampled for both;
+  Spearman's ρ across input positions between two per-position profiles;
 - ``{stat: rate, metric, select, from_layer}``: fitted per-layer rate ``exp(slope)`` of
-  ``log value`` over layers ``from_layer`` (default 1) .. last, floor layers left out;
+  ``log value`` over layers ``from_layer`` (default 1) .. last;
 - ``{stat: turn, metric, select, from_layer}``: ``min(max_l s_l, 1 / min_l s_l)`` of the
-  steps ``s_l = value(l) / value(l - 1)`` between consecutive layers: at most 1 for a
-  monotone curve, above 1 where it both rises and falls (no-effect value 1);
-- ``{stat: envelope_rate, n, select: {mask_spec}}``: the fastest per-layer rate Theorem 1's
-  envelope certifies for that mask at ``n`` tokens, ``(1 - deg_max^{-r})^{1/r}``
-  (:mod:`rankcollapse.theory.envelope`; a constant of the mask, read from no row);
+  steps ``s_l = value(l) / value(l - 1)``: at most 1 for a monotone curve;
+- ``{stat: envelope_rate, n_tokens, select: {mask_spec}}``: Theorem 1's certified rate
+  ``(1 - deg_max^{-r})^{1/r}`` (:mod:`rankcollapse.theory.envelope`);
 - ``{stat: ratio | difference, num: Q, den: Q}``; ``{const: x}``.
 
-Statistics (:mod:`.quantities`). Means pool windows and weight seeds; each check's
-decisive statistic T is ``lhs / rhs`` (``compare: ratio``, the default), ``lhs - rhs``
-(``compare: difference``) or ``lhs`` when ``rhs`` is a constant, and the threshold τ is
-``factor`` (times the constant). Its 95 % interval is the 2.5-97.5 percentile range of
-T over bootstrap replicates that resample windows and seeds (paired across the two
-sides). For ``>=`` / ``>``: *holds* when the whole interval clears τ, *fails* when it lies
-wholly below, *undecided* otherwise (``<=`` / ``<`` mirrored; ``within``: the interval
-inside ``[1/τ, τ]`` holds, wholly outside it fails).
-
-Floors (:mod:`.quantities`). A relative metric at or below the epsilon of the dtype of
-the computation that produced it is at its floor and only bounds the truth. A check with
-one side at its floor reads a *bound* (``bound: lower`` for ``x / floor``: the true ratio
-is at least T): it can hold (a lower bound clearing ``>=``) or fail (a lower bound beyond
-``<=``) but never the other way, which leaves it undecided. Both sides at their floors:
-``undecidable``, with the deepest layer at which both sides were above their floors
-(``decidable_to_layer``); a rule whose checks all hold but for undecidable ones reads
-``undecidable at this depth``. Two values at a floor are never equal by fiat.
-
-``for_each: {key: [v1, v2]}`` stands for one copy per value, every ``"{key}"`` string in
-its selects replaced. ``informational: true``: measured and reported, not in the verdict.
-``expect: all`` (default): all checks hold -> reproduced; all fail -> not reproduced;
-none holds and at least one fails (the others undecided) -> not reproduced where
-decidable; anything else -> mixed (``undecidable at this depth`` as above). ``expect:
-mixed`` (a paper effect that is itself mixed): at least one check holds and one fails ->
-reproduced; all hold or all fail -> not reproduced; otherwise mixed. Missing rows give
-``not run``, naming the missing inputs. The decisive number shown is a check that decides
-(a failing check of a claim not reproduced or mixed; else the deciding check nearest its
-threshold), never an undecided one while any check decides.
-
-Factor contrast. A claim about a factor (adding LayerNorm, a window, a smaller d_QK)
-names it: ``factor: {name, without: [edits]}``, the edits of :mod:`.controls` that read
-the same condition (mask, weights, inputs, temperature, depth, seeds) with the factor
-off. Each scored check is evaluated on that arm too (``factor_off``); a check that holds
-while its factor-off arm holds as well reads ``factor-off also passes``: it is no evidence
-for the factor and carries no verdict (it counts as undecided).
-
-Threshold bands. A verdict that changes when a threshold moves inside the range where
-it could as well have been set is a finding about the threshold, not about the effect.
-Every threshold of a rule therefore carries a *band*, fixed before the numbers are seen:
-
-- a stated range ``band: [lo, hi]`` in the check's config (in the units of the threshold
-  τ the check compares with: ``factor`` times the constant of a constant right-hand side;
-  a ``where`` bound takes its own ``band``);
-- by default ×½ to ×2 of the threshold's distance from its no-effect value: 1 for a
-  fitted per-layer rate or a turn against a constant (``rate >= 1 - δ`` has the band ``1 - 2δ`` to
-  ``1 - δ/2``) and for ``within`` a factor (``within 1.25``: 1.125 to 1.5), 0 otherwise
-  (a ratio ``>= 10`` has the band 5 to 20, a difference ``> 0.01`` the band 0.005 to
-  0.02; a rank correlation's band is cut to [-1, 1]). A threshold at the no-effect value
-  itself (a difference against 0, a ratio against 1) has no band: moving it changes the
-  question.
-
-A threshold is shared by the copies a ``for_each`` makes of one check (they move
-together) and is varied with every other threshold of the rule at its registered value.
-Each check's outcome is a step function of τ whose steps are the ends of its 95 %
-interval (and of its factor-off arm's), so the verdict across the band is exact: it is
-read on a grid of :data:`GRID` log-spaced values and in every segment between those
-interval ends, and a *flip point* is an interval end where it changes; a ``where`` bound
-changes the layers read only at the layers' means of its metric (:func:`where_bands`). A
-verdict that changes inside a band reads ``threshold-sensitive``; ``verdict_at_threshold``
-keeps the verdict at the registered thresholds and ``bands`` the band, the verdicts at its
-ends and the flip points of each threshold.
+A check's statistic T is ``lhs / rhs`` (``compare: ratio``, default), ``lhs - rhs``
+(``compare: difference``) or ``lhs`` against a constant, with threshold τ = ``factor``
+(times the constant). It *holds* when its 95 % bootstrap interval clears τ, *fails* when
+the interval lies wholly on the other side, else is *undecided* (``within``: inside
+``[1/τ, τ]``); a side at its floor makes T a bound (:mod:`.quantities`). ``for_each``
+unrolls a check per value; ``informational: true`` checks are not scored. Outcomes
+combine by ``expect`` (:func:`verdict_from`); a claim's ``factor`` is read off as well
+(:func:`factor_contrast`); every threshold is read across its band (:func:`band_of`,
+:func:`threshold_bands`, :func:`where_bands`).
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from typing import Any
 
@@ -103,7 +44,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 from .config import window_spec
-from .quantities import EvalContext, MissingData, Value, combine_bounds, evaluate  # noqa: F401
+from .quantities import EvalContext, MissingData, Value, _paired, combine_bounds, evaluate  # noqa: F401
 
 UNDECIDABLE = "undecidable at this depth"
 NOT_WHERE_DECIDABLE = "not reproduced where decidable"
@@ -129,10 +70,8 @@ def _interval(reps: np.ndarray) -> tuple[float, float]:
 
 
 def _outcome(op: str, lo: float, hi: float, tau: float, bound: str | None = None) -> str:
-    """``holds`` / ``fails`` / ``undecided`` of the interval ``[lo, hi]`` against ``tau``.
-    A ``lower`` bound (the truth is at least the statistic) can only move up: its
-    ``hi`` is unbounded, so it can clear ``>=`` or break ``<=`` but no more; an ``upper``
-    bound mirrors it; ``undecidable`` decides nothing."""
+    """``holds`` / ``fails`` / ``undecided`` of ``[lo, hi]`` against ``tau``; a ``lower``
+    bound has no upper end (an ``upper`` bound no lower end)."""
     if bound == "undecidable":
         return "undecidable"
     if bound == "lower":
@@ -149,10 +88,8 @@ def _outcome(op: str, lo: float, hi: float, tau: float, bound: str | None = None
 
 
 def outcome_at(check: dict[str, Any], tau: float | None = None) -> str:
-    """The outcome of a check result (its interval, operator and bound) against threshold
-    ``tau`` (default its own): :func:`_outcome`, except that a check that holds while its
-    factor-off arm (``factor_off``, the same condition with the claim's factor off) holds
-    as well is no evidence for the factor: ``factor-off also passes``."""
+    """Outcome of a check result against ``tau`` (default its own threshold);
+    ``factor-off also passes`` where its ``factor_off`` arm holds as well."""
     tau = check["threshold"] if tau is None else tau
     if check.get("outcome") == "missing" or "interval" not in check:
         return "missing"
@@ -165,8 +102,7 @@ def outcome_at(check: dict[str, Any], tau: float | None = None) -> str:
 
 def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "default",
                    ctx: EvalContext | None = None) -> dict[str, Any]:
-    """One check: decisive statistic with its 95 % bootstrap interval, outcome
-    ``holds`` / ``fails`` / ``undecided``, and per-seed values (for reference)."""
+    """One check: statistic, 95 % bootstrap interval, outcome and per-seed values."""
     ctx = ctx or EvalContext()
     op = check.get("op", ">=")
     if op not in _OPS:
@@ -180,7 +116,7 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
     with np.errstate(all="ignore"):
         if "const" in rhs_q:
             stat, reps, tau, kind = lhs.point, lhs.reps, factor * rhs.point, "value"
-            per = {s: v for s, v in lhs.per_seed.items()}
+            per = dict(lhs.per_seed)
         elif compare == "difference":
             stat, reps, tau, kind = lhs.point - rhs.point, lhs.reps - rhs.reps, factor, "difference"
             per = _paired(lhs, rhs, np.subtract)
@@ -189,26 +125,12 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
             per = _paired(lhs, rhs, np.divide)
     bound = lhs.bound if "const" in rhs_q else combine_bounds(lhs.bound, rhs.bound)
     lo, hi = _interval(reps)
-    out = {
-        "check": check.get("name", ""),
-        "text": check_text(check),
-        "statistic": kind,
-        "value": float(stat),
-        "interval": [lo, hi],
-        "bound": bound,
-        "threshold": float(tau),
-        "op": op,
-        "factor": factor,
-        "lhs": _stats(lhs),
-        "rhs": _stats(rhs),
-        "collapsed": [lhs.collapsed, rhs.collapsed],
-        "floors": [lhs.floor, rhs.floor],
-        "dtypes": [lhs.dtype, rhs.dtype],
-        "per_seed": {int(s): float(v) for s, v in per.items()},
-        "n_samples": max(lhs.n_samples, rhs.n_samples),
-        "n_seeds": max(lhs.n_seeds, rhs.n_seeds),
-        "outcome": _outcome(op, lo, hi, tau, bound),
-    }
+    out = {"check": check.get("name", ""), "text": check_text(check), "statistic": kind, "value": float(stat),
+           "interval": [lo, hi], "bound": bound, "threshold": float(tau), "op": op, "factor": factor,
+           "lhs": _stats(lhs), "rhs": _stats(rhs), "collapsed": [lhs.collapsed, rhs.collapsed],
+           "floors": [lhs.floor, rhs.floor], "dtypes": [lhs.dtype, rhs.dtype],
+           "per_seed": {int(s): float(v) for s, v in per.items()}, "n_samples": max(lhs.n_samples, rhs.n_samples),
+           "n_seeds": max(lhs.n_seeds, rhs.n_seeds), "outcome": _outcome(op, lo, hi, tau, bound)}
     if bound == "undecidable":
         out["decidable_to_layer"] = _decidable_to(lhs, rhs)
     if check.get("null_hypothesis"):
@@ -227,18 +149,11 @@ def check_text(check: dict[str, Any]) -> str:
 
 
 def _decidable_to(lhs: Value, rhs: Value) -> int | None:
-    """Deepest layer at which both sides of a comparison were above their floors (None
-    when a side is not read at one layer, or no layer qualifies)."""
+    """Deepest layer at which both sides were above their floors (None if none)."""
     if lhs.live is None:
         return None
     both = set(lhs.live) & set(rhs.live) if rhs.live is not None else set(lhs.live)
     return max(both) if both else None
-
-
-def _paired(a: Value, b: Value, op) -> dict[int, float]:
-    seeds = sorted((set(a.per_seed) | set(b.per_seed)) - {-1}) or [-1]
-    get = lambda v, s: v.per_seed.get(s, v.per_seed.get(-1, math.nan))  # noqa: E731
-    return {s: float(op(get(a, s), get(b, s))) for s in seeds}
 
 
 def _stats(v: Value) -> dict[str, Any]:
@@ -276,7 +191,7 @@ def _qtext(q: dict[str, Any]) -> str:
 
 
 def verdict_from(outcomes: list[str], expect: str = "all") -> str:
-    """Combine check outcomes into a verdict (see module docstring)."""
+    """Combine check outcomes into a verdict (docs/reproduce.md, "Intervals")."""
     if not outcomes:
         return "not run"
     holds, fails = outcomes.count("holds"), outcomes.count("fails")
@@ -300,7 +215,7 @@ def verdict_from(outcomes: list[str], expect: str = "all") -> str:
 
 
 def expand_checks(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Unroll ``for_each`` templates (see module docstring)."""
+    """Unroll ``for_each`` templates: one copy per value, ``"{key}"`` strings filled in."""
     out = []
     for c in checks:
         loops = c.get("for_each")
@@ -308,19 +223,12 @@ def expand_checks(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append(c)
             continue
         keys = list(loops)
-        for combo in _product([loops[k] for k in keys]):
+        for combo in itertools.product(*(loops[k] for k in keys)):
             sub = dict(zip(keys, combo))
-            body = {k: v for k, v in c.items() if k != "for_each"}
-            body = _fill(body, sub)
+            body = _fill({k: v for k, v in c.items() if k != "for_each"}, sub)
             body["name"] = f"{c.get('name', 'check')} [{', '.join(f'{k}={v}' for k, v in sub.items())}]"
             out.append(body)
     return out
-
-
-def _product(lists: list[list[Any]]) -> list[tuple]:
-    import itertools
-
-    return list(itertools.product(*lists))
 
 
 def _fill(obj: Any, sub: dict[str, Any]) -> Any:
@@ -384,16 +292,13 @@ def _fewest_windows(res: dict[str, Any]) -> int:
 
 
 def registered_verdict(res: dict[str, Any]) -> str:
-    """The verdict of a result at the registered thresholds (before the band relabels
-    it ``threshold-sensitive``)."""
+    """The verdict of a result at the registered thresholds."""
     return res.get("verdict_at_threshold") or res["verdict"]
 
 
 def with_bands(res: dict[str, Any], expect: str = "all", selection: list[dict[str, Any]] = ()) -> dict[str, Any]:
-    """``res`` (a rule's result) with the verdict read across every threshold's band
-    (:func:`threshold_bands`; ``selection``: the bands of its selection thresholds,
-    :func:`where_bands`): ``bands``, and a verdict that changes inside a band
-    relabelled ``threshold-sensitive`` (``verdict_at_threshold`` keeps the registered one)."""
+    """``res`` with ``bands`` (:func:`threshold_bands` plus the ``selection`` bands of
+    :func:`where_bands`); a verdict that changes inside a band becomes ``threshold-sensitive``."""
     res["bands"] = threshold_bands([c for c in res["checks"] if not c.get("informational")], expect) + list(selection)
     if any(b["sensitive"] for b in res["bands"]):
         res["verdict_at_threshold"] = res["verdict"]
@@ -438,7 +343,9 @@ def _matches(q: dict[str, Any], where: dict[str, Any]) -> bool:
     return True
 
 
-def _edit_leaf(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
+def _edit(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
+    if q.get("stat") in ("ratio", "difference"):
+        return {**q, "num": _edit(q["num"], edit), "den": _edit(q["den"], edit)}
     if "const" in q or not _matches(q, edit.get("where", {})):
         return q
     q = copy.deepcopy(q)
@@ -453,16 +360,9 @@ def _edit_leaf(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
     return q
 
 
-def _edit(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
-    if q.get("stat") in ("ratio", "difference"):
-        return {**q, "num": _edit(q["num"], edit), "den": _edit(q["den"], edit)}
-    return _edit_leaf(q, edit)
-
-
 def edit_rule(rule: dict[str, Any], edits: list[dict[str, Any]]) -> dict[str, Any]:
-    """``rule`` with every check's quantities edited by ``edits`` (loops unrolled first,
-    so an edit sees the mask a ``for_each`` filled in): the controls' edits
-    (:mod:`.controls`) and a factor's ``without``.
+    """``rule`` with every check's quantities edited by ``edits`` (:mod:`.controls`),
+    loops unrolled first.
 
     Raises
     ------
@@ -483,19 +383,15 @@ def edit_rule(rule: dict[str, Any], edits: list[dict[str, Any]]) -> dict[str, An
 
 
 def factor_off_rule(rule: dict[str, Any], factor: dict[str, Any]) -> dict[str, Any]:
-    """``rule`` with the claim's factor switched off: its checks (loops unrolled) with
-    the edits of ``factor["without"]`` (the edits of :mod:`.controls`) applied, so each
-    check reads the same condition without the factor."""
+    """``rule`` with the claim's factor switched off (the edits ``factor["without"]``)."""
     return edit_rule(rule, factor["without"])
 
 
 def factor_contrast(table: pd.DataFrame, rule: dict[str, Any], checks: list[dict[str, Any]],
                     factor: dict[str, Any], setting: str = "default", ctx: EvalContext | None = None
                     ) -> list[dict[str, Any]]:
-    """The scored ``checks`` of ``rule`` with their factor-off arm (``factor_off``: text,
-    value, interval, bound, outcome; ``missing`` where the table lacks its rows) and
-    their outcome settled by it (:func:`outcome_at`). A check the edits leave unchanged
-    has no factor-off arm (it compares with the factor off already)."""
+    """The scored ``checks`` with their ``factor_off`` arm (where the edits change the
+    check) and the outcome it settles (:func:`outcome_at`)."""
     ctx = ctx or EvalContext()
     off_specs = factor_off_rule(rule, factor)["checks"]
     out = []
@@ -514,10 +410,8 @@ def factor_contrast(table: pd.DataFrame, rule: dict[str, Any], checks: list[dict
 
 
 def decisive(checks: list[dict[str, Any]], verdict: str) -> dict[str, Any] | None:
-    """The check that decides the verdict: the first check whose outcome goes against it
-    (a failing check of a claim not reproduced, or of a mixed claim), else the decided
-    check (holds or fails) closest to its threshold (smallest relative margin of its
-    interval). An undecided check is shown only when no check decides anything."""
+    """The check that decides the verdict: the first one going against it, else the
+    decided check nearest its threshold; an undecided one only when none decides."""
     if not checks:
         return None
     against = {"not reproduced": ("fails",), NOT_WHERE_DECIDABLE: ("fails",), "mixed": ("fails",),
@@ -546,10 +440,8 @@ def _margin(c: dict[str, Any]) -> float:
 
 
 def _override_rule(rule: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """The rule a nearby setting reads: ``for_each`` loops unrolled first (a window spec
-    that a loop fills in, ``mask_spec: "{mask}"``, is rewritten like a literal one and
-    the check's name shows the width read), then every selected value the override
-    changes replaced."""
+    """The rule a nearby setting reads: loops unrolled (window specs rewritten), then
+    every selected value the override changes replaced."""
     if not override:
         return rule
     checks = [{**c, "for_each": {k: [window_spec(v, override) for v in vs] for k, vs in c["for_each"].items()}}
@@ -595,43 +487,23 @@ def rule_text(claim: dict[str, Any]) -> str:
 def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any], *,
                  excluded_models: tuple[str, ...] = (), scale: str = "",
                  controls: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The claims.json object of one claim. ``excluded_models``: models the run's scale
-    leaves out (``exclude_models``), so a claim that needs one says so plainly;
-    ``controls``: :func:`.controls.evaluate_controls` of the claim on the same table."""
+    """The claims.json object of one claim (``excluded_models``: those the scale leaves out)."""
     original = claim.get("original") or {}
-    rec = {
-        "id": claim["id"],
-        "effect": claim["effect"],
-        "paper_effect": claim.get("paper_effect", ""),
-        "where": claim.get("where", ""),
-        "measured_quantity": claim.get("measured_quantity", ""),
-        "verdict": result["verdict"],
-        "measured": result["measured"],
-        "interval": result["interval"],
-        "bound": result.get("bound"),
-        "decidable_to_layer": result.get("decidable_to_layer"),
-        "decisive": result.get("decisive", ""),
-        "rule": rule_text(claim),
-        "depth": result.get("depth"),
-        "depth_check": result.get("depth_check"),
-        "n_samples": result.get("n_samples", 0),
-        "n_seeds": result.get("n_seeds", 0),
-        "original_verdict": original.get("verdict"),
-        "original_rule": original.get("rule"),
-        "change_reason": " ".join(str(original.get("reason", "")).split()) or None,
-        "earlier_amendments": [{k: " ".join(str(v).split()) for k, v in e.items()} for e in original.get("earlier", [])],
-        "verdict_at_threshold": result.get("verdict_at_threshold"),
-        "bands": result.get("bands", []),
-        "factor": claim.get("factor", {}).get("name") if claim.get("factor") else None,
-        "controls": controls,
-        "controls_ok": (controls or {}).get("ok"),
-        "checks": result["checks"],
-        "experiment": experiment,
-        "comparison": claim.get("comparison", ""),
-        "plot": claim.get("plot", ""),
-        "notes": claim.get("notes", "").strip(),
-        "nearby": [],
-    }
+    rec = {"id": claim["id"], "effect": claim["effect"], "paper_effect": claim.get("paper_effect", ""),
+           "where": claim.get("where", ""), "measured_quantity": claim.get("measured_quantity", ""),
+           "verdict": result["verdict"], "measured": result["measured"], "interval": result["interval"],
+           "bound": result.get("bound"), "decidable_to_layer": result.get("decidable_to_layer"),
+           "decisive": result.get("decisive", ""), "rule": rule_text(claim), "depth": result.get("depth"),
+           "depth_check": result.get("depth_check"), "n_samples": result.get("n_samples", 0),
+           "n_seeds": result.get("n_seeds", 0), "original_verdict": original.get("verdict"),
+           "original_rule": original.get("rule"),
+           "change_reason": " ".join(str(original.get("reason", "")).split()) or None,
+           "earlier_amendments": [{k: " ".join(str(v).split()) for k, v in e.items()} for e in original.get("earlier", [])],
+           "verdict_at_threshold": result.get("verdict_at_threshold"), "bands": result.get("bands", []),
+           "factor": claim.get("factor", {}).get("name") if claim.get("factor") else None, "controls": controls,
+           "controls_ok": (controls or {}).get("ok"), "checks": result["checks"], "experiment": experiment,
+           "comparison": claim.get("comparison", ""), "plot": claim.get("plot", ""),
+           "notes": claim.get("notes", "").strip(), "nearby": []}
     if claim.get("axis"):  # a claim's sequence-length axis (.axis): what was varied, on which rows
         rec["setting"] = claim["setting"]
         rec["axis"] = claim["axis"]
@@ -654,8 +526,7 @@ def claim_record(claim: dict[str, Any], experiment: str, result: dict[str, Any],
 
 def fmt_measured(value: float | None, interval: list[float] | None, bound: str | None = None,
                  decidable_to: int | None = None) -> str:
-    """A decisive number for tables: ``12.3 [8.1, 20.4]``; a bound marked ``≥ 5.8e+06
-    (bound; one side at its floor)``; ``undecidable at this depth (decidable to layer 9)``."""
+    """``12.3 [8.1, 20.4]``; a bound ``≥ 5.8e+06 (bound: ...)``; or ``undecidable at this depth``."""
     if bound == "undecidable":
         return UNDECIDABLE + (f" (decidable to layer {decidable_to})" if decidable_to is not None else "")
     if bound in ("lower", "upper"):
@@ -666,8 +537,7 @@ def fmt_measured(value: float | None, interval: list[float] | None, bound: str |
 
 
 def fmt(x: float | None) -> str:
-    """Compact number for tables: 3 significant digits (``—`` for None; a negative zero
-    reads 0)."""
+    """3 significant digits (``—`` for None; a negative zero reads 0)."""
     if x is None:
         return "—"
     if isinstance(x, float) and not math.isfinite(x):
@@ -688,8 +558,7 @@ GRID = 13
 
 
 def group_of(record: dict[str, Any]) -> str:
-    """The threshold a check record reads: its check name without the ``[key=value]``
-    suffix a ``for_each`` copy carries (the copies share one threshold)."""
+    """The threshold a check record reads: its name without a ``for_each`` ``[key=value]`` suffix."""
     name = str(record.get("check") or record.get("text", ""))
     if name.endswith("]") and " [" in name:
         name = name.rsplit(" [", 1)[0]
@@ -697,7 +566,7 @@ def group_of(record: dict[str, Any]) -> str:
 
 
 def reference(spec: dict[str, Any]) -> float:
-    """The no-effect value a check's threshold is measured from (module docstring)."""
+    """The no-effect value a check's threshold band is measured from."""
     rhs = spec.get("rhs", {"const": 1.0})
     if spec.get("op") == "within":  # within a factor tau either way: tau = 1 is exact agreement
         return 1.0
@@ -705,8 +574,8 @@ def reference(spec: dict[str, Any]) -> float:
 
 
 def band_of(spec: dict[str, Any], tau: float) -> list[float] | None:
-    """The band ``[lo, hi]`` of threshold ``tau`` of check ``spec`` (module docstring);
-    None where the threshold is the no-effect value."""
+    """The band ``[lo, hi]`` of threshold ``tau`` (docs/reproduce.md, "Threshold bands");
+    None at the no-effect value."""
     if spec.get("band") is not None:
         lo, hi = (float(x) for x in spec["band"])
         return [min(lo, hi), max(lo, hi)]
@@ -721,8 +590,7 @@ def band_of(spec: dict[str, Any], tau: float) -> list[float] | None:
 
 
 def grid(band: list[float], tau: float, ref: float | None) -> list[float]:
-    """:data:`GRID` values across ``band``, log-spaced in the distance from ``ref`` (or
-    in τ itself for a stated band that does not straddle 0; linear otherwise)."""
+    """:data:`GRID` values across ``band``, log-spaced in the distance from ``ref``."""
     lo, hi = band
     if ref is not None and (lo - ref) * (hi - ref) > 0:
         a, b = abs(lo - ref), abs(hi - ref)
@@ -734,8 +602,7 @@ def grid(band: list[float], tau: float, ref: float | None) -> list[float]:
 
 
 def _edges(records: list[dict[str, Any]]) -> list[float]:
-    """Every τ at which an outcome of ``records`` can change: the ends of each check's
-    interval and of its factor-off arm's (and their reciprocals under ``within``)."""
+    """Every τ at which an outcome of ``records`` can change (their interval ends)."""
     out = []
     for r in records:
         ivs = [r.get("interval")] + [(r.get("factor_off") or {}).get("interval")]
@@ -754,10 +621,8 @@ def verdict_at(scored: list[dict[str, Any]], expect: str, group: str, tau: float
 
 
 def threshold_bands(scored: list[dict[str, Any]], expect: str = "all") -> list[dict[str, Any]]:
-    """One entry per threshold of the scored check records (each annotated with its
-    ``band`` and ``reference``, :func:`annotate`): the band, the verdict at the registered
-    threshold and at each end, the verdicts on the grid, the flip points inside the band
-    and the one nearest the registered threshold, and ``sensitive``."""
+    """Per threshold of the :func:`annotate`-d ``scored`` records: band, verdicts at the
+    registered threshold, its ends and on the grid, flip points and ``sensitive``."""
     out = []
     for group in dict.fromkeys(group_of(r) for r in scored):
         members = [r for r in scored if group_of(r) == group]
@@ -768,35 +633,38 @@ def threshold_bands(scored: list[dict[str, Any]], expect: str = "all") -> list[d
         if band is None:
             out.append({**entry, "sensitive": False})
             continue
-        at = {"registered": verdict_at(scored, expect, group, tau)}
-        lo, hi = band
-        points = grid(band, tau, first.get("reference"))
-        on_grid = [[t, verdict_at(scored, expect, group, t)] for t in points]
-        edges = sorted({e for e in _edges(members) if lo < e < hi})
-        cuts = [lo] + edges + [hi]
-        segments = [verdict_at(scored, expect, group, (a + b) / 2) for a, b in zip(cuts[:-1], cuts[1:])]
-        flips = [{"at": e, "below": segments[i], "above": segments[i + 1]}
-                 for i, e in enumerate(edges) if segments[i] != segments[i + 1]]
-        seen = {v for _, v in on_grid} | set(segments) | {verdict_at(scored, expect, group, lo),
-                                                          verdict_at(scored, expect, group, hi)}
-        nearest = min(flips, key=lambda f: abs(f["at"] - tau)) if flips else None
-        out.append({**entry, "verdict": at["registered"], "verdict_low": verdict_at(scored, expect, group, lo),
-                    "verdict_high": verdict_at(scored, expect, group, hi), "grid": on_grid, "flips": flips,
-                    "flip_point": nearest["at"] if nearest else None, "sensitive": seen != {at["registered"]}})
+        at = lambda t, g=group: verdict_at(scored, expect, g, t)  # noqa: E731
+        edges = sorted({e for e in _edges(members) if band[0] < e < band[1]})
+        out.append(_band_reading(entry, edges, at, at(tau), grid(band, tau, first.get("reference"))))
     return out
 
 
+def _band_reading(entry: dict[str, Any], edges: list[float], at, verdict: str, points: list[float] = ()
+                  ) -> dict[str, Any]:
+    """``entry`` (a threshold, its ``registered`` value and ``band``) with the verdicts ``at``
+    gives across the band: at its ends, on ``points``, in every segment between ``edges``
+    (the flip points, and the one nearest the registered value), and ``sensitive``."""
+    lo, hi = entry["band"]
+    cuts = [lo] + edges + [hi]
+    segments = [at((a + b) / 2) for a, b in zip(cuts[:-1], cuts[1:])]
+    flips = [{"at": e, "below": segments[i], "above": segments[i + 1]}
+             for i, e in enumerate(edges) if segments[i] != segments[i + 1]]
+    on_grid = [[t, at(t)] for t in points]
+    low, high = at(lo), at(hi)
+    nearest = min(flips, key=lambda f: abs(f["at"] - entry["registered"]))["at"] if flips else None
+    return {**entry, "verdict": verdict, "verdict_low": low, "verdict_high": high, "grid": on_grid, "flips": flips,
+            "flip_point": nearest, "sensitive": {v for _, v in on_grid} | set(segments) | {low, high} != {verdict}}
+
+
 def annotate(record: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-    """``record`` (a scored check's result) with its threshold's ``band``, whether the
-    band is stated in the config (``band_stated``) and its ``reference`` value."""
+    """``record`` with its threshold's ``band``, ``band_stated`` and ``reference``."""
     tau = float(record.get("threshold", math.nan))
     return {**record, "band": band_of(spec, tau), "band_stated": spec.get("band") is not None,
             "reference": None if spec.get("band") is not None else reference(spec)}
 
 
 def sensitivity_text(bands: list[dict[str, Any]]) -> str:
-    """One line per sensitive threshold: ``threshold T (registered 0.99, band [0.98,
-    0.995]): reproduced below 0.9875, mixed above``; empty when none is sensitive."""
+    """The sensitive thresholds: ``T (registered 0.99, band 0.98 to 0.995): reproduced below 0.9875, mixed above``."""
     parts = []  # flip points with 4 digits: two interval ends can share their first 3
     for b in bands:
         if not b.get("sensitive"):
@@ -810,12 +678,8 @@ def sensitivity_text(bands: list[dict[str, Any]]) -> str:
 
 def where_bands(table: Any, rule: dict[str, Any], verdict: str, setting: str, ctx: Any,
                 factor: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Bands of the selection thresholds of a rule: a ``min`` / ``max`` over the layers
-    ``where`` another metric passes a bound (``where: {metric, op, value}``) is read with
-    that bound at ×½ to ×2 of its value (or a stated ``band`` in the ``where``). The
-    selection changes only where the bound crosses a layer's pooled mean of the other
-    metric, so the rule is evaluated once per segment between those means (exact flip
-    points). Copies a ``for_each`` makes of one check move together."""
+    """Bands of a rule's ``where`` bounds (×½ to ×2, or a stated ``band``), read once per
+    segment between the layers' means of the ``where`` metric (exact flip points)."""
     from .quantities import _layer_curve
 
     specs = expand_checks(rule["checks"])
@@ -834,7 +698,6 @@ def where_bands(table: Any, rule: dict[str, Any], verdict: str, setting: str, ct
             except MissingData:
                 continue
             edges |= {float(x) for x in M[0] if band[0] < x < band[1]}
-        cuts = [band[0]] + sorted(edges) + [band[1]]
 
         def at(v: float) -> str:
             moved = [{**c, "lhs": {**c["lhs"], "where": {**c["lhs"]["where"], "value": v}}} if i in members else c
@@ -844,14 +707,7 @@ def where_bands(table: Any, rule: dict[str, Any], verdict: str, setting: str, ct
             except MissingData:
                 return "not run"
 
-        segments = [at((a + b) / 2) for a, b in zip(cuts[:-1], cuts[1:])]
-        flips = [{"at": e, "below": segments[i], "above": segments[i + 1]}
-                 for i, e in enumerate(cuts[1:-1]) if segments[i] != segments[i + 1]]
-        low, high = at(band[0]), at(band[1])
-        nearest = min(flips, key=lambda f: abs(f["at"] - v0)) if flips else None
-        out.append({"threshold": f"{group}: where {where['metric']} {where.get('op', '>=')} value",
-                    "registered": v0, "op": where.get("op", ">="), "band": band, "stated": bool(where.get("band")),
-                    "reference": 0.0, "verdict": verdict, "verdict_low": low, "verdict_high": high, "grid": [],
-                    "flips": flips, "flip_point": nearest["at"] if nearest else None,
-                    "sensitive": set(segments) | {low, high} != {verdict}})
+        entry = {"threshold": f"{group}: where {where['metric']} {where.get('op', '>=')} value", "registered": v0,
+                 "op": where.get("op", ">="), "band": band, "stated": bool(where.get("band")), "reference": 0.0}
+        out.append(_band_reading(entry, sorted(edges), at, verdict))
     return out

@@ -1,56 +1,20 @@
-"""Positive and negative controls of a claim rule, read through the real pipeline.
+"""Positive and negative controls of a claim rule, read through the real pipeline
+(docs/reproduce.md, "Controls" and "Power and near-threshold controls").
 
-A rule that cannot pass (or cannot fail) on the configured inputs looks like a finding.
-Each claim therefore names two controls in its config::
+A claim's config names two controls, ``positive`` (the effect certainly present) and
+``negative`` (absent by construction), each ``{why, edits}``: the claim's own rule with
+its selections redirected to other rows of the same run. An edit applies to every
+quantity of every check (``num``/``den`` included) that matches it:
 
-    controls:
-      positive: {why: "...", edits: [...]}   # the effect certainly present
-      negative: {why: "...", edits: [...]}   # the effect absent by construction
-
-A control is the claim's own rule (same checks, operators, factors, statistics, floors
-and bootstrap) with its selections redirected to other rows of the same run: rows of
-units the configs run for that purpose (``role: control`` in a unit's params) or rows
-the real data already has (the same condition on both sides of a comparison is the
-simplest negative). An edit applies to every quantity of every check (``lhs``,
-``rhs`` and the ``num``/``den`` of ratios) that matches it:
-
-- ``where``: ``{column: value}`` of the quantity's ``select`` (``metric`` names the
-  quantity's metric) that must all match; absent = every quantity;
+- ``where``: ``{column: value}`` of the quantity's ``select`` (``metric``: its metric)
+  that must all match; absent = every quantity;
 - ``side``: ``lhs``, ``rhs`` or ``both`` (default);
-- ``replace``: ``{column: {old: new}}``, a value mapped wherever it appears;
-- ``set``: ``{column: value}`` written into the select; ``drop``: columns removed;
+- ``replace``: ``{column: {old: new}}``; ``set``: ``{column: value}``; ``drop``: columns;
 - ``quantity``: fields of the quantity itself (``metric``, ``layer``, ``stat``, ...).
 
-The positive control must read ``reproduced``, the negative ``not reproduced`` or ``not
-reproduced where decidable`` (every check it can decide fails; the others compare
-round-off with round-off, which is no effect either way) (:func:`evaluate_controls`); a
-claim whose controls do not is flagged in ``claims.json`` (``controls_ok: false``) and in
-the report.
-
-A check that reads a control condition (a random-init model beside the trained one)
-states its ``null_hypothesis`` in the claim's direction: "the random-init model does not show the
-trained direction" is one-sided (G2: ρ > -0.3, so a control at ρ = +0.99 passes it), and
-"no effect" on a flat curve is an equivalence test with a margin in the metric's own
-units (two one-sided checks, G4: the first-token mass within ±0.01 of its value under
-uniform attention at every layer), never a rank correlation of noise.
-
-Two more controls are computed for every claim from its scored checks
-(:func:`assess`, in ``claims.json`` and ``reproduce audit``):
-
-- *power* (:func:`power`): would the check decide an effect of its registered size,
-  on its own noise? The noise is the check's 95 % bootstrap interval (windows and seeds
-  resampled) around its value, carried to another true value by a scaling where the
-  statistic and its interval are positive and its no-effect value is 0 (relative noise:
-  a ratio, a growth), by a shift otherwise. The check must hold with the truth at the passing end of its threshold's
-  band (twice the threshold's distance from the no-effect value, or the stated end;
-  without a band, the end of the statistic's attainable range) and fail with the truth
-  at the failing end. A check that cannot do one of the two is reported: ``cannot pass``
-  (a lower bound against ``<=``, a noise wider than the band) or ``cannot fail``.
-- *near the threshold* (:func:`near_threshold`): a synthetic check value just inside and
-  just outside each threshold (relative distance :data:`NEAR`), run through the
-  decision code the verdict takes (:func:`.claims.outcome_at`, :func:`.claims.verdict_from`)
-  with every other check just inside its own: the rule must pass the one and not the
-  other, and the inside value must be attainable (a rank correlation in [-1, 1]).
+The positive control must read ``reproduced``, the negative one of :data:`PASSING`.
+:func:`assess` adds each scored check's *power* on its own noise (:func:`power`) and a
+*near-threshold* control of each threshold (:func:`near_threshold`).
 """
 
 from __future__ import annotations
@@ -63,14 +27,12 @@ import pandas as pd
 from .quantities import EvalContext
 
 EXPECTED = {"positive": "reproduced", "negative": "not reproduced"}
-#: Verdicts that pass each control (module docstring).
+#: Verdicts that pass each control.
 PASSING = {"positive": ("reproduced",), "negative": ("not reproduced", "not reproduced where decidable")}
 
 
 def control_rule(rule: dict[str, Any], control: dict[str, Any]) -> dict[str, Any]:
-    """``rule`` with every check's quantities edited by ``control['edits']`` (loops
-    unrolled first, so an edit sees the mask a ``for_each`` filled in;
-    :func:`.claims.edit_rule`).
+    """``rule`` with ``control['edits']`` applied (:func:`.claims.edit_rule`).
 
     Raises
     ------
@@ -85,13 +47,8 @@ def control_rule(rule: dict[str, Any], control: dict[str, Any]) -> dict[str, Any
 def evaluate_controls(table: pd.DataFrame, claim: dict[str, Any], *, depth: int | None = None,
                       n_boot: int | None = None, setting: str = "default",
                       n_tokens: int | None = None) -> dict[str, Any] | None:
-    """Verdicts of ``claim``'s positive and negative controls on ``table`` at the claim
-    depth, on the rows of ``setting`` (a claim axis's, :mod:`.axis`, or the default):
-    ``{positive: {...}, negative: {...}, ok}`` where each entry holds ``why``,
-    ``expected``, ``verdict``, ``passed``, ``measured``, ``interval`` and the checks;
-    ``ok`` is True when both read as expected, None when either did not run (its rows
-    are not in this run). None for a claim without controls. ``n_tokens``: the run's N
-    (:func:`.quantities.row_floor`)."""
+    """``{positive: {...}, negative: {...}, ok}``: the verdicts of ``claim``'s controls on
+    the rows of ``setting``; ``ok`` None when either did not run. None without controls."""
     from .claims import _evaluate_rule
 
     spec = claim.get("controls")
@@ -112,8 +69,7 @@ def evaluate_controls(table: pd.DataFrame, claim: dict[str, Any], *, depth: int 
     return out
 
 
-#: The power reading of a check whose threshold is the no-effect value of an unbounded
-#: statistic (no band, no attainable end): no registered effect size to test at.
+#: The power reading of a check without a band or an attainable end to test at.
 NOT_ASSESSED = "not assessed (no band: the threshold is the no-effect value)"
 
 #: Relative distance of the near-threshold inputs from the threshold (:func:`near_threshold`).
@@ -121,17 +77,15 @@ NEAR = 1e-6
 
 
 def attainable(check: dict[str, Any]) -> tuple[float, float]:
-    """The range the statistic of a scored check record can take: [-1, 1] for a rank
-    correlation against a constant, unbounded otherwise."""
+    """The range of a check's statistic: [-1, 1] for a rank correlation against a constant."""
     if check.get("statistic") == "value" and str(check.get("text", "")).startswith("spearman"):
         return (-1.0, 1.0)
     return (-math.inf, math.inf)
 
 
 def _moved(check: dict[str, Any], v: float) -> tuple[float, float]:
-    """The check's interval carried to the true value ``v``: scaled where the statistic
-    and its interval are positive and its no-effect value is 0 (relative noise: ratios,
-    growths), shifted otherwise (rates against 1, differences, rank correlations)."""
+    """The check's interval carried to the true value ``v``: scaled for a positive
+    statistic whose no-effect value is 0, shifted otherwise."""
     lo, hi = check["interval"]
     t = check["value"]
     if lo > 0 and t > 0 and v > 0 and check.get("reference") == 0.0 and attainable(check)[1] == math.inf:
@@ -152,11 +106,9 @@ def _ends(check: dict[str, Any]) -> tuple[float, float]:
 
 
 def power(check: dict[str, Any]) -> dict[str, Any] | None:
-    """Whether a scored check record can pass and can fail on its own noise (module
-    docstring): ``{check, noise, pass_at, holds_there, fail_at, fails_there, reading}``
-    with ``reading`` one of ``can pass and fail``, ``cannot pass``, ``cannot fail``,
-    ``cannot pass or fail`` (:data:`NOT_ASSESSED` without a band or attainable end);
-    None for an informational, missing or undecidable check."""
+    """Whether a scored check can hold with the truth at the passing end of its band and
+    fail at the failing end, on its own noise (``reading``); None for a check that
+    decides nothing."""
     from .claims import _outcome
 
     if check.get("informational") or check.get("outcome") == "missing" or check.get("bound") == "undecidable":
@@ -187,11 +139,9 @@ def _just(check: dict[str, Any], inside: bool) -> float:
 
 
 def near_threshold(scored: list[dict[str, Any]], expect: str = "all") -> list[dict[str, Any]]:
-    """Per threshold of the scored check records: synthetic values just inside and just
-    outside it, decided by :func:`.claims.outcome_at` and :func:`.claims.verdict_from`
-    with every other check just inside its own threshold (module docstring). ``ok``:
-    the check holds inside and fails outside, the two verdicts differ and the inside
-    value is attainable."""
+    """Per threshold: synthetic values just inside and outside it (:data:`NEAR`), every
+    other check just inside its own, through the decision code; ``ok`` when they hold
+    and fail, the verdicts differ and the inside value is attainable."""
     from .claims import group_of, outcome_at, verdict_from
 
     def synthetic(r: dict[str, Any], inside: bool) -> dict[str, Any]:
@@ -217,10 +167,7 @@ def near_threshold(scored: list[dict[str, Any]], expect: str = "all") -> list[di
 
 
 def assess(rec: dict[str, Any], expect: str = "all") -> dict[str, Any]:
-    """``rec`` (a claims.json record) with ``power`` (:func:`power` of each scored
-    check), ``near_threshold`` (:func:`near_threshold`) and ``power_ok``: False when a
-    check cannot pass or cannot fail on its noise, or a threshold's near controls do not
-    read as they must; None when nothing was decided (``not run``)."""
+    """``rec`` with ``power``, ``near_threshold`` and ``power_ok`` (None when nothing was decided)."""
     scored = [k for k in rec.get("checks", []) if not k.get("informational")]
     pw = [p for p in map(power, scored) if p]
     near = near_threshold(scored, expect)

@@ -1,6 +1,5 @@
 """Short readings of a run's table for the report: the summary grid of the simulations
-(what varies as rows and columns, what is shared said once) and notes on measurements
-that need a word of caution (a layer where one token dominates ‖X‖_F).
+and notes on layers where one token dominates ‖X‖_F.
 """
 
 from __future__ import annotations
@@ -19,11 +18,9 @@ from .table import CONDITION_COLUMNS, applies
 
 
 def _ratios(sim: pd.DataFrame, cols: list[str], n_tokens: int | None = None) -> pd.DataFrame:
-    """One row per condition: its columns, μ/‖X‖_F ÷ input at the claim depth (half the
-    units' depth: units run to twice it) and at the last layer (÷ the input of the
-    windows the last layer holds), and whether μ/‖X‖_F there is at or below the
-    round-off floor of the rows (:func:`~.quantities.row_floor`: their ``dtype``, N and
-    d; ``n_tokens``: the run's N)."""
+    """Per condition: μ/‖X‖_F ÷ input at the claim depth (half the units' depth) and at the
+    last layer (÷ the input of the windows the last layer holds), and whether it is at the
+    rows' floor there (:func:`~.quantities.row_floor`)."""
     from .quantities import row_floor
 
     out = []
@@ -45,8 +42,7 @@ def _ratios(sim: pd.DataFrame, cols: list[str], n_tokens: int | None = None) -> 
 
 
 def _determined(df: pd.DataFrame, col: str, others: list[str]) -> bool:
-    """Whether ``col`` takes one value for each combination of ``others`` (then it says
-    nothing the others do not, e.g. ``norm`` given ``variant``)."""
+    """Whether ``col`` takes one value for each combination of ``others``."""
     if not others:
         return False
     return bool((df.astype(str).groupby(others)[col].nunique() <= 1).all())
@@ -62,14 +58,10 @@ def summary_grid(table: pd.DataFrame, n_tokens: int | None = None
 
     Returns
     -------
-    (grid, shared, usual, depths) : ``grid`` has one row per mask spec and one column
-        per combination of the other condition columns that vary (a column named by
-        what sets it apart, e.g. ``sphere · sphere_radius=19.6``); each cell is
-        ``(at the claim depth, at 2× depth)``. ``shared``: ``col=value`` of the condition
-        columns every cell shares. ``usual``: ``col=value`` a column holds unless its
-        name says otherwise. ``depths``: ``(claim depth, 2× depth)`` when every cell has
-        the same (else ``None``, and cells carry their own). An empty grid when the
-        table has no simulation. ``n_tokens``: the run's N, which the floors read.
+    (grid, shared, usual, depths) : ``grid`` has one row per mask spec and one column per
+        combination of the other varying condition columns, cells :class:`Cell`;
+        ``shared`` and ``usual``: ``col=value`` of every cell, and unless a column says
+        otherwise; ``depths`` when every cell has the same. Empty without simulations.
     """
     sim = table[(table["source"] == "simulate") & (table["metric"] == "mu_relative") & (table["setting"] == "default")]
     if sim.empty:
@@ -108,8 +100,7 @@ def summary_grid(table: pd.DataFrame, n_tokens: int | None = None
 
 @dataclass(frozen=True)
 class Cell:
-    """One grid cell: μ/‖X‖_F ÷ input at the claim depth and at 2× depth, whether
-    μ/‖X‖_F is at its dtype's floor there, and the layers when cells differ in them."""
+    """One grid cell: μ/‖X‖_F ÷ input at the claim depth and 2× depth, at the floor or not."""
 
     at_depth: float
     at_2x: float
@@ -124,8 +115,7 @@ FLOOR_MARK = "*"
 
 
 def cell_text(cell: Any) -> str:
-    """``0.012 / 3.4e-16*`` (claim depth / 2× depth; ``*`` = at the dtype floor), with
-    ``(t = ...)`` when the grid's depths differ between cells; ``—`` for no condition."""
+    """``0.012 / 3.4e-16*`` (claim depth / 2× depth; ``*`` = at the floor); ``—`` for no condition."""
     if not isinstance(cell, Cell):
         return "—"
     a = fmt(float(cell.at_depth)) + (FLOOR_MARK if cell.floor_depth else "")
@@ -145,10 +135,8 @@ def _floor_note(grid: pd.DataFrame) -> str:
 
 
 def dominant_token_notes(table: pd.DataFrame) -> list[str]:
-    """A note for each condition (default setting) where one token comes to hold more
-    than :data:`DOMINANT_SHARE` of ‖X‖_F² (mean over windows of ``max_token_share``):
-    the first such layer, the share there, the windows where it holds, and how μ/‖X‖_F
-    and μ moved at that layer. Conditions without ``max_token_share`` rows give none."""
+    """A note per condition where one token holds more than :data:`DOMINANT_SHARE` of
+    ‖X‖_F² (``max_token_share``): the first such layer and how μ/‖X‖_F and μ moved there."""
     rows = table[(table["metric"] == "max_token_share") & (table["setting"] == "default")]
     notes = []
     cols = [c for c in CONDITION_COLUMNS if c in rows]
@@ -183,8 +171,7 @@ def _moved(table: pd.DataFrame, cond: dict[str, Any], cols: list[str], t: int) -
 
 
 def summary_html(table: pd.DataFrame, n_tokens: int | None = None) -> Markup:
-    """The summary grid (:func:`summary_grid`) as an HTML table, with the shared
-    condition fields said once above it."""
+    """The summary grid (:func:`summary_grid`) as an HTML table."""
     grid, shared, usual, depths = summary_grid(table, n_tokens)
     if grid.empty:
         return Markup("<p>No simulation in this run.</p>")

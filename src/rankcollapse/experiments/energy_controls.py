@@ -1,20 +1,13 @@
-"""Constructed float64 controls of the energy claims (``configs/energy.yaml``): ``theory``
-unit checks ``energy_<name>``, no windows, whose answer to each rule is fixed by
-construction, measured with the same metric functions as the ``energy`` unit kind
-(:mod:`.energy_units`) and read by the claims through the same table and statistics.
+"""Constructed float64 controls of the energy claims (``theory`` checks ``energy_<name>``,
+docs/reproduce.md), measured with the ``energy`` unit's metric functions.
 
-* ``energy_turning`` / ``energy_rising``: N = 128 unit tokens in a plane at angles spread
-  evenly over ``[-t_l, t_l]``; every pair's cosine grows as ``t`` shrinks. ``rising``:
-  ``t = 1, 1/2, 1/4, 1/8, 1/16, 1/32`` (E grows at every layer: monotone);
-  ``turning``: ``t = 1/8, 1/4, 1/2, 1, 1/2, 1/4`` (E falls three layers, then grows).
-* ``energy_aligned`` / ``energy_spread``: X0 ``(128, 8)`` with mean ``a e_1`` (a = 0.5)
-  and centred Gaussian rows in ``e_2..e_8`` (seed 0); layer l applies
-  ``W_l = diag(r_l, 1, ..., 1)`` (``aligned``) or ``diag(1, r_l, 1, ..., 1)``
-  (``spread``) to X0, with ``r_l`` = :data:`CONTROL_RADII`, and records ``c_l =
-  (mu/||X||_F)(X0 W_l) / (mu/||X||_F)(X0)`` beside ``rho(W_l) = r_l``. ``aligned``: only
-  the mean grows, ``c_l = sqrt((N a^2 + ||R||^2) / (N r_l^2 a^2 + ||R||^2))`` falls
-  strictly with ``r_l`` (Spearman -1); ``spread``: only the spread along ``e_2`` grows,
-  ``c_l`` rises strictly with ``r_l`` (Spearman +1).
+* ``energy_rising`` / ``energy_turning``: N = 128 unit tokens in a plane at angles spread
+  evenly over ``[-t_l, t_l]`` (:data:`RISING_SPREADS`: E rises at every layer;
+  :data:`TURNING_SPREADS`: E falls three layers, then rises).
+* ``energy_aligned`` / ``energy_spread``: X0 ``(128, 8)`` with mean ``0.5 e_1`` and centred
+  Gaussian rows in ``e_2..e_8`` (seed 0); layer l records ``c_l = (mu/||X||_F)(X0 W_l) /
+  (mu/||X||_F)(X0)`` beside ``rho(W_l) = r_l`` (:data:`CONTROL_RADII`), ``W_l`` scaling
+  ``e_1`` (``aligned``: c_l falls with r_l, Spearman -1) or ``e_2`` (``spread``: +1).
 """
 
 from __future__ import annotations

@@ -1,28 +1,16 @@
-"""Synthetic token matrices with a massive row, the controls of the geometry claims.
+"""Synthetic token matrices with a massive row, the controls of the geometry claims
+(docs/reproduce.md, "Geometry claims"), measured with the probe's registry metrics
+(:data:`GEOMETRY_METRICS`).
 
-Each check builds ``n_samples`` float64 matrices ``X (N, d)`` per "layer" whose answer
-to a geometry rule is fixed by construction, and measures them with the registry
-metrics a probe reports (``max_norm_ratio``, ``max_token_sigma_share``,
-``matrix_entropy``, ``effective_rank``), so the claims read them through the same
-table, statistics and bootstrap as the probed models.
+A Gaussian bulk with its last coordinate zero (seed per sample) and row 0 replaced by
+``r * m * e_d`` (m the other rows' median norm): orthogonal to every other row, so
+``max_token_sigma_share = 1`` once ``r m`` exceeds the bulk's σ₁.
 
-Construction. The bulk ``B`` holds Gaussian rows with the last coordinate zero (a
-different seed per sample); row 0 is replaced by the massive row ``r * m * e_d`` (m the
-median norm of the other rows, ``e_d`` the last axis). The massive row is orthogonal to
-every other row, so the singular values of ``X`` are those of the bulk plus ``r m``:
-``sigma_1 = r m`` once ``r m`` exceeds the bulk's ``sigma_1`` (about ``sqrt(N) + sqrt(d)``
-times the entry scale), and ``max_token_sigma_share = 1`` exactly.
-
-- ``massive_spike``: r = 10, 100, 1000, 10000 at layers 0..3 (ratio rises with depth;
-  the squared spectrum concentrates on the massive row, so ``matrix_entropy`` falls and
-  ``effective_rank`` falls towards 1);
-- ``massive_clipped``: the same matrices with row 0 scaled to the median norm, what
-  ``--clip-massive`` does (:mod:`rankcollapse.models.massive`): the bulk's rank remains;
-- ``massive_null``: r = 20, 40, 10, 30 at layers 0..3, ranks 2, 4, 1, 3 against the
-  layer index 1..4: Spearman's ρ(ratio, layer) = 1 - 6 * 10 / (4 * 15) = 0 exactly;
-- ``massive_aligned``: rows 1..N-1 all equal to ``e_1`` (norm 1) and row 0 ``10.5 e_d``:
-  ``max_norm_ratio = 10.5`` but ``sigma_1^2 = N - 1 = 127 > 10.5^2``, so the largest row
-  explains ``110.25 / 127 = 0.868`` of ``sigma_1^2`` (below 0.9 by construction).
+- ``massive_spike``: r = 10, 100, 1000, 10000 at layers 0..3;
+- ``massive_clipped``: the same with row 0 scaled to the median norm (``--clip-massive``);
+- ``massive_null``: r = 20, 40, 10, 30: Spearman's ρ(ratio, layer) = 0 exactly;
+- ``massive_aligned``: rows 1..N-1 equal to ``e_1`` and row 0 ``10.5 e_d``: the largest
+  row explains ``110.25 / 127 = 0.868`` of σ₁² (below 0.9 by construction).
 """
 
 from __future__ import annotations
@@ -48,8 +36,7 @@ def _bulk(n_tokens: int, d_model: int, seed: int) -> torch.Tensor:
 
 
 def _with_row0(B: torch.Tensor, ratio: float | None) -> torch.Tensor:
-    """``B`` with row 0 set to ``ratio * median(other norms) * e_d`` (``None``: scaled
-    to the median norm along its own direction, the clip)."""
+    """``B`` with row 0 set to ``ratio * median(other norms) * e_d`` (None: clipped to it)."""
     X = B.clone()
     median = torch.quantile(B[1:].norm(dim=-1), 0.5)
     if ratio is None:
@@ -81,7 +68,7 @@ def _series(p: dict[str, Any], ratios: tuple[float | None, ...]) -> pd.DataFrame
 
 
 def rows_massive_spike(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
-    """A massive row growing with depth (module docstring): the geometry effects certainly present."""
+    """A massive row growing with depth: the geometry effects certainly present."""
     return _series(p, SPIKE_RATIOS)
 
 
@@ -96,7 +83,7 @@ def rows_massive_null(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 
 
 def rows_massive_aligned(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
-    """A row 10.5x the median norm that explains only 0.868 of sigma_1^2 (module docstring)."""
+    """A row 10.5x the median norm that explains only 0.868 of sigma_1^2."""
     n, k = int(p.get("n_tokens", 128)), int(p.get("example_samples", 4))
     d = int(p.get("d_model", 64))
     X = torch.zeros(n, d, dtype=torch.float64)

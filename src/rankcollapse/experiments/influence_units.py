@@ -1,40 +1,20 @@
-"""Influence profiles as table rows: the ``mask_influence`` and ``model_influence`` unit
-kinds of the position-bias experiment (``configs/influence.yaml``, docs/reproduce.md,
+"""Influence profiles as table rows (``configs/influence.yaml``; docs/reproduce.md,
 "Position-bias claims").
 
-``mask_influence`` (exact, float64): :func:`rankcollapse.masks.influence` of a mask
-under uniform attention with residual weight ``alpha`` on ``n_tokens`` tokens, one row
-per depth ``h = 1..H`` (``layer = h``) and metric:
+``mask_influence`` (exact, float64, no per-window values): :func:`rankcollapse.masks.influence`
+of a mask under uniform attention with residual weight ``alpha``, one row per depth
+``h = 1..H`` (``layer = h``): ``first_token_mass``, ``last_token_mass``,
+``effective_horizon``, ``first_token_step`` ``I_h[0] / I_{h-1}[0]``, ``recency_ratio``
+``I_h[N-1] / I_h[N-2]``, for a causal window ``horizon_predicted``
+(:func:`~rankcollapse.masks.influence.window_horizon`) and ``horizon_geometric`` ``W
+ln(ε) / ln(1 - α)``; with ``profiles: true`` the profile itself (metric ``influence`` at
+``point = "position.j"``). Labels ``model = uniform``, ``variant = "alpha=A,n_tokens=N"``.
 
-* ``first_token_mass`` ``I_h[0]``, ``last_token_mass`` ``I_h[N-1]`` and
-  ``effective_horizon`` (:func:`~rankcollapse.masks.influence.summarize`);
-* ``first_token_step`` ``I_h[0] / I_{h-1}[0]`` (depths 2..H, where ``I_{h-1}[0] > 0``):
-  above 1 where the first token's influence grows from one depth to the next;
-* ``recency_ratio`` ``I_h[N-1] / I_h[N-2]`` (where ``I_h[N-2] > 0``): the last (self)
-  position against its neighbour, above 1 for a recency peak;
-* for ``causal_sliding_window:w=W``: ``horizon_predicted``, the normal approximation
-  :func:`~rankcollapse.masks.influence.window_horizon`, and ``horizon_geometric``,
-  ``W ln(epsilon) / ln(1 - alpha)`` (the horizon of a walk that stops for good with
-  probability ``alpha`` at each step, a coarser estimate);
-* with ``profiles: true``, the profile itself: metric ``influence``, one row per depth
-  and input position ``j`` (``point = "position.j"``).
-
-Labels: ``source = mask_influence``, ``model = uniform``, ``variant =
-"alpha=A,n_tokens=N"`` (``,decay=m`` with a decay), ``depth = H``, ``dtype = float64``.
-The rows hold no per-window values: they are exact, and a claim's interval on them is
-a point.
-
-``model_influence``: :func:`rankcollapse.models.influence.measure_influence` of a
-pretrained model (or its random-init control) on the run's windows. Rows of metric
-``influence`` at ``point = "position.j"`` and ``layer = k``, one condition per
-``variant``: ``gradient`` and ``rollout`` (their per-window values, unnormalised
-gradient norms and rollout rows, so a claim's bootstrap resamples the windows),
-``predicted`` (the mask-only prediction with the per-layer ``alpha`` fitted on all
-windows; a constant) and ``predicted_shuffled`` (the prediction with its positions
-permuted by a fixed permutation, seed ``shuffle_seed``: a profile with no relation to
-position, the correlation claim's negative control). Per layer also ``alpha`` and the
-point estimates ``rho_gradient``, ``rho_rollout`` (Spearman across positions, NaN where
-the prediction ranks nothing).
+``model_influence``: :func:`rankcollapse.models.influence.measure_influence` of a model on
+the run's windows: metric ``influence`` at ``point = "position.j"``, ``variant``
+``gradient`` and ``rollout`` (per-window values), ``predicted`` and
+``predicted_shuffled`` (positions permuted, seed ``shuffle_seed``); per layer ``alpha``,
+``rho_gradient`` and ``rho_rollout``.
 """
 
 from __future__ import annotations
@@ -52,16 +32,8 @@ from ..sweep.units import register_unit_kind
 from .table import normalise
 from .units import _labels, _probe_condition, key_params
 
-#: The ``point`` of a per-position row: ``position.<j>`` (0-based input position).
-POSITION_PREFIX = "position."
-
-
 def _row(layer: int, metric: str, value: float, **extra: Any) -> dict[str, Any]:
     return {"layer": layer, "metric": metric, **exact_stats(value), **extra}
-
-
-def _variant(alpha: float, n_tokens: int, decay: float) -> str:
-    return f"alpha={alpha:g},n_tokens={n_tokens}" + (f",decay={decay:g}" if decay else "")
 
 
 def window_width(spec: str) -> int | None:
@@ -72,9 +44,8 @@ def window_width(spec: str) -> int | None:
 
 
 def mask_influence_rows(p: dict[str, Any]) -> pd.DataFrame:
-    """Rows of one ``mask_influence`` unit (module docstring) from its parameters
-    ``mask``, ``n_tokens``, ``depth``, ``alpha`` and optionally ``decay`` (0),
-    ``epsilon`` (0.01), ``profiles`` (False).
+    """Rows of one ``mask_influence`` unit: ``mask``, ``n_tokens``, ``depth``, ``alpha`` and
+    optionally ``decay`` (0), ``epsilon`` (0.01), ``profiles`` (False).
 
     Raises
     ------
@@ -108,15 +79,13 @@ def mask_influence_rows(p: dict[str, Any]) -> pd.DataFrame:
 
 
 def _profile_rows(prof: np.ndarray, values: np.ndarray | None = None) -> pd.DataFrame:
-    """Rows of metric ``influence`` for a profile ``prof (L, N)`` (row ``k-1`` = layer or
-    depth ``k``); ``values (W, L, N)``: the per-window values each row keeps, summarised
-    by :func:`rankcollapse.summary.summarise` (``prof`` is their mean), else the row is a
-    constant."""
+    """Rows of metric ``influence`` for ``prof (L, N)`` (row ``k-1`` = layer ``k``), with the
+    per-window ``values (W, L, N)`` whose mean it is (else constant rows)."""
     n_layers, n = prof.shape
     layer = np.repeat(np.arange(1, n_layers + 1), n)
     pos = np.tile(np.arange(n), n_layers)
     mean = prof.reshape(-1).astype(np.float64)
-    df = pd.DataFrame({"layer": layer, "metric": "influence", "point": [f"{POSITION_PREFIX}{j}" for j in pos],
+    df = pd.DataFrame({"layer": layer, "metric": "influence", "point": [f"position.{j}" for j in pos],
                        "mean": mean})
     if values is None:
         for k in ("q05", "q25", "q50", "q75", "q95"):
@@ -126,8 +95,7 @@ def _profile_rows(prof: np.ndarray, values: np.ndarray | None = None) -> pd.Data
     from ..summary import summarise
 
     flat = values.reshape(values.shape[0], -1).T  # (L * N, W)
-    stats = summarise(flat)  # the one summariser of every per-layer table
-    for k, v in stats.items():
+    for k, v in summarise(flat).items():
         if k != "mean":
             df[k] = v
     df["values"] = list(flat)
@@ -135,18 +103,17 @@ def _profile_rows(prof: np.ndarray, values: np.ndarray | None = None) -> pd.Data
 
 
 def run_mask_influence(unit: Any, ctx: Any) -> pd.DataFrame:
-    """The ``mask_influence`` unit kind (module docstring)."""
+    """The ``mask_influence`` unit kind."""
     p = unit.params
-    labels = _labels(unit, model="uniform", variant=_variant(float(p["alpha"]), int(p["n_tokens"]),
-                                                              float(p.get("decay", 0.0))),
+    decay = float(p.get("decay", 0.0))
+    variant = f"alpha={float(p['alpha']):g},n_tokens={int(p['n_tokens'])}" + (f",decay={decay:g}" if decay else "")
+    labels = _labels(unit, model="uniform", variant=variant,
                      depth=int(p["depth"]), mask=Spec.name_of(p["mask"]), mask_spec=str(p["mask"]))
     return normalise(mask_influence_rows(p), labels)
 
 
 def model_influence_rows(df: pd.DataFrame, shuffle_seed: int = 0) -> pd.DataFrame:
-    """Rows of one ``model_influence`` unit from :func:`~rankcollapse.models.influence.
-    measure_influence`'s table ``df`` (its ``attrs`` hold the profiles); a ``variant``
-    column tells the profiles apart (module docstring)."""
+    """Rows of one ``model_influence`` unit from ``measure_influence``'s table ``df``."""
     prof, per = df.attrs["profiles"], df.attrs["per_window"]
     n = prof["predicted"].shape[1]
     perm = np.random.default_rng(shuffle_seed).permutation(n)
@@ -181,7 +148,6 @@ def run_model_influence(unit: Any, ctx: Any) -> pd.DataFrame:
     return normalise(rows, labels)
 
 
-# Registered with the sweep engine beside the other experiment kinds (schema.py imports
-# this module); a version is bumped when a change alters these units' labels or numbers.
+# a version is bumped when a change alters these units' labels or numbers
 register_unit_kind("mask_influence", run_mask_influence, version=1, group="experiments", key_params=key_params)
 register_unit_kind("model_influence", run_model_influence, version=1, group="experiments", key_params=key_params)

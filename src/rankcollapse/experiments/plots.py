@@ -1,21 +1,11 @@
 """Figures from the tidy table, declared in the configs' ``plots`` lists.
 
-Each plot: rows selected by ``select`` and ``metric``; one panel per value of
-``panels``; one line per *condition* (:data:`~.table.CONDITION_COLUMNS`): lines are
-named by ``lines`` (``mask`` means the full mask spec, e.g. ``sliding_window:w=3``) plus
-every other condition column that differs between the panel's rows, so two conditions
-are never averaged into one line. The caption ends with the condition columns shared by
-every line ("Drawn: ..."), read from the rows, not from the config. The line is the mean
-over windows (averaged over weight seeds) and the band the window inter-quartile range
-(q25-q75, averaged over seeds). Log-log axes draw layers t >= 1 (the input, t = 0, is
-the dotted reference line of the same colour). On a log y-axis only values <= 0 (μ
-exactly 0 after full collapse) are moved: to a floor one decade below the smallest
-positive value of the figure, drawn with a hollow downward triangle and a grey dotted
-line labelled "≤ 0"; every positive value is drawn where it is.
-
-Profiles (``x: position``): rows at ``point = position.j`` (influence profiles, one row
-per layer or depth and input position) are drawn against the position, one curve per
-depth (:func:`draw_profiles`).
+One panel per value of ``panels``, one line per condition (:data:`~.table.CONDITION_COLUMNS`:
+named by ``lines`` plus every condition column that differs, never averaged together);
+the caption ends with the columns every line shares ("Drawn: ..."). A line is the mean
+over windows, its band the inter-quartile range; on a log axis values <= 0 are drawn at a
+marked floor a decade below the smallest positive value. ``x: position`` draws
+per-position profiles (:func:`draw_profiles`).
 """
 
 from __future__ import annotations
@@ -81,8 +71,7 @@ def _num(v: Any) -> str:
 
 
 def _ordered(values: list[Any], key: str) -> list[Any]:
-    """Known families first in the paper's order (a label ``sliding_window:w=3 · norm=...``
-    sorts by its family), the rest sorted."""
+    """Known families (of a label's first part) first in the paper's order, the rest sorted."""
     order = _LINE_ORDER.get(key, [])
     rank = {v: i for i, v in enumerate(order)}
     fam = lambda v: Spec.name_of(str(v).split(" · ")[0])  # noqa: E731
@@ -93,19 +82,13 @@ def _rows(table: pd.DataFrame, spec: dict[str, Any]) -> pd.DataFrame:
     return select_rows(table, {**spec.get("select", {}), "metric": spec["metric"]}, "default")
 
 
-def _line_key(spec: dict[str, Any]) -> str:
-    return "mask_spec" if spec["lines"] == "mask" else spec["lines"]
-
-
 def _varying(rows: pd.DataFrame, skip: set[str]) -> list[str]:
     """Condition columns (besides ``skip``) that take more than one value in ``rows``."""
     return [c for c in CONDITION_COLUMNS if c in rows and c not in skip and rows[c].astype(str).nunique() > 1]
 
 
 def _within_panels(rows: pd.DataFrame, panel_key: str | None, skip: set[str]) -> list[str]:
-    """Condition columns (besides ``skip``) that vary inside at least one panel: they
-    tell a panel's lines apart. A column that changes only from panel to panel (``norm``
-    with ``variant`` panels) is said by the panel title, not by every legend entry."""
+    """Condition columns (besides ``skip``) that vary inside at least one panel."""
     if not panel_key:
         return _varying(rows, skip)
     inside = {c for _, g in rows.groupby(panel_key, sort=False) for c in _varying(g, skip)}
@@ -117,13 +100,8 @@ def drawn_text(table: pd.DataFrame, spec: dict[str, Any]) -> str:
     rows = _rows(table, spec)
     if rows.empty:
         return ""
-    bits = []
-    for c in CONDITION_COLUMNS:
-        if c not in rows or c == "setting":
-            continue
-        if rows[c].astype(str).nunique(dropna=False) == 1 and applies(c, rows[c].iloc[0]):
-            bits.append(f"{c}={_num(rows[c].iloc[0])}")
-    return ", ".join(bits)
+    return ", ".join(f"{c}={_num(rows[c].iloc[0])}" for c in CONDITION_COLUMNS if c in rows and c != "setting"
+                     and rows[c].astype(str).nunique(dropna=False) == 1 and applies(c, rows[c].iloc[0]))
 
 
 def _log_floor(rows: pd.DataFrame) -> float:
@@ -133,32 +111,23 @@ def _log_floor(rows: pd.DataFrame) -> float:
 
 
 def draw(table: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
-    """One figure for ``spec`` or None when the table has no matching rows.
-
-    ``ax``: a matplotlib axes, or an array of them (one per panel), to draw on; by
-    default a new pyplot-free figure (the backend is never changed)."""
+    """One figure for ``spec`` or None without matching rows; ``ax``: axes to draw on (one
+    per panel), by default a new pyplot-free figure."""
     rows = _rows(table, spec)
     if rows.empty:
         return None
     if spec.get("x") == "position":
         return draw_profiles(rows, spec, ax=ax)
-    panel_key, line_key = spec.get("panels"), _line_key(spec)
+    panel_key, line_key = spec.get("panels"), "mask_spec" if spec["lines"] == "mask" else spec["lines"]
     panels = _ordered(list(rows[panel_key].unique()), panel_key) if panel_key else [None]
-    ncol = min(len(panels), int(spec.get("ncols", 2)))
-    nrow = int(np.ceil(len(panels) / ncol))
     log = spec.get("yscale", "log") == "log"
     floor = _log_floor(rows) if log else None
     sharey = spec.get("sharey", "auto")
     if sharey == "auto":
         sharey = _share_y(rows, panel_key, panels, log)
-    if ax is None:
-        fig = new_figure((3.6 * ncol, 3.1 * nrow))
-        axes = fig.subplots(nrow, ncol, squeeze=False, sharey=bool(sharey))
-    else:
-        axes = np.asarray(ax, dtype=object).reshape(1, -1)
-        if axes.size < len(panels):
-            raise ConfigError(f"plot {spec.get('id', '')!r} has {len(panels)} panels; ax= gave {axes.size} axes")
-        fig = axes.flat[0].figure
+    fig, axes = _figure(spec, len(panels), ax, (3.6, 3.1), sharey=bool(sharey))
+    if axes.size < len(panels):
+        raise ConfigError(f"plot {spec.get('id', '')!r} has {len(panels)} panels; ax= gave {axes.size} axes")
     loglog = bool(spec.get("loglog", False))
     extra = _within_panels(rows, panel_key, {line_key, spec["lines"], "mask", panel_key or ""})
     rows = rows.assign(_line=[_label(r, line_key, extra, spec) for r in rows[[line_key] + extra].to_dict("records")])
@@ -189,13 +158,23 @@ def draw(table: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
     for ax in axes.flat[:len(panels)]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(lab, h)
-    handles, labels = list(legend.values()), list(legend)
-    if labels:
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False,
+    if legend:
+        fig.legend(list(legend.values()), list(legend), loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False,
                    title=spec.get("legend_title", spec["lines"]))
     fig.suptitle(spec["title"], fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def _figure(spec: dict[str, Any], n_panels: int, ax: Any, size: tuple[float, float], sharey: bool = False):
+    """``(figure, axes (rows, cols))`` for ``n_panels`` panels: the given ``ax``, or a new pyplot-free figure."""
+    if ax is not None:
+        axes = np.asarray(ax, dtype=object).reshape(1, -1)
+        return axes.flat[0].figure, axes
+    ncol = min(n_panels, int(spec.get("ncols", 2)))
+    nrow = int(np.ceil(n_panels / ncol))
+    fig = new_figure((size[0] * ncol, size[1] * nrow))
+    return fig, fig.subplots(nrow, ncol, squeeze=False, sharey=sharey)
 
 
 def _label(rec: dict[str, Any], line_key: str, extra: list[str], spec: dict[str, Any]) -> str:
@@ -203,27 +182,21 @@ def _label(rec: dict[str, Any], line_key: str, extra: list[str], spec: dict[str,
     return " · ".join([head] + [f"{c}={_num(rec[c])}" for c in extra])
 
 
-#: Line styles and markers cycled with the colours: lines that coincide (e.g. two masks
-#: that collapse identically) stay visible, the wider solid line under the thinner ones.
+#: Line styles and markers cycled with the colours, so that coinciding lines stay visible.
 _DASHES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 2, 1, 2)), (0, (3, 1, 1, 1, 1, 1)))
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
-def _style(i: int) -> dict[str, Any]:
-    return {"color": colour(i), "ls": _DASHES[i % len(_DASHES)], "marker": _MARKERS[i % len(_MARKERS)],
-            "lw": max(2.6 - 0.45 * i, 1.1)}
-
-
 def _styles(rows: pd.DataFrame, line_key: str, extra: list[str], lines: list[str]) -> dict[str, dict[str, Any]]:
-    """Style of each line label. The colour (and marker, width) belongs to the line's
-    ``line_key`` value, so a mask has one colour in every panel; the dash pattern tells
-    apart the values of the ``extra`` columns (e.g. ``sphere_radius``) when there are any."""
+    """Style of each line label: colour by ``line_key`` value, dashes by the ``extra`` columns."""
     first = rows.drop_duplicates("_line").set_index("_line")
     keys = _ordered(list(dict.fromkeys(first.loc[lines, line_key])), "mask" if line_key == "mask_spec" else line_key)
     combos = list(dict.fromkeys(tuple(str(first.at[v, c]) for c in extra) for v in lines))
     out = {}
     for v in lines:
-        st = _style(keys.index(first.at[v, line_key]))
+        i = keys.index(first.at[v, line_key])
+        st = {"color": colour(i), "ls": _DASHES[i % len(_DASHES)], "marker": _MARKERS[i % len(_MARKERS)],
+              "lw": max(2.6 - 0.45 * i, 1.1)}
         if extra:
             st["ls"] = _DASHES[combos.index(tuple(str(first.at[v, c]) for c in extra)) % len(_DASHES)]
         out[v] = st
@@ -231,9 +204,7 @@ def _styles(rows: pd.DataFrame, line_key: str, extra: list[str], lines: list[str
 
 
 def _share_y(rows: pd.DataFrame, panel_key: str | None, panels: list[Any], log: bool) -> bool:
-    """Share the y-axis only when every panel spans at least half of the common range
-    (in decades on a log axis): a panel whose values sit in a narrow band far from the
-    others (e.g. skip at ~1 beside pure SA falling to 1e-16) would be a flat line."""
+    """Share the y-axis only when every panel spans at least half the common range (in decades on a log axis)."""
     if panel_key is None or len(panels) < 2:
         return True
     span = []
@@ -253,8 +224,7 @@ def _share_y(rows: pd.DataFrame, panel_key: str | None, panels: list[Any], log: 
 def _line(ax, rows: pd.DataFrame, label: str, style: dict[str, Any], loglog: bool, spec: dict[str, Any],
           floor: float | None) -> bool:
     """Draw one condition's line; True when a value <= 0 was drawn at the log floor."""
-    # a pretrained model's entry after its final norm shares the last block's layer
-    # index: drawn as its own marker, not averaged into the curve
+    # the entry after a final norm shares the last block's layer: its own marker
     final = rows[rows["point"] == "final_norm"]
     rows = rows[rows["point"] != "final_norm"]
     if rows.empty:
@@ -284,11 +254,8 @@ def _line(ax, rows: pd.DataFrame, label: str, style: dict[str, Any], loglog: boo
 
 
 def draw_profiles(rows: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
-    """Profiles against the input position (``x: position``): one panel per value of
-    ``panels`` (a column, or ``condition``: one per condition), one curve per depth
-    (the ``layer`` column; at most ~8, :func:`rankcollapse.masks.influence.shown_depths`),
-    the mean over windows, on a log y-axis (values below the smallest normal float64
-    are left out). Returns the figure (``ax``: an axes or array of axes to draw on)."""
+    """Profiles against the input position: one panel per ``panels`` value (or condition),
+    one curve per shown depth (:func:`rankcollapse.masks.influence.shown_depths`)."""
     from ..masks.influence import shown_depths
 
     rows = rows[rows["point"].str.startswith("position.")]
@@ -302,14 +269,7 @@ def draw_profiles(rows: pd.DataFrame, spec: dict[str, Any], *, ax: Any = None):
     else:
         rows = rows.assign(_panel=rows[key].astype(str) if key else "")
     panels = list(dict.fromkeys(rows["_panel"]))
-    ncol = min(len(panels), int(spec.get("ncols", 2)))
-    nrow = int(np.ceil(len(panels) / ncol))
-    if ax is None:
-        fig = new_figure((4.2 * ncol, 3.2 * nrow))
-        axes = fig.subplots(nrow, ncol, squeeze=False)
-    else:
-        axes = np.asarray(ax, dtype=object).reshape(1, -1)
-        fig = axes.flat[0].figure
+    fig, axes = _figure(spec, len(panels), ax, (4.2, 3.2))
     tiny = np.finfo(np.float64).tiny
     for a, panel in zip(axes.flat, panels):
         sub = rows[rows["_panel"] == panel]

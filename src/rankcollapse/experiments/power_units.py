@@ -1,47 +1,22 @@
-"""Tokens against the principal eigenvector of each layer's value-output map as table rows:
-the ``power_method`` unit kind of the power-method experiment (``configs/power.yaml``;
-Li & Altafini, arXiv 2605.25619; ``metrics/power.py``).
+"""The ``power_method`` unit kind (``configs/power.yaml``; Li & Altafini, arXiv 2605.25619;
+docs/reproduce.md): tokens against the principal eigenvector ``v_1^k`` of each layer's
+``W_O W_V`` (:func:`rankcollapse.metrics.power.principal_eigenvector`).
 
-Every unit writes, per layer ``k`` of its network (``X_0`` the input, ``X_k`` after layer
-``k``, ``v_1^k`` the principal eigenvector of layer k's ``W_O W_V``,
-:func:`rankcollapse.metrics.power.principal_eigenvector`), with per-window values:
+Rows per layer k, with per-window values: ``v1_alignment`` ``a(X_k, v_1^k)`` (layer 0:
+``a(X_0, v_1^1)``); ``v1_tilt`` ``a(X_k, v_1^k) - a(X_(k-1), v_1^k)``; ``v1_tilt_mean``
+(last layer) its mean over layers; ``v1_dim`` (model units) 1 for a line, 2 for the plane
+of a complex leading pair.
 
-- ``v1_alignment`` at layer ``k >= 1``: ``a(X_k, v_1^k)``, and at layer 0 ``a(X_0, v_1^1)``
-  (:func:`~rankcollapse.metrics.power.v1_alignment`);
-- ``v1_tilt`` at layer ``k >= 1``: ``a(X_k, v_1^k) - a(X_(k-1), v_1^k)``, how far layer k
-  turns its tokens toward its own ``v_1``;
-- ``v1_tilt_mean`` at the last layer L: the mean of ``v1_tilt`` over layers 1..L (with one
-  shared ``v_1`` it is ``(a(X_L) - a(X_0)) / L``);
-- ``v1_dim`` (model units) at layer ``k >= 1``: 1 where ``v_1^k`` is a line, 2 where it
-  is the plane of a complex leading eigenvalue pair (one value, not per window).
-
-``network`` picks the network:
-
-- ``simulator`` (float64): ``simulate`` with one value matrix for every layer (``shared``),
-  ``W_V = Q diag(lambda) Q^T`` with ``Q`` Haar-orthogonal (``draw_seed``) but for its first
-  column ``1/sqrt(d)`` (so real LayerNorm, which removes that direction, keeps the
-  others), eigenvalues ``rest`` on that column, ``1`` on the second (``v_1``),
-  ``second`` on the third (``lambda_2``) and ``rest`` on every other; ``norm`` ``sphere``
-  (``X <- D(A X W_V)``) or ``layernorm`` (``X <- LayerNorm(A X W_V)``), no skip, no MLP,
-  complete mask, one head with ``W_Q, W_K ~ N(0, 1/d)`` shared too; ``n_samples``
-  inputs of ``n_tokens`` Gaussian tokens of width ``d_model``, ``depth`` layers. The
-  alignment is the registry metric ``v1_alignment`` recorded by ``simulate``.
-- ``model`` (float32 forward): the hidden states of ``model`` (``control: random-init``:
-  its architecture freshly initialised, seed 0) on the run's windows, ``v_1^k`` of each
-  layer's ``sum_h W_V^h W_O^h`` (:func:`rankcollapse.dynamics.pretrained.extract_attention_weights`).
-- ``albert``: an ALBERT model built offline from an ``AlbertConfig`` (one layer shared by
-  all ``n_layers`` layers, MiniLM's width, heads and vocabulary, embedding size 128),
-  randomly initialised with seed 0, on the same windows cut by ``model``'s tokenizer.
-
-``direction: random`` replaces each layer's ``v_1`` by ``n_directions`` (default 16)
-directions uniform on the sphere (seed ``draw_seed`` and the layer), the alignment
-averaged over them: the expected tilt toward a random direction is exactly 0, whatever
-the tokens (:func:`~rankcollapse.metrics.power.random_alignment` does not depend on them).
+``network``: ``simulator`` (float64, one shared ``W_V = Q diag(λ) Qᵀ``,
+:func:`value_spectrum_matrix`; ``norm`` ``sphere`` or ``layernorm``; complete mask, no
+skip or MLP), ``model`` (the hidden states of ``model``'s float32 forward, or its
+``control: random-init``) or ``albert`` (an ALBERT of MiniLM's shape, random-init, seed
+0). ``direction: random`` replaces ``v_1`` by ``n_directions`` random lines (expected
+tilt exactly 0).
 
 Labels: ``source = power_method``; simulator rows ``model = gaussian``, ``variant =
-"l2=S,rest=R"``, ``value = constructed``, ``norm``; model rows ``model`` (``albert`` for the
-ALBERT network), ``variant = v1`` or ``random_direction``, ``value = pretrained`` or
-``random_init``.
+"l2=S,rest=R"``, ``value = constructed``, ``norm``; model rows ``model`` (``albert``),
+``variant = v1 | random_direction``, ``value = pretrained | random_init``.
 """
 
 from __future__ import annotations
@@ -62,7 +37,9 @@ SIM_NORMS = ("sphere", "layernorm")
 
 
 def value_spectrum_matrix(d_model: int, second: float, rest: float, seed: int) -> torch.Tensor:
-    """The simulator's ``W_V`` (module docstring), float64 ``(d_model, d_model)``, symmetric."""
+    """The simulator's symmetric float64 ``W_V = Q diag(λ) Qᵀ`` ``(d_model, d_model)``: ``Q``
+    Haar-orthogonal (``seed``) but for its first column ``1/sqrt(d)``; λ is ``rest`` there,
+    1 on the second column (``v_1``), ``second`` on the third and ``rest`` elsewhere."""
     d = d_model
     if d < 3:
         raise ConfigError(f"power_method d_model must be at least 3 (v1, v2 and the LayerNorm direction), got {d}")
@@ -82,8 +59,7 @@ def spectrum_variant(second: float, rest: float) -> str:
 
 
 def _tilt_rows(align: np.ndarray, before: np.ndarray) -> dict[str, tuple[list[int], np.ndarray]]:
-    """``{metric: (layers, (L, W) values)}`` from ``align`` ``(L + 1, W)`` = a(X_k, v_1^max(k,1))
-    and ``before`` ``(L, W)`` = a(X_(k-1), v_1^k)."""
+    """``{metric: (layers, (L, W) values)}`` from ``align (L + 1, W)`` and ``before (L, W)``."""
     L = align.shape[0] - 1
     tilt = align[1:] - before
     return {"v1_alignment": (list(range(L + 1)), align), "v1_tilt": (list(range(1, L + 1)), tilt),
@@ -96,7 +72,7 @@ def _frame(rows: dict[str, tuple[list[int], np.ndarray]]) -> pd.DataFrame:
 
 
 def simulator_rows(p: dict[str, Any]) -> pd.DataFrame:
-    """Rows of one simulator unit (module docstring) from its parameters."""
+    """Rows of one simulator unit from its parameters."""
     from ..dynamics import BlockConfig, RunConfig, simulate
 
     norm = str(p.get("norm", "sphere"))
@@ -114,8 +90,7 @@ def simulator_rows(p: dict[str, Any]) -> pd.DataFrame:
 
 
 def _albert_from_config(like: Any, seed: int) -> Any:
-    """An ALBERT network (one shared layer) of ``like``'s width, heads, depth and vocabulary,
-    randomly initialised with ``seed``, wrapped with ``like``'s tokenizer."""
+    """A random-init ALBERT (one shared layer) of ``like``'s shape, with ``like``'s tokenizer."""
     from transformers import AlbertConfig, AlbertModel
 
     from ..models.loading import as_loaded
@@ -132,8 +107,7 @@ def _albert_from_config(like: Any, seed: int) -> Any:
 
 
 def _directions(p: dict[str, Any], weights: list, d: int) -> list[torch.Tensor]:
-    """Per layer the ``(R, k, d)`` subspaces the alignment reads: ``v_1`` (R = 1; k = 2 for
-    a complex leading pair) or ``n_directions`` random lines (k = 1)."""
+    """Per layer the ``(R, k, d)`` subspaces the alignment reads: ``v_1`` or random lines."""
     from ..metrics.power import principal_eigenvector, value_output_map
 
     direction = str(p.get("direction", "v1"))
@@ -147,7 +121,7 @@ def _directions(p: dict[str, Any], weights: list, d: int) -> list[torch.Tensor]:
 
 
 def model_rows(p: dict[str, Any], loaded: Any, windows: Any) -> pd.DataFrame:
-    """Rows of one model unit (module docstring): ``loaded``'s hidden states on ``windows``."""
+    """Rows of one model unit: ``loaded``'s hidden states on ``windows``."""
     from ..dynamics.pretrained import extract_attention_weights
     from ..metrics.power import v1_alignment
     from ..models.probe import model_inputs
@@ -167,7 +141,6 @@ def model_rows(p: dict[str, Any], loaded: Any, windows: Any) -> pd.DataFrame:
     align = np.stack([a(H[0], U[0])] + [a(H[k], U[k - 1]) for k in range(1, len(H))])
     before = np.stack([a(H[k - 1], U[k - 1]) for k in range(1, len(H))])
     rows = _tilt_rows(align, before)
-    # 1 where layer k's v_1 is a line, 2 where it is the plane of a complex leading pair
     rows["v1_dim"] = (list(range(1, len(H))), np.array([[float(u.shape[1])] for u in U]))
     return _frame(rows)
 
@@ -199,6 +172,5 @@ def run_power_method(unit: Any, ctx: Any) -> pd.DataFrame:
     return normalise(model_rows(p, loaded, windows), labels)
 
 
-# Registered with the sweep engine beside the other experiment kinds (schema.py imports
-# this module); the version is bumped when a change alters these units' labels or numbers.
+# the version is bumped when a change alters these units' labels or numbers
 register_unit_kind("power_method", run_power_method, version=1, group="experiments", key_params=key_params)

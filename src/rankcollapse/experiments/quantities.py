@@ -1,29 +1,17 @@
-"""Quantities the claim rules read from the tidy table, each with bootstrap replicates.
+"""Quantities the claim rules read from the tidy table, each with bootstrap replicates
+(docs/reproduce.md, "Claims").
 
-A quantity is ``{stat, metric, select, ...}`` (see :mod:`.claims`). Its rows must come
-from exactly one condition (:data:`~.table.CONDITION_COLUMNS`): a selection that
-matches rows of two conditions raises :class:`~.selection.AmbiguousSelection` naming them, never a
-silent mean.
+A quantity is ``{stat, metric, select, ...}`` (:mod:`.claims`) whose rows come from
+exactly one condition (:data:`~.table.CONDITION_COLUMNS`; else
+:class:`~.selection.AmbiguousSelection`). Per condition the rows give ``V (S, L, W)``: S
+weight seeds, L layers, W windows (a row without per-window ``values`` is one window
+holding its mean). The point estimate pools seeds and windows; a bootstrap replicate
+draws S seeds and W windows with replacement, the draws depending only on the seeds, W
+and the resampler's seed, so quantities over the same windows are resampled *paired*.
 
-Statistics. Per condition the rows give an array ``V (S, L, W)``: S weight seeds, L
-layers, W windows (the per-window ``values`` column; a row without them counts as one
-window holding its mean). The point estimate of a per-layer mean pools seeds and
-windows; a bootstrap replicate draws S seeds and W windows with replacement and takes
-the same weighted mean. The draws depend only on ``(S-seed tuple, W)`` and the
-resampler's seed, so two quantities over the same seeds and windows are resampled
-*paired* (window j is the same text in every unit of a run, seed s the same weights).
-
-Numerical floor. A relative metric (:data:`FLOOR_METRICS`) whose mean is at or below
-the round-off floor of its row's ``dtype`` (the type of the computation that produced
-it: float64 for a float64 trajectory, whatever the storage type of its input; float32
-for a probe's float32 forward) is *at its floor*. The floor is the error model
-:func:`rankcollapse.metrics.floor.relative_floor` (``2 (N + d) eps``, calibrated on
-exactly collapsed trajectories) at the rows' own N and d (:func:`row_floor`), not epsilon
-alone: a collapsed float64 trajectory levels off at 1 to 6 eps, above epsilon. A value at
-its floor is clipped to it and the quantity read from it is only a bound (``Value.bound``):
-a value or change at the floor is at most what it shows (``upper``). A ratio or difference combines the bounds of its
-sides (:func:`combine_bounds`): one side at its floor gives a bound on the comparison,
-both sides give ``undecidable``, never an equality.
+A relative metric (:data:`FLOOR_METRICS`) at or below the round-off floor of its rows
+(:func:`row_floor`) is clipped to it and read as a bound (``Value.bound``); a comparison
+combines its sides' bounds (:func:`combine_bounds`).
 """
 
 from __future__ import annotations
@@ -36,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from ..metrics.floor import FLOOR_METRICS, epsilon, relative_floor
+from ..metrics.floor import FLOOR_METRICS, relative_floor
 from ..metrics.rate import least_squares_rate
 from .selection import conditions, one_condition, select_rows
 
@@ -51,13 +39,6 @@ class MissingData(LookupError):
         self.select = dict(select or {})
 
 
-def floor_of(dtype: str) -> float:
-    """Machine epsilon of ``dtype`` (``float32`` 1.19e-7, ``float64`` 2.2e-16); 0 if unknown
-    (:func:`rankcollapse.metrics.floor.epsilon`). The floor a claim reads is
-    :func:`row_floor` (module docstring)."""
-    return epsilon(dtype)
-
-
 #: Width d (``hidden_size``) of the packaged models whose embeddings or forward produce rows.
 MODEL_WIDTHS = {"minilm": 384, "smollm2": 576}
 #: ``(N, d)`` of the theory checks whose rows carry a relative metric: the N = d = 2
@@ -66,12 +47,9 @@ THEORY_SHAPES = {"ln_example_basin": (2, 2), "ln_example_outside": (2, 2)}
 
 
 def row_shape(rows: pd.DataFrame, n_tokens: int | None = None) -> tuple[int | None, int | None]:
-    """``(N, d)`` of the computation behind one condition's ``rows`` (None where unknown).
-
-    A table row records neither, so they are read from what does: a theory check's shape
-    (:data:`THEORY_SHAPES`); otherwise N is the ``n_tokens`` of the row's setting label (a
-    claim's sequence-length axis, ``n_tokens=1024,...``) or else the run's ``n_tokens``, and
-    d the width of the row's model (:data:`MODEL_WIDTHS`)."""
+    """``(N, d)`` of the computation behind one condition's ``rows`` (None where unknown):
+    a theory check's shape, else N from the setting label (``n_tokens=1024,...``) or the
+    run's ``n_tokens`` and d from the model (:data:`MODEL_WIDTHS`)."""
     if rows.empty:
         return None, None
     row = rows.iloc[0]
@@ -83,10 +61,9 @@ def row_shape(rows: pd.DataFrame, n_tokens: int | None = None) -> tuple[int | No
 
 
 def row_floor(rows: pd.DataFrame, metric: str, n_tokens: int | None = None) -> float:
-    """Round-off floor of one condition's ``rows`` of ``metric``: for a relative metric
-    (:data:`FLOOR_METRICS`), :func:`rankcollapse.metrics.floor.relative_floor` of the rows'
-    compute ``dtype`` at their own N and d (:func:`row_shape`; ``n_tokens``: the run's N),
-    the conservative default N and d where unknown; 0 for any other metric."""
+    """Round-off floor of ``metric`` on one condition's ``rows``:
+    :func:`~rankcollapse.metrics.floor.relative_floor` of their ``dtype`` at their N and d
+    (:func:`row_shape`) for a relative metric, else 0."""
     if metric not in FLOOR_METRICS or "dtype" not in rows or rows.empty:
         return 0.0
     return relative_floor(str(rows["dtype"].iloc[0]), *row_shape(rows, n_tokens))
@@ -94,11 +71,9 @@ def row_floor(rows: pd.DataFrame, metric: str, n_tokens: int | None = None) -> f
 
 @dataclass
 class EvalContext:
-    """How rules are read. ``depth``: the claim depth D (``layer: last`` of a simulated
-    network means min(D, deepest layer)); ``layer_factor`` multiplies the explicit
-    layers of simulated networks (2 for the depth check); ``n_boot``, ``seed``: the
-    bootstrap; ``n_tokens``: the run's tokens per window N, which the floors read
-    (:func:`row_floor`; None: unknown)."""
+    """How rules are read: claim ``depth`` D (``layer: last`` of a simulated network is
+    min(D, deepest)), ``layer_factor`` on explicit simulated layers (2 for the depth
+    check), the run's ``n_tokens`` (for the floors), the bootstrap's ``n_boot`` and ``seed``."""
 
     depth: int | None = None
     layer_factor: int = 1
@@ -132,16 +107,13 @@ def _counts(idx: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-#: What a floor makes of a quantity (``upper``: true value <= the number shown, ``lower``:
-#: >=, ``undecidable``: both sides of a comparison at their floors), mirrored.
+#: A bound mirrored (``upper``: true value <= the number shown, ``lower``: >=).
 _FLIP = {"upper": "lower", "lower": "upper", "undecidable": "undecidable", None: None}
 
 
 def combine_bounds(num: str | None, den: str | None) -> str | None:
-    """Bound of ``num / den`` or ``num - den`` from the bounds of its sides: the
-    denominator's (subtrahend's) bound flips (a numerator at most x over an exact
-    denominator is at most x / den; an exact numerator over a denominator at most y is
-    at least num / y); two opposite bounds, or an undecidable side, give ``undecidable``."""
+    """Bound of ``num / den`` or ``num - den``: the second side's bound flips; two
+    opposite bounds, or an undecidable side, give ``undecidable``."""
     a, b = num, _FLIP[den]
     if a is None or b is None or a == b:
         return a or b
@@ -152,11 +124,9 @@ def combine_bounds(num: str | None, den: str | None) -> str | None:
 class Value:
     """A quantity: point estimate, bootstrap replicates ``(n_boot,)``, per-seed values.
 
-    ``bound``: None for a measurement, else ``upper`` / ``lower`` / ``undecidable``
-    (see module docstring); ``floor``: the round-off floor of the rows' compute dtype (0 for a
-    metric without a floor); ``live``: layers at or below the read layer whose pooled
-    mean is above the floor (value and change statistics; None otherwise), from which a
-    comparison's deepest decidable layer is read; ``dtype``: the rows' compute dtype."""
+    ``bound``: None, ``upper``, ``lower`` or ``undecidable``; ``floor``: the rows' round-off
+    floor; ``live``: layers up to the read one whose mean is above the floor (value and
+    change only); ``dtype``: the rows' compute dtype."""
 
     point: float
     reps: np.ndarray
@@ -174,6 +144,13 @@ class Value:
     @staticmethod
     def const(x: float, n_boot: int) -> "Value":
         return Value(float(x), np.full(n_boot, float(x)), {-1: float(x)})
+
+
+def _paired(a: Value, b: Value, op) -> dict[int, float]:
+    """``op`` of two quantities' per-seed values, seed by seed (-1: a value for every seed)."""
+    seeds = sorted((set(a.per_seed) | set(b.per_seed)) - {-1}) or [-1]
+    get = lambda v, s: v.per_seed.get(s, v.per_seed.get(-1, np.nan))  # noqa: E731
+    return {s: float(op(get(a, s), get(b, s))) for s in seeds}
 
 
 def curve(rows: pd.DataFrame) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
@@ -222,9 +199,7 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     if stat in ("ratio", "difference"):
         a, b = evaluate(table, q["num"], setting, ctx), evaluate(table, q["den"], setting, ctx)
         op = np.divide if stat == "ratio" else np.subtract
-        seeds = sorted((set(a.per_seed) | set(b.per_seed)) - {-1}) or [-1]
-        per = {s: float(op(a.per_seed.get(s, a.per_seed.get(-1, np.nan)), b.per_seed.get(s, b.per_seed.get(-1, np.nan))))
-               for s in seeds}
+        per = _paired(a, b, op)
         with np.errstate(all="ignore"):
             return Value(float(op(a.point, b.point)), op(a.reps, b.reps), per, a.collapsed and b.collapsed,
                          max(a.n_samples, b.n_samples), max(a.n_seeds, b.n_seeds), a.conditions + b.conditions,
@@ -239,8 +214,8 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     sel = dict(q.get("select", {}))
     rows, layers, seeds, M, W = _condition(table, q["metric"], sel, setting, ctx)
     S = len(seeds)
-    floor = row_floor(rows, q["metric"], ctx.n_tokens)
-    floor = max(floor, float(q.get("floor", 0.0)))  # an explicit floor for an absolute metric (theory μ)
+    # an explicit floor for an absolute metric (theory μ)
+    floor = max(row_floor(rows, q["metric"], ctx.n_tokens), float(q.get("floor", 0.0)))
     collapsed = M[0] <= floor
     if floor:
         M = np.maximum(M, floor)
@@ -254,10 +229,7 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     bound = "upper" if at_floor else None
     if stat == "change" and collapsed[_index(layers, q.get("from", 0), ctx, simulated)]:
         bound = combine_bounds(bound, "upper")  # a reference layer at its floor: at least, or undecidable
-    live = None
-    if hit is not None:
-        top = layers[hit[0]]
-        live = tuple(int(t) for t in layers[(~collapsed) & (layers <= top)])
+    live = None if hit is None else tuple(int(t) for t in layers[(~collapsed) & (layers <= layers[hit[0]])])
     return Value(float(vals[0]), vals[1 + S:], {s: float(vals[1 + i]) for i, s in enumerate(seeds)},
                  at_floor, W if rows["values"].map(len).max() else 0,
                  len([s for s in seeds if s >= 0]), tuple(conditions(rows)), bound=bound,
@@ -266,11 +238,7 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
 
 
 def _finite_depth(q: dict[str, Any], sel: dict[str, Any], layers: np.ndarray, ctx: EvalContext, simulated: bool) -> str:
-    """A rate fitted under a causal mask is a finite-depth reading: a causal averaging
-    matrix is lower triangular and row-stochastic, so its eigenvalues are its diagonal
-    1, 1/2, 1/3, ... (token i averages i + 1 keys; a causal window caps the count at w)
-    and the second is 1/2 whatever N; the matrix is far from normal, so the slope fitted
-    over layers 1..D follows transients and depends on D, not on that eigenvalue alone."""
+    """The note on a rate fitted under a causal mask (docs/reproduce.md, "Finite-depth rates")."""
     spec = str(sel.get("mask_spec", ""))
     if not spec.startswith("causal"):
         return ""
@@ -281,9 +249,7 @@ def _finite_depth(q: dict[str, Any], sel: dict[str, Any], layers: np.ndarray, ct
 
 
 def _envelope_rate(q: dict[str, Any]) -> float:
-    """Fastest per-layer rate Theorem 1's envelope certifies for ``select.mask_spec`` at
-    ``n_tokens`` tokens (:func:`rankcollapse.theory.envelope.envelope_rate`, ε = 1/deg_max): a
-    constant of the mask, read from no row."""
+    """:func:`rankcollapse.theory.envelope.envelope_rate` of ``select.mask_spec`` at ``n_tokens``."""
     from ..theory.envelope import envelope_rate
 
     spec = q.get("select", {}).get("mask_spec")
@@ -306,8 +272,7 @@ def _index(layers: np.ndarray, layer: Any, ctx: EvalContext, simulated: bool) ->
 
 def _stat(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], stat: str, ctx: EvalContext, simulated: bool,
           floor: float) -> tuple[np.ndarray, Any]:
-    """Values ``(R,)`` of ``stat`` for every row of per-layer means ``M (R, L)``, and the
-    layer indices whose collapse makes the quantity collapsed (None: never)."""
+    """``stat`` of every row of ``M (R, L)``, and the layers whose collapse collapses it (or None)."""
     if stat == "value":
         i = _index(layers, q.get("layer", "last"), ctx, simulated)
         return M[:, i], [i]
@@ -322,7 +287,9 @@ def _stat(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], stat: str, ctx: 
         if "_layers" in q:
             keep &= np.isin(layers, q["_layers"])
             if not keep.any():
-                raise MissingData(f"{stat} of {q['metric']}: no layer where {_where_text(q['where'])}", q.get("select"))
+                w = q["where"]
+                raise MissingData(f"{stat} of {q['metric']}: no layer where {w.get('metric')} {w.get('op', '>=')} "
+                                  f"{w.get('value')}", q.get("select"))
         return getattr(np, f"nan{stat}")(M[:, keep], axis=1), None
     if stat == "rate":
         return _rate(M, layers, q, ctx, simulated, floor), None
@@ -333,10 +300,8 @@ def _stat(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], stat: str, ctx: 
 
 
 def _turn(M: np.ndarray, layers: np.ndarray, q: dict[str, Any]) -> np.ndarray:
-    """``min(max_l s_l, 1 / min_l s_l)`` of the steps ``s_l = M[l] / M[l - 1]`` between
-    consecutive layers ``from_layer`` (default 0) .. last: the smaller of the largest rise
-    and the largest fall, as factors. At most 1 for a monotone curve (one of the two is
-    at most 1), above 1 exactly where the curve both rises and falls."""
+    """``min(max_l s_l, 1 / min_l s_l)`` of the steps ``s_l = M[l] / M[l - 1]`` from
+    ``from_layer`` (default 0): above 1 exactly where the curve both rises and falls."""
     keep = layers >= int(q.get("from_layer", 0))
     if keep.sum() < 3:
         raise MissingData(f"turn of {q['metric']}: fewer than 3 layers", q.get("select"))
@@ -348,11 +313,8 @@ def _turn(M: np.ndarray, layers: np.ndarray, q: dict[str, Any]) -> np.ndarray:
 
 def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext, simulated: bool,
           floor: float) -> np.ndarray:
-    """Fitted per-layer rate ``exp(slope)`` of ``log M`` against the layer
-    (:func:`rankcollapse.metrics.rate.least_squares_rate`) over layers ``from_layer``
-    (default 1) .. ``last``, leaving out layers whose point estimate ``M[0]`` is at the
-    floor (a collapsed value carries no rate); every row ``M[r]`` (seed and bootstrap
-    replicates) is fitted on the point estimate's layers."""
+    """Per-layer rate ``exp(slope)`` of ``log M`` over layers ``from_layer`` (default 1)
+    .. ``last``, every row fitted on the layers where ``M[0]`` is above the floor."""
     top = _index(layers, q.get("to", "last"), ctx, simulated)
     start = int(q.get("from_layer", 1)) * (ctx.layer_factor if simulated and q.get("scale_from", False) else 1)
     window = (layers >= start) & (np.arange(len(layers)) <= top)
@@ -366,15 +328,9 @@ def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext
 _WHERE_OPS = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less}
 
 
-def _where_text(where: dict[str, Any]) -> str:
-    return f"{where.get('metric')} {where.get('op', '>=')} {where.get('value')}"
-
-
 def _layer_curve(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: str, ctx: EvalContext
                  ) -> tuple[np.ndarray, tuple[int, ...], np.ndarray, int]:
-    """``(layers (L,), seeds, M (1 + S + n_boot, L), W)``: per-layer means of one
-    condition's ``metric`` (row 0 the point estimate, rows 1..S per seed, then the
-    bootstrap replicates, drawn as in :func:`evaluate` so two curves of one run pair)."""
+    """``(layers, seeds, M, W)`` of :func:`_condition`, ``W`` 0 for rows without per-window values."""
     rows, layers, seeds, M, W = _condition(table, metric, sel, setting, ctx)
     has_values = bool(rows["values"].map(len).max()) if "values" in rows else False
     return layers, seeds, M, W if has_values else 0
@@ -382,17 +338,9 @@ def _layer_curve(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting:
 
 def _condition(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: str, ctx: EvalContext
                ) -> tuple[pd.DataFrame, np.ndarray, tuple[int, ...], np.ndarray, int]:
-    """``(rows, layers (L,), seeds, M (1 + S + n_boot, L), W)``: the rows of ``metric``
-    under ``sel`` (one condition; ``final_norm`` left out unless a point is selected) and
-    their per-layer means: the point estimate, one row per seed, then the bootstrap
-    replicates over seeds and ``W`` windows (:meth:`EvalContext.seed_counts`,
-    :meth:`EvalContext.window_counts`).
-
-    Raises
-    ------
-    MissingData
-        No row matches.
-    """
+    """``(rows, layers (L,), seeds, M (1 + S + n_boot, L), W)``: one condition's rows of
+    ``metric`` (``final_norm`` only if selected) and their per-layer means: point
+    estimate, one per seed, then the bootstrap replicates. Raises :class:`MissingData`."""
     rows = select_rows(table, {**sel, "metric": metric}, setting)
     if "point" not in sel:
         rows = rows[rows["point"] != "final_norm"]
@@ -422,16 +370,8 @@ def _windows_to_depth(rows: pd.DataFrame, ctx: EvalContext) -> int | None:
 
 def _layers_where(table: pd.DataFrame, q: dict[str, Any], sel: dict[str, Any], setting: str, ctx: EvalContext
                   ) -> np.ndarray:
-    """Layers whose point estimate (mean over windows and seeds) of ``where.metric``
-    passes ``where.op where.value``, read from the same condition as the quantity. The
-    layers are fixed by the point estimate, so every replicate takes its extreme over the
-    same layers.
-
-    Raises
-    ------
-    ConfigError
-        ``where`` without a metric or value, or an unknown operator.
-    """
+    """Layers whose point estimate of ``where.metric`` (same condition) passes the bound
+    (:class:`ConfigError` for a ``where`` without a metric or value, or an unknown operator)."""
     where = q["where"]
     op = where.get("op", ">=")
     if op not in _WHERE_OPS or "metric" not in where or "value" not in where:
@@ -441,38 +381,22 @@ def _layers_where(table: pd.DataFrame, q: dict[str, Any], sel: dict[str, Any], s
 
 
 def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman's rank correlation of every row pair of ``x, y (R, L)``: the Pearson
-    correlation of their ranks over the L columns (ties share their mean rank;
-    ``scipy.stats.rankdata``; Spearman 1904). NaN for a row with fewer than 3 finite
-    pairs or a constant row (a rank correlation of a constant is undefined)."""
-    from scipy.stats import rankdata
-
+    """Spearman's ρ of every row pair of ``x, y (R, L)`` over their finite pairs
+    (:func:`rank_correlation`); NaN for a row with fewer than 3 finite pairs or a constant row."""
     out = np.full(x.shape[0], np.nan)
     full = np.isfinite(x).all(axis=1) & np.isfinite(y).all(axis=1)
-    if x.shape[1] >= 3 and full.any():  # rows without a gap at once (ranks are exact in float64)
-        a, b = rankdata(x[full], axis=1), rankdata(y[full], axis=1)
-        a, b = a - a.mean(axis=1, keepdims=True), b - b.mean(axis=1, keepdims=True)
-        den = np.sqrt((a * a).sum(axis=1) * (b * b).sum(axis=1))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[full] = np.where(den > 0, (a * b).sum(axis=1) / den, np.nan)
+    if x.shape[1] >= 3 and full.any():  # rows without a gap at once
+        out[full] = rank_correlation(x[full], y[full])
     for r in np.flatnonzero(~full):
         ok = np.isfinite(x[r]) & np.isfinite(y[r])
-        if ok.sum() < 3:
-            continue
-        a, b = rankdata(x[r, ok]), rankdata(y[r, ok])
-        a, b = a - a.mean(), b - b.mean()
-        den = np.sqrt((a * a).sum() * (b * b).sum())
-        out[r] = (a * b).sum() / den if den > 0 else np.nan
+        if ok.sum() >= 3:
+            out[r] = rank_correlation(x[r, ok], y[r, ok])
     return out
 
 
 def _spearman(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalContext) -> Value:
-    """``{stat: spearman, metric, with, select, from_layer}``: Spearman's ρ across layers
-    between the per-layer means of ``metric`` and those of the metric ``with`` (same
-    condition) or, for ``with: layer``, the layer index; layers ``from_layer`` (default
-    0) .. the deepest both have. Each bootstrap replicate resamples windows (and seeds)
-    once and recomputes both curves from the same draw, so the interval is that of ρ
-    over windows, paired across the two metrics."""
+    """``{stat: spearman, ...}``: ρ across layers ``from_layer`` (default 0) .. the deepest
+    both curves have, both recomputed from each bootstrap draw."""
     sel = dict(q.get("select", {}))
     other = str(q.get("with", "layer"))
     layers, seeds, M, W = _layer_curve(table, q["metric"], sel, setting, ctx)
@@ -501,9 +425,7 @@ PROFILE_OVER = ("median", "min", "max")
 def _profile_means(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: str, ctx: EvalContext
                    ) -> tuple[np.ndarray, np.ndarray, int, tuple[str, ...]]:
     """``(layers (L,), M (1 + 1 + n_boot, L, J), W, conditions)``: one condition's
-    per-position rows (``point = position.j``) of ``metric``, averaged over windows: the
-    point estimate, the (single) seed, then the bootstrap replicates of
-    :meth:`EvalContext.window_counts` (so two profiles over the same windows pair)."""
+    per-position rows of ``metric`` averaged over windows (point, seed, replicates)."""
     rows = select_rows(table, {**sel, "metric": metric}, setting)
     rows = rows[rows["point"].str.startswith("position.")]
     if rows.empty:
@@ -527,10 +449,8 @@ def _profile_means(table: pd.DataFrame, metric: str, sel: dict[str, Any], settin
 
 
 def rank_correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman's ρ along the last axis of ``x, y (..., J)`` (finite values): the
-    Pearson correlation of their ranks, ties sharing their mean rank
-    (``scipy.stats.rankdata``; Spearman 1904), the definition of
-    :func:`spearman_rows`, vectorised over the leading axes. NaN where a side is constant."""
+    """Spearman's ρ along the last axis of finite ``x, y (..., J)``: the Pearson
+    correlation of their ranks (ties share their mean rank). NaN where a side is constant."""
     from scipy.stats import rankdata
 
     a, b = rankdata(x, axis=-1), rankdata(y, axis=-1)
@@ -541,15 +461,9 @@ def rank_correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _profile_spearman(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalContext) -> Value:
-    """``{stat: profile_spearman, metric, select, against, layer | over, from_layer}``:
-    Spearman's ρ across input positions, per layer, between the window-mean profile of
-    ``metric`` under ``select`` and the one under ``select`` updated by ``against``
-    (e.g. ``{variant: predicted}``). ``layer`` reads one layer; ``over`` (``median``,
-    ``min``, ``max``) reduces the layers ``>= from_layer`` at which the ``against``
-    profile ranks something (:func:`rankcollapse.masks.influence.ranks_something`; ρ
-    against a profile with fewer than three distinct values would rank rounding noise,
-    so those layers are NaN and left out). Each bootstrap replicate resamples the
-    windows once for both profiles and recomputes every ρ."""
+    """``{stat: profile_spearman, ...}``: ρ across positions per layer, at ``layer`` or
+    reduced by ``over`` across the layers where the ``against`` profile ranks something
+    (:func:`rankcollapse.masks.influence.ranks_something`)."""
     from ..masks.influence import ranks_something
 
     sel = dict(q.get("select", {}))

@@ -20,8 +20,7 @@ from .digest import dominant_token_notes, summary_html, summary_markdown
 
 
 def geometry_lines(table: Any) -> list[str]:
-    """What the probed models' geometry metrics show, in words computed from the table
-    (:func:`rankcollapse.models.geometry_story.from_results_table`); empty without them."""
+    """The probed models' geometry in words (:func:`rankcollapse.models.geometry_story.from_results_table`)."""
     if "metric" not in table or not (table["metric"] == "max_norm_ratio").any():
         return []
     from ..models.geometry_story import from_results_table
@@ -71,9 +70,7 @@ def badge(verdict: str | None) -> Markup:
 
 
 def verdict_text(c: dict[str, Any]) -> str:
-    """A claim's verdict, with the verdict at the registered thresholds and the nearest
-    flip point beside ``threshold-sensitive``: ``threshold-sensitive (registered: mixed;
-    flips at 0.00732)``."""
+    """A claim's verdict: ``threshold-sensitive (registered: mixed; flips at 0.00732)``."""
     if not c.get("verdict_at_threshold") or c["verdict"] != "threshold-sensitive":
         return c["verdict"]
     flips = [b["flip_point"] for b in c.get("bands", []) if b.get("sensitive") and b.get("flip_point") is not None]
@@ -82,9 +79,7 @@ def verdict_text(c: dict[str, Any]) -> str:
 
 
 def number(c: dict[str, Any]) -> str:
-    """A claim's decisive number with its interval, e.g. ``12.3 [8.1, 20.4]``; a bound
-    (one side at its floor) marked ``≥ ...``; both sides at their floors ``undecidable
-    at this depth``."""
+    """A claim's decisive number with its interval or bound (:func:`.claims.fmt_measured`)."""
     if c.get("bound") == "undecidable":
         return fmt_measured(None, None, "undecidable", c.get("decidable_to_layer"))
     if c.get("measured") is None:
@@ -118,8 +113,7 @@ def controls_text(c: dict[str, Any]) -> str:
 
 
 def plot_link(plot: str, figures: dict[str, Any]) -> Markup:
-    """A link to the claim's figure: the figure of that id, or the one this run drew in
-    its place (a plot's ``aliases``, e.g. main's ``sim_mu_relative`` for fig2's)."""
+    """A link to the claim's figure, or to the one drawn in its place (a plot's ``aliases``)."""
     if not plot:
         return Markup("—")
     fid = plot if plot in figures else next((f for f, v in figures.items() if plot in v.get("aliases", ())), None)
@@ -129,8 +123,7 @@ def plot_link(plot: str, figures: dict[str, Any]) -> Markup:
 
 
 def _rules_yaml(configs: list[dict[str, Any]]) -> str:
-    """The rules this run evaluated, from the configs that define them (a config with
-    ``claims_from`` evaluates another config's claims)."""
+    """The rules this run evaluated, as YAML, from the configs that define them."""
     users = {n: c["name"] for c in configs for n in c.get("claims_from", [])}
     doc = [{"config": c["name"] + (f" (evaluated by {users[c['name']]})" if c["name"] in users else ""),
             "claims": c["claims"]} for c in claim_sources(configs) if c.get("claims")]
@@ -138,9 +131,7 @@ def _rules_yaml(configs: list[dict[str, Any]]) -> str:
 
 
 def cost_text(cost: dict[str, Any] | None, seconds: float) -> str:
-    """What the numbers took to compute and what this run spent, e.g. ``numbers: 1130 s
-    of unit time (1095 CPU-s); this run: 31.7 s wall, 40 CPU-s, 106 of 106 units read
-    from the cache`` (a rerun from the cache keeps the first)."""
+    """What the numbers took to compute and what this run spent (:func:`.runner.run_cost`)."""
     if not cost:
         return f"this run: {seconds:.1f} s wall"
     unknown = cost.get("units_cost_unknown", 0)
@@ -172,7 +163,7 @@ def header_fields(result: Any) -> list[tuple[str, str]]:
 
 
 def _n_tokens(result: Any) -> int | None:
-    """The run's tokens per window N (its data spec), which the summary's floors read."""
+    """The run's tokens per window N."""
     return (result.config.get("data") or {}).get("n_tokens")
 
 
@@ -194,8 +185,7 @@ def render_html(result: Any, figures: dict[str, Any]) -> str:
         plot_link=lambda p: plot_link(p, figures), summary=summary_html(result.table, _n_tokens(result)),
         notes=dominant_token_notes(result.table), geometry=geometry_lines(result.table), settings=settings,
         rules=_rules_yaml(cfg["configs"]), overrides=json.dumps(cfg["overrides"]), timings=result.timings,
-        finite_depth_note=FINITE_DEPTH_NOTE,
-        credits=CREDITS)
+        finite_depth_note=FINITE_DEPTH_NOTE, credits=CREDITS)
 
 
 def results_markdown(claims: list[dict[str, Any]]) -> str:

@@ -14,11 +14,8 @@ from ..errors import ConfigError
 
 @dataclass(repr=False)
 class RunResult(NotebookResult):
-    """What :func:`run_experiment` produced.
-
-    ``table``: the tidy results table (:mod:`.table`), one row per (unit, seed,
-    layer/point, metric); ``claims``: the claims.json records; ``out``: the run folder.
-    """
+    """What :func:`run_experiment` produced: the tidy ``table`` (:mod:`.table`), the
+    claims.json records and the run folder ``out``."""
 
     out: Path
     table: pd.DataFrame
@@ -28,11 +25,7 @@ class RunResult(NotebookResult):
     seconds: float = 0.0
 
     def to_pandas(self, what: str = "table") -> pd.DataFrame:
-        """``"table"`` (default): a copy of the tidy results table (columns of
-        :mod:`.table`: condition columns, ``seed, layer, point, metric``, statistics over
-        windows, and the per-window ``values``). ``"claims"``: one row per claim, columns
-        ``id, experiment, verdict, measured, interval_low, interval_high, n_samples,
-        n_seeds, decisive``.
+        """``"table"`` (default): a copy of the tidy table; ``"claims"``: one row per claim.
 
         Raises
         ------

@@ -1,14 +1,10 @@
-"""Run experiments: expand configs into units, compute the missing ones on the run's
-executor with the sweep engine (:func:`rankcollapse.sweep.run_units`; one Parquet file
-per unit in the cache, written atomically, so an interrupted run resumes), assemble the
-tidy table in unit order, evaluate the claims, run nearby settings for claims not
-reproduced, and write the outputs into a folder the run owns (:mod:`rankcollapse._outdir`).
-``COMPLETE`` is written last: a folder without it is not a finished run.
+"""Run experiments: expand configs into units, compute the missing ones into the unit
+cache (:func:`rankcollapse.sweep.run_units`), assemble the tidy table, decide the claims,
+run nearby settings and write the outputs (``COMPLETE`` last) into a folder the run owns.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
@@ -24,6 +20,7 @@ from .._io import atomic_path, check_writable, config_hash, versions, write_json
 from .._outdir import OUTPUT_NAMES, OutputFolder, check_out, staged
 from .._validate import check_device, check_int
 from ..errors import ConfigError, DataError
+from ..masks import parse_mask
 from ..models.probe import check_positions
 from ..sweep.cache import UnitCache
 from ..sweep.context import RunContext, data_spec
@@ -42,7 +39,6 @@ from . import report
 from .result import RunResult
 from .table import normalise
 
-log = logging.getLogger(__name__)
 #: Metrics recorded by nearby-setting runs: the ones the claim rules read.
 NEARBY_METRICS = ("mu", "mu_relative")
 _EXECUTOR: ContextVar[Any] = ContextVar("rankcollapse_executor", default=None)
@@ -53,33 +49,13 @@ def default_cache_dir(out: Path) -> Path:
     return Path(out).resolve().parent / ".rankcollapse-cache"
 
 
-def check_overrides(overrides: dict[str, Any], n_tokens: int) -> None:
-    """Validate command-line overrides (keys in today's spelling, :mod:`.keys`) before
-    anything is written.
-
-    Raises
-    ------
-    MaskError, ConfigError
-        A mask spec that does not parse for ``n_tokens`` tokens, or a count that is
-        not an integer >= 1.
-    """
-    from ..masks import parse_mask
-
-    for spec in overrides.get("masks") or ():
-        parse_mask(spec, n_tokens)
-    for key, option in (("depth", "overrides['depth']"), ("n_samples", "overrides['n_samples']")):
-        if overrides.get(key) is not None:
-            check_int(overrides[key], option, low=1)
-
-
 def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
     """A run's ``overrides``, checked to hold only the keys of :data:`OVERRIDE_KEYS`.
 
     Raises
     ------
     ConfigError
-        A key that is not an override: a silently dropped option would run something
-        else than what was asked.
+        A key that is not an override.
     """
     out = dict(overrides or {})
     unknown = sorted(set(out) - set(OVERRIDE_KEYS))
@@ -91,23 +67,20 @@ def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
 
 #: Tokens per window N of a run that does not set ``n_tokens``.
 DEFAULT_N_TOKENS = 128
-#: Unit kinds that read the run's text windows (the text, and ``n_tokens`` unless the
-#: unit sets its own); the others (``theory``, ``mask_influence``, ``temperature_law``) read no text.
+#: Unit kinds that read the run's text windows (and ``n_tokens`` unless the unit sets its own).
 TEXT_UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "model_influence", "power_method", "energy", "gap_count")
 
 
 def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, n_tokens: int | None = None,
          overrides: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], list[Unit], dict[str, Any]]:
-    """Configs, de-duplicated units and the data spec of a run (validates everything).
-    ``overrides`` in today's spelling (:func:`run_overrides`); ``n_tokens`` None is
-    :data:`DEFAULT_N_TOKENS`.
+    """Configs, de-duplicated units and the data spec of a run (validates everything;
+    ``n_tokens`` None is :data:`DEFAULT_N_TOKENS`).
 
     Raises
     ------
     ConfigError, MaskError, DataError
-        ``seed`` not an integer >= 0, bad overrides (:func:`check_overrides`), an
-        unknown experiment or scale, an unreadable text file, or an option no unit of
-        the run applies (:func:`check_applied`).
+        A bad seed or override, an unknown experiment or scale, an unreadable text file,
+        or an option no unit of the run applies (:func:`check_applied`).
     """
     seed = check_int(seed, "seed", low=0)
     overrides = run_overrides(overrides)
@@ -115,24 +88,31 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
     given_n = n_tokens
     n_tokens = DEFAULT_N_TOKENS if n_tokens is None else check_int(n_tokens, "n_tokens", low=2)
     data = data_spec(text, n_tokens, seed)
-    check_overrides(overrides, n_tokens)
+    for spec in overrides.get("masks") or ():
+        parse_mask(spec, n_tokens)
+    for key in ("depth", "n_samples"):
+        if overrides.get(key) is not None:
+            check_int(overrides[key], f"overrides[{key!r}]", low=1)
+    units = _expand(cfgs, scale, seed, data, overrides)
+    check_applied(cfgs, units, text=text, n_tokens=given_n, overrides=overrides,
+                  run=f"{', '.join(c['name'] for c in cfgs)} at scale {scale}")
+    return cfgs, units, data
+
+
+def _expand(cfgs: list[dict[str, Any]], scale: str, seed: int, data: dict[str, Any], overrides: dict[str, Any]
+            ) -> list[Unit]:
+    """The distinct units of ``cfgs``, their claims' sequence-length axes (:mod:`.axis`) included."""
     units: dict[str, Unit] = {}
     for cfg in cfgs:
         own = expand_units(cfg, scale, seed, data=data, overrides=overrides)
-        for u in own + axis_units(cfg, own, scale):  # claims' sequence-length axes (.axis)
+        for u in own + axis_units(cfg, own, scale):
             units.setdefault(u.hash, u)
-    check_applied(cfgs, list(units.values()), text=text, n_tokens=given_n, overrides=overrides,
-                  run=f"{', '.join(c['name'] for c in cfgs)} at scale {scale}")
-    return cfgs, list(units.values()), data
+    return list(units.values())
 
 
 def check_applied(cfgs: list[dict[str, Any]], units: list[Unit], *, text: Any, n_tokens: int | None,
                   overrides: dict[str, Any], run: str) -> None:
-    """Refuse an option that no unit of the run applies: it would be recorded in
-    ``config.json`` and ignored (``text`` where no unit reads text, ``n_tokens`` where
-    every unit reading text sets its own N, ``masks`` without a simulated mask grid,
-    ``depth`` without simulated units, ``n_samples`` without units that read windows,
-    ``extra_models`` without a probe over models).
+    """Refuse an option that no unit of the run applies (it would be recorded and ignored).
 
     Raises
     ------
@@ -164,28 +144,14 @@ def check_applied(cfgs: list[dict[str, Any]], units: list[Unit], *, text: Any, n
 def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path | UnitCache, *,
                   progress: bool | UnitProgress = True, title: str = "units", executor: Any = None,
                   labels: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, list[dict]]:
-    """Tidy rows of every unit, computing only those missing from ``cache``
-    (:func:`rankcollapse.sweep.run_units`).
-
-    Parameters
-    ----------
-    cache : a cache folder or a :class:`~rankcollapse.sweep.UnitCache` (``recompute`` forces).
-    progress : report on stderr, or the run's :class:`~rankcollapse.sweep.UnitProgress`
-        that already announced these units as part of its plan.
-    executor : where units run (:mod:`rankcollapse.sweep.executors`); default: the run's
-        executor (:func:`using_executor`), or serial in this process.
-    labels : ``{hash: label}`` of the units (default :func:`~rankcollapse.sweep.unit_labels`).
-
-    Returns
-    -------
-    (table, timings) : the normalised table, rows in the order of ``units`` whatever
-        the order units finish in; one timing record per unit
-        (:func:`~rankcollapse.sweep.engine.unit_timing`).
+    """``(table, timings)`` of every unit, computing only those missing from ``cache``
+    (:func:`rankcollapse.sweep.run_units`): rows in the order of ``units``, one timing per
+    unit. ``executor`` defaults to the run's (:func:`using_executor`), else serial;
+    ``progress``: on stderr, or the run's :class:`~rankcollapse.sweep.UnitProgress`.
     """
     units = list(units)
     frames, timings = run_units(units, ctx, cache, executor=executor or _EXECUTOR.get(), progress=progress,
                                 title=title, labels=labels or unit_labels(units), order=_share_key)
-    # table rows in unit order, whatever the compute order
     parts = [f.assign(experiment=u.experiment) for f, u in zip(frames, units)]
     table = normalise(pd.concat(parts, ignore_index=True)) if parts else normalise(pd.DataFrame())
     return table, timings
@@ -193,8 +159,7 @@ def compute_units(units: Iterable[Unit], ctx: RunContext, cache: Path | UnitCach
 
 @contextmanager
 def using_executor(executor: Any) -> Iterator[Any]:
-    """Make ``executor`` the default of :func:`compute_units` inside the block (every
-    group of a run, nearby settings included, runs on the run's executor)."""
+    """Make ``executor`` the default of :func:`compute_units` inside the block."""
     token = _EXECUTOR.set(executor)
     try:
         yield executor
@@ -203,8 +168,7 @@ def using_executor(executor: Any) -> Iterator[Any]:
 
 
 def _share_key(u: Unit) -> tuple:
-    """Compute order: units that share inputs and weights (same kind, model, families,
-    seed) run one after another, so the run context's small weight cache hits."""
+    """Compute order: units that share inputs and weights run one after another (cache hits)."""
     p = u.params
     return (u.kind, str(p.get("model", "")), str(p.get("value", "")), str(p.get("init_scale", "")),
             int(p.get("seed", -1)), int(p.get("depth", 0)))
@@ -212,11 +176,8 @@ def _share_key(u: Unit) -> tuple:
 
 def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame, scale: str = "",
                     overrides: dict[str, Any] | None = None, n_tokens: int | None = None) -> list[dict[str, Any]]:
-    """Claims of every config, evaluated on ``table`` under the default setting, at the
-    claim depth and at twice it. A ``main`` run lists only the claims it can decide
-    (``claims_from`` configs contribute the claims its rows decide); a claim of the
-    experiment's own config that cannot be decided is kept and names its missing inputs.
-    ``n_tokens``: the run's tokens per window, which the round-off floors read."""
+    """Claim records of every config on ``table``; a borrowed claim (``claims_from``)
+    is listed only where the run's rows decide it. ``n_tokens``: the run's N (floors)."""
     out = {}
     excluded = tuple(m for c in cfgs for m in c["scales"].get(scale, {}).get("exclude_models", ()))
     own = {c["name"] for c in cfgs}
@@ -236,17 +197,14 @@ def evaluate_claims(cfgs: list[dict[str, Any]], table: pd.DataFrame, scale: str 
 
 
 def _claim_order(rec: dict[str, Any]) -> tuple:
-    """Claims by id, each followed by its sequence-length axis in increasing N
-    (``C06, C06.N128, C06.N1024, C06.N8192, C07``)."""
+    """Claims by id, each followed by its sequence-length axis in increasing N."""
     axis = rec.get("axis") or {}
     return (axis.get("claim", rec["id"]), int(axis.get("n_tokens", -1)), rec["id"])
 
 
 def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]
                  ) -> list[tuple[str, dict, list[Unit], list[Unit]]]:
-    """For each pre-registered nearby setting of ``claim``: (label, override, units to
-    run, units reused unchanged). A setting changes only the units where it means
-    something (:func:`~.config.effective_override`); the others keep their default rows."""
+    """Per nearby setting of ``claim``: (label, override, units to run, units reused unchanged)."""
     filt = claim.get("nearby_units", {})
     # nearby settings are a first look: one weight seed (the run's first)
     first = min((int(u.params.get("seed", -1)) for u in units if u.kind == "simulate"), default=-1)
@@ -263,7 +221,6 @@ def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]
                 reused.append(u)
                 continue
             if u.kind in ("simulate", "pretrained_sa"):
-                # a first look records only what the rules read (mu, mu_relative)
                 eff = {**eff, "metrics": list(NEARBY_METRICS)}
             changed.append(with_override(u, eff, label))
         out.append((label, override, changed, reused))
@@ -272,8 +229,7 @@ def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]
 
 def nearby_plan(cfgs: list[dict[str, Any]], units: list[Unit]
                 ) -> list[tuple[dict[str, Any], list[tuple[str, dict, list[Unit], list[Unit]]]]]:
-    """Every claim of the run with nearby settings: ``[(claim, nearby_units(...))]``,
-    known before any unit runs (the run's progress announces them up front)."""
+    """``[(claim, nearby_units(...))]`` of every claim of the run with nearby settings."""
     out = []
     for cfg in claim_sources(cfgs):
         for claim in cfg.get("claims", []):
@@ -284,8 +240,7 @@ def nearby_plan(cfgs: list[dict[str, Any]], units: list[Unit]
 
 
 def plan_units(plan: list[tuple[dict[str, Any], list]], ids: set[str] | None = None) -> list[Unit]:
-    """The distinct units to run for the nearby ``plan`` (of the claims ``ids``; all by
-    default), in plan order; a unit several claims share appears once."""
+    """The distinct units of the nearby ``plan`` (of the claims ``ids``; all by default), in order."""
     out: dict[str, Unit] = {}
     for claim, settings in plan:
         if ids is None or claim["id"] in ids:
@@ -294,18 +249,14 @@ def plan_units(plan: list[tuple[dict[str, Any], list]], ids: set[str] | None = N
     return list(out.values())
 
 
-def run_nearby(cfgs: list[dict[str, Any]], records: list[dict[str, Any]], units: list[Unit], ctx: RunContext,
-               cache: Path | UnitCache, *, progress: bool | UnitProgress, default: pd.DataFrame,
-               plan: list | None = None, labels: Mapping[str, str] | None = None) -> tuple[pd.DataFrame | None, list[dict]]:
-    """Run the nearby settings of every claim the run decided (whatever its default
-    verdict: a setting shows where the verdict holds) and attach their verdicts. Rows of units a setting does not
-    change (theory checks, or a unit where the setting is meaningless) are read from the
-    ``default`` table. The units of every setting run as one batch (the workers stay
-    busy); a unit shared by several claims (same hash) is computed and tabled once, its
-    ``claims`` column lists the claims that read it. ``plan``: :func:`nearby_plan`
-    (computed here when not given)."""
+def run_nearby(plan: list, records: list[dict[str, Any]], units: list[Unit], ctx: RunContext, cache: Path | UnitCache,
+               *, progress: bool | UnitProgress, default: pd.DataFrame, labels: Mapping[str, str] | None = None
+               ) -> tuple[pd.DataFrame | None, list[dict]]:
+    """Run the nearby settings (:func:`nearby_plan`) of every claim the run decided, as one
+    batch, and attach their verdicts to ``records``; rows a setting does not change come
+    from ``default``. Returns the settings' rows (``claims``: the claims reading each unit)
+    and timings."""
     by_id = {r["id"]: r for r in records}
-    plan = nearby_plan(cfgs, units) if plan is None else plan
     decided = [(c, settings) for c, settings in plan if c["id"] in by_id and by_id[c["id"]]["verdict"] != "not run"]
     todo = plan_units(decided)
     if not todo:
@@ -338,13 +289,11 @@ class StorageConfig:
 
     Attributes
     ----------
-    cache_dir : folder of the unit cache (default :func:`default_cache_dir`), which
-        runs, worker machines and the shards of a run may share.
-    recompute : recompute every unit of the run and overwrite its cache entries.
+    cache_dir : folder of the unit cache (default :func:`default_cache_dir`).
+    recompute : recompute every unit and overwrite its cache entries.
     write : write the outputs into ``out`` (False: return the result only).
     wait : if another run holds ``out``, wait for it instead of failing.
-    allow_nonempty : write into a non-empty ``out`` that no run wrote (its files stay;
-        by default such a folder is refused).
+    allow_nonempty : write into a non-empty ``out`` that no run wrote (its files stay).
     """
 
     cache_dir: str | Path | None = None
@@ -356,9 +305,7 @@ class StorageConfig:
 
 @dataclass
 class RunPlan:
-    """Everything a run computes and decides, known before any unit runs
-    (:func:`plan_run`): the configs, the default units, every claim's nearby settings
-    and their units, the run context, the cache and the output folder."""
+    """Everything a run computes and decides, known before any unit runs (:func:`plan_run`)."""
 
     cfgs: list[dict[str, Any]]
     units: list[Unit]
@@ -376,11 +323,6 @@ class RunPlan:
     def title(self) -> str:
         return "/".join(c["name"] for c in self.cfgs)
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The files the run may write into ``out`` (:func:`output_names`)."""
-        return output_names(self.cfgs)
-
     def config(self, shard: Shard | None = None) -> dict[str, Any]:
         """``config.json`` content (:func:`run_config`); a shard's names itself."""
         config = run_config(self.cfgs, self.scale, self.seed, self.ctx.data, self.overrides, self.units, self.labels)
@@ -388,21 +330,16 @@ class RunPlan:
 
 
 def output_names(cfgs: list[dict[str, Any]]) -> tuple[str, ...]:
-    """The files a run of ``cfgs`` may write into its output folder: :data:`OUTPUT_NAMES`
-    and a figure ``plots/<id>.png`` per declared plot (drawn when it has rows), so that a
-    file of one of these names that no run wrote is refused before any unit runs."""
+    """The files a run of ``cfgs`` may write: :data:`OUTPUT_NAMES` and ``plots/<id>.png`` per plot."""
     return (*OUTPUT_NAMES, *sorted({f"plots/{spec['id']}.png" for c in cfgs for spec in c.get("plots", [])}))
 
 
 def plan_run(name: str | None, scale: str, out: str | Path | None, seed: int, *, text: str | Path | None,
              n_tokens: int | None, overrides: dict[str, Any] | None, nearby: bool, execution: ExecutionConfig,
              storage: StorageConfig) -> RunPlan:
-    """Validate every argument and plan the run (:func:`plan`, :func:`nearby_plan`)
-    before anything is written: no output folder, lock or cache entry is created here.
-    The raises of :func:`run_experiment`."""
+    """Validate every argument and plan the run before anything is written (the raises
+    of :func:`run_experiment`)."""
     seed = check_int(seed, "seed", low=0)
-    if n_tokens is not None:
-        n_tokens = check_int(n_tokens, "n_tokens", low=2)
     device = str(check_device(execution.device))
     overrides = run_overrides(overrides)
     cfgs, units, data = plan(name, scale, seed, text=text, n_tokens=n_tokens, overrides=overrides)
@@ -419,7 +356,6 @@ def plan_run(name: str | None, scale: str, out: str | Path | None, seed: int, *,
     check_writable(cache.root, folder=True, option="cache_dir")
     if execution.executor == "ray" and execution.address is not None:
         check_ray_reachable(execution.address)  # before --out is locked: a refused run leaves nothing behind
-    # the whole plan up front: default units and every claim's nearby settings
     near_plan = nearby_plan(cfgs, units) if nearby else []
     near_units = plan_units(near_plan)
     return RunPlan(cfgs, units, near_plan, near_units, unit_labels(units + near_units), RunContext(data, device),
@@ -432,10 +368,9 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
                    execution: ExecutionConfig | None = None, storage: StorageConfig | None = None) -> RunResult:
     """Run experiment ``name`` (``main``, ``fig2``, ``fig3``, ``fig4``, ``theory``, ``geometry``, ``influence``, ``laws``, ``power``, ``energy`` or ``all``).
 
-    Three steps: plan every unit (:func:`plan_run`), compute them (from the cache where
-    it has them), then decide the claims, run their nearby settings and write the outputs.
-    With progress on, the cost model's estimate of the units to compute
-    (:func:`estimate_run`) goes to stderr before any is computed.
+    Plans every unit, computes those the cache lacks, decides the claims, runs their
+    nearby settings and writes the outputs; with progress on, the cost estimate
+    (:func:`estimate_run`) goes to stderr first.
 
     Parameters
     ----------
@@ -447,21 +382,17 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     overrides : ``masks`` (list of specs), ``depth``, ``n_samples`` (windows), ``extra_models``.
     nearby : run the pre-registered nearby settings of claims not reproduced.
     execution : where units run, the device, progress, and a shard
-        (:class:`~rankcollapse.sweep.ExecutionConfig`; default serial on the CPU). With
-        ``shard="I/K"`` the run computes only shard I of K of its planned units (nearby
-        settings included) into the cache and decides and writes nothing: its result has
-        no claims, its table the shard's rows. A run without a shard on the same cache
-        then computes nothing the shards computed.
+        (:class:`~rankcollapse.sweep.ExecutionConfig`; default serial on the CPU). A shard
+        ``"I/K"`` computes its part of the units into the cache and decides and writes nothing.
     storage : the unit cache and the output folder's policy (:class:`StorageConfig`).
 
     Raises
     ------
     ConfigError, MaskError, DataError, AssetMissingError, ModelError
-        Bad input (a negative seed, an unknown or absent device, an ``out`` or
-        ``cache_dir`` that cannot be a folder, a non-empty ``out`` that no run wrote,
-        windows longer than a model's positions, an option no unit applies, ``wait`` or
-        ``allow_nonempty`` with a shard), raised before the output folder or any cache
-        entry is created.
+        Bad input (a negative seed, an unknown or absent device, an ``out`` or ``cache_dir`` that
+        cannot be a folder, a non-empty ``out`` no run wrote, windows longer than a model's
+        positions, an option no unit applies, ``wait`` or ``allow_nonempty`` with a shard),
+        before any output or cache entry is created.
     OutputBusyError
         Another live run holds ``out`` (and ``storage.wait`` is false).
 
@@ -501,7 +432,7 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
     with ExitStack() as stack:
         if storage.write and shard is None:
             # the previous run's outputs (and its marker) stay until this one is published
-            stack.enter_context(OutputFolder(rp.out, rp.names, wait=storage.wait,
+            stack.enter_context(OutputFolder(rp.out, output_names(rp.cfgs), wait=storage.wait,
                                              allow_nonempty=storage.allow_nonempty))
         ex = make_executor(execution.executor, workers=execution.workers, address=execution.address,
                            data=rp.ctx.data, device=str(rp.ctx.device))
@@ -531,10 +462,8 @@ def run_experiment(name: str | None = "main", scale: str = "quick", out: str | P
 
 
 def planned_cost(rp: RunPlan, execution: ExecutionConfig) -> tuple[list[Unit], set[str], dict[str, Any]]:
-    """The units a run (or its shard, balanced by estimated cost) computes or reads,
-    the keys of those in the cache, and the cost model's estimate of computing the rest
-    (:func:`.cost.estimate`; ``workers``: the cores the executor asks for, None on a
-    Ray cluster)."""
+    """The units a run (or its shard) computes or reads, the keys of those cached, and
+    :func:`.cost.estimate` of the rest (``workers`` None on a Ray cluster)."""
     units, n_tokens = rp.units + rp.near_units, rp.ctx.data["n_tokens"]
     todo = shard_units(execution.shard, units, n_tokens) if execution.shard is not None else units
     cached = {u.hash for u in todo if rp.cache.has(u)}
@@ -548,17 +477,13 @@ def estimate_run(name: str | None = "main", scale: str = "quick", out: str | Pat
                  text: str | Path | None = None, n_tokens: int | None = None, overrides: dict[str, Any] | None = None,
                  nearby: bool = True, execution: ExecutionConfig | None = None,
                  storage: StorageConfig | None = None) -> dict[str, Any]:
-    """What :func:`run_experiment` with these arguments would compute, and the cost
-    model's estimate of it, without computing, loading or writing anything
-    (:func:`.cost.estimate`: per experiment and in all, units, cached, CPU-seconds;
-    ``workers``; ``config_hash``). Nearby settings count in full (a claim the run cannot
-    decide runs none).
+    """:func:`.cost.estimate` of what :func:`run_experiment` with these arguments would
+    compute (nearby settings in full), without computing, loading or writing anything.
 
     Raises
     ------
     ConfigError, MaskError, DataError
-        Bad input, as :func:`run_experiment` raises it; ``storage.wait`` or
-        ``storage.allow_nonempty``, which apply only to a run that writes.
+        Bad input, as :func:`run_experiment`; ``storage.wait`` or ``storage.allow_nonempty``.
     """
     execution = execution or ExecutionConfig()
     storage = storage or StorageConfig()
@@ -574,19 +499,12 @@ def estimate_run(name: str | None = "main", scale: str = "quick", out: str | Pat
 
 
 def recorded_units(config: Mapping[str, Any]) -> tuple[list[tuple[Unit, float]], int]:
-    """The units of a finished run, planned again from its ``config.json`` content
-    (configs, scale, seed, data, overrides; nearby settings included), each with the
-    CPU-seconds computing it cost (its ``timings``' ``compute_cpu_seconds``), and the
-    run's tokens per window. A timing is matched to its unit by key, else by label; one
-    without a match or a recorded cost is left out."""
+    """The units of a finished run planned again from its ``config.json`` content, each
+    with its recorded ``compute_cpu_seconds`` (matched by key, else label; others left
+    out), and the run's tokens per window."""
     cfgs = list(config["configs"])
-    scale, seed, data = config["scale"], int(config["seed"]), dict(config["data"])
-    units: dict[str, Unit] = {}
-    for cfg in cfgs:
-        own = expand_units(cfg, scale, seed, data=data, overrides=dict(config.get("overrides") or {}))
-        for u in own + axis_units(cfg, own, scale):
-            units.setdefault(u.hash, u)
-    planned = list(units.values())
+    data = dict(config["data"])
+    planned = _expand(cfgs, config["scale"], int(config["seed"]), data, dict(config.get("overrides") or {}))
     planned += plan_units(nearby_plan(cfgs, planned))
     labels = unit_labels(planned)
     by_key = {u.hash[:12]: u for u in planned}  # a timing names its unit by the key's first 12 digits
@@ -601,15 +519,14 @@ def recorded_units(config: Mapping[str, Any]) -> tuple[list[tuple[Unit, float]],
 
 def _compute_and_decide(rp: RunPlan, bar: UnitProgress, cached: set[str]
                         ) -> tuple[pd.DataFrame, list[dict[str, Any]], list[dict[str, Any]]]:
-    """Compute the default units, decide the claims, run the nearby settings of the
-    decided ones: (table, claim records, timings)."""
+    """(table, claim records, timings) of the default units and the decided claims' nearby settings."""
     table, timings = compute_units(rp.units, rp.ctx, rp.cache, progress=bar, labels=rp.labels)
     records = evaluate_claims(rp.cfgs, table, rp.scale, rp.overrides, rp.ctx.data["n_tokens"])
     _drop_undecided(bar, rp.near_plan, rp.near_units, records, cached)
     if not rp.near_plan:
         return table, records, timings
-    near, near_t = run_nearby(rp.cfgs, records, rp.units, rp.ctx, rp.cache, progress=bar, default=table,
-                              plan=rp.near_plan, labels=rp.labels)
+    near, near_t = run_nearby(rp.near_plan, records, rp.units, rp.ctx, rp.cache, progress=bar, default=table,
+                              labels=rp.labels)
     if near is not None:
         table = normalise(pd.concat([table, near], ignore_index=True))
     return table, records, timings + near_t
@@ -617,8 +534,7 @@ def _compute_and_decide(rp: RunPlan, bar: UnitProgress, cached: set[str]
 
 def _drop_undecided(bar: UnitProgress, near_plan: list, near_units: list[Unit], records: list[dict[str, Any]],
                     cached: set[str]) -> None:
-    """Take the nearby units of claims the run could not decide out of the progress
-    total (their settings do not run)."""
+    """Take the nearby units of undecided claims (which do not run) out of the progress total."""
     decided = {r["id"] for r in records if r["verdict"] != "not run"}
     keep = {u.hash for u in plan_units(near_plan, decided)}
     gone = [u for u in near_units if u.hash not in keep]
@@ -637,15 +553,9 @@ def _cpu_seconds() -> float:
 
 
 def run_cost(timings: list[dict[str, Any]], seconds: float, cpu_seconds: float) -> dict[str, Any]:
-    """What the run's numbers cost, kept apart from what this run spent.
-
-    ``wall_seconds``/``cpu_seconds``: this run (CPU of this process and its worker
-    processes; Ray workers are not children, their CPU is in the units'). ``unit_seconds``/
-    ``unit_cpu_seconds``: the sum over the table's units of what computing each cost, by
-    this run or by the earlier run whose cache entry it read (``units_cost_unknown``:
-    cached entries of an earlier version that did not keep it). A rerun from the cache
-    thus reports a small ``wall_seconds`` beside the unchanged cost of its numbers.
-    """
+    """What this run spent (``wall_seconds``, ``cpu_seconds``: this process and its
+    children) beside what its numbers cost (``unit_seconds``, ``unit_cpu_seconds``: summed
+    over the units, by whichever run computed each; ``units_cost_unknown`` without a record)."""
     known = [t for t in timings if t.get("compute_seconds") is not None]
     return {"wall_seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2), "units": len(timings),
             "units_computed": sum(not t["cached"] for t in timings), "units_cached": sum(t["cached"] for t in timings),
@@ -655,14 +565,10 @@ def run_cost(timings: list[dict[str, Any]], seconds: float, cpu_seconds: float) 
 
 
 def _preflight(ctx: RunContext, units: list[Unit]) -> None:
-    """Load every model the units to compute need and cut their windows before anything
-    is written, so a missing model or a text that is too short fails with one line and
-    no output folder. Cached units need nothing: their inputs were valid when computed
-    (the unit hash covers the data)."""
+    """Load every model the ``units`` need and cut their windows before anything is written."""
     need: dict[tuple[str, int, bool], int] = {}
     for u in units:
         if "n_samples" in u.params and u.params.get("model"):
-            # a unit's own window length (a claim axis), with or without the position table
             key = (u.params["model"], int(u.params.get("n_tokens") or ctx.data["n_tokens"]),
                    u.params.get("positions", "model") == "model")
             need[key] = max(need.get(key, 0), int(u.params["n_samples"]))
@@ -678,9 +584,8 @@ def _preflight(ctx: RunContext, units: list[Unit]) -> None:
 
 
 def run_config(cfgs, scale, seed, data, overrides, units, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``config.json`` content: configs, options, unit hashes (with their labels), run hash,
-    versions. The run hash is that of the body (experiments, scale, seed, data,
-    overrides, configs)."""
+    """``config.json`` content: the body (experiments, scale, seed, data, overrides, configs),
+    its hash, the units' labels and the versions."""
     labels = labels or unit_labels(units)
     body = {"experiments": [c["name"] for c in cfgs], "scale": scale, "seed": seed, "data": data,
             "overrides": overrides, "configs": cfgs}
@@ -688,12 +593,8 @@ def run_config(cfgs, scale, seed, data, overrides, units, labels: Mapping[str, s
 
 
 def write_outputs(result: RunResult) -> None:
-    """Table (Parquet + CSV), plots, claims.json, config.json, report, then the marker.
-    Everything is built in a staging folder and published when complete
-    (:func:`rankcollapse._outdir.publish`): a failure (a full disk) leaves the previous
-    run whole; outputs of the previous run that this one did not rewrite (listed in its
-    manifest) are removed, a user's own files never, and the marker is written last. The
-    caller holds the folder (:class:`rankcollapse._outdir.OutputFolder`)."""
+    """Table (Parquet + CSV), plots, claims.json, config.json and reports, staged and
+    published whole (:func:`rankcollapse._outdir.staged`); the caller holds the folder."""
     from . import plots
 
     with staged(result.out, f"config_hash {result.config['config_hash']}\n") as stage:
@@ -709,14 +610,8 @@ def write_outputs(result: RunResult) -> None:
 
 
 def _read_run(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], pd.DataFrame, dict[str, Any]]:
-    """``(config, stored claims by id, table, rules)`` of the finished run in ``out``
-    (:func:`.audit.read_run` with its table; :func:`.audit.run_rules`).
-
-    Raises
-    ------
-    ConfigError
-        As :func:`.audit.read_run`, or ``claims.json`` names a claim its config does not define.
-    """
+    """``(config, stored claims by id, table, rules)`` of the finished run in ``out``; a
+    :class:`ConfigError` as :func:`.audit.read_run`, or for a claim its config does not define."""
     from .audit import read_run, run_rules
 
     claims, config, table = read_run(out, need_table=True)
@@ -730,9 +625,8 @@ def _read_run(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], pd.
 
 
 def recheck(out: str | Path) -> list[tuple[str, str, str]]:
-    """Recompute every verdict of a finished run from its stored ``table.parquet`` and
-    the rules stored in its ``config.json``: ``[(id, stored, recomputed)]``; a folder
-    that is not a finished run raises :class:`ConfigError` (:func:`_read_run`)."""
+    """``[(id, stored, recomputed)]`` verdicts of a finished run, from its stored table and
+    rules; a folder that is not a finished run raises :class:`ConfigError`."""
     config, stored, table, rules = _read_run(Path(out))
     return [(cid, stored[cid]["verdict"],
              claims_mod.evaluate_claim(table, rules[cid], rules[cid].get("setting", "default"),
@@ -742,11 +636,9 @@ def recheck(out: str | Path) -> list[tuple[str, str, str]]:
 
 
 def decide_again(out: str | Path) -> list[dict[str, Any]]:
-    """The claims.json records of the finished run in ``out`` decided again from its
-    stored ``table.parquet`` and rules with today's decision layer (factor contrasts,
-    threshold bands, labels, floors; :func:`.audit.run_rules`), through the path a run
-    takes (:func:`evaluate_claims`); no unit is recomputed. The nearby settings' records
-    are kept as stored (their rows are not all in the table). Refusals as :func:`recheck`."""
+    """The claims.json records of the finished run in ``out`` decided again from its stored
+    table and rules with today's decision layer (:func:`evaluate_claims`); nearby records
+    kept as stored. Refusals as :func:`recheck`."""
     config, stored, table, rules = _read_run(Path(out))
     cfgs = [{**cfg, "claims": [rules.get(c["id"], c) for c in cfg.get("claims", [])]}
             for cfg in claim_sources(list(config["configs"]))]

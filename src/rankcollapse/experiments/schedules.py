@@ -1,12 +1,5 @@
 """The schedule study (``configs/schedules.yaml``, docs/schedules.md): collapse rate of
-mask schedules at equal attention budget.
-
-For every budget (mean attended ``(query, key)`` pairs per layer, set by an all-local
-window) each schedule family gets the window width that matches the budget most
-closely (:func:`window_for_budget`); :func:`~rankcollapse.theory.compare_schedules` then
-gives the predicted envelope rate and the measured rate of pure SA (Haar ``W_V``,
-Gaussian ``W_Q, W_K``, float64). Writes ``schedules.csv``, ``schedules.png`` and
-``schedules.json`` atomically.
+mask schedules at equal attention budget (:func:`~rankcollapse.theory.compare_schedules`).
 """
 
 from __future__ import annotations
@@ -36,8 +29,7 @@ def _read_study() -> Any:
 
 
 def load_study(scale: str = "quick") -> dict[str, Any]:
-    """``configs/schedules.yaml``, validated (:func:`~.schema.validate_study`), with the
-    ``scale`` overrides applied (simulation keys and ``budget_widths``).
+    """``configs/schedules.yaml``, validated, with the ``scale`` overrides applied.
 
     Raises
     ------
@@ -57,9 +49,8 @@ def load_study(scale: str = "quick") -> dict[str, Any]:
 
 
 def window_for_budget(template: str, n_tokens: int, budget: float) -> tuple[int, str, float]:
-    """Width ``w`` (1..n_tokens) whose schedule ``template.format(w=w)`` on ``n_tokens``
-    tokens has mean edges per layer closest to ``budget`` (ties: the smaller ``w``).
-    Returns ``(w, spec, mean edges)``."""
+    """``(w, spec, mean edges)`` of the width whose schedule ``template.format(w=w)`` has
+    mean edges per layer closest to ``budget`` (ties: the smaller ``w``)."""
     best = None
     for w in range(1, n_tokens + 1):
         spec = template.format(w=w)
@@ -75,10 +66,8 @@ NAMES = ("schedules.csv", "schedules.json", "schedules.png")
 
 
 def run_schedule_study(out: Path, scale: str = "quick", seed: int = 0, *, allow_nonempty: bool = False) -> pd.DataFrame:
-    """Run the study and write its table and figure to the output folder ``out``
-    (:mod:`rankcollapse._outdir`: a folder of the study's own, or a new or empty one unless
-    ``allow_nonempty``); returns the table (columns of :func:`compare_schedules` plus
-    ``family, width, budget``).
+    """Run the study, write ``schedules.csv/.json/.png`` into ``out`` and return the table
+    (:func:`compare_schedules`' columns plus ``family, width, budget``).
 
     Raises
     ------
@@ -113,10 +102,8 @@ def run_schedule_study(out: Path, scale: str = "quick", seed: int = 0, *, allow_
 
 
 def plot_study(table: pd.DataFrame, path: Path | None, cfg: dict[str, Any]) -> Any:
-    """Two panels vs budget (mean edges / layer): measured per-layer decay factor of μ
-    (median, bars = sample quartiles), and the envelope's predicted log10 layers per 10x
-    decay (exponent ``e = min(p r_H, L)``); one line per family. Draws on a new
-    pyplot-free figure, writes a PNG to ``path`` unless it is None, and returns the figure."""
+    """Measured per-layer factor of μ and the envelope's log10 layers per 10x against the
+    budget, one line per family; written to ``path`` unless None; returns the figure."""
     from .._figure import new_figure, save_figure
 
     fig = new_figure((10, 4))

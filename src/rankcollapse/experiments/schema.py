@@ -1,14 +1,8 @@
 """Schema of the configs (``configs/*.yaml``), checked with pydantic: the experiment
 configs (:class:`ExperimentConfig`) and the schedule study (:class:`ScheduleStudy`).
-
-Every mapping whose keys the code reads (top level, ``data``, units, plots, claims,
-rules, checks, quantities; the study's simulation and scale overrides) forbids unknown
-keys, so a typo (``factr:``, ``opp:``, ``dpeth:``) is an error naming the key and where
-it is, never a silent default that changes a pre-registered rule. Free-form mappings
-(experiment ``scales``, unit ``grid``/``params``, ``select`` filters, ``nearby``
-overrides) keep any key: their keys are table columns or unit parameters, checked where
-they are used. A unit's ``kind`` must be a kind registered for experiments
-(:func:`rankcollapse.sweep.unit_kinds`, group ``experiments``: :mod:`.units`).
+Every mapping whose keys the code reads forbids unknown keys (a typo is an error naming
+the key); free-form mappings (``scales``, ``grid``/``params``, ``select``, ``nearby``)
+keep any key. A unit's ``kind`` must be registered for experiments.
 """
 
 from __future__ import annotations
@@ -40,8 +34,7 @@ class Data(_Strict):
 
 
 class UnitSpec(_Strict):
-    """A config file's ``units`` entry: a kind, a grid and fixed parameters; it expands into
-    many :class:`rankcollapse.experiments.config.Unit` (one per grid point)."""
+    """A config's ``units`` entry: a kind, a grid and fixed parameters (one unit per grid point)."""
 
     kind: str
     grid: dict[str, list[Any]] = Field(default_factory=dict)
@@ -105,8 +98,6 @@ class Check(_Strict):
     for_each: dict[str, list[Any]] = Field(default_factory=dict)
     band: Optional[tuple[float, float]] = None  # a stated threshold band (.claims); default x1/2 to x2
     null_hypothesis: Optional[str] = None  # a check on a control condition: the null it tests, in the claim's direction (.controls)
-
-
 
 
 class Rule(_Strict):
@@ -232,13 +223,7 @@ class ScheduleStudy(_Strict):
 
 
 def validate_study(cfg: Any, name: str = "schedules") -> ScheduleStudy:
-    """Check ``cfg`` (the parsed schedule study) against :class:`ScheduleStudy`.
-
-    Raises
-    ------
-    ConfigError
-        One line per problem, as :func:`validate_config` (``scales.smoke: unknown key 'dpeth'``).
-    """
+    """Check ``cfg`` (the parsed schedule study) against :class:`ScheduleStudy`; raises as :func:`validate_config`."""
     return _validated(ScheduleStudy, cfg, name)
 
 
@@ -248,8 +233,7 @@ def validate_config(cfg: Any, name: str) -> ExperimentConfig:
     Raises
     ------
     ConfigError
-        One line per problem: where (``claims[2].rule.checks[0]``) and what
-        (``unknown key 'factr'``, a missing required key, a value not allowed).
+        One line per problem: where (``claims[2].rule.checks[0]``) and what (``unknown key 'factr'``).
     """
     return _validated(ExperimentConfig, cfg, name)
 

@@ -19,11 +19,9 @@ class AmbiguousSelection(ConfigError):
     """A selection matches rows of more than one condition."""
 
 
-#: The rows of each (setting, metric) of a table, per table object: a claim's rules make
-#: hundreds of selections of one table, each within one metric, and filtering the whole
-#: table each time was most of the cost of deciding claims. Tables are not changed in
-#: place once built; an entry is dropped with its table and rebuilt if the table's length
-#: or columns change. None for a table whose setting or metric column holds a non-string.
+#: The rows of each (setting, metric) of a table, per table object (rules select hundreds
+#: of times within one metric); dropped with its table, rebuilt if its length or columns
+#: change; None for a table whose setting or metric column holds a non-string.
 _PARTS: dict[int, tuple[weakref.ref, int, tuple, dict | None, dict]] = {}
 
 

@@ -1,22 +1,9 @@
-"""The first token's attention mass of a phase cell as table rows: the ``phase_sink`` unit
-kind of the sinks experiment (``configs/sinks.yaml``; head-wise RMSNorm, arXiv 2605.06611;
-docs/phase.md, "Head-wise RMSNorm and the sink").
-
-A unit is one phase cell (:func:`rankcollapse.phase.expand_grid`: the cell axes ``norm``,
-``placement``, ``shared``, ``depth``, ``headwise_rmsnorm``, ``mask``, ``n_tokens``,
-``d_model`` among its parameters, every other axis at its default) under one weight
-seed, ``seed_offset + seed``, with ``n_samples`` inputs, simulated by the phase sweep's
-own :func:`rankcollapse.phase.batched.run_group` (float64). Its rows, at the cell's last
-layer (``layer = depth``), one value each:
-
-* ``sink_mass``: the first token's mass at the last layer, mean over the queries i >= 1
-  and over the inputs whose trajectory did not overflow (NaN where all did);
-* ``sink_mass_uniform``: the same of the uniform row over the cell's mask;
-* ``sink_ratio``: r = ``sink_mass / sink_mass_uniform``, 1 for uniform attention.
-
-Labels: ``source = phase_sink``, ``model = gaussian`` (the input), ``norm`` the cell's,
-``variant = {placement},shared={off|on},headwise_rmsnorm={off|on}`` (the cell's placement
-and switches, what the claims select on), ``depth`` the cell's, ``seed`` the weight seed.
+"""The ``phase_sink`` unit kind (``configs/sinks.yaml``; docs/phase.md, "Head-wise RMSNorm
+and the sink"): one phase cell (axes :data:`CELL_AXES`, the rest at their defaults) under
+weight seed ``seed_offset + seed``, run by :func:`rankcollapse.phase.batched.run_group`
+(float64). Rows at ``layer = depth``: ``sink_mass``, ``sink_mass_uniform`` and
+``sink_ratio`` (their ratio, 1 for uniform attention). Labels ``model = gaussian``,
+``variant = {placement},shared={off|on},headwise_rmsnorm={off|on}``.
 """
 
 from __future__ import annotations
@@ -34,13 +21,8 @@ from .units import _labels, key_params
 CELL_AXES = ("norm", "placement", "shared", "depth", "headwise_rmsnorm", "mask", "n_tokens", "d_model")
 
 
-def _switch(flag: Any) -> str:
-    return "on" if bool(flag) else "off"
-
-
 def run_phase_sink(unit: Unit, ctx: Any) -> pd.DataFrame:
-    """The ``phase_sink`` unit kind (module docstring)."""
-    # the one phase cell the phase sweep runs
+    """The ``phase_sink`` unit kind."""
     from ..phase.batched import run_group
     from ..phase.grid import expand_grid
 
@@ -50,7 +32,7 @@ def run_phase_sink(unit: Unit, ctx: Any) -> pd.DataFrame:
     (row,) = run_group([cell], n_samples=int(p["n_samples"]), seeds=1, seed=weight_seed)
     mass, uniform = float(row["sink_mass"]), float(row["sink_mass_uniform"])
     depth = int(cell["depth"])
-    shared, headwise = _switch(cell["shared"]), _switch(cell["headwise_rmsnorm"])
+    shared, headwise = ("on" if bool(cell[k]) else "off" for k in ("shared", "headwise_rmsnorm"))
     variant = f"{cell['placement']},shared={shared},headwise_rmsnorm={headwise}"
     labels = _labels(unit, model="gaussian", mask=str(cell["mask"]), mask_spec=str(cell["mask"]), variant=variant,
                      value=str(cell["value"]), norm=str(cell["norm"]), depth=depth, seed=weight_seed, dtype="float64")
@@ -59,6 +41,5 @@ def run_phase_sink(unit: Unit, ctx: Any) -> pd.DataFrame:
     return rows_from_metrics(values, labels, layers=[depth], points=[f"layer.{depth - 1}.output"])
 
 
-# Registered with the sweep engine beside the other experiment kinds (schema.py imports
-# this module); the version is bumped when a change alters these units' labels or numbers.
+# the version is bumped when a change alters these units' labels or numbers
 register_unit_kind("phase_sink", run_phase_sink, version=1, group="experiments", key_params=key_params)

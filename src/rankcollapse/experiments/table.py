@@ -1,22 +1,10 @@
 """The tidy results table shared by every experiment.
 
-One row per (unit of work, seed, measurement point/layer, metric). Statistics are over
-windows (samples): ``mean, std, q05, q25, q50, q75, q95, n_samples``, computed by the one
-summariser of :mod:`rankcollapse.summary` (the layout every per-layer table shares).
-
-Per-window values. Every row also keeps the values it summarises, in window order, in
-the list column ``values`` (float64; window ``j`` is the same text window in every unit
-of a run, so two conditions can be compared window by window). The claims' bootstrap
-intervals resample these windows (and the weight seeds). A row without them (a theory
-scalar) has an empty list and enters an interval as a constant. ``table.csv`` leaves the
-column out; ``table.parquet`` and the unit cache keep it.
-
-Condition columns. ``CONDITION_COLUMNS`` identify one experimental condition (the full
-mask spec, variant, norm, sphere radius, value family, init scale, d_qk, model, depth,
-source, setting); rows of one condition differ only by seed, layer/point and metric.
-
-Names. ``sphere_radius`` is the radius R of the sphere SA-LN rows live on (``radius``
-alone is the mask graph's radius in this project).
+One row per (unit, seed, measurement point/layer, metric) with the statistics over
+windows of :mod:`rankcollapse.summary` and, in the list column ``values``, the per-window
+values in window order (empty for a theory scalar; ``table.csv`` leaves it out).
+:data:`CONDITION_COLUMNS` identify one condition; ``sphere_radius`` is the radius of the
+sphere SA-LN rows live on (``radius`` alone is the mask graph's).
 """
 
 from __future__ import annotations
@@ -60,41 +48,23 @@ def rows_from_metrics(
     layers: list[int] | None = None,
     points: list[str] | None = None,
 ) -> pd.DataFrame:
-    """Tidy rows from ``{metric: (L, B) values}`` plus constant ``labels``: the summary
-    table of :func:`rankcollapse.summary.summary_table` (with ``values``), normalised.
-
-    ``layers`` (layers applied) defaults to ``0..L-1``; ``points`` to the module path of
-    :func:`rankcollapse.points.point_after` (``embeddings``, ``layer.{t-1}.output``), the
-    names a probe of a pretrained model writes.
-    """
+    """Normalised tidy rows from ``{metric: (L, B) values}`` plus constant ``labels``
+    (``layers`` default ``0..L-1``, ``points`` those of :func:`rankcollapse.points.point_after`)."""
     return normalise(summary_table(by_layer(metrics, layers=layers, points=points), per_window=True), labels)
 
 
 def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """Add constant ``labels`` and missing columns (neutral defaults); fix column order
-    and dtypes so tables from different units concatenate cleanly."""
+    """Add constant ``labels`` and missing columns; fix column order and dtypes."""
     for k, v in (labels or {}).items():
         df[k] = v
-    for k in KEY_COLUMNS:
+    for k, v in {**dict.fromkeys(KEY_COLUMNS, ""), **EXTRA_COLUMNS, **dict.fromkeys(STAT_COLUMNS, np.nan)}.items():
         if k not in df:
-            df[k] = ""
-    for k, v in EXTRA_COLUMNS.items():
-        if k not in df:
-            df[k] = v
-    for k in STAT_COLUMNS:
-        if k not in df:
-            df[k] = np.nan if k != "n_samples" else 0
-    df["layer"] = df["layer"].astype(np.int64)
-    df["seed"] = df["seed"].astype(np.int64)
-    df["depth"] = df["depth"].astype(np.int64)
-    df["sphere_radius"] = df["sphere_radius"].astype(np.float64)
-    if "values" not in df:
-        df["values"] = [np.empty(0)] * len(df)
-    else:
-        df["values"] = [_as_values(v) for v in df["values"]]
-    df["n_samples"] = df["n_samples"].astype(np.int64)
-    for k in ("d_qk", "init_scale") + STAT_COLUMNS[:-1]:
+            df[k] = 0 if k == "n_samples" else v
+    for k in ("layer", "seed", "depth", "n_samples"):
+        df[k] = df[k].astype(np.int64)
+    for k in ("sphere_radius", "d_qk", "init_scale") + STAT_COLUMNS[:-1]:
         df[k] = df[k].astype(np.float64)
+    df["values"] = [_as_values(v) for v in df["values"]] if "values" in df else [np.empty(0)] * len(df)
     for k in ("experiment", "model", "mask", "variant", "metric", "source", "mask_spec", "value", "point", "setting", "unit",
               "norm", "dtype"):
         df[k] = df[k].astype(str)
@@ -104,17 +74,14 @@ def normalise(df: pd.DataFrame, labels: Mapping[str, Any] | None = None) -> pd.D
 
 
 def _as_values(v: Any) -> np.ndarray:
-    """A row's per-window values as a 1-D float64 array; empty for a missing entry
-    (None or NaN, as left by concatenating rows without values)."""
+    """A row's per-window values as a 1-D float64 array; empty for None or NaN."""
     if v is None or (np.ndim(v) == 0 and (not isinstance(v, (int, float, np.number)) or np.isnan(v))):
         return np.empty(0)
     return np.asarray(v, dtype=np.float64).reshape(-1)
 
 
 def applies(column: str, value: Any) -> bool:
-    """Whether a condition column's ``value`` says something: the neutral fillers of
-    :data:`EXTRA_COLUMNS` (empty, NaN, seed/depth -1) and the ``default`` setting do not
-    (a probe row has no ``sphere_radius`` or ``d_qk``)."""
+    """Whether a condition column's ``value`` says something (not a neutral filler or ``default``)."""
     if value is None or value == "" or (isinstance(value, (float, np.floating)) and np.isnan(value)):
         return False
     if column in ("depth", "seed") and int(value) < 0:
@@ -123,9 +90,7 @@ def applies(column: str, value: Any) -> bool:
 
 
 def condition_of(row: Mapping[str, Any]) -> str:
-    """Readable label of one condition, e.g.
-    ``simulate minilm mask=sliding_window:w=9 variant=ln norm=sphere value=gaussian d_qk=1``;
-    columns that do not apply (:func:`applies`) are left out."""
+    """Readable label of one condition, e.g. ``source=simulate mask_spec=causal variant=pure``."""
     bits = []
     for k in CONDITION_COLUMNS:
         v = row.get(k)

@@ -1,59 +1,26 @@
-"""Participation ratio against the number of keys as table rows: the ``temperature_law``
-unit kind of the temperature-law experiment (``configs/laws.yaml``, docs/phase.md,
-"Temperature laws").
+"""Unit kinds of the temperature-law experiment (``configs/laws.yaml``; docs/phase.md,
+"Temperature laws" and "Temperature against sequence length"; docs/reproduce.md).
 
-One unit is one law (``law``, a :mod:`rankcollapse.dynamics.temperature_laws` spec) at one
-width ``d_model`` over the key counts ``n_tokens`` (powers of ten):
-:func:`rankcollapse.theory.temperature.participation_scan` with ``keys`` (default
-``sphere``), ``query`` (default ``fresh``), ``n_queries`` (the scale's) and ``draw_seed`` (default 0;
-``seed`` is the weight seed of the tables, -1 here: no weights are drawn).
-Rows: metric ``participation_ratio`` at ``layer = log10 N`` (so a fitted per-layer
-``rate`` is the factor by which the mean PR grows per decade of N, ``10^exponent``), the
-per-query values kept (a claim's bootstrap resamples the queries), ``point =
-"n_tokens.N"``.
+``temperature_law``: the participation ratio of one law (``law``) at width ``d_model``
+over key counts ``n_tokens`` (powers of ten), :func:`rankcollapse.theory.temperature.participation_scan`
+(``keys``, ``query``, ``n_queries``, ``draw_seed``). Rows ``participation_ratio`` at
+``layer = log10 N``, ``point = "n_tokens.N"``, per-query values.
 
-Labels: ``source = temperature_law``, ``model`` = the keys' input name, ``variant =
-"LAW,d=D"`` (the law's canonical spec), ``mask = complete``, ``dtype = float64``.
+``temperature_switch``: per N (powers of two) the switch ``x*`` of ``β = law:x`` over
+``grid`` (:func:`rankcollapse.theory.critical.switch` of
+:func:`~rankcollapse.theory.temperature.switch_ratios`, or the closed form for ``tokens:
+exact``). Rows at ``layer = log2 N``: ``gamma_switch`` and ``gamma_distance``
+``|x* - γ_c| / γ_c`` with ``γ_c = 1 / (1 - rho)``.
 
-The ``temperature_switch`` unit kind: where one attention layer on almost-simplex tokens
-switches from collapse to no collapse (docs/phase.md, "Temperature against sequence
-length"). Per ``N`` in ``n_tokens`` (powers of two) and coefficient ``x`` in ``grid``, the
-scale is ``β = law:x`` at ``(N, d_model)`` (``law`` a family of
-:mod:`rankcollapse.dynamics.temperature_laws` with one parameter: ``log``, ``pow``,
-``ssmax``); :func:`rankcollapse.theory.temperature.switch_ratios` gives ``r(x) = m(1) /
-m(0)`` of each of ``n_samples`` inputs ``tokens`` (seed ``draw_seed``, default 0), and
-:func:`rankcollapse.theory.critical.switch` the switch ``x*`` where ``r`` first crosses 1/2.
-``tokens: exact`` reads :func:`~rankcollapse.theory.temperature.simplex_switch_ratio`
-instead (exactly equiangular tokens, the ``d >= N`` limit, in closed form; one value, no
-samples). Rows at ``layer = log2 N``: ``gamma_switch`` (``x*`` of each input) and
-``gamma_distance``, ``|x* - γ_c| / γ_c`` with the paper's ``γ_c = 1 / (1 - ρ)`` (``rho``,
-default 0.5, the ``simplex`` input's): a rate fitted over layers is the factor by which
-the distance changes per doubling of N. Labels: ``source = temperature_switch``,
-``model`` = ``tokens``, ``variant = "LAW,d=D"`` (``d=inf`` for ``exact``), ``mask =
-complete``, ``dtype = float64``.
+``gap_count``: the gap-counting fits (:func:`rankcollapse.metrics.attention.gap_growth`,
+``k_max =`` :data:`GAP_K_MAX`) of a pretrained model's attention rows with more than
+``k_max`` keys, block ``k`` at ``layer = k + 1``, beside Gaussian and uniform logits of
+the same rows' variance (``variant`` ``model | gaussian | uniform``). Metrics per window:
+``gap_r2_exp``, ``gap_r2_pow``, ``gap_fit_advantage`` (their difference), ``gap_rate``
+(NaN for a row whose logits are equal to round-off) and ``gap_exponent``.
 
-The ``gap_count`` unit kind: the gap-counting function of a pretrained model's attention
-rows (:func:`rankcollapse.metrics.attention.gap_growth` on the log-probabilities of
-:func:`rankcollapse.models.probe.attention_maps`, every head and real query of block
-``k`` at ``layer = k + 1``, ``point = "layer.k.attention"``) on ``n_samples`` windows,
-the rows whose mask allows more than the fit's ``k_max = 32`` keys only (every row under
-a complete mask; under a causal one the queries at positions 33..N, so every row is fit
-on the same 31 keys nearest its maximum; fewer than 33 tokens are refused), beside two
-synthetic rows of the same shape, allowed keys and per-row logit variance: i.i.d.
-Gaussian logits (an unbounded tail: a near-top count that grows exponentially) and
-i.i.d. uniform ones (a flat density at a bounded top: ``n(g) ∝ g``), drawn with seed
-``draw_seed`` (default 0). Metrics per window (mean over heads and queries):
-``gap_r2_exp``, ``gap_r2_pow`` (the two fits' R²), ``gap_fit_advantage`` (their
-difference, > 0 where the exponential fits better), ``gap_rate`` (the exponential rate
-``a``, per unit logit) and ``gap_exponent`` (the power ``p``). A row whose logits are
-equal to round-off (standard deviation at most ``eps max(1, |mean|)``, ``eps`` that of the
-maps' dtype: each log-probability is known to about ``eps``, and the row's mean carries
-``eps |mean|``) has no logit scale: its ``gap_rate`` is NaN in all three variants (a
-rate per unit logit of its round-off would be ``~1 / eps``; its gaps, all zero or
-round-off, give the model variant no fit), and the scale-free fits stand. Labels: ``source =
-gap_count``, ``variant`` = ``model``, ``gaussian`` or ``uniform`` (the rows' logits),
-``value`` = ``pretrained`` or ``random_init`` (``control: random-init``), ``mask`` the
-model's own (``complete`` or ``causal``), ``dtype = float32`` (the model's probabilities).
+Labels: ``source`` the kind, ``mask = complete`` (``gap_count``: the model's own),
+``dtype = float64`` (``gap_count``: float32).
 """
 
 from __future__ import annotations
@@ -66,9 +33,8 @@ import pandas as pd
 
 from ..errors import ConfigError
 from ..sweep.units import register_unit_kind
-from .units import key_params
 from .table import normalise, rows_from_metrics
-from .units import _labels
+from .units import _labels, key_params
 
 
 def law_variant(law: str, d_model: int) -> str:
@@ -90,7 +56,7 @@ def _decades(sizes: list[int], base: int = 10, kind: str = "temperature_law") ->
 
 
 def temperature_law_rows(p: dict[str, Any]) -> pd.DataFrame:
-    """Rows of one ``temperature_law`` unit (module docstring) from its parameters."""
+    """Rows of one ``temperature_law`` unit from its parameters."""
     from ..theory.temperature import participation_scan
 
     sizes = [int(n) for n in p["n_tokens"]]
@@ -105,7 +71,7 @@ def temperature_law_rows(p: dict[str, Any]) -> pd.DataFrame:
 
 
 def run_temperature_law(unit: Any, ctx: Any) -> pd.DataFrame:
-    """The ``temperature_law`` unit kind (module docstring)."""
+    """The ``temperature_law`` unit kind."""
     p = unit.params
     labels = _labels(unit, model=str(p.get("keys", "sphere")), variant=law_variant(p["law"], p["d_model"]),
                      mask="complete", mask_spec="complete", dtype="float64")
@@ -113,7 +79,7 @@ def run_temperature_law(unit: Any, ctx: Any) -> pd.DataFrame:
 
 
 def temperature_switch_rows(p: dict[str, Any]) -> pd.DataFrame:
-    """Rows of one ``temperature_switch`` unit (module docstring) from its parameters."""
+    """Rows of one ``temperature_switch`` unit from its parameters."""
     from ..dynamics.temperature_laws import parse_law
     from ..theory.critical import paper_gamma, switch
     from ..theory.temperature import simplex_switch_ratio, switch_ratios
@@ -146,8 +112,7 @@ GAP_K_MAX = 32
 
 
 def gap_count_rows(maps: dict[str, Any], draw_seed: int = 0, *, mask: str = "complete") -> pd.DataFrame:
-    """Rows of one ``gap_count`` unit (module docstring) from the attention maps
-    ``{"layer.k.attention": (B, H, N, N)}`` of its windows under the model's ``mask`` spec."""
+    """Rows of one ``gap_count`` unit from the maps ``{"layer.k.attention": (B, H, N, N)}``."""
     import torch
 
     from ..masks.adapt import dense_mask
@@ -176,7 +141,7 @@ def gap_count_rows(maps: dict[str, Any], draw_seed: int = 0, *, mask: str = "com
         for variant, logits in zip(GAP_LOGITS, (z, gauss, unif)):
             fit = gap_growth(logits.masked_fill(~allowed, -math.inf), k_max=GAP_K_MAX)
             fit["fit_advantage"] = fit["r2_exp"] - fit["r2_pow"]
-            fit["rate"] = fit["rate"].masked_fill(flat, math.nan)  # no logit scale (module docstring)
+            fit["rate"] = fit["rate"].masked_fill(flat, math.nan)  # no logit scale: a rate of round-off
             for metric, key in [*GAP_METRICS.items(), ("gap_fit_advantage", "fit_advantage")]:
                 per[variant][metric].append(fit[key].flatten(1).nanmean(-1).numpy())  # (B,)
     layers = [int(n.split(".")[-2]) + 1 for n in names]
@@ -195,7 +160,6 @@ def run_gap_count(unit: Any, ctx: Any) -> pd.DataFrame:
     p = unit.params
     _, value, loaded = _probe_condition(p, ctx.model(p["model"]), ())
     maps = attention_maps(loaded, ctx.windows(p["model"], int(p["n_samples"])), batch_size=int(p.get("batch_size", 8)))
-    # a causal model's rows: the keys up to the query
     native = native_mask_of(loaded)
     labels = _labels(unit, value=value, mask=native, mask_spec=native, dtype="float32")
     labels.pop("variant")
@@ -203,7 +167,7 @@ def run_gap_count(unit: Any, ctx: Any) -> pd.DataFrame:
 
 
 def run_temperature_switch(unit: Any, ctx: Any) -> pd.DataFrame:
-    """The ``temperature_switch`` unit kind (module docstring)."""
+    """The ``temperature_switch`` unit kind."""
     p = unit.params
     tokens = str(p.get("tokens", "simplex"))
     d = "inf" if tokens == "exact" else int(p.get("d_model", 64))
@@ -212,8 +176,7 @@ def run_temperature_switch(unit: Any, ctx: Any) -> pd.DataFrame:
     return normalise(temperature_switch_rows(p), labels)
 
 
-# Registered with the sweep engine beside the other experiment kinds (schema.py imports
-# this module); the version is bumped when a change alters these units' labels or numbers.
+# the version is bumped when a change alters these units' labels or numbers
 register_unit_kind("temperature_law", run_temperature_law, version=1, group="experiments", key_params=key_params)
 register_unit_kind("gap_count", run_gap_count, version=3, group="experiments", key_params=key_params)
 register_unit_kind("temperature_switch", run_temperature_switch, version=1, group="experiments", key_params=key_params)

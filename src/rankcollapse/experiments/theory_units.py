@@ -1,8 +1,6 @@
-"""Theory checks as table rows (the ``theory`` unit kind), via ``rankcollapse.theory``.
-
-Rows use ``model = "theory"``, ``variant = <check>``; scalar results sit at ``layer 0``
-(or at ``layer = k`` for per-rank counts) with ``n_samples`` the number of draws behind
-them; trajectories use one row per layer like the simulations.
+"""Theory checks as table rows (the ``theory`` unit kind), via ``rankcollapse.theory``:
+``model = "theory"``, ``variant = <check>``; scalars at ``layer 0`` (or ``layer = k`` per
+rank k), trajectories one row per layer.
 """
 
 from __future__ import annotations
@@ -80,34 +78,13 @@ def rows_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 
 
 def rows_equilibria_search(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
-    """Equilibria of ONE system counted by the numerical search, per rank k, from three
-    kinds of start.
-
-    The system: causal mask, ``W_Q = W_K = 0``, ``W_V = diag(λ)`` with the full-rank
-    construction eigenvalues ``λ = construction_eigenvalues(d, min(N, d))``. For every
-    k its first k coordinates carry the rank-k construction (eigenvalues are a rescaled
-    prefix, and the scale of W_V does not change SA-LN), so the construction predicts
-    ≥ 2^k equilibria of every rank k at once. Every state ``theory.find_equilibria``
-    returns is a fixed point to ``tol = 1e-12`` (max |F(X) - X|), deduplicated (max-abs
-    1e-4), its rank the numerical rank and its stability the package's tangent report.
-
-    What each row shows (``layer = k``):
-
-    - ``n_found``: distinct equilibria of rank k from the constructed states themselves
-      plus the random starts; ``n_constructed_found``: how many of the 2^k constructed
-      states come back. This verifies the construction's states are distinct fixed points
-      of the step as the search computes it; it cannot find fewer than the construction
-      unless the construction is wrong, so it is no discovery.
-    - ``n_found_perturbed`` / ``n_constructed_perturbed``: distinct rank-k equilibria, and
-      how many of the 2^k constructed ones, reached by Newton from the constructed states
-      moved by Gaussian noise of std ``search_perturbation`` (default 0.01) per entry and
-      renormalised, with no other start: the constructed states are isolated and found
-      from nearby, still seeded by the construction.
-    - ``n_found_random`` / ``n_constructed_random``: the same from ``search_starts``
-      uniform random starts alone (half damped iteration, half Newton only): what the
-      search finds by itself.
-    - ``n_stable``: stable equilibria of rank k among everything found.
-    - ``expected_min = 2^k``.
+    """Equilibria of one system found by ``theory.find_equilibria`` per rank k (``layer =
+    k``; docs/theory.md): causal mask, ``W_Q = W_K = 0``, ``W_V = diag(construction_eigenvalues(d,
+    min(N, d)))``, which carries the rank-k construction (≥ 2^k equilibria) for every k.
+    ``n_found`` / ``n_constructed_found``: distinct equilibria and constructed ones found from
+    the constructed states plus random starts; ``*_perturbed``: from the constructed states
+    moved by noise of std ``search_perturbation`` only; ``*_random``: from ``search_starts``
+    random starts only; ``n_stable``; ``expected_min = 2^k``.
     """
     import itertools
 
@@ -149,10 +126,9 @@ def rows_equilibria_search(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 
 
 def rows_averaging_rate(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
-    """Per-layer μ contraction of uniform averaging over each mask at N = ``rate_n``:
-    the second-largest eigenvalue modulus of the row-stochastic matrix ``P = D^-1 M``
-    (M the mask), the rate at which ``X <- P X`` removes the non-uniform part. Rows
-    ``averaging_rate`` at layer 0, one per mask."""
+    """``averaging_rate`` of each mask at N = ``rate_n_tokens``: the second-largest
+    eigenvalue modulus of ``P = D^-1 M``, the rate at which ``X <- P X`` removes the
+    non-uniform part."""
     import numpy as np
 
     from ..masks import parse_mask
@@ -168,13 +144,9 @@ def rows_averaging_rate(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 
 
 def _example_trajectories(p: dict[str, Any], in_basin: bool) -> pd.DataFrame:
-    """μ/‖X‖_F and μ per layer of the N = d = 2 causal SA-LN example
-    (``theory.causal_example_2x2``: ``W_Q = W_K = 0``, ``W_V = [[1, -3], [0, 2]]``),
-    float64, ``example_samples`` starts run ``example_depth`` layers. In its basin:
-    token 0 within ±0.05 rad of (0, 1) and token 1 within ±0.05 rad of the stable
-    rank-2 point B (docs/theory.md §3a), so the state stays at rank 2 and μ/‖X‖_F
-    bounded away from 0. Outside: token 1 at an angle in (60°, 250°), outside B's arc
-    (−90°, 32.33°), so both tokens meet at (0, 1) and μ/‖X‖_F → 0."""
+    """μ/‖X‖_F and μ per layer of the N = d = 2 causal SA-LN example (docs/theory.md §3a),
+    float64: token 0 within ±0.05 rad of (0, 1), token 1 within ±0.05 rad of the stable
+    rank-2 point B (``in_basin``) or at an angle in (60°, 250°), outside B's arc."""
     import math
 
     import torch
@@ -201,26 +173,20 @@ def _example_trajectories(p: dict[str, Any], in_basin: bool) -> pd.DataFrame:
 
 
 def rows_ln_example_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
-    """The N = d = 2 causal SA-LN example started in the basin of its stable rank-2
-    equilibrium: LayerNorm with a properly chosen W_V that certainly stops collapse."""
+    """The N = d = 2 causal SA-LN example started in its rank-2 basin: no collapse."""
     return _example_trajectories(p, True)
 
 
 def rows_ln_example_outside(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
-    """The same system started outside that basin: it certainly collapses (rank 1)."""
+    """The same example started outside that basin: collapse to rank 1."""
     return _example_trajectories(p, False)
 
 
 def rows_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
-    """A system with no equilibrium at all, read like ``equilibria_search`` and
-    ``basin``: complete mask, ``W_Q = W_K = 0``, ``W_V = -I``. Attention is uniform, so
-    after one step every token is ``-normalise(mean)`` and the next step flips its sign:
-    no state is a fixed point (``control_starts`` random starts, default 16: none can
-    converge, so a few show it). Rows as C10's: per rank k (``layer = k``) ``n_found`` and
-    ``n_constructed_perturbed`` (both the equilibria found: 0 when the search converges
-    nowhere) and ``expected_min = 2^k``; ``basin_ci_low`` at
-    layer 0 (the Wilson lower bound of the fraction of random N = d = 2 starts ending at
-    a rank-2 equilibrium: 0 hits)."""
+    """A system with no equilibrium (complete mask, ``W_Q = W_K = 0``, ``W_V = -I``: every
+    step flips the sign of ``normalise(mean)``), read like ``equilibria_search`` and
+    ``basin``: per rank k ``n_found``, ``n_constructed_perturbed`` (both what the search
+    finds) and ``expected_min``; at layer 0 the basin fraction with its Wilson interval."""
     import torch
     from scipy.stats import binomtest
 
@@ -243,7 +209,6 @@ def rows_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
         found = []
     rows = []
     for k in range(1, min(n, d) + 1):
-        # no constructed states exist here: what any search recovers is what it finds (0)
         hits = sum(e.rank == k for e in found)
         rows += _scalar_rows({"n_found": hits, "n_constructed_perturbed": hits, "expected_min": 2**k}, "complete",
                              layer=k)
