@@ -100,8 +100,7 @@ class SimResult(NotebookResult):
         """Settings and the last layer's mean of every metric (JSON-ready)."""
         last = {f"final_mean_{k}": float(v[-1].mean()) for k, v in self.metrics.items()}
         scalars = {k: v for k, v in self.config.items() if isinstance(v, (bool, int, float, str))}
-        stopped = None if self.stopped is None else {"after_layer": self.stopped.after_layer,
-                                                         "samples": list(self.stopped.samples)}
+        stopped = None if self.stopped is None else self.stopped.to_dict()
         return {**scalars, **last, "zero_rows": list(self.zero_rows), "stopped": stopped}
 
     def report(self, metrics: Sequence[str] | None = None, *, float64: str = "dtype=torch.float64") -> dict:
@@ -130,8 +129,7 @@ class SimResult(NotebookResult):
         if self.stopped is not None:
             notes.append(self.stopped.message(depth, float64=float64))
         floor = mark_floor(layers, shown, dtype, self.config["n_tokens"], self.config["d_model"])
-        stopped = None if self.stopped is None else {"after_layer": self.stopped.after_layer,
-                                                      "samples": self.stopped.samples}
+        stopped = None if self.stopped is None else self.stopped.to_dict()
         return {"metrics": shown, "layers": layers, "floor": floor, "stopped": stopped, "notes": notes}
 
     def plot(self, metrics: list[str] | None = None, *, ax: Any = None, title: str | None = None) -> Any:
@@ -295,6 +293,9 @@ class ZeroStop:
     samples: list[int]
     dtype: str
 
+    def to_dict(self) -> dict:
+        return {"after_layer": self.after_layer, "samples": list(self.samples)}
+
     def message(self, depth: int, float64: str = "dtype=torch.float64") -> str:
         """One line: where, which samples, which layers are not measured (``float64``: how
         the caller asks for float64)."""
@@ -327,6 +328,8 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                     raise ConfigError(f"X has non-finite values after layer {t + 1} (overflow in {X.dtype}); "
                                       "use dtype=torch.float64, a smaller-norm value family, or a normalisation")
                 zero_rows.append(z)
+                if record_states:
+                    states.append(X.cpu())
                 try:
                     rows.append(_measure_at(measure, X, metric_mask, t + 1, peak, prev, lw))
                 except MetricError:
@@ -335,11 +338,7 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                     if not zero or not prev_peak < math.sqrt(torch.finfo(X.dtype).tiny):
                         raise
                     stop = ZeroStop(t + 1, zero, str(X.dtype).replace("torch.", ""))
-                    if record_states:
-                        states.append(X.cpu())
                     break
-                if record_states:
-                    states.append(X.cpu())
                 if bar is not None:
                     bar.advance()
             if cfg.final_norm and stop is None:

@@ -50,15 +50,12 @@ def draw_mask(mask: Mask, analysis: MaskAnalysis | None = None, out: str | Path 
         ax.scatter(np.full(centers.size, -0.5 - n * 0.02), centers, marker=">", color="crimson",
                    s=18, clip_on=False)
         ax.legend(loc="lower left", bbox_to_anchor=(0.0, -0.14), frameon=False, fontsize=8)
-    status = (f"QSC, radius {analysis.radius}" if analysis.quasi_strongly_connected
-              else "not QSC")
+    status = f"QSC, radius {analysis.radius}" if analysis.quasi_strongly_connected else "not QSC"
     if analysis.diameter is not None:
         status += f", diameter {analysis.diameter}"
     ax.set_title(f"{mask.spec}\nN = {n}; {status}", fontsize=9)
-    ax.set_xlabel("key token j")
-    ax.set_ylabel("query token i  (M[i, j]: i attends to j)")
-    ax.set_xlim(-0.5 - n * 0.04, n - 0.5)
-    ax.set_ylim(n - 0.5, -0.5 - n * 0.04)
+    ax.set(xlabel="key token j", ylabel="query token i  (M[i, j]: i attends to j)",
+           xlim=(-0.5 - n * 0.04, n - 0.5), ylim=(n - 0.5, -0.5 - n * 0.04))
     fig.tight_layout()
     if out is not None:
         save_figure(fig, out, dpi=120)
