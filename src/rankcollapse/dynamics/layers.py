@@ -127,8 +127,6 @@ class Attention:
             split = self.operator is not None and self.operator.kind == "diff"  # halves of the real q and k
             Q, K, V = project_qkv(X, lw, uniform=self.uniform, scratch=self._scratch, split_qk=split)  # (B, H, N, d_head)
             scale = self.default_scale if lw.scale is None else lw.scale
-        if self.operator is not None:
-            return self._operator(X, Q, K, V, lw, scale, head_eps)
         overflow = False if qk_norm is not None else None  # |scores| <= |g|; else unknown: reduce over Q, K
         if (qk_norm is None and x_peak is not None and lw.W_MV is not None and lw.position_bias is None
                 and not self.uniform):
@@ -147,26 +145,21 @@ class Attention:
                                        overflow=overflow)
         else:
             bias = None if lw.position_bias is None else lw.position_bias(X.shape[1]).to(X.dtype)
-            need = self.record_epsilon or self.record_attention
-            O, A = dense_attention(Q, K, V, self.mask_dense, scale=scale, bias=bias, need_weights=need,
-                                   overflow=overflow, scratch=self._scratch)
-            eps = None if A is None else A.masked_fill(~self.mask_dense, float("inf")).amin()
+            if self.operator is not None:  # not row-stochastic: dense only, its row-mass deficit recorded
+                A = operator_weights(Q, K, self.mask_dense, self.operator, scale=scale, bias=bias)
+                self.row_mass.append(row_mass_quantiles(A).cpu())
+                O = A @ V
+            else:
+                need = self.record_epsilon or self.record_attention
+                O, A = dense_attention(Q, K, V, self.mask_dense, scale=scale, bias=bias, need_weights=need,
+                                       overflow=overflow, scratch=self._scratch)
+            # the smallest allowed entry (signed: differential attention may be negative)
+            eps = A.masked_fill(~self.mask_dense, float("inf")).amin() if self.record_epsilon else None
             if self.record_attention:
                 self.attention.append(A.detach())
         if self.record_epsilon:
             self.epsilon.append(eps)
         return merge_heads(O, lw, head_eps)
-
-    def _operator(self, X, Q, K, V, lw, scale, head_eps=None) -> torch.Tensor:
-        """A layer of a non-row-stochastic operator (dense), with its records."""
-        bias = None if lw.position_bias is None else lw.position_bias(X.shape[1]).to(X.dtype)
-        A = operator_weights(Q, K, self.mask_dense, self.operator, scale=scale, bias=bias)
-        self.row_mass.append(row_mass_quantiles(A).cpu())
-        if self.record_epsilon:  # the smallest allowed entry, signed (diff attention may be negative)
-            self.epsilon.append(A.masked_fill(~self.mask_dense, float("inf")).amin())
-        if self.record_attention:
-            self.attention.append(A.detach())
-        return merge_heads(A @ V, lw, head_eps)
 
 
 def qk_norm_scale(cfg: BlockConfig, n_tokens: int) -> float | None:

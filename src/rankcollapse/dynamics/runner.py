@@ -12,6 +12,8 @@ import numpy as np
 import torch
 
 from .._display import NotebookResult
+from .._figure import new_axes
+from .._io import strict_json
 from .._progress import Steps, steps
 from .._validate import check_device, check_float, check_tensor_storage
 from ..errors import ConfigError, MetricError
@@ -21,7 +23,9 @@ from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, STEP_METRICS, compute_metrics
 from ..metrics.registry import UNSCALED_METRICS, WEIGHT_METRICS
 from ..metrics._context import MetricContext, RankTolerance
-from ..metrics.core import mu_finite
+from ..metrics.core import dominant_token_text, mu_finite
+from ..metrics.floor import epsilon as dtype_epsilon, mark_floor
+from ..points import point_after
 from .attention import kept
 from .config import BlockConfig, RunConfig, resolve_variant, variant_name
 from .operators import parse_attention
@@ -109,10 +113,6 @@ class SimResult(NotebookResult):
         ``layers`` (per layer the means over samples, ``epsilon_measured``,
         ``row_mass_deficit_q05/q50/q95``, ``at_floor``), ``floor``, ``stopped`` and
         ``notes`` (``float64``: how the caller asks for float64)."""
-        from .._io import strict_json
-        from ..metrics.floor import mark_floor
-        from ..points import point_after
-
         depth, dtype, eps = self.config["depth"], self.config["dtype"], self.epsilon_measured
         layers = [{"layer": t, "point": point_after(t),
                    **{k: strict_json(float(v[t].mean())) for k, v in self.metrics.items()},
@@ -135,8 +135,6 @@ class SimResult(NotebookResult):
     def plot(self, metrics: list[str] | None = None, *, ax: Any = None, title: str | None = None) -> Any:
         """Mean over samples of ``metrics`` (default μ, μ/‖X‖_F) against layer, log-log,
         layer 0 dotted; returns the figure."""
-        from .._figure import new_axes
-
         fig, ax = new_axes(ax, figsize=(6, 4))
         names = metrics or [k for k in ("mu", "mu_relative") if k in self.metrics] or list(self.metrics)
         for name in names:
@@ -151,9 +149,6 @@ class SimResult(NotebookResult):
 
 def _state_notes(layers: list[dict], attention: str, dtype: str) -> list[str]:
     """Notes on what μ/‖X‖_F does not show in ``layers`` (:meth:`SimResult.report`)."""
-    from ..metrics.core import dominant_token_text
-    from ..metrics.floor import epsilon
-
     notes = []
     if not parse_attention(attention).row_stochastic:
         notes.append(f"attention {attention} is not row-stochastic (rows sum to 1 - row_mass_deficit): "
@@ -166,7 +161,7 @@ def _state_notes(layers: list[dict], attention: str, dtype: str) -> list[str]:
     radius = [(row["layer"], row["token_radius"]) for row in layers if row.get("token_radius") is not None]
     if radius and radius[0][1] > 0:
         (_, r0), (t, r) = radius[0], radius[-1]
-        if r <= epsilon(dtype) * r0:
+        if r <= dtype_epsilon(dtype) * r0:
             notes.append(f"the tokens decay towards 0: mean token norm {r0:.3g} at the input, {r:.3g} at layer {t} "
                          f"(below {dtype}'s machine epsilon times the input's: at the input's scale X is zero; "
                          f"{dtype} underflows below {float(np.finfo(np.dtype(dtype)).tiny):.3g})")

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from .._figure import new_axes, save_figure
 from ..errors import MaskError
-from .graph import MaskAnalysis
+from .graph import MaskAnalysis, analyze
 from .mask import Mask
 
 
@@ -32,11 +33,7 @@ def draw_mask(mask: Mask, analysis: MaskAnalysis | None = None, out: str | Path 
     ``out``: also write the image there (format from the suffix; :func:`image_format`)."""
     if out is not None:
         image_format(out)
-    from .._figure import new_axes, save_figure
-
     if analysis is None:
-        from .graph import analyze
-
         analysis = analyze(mask)
     n = mask.n_tokens
     dense = mask.to_numpy()

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from .._io import file_sha256
 from ..errors import MaskError, excerpt
 from . import interval_graph
 from .mask import Mask
@@ -55,8 +56,6 @@ def mask_files(source: Any) -> list[str]:
 
 def mask_digests(source: Any) -> list[str]:
     """SHA-256 (16 hex digits) of each file of :func:`mask_files`; MaskError if one cannot be read."""
-    from .._io import file_sha256
-
     out = []
     for path in mask_files(source):
         try:

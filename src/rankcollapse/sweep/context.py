@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from .. import assets, data
+from ..dynamics.weights import random_layers
 from ..errors import DataError
 
 WEIGHT_CACHE = 2  # distinct weight draws RunContext.random_weights keeps
@@ -65,8 +66,6 @@ class RunContext:
                        out_proj: bool = False, mlp_ratio: int | None = None) -> list:
         """``dynamics.weights.random_layers``, drawn once for the units that share the
         arguments; the last :data:`WEIGHT_CACHE` draws are kept (units sharing weights run in a row)."""
-        from ..dynamics.weights import random_layers
-
         key = (int(d_model), int(depth), int(seed), str(value), str(query_key), int(n_heads), bool(out_proj), mlp_ratio)
         if key not in self._weights:
             while len(self._weights) >= WEIGHT_CACHE:

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from .._display import fixed
+from .._figure import colour, new_axes, save_figure
 from ..dynamics.inputs import sphere_tokens
 from ..errors import ConfigError
 from .equilibria import causal_example_2x2
@@ -44,8 +45,6 @@ def portrait_2d(path: str | Path | None = None, *, ax: Any = None, **kwargs: Any
     data = portrait_2d_data(**kwargs)
     fig = plot_portrait_2d(data, kwargs.get("system"), ax=ax)
     if path is not None:
-        from .._figure import save_figure
-
         save_figure(fig, path, dpi=120)
     return data
 
@@ -53,8 +52,6 @@ def portrait_2d(path: str | Path | None = None, *, ax: Any = None, **kwargs: Any
 def plot_portrait_2d(data: dict[str, Any], system: AttentionSystem | None = None, *, ax: Any = None) -> Any:
     """Draw :func:`portrait_2d_data`'s output; returns the figure. ``system`` (for the title):
     the one the data came from, default the ``N = d = 2`` causal example."""
-    from .._figure import new_axes
-
     system = system or causal_example_2x2().system
     fig, ax = new_axes(ax, figsize=(6.4, 4.6))
     for s, color in ((1, "tab:blue"), (-1, "tab:orange")):
@@ -110,16 +107,12 @@ def trajectories_3d(path: str | Path | None = None, system: AttentionSystem | No
         path_states.append(X)
     traj = torch.stack(path_states).numpy()
     if path is not None:
-        from .._figure import save_figure
-
         save_figure(plot_trajectories_3d(traj), path, dpi=110)
     return traj
 
 
 def plot_trajectories_3d(traj: np.ndarray, *, ax: Any = None) -> Any:
     """Draw token paths ``traj`` ``(depth+1, B, N, 3)`` on the unit sphere (on a 3-D ``ax`` if given)."""
-    from .._figure import colour, new_axes
-
     traj = np.asarray(traj)
     depth, n_tokens = traj.shape[0] - 1, traj.shape[2]
     fig, ax = new_axes(ax, figsize=(6, 6), projection="3d")
