@@ -204,10 +204,20 @@ def placement_update(X: torch.Tensor, cfg: BlockConfig, sa, norm, *, layer: int 
     a, p = cfg.alpha, cfg.placement
     if p == "none":
         return norm(sa(X))
-    if p == "ngpt":
-        return _ngpt(X, cfg, sa(X), norm, mlp)
-    if p == "peri":
-        return _peri(X, cfg, sa, norm, mlp)
+    if p in ("ngpt", "peri"):  # each sublayer f (SA, then the MLP) in turn, z counting every norm's zero rows
+        z = 0
+        for f in (sa, mlp):
+            if f is None:
+                continue
+            if p == "ngpt":  # X <- D(X + alpha_ngpt (D f(X) - X)), D the sphere norm
+                H, z2 = norm(f(X))
+                X, z3 = norm(X + cfg.alpha_ngpt * (H - X))
+            else:  # Peri-LN: X <- alpha X + norm(f(norm(X)))
+                Xn, z2 = norm(X)
+                Y, z3 = norm(f(Xn))
+                X = a * X + Y
+            z = z + z2 + z3
+        return X, z
     if p == "post_ln" or (p == "mix" and layer <= cfg.mix_layers):
         Y = sa(X)
         X, z = norm(Y if a == 0 else a * X + Y)
@@ -222,29 +232,4 @@ def placement_update(X: torch.Tensor, cfg: BlockConfig, sa, norm, *, layer: int 
     if mlp is not None:
         Xn, z2 = norm(X)
         X, z = a * X + mlp(Xn if s is None else Xn * s), z + z2
-    return X, z
-
-
-def _peri(X, cfg: BlockConfig, sa, norm, mlp):
-    """Peri-LN: ``X <- alpha X + norm(SA(norm(X)))`` (then the same with the MLP)."""
-    Xn, z = norm(X)
-    Y, z2 = norm(sa(Xn))
-    X, z = cfg.alpha * X + Y, z + z2
-    if mlp is not None:
-        Xn, z2 = norm(X)
-        Y, z3 = norm(mlp(Xn))
-        X, z = cfg.alpha * X + Y, z + z2 + z3
-    return X, z
-
-
-def _ngpt(X, cfg: BlockConfig, Y, norm, mlp):
-    """nGPT: ``X <- D(X + alpha_ngpt (D Y - X))``, ``Y = SA(X)``, ``D`` the sphere norm (then the MLP)."""
-    step = cfg.alpha_ngpt
-    H, z = norm(Y)
-    X, z2 = norm(X + step * (H - X))
-    z = z + z2
-    if mlp is not None:
-        H, z2 = norm(mlp(X))
-        X, z3 = norm(X + step * (H - X))
-        z = z + z2 + z3
     return X, z

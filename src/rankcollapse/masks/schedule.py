@@ -77,8 +77,7 @@ def _split_items(body: str) -> list[str]:
 
 
 def _repeat(k: Any, label: str) -> int:
-    """A repeat count ``1 <= k <= MAX_PERIOD``; ``label`` (a mask spec, never ``str()`` of a YAML
-    structure) names the item."""
+    """A repeat count ``1 <= k <= MAX_PERIOD`` of the item ``label`` (a spec, never ``str()`` of YAML)."""
     item = excerpt(label)
     if isinstance(k, str) and k.isdigit():
         if len(k) > 18:  # never convert a 5000-digit string

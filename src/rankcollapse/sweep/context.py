@@ -35,8 +35,7 @@ def data_spec(text: str | Path | None, n_tokens: int, seed: int) -> dict[str, An
 
 @contextmanager
 def _quiet_transformers():
-    """Silence the progress bars drawn while a model loads (transformers' and GGUF's tqdm on
-    stderr): the run draws its own, and an error stays the only line; warnings still show."""
+    """Silence the progress bars of a model load (tqdm on stderr): the run draws its own; warnings still show."""
     from transformers.utils import logging as hf_logging
 
     was = hf_logging.is_progress_bar_enabled()

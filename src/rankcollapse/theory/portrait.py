@@ -13,6 +13,7 @@ from .._display import fixed
 from .._figure import colour, new_axes, save_figure
 from ..dynamics.inputs import sphere_tokens
 from ..errors import ConfigError
+from .basin import run_sa_ln
 from .equilibria import causal_example_2x2
 from .system import AttentionSystem, as_system, causal_uniform_system
 
@@ -30,9 +31,7 @@ def portrait_2d_data(system: AttentionSystem | None = None, *, n_angles: int = 7
     out: dict[str, Any] = {"start_deg": theta.numpy(), "final_deg": {}, "rank2": {}}
     for s in (1, -1):
         tok0 = torch.tensor([0.0, float(s)], dtype=torch.float64).expand(n_angles, 2)
-        X = torch.stack([tok0, tok1], dim=1)
-        for _ in range(depth):
-            X = system.step(X, check=False)
+        X = run_sa_ln(system, torch.stack([tok0, tok1], dim=1), depth)
         final = torch.rad2deg(torch.atan2(X[:, 1, 1], X[:, 1, 0]))
         out["final_deg"][s] = final.numpy()
         out["rank2"][s] = (torch.linalg.det(X).abs() > 1e-6).numpy()
@@ -76,10 +75,7 @@ def _matrix_text(W: torch.Tensor) -> str:
 def _pick_starts(system: AttentionSystem, n_starts: int, depth: int, generator: torch.Generator) -> torch.Tensor:
     """``n_starts`` random starts, about half ending above rank 1 when any of a pool of ``32 n_starts`` does."""
     pool = sphere_tokens(32 * n_starts, system.n_tokens, 3, generator=generator)
-    X = pool
-    for _ in range(depth):
-        X = system.step(X, check=False)
-    high = torch.linalg.matrix_rank(X, rtol=1e-6) > 1
+    high = torch.linalg.matrix_rank(run_sa_ln(system, pool, depth), rtol=1e-6) > 1
     idx_high, idx_low = high.nonzero().flatten(), (~high).nonzero().flatten()
     n_high = min(len(idx_high), n_starts // 2)
     chosen = torch.cat([idx_high[:n_high], idx_low[: n_starts - n_high]])
