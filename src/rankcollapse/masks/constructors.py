@@ -25,7 +25,8 @@ def closed(n_tokens: int, *, centers: Any, radius: int | None, strongly: bool,
 def _identity_like(n: int) -> dict[str, Any]:
     """Closed form of a mask whose only edges are self-loops."""
     one = n == 1
-    return closed(n, centers=[0] if one else [], radius=0 if one else None, strongly=one, diameter=0 if one else None)
+    return closed(n, centers=[0] if one else [], radius=0 if one else None, strongly=one,
+                  diameter=0 if one else None)
 
 
 def _rooted(n: int, radius: int) -> dict[str, Any]:
@@ -167,6 +168,8 @@ def _blocks(n: int, doc: np.ndarray, starts: np.ndarray, ends: np.ndarray, is_ca
         same = d[q] == d[kv]
         return same & (kv <= q) if is_causal else same
 
-    one = len(starts) == 1
-    cf = (causal(n) if is_causal else complete(n)).closed_form if one else closed(n, centers=[], radius=None, strongly=False)
+    if len(starts) == 1:
+        cf = (causal(n) if is_causal else complete(n)).closed_form
+    else:
+        cf = closed(n, centers=[], radius=None, strongly=False)
     return Mask(n, spec, intervals=(lo, hi), mask_mod=mod, closed_form=cf)

@@ -16,7 +16,8 @@ from ..errors import MaskError
 from .mask import Mask
 
 
-def to_additive(mask: Mask, *, dtype: torch.dtype = torch.float32, fill: Literal["-inf", "min"] = "-inf",
+def to_additive(mask: Mask, *, dtype: torch.dtype = torch.float32,
+                fill: Literal["-inf", "min"] = "-inf",
                 device: torch.device | str | None = None) -> torch.Tensor:
     """Additive float mask ``(N, N)``: 0 where allowed, ``-inf`` (or ``finfo(dtype).min``
     with ``fill="min"``) where masked; add it to the attention logits before softmax."""
@@ -38,7 +39,8 @@ def from_additive(additive: torch.Tensor, spec: str | None = None) -> Mask:
 
 
 def to_hf_4d(mask: Mask, *, batch_size: int = 1, form: Literal["bool", "additive"] = "additive",
-             dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> torch.Tensor:
+             dtype: torch.dtype = torch.float32,
+             device: torch.device | str | None = None) -> torch.Tensor:
     """Hugging Face 4-D attention mask ``(batch_size, 1, N, N)``: ``form="bool"`` as
     ``sdpa_mask`` (True = attend), ``form="additive"`` as ``eager_mask`` (0 = attend,
     ``finfo(dtype).min`` = masked)."""
@@ -86,7 +88,8 @@ def _ordered_blocks(sel: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor
     """FlexAttention's ``(num_blocks, indices)`` of the tiles ``sel`` (bool ``(n_b, n_b)``)."""
     num = sel.sum(axis=1).astype(np.int32)
     order = np.argsort(~sel, axis=1, kind="stable").astype(np.int32)
-    return torch.as_tensor(num, device=device)[None, None], torch.as_tensor(order, device=device)[None, None]
+    return (torch.as_tensor(num, device=device)[None, None],
+            torch.as_tensor(order, device=device)[None, None])
 
 
 def to_block_mask(mask: Mask, *, block_size: int = 128, device: torch.device | str = "cpu"):
