@@ -181,8 +181,7 @@ SMALL_SCORES = 16 * 2**20  # bytes of (B, H, N, N) scores below which CPU attent
 
 
 def _small_attention(Q, K, V, mask: torch.Tensor, scale: float, scratch: dict | None = None) -> torch.Tensor:
-    """Two batched matmuls and a softmax for bounded scores (on the CPU faster than SDPA's
-    flash kernel for small scores); scores and weights in kept tensors of ``scratch``."""
+    """Bounded scores by two batched matmuls and a softmax (on the CPU faster than SDPA), in kept buffers."""
     shape = (*Q.shape[:-1], K.shape[-2])  # (B, H, N, N)
     s_buf, a_buf = (kept(scratch, n, shape, Q.dtype, Q.device) for n in ("scores", "weights"))
     s = Q @ K.transpose(-1, -2) if s_buf is None else torch.matmul(Q, K.transpose(-1, -2), out=s_buf)

@@ -10,6 +10,7 @@ from typing import Any
 
 from .._validate import check_float, check_int
 from ..errors import ConfigError
+from .operators import parse_attention
 
 NORMS = ("none", "sphere", "layernorm", "rmsnorm", "dyt")
 BACKENDS = ("auto", "dense", "blocked", "flex")
@@ -76,8 +77,6 @@ class BlockConfig:
             raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if self.alpha is None:
             object.__setattr__(self, "alpha", default_alpha(self.placement))
-        from .operators import parse_attention
-
         object.__setattr__(self, "attention", parse_attention(self.attention).spec)
         if self.placement == "none" and self.alpha != 0:
             raise ConfigError("placement 'none' has no skip connection: use post_ln or pre_ln with alpha")

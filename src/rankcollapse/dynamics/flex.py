@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
+from ..masks.convert import to_block_mask
 
 
 class FlexBackend:
@@ -21,9 +22,6 @@ class FlexBackend:
         except ImportError:
             raise ConfigError(f"backend='flex' needs torch.nn.attention.flex_attention "
                               f"(torch {torch.__version__})") from None
-
-        from ..masks.convert import to_block_mask
-
         self.block_mask = to_block_mask(mask, block_size=block_size, device=device)
         self._fn = torch.compile(flex_attention, dynamic=False)
 

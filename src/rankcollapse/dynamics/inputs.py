@@ -154,14 +154,9 @@ def _cached_embeddings(model: str, n_tokens: int, n_samples: int, seed: int) -> 
 
 
 INPUTS: dict[str, Callable[..., torch.Tensor]] = {
-    "gaussian": gaussian_tokens,
-    "sphere": sphere_tokens,
-    "hemisphere": hemisphere_tokens,
-    "nonnegative": nonnegative_tokens,
-    "antipodal": antipodal_tokens,
-    "simplex": simplex_tokens,
-    "wikipedia": wikipedia_tokens,
-}
+    "gaussian": gaussian_tokens, "sphere": sphere_tokens, "hemisphere": hemisphere_tokens,
+    "nonnegative": nonnegative_tokens, "antipodal": antipodal_tokens, "simplex": simplex_tokens,
+    "wikipedia": wikipedia_tokens}
 #: inputs whose rows lie on the unit sphere
 ON_SPHERE = ("sphere", "hemisphere", "nonnegative", "antipodal", "simplex")
 

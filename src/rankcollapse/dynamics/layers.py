@@ -127,8 +127,6 @@ class Attention:
             split = self.operator is not None and self.operator.kind == "diff"  # halves of the real q and k
             Q, K, V = project_qkv(X, lw, uniform=self.uniform, scratch=self._scratch, split_qk=split)  # (B, H, N, d_head)
             scale = self.default_scale if lw.scale is None else lw.scale
-        if self.operator is not None:
-            return self._operator(X, Q, K, V, lw, scale, head_eps)
         overflow = False if qk_norm is not None else None  # |scores| <= |g|; else unknown: reduce over Q, K
         if (qk_norm is None and x_peak is not None and lw.W_MV is not None and lw.position_bias is None
                 and not self.uniform):
@@ -147,26 +145,21 @@ class Attention:
                                        overflow=overflow)
         else:
             bias = None if lw.position_bias is None else lw.position_bias(X.shape[1]).to(X.dtype)
-            need = self.record_epsilon or self.record_attention
-            O, A = dense_attention(Q, K, V, self.mask_dense, scale=scale, bias=bias, need_weights=need,
-                                   overflow=overflow, scratch=self._scratch)
-            eps = None if A is None else A.masked_fill(~self.mask_dense, float("inf")).amin()
+            if self.operator is not None:  # not row-stochastic: dense only, its row-mass deficit recorded
+                A = operator_weights(Q, K, self.mask_dense, self.operator, scale=scale, bias=bias)
+                self.row_mass.append(row_mass_quantiles(A).cpu())
+                O = A @ V
+            else:
+                need = self.record_epsilon or self.record_attention
+                O, A = dense_attention(Q, K, V, self.mask_dense, scale=scale, bias=bias, need_weights=need,
+                                       overflow=overflow, scratch=self._scratch)
+            # the smallest allowed entry (signed: differential attention may be negative)
+            eps = A.masked_fill(~self.mask_dense, float("inf")).amin() if self.record_epsilon else None
             if self.record_attention:
                 self.attention.append(A.detach())
         if self.record_epsilon:
             self.epsilon.append(eps)
         return merge_heads(O, lw, head_eps)
-
-    def _operator(self, X, Q, K, V, lw, scale, head_eps=None) -> torch.Tensor:
-        """A layer of a non-row-stochastic operator (dense), with its records."""
-        bias = None if lw.position_bias is None else lw.position_bias(X.shape[1]).to(X.dtype)
-        A = operator_weights(Q, K, self.mask_dense, self.operator, scale=scale, bias=bias)
-        self.row_mass.append(row_mass_quantiles(A).cpu())
-        if self.record_epsilon:  # the smallest allowed entry, signed (diff attention may be negative)
-            self.epsilon.append(A.masked_fill(~self.mask_dense, float("inf")).amin())
-        if self.record_attention:
-            self.attention.append(A.detach())
-        return merge_heads(A @ V, lw, head_eps)
 
 
 def qk_norm_scale(cfg: BlockConfig, n_tokens: int) -> float | None:
@@ -211,10 +204,20 @@ def placement_update(X: torch.Tensor, cfg: BlockConfig, sa, norm, *, layer: int 
     a, p = cfg.alpha, cfg.placement
     if p == "none":
         return norm(sa(X))
-    if p == "ngpt":
-        return _ngpt(X, cfg, sa(X), norm, mlp)
-    if p == "peri":
-        return _peri(X, cfg, sa, norm, mlp)
+    if p in ("ngpt", "peri"):  # each sublayer f (SA, then the MLP) in turn, z counting every norm's zero rows
+        z = 0
+        for f in (sa, mlp):
+            if f is None:
+                continue
+            if p == "ngpt":  # X <- D(X + alpha_ngpt (D f(X) - X)), D the sphere norm
+                H, z2 = norm(f(X))
+                X, z3 = norm(X + cfg.alpha_ngpt * (H - X))
+            else:  # Peri-LN: X <- alpha X + norm(f(norm(X)))
+                Xn, z2 = norm(X)
+                Y, z3 = norm(f(Xn))
+                X = a * X + Y
+            z = z + z2 + z3
+        return X, z
     if p == "post_ln" or (p == "mix" and layer <= cfg.mix_layers):
         Y = sa(X)
         X, z = norm(Y if a == 0 else a * X + Y)
@@ -229,29 +232,4 @@ def placement_update(X: torch.Tensor, cfg: BlockConfig, sa, norm, *, layer: int 
     if mlp is not None:
         Xn, z2 = norm(X)
         X, z = a * X + mlp(Xn if s is None else Xn * s), z + z2
-    return X, z
-
-
-def _peri(X, cfg: BlockConfig, sa, norm, mlp):
-    """Peri-LN: ``X <- alpha X + norm(SA(norm(X)))`` (then the same with the MLP)."""
-    Xn, z = norm(X)
-    Y, z2 = norm(sa(Xn))
-    X, z = cfg.alpha * X + Y, z + z2
-    if mlp is not None:
-        Xn, z2 = norm(X)
-        Y, z3 = norm(mlp(Xn))
-        X, z = cfg.alpha * X + Y, z + z2 + z3
-    return X, z
-
-
-def _ngpt(X, cfg: BlockConfig, Y, norm, mlp):
-    """nGPT: ``X <- D(X + alpha_ngpt (D Y - X))``, ``Y = SA(X)``, ``D`` the sphere norm (then the MLP)."""
-    step = cfg.alpha_ngpt
-    H, z = norm(Y)
-    X, z2 = norm(X + step * (H - X))
-    z = z + z2
-    if mlp is not None:
-        H, z2 = norm(mlp(X))
-        X, z3 = norm(X + step * (H - X))
-        z = z + z2 + z3
     return X, z

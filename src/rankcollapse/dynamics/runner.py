@@ -12,6 +12,8 @@ import numpy as np
 import torch
 
 from .._display import NotebookResult
+from .._figure import new_axes
+from .._io import strict_json
 from .._progress import Steps, steps
 from .._validate import check_device, check_float, check_tensor_storage
 from ..errors import ConfigError, MetricError
@@ -21,7 +23,9 @@ from ..masks.schedule import is_schedule, parse_schedule
 from ..metrics import METRICS, STEP_METRICS, compute_metrics
 from ..metrics.registry import UNSCALED_METRICS, WEIGHT_METRICS
 from ..metrics._context import MetricContext, RankTolerance
-from ..metrics.core import mu_finite
+from ..metrics.core import dominant_token_text, mu_finite
+from ..metrics.floor import epsilon as dtype_epsilon, mark_floor
+from ..points import point_after
 from .attention import kept
 from .config import BlockConfig, RunConfig, resolve_variant, variant_name
 from .operators import parse_attention
@@ -100,8 +104,7 @@ class SimResult(NotebookResult):
         """Settings and the last layer's mean of every metric (JSON-ready)."""
         last = {f"final_mean_{k}": float(v[-1].mean()) for k, v in self.metrics.items()}
         scalars = {k: v for k, v in self.config.items() if isinstance(v, (bool, int, float, str))}
-        stopped = None if self.stopped is None else {"after_layer": self.stopped.after_layer,
-                                                         "samples": list(self.stopped.samples)}
+        stopped = None if self.stopped is None else self.stopped.to_dict()
         return {**scalars, **last, "zero_rows": list(self.zero_rows), "stopped": stopped}
 
     def report(self, metrics: Sequence[str] | None = None, *, float64: str = "dtype=torch.float64") -> dict:
@@ -110,10 +113,6 @@ class SimResult(NotebookResult):
         ``layers`` (per layer the means over samples, ``epsilon_measured``,
         ``row_mass_deficit_q05/q50/q95``, ``at_floor``), ``floor``, ``stopped`` and
         ``notes`` (``float64``: how the caller asks for float64)."""
-        from .._io import strict_json
-        from ..metrics.floor import mark_floor
-        from ..points import point_after
-
         depth, dtype, eps = self.config["depth"], self.config["dtype"], self.epsilon_measured
         layers = [{"layer": t, "point": point_after(t),
                    **{k: strict_json(float(v[t].mean())) for k, v in self.metrics.items()},
@@ -130,15 +129,12 @@ class SimResult(NotebookResult):
         if self.stopped is not None:
             notes.append(self.stopped.message(depth, float64=float64))
         floor = mark_floor(layers, shown, dtype, self.config["n_tokens"], self.config["d_model"])
-        stopped = None if self.stopped is None else {"after_layer": self.stopped.after_layer,
-                                                      "samples": self.stopped.samples}
+        stopped = None if self.stopped is None else self.stopped.to_dict()
         return {"metrics": shown, "layers": layers, "floor": floor, "stopped": stopped, "notes": notes}
 
     def plot(self, metrics: list[str] | None = None, *, ax: Any = None, title: str | None = None) -> Any:
         """Mean over samples of ``metrics`` (default μ, μ/‖X‖_F) against layer, log-log,
         layer 0 dotted; returns the figure."""
-        from .._figure import new_axes
-
         fig, ax = new_axes(ax, figsize=(6, 4))
         names = metrics or [k for k in ("mu", "mu_relative") if k in self.metrics] or list(self.metrics)
         for name in names:
@@ -153,9 +149,6 @@ class SimResult(NotebookResult):
 
 def _state_notes(layers: list[dict], attention: str, dtype: str) -> list[str]:
     """Notes on what μ/‖X‖_F does not show in ``layers`` (:meth:`SimResult.report`)."""
-    from ..metrics.core import dominant_token_text
-    from ..metrics.floor import epsilon
-
     notes = []
     if not parse_attention(attention).row_stochastic:
         notes.append(f"attention {attention} is not row-stochastic (rows sum to 1 - row_mass_deficit): "
@@ -168,7 +161,7 @@ def _state_notes(layers: list[dict], attention: str, dtype: str) -> list[str]:
     radius = [(row["layer"], row["token_radius"]) for row in layers if row.get("token_radius") is not None]
     if radius and radius[0][1] > 0:
         (_, r0), (t, r) = radius[0], radius[-1]
-        if r <= epsilon(dtype) * r0:
+        if r <= dtype_epsilon(dtype) * r0:
             notes.append(f"the tokens decay towards 0: mean token norm {r0:.3g} at the input, {r:.3g} at layer {t} "
                          f"(below {dtype}'s machine epsilon times the input's: at the input's scale X is zero; "
                          f"{dtype} underflows below {float(np.finfo(np.dtype(dtype)).tiny):.3g})")
@@ -295,6 +288,9 @@ class ZeroStop:
     samples: list[int]
     dtype: str
 
+    def to_dict(self) -> dict:
+        return {"after_layer": self.after_layer, "samples": list(self.samples)}
+
     def message(self, depth: int, float64: str = "dtype=torch.float64") -> str:
         """One line: where, which samples, which layers are not measured (``float64``: how
         the caller asks for float64)."""
@@ -327,6 +323,8 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                     raise ConfigError(f"X has non-finite values after layer {t + 1} (overflow in {X.dtype}); "
                                       "use dtype=torch.float64, a smaller-norm value family, or a normalisation")
                 zero_rows.append(z)
+                if record_states:
+                    states.append(X.cpu())
                 try:
                     rows.append(_measure_at(measure, X, metric_mask, t + 1, peak, prev, lw))
                 except MetricError:
@@ -335,11 +333,7 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                     if not zero or not prev_peak < math.sqrt(torch.finfo(X.dtype).tiny):
                         raise
                     stop = ZeroStop(t + 1, zero, str(X.dtype).replace("torch.", ""))
-                    if record_states:
-                        states.append(X.cpu())
                     break
-                if record_states:
-                    states.append(X.cpu())
                 if bar is not None:
                     bar.advance()
             if cfg.final_norm and stop is None:

@@ -147,8 +147,7 @@ class BlockPlan:
         self.proxy = self._proxy(full)
 
     def _pattern(self) -> None:
-        """Shared ``(Bq, K_w)`` mask of a regular banded layout and the blocks that differ from
-        it; none when more than a quarter differ."""
+        """Shared ``(Bq, K_w)`` mask of a banded layout and the blocks differing from it (none if over a quarter)."""
         self.pattern_blocked = self.exceptions = self.exception_blocked = None
         if not self.regular:
             return

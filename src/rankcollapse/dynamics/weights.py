@@ -230,8 +230,7 @@ def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian",
 
 
 def _map_layers(fn, n: int) -> list:
-    """``[fn(0), ..., fn(n - 1)]`` on up to ``torch.get_num_threads()`` Python threads (every
-    matrix has its own generator: the same weights with any thread count)."""
+    """``[fn(0), ..., fn(n - 1)]`` on up to ``torch.get_num_threads()`` threads (each matrix has its own generator)."""
     threads = min(torch.get_num_threads(), n)
     if threads < 2:
         return [fn(t) for t in range(n)]

@@ -29,6 +29,11 @@ def _identity_like(n: int) -> dict[str, Any]:
                   diameter=0 if one else None)
 
 
+def _rooted(n: int, radius: int) -> dict[str, Any]:
+    """Closed form of a mask whose one center is token 0 (strongly connected only for N = 1)."""
+    return closed(n, centers=[0], radius=radius, strongly=n == 1, diameter=0 if n == 1 else None)
+
+
 def complete(n_tokens: int) -> Mask:
     """Full attention: ``K(i) = {0, ..., N-1}`` (Vaswani et al. 2017, encoder)."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
@@ -42,9 +47,7 @@ def causal(n_tokens: int) -> Mask:
     """Causal attention: ``K(i) = {0, ..., i}`` (Vaswani et al. 2017, decoder)."""
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     return Mask(n, "causal", intervals=(np.zeros(n, dtype=np.int64), np.arange(n)),
-                mask_mod=lambda b, h, q, kv: kv <= q,
-                closed_form=closed(n, centers=[0], radius=int(n > 1), strongly=n == 1,
-                                   diameter=0 if n == 1 else None))
+                mask_mod=lambda b, h, q, kv: kv <= q, closed_form=_rooted(n, int(n > 1)))
 
 
 def sliding_window(n_tokens: int, w: int) -> Mask:
@@ -71,9 +74,7 @@ def causal_sliding_window(n_tokens: int, w: int) -> Mask:
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     w = check_int(w, "causal_sliding_window width w", low=1, error=MaskError)
     idx = np.arange(n)
-    cf = _identity_like(n) if w == 1 else closed(
-        n, centers=[0], radius=math.ceil((n - 1) / (w - 1)), strongly=n == 1,
-        diameter=0 if n == 1 else None)
+    cf = _identity_like(n) if w == 1 else _rooted(n, math.ceil((n - 1) / (w - 1)))
     return Mask(n, f"causal_sliding_window:w={w}", intervals=(np.maximum(idx - w + 1, 0), idx),
                 mask_mod=lambda b, h, q, kv: (kv <= q) & (q - kv < w), closed_form=cf)
 
@@ -161,14 +162,12 @@ def _blocks(n: int, doc: np.ndarray, starts: np.ndarray, ends: np.ndarray, is_ca
     lo = starts[doc]
     hi = idx if is_causal else ends[doc] - 1
     doc_t = lazy_table(lambda: doc.astype(np.int64))
-    if is_causal:
-        def mod(b, h, q, kv):
-            d = doc_t(q.device)
-            return (d[q] == d[kv]) & (kv <= q)
-    else:
-        def mod(b, h, q, kv):
-            d = doc_t(q.device)
-            return d[q] == d[kv]
+
+    def mod(b, h, q, kv):
+        d = doc_t(q.device)
+        same = d[q] == d[kv]
+        return same & (kv <= q) if is_causal else same
+
     if len(starts) == 1:
         cf = (causal(n) if is_causal else complete(n)).closed_form
     else:

@@ -132,9 +132,8 @@ def _eccentricity_search(
     dist_from: Callable[[int], np.ndarray], dist_to: Callable[[int], np.ndarray] | None, out_deg: np.ndarray,
     self_loop: np.ndarray, centers: np.ndarray, need_diameter: bool,
 ) -> tuple[int, int, np.ndarray, int | None, int]:
-    """Exact radius over ``centers`` (and diameter if asked) by eccentricity bounds; ``dist_to``
-    None for a symmetric graph. Returns (radius, best_center, its distances, diameter or None, BFS count).
-    """
+    """Exact radius over ``centers`` (and diameter if asked) by eccentricity bounds (``dist_to`` None:
+    symmetric): ``(radius, best_center, its distances, diameter or None, BFS count)``."""
     m, n = centers.shape[0], out_deg.shape[0]
     # exact local facts: a center whose out-edges reach all N tokens (self-loop
     # counted) has ecc 1, any other has ecc >= 2 (N > 1)
@@ -283,8 +282,7 @@ def _analyze_intervals(mask: Mask, lo: np.ndarray, hi: np.ndarray) -> MaskAnalys
 
 def _analysis(mask: Mask, members: list[np.ndarray], n_comp: int, in_deg: np.ndarray, out_deg: np.ndarray,
               loops: np.ndarray, search: Callable[[np.ndarray], tuple], method: str) -> MaskAnalysis:
-    """The :class:`MaskAnalysis` of a mask with source components ``members``; ``search(centers)``
-    is its :func:`_eccentricity_search`, run when it is QSC."""
+    """The :class:`MaskAnalysis` of a mask with source components ``members`` (``search`` runs when QSC)."""
     n, qsc = mask.n_tokens, len(members) == 1
     centers = members[0] if qsc else np.zeros(0, dtype=np.int64)
     radius, best_c, dist, diameter, n_bfs = search(centers) if qsc else (None, None, None, None, 0)

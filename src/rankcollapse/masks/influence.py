@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .._figure import colour, new_axes
 from ..errors import MaskError
 from .._memory import check_memory, influence_bytes
 from .._validate import check_float, check_int
@@ -334,8 +335,6 @@ def draw_influence(result: Influence, *, ax: Any = None, max_points: int = 4096)
     """Influence vs input position, one curve per depth (log scale, subnormal entries left
     out, at most ``max_points`` positions); returns the figure, drawn on ``ax`` if given.
     Raises :class:`MaskError` when ``result`` is not an :class:`Influence`."""
-    from .._figure import colour, new_axes
-
     if not isinstance(result, Influence):
         raise MaskError(f"draw_influence draws the Influence that influence() returns, got {type(result).__name__}")
     fig, ax = new_axes(ax, figsize=(7.0, 4.2))

@@ -15,7 +15,7 @@ from ..errors import MaskError, excerpt
 from ._build import COO_BYTES_PER_EDGE, check_edges, columns_coo, interval_coo, progressions, rows_coo, union_csr
 from .._io import load_npy
 from .._validate import check_int
-from .constructors import closed, sliding_window
+from .constructors import _rooted, closed, sliding_window
 from .mask import Mask, lazy_table
 
 
@@ -32,7 +32,7 @@ def strided(n_tokens: int, stride: int) -> Mask:
                 build_csr=lambda: union_csr([interval_coo(np.maximum(idx - l, 0), idx),
                                              progressions(idx, -l, idx // l + 1)], n),
                 mask_mod=lambda b, h, q, kv: (kv <= q) & ((q - kv <= l) | ((q - kv) % l == 0)),
-                closed_form=closed(n, centers=[0], radius=r, strongly=n == 1, diameter=0 if n == 1 else None))
+                closed_form=_rooted(n, r))
 
 
 def fixed(n_tokens: int, stride: int, c: int = 1) -> Mask:
@@ -51,7 +51,7 @@ def fixed(n_tokens: int, stride: int, c: int = 1) -> Mask:
     r = 0 if n == 1 else (1 if n <= l or c == l else 2)
     return Mask(n, f"fixed:stride={l},c={c}", build_csr=lambda: union_csr(pieces, n),
                 mask_mod=lambda b, h, q, kv: (kv <= q) & ((kv // l == q // l) | (kv % l >= l - c)),
-                closed_form=closed(n, centers=[0], radius=r, strongly=n == 1, diameter=0 if n == 1 else None))
+                closed_form=_rooted(n, r))
 
 
 def _check_globals(globals_: Sequence[int], n: int, name: str) -> np.ndarray:

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from .._figure import new_axes, save_figure
 from ..errors import MaskError
-from .graph import MaskAnalysis
+from .graph import MaskAnalysis, analyze
 from .mask import Mask
 
 
@@ -32,11 +33,7 @@ def draw_mask(mask: Mask, analysis: MaskAnalysis | None = None, out: str | Path 
     ``out``: also write the image there (format from the suffix; :func:`image_format`)."""
     if out is not None:
         image_format(out)
-    from .._figure import new_axes, save_figure
-
     if analysis is None:
-        from .graph import analyze
-
         analysis = analyze(mask)
     n = mask.n_tokens
     dense = mask.to_numpy()
@@ -50,15 +47,12 @@ def draw_mask(mask: Mask, analysis: MaskAnalysis | None = None, out: str | Path 
         ax.scatter(np.full(centers.size, -0.5 - n * 0.02), centers, marker=">", color="crimson",
                    s=18, clip_on=False)
         ax.legend(loc="lower left", bbox_to_anchor=(0.0, -0.14), frameon=False, fontsize=8)
-    status = (f"QSC, radius {analysis.radius}" if analysis.quasi_strongly_connected
-              else "not QSC")
+    status = f"QSC, radius {analysis.radius}" if analysis.quasi_strongly_connected else "not QSC"
     if analysis.diameter is not None:
         status += f", diameter {analysis.diameter}"
     ax.set_title(f"{mask.spec}\nN = {n}; {status}", fontsize=9)
-    ax.set_xlabel("key token j")
-    ax.set_ylabel("query token i  (M[i, j]: i attends to j)")
-    ax.set_xlim(-0.5 - n * 0.04, n - 0.5)
-    ax.set_ylim(n - 0.5, -0.5 - n * 0.04)
+    ax.set(xlabel="key token j", ylabel="query token i  (M[i, j]: i attends to j)",
+           xlim=(-0.5 - n * 0.04, n - 0.5), ylim=(n - 0.5, -0.5 - n * 0.04))
     fig.tight_layout()
     if out is not None:
         save_figure(fig, out, dpi=120)

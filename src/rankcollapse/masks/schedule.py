@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from .._io import file_sha256
 from ..errors import MaskError, excerpt
 from . import interval_graph
 from .mask import Mask
@@ -55,8 +56,6 @@ def mask_files(source: Any) -> list[str]:
 
 def mask_digests(source: Any) -> list[str]:
     """SHA-256 (16 hex digits) of each file of :func:`mask_files`; MaskError if one cannot be read."""
-    from .._io import file_sha256
-
     out = []
     for path in mask_files(source):
         try:
@@ -78,8 +77,7 @@ def _split_items(body: str) -> list[str]:
 
 
 def _repeat(k: Any, label: str) -> int:
-    """A repeat count ``1 <= k <= MAX_PERIOD``; ``label`` (a mask spec, never ``str()`` of a YAML
-    structure) names the item."""
+    """A repeat count ``1 <= k <= MAX_PERIOD`` of the item ``label`` (a spec, never ``str()`` of YAML)."""
     item = excerpt(label)
     if isinstance(k, str) and k.isdigit():
         if len(k) > 18:  # never convert a 5000-digit string

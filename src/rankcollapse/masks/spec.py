@@ -150,7 +150,7 @@ def _build(spec: Any, n: int | None) -> Any:
     depth = max(itertools.accumulate((t == "(") - (t == ")") for t in tokens), default=0)
     if depth > MAX_NESTING:
         raise MaskError(f"mask spec {excerpt(spec)} nests parentheses {depth} deep; at most {MAX_NESTING}")
-    mask, pos = _parse_union(tokens, 0, n, spec)
+    mask, pos = _parse_binary(tokens, 0, n, spec)
     if pos != len(tokens):
         raise MaskError(f"unbalanced parentheses in mask spec {spec!r} (unexpected {tokens[pos]!r})")
     return mask
@@ -214,25 +214,21 @@ SCHEDULE_HERE = (
 
 # Recursive descent: union := intersection ('|' intersection)*;
 # intersection := operand ('&' operand)*; operand := '(' union ')' | atom.
-def _parse_union(tokens: list[str], pos: int, n: int | None, spec: str) -> tuple[Any, int]:
-    mask, pos = _parse_intersection(tokens, pos, n, spec)
-    while pos < len(tokens) and tokens[pos] == "|":
-        other, pos = _parse_intersection(tokens, pos + 1, n, spec)
-        mask = mask | other
-    return mask, pos
+def _parse_binary(tokens: list[str], pos: int, n: int | None, spec: str, op: str = "|") -> tuple[Any, int]:
+    """A union (``op="|"``) or an intersection (``op="&"``) from ``tokens[pos]`` on."""
+    def operand(at: int) -> tuple[Any, int]:
+        return _parse_binary(tokens, at, n, spec, "&") if op == "|" else _parse_operand(tokens, at, n, spec)
 
-
-def _parse_intersection(tokens: list[str], pos: int, n: int | None, spec: str) -> tuple[Any, int]:
-    mask, pos = _parse_operand(tokens, pos, n, spec)
-    while pos < len(tokens) and tokens[pos] == "&":
-        other, pos = _parse_operand(tokens, pos + 1, n, spec)
-        mask = mask & other
+    mask, pos = operand(pos)
+    while pos < len(tokens) and tokens[pos] == op:
+        other, pos = operand(pos + 1)
+        mask = mask | other if op == "|" else mask & other
     return mask, pos
 
 
 def _parse_operand(tokens: list[str], pos: int, n: int | None, spec: str) -> tuple[Any, int]:
     if pos < len(tokens) and tokens[pos] == "(":
-        mask, pos = _parse_union(tokens, pos + 1, n, spec)
+        mask, pos = _parse_binary(tokens, pos + 1, n, spec)
         if pos >= len(tokens) or tokens[pos] != ")":
             raise MaskError(f"unbalanced parentheses in mask spec {spec!r} (missing ')')")
         return mask, pos + 1

@@ -76,8 +76,7 @@ class UnitCache:
         return pd.read_parquet(io.BytesIO(data), page_checksum_verification=True)
 
     def _set_aside(self, path: Path, exc: Exception) -> None:
-        """Rename an untrusted entry (a link itself, never its target) to ``<name>.rejected-<time>``
-        and say so on one line."""
+        """Rename an untrusted entry (a link itself, not its target) to ``<name>.rejected-<time>``; say so."""
         aside = path.with_name(f"{path.name}.rejected-{time.strftime('%Y%m%dT%H%M%S')}")
         try:
             os.replace(path, aside)

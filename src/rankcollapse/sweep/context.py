@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from .. import assets, data
+from ..dynamics.weights import random_layers
 from ..errors import DataError
 
 WEIGHT_CACHE = 2  # distinct weight draws RunContext.random_weights keeps
@@ -34,8 +35,7 @@ def data_spec(text: str | Path | None, n_tokens: int, seed: int) -> dict[str, An
 
 @contextmanager
 def _quiet_transformers():
-    """Silence the progress bars drawn while a model loads (transformers' and GGUF's tqdm on
-    stderr): the run draws its own, and an error stays the only line; warnings still show."""
+    """Silence the progress bars of a model load (tqdm on stderr): the run draws its own; warnings still show."""
     from transformers.utils import logging as hf_logging
 
     was = hf_logging.is_progress_bar_enabled()
@@ -65,8 +65,6 @@ class RunContext:
                        out_proj: bool = False, mlp_ratio: int | None = None) -> list:
         """``dynamics.weights.random_layers``, drawn once for the units that share the
         arguments; the last :data:`WEIGHT_CACHE` draws are kept (units sharing weights run in a row)."""
-        from ..dynamics.weights import random_layers
-
         key = (int(d_model), int(depth), int(seed), str(value), str(query_key), int(n_heads), bool(out_proj), mlp_ratio)
         if key not in self._weights:
             while len(self._weights) >= WEIGHT_CACHE:

@@ -6,8 +6,11 @@ records as units finish, in any order.
 
 from __future__ import annotations
 
+import importlib.util
+import multiprocessing as mp
 import os
 import socket
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -16,6 +19,7 @@ from typing import Any, Iterator, Mapping
 
 import pandas as pd
 
+from .._io import config_hash
 from ..errors import ConfigError, excerpt
 from .context import RunContext
 from .units import Shard, Unit, UnitFn
@@ -74,8 +78,6 @@ def _init_worker(data: dict[str, Any], device: str, parent: int | None = None) -
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     _WORKER["ctx"] = RunContext(data, device)
     if parent is not None:  # end this worker when the driver dies (kill -9 included)
-        import threading
-
         def watch() -> None:
             while os.getppid() == parent:
                 time.sleep(1.0)
@@ -100,8 +102,6 @@ class ProcessExecutor:
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            import multiprocessing as mp
-
             self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
                                              initializer=_init_worker, initargs=(self._data, self._device, os.getpid()))
         return self._pool
@@ -141,8 +141,6 @@ class ProcessExecutor:
 def _ray_run_unit(unit: Unit, data: dict[str, Any], device: str, table: Mapping[str, UnitFn]
                   ) -> tuple[pd.DataFrame, float, float, str]:
     """The Ray task; a reused Ray worker keeps one run context per data spec between tasks."""
-    from .._io import config_hash
-
     key = config_hash([data, device])
     if _WORKER.get("key") != key:
         _init_worker(data, device)
@@ -246,11 +244,8 @@ def validate_executor(name: str, *, workers: int | None = None, address: str | N
                           argument="workers")
     if address is not None:
         parse_ray_address(address)
-    if name == "ray":
-        import importlib.util
-
-        if importlib.util.find_spec("ray") is None:
-            raise ConfigError("'ray' needs Ray: pip install 'rankcollapse[distributed]'", argument="executor")
+    if name == "ray" and importlib.util.find_spec("ray") is None:
+        raise ConfigError("'ray' needs Ray: pip install 'rankcollapse[distributed]'", argument="executor")
 
 
 @dataclass(frozen=True)

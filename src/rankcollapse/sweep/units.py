@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .._io import config_hash
 from ..errors import ConfigError
+from .progress import cost_class
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -216,8 +217,6 @@ class Shard:
 
     def select(self, units: list[Unit], cost: Callable[[Unit], float] | None = None) -> list[Unit]:
         """The units of this shard, in the order of ``units``, each once; ``cost``: a unit's estimate (default 1)."""
-        from .progress import cost_class
-
         distinct = list({u.hash: u for u in units}.values())
         price = {u.hash: float(cost(u)) if cost is not None else 1.0 for u in distinct}
         ranked = sorted(distinct, key=lambda u: (-price[u.hash], cost_class(u), u.hash))

@@ -11,11 +11,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._memory import check_memory
+from ..masks import Mask, analyze, interval_graph
 
 
 def _interval_window(layers: list[tuple[np.ndarray, np.ndarray]], start: int, cap: int) -> int | None:
-    from ..masks import interval_graph
-
     p = len(layers)
     prod = layers[start % p]
     for length in range(1, cap + 1):
@@ -42,8 +41,6 @@ def _sparse_window(layers: list[sp.csr_array], candidates: np.ndarray, start: in
 
 def _candidates(layers: list[sp.csr_array], max_memory: int | str | None) -> np.ndarray:
     """Centers of the union of the layer graphs (empty when it is not QSC)."""
-    from ..masks import Mask, analyze
-
     union = layers[0]
     for c in layers[1:]:
         union = union + c  # bool + bool: logical or

@@ -94,10 +94,9 @@ def basin_estimate(system: AttentionSystem | None = None, *, target_rank: int | 
                           f"for all {n_samples} starts (W_V singular on the tokens' span?)")
     rank, conv = classify(system, X)
     if not bool(conv.any()):
-        raise ConvergenceError(
-            f"none of {n_samples} starts (seed {seed}) reached a fixed point within {depth} SA-LN steps "
-            f"(tolerance 1e-8); try a larger depth, or the system may have no attracting equilibrium"
-        )
+        raise ConvergenceError(f"none of {n_samples} starts (seed {seed}) reached a fixed point within {depth} "
+                               "SA-LN steps (tolerance 1e-8); try a larger depth, or the system may have no "
+                               "attracting equilibrium")
     hits = int(((rank == k) & conv).sum())
     ci = binomtest(hits, n_samples).proportion_ci(confidence_level=confidence, method=method)
     counts = {int(r): int((rank[conv] == r).sum()) for r in torch.unique(rank[conv]).tolist()}

@@ -144,6 +144,7 @@ def theorem1_terms(source: Any, n_tokens: int | None = None, *, max_memory: int 
     from ..masks import analyze, resolve_mask
     from ..masks.schedule import MaskSchedule, is_schedule, parse_schedule
 
+    spec = None
     if is_schedule(source):
         if n_tokens is None and not isinstance(source, MaskSchedule):
             raise ConfigError("a schedule needs the number of tokens n_tokens")
@@ -151,8 +152,6 @@ def theorem1_terms(source: Any, n_tokens: int | None = None, *, max_memory: int 
         if sched.period > 1:
             return schedule_terms(sched, max_memory=max_memory)
         source, spec = sched.masks[0], sched.spec
-    else:
-        spec = None
     resolved = resolve_mask(source, n_tokens)
     return mask_terms(analyze(resolved, max_memory=max_memory), spec or resolved.spec)
 

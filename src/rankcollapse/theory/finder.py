@@ -127,6 +127,4 @@ def find_equilibria(system: AttentionSystem, settings: FinderSettings | None = N
     found = _dedup(X[ok], s.dedup_tol)
     eqs = [Equilibrium(x, int(numerical_rank(x, rtol=s.rank_rtol)), float((system.step(x) - x).abs().max())) for x in found]
     eqs.sort(key=lambda e: (e.rank, e.residual))
-    out = FinderResult(system, eqs, {"finder": s.describe()}, int(ok.sum()), X.shape[0], vars(s).copy())
-    out.with_stability()
-    return out
+    return FinderResult(system, eqs, {"finder": s.describe()}, int(ok.sum()), X.shape[0], vars(s).copy()).with_stability()

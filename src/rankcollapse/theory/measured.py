@@ -17,6 +17,7 @@ from ..dynamics import RunConfig, gaussian_tokens, simulate
 from ..errors import ConfigError
 from .envelope import check_exponent, measured_envelope
 from ..metrics.rate import least_squares_rate
+from ..summary import by_layer, summary_table
 
 
 def fit_rate(mu: torch.Tensor, floor: float = 1e-12) -> torch.Tensor:
@@ -69,8 +70,6 @@ class BoundResult(NotebookResult):
 
     def summarise(self) -> pd.DataFrame:
         """Statistics over samples of ``mu`` and ``envelope`` per layer (:mod:`rankcollapse.summary` layout)."""
-        from ..summary import by_layer, summary_table
-
         return summary_table(by_layer({"mu": self.mu, "envelope": self.envelope}))
 
     def to_dict(self) -> dict[str, Any]:

@@ -10,8 +10,10 @@ import numpy as np
 import torch
 
 from .._display import fixed
+from .._figure import colour, new_axes, save_figure
 from ..dynamics.inputs import sphere_tokens
 from ..errors import ConfigError
+from .basin import run_sa_ln
 from .equilibria import causal_example_2x2
 from .system import AttentionSystem, as_system, causal_uniform_system
 
@@ -29,9 +31,7 @@ def portrait_2d_data(system: AttentionSystem | None = None, *, n_angles: int = 7
     out: dict[str, Any] = {"start_deg": theta.numpy(), "final_deg": {}, "rank2": {}}
     for s in (1, -1):
         tok0 = torch.tensor([0.0, float(s)], dtype=torch.float64).expand(n_angles, 2)
-        X = torch.stack([tok0, tok1], dim=1)
-        for _ in range(depth):
-            X = system.step(X, check=False)
+        X = run_sa_ln(system, torch.stack([tok0, tok1], dim=1), depth)
         final = torch.rad2deg(torch.atan2(X[:, 1, 1], X[:, 1, 0]))
         out["final_deg"][s] = final.numpy()
         out["rank2"][s] = (torch.linalg.det(X).abs() > 1e-6).numpy()
@@ -44,8 +44,6 @@ def portrait_2d(path: str | Path | None = None, *, ax: Any = None, **kwargs: Any
     data = portrait_2d_data(**kwargs)
     fig = plot_portrait_2d(data, kwargs.get("system"), ax=ax)
     if path is not None:
-        from .._figure import save_figure
-
         save_figure(fig, path, dpi=120)
     return data
 
@@ -53,8 +51,6 @@ def portrait_2d(path: str | Path | None = None, *, ax: Any = None, **kwargs: Any
 def plot_portrait_2d(data: dict[str, Any], system: AttentionSystem | None = None, *, ax: Any = None) -> Any:
     """Draw :func:`portrait_2d_data`'s output; returns the figure. ``system`` (for the title):
     the one the data came from, default the ``N = d = 2`` causal example."""
-    from .._figure import new_axes
-
     system = system or causal_example_2x2().system
     fig, ax = new_axes(ax, figsize=(6.4, 4.6))
     for s, color in ((1, "tab:blue"), (-1, "tab:orange")):
@@ -79,10 +75,7 @@ def _matrix_text(W: torch.Tensor) -> str:
 def _pick_starts(system: AttentionSystem, n_starts: int, depth: int, generator: torch.Generator) -> torch.Tensor:
     """``n_starts`` random starts, about half ending above rank 1 when any of a pool of ``32 n_starts`` does."""
     pool = sphere_tokens(32 * n_starts, system.n_tokens, 3, generator=generator)
-    X = pool
-    for _ in range(depth):
-        X = system.step(X, check=False)
-    high = torch.linalg.matrix_rank(X, rtol=1e-6) > 1
+    high = torch.linalg.matrix_rank(run_sa_ln(system, pool, depth), rtol=1e-6) > 1
     idx_high, idx_low = high.nonzero().flatten(), (~high).nonzero().flatten()
     n_high = min(len(idx_high), n_starts // 2)
     chosen = torch.cat([idx_high[:n_high], idx_low[: n_starts - n_high]])
@@ -110,16 +103,12 @@ def trajectories_3d(path: str | Path | None = None, system: AttentionSystem | No
         path_states.append(X)
     traj = torch.stack(path_states).numpy()
     if path is not None:
-        from .._figure import save_figure
-
         save_figure(plot_trajectories_3d(traj), path, dpi=110)
     return traj
 
 
 def plot_trajectories_3d(traj: np.ndarray, *, ax: Any = None) -> Any:
     """Draw token paths ``traj`` ``(depth+1, B, N, 3)`` on the unit sphere (on a 3-D ``ax`` if given)."""
-    from .._figure import colour, new_axes
-
     traj = np.asarray(traj)
     depth, n_tokens = traj.shape[0] - 1, traj.shape[2]
     fig, ax = new_axes(ax, figsize=(6, 6), projection="3d")

@@ -32,8 +32,7 @@ def _support_agrees(attention: list[torch.Tensor], H: torch.Tensor, eps: torch.T
 
 
 def _scrambling_agrees(attention: list[torch.Tensor], eps: torch.Tensor, L: int, p: int) -> bool | None:
-    """Every recorded window of ``L`` layers starting at a phase ``< p`` has, per sample and head,
-    a column ``≥ ε^L`` (None when the run is shorter than ``L``)."""
+    """Every window of ``L`` layers from a phase ``< p`` has a column ``≥ ε^L`` (None: run shorter than ``L``)."""
     starts = range(min(p, len(attention) - L + 1))
     if not starts:
         return None

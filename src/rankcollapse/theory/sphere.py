@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from .._display import NotebookResult
@@ -51,7 +52,6 @@ class SphereResult(NotebookResult):
 
     def to_pandas(self) -> Any:
         """Tidy :class:`pandas.DataFrame` ``layer, sample, mu``."""
-        import numpy as np
         import pandas as pd
 
         T, B = self.mu.shape

@@ -33,9 +33,7 @@ def jacobian(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
     """Full Jacobian ``∂ vec F(X) / ∂ vec X`` of the SA-LN step, ``(N d, N d)`` float64."""
     system = as_system(system)
     X = as_state(X, system)
-    J = torch.autograd.functional.jacobian(system.step, X)  # (N, d, N, d)
-    n = X.numel()
-    return J.reshape(n, n)
+    return torch.autograd.functional.jacobian(system.step, X).reshape(X.numel(), X.numel())  # from (N, d, N, d)
 
 
 def tangent_jacobian(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:

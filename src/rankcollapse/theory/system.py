@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..dynamics.attention import attention_weights
@@ -130,8 +131,6 @@ def as_system(system: Any) -> AttentionSystem:
 def as_state(X: Any, system: AttentionSystem | None = None, name: str = "X") -> torch.Tensor:
     """``X`` as float64 token states ``(..., N, d)`` (``N, d`` those of ``system`` when given).
     Raises ConfigError for a non-real tensor or array, fewer than two dimensions, or another shape."""
-    import numpy as np
-
     if isinstance(X, np.ndarray) and X.dtype.kind in "biuf":
         X = torch.from_numpy(np.ascontiguousarray(X))
     if not isinstance(X, torch.Tensor) or X.is_complex() or X.ndim < 2:

@@ -18,6 +18,7 @@ from .._validate import check_int
 from ..dynamics.inputs import canonical_input, make_tokens
 from ..dynamics.temperature_laws import TemperatureLaw, parse_law
 from ..errors import ConfigError
+from ..metrics import mu_relative
 from ..metrics.attention import row_participation
 
 #: where the query comes from: a fresh draw of the key distribution, or key 0 itself
@@ -139,8 +140,6 @@ def switch_ratios(n_tokens: int, betas: Sequence[float], *, tokens: str = "simpl
     """``r = m(1) / m(0)`` ``(n_samples, len(betas))``, ``m = μ/‖X‖_F``, of one complete-mask layer
     ``X(1) = sphere(softmax(β X Xᵀ) X)`` (docs/phase.md, "Temperature against sequence length")
     on the input ``tokens`` drawn by :func:`~rankcollapse.dynamics.inputs.make_tokens` with ``seed``."""
-    from ..metrics import mu_relative
-
     N = check_int(n_tokens, "n_tokens", low=2)
     X = make_tokens(canonical_input(tokens), check_int(n_samples, "n_samples", low=1), N,
                     check_int(d_model, "d_model", low=2), seed=check_int(seed, "seed", low=0))  # (B, N, d)
