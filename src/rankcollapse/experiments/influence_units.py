@@ -28,9 +28,8 @@ import pandas as pd
 from .._validate import Spec
 from ..errors import ConfigError
 from ..summary import exact_stats
-from ..sweep.units import register_unit_kind
 from .table import normalise
-from .units import _labels, _probe_condition, key_params
+from .units import _labels, _model_unit, register
 
 def _row(layer: int, metric: str, value: float, **extra: Any) -> dict[str, Any]:
     return {"layer": layer, "metric": metric, **exact_stats(value), **extra}
@@ -129,25 +128,18 @@ def model_influence_rows(df: pd.DataFrame, shuffle_seed: int = 0) -> pd.DataFram
 def run_model_influence(unit: Any, ctx: Any) -> pd.DataFrame:
     """The ``model_influence`` unit kind: ``model``, ``n_samples`` and optionally
     ``control`` (``random-init``), ``n_probes`` (4), ``batch_size`` (4), ``shuffle_seed`` (0)."""
-    from ..models.families import native_mask_of
     from ..models.influence import measure_influence
 
     p = unit.params
-    loaded = ctx.model(p["model"])
-    win = ctx.windows(p["model"], int(p["n_samples"]))
-    _, value, loaded = _probe_condition(p, loaded, ())
-    native = native_mask_of(loaded)
+    loaded, win, labels = _model_unit(unit, ctx)
     n_probes = p.get("n_probes", 4)
     if n_probes is not None and int(n_probes) < 1:
         raise ConfigError(f"n_probes must be >= 1 or null, got {n_probes}")
     df = measure_influence(loaded, win, batch_size=int(p.get("batch_size", 4)),
                            n_probes=None if n_probes is None else int(n_probes), seed=int(p.get("probe_seed", 0)))
-    rows = model_influence_rows(df, int(p.get("shuffle_seed", 0)))
-    labels = _labels(unit, mask=native, mask_spec=native, value=value, family=loaded.family)
     labels.pop("variant")
-    return normalise(rows, labels)
+    return normalise(model_influence_rows(df, int(p.get("shuffle_seed", 0))), labels)
 
 
-# a version is bumped when a change alters these units' labels or numbers
-register_unit_kind("mask_influence", run_mask_influence, version=1, group="experiments", key_params=key_params)
-register_unit_kind("model_influence", run_model_influence, version=1, group="experiments", key_params=key_params)
+register("mask_influence", run_mask_influence, 1)
+register("model_influence", run_model_influence, 1)

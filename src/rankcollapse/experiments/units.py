@@ -39,29 +39,24 @@ def key_params(params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "data": {k: v for k, v in params["data"].items() if k != "path"}}
 
 
+def register(kind: str, run: Callable[[Unit, Any], pd.DataFrame], version: int) -> None:
+    """Register an experiments unit kind (:func:`rankcollapse.sweep.register_unit_kind`): ``version`` is bumped
+    when a change alters its units' labels or numbers; keys hash the parameters less a text file's path (:func:`key_params`)."""
+    register_unit_kind(kind, run, version=version, group="experiments", key_params=key_params)
+
+
 def _labels(unit: Unit, **extra: Any) -> dict[str, Any]:
     p = unit.params
-    out = {
-        "experiment": unit.experiment,
-        "source": unit.kind,
-        "model": p.get("model", ""),
-        "mask": Spec.name_of(p.get("mask", "")),
-        "mask_spec": str(p.get("mask", "")),
-        "variant": str(p.get("variant", "")),
-        "value": str(p.get("value", "")),
-        "d_qk": float(p.get("d_qk", np.nan)),
-        "init_scale": float(p.get("init_scale", np.nan)),
-        "seed": int(p.get("seed", -1)),
-        "setting": p.get("setting", "default"),
-        "unit": unit.hash,
-        "norm": _norm_of(p),
-        "sphere_radius": float(p.get("sphere_radius", 1.0)) if unit.kind in ("simulate", "pretrained_sa") else np.nan,
-        # a pretrained network runs the model's own depth (-1) unless ``depth`` cuts it
-        "depth": int(p.get("depth", -1)) if unit.kind in ("simulate", "pretrained_sa") else -1,
-        "dtype": compute_dtype(unit),
-    }
-    out.update(extra)
-    return out
+    network = unit.kind in ("simulate", "pretrained_sa")
+    out = {"experiment": unit.experiment, "source": unit.kind, "model": p.get("model", ""),
+           "mask": Spec.name_of(p.get("mask", "")), "mask_spec": str(p.get("mask", "")),
+           "variant": str(p.get("variant", "")), "value": str(p.get("value", "")), "d_qk": float(p.get("d_qk", np.nan)),
+           "init_scale": float(p.get("init_scale", np.nan)), "seed": int(p.get("seed", -1)),
+           "setting": p.get("setting", "default"), "unit": unit.hash, "norm": _norm_of(p),
+           "sphere_radius": float(p.get("sphere_radius", 1.0)) if network else np.nan,
+           # a pretrained network runs the model's own depth (-1) unless ``depth`` cuts it
+           "depth": int(p.get("depth", -1)) if network else -1, "dtype": compute_dtype(unit)}
+    return {**out, **extra}
 
 
 def compute_dtype(unit: Unit) -> str:
@@ -78,8 +73,7 @@ def compute_dtype(unit: Unit) -> str:
 
 
 def _norm_of(p: dict[str, Any]) -> str:
-    """The norm a simulated block applies (``none``/``sphere``/``layernorm``/``rmsnorm``);
-    empty for units without a variant preset (probes, theory)."""
+    """The norm a simulated block applies; empty for units without a variant preset (probes, theory)."""
     from ..dynamics.config import VARIANTS
 
     variant = str(p.get("variant", ""))
@@ -90,11 +84,8 @@ def _norm_of(p: dict[str, Any]) -> str:
 
 def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], torch.Tensor], n: int,
                      depth: int, kw_fn: Callable[[int], dict[str, Any]], *, start: int = 0) -> dict[str, torch.Tensor]:
-    """Run ``dynamics.simulate`` for ``depth`` layers over windows ``start..n-1`` in chunks
-    (same weights for every chunk); concatenate per-sample metrics. Chunks start at
-    ``start`` and at the multiples of the unit's ``chunk`` after it, so every window from
-    the first multiple on runs in the batch it has from ``start`` = 0. ``kw_fn(d)`` gives the network's keywords (``block``, the weights,
-    ``d_qk``); the unit's ``backend``, when set, picks the attention kernel."""
+    """Per-window metrics of ``simulate`` over windows ``start..n-1`` with the keywords ``kw_fn(d)``, in
+    chunks at the multiples of the unit's ``chunk`` (a window runs in the batch it has from ``start`` = 0)."""
     from ..dynamics import RunConfig, simulate
 
     p = unit.params
@@ -158,10 +149,7 @@ def run_simulate(unit: Unit, ctx: RunContext) -> pd.DataFrame:
 
 
 def _shared_weights(p: dict[str, Any], d: int, block: Any, ctx: RunContext) -> dict[str, Any]:
-    """``simulate`` keywords with the weights drawn once per (seed, families, depth)
-    through the run context: the same numbers ``simulate`` would draw itself from
-    ``value``/``query_key`` (``dynamics.weights.random_layers``), without redrawing them
-    for every mask and variant."""
+    """``simulate`` keywords with the weights ``simulate`` would draw, drawn once per run context."""
     from ..dynamics.config import resolve_variant
 
     kw = _weight_kwargs(p, d)
@@ -232,19 +220,12 @@ def _pretrained_depth(p: dict[str, Any], n_layers: int) -> int:
 
 def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     """Per-layer metrics of a real pretrained model (``models.probe``)."""
-    from ..models.families import native_mask_of
-    from ..models.probe import probe
-
     p = unit.params
-    loaded = ctx.model(p["model"])
-    win = ctx.windows(p["model"], int(p["n_samples"]))
     drop = tuple(p.get("drop", ()))
-    native = native_mask_of(loaded)
-    variant, value, loaded = _probe_condition(p, loaded, drop)
-    labels = _labels(unit, mask=native, mask_spec=native, variant=variant, value=value, family=loaded.family)
+    loaded, win, labels = _model_unit(unit, ctx, drop)
     try:
-        df = _probe_per_window(probe, loaded, win, drop, list(p.get("metrics", DEFAULT_SIM_METRICS)),
-                               int(p.get("batch_size", 8)), bool(p.get("clip_massive", False)))
+        df = _probe_per_window(loaded, win, list(p.get("metrics", DEFAULT_SIM_METRICS)), int(p.get("batch_size", 8)),
+                               drop, bool(p.get("clip_massive", False)))
     except RankCollapseError as exc:
         if not drop:
             raise
@@ -257,13 +238,22 @@ def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     return normalise(df, labels)
 
 
+def _model_unit(unit: Unit, ctx: RunContext, drop: tuple = ()) -> tuple[Any, Any, dict[str, Any]]:
+    """``(model, windows, labels)`` of a unit that reads ``model``'s windows: the model of :func:`_probe_condition`,
+    labelled with its native mask, ``variant``, ``value`` and ``family``."""
+    from ..models.families import native_mask_of
+
+    p = unit.params
+    loaded = ctx.model(p["model"])
+    win = ctx.windows(p["model"], int(p["n_samples"]))
+    variant, value, loaded = _probe_condition(p, loaded, drop)
+    native = native_mask_of(loaded)
+    return loaded, win, _labels(unit, mask=native, mask_spec=native, variant=variant, value=value, family=loaded.family)
+
+
 def _probe_condition(p: dict[str, Any], loaded: Any, drop: tuple) -> tuple[str, str, Any]:
-    """``(variant, value, model)`` of a probe unit. ``variant``: ``full`` or
-    ``drop_<components>``, then ``_clip_massive`` with ``clip_massive: true``;
-    ``value``: ``pretrained``, or ``random_init`` with ``control: random-init`` (the
-    architecture freshly initialised with seed ``control_seed``, default 0:
-    :func:`rankcollapse.models.controls.random_init`), so a claim selects the control by
-    ``value`` with the same ``model`` name."""
+    """``(variant, value, model)``: ``full``/``drop_<components>`` (+ ``_clip_massive``); ``pretrained``, or
+    ``random_init`` with ``control: random-init`` (:func:`rankcollapse.models.controls.random_init`, ``control_seed``)."""
     variant = ("full" if not drop else "drop_" + "_".join(drop)) + ("_clip_massive" if p.get("clip_massive") else "")
     control = p.get("control")
     if control is None:
@@ -275,14 +265,10 @@ def _probe_condition(p: dict[str, Any], loaded: Any, drop: tuple) -> tuple[str, 
     return variant, control.replace("-", "_"), random_init(loaded, seed=int(p.get("control_seed", 0)))
 
 
-def _probe_per_window(probe: Callable, loaded: Any, win: Any, drop: tuple, metrics: list[str], batch_size: int,
+def _probe_per_window(loaded: Any, win: Any, metrics: list[str], batch_size: int, drop: tuple = (),
                       clip_massive: bool = False) -> pd.DataFrame:
-    """``models.probe`` over all windows in batches, with each row's per-window values
-    (the ``values`` column, window order); its statistics come from the same summariser
-    as the simulated rows' (:mod:`rankcollapse.summary`). Sink metrics keep the
-    per-block rows (the mean over heads) and leave the per-head ones to ``probe``."""
-    # no bar of its own: the sweep's progress (one line or bar per unit) is the run's
-    from ..models.probe import Intervention
+    """``models.probe``'s per-window rows, without the per-head ones; no progress bar of its own."""
+    from ..models.probe import Intervention, probe
 
     df = probe(loaded, win, Intervention(drop=drop, clip_massive=clip_massive), metrics=metrics, batch_size=batch_size,
                per_window=True, progress=False)
@@ -301,14 +287,7 @@ def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     return normalise(fn(unit.params, ctx), labels)
 
 
-# A kind's version is bumped when a change alters its units' labels or numbers (probe 4:
-# attention rows recomputed from the SDPA call instead of an eager forward, float32
-# rounding differs where attention metrics are recorded; simulate and pretrained_sa 3:
-# ``dtype`` is the compute type, float64, not the embeddings' float32; theory 4: C10's
-# perturbed and random-start counts, and the control system's). ``NUMERICS_VERSION`` and
-# the numeric libraries' versions change every key (rankcollapse.sweep.units).
-# Keys hash the parameters as spelt, less a text file's path (key_params): its content is keyed instead.
-register_unit_kind("simulate", run_simulate, version=3, group="experiments", key_params=key_params)
-register_unit_kind("probe", run_probe, version=4, group="experiments", key_params=key_params)
-register_unit_kind("pretrained_sa", run_pretrained_sa, version=3, group="experiments", key_params=key_params)
-register_unit_kind("theory", run_theory, version=4, group="experiments", key_params=key_params)
+register("simulate", run_simulate, 3)
+register("probe", run_probe, 4)
+register("pretrained_sa", run_pretrained_sa, 3)
+register("theory", run_theory, 4)
