@@ -15,8 +15,14 @@ from typing import Any
 
 import pandas as pd
 
+from .._io import read_as, read_user_json
 from ..errors import ConfigError
 from . import claims as C
+from .axis import claims_with_axes
+from .config import EXPERIMENTS, load_config
+from .controls import NOT_ASSESSED, assess
+from .quantities import EvalContext, MissingData
+from .table import normalise
 
 #: A side of a comparison whose mean is within this factor of its floor is flagged.
 NEAR_FLOOR = 100.0
@@ -60,8 +66,6 @@ def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | N
 def _with_factor_off(checks: list[dict[str, Any]], claim: dict[str, Any], table: pd.DataFrame | None,
                      rec: dict[str, Any], n_tokens: int | None = None) -> list[dict[str, Any]]:
     """Each scored check with its factor-off arm, from ``table`` or else a stored check of that text."""
-    from .quantities import EvalContext, MissingData
-
     rule = claim["rule"]
     on_specs = C.expand_checks(rule["checks"])
     off_specs = C.factor_off_rule(rule, claim["factor"])["checks"]
@@ -90,9 +94,6 @@ def _with_factor_off(checks: list[dict[str, Any]], claim: dict[str, Any], table:
 def run_rules(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The claims a run stored in its ``config.json`` by id (axis claims included), with
     today's decision entries (:func:`with_decision_entries`)."""
-    from .axis import claims_with_axes
-    from .config import EXPERIMENTS, load_config
-
     cfgs = list(config["configs"])
     cfgs += [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]
     today = {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
@@ -134,9 +135,6 @@ def read_run(folder: str | Path, *, need_table: bool = False
         ``folder`` is not a finished run folder (names the missing file), or a file in
         it is not what a run writes.
     """
-    from .._io import read_user_json
-    from .table import normalise
-
     folder = Path(folder)
     for name in ("config.json", "claims.json", "table.parquet" if need_table else "COMPLETE"):
         if not (folder / name).is_file():
@@ -168,8 +166,6 @@ def audit_run(folder: str | Path) -> list[dict[str, Any]]:
     ConfigError
         ``folder`` is not a finished run folder, or its records are not what a run writes.
     """
-    from .._io import read_as
-
     claims, config, table = read_run(folder)
     with read_as(Path(folder) / "claims.json", "claims file"):  # with its config.json
         rules = run_rules(config)
@@ -200,8 +196,6 @@ def robustness(rec: dict[str, Any]) -> dict[str, Any]:
                 k.get("value"), k.get("interval"), k.get("bound"), k.get("decidable_to_layer")),
                 "floors": floors, "floors_used": used, "near_floor": near})
     if "power" not in rec:  # a claims.json written before power was recorded
-        from .controls import assess
-
         rec = assess(rec, "mixed" if "at least one check holds and at least one fails" in str(rec.get("rule")) else "all")
     return {"id": rec["id"], "verdict": rec["verdict"],
             "verdict_at_threshold": rec.get("verdict_at_threshold") or C.registered_verdict(rec),
@@ -257,8 +251,6 @@ def near_line(n: dict[str, Any]) -> str:
 
 def power_text(e: dict[str, Any]) -> str:
     """The robustness table's power cell: ``ok`` or the checks that cannot pass or fail."""
-    from .controls import NOT_ASSESSED
-
     bad = [f"{p['check']}: {p['reading']}" for p in e.get("power", []) if p["reading"] not in ("can pass and fail", NOT_ASSESSED)]
     bad += [f"{n['threshold']}: near-threshold control fails" for n in e.get("near_threshold", []) if not n["ok"]]
     if not e.get("power") and not e.get("near_threshold"):

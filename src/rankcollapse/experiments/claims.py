@@ -44,7 +44,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 from .config import window_spec
-from .quantities import EvalContext, MissingData, Value, _paired, combine_bounds, evaluate  # noqa: F401
+from .quantities import EvalContext, MissingData, Value, _layer_curve, _paired, combine_bounds, evaluate  # noqa: F401
 
 UNDECIDABLE = "undecidable at this depth"
 NOT_WHERE_DECIDABLE = "not reproduced where decidable"
@@ -680,8 +680,6 @@ def where_bands(table: Any, rule: dict[str, Any], verdict: str, setting: str, ct
                 factor: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Bands of a rule's ``where`` bounds (×½ to ×2, or a stated ``band``), read once per
     segment between the layers' means of the ``where`` metric (exact flip points)."""
-    from .quantities import _layer_curve
-
     specs = expand_checks(rule["checks"])
     out = []
     for group in dict.fromkeys(group_of({"check": c.get("name", "")}) for c in specs

@@ -14,6 +14,7 @@ from markupsafe import Markup, escape
 
 from ..metrics.core import DOMINANT_SHARE, dominant_token_text
 from .claims import fmt
+from .quantities import row_floor
 from .table import CONDITION_COLUMNS, applies
 
 
@@ -21,8 +22,6 @@ def _ratios(sim: pd.DataFrame, cols: list[str], n_tokens: int | None = None) -> 
     """Per condition: μ/‖X‖_F ÷ input at the claim depth (half the units' depth) and at the
     last layer (÷ the input of the windows the last layer holds), and whether it is at the
     rows' floor there (:func:`~.quantities.row_floor`)."""
-    from .quantities import row_floor
-
     out = []
     for key, g in sim.groupby(cols, dropna=False, sort=True):
         m = g.groupby("layer")["mean"].mean()

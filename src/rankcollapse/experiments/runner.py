@@ -29,6 +29,7 @@ from ..sweep.executors import ExecutionConfig, check_ray_reachable, make_executo
 from ..sweep.progress import UnitProgress
 from ..sweep.units import Shard, Unit, numerics_key, unit_labels
 from . import claims as claims_mod
+from .audit import read_run, run_rules
 from .axis import axis_units, claims_with_axes
 from .controls import assess, evaluate_controls
 from .cost import estimate, estimate_lines, shard_units
@@ -612,8 +613,6 @@ def write_outputs(result: RunResult) -> None:
 def _read_run(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], pd.DataFrame, dict[str, Any]]:
     """``(config, stored claims by id, table, rules)`` of the finished run in ``out``; a
     :class:`ConfigError` as :func:`.audit.read_run`, or for a claim its config does not define."""
-    from .audit import read_run, run_rules
-
     claims, config, table = read_run(out, need_table=True)
     stored = {c["id"]: c for c in claims}
     rules = run_rules(config)
