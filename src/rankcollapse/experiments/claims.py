@@ -44,7 +44,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 from .config import window_spec
-from .quantities import EvalContext, MissingData, Value, _layer_curve, _paired, combine_bounds, evaluate  # noqa: F401
+from .quantities import EvalContext, MissingData, Value, _condition, _paired, combine_bounds, evaluate  # noqa: F401
 
 UNDECIDABLE = "undecidable at this depth"
 NOT_WHERE_DECIDABLE = "not reproduced where decidable"
@@ -692,7 +692,7 @@ def where_bands(table: Any, rule: dict[str, Any], verdict: str, setting: str, ct
         edges = set()
         for i in members:
             try:
-                _, _, M, _ = _layer_curve(table, str(where["metric"]), dict(specs[i]["lhs"].get("select", {})), setting, ctx)
+                M = _condition(table, str(where["metric"]), dict(specs[i]["lhs"].get("select", {})), setting, ctx)[3]
             except MissingData:
                 continue
             edges |= {float(x) for x in M[0] if band[0] < x < band[1]}

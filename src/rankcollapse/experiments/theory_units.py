@@ -20,7 +20,8 @@ from ..errors import ConvergenceError
 from ..masks import parse_mask
 from ..metrics import mu, mu_relative
 from ..summary import exact_stats
-from ..theory import basin_estimate, causal_uniform_system, check_sphere_collapse, equilibria, find_equilibria, radius_sweep
+from ..theory import (basin_estimate, causal_uniform_system, check_sphere_collapse, equilibria, find_equilibria,
+                      radius_sweep)
 from ..theory.basin import classify, run_sa_ln
 from ..theory.equilibria import causal_example_2x2, construct_equilibrium, construction_eigenvalues
 from ..theory.system import AttentionSystem
@@ -57,8 +58,9 @@ def rows_sphere_collapse(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     b = p.get("budget", {})
     frames = []
     for mask in p.get("masks", ("complete", "causal", "sliding_window:w=3")):
-        res = check_sphere_collapse(mask, n_tokens=int(p.get("n_tokens", 16)), d_model=int(p.get("d_model", 8)), depth=int(b.get("sphere_depth", 80)),
-                  n_samples=int(b.get("sphere_samples", 8)), inputs=p.get("inputs", "nonnegative"))
+        res = check_sphere_collapse(mask, n_tokens=int(p.get("n_tokens", 16)), d_model=int(p.get("d_model", 8)),
+                                    depth=int(b.get("sphere_depth", 80)), n_samples=int(b.get("sphere_samples", 8)),
+                                    inputs=p.get("inputs", "nonnegative"))
         traj = rows_from_metrics({"mu": res.mu}, {"mask": Spec.name_of(mask), "mask_spec": mask})
         frames += [traj, pd.DataFrame(_scalar_rows({"measured_rate": res.measured_rate, "min_cos0": res.min_cos0}, mask))]
     return pd.concat(frames, ignore_index=True)

@@ -40,8 +40,8 @@ def key_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def register(kind: str, run: Callable[[Unit, Any], pd.DataFrame], version: int) -> None:
-    """Register an experiments unit kind (:func:`rankcollapse.sweep.register_unit_kind`): ``version`` is bumped
-    when a change alters its units' labels or numbers; keys hash the parameters less a text file's path (:func:`key_params`)."""
+    """Register an experiments unit kind (:func:`rankcollapse.sweep.register_unit_kind`): ``version`` is bumped when a
+    change alters its units' labels or numbers; keys hash the parameters less a text file's path (:func:`key_params`)."""
     register_unit_kind(kind, run, version=version, group="experiments", key_params=key_params)
 
 
