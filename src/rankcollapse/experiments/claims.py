@@ -35,6 +35,7 @@ combine by ``expect`` (:func:`verdict_from`); a claim's ``factor`` is read off a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import math
 from typing import Any
@@ -70,8 +71,7 @@ def _interval(reps: np.ndarray) -> tuple[float, float]:
 
 
 def _outcome(op: str, lo: float, hi: float, tau: float, bound: str | None = None) -> str:
-    """``holds`` / ``fails`` / ``undecided`` of ``[lo, hi]`` against ``tau``; a ``lower``
-    bound has no upper end (an ``upper`` bound no lower end)."""
+    """``holds`` / ``fails`` / ``undecided`` of ``[lo, hi]`` against ``tau`` (a ``lower`` bound has no upper end)."""
     if bound == "undecidable":
         return "undecidable"
     if bound == "lower":
@@ -264,9 +264,7 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     with_bands(res, rule.get("expect", "all"), where_bands(table, rule, res["verdict"], setting, ctx, factor))
     if not depth_check or depth is None:
         return res
-    deep = _evaluate_rule(table, rule, setting, EvalContext(depth=2 * depth, layer_factor=2, seed=seed,
-                                                            n_tokens=n_tokens,
-                                                            **({"n_boot": n_boot} if n_boot else {})), factor)
+    deep = _evaluate_rule(table, rule, setting, dataclasses.replace(ctx, depth=2 * depth, layer_factor=2, _cache={}), factor)
     if deep["verdict"] == "not run":
         res["depth_check"] = {"depth": 2 * depth, "verdict": "not run", "missing": deep.get("missing", "")}
         return res
@@ -283,9 +281,7 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
 
 
 def _fewest_windows(res: dict[str, Any]) -> int:
-    """The fewest windows a side of ``res``'s scored checks read (0: none reads windows):
-    at 2 D a simulated network's rows hold ``config.DEPTH_CHECK_WINDOWS`` windows where
-    its unit has more."""
+    """The fewest windows a side of ``res``'s scored checks read (0: none reads windows)."""
     sides = [c[k].get("n_samples", 0) for c in res["checks"] if not c["informational"]
              for k in ("lhs", "rhs") if k in c]
     return min((n for n in sides if n > 0), default=0)
@@ -440,8 +436,7 @@ def _margin(c: dict[str, Any]) -> float:
 
 
 def _override_rule(rule: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """The rule a nearby setting reads: loops unrolled (window specs rewritten), then
-    every selected value the override changes replaced."""
+    """The rule a nearby setting reads: loops unrolled, then every selected value the override changes replaced."""
     if not override:
         return rule
     checks = [{**c, "for_each": {k: [window_spec(v, override) for v in vs] for k, vs in c["for_each"].items()}}
@@ -641,9 +636,7 @@ def threshold_bands(scored: list[dict[str, Any]], expect: str = "all") -> list[d
 
 def _band_reading(entry: dict[str, Any], edges: list[float], at, verdict: str, points: list[float] = ()
                   ) -> dict[str, Any]:
-    """``entry`` (a threshold, its ``registered`` value and ``band``) with the verdicts ``at``
-    gives across the band: at its ends, on ``points``, in every segment between ``edges``
-    (the flip points, and the one nearest the registered value), and ``sensitive``."""
+    """``entry`` with the verdicts ``at`` gives across its band: ends, ``points``, segments between ``edges``, flips."""
     lo, hi = entry["band"]
     cuts = [lo] + edges + [hi]
     segments = [at((a + b) / 2) for a, b in zip(cuts[:-1], cuts[1:])]
@@ -681,11 +674,11 @@ def where_bands(table: Any, rule: dict[str, Any], verdict: str, setting: str, ct
     """Bands of a rule's ``where`` bounds (×½ to ×2, or a stated ``band``), read once per
     segment between the layers' means of the ``where`` metric (exact flip points)."""
     specs = expand_checks(rule["checks"])
+    groups = {i: group_of({"check": c.get("name", "")}) for i, c in enumerate(specs)
+              if not c.get("informational") and "where" in c.get("lhs", {})}
     out = []
-    for group in dict.fromkeys(group_of({"check": c.get("name", "")}) for c in specs
-                               if not c.get("informational") and "where" in c.get("lhs", {})):
-        members = [i for i, c in enumerate(specs) if group_of({"check": c.get("name", "")}) == group
-                   and not c.get("informational") and "where" in c.get("lhs", {})]
+    for group in dict.fromkeys(groups.values()):
+        members = [i for i, g in groups.items() if g == group]
         where = specs[members[0]]["lhs"]["where"]
         v0 = float(where["value"])
         band = sorted(float(x) for x in where["band"]) if where.get("band") else sorted((v0 / 2, v0 * 2))

@@ -218,9 +218,8 @@ def effective_override(unit: Unit, override: dict[str, Any]) -> dict[str, Any]:
             if Spec.name_of(params.get("mask", "")) in WINDOWED:
                 out[k] = v
         elif k == "norm":
-            variant = params.get("variant")
-            has_norm = variant is not None and resolve_variant(str(variant)).norm != "none"
-            if has_norm and resolve_variant(str(variant)).norm != v:
+            norm = resolve_variant(str(params["variant"])).norm if params.get("variant") is not None else "none"
+            if norm not in ("none", v):
                 out[k] = v
         elif params.get(k) != v:
             out[k] = v

@@ -81,8 +81,7 @@ def attainable(check: dict[str, Any]) -> tuple[float, float]:
 
 
 def _moved(check: dict[str, Any], v: float) -> tuple[float, float]:
-    """The check's interval carried to the true value ``v``: scaled for a positive
-    statistic whose no-effect value is 0, shifted otherwise."""
+    """The check's interval carried to the true value ``v`` (scaled for a positive ratio, else shifted)."""
     lo, hi = check["interval"]
     t = check["value"]
     if lo > 0 and t > 0 and v > 0 and check.get("reference") == 0.0 and attainable(check)[1] == math.inf:

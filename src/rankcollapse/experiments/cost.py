@@ -149,11 +149,10 @@ def estimate(units: Iterable[Unit], n_tokens: int, cached: Iterable[str] = (), w
     cached = set(cached)
     per: dict[str, dict[str, Any]] = {}
     longest = 0.0
-    seen: set[str] = set()
+    unique: dict[str, Unit] = {}
     for u in units:
-        if u.hash in seen:
-            continue
-        seen.add(u.hash)
+        unique.setdefault(u.hash, u)
+    for u in unique.values():
         row = per.setdefault(u.experiment or "-", {"units": 0, "cached": 0, "cpu_seconds": 0.0, "unknown": 0})
         row["units"] += 1
         if u.hash in cached:

@@ -78,8 +78,7 @@ def mask_influence_rows(p: dict[str, Any]) -> pd.DataFrame:
 
 
 def _profile_rows(prof: np.ndarray, values: np.ndarray | None = None) -> pd.DataFrame:
-    """Rows of metric ``influence`` for ``prof (L, N)`` (row ``k-1`` = layer ``k``), with the
-    per-window ``values (W, L, N)`` whose mean it is (else constant rows)."""
+    """Rows of metric ``influence`` for ``prof (L, N)`` (layers 1..L), with the per-window ``values (W, L, N)``."""
     n_layers, n = prof.shape
     layer = np.repeat(np.arange(1, n_layers + 1), n)
     pos = np.tile(np.arange(n), n_layers)

@@ -23,14 +23,9 @@ from ..errors import ConfigError
 from .selection import select_rows
 from .table import CONDITION_COLUMNS, applies, condition_of
 
-METRIC_LABELS = {
-    "mu": "μ(X) = ‖X − 1γ_X‖_F",
-    "mu_relative": "μ(X) / ‖X‖_F",
-    "avg_abs_cos": "average |cos| over token pairs",
-    "rank_fraction": "numerical rank / min(N, d)",
-    "sigma_min": "σ_min(X)",
-    "sigma_ratio": "σ₂ / σ₁",
-}
+METRIC_LABELS = {"mu": "μ(X) = ‖X − 1γ_X‖_F", "mu_relative": "μ(X) / ‖X‖_F",
+                 "avg_abs_cos": "average |cos| over token pairs", "rank_fraction": "numerical rank / min(N, d)",
+                 "sigma_min": "σ_min(X)", "sigma_ratio": "σ₂ / σ₁"}
 #: Readable names of source values used as panel titles.
 PANEL_NAMES = {"probe": "full pretrained model", "pretrained_sa": "attention-only network (no LN, skip, MLP)",
                "simulate": "random-init network"}

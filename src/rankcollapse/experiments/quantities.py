@@ -302,8 +302,7 @@ def _stat(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], stat: str, ctx: 
 
 
 def _turn(M: np.ndarray, layers: np.ndarray, q: dict[str, Any]) -> np.ndarray:
-    """``min(max_l s_l, 1 / min_l s_l)`` of the steps ``s_l = M[l] / M[l - 1]`` from
-    ``from_layer`` (default 0): above 1 exactly where the curve both rises and falls."""
+    """``min(max_l s_l, 1 / min_l s_l)`` of the steps ``s_l = M[l] / M[l - 1]`` from ``from_layer`` (default 0)."""
     keep = layers >= int(q.get("from_layer", 0))
     if keep.sum() < 3:
         raise MissingData(f"turn of {q['metric']}: fewer than 3 layers", q.get("select"))
@@ -315,8 +314,7 @@ def _turn(M: np.ndarray, layers: np.ndarray, q: dict[str, Any]) -> np.ndarray:
 
 def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext, simulated: bool,
           floor: float) -> np.ndarray:
-    """Per-layer rate ``exp(slope)`` of ``log M`` over layers ``from_layer`` (default 1)
-    .. ``last``, every row fitted on the layers where ``M[0]`` is above the floor."""
+    """Per-layer rate ``exp(slope)`` of ``log M`` over ``from_layer`` (1) .. ``last``, where ``M[0]`` is above the floor."""
     top = _index(layers, q.get("to", "last"), ctx, simulated)
     start = int(q.get("from_layer", 1)) * (ctx.layer_factor if simulated and q.get("scale_from", False) else 1)
     window = (layers >= start) & (np.arange(len(layers)) <= top)
@@ -353,10 +351,7 @@ def _condition(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: s
 
 
 def _windows_to_depth(rows: pd.DataFrame, ctx: EvalContext) -> int | None:
-    """Windows a read of simulated ``rows`` to ``ctx.depth`` takes: those every row up to
-    that layer holds (a simulate unit runs its layers beyond the claim depth on its first
-    ``config.DEPTH_CHECK_WINDOWS`` windows only), so every layer of the read averages the
-    same windows; None (all) for other rows or no depth."""
+    """Windows every simulated row up to ``ctx.depth`` holds (None: all), so every layer read averages the same windows."""
     if ctx.depth is None or "depth" not in rows or "values" not in rows or int(rows["depth"].iloc[0]) < 0:
         return None
     counts = rows.loc[rows["layer"] <= ctx.depth, "values"].map(len)
@@ -366,8 +361,7 @@ def _windows_to_depth(rows: pd.DataFrame, ctx: EvalContext) -> int | None:
 
 def _layers_where(table: pd.DataFrame, q: dict[str, Any], sel: dict[str, Any], setting: str, ctx: EvalContext
                   ) -> np.ndarray:
-    """Layers whose point estimate of ``where.metric`` (same condition) passes the bound
-    (:class:`ConfigError` for a ``where`` without a metric or value, or an unknown operator)."""
+    """Layers whose point estimate of ``where.metric`` (same condition) passes the bound."""
     where = q["where"]
     op = where.get("op", ">=")
     if op not in _WHERE_OPS or "metric" not in where or "value" not in where:
@@ -391,8 +385,7 @@ def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _spearman(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalContext) -> Value:
-    """``{stat: spearman, ...}``: ρ across layers ``from_layer`` (default 0) .. the deepest
-    both curves have, both recomputed from each bootstrap draw."""
+    """ρ across layers ``from_layer`` (0) .. the deepest both curves have, for every bootstrap draw."""
     sel = dict(q.get("select", {}))
     other = str(q.get("with", "layer"))
     _, layers, seeds, M, W = _condition(table, q["metric"], sel, setting, ctx)
@@ -416,8 +409,7 @@ PROFILE_OVER = ("median", "min", "max")
 
 def _profile_means(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: str, ctx: EvalContext
                    ) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(layers (L,), M (1 + 1 + n_boot, L, J), W)``: one condition's
-    per-position rows of ``metric`` averaged over windows (point, seed, replicates)."""
+    """``(layers (L,), M (1 + 1 + n_boot, L, J), W)``: one condition's per-position rows averaged over windows."""
     rows = select_rows(table, {**sel, "metric": metric}, setting)
     rows = rows[rows["point"].str.startswith("position.")]
     if rows.empty:
@@ -453,9 +445,7 @@ def rank_correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _profile_spearman(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalContext) -> Value:
-    """``{stat: profile_spearman, ...}``: ρ across positions per layer, at ``layer`` or
-    reduced by ``over`` across the layers where the ``against`` profile ranks something
-    (:func:`rankcollapse.masks.influence.ranks_something`)."""
+    """ρ across positions per layer, at ``layer`` or reduced by ``over`` where the ``against`` profile ranks something."""
     from ..masks.influence import ranks_something
 
     sel = dict(q.get("select", {}))

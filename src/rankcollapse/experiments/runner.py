@@ -611,8 +611,7 @@ def write_outputs(result: RunResult) -> None:
 
 
 def _read_run(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], pd.DataFrame, dict[str, Any]]:
-    """``(config, stored claims by id, table, rules)`` of the finished run in ``out``; a
-    :class:`ConfigError` as :func:`.audit.read_run`, or for a claim its config does not define."""
+    """``(config, stored claims by id, table, rules)`` of the finished run in ``out`` (refusals: :func:`recheck`)."""
     claims, config, table = read_run(out, need_table=True)
     stored = {c["id"]: c for c in claims}
     rules = run_rules(config)

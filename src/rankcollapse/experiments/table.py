@@ -89,12 +89,11 @@ def applies(column: str, value: Any) -> bool:
     return not (column == "setting" and value == "default")
 
 
+def column_text(column: str, value: Any) -> str:
+    """``column=value``, a float written with ``:g``."""
+    return f"{column}={value:g}" if isinstance(value, (float, np.floating)) else f"{column}={value}"
+
+
 def condition_of(row: Mapping[str, Any]) -> str:
     """Readable label of one condition, e.g. ``source=simulate mask_spec=causal variant=pure``."""
-    bits = []
-    for k in CONDITION_COLUMNS:
-        v = row.get(k)
-        if not applies(k, v):
-            continue
-        bits.append(f"{k}={v:g}" if isinstance(v, (float, np.floating)) else f"{k}={v}")
-    return " ".join(bits)
+    return " ".join(column_text(k, row.get(k)) for k in CONDITION_COLUMNS if applies(k, row.get(k)))

@@ -145,9 +145,8 @@ def rows_averaging_rate(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 
 
 def _example_trajectories(p: dict[str, Any], in_basin: bool) -> pd.DataFrame:
-    """μ/‖X‖_F and μ per layer of the N = d = 2 causal SA-LN example (docs/theory.md §3a),
-    float64: token 0 within ±0.05 rad of (0, 1), token 1 within ±0.05 rad of the stable
-    rank-2 point B (``in_basin``) or at an angle in (60°, 250°), outside B's arc."""
+    """μ/‖X‖_F and μ per layer of the N = d = 2 causal SA-LN example (docs/theory.md §3a), from inside or outside
+    the basin of its stable rank-2 point B (token 1 within ±0.05 rad of B, or at an angle in (60°, 250°))."""
     ex = causal_example_2x2()
     system = ex.system.to(torch.float64)
     n, depth = int(p.get("example_samples", 16)), int(p.get("example_depth", 64))

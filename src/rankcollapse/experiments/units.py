@@ -104,14 +104,8 @@ def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], to
 
 
 def _weight_kwargs(p: dict[str, Any], d: int) -> dict[str, Any]:
-    """Map config parameters onto ``simulate`` keywords.
-
-    ``init_scale`` s draws ``W_Q, W_K ~ N(0, s^2/d)`` (s = 1 is the default family),
-    which multiplies the attention logits by s^2; ``value`` is the W_V family spec.
-    ``sphere_radius`` R puts SA-LN rows on the sphere of radius R instead of 1: since the
-    logits are bilinear in the rows, that is the unit sphere with ``W_Q, W_K`` scaled by R
-    (logits times R^2, ../shared/docs/theory.md §2), and μ/‖X‖_F does not depend on R.
-    """
+    """``simulate`` keywords: ``W_Q, W_K ~ N(0, (s R)^2/d)`` for ``init_scale`` s and ``sphere_radius`` R (rows on the
+    sphere of radius R: logits times R^2, ../shared/docs/theory.md §2), ``value`` the W_V family."""
     kw: dict[str, Any] = {"d_qk": float(p.get("d_qk", 1.0)), "value": p.get("value") or "gaussian"}
     s = float(p.get("init_scale", 1.0)) * float(p.get("sphere_radius", 1.0))
     if s != 1.0:
