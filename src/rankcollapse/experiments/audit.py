@@ -272,8 +272,7 @@ def audit_markdown(entries: list[dict[str, Any]], *, heading: str = "#") -> str:
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     lines.append("")
     for e in entries:
-        lines += [f"{heading}## {e['id']}: {e['verdict']}", "",
-                  f"- decisive: {e['decisive']}: {e['number']}"]
+        lines += [f"{heading}## {e['id']}: {e['verdict']}", "", f"- decisive: {e['decisive']}: {e['number']}"]
         if e.get("stored_verdict") and e["stored_verdict"] != e["verdict"]:
             lines.append(f"- verdict stored in claims.json: {e['stored_verdict']}")
         lines += [f"- factor {contrast_line(e, c)}" for c in e["contrast"]]

@@ -203,13 +203,8 @@ def claim_depth(cfg: dict[str, Any], scale: str, overrides: dict[str, Any] | Non
 
 
 def effective_override(unit: Unit, override: dict[str, Any]) -> dict[str, Any]:
-    """The part of ``override`` that changes ``unit``'s numbers.
-
-    A setting is meaningless for some units and must leave them alone: ``window`` only
-    changes windowed masks; ``norm`` only changes variants that have a norm (pure SA and
-    skip without norm have none, so ``norm=layernorm`` must not turn them into SA-LN);
-    any other key only where it differs from the unit's value.
-    """
+    """The part of ``override`` that changes ``unit``'s numbers: ``window`` only for windowed masks, ``norm`` only for
+    variants that have a norm (``norm=layernorm`` must not turn pure SA into SA-LN), any other key where it differs."""
     from ..dynamics.config import resolve_variant
 
     params, out = unit.params, {}
@@ -238,12 +233,8 @@ def window_spec(spec: Any, override: dict[str, Any]) -> Any:
 
 
 def with_override(unit: Unit, override: dict[str, Any], label: str) -> Unit:
-    """A copy of ``unit`` with parameters changed for a nearby-setting run.
-
-    ``window`` changes the width in the mask spec (``sliding_window:w=9`` -> ``w=W``);
-    other keys replace the parameter of the same name. Apply only the
-    :func:`effective_override`: a key that does not apply to the unit must be left out.
-    """
+    """A copy of ``unit`` for a nearby-setting run: ``window`` sets the mask spec's width, any other key replaces its
+    parameter (pass only the :func:`effective_override`)."""
     params = dict(unit.params)
     for k, v in override.items():
         if k == "window":

@@ -33,13 +33,7 @@ PASSING = {"positive": ("reproduced",), "negative": ("not reproduced", "not repr
 
 
 def control_rule(rule: dict[str, Any], control: dict[str, Any]) -> dict[str, Any]:
-    """``rule`` with ``control['edits']`` applied (:func:`.claims.edit_rule`).
-
-    Raises
-    ------
-    ConfigError
-        An edit with an unknown key or side.
-    """
+    """``rule`` with ``control['edits']`` applied (:func:`.claims.edit_rule`, which raises for a bad edit)."""
     return edit_rule(rule, control.get("edits", []))
 
 

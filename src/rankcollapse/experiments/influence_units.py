@@ -1,20 +1,12 @@
 """Influence profiles as table rows (``configs/influence.yaml``; docs/reproduce.md,
 "Position-bias claims").
 
-``mask_influence`` (exact, float64, no per-window values): :func:`rankcollapse.masks.influence`
-of a mask under uniform attention with residual weight ``alpha``, one row per depth
-``h = 1..H`` (``layer = h``): ``first_token_mass``, ``last_token_mass``,
-``effective_horizon``, ``first_token_step`` ``I_h[0] / I_{h-1}[0]``, ``recency_ratio``
-``I_h[N-1] / I_h[N-2]``, for a causal window ``horizon_predicted``
-(:func:`~rankcollapse.masks.influence.window_horizon`) and ``horizon_geometric`` ``W
-ln(ε) / ln(1 - α)``; with ``profiles: true`` the profile itself (metric ``influence`` at
-``point = "position.j"``). Labels ``model = uniform``, ``variant = "alpha=A,n_tokens=N"``.
-
-``model_influence``: :func:`rankcollapse.models.influence.measure_influence` of a model on
-the run's windows: metric ``influence`` at ``point = "position.j"``, ``variant``
-``gradient`` and ``rollout`` (per-window values), ``predicted`` and
-``predicted_shuffled`` (positions permuted, seed ``shuffle_seed``); per layer ``alpha``,
-``rho_gradient`` and ``rho_rollout``.
+``mask_influence``: :func:`rankcollapse.masks.influence` of a mask under uniform attention
+(exact, float64), one row per depth ``h`` (``layer = h``), and with ``profiles: true`` the
+profile (metric ``influence`` at ``point = "position.j"``). ``model_influence``:
+:func:`rankcollapse.models.influence.measure_influence` of a model on the run's windows
+(profiles ``gradient``, ``rollout``, ``predicted``, ``predicted_shuffled``; per layer
+``alpha``, ``rho_gradient``, ``rho_rollout``). The rows and labels: docs/reproduce.md.
 """
 
 from __future__ import annotations
@@ -83,8 +75,7 @@ def _profile_rows(prof: np.ndarray, values: np.ndarray | None = None) -> pd.Data
     layer = np.repeat(np.arange(1, n_layers + 1), n)
     pos = np.tile(np.arange(n), n_layers)
     mean = prof.reshape(-1).astype(np.float64)
-    df = pd.DataFrame({"layer": layer, "metric": "influence", "point": [f"position.{j}" for j in pos],
-                       "mean": mean})
+    df = pd.DataFrame({"layer": layer, "metric": "influence", "point": [f"position.{j}" for j in pos], "mean": mean})
     if values is None:
         for k in ("q05", "q25", "q50", "q75", "q95"):
             df[k] = mean

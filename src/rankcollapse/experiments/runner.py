@@ -10,7 +10,7 @@ import sys
 import time
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -492,8 +492,7 @@ def estimate_run(name: str | None = "main", scale: str = "quick", out: str | Pat
         if getattr(storage, arg):
             raise ConfigError("does not apply to an estimate, which writes nothing", argument=arg)
     rp = plan_run(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides, nearby=nearby,
-                  execution=execution, storage=StorageConfig(cache_dir=storage.cache_dir, recompute=storage.recompute,
-                                                             write=False))
+                  execution=execution, storage=replace(storage, write=False))
     _, _, est = planned_cost(rp, execution)
     return {**est, "config_hash": rp.config()["config_hash"], "scale": scale,
             **({"shard": str(execution.shard)} if execution.shard is not None else {})}

@@ -41,13 +41,8 @@ CONDITION_COLUMNS = ("source", "model", "mask_spec", "variant", "norm", "sphere_
 COLUMNS = KEY_COLUMNS + tuple(EXTRA_COLUMNS) + STAT_COLUMNS + ("values",)
 
 
-def rows_from_metrics(
-    metrics: Mapping[str, torch.Tensor | np.ndarray],
-    labels: Mapping[str, Any],
-    *,
-    layers: list[int] | None = None,
-    points: list[str] | None = None,
-) -> pd.DataFrame:
+def rows_from_metrics(metrics: Mapping[str, torch.Tensor | np.ndarray], labels: Mapping[str, Any], *,
+                      layers: list[int] | None = None, points: list[str] | None = None) -> pd.DataFrame:
     """Normalised tidy rows from ``{metric: (L, B) values}`` plus constant ``labels``
     (``layers`` default ``0..L-1``, ``points`` those of :func:`rankcollapse.points.point_after`)."""
     return normalise(summary_table(by_layer(metrics, layers=layers, points=points), per_window=True), labels)

@@ -60,13 +60,9 @@ def _labels(unit: Unit, **extra: Any) -> dict[str, Any]:
 
 
 def compute_dtype(unit: Unit) -> str:
-    """Floating-point type of the computation that produced a unit's numbers, whose
-    epsilon is their floor (docs/reproduce.md, "Floors"): a simulated or attention-only
-    network runs in its ``dtype`` parameter (float64 by default), whatever the storage type
-    of its input (float32 embeddings enter a float64 trajectory exactly and every layer
-    after is computed to float64's resolution); a probe (and a model's measured
-    influence) runs the model's float32 forward; theory checks and mask influence
-    profiles are float64 throughout."""
+    """Floating-point type of the computation behind a unit's numbers, whose epsilon is their floor (docs/reproduce.md,
+    "Floors"): a simulated or attention-only network's ``dtype`` (float64 by default, whatever its input's storage
+    type), float64 for theory checks and mask influence profiles, else a model's float32 forward."""
     if unit.kind in ("simulate", "pretrained_sa"):
         return str(unit.params.get("dtype", "float64"))
     return "float64" if unit.kind in ("theory", "mask_influence") else "float32"
@@ -169,15 +165,9 @@ POSITIONS = ("model", "none")
 
 
 def run_pretrained_sa(unit: Unit, ctx: RunContext) -> pd.DataFrame:
-    """Attention-only network with a pretrained model's extracted attention weights
-    (``dynamics.pretrained``): layer t uses the model's layer-t attention, scores divided
-    by ``sqrt(d_qk)`` instead of the model's own ``sqrt(d_head)``.
-
-    Optional parameters (absent: the run's windows, every layer, as before): ``n_tokens``
-    (window length N, cut from the same text), ``positions`` (:data:`POSITIONS`; ``none``
-    lets N exceed the position table), ``depth`` (the first ``depth`` layers only) and
-    ``backend`` (``simulate``'s attention kernel: ``blocked`` keeps memory O(N) per row
-    block, so complete masks at N = 8,192 fit)."""
+    """Attention-only network with a pretrained model's attention weights (``dynamics.pretrained``), scores divided by
+    ``sqrt(d_qk)``; optionally ``n_tokens`` (window length), ``positions`` (:data:`POSITIONS`; ``none`` lets N exceed
+    the position table), ``depth`` (the first layers only) and ``backend`` (``simulate``'s attention kernel)."""
     from ..dynamics.pretrained import extract_attention_weights
 
     p = unit.params
