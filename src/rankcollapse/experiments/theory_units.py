@@ -156,13 +156,11 @@ def _example_trajectories(p: dict[str, Any], in_basin: bool) -> pd.DataFrame:
     b = math.atan2(ex.info["B"][1], ex.info["B"][0])
     a1 = b + 0.05 * u() if in_basin else math.radians(155) + math.radians(95) * u()
     X = torch.stack([torch.stack([a0.cos(), a0.sin()], -1), torch.stack([a1.cos(), a1.sin()], -1)], 1)
-    rel, absolute = [mu_relative(X)], [mu(X)]
+    states = [X]
     for _ in range(depth):
-        X = system.step(X, check=False)
-        rel.append(mu_relative(X))
-        absolute.append(mu(X))
-    return rows_from_metrics({"mu_relative": torch.stack(rel), "mu": torch.stack(absolute)},
-                             {"mask": "causal", "mask_spec": "causal"})
+        states.append(system.step(states[-1], check=False))
+    return rows_from_metrics({"mu_relative": torch.stack([mu_relative(X) for X in states]),
+                              "mu": torch.stack([mu(X) for X in states])}, {"mask": "causal", "mask_spec": "causal"})
 
 
 def rows_ln_example_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
