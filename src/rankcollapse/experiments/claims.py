@@ -38,6 +38,7 @@ import copy
 import dataclasses
 import itertools
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -412,10 +413,9 @@ def decisive(checks: list[dict[str, Any]], verdict: str) -> dict[str, Any] | Non
         return None
     against = {"not reproduced": ("fails",), NOT_WHERE_DECIDABLE: ("fails",), "mixed": ("fails",),
                UNDECIDABLE: ("undecidable",)}.get(verdict, ())
-    for want in against:
-        for c in checks:
-            if c["outcome"] == want:
-                return c
+    hit = next((c for want in against for c in checks if c["outcome"] == want), None)
+    if hit is not None:
+        return hit
     decided = [c for c in checks if c["outcome"] in ("holds", "fails")]
     return min(decided or checks, key=_margin)
 
@@ -542,9 +542,7 @@ def fmt(x: float | None) -> str:
 
 def fmt_interval(iv: list[float] | None) -> str:
     """``[lo, hi]`` as ``[0.12, 0.34]`` (``—`` for None)."""
-    if not iv:
-        return "—"
-    return f"[{fmt(iv[0])}, {fmt(iv[1])}]"
+    return f"[{fmt(iv[0])}, {fmt(iv[1])}]" if iv else "—"
 
 
 # ------------------------------------------------------------------ threshold bands
@@ -628,7 +626,7 @@ def threshold_bands(scored: list[dict[str, Any]], expect: str = "all") -> list[d
         if band is None:
             out.append({**entry, "sensitive": False})
             continue
-        at = lambda t, g=group: verdict_at(scored, expect, g, t)  # noqa: E731
+        at = partial(verdict_at, scored, expect, group)
         edges = sorted({e for e in _edges(members) if band[0] < e < band[1]})
         out.append(_band_reading(entry, edges, at, at(tau), grid(band, tau, first.get("reference"))))
     return out

@@ -71,12 +71,10 @@ def summary_grid(table: pd.DataFrame, n_tokens: int | None = None
     usual = {c: r[c].astype(str).mode().iloc[0] for c in across[1:]}
     name = [" · ".join([str(row[across[0]])] + [column_text(c, row[c]) for c in across[1:] if str(row[c]) != usual[c]])
             if across else "μ/‖X‖_F ÷ input" for _, row in r.iterrows()]
-    r = r.assign(_col=name)
     same_t = r["t_depth"].nunique() == 1 and r["t_2x"].nunique() == 1
     cell = [Cell(a, b, fa, fb, *(() if same_t else (int(ta), int(tb))))
             for a, b, fa, fb, ta, tb in r[["at_depth", "at_2x", "floor_depth", "floor_2x", "t_depth", "t_2x"]].to_numpy()]
-    r = r.assign(_cell=cell)
-    r = r.assign(_row=r["mask_spec"] if "mask_spec" in varying else "")
+    r = r.assign(_col=name, _cell=cell, _row=r["mask_spec"] if "mask_spec" in varying else "")
     grid = r.pivot(index="_row", columns="_col", values="_cell")
     from .plots import _ordered  # the paper's order of masks and variants
 
