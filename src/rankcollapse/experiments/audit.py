@@ -127,14 +127,8 @@ def with_decision_entries(claim: dict[str, Any], today: dict[str, Any] | None) -
 
 def read_run(folder: str | Path, *, need_table: bool = False
              ) -> tuple[list[dict[str, Any]], dict[str, Any], pd.DataFrame | None]:
-    """A finished run's claims, config and table (None without ``table.parquet``).
-
-    Raises
-    ------
-    ConfigError
-        ``folder`` is not a finished run folder (names the missing file), or a file in
-        it is not what a run writes.
-    """
+    """A finished run's claims, config and table (None without ``table.parquet``); :class:`ConfigError` for a
+    folder that is not a finished run (naming the missing file), or a file in it that is not what a run writes."""
     folder = Path(folder)
     for name in ("config.json", "claims.json", "table.parquet" if need_table else "COMPLETE"):
         if not (folder / name).is_file():
@@ -159,13 +153,7 @@ def read_run(folder: str | Path, *, need_table: bool = False
 
 
 def audit_run(folder: str | Path) -> list[dict[str, Any]]:
-    """One :func:`robustness` entry per claim of the run in ``folder``.
-
-    Raises
-    ------
-    ConfigError
-        ``folder`` is not a finished run folder, or its records are not what a run writes.
-    """
+    """One :func:`robustness` entry per claim of the run in ``folder`` (refusals as :func:`read_run`)."""
     claims, config, table = read_run(folder)
     with read_as(Path(folder) / "claims.json", "claims file"):  # with its config.json
         rules = run_rules(config)

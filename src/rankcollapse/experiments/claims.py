@@ -358,14 +358,8 @@ def _edit(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
 
 
 def edit_rule(rule: dict[str, Any], edits: list[dict[str, Any]]) -> dict[str, Any]:
-    """``rule`` with every check's quantities edited by ``edits`` (:mod:`.controls`),
-    loops unrolled first.
-
-    Raises
-    ------
-    ConfigError
-        An edit with an unknown key or side.
-    """
+    """``rule`` with every check's quantities edited by ``edits`` (:mod:`.controls`), loops unrolled first;
+    :class:`ConfigError` for an edit with an unknown key or side."""
     checks = expand_checks(rule["checks"])
     for edit in edits:
         bad = set(edit) - {"where", "side", "replace", "set", "drop", "quantity"}

@@ -35,14 +35,8 @@ def window_width(spec: str) -> int | None:
 
 
 def mask_influence_rows(p: dict[str, Any]) -> pd.DataFrame:
-    """Rows of one ``mask_influence`` unit: ``mask``, ``n_tokens``, ``depth``, ``alpha`` and
-    optionally ``decay`` (0), ``epsilon`` (0.01), ``profiles`` (False).
-
-    Raises
-    ------
-    MaskError
-        A bad spec, N, depth, alpha, decay or epsilon (:func:`~rankcollapse.masks.influence`).
-    """
+    """Rows of one ``mask_influence`` unit: ``mask``, ``n_tokens``, ``depth``, ``alpha``, optionally ``decay`` (0),
+    ``epsilon`` (0.01), ``profiles`` (False); :class:`MaskError` as :func:`~rankcollapse.masks.influence`."""
     from ..masks.influence import influence, window_horizon
 
     spec, n, depth = str(p["mask"]), int(p["n_tokens"]), int(p["depth"])

@@ -51,13 +51,7 @@ def default_cache_dir(out: Path) -> Path:
 
 
 def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
-    """A run's ``overrides``, checked to hold only the keys of :data:`OVERRIDE_KEYS`.
-
-    Raises
-    ------
-    ConfigError
-        A key that is not an override.
-    """
+    """A run's ``overrides``, checked to hold only the keys of :data:`OVERRIDE_KEYS` (else :class:`ConfigError`)."""
     out = dict(overrides or {})
     unknown = sorted(set(out) - set(OVERRIDE_KEYS))
     if unknown:
@@ -113,13 +107,8 @@ def _expand(cfgs: list[dict[str, Any]], scale: str, seed: int, data: dict[str, A
 
 def check_applied(cfgs: list[dict[str, Any]], units: list[Unit], *, text: Any, n_tokens: int | None,
                   overrides: dict[str, Any], run: str) -> None:
-    """Refuse an option that no unit of the run applies (it would be recorded and ignored).
-
-    Raises
-    ------
-    ConfigError
-        Naming the argument, the run and why it does not apply.
-    """
+    """Refuse an option that no unit of the run applies (it would be recorded and ignored): a :class:`ConfigError`
+    naming the argument, the run and why it does not apply."""
     readers = [u for u in units if u.kind in TEXT_UNIT_KINDS]
     specs = [s for c in cfgs for s in c["units"]]
     unused = []

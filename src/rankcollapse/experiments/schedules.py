@@ -29,13 +29,8 @@ def _read_study() -> Any:
 
 
 def load_study(scale: str = "quick") -> dict[str, Any]:
-    """``configs/schedules.yaml``, validated, with the ``scale`` overrides applied.
-
-    Raises
-    ------
-    ConfigError
-        An unknown scale, or a study file that fails validation (names the key).
-    """
+    """``configs/schedules.yaml``, validated, with the ``scale`` overrides applied; :class:`ConfigError` for an
+    unknown scale or a study file that fails validation (naming the key)."""
     cfg = _read_study()
     validate_study(cfg, "schedules")
     if scale not in cfg["scales"]:
