@@ -106,21 +106,11 @@ SEEDED_KINDS = ("simulate", "phase_sink")
 MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence", "power_method", "energy", "gap_count")
 
 
-def expand_units(
-    cfg: dict[str, Any], scale: str, seed: int, *, data: dict[str, Any], overrides: dict[str, Any] | None = None
-) -> list[Unit]:
-    """All units of ``cfg`` at ``scale``.
-
-    Parameters
-    ----------
-    data : the input description shared by every unit (corpus, text file digest,
-        tokens per window ``n_tokens``, data seed); part of every unit's hash. A unit
-        that reads a model also holds the digest of the model's files
-        (:func:`rankcollapse.models.loading.model_key`),
-        one whose mask reads files the digests of those files (:func:`mask_key`).
-    overrides : user overrides from the command line (``masks``, ``depth``,
-        ``n_samples``, ``extra_models``) applied before hashing.
-    """
+def expand_units(cfg: dict[str, Any], scale: str, seed: int, *, data: dict[str, Any],
+                 overrides: dict[str, Any] | None = None) -> list[Unit]:
+    """All units of ``cfg`` at ``scale``, each holding ``data`` (the run's input description), the digests of the
+    files its model and mask read (:func:`rankcollapse.models.loading.model_key`, :func:`mask_key`) and the
+    run's ``overrides`` (:data:`OVERRIDE_KEYS`), all part of its hash."""
     sc = scale_settings(cfg, scale)
     overrides = overrides or {}
     units = []

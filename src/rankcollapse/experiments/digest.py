@@ -47,15 +47,9 @@ def _determined(df: pd.DataFrame, col: str, others: list[str]) -> bool:
 
 def summary_grid(table: pd.DataFrame, n_tokens: int | None = None
                  ) -> tuple[pd.DataFrame, list[str], list[str], tuple[int, int] | None]:
-    """The default simulations' μ/‖X‖_F ÷ input as a mask × condition grid.
-
-    Returns
-    -------
-    (grid, shared, usual, depths) : ``grid`` has one row per mask spec and one column per
-        combination of the other varying condition columns, cells :class:`Cell`;
-        ``shared`` and ``usual``: ``col=value`` of every cell, and unless a column says
-        otherwise; ``depths`` when every cell has the same. Empty without simulations.
-    """
+    """``(grid, shared, usual, depths)``: the default simulations' μ/‖X‖_F ÷ input, one row per mask spec and one
+    column per combination of the other varying condition columns (cells :class:`Cell`); the ``col=value`` of every
+    cell, and unless a column says otherwise; ``depths`` when every cell has the same. Empty without simulations."""
     sim = table[(table["source"] == "simulate") & (table["metric"] == "mu_relative") & (table["setting"] == "default")]
     if sim.empty:
         return pd.DataFrame(), [], [], None
