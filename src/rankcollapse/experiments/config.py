@@ -95,8 +95,7 @@ def scale_settings(cfg: dict[str, Any], scale: str) -> dict[str, Any]:
     return dict(cfg["scales"][scale])
 
 
-# the keys a run's ``overrides`` may hold (read by :func:`expand_units` and
-# :func:`claim_depth`; any other key is refused by ``runner.run_overrides``)
+#: The keys a run's ``overrides`` may hold (any other is refused by ``runner.run_overrides``).
 OVERRIDE_KEYS = ("masks", "depth", "n_samples", "extra_models")
 
 
