@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -78,16 +79,12 @@ def _with_factor_off(checks: list[dict[str, Any]], claim: dict[str, Any], table:
             continue
         arm = None
         if table is not None:
-            try:
+            with suppress(MissingData):
                 arm = C.evaluate_check(table, off, claim.get("setting", "default"),
                                        EvalContext(depth=rec.get("depth"), seed=seed, n_tokens=n_tokens))
-            except MissingData:
-                arm = None
         arm = arm or by_text.get(C.check_text(off))
-        if arm is None:
-            out.append({**k, "factor_off": {"text": C.check_text(off), "missing": "no rows and no stored check"}})
-            continue
-        out.append({**k, "factor_off": {f: arm.get(f) for f in ("text", "value", "interval", "bound", "outcome")}})
+        out.append({**k, "factor_off": {"text": C.check_text(off), "missing": "no rows and no stored check"} if arm is None
+                    else {f: arm.get(f) for f in ("text", "value", "interval", "bound", "outcome")}})
     return out
 
 
