@@ -48,14 +48,10 @@ for(var i=0;i<imgs.length;i++){if(!imgs[i].complete||imgs[i].naturalWidth===0){b
 document.body.setAttribute('data-images-ok',String(imgs.length-bad));document.body.setAttribute('data-images-bad',String(bad));});"""
 RESULTS_COLUMNS = ("id", "effect (paper)", "verdict", "decisive number [95% interval]", "at 2× depth", "controls (+/−)",
                    "original verdict")
-
-
 FINITE_DEPTH_NOTE = ("Rates fitted over layers 1..D under causal masks (causal, causal_sliding_window) are "
                      "finite-depth readings: every causal averaging matrix is lower triangular with diagonal "
                      "1, 1/2, ..., so its second eigenvalue is 1/2 whatever N, and the slope fitted over D layers "
                      "depends on D.")
-
-
 ROBUSTNESS_NOTE = ("What each verdict rests on. A claim about a factor is decided on the same condition with the "
                    "factor on and off; a check whose factor-off arm passes as well is no evidence for the factor "
                    "(factor-off also passes) and carries no verdict. Each threshold is read across its "
