@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from .._io import read_as, read_user_json
 from ..errors import ConfigError
 from . import claims as C
+from .axis import claims_with_axes
+from .config import EXPERIMENTS, load_config
+from .controls import NOT_ASSESSED, assess
+from .quantities import EvalContext, MissingData
+from .table import normalise
 
 #: A side of a comparison whose mean is within this factor of its floor is flagged.
 NEAR_FLOOR = 100.0
@@ -60,8 +67,6 @@ def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | N
 def _with_factor_off(checks: list[dict[str, Any]], claim: dict[str, Any], table: pd.DataFrame | None,
                      rec: dict[str, Any], n_tokens: int | None = None) -> list[dict[str, Any]]:
     """Each scored check with its factor-off arm, from ``table`` or else a stored check of that text."""
-    from .quantities import EvalContext, MissingData
-
     rule = claim["rule"]
     on_specs = C.expand_checks(rule["checks"])
     off_specs = C.factor_off_rule(rule, claim["factor"])["checks"]
@@ -74,25 +79,18 @@ def _with_factor_off(checks: list[dict[str, Any]], claim: dict[str, Any], table:
             continue
         arm = None
         if table is not None:
-            try:
+            with suppress(MissingData):
                 arm = C.evaluate_check(table, off, claim.get("setting", "default"),
                                        EvalContext(depth=rec.get("depth"), seed=seed, n_tokens=n_tokens))
-            except MissingData:
-                arm = None
         arm = arm or by_text.get(C.check_text(off))
-        if arm is None:
-            out.append({**k, "factor_off": {"text": C.check_text(off), "missing": "no rows and no stored check"}})
-            continue
-        out.append({**k, "factor_off": {f: arm.get(f) for f in ("text", "value", "interval", "bound", "outcome")}})
+        out.append({**k, "factor_off": {"text": C.check_text(off), "missing": "no rows and no stored check"} if arm is None
+                    else {f: arm.get(f) for f in ("text", "value", "interval", "bound", "outcome")}})
     return out
 
 
 def run_rules(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The claims a run stored in its ``config.json`` by id (axis claims included), with
     today's decision entries (:func:`with_decision_entries`)."""
-    from .axis import claims_with_axes
-    from .config import EXPERIMENTS, load_config
-
     cfgs = list(config["configs"])
     cfgs += [load_config(n) for c in config["configs"] for n in c.get("claims_from", [])]
     today = {c["id"]: c for n in EXPERIMENTS for c in load_config(n).get("claims", [])}
@@ -126,17 +124,8 @@ def with_decision_entries(claim: dict[str, Any], today: dict[str, Any] | None) -
 
 def read_run(folder: str | Path, *, need_table: bool = False
              ) -> tuple[list[dict[str, Any]], dict[str, Any], pd.DataFrame | None]:
-    """A finished run's claims, config and table (None without ``table.parquet``).
-
-    Raises
-    ------
-    ConfigError
-        ``folder`` is not a finished run folder (names the missing file), or a file in
-        it is not what a run writes.
-    """
-    from .._io import read_user_json
-    from .table import normalise
-
+    """A finished run's claims, config and table (None without ``table.parquet``); :class:`ConfigError` for a
+    folder that is not a finished run (naming the missing file), or a file in it that is not what a run writes."""
     folder = Path(folder)
     for name in ("config.json", "claims.json", "table.parquet" if need_table else "COMPLETE"):
         if not (folder / name).is_file():
@@ -161,15 +150,7 @@ def read_run(folder: str | Path, *, need_table: bool = False
 
 
 def audit_run(folder: str | Path) -> list[dict[str, Any]]:
-    """One :func:`robustness` entry per claim of the run in ``folder``.
-
-    Raises
-    ------
-    ConfigError
-        ``folder`` is not a finished run folder, or its records are not what a run writes.
-    """
-    from .._io import read_as
-
+    """One :func:`robustness` entry per claim of the run in ``folder`` (refusals as :func:`read_run`)."""
     claims, config, table = read_run(folder)
     with read_as(Path(folder) / "claims.json", "claims file"):  # with its config.json
         rules = run_rules(config)
@@ -200,8 +181,6 @@ def robustness(rec: dict[str, Any]) -> dict[str, Any]:
                 k.get("value"), k.get("interval"), k.get("bound"), k.get("decidable_to_layer")),
                 "floors": floors, "floors_used": used, "near_floor": near})
     if "power" not in rec:  # a claims.json written before power was recorded
-        from .controls import assess
-
         rec = assess(rec, "mixed" if "at least one check holds and at least one fails" in str(rec.get("rule")) else "all")
     return {"id": rec["id"], "verdict": rec["verdict"],
             "verdict_at_threshold": rec.get("verdict_at_threshold") or C.registered_verdict(rec),
@@ -257,8 +236,6 @@ def near_line(n: dict[str, Any]) -> str:
 
 def power_text(e: dict[str, Any]) -> str:
     """The robustness table's power cell: ``ok`` or the checks that cannot pass or fail."""
-    from .controls import NOT_ASSESSED
-
     bad = [f"{p['check']}: {p['reading']}" for p in e.get("power", []) if p["reading"] not in ("can pass and fail", NOT_ASSESSED)]
     bad += [f"{n['threshold']}: near-threshold control fails" for n in e.get("near_threshold", []) if not n["ok"]]
     if not e.get("power") and not e.get("near_threshold"):
@@ -280,8 +257,7 @@ def audit_markdown(entries: list[dict[str, Any]], *, heading: str = "#") -> str:
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     lines.append("")
     for e in entries:
-        lines += [f"{heading}## {e['id']}: {e['verdict']}", "",
-                  f"- decisive: {e['decisive']}: {e['number']}"]
+        lines += [f"{heading}## {e['id']}: {e['verdict']}", "", f"- decisive: {e['decisive']}: {e['number']}"]
         if e.get("stored_verdict") and e["stored_verdict"] != e["verdict"]:
             lines.append(f"- verdict stored in claims.json: {e['stored_verdict']}")
         lines += [f"- factor {contrast_line(e, c)}" for c in e["contrast"]]

@@ -9,6 +9,7 @@ read there as the claim ``<id>.N<N>`` (:func:`axis_claims`); a scale may cap N w
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 from ..sweep.units import Unit
@@ -40,14 +41,11 @@ def axis_units(cfg: dict[str, Any], units: list[Unit], scale: str) -> list[Unit]
     for claim in cfg.get("claims", []):
         axis = claim.get("n_tokens_axis")
         for n in axis_values(claim, sc):
+            cap = {int(k): int(v) for k, v in (axis.get("max_windows") or {}).items()}.get(int(n), math.inf)
             for u in units:
                 if u.params.get("setting") != "default" or not unit_matches(u, axis.get("units", {})):
                     continue
-                windows = int(u.params["n_samples"])
-                cap = {int(k): int(v) for k, v in (axis.get("max_windows") or {}).items()}.get(int(n))
-                if cap is not None:
-                    windows = min(windows, cap)
-                override = {"n_tokens": n, **axis.get("params", {}), "n_samples": windows}
+                override = {"n_tokens": n, **axis.get("params", {}), "n_samples": min(int(u.params["n_samples"]), cap)}
                 v = with_override(u, override, axis_label(axis, n))
                 out.setdefault(v.hash, v)
     return list(out.values())

@@ -35,8 +35,10 @@ combine by ``expect`` (:func:`verdict_from`); a claim's ``factor`` is read off a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -44,7 +46,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 from .config import window_spec
-from .quantities import EvalContext, MissingData, Value, _paired, combine_bounds, evaluate  # noqa: F401
+from .quantities import EvalContext, MissingData, Value, _condition, _paired, combine_bounds, evaluate  # noqa: F401
 
 UNDECIDABLE = "undecidable at this depth"
 NOT_WHERE_DECIDABLE = "not reproduced where decidable"
@@ -70,8 +72,7 @@ def _interval(reps: np.ndarray) -> tuple[float, float]:
 
 
 def _outcome(op: str, lo: float, hi: float, tau: float, bound: str | None = None) -> str:
-    """``holds`` / ``fails`` / ``undecided`` of ``[lo, hi]`` against ``tau``; a ``lower``
-    bound has no upper end (an ``upper`` bound no lower end)."""
+    """``holds`` / ``fails`` / ``undecided`` of ``[lo, hi]`` against ``tau`` (a ``lower`` bound has no upper end)."""
     if bound == "undecidable":
         return "undecidable"
     if bound == "lower":
@@ -264,9 +265,7 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
     with_bands(res, rule.get("expect", "all"), where_bands(table, rule, res["verdict"], setting, ctx, factor))
     if not depth_check or depth is None:
         return res
-    deep = _evaluate_rule(table, rule, setting, EvalContext(depth=2 * depth, layer_factor=2, seed=seed,
-                                                            n_tokens=n_tokens,
-                                                            **({"n_boot": n_boot} if n_boot else {})), factor)
+    deep = _evaluate_rule(table, rule, setting, dataclasses.replace(ctx, depth=2 * depth, layer_factor=2, _cache={}), factor)
     if deep["verdict"] == "not run":
         res["depth_check"] = {"depth": 2 * depth, "verdict": "not run", "missing": deep.get("missing", "")}
         return res
@@ -283,9 +282,7 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
 
 
 def _fewest_windows(res: dict[str, Any]) -> int:
-    """The fewest windows a side of ``res``'s scored checks read (0: none reads windows):
-    at 2 D a simulated network's rows hold ``config.DEPTH_CHECK_WINDOWS`` windows where
-    its unit has more."""
+    """The fewest windows a side of ``res``'s scored checks read (0: none reads windows)."""
     sides = [c[k].get("n_samples", 0) for c in res["checks"] if not c["informational"]
              for k in ("lhs", "rhs") if k in c]
     return min((n for n in sides if n > 0), default=0)
@@ -361,14 +358,8 @@ def _edit(q: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
 
 
 def edit_rule(rule: dict[str, Any], edits: list[dict[str, Any]]) -> dict[str, Any]:
-    """``rule`` with every check's quantities edited by ``edits`` (:mod:`.controls`),
-    loops unrolled first.
-
-    Raises
-    ------
-    ConfigError
-        An edit with an unknown key or side.
-    """
+    """``rule`` with every check's quantities edited by ``edits`` (:mod:`.controls`), loops unrolled first;
+    :class:`ConfigError` for an edit with an unknown key or side."""
     checks = expand_checks(rule["checks"])
     for edit in edits:
         bad = set(edit) - {"where", "side", "replace", "set", "drop", "quantity"}
@@ -416,10 +407,9 @@ def decisive(checks: list[dict[str, Any]], verdict: str) -> dict[str, Any] | Non
         return None
     against = {"not reproduced": ("fails",), NOT_WHERE_DECIDABLE: ("fails",), "mixed": ("fails",),
                UNDECIDABLE: ("undecidable",)}.get(verdict, ())
-    for want in against:
-        for c in checks:
-            if c["outcome"] == want:
-                return c
+    hit = next((c for want in against for c in checks if c["outcome"] == want), None)
+    if hit is not None:
+        return hit
     decided = [c for c in checks if c["outcome"] in ("holds", "fails")]
     return min(decided or checks, key=_margin)
 
@@ -440,8 +430,7 @@ def _margin(c: dict[str, Any]) -> float:
 
 
 def _override_rule(rule: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """The rule a nearby setting reads: loops unrolled (window specs rewritten), then
-    every selected value the override changes replaced."""
+    """The rule a nearby setting reads: loops unrolled, then every selected value the override changes replaced."""
     if not override:
         return rule
     checks = [{**c, "for_each": {k: [window_spec(v, override) for v in vs] for k, vs in c["for_each"].items()}}
@@ -547,9 +536,7 @@ def fmt(x: float | None) -> str:
 
 def fmt_interval(iv: list[float] | None) -> str:
     """``[lo, hi]`` as ``[0.12, 0.34]`` (``—`` for None)."""
-    if not iv:
-        return "—"
-    return f"[{fmt(iv[0])}, {fmt(iv[1])}]"
+    return f"[{fmt(iv[0])}, {fmt(iv[1])}]" if iv else "—"
 
 
 # ------------------------------------------------------------------ threshold bands
@@ -633,7 +620,7 @@ def threshold_bands(scored: list[dict[str, Any]], expect: str = "all") -> list[d
         if band is None:
             out.append({**entry, "sensitive": False})
             continue
-        at = lambda t, g=group: verdict_at(scored, expect, g, t)  # noqa: E731
+        at = partial(verdict_at, scored, expect, group)
         edges = sorted({e for e in _edges(members) if band[0] < e < band[1]})
         out.append(_band_reading(entry, edges, at, at(tau), grid(band, tau, first.get("reference"))))
     return out
@@ -641,9 +628,7 @@ def threshold_bands(scored: list[dict[str, Any]], expect: str = "all") -> list[d
 
 def _band_reading(entry: dict[str, Any], edges: list[float], at, verdict: str, points: list[float] = ()
                   ) -> dict[str, Any]:
-    """``entry`` (a threshold, its ``registered`` value and ``band``) with the verdicts ``at``
-    gives across the band: at its ends, on ``points``, in every segment between ``edges``
-    (the flip points, and the one nearest the registered value), and ``sensitive``."""
+    """``entry`` with the verdicts ``at`` gives across its band: ends, ``points``, segments between ``edges``, flips."""
     lo, hi = entry["band"]
     cuts = [lo] + edges + [hi]
     segments = [at((a + b) / 2) for a, b in zip(cuts[:-1], cuts[1:])]
@@ -680,21 +665,19 @@ def where_bands(table: Any, rule: dict[str, Any], verdict: str, setting: str, ct
                 factor: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Bands of a rule's ``where`` bounds (×½ to ×2, or a stated ``band``), read once per
     segment between the layers' means of the ``where`` metric (exact flip points)."""
-    from .quantities import _layer_curve
-
     specs = expand_checks(rule["checks"])
+    groups = {i: group_of({"check": c.get("name", "")}) for i, c in enumerate(specs)
+              if not c.get("informational") and "where" in c.get("lhs", {})}
     out = []
-    for group in dict.fromkeys(group_of({"check": c.get("name", "")}) for c in specs
-                               if not c.get("informational") and "where" in c.get("lhs", {})):
-        members = [i for i, c in enumerate(specs) if group_of({"check": c.get("name", "")}) == group
-                   and not c.get("informational") and "where" in c.get("lhs", {})]
+    for group in dict.fromkeys(groups.values()):
+        members = [i for i, g in groups.items() if g == group]
         where = specs[members[0]]["lhs"]["where"]
         v0 = float(where["value"])
         band = sorted(float(x) for x in where["band"]) if where.get("band") else sorted((v0 / 2, v0 * 2))
         edges = set()
         for i in members:
             try:
-                _, _, M, _ = _layer_curve(table, str(where["metric"]), dict(specs[i]["lhs"].get("select", {})), setting, ctx)
+                M = _condition(table, str(where["metric"]), dict(specs[i]["lhs"].get("select", {})), setting, ctx)[3]
             except MissingData:
                 continue
             edges |= {float(x) for x in M[0] if band[0] < x < band[1]}

@@ -95,8 +95,7 @@ def scale_settings(cfg: dict[str, Any], scale: str) -> dict[str, Any]:
     return dict(cfg["scales"][scale])
 
 
-# the keys a run's ``overrides`` may hold (read by :func:`expand_units` and
-# :func:`claim_depth`; any other key is refused by ``runner.run_overrides``)
+#: The keys a run's ``overrides`` may hold (any other is refused by ``runner.run_overrides``).
 OVERRIDE_KEYS = ("masks", "depth", "n_samples", "extra_models")
 
 
@@ -106,21 +105,11 @@ SEEDED_KINDS = ("simulate", "phase_sink")
 MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence", "power_method", "energy", "gap_count")
 
 
-def expand_units(
-    cfg: dict[str, Any], scale: str, seed: int, *, data: dict[str, Any], overrides: dict[str, Any] | None = None
-) -> list[Unit]:
-    """All units of ``cfg`` at ``scale``.
-
-    Parameters
-    ----------
-    data : the input description shared by every unit (corpus, text file digest,
-        tokens per window ``n_tokens``, data seed); part of every unit's hash. A unit
-        that reads a model also holds the digest of the model's files
-        (:func:`rankcollapse.models.loading.model_key`),
-        one whose mask reads files the digests of those files (:func:`mask_key`).
-    overrides : user overrides from the command line (``masks``, ``depth``,
-        ``n_samples``, ``extra_models``) applied before hashing.
-    """
+def expand_units(cfg: dict[str, Any], scale: str, seed: int, *, data: dict[str, Any],
+                 overrides: dict[str, Any] | None = None) -> list[Unit]:
+    """All units of ``cfg`` at ``scale``, each holding ``data`` (the run's input description), the digests of the
+    files its model and mask read (:func:`rankcollapse.models.loading.model_key`, :func:`mask_key`) and the
+    run's ``overrides`` (:data:`OVERRIDE_KEYS`), all part of its hash."""
     sc = scale_settings(cfg, scale)
     overrides = overrides or {}
     units = []
@@ -203,13 +192,8 @@ def claim_depth(cfg: dict[str, Any], scale: str, overrides: dict[str, Any] | Non
 
 
 def effective_override(unit: Unit, override: dict[str, Any]) -> dict[str, Any]:
-    """The part of ``override`` that changes ``unit``'s numbers.
-
-    A setting is meaningless for some units and must leave them alone: ``window`` only
-    changes windowed masks; ``norm`` only changes variants that have a norm (pure SA and
-    skip without norm have none, so ``norm=layernorm`` must not turn them into SA-LN);
-    any other key only where it differs from the unit's value.
-    """
+    """The part of ``override`` that changes ``unit``'s numbers: ``window`` only for windowed masks, ``norm`` only for
+    variants that have a norm (``norm=layernorm`` must not turn pure SA into SA-LN), any other key where it differs."""
     from ..dynamics.config import resolve_variant
 
     params, out = unit.params, {}
@@ -218,9 +202,8 @@ def effective_override(unit: Unit, override: dict[str, Any]) -> dict[str, Any]:
             if Spec.name_of(params.get("mask", "")) in WINDOWED:
                 out[k] = v
         elif k == "norm":
-            variant = params.get("variant")
-            has_norm = variant is not None and resolve_variant(str(variant)).norm != "none"
-            if has_norm and resolve_variant(str(variant)).norm != v:
+            norm = resolve_variant(str(params["variant"])).norm if params.get("variant") is not None else "none"
+            if norm not in ("none", v):
                 out[k] = v
         elif params.get(k) != v:
             out[k] = v
@@ -239,12 +222,8 @@ def window_spec(spec: Any, override: dict[str, Any]) -> Any:
 
 
 def with_override(unit: Unit, override: dict[str, Any], label: str) -> Unit:
-    """A copy of ``unit`` with parameters changed for a nearby-setting run.
-
-    ``window`` changes the width in the mask spec (``sliding_window:w=9`` -> ``w=W``);
-    other keys replace the parameter of the same name. Apply only the
-    :func:`effective_override`: a key that does not apply to the unit must be left out.
-    """
+    """A copy of ``unit`` for a nearby-setting run: ``window`` sets the mask spec's width, any other key replaces its
+    parameter (pass only the :func:`effective_override`)."""
     params = dict(unit.params)
     for k, v in override.items():
         if k == "window":

@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from .claims import _evaluate_rule, _outcome, edit_rule, group_of, outcome_at, verdict_from
 from .quantities import EvalContext
 
 EXPECTED = {"positive": "reproduced", "negative": "not reproduced"}
@@ -32,15 +33,7 @@ PASSING = {"positive": ("reproduced",), "negative": ("not reproduced", "not repr
 
 
 def control_rule(rule: dict[str, Any], control: dict[str, Any]) -> dict[str, Any]:
-    """``rule`` with ``control['edits']`` applied (:func:`.claims.edit_rule`).
-
-    Raises
-    ------
-    ConfigError
-        An edit with an unknown key or side.
-    """
-    from .claims import edit_rule
-
+    """``rule`` with ``control['edits']`` applied (:func:`.claims.edit_rule`, which raises for a bad edit)."""
     return edit_rule(rule, control.get("edits", []))
 
 
@@ -49,8 +42,6 @@ def evaluate_controls(table: pd.DataFrame, claim: dict[str, Any], *, depth: int 
                       n_tokens: int | None = None) -> dict[str, Any] | None:
     """``{positive: {...}, negative: {...}, ok}``: the verdicts of ``claim``'s controls on
     the rows of ``setting``; ``ok`` None when either did not run. None without controls."""
-    from .claims import _evaluate_rule
-
     spec = claim.get("controls")
     if not spec:
         return None
@@ -84,8 +75,7 @@ def attainable(check: dict[str, Any]) -> tuple[float, float]:
 
 
 def _moved(check: dict[str, Any], v: float) -> tuple[float, float]:
-    """The check's interval carried to the true value ``v``: scaled for a positive
-    statistic whose no-effect value is 0, shifted otherwise."""
+    """The check's interval carried to the true value ``v`` (scaled for a positive ratio, else shifted)."""
     lo, hi = check["interval"]
     t = check["value"]
     if lo > 0 and t > 0 and v > 0 and check.get("reference") == 0.0 and attainable(check)[1] == math.inf:
@@ -109,8 +99,6 @@ def power(check: dict[str, Any]) -> dict[str, Any] | None:
     """Whether a scored check can hold with the truth at the passing end of its band and
     fail at the failing end, on its own noise (``reading``); None for a check that
     decides nothing."""
-    from .claims import _outcome
-
     if check.get("informational") or check.get("outcome") == "missing" or check.get("bound") == "undecidable":
         return None
     iv, t = check.get("interval") or [None, None], check.get("value")
@@ -142,8 +130,6 @@ def near_threshold(scored: list[dict[str, Any]], expect: str = "all") -> list[di
     """Per threshold: synthetic values just inside and outside it (:data:`NEAR`), every
     other check just inside its own, through the decision code; ``ok`` when they hold
     and fail, the verdicts differ and the inside value is attainable."""
-    from .claims import group_of, outcome_at, verdict_from
-
     def synthetic(r: dict[str, Any], inside: bool) -> dict[str, Any]:
         v = _just(r, inside)
         return {**r, "value": v, "interval": [v, v], "bound": None, "factor_off": None, "outcome": None}

@@ -1,16 +1,7 @@
-"""Cost model of a run's units: the CPU-seconds a unit takes, estimated from its
-parameters before anything runs.
-
-A unit's cost is ``a + b * w``: ``w`` its work (:func:`unit_work`, a count its
-parameters fix: window-layers × N·d·(N + d) for a simulated or attention-only
-network, windows × N tokens through a model's forward, queries × keys × d for a
-temperature law, ...), ``a`` and ``b`` the constants of its cost class
-(:func:`unit_class`: the kind and the model, network, check or token law that sets
-the price of one unit of work; a class without constants takes its kind's) in
-:data:`CONSTANTS`. The constants are a non-negative least-squares fit, per class, of
-the CPU-seconds that computing each unit cost (``compute_cpu_seconds`` in the
-``timings`` of the committed runs' ``config.json``, one torch thread per unit); refit
-and print them with ``python benchmarks/fit_cost_model.py docs/results/*/config.json``.
+"""Cost model of a run's units (docs/reproduce.md, "The model"): a unit's CPU-seconds ``a + b * w``
+estimated before anything runs, ``w`` its work (:func:`unit_work`) and ``a``, ``b`` the constants
+of its cost class (:func:`unit_class`; a class without constants takes its kind's) in
+:data:`CONSTANTS`, fitted by ``benchmarks/fit_cost_model.py`` to the committed runs' timings.
 """
 
 from __future__ import annotations
@@ -149,11 +140,10 @@ def estimate(units: Iterable[Unit], n_tokens: int, cached: Iterable[str] = (), w
     cached = set(cached)
     per: dict[str, dict[str, Any]] = {}
     longest = 0.0
-    seen: set[str] = set()
+    unique: dict[str, Unit] = {}
     for u in units:
-        if u.hash in seen:
-            continue
-        seen.add(u.hash)
+        unique.setdefault(u.hash, u)
+    for u in unique.values():
         row = per.setdefault(u.experiment or "-", {"units": 0, "cached": 0, "cpu_seconds": 0.0, "unknown": 0})
         row["units"] += 1
         if u.hash in cached:

@@ -14,15 +14,12 @@ from markupsafe import Markup, escape
 
 from ..metrics.core import DOMINANT_SHARE, dominant_token_text
 from .claims import fmt
-from .table import CONDITION_COLUMNS, applies
+from .quantities import row_floor
+from .table import CONDITION_COLUMNS, applies, column_text
 
 
 def _ratios(sim: pd.DataFrame, cols: list[str], n_tokens: int | None = None) -> pd.DataFrame:
-    """Per condition: μ/‖X‖_F ÷ input at the claim depth (half the units' depth) and at the
-    last layer (÷ the input of the windows the last layer holds), and whether it is at the
-    rows' floor there (:func:`~.quantities.row_floor`)."""
-    from .quantities import row_floor
-
+    """Per condition: μ/‖X‖_F ÷ input at the claim depth and the last layer, and whether each is at the floor."""
     out = []
     for key, g in sim.groupby(cols, dropna=False, sort=True):
         m = g.groupby("layer")["mean"].mean()
@@ -48,49 +45,37 @@ def _determined(df: pd.DataFrame, col: str, others: list[str]) -> bool:
     return bool((df.astype(str).groupby(others)[col].nunique() <= 1).all())
 
 
-def _text(col: str, value: Any) -> str:
-    return f"{col}={value:g}" if isinstance(value, (float, np.floating)) else f"{col}={value}"
-
-
 def summary_grid(table: pd.DataFrame, n_tokens: int | None = None
                  ) -> tuple[pd.DataFrame, list[str], list[str], tuple[int, int] | None]:
-    """The default simulations' μ/‖X‖_F ÷ input as a mask × condition grid.
-
-    Returns
-    -------
-    (grid, shared, usual, depths) : ``grid`` has one row per mask spec and one column per
-        combination of the other varying condition columns, cells :class:`Cell`;
-        ``shared`` and ``usual``: ``col=value`` of every cell, and unless a column says
-        otherwise; ``depths`` when every cell has the same. Empty without simulations.
-    """
+    """``(grid, shared, usual, depths)``: the default simulations' μ/‖X‖_F ÷ input, one row per mask spec and one
+    column per combination of the other varying condition columns (cells :class:`Cell`); the ``col=value`` of every
+    cell, and unless a column says otherwise; ``depths`` when every cell has the same. Empty without simulations."""
     sim = table[(table["source"] == "simulate") & (table["metric"] == "mu_relative") & (table["setting"] == "default")]
     if sim.empty:
         return pd.DataFrame(), [], [], None
     cols = [c for c in CONDITION_COLUMNS if c in sim]
     r = _ratios(sim, cols, n_tokens)
     varying = [c for c in cols if r[c].astype(str).nunique() > 1]
-    shared = [_text(c, r[c].iloc[0]) for c in cols if c not in varying and applies(c, r[c].iloc[0])]
+    shared = [column_text(c, r[c].iloc[0]) for c in cols if c not in varying and applies(c, r[c].iloc[0])]
     across = [c for c in varying if c != "mask_spec"]
     for c in list(reversed(across)):  # drop a column the others determine (norm given variant)
         if _determined(r, c, [o for o in across if o != c]):
             across.remove(c)
     # a column's usual value is said once; a condition's name shows only what differs from it
     usual = {c: r[c].astype(str).mode().iloc[0] for c in across[1:]}
-    name = [" · ".join([str(row[across[0]])] + [_text(c, row[c]) for c in across[1:] if str(row[c]) != usual[c]])
+    name = [" · ".join([str(row[across[0]])] + [column_text(c, row[c]) for c in across[1:] if str(row[c]) != usual[c]])
             if across else "μ/‖X‖_F ÷ input" for _, row in r.iterrows()]
-    r = r.assign(_col=name)
     same_t = r["t_depth"].nunique() == 1 and r["t_2x"].nunique() == 1
     cell = [Cell(a, b, fa, fb, *(() if same_t else (int(ta), int(tb))))
             for a, b, fa, fb, ta, tb in r[["at_depth", "at_2x", "floor_depth", "floor_2x", "t_depth", "t_2x"]].to_numpy()]
-    r = r.assign(_cell=cell)
-    r = r.assign(_row=r["mask_spec"] if "mask_spec" in varying else "")
+    r = r.assign(_col=name, _cell=cell, _row=r["mask_spec"] if "mask_spec" in varying else "")
     grid = r.pivot(index="_row", columns="_col", values="_cell")
     from .plots import _ordered  # the paper's order of masks and variants
 
     grid = grid.reindex(index=_ordered(list(dict.fromkeys(r["_row"])), "mask"),
                         columns=_ordered(list(dict.fromkeys(name)), "variant"))
     grid.index.name, grid.columns.name = "mask", None
-    usual_text = [_text(c, r[c][r[c].astype(str) == usual[c]].iloc[0]) for c in across[1:]
+    usual_text = [column_text(c, r[c][r[c].astype(str) == usual[c]].iloc[0]) for c in across[1:]
                   if applies(c, r[c][r[c].astype(str) == usual[c]].iloc[0])]
     depths = (int(r["t_depth"].iloc[0]), int(r["t_2x"].iloc[0])) if same_t else None
     grid.attrs["floors"] = {d: float(r.loc[r["dtype"] == d, "floor"].max()) for d in sorted(set(r["dtype"]))
@@ -147,7 +132,8 @@ def dominant_token_notes(table: pd.DataFrame) -> list[str]:
         if over.empty:
             continue
         t = int(over.index[0])
-        what = " ".join(_text(c, v) for c, v in cond.items() if c in ("model", "variant", "mask_spec", "source") and applies(c, v))
+        what = " ".join(column_text(c, v) for c, v in cond.items()
+                        if c in ("model", "variant", "mask_spec", "source") and applies(c, v))
         per_window = g[(g["layer"] == t) & (g["point"] != "final_norm")]["values"]
         vals = np.concatenate([np.asarray(v, dtype=float) for v in per_window]) if len(per_window) else np.empty(0)
         windows = f" in {int((vals > DOMINANT_SHARE).sum())} of {vals.size} windows" if vals.size else ""

@@ -14,9 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..sweep.units import register_unit_kind
 from .table import normalise, rows_from_metrics
-from .units import _labels, _probe_condition, _probe_per_window, key_params
+from .units import _model_unit, _probe_per_window, register
 
 #: Metrics the ``energy`` unit's probe records at every hidden state.
 PROBE_METRICS = ("mu_relative", "interaction_energy")
@@ -46,18 +45,9 @@ def block_radii(loaded: Any) -> list[float]:
 
 def run_energy(unit: Any, ctx: Any) -> pd.DataFrame:
     """The ``energy`` unit kind: ``model``, ``n_samples``, optionally ``control``, ``batch_size`` (8)."""
-    from ..models.families import native_mask_of
-    from ..models.probe import probe
-
-    p = unit.params
-    loaded = ctx.model(p["model"])
-    win = ctx.windows(p["model"], int(p["n_samples"]))
-    variant, value, loaded = _probe_condition(p, loaded, ())
-    df = _probe_per_window(probe, loaded, win, (), list(PROBE_METRICS), int(p.get("batch_size", 8)))
-    native = native_mask_of(loaded)
-    labels = _labels(unit, mask=native, mask_spec=native, variant=variant, value=value, family=loaded.family)
+    loaded, win, labels = _model_unit(unit, ctx)
+    df = _probe_per_window(loaded, win, list(PROBE_METRICS), int(unit.params.get("batch_size", 8)))
     return normalise(energy_rows(df, block_radii(loaded)), labels)
 
 
-# the version is bumped when a change alters these units' labels or numbers
-register_unit_kind("energy", run_energy, version=2, group="experiments", key_params=key_params)
+register("energy", run_energy, 2)

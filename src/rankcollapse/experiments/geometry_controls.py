@@ -51,12 +51,8 @@ def _measure(per_layer: list[torch.Tensor]) -> dict[str, torch.Tensor]:
     """``{metric: (L, B)}`` of ``per_layer[l] (B, N, d)``."""
     from ..metrics import compute_metrics
 
-    out = {m: [] for m in GEOMETRY_METRICS}
-    for X in per_layer:
-        vals = compute_metrics(X, GEOMETRY_METRICS)
-        for m in GEOMETRY_METRICS:
-            out[m].append(vals[m])
-    return {m: torch.stack(v) for m, v in out.items()}
+    vals = [compute_metrics(X, GEOMETRY_METRICS) for X in per_layer]
+    return {m: torch.stack([v[m] for v in vals]) for m in GEOMETRY_METRICS}
 
 
 def _series(p: dict[str, Any], ratios: tuple[float | None, ...]) -> pd.DataFrame:

@@ -1,20 +1,12 @@
 """Influence profiles as table rows (``configs/influence.yaml``; docs/reproduce.md,
 "Position-bias claims").
 
-``mask_influence`` (exact, float64, no per-window values): :func:`rankcollapse.masks.influence`
-of a mask under uniform attention with residual weight ``alpha``, one row per depth
-``h = 1..H`` (``layer = h``): ``first_token_mass``, ``last_token_mass``,
-``effective_horizon``, ``first_token_step`` ``I_h[0] / I_{h-1}[0]``, ``recency_ratio``
-``I_h[N-1] / I_h[N-2]``, for a causal window ``horizon_predicted``
-(:func:`~rankcollapse.masks.influence.window_horizon`) and ``horizon_geometric`` ``W
-ln(ε) / ln(1 - α)``; with ``profiles: true`` the profile itself (metric ``influence`` at
-``point = "position.j"``). Labels ``model = uniform``, ``variant = "alpha=A,n_tokens=N"``.
-
-``model_influence``: :func:`rankcollapse.models.influence.measure_influence` of a model on
-the run's windows: metric ``influence`` at ``point = "position.j"``, ``variant``
-``gradient`` and ``rollout`` (per-window values), ``predicted`` and
-``predicted_shuffled`` (positions permuted, seed ``shuffle_seed``); per layer ``alpha``,
-``rho_gradient`` and ``rho_rollout``.
+``mask_influence``: :func:`rankcollapse.masks.influence` of a mask under uniform attention
+(exact, float64), one row per depth ``h`` (``layer = h``), and with ``profiles: true`` the
+profile (metric ``influence`` at ``point = "position.j"``). ``model_influence``:
+:func:`rankcollapse.models.influence.measure_influence` of a model on the run's windows
+(profiles ``gradient``, ``rollout``, ``predicted``, ``predicted_shuffled``; per layer
+``alpha``, ``rho_gradient``, ``rho_rollout``). The rows and labels: docs/reproduce.md.
 """
 
 from __future__ import annotations
@@ -28,9 +20,8 @@ import pandas as pd
 from .._validate import Spec
 from ..errors import ConfigError
 from ..summary import exact_stats
-from ..sweep.units import register_unit_kind
 from .table import normalise
-from .units import _labels, _probe_condition, key_params
+from .units import _labels, _model_unit, register
 
 def _row(layer: int, metric: str, value: float, **extra: Any) -> dict[str, Any]:
     return {"layer": layer, "metric": metric, **exact_stats(value), **extra}
@@ -44,14 +35,8 @@ def window_width(spec: str) -> int | None:
 
 
 def mask_influence_rows(p: dict[str, Any]) -> pd.DataFrame:
-    """Rows of one ``mask_influence`` unit: ``mask``, ``n_tokens``, ``depth``, ``alpha`` and
-    optionally ``decay`` (0), ``epsilon`` (0.01), ``profiles`` (False).
-
-    Raises
-    ------
-    MaskError
-        A bad spec, N, depth, alpha, decay or epsilon (:func:`~rankcollapse.masks.influence`).
-    """
+    """Rows of one ``mask_influence`` unit: ``mask``, ``n_tokens``, ``depth``, ``alpha``, optionally ``decay`` (0),
+    ``epsilon`` (0.01), ``profiles`` (False); :class:`MaskError` as :func:`~rankcollapse.masks.influence`."""
     from ..masks.influence import influence, window_horizon
 
     spec, n, depth = str(p["mask"]), int(p["n_tokens"]), int(p["depth"])
@@ -79,14 +64,12 @@ def mask_influence_rows(p: dict[str, Any]) -> pd.DataFrame:
 
 
 def _profile_rows(prof: np.ndarray, values: np.ndarray | None = None) -> pd.DataFrame:
-    """Rows of metric ``influence`` for ``prof (L, N)`` (row ``k-1`` = layer ``k``), with the
-    per-window ``values (W, L, N)`` whose mean it is (else constant rows)."""
+    """Rows of metric ``influence`` for ``prof (L, N)`` (layers 1..L), with the per-window ``values (W, L, N)``."""
     n_layers, n = prof.shape
     layer = np.repeat(np.arange(1, n_layers + 1), n)
     pos = np.tile(np.arange(n), n_layers)
     mean = prof.reshape(-1).astype(np.float64)
-    df = pd.DataFrame({"layer": layer, "metric": "influence", "point": [f"position.{j}" for j in pos],
-                       "mean": mean})
+    df = pd.DataFrame({"layer": layer, "metric": "influence", "point": [f"position.{j}" for j in pos], "mean": mean})
     if values is None:
         for k in ("q05", "q25", "q50", "q75", "q95"):
             df[k] = mean
@@ -129,25 +112,18 @@ def model_influence_rows(df: pd.DataFrame, shuffle_seed: int = 0) -> pd.DataFram
 def run_model_influence(unit: Any, ctx: Any) -> pd.DataFrame:
     """The ``model_influence`` unit kind: ``model``, ``n_samples`` and optionally
     ``control`` (``random-init``), ``n_probes`` (4), ``batch_size`` (4), ``shuffle_seed`` (0)."""
-    from ..models.families import native_mask_of
     from ..models.influence import measure_influence
 
     p = unit.params
-    loaded = ctx.model(p["model"])
-    win = ctx.windows(p["model"], int(p["n_samples"]))
-    _, value, loaded = _probe_condition(p, loaded, ())
-    native = native_mask_of(loaded)
+    loaded, win, labels = _model_unit(unit, ctx)
     n_probes = p.get("n_probes", 4)
     if n_probes is not None and int(n_probes) < 1:
         raise ConfigError(f"n_probes must be >= 1 or null, got {n_probes}")
     df = measure_influence(loaded, win, batch_size=int(p.get("batch_size", 4)),
                            n_probes=None if n_probes is None else int(n_probes), seed=int(p.get("probe_seed", 0)))
-    rows = model_influence_rows(df, int(p.get("shuffle_seed", 0)))
-    labels = _labels(unit, mask=native, mask_spec=native, value=value, family=loaded.family)
     labels.pop("variant")
-    return normalise(rows, labels)
+    return normalise(model_influence_rows(df, int(p.get("shuffle_seed", 0))), labels)
 
 
-# a version is bumped when a change alters these units' labels or numbers
-register_unit_kind("mask_influence", run_mask_influence, version=1, group="experiments", key_params=key_params)
-register_unit_kind("model_influence", run_model_influence, version=1, group="experiments", key_params=key_params)
+register("mask_influence", run_mask_influence, 1)
+register("model_influence", run_model_influence, 1)

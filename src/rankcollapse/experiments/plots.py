@@ -17,20 +17,15 @@ import matplotlib.ticker
 import numpy as np
 import pandas as pd
 
-from .._figure import colour, new_figure
+from .._figure import colour, new_figure, save_figure
 from .._validate import Spec
 from ..errors import ConfigError
 from .selection import select_rows
 from .table import CONDITION_COLUMNS, applies, condition_of
 
-METRIC_LABELS = {
-    "mu": "μ(X) = ‖X − 1γ_X‖_F",
-    "mu_relative": "μ(X) / ‖X‖_F",
-    "avg_abs_cos": "average |cos| over token pairs",
-    "rank_fraction": "numerical rank / min(N, d)",
-    "sigma_min": "σ_min(X)",
-    "sigma_ratio": "σ₂ / σ₁",
-}
+METRIC_LABELS = {"mu": "μ(X) = ‖X − 1γ_X‖_F", "mu_relative": "μ(X) / ‖X‖_F",
+                 "avg_abs_cos": "average |cos| over token pairs", "rank_fraction": "numerical rank / min(N, d)",
+                 "sigma_min": "σ_min(X)", "sigma_ratio": "σ₂ / σ₁"}
 #: Readable names of source values used as panel titles.
 PANEL_NAMES = {"probe": "full pretrained model", "pretrained_sa": "attention-only network (no LN, skip, MLP)",
                "simulate": "random-init network"}
@@ -42,8 +37,6 @@ _LINE_ORDER = {"mask": ["complete", "causal", "sliding_window", "causal_sliding_
 
 def make_plots(table: pd.DataFrame, configs: list[dict[str, Any]], folder: Path) -> dict[str, dict[str, str]]:
     """Draw every declared plot that has rows; returns ``{id: {path, title, caption}}``."""
-    from .._io import atomic_path
-
     folder.mkdir(parents=True, exist_ok=True)
     out: dict[str, dict[str, str]] = {}
     for cfg in configs:
@@ -54,9 +47,7 @@ def make_plots(table: pd.DataFrame, configs: list[dict[str, Any]], folder: Path)
             if fig is None:
                 continue
             drawn = drawn_text(table, spec)
-            path = folder / f"{spec['id']}.png"
-            with atomic_path(path) as tmp:
-                fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+            path = save_figure(fig, folder / f"{spec['id']}.png", dpi=110, bbox_inches="tight")
             caption = (spec.get("caption", "") + (f" Drawn: {drawn}." if drawn else "")).strip()
             out[spec["id"]] = {"path": str(path), "title": spec["title"], "caption": caption,
                                "experiment": cfg["name"], "aliases": list(spec.get("aliases", []))}

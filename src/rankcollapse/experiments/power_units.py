@@ -28,9 +28,8 @@ import pandas as pd
 import torch
 
 from ..errors import ConfigError
-from ..sweep.units import register_unit_kind
 from .table import normalise, rows_from_metrics
-from .units import _labels, key_params
+from .units import _labels, register
 
 NETWORKS = ("simulator", "model", "albert")
 SIM_NORMS = ("sphere", "layernorm")
@@ -172,5 +171,4 @@ def run_power_method(unit: Any, ctx: Any) -> pd.DataFrame:
     return normalise(model_rows(p, loaded, windows), labels)
 
 
-# the version is bumped when a change alters these units' labels or numbers
-register_unit_kind("power_method", run_power_method, version=1, group="experiments", key_params=key_params)
+register("power_method", run_power_method, 1)

@@ -26,7 +26,7 @@ import pandas as pd
 from ..errors import ConfigError
 from ..metrics.floor import FLOOR_METRICS, relative_floor
 from ..metrics.rate import least_squares_rate
-from .selection import conditions, one_condition, select_rows
+from .selection import one_condition, select_rows
 
 N_BOOT = 1000
 
@@ -134,7 +134,6 @@ class Value:
     collapsed: bool = False
     n_samples: int = 0
     n_seeds: int = 0
-    conditions: tuple[str, ...] = ()
     bound: str | None = None
     floor: float = 0.0
     live: tuple[int, ...] | None = None
@@ -144,6 +143,12 @@ class Value:
     @staticmethod
     def const(x: float, n_boot: int) -> "Value":
         return Value(float(x), np.full(n_boot, float(x)), {-1: float(x)})
+
+    @staticmethod
+    def of(vals: np.ndarray, seeds: tuple[int, ...], **kw: Any) -> "Value":
+        """Point, replicates and per-seed values of ``vals (1 + S + n_boot,)`` (the rows of :func:`_condition`)."""
+        return Value(float(vals[0]), vals[1 + len(seeds):], {s: float(vals[1 + i]) for i, s in enumerate(seeds)},
+                     n_seeds=len([s for s in seeds if s >= 0]), **kw)
 
 
 def _paired(a: Value, b: Value, op) -> dict[int, float]:
@@ -202,7 +207,7 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
         per = _paired(a, b, op)
         with np.errstate(all="ignore"):
             return Value(float(op(a.point, b.point)), op(a.reps, b.reps), per, a.collapsed and b.collapsed,
-                         max(a.n_samples, b.n_samples), max(a.n_seeds, b.n_seeds), a.conditions + b.conditions,
+                         max(a.n_samples, b.n_samples), max(a.n_seeds, b.n_seeds),
                          bound=combine_bounds(a.bound, b.bound), floor=max(a.floor, b.floor),
                          finite_depth="; ".join(x for x in (a.finite_depth, b.finite_depth) if x))
     if stat == "envelope_rate":
@@ -213,7 +218,6 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
         return _profile_spearman(table, q, setting, ctx)
     sel = dict(q.get("select", {}))
     rows, layers, seeds, M, W = _condition(table, q["metric"], sel, setting, ctx)
-    S = len(seeds)
     # an explicit floor for an absolute metric (theory μ)
     floor = max(row_floor(rows, q["metric"], ctx.n_tokens), float(q.get("floor", 0.0)))
     collapsed = M[0] <= floor
@@ -230,11 +234,9 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     if stat == "change" and collapsed[_index(layers, q.get("from", 0), ctx, simulated)]:
         bound = combine_bounds(bound, "upper")  # a reference layer at its floor: at least, or undecidable
     live = None if hit is None else tuple(int(t) for t in layers[(~collapsed) & (layers <= layers[hit[0]])])
-    return Value(float(vals[0]), vals[1 + S:], {s: float(vals[1 + i]) for i, s in enumerate(seeds)},
-                 at_floor, W if rows["values"].map(len).max() else 0,
-                 len([s for s in seeds if s >= 0]), tuple(conditions(rows)), bound=bound,
-                 floor=floor, live=live, dtype=str(rows["dtype"].iloc[0]) if "dtype" in rows else "",
-                 finite_depth=_finite_depth(q, sel, layers, ctx, simulated) if stat == "rate" else "")
+    return Value.of(vals, seeds, collapsed=at_floor, n_samples=W, bound=bound, floor=floor, live=live,
+                    dtype=str(rows["dtype"].iloc[0]) if "dtype" in rows else "",
+                    finite_depth=_finite_depth(q, sel, layers, ctx, simulated) if stat == "rate" else "")
 
 
 def _finite_depth(q: dict[str, Any], sel: dict[str, Any], layers: np.ndarray, ctx: EvalContext, simulated: bool) -> str:
@@ -300,8 +302,7 @@ def _stat(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], stat: str, ctx: 
 
 
 def _turn(M: np.ndarray, layers: np.ndarray, q: dict[str, Any]) -> np.ndarray:
-    """``min(max_l s_l, 1 / min_l s_l)`` of the steps ``s_l = M[l] / M[l - 1]`` from
-    ``from_layer`` (default 0): above 1 exactly where the curve both rises and falls."""
+    """``min(max_l s_l, 1 / min_l s_l)`` of the steps ``s_l = M[l] / M[l - 1]`` from ``from_layer`` (default 0)."""
     keep = layers >= int(q.get("from_layer", 0))
     if keep.sum() < 3:
         raise MissingData(f"turn of {q['metric']}: fewer than 3 layers", q.get("select"))
@@ -313,8 +314,7 @@ def _turn(M: np.ndarray, layers: np.ndarray, q: dict[str, Any]) -> np.ndarray:
 
 def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext, simulated: bool,
           floor: float) -> np.ndarray:
-    """Per-layer rate ``exp(slope)`` of ``log M`` over layers ``from_layer`` (default 1)
-    .. ``last``, every row fitted on the layers where ``M[0]`` is above the floor."""
+    """Per-layer rate ``exp(slope)`` of ``log M`` over ``from_layer`` (1) .. ``last``, where ``M[0]`` is above the floor."""
     top = _index(layers, q.get("to", "last"), ctx, simulated)
     start = int(q.get("from_layer", 1)) * (ctx.layer_factor if simulated and q.get("scale_from", False) else 1)
     window = (layers >= start) & (np.arange(len(layers)) <= top)
@@ -328,19 +328,12 @@ def _rate(M: np.ndarray, layers: np.ndarray, q: dict[str, Any], ctx: EvalContext
 _WHERE_OPS = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less}
 
 
-def _layer_curve(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: str, ctx: EvalContext
-                 ) -> tuple[np.ndarray, tuple[int, ...], np.ndarray, int]:
-    """``(layers, seeds, M, W)`` of :func:`_condition`, ``W`` 0 for rows without per-window values."""
-    rows, layers, seeds, M, W = _condition(table, metric, sel, setting, ctx)
-    has_values = bool(rows["values"].map(len).max()) if "values" in rows else False
-    return layers, seeds, M, W if has_values else 0
-
-
 def _condition(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: str, ctx: EvalContext
                ) -> tuple[pd.DataFrame, np.ndarray, tuple[int, ...], np.ndarray, int]:
     """``(rows, layers (L,), seeds, M (1 + S + n_boot, L), W)``: one condition's rows of
     ``metric`` (``final_norm`` only if selected) and their per-layer means: point
-    estimate, one per seed, then the bootstrap replicates. Raises :class:`MissingData`."""
+    estimate, one per seed, then the bootstrap replicates; ``W`` windows, 0 for rows without
+    per-window values. Raises :class:`MissingData`."""
     rows = select_rows(table, {**sel, "metric": metric}, setting)
     if "point" not in sel:
         rows = rows[rows["point"] != "final_norm"]
@@ -353,14 +346,12 @@ def _condition(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: s
     S, _, W = V.shape
     cs = np.vstack([np.ones((1, S)), np.eye(S), ctx.seed_counts(seeds)])
     cw = np.vstack([np.ones((1 + S, W)), ctx.window_counts(W) if W > 1 else np.ones((ctx.n_boot, 1))])
-    return rows, layers, seeds, layer_means(V, cs, cw), W
+    has_values = bool(rows["values"].map(len).max()) if "values" in rows else False
+    return rows, layers, seeds, layer_means(V, cs, cw), W if has_values else 0
 
 
 def _windows_to_depth(rows: pd.DataFrame, ctx: EvalContext) -> int | None:
-    """Windows a read of simulated ``rows`` to ``ctx.depth`` takes: those every row up to
-    that layer holds (a simulate unit runs its layers beyond the claim depth on its first
-    ``config.DEPTH_CHECK_WINDOWS`` windows only), so every layer of the read averages the
-    same windows; None (all) for other rows or no depth."""
+    """Windows every simulated row up to ``ctx.depth`` holds (None: all), so every layer read averages the same windows."""
     if ctx.depth is None or "depth" not in rows or "values" not in rows or int(rows["depth"].iloc[0]) < 0:
         return None
     counts = rows.loc[rows["layer"] <= ctx.depth, "values"].map(len)
@@ -370,13 +361,12 @@ def _windows_to_depth(rows: pd.DataFrame, ctx: EvalContext) -> int | None:
 
 def _layers_where(table: pd.DataFrame, q: dict[str, Any], sel: dict[str, Any], setting: str, ctx: EvalContext
                   ) -> np.ndarray:
-    """Layers whose point estimate of ``where.metric`` (same condition) passes the bound
-    (:class:`ConfigError` for a ``where`` without a metric or value, or an unknown operator)."""
+    """Layers whose point estimate of ``where.metric`` (same condition) passes the bound."""
     where = q["where"]
     op = where.get("op", ">=")
     if op not in _WHERE_OPS or "metric" not in where or "value" not in where:
         raise ConfigError(f"where needs metric, value and op in {list(_WHERE_OPS)}, got {where}")
-    layers, _, M, _ = _layer_curve(table, str(where["metric"]), sel, setting, ctx)
+    _, layers, _, M, _ = _condition(table, str(where["metric"]), sel, setting, ctx)
     return layers[_WHERE_OPS[op](M[0], float(where["value"]))]
 
 
@@ -395,15 +385,14 @@ def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _spearman(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalContext) -> Value:
-    """``{stat: spearman, ...}``: ρ across layers ``from_layer`` (default 0) .. the deepest
-    both curves have, both recomputed from each bootstrap draw."""
+    """ρ across layers ``from_layer`` (0) .. the deepest both curves have, for every bootstrap draw."""
     sel = dict(q.get("select", {}))
     other = str(q.get("with", "layer"))
-    layers, seeds, M, W = _layer_curve(table, q["metric"], sel, setting, ctx)
+    _, layers, seeds, M, W = _condition(table, q["metric"], sel, setting, ctx)
     if other == "layer":
         common, X, Y = layers, M, np.broadcast_to(layers.astype(np.float64), M.shape)
     else:
-        layers2, _, M2, W2 = _layer_curve(table, other, sel, setting, ctx)
+        _, layers2, _, M2, W2 = _condition(table, other, sel, setting, ctx)
         if M2.shape[0] != M.shape[0] or W2 != W:
             raise ConfigError(f"spearman of {q['metric']} with {other}: the two metrics have different windows or seeds")
         common = np.intersect1d(layers, layers2)
@@ -411,11 +400,7 @@ def _spearman(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCon
     keep = common >= int(q.get("from_layer", 0))
     if keep.sum() < 3:
         raise MissingData(f"spearman of {q['metric']} with {other}: fewer than 3 layers", sel)
-    rho = spearman_rows(np.asarray(X)[:, keep], np.asarray(Y)[:, keep])
-    S = len(seeds)
-    return Value(float(rho[0]), rho[1 + S:], {s: float(rho[1 + i]) for i, s in enumerate(seeds)}, False, W,
-                 len([s for s in seeds if s >= 0]), tuple(conditions(select_rows(table, {**sel, "metric": q["metric"]},
-                                                                                 setting))))
+    return Value.of(spearman_rows(np.asarray(X)[:, keep], np.asarray(Y)[:, keep]), seeds, n_samples=W)
 
 
 #: Reductions of per-layer profile correlations (``over``).
@@ -423,9 +408,8 @@ PROFILE_OVER = ("median", "min", "max")
 
 
 def _profile_means(table: pd.DataFrame, metric: str, sel: dict[str, Any], setting: str, ctx: EvalContext
-                   ) -> tuple[np.ndarray, np.ndarray, int, tuple[str, ...]]:
-    """``(layers (L,), M (1 + 1 + n_boot, L, J), W, conditions)``: one condition's
-    per-position rows of ``metric`` averaged over windows (point, seed, replicates)."""
+                   ) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(layers (L,), M (1 + 1 + n_boot, L, J), W)``: one condition's per-position rows averaged over windows."""
     rows = select_rows(table, {**sel, "metric": metric}, setting)
     rows = rows[rows["point"].str.startswith("position.")]
     if rows.empty:
@@ -445,7 +429,7 @@ def _profile_means(table: pd.DataFrame, metric: str, sel: dict[str, Any], settin
     ok = np.isfinite(V)
     with np.errstate(invalid="ignore", divide="ignore"):
         M = np.einsum("rw,ljw->rlj", cw, np.where(ok, V, 0.0)) / np.einsum("rw,ljw->rlj", cw, ok.astype(np.float64))
-    return layers, M, (w if w > 1 else 0), tuple(conditions(rows))
+    return layers, M, (w if w > 1 else 0)
 
 
 def rank_correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -461,15 +445,13 @@ def rank_correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _profile_spearman(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalContext) -> Value:
-    """``{stat: profile_spearman, ...}``: ρ across positions per layer, at ``layer`` or
-    reduced by ``over`` across the layers where the ``against`` profile ranks something
-    (:func:`rankcollapse.masks.influence.ranks_something`)."""
+    """ρ across positions per layer, at ``layer`` or reduced by ``over`` where the ``against`` profile ranks something."""
     from ..masks.influence import ranks_something
 
     sel = dict(q.get("select", {}))
     other = {**sel, **dict(q.get("against") or {})}
-    layers, X, W, conds = _profile_means(table, q["metric"], sel, setting, ctx)
-    layers2, Y, W2, conds2 = _profile_means(table, q["metric"], other, setting, ctx)
+    layers, X, W = _profile_means(table, q["metric"], sel, setting, ctx)
+    layers2, Y, W2 = _profile_means(table, q["metric"], other, setting, ctx)
     if X.shape[2] != Y.shape[2]:
         raise ConfigError(f"profile_spearman: {X.shape[2]} positions against {Y.shape[2]}")
     if W and W2 and W != W2:
@@ -493,4 +475,4 @@ def _profile_spearman(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx:
             raise MissingData(f"profile_spearman of {q['metric']}: no layer where the {other} profile ranks anything", sel)
         with np.errstate(all="ignore"):
             vals = getattr(np, f"nan{over}")(rho[:, keep], axis=1)
-    return Value(float(vals[0]), vals[2:], {-1: float(vals[1])}, False, max(W, W2), 0, conds + conds2)
+    return Value(float(vals[0]), vals[2:], {-1: float(vals[1])}, False, max(W, W2), 0)

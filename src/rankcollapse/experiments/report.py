@@ -14,6 +14,7 @@ import yaml
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
+from .audit import audit_markdown, band_line, bound_line, contrast_line, robustness
 from .claims import fmt, fmt_interval, fmt_measured
 from .config import claim_sources
 from .digest import dominant_token_notes, summary_html, summary_markdown
@@ -47,14 +48,10 @@ for(var i=0;i<imgs.length;i++){if(!imgs[i].complete||imgs[i].naturalWidth===0){b
 document.body.setAttribute('data-images-ok',String(imgs.length-bad));document.body.setAttribute('data-images-bad',String(bad));});"""
 RESULTS_COLUMNS = ("id", "effect (paper)", "verdict", "decisive number [95% interval]", "at 2× depth", "controls (+/−)",
                    "original verdict")
-
-
 FINITE_DEPTH_NOTE = ("Rates fitted over layers 1..D under causal masks (causal, causal_sliding_window) are "
                      "finite-depth readings: every causal averaging matrix is lower triangular with diagonal "
                      "1, 1/2, ..., so its second eigenvalue is 1/2 whatever N, and the slope fitted over D layers "
                      "depends on D.")
-
-
 ROBUSTNESS_NOTE = ("What each verdict rests on. A claim about a factor is decided on the same condition with the "
                    "factor on and off; a check whose factor-off arm passes as well is no evidence for the factor "
                    "(factor-off also passes) and carries no verdict. Each threshold is read across its "
@@ -174,8 +171,6 @@ def render_html(result: Any, figures: dict[str, Any]) -> str:
     figs = {fid: {**f, "data": base64.b64encode(Path(f["path"]).read_bytes()).decode("ascii")} for fid, f in figures.items()}
     settings = yaml.safe_dump([{k: v for k, v in c.items() if k != "claims"} for c in cfg["configs"]], sort_keys=False,
                               allow_unicode=True)
-    from .audit import band_line, bound_line, contrast_line, robustness
-
     return env.get_template("report.html.j2").render(
         robustness=[robustness(c) for c in result.claims], band_line=band_line, bound_line=bound_line,
         contrast_line=contrast_line, robustness_note=ROBUSTNESS_NOTE,
@@ -231,8 +226,6 @@ def render_markdown(result: Any, figures: dict[str, Any]) -> str:
             lines.append(f"- {c['id']} controls: {controls_text(c)}; positive {ctl['positive']['verdict']}, "
                          f"negative {ctl['negative']['verdict']}")
     lines.append("")
-    from .audit import audit_markdown, robustness
-
     lines += ["## Robustness", "", ROBUSTNESS_NOTE, "", audit_markdown([robustness(c) for c in result.claims], heading="##")]
     summary, notes = summary_markdown(result.table, _n_tokens(result)), dominant_token_notes(result.table)
     if summary:

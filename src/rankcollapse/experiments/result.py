@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,9 +47,7 @@ class RunResult(NotebookResult):
 
     def to_dict(self) -> dict[str, Any]:
         """Summary for a notebook: run folder, table size, verdict counts, wall seconds."""
-        verdicts: dict[str, int] = {}
-        for c in self.claims:
-            verdicts[c.get("verdict", "")] = verdicts.get(c.get("verdict", ""), 0) + 1
+        verdicts = Counter(c.get("verdict", "") for c in self.claims)
         return {"out": str(self.out), "rows": int(len(self.table)), "claims": len(self.claims),
                 **{f"verdict: {v}": n for v, n in verdicts.items()}, "seconds": float(self.seconds)}
 

@@ -10,7 +10,7 @@ import sys
 import time
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -29,6 +29,7 @@ from ..sweep.executors import ExecutionConfig, check_ray_reachable, make_executo
 from ..sweep.progress import UnitProgress
 from ..sweep.units import Shard, Unit, numerics_key, unit_labels
 from . import claims as claims_mod
+from .audit import read_run, run_rules
 from .axis import axis_units, claims_with_axes
 from .controls import assess, evaluate_controls
 from .cost import estimate, estimate_lines, shard_units
@@ -50,13 +51,7 @@ def default_cache_dir(out: Path) -> Path:
 
 
 def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
-    """A run's ``overrides``, checked to hold only the keys of :data:`OVERRIDE_KEYS`.
-
-    Raises
-    ------
-    ConfigError
-        A key that is not an override.
-    """
+    """A run's ``overrides``, checked to hold only the keys of :data:`OVERRIDE_KEYS` (else :class:`ConfigError`)."""
     out = dict(overrides or {})
     unknown = sorted(set(out) - set(OVERRIDE_KEYS))
     if unknown:
@@ -112,13 +107,8 @@ def _expand(cfgs: list[dict[str, Any]], scale: str, seed: int, data: dict[str, A
 
 def check_applied(cfgs: list[dict[str, Any]], units: list[Unit], *, text: Any, n_tokens: int | None,
                   overrides: dict[str, Any], run: str) -> None:
-    """Refuse an option that no unit of the run applies (it would be recorded and ignored).
-
-    Raises
-    ------
-    ConfigError
-        Naming the argument, the run and why it does not apply.
-    """
+    """Refuse an option that no unit of the run applies (it would be recorded and ignored): a :class:`ConfigError`
+    naming the argument, the run and why it does not apply."""
     readers = [u for u in units if u.kind in TEXT_UNIT_KINDS]
     specs = [s for c in cfgs for s in c["units"]]
     unused = []
@@ -491,8 +481,7 @@ def estimate_run(name: str | None = "main", scale: str = "quick", out: str | Pat
         if getattr(storage, arg):
             raise ConfigError("does not apply to an estimate, which writes nothing", argument=arg)
     rp = plan_run(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides, nearby=nearby,
-                  execution=execution, storage=StorageConfig(cache_dir=storage.cache_dir, recompute=storage.recompute,
-                                                             write=False))
+                  execution=execution, storage=replace(storage, write=False))
     _, _, est = planned_cost(rp, execution)
     return {**est, "config_hash": rp.config()["config_hash"], "scale": scale,
             **({"shard": str(execution.shard)} if execution.shard is not None else {})}
@@ -610,10 +599,7 @@ def write_outputs(result: RunResult) -> None:
 
 
 def _read_run(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], pd.DataFrame, dict[str, Any]]:
-    """``(config, stored claims by id, table, rules)`` of the finished run in ``out``; a
-    :class:`ConfigError` as :func:`.audit.read_run`, or for a claim its config does not define."""
-    from .audit import read_run, run_rules
-
+    """``(config, stored claims by id, table, rules)`` of the finished run in ``out`` (refusals: :func:`recheck`)."""
     claims, config, table = read_run(out, need_table=True)
     stored = {c["id"]: c for c in claims}
     rules = run_rules(config)

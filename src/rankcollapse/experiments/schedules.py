@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from .._io import atomic_path
+from .._io import atomic_path, write_text_atomic
 from .._outdir import check_out, writing
 from ..errors import ConfigError
 from ..masks.schedule import parse_schedule
@@ -29,13 +29,8 @@ def _read_study() -> Any:
 
 
 def load_study(scale: str = "quick") -> dict[str, Any]:
-    """``configs/schedules.yaml``, validated, with the ``scale`` overrides applied.
-
-    Raises
-    ------
-    ConfigError
-        An unknown scale, or a study file that fails validation (names the key).
-    """
+    """``configs/schedules.yaml``, validated, with the ``scale`` overrides applied; :class:`ConfigError` for an
+    unknown scale or a study file that fails validation (naming the key)."""
     cfg = _read_study()
     validate_study(cfg, "schedules")
     if scale not in cfg["scales"]:
@@ -94,9 +89,8 @@ def run_schedule_study(out: Path, scale: str = "quick", seed: int = 0, *, allow_
     with writing(out, f"schedules {scale} seed {seed}\n", NAMES, allow_nonempty=allow_nonempty, flags=False) as stage:
         with atomic_path(stage / "schedules.csv") as tmp:
             table.to_csv(tmp, index=False)
-        with atomic_path(stage / "schedules.json") as tmp:
-            Path(tmp).write_text(json.dumps({"config": cfg, "seed": seed,
-                                             "rows": json.loads(table.to_json(orient="records"))}, indent=1))
+        rows = json.loads(table.to_json(orient="records"))
+        write_text_atomic(stage / "schedules.json", json.dumps({"config": cfg, "seed": seed, "rows": rows}, indent=1))
         plot_study(table, stage / "schedules.png", cfg)
     return table
 

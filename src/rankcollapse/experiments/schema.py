@@ -13,12 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import ConfigError, excerpt
 from ..sweep.units import unit_kinds
-from . import influence_units as _influence_units  # noqa: F401  (registers mask_influence, model_influence)
-from . import temperature_units as _temperature_units  # noqa: F401  (registers temperature_law)
-from . import power_units as _power_units  # noqa: F401  (registers power_method)
-from . import energy_units as _energy_units  # noqa: F401  (registers energy)
-from . import sink_units as _sink_units  # noqa: F401  (registers phase_sink)
-from . import units as _units  # noqa: F401  (registers the experiments' unit kinds)
+# the modules that register the experiments' unit kinds (:func:`.units.register`)
+from . import influence_units, temperature_units, power_units, energy_units, sink_units, units  # noqa: F401
 
 
 class _Strict(BaseModel):

@@ -57,12 +57,8 @@ def select_rows(table: pd.DataFrame, select: dict[str, Any], setting: str = "def
             raise ConfigError(f"selection on unknown column {col!r}")
         wants = want if isinstance(want, list) else [want]
         column = table[col]
-        if column.dtype.kind == "f":
-            values = column.to_numpy()
-            hit = np.zeros(len(table), dtype=bool)
-            for w in wants:
-                hit |= np.isclose(values, float(w))
-            keep &= hit
+        if column.dtype.kind == "f":  # a row matching any of ``wants``
+            keep &= np.isclose(column.to_numpy()[:, None], [float(w) for w in wants]).any(axis=1)
         else:
             keep &= column.astype(str).isin([str(w) for w in wants]).to_numpy()
     return table[keep]
@@ -82,8 +78,7 @@ def conditions(rows: pd.DataFrame) -> list[str]:
 
 
 def _constant(v: np.ndarray) -> bool:
-    """Whether every entry equals the first (NaN equals NaN in a float column), as
-    ``drop_duplicates`` sees it; False where unsure."""
+    """Whether every entry equals the first (NaN equals NaN), as ``drop_duplicates`` sees it."""
     same = v == v[0]
     if v.dtype.kind == "f":
         same |= np.isnan(v) & np.isnan(v[0])

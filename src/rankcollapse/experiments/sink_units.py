@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..sweep.units import Unit, register_unit_kind
+from ..sweep.units import Unit
 from .table import rows_from_metrics
-from .units import _labels, key_params
+from .units import _labels, register
 
 #: The phase axes a ``phase_sink`` unit's parameters may set (every other at its default).
 CELL_AXES = ("norm", "placement", "shared", "depth", "headwise_rmsnorm", "mask", "n_tokens", "d_model")
@@ -41,5 +41,4 @@ def run_phase_sink(unit: Unit, ctx: Any) -> pd.DataFrame:
     return rows_from_metrics(values, labels, layers=[depth], points=[f"layer.{depth - 1}.output"])
 
 
-# the version is bumped when a change alters these units' labels or numbers
-register_unit_kind("phase_sink", run_phase_sink, version=1, group="experiments", key_params=key_params)
+register("phase_sink", run_phase_sink, 1)

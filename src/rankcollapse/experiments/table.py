@@ -41,13 +41,8 @@ CONDITION_COLUMNS = ("source", "model", "mask_spec", "variant", "norm", "sphere_
 COLUMNS = KEY_COLUMNS + tuple(EXTRA_COLUMNS) + STAT_COLUMNS + ("values",)
 
 
-def rows_from_metrics(
-    metrics: Mapping[str, torch.Tensor | np.ndarray],
-    labels: Mapping[str, Any],
-    *,
-    layers: list[int] | None = None,
-    points: list[str] | None = None,
-) -> pd.DataFrame:
+def rows_from_metrics(metrics: Mapping[str, torch.Tensor | np.ndarray], labels: Mapping[str, Any], *,
+                      layers: list[int] | None = None, points: list[str] | None = None) -> pd.DataFrame:
     """Normalised tidy rows from ``{metric: (L, B) values}`` plus constant ``labels``
     (``layers`` default ``0..L-1``, ``points`` those of :func:`rankcollapse.points.point_after`)."""
     return normalise(summary_table(by_layer(metrics, layers=layers, points=points), per_window=True), labels)
@@ -89,12 +84,11 @@ def applies(column: str, value: Any) -> bool:
     return not (column == "setting" and value == "default")
 
 
+def column_text(column: str, value: Any) -> str:
+    """``column=value``, a float written with ``:g``."""
+    return f"{column}={value:g}" if isinstance(value, (float, np.floating)) else f"{column}={value}"
+
+
 def condition_of(row: Mapping[str, Any]) -> str:
     """Readable label of one condition, e.g. ``source=simulate mask_spec=causal variant=pure``."""
-    bits = []
-    for k in CONDITION_COLUMNS:
-        v = row.get(k)
-        if not applies(k, v):
-            continue
-        bits.append(f"{k}={v:g}" if isinstance(v, (float, np.floating)) else f"{k}={v}")
-    return " ".join(bits)
+    return " ".join(column_text(k, row.get(k)) for k in CONDITION_COLUMNS if applies(k, row.get(k)))

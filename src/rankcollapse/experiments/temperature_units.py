@@ -32,9 +32,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from ..sweep.units import register_unit_kind
 from .table import normalise, rows_from_metrics
-from .units import _labels, key_params
+from .units import _labels, _model_unit, register
 
 
 def law_variant(law: str, d_model: int) -> str:
@@ -153,17 +152,14 @@ def gap_count_rows(maps: dict[str, Any], draw_seed: int = 0, *, mask: str = "com
 def run_gap_count(unit: Any, ctx: Any) -> pd.DataFrame:
     """The ``gap_count`` unit kind: ``model``, ``n_samples``, optionally ``control``
     (``random-init``), ``batch_size`` (8), ``draw_seed`` (0)."""
-    from ..models.families import native_mask_of
     from ..models.probe import attention_maps
-    from .units import _probe_condition
 
     p = unit.params
-    _, value, loaded = _probe_condition(p, ctx.model(p["model"]), ())
-    maps = attention_maps(loaded, ctx.windows(p["model"], int(p["n_samples"])), batch_size=int(p.get("batch_size", 8)))
-    native = native_mask_of(loaded)
-    labels = _labels(unit, value=value, mask=native, mask_spec=native, dtype="float32")
+    loaded, win, labels = _model_unit(unit, ctx)
+    maps = attention_maps(loaded, win, batch_size=int(p.get("batch_size", 8)))
     labels.pop("variant")
-    return normalise(gap_count_rows(maps, int(p.get("draw_seed", 0)), mask=native), labels)
+    labels.pop("family")
+    return normalise(gap_count_rows(maps, int(p.get("draw_seed", 0)), mask=labels["mask"]), labels)
 
 
 def run_temperature_switch(unit: Any, ctx: Any) -> pd.DataFrame:
@@ -176,7 +172,6 @@ def run_temperature_switch(unit: Any, ctx: Any) -> pd.DataFrame:
     return normalise(temperature_switch_rows(p), labels)
 
 
-# the version is bumped when a change alters these units' labels or numbers
-register_unit_kind("temperature_law", run_temperature_law, version=1, group="experiments", key_params=key_params)
-register_unit_kind("gap_count", run_gap_count, version=3, group="experiments", key_params=key_params)
-register_unit_kind("temperature_switch", run_temperature_switch, version=1, group="experiments", key_params=key_params)
+register("temperature_law", run_temperature_law, 1)
+register("gap_count", run_gap_count, 3)
+register("temperature_switch", run_temperature_switch, 1)

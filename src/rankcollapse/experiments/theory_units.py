@@ -5,12 +5,32 @@ rank k), trajectories one row per layer.
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import torch
+from scipy.stats import binomtest
 
 from .._validate import Spec
+from ..dynamics.inputs import sphere_tokens
+from ..errors import ConvergenceError
+from ..masks import parse_mask
+from ..metrics import mu, mu_relative
 from ..summary import exact_stats
+from ..theory import (basin_estimate, causal_uniform_system, check_sphere_collapse, equilibria, find_equilibria,
+                      radius_sweep)
+from ..theory.basin import classify, run_sa_ln
+from ..theory.equilibria import causal_example_2x2, construct_equilibrium, construction_eigenvalues
+from ..theory.system import AttentionSystem
+from .energy_controls import (  # noqa: F401  (the energy claims' constructed controls: one home)
+    rows_energy_aligned, rows_energy_rising, rows_energy_spread, rows_energy_turning,
+)
+from .geometry_controls import (  # noqa: F401  (synthetic massive-row matrices, the geometry claims' controls)
+    rows_massive_aligned, rows_massive_clipped, rows_massive_null, rows_massive_spike,
+)
 from .table import rows_from_metrics
 
 
@@ -22,8 +42,6 @@ def _scalar_rows(values: dict[str, float], mask: str = "", layer: int = 0, n: in
 def rows_collapse_bound(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """Theorem 1 envelope on pure SA with orthogonal W_V, across causal-sliding widths
     (``theory.radius_sweep``): fitted per-layer rate, envelope rate, violations."""
-    from ..theory import radius_sweep
-
     b = p.get("budget", {})
     df = radius_sweep(n_tokens=int(p.get("n_tokens", 32)), widths=tuple(p.get("widths", (32, 9, 3))),
                       depth=int(b.get("bound_depth", 60)), n_samples=int(b.get("bound_samples", 8)), seed=int(p.get("seed_theory", 0)))
@@ -37,13 +55,12 @@ def rows_collapse_bound(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 def rows_sphere_collapse(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """Theorem 2 setting: SA-LN with Haar-orthogonal W_V on inputs with non-negative
     cosines (``theory.check_sphere_collapse``); μ per layer and the fitted rate."""
-    from ..theory import check_sphere_collapse as run
-
     b = p.get("budget", {})
     frames = []
     for mask in p.get("masks", ("complete", "causal", "sliding_window:w=3")):
-        res = run(mask, n_tokens=int(p.get("n_tokens", 16)), d_model=int(p.get("d_model", 8)), depth=int(b.get("sphere_depth", 80)),
-                  n_samples=int(b.get("sphere_samples", 8)), inputs=p.get("inputs", "nonnegative"))
+        res = check_sphere_collapse(mask, n_tokens=int(p.get("n_tokens", 16)), d_model=int(p.get("d_model", 8)),
+                                    depth=int(b.get("sphere_depth", 80)), n_samples=int(b.get("sphere_samples", 8)),
+                                    inputs=p.get("inputs", "nonnegative"))
         traj = rows_from_metrics({"mu": res.mu}, {"mask": Spec.name_of(mask), "mask_spec": mask})
         frames += [traj, pd.DataFrame(_scalar_rows({"measured_rate": res.measured_rate, "min_cos0": res.min_cos0}, mask))]
     return pd.concat(frames, ignore_index=True)
@@ -52,8 +69,6 @@ def rows_sphere_collapse(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 def rows_equilibria(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """The SA-LN construction with >= 2^k equilibria of rank k (``theory.equilibria``):
     per rank k, the number of verified equilibria and how many are stable."""
-    from ..theory import equilibria
-
     n, d = int(p.get("eq_n_tokens", 4)), int(p.get("eq_d_model", 4))
     rows = []
     for k in range(1, min(n, d) + 1):
@@ -67,8 +82,6 @@ def rows_equilibria(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 def rows_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """Fraction of uniform random starts of the N = d = 2 causal example that converge
     to a rank-2 equilibrium (``theory.basin_estimate``), with its confidence interval."""
-    from ..theory import basin_estimate
-
     b = p.get("budget", {})
     est = basin_estimate(n_samples=int(b.get("basin_samples", 2000)), depth=int(b.get("basin_depth", 400)))
     rows = _scalar_rows({"basin_fraction": est.fraction}, "causal", n=est.n_samples)
@@ -86,14 +99,6 @@ def rows_equilibria_search(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     moved by noise of std ``search_perturbation`` only; ``*_random``: from ``search_starts``
     random starts only; ``n_stable``; ``expected_min = 2^k``.
     """
-    import itertools
-
-    import numpy as np
-    import torch
-
-    from ..theory import causal_uniform_system, find_equilibria
-    from ..theory.equilibria import construct_equilibrium, construction_eigenvalues
-
     n, d = int(p.get("eq_n_tokens", 4)), int(p.get("eq_d_model", 4))
     top = min(n, d)
     lam = construction_eigenvalues(d, top)
@@ -129,10 +134,6 @@ def rows_averaging_rate(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     """``averaging_rate`` of each mask at N = ``rate_n_tokens``: the second-largest
     eigenvalue modulus of ``P = D^-1 M``, the rate at which ``X <- P X`` removes the
     non-uniform part."""
-    import numpy as np
-
-    from ..masks import parse_mask
-
     n = int(p.get("rate_n_tokens", 128))
     rows = []
     for spec in p.get("rate_masks", ("complete", "causal", "sliding_window:w=9")):
@@ -144,16 +145,8 @@ def rows_averaging_rate(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
 
 
 def _example_trajectories(p: dict[str, Any], in_basin: bool) -> pd.DataFrame:
-    """μ/‖X‖_F and μ per layer of the N = d = 2 causal SA-LN example (docs/theory.md §3a),
-    float64: token 0 within ±0.05 rad of (0, 1), token 1 within ±0.05 rad of the stable
-    rank-2 point B (``in_basin``) or at an angle in (60°, 250°), outside B's arc."""
-    import math
-
-    import torch
-
-    from ..metrics import mu, mu_relative
-    from ..theory.equilibria import causal_example_2x2
-
+    """μ/‖X‖_F and μ per layer of the N = d = 2 causal SA-LN example (docs/theory.md §3a), from inside or outside
+    the basin of its stable rank-2 point B (token 1 within ±0.05 rad of B, or at an angle in (60°, 250°))."""
     ex = causal_example_2x2()
     system = ex.system.to(torch.float64)
     n, depth = int(p.get("example_samples", 16)), int(p.get("example_depth", 64))
@@ -163,13 +156,11 @@ def _example_trajectories(p: dict[str, Any], in_basin: bool) -> pd.DataFrame:
     b = math.atan2(ex.info["B"][1], ex.info["B"][0])
     a1 = b + 0.05 * u() if in_basin else math.radians(155) + math.radians(95) * u()
     X = torch.stack([torch.stack([a0.cos(), a0.sin()], -1), torch.stack([a1.cos(), a1.sin()], -1)], 1)
-    rel, absolute = [mu_relative(X)], [mu(X)]
+    states = [X]
     for _ in range(depth):
-        X = system.step(X, check=False)
-        rel.append(mu_relative(X))
-        absolute.append(mu(X))
-    return rows_from_metrics({"mu_relative": torch.stack(rel), "mu": torch.stack(absolute)},
-                             {"mask": "causal", "mask_spec": "causal"})
+        states.append(system.step(states[-1], check=False))
+    return rows_from_metrics({"mu_relative": torch.stack([mu_relative(X) for X in states]),
+                              "mu": torch.stack([mu(X) for X in states])}, {"mask": "causal", "mask_spec": "causal"})
 
 
 def rows_ln_example_basin(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
@@ -187,15 +178,6 @@ def rows_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
     step flips the sign of ``normalise(mean)``), read like ``equilibria_search`` and
     ``basin``: per rank k ``n_found``, ``n_constructed_perturbed`` (both what the search
     finds) and ``expected_min``; at layer 0 the basin fraction with its Wilson interval."""
-    import torch
-    from scipy.stats import binomtest
-
-    from ..errors import ConvergenceError
-    from ..theory import find_equilibria
-    from ..theory.basin import classify, run_sa_ln
-    from ..dynamics.inputs import sphere_tokens
-    from ..theory.system import AttentionSystem
-
     def system(n: int, d: int) -> AttentionSystem:
         zeros = torch.zeros(d, 1, dtype=torch.float64)
         return AttentionSystem(torch.ones(n, n, dtype=torch.bool), zeros, zeros.clone(),
@@ -224,12 +206,3 @@ def rows_equilibria_control(p: dict[str, Any], ctx: Any) -> pd.DataFrame:
                          "complete", n=n_samples)
     return pd.DataFrame(rows)
 
-
-# Synthetic massive-row matrices, the geometry claims' controls (one home: geometry_controls).
-from .geometry_controls import (  # noqa: E402,F401
-    rows_massive_aligned, rows_massive_clipped, rows_massive_null, rows_massive_spike,
-)
-# Constructed controls of the energy claims (one home: energy_controls).
-from .energy_controls import (  # noqa: E402,F401
-    rows_energy_aligned, rows_energy_rising, rows_energy_spread, rows_energy_turning,
-)

@@ -39,47 +39,37 @@ def key_params(params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "data": {k: v for k, v in params["data"].items() if k != "path"}}
 
 
+def register(kind: str, run: Callable[[Unit, Any], pd.DataFrame], version: int) -> None:
+    """Register an experiments unit kind (:func:`rankcollapse.sweep.register_unit_kind`): ``version`` is bumped when a
+    change alters its units' labels or numbers; keys hash the parameters less a text file's path (:func:`key_params`)."""
+    register_unit_kind(kind, run, version=version, group="experiments", key_params=key_params)
+
+
 def _labels(unit: Unit, **extra: Any) -> dict[str, Any]:
     p = unit.params
-    out = {
-        "experiment": unit.experiment,
-        "source": unit.kind,
-        "model": p.get("model", ""),
-        "mask": Spec.name_of(p.get("mask", "")),
-        "mask_spec": str(p.get("mask", "")),
-        "variant": str(p.get("variant", "")),
-        "value": str(p.get("value", "")),
-        "d_qk": float(p.get("d_qk", np.nan)),
-        "init_scale": float(p.get("init_scale", np.nan)),
-        "seed": int(p.get("seed", -1)),
-        "setting": p.get("setting", "default"),
-        "unit": unit.hash,
-        "norm": _norm_of(p),
-        "sphere_radius": float(p.get("sphere_radius", 1.0)) if unit.kind in ("simulate", "pretrained_sa") else np.nan,
-        # a pretrained network runs the model's own depth (-1) unless ``depth`` cuts it
-        "depth": int(p.get("depth", -1)) if unit.kind in ("simulate", "pretrained_sa") else -1,
-        "dtype": compute_dtype(unit),
-    }
-    out.update(extra)
-    return out
+    network = unit.kind in ("simulate", "pretrained_sa")
+    out = {"experiment": unit.experiment, "source": unit.kind, "model": p.get("model", ""),
+           "mask": Spec.name_of(p.get("mask", "")), "mask_spec": str(p.get("mask", "")),
+           "variant": str(p.get("variant", "")), "value": str(p.get("value", "")), "d_qk": float(p.get("d_qk", np.nan)),
+           "init_scale": float(p.get("init_scale", np.nan)), "seed": int(p.get("seed", -1)),
+           "setting": p.get("setting", "default"), "unit": unit.hash, "norm": _norm_of(p),
+           "sphere_radius": float(p.get("sphere_radius", 1.0)) if network else np.nan,
+           # a pretrained network runs the model's own depth (-1) unless ``depth`` cuts it
+           "depth": int(p.get("depth", -1)) if network else -1, "dtype": compute_dtype(unit)}
+    return {**out, **extra}
 
 
 def compute_dtype(unit: Unit) -> str:
-    """Floating-point type of the computation that produced a unit's numbers, whose
-    epsilon is their floor (docs/reproduce.md, "Floors"): a simulated or attention-only
-    network runs in its ``dtype`` parameter (float64 by default), whatever the storage type
-    of its input (float32 embeddings enter a float64 trajectory exactly and every layer
-    after is computed to float64's resolution); a probe (and a model's measured
-    influence) runs the model's float32 forward; theory checks and mask influence
-    profiles are float64 throughout."""
+    """Floating-point type of the computation behind a unit's numbers, whose epsilon is their floor (docs/reproduce.md,
+    "Floors"): a simulated or attention-only network's ``dtype`` (float64 by default, whatever its input's storage
+    type), float64 for theory checks and mask influence profiles, else a model's float32 forward."""
     if unit.kind in ("simulate", "pretrained_sa"):
         return str(unit.params.get("dtype", "float64"))
     return "float64" if unit.kind in ("theory", "mask_influence") else "float32"
 
 
 def _norm_of(p: dict[str, Any]) -> str:
-    """The norm a simulated block applies (``none``/``sphere``/``layernorm``/``rmsnorm``);
-    empty for units without a variant preset (probes, theory)."""
+    """The norm a simulated block applies; empty for units without a variant preset (probes, theory)."""
     from ..dynamics.config import VARIANTS
 
     variant = str(p.get("variant", ""))
@@ -90,11 +80,8 @@ def _norm_of(p: dict[str, Any]) -> str:
 
 def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], torch.Tensor], n: int,
                      depth: int, kw_fn: Callable[[int], dict[str, Any]], *, start: int = 0) -> dict[str, torch.Tensor]:
-    """Run ``dynamics.simulate`` for ``depth`` layers over windows ``start..n-1`` in chunks
-    (same weights for every chunk); concatenate per-sample metrics. Chunks start at
-    ``start`` and at the multiples of the unit's ``chunk`` after it, so every window from
-    the first multiple on runs in the batch it has from ``start`` = 0. ``kw_fn(d)`` gives the network's keywords (``block``, the weights,
-    ``d_qk``); the unit's ``backend``, when set, picks the attention kernel."""
+    """Per-window metrics of ``simulate`` over windows ``start..n-1`` with the keywords ``kw_fn(d)``, in
+    chunks at the multiples of the unit's ``chunk`` (a window runs in the batch it has from ``start`` = 0)."""
     from ..dynamics import RunConfig, simulate
 
     p = unit.params
@@ -113,14 +100,8 @@ def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], to
 
 
 def _weight_kwargs(p: dict[str, Any], d: int) -> dict[str, Any]:
-    """Map config parameters onto ``simulate`` keywords.
-
-    ``init_scale`` s draws ``W_Q, W_K ~ N(0, s^2/d)`` (s = 1 is the default family),
-    which multiplies the attention logits by s^2; ``value`` is the W_V family spec.
-    ``sphere_radius`` R puts SA-LN rows on the sphere of radius R instead of 1: since the
-    logits are bilinear in the rows, that is the unit sphere with ``W_Q, W_K`` scaled by R
-    (logits times R^2, ../shared/docs/theory.md §2), and μ/‖X‖_F does not depend on R.
-    """
+    """``simulate`` keywords: ``W_Q, W_K ~ N(0, (s R)^2/d)`` for ``init_scale`` s and ``sphere_radius`` R (rows on the
+    sphere of radius R: logits times R^2, ../shared/docs/theory.md §2), ``value`` the W_V family."""
     kw: dict[str, Any] = {"d_qk": float(p.get("d_qk", 1.0)), "value": p.get("value") or "gaussian"}
     s = float(p.get("init_scale", 1.0)) * float(p.get("sphere_radius", 1.0))
     if s != 1.0:
@@ -158,10 +139,7 @@ def run_simulate(unit: Unit, ctx: RunContext) -> pd.DataFrame:
 
 
 def _shared_weights(p: dict[str, Any], d: int, block: Any, ctx: RunContext) -> dict[str, Any]:
-    """``simulate`` keywords with the weights drawn once per (seed, families, depth)
-    through the run context: the same numbers ``simulate`` would draw itself from
-    ``value``/``query_key`` (``dynamics.weights.random_layers``), without redrawing them
-    for every mask and variant."""
+    """``simulate`` keywords with the weights ``simulate`` would draw, drawn once per run context."""
     from ..dynamics.config import resolve_variant
 
     kw = _weight_kwargs(p, d)
@@ -187,15 +165,9 @@ POSITIONS = ("model", "none")
 
 
 def run_pretrained_sa(unit: Unit, ctx: RunContext) -> pd.DataFrame:
-    """Attention-only network with a pretrained model's extracted attention weights
-    (``dynamics.pretrained``): layer t uses the model's layer-t attention, scores divided
-    by ``sqrt(d_qk)`` instead of the model's own ``sqrt(d_head)``.
-
-    Optional parameters (absent: the run's windows, every layer, as before): ``n_tokens``
-    (window length N, cut from the same text), ``positions`` (:data:`POSITIONS`; ``none``
-    lets N exceed the position table), ``depth`` (the first ``depth`` layers only) and
-    ``backend`` (``simulate``'s attention kernel: ``blocked`` keeps memory O(N) per row
-    block, so complete masks at N = 8,192 fit)."""
+    """Attention-only network with a pretrained model's attention weights (``dynamics.pretrained``), scores divided by
+    ``sqrt(d_qk)``; optionally ``n_tokens`` (window length), ``positions`` (:data:`POSITIONS`; ``none`` lets N exceed
+    the position table), ``depth`` (the first layers only) and ``backend`` (``simulate``'s attention kernel)."""
     from ..dynamics.pretrained import extract_attention_weights
 
     p = unit.params
@@ -232,19 +204,12 @@ def _pretrained_depth(p: dict[str, Any], n_layers: int) -> int:
 
 def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     """Per-layer metrics of a real pretrained model (``models.probe``)."""
-    from ..models.families import native_mask_of
-    from ..models.probe import probe
-
     p = unit.params
-    loaded = ctx.model(p["model"])
-    win = ctx.windows(p["model"], int(p["n_samples"]))
     drop = tuple(p.get("drop", ()))
-    native = native_mask_of(loaded)
-    variant, value, loaded = _probe_condition(p, loaded, drop)
-    labels = _labels(unit, mask=native, mask_spec=native, variant=variant, value=value, family=loaded.family)
+    loaded, win, labels = _model_unit(unit, ctx, drop)
     try:
-        df = _probe_per_window(probe, loaded, win, drop, list(p.get("metrics", DEFAULT_SIM_METRICS)),
-                               int(p.get("batch_size", 8)), bool(p.get("clip_massive", False)))
+        df = _probe_per_window(loaded, win, list(p.get("metrics", DEFAULT_SIM_METRICS)), int(p.get("batch_size", 8)),
+                               drop, bool(p.get("clip_massive", False)))
     except RankCollapseError as exc:
         if not drop:
             raise
@@ -257,13 +222,22 @@ def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     return normalise(df, labels)
 
 
+def _model_unit(unit: Unit, ctx: RunContext, drop: tuple = ()) -> tuple[Any, Any, dict[str, Any]]:
+    """``(model, windows, labels)`` of a unit that reads ``model``'s windows: the model of :func:`_probe_condition`,
+    labelled with its native mask, ``variant``, ``value`` and ``family``."""
+    from ..models.families import native_mask_of
+
+    p = unit.params
+    loaded = ctx.model(p["model"])
+    win = ctx.windows(p["model"], int(p["n_samples"]))
+    variant, value, loaded = _probe_condition(p, loaded, drop)
+    native = native_mask_of(loaded)
+    return loaded, win, _labels(unit, mask=native, mask_spec=native, variant=variant, value=value, family=loaded.family)
+
+
 def _probe_condition(p: dict[str, Any], loaded: Any, drop: tuple) -> tuple[str, str, Any]:
-    """``(variant, value, model)`` of a probe unit. ``variant``: ``full`` or
-    ``drop_<components>``, then ``_clip_massive`` with ``clip_massive: true``;
-    ``value``: ``pretrained``, or ``random_init`` with ``control: random-init`` (the
-    architecture freshly initialised with seed ``control_seed``, default 0:
-    :func:`rankcollapse.models.controls.random_init`), so a claim selects the control by
-    ``value`` with the same ``model`` name."""
+    """``(variant, value, model)``: ``full``/``drop_<components>`` (+ ``_clip_massive``); ``pretrained``, or
+    ``random_init`` with ``control: random-init`` (:func:`rankcollapse.models.controls.random_init`, ``control_seed``)."""
     variant = ("full" if not drop else "drop_" + "_".join(drop)) + ("_clip_massive" if p.get("clip_massive") else "")
     control = p.get("control")
     if control is None:
@@ -275,14 +249,10 @@ def _probe_condition(p: dict[str, Any], loaded: Any, drop: tuple) -> tuple[str, 
     return variant, control.replace("-", "_"), random_init(loaded, seed=int(p.get("control_seed", 0)))
 
 
-def _probe_per_window(probe: Callable, loaded: Any, win: Any, drop: tuple, metrics: list[str], batch_size: int,
+def _probe_per_window(loaded: Any, win: Any, metrics: list[str], batch_size: int, drop: tuple = (),
                       clip_massive: bool = False) -> pd.DataFrame:
-    """``models.probe`` over all windows in batches, with each row's per-window values
-    (the ``values`` column, window order); its statistics come from the same summariser
-    as the simulated rows' (:mod:`rankcollapse.summary`). Sink metrics keep the
-    per-block rows (the mean over heads) and leave the per-head ones to ``probe``."""
-    # no bar of its own: the sweep's progress (one line or bar per unit) is the run's
-    from ..models.probe import Intervention
+    """``models.probe``'s per-window rows, without the per-head ones; no progress bar of its own."""
+    from ..models.probe import Intervention, probe
 
     df = probe(loaded, win, Intervention(drop=drop, clip_massive=clip_massive), metrics=metrics, batch_size=batch_size,
                per_window=True, progress=False)
@@ -301,14 +271,7 @@ def run_theory(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     return normalise(fn(unit.params, ctx), labels)
 
 
-# A kind's version is bumped when a change alters its units' labels or numbers (probe 4:
-# attention rows recomputed from the SDPA call instead of an eager forward, float32
-# rounding differs where attention metrics are recorded; simulate and pretrained_sa 3:
-# ``dtype`` is the compute type, float64, not the embeddings' float32; theory 4: C10's
-# perturbed and random-start counts, and the control system's). ``NUMERICS_VERSION`` and
-# the numeric libraries' versions change every key (rankcollapse.sweep.units).
-# Keys hash the parameters as spelt, less a text file's path (key_params): its content is keyed instead.
-register_unit_kind("simulate", run_simulate, version=3, group="experiments", key_params=key_params)
-register_unit_kind("probe", run_probe, version=4, group="experiments", key_params=key_params)
-register_unit_kind("pretrained_sa", run_pretrained_sa, version=3, group="experiments", key_params=key_params)
-register_unit_kind("theory", run_theory, version=4, group="experiments", key_params=key_params)
+register("simulate", run_simulate, 3)
+register("probe", run_probe, 4)
+register("pretrained_sa", run_pretrained_sa, 3)
+register("theory", run_theory, 4)
