@@ -199,10 +199,8 @@ class MetricContext:
     @property
     def graph(self) -> torch.Tensor:
         """Edge weights ``(G or 1, L, L)``; the complete graph without a mask."""
-        if self._graph is None:
-            shape = (1, self.n_tokens, self.n_tokens)
-            return self.cached("graph", lambda: torch.ones(shape, dtype=self.X.dtype, device=self.X.device))
-        return self.cached("graph", lambda: self._graph.to(self.X.dtype))
+        return self.cached("graph", lambda: self.X.new_ones(1, self.n_tokens, self.n_tokens) if self._graph is None
+                           else self._graph.to(self.X.dtype))
 
 
 def stable_norm(Y: torch.Tensor, dim) -> torch.Tensor:
