@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .grid import AXES
-from .normalisation import bounded_median, cell_floor
+from .normalisation import NO_PAIRS, bounded_median, cell_floor
 from .report import theory_agreement
 
 
@@ -31,8 +31,7 @@ def paired_norm_effect(table: pd.DataFrame, norm: str, base: str = "none") -> pd
 def _where_collapses(p: pd.DataFrame) -> dict[str, Any]:
     """:func:`.normalisation.bounded_median` of the pairs whose base collapses."""
     c = p[p["regime_base"] == "rank_collapse"]
-    return bounded_median(c["mu_relative"], c["mu_relative_base"], cell_floor(c)) if len(c) else {
-        "median_dlog10_mu": float("nan"), "median_bound": None, "median_text": "no pairs"}
+    return bounded_median(c["mu_relative"], c["mu_relative_base"], cell_floor(c)) if len(c) else dict(NO_PAIRS)
 
 
 def helps(pairs: pd.DataFrame) -> pd.Series:
