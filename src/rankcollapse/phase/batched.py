@@ -22,7 +22,7 @@ from ..dynamics.runner import _metric_fn, _peak
 from ..dynamics.single_head import single_head_layer, single_head_layer_blocked
 from ..masks import parse_mask
 from ..masks.graph import analyze
-from ..errors import MetricError
+from ..errors import ConfigError, MetricError
 from ..metrics import compute_metrics
 from ..metrics._context import ZeroRowWarning
 from ..metrics.attention import row_entropy
@@ -136,8 +136,6 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     """The rows of ``cells`` (all equal on :data:`GROUP_KEYS`) as :func:`.cell.run_cell`;
     ``backend`` as :func:`.grid.attention_backend`. :class:`ConfigError` or :class:`MaskError`
     for cells that differ on a group key, a bad mask, input or ``backend``."""
-    from ..errors import ConfigError
-
     first = cells[0]
     if any(c.get(k) != first.get(k) for c in cells for k in GROUP_KEYS):
         raise ConfigError(f"run_group needs cells equal on {GROUP_KEYS}")

@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._figure import new_axes, new_figure, save_figure
 from .grid import AXES
 from .normalisation import NO_PAIRS, bounded_median, cell_floor
-from .report import theory_agreement
+from .regime import REGIMES
+from .report import COLOURS, theory_agreement
 
 
 def paired_norm_effect(table: pd.DataFrame, norm: str, base: str = "none") -> pd.DataFrame:
@@ -106,8 +108,6 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
 
 def trajectory_fractions(table: pd.DataFrame) -> dict[str, float]:
     """Fraction of all trajectories of ``table`` in each regime."""
-    from .regime import REGIMES
-
     n = table["n_trajectories"].sum()
     return {r: round(float((table[f"frac_{r}"] * table["n_trajectories"]).sum() / n), 5) for r in REGIMES
             if f"frac_{r}" in table} if n else {}
@@ -146,8 +146,6 @@ def envelope_summary(table: pd.DataFrame) -> dict[str, Any]:
 def boundary_figure(table: pd.DataFrame, by: str, path: Path | None, title: str, *, ax: Any = None) -> Any:
     """Fraction of ``rank_collapse`` cells against ``qk_scale``, one line per value of ``by``, on
     ``ax`` (else a new figure); written to ``path`` unless None; returns the figure."""
-    from .._figure import new_axes, save_figure
-
     fig, ax = new_axes(ax, figsize=(4.2, 3.0))
     for key, g in table.groupby(by):
         f = g.groupby("qk_scale")["regime"].apply(lambda r: (r == "rank_collapse").mean())
@@ -165,14 +163,9 @@ def boundary_figure(table: pd.DataFrame, by: str, path: Path | None, title: str,
     return fig
 
 
-def regime_figure(table: pd.DataFrame, path: Path | None,
-                  rows: tuple[str, ...] = ("norm", "alpha", "placement")) -> Any:
+def regime_figure(table: pd.DataFrame, path: Path | None, rows: tuple[str, ...] = ("norm", "alpha", "placement")) -> Any:
     """Stacked regime fractions per ``qk_scale``, one panel per combination of ``rows``; written
     to ``path`` unless None; returns the figure."""
-    from .._figure import new_figure, save_figure
-    from .regime import REGIMES
-    from .report import COLOURS
-
     groups = list(table.groupby(list(rows)))
     ncol = 4
     nrow = math.ceil(len(groups) / ncol)

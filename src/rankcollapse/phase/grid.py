@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable
 
+from .._memory import default_limit, human
 from .._validate import KINDS, check_float, check_int
 from ..errors import ConfigError, MaskError, MemoryLimitError
 
@@ -315,7 +316,6 @@ def check_cells(cells: Any, n_samples: int | None = None, *, seeds: int = 1) -> 
     ``N`` (:class:`ConfigError`, :class:`MaskError`); with ``n_samples``, every cell's
     :func:`cell_bytes` of its ``seeds n_samples`` trajectories against half the physical
     memory (:class:`MemoryLimitError`)."""
-    from .._memory import default_limit, human
     from ..masks import parse_mask
 
     if not isinstance(cells, (list, tuple)) or len(cells) == 0:

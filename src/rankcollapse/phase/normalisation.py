@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..metrics.floor import mu_floor
 from .grid import AXES
-from .regime import RATE_FLOOR
+from .regime import RATE_FLOOR, law_measures
 
 #: norms that normalise (dyt is elementwise tanh: no normalisation, reported, not in scope)
 NORMALISING = ("sphere", "layernorm", "rmsnorm")
@@ -200,7 +200,6 @@ def identity_control(n_tokens: int = IDENTITY_CONTROL["n_tokens"], d_model: int 
 
     from ..dynamics.config import BlockConfig
     from ..dynamics import RunConfig, simulate
-    from .regime import law_measures
 
     if n_tokens + 1 > d_model:
         raise ValueError(f"equiangular tokens need d_model > n_tokens, got N = {n_tokens}, d = {d_model}")

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from .._display import fixed
 from .._io import atomic_path, write_text_atomic
 from .regime import REGIMES
 
@@ -39,7 +40,6 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
     returns the files written."""
     from matplotlib.patches import Patch, Rectangle
 
-    from .._display import fixed
     from .._figure import new_figure, save_figure
 
     varied = [a for a in axes if table[a].nunique() > 1] or axes[:1]
