@@ -246,8 +246,7 @@ def check_writable(path: str | os.PathLike, *, folder: bool, option: str = "--ou
         raise ConfigError(f"{option} {str(path)!r} is an existing file, not a folder")
     if not folder and path.is_dir():
         raise ConfigError(f"{option} {str(path)!r} is an existing folder, not a file")
-    parent = path if folder else path.parent
-    parent = Path(os.path.abspath(parent))
+    parent = Path(os.path.abspath(path if folder else path.parent))
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():

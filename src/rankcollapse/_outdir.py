@@ -301,9 +301,7 @@ def owner(out: str | os.PathLike) -> dict[str, Any]:
 
 def describe(info: dict[str, Any]) -> str:
     """``run pid 123 on host h since 2026-...Z`` (or ``another run`` if unknown)."""
-    if not info:
-        return "another run"
-    return f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}"
+    return f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}" if info else "another run"
 
 
 def remove_orphan_tmp(out: Path) -> None:
