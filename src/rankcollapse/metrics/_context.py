@@ -369,8 +369,8 @@ def evaluate(X, fns: Mapping[str, MetricFn], *, padding_mask=None, mask=None, dt
             out[name][samples] = _checked_value(name, fn(ctx), len(samples)).to(Xb.dtype)
         n_zero += ctx.n_zero_rows
     if n_zero:
-        message = f"{n_zero} zero token(s) have no direction; they are excluded from cosine metrics"
-        warnings.warn(message, ZeroRowWarning, stacklevel=stacklevel)
+        warnings.warn(f"{n_zero} zero token(s) have no direction; they are excluded from cosine metrics",
+                      ZeroRowWarning, stacklevel=stacklevel)
     return out if batched else {name: v[0] for name, v in out.items()}
 
 
