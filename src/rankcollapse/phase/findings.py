@@ -151,10 +151,7 @@ def boundary_figure(table: pd.DataFrame, by: str, path: Path | None, title: str,
         f = g.groupby("qk_scale")["regime"].apply(lambda r: (r == "rank_collapse").mean())
         label = f"{by}={key}" + (f" (r={int(g['radius'].iloc[0])})" if by == "mask" else "")
         ax.plot(f.index, f.values, marker="o", label=label)
-    ax.set_xscale("log")
-    ax.set_xlabel("query/key scale s")
-    ax.set_ylabel("fraction rank_collapse")
-    ax.set_ylim(-0.02, 1.02)
+    ax.set(xscale="log", xlabel="query/key scale s", ylabel="fraction rank_collapse", ylim=(-0.02, 1.02))
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=6)
     if path is not None:

@@ -63,8 +63,7 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
                 mu = r["mu_relative"]
                 txt = "-inf" if mu == 0 else (fixed(math.log10(mu)) if mu == mu else "nan")
                 ax.text(i, j, txt, ha="center", va="center", fontsize=6)
-            ax.set_xlim(-0.5, len(xs) - 0.5)
-            ax.set_ylim(-0.5, len(ys) - 0.5)
+            ax.set(xlim=(-0.5, len(xs) - 0.5), ylim=(-0.5, len(ys) - 0.5))
             ax.set_xticks(range(len(xs)), [_fmt(x) for x in xs], fontsize=6, rotation=45)
             ax.set_yticks(range(len(ys)), [_fmt(y) for y in ys], fontsize=6)
             ax.set_xlabel(plot[0], fontsize=7)
