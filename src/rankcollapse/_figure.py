@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ._io import atomic_path
+
 
 def new_axes(ax: Any = None, *, figsize: tuple[float, float] = (6.0, 4.0), **subplot_kw: Any) -> tuple[Any, Any]:
     """``(figure, axes)``: ``ax`` and its figure when given, else a new pyplot-free figure."""
@@ -26,8 +28,6 @@ def new_figure(figsize: tuple[float, float]) -> Any:
 
 def save_figure(fig: Any, path: str | Path, *, dpi: int = 120, **kwargs: Any) -> Path:
     """Write ``fig`` atomically to ``path``; the format follows the suffix (png by default)."""
-    from ._io import atomic_path
-
     path = Path(path)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=dpi, **kwargs)

@@ -63,10 +63,8 @@ def strict_json(obj: Any) -> Any:
         return {k if isinstance(k, str) else str(k): strict_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [strict_json(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return strict_json(obj.tolist())
-    if isinstance(obj, Path):
-        return str(obj)
+    if hasattr(obj, "tolist") or isinstance(obj, Path):
+        return strict_json(_json_default(obj))
     return obj
 
 
@@ -248,8 +246,7 @@ def check_writable(path: str | os.PathLike, *, folder: bool, option: str = "--ou
         raise ConfigError(f"{option} {str(path)!r} is an existing file, not a folder")
     if not folder and path.is_dir():
         raise ConfigError(f"{option} {str(path)!r} is an existing folder, not a file")
-    parent = path if folder else path.parent
-    parent = Path(os.path.abspath(parent))
+    parent = Path(os.path.abspath(path if folder else path.parent))
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():

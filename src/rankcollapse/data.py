@@ -140,11 +140,8 @@ class Windows:
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise DataError(f"cannot read windows file {path}: {exc}") from None
         check_window_arrays(arrays, str(path))
-        return cls(
-            torch.from_numpy(arrays["input_ids"]).long(),
-            torch.from_numpy(arrays["attention_mask"]).long(),
-            torch.from_numpy(arrays["special_tokens_mask"]).bool(),
-        )
+        return cls(torch.from_numpy(arrays["input_ids"]).long(), torch.from_numpy(arrays["attention_mask"]).long(),
+                   torch.from_numpy(arrays["special_tokens_mask"]).bool())
 
 
 def check_window_arrays(arrays: dict[str, np.ndarray], where: str) -> None:
@@ -170,15 +167,8 @@ def check_window_arrays(arrays: dict[str, np.ndarray], where: str) -> None:
         raise DataError(f"{where}: window {int(empty[0])} has no real token (attention_mask all 0)")
 
 
-def make_windows(
-    texts: Sequence[str],
-    tokenizer: Any,
-    *,
-    n_tokens: int = 128,
-    n_samples: int = 64,
-    seed: int = 0,
-    allow_fewer: bool = False,
-) -> Windows:
+def make_windows(texts: Sequence[str], tokenizer: Any, *, n_tokens: int = 128, n_samples: int = 64, seed: int = 0,
+                 allow_fewer: bool = False) -> Windows:
     """Cut ``texts`` into ``n_samples`` windows of exactly ``n_tokens`` tokens.
 
     Parameters
@@ -245,19 +235,15 @@ def make_windows(
             break
     have = len(stream) // body
     if have == 0:
-        raise DataError(
-            f"the text has {len(stream)} tokens, fewer than one window of {body} (+{n_special} special) tokens"
-        )
+        raise DataError(f"the text has {len(stream)} tokens, fewer than one window of {body} (+{n_special} special) tokens")
     if have < n_samples:
         if not allow_fewer:
             raise DataError(f"the text gives only {have} windows of {n_tokens} tokens; {n_samples} were asked for")
         log.warning("text gives only %d of %d requested windows of %d tokens", have, n_samples, n_tokens)
     n = min(have, n_samples)
     body_ids = torch.tensor(stream[: n * body], dtype=torch.long).view(n, body)
-    input_ids = torch.cat(
-        [torch.tensor(prefix, dtype=torch.long).expand(n, -1), body_ids, torch.tensor(suffix, dtype=torch.long).expand(n, -1)],
-        dim=1,
-    )
+    input_ids = torch.cat([torch.tensor(prefix, dtype=torch.long).expand(n, -1), body_ids,
+                           torch.tensor(suffix, dtype=torch.long).expand(n, -1)], dim=1)
     special = torch.zeros(n, n_tokens, dtype=torch.bool)
     special[:, : len(prefix)] = True
     special[:, n_tokens - len(suffix) :] = True

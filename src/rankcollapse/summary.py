@@ -85,11 +85,8 @@ def summary_table(values: Mapping[tuple[int, str, str], Any], *, per_window: boo
     if per_window:
         cols["values"] = every
     df = pd.DataFrame(cols, columns=list(SUMMARY_COLUMNS) + (["values"] if per_window else []))
-    df["layer"] = df["layer"].astype(np.int64)
-    df["n_samples"] = df["n_samples"].astype(np.int64)
-    for k in STAT_COLUMNS[:-1]:
-        df[k] = df[k].astype(np.float64)
-    return df
+    types = {"layer": np.int64, "n_samples": np.int64, **dict.fromkeys(STAT_COLUMNS[:-1], np.float64)}
+    return df.astype(types)
 
 
 def by_layer(metrics: Mapping[str, Any], *, layers: Sequence[int] | None = None,

@@ -199,10 +199,8 @@ class MetricContext:
     @property
     def graph(self) -> torch.Tensor:
         """Edge weights ``(G or 1, L, L)``; the complete graph without a mask."""
-        if self._graph is None:
-            shape = (1, self.n_tokens, self.n_tokens)
-            return self.cached("graph", lambda: torch.ones(shape, dtype=self.X.dtype, device=self.X.device))
-        return self.cached("graph", lambda: self._graph.to(self.X.dtype))
+        return self.cached("graph", lambda: self.X.new_ones(1, self.n_tokens, self.n_tokens) if self._graph is None
+                           else self._graph.to(self.X.dtype))
 
 
 def stable_norm(Y: torch.Tensor, dim) -> torch.Tensor:
@@ -371,8 +369,8 @@ def evaluate(X, fns: Mapping[str, MetricFn], *, padding_mask=None, mask=None, dt
             out[name][samples] = _checked_value(name, fn(ctx), len(samples)).to(Xb.dtype)
         n_zero += ctx.n_zero_rows
     if n_zero:
-        message = f"{n_zero} zero token(s) have no direction; they are excluded from cosine metrics"
-        warnings.warn(message, ZeroRowWarning, stacklevel=stacklevel)
+        warnings.warn(f"{n_zero} zero token(s) have no direction; they are excluded from cosine metrics",
+                      ZeroRowWarning, stacklevel=stacklevel)
     return out if batched else {name: v[0] for name, v in out.items()}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from .._validate import check_int, check_tensor_storage
@@ -34,7 +35,7 @@ def attention_entropy(A, mask=None, *, padding_mask=None) -> torch.Tensor:
     mass on a key not allowed; a counted row not summing to 1 (tolerance ``sqrt(eps)`` of A's
     dtype); no row with two allowed keys; a bad mask or padding mask.
     """
-    A, batched, eps = _as_heads(A)
+    A, batched, tol = _as_heads(A)
     B, _, N, _ = A.shape
     allowed, real = _allowed(mask, padding_mask, B, N, A.device)  # (B or 1, N, N), (B or 1, N)
     outside = (A.masked_fill(allowed.unsqueeze(1), 0.0) != 0).any(-1)  # (B, H, N): mass off the allowed keys
@@ -45,7 +46,6 @@ def attention_entropy(A, mask=None, *, padding_mask=None) -> torch.Tensor:
         empty = torch.nonzero(~counted.any(-1)).flatten()[:10].tolist()
         where = f"samples {empty}" if batched else "the input"
         raise MetricError(f"no attention row of {where} has two or more allowed keys: entropy is undefined")
-    tol = math.sqrt(eps) if eps else 1e-6
     if bool(((A.sum(-1) - 1).abs() > tol)[counted.unsqueeze(1).expand(A.shape[:3])].any()):
         raise MetricError(f"attention rows must sum to 1 over their allowed keys (|sum - 1| <= {tol:.1e})")
     value = row_entropy(A, allowed)
@@ -65,12 +65,10 @@ def row_mass_deficit(A, mask=None, *, padding_mask=None) -> torch.Tensor:
     Returns float64, 0-d for ``(N, N)`` input, ``(B,)`` otherwise; raises :class:`MetricError` for
     ``A`` of a wrong shape, empty, complex or not finite, or a bad padding mask.
     """
-    A = _as_array(A)
-    batched = A.ndim >= 3
-    heads = (A if A.ndim == 4 else A.unsqueeze(1) if A.ndim == 3 else A[None, None]).to(torch.float64)
-    B, _, N, _ = heads.shape
+    heads, batched, _ = _as_heads(A, probabilities=False)
+    B, H, N, _ = heads.shape
     _, real = _allowed(None, padding_mask, B, N, heads.device)  # (B or 1, N)
-    w = real.to(torch.float64).unsqueeze(1).expand(B, heads.shape[1], N)  # (B, H, N)
+    w = real.to(torch.float64).unsqueeze(1).expand(B, H, N)  # (B, H, N)
     if not bool((w.sum(dim=(-1, -2)) > 0).all()):
         raise MetricError("a sample has no real token: its row-mass deficit is undefined")
     deficit = 1.0 - heads.sum(-1)  # (B, H, N)
@@ -99,7 +97,7 @@ def participation_ratio(A, mask=None, *, padding_mask=None, summary: str = "mean
     if summary not in PR_SUMMARIES:
         raise MetricError(f"summary must be one of {', '.join(PR_SUMMARIES)}, got {summary!r}")
     ndim = getattr(A, "ndim", None)
-    A, batched, eps = _as_heads(A)
+    A, batched, tol = _as_heads(A)
     B, H, N, _ = A.shape
     allowed, real = _allowed(mask, padding_mask, B, N, A.device)  # (B or 1, N, N), (B or 1, N)
     query = real.expand(B, N).unsqueeze(1).expand(B, H, N)  # (B, H, N)
@@ -107,7 +105,6 @@ def participation_ratio(A, mask=None, *, padding_mask=None, summary: str = "mean
         raise MetricError("attention puts mass on keys the mask does not allow")
     if not bool(real.expand(B, N).any(-1).all()):
         raise MetricError("a sample has no real query: its participation ratio is undefined")
-    tol = math.sqrt(eps) if eps else 1e-6
     if bool(((A.sum(-1) - 1).abs() > tol)[query].any()):
         raise MetricError(f"attention rows of real queries must sum to 1 (|sum - 1| <= {tol:.1e})")
     pr = row_participation(A).masked_fill(~query, float("nan"))  # (B, H, N)
@@ -168,8 +165,6 @@ def gap_growth(logits, *, mask=None, k_max: int = 32) -> dict[str, torch.Tensor]
 
 def _logits(logits, mask) -> tuple[torch.Tensor, torch.Tensor]:
     """``(z float64 (..., M), allowed bool (..., M))`` of :func:`gap_counting`'s inputs."""
-    import numpy as np
-
     z = torch.from_numpy(np.ascontiguousarray(logits)) if isinstance(logits, np.ndarray) else logits
     if not isinstance(z, torch.Tensor) or z.ndim < 1 or z.numel() == 0 or z.is_complex():
         raise MetricError("logits must be a real, non-empty torch.Tensor or numpy array (..., M)")
@@ -206,24 +201,6 @@ def _line(x: torch.Tensor, y: torch.Tensor, use: torch.Tensor) -> tuple[torch.Te
     return slope, torch.where(ok, sxy * sxy / (sxx * syy).clamp(min=1e-300), nan)
 
 
-def _as_array(A) -> torch.Tensor:
-    """``A`` as a finite real torch tensor of 2 to 4 dimensions, square in the last two."""
-    import numpy as np
-
-    if isinstance(A, np.ndarray):
-        A = torch.from_numpy(np.ascontiguousarray(A))
-    if not isinstance(A, torch.Tensor):
-        raise MetricError(f"attention must be a torch.Tensor or numpy array, got {type(A).__name__}")
-    check_tensor_storage(A, "attention", error=MetricError)
-    if A.ndim not in (2, 3, 4) or A.shape[-1] != A.shape[-2] or A.numel() == 0 or A.is_complex():
-        raise MetricError(f"attention must be real, non-empty, (N, N), (B, N, N) or (B, H, N, N); "
-                          f"got shape {tuple(A.shape)}, dtype {A.dtype}")
-    A = A.detach()
-    if not bool(torch.isfinite(A).all()):
-        raise MetricError("attention must be finite")
-    return A
-
-
 def row_entropy(A: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """:func:`attention_entropy` without input checks: ``A`` ``(..., H, N, N)``, ``allowed``
     broadcastable to ``(..., N, N)`` -> ``(...)`` in A's dtype. Entries not ``> 0`` (NaN
@@ -236,10 +213,9 @@ def row_entropy(A: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     return (Hn * w).sum(dim=(-1, -2)) / w.sum(dim=(-1, -2))
 
 
-def _as_heads(A) -> tuple[torch.Tensor, bool, float]:
-    """``(A as float64 (B, H, N, N), batched, eps of A's own dtype)``."""
-    import numpy as np
-
+def _as_heads(A, *, probabilities: bool = True) -> tuple[torch.Tensor, bool, float]:
+    """``(A as float64 (B, H, N, N), batched, row-sum tolerance)``: finite, in ``[0, 1]`` if ``probabilities``;
+    the tolerance is ``sqrt(eps)`` of A's own dtype (``1e-6`` for exact input)."""
     if isinstance(A, np.ndarray):
         if A.dtype.kind not in "biuf":
             raise MetricError(f"attention must hold real numbers, got numpy dtype {A.dtype}")
@@ -251,12 +227,13 @@ def _as_heads(A) -> tuple[torch.Tensor, bool, float]:
         raise MetricError(f"attention must have shape (N, N), (B, N, N) or (B, H, N, N), got {tuple(A.shape)}")
     if A.numel() == 0 or A.is_complex():
         raise MetricError(f"attention must be real and non-empty, got shape {tuple(A.shape)}, dtype {A.dtype}")
-    eps = torch.finfo(A.dtype).eps if A.dtype.is_floating_point else 0.0
+    tol = math.sqrt(torch.finfo(A.dtype).eps) if A.dtype.is_floating_point else 1e-6
     A = A.detach().to(torch.float64)
-    if not bool(torch.isfinite(A).all()) or bool((A < 0).any()) or bool((A > 1).any()):
-        raise MetricError("attention probabilities must be finite and in [0, 1]")
+    if not bool(torch.isfinite(A).all()) or probabilities and (bool((A < 0).any()) or bool((A > 1).any())):
+        raise MetricError("attention probabilities must be finite and in [0, 1]" if probabilities
+                          else "attention must be finite")
     heads = A if A.ndim == 4 else A.unsqueeze(1) if A.ndim == 3 else A[None, None]
-    return heads, A.ndim >= 3, eps
+    return heads, A.ndim >= 3, tol
 
 
 def _allowed(mask, padding_mask, B: int, N: int, device) -> tuple[torch.Tensor, torch.Tensor]:

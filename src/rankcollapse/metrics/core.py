@@ -125,10 +125,6 @@ def energy_of(ctx: MetricContext, beta: float = ENERGY_BETA) -> torch.Tensor:
     return torch.exp(log_e)
 
 
-def _interaction_energy(ctx: MetricContext) -> torch.Tensor:
-    return energy_of(ctx)
-
-
 # ---- public functions -------------------------------------------------------------
 def mu(X, *, padding_mask=None, dtype=None) -> torch.Tensor:
     """Distance to token uniformity ``mu(X) = ||X - 1 gamma_X||_F``, ``gamma_X`` the mean token.

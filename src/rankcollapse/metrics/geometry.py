@@ -35,8 +35,7 @@ def _squared_spectrum(ctx: MetricContext, what: str) -> torch.Tensor:
 
 
 def _top_singular_share(ctx: MetricContext) -> torch.Tensor:
-    rel = _squared_spectrum(ctx, "top_singular_share")
-    return 1.0 / rel.sum(dim=-1)
+    return 1.0 / _squared_spectrum(ctx, "top_singular_share").sum(dim=-1)
 
 
 def _max_token_sigma_share(ctx: MetricContext) -> torch.Tensor:

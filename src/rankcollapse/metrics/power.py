@@ -72,10 +72,8 @@ def principal_eigenvector(M: torch.Tensor) -> tuple[torch.Tensor, float]:
         raise MetricError("every eigenvalue of W_O W_V is 0: v1 is undefined")
     tied = torch.nonzero(mod >= top * (1 - TIE)).flatten()
     k = int(tied[torch.argmax(lam.real[tied] + TIE * top * (lam.imag[tied] > 0))])
-    complex_pair = abs(float(lam[k].imag)) > TIE * top
-    if complex_pair:  # the plane of Re v, Im v; the conjugate eigenvalue belongs to it
-        V, _ = torch.linalg.qr(torch.stack([vec[:, k].real, vec[:, k].imag], dim=1))
-        V = V.T
+    if abs(float(lam[k].imag)) > TIE * top:  # a complex pair: the plane of Re v, Im v, the conjugate's too
+        V = torch.linalg.qr(torch.stack([vec[:, k].real, vec[:, k].imag], dim=1)).Q.T
         conj = int(torch.argmin((lam - lam[k].conj()).abs()))
         others = [j for j in range(len(lam)) if j not in (k, conj)]
     else:

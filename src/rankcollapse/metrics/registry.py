@@ -16,13 +16,12 @@ from .._validate import check_float
 from ..errors import MetricError
 from . import _context, core, geometry, graph, motion, power, spectral
 from .attention import attention_entropy, participation_ratio, row_mass_deficit
+from .clusters import CLUSTER_ANGLE, components
 from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
 
 
 def _n_clusters(ctx) -> torch.Tensor:
-    from .clusters import CLUSTER_ANGLE, components
-
     return components(ctx.X * ctx.inv_norms.unsqueeze(-1), ctx.row_valid, CLUSTER_ANGLE).to(ctx.X.device, ctx.X.dtype)
 
 
@@ -71,28 +70,23 @@ _SPECS = (
     MetricSpec("alpha_req", geometry._alpha_req,
                "alpha-ReQ (Agrawal et al. 2022): -slope of OLS ln sigma_i^2 on ln i, i = 1..numerical rank"),
     MetricSpec("token_radius", motion._token_radius, "(1/N) sum_i ||x_i||, mean token norm"),
-    MetricSpec("interaction_energy", core._interaction_energy,
+    MetricSpec("interaction_energy", core.energy_of,
                "(1/2 beta) sum_{i,j} exp(beta cos(x_i, x_j)), beta = 1 (zero tokens left out)"),
 )
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
 """All metrics of token matrices X by name, in report order."""
 
-ATTENTION_METRICS: dict[str, MetricSpec] = {
-    "attention_entropy": MetricSpec(
-        "attention_entropy", attention_entropy,
-        "mean over heads and rows with >= 2 allowed keys of -sum_j A_ij log A_ij / log(#allowed keys); "
-        "1 = uniform, 0 = one-hot", None, True),
-    "row_mass_deficit": MetricSpec(
-        "row_mass_deficit", row_mass_deficit,
-        "mean over heads and real queries of 1 - sum_j A_ij; 0 for softmax rows, > 0 with a sink", None, False),
-    **{name: MetricSpec(
-        name, partial(participation_ratio, summary=summary),
-        f"{summary} over heads and real queries of 1 / sum_j A_ij^2, the effective number of keys attended; "
-        "k = uniform over k keys, 1 = one-hot", None, True)
-       for name, summary in (("participation_ratio", "mean"), ("participation_ratio_median", "median"),
-                             ("participation_ratio_max", "max"))},
-}
+ATTENTION_METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (
+    MetricSpec("attention_entropy", attention_entropy, "mean over heads and rows with >= 2 allowed keys of "
+               "-sum_j A_ij log A_ij / log(#allowed keys); 1 = uniform, 0 = one-hot", None, True),
+    MetricSpec("row_mass_deficit", row_mass_deficit,
+               "mean over heads and real queries of 1 - sum_j A_ij; 0 for softmax rows, > 0 with a sink", None, False),
+    *(MetricSpec(name, partial(participation_ratio, summary=summary), f"{summary} over heads and real queries of "
+                 "1 / sum_j A_ij^2, the effective number of keys attended; k = uniform over k keys, 1 = one-hot",
+                 None, True)
+      for name, summary in (("participation_ratio", "mean"), ("participation_ratio_median", "median"),
+                            ("participation_ratio_max", "max"))))}
 """Metrics of attention probabilities ``A`` ``(B, H, N, N)``: ``fn(A, mask, padding_mask=)``;
 :func:`compute_metrics` takes them with ``attention=A``."""
 
@@ -297,14 +291,13 @@ def compute_metrics(X, names: Iterable[str] | None = None, *, padding_mask=None,
         names = (*METRICS, *(ATTENTION_METRICS if attention is not None else ())) if names == "all" else (names,)
     names = tuple(dict.fromkeys(names))
     unknown = [n for n in names if n not in METRICS and n not in ATTENTION_METRICS]
-    step = [n for n in unknown if n in STEP_METRICS]
-    if step:
-        raise MetricError(f"{step} are metrics of two consecutive states X(t), X(t+1), not of one X: call "
-                          "rankcollapse.metrics.STEP_METRICS[name].fn(X_prev, X_next), or simulate(metrics=...)")
-    weighted = [n for n in unknown if n in WEIGHT_METRICS]
-    if weighted:
-        raise MetricError(f"{weighted} are metrics of X and a layer's weights: call "
-                          "rankcollapse.metrics.WEIGHT_METRICS[name].fn(X, layer), or simulate(metrics=...)")
+    for table, what in ((STEP_METRICS, "two consecutive states X(t), X(t+1), not of one X: call "
+                                       "rankcollapse.metrics.STEP_METRICS[name].fn(X_prev, X_next)"),
+                        (WEIGHT_METRICS, "X and a layer's weights: call "
+                                         "rankcollapse.metrics.WEIGHT_METRICS[name].fn(X, layer)")):
+        other = [n for n in unknown if n in table]
+        if other:
+            raise MetricError(f"{other} are metrics of {what}, or simulate(metrics=...)")
     if unknown:
         raise MetricError(f"unknown metric(s) {unknown}; available: {', '.join((*METRICS, *ATTENTION_METRICS))}")
     if not names:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+import numpy as np
 import torch
 
 from .._display import NotebookResult
@@ -48,7 +49,6 @@ class MetricReport(NotebookResult):
     def to_pandas(self) -> Any:
         """Tidy :class:`pandas.DataFrame` ``sample, metric, value, undefined`` (float64; NaN
         and the reason where undefined, else ``""``), one row per sample and metric."""
-        import numpy as np
         import pandas as pd
 
         names = list(self.values)
@@ -85,7 +85,12 @@ def report_metrics(
         compute_metrics(X, names)  # raises the registry's message
     kw = dict(padding_mask=padding_mask, mask=mask, dtype=dtype, rank_atol=rank_atol, rank_rtol=rank_rtol,
               max_memory=max_memory)
-    undefined = _too_large(X, names, dtype, max_memory)
+    undefined = {}
+    for name in names:  # which metrics are too large on their own; the others still run
+        try:
+            check_pairwise_memory(X, (name,), _as_dtype(dtype), max_memory)
+        except MemoryLimitError as exc:
+            undefined[name] = f"the memory limit {exc.detail}"  # read by API and CLI users alike
     todo = [n for n in names if n not in undefined]
     values = _compute(X, todo, undefined, kw) if todo else {}
     if not values:
@@ -97,16 +102,6 @@ def report_metrics(
                                "leave the floating-point range)")
     values = {n: values.get(n, torch.full_like(template, math.nan)) for n in names}
     return MetricReport(values, {n: undefined[n] for n in names if n in undefined}, batched=template.ndim == 1)
-
-
-def _too_large(X, names, dtype, max_memory) -> dict[str, str]:
-    undefined = {}
-    for name in names:  # which metrics are too large on their own; the others still run
-        try:
-            check_pairwise_memory(X, (name,), _as_dtype(dtype), max_memory)
-        except MemoryLimitError as exc:
-            undefined[name] = f"the memory limit {exc.detail}"  # read by API and CLI users alike
-    return undefined
 
 
 def _compute(X, todo, undefined, kw) -> dict[str, torch.Tensor]:

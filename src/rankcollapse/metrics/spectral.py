@@ -67,17 +67,15 @@ def numerical_rank(X, *, padding_mask=None, dtype=None, atol=None, rtol=None, no
     ``rtol`` gives ``tol = rtol sigma_1`` and ``atol`` an absolute ``tol`` on the input's
     scale (it takes precedence).
     """
-    tolerance = RankTolerance(atol, rtol, noise_floor)
     return evaluate_one(X, "numerical_rank", _numerical_rank, padding_mask=padding_mask, dtype=dtype,
-                        tolerance=tolerance)
+                        tolerance=RankTolerance(atol, rtol, noise_floor))
 
 
 def rank_fraction(X, *, padding_mask=None, dtype=None, atol=None, rtol=None, noise_floor=True) -> torch.Tensor:
     """Fraction of full rank ``numerical_rank(X) / min(N, d)`` in ``[0, 1]`` (Wu et al.,
     NeurIPS 2024, Fig. 4); tolerance as :func:`numerical_rank`."""
-    tolerance = RankTolerance(atol, rtol, noise_floor)
     return evaluate_one(X, "rank_fraction", _rank_fraction, padding_mask=padding_mask, dtype=dtype,
-                        tolerance=tolerance)
+                        tolerance=RankTolerance(atol, rtol, noise_floor))
 
 
 def sigma_min(X, *, padding_mask=None, dtype=None) -> torch.Tensor:

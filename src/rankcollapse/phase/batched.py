@@ -22,7 +22,7 @@ from ..dynamics.runner import _metric_fn, _peak
 from ..dynamics.single_head import single_head_layer, single_head_layer_blocked
 from ..masks import parse_mask
 from ..masks.graph import analyze
-from ..errors import MetricError
+from ..errors import ConfigError, MetricError
 from ..metrics import compute_metrics
 from ..metrics._context import ZeroRowWarning
 from ..metrics.attention import row_entropy
@@ -136,8 +136,6 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     """The rows of ``cells`` (all equal on :data:`GROUP_KEYS`) as :func:`.cell.run_cell`;
     ``backend`` as :func:`.grid.attention_backend`. :class:`ConfigError` or :class:`MaskError`
     for cells that differ on a group key, a bad mask, input or ``backend``."""
-    from ..errors import ConfigError
-
     first = cells[0]
     if any(c.get(k) != first.get(k) for c in cells for k in GROUP_KEYS):
         raise ConfigError(f"run_group needs cells equal on {GROUP_KEYS}")
@@ -158,12 +156,10 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     seed_range = range(seed, seed + seeds)
     X = torch.cat([make_input(first["input"], n_samples, N, d, s) for s in seed_range] * len(cells))
     WQ, WK, WV, scale = _stack(cells, seed_range, n_samples, depth)
-    B = X.shape[0]
-    X0 = X
+    B, X0 = X.shape[0], X
     diverged = torch.zeros(B, dtype=torch.bool)
     overflowed = False  # diverged.any(), kept on the host
     diverged_at = torch.full((B,), depth + 1)  # the layer whose output first overflowed
-    eps_min = torch.ones(B, dtype=torch.float64)
     keep = {depth - max(1, depth // 10), depth}
     states, zero_rows = [X] + [None] * depth, []  # trajectory_measures reads states 0, -1 - w and -1
     metrics = _state_measure()
@@ -199,7 +195,7 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     warn_zero_rows([int(z) for z in zero_rows])  # the rule of dynamics.layers.sphere, as simulate
     located.warn()
     per_layer = {k: torch.cat([c[k] for c in chunks if k in c]) for k in chunks[-1]}  # (depth [+ 1], B) each
-    eps_min = torch.minimum(eps_min, per_layer["epsilon"].amin(0))
+    eps_min = torch.minimum(torch.ones(B, dtype=torch.float64), per_layer["epsilon"].amin(0))
     deficit = torch.cumsum(per_layer["row_mass_deficit"], 0)[-1]  # summed layer by layer, in order
     after = torch.arange(depth + 1)[:, None] >= diverged_at  # (depth + 1, B): the state is X(0) of an overflow
     metrics = {"mu_relative": torch.where(after, torch.ones((), dtype=X.dtype), per_layer["mu_relative"]),
@@ -212,12 +208,13 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     env = _envelope(first, info, per_layer["mu"].numpy(), X0, eps_min.numpy(), diverged.numpy())
     out = []
     for i, cell in enumerate(cells):
-        row = label_cell(trs[i * per:(i + 1) * per])
-        e = float(eps_min[i * per:(i + 1) * per].min())
+        part = slice(i * per, (i + 1) * per)
+        row = label_cell(trs[part])
+        e = float(eps_min[part].min())
         row.update(radius=info.radius, qsc=bool(info.quasi_strongly_connected), epsilon_measured=e)
-        row.update(operator_columns(X, deficit / depth, diverged, slice(i * per, (i + 1) * per)))
-        row.update(sink_columns(sink, diverged, slice(i * per, (i + 1) * per), uniform))
-        row.update(_envelope_columns(env, slice(i * per, (i + 1) * per)))
+        row.update(operator_columns(X, deficit / depth, diverged, part))
+        row.update(sink_columns(sink, diverged, part, uniform))
+        row.update(_envelope_columns(env, part))
         row["value_log_norm"] = value_log_norm(cell, seed_range)
         row.update(theory_prediction(cell, info, e, row["value_log_norm"]))
         out.append(row)

@@ -20,8 +20,9 @@ from ..masks import parse_mask
 from ..masks.graph import analyze
 from ..metrics.attention import row_entropy
 from ..models.sinks import first_token_mass
-from .grid import block_config
-from .regime import trajectory_measures
+from .grid import DENSE_MAX_TOKENS, block_config, cell_beta, check_cells
+from .predict import _envelope, _envelope_columns, envelope_applies
+from .regime import label_cell, theory_prediction, trajectory_measures
 
 NEAR_IDENTITY_NOISE = 0.1  # std * sqrt(d) of the noise added to a I
 #: value family -> its registry parameters for the value scale ``a`` of ``cell`` (W_V = draw(family, **params))
@@ -53,8 +54,6 @@ def weight_stack(cell: dict[str, Any], seed: int) -> tuple[torch.Tensor, torch.T
     """``(W_Q, W_K, W_V, scale)`` of ``cell`` under weight seed ``seed``: read-only float64
     ``(n, d, d_qk)``, ``(n, d, d_qk)``, ``(n, d, d)`` (``n = 1`` when ``shared``, else
     ``depth``) and the score scale ``1 / sqrt(d_qk)``."""
-    from .grid import cell_beta
-
     d, depth = cell["d_model"], cell["depth"]
     d_qk = cell["d_qk"] or d
     n = 1 if cell["shared"] else depth
@@ -116,9 +115,6 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
     ``n_samples`` inputs each. Refuses (:func:`.grid.check_cells`) a cell the dynamics cannot
     run or above :data:`.grid.DENSE_MAX_TOKENS` tokens (``run_phase`` runs those)."""
     from ..dynamics import RunConfig, simulate
-    from .predict import _envelope, _envelope_columns, envelope_applies
-    from .grid import DENSE_MAX_TOKENS, check_cells
-    from .regime import label_cell, theory_prediction
 
     check_cells([cell], n_samples)
     if cell["n_tokens"] > DENSE_MAX_TOKENS:

@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._figure import new_axes, new_figure, save_figure
 from .grid import AXES
-from .normalisation import bounded_median, cell_floor
-from .report import theory_agreement
+from .normalisation import NO_PAIRS, bounded_median, cell_floor
+from .regime import REGIMES
+from .report import COLOURS, theory_agreement
 
 
 def paired_norm_effect(table: pd.DataFrame, norm: str, base: str = "none") -> pd.DataFrame:
@@ -31,8 +33,7 @@ def paired_norm_effect(table: pd.DataFrame, norm: str, base: str = "none") -> pd
 def _where_collapses(p: pd.DataFrame) -> dict[str, Any]:
     """:func:`.normalisation.bounded_median` of the pairs whose base collapses."""
     c = p[p["regime_base"] == "rank_collapse"]
-    return bounded_median(c["mu_relative"], c["mu_relative_base"], cell_floor(c)) if len(c) else {
-        "median_dlog10_mu": float("nan"), "median_bound": None, "median_text": "no pairs"}
+    return bounded_median(c["mu_relative"], c["mu_relative_base"], cell_floor(c)) if len(c) else dict(NO_PAIRS)
 
 
 def helps(pairs: pd.DataFrame) -> pd.Series:
@@ -107,8 +108,6 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
 
 def trajectory_fractions(table: pd.DataFrame) -> dict[str, float]:
     """Fraction of all trajectories of ``table`` in each regime."""
-    from .regime import REGIMES
-
     n = table["n_trajectories"].sum()
     return {r: round(float((table[f"frac_{r}"] * table["n_trajectories"]).sum() / n), 5) for r in REGIMES
             if f"frac_{r}" in table} if n else {}
@@ -147,17 +146,12 @@ def envelope_summary(table: pd.DataFrame) -> dict[str, Any]:
 def boundary_figure(table: pd.DataFrame, by: str, path: Path | None, title: str, *, ax: Any = None) -> Any:
     """Fraction of ``rank_collapse`` cells against ``qk_scale``, one line per value of ``by``, on
     ``ax`` (else a new figure); written to ``path`` unless None; returns the figure."""
-    from .._figure import new_axes, save_figure
-
     fig, ax = new_axes(ax, figsize=(4.2, 3.0))
     for key, g in table.groupby(by):
         f = g.groupby("qk_scale")["regime"].apply(lambda r: (r == "rank_collapse").mean())
         label = f"{by}={key}" + (f" (r={int(g['radius'].iloc[0])})" if by == "mask" else "")
         ax.plot(f.index, f.values, marker="o", label=label)
-    ax.set_xscale("log")
-    ax.set_xlabel("query/key scale s")
-    ax.set_ylabel("fraction rank_collapse")
-    ax.set_ylim(-0.02, 1.02)
+    ax.set(xscale="log", xlabel="query/key scale s", ylabel="fraction rank_collapse", ylim=(-0.02, 1.02))
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=6)
     if path is not None:
@@ -166,14 +160,9 @@ def boundary_figure(table: pd.DataFrame, by: str, path: Path | None, title: str,
     return fig
 
 
-def regime_figure(table: pd.DataFrame, path: Path | None,
-                  rows: tuple[str, ...] = ("norm", "alpha", "placement")) -> Any:
+def regime_figure(table: pd.DataFrame, path: Path | None, rows: tuple[str, ...] = ("norm", "alpha", "placement")) -> Any:
     """Stacked regime fractions per ``qk_scale``, one panel per combination of ``rows``; written
     to ``path`` unless None; returns the figure."""
-    from .._figure import new_figure, save_figure
-    from .regime import REGIMES
-    from .report import COLOURS
-
     groups = list(table.groupby(list(rows)))
     ncol = 4
     nrow = math.ceil(len(groups) / ncol)

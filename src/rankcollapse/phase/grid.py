@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable
 
+from .._memory import default_limit, human
 from .._validate import KINDS, check_float, check_int
 from ..errors import ConfigError, MaskError, MemoryLimitError
 
@@ -188,14 +189,11 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
         lengths = {z: len(axes[z]) for z in zipped}
         if len(set(lengths.values())) != 1:
             raise ConfigError(f"zipped axes need lists of equal length, got {lengths}")
-    done = False
-    for name in axes:
-        if name in zipped:
-            if not done:
-                factors.append([dict(zip(zipped, combo)) for combo in zip(*(axes[z] for z in zipped))])
-                done = True
-            continue
-        factors.append([{name: v} for v in axes[name]])
+    for name in axes:  # the zipped axes make one factor, where the first of them is given
+        if name not in zipped:
+            factors.append([{name: v} for v in axes[name]])
+        elif name == next(z for z in axes if z in zipped):
+            factors.append([dict(zip(zipped, combo)) for combo in zip(*(axes[z] for z in zipped))])
     for factor in factors:  # the same cells twice over, drawn on one square of the heatmap
         twice = next((part for k, part in enumerate(factor) if part in factor[:k]), None)
         if twice is not None:
@@ -318,7 +316,6 @@ def check_cells(cells: Any, n_samples: int | None = None, *, seeds: int = 1) -> 
     ``N`` (:class:`ConfigError`, :class:`MaskError`); with ``n_samples``, every cell's
     :func:`cell_bytes` of its ``seeds n_samples`` trajectories against half the physical
     memory (:class:`MemoryLimitError`)."""
-    from .._memory import default_limit, human
     from ..masks import parse_mask
 
     if not isinstance(cells, (list, tuple)) or len(cells) == 0:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..metrics.floor import mu_floor
 from .grid import AXES
-from .regime import RATE_FLOOR
+from .regime import RATE_FLOOR, law_measures
 
 #: norms that normalise (dyt is elementwise tanh: no normalisation, reported, not in scope)
 NORMALISING = ("sphere", "layernorm", "rmsnorm")
@@ -24,6 +24,8 @@ PAPER_SETTING = {"mask": "complete", "shared": True}
 #: The identity-weights positive control of the law fit (:func:`identity_control`).
 IDENTITY_CONTROL = {"n_tokens": 8, "d_model": 16, "depth": 64, "rho": (0.1, 0.5)}
 PREDICTED_ABOVE_POST_LN = ("pre_ln", "peri", "mix", "lns", "ngpt")
+#: :func:`bounded_median`'s columns without a pair
+NO_PAIRS = {"median_dlog10_mu": float("nan"), "median_bound": None, "median_text": "no pairs"}
 
 
 def wilson(hits: int, n: int) -> tuple[float, float]:
@@ -163,8 +165,7 @@ def above_verdict(pairs: pd.DataFrame) -> dict[str, Any]:
     untied = pairs[(pairs["dlog10_mu"] != 0) & ~at_floor]
     hits = int((untied["dlog10_mu"] > 0).sum())
     lo, hi = wilson(hits, len(untied))
-    median = (bounded_median(pairs["mu"], pairs["mu_base"], cell_floor(pairs)) if len(pairs)
-              else {"median_dlog10_mu": float("nan"), "median_bound": None, "median_text": "no pairs"})
+    median = bounded_median(pairs["mu"], pairs["mu_base"], cell_floor(pairs)) if len(pairs) else NO_PAIRS
     return {"pairs": int(len(pairs)), "untied": int(len(untied)), "both_at_floor": int(at_floor.sum()),
             "above": hits, "ci": [lo, hi], **median, "verdict": _side(lo, hi)}
 
@@ -199,7 +200,6 @@ def identity_control(n_tokens: int = IDENTITY_CONTROL["n_tokens"], d_model: int 
 
     from ..dynamics.config import BlockConfig
     from ..dynamics import RunConfig, simulate
-    from .regime import law_measures
 
     if n_tokens + 1 > d_model:
         raise ValueError(f"equiangular tokens need d_model > n_tokens, got N = {n_tokens}, d = {d_model}")

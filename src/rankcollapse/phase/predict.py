@@ -39,13 +39,6 @@ def constructed_stability(n_tokens: int, d_model: int) -> dict[str, Any]:
             "consensus_stable": bool(stability(es.system, consensus).stable)}
 
 
-def uniform_scores(cell: dict[str, Any]) -> bool:
-    """Whether every score of ``cell`` is 0 (``qk_scale = 0`` or ``β(N, d) = 0``): uniform attention."""
-    from .grid import cell_beta
-
-    return cell["qk_scale"] == 0 or cell_beta(cell) == 0
-
-
 def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
                       value_log_norm: float = 0.0) -> dict[str, Any]:
     """What the paper's results say about ``cell`` (docs/phase.md): ``theory_regime`` (``""``:
@@ -53,6 +46,7 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
     none: ``pure_sa_outside_A2``, ``not_row_stochastic``, ``headwise_rmsnorm``) and
     ``theory_rate`` (Theorem 1's per-layer log10 envelope factor, or NaN)."""
     from ..theory.envelope import log_contraction
+    from .grid import cell_beta
 
     no_skip = cell["placement"] == "none"  # X <- norm(SA(X)): no residual (alpha 0)
     regime, source, rate = "", "", float("nan")
@@ -70,7 +64,8 @@ def theory_prediction(cell: dict[str, Any], info: Any, epsilon_measured: float,
     elif (no_skip and cell["norm"] == "sphere" and cell["value"] == "orthogonal" and cell["input"] == "hemisphere"
           and qsc):
         regime, source = "rank_collapse", "theorem2"
-    elif (no_skip and cell["norm"] == "sphere" and cell["value"] == "constructed" and uniform_scores(cell)
+    elif (no_skip and cell["norm"] == "sphere" and cell["value"] == "constructed"
+          and (cell["qk_scale"] == 0 or cell_beta(cell) == 0)  # every score 0: uniform attention
           and cell["mask"] == "causal" and cell["value_scale"] > 0):
         st = constructed_stability(int(cell["n_tokens"]), int(cell["d_model"]))
         source = "equilibria"

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from ..metrics import numerical_rank, stable_rank
 from ..metrics.floor import gap_floor, mu_floor  # noqa: F401  (the floor model; re-exported)
 from ..metrics.rate import LAWS, fit_decay_law, least_squares_rate
 
@@ -74,8 +75,6 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
     """The measures of each batch element of a simulation that :func:`label_trajectory`
     reads (docs/phase.md), with the decay law (:func:`law_measures`) when ``metrics`` has
     ``avg_cos``."""
-    from ..metrics import numerical_rank, stable_rank
-
     m = metrics["mu_relative"].numpy()  # (T+1, B)
     T = m.shape[0] - 1
     w = max(1, T // 10)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from .._display import fixed
 from .._io import atomic_path, write_text_atomic
 from .regime import REGIMES
 
@@ -39,7 +40,6 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
     returns the files written."""
     from matplotlib.patches import Patch, Rectangle
 
-    from .._display import fixed
     from .._figure import new_figure, save_figure
 
     varied = [a for a in axes if table[a].nunique() > 1] or axes[:1]
@@ -63,8 +63,7 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
                 mu = r["mu_relative"]
                 txt = "-inf" if mu == 0 else (fixed(math.log10(mu)) if mu == mu else "nan")
                 ax.text(i, j, txt, ha="center", va="center", fontsize=6)
-            ax.set_xlim(-0.5, len(xs) - 0.5)
-            ax.set_ylim(-0.5, len(ys) - 0.5)
+            ax.set(xlim=(-0.5, len(xs) - 0.5), ylim=(-0.5, len(ys) - 0.5))
             ax.set_xticks(range(len(xs)), [_fmt(x) for x in xs], fontsize=6, rotation=45)
             ax.set_yticks(range(len(ys)), [_fmt(y) for y in ys], fontsize=6)
             ax.set_xlabel(plot[0], fontsize=7)
