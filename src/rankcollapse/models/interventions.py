@@ -324,13 +324,17 @@ def _padding(loaded: Any, stack: Stack, attention_mask: Any, missing: str) -> to
     shifted right); :class:`ConfigError` ``missing`` without one."""
     if attention_mask is None:
         raise ConfigError(missing)
-    padding = attention_mask.to(loaded.device)
-    return decoder_padding(padding) if stack.prefix == "decoder." else padding
+    return stack_padding(attention_mask.to(loaded.device), stack.prefix)
 
 
 def decoder_padding(attention_mask: torch.Tensor) -> torch.Tensor:
     """Padding mask ``(B, N)`` of the right-shifted decoder input."""
     return torch.cat([torch.ones_like(attention_mask[:, :1]), attention_mask[:, :-1]], dim=1)
+
+
+def stack_padding(attention_mask: torch.Tensor, point: str) -> torch.Tensor:
+    """The padding mask ``(B, N)`` of the tokens at ``point`` (or stack prefix): T5's decoder's is shifted right."""
+    return decoder_padding(attention_mask) if point.startswith("decoder.") else attention_mask
 
 
 def _install_clip(loaded: Any, stack: Stack, attention_mask: Any, handles: list[Any]) -> Any:

@@ -8,13 +8,14 @@ per block at ``{prefix}layer.k.attention`` the mean over heads (the sum for
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 
 from ..errors import ConfigError, ModelError
 from .families import Stack
+from .interventions import stack_padding
 
 SINK_METRICS = ("sink_mass", "sink_head_fraction", "sink_value_ratio", "sink_contribution")
 #: The sink metrics that read the value projection (:class:`ValueRecorder`).
@@ -190,17 +191,16 @@ def zeroed_heads(names: Sequence[str], edits: Mapping[str, Any] | None, ablation
 
 
 def sink_values(attention_maps: dict[str, torch.Tensor], value_outputs: dict[str, torch.Tensor],
-                stack_list: list[Stack], config: Any, padding_of: Callable[[str], torch.Tensor],
-                names: tuple[str, ...], zeroed: Mapping[str, Sequence[int]] | None = None,
-                ) -> dict[tuple[str, str], torch.Tensor]:
+                stack_list: list[Stack], config: Any, padding: torch.Tensor, names: tuple[str, ...],
+                zeroed: Mapping[str, Sequence[int]] | None = None) -> dict[tuple[str, str], torch.Tensor]:
     """Per-window sink metrics ``(B,)`` by ``(point, metric)``, per head at
-    ``{point}.head_h`` and per block at ``{point}``; ``padding_of(point)``: that point's
-    ``(B, N)`` padding mask; ``zeroed`` heads (:func:`zeroed_heads`) write nothing in
+    ``{point}.head_h`` and per block at ``{point}``; ``padding``: the batch's bool ``(B, N)``
+    padding mask (keys and queries: every real token); ``zeroed`` heads (:func:`zeroed_heads`) write nothing in
     ``sink_contribution``."""
     parts = {f"{s.prefix}layer.{k}.attention": p for s in stack_list for k, p in enumerate(s.blocks)}
     out: dict[tuple[str, str], torch.Tensor] = {}
     for point, A in attention_maps.items():
-        pad = padding_of(point).to(A.device)
+        pad = stack_padding(padding, point).to(A.device)
         n_heads = A.shape[1]
         mass = first_token_mass(A, pad)
         per_head = {"sink_mass": mass}
