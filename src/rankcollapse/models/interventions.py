@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
@@ -20,7 +20,8 @@ from . import families
 from .edits import Editor, _replace
 from .families import Stack, Tap
 from .loading import as_loaded
-from .recorder import _pick
+from .recorder import _pick, register_hook
+from .temperature import check_d_qk
 
 COMPONENTS = ("skip", "mlp", "norm", "final_norm")
 
@@ -132,7 +133,7 @@ def _distinct(modules: Sequence[nn.Module | None]) -> list[nn.Module]:
 
 
 def _drop_hooks(stack: Stack, chosen: dict[str, set[int]], tracker: _BlockTracker) -> list[tuple[nn.Module, str, Any]]:
-    """``(module, "pre"|"post", hook)`` triples implementing ``chosen`` on one stack."""
+    """``(module, "input"|"output", hook)`` triples implementing ``chosen`` on one stack."""
     hooks: list[tuple[nn.Module, str, Any]] = []
     saved: dict[str, torch.Tensor] = {}
     mlp_blocks = chosen.get("mlp", set())
@@ -149,15 +150,15 @@ def _drop_hooks(stack: Stack, chosen: dict[str, set[int]], tracker: _BlockTracke
         if skip_blocks:
             res = subs[0].residual
             for m in _distinct([s.residual.module for s in subs]):
-                hooks.append((m, "pre" if res.io == "input" else "post", _save(tracker, skip_blocks, saved, sub_name, res)))
+                hooks.append((m, res.io, _save(tracker, skip_blocks, saved, sub_name, res)))
         for m in _distinct([s.branch.module for s in subs]):
-            hooks.append((m, "post", _rewrite_branch(tracker, skip_blocks, mlp_blocks if sub_name == "mlp" else set(),
+            hooks.append((m, "output", _rewrite_branch(tracker, skip_blocks, mlp_blocks if sub_name == "mlp" else set(),
                                                       saved, sub_name, subs[0].branch.index)))
     if "norm" in chosen:
         norms = _distinct([n for p in stack.blocks for n in p.norms])
-        hooks.extend((m, "post", _identity(tracker, chosen["norm"])) for m in norms)
+        hooks.extend((m, "output", _identity(tracker, chosen["norm"])) for m in norms)
     if "final_norm" in chosen and stack.final_norm is not None:
-        hooks.append((stack.final_norm, "post", lambda m, a, o: a[0]))
+        hooks.append((stack.final_norm, "output", lambda m, a, o: a[0]))
     return hooks
 
 
@@ -266,16 +267,11 @@ def intervene(loaded: Any, *, mask: Any = None, d_qk_scale: float = 1.0, drop: S
     >>> torch.allclose(bidirectional[:, 0], model(ids).last_hidden_state[:, 0], atol=1e-6)
     False
     """
-    if isinstance(d_qk_scale, bool) or not (isinstance(d_qk_scale, (int, float)) and math.isfinite(d_qk_scale)
-                                            and d_qk_scale > 0):
-        raise ConfigError(f"d_qk_scale must be a positive finite number, got {d_qk_scale!r}")
+    check_d_qk(d_qk_scale, "d_qk_scale")
     loaded = as_loaded(loaded)
     drop_list = split_drop(drop) if isinstance(drop, str) else list(drop)
-    if mask is None and d_qk_scale == 1.0 and not drop_list and not clip_massive:
-        with Editor(loaded, edits, attention_mask=attention_mask, windows=windows) if edits else nullcontext():
-            yield []
-        return
-    stack_list = _supported(loaded, mask is not None or d_qk_scale != 1.0, bool(drop_list))
+    attention = mask is not None or d_qk_scale != 1.0
+    stack_list = _supported(loaded, attention, bool(drop_list)) if attention or drop_list or clip_massive else []
     if attention_mask is not None:
         mask = schedule_or_mask(mask, attention_mask.shape[1])
     handles: list[Any] = []
@@ -373,9 +369,5 @@ def _install_drops(loaded: Any, stack: Stack, drop_list: list[str]) -> list[Any]
     tracker = _BlockTracker(stack)
     handles = [loaded.model.register_forward_pre_hook(tracker.reset)]
     handles.extend(m.register_forward_pre_hook(tracker.enter_block, with_kwargs=True) for m in tracker.modules.values())
-    for module, kind, hook in _drop_hooks(stack, chosen, tracker):
-        if kind == "pre":
-            handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-        else:
-            handles.append(module.register_forward_hook(hook))
+    handles.extend(register_hook(module, io, hook) for module, io, hook in _drop_hooks(stack, chosen, tracker))
     return handles

@@ -502,7 +502,7 @@ def _record_batch(loaded: LoadedModel, w: Windows, settings: dict[str, Any], poi
     :class:`ValueRecorder` and each stack's :class:`~rankcollapse.models.massive.MassiveClip`."""
     inputs = model_inputs(loaded, w.input_ids, w.attention_mask)
     with intervene(loaded, **settings, attention_mask=w.attention_mask, edits=edits, windows=window_rows) as clips:
-        with Recorder(loaded, point_list, attentions=attentions) as rec, ValueRecorder(list(value_stacks)) as vrec:
+        with Recorder(loaded, point_list, attentions=attentions) as rec, ValueRecorder(loaded.model, value_stacks) as vrec:
             loaded.model(**inputs)
     _check_ran([p for p in point_list if p.startswith(MODULE_PREFIX)], rec)
     return rec, vrec, clips

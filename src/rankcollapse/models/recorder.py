@@ -99,6 +99,13 @@ def as_tokens(X: torch.Tensor, shape: tuple[int, int] | None) -> torch.Tensor:
     return X
 
 
+def register_hook(module: nn.Module, io: str, hook: Any) -> Any:
+    """A forward pre-hook with keyword arguments on ``module`` for ``io="input"``, else a forward hook; its handle."""
+    if io == "input":
+        return module.register_forward_pre_hook(hook, with_kwargs=True)
+    return module.register_forward_hook(hook)
+
+
 def _pick(value: Any, index: int) -> torch.Tensor:
     if isinstance(value, (tuple, list)):
         value = value[index]
@@ -141,10 +148,8 @@ class _PointHooks:
     def _install(self) -> None:
         self._handles.append(self.model.register_forward_pre_hook(self._reset, with_kwargs=True))
         for key, module in self._modules.items():
-            if key[1] == "input":
-                self._handles.append(module.register_forward_pre_hook(self._input_hook(key), with_kwargs=True))
-            else:
-                self._handles.append(module.register_forward_hook(self._output_hook(key)))
+            hook = self._input_hook(key) if key[1] == "input" else self._output_hook(key)
+            self._handles.append(register_hook(module, key[1], hook))
 
     def _input_hook(self, key: tuple[int, str]):
         def hook(module: nn.Module, args: tuple, kwargs: dict):

@@ -7,15 +7,15 @@ per block at ``{prefix}layer.k.attention`` the mean over heads (the sum for
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 
 from ..errors import ConfigError, ModelError
-from .families import Stack
+from .families import Stack, Tap
 from .interventions import stack_padding
+from .recorder import _PointHooks
 
 SINK_METRICS = ("sink_mass", "sink_head_fraction", "sink_value_ratio", "sink_contribution")
 #: The sink metrics that read the value projection (:class:`ValueRecorder`).
@@ -120,39 +120,31 @@ def head_dim_of(self_attn: nn.Module, config: Any, n_heads: int) -> int:
     return int(config.hidden_size) // n_heads
 
 
-class ValueRecorder:
+class ValueRecorder(_PointHooks):
     """Context manager recording every block's value-projection output ``(B, N, width)``
     into ``outputs`` (``{prefix}layer.k.attention`` -> tensor); a shared module is told
     apart by call order."""
 
-    def __init__(self, stack_list: list[Stack]):
-        self._blocks: list[tuple[str, nn.Module, int]] = []
+    def __init__(self, model: nn.Module, stack_list: list[Stack]):
+        taps, seen = [], []
         for stack in stack_list:
             for k, parts in enumerate(stack.blocks):
                 module = value_module(parts.self_attn)
-                occ = sum(1 for name, m, _ in self._blocks if m is module)
-                self._blocks.append((f"{stack.prefix}layer.{k}.attention", module, occ))
-        self._calls: dict[int, list[torch.Tensor]] = defaultdict(list)
-        self._handles: list[Any] = []
+                taps.append((f"{stack.prefix}layer.{k}.attention", Tap(module, "output"), sum(m is module for m in seen), None))
+                seen.append(module)
+        super().__init__(model, taps)
         self.outputs: dict[str, torch.Tensor] = {}
 
+    def _visit(self, key: tuple[int, str], value: torch.Tensor) -> None:
+        for name, _, _ in self._entries(key):
+            self.outputs[name] = value.detach()
+
     def __enter__(self) -> "ValueRecorder":
-        for module in {id(m): m for _, m, _ in self._blocks}.values():
-            self._handles.append(module.register_forward_hook(self._hook))
+        self._install()
         return self
 
-    def _hook(self, module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-        self._calls[id(module)].append(output.detach())
-
     def __exit__(self, *exc: Any) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        for name, module, occ in self._blocks:
-            calls = self._calls[id(module)]
-            if occ < len(calls):
-                self.outputs[name] = calls[occ]
-        self._calls.clear()
+        self._remove()
 
 
 def head_outputs(V: torch.Tensor, out_proj: nn.Module | None, n_heads: int, head_dim: int,
