@@ -25,6 +25,8 @@ from ._quiet import quiet_loading
 
 
 FAMILIES = (*families.REGISTRY, families.GENERIC.name)
+#: The packaged offline models (``rankcollapse.assets``).
+PACKAGED = ("minilm", "smollm2")
 
 SMOLLM2_NOTE = (
     "SmolLM2-135M-Instruct weights are Q4_1 (4-bit) quantised then dequantised to float32: "
@@ -101,8 +103,10 @@ def as_loaded(model: Any, tokenizer: Any = None, *, name: str | None = None) -> 
     return LoadedModel(model=base, tokenizer=tokenizer, family=detect_family(base), name=str(label))
 
 
-def _local_only_default() -> bool:
-    """Offline unless ``HF_HUB_OFFLINE`` is 0/false/no/off."""
+def _local_only(given: bool | None) -> bool:
+    """``given``, else offline unless ``HF_HUB_OFFLINE`` is 0/false/no/off."""
+    if given is not None:
+        return given
     return os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
@@ -175,8 +179,7 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, dtype: torch.
     """
     device = check_device(device)
     source, gguf_file, notes = _source(name_or_path, gguf_file)
-    if local_files_only is None:
-        local_files_only = _local_only_default()
+    local_files_only = _local_only(local_files_only)
     is_local = _check_source(source, gguf_file, local_files_only)
     if is_local and gguf_file is None:
         _check_size(source, dtype)
@@ -197,7 +200,7 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, dtype: torch.
     if tokenizer is None:
         tokenizer, why = _own_tokenizer(source, gguf_file, local_files_only)
     else:
-        tokenizer, why = _given_tokenizer(tokenizer, model, local_files_only), None
+        tokenizer, why = _given_tokenizer(tokenizer, getattr(model.config, "vocab_size", None), local_files_only), None
     return LoadedModel(model=model, tokenizer=tokenizer, family=detect_family(model), name=str(name_or_path), notes=notes,
                        tokenizer_error=why)
 
@@ -205,7 +208,7 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, dtype: torch.
 def _source(name_or_path: str, gguf_file: str | None) -> tuple[str, str | None, list[str]]:
     """``(source, gguf_file, notes)`` that :func:`load_model` loads for ``name_or_path``."""
     key = str(name_or_path).strip().lower()
-    if key in ("minilm", "smollm2") and gguf_file is not None:
+    if key in PACKAGED and gguf_file is not None:
         raise ModelError(f"gguf_file {gguf_file!r} does not apply to {key!r}: its weights file is fixed by its package")
     if key == "minilm":
         return str(assets.minilm_dir()), None, ["all-MiniLM-L6-v2 (sentence-transformers), fp32 weights, post-LN BERT encoder"]
@@ -228,8 +231,7 @@ def model_digest(name_or_path: str, *, gguf_file: str | None = None, local_files
     if not folder.exists():
         folder = _cached_snapshot(source)
         if folder is None:
-            local = _local_only_default() if local_files_only is None else local_files_only
-            return None if local or not _looks_like_hub_name(source) else _hub_commit(source)
+            return None if _local_only(local_files_only) or not _looks_like_hub_name(source) else _hub_commit(source)
     try:
         if gguf_file is not None:
             files = {gguf_file: file_sha256(folder / gguf_file)}
@@ -314,11 +316,10 @@ def load_tokenizer(name_or_path: str, *, gguf_file: str | None = None, tokenizer
     """The tokenizer :func:`load_model` would give (arguments as there), checked to represent
     text, without loading the model; :class:`TokenizerError` when there is none usable,
     :class:`ModelError` as :func:`load_model` for a source that is not a model."""
-    from ..data import TOKENIZER_REMEDY, check_tokenizer
+    from ..data import TOKENIZER_REMEDY
 
     source, gguf_file, _ = _source(name_or_path, gguf_file)
-    if local_files_only is None:
-        local_files_only = _local_only_default()
+    local_files_only = _local_only(local_files_only)
     is_local = _check_source(source, gguf_file, local_files_only)
     if not is_local and local_files_only:  # a hub name not in the cache is a missing model, not a tokenizer problem
         from transformers import AutoConfig
@@ -335,10 +336,7 @@ def load_tokenizer(name_or_path: str, *, gguf_file: str | None = None, tokenizer
         tokenizer, why = _own_tokenizer(source, gguf_file, local_files_only)
         if tokenizer is None:
             raise TokenizerError(f"{why}; {TOKENIZER_REMEDY}")
-    elif isinstance(tokenizer, (str, os.PathLike)):
-        tokenizer = _named_tokenizer(tokenizer, local_files_only)
-    check_tokenizer(tokenizer)
-    return tokenizer
+    return _given_tokenizer(tokenizer, None, local_files_only)
 
 
 #: Files (glob patterns) that hold a tokenizer in a Hugging Face folder.
@@ -363,23 +361,18 @@ def _own_tokenizer(source: str, gguf_file: str | None, local_files_only: bool) -
     return tokenizer, None
 
 
-def _given_tokenizer(tokenizer: Any, model: Any, local_files_only: bool) -> Any:
+def _given_tokenizer(tokenizer: Any, vocab: int | None, local_files_only: bool) -> Any:
+    """``tokenizer`` (a name loaded), checked to represent text and to fit ``vocab`` embeddings."""
     from ..data import check_tokenizer
 
-    if isinstance(tokenizer, (str, os.PathLike)):
-        tokenizer = _named_tokenizer(tokenizer, local_files_only)
+    if isinstance(tokenizer, (str, os.PathLike)):  # a packaged model's tokenizer is always local
+        source, gguf_file, _ = _source(str(tokenizer), None)
+        tokenizer = _tokenizer_from(source, gguf_file, local_files_only or str(tokenizer).strip().lower() in PACKAGED)
     check_tokenizer(tokenizer)
-    vocab = getattr(model.config, "vocab_size", None)
     if isinstance(vocab, int) and len(tokenizer) > vocab:
         raise TokenizerError(f"the tokenizer has {len(tokenizer)} tokens but the model only {vocab} embeddings: "
                              "it belongs to another model")
     return tokenizer
-
-
-def _named_tokenizer(name: str | os.PathLike, local_files_only: bool) -> Any:
-    source, gguf_file, _ = _source(str(name), None)
-    packaged = str(name).strip().lower() in ("minilm", "smollm2")
-    return _tokenizer_from(source, gguf_file, local_files_only or packaged)
 
 
 def _tokenizer_from(source: str, gguf_file: str | None, local_files_only: bool) -> Any:
