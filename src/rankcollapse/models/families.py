@@ -248,8 +248,7 @@ def _distilbert_block(b: nn.Module, config: object) -> BlockParts:
 
 #: Generic-layout model types whose blocks the toolkit knows: every intervention works there
 #: (no ``final_norm`` point: GPT-NeoX, OPT and Phi's final norm is not recorded).
-_GENERIC_BLOCKS = {"gpt_neox": _gpt_neox_block, "opt": _opt_block, "phi": _phi_block,
-                   "distilbert": _distilbert_block}
+_GENERIC_BLOCKS = {"gpt_neox": _gpt_neox_block, "opt": _opt_block, "phi": _phi_block, "distilbert": _distilbert_block}
 
 
 def _generic_placement(config: object) -> str:

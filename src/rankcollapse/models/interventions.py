@@ -202,9 +202,8 @@ def _supported(loaded: Any, attention: bool, drop: bool) -> list[Stack]:
         raise ModelError(f"drop is not supported for {name}: it needs the sublayers and norms of a known layout; "
                          f"supported families: {', '.join(families.REGISTRY)}, and GPT-NeoX, OPT, Phi, DistilBERT")
     if attention and any(p.self_attn is None for s in stack_list for p in s.blocks):
-        raise ModelError(f"a replacement mask or d_qk is not supported for {name}: no self-attention module "
-                         f"it knows; supported families: {', '.join(families.REGISTRY)}, and GPT-NeoX, OPT, Phi, "
-                         "DistilBERT")
+        raise ModelError(f"a replacement mask or d_qk is not supported for {name}: no self-attention module it knows; "
+                         f"supported families: {', '.join(families.REGISTRY)}, and GPT-NeoX, OPT, Phi, DistilBERT")
     return stack_list
 
 
@@ -362,10 +361,8 @@ def _install_schedule(loaded: Any, stack: Stack, attn_modules: list[nn.Module], 
 def _install_drops(loaded: Any, stack: Stack, drop_list: list[str]) -> list[Any]:
     chosen = parse_drop(drop_list, stack.n_layers)
     if "final_norm" in chosen and stack.final_norm is None:
-        raise ModelError(
-            f"family {loaded.family!r} ({type(loaded.model).__name__}) has no final norm to drop; "
-            "'final_norm' applies to gpt2, t5 and llama"
-        )
+        raise ModelError(f"family {loaded.family!r} ({type(loaded.model).__name__}) has no final norm to drop; "
+                         "'final_norm' applies to gpt2, t5 and llama")
     tracker = _BlockTracker(stack)
     handles = [loaded.model.register_forward_pre_hook(tracker.reset)]
     handles.extend(m.register_forward_pre_hook(tracker.enter_block, with_kwargs=True) for m in tracker.modules.values())

@@ -28,10 +28,8 @@ FAMILIES = (*families.REGISTRY, families.GENERIC.name)
 #: The packaged offline models (``rankcollapse.assets``).
 PACKAGED = ("minilm", "smollm2")
 
-SMOLLM2_NOTE = (
-    "SmolLM2-135M-Instruct weights are Q4_1 (4-bit) quantised then dequantised to float32: "
-    "real pretrained weights with quantisation noise"
-)
+SMOLLM2_NOTE = ("SmolLM2-135M-Instruct weights are Q4_1 (4-bit) quantised then dequantised to float32: "
+                "real pretrained weights with quantisation noise")
 
 
 @dataclass
@@ -89,15 +87,11 @@ def as_loaded(model: Any, tokenizer: Any = None, *, name: str | None = None) -> 
     :class:`ModelError` for anything else."""
     if isinstance(model, LoadedModel) or (hasattr(model, "model") and hasattr(model, "family")):
         return model
-    try:
-        from transformers import PreTrainedModel
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        PreTrainedModel = ()
+    from transformers import PreTrainedModel
+
     if not isinstance(model, PreTrainedModel):
-        raise ModelError(
-            f"expected a LoadedModel (rankcollapse.models.load_model) or a transformers PreTrainedModel, "
-            f"got {type(model).__name__}"
-        )
+        raise ModelError("expected a LoadedModel (rankcollapse.models.load_model) or a transformers PreTrainedModel, "
+                         f"got {type(model).__name__}")
     base = model.base_model
     label = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
     return LoadedModel(model=base, tokenizer=tokenizer, family=detect_family(base), name=str(label))
@@ -111,12 +105,9 @@ def _local_only(given: bool | None) -> bool:
 
 
 def _hub_cache() -> str:
-    try:
-        from huggingface_hub import constants
+    from huggingface_hub import constants
 
-        return str(constants.HF_HUB_CACHE)
-    except (ImportError, AttributeError):
-        return "the Hugging Face cache"
+    return str(constants.HF_HUB_CACHE)
 
 
 def load_model(name_or_path: str, *, gguf_file: str | None = None, dtype: torch.dtype = torch.float32,
@@ -495,9 +486,8 @@ def _refuse_custom_code(folder: str) -> None:
         except (OSError, ValueError, RecursionError):
             continue  # transformers' own reading names a malformed file
         if isinstance(cfg, dict) and cfg.get("auto_map"):
-            raise ModelError(f"model {folder!r}: {name} asks for custom code (auto_map); custom model code is "
-                             "never run here, so the folder is refused. Use a model whose architecture "
-                             "transformers ships")
+            raise ModelError(f"model {folder!r}: {name} asks for custom code (auto_map); custom model code is never "
+                             "run here, so the folder is refused. Use a model whose architecture transformers ships")
 
 
 #: Environment variable: the folder of the GGUF weights cache, or ``off`` to disable it.

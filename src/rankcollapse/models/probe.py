@@ -605,9 +605,8 @@ def layernorm_rank_note(loaded: Any, windows: Windows, table: pd.DataFrame) -> s
     or None: when the model has a ``LayerNorm``, every window has >= ``d`` real tokens and
     some point's mean ``rank_fraction`` is exactly ``(d − 1) / d``."""
     d = int(loaded.model.config.hidden_size)
-    if not any(isinstance(m, torch.nn.LayerNorm) for m in loaded.model.modules()):
-        return None
-    if int(windows.attention_mask.sum(dim=-1).min()) < d:
+    if (not any(isinstance(m, torch.nn.LayerNorm) for m in loaded.model.modules())
+            or int(windows.attention_mask.sum(dim=-1).min()) < d):
         return None
     rows = table[table["metric"] == "rank_fraction"]
     points = [p for p, v in zip(rows["point"], rows["mean"]) if abs(float(v) - (d - 1) / d) < 0.5 / d**2]
@@ -637,8 +636,6 @@ def embedding_rank_note(loaded: Any, windows: Windows, table: pd.DataFrame) -> s
     expected = float(distinct_token_fraction(windows, int(loaded.model.config.hidden_size)).double().mean())
     if abs(measured - expected) > 1e-6:
         return None
-    return (
-        f"note: layer 0 ({name}) rank_fraction {measured:.3g} < 1 is not collapse: {how} acts inside attention, "
-        f"so the input embeddings carry no position and repeated tokens give identical rows "
-        f"({expected:.3g} of tokens are distinct; sigma_min ~ 0 there)"
-    )
+    return (f"note: layer 0 ({name}) rank_fraction {measured:.3g} < 1 is not collapse: {how} acts inside attention, "
+            f"so the input embeddings carry no position and repeated tokens give identical rows "
+            f"({expected:.3g} of tokens are distinct; sigma_min ~ 0 there)")

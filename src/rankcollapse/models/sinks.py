@@ -152,8 +152,7 @@ def head_outputs(V: torch.Tensor, out_proj: nn.Module | None, n_heads: int, head
     """Each head's values after its slice of the output projection, float64
     ``(B, n_heads, N, d)``; :class:`ModelError` without a known output projection."""
     if out_proj is None:
-        raise ModelError(f"{point}: no self-attention output projection the toolkit knows; "
-                         "sink_contribution needs it")
+        raise ModelError(f"{point}: no self-attention output projection the toolkit knows; sink_contribution needs it")
     M = linear_map(out_proj, n_heads * head_dim).to(V.device)  # (H * d_head, d)
     Vh = head_values(V.double(), n_heads, head_dim)  # (B, H, N, d_head)
     return torch.einsum("bhnk,hkd->bhnd", Vh, M.reshape(n_heads, head_dim, -1))

@@ -209,8 +209,7 @@ def _read_own(folder: Path) -> States:
     if not isinstance(attn, list) or not all(isinstance(p, str) for p in attn):
         raise StatesError(f"{str(side)!r}: attention_points must be a list of names")
     states = _checked(t, tuple(points), n_layers, tuple(ids), folder / STATES_FILE, model=meta.get("model"),
-                      family=meta.get("family"), model_type=model_type, settings=settings,
-                      attention_points=tuple(attn))
+                      family=meta.get("family"), model_type=model_type, settings=settings, attention_points=tuple(attn))
     dtype = str(states.hidden_states.dtype).removeprefix("torch.")
     if meta.get("dtype") != dtype:
         raise StatesError(f"{str(side)!r} says dtype {meta.get('dtype')!r} but hidden_states is {dtype}")
@@ -310,7 +309,7 @@ def _checked(t: dict[str, torch.Tensor], points: tuple[str, ...], n_layers: dict
             try:
                 if not p.endswith(".attention"):
                     raise ValueError(p)
-                _layer(p[: -len("attention")] + "output", n_layers)
+                _layer(p, n_layers)
             except (ValueError, KeyError):
                 raise StatesError(f"{where!r}: {p!r} is not an attention point (layer.k.attention) of a network of "
                                   f"{n_layers} layers") from None
@@ -365,10 +364,8 @@ def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_
             add_attention_metrics(maps, states.family or families.GENERIC.name, states.model_type, mask,
                                   states.attention_mask[b], attn_names, values)
     attn = list(states.attention_points) if attn_names else []
-    df = _summarise(values, [(p, names) for p in (states.points if names else ())]
-                    + [(p, attn_names) for p in attn], [], per_window,
-                    {**{p: states.layer(p) for p in states.points},
-                     **{p: states.layer(p[: -len("attention")] + "output") for p in attn}})
+    df = _summarise(values, [(p, names) for p in (states.points if names else ())] + [(p, attn_names) for p in attn],
+                    [], per_window, {p: states.layer(p) for p in (*states.points, *attn)})  # layer.k.attention: k + 1
     settings = {**_settings_record(Intervention()), **states.settings}
     clip = settings.pop("clip_massive", False)
     df.attrs.update(model=states.model, family=states.family, notes=[], **settings, n_samples=int(W),
