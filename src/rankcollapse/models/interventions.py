@@ -303,15 +303,23 @@ def intervene(loaded: Any, *, mask: Any = None, d_qk_scale: float = 1.0, drop: S
 
 
 def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask: Any, attention_mask: Any) -> list[Any]:
+    """Each self-attention of ``stack`` gets ``mask`` (a schedule: block ``k`` gets ``mask.layer(k)``) and the padding."""
     padding = _padding(loaded, stack, attention_mask, "a replacement mask needs the batch's attention_mask (B, N) "
                        "for padding")
-    arg = stack.blocks[0].mask_arg
+    n = padding.shape[1]
     if isinstance(mask, MaskSchedule):
-        return _install_schedule(loaded, stack, attn_modules, mask, padding, arg)
-    allowed = dense_mask(mask, padding.shape[1])
-    check_real_rows(allowed, padding, getattr(mask, "spec", mask if isinstance(mask, str) else None))
-    value = additive_mask(allowed, padding, loaded.dtype)
-    return [m.register_forward_pre_hook(_mask_hook(m, arg, value), with_kwargs=True) for m in attn_modules]
+        if len(attn_modules) != len(stack.blocks):
+            raise ModelError("a mask schedule needs one attention module per layer; this model shares its layers")
+        pairs = [(parts.self_attn, mask.layer(k)) for k, parts in enumerate(stack.blocks)]
+    else:
+        check_real_rows(dense_mask(mask, n), padding, getattr(mask, "spec", mask if isinstance(mask, str) else None))
+        pairs = [(module, mask) for module in attn_modules]
+    values: dict[int, torch.Tensor] = {}  # one additive mask per distinct mask
+    for _, m in pairs:
+        if id(m) not in values:
+            values[id(m)] = additive_mask(dense_mask(m, n), padding, loaded.dtype)
+    arg = stack.blocks[0].mask_arg
+    return [register_hook(module, "input", _mask_hook(module, arg, values[id(m)])) for module, m in pairs]
 
 
 def _padding(loaded: Any, stack: Stack, attention_mask: Any, missing: str) -> torch.Tensor:
@@ -340,22 +348,6 @@ def _install_clip(loaded: Any, stack: Stack, attention_mask: Any, handles: list[
                                        "(B, N): only real tokens count"))
     handles.extend(clip.install(loaded.model))
     return clip
-
-
-def _install_schedule(loaded: Any, stack: Stack, attn_modules: list[nn.Module], schedule: Any, padding: torch.Tensor,
-                      arg: str) -> list[Any]:
-    """Block ``k``'s attention gets ``schedule.layer(k)``."""
-    if len(attn_modules) != len(stack.blocks):
-        raise ModelError("a mask schedule needs one attention module per layer; this model shares its layers")
-    values: dict[int, torch.Tensor] = {}
-    handles = []
-    for k, parts in enumerate(stack.blocks):
-        m = schedule.layer(k)
-        if id(m) not in values:
-            values[id(m)] = additive_mask(dense_mask(m, padding.shape[1]), padding, loaded.dtype)
-        handles.append(parts.self_attn.register_forward_pre_hook(_mask_hook(parts.self_attn, arg, values[id(m)]),
-                                                                  with_kwargs=True))
-    return handles
 
 
 def _install_drops(loaded: Any, stack: Stack, drop_list: list[str]) -> list[Any]:

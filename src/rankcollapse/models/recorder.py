@@ -297,14 +297,12 @@ class SdpaRows(TorchFunctionMode):
 
     def __init__(self, stack_list: list[Stack], maps: dict[str, torch.Tensor]):
         super().__init__()
-        self.stacks = stack_list
         self.maps = maps
         self._current: str | None = None
-        names: dict[int, list[str]] = defaultdict(list)
+        self._names: dict[int, list[str]] = defaultdict(list)
         for stack in stack_list:
             for k, parts in enumerate(stack.blocks):
-                names[id(parts.self_attn)].append(f"{stack.prefix}layer.{k}.attention")
-        self._names = names
+                self._names[id(parts.self_attn)].append(f"{stack.prefix}layer.{k}.attention")
         self._modules = {id(p.self_attn): p.self_attn for s in stack_list for p in s.blocks}
 
     @staticmethod
