@@ -304,6 +304,13 @@ def hidden_states_points(family_name: str, n_layers: int, prefix: str = "") -> l
     return [point_after(t, prefix) for t in range(n_layers)] + [last]
 
 
+def point_layer(point: str, n_layers: dict[str, int]) -> int:
+    """The ``hidden_states`` index of a point of the stacks ``{prefix: blocks}``; ``ValueError``
+    or ``KeyError`` for a point of none."""
+    prefix = next((p for p in n_layers if p and point.startswith(p)), "")
+    return layer_of(point[len(prefix):], n_layers[prefix])
+
+
 def depth_of(name: str, stack: Stack) -> int:
     """The ``hidden_states`` index a point belongs to (k+1 for every point inside block k)."""
     return layer_of(name[len(stack.prefix):], stack.n_layers)

@@ -353,10 +353,11 @@ def probe(loaded: Any, windows: Windows, intervention: Intervention | None = Non
                          attn_names, sink_names, all_edits, clip_records, zeroed)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
-    module_depths = {p: module_depth(stack_list, module_tap(loaded.model, p).module, p[len(MODULE_PREFIX):])
-                     for p in point_list if p.startswith(MODULE_PREFIX)}
-    df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
-                    stack_list, per_window, module_depths)
+    point_metrics = [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points
+    n_layers = {s.prefix: s.n_layers for s in stack_list}
+    depths = {p: module_depth(stack_list, module_tap(loaded.model, p).module, p[len(MODULE_PREFIX):])
+              if p.startswith(MODULE_PREFIX) else families.point_layer(p, n_layers) for p, _ in point_metrics}
+    df = _summarise(values, point_metrics, per_window, depths)
     df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), **_settings_record(net, d_qk_scale),
                     n_samples=windows.n_samples, n_tokens=windows.n_tokens,
                     **({"clip_massive": True, "massive_clips": clip_records} if net.clip_massive else {}),
@@ -433,7 +434,7 @@ def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[st
             add_point_metrics(library.record(model_inputs(loaded, w.input_ids, w.attention_mask)),
                               tuple(w.input_ids.shape), w.real(exclude_special), names, values)
             bar.advance()
-    df = _summarise(values, [(p, names) for p in library.points], [], per_window, library.points)
+    df = _summarise(values, [(p, names) for p in library.points], per_window, library.points)
     df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), library=library.library,
                     **_settings_record(Intervention()), n_samples=windows.n_samples, n_tokens=windows.n_tokens)
     return df
@@ -585,18 +586,10 @@ def check_points(points: str) -> tuple[str, list[str]]:
     return (rest[0] if rest else "hidden_states"), modules
 
 
-def _summarise(values: dict, point_metrics: list[tuple[str, Sequence[str]]], stack_list: list, per_window: bool,
+def _summarise(values: dict, point_metrics: list[tuple[str, Sequence[str]]], per_window: bool,
                depths: dict[str, int]) -> pd.DataFrame:
-    """``point_metrics``: ``(point, metric names)`` in table order; ``depths``: the layer
-    of points :func:`families.depth_of` cannot place."""
-
-    def depth(name: str) -> int:
-        if name in depths:
-            return depths[name]
-        stack = next((s for s in stack_list if s.prefix and name.startswith(s.prefix)), stack_list[0])
-        return families.depth_of(name, stack)
-
-    keyed = {(depth(name), name, metric): values[(name, metric)] for name, names in point_metrics for metric in names}
+    """``point_metrics``: ``(point, metric names)`` in table order; ``depths``: each point's layer."""
+    keyed = {(depths[name], name, metric): values[(name, metric)] for name, names in point_metrics for metric in names}
     return summary_table(keyed, per_window=per_window)
 
 

@@ -19,7 +19,6 @@ from .._io import read_regular, read_user_json, write_json_atomic
 from .._validate import check_int
 from ..data import Windows
 from ..errors import ConfigError, StatesError
-from ..points import layer_of
 from . import families
 
 #: The files of a states folder.
@@ -58,12 +57,7 @@ class States:
 
     def layer(self, point: str) -> int:
         """The ``layer`` column of ``point``."""
-        return _layer(point, self.n_layers)
-
-
-def _layer(point: str, n_layers: dict[str, int]) -> int:
-    prefix = next((p for p in n_layers if p and point.startswith(p)), "")
-    return layer_of(point[len(prefix):], n_layers[prefix])
+        return families.point_layer(point, self.n_layers)
 
 
 @torch.no_grad()
@@ -280,7 +274,7 @@ def _checked(t: dict[str, torch.Tensor], points: tuple[str, ...], n_layers: dict
                           f"the {len(window_ids)} window ids and {len(points)} points of the sidecar")
     for p in points:
         try:
-            _layer(p, n_layers)
+            families.point_layer(p, n_layers)
         except (ValueError, KeyError):
             raise StatesError(f"{where!r}: {p!r} is not a point name of a network of {n_layers} layers "
                               "(embeddings, layer.k.output, final_norm...)") from None
@@ -309,7 +303,7 @@ def _checked(t: dict[str, torch.Tensor], points: tuple[str, ...], n_layers: dict
             try:
                 if not p.endswith(".attention"):
                     raise ValueError(p)
-                _layer(p, n_layers)
+                families.point_layer(p, n_layers)
             except (ValueError, KeyError):
                 raise StatesError(f"{where!r}: {p!r} is not an attention point (layer.k.attention) of a network of "
                                   f"{n_layers} layers") from None
@@ -365,7 +359,7 @@ def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_
                                   states.attention_mask[b], attn_names, values)
     attn = list(states.attention_points) if attn_names else []
     df = _summarise(values, [(p, names) for p in (states.points if names else ())] + [(p, attn_names) for p in attn],
-                    [], per_window, {p: states.layer(p) for p in (*states.points, *attn)})  # layer.k.attention: k + 1
+                    per_window, {p: states.layer(p) for p in (*states.points, *attn)})  # layer.k.attention: k + 1
     settings = {**_settings_record(Intervention()), **states.settings}
     clip = settings.pop("clip_massive", False)
     df.attrs.update(model=states.model, family=states.family, notes=[], **settings, n_samples=int(W),
