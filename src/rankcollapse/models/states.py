@@ -212,6 +212,7 @@ def _read_own(folder: Path) -> States:
 
 def _read_dump(folder: Path) -> States:
     t = _tensors(folder / DUMP_FILE)
+    dump = str(folder / DUMP_FILE)
     config_path = folder / "config.json"
     if not config_path.exists():
         raise StatesError(f"{str(folder)!r} has {DUMP_FILE} but no config.json: save the model's config beside it "
@@ -226,26 +227,24 @@ def _read_dump(folder: Path) -> States:
     stacked = t.pop("hidden_states", None)
     numbered = [k for k in t if k.startswith("hidden_states.")]
     if stacked is not None and numbered:
-        raise StatesError(f"{str(folder / DUMP_FILE)!r} holds both hidden_states and {numbered[0]}: give one")
+        raise StatesError(f"{dump!r} holds both hidden_states and {numbered[0]}: give one")
     if stacked is None:
         want = [f"hidden_states.{i}" for i in range(len(numbered))]
         if not numbered or set(numbered) != set(want):
-            raise StatesError(f"{str(folder / DUMP_FILE)!r} needs hidden_states (L + 1, B, N, d) or "
+            raise StatesError(f"{dump!r} needs hidden_states (L + 1, B, N, d) or "
                               "hidden_states.0 ... hidden_states.L (B, N, d)")
         shapes = {tuple(t[k].shape) for k in want}
         if len(shapes) != 1:
-            raise StatesError(f"{str(folder / DUMP_FILE)!r}: hidden_states.0 ... have different shapes "
-                              f"{sorted(shapes)}")
+            raise StatesError(f"{dump!r}: hidden_states.0 ... have different shapes {sorted(shapes)}")
         stacked = torch.stack([t.pop(k) for k in want])
     if stacked.ndim != 4 or stacked.shape[0] < 2:
-        raise StatesError(f"{str(folder / DUMP_FILE)!r}: hidden_states has shape {tuple(stacked.shape)}, "
+        raise StatesError(f"{dump!r}: hidden_states has shape {tuple(stacked.shape)}, "
                           "expected (L + 1, B, N, d) with L >= 1")
     n_layers = int(stacked.shape[0]) - 1
     said = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if k in config), None)
     if said != n_layers:  # labels from another count would name every entry wrongly
-        raise StatesError(f"{str(folder / DUMP_FILE)!r} holds {n_layers + 1} hidden states, but {str(config_path)!r} "
-                          f"gives the model {said!r} layers (L + 1 entries expected): save the config of the model "
-                          "that made them")
+        raise StatesError(f"{dump!r} holds {n_layers + 1} hidden states, but {str(config_path)!r} gives the model "
+                          f"{said!r} layers (L + 1 entries expected): save the config of the model that made them")
     points = tuple(families.hidden_states_points(family, n_layers))
     B, N = int(stacked.shape[1]), int(stacked.shape[2])
     t["hidden_states"] = stacked.transpose(0, 1)  # (B, L + 1, N, d)
