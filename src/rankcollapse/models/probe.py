@@ -115,20 +115,10 @@ def record_points(loaded: LoadedModel, windows: Windows, points: Sequence[str], 
     recorded; :class:`ModelError` for an unknown point or a module that did not run."""
     parts: dict[str, list[torch.Tensor]] = {p: [] for p in points}
     for rows, w in windows.batches(batch_size):
-        with intervene(loaded, attention_mask=w.attention_mask, windows=rows, **interventions):
-            with Recorder(loaded, points, stop=True) as rec:
-                loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
-        _check_ran(points, rec)
+        rec, _, _ = _record_batch(loaded, w, interventions, list(points), window_rows=rows, stop=True)
         for p in points:
             parts[p].append(rec.outputs[p].cpu())
     return {p: torch.cat(chunks, dim=0) for p, chunks in parts.items()}
-
-
-def _check_ran(points: Sequence[str], rec: Recorder) -> None:
-    silent = [p for p in points if p not in rec.outputs]
-    if silent:
-        raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
-                         "ModuleList, or an unused branch); record a module that runs")
 
 
 def default_points(loaded: Any, detail: str = "hidden_states") -> list[str]:
@@ -498,14 +488,19 @@ def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, model
 
 def _record_batch(loaded: LoadedModel, w: Windows, settings: dict[str, Any], point_list: list[str],
                   attentions: bool = False, value_stacks: Sequence[Any] = (), edits: Mapping[str, EditFn] | None = None,
-                  window_rows: range | None = None) -> tuple[Recorder, ValueRecorder, list[Any]]:
-    """One forward pass on the batch ``w`` under ``settings``: the :class:`Recorder`, the
-    :class:`ValueRecorder` and each stack's :class:`~rankcollapse.models.massive.MassiveClip`."""
+                  window_rows: range | None = None, stop: bool = False) -> tuple[Recorder, ValueRecorder, list[Any]]:
+    """One forward pass on the batch ``w`` under ``settings`` (``stop``: once the points are
+    recorded): the :class:`Recorder`, the :class:`ValueRecorder` and each stack's
+    :class:`~rankcollapse.models.massive.MassiveClip`; :class:`ModelError` for a point whose module did not run."""
     inputs = model_inputs(loaded, w.input_ids, w.attention_mask)
     with intervene(loaded, **settings, attention_mask=w.attention_mask, edits=edits, windows=window_rows) as clips:
-        with Recorder(loaded, point_list, attentions=attentions) as rec, ValueRecorder(loaded.model, value_stacks) as vrec:
+        with Recorder(loaded, point_list, stop=stop, attentions=attentions) as rec, \
+                ValueRecorder(loaded.model, value_stacks) as vrec:
             loaded.model(**inputs)
-    _check_ran([p for p in point_list if p.startswith(MODULE_PREFIX)], rec)
+    silent = [p for p in point_list if p not in rec.outputs]
+    if silent:
+        raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
+                         "ModuleList, or an unused branch); record a module that runs")
     return rec, vrec, clips
 
 
