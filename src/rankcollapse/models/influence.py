@@ -113,29 +113,21 @@ def _forward(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, mask:
     """One forward with the block-0 input as a leaf; yields the ``hidden_states``, the leaf
     and the :class:`Recorder` of block inputs, attention outputs and maps (both passes run it,
     so alpha is fitted on the very forwards whose maps are rolled out)."""
-    n_layers = stack.n_layers
+    n_layers, p = stack.n_layers, stack.prefix
     leaf: list[torch.Tensor] = []
 
-    def make_leaf(module: Any, args: tuple, kwargs: dict) -> Any:
-        if leaf:  # ALBERT calls its shared block again: only the first call is the input
-            return None
-        x = (args[0] if args else kwargs["hidden_states"]).detach().requires_grad_(True)
-        leaf.append(x)
-        return ((x, *args[1:]), kwargs) if args else (args, dict(kwargs, hidden_states=x))
+    def make_leaf(X: torch.Tensor, ctx: Any) -> torch.Tensor:  # an edit of the embeddings (ALBERT: first call only)
+        leaf.append(X.detach().requires_grad_(True))
+        return leaf[0]
 
-    p = stack.prefix
     points = [f"{p}layer.{k}.{part}" for k in range(n_layers) for part in ("input", "attn_output")]
-    handle = stack.blocks[0].block.register_forward_pre_hook(make_leaf, with_kwargs=True)
-    try:
-        with torch.enable_grad(), intervene(loaded, mask=mask, attention_mask=am), \
-                Recorder(loaded, points, attentions=True) as rec:
-            out = loaded.model(**model_inputs(loaded, ids, am), output_hidden_states=True)
-            hidden = out.hidden_states
-            if hidden is None or len(hidden) != n_layers + 1 or not leaf:
-                raise ModelError(f"{type(loaded.model).__name__} returned no hidden states for every block")
-            yield hidden, leaf[0], rec
-    finally:
-        handle.remove()
+    with torch.enable_grad(), intervene(loaded, mask=mask, attention_mask=am, edits={f"{p}embeddings": make_leaf}), \
+            Recorder(loaded, points, attentions=True) as rec:
+        out = loaded.model(**model_inputs(loaded, ids, am), output_hidden_states=True)
+        hidden = out.hidden_states
+        if hidden is None or len(hidden) != n_layers + 1 or not leaf:
+            raise ModelError(f"{type(loaded.model).__name__} returned no hidden states for every block")
+        yield hidden, leaf[0], rec
 
 
 def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probes: int | None,
