@@ -75,8 +75,7 @@ def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size
             norms += _norms(rec, stack)
     alpha = norms[:, 0] / norms.sum(1)
     grad_sum, half_sum = np.zeros((n_layers, n)), np.zeros((n_layers, n))
-    window_grads: list[np.ndarray] = []
-    window_rollouts: list[np.ndarray] = []
+    window_grads, window_rollouts = [], []  # (B, L, N) per batch
     for ids, am in batches:
         grads, maps = _batch(loaded, stack, ids, am, n_probes, gen, mask)
         grad_sum += grads.sum(0)
@@ -94,17 +93,15 @@ def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size
     rows = []
     for k in range(n_layers):
         ranks = ranks_something(predicted[k])
-        rho = {name: float(spearmanr(predicted[k], profiles[name][k]).statistic) if ranks else float("nan")
+        rho = {f"rho_{name}": float(spearmanr(predicted[k], profiles[name][k]).statistic) if ranks else float("nan")
                for name in ("gradient", "rollout", "rollout_half")}
-        rows.append({"layer": k + 1, "alpha": float(alpha[k]), "rho_gradient": rho["gradient"],
-                     "rho_rollout": rho["rollout"], "rho_rollout_half": rho["rollout_half"],
+        rows.append({"layer": k + 1, "alpha": float(alpha[k]), **rho,
                      "rho_rollout_gradient": float(spearmanr(profiles["rollout"][k], profiles["gradient"][k]).statistic),
                      "first_token_gradient": float(profiles["gradient"][k, 0]),
                      "first_token_predicted": float(predicted[k, 0]), "n_samples": count})
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df.attrs.update(model=loaded.name, family=loaded.family, mask=str(getattr(spec, "spec", spec)), length=n,
-                    profiles=profiles,
-                    per_window=per_window, n_probes=n_probes)
+                    profiles=profiles, per_window=per_window, n_probes=n_probes)
     return df
 
 
