@@ -175,13 +175,6 @@ class Editor(_PointHooks):
             value = _replace(value, index, (new.flatten(-2) if heads else new).reshape(X.shape))
         return value
 
-    def __enter__(self) -> "Editor":
-        self._install()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._remove()
-
 
 def check_ablation(loaded: LoadedModel, ablation: HeadAblation) -> str:
     """Refuse heads the model does not have; returns the prefix of the stack ``ablation``

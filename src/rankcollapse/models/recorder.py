@@ -115,9 +115,9 @@ def _pick(value: Any, index: int) -> torch.Tensor:
 
 
 class _PointHooks:
-    """Forward hooks at the taps of named points; a module that runs several times in a
-    forward pass (ALBERT's shared layer) is told apart by counting its calls. What
-    :meth:`_visit` returns (not None) replaces the tensor."""
+    """Forward hooks at the taps of named points, installed inside a ``with`` block; a module that
+    runs several times in a forward pass (ALBERT's shared layer) is told apart by counting its
+    calls. What :meth:`_visit` returns (not None) replaces the tensor."""
 
     def __init__(self, model: nn.Module, taps: Iterable[tuple[str, Tap, int, Any]]):
         self.model = model
@@ -170,6 +170,13 @@ class _PointHooks:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+
+    def __enter__(self) -> Any:
+        self._install()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        self._remove()
 
 
 class Recorder(_PointHooks):

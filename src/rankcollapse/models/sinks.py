@@ -139,13 +139,6 @@ class ValueRecorder(_PointHooks):
         for name, _, _ in self._entries(key):
             self.outputs[name] = value.detach()
 
-    def __enter__(self) -> "ValueRecorder":
-        self._install()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._remove()
-
 
 def head_outputs(V: torch.Tensor, out_proj: nn.Module | None, n_heads: int, head_dim: int,
                  point: str) -> torch.Tensor:
