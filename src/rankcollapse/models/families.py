@@ -284,10 +284,7 @@ def point_names(stack: Stack, detail: str = "hidden_states") -> list[str]:
         if detail == "all":
             names.append(f"{p}layer.{k}.input")
             names.extend(f"{p}layer.{k}.norm_{j + 1}" for j in range(len(parts.norms)))
-            if parts.attn is not None:
-                names.append(f"{p}layer.{k}.attn_output")
-            if parts.mlp is not None:
-                names.append(f"{p}layer.{k}.mlp_output")
+            names.extend(f"{p}layer.{k}.{sub}_output" for sub in ("attn", "mlp") if getattr(parts, sub) is not None)
         names.append(block_output(k, p))
     if stack.final_norm is not None:
         names.append(f"{p}final_norm")

@@ -136,11 +136,10 @@ def _drop_hooks(stack: Stack, chosen: dict[str, set[int]], tracker: _BlockTracke
     """``(module, "input"|"output", hook)`` triples implementing ``chosen`` on one stack."""
     hooks: list[tuple[nn.Module, str, Any]] = []
     saved: dict[str, torch.Tensor] = {}
-    mlp_blocks = chosen.get("mlp", set())
     for sub_name in ("attn", "mlp"):
-        skip_blocks = chosen.get("skip", set()) - (mlp_blocks if sub_name == "mlp" else set())
-        wanted = skip_blocks or (mlp_blocks if sub_name == "mlp" else set())
-        if not wanted:
+        zero_blocks = chosen.get("mlp", set()) if sub_name == "mlp" else set()
+        skip_blocks = chosen.get("skip", set()) - zero_blocks
+        if not (skip_blocks or zero_blocks):
             continue
         subs = [getattr(p, sub_name) for p in stack.blocks]
         if any(s is None for s in subs):
@@ -152,8 +151,8 @@ def _drop_hooks(stack: Stack, chosen: dict[str, set[int]], tracker: _BlockTracke
             for m in _distinct([s.residual.module for s in subs]):
                 hooks.append((m, res.io, _save(tracker, skip_blocks, saved, sub_name, res)))
         for m in _distinct([s.branch.module for s in subs]):
-            hooks.append((m, "output", _rewrite_branch(tracker, skip_blocks, mlp_blocks if sub_name == "mlp" else set(),
-                                                      saved, sub_name, subs[0].branch.index)))
+            hooks.append((m, "output", _rewrite_branch(tracker, skip_blocks, zero_blocks, saved, sub_name,
+                                                      subs[0].branch.index)))
     if "norm" in chosen:
         norms = _distinct([n for p in stack.blocks for n in p.norms])
         hooks.extend((m, "output", _identity(tracker, chosen["norm"])) for m in norms)

@@ -38,14 +38,12 @@ def resolve_points(stack_list: list[Stack]) -> dict[str, tuple[Tap, int]]:
             table[f"{p}layer.{k}.output"] = (Tap(parts.block, "output", 0), occ)
             for j, norm in enumerate(parts.norms):
                 table[f"{p}layer.{k}.norm_{j + 1}"] = (Tap(norm, "output", 0), occ)
-            if parts.out_proj is not None:
-                table[f"{p}layer.{k}.heads"] = (Tap(parts.out_proj, "input"), occ)
-            if parts.cross_out_proj is not None:
-                table[f"{p}layer.{k}.cross_heads"] = (Tap(parts.cross_out_proj, "input"), occ)
-            if parts.attn is not None:
-                table[f"{p}layer.{k}.attn_output"] = (parts.attn.branch, occ)
-            if parts.mlp is not None:
-                table[f"{p}layer.{k}.mlp_output"] = (parts.mlp.branch, occ)
+            for name, proj in (("heads", parts.out_proj), ("cross_heads", parts.cross_out_proj)):
+                if proj is not None:  # its input: the heads side by side
+                    table[f"{p}layer.{k}.{name}"] = (Tap(proj, "input"), occ)
+            for name, sub in (("attn_output", parts.attn), ("mlp_output", parts.mlp)):
+                if sub is not None:
+                    table[f"{p}layer.{k}.{name}"] = (sub.branch, occ)
         if stack.final_norm is not None:
             table[f"{p}final_norm"] = (Tap(stack.final_norm, "output", 0), 0)
     return table
