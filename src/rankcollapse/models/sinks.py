@@ -130,7 +130,8 @@ class ValueRecorder(_PointHooks):
         for stack in stack_list:
             for k, parts in enumerate(stack.blocks):
                 module = value_module(parts.self_attn)
-                taps.append((f"{stack.prefix}layer.{k}.attention", Tap(module, "output"), sum(m is module for m in seen), None))
+                occurrence = sum(m is module for m in seen)
+                taps.append((f"{stack.prefix}layer.{k}.attention", Tap(module, "output"), occurrence, None))
                 seen.append(module)
         super().__init__(model, taps)
         self.outputs: dict[str, torch.Tensor] = {}
@@ -145,7 +146,8 @@ def head_outputs(V: torch.Tensor, out_proj: nn.Module | None, n_heads: int, head
     """Each head's values after its slice of the output projection, float64
     ``(B, n_heads, N, d)``; :class:`ModelError` without a known output projection."""
     if out_proj is None:
-        raise ModelError(f"{point}: no self-attention output projection the toolkit knows; sink_contribution needs it")
+        raise ModelError(f"{point}: no self-attention output projection the toolkit knows; "
+                         "sink_contribution needs it")
     M = linear_map(out_proj, n_heads * head_dim).to(V.device)  # (H * d_head, d)
     Vh = head_values(V.double(), n_heads, head_dim)  # (B, H, N, d_head)
     return torch.einsum("bhnk,hkd->bhnd", Vh, M.reshape(n_heads, head_dim, -1))
@@ -196,13 +198,10 @@ def sink_values(attention_maps: dict[str, torch.Tensor], value_outputs: dict[str
             U = head_outputs(value_outputs[point], parts[point].out_proj, n_heads, dim, point)
             U[:, list((zeroed or {}).get(point, ()))] = 0  # (B, H, N, d): ablated heads write nothing
             per_head["sink_contribution"] = first_token_mass(contribution_weights(A, U.to(A.device)), pad)
-        for metric in ("sink_mass", "sink_value_ratio", "sink_contribution"):
-            if metric in names:
-                for h in range(n_heads):
-                    out[(f"{point}.head_{h}", metric)] = per_head[metric][:, h]
-                # contribution: the first token's share of the block's output, summed over heads
-                whole = per_head[metric].sum(dim=1) if metric == "sink_contribution" else per_head[metric].mean(dim=1)
-                out[(point, metric)] = whole
+        for metric, v in [(m, v) for m, v in per_head.items() if m in names]:  # v: (B, H)
+            out.update({(f"{point}.head_{h}", metric): v[:, h] for h in range(n_heads)})
+            # contribution: the first token's share of the block's output, summed over heads
+            out[(point, metric)] = v.sum(dim=1) if metric == "sink_contribution" else v.mean(dim=1)
         if "sink_head_fraction" in names:
             out[(point, "sink_head_fraction")] = (mass >= SINK_THRESHOLD).double().mean(dim=1)
     return out
