@@ -9,7 +9,6 @@ windows longer than a model's position table can be compared like with like.
 
 from __future__ import annotations
 
-
 import torch
 
 from ..data import Windows
