@@ -388,18 +388,15 @@ def _check_local(path: Path, gguf_file: str | None) -> None:
     need = gguf_file if gguf_file is not None else "config.json"
     if not (path / need).is_file():
         raise ModelError(f"model folder {str(path)!r} has no {need}; it is not a Hugging Face model folder")
-    for weights in sorted(path.glob("*.safetensors")):
-        _check_safetensors(weights)
-
-
-def _check_safetensors(path: Path) -> None:
     from safetensors import safe_open
 
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            f.keys()
-    except Exception as exc:  # safetensors raises its own SafetensorError (and OSError)
-        raise ModelError(f"weights file {str(path)!r} is corrupt or truncated: {str(exc).splitlines()[0][:200]}") from None
+    for weights in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="pt") as f:
+                f.keys()
+        except Exception as exc:  # safetensors raises its own SafetensorError (and OSError)
+            raise ModelError(f"weights file {str(weights)!r} is corrupt or truncated: "
+                             f"{str(exc).splitlines()[0][:200]}") from None
 
 
 def _looks_like_hub_name(source: str) -> bool:
