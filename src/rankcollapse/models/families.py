@@ -204,9 +204,11 @@ def _generic(model: nn.Module) -> list[Stack]:
     if not lists:
         raise ModelError(f"cannot find the {n_layers} blocks of {type(model).__name__} (no nn.ModuleList of that "
                          "length); this model is not supported")
-    known = _GENERIC_BLOCKS.get(getattr(config, "model_type", None))
+    model_type = getattr(config, "model_type", None)
+    known = _GENERIC_BLOCKS.get(model_type)
     if known is not None:
-        return [Stack("", tuple(known(b, config) for b in lists[0]), None, _generic_placement(config))]
+        post = model_type == "distilbert" or (model_type == "opt" and not getattr(config, "do_layer_norm_before", True))
+        return [Stack("", tuple(known(b, config) for b in lists[0]), None, "post_ln" if post else "pre_ln")]
     return [Stack("", tuple(BlockParts(block=b, self_attn=_find(b, GENERIC_SELF_ATTN), out_proj=_find(b, GENERIC_OUT_PROJ))
                             for b in lists[0]), None, "unknown")]
 
@@ -249,12 +251,6 @@ def _distilbert_block(b: nn.Module, config: object) -> BlockParts:
 #: Generic-layout model types whose blocks the toolkit knows: every intervention works there
 #: (no ``final_norm`` point: GPT-NeoX, OPT and Phi's final norm is not recorded).
 _GENERIC_BLOCKS = {"gpt_neox": _gpt_neox_block, "opt": _opt_block, "phi": _phi_block, "distilbert": _distilbert_block}
-
-
-def _generic_placement(config: object) -> str:
-    model_type = getattr(config, "model_type", None)
-    post = model_type == "distilbert" or (model_type == "opt" and not getattr(config, "do_layer_norm_before", True))
-    return "post_ln" if post else "pre_ln"
 
 
 _LAYOUTS = {"bert": _bert, "roberta": _bert, "albert": _albert, "gpt2": _gpt2, "llama": _llama, "t5": _t5, "generic": _generic}
