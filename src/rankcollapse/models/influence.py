@@ -137,7 +137,7 @@ def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probe
         for k in range(n_layers):
             h_last = hidden[k + 1][:, -1, :]
             # all probes in one batched backward (vmap over the vector-Jacobian product)
-            u = torch.stack(list(_probes(h_last, n_probes, gen)))
+            u = _probes(h_last, n_probes, gen)
             (g,) = torch.autograd.grad(h_last, x, grad_outputs=u, retain_graph=True, is_grads_batched=True)
             sq = g.detach().double().pow(2).sum((0, -1)).cpu()
             grads[:, k] = (sq / (n_probes or 1)).sqrt().numpy()
@@ -153,16 +153,11 @@ def _norms(rec: Recorder, stack: Any) -> np.ndarray:
                       ("input", "attn_output")] for k in range(stack.n_layers)])
 
 
-def _probes(h: torch.Tensor, n_probes: int | None, gen: torch.Generator) -> Any:
-    """``n_probes`` Gaussian vectors shaped like ``h`` (CPU generator), or the basis vectors."""
+def _probes(h: torch.Tensor, n_probes: int | None, gen: torch.Generator) -> torch.Tensor:
+    """``n_probes`` Gaussian vectors shaped like ``h`` ``(B, d)`` (CPU generator), or the ``d`` basis vectors."""
     if n_probes is None:
-        for i in range(h.shape[-1]):
-            u = torch.zeros_like(h)
-            u[:, i] = 1.0
-            yield u
-        return
-    for _ in range(n_probes):
-        yield torch.randn(h.shape, generator=gen).to(dtype=h.dtype, device=h.device)
+        return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device)[:, None, :].repeat(1, h.shape[0], 1)  # (d, B, d)
+    return torch.stack([torch.randn(h.shape, generator=gen).to(dtype=h.dtype, device=h.device) for _ in range(n_probes)])
 
 
 def _window_mean(per: np.ndarray) -> np.ndarray:
