@@ -29,8 +29,7 @@ def resolve_points(stack_list: list[Stack]) -> dict[str, tuple[Tap, int]]:
     earlier calls of the same module (ALBERT's shared layer fires once per depth)."""
     table: dict[str, tuple[Tap, int]] = {}
     for stack in stack_list:
-        p = stack.prefix
-        blocks = stack.blocks
+        p, blocks = stack.prefix, stack.blocks
         table[f"{p}embeddings"] = (Tap(blocks[0].block, "input"), 0)
         for k, parts in enumerate(blocks):
             occ = sum(1 for j in range(k) if blocks[j].block is parts.block)
