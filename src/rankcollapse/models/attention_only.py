@@ -82,19 +82,18 @@ def attention_only(loaded: Any, windows: Windows, *, depth: int, keep: Sequence[
         am = w.attention_mask.to(loaded.device)
         X = X_all[rows.start : rows.stop].to(loaded.device)
         mask4 = additive_mask(allowed, am, loaded.dtype)
-        _record(values, 0, "embeddings", compute_metrics(X, list(names), padding_mask=am.bool(), dtype=torch.float64))
+        _record(values, 0, "embeddings", X, names, am.bool())
         with intervene(loaded, d_qk_scale=d_qk_scale, drop=drop):
             for t in range(1, depth + 1):
                 k = order[(t - 1) % len(order)]
                 X = _call_block(loaded, stack, k, X, mask4)
-                result = compute_metrics(X, list(names), padding_mask=am.bool(), dtype=torch.float64)
-                _record(values, t, f"attention_only.block.{k}", result)
+                _record(values, t, f"attention_only.block.{k}", X, names, am.bool())
     df = summary_table(values)
     df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), keep=list(keep),
                     depth=depth, d_qk_scale=float(d_qk_scale), n_samples=windows.n_samples, n_tokens=n)
     return df
 
 
-def _record(values: dict, layer: int, point: str, result: dict[str, torch.Tensor]) -> None:
-    for metric, v in result.items():
+def _record(values: dict, layer: int, point: str, X: torch.Tensor, names: Sequence[str], real: torch.Tensor) -> None:
+    for metric, v in compute_metrics(X, list(names), padding_mask=real, dtype=torch.float64).items():
         values.setdefault((layer, point, metric), []).append(v.detach().cpu().double())

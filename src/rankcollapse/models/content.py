@@ -9,8 +9,6 @@ windows longer than a model's position table can be compared like with like.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from ..data import Windows
@@ -30,7 +28,10 @@ def content_embeddings(loaded: LoadedModel, windows: Windows, *, batch_size: int
     emb = getattr(base, "embeddings", None)
     if loaded.family in ("bert", "roberta", "albert") and emb is not None:
         project = base.encoder.embedding_hidden_mapping_in if loaded.family == "albert" else None
-        fn = _bert_like(emb, project)
+
+        def fn(ids: torch.Tensor) -> torch.Tensor:  # the embedding module's forward without its position term
+            x = emb.LayerNorm(emb.word_embeddings(ids) + emb.token_type_embeddings(torch.zeros_like(ids)))
+            return x if project is None else project(x)
     elif loaded.family == "gpt2" and hasattr(base, "wte"):
         fn = base.wte
     else:
@@ -40,11 +41,3 @@ def content_embeddings(loaded: LoadedModel, windows: Windows, *, batch_size: int
     device = loaded.device
     parts = [fn(w.input_ids.to(device)).cpu() for _, w in windows.batches(batch_size)]
     return torch.cat(parts, dim=0)
-
-
-def _bert_like(emb: Any, project: Any = None):
-    def fn(ids: torch.Tensor) -> torch.Tensor:
-        x = emb.LayerNorm(emb.word_embeddings(ids) + emb.token_type_embeddings(torch.zeros_like(ids)))
-        return x if project is None else project(x)
-
-    return fn

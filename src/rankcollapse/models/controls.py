@@ -16,15 +16,10 @@ from .loading import LoadedModel, as_loaded
 CONTROLS = ("random-init",)
 
 
-def control_name(name: str, control: str, seed: int) -> str:
-    """The label of a control run, e.g. ``smollm2 [random-init, seed 0]``."""
-    return f"{name} [{control}, seed {seed}]"
-
-
 def random_init(loaded: Any, *, seed: int = 0) -> LoadedModel:
     """The architecture of ``loaded`` with fresh weights from ``seed`` (the caller's
     generator state restored): same class, config (a copy), dtype, device, family and
-    tokenizer, eval mode, named by :func:`control_name`; the trained model is not touched.
+    tokenizer, eval mode, named ``NAME [random-init, seed S]``; the trained model is not touched.
     :class:`ConfigError` for a ``seed`` that is not an integer >= 0."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"the control's seed must be an integer >= 0, got {seed!r}")
@@ -37,4 +32,4 @@ def random_init(loaded: Any, *, seed: int = 0) -> LoadedModel:
     model = model.to(dtype=param.dtype, device=param.device).eval()
     note = (f"random-init control: {type(trained).__name__} built from {loaded.name}'s config with the "
             f"architecture's own initialisation, torch seed {seed}; no trained weight")
-    return replace(loaded, model=model, name=control_name(loaded.name, "random-init", seed), notes=[note])
+    return replace(loaded, model=model, name=f"{loaded.name} [random-init, seed {seed}]", notes=[note])

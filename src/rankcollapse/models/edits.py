@@ -175,13 +175,6 @@ class Editor(_PointHooks):
             value = _replace(value, index, (new.flatten(-2) if heads else new).reshape(X.shape))
         return value
 
-    def __enter__(self) -> "Editor":
-        self._install()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._remove()
-
 
 def check_ablation(loaded: LoadedModel, ablation: HeadAblation) -> str:
     """Refuse heads the model does not have; returns the prefix of the stack ``ablation``
@@ -210,11 +203,11 @@ def check_ablation(loaded: LoadedModel, ablation: HeadAblation) -> str:
 def edit_settings(edits: Mapping[str, EditFn] | None, ablation: HeadAblation | None) -> dict[str, Any]:
     """How a table or states sidecar records its edits: ``edits`` (the points) and
     ``ablate_heads`` (``{"heads": [[layer, head], ...], "mode": ...}``), each when given."""
-    if ablation is None:
-        return {"edits": list(edits)} if edits else {}
-    where = {} if ablation.attention == "self" else {"attention": ablation.attention}
-    return {**({"edits": list(edits)} if edits else {}),
-            "ablate_heads": {"heads": [list(kh) for kh in ablation.heads], "mode": ablation.mode, **where}}
+    out: dict[str, Any] = {"edits": list(edits)} if edits else {}
+    if ablation is not None:
+        where = {} if ablation.attention == "self" else {"attention": ablation.attention}
+        out["ablate_heads"] = {"heads": [list(kh) for kh in ablation.heads], "mode": ablation.mode, **where}
+    return out
 
 
 def ablation_edits(ablation: HeadAblation, means: Mapping[str, torch.Tensor] | None = None,
@@ -227,7 +220,7 @@ def ablation_edits(ablation: HeadAblation, means: Mapping[str, torch.Tensor] | N
         point = ablation.point(k, prefix)
         if ablation.mode == "mean" and (means is None or point not in means):
             raise ConfigError(f"mean ablation of {point} needs its mean head outputs (head_means)")
-        mean = means[point] if ablation.mode == "mean" and means is not None else None
+        mean = means[point] if ablation.mode == "mean" else None
 
         def fn(Z: torch.Tensor, ctx: EditContext, heads: list[int] = heads, mean: Any = mean) -> torch.Tensor:
             Z = Z.clone()

@@ -204,9 +204,11 @@ def _generic(model: nn.Module) -> list[Stack]:
     if not lists:
         raise ModelError(f"cannot find the {n_layers} blocks of {type(model).__name__} (no nn.ModuleList of that "
                          "length); this model is not supported")
-    known = _GENERIC_BLOCKS.get(getattr(config, "model_type", None))
+    model_type = getattr(config, "model_type", None)
+    known = _GENERIC_BLOCKS.get(model_type)
     if known is not None:
-        return [Stack("", tuple(known(b, config) for b in lists[0]), None, _generic_placement(config))]
+        post = model_type == "distilbert" or (model_type == "opt" and not getattr(config, "do_layer_norm_before", True))
+        return [Stack("", tuple(known(b, config) for b in lists[0]), None, "post_ln" if post else "pre_ln")]
     return [Stack("", tuple(BlockParts(block=b, self_attn=_find(b, GENERIC_SELF_ATTN), out_proj=_find(b, GENERIC_OUT_PROJ))
                             for b in lists[0]), None, "unknown")]
 
@@ -248,14 +250,7 @@ def _distilbert_block(b: nn.Module, config: object) -> BlockParts:
 
 #: Generic-layout model types whose blocks the toolkit knows: every intervention works there
 #: (no ``final_norm`` point: GPT-NeoX, OPT and Phi's final norm is not recorded).
-_GENERIC_BLOCKS = {"gpt_neox": _gpt_neox_block, "opt": _opt_block, "phi": _phi_block,
-                   "distilbert": _distilbert_block}
-
-
-def _generic_placement(config: object) -> str:
-    model_type = getattr(config, "model_type", None)
-    post = model_type == "distilbert" or (model_type == "opt" and not getattr(config, "do_layer_norm_before", True))
-    return "post_ln" if post else "pre_ln"
+_GENERIC_BLOCKS = {"gpt_neox": _gpt_neox_block, "opt": _opt_block, "phi": _phi_block, "distilbert": _distilbert_block}
 
 
 _LAYOUTS = {"bert": _bert, "roberta": _bert, "albert": _albert, "gpt2": _gpt2, "llama": _llama, "t5": _t5, "generic": _generic}
@@ -285,10 +280,7 @@ def point_names(stack: Stack, detail: str = "hidden_states") -> list[str]:
         if detail == "all":
             names.append(f"{p}layer.{k}.input")
             names.extend(f"{p}layer.{k}.norm_{j + 1}" for j in range(len(parts.norms)))
-            if parts.attn is not None:
-                names.append(f"{p}layer.{k}.attn_output")
-            if parts.mlp is not None:
-                names.append(f"{p}layer.{k}.mlp_output")
+            names.extend(f"{p}layer.{k}.{sub}_output" for sub in ("attn", "mlp") if getattr(parts, sub) is not None)
         names.append(block_output(k, p))
     if stack.final_norm is not None:
         names.append(f"{p}final_norm")
@@ -303,6 +295,13 @@ def hidden_states_points(family_name: str, n_layers: int, prefix: str = "") -> l
     last: str | None = (f"{prefix}final_norm" if fam.final_norm else
                         None if fam is GENERIC else block_output(n_layers - 1, prefix))
     return [point_after(t, prefix) for t in range(n_layers)] + [last]
+
+
+def point_layer(point: str, n_layers: dict[str, int]) -> int:
+    """The ``hidden_states`` index of a point of the stacks ``{prefix: blocks}``; ``ValueError``
+    or ``KeyError`` for a point of none."""
+    prefix = next((p for p in n_layers if p and point.startswith(p)), "")
+    return layer_of(point[len(prefix):], n_layers[prefix])
 
 
 def depth_of(name: str, stack: Stack) -> int:

@@ -51,6 +51,8 @@ def _spans(layers: list[int]) -> str:
 
 #: A max / median token norm within this of 1 at every layer: all tokens have one norm.
 EQUAL_NORMS_TOL = 1e-3
+#: Why a random-init post-LN control has every token at one norm.
+_FORCED = "post-LN: an untrained LayerNorm, weight 1 and bias 0, ends every block and puts every token at norm √d"
 
 
 def forced_equal_norms(ratio: pd.Series) -> bool:
@@ -64,12 +66,10 @@ def forced_control_notes(tables: Mapping[str, Any]) -> dict[str, str]:
     ``max_norm_ratio`` is forced to 1 by its construction (:func:`forced_equal_norms`)."""
     out = {}
     for name, t in tables.items():
-        if "[random-init" not in name or not (t["metric"] == "max_norm_ratio").any():
-            continue
-        if forced_equal_norms(layer_curves(t)["max_norm_ratio"].dropna()):
-            out[name] = (f"{name}: max_norm_ratio is 1 at every layer by construction (post-LN: an untrained "
-                         "LayerNorm, weight 1 and bias 0, ends every block and puts every token at norm √d); "
-                         "it says nothing about what training does to the norms")
+        if ("[random-init" in name and (t["metric"] == "max_norm_ratio").any()
+                and forced_equal_norms(layer_curves(t)["max_norm_ratio"].dropna())):
+            out[name] = (f"{name}: max_norm_ratio is 1 at every layer by construction ({_FORCED}); it says nothing "
+                         "about what training does to the norms")
     return out
 
 
@@ -124,8 +124,7 @@ def explain(name: str, trained: pd.DataFrame, control: pd.DataFrame | None = Non
         rc = control["max_norm_ratio"].dropna()
         if forced_equal_norms(rc):
             text = ("Random-init control of the same architecture: max / median token norm 1 at every layer, forced "
-                    "by its construction (post-LN: an untrained LayerNorm, weight 1 and bias 0, ends every block and "
-                    "puts every token at norm √d), so it says nothing about what training does to the norms")
+                    f"by its construction ({_FORCED}), so it says nothing about what training does to the norms")
         else:
             text = (f"Random-init control of the same architecture: largest ratio {_g(rc.max())} "
                     f"(layer {int(rc.idxmax())})" + (", never a massive token" if rc.max() < MASSIVE_RATIO else ""))

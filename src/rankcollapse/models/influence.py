@@ -75,8 +75,7 @@ def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size
             norms += _norms(rec, stack)
     alpha = norms[:, 0] / norms.sum(1)
     grad_sum, half_sum = np.zeros((n_layers, n)), np.zeros((n_layers, n))
-    window_grads: list[np.ndarray] = []
-    window_rollouts: list[np.ndarray] = []
+    window_grads, window_rollouts = [], []  # (B, L, N) per batch
     for ids, am in batches:
         grads, maps = _batch(loaded, stack, ids, am, n_probes, gen, mask)
         grad_sum += grads.sum(0)
@@ -94,17 +93,15 @@ def measure_influence(loaded: Any, windows: Any, *, mask: Any = None, batch_size
     rows = []
     for k in range(n_layers):
         ranks = ranks_something(predicted[k])
-        rho = {name: float(spearmanr(predicted[k], profiles[name][k]).statistic) if ranks else float("nan")
+        rho = {f"rho_{name}": float(spearmanr(predicted[k], profiles[name][k]).statistic) if ranks else float("nan")
                for name in ("gradient", "rollout", "rollout_half")}
-        rows.append({"layer": k + 1, "alpha": float(alpha[k]), "rho_gradient": rho["gradient"],
-                     "rho_rollout": rho["rollout"], "rho_rollout_half": rho["rollout_half"],
+        rows.append({"layer": k + 1, "alpha": float(alpha[k]), **rho,
                      "rho_rollout_gradient": float(spearmanr(profiles["rollout"][k], profiles["gradient"][k]).statistic),
                      "first_token_gradient": float(profiles["gradient"][k, 0]),
                      "first_token_predicted": float(predicted[k, 0]), "n_samples": count})
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df.attrs.update(model=loaded.name, family=loaded.family, mask=str(getattr(spec, "spec", spec)), length=n,
-                    profiles=profiles,
-                    per_window=per_window, n_probes=n_probes)
+                    profiles=profiles, per_window=per_window, n_probes=n_probes)
     return df
 
 
@@ -113,29 +110,21 @@ def _forward(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, mask:
     """One forward with the block-0 input as a leaf; yields the ``hidden_states``, the leaf
     and the :class:`Recorder` of block inputs, attention outputs and maps (both passes run it,
     so alpha is fitted on the very forwards whose maps are rolled out)."""
-    n_layers = stack.n_layers
+    n_layers, p = stack.n_layers, stack.prefix
     leaf: list[torch.Tensor] = []
 
-    def make_leaf(module: Any, args: tuple, kwargs: dict) -> Any:
-        if leaf:  # ALBERT calls its shared block again: only the first call is the input
-            return None
-        x = (args[0] if args else kwargs["hidden_states"]).detach().requires_grad_(True)
-        leaf.append(x)
-        return ((x, *args[1:]), kwargs) if args else (args, dict(kwargs, hidden_states=x))
+    def make_leaf(X: torch.Tensor, ctx: Any) -> torch.Tensor:  # an edit of the embeddings (ALBERT: first call only)
+        leaf.append(X.detach().requires_grad_(True))
+        return leaf[0]
 
-    p = stack.prefix
     points = [f"{p}layer.{k}.{part}" for k in range(n_layers) for part in ("input", "attn_output")]
-    handle = stack.blocks[0].block.register_forward_pre_hook(make_leaf, with_kwargs=True)
-    try:
-        with torch.enable_grad(), intervene(loaded, mask=mask, attention_mask=am), \
-                Recorder(loaded, points, attentions=True) as rec:
-            out = loaded.model(**model_inputs(loaded, ids, am), output_hidden_states=True)
-            hidden = out.hidden_states
-            if hidden is None or len(hidden) != n_layers + 1 or not leaf:
-                raise ModelError(f"{type(loaded.model).__name__} returned no hidden states for every block")
-            yield hidden, leaf[0], rec
-    finally:
-        handle.remove()
+    with torch.enable_grad(), intervene(loaded, mask=mask, attention_mask=am, edits={f"{p}embeddings": make_leaf}), \
+            Recorder(loaded, points, attentions=True) as rec:
+        out = loaded.model(**model_inputs(loaded, ids, am), output_hidden_states=True)
+        hidden = out.hidden_states
+        if hidden is None or len(hidden) != n_layers + 1 or not leaf:
+            raise ModelError(f"{type(loaded.model).__name__} returned no hidden states for every block")
+        yield hidden, leaf[0], rec
 
 
 def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probes: int | None,
@@ -148,7 +137,7 @@ def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probe
         for k in range(n_layers):
             h_last = hidden[k + 1][:, -1, :]
             # all probes in one batched backward (vmap over the vector-Jacobian product)
-            u = torch.stack(list(_probes(h_last, n_probes, gen)))
+            u = _probes(h_last, n_probes, gen)
             (g,) = torch.autograd.grad(h_last, x, grad_outputs=u, retain_graph=True, is_grads_batched=True)
             sq = g.detach().double().pow(2).sum((0, -1)).cpu()
             grads[:, k] = (sq / (n_probes or 1)).sqrt().numpy()
@@ -164,16 +153,11 @@ def _norms(rec: Recorder, stack: Any) -> np.ndarray:
                       ("input", "attn_output")] for k in range(stack.n_layers)])
 
 
-def _probes(h: torch.Tensor, n_probes: int | None, gen: torch.Generator) -> Any:
-    """``n_probes`` Gaussian vectors shaped like ``h`` (CPU generator), or the basis vectors."""
+def _probes(h: torch.Tensor, n_probes: int | None, gen: torch.Generator) -> torch.Tensor:
+    """``n_probes`` Gaussian vectors shaped like ``h`` ``(B, d)`` (CPU generator), or the ``d`` basis vectors."""
     if n_probes is None:
-        for i in range(h.shape[-1]):
-            u = torch.zeros_like(h)
-            u[:, i] = 1.0
-            yield u
-        return
-    for _ in range(n_probes):
-        yield torch.randn(h.shape, generator=gen).to(dtype=h.dtype, device=h.device)
+        return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device)[:, None, :].repeat(1, h.shape[0], 1)  # (d, B, d)
+    return torch.stack([torch.randn(h.shape, generator=gen).to(dtype=h.dtype, device=h.device) for _ in range(n_probes)])
 
 
 def _window_mean(per: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
@@ -20,7 +20,8 @@ from . import families
 from .edits import Editor, _replace
 from .families import Stack, Tap
 from .loading import as_loaded
-from .recorder import _pick
+from .recorder import _pick, register_hook
+from .temperature import check_d_qk
 
 COMPONENTS = ("skip", "mlp", "norm", "final_norm")
 
@@ -132,14 +133,13 @@ def _distinct(modules: Sequence[nn.Module | None]) -> list[nn.Module]:
 
 
 def _drop_hooks(stack: Stack, chosen: dict[str, set[int]], tracker: _BlockTracker) -> list[tuple[nn.Module, str, Any]]:
-    """``(module, "pre"|"post", hook)`` triples implementing ``chosen`` on one stack."""
+    """``(module, "input"|"output", hook)`` triples implementing ``chosen`` on one stack."""
     hooks: list[tuple[nn.Module, str, Any]] = []
     saved: dict[str, torch.Tensor] = {}
-    mlp_blocks = chosen.get("mlp", set())
     for sub_name in ("attn", "mlp"):
-        skip_blocks = chosen.get("skip", set()) - (mlp_blocks if sub_name == "mlp" else set())
-        wanted = skip_blocks or (mlp_blocks if sub_name == "mlp" else set())
-        if not wanted:
+        zero_blocks = chosen.get("mlp", set()) if sub_name == "mlp" else set()
+        skip_blocks = chosen.get("skip", set()) - zero_blocks
+        if not (skip_blocks or zero_blocks):
             continue
         subs = [getattr(p, sub_name) for p in stack.blocks]
         if any(s is None for s in subs):
@@ -149,15 +149,15 @@ def _drop_hooks(stack: Stack, chosen: dict[str, set[int]], tracker: _BlockTracke
         if skip_blocks:
             res = subs[0].residual
             for m in _distinct([s.residual.module for s in subs]):
-                hooks.append((m, "pre" if res.io == "input" else "post", _save(tracker, skip_blocks, saved, sub_name, res)))
+                hooks.append((m, res.io, _save(tracker, skip_blocks, saved, sub_name, res)))
         for m in _distinct([s.branch.module for s in subs]):
-            hooks.append((m, "post", _rewrite_branch(tracker, skip_blocks, mlp_blocks if sub_name == "mlp" else set(),
-                                                      saved, sub_name, subs[0].branch.index)))
+            hooks.append((m, "output", _rewrite_branch(tracker, skip_blocks, zero_blocks, saved, sub_name,
+                                                      subs[0].branch.index)))
     if "norm" in chosen:
         norms = _distinct([n for p in stack.blocks for n in p.norms])
-        hooks.extend((m, "post", _identity(tracker, chosen["norm"])) for m in norms)
+        hooks.extend((m, "output", _identity(tracker, chosen["norm"])) for m in norms)
     if "final_norm" in chosen and stack.final_norm is not None:
-        hooks.append((stack.final_norm, "post", lambda m, a, o: a[0]))
+        hooks.append((stack.final_norm, "output", lambda m, a, o: a[0]))
     return hooks
 
 
@@ -201,9 +201,8 @@ def _supported(loaded: Any, attention: bool, drop: bool) -> list[Stack]:
         raise ModelError(f"drop is not supported for {name}: it needs the sublayers and norms of a known layout; "
                          f"supported families: {', '.join(families.REGISTRY)}, and GPT-NeoX, OPT, Phi, DistilBERT")
     if attention and any(p.self_attn is None for s in stack_list for p in s.blocks):
-        raise ModelError(f"a replacement mask or d_qk is not supported for {name}: no self-attention module "
-                         f"it knows; supported families: {', '.join(families.REGISTRY)}, and GPT-NeoX, OPT, Phi, "
-                         "DistilBERT")
+        raise ModelError(f"a replacement mask or d_qk is not supported for {name}: no self-attention module it knows; "
+                         f"supported families: {', '.join(families.REGISTRY)}, and GPT-NeoX, OPT, Phi, DistilBERT")
     return stack_list
 
 
@@ -266,16 +265,11 @@ def intervene(loaded: Any, *, mask: Any = None, d_qk_scale: float = 1.0, drop: S
     >>> torch.allclose(bidirectional[:, 0], model(ids).last_hidden_state[:, 0], atol=1e-6)
     False
     """
-    if isinstance(d_qk_scale, bool) or not (isinstance(d_qk_scale, (int, float)) and math.isfinite(d_qk_scale)
-                                            and d_qk_scale > 0):
-        raise ConfigError(f"d_qk_scale must be a positive finite number, got {d_qk_scale!r}")
+    check_d_qk(d_qk_scale, "d_qk_scale")
     loaded = as_loaded(loaded)
     drop_list = split_drop(drop) if isinstance(drop, str) else list(drop)
-    if mask is None and d_qk_scale == 1.0 and not drop_list and not clip_massive:
-        with Editor(loaded, edits, attention_mask=attention_mask, windows=windows) if edits else nullcontext():
-            yield []
-        return
-    stack_list = _supported(loaded, mask is not None or d_qk_scale != 1.0, bool(drop_list))
+    attention = mask is not None or d_qk_scale != 1.0
+    stack_list = _supported(loaded, attention, bool(drop_list)) if attention or drop_list or clip_massive else []
     if attention_mask is not None:
         mask = schedule_or_mask(mask, attention_mask.shape[1])
     handles: list[Any] = []
@@ -308,15 +302,23 @@ def intervene(loaded: Any, *, mask: Any = None, d_qk_scale: float = 1.0, drop: S
 
 
 def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask: Any, attention_mask: Any) -> list[Any]:
+    """Each self-attention of ``stack`` gets ``mask`` (a schedule: block ``k`` gets ``mask.layer(k)``) and the padding."""
     padding = _padding(loaded, stack, attention_mask, "a replacement mask needs the batch's attention_mask (B, N) "
                        "for padding")
-    arg = stack.blocks[0].mask_arg
+    n = padding.shape[1]
     if isinstance(mask, MaskSchedule):
-        return _install_schedule(loaded, stack, attn_modules, mask, padding, arg)
-    allowed = dense_mask(mask, padding.shape[1])
-    check_real_rows(allowed, padding, getattr(mask, "spec", mask if isinstance(mask, str) else None))
-    value = additive_mask(allowed, padding, loaded.dtype)
-    return [m.register_forward_pre_hook(_mask_hook(m, arg, value), with_kwargs=True) for m in attn_modules]
+        if len(attn_modules) != len(stack.blocks):
+            raise ModelError("a mask schedule needs one attention module per layer; this model shares its layers")
+        pairs = [(parts.self_attn, mask.layer(k)) for k, parts in enumerate(stack.blocks)]
+    else:
+        check_real_rows(dense_mask(mask, n), padding, getattr(mask, "spec", mask if isinstance(mask, str) else None))
+        pairs = [(module, mask) for module in attn_modules]
+    values: dict[int, torch.Tensor] = {}  # one additive mask per distinct mask
+    for _, m in pairs:
+        if id(m) not in values:
+            values[id(m)] = additive_mask(dense_mask(m, n), padding, loaded.dtype)
+    arg = stack.blocks[0].mask_arg
+    return [register_hook(module, "input", _mask_hook(module, arg, values[id(m)])) for module, m in pairs]
 
 
 def _padding(loaded: Any, stack: Stack, attention_mask: Any, missing: str) -> torch.Tensor:
@@ -324,13 +326,17 @@ def _padding(loaded: Any, stack: Stack, attention_mask: Any, missing: str) -> to
     shifted right); :class:`ConfigError` ``missing`` without one."""
     if attention_mask is None:
         raise ConfigError(missing)
-    padding = attention_mask.to(loaded.device)
-    return decoder_padding(padding) if stack.prefix == "decoder." else padding
+    return stack_padding(attention_mask.to(loaded.device), stack.prefix)
 
 
 def decoder_padding(attention_mask: torch.Tensor) -> torch.Tensor:
     """Padding mask ``(B, N)`` of the right-shifted decoder input."""
     return torch.cat([torch.ones_like(attention_mask[:, :1]), attention_mask[:, :-1]], dim=1)
+
+
+def stack_padding(attention_mask: torch.Tensor, point: str) -> torch.Tensor:
+    """The padding mask ``(B, N)`` of the tokens at ``point`` (or stack prefix): T5's decoder's is shifted right."""
+    return decoder_padding(attention_mask) if point.startswith("decoder.") else attention_mask
 
 
 def _install_clip(loaded: Any, stack: Stack, attention_mask: Any, handles: list[Any]) -> Any:
@@ -343,35 +349,13 @@ def _install_clip(loaded: Any, stack: Stack, attention_mask: Any, handles: list[
     return clip
 
 
-def _install_schedule(loaded: Any, stack: Stack, attn_modules: list[nn.Module], schedule: Any, padding: torch.Tensor,
-                      arg: str) -> list[Any]:
-    """Block ``k``'s attention gets ``schedule.layer(k)``."""
-    if len(attn_modules) != len(stack.blocks):
-        raise ModelError("a mask schedule needs one attention module per layer; this model shares its layers")
-    values: dict[int, torch.Tensor] = {}
-    handles = []
-    for k, parts in enumerate(stack.blocks):
-        m = schedule.layer(k)
-        if id(m) not in values:
-            values[id(m)] = additive_mask(dense_mask(m, padding.shape[1]), padding, loaded.dtype)
-        handles.append(parts.self_attn.register_forward_pre_hook(_mask_hook(parts.self_attn, arg, values[id(m)]),
-                                                                  with_kwargs=True))
-    return handles
-
-
 def _install_drops(loaded: Any, stack: Stack, drop_list: list[str]) -> list[Any]:
     chosen = parse_drop(drop_list, stack.n_layers)
     if "final_norm" in chosen and stack.final_norm is None:
-        raise ModelError(
-            f"family {loaded.family!r} ({type(loaded.model).__name__}) has no final norm to drop; "
-            "'final_norm' applies to gpt2, t5 and llama"
-        )
+        raise ModelError(f"family {loaded.family!r} ({type(loaded.model).__name__}) has no final norm to drop; "
+                         "'final_norm' applies to gpt2, t5 and llama")
     tracker = _BlockTracker(stack)
     handles = [loaded.model.register_forward_pre_hook(tracker.reset)]
     handles.extend(m.register_forward_pre_hook(tracker.enter_block, with_kwargs=True) for m in tracker.modules.values())
-    for module, kind, hook in _drop_hooks(stack, chosen, tracker):
-        if kind == "pre":
-            handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-        else:
-            handles.append(module.register_forward_hook(hook))
+    handles.extend(register_hook(module, io, hook) for module, io, hook in _drop_hooks(stack, chosen, tracker))
     return handles

@@ -25,11 +25,11 @@ from ._quiet import quiet_loading
 
 
 FAMILIES = (*families.REGISTRY, families.GENERIC.name)
+#: The packaged offline models (``rankcollapse.assets``).
+PACKAGED = ("minilm", "smollm2")
 
-SMOLLM2_NOTE = (
-    "SmolLM2-135M-Instruct weights are Q4_1 (4-bit) quantised then dequantised to float32: "
-    "real pretrained weights with quantisation noise"
-)
+SMOLLM2_NOTE = ("SmolLM2-135M-Instruct weights are Q4_1 (4-bit) quantised then dequantised to float32: "
+                "real pretrained weights with quantisation noise")
 
 
 @dataclass
@@ -87,32 +87,27 @@ def as_loaded(model: Any, tokenizer: Any = None, *, name: str | None = None) -> 
     :class:`ModelError` for anything else."""
     if isinstance(model, LoadedModel) or (hasattr(model, "model") and hasattr(model, "family")):
         return model
-    try:
-        from transformers import PreTrainedModel
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        PreTrainedModel = ()
+    from transformers import PreTrainedModel
+
     if not isinstance(model, PreTrainedModel):
-        raise ModelError(
-            f"expected a LoadedModel (rankcollapse.models.load_model) or a transformers PreTrainedModel, "
-            f"got {type(model).__name__}"
-        )
+        raise ModelError("expected a LoadedModel (rankcollapse.models.load_model) or a transformers PreTrainedModel, "
+                         f"got {type(model).__name__}")
     base = model.base_model
     label = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
     return LoadedModel(model=base, tokenizer=tokenizer, family=detect_family(base), name=str(label))
 
 
-def _local_only_default() -> bool:
-    """Offline unless ``HF_HUB_OFFLINE`` is 0/false/no/off."""
+def _local_only(given: bool | None) -> bool:
+    """``given``, else offline unless ``HF_HUB_OFFLINE`` is 0/false/no/off."""
+    if given is not None:
+        return given
     return os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _hub_cache() -> str:
-    try:
-        from huggingface_hub import constants
+    from huggingface_hub import constants
 
-        return str(constants.HF_HUB_CACHE)
-    except (ImportError, AttributeError):
-        return "the Hugging Face cache"
+    return str(constants.HF_HUB_CACHE)
 
 
 def load_model(name_or_path: str, *, gguf_file: str | None = None, dtype: torch.dtype = torch.float32,
@@ -175,8 +170,7 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, dtype: torch.
     """
     device = check_device(device)
     source, gguf_file, notes = _source(name_or_path, gguf_file)
-    if local_files_only is None:
-        local_files_only = _local_only_default()
+    local_files_only = _local_only(local_files_only)
     is_local = _check_source(source, gguf_file, local_files_only)
     if is_local and gguf_file is None:
         _check_size(source, dtype)
@@ -197,7 +191,7 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, dtype: torch.
     if tokenizer is None:
         tokenizer, why = _own_tokenizer(source, gguf_file, local_files_only)
     else:
-        tokenizer, why = _given_tokenizer(tokenizer, model, local_files_only), None
+        tokenizer, why = _given_tokenizer(tokenizer, getattr(model.config, "vocab_size", None), local_files_only), None
     return LoadedModel(model=model, tokenizer=tokenizer, family=detect_family(model), name=str(name_or_path), notes=notes,
                        tokenizer_error=why)
 
@@ -205,7 +199,7 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, dtype: torch.
 def _source(name_or_path: str, gguf_file: str | None) -> tuple[str, str | None, list[str]]:
     """``(source, gguf_file, notes)`` that :func:`load_model` loads for ``name_or_path``."""
     key = str(name_or_path).strip().lower()
-    if key in ("minilm", "smollm2") and gguf_file is not None:
+    if key in PACKAGED and gguf_file is not None:
         raise ModelError(f"gguf_file {gguf_file!r} does not apply to {key!r}: its weights file is fixed by its package")
     if key == "minilm":
         return str(assets.minilm_dir()), None, ["all-MiniLM-L6-v2 (sentence-transformers), fp32 weights, post-LN BERT encoder"]
@@ -228,8 +222,7 @@ def model_digest(name_or_path: str, *, gguf_file: str | None = None, local_files
     if not folder.exists():
         folder = _cached_snapshot(source)
         if folder is None:
-            local = _local_only_default() if local_files_only is None else local_files_only
-            return None if local or not _looks_like_hub_name(source) else _hub_commit(source)
+            return None if _local_only(local_files_only) or not _looks_like_hub_name(source) else _hub_commit(source)
     try:
         if gguf_file is not None:
             files = {gguf_file: file_sha256(folder / gguf_file)}
@@ -314,11 +307,10 @@ def load_tokenizer(name_or_path: str, *, gguf_file: str | None = None, tokenizer
     """The tokenizer :func:`load_model` would give (arguments as there), checked to represent
     text, without loading the model; :class:`TokenizerError` when there is none usable,
     :class:`ModelError` as :func:`load_model` for a source that is not a model."""
-    from ..data import TOKENIZER_REMEDY, check_tokenizer
+    from ..data import TOKENIZER_REMEDY
 
     source, gguf_file, _ = _source(name_or_path, gguf_file)
-    if local_files_only is None:
-        local_files_only = _local_only_default()
+    local_files_only = _local_only(local_files_only)
     is_local = _check_source(source, gguf_file, local_files_only)
     if not is_local and local_files_only:  # a hub name not in the cache is a missing model, not a tokenizer problem
         from transformers import AutoConfig
@@ -335,10 +327,7 @@ def load_tokenizer(name_or_path: str, *, gguf_file: str | None = None, tokenizer
         tokenizer, why = _own_tokenizer(source, gguf_file, local_files_only)
         if tokenizer is None:
             raise TokenizerError(f"{why}; {TOKENIZER_REMEDY}")
-    elif isinstance(tokenizer, (str, os.PathLike)):
-        tokenizer = _named_tokenizer(tokenizer, local_files_only)
-    check_tokenizer(tokenizer)
-    return tokenizer
+    return _given_tokenizer(tokenizer, None, local_files_only)
 
 
 #: Files (glob patterns) that hold a tokenizer in a Hugging Face folder.
@@ -363,23 +352,18 @@ def _own_tokenizer(source: str, gguf_file: str | None, local_files_only: bool) -
     return tokenizer, None
 
 
-def _given_tokenizer(tokenizer: Any, model: Any, local_files_only: bool) -> Any:
+def _given_tokenizer(tokenizer: Any, vocab: int | None, local_files_only: bool) -> Any:
+    """``tokenizer`` (a name loaded), checked to represent text and to fit ``vocab`` embeddings."""
     from ..data import check_tokenizer
 
-    if isinstance(tokenizer, (str, os.PathLike)):
-        tokenizer = _named_tokenizer(tokenizer, local_files_only)
+    if isinstance(tokenizer, (str, os.PathLike)):  # a packaged model's tokenizer is always local
+        source, gguf_file, _ = _source(str(tokenizer), None)
+        tokenizer = _tokenizer_from(source, gguf_file, local_files_only or str(tokenizer).strip().lower() in PACKAGED)
     check_tokenizer(tokenizer)
-    vocab = getattr(model.config, "vocab_size", None)
     if isinstance(vocab, int) and len(tokenizer) > vocab:
         raise TokenizerError(f"the tokenizer has {len(tokenizer)} tokens but the model only {vocab} embeddings: "
                              "it belongs to another model")
     return tokenizer
-
-
-def _named_tokenizer(name: str | os.PathLike, local_files_only: bool) -> Any:
-    source, gguf_file, _ = _source(str(name), None)
-    packaged = str(name).strip().lower() in ("minilm", "smollm2")
-    return _tokenizer_from(source, gguf_file, local_files_only or packaged)
 
 
 def _tokenizer_from(source: str, gguf_file: str | None, local_files_only: bool) -> Any:
@@ -404,18 +388,15 @@ def _check_local(path: Path, gguf_file: str | None) -> None:
     need = gguf_file if gguf_file is not None else "config.json"
     if not (path / need).is_file():
         raise ModelError(f"model folder {str(path)!r} has no {need}; it is not a Hugging Face model folder")
-    for weights in sorted(path.glob("*.safetensors")):
-        _check_safetensors(weights)
-
-
-def _check_safetensors(path: Path) -> None:
     from safetensors import safe_open
 
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            f.keys()
-    except Exception as exc:  # safetensors raises its own SafetensorError (and OSError)
-        raise ModelError(f"weights file {str(path)!r} is corrupt or truncated: {str(exc).splitlines()[0][:200]}") from None
+    for weights in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="pt") as f:
+                f.keys()
+        except Exception as exc:  # safetensors raises its own SafetensorError (and OSError)
+            raise ModelError(f"weights file {str(weights)!r} is corrupt or truncated: "
+                             f"{str(exc).splitlines()[0][:200]}") from None
 
 
 def _looks_like_hub_name(source: str) -> bool:
@@ -502,9 +483,8 @@ def _refuse_custom_code(folder: str) -> None:
         except (OSError, ValueError, RecursionError):
             continue  # transformers' own reading names a malformed file
         if isinstance(cfg, dict) and cfg.get("auto_map"):
-            raise ModelError(f"model {folder!r}: {name} asks for custom code (auto_map); custom model code is "
-                             "never run here, so the folder is refused. Use a model whose architecture "
-                             "transformers ships")
+            raise ModelError(f"model {folder!r}: {name} asks for custom code (auto_map); custom model code is never "
+                             "run here, so the folder is refused. Use a model whose architecture transformers ships")
 
 
 #: Environment variable: the folder of the GGUF weights cache, or ``off`` to disable it.

@@ -59,10 +59,9 @@ class MassiveClip:
         X = _pick(output, 0)
         block, self.calls = self.calls, self.calls + 1
         real = self.padding.to(X.device)
-        if self.found is None:
-            self.found = {k: torch.full((X.shape[0],), -1, dtype=torch.int64) if k in ("block", "token", "returns_at",
-                          "returns_token") else torch.full((X.shape[0],), torch.nan, dtype=torch.float64)
-                          for k in CLIP_FIELDS}
+        if self.found is None:  # ratios NaN, blocks and tokens -1
+            self.found = {k: torch.full((X.shape[0],), torch.nan, dtype=torch.float64) if k.startswith("ratio")
+                          else torch.full((X.shape[0],), -1, dtype=torch.int64) for k in CLIP_FIELDS}
         f = self.found
         ratio, where, top, median = (t.cpu() for t in _largest(X, real))
         massive = ratio >= self.ratio  # NaN compares False

@@ -37,7 +37,8 @@ def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFram
     check_parity : raises when an entry is above its bound.
     """
     from .lens import open_model
-    from .probe import check_positions, check_token_ids, decoder_padding, model_inputs
+    from .interventions import stack_padding
+    from .probe import check_positions, check_token_ids, model_inputs
     from .recorder import Recorder
 
     loaded, library = open_model(loaded)
@@ -66,7 +67,7 @@ def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFram
         out = loaded.model(**plain, output_hidden_states=True)
         for prefix, names in labels.items():
             entries = _entries(out, prefix)
-            real = (decoder_padding(am) if prefix == "decoder." else am).bool().to(entries[0].device)
+            real = stack_padding(am, prefix).bool().to(entries[0].device)
             for name, ref in zip(names, entries):
                 if name is None:
                     continue

@@ -22,7 +22,7 @@ from ..masks.schedule import MaskSchedule, schedule_or_mask
 from . import families
 from .edits import (HEAD_KEYS, EditFn, HeadAblation, ablation_edits, check_ablation, edit_settings, head_means,
                     n_heads)
-from .interventions import decoder_padding, intervene, parse_drop, split_drop
+from .interventions import decoder_padding, intervene, parse_drop, split_drop, stack_padding
 from .lens import LibraryModel, open_model
 from .loading import LoadedModel, as_loaded
 from .memory import ProbeMemory
@@ -115,20 +115,10 @@ def record_points(loaded: LoadedModel, windows: Windows, points: Sequence[str], 
     recorded; :class:`ModelError` for an unknown point or a module that did not run."""
     parts: dict[str, list[torch.Tensor]] = {p: [] for p in points}
     for rows, w in windows.batches(batch_size):
-        with intervene(loaded, attention_mask=w.attention_mask, windows=rows, **interventions):
-            with Recorder(loaded, points, stop=True) as rec:
-                loaded.model(**model_inputs(loaded, w.input_ids, w.attention_mask))
-        _check_ran(points, rec)
+        rec, _, _ = _record_batch(loaded, w, interventions, list(points), window_rows=rows, stop=True)
         for p in points:
             parts[p].append(rec.outputs[p].cpu())
     return {p: torch.cat(chunks, dim=0) for p, chunks in parts.items()}
-
-
-def _check_ran(points: Sequence[str], rec: Recorder) -> None:
-    silent = [p for p in points if p not in rec.outputs]
-    if silent:
-        raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
-                         "ModuleList, or an unused branch); record a module that runs")
 
 
 def default_points(loaded: Any, detail: str = "hidden_states") -> list[str]:
@@ -137,7 +127,6 @@ def default_points(loaded: Any, detail: str = "hidden_states") -> list[str]:
     return [n for s in families.stacks(loaded.model, loaded.family) for n in families.point_names(s, detail)]
 
 
-@torch.no_grad()
 def check_positions(loaded: Any, length: int) -> None:
     """:class:`ConfigError` for windows longer than the model's position table."""
     config = getattr(loaded.model, "config", None)
@@ -192,6 +181,13 @@ class Intervention:
                    "drop": bool(self.drop), "clip_massive": self.clip_massive, "edits": bool(self.edits),
                    "ablate_heads": self.ablate_heads is not None}
         return [k for k, v in changed.items() if v]
+
+
+def _settings_record(net: Intervention, d_qk_scale: float = 1.0) -> dict[str, Any]:
+    """``mask`` (its spec), ``d_qk_scale``, ``d_qk`` and ``drop`` as a table or states sidecar records them."""
+    return {"mask": str(getattr(net.mask, "spec", net.mask)) if net.mask is not None else None,
+            "d_qk_scale": float(d_qk_scale), "d_qk": None if net.d_qk is None else float(net.d_qk),
+            "drop": split_drop(net.drop) if isinstance(net.drop, str) else list(net.drop)}
 
 
 def as_intervention(intervention: Any, n_tokens: int | None = None) -> Intervention:
@@ -331,14 +327,11 @@ def probe(loaded: Any, windows: Windows, intervention: Intervention | None = Non
     d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
     check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
-    mask = schedule_or_mask(net.mask, windows.n_tokens)
-    settings = dict(mask=mask, d_qk_scale=d_qk_scale, drop=net.drop, clip_massive=net.clip_massive)
-    names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
-    attn_names = tuple(n for n in names if n in ATTENTION_METRICS)
-    sink_names = tuple(n for n in names if n in SINK_METRICS)
+    settings = dict(mask=schedule_or_mask(net.mask, windows.n_tokens), d_qk_scale=d_qk_scale, drop=net.drop,
+                    clip_massive=net.clip_massive)
+    names, attn_names, sink_names = _metric_kinds(metrics)
     zeroed = zeroed_heads(sink_names, net.edits, net.ablate_heads, loaded)
     all_edits = _with_ablation(loaded, windows, net.edits, net.ablate_heads, batch_size, settings)
-    names = tuple(n for n in names if n not in ATTENTION_METRICS and n not in SINK_METRICS)
     stack_list = families.stacks(loaded.model, loaded.family)
     point_list = _point_list(loaded, points) if names else []
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attn_names else []
@@ -350,21 +343,23 @@ def probe(loaded: Any, windows: Windows, intervention: Intervention | None = Non
                          attn_names, sink_names, all_edits, clip_records, zeroed)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
-    module_depths = {p: module_depth(stack_list, module_tap(loaded.model, p).module, p[len(MODULE_PREFIX):])
-                     for p in point_list if p.startswith(MODULE_PREFIX)}
-    df = _summarise(values, [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points,
-                    stack_list, per_window, module_depths)
-    df.attrs.update(
-        model=loaded.name, family=loaded.family, notes=list(loaded.notes),
-        mask=str(getattr(net.mask, "spec", net.mask)) if net.mask is not None else None,
-        d_qk_scale=float(d_qk_scale), d_qk=None if net.d_qk is None else float(net.d_qk),
-        drop=split_drop(net.drop) if isinstance(net.drop, str) else list(net.drop), n_samples=windows.n_samples,
-        n_tokens=windows.n_tokens,
-        **({"clip_massive": True, "massive_clips": clip_records} if net.clip_massive else {}),
-        **edit_settings(net.edits, net.ablate_heads),
-        **planned,
-    )
+    point_metrics = [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points
+    n_layers = {s.prefix: s.n_layers for s in stack_list}
+    depths = {p: module_depth(stack_list, module_tap(loaded.model, p).module, p[len(MODULE_PREFIX):])
+              if p.startswith(MODULE_PREFIX) else families.point_layer(p, n_layers) for p, _ in point_metrics}
+    df = _summarise(values, point_metrics, per_window, depths)
+    df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), **_settings_record(net, d_qk_scale),
+                    n_samples=windows.n_samples, n_tokens=windows.n_tokens,
+                    **({"clip_massive": True, "massive_clips": clip_records} if net.clip_massive else {}),
+                    **edit_settings(net.edits, net.ablate_heads), **planned)
     return df
+
+
+def _metric_kinds(metrics: Sequence[str] | None) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The token, attention and sink metrics of ``metrics`` (None: :data:`PROBE_DEFAULT_METRICS`)."""
+    names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
+    return (tuple(n for n in names if n not in ATTENTION_METRICS and n not in SINK_METRICS),
+            tuple(n for n in names if n in ATTENTION_METRICS), tuple(n for n in names if n in SINK_METRICS))
 
 
 def _config_int(config: Any, names: Sequence[str], default: int) -> int:
@@ -396,11 +391,10 @@ def _memory_plan(loaded: LoadedModel, library: LibraryModel | None, n_tokens: in
     f = _config_int(config, ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "hidden_dim"), 4 * d)
     heads = _config_int(config, HEAD_KEYS, 1)
     n_blocks = sum(st.n_layers for st in families.stacks(model, loaded.family))
-    names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
-    measured_maps = any(n in ATTENTION_METRICS for n in names)
-    attention = measured_maps or any(n in SINK_METRICS for n in names)
+    token_names, attn_names, sink_names = _metric_kinds(metrics)
+    measured_maps = bool(attn_names)
+    attention = measured_maps or bool(sink_names)
     eager = getattr(config, "_attn_implementation", "eager") == "eager"
-    token_names = [n for n in names if n not in ATTENTION_METRICS and n not in SINK_METRICS]
     n_points = (len(library.points) if library is not None else len(_point_list(loaded, points))) if token_names else 0
     N = int(n_tokens)
     records = n_points * N * d * s
@@ -430,9 +424,9 @@ def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[st
             add_point_metrics(library.record(model_inputs(loaded, w.input_ids, w.attention_mask)),
                               tuple(w.input_ids.shape), w.real(exclude_special), names, values)
             bar.advance()
-    df = _summarise(values, [(p, names) for p in library.points], [], per_window, library.points)
+    df = _summarise(values, [(p, names) for p in library.points], per_window, library.points)
     df.attrs.update(model=loaded.name, family=loaded.family, notes=list(loaded.notes), library=library.library,
-                    mask=None, d_qk_scale=1.0, d_qk=None, drop=[], n_samples=windows.n_samples, n_tokens=windows.n_tokens)
+                    **_settings_record(Intervention()), n_samples=windows.n_samples, n_tokens=windows.n_tokens)
     return df
 
 
@@ -462,19 +456,15 @@ def _probe_batch(loaded: LoadedModel, windows: Windows, rows: range, settings: d
                  clip_records: list[dict[str, Any]] | None, zeroed: Mapping[str, Sequence[int]]) -> None:
     """One forward pass over the batch; appends each ``(point, metric)``'s ``(batch,)``
     values (token, attention and sink metrics) to ``values``."""
-    ids, am = windows.input_ids, windows.attention_mask
+    am = windows.attention_mask
     stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
-    rec, vrec, clips = _record_batch(loaded, model_inputs(loaded, ids, am), am, settings, point_list,
-                                     bool(attn_names) or bool(sinks),
+    rec, vrec, clips = _record_batch(loaded, windows, settings, point_list, bool(attn_names) or bool(sinks),
                                      stack_list if set(sinks) & set(VALUE_METRICS) else [], edits, rows)
     if clip_records is not None:
         clip_records.extend(r for clip in clips for r in clip.records(rows.start))
-    add_point_metrics(rec.outputs, tuple(ids.shape), windows.real(exclude_special), names, values)
+    add_point_metrics(rec.outputs, tuple(windows.input_ids.shape), windows.real(exclude_special), names, values)
     if sinks:
-        def padding_of(point: str) -> torch.Tensor:  # keys and queries: every real token
-            return decoder_padding(am.bool()) if point.startswith("decoder.") else am.bool()
-
-        found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config, padding_of, tuple(sinks),
+        found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config, am.bool(), tuple(sinks),
                             zeroed)
         for key, v in found.items():
             values.setdefault(key, []).append(v.detach().cpu().double())
@@ -489,24 +479,28 @@ def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, model
     """Appends the ``metrics`` of each attention map ``(B, H, N, N)`` of one batch to
     ``values[(point, metric)]``; allowed keys as :func:`allowed_keys`, less padding (``am``)."""
     for name, A in maps.items():
-        decoder = name.startswith("decoder.")
-        pad = decoder_padding(am.bool()) if decoder else am.bool()  # keys: every real token
+        pad = stack_padding(am.bool(), name)  # keys: every real token
         allowed = allowed_keys(family_name, model_type, mask, name, int(am.shape[-1]))
         for metric in metrics:
             v = ATTENTION_METRICS[metric].fn(A, allowed, padding_mask=pad.to(A.device))
             values.setdefault((name, metric), []).append(v.detach().cpu().double())
 
 
-def _record_batch(loaded: LoadedModel, inputs: dict[str, torch.Tensor], am: torch.Tensor, settings: dict[str, Any],
-                  point_list: list[str], attentions: bool = False, value_stacks: Sequence[Any] = (),
-                  edits: Mapping[str, EditFn] | None = None,
-                  window_rows: range | None = None) -> tuple[Recorder, ValueRecorder, list[Any]]:
-    """One forward pass under ``settings``: the :class:`Recorder`, the :class:`ValueRecorder`
-    and each stack's :class:`~rankcollapse.models.massive.MassiveClip`."""
-    with intervene(loaded, **settings, attention_mask=am, edits=edits, windows=window_rows) as clips:
-        with Recorder(loaded, point_list, attentions=attentions) as rec, ValueRecorder(list(value_stacks)) as vrec:
+def _record_batch(loaded: LoadedModel, w: Windows, settings: dict[str, Any], point_list: list[str],
+                  attentions: bool = False, value_stacks: Sequence[Any] = (), edits: Mapping[str, EditFn] | None = None,
+                  window_rows: range | None = None, stop: bool = False) -> tuple[Recorder, ValueRecorder, list[Any]]:
+    """One forward pass on the batch ``w`` under ``settings`` (``stop``: once the points are
+    recorded): the :class:`Recorder`, the :class:`ValueRecorder` and each stack's
+    :class:`~rankcollapse.models.massive.MassiveClip`; :class:`ModelError` for a point whose module did not run."""
+    inputs = model_inputs(loaded, w.input_ids, w.attention_mask)
+    with intervene(loaded, **settings, attention_mask=w.attention_mask, edits=edits, windows=window_rows) as clips:
+        with Recorder(loaded, point_list, stop=stop, attentions=attentions) as rec, \
+                ValueRecorder(loaded.model, value_stacks) as vrec:
             loaded.model(**inputs)
-    _check_ran([p for p in point_list if p.startswith(MODULE_PREFIX)], rec)
+    silent = [p for p in point_list if p not in rec.outputs]
+    if silent:
+        raise ModelError(f"{silent[0]}: the module was not called in the forward pass (a container such as a "
+                         "ModuleList, or an unused branch); record a module that runs")
     return rec, vrec, clips
 
 
@@ -516,7 +510,7 @@ def add_point_metrics(outputs: dict[str, Any], shape: tuple[int, int], real: tor
     ``(B, N, d)``, ``B, N = shape``; ``real``: bool ``(B, N)``) to ``values[(point, metric)]``;
     :class:`ModelError` for a ``module:PATH`` output that is not tokens."""
     for name, X in outputs.items():
-        pad = decoder_padding(real) if name.startswith("decoder.") else real
+        pad = stack_padding(real, name)
         if name.startswith(MODULE_PREFIX) and (not isinstance(X, torch.Tensor) or X.ndim != 3
                                                or tuple(X.shape[:2]) != shape):
             got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
@@ -557,8 +551,7 @@ def attention_maps(loaded: Any, windows: Windows, intervention: Intervention | N
     all_edits = _with_ablation(loaded, windows, net.edits, net.ablate_heads, batch_size, settings)
     parts: dict[str, list[torch.Tensor]] = {}
     for rows, w in windows.batches(batch_size):
-        rec, _, _ = _record_batch(loaded, model_inputs(loaded, w.input_ids, w.attention_mask), w.attention_mask,
-                                  settings, [], True, edits=all_edits, window_rows=rows)
+        rec, _, _ = _record_batch(loaded, w, settings, [], True, edits=all_edits, window_rows=rows)
         for name, a in rec.attention_maps.items():
             parts.setdefault(name, []).append(a.float().cpu())
     return {name: torch.cat(chunks) for name, chunks in parts.items()}
@@ -588,19 +581,10 @@ def check_points(points: str) -> tuple[str, list[str]]:
     return (rest[0] if rest else "hidden_states"), modules
 
 
-def _summarise(values: dict, point_metrics: list[tuple[str, Sequence[str]]], stack_list: list,
-               per_window: bool = False, depths: dict[str, int] | None = None) -> pd.DataFrame:
-    """``point_metrics``: ``(point, metric names)`` in table order; ``depths``: the layer
-    of points :func:`families.depth_of` cannot place."""
-    depths = depths or {}
-
-    def depth(name: str) -> int:
-        if name in depths:
-            return depths[name]
-        stack = next((s for s in stack_list if s.prefix and name.startswith(s.prefix)), stack_list[0])
-        return families.depth_of(name, stack)
-
-    keyed = {(depth(name), name, metric): values[(name, metric)] for name, names in point_metrics for metric in names}
+def _summarise(values: dict, point_metrics: list[tuple[str, Sequence[str]]], per_window: bool,
+               depths: dict[str, int]) -> pd.DataFrame:
+    """``point_metrics``: ``(point, metric names)`` in table order; ``depths``: each point's layer."""
+    keyed = {(depths[name], name, metric): values[(name, metric)] for name, names in point_metrics for metric in names}
     return summary_table(keyed, per_window=per_window)
 
 
@@ -609,9 +593,8 @@ def layernorm_rank_note(loaded: Any, windows: Windows, table: pd.DataFrame) -> s
     or None: when the model has a ``LayerNorm``, every window has >= ``d`` real tokens and
     some point's mean ``rank_fraction`` is exactly ``(d − 1) / d``."""
     d = int(loaded.model.config.hidden_size)
-    if not any(isinstance(m, torch.nn.LayerNorm) for m in loaded.model.modules()):
-        return None
-    if int(windows.attention_mask.sum(dim=-1).min()) < d:
+    if (not any(isinstance(m, torch.nn.LayerNorm) for m in loaded.model.modules())
+            or int(windows.attention_mask.sum(dim=-1).min()) < d):
         return None
     rows = table[table["metric"] == "rank_fraction"]
     points = [p for p, v in zip(rows["point"], rows["mean"]) if abs(float(v) - (d - 1) / d) < 0.5 / d**2]
@@ -641,8 +624,6 @@ def embedding_rank_note(loaded: Any, windows: Windows, table: pd.DataFrame) -> s
     expected = float(distinct_token_fraction(windows, int(loaded.model.config.hidden_size)).double().mean())
     if abs(measured - expected) > 1e-6:
         return None
-    return (
-        f"note: layer 0 ({name}) rank_fraction {measured:.3g} < 1 is not collapse: {how} acts inside attention, "
-        f"so the input embeddings carry no position and repeated tokens give identical rows "
-        f"({expected:.3g} of tokens are distinct; sigma_min ~ 0 there)"
-    )
+    return (f"note: layer 0 ({name}) rank_fraction {measured:.3g} < 1 is not collapse: {how} acts inside attention, "
+            f"so the input embeddings carry no position and repeated tokens give identical rows "
+            f"({expected:.3g} of tokens are distinct; sigma_min ~ 0 there)")

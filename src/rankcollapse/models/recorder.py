@@ -29,8 +29,7 @@ def resolve_points(stack_list: list[Stack]) -> dict[str, tuple[Tap, int]]:
     earlier calls of the same module (ALBERT's shared layer fires once per depth)."""
     table: dict[str, tuple[Tap, int]] = {}
     for stack in stack_list:
-        p = stack.prefix
-        blocks = stack.blocks
+        p, blocks = stack.prefix, stack.blocks
         table[f"{p}embeddings"] = (Tap(blocks[0].block, "input"), 0)
         for k, parts in enumerate(blocks):
             occ = sum(1 for j in range(k) if blocks[j].block is parts.block)
@@ -38,14 +37,12 @@ def resolve_points(stack_list: list[Stack]) -> dict[str, tuple[Tap, int]]:
             table[f"{p}layer.{k}.output"] = (Tap(parts.block, "output", 0), occ)
             for j, norm in enumerate(parts.norms):
                 table[f"{p}layer.{k}.norm_{j + 1}"] = (Tap(norm, "output", 0), occ)
-            if parts.out_proj is not None:
-                table[f"{p}layer.{k}.heads"] = (Tap(parts.out_proj, "input"), occ)
-            if parts.cross_out_proj is not None:
-                table[f"{p}layer.{k}.cross_heads"] = (Tap(parts.cross_out_proj, "input"), occ)
-            if parts.attn is not None:
-                table[f"{p}layer.{k}.attn_output"] = (parts.attn.branch, occ)
-            if parts.mlp is not None:
-                table[f"{p}layer.{k}.mlp_output"] = (parts.mlp.branch, occ)
+            for name, proj in (("heads", parts.out_proj), ("cross_heads", parts.cross_out_proj)):
+                if proj is not None:  # its input: the heads side by side
+                    table[f"{p}layer.{k}.{name}"] = (Tap(proj, "input"), occ)
+            for name, sub in (("attn_output", parts.attn), ("mlp_output", parts.mlp)):
+                if sub is not None:
+                    table[f"{p}layer.{k}.{name}"] = (sub.branch, occ)
         if stack.final_norm is not None:
             table[f"{p}final_norm"] = (Tap(stack.final_norm, "output", 0), 0)
     return table
@@ -99,6 +96,13 @@ def as_tokens(X: torch.Tensor, shape: tuple[int, int] | None) -> torch.Tensor:
     return X
 
 
+def register_hook(module: nn.Module, io: str, hook: Any) -> Any:
+    """A forward pre-hook with keyword arguments on ``module`` for ``io="input"``, else a forward hook; its handle."""
+    if io == "input":
+        return module.register_forward_pre_hook(hook, with_kwargs=True)
+    return module.register_forward_hook(hook)
+
+
 def _pick(value: Any, index: int) -> torch.Tensor:
     if isinstance(value, (tuple, list)):
         value = value[index]
@@ -108,9 +112,9 @@ def _pick(value: Any, index: int) -> torch.Tensor:
 
 
 class _PointHooks:
-    """Forward hooks at the taps of named points; a module that runs several times in a
-    forward pass (ALBERT's shared layer) is told apart by counting its calls. What
-    :meth:`_visit` returns (not None) replaces the tensor."""
+    """Forward hooks at the taps of named points, installed inside a ``with`` block; a module that
+    runs several times in a forward pass (ALBERT's shared layer) is told apart by counting its
+    calls. What :meth:`_visit` returns (not None) replaces the tensor."""
 
     def __init__(self, model: nn.Module, taps: Iterable[tuple[str, Tap, int, Any]]):
         self.model = model
@@ -141,10 +145,8 @@ class _PointHooks:
     def _install(self) -> None:
         self._handles.append(self.model.register_forward_pre_hook(self._reset, with_kwargs=True))
         for key, module in self._modules.items():
-            if key[1] == "input":
-                self._handles.append(module.register_forward_pre_hook(self._input_hook(key), with_kwargs=True))
-            else:
-                self._handles.append(module.register_forward_hook(self._output_hook(key)))
+            hook = self._input_hook(key) if key[1] == "input" else self._output_hook(key)
+            self._handles.append(register_hook(module, key[1], hook))
 
     def _input_hook(self, key: tuple[int, str]):
         def hook(module: nn.Module, args: tuple, kwargs: dict):
@@ -165,6 +167,13 @@ class _PointHooks:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+
+    def __enter__(self) -> Any:
+        self._install()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        self._remove()
 
 
 class Recorder(_PointHooks):
@@ -292,14 +301,12 @@ class SdpaRows(TorchFunctionMode):
 
     def __init__(self, stack_list: list[Stack], maps: dict[str, torch.Tensor]):
         super().__init__()
-        self.stacks = stack_list
         self.maps = maps
         self._current: str | None = None
-        names: dict[int, list[str]] = defaultdict(list)
+        self._names: dict[int, list[str]] = defaultdict(list)
         for stack in stack_list:
             for k, parts in enumerate(stack.blocks):
-                names[id(parts.self_attn)].append(f"{stack.prefix}layer.{k}.attention")
-        self._names = names
+                self._names[id(parts.self_attn)].append(f"{stack.prefix}layer.{k}.attention")
         self._modules = {id(p.self_attn): p.self_attn for s in stack_list for p in s.blocks}
 
     @staticmethod

@@ -7,14 +7,15 @@ per block at ``{prefix}layer.k.attention`` the mean over heads (the sum for
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 
 from ..errors import ConfigError, ModelError
-from .families import Stack
+from .families import Stack, Tap
+from .interventions import stack_padding
+from .recorder import _PointHooks
 
 SINK_METRICS = ("sink_mass", "sink_head_fraction", "sink_value_ratio", "sink_contribution")
 #: The sink metrics that read the value projection (:class:`ValueRecorder`).
@@ -119,39 +120,25 @@ def head_dim_of(self_attn: nn.Module, config: Any, n_heads: int) -> int:
     return int(config.hidden_size) // n_heads
 
 
-class ValueRecorder:
+class ValueRecorder(_PointHooks):
     """Context manager recording every block's value-projection output ``(B, N, width)``
     into ``outputs`` (``{prefix}layer.k.attention`` -> tensor); a shared module is told
     apart by call order."""
 
-    def __init__(self, stack_list: list[Stack]):
-        self._blocks: list[tuple[str, nn.Module, int]] = []
+    def __init__(self, model: nn.Module, stack_list: list[Stack]):
+        taps, seen = [], []
         for stack in stack_list:
             for k, parts in enumerate(stack.blocks):
                 module = value_module(parts.self_attn)
-                occ = sum(1 for name, m, _ in self._blocks if m is module)
-                self._blocks.append((f"{stack.prefix}layer.{k}.attention", module, occ))
-        self._calls: dict[int, list[torch.Tensor]] = defaultdict(list)
-        self._handles: list[Any] = []
+                occurrence = sum(m is module for m in seen)
+                taps.append((f"{stack.prefix}layer.{k}.attention", Tap(module, "output"), occurrence, None))
+                seen.append(module)
+        super().__init__(model, taps)
         self.outputs: dict[str, torch.Tensor] = {}
 
-    def __enter__(self) -> "ValueRecorder":
-        for module in {id(m): m for _, m, _ in self._blocks}.values():
-            self._handles.append(module.register_forward_hook(self._hook))
-        return self
-
-    def _hook(self, module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-        self._calls[id(module)].append(output.detach())
-
-    def __exit__(self, *exc: Any) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        for name, module, occ in self._blocks:
-            calls = self._calls[id(module)]
-            if occ < len(calls):
-                self.outputs[name] = calls[occ]
-        self._calls.clear()
+    def _visit(self, key: tuple[int, str], value: torch.Tensor) -> None:
+        for name, _, _ in self._entries(key):
+            self.outputs[name] = value.detach()
 
 
 def head_outputs(V: torch.Tensor, out_proj: nn.Module | None, n_heads: int, head_dim: int,
@@ -190,17 +177,16 @@ def zeroed_heads(names: Sequence[str], edits: Mapping[str, Any] | None, ablation
 
 
 def sink_values(attention_maps: dict[str, torch.Tensor], value_outputs: dict[str, torch.Tensor],
-                stack_list: list[Stack], config: Any, padding_of: Callable[[str], torch.Tensor],
-                names: tuple[str, ...], zeroed: Mapping[str, Sequence[int]] | None = None,
-                ) -> dict[tuple[str, str], torch.Tensor]:
+                stack_list: list[Stack], config: Any, padding: torch.Tensor, names: tuple[str, ...],
+                zeroed: Mapping[str, Sequence[int]] | None = None) -> dict[tuple[str, str], torch.Tensor]:
     """Per-window sink metrics ``(B,)`` by ``(point, metric)``, per head at
-    ``{point}.head_h`` and per block at ``{point}``; ``padding_of(point)``: that point's
-    ``(B, N)`` padding mask; ``zeroed`` heads (:func:`zeroed_heads`) write nothing in
+    ``{point}.head_h`` and per block at ``{point}``; ``padding``: the batch's bool ``(B, N)``
+    padding mask (keys and queries: every real token); ``zeroed`` heads (:func:`zeroed_heads`) write nothing in
     ``sink_contribution``."""
     parts = {f"{s.prefix}layer.{k}.attention": p for s in stack_list for k, p in enumerate(s.blocks)}
     out: dict[tuple[str, str], torch.Tensor] = {}
     for point, A in attention_maps.items():
-        pad = padding_of(point).to(A.device)
+        pad = stack_padding(padding, point).to(A.device)
         n_heads = A.shape[1]
         mass = first_token_mass(A, pad)
         per_head = {"sink_mass": mass}
@@ -212,13 +198,10 @@ def sink_values(attention_maps: dict[str, torch.Tensor], value_outputs: dict[str
             U = head_outputs(value_outputs[point], parts[point].out_proj, n_heads, dim, point)
             U[:, list((zeroed or {}).get(point, ()))] = 0  # (B, H, N, d): ablated heads write nothing
             per_head["sink_contribution"] = first_token_mass(contribution_weights(A, U.to(A.device)), pad)
-        for metric in ("sink_mass", "sink_value_ratio", "sink_contribution"):
-            if metric in names:
-                for h in range(n_heads):
-                    out[(f"{point}.head_{h}", metric)] = per_head[metric][:, h]
-                # contribution: the first token's share of the block's output, summed over heads
-                whole = per_head[metric].sum(dim=1) if metric == "sink_contribution" else per_head[metric].mean(dim=1)
-                out[(point, metric)] = whole
+        for metric, v in [(m, v) for m, v in per_head.items() if m in names]:  # v: (B, H)
+            out.update({(f"{point}.head_{h}", metric): v[:, h] for h in range(n_heads)})
+            # contribution: the first token's share of the block's output, summed over heads
+            out[(point, metric)] = v.sum(dim=1) if metric == "sink_contribution" else v.mean(dim=1)
         if "sink_head_fraction" in names:
             out[(point, "sink_head_fraction")] = (mass >= SINK_THRESHOLD).double().mean(dim=1)
     return out

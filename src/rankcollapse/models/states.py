@@ -19,7 +19,6 @@ from .._io import read_regular, read_user_json, write_json_atomic
 from .._validate import check_int
 from ..data import Windows
 from ..errors import ConfigError, StatesError
-from ..points import layer_of
 from . import families
 
 #: The files of a states folder.
@@ -58,12 +57,7 @@ class States:
 
     def layer(self, point: str) -> int:
         """The ``layer`` column of ``point``."""
-        return _layer(point, self.n_layers)
-
-
-def _layer(point: str, n_layers: dict[str, int]) -> int:
-    prefix = next((p for p in n_layers if p and point.startswith(p)), "")
-    return layer_of(point[len(prefix):], n_layers[prefix])
+        return families.point_layer(point, self.n_layers)
 
 
 @torch.no_grad()
@@ -75,17 +69,15 @@ def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, b
     and :class:`ConfigError` for ``module:PATH`` points or a mask without a spec."""
     from ..masks import schedule_or_mask
     from .edits import edit_settings
-    from .interventions import split_drop
     from .loading import as_loaded
-    from .probe import (_point_list, _record_batch, _with_ablation, as_intervention, check_positions, check_token_ids,
-                        check_windows, model_inputs)
+    from .probe import (_point_list, _record_batch, _settings_record, _with_ablation, as_intervention, check_positions,
+                        check_token_ids, check_windows)
     from .recorder import MODULE_PREFIX
     from .temperature import d_qk_scale_for
 
     net = as_intervention(intervention)
     check_windows(windows)
     batch_size = check_int(batch_size, "batch_size", low=1)
-    mask, drop, d_qk = net.mask, net.drop, net.d_qk
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
     check_positions(loaded, windows.n_tokens)
@@ -95,10 +87,10 @@ def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, b
     if modules:
         raise ConfigError(f"saved states hold the residual-stream points; {modules[0]} (a module's output) is not "
                           "one of them: record it with --points, not --save-states")
-    if mask is not None and not isinstance(mask, str) and not hasattr(mask, "spec"):
-        raise ConfigError(f"a mask given as {type(mask).__name__} has no spec for states.json to record; "
+    if net.mask is not None and not isinstance(net.mask, str) and not hasattr(net.mask, "spec"):
+        raise ConfigError(f"a mask given as {type(net.mask).__name__} has no spec for states.json to record; "
                           "give a mask spec string or a rankcollapse.masks.Mask")
-    applied = dict(mask=schedule_or_mask(mask, windows.n_tokens), d_qk_scale=d_qk_scale, drop=drop,
+    applied = dict(mask=schedule_or_mask(net.mask, windows.n_tokens), d_qk_scale=d_qk_scale, drop=net.drop,
                    clip_massive=net.clip_massive)
     all_edits = _with_ablation(loaded, windows, net.edits, net.ablate_heads, batch_size, applied)
     stack_list = families.stacks(loaded.model, loaded.family)
@@ -106,20 +98,17 @@ def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, b
     parts: list[torch.Tensor] = []
     maps: list[torch.Tensor] = []
     for rows, w in windows.batches(batch_size):
-        rec, _, _ = _record_batch(loaded, model_inputs(loaded, w.input_ids, w.attention_mask), w.attention_mask,
-                                  applied, point_list, attentions=attentions, edits=all_edits, window_rows=rows)
+        rec, _, _ = _record_batch(loaded, w, applied, point_list, attentions=attentions, edits=all_edits,
+                                  window_rows=rows)
         parts.append(torch.stack([rec.outputs[p].detach().cpu() for p in point_list], dim=1))  # (b, P, N, d)
         if attentions:  # (b, A, H, N, N)
             maps.append(torch.stack([rec.attention_maps[p].detach().float().cpu() for p in attn_points], dim=1))
-    settings = {"mask": str(getattr(mask, "spec", mask)) if mask is not None else None,
-                "d_qk_scale": float(d_qk_scale), "d_qk": None if d_qk is None else float(d_qk),
-                "drop": split_drop(drop) if isinstance(drop, str) else list(drop), "clip_massive": bool(net.clip_massive),
+    settings = {**_settings_record(net, d_qk_scale), "clip_massive": bool(net.clip_massive),
                 **edit_settings(net.edits, net.ablate_heads)}
     return States(torch.cat(parts), tuple(point_list), windows.attention_mask.long().clone(),
                   {s.prefix: s.n_layers for s in stack_list}, tuple(range(windows.n_samples)),
-                  model=loaded.name, family=loaded.family, model_type=loaded.model.config.model_type,
-                  input_ids=windows.input_ids.clone(),
-                  special_tokens_mask=windows.special_tokens_mask.clone(), settings=settings,
+                  model=loaded.name, family=loaded.family, model_type=loaded.model.config.model_type, settings=settings,
+                  input_ids=windows.input_ids.clone(), special_tokens_mask=windows.special_tokens_mask.clone(),
                   attentions=torch.cat(maps) if attentions else None, attention_points=tuple(attn_points))
 
 
@@ -214,8 +203,7 @@ def _read_own(folder: Path) -> States:
     if not isinstance(attn, list) or not all(isinstance(p, str) for p in attn):
         raise StatesError(f"{str(side)!r}: attention_points must be a list of names")
     states = _checked(t, tuple(points), n_layers, tuple(ids), folder / STATES_FILE, model=meta.get("model"),
-                      family=meta.get("family"), model_type=model_type, settings=settings,
-                      attention_points=tuple(attn))
+                      family=meta.get("family"), model_type=model_type, settings=settings, attention_points=tuple(attn))
     dtype = str(states.hidden_states.dtype).removeprefix("torch.")
     if meta.get("dtype") != dtype:
         raise StatesError(f"{str(side)!r} says dtype {meta.get('dtype')!r} but hidden_states is {dtype}")
@@ -224,6 +212,7 @@ def _read_own(folder: Path) -> States:
 
 def _read_dump(folder: Path) -> States:
     t = _tensors(folder / DUMP_FILE)
+    dump = str(folder / DUMP_FILE)
     config_path = folder / "config.json"
     if not config_path.exists():
         raise StatesError(f"{str(folder)!r} has {DUMP_FILE} but no config.json: save the model's config beside it "
@@ -238,26 +227,24 @@ def _read_dump(folder: Path) -> States:
     stacked = t.pop("hidden_states", None)
     numbered = [k for k in t if k.startswith("hidden_states.")]
     if stacked is not None and numbered:
-        raise StatesError(f"{str(folder / DUMP_FILE)!r} holds both hidden_states and {numbered[0]}: give one")
+        raise StatesError(f"{dump!r} holds both hidden_states and {numbered[0]}: give one")
     if stacked is None:
         want = [f"hidden_states.{i}" for i in range(len(numbered))]
         if not numbered or set(numbered) != set(want):
-            raise StatesError(f"{str(folder / DUMP_FILE)!r} needs hidden_states (L + 1, B, N, d) or "
+            raise StatesError(f"{dump!r} needs hidden_states (L + 1, B, N, d) or "
                               "hidden_states.0 ... hidden_states.L (B, N, d)")
         shapes = {tuple(t[k].shape) for k in want}
         if len(shapes) != 1:
-            raise StatesError(f"{str(folder / DUMP_FILE)!r}: hidden_states.0 ... have different shapes "
-                              f"{sorted(shapes)}")
+            raise StatesError(f"{dump!r}: hidden_states.0 ... have different shapes {sorted(shapes)}")
         stacked = torch.stack([t.pop(k) for k in want])
     if stacked.ndim != 4 or stacked.shape[0] < 2:
-        raise StatesError(f"{str(folder / DUMP_FILE)!r}: hidden_states has shape {tuple(stacked.shape)}, "
+        raise StatesError(f"{dump!r}: hidden_states has shape {tuple(stacked.shape)}, "
                           "expected (L + 1, B, N, d) with L >= 1")
     n_layers = int(stacked.shape[0]) - 1
     said = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if k in config), None)
     if said != n_layers:  # labels from another count would name every entry wrongly
-        raise StatesError(f"{str(folder / DUMP_FILE)!r} holds {n_layers + 1} hidden states, but {str(config_path)!r} "
-                          f"gives the model {said!r} layers (L + 1 entries expected): save the config of the model "
-                          "that made them")
+        raise StatesError(f"{dump!r} holds {n_layers + 1} hidden states, but {str(config_path)!r} gives the model "
+                          f"{said!r} layers (L + 1 entries expected): save the config of the model that made them")
     points = tuple(families.hidden_states_points(family, n_layers))
     B, N = int(stacked.shape[1]), int(stacked.shape[2])
     t["hidden_states"] = stacked.transpose(0, 1)  # (B, L + 1, N, d)
@@ -286,7 +273,7 @@ def _checked(t: dict[str, torch.Tensor], points: tuple[str, ...], n_layers: dict
                           f"the {len(window_ids)} window ids and {len(points)} points of the sidecar")
     for p in points:
         try:
-            _layer(p, n_layers)
+            families.point_layer(p, n_layers)
         except (ValueError, KeyError):
             raise StatesError(f"{where!r}: {p!r} is not a point name of a network of {n_layers} layers "
                               "(embeddings, layer.k.output, final_norm...)") from None
@@ -315,7 +302,7 @@ def _checked(t: dict[str, torch.Tensor], points: tuple[str, ...], n_layers: dict
             try:
                 if not p.endswith(".attention"):
                     raise ValueError(p)
-                _layer(p[: -len("attention")] + "output", n_layers)
+                families.point_layer(p, n_layers)
             except (ValueError, KeyError):
                 raise StatesError(f"{where!r}: {p!r} is not an attention point (layer.k.attention) of a network of "
                                   f"{n_layers} layers") from None
@@ -347,12 +334,9 @@ def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_
     unknown metric, an attention metric without saved attentions, or ``exclude_special``
     without a ``special_tokens_mask``."""
     from ..masks import schedule_or_mask
-    from ..metrics import ATTENTION_METRICS
-    from .probe import _summarise, add_attention_metrics, add_point_metrics
+    from .probe import Intervention, _metric_kinds, _settings_record, _summarise, add_attention_metrics, add_point_metrics
 
-    names = state_metrics(metrics)
-    attn_names = tuple(n for n in names if n in ATTENTION_METRICS)
-    names = tuple(n for n in names if n not in ATTENTION_METRICS)
+    names, attn_names, _ = _metric_kinds(state_metrics(metrics))
     if attn_names and states.attentions is None:
         raise ConfigError(f"{attn_names[0]} needs attention rows, which these states do not hold: save them with "
                           "probe --save-states DIR --attentions")
@@ -362,23 +346,20 @@ def states_table(states: States, metrics: Sequence[str] | None = None, *, batch_
     mask = schedule_or_mask(states.settings.get("mask"), int(X.shape[2])) if attn_names else None
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
     for start in range(0, W, batch_size):
-        chunk = X[start : start + batch_size]  # (b, P, N, d)
-        real = states.attention_mask[start : start + batch_size].bool()
+        b = slice(start, start + batch_size)
+        real = states.attention_mask[b].bool()
         if exclude_special:
-            real = real & ~states.special_tokens_mask[start : start + batch_size].bool()
-        outputs = {p: chunk[:, i] for i, p in enumerate(states.points)}
-        if names:
-            add_point_metrics(outputs, tuple(real.shape), real, names, values)
+            real = real & ~states.special_tokens_mask[b].bool()
+        if names:  # X[b, i]: (b, N, d)
+            add_point_metrics({p: X[b, i] for i, p in enumerate(states.points)}, tuple(real.shape), real, names, values)
         if attn_names:
-            maps = {p: states.attentions[start : start + batch_size, i] for i, p in enumerate(states.attention_points)}
+            maps = {p: states.attentions[b, i] for i, p in enumerate(states.attention_points)}
             add_attention_metrics(maps, states.family or families.GENERIC.name, states.model_type, mask,
-                                  states.attention_mask[start : start + batch_size], attn_names, values)
+                                  states.attention_mask[b], attn_names, values)
     attn = list(states.attention_points) if attn_names else []
-    df = _summarise(values, [(p, names) for p in (states.points if names else ())]
-                    + [(p, attn_names) for p in attn], [], per_window,
-                    {**{p: states.layer(p) for p in states.points},
-                     **{p: states.layer(p[: -len("attention")] + "output") for p in attn}})
-    settings = {"mask": None, "d_qk_scale": 1.0, "d_qk": None, "drop": [], **states.settings}
+    df = _summarise(values, [(p, names) for p in (states.points if names else ())] + [(p, attn_names) for p in attn],
+                    per_window, {p: states.layer(p) for p in (*states.points, *attn)})  # layer.k.attention: k + 1
+    settings = {**_settings_record(Intervention()), **states.settings}
     clip = settings.pop("clip_massive", False)
     df.attrs.update(model=states.model, family=states.family, notes=[], **settings, n_samples=int(W),
                     n_tokens=int(X.shape[2]), **({"clip_massive": True} if clip else {}))

@@ -35,10 +35,11 @@ def model_d_qk(loaded: Any) -> float:
     return 1.0 / scalings.pop() ** 2
 
 
-def check_d_qk(d_qk: Any) -> float:
-    """``d_qk`` as a float; :class:`ConfigError` (argument ``d_qk``) unless positive and finite."""
+def check_d_qk(d_qk: Any, name: str = "d_qk") -> float:
+    """``d_qk`` (or another temperature, ``name``) as a float; :class:`ConfigError` (argument
+    ``name``) unless positive and finite."""
     if isinstance(d_qk, bool) or not isinstance(d_qk, (int, float)) or not (math.isfinite(d_qk) and d_qk > 0):
-        raise ConfigError(f"must be a positive finite number, got {d_qk!r}", argument="d_qk")
+        raise ConfigError(f"must be a positive finite number, got {d_qk!r}", argument=name)
     return float(d_qk)
 
 
