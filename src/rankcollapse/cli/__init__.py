@@ -1,13 +1,12 @@
 """The ``rankcollapse`` command line: a thin layer over the Python API.
 
-Each sub-command module exposes ``register(app)`` and imports the numerical packages only
-inside its commands (``benchmarks/bench_startup.py``). Every error prints one line and exits
+Each sub-command module imports the numerical packages only inside its commands
+(``benchmarks/bench_startup.py``). Every error prints one line and exits
 with status 2 (:mod:`._boundary`); a real interrupt exits with 130.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from typing import Sequence
@@ -15,6 +14,7 @@ from typing import Sequence
 import typer
 from ._click import ClickException, NoArgsIsHelpError
 
+from . import mask, metrics, phase, probe, reproduce, simulate, theory
 from ._boundary import PREFIX, CliError, Group, describe
 
 app = typer.Typer(
@@ -44,10 +44,13 @@ def _root(
     pass
 
 
-_SUBCOMMAND_MODULES = ("mask", "metrics", "simulate", "theory", "probe", "reproduce", "phase")
-
-for _name in _SUBCOMMAND_MODULES:
-    importlib.import_module(f"{__name__}.{_name}").register(app)
+app.add_typer(mask.mask_app, name="mask")
+app.command("metrics")(metrics.metrics_command)
+app.command("simulate")(simulate.simulate_command)
+app.add_typer(theory.sub, name="theory")
+app.command("probe")(probe.probe_command)
+app.command("reproduce", help=reproduce.HELP)(reproduce.reproduce_command)
+app.command("phase")(phase.phase)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -7,10 +7,10 @@ import errno
 import math
 import os
 import sys
-from typing import Any
+from typing import Any, Collection
 
 import typer
-from ._click import click
+from ._click import ParameterSource, click, get_current_context
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .._validate import INT64_MAX, INT64_MIN
@@ -106,6 +106,15 @@ def _takes_path(param: Any) -> bool:
             return True
         todo.extend(typing.get_args(a))
     return False
+
+
+def given_flags(allowed: Collection[str] = ()) -> list[str]:
+    """The flags given on the command line, in the command's order, but those of the parameters
+    ``allowed`` (empty outside a CLI call)."""
+    ctx = get_current_context(silent=True)
+    given = [] if ctx is None else [p for p in ctx.command.params if p.name not in allowed
+                                    and ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
+    return [next((o for o in p.opts if o.startswith("--")), None) or p.metavar or p.name for p in given]
 
 
 def _values(value: Any) -> tuple:

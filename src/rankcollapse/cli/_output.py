@@ -72,11 +72,12 @@ def print_records(rows: Sequence[dict], fmt: str, columns: Iterable[str] | None 
         sys.stdout.write("| " + " | ".join(cells) + " |\n")
 
 
-def print_result(fmt: str, doc: Any, rows: Sequence[dict], columns: Iterable[str] | None = None) -> bool:
+def print_result(fmt: str, doc: Any, rows: Sequence[dict], columns: Iterable[str] | None = None, *,
+                 indent: int | None = None) -> bool:
     """Print ``doc`` as JSON (``fmt`` json) or ``rows`` as CSV or markdown; False for
     ``table``, which the command renders itself."""
     if fmt == "json":
-        print_json(doc)
+        print_json(doc, indent=indent)
     elif fmt in ("csv", "markdown"):
         print_records(rows, fmt, columns)
     else:

@@ -236,8 +236,3 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.3g}"
     return "-" if v is None else str(v)
-
-
-def register(app: typer.Typer) -> None:
-    """Attach ``rankcollapse mask`` to the main app."""
-    app.add_typer(mask_app, name="mask")

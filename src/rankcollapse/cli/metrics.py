@@ -11,7 +11,7 @@ from .. import masks, metrics
 from .._io import load_npy
 from .._memory import parse_size
 from ..errors import DataError, MetricError
-from ._output import FORMAT_HELP, check_format, make_table, print_json, print_records, print_table
+from ._output import FORMAT_HELP, check_format, make_table, print_result, print_table
 
 _DTYPES = ("float64", "float32")  # names of torch dtypes: torch is imported only when a command runs
 
@@ -75,11 +75,8 @@ def metrics_command(
     graph = None if mask is None else masks.parse_mask(mask, X.shape[-2])
     report = metrics.report_metrics(X, chosen, padding_mask=pm, mask=graph, dtype=getattr(torch, dtype),
                                     max_memory=parse_size(max_memory))
-    if fmt == "json":  # undefined metrics are null with their reason: always strict JSON
-        print_json(report.rows(), indent=2)
-    elif fmt in ("csv", "markdown"):
-        print_records(report.rows(), fmt)
-    else:
+    rows = report.rows()  # undefined metrics are null with their reason: always strict JSON
+    if not print_result(fmt, rows, rows, indent=2):
         _print_table(report, tuple(X.shape))
 
 
@@ -95,8 +92,3 @@ def _states_table(folder: Path, file: Optional[Path], names: Optional[str], fmt:
 
     chosen = state_metrics(_metric_names(names))
     print_probe_table(states_table(read_states(folder), chosen), fmt)
-
-
-def register(app: typer.Typer) -> None:
-    """Attach ``rankcollapse metrics`` to the main app."""
-    app.command("metrics")(metrics_command)

@@ -97,7 +97,3 @@ def phase(
 def _moved(path: str, stage: Path, out: Path) -> str:
     """Where a file written under ``stage`` lies once published into ``out``."""
     return str(out / Path(path).relative_to(stage))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("phase")(phase)

@@ -16,13 +16,8 @@ from .._outdir import check_out, writing
 from .._validate import check_device
 from ..errors import ConfigError
 from ..models.plot import PLOT_METRICS, drawn_metrics, plot_layers
-from ._click import ParameterSource, get_current_context
+from ._boundary import given_flags
 from ._output import ALLOW_NONEMPTY, check_format, make_table, print_result, print_table, records_table
-
-
-def register(app: typer.Typer) -> None:
-    """Attach ``probe`` to the main app."""
-    app.command("probe")(probe_command)
 
 
 def probe_command(
@@ -190,21 +185,19 @@ def probe_command(
         if parity:
             from ..models.parity import parity as parity_table
 
-            runs.append((loaded, wins, parity_table(loaded, wins, batch_size=batch_size)))
-            continue
-        if influence:
+            table = parity_table(loaded, wins, batch_size=batch_size)
+        elif influence:
             from ..models.influence import measure_influence
 
-            runs.append((loaded, wins, measure_influence(loaded, wins, mask=mask, batch_size=batch_size, seed=seed)))
-            continue
-        if clean is not None:
+            table = measure_influence(loaded, wins, mask=mask, batch_size=batch_size, seed=seed)
+        elif clean is not None:
             table = models.patch(loaded, clean, wins, point=patch_point, head=patch_head, metrics=metric_names,
                                  points=points, batch_size=batch_size).drop(columns="values")
-            runs.append((loaded, wins, table))
-            continue
-        table = models.probe(loaded, wins, intervention, metrics=metric_names, points=points, batch_size=batch_size,
-                             max_memory=max_memory)
+        else:
+            table = models.probe(loaded, wins, intervention, metrics=metric_names, points=points, batch_size=batch_size,
+                                 max_memory=max_memory)
         runs.append((loaded, wins, table))
+        # --max-memory, --control and --clip-massive were refused above unless this is a metrics run
         if max_memory is not None:
             notes.append(f"{loaded.name}: --max-memory {max_memory}: batches of {table.attrs['batch_size']} windows, "
                          f"predicted peak {human(table.attrs['predicted_peak_bytes'])}")
@@ -223,47 +216,38 @@ def probe_command(
                 notes.append(f"{run_loaded.name}: {line}" if many else line)
     if parity:
         _report_parity([table for _, _, table in runs], fmt)
-        _echo_notes(notes)
-        return
-    if influence:
+    elif influence:
         _report_influence([table for _, _, table in runs], out, fmt, allow_nonempty=allow_nonempty)
-        _echo_notes(notes)
-        return
-    if len(runs) > 1:
+    elif len(runs) > 1:
         _several_models(runs, out, fmt, allow_nonempty)
-        _echo_notes(notes)
-        return
-    loaded, wins, table = runs[0]
-    doc = to_json(table)
-    # everything is computed before the first file is written: a failure leaves no partial folder
-    maps = models.attention_maps(loaded, wins, intervention, batch_size=batch_size) if attentions else None
-    if save_states is not None:
-        from ..models.states import capture_states
+    else:
+        loaded, wins, table = runs[0]
+        doc = to_json(table)
+        # everything is computed before the first file is written: a failure leaves no partial folder
+        maps = models.attention_maps(loaded, wins, intervention, batch_size=batch_size) if attentions else None
+        if save_states is not None:
+            from ..models.states import capture_states
 
-        states = capture_states(loaded, wins, intervention, batch_size=batch_size, points=points,
-                                attentions=attentions)
-    if out is not None:
-        with writing(out, "probe\n", _out_names(attentions=attentions), allow_nonempty=allow_nonempty) as stage:
-            write_outputs(stage, table, wins, doc)
-            if maps is not None:
-                write_attentions(stage / "attentions.npz", maps)
-        typer.echo(f"wrote {out}/probe.csv, probe.png, windows.npz, probe.json", err=True)
-    if maps is not None:
-        typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
-    if save_states is not None:
-        from ..models.states import save_states as write_states
+            states = capture_states(loaded, wins, intervention, batch_size=batch_size, points=points,
+                                    attentions=attentions)
+        if out is not None:
+            with writing(out, "probe\n", _out_names(attentions=attentions), allow_nonempty=allow_nonempty) as stage:
+                write_outputs(stage, {doc["model"]: table}, [wins], doc)
+                if maps is not None:
+                    write_attentions(stage / "attentions.npz", maps)
+            typer.echo(f"wrote {out}/probe.csv, probe.png, windows.npz, probe.json", err=True)
+        if maps is not None:
+            typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
+        if save_states is not None:
+            from ..models.states import save_states as write_states
 
-        write_states(save_states, states, allow_nonempty=allow_nonempty, flags="--save-states")
-        typer.echo(f"wrote {save_states}/states.safetensors {tuple(states.hidden_states.shape)} "
-                   "(window, point, token, d), states.json", err=True)
-    if print_probe_table(table, fmt, doc):
-        for note in (models.embedding_rank_note(loaded, wins, table), models.layernorm_rank_note(loaded, wins, table)):
-            if note is not None:
-                typer.echo(note)
-    _echo_notes(notes)
-
-
-def _echo_notes(notes: list[str]) -> None:
+            write_states(save_states, states, allow_nonempty=allow_nonempty, flags="--save-states")
+            typer.echo(f"wrote {save_states}/states.safetensors {tuple(states.hidden_states.shape)} "
+                       "(window, point, token, d), states.json", err=True)
+        if print_probe_table(table, fmt, doc):
+            for note in (models.embedding_rank_note(loaded, wins, table), models.layernorm_rank_note(loaded, wins, table)):
+                if note is not None:
+                    typer.echo(note)
     for note in notes:
         typer.echo(note, err=True)
 
@@ -346,19 +330,16 @@ def _probe_recorded(folder: Path, metrics: Optional[str], fmt: str, out: Optiona
     doc = to_json(table)
     if out is not None:
         with writing(out, "probe\n", files, allow_nonempty=allow_nonempty) as stage:
-            write_outputs(stage, table, None, doc)
+            write_outputs(stage, {doc["model"]: table}, [], doc)
         typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json", err=True)
     print_probe_table(table, fmt, doc)
 
 
 def refuse_options(allowed: tuple[str, ...], why: str) -> None:
     """Refuse the first option given on the command line whose parameter is not in ``allowed``."""
-    ctx = get_current_context(silent=True)
-    given = _explicit_options()
-    for param in (ctx.command.params if ctx is not None else ()):
-        if param.name in given and param.name not in allowed:
-            flag = next((o for o in param.opts if o.startswith("--")), None) or param.metavar or param.name
-            raise ConfigError(f"{flag} cannot be applied: {why}")
+    refused = given_flags(allowed)
+    if refused:
+        raise ConfigError(f"{refused[0]} cannot be applied: {why}")
 
 
 def _check_save_states(folder: Path, out: Optional[Path], *, influence: bool, control: Optional[str], n_models: int,
@@ -422,8 +403,6 @@ def _plot(tables: dict[str, Any], path: Path) -> None:
 
 def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: bool = False) -> None:
     """Outputs of several ``--model``: one table (rows tagged ``model``), one figure, ``windows_K.npz``."""
-    import pandas as pd
-
     from ..models.geometry_story import forced_control_notes
 
     tables = {t.attrs["model"]: t for _, _, t in runs}
@@ -436,13 +415,7 @@ def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: b
     rows = [{"model": d["model"], **row} for d in docs for row in d["layers"]]
     if out is not None:
         with writing(out, "probe\n", _out_names(n_runs=len(runs)), allow_nonempty=allow_nonempty) as stage:
-            for k, (_, wins, _) in enumerate(runs):
-                wins.save(stage / f"windows_{k}.npz")
-            with atomic_path(stage / "probe.csv") as tmp:
-                pd.concat([t.assign(model=name) for name, t in tables.items()], ignore_index=True).to_csv(tmp, index=False)
-            write_json_atomic(stage / "probe.json", combined)
-            _plot(tables, stage / "probe.png")
-            write_geometry(stage, tables)
+            write_outputs(stage, tables, [wins for _, wins, _ in runs], combined)
         typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json, windows_0..{len(runs) - 1}.npz", err=True)
     if not print_result(fmt, combined, rows):
         _print_summary(*tables.values())
@@ -456,34 +429,25 @@ def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[st
     for flag, value in (("--text-file", text_file), ("--tokenizer", tokenizer), ("--corpus", None if corpus == "wiki" else corpus)):
         if value is not None:
             raise ConfigError(f"--windows-file gives the token ids; {flag} would cut other windows: give one of them")
-    given = _explicit_options()
-    if "seed" in given:
+    given = given_flags()
+    if "--seed" in given:
         raise ConfigError("--windows-file gives the token ids; --seed orders documents for other windows: give one of them")
     from .. import data
 
     wins = data.Windows.load(path)
-    for flag, name, value, have in (("--n-samples", "windows", samples, wins.n_samples), ("--n-tokens", "length", length, wins.n_tokens)):
-        if name in given and value != have:
+    for flag, value, have in (("--n-samples", samples, wins.n_samples), ("--n-tokens", length, wins.n_tokens)):
+        if flag in given and value != have:
             raise ConfigError(f"{flag} {value} but {path} holds {wins.n_samples} windows of {wins.n_tokens} tokens; "
                               f"drop {flag} (the file fixes it)")
     return wins
 
 
-def _explicit_options() -> set[str]:
-    """Parameter names the user gave on the command line (empty outside a CLI call)."""
-    ctx = get_current_context(silent=True)
-    if ctx is None:
-        return set()
-    return {name for name in ctx.params if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
-
-
 def _check_prompts(text_file: Optional[Path], windows_file: Optional[Path], corpus: str) -> None:
     """``--prompts`` makes the windows: refuse the options that make or size other windows."""
-    given = _explicit_options()
+    given = given_flags()
     for flag, value in (("--text-file", text_file), ("--windows-file", windows_file),
-                        ("--corpus", None if corpus == "wiki" else corpus),
-                        ("--n-samples", "windows" in given or None), ("--n-tokens", "length" in given or None),
-                        ("--seed", "seed" in given or None)):
+                        ("--corpus", None if corpus == "wiki" else corpus), ("--n-samples", "--n-samples" in given or None),
+                        ("--n-tokens", "--n-tokens" in given or None), ("--seed", "--seed" in given or None)):
         if value is not None:
             raise ConfigError(f"--prompts makes one window per line, of its own length; {flag} does not apply")
 
@@ -570,15 +534,18 @@ def to_json(table: Any) -> dict[str, Any]:
     }
 
 
-def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None:
-    """Table (CSV), plot, exact inputs (``windows.npz``, when ``wins`` is given) and the JSON document."""
-    if wins is not None:  # None: recorded states (probe --hidden-states), no windows
-        wins.save(out / "windows.npz")
+def write_outputs(out: Path, tables: dict[str, Any], windows: list, doc: dict[str, Any]) -> None:
+    """The exact inputs (``windows.npz``, ``windows_K.npz`` per model of several; none for recorded
+    states), the tables as one CSV (rows tagged ``model``), the JSON document and the figures."""
+    import pandas as pd
+
+    for k, wins in enumerate(windows):
+        wins.save(out / ("windows.npz" if len(windows) == 1 else f"windows_{k}.npz"))
     with atomic_path(out / "probe.csv") as tmp:
-        table.assign(model=doc["model"]).to_csv(tmp, index=False)
+        pd.concat([t.assign(model=name) for name, t in tables.items()], ignore_index=True).to_csv(tmp, index=False)
     write_json_atomic(out / "probe.json", doc)
-    _plot({doc["model"]: table}, out / "probe.png")
-    write_geometry(out, {doc["model"]: table})
+    _plot(tables, out / "probe.png")
+    write_geometry(out, tables)
 
 
 def write_geometry(out: Path, tables: dict[str, Any]) -> None:

@@ -227,8 +227,3 @@ def simulate_command(
     if out is not None:
         typer.echo(f"wrote {out / 'result.json'} and {out / 'mu_loglog.png'}", err=True)
 
-
-def register(app: typer.Typer) -> None:
-    """Attach ``rankcollapse simulate``."""
-    app.command("simulate")(simulate_command)
-

@@ -257,8 +257,3 @@ def temperature_cmd(
         lines += [f"  {s['law']:<12} {fixed(s['slope'], '+.3f')} [{fixed(s['slope_lo'], '+.3f')}, "
                   f"{fixed(s['slope_hi'], '+.3f')}]" for s in scan.slopes]
     _emit(scan.to_dict(), fmt, lines, scan.rows)
-
-
-def register(app: typer.Typer) -> None:
-    """Attach ``rankcollapse theory ...``."""
-    app.add_typer(sub, name="theory")
