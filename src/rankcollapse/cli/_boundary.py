@@ -109,8 +109,7 @@ def _takes_path(param: Any) -> bool:
 
 
 def given_flags(allowed: Collection[str] = ()) -> list[str]:
-    """The flags given on the command line, in the command's order, but those of the parameters
-    ``allowed`` (empty outside a CLI call)."""
+    """The flags given on the command line but those of the parameters ``allowed``, in the command's order."""
     ctx = get_current_context(silent=True)
     given = [] if ctx is None else [p for p in ctx.command.params if p.name not in allowed
                                     and ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]

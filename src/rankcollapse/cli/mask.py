@@ -138,9 +138,8 @@ def compare(
 
     if exponent not in EXPONENTS:  # before any work, for the schedule table too
         raise ConfigError(f"--exponent must be one of {', '.join(EXPONENTS)}, got {exponent!r}")
-    target = out / "compare.csv" if out is not None else None
     if out is not None:
-        check_out(out, [target.name], allow_nonempty=allow_nonempty, flags=True)
+        check_out(out, ["compare.csv"], allow_nonempty=allow_nonempty, flags=True)
     n = check_int(n, "--n-tokens", low=1, error=MaskError)
     if measure or any(masks.is_schedule(s) for s in specs):
         run = RunConfig(depth=check_int(depth, "--depth", low=1), seed=check_int(seed, "--seed", low=0))
@@ -151,8 +150,8 @@ def compare(
         df = compare_masks(specs, n, d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm, exponent=exponent,
                            max_memory=parse_size(max_memory))
     if out is not None:
-        with writing(out, "mask compare\n", [target.name], allow_nonempty=allow_nonempty, keep=True) as stage, \
-                atomic_path(stage / target.name) as tmp:
+        with writing(out, "mask compare\n", ["compare.csv"], allow_nonempty=allow_nonempty, keep=True) as stage, \
+                atomic_path(stage / "compare.csv") as tmp:
             df.to_csv(tmp, index=False)
     rows = [{k: _plain(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
     if print_result(fmt, rows, rows, df.columns):
@@ -213,13 +212,11 @@ def influence_command(
                            f"({result.method})", cols, ([_fmt(row[c]) for c in cols] for row in result.per_depth)))
 
 
-_SHORT = {"n_tokens": "N", "n_edges": "edges", "quasi_strongly_connected": "QSC",
-          "n_centers": "centers", "radius": "r", "max_in_degree": "max keys",
-          "epsilon_bound": "eps bound", "log10_factor": "log10 factor",
+_SHORT = {"n_tokens": "N", "n_edges": "edges", "quasi_strongly_connected": "QSC", "n_centers": "centers", "radius": "r",
+          "max_in_degree": "max keys", "epsilon_bound": "eps bound", "log10_factor": "log10 factor",
           "log10_layers_per_decade": "log10 layers/10x", "mean_edges_per_layer": "edges/layer",
           "log10_rate_per_layer": "log10 rate", "measured_rate": "measured", "rank_predicted": "rank pred",
-          "rank_measured": "rank meas", "period_radius": "p r_H", "scrambling_length": "L",
-          "effective_radius": "e"}
+          "rank_measured": "rank meas", "period_radius": "p r_H", "scrambling_length": "L", "effective_radius": "e"}
 
 
 def _plain(v):

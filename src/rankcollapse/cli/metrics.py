@@ -41,19 +41,15 @@ def metrics_command(
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     names: Optional[str] = typer.Option(None, "--metrics", help="Comma-separated metric names (default: all)."),
     padding_mask: Optional[Path] = typer.Option(
-        None, "--padding-mask", help="A .npy bool/0-1 array (N,) or (B, N); True = real token."
-    ),
+        None, "--padding-mask", help="A .npy bool/0-1 array (N,) or (B, N); True = real token."),
     mask: Optional[str] = typer.Option(
-        None, "--mask", help="Mask spec for the graph metrics, e.g. causal (default: complete)."
-    ),
+        None, "--mask", help="Mask spec for the graph metrics, e.g. causal (default: complete)."),
     dtype: str = typer.Option("float64", "--dtype", help="Compute dtype: float64 or float32."),
     max_memory: Optional[str] = typer.Option(
-        None, "--max-memory", help="Memory the (N, N) pairwise metrics may use, e.g. 32GiB (default half the RAM)."
-    ),
+        None, "--max-memory", help="Memory the (N, N) pairwise metrics may use, e.g. 32GiB (default half the RAM)."),
     states: Optional[Path] = typer.Option(
         None, "--states", help="Instead of FILE: a folder of hidden states (probe --save-states, or a transformers "
-        "output_hidden_states dump); prints the per-layer table of probe (default metrics: probe's)."
-    ),
+        "output_hidden_states dump); prints the per-layer table of probe (default metrics: probe's)."),
 ) -> None:
     """Compute collapse and anisotropy metrics of a saved token array (or, with --states, the per-layer
     table of saved hidden states)."""

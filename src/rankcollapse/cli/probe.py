@@ -290,8 +290,7 @@ def _check_influence_options(**given: Any) -> None:
 
 
 def _report_influence(tables: list, out: Optional[Path], fmt: str, *, allow_nonempty: bool = False) -> None:
-    """Print the per-layer table of :func:`rankcollapse.models.influence.measure_influence` (a
-    ``model`` column first); ``out`` gets ``influence.csv`` and ``influence.json`` (with the profiles)."""
+    """Print the tables of ``measure_influence``; ``out`` gets ``influence.csv`` and ``influence.json``."""
     rows = [{"model": t.attrs["model"], **row} for t in tables for row in t.to_dict(orient="records")]
     doc = {"models": [{"model": t.attrs["model"], "family": t.attrs["family"], "mask": t.attrs["mask"],
                        "n_tokens": t.attrs["length"], "n_probes": t.attrs["n_probes"],
@@ -391,8 +390,7 @@ def _out_names(*, influence: bool = False, n_runs: int = 1, attentions: bool = F
 
 
 def _plot(tables: dict[str, Any], path: Path) -> None:
-    """probe.png (:func:`plot_layers`): the default four panels, else the metrics with rows it can
-    draw; a note when none has."""
+    """probe.png: the default four panels, else the metrics with rows it can draw; a note when none has."""
     held = drawn_metrics(tables)
     if not held:
         typer.echo(f"note: {path.name} not drawn: no metric at the points it draws (embeddings, layer.k.output, "
@@ -487,8 +485,7 @@ def _check_edits(ablate_heads: Optional[str], ablation: Optional[str], patch_fro
 
 def _patch_windows(path: Path, prepared: tuple, model: str, gguf_file: Optional[str], tokenizer: Optional[str],
                    seed: int, prompts: bool = False) -> Any:
-    """The clean windows of ``--patch-from`` (a windows.npz, prompts or text cut like the probed
-    windows), refused unless their shape and padding match the probed ones."""
+    """The clean windows of ``--patch-from``, refused unless their shape and padding match the probed ones."""
     from .. import data
 
     _, tok, wins = prepared
@@ -535,8 +532,7 @@ def to_json(table: Any) -> dict[str, Any]:
 
 
 def write_outputs(out: Path, tables: dict[str, Any], windows: list, doc: dict[str, Any]) -> None:
-    """The exact inputs (``windows.npz``, ``windows_K.npz`` per model of several; none for recorded
-    states), the tables as one CSV (rows tagged ``model``), the JSON document and the figures."""
+    """Write the windows (``windows_K.npz`` for several), one CSV (rows tagged ``model``), ``doc`` and the figures."""
     import pandas as pd
 
     for k, wins in enumerate(windows):
@@ -549,8 +545,7 @@ def write_outputs(out: Path, tables: dict[str, Any], windows: list, doc: dict[st
 
 
 def write_geometry(out: Path, tables: dict[str, Any]) -> None:
-    """``geometry.md`` and ``geometry.png`` (massive tokens and sinks) when the probe measured
-    ``max_norm_ratio``."""
+    """``geometry.md`` and ``geometry.png`` (massive tokens and sinks) when the probe measured ``max_norm_ratio``."""
     from ..models.geometry_story import from_probe_tables, plot_geometry
 
     if not any((t["metric"] == "max_norm_ratio").any() for t in tables.values()):

@@ -189,7 +189,17 @@ def finished_claims(folder: Path) -> list[dict]:
     raw = read_regular(path, "claims file")  # a planted link or FIFO is refused before anything else
     if not (Path(folder) / "COMPLETE").is_file():
         raise ConfigError(f"{folder}: the run did not finish (no COMPLETE marker); its claims are not a result")
-    return _checked_claims(raw, path)
+    try:
+        claims = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ConfigError(f"{path} is nested too deeply to be a claims file") from None
+    except ValueError as exc:  # not UTF-8, not JSON
+        raise ConfigError(f"{path} is not a claims file ({str(exc).splitlines()[0][:120]})") from None
+    ok = isinstance(claims, list) and claims and all(
+        isinstance(c, dict) and all(isinstance(c.get(k), str) for k in ("id", "effect", "verdict")) for c in claims)
+    if not ok:
+        raise ConfigError(f"{path} is not a claims file: expected a non-empty list of claims with id, effect and verdict")
+    return claims
 
 
 def print_audit(folder: Path, fmt: str) -> None:
@@ -204,22 +214,6 @@ def print_audit(folder: Path, fmt: str) -> None:
         typer.echo(f"note: {folder} keeps no table: the audit reads the checks stored in its claims.json "
                    "(no quantity is read again from rows)", err=True)
     sys.stdout.write(dumps(entries, indent=2) + "\n" if fmt == "json" else audit_markdown(entries))
-
-
-def _checked_claims(raw: bytes, path: Path) -> list[dict]:
-    """The claims of ``claims.json``: a non-empty list of objects with string ``id``, ``effect``
-    and ``verdict``, else refused."""
-    try:
-        claims = json.loads(raw.decode("utf-8"))
-    except RecursionError:
-        raise ConfigError(f"{path} is nested too deeply to be a claims file") from None
-    except ValueError as exc:  # not UTF-8, not JSON
-        raise ConfigError(f"{path} is not a claims file ({str(exc).splitlines()[0][:120]})") from None
-    ok = isinstance(claims, list) and claims and all(
-        isinstance(c, dict) and all(isinstance(c.get(k), str) for k in ("id", "effect", "verdict")) for c in claims)
-    if not ok:
-        raise ConfigError(f"{path} is not a claims file: expected a non-empty list of claims with id, effect and verdict")
-    return claims
 
 
 def print_summary(result) -> None:

@@ -29,9 +29,7 @@ def input_name(source: str) -> str | None:
 
 
 def _initial_tokens(source: str, n_tokens: int | None, d_model: int | None, samples: int, seed: int, loaded=None):
-    """X(0) ``(B, N, d)`` from ``--input``: drawn from the input registry with ``seed``, Wikipedia
-    windows embedded by ``loaded`` (default MiniLM), or a ``.npy``/``.pt`` file whose N and d
-    a given ``n_tokens``/``d_model`` must equal."""
+    """X(0) ``(B, N, d)`` from ``--input``: drawn, Wikipedia embedded by ``loaded`` (default MiniLM), or a file."""
     from ..dynamics.inputs import INPUTS, make_tokens
 
     name = input_name(source)
@@ -163,8 +161,8 @@ def simulate_command(
         loaded = models.load_model(pretrained)
         weights = dynamics.extract_attention_weights(loaded.model)
         depth = len(weights)
-    if loaded is not None and name != "wikipedia":
-        d_model = weights[0].d_model if d_model is None else d_model
+        if name != "wikipedia" and d_model is None:
+            d_model = weights[0].d_model
     if name is not None and name != "wikipedia":  # drawn here: refuse a size that cannot fit before drawing it
         check_simulate_tokens(samples, N_TOKENS if n_tokens is None else n_tokens, 64 if d_model is None else d_model,
                               8 if dtype == "float64" else 4, depth=depth, mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0,

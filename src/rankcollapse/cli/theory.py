@@ -31,9 +31,7 @@ def _emit(obj: dict, fmt: str, lines: list[str], rows: Sequence[dict] = ()) -> N
         typer.echo("\n".join(lines))
 
 
-def _load_system(path: Optional[Path]):
-    if path is None:
-        return None
+def _load_system(path: Path):
     return theory.AttentionSystem.from_dict(read_user_json(path, "system JSON", ConfigError))
 
 
@@ -156,8 +154,7 @@ def basin_cmd(
     fmt: str = _FORMAT,
 ) -> None:
     """Monte Carlo fraction of uniform random starts ending at a rank-k equilibrium, with a CI."""
-    sysobj = _load_system(system)
-    used = sysobj if sysobj is not None else theory.causal_example_2x2().system
+    used = _load_system(system) if system is not None else theory.causal_example_2x2().system
     b = theory.basin_estimate(used, target_rank=rank, n_samples=samples, seed=seed, depth=depth,
                        confidence=confidence, method=method)
     name = str(system) if system is not None else "the N = d = 2 causal example (docs/theory.md §3a)"
