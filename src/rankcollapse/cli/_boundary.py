@@ -67,11 +67,10 @@ class Command(TyperCommand):
         _refuse_empty_paths(raw, order, ctx)
         seen: set[str] = set()
         for param in order:
-            single = isinstance(param, TyperOption) and not param.multiple and not param.count \
-                and not param.is_flag
+            single = isinstance(param, TyperOption) and not (param.multiple or param.count or param.is_flag)
             if single and param.name in seen:
                 raise click.exceptions.UsageError(f"option {param.opts[0]} given more than once; it takes one value",
-                                       ctx=ctx)
+                                                  ctx=ctx)
             seen.add(param.name)
         return super().parse_args(ctx, args)
 

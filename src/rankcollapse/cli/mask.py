@@ -190,17 +190,14 @@ def influence_command(
         if plot.suffix not in IMAGE_SUFFIXES:
             raise ConfigError(f"--plot must end in {', '.join(IMAGE_SUFFIXES)}, got {str(plot)!r}")
         check_writable(plot, folder=False)
-    from ..masks.influence import influence
+    from ..masks.influence import draw_influence, influence
 
     n, depth, limit = _n_tokens(spec, n), check_int(depth, "--depth", low=1, error=MaskError), parse_size(max_memory)
     if as_json:  # the printed document too, before any work
         check_memory(influence_bytes(n, depth, query_all=query == "all", as_json=True),
                      f"the influence profile at N = {n}, depth {depth} as JSON", limit)
-    result = influence(spec, n, depth=depth, alpha=alpha, decay=decay, query=query, epsilon=epsilon,
-                       max_memory=limit)
+    result = influence(spec, n, depth=depth, alpha=alpha, decay=decay, query=query, epsilon=epsilon, max_memory=limit)
     if plot is not None:
-        from ..masks.influence import draw_influence
-
         save_figure(draw_influence(result), plot)
         typer.echo(f"wrote {plot}", err=True)
     if as_json:

@@ -124,7 +124,7 @@ def probe_command(
         raise ConfigError(f"--n-samples and --batch-size must be >= 1 and --n-tokens >= 2 "
                           f"(got {windows}, {batch_size}, {length})")
     if prompts is not None:
-        _check_prompts(text_file, windows_file, corpus)
+        _check_prompts(corpus)
     heads = _check_edits(ablate_heads, ablation, patch_from, patch_point, patch_head, n_models=len(names),
                          attentions=attentions, save_states=save_states, control=control, out=out,
                          others={"--mask": mask, "--d-qk": d_qk, "--drop": drop or None,
@@ -146,20 +146,18 @@ def probe_command(
         _check_save_states(save_states, out, influence=influence, control=control, n_models=len(names),
                            points=points, allow_nonempty=allow_nonempty)
     if out is not None:
-        n_runs = len(names) * (1 if control is None else 2)
-        check_out(out, _out_names(influence=influence, n_runs=n_runs, attentions=attentions),
-                  allow_nonempty=allow_nonempty, flags=True)
+        check_out(out, _out_names(influence=influence, n_runs=len(names) * (1 if control is None else 2),
+                                  attentions=attentions), allow_nonempty=allow_nonempty, flags=True)
     from .. import data
     from ..models.probe import Intervention, as_intervention, check_points, check_positions  # imports torch
 
     intervention = as_intervention(Intervention(mask=mask, d_qk=d_qk, drop=drop, clip_massive=clip_massive,
                                                 ablate_heads=heads), None if prompts is not None else length)
 
-    if isinstance(points, str):
-        check_points(points)
+    check_points(points)
     # every input is cut into windows before the first (slow) model load: refusals come first
     if windows_file is not None:
-        given = _given_windows(windows_file, windows, length, tokenizer, text_file, corpus)
+        given = _given_windows(windows_file, windows, length, corpus)
         prepared = [(model, None, given) for model in names]
     else:
         texts = data.read_text_file(text_file) if text_file is not None else [] if prompts is not None else \
@@ -421,13 +419,12 @@ def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: b
         typer.echo(f"note: {note}", err=True)
 
 
-def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[str], text_file: Optional[Path],
-                   corpus: str) -> Any:
+def _given_windows(path: Path, samples: int, length: int, corpus: str) -> Any:
     """``--windows-file``: the file's windows, whole; options that would make other windows are refused."""
-    for flag, value in (("--text-file", text_file), ("--tokenizer", tokenizer), ("--corpus", None if corpus == "wiki" else corpus)):
-        if value is not None:
-            raise ConfigError(f"--windows-file gives the token ids; {flag} would cut other windows: give one of them")
     given = given_flags()
+    for flag in ("--text-file", "--tokenizer", "--corpus"):
+        if flag in given and (flag != "--corpus" or corpus != "wiki"):
+            raise ConfigError(f"--windows-file gives the token ids; {flag} would cut other windows: give one of them")
     if "--seed" in given:
         raise ConfigError("--windows-file gives the token ids; --seed orders documents for other windows: give one of them")
     from .. import data
@@ -440,13 +437,11 @@ def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[st
     return wins
 
 
-def _check_prompts(text_file: Optional[Path], windows_file: Optional[Path], corpus: str) -> None:
+def _check_prompts(corpus: str) -> None:
     """``--prompts`` makes the windows: refuse the options that make or size other windows."""
     given = given_flags()
-    for flag, value in (("--text-file", text_file), ("--windows-file", windows_file),
-                        ("--corpus", None if corpus == "wiki" else corpus), ("--n-samples", "--n-samples" in given or None),
-                        ("--n-tokens", "--n-tokens" in given or None), ("--seed", "--seed" in given or None)):
-        if value is not None:
+    for flag in ("--text-file", "--windows-file", "--corpus", "--n-samples", "--n-tokens", "--seed"):
+        if flag in given and (flag != "--corpus" or corpus != "wiki"):
             raise ConfigError(f"--prompts makes one window per line, of its own length; {flag} does not apply")
 
 
@@ -510,25 +505,21 @@ def to_json(table: Any) -> dict[str, Any]:
     wide = table.pivot_table(index=["layer", "point"], columns="metric", values="mean", sort=False)
     order = {p: i for i, p in enumerate(dict.fromkeys(table["point"]))}
     wide = wide.reset_index().sort_values(["layer", "point"], key=lambda s: s.map(order) if s.name == "point" else s)
-    layers = []
-    for row in wide.to_dict("records"):
-        entry = {"layer": int(row.pop("layer")), "point": row.pop("point")}
-        entry.update({k: (None if v != v else float(v)) for k, v in row.items()})
-        layers.append(entry)
+    layers = [{"layer": int(r["layer"]), "point": r["point"],
+               **{k: (None if v != v else float(v)) for k, v in r.items() if k not in ("layer", "point")}}
+              for r in wide.to_dict("records")]
     attrs = table.attrs
-    return {
-        "model": attrs.get("model"), "family": attrs.get("family"), "n_samples": attrs.get("n_samples"),
-        "n_tokens": attrs.get("n_tokens"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
-        "d_qk": attrs.get("d_qk"), "drop": attrs.get("drop"),
-        **({"clip_massive": True, "massive_clips": attrs.get("massive_clips")} if attrs.get("clip_massive") else {}),
-        **({"ablate_heads": attrs["ablate_heads"]} if attrs.get("ablate_heads") else {}),
-        **({"batch_size": attrs["batch_size"], "predicted_peak_bytes": attrs["predicted_peak_bytes"]}
-           if "predicted_peak_bytes" in attrs else {}),
-        **({"patch": {"point": attrs["patch_point"], "head": attrs.get("patch_head"),
-                      "layers": "change patched - unpatched per window, mean over windows"}}
-           if attrs.get("patch_point") else {}),
-        "notes": attrs.get("notes"), "layers": layers,
-    }
+    return {"model": attrs.get("model"), "family": attrs.get("family"), "n_samples": attrs.get("n_samples"),
+            "n_tokens": attrs.get("n_tokens"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
+            "d_qk": attrs.get("d_qk"), "drop": attrs.get("drop"),
+            **({"clip_massive": True, "massive_clips": attrs.get("massive_clips")} if attrs.get("clip_massive") else {}),
+            **({"ablate_heads": attrs["ablate_heads"]} if attrs.get("ablate_heads") else {}),
+            **({"batch_size": attrs["batch_size"], "predicted_peak_bytes": attrs["predicted_peak_bytes"]}
+               if "predicted_peak_bytes" in attrs else {}),
+            **({"patch": {"point": attrs["patch_point"], "head": attrs.get("patch_head"),
+                          "layers": "change patched - unpatched per window, mean over windows"}}
+               if attrs.get("patch_point") else {}),
+            "notes": attrs.get("notes"), "layers": layers}
 
 
 def write_outputs(out: Path, tables: dict[str, Any], windows: list, doc: dict[str, Any]) -> None:

@@ -135,9 +135,8 @@ def print_shard(result, as_json: bool) -> None:
     """What a shard computed (units computed and cached) and where, with the run's config hash."""
     cost, config = result.config["cost"], result.config
     if as_json:
-        print_json({"shard": config["shard"], "config_hash": config["config_hash"],
-                    "cache": config["execution"]["cache"], **{k: cost[k] for k in ("units", "units_computed",
-                                                                                    "units_cached")}}, indent=2)
+        print_json({"shard": config["shard"], "config_hash": config["config_hash"], "cache": config["execution"]["cache"],
+                    **{k: cost[k] for k in ("units", "units_computed", "units_cached")}}, indent=2)
         return
     typer.echo(f"shard {config['shard']} of {', '.join(config['experiments'])} ({config['scale']}, hash "
                f"{config['config_hash']}): {cost['units']} units, {cost['units_computed']} computed, "

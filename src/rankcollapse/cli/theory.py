@@ -81,11 +81,9 @@ LOOSE_RATE = 0.999
 def _loose_note(masks: list[str], rates: list[float]) -> list[str]:
     """One line naming the masks whose envelope is too loose to be informative."""
     loose = [m for m, r in zip(masks, rates) if r > LOOSE_RATE]
-    if not loose:
-        return []
-    return [f"note: envelope too loose to be informative for {', '.join(loose)}: the guaranteed per-layer "
-            f"factor is > {LOOSE_RATE} (μ may shrink by < 0.1 % a layer); the bound holds but only says "
-            f"μ does not grow, not how fast it decays"]
+    return [] if not loose else [f"note: envelope too loose to be informative for {', '.join(loose)}: the guaranteed "
+                                 f"per-layer factor is > {LOOSE_RATE} (μ may shrink by < 0.1 % a layer); the bound "
+                                 f"holds but only says μ does not grow, not how fast it decays"]
 
 
 @sub.command("equilibria")
