@@ -7,7 +7,8 @@ import errno
 import math
 import os
 import sys
-from typing import Any, Collection
+from pathlib import PurePath
+from typing import Any, Collection, get_args
 
 import typer
 from ._click import ParameterSource, click, get_current_context
@@ -84,7 +85,7 @@ class Command(TyperCommand):
 def _refuse_empty_paths(raw: dict[str, Any], params: list, ctx: click.Context) -> None:
     """Refuse an empty path (``--out ""``: an unset shell variable), else read as the working directory."""
     for param in params:
-        if not _takes_path(param):
+        if not _takes_path(getattr(getattr(param, "type_descriptor", None), "annotation", None)):
             continue
         for value in _values(raw.get(param.name)):
             if isinstance(value, str) and not value.strip():
@@ -92,19 +93,9 @@ def _refuse_empty_paths(raw: dict[str, Any], params: list, ctx: click.Context) -
                                                   "variable?); give a path", ctx=ctx)
 
 
-def _takes_path(param: Any) -> bool:
-    """Whether the option's annotation is a path (``Path``, ``Optional[Path]``, ``List[Path]``)."""
-    import typing
-    from pathlib import PurePath
-
-    ann = getattr(getattr(param, "type_descriptor", None), "annotation", None)
-    todo = [ann]
-    while todo:
-        a = todo.pop()
-        if isinstance(a, type) and issubclass(a, PurePath):
-            return True
-        todo.extend(typing.get_args(a))
-    return False
+def _takes_path(ann: Any) -> bool:
+    """Whether an option's annotation is a path (``Path``, ``Optional[Path]``, ``List[Path]``)."""
+    return (isinstance(ann, type) and issubclass(ann, PurePath)) or any(_takes_path(a) for a in get_args(ann))
 
 
 def given_flags(allowed: Collection[str] = ()) -> list[str]:

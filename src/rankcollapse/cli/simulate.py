@@ -53,18 +53,15 @@ def _initial_tokens(source: str, n_tokens: int | None, d_model: int | None, samp
     if not path.is_file():
         raise DataError(f"--input {source!r} is neither one of {tuple(INPUTS)} nor a readable .npy/.pt file")
     if path.suffix != ".pt":
-        return _as_batch(torch.as_tensor(load_npy(path, "--input", error=DataError)), source, n_tokens, d_model)
-    try:
-        X = torch.load(path, weights_only=True)
-    except Exception as exc:  # any unreadable file: pickle, zip, numpy and torch errors differ
-        raise DataError(f"--input {source!r} is not a readable .npy/.pt array: {exc}") from None
-    if not isinstance(X, torch.Tensor):
-        raise DataError(f"--input {source!r} holds a {type(X).__name__}, not one tensor")
-    return _as_batch(X, source, n_tokens, d_model)
-
-
-def _as_batch(X: "torch.Tensor", source: str, n_tokens: int | None, d_model: int | None) -> "torch.Tensor":
-    """``X`` as ``(B, N, d)``, refused if a given ``--n-tokens`` or width contradicts it."""
+        X = torch.as_tensor(load_npy(path, "--input", error=DataError))
+    else:
+        try:
+            X = torch.load(path, weights_only=True)
+        except Exception as exc:  # any unreadable file: pickle, zip, numpy and torch errors differ
+            raise DataError(f"--input {source!r} is not a readable .npy/.pt array: {exc}") from None
+        if not isinstance(X, torch.Tensor):
+            raise DataError(f"--input {source!r} holds a {type(X).__name__}, not one tensor")
+    # (B, N, d), refused if a given --n-tokens or width contradicts it
     if X.ndim == 2:
         X = X.unsqueeze(0)
     if X.ndim != 3:

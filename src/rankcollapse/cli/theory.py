@@ -91,8 +91,7 @@ def equilibria_cmd(
     n: int = typer.Option(2, "--n-tokens", help="Number of tokens N."),
     d: int = typer.Option(2, "--d-model", help="Token width d."), rank: int = typer.Option(2, "--rank"),
     limit: Optional[int] = typer.Option(None, help="List only this many (needed when 2^rank > 4096)."),
-    example: bool = typer.Option(False, help="The N = d = 2 example of spec.md §5.3 instead."),
-    fmt: str = _FORMAT,
+    example: bool = typer.Option(False, help="The N = d = 2 example of spec.md §5.3 instead."), fmt: str = _FORMAT,
 ) -> None:
     """A system with ≥ 2^rank SA-LN equilibria of rank exactly `rank`, each verified and classified."""
     es = theory.causal_example_2x2().with_stability() if example else theory.equilibria(n, d, rank, limit=limit)
@@ -113,8 +112,7 @@ def equilibria_cmd(
 
 @sub.command("system")
 def system_cmd(
-    out: Path = typer.Option(..., "--out", help="Output folder; writes OUT/system.json."),
-    fmt: str = _FORMAT,
+    out: Path = typer.Option(..., "--out", help="Output folder; writes OUT/system.json."), fmt: str = _FORMAT,
     allow_nonempty: bool = ALLOW_NONEMPTY,
 ) -> None:
     """Write a system JSON for `theory find` and `theory basin`: the N = d = 2 causal example
@@ -167,8 +165,7 @@ def basin_cmd(
 def sphere_cmd(
     mask: str = typer.Option("causal"), n: int = typer.Option(16, "--n-tokens", help="Number of tokens N."),
     d: int = typer.Option(8, "--d-model", help="Token width d."),
-    depth: int = typer.Option(80), beta: float = typer.Option(8.0), seed: int = typer.Option(0),
-    fmt: str = _FORMAT,
+    depth: int = typer.Option(80), beta: float = typer.Option(8.0), seed: int = typer.Option(0), fmt: str = _FORMAT,
 ) -> None:
     """Theorem 2: SA-LN with orthogonal W_V, inputs meeting vs violating the cosine condition."""
     rs = [theory.check_sphere_collapse(mask, n_tokens=n, d_model=d, depth=depth, inputs=k, beta=beta, seed=seed)
@@ -181,8 +178,7 @@ def sphere_cmd(
 @sub.command("portrait")
 def portrait_cmd(
     out: Path = typer.Option(Path("runs/theory"), help="Folder for the PNGs."),
-    seed: int = typer.Option(0), fmt: str = _FORMAT,
-    allow_nonempty: bool = ALLOW_NONEMPTY,
+    seed: int = typer.Option(0), fmt: str = _FORMAT, allow_nonempty: bool = ALLOW_NONEMPTY,
 ) -> None:
     """N = d = 2 final angle vs starting angle, and d = 3 trajectories on the sphere (PNG)."""
     names = ["portrait_2d.png", "trajectories_3d.png"]
