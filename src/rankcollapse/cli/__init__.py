@@ -17,14 +17,8 @@ from ._click import ClickException, NoArgsIsHelpError
 from . import mask, metrics, phase, probe, reproduce, simulate, theory
 from ._boundary import PREFIX, CliError, Group, describe
 
-app = typer.Typer(
-    name="rankcollapse",
-    help="Measure, simulate and explain rank collapse in transformer self-attention.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    cls=Group,
-)
+app = typer.Typer(name="rankcollapse", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  cls=Group, help="Measure, simulate and explain rank collapse in transformer self-attention.")
 INTERRUPTED = "rankcollapse: interrupted; rerun the same command to resume"
 
 

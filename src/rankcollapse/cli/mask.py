@@ -18,10 +18,8 @@ from ._output import ALLOW_NONEMPTY, FORMAT_HELP, check_format, make_table, prin
 
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
 
-mask_app = typer.Typer(
-    help="Attention masks as graphs: M[i, j] = token i attends to token j (edge j -> i).",
-    no_args_is_help=True,
-)
+mask_app = typer.Typer(help="Attention masks as graphs: M[i, j] = token i attends to token j (edge j -> i).",
+                       no_args_is_help=True)
 
 _MEMORY_HELP = ("Memory the graph analysis may use, e.g. 32GiB (default half the RAM); "
                 "larger complete/causal/window masks use their closed form instead.")
