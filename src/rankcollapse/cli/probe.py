@@ -224,7 +224,7 @@ def probe_command(
         # everything is computed before the first file is written: a failure leaves no partial folder
         maps = models.attention_maps(loaded, wins, intervention, batch_size=batch_size) if attentions else None
         if save_states is not None:
-            from ..models.states import capture_states
+            from ..models.states import capture_states, save_states as write_states
 
             states = capture_states(loaded, wins, intervention, batch_size=batch_size, points=points,
                                     attentions=attentions)
@@ -237,8 +237,6 @@ def probe_command(
         if maps is not None:
             typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
         if save_states is not None:
-            from ..models.states import save_states as write_states
-
             write_states(save_states, states, allow_nonempty=allow_nonempty, flags="--save-states")
             typer.echo(f"wrote {save_states}/states.safetensors {tuple(states.hidden_states.shape)} "
                        "(window, point, token, d), states.json", err=True)
@@ -559,10 +557,9 @@ def _print_summary(*tables: Any) -> None:
     """One rich table of each metric's mean per layer and point (a ``model`` column for several)."""
     import pandas as pd
 
-    several = len(tables) > 1
     wide = pd.concat([t.pivot_table(index=["layer", "point"], columns="metric", values="mean", sort=False)
                       .reset_index().assign(model=t.attrs.get("model")) for t in tables], ignore_index=True)
-    wide = wide[["model", *[c for c in wide.columns if c != "model"]]] if several else wide.drop(columns="model")
+    wide = wide[["model", *[c for c in wide.columns if c != "model"]]] if len(tables) > 1 else wide.drop(columns="model")
     first = tables[0].attrs
     title = (", ".join(f"{t.attrs.get('model')} ({t.attrs.get('family')})" for t in tables)
              + f", {first.get('n_samples')} windows")
