@@ -31,10 +31,8 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print the version and exit."),
-) -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
     pass
 
 

@@ -295,8 +295,7 @@ def _report_influence(tables: list, out: Optional[Path], fmt: str, *, allow_none
     if out is not None:
         import pandas as pd
 
-        with writing(out, "probe --influence\n", ("influence.csv", "influence.json"),
-                     allow_nonempty=allow_nonempty) as stage:
+        with writing(out, "probe --influence\n", _out_names(influence=True), allow_nonempty=allow_nonempty) as stage:
             with atomic_path(stage / "influence.csv") as tmp:
                 pd.DataFrame(rows).to_csv(tmp, index=False)
             write_json_atomic(stage / "influence.json", doc)
