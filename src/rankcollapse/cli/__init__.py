@@ -1,13 +1,12 @@
 """The ``rankcollapse`` command line: a thin layer over the Python API.
 
-Each sub-command module exposes ``register(app)`` and imports the numerical packages only
-inside its commands (``benchmarks/bench_startup.py``). Every error prints one line and exits
+Each sub-command module imports the numerical packages only inside its commands
+(``benchmarks/bench_startup.py``). Every error prints one line and exits
 with status 2 (:mod:`._boundary`); a real interrupt exits with 130.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from typing import Sequence
@@ -15,16 +14,11 @@ from typing import Sequence
 import typer
 from ._click import ClickException, NoArgsIsHelpError
 
+from . import mask, metrics, phase, probe, reproduce, simulate, theory
 from ._boundary import PREFIX, CliError, Group, describe
 
-app = typer.Typer(
-    name="rankcollapse",
-    help="Measure, simulate and explain rank collapse in transformer self-attention.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    cls=Group,
-)
+app = typer.Typer(name="rankcollapse", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  cls=Group, help="Measure, simulate and explain rank collapse in transformer self-attention.")
 INTERRUPTED = "rankcollapse: interrupted; rerun the same command to resume"
 
 
@@ -37,17 +31,18 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print the version and exit."),
-) -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
     pass
 
 
-_SUBCOMMAND_MODULES = ("mask", "metrics", "simulate", "theory", "probe", "reproduce", "phase")
-
-for _name in _SUBCOMMAND_MODULES:
-    importlib.import_module(f"{__name__}.{_name}").register(app)
+app.add_typer(mask.mask_app, name="mask")
+app.command("metrics")(metrics.metrics_command)
+app.command("simulate")(simulate.simulate_command)
+app.add_typer(theory.sub, name="theory")
+app.command("probe")(probe.probe_command)
+app.command("reproduce", help=reproduce.HELP)(reproduce.reproduce_command)
+app.command("phase")(phase.phase)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

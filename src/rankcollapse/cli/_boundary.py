@@ -7,10 +7,11 @@ import errno
 import math
 import os
 import sys
-from typing import Any
+from pathlib import PurePath
+from typing import Any, Collection, get_args
 
 import typer
-from ._click import click
+from ._click import ParameterSource, click, get_current_context
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .._validate import INT64_MAX, INT64_MIN
@@ -67,11 +68,10 @@ class Command(TyperCommand):
         _refuse_empty_paths(raw, order, ctx)
         seen: set[str] = set()
         for param in order:
-            single = isinstance(param, TyperOption) and not param.multiple and not param.count \
-                and not param.is_flag
+            single = isinstance(param, TyperOption) and not (param.multiple or param.count or param.is_flag)
             if single and param.name in seen:
                 raise click.exceptions.UsageError(f"option {param.opts[0]} given more than once; it takes one value",
-                                       ctx=ctx)
+                                                  ctx=ctx)
             seen.add(param.name)
         return super().parse_args(ctx, args)
 
@@ -85,7 +85,7 @@ class Command(TyperCommand):
 def _refuse_empty_paths(raw: dict[str, Any], params: list, ctx: click.Context) -> None:
     """Refuse an empty path (``--out ""``: an unset shell variable), else read as the working directory."""
     for param in params:
-        if not _takes_path(param):
+        if not _takes_path(getattr(getattr(param, "type_descriptor", None), "annotation", None)):
             continue
         for value in _values(raw.get(param.name)):
             if isinstance(value, str) and not value.strip():
@@ -93,19 +93,17 @@ def _refuse_empty_paths(raw: dict[str, Any], params: list, ctx: click.Context) -
                                                   "variable?); give a path", ctx=ctx)
 
 
-def _takes_path(param: Any) -> bool:
-    """Whether the option's annotation is a path (``Path``, ``Optional[Path]``, ``List[Path]``)."""
-    import typing
-    from pathlib import PurePath
+def _takes_path(ann: Any) -> bool:
+    """Whether an option's annotation is a path (``Path``, ``Optional[Path]``, ``List[Path]``)."""
+    return (isinstance(ann, type) and issubclass(ann, PurePath)) or any(_takes_path(a) for a in get_args(ann))
 
-    ann = getattr(getattr(param, "type_descriptor", None), "annotation", None)
-    todo = [ann]
-    while todo:
-        a = todo.pop()
-        if isinstance(a, type) and issubclass(a, PurePath):
-            return True
-        todo.extend(typing.get_args(a))
-    return False
+
+def given_flags(allowed: Collection[str] = ()) -> list[str]:
+    """The flags given on the command line but those of the parameters ``allowed``, in the command's order."""
+    ctx = get_current_context(silent=True)
+    given = [] if ctx is None else [p for p in ctx.command.params if p.name not in allowed
+                                    and ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
+    return [next((o for o in p.opts if o.startswith("--")), None) or p.metavar or p.name for p in given]
 
 
 def _values(value: Any) -> tuple:

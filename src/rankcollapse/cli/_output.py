@@ -28,21 +28,9 @@ def check_format(fmt: str, allowed: Sequence[str] = FORMATS) -> str:
     return fmt
 
 
-def strict(obj: Any) -> Any:
-    """:func:`~rankcollapse._io.strict_json` of ``obj`` with any other object as its text."""
-    obj = strict_json(obj)
-    if isinstance(obj, dict):
-        return {k: strict(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [strict(v) for v in obj]
-    if isinstance(obj, (str, int, float, bool)) or obj is None:
-        return obj
-    return str(obj)
-
-
 def dumps(obj: Any, **kw: Any) -> str:
-    """Strict JSON text of ``obj`` (see :func:`strict`); raises if anything slips through."""
-    return json.dumps(strict(obj), allow_nan=False, **kw)
+    """Strict JSON text of ``obj`` (:func:`~rankcollapse._io.strict_json`; any other object as its text)."""
+    return json.dumps(strict_json(obj), allow_nan=False, default=str, **kw)
 
 
 def print_json(obj: Any, **kw: Any) -> None:
@@ -50,12 +38,12 @@ def print_json(obj: Any, **kw: Any) -> None:
 
 
 def _cell(v: Any) -> str:
-    v = strict(v)
+    v = strict_json(v)
     if v is None:
         return ""
     if isinstance(v, float):
         return f"{v:.6g}"
-    return v if isinstance(v, str) else json.dumps(v) if isinstance(v, (list, dict)) else str(v)
+    return v if isinstance(v, str) else dumps(v) if isinstance(v, (list, dict)) else str(v)
 
 
 def print_records(rows: Sequence[dict], fmt: str, columns: Iterable[str] | None = None) -> None:
@@ -72,11 +60,12 @@ def print_records(rows: Sequence[dict], fmt: str, columns: Iterable[str] | None 
         sys.stdout.write("| " + " | ".join(cells) + " |\n")
 
 
-def print_result(fmt: str, doc: Any, rows: Sequence[dict], columns: Iterable[str] | None = None) -> bool:
+def print_result(fmt: str, doc: Any, rows: Sequence[dict], columns: Iterable[str] | None = None, *,
+                 indent: int | None = None) -> bool:
     """Print ``doc`` as JSON (``fmt`` json) or ``rows`` as CSV or markdown; False for
     ``table``, which the command renders itself."""
     if fmt == "json":
-        print_json(doc)
+        print_json(doc, indent=indent)
     elif fmt in ("csv", "markdown"):
         print_records(rows, fmt, columns)
     else:

@@ -18,10 +18,8 @@ from ._output import ALLOW_NONEMPTY, FORMAT_HELP, check_format, make_table, prin
 
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
 
-mask_app = typer.Typer(
-    help="Attention masks as graphs: M[i, j] = token i attends to token j (edge j -> i).",
-    no_args_is_help=True,
-)
+mask_app = typer.Typer(help="Attention masks as graphs: M[i, j] = token i attends to token j (edge j -> i).",
+                       no_args_is_help=True)
 
 _MEMORY_HELP = ("Memory the graph analysis may use, e.g. 32GiB (default half the RAM); "
                 "larger complete/causal/window masks use their closed form instead.")
@@ -138,9 +136,8 @@ def compare(
 
     if exponent not in EXPONENTS:  # before any work, for the schedule table too
         raise ConfigError(f"--exponent must be one of {', '.join(EXPONENTS)}, got {exponent!r}")
-    target = out / "compare.csv" if out is not None else None
     if out is not None:
-        check_out(out, [target.name], allow_nonempty=allow_nonempty, flags=True)
+        check_out(out, ["compare.csv"], allow_nonempty=allow_nonempty, flags=True)
     n = check_int(n, "--n-tokens", low=1, error=MaskError)
     if measure or any(masks.is_schedule(s) for s in specs):
         run = RunConfig(depth=check_int(depth, "--depth", low=1), seed=check_int(seed, "--seed", low=0))
@@ -151,8 +148,8 @@ def compare(
         df = compare_masks(specs, n, d_qk=d_qk, token_norm=token_norm, weight_norm=weight_norm, exponent=exponent,
                            max_memory=parse_size(max_memory))
     if out is not None:
-        with writing(out, "mask compare\n", [target.name], allow_nonempty=allow_nonempty, keep=True) as stage, \
-                atomic_path(stage / target.name) as tmp:
+        with writing(out, "mask compare\n", ["compare.csv"], allow_nonempty=allow_nonempty, keep=True) as stage, \
+                atomic_path(stage / "compare.csv") as tmp:
             df.to_csv(tmp, index=False)
     rows = [{k: _plain(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
     if print_result(fmt, rows, rows, df.columns):
@@ -191,17 +188,14 @@ def influence_command(
         if plot.suffix not in IMAGE_SUFFIXES:
             raise ConfigError(f"--plot must end in {', '.join(IMAGE_SUFFIXES)}, got {str(plot)!r}")
         check_writable(plot, folder=False)
-    from ..masks.influence import influence
+    from ..masks.influence import draw_influence, influence
 
     n, depth, limit = _n_tokens(spec, n), check_int(depth, "--depth", low=1, error=MaskError), parse_size(max_memory)
     if as_json:  # the printed document too, before any work
         check_memory(influence_bytes(n, depth, query_all=query == "all", as_json=True),
                      f"the influence profile at N = {n}, depth {depth} as JSON", limit)
-    result = influence(spec, n, depth=depth, alpha=alpha, decay=decay, query=query, epsilon=epsilon,
-                       max_memory=limit)
+    result = influence(spec, n, depth=depth, alpha=alpha, decay=decay, query=query, epsilon=epsilon, max_memory=limit)
     if plot is not None:
-        from ..masks.influence import draw_influence
-
         save_figure(draw_influence(result), plot)
         typer.echo(f"wrote {plot}", err=True)
     if as_json:
@@ -213,13 +207,11 @@ def influence_command(
                            f"({result.method})", cols, ([_fmt(row[c]) for c in cols] for row in result.per_depth)))
 
 
-_SHORT = {"n_tokens": "N", "n_edges": "edges", "quasi_strongly_connected": "QSC",
-          "n_centers": "centers", "radius": "r", "max_in_degree": "max keys",
-          "epsilon_bound": "eps bound", "log10_factor": "log10 factor",
+_SHORT = {"n_tokens": "N", "n_edges": "edges", "quasi_strongly_connected": "QSC", "n_centers": "centers", "radius": "r",
+          "max_in_degree": "max keys", "epsilon_bound": "eps bound", "log10_factor": "log10 factor",
           "log10_layers_per_decade": "log10 layers/10x", "mean_edges_per_layer": "edges/layer",
           "log10_rate_per_layer": "log10 rate", "measured_rate": "measured", "rank_predicted": "rank pred",
-          "rank_measured": "rank meas", "period_radius": "p r_H", "scrambling_length": "L",
-          "effective_radius": "e"}
+          "rank_measured": "rank meas", "period_radius": "p r_H", "scrambling_length": "L", "effective_radius": "e"}
 
 
 def _plain(v):
@@ -236,8 +228,3 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.3g}"
     return "-" if v is None else str(v)
-
-
-def register(app: typer.Typer) -> None:
-    """Attach ``rankcollapse mask`` to the main app."""
-    app.add_typer(mask_app, name="mask")

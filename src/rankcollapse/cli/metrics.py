@@ -11,7 +11,7 @@ from .. import masks, metrics
 from .._io import load_npy
 from .._memory import parse_size
 from ..errors import DataError, MetricError
-from ._output import FORMAT_HELP, check_format, make_table, print_json, print_records, print_table
+from ._output import FORMAT_HELP, check_format, make_table, print_result, print_table
 
 _DTYPES = ("float64", "float32")  # names of torch dtypes: torch is imported only when a command runs
 
@@ -41,19 +41,15 @@ def metrics_command(
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     names: Optional[str] = typer.Option(None, "--metrics", help="Comma-separated metric names (default: all)."),
     padding_mask: Optional[Path] = typer.Option(
-        None, "--padding-mask", help="A .npy bool/0-1 array (N,) or (B, N); True = real token."
-    ),
+        None, "--padding-mask", help="A .npy bool/0-1 array (N,) or (B, N); True = real token."),
     mask: Optional[str] = typer.Option(
-        None, "--mask", help="Mask spec for the graph metrics, e.g. causal (default: complete)."
-    ),
+        None, "--mask", help="Mask spec for the graph metrics, e.g. causal (default: complete)."),
     dtype: str = typer.Option("float64", "--dtype", help="Compute dtype: float64 or float32."),
     max_memory: Optional[str] = typer.Option(
-        None, "--max-memory", help="Memory the (N, N) pairwise metrics may use, e.g. 32GiB (default half the RAM)."
-    ),
+        None, "--max-memory", help="Memory the (N, N) pairwise metrics may use, e.g. 32GiB (default half the RAM)."),
     states: Optional[Path] = typer.Option(
         None, "--states", help="Instead of FILE: a folder of hidden states (probe --save-states, or a transformers "
-        "output_hidden_states dump); prints the per-layer table of probe (default metrics: probe's)."
-    ),
+        "output_hidden_states dump); prints the per-layer table of probe (default metrics: probe's)."),
 ) -> None:
     """Compute collapse and anisotropy metrics of a saved token array (or, with --states, the per-layer
     table of saved hidden states)."""
@@ -75,11 +71,8 @@ def metrics_command(
     graph = None if mask is None else masks.parse_mask(mask, X.shape[-2])
     report = metrics.report_metrics(X, chosen, padding_mask=pm, mask=graph, dtype=getattr(torch, dtype),
                                     max_memory=parse_size(max_memory))
-    if fmt == "json":  # undefined metrics are null with their reason: always strict JSON
-        print_json(report.rows(), indent=2)
-    elif fmt in ("csv", "markdown"):
-        print_records(report.rows(), fmt)
-    else:
+    rows = report.rows()  # undefined metrics are null with their reason: always strict JSON
+    if not print_result(fmt, rows, rows, indent=2):
         _print_table(report, tuple(X.shape))
 
 
@@ -95,8 +88,3 @@ def _states_table(folder: Path, file: Optional[Path], names: Optional[str], fmt:
 
     chosen = state_metrics(_metric_names(names))
     print_probe_table(states_table(read_states(folder), chosen), fmt)
-
-
-def register(app: typer.Typer) -> None:
-    """Attach ``rankcollapse metrics`` to the main app."""
-    app.command("metrics")(metrics_command)

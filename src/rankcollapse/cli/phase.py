@@ -62,12 +62,9 @@ def phase(
     axes = parse_axes(axis)
     fixed = {name: parse_axis(f"{name}={value}")[1][0]
              for name, value in (("depth", depth), ("n_tokens", n_tokens), ("d_model", d_model))}
-    plot_axes = None
-    if plot is not None:
-        parts = tuple(p.strip() for p in plot.split(","))
-        if len(parts) != 2 or any(p not in axes for p in parts):
-            raise ConfigError(f"--plot expects two of the given axes X,Y, got {plot!r}")
-        plot_axes = parts
+    plot_axes = None if plot is None else tuple(p.strip() for p in plot.split(","))
+    if plot_axes is not None and (len(plot_axes) != 2 or any(p not in axes for p in plot_axes)):
+        raise ConfigError(f"--plot expects two of the given axes X,Y, got {plot!r}")
     zipped = tuple(p.strip() for p in zip_axes.split(",")) if zip_axes else ()
     cells = expand_grid(axes, fixed, zipped)
     check_cells(cells, samples, seeds=seeds)  # every cell's size, before the output folder is touched
@@ -97,7 +94,3 @@ def phase(
 def _moved(path: str, stage: Path, out: Path) -> str:
     """Where a file written under ``stage`` lies once published into ``out``."""
     return str(out / Path(path).relative_to(stage))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("phase")(phase)

@@ -16,13 +16,8 @@ from .._outdir import check_out, writing
 from .._validate import check_device
 from ..errors import ConfigError
 from ..models.plot import PLOT_METRICS, drawn_metrics, plot_layers
-from ._click import ParameterSource, get_current_context
+from ._boundary import given_flags
 from ._output import ALLOW_NONEMPTY, check_format, make_table, print_result, print_table, records_table
-
-
-def register(app: typer.Typer) -> None:
-    """Attach ``probe`` to the main app."""
-    app.command("probe")(probe_command)
 
 
 def probe_command(
@@ -129,7 +124,7 @@ def probe_command(
         raise ConfigError(f"--n-samples and --batch-size must be >= 1 and --n-tokens >= 2 "
                           f"(got {windows}, {batch_size}, {length})")
     if prompts is not None:
-        _check_prompts(text_file, windows_file, corpus)
+        _check_prompts(corpus)
     heads = _check_edits(ablate_heads, ablation, patch_from, patch_point, patch_head, n_models=len(names),
                          attentions=attentions, save_states=save_states, control=control, out=out,
                          others={"--mask": mask, "--d-qk": d_qk, "--drop": drop or None,
@@ -151,20 +146,18 @@ def probe_command(
         _check_save_states(save_states, out, influence=influence, control=control, n_models=len(names),
                            points=points, allow_nonempty=allow_nonempty)
     if out is not None:
-        n_runs = len(names) * (1 if control is None else 2)
-        check_out(out, _out_names(influence=influence, n_runs=n_runs, attentions=attentions),
-                  allow_nonempty=allow_nonempty, flags=True)
+        check_out(out, _out_names(influence=influence, n_runs=len(names) * (1 if control is None else 2),
+                                  attentions=attentions), allow_nonempty=allow_nonempty, flags=True)
     from .. import data
     from ..models.probe import Intervention, as_intervention, check_points, check_positions  # imports torch
 
     intervention = as_intervention(Intervention(mask=mask, d_qk=d_qk, drop=drop, clip_massive=clip_massive,
                                                 ablate_heads=heads), None if prompts is not None else length)
 
-    if isinstance(points, str):
-        check_points(points)
+    check_points(points)
     # every input is cut into windows before the first (slow) model load: refusals come first
     if windows_file is not None:
-        given = _given_windows(windows_file, windows, length, tokenizer, text_file, corpus)
+        given = _given_windows(windows_file, windows, length, corpus)
         prepared = [(model, None, given) for model in names]
     else:
         texts = data.read_text_file(text_file) if text_file is not None else [] if prompts is not None else \
@@ -190,21 +183,19 @@ def probe_command(
         if parity:
             from ..models.parity import parity as parity_table
 
-            runs.append((loaded, wins, parity_table(loaded, wins, batch_size=batch_size)))
-            continue
-        if influence:
+            table = parity_table(loaded, wins, batch_size=batch_size)
+        elif influence:
             from ..models.influence import measure_influence
 
-            runs.append((loaded, wins, measure_influence(loaded, wins, mask=mask, batch_size=batch_size, seed=seed)))
-            continue
-        if clean is not None:
+            table = measure_influence(loaded, wins, mask=mask, batch_size=batch_size, seed=seed)
+        elif clean is not None:
             table = models.patch(loaded, clean, wins, point=patch_point, head=patch_head, metrics=metric_names,
                                  points=points, batch_size=batch_size).drop(columns="values")
-            runs.append((loaded, wins, table))
-            continue
-        table = models.probe(loaded, wins, intervention, metrics=metric_names, points=points, batch_size=batch_size,
-                             max_memory=max_memory)
+        else:
+            table = models.probe(loaded, wins, intervention, metrics=metric_names, points=points, batch_size=batch_size,
+                                 max_memory=max_memory)
         runs.append((loaded, wins, table))
+        # --max-memory, --control and --clip-massive were refused above unless this is a metrics run
         if max_memory is not None:
             notes.append(f"{loaded.name}: --max-memory {max_memory}: batches of {table.attrs['batch_size']} windows, "
                          f"predicted peak {human(table.attrs['predicted_peak_bytes'])}")
@@ -223,47 +214,36 @@ def probe_command(
                 notes.append(f"{run_loaded.name}: {line}" if many else line)
     if parity:
         _report_parity([table for _, _, table in runs], fmt)
-        _echo_notes(notes)
-        return
-    if influence:
+    elif influence:
         _report_influence([table for _, _, table in runs], out, fmt, allow_nonempty=allow_nonempty)
-        _echo_notes(notes)
-        return
-    if len(runs) > 1:
+    elif len(runs) > 1:
         _several_models(runs, out, fmt, allow_nonempty)
-        _echo_notes(notes)
-        return
-    loaded, wins, table = runs[0]
-    doc = to_json(table)
-    # everything is computed before the first file is written: a failure leaves no partial folder
-    maps = models.attention_maps(loaded, wins, intervention, batch_size=batch_size) if attentions else None
-    if save_states is not None:
-        from ..models.states import capture_states
+    else:
+        loaded, wins, table = runs[0]
+        doc = to_json(table)
+        # everything is computed before the first file is written: a failure leaves no partial folder
+        maps = models.attention_maps(loaded, wins, intervention, batch_size=batch_size) if attentions else None
+        if save_states is not None:
+            from ..models.states import capture_states, save_states as write_states
 
-        states = capture_states(loaded, wins, intervention, batch_size=batch_size, points=points,
-                                attentions=attentions)
-    if out is not None:
-        with writing(out, "probe\n", _out_names(attentions=attentions), allow_nonempty=allow_nonempty) as stage:
-            write_outputs(stage, table, wins, doc)
-            if maps is not None:
-                write_attentions(stage / "attentions.npz", maps)
-        typer.echo(f"wrote {out}/probe.csv, probe.png, windows.npz, probe.json", err=True)
-    if maps is not None:
-        typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
-    if save_states is not None:
-        from ..models.states import save_states as write_states
-
-        write_states(save_states, states, allow_nonempty=allow_nonempty, flags="--save-states")
-        typer.echo(f"wrote {save_states}/states.safetensors {tuple(states.hidden_states.shape)} "
-                   "(window, point, token, d), states.json", err=True)
-    if print_probe_table(table, fmt, doc):
-        for note in (models.embedding_rank_note(loaded, wins, table), models.layernorm_rank_note(loaded, wins, table)):
-            if note is not None:
-                typer.echo(note)
-    _echo_notes(notes)
-
-
-def _echo_notes(notes: list[str]) -> None:
+            states = capture_states(loaded, wins, intervention, batch_size=batch_size, points=points,
+                                    attentions=attentions)
+        if out is not None:
+            with writing(out, "probe\n", _out_names(attentions=attentions), allow_nonempty=allow_nonempty) as stage:
+                write_outputs(stage, {doc["model"]: table}, [wins], doc)
+                if maps is not None:
+                    write_attentions(stage / "attentions.npz", maps)
+            typer.echo(f"wrote {out}/probe.csv, probe.png, windows.npz, probe.json", err=True)
+        if maps is not None:
+            typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
+        if save_states is not None:
+            write_states(save_states, states, allow_nonempty=allow_nonempty, flags="--save-states")
+            typer.echo(f"wrote {save_states}/states.safetensors {tuple(states.hidden_states.shape)} "
+                       "(window, point, token, d), states.json", err=True)
+        if print_probe_table(table, fmt, doc):
+            for note in (models.embedding_rank_note(loaded, wins, table), models.layernorm_rank_note(loaded, wins, table)):
+                if note is not None:
+                    typer.echo(note)
     for note in notes:
         typer.echo(note, err=True)
 
@@ -306,8 +286,7 @@ def _check_influence_options(**given: Any) -> None:
 
 
 def _report_influence(tables: list, out: Optional[Path], fmt: str, *, allow_nonempty: bool = False) -> None:
-    """Print the per-layer table of :func:`rankcollapse.models.influence.measure_influence` (a
-    ``model`` column first); ``out`` gets ``influence.csv`` and ``influence.json`` (with the profiles)."""
+    """Print the tables of ``measure_influence``; ``out`` gets ``influence.csv`` and ``influence.json``."""
     rows = [{"model": t.attrs["model"], **row} for t in tables for row in t.to_dict(orient="records")]
     doc = {"models": [{"model": t.attrs["model"], "family": t.attrs["family"], "mask": t.attrs["mask"],
                        "n_tokens": t.attrs["length"], "n_probes": t.attrs["n_probes"],
@@ -316,8 +295,7 @@ def _report_influence(tables: list, out: Optional[Path], fmt: str, *, allow_none
     if out is not None:
         import pandas as pd
 
-        with writing(out, "probe --influence\n", ("influence.csv", "influence.json"),
-                     allow_nonempty=allow_nonempty) as stage:
+        with writing(out, "probe --influence\n", _out_names(influence=True), allow_nonempty=allow_nonempty) as stage:
             with atomic_path(stage / "influence.csv") as tmp:
                 pd.DataFrame(rows).to_csv(tmp, index=False)
             write_json_atomic(stage / "influence.json", doc)
@@ -346,19 +324,16 @@ def _probe_recorded(folder: Path, metrics: Optional[str], fmt: str, out: Optiona
     doc = to_json(table)
     if out is not None:
         with writing(out, "probe\n", files, allow_nonempty=allow_nonempty) as stage:
-            write_outputs(stage, table, None, doc)
+            write_outputs(stage, {doc["model"]: table}, [], doc)
         typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json", err=True)
     print_probe_table(table, fmt, doc)
 
 
 def refuse_options(allowed: tuple[str, ...], why: str) -> None:
     """Refuse the first option given on the command line whose parameter is not in ``allowed``."""
-    ctx = get_current_context(silent=True)
-    given = _explicit_options()
-    for param in (ctx.command.params if ctx is not None else ()):
-        if param.name in given and param.name not in allowed:
-            flag = next((o for o in param.opts if o.startswith("--")), None) or param.metavar or param.name
-            raise ConfigError(f"{flag} cannot be applied: {why}")
+    refused = given_flags(allowed)
+    if refused:
+        raise ConfigError(f"{refused[0]} cannot be applied: {why}")
 
 
 def _check_save_states(folder: Path, out: Optional[Path], *, influence: bool, control: Optional[str], n_models: int,
@@ -410,8 +385,7 @@ def _out_names(*, influence: bool = False, n_runs: int = 1, attentions: bool = F
 
 
 def _plot(tables: dict[str, Any], path: Path) -> None:
-    """probe.png (:func:`plot_layers`): the default four panels, else the metrics with rows it can
-    draw; a note when none has."""
+    """probe.png: the default four panels, else the metrics with rows it can draw; a note when none has."""
     held = drawn_metrics(tables)
     if not held:
         typer.echo(f"note: {path.name} not drawn: no metric at the points it draws (embeddings, layer.k.output, "
@@ -422,8 +396,6 @@ def _plot(tables: dict[str, Any], path: Path) -> None:
 
 def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: bool = False) -> None:
     """Outputs of several ``--model``: one table (rows tagged ``model``), one figure, ``windows_K.npz``."""
-    import pandas as pd
-
     from ..models.geometry_story import forced_control_notes
 
     tables = {t.attrs["model"]: t for _, _, t in runs}
@@ -436,13 +408,7 @@ def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: b
     rows = [{"model": d["model"], **row} for d in docs for row in d["layers"]]
     if out is not None:
         with writing(out, "probe\n", _out_names(n_runs=len(runs)), allow_nonempty=allow_nonempty) as stage:
-            for k, (_, wins, _) in enumerate(runs):
-                wins.save(stage / f"windows_{k}.npz")
-            with atomic_path(stage / "probe.csv") as tmp:
-                pd.concat([t.assign(model=name) for name, t in tables.items()], ignore_index=True).to_csv(tmp, index=False)
-            write_json_atomic(stage / "probe.json", combined)
-            _plot(tables, stage / "probe.png")
-            write_geometry(stage, tables)
+            write_outputs(stage, tables, [wins for _, wins, _ in runs], combined)
         typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json, windows_0..{len(runs) - 1}.npz", err=True)
     if not print_result(fmt, combined, rows):
         _print_summary(*tables.values())
@@ -450,41 +416,29 @@ def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: b
         typer.echo(f"note: {note}", err=True)
 
 
-def _given_windows(path: Path, samples: int, length: int, tokenizer: Optional[str], text_file: Optional[Path],
-                   corpus: str) -> Any:
+def _given_windows(path: Path, samples: int, length: int, corpus: str) -> Any:
     """``--windows-file``: the file's windows, whole; options that would make other windows are refused."""
-    for flag, value in (("--text-file", text_file), ("--tokenizer", tokenizer), ("--corpus", None if corpus == "wiki" else corpus)):
-        if value is not None:
+    given = given_flags()
+    for flag in ("--text-file", "--tokenizer", "--corpus"):
+        if flag in given and (flag != "--corpus" or corpus != "wiki"):
             raise ConfigError(f"--windows-file gives the token ids; {flag} would cut other windows: give one of them")
-    given = _explicit_options()
-    if "seed" in given:
+    if "--seed" in given:
         raise ConfigError("--windows-file gives the token ids; --seed orders documents for other windows: give one of them")
     from .. import data
 
     wins = data.Windows.load(path)
-    for flag, name, value, have in (("--n-samples", "windows", samples, wins.n_samples), ("--n-tokens", "length", length, wins.n_tokens)):
-        if name in given and value != have:
+    for flag, value, have in (("--n-samples", samples, wins.n_samples), ("--n-tokens", length, wins.n_tokens)):
+        if flag in given and value != have:
             raise ConfigError(f"{flag} {value} but {path} holds {wins.n_samples} windows of {wins.n_tokens} tokens; "
                               f"drop {flag} (the file fixes it)")
     return wins
 
 
-def _explicit_options() -> set[str]:
-    """Parameter names the user gave on the command line (empty outside a CLI call)."""
-    ctx = get_current_context(silent=True)
-    if ctx is None:
-        return set()
-    return {name for name in ctx.params if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
-
-
-def _check_prompts(text_file: Optional[Path], windows_file: Optional[Path], corpus: str) -> None:
+def _check_prompts(corpus: str) -> None:
     """``--prompts`` makes the windows: refuse the options that make or size other windows."""
-    given = _explicit_options()
-    for flag, value in (("--text-file", text_file), ("--windows-file", windows_file),
-                        ("--corpus", None if corpus == "wiki" else corpus),
-                        ("--n-samples", "windows" in given or None), ("--n-tokens", "length" in given or None),
-                        ("--seed", "seed" in given or None)):
-        if value is not None:
+    given = given_flags()
+    for flag in ("--text-file", "--windows-file", "--corpus", "--n-samples", "--n-tokens", "--seed"):
+        if flag in given and (flag != "--corpus" or corpus != "wiki"):
             raise ConfigError(f"--prompts makes one window per line, of its own length; {flag} does not apply")
 
 
@@ -523,8 +477,7 @@ def _check_edits(ablate_heads: Optional[str], ablation: Optional[str], patch_fro
 
 def _patch_windows(path: Path, prepared: tuple, model: str, gguf_file: Optional[str], tokenizer: Optional[str],
                    seed: int, prompts: bool = False) -> Any:
-    """The clean windows of ``--patch-from`` (a windows.npz, prompts or text cut like the probed
-    windows), refused unless their shape and padding match the probed ones."""
+    """The clean windows of ``--patch-from``, refused unless their shape and padding match the probed ones."""
     from .. import data
 
     _, tok, wins = prepared
@@ -549,41 +502,38 @@ def to_json(table: Any) -> dict[str, Any]:
     wide = table.pivot_table(index=["layer", "point"], columns="metric", values="mean", sort=False)
     order = {p: i for i, p in enumerate(dict.fromkeys(table["point"]))}
     wide = wide.reset_index().sort_values(["layer", "point"], key=lambda s: s.map(order) if s.name == "point" else s)
-    layers = []
-    for row in wide.to_dict("records"):
-        entry = {"layer": int(row.pop("layer")), "point": row.pop("point")}
-        entry.update({k: (None if v != v else float(v)) for k, v in row.items()})
-        layers.append(entry)
+    layers = [{"layer": int(r["layer"]), "point": r["point"],
+               **{k: (None if v != v else float(v)) for k, v in r.items() if k not in ("layer", "point")}}
+              for r in wide.to_dict("records")]
     attrs = table.attrs
-    return {
-        "model": attrs.get("model"), "family": attrs.get("family"), "n_samples": attrs.get("n_samples"),
-        "n_tokens": attrs.get("n_tokens"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
-        "d_qk": attrs.get("d_qk"), "drop": attrs.get("drop"),
-        **({"clip_massive": True, "massive_clips": attrs.get("massive_clips")} if attrs.get("clip_massive") else {}),
-        **({"ablate_heads": attrs["ablate_heads"]} if attrs.get("ablate_heads") else {}),
-        **({"batch_size": attrs["batch_size"], "predicted_peak_bytes": attrs["predicted_peak_bytes"]}
-           if "predicted_peak_bytes" in attrs else {}),
-        **({"patch": {"point": attrs["patch_point"], "head": attrs.get("patch_head"),
-                      "layers": "change patched - unpatched per window, mean over windows"}}
-           if attrs.get("patch_point") else {}),
-        "notes": attrs.get("notes"), "layers": layers,
-    }
+    return {"model": attrs.get("model"), "family": attrs.get("family"), "n_samples": attrs.get("n_samples"),
+            "n_tokens": attrs.get("n_tokens"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
+            "d_qk": attrs.get("d_qk"), "drop": attrs.get("drop"),
+            **({"clip_massive": True, "massive_clips": attrs.get("massive_clips")} if attrs.get("clip_massive") else {}),
+            **({"ablate_heads": attrs["ablate_heads"]} if attrs.get("ablate_heads") else {}),
+            **({"batch_size": attrs["batch_size"], "predicted_peak_bytes": attrs["predicted_peak_bytes"]}
+               if "predicted_peak_bytes" in attrs else {}),
+            **({"patch": {"point": attrs["patch_point"], "head": attrs.get("patch_head"),
+                          "layers": "change patched - unpatched per window, mean over windows"}}
+               if attrs.get("patch_point") else {}),
+            "notes": attrs.get("notes"), "layers": layers}
 
 
-def write_outputs(out: Path, table: Any, wins: Any, doc: dict[str, Any]) -> None:
-    """Table (CSV), plot, exact inputs (``windows.npz``, when ``wins`` is given) and the JSON document."""
-    if wins is not None:  # None: recorded states (probe --hidden-states), no windows
-        wins.save(out / "windows.npz")
+def write_outputs(out: Path, tables: dict[str, Any], windows: list, doc: dict[str, Any]) -> None:
+    """Write the windows (``windows_K.npz`` for several), one CSV (rows tagged ``model``), ``doc`` and the figures."""
+    import pandas as pd
+
+    for k, wins in enumerate(windows):
+        wins.save(out / ("windows.npz" if len(windows) == 1 else f"windows_{k}.npz"))
     with atomic_path(out / "probe.csv") as tmp:
-        table.assign(model=doc["model"]).to_csv(tmp, index=False)
+        pd.concat([t.assign(model=name) for name, t in tables.items()], ignore_index=True).to_csv(tmp, index=False)
     write_json_atomic(out / "probe.json", doc)
-    _plot({doc["model"]: table}, out / "probe.png")
-    write_geometry(out, {doc["model"]: table})
+    _plot(tables, out / "probe.png")
+    write_geometry(out, tables)
 
 
 def write_geometry(out: Path, tables: dict[str, Any]) -> None:
-    """``geometry.md`` and ``geometry.png`` (massive tokens and sinks) when the probe measured
-    ``max_norm_ratio``."""
+    """``geometry.md`` and ``geometry.png`` (massive tokens and sinks) when the probe measured ``max_norm_ratio``."""
     from ..models.geometry_story import from_probe_tables, plot_geometry
 
     if not any((t["metric"] == "max_norm_ratio").any() for t in tables.values()):
@@ -606,10 +556,9 @@ def _print_summary(*tables: Any) -> None:
     """One rich table of each metric's mean per layer and point (a ``model`` column for several)."""
     import pandas as pd
 
-    several = len(tables) > 1
     wide = pd.concat([t.pivot_table(index=["layer", "point"], columns="metric", values="mean", sort=False)
                       .reset_index().assign(model=t.attrs.get("model")) for t in tables], ignore_index=True)
-    wide = wide[["model", *[c for c in wide.columns if c != "model"]]] if several else wide.drop(columns="model")
+    wide = wide[["model", *[c for c in wide.columns if c != "model"]]] if len(tables) > 1 else wide.drop(columns="model")
     first = tables[0].attrs
     title = (", ".join(f"{t.attrs.get('model')} ({t.attrs.get('family')})" for t in tables)
              + f", {first.get('n_samples')} windows")

@@ -13,8 +13,8 @@ from .._io import check_writable, read_as, read_regular
 from .._outdir import OUTPUT_NAMES, check_out
 from .._validate import check_int
 from ..errors import ConfigError
-from ._click import ParameterSource
-from ._output import ALLOW_NONEMPTY, check_format, make_table, print_json, print_table
+from ._boundary import given_flags
+from ._output import ALLOW_NONEMPTY, check_format, dumps, make_table, print_json, print_table
 
 #: The options each sub-command that runs no experiment takes; any other option given
 #: to it would be ignored, so it is refused.
@@ -40,107 +40,103 @@ audit DIR [--format markdown|json]` prints what each of its verdicts rests on (f
 contrast, threshold bands and flip points, bounds and sides near their floors)."""
 
 
-def register(app: typer.Typer) -> None:
-    """Attach ``reproduce`` to the main app."""
+def reproduce_command(
+    ctx: typer.Context,
+    name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, geometry, influence, laws, power, energy, all, a comma-separated list (fig3,fig4), summary or audit."),
+    target: Optional[Path] = typer.Argument(None, help="With `summary` or `audit`: the run folder."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="stdout: table (default) or json (the claims); "
+                                      "with `summary`: markdown (default, the table of docs/results.md) or json."),
+    scale: str = typer.Option("quick", "--scale", help="quick (minutes on 2 cores), large (256 windows x 4 seeds), paper (3000 windows) or smoke."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/<UTC time>)."),
+    seed: int = typer.Option(0, "--seed", help="Seeds window order and weights (weight seed k = seed + k)."),
+    text: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 text file (one document per line) or JSONL instead of Wikipedia."),
+    n_tokens: Optional[int] = typer.Option(None, "--n-tokens", help="Tokens per window N (default 128); "
+                                           "refused where no unit reads the run's windows at its N."),
+    masks: Optional[List[str]] = typer.Option(None, "--mask", help="Replace the simulated masks (repeatable), e.g. sliding_window:w=5."),
+    depth: Optional[int] = typer.Option(None, "--depth", help="Replace the simulated depth."),
+    n_samples: Optional[int] = typer.Option(None, "--n-samples", help="Replace the number of windows."),
+    models: Optional[List[str]] = typer.Option(None, "--model", help="Extra pretrained model to probe (hub id or local folder; repeatable)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cache folder (default <out>/../.rankcollapse-cache)."),
+    device: str = typer.Option("cpu", "--device", help="torch device for simulations."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
+    nearby: bool = typer.Option(True, "--nearby/--no-nearby", help="Run the nearby settings of claims not reproduced."),
+    executor: str = typer.Option("serial", "--executor", help="Where units run: serial, processes (local worker processes) or ray (a Ray cluster). Numbers do not depend on it."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (processes; default every core) or CPUs of a private Ray instance (ray without --address)."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (host:port, or auto for the cluster started on this machine)."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="I/K: compute only shard I of K of the run's units into the "
+                                        "cache (--cache-dir) and write no result; a run without --shard on the same "
+                                        "cache then writes the result, computing nothing the shards computed."),
+    recompute: bool = typer.Option(False, "--recompute", help="Recompute every unit and overwrite its cache entry."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the planned units per experiment, how many are "
+                                 "cached and the cost model's estimate of the CPU-seconds to compute the rest "
+                                 "(and the wall time on the executor's cores); compute and write nothing."),
+    wait: bool = typer.Option(False, "--wait", help="If another run holds --out, wait for it instead of failing."),
+    allow_nonempty: bool = ALLOW_NONEMPTY,
+) -> None:
+    if name in SUBCOMMAND_OPTIONS:
+        refuse_ignored(ctx, name)
+    if name in ("summary", "audit") and target is None:
+        raise ConfigError(f"reproduce {name} needs a run folder: rankcollapse reproduce {name} DIR")
+    if name == "summary":
+        print_results(target, fmt or "markdown")
+        return
+    if name == "audit":
+        print_audit(target, fmt or "markdown")
+        return
+    as_json = check_format(fmt or "table", ("table", "json")) == "json"
+    if target is not None:
+        raise typer.BadParameter(f"unexpected argument {target}; only `summary` and `audit` take a folder")
+    if name == "schedules":  # the schedule study has its own small runner (docs/schedules.md)
+        from ..experiments.schedules import NAMES as SCHEDULE_NAMES, run_schedule_study
 
-    @app.command("reproduce", help=HELP)
-    def reproduce(
-        ctx: typer.Context,
-        name: Optional[str] = typer.Argument(None, help="main (default), fig2, fig3, fig4, theory, geometry, influence, laws, power, energy, all, a comma-separated list (fig3,fig4), summary or audit."),
-        target: Optional[Path] = typer.Argument(None, help="With `summary` or `audit`: the run folder."),
-        fmt: Optional[str] = typer.Option(None, "--format", help="stdout: table (default) or json (the claims); "
-                                          "with `summary`: markdown (default, the table of docs/results.md) or json."),
-        scale: str = typer.Option("quick", "--scale", help="quick (minutes on 2 cores), large (256 windows x 4 seeds), paper (3000 windows) or smoke."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/<UTC time>)."),
-        seed: int = typer.Option(0, "--seed", help="Seeds window order and weights (weight seed k = seed + k)."),
-        text: Optional[Path] = typer.Option(None, "--text-file", help="UTF-8 text file (one document per line) or JSONL instead of Wikipedia."),
-        n_tokens: Optional[int] = typer.Option(None, "--n-tokens", help="Tokens per window N (default 128); "
-                                               "refused where no unit reads the run's windows at its N."),
-        masks: Optional[List[str]] = typer.Option(None, "--mask", help="Replace the simulated masks (repeatable), e.g. sliding_window:w=5."),
-        depth: Optional[int] = typer.Option(None, "--depth", help="Replace the simulated depth."),
-        n_samples: Optional[int] = typer.Option(None, "--n-samples", help="Replace the number of windows."),
-        models: Optional[List[str]] = typer.Option(None, "--model", help="Extra pretrained model to probe (hub id or local folder; repeatable)."),
-        cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cache folder (default <out>/../.rankcollapse-cache)."),
-        device: str = typer.Option("cpu", "--device", help="torch device for simulations."),
-        progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
-        nearby: bool = typer.Option(True, "--nearby/--no-nearby", help="Run the nearby settings of claims not reproduced."),
-        executor: str = typer.Option("serial", "--executor", help="Where units run: serial, processes (local worker processes) or ray (a Ray cluster). Numbers do not depend on it."),
-        workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (processes; default every core) or CPUs of a private Ray instance (ray without --address)."),
-        address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (host:port, or auto for the cluster started on this machine)."),
-        shard: Optional[str] = typer.Option(None, "--shard", help="I/K: compute only shard I of K of the run's units into the "
-                                            "cache (--cache-dir) and write no result; a run without --shard on the same "
-                                            "cache then writes the result, computing nothing the shards computed."),
-        recompute: bool = typer.Option(False, "--recompute", help="Recompute every unit and overwrite its cache entry."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the planned units per experiment, how many are "
-                                     "cached and the cost model's estimate of the CPU-seconds to compute the rest "
-                                     "(and the wall time on the executor's cores); compute and write nothing."),
-        wait: bool = typer.Option(False, "--wait", help="If another run holds --out, wait for it instead of failing."),
-        allow_nonempty: bool = ALLOW_NONEMPTY,
-    ) -> None:
-        if name in SUBCOMMAND_OPTIONS:
-            refuse_ignored(ctx, name)
-        if name == "summary":
-            print_results(target, fmt or "markdown")
-            return
-        if name == "audit":
-            print_audit(target, fmt or "markdown")
-            return
-        as_json = check_format(fmt or "table", ("table", "json")) == "json"
-        if target is not None:
-            raise typer.BadParameter(f"unexpected argument {target}; only `summary` and `audit` take a folder")
-        if name == "schedules":  # the schedule study has its own small runner (docs/schedules.md)
-            from ..experiments.schedules import NAMES as SCHEDULE_NAMES, run_schedule_study
+        dest = out or Path("runs") / "schedules"
+        check_out(dest, SCHEDULE_NAMES, allow_nonempty=allow_nonempty, flags=True)  # named by its flags
+        table = run_schedule_study(dest, scale, seed, allow_nonempty=allow_nonempty)
+        typer.echo(table.to_string(index=False))
+        typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
+        return
+    from ..experiments.runner import StorageConfig, estimate_run, run_experiment
+    from ..sweep.executors import ExecutionConfig
 
-            dest = out or Path("runs") / "schedules"
-            check_out(dest, SCHEDULE_NAMES, allow_nonempty=allow_nonempty, flags=True)  # named by its flags
-            table = run_schedule_study(dest, scale, seed, allow_nonempty=allow_nonempty)
-            typer.echo(table.to_string(index=False))
-            typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
-            return
-        from ..experiments.runner import StorageConfig, estimate_run, run_experiment
-        from ..sweep.executors import ExecutionConfig
-
-        # the options by their flags (run_experiment's own messages name its arguments)
-        check_int(seed, "--seed", low=0)
-        if n_tokens is not None:
-            check_int(n_tokens, "--n-tokens", low=2)
-        for flag, value in (("--depth", depth), ("--n-samples", n_samples)):
-            if value is not None:
-                check_int(value, flag, low=1)
-        execution = ExecutionConfig(executor, workers=workers, address=address, device=device,
-                                    progress=progress and not as_json, shard=shard)
-        storage = StorageConfig(cache_dir=cache_dir, recompute=recompute, wait=wait, allow_nonempty=allow_nonempty)
-        if cache_dir is not None:  # named by its flag here; the API names its argument
-            check_writable(cache_dir, folder=True, option="--cache-dir")
-        overrides = {"masks": masks or None, "depth": depth, "n_samples": n_samples, "extra_models": models or None}
-        overrides = {k: v for k, v in overrides.items() if v is not None}
-        if dry_run:
-            refuse_in_dry_run(ctx)
-            est = estimate_run(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides,
-                               nearby=nearby, execution=execution, storage=storage)
-            print_estimate(est, as_json)
-            return
-        if out is not None and shard is None:  # named by its flags here, before the experiments load
-            check_out(out, OUTPUT_NAMES, allow_nonempty=allow_nonempty, flags=True)
-        result = run_experiment(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides,
-                                nearby=nearby, execution=execution, storage=storage)
-        if shard is not None:
-            print_shard(result, as_json)
-            return
-        if as_json:
-            print_json({"out": str(result.out), "config_hash": result.config["config_hash"], "claims": result.claims},
-                       indent=2)
-            return
-        print_summary(result)
+    # the options by their flags (run_experiment's own messages name its arguments)
+    for flag, value, low in (("--seed", seed, 0), ("--n-tokens", n_tokens, 2), ("--depth", depth, 1),
+                             ("--n-samples", n_samples, 1)):
+        if value is not None:
+            check_int(value, flag, low=low)
+    execution = ExecutionConfig(executor, workers=workers, address=address, device=device,
+                                progress=progress and not as_json, shard=shard)
+    storage = StorageConfig(cache_dir=cache_dir, recompute=recompute, wait=wait, allow_nonempty=allow_nonempty)
+    if cache_dir is not None:  # named by its flag here; the API names its argument
+        check_writable(cache_dir, folder=True, option="--cache-dir")
+    overrides = {"masks": masks or None, "depth": depth, "n_samples": n_samples, "extra_models": models or None}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if dry_run:  # it runs nothing (the estimate refuses --wait and --allow-nonempty)
+        if "--progress" in given_flags():
+            raise ConfigError("--progress/--no-progress does not apply to --dry-run, which runs nothing")
+        est = estimate_run(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides,
+                           nearby=nearby, execution=execution, storage=storage)
+        print_estimate(est, as_json)
+        return
+    if out is not None and shard is None:  # named by its flags here, before the experiments load
+        check_out(out, OUTPUT_NAMES, allow_nonempty=allow_nonempty, flags=True)
+    result = run_experiment(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides,
+                            nearby=nearby, execution=execution, storage=storage)
+    if shard is not None:
+        print_shard(result, as_json)
+        return
+    if as_json:
+        print_json({"out": str(result.out), "config_hash": result.config["config_hash"], "claims": result.claims},
+                   indent=2)
+        return
+    print_summary(result)
 
 
 def print_shard(result, as_json: bool) -> None:
     """What a shard computed (units computed and cached) and where, with the run's config hash."""
     cost, config = result.config["cost"], result.config
     if as_json:
-        print_json({"shard": config["shard"], "config_hash": config["config_hash"],
-                    "cache": config["execution"]["cache"], **{k: cost[k] for k in ("units", "units_computed",
-                                                                                    "units_cached")}}, indent=2)
+        print_json({"shard": config["shard"], "config_hash": config["config_hash"], "cache": config["execution"]["cache"],
+                    **{k: cost[k] for k in ("units", "units_computed", "units_cached")}}, indent=2)
         return
     typer.echo(f"shard {config['shard']} of {', '.join(config['experiments'])} ({config['scale']}, hash "
                f"{config['config_hash']}): {cost['units']} units, {cost['units_computed']} computed, "
@@ -162,40 +158,25 @@ def print_estimate(est: dict, as_json: bool) -> None:
         typer.echo(f"  {line}")
 
 
-def refuse_in_dry_run(ctx: typer.Context) -> None:
-    """Refuse ``--progress``/``--no-progress`` with ``--dry-run``, which runs nothing (the estimate
-    refuses ``--wait`` and ``--allow-nonempty``)."""
-    if ctx.get_parameter_source("progress") in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
-        raise ConfigError("--progress/--no-progress does not apply to --dry-run, which runs nothing")
-
-
 def refuse_ignored(ctx: typer.Context, command: str) -> None:
     """Refuse the options given that ``reproduce COMMAND`` does not take (:data:`SUBCOMMAND_OPTIONS`)."""
-    keep = SUBCOMMAND_OPTIONS[command] | {"name", "target"}
-    given = [p.opts[0] for p in ctx.command.params if p.name not in keep
-             and ctx.get_parameter_source(p.name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
+    given = given_flags(SUBCOMMAND_OPTIONS[command] | {"name", "target"})
     if given:
         takes = ", ".join(sorted(o for p in ctx.command.params if p.name in SUBCOMMAND_OPTIONS[command]
                                  for o in p.opts[:1]))
         raise ConfigError(f"reproduce {command} does not take {', '.join(given)} (it takes {takes})")
 
 
-def print_results(folder: Optional[Path], fmt: str) -> None:
+def print_results(folder: Path, fmt: str) -> None:
     """The results table of the finished run in ``folder`` on stdout."""
     from ..experiments.report import results_json, results_markdown
 
-    if folder is None:
-        raise ConfigError("reproduce summary needs a run folder: rankcollapse reproduce summary DIR")
     if fmt not in ("markdown", "table", "json"):
         raise ConfigError(f"--format must be markdown (alias table) or json, got {fmt!r}")
     claims = finished_claims(folder)
     with read_as(Path(folder) / "claims.json", "claims file"):  # rendered whole before anything is printed
-        text = None if fmt == "json" else results_markdown(claims)
-        rows = results_json(claims) if fmt == "json" else None
-    if fmt == "json":
-        print_json(rows, indent=2)
-    else:
-        sys.stdout.write(text)
+        text = dumps(results_json(claims), indent=2) + "\n" if fmt == "json" else results_markdown(claims)
+    sys.stdout.write(text)
 
 
 def finished_claims(folder: Path) -> list[dict]:
@@ -207,31 +188,6 @@ def finished_claims(folder: Path) -> list[dict]:
     raw = read_regular(path, "claims file")  # a planted link or FIFO is refused before anything else
     if not (Path(folder) / "COMPLETE").is_file():
         raise ConfigError(f"{folder}: the run did not finish (no COMPLETE marker); its claims are not a result")
-    return _checked_claims(raw, path)
-
-
-def print_audit(folder: Optional[Path], fmt: str) -> None:
-    """The robustness audit of the finished run in ``folder`` on stdout."""
-    from ..experiments.audit import audit_markdown, audit_run
-
-    if folder is None:
-        raise ConfigError("reproduce audit needs a run folder: rankcollapse reproduce audit DIR")
-    if fmt not in ("markdown", "json"):
-        raise ConfigError(f"--format must be markdown or json, got {fmt!r}")
-    finished_claims(folder)  # the checks `summary` makes on an untrusted folder
-    entries = audit_run(folder)
-    if not any((folder / n).is_file() for n in ("table.parquet", "table.csv")):
-        typer.echo(f"note: {folder} keeps no table: the audit reads the checks stored in its claims.json "
-                   "(no quantity is read again from rows)", err=True)
-    if fmt == "json":
-        print_json(entries, indent=2)
-    else:
-        sys.stdout.write(audit_markdown(entries))
-
-
-def _checked_claims(raw: bytes, path: Path) -> list[dict]:
-    """The claims of ``claims.json``: a non-empty list of objects with string ``id``, ``effect``
-    and ``verdict``, else refused."""
     try:
         claims = json.loads(raw.decode("utf-8"))
     except RecursionError:
@@ -243,6 +199,20 @@ def _checked_claims(raw: bytes, path: Path) -> list[dict]:
     if not ok:
         raise ConfigError(f"{path} is not a claims file: expected a non-empty list of claims with id, effect and verdict")
     return claims
+
+
+def print_audit(folder: Path, fmt: str) -> None:
+    """The robustness audit of the finished run in ``folder`` on stdout."""
+    from ..experiments.audit import audit_markdown, audit_run
+
+    if fmt not in ("markdown", "json"):
+        raise ConfigError(f"--format must be markdown or json, got {fmt!r}")
+    finished_claims(folder)  # the checks `summary` makes on an untrusted folder
+    entries = audit_run(folder)
+    if not any((folder / n).is_file() for n in ("table.parquet", "table.csv")):
+        typer.echo(f"note: {folder} keeps no table: the audit reads the checks stored in its claims.json "
+                   "(no quantity is read again from rows)", err=True)
+    sys.stdout.write(dumps(entries, indent=2) + "\n" if fmt == "json" else audit_markdown(entries))
 
 
 def print_summary(result) -> None:

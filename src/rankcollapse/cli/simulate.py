@@ -29,9 +29,7 @@ def input_name(source: str) -> str | None:
 
 
 def _initial_tokens(source: str, n_tokens: int | None, d_model: int | None, samples: int, seed: int, loaded=None):
-    """X(0) ``(B, N, d)`` from ``--input``: drawn from the input registry with ``seed``, Wikipedia
-    windows embedded by ``loaded`` (default MiniLM), or a ``.npy``/``.pt`` file whose N and d
-    a given ``n_tokens``/``d_model`` must equal."""
+    """X(0) ``(B, N, d)`` from ``--input``: drawn, Wikipedia embedded by ``loaded`` (default MiniLM), or a file."""
     from ..dynamics.inputs import INPUTS, make_tokens
 
     name = input_name(source)
@@ -55,18 +53,15 @@ def _initial_tokens(source: str, n_tokens: int | None, d_model: int | None, samp
     if not path.is_file():
         raise DataError(f"--input {source!r} is neither one of {tuple(INPUTS)} nor a readable .npy/.pt file")
     if path.suffix != ".pt":
-        return _as_batch(torch.as_tensor(load_npy(path, "--input", error=DataError)), source, n_tokens, d_model)
-    try:
-        X = torch.load(path, weights_only=True)
-    except Exception as exc:  # any unreadable file: pickle, zip, numpy and torch errors differ
-        raise DataError(f"--input {source!r} is not a readable .npy/.pt array: {exc}") from None
-    if not isinstance(X, torch.Tensor):
-        raise DataError(f"--input {source!r} holds a {type(X).__name__}, not one tensor")
-    return _as_batch(X, source, n_tokens, d_model)
-
-
-def _as_batch(X: "torch.Tensor", source: str, n_tokens: int | None, d_model: int | None) -> "torch.Tensor":
-    """``X`` as ``(B, N, d)``, refused if a given ``--n-tokens`` or width contradicts it."""
+        X = torch.as_tensor(load_npy(path, "--input", error=DataError))
+    else:
+        try:
+            X = torch.load(path, weights_only=True)
+        except Exception as exc:  # any unreadable file: pickle, zip, numpy and torch errors differ
+            raise DataError(f"--input {source!r} is not a readable .npy/.pt array: {exc}") from None
+        if not isinstance(X, torch.Tensor):
+            raise DataError(f"--input {source!r} holds a {type(X).__name__}, not one tensor")
+    # (B, N, d), refused if a given --n-tokens or width contradicts it
     if X.ndim == 2:
         X = X.unsqueeze(0)
     if X.ndim != 3:
@@ -163,8 +158,8 @@ def simulate_command(
         loaded = models.load_model(pretrained)
         weights = dynamics.extract_attention_weights(loaded.model)
         depth = len(weights)
-    if loaded is not None and name != "wikipedia":
-        d_model = weights[0].d_model if d_model is None else d_model
+        if name != "wikipedia" and d_model is None:
+            d_model = weights[0].d_model
     if name is not None and name != "wikipedia":  # drawn here: refuse a size that cannot fit before drawing it
         check_simulate_tokens(samples, N_TOKENS if n_tokens is None else n_tokens, 64 if d_model is None else d_model,
                               8 if dtype == "float64" else 4, depth=depth, mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0,
@@ -226,9 +221,4 @@ def simulate_command(
                    err=True)
     if out is not None:
         typer.echo(f"wrote {out / 'result.json'} and {out / 'mu_loglog.png'}", err=True)
-
-
-def register(app: typer.Typer) -> None:
-    """Attach ``rankcollapse simulate``."""
-    app.command("simulate")(simulate_command)
 

@@ -31,9 +31,7 @@ def _emit(obj: dict, fmt: str, lines: list[str], rows: Sequence[dict] = ()) -> N
         typer.echo("\n".join(lines))
 
 
-def _load_system(path: Optional[Path]):
-    if path is None:
-        return None
+def _load_system(path: Path):
     return theory.AttentionSystem.from_dict(read_user_json(path, "system JSON", ConfigError))
 
 
@@ -83,11 +81,9 @@ LOOSE_RATE = 0.999
 def _loose_note(masks: list[str], rates: list[float]) -> list[str]:
     """One line naming the masks whose envelope is too loose to be informative."""
     loose = [m for m, r in zip(masks, rates) if r > LOOSE_RATE]
-    if not loose:
-        return []
-    return [f"note: envelope too loose to be informative for {', '.join(loose)}: the guaranteed per-layer "
-            f"factor is > {LOOSE_RATE} (μ may shrink by < 0.1 % a layer); the bound holds but only says "
-            f"μ does not grow, not how fast it decays"]
+    return [] if not loose else [f"note: envelope too loose to be informative for {', '.join(loose)}: the guaranteed "
+                                 f"per-layer factor is > {LOOSE_RATE} (μ may shrink by < 0.1 % a layer); the bound "
+                                 f"holds but only says μ does not grow, not how fast it decays"]
 
 
 @sub.command("equilibria")
@@ -95,8 +91,7 @@ def equilibria_cmd(
     n: int = typer.Option(2, "--n-tokens", help="Number of tokens N."),
     d: int = typer.Option(2, "--d-model", help="Token width d."), rank: int = typer.Option(2, "--rank"),
     limit: Optional[int] = typer.Option(None, help="List only this many (needed when 2^rank > 4096)."),
-    example: bool = typer.Option(False, help="The N = d = 2 example of spec.md §5.3 instead."),
-    fmt: str = _FORMAT,
+    example: bool = typer.Option(False, help="The N = d = 2 example of spec.md §5.3 instead."), fmt: str = _FORMAT,
 ) -> None:
     """A system with ≥ 2^rank SA-LN equilibria of rank exactly `rank`, each verified and classified."""
     es = theory.causal_example_2x2().with_stability() if example else theory.equilibria(n, d, rank, limit=limit)
@@ -117,8 +112,7 @@ def equilibria_cmd(
 
 @sub.command("system")
 def system_cmd(
-    out: Path = typer.Option(..., "--out", help="Output folder; writes OUT/system.json."),
-    fmt: str = _FORMAT,
+    out: Path = typer.Option(..., "--out", help="Output folder; writes OUT/system.json."), fmt: str = _FORMAT,
     allow_nonempty: bool = ALLOW_NONEMPTY,
 ) -> None:
     """Write a system JSON for `theory find` and `theory basin`: the N = d = 2 causal example
@@ -156,8 +150,7 @@ def basin_cmd(
     fmt: str = _FORMAT,
 ) -> None:
     """Monte Carlo fraction of uniform random starts ending at a rank-k equilibrium, with a CI."""
-    sysobj = _load_system(system)
-    used = sysobj if sysobj is not None else theory.causal_example_2x2().system
+    used = _load_system(system) if system is not None else theory.causal_example_2x2().system
     b = theory.basin_estimate(used, target_rank=rank, n_samples=samples, seed=seed, depth=depth,
                        confidence=confidence, method=method)
     name = str(system) if system is not None else "the N = d = 2 causal example (docs/theory.md §3a)"
@@ -172,8 +165,7 @@ def basin_cmd(
 def sphere_cmd(
     mask: str = typer.Option("causal"), n: int = typer.Option(16, "--n-tokens", help="Number of tokens N."),
     d: int = typer.Option(8, "--d-model", help="Token width d."),
-    depth: int = typer.Option(80), beta: float = typer.Option(8.0), seed: int = typer.Option(0),
-    fmt: str = _FORMAT,
+    depth: int = typer.Option(80), beta: float = typer.Option(8.0), seed: int = typer.Option(0), fmt: str = _FORMAT,
 ) -> None:
     """Theorem 2: SA-LN with orthogonal W_V, inputs meeting vs violating the cosine condition."""
     rs = [theory.check_sphere_collapse(mask, n_tokens=n, d_model=d, depth=depth, inputs=k, beta=beta, seed=seed)
@@ -186,8 +178,7 @@ def sphere_cmd(
 @sub.command("portrait")
 def portrait_cmd(
     out: Path = typer.Option(Path("runs/theory"), help="Folder for the PNGs."),
-    seed: int = typer.Option(0), fmt: str = _FORMAT,
-    allow_nonempty: bool = ALLOW_NONEMPTY,
+    seed: int = typer.Option(0), fmt: str = _FORMAT, allow_nonempty: bool = ALLOW_NONEMPTY,
 ) -> None:
     """N = d = 2 final angle vs starting angle, and d = 3 trajectories on the sphere (PNG)."""
     names = ["portrait_2d.png", "trajectories_3d.png"]
@@ -257,8 +248,3 @@ def temperature_cmd(
         lines += [f"  {s['law']:<12} {fixed(s['slope'], '+.3f')} [{fixed(s['slope_lo'], '+.3f')}, "
                   f"{fixed(s['slope_hi'], '+.3f')}]" for s in scan.slopes]
     _emit(scan.to_dict(), fmt, lines, scan.rows)
-
-
-def register(app: typer.Typer) -> None:
-    """Attach ``rankcollapse theory ...``."""
-    app.add_typer(sub, name="theory")
