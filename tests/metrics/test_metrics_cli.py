@@ -73,6 +73,19 @@ def test_json_batch_is_a_list_of_objects_honouring_padding(arrays):
         assert row["mu"] == pytest.approx(ref.mu(batch[b, :4].astype(float)), rel=1e-10)
 
 
+@pytest.mark.parametrize("fmt", ["csv", "markdown"])
+def test_csv_and_markdown_of_one_matrix_are_one_row_of_numbers(arrays, fmt):
+    paths, single, _ = arrays
+    proc = _run(str(paths["single"]), "--format", fmt, "--metrics", "mu,avg_abs_cos")
+    assert proc.returncode == 0, proc.stderr
+    lines = [line.strip("| ") for line in proc.stdout.splitlines() if not line.startswith("| ---")]
+    sep = "," if fmt == "csv" else " | "
+    assert [line.split(sep) for line in lines][0] == ["mu", "avg_abs_cos"] and len(lines) == 2
+    mu, cos = (float(v) for v in lines[1].split(sep))
+    assert mu == pytest.approx(ref.mu(single), rel=1e-5)
+    assert cos == pytest.approx(ref.ALL["avg_abs_cos"](single), rel=1e-5)
+
+
 def test_table_output_and_graph_mask(arrays):
     paths, _, _ = arrays
     proc = _run(str(paths["batch"]), "--mask", "causal", "--metrics", "dirichlet_energy,mu")

@@ -71,8 +71,8 @@ def metrics_command(
     graph = None if mask is None else masks.parse_mask(mask, X.shape[-2])
     report = metrics.report_metrics(X, chosen, padding_mask=pm, mask=graph, dtype=getattr(torch, dtype),
                                     max_memory=parse_size(max_memory))
-    rows = report.rows()  # undefined metrics are null with their reason: always strict JSON
-    if not print_result(fmt, rows, rows, indent=2):
+    doc = report.rows()  # undefined metrics are null with their reason: always strict JSON
+    if not print_result(fmt, doc, doc if isinstance(doc, list) else [doc], indent=2):
         _print_table(report, tuple(X.shape))
 
 
