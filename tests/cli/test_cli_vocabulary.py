@@ -89,6 +89,25 @@ def test_help_fits_100_columns_without_cutting_words(root, monkeypatch, argv):
     assert _BOX.findall(narrow) == _BOX.findall(wide)
 
 
+@pytest.mark.parametrize("argv", [*_commands(), []], ids=lambda a: " ".join(a) or "root")
+def test_help_paragraphs_reflow_and_keep_every_word(root, monkeypatch, argv):
+    monkeypatch.setenv("COLUMNS", "2000")
+    code, out, _ = invoke([*argv, "--help"], root)
+    assert code == 0
+    prose = [line.strip() for line in out.splitlines() if not line.strip()[:1] in ("│", "╭", "╰")]
+    # wide enough for any paragraph: a paragraph that keeps its source line breaks prints ragged
+    assert not [(a, b) for a, b in zip(prose, prose[1:]) if a and b], argv
+
+
+def test_help_keeps_bracketed_words_and_lists_commands_by_their_short_help(root, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "2000")
+    listing = {line.strip("│ ").split()[0]: line.strip("│ ") for line in invoke(["--help"], root)[1].splitlines()
+               if line.startswith("│ ") and not line.strip("│ ").startswith("--")}
+    assert {"metrics", "reproduce", "mask"} <= set(listing) and max(map(len, listing.values())) < 160
+    assert "main by default" in invoke(["reproduce", "--help"], root)[1]
+    assert "(M_ij = 1)" in invoke(["mask", "--help"], root)[1]
+
+
 def test_mask_show_out_is_a_folder(root):
     code, _, err = invoke(["mask", "show", "causal", "--n-tokens", "8", "--out", "shown"], root)
     assert code == 0 and (root / "shown" / "mask.png").stat().st_size > 0

@@ -37,11 +37,13 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
 
 
 app.add_typer(mask.mask_app, name="mask")
-app.command("metrics")(metrics.metrics_command)
+app.command("metrics", short_help="Collapse and anisotropy metrics of a saved token array or of saved hidden states.")(
+    metrics.metrics_command)
 app.command("simulate")(simulate.simulate_command)
 app.add_typer(theory.sub, name="theory")
 app.command("probe")(probe.probe_command)
-app.command("reproduce", help=reproduce.HELP)(reproduce.reproduce_command)
+app.command("reproduce", help=reproduce.HELP, short_help="Run an experiment on real text: its table, plots, claims and report.")(
+    reproduce.reproduce_command)
 app.command("phase")(phase.phase)
 
 

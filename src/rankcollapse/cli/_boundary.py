@@ -4,6 +4,7 @@ line on stderr, exit 2, also in-process) and its one-value-per-option rule."""
 from __future__ import annotations
 
 import errno
+import inspect
 import math
 import os
 import sys
@@ -119,6 +120,13 @@ def _check_number(value: Any, param: Any, ctx: click.Context) -> None:
         raise click.exceptions.UsageError(f"{name} must fit a signed 64-bit integer, got {value}", ctx=ctx)
 
 
+def one_line_paragraphs(text: str) -> str:
+    """``text`` with each paragraph on one line: typer's rich help keeps the line breaks of
+    every paragraph after the first, so a docstring wrapped at 90 columns would print ragged."""
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split("\n"))
+                       for p in inspect.cleandoc(text).split("\n\n"))
+
+
 class Group(TyperGroup):
     """The root group: the error boundary of every sub-command."""
 
@@ -129,6 +137,8 @@ class Group(TyperGroup):
             cmd.__class__ = Command
         elif type(cmd) is TyperGroup:
             cmd.__class__ = Group
+        if cmd is not None and cmd.help:
+            cmd.help = one_line_paragraphs(cmd.help)
         return cmd
 
     def invoke(self, ctx: click.Context) -> Any:

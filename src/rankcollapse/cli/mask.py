@@ -18,7 +18,7 @@ from ._output import ALLOW_NONEMPTY, FORMAT_HELP, check_format, make_table, prin
 
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
 
-mask_app = typer.Typer(help="Attention masks as graphs: M[i, j] = token i attends to token j (edge j -> i).",
+mask_app = typer.Typer(help="Attention masks as graphs: token i attends to token j (M_ij = 1) is the edge j -> i.",
                        no_args_is_help=True)
 
 _MEMORY_HELP = ("Memory the graph analysis may use, e.g. 32GiB (default half the RAM); "

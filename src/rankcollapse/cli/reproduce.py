@@ -20,7 +20,7 @@ from ._output import ALLOW_NONEMPTY, check_format, dumps, make_table, print_json
 #: to it would be ignored, so it is refused.
 SUBCOMMAND_OPTIONS = {"summary": {"fmt"}, "audit": {"fmt"}, "schedules": {"out", "scale", "seed", "allow_nonempty"}}
 
-HELP = """Run experiment NAME (main [default], fig2, fig3, fig4, theory, geometry, influence, laws, power, energy, all, or schedules:
+HELP = """Run experiment NAME (main by default, fig2, fig3, fig4, theory, geometry, influence, laws, power, energy, all, or schedules:
 collapse rate of mask schedules at equal attention budget) on real
 Wikipedia windows and write the tidy table, plots, claims.json, config.json and a
 self-contained report.html to --out (default runs/<UTC time>). Results are cached by
