@@ -124,6 +124,20 @@ def test_mask_compare_out_folder_holds_compare_csv(root):
     assert len(csv_out.splitlines()) == len(written) == 3
 
 
+@pytest.mark.parametrize("extra", [["--depth", "4"], ["--seed", "1"], ["--n-samples", "2"], ["--d-model", "8"]])
+def test_mask_compare_refuses_measure_settings_without_measure(root, extra):
+    code, out, err = invoke(["mask", "compare", "causal", "--n-tokens", "8", *extra], root)
+    assert code == 2 and not out and f"{extra[0]} does not apply here" in err
+    assert invoke(["mask", "compare", "causal", "--n-tokens", "4", "--measure", *extra], root)[0] == 0
+
+
+def test_mask_compare_refuses_max_memory_for_the_schedule_table(root):
+    code, _, err = invoke(["mask", "compare", "schedule:causal*2,complete", "--n-tokens", "8", "--max-memory", "1GiB"],
+                          root)
+    assert code == 2 and "--max-memory does not apply here" in err
+    assert invoke(["mask", "compare", "causal", "--n-tokens", "8", "--max-memory", "1GiB"], root)[0] == 0
+
+
 def test_markdown_and_csv_have_one_row_per_record(root):
     _, md, _ = invoke(["metrics", "x.npy", "--metrics", "mu,rank_fraction", "--format", "markdown"], root)
     lines = md.splitlines()

@@ -14,6 +14,7 @@ from .._memory import check_memory, influence_bytes, parse_size
 from .._outdir import check_out, writing
 from .._validate import check_int
 from ..errors import ConfigError, MaskError
+from ._boundary import given_flags
 from ._output import ALLOW_NONEMPTY, FORMAT_HELP, check_format, make_table, print_json, print_result, print_table
 
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -130,6 +131,13 @@ def compare(
     check_format(fmt)
     if d_qk <= 0:
         raise ConfigError(f"--d-qk must be > 0, got {d_qk}")
+    schedules = measure or any(masks.is_schedule(s) for s in specs)
+    # the simulation's settings apply with --measure only; --max-memory to the mask table only
+    unused = [f for f in given_flags() if f in (("--max-memory",) if schedules else ())
+              or (not measure and f in ("--depth", "--n-samples", "--d-model", "--seed"))]
+    if unused:
+        raise ConfigError(f"{unused[0]} does not apply here: " + ("the schedule table does not form the (N, N) graph"
+                          if unused[0] == "--max-memory" else "it is a setting of --measure"))
     from ..theory.envelope import EXPONENTS  # here: numpy is not needed for --help
     from ..dynamics.config import RunConfig
     from ..theory.rates import compare_masks, compare_schedules
@@ -139,7 +147,7 @@ def compare(
     if out is not None:
         check_out(out, ["compare.csv"], allow_nonempty=allow_nonempty, flags=True)
     n = check_int(n, "--n-tokens", low=1, error=MaskError)
-    if measure or any(masks.is_schedule(s) for s in specs):
+    if schedules:
         run = RunConfig(depth=check_int(depth, "--depth", low=1), seed=check_int(seed, "--seed", low=0))
         df = compare_schedules(specs, n, measure=run if measure else None, d_model=check_int(d_model, "--d-model", low=1),
                                n_samples=check_int(samples, "--n-samples", low=1), d_qk=d_qk, token_norm=token_norm,
