@@ -227,3 +227,19 @@ def test_float32_run_that_reaches_the_zero_matrix_keeps_its_layers():
     # float64 follows the same run to the end
     doc64 = json.loads(run(*args, "--dtype", "float64", "--format", "json").stdout)
     assert doc64["stopped"] is None and doc64["layers"][-1]["mu_relative"] is not None
+
+
+def test_attention_too_large_is_refused_before_the_input_is_drawn(tmp_path, monkeypatch, capsys):
+    from rankcollapse.cli import main, simulate as cli_simulate
+
+    def never(*args, **kwargs):
+        raise AssertionError("X(0) drawn before the attention's memory was checked")
+
+    monkeypatch.setattr(cli_simulate, "_initial_tokens", never)
+    monkeypatch.setattr(sys, "argv", ["rankcollapse", "simulate", "--n-tokens", "1000000", "--mask", "complete",
+                                      "--depth", "2", "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "attention over N = 1000000 tokens" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()

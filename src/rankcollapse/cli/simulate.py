@@ -164,6 +164,11 @@ def simulate_command(
         check_simulate_tokens(samples, N_TOKENS if n_tokens is None else n_tokens, 64 if d_model is None else d_model,
                               8 if dtype == "float64" else 4, depth=depth, mlp_ratio=cfg.mlp_ratio if cfg.mlp else 0,
                               pure=cfg == dynamics.VARIANTS["pure"], max_memory=parse_size(max_memory))
+        if weights is None:  # the attention too: a complete mask over a million tokens must not wait for X(0)
+            from ..dynamics.runner import check_attention_fits
+
+            check_attention_fits(mask, samples, N_TOKENS if n_tokens is None else n_tokens, 8 if dtype == "float64" else 4,
+                                 n_heads=cfg.n_heads, backend=backend, max_memory=parse_size(max_memory))
     X0 = _initial_tokens(source, n_tokens, d_model, samples, seed, loaded)
     import torch  # here, not at the top: `rankcollapse --help` must not import torch
 

@@ -377,6 +377,15 @@ def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, backend
                        f"{B} samples x {H} heads)", max_memory)
 
 
+def check_attention_fits(mask, B: int, N: int, itemsize: int, *, n_heads: int = 1, backend: str = "auto",
+                         max_memory=None) -> None:
+    """Refuse (``MemoryLimitError``) attention over ``N`` tokens of ``B`` samples that would not
+    fit ``max_memory``, before any token is drawn: the check :func:`simulate` makes itself."""
+    sched = parse_schedule(mask, N) if is_schedule(mask) else None
+    m = sched.composed() if sched is not None else resolve_mask(mask, N)
+    _check_attention_memory(m, B, n_heads, N, itemsize, backend, max_memory)
+
+
 def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, value: Any, query_key: Any,
                       shared: bool) -> BlockConfig:
     """``cfg`` with the heads and ``W_O`` of the given ``weights``; refuses ``value``,
