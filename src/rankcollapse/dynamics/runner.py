@@ -377,13 +377,13 @@ def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, backend
                        f"{B} samples x {H} heads)", max_memory)
 
 
-def check_attention_fits(mask, B: int, N: int, itemsize: int, *, n_heads: int = 1, backend: str = "auto",
-                         max_memory=None) -> None:
-    """Refuse (``MemoryLimitError``) attention over ``N`` tokens of ``B`` samples that would not
-    fit ``max_memory``, before any token is drawn: the check :func:`simulate` makes itself."""
-    sched = parse_schedule(mask, N) if is_schedule(mask) else None
-    m = sched.composed() if sched is not None else resolve_mask(mask, N)
-    _check_attention_memory(m, B, n_heads, N, itemsize, backend, max_memory)
+def check_attention_fits(mask, n_samples: int, n_tokens: int, itemsize: int, *, n_heads: int = 1,
+                         backend: str = "auto", max_memory=None) -> None:
+    """Refuse (``MemoryLimitError``) attention over ``n_tokens`` tokens of ``n_samples`` samples
+    that would not fit ``max_memory``, before any token is drawn: the check :func:`simulate` makes."""
+    sched = parse_schedule(mask, n_tokens) if is_schedule(mask) else None
+    m = sched.composed() if sched is not None else resolve_mask(mask, n_tokens)
+    _check_attention_memory(m, n_samples, n_heads, n_tokens, itemsize, backend, max_memory)
 
 
 def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, value: Any, query_key: Any,
