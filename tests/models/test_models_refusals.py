@@ -96,6 +96,18 @@ def test_embed_refuses_windows_longer_than_the_positions():
         embed(loaded, windows)
 
 
+def test_attention_maps_refuse_windows_longer_than_the_positions():
+    from rankcollapse.data import Windows
+    from rankcollapse.errors import ConfigError
+    from rankcollapse.models import attention_maps
+
+    loaded = load_model("minilm")
+    ids = torch.randint(1000, 2000, (1, 600))
+    windows = Windows(ids, torch.ones_like(ids), torch.zeros_like(ids, dtype=torch.bool))
+    with pytest.raises(ConfigError, match=r"600 tokens exceed minilm's 512 positions"):
+        attention_maps(loaded, windows)
+
+
 @pytest.mark.slow  # a fresh process that loads MiniLM: CI runs it with the slow tests
 def test_cli_error_after_loading_is_the_only_line(tmp_path):
     """transformers' "Loading weights" bar and warnings are silenced: a failure after

@@ -539,12 +539,14 @@ def attention_maps(loaded: Any, windows: Windows, intervention: Intervention | N
     """Self-attention probabilities of every block on ``windows`` under ``intervention``,
     installed by the code of :func:`probe`: ``{prefix}layer.k.attention`` -> float32
     ``(B, H, N, N)`` on CPU (padding keys 0). :class:`ModelError` when the model gives no
-    probabilities; :class:`ConfigError` for unknown token ids."""
+    probabilities; :class:`ConfigError` for unknown token ids or windows longer than the
+    model's positions."""
     net = as_intervention(intervention)
     check_windows(windows)
     batch_size = check_int(batch_size, "batch_size", low=1)
     loaded = as_loaded(loaded)
     d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
+    check_positions(loaded, windows.n_tokens)
     check_token_ids(loaded, windows)
     settings = dict(mask=schedule_or_mask(net.mask, windows.n_tokens), d_qk_scale=d_qk_scale, drop=net.drop,
                     clip_massive=net.clip_massive)
