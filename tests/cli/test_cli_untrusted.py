@@ -58,6 +58,8 @@ def test_a_normal_lock_still_records_its_owner(tmp_path):
 
 
 def _unit() -> Unit:
+    import rankcollapse.experiments  # noqa: F401  registers the "simulate" unit kind the key reads
+
     return Unit("simulate", {"mask": "complete", "seed": 0})
 
 
