@@ -381,9 +381,13 @@ def check_attention_fits(mask, n_samples: int, n_tokens: int, itemsize: int, *, 
                          backend: str = "auto", max_memory=None) -> None:
     """Refuse (``MemoryLimitError``) attention over ``n_tokens`` tokens of ``n_samples`` samples
     that would not fit ``max_memory``, before any token is drawn: the check :func:`simulate` makes."""
+    _check_attention_memory(_period(mask, n_tokens)[1], n_samples, n_heads, n_tokens, itemsize, backend, max_memory)
+
+
+def _period(mask, n_tokens: int) -> tuple[Any, Mask]:
+    """``(schedule or None, the Mask of one period)`` of a mask or schedule spec."""
     sched = parse_schedule(mask, n_tokens) if is_schedule(mask) else None
-    m = sched.composed() if sched is not None else resolve_mask(mask, n_tokens)
-    _check_attention_memory(m, n_samples, n_heads, n_tokens, itemsize, backend, max_memory)
+    return sched, (sched.composed() if sched is not None else resolve_mask(mask, n_tokens))
 
 
 def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, value: Any, query_key: Any,
@@ -543,8 +547,7 @@ def _attention(mask, X: torch.Tensor, cfg: BlockConfig, weights: Sequence[LayerW
     the backend cannot do and attention that would not fit in ``run.max_memory``."""
     B, N, _ = X.shape
     H = max(lw.n_heads for lw in weights)
-    sched = parse_schedule(mask, N) if is_schedule(mask) else None
-    m = sched.composed() if sched is not None else resolve_mask(mask, N)
+    sched, m = _period(mask, N)
     backend, block_size = run.backend, run.block_size
     _check_attention_memory(m, B, H, N, X.element_size(), backend, run.max_memory, block_size)
     op = parse_attention(cfg.attention)

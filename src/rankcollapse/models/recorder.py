@@ -5,6 +5,7 @@ exit. Point names: docs/models.md, "Point names".
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from typing import Any, Iterable
 
@@ -111,7 +112,7 @@ def _pick(value: Any, index: int) -> torch.Tensor:
     return value
 
 
-class _PointHooks:
+class _PointHooks(ABC):
     """Forward hooks at the taps of named points, installed inside a ``with`` block; a module that
     runs several times in a forward pass (ALBERT's shared layer) is told apart by counting its
     calls. What :meth:`_visit` returns (not None) replaces the tensor."""
@@ -130,8 +131,9 @@ class _PointHooks:
         self._tokens: tuple[int, int] | None = None  # (B, N) of the running forward pass
         self._handles: list[Any] = []
 
+    @abstractmethod
     def _visit(self, key: tuple[int, str], value: Any) -> Any:
-        raise NotImplementedError
+        """What the hook at ``key`` does with ``value`` (a tensor to replace it, or None)."""
 
     def _entries(self, key: tuple[int, str]) -> list[tuple[str, int, Any]]:
         occ = self._calls[key]
