@@ -29,10 +29,6 @@ from .table import normalise
 NEAR_FLOOR = 100.0
 
 
-def _scored(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [k for k in checks if not k.get("informational")]
-
-
 def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | None = None,
              n_tokens: int | None = None) -> dict[str, Any]:
     """``rec`` (a stored claim record) decided again from its stored checks with ``claim``'s
@@ -48,7 +44,7 @@ def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | N
         checks = _with_factor_off(checks, claim, table, rec, n_tokens)
     checks = [{**k, "outcome": C.outcome_at(k)} if not k.get("informational") else k for k in checks]
     expect = claim["rule"].get("expect", "all")
-    scored = _scored(checks)
+    scored = C.scored_checks(checks)
     verdict = C.verdict_from([k["outcome"] for k in scored], expect)
     key = C.decisive(scored, verdict)
     out = {**rec, "checks": checks, "verdict": verdict, "measured": key["value"], "interval": key["interval"],
@@ -163,7 +159,7 @@ def audit_run(folder: str | Path) -> list[dict[str, Any]]:
 
 def robustness(rec: dict[str, Any]) -> dict[str, Any]:
     """The robustness entry of one claim record."""
-    scored = _scored(rec.get("checks", []))
+    scored = C.scored_checks(rec.get("checks", []))
     contrast = [{"check": k["check"], "on": [k.get("value"), k.get("interval")], "outcome": k["outcome"],
                  "off": [k["factor_off"].get("value"), k["factor_off"].get("interval")] if "interval" in k["factor_off"] else None,
                  "off_outcome": k["factor_off"].get("outcome", k["factor_off"].get("missing"))}

@@ -283,9 +283,13 @@ def evaluate_claim(table: pd.DataFrame, claim: dict[str, Any], setting: str = "d
 
 def _fewest_windows(res: dict[str, Any]) -> int:
     """The fewest windows a side of ``res``'s scored checks read (0: none reads windows)."""
-    sides = [c[k].get("n_samples", 0) for c in res["checks"] if not c["informational"]
-             for k in ("lhs", "rhs") if k in c]
+    sides = [c[k].get("n_samples", 0) for c in scored_checks(res["checks"]) for k in ("lhs", "rhs") if k in c]
     return min((n for n in sides if n > 0), default=0)
+
+
+def scored_checks(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The checks that decide a verdict (not ``informational``), in rule order."""
+    return [c for c in checks if not c.get("informational")]
 
 
 def registered_verdict(res: dict[str, Any]) -> str:
@@ -296,7 +300,7 @@ def registered_verdict(res: dict[str, Any]) -> str:
 def with_bands(res: dict[str, Any], expect: str = "all", selection: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """``res`` with ``bands`` (:func:`threshold_bands` plus the ``selection`` bands of
     :func:`where_bands`); a verdict that changes inside a band becomes ``threshold-sensitive``."""
-    res["bands"] = threshold_bands([c for c in res["checks"] if not c.get("informational")], expect) + list(selection)
+    res["bands"] = threshold_bands(scored_checks(res["checks"]), expect) + list(selection)
     if any(b["sensitive"] for b in res["bands"]):
         res["verdict_at_threshold"] = res["verdict"]
         res["verdict"] = THRESHOLD_SENSITIVE
@@ -321,7 +325,7 @@ def _evaluate_rule(table: pd.DataFrame, rule: dict[str, Any], setting: str, ctx:
         checks.append(res if info else annotate(res, c))
     if factor:
         checks = factor_contrast(table, rule, checks, factor, setting, ctx)
-    scored = [c for c in checks if not c["informational"]]
+    scored = scored_checks(checks)
     verdict = verdict_from([c["outcome"] for c in scored], rule.get("expect", "all"))
     key = decisive(scored, verdict)
     return {"verdict": verdict, "measured": key["value"] if key else None, "interval": key["interval"] if key else None,

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from .claims import _evaluate_rule, _outcome, edit_rule, group_of, outcome_at, verdict_from
+from .claims import _evaluate_rule, _outcome, edit_rule, group_of, outcome_at, scored_checks, verdict_from
 from .quantities import EvalContext
 
 EXPECTED = {"positive": "reproduced", "negative": "not reproduced"}
@@ -154,7 +154,7 @@ def near_threshold(scored: list[dict[str, Any]], expect: str = "all") -> list[di
 
 def assess(rec: dict[str, Any], expect: str = "all") -> dict[str, Any]:
     """``rec`` with ``power``, ``near_threshold`` and ``power_ok`` (None when nothing was decided)."""
-    scored = [k for k in rec.get("checks", []) if not k.get("informational")]
+    scored = scored_checks(rec.get("checks", []))
     pw = [p for p in map(power, scored) if p]
     near = near_threshold(scored, expect)
     ok = (all(p["reading"] in ("can pass and fail", NOT_ASSESSED) for p in pw) and all(n["ok"] for n in near)

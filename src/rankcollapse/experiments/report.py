@@ -15,7 +15,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from .audit import audit_markdown, band_line, bound_line, contrast_line, robustness
-from .claims import fmt, fmt_interval, fmt_measured
+from .claims import fmt, fmt_interval, fmt_measured, scored_checks
 from .config import claim_sources
 from .digest import dominant_token_notes, summary_html, summary_markdown
 
@@ -38,14 +38,6 @@ CREDITS = (
 _BADGE = {"reproduced": "#1a7f37", "not reproduced": "#b42318", "not reproduced where decidable": "#b42318",
           "mixed": "#b54708", "mixed (depth-sensitive)": "#b54708", "threshold-sensitive": "#b54708",
           "undecidable at this depth": "#667085", "not run": "#667085"}
-_CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#101828}
-table{border-collapse:collapse;font-size:13px;margin:0.6em 0}td,th{border:1px solid #d0d5dd;padding:3px 6px;vertical-align:top}
-th{background:#f2f4f7;text-align:left}.v{color:#fff;border-radius:4px;padding:1px 6px;white-space:nowrap}figure{margin:1.5em 0}
-img{max-width:100%}pre{background:#f9fafb;padding:8px;overflow-x:auto;font-size:12px}code{font-size:12px}
-table.score{width:100%}table.hdr th{width:12em}.note{font-size:12px;color:#475467}h1{margin-bottom:0.2em}"""
-_SELF_CHECK = """window.addEventListener('load',function(){var bad=0,imgs=document.images;
-for(var i=0;i<imgs.length;i++){if(!imgs[i].complete||imgs[i].naturalWidth===0){bad++;}}
-document.body.setAttribute('data-images-ok',String(imgs.length-bad));document.body.setAttribute('data-images-bad',String(bad));});"""
 RESULTS_COLUMNS = ("id", "effect (paper)", "verdict", "decisive number [95% interval]", "at 2× depth", "controls (+/−)",
                    "original verdict")
 FINITE_DEPTH_NOTE = ("Rates fitted over layers 1..D under causal masks (causal, causal_sliding_window) are "
@@ -89,11 +81,6 @@ def check_number(k: dict[str, Any]) -> str:
     if k.get("outcome") == "missing":
         return "missing"
     return fmt_measured(k.get("value"), k.get("interval"), k.get("bound"), k.get("decidable_to_layer"))
-
-
-def scored_checks(c: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every decisive (not informational) check of a claim, in rule order."""
-    return [k for k in c.get("checks", []) if not k.get("informational")]
 
 
 def controls_text(c: dict[str, Any]) -> str:
@@ -173,9 +160,8 @@ def render_html(result: Any, figures: dict[str, Any]) -> str:
                               allow_unicode=True)
     return env.get_template("report.html.j2").render(
         robustness=[robustness(c) for c in result.claims], band_line=band_line, bound_line=bound_line,
-        contrast_line=contrast_line, robustness_note=ROBUSTNESS_NOTE,
-        cfg=cfg, claims=result.claims, figures=figs, header=header_fields(result), css=Markup(_CSS),
-        self_check=Markup(_SELF_CHECK), badge=badge, number=number, fmt=fmt, fmt_interval=fmt_interval,
+        contrast_line=contrast_line, robustness_note=ROBUSTNESS_NOTE, cfg=cfg, claims=result.claims, figures=figs,
+        header=header_fields(result), badge=badge, number=number, fmt=fmt, fmt_interval=fmt_interval,
         check_number=check_number, scored_checks=scored_checks, controls_text=controls_text,
         plot_link=lambda p: plot_link(p, figures), summary=summary_html(result.table, _n_tokens(result)),
         notes=dominant_token_notes(result.table), geometry=geometry_lines(result.table), settings=settings,
@@ -218,7 +204,7 @@ def render_markdown(result: Any, figures: dict[str, Any]) -> str:
     lines += ["## Decisive checks", "", "Every check that decides a verdict, with its statistic and 95% interval "
               "(≥/≤: a bound, one side at the floor of its compute dtype). " + FINITE_DEPTH_NOTE, ""]
     for c in result.claims:
-        for k in scored_checks(c):
+        for k in scored_checks(c.get("checks", [])):
             lines.append(f"- {c['id']} {k.get('check') or k.get('text', '')}: {check_number(k)} {k.get('op', '')} "
                          f"{fmt(k.get('threshold'))} → {k.get('outcome')}" + (" (finite-depth reading)" if k.get("finite_depth") else ""))
         ctl = c.get("controls")
