@@ -95,7 +95,8 @@ OVERRIDE_KEYS = ("masks", "depth", "n_samples", "extra_models")
 
 #: Unit kinds that draw random weights: one unit per weight seed ``seed + k``, k < ``n_seeds``.
 SEEDED_KINDS = ("simulate", "phase_sink")
-#: Unit kinds that read a pretrained model (weights, config, tokenizer).
+#: Unit kinds that read a pretrained model (weights, config, tokenizer) and the run's text windows (and ``n_tokens``
+#: unless the unit sets its own).
 MODEL_KINDS = ("simulate", "pretrained_sa", "probe", "model_influence", "power_method", "energy", "gap_count")
 
 

@@ -54,6 +54,3 @@ class RunResult(NotebookResult):
     def __repr__(self) -> str:
         return (f"RunResult(out={str(self.out)!r}, rows={len(self.table)}, claims={len(self.claims)}, "
                 f"seconds={self.seconds:.1f})")
-
-
-__all__ = ["RunResult"]

@@ -33,9 +33,8 @@ from .audit import read_run, run_rules
 from .axis import axis_units, claims_with_axes
 from .controls import assess, evaluate_controls
 from .cost import estimate, estimate_lines, shard_units
-from .config import (OVERRIDE_KEYS, claim_depth, claim_sources, effective_override, expand_units, load_config, resolve_names, setting_label,
-                     with_override)
-from .config import unit_matches as _unit_matches
+from .config import (MODEL_KINDS, OVERRIDE_KEYS, claim_depth, claim_sources, effective_override, expand_units, load_config,
+                     resolve_names, setting_label, unit_matches, with_override)
 from . import report
 from .result import RunResult
 from .table import normalise
@@ -62,8 +61,6 @@ def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
 
 #: Tokens per window N of a run that does not set ``n_tokens``.
 DEFAULT_N_TOKENS = 128
-#: Unit kinds that read the run's text windows (and ``n_tokens`` unless the unit sets its own).
-TEXT_UNIT_KINDS = ("simulate", "probe", "pretrained_sa", "model_influence", "power_method", "energy", "gap_count")
 
 
 def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = None, n_tokens: int | None = None,
@@ -109,7 +106,7 @@ def check_applied(cfgs: list[dict[str, Any]], units: list[Unit], *, text: Any, n
                   overrides: dict[str, Any], run: str) -> None:
     """Refuse an option that no unit of the run applies (it would be recorded and ignored): a :class:`ConfigError`
     naming the argument, the run and why it does not apply."""
-    readers = [u for u in units if u.kind in TEXT_UNIT_KINDS]
+    readers = [u for u in units if u.kind in MODEL_KINDS]
     specs = [s for c in cfgs for s in c["units"]]
     unused = []
     if text is not None and not readers:
@@ -199,7 +196,7 @@ def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]
     # nearby settings are a first look: one weight seed (the run's first)
     first = min((int(u.params.get("seed", -1)) for u in units if u.kind == "simulate"), default=-1)
     # control units (params role: control) serve the controls only, not nearby settings
-    base = [u for u in units if u.params.get("setting") == "default" and _unit_matches(u, filt)
+    base = [u for u in units if u.params.get("setting") == "default" and unit_matches(u, filt)
             and int(u.params.get("seed", -1)) in (first, -1) and u.params.get("role") != "control"]
     out = []
     for override in claim.get("nearby", []):
@@ -259,7 +256,7 @@ def run_nearby(plan: list, records: list[dict[str, Any]], units: list[Unit], ctx
         for label, override, nunits, reused in settings:
             for u in nunits:
                 users.setdefault(u.hash, []).append(claim["id"])
-            base = {u.hash for u in units if _unit_matches(u, claim.get("nearby_units", {}))}
+            base = {u.hash for u in units if unit_matches(u, claim.get("nearby_units", {}))}
             keep = (~default["unit"].isin(base) | default["unit"].isin({u.hash for u in reused})) \
                 & (default["setting"] == "default")  # a claim axis's rows belong to their own setting
             kept = default[keep].assign(setting=label)

@@ -129,6 +129,3 @@ class UnitCache:
             except FileNotFoundError:
                 pass
         return n
-
-
-__all__ = ["UnitCache", "ORPHAN_AGE_S"]
