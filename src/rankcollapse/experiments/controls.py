@@ -24,8 +24,9 @@ from typing import Any
 
 import pandas as pd
 
-from .claims import _evaluate_rule, _outcome, edit_rule, group_of, outcome_at, scored_checks, verdict_from
+from .claims import _evaluate_rule, _outcome, group_of, outcome_at, scored_checks, verdict_from
 from .quantities import EvalContext
+from .rules import edit_rule
 
 EXPECTED = {"positive": "reproduced", "negative": "not reproduced"}
 #: Verdicts that pass each control.
