@@ -239,13 +239,26 @@ def power_text(e: dict[str, Any]) -> str:
     return "; ".join(bad) or "ok"
 
 
+def sensitivity_text(bands: list[dict[str, Any]]) -> str:
+    """The sensitive thresholds: ``T (registered 0.99, band 0.98 to 0.995): reproduced below 0.9875, mixed above``."""
+    parts = []  # flip points with 4 digits: two interval ends can share their first 3
+    for b in bands:
+        if not b.get("sensitive"):
+            continue
+        flips = "; ".join(f"{f['below']} below {f['at']:.4g}, {f['above']} above" for f in b.get("flips", [])) or (
+            f"{b.get('verdict_low')} at {C.fmt(b['band'][0])}, {b.get('verdict_high')} at {C.fmt(b['band'][1])}")
+        parts.append(f"{b['threshold']} (registered {C.fmt(b['registered'])}, band {C.fmt(b['band'][0])} to "
+                     f"{C.fmt(b['band'][1])}): {flips}")
+    return " | ".join(parts)
+
+
 def audit_markdown(entries: list[dict[str, Any]], *, heading: str = "#") -> str:
     """The robustness table and, per claim, its factor contrast, bands and bounds."""
     lines = ["| id | verdict | at the registered thresholds | threshold flips inside the band | "
              "factor-off also passes | bounds / near floor | power and near-threshold controls |",
              "|---|---|---|---|---|---|---|"]
     for e in entries:
-        flips = C.sensitivity_text(e["bands"]) or "none"
+        flips = sensitivity_text(e["bands"]) or "none"
         off = sum(c["outcome"] == C.FACTOR_OFF_PASSES for c in e["contrast"])
         off_text = f"{off} of {len(e['contrast'])} checks ({e['factor']})" if e["contrast"] else "— (no factor named)"
         bounds = f"{sum(bool(b['bound']) for b in e['bounds'])} bounds, {sum(bool(b['near_floor']) for b in e['bounds'])} near floor"

@@ -553,19 +553,6 @@ def annotate(record: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
             "reference": None if spec.get("band") is not None else reference(spec)}
 
 
-def sensitivity_text(bands: list[dict[str, Any]]) -> str:
-    """The sensitive thresholds: ``T (registered 0.99, band 0.98 to 0.995): reproduced below 0.9875, mixed above``."""
-    parts = []  # flip points with 4 digits: two interval ends can share their first 3
-    for b in bands:
-        if not b.get("sensitive"):
-            continue
-        flips = "; ".join(f"{f['below']} below {f['at']:.4g}, {f['above']} above" for f in b.get("flips", [])) or (
-            f"{b.get('verdict_low')} at {fmt(b['band'][0])}, {b.get('verdict_high')} at {fmt(b['band'][1])}")
-        parts.append(f"{b['threshold']} (registered {fmt(b['registered'])}, band {fmt(b['band'][0])} to "
-                     f"{fmt(b['band'][1])}): {flips}")
-    return " | ".join(parts)
-
-
 def where_bands(table: Any, rule: dict[str, Any], verdict: str, setting: str, ctx: Any,
                 factor: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Bands of a rule's ``where`` bounds (×½ to ×2, or a stated ``band``), read once per

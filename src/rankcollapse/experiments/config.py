@@ -1,5 +1,5 @@
 """Declarative experiment configs (``configs/<name>.yaml``): loading, validation,
-expansion into units of work, and hashes.
+expansion into units of work (a run's and its nearby settings'), and hashes.
 
 A config names its inputs, its scales (``smoke``, ``quick``, ``large`` = 256 windows x
 4 seeds, ``paper``), its units
@@ -254,3 +254,54 @@ def unit_matches(u: Unit, filt: dict[str, Any]) -> bool:
         if str(have) not in wants:
             return False
     return True
+
+
+#: Metrics recorded by nearby-setting runs: the ones the claim rules read.
+NEARBY_METRICS = ("mu", "mu_relative")
+
+
+def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]
+                 ) -> list[tuple[str, dict, list[Unit], list[Unit]]]:
+    """Per nearby setting of ``claim``: (label, override, units to run, units reused unchanged)."""
+    filt = claim.get("nearby_units", {})
+    # nearby settings are a first look: one weight seed (the run's first)
+    first = min((int(u.params.get("seed", -1)) for u in units if u.kind == "simulate"), default=-1)
+    # control units (params role: control) serve the controls only, not nearby settings
+    base = [u for u in units if u.params.get("setting") == "default" and unit_matches(u, filt)
+            and int(u.params.get("seed", -1)) in (first, -1) and u.params.get("role") != "control"]
+    out = []
+    for override in claim.get("nearby", []):
+        label = setting_label(override)
+        changed, reused = [], []
+        for u in base:
+            eff = effective_override(u, override)
+            if not eff:
+                reused.append(u)
+                continue
+            if u.kind in ("simulate", "pretrained_sa"):
+                eff = {**eff, "metrics": list(NEARBY_METRICS)}
+            changed.append(with_override(u, eff, label))
+        out.append((label, override, changed, reused))
+    return out
+
+
+def nearby_plan(cfgs: list[dict[str, Any]], units: list[Unit]
+                ) -> list[tuple[dict[str, Any], list[tuple[str, dict, list[Unit], list[Unit]]]]]:
+    """``[(claim, nearby_units(...))]`` of every claim of the run with nearby settings."""
+    out = []
+    for cfg in claim_sources(cfgs):
+        for claim in cfg.get("claims", []):
+            settings = [s for s in nearby_units(cfg, claim, units) if s[2]]
+            if settings:
+                out.append((claim, settings))
+    return out
+
+
+def plan_units(plan: list[tuple[dict[str, Any], list]], ids: set[str] | None = None) -> list[Unit]:
+    """The distinct units of the nearby ``plan`` (of the claims ``ids``; all by default), in order."""
+    out: dict[str, Unit] = {}
+    for claim, settings in plan:
+        if ids is None or claim["id"] in ids:
+            for _, _, nunits, _ in settings:
+                out.update({u.hash: u for u in nunits if u.hash not in out})
+    return list(out.values())

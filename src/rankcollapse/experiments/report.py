@@ -69,11 +69,9 @@ def verdict_text(c: dict[str, Any]) -> str:
 
 def number(c: dict[str, Any]) -> str:
     """A claim's decisive number with its interval or bound (:func:`.claims.fmt_measured`)."""
-    if c.get("bound") == "undecidable":
-        return fmt_measured(None, None, "undecidable", c.get("decidable_to_layer"))
-    if c.get("measured") is None:
+    if c.get("measured") is None and c.get("bound") != "undecidable":
         return "—" if c.get("verdict") != "not run" else "missing: " + str(c.get("missing", "inputs"))
-    return fmt_measured(c["measured"], c.get("interval"), c.get("bound"))
+    return fmt_measured(c.get("measured"), c.get("interval"), c.get("bound"), c.get("decidable_to_layer"))
 
 
 def check_number(k: dict[str, Any]) -> str:

@@ -33,14 +33,12 @@ from .audit import read_run, run_rules
 from .axis import axis_units, claims_with_axes
 from .controls import assess, evaluate_controls
 from .cost import estimate, estimate_lines, shard_units
-from .config import (MODEL_KINDS, OVERRIDE_KEYS, claim_depth, claim_sources, effective_override, expand_units, load_config,
-                     resolve_names, setting_label, unit_matches, with_override)
+from .config import (MODEL_KINDS, OVERRIDE_KEYS, claim_depth, claim_sources, expand_units, load_config,  # noqa: F401
+                     nearby_plan, nearby_units, plan_units, resolve_names, setting_label, unit_matches)
 from . import report
 from .result import RunResult
 from .table import normalise
 
-#: Metrics recorded by nearby-setting runs: the ones the claim rules read.
-NEARBY_METRICS = ("mu", "mu_relative")
 _EXECUTOR: ContextVar[Any] = ContextVar("rankcollapse_executor", default=None)
 
 
@@ -187,53 +185,6 @@ def _claim_order(rec: dict[str, Any]) -> tuple:
     """Claims by id, each followed by its sequence-length axis in increasing N."""
     axis = rec.get("axis") or {}
     return (axis.get("claim", rec["id"]), int(axis.get("n_tokens", -1)), rec["id"])
-
-
-def nearby_units(cfg: dict[str, Any], claim: dict[str, Any], units: list[Unit]
-                 ) -> list[tuple[str, dict, list[Unit], list[Unit]]]:
-    """Per nearby setting of ``claim``: (label, override, units to run, units reused unchanged)."""
-    filt = claim.get("nearby_units", {})
-    # nearby settings are a first look: one weight seed (the run's first)
-    first = min((int(u.params.get("seed", -1)) for u in units if u.kind == "simulate"), default=-1)
-    # control units (params role: control) serve the controls only, not nearby settings
-    base = [u for u in units if u.params.get("setting") == "default" and unit_matches(u, filt)
-            and int(u.params.get("seed", -1)) in (first, -1) and u.params.get("role") != "control"]
-    out = []
-    for override in claim.get("nearby", []):
-        label = setting_label(override)
-        changed, reused = [], []
-        for u in base:
-            eff = effective_override(u, override)
-            if not eff:
-                reused.append(u)
-                continue
-            if u.kind in ("simulate", "pretrained_sa"):
-                eff = {**eff, "metrics": list(NEARBY_METRICS)}
-            changed.append(with_override(u, eff, label))
-        out.append((label, override, changed, reused))
-    return out
-
-
-def nearby_plan(cfgs: list[dict[str, Any]], units: list[Unit]
-                ) -> list[tuple[dict[str, Any], list[tuple[str, dict, list[Unit], list[Unit]]]]]:
-    """``[(claim, nearby_units(...))]`` of every claim of the run with nearby settings."""
-    out = []
-    for cfg in claim_sources(cfgs):
-        for claim in cfg.get("claims", []):
-            settings = [s for s in nearby_units(cfg, claim, units) if s[2]]
-            if settings:
-                out.append((claim, settings))
-    return out
-
-
-def plan_units(plan: list[tuple[dict[str, Any], list]], ids: set[str] | None = None) -> list[Unit]:
-    """The distinct units of the nearby ``plan`` (of the claims ``ids``; all by default), in order."""
-    out: dict[str, Unit] = {}
-    for claim, settings in plan:
-        if ids is None or claim["id"] in ids:
-            for _, _, nunits, _ in settings:
-                out.update({u.hash: u for u in nunits if u.hash not in out})
-    return list(out.values())
 
 
 def run_nearby(plan: list, records: list[dict[str, Any]], units: list[Unit], ctx: RunContext, cache: Path | UnitCache,
