@@ -4,8 +4,6 @@ per process (each worker builds its own from the run's data spec and device)."""
 from __future__ import annotations
 
 import hashlib
-import io
-from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +29,6 @@ def data_spec(text: str | Path | None, n_tokens: int, seed: int) -> dict[str, An
     digest = hashlib.sha256("\n".join(docs).encode()).hexdigest()[:16]
     return {"corpus": "file", "path": str(Path(text).resolve()), "sha256": digest, "n_tokens": int(n_tokens),
             "seed": int(seed)}
-
-
-@contextmanager
-def _quiet_transformers():
-    """Silence the progress bars of a model load (tqdm on stderr): the run draws its own; warnings still show."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        with redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
 
 
 class RunContext:
@@ -82,9 +65,10 @@ class RunContext:
     def model(self, name: str) -> Any:
         """The loaded model ``name`` (``minilm``, ``smollm2`` or a path/hub id)."""
         if name not in self._models:
+            from ..models._quiet import quiet_loading  # no progress bar of its own: the run draws one
             from ..models.loading import load_model  # offline by its default
 
-            with _quiet_transformers():
+            with quiet_loading():
                 self._models[name] = load_model(name, device=self.device)
         return self._models[name]
 
