@@ -47,11 +47,10 @@ def redecide(rec: dict[str, Any], claim: dict[str, Any], table: pd.DataFrame | N
     scored = C.scored_checks(checks)
     verdict = C.verdict_from([k["outcome"] for k in scored], expect)
     key = C.decisive(scored, verdict)
-    out = {**rec, "checks": checks, "verdict": verdict, "measured": key["value"], "interval": key["interval"],
-           "bound": key.get("bound"), "decisive": key["check"], "verdict_at_threshold": None,
-           "factor": (claim.get("factor") or {}).get("name")}
     res = C.with_bands({"verdict": verdict, "checks": checks}, expect)
-    out["bands"], out["verdict_at_threshold"] = res["bands"], res.get("verdict_at_threshold")
+    out = {**rec, "checks": checks, "verdict": verdict, "measured": key["value"], "interval": key["interval"],
+           "bound": key.get("bound"), "decisive": key["check"], "verdict_at_threshold": res.get("verdict_at_threshold"),
+           "factor": (claim.get("factor") or {}).get("name"), "bands": res["bands"]}
     deep = (rec.get("depth_check") or {}).get("verdict")
     # a record written before "not reproduced where decidable" existed called it mixed
     same = {C.registered_verdict(res)} | ({"mixed"} if C.registered_verdict(res) == C.NOT_WHERE_DECIDABLE else set())

@@ -38,13 +38,6 @@ def _ratios(sim: pd.DataFrame, cols: list[str], n_tokens: int | None = None) -> 
     return pd.DataFrame(out)
 
 
-def _determined(df: pd.DataFrame, col: str, others: list[str]) -> bool:
-    """Whether ``col`` takes one value for each combination of ``others``."""
-    if not others:
-        return False
-    return bool((df.astype(str).groupby(others)[col].nunique() <= 1).all())
-
-
 def summary_grid(table: pd.DataFrame, n_tokens: int | None = None
                  ) -> tuple[pd.DataFrame, list[str], list[str], tuple[int, int] | None]:
     """``(grid, shared, usual, depths)``: the default simulations' μ/‖X‖_F ÷ input, one row per mask spec and one
@@ -59,7 +52,8 @@ def summary_grid(table: pd.DataFrame, n_tokens: int | None = None
     shared = [column_text(c, r[c].iloc[0]) for c in cols if c not in varying and applies(c, r[c].iloc[0])]
     across = [c for c in varying if c != "mask_spec"]
     for c in list(reversed(across)):  # drop a column the others determine (norm given variant)
-        if _determined(r, c, [o for o in across if o != c]):
+        others = [o for o in across if o != c]
+        if others and bool((r.astype(str).groupby(others)[c].nunique() <= 1).all()):
             across.remove(c)
     # a column's usual value is said once; a condition's name shows only what differs from it
     usual = {c: r[c].astype(str).mode().iloc[0] for c in across[1:]}

@@ -27,13 +27,6 @@ def _row(layer: int, metric: str, value: float, **extra: Any) -> dict[str, Any]:
     return {"layer": layer, "metric": metric, **exact_stats(value), **extra}
 
 
-def window_width(spec: str) -> int | None:
-    """``W`` of ``causal_sliding_window:w=W`` (None for any other spec)."""
-    if Spec.name_of(spec) != "causal_sliding_window":
-        return None
-    return int(Spec.parse(spec, "mask").params["w"])
-
-
 def mask_influence_rows(p: dict[str, Any]) -> pd.DataFrame:
     """Rows of one ``mask_influence`` unit: ``mask``, ``n_tokens``, ``depth``, ``alpha``, optionally ``decay`` (0),
     ``epsilon`` (0.01), ``profiles`` (False); :class:`MaskError` as :func:`~rankcollapse.masks.influence`."""
@@ -43,7 +36,7 @@ def mask_influence_rows(p: dict[str, Any]) -> pd.DataFrame:
     alpha, decay, eps = float(p["alpha"]), float(p.get("decay", 0.0)), float(p.get("epsilon", 0.01))
     res = influence(spec, n, depth=depth, alpha=alpha, decay=decay, epsilon=eps)
     prof = res.profiles
-    width = window_width(spec)
+    width = int(Spec.parse(spec, "mask").params["w"]) if Spec.name_of(spec) == "causal_sliding_window" else None
     rows = []
     for h in range(1, depth + 1):
         s = res.per_depth[h - 1]

@@ -175,31 +175,19 @@ def run_pretrained_sa(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     loaded = ctx.model(p["model"])
     # scale=None: the logits become q.k / sqrt(d_qk), replacing the model's 1/sqrt(d_head)
     weights = [dataclasses.replace(lw, scale=None) for lw in extract_attention_weights(loaded.model)]
-    weights = weights[: _pretrained_depth(p, len(weights))]
-    n_tokens, positions = p.get("n_tokens"), _positions(p)
+    depth, n_tokens, positions = p.get("depth"), p.get("n_tokens"), str(p.get("positions", "model"))
+    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= len(weights)):
+        raise ConfigError(f"pretrained_sa depth must be an integer in 1..{len(weights)} (the model's layers), "
+                          f"got {depth!r}")
+    if positions not in POSITIONS:
+        raise ConfigError(f"positions must be one of {', '.join(POSITIONS)}, got {positions!r}")
+    weights = weights[:depth]  # depth None: every layer
     metrics = _simulate_chunks(
         unit, ctx, lambda a, b: ctx.embeddings(p["model"], n, start=a, stop=b, n_tokens=n_tokens,
                                                positions=positions == "model"), n, len(weights),
         lambda d: {"block": _block(p), "weights": weights, "d_qk": float(p["d_qk"])},
     )
     return rows_from_metrics(metrics, _labels(unit, value="pretrained"))
-
-
-def _positions(p: dict[str, Any]) -> str:
-    positions = str(p.get("positions", "model"))
-    if positions not in POSITIONS:
-        raise ConfigError(f"positions must be one of {', '.join(POSITIONS)}, got {positions!r}")
-    return positions
-
-
-def _pretrained_depth(p: dict[str, Any], n_layers: int) -> int:
-    """Layers a ``pretrained_sa`` unit runs: ``depth`` (1..n_layers) or all of them."""
-    if p.get("depth") is None:
-        return n_layers
-    depth = p["depth"]
-    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= n_layers:
-        raise ConfigError(f"pretrained_sa depth must be an integer in 1..{n_layers} (the model's layers), got {depth!r}")
-    return depth
 
 
 def run_probe(unit: Unit, ctx: RunContext) -> pd.DataFrame:

@@ -100,16 +100,13 @@ class ProcessExecutor:
         self.workers, self._data, self._device = int(workers), data, str(device)
         self._pool: ProcessPoolExecutor | None = None
 
-    def _get_pool(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
-                                             initializer=_init_worker, initargs=(self._data, self._device, os.getpid()))
-        return self._pool
-
     def map(self, units: list[Unit], ctx: RunContext, table: Mapping[str, UnitFn]) -> Iterator[Done]:
         pending = dict(enumerate(units))
         for attempt in range(RETRIES + 1):
-            pool = self._get_pool()
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                                 initializer=_init_worker, initargs=(self._data, self._device, os.getpid()))
+            pool = self._pool
             table = dict(table)  # module-level functions: pickled by reference
             futures: dict[Future, int] = {pool.submit(_worker_run, u, table): i for i, u in pending.items()}
             try:
