@@ -110,7 +110,10 @@ def expand_units(cfg: dict[str, Any], scale: str, seed: int, *, data: dict[str, 
     units = []
     for spec in cfg["units"]:
         grid = {k: list(v) if isinstance(v, list) else [v] for k, v in spec.get("grid", {}).items()}
-        grid = _apply_grid_overrides(spec["kind"], grid, overrides)
+        if overrides.get("masks") and "mask" in grid and spec["kind"] == "simulate":
+            grid["mask"] = list(overrides["masks"])
+        if overrides.get("extra_models") and "model" in grid and spec["kind"] == "probe":
+            grid["model"] = grid["model"] + [m for m in overrides["extra_models"] if m not in grid["model"]]
         for combo in itertools.product(*grid.values()):
             params = dict(spec.get("params", {}))
             params.update(zip(grid.keys(), combo))
@@ -138,15 +141,6 @@ def mask_key(spec: Any) -> dict[str, Any]:
 
     digests = mask_digests(spec)
     return {"mask_sha256": digests} if digests else {}
-
-
-def _apply_grid_overrides(kind: str, grid: dict[str, list], overrides: dict[str, Any]) -> dict[str, list]:
-    grid = dict(grid)
-    if overrides.get("masks") and "mask" in grid and kind == "simulate":
-        grid["mask"] = list(overrides["masks"])
-    if overrides.get("extra_models") and "model" in grid and kind == "probe":
-        grid["model"] = grid["model"] + [m for m in overrides["extra_models"] if m not in grid["model"]]
-    return grid
 
 
 def _scale_params(spec: dict, sc: dict, params: dict, overrides: dict) -> dict[str, Any]:

@@ -99,16 +99,6 @@ def _simulate_chunks(unit: Unit, ctx: RunContext, x0_fn: Callable[[int, int], to
     return {k: torch.cat([pt[k] for pt in parts], dim=1) for k in parts[0]}
 
 
-def _weight_kwargs(p: dict[str, Any], d: int) -> dict[str, Any]:
-    """``simulate`` keywords: ``W_Q, W_K ~ N(0, (s R)^2/d)`` for ``init_scale`` s and ``sphere_radius`` R (rows on the
-    sphere of radius R: logits times R^2, ../shared/docs/theory.md §2), ``value`` the W_V family."""
-    kw: dict[str, Any] = {"d_qk": float(p.get("d_qk", 1.0)), "value": p.get("value") or "gaussian"}
-    s = float(p.get("init_scale", 1.0)) * float(p.get("sphere_radius", 1.0))
-    if s != 1.0:
-        kw["query_key"] = f"gaussian:std={s / d ** 0.5!r}"
-    return kw
-
-
 def run_simulate(unit: Unit, ctx: RunContext) -> pd.DataFrame:
     """Random-init network on X(0) = ``model``'s embeddings (spec.md §2, §5.4), run to
     ``depth`` = 2 D layers. With ``depth_check_windows`` K < ``n_samples``, windows
@@ -139,15 +129,17 @@ def run_simulate(unit: Unit, ctx: RunContext) -> pd.DataFrame:
 
 
 def _shared_weights(p: dict[str, Any], d: int, block: Any, ctx: RunContext) -> dict[str, Any]:
-    """``simulate`` keywords with the weights ``simulate`` would draw, drawn once per run context."""
+    """``simulate``'s ``d_qk`` and the weights it would draw, drawn once per run context: ``W_Q, W_K ~
+    N(0, (s R)^2/d)`` (``init_scale`` s, ``sphere_radius`` R: logits times R^2, ../shared/docs/theory.md §2)."""
     from ..dynamics.config import resolve_variant
 
-    kw = _weight_kwargs(p, d)
+    d_qk, s = float(p.get("d_qk", 1.0)), float(p.get("init_scale", 1.0)) * float(p.get("sphere_radius", 1.0))
     cfg = resolve_variant(block)
-    weights = ctx.random_weights(d, int(p["depth"]), seed=int(p.get("seed", 0)), value=kw.pop("value"),
-                                 query_key=kw.pop("query_key", "gaussian"), n_heads=cfg.n_heads,
-                                 out_proj=cfg.out_proj, mlp_ratio=cfg.mlp_ratio if cfg.mlp else None)
-    return {**kw, "weights": weights}
+    weights = ctx.random_weights(d, int(p["depth"]), seed=int(p.get("seed", 0)), value=p.get("value") or "gaussian",
+                                 query_key=f"gaussian:std={s / d ** 0.5!r}" if s != 1.0 else "gaussian",
+                                 n_heads=cfg.n_heads, out_proj=cfg.out_proj,
+                                 mlp_ratio=cfg.mlp_ratio if cfg.mlp else None)
+    return {"d_qk": d_qk, "weights": weights}
 
 
 def _block(p: dict[str, Any]) -> Any:
