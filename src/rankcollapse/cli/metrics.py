@@ -78,13 +78,9 @@ def metrics_command(
 
 def _states_table(folder: Path, file: Optional[Path], names: Optional[str], fmt: str) -> None:
     """``metrics --states DIR``: the probe's table of recorded hidden states, printed as ``probe`` does."""
-    from .probe import _metric_names, print_probe_table, refuse_options
+    from .probe import probe_recorded
 
     if file is not None:
         raise MetricError(f"give FILE or --states, not both (got {str(file)!r} and --states {str(folder)!r})")
-    refuse_options(("states", "names", "fmt"), "--states measures each point as probe does (real tokens, "
-                   "float64, the model's own mask)")
-    from ..models.states import read_states, state_metrics, states_table
-
-    chosen = state_metrics(_metric_names(names))
-    print_probe_table(states_table(read_states(folder), chosen), fmt)
+    probe_recorded(folder, names, fmt, allowed=("states", "names", "fmt"), why="--states measures each point as "
+                   "probe does (real tokens, float64, the model's own mask)")

@@ -97,7 +97,7 @@ def probe_command(
     """Per-layer μ, rank fraction, σ_min, avg |cos| (or --metrics) of models' hidden states on real text."""
     check_format(fmt)
     if hidden_states is not None:
-        _probe_recorded(hidden_states, metrics, fmt, out, allow_nonempty, batch_size)
+        probe_recorded(hidden_states, metrics, fmt, out, allow_nonempty, batch_size)
         return
     if parity:
         refuse_options(_PARITY_OPTIONS, "--parity compares the model's own forward pass with transformers', "
@@ -181,9 +181,7 @@ def probe_command(
         check_positions(loaded, wins.n_tokens)  # before anything is written
         notes += [f"note: {note}" for note in loaded.notes if f"note: {note}" not in notes]
         if parity:
-            from ..models.parity import parity as parity_table
-
-            table = parity_table(loaded, wins, batch_size=batch_size)
+            table = models.parity(loaded, wins, batch_size=batch_size)
         elif influence:
             from ..models.influence import measure_influence
 
@@ -224,20 +222,16 @@ def probe_command(
         # everything is computed before the first file is written: a failure leaves no partial folder
         maps = models.attention_maps(loaded, wins, intervention, batch_size=batch_size) if attentions else None
         if save_states is not None:
-            from ..models.states import capture_states, save_states as write_states
-
-            states = capture_states(loaded, wins, intervention, batch_size=batch_size, points=points,
-                                    attentions=attentions)
+            states = models.capture_states(loaded, wins, intervention, batch_size=batch_size, points=points,
+                                           attentions=attentions)
         if out is not None:
-            with writing(out, "probe\n", _out_names(attentions=attentions), allow_nonempty=allow_nonempty) as stage:
-                write_outputs(stage, {doc["model"]: table}, [wins], doc)
-                if maps is not None:
-                    write_attentions(stage / "attentions.npz", maps)
+            write_outputs(out, _out_names(attentions=attentions), {doc["model"]: table}, [wins], doc,
+                          allow_nonempty=allow_nonempty, maps=maps)
             typer.echo(f"wrote {out}/probe.csv, probe.png, windows.npz, probe.json", err=True)
         if maps is not None:
             typer.echo(f"wrote {out}/attentions.npz ({len(maps)} maps, (windows, heads, N, N))", err=True)
         if save_states is not None:
-            write_states(save_states, states, allow_nonempty=allow_nonempty, flags="--save-states")
+            models.save_states(save_states, states, allow_nonempty=allow_nonempty, flags="--save-states")
             typer.echo(f"wrote {save_states}/states.safetensors {tuple(states.hidden_states.shape)} "
                        "(window, point, token, d), states.json", err=True)
         if print_probe_table(table, fmt, doc):
@@ -264,15 +258,13 @@ _PARITY_OPTIONS = ("model", "corpus", "text_file", "windows", "length", "gguf_fi
 
 def _report_parity(tables: list[Any], fmt: str) -> None:
     """Print each model's parity table (:func:`rankcollapse.models.parity.parity`); fail above a bound."""
-    from ..models.parity import check_parity
-
     rows = [{"model": t.attrs["model"], "dtype": t.attrs["dtype"], **r} for t in tables for r in t.to_dict("records")]
     doc = {"models": [{"model": t.attrs["model"], "family": t.attrs["family"], "dtype": t.attrs["dtype"],
                        "points": t.to_dict("records")} for t in tables]}
     if not print_result(fmt, doc, rows):
         print_table(records_table("parity with transformers' output_hidden_states (max over real tokens)", rows))
     for t in tables:
-        check_parity(t)
+        models.check_parity(t)
 
 
 def _check_influence_options(**given: Any) -> None:
@@ -308,10 +300,12 @@ def _report_influence(tables: list, out: Optional[Path], fmt: str, *, allow_none
 _RECORDED_OPTIONS = ("hidden_states", "metrics", "fmt", "out", "allow_nonempty", "batch_size")
 
 
-def _probe_recorded(folder: Path, metrics: Optional[str], fmt: str, out: Optional[Path], allow_nonempty: bool,
-                    batch_size: int) -> None:
-    """``probe --hidden-states DIR``: the table of recorded states; ``--out`` gets probe.csv, .json, .png."""
-    refuse_options(_RECORDED_OPTIONS, "--hidden-states measures recorded states, without a model")
+def probe_recorded(folder: Path, metrics: Optional[str], fmt: str, out: Optional[Path] = None,
+                   allow_nonempty: bool = False, batch_size: int = 8, *, allowed: tuple[str, ...] = _RECORDED_OPTIONS,
+                   why: str = "--hidden-states measures recorded states, without a model") -> None:
+    """``probe --hidden-states DIR`` (``metrics --states DIR``: other ``allowed`` options): the table of recorded
+    states; ``--out`` gets probe.csv, .json, .png."""
+    refuse_options(allowed, why)
     from ..models.states import read_states, state_metrics, states_table
 
     names = state_metrics(_metric_names(metrics))
@@ -323,8 +317,7 @@ def _probe_recorded(folder: Path, metrics: Optional[str], fmt: str, out: Optiona
     table = states_table(read_states(folder), names, batch_size=batch_size)
     doc = to_json(table)
     if out is not None:
-        with writing(out, "probe\n", files, allow_nonempty=allow_nonempty) as stage:
-            write_outputs(stage, {doc["model"]: table}, [], doc)
+        write_outputs(out, files, {doc["model"]: table}, [], doc, allow_nonempty=allow_nonempty)
         typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json", err=True)
     print_probe_table(table, fmt, doc)
 
@@ -384,16 +377,6 @@ def _out_names(*, influence: bool = False, n_runs: int = 1, attentions: bool = F
     return ("probe.csv", "probe.json", "probe.png", *wins, *(["attentions.npz"] if attentions else []))
 
 
-def _plot(tables: dict[str, Any], path: Path) -> None:
-    """probe.png: the default four panels, else the metrics with rows it can draw; a note when none has."""
-    held = drawn_metrics(tables)
-    if not held:
-        typer.echo(f"note: {path.name} not drawn: no metric at the points it draws (embeddings, layer.k.output, "
-                   "layer.k.attention, final_norm)", err=True)
-        return
-    plot_layers(tables, path, metrics=None if {m for m, _ in PLOT_METRICS} <= set(held) else held)
-
-
 def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: bool = False) -> None:
     """Outputs of several ``--model``: one table (rows tagged ``model``), one figure, ``windows_K.npz``."""
     from ..models.geometry_story import forced_control_notes
@@ -407,8 +390,8 @@ def _several_models(runs: list, out: Optional[Path], fmt: str, allow_nonempty: b
     combined = {"models": docs}
     rows = [{"model": d["model"], **row} for d in docs for row in d["layers"]]
     if out is not None:
-        with writing(out, "probe\n", _out_names(n_runs=len(runs)), allow_nonempty=allow_nonempty) as stage:
-            write_outputs(stage, tables, [wins for _, wins, _ in runs], combined)
+        write_outputs(out, _out_names(n_runs=len(runs)), tables, [wins for _, wins, _ in runs], combined,
+                      allow_nonempty=allow_nonempty)
         typer.echo(f"wrote {out}/probe.csv, probe.png, probe.json, windows_0..{len(runs) - 1}.npz", err=True)
     if not print_result(fmt, combined, rows):
         _print_summary(*tables.values())
@@ -506,9 +489,7 @@ def to_json(table: Any) -> dict[str, Any]:
                **{k: (None if v != v else float(v)) for k, v in r.items() if k not in ("layer", "point")}}
               for r in wide.to_dict("records")]
     attrs = table.attrs
-    return {"model": attrs.get("model"), "family": attrs.get("family"), "n_samples": attrs.get("n_samples"),
-            "n_tokens": attrs.get("n_tokens"), "mask": attrs.get("mask"), "d_qk_scale": attrs.get("d_qk_scale"),
-            "d_qk": attrs.get("d_qk"), "drop": attrs.get("drop"),
+    return {**{k: attrs.get(k) for k in ("model", "family", "n_samples", "n_tokens", "mask", "d_qk_scale", "d_qk", "drop")},
             **({"clip_massive": True, "massive_clips": attrs.get("massive_clips")} if attrs.get("clip_massive") else {}),
             **({"ablate_heads": attrs["ablate_heads"]} if attrs.get("ablate_heads") else {}),
             **({"batch_size": attrs["batch_size"], "predicted_peak_bytes": attrs["predicted_peak_bytes"]}
@@ -519,37 +500,36 @@ def to_json(table: Any) -> dict[str, Any]:
             "notes": attrs.get("notes"), "layers": layers}
 
 
-def write_outputs(out: Path, tables: dict[str, Any], windows: list, doc: dict[str, Any]) -> None:
-    """Write the windows (``windows_K.npz`` for several), one CSV (rows tagged ``model``), ``doc`` and the figures."""
+def write_outputs(out: Path, names: tuple[str, ...], tables: dict[str, Any], windows: list, doc: dict[str, Any], *,
+                  allow_nonempty: bool = False, maps: dict[str, Any] | None = None) -> None:
+    """Publish into ``out`` (files ``names``) the windows (``windows_K.npz`` for several), one CSV (rows tagged
+    ``model``), ``doc``, probe.png, geometry.md and .png when the probe measured ``max_norm_ratio`` (massive
+    tokens and sinks), and ``maps`` (attentions.npz: one float32 ``(B, H, N, N)`` per point)."""
+    import numpy as np
     import pandas as pd
 
-    for k, wins in enumerate(windows):
-        wins.save(out / ("windows.npz" if len(windows) == 1 else f"windows_{k}.npz"))
-    with atomic_path(out / "probe.csv") as tmp:
-        pd.concat([t.assign(model=name) for name, t in tables.items()], ignore_index=True).to_csv(tmp, index=False)
-    write_json_atomic(out / "probe.json", doc)
-    _plot(tables, out / "probe.png")
-    write_geometry(out, tables)
-
-
-def write_geometry(out: Path, tables: dict[str, Any]) -> None:
-    """``geometry.md`` and ``geometry.png`` (massive tokens and sinks) when the probe measured ``max_norm_ratio``."""
     from ..models.geometry_story import from_probe_tables, plot_geometry
 
-    if not any((t["metric"] == "max_norm_ratio").any() for t in tables.values()):
-        return
-    lines, curves = from_probe_tables(tables)
-    write_text_atomic(out / "geometry.md", "# Massive tokens and attention sinks\n\n"
-                      + "".join(f"- {line}\n" for line in lines))
-    plot_geometry(curves, out / "geometry.png")
-
-
-def write_attentions(path: Path, maps: dict[str, Any]) -> None:
-    """Attention probabilities as a compressed ``.npz``, one float32 ``(B, H, N, N)`` per point."""
-    import numpy as np
-
-    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        np.savez_compressed(fh, **{name: a.numpy() for name, a in maps.items()})
+    with writing(out, "probe\n", names, allow_nonempty=allow_nonempty) as stage:
+        for k, wins in enumerate(windows):
+            wins.save(stage / ("windows.npz" if len(windows) == 1 else f"windows_{k}.npz"))
+        with atomic_path(stage / "probe.csv") as tmp:
+            pd.concat([t.assign(model=name) for name, t in tables.items()], ignore_index=True).to_csv(tmp, index=False)
+        write_json_atomic(stage / "probe.json", doc)
+        held = drawn_metrics(tables)  # the default four panels, else the metrics with rows it can draw
+        if held:
+            plot_layers(tables, stage / "probe.png", metrics=None if {m for m, _ in PLOT_METRICS} <= set(held) else held)
+        else:
+            typer.echo("note: probe.png not drawn: no metric at the points it draws (embeddings, layer.k.output, "
+                       "layer.k.attention, final_norm)", err=True)
+        if any((t["metric"] == "max_norm_ratio").any() for t in tables.values()):
+            lines, curves = from_probe_tables(tables)
+            write_text_atomic(stage / "geometry.md", "# Massive tokens and attention sinks\n\n"
+                              + "".join(f"- {line}\n" for line in lines))
+            plot_geometry(curves, stage / "geometry.png")
+        if maps is not None:
+            with atomic_path(stage / "attentions.npz") as tmp, open(tmp, "wb") as fh:
+                np.savez_compressed(fh, **{name: a.numpy() for name, a in maps.items()})
 
 
 def _print_summary(*tables: Any) -> None:

@@ -171,8 +171,7 @@ def print_results(folder: Path, fmt: str) -> None:
     """The results table of the finished run in ``folder`` on stdout."""
     from ..experiments.report import results_json, results_markdown
 
-    if fmt not in ("markdown", "table", "json"):
-        raise ConfigError(f"--format must be markdown (alias table) or json, got {fmt!r}")
+    check_format(fmt, ("markdown", "table", "json"))  # table: an alias of markdown
     claims = finished_claims(folder)
     with read_as(Path(folder) / "claims.json", "claims file"):  # rendered whole before anything is printed
         text = dumps(results_json(claims), indent=2) + "\n" if fmt == "json" else results_markdown(claims)
@@ -205,8 +204,7 @@ def print_audit(folder: Path, fmt: str) -> None:
     """The robustness audit of the finished run in ``folder`` on stdout."""
     from ..experiments.audit import audit_markdown, audit_run
 
-    if fmt not in ("markdown", "json"):
-        raise ConfigError(f"--format must be markdown or json, got {fmt!r}")
+    check_format(fmt, ("markdown", "json"))
     finished_claims(folder)  # the checks `summary` makes on an untrusted folder
     entries = audit_run(folder)
     if not any((folder / n).is_file() for n in ("table.parquet", "table.csv")):

@@ -69,8 +69,7 @@ def check_finite_weights(model: Any, source: str) -> None:
 
 
 def _module_missing(model: Any, key: str) -> bool:
-    """Whether an unexpected tensor belongs to a module of the base model that the model
-    lacks (not a task head's, not an unused attribute of an existing module)."""
+    """Whether an unexpected tensor belongs to a base-model module the model lacks (not a head's, not an attribute)."""
     prefix = f"{getattr(model, 'base_model_prefix', '')}."
     if prefix != "." and key.startswith(prefix):
         key = key[len(prefix):]

@@ -162,8 +162,7 @@ def _albert(model: nn.Module) -> list[Stack]:
 
 def _pre_ln_block(b: nn.Module, attn: nn.Module, ln_1: nn.Module, ln_2: nn.Module | None, mlp: nn.Module,
                   out_proj: nn.Module, parallel: bool = False) -> BlockParts:
-    """``X + SA(ln_1 X)``, then ``+ MLP(ln_2 X)``; ``parallel``: the MLP shares the
-    attention's residual (``ln_2`` None: one norm feeds both)."""
+    """``X + SA(ln_1 X)``, then ``+ MLP(ln_2 X)``; ``parallel``: on the attention's residual (ln_2 None: one norm)."""
     return BlockParts(block=b, self_attn=attn, attn=Sublayer(Tap(attn, "output", 0), Tap(ln_1, "input")),
                       mlp=Sublayer(Tap(mlp, "output"), None if parallel else Tap(ln_2, "input")),
                       norms=(ln_1,) if ln_2 is None else (ln_1, ln_2), out_proj=out_proj)

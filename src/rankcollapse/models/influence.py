@@ -129,8 +129,7 @@ def _forward(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, mask:
 
 def _batch(loaded: Any, stack: Any, ids: torch.Tensor, am: torch.Tensor, n_probes: int | None,
            gen: torch.Generator, mask: Any = None) -> tuple[np.ndarray, list[list[np.ndarray]]]:
-    """Gradient-norm profiles ``(B, L, N)`` and head-mean attention maps ``[layer][window]
-    (N, N)`` of one :func:`_forward`."""
+    """Gradient-norm profiles ``(B, L, N)`` and head-mean maps ``[layer][window] (N, N)`` of one :func:`_forward`."""
     n_layers, p = stack.n_layers, stack.prefix
     with _forward(loaded, stack, ids, am, mask) as (hidden, x, rec):
         grads = np.zeros((ids.shape[0], n_layers, ids.shape[1]))

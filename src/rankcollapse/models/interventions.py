@@ -101,8 +101,7 @@ def _mask_hook(module: nn.Module, arg: str, value: torch.Tensor):
 
 
 class _BlockTracker:
-    """Which block (position in the stack) is running, also when one module serves several
-    positions (ALBERT)."""
+    """Which block (position in the stack) is running, also when one module serves several (ALBERT)."""
 
     def __init__(self, stack: Stack) -> None:
         self.positions: dict[int, list[int]] = {}
@@ -193,8 +192,7 @@ def _identity(tracker: _BlockTracker, blocks: set[int]):
 
 
 def _supported(loaded: Any, attention: bool, drop: bool) -> list[Stack]:
-    """The stacks of ``loaded``; :class:`ModelError` when ``drop`` needs sublayers and norms,
-    or a mask or temperature (``attention``) a self-attention module, the layout lacks."""
+    """The stacks of ``loaded``; ModelError when the layout lacks what ``drop`` or ``attention`` needs."""
     stack_list = families.stacks(loaded.model, loaded.family)
     name = f"the generic family ({type(loaded.model).__name__})"
     if drop and any(p.attn is None or p.mlp is None for s in stack_list for p in s.blocks):
@@ -322,8 +320,7 @@ def _install_mask(loaded: Any, stack: Stack, attn_modules: list[nn.Module], mask
 
 
 def _padding(loaded: Any, stack: Stack, attention_mask: Any, missing: str) -> torch.Tensor:
-    """The padding mask ``(B, N)`` of ``stack``'s tokens on the model's device (T5's decoder:
-    shifted right); :class:`ConfigError` ``missing`` without one."""
+    """The padding mask ``(B, N)`` of ``stack``'s tokens on the model's device; ConfigError ``missing`` without one."""
     if attention_mask is None:
         raise ConfigError(missing)
     return stack_padding(attention_mask.to(loaded.device), stack.prefix)

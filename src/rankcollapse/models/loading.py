@@ -257,8 +257,7 @@ def _cached_snapshot(source: str) -> Path | None:
 
 
 def _hub_commit(source: str) -> str:
-    """``hub:<commit>`` of hub model ``source``; :class:`ModelError` when the hub does not
-    answer or has no such model."""
+    """``hub:<commit>`` of hub model ``source``; ModelError when the hub does not answer or has no such model."""
     _check_hub_reachable(source)
     try:
         from huggingface_hub import HfApi
@@ -269,8 +268,7 @@ def _hub_commit(source: str) -> str:
 
 
 def _check_source(source: str, gguf_file: str | None, local_files_only: bool) -> bool:
-    """Whether ``source`` is local (then checked); a name that is neither a folder nor a hub
-    name is refused offline."""
+    """Whether ``source`` is local (then checked); offline, a name neither a folder nor a hub name is refused."""
     is_local = Path(source).exists()
     if is_local:
         _check_local(Path(source), gguf_file)
@@ -280,8 +278,7 @@ def _check_source(source: str, gguf_file: str | None, local_files_only: bool) ->
 
 
 def _check_size(source: str, dtype: torch.dtype) -> None:
-    """:class:`MemoryLimitError` for a local model whose parameters (counted on the
-    ``meta`` device from ``config.json``) need more than half the physical memory."""
+    """:class:`MemoryLimitError` for a local model whose ``config.json`` needs over half the physical memory."""
     from transformers import AutoConfig, AutoModel
 
     from .._memory import default_limit, human
@@ -381,8 +378,7 @@ def _tokenizer_from(source: str, gguf_file: str | None, local_files_only: bool) 
 
 
 def _check_local(path: Path, gguf_file: str | None) -> None:
-    """A local source must be a folder with ``config.json`` (or the GGUF file) and readable
-    safetensors headers."""
+    """A local source must be a folder with ``config.json`` (or the GGUF file) and readable safetensors headers."""
     if not path.is_dir():
         raise ModelError(f"model path {str(path)!r} is not a folder; give a folder with config.json and weights")
     need = gguf_file if gguf_file is not None else "config.json"
@@ -405,8 +401,7 @@ def _looks_like_hub_name(source: str) -> bool:
 
 
 def _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local):
-    """The model and transformers' loading info; online, the cache is tried first, then the
-    hub is checked once so that no network fails with one line."""
+    """The model and its loading info; online, the cache first, then the hub checked once (no network: one line)."""
     if is_local or local_files_only:
         return _from_pretrained(source, gguf_file, dtype, attn_implementation, local_files_only, is_local)
     try:
@@ -472,8 +467,7 @@ def _not_found(source: str, is_local: bool, local_files_only: bool, exc: OSError
 
 
 def _refuse_custom_code(folder: str) -> None:
-    """Refuse a local folder whose config or tokenizer config asks for custom code
-    (``auto_map``), before transformers reads it."""
+    """Refuse a local folder whose config or tokenizer config asks for custom code (``auto_map``)."""
     for name in ("config.json", "tokenizer_config.json"):
         path = Path(folder) / name
         if not path.is_file():

@@ -8,6 +8,7 @@ metrics' working sets.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 from .._memory import check_memory, human, parse_size
 
@@ -52,5 +53,42 @@ class ProbeMemory:
         return f"weights {human(self.weights)} + {human(OVERHEAD)} + {human(self.per_window)} per window"
 
 
+def _config_int(config: Any, names: Sequence[str], default: int) -> int:
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return default
+
+
+def predict(loaded: Any, n_tokens: int, n_points: int, token_names: Sequence[str], attn_names: Sequence[str],
+            sink_names: Sequence[str]) -> ProbeMemory:
+    """The :class:`ProbeMemory` of a probe of ``loaded`` recording ``n_points`` points, by metric kind."""
+    from ..metrics.registry import metrics_bytes
+    from . import families
+    from .edits import HEAD_KEYS
+
+    model = loaded.model
+    tensors = [*model.parameters(), *model.buffers()]
+    weights = sum(t.numel() * t.element_size() for t in tensors)
+    s = tensors[0].element_size() if tensors else 4
+    config = model.config
+    d = _config_int(config, ("hidden_size", "n_embd", "d_model", "dim"), 0)
+    f = _config_int(config, ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "hidden_dim"), 4 * d)
+    heads = _config_int(config, HEAD_KEYS, 1)
+    n_blocks = sum(st.n_layers for st in families.stacks(model, loaded.family))
+    measured_maps = bool(attn_names)
+    attention = measured_maps or bool(sink_names)
+    eager = getattr(config, "_attn_implementation", "eager") == "eager"
+    N = int(n_tokens)
+    records = n_points * N * d * s
+    maps = n_blocks * heads * N * N * s if attention else 0
+    scores = SCORE_COPIES if attention or eager else SDPA_SCORE_COPIES
+    forward = (FORWARD_TOKEN_COPIES * N * d + 2 * N * f) * s + scores * heads * N * N * 4
+    map_copies = MAP_METRIC_COPIES if measured_maps else SINK_METRIC_COPIES if attention else 0
+    measure = max(metrics_bytes((1, N, d), token_names, 8)[0] if token_names else 0, map_copies * heads * N * N * 8)
+    return ProbeMemory(int(weights), int(records + maps + max(forward, measure)))
+
+
 __all__ = ["FORWARD_TOKEN_COPIES", "HEADROOM", "OVERHEAD", "MAP_METRIC_COPIES", "SCORE_COPIES", "SDPA_SCORE_COPIES", "SINK_METRIC_COPIES",
-           "ProbeMemory"]
+           "ProbeMemory", "predict"]

@@ -103,8 +103,7 @@ def _settings_title(tables: dict[str, Any]) -> str:
 
 
 def _layer_rows(table: Any) -> tuple[Any, Any]:
-    """``(blocks, final)``: rows of ``embeddings``, ``layer.k.output`` and
-    ``layer.k.attention``, and rows of ``final_norm``; T5: the encoder's."""
+    """``(blocks, final)``: rows of embeddings and layer.k.output|attention; rows of final_norm (T5: encoder's)."""
     pts = table["point"].str.replace(r"^(encoder|decoder)\.", "", regex=True)
     encoder_only = ~table["point"].str.startswith("decoder.")
     blocks = table[encoder_only & (pts.eq("embeddings") | pts.str.fullmatch(r"layer\.\d+\.(output|attention)"))]

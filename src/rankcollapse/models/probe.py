@@ -20,12 +20,11 @@ from ..summary import SUMMARY_COLUMNS, summary_table
 from ..masks import dense_mask
 from ..masks.schedule import MaskSchedule, schedule_or_mask
 from . import families
-from .edits import (HEAD_KEYS, EditFn, HeadAblation, ablation_edits, check_ablation, edit_settings, head_means,
-                    n_heads)
+from .edits import EditFn, HeadAblation, ablation_edits, check_ablation, edit_settings, head_means, n_heads
 from .interventions import decoder_padding, intervene, parse_drop, split_drop, stack_padding
 from .lens import LibraryModel, open_model
 from .loading import LoadedModel, as_loaded
-from .memory import ProbeMemory
+from .memory import ProbeMemory, predict
 from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
 from .sinks import SINK_METRICS, VALUE_METRICS, ValueRecorder, sink_values, zeroed_heads
 from .temperature import check_d_qk, d_qk_scale_for
@@ -336,11 +335,22 @@ def probe(loaded: Any, windows: Windows, intervention: Intervention | None = Non
     point_list = _point_list(loaded, points) if names else []
     attn_points = [f"{s.prefix}layer.{k}.attention" for s in stack_list for k in range(s.n_layers)] if attn_names else []
     values: dict[tuple[str, str], list[torch.Tensor]] = {}
-    clip_records: list[dict[str, Any]] | None = [] if net.clip_massive else None
+    clip_records: list[dict[str, Any]] = []  # intervene yields no clips without clip_massive
+    value_stacks = stack_list if set(sink_names) & set(VALUE_METRICS) else []
     with steps(-(-windows.n_samples // batch_size), "probe: batches", progress) as bar:
-        for rows, w in windows.batches(batch_size):
-            _probe_batch(loaded, w, rows, settings, point_list, names, exclude_special, values,
-                         attn_names, sink_names, all_edits, clip_records, zeroed)
+        for rows, w in windows.batches(batch_size):  # one forward pass each
+            rec, vrec, clips = _record_batch(loaded, w, settings, point_list, bool(attn_names) or bool(sink_names),
+                                             value_stacks, all_edits, rows)
+            clip_records.extend(r for clip in clips for r in clip.records(rows.start))
+            add_point_metrics(rec.outputs, tuple(w.input_ids.shape), w.real(exclude_special), names, values)
+            if sink_names:
+                found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config,
+                                    w.attention_mask.bool(), sink_names, zeroed)
+                for key, v in found.items():
+                    values.setdefault(key, []).append(v.detach().cpu().double())
+            if attn_names:
+                add_attention_metrics(rec.attention_maps, loaded.family, loaded.model.config.model_type,
+                                      settings["mask"], w.attention_mask, attn_names, values)
             bar.advance()
     sink_points = [(p, (m,)) for p, m in values if m in SINK_METRICS]  # per head and per block, as recorded
     point_metrics = [(p, names) for p in point_list] + [(p, attn_names) for p in attn_points] + sink_points
@@ -362,14 +372,6 @@ def _metric_kinds(metrics: Sequence[str] | None) -> tuple[tuple[str, ...], tuple
             tuple(n for n in names if n in ATTENTION_METRICS), tuple(n for n in names if n in SINK_METRICS))
 
 
-def _config_int(config: Any, names: Sequence[str], default: int) -> int:
-    for name in names:
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return default
-
-
 def probe_memory(loaded: Any, n_tokens: int, *, points: Sequence[str] | str = "hidden_states",
                  metrics: Sequence[str] | None = None) -> ProbeMemory:
     """Predicted memory of :func:`probe` on windows of ``n_tokens`` tokens
@@ -379,37 +381,14 @@ def probe_memory(loaded: Any, n_tokens: int, *, points: Sequence[str] | str = "h
 
 def _memory_plan(loaded: LoadedModel, library: LibraryModel | None, n_tokens: int, points: Sequence[str] | str,
                  metrics: Sequence[str] | None) -> ProbeMemory:
-    from ..metrics.registry import metrics_bytes
-    from .memory import FORWARD_TOKEN_COPIES, MAP_METRIC_COPIES, SCORE_COPIES, SDPA_SCORE_COPIES, SINK_METRIC_COPIES
-
-    model = loaded.model
-    tensors = [*model.parameters(), *model.buffers()]
-    weights = sum(t.numel() * t.element_size() for t in tensors)
-    s = tensors[0].element_size() if tensors else 4
-    config = model.config
-    d = _config_int(config, ("hidden_size", "n_embd", "d_model", "dim"), 0)
-    f = _config_int(config, ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "hidden_dim"), 4 * d)
-    heads = _config_int(config, HEAD_KEYS, 1)
-    n_blocks = sum(st.n_layers for st in families.stacks(model, loaded.family))
-    token_names, attn_names, sink_names = _metric_kinds(metrics)
-    measured_maps = bool(attn_names)
-    attention = measured_maps or bool(sink_names)
-    eager = getattr(config, "_attn_implementation", "eager") == "eager"
-    n_points = (len(library.points) if library is not None else len(_point_list(loaded, points))) if token_names else 0
-    N = int(n_tokens)
-    records = n_points * N * d * s
-    maps = n_blocks * heads * N * N * s if attention else 0
-    scores = SCORE_COPIES if attention or eager else SDPA_SCORE_COPIES
-    forward = (FORWARD_TOKEN_COPIES * N * d + 2 * N * f) * s + scores * heads * N * N * 4
-    map_copies = MAP_METRIC_COPIES if measured_maps else SINK_METRIC_COPIES if attention else 0
-    measure = max(metrics_bytes((1, N, d), token_names, 8)[0] if token_names else 0, map_copies * heads * N * N * 8)
-    return ProbeMemory(int(weights), int(records + maps + max(forward, measure)))
+    kinds = _metric_kinds(metrics)
+    n_points = (len(library.points) if library is not None else len(_point_list(loaded, points))) if kinds[0] else 0
+    return predict(loaded, n_tokens, n_points, *kinds)
 
 
 def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[str] | None, batch_size: int,
                    exclude_special: bool, progress: bool | None, per_window: bool, refused: list[str]) -> pd.DataFrame:
-    """:func:`probe` of a TransformerLens or nnsight model; :class:`ConfigError` for an
-    option in ``refused`` or an attention or sink metric."""
+    """:func:`probe` of a TransformerLens or nnsight model; ConfigError for ``refused`` or non-token metrics."""
     names = tuple(metrics) if metrics is not None else PROBE_DEFAULT_METRICS
     refused = refused + [n for n in names if n in ATTENTION_METRICS or n in SINK_METRICS]
     if refused:
@@ -432,8 +411,7 @@ def _probe_library(library: LibraryModel, windows: Windows, metrics: Sequence[st
 
 def _with_ablation(loaded: LoadedModel, windows: Windows, edits: Mapping[str, EditFn] | None,
                    ablation: HeadAblation | None, batch_size: int, settings: dict[str, Any]) -> dict[str, EditFn]:
-    """``edits`` plus those of ``ablation`` (run after a user's edit at the same point);
-    mean ablation measures the means first."""
+    """``edits`` plus those of ``ablation`` (after a user's edit at the same point; mean ablation measures first)."""
     out = dict(edits or {})
     if ablation is None:
         return out
@@ -448,29 +426,6 @@ def _with_ablation(loaded: LoadedModel, windows: Windows, edits: Mapping[str, Ed
         first = out.get(point)
         out[point] = fn if first is None else (lambda Z, ctx, f=first, g=fn: g(f(Z, ctx), ctx))
     return out
-
-
-def _probe_batch(loaded: LoadedModel, windows: Windows, rows: range, settings: dict[str, Any], point_list: list[str],
-                 names: Sequence[str], exclude_special: bool, values: dict[tuple[str, str], list[torch.Tensor]],
-                 attn_names: tuple[str, ...], sinks: Sequence[str], edits: Mapping[str, EditFn],
-                 clip_records: list[dict[str, Any]] | None, zeroed: Mapping[str, Sequence[int]]) -> None:
-    """One forward pass over the batch; appends each ``(point, metric)``'s ``(batch,)``
-    values (token, attention and sink metrics) to ``values``."""
-    am = windows.attention_mask
-    stack_list = families.stacks(loaded.model, loaded.family) if sinks else []
-    rec, vrec, clips = _record_batch(loaded, windows, settings, point_list, bool(attn_names) or bool(sinks),
-                                     stack_list if set(sinks) & set(VALUE_METRICS) else [], edits, rows)
-    if clip_records is not None:
-        clip_records.extend(r for clip in clips for r in clip.records(rows.start))
-    add_point_metrics(rec.outputs, tuple(windows.input_ids.shape), windows.real(exclude_special), names, values)
-    if sinks:
-        found = sink_values(rec.attention_maps, vrec.outputs, stack_list, loaded.model.config, am.bool(), tuple(sinks),
-                            zeroed)
-        for key, v in found.items():
-            values.setdefault(key, []).append(v.detach().cpu().double())
-    if attn_names:
-        add_attention_metrics(rec.attention_maps, loaded.family, loaded.model.config.model_type, settings["mask"], am,
-                              attn_names, values)
 
 
 def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, model_type: str | None, mask: Any,
@@ -489,9 +444,7 @@ def add_attention_metrics(maps: dict[str, torch.Tensor], family_name: str, model
 def _record_batch(loaded: LoadedModel, w: Windows, settings: dict[str, Any], point_list: list[str],
                   attentions: bool = False, value_stacks: Sequence[Any] = (), edits: Mapping[str, EditFn] | None = None,
                   window_rows: range | None = None, stop: bool = False) -> tuple[Recorder, ValueRecorder, list[Any]]:
-    """One forward pass on the batch ``w`` under ``settings`` (``stop``: once the points are
-    recorded): the :class:`Recorder`, the :class:`ValueRecorder` and each stack's
-    :class:`~rankcollapse.models.massive.MassiveClip`; :class:`ModelError` for a point whose module did not run."""
+    """One forward pass on ``w`` under ``settings``: the Recorder, ValueRecorder and MassiveClips."""
     inputs = model_inputs(loaded, w.input_ids, w.attention_mask)
     with intervene(loaded, **settings, attention_mask=w.attention_mask, edits=edits, windows=window_rows) as clips:
         with Recorder(loaded, point_list, stop=stop, attentions=attentions) as rec, \
@@ -533,6 +486,19 @@ def allowed_keys(family_name: str, model_type: str | None, mask: Any, point: str
     return dense_mask(mask, n_tokens)
 
 
+def _checked_run(loaded: Any, windows: Windows, intervention: Any, batch_size: int
+                ) -> tuple[Intervention, LoadedModel, int, float]:
+    """``(intervention, model, batch_size, d_qk_scale)`` checked for a run on ``windows``, raising as :func:`probe`."""
+    net = as_intervention(intervention)
+    check_windows(windows)
+    batch_size = check_int(batch_size, "batch_size", low=1)
+    loaded = as_loaded(loaded)
+    d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
+    check_positions(loaded, windows.n_tokens)
+    check_token_ids(loaded, windows)
+    return net, loaded, batch_size, d_qk_scale
+
+
 @torch.no_grad()
 def attention_maps(loaded: Any, windows: Windows, intervention: Intervention | None = None, *,
                    batch_size: int = 8) -> dict[str, torch.Tensor]:
@@ -541,13 +507,7 @@ def attention_maps(loaded: Any, windows: Windows, intervention: Intervention | N
     ``(B, H, N, N)`` on CPU (padding keys 0). :class:`ModelError` when the model gives no
     probabilities; :class:`ConfigError` for unknown token ids or windows longer than the
     model's positions."""
-    net = as_intervention(intervention)
-    check_windows(windows)
-    batch_size = check_int(batch_size, "batch_size", low=1)
-    loaded = as_loaded(loaded)
-    d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
-    check_positions(loaded, windows.n_tokens)
-    check_token_ids(loaded, windows)
+    net, loaded, batch_size, d_qk_scale = _checked_run(loaded, windows, intervention, batch_size)
     settings = dict(mask=schedule_or_mask(net.mask, windows.n_tokens), d_qk_scale=d_qk_scale, drop=net.drop,
                     clip_massive=net.clip_massive)
     all_edits = _with_ablation(loaded, windows, net.edits, net.ablate_heads, batch_size, settings)

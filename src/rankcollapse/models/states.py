@@ -16,7 +16,6 @@ import pandas as pd
 import torch
 
 from .._io import read_regular, read_user_json, write_json_atomic
-from .._validate import check_int
 from ..data import Windows
 from ..errors import ConfigError, StatesError
 from . import families
@@ -69,19 +68,10 @@ def capture_states(loaded: Any, windows: Windows, intervention: Any = None, *, b
     and :class:`ConfigError` for ``module:PATH`` points or a mask without a spec."""
     from ..masks import schedule_or_mask
     from .edits import edit_settings
-    from .loading import as_loaded
-    from .probe import (_point_list, _record_batch, _settings_record, _with_ablation, as_intervention, check_positions,
-                        check_token_ids, check_windows)
+    from .probe import _checked_run, _point_list, _record_batch, _settings_record, _with_ablation
     from .recorder import MODULE_PREFIX
-    from .temperature import d_qk_scale_for
 
-    net = as_intervention(intervention)
-    check_windows(windows)
-    batch_size = check_int(batch_size, "batch_size", low=1)
-    loaded = as_loaded(loaded)
-    d_qk_scale = d_qk_scale_for(loaded, net.d_qk, net.d_qk_scale)
-    check_positions(loaded, windows.n_tokens)
-    check_token_ids(loaded, windows)
+    net, loaded, batch_size, d_qk_scale = _checked_run(loaded, windows, intervention, batch_size)
     point_list = _point_list(loaded, points)
     modules = [p for p in point_list if p.startswith(MODULE_PREFIX)]
     if modules:
