@@ -463,3 +463,19 @@ def test_each_condition_reads_the_floor_of_its_own_n_and_d():
     assert res["bound"] is None and res["value"] == pytest.approx(2800) and res["floors"] == [mu_floor(128, 384)] * 2
     assert C.evaluate_check(t, check)["bound"] == "lower"  # at the default N = 8,192 it is within the floor
     assert MODEL_WIDTHS["minilm"] == 384
+
+
+def test_ratio_check_with_a_zero_denominator_is_inf_or_nan_never_an_error():
+    # sink mass has no round-off floor: an exact 0 on the right is an upper bound of 0, so the
+    # ratio is unbounded above (inf, undecided) or 0/0 (nan, undecidable), as a `ratio` quantity reads it
+    t = pd.concat([rows_from_metrics({"sink_mass": np.array([[1.0] * 3, [a] * 3])},
+                                     {"source": "simulate", "mask": "complete", "mask_spec": "complete", "variant": v,
+                                      "seed": 0, "setting": "default", "dtype": "float64"})
+                   for v, a in (("a", 0.5), ("zero", 0.0))], ignore_index=True)
+    q = {"stat": "value", "metric": "sink_mass", "layer": "last"}
+    check = {"lhs": {**q, "select": {"variant": "a"}}, "op": ">=", "factor": 2, "rhs": {**q, "select": {"variant": "zero"}}}
+    res = C.evaluate_check(t, check)
+    assert res["value"] == math.inf and res["bound"] == "lower" and res["outcome"] == "undecided"
+    assert C.quantity(t, {"stat": "ratio", "num": check["lhs"], "den": check["rhs"]}).point == math.inf
+    res = C.evaluate_check(t, {**check, "lhs": check["rhs"]})
+    assert math.isnan(res["value"]) and res["outcome"] == "undecidable"

@@ -117,10 +117,10 @@ def evaluate_check(table: pd.DataFrame, check: dict[str, Any], setting: str = "d
             stat, reps, tau, kind = lhs.point, lhs.reps, factor * rhs.point, "value"
             per = dict(lhs.per_seed)
         elif compare == "difference":
-            stat, reps, tau, kind = lhs.point - rhs.point, lhs.reps - rhs.reps, factor, "difference"
+            stat, reps, tau, kind = np.subtract(lhs.point, rhs.point), lhs.reps - rhs.reps, factor, "difference"
             per = _paired(lhs, rhs, np.subtract)
-        else:
-            stat, reps, tau, kind = lhs.point / rhs.point, lhs.reps / rhs.reps, factor, "ratio"
+        else:  # numpy division: a denominator of exactly 0 gives inf or nan, as a `ratio` quantity does
+            stat, reps, tau, kind = np.divide(lhs.point, rhs.point), lhs.reps / rhs.reps, factor, "ratio"
             per = _paired(lhs, rhs, np.divide)
     bound = lhs.bound if "const" in rhs_q else combine_bounds(lhs.bound, rhs.bound)
     lo, hi = _interval(reps)

@@ -204,8 +204,8 @@ def evaluate(table: pd.DataFrame, q: dict[str, Any], setting: str, ctx: EvalCont
     if stat in ("ratio", "difference"):
         a, b = evaluate(table, q["num"], setting, ctx), evaluate(table, q["den"], setting, ctx)
         op = np.divide if stat == "ratio" else np.subtract
-        per = _paired(a, b, op)
         with np.errstate(all="ignore"):
+            per = _paired(a, b, op)
             return Value(float(op(a.point, b.point)), op(a.reps, b.reps), per, a.collapsed and b.collapsed,
                          max(a.n_samples, b.n_samples), max(a.n_seeds, b.n_seeds),
                          bound=combine_bounds(a.bound, b.bound), floor=max(a.floor, b.floor),
