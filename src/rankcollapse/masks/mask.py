@@ -25,13 +25,12 @@ MaskMod = Callable[[Any, Any, "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 def normalise_csr(csr: Any, n_tokens: int) -> sp.csr_array:
     """Canonical bool CSR ``(n_tokens, n_tokens)``; MaskError for another shape."""
-    n = n_tokens
     csr = sp.csr_array(csr, dtype=bool)
     csr.eliminate_zeros()
     csr.sum_duplicates()
     csr.sort_indices()
-    if csr.shape != (n, n):
-        raise MaskError(f"mask must be square {n}x{n}, got shape {csr.shape}")
+    if csr.shape != (n_tokens, n_tokens):
+        raise MaskError(f"mask must be square {n_tokens}x{n_tokens}, got shape {csr.shape}")
     return csr
 
 
