@@ -117,13 +117,9 @@ def versions() -> dict[str, str]:
 
 
 def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | None = None):
-    """The bool/int/float array of the ``.npy`` file ``path`` in native byte order (never a pickle).
-
-    Raises
-    ------
-    error (default :class:`~rankcollapse.errors.DataError`)
-        Naming ``what`` and ``path``: not a file, empty, not a ``.npy`` array, or another dtype.
-    """
+    """The bool/int/float array of the ``.npy`` file ``path`` in native byte order (never a pickle);
+    ``error`` (default :class:`~rankcollapse.errors.DataError`) naming ``what`` and ``path``: not a
+    file, empty, not a ``.npy`` array, or another dtype."""
     import numpy as np
 
     error = error or DataError
@@ -152,15 +148,9 @@ def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | Non
 
 def read_regular(path: str | os.PathLike, what: str = "file") -> bytes:
     """The bytes of ``path``, a regular file and not a symbolic link: how the toolkit reads its
-    own records (cache entries, ``claims.json``, lock files).
-
-    Raises
-    ------
-    FileNotFoundError
-        ``path`` does not exist (callers decide whether that is an error).
-    UnsafePathError
-        ``path`` is a symbolic link, or not a regular file (folder, FIFO, device).
-    """
+    own records (cache entries, ``claims.json``, lock files). ``FileNotFoundError`` when ``path``
+    does not exist (callers decide whether that is an error); :class:`UnsafePathError` for a
+    symbolic link or a file that is not regular (folder, FIFO, device)."""
     fd = _open_regular(path, what, os.O_RDONLY, "reads only regular files it could have written")
     with os.fdopen(fd, "rb") as fh:
         return fh.read()
@@ -189,14 +179,9 @@ def read_user_text(path: str | os.PathLike, what: str, error: type | None = None
 
 
 def read_user_json(path: str | os.PathLike, what: str, error: type | None = None) -> Any:
-    """Parse a user's JSON file (:func:`read_user_text`).
-
-    Raises
-    ------
-    error (default :class:`~rankcollapse.errors.DataError`)
-        Naming ``what`` and the path: as :func:`read_user_text`, not JSON, a key given twice,
-        nested too deep, numbers out of range.
-    """
+    """A user's JSON file, parsed; ``error`` (default :class:`~rankcollapse.errors.DataError`)
+    naming ``what`` and the path: as :func:`read_user_text`, not JSON, a key given twice, nested
+    too deep, numbers out of range."""
     error = error or DataError
     text = read_user_text(path, what, error)
 

@@ -36,13 +36,8 @@ def wikipedia_texts() -> list[str]:
 
 def read_text_file(path: str | Path) -> list[str]:
     """Documents of a UTF-8 file: one per non-empty line, or for ``*.jsonl`` each line's ``"text"``.
-
-    Raises
-    ------
-    DataError
-        Not a readable regular file, not UTF-8, no documents, a bad JSONL line, or a ``*.json``
-        file (its syntax would be probed as text).
-    """
+    :class:`DataError` for a file that is not a readable regular file, not UTF-8, without documents,
+    with a bad JSONL line, or a ``*.json`` file (its syntax would be probed as text)."""
     path = Path(path)
     if path.suffix.lower() == ".json":
         raise DataError(f"{path} is a .json file; its lines are JSON syntax, not documents: give one object "

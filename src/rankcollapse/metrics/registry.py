@@ -221,7 +221,8 @@ def check_pairwise_memory(X, names, dtype, max_memory) -> None:
     ``max_memory`` (default half the RAM)."""
     shape = tuple(getattr(X, "shape", ()))
     if len(shape) in (2, 3):
-        itemsize = 4 if dtype == torch.float32 or (dtype is None and getattr(X, "dtype", None) in _SINGLE) else 8
+        single = (torch.float32, torch.float16, torch.bfloat16)
+        itemsize = 4 if dtype == torch.float32 or (dtype is None and getattr(X, "dtype", None) in single) else 8
         estimate, dense = metrics_bytes(shape, names, itemsize)
         what = (f"computing (N, N) pairwise matrices ({', '.join(sorted(DENSE_PAIRWISE.intersection(names)))}) "
                 f"at N = {shape[-2]}" if dense else f"computing metrics at N = {shape[-2]}")
@@ -327,6 +328,3 @@ def _as_dtype(dtype) -> torch.dtype | None:
     if not isinstance(named, torch.dtype):
         raise MetricError(f"dtype must be a torch floating dtype such as torch.float64 or 'float64', got {dtype!r}")
     return named
-
-
-_SINGLE = (torch.float32, torch.float16, torch.bfloat16)
