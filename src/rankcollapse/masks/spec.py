@@ -29,37 +29,32 @@ class MaskKind:
     summary: str
 
 
-def _kinds() -> dict[str, MaskKind]:
-    w_odd, causal = Key("w", "int", help="odd window width 2h+1"), Key("causal", "bool", False)
-    entries = [
-        MaskKind("complete", c.complete, (), "every token attends to every token"),
-        MaskKind("causal", c.causal, (), "token i attends to j <= i"),
-        MaskKind("sliding_window", c.sliding_window, (w_odd,), "|i - j| <= (w-1)/2"),
-        MaskKind("causal_sliding_window", c.causal_sliding_window,
-                 (Key("w", "int", help="window width incl. the query"),), "i-w+1 <= j <= i"),
-        MaskKind("dilated", c.dilated, (Key("w", "int"), Key("dilation", "int"), causal),
-                 "window of w keys spaced by dilation"),
-        MaskKind("prefix", c.prefix, (Key("k", "int", help="prefix length"),),
-                 "prefix tokens bidirectional, rest causal"),
-        MaskKind("block", c.block, (Key("size", "int"), causal), "block-local attention"),
-        MaskKind("documents", c.documents, (Key("lengths", "ints", help="e.g. 3+5+8"), causal),
-                 "packed documents, block diagonal"),
-        MaskKind("strided", p.strided, (Key("stride", "int"),),
-                 "Sparse Transformer strided pattern (Child et al. 2019)"),
-        MaskKind("fixed", p.fixed, (Key("stride", "int"), Key("c", "int", 1)),
-                 "Sparse Transformer fixed pattern (Child et al. 2019)"),
-        MaskKind("longformer", p.longformer, (w_odd, Key("globals", "ints", ())),
-                 "window plus global tokens (Beltagy et al. 2020)"),
-        MaskKind("bigbird", p.bigbird, (w_odd, Key("globals", "ints", ()), Key("random", "int", 0),
-                                        Key("seed", "int", 0)),
-                 "window + globals + random keys (Zaheer et al. 2020)"),
-        MaskKind("random", p.random, (Key("p", "float"), Key("seed", "int", 0)),
-                 "Erdos-Renyi G(N, p) plus self-loops"),
-    ]
-    return {e.name: e for e in entries}
-
-
-MASK_KINDS: dict[str, MaskKind] = _kinds()
+_W_ODD, _CAUSAL = Key("w", "int", help="odd window width 2h+1"), Key("causal", "bool", False)
+MASK_KINDS: dict[str, MaskKind] = {kind.name: kind for kind in (
+    MaskKind("complete", c.complete, (), "every token attends to every token"),
+    MaskKind("causal", c.causal, (), "token i attends to j <= i"),
+    MaskKind("sliding_window", c.sliding_window, (_W_ODD,), "|i - j| <= (w-1)/2"),
+    MaskKind("causal_sliding_window", c.causal_sliding_window,
+             (Key("w", "int", help="window width incl. the query"),), "i-w+1 <= j <= i"),
+    MaskKind("dilated", c.dilated, (Key("w", "int"), Key("dilation", "int"), _CAUSAL),
+             "window of w keys spaced by dilation"),
+    MaskKind("prefix", c.prefix, (Key("k", "int", help="prefix length"),),
+             "prefix tokens bidirectional, rest causal"),
+    MaskKind("block", c.block, (Key("size", "int"), _CAUSAL), "block-local attention"),
+    MaskKind("documents", c.documents, (Key("lengths", "ints", help="e.g. 3+5+8"), _CAUSAL),
+             "packed documents, block diagonal"),
+    MaskKind("strided", p.strided, (Key("stride", "int"),),
+             "Sparse Transformer strided pattern (Child et al. 2019)"),
+    MaskKind("fixed", p.fixed, (Key("stride", "int"), Key("c", "int", 1)),
+             "Sparse Transformer fixed pattern (Child et al. 2019)"),
+    MaskKind("longformer", p.longformer, (_W_ODD, Key("globals", "ints", ())),
+             "window plus global tokens (Beltagy et al. 2020)"),
+    MaskKind("bigbird", p.bigbird, (_W_ODD, Key("globals", "ints", ()), Key("random", "int", 0),
+                                    Key("seed", "int", 0)),
+             "window + globals + random keys (Zaheer et al. 2020)"),
+    MaskKind("random", p.random, (Key("p", "float"), Key("seed", "int", 0)),
+             "Erdos-Renyi G(N, p) plus self-loops"),
+)}
 _KEYS = {name: kind.keys for name, kind in MASK_KINDS.items()}
 
 

@@ -95,20 +95,16 @@ ATTENTION_METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (
 UNSCALED_METRICS = frozenset({"mu", "mu_relative", "max_token_share", "norm_spread", "token_radius",
                               "avg_cos", "avg_abs_cos", "cos_to_mean"})
 
-STEP_METRICS: dict[str, MetricSpec] = {
-    "angular_speed": MetricSpec(
-        "angular_speed", motion.angular_speed,
-        "(1/N) sum_i angle(x_i(t), x_i(t+1)) in radians, mean turn of a token in one layer"),
-}
+STEP_METRICS: dict[str, MetricSpec] = {"angular_speed": MetricSpec(
+    "angular_speed", motion.angular_speed,
+    "(1/N) sum_i angle(x_i(t), x_i(t+1)) in radians, mean turn of a token in one layer")}
 """Metrics of two consecutive states: ``fn(X_prev, X_next) -> (B,)``, computed by
 :func:`~rankcollapse.dynamics.simulate` (row 0 NaN), refused by :func:`compute_metrics`."""
 
-WEIGHT_METRICS: dict[str, MetricSpec] = {
-    "v1_alignment": MetricSpec(
-        "v1_alignment", power.layer_v1_alignment,
-        "(1/N) sum_i |<x_i/||x_i||, v_1>|, v_1 the principal eigenvector of the layer's W_O W_V "
-        "(row convention: of (W_V W_O)^T)"),
-}
+WEIGHT_METRICS: dict[str, MetricSpec] = {"v1_alignment": MetricSpec(
+    "v1_alignment", power.layer_v1_alignment,
+    "(1/N) sum_i |<x_i/||x_i||, v_1>|, v_1 the principal eigenvector of the layer's W_O W_V "
+    "(row convention: of (W_V W_O)^T)")}
 """Metrics of X and the weights of the layer acting on it: ``fn(X, layer) -> (B,)``,
 computed by :func:`~rankcollapse.dynamics.simulate` (row ``t`` with layer ``max(t, 1)``),
 refused by :func:`compute_metrics`."""
