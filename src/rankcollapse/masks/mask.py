@@ -34,10 +34,10 @@ def normalise_csr(csr: Any, n_tokens: int) -> sp.csr_array:
     return csr
 
 
-def as_bool_matrix(matrix: Any, error: type[RankCollapseError] = MaskError) -> Any:
+def as_bool_matrix(matrix: Any, error: type[RankCollapseError] = MaskError, what: str = "mask matrix") -> Any:
     """``matrix`` as a ``torch.bool`` tensor (same device) or a ``numpy.bool_`` array. A mask
-    matrix is boolean or 0/1 integers; floats (additive masks, attention weights) and sparse or
-    meta tensors raise ``error``."""
+    matrix (``what`` in messages) is boolean or 0/1 integers; floats (additive masks, attention
+    weights) and sparse or meta tensors raise ``error``."""
     check_tensor_storage(matrix, "mask", error=error)  # scipy sparse is the sparse mask form
     if is_tensor(matrix):
         import torch  # already loaded: matrix is a tensor
@@ -45,13 +45,13 @@ def as_bool_matrix(matrix: Any, error: type[RankCollapseError] = MaskError) -> A
         M = matrix.detach()
         if M.dtype != torch.bool:
             if M.is_floating_point() or M.is_complex() or not bool(((M == 0) | (M == 1)).all()):
-                raise error(f"mask matrix must be boolean (or 0/1 integers), got dtype {M.dtype}")
+                raise error(f"{what} must be boolean (or 0/1 integers), got dtype {M.dtype}")
             M = M.bool()
         return M
     arr = np.asarray(matrix)
     if arr.dtype != np.bool_:
         if not np.issubdtype(arr.dtype, np.integer) or not np.isin(arr, (0, 1)).all():
-            raise error(f"mask matrix must be boolean (or 0/1 integers), got dtype {arr.dtype}")
+            raise error(f"{what} must be boolean (or 0/1 integers), got dtype {arr.dtype}")
         arr = arr.astype(bool)
     return arr
 
