@@ -76,19 +76,17 @@ def _parse_atom(text: str, n: int | None) -> Any:
         path = _file_path(text)
         if not path:
             raise MaskError("mask spec 'file:' needs a path, e.g. file:mask.npy")
-        return _check_file(path) if n is None else p.from_file(path, n)
+        if n is not None:
+            return p.from_file(path, n)
+        if not Path(path).is_file():
+            raise MaskError(f"mask file {path!r} is not a readable file")
+        if path.endswith(".npy"):
+            _npy_rows(path)
+        return _Checked()
     spec = Spec.parse(text, "mask", names=_KEYS, error=MaskError)
     kind = MASK_KINDS[spec.name]
     values = {**{k.name: k.default for k in kind.keys if k.default is not REQUIRED}, **spec.params}
     return _Checked() if n is None else kind.build(n, **values)
-
-
-def _check_file(path: str) -> _Checked:
-    if not Path(path).is_file():
-        raise MaskError(f"mask file {path!r} is not a readable file")
-    if path.endswith(".npy"):
-        _npy_rows(path)
-    return _Checked()
 
 
 def parse_mask(spec: str, n_tokens: int) -> Mask:
@@ -164,17 +162,12 @@ def spec_n_tokens(spec: str) -> int | None:
 
 
 def spec_files(spec: str) -> list[str]:
-    """Paths of the ``file:`` masks of the mask spec ``spec``, in order."""
+    """Paths of the ``file:`` masks of the mask spec ``spec``, in order (a lone ``file:PATH`` is one atom)."""
     if not isinstance(spec, str):
         return []
-    return [_file_path(atom) for atom in _atoms(spec) if Spec.name_of(atom) == "file"]
-
-
-def _atoms(spec: str) -> list[str]:
-    """The atoms of a mask spec, in order (a lone ``file:PATH`` is one atom)."""
-    if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
-        return [spec.strip()]
-    return [t.strip() for t in re.split(r"[&|()]", spec) if t.strip()]
+    lone = spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()")
+    atoms = [spec.strip()] if lone else [t.strip() for t in re.split(r"[&|()]", spec) if t.strip()]
+    return [_file_path(atom) for atom in atoms if Spec.name_of(atom) == "file"]
 
 
 def _file_path(atom: str) -> str:
