@@ -247,9 +247,8 @@ def _grouped(spec: str) -> str:
 
 def _intersect(a: Mask, b: Mask, chunk: int = 1 << 22) -> sp.csr_array:
     """CSR of ``a & b``: the sparser operand's entries filtered by the other's predicate."""
-    inf = float("inf")
-    size = lambda m: inf if m.n_edges_hint is None else m.n_edges_hint  # noqa: E731
-    base, other = (a, b) if size(a) <= size(b) else (b, a)
+    size_a, size_b = (float("inf") if m.n_edges_hint is None else m.n_edges_hint for m in (a, b))
+    base, other = (a, b) if size_a <= size_b else (b, a)
     if not other._predicate_is_structural:
         return base.to_csr().multiply(other.to_csr())
     csr = base.to_csr()
