@@ -205,10 +205,8 @@ def metrics_bytes(shape: tuple[int, ...], names, itemsize: int) -> tuple[int, bo
     pairs = b * n * n * itemsize
     if names & DENSE_PAIRWISE:
         return tokens + PAIRWISE_COPIES * pairs, True
-    if names & {"avg_cos", "avg_abs_cos"}:
-        if pairs <= _context.PAIR_BUDGET:
-            return tokens + 2 * pairs, False
-        return tokens + _context.PAIR_BUDGET, False
+    if names & {"avg_cos", "avg_abs_cos"}:  # two pair matrices up to PAIR_BUDGET, else row chunks of that size
+        return tokens + (2 * pairs if pairs <= _context.PAIR_BUDGET else _context.PAIR_BUDGET), False
     return tokens, False
 
 
