@@ -230,7 +230,9 @@ class OutputFolder:
             except BlockingIOError:
                 if not self.wait:
                     os.close(fd)
-                    raise OutputBusyError(f"{self.out} is in use by {describe(owner(self.out))}; "
+                    info = owner(self.out)
+                    holder = f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}"
+                    raise OutputBusyError(f"{self.out} is in use by {holder if info else 'another run'}; "
                                           "wait for that run to finish or choose another output folder") from None
                 time.sleep(self.poll_s)
         self._fd = fd
@@ -291,11 +293,6 @@ def owner(out: str | os.PathLike) -> dict[str, Any]:
     except (OSError, ValueError):  # UnsafePathError is a ValueError: an unsafe lock names no owner
         return {}
     return info if isinstance(info, dict) else {}
-
-
-def describe(info: dict[str, Any]) -> str:
-    """``run pid 123 on host h since 2026-...Z`` (or ``another run`` if unknown)."""
-    return f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}" if info else "another run"
 
 
 def remove_orphan_tmp(out: Path) -> None:
