@@ -13,9 +13,7 @@ def new_axes(ax: Any = None, *, figsize: tuple[float, float] = (6.0, 4.0), **sub
     """``(figure, axes)``: ``ax`` and its figure when given, else a new pyplot-free figure."""
     if ax is not None:
         return ax.figure, ax
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize)
+    fig = new_figure(figsize)
     return fig, fig.add_subplot(**subplot_kw)
 
 

@@ -117,13 +117,9 @@ def versions() -> dict[str, str]:
 
 
 def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | None = None):
-    """The bool/int/float array of the ``.npy`` file ``path`` in native byte order (never a pickle).
-
-    Raises
-    ------
-    error (default :class:`~rankcollapse.errors.DataError`)
-        Naming ``what`` and ``path``: not a file, empty, not a ``.npy`` array, or another dtype.
-    """
+    """The bool/int/float array of the ``.npy`` file ``path`` in native byte order (never a pickle);
+    ``error`` (default :class:`~rankcollapse.errors.DataError`) naming ``what`` and ``path``: not a
+    file, empty, not a ``.npy`` array, or another dtype."""
     import numpy as np
 
     error = error or DataError
@@ -152,29 +148,18 @@ def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | Non
 
 def read_regular(path: str | os.PathLike, what: str = "file") -> bytes:
     """The bytes of ``path``, a regular file and not a symbolic link: how the toolkit reads its
-    own records (cache entries, ``claims.json``, lock files).
-
-    Raises
-    ------
-    FileNotFoundError
-        ``path`` does not exist (callers decide whether that is an error).
-    UnsafePathError
-        ``path`` is a symbolic link, or not a regular file (folder, FIFO, device).
-    """
+    own records (cache entries, ``claims.json``, lock files). ``FileNotFoundError`` when ``path``
+    does not exist (callers decide whether that is an error); :class:`UnsafePathError` for a
+    symbolic link or a file that is not regular (folder, FIFO, device)."""
     fd = _open_regular(path, what, os.O_RDONLY, "reads only regular files it could have written")
     with os.fdopen(fd, "rb") as fh:
         return fh.read()
 
 
-def read_user_json(path: str | os.PathLike, what: str, error: type | None = None) -> Any:
-    """Parse a user's JSON file (a link to it is fine).
-
-    Raises
-    ------
-    error (default :class:`~rankcollapse.errors.DataError`)
-        Naming ``what`` and the path: not a regular file, not UTF-8, not JSON, a key given
-        twice, nested too deep, numbers out of range.
-    """
+def read_user_text(path: str | os.PathLike, what: str, error: type | None = None) -> str:
+    """The UTF-8 text of a user's regular file ``path`` (a link to it is fine; a byte order mark
+    dropped); ``error`` (default :class:`~rankcollapse.errors.DataError`) naming ``what`` and the
+    path: unreadable, not a regular file, not UTF-8."""
     error = error or DataError
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -188,9 +173,18 @@ def read_user_json(path: str | os.PathLike, what: str, error: type | None = None
     finally:
         os.close(fd)
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise error(f"{what} {str(path)!r} is not valid UTF-8 (byte {exc.start}); save it as UTF-8") from None
+
+
+def read_user_json(path: str | os.PathLike, what: str, error: type | None = None) -> Any:
+    """A user's JSON file, parsed; ``error`` (default :class:`~rankcollapse.errors.DataError`)
+    naming ``what`` and the path: as :func:`read_user_text`, not JSON, a key given twice, nested
+    too deep, numbers out of range."""
+    error = error or DataError
+    text = read_user_text(path, what, error)
+
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         keys = [k for k, _ in pairs]
         twice = next((k for k in keys if keys.count(k) > 1), None)

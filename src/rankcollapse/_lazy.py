@@ -53,13 +53,8 @@ def attach_imports(package: str, init_file: str
 
 def exports_of(init_file: str | Path) -> dict[str, tuple[str, ...]]:
     """``{submodule: names}`` of the ``from .submodule import a, b`` under ``init_file``'s
-    top-level ``if TYPE_CHECKING:``.
-
-    Raises
-    ------
-    ImportError
-        The block is missing, or holds anything but ``from .x import a, b`` without ``as``.
-    """
+    top-level ``if TYPE_CHECKING:``; ``ImportError`` when the block is missing, or holds anything
+    but ``from .x import a, b`` without ``as``."""
     tree = ast.parse(Path(init_file).read_text(encoding="utf-8"))
     blocks = [node for node in tree.body if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
               and node.test.id == "TYPE_CHECKING"]

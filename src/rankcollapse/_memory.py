@@ -22,12 +22,8 @@ def default_limit() -> int:
 
 def parse_size(text: str | int | float | None, name: str = "max_memory") -> int | None:
     """Bytes in ``text`` (``"8GiB"``, ``"500MB"``, ``"2e9"``, an int); None stays None.
-
-    Raises
-    ------
-    MemoryLimitError
-        Not a positive finite size with a known unit (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB).
-    """
+    :class:`MemoryLimitError` for anything but a positive finite size with a known unit (B, kB,
+    MB, GB, TB, KiB, MiB, GiB, TiB)."""
     if text is None:
         return None
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))

@@ -165,17 +165,11 @@ def manifest(out: str | os.PathLike) -> set[str]:
 def check_out(out: str | os.PathLike, names: Iterable[str] = (), *, allow_nonempty: bool = False,
               flags: bool | str = False) -> set[str]:
     """Check, touching nothing, that a run may write ``names`` into ``out``; returns the
-    previous run's files (:func:`manifest`).
-
-    Raises
-    ------
-    ConfigError
-        ``out`` cannot be a folder, is non-empty and no run wrote it (unless
-        ``allow_nonempty``), or holds files of ``names`` no run wrote; with ``flags`` naming
-        ``--out`` (or the flag ``flags`` gives) and ``--allow-nonempty``.
-    UnsafePathError
-        A link or non-regular file where the run would write, or an untrusted manifest.
-    """
+    previous run's files (:func:`manifest`). :class:`ConfigError` when ``out`` cannot be a folder,
+    is non-empty and no run wrote it (unless ``allow_nonempty``), or holds files of ``names`` no
+    run wrote (with ``flags``, naming ``--out`` or the flag ``flags`` gives, and ``--allow-nonempty``);
+    :class:`UnsafePathError` for a link or non-regular file where the run would write, or an
+    untrusted manifest."""
     out = Path(out)
     option = flags if isinstance(flags, str) else ("--out" if flags else "out")
     check_writable(out, folder=True, option=option)
@@ -236,7 +230,9 @@ class OutputFolder:
             except BlockingIOError:
                 if not self.wait:
                     os.close(fd)
-                    raise OutputBusyError(f"{self.out} is in use by {describe(owner(self.out))}; "
+                    info = owner(self.out)
+                    holder = f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}"
+                    raise OutputBusyError(f"{self.out} is in use by {holder if info else 'another run'}; "
                                           "wait for that run to finish or choose another output folder") from None
                 time.sleep(self.poll_s)
         self._fd = fd
@@ -299,11 +295,6 @@ def owner(out: str | os.PathLike) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def describe(info: dict[str, Any]) -> str:
-    """``run pid 123 on host h since 2026-...Z`` (or ``another run`` if unknown)."""
-    return f"run pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}" if info else "another run"
-
-
 def remove_orphan_tmp(out: Path) -> None:
     """Delete what killed writers left in ``out`` and its fixed folders: temporary files
     (:data:`~rankcollapse._io.TMP_SUFFIX`) and a staging folder. Hold the lock."""
@@ -331,14 +322,9 @@ def publish(out: Path, staging: Path, marker_text: str, *, keep: bool = False) -
     """Move the files of ``staging`` into ``out``, remove those the previous manifest lists
     that this run did not write (unless ``keep``: a folder gathering several commands'
     files), then write the manifest and, last, the ``COMPLETE`` marker (removed before the
-    first move). Every name is checked first; hold the lock.
-
-    Raises
-    ------
-    ConfigError
-        A file this run would replace that the previous run did not write (each named).
-    UnsafePathError
-        As :func:`check_out`; or a staged name this version does not declare.
+    first move). Every name is checked first; hold the lock. :class:`ConfigError` for a file
+    this run would replace that the previous run did not write (each named);
+    :class:`UnsafePathError` as :func:`check_out`, or for a staged name this version does not declare.
     """
     new = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
     try:

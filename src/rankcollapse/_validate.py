@@ -151,21 +151,13 @@ class Spec:
     def parse(cls, text: Any, what: str, *, names: Mapping[str, Sequence[Key]] | None = None,
               error: type[RankCollapseError] = ConfigError, short: bool = False) -> "Spec":
         """Read ``text``; names, keys and values stripped, empty items (``a=1,,b=2``) skipped.
-
-        Parameters
-        ----------
-        what : the kind of spec, for messages (``"mask"``, ``"attention"``).
-        names : None: any name and key, values kept as strings. Else the names the spec
-            may have, each with its keys: values are converted to their key's kind and a
-            :data:`REQUIRED` key must be given (defaults are not filled in).
-        short : ``NAME:value`` reads as ``NAME:key=value`` for a name with one key.
-
-        Raises
-        ------
-        error
-            Naming the spec and key: not a string, an item without ``key=``, a key given twice;
-            with ``names``: an unknown name or key, a bad value, a required key missing.
-        """
+        ``what``: the kind of spec, for messages (``"mask"``, ``"attention"``). ``names``: None for
+        any name and key, values kept as strings; else the names the spec may have, each with its
+        keys: values are converted to their key's kind and a :data:`REQUIRED` key must be given
+        (defaults are not filled in). ``short``: ``NAME:value`` reads as ``NAME:key=value`` for a
+        name with one key. Raises ``error`` naming the spec and key: not a string, an item without
+        ``key=``, a key given twice; with ``names``, an unknown name or key, a bad value, a required
+        key missing."""
         if not isinstance(text, str):
             raise error(f"{what} must be a string NAME[:key=value,...], got {type(text).__name__} {text!r}")
         name, _, rest = text.partition(":")

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from . import assets
-from ._io import atomic_path
+from ._io import atomic_path, read_user_text
 from .errors import DataError, TokenizerError
 
 log = logging.getLogger(__name__)
@@ -36,28 +36,13 @@ def wikipedia_texts() -> list[str]:
 
 def read_text_file(path: str | Path) -> list[str]:
     """Documents of a UTF-8 file: one per non-empty line, or for ``*.jsonl`` each line's ``"text"``.
-
-    Raises
-    ------
-    DataError
-        Not a readable regular file, not UTF-8, no documents, a bad JSONL line, or a ``*.json``
-        file (its syntax would be probed as text).
-    """
+    :class:`DataError` for a file that is not a readable regular file, not UTF-8, without documents,
+    with a bad JSONL line, or a ``*.json`` file (its syntax would be probed as text)."""
     path = Path(path)
-    if path.exists() and not path.is_file():  # a FIFO would block the read forever
-        raise DataError(f"text file {str(path)!r} is not a regular file (a FIFO, device or folder); refused")
     if path.suffix.lower() == ".json":
         raise DataError(f"{path} is a .json file; its lines are JSON syntax, not documents: give one object "
                         "{\"text\": ...} per line as .jsonl, or plain text with one document per line")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"cannot read text file {str(path)!r}: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8-sig")  # a leading byte order mark is not text
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not valid UTF-8 (byte {exc.start}); convert it to UTF-8 first") from None
-    lines = [ln.strip() for ln in text.splitlines()]
+    lines = [ln.strip() for ln in read_user_text(path, "text file", DataError).splitlines()]
     if path.suffix.lower() == ".jsonl":
         docs = []
         for k, ln in enumerate(lines, 1):

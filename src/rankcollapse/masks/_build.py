@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .._memory import default_limit, human
-from ..errors import MemoryLimitError
+from .._memory import check_memory
 
 #: Peak bytes per edge while COO pieces become a CSR: int64 rows, cols and offsets of a
 #: piece, their concatenation over pieces, then the CSR's indices and data.
@@ -20,11 +19,8 @@ CSR_BYTES_PER_EDGE = 17
 def check_edges(n_edges: int, n: int, bytes_per_edge: int) -> None:
     """Raise :class:`MemoryLimitError` when ``n_edges`` edges of an ``(n, n)`` mask need more
     than :func:`rankcollapse._memory.default_limit` to build."""
-    need, limit = float(n_edges) * bytes_per_edge, default_limit()
-    if need > limit:
-        raise MemoryLimitError(
-            f"a mask on N = {n} tokens with {int(n_edges):,} edges needs about {human(need)} to build, more than "
-            f"the limit {human(limit)} (half the physical memory); lower the number of tokens or use a sparser mask")
+    check_memory(float(n_edges) * bytes_per_edge, f"building a mask on N = {n} tokens with {int(n_edges):,} edges",
+                 adjustable=False)
 
 
 def progressions(first: np.ndarray, step: int, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -136,11 +136,8 @@ def documents(n_tokens: int, lengths: list[int], causal: bool = False) -> Mask:
     if not lengths or sum(lengths) != n:
         raise MaskError(f"document lengths {lengths} sum to {sum(lengths)}, not N={n}")
     causal = bool(causal)
-    ends = np.cumsum(lengths)
-    doc = np.repeat(np.arange(len(lengths)), lengths)
-    starts = ends - np.asarray(lengths)
     spec = f"documents:lengths={'+'.join(map(str, lengths))},causal={str(causal).lower()}"
-    return _blocks(n, doc, starts, ends, causal, spec)
+    return _blocks(n, lengths, causal, spec)
 
 
 def block(n_tokens: int, size: int, causal: bool = False) -> Mask:
@@ -150,14 +147,15 @@ def block(n_tokens: int, size: int, causal: bool = False) -> Mask:
     size = check_int(size, "block size", low=1, error=MaskError)
     causal = bool(causal)
     lengths = [size] * (n // size) + ([n % size] if n % size else [])
+    return _blocks(n, lengths, causal, f"block:size={size},causal={str(causal).lower()}")
+
+
+def _blocks(n: int, lengths: list[int], is_causal: bool, spec: str) -> Mask:
+    """Attention within consecutive blocks of ``lengths`` tokens (and ``j <= i`` if ``is_causal``)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
     ends = np.cumsum(lengths)
-    doc = np.arange(n) // size
-    spec = f"block:size={size},causal={str(causal).lower()}"
-    return _blocks(n, doc, ends - np.asarray(lengths), ends, causal, spec)
-
-
-def _blocks(n: int, doc: np.ndarray, starts: np.ndarray, ends: np.ndarray, is_causal: bool,
-            spec: str) -> Mask:
+    starts = ends - lengths
+    doc = np.repeat(np.arange(len(lengths)), lengths)
     idx = np.arange(n)
     lo = starts[doc]
     hi = idx if is_causal else ends[doc] - 1

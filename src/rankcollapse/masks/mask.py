@@ -25,20 +25,19 @@ MaskMod = Callable[[Any, Any, "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 def normalise_csr(csr: Any, n_tokens: int) -> sp.csr_array:
     """Canonical bool CSR ``(n_tokens, n_tokens)``; MaskError for another shape."""
-    n = n_tokens
     csr = sp.csr_array(csr, dtype=bool)
     csr.eliminate_zeros()
     csr.sum_duplicates()
     csr.sort_indices()
-    if csr.shape != (n, n):
-        raise MaskError(f"mask must be square {n}x{n}, got shape {csr.shape}")
+    if csr.shape != (n_tokens, n_tokens):
+        raise MaskError(f"mask must be square {n_tokens}x{n_tokens}, got shape {csr.shape}")
     return csr
 
 
-def as_bool_matrix(matrix: Any, error: type[RankCollapseError] = MaskError) -> Any:
+def as_bool_matrix(matrix: Any, error: type[RankCollapseError] = MaskError, what: str = "mask matrix") -> Any:
     """``matrix`` as a ``torch.bool`` tensor (same device) or a ``numpy.bool_`` array. A mask
-    matrix is boolean or 0/1 integers; floats (additive masks, attention weights) and sparse or
-    meta tensors raise ``error``."""
+    matrix (``what`` in messages) is boolean or 0/1 integers; floats (additive masks, attention
+    weights) and sparse or meta tensors raise ``error``."""
     check_tensor_storage(matrix, "mask", error=error)  # scipy sparse is the sparse mask form
     if is_tensor(matrix):
         import torch  # already loaded: matrix is a tensor
@@ -46,13 +45,13 @@ def as_bool_matrix(matrix: Any, error: type[RankCollapseError] = MaskError) -> A
         M = matrix.detach()
         if M.dtype != torch.bool:
             if M.is_floating_point() or M.is_complex() or not bool(((M == 0) | (M == 1)).all()):
-                raise error(f"mask matrix must be boolean (or 0/1 integers), got dtype {M.dtype}")
+                raise error(f"{what} must be boolean (or 0/1 integers), got dtype {M.dtype}")
             M = M.bool()
         return M
     arr = np.asarray(matrix)
     if arr.dtype != np.bool_:
         if not np.issubdtype(arr.dtype, np.integer) or not np.isin(arr, (0, 1)).all():
-            raise error(f"mask matrix must be boolean (or 0/1 integers), got dtype {arr.dtype}")
+            raise error(f"{what} must be boolean (or 0/1 integers), got dtype {arr.dtype}")
         arr = arr.astype(bool)
     return arr
 
@@ -248,9 +247,8 @@ def _grouped(spec: str) -> str:
 
 def _intersect(a: Mask, b: Mask, chunk: int = 1 << 22) -> sp.csr_array:
     """CSR of ``a & b``: the sparser operand's entries filtered by the other's predicate."""
-    inf = float("inf")
-    size = lambda m: inf if m.n_edges_hint is None else m.n_edges_hint  # noqa: E731
-    base, other = (a, b) if size(a) <= size(b) else (b, a)
+    size_a, size_b = (float("inf") if m.n_edges_hint is None else m.n_edges_hint for m in (a, b))
+    base, other = (a, b) if size_a <= size_b else (b, a)
     if not other._predicate_is_structural:
         return base.to_csr().multiply(other.to_csr())
     csr = base.to_csr()

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from .._io import file_sha256
+from .._io import file_sha256, read_user_text
 from ..errors import MaskError, excerpt
 from . import interval_graph
 from .mask import Mask
@@ -121,18 +121,6 @@ def _expand_all(items: list[Any]) -> list[Any]:
     return [one for one, k in runs for _ in range(k)]
 
 
-def _read_list_file(path: str) -> str:
-    """The text of a schedule file; :class:`MaskError` when unreadable or not UTF-8."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise MaskError(f"cannot read schedule file {path!r}: {exc.strerror or exc}") from None
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise MaskError(f"schedule file {path!r} is not valid UTF-8 (byte {exc.start}); save it as UTF-8") from None
-
-
 def _items(source: Any) -> list[Any]:
     if isinstance(source, (list, tuple)):
         return list(source)
@@ -141,7 +129,7 @@ def _items(source: Any) -> list[Any]:
     s = source.strip()
     body = s[len(PREFIX):].strip() if s.startswith(PREFIX) else s
     if body.endswith((".yaml", ".yml", ".json")) and Path(body).is_file():
-        body = _read_list_file(body)
+        body = read_user_text(body, "schedule file", MaskError)
     if body.lstrip().startswith("[") or "\n" in body:
         import yaml
 

@@ -29,37 +29,32 @@ class MaskKind:
     summary: str
 
 
-def _kinds() -> dict[str, MaskKind]:
-    w_odd, causal = Key("w", "int", help="odd window width 2h+1"), Key("causal", "bool", False)
-    entries = [
-        MaskKind("complete", c.complete, (), "every token attends to every token"),
-        MaskKind("causal", c.causal, (), "token i attends to j <= i"),
-        MaskKind("sliding_window", c.sliding_window, (w_odd,), "|i - j| <= (w-1)/2"),
-        MaskKind("causal_sliding_window", c.causal_sliding_window,
-                 (Key("w", "int", help="window width incl. the query"),), "i-w+1 <= j <= i"),
-        MaskKind("dilated", c.dilated, (Key("w", "int"), Key("dilation", "int"), causal),
-                 "window of w keys spaced by dilation"),
-        MaskKind("prefix", c.prefix, (Key("k", "int", help="prefix length"),),
-                 "prefix tokens bidirectional, rest causal"),
-        MaskKind("block", c.block, (Key("size", "int"), causal), "block-local attention"),
-        MaskKind("documents", c.documents, (Key("lengths", "ints", help="e.g. 3+5+8"), causal),
-                 "packed documents, block diagonal"),
-        MaskKind("strided", p.strided, (Key("stride", "int"),),
-                 "Sparse Transformer strided pattern (Child et al. 2019)"),
-        MaskKind("fixed", p.fixed, (Key("stride", "int"), Key("c", "int", 1)),
-                 "Sparse Transformer fixed pattern (Child et al. 2019)"),
-        MaskKind("longformer", p.longformer, (w_odd, Key("globals", "ints", ())),
-                 "window plus global tokens (Beltagy et al. 2020)"),
-        MaskKind("bigbird", p.bigbird, (w_odd, Key("globals", "ints", ()), Key("random", "int", 0),
-                                        Key("seed", "int", 0)),
-                 "window + globals + random keys (Zaheer et al. 2020)"),
-        MaskKind("random", p.random, (Key("p", "float"), Key("seed", "int", 0)),
-                 "Erdos-Renyi G(N, p) plus self-loops"),
-    ]
-    return {e.name: e for e in entries}
-
-
-MASK_KINDS: dict[str, MaskKind] = _kinds()
+_W_ODD, _CAUSAL = Key("w", "int", help="odd window width 2h+1"), Key("causal", "bool", False)
+MASK_KINDS: dict[str, MaskKind] = {kind.name: kind for kind in (
+    MaskKind("complete", c.complete, (), "every token attends to every token"),
+    MaskKind("causal", c.causal, (), "token i attends to j <= i"),
+    MaskKind("sliding_window", c.sliding_window, (_W_ODD,), "|i - j| <= (w-1)/2"),
+    MaskKind("causal_sliding_window", c.causal_sliding_window,
+             (Key("w", "int", help="window width incl. the query"),), "i-w+1 <= j <= i"),
+    MaskKind("dilated", c.dilated, (Key("w", "int"), Key("dilation", "int"), _CAUSAL),
+             "window of w keys spaced by dilation"),
+    MaskKind("prefix", c.prefix, (Key("k", "int", help="prefix length"),),
+             "prefix tokens bidirectional, rest causal"),
+    MaskKind("block", c.block, (Key("size", "int"), _CAUSAL), "block-local attention"),
+    MaskKind("documents", c.documents, (Key("lengths", "ints", help="e.g. 3+5+8"), _CAUSAL),
+             "packed documents, block diagonal"),
+    MaskKind("strided", p.strided, (Key("stride", "int"),),
+             "Sparse Transformer strided pattern (Child et al. 2019)"),
+    MaskKind("fixed", p.fixed, (Key("stride", "int"), Key("c", "int", 1)),
+             "Sparse Transformer fixed pattern (Child et al. 2019)"),
+    MaskKind("longformer", p.longformer, (_W_ODD, Key("globals", "ints", ())),
+             "window plus global tokens (Beltagy et al. 2020)"),
+    MaskKind("bigbird", p.bigbird, (_W_ODD, Key("globals", "ints", ()), Key("random", "int", 0),
+                                    Key("seed", "int", 0)),
+             "window + globals + random keys (Zaheer et al. 2020)"),
+    MaskKind("random", p.random, (Key("p", "float"), Key("seed", "int", 0)),
+             "Erdos-Renyi G(N, p) plus self-loops"),
+)}
 _KEYS = {name: kind.keys for name, kind in MASK_KINDS.items()}
 
 
@@ -81,19 +76,17 @@ def _parse_atom(text: str, n: int | None) -> Any:
         path = _file_path(text)
         if not path:
             raise MaskError("mask spec 'file:' needs a path, e.g. file:mask.npy")
-        return _check_file(path) if n is None else p.from_file(path, n)
+        if n is not None:
+            return p.from_file(path, n)
+        if not Path(path).is_file():
+            raise MaskError(f"mask file {path!r} is not a readable file")
+        if path.endswith(".npy"):
+            _npy_rows(path)
+        return _Checked()
     spec = Spec.parse(text, "mask", names=_KEYS, error=MaskError)
     kind = MASK_KINDS[spec.name]
     values = {**{k.name: k.default for k in kind.keys if k.default is not REQUIRED}, **spec.params}
     return _Checked() if n is None else kind.build(n, **values)
-
-
-def _check_file(path: str) -> _Checked:
-    if not Path(path).is_file():
-        raise MaskError(f"mask file {path!r} is not a readable file")
-    if path.endswith(".npy"):
-        _npy_rows(path)
-    return _Checked()
 
 
 def parse_mask(spec: str, n_tokens: int) -> Mask:
@@ -169,17 +162,12 @@ def spec_n_tokens(spec: str) -> int | None:
 
 
 def spec_files(spec: str) -> list[str]:
-    """Paths of the ``file:`` masks of the mask spec ``spec``, in order."""
+    """Paths of the ``file:`` masks of the mask spec ``spec``, in order (a lone ``file:PATH`` is one atom)."""
     if not isinstance(spec, str):
         return []
-    return [_file_path(atom) for atom in _atoms(spec) if Spec.name_of(atom) == "file"]
-
-
-def _atoms(spec: str) -> list[str]:
-    """The atoms of a mask spec, in order (a lone ``file:PATH`` is one atom)."""
-    if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
-        return [spec.strip()]
-    return [t.strip() for t in re.split(r"[&|()]", spec) if t.strip()]
+    lone = spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()")
+    atoms = [spec.strip()] if lone else [t.strip() for t in re.split(r"[&|()]", spec) if t.strip()]
+    return [_file_path(atom) for atom in atoms if Spec.name_of(atom) == "file"]
 
 
 def _file_path(atom: str) -> str:

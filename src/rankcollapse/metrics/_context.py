@@ -19,6 +19,7 @@ import torch
 from .._validate import check_tensor_storage
 from ..errors import MetricError
 from ..masks.adapt import dense_mask
+from ..masks.mask import as_bool_matrix
 
 MetricFn = Callable[["MetricContext"], torch.Tensor]
 PAIR_BUDGET = 64 * 2**20  # bytes of a (G, L, L) pair matrix above which pair sums avoid forming it
@@ -66,12 +67,8 @@ class MetricContext:
     def __init__(self, X, samples, graph, tolerance, batched, data_eps=0.0, *, normalise: bool = True,
                  out: torch.Tensor | None = None):
         self.X, self.scale = pow2_normalise(X) if normalise else (X, X.new_ones(X.shape[0]))
-        self._out = out
         self.data_eps = data_eps  # eps of the input's own dtype (before any cast)
-        self.samples = samples
-        self.tolerance = tolerance
-        self._graph = graph
-        self._batched = batched
+        self.samples, self.tolerance, self._graph, self._batched, self._out = samples, tolerance, graph, batched, out
         self._cache: dict[str, object] = {}
         self.n_zero_rows = 0
 
@@ -289,11 +286,7 @@ def _as_padding(padding_mask, shape, batched, device) -> torch.Tensor | None:
     want = tuple(shape) if batched else tuple(shape[1:])
     if tuple(pm.shape) != want:
         raise MetricError(f"padding_mask must have shape {want} (True = real token), got {tuple(pm.shape)}")
-    if pm.dtype != torch.bool:
-        if pm.is_floating_point() or not bool(((pm == 0) | (pm == 1)).all()):
-            raise MetricError("padding_mask must be boolean (or integer 0/1), True = real token")
-        pm = pm.bool()
-    pm = pm.to(device).reshape(shape)
+    pm = as_bool_matrix(pm, MetricError, "padding_mask (True = real token)").to(device).reshape(shape)
     empty = ~pm.any(dim=-1)
     if bool(empty.any()):
         where = f"samples {torch.nonzero(empty).flatten()[:10].tolist()}" if batched else "the input"

@@ -15,7 +15,7 @@ import torch
 
 from .._validate import check_int, check_tensor_storage
 from ..errors import MetricError
-from ..masks.adapt import dense_mask
+from ._context import _as_graph
 
 
 def attention_entropy(A, mask=None, *, padding_mask=None) -> torch.Tensor:
@@ -239,9 +239,8 @@ def _as_heads(A, *, probabilities: bool = True) -> tuple[torch.Tensor, bool, flo
 def _allowed(mask, padding_mask, B: int, N: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """``(allowed, real)``: allowed keys ``(B or 1, N, N)`` (the mask, default complete,
     and with padding real queries and keys only) and real queries ``(B or 1, N)``."""
-    M = (torch.ones(1, N, N, dtype=torch.bool) if mask is None
-         else dense_mask(mask, N, n_samples=B, require_keys=False, error=MetricError))
-    M = (M if M.ndim == 3 else M.unsqueeze(0)).to(device)
+    M = _as_graph(mask, N, B, device)
+    M = torch.ones(1, N, N, dtype=torch.bool, device=device) if M is None else M
     if padding_mask is None:
         return M, torch.ones(1, N, dtype=torch.bool, device=device)
     check_tensor_storage(padding_mask, "padding_mask", error=MetricError)

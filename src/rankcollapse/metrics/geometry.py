@@ -12,13 +12,8 @@ import torch
 from ._context import MetricContext, evaluate_one
 
 
-def _median_norm(ctx: MetricContext) -> torch.Tensor:
-    """Median token norm ``(G,)``, numpy's (mean of the two middle values)."""
-    return ctx.cached("median_norm", lambda: torch.quantile(ctx.row_norms, 0.5, dim=-1))
-
-
 def _max_norm_ratio(ctx: MetricContext) -> torch.Tensor:
-    median = _median_norm(ctx)
+    median = torch.quantile(ctx.row_norms, 0.5, dim=-1)  # numpy's: the mean of the two middle values
     ctx.fail(median == 0, "the median token norm is 0 (half the tokens or more are zero): max_norm_ratio is undefined")
     return ctx.row_norms.amax(dim=-1) / median
 

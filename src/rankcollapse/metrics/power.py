@@ -125,5 +125,4 @@ def layer_v1_alignment(X, layer: Any) -> torch.Tensor:
 def random_alignment(d_model: int) -> float:
     """``E |<u, v>| = Gamma(d/2) / (sqrt(pi) Gamma((d+1)/2))`` for ``u`` uniform on ``S^(d-1)``
     and a fixed unit ``v``: the alignment of tokens in random directions."""
-    d = d_model
-    return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
+    return math.exp(math.lgamma(d_model / 2) - math.lgamma((d_model + 1) / 2)) / math.sqrt(math.pi)

@@ -95,20 +95,16 @@ ATTENTION_METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (
 UNSCALED_METRICS = frozenset({"mu", "mu_relative", "max_token_share", "norm_spread", "token_radius",
                               "avg_cos", "avg_abs_cos", "cos_to_mean"})
 
-STEP_METRICS: dict[str, MetricSpec] = {
-    "angular_speed": MetricSpec(
-        "angular_speed", motion.angular_speed,
-        "(1/N) sum_i angle(x_i(t), x_i(t+1)) in radians, mean turn of a token in one layer"),
-}
+STEP_METRICS: dict[str, MetricSpec] = {"angular_speed": MetricSpec(
+    "angular_speed", motion.angular_speed,
+    "(1/N) sum_i angle(x_i(t), x_i(t+1)) in radians, mean turn of a token in one layer")}
 """Metrics of two consecutive states: ``fn(X_prev, X_next) -> (B,)``, computed by
 :func:`~rankcollapse.dynamics.simulate` (row 0 NaN), refused by :func:`compute_metrics`."""
 
-WEIGHT_METRICS: dict[str, MetricSpec] = {
-    "v1_alignment": MetricSpec(
-        "v1_alignment", power.layer_v1_alignment,
-        "(1/N) sum_i |<x_i/||x_i||, v_1>|, v_1 the principal eigenvector of the layer's W_O W_V "
-        "(row convention: of (W_V W_O)^T)"),
-}
+WEIGHT_METRICS: dict[str, MetricSpec] = {"v1_alignment": MetricSpec(
+    "v1_alignment", power.layer_v1_alignment,
+    "(1/N) sum_i |<x_i/||x_i||, v_1>|, v_1 the principal eigenvector of the layer's W_O W_V "
+    "(row convention: of (W_V W_O)^T)")}
 """Metrics of X and the weights of the layer acting on it: ``fn(X, layer) -> (B,)``,
 computed by :func:`~rankcollapse.dynamics.simulate` (row ``t`` with layer ``max(t, 1)``),
 refused by :func:`compute_metrics`."""
@@ -209,10 +205,8 @@ def metrics_bytes(shape: tuple[int, ...], names, itemsize: int) -> tuple[int, bo
     pairs = b * n * n * itemsize
     if names & DENSE_PAIRWISE:
         return tokens + PAIRWISE_COPIES * pairs, True
-    if names & {"avg_cos", "avg_abs_cos"}:
-        if pairs <= _context.PAIR_BUDGET:
-            return tokens + 2 * pairs, False
-        return tokens + _context.PAIR_BUDGET, False
+    if names & {"avg_cos", "avg_abs_cos"}:  # two pair matrices up to PAIR_BUDGET, else row chunks of that size
+        return tokens + (2 * pairs if pairs <= _context.PAIR_BUDGET else _context.PAIR_BUDGET), False
     return tokens, False
 
 
@@ -221,7 +215,8 @@ def check_pairwise_memory(X, names, dtype, max_memory) -> None:
     ``max_memory`` (default half the RAM)."""
     shape = tuple(getattr(X, "shape", ()))
     if len(shape) in (2, 3):
-        itemsize = 4 if dtype == torch.float32 or (dtype is None and getattr(X, "dtype", None) in _SINGLE) else 8
+        single = (torch.float32, torch.float16, torch.bfloat16)
+        itemsize = 4 if dtype == torch.float32 or (dtype is None and getattr(X, "dtype", None) in single) else 8
         estimate, dense = metrics_bytes(shape, names, itemsize)
         what = (f"computing (N, N) pairwise matrices ({', '.join(sorted(DENSE_PAIRWISE.intersection(names)))}) "
                 f"at N = {shape[-2]}" if dense else f"computing metrics at N = {shape[-2]}")
@@ -327,6 +322,3 @@ def _as_dtype(dtype) -> torch.dtype | None:
     if not isinstance(named, torch.dtype):
         raise MetricError(f"dtype must be a torch floating dtype such as torch.float64 or 'float64', got {dtype!r}")
     return named
-
-
-_SINGLE = (torch.float32, torch.float16, torch.bfloat16)

@@ -39,15 +39,6 @@ def _sparse_window(layers: list[sp.csr_array], candidates: np.ndarray, start: in
     return None
 
 
-def _candidates(layers: list[sp.csr_array], max_memory: int | str | None) -> np.ndarray:
-    """Centers of the union of the layer graphs (empty when it is not QSC)."""
-    union = layers[0]
-    for c in layers[1:]:
-        union = union + c  # bool + bool: logical or
-    return np.asarray(analyze(Mask(union.shape[0], "union", csr=union), max_memory=max_memory).centers,
-                      dtype=np.int64)
-
-
 def scrambling_search(schedule: Any, radius: int, *, max_memory: int | str | None = None) -> int | None:
     """``L`` of a :class:`~rankcollapse.masks.MaskSchedule` with self-loops whose composed graph
     is QSC with radius ``radius``; None if some phase has no rooted window within the cap.
@@ -59,7 +50,10 @@ def scrambling_search(schedule: Any, radius: int, *, max_memory: int | str | Non
         windows = (_interval_window(intervals, s, cap) for s in range(p))
     else:
         layers = [sp.csr_array(m.to_csr(), dtype=bool) for m in schedule.masks]
-        candidates = _candidates(layers, max_memory)
+        union = sum(layers[1:], start=layers[0])  # bool + bool: logical or
+        # the candidate roots: the centers of the union (none when it is not QSC)
+        centers = analyze(Mask(n, "union", csr=union), max_memory=max_memory).centers
+        candidates = np.asarray(centers, dtype=np.int64)
         check_memory(9.0 * n * len(candidates), f"the scrambling-length search of {schedule.spec!r} at N = {n}",
                      max_memory)
         windows = (_sparse_window(layers, candidates, s, cap) for s in range(p))

@@ -69,8 +69,8 @@ class AttentionSystem:
     def to(self, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> "AttentionSystem":
         """Copy cast to ``dtype`` on ``device`` (ConfigError for a device not present here)."""
         device = None if device is None else check_device(device)
-        f = lambda w: w.to(dtype=dtype, device=device)  # noqa: E731
-        return AttentionSystem(self.mask.to(device=device), f(self.W_Q), f(self.W_K), f(self.W_V), self.d_qk)
+        W_Q, W_K, W_V = (w.to(dtype=dtype, device=device) for w in (self.W_Q, self.W_K, self.W_V))
+        return AttentionSystem(self.mask.to(device=device), W_Q, W_K, W_V, self.d_qk)
 
     def attention(self, X: torch.Tensor) -> torch.Tensor:
         """``A(X)``, shape ``(N, N)`` or ``(B, N, N)``."""
