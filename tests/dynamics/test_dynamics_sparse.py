@@ -394,3 +394,94 @@ def test_two_threads_under_inference_mode_and_a_plan_reused_outside_it():
     assert torch.equal(a, b) and torch.isfinite(r.metrics["mu"]).all()
     dense, _ = dense_attention(Q, K, V, mask.to_dense(), scale=1.0)
     torch.testing.assert_close(b, dense)
+
+
+def _flushing_threads(threads: int) -> set[bool]:
+    """Whether subnormal results are flushed, in the caller and in every chunk worker."""
+    from rankcollapse.dynamics.attention import _denormals_flushed
+    from rankcollapse.dynamics.chunks import over_chunks
+
+    seen = {_denormals_flushed()}
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        over_chunks(lambda _: seen.add(_denormals_flushed()), range(8), torch.device("cpu"))
+    finally:
+        torch.set_num_threads(before)
+    return seen
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype, big", [(torch.float32, 95.0), (torch.float64, 730.0)])
+def test_unread_weights_in_flush_to_zero_mode_equal_dense(dtype, big, threads, monkeypatch):
+    """Without ε or row statistics the banded kernel runs in flush-to-zero mode: near-hard
+    attention (weights exp(-big), subnormal) gives dense attention's output, the path that
+    reads the weights gives the same, and no thread is left in that mode."""
+    import rankcollapse.dynamics.sparse as sparse
+    from rankcollapse.dynamics.attention import denormals_flushable
+
+    if not denormals_flushable():
+        pytest.skip("this CPU has no flush-to-zero mode")
+    n = 700
+    mask = parse_mask("causal_sliding_window:w=64", n)
+    plan = BlockPlan(intervals=mask.intervals, block_size=32)
+    gen = torch.Generator().manual_seed(6)
+    Q, K, V = (torch.randn(1, 1, n, 8, generator=gen, dtype=dtype) for _ in range(3))
+    Q[..., 0], K[..., 0] = 1.0, 0.0
+    Q[..., 1:] = 0.0
+    K[..., ::50, 0] = big  # rows that see such a key give the others exp(-big): subnormal
+    dense, A = dense_attention(Q, K, V, mask.to_dense(), scale=1.0, need_weights=True)
+    assert 0 < float(A[..., mask.to_dense()].min()) < torch.finfo(dtype).tiny
+    monkeypatch.setattr(sparse, "CACHE_BUDGET", 32 * plan.max_keys * 8 * 3)  # several chunks
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        fast, _ = blocked_attention(Q, K, V, plan, scale=1.0)
+        read, eps = blocked_attention(Q, K, V, plan, scale=1.0, need_epsilon=True)
+    finally:
+        torch.set_num_threads(before)
+    tol = 1e-5 if dtype == torch.float32 else 1e-13
+    torch.testing.assert_close(fast, dense, rtol=tol, atol=tol)
+    torch.testing.assert_close(fast, read, rtol=tol, atol=tol)
+    assert 0 < float(eps) < torch.finfo(dtype).tiny  # read before flushing
+    assert _flushing_threads(2) == {False}
+
+
+def test_flush_to_zero_mode_restored_on_error_and_kept_where_set(monkeypatch):
+    """A chunk that raises leaves no thread in flush-to-zero mode; a caller that set the
+    mode itself keeps it."""
+    import rankcollapse.dynamics.sparse as sparse
+    from rankcollapse.dynamics.attention import _denormals_flushed, denormals_flushable
+
+    if not denormals_flushable():
+        pytest.skip("this CPU has no flush-to-zero mode")
+    n = 400
+    plan = BlockPlan(intervals=parse_mask("causal_sliding_window:w=64", n).intervals, block_size=32)
+    Q, K, V = (torch.randn(1, 1, n, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    monkeypatch.setattr(sparse, "CACHE_BUDGET", 32 * plan.max_keys * 4 * 2)
+    seen = []
+
+    def failing(*args, **kwargs):
+        seen.append(_denormals_flushed())
+        raise RuntimeError("chunk failed")
+
+    for threads in (1, 2):
+        with monkeypatch.context() as m:
+            m.setattr(sparse, "_banded_scores", failing)
+            before = torch.get_num_threads()
+            torch.set_num_threads(threads)
+            try:
+                with pytest.raises(RuntimeError, match="chunk failed"):
+                    blocked_attention(Q, K, V, plan, scale=1.0)
+            finally:
+                torch.set_num_threads(before)
+        assert seen and all(seen)  # the chunks ran in the mode
+        assert _flushing_threads(2) == {False}
+    torch.set_flush_denormal(True)
+    try:
+        out, _ = blocked_attention(Q, K, V, plan, scale=1.0)
+        assert _denormals_flushed()
+    finally:
+        torch.set_flush_denormal(False)
+    dense, _ = dense_attention(Q, K, V, parse_mask("causal_sliding_window:w=64", n).to_dense(), scale=1.0)
+    torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-5)

@@ -6,6 +6,7 @@ equals dense masked attention (spec.md §1).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -14,7 +15,8 @@ import torch
 
 from ..errors import MaskError
 from ..masks.rows import raise_empty
-from .attention import flush_subnormal, safe_softmax_scores, scores_may_overflow
+from .attention import (denormals_are_zero, denormals_flushable, flush_subnormal, safe_softmax_scores,
+                        scores_may_overflow)
 from .chunks import over_chunks
 
 DEFAULT_BLOCK_SIZE = 64
@@ -338,6 +340,11 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
         Qb, Kp = Qb.to(work), Kp.to(work)
     out = torch.empty(*Qb.shape[:-1], d_v, dtype=V.dtype, device=V.device)  # (..., nb, Bq, d_v)
     lows = []
+    # nobody reads the weights: softmax and A V in flush-to-zero mode, which drops subnormal
+    # weights as flush_subnormal does, without its pass and the slow exp of subnormal results
+    grad = torch.is_grad_enabled() and any(T.requires_grad for T in (Q, K, V))
+    ftz = (row_stats is None and not need_epsilon and not grad and Q.device.type == "cpu"
+           and V.dtype in (torch.float32, torch.float64) and denormals_flushable())
 
     def windows(T: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
         """Window keys (or values) ``(..., b1 - b0, K_w, d)`` of blocks ``b0 .. b1 - 1``."""
@@ -364,14 +371,16 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
         if row_stats is not None:  # one key per chunk: chunks may run on worker threads
             row_stats[b0] = row_statistics(A, None if plan.all_allowed else plan.not_counted(b0, b1),
                                            None if plan.proxy is None else plan.proxy[b0:b1], scores=s)
-        flush_subnormal(A)  # after ε: subnormal weights slow the A V matmul several times
+        if not ftz:
+            flush_subnormal(A)  # after ε: subnormal weights slow the A V matmul several times
         v = windows(Vp, b0, b1)
         if flat:
             torch.bmm(A, v, out=out[b0:b1])
         else:
             out[..., b0:b1, :, :] = torch.matmul(A, v)
 
-    over_chunks(chunk, bounds, Q.device)  # a few chunks bound the score memory
+    # a few chunks bound the score memory
+    over_chunks(chunk, bounds, Q.device, per_thread=denormals_are_zero if ftz else contextlib.nullcontext)
     out = out.reshape(B, H, n_p, d_v)[:, :, :N]
     if plan.full_rows.numel():  # global queries: a dense (G, N) slab
         rows = plan.full_rows.to(Q.device)
