@@ -309,7 +309,10 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     ``need_epsilon``. ``overflow``: the caller's verdict of
     :func:`~rankcollapse.dynamics.attention.scores_may_overflow` (None = compute it; if so,
     scores in float64). ``row_stats``: a dict that receives the :func:`row_statistics` of
-    every chunk (for :func:`merge_row_statistics`).
+    every chunk (for :func:`merge_row_statistics`). Weights below ``finfo.tiny`` are 0 in
+    ``A V``: without ε and row statistics the chunks run in flush-to-zero mode
+    (:func:`~rankcollapse.dynamics.attention.denormals_are_zero`), else they are read first
+    and :func:`~rankcollapse.dynamics.attention.flush_subnormal` zeroes them after.
     """
     B, H, N, d_k = Q.shape
     d_v = V.shape[-1]
