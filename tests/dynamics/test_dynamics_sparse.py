@@ -329,6 +329,7 @@ def test_softmax_in_place_equals_the_separate_weights(dtype, monkeypatch):
     Q, K, V = (torch.randn(1, 1, 1000, 8, generator=gen, dtype=dtype) for _ in range(3))
     assert plan.blocks_per_chunk(1, Q.element_size(), 2**14) < plan.n_blocks
     monkeypatch.setattr("rankcollapse.dynamics.sparse.CACHE_BUDGET", 2**14)  # several chunks
+    monkeypatch.setattr("rankcollapse.dynamics.sparse.banded_kernel", lambda: None)  # the torch path
     a, _ = blocked_attention(Q, K, V, plan, scale=0.7)
     b, _ = blocked_attention(Q, K, V, plan, scale=0.7, row_stats={})
     assert torch.equal(a, b)
@@ -485,3 +486,55 @@ def test_flush_to_zero_mode_restored_on_error_and_kept_where_set(monkeypatch):
         torch.set_flush_denormal(False)
     dense, _ = dense_attention(Q, K, V, parse_mask("causal_sliding_window:w=64", n).to_dense(), scale=1.0)
     torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("spec, block_size, d", [("causal_sliding_window:w=64", 32, 16),
+                                                 ("sliding_window:w=33", 16, 8),
+                                                 ("block:size=32,causal=true", 32, 16)])
+def test_native_kernel_equals_dense_and_the_torch_path(spec, block_size, d, threads, monkeypatch):
+    """The native kernel (built at install time; skipped without it) takes the inner blocks
+    of float32 banded layouts whose weights nobody reads; with the torch path on the rest it
+    equals dense attention, near-hard rows (subnormal weights) and strided queries included."""
+    import rankcollapse.dynamics.sparse as sparse
+    from rankcollapse.dynamics.native import banded_kernel
+
+    if banded_kernel() is None:
+        pytest.skip("the native kernel is not built (python -m rankcollapse.dynamics.native)")
+    n = 1000
+    mask = parse_mask(spec, n)
+    plan = BlockPlan(intervals=mask.intervals, block_size=block_size)
+    gen = torch.Generator().manual_seed(7)
+    QV = torch.randn(1, 1, n, 2 * d, generator=gen)
+    Q, V = QV[..., :d], QV[..., d:]  # row stride 2 d, as the fused projection gives
+    K = torch.randn(1, 1, n, d, generator=gen)
+    K[..., ::97, 0] = 60.0  # rows that see such a key: weights exp(-60 |q_0| ...), some subnormal
+    calls = []
+    kernel = banded_kernel()
+    monkeypatch.setattr(sparse, "banded_kernel", lambda: lambda *a: calls.append(a[8:10]) or kernel(*a))
+    monkeypatch.setattr(sparse, "CACHE_BUDGET", block_size * plan.max_keys * 4 * 3)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out, _ = blocked_attention(Q, K, V, plan, scale=0.5)
+    finally:
+        torch.set_num_threads(before)
+    assert sum(b1 - b0 for b0, b1 in calls) == plan.inner_blocks()[1] - plan.inner_blocks()[0] - sum(
+        plan.inner_blocks()[0] <= e < plan.inner_blocks()[1] for e in plan.exception_list)
+    dense, _ = dense_attention(Q, K, V, mask.to_dense(), scale=0.5)
+    torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(sparse, "banded_kernel", lambda: None)
+    torch.testing.assert_close(out, blocked_attention(Q, K, V, plan, scale=0.5)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_without_the_native_library_the_torch_path_runs(monkeypatch, tmp_path):
+    """No library built for this source (an empty cache): nothing is compiled at run time,
+    the kernel is None and blocked attention takes the torch path."""
+    from rankcollapse.dynamics import native
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    native.banded_kernel.cache_clear()
+    try:
+        assert native.banded_kernel() is None and not any(tmp_path.iterdir())
+    finally:
+        native.banded_kernel.cache_clear()

@@ -6,6 +6,7 @@ equals dense masked attention (spec.md §1).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import threading
 
@@ -18,9 +19,11 @@ from ..masks.rows import raise_empty
 from .attention import (denormals_are_zero, denormals_flushable, flush_subnormal, safe_softmax_scores,
                         scores_may_overflow)
 from .chunks import over_chunks
+from .native import banded_kernel
 
 DEFAULT_BLOCK_SIZE = 64
 SCORE_BUDGET = 2 * 2**20  # bytes of float scores per chunk: small enough that the softmax passes stay in cache
+NATIVE_CHUNKS = 8  # chunks of the inner blocks on the native kernel: a few per thread, for balance
 CACHE_BUDGET = 2**19  # bytes of scores per chunk of one (B H) slice of a banded layout: stays in a core's L2
 
 
@@ -161,9 +164,11 @@ class BlockPlan:
         if exc.numel() > self.n_blocks // 4:
             return
         self.pattern_blocked = ~self.allowed(mid, mid + 1)[0]
+        self.pattern_bounds = tuple(r[mid].to(torch.int32).contiguous() for r in (self.rel_lo, self.rel_hi))
         self.exceptions = exc
         # first and last exception block (host ints): chunks outside skip the lookup
         self.exception_range = (int(exc.min()), int(exc.max())) if exc.numel() else (self.n_blocks, -1)
+        self.exception_list = exc.tolist()  # ascending
         k = torch.arange(self.max_keys, device=self.rel_lo.device, dtype=self.rel_lo.dtype)
         self.exception_blocked = (k < self.rel_lo[exc, :, None]) | (k > self.rel_hi[exc, :, None])
 
@@ -292,6 +297,10 @@ def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, out=No
     """:func:`_window_scores` of one ``(B H)`` slice of a banded layout, ``s = bias + scale q k^T``
     in one matmul (exactly the unfused scores), into ``out`` when given."""
     pattern, exc_bias = plan.biases(q.dtype)
+    if plan.exception_range[0] <= b0 and b1 - 1 <= plan.exception_range[1]:
+        j0, j1 = bisect.bisect_left(plan.exception_list, b0), bisect.bisect_left(plan.exception_list, b1)
+        if j1 - j0 == b1 - b0:  # every block its own pattern (the ends): one matmul with theirs
+            return torch.baddbmm(exc_bias[j0:j1], q, k.transpose(-1, -2), alpha=scale, out=out)
     s = torch.baddbmm(pattern, q, k.transpose(-1, -2), alpha=scale, out=out)
     if plan.exception_range[0] < b1 and plan.exception_range[1] >= b0:  # blocks near the ends: own pattern
         pick = (plan.exceptions >= b0) & (plan.exceptions < b1)
@@ -348,6 +357,16 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     grad = torch.is_grad_enabled() and any(T.requires_grad for T in (Q, K, V))
     ftz = (row_stats is None and not need_epsilon and not grad and Q.device.type == "cpu"
            and V.dtype in (torch.float32, torch.float64) and denormals_flushable())
+    # float32 inner blocks of the shared pattern: the native kernel (built at install time), if any
+    native = banded_kernel() if fused and ftz and Q.dtype == K.dtype == V.dtype == torch.float32 else None
+    if native is not None:
+        rows = (Qb.stride(1), Kp.stride(0), Vp.stride(0))
+        if Qb.stride(0) != bq * rows[0] or Qb.stride(-1) != 1 or Kp.stride(1) != 1 or Vp.stride(1) != 1:
+            native = None
+        else:  # its working set is one block: the inner blocks in NATIVE_CHUNKS chunks, not cache-sized ones
+            wide = max(step, -(-(inner[1] - inner[0]) // NATIVE_CHUNKS))
+            bounds = [b for b in bounds if not inner[0] <= b[0] < inner[1]]
+            bounds += [(b, min(b + wide, inner[1])) for b in range(*inner, wide)]
 
     def windows(T: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
         """Window keys (or values) ``(..., b1 - b0, K_w, d)`` of blocks ``b0 .. b1 - 1``."""
@@ -360,6 +379,19 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
 
     def chunk(bounds: tuple[int, int]) -> None:
         b0, b1 = bounds
+        if native is not None and inner[0] <= b0 and b1 <= inner[1]:
+            if bisect.bisect_left(plan.exception_list, b0) == bisect.bisect_left(plan.exception_list, b1):
+                lo, hi = plan.pattern_bounds
+                if native(Qb.data_ptr(), rows[0], Kp.data_ptr(), rows[1], Vp.data_ptr(), rows[2], out.data_ptr(),
+                          d_v, b0, b1, bq, plan.max_keys, plan.offset, d_k, d_v, lo.data_ptr(), hi.data_ptr(), scale):
+                    raise MemoryError("the native windowed kernel could not allocate its block buffers")
+                return
+            for c0 in range(b0, b1, step):  # a wide chunk with a block of its own pattern: cache-sized ones
+                torch_chunk(c0, min(c0 + step, b1))
+            return
+        torch_chunk(b0, b1)
+
+    def torch_chunk(b0: int, b1: int) -> None:
         q, k = Qb[..., b0:b1, :, :], windows(Kp, b0, b1)
         if fused:
             shape = (step, bq, plan.max_keys)
