@@ -538,3 +538,30 @@ def test_without_the_native_library_the_torch_path_runs(monkeypatch, tmp_path):
         assert native.banded_kernel() is None and not any(tmp_path.iterdir())
     finally:
         native.banded_kernel.cache_clear()
+
+
+def test_native_build_goes_to_the_keyed_cache_and_names_a_missing_compiler(monkeypatch, tmp_path):
+    """``build`` compiles into the cache folder under the key of source, torch, flags and CPU
+    (kept there: a second build is free) and :func:`banded_kernel` loads it; with no
+    compiler it raises naming it."""
+    import shutil
+
+    from rankcollapse.dynamics import native
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", "no-such-cc")
+    with pytest.raises(RuntimeError, match="no-such-cc"):
+        native.build()
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setenv("CC", "cc")
+    native.banded_kernel.cache_clear()
+    try:
+        path = native.build()
+        assert path == native.library_path() and path.parent == tmp_path / "rankcollapse" / "native"
+        assert native.build() == path and [p.name for p in path.parent.iterdir()] == [path.name]
+        assert native.banded_kernel() is not None
+    except RuntimeError as e:  # a torch without the BLAS symbol, or no glibc vector maths
+        pytest.skip(f"the native kernel cannot be built here: {e}")
+    finally:
+        native.banded_kernel.cache_clear()
