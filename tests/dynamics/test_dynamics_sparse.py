@@ -466,9 +466,10 @@ def test_flush_to_zero_mode_restored_on_error_and_kept_where_set(monkeypatch):
         seen.append(_denormals_flushed())
         raise RuntimeError("chunk failed")
 
-    for threads in (1, 2):
+    for threads, kernel in ((1, None), (2, None), (1, failing), (2, failing)):  # torch path, native kernel
         with monkeypatch.context() as m:
             m.setattr(sparse, "_banded_scores", failing)
+            m.setattr(sparse, "banded_kernel", lambda: kernel)
             before = torch.get_num_threads()
             torch.set_num_threads(threads)
             try:
@@ -478,6 +479,7 @@ def test_flush_to_zero_mode_restored_on_error_and_kept_where_set(monkeypatch):
                 torch.set_num_threads(before)
         assert seen and all(seen)  # the chunks ran in the mode
         assert _flushing_threads(2) == {False}
+        seen.clear()
     torch.set_flush_denormal(True)
     try:
         out, _ = blocked_attention(Q, K, V, plan, scale=1.0)
@@ -493,9 +495,10 @@ def test_flush_to_zero_mode_restored_on_error_and_kept_where_set(monkeypatch):
                                                  ("sliding_window:w=33", 16, 8),
                                                  ("block:size=32,causal=true", 32, 16)])
 def test_native_kernel_equals_dense_and_the_torch_path(spec, block_size, d, threads, monkeypatch):
-    """The native kernel (built at install time; skipped without it) takes the inner blocks
-    of float32 banded layouts whose weights nobody reads; with the torch path on the rest it
-    equals dense attention, near-hard rows (subnormal weights) and strided queries included."""
+    """The native kernel (built at install time; skipped without it) takes every block of
+    float32 banded layouts whose weights nobody reads, the ends (windows past the sequence,
+    padding rows) included; it equals dense attention and the torch path, near-hard rows
+    (subnormal weights) and strided queries included."""
     import rankcollapse.dynamics.sparse as sparse
     from rankcollapse.dynamics.native import banded_kernel
 
@@ -519,8 +522,7 @@ def test_native_kernel_equals_dense_and_the_torch_path(spec, block_size, d, thre
         out, _ = blocked_attention(Q, K, V, plan, scale=0.5)
     finally:
         torch.set_num_threads(before)
-    assert sum(b1 - b0 for b0, b1 in calls) == plan.inner_blocks()[1] - plan.inner_blocks()[0] - sum(
-        plan.inner_blocks()[0] <= e < plan.inner_blocks()[1] for e in plan.exception_list)
+    assert sorted(calls)[0][0] == 0 and sum(b1 - b0 for b0, b1 in calls) == plan.n_blocks
     dense, _ = dense_attention(Q, K, V, mask.to_dense(), scale=0.5)
     torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-5)
     monkeypatch.setattr(sparse, "banded_kernel", lambda: None)

@@ -82,7 +82,7 @@ def banded_kernel():
     except (OSError, AttributeError):
         return None
     p, i64, i32 = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
-    fn.argtypes = [p, i64, p, i64, p, i64, p, i64, i64, i64, i32, i32, i64, i32, i32, p, p, ctypes.c_float]
+    fn.argtypes = [p, i64, p, i64, p, i64, p, i64, i64, i64, i32, i32, i64, i64, i32, i32, p, p, ctypes.c_float]
     fn.restype = i32
     return fn
 

@@ -164,7 +164,6 @@ class BlockPlan:
         if exc.numel() > self.n_blocks // 4:
             return
         self.pattern_blocked = ~self.allowed(mid, mid + 1)[0]
-        self.pattern_bounds = tuple(r[mid].to(torch.int32).contiguous() for r in (self.rel_lo, self.rel_hi))
         self.exceptions = exc
         # first and last exception block (host ints): chunks outside skip the lookup
         self.exception_range = (int(exc.min()), int(exc.max())) if exc.numel() else (self.n_blocks, -1)
@@ -227,6 +226,12 @@ class BlockPlan:
             with torch.inference_mode(False):
                 cache[key] = torch.empty(shape, dtype=dtype, device=device)
         return cache[key]
+
+    def bounds32(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Contiguous int32 ``(nb, Bq)`` local bounds of every row (intervals layouts; built once)."""
+        if "_bounds32" not in self.__dict__:
+            self._bounds32 = tuple(r.to(torch.int32).contiguous() for r in (self.rel_lo, self.rel_hi))
+        return self._bounds32
 
     def not_counted(self, b0: int, b1: int) -> torch.Tensor:
         """Bool ``(b1 - b0, Bq, K_w)``: entries left out of ε (masked keys, proxy rows)."""
@@ -357,16 +362,17 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     grad = torch.is_grad_enabled() and any(T.requires_grad for T in (Q, K, V))
     ftz = (row_stats is None and not need_epsilon and not grad and Q.device.type == "cpu"
            and V.dtype in (torch.float32, torch.float64) and denormals_flushable())
-    # float32 inner blocks of the shared pattern: the native kernel (built at install time), if any
-    native = banded_kernel() if fused and ftz and Q.dtype == K.dtype == V.dtype == torch.float32 else None
-    if native is not None:
+    # float32 banded layouts of one (B H) slice: the native kernel (built at install time), if any
+    native = None
+    if flat and slabs and ftz and not overflow and Q.dtype == K.dtype == V.dtype == torch.float32:
+        native = banded_kernel()
         rows = (Qb.stride(1), Kp.stride(0), Vp.stride(0))
         if Qb.stride(0) != bq * rows[0] or Qb.stride(-1) != 1 or Kp.stride(1) != 1 or Vp.stride(1) != 1:
             native = None
-        else:  # its working set is one block: the inner blocks in NATIVE_CHUNKS chunks, not cache-sized ones
-            wide = max(step, -(-(inner[1] - inner[0]) // NATIVE_CHUNKS))
-            bounds = [b for b in bounds if not inner[0] <= b[0] < inner[1]]
-            bounds += [(b, min(b + wide, inner[1])) for b in range(*inner, wide)]
+    if native is not None:  # its working set is one block: NATIVE_CHUNKS chunks, not cache-sized ones
+        lo, hi = plan.bounds32()
+        wide = -(-nb // NATIVE_CHUNKS)
+        bounds = [(b, min(b + wide, nb)) for b in range(0, nb, wide)]
 
     def windows(T: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
         """Window keys (or values) ``(..., b1 - b0, K_w, d)`` of blocks ``b0 .. b1 - 1``."""
@@ -379,19 +385,11 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
 
     def chunk(bounds: tuple[int, int]) -> None:
         b0, b1 = bounds
-        if native is not None and inner[0] <= b0 and b1 <= inner[1]:
-            if bisect.bisect_left(plan.exception_list, b0) == bisect.bisect_left(plan.exception_list, b1):
-                lo, hi = plan.pattern_bounds
-                if native(Qb.data_ptr(), rows[0], Kp.data_ptr(), rows[1], Vp.data_ptr(), rows[2], out.data_ptr(),
-                          d_v, b0, b1, bq, plan.max_keys, plan.offset, d_k, d_v, lo.data_ptr(), hi.data_ptr(), scale):
-                    raise MemoryError("the native windowed kernel could not allocate its block buffers")
-                return
-            for c0 in range(b0, b1, step):  # a wide chunk with a block of its own pattern: cache-sized ones
-                torch_chunk(c0, min(c0 + step, b1))
+        if native is not None:
+            if native(Qb.data_ptr(), rows[0], Kp.data_ptr(), rows[1], Vp.data_ptr(), rows[2], out.data_ptr(), d_v,
+                      b0, b1, bq, plan.max_keys, plan.offset, N, d_k, d_v, lo.data_ptr(), hi.data_ptr(), scale):
+                raise MemoryError("the native windowed kernel could not allocate its block buffers")
             return
-        torch_chunk(b0, b1)
-
-    def torch_chunk(b0: int, b1: int) -> None:
         q, k = Qb[..., b0:b1, :, :], windows(Kp, b0, b1)
         if fused:
             shape = (step, bq, plan.max_keys)
