@@ -33,6 +33,11 @@ int banded_blocks_f32(const float *Q, long ldq, const float *K, long ldk, const 
         const int k0 = start < 0 ? (int)-start : 0;                 /* window keys inside the sequence */
         const int k1 = start + kw > n ? (int)(n - start) : kw;
         const int width = k1 - k0;
+        if (width <= 0) {  /* a window wholly outside (only placeholder rows can have one) */
+            for (int r = 0; r < bq; ++r)
+                for (int j = 0; j < dv; ++j) out[(b * bq + r) * ldo + j] = 0.f;
+            continue;
+        }
         const float *q = Q + b * bq * ldq;
         const float *k = K + (start + k0) * ldk;
         const float *v = V + (start + k0) * ldv;
