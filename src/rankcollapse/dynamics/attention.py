@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
@@ -169,6 +170,39 @@ def flush_subnormal(A: torch.Tensor) -> torch.Tensor:
     if A.device.type == "cpu" and A.dtype in _FLUSHED and not A.requires_grad:
         torch.nn.functional.threshold_(A, _largest_subnormal(A.dtype), 0.0)
     return A
+
+
+@contextlib.contextmanager
+def denormals_are_zero():
+    """Flush-to-zero and denormals-are-zero on the calling thread's CPU while inside
+    (:func:`torch.set_flush_denormal`, a per-thread setting), the thread's own setting back
+    on exit, also on an error. Yields whether the mode is on (False where the CPU has none:
+    nothing changed).
+
+    Inside, a float32/float64 result below ``finfo.tiny`` is 0 and such an operand reads as
+    0: softmax weights come out as :func:`flush_subnormal` leaves them, without its pass, and
+    the softmax takes no slow subnormal path. Weights read for ε or reports must be formed
+    outside."""
+    before = _denormals_flushed()
+    on = torch.set_flush_denormal(True)
+    try:
+        yield on
+    finally:
+        if on and not before:
+            torch.set_flush_denormal(False)
+
+
+def _denormals_flushed() -> bool:
+    """Whether the calling thread flushes subnormal float32 results to zero."""
+    return bool(torch.tensor(torch.finfo(torch.float32).tiny, dtype=torch.float32) / 2 == 0)
+
+
+@functools.cache
+def denormals_flushable() -> bool:
+    """Whether this CPU has :func:`denormals_are_zero`'s mode (probed once, on the calling
+    thread, whose setting is kept)."""
+    with denormals_are_zero() as on:
+        return on
 
 
 @functools.cache

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -35,13 +35,16 @@ def chunk_threads():
         _WORKERS.pop()
 
 
-def over_chunks(chunk, starts: Sequence, device: torch.device) -> None:
+def over_chunks(chunk, starts: Sequence, device: torch.device, *,
+                per_thread: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> None:
     """Run ``chunk(s)`` for every ``s`` of ``starts``, across worker threads on the CPU (chunks
-    write disjoint rows: the result does not depend on the schedule)."""
+    write disjoint rows: the result does not depend on the schedule); each thread runs its
+    chunks inside ``per_thread()`` (a thread's own settings, such as the float mode)."""
     threads = _WORKERS[-1] if _WORKERS else torch.get_num_threads()
     if not PARALLEL_CHUNKS or threads < 2 or len(starts) < 2 or device.type != "cpu":
-        for s in starts:
-            chunk(s)
+        with per_thread():
+            for s in starts:
+                chunk(s)
         return
     workers = min(threads, len(starts))
     pool = _POOL.get(workers)
@@ -52,7 +55,7 @@ def over_chunks(chunk, starts: Sequence, device: torch.device) -> None:
     inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
 
     def part(t: int) -> None:
-        with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+        with torch.inference_mode(inference), torch.set_grad_enabled(grad), per_thread():
             for s in starts[t::workers]:
                 chunk(s)
 

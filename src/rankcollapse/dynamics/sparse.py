@@ -6,6 +6,8 @@ equals dense masked attention (spec.md §1).
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import threading
 
 import numpy as np
@@ -14,11 +16,14 @@ import torch
 
 from ..errors import MaskError
 from ..masks.rows import raise_empty
-from .attention import flush_subnormal, safe_softmax_scores, scores_may_overflow
+from .attention import (denormals_are_zero, denormals_flushable, flush_subnormal, safe_softmax_scores,
+                        scores_may_overflow)
 from .chunks import over_chunks
+from .native import banded_kernel
 
 DEFAULT_BLOCK_SIZE = 64
 SCORE_BUDGET = 2 * 2**20  # bytes of float scores per chunk: small enough that the softmax passes stay in cache
+NATIVE_CHUNKS = 8  # chunks of the inner blocks on the native kernel: a few per thread, for balance
 CACHE_BUDGET = 2**19  # bytes of scores per chunk of one (B H) slice of a banded layout: stays in a core's L2
 
 
@@ -162,6 +167,7 @@ class BlockPlan:
         self.exceptions = exc
         # first and last exception block (host ints): chunks outside skip the lookup
         self.exception_range = (int(exc.min()), int(exc.max())) if exc.numel() else (self.n_blocks, -1)
+        self.exception_list = exc.tolist()  # ascending
         k = torch.arange(self.max_keys, device=self.rel_lo.device, dtype=self.rel_lo.dtype)
         self.exception_blocked = (k < self.rel_lo[exc, :, None]) | (k > self.rel_hi[exc, :, None])
 
@@ -220,6 +226,12 @@ class BlockPlan:
             with torch.inference_mode(False):
                 cache[key] = torch.empty(shape, dtype=dtype, device=device)
         return cache[key]
+
+    def bounds32(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Contiguous int32 ``(nb, Bq)`` local bounds of every row (intervals layouts; built once)."""
+        if "_bounds32" not in self.__dict__:
+            self._bounds32 = tuple(r.to(torch.int32).contiguous() for r in (self.rel_lo, self.rel_hi))
+        return self._bounds32
 
     def not_counted(self, b0: int, b1: int) -> torch.Tensor:
         """Bool ``(b1 - b0, Bq, K_w)``: entries left out of ε (masked keys, proxy rows)."""
@@ -290,6 +302,10 @@ def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, out=No
     """:func:`_window_scores` of one ``(B H)`` slice of a banded layout, ``s = bias + scale q k^T``
     in one matmul (exactly the unfused scores), into ``out`` when given."""
     pattern, exc_bias = plan.biases(q.dtype)
+    if plan.exception_range[0] <= b0 and b1 - 1 <= plan.exception_range[1]:
+        j0, j1 = bisect.bisect_left(plan.exception_list, b0), bisect.bisect_left(plan.exception_list, b1)
+        if j1 - j0 == b1 - b0:  # every block its own pattern (the ends): one matmul with theirs
+            return torch.baddbmm(exc_bias[j0:j1], q, k.transpose(-1, -2), alpha=scale, out=out)
     s = torch.baddbmm(pattern, q, k.transpose(-1, -2), alpha=scale, out=out)
     if plan.exception_range[0] < b1 and plan.exception_range[1] >= b0:  # blocks near the ends: own pattern
         pick = (plan.exceptions >= b0) & (plan.exceptions < b1)
@@ -307,7 +323,10 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
     ``need_epsilon``. ``overflow``: the caller's verdict of
     :func:`~rankcollapse.dynamics.attention.scores_may_overflow` (None = compute it; if so,
     scores in float64). ``row_stats``: a dict that receives the :func:`row_statistics` of
-    every chunk (for :func:`merge_row_statistics`).
+    every chunk (for :func:`merge_row_statistics`). Weights below ``finfo.tiny`` are 0 in
+    ``A V``: without ε and row statistics the chunks run in flush-to-zero mode
+    (:func:`~rankcollapse.dynamics.attention.denormals_are_zero`), else they are read first
+    and :func:`~rankcollapse.dynamics.attention.flush_subnormal` zeroes them after.
     """
     B, H, N, d_k = Q.shape
     d_v = V.shape[-1]
@@ -338,6 +357,22 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
         Qb, Kp = Qb.to(work), Kp.to(work)
     out = torch.empty(*Qb.shape[:-1], d_v, dtype=V.dtype, device=V.device)  # (..., nb, Bq, d_v)
     lows = []
+    # nobody reads the weights: softmax and A V in flush-to-zero mode, which drops subnormal
+    # weights as flush_subnormal does, without its pass and the slow exp of subnormal results
+    grad = torch.is_grad_enabled() and any(T.requires_grad for T in (Q, K, V))
+    ftz = (row_stats is None and not need_epsilon and not grad and Q.device.type == "cpu"
+           and V.dtype in (torch.float32, torch.float64) and denormals_flushable())
+    # float32 banded layouts of one (B H) slice: the native kernel (built at install time), if any
+    native = None
+    if flat and slabs and ftz and not overflow and Q.dtype == K.dtype == V.dtype == torch.float32:
+        native = banded_kernel()
+        rows = (Qb.stride(1), Kp.stride(0), Vp.stride(0))
+        if Qb.stride(0) != bq * rows[0] or Qb.stride(-1) != 1 or Kp.stride(1) != 1 or Vp.stride(1) != 1:
+            native = None
+    if native is not None:  # its working set is one block: NATIVE_CHUNKS chunks, not cache-sized ones
+        lo, hi = plan.bounds32()
+        wide = -(-nb // NATIVE_CHUNKS)
+        bounds = [(b, min(b + wide, nb)) for b in range(0, nb, wide)]
 
     def windows(T: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
         """Window keys (or values) ``(..., b1 - b0, K_w, d)`` of blocks ``b0 .. b1 - 1``."""
@@ -350,6 +385,11 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
 
     def chunk(bounds: tuple[int, int]) -> None:
         b0, b1 = bounds
+        if native is not None:
+            if native(Qb.data_ptr(), rows[0], Kp.data_ptr(), rows[1], Vp.data_ptr(), rows[2], out.data_ptr(), d_v,
+                      b0, b1, bq, plan.max_keys, plan.offset, N, d_k, d_v, lo.data_ptr(), hi.data_ptr(), scale):
+                raise MemoryError("the native windowed kernel could not allocate its block buffers")
+            return
         q, k = Qb[..., b0:b1, :, :], windows(Kp, b0, b1)
         if fused:
             shape = (step, bq, plan.max_keys)
@@ -364,14 +404,16 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
         if row_stats is not None:  # one key per chunk: chunks may run on worker threads
             row_stats[b0] = row_statistics(A, None if plan.all_allowed else plan.not_counted(b0, b1),
                                            None if plan.proxy is None else plan.proxy[b0:b1], scores=s)
-        flush_subnormal(A)  # after ε: subnormal weights slow the A V matmul several times
+        if not ftz:
+            flush_subnormal(A)  # after ε: subnormal weights slow the A V matmul several times
         v = windows(Vp, b0, b1)
         if flat:
             torch.bmm(A, v, out=out[b0:b1])
         else:
             out[..., b0:b1, :, :] = torch.matmul(A, v)
 
-    over_chunks(chunk, bounds, Q.device)  # a few chunks bound the score memory
+    # a few chunks bound the score memory
+    over_chunks(chunk, bounds, Q.device, per_thread=denormals_are_zero if ftz else contextlib.nullcontext)
     out = out.reshape(B, H, n_p, d_v)[:, :, :N]
     if plan.full_rows.numel():  # global queries: a dense (G, N) slab
         rows = plan.full_rows.to(Q.device)
