@@ -39,7 +39,7 @@ def test_three_epsilons_are_named_apart():
 
 
 def test_api_errors_name_arguments_not_flags():
-    from rankcollapse.cli._vocab import in_flags
+    from rankcollapse.cli._boundary import in_flags
     from rankcollapse.experiments import runner
     from rankcollapse.sweep.executors import validate_executor
 
@@ -74,7 +74,7 @@ def test_data_spec_takes_n_tokens_and_names_it():
 def test_an_error_carries_its_argument_and_the_cli_shows_the_flag():
     import pickle
 
-    from rankcollapse.cli._vocab import FLAGS, in_flags
+    from rankcollapse.cli._boundary import FLAGS, in_flags
     from rankcollapse.dynamics import RunConfig
 
     with pytest.raises(ConfigError) as exc:

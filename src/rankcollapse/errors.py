@@ -7,7 +7,7 @@ class RankCollapseError(ValueError):
     """Base class of every error the toolkit raises on bad input.
 
     ``argument``: the API argument concerned (None: no single one); the message reads
-    ``f"{argument} {detail}"`` and the CLI shows the flag instead (``cli/_vocab.py``).
+    ``f"{argument} {detail}"`` and the CLI shows the flag instead (``cli/_boundary.py`` ``FLAGS``).
 
     >>> str(ConfigError("must be one of ('auto', 'dense'), got 'nope'", argument="backend"))
     "backend must be one of ('auto', 'dense'), got 'nope'"

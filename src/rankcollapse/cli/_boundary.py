@@ -1,5 +1,6 @@
 """The CLI's single error boundary (:meth:`Group.invoke`: any error below a command is one
-line on stderr, exit 2, also in-process) and its one-value-per-option rule."""
+line on stderr, exit 2, also in-process), the command line's words for the API's arguments
+(:data:`FLAGS`, docs/cli.md) and its one-value-per-option rule."""
 
 from __future__ import annotations
 
@@ -17,12 +18,27 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .._validate import INT64_MAX, INT64_MIN
 from ..errors import RankCollapseError
-from ._vocab import in_flags
 
 PREFIX = "rankcollapse: error: "
 #: The longest error line printed; the toolkit's own messages are far shorter, and
 #: quotations of foreign text go through :func:`rankcollapse.errors.excerpt`.
 MAX_LINE = 600
+#: An API argument an error names (:attr:`RankCollapseError.argument`) -> its flag
+FLAGS: dict[str, str] = {
+    "n_tokens": "--n-tokens", "backend": "--backend", "qk_norm_scale": "--qk-norm-scale",
+    "max_memory": "--max-memory", "text": "--text-file", "executor": "--executor", "workers": "--workers",
+    "address": "--address", "overrides['masks']": "--mask",
+    "overrides['depth']": "--depth", "overrides['n_samples']": "--n-samples", "overrides['extra_models']": "--model",
+    "ablate_heads": "--ablate-heads", "head": "--patch-head", "shard": "--shard", "wait": "--wait",
+    "allow_nonempty": "--allow-nonempty", "metrics": "--metrics", "d_qk": "--d-qk", "out": "--out",
+}
+
+
+def in_flags(exc: RankCollapseError) -> str:
+    """``exc``'s message with the argument it concerns named by its flag (:data:`FLAGS`)."""
+    if exc.argument is None:
+        return str(exc)
+    return f"{FLAGS.get(exc.argument, exc.argument)} {exc.detail}"
 
 
 class CliError(click.ClickException):
@@ -43,7 +59,7 @@ class CliError(click.ClickException):
 def describe(exc: BaseException) -> str:
     """One line for ``exc``: the toolkit's message, an OS error's path and reason, or an internal error."""
     if isinstance(exc, RankCollapseError):
-        return in_flags(exc)  # the argument it concerns named by its flag (_vocab)
+        return in_flags(exc)  # the argument it concerns named by its flag (FLAGS)
     if isinstance(exc, OSError):
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         where = exc.filename if exc.filename is not None else ""

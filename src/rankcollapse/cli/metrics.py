@@ -54,8 +54,13 @@ def metrics_command(
     """Compute collapse and anisotropy metrics of a saved token array (or, with --states, the per-layer
     table of saved hidden states)."""
     check_format(fmt)
-    if states is not None:
-        _states_table(states, file, names, fmt)
+    if states is not None:  # the probe's table of recorded hidden states, printed as `probe` prints it
+        if file is not None:
+            raise MetricError(f"give FILE or --states, not both (got {str(file)!r} and --states {str(states)!r})")
+        from .probe import probe_recorded
+
+        probe_recorded(states, names, fmt, allowed=("states", "names", "fmt"), why="--states measures each point as "
+                       "probe does (real tokens, float64, the model's own mask)")
         return
     if file is None:
         raise MetricError("give FILE (a .npy token array) or --states DIR (recorded hidden states)")
@@ -74,13 +79,3 @@ def metrics_command(
     doc = report.rows()  # undefined metrics are null with their reason: always strict JSON
     if not print_result(fmt, doc, doc if isinstance(doc, list) else [doc], indent=2):
         _print_table(report, tuple(X.shape))
-
-
-def _states_table(folder: Path, file: Optional[Path], names: Optional[str], fmt: str) -> None:
-    """``metrics --states DIR``: the probe's table of recorded hidden states, printed as ``probe`` does."""
-    from .probe import probe_recorded
-
-    if file is not None:
-        raise MetricError(f"give FILE or --states, not both (got {str(file)!r} and --states {str(folder)!r})")
-    probe_recorded(folder, names, fmt, allowed=("states", "names", "fmt"), why="--states measures each point as "
-                   "probe does (real tokens, float64, the model's own mask)")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .._outdir import OutputFolder, check_out, staged
+from .._outdir import OutputFolder, staged
 from ..errors import ConfigError
 from ._output import ALLOW_NONEMPTY, check_format, print_result
 
@@ -68,7 +68,6 @@ def phase(
     zipped = tuple(p.strip() for p in zip_axes.split(",")) if zip_axes else ()
     cells = expand_grid(axes, fixed, zipped)
     check_cells(cells, samples, seeds=seeds)  # every cell's size, before the output folder is touched
-    check_out(out, NAMES, allow_nonempty=allow_nonempty, flags=True)
     names = list(axes) or ["depth"]
     meta = {"fixed": {k: v for k, v in fixed.items() if k not in axes}, "samples": samples, "seeds": seeds, "seed": seed}
     # published whole: a smaller grid after a bigger one leaves none of its heatmaps behind

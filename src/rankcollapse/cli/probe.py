@@ -103,8 +103,9 @@ def probe_command(
         refuse_options(_PARITY_OPTIONS, "--parity compares the model's own forward pass with transformers', "
                        "without interventions or outputs")
     for flag, path in (("--text-file", text_file), ("--windows-file", windows_file), ("--patch-from", patch_from),
-                       ("--prompts", prompts)):
-        _check_input_file(flag, path)  # before anything heavy is imported
+                       ("--prompts", prompts)):  # before anything heavy is imported: a FIFO would block the read
+        if path is not None and path.exists() and not path.is_file():
+            raise ConfigError(f"{flag} {str(path)!r} is not a regular file (a FIFO, device or folder); refused")
     if influence:
         _check_influence_options(metrics=metrics, d_qk=d_qk, drop=drop, points=points, attentions=attentions,
                                  clip_massive=clip_massive, control=control, ablate_heads=ablate_heads,
@@ -344,12 +345,6 @@ def _check_save_states(folder: Path, out: Optional[Path], *, influence: bool, co
     from ..models.states import STATE_NAMES
 
     check_out(folder, STATE_NAMES, allow_nonempty=allow_nonempty, flags="--save-states")
-
-
-def _check_input_file(flag: str, path: Optional[Path]) -> None:
-    """Refuse an input that exists but is not a regular file (a FIFO would block the read)."""
-    if path is not None and path.exists() and not path.is_file():
-        raise ConfigError(f"{flag} {str(path)!r} is not a regular file (a FIFO, device or folder); refused")
 
 
 def _model_names(model: Optional[List[str]]) -> list[str]:

@@ -10,7 +10,7 @@ import typer
 from .. import theory
 from .._display import fixed
 from .._io import read_user_json, write_json_atomic
-from .._outdir import check_out, writing
+from .._outdir import writing
 from ..errors import ConfigError
 from ._output import ALLOW_NONEMPTY, check_format, print_result
 
@@ -117,10 +117,9 @@ def system_cmd(
 ) -> None:
     """Write a system JSON for `theory find` and `theory basin`: the N = d = 2 causal example
     (spec.md §5.3: W_Q = W_K = 0, W_V = [[1, -3], [0, 2]]); edit it for other systems."""
-    check_out(out, ["system.json"], allow_nonempty=allow_nonempty, flags=True)
     path = out / "system.json"
-    obj = theory.causal_example_2x2().system.to_dict()
-    with writing(out, "theory system\n", ["system.json"], allow_nonempty=allow_nonempty, keep=True) as stage:
+    with writing(out, "theory system\n", [path.name], allow_nonempty=allow_nonempty, keep=True) as stage:
+        obj = theory.causal_example_2x2().system.to_dict()  # after --out is checked: torch is imported here
         write_json_atomic(stage / path.name, obj)
     _emit({"system": str(path), **obj}, fmt, [f"wrote {path}: N = d = 2 causal example (W_Q = W_K = 0, "
                                               f"W_V = {obj['W_V']}); use it with --system {path}"])
@@ -182,7 +181,6 @@ def portrait_cmd(
 ) -> None:
     """N = d = 2 final angle vs starting angle, and d = 3 trajectories on the sphere (PNG)."""
     names = ["portrait_2d.png", "trajectories_3d.png"]
-    check_out(out, names, allow_nonempty=allow_nonempty, flags=True)
     p2, p3 = (out / name for name in names)
     with writing(out, "theory portrait\n", names, allow_nonempty=allow_nonempty, keep=True) as stage:
         data = theory.portrait_2d(stage / p2.name)

@@ -11,7 +11,7 @@ from .._lazy import attach_imports
 if TYPE_CHECKING:
     from .attention_only import attention_only
     from .edits import EditContext, HeadAblation
-    from .interventions import intervene
+    from .interventions import d_qk_scale_for, intervene, model_d_qk
     from .loading import FAMILIES, LoadedModel, as_loaded, detect_family, load_model
     from .memory import ProbeMemory
     from .probe import (PROBE_DEFAULT_METRICS, TABLE_COLUMNS, Intervention, attention_maps, default_points, embed,
@@ -21,6 +21,5 @@ if TYPE_CHECKING:
     from .patching import patch
     from .recorder import Recorder
     from .states import States, capture_states, read_states, save_states, states_table
-    from .temperature import d_qk_scale_for, model_d_qk
 
 __getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

@@ -21,13 +21,13 @@ from ..masks import dense_mask
 from ..masks.schedule import MaskSchedule, schedule_or_mask
 from . import families
 from .edits import EditFn, HeadAblation, ablation_edits, check_ablation, edit_settings, head_means, n_heads
-from .interventions import decoder_padding, intervene, parse_drop, split_drop, stack_padding
+from .interventions import (check_d_qk, d_qk_scale_for, decoder_padding, intervene, parse_drop, split_drop,
+                            stack_padding)
 from .lens import LibraryModel, open_model
 from .loading import LoadedModel, as_loaded
 from .memory import ProbeMemory, predict
 from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
 from .sinks import SINK_METRICS, VALUE_METRICS, ValueRecorder, sink_values, zeroed_heads
-from .temperature import check_d_qk, d_qk_scale_for
 
 TABLE_COLUMNS = SUMMARY_COLUMNS  # the one per-layer table layout (rankcollapse.summary)
 PROBE_DEFAULT_METRICS = ("mu", "mu_relative", "rank_fraction", "sigma_min", "avg_abs_cos")
@@ -155,7 +155,7 @@ class Intervention:
     ----------
     mask : replacement self-attention mask (``Mask``, spec string, ``"schedule:..."`` or
         bool ``(N, N)`` tensor); None keeps the model's own.
-    d_qk_scale : logits divided by sqrt(s) (:mod:`rankcollapse.models.temperature`).
+    d_qk_scale : logits divided by sqrt(s) (:mod:`rankcollapse.models.interventions`).
     d_qk : the attention temperature ``q·k / sqrt(d_qk)``; sets ``d_qk_scale``; giving both
         is refused.
     drop : components to remove, ``("mlp",)`` or ``"skip:0-3,norm"`` (:func:`~rankcollapse.models.interventions.parse_drop`).
