@@ -76,7 +76,7 @@ CASES = [
     ("require_theorem1", lambda: _fn("rankcollapse.theory.envelope:require_theorem1"), lambda t: ("causal_sliding_window:w=2",), (), {}, "n"),
     ("construct_equilibrium", lambda: _fn("rankcollapse.theory.equilibria:construct_equilibrium"), lambda t: (),
      lambda: (_fn("rankcollapse.dynamics.weights:construction_eigenvalues")(3, 2), (1, -1)), {}, "n"),
-    ("orthogonal_run", lambda: _fn("rankcollapse.theory.measured:orthogonal_run"), lambda t: (None, "causal"), (3,),
+    ("orthogonal_run", lambda: _fn("rankcollapse.theory.bound:orthogonal_run"), lambda t: (None, "causal"), (3,),
      {"n_samples": 2, "depth": 2, "d_qk": 1.0, "qk_scale": 1.0, "seed": 0}, "N"),
     ("make_inputs", lambda: _fn("rankcollapse.theory.sphere:make_inputs"), lambda t: ("sphere", 2), lambda: (3, torch.Generator().manual_seed(5)), {},
      "N"),
@@ -136,8 +136,7 @@ def test_n_tokens_by_position_and_by_name(case, tmp_path):
 TOKEN_COUNT_MODULES = (
     ["rankcollapse.masks." + m for m in ("adapt", "constructors", "convert", "graph", "influence", "interval_graph",
                                          "mask", "patterns", "plot", "rows", "schedule", "spec")]
-    + ["rankcollapse.theory." + m for m in ("bound", "envelope", "equilibria", "measured", "rates", "schedule_bound",
-                                            "sphere", "system")]
+    + ["rankcollapse.theory." + m for m in ("bound", "envelope", "equilibria", "rates", "sphere", "system")]
     + ["rankcollapse.models.probe", "rankcollapse.experiments.schedules", "rankcollapse.dynamics.inputs"])
 
 
@@ -188,7 +187,7 @@ SIZE_CASES = [
     ("theory.rates.compare_schedules", lambda: _fn("rankcollapse.theory.rates:compare_schedules"),
      lambda: (["schedule:sliding_window:w=3*2,complete", "causal"], N),
      {"measure": RunConfig(depth=2), "d_model": 3, "n_samples": 2}, {"d": "d_model"}),
-    ("theory.measured.orthogonal_run", lambda: _fn("rankcollapse.theory.measured:orthogonal_run"),
+    ("theory.bound.orthogonal_run", lambda: _fn("rankcollapse.theory.bound:orthogonal_run"),
      lambda: (None, "causal", N, 3), {"n_samples": 2, "depth": 2, "d_qk": 1.0, "qk_scale": 1.0, "seed": 0},
      {"d": "d_model"}),
     ("theory.sphere.make_inputs", lambda: _fn("rankcollapse.theory.sphere:make_inputs"),
