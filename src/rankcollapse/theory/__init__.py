@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from .clusters import CircleClusters, circle_clusters, fastest_mode, first_plateau, plateaus
     from .envelope import (EnvelopeDepth, Theorem1Terms, envelope_crossing_depth, envelope_rate,
                            scrambling_length, theorem1_terms)
-    from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria
-    from .finder import FinderResult, FinderSettings, find_equilibria
+    from .equilibria import (Equilibrium, EquilibriumSet, FinderResult, FinderSettings, causal_example_2x2, equilibria,
+                             find_equilibria)
     from .portrait import (plot_portrait_2d, plot_trajectories_3d, portrait_2d, portrait_2d_data,
                            trajectories_3d)
     from .rates import compare_masks, compare_schedules, describe_schedule
