@@ -10,7 +10,8 @@ from .._lazy import attach_imports
 
 # The exports, imported lazily on first use (attach_imports reads this block).
 if TYPE_CHECKING:
-    from .basin import BasinEstimate, basin_estimate
+    from .basin import (BasinEstimate, basin_estimate, plot_portrait_2d, plot_trajectories_3d, portrait_2d,
+                        portrait_2d_data, trajectories_3d)
     from .bound import (BoundResult, EnvelopeViolation, check_collapse_bound, check_schedule_bound, fit_rate,
                         radius_sweep)
     from .clusters import CircleClusters, circle_clusters, fastest_mode, first_plateau, plateaus
@@ -18,8 +19,6 @@ if TYPE_CHECKING:
                            scrambling_length, theorem1_terms)
     from .equilibria import (Equilibrium, EquilibriumSet, FinderResult, FinderSettings, causal_example_2x2, equilibria,
                              find_equilibria)
-    from .portrait import (plot_portrait_2d, plot_trajectories_3d, portrait_2d, portrait_2d_data,
-                           trajectories_3d)
     from .rates import compare_masks, compare_schedules, describe_schedule
     from .sphere import SphereResult, check_sphere_collapse
     from .stability import StabilityReport, jacobian, stability, tangent_basis, tangent_jacobian
