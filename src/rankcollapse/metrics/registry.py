@@ -14,15 +14,14 @@ import torch
 from .._memory import check_memory
 from .._validate import check_float
 from ..errors import MetricError
-from . import _context, core, geometry, graph, motion, power, spectral
+from . import _context, core, geometry, graph, power, spectral
 from .attention import attention_entropy, participation_ratio, row_mass_deficit
-from .clusters import CLUSTER_ANGLE, components
-from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
 
 
 def _n_clusters(ctx) -> torch.Tensor:
-    return components(ctx.X * ctx.inv_norms.unsqueeze(-1), ctx.row_valid, CLUSTER_ANGLE).to(ctx.X.device, ctx.X.dtype)
+    U = ctx.X * ctx.inv_norms.unsqueeze(-1)
+    return graph.components(U, ctx.row_valid, graph.CLUSTER_ANGLE).to(ctx.X.device, ctx.X.dtype)
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ _SPECS = (
     MetricSpec("mean_average_distance", graph._mean_average_distance, "mean_i mean_{j: M[i,j]} (1 - cos)", 0.0, True),
     MetricSpec("n_clusters", _n_clusters, "connected components of the graph linking tokens at angle < 0.1 rad "
                "(CLUSTER_ANGLE; zero tokens left out)", 1.0),
-    MetricSpec("isoscore", _isoscore, "IsoScore (Rudman et al. 2022), 1 = isotropic", 0.0),
+    MetricSpec("isoscore", spectral._isoscore, "IsoScore (Rudman et al. 2022), 1 = isotropic", 0.0),
     MetricSpec("max_norm_ratio", geometry._max_norm_ratio, "max_i ||x_i|| / median_i ||x_i||, massive-token ratio", 1.0),
     MetricSpec("max_norm_position", geometry._max_norm_position, "argmax_i ||x_i|| among real tokens (0 = first)"),
     MetricSpec("top_singular_share", geometry._top_singular_share, "sigma_1^2 / ||X||_F^2", 1.0),
@@ -69,7 +68,7 @@ _SPECS = (
     MetricSpec("matrix_entropy", geometry._matrix_entropy, "-sum p_i ln p_i, p_i = sigma_i^2 / sum sigma^2 (nats)", 0.0),
     MetricSpec("alpha_req", geometry._alpha_req,
                "alpha-ReQ (Agrawal et al. 2022): -slope of OLS ln sigma_i^2 on ln i, i = 1..numerical rank"),
-    MetricSpec("token_radius", motion._token_radius, "(1/N) sum_i ||x_i||, mean token norm"),
+    MetricSpec("token_radius", geometry._token_radius, "(1/N) sum_i ||x_i||, mean token norm"),
     MetricSpec("interaction_energy", core.energy_of,
                "(1/2 beta) sum_{i,j} exp(beta cos(x_i, x_j)), beta = 1 (zero tokens left out)"),
 )
@@ -96,7 +95,7 @@ UNSCALED_METRICS = frozenset({"mu", "mu_relative", "max_token_share", "norm_spre
                               "avg_cos", "avg_abs_cos", "cos_to_mean"})
 
 STEP_METRICS: dict[str, MetricSpec] = {"angular_speed": MetricSpec(
-    "angular_speed", motion.angular_speed,
+    "angular_speed", geometry.angular_speed,
     "(1/N) sum_i angle(x_i(t), x_i(t+1)) in radians, mean turn of a token in one layer")}
 """Metrics of two consecutive states: ``fn(X_prev, X_next) -> (B,)``, computed by
 :func:`~rankcollapse.dynamics.simulate` (row 0 NaN), refused by :func:`compute_metrics`."""
