@@ -17,7 +17,7 @@ import torch
 from rankcollapse.dynamics import RunConfig
 from rankcollapse.errors import RankCollapseError
 from rankcollapse.masks import Mask, MaskAnalysis, MaskSchedule
-from rankcollapse.masks import adapt, constructors as c, mask as mask_module, patterns as p, schedule, spec
+from rankcollapse.masks import adapt, constructors as c, mask as mask_module, schedule, spec
 
 N = 6
 
@@ -51,12 +51,12 @@ CASES = [
     ("documents", lambda: c.documents, lambda t: (), ([2, 4],), {"causal": True}, "n"),
     ("block", lambda: c.block, lambda t: (), (4,), {}, "n"),
     ("closed", lambda: c.closed, lambda t: (), (), {"centers": [0], "radius": 1, "strongly": False}, "n"),
-    ("strided", lambda: p.strided, lambda t: (), (2,), {}, "n"),
-    ("fixed", lambda: p.fixed, lambda t: (), (3,), {"c": 2}, "n"),
-    ("longformer", lambda: p.longformer, lambda t: (), (3,), {"globals": (0, 5)}, "n"),
-    ("bigbird", lambda: p.bigbird, lambda t: (), (3,), {"globals": (0,), "random": 2, "seed": 3}, "n"),
-    ("random", lambda: p.random, lambda t: (), (0.4,), {"seed": 1}, "n"),
-    ("from_file", lambda: p.from_file, lambda t: (_edge_file(t),), (), {}, "n"),
+    ("strided", lambda: c.strided, lambda t: (), (2,), {}, "n"),
+    ("fixed", lambda: c.fixed, lambda t: (), (3,), {"c": 2}, "n"),
+    ("longformer", lambda: c.longformer, lambda t: (), (3,), {"globals": (0, 5)}, "n"),
+    ("bigbird", lambda: c.bigbird, lambda t: (), (3,), {"globals": (0,), "random": 2, "seed": 3}, "n"),
+    ("random", lambda: c.random, lambda t: (), (0.4,), {"seed": 1}, "n"),
+    ("from_file", lambda: c.from_file, lambda t: (_edge_file(t),), (), {}, "n"),
     ("parse_mask", lambda: spec.parse_mask, lambda t: ("(causal|sliding_window:w=3)&block:size=4",), (), {}, "n"),
     ("parse_schedule", lambda: schedule.parse_schedule, lambda t: ("schedule:sliding_window:w=3*2,causal",), (), {},
      "n"),
@@ -135,7 +135,7 @@ def test_n_tokens_by_position_and_by_name(case, tmp_path):
 #: the mask API, the theory and the other homes of a renamed token count
 TOKEN_COUNT_MODULES = (
     ["rankcollapse.masks." + m for m in ("adapt", "constructors", "convert", "graph", "influence", "interval_graph",
-                                         "mask", "patterns", "plot", "rows", "schedule", "spec")]
+                                         "mask", "plot", "rows", "schedule", "spec")]
     + ["rankcollapse.theory." + m for m in ("bound", "envelope", "equilibria", "rates", "sphere", "system")]
     + ["rankcollapse.models.probe", "rankcollapse.experiments.schedules", "rankcollapse.dynamics.inputs"])
 
