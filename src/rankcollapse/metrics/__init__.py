@@ -15,10 +15,9 @@ if TYPE_CHECKING:
     from .geometry import (alpha_req, angular_speed, matrix_entropy, max_norm_position, max_norm_ratio,
                            max_token_sigma_share, top_singular_share)
     from .graph import CLUSTER_ANGLE, cluster_count, dirichlet_energy, mean_average_distance
-    from .registry import (ATTENTION_METRICS, DEFAULT_METRICS, METRICS, STEP_METRICS, WEIGHT_METRICS, MetricSpec,
-                           compute_metrics, register_metric)
+    from .registry import (ATTENTION_METRICS, DEFAULT_METRICS, METRICS, STEP_METRICS, WEIGHT_METRICS, MetricReport,
+                           MetricSpec, compute_metrics, register_metric, report_metrics)
     from .power import principal_eigenvector, spectral_radius, v1_alignment, value_output_map
-    from .report import MetricReport, report_metrics
     from .spectral import (effective_rank, isoscore, numerical_rank, rank_fraction, rank_one_distance, sigma_min,
                            sigma_ratio, singular_values, stable_rank)
 
