@@ -135,7 +135,7 @@ def test_n_tokens_by_position_and_by_name(case, tmp_path):
 #: the mask API, the theory and the other homes of a renamed token count
 TOKEN_COUNT_MODULES = (
     ["rankcollapse.masks." + m for m in ("adapt", "constructors", "convert", "graph", "influence", "interval_graph",
-                                         "mask", "plot", "rows", "schedule", "spec")]
+                                         "mask", "rows", "schedule", "spec")]
     + ["rankcollapse.theory." + m for m in ("bound", "envelope", "equilibria", "rates", "sphere", "system")]
     + ["rankcollapse.models.probe", "rankcollapse.experiments.schedules", "rankcollapse.dynamics.inputs"])
 

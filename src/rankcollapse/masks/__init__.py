@@ -11,10 +11,9 @@ if TYPE_CHECKING:
     from .constructors import (bigbird, block, causal, causal_sliding_window, complete, dilated, documents, fixed,
                                from_file, longformer, prefix, random, sliding_window, strided)
     from .adapt import dense_mask, resolve_mask
-    from .graph import MaskAnalysis, analyze, bfs_distances
+    from .graph import MaskAnalysis, analyze, bfs_distances, draw_mask
     from .influence import Influence, influence
     from .mask import Mask
-    from .plot import draw_mask
     from .rows import check_rows_allow_key
     from .schedule import MaskSchedule, is_schedule, parse_schedule, schedule_or_mask
     from .spec import MASK_KINDS, parse_mask, spec_n_tokens
