@@ -21,7 +21,7 @@ from .._display import NotebookResult
 from .._memory import check_memory
 from .._validate import check_float
 from ..errors import MemoryLimitError, MetricError
-from . import _context, core, geometry, graph, power, spectral
+from . import _context, core, graph, power, spectral
 from .attention import attention_entropy, participation_ratio, row_mass_deficit
 from ._context import MetricFn, RankTolerance, evaluate
 
@@ -67,15 +67,15 @@ _SPECS = (
     MetricSpec("n_clusters", _n_clusters, "connected components of the graph linking tokens at angle < 0.1 rad "
                "(CLUSTER_ANGLE; zero tokens left out)", 1.0),
     MetricSpec("isoscore", spectral._isoscore, "IsoScore (Rudman et al. 2022), 1 = isotropic", 0.0),
-    MetricSpec("max_norm_ratio", geometry._max_norm_ratio, "max_i ||x_i|| / median_i ||x_i||, massive-token ratio", 1.0),
-    MetricSpec("max_norm_position", geometry._max_norm_position, "argmax_i ||x_i|| among real tokens (0 = first)"),
-    MetricSpec("top_singular_share", geometry._top_singular_share, "sigma_1^2 / ||X||_F^2", 1.0),
-    MetricSpec("max_token_sigma_share", geometry._max_token_sigma_share,
+    MetricSpec("max_norm_ratio", spectral._max_norm_ratio, "max_i ||x_i|| / median_i ||x_i||, massive-token ratio", 1.0),
+    MetricSpec("max_norm_position", spectral._max_norm_position, "argmax_i ||x_i|| among real tokens (0 = first)"),
+    MetricSpec("top_singular_share", spectral._top_singular_share, "sigma_1^2 / ||X||_F^2", 1.0),
+    MetricSpec("max_token_sigma_share", spectral._max_token_sigma_share,
                "max_i ||x_i||^2 / sigma_1^2 (<= 1), share of sigma_1^2 the largest token explains"),
-    MetricSpec("matrix_entropy", geometry._matrix_entropy, "-sum p_i ln p_i, p_i = sigma_i^2 / sum sigma^2 (nats)", 0.0),
-    MetricSpec("alpha_req", geometry._alpha_req,
+    MetricSpec("matrix_entropy", spectral._matrix_entropy, "-sum p_i ln p_i, p_i = sigma_i^2 / sum sigma^2 (nats)", 0.0),
+    MetricSpec("alpha_req", spectral._alpha_req,
                "alpha-ReQ (Agrawal et al. 2022): -slope of OLS ln sigma_i^2 on ln i, i = 1..numerical rank"),
-    MetricSpec("token_radius", geometry._token_radius, "(1/N) sum_i ||x_i||, mean token norm"),
+    MetricSpec("token_radius", spectral._token_radius, "(1/N) sum_i ||x_i||, mean token norm"),
     MetricSpec("interaction_energy", core.energy_of,
                "(1/2 beta) sum_{i,j} exp(beta cos(x_i, x_j)), beta = 1 (zero tokens left out)"),
 )
@@ -102,7 +102,7 @@ UNSCALED_METRICS = frozenset({"mu", "mu_relative", "max_token_share", "norm_spre
                               "avg_cos", "avg_abs_cos", "cos_to_mean"})
 
 STEP_METRICS: dict[str, MetricSpec] = {"angular_speed": MetricSpec(
-    "angular_speed", geometry.angular_speed,
+    "angular_speed", spectral.angular_speed,
     "(1/N) sum_i angle(x_i(t), x_i(t+1)) in radians, mean turn of a token in one layer")}
 """Metrics of two consecutive states: ``fn(X_prev, X_next) -> (B,)``, computed by
 :func:`~rankcollapse.dynamics.simulate` (row 0 NaN), refused by :func:`compute_metrics`."""
