@@ -10,9 +10,9 @@ from .._lazy import attach_imports
 if TYPE_CHECKING:
     from ._context import MetricContext, ZeroRowWarning
     from .attention import attention_entropy, gap_counting, gap_growth, participation_ratio, row_mass_deficit
-    from .core import (avg_abs_cos, avg_cos, composite_norm, cos_to_mean, dong_residual, dong_residual_relative,
-                       interaction_energy, max_token_share, mu, mu_relative, norm_spread)
-    from .graph import CLUSTER_ANGLE, cluster_count, dirichlet_energy, mean_average_distance
+    from .core import (CLUSTER_ANGLE, avg_abs_cos, avg_cos, cluster_count, composite_norm, cos_to_mean,
+                       dirichlet_energy, dong_residual, dong_residual_relative, interaction_energy, max_token_share,
+                       mean_average_distance, mu, mu_relative, norm_spread)
     from .registry import (ATTENTION_METRICS, DEFAULT_METRICS, METRICS, STEP_METRICS, WEIGHT_METRICS, MetricReport,
                            MetricSpec, compute_metrics, register_metric, report_metrics)
     from .power import principal_eigenvector, spectral_radius, v1_alignment, value_output_map

@@ -21,14 +21,14 @@ from .._display import NotebookResult
 from .._memory import check_memory
 from .._validate import check_float
 from ..errors import MemoryLimitError, MetricError
-from . import _context, core, graph, power, spectral
+from . import _context, core, power, spectral
 from .attention import attention_entropy, participation_ratio, row_mass_deficit
 from ._context import MetricFn, RankTolerance, evaluate
 
 
 def _n_clusters(ctx) -> torch.Tensor:
     U = ctx.X * ctx.inv_norms.unsqueeze(-1)
-    return graph.components(U, ctx.row_valid, graph.CLUSTER_ANGLE).to(ctx.X.device, ctx.X.dtype)
+    return core.components(U, ctx.row_valid, core.CLUSTER_ANGLE).to(ctx.X.device, ctx.X.dtype)
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,8 @@ _SPECS = (
     MetricSpec("cos_to_mean", core._cos_to_mean, "mean_i cos(x_i, gamma_X)", 1.0),
     MetricSpec("dong_residual", core._dong_residual, "sqrt(||R||_1 ||R||_inf), R = X - 1 gamma_X", 0.0),
     MetricSpec("dong_residual_relative", core._dong_residual_relative, "dong_residual / ||X||_{1,inf}", 0.0),
-    MetricSpec("dirichlet_energy", graph._dirichlet_energy, "(1/N) sum_{M[i,j]} ||x_i - x_j||^2", 0.0, True),
-    MetricSpec("mean_average_distance", graph._mean_average_distance, "mean_i mean_{j: M[i,j]} (1 - cos)", 0.0, True),
+    MetricSpec("dirichlet_energy", core._dirichlet_energy, "(1/N) sum_{M[i,j]} ||x_i - x_j||^2", 0.0, True),
+    MetricSpec("mean_average_distance", core._mean_average_distance, "mean_i mean_{j: M[i,j]} (1 - cos)", 0.0, True),
     MetricSpec("n_clusters", _n_clusters, "connected components of the graph linking tokens at angle < 0.1 rad "
                "(CLUSTER_ANGLE; zero tokens left out)", 1.0),
     MetricSpec("isoscore", spectral._isoscore, "IsoScore (Rudman et al. 2022), 1 = isotropic", 0.0),
