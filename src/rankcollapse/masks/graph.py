@@ -112,25 +112,6 @@ def _degree_stats(deg: np.ndarray) -> dict[str, float]:
     return {"min": int(deg.min()), "mean": float(deg.mean()), "max": int(deg.max())}
 
 
-def _not_qsc(members: list[np.ndarray]) -> str:
-    """Why a mask with the source components ``members`` (two or more) is not QSC."""
-    a, b = int(members[0][0]), int(members[1][0])
-    return (f"not quasi-strongly connected: {len(members)} source components "
-            f"(first tokens {[int(m[0]) for m in members[:10]]}); token {b} is not reachable "
-            f"from token {a}, and no token reaches both components")
-
-
-def _source_components(csr: sp.csr_array, labels: np.ndarray, n_comp: int) -> np.ndarray:
-    """Labels of strong components with no edge entering from another component."""
-    # entry (i, j) of M is the edge j -> i: component of i has an incoming edge if
-    # labels[i] != labels[j]
-    row_labels = np.repeat(labels.astype(np.int32), np.diff(csr.indptr))
-    col_labels = labels[csr.indices]
-    has_in = np.zeros(n_comp, dtype=bool)
-    has_in[row_labels[row_labels != col_labels]] = True
-    return np.flatnonzero(~has_in)
-
-
 def _eccentricity_search(
     dist_from: Callable[[int], np.ndarray], dist_to: Callable[[int], np.ndarray] | None, out_deg: np.ndarray,
     self_loop: np.ndarray, centers: np.ndarray, need_diameter: bool,
@@ -239,7 +220,13 @@ def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = 
         check_memory(need, f"the graph analysis of mask {mask.spec!r} at N = {mask.n_tokens}", max_memory)
     csr = mask.to_csr()
     n_comp, labels = csgraph.connected_components(csr, directed=True, connection="strong")
-    members = [np.flatnonzero(labels == s) for s in _source_components(csr, labels, n_comp)]
+    # the source components, which no edge enters from another: entry (i, j) of M is the edge j -> i,
+    # so the component of i has an incoming edge if labels[i] != labels[j]
+    row_labels = np.repeat(labels.astype(np.int32), np.diff(csr.indptr))
+    col_labels = labels[csr.indices]
+    has_in = np.zeros(n_comp, dtype=bool)
+    has_in[row_labels[row_labels != col_labels]] = True
+    members = [np.flatnonzero(labels == s) for s in np.flatnonzero(~has_in)]
 
     def search(centers: np.ndarray) -> tuple:
         fwd = csr.T.tocsr()
@@ -290,13 +277,19 @@ def _analysis(mask: Mask, members: list[np.ndarray], n_comp: int, in_deg: np.nda
     centers = members[0] if qsc else np.zeros(0, dtype=np.int64)
     radius, best_c, dist, diameter, n_bfs = search(centers) if qsc else (None, None, None, None, 0)
     n_edges = int(in_deg.sum())
+    reason = None
+    if not qsc:  # two or more source components
+        a, b = int(members[0][0]), int(members[1][0])
+        reason = (f"not quasi-strongly connected: {len(members)} source components (first tokens "
+                  f"{[int(m[0]) for m in members[:10]]}); token {b} is not reachable from token {a}, and no token "
+                  f"reaches both components")
     result = MaskAnalysis(
         spec=mask.spec, n_tokens=n, n_edges=n_edges, density=n_edges / float(n) ** 2,
         self_loops=bool(loops.all()), n_self_loops=int(loops.sum()), strongly_connected=n_comp == 1,
         quasi_strongly_connected=qsc, n_strong_components=int(n_comp), centers=centers.tolist(),
         radius=radius, diameter=diameter, best_center=best_c, in_degree=_degree_stats(in_deg),
         out_degree=_degree_stats(out_deg), source_components=[m.tolist() for m in members],
-        reason=None if qsc else _not_qsc(members), n_bfs=n_bfs, distance_from_center=dist, method=method,
+        reason=reason, n_bfs=n_bfs, distance_from_center=dist, method=method,
     )
     result.closed_form_agrees = closed_form_agrees(mask, result)
     return result
