@@ -17,7 +17,7 @@ import torch
 from rankcollapse.dynamics import RunConfig
 from rankcollapse.errors import RankCollapseError
 from rankcollapse.masks import Mask, MaskAnalysis, MaskSchedule
-from rankcollapse.masks import adapt, constructors as c, mask as mask_module, patterns as p, schedule, spec
+from rankcollapse.masks import adapt, constructors as c, mask as mask_module, schedule, spec
 
 N = 6
 
@@ -51,12 +51,12 @@ CASES = [
     ("documents", lambda: c.documents, lambda t: (), ([2, 4],), {"causal": True}, "n"),
     ("block", lambda: c.block, lambda t: (), (4,), {}, "n"),
     ("closed", lambda: c.closed, lambda t: (), (), {"centers": [0], "radius": 1, "strongly": False}, "n"),
-    ("strided", lambda: p.strided, lambda t: (), (2,), {}, "n"),
-    ("fixed", lambda: p.fixed, lambda t: (), (3,), {"c": 2}, "n"),
-    ("longformer", lambda: p.longformer, lambda t: (), (3,), {"globals": (0, 5)}, "n"),
-    ("bigbird", lambda: p.bigbird, lambda t: (), (3,), {"globals": (0,), "random": 2, "seed": 3}, "n"),
-    ("random", lambda: p.random, lambda t: (), (0.4,), {"seed": 1}, "n"),
-    ("from_file", lambda: p.from_file, lambda t: (_edge_file(t),), (), {}, "n"),
+    ("strided", lambda: c.strided, lambda t: (), (2,), {}, "n"),
+    ("fixed", lambda: c.fixed, lambda t: (), (3,), {"c": 2}, "n"),
+    ("longformer", lambda: c.longformer, lambda t: (), (3,), {"globals": (0, 5)}, "n"),
+    ("bigbird", lambda: c.bigbird, lambda t: (), (3,), {"globals": (0,), "random": 2, "seed": 3}, "n"),
+    ("random", lambda: c.random, lambda t: (), (0.4,), {"seed": 1}, "n"),
+    ("from_file", lambda: c.from_file, lambda t: (_edge_file(t),), (), {}, "n"),
     ("parse_mask", lambda: spec.parse_mask, lambda t: ("(causal|sliding_window:w=3)&block:size=4",), (), {}, "n"),
     ("parse_schedule", lambda: schedule.parse_schedule, lambda t: ("schedule:sliding_window:w=3*2,causal",), (), {},
      "n"),
@@ -76,7 +76,7 @@ CASES = [
     ("require_theorem1", lambda: _fn("rankcollapse.theory.envelope:require_theorem1"), lambda t: ("causal_sliding_window:w=2",), (), {}, "n"),
     ("construct_equilibrium", lambda: _fn("rankcollapse.theory.equilibria:construct_equilibrium"), lambda t: (),
      lambda: (_fn("rankcollapse.dynamics.weights:construction_eigenvalues")(3, 2), (1, -1)), {}, "n"),
-    ("orthogonal_run", lambda: _fn("rankcollapse.theory.measured:orthogonal_run"), lambda t: (None, "causal"), (3,),
+    ("orthogonal_run", lambda: _fn("rankcollapse.theory.bound:orthogonal_run"), lambda t: (None, "causal"), (3,),
      {"n_samples": 2, "depth": 2, "d_qk": 1.0, "qk_scale": 1.0, "seed": 0}, "N"),
     ("make_inputs", lambda: _fn("rankcollapse.theory.sphere:make_inputs"), lambda t: ("sphere", 2), lambda: (3, torch.Generator().manual_seed(5)), {},
      "N"),
@@ -135,9 +135,8 @@ def test_n_tokens_by_position_and_by_name(case, tmp_path):
 #: the mask API, the theory and the other homes of a renamed token count
 TOKEN_COUNT_MODULES = (
     ["rankcollapse.masks." + m for m in ("adapt", "constructors", "convert", "graph", "influence", "interval_graph",
-                                         "mask", "patterns", "plot", "rows", "schedule", "spec")]
-    + ["rankcollapse.theory." + m for m in ("bound", "envelope", "equilibria", "measured", "rates", "schedule_bound",
-                                            "sphere", "system")]
+                                         "mask", "rows", "schedule", "spec")]
+    + ["rankcollapse.theory." + m for m in ("bound", "envelope", "equilibria", "rates", "sphere", "system")]
     + ["rankcollapse.models.probe", "rankcollapse.experiments.schedules", "rankcollapse.dynamics.inputs"])
 
 
@@ -188,7 +187,7 @@ SIZE_CASES = [
     ("theory.rates.compare_schedules", lambda: _fn("rankcollapse.theory.rates:compare_schedules"),
      lambda: (["schedule:sliding_window:w=3*2,complete", "causal"], N),
      {"measure": RunConfig(depth=2), "d_model": 3, "n_samples": 2}, {"d": "d_model"}),
-    ("theory.measured.orthogonal_run", lambda: _fn("rankcollapse.theory.measured:orthogonal_run"),
+    ("theory.bound.orthogonal_run", lambda: _fn("rankcollapse.theory.bound:orthogonal_run"),
      lambda: (None, "causal", N, 3), {"n_samples": 2, "depth": 2, "d_qk": 1.0, "qk_scale": 1.0, "seed": 0},
      {"d": "d_model"}),
     ("theory.sphere.make_inputs", lambda: _fn("rankcollapse.theory.sphere:make_inputs"),

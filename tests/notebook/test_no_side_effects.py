@@ -74,7 +74,7 @@ def test_imports_and_draws_leave_backend_figures_and_environment_alone(tmp_path)
         from pathlib import Path
         env = dict(os.environ)
         import rankcollapse, rankcollapse.experiments.plots, rankcollapse.sweep.context
-        import rankcollapse.experiments.runner, rankcollapse.masks.plot, rankcollapse.theory.portrait
+        import rankcollapse.experiments.runner, rankcollapse.masks.graph, rankcollapse.theory.basin
         from rankcollapse import masks, theory, dynamics
         fig = masks.draw_mask(masks.parse_mask("causal", 8))
         masks.draw_mask(masks.parse_mask("causal", 8), out={str(tmp_path / 'm.png')!r})

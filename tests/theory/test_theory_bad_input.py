@@ -12,8 +12,8 @@ from rankcollapse.theory.basin import basin_estimate
 from rankcollapse.theory.bound import check_collapse_bound
 from rankcollapse.theory.equilibria import equilibria
 from rankcollapse.theory.sphere import check_sphere_collapse
-from rankcollapse.theory.finder import find_equilibria
-from rankcollapse.theory.portrait import portrait_2d, trajectories_3d
+from rankcollapse.theory.equilibria import find_equilibria
+from rankcollapse.theory.basin import portrait_2d, trajectories_3d
 from rankcollapse.theory.system import causal_uniform_system
 
 ZERO_V = causal_uniform_system(torch.zeros(2, 2, dtype=torch.float64), 2)

@@ -80,7 +80,7 @@ def test_basin_of_2x2_example_positive_with_interval_and_reproducible():
 
 
 def test_portrait_2d_arc_matches_closed_form(tmp_path):
-    from rankcollapse.theory.portrait import portrait_2d, trajectories_3d
+    from rankcollapse.theory.basin import portrait_2d, trajectories_3d
 
     data = portrait_2d(tmp_path / "p.png", n_angles=361, depth=200)
     start, rank2 = data["start_deg"], data["rank2"][1]

@@ -8,7 +8,7 @@ import torch
 
 from rankcollapse.errors import ConfigError, ConvergenceError
 from rankcollapse.theory.equilibria import causal_example_2x2, equilibria
-from rankcollapse.theory.finder import find_equilibria
+from rankcollapse.theory.equilibria import find_equilibria
 from rankcollapse.theory.stability import jacobian, stability
 from rankcollapse.theory.system import AttentionSystem, causal_uniform_system
 

@@ -8,14 +8,12 @@ from .._lazy import attach_imports
 
 # The exports, imported lazily on first use (attach_imports reads this block).
 if TYPE_CHECKING:
-    from .constructors import (block, causal, causal_sliding_window, complete, dilated, documents,
-                               prefix, sliding_window)
+    from .constructors import (bigbird, block, causal, causal_sliding_window, complete, dilated, documents, fixed,
+                               from_file, longformer, prefix, random, sliding_window, strided)
     from .adapt import dense_mask, resolve_mask
-    from .graph import MaskAnalysis, analyze, bfs_distances
+    from .graph import MaskAnalysis, analyze, bfs_distances, draw_mask
     from .influence import Influence, influence
     from .mask import Mask
-    from .plot import draw_mask
-    from .patterns import bigbird, fixed, from_file, longformer, random, strided
     from .rows import check_rows_allow_key
     from .schedule import MaskSchedule, is_schedule, parse_schedule, schedule_or_mask
     from .spec import MASK_KINDS, parse_mask, spec_n_tokens

@@ -4,11 +4,13 @@ diameter are exact, by the eccentricity bounding scheme of Takes & Kosters
 (Algorithms 6, 2013): after a forward and a backward BFS from ``v``, every ``u`` has
 ``max(d(u, v), ecc(v) - d(v, u)) <= ecc(u) <= d(u, v) + ecc(v)``; the search stops when no
 unexplored center can beat the best radius (nor, when strongly connected, exceed the best diameter).
+Drawing a mask (:func:`draw_mask`): query tokens on the vertical axis, key tokens across.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -16,6 +18,7 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 
 from .._display import NotebookResult
+from .._figure import new_axes, save_figure
 from .._memory import check_memory
 from .._validate import check_int
 from ..errors import MaskError
@@ -107,25 +110,6 @@ class MaskAnalysis(NotebookResult):
 
 def _degree_stats(deg: np.ndarray) -> dict[str, float]:
     return {"min": int(deg.min()), "mean": float(deg.mean()), "max": int(deg.max())}
-
-
-def _not_qsc(members: list[np.ndarray]) -> str:
-    """Why a mask with the source components ``members`` (two or more) is not QSC."""
-    a, b = int(members[0][0]), int(members[1][0])
-    return (f"not quasi-strongly connected: {len(members)} source components "
-            f"(first tokens {[int(m[0]) for m in members[:10]]}); token {b} is not reachable "
-            f"from token {a}, and no token reaches both components")
-
-
-def _source_components(csr: sp.csr_array, labels: np.ndarray, n_comp: int) -> np.ndarray:
-    """Labels of strong components with no edge entering from another component."""
-    # entry (i, j) of M is the edge j -> i: component of i has an incoming edge if
-    # labels[i] != labels[j]
-    row_labels = np.repeat(labels.astype(np.int32), np.diff(csr.indptr))
-    col_labels = labels[csr.indices]
-    has_in = np.zeros(n_comp, dtype=bool)
-    has_in[row_labels[row_labels != col_labels]] = True
-    return np.flatnonzero(~has_in)
 
 
 def _eccentricity_search(
@@ -236,7 +220,13 @@ def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = 
         check_memory(need, f"the graph analysis of mask {mask.spec!r} at N = {mask.n_tokens}", max_memory)
     csr = mask.to_csr()
     n_comp, labels = csgraph.connected_components(csr, directed=True, connection="strong")
-    members = [np.flatnonzero(labels == s) for s in _source_components(csr, labels, n_comp)]
+    # the source components, which no edge enters from another: entry (i, j) of M is the edge j -> i,
+    # so the component of i has an incoming edge if labels[i] != labels[j]
+    row_labels = np.repeat(labels.astype(np.int32), np.diff(csr.indptr))
+    col_labels = labels[csr.indices]
+    has_in = np.zeros(n_comp, dtype=bool)
+    has_in[row_labels[row_labels != col_labels]] = True
+    members = [np.flatnonzero(labels == s) for s in np.flatnonzero(~has_in)]
 
     def search(centers: np.ndarray) -> tuple:
         fwd = csr.T.tocsr()
@@ -287,13 +277,65 @@ def _analysis(mask: Mask, members: list[np.ndarray], n_comp: int, in_deg: np.nda
     centers = members[0] if qsc else np.zeros(0, dtype=np.int64)
     radius, best_c, dist, diameter, n_bfs = search(centers) if qsc else (None, None, None, None, 0)
     n_edges = int(in_deg.sum())
+    reason = None
+    if not qsc:  # two or more source components
+        a, b = int(members[0][0]), int(members[1][0])
+        reason = (f"not quasi-strongly connected: {len(members)} source components (first tokens "
+                  f"{[int(m[0]) for m in members[:10]]}); token {b} is not reachable from token {a}, and no token "
+                  f"reaches both components")
     result = MaskAnalysis(
         spec=mask.spec, n_tokens=n, n_edges=n_edges, density=n_edges / float(n) ** 2,
         self_loops=bool(loops.all()), n_self_loops=int(loops.sum()), strongly_connected=n_comp == 1,
         quasi_strongly_connected=qsc, n_strong_components=int(n_comp), centers=centers.tolist(),
         radius=radius, diameter=diameter, best_center=best_c, in_degree=_degree_stats(in_deg),
         out_degree=_degree_stats(out_deg), source_components=[m.tolist() for m in members],
-        reason=None if qsc else _not_qsc(members), n_bfs=n_bfs, distance_from_center=dist, method=method,
+        reason=reason, n_bfs=n_bfs, distance_from_center=dist, method=method,
     )
     result.closed_form_agrees = closed_form_agrees(mask, result)
     return result
+
+
+def image_format(out: str | Path) -> str:
+    """The matplotlib format of ``out``'s suffix (default ``png``); :class:`MaskError` if
+    matplotlib cannot write it."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    fmt = Path(out).suffix.lstrip(".").lower() or "png"
+    known = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in known:
+        raise MaskError(f"out {str(out)!r}: cannot write images of format {fmt!r}; "
+                        f"use one of {', '.join(sorted(known))}")
+    return fmt
+
+
+def draw_mask(mask: Mask, analysis: MaskAnalysis | None = None, out: str | Path | None = None, *,
+              ax: Any = None) -> Any:
+    """Draw ``mask`` (dark cell ``(i, j)`` = query i attends to key j, centers in red); returns
+    the figure, drawn on ``ax`` if given. ``analysis`` defaults to :func:`analyze` of ``mask``.
+    ``out``: also write the image there (format from the suffix; :func:`image_format`)."""
+    if out is not None:
+        image_format(out)
+    if analysis is None:
+        analysis = analyze(mask)
+    n = mask.n_tokens
+    dense = mask.to_numpy()
+    size = min(9.0, 3.0 + n / 16)
+    fig, ax = new_axes(ax, figsize=(size, size))
+    ax.imshow(dense, cmap="Greys", vmin=0, vmax=1.4, interpolation="nearest", origin="upper")
+    centers = np.asarray(analysis.centers, dtype=int)
+    if centers.size:
+        ax.scatter(centers, np.full(centers.size, -0.5 - n * 0.02), marker="v", color="crimson",
+                   s=18, clip_on=False, label="centers")
+        ax.scatter(np.full(centers.size, -0.5 - n * 0.02), centers, marker=">", color="crimson",
+                   s=18, clip_on=False)
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, -0.14), frameon=False, fontsize=8)
+    status = f"QSC, radius {analysis.radius}" if analysis.quasi_strongly_connected else "not QSC"
+    if analysis.diameter is not None:
+        status += f", diameter {analysis.diameter}"
+    ax.set_title(f"{mask.spec}\nN = {n}; {status}", fontsize=9)
+    ax.set(xlabel="key token j", ylabel="query token i  (M[i, j]: i attends to j)",
+           xlim=(-0.5 - n * 0.04, n - 0.5), ylim=(n - 0.5, -0.5 - n * 0.04))
+    fig.tight_layout()
+    if out is not None:
+        save_figure(fig, out, dpi=120)
+    return fig

@@ -15,7 +15,6 @@ import numpy as np
 from ..errors import MaskError, excerpt
 from . import constructors as c
 from ._build import check_edges
-from . import patterns as p
 from .._validate import REQUIRED, Key, Spec, check_int
 from .mask import Mask
 
@@ -43,16 +42,16 @@ MASK_KINDS: dict[str, MaskKind] = {kind.name: kind for kind in (
     MaskKind("block", c.block, (Key("size", "int"), _CAUSAL), "block-local attention"),
     MaskKind("documents", c.documents, (Key("lengths", "ints", help="e.g. 3+5+8"), _CAUSAL),
              "packed documents, block diagonal"),
-    MaskKind("strided", p.strided, (Key("stride", "int"),),
+    MaskKind("strided", c.strided, (Key("stride", "int"),),
              "Sparse Transformer strided pattern (Child et al. 2019)"),
-    MaskKind("fixed", p.fixed, (Key("stride", "int"), Key("c", "int", 1)),
+    MaskKind("fixed", c.fixed, (Key("stride", "int"), Key("c", "int", 1)),
              "Sparse Transformer fixed pattern (Child et al. 2019)"),
-    MaskKind("longformer", p.longformer, (_W_ODD, Key("globals", "ints", ())),
+    MaskKind("longformer", c.longformer, (_W_ODD, Key("globals", "ints", ())),
              "window plus global tokens (Beltagy et al. 2020)"),
-    MaskKind("bigbird", p.bigbird, (_W_ODD, Key("globals", "ints", ()), Key("random", "int", 0),
+    MaskKind("bigbird", c.bigbird, (_W_ODD, Key("globals", "ints", ()), Key("random", "int", 0),
                                     Key("seed", "int", 0)),
              "window + globals + random keys (Zaheer et al. 2020)"),
-    MaskKind("random", p.random, (Key("p", "float"), Key("seed", "int", 0)),
+    MaskKind("random", c.random, (Key("p", "float"), Key("seed", "int", 0)),
              "Erdos-Renyi G(N, p) plus self-loops"),
 )}
 _KEYS = {name: kind.keys for name, kind in MASK_KINDS.items()}
@@ -77,7 +76,7 @@ def _parse_atom(text: str, n: int | None) -> Any:
         if not path:
             raise MaskError("mask spec 'file:' needs a path, e.g. file:mask.npy")
         if n is not None:
-            return p.from_file(path, n)
+            return c.from_file(path, n)
         if not Path(path).is_file():
             raise MaskError(f"mask file {path!r} is not a readable file")
         if path.endswith(".npy"):
@@ -182,7 +181,7 @@ def _npy_rows(path: str) -> int:
     except Exception:  # noqa: BLE001 - the one loader names what is wrong
         shape = None
     if shape is None or len(shape) != 2 or shape[0] != shape[1] or shape[0] < 1:
-        p.from_file(path, 1)  # raises the loader's message (missing, empty, pickles, not square...)
+        c.from_file(path, 1)  # raises the loader's message (missing, empty, pickles, not square...)
         raise MaskError(f"mask file {path!r} does not hold a square (N, N) matrix")
     return int(shape[0])
 

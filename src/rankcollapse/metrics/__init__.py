@@ -10,19 +10,14 @@ from .._lazy import attach_imports
 if TYPE_CHECKING:
     from ._context import MetricContext, ZeroRowWarning
     from .attention import attention_entropy, gap_counting, gap_growth, participation_ratio, row_mass_deficit
-    from .clusters import CLUSTER_ANGLE, cluster_count
-    from .core import (avg_abs_cos, avg_cos, composite_norm, cos_to_mean, dong_residual, dong_residual_relative,
-                       interaction_energy, max_token_share, mu, mu_relative, norm_spread)
-    from .geometry import (alpha_req, matrix_entropy, max_norm_position, max_norm_ratio, max_token_sigma_share,
-                           top_singular_share)
-    from .graph import dirichlet_energy, mean_average_distance
-    from .isoscore import isoscore
-    from .registry import (ATTENTION_METRICS, DEFAULT_METRICS, METRICS, STEP_METRICS, WEIGHT_METRICS, MetricSpec,
-                           compute_metrics, register_metric)
+    from .core import (CLUSTER_ANGLE, avg_abs_cos, avg_cos, cluster_count, composite_norm, cos_to_mean,
+                       dirichlet_energy, dong_residual, dong_residual_relative, interaction_energy, max_token_share,
+                       mean_average_distance, mu, mu_relative, norm_spread)
+    from .registry import (ATTENTION_METRICS, DEFAULT_METRICS, METRICS, STEP_METRICS, WEIGHT_METRICS, MetricReport,
+                           MetricSpec, compute_metrics, register_metric, report_metrics)
     from .power import principal_eigenvector, spectral_radius, v1_alignment, value_output_map
-    from .motion import angular_speed
-    from .report import MetricReport, report_metrics
-    from .spectral import (effective_rank, numerical_rank, rank_fraction, rank_one_distance, sigma_min,
-                           sigma_ratio, singular_values, stable_rank)
+    from .spectral import (alpha_req, angular_speed, effective_rank, isoscore, matrix_entropy, max_norm_position,
+                           max_norm_ratio, max_token_sigma_share, numerical_rank, rank_fraction, rank_one_distance,
+                           sigma_min, sigma_ratio, singular_values, stable_rank, top_singular_share)
 
 __getattr__, __dir__, __all__ = attach_imports(__name__, __file__)

@@ -1,28 +1,34 @@
-"""Metrics by name: the registry reports, the simulator and the CLI refer to."""
+"""Metrics by name: the registry reports, the simulator and the CLI refer to.
+
+A metrics report (:func:`report_metrics`) where one undefined metric never hides the others: a
+metric undefined on the input, not finite at its scale or over the memory limit is reported as
+``None`` with a reason; only an input no metric can take raises.
+"""
 
 from __future__ import annotations
 
 import inspect
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
+import numpy as np
 import torch
 
+from .._display import NotebookResult
 from .._memory import check_memory
 from .._validate import check_float
-from ..errors import MetricError
-from . import _context, core, geometry, graph, motion, power, spectral
+from ..errors import MemoryLimitError, MetricError
+from . import _context, core, power, spectral
 from .attention import attention_entropy, participation_ratio, row_mass_deficit
-from .clusters import CLUSTER_ANGLE, components
-from .isoscore import _isoscore
 from ._context import MetricFn, RankTolerance, evaluate
 
 
 def _n_clusters(ctx) -> torch.Tensor:
-    return components(ctx.X * ctx.inv_norms.unsqueeze(-1), ctx.row_valid, CLUSTER_ANGLE).to(ctx.X.device, ctx.X.dtype)
+    U = ctx.X * ctx.inv_norms.unsqueeze(-1)
+    return core.components(U, ctx.row_valid, core.CLUSTER_ANGLE).to(ctx.X.device, ctx.X.dtype)
 
 
 @dataclass(frozen=True)
@@ -56,20 +62,20 @@ _SPECS = (
     MetricSpec("cos_to_mean", core._cos_to_mean, "mean_i cos(x_i, gamma_X)", 1.0),
     MetricSpec("dong_residual", core._dong_residual, "sqrt(||R||_1 ||R||_inf), R = X - 1 gamma_X", 0.0),
     MetricSpec("dong_residual_relative", core._dong_residual_relative, "dong_residual / ||X||_{1,inf}", 0.0),
-    MetricSpec("dirichlet_energy", graph._dirichlet_energy, "(1/N) sum_{M[i,j]} ||x_i - x_j||^2", 0.0, True),
-    MetricSpec("mean_average_distance", graph._mean_average_distance, "mean_i mean_{j: M[i,j]} (1 - cos)", 0.0, True),
+    MetricSpec("dirichlet_energy", core._dirichlet_energy, "(1/N) sum_{M[i,j]} ||x_i - x_j||^2", 0.0, True),
+    MetricSpec("mean_average_distance", core._mean_average_distance, "mean_i mean_{j: M[i,j]} (1 - cos)", 0.0, True),
     MetricSpec("n_clusters", _n_clusters, "connected components of the graph linking tokens at angle < 0.1 rad "
                "(CLUSTER_ANGLE; zero tokens left out)", 1.0),
-    MetricSpec("isoscore", _isoscore, "IsoScore (Rudman et al. 2022), 1 = isotropic", 0.0),
-    MetricSpec("max_norm_ratio", geometry._max_norm_ratio, "max_i ||x_i|| / median_i ||x_i||, massive-token ratio", 1.0),
-    MetricSpec("max_norm_position", geometry._max_norm_position, "argmax_i ||x_i|| among real tokens (0 = first)"),
-    MetricSpec("top_singular_share", geometry._top_singular_share, "sigma_1^2 / ||X||_F^2", 1.0),
-    MetricSpec("max_token_sigma_share", geometry._max_token_sigma_share,
+    MetricSpec("isoscore", spectral._isoscore, "IsoScore (Rudman et al. 2022), 1 = isotropic", 0.0),
+    MetricSpec("max_norm_ratio", spectral._max_norm_ratio, "max_i ||x_i|| / median_i ||x_i||, massive-token ratio", 1.0),
+    MetricSpec("max_norm_position", spectral._max_norm_position, "argmax_i ||x_i|| among real tokens (0 = first)"),
+    MetricSpec("top_singular_share", spectral._top_singular_share, "sigma_1^2 / ||X||_F^2", 1.0),
+    MetricSpec("max_token_sigma_share", spectral._max_token_sigma_share,
                "max_i ||x_i||^2 / sigma_1^2 (<= 1), share of sigma_1^2 the largest token explains"),
-    MetricSpec("matrix_entropy", geometry._matrix_entropy, "-sum p_i ln p_i, p_i = sigma_i^2 / sum sigma^2 (nats)", 0.0),
-    MetricSpec("alpha_req", geometry._alpha_req,
+    MetricSpec("matrix_entropy", spectral._matrix_entropy, "-sum p_i ln p_i, p_i = sigma_i^2 / sum sigma^2 (nats)", 0.0),
+    MetricSpec("alpha_req", spectral._alpha_req,
                "alpha-ReQ (Agrawal et al. 2022): -slope of OLS ln sigma_i^2 on ln i, i = 1..numerical rank"),
-    MetricSpec("token_radius", motion._token_radius, "(1/N) sum_i ||x_i||, mean token norm"),
+    MetricSpec("token_radius", spectral._token_radius, "(1/N) sum_i ||x_i||, mean token norm"),
     MetricSpec("interaction_energy", core.energy_of,
                "(1/2 beta) sum_{i,j} exp(beta cos(x_i, x_j)), beta = 1 (zero tokens left out)"),
 )
@@ -96,7 +102,7 @@ UNSCALED_METRICS = frozenset({"mu", "mu_relative", "max_token_share", "norm_spre
                               "avg_cos", "avg_abs_cos", "cos_to_mean"})
 
 STEP_METRICS: dict[str, MetricSpec] = {"angular_speed": MetricSpec(
-    "angular_speed", motion.angular_speed,
+    "angular_speed", spectral.angular_speed,
     "(1/N) sum_i angle(x_i(t), x_i(t+1)) in radians, mean turn of a token in one layer")}
 """Metrics of two consecutive states: ``fn(X_prev, X_next) -> (B,)``, computed by
 :func:`~rankcollapse.dynamics.simulate` (row 0 NaN), refused by :func:`compute_metrics`."""
@@ -322,3 +328,108 @@ def _as_dtype(dtype) -> torch.dtype | None:
     if not isinstance(named, torch.dtype):
         raise MetricError(f"dtype must be a torch floating dtype such as torch.float64 or 'float64', got {dtype!r}")
     return named
+
+
+@dataclass
+class MetricReport(NotebookResult):
+    """Values of the metrics that are defined, and why the others are not.
+
+    Attributes
+    ----------
+    values : ``name -> tensor`` (0-d or ``(B,)``), every requested metric in order; NaN where
+        undefined.
+    undefined : ``name -> reason``; a metric undefined on some samples is undefined for all.
+    batched : True for a ``(B, N, d)`` input.
+    """
+
+    values: dict[str, torch.Tensor]
+    undefined: dict[str, str] = field(default_factory=dict)
+    batched: bool = False
+
+    def rows(self) -> dict | list[dict]:
+        """JSON-ready rows (undefined values ``None``, with ``"undefined": {name: reason}``):
+        one dict for ``(N, d)``, one per sample for a batch."""
+        table = {name: v.double().reshape(-1).tolist() for name, v in self.values.items()}
+        n_rows = len(next(iter(table.values())))
+        out = []
+        for i in range(n_rows):
+            row = {name: (col[i] if math.isfinite(col[i]) else None) for name, col in table.items()}
+            missing = {name: self.undefined[name] for name, v in row.items() if v is None and name in self.undefined}
+            if missing:
+                row["undefined"] = missing
+            out.append(row)
+        return out if self.batched else out[0]
+
+    def to_pandas(self) -> Any:
+        """Tidy :class:`pandas.DataFrame` ``sample, metric, value, undefined`` (float64; NaN
+        and the reason where undefined, else ``""``), one row per sample and metric."""
+        import pandas as pd
+
+        names = list(self.values)
+        cols = [self.values[n].detach().double().cpu().reshape(-1).numpy() for n in names]
+        B = len(cols[0]) if cols else 0
+        return pd.DataFrame({
+            "sample": np.tile(np.arange(B), len(names)),
+            "metric": np.repeat(np.array(names, dtype=object), B),
+            "value": np.concatenate(cols) if cols else np.zeros(0),
+            "undefined": np.repeat(np.array([self.undefined.get(n, "") for n in names], dtype=object), B),
+        })
+
+    def to_dict(self) -> dict[str, Any]:
+        """Summary for a notebook: metrics, sample count, and the undefined ones."""
+        n = len(next(iter(self.values.values())).reshape(-1)) if self.values else 0
+        return {"metrics": list(self.values), "batched": self.batched, "n_samples": n,
+                "undefined": list(self.undefined)}
+
+
+def report_metrics(
+    X, names: Iterable[str] | None = None, *, padding_mask=None, mask=None, dtype=None,
+    rank_atol: float | None = None, rank_rtol: float | None = None, max_memory: int | str | None = None,
+) -> MetricReport:
+    """Metrics of ``X`` with undefined ones reported, not raised (module docstring).
+
+    Parameters as :func:`~rankcollapse.metrics.compute_metrics`; a metric above ``max_memory``
+    is undefined with the estimate in the reason. :class:`MetricError` for unknown names, or
+    an input no requested metric can take (the first error).
+    """
+    names = DEFAULT_METRICS if names is None else ((names,) if isinstance(names, str) else tuple(names))
+    names = tuple(METRICS) if names == ("all",) else tuple(dict.fromkeys(names))
+    unknown = [n for n in names if n not in METRICS]
+    if unknown or not names:
+        compute_metrics(X, names)  # raises the registry's message
+    kw = dict(padding_mask=padding_mask, mask=mask, dtype=dtype, rank_atol=rank_atol, rank_rtol=rank_rtol,
+              max_memory=max_memory)
+    undefined = {}
+    for name in names:  # which metrics are too large on their own; the others still run
+        try:
+            check_pairwise_memory(X, (name,), _as_dtype(dtype), max_memory)
+        except MemoryLimitError as exc:
+            undefined[name] = f"the memory limit {exc.detail}"  # read by API and CLI users alike
+    todo = [n for n in names if n not in undefined]
+    values = _compute(X, todo, undefined, kw) if todo else {}
+    if not values:
+        raise MetricError("; ".join(f"{n}: {r}" for n, r in undefined.items()))
+    template = next(iter(values.values()))
+    for name, v in values.items():
+        if name not in undefined and not bool(torch.isfinite(v).all()):
+            undefined[name] = (f"not finite in {v.dtype} at this input's scale (the formula's squares or sums "
+                               "leave the floating-point range)")
+    values = {n: values.get(n, torch.full_like(template, math.nan)) for n in names}
+    return MetricReport(values, {n: undefined[n] for n in names if n in undefined}, batched=template.ndim == 1)
+
+
+def _compute(X, todo, undefined, kw) -> dict[str, torch.Tensor]:
+    try:
+        return compute_metrics(X, todo, **kw)
+    except MetricError:
+        pass  # find which metrics fail; the others are still reported
+    values, first = {}, None
+    for name in todo:
+        try:
+            values[name] = compute_metrics(X, [name], **kw)[name]
+        except MetricError as exc:
+            undefined[name] = str(exc)
+            first = first or exc
+    if not values and first is not None:
+        raise first
+    return values

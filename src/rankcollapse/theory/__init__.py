@@ -10,17 +10,16 @@ from .._lazy import attach_imports
 
 # The exports, imported lazily on first use (attach_imports reads this block).
 if TYPE_CHECKING:
-    from .basin import BasinEstimate, basin_estimate
-    from .bound import BoundResult, EnvelopeViolation, check_collapse_bound, fit_rate, radius_sweep
+    from .basin import (BasinEstimate, basin_estimate, plot_portrait_2d, plot_trajectories_3d, portrait_2d,
+                        portrait_2d_data, trajectories_3d)
+    from .bound import (BoundResult, EnvelopeViolation, check_collapse_bound, check_schedule_bound, fit_rate,
+                        radius_sweep)
     from .clusters import CircleClusters, circle_clusters, fastest_mode, first_plateau, plateaus
     from .envelope import (EnvelopeDepth, Theorem1Terms, envelope_crossing_depth, envelope_rate,
                            scrambling_length, theorem1_terms)
-    from .equilibria import Equilibrium, EquilibriumSet, causal_example_2x2, equilibria
-    from .finder import FinderResult, FinderSettings, find_equilibria
-    from .portrait import (plot_portrait_2d, plot_trajectories_3d, portrait_2d, portrait_2d_data,
-                           trajectories_3d)
+    from .equilibria import (Equilibrium, EquilibriumSet, FinderResult, FinderSettings, causal_example_2x2, equilibria,
+                             find_equilibria)
     from .rates import compare_masks, compare_schedules, describe_schedule
-    from .schedule_bound import check_schedule_bound
     from .sphere import SphereResult, check_sphere_collapse
     from .stability import StabilityReport, jacobian, stability, tangent_basis, tangent_jacobian
     from .system import AttentionSystem, causal_uniform_system

@@ -108,7 +108,7 @@ def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, st
     import torch
 
     from ..dynamics import BlockConfig, RunConfig, simulate
-    from ..metrics.clusters import CLUSTER_ANGLE, cluster_count
+    from ..metrics.core import CLUSTER_ANGLE, cluster_count
 
     beta = check_beta(beta)
     step = check_float(step, "step", low=0, strict_low=True)

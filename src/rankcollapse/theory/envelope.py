@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._memory import check_memory
 from .._validate import check_float, check_int
 from ..errors import ConfigError
 
@@ -137,7 +138,7 @@ def theorem1_terms(source: Any, n_tokens: int | None = None, *, max_memory: int 
     """:class:`Theorem1Terms` of a mask or a schedule (any form of
     :func:`~rankcollapse.masks.resolve_mask` or :func:`~rankcollapse.masks.parse_schedule`);
     fields are None where Theorem 1 does not apply (:func:`require_theorem1` refuses). ``L = r``
-    for period 1, else searched (:mod:`._scrambling`). ``n_tokens``: N, needed for a spec.
+    for period 1, else searched (:func:`scrambling_search`). ``n_tokens``: N, needed for a spec.
     Raises MaskError or ConfigError for a bad spec or schedule or one without ``n_tokens``,
     MemoryLimitError when the graph analysis would exceed ``max_memory``.
     """
@@ -172,8 +173,6 @@ def schedule_terms(sched: Any, info: Any = None, *, max_memory: int | str | None
 
     if info is None:
         info = analyze(sched.composed(), max_memory=max_memory)
-    from ._scrambling import scrambling_search
-
     facts = [_layer_facts(m) for m in {id(m): m for m in sched.masks}.values()]  # each distinct layer once
     loops = all(f[0] for f in facts)
     qsc = bool(info.quasi_strongly_connected)
@@ -304,3 +303,59 @@ def predicted_rate(terms: Theorem1Terms, *, d_qk: float = 1.0, token_norm: float
         return {"epsilon_bound": eps, "log10_rate_per_layer": None, "log10_layers_per_decade": None}
     return {"epsilon_bound": eps, "log10_rate_per_layer": log_contraction(eps, e, exponent=exponent) / math.log(10),
             "log10_layers_per_decade": log10_layers_per_decade(eps, e, exponent=exponent)}
+
+
+def _interval_window(layers: list[tuple[np.ndarray, np.ndarray]], start: int, cap: int) -> int | None:
+    from ..masks import interval_graph
+
+    p = len(layers)
+    prod = layers[start % p]
+    for length in range(1, cap + 1):
+        if interval_graph.has_full_column(*prod):
+            return length
+        prod = interval_graph.compose(layers[(start + length) % p], prod)
+    return None
+
+
+def _sparse_window(layers: list[Any], candidates: np.ndarray, start: int, cap: int) -> int | None:
+    """Window search on bool CSR layers; a window is rooted when a column of its product is all True."""
+    p, n = len(layers), layers[0].shape[0]
+    prod = layers[start % p][:, candidates]
+    for length in range(1, cap + 1):
+        if prod.nnz and int(np.bincount(prod.indices, minlength=prod.shape[1]).max()) == n:
+            return length
+        prod = layers[(start + length) % p] @ prod  # bool @ bool: scipy's boolean product
+    return None
+
+
+def scrambling_search(schedule: Any, radius: int, *, max_memory: int | str | None = None) -> int | None:
+    """``L`` of a :class:`~rankcollapse.masks.MaskSchedule` with self-loops whose composed graph
+    is QSC with radius ``radius``; None if some phase has no rooted window within the cap.
+    ``L = max_s L(s)`` over the phases, each the least window length with a full column (at most
+    ``p (r_H + 1) - 1``), composed as intervals or as sparse products restricted to the candidate
+    roots (the centers of the union of the layer graphs; docs/theory.md §7).
+    Raises :class:`MemoryLimitError` when the sparse products would exceed ``max_memory``."""
+    import scipy.sparse as sp
+
+    from ..masks import Mask, analyze
+
+    p, n = schedule.period, schedule.n_tokens
+    cap = p * (radius + 1) - 1
+    intervals = schedule.intervals()
+    if intervals is not None:
+        windows = (_interval_window(intervals, s, cap) for s in range(p))
+    else:
+        layers = [sp.csr_array(m.to_csr(), dtype=bool) for m in schedule.masks]
+        union = sum(layers[1:], start=layers[0])  # bool + bool: logical or
+        # the candidate roots: the centers of the union (none when it is not QSC)
+        centers = analyze(Mask(n, "union", csr=union), max_memory=max_memory).centers
+        candidates = np.asarray(centers, dtype=np.int64)
+        check_memory(9.0 * n * len(candidates), f"the scrambling-length search of {schedule.spec!r} at N = {n}",
+                     max_memory)
+        windows = (_sparse_window(layers, candidates, s, cap) for s in range(p))
+    best = 0
+    for length in windows:
+        if length is None:
+            return None
+        best = max(best, length)
+    return best

@@ -1,6 +1,10 @@
 """Equilibria of SA-LN: the N = d = 2 causal example and a construction of every rank
 (docs/theory.md §3). Causal mask, ``W_Q = W_K = 0``: the step is ``x_i ↦ normalise(S_i W_V)``,
 ``S_i = Σ_{j≤i} x_j``, and ``X`` is an equilibrium iff ``S_i W_V = α_i x_i`` with ``α_i > 0``.
+
+The numerical search of any system (:func:`find_equilibria`, docs/theory.md §5): from seeded uniform
+starts, a damped fixed-point phase (part of the starts skip it), then tangent Newton steps; converged
+states are deduplicated by max-abs distance.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from scipy.optimize import brentq
 from .._display import NotebookResult
 from .._memory import check_memory
 from .._validate import check_int
+from ..dynamics.inputs import sphere_tokens
+from ..dynamics.layers import sphere
 from ..dynamics.weights import RHO, construction_eigenvalues  # the W_V of the construction: a weight family
-from ..errors import ConfigError
+from ..errors import ConfigError, ConvergenceError
 from ..metrics import numerical_rank
-from .stability import stability
-from .system import AttentionSystem, causal_uniform_system, fixed_point_residual
+from .stability import stability, tangent_basis
+from .system import AttentionSystem, as_system, causal_uniform_system, fixed_point_residual
 
 #: Largest rank the construction builds in float64 (ρ^(k-1) must stay finite and well scaled).
 MAX_RANK = 500
@@ -200,3 +206,114 @@ def equilibria(n_tokens: int, d_model: int, rank: int, *, limit: int | None = No
         eqs.append(eq)
     out = EquilibriumSet(system, eqs, {"construction": "causal_diagonal", "rho": RHO, "eigenvalues": lam.tolist()})
     return out.with_stability() if stability else out
+
+
+@dataclass
+class FinderSettings:
+    """What the finder tries; echoed in results and in ``ConvergenceError`` messages."""
+
+    n_starts: int = 64
+    seed: int = 0
+    damping: float = 0.5
+    fixed_point_iters: int = 200
+    newton_iters: int = 30
+    newton_only_fraction: float = 0.5
+    tol: float = 1e-10
+    dedup_tol: float = 1e-4
+    rank_rtol: float = 1e-4
+    batch: int = 16
+
+    def describe(self) -> str:
+        return (f"{self.n_starts} seeded starts (seed {self.seed}), {self.fixed_point_iters} damped fixed-point "
+                f"iterations (damping {self.damping}; skipped for a fraction {self.newton_only_fraction} of starts) "
+                f"then up to {self.newton_iters} tangent Newton steps, tol {self.tol:g}")
+
+
+@dataclass
+class FinderResult(EquilibriumSet):
+    """Equilibria found, with how many starts converged."""
+
+    n_converged: int = 0
+    n_starts: int = 0
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def _batched_jacobians(system: AttentionSystem, X: torch.Tensor) -> torch.Tensor:
+    """Per-sample Jacobians ``(B, N d, N d)`` of the step (samples do not interact)."""
+    B, N, d = X.shape
+    J = torch.autograd.functional.jacobian(lambda Z: system.step(Z, check=False), X, vectorize=True)
+    J = J.reshape(B, N * d, B, N * d)
+    idx = torch.arange(B)
+    return J[idx, :, idx, :]
+
+
+def _newton(system: AttentionSystem, X: torch.Tensor, iters: int, tol: float) -> torch.Tensor:
+    """Tangent-space Newton on a batch ``(B, N, d)``; converged samples are left alone."""
+    B, N, d = X.shape
+    for _ in range(iters):
+        R = system.step(X, check=False) - X
+        todo = R.flatten(1).abs().amax(dim=1) > tol
+        todo &= torch.isfinite(R.flatten(1)).all(dim=1)
+        if not bool(todo.any()):
+            break
+        Xt = X[todo]
+        Q = tangent_basis(Xt)  # (b, Nd, N(d-1)); b ≤ batch size
+        J = _batched_jacobians(system, Xt)
+        eye = torch.eye(N * d, dtype=X.dtype)
+        M = Q.transpose(1, 2) @ (J - eye) @ Q
+        rhs = -(Q.transpose(1, 2) @ R[todo].reshape(-1, N * d, 1))
+        delta = torch.linalg.lstsq(M, rhs).solution
+        X = X.clone()
+        X[todo] = sphere((Xt.reshape(-1, N * d, 1) + Q @ delta).reshape(-1, N, d))[0]
+    return X
+
+
+def _dedup(states: torch.Tensor, tol: float) -> list[torch.Tensor]:
+    kept: list[torch.Tensor] = []
+    for X in states:
+        if not any(float((X - Y).abs().max()) <= tol for Y in kept):
+            kept.append(X)
+    return kept
+
+
+def find_equilibria(system: AttentionSystem, settings: FinderSettings | None = None, *,
+                    starts: torch.Tensor | None = None, **overrides: Any) -> FinderResult:
+    """Distinct equilibria of the SA-LN step of ``system`` (residual ≤ ``tol``, rank, stability),
+    sorted by rank then residual. ``overrides`` replace fields of ``settings``; ``starts`` ``(B, N, d)``
+    go straight to Newton (with them, ``n_starts = 0`` searches from them alone). Raises
+    ConvergenceError when no start converges (naming what was tried), ConfigError for a setting
+    out of range or a step undefined at every state tried.
+    """
+    s = settings or FinderSettings()
+    for k, v in overrides.items():
+        if not hasattr(s, k):
+            raise ConfigError(f"unknown finder setting {k!r}")
+        setattr(s, k, v)
+    if (s.n_starts < (0 if starts is not None else 1) or not 0 < s.damping <= 1 or s.batch < 1
+            or not 0 <= s.newton_only_fraction <= 1):
+        raise ConfigError(f"bad finder settings: {s}")
+    system = as_system(system)
+    g = torch.Generator().manual_seed(s.seed)
+    X = (sphere_tokens(s.n_starts, system.n_tokens, system.dim, generator=g) if s.n_starts
+         else torch.empty(0, system.n_tokens, system.dim, dtype=torch.float64))
+    # Damped iteration only reaches stable equilibria: part of the starts go to Newton directly.
+    n_fp = s.n_starts - int(round(s.newton_only_fraction * s.n_starts))
+    for _ in range(s.fixed_point_iters):
+        X[:n_fp] = sphere((1 - s.damping) * X[:n_fp] + s.damping * system.step(X[:n_fp], check=False))[0]
+    if starts is not None:  # given starts go straight to Newton
+        if starts.ndim != 3 or starts.shape[1:] != X.shape[1:]:
+            raise ConfigError(f"starts must be (B, {system.n_tokens}, {system.dim}), got {tuple(starts.shape)}")
+        X = torch.cat([sphere(starts.to(torch.float64))[0], X])
+    X = torch.cat([_newton(system, chunk, s.newton_iters, s.tol) for chunk in X.split(s.batch)])
+    res = (system.step(X, check=False) - X).flatten(1).abs().amax(dim=1)
+    ok = torch.isfinite(res) & (res <= s.tol)
+    if not bool(ok.any()):
+        if not bool(torch.isfinite(res).any()):
+            raise ConfigError(f"SA-LN step undefined: a row of A X W_V is zero before normalisation at "
+                              f"every state tried ({s.describe()})")
+        best = float(res[torch.isfinite(res)].min())
+        raise ConvergenceError(f"no equilibrium found: tried {s.describe()}; best residual {best:.3g}")
+    found = _dedup(X[ok], s.dedup_tol)
+    eqs = [Equilibrium(x, int(numerical_rank(x, rtol=s.rank_rtol)), float((system.step(x) - x).abs().max())) for x in found]
+    eqs.sort(key=lambda e: (e.rank, e.residual))
+    return FinderResult(system, eqs, {"finder": s.describe()}, int(ok.sum()), X.shape[0], vars(s).copy()).with_stability()

@@ -47,7 +47,7 @@ def measure_rate(schedule: MaskSchedule, run: RunConfig, *, d_model: int = 16, n
     import torch
 
     from ..dynamics import gaussian_tokens, simulate
-    from .measured import fit_rate
+    from .bound import fit_rate
 
     X0 = gaussian_tokens(n_samples, schedule.n_tokens, d_model, seed=run.seed, std=1 / math.sqrt(d_model))
     sim = simulate(X0, schedule, d_qk=d_qk, value="orthogonal", query_key="gaussian", metrics=("mu",), run=run)

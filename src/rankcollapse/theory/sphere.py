@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..metrics import mu as mu_metric
 from ..dynamics.weights import haar_orthogonal
 from ..masks import resolve_mask
-from .measured import fit_rate
+from .bound import fit_rate
 from .system import SA_LN
 
 #: the inputs the check runs by default: meeting Theorem 2's condition, violating it, and neither
