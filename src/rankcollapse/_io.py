@@ -139,9 +139,11 @@ def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | Non
         why = ("it is not a .npy file or holds pickled Python objects, which are refused "
                "(unpickling can run code)") if "pickle" in str(exc) else str(exc)
         raise error(f"{what} {str(path)!r} is not a readable .npy array: {why}") from None
-    if not isinstance(arr, np.ndarray):  # np.load opens .npz archives lazily
+    if not isinstance(arr, np.ndarray):  # np.load opens any zip archive lazily as an .npz
+        kind = "an .npz archive" if all(n.endswith(".npy") for n in arr.zip.namelist()) else \
+            "a zip archive, not .npz (torch.save writes one)"
         arr.close()
-        raise error(f"{what} {str(path)!r} is an .npz archive; save one array with numpy.save (.npy)")
+        raise error(f"{what} {str(path)!r} is {kind}; save one array with numpy.save (.npy)")
     dt = arr.dtype
     if dt.names is not None or dt.kind not in "biuf":
         raise error(f"{what} {str(path)!r} holds dtype {dt.str} ({dt}); expected bool, integer or float")
