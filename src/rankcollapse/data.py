@@ -218,8 +218,9 @@ def make_windows(texts: Sequence[str], tokenizer: Any, *, n_tokens: int = 128, n
     prefix, suffix = special_affixes(tokenizer)
     n_special = len(prefix) + len(suffix)
     body = n_tokens - n_special
-    if body < 1:
-        raise DataError(f"n_tokens={n_tokens} leaves no room beside {n_special} special tokens")
+    if body < MIN_ORDINARY_TOKENS:  # fewer could never hold the distinct tokens a window needs
+        raise DataError(f"n_tokens={n_tokens} leaves {max(body, 0)} tokens beside {n_special} special tokens; "
+                        f"a window needs at least {MIN_ORDINARY_TOKENS}")
     sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     order = np.random.default_rng(seed).permutation(len(texts))
     stream: list[int] = []

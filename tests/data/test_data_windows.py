@@ -40,6 +40,16 @@ def test_windows_deterministic_and_prefix_stable(bert_tokenizer):
     assert not torch.equal(b.input_ids, c.input_ids)
 
 
+@pytest.mark.parametrize("n_tokens, left", [(2, 0), (3, 1)])
+def test_windows_too_short_for_two_ordinary_tokens_name_the_length(bert_tokenizer, n_tokens, left):
+    """[CLS] and [SEP] leave n_tokens - 2 ordinary tokens: fewer than 2 is the length's fault,
+    not the tokenizer's."""
+    with pytest.raises(DataError, match=rf"^n_tokens={n_tokens} leaves {left} tokens beside 2 special tokens; "
+                                        "a window needs at least 2$"):
+        data.make_windows(["alpha beta gamma delta " * 40], bert_tokenizer, n_tokens=n_tokens, n_samples=1)
+    assert data.make_windows(["alpha beta"], bert_tokenizer, n_tokens=4, n_samples=1).input_ids.shape == (1, 4)
+
+
 def test_windows_are_consecutive_text(bert_tokenizer):
     texts = ["alpha beta gamma delta " * 40]
     w = data.make_windows(texts, bert_tokenizer, n_tokens=16, n_samples=3, seed=0)
@@ -88,7 +98,7 @@ def test_too_short_text(bert_tokenizer):
 def test_bad_sizes(bert_tokenizer):
     with pytest.raises(DataError):
         data.make_windows(["x"], bert_tokenizer, n_tokens=0)
-    with pytest.raises(DataError, match="no room"):
+    with pytest.raises(DataError, match="leaves 0 tokens"):
         data.make_windows(["x"], bert_tokenizer, n_tokens=2)
 
 
