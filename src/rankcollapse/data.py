@@ -72,6 +72,11 @@ def read_text_file(path: str | Path) -> list[str]:
                                 "a number out of range)") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                 raise DataError(f"{path}:{k}: expected an object with a string field 'text'")
+            try:
+                obj["text"].encode("utf-8")
+            except UnicodeEncodeError as exc:  # JSON escapes can spell half of a surrogate pair
+                raise DataError(f"{path}:{k}: 'text' holds {exc.object[exc.start]!r}, half of a surrogate pair, "
+                                "which is not a character") from None
             docs.append(obj["text"].strip())
         docs = [d for d in docs if d]
     else:

@@ -86,6 +86,17 @@ def test_bad_jsonl_and_missing_file(tmp_path):
         data.read_text_file(tmp_path / "absent.txt")
 
 
+def test_a_jsonl_escape_of_half_a_surrogate_pair_is_refused(tmp_path):
+    """JSON can spell an unpaired surrogate (\\ud800); Python keeps it in the str, which no
+    tokenizer can take."""
+    j = tmp_path / "x.jsonl"
+    j.write_text('{"text": "fine"}\n{"text": "a \\ud800 b"}\n{"text": "\\ud83d\\ude00 paired"}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"^.*x\.jsonl:2: 'text' holds '\\ud800', half of a surrogate pair"):
+        data.read_text_file(j)
+    j.write_text('{"text": "\\ud83d\\ude00 paired"}\n', encoding="utf-8")
+    assert data.read_text_file(j) == ["\U0001f600 paired"]
+
+
 def test_too_short_text(bert_tokenizer):
     with pytest.raises(DataError, match="fewer than one window"):
         data.make_windows(["a short text"], bert_tokenizer, n_tokens=128, n_samples=1)
