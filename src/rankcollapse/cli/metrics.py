@@ -66,6 +66,12 @@ def metrics_command(
         raise MetricError(f"{file}: expected shape (N, d) or (B, N, d), got {X.shape}")
     pm = load_npy(padding_mask, "padding mask", error=DataError) if padding_mask is not None else None
     chosen = tuple(metrics.METRICS) if names is None else tuple(n.strip() for n in names.split(",") if n.strip())
+    expanded = tuple(metrics.METRICS) if chosen == ("all",) else chosen
+    if mask is not None and all(n in metrics.METRICS for n in expanded) \
+            and not any(metrics.METRICS[n].uses_mask for n in expanded):
+        graph_metrics = ", ".join(n for n, spec in metrics.METRICS.items() if spec.uses_mask)
+        raise MetricError(f"--mask applies to the metrics on the mask's graph ({graph_metrics}); "
+                          f"none of --metrics {','.join(expanded)} uses it")
     import torch
 
     graph = None if mask is None else masks.parse_mask(mask, X.shape[-2])
