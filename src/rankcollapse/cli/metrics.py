@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from .. import masks, metrics
-from .._io import load_npy
+from .._io import load_array, load_npy
 from .._memory import parse_size
 from ..errors import DataError, MetricError
 from ._output import FORMAT_HELP, check_format, make_table, print_result, print_table
@@ -37,7 +37,7 @@ def _print_table(report, shape: tuple) -> None:
 
 def metrics_command(
     file: Optional[Path] = typer.Argument(None, metavar="FILE",
-                                          help="A .npy array of tokens, shape (N, d) or (B, N, d)."),
+                                          help="A .npy array (or .pt tensor) of tokens, shape (N, d) or (B, N, d)."),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     names: Optional[str] = typer.Option(None, "--metrics", help="Comma-separated metric names (default: all)."),
     padding_mask: Optional[Path] = typer.Option(
@@ -58,10 +58,10 @@ def metrics_command(
         _states_table(states, file, names, fmt)
         return
     if file is None:
-        raise MetricError("give FILE (a .npy token array) or --states DIR (recorded hidden states)")
+        raise MetricError("give FILE (a .npy or .pt token array) or --states DIR (recorded hidden states)")
     if dtype not in _DTYPES:
         raise MetricError(f"--dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    X = load_npy(file, "token array", error=DataError)
+    X = load_array(file, "token array", error=DataError)
     if X.ndim not in (2, 3):
         raise MetricError(f"{file}: expected shape (N, d) or (B, N, d), got {X.shape}")
     pm = load_npy(padding_mask, "padding mask", error=DataError) if padding_mask is not None else None
