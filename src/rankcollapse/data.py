@@ -22,6 +22,7 @@ import torch
 
 from . import assets
 from ._io import atomic_path
+from ._validate import check_int
 from .errors import DataError, TokenizerError
 
 log = logging.getLogger(__name__)
@@ -216,6 +217,7 @@ def make_windows(texts: Sequence[str], tokenizer: Any, *, n_tokens: int = 128, n
     (True, False)
     """
     check_tokenizer(tokenizer)
+    seed = check_int(seed, "seed", low=0, error=DataError)
     if n_tokens < 1 or n_samples < 1:
         raise DataError(f"n_tokens and n_samples must be >= 1 (got n_tokens={n_tokens}, n_samples={n_samples})")
     if not texts:

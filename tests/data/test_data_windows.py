@@ -113,6 +113,13 @@ def test_bad_sizes(bert_tokenizer):
         data.make_windows(["x"], bert_tokenizer, n_tokens=2)
 
 
+@pytest.mark.parametrize("seed, text", [(-1, "seed must be an integer >= 0, got -1"),
+                                        (1.5, "seed must be an integer, got 1.5")])
+def test_a_seed_numpy_cannot_take_is_a_data_error(bert_tokenizer, seed, text):
+    with pytest.raises(DataError, match=text):
+        data.make_windows(["alpha beta gamma delta " * 40], bert_tokenizer, n_tokens=8, n_samples=1, seed=seed)
+
+
 def test_save_load_roundtrip(tmp_path, bert_tokenizer):
     w = data.make_windows(data.wikipedia_texts(), bert_tokenizer, n_tokens=32, n_samples=3)
     w.save(tmp_path / "windows.npz")
