@@ -135,15 +135,50 @@ def load_npy(path: str | os.PathLike, what: str, *, error: type[Exception] | Non
         why = ("it is not a .npy file or holds pickled Python objects, which are refused "
                "(unpickling can run code)") if "pickle" in str(exc) else str(exc)
         raise error(f"{what} {str(path)!r} is not a readable .npy array: {why}") from None
-    if not isinstance(arr, np.ndarray):  # np.load opens .npz archives lazily
+    if not isinstance(arr, np.ndarray):  # np.load opens any zip archive lazily as an .npz
+        kind = "an .npz archive" if all(n.endswith(".npy") for n in arr.zip.namelist()) else \
+            "a zip archive, not .npz (a torch.save file? name it .pt)"
         arr.close()
-        raise error(f"{what} {str(path)!r} is an .npz archive; save one array with numpy.save (.npy)")
+        raise error(f"{what} {str(path)!r} is {kind}; save one array with numpy.save (.npy)")
     dt = arr.dtype
     if dt.names is not None or dt.kind not in "biuf":
         raise error(f"{what} {str(path)!r} holds dtype {dt.str} ({dt}); expected bool, integer or float")
     if not dt.isnative:
         arr = arr.astype(dt.newbyteorder("="))
     return arr
+
+
+def load_array(path: str | os.PathLike, what: str, *, error: type[Exception] | None = None):
+    """The array of a ``.npy`` file (:func:`load_npy`) or the one tensor of a ``.pt`` file,
+    read with ``torch.load(weights_only=True)`` (no pickled code runs).
+
+    Raises
+    ------
+    error (default :class:`~rankcollapse.errors.DataError`)
+        As :func:`load_npy`; for ``.pt``: not a file, unreadable, pickled objects other than
+        tensors, or anything but one tensor.
+    """
+    path = Path(path)
+    if path.suffix != ".pt":
+        return load_npy(path, what, error=error)
+    import pickle
+
+    import torch
+
+    error = error or DataError
+    if not path.is_file():
+        raise error(f"{what} {str(path)!r} does not exist or is not a file")
+    try:
+        X = torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError:  # torch's text suggests loading it unsafely: never repeat it
+        raise error(f"{what} {str(path)!r} holds pickled Python objects other than tensors, which are refused "
+                    "(unpickling can run code); save one tensor with torch.save") from None
+    except Exception as exc:  # noqa: BLE001 - zip, pickle, numpy and torch errors differ
+        raise error(f"{what} {str(path)!r} is not a readable .pt tensor: "
+                    f"{(str(exc).splitlines() or [''])[0][:200]}") from None
+    if not isinstance(X, torch.Tensor):
+        raise error(f"{what} {str(path)!r} holds a {type(X).__name__}, not one tensor")
+    return X
 
 
 def read_regular(path: str | os.PathLike, what: str = "file") -> bytes:

@@ -69,6 +69,8 @@ def check_device(value: Any, name: str = "device", *, error: type[RankCollapseEr
             raise error(f"{name} {value!r} is not available: this machine has {count} CUDA device(s)")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
         raise error(f"{name} {value!r} is not available on this machine")
+    elif dev.type == "meta":  # tensors there have shapes but no values: nothing can be measured
+        raise error(f"{name} {value!r} holds shapes without values; give a device that computes (cpu, cuda)")
     return dev
 
 

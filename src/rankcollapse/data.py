@@ -22,6 +22,7 @@ import torch
 
 from . import assets
 from ._io import atomic_path, read_user_text
+from ._validate import check_int
 from .errors import DataError, TokenizerError
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,11 @@ def read_text_file(path: str | Path) -> list[str]:
                                 "a number out of range)") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                 raise DataError(f"{path}:{k}: expected an object with a string field 'text'")
+            try:
+                obj["text"].encode("utf-8")
+            except UnicodeEncodeError as exc:  # JSON escapes can spell half of a surrogate pair
+                raise DataError(f"{path}:{k}: 'text' holds {exc.object[exc.start]!r}, half of a surrogate pair, "
+                                "which is not a character") from None
             docs.append(obj["text"].strip())
         docs = [d for d in docs if d]
     else:
@@ -196,6 +202,7 @@ def make_windows(texts: Sequence[str], tokenizer: Any, *, n_tokens: int = 128, n
     (True, False)
     """
     check_tokenizer(tokenizer)
+    seed = check_int(seed, "seed", low=0, error=DataError)
     if n_tokens < 1 or n_samples < 1:
         raise DataError(f"n_tokens and n_samples must be >= 1 (got n_tokens={n_tokens}, n_samples={n_samples})")
     if not texts:
@@ -203,8 +210,9 @@ def make_windows(texts: Sequence[str], tokenizer: Any, *, n_tokens: int = 128, n
     prefix, suffix = special_affixes(tokenizer)
     n_special = len(prefix) + len(suffix)
     body = n_tokens - n_special
-    if body < 1:
-        raise DataError(f"n_tokens={n_tokens} leaves no room beside {n_special} special tokens")
+    if body < MIN_ORDINARY_TOKENS:  # fewer could never hold the distinct tokens a window needs
+        raise DataError(f"n_tokens={n_tokens} leaves {max(body, 0)} tokens beside {n_special} special tokens; "
+                        f"a window needs at least {MIN_ORDINARY_TOKENS}")
     sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     order = np.random.default_rng(seed).permutation(len(texts))
     stream: list[int] = []

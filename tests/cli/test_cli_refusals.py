@@ -46,6 +46,20 @@ def test_bad_values_are_one_line_and_exit_2(tmp_path, argv, text):
     _refused(argv, tmp_path, text)  # nothing left behind (check_run)
 
 
+def test_metrics_mask_without_a_graph_metric_is_refused(tmp_path):
+    import numpy as np
+
+    np.save(tmp_path / "X.npy", np.arange(12.0).reshape(4, 3) ** 2)
+    _refused(["metrics", "X.npy", "--mask", "causal", "--metrics", "mu,avg_cos"], tmp_path,
+             "--mask applies to the metrics on the mask's graph (dirichlet_energy, mean_average_distance); "
+             "none of --metrics mu,avg_cos uses it")
+    code, out, _ = check_run(["metrics", "X.npy", "--mask", "causal", "--metrics", "mu,dirichlet_energy",
+                              "--format", "json"], tmp_path)
+    rows = np.arange(12.0).reshape(4, 3) ** 2  # causal: (1/N) sum over i >= j of ||x_i - x_j||^2
+    expect = sum(((rows[i] - rows[j]) ** 2).sum() for i in range(4) for j in range(i)) / 4
+    assert code == 0 and json.loads(out)["dirichlet_energy"] == pytest.approx(expect, rel=1e-12)
+
+
 def test_phase_cell_whose_trajectories_all_diverge_is_a_result_not_an_internal_error(tmp_path):
     # every trajectory overflows: the cell has no decay law to fit; it is 'undecided'
     code, out, err = invoke(["phase", "--axis", "value_scale=1e300", "--depth", "4", "--n-tokens", "4",

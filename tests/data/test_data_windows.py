@@ -40,6 +40,16 @@ def test_windows_deterministic_and_prefix_stable(bert_tokenizer):
     assert not torch.equal(b.input_ids, c.input_ids)
 
 
+@pytest.mark.parametrize("n_tokens, left", [(2, 0), (3, 1)])
+def test_windows_too_short_for_two_ordinary_tokens_name_the_length(bert_tokenizer, n_tokens, left):
+    """[CLS] and [SEP] leave n_tokens - 2 ordinary tokens: fewer than 2 is the length's fault,
+    not the tokenizer's."""
+    with pytest.raises(DataError, match=rf"^n_tokens={n_tokens} leaves {left} tokens beside 2 special tokens; "
+                                        "a window needs at least 2$"):
+        data.make_windows(["alpha beta gamma delta " * 40], bert_tokenizer, n_tokens=n_tokens, n_samples=1)
+    assert data.make_windows(["alpha beta"], bert_tokenizer, n_tokens=4, n_samples=1).input_ids.shape == (1, 4)
+
+
 def test_windows_are_consecutive_text(bert_tokenizer):
     texts = ["alpha beta gamma delta " * 40]
     w = data.make_windows(texts, bert_tokenizer, n_tokens=16, n_samples=3, seed=0)
@@ -76,6 +86,17 @@ def test_bad_jsonl_and_missing_file(tmp_path):
         data.read_text_file(tmp_path / "absent.txt")
 
 
+def test_a_jsonl_escape_of_half_a_surrogate_pair_is_refused(tmp_path):
+    """JSON can spell an unpaired surrogate (\\ud800); Python keeps it in the str, which no
+    tokenizer can take."""
+    j = tmp_path / "x.jsonl"
+    j.write_text('{"text": "fine"}\n{"text": "a \\ud800 b"}\n{"text": "\\ud83d\\ude00 paired"}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"^.*x\.jsonl:2: 'text' holds '\\ud800', half of a surrogate pair"):
+        data.read_text_file(j)
+    j.write_text('{"text": "\\ud83d\\ude00 paired"}\n', encoding="utf-8")
+    assert data.read_text_file(j) == ["\U0001f600 paired"]
+
+
 def test_too_short_text(bert_tokenizer):
     with pytest.raises(DataError, match="fewer than one window"):
         data.make_windows(["a short text"], bert_tokenizer, n_tokens=128, n_samples=1)
@@ -88,8 +109,15 @@ def test_too_short_text(bert_tokenizer):
 def test_bad_sizes(bert_tokenizer):
     with pytest.raises(DataError):
         data.make_windows(["x"], bert_tokenizer, n_tokens=0)
-    with pytest.raises(DataError, match="no room"):
+    with pytest.raises(DataError, match="leaves 0 tokens"):
         data.make_windows(["x"], bert_tokenizer, n_tokens=2)
+
+
+@pytest.mark.parametrize("seed, text", [(-1, "seed must be an integer >= 0, got -1"),
+                                        (1.5, "seed must be an integer, got 1.5")])
+def test_a_seed_numpy_cannot_take_is_a_data_error(bert_tokenizer, seed, text):
+    with pytest.raises(DataError, match=text):
+        data.make_windows(["alpha beta gamma delta " * 40], bert_tokenizer, n_tokens=8, n_samples=1, seed=seed)
 
 
 def test_save_load_roundtrip(tmp_path, bert_tokenizer):

@@ -88,6 +88,18 @@ def test_shards_partition_the_units_by_key():
             assert max(counts) - min(counts) <= 1
 
 
+def test_more_shards_than_units_leave_the_rest_empty():
+    """With K at least the number of units, shard i holds the i-th unit of the greedy order
+    and every later shard is empty, whatever K is (10**20 included: no list of K loads)."""
+    _, units, _ = runner.plan("main", "smoke", 0)
+    n = len({u.hash for u in units})
+    one_each = [Shard(i, n).select(units) for i in range(1, n + 1)]
+    assert all(len(p) == 1 for p in one_each)
+    for k in (n + 3, 10**20):
+        assert [Shard(i, k).select(units) for i in range(1, n + 1)] == one_each
+        assert Shard(n + 1, k).select(units) == [] and Shard(k, k).select(units) == []
+
+
 @pytest.mark.parametrize("spec", ["0/2", "3/2", "a/b", "1/0", "-1/2", "1/2/3", "1", ""])
 def test_bad_shard_specs_are_refused(spec, tmp_path):
     with pytest.raises(ConfigError) as exc:

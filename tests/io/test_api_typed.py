@@ -42,6 +42,19 @@ def test_to_dense_bad_device_name_is_config_error():
         parse_mask("causal", 4).to_dense(device="gpu7")
 
 
+def test_the_meta_device_is_refused_where_a_device_is_taken(tmp_path):
+    """Tensors on the meta device hold no values: nothing can be simulated or measured there."""
+    from tests.cli._harness import check_run
+
+    with pytest.raises(ConfigError, match="device 'meta' holds shapes without values"):
+        parse_mask("causal", 4).to_dense(device="meta")
+    with pytest.raises(ConfigError, match="device 'meta' holds shapes without values"):
+        simulate(torch.randn(1, 4, 2, dtype=torch.float64), "causal", run=RunConfig(depth=1, device="meta"))
+    code, out, err = check_run(["simulate", "--device", "meta", "--depth", "1", "--n-tokens", "4", "--d-model", "2"],
+                               tmp_path)
+    assert code == 2 and out == "" and "holds shapes without values" in err and "internal error" not in err
+
+
 def test_to_dense_valid_device_unchanged():
     dense = parse_mask("causal", 4).to_dense(device="cpu")
     assert torch.equal(dense, torch.ones(4, 4, dtype=torch.bool).tril())

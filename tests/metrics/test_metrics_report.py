@@ -109,6 +109,21 @@ def test_guard_at_65536_tokens_estimates_o_n_d():
     assert dense and est > 48 * 2**30
 
 
+def test_cluster_count_is_sized_as_a_dense_pairwise_metric():
+    """n_clusters links tokens through their (N, N) cosine matrix: a limit below it makes it
+    undefined with the estimate, while the O(N d) metrics are still computed."""
+    from rankcollapse.metrics.registry import metrics_bytes
+
+    n, d = 300, 3
+    assert metrics_bytes((n, d), ["n_clusters"], 8) == (5 * n * d * 8 + 3 * n * n * 8, True)
+    X = np.random.default_rng(0).standard_normal((n, d))
+    rep = report_metrics(X, ["mu", "n_clusters"], max_memory="1MiB")  # (N, N) float64 alone: 0.7 MB, 3 of them 2.2 MB
+    assert rep.undefined["n_clusters"].startswith("the memory limit 1 MiB is exceeded: ")
+    assert float(rep.rows()["mu"]) == pytest.approx(float(ref.mu(X)), rel=1e-12)
+    with pytest.raises(MemoryLimitError, match="n_clusters"):
+        compute_metrics(X, ["n_clusters"], max_memory="1MiB")
+
+
 def test_argument_errors_are_typed():
     X = torch.eye(4, dtype=torch.float64)
     assert float(compute_metrics(X, ["mu"], dtype="float64")["mu"]) == pytest.approx(math.sqrt(3.0))

@@ -240,6 +240,12 @@ def test_reversed_block_range_is_an_error():
         parse_drop("skip:3-1", 4)
 
 
+@pytest.mark.parametrize("drop", ["mlp:", "skip: ,", "mlp:0,skip:"])
+def test_an_empty_block_list_is_an_error(drop):
+    with pytest.raises(ConfigError, match=r"names no block after ':'"):
+        parse_drop(drop, 4)
+
+
 @pytest.mark.parametrize("kind", ["bert", "albert"])
 def test_final_norm_drop_refused_without_a_final_norm(make_tiny, make_windows_tiny, kind):
     loaded, w = make_tiny(kind), make_windows_tiny()

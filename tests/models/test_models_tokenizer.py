@@ -63,6 +63,30 @@ def _main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def test_loading_a_tokenizer_logs_nothing(tmp_path, minilm_tokenizer):
+    """A config whose special token ids lie outside its vocabulary makes transformers log a
+    warning when the tokenizer reads it: nothing may stand before the one line a run prints."""
+    import logging
+
+    from rankcollapse.models.loading import load_tokenizer
+
+    tf.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=len(minilm_tokenizer) + 7).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["bos_token_id"] = config["eos_token_id"] = config["vocab_size"] + 50  # logged once per process and text
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    minilm_tokenizer.save_pretrained(tmp_path)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("transformers")  # the library's root logger; it does not propagate
+    logger.addHandler(handler)
+    try:
+        assert len(load_tokenizer(str(tmp_path))) == len(minilm_tokenizer)
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage() for r in records] == []
+
+
 @pytest.mark.parametrize("kind", ["bert", "albert", "gpt2", "t5", "llama", "mistral"])
 def test_folder_without_tokenizer_loads_without_one(tmp_path, kind):
     loaded = load_model(str(_save(kind, tmp_path / kind)))

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from .. import masks, metrics
-from .._io import load_npy
+from .._io import load_array, load_npy
 from .._memory import parse_size
 from ..errors import DataError, MetricError
 from ._output import FORMAT_HELP, check_format, make_table, print_result, print_table
@@ -37,7 +37,7 @@ def _print_table(report, shape: tuple) -> None:
 
 def metrics_command(
     file: Optional[Path] = typer.Argument(None, metavar="FILE",
-                                          help="A .npy array of tokens, shape (N, d) or (B, N, d)."),
+                                          help="A .npy array (or .pt tensor) of tokens, shape (N, d) or (B, N, d)."),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     names: Optional[str] = typer.Option(None, "--metrics", help="Comma-separated metric names (default: all)."),
     padding_mask: Optional[Path] = typer.Option(
@@ -63,14 +63,20 @@ def metrics_command(
                        "probe does (real tokens, float64, the model's own mask)")
         return
     if file is None:
-        raise MetricError("give FILE (a .npy token array) or --states DIR (recorded hidden states)")
+        raise MetricError("give FILE (a .npy or .pt token array) or --states DIR (recorded hidden states)")
     if dtype not in _DTYPES:
         raise MetricError(f"--dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    X = load_npy(file, "token array", error=DataError)
+    X = load_array(file, "token array", error=DataError)
     if X.ndim not in (2, 3):
         raise MetricError(f"{file}: expected shape (N, d) or (B, N, d), got {X.shape}")
     pm = load_npy(padding_mask, "padding mask", error=DataError) if padding_mask is not None else None
     chosen = tuple(metrics.METRICS) if names is None else tuple(n.strip() for n in names.split(",") if n.strip())
+    expanded = tuple(metrics.METRICS) if chosen == ("all",) else chosen
+    if mask is not None and all(n in metrics.METRICS for n in expanded) \
+            and not any(metrics.METRICS[n].uses_mask for n in expanded):
+        graph_metrics = ", ".join(n for n, spec in metrics.METRICS.items() if spec.uses_mask)
+        raise MetricError(f"--mask applies to the metrics on the mask's graph ({graph_metrics}); "
+                          f"none of --metrics {','.join(expanded)} uses it")
     import torch
 
     graph = None if mask is None else masks.parse_mask(mask, X.shape[-2])

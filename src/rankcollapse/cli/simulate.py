@@ -9,7 +9,7 @@ import typer
 
 from .. import dynamics, models  # lazy packages; `data` (torch) is imported where used
 from .._figure import save_figure
-from .._io import load_npy, versions, write_json_atomic
+from .._io import load_array, versions, write_json_atomic
 from .._memory import check_simulate_tokens, parse_size
 from .._outdir import check_out, writing
 from .._validate import Spec
@@ -52,15 +52,7 @@ def _initial_tokens(source: str, n_tokens: int | None, d_model: int | None, samp
     path = Path(source)
     if not path.is_file():
         raise DataError(f"--input {source!r} is neither one of {tuple(INPUTS)} nor a readable .npy/.pt file")
-    if path.suffix != ".pt":
-        X = torch.as_tensor(load_npy(path, "--input", error=DataError))
-    else:
-        try:
-            X = torch.load(path, weights_only=True)
-        except Exception as exc:  # any unreadable file: pickle, zip, numpy and torch errors differ
-            raise DataError(f"--input {source!r} is not a readable .npy/.pt array: {exc}") from None
-        if not isinstance(X, torch.Tensor):
-            raise DataError(f"--input {source!r} holds a {type(X).__name__}, not one tensor")
+    X = torch.as_tensor(load_array(path, "--input", error=DataError))
     # (B, N, d), refused if a given --n-tokens or width contradicts it
     if X.ndim == 2:
         X = X.unsqueeze(0)

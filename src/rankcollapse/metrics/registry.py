@@ -193,7 +193,7 @@ def register_metric(name: str, fn: Callable[..., torch.Tensor], description: str
 
 
 #: Pairwise metrics that always form the ``(B, N, N)`` matrices.
-DENSE_PAIRWISE = frozenset({"dirichlet_energy", "mean_average_distance", "interaction_energy"})
+DENSE_PAIRWISE = frozenset({"dirichlet_energy", "mean_average_distance", "interaction_energy", "n_clusters"})
 #: ``(B, N, N)`` arrays alive at once in the dense pairwise formulas (Gram, cosines, graph).
 PAIRWISE_COPIES = 3
 #: ``(B, N, d)`` arrays alive at once in any call (cast, normalised, centred, unit, scratch).

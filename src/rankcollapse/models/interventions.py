@@ -76,7 +76,7 @@ def parse_drop(drop: Sequence[str] | str, n_layers: int | None) -> dict[str, set
         drop = split_drop(drop)
     out: dict[str, set[int]] = {}
     for item in drop:
-        name, _, spec = item.strip().partition(":")
+        name, colon, spec = item.strip().partition(":")
         if name not in COMPONENTS:
             raise ConfigError(f"unknown component to drop {name!r}; choose from {', '.join(COMPONENTS)}")
         layers: set[int] = set()
@@ -89,6 +89,9 @@ def parse_drop(drop: Sequence[str] | str, n_layers: int | None) -> dict[str, set
             if last < first:  # an empty range would otherwise widen to every block
                 raise ConfigError(f"empty block range {part!r} in {item!r}; write it low-high, e.g. 'skip:1-3'")
             layers.update(range(first, last + 1))
+        if colon and not layers:  # an empty list would otherwise widen to every block
+            raise ConfigError(f"{item!r} names no block after ':'; write {name!r} for every block or e.g. "
+                              f"'{name}:0-3,7'")
         if name == "final_norm" and layers:
             raise ConfigError(f"{item!r}: the final norm is not per block; write 'final_norm' alone")
         bad = sorted(k for k in layers if n_layers is not None and not 0 <= k < n_layers)

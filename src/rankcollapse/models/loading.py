@@ -370,7 +370,8 @@ def _tokenizer_from(source: str, gguf_file: str | None, local_files_only: bool) 
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
     try:
-        return AutoTokenizer.from_pretrained(source, **kwargs)
+        with quiet_loading():  # it reads config.json too, whose checks log warnings
+            return AutoTokenizer.from_pretrained(source, **kwargs)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         reason = " ".join(str(exc).split())  # transformers' reasons span lines ("... one of: (1) ...")
         raise ModelError(f"cannot load a tokenizer from {source!r} ({type(exc).__name__}: {reason[:400]})") from None

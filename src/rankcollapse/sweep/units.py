@@ -220,7 +220,7 @@ class Shard:
         distinct = list({u.hash: u for u in units}.values())
         price = {u.hash: float(cost(u)) if cost is not None else 1.0 for u in distinct}
         ranked = sorted(distinct, key=lambda u: (-price[u.hash], cost_class(u), u.hash))
-        loads = [0.0] * self.count
+        loads = [0.0] * min(self.count, len(distinct))  # shards past the units' count stay empty
         mine = set()
         for u in ranked:
             k = loads.index(min(loads))
