@@ -133,7 +133,7 @@ def _mean(values: list[float], reduce=np.mean) -> float:
 def _t_interval(values: list[float]) -> tuple[float, float, float]:
     """Mean and 95% t-interval of the finite ``values`` (NaN half-width below 2 values)."""
     v = np.array([x for x in values if math.isfinite(x)])
-    half = float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)) if v.size >= 2 else float("nan")
+    half = float(_t975(v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)) if v.size >= 2 else float("nan")
     mean = float(v.mean()) if v.size else float("nan")
     return mean, mean - half, mean + half
 
