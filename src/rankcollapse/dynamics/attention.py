@@ -21,11 +21,14 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     True = i attends to j); masked entries are exactly 0, huge logits stay stable. Raises
     ``MaskError``: if some row has no allowed key (names the first such rows)."""
     info = torch.finfo(scores.dtype)
-    keep = mask.to(scores.dtype)  # 1 = allowed, 0 = masked
     # overflowed (+-inf) logits clamped: max-subtraction never forms inf - inf
     s = scores.clamp(info.min, info.max)
+    if mask.shape[-1] and bool(mask.all()):  # every key allowed
+        e = torch.exp(s - s.amax(dim=-1, keepdim=True))
+        return e / e.sum(dim=-1, keepdim=True)
+    keep = mask.to(scores.dtype)  # 1 = allowed, 0 = masked
     top = (s + keep.log()).amax(dim=-1, keepdim=True)  # the largest allowed score (masked: -inf)
-    if not bool(torch.isfinite(top).all()):  # a row without a key (-inf), or a NaN score in the row
+    if not math.isfinite(float(top.detach().sum())):  # a row without a key (-inf) or a NaN score (or a sum past the range)
         check_rows_allow_key(mask)
         top = s.masked_fill(~mask, info.min).amax(dim=-1, keepdim=True)  # NaN only from an allowed score
         s.masked_fill_(~mask, 0.0)
