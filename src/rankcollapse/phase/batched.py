@@ -64,7 +64,7 @@ def _measure(metrics, Xs: list[torch.Tensor], As: list, allowed: torch.Tensor | 
     A = torch.stack(As)  # (T, B, N, N)
     out["entropy"] = row_entropy(A.unsqueeze(2), allowed)  # one head: (T, B, 1, N, N) -> (T, B)
     # masked weights are exactly 0 (every operator's): 1 there, the same bits as masked_fill
-    out["epsilon"] = (A + (~allowed).to(A.dtype)).amin(dim=(-1, -2))
+    out["epsilon"] = (A if bool(allowed.all()) else A + (~allowed).to(A.dtype)).amin(dim=(-1, -2))
     out["row_mass_deficit"] = 1.0 - A.sum(-1).mean(-1)  # 0 for softmax rows (to round-off)
     return out
 

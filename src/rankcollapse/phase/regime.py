@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from ..metrics import numerical_rank, stable_rank
+from ..metrics import compute_metrics
 from ..metrics.floor import gap_floor, mu_floor  # noqa: F401  (the floor model; re-exported)
 from ..metrics.rate import LAWS, fit_decay_law, least_squares_rate
 
@@ -84,7 +84,7 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
                                       - Xw / torch.as_tensor(nw)[:, None, None]).numpy()
     sv = torch.linalg.svdvals(XT)
     k = (sv > RANK_RTOL * sv[:, :1]).sum(-1).numpy()
-    nr, sr = numerical_rank(XT).numpy(), stable_rank(XT).numpy()
+    nr, sr = (v.numpy() for v in compute_metrics(XT, ("numerical_rank", "stable_rank")).values())  # one SVD
     laws = (law_measures(metrics["avg_cos"].numpy(), X0.shape[-2], X0.shape[-1]) if "avg_cos" in metrics
             else [{}] * m.shape[1])
     floor = mu_floor(X0.shape[-2], X0.shape[-1])
