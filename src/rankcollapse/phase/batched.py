@@ -181,7 +181,9 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
                 if t + 1 == depth:
                     sink = sink_mass(A)  # (B,)
             zero_rows.append(z)
-            if overflowed or not math.isfinite(_peak(X)):  # overflow: simulate() would raise
+            # overflow (simulate() would raise): a NaN or Inf in X makes its sum non-finite (a finite X
+            # whose sum overflows finds no sample diverged below)
+            if overflowed or not math.isfinite(float(X.sum())):
                 bad = ~torch.isfinite(X).all(dim=(-1, -2))
                 diverged_at = torch.where(bad & ~diverged, t + 1, diverged_at)
                 diverged |= bad
