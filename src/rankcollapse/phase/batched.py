@@ -170,8 +170,8 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     sink = torch.full((B,), float("nan"), dtype=torch.float64)  # the last layer's first-token mass
     Xs, As = [], []  # the outputs and attention of the chunk's layers, measured at once (_measure)
     with torch.no_grad(), (chunk_threads() if blocked else contextlib.nullcontext()):
-        for t in range(depth):
-            lw = LayerWeights(WQ[t], WK[t], WV[t], scale=scale)  # per sample: (B, d, d)
+        for t, (W_Q, W_K, W_V) in enumerate(zip(WQ.unbind(), WK.unbind(), WV.unbind())):
+            lw = LayerWeights(W_Q, W_K, W_V, scale=scale)  # per sample: (B, d, d)
             if blocked:
                 X, st, z = single_head_layer_blocked(X, plan, lw, cfg, layer=t + 1)
                 As.append(st)
