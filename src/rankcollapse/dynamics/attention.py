@@ -12,14 +12,17 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MaskError
 from ..masks.rows import check_rows_allow_key
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Row softmax of ``scores`` ``(..., N, N)`` restricted to ``mask`` (bool, broadcastable;
     True = i attends to j); masked entries are exactly 0, huge logits stay stable. Raises
-    ``MaskError``: if some row has no allowed key (names the first such rows)."""
+    ``MaskError``: if some row has no allowed key (names the first such rows) or the mask does
+    not broadcast to the scores."""
+    if mask.shape != scores.shape and torch.broadcast_shapes(mask.shape, scores.shape) != scores.shape:
+        raise MaskError(f"a mask of shape {tuple(mask.shape)} does not broadcast to scores of shape {tuple(scores.shape)}")
     info = torch.finfo(scores.dtype)
     # overflowed (+-inf) logits clamped: max-subtraction never forms inf - inf
     s = scores.clamp(info.min, info.max)
