@@ -21,7 +21,8 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     True = i attends to j); masked entries are exactly 0, huge logits stay stable. Raises
     ``MaskError``: if some row has no allowed key (names the first such rows) or the mask does
     not broadcast to the scores."""
-    if mask.shape != scores.shape and torch.broadcast_shapes(mask.shape, scores.shape) != scores.shape:
+    if mask.shape != scores.shape and (mask.dim() > scores.dim() or any(  # (torch.broadcast_shapes: 30 µs)
+            m not in (1, n) for m, n in zip(reversed(mask.shape), reversed(scores.shape)))):
         raise MaskError(f"a mask of shape {tuple(mask.shape)} does not broadcast to scores of shape {tuple(scores.shape)}")
     info = torch.finfo(scores.dtype)
     # overflowed (+-inf) logits clamped: max-subtraction never forms inf - inf
