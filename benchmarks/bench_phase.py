@@ -17,7 +17,8 @@ layernorm × ``mask`` complete, causal (18 cells; depth 64, N 32, d 16, 4 sample
   the report (heatmaps, JSON).
 
 The ratio is of CPU-seconds (``time.process_time``), medians over ``--repeats`` interleaved
-rounds, with the load average printed beside it: the 2 cores here are shared.
+rounds (``ratio_of_rounds``: the median of each round's ratio, less moved by a change of load
+between rounds), with the load average printed beside it: the 2 cores here are shared.
 
     .venv/bin/python benchmarks/bench_phase.py [--repeats 5] [--command] [--profile] [--json]
 """
@@ -198,7 +199,8 @@ def main(argv: list[str] | None = None) -> dict:
     out = {"cells": n_cells, "groups": len(parts), "load": os.getloadavg()[0],
            **{f"{k}_cpu_s": v for k, v in med.items()},
            **{f"{k}_cells_per_cpu_s": n_cells / v for k, v in med.items()},
-           "ratio": med["project"] / med["anchor"]}
+           "ratio": med["project"] / med["anchor"],
+           "ratio_of_rounds": statistics.median(p / a for p, a in zip(times["project"], times["anchor"]))}
     if args.command:
         with tempfile.TemporaryDirectory() as tmp:
             axes = [a for name, values in AXES.items() for a in ("--axis", f"{name}=" + ",".join(map(str, values)))]

@@ -228,6 +228,26 @@ def test_huge_logits_never_nan():
     assert bool(torch.isfinite(res.metrics["mu"]).all())
 
 
+def test_masked_softmax_keeps_nan_and_inf_at_masked_keys_out():
+    """A NaN or +-inf score at a masked key changes nothing in its row (masked entries are 0,
+    the allowed ones the softmax of the allowed scores); a NaN at an allowed key makes its row
+    NaN; a mask allowing every key gives the plain softmax; a row without a key is refused."""
+    nan, inf = float("nan"), float("inf")
+    S = torch.tensor([[0.0, nan, 1.0], [inf, 2.0, -inf], [-inf, 2.0, 1.0], [nan, 0.0, 0.0]], dtype=torch.float64)
+    M = torch.tensor([[1, 0, 1], [0, 1, 1], [0, 1, 1], [1, 1, 1]], dtype=torch.bool)
+    A = masked_softmax(S, M)
+    e = math.exp(1.0)
+    torch.testing.assert_close(A[:3], torch.tensor([[1 / (1 + e), 0.0, e / (1 + e)], [0.0, 1.0, 0.0],
+                                                    [0.0, e / (1 + e), 1 / (1 + e)]], dtype=torch.float64),
+                               rtol=1e-14, atol=0)
+    assert bool(torch.isnan(A[3]).all())
+    full = torch.ones(1, 3, dtype=torch.bool)
+    torch.testing.assert_close(masked_softmax(S[2:3].clamp(-50, 50), full), torch.softmax(S[2:3].clamp(-50, 50), -1),
+                               rtol=1e-14, atol=0)
+    with pytest.raises(MaskError, match=r"rows \[1\] allow no key"):
+        masked_softmax(torch.zeros(3, 3), torch.tensor([[1, 0, 0], [0, 0, 0], [0, 0, 1]], dtype=torch.bool))
+
+
 def test_zero_rows_under_sphere_warn_and_stay_zero():
     X = torch.randn(1, 4, 3, dtype=torch.float64)
     with pytest.warns(RuntimeWarning, match="zero rows"):

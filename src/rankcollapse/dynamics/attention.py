@@ -13,23 +13,35 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MaskError
 from ..masks.rows import check_rows_allow_key
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Row softmax of ``scores`` ``(..., N, N)`` restricted to ``mask`` (bool, broadcastable;
     True = i attends to j); masked entries are exactly 0, huge logits stay stable. Raises
-    ``MaskError``: if some row has no allowed key (names the first such rows)."""
-    check_rows_allow_key(mask)
-    blocked = ~(mask.expand_as(scores) if mask.shape != scores.shape else mask)
+    ``MaskError``: if some row has no allowed key (names the first such rows) or the mask does
+    not broadcast to the scores."""
+    if mask.shape != scores.shape and (mask.dim() > scores.dim() or any(  # (torch.broadcast_shapes: 30 µs)
+            m not in (1, n) for m, n in zip(reversed(mask.shape), reversed(scores.shape)))):
+        raise MaskError(f"a mask of shape {tuple(mask.shape)} does not broadcast to scores of shape {tuple(scores.shape)}")
     info = torch.finfo(scores.dtype)
     # overflowed (+-inf) logits clamped: max-subtraction never forms inf - inf
-    s = scores.clamp(info.min, info.max).masked_fill_(blocked, info.min)
-    s = s - s.amax(dim=-1, keepdim=True)
-    # exp of the masked entries is taken at 0 and multiplied by 0: exp near the bottom of
-    # the range (info.min - max) takes a slow path that costs ten times the rest
-    e = torch.exp(s.masked_fill_(blocked, 0.0)) * mask.to(scores.dtype)
+    s = scores.clamp(info.min, info.max)
+    if mask.shape[-1] and bool(mask.all()):  # every key allowed
+        e = torch.exp(s - s.amax(dim=-1, keepdim=True))
+        return e / e.sum(dim=-1, keepdim=True)
+    keep = mask.to(scores.dtype)  # 1 = allowed, 0 = masked
+    top = (s + keep.log()).amax(dim=-1, keepdim=True)  # the largest allowed score (masked: -inf)
+    if not math.isfinite(float(top.detach().sum())):  # a row without a key (-inf) or a NaN score (or a sum past the range)
+        check_rows_allow_key(mask)
+        top = s.masked_fill(~mask, info.min).amax(dim=-1, keepdim=True)  # NaN only from an allowed score
+        s.masked_fill_(~mask, 0.0)
+    else:
+        s.mul_(keep)
+    # exp of the masked entries is taken at 0 and multiplied by 0 (float arithmetic, no bool
+    # mask pass): exp near the bottom of the range takes a slow path that costs ten times the rest
+    e = torch.exp(s.sub_(top).mul_(keep)) * keep
     return e / e.sum(dim=-1, keepdim=True)
 
 

@@ -210,7 +210,10 @@ def stable_norm(Y: torch.Tensor, dim) -> torch.Tensor:
     r = torch.linalg.vector_norm(Y, dim=dim)
     info = torch.finfo(Y.dtype)
     low = math.sqrt(info.tiny) / info.eps  # below this, lost squares could matter
-    if Y.numel() == 0 or bool((torch.isfinite(r) & (r >= low)).all()):
+    if Y.numel() == 0:
+        return r
+    lo, hi = r.detach().aminmax()  # NaN in both where r has a NaN
+    if low <= float(lo) and float(hi) <= info.max:
         return r
     s = _pow2(Y.abs().amax(dim=dim, keepdim=True))
     return torch.linalg.vector_norm(Y / s, dim=dim) * s.reshape(r.shape)

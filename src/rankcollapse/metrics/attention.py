@@ -205,7 +205,9 @@ def row_entropy(A: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """:func:`attention_entropy` without input checks: ``A`` ``(..., H, N, N)``, ``allowed``
     broadcastable to ``(..., N, N)`` -> ``(...)`` in A's dtype. Entries not ``> 0`` (NaN
     included) add nothing; a sample without a counted row gives NaN. In place, one buffer."""
-    plogp = A.clamp_min(torch.finfo(A.dtype).tiny).log_().mul_(A).masked_fill_(~(A > 0), 0.0)
+    plogp = A.clamp_min(torch.finfo(A.dtype).tiny).log_().mul_(A)  # a zero entry: -0, adds nothing
+    if A.numel() and not bool(A.amin() >= 0):  # NaN or negative entries: set to add nothing
+        plogp.masked_fill_(~(A > 0), 0.0)
     H = -plogp.sum(-1)  # (..., H, N)
     k = allowed.sum(-1).to(A.dtype).unsqueeze(-2)  # (..., 1, N)
     w = (k >= 2).to(A.dtype).expand_as(H)

@@ -63,7 +63,8 @@ def _measure(metrics, Xs: list[torch.Tensor], As: list, allowed: torch.Tensor | 
         return out
     A = torch.stack(As)  # (T, B, N, N)
     out["entropy"] = row_entropy(A.unsqueeze(2), allowed)  # one head: (T, B, 1, N, N) -> (T, B)
-    out["epsilon"] = A.masked_fill(~allowed, 1.0).amin(dim=(-1, -2))
+    # masked weights are exactly 0 (every operator's): 1 there, the same bits as masked_fill
+    out["epsilon"] = (A if bool(allowed.all()) else A + (~allowed).to(A.dtype)).amin(dim=(-1, -2))
     out["row_mass_deficit"] = 1.0 - A.sum(-1).mean(-1)  # 0 for softmax rows (to round-off)
     return out
 
@@ -169,8 +170,8 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     sink = torch.full((B,), float("nan"), dtype=torch.float64)  # the last layer's first-token mass
     Xs, As = [], []  # the outputs and attention of the chunk's layers, measured at once (_measure)
     with torch.no_grad(), (chunk_threads() if blocked else contextlib.nullcontext()):
-        for t in range(depth):
-            lw = LayerWeights(WQ[t], WK[t], WV[t], scale=scale)  # per sample: (B, d, d)
+        for t, (W_Q, W_K, W_V) in enumerate(zip(WQ.unbind(), WK.unbind(), WV.unbind())):
+            lw = LayerWeights(W_Q, W_K, W_V, scale=scale)  # per sample: (B, d, d)
             if blocked:
                 X, st, z = single_head_layer_blocked(X, plan, lw, cfg, layer=t + 1)
                 As.append(st)
@@ -180,7 +181,9 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
                 if t + 1 == depth:
                     sink = sink_mass(A)  # (B,)
             zero_rows.append(z)
-            if overflowed or not math.isfinite(_peak(X)):  # overflow: simulate() would raise
+            # overflow (simulate() would raise): a NaN or Inf in X makes its sum non-finite (a finite X
+            # whose sum overflows finds no sample diverged below)
+            if overflowed or not math.isfinite(float(X.sum())):
                 bad = ~torch.isfinite(X).all(dim=(-1, -2))
                 diverged_at = torch.where(bad & ~diverged, t + 1, diverged_at)
                 diverged |= bad

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from ..metrics import numerical_rank, stable_rank
+from ..metrics import compute_metrics
 from ..metrics.floor import gap_floor, mu_floor  # noqa: F401  (the floor model; re-exported)
 from ..metrics.rate import LAWS, fit_decay_law, least_squares_rate
 
@@ -84,7 +84,7 @@ def trajectory_measures(metrics: dict[str, torch.Tensor], states: list[torch.Ten
                                       - Xw / torch.as_tensor(nw)[:, None, None]).numpy()
     sv = torch.linalg.svdvals(XT)
     k = (sv > RANK_RTOL * sv[:, :1]).sum(-1).numpy()
-    nr, sr = numerical_rank(XT).numpy(), stable_rank(XT).numpy()
+    nr, sr = (v.numpy() for v in compute_metrics(XT, ("numerical_rank", "stable_rank")).values())  # one SVD
     laws = (law_measures(metrics["avg_cos"].numpy(), X0.shape[-2], X0.shape[-1]) if "avg_cos" in metrics
             else [{}] * m.shape[1])
     floor = mu_floor(X0.shape[-2], X0.shape[-1])
@@ -133,7 +133,7 @@ def _mean(values: list[float], reduce=np.mean) -> float:
 def _t_interval(values: list[float]) -> tuple[float, float, float]:
     """Mean and 95% t-interval of the finite ``values`` (NaN half-width below 2 values)."""
     v = np.array([x for x in values if math.isfinite(x)])
-    half = float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)) if v.size >= 2 else float("nan")
+    half = float(_t975(v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)) if v.size >= 2 else float("nan")
     mean = float(v.mean()) if v.size else float("nan")
     return mean, mean - half, mean + half
 
