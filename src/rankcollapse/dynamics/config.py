@@ -30,7 +30,7 @@ class BlockConfig:
     ----------
     norm : "none" | "sphere" | "layernorm" | "rmsnorm" | "dyt"
         ``sphere``: rows to the unit sphere (SA-LN, spec.md §2); ``dyt``: ``tanh(dyt_alpha x)``.
-        Affine parameters only when layer weights carry them.
+        No affine parameters.
     placement : "none" | "post_ln" | "pre_ln" | "peri" | "mix" | "lns" | "ngpt"
         Where the norm sits around SA (and the MLP); ``"none"``: ``X <- norm(SA(X))``, no residual.
     alpha : float or None

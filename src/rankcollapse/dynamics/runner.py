@@ -29,9 +29,7 @@ from ..points import point_after
 from .attention import kept
 from .config import BlockConfig, RunConfig, resolve_variant, variant_name
 from .operators import parse_attention
-from .layers import Attention, apply_norm, block_forward, warn_zero_rows
-from .scheduled import ScheduledAttention
-from .flex import FlexBackend
+from .layers import Attention, FlexBackend, ScheduledAttention, apply_norm, block_forward, warn_zero_rows
 from .chunks import chunk_threads
 from .sparse import DEFAULT_BLOCK_SIZE, SCORE_BUDGET, BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
@@ -337,7 +335,7 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                 if bar is not None:
                     bar.advance()
             if cfg.final_norm and stop is None:
-                Xf, _ = apply_norm(X, cfg.norm, cfg.eps, dyt_alpha=cfg.dyt_alpha)
+                Xf, _ = apply_norm(X, cfg)
                 final = {k: v.detach().to("cpu", torch.float64).reshape(B)
                          for k, v in _measure_at(measure, Xf, metric_mask, len(weights),
                                                  layer=weights[-1]).items()}

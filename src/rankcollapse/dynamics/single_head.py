@@ -124,4 +124,4 @@ def _head_norm(O: torch.Tensor, cfg: BlockConfig) -> torch.Tensor:
 def _norm(Y: torch.Tensor, cfg: BlockConfig, zero_rows: str, direct: bool):
     if cfg.norm == "sphere":
         return sphere(Y, zero_rows=zero_rows, direct=direct)
-    return apply_norm(Y, cfg.norm, cfg.eps, dyt_alpha=cfg.dyt_alpha)
+    return apply_norm(Y, cfg)
