@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -302,9 +302,8 @@ class ZeroStop:
 
 def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callable, metric_mask,
                 record_states: bool, bar: Steps | None = None, steps_asked: bool = False):
-    """The layer loop: returns (metric rows, states or None, zero rows per layer, final
-    metrics or None, :class:`ZeroStop` or None). ``steps_asked``: keep X(t-1) for the step
-    metrics. A metric failing on X underflowed to zero ends the loop, keeping the rows so far."""
+    """The layer loop: ``(metric rows, states, zero rows per layer, final metrics, ZeroStop)`` (None
+    where absent); ``steps_asked``: keep X(t-1). A metric failing on X underflowed to zero ends it."""
     B = X.shape[0]
     peak = _peak(X)
     rows = [_measure_at(measure, X, metric_mask, 0, peak, layer=weights[0])]
@@ -360,9 +359,8 @@ def _check_weight_memory(cfg: BlockConfig, d: int, depth: int, shared: bool, max
 
 def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, backend: str, max_memory,
                             block_size: int | None = None) -> None:
-    """Refuse a run whose attention would not fit: dense, about three ``(B, H, N, N)`` score
-    arrays and the mask; blocked, three scores per edge but at most three chunks per worker
-    thread, and the CSR form."""
+    """Refuse attention that would not fit: dense, three ``(B, H, N, N)`` score arrays and the mask;
+    blocked, three scores per edge (at most three chunks a worker thread) and the CSR form."""
     edges = mask.n_edges_hint if isinstance(mask, Mask) else None
     if edges is None:
         edges = N * N  # unknown without building the mask: assume dense
@@ -390,10 +388,7 @@ def _period(mask, n_tokens: int) -> tuple[Any, Mask]:
 
 def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, value: Any, query_key: Any,
                       shared: bool) -> BlockConfig:
-    """``cfg`` with the heads and ``W_O`` of the given ``weights``; refuses ``value``,
-    ``query_key``, ``shared`` and a head count the weights make meaningless (``ConfigError``)."""
-    from dataclasses import replace
-
+    """``cfg`` with the heads and ``W_O`` of ``weights``; refuses settings they make meaningless."""
     given = [name for name, v in (("value", value), ("query_key", query_key))
              if not (isinstance(v, str) and v == "gaussian")] + (["shared"] if shared else [])
     if given:
@@ -541,8 +536,7 @@ def _network(X0, block: str | BlockConfig, run: RunConfig, weights: Sequence[Lay
 
 def _attention(mask, X: torch.Tensor, cfg: BlockConfig, weights: Sequence[LayerWeights], run: RunConfig,
                d_qk: float, scratch: dict):
-    """``(Mask of one period, recorded mask spec, backend, attention)``, after refusing what
-    the backend cannot do and attention that would not fit in ``run.max_memory``."""
+    """``(Mask of one period, recorded mask spec, backend, attention)``; refuses what the backend cannot do."""
     B, N, _ = X.shape
     H = max(lw.n_heads for lw in weights)
     sched, m = _period(mask, N)

@@ -225,14 +225,10 @@ def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian",
             lw.W_2 = layer_matrix("gaussian", "W_2", t, depth, (mlp_ratio * d, d), seed)
         return lw
 
-    layers = _map_layers(one, n_draw)
-    return layers * depth if shared else layers
-
-
-def _map_layers(fn, n: int) -> list:
-    """``[fn(0), ..., fn(n - 1)]`` on up to ``torch.get_num_threads()`` threads (each matrix has its own generator)."""
-    threads = min(torch.get_num_threads(), n)
+    threads = min(torch.get_num_threads(), n_draw)  # layers on threads: each matrix has its own generator
     if threads < 2:
-        return [fn(t) for t in range(n)]
-    with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="rankcollapse-draw") as pool:
-        return list(pool.map(fn, range(n)))
+        layers = [one(t) for t in range(n_draw)]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="rankcollapse-draw") as pool:
+            layers = list(pool.map(one, range(n_draw)))
+    return layers * depth if shared else layers
