@@ -62,9 +62,7 @@ def hemisphere_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int 
 def nonnegative_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
                        generator: torch.Generator | None = None) -> torch.Tensor:
     """Unit tokens ``|g| / ||g||``, ``g ~ N(0, I_d)``: every pairwise cosine ``>= 0`` (spec.md §5.2)."""
-    _check(n_samples, n_tokens, d_model)
-    G = torch.randn(n_samples, n_tokens, d_model, generator=_generator(seed, generator), dtype=torch.float64)
-    return sphere(G.abs())[0]
+    return sphere(gaussian_tokens(n_samples, n_tokens, d_model, seed=seed, generator=generator).abs())[0]
 
 
 def antipodal_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,

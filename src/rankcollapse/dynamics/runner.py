@@ -357,27 +357,23 @@ def _check_weight_memory(cfg: BlockConfig, d: int, depth: int, shared: bool, max
     check_memory(need, f"{depth} layers of weights and records at d = {d}", max_memory)
 
 
-def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, backend: str, max_memory,
-                            block_size: int | None = None) -> None:
-    """Refuse attention that would not fit: dense, three ``(B, H, N, N)`` score arrays and the mask;
-    blocked, three scores per edge (at most three chunks a worker thread) and the CSR form."""
-    edges = mask.n_edges_hint if isinstance(mask, Mask) else None
+def check_attention_fits(mask, n_samples: int, n_tokens: int, itemsize: int, *, n_heads: int = 1,
+                         backend: str = "auto", max_memory=None, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+    """Refuse (``MemoryLimitError``) attention over ``n_tokens`` tokens of ``n_samples`` samples
+    that would not fit ``max_memory``, before any token is drawn: the check :func:`simulate` makes
+    (dense: three ``(B, H, N, N)`` score arrays and the mask; blocked: three scores per edge, at
+    most three chunks a worker thread, and the CSR form)."""
+    B, H, N = n_samples, n_heads, n_tokens
+    edges = _period(mask, n_tokens)[1].n_edges_hint
     if edges is None:
         edges = N * N  # unknown without building the mask: assume dense
     dense_bytes = B * H * N * N * itemsize
     dense = backend == "dense" or (backend == "auto" and not (edges / N**2 < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET))
-    chunk = max(SCORE_BUDGET, B * H * min(N, block_size or DEFAULT_BLOCK_SIZE) * N * itemsize)
+    chunk = max(SCORE_BUDGET, B * H * min(N, block_size) * N * itemsize)
     blocked = min(3 * B * H * edges * itemsize, 3 * max(torch.get_num_threads(), 1) * chunk)
     need = 3 * dense_bytes + N * N if dense else blocked + 16 * edges
     check_memory(need, f"attention over N = {N} tokens ({'dense' if dense else 'blocked'} backend, "
                        f"{B} samples x {H} heads)", max_memory)
-
-
-def check_attention_fits(mask, n_samples: int, n_tokens: int, itemsize: int, *, n_heads: int = 1,
-                         backend: str = "auto", max_memory=None) -> None:
-    """Refuse (``MemoryLimitError``) attention over ``n_tokens`` tokens of ``n_samples`` samples
-    that would not fit ``max_memory``, before any token is drawn: the check :func:`simulate` makes."""
-    _check_attention_memory(_period(mask, n_tokens)[1], n_samples, n_heads, n_tokens, itemsize, backend, max_memory)
 
 
 def _period(mask, n_tokens: int) -> tuple[Any, Mask]:
@@ -436,7 +432,7 @@ def simulate(X0, mask, *, run: RunConfig, block: str | BlockConfig = "pure", d_q
         (NaN in row 0) or ``WEIGHT_METRICS``, or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
 
     ``run.backend``: ``"dense"``, ``"blocked"`` (windowed kernel, :mod:`.sparse`),
-    ``"flex"`` (FlexAttention, :mod:`.flex`; no ``record_epsilon``) or ``"auto"`` (blocked
+    ``"flex"`` (:class:`.layers.FlexBackend`; no ``record_epsilon``) or ``"auto"`` (blocked
     when the mask's density < 1/4 and the dense scores exceed 64 MiB). ``run.max_memory``
     is checked for the tokens, the drawn weights and the attention before each is allocated.
 
@@ -541,7 +537,8 @@ def _attention(mask, X: torch.Tensor, cfg: BlockConfig, weights: Sequence[LayerW
     H = max(lw.n_heads for lw in weights)
     sched, m = _period(mask, N)
     backend, block_size = run.backend, run.block_size
-    _check_attention_memory(m, B, H, N, X.element_size(), backend, run.max_memory, block_size)
+    check_attention_fits(m, B, N, X.element_size(), n_heads=H, backend=backend, max_memory=run.max_memory,
+                         block_size=block_size)
     op = parse_attention(cfg.attention)
     if backend == "auto":
         dense_bytes = B * H * N * N * X.element_size()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import threading
 
 import numpy as np
@@ -227,11 +228,10 @@ class BlockPlan:
                 cache[key] = torch.empty(shape, dtype=dtype, device=device)
         return cache[key]
 
+    @functools.cached_property
     def bounds32(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Contiguous int32 ``(nb, Bq)`` local bounds of every row (intervals layouts; built once)."""
-        if "_bounds32" not in self.__dict__:
-            self._bounds32 = tuple(r.to(torch.int32).contiguous() for r in (self.rel_lo, self.rel_hi))
-        return self._bounds32
+        """Contiguous int32 ``(nb, Bq)`` local bounds of every row (intervals layouts)."""
+        return tuple(r.to(torch.int32).contiguous() for r in (self.rel_lo, self.rel_hi))
 
     def not_counted(self, b0: int, b1: int) -> torch.Tensor:
         """Bool ``(b1 - b0, Bq, K_w)``: entries left out of ε (masked keys, proxy rows)."""
@@ -370,7 +370,7 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
         if Qb.stride(0) != bq * rows[0] or Qb.stride(-1) != 1 or Kp.stride(1) != 1 or Vp.stride(1) != 1:
             native = None
     if native is not None:  # its working set is one block: NATIVE_CHUNKS chunks, not cache-sized ones
-        lo, hi = plan.bounds32()
+        lo, hi = plan.bounds32
         wide = -(-nb // NATIVE_CHUNKS)
         bounds = [(b, min(b + wide, nb)) for b in range(0, nb, wide)]
 
