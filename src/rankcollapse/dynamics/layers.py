@@ -67,13 +67,14 @@ def warn_zero_rows(zero_rows: list[int], stacklevel: int = 2) -> None:
                       f"{[t + 1 for t, z in enumerate(zero_rows) if z]}", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
-def apply_norm(X: torch.Tensor, cfg: BlockConfig):
-    """``cfg.norm`` of the rows of X (no affine parameters); returns ``(X, n_zero_rows)``."""
+def apply_norm(X: torch.Tensor, cfg: BlockConfig, *, zero_rows: str = "keep", direct: bool = False):
+    """``cfg.norm`` of the rows of X (no affine parameters; ``zero_rows``, ``direct``: :func:`sphere`'s);
+    returns ``(X, n_zero_rows)``."""
     zero = X.new_zeros((), dtype=torch.int64)
     if cfg.norm == "none":
         return X, zero
     if cfg.norm == "sphere":
-        return sphere(X)
+        return sphere(X, zero_rows=zero_rows, direct=direct)
     if cfg.norm == "dyt":
         return torch.tanh(cfg.dyt_alpha * X), zero
     if cfg.norm == "layernorm":

@@ -83,12 +83,8 @@ def banded_kernel():
     return fn
 
 
-def main() -> None:
+if __name__ == "__main__":
     try:
         print(f"rankcollapse native kernel: {build()}")
     except (RuntimeError, OSError) as e:
         print(f"rankcollapse native kernel not built ({e}); the torch path is used", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

@@ -7,6 +7,7 @@ order is fixed so that its callers' results are reproducible bit for bit.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from .attention import attention_weights, masked_softmax
 from .config import BlockConfig
 from .layer_weights import LayerWeights
-from .layers import apply_norm, placement_update, qk_norm_scale, sphere
+from .layers import apply_norm, placement_update, qk_norm_scale
 from .operators import operator_weights, parse_attention
 from .sparse import BlockPlan, blocked_attention, merge_row_statistics
 from ..errors import ConfigError
@@ -56,7 +57,7 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, weights: LayerWeights
     _check_fast(cfg, weights)
     W_Q, W_K, W_V, scale = weights.W_Q, weights.W_K, weights.W_V, weights.scale
     g = qk_norm_scale(cfg, X.shape[-2])
-    norm = lambda Y: _norm(Y, cfg, zero_rows, direct_sphere)  # noqa: E731
+    norm = partial(apply_norm, cfg=cfg, zero_rows=zero_rows, direct=direct_sphere)
     weights = []  # the layer's attention matrix
 
     def sa(Z):
@@ -102,7 +103,7 @@ def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, weights: LayerWe
     if cfg.attention != "softmax" or cfg.qk_norm:
         raise ConfigError(f"attention {cfg.attention!r} (qk_norm={cfg.qk_norm}) runs on the dense path only "
                           "(the windowed kernel computes softmax of the plain scores)")
-    norm = lambda Y: _norm(Y, cfg, zero_rows, False)  # noqa: E731
+    norm = partial(apply_norm, cfg=cfg, zero_rows=zero_rows)
     stats: dict = {}
 
     def sa(Z):
@@ -119,9 +120,3 @@ def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, weights: LayerWe
 def _head_norm(O: torch.Tensor, cfg: BlockConfig) -> torch.Tensor:
     """The head's output ``O`` ``(..., N, d)``, its rows divided by their RMS with ``headwise_rmsnorm``."""
     return F.rms_norm(O, (O.shape[-1],), eps=cfg.eps) if cfg.headwise_rmsnorm else O
-
-
-def _norm(Y: torch.Tensor, cfg: BlockConfig, zero_rows: str, direct: bool):
-    if cfg.norm == "sphere":
-        return sphere(Y, zero_rows=zero_rows, direct=direct)
-    return apply_norm(Y, cfg)
