@@ -109,8 +109,7 @@ class Attention:
                  record_attention: bool = False, operator=None, scratch: dict | None = None):
         self.mask_dense, self.plan, self.flex, self.make_plan = mask_dense, plan, flex, make_plan
         self.default_scale = 1.0 / math.sqrt(d_qk)
-        self.uniform = uniform
-        self.operator = operator
+        self.uniform, self.operator = uniform, operator
         self.row_mass: list[torch.Tensor] = []  # (B, H, 3) per layer
         self.record_epsilon, self.record_attention = record_epsilon, record_attention
         self.epsilon: list[torch.Tensor] = []
@@ -232,8 +231,7 @@ def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: A
     head_eps = cfg.eps if cfg.headwise_rmsnorm else None
 
     def sa(Z):  # x_peak bounds the scores only when attention reads the layer's input itself
-        peak = x_peak if Z is X else None
-        return attend(Z, lw, peak, qk_norm=g, head_eps=head_eps)
+        return attend(Z, lw, x_peak if Z is X else None, qk_norm=g, head_eps=head_eps)
 
     return placement_update(X, cfg, sa, layer=layer, mlp=(lambda Z: mlp(Z, lw)) if cfg.mlp else None)
 

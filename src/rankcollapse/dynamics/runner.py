@@ -176,9 +176,7 @@ def _as_tokens(X0, dtype, device) -> torch.Tensor:
         if arr.dtype.kind not in "biuf":  # strings, objects, complex: torch cannot hold them as tokens
             raise ConfigError(f"X0 must be a floating-point array, got numpy dtype {arr.dtype}")
         X0 = torch.as_tensor(arr)
-    X = X0
-    if X.ndim == 2:
-        X = X.unsqueeze(0)
+    X = X0.unsqueeze(0) if X0.ndim == 2 else X0
     if X.ndim != 3 or min(X.shape) < 1:
         raise ConfigError(f"X0 must have shape (N, d) or (B, N, d), got {tuple(X.shape)}")
     if not X.is_floating_point():
@@ -199,7 +197,7 @@ def _peak(X: torch.Tensor) -> float:
     return float(torch.maximum(-lo, hi))
 
 
-def _metric_fn(metrics, scratch: dict | None = None) -> tuple[tuple[str, ...], Callable, bool]:
+def _metric_fn(metrics, scratch: dict) -> tuple[tuple[str, ...], Callable, bool]:
     """Names, ``measure(X, mask, peak, prev=None, layer=None) -> {name: (B,)}`` and whether a
     metric needs the mask. ``prev``: X one layer earlier (step metrics, NaN at the input);
     ``layer``: the weights weight metrics read; ``scratch``: the attention's kept arrays."""
@@ -223,7 +221,6 @@ def _metric_fn(metrics, scratch: dict | None = None) -> tuple[tuple[str, ...], C
     unscaled = tuple(n for n in state if n in UNSCALED_METRICS)
     rest = tuple(n for n in state if n not in UNSCALED_METRICS)
     uses_mu = any(n in ("mu", "mu_relative") for n in unscaled)
-    scratch = {} if scratch is None else scratch  # X - mean, reused by every layer (attention.kept)
 
     def measure_state(X, mask, peak):
         # float32 tokens past ~1e12 overflow Gram matrices (cosines) though X is finite

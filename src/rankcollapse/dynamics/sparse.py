@@ -299,8 +299,7 @@ def _window_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, overfl
 
 
 def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, out=None):
-    """:func:`_window_scores` of one ``(B H)`` slice of a banded layout, ``s = bias + scale q k^T``
-    in one matmul (exactly the unfused scores), into ``out`` when given."""
+    """:func:`_window_scores` of one ``(B H)`` slice of a banded layout in one matmul, into ``out`` if given."""
     pattern, exc_bias = plan.biases(q.dtype)
     if plan.exception_range[0] <= b0 and b1 - 1 <= plan.exception_range[1]:
         j0, j1 = bisect.bisect_left(plan.exception_list, b0), bisect.bisect_left(plan.exception_list, b1)
