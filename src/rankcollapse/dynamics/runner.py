@@ -197,7 +197,7 @@ def _peak(X: torch.Tensor) -> float:
     return float(torch.maximum(-lo, hi))
 
 
-def _metric_fn(metrics, scratch: dict) -> tuple[tuple[str, ...], Callable, bool]:
+def _metric_fn(metrics, scratch: dict | None = None) -> tuple[tuple[str, ...], Callable, bool]:
     """Names, ``measure(X, mask, peak, prev=None, layer=None) -> {name: (B,)}`` and whether a
     metric needs the mask. ``prev``: X one layer earlier (step metrics, NaN at the input);
     ``layer``: the weights weight metrics read; ``scratch``: the attention's kept arrays."""
@@ -221,6 +221,7 @@ def _metric_fn(metrics, scratch: dict) -> tuple[tuple[str, ...], Callable, bool]
     unscaled = tuple(n for n in state if n in UNSCALED_METRICS)
     rest = tuple(n for n in state if n not in UNSCALED_METRICS)
     uses_mu = any(n in ("mu", "mu_relative") for n in unscaled)
+    scratch = {} if scratch is None else scratch  # X - mean, reused by every layer (attention.kept)
 
     def measure_state(X, mask, peak):
         # float32 tokens past ~1e12 overflow Gram matrices (cosines) though X is finite
