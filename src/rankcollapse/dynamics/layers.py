@@ -110,10 +110,8 @@ class Attention:
         self.mask_dense, self.plan, self.flex, self.make_plan = mask_dense, plan, flex, make_plan
         self.default_scale = 1.0 / math.sqrt(d_qk)
         self.uniform, self.operator = uniform, operator
-        self.row_mass: list[torch.Tensor] = []  # (B, H, 3) per layer
         self.record_epsilon, self.record_attention = record_epsilon, record_attention
-        self.epsilon: list[torch.Tensor] = []
-        self.attention: list[torch.Tensor] = []
+        self.epsilon, self.attention, self.row_mass = [], [], []  # per layer: ε, A, (B, H, 3) deficit quantiles
         self._scratch: dict = {} if scratch is None else scratch
 
     def __call__(self, X: torch.Tensor, lw: LayerWeights, x_peak: float | None = None,
@@ -170,10 +168,7 @@ class ScheduledAttention:
 
     def __init__(self, schedule, make: Callable[[Mask], Attention]):
         built: dict[int, Attention] = {}
-        self.epsilon: list[torch.Tensor] = []
-        self.attention: list[torch.Tensor] = []
-        self.row_mass: list[torch.Tensor] = []
-        self.layers = []
+        self.epsilon, self.attention, self.row_mass, self.layers = [], [], [], []
         for m in schedule.masks:
             if id(m) not in built:
                 att = make(m)
