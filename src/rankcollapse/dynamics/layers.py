@@ -89,20 +89,14 @@ def mlp(X: torch.Tensor, lw: LayerWeights) -> torch.Tensor:
 
 
 class Attention:
-    """Masked self-attention on a fixed mask, with optional records.
-
-    Parameters
-    ----------
-    mask_dense, plan, flex : bool ``(N, N)``, :class:`BlockPlan` or
-        :class:`FlexBackend`: exactly one is given.
-    make_plan : ``() -> BlockPlan`` for flex layers whose scores may overflow.
-    d_qk : temperature; scores ``q k^T / sqrt(d_qk)`` unless the layer sets ``scale``.
-    uniform : ``W_Q = W_K = 0``.
-    record_epsilon, record_attention : keep the smallest allowed entry / the matrices.
-    operator : a non-row-stochastic :class:`~rankcollapse.dynamics.operators.AttentionOperator`
-        (dense; each layer records its row-mass deficit quantiles in ``row_mass``); None = softmax.
-    scratch : kept working arrays (:func:`~.attention.kept`), shared with the caller's metrics.
-    """
+    """Masked self-attention on a fixed mask, with optional records. ``mask_dense`` (bool ``(N, N)``),
+    ``plan`` (:class:`BlockPlan`) or ``flex`` (:class:`FlexBackend`): exactly one is given; ``make_plan``:
+    ``() -> BlockPlan`` for flex layers whose scores may overflow; ``d_qk``: temperature, scores ``q k^T /
+    sqrt(d_qk)`` unless the layer sets ``scale``; ``uniform``: ``W_Q = W_K = 0``; ``record_epsilon``,
+    ``record_attention``: keep the smallest allowed entry / the matrices; ``operator``: a non-row-stochastic
+    :class:`~.operators.AttentionOperator` (dense; each layer records its row-mass deficit quantiles in
+    ``row_mass``), None = softmax; ``scratch``: kept working arrays (:func:`~.attention.kept`), shared with
+    the caller's metrics."""
 
     def __init__(self, *, mask_dense=None, plan: BlockPlan | None = None, flex=None, make_plan=None,
                  d_qk: float = 1.0, uniform: bool = False, record_epsilon: bool = False,
@@ -234,16 +228,10 @@ def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: A
 def placement_update(X: torch.Tensor, cfg: BlockConfig, sa, norm=None, *, layer: int = 1, mlp=None):
     """The update rule of ``cfg.placement`` (docs/dynamics.md, "Normalisations") around the
     given sublayers: the one home of the placement rules, for ``simulate`` and the fast path.
-    Returns ``(X_next, n_zero_rows)``.
-
-    Parameters
-    ----------
-    X : float ``(..., N, d)``, the layer's input.
-    sa : ``Z -> SA(Z)`` (it may test ``Z is X``); norm : ``Y -> (norm(Y), n_zero_rows)``, None:
-        :func:`apply_norm` of ``cfg``.
-    layer : the 1-based index ``l`` (``mix``: post-LN while ``l <= mix_layers``; ``lns``: ``1/sqrt(l)``).
-    mlp : ``Z -> MLP(Z)`` or None.
-    """
+    Returns ``(X_next, n_zero_rows)`` of the layer's input ``X`` float ``(..., N, d)``. ``sa``: ``Z ->
+    SA(Z)`` (it may test ``Z is X``); ``norm``: ``Y -> (norm(Y), n_zero_rows)``, None: :func:`apply_norm`
+    of ``cfg``; ``layer``: the 1-based index ``l`` (``mix``: post-LN while ``l <= mix_layers``; ``lns``:
+    ``1/sqrt(l)``); ``mlp``: ``Z -> MLP(Z)`` or None."""
     a, p = cfg.alpha, cfg.placement
     norm = norm or partial(apply_norm, cfg=cfg)
     if p == "none":

@@ -213,13 +213,10 @@ def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian",
     n_draw = 1 if shared else depth
 
     def one(t: int) -> LayerWeights:
-        lw = LayerWeights(
-            W_Q=layer_matrix(query_key, "W_Q", t, depth, (d, d), seed),
-            W_K=layer_matrix(query_key, "W_K", t, depth, (d, d), seed),
-            W_V=layer_matrix(value, "W_V", t, depth, (d, d), seed),
-            W_O=layer_matrix(value, "W_O", t, depth, (d, d), seed) if out_proj else None,
-            n_heads=n_heads,
-        )
+        lw = LayerWeights(W_Q=layer_matrix(query_key, "W_Q", t, depth, (d, d), seed),
+                          W_K=layer_matrix(query_key, "W_K", t, depth, (d, d), seed),
+                          W_V=layer_matrix(value, "W_V", t, depth, (d, d), seed),
+                          W_O=layer_matrix(value, "W_O", t, depth, (d, d), seed) if out_proj else None, n_heads=n_heads)
         if mlp_ratio:
             lw.W_1 = layer_matrix("gaussian", "W_1", t, depth, (d, mlp_ratio * d), seed)
             lw.W_2 = layer_matrix("gaussian", "W_2", t, depth, (mlp_ratio * d, d), seed)
