@@ -35,20 +35,14 @@ def _check_fast(cfg: BlockConfig, weights: LayerWeights) -> None:
 
 def single_head_layer(X: torch.Tensor, mask: torch.Tensor, weights: LayerWeights, cfg: BlockConfig, *,
                       d_qk: float = 1.0, zero_rows: str = "keep", direct_sphere: bool = False, layer: int = 1):
-    """One layer ``X(t) -> X(t+1)``; returns ``(X_next, A, n_zero_rows)``, ``A`` ``(N, N)`` or
-    ``(B, N, N)``.
-
-    Parameters
-    ----------
-    X : float ``(N, d)`` or ``(B, N, d)``; mask : bool ``(N, N)``, no empty row.
-    weights : ``W_Q, W_K`` ``(d, d_k)`` or per sample ``(B, d, d_k)``, ``W_V`` ``(d, d)`` or
-        ``(B, d, d)``, and ``scale``; nothing else.
-    cfg : one head, no MLP, no ``W_O``, not uniform; any operator, norm, placement, ``qk_norm``
-        (whose ``g`` replaces ``d_qk`` and ``scale``).
-    d_qk : scores ``q k^T / sqrt(d_qk)``, or ``q k^T * weights.scale`` when set (the same up to
-        one rounding: each caller keeps the form its recorded results used).
-    zero_rows, direct_sphere : the ``sphere`` norm's options (:func:`.layers.sphere`).
-    layer : the 1-based index (``mix``, ``lns``).
+    """One layer ``X(t) -> X(t+1)`` of ``X`` float ``(N, d)`` or ``(B, N, d)`` through ``mask`` bool
+    ``(N, N)`` (no empty row); returns ``(X_next, A, n_zero_rows)``, ``A`` ``(N, N)`` or ``(B, N, N)``.
+    ``weights``: ``W_Q, W_K`` ``(d, d_k)`` or per sample ``(B, d, d_k)``, ``W_V`` ``(d, d)`` or ``(B, d,
+    d)``, and ``scale``; nothing else. ``cfg``: one head, no MLP, no ``W_O``, not uniform; any operator,
+    norm, placement, ``qk_norm`` (whose ``g`` replaces ``d_qk`` and ``scale``). ``d_qk``: scores ``q k^T
+    / sqrt(d_qk)``, or ``q k^T * weights.scale`` when set (the same up to one rounding: each caller keeps
+    the form its recorded results used). ``zero_rows``, ``direct_sphere``: the ``sphere`` norm's options
+    (:func:`.layers.sphere`); ``layer``: the 1-based index (``mix``, ``lns``).
 
     Raises ``ConfigError``: a ``cfg`` or weights the fast path does not run, an odd key width
     under differential attention, a zero row with ``zero_rows="raise"``; ``MaskError`` for a

@@ -31,17 +31,11 @@ CACHE_BUDGET = 2**19  # bytes of scores per chunk of one (B H) slice of a banded
 class BlockPlan:
     """Windows of a CSR mask, built once (vectorised, O(N + E)) and reused by every layer.
 
-    Parameters
-    ----------
-    csr : ``scipy.sparse`` ``(N, N)``, nonzero = token i attends to j; or
-    intervals : ``(lo, hi)`` int arrays ``(N,)``: row i attends keys ``lo[i] .. hi[i]``
-        (inclusive), built in O(N) without the CSR form.
-    block_size : query rows per block; device : where the indices and local masks live.
-
-    Attributes
-    ----------
-    kind : ``"intervals"`` or ``"gathered"``; max_keys : ``K_w``, keys every block reads;
-    full_rows : int64 ``(G,)``, rows attending to all N tokens (dense slab).
+    ``csr``: ``scipy.sparse`` ``(N, N)``, nonzero = token i attends to j; or ``intervals``: ``(lo, hi)``
+    int arrays ``(N,)``, row i attends keys ``lo[i] .. hi[i]`` (inclusive), built in O(N) without the CSR
+    form. ``block_size``: query rows per block; ``device``: where the indices and local masks live.
+    Attributes: ``kind`` (``"intervals"`` or ``"gathered"``), ``max_keys`` (``K_w``, keys every block
+    reads), ``full_rows`` (int64 ``(G,)``, rows attending to all N tokens: a dense slab).
 
     Raises ``MaskError``: a non-square mask, a row with no allowed key, intervals outside
     ``0..N-1``, ``block_size < 1``.

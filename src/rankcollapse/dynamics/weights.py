@@ -194,15 +194,11 @@ def layer_matrix(source: MatrixSource, role: str, layer: int, depth: int, shape:
 def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
                   n_heads: int = 1, out_proj: bool = False, mlp_ratio: int | None = None,
                   shared: bool = False, seed: int = 0) -> list[LayerWeights]:
-    """Per-layer weights ``W_Q, W_K`` from ``query_key``, ``W_V`` (and ``W_O``) from ``value``.
-
-    Parameters
-    ----------
-    d_model : width ``d``, divisible by ``n_heads`` (heads side by side in ``(d, d)`` matrices).
-    value, query_key : family spec, one ``(d, d)`` matrix, or a list of ``depth`` matrices.
-    out_proj : also draw ``W_O (d, d)`` from ``value``.
-    mlp_ratio : if given, MLP weights ``W_1 (d, m d)``, ``W_2 (m d, d)`` from ``gaussian``.
-    shared : one set of weights reused by every layer (ALBERT-style).
+    """Per-layer weights ``W_Q, W_K`` from ``query_key``, ``W_V`` (and with ``out_proj``, ``W_O (d, d)``)
+    from ``value``, each a family spec, one ``(d, d)`` matrix or a list of ``depth`` matrices; width
+    ``d_model`` divisible by ``n_heads`` (heads side by side in ``(d, d)`` matrices); with ``mlp_ratio``,
+    MLP weights ``W_1 (d, m d)``, ``W_2 (m d, d)`` from ``gaussian``; ``shared``: one set of weights
+    reused by every layer (ALBERT-style).
 
     Returns ``depth`` float64 CPU :class:`LayerWeights`; raises ``ConfigError``: ``n_heads``
     not dividing ``d_model``, a bad family or matrix.
