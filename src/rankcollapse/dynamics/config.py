@@ -142,11 +142,10 @@ def variant_name(cfg: BlockConfig) -> str | None:
 
 
 def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
-    """Return the :class:`BlockConfig` of a variant name or config, with ``overrides``.
-
-    A ``placement`` override without ``alpha`` moves a default skip weight to the new
-    placement's default (:func:`default_alpha`); a non-default skip weight is kept. Raises
-    ``ConfigError``: unknown variant name or invalid override."""
+    """The :class:`BlockConfig` of a variant name or config, with ``overrides``: a ``placement``
+    override without ``alpha`` moves a default skip weight to the new placement's default
+    (:func:`default_alpha`); a non-default skip weight is kept. Raises ``ConfigError``: unknown
+    variant name or invalid override."""
     if isinstance(variant, BlockConfig):
         cfg = variant
     elif isinstance(variant, str) and variant in VARIANTS:

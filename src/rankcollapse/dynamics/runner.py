@@ -288,8 +288,7 @@ class ZeroStop:
         return {"after_layer": self.after_layer, "samples": list(self.samples)}
 
     def message(self, depth: int, float64: str = "dtype=torch.float64") -> str:
-        """One line: where, which samples, which layers are not measured (``float64``: how
-        the caller asks for float64)."""
+        """One line: where, which samples, which layers are not measured (``float64``: how to ask for it)."""
         rest = (f"layer {self.after_layer}" if self.after_layer == depth
                 else f"layers {self.after_layer}..{depth}")
         further = (f"; {float64} follows the decay further (it underflows below about 1e-308)"
