@@ -102,8 +102,7 @@ class Attention:
                  d_qk: float = 1.0, uniform: bool = False, record_epsilon: bool = False,
                  record_attention: bool = False, operator=None, scratch: dict | None = None):
         self.mask_dense, self.plan, self.flex, self.make_plan = mask_dense, plan, flex, make_plan
-        self.default_scale = 1.0 / math.sqrt(d_qk)
-        self.uniform, self.operator = uniform, operator
+        self.uniform, self.operator, self.default_scale = uniform, operator, 1.0 / math.sqrt(d_qk)
         self.record_epsilon, self.record_attention = record_epsilon, record_attention
         self.epsilon, self.attention, self.row_mass = [], [], []  # per layer: ε, A, (B, H, 3) deficit quantiles
         self._scratch: dict = {} if scratch is None else scratch
