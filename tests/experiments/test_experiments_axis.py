@@ -177,16 +177,16 @@ def test_blocked_path_memory_counts_chunks_not_edges():
     block's scores (B H x 64 x N) per chunk, so it fits in 4 GiB."""
     import torch
 
-    from rankcollapse.dynamics.runner import _check_attention_memory
+    from rankcollapse.dynamics.runner import check_attention_fits
     from rankcollapse.masks import resolve_mask
 
     mask = resolve_mask("complete", 8192)
     with pytest.raises(MemoryLimitError):
-        _check_attention_memory(mask, 8, 12, 8192, 8, "dense", "4GiB", 64)
+        check_attention_fits(mask, 8, 8192, 8, n_heads=12, backend="dense", max_memory="4GiB", block_size=64)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        _check_attention_memory(mask, 8, 12, 8192, 8, "blocked", "4GiB", 64)
+        check_attention_fits(mask, 8, 8192, 8, n_heads=12, backend="blocked", max_memory="4GiB", block_size=64)
     finally:
         torch.set_num_threads(threads)
 

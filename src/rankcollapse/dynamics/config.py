@@ -30,7 +30,7 @@ class BlockConfig:
     ----------
     norm : "none" | "sphere" | "layernorm" | "rmsnorm" | "dyt"
         ``sphere``: rows to the unit sphere (SA-LN, spec.md §2); ``dyt``: ``tanh(dyt_alpha x)``.
-        Affine parameters only when layer weights carry them.
+        No affine parameters.
     placement : "none" | "post_ln" | "pre_ln" | "peri" | "mix" | "lns" | "ngpt"
         Where the norm sits around SA (and the MLP); ``"none"``: ``X <- norm(SA(X))``, no residual.
     alpha : float or None
@@ -142,11 +142,10 @@ def variant_name(cfg: BlockConfig) -> str | None:
 
 
 def resolve_variant(variant: str | BlockConfig, **overrides) -> BlockConfig:
-    """Return the :class:`BlockConfig` of a variant name or config, with ``overrides``.
-
-    A ``placement`` override without ``alpha`` moves a default skip weight to the new
-    placement's default (:func:`default_alpha`); a non-default skip weight is kept. Raises
-    ``ConfigError``: unknown variant name or invalid override."""
+    """The :class:`BlockConfig` of a variant name or config, with ``overrides``: a ``placement``
+    override without ``alpha`` moves a default skip weight to the new placement's default
+    (:func:`default_alpha`); a non-default skip weight is kept. Raises ``ConfigError``: unknown
+    variant name or invalid override."""
     if isinstance(variant, BlockConfig):
         cfg = variant
     elif isinstance(variant, str) and variant in VARIANTS:

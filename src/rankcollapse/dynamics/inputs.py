@@ -62,9 +62,7 @@ def hemisphere_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int 
 def nonnegative_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
                        generator: torch.Generator | None = None) -> torch.Tensor:
     """Unit tokens ``|g| / ||g||``, ``g ~ N(0, I_d)``: every pairwise cosine ``>= 0`` (spec.md §5.2)."""
-    _check(n_samples, n_tokens, d_model)
-    G = torch.randn(n_samples, n_tokens, d_model, generator=_generator(seed, generator), dtype=torch.float64)
-    return sphere(G.abs())[0]
+    return sphere(gaussian_tokens(n_samples, n_tokens, d_model, seed=seed, generator=generator).abs())[0]
 
 
 def antipodal_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0,
@@ -99,15 +97,11 @@ def wikipedia_tokens(n_samples: int, n_tokens: int, d_model: int | None = None, 
                      generator: torch.Generator | None = None, model: Any = "minilm", block: int = 0) -> torch.Tensor:
     """The embedding-layer output of ``model`` on windows of ``n_tokens`` tokens of the shipped
     Wikipedia extracts: windows ``block * n_samples .. (block + 1) * n_samples - 1`` of those
-    :func:`rankcollapse.data.make_windows` cuts with ``seed`` (blocks are disjoint).
-
-    Parameters
-    ----------
-    d_model : None: the model's width. An int ``d <= width``: the coordinates in the top-``d``
-        right singular vectors of the batch's ``(n_samples * n_tokens, width)`` token matrix.
-    model : ``"minilm"`` (default), ``"smollm2"``, a folder or hub name (loaded once per
-        process), or a loaded model.
-    generator : not accepted (the windows are drawn by ``seed``).
+    :func:`rankcollapse.data.make_windows` cuts with ``seed`` (blocks are disjoint). ``d_model``: None,
+    the model's width; an int ``d <= width``, the coordinates in the top-``d`` right singular vectors of
+    the batch's ``(n_samples * n_tokens, width)`` token matrix. ``model``: ``"minilm"`` (default),
+    ``"smollm2"``, a folder or hub name (loaded once per process), or a loaded model. ``generator``: not
+    accepted (the windows are drawn by ``seed``).
 
     Raises ``ConfigError``: a ``generator``, ``d_model`` larger than the model's width, bad
     sizes; ``DataError``, ``ModelError``, ``TokenizerError`` when the corpus or model is not

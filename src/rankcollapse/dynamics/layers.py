@@ -1,11 +1,13 @@
-"""Normalisations, the MLP sublayer and one block of the simulated network (update rules:
-:class:`~rankcollapse.dynamics.config.BlockConfig`)."""
+"""Normalisations, the MLP sublayer, attention on a mask (dense, windowed, FlexAttention, per-layer
+schedules) and one block of the simulated network (update rules: :class:`~.config.BlockConfig`)."""
 
 from __future__ import annotations
 
 import math
 import warnings
 from dataclasses import replace
+from functools import partial
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +18,8 @@ from .operators import operator_weights, row_mass_quantiles
 from .sparse import BlockPlan, blocked_attention
 from .weights import LayerWeights
 from ..errors import ConfigError
+from ..masks.convert import to_block_mask
+from ..masks.mask import Mask
 
 #: what :func:`sphere` makes of a zero row
 ZERO_ROWS = ("keep", "raise", "nan")
@@ -63,21 +67,19 @@ def warn_zero_rows(zero_rows: list[int], stacklevel: int = 2) -> None:
                       f"{[t + 1 for t, z in enumerate(zero_rows) if z]}", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
-def apply_norm(X: torch.Tensor, kind: str, eps: float, weight=None, bias=None, *, dyt_alpha: float = 0.5):
-    """``kind`` normalisation of the rows of X (:class:`~.config.BlockConfig` ``norm``; affine
-    only with ``weight``/``bias``); returns ``(X, n_zero_rows)``."""
+def apply_norm(X: torch.Tensor, cfg: BlockConfig, *, zero_rows: str = "keep", direct: bool = False):
+    """``cfg.norm`` of the rows of X (no affine parameters; ``zero_rows``, ``direct``: :func:`sphere`'s);
+    returns ``(X, n_zero_rows)``."""
     zero = X.new_zeros((), dtype=torch.int64)
-    if kind == "none":
+    if cfg.norm == "none":
         return X, zero
-    if kind == "sphere":
-        return sphere(X)
-    if kind == "dyt":
-        Y = torch.tanh(dyt_alpha * X)
-        Y = Y if weight is None else Y * weight
-        return (Y if bias is None else Y + bias), zero
-    if kind == "layernorm":
-        return F.layer_norm(X, (X.shape[-1],), weight, bias, eps), zero
-    return F.rms_norm(X, (X.shape[-1],), weight, eps), zero
+    if cfg.norm == "sphere":
+        return sphere(X, zero_rows=zero_rows, direct=direct)
+    if cfg.norm == "dyt":
+        return torch.tanh(cfg.dyt_alpha * X), zero
+    if cfg.norm == "layernorm":
+        return F.layer_norm(X, (X.shape[-1],), None, None, cfg.eps), zero
+    return F.rms_norm(X, (X.shape[-1],), None, cfg.eps), zero
 
 
 def mlp(X: torch.Tensor, lw: LayerWeights) -> torch.Tensor:
@@ -87,32 +89,22 @@ def mlp(X: torch.Tensor, lw: LayerWeights) -> torch.Tensor:
 
 
 class Attention:
-    """Masked self-attention on a fixed mask, with optional records.
-
-    Parameters
-    ----------
-    mask_dense, plan, flex : bool ``(N, N)``, :class:`BlockPlan` or
-        :class:`~rankcollapse.dynamics.flex.FlexBackend`: exactly one is given.
-    make_plan : ``() -> BlockPlan`` for flex layers whose scores may overflow.
-    d_qk : temperature; scores ``q k^T / sqrt(d_qk)`` unless the layer sets ``scale``.
-    uniform : ``W_Q = W_K = 0``.
-    record_epsilon, record_attention : keep the smallest allowed entry / the matrices.
-    operator : a non-row-stochastic :class:`~rankcollapse.dynamics.operators.AttentionOperator`
-        (dense; each layer records its row-mass deficit quantiles in ``row_mass``); None = softmax.
-    scratch : kept working arrays (:func:`~.attention.kept`), shared with the caller's metrics.
-    """
+    """Masked self-attention on a fixed mask, with optional records. ``mask_dense`` (bool ``(N, N)``),
+    ``plan`` (:class:`BlockPlan`) or ``flex`` (:class:`FlexBackend`): exactly one is given; ``make_plan``:
+    ``() -> BlockPlan`` for flex layers whose scores may overflow; ``d_qk``: temperature, scores ``q k^T /
+    sqrt(d_qk)`` unless the layer sets ``scale``; ``uniform``: ``W_Q = W_K = 0``; ``record_epsilon``,
+    ``record_attention``: keep the smallest allowed entry / the matrices; ``operator``: a non-row-stochastic
+    :class:`~.operators.AttentionOperator` (dense; each layer records its row-mass deficit quantiles in
+    ``row_mass``), None = softmax; ``scratch``: kept working arrays (:func:`~.attention.kept`), shared with
+    the caller's metrics."""
 
     def __init__(self, *, mask_dense=None, plan: BlockPlan | None = None, flex=None, make_plan=None,
                  d_qk: float = 1.0, uniform: bool = False, record_epsilon: bool = False,
                  record_attention: bool = False, operator=None, scratch: dict | None = None):
         self.mask_dense, self.plan, self.flex, self.make_plan = mask_dense, plan, flex, make_plan
-        self.default_scale = 1.0 / math.sqrt(d_qk)
-        self.uniform = uniform
-        self.operator = operator
-        self.row_mass: list[torch.Tensor] = []  # (B, H, 3) per layer
+        self.uniform, self.operator, self.default_scale = uniform, operator, 1.0 / math.sqrt(d_qk)
         self.record_epsilon, self.record_attention = record_epsilon, record_attention
-        self.epsilon: list[torch.Tensor] = []
-        self.attention: list[torch.Tensor] = []
+        self.epsilon, self.attention, self.row_mass = [], [], []  # per layer: ε, A, (B, H, 3) deficit quantiles
         self._scratch: dict = {} if scratch is None else scratch
 
     def __call__(self, X: torch.Tensor, lw: LayerWeights, x_peak: float | None = None,
@@ -162,6 +154,53 @@ class Attention:
         return merge_heads(O, lw, head_eps)
 
 
+class ScheduledAttention:
+    """Attention whose mask follows a ``MaskSchedule``: one ``make(mask) -> Attention`` per
+    distinct mask, chosen by the layer counter (every block calls its attention once per
+    layer); the records go to shared lists in layer order."""
+
+    def __init__(self, schedule, make: Callable[[Mask], Attention]):
+        built: dict[int, Attention] = {}
+        self.epsilon, self.attention, self.row_mass, self.layers = [], [], [], []
+        for m in schedule.masks:
+            if id(m) not in built:
+                att = make(m)
+                att.epsilon, att.attention, att.row_mass = self.epsilon, self.attention, self.row_mass
+                built[id(m)] = att
+            self.layers.append(built[id(m)])
+        self.t = 0
+
+    def __call__(self, X: torch.Tensor, lw, x_peak: float | None = None, **kwargs) -> torch.Tensor:
+        att = self.layers[self.t % len(self.layers)]
+        self.t += 1
+        return att(X, lw, x_peak, **kwargs)
+
+
+class FlexBackend:
+    """``backend="flex"``: ``torch.compile``-d ``flex_attention`` on the ``BlockMask`` of one
+    :class:`~rankcollapse.masks.Mask` (:func:`rankcollapse.masks.to_block_mask`, tiles of
+    ``block_size``) on ``device``. It computes in the tokens' dtype: :class:`Attention` sends
+    layers whose scores may overflow to :mod:`.sparse`. Raises ``ConfigError``: FlexAttention
+    missing from this torch."""
+
+    def __init__(self, mask, device, *, block_size: int = 128):
+        try:
+            from torch.nn.attention.flex_attention import flex_attention
+        except ImportError:
+            raise ConfigError(f"backend='flex' needs torch.nn.attention.flex_attention "
+                              f"(torch {torch.__version__})") from None
+        self.block_mask = to_block_mask(mask, block_size=block_size, device=device)
+        self._fn = torch.compile(flex_attention, dynamic=False)
+
+    def __call__(self, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, scale: float) -> torch.Tensor:
+        """``(B, H, N, d_v)`` masked softmax attention of ``Q, K (B, H, N, d_k)``, ``V``."""
+        try:
+            return self._fn(Q.contiguous(), K.contiguous(), V.contiguous(), block_mask=self.block_mask, scale=scale)
+        except torch._dynamo.exc.TorchDynamoException as exc:  # no compiler for this device
+            raise ConfigError(f"backend='flex': torch.compile of flex_attention failed on {Q.device} "
+                              f"({type(exc).__name__}: {str(exc).splitlines()[0]}); use backend='blocked'") from None
+
+
 def qk_norm_scale(cfg: BlockConfig, n_tokens: int) -> float | None:
     """The QK-norm score scale ``g``: ``cfg.qk_norm_scale``, else ``log2(N^2 - N)`` (1 for N = 1);
     None without ``qk_norm``."""
@@ -180,28 +219,20 @@ def block_forward(X: torch.Tensor, lw: LayerWeights, cfg: BlockConfig, attend: A
     head_eps = cfg.eps if cfg.headwise_rmsnorm else None
 
     def sa(Z):  # x_peak bounds the scores only when attention reads the layer's input itself
-        peak = x_peak if Z is X else None
-        return attend(Z, lw, peak, qk_norm=g, head_eps=head_eps)
+        return attend(Z, lw, x_peak if Z is X else None, qk_norm=g, head_eps=head_eps)
 
-    def norm(Y):
-        return apply_norm(Y, cfg.norm, cfg.eps, dyt_alpha=cfg.dyt_alpha)
-
-    return placement_update(X, cfg, sa, norm, layer=layer, mlp=(lambda Z: mlp(Z, lw)) if cfg.mlp else None)
+    return placement_update(X, cfg, sa, layer=layer, mlp=(lambda Z: mlp(Z, lw)) if cfg.mlp else None)
 
 
-def placement_update(X: torch.Tensor, cfg: BlockConfig, sa, norm, *, layer: int = 1, mlp=None):
+def placement_update(X: torch.Tensor, cfg: BlockConfig, sa, norm=None, *, layer: int = 1, mlp=None):
     """The update rule of ``cfg.placement`` (docs/dynamics.md, "Normalisations") around the
     given sublayers: the one home of the placement rules, for ``simulate`` and the fast path.
-    Returns ``(X_next, n_zero_rows)``.
-
-    Parameters
-    ----------
-    X : float ``(..., N, d)``, the layer's input.
-    sa : ``Z -> SA(Z)`` (it may test ``Z is X``); norm : ``Y -> (norm(Y), n_zero_rows)``.
-    layer : the 1-based index ``l`` (``mix``: post-LN while ``l <= mix_layers``; ``lns``: ``1/sqrt(l)``).
-    mlp : ``Z -> MLP(Z)`` or None.
-    """
+    Returns ``(X_next, n_zero_rows)`` of the layer's input ``X`` float ``(..., N, d)``. ``sa``: ``Z ->
+    SA(Z)`` (it may test ``Z is X``); ``norm``: ``Y -> (norm(Y), n_zero_rows)``, None: :func:`apply_norm`
+    of ``cfg``; ``layer``: the 1-based index ``l`` (``mix``: post-LN while ``l <= mix_layers``; ``lns``:
+    ``1/sqrt(l)``); ``mlp``: ``Z -> MLP(Z)`` or None."""
     a, p = cfg.alpha, cfg.placement
+    norm = norm or partial(apply_norm, cfg=cfg)
     if p == "none":
         return norm(sa(X))
     if p in ("ngpt", "peri"):  # each sublayer f (SA, then the MLP) in turn, z counting every norm's zero rows

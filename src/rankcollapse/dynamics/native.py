@@ -27,10 +27,6 @@ SOURCE = Path(__file__).with_name("_banded.c")
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-fPIC", "-shared")
 
 
-def _torch_lib() -> Path:
-    return Path(torch.__file__).parent / "lib"
-
-
 def _cpu_flags() -> bytes:
     """The CPU's feature flags (Linux), part of the key: ``-march=native`` code runs on its own CPU only."""
     try:
@@ -58,7 +54,7 @@ def build() -> Path:
     cc = os.environ.get("CC") or "cc"
     if shutil.which(cc) is None:
         raise RuntimeError(f"no C compiler ({cc!r} not found)")
-    lib = _torch_lib()
+    lib = Path(torch.__file__).parent / "lib"
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         part = Path(tmp) / target.name
@@ -87,12 +83,8 @@ def banded_kernel():
     return fn
 
 
-def main() -> None:
+if __name__ == "__main__":
     try:
         print(f"rankcollapse native kernel: {build()}")
     except (RuntimeError, OSError) as e:
         print(f"rankcollapse native kernel not built ({e}); the torch path is used", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

@@ -40,13 +40,9 @@ class AttentionOperator:
     @property
     def spec(self) -> str:
         """The canonical spec string (``parse_attention(op.spec) == op``)."""
-        if self.kind == "sink":
-            return f"sink:b={self.b:g}"
-        if self.kind == "sigmoid":
-            return "sigmoid" if self.bias is None else f"sigmoid:bias={self.bias:g}"
-        if self.kind == "diff":
-            return f"diff:lambda={self.lam:g}"
-        return self.kind
+        values = {"b": self.b, "bias": self.bias, "lambda": self.lam}
+        given = {k.name: f"{values[k.name]:g}" for k in _KEYS[self.kind] if values[k.name] is not None}
+        return str(Spec(self.kind, given))
 
 
 def parse_attention(spec: str | AttentionOperator) -> AttentionOperator:

@@ -54,8 +54,7 @@ def _gpt2(base, cfg) -> list[LayerWeights]:
         b_Q, b_K, b_V = b.split(attn.embed_dim)
         out.append(LayerWeights(W_Q.clone(), W_K.clone(), W_V.clone(), attn.c_proj.weight.detach().clone(),
                                 b_Q.clone(), b_K.clone(), b_V.clone(), attn.c_proj.bias.detach().clone(),
-                                n_heads=attn.num_heads, scale=float(attn.scaling),
-                                meta={"family": "gpt2", "layer": i}))
+                                n_heads=attn.num_heads, scale=float(attn.scaling), meta={"family": "gpt2", "layer": i}))
     return out
 
 

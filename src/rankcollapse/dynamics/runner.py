@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -29,9 +29,7 @@ from ..points import point_after
 from .attention import kept
 from .config import BlockConfig, RunConfig, resolve_variant, variant_name
 from .operators import parse_attention
-from .layers import Attention, apply_norm, block_forward, warn_zero_rows
-from .scheduled import ScheduledAttention
-from .flex import FlexBackend
+from .layers import Attention, FlexBackend, ScheduledAttention, apply_norm, block_forward, warn_zero_rows
 from .chunks import chunk_threads
 from .sparse import DEFAULT_BLOCK_SIZE, SCORE_BUDGET, BlockPlan
 from .weights import LayerWeights, MatrixSource, random_layers
@@ -178,9 +176,7 @@ def _as_tokens(X0, dtype, device) -> torch.Tensor:
         if arr.dtype.kind not in "biuf":  # strings, objects, complex: torch cannot hold them as tokens
             raise ConfigError(f"X0 must be a floating-point array, got numpy dtype {arr.dtype}")
         X0 = torch.as_tensor(arr)
-    X = X0
-    if X.ndim == 2:
-        X = X.unsqueeze(0)
+    X = X0.unsqueeze(0) if X0.ndim == 2 else X0
     if X.ndim != 3 or min(X.shape) < 1:
         raise ConfigError(f"X0 must have shape (N, d) or (B, N, d), got {tuple(X.shape)}")
     if not X.is_floating_point():
@@ -292,8 +288,7 @@ class ZeroStop:
         return {"after_layer": self.after_layer, "samples": list(self.samples)}
 
     def message(self, depth: int, float64: str = "dtype=torch.float64") -> str:
-        """One line: where, which samples, which layers are not measured (``float64``: how
-        the caller asks for float64)."""
+        """One line: where, which samples, which layers are not measured (``float64``: how to ask for it)."""
         rest = (f"layer {self.after_layer}" if self.after_layer == depth
                 else f"layers {self.after_layer}..{depth}")
         further = (f"; {float64} follows the decay further (it underflows below about 1e-308)"
@@ -304,9 +299,8 @@ class ZeroStop:
 
 def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callable, metric_mask,
                 record_states: bool, bar: Steps | None = None, steps_asked: bool = False):
-    """The layer loop: returns (metric rows, states or None, zero rows per layer, final
-    metrics or None, :class:`ZeroStop` or None). ``steps_asked``: keep X(t-1) for the step
-    metrics. A metric failing on X underflowed to zero ends the loop, keeping the rows so far."""
+    """The layer loop: ``(metric rows, states, zero rows per layer, final metrics, ZeroStop)`` (None
+    where absent); ``steps_asked``: keep X(t-1). A metric failing on X underflowed to zero ends it."""
     B = X.shape[0]
     peak = _peak(X)
     rows = [_measure_at(measure, X, metric_mask, 0, peak, layer=weights[0])]
@@ -337,7 +331,7 @@ def _run_layers(X, weights, cfg: BlockConfig, attend: Attention, measure: Callab
                 if bar is not None:
                     bar.advance()
             if cfg.final_norm and stop is None:
-                Xf, _ = apply_norm(X, cfg.norm, cfg.eps, dyt_alpha=cfg.dyt_alpha)
+                Xf, _ = apply_norm(X, cfg)
                 final = {k: v.detach().to("cpu", torch.float64).reshape(B)
                          for k, v in _measure_at(measure, Xf, metric_mask, len(weights),
                                                  layer=weights[-1]).items()}
@@ -360,28 +354,23 @@ def _check_weight_memory(cfg: BlockConfig, d: int, depth: int, shared: bool, max
     check_memory(need, f"{depth} layers of weights and records at d = {d}", max_memory)
 
 
-def _check_attention_memory(mask, B: int, H: int, N: int, itemsize: int, backend: str, max_memory,
-                            block_size: int | None = None) -> None:
-    """Refuse a run whose attention would not fit: dense, about three ``(B, H, N, N)`` score
-    arrays and the mask; blocked, three scores per edge but at most three chunks per worker
-    thread, and the CSR form."""
-    edges = mask.n_edges_hint if isinstance(mask, Mask) else None
+def check_attention_fits(mask, n_samples: int, n_tokens: int, itemsize: int, *, n_heads: int = 1,
+                         backend: str = "auto", max_memory=None, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+    """Refuse (``MemoryLimitError``) attention over ``n_tokens`` tokens of ``n_samples`` samples
+    that would not fit ``max_memory``, before any token is drawn: the check :func:`simulate` makes
+    (dense: three ``(B, H, N, N)`` score arrays and the mask; blocked: three scores per edge, at
+    most three chunks a worker thread, and the CSR form)."""
+    B, H, N = n_samples, n_heads, n_tokens
+    edges = _period(mask, n_tokens)[1].n_edges_hint
     if edges is None:
         edges = N * N  # unknown without building the mask: assume dense
     dense_bytes = B * H * N * N * itemsize
     dense = backend == "dense" or (backend == "auto" and not (edges / N**2 < 0.25 and dense_bytes > _DENSE_SCORE_BUDGET))
-    chunk = max(SCORE_BUDGET, B * H * min(N, block_size or DEFAULT_BLOCK_SIZE) * N * itemsize)
+    chunk = max(SCORE_BUDGET, B * H * min(N, block_size) * N * itemsize)
     blocked = min(3 * B * H * edges * itemsize, 3 * max(torch.get_num_threads(), 1) * chunk)
     need = 3 * dense_bytes + N * N if dense else blocked + 16 * edges
     check_memory(need, f"attention over N = {N} tokens ({'dense' if dense else 'blocked'} backend, "
                        f"{B} samples x {H} heads)", max_memory)
-
-
-def check_attention_fits(mask, n_samples: int, n_tokens: int, itemsize: int, *, n_heads: int = 1,
-                         backend: str = "auto", max_memory=None) -> None:
-    """Refuse (``MemoryLimitError``) attention over ``n_tokens`` tokens of ``n_samples`` samples
-    that would not fit ``max_memory``, before any token is drawn: the check :func:`simulate` makes."""
-    _check_attention_memory(_period(mask, n_tokens)[1], n_samples, n_heads, n_tokens, itemsize, backend, max_memory)
 
 
 def _period(mask, n_tokens: int) -> tuple[Any, Mask]:
@@ -392,10 +381,7 @@ def _period(mask, n_tokens: int) -> tuple[Any, Mask]:
 
 def _block_of_weights(cfg: BlockConfig, weights: Sequence[LayerWeights], *, value: Any, query_key: Any,
                       shared: bool) -> BlockConfig:
-    """``cfg`` with the heads and ``W_O`` of the given ``weights``; refuses ``value``,
-    ``query_key``, ``shared`` and a head count the weights make meaningless (``ConfigError``)."""
-    from dataclasses import replace
-
+    """``cfg`` with the heads and ``W_O`` of ``weights``; refuses settings they make meaningless."""
     given = [name for name, v in (("value", value), ("query_key", query_key))
              if not (isinstance(v, str) and v == "gaussian")] + (["shared"] if shared else [])
     if given:
@@ -443,7 +429,7 @@ def simulate(X0, mask, *, run: RunConfig, block: str | BlockConfig = "pure", d_q
         (NaN in row 0) or ``WEIGHT_METRICS``, or a mapping ``name -> f(X (B, N, d)) -> (B,)``.
 
     ``run.backend``: ``"dense"``, ``"blocked"`` (windowed kernel, :mod:`.sparse`),
-    ``"flex"`` (FlexAttention, :mod:`.flex`; no ``record_epsilon``) or ``"auto"`` (blocked
+    ``"flex"`` (:class:`.layers.FlexBackend`; no ``record_epsilon``) or ``"auto"`` (blocked
     when the mask's density < 1/4 and the dense scores exceed 64 MiB). ``run.max_memory``
     is checked for the tokens, the drawn weights and the attention before each is allocated.
 
@@ -543,13 +529,13 @@ def _network(X0, block: str | BlockConfig, run: RunConfig, weights: Sequence[Lay
 
 def _attention(mask, X: torch.Tensor, cfg: BlockConfig, weights: Sequence[LayerWeights], run: RunConfig,
                d_qk: float, scratch: dict):
-    """``(Mask of one period, recorded mask spec, backend, attention)``, after refusing what
-    the backend cannot do and attention that would not fit in ``run.max_memory``."""
+    """``(Mask of one period, recorded mask spec, backend, attention)``; refuses what the backend cannot do."""
     B, N, _ = X.shape
     H = max(lw.n_heads for lw in weights)
     sched, m = _period(mask, N)
     backend, block_size = run.backend, run.block_size
-    _check_attention_memory(m, B, H, N, X.element_size(), backend, run.max_memory, block_size)
+    check_attention_fits(m, B, N, X.element_size(), n_heads=H, backend=backend, max_memory=run.max_memory,
+                         block_size=block_size)
     op = parse_attention(cfg.attention)
     if backend == "auto":
         dense_bytes = B * H * N * N * X.element_size()

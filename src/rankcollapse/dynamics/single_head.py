@@ -7,6 +7,7 @@ order is fixed so that its callers' results are reproducible bit for bit.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from .attention import attention_weights, masked_softmax
 from .config import BlockConfig
 from .layer_weights import LayerWeights
-from .layers import apply_norm, placement_update, qk_norm_scale, sphere
+from .layers import apply_norm, placement_update, qk_norm_scale
 from .operators import operator_weights, parse_attention
 from .sparse import BlockPlan, blocked_attention, merge_row_statistics
 from ..errors import ConfigError
@@ -34,20 +35,14 @@ def _check_fast(cfg: BlockConfig, weights: LayerWeights) -> None:
 
 def single_head_layer(X: torch.Tensor, mask: torch.Tensor, weights: LayerWeights, cfg: BlockConfig, *,
                       d_qk: float = 1.0, zero_rows: str = "keep", direct_sphere: bool = False, layer: int = 1):
-    """One layer ``X(t) -> X(t+1)``; returns ``(X_next, A, n_zero_rows)``, ``A`` ``(N, N)`` or
-    ``(B, N, N)``.
-
-    Parameters
-    ----------
-    X : float ``(N, d)`` or ``(B, N, d)``; mask : bool ``(N, N)``, no empty row.
-    weights : ``W_Q, W_K`` ``(d, d_k)`` or per sample ``(B, d, d_k)``, ``W_V`` ``(d, d)`` or
-        ``(B, d, d)``, and ``scale``; nothing else.
-    cfg : one head, no MLP, no ``W_O``, not uniform; any operator, norm, placement, ``qk_norm``
-        (whose ``g`` replaces ``d_qk`` and ``scale``).
-    d_qk : scores ``q k^T / sqrt(d_qk)``, or ``q k^T * weights.scale`` when set (the same up to
-        one rounding: each caller keeps the form its recorded results used).
-    zero_rows, direct_sphere : the ``sphere`` norm's options (:func:`.layers.sphere`).
-    layer : the 1-based index (``mix``, ``lns``).
+    """One layer ``X(t) -> X(t+1)`` of ``X`` float ``(N, d)`` or ``(B, N, d)`` through ``mask`` bool
+    ``(N, N)`` (no empty row); returns ``(X_next, A, n_zero_rows)``, ``A`` ``(N, N)`` or ``(B, N, N)``.
+    ``weights``: ``W_Q, W_K`` ``(d, d_k)`` or per sample ``(B, d, d_k)``, ``W_V`` ``(d, d)`` or ``(B, d,
+    d)``, and ``scale``; nothing else. ``cfg``: one head, no MLP, no ``W_O``, not uniform; any operator,
+    norm, placement, ``qk_norm`` (whose ``g`` replaces ``d_qk`` and ``scale``). ``d_qk``: scores ``q k^T
+    / sqrt(d_qk)``, or ``q k^T * weights.scale`` when set (the same up to one rounding: each caller keeps
+    the form its recorded results used). ``zero_rows``, ``direct_sphere``: the ``sphere`` norm's options
+    (:func:`.layers.sphere`); ``layer``: the 1-based index (``mix``, ``lns``).
 
     Raises ``ConfigError``: a ``cfg`` or weights the fast path does not run, an odd key width
     under differential attention, a zero row with ``zero_rows="raise"``; ``MaskError`` for a
@@ -56,7 +51,7 @@ def single_head_layer(X: torch.Tensor, mask: torch.Tensor, weights: LayerWeights
     _check_fast(cfg, weights)
     W_Q, W_K, W_V, scale = weights.W_Q, weights.W_K, weights.W_V, weights.scale
     g = qk_norm_scale(cfg, X.shape[-2])
-    norm = lambda Y: _norm(Y, cfg, zero_rows, direct_sphere)  # noqa: E731
+    norm = partial(apply_norm, cfg=cfg, zero_rows=zero_rows, direct=direct_sphere)
     weights = []  # the layer's attention matrix
 
     def sa(Z):
@@ -102,7 +97,7 @@ def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, weights: LayerWe
     if cfg.attention != "softmax" or cfg.qk_norm:
         raise ConfigError(f"attention {cfg.attention!r} (qk_norm={cfg.qk_norm}) runs on the dense path only "
                           "(the windowed kernel computes softmax of the plain scores)")
-    norm = lambda Y: _norm(Y, cfg, zero_rows, False)  # noqa: E731
+    norm = partial(apply_norm, cfg=cfg, zero_rows=zero_rows)
     stats: dict = {}
 
     def sa(Z):
@@ -119,9 +114,3 @@ def single_head_layer_blocked(X: torch.Tensor, plan: BlockPlan, weights: LayerWe
 def _head_norm(O: torch.Tensor, cfg: BlockConfig) -> torch.Tensor:
     """The head's output ``O`` ``(..., N, d)``, its rows divided by their RMS with ``headwise_rmsnorm``."""
     return F.rms_norm(O, (O.shape[-1],), eps=cfg.eps) if cfg.headwise_rmsnorm else O
-
-
-def _norm(Y: torch.Tensor, cfg: BlockConfig, zero_rows: str, direct: bool):
-    if cfg.norm == "sphere":
-        return sphere(Y, zero_rows=zero_rows, direct=direct)
-    return apply_norm(Y, cfg.norm, cfg.eps, dyt_alpha=cfg.dyt_alpha)

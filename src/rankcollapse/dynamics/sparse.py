@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import threading
 
 import numpy as np
@@ -30,17 +31,11 @@ CACHE_BUDGET = 2**19  # bytes of scores per chunk of one (B H) slice of a banded
 class BlockPlan:
     """Windows of a CSR mask, built once (vectorised, O(N + E)) and reused by every layer.
 
-    Parameters
-    ----------
-    csr : ``scipy.sparse`` ``(N, N)``, nonzero = token i attends to j; or
-    intervals : ``(lo, hi)`` int arrays ``(N,)``: row i attends keys ``lo[i] .. hi[i]``
-        (inclusive), built in O(N) without the CSR form.
-    block_size : query rows per block; device : where the indices and local masks live.
-
-    Attributes
-    ----------
-    kind : ``"intervals"`` or ``"gathered"``; max_keys : ``K_w``, keys every block reads;
-    full_rows : int64 ``(G,)``, rows attending to all N tokens (dense slab).
+    ``csr``: ``scipy.sparse`` ``(N, N)``, nonzero = token i attends to j; or ``intervals``: ``(lo, hi)``
+    int arrays ``(N,)``, row i attends keys ``lo[i] .. hi[i]`` (inclusive), built in O(N) without the CSR
+    form. ``block_size``: query rows per block; ``device``: where the indices and local masks live.
+    Attributes: ``kind`` (``"intervals"`` or ``"gathered"``), ``max_keys`` (``K_w``, keys every block
+    reads), ``full_rows`` (int64 ``(G,)``, rows attending to all N tokens: a dense slab).
 
     Raises ``MaskError``: a non-square mask, a row with no allowed key, intervals outside
     ``0..N-1``, ``block_size < 1``.
@@ -227,11 +222,10 @@ class BlockPlan:
                 cache[key] = torch.empty(shape, dtype=dtype, device=device)
         return cache[key]
 
+    @functools.cached_property
     def bounds32(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Contiguous int32 ``(nb, Bq)`` local bounds of every row (intervals layouts; built once)."""
-        if "_bounds32" not in self.__dict__:
-            self._bounds32 = tuple(r.to(torch.int32).contiguous() for r in (self.rel_lo, self.rel_hi))
-        return self._bounds32
+        """Contiguous int32 ``(nb, Bq)`` local bounds of every row (intervals layouts)."""
+        return tuple(r.to(torch.int32).contiguous() for r in (self.rel_lo, self.rel_hi))
 
     def not_counted(self, b0: int, b1: int) -> torch.Tensor:
         """Bool ``(b1 - b0, Bq, K_w)``: entries left out of ε (masked keys, proxy rows)."""
@@ -299,8 +293,7 @@ def _window_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, overfl
 
 
 def _banded_scores(q, k, plan: BlockPlan, b0: int, b1: int, scale: float, out=None):
-    """:func:`_window_scores` of one ``(B H)`` slice of a banded layout, ``s = bias + scale q k^T``
-    in one matmul (exactly the unfused scores), into ``out`` when given."""
+    """:func:`_window_scores` of one ``(B H)`` slice of a banded layout in one matmul, into ``out`` if given."""
     pattern, exc_bias = plan.biases(q.dtype)
     if plan.exception_range[0] <= b0 and b1 - 1 <= plan.exception_range[1]:
         j0, j1 = bisect.bisect_left(plan.exception_list, b0), bisect.bisect_left(plan.exception_list, b1)
@@ -370,7 +363,7 @@ def blocked_attention(Q, K, V, plan: BlockPlan, *, scale: float, need_epsilon: b
         if Qb.stride(0) != bq * rows[0] or Qb.stride(-1) != 1 or Kp.stride(1) != 1 or Vp.stride(1) != 1:
             native = None
     if native is not None:  # its working set is one block: NATIVE_CHUNKS chunks, not cache-sized ones
-        lo, hi = plan.bounds32()
+        lo, hi = plan.bounds32
         wide = -(-nb // NATIVE_CHUNKS)
         bounds = [(b, min(b + wide, nb)) for b in range(0, nb, wide)]
 

@@ -194,15 +194,11 @@ def layer_matrix(source: MatrixSource, role: str, layer: int, depth: int, shape:
 def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian", query_key: MatrixSource = "gaussian",
                   n_heads: int = 1, out_proj: bool = False, mlp_ratio: int | None = None,
                   shared: bool = False, seed: int = 0) -> list[LayerWeights]:
-    """Per-layer weights ``W_Q, W_K`` from ``query_key``, ``W_V`` (and ``W_O``) from ``value``.
-
-    Parameters
-    ----------
-    d_model : width ``d``, divisible by ``n_heads`` (heads side by side in ``(d, d)`` matrices).
-    value, query_key : family spec, one ``(d, d)`` matrix, or a list of ``depth`` matrices.
-    out_proj : also draw ``W_O (d, d)`` from ``value``.
-    mlp_ratio : if given, MLP weights ``W_1 (d, m d)``, ``W_2 (m d, d)`` from ``gaussian``.
-    shared : one set of weights reused by every layer (ALBERT-style).
+    """Per-layer weights ``W_Q, W_K`` from ``query_key``, ``W_V`` (and with ``out_proj``, ``W_O (d, d)``)
+    from ``value``, each a family spec, one ``(d, d)`` matrix or a list of ``depth`` matrices; width
+    ``d_model`` divisible by ``n_heads`` (heads side by side in ``(d, d)`` matrices); with ``mlp_ratio``,
+    MLP weights ``W_1 (d, m d)``, ``W_2 (m d, d)`` from ``gaussian``; ``shared``: one set of weights
+    reused by every layer (ALBERT-style).
 
     Returns ``depth`` float64 CPU :class:`LayerWeights`; raises ``ConfigError``: ``n_heads``
     not dividing ``d_model``, a bad family or matrix.
@@ -213,26 +209,19 @@ def random_layers(d_model: int, depth: int, *, value: MatrixSource = "gaussian",
     n_draw = 1 if shared else depth
 
     def one(t: int) -> LayerWeights:
-        lw = LayerWeights(
-            W_Q=layer_matrix(query_key, "W_Q", t, depth, (d, d), seed),
-            W_K=layer_matrix(query_key, "W_K", t, depth, (d, d), seed),
-            W_V=layer_matrix(value, "W_V", t, depth, (d, d), seed),
-            W_O=layer_matrix(value, "W_O", t, depth, (d, d), seed) if out_proj else None,
-            n_heads=n_heads,
-        )
+        lw = LayerWeights(W_Q=layer_matrix(query_key, "W_Q", t, depth, (d, d), seed),
+                          W_K=layer_matrix(query_key, "W_K", t, depth, (d, d), seed),
+                          W_V=layer_matrix(value, "W_V", t, depth, (d, d), seed),
+                          W_O=layer_matrix(value, "W_O", t, depth, (d, d), seed) if out_proj else None, n_heads=n_heads)
         if mlp_ratio:
             lw.W_1 = layer_matrix("gaussian", "W_1", t, depth, (d, mlp_ratio * d), seed)
             lw.W_2 = layer_matrix("gaussian", "W_2", t, depth, (mlp_ratio * d, d), seed)
         return lw
 
-    layers = _map_layers(one, n_draw)
-    return layers * depth if shared else layers
-
-
-def _map_layers(fn, n: int) -> list:
-    """``[fn(0), ..., fn(n - 1)]`` on up to ``torch.get_num_threads()`` threads (each matrix has its own generator)."""
-    threads = min(torch.get_num_threads(), n)
+    threads = min(torch.get_num_threads(), n_draw)  # layers on threads: each matrix has its own generator
     if threads < 2:
-        return [fn(t) for t in range(n)]
-    with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="rankcollapse-draw") as pool:
-        return list(pool.map(fn, range(n)))
+        layers = [one(t) for t in range(n_draw)]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="rankcollapse-draw") as pool:
+            layers = list(pool.map(one, range(n_draw)))
+    return layers * depth if shared else layers
