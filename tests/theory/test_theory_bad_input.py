@@ -10,6 +10,7 @@ import torch
 from rankcollapse.errors import ConfigError, ConvergenceError, MemoryLimitError
 from rankcollapse.theory.basin import basin_estimate
 from rankcollapse.theory.bound import check_collapse_bound
+from rankcollapse.theory.clusters import circle_clusters
 from rankcollapse.theory.equilibria import equilibria
 from rankcollapse.theory.sphere import check_sphere_collapse
 from rankcollapse.theory.equilibria import find_equilibria
@@ -169,3 +170,15 @@ def test_envelope_depth_and_plateaus_refuse_non_numbers():
         with pytest.raises(ConfigError):
             call()
     assert plateaus([2, 2, 1]) == [(2, 0, 2), (1, 2, 1)]
+
+
+@pytest.mark.parametrize("run", [
+    lambda seed: basin_estimate(n_samples=2, depth=2, seed=seed),
+    lambda seed: trajectories_3d(n_starts=1, depth=2, seed=seed),
+    lambda seed: check_sphere_collapse("causal", n_tokens=4, depth=2, n_samples=1, seed=seed),
+    lambda seed: find_equilibria(ROTATION_V, n_starts=1, seed=seed),
+    lambda seed: circle_clusters(2.0, n_tokens=4, n_samples=1, depth=2, min_plateau=1, seed=seed),
+], ids=["basin", "trajectories_3d", "sphere", "find", "clusters"])
+def test_a_negative_seed_is_refused_as_everywhere(run):
+    with pytest.raises(ConfigError, match="seed must be an integer >= 0, got -1"):
+        run(-1)

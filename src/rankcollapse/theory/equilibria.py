@@ -293,7 +293,7 @@ def find_equilibria(system: AttentionSystem, settings: FinderSettings | None = N
             or not 0 <= s.newton_only_fraction <= 1):
         raise ConfigError(f"bad finder settings: {s}")
     system = as_system(system)
-    g = torch.Generator().manual_seed(s.seed)
+    g = torch.Generator().manual_seed(check_int(s.seed, "seed", low=0))
     X = (sphere_tokens(s.n_starts, system.n_tokens, system.dim, generator=g) if s.n_starts
          else torch.empty(0, system.n_tokens, system.dim, dtype=torch.float64))
     # Damped iteration only reaches stable equilibria: part of the starts go to Newton directly.
