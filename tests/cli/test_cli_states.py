@@ -69,7 +69,7 @@ def test_saved_attention_rows_give_the_probe_attention_entropy(model_dir, tmp_pa
 
 
 @pytest.mark.parametrize("argv, why", [
-    (["metrics"], "give FILE (a .npy token array) or --states DIR"),
+    (["metrics"], "give FILE (a .npy or .pt token array) or --states DIR"),
     (["metrics", "x.npy", "--states", "states"], "give FILE or --states, not both"),
     (["metrics", "--states", "states", "--padding-mask", "m.npy"], "--padding-mask cannot be applied"),
     (["metrics", "--states", "states", "--dtype", "float32"], "--dtype cannot be applied"),

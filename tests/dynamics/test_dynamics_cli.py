@@ -115,6 +115,8 @@ def test_attention_operator_option_reports_row_mass_deficit():
 @pytest.mark.parametrize("args, msg", [
     (["--attention", "sink:c=1"], "takes parameters"),
     (["--attention", "offbyone", "--uniform"], "contradict"),
+    (["--uniform", "--d-qk", "4"], "--d-qk is ignored by uniform attention"),
+    (["--attention", "uniform", "--query-key", "identity"], "--query-key is ignored by uniform attention"),
     (["--attention", "offbyone", "--backend", "blocked"], "--backend 'blocked' cannot run attention"),
     (["--input", "gaussian:std=1,std=2"], "input 'gaussian:std=1,std=2': key 'std' given twice"),
 ])

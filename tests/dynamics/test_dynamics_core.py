@@ -183,6 +183,11 @@ def test_uniform_attention_averages_over_mask():
     expected = (M.double() / M.sum(1, keepdim=True)) @ X[0]
     torch.testing.assert_close(res.states[1][0], expected)
 
+    for kw in ({"d_qk": 4.0}, {"query_key": "identity"}):  # no queries or keys: refused, not ignored
+        with pytest.raises(ConfigError, match="ignored by uniform attention") as err:
+            simulate(X, mask=M, block=cfg, run=RunConfig(depth=1), **kw)
+        assert err.value.argument == next(iter(kw))
+
 
 def test_pre_ln_mlp_and_final_norm():
     N, d = 4, 6

@@ -27,7 +27,7 @@ MAX_LINE = 600
 FLAGS: dict[str, str] = {
     "n_tokens": "--n-tokens", "backend": "--backend", "qk_norm_scale": "--qk-norm-scale",
     "max_memory": "--max-memory", "text": "--text-file", "executor": "--executor", "workers": "--workers",
-    "address": "--address", "overrides['masks']": "--mask",
+    "address": "--address", "overrides['masks']": "--mask", "query_key": "--query-key",
     "overrides['depth']": "--depth", "overrides['n_samples']": "--n-samples", "overrides['extra_models']": "--model",
     "ablate_heads": "--ablate-heads", "head": "--patch-head", "shard": "--shard", "wait": "--wait",
     "allow_nonempty": "--allow-nonempty", "metrics": "--metrics", "d_qk": "--d-qk", "out": "--out",

@@ -469,6 +469,10 @@ def simulate(X0, mask, *, run: RunConfig, block: str | BlockConfig = "pure", d_q
     if not isinstance(shared, bool):  # a truthy "no" would share
         raise ConfigError(f"must be True or False, got {shared!r}", argument="shared")
     X, cfg, layers = _network(X0, block, run, weights, value=value, query_key=query_key, shared=shared)
+    if cfg.attention == "uniform":  # W_Q = W_K = 0: a temperature or a W_Q/W_K family changes nothing
+        for name, v, default in (("d_qk", d_qk, 1.0), ("query_key", query_key, "gaussian")):
+            if not (isinstance(v, type(default)) and v == default):
+                raise ConfigError("is ignored by uniform attention (W_Q = W_K = 0): drop it", argument=name)
     scratch: dict = {}  # working arrays of the attention and the metrics, kept across layers
     names, measure, uses_mask = _metric_fn(metrics, scratch)
     m, spec, backend, attend = _attention(mask, X, cfg, layers, run, d_qk, scratch)
