@@ -110,3 +110,10 @@ def test_dry_run_refuses_options_it_cannot_apply(flag, tmp_path):
     res = run_cli("reproduce", "power", "--scale", "smoke", "--dry-run", flag, "--out", "o", cwd=tmp_path)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and flag.split("-")[-1] in res.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_dry_run_refuses_an_out_that_is_a_file(tmp_path):
+    (tmp_path / "o").write_text("mine")  # the run would refuse it: so does its estimate
+    res = run_cli("reproduce", "power", "--scale", "smoke", "--dry-run", "--out", "o", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == ["rankcollapse: error: --out 'o' is an existing file, not a folder"]
+    assert (tmp_path / "o").read_text() == "mine"

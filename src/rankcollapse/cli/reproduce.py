@@ -110,6 +110,10 @@ def reproduce_command(
         check_writable(cache_dir, folder=True, option="--cache-dir")
     overrides = {"masks": masks or None, "depth": depth, "n_samples": n_samples, "extra_models": models or None}
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    # named by its flags here, before the experiments load; a dry run refuses an --out no run could use
+    # (a file, a link), and leaves a non-empty folder to the run (--allow-nonempty is not its option)
+    if out is not None and shard is None:
+        check_out(out, OUTPUT_NAMES, allow_nonempty=allow_nonempty or dry_run, flags=True)
     if dry_run:  # it runs nothing (the estimate refuses --wait and --allow-nonempty)
         if "--progress" in given_flags():
             raise ConfigError("--progress/--no-progress does not apply to --dry-run, which runs nothing")
@@ -117,8 +121,6 @@ def reproduce_command(
                            nearby=nearby, execution=execution, storage=storage)
         print_estimate(est, as_json)
         return
-    if out is not None and shard is None:  # named by its flags here, before the experiments load
-        check_out(out, OUTPUT_NAMES, allow_nonempty=allow_nonempty, flags=True)
     result = run_experiment(name, scale, out, seed, text=text, n_tokens=n_tokens, overrides=overrides,
                             nearby=nearby, execution=execution, storage=storage)
     if shard is not None:
