@@ -45,17 +45,14 @@ MEASURE_BYTES = 2**20
 
 
 def _state_measure():
-    """``measure(X) -> {name: (B,)}`` of :data:`LAYER_METRICS` on ``X`` ``(B, N, d)``, as
-    ``simulate``'s layer loop (:func:`rankcollapse.dynamics.runner._metric_fn`)."""
+    """``measure(X) -> {name: (B,)}`` of :data:`LAYER_METRICS` on ``X`` ``(B, N, d)`` as ``simulate``'s."""
     _, measure, _ = _metric_fn(LAYER_METRICS)
     return lambda X: measure(X, None, _peak(X))
 
 
 def _measure(metrics, Xs: list[torch.Tensor], As: list, allowed: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """Per-layer measures ``(T, B)`` of ``T`` layers: :data:`LAYER_METRICS` of their outputs
-    ``Xs`` and, from their attention ``As`` (dense ``(B, N, N)`` under ``allowed``, or with
-    ``allowed`` None the windowed kernel's row statistics), ``entropy``, ``epsilon`` (the
-    smallest allowed weight) and ``row_mass_deficit``."""
+    """``(T, B)`` :data:`LAYER_METRICS` of outputs ``Xs``; ``entropy``, ``epsilon``, ``row_mass_deficit`` of
+    attention ``As`` (dense under ``allowed``; with ``allowed`` None the windowed kernel's row statistics)."""
     T = len(Xs)
     out = {k: v.reshape(T, -1) for k, v in metrics(torch.stack(Xs).flatten(0, 1)).items()}
     if allowed is None:
@@ -76,9 +73,7 @@ def cell_name(cell: dict[str, Any]) -> str:
 
 
 class _Located:
-    """The per-layer measures of a batch of cells with errors said per cell: a
-    :class:`MetricError` names the first cell, layer and sample that fails, and zero tokens
-    are counted per element and warned once per cell (:meth:`warn`)."""
+    """Per-layer measures of a batch of cells; a failing cell, layer and sample named; zero tokens per cell."""
 
     def __init__(self, cells: list[dict[str, Any]], seeds: range, n_samples: int) -> None:
         self.cells, self.seeds, self.n_samples = cells, seeds, n_samples

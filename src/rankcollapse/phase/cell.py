@@ -37,8 +37,7 @@ _VALUE_PARAMS = {
 
 @lru_cache(maxsize=32)
 def _draw(seed: int, role: str, family: str, params: tuple, n: int, rows: int, cols: int) -> torch.Tensor:
-    """``(n, rows, cols)`` float64 matrices of ``family`` for layers ``0 .. n-1`` from the stream
-    ``(seed, 0, role)`` (common random numbers across cells); cached, read-only."""
+    """Read-only float64 ``(n, rows, cols)`` of ``family`` from the stream ``(seed, 0, role)``."""
     return draw(family, rows, cols, generator(seed, 0, role), n=n, role=role, **dict(params))
 
 
