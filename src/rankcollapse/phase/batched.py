@@ -80,10 +80,6 @@ class _Located:
         self.per = len(seeds) * n_samples  # trajectories per cell
         self.zero = torch.zeros(len(cells) * len(seeds) * n_samples, dtype=torch.int64)
 
-    def where(self, b: int) -> str:
-        return (f"{cell_name(self.cells[b // self.per])} (seed {self.seeds[b % self.per // self.n_samples]}, "
-                f"sample {b % self.n_samples})")
-
     def __call__(self, measure: Callable[[], dict], Xs: list[torch.Tensor], first: int) -> dict:
         """``measure()`` of the states ``Xs`` ``(B, N, d)`` of layers ``first, first + 1, ...``."""
         with warnings.catch_warnings(record=True) as caught:
@@ -106,7 +102,9 @@ class _Located:
                 try:
                     compute_metrics(Xs[k][b], LAYER_METRICS)
                 except MetricError as exc:
-                    return MetricError(f"{self.where(b)}, layer {first + k}: {exc}")
+                    return MetricError(f"{cell_name(self.cells[b // self.per])} (seed "
+                                       f"{self.seeds[b % self.per // self.n_samples]}, sample {b % self.n_samples}), "
+                                       f"layer {first + k}: {exc}")
         return None
 
     def warn(self) -> None:
