@@ -18,7 +18,8 @@ import torch
 from ..dynamics.layers import warn_zero_rows
 from ..dynamics.chunks import chunk_threads
 from ..dynamics.layer_weights import LayerWeights
-from ..dynamics.runner import _metric_fn, _peak
+from ..dynamics.runner import _metric_fn, _peak, _plan
+from ..dynamics.sparse import DEFAULT_BLOCK_SIZE
 from ..dynamics.single_head import single_head_layer, single_head_layer_blocked
 from ..masks import parse_mask
 from ..masks.graph import analyze
@@ -138,9 +139,6 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     info = analyze(mask)
     blocked = attention_backend(N, backend) == "blocked"
     if blocked:
-        from ..dynamics.runner import _plan
-        from ..dynamics.sparse import DEFAULT_BLOCK_SIZE
-
         plan = _plan(mask, DEFAULT_BLOCK_SIZE, torch.device("cpu"))
         uniform = float("nan")  # sink_mass: dense cells only
     else:
