@@ -103,9 +103,9 @@ class _Located:
                 try:
                     compute_metrics(Xs[k][b], LAYER_METRICS)
                 except MetricError as exc:
-                    return MetricError(f"{cell_name(self.cells[b // self.per])} (seed "
-                                       f"{self.seeds[b % self.per // self.n_samples]}, sample {b % self.n_samples}), "
-                                       f"layer {first + k}: {exc}")
+                    seed = self.seeds[b % self.per // self.n_samples]
+                    return MetricError(f"{cell_name(self.cells[b // self.per])} (seed {seed}, sample "
+                                       f"{b % self.n_samples}), layer {first + k}: {exc}")
         return None
 
     def warn(self) -> None:
@@ -194,8 +194,7 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     after = torch.arange(depth + 1)[:, None] >= diverged_at  # (depth + 1, B): the state is X(0) of an overflow
     metrics = {"mu_relative": torch.where(after, torch.ones((), dtype=X.dtype), per_layer["mu_relative"]),
                "avg_cos": per_layer["avg_cos"]}
-    entropy = per_layer["entropy"].numpy()
-    trs = trajectory_measures(metrics, states, entropy)
+    trs = trajectory_measures(metrics, states, per_layer["entropy"].numpy())
     for b in np.nonzero(diverged.numpy())[0]:
         trs[b] = {"diverged": True}
     per = seeds * n_samples

@@ -212,9 +212,8 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
             cell["placement"] = "none"  # norm(0 X + SA(X)) is norm(SA(X)): one block, one name
         if cell["beta"] is not None:  # one temperature: a cell that sets beta has qk_scale None
             if cell["qk_scale"] != DEFAULTS["qk_scale"]:
-                raise ConfigError(f"phase cell qk_scale={cell['qk_scale']} and beta={cell['beta']}: give one "
-                                  "temperature, qk_scale (Gaussian W_Q, W_K of that scale) or beta "
-                                  "(scores β <x_i, x_j>)")
+                raise ConfigError(f"phase cell qk_scale={cell['qk_scale']} and beta={cell['beta']}: give one temperature, "
+                                  "qk_scale (Gaussian W_Q, W_K of that scale) or beta (scores β <x_i, x_j>)")
             cell["qk_scale"] = None
         cells.append(cell)
     check_cells(cells)
