@@ -87,26 +87,21 @@ class _Located:
             warnings.simplefilter("always")
             try:
                 out = measure()
-            except MetricError as exc:
-                raise self._first_failure(Xs, first) or exc from None
+            except MetricError as exc:  # name the first cell, layer and sample that fails
+                for k, b in itertools.product(range(len(Xs)), range(len(self.zero))):
+                    try:
+                        compute_metrics(Xs[k][b], LAYER_METRICS)
+                    except MetricError as one:
+                        seed = self.seeds[b % self.per // self.n_samples]
+                        raise MetricError(f"{cell_name(self.cells[b // self.per])} (seed {seed}, sample "
+                                          f"{b % self.n_samples}), layer {first + k}: {one}") from None
+                raise exc from None
         for w in caught:
             if issubclass(w.category, ZeroRowWarning):  # once per call: counted here per element
                 self.zero += (torch.stack(Xs) == 0).all(-1).sum(dim=(0, 2))
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         return out
-
-    def _first_failure(self, Xs: list[torch.Tensor], first: int) -> MetricError | None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ZeroRowWarning)
-            for k, b in itertools.product(range(len(Xs)), range(len(self.zero))):
-                try:
-                    compute_metrics(Xs[k][b], LAYER_METRICS)
-                except MetricError as exc:
-                    seed = self.seeds[b % self.per // self.n_samples]
-                    return MetricError(f"{cell_name(self.cells[b // self.per])} (seed {seed}, sample "
-                                       f"{b % self.n_samples}), layer {first + k}: {exc}")
-        return None
 
     def warn(self) -> None:
         for i, cell in enumerate(self.cells):
