@@ -12,6 +12,7 @@ from .._validate import KINDS, check_float, check_int
 from ..errors import ConfigError, MaskError, MemoryLimitError
 
 from ..dynamics.config import NORMS as NORM_NAMES, PLACEMENTS, BlockConfig, default_alpha
+from ..dynamics.operators import parse_attention
 from ..dynamics.temperature_laws import LLAMA4_FLOOR_SCALE, is_law, parse_law
 
 VALUE_FAMILIES = ("gaussian", "orthogonal", "near_identity", "constructed", "pretrained")
@@ -106,8 +107,6 @@ def _mask(spec: str) -> str:
 
 
 def _attention(text: str) -> str:
-    from ..dynamics.operators import parse_attention
-
     return parse_attention(text).spec
 
 
