@@ -18,7 +18,8 @@ import torch
 from ..dynamics.layers import warn_zero_rows
 from ..dynamics.chunks import chunk_threads
 from ..dynamics.layer_weights import LayerWeights
-from ..dynamics.runner import _metric_fn, _peak
+from ..dynamics.runner import _metric_fn, _peak, _plan
+from ..dynamics.sparse import DEFAULT_BLOCK_SIZE
 from ..dynamics.single_head import single_head_layer, single_head_layer_blocked
 from ..masks import parse_mask
 from ..masks.graph import analyze
@@ -45,17 +46,14 @@ MEASURE_BYTES = 2**20
 
 
 def _state_measure():
-    """``measure(X) -> {name: (B,)}`` of :data:`LAYER_METRICS` on ``X`` ``(B, N, d)``, as
-    ``simulate``'s layer loop (:func:`rankcollapse.dynamics.runner._metric_fn`)."""
+    """``measure(X) -> {name: (B,)}`` of :data:`LAYER_METRICS` on ``X`` ``(B, N, d)`` as ``simulate``'s."""
     _, measure, _ = _metric_fn(LAYER_METRICS)
     return lambda X: measure(X, None, _peak(X))
 
 
 def _measure(metrics, Xs: list[torch.Tensor], As: list, allowed: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """Per-layer measures ``(T, B)`` of ``T`` layers: :data:`LAYER_METRICS` of their outputs
-    ``Xs`` and, from their attention ``As`` (dense ``(B, N, N)`` under ``allowed``, or with
-    ``allowed`` None the windowed kernel's row statistics), ``entropy``, ``epsilon`` (the
-    smallest allowed weight) and ``row_mass_deficit``."""
+    """``(T, B)`` :data:`LAYER_METRICS` of outputs ``Xs``; ``entropy``, ``epsilon``, ``row_mass_deficit`` of
+    attention ``As`` (dense under ``allowed``; with ``allowed`` None the windowed kernel's row statistics)."""
     T = len(Xs)
     out = {k: v.reshape(T, -1) for k, v in metrics(torch.stack(Xs).flatten(0, 1)).items()}
     if allowed is None:
@@ -76,18 +74,12 @@ def cell_name(cell: dict[str, Any]) -> str:
 
 
 class _Located:
-    """The per-layer measures of a batch of cells with errors said per cell: a
-    :class:`MetricError` names the first cell, layer and sample that fails, and zero tokens
-    are counted per element and warned once per cell (:meth:`warn`)."""
+    """Per-layer measures of a batch of cells; a failing cell, layer and sample named; zero tokens per cell."""
 
     def __init__(self, cells: list[dict[str, Any]], seeds: range, n_samples: int) -> None:
         self.cells, self.seeds, self.n_samples = cells, seeds, n_samples
         self.per = len(seeds) * n_samples  # trajectories per cell
         self.zero = torch.zeros(len(cells) * len(seeds) * n_samples, dtype=torch.int64)
-
-    def where(self, b: int) -> str:
-        return (f"{cell_name(self.cells[b // self.per])} (seed {self.seeds[b % self.per // self.n_samples]}, "
-                f"sample {b % self.n_samples})")
 
     def __call__(self, measure: Callable[[], dict], Xs: list[torch.Tensor], first: int) -> dict:
         """``measure()`` of the states ``Xs`` ``(B, N, d)`` of layers ``first, first + 1, ...``."""
@@ -95,24 +87,21 @@ class _Located:
             warnings.simplefilter("always")
             try:
                 out = measure()
-            except MetricError as exc:
-                raise self._first_failure(Xs, first) or exc from None
+            except MetricError as exc:  # name the first cell, layer and sample that fails
+                for k, b in itertools.product(range(len(Xs)), range(len(self.zero))):
+                    try:
+                        compute_metrics(Xs[k][b], LAYER_METRICS)
+                    except MetricError as one:
+                        seed = self.seeds[b % self.per // self.n_samples]
+                        raise MetricError(f"{cell_name(self.cells[b // self.per])} (seed {seed}, sample "
+                                          f"{b % self.n_samples}), layer {first + k}: {one}") from None
+                raise exc from None
         for w in caught:
             if issubclass(w.category, ZeroRowWarning):  # once per call: counted here per element
                 self.zero += (torch.stack(Xs) == 0).all(-1).sum(dim=(0, 2))
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         return out
-
-    def _first_failure(self, Xs: list[torch.Tensor], first: int) -> MetricError | None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ZeroRowWarning)
-            for k, b in itertools.product(range(len(Xs)), range(len(self.zero))):
-                try:
-                    compute_metrics(Xs[k][b], LAYER_METRICS)
-                except MetricError as exc:
-                    return MetricError(f"{self.where(b)}, layer {first + k}: {exc}")
-        return None
 
     def warn(self) -> None:
         for i, cell in enumerate(self.cells):
@@ -145,9 +134,6 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     info = analyze(mask)
     blocked = attention_backend(N, backend) == "blocked"
     if blocked:
-        from ..dynamics.runner import _plan
-        from ..dynamics.sparse import DEFAULT_BLOCK_SIZE
-
         plan = _plan(mask, DEFAULT_BLOCK_SIZE, torch.device("cpu"))
         uniform = float("nan")  # sink_mass: dense cells only
     else:
@@ -203,8 +189,7 @@ def run_group(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     after = torch.arange(depth + 1)[:, None] >= diverged_at  # (depth + 1, B): the state is X(0) of an overflow
     metrics = {"mu_relative": torch.where(after, torch.ones((), dtype=X.dtype), per_layer["mu_relative"]),
                "avg_cos": per_layer["avg_cos"]}
-    entropy = per_layer["entropy"].numpy()
-    trs = trajectory_measures(metrics, states, entropy)
+    trs = trajectory_measures(metrics, states, per_layer["entropy"].numpy())
     for b in np.nonzero(diverged.numpy())[0]:
         trs[b] = {"diverged": True}
     per = seeds * n_samples

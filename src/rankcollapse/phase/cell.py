@@ -13,12 +13,14 @@ import numpy as np
 import torch
 
 from .._validate import Spec
+from ..dynamics import RunConfig, simulate
 from ..dynamics.inputs import canonical_input, make_tokens
 from ..dynamics.weights import LayerWeights, draw, generator
 from ..errors import ConfigError
 from ..masks import parse_mask
 from ..masks.graph import analyze
 from ..metrics.attention import row_entropy
+from ..metrics.core import max_token_share
 from ..models.sinks import first_token_mass
 from .grid import DENSE_MAX_TOKENS, block_config, cell_beta, check_cells
 from .predict import _envelope, _envelope_columns, envelope_applies
@@ -37,8 +39,7 @@ _VALUE_PARAMS = {
 
 @lru_cache(maxsize=32)
 def _draw(seed: int, role: str, family: str, params: tuple, n: int, rows: int, cols: int) -> torch.Tensor:
-    """``(n, rows, cols)`` float64 matrices of ``family`` for layers ``0 .. n-1`` from the stream
-    ``(seed, 0, role)`` (common random numbers across cells); cached, read-only."""
+    """Read-only float64 ``(n, rows, cols)`` of ``family`` from the stream ``(seed, 0, role)``."""
     return draw(family, rows, cols, generator(seed, 0, role), n=n, role=role, **dict(params))
 
 
@@ -114,8 +115,6 @@ def run_cell(cell: dict[str, Any], *, n_samples: int = 4, seeds: int = 1, seed: 
     """The row of ``cell`` simulated for ``seeds`` weight draws (``seed``, ``seed+1``, ...) with
     ``n_samples`` inputs each. Refuses (:func:`.grid.check_cells`) a cell the dynamics cannot
     run or above :data:`.grid.DENSE_MAX_TOKENS` tokens (``run_phase`` runs those)."""
-    from ..dynamics import RunConfig, simulate
-
     check_cells([cell], n_samples)
     if cell["n_tokens"] > DENSE_MAX_TOKENS:
         raise ConfigError(f"run_cell records every layer's (N, N) attention: N = {cell['n_tokens']} is above "
@@ -175,8 +174,6 @@ def operator_columns(X: torch.Tensor, deficit: torch.Tensor, diverged: torch.Ten
     """Per cell, over its trajectories that did not diverge: the mean ``row_mass_deficit`` and
     the medians of ``norm_spread`` (NaN where a token is zero) and ``max_token_share`` at the
     last layer."""
-    from ..metrics.core import max_token_share
-
     ok = ~diverged[part]
     if not bool(ok.any()):
         return {"row_mass_deficit": float("nan"), "norm_spread": float("nan"), "max_token_share": float("nan")}

@@ -30,12 +30,6 @@ def paired_norm_effect(table: pd.DataFrame, norm: str, base: str = "none") -> pd
     return joined.reset_index()
 
 
-def _where_collapses(p: pd.DataFrame) -> dict[str, Any]:
-    """:func:`.normalisation.bounded_median` of the pairs whose base collapses."""
-    c = p[p["regime_base"] == "rank_collapse"]
-    return bounded_median(c["mu_relative"], c["mu_relative_base"], cell_floor(c)) if len(c) else dict(NO_PAIRS)
-
-
 def helps(pairs: pd.DataFrame) -> pd.Series:
     """Pairs where the base collapses (or diverges) and the normalised cell does not."""
     bad = pairs["regime_base"].isin(["rank_collapse", "diverging"])
@@ -65,11 +59,13 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
         p = paired_norm_effect(table, norm)
         h = helps(p)
         by = p.assign(helps=h).groupby(["alpha", "placement"])["helps"].mean().round(4)
+        c = p[p["regime_base"] == "rank_collapse"]  # the pairs whose base collapses
         out["norm_effect"][norm] = {
             "pairs": int(len(p)), "helps": int(h.sum()), "hurts": int((~p["regime_base"].isin(["rank_collapse", "diverging"])
                                                                      & p["regime"].isin(["rank_collapse"])).sum()),
             **bounded_median(p["mu_relative"], p["mu_relative_base"], cell_floor(p)),
-            "median_dlog10_mu_where_base_collapses": _where_collapses(p),
+            "median_dlog10_mu_where_base_collapses": bounded_median(c["mu_relative"], c["mu_relative_base"],
+                                                                    cell_floor(c)) if len(c) else dict(NO_PAIRS),
             "helps_by_alpha_placement": {f"alpha={k[0]:g},{k[1]}": v for k, v in by.items()},
             "regime_pairs": {f"{a} -> {b}": int(n) for (a, b), n in p.groupby(["regime_base", "regime"]).size().items()},
         }

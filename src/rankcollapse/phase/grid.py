@@ -12,6 +12,7 @@ from .._validate import KINDS, check_float, check_int
 from ..errors import ConfigError, MaskError, MemoryLimitError
 
 from ..dynamics.config import NORMS as NORM_NAMES, PLACEMENTS, BlockConfig, default_alpha
+from ..dynamics.operators import parse_attention
 from ..dynamics.temperature_laws import LLAMA4_FLOOR_SCALE, is_law, parse_law
 
 VALUE_FAMILIES = ("gaussian", "orthogonal", "near_identity", "constructed", "pretrained")
@@ -106,8 +107,6 @@ def _mask(spec: str) -> str:
 
 
 def _attention(text: str) -> str:
-    from ..dynamics.operators import parse_attention
-
     return parse_attention(text).spec
 
 
@@ -206,28 +205,18 @@ def expand_grid(axes: dict[str, list[Any]], fixed: dict[str, Any] | None = None,
         cell = dict(base)
         for part in combo:
             cell.update(part)
-        cells.append(_temperature_fields(_block_fields(cell, alpha_given)))
+        if not alpha_given:  # the placement's own alpha
+            cell["alpha"] = default_alpha(cell["placement"])
+        if cell["placement"] == "post_ln" and cell["alpha"] == 0:
+            cell["placement"] = "none"  # norm(0 X + SA(X)) is norm(SA(X)): one block, one name
+        if cell["beta"] is not None:  # one temperature: a cell that sets beta has qk_scale None
+            if cell["qk_scale"] != DEFAULTS["qk_scale"]:
+                raise ConfigError(f"phase cell qk_scale={cell['qk_scale']} and beta={cell['beta']}: give one temperature, "
+                                  "qk_scale (Gaussian W_Q, W_K of that scale) or beta (scores β <x_i, x_j>)")
+            cell["qk_scale"] = None
+        cells.append(cell)
     check_cells(cells)
     return cells
-
-
-def _block_fields(cell: dict[str, Any], alpha_given: bool) -> dict[str, Any]:
-    """``cell`` with the placement's own ``alpha`` when none is given; ``post_ln`` at ``alpha = 0`` is ``none``."""
-    if not alpha_given:
-        cell["alpha"] = default_alpha(cell["placement"])
-    if cell["placement"] == "post_ln" and cell["alpha"] == 0:
-        cell["placement"] = "none"  # norm(0 X + SA(X)) is norm(SA(X)): one block, one name
-    return cell
-
-
-def _temperature_fields(cell: dict[str, Any]) -> dict[str, Any]:
-    """``cell`` with one temperature: one that sets ``beta`` (``qk_scale`` at its default) has ``qk_scale`` None."""
-    if cell["beta"] is not None:
-        if cell["qk_scale"] != DEFAULTS["qk_scale"]:
-            raise ConfigError(f"phase cell qk_scale={cell['qk_scale']} and beta={cell['beta']}: give one temperature, "
-                              "qk_scale (Gaussian W_Q, W_K of that scale) or beta (scores β <x_i, x_j>)")
-        cell["qk_scale"] = None
-    return cell
 
 
 def block_config(cell: dict[str, Any]) -> BlockConfig:

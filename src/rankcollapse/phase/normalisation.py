@@ -189,22 +189,19 @@ def ordering(table: pd.DataFrame) -> dict[str, Any]:
             else ("fails" if "below" in sides else "undecided")}
 
 
-def identity_control(n_tokens: int = IDENTITY_CONTROL["n_tokens"], d_model: int = IDENTITY_CONTROL["d_model"],
-                     depth: int = IDENTITY_CONTROL["depth"], rhos: tuple[float, ...] = IDENTITY_CONTROL["rho"]
-                     ) -> dict[str, Any]:
-    """Positive control of the law fit in the paper's setting: ``n_tokens`` unit tokens with
-    pairwise cosine ``rho`` (``x_i = sqrt(rho) e_1 + sqrt(1 - rho) e_{i+1}``), ``W_Q = W_K =
-    W_V = I``, full attention, sphere norm, float64; post-LN must read ``exponential``,
-    pre-LN ``power`` in :data:`EXPONENT_BAND`."""
+def identity_control() -> dict[str, Any]:
+    """Positive control of the law fit in the paper's setting (:data:`IDENTITY_CONTROL`): ``n_tokens``
+    unit tokens with pairwise cosine ``rho`` (``x_i = sqrt(rho) e_1 + sqrt(1 - rho) e_{i+1}``),
+    ``W_Q = W_K = W_V = I``, full attention, sphere norm, float64; post-LN must read
+    ``exponential``, pre-LN ``power`` in :data:`EXPONENT_BAND`."""
     import torch
 
     from ..dynamics.config import BlockConfig
     from ..dynamics import RunConfig, simulate
 
-    if n_tokens + 1 > d_model:
-        raise ValueError(f"equiangular tokens need d_model > n_tokens, got N = {n_tokens}, d = {d_model}")
+    n_tokens, d_model, depth = IDENTITY_CONTROL["n_tokens"], IDENTITY_CONTROL["d_model"], IDENTITY_CONTROL["depth"]
     runs, ok = [], True
-    for rho in rhos:
+    for rho in IDENTITY_CONTROL["rho"]:
         X = torch.zeros(1, n_tokens, d_model, dtype=torch.float64)
         X[0, :, 0] = rho ** 0.5
         X[0, torch.arange(n_tokens), torch.arange(n_tokens) + 1] = (1 - rho) ** 0.5

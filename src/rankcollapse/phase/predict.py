@@ -122,8 +122,7 @@ def _envelope(cell, info, mu_abs, X0, eps, diverged) -> dict[str, np.ndarray] | 
 
 
 def _envelope_columns(env: dict[str, np.ndarray] | None, part: slice) -> dict[str, float]:
-    """Per cell: ``envelope_points`` checked, ``envelope_violations`` and ``envelope_log10_margin``;
-    NaN where the envelope is not defined."""
+    """Per cell: ``envelope_points``, ``envelope_violations``, ``envelope_log10_margin`` (NaN: no envelope)."""
     if env is None:
         return {"envelope_points": 0, "envelope_violations": float("nan"), "envelope_log10_margin": float("nan")}
     v, m = env["violations"][part], env["log10_margin"][part]

@@ -17,6 +17,7 @@ from scipy import stats
 from ..metrics import compute_metrics
 from ..metrics.floor import gap_floor, mu_floor  # noqa: F401  (the floor model; re-exported)
 from ..metrics.rate import LAWS, fit_decay_law, least_squares_rate
+from .predict import theory_prediction  # noqa: F401  (re-exported: the rule and the prediction side by side)
 
 COLLAPSED = 1e-6
 ALIVE = 1e-3
@@ -194,6 +195,3 @@ def label_cell(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     row.update({f"frac_{r}": counts.get(r, 0) / len(labels) for r in REGIMES})
     row.update(law_cell(trajectories))
     return row
-
-
-from .predict import theory_prediction  # noqa: E402,F401  (re-exported: the rule and the prediction sit side by side)

@@ -24,16 +24,6 @@ def _fmt(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _panels(table: pd.DataFrame, axes: list[str], plot: tuple[str, str]):
-    rest = [a for a in axes if a not in plot]
-    if not rest:
-        yield "", table
-        return
-    for key, sub in table.groupby(rest, sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        yield ", ".join(f"{a}={_fmt(v)}" for a, v in zip(rest, key)), sub
-
-
 def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, str] | None = None) -> list[Path]:
     """Regime heatmaps of ``table``: ``plot`` (default the first two varied axes) on each panel,
     one panel per combination of the other varied axes, :data:`PANELS_PER_FILE` per file;
@@ -46,7 +36,11 @@ def heatmaps(table: pd.DataFrame, axes: list[str], out: Path, plot: tuple[str, s
     if plot is None:
         plot = (varied[0], varied[1] if len(varied) > 1 else varied[0])
     xs, ys = list(dict.fromkeys(table[plot[0]])), list(dict.fromkeys(table[plot[1]]))
-    panels = list(_panels(table, varied, plot))
+    rest = [a for a in varied if a not in plot]
+    panels = [] if rest else [("", table)]  # one per combination of the other varied axes
+    for key, sub in (table.groupby(rest, sort=False) if rest else []):
+        key = key if isinstance(key, tuple) else (key,)
+        panels.append((", ".join(f"{a}={_fmt(v)}" for a, v in zip(rest, key)), sub))
     files = []
     for f, start in enumerate(range(0, len(panels), PANELS_PER_FILE)):
         chunk = panels[start:start + PANELS_PER_FILE]

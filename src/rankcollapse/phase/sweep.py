@@ -59,9 +59,7 @@ def cell_units(cells: list[dict[str, Any]], n_samples: int, seeds: int, seed: in
 
 
 def _content_key(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a batch of ``cells`` reads from files, by content, for its key: the mask files'
-    digests and, for the ``wikipedia`` input and ``pretrained`` values, the corpus's and
-    model's keys when they are not the pinned versions; ``{}`` when nothing else is read."""
+    """The key of what ``cells`` read from files: mask digests, corpus and model keys (``{}``: none)."""
     from ..assets import wikipedia_key
     from ..masks.schedule import mask_digests
     from ..models.loading import model_key
@@ -109,7 +107,16 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
     >>> timing["computed"], again["computed"]
     (2, 0)
     """
-    execution = _execution(execution)
+    if execution is None:
+        execution = ExecutionConfig(progress=False)
+    if not isinstance(execution, ExecutionConfig):
+        raise ConfigError(f"must be an ExecutionConfig, got {type(execution).__name__}", argument="execution")
+    if execution.device != "cpu":
+        raise ConfigError(f"must be 'cpu' (a phase run computes its cells in float64 on the CPU), got "
+                          f"{execution.device!r}", argument="device")
+    if execution.shard is not None:
+        raise ConfigError(f"does not apply to a phase run (it computes every batch of its grid), got "
+                          f"{execution.shard}", argument="shard")
     n_samples, seeds = check_int(n_samples, "n_samples", low=1), check_int(seeds, "seeds", low=1)
     seed = check_int(seed, "seed", low=0)
     check_cells(cells, n_samples, seeds=seeds)
@@ -134,16 +141,3 @@ def run_phase(cells: list[dict[str, Any]], *, n_samples: int = 4, seeds: int = 1
               "executor": execution.executor, "workers": getattr(made[0], "workers", 1) if made else 0}
     return table, timing
 
-
-def _execution(execution: Any) -> ExecutionConfig:
-    if execution is None:
-        return ExecutionConfig(progress=False)
-    if not isinstance(execution, ExecutionConfig):
-        raise ConfigError(f"must be an ExecutionConfig, got {type(execution).__name__}", argument="execution")
-    if execution.device != "cpu":
-        raise ConfigError(f"must be 'cpu' (a phase run computes its cells in float64 on the CPU), got "
-                          f"{execution.device!r}", argument="device")
-    if execution.shard is not None:
-        raise ConfigError(f"does not apply to a phase run (it computes every batch of its grid), got "
-                          f"{execution.shard}", argument="shard")
-    return execution
