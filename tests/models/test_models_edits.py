@@ -226,6 +226,8 @@ def test_refusals(make_tiny, make_windows_tiny):
     for heads in ((3, 1), ((3, 1.5),), ((3,),)):  # not nested, a float head, not a pair
         with pytest.raises(ConfigError, match="pairs of integers"):
             HeadAblation(heads)
+    with pytest.raises(ConfigError, match=r"a \(layer, head\) is given twice"):  # --ablate-heads 0.0,0.0
+        HeadAblation(parse_heads("0.0,0.0"))
     with pytest.raises(ConfigError, match="LAYER.HEAD"):
         parse_heads("3,1")
     assert parse_heads("3.1, 0.2") == ((3, 1), (0, 2))

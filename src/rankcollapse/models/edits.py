@@ -66,6 +66,8 @@ class HeadAblation:
             raise ConfigError("ablate_heads: give at least one (layer, head)")
         if any(k < 0 or h < 0 for k, h in heads):
             raise ConfigError(f"ablate_heads: layers and heads are 0-based, got {list(heads)}")
+        if len(set(heads)) != len(heads):
+            raise ConfigError(f"ablate_heads: a (layer, head) is given twice in {list(heads)}")
         if self.mode not in ABLATION_MODES:
             raise ConfigError(f"unknown ablation {self.mode!r}; choose from {', '.join(ABLATION_MODES)}")
         if self.attention not in ABLATION_ATTENTIONS:
