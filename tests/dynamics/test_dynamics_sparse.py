@@ -412,6 +412,28 @@ def _flushing_threads(threads: int) -> set[bool]:
     return seen
 
 
+def test_chunk_workers_run_one_intra_op_thread_each():
+    """The chunks spread over T Python threads; each runs its ops (and the native kernel's BLAS
+    calls) on one OpenMP thread, never a team of its own per worker; the caller's count is restored."""
+    import ctypes
+    from pathlib import Path
+
+    from rankcollapse.dynamics.chunks import over_chunks
+
+    lib = Path(torch.__file__).parent / "lib" / "libgomp.so.1"  # the OpenMP runtime of Linux wheels
+    if not lib.exists():
+        pytest.skip("this torch build ships no libgomp")
+    team = ctypes.CDLL(str(lib)).omp_get_max_threads  # per thread, unlike torch.get_num_threads
+    seen: set[int] = set()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        over_chunks(lambda _: seen.add(team()), range(8), torch.device("cpu"))
+        assert seen == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype, big", [(torch.float32, 95.0), (torch.float64, 730.0)])
 def test_unread_weights_in_flush_to_zero_mode_equal_dense(dtype, big, threads, monkeypatch):

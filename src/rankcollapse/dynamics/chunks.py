@@ -55,6 +55,9 @@ def over_chunks(chunk, starts: Sequence, device: torch.device, *,
     inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
 
     def part(t: int) -> None:
+        # OpenMP's thread count is per thread: a worker left at its default would run every op,
+        # and every BLAS call of the native kernel, on an OpenMP team of its own (oversubscribed)
+        torch.set_num_threads(1)
         with torch.inference_mode(inference), torch.set_grad_enabled(grad), per_thread():
             for s in starts[t::workers]:
                 chunk(s)
