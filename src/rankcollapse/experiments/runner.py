@@ -8,16 +8,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections import Counter
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd
 
-from .._display import NotebookResult
 from .._io import atomic_path, check_writable, config_hash, versions, write_json_atomic, write_text_atomic
 from .._outdir import OUTPUT_NAMES, OutputFolder, check_out, staged
 from .._validate import check_device, check_int
@@ -38,6 +36,7 @@ from .cost import estimate, estimate_lines, shard_units
 from .config import (MODEL_KINDS, OVERRIDE_KEYS, claim_depth, claim_sources, expand_units, load_config,  # noqa: F401
                      nearby_plan, nearby_units, plan_units, resolve_names, setting_label, unit_matches)
 from . import report
+from .result import RunResult
 from .table import normalise
 
 _EXECUTOR: ContextVar[Any] = ContextVar("rankcollapse_executor", default=None)
@@ -220,49 +219,6 @@ def run_nearby(plan: list, records: list[dict[str, Any]], units: list[Unit], ctx
                                   **({"missing": res["missing"]} if "missing" in res else {})})
     table = pd.concat([g.assign(claims=",".join(dict.fromkeys(users[h]))) for h, g in frames.items()], ignore_index=True)
     return table, timings
-
-
-@dataclass(repr=False)
-class RunResult(NotebookResult):
-    """What :func:`run_experiment` produced: the tidy ``table`` (:mod:`.table`), the
-    claims.json records and the run folder ``out``."""
-
-    out: Path
-    table: pd.DataFrame
-    claims: list[dict[str, Any]]
-    config: dict[str, Any]
-    timings: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def to_pandas(self, what: str = "table") -> pd.DataFrame:
-        """``"table"`` (default): a copy of the tidy table; ``"claims"``: one row per claim.
-
-        Raises
-        ------
-        ConfigError
-            ``what`` is neither ``"table"`` nor ``"claims"``.
-        """
-        if what == "table":
-            return self.table.copy()
-        if what != "claims":
-            raise ConfigError(f"to_pandas(what=...) takes 'table' or 'claims', got {what!r}")
-        cols = ("id", "experiment", "verdict", "measured", "interval_low", "interval_high", "n_samples", "n_seeds",
-                "decisive")
-        rows = []
-        for c in self.claims:
-            low, high = c.get("interval") or (None, None)
-            rows.append({**{k: c.get(k) for k in cols}, "interval_low": low, "interval_high": high})
-        return pd.DataFrame(rows, columns=list(cols))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Summary for a notebook: run folder, table size, verdict counts, wall seconds."""
-        verdicts = Counter(c.get("verdict", "") for c in self.claims)
-        return {"out": str(self.out), "rows": int(len(self.table)), "claims": len(self.claims),
-                **{f"verdict: {v}": n for v, n in verdicts.items()}, "seconds": float(self.seconds)}
-
-    def __repr__(self) -> str:
-        return (f"RunResult(out={str(self.out)!r}, rows={len(self.table)}, claims={len(self.claims)}, "
-                f"seconds={self.seconds:.1f})")
 
 
 @dataclass(frozen=True)
