@@ -24,7 +24,8 @@ def _check(n_samples: int, n_tokens: int, d_model: int) -> None:
                  "(B x N x d, float64)", adjustable=False)
 
 
-def _generator(seed: int, generator: torch.Generator | None) -> torch.Generator:
+def seeded_generator(seed: int, generator: torch.Generator | None = None) -> torch.Generator:
+    """``generator`` when given, else a CPU generator seeded with ``seed`` (``ConfigError``: not an int >= 0)."""
     return torch.Generator().manual_seed(check_int(seed, "seed", low=0)) if generator is None else generator
 
 
@@ -34,7 +35,7 @@ def gaussian_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 
     ``ConfigError``: a size < 1, ``seed`` < 0, ``std`` not > 0."""
     _check(n_samples, n_tokens, d_model)
     std = check_float(std, "gaussian input std", low=0, strict_low=True)
-    gen = _generator(seed, generator)
+    gen = seeded_generator(seed, generator)
     return torch.randn(n_samples, n_tokens, d_model, generator=gen, dtype=torch.float64) * std
 
 
@@ -70,7 +71,7 @@ def antipodal_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int =
     """Unit tokens ``normalise((-1)^i v + 1e-3 g_i)``, ``v`` uniform on the sphere per sample
     (drawn after ``g``): two antipodal clusters, violating Theorem 2's condition."""
     _check(n_samples, n_tokens, d_model)
-    gen = _generator(seed, generator)
+    gen = seeded_generator(seed, generator)
     G = torch.randn(n_samples, n_tokens, d_model, generator=gen, dtype=torch.float64)
     v = sphere(torch.randn(n_samples, 1, d_model, generator=gen, dtype=torch.float64))[0]
     signs = (1 - 2 * (torch.arange(n_tokens) % 2)).to(torch.float64).view(1, n_tokens, 1)
@@ -86,7 +87,7 @@ def simplex_tokens(n_samples: int, n_tokens: int, d_model: int, *, seed: int = 0
     _check(n_samples, n_tokens, d_model)
     if d_model < 2 or not 0 <= rho < 1:
         raise ConfigError(f"simplex tokens need d_model >= 2 and 0 <= rho < 1, got d_model = {d_model}, rho = {rho}")
-    G = torch.randn(n_samples, n_tokens, d_model, generator=_generator(seed, generator), dtype=torch.float64)
+    G = torch.randn(n_samples, n_tokens, d_model, generator=seeded_generator(seed, generator), dtype=torch.float64)
     G[..., 0] = 0.0
     X = sphere(G)[0] * (1.0 - rho) ** 0.5
     X[..., 0] = rho ** 0.5

@@ -17,8 +17,7 @@ from .._display import NotebookResult, fixed
 from .._figure import colour, new_axes, save_figure
 from .._memory import check_memory
 from .._progress import steps
-from .._validate import check_int
-from ..dynamics.inputs import sphere_tokens
+from ..dynamics.inputs import seeded_generator, sphere_tokens
 from ..metrics import numerical_rank
 from ..errors import ConfigError, ConvergenceError
 from .equilibria import causal_example_2x2
@@ -91,7 +90,7 @@ def basin_estimate(system: AttentionSystem | None = None, *, target_rank: int | 
     # one SA-LN step over every start: scores and weights (B, N, N) and the tokens' copies (B, N, d)
     check_memory(8 * n_samples * (4 * N * N + 10 * N * d), f"{n_samples} SA-LN starts of N = {N}, d = {d}",
                  adjustable=False)
-    g = torch.Generator().manual_seed(check_int(seed, "seed", low=0))
+    g = seeded_generator(seed)
     X = run_sa_ln(system, sphere_tokens(n_samples, N, d, generator=g), depth, progress)
     finite = torch.isfinite(X).flatten(1).all(1)
     if not bool(finite.any()):
@@ -186,7 +185,7 @@ def trajectories_3d(path: str | Path | None = None, system: AttentionSystem | No
     system = as_system(system)
     if system.dim != 3:
         raise ConfigError(f"trajectories_3d needs d = 3, got d = {system.dim}")
-    g = torch.Generator().manual_seed(check_int(seed, "seed", low=0))
+    g = seeded_generator(seed)
     X = _pick_starts(system, n_starts, depth, g)
     path_states = [X]
     for _ in range(depth):

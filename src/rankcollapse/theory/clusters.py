@@ -108,6 +108,7 @@ def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, st
     import torch
 
     from ..dynamics import BlockConfig, RunConfig, simulate
+    from ..dynamics.inputs import seeded_generator
     from ..metrics.core import CLUSTER_ANGLE, cluster_count
 
     beta = check_beta(beta)
@@ -116,7 +117,7 @@ def circle_clusters(beta: float, *, n_tokens: int = 128, n_samples: int = 20, st
                                   ((n_tokens, "n_tokens"), (n_samples, "n_samples"), (depth, "depth")))
     min_plateau = check_int(min_plateau, "min_plateau", low=1, high=depth + 1)
     angle = CLUSTER_ANGLE if angle is None else check_float(angle, "angle", low=0, strict_low=True, high=math.pi)
-    g = torch.Generator().manual_seed(check_int(seed, "seed", low=0))
+    g = seeded_generator(seed)
     theta = torch.rand(n_samples, n_tokens, generator=g, dtype=torch.float64) * (2 * math.pi)
     X0 = torch.stack([theta.cos(), theta.sin()], dim=-1)  # (n_samples, N, 2), uniform on the circle
     eye = torch.eye(2, dtype=torch.float64)

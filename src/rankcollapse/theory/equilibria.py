@@ -21,7 +21,7 @@ from scipy.optimize import brentq
 from .._display import NotebookResult
 from .._memory import check_memory
 from .._validate import check_int
-from ..dynamics.inputs import sphere_tokens
+from ..dynamics.inputs import seeded_generator, sphere_tokens
 from ..dynamics.layers import sphere
 from ..dynamics.weights import RHO, construction_eigenvalues  # the W_V of the construction: a weight family
 from ..errors import ConfigError, ConvergenceError
@@ -293,7 +293,7 @@ def find_equilibria(system: AttentionSystem, settings: FinderSettings | None = N
             or not 0 <= s.newton_only_fraction <= 1):
         raise ConfigError(f"bad finder settings: {s}")
     system = as_system(system)
-    g = torch.Generator().manual_seed(check_int(s.seed, "seed", low=0))
+    g = seeded_generator(s.seed)
     X = (sphere_tokens(s.n_starts, system.n_tokens, system.dim, generator=g) if s.n_starts
          else torch.empty(0, system.n_tokens, system.dim, dtype=torch.float64))
     # Damped iteration only reaches stable equilibria: part of the starts go to Newton directly.

@@ -13,10 +13,10 @@ import torch
 
 from .._display import NotebookResult
 from .._memory import check_memory
-from ..dynamics.inputs import ON_SPHERE, canonical_input, make_tokens
+from ..dynamics.inputs import ON_SPHERE, canonical_input, make_tokens, seeded_generator
 from ..dynamics.layer_weights import LayerWeights
 from ..dynamics.single_head import single_head_layer
-from .._validate import Spec, check_int
+from .._validate import Spec
 from ..errors import ConfigError
 from ..metrics import mu as mu_metric
 from ..dynamics.weights import haar_orthogonal
@@ -82,7 +82,7 @@ def check_sphere_collapse(mask: Any, *, n_tokens: int | None = None, d_model: in
     # W_V of every layer, the mask, and per layer the scores and weights (B, N, N) and token copies (B, N, d)
     check_memory(8 * (depth * d * d + N * N + 4 * n_samples * N * N + 6 * n_samples * N * d),
                  f"the sphere check of {n_samples} x {N} x {d} tokens over {depth} layers", adjustable=False)
-    g = torch.Generator().manual_seed(check_int(seed, "seed", low=0))
+    g = seeded_generator(seed)
     X = make_inputs(inputs, n_samples, N, d, g)
     cos0 = float((X @ X.transpose(1, 2)).amin())
     W_V = haar_orthogonal(d, g, batch=(depth,))
