@@ -13,6 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .chunks import rows_matmul
 from ..errors import ConfigError, MaskError
 from ..masks.rows import check_rows_allow_key
 
@@ -124,7 +125,7 @@ def kept(scratch: dict | None, name: str, shape, dtype: torch.dtype, device) -> 
 def _fused(X: torch.Tensor, W: torch.Tensor, scratch: dict | None) -> torch.Tensor:
     """``X W``, into the kept tensor ``scratch["tokens"]`` if given."""
     out = kept(scratch, "tokens", (*X.shape[:-1], W.shape[1]), X.dtype, X.device)
-    return X @ W if out is None else torch.matmul(X, W, out=out)
+    return rows_matmul(X, W, out)
 
 
 def _affine(X: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
