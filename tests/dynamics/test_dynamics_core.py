@@ -253,6 +253,36 @@ def test_masked_softmax_keeps_nan_and_inf_at_masked_keys_out():
         masked_softmax(torch.zeros(3, 3), torch.tensor([[1, 0, 0], [0, 0, 0], [0, 0, 1]], dtype=torch.bool))
 
 
+def test_masked_softmax_keeps_a_masks_float_forms_only_while_it_is_unchanged(monkeypatch):
+    """A small mask's 0/1 and log forms are kept for the next call: the same bits as computing
+    them each call; a mask changed in place, or another mask at the same address, is read
+    afresh; the entry goes with its mask; inference-mode masks (no version counter) work."""
+    import gc
+
+    from rankcollapse.dynamics import attention
+
+    S = torch.randn(4, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    M = causal(6)
+    first = masked_softmax(S, M)
+    assert (id(M), torch.float64) in attention._MASK_FORMS
+    monkeypatch.setattr(attention, "MASK_FORMS_MAX", 0)
+    fresh = masked_softmax(S, M)
+    monkeypatch.undo()
+    assert torch.equal(first, fresh) and torch.equal(masked_softmax(S, M), fresh)
+    M[5, :5] = False  # in place: row 5 attends to itself only
+    A = masked_softmax(S, M)
+    assert float(A[0, 5, 5]) == 1.0 and float(A[0, 4, :5].sum()) > 0
+    M.fill_(True)  # every key allowed: the plain softmax path
+    torch.testing.assert_close(masked_softmax(S, M), torch.softmax(S, -1), rtol=1e-15, atol=0)
+    key = (id(M), torch.float64)
+    del M
+    gc.collect()
+    assert key not in attention._MASK_FORMS
+    with torch.inference_mode():
+        Mi = causal(6)
+    torch.testing.assert_close(masked_softmax(S, Mi), fresh, rtol=0, atol=0)
+
+
 def test_zero_rows_under_sphere_warn_and_stay_zero():
     X = torch.randn(1, 4, 3, dtype=torch.float64)
     with pytest.warns(RuntimeWarning, match="zero rows"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -29,11 +30,11 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     info = torch.finfo(scores.dtype)
     # overflowed (+-inf) logits clamped: max-subtraction never forms inf - inf
     s = scores.clamp(info.min, info.max)
-    if mask.shape[-1] and bool(mask.all()):  # every key allowed
+    every, keep, log_keep = _mask_forms(mask, scores.dtype)  # keep: 1 = allowed, 0 = masked; its log
+    if mask.shape[-1] and every:  # every key allowed
         e = torch.exp(s - s.amax(dim=-1, keepdim=True))
         return e / e.sum(dim=-1, keepdim=True)
-    keep = mask.to(scores.dtype)  # 1 = allowed, 0 = masked
-    top = (s + keep.log()).amax(dim=-1, keepdim=True)  # the largest allowed score (masked: -inf)
+    top = (s + log_keep).amax(dim=-1, keepdim=True)  # the largest allowed score (masked: -inf)
     if not math.isfinite(float(top.detach().sum())):  # a row without a key (-inf) or a NaN score (or a sum past the range)
         check_rows_allow_key(mask)
         top = s.masked_fill(~mask, info.min).amax(dim=-1, keepdim=True)  # NaN only from an allowed score
@@ -44,6 +45,27 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     # mask pass): exp near the bottom of the range takes a slow path that costs ten times the rest
     e = torch.exp(s.sub_(top).mul_(keep)) * keep
     return e / e.sum(dim=-1, keepdim=True)
+
+
+#: masks of at most this many entries keep their float forms for the next call (the layers of a
+#: run pass one mask: its conversion and log(0) cost a small layer's softmax a sixth of its time)
+MASK_FORMS_MAX = 2**16
+_MASK_FORMS: dict[tuple, tuple] = {}
+
+
+def _mask_forms(mask: torch.Tensor, dtype: torch.dtype) -> tuple[bool, torch.Tensor, torch.Tensor]:
+    """``(every key allowed, mask as 0/1 in dtype, its log)``; kept for a small mask while it lives
+    and is not changed in place (its version counter), else computed."""
+    small = mask.numel() <= MASK_FORMS_MAX and not mask.is_inference()
+    key = (id(mask), dtype)
+    hit = _MASK_FORMS.get(key) if small else None
+    if hit is not None and hit[0]() is mask and hit[1] == mask._version:
+        return hit[2]
+    keep = mask.to(dtype)
+    forms = (bool(mask.all()) if mask.numel() else True, keep, keep.log())
+    if small:
+        _MASK_FORMS[key] = (weakref.ref(mask, lambda _: _MASK_FORMS.pop(key, None)), mask._version, forms)
+    return forms
 
 
 def attention_weights(X: torch.Tensor, mask: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor, *,
