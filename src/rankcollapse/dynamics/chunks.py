@@ -86,7 +86,9 @@ def over_chunks(chunk, starts: Sequence, device: torch.device, *,
 
 def rows_matmul(X: torch.Tensor, W: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``X W`` for ``X`` ``(..., n, d)``, ``W`` ``(d, m)``, its rows spread over the chunk workers
-    while :func:`chunk_threads` holds the intra-op threads at 1 (else one ``torch.matmul``)."""
+    while :func:`chunk_threads` holds the intra-op threads at 1 (else one ``torch.matmul``); equal
+    to one matmul to round-off (BLAS may take another kernel for a block of rows), the same
+    bits for the same thread count."""
     rows = X.numel() // max(1, X.shape[-1])
     if not _WORKERS or X.device.type != "cpu" or rows * X.shape[-1] * W.shape[1] < ROWS_MATMUL_MIN or not X.is_contiguous():
         return torch.matmul(X, W) if out is None else torch.matmul(X, W, out=out)
