@@ -117,3 +117,47 @@ def test_dry_run_refuses_an_out_that_is_a_file(tmp_path):
     res = run_cli("reproduce", "power", "--scale", "smoke", "--dry-run", "--out", "o", cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.strip().splitlines() == ["rankcollapse: error: --out 'o' is an existing file, not a folder"]
     assert (tmp_path / "o").read_text() == "mine"
+
+
+def test_dry_run_refuses_a_model_folder_the_run_would_refuse(tmp_path):
+    """``--model DIR`` is checked as the run checks it (models.source.check_model_source), with
+    its one-line message and exit 2, before the experiments (torch) load; a model folder passes."""
+    import re
+    import subprocess
+    import sys
+
+    from rankcollapse.errors import ModelError
+
+    (tmp_path / "nocfg").mkdir()
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text('{"model_type": "gpt2"}')
+    (tmp_path / "bad" / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{")
+    missing = str(tmp_path / "nomodel")
+    expected = {missing: f"model {missing!r} is neither 'minilm', 'smollm2', a local folder nor a hub name",
+                str(tmp_path / "nocfg"): f"model folder {str(tmp_path / 'nocfg')!r} has no config.json; it is not "
+                                         "a Hugging Face model folder",
+                str(tmp_path / "afile"): f"model path {str(tmp_path / 'afile')!r} is not a folder; give a folder "
+                                         "with config.json and weights",
+                str(tmp_path / "bad"): f"weights file {str(tmp_path / 'bad' / 'model.safetensors')!r} is corrupt or "
+                                       "truncated"}
+    for model, message in expected.items():
+        for dry in (["--dry-run"], []):  # the run's refusal, and the dry run's: the same line
+            res = run_cli("reproduce", "main", "--scale", "smoke", *dry, "--model", model, "--out", "o", cwd=tmp_path)
+            assert res.returncode == 2 and res.stdout == "", res.stderr
+            line, = res.stderr.strip().splitlines()
+            assert line.startswith(f"rankcollapse: error: {message}"), line
+        with pytest.raises(ModelError, match="^" + re.escape(message)):
+            runner.estimate_run("main", "smoke", tmp_path / "o", overrides={"extra_models": [model]})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "bad", "nocfg"]  # nothing written
+    probe = ("import sys\nfrom rankcollapse.cli import run\ncode = run(sys.argv[1:])\n"
+             "print(code, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe, "reproduce", "--dry-run", "--model", missing, "--out",
+                           str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
+    assert proc.stdout.split() == ["2", "False"], proc.stderr
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "ok" / "config.json").write_text('{"model_type": "gpt2"}')  # a model folder: the dry run plans it
+    res = run_cli("reproduce", "main", "--scale", "smoke", "--dry-run", "--model", str(tmp_path / "ok"), "--out", "o",
+                  "--format", "json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["total"]["units"] > 0

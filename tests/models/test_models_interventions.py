@@ -234,6 +234,26 @@ def test_parse_drop_block_lists():
     assert parse_drop("skip:0-1,3,mlp", 4) == {"skip": {0, 1, 3}, "mlp": {0, 1, 2, 3}}
 
 
+@pytest.mark.parametrize("drop, message", [
+    ("skip,skip", "drop: 'skip' is given twice in ['skip', 'skip']"),
+    ("final_norm,final_norm", "drop: 'final_norm' is given twice in ['final_norm', 'final_norm']"),
+    ("mlp,skip:0,mlp:1", "drop: 'mlp' is given twice in ['mlp', 'skip:0', 'mlp:1']"),  # every block, then block 1
+    ("skip:0-2,skip:2", "drop: block 2 of 'skip' is given twice in ['skip:0-2', 'skip:2']"),
+    ("skip:0-2,1", "drop: block 1 of 'skip' is given twice in ['skip:0-2,1']"),
+])
+def test_a_repeated_drop_entry_is_an_error(drop, message, tmp_path):
+    """As ``--ablate-heads`` refuses a (layer, head) given twice: one line naming the entry, exit 2 at the CLI
+    (before any model is read); blocks of one component named apart are one entry each."""
+    from tests.cli._harness import run_cli
+
+    with pytest.raises(ConfigError) as info:
+        parse_drop(drop, 4)
+    assert str(info.value) == message
+    res = run_cli("probe", "--model", str(tmp_path / "none"), "--drop", drop, "--n-samples", "2", "--n-tokens", "8")
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [f"rankcollapse: error: {message}"]
+    assert parse_drop("skip:0-1,skip:3,mlp", 4) == {"skip": {0, 1, 3}, "mlp": {0, 1, 2, 3}}
+
+
 def test_reversed_block_range_is_an_error():
     # 'skip:3-1' once meant an empty range, silently widened to every block.
     with pytest.raises(ConfigError, match="3-1"):

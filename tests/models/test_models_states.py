@@ -254,6 +254,32 @@ def test_bad_folders_are_refused(saved, tmp_path_factory):
     assert issubclass(StatesError, RankCollapseError)
 
 
+@pytest.mark.parametrize("changes, message", [
+    ({"version": True}, "version must be the integer 1, got True"),  # True == 1 in Python
+    ({"version": 1.0}, "version must be the integer 1, got 1.0"),
+    ({"d_qk_scale": -1}, "d_qk_scale must be a finite number > 0, got -1"),
+    ({"d_qk_scale": 0}, "d_qk_scale must be a finite number > 0, got 0"),
+    ({"d_qk_scale": True}, "d_qk_scale must be a finite number > 0, got True"),
+    ({"d_qk_scale": None}, "d_qk_scale must be a finite number > 0, got None"),
+    ({"d_qk_scale": "2"}, "d_qk_scale must be a finite number > 0, got '2'"),
+    ({"d_qk": -4.0}, "d_qk must be a finite number > 0, got -4.0"),
+    ({"family": "martian"}, "family 'martian' is not a model family; known: bert, roberta, albert, gpt2, t5, llama, "
+                            "generic"),
+    ({"family": ["gpt2"]}, "family ['gpt2'] is not a model family"),
+])
+def test_odd_sidecar_values_are_refused(saved, changes, message):
+    """What save_states never writes is refused with one StatesError naming the field; what it
+    writes reads back (the round-trip tests, and here d_qk set and family generic or null)."""
+    _edit_sidecar(saved, d_qk=16.0, family="generic")
+    assert read_states(saved).settings["d_qk"] == 16.0 and read_states(saved).family == "generic"
+    _edit_sidecar(saved, d_qk=None, family=None)
+    assert read_states(saved).settings["d_qk_scale"] == 1.0
+    _edit_sidecar(saved, **changes)
+    with pytest.raises(StatesError) as info:
+        read_states(saved)
+    assert str(info.value).startswith(f"{str(saved / SIDECAR)!r}: {message}")
+
+
 def test_unreadable_tensor_files_are_refused(saved):
     (saved / STATES_FILE).write_bytes(b"not safetensors at all")
     with pytest.raises(StatesError, match="not a readable safetensors file"):

@@ -167,3 +167,29 @@ def test_live_bar_shows_a_unit_label_in_brackets_literally():
         task = p._bar.tasks[0]
         shown = p._bar.columns[0].render(task).plain
     assert "smollm2 [random-init, seed 0]" in shown
+
+
+def test_a_kind_resolves_in_a_fresh_process_without_importing_its_module_first():
+    """The kinds are registered by importing their modules; a lookup imports them on demand
+    (``sweep.units.KIND_MODULES``), and importing the package imports none of them."""
+    import json
+    import subprocess
+    import sys
+
+    probe = """
+import json, sys
+import rankcollapse
+from rankcollapse.sweep import Unit, unit_kind
+loaded = lambda: sorted(m for m in sys.modules if m.startswith(("rankcollapse.experiments", "rankcollapse.phase")))
+before = loaded()
+u = Unit("simulate", {"mask": "causal", "seed": 0})
+print(json.dumps({"before": before, "label": u.label, "hash": u.hash, "group": unit_kind("simulate").group,
+                  "phase_cell": unit_kind("phase_cell").version, "after": "rankcollapse.experiments.units" in loaded()}))
+"""
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["before"] == []
+    assert out["label"] == "simulate[mask=causal, seed=0]"
+    assert out["hash"] == Unit("simulate", {"mask": "causal", "seed": 0}).hash  # the same key as here
+    assert (out["group"], out["phase_cell"], out["after"]) == ("experiments", 7, True)

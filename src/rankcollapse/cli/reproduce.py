@@ -95,6 +95,10 @@ def reproduce_command(
         typer.echo(table.to_string(index=False))
         typer.echo(f"wrote {dest}/schedules.csv, schedules.png, schedules.json", err=True)
         return
+    from ..models.source import check_model_source
+
+    for model in models or ():  # the run's refusal of a missing model folder, before the experiments load torch
+        check_model_source(model)
     from ..experiments.runner import StorageConfig, estimate_run, run_experiment
     from ..sweep.executors import ExecutionConfig
 

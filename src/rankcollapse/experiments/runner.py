@@ -22,6 +22,7 @@ from .._validate import check_device, check_int
 from ..errors import ConfigError, DataError
 from ..masks import parse_mask
 from ..models.probe import check_positions
+from ..models.source import check_model_source
 from ..sweep.cache import UnitCache
 from ..sweep.context import RunContext, data_spec
 from ..sweep.engine import run_units
@@ -48,12 +49,16 @@ def default_cache_dir(out: Path) -> Path:
 
 
 def run_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
-    """A run's ``overrides``, checked to hold only the keys of :data:`OVERRIDE_KEYS` (else :class:`ConfigError`)."""
+    """A run's ``overrides``, checked to hold only the keys of :data:`OVERRIDE_KEYS` (else :class:`ConfigError`)
+    and ``extra_models`` that load could find (:func:`~rankcollapse.models.source.check_model_source`; a dry run
+    refuses a missing model folder as the run does)."""
     out = dict(overrides or {})
     unknown = sorted(set(out) - set(OVERRIDE_KEYS))
     if unknown:
         raise ConfigError(f"overrides: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                           f"accepted keys: {', '.join(OVERRIDE_KEYS)}")
+    for model in out.get("extra_models") or ():
+        check_model_source(model)
     return out
 
 

@@ -310,11 +310,12 @@ def random(n_tokens: int, p: float, seed: int = 0) -> Mask:
     return Mask(n, f"random:p={p},seed={seed}", csr=csr)
 
 
-def from_file(path: str | Path, n_tokens: int) -> Mask:
+def from_file(path: str | Path, n_tokens: int, *, check_rows: bool = True) -> Mask:
     """Mask read from a ``.npy`` boolean ``(N, N)`` matrix, or a text edge list of ``i j``
     lines (token i attends to token j; ``#`` comments). Raises :class:`MaskError` for an
     unreadable file, a non-square or non-boolean matrix, N other than ``n_tokens``, a malformed
-    line, a token outside ``0..n_tokens-1``, or an empty row.
+    line, a token outside ``0..n_tokens-1``, or an empty row (with ``check_rows``; a part of a
+    composed mask leaves it to the whole).
     """
     n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
     path = Path(path)
@@ -329,8 +330,8 @@ def from_file(path: str | Path, n_tokens: int) -> Mask:
             raise MaskError(f"mask file {str(path)!r} must hold a square (N, N) matrix, got shape {arr.shape}")
         if arr.shape[0] != n:
             raise MaskError(f"is {n}, but mask file {str(path)!r} has N={arr.shape[0]} tokens", argument="n_tokens")
-        return Mask.from_dense(arr, spec=spec)
-    return Mask.from_edges(_read_edge_list(path, n), n, spec=spec)
+        return Mask.from_dense(arr, spec=spec, check_rows=check_rows)
+    return Mask.from_edges(_read_edge_list(path, n), n, spec=spec, check_rows=check_rows)
 
 
 #: an ASCII decimal integer; str.isdigit would admit superscripts that int() rejects

@@ -67,15 +67,17 @@ class Mask:
     mask_mod : FlexAttention predicate ``mask_mod(b, h, q_idx, kv_idx) -> bool tensor``.
     intervals : (lo, hi) int arrays ``(N,)``: row ``i`` attends to keys ``lo[i] .. hi[i]``.
     closed_form : graph facts known in closed form (the keys of :func:`~.constructors.closed`).
+    check_rows : refuse a row with no allowed key (the default); False only for a part of a
+        composed mask, whose whole is checked (:func:`combine`, :func:`~.spec.parse_mask`).
 
     Raises :class:`MaskError` for a non-square matrix, ``N < 1``, intervals not of length
-    ``N``, or an empty row. Build one with :func:`parse_mask` or :func:`resolve_mask`.
+    ``N``, or an empty row (with ``check_rows``). Build one with :func:`parse_mask` or :func:`resolve_mask`.
     """
 
     def __init__(self, n_tokens: int, spec: str, *, csr: Any = None,
                  build_csr: Callable[[], sp.csr_array] | None = None,
                  intervals: tuple[np.ndarray, np.ndarray] | None = None, mask_mod: MaskMod | None = None,
-                 closed_form: dict[str, Any] | None = None) -> None:
+                 closed_form: dict[str, Any] | None = None, check_rows: bool = True) -> None:
         self.n_tokens = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
         self.spec = spec
         # unstructured masks get an exact predicate backed by a lazily built lookup table
@@ -89,9 +91,10 @@ class Mask:
             if lo.shape != (self.n_tokens,) or hi.shape != (self.n_tokens,):
                 raise MaskError(f"intervals must be two arrays of shape ({self.n_tokens},), "
                                 f"got {lo.shape} and {hi.shape}")
-            raise_empty(np.flatnonzero(hi < lo), spec)  # O(N), no CSR built
+            if check_rows:
+                raise_empty(np.flatnonzero(hi < lo), spec)  # O(N), no CSR built
             self.intervals = (lo, hi)
-            self.n_edges_hint = int((hi - lo).sum()) + self.n_tokens  # every row non-empty
+            self.n_edges_hint = int(np.maximum(hi - lo + 1, 0).sum())
             build_csr = lambda: interval_csr(lo, hi, self.n_tokens)  # noqa: E731
         if (csr is None) == (build_csr is None):
             raise MaskError("give exactly one of csr=, build_csr= or intervals=")
@@ -99,7 +102,8 @@ class Mask:
         self._build_csr = build_csr
         if csr is not None:
             self._csr = normalise_csr(csr, self.n_tokens)
-            check_rows_allow_key(self._csr, spec)
+            if check_rows:
+                check_rows_allow_key(self._csr, spec)
             self.n_edges_hint = int(self._csr.nnz)
 
     @property
@@ -139,15 +143,15 @@ class Mask:
         return (self.n_tokens, self.n_tokens)
 
     @classmethod
-    def from_dense(cls, matrix: Any, spec: str | None = None) -> "Mask":
+    def from_dense(cls, matrix: Any, spec: str | None = None, *, check_rows: bool = True) -> "Mask":
         """Mask from a dense boolean (or 0/1) ``(N, N)`` tensor or array. Raises :class:`MaskError`
-        for another shape or dtype (:func:`as_bool_matrix`) or an empty row."""
+        for another shape or dtype (:func:`as_bool_matrix`) or an empty row (with ``check_rows``)."""
         arr = as_bool_matrix(matrix)
         arr = arr.cpu().numpy() if is_tensor(arr) else arr
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
             raise MaskError(f"mask matrix must be square 2-D (N, N), got shape {tuple(arr.shape)}")
         n = check_int(arr.shape[0], "mask size", low=1, error=MaskError)
-        return cls(n, spec or f"dense:n={n}", csr=sp.csr_array(arr))
+        return cls(n, spec or f"dense:n={n}", csr=sp.csr_array(arr), check_rows=check_rows)
 
     @classmethod
     def from_csr(cls, csr: Any, spec: str | None = None) -> "Mask":
@@ -158,9 +162,11 @@ class Mask:
         return cls(n, spec or f"sparse:n={n}", csr=csr)
 
     @classmethod
-    def from_edges(cls, edges: Any, n_tokens: int, spec: str | None = None) -> "Mask":
+    def from_edges(cls, edges: Any, n_tokens: int, spec: str | None = None, *,
+                   check_rows: bool = True) -> "Mask":
         """Mask from an ``(E, 2)`` integer array of ``(i, j)`` pairs meaning i attends to j. Raises
-        :class:`MaskError` for a bad shape, ``n_tokens < 1``, an index outside ``0..N-1``, an empty row."""
+        :class:`MaskError` for a bad shape, ``n_tokens < 1``, an index outside ``0..N-1``, an empty
+        row (with ``check_rows``)."""
         n = check_int(n_tokens, "n_tokens", low=1, error=MaskError)
         e = np.asarray(edges)
         if e.size == 0:
@@ -172,13 +178,13 @@ class Mask:
             i, j = e[bad[0]]
             raise MaskError(f"edge {bad[0]} ({i} {j}) names a token outside 0..{n - 1}")
         coo = sp.coo_array((np.ones(len(e), bool), (e[:, 0], e[:, 1])), shape=(n, n))
-        return cls(n, spec or f"edges:n={n}", csr=coo.tocsr())
+        return cls(n, spec or f"edges:n={n}", csr=coo.tocsr(), check_rows=check_rows)
 
     def __and__(self, other: "Mask") -> "Mask":
-        return _combine(self, other, "&")
+        return combine(self, other, "&")
 
     def __or__(self, other: "Mask") -> "Mask":
-        return _combine(self, other, "|")
+        return combine(self, other, "|")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mask):
@@ -218,7 +224,9 @@ def _lazy_lookup(get_csr: Callable[[], sp.csr_array]) -> MaskMod:
     return mask_mod
 
 
-def _combine(a: Mask, b: Mask, op: str) -> Mask:
+def combine(a: Mask, b: Mask, op: str, *, check_rows: bool = True) -> Mask:
+    """``a & b`` (``op="&"``) or ``a | b`` (``op="|"``); ``check_rows=False`` leaves an empty row
+    to the caller, which checks the whole it composes (a union may fill the row)."""
     if not isinstance(b, Mask):
         return NotImplemented
     if a.n_tokens != b.n_tokens:
@@ -232,7 +240,7 @@ def _combine(a: Mask, b: Mask, op: str) -> Mask:
         def mod(bb, h, q, kv):
             return join(ma(bb, h, q, kv), mb(bb, h, q, kv))
     sa, sb = (_grouped(m.spec) if op == "&" else m.spec for m in (a, b))
-    return Mask(a.n_tokens, f"{sa}{op}{sb}", csr=csr, mask_mod=mod)
+    return Mask(a.n_tokens, f"{sa}{op}{sb}", csr=csr, mask_mod=mod, check_rows=check_rows)
 
 
 def _grouped(spec: str) -> str:

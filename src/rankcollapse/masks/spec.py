@@ -16,7 +16,8 @@ from ..errors import MaskError, excerpt
 from . import constructors as c
 from ._build import check_edges
 from .._validate import REQUIRED, Key, Spec, check_int
-from .mask import Mask
+from .mask import Mask, combine
+from .rows import check_rows_allow_key
 
 @dataclass(frozen=True)
 class MaskKind:
@@ -67,7 +68,8 @@ class _Checked:
 
 
 def _parse_atom(text: str, n: int | None) -> Any:
-    """The mask of one atom on ``n`` tokens; with ``n=None`` only checked (a :class:`_Checked`)."""
+    """The mask of one atom on ``n`` tokens; with ``n=None`` only checked (a :class:`_Checked`).
+    A file mask's rows are left to :func:`_build`, which checks the composed mask."""
     text = text.strip()
     if not text:
         raise MaskError("empty mask spec (nothing between '&' or '|')")
@@ -76,7 +78,7 @@ def _parse_atom(text: str, n: int | None) -> Any:
         if not path:
             raise MaskError("mask spec 'file:' needs a path, e.g. file:mask.npy")
         if n is not None:
-            return c.from_file(path, n)
+            return c.from_file(path, n, check_rows=False)
         if not Path(path).is_file():
             raise MaskError(f"mask file {path!r} is not a readable file")
         if path.endswith(".npy"):
@@ -137,7 +139,7 @@ def _build(spec: Any, n: int | None) -> Any:
     if spec.strip().startswith(("schedule:", "[")):
         raise MaskError(SCHEDULE_HERE.format(spec=spec))
     if spec.strip().startswith("file:") and not any(ch in spec for ch in "&|()"):
-        return _parse_atom(spec, n)  # a lone path may hold any character
+        return _rows_checked(_parse_atom(spec, n))  # a lone path may hold any character
     tokens = [t for t in (p.strip() for p in re.split(r"([&|()])", spec)) if t]
     depth = max(itertools.accumulate((t == "(") - (t == ")") for t in tokens), default=0)
     if depth > MAX_NESTING:
@@ -145,6 +147,15 @@ def _build(spec: Any, n: int | None) -> Any:
     mask, pos = _parse_binary(tokens, 0, n, spec)
     if pos != len(tokens):
         raise MaskError(f"unbalanced parentheses in mask spec {spec!r} (unexpected {tokens[pos]!r})")
+    return _rows_checked(mask)
+
+
+def _rows_checked(mask: Any) -> Any:
+    """``mask``, its rows checked if it was built unchecked: a file mask or a composition (a
+    named constructor's own mask is checked when built). Attention uses the composed mask, so
+    the rule "every row allows a key" is the whole's, not each part's."""
+    if isinstance(mask, Mask) and mask.is_built:  # O(N) on the built CSR
+        check_rows_allow_key(mask.to_csr(), mask.spec)
     return mask
 
 
@@ -209,7 +220,7 @@ def _parse_binary(tokens: list[str], pos: int, n: int | None, spec: str, op: str
     mask, pos = operand(pos)
     while pos < len(tokens) and tokens[pos] == op:
         other, pos = operand(pos + 1)
-        mask = mask | other if op == "|" else mask & other
+        mask = mask & other if n is None else combine(mask, other, op, check_rows=False)  # checked whole
     return mask, pos
 
 

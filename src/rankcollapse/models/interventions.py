@@ -71,10 +71,12 @@ def d_qk_scale_for(loaded: Any, d_qk: float | None, d_qk_scale: float = 1.0) -> 
 def parse_drop(drop: Sequence[str] | str, n_layers: int | None) -> dict[str, set[int]]:
     """``["mlp", "skip:0-2,5"]`` -> ``{"mlp": {0..L-1}, "skip": {0, 1, 2, 5}}`` (``n_layers=None``:
     checked without a model); :class:`ConfigError` for an unknown component, a block out of
-    range, a reversed range or a block list on ``final_norm``."""
+    range, a reversed range, a block list on ``final_norm``, or a component (or one of its blocks)
+    given twice (``"skip,skip"``, ``"skip:0-2,skip:2"``)."""
     if isinstance(drop, str):
         drop = split_drop(drop)
     out: dict[str, set[int]] = {}
+    given: dict[str, set[int] | None] = {}  # the blocks named so far per component (None: every block)
     for item in drop:
         name, colon, spec = item.strip().partition(":")
         if name not in COMPONENTS:
@@ -88,6 +90,7 @@ def parse_drop(drop: Sequence[str] | str, n_layers: int | None) -> dict[str, set
                 raise ConfigError(f"bad block list {spec!r} in {item!r}; use e.g. 'skip:0-3,7'") from None
             if last < first:  # an empty range would otherwise widen to every block
                 raise ConfigError(f"empty block range {part!r} in {item!r}; write it low-high, e.g. 'skip:1-3'")
+            _refuse_twice(name, layers & set(range(first, last + 1)), drop)
             layers.update(range(first, last + 1))
         if colon and not layers:  # an empty list would otherwise widen to every block
             raise ConfigError(f"{item!r} names no block after ':'; write {name!r} for every block or e.g. "
@@ -97,8 +100,20 @@ def parse_drop(drop: Sequence[str] | str, n_layers: int | None) -> dict[str, set
         bad = sorted(k for k in layers if n_layers is not None and not 0 <= k < n_layers)
         if bad:
             raise ConfigError(f"drop {item!r}: block(s) {bad} outside 0..{n_layers - 1}")
+        if name in given:
+            before = given[name]
+            _refuse_twice(name, None if before is None or not layers else before & layers, drop)
+        given[name] = set(layers) if layers else None
         out.setdefault(name, set()).update(layers or range(n_layers or 0))
     return out
+
+
+def _refuse_twice(name: str, again: set[int] | None, drop: Sequence[str]) -> None:
+    """:class:`ConfigError` when ``again`` (blocks of component ``name`` named before; None:
+    every block) is not empty, naming the entry and the ``drop`` list."""
+    if again is None or again:
+        what = repr(name) if again is None else f"block {min(again)} of {name!r}"
+        raise ConfigError(f"drop: {what} is given twice in {list(drop)}")
 
 
 def split_drop(text: str) -> list[str]:

@@ -22,14 +22,12 @@ from ..errors import ModelError, TokenizerError
 from . import families
 from ._checkpoint import check_finite_weights, check_loaded_weights
 from ._quiet import quiet_loading
+# the checks made before loading, torch-free (a dry run makes them too)
+from .source import (PACKAGED, SMOLLM2_NOTE, _check_local, _check_source, _local_only,  # noqa: F401
+                     _looks_like_hub_name, _source)
 
 
 FAMILIES = (*families.REGISTRY, families.GENERIC.name)
-#: The packaged offline models (``rankcollapse.assets``).
-PACKAGED = ("minilm", "smollm2")
-
-SMOLLM2_NOTE = ("SmolLM2-135M-Instruct weights are Q4_1 (4-bit) quantised then dequantised to float32: "
-                "real pretrained weights with quantisation noise")
 
 
 @dataclass
@@ -95,13 +93,6 @@ def as_loaded(model: Any, tokenizer: Any = None, *, name: str | None = None) -> 
     base = model.base_model
     label = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
     return LoadedModel(model=base, tokenizer=tokenizer, family=detect_family(base), name=str(label))
-
-
-def _local_only(given: bool | None) -> bool:
-    """``given``, else offline unless ``HF_HUB_OFFLINE`` is 0/false/no/off."""
-    if given is not None:
-        return given
-    return os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _hub_cache() -> str:
@@ -196,19 +187,6 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, dtype: torch.
                        tokenizer_error=why)
 
 
-def _source(name_or_path: str, gguf_file: str | None) -> tuple[str, str | None, list[str]]:
-    """``(source, gguf_file, notes)`` that :func:`load_model` loads for ``name_or_path``."""
-    key = str(name_or_path).strip().lower()
-    if key in PACKAGED and gguf_file is not None:
-        raise ModelError(f"gguf_file {gguf_file!r} does not apply to {key!r}: its weights file is fixed by its package")
-    if key == "minilm":
-        return str(assets.minilm_dir()), None, ["all-MiniLM-L6-v2 (sentence-transformers), fp32 weights, post-LN BERT encoder"]
-    if key == "smollm2":
-        folder, gguf = assets.smollm2_gguf()
-        return str(folder), gguf, [SMOLLM2_NOTE]
-    return str(name_or_path), gguf_file, [f"weights dequantised from GGUF file {gguf_file}"] if gguf_file else []
-
-
 def model_digest(name_or_path: str, *, gguf_file: str | None = None, local_files_only: bool | None = None) -> str | None:
     """SHA-256 (16 hex digits) of what :func:`load_model` reads for ``name_or_path``, the
     cache key of a model's numbers: a GGUF file; a folder's top-level regular files except
@@ -265,16 +243,6 @@ def _hub_commit(source: str) -> str:
         return f"hub:{HfApi().model_info(source).sha}"
     except Exception as exc:  # huggingface_hub's own errors (RepositoryNotFoundError, HTTPError)
         raise ModelError(f"cannot find model {source!r} on the hub: {str(exc).splitlines()[0][:200]}") from None
-
-
-def _check_source(source: str, gguf_file: str | None, local_files_only: bool) -> bool:
-    """Whether ``source`` is local (then checked); offline, a name neither a folder nor a hub name is refused."""
-    is_local = Path(source).exists()
-    if is_local:
-        _check_local(Path(source), gguf_file)
-    if not is_local and local_files_only and not _looks_like_hub_name(source):
-        raise ModelError(f"model {source!r} is neither 'minilm', 'smollm2', a local folder nor a hub name")
-    return is_local
 
 
 def _check_size(source: str, dtype: torch.dtype) -> None:
@@ -376,29 +344,6 @@ def _tokenizer_from(source: str, gguf_file: str | None, local_files_only: bool) 
     except (OSError, ValueError, KeyError, TypeError) as exc:
         reason = " ".join(str(exc).split())  # transformers' reasons span lines ("... one of: (1) ...")
         raise ModelError(f"cannot load a tokenizer from {source!r} ({type(exc).__name__}: {reason[:400]})") from None
-
-
-def _check_local(path: Path, gguf_file: str | None) -> None:
-    """A local source must be a folder with ``config.json`` (or the GGUF file) and readable safetensors headers."""
-    if not path.is_dir():
-        raise ModelError(f"model path {str(path)!r} is not a folder; give a folder with config.json and weights")
-    need = gguf_file if gguf_file is not None else "config.json"
-    if not (path / need).is_file():
-        raise ModelError(f"model folder {str(path)!r} has no {need}; it is not a Hugging Face model folder")
-    from safetensors import safe_open
-
-    for weights in sorted(path.glob("*.safetensors")):
-        try:
-            with safe_open(str(weights), framework="pt") as f:
-                f.keys()
-        except Exception as exc:  # safetensors raises its own SafetensorError (and OSError)
-            raise ModelError(f"weights file {str(weights)!r} is corrupt or truncated: "
-                             f"{str(exc).splitlines()[0][:200]}") from None
-
-
-def _looks_like_hub_name(source: str) -> bool:
-    parts = source.split("/")
-    return 1 <= len(parts) <= 2 and all(p and not p.startswith(".") for p in parts)
 
 
 def _load_online_or_cached(source, gguf_file, dtype, attn_implementation, local_files_only, is_local):

@@ -8,6 +8,7 @@ either with the probe's own code, so states saved by a probe give its table back
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -175,6 +176,7 @@ def _read_own(folder: Path) -> States:
     meta = read_user_json(side, "states sidecar", error=StatesError)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise StatesError(f"{str(side)!r} is not a {FORMAT} sidecar of version {VERSION}")
+    _check_fields(meta, str(side))
     points, n_layers, ids = meta.get("points"), meta.get("n_layers"), meta.get("window_ids")
     if (meta.get("layout") != list(LAYOUT) or not isinstance(points, list) or not points
             or not all(isinstance(p, str) for p in points) or len(set(points)) != len(points)
@@ -198,6 +200,27 @@ def _read_own(folder: Path) -> States:
     if meta.get("dtype") != dtype:
         raise StatesError(f"{str(side)!r} says dtype {meta.get('dtype')!r} but hidden_states is {dtype}")
     return states
+
+
+def _check_fields(meta: dict[str, Any], side: str) -> None:
+    """:class:`StatesError` for a sidecar field that :func:`save_states` never writes: a
+    ``version`` that is not the integer :data:`VERSION` (``true`` equals 1 in Python), a
+    ``d_qk_scale`` (or a ``d_qk`` other than null) that is not a finite number > 0, a
+    ``family`` (other than null) outside :data:`~.loading.FAMILIES`."""
+    version = meta["version"]
+    if type(version) is not int:  # noqa: E721 - a bool or a float equal to 1 is not the version
+        raise StatesError(f"{side!r}: version must be the integer {VERSION}, got {version!r}")
+    for key in ("d_qk_scale", "d_qk"):
+        value = meta.get(key)
+        if value is None and (key == "d_qk" or key not in meta):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+            raise StatesError(f"{side!r}: {key} must be a finite number > 0, got {value!r}")
+    from .loading import FAMILIES
+
+    family = meta.get("family")
+    if family is not None and (not isinstance(family, str) or family not in FAMILIES):
+        raise StatesError(f"{side!r}: family {family!r} is not a model family; known: {', '.join(FAMILIES)}")
 
 
 def _read_dump(folder: Path) -> States:

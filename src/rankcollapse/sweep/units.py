@@ -6,6 +6,7 @@ fingerprint (:func:`code_fingerprint`).
 from __future__ import annotations
 
 import functools
+import importlib
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Callable
@@ -97,6 +98,17 @@ class UnitKind:
 
 
 _KINDS: dict[str, UnitKind] = {}
+#: The module whose import registers each group's kinds, imported on demand (a lookup of a kind
+#: not registered yet, a listing): a kind resolves in a fresh process, and importing the package
+#: imports none of them. Named here as text: the sweep engine lies below those layers.
+KIND_MODULES = {"experiments": "rankcollapse.experiments.schema", "phase": "rankcollapse.phase.sweep"}
+
+
+def _load_kinds(group: str | None = None) -> None:
+    """Import the :data:`KIND_MODULES` of ``group`` (all when None); a no-op once imported."""
+    for name, module in KIND_MODULES.items():
+        if group is None or name == group:
+            importlib.import_module(module)
 
 
 def register_unit_kind(name: str, run: UnitFn, *, version: int, label: Callable[[Unit], str] | None = None,
@@ -127,7 +139,10 @@ def _identity(kind: UnitKind) -> tuple:
 
 
 def unit_kind(name: str) -> UnitKind:
-    """The registry entry of ``name`` (``ConfigError`` naming the registered kinds if none)."""
+    """The registry entry of ``name`` (``ConfigError`` naming the registered kinds if none); a
+    kind not registered yet is looked for in :data:`KIND_MODULES`, imported then."""
+    if name not in _KINDS:
+        _load_kinds()
     try:
         return _KINDS[name]
     except KeyError:
@@ -135,7 +150,9 @@ def unit_kind(name: str) -> UnitKind:
 
 
 def unit_kinds(group: str | None = None) -> tuple[str, ...]:
-    """Names of the registered kinds (of ``group`` only, when given), in registration order."""
+    """Names of the registered kinds (of ``group`` only, when given), in registration order, the
+    :data:`KIND_MODULES` of ``group`` (all when None) imported first."""
+    _load_kinds(group)
     return tuple(k for k, v in _KINDS.items() if group is None or v.group == group)
 
 
