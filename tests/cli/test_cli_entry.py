@@ -56,6 +56,25 @@ def _commands(group, path=()):
             yield (*path, name), cmd
 
 
+def _first_valued_option(cmd):
+    from typer.core import TyperOption
+
+    return next(o.opts[0] for o in cmd.params if isinstance(o, TyperOption) and not (o.is_flag or o.count))
+
+
+@pytest.mark.parametrize("path, cmd", list(_commands(None)), ids=lambda x: " ".join(x) if isinstance(x, tuple) else "")
+def test_an_option_without_its_value_is_named_with_the_commands_help(tmp_path, path, cmd):
+    """``simulate --depth``: the option needs a value, see ``rankcollapse simulate --help``."""
+    from tests.cli._harness import invoke
+
+    option = _first_valued_option(cmd)
+    code, out, err = invoke([*path, option], tmp_path)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith(f"rankcollapse: error: option {option} needs a value (see '"), err
+    assert lines[0].endswith(f" {' '.join(path)} --help')"), err
+
+
 def test_a_mistyped_option_suggests_the_flag(tmp_path):
     """``probe --n-sample`` suggests ``--n-samples``."""
     import re

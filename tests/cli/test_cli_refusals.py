@@ -98,3 +98,31 @@ def test_api_errors_are_rank_collapse_errors(tmp_path):
     for call in (lambda: detect_family(None), lambda: default_points(None)):
         with pytest.raises(ModelError):
             call()
+
+
+
+def test_windows_past_the_models_positions_are_refused_before_the_text_is_cut(tmp_path):
+    """``probe --text-file short.txt --n-tokens 100`` on a model of 64 positions, in a fresh process:
+    stderr is the one error line, no warning first that the short text gives fewer windows than asked."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+    import transformers as tf
+
+    from rankcollapse import assets
+
+    tok = tf.AutoTokenizer.from_pretrained(assets.minilm_dir())
+    torch.manual_seed(0)
+    folder = tmp_path / "tiny64"
+    tf.BertModel(tf.BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=32, max_position_embeddings=64)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    (tmp_path / "short.txt").write_text(" ".join(["The quick brown fox jumps over the lazy dog."] * 70) + "\n")
+    out = subprocess.run([sys.executable, "-c", "from rankcollapse.cli import main; main()", "probe", "--model",
+                          str(folder), "--text-file", "short.txt", "--n-tokens", "100"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [f"rankcollapse: error: windows of 100 tokens exceed {folder}'s 64 positions; "
+                                       "use windows of at most 64 tokens"]

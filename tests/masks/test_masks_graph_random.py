@@ -75,3 +75,42 @@ def test_large_random_strongly_connected_radius_matches_networkx():
     g = nx.DiGraph([(int(j), int(i)) for i, j in zip(*np.nonzero(m.to_numpy()))])
     assert a.strongly_connected and nx.is_strongly_connected(g)
     assert a.radius == nx.radius(g) and a.diameter == nx.diameter(g)
+
+
+def test_dense_mask_takes_one_csgraph_bfs_per_direction(monkeypatch):
+    """A dense mask (few levels) runs csgraph's O(E) BFS once per direction; the other sources go
+    through the level-synchronous BFS. Every field still equals networkx."""
+    from scipy.sparse import csgraph
+
+    from rankcollapse.masks import graph, parse_mask
+
+    calls, bfs = [], csgraph.breadth_first_order
+
+    def counting(*args, **kwargs):
+        calls.append(args[1])
+        return bfs(*args, **kwargs)
+
+    monkeypatch.setattr(graph.csgraph, "breadth_first_order", counting)
+    m = parse_mask("random:p=0.5,seed=0", 120)
+    a = analyze(m)
+    monkeypatch.undo()
+    g = nx.DiGraph([(int(j), int(i)) for i, j in zip(*np.nonzero(m.to_numpy()))])
+    assert len(calls) == 2 and a.n_bfs == 240  # every token a center, bounds never close below 2
+    assert (a.radius, a.diameter) == (nx.radius(g), nx.diameter(g)) == (2, 2)
+
+
+@given(edge_lists(), st.integers(0, 3))
+def test_level_bfs_matches_csgraph_bfs(case, dense):
+    """The level-synchronous BFS (top-down and bottom-up levels) gives csgraph's distances."""
+    from rankcollapse.masks.graph import _Distances
+
+    n, edges = case
+    rng = np.random.default_rng(n)
+    extra = np.argwhere(rng.random((n, n)) < dense / 4)  # denser graphs: bottom-up levels
+    m = Mask.from_edges(np.concatenate([np.array(edges, dtype=np.int64).reshape(-1, 2), extra]), n)
+    into = m.to_csr()  # row i: the j with edge j -> i
+    out = into.T.tocsr()
+    dist = _Distances(out, into, np.ones(into.nnz))
+    dist.by_levels = True
+    for src in range(n):
+        assert dist(src).tolist() == bfs_distances(out, src).tolist()

@@ -81,7 +81,10 @@ class Command(TyperCommand):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         parser = self.make_parser(ctx)
-        raw, _, order = parser.parse_args(args=list(args))
+        try:
+            raw, _, order = parser.parse_args(args=list(args))
+        except click.exceptions.BadOptionUsage as exc:  # raised without a context: point to this command's help
+            raise click.exceptions.UsageError(_option_usage(exc, self), ctx=ctx) from None
         _refuse_empty_paths(raw, order, ctx)
         seen: set[str] = set()
         for param in order:
@@ -97,6 +100,14 @@ class Command(TyperCommand):
             for value in _values(ctx.params.get(param.name)):
                 _check_number(value, param, ctx)
         return super().invoke(ctx)
+
+
+def _option_usage(exc: click.exceptions.BadOptionUsage, command: click.Command) -> str:
+    """The message of ``exc``: an option given without its value (``simulate --depth``) is named as such."""
+    param = next((p for p in command.params if exc.option_name in (*p.opts, *p.secondary_opts)), None)
+    if isinstance(param, TyperOption) and not (param.is_flag or param.count):  # it takes values: none came
+        return f"option {exc.option_name} needs {'a value' if param.nargs == 1 else f'{param.nargs} values'}"
+    return exc.format_message()
 
 
 def _refuse_empty_paths(raw: dict[str, Any], params: list, ctx: click.Context) -> None:

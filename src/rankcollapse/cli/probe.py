@@ -150,7 +150,8 @@ def probe_command(
         check_out(out, _out_names(influence=influence, n_runs=len(names) * (1 if control is None else 2),
                                   attentions=attentions), allow_nonempty=allow_nonempty, flags=True)
     from .. import data
-    from ..models.probe import Intervention, as_intervention, check_points, check_positions  # imports torch
+    from ..models.positions import check_positions, check_source_positions
+    from ..models.probe import Intervention, as_intervention, check_points  # imports torch
 
     intervention = as_intervention(Intervention(mask=mask, d_qk=d_qk, drop=drop, clip_massive=clip_massive,
                                                 ablate_heads=heads), None if prompts is not None else length)
@@ -159,6 +160,8 @@ def probe_command(
     # every input is cut into windows before the first (slow) model load: refusals come first
     if windows_file is not None:
         given = _given_windows(windows_file, windows, length, corpus)
+        for model in names:
+            check_source_positions(model, given.n_tokens, gguf_file=gguf_file)
         prepared = [(model, None, given) for model in names]
     else:
         texts = data.read_text_file(text_file) if text_file is not None else [] if prompts is not None else \
@@ -169,7 +172,9 @@ def probe_command(
             if prompts is not None:  # one window per line, padded to the longest
                 wins = data.prompt_windows(data.read_text_file(prompts), tok)
                 as_intervention(intervention, wins.n_tokens)
+                check_source_positions(model, wins.n_tokens, gguf_file=gguf_file)
             else:
+                check_source_positions(model, length, gguf_file=gguf_file)  # before the windows are cut
                 wins = data.make_windows(texts, tok, n_tokens=length, n_samples=windows, seed=seed,
                                          allow_fewer=text_file is not None)
             prepared.append((model, tok, wins))

@@ -4,6 +4,7 @@ diameter are exact, by the eccentricity bounding scheme of Takes & Kosters
 (Algorithms 6, 2013): after a forward and a backward BFS from ``v``, every ``u`` has
 ``max(d(u, v), ecc(v) - d(v, u)) <= ecc(u) <= d(u, v) + ecc(v)``; the search stops when no
 unexplored center can beat the best radius (nor, when strongly connected, exceed the best diameter).
+On a dense mask the BFS after the first run bottom-up on large frontiers (:class:`_Distances`).
 Drawing a mask (:func:`draw_mask`): query tokens on the vertical axis, key tokens across.
 """
 
@@ -33,8 +34,13 @@ def bfs_distances(graph: sp.csr_array, source: int) -> np.ndarray:
     """
     if not sp.issparse(graph) or graph.ndim != 2 or graph.shape[0] != graph.shape[1]:
         raise MaskError(f"graph must be a square scipy sparse matrix, got {type(graph).__name__}")
+    source = check_int(source, "source", low=0, high=graph.shape[0] - 1, error=MaskError)
+    return _tree_depths(graph, source)
+
+
+def _tree_depths(graph: sp.csr_array, source: int) -> np.ndarray:
+    """:func:`bfs_distances` of a checked ``graph`` and ``source`` (float64 data: csgraph copies nothing)."""
     n = graph.shape[0]
-    source = check_int(source, "source", low=0, high=n - 1, error=MaskError)
     order, pred = csgraph.breadth_first_order(graph, source, directed=True, return_predecessors=True)
     dist = np.full(n, -1, dtype=np.int64)
     anc = pred[order].astype(np.int64)
@@ -52,6 +58,85 @@ def bfs_distances(graph: sp.csr_array, source: int) -> np.ndarray:
         up = np.where(todo, up[up], up)
     dist[order] = depth
     return dist
+
+
+#: a level goes bottom-up when its frontier's out-edges times this exceed the unvisited nodes'
+#: in-edges (Beamer, Asanovic & Patterson, SC 2012: alpha = 14)
+_BOTTOM_UP_ALPHA = 14
+#: index entries one bottom-up round gathers at most
+_BOTTOM_UP_BLOCK = 1 << 20
+
+
+class _Distances:
+    """Hop distances from one source along the edges ``u -> v`` of ``out`` (row ``u`` lists ``v``;
+    ``into`` is its transpose, both canonical CSR; ``ones`` float64 ``(E,)`` data they share).
+
+    The first source goes through csgraph's BFS, O(E). When it shows few levels (``ecc * N < E``:
+    a dense mask), later sources take a level-synchronous BFS that runs bottom-up on large frontiers:
+    each unvisited node scans its in-neighbours only until one is in the frontier, a few entries on
+    a dense mask instead of its whole in-degree, so a source costs about O(N), not O(E)."""
+
+    def __init__(self, out: sp.csr_array, into: sp.csr_array, ones: np.ndarray) -> None:
+        self.graph = sp.csr_array((ones, out.indices, out.indptr), shape=out.shape)
+        self.graph.has_sorted_indices = self.graph.has_canonical_format = True
+        self.out_ptr, self.out_idx = out.indptr.astype(np.int64), out.indices
+        self.in_ptr, self.in_idx = into.indptr.astype(np.int64), into.indices
+        self.out_deg, self.in_deg = np.diff(self.out_ptr), np.diff(self.in_ptr)
+        self.by_levels = False
+
+    def __call__(self, source: int) -> np.ndarray:
+        if self.by_levels:
+            return self._levels(source)
+        dist = _tree_depths(self.graph, source)
+        self.by_levels = int(dist.max()) * dist.shape[0] < self.out_idx.shape[0]
+        return dist
+
+    def _levels(self, source: int) -> np.ndarray:
+        n = self.out_deg.shape[0]
+        dist = np.full(n, -1, dtype=np.int64)
+        dist[source] = 0
+        frontier, level, unvisited = np.array([source], dtype=np.int64), 0, None
+        unvisited_in = int(self.in_deg.sum()) - int(self.in_deg[source])  # in-edges of unvisited nodes
+        while frontier.size:
+            level += 1
+            if int(self.out_deg[frontier].sum()) * _BOTTOM_UP_ALPHA > unvisited_in:
+                unvisited = np.flatnonzero(dist < 0) if unvisited is None else unvisited[dist[unvisited] < 0]
+                in_frontier = np.zeros(n, dtype=bool)
+                in_frontier[frontier] = True
+                frontier = unvisited[_any_in(self.in_ptr, self.in_idx, unvisited, in_frontier)]
+            else:
+                starts, counts = self.out_ptr[frontier], self.out_deg[frontier]
+                at = np.arange(int(counts.sum())) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
+                reached = self.out_idx[at]
+                reached = reached[dist[reached] < 0]
+                if reached.shape[0] * 8 > n:  # many: a bool mark in O(N) beats sorting
+                    seen = np.zeros(n, dtype=bool)
+                    seen[reached] = True
+                    frontier = np.flatnonzero(seen)
+                else:
+                    frontier = np.unique(reached).astype(np.int64)
+            dist[frontier] = level
+            unvisited_in -= int(self.in_deg[frontier].sum())
+        return dist
+
+
+def _any_in(ptr: np.ndarray, idx: np.ndarray, nodes: np.ndarray, member: np.ndarray) -> np.ndarray:
+    """Whether each of ``nodes`` has a neighbour (CSR ``ptr``, ``idx``) in the bool set ``member``:
+    the lists are scanned in chunks of doubling width, each stopping at its first hit."""
+    pos, end = ptr[nodes], ptr[nodes + 1]
+    hit = np.zeros(nodes.shape[0], dtype=bool)
+    todo, width = np.flatnonzero(pos < end), 4
+    while todo.size:
+        step = max(1, _BOTTOM_UP_BLOCK // width)
+        for s in range(0, todo.shape[0], step):
+            rows = todo[s:s + step]
+            at = pos[rows, None] + np.arange(width)  # (rows, width)
+            ok = at < end[rows, None]
+            hit[rows[(member[idx[np.where(ok, at, 0)]] & ok).any(axis=1)]] = True
+        pos[todo] += width
+        todo = todo[~hit[todo] & (pos[todo] < end[todo])]
+        width *= 2
+    return hit
 
 
 @dataclass
@@ -231,9 +316,9 @@ def analyze(mask: Mask, *, method: str = "auto", max_memory: int | str | None = 
     def search(centers: np.ndarray) -> tuple:
         fwd = csr.T.tocsr()
         symmetric = csr.nnz == fwd.nnz and (csr != fwd).nnz == 0
-        bwd = None if len(centers) == 1 or symmetric else csr
+        ones = np.ones(csr.nnz)
         return _eccentricity_search(
-            lambda v: bfs_distances(fwd, v), None if bwd is None else (lambda v: bfs_distances(bwd, v)),
+            _Distances(fwd, csr, ones), None if len(centers) == 1 or symmetric else _Distances(csr, fwd, ones),
             np.diff(fwd.indptr), fwd.diagonal().astype(bool), centers, n_comp == 1)
 
     out_deg = np.bincount(csr.indices, minlength=mask.n_tokens)

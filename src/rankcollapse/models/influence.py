@@ -16,7 +16,8 @@ from ..errors import ConfigError, ModelError
 from . import families
 from .interventions import intervene
 from .loading import as_loaded
-from .probe import check_positions, check_token_ids, model_inputs
+from .positions import check_positions
+from .probe import check_token_ids, model_inputs
 from .recorder import Recorder
 
 #: Columns of the per-layer table.

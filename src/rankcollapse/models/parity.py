@@ -38,7 +38,8 @@ def parity(loaded: Any, windows: Windows, *, batch_size: int = 8) -> pd.DataFram
     """
     from .lens import open_model
     from .interventions import stack_padding
-    from .probe import check_positions, check_token_ids, model_inputs
+    from .positions import check_positions
+    from .probe import check_token_ids, model_inputs
     from .recorder import Recorder
 
     loaded, library = open_model(loaded)

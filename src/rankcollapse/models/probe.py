@@ -26,6 +26,7 @@ from .interventions import (check_d_qk, d_qk_scale_for, decoder_padding, interve
 from .lens import LibraryModel, open_model
 from .loading import LoadedModel, as_loaded
 from .memory import ProbeMemory, predict
+from .positions import check_positions
 from .recorder import MODULE_PREFIX, Recorder, module_depth, module_tap
 from .sinks import SINK_METRICS, VALUE_METRICS, ValueRecorder, sink_values, zeroed_heads
 
@@ -124,16 +125,6 @@ def default_points(loaded: Any, detail: str = "hidden_states") -> list[str]:
     """Point names probed by default (every ``hidden_states`` entry of every stack)."""
     loaded = as_loaded(loaded)
     return [n for s in families.stacks(loaded.model, loaded.family) for n in families.point_names(s, detail)]
-
-
-def check_positions(loaded: Any, length: int) -> None:
-    """:class:`ConfigError` for windows longer than the model's position table."""
-    config = getattr(loaded.model, "config", None)
-    limit = next((getattr(config, k) for k in ("max_position_embeddings", "n_positions")
-                  if isinstance(getattr(config, k, None), int)), None)
-    if limit is not None and length > limit:
-        raise ConfigError(f"windows of {length} tokens exceed {getattr(loaded, 'name', 'the model')}'s "
-                          f"{limit} positions; use windows of at most {limit} tokens")
 
 
 def check_token_ids(loaded: Any, windows: Windows) -> None:
