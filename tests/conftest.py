@@ -45,12 +45,12 @@ def _load_packaged_models_once() -> None:
     import copy
 
     from rankcollapse.errors import RankCollapseError
-    from rankcollapse.models import loading
+    from rankcollapse.models import loading, source
 
     packaged = set()
     for name in ("minilm", "smollm2"):
         try:
-            packaged.add(loading._source(name, None)[:2])
+            packaged.add(source._source(name, None)[:2])
         except RankCollapseError:  # not installed: its tests skip
             pass
     read, weights = loading._from_pretrained, {}

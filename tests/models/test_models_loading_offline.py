@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from rankcollapse.errors import ModelError
-from rankcollapse.models import loading
+from rankcollapse.models import loading, source
 
 _SCRIPT = """
 import json, time
@@ -47,7 +47,7 @@ def test_default_is_local_only_unless_opted_in(monkeypatch, env, expected):
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     else:
         monkeypatch.setenv("HF_HUB_OFFLINE", env)
-    assert loading._local_only(None) is expected
+    assert source._local_only(None) is expected
 
 
 def test_explicit_local_files_only_is_passed_through(monkeypatch):

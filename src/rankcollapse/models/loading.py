@@ -23,8 +23,7 @@ from . import families
 from ._checkpoint import check_finite_weights, check_loaded_weights
 from ._quiet import quiet_loading
 # the checks made before loading, torch-free (a dry run makes them too)
-from .source import (PACKAGED, SMOLLM2_NOTE, _check_local, _check_source, _local_only,  # noqa: F401
-                     _looks_like_hub_name, _source)
+from .source import PACKAGED, _check_source, _local_only, _looks_like_hub_name, _source
 
 
 FAMILIES = (*families.REGISTRY, families.GENERIC.name)

@@ -29,7 +29,7 @@ def check_source_positions(name_or_path: str, length: int, *, gguf_file: str | N
     from transformers import AutoConfig
 
     from ._quiet import quiet_loading
-    from .loading import _local_only, _source
+    from .source import _local_only, _source
 
     source, gguf_file, _ = _source(name_or_path, gguf_file)
     extra = {"gguf_file": gguf_file} if gguf_file is not None else {}
