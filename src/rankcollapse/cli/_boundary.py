@@ -86,6 +86,7 @@ class Command(TyperCommand):
         except click.exceptions.BadOptionUsage as exc:  # raised without a context: point to this command's help
             raise click.exceptions.UsageError(_option_usage(exc, self), ctx=ctx) from None
         _refuse_empty_paths(raw, order, ctx)
+        _refuse_options_as_values(raw, order, self, ctx)
         seen: set[str] = set()
         for param in order:
             single = isinstance(param, TyperOption) and not (param.multiple or param.count or param.is_flag)
@@ -108,6 +109,21 @@ def _option_usage(exc: click.exceptions.BadOptionUsage, command: click.Command) 
     if isinstance(param, TyperOption) and not (param.is_flag or param.count):  # it takes values: none came
         return f"option {exc.option_name} needs {'a value' if param.nargs == 1 else f'{param.nargs} values'}"
     return exc.format_message()
+
+
+def _refuse_options_as_values(raw: dict[str, Any], params: list, command: click.Command,
+                              ctx: click.Context) -> None:
+    """Refuse a value that is one of the command's own options (``simulate --mask --depth 3``
+    gave ``--mask`` the value ``--depth``): the option before it was given without its value."""
+    names = {o for p in command.get_params(ctx) if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)}
+    for param in params:
+        if not isinstance(param, TyperOption) or param.is_flag or param.count:
+            continue
+        for value in _values(raw.get(param.name)):
+            for item in _values(value):
+                if isinstance(item, str) and item in names:
+                    raise click.exceptions.UsageError(f"option {param.opts[0]} needs a value; it got the option "
+                                                      f"{item} instead", ctx=ctx)
 
 
 def _refuse_empty_paths(raw: dict[str, Any], params: list, ctx: click.Context) -> None:
