@@ -5,6 +5,7 @@ refuses a missing or unreadable model folder with the run's own message, and qui
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from .. import assets
@@ -45,6 +46,8 @@ def _local_only(given: bool | None) -> bool:
 def _source(name_or_path: str, gguf_file: str | None) -> tuple[str, str | None, list[str]]:
     """``(source, gguf_file, notes)`` that :func:`~.loading.load_model` loads for ``name_or_path``."""
     key = str(name_or_path).strip().lower()
+    if not key:  # "" would read as the working directory, " " as a hub name
+        raise ModelError(f"model {str(name_or_path)!r} is empty; give 'minilm', 'smollm2', a model folder or a hub name")
     if key in PACKAGED and gguf_file is not None:
         raise ModelError(f"gguf_file {gguf_file!r} does not apply to {key!r}: its weights file is fixed by its package")
     if key == "minilm":
@@ -84,5 +87,10 @@ def _check_local(path: Path, gguf_file: str | None) -> None:
 
 
 def _looks_like_hub_name(source: str) -> bool:
+    """``NAME`` or ``OWNER/NAME`` of letters, digits, ``-``, ``_`` and ``.`` (not first)."""
     parts = source.split("/")
-    return 1 <= len(parts) <= 2 and all(p and not p.startswith(".") for p in parts)
+    return 1 <= len(parts) <= 2 and all(_HUB_PART.fullmatch(p) for p in parts)
+
+
+#: One part of a hub repository id (the hub's own rule: no spaces, no leading dot).
+_HUB_PART = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
