@@ -69,3 +69,21 @@ def test_n_tokens_errors_are_one_line(files, argv, message):
 def test_show_draws_a_npy_mask_without_n_tokens(files):
     code, _, err = _cli("mask", "show", "file:full8.npy", "--out", "m")
     assert code == 0 and (files / "m" / "mask.png").is_file(), err
+
+
+def test_simulate_and_phase_take_n_from_a_npy_mask(files):
+    """``simulate``/``phase --axis mask=file:M.npy`` without ``--n-tokens`` run at the file's N
+    (they refused it with "--n-tokens is 128", a flag not given)."""
+    import json
+
+    code, out, err = _cli("simulate", "--mask", "file:causal12.npy|sliding_window:w=3", "--depth", "2",
+                          "--n-samples", "2", "--d-model", "4", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["settings"]["n_tokens"] == 12
+    code, out, err = _cli("phase", "--axis", "mask=file:causal12.npy,causal", "--depth", "2", "--n-samples", "1",
+                          "--d-model", "4", "--out", "ph", "--format", "json")
+    assert code == 0, err
+    import pandas as pd
+
+    assert sorted(pd.read_parquet(files / "ph" / "phase.parquet")["n_tokens"]) == [12, 12]
+

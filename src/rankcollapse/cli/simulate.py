@@ -76,7 +76,7 @@ NAMES = ("result.json", "mu_loglog.png")
 
 def simulate_command(
     mask: str = typer.Option("causal", "--mask", help="mask spec, e.g. causal_sliding_window:w=4"),
-    n_tokens: int = typer.Option(None, "--n-tokens", help="tokens per sample N (default 128; a FILE input: its N)"),
+    n_tokens: int = typer.Option(None, "--n-tokens", help="tokens per sample N (default 128; a FILE input or a .npy mask file: its N)"),
     depth: int = typer.Option(None, "--depth", help="layers T (default 32; with --model its number of layers)"),
     variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln"),
     norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm | dyt (tanh, "
@@ -145,6 +145,10 @@ def simulate_command(
                           alpha_ngpt=alpha_ngpt, dyt_alpha=dyt_alpha, qk_norm=qk_norm, qk_norm_scale=qk_norm_scale,
                           headwise_rmsnorm=headwise_rmsnorm)
     name = input_name(source)
+    if n_tokens is None and name is not None:  # drawn or Wikipedia tokens: a .npy mask file fixes N
+        from .. import masks
+
+        n_tokens = masks.spec_n_tokens(mask)
     weights = loaded = None
     if pretrained is not None:
         loaded = models.load_model(pretrained)
