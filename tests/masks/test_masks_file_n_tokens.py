@@ -87,3 +87,16 @@ def test_simulate_and_phase_take_n_from_a_npy_mask(files):
 
     assert sorted(pd.read_parquet(files / "ph" / "phase.parquet")["n_tokens"]) == [12, 12]
 
+
+@pytest.mark.parametrize("argv, message", [
+    (["simulate", "--mask", "file:causal12.npy", "--input", "x8.npy", "--depth", "1"],
+     "the N of --input 'x8.npy' is 8, but mask file 'causal12.npy' has N=12 tokens"),
+    (["metrics", "x8.npy", "--mask", "file:causal12.npy"],
+     "the N of FILE 'x8.npy' is 8, but mask file 'causal12.npy' has N=12 tokens"),
+    (["simulate", "--mask", "file:causal12.npy", "--n-tokens", "8", "--depth", "1"],
+     "--n-tokens is 8, but mask file 'causal12.npy' has N=12 tokens"),
+])
+def test_a_mask_file_of_another_n_names_where_n_came_from(files, argv, message):
+    np.save("x8.npy", np.random.default_rng(0).standard_normal((2, 8, 4)))
+    code, out, err = _cli(*argv)
+    assert code == 2 and err.strip().splitlines() == [f"rankcollapse: error: {message}"], err

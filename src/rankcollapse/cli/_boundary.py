@@ -4,13 +4,14 @@ line on stderr, exit 2, also in-process), the command line's words for the API's
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import inspect
 import math
 import os
 import sys
 from pathlib import PurePath
-from typing import Any, Collection, get_args
+from typing import Any, Collection, Iterator, get_args
 
 import typer
 from ._click import ParameterSource, click, get_current_context
@@ -39,6 +40,18 @@ def in_flags(exc: RankCollapseError) -> str:
     if exc.argument is None:
         return str(exc)
     return f"{FLAGS.get(exc.argument, exc.argument)} {exc.detail}"
+
+
+@contextlib.contextmanager
+def n_tokens_from(where: str | None) -> Iterator[None]:
+    """An error about ``n_tokens`` names ``where`` the N came from (``the N of FILE 'x.npy'``)
+    instead of ``--n-tokens``, which was not given; ``where=None`` changes nothing."""
+    try:
+        yield
+    except RankCollapseError as exc:
+        if where is not None and exc.argument == "n_tokens":
+            exc.argument = where
+        raise
 
 
 class CliError(click.ClickException):

@@ -14,6 +14,7 @@ from .._memory import check_simulate_tokens, parse_size
 from .._outdir import check_out, writing
 from .._validate import Spec
 from ..errors import ConfigError, DataError
+from ._boundary import n_tokens_from
 from ._output import ALLOW_NONEMPTY, check_format, print_result
 
 
@@ -76,7 +77,8 @@ NAMES = ("result.json", "mu_loglog.png")
 
 def simulate_command(
     mask: str = typer.Option("causal", "--mask", help="mask spec, e.g. causal_sliding_window:w=4"),
-    n_tokens: int = typer.Option(None, "--n-tokens", help="tokens per sample N (default 128; a FILE input or a .npy mask file: its N)"),
+    n_tokens: int = typer.Option(None, "--n-tokens", help="tokens per sample N (default 128; a FILE input or a .npy "
+                                 "mask file: its N)"),
     depth: int = typer.Option(None, "--depth", help="layers T (default 32; with --model its number of layers)"),
     variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln"),
     norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm | dyt (tanh, "
@@ -178,8 +180,9 @@ def simulate_command(
         warnings.simplefilter("always", RuntimeWarning)
         run = dynamics.RunConfig(depth=depth, seed=seed, dtype=getattr(torch, dtype), device=device, backend=backend,
                                  record_epsilon=backend != "flex", max_memory=parse_size(max_memory))
-        res = dynamics.simulate(X0, mask, block=cfg, run=run, d_qk=d_qk, value=value, query_key=query_key,
-                                weights=weights, shared=shared, metrics=asked + [m for m in STATE_METRICS if m not in asked])
+        with n_tokens_from(f"the N of --input {source!r}" if n_tokens is None and name is None else None):
+            res = dynamics.simulate(X0, mask, block=cfg, run=run, d_qk=d_qk, value=value, query_key=query_key, weights=weights,
+                                    shared=shared, metrics=asked + [m for m in STATE_METRICS if m not in asked])
     for w in caught:
         if res.stopped is None or not str(w.message).startswith(f"after layer {res.stopped.after_layer}: X is the zero"):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
