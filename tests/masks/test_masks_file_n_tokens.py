@@ -100,3 +100,17 @@ def test_a_mask_file_of_another_n_names_where_n_came_from(files, argv, message):
     np.save("x8.npy", np.random.default_rng(0).standard_normal((2, 8, 4)))
     code, out, err = _cli(*argv)
     assert code == 2 and err.strip().splitlines() == [f"rankcollapse: error: {message}"], err
+
+
+def test_theory_bound_and_sphere_take_n_from_a_npy_mask(files):
+    """``theory bound/sphere --mask file:M.npy`` without ``--n-tokens`` run at the file's N
+    (they refused it with "--n-tokens is 32" (16), a flag not given)."""
+    import json
+
+    code, out, err = _cli("theory", "bound", "--mask", "file:causal12.npy", "--depth", "3", "--n-samples", "2",
+                          "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["config"]["n_tokens"] == 12
+    code, out, err = _cli("theory", "sphere", "--mask", "file:full8.npy", "--depth", "3", "--format", "json")
+    assert code == 0, err
+    assert {r["config"]["n_tokens"] for r in json.loads(out)["results"]} == {8}
