@@ -114,3 +114,15 @@ def test_theory_bound_and_sphere_take_n_from_a_npy_mask(files):
     code, out, err = _cli("theory", "sphere", "--mask", "file:full8.npy", "--depth", "3", "--format", "json")
     assert code == 0, err
     assert {r["config"]["n_tokens"] for r in json.loads(out)["results"]} == {8}
+
+
+@pytest.mark.parametrize("argv", [["mask", "describe", "file:empty.npy"], ["mask", "describe", "file:empty.npy", "--n-tokens", "3"],
+                                  ["simulate", "--mask", "file:empty.npy|causal"]])
+def test_an_empty_npy_mask_is_named_as_empty(files, argv):
+    """A (0, 0) matrix: it read as "--n-tokens is 1, but ... has N=0 tokens", a flag not given."""
+    np.save("empty.npy", np.ones((0, 0), dtype=bool))
+    code, _, err = _cli(*argv)
+    assert code == 2 and err.strip().splitlines() == [
+        "rankcollapse: error: mask file 'empty.npy' holds an empty (0, 0) matrix; a mask has N >= 1 tokens"], err
+    with pytest.raises(MaskError, match=r"^mask file 'empty.npy' holds an empty \(0, 0\) matrix"):
+        spec_n_tokens("file:empty.npy")
