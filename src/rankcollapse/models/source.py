@@ -4,6 +4,7 @@ refuses a missing or unreadable model folder with the run's own message, and qui
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -75,6 +76,8 @@ def _check_local(path: Path, gguf_file: str | None) -> None:
     need = gguf_file if gguf_file is not None else "config.json"
     if not (path / need).is_file():
         raise ModelError(f"model folder {str(path)!r} has no {need}; it is not a Hugging Face model folder")
+    if gguf_file is None:
+        _check_config(path / need)
     from safetensors import safe_open
 
     for weights in sorted(path.glob("*.safetensors")):
@@ -84,6 +87,17 @@ def _check_local(path: Path, gguf_file: str | None) -> None:
         except Exception as exc:  # safetensors raises its own SafetensorError (and OSError)
             raise ModelError(f"weights file {str(weights)!r} is corrupt or truncated: "
                              f"{str(exc).splitlines()[0][:200]}") from None
+
+
+def _check_config(path: Path) -> None:
+    """:class:`ModelError` unless ``path`` (a model's ``config.json``) holds a JSON object."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ModelError(f"model config {str(path)!r} is not readable JSON ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
+    if not isinstance(config, dict):
+        raise ModelError(f"model config {str(path)!r} holds a JSON {type(config).__name__}, not an object of settings")
 
 
 def _looks_like_hub_name(source: str) -> bool:
