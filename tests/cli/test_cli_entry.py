@@ -97,6 +97,16 @@ def test_a_string_option_followed_by_an_option_is_refused(tmp_path):
     assert err.startswith("rankcollapse: error: option --mask needs a value; it got the option --depth instead"), err
 
 
+def test_a_reader_closing_stdout_is_no_error():
+    """``rankcollapse ... | head``: the closed pipe ends the command quietly (click's status 1), with no
+    "operating-system error: Broken pipe" line."""
+    proc = subprocess.Popen([*CLI, "mask", "describe", "causal", "--n-tokens", "5", "--format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1 and err == ""
+
+
 def test_a_mistyped_option_suggests_the_flag(tmp_path):
     """``probe --n-sample`` suggests ``--n-samples``."""
     import re

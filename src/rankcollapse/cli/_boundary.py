@@ -200,7 +200,7 @@ class Group(TyperGroup):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, click.ClickException, KeyboardInterrupt):
-            raise
+        except (typer.Exit, typer.Abort, click.ClickException, KeyboardInterrupt, BrokenPipeError):
+            raise  # a closed stdout (`| head`) is the reader's choice, not an error of the command
         except Exception as exc:  # the boundary: any other error becomes one line, exit 2
             raise CliError(describe(exc)) from exc
