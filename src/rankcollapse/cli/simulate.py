@@ -131,6 +131,9 @@ def simulate_command(
 ) -> None:
     """Simulate masked self-attention dynamics (spec.md §2) and report metrics per layer."""
     check_format(fmt)
+    asked = list(dict.fromkeys(m.strip() for m in metrics.split(",") if m.strip()))  # each once, as probe
+    if not asked:  # else a table of no metric
+        raise ConfigError(f"--metrics {metrics!r} names no metric; e.g. --metrics mu,mu_relative")
     if dtype not in ("float32", "float64"):
         raise ConfigError(f"--dtype must be float32 or float64, got {dtype!r}")
     if out is not None:
@@ -175,7 +178,6 @@ def simulate_command(
     from ..dynamics.runner import STATE_METRICS
     from ..metrics.floor import UNDERFLOW_METRICS
 
-    asked = [m.strip() for m in metrics.split(",") if m.strip()]
     with warnings.catch_warnings(record=True) as caught:  # a run stopped at a zero matrix: said below, once
         warnings.simplefilter("always", RuntimeWarning)
         run = dynamics.RunConfig(depth=depth, seed=seed, dtype=getattr(torch, dtype), device=device, backend=backend,
