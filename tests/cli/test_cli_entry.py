@@ -75,6 +75,38 @@ def test_an_option_without_its_value_is_named_with_the_commands_help(tmp_path, p
     assert lines[0].endswith(f" {' '.join(path)} --help')"), err
 
 
+@pytest.mark.parametrize("path, cmd", list(_commands(None)), ids=lambda x: " ".join(x) if isinstance(x, tuple) else "")
+def test_an_option_whose_value_is_another_option_is_named(tmp_path, path, cmd):
+    """``simulate --out --help`` (or ``--mask --depth 3``): the option got no value, nothing runs or is written."""
+    from tests.cli._harness import invoke
+
+    option = _first_valued_option(cmd)
+    code, out, err = invoke([*path, option, "--help"], tmp_path)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith(f"rankcollapse: error: option {option} needs a value; it got the option --help "
+                               "instead (see '"), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_string_option_followed_by_an_option_is_refused(tmp_path):
+    from tests.cli._harness import invoke
+
+    code, out, err = invoke(["simulate", "--mask", "--depth", "3"], tmp_path)
+    assert code == 2 and out == "", err
+    assert err.startswith("rankcollapse: error: option --mask needs a value; it got the option --depth instead"), err
+
+
+def test_a_reader_closing_stdout_is_no_error():
+    """``rankcollapse ... | head``: the closed pipe ends the command quietly (click's status 1), with no
+    "operating-system error: Broken pipe" line."""
+    proc = subprocess.Popen([*CLI, "mask", "describe", "causal", "--n-tokens", "5", "--format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1 and err == ""
+
+
 def test_a_mistyped_option_suggests_the_flag(tmp_path):
     """``probe --n-sample`` suggests ``--n-samples``."""
     import re

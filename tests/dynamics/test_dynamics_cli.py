@@ -245,3 +245,18 @@ def test_attention_too_large_is_refused_before_the_input_is_drawn(tmp_path, monk
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "attention over N = 1000000 tokens" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("given, shown", [(",,", None), ("mu,mu", ["mu"]), (" mu_relative , mu,mu_relative", ["mu_relative", "mu"])])
+def test_simulate_metrics_named_once_and_at_least_one(tmp_path, given, shown):
+    """``--metrics mu,mu`` showed the column twice and ``--metrics ,,`` printed a table of no metric."""
+    from tests.cli._harness import invoke
+
+    code, out, err = invoke(["simulate", "--metrics", given, "--depth", "1", "--n-samples", "1", "--d-model", "4",
+                             "--n-tokens", "8", "--format", "json"], tmp_path)
+    if shown is None:
+        assert code == 2 and err.strip().splitlines() == [
+            f"rankcollapse: error: --metrics {given!r} names no metric; e.g. --metrics mu,mu_relative"]
+        return
+    assert code == 0, err
+    assert json.loads(out)["settings"]["metrics"] == shown

@@ -82,6 +82,24 @@ def test_an_option_no_unit_applies_is_refused_not_recorded(tmp_path, monkeypatch
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("masks, given", [
+    (["causal", "causal"], "('causal' and 'causal')"),
+    (["causal", " causal"], "('causal' and ' causal')"),  # was planned and computed twice
+    (["block:size=4", "sliding_window:w=3", "block:size=4,causal=false"], "('block:size=4' and 'block:size=4,causal=false')"),
+])
+def test_a_mask_given_twice_is_refused(tmp_path, masks, given):
+    from tests.cli._harness import run_cli
+
+    canonical = "causal" if masks[0] == "causal" else "block:size=4,causal=false"
+    message = f"gives the mask {canonical!r} twice {given}; give it once"
+    with pytest.raises(ConfigError) as info:
+        runner.plan("main", "smoke", 0, overrides={"masks": masks})
+    assert str(info.value) == f"overrides['masks'] {message}"
+    argv = [a for m in masks for a in ("--mask", m)]
+    res = run_cli("reproduce", "main", "--scale", "smoke", "--dry-run", *argv, "--out", "o", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [f"rankcollapse: error: --mask {message}"]
+
+
 def test_options_a_unit_applies_are_accepted():
     _, units, data = runner.plan("main", "smoke", 0, n_tokens=64, overrides={"masks": ["causal"], "depth": 2})
     assert data["n_tokens"] == 64 and {u.params["mask"] for u in units if u.kind == "simulate"} == {"causal"}

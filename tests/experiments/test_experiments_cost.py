@@ -119,6 +119,44 @@ def test_dry_run_refuses_an_out_that_is_a_file(tmp_path):
     assert (tmp_path / "o").read_text() == "mine"
 
 
+@pytest.mark.parametrize("model, message", [
+    ("", "model '' is empty; give 'minilm', 'smollm2', a model folder or a hub name"),  # was the working directory
+    (" ", "model ' ' is empty; give 'minilm', 'smollm2', a model folder or a hub name"),  # was a hub name
+    ("my model", "model 'my model' is neither 'minilm', 'smollm2', a local folder nor a hub name"),
+])
+def test_an_empty_or_spaced_model_name_is_refused(tmp_path, model, message):
+    from rankcollapse.errors import ModelError
+    from rankcollapse.models.source import check_model_source
+
+    with pytest.raises(ModelError) as info:
+        check_model_source(model, local_files_only=True)
+    assert str(info.value) == message
+    res = run_cli("reproduce", "main", "--scale", "smoke", "--dry-run", "--model", model, "--out", "o", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [f"rankcollapse: error: {message}"]
+    assert check_model_source("openai-community/gpt2", local_files_only=True) is False
+
+
+@pytest.mark.parametrize("content, message", [
+    ("not json{", "is not readable JSON (JSONDecodeError: Expecting value: line 1 column 1 (char 0))"),
+    ("", "is not readable JSON (JSONDecodeError: Expecting value: line 1 column 1 (char 0))"),
+    ("[1, 2]", "holds a JSON list, not an object of settings"),
+])
+def test_dry_run_refuses_a_model_config_that_is_no_json_object(tmp_path, content, message):
+    """The run refuses it when the model loads (after the other units): its dry run, and the run, at once."""
+    from rankcollapse.errors import ModelError
+    from rankcollapse.models.source import check_model_source
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(content)
+    want = f"model config {str(tmp_path / 'm' / 'config.json')!r} {message}"
+    with pytest.raises(ModelError) as info:
+        check_model_source(str(tmp_path / "m"))
+    assert str(info.value) == want
+    res = run_cli("reproduce", "main", "--scale", "smoke", "--dry-run", "--model", str(tmp_path / "m"), "--out", "o",
+                  cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [f"rankcollapse: error: {want}"]
+
+
 def test_dry_run_refuses_a_model_folder_the_run_would_refuse(tmp_path):
     """``--model DIR`` is checked as the run checks it (models.source.check_model_source), with
     its one-line message and exit 2, before the experiments (torch) load; a model folder passes."""

@@ -69,3 +69,60 @@ def test_n_tokens_errors_are_one_line(files, argv, message):
 def test_show_draws_a_npy_mask_without_n_tokens(files):
     code, _, err = _cli("mask", "show", "file:full8.npy", "--out", "m")
     assert code == 0 and (files / "m" / "mask.png").is_file(), err
+
+
+def test_simulate_and_phase_take_n_from_a_npy_mask(files):
+    """``simulate``/``phase --axis mask=file:M.npy`` without ``--n-tokens`` run at the file's N
+    (they refused it with "--n-tokens is 128", a flag not given)."""
+    import json
+
+    code, out, err = _cli("simulate", "--mask", "file:causal12.npy|sliding_window:w=3", "--depth", "2",
+                          "--n-samples", "2", "--d-model", "4", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["settings"]["n_tokens"] == 12
+    code, out, err = _cli("phase", "--axis", "mask=file:causal12.npy,causal", "--depth", "2", "--n-samples", "1",
+                          "--d-model", "4", "--out", "ph", "--format", "json")
+    assert code == 0, err
+    import pandas as pd
+
+    assert sorted(pd.read_parquet(files / "ph" / "phase.parquet")["n_tokens"]) == [12, 12]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["simulate", "--mask", "file:causal12.npy", "--input", "x8.npy", "--depth", "1"],
+     "the N of --input 'x8.npy' is 8, but mask file 'causal12.npy' has N=12 tokens"),
+    (["metrics", "x8.npy", "--mask", "file:causal12.npy"],
+     "the N of FILE 'x8.npy' is 8, but mask file 'causal12.npy' has N=12 tokens"),
+    (["simulate", "--mask", "file:causal12.npy", "--n-tokens", "8", "--depth", "1"],
+     "--n-tokens is 8, but mask file 'causal12.npy' has N=12 tokens"),
+])
+def test_a_mask_file_of_another_n_names_where_n_came_from(files, argv, message):
+    np.save("x8.npy", np.random.default_rng(0).standard_normal((2, 8, 4)))
+    code, out, err = _cli(*argv)
+    assert code == 2 and err.strip().splitlines() == [f"rankcollapse: error: {message}"], err
+
+
+def test_theory_bound_and_sphere_take_n_from_a_npy_mask(files):
+    """``theory bound/sphere --mask file:M.npy`` without ``--n-tokens`` run at the file's N
+    (they refused it with "--n-tokens is 32" (16), a flag not given)."""
+    import json
+
+    code, out, err = _cli("theory", "bound", "--mask", "file:causal12.npy", "--depth", "3", "--n-samples", "2",
+                          "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["config"]["n_tokens"] == 12
+    code, out, err = _cli("theory", "sphere", "--mask", "file:full8.npy", "--depth", "3", "--format", "json")
+    assert code == 0, err
+    assert {r["config"]["n_tokens"] for r in json.loads(out)["results"]} == {8}
+
+
+@pytest.mark.parametrize("argv", [["mask", "describe", "file:empty.npy"], ["mask", "describe", "file:empty.npy", "--n-tokens", "3"],
+                                  ["simulate", "--mask", "file:empty.npy|causal"]])
+def test_an_empty_npy_mask_is_named_as_empty(files, argv):
+    """A (0, 0) matrix: it read as "--n-tokens is 1, but ... has N=0 tokens", a flag not given."""
+    np.save("empty.npy", np.ones((0, 0), dtype=bool))
+    code, _, err = _cli(*argv)
+    assert code == 2 and err.strip().splitlines() == [
+        "rankcollapse: error: mask file 'empty.npy' holds an empty (0, 0) matrix; a mask has N >= 1 tokens"], err
+    with pytest.raises(MaskError, match=r"^mask file 'empty.npy' holds an empty \(0, 0\) matrix"):
+        spec_n_tokens("file:empty.npy")

@@ -254,6 +254,19 @@ def test_a_repeated_drop_entry_is_an_error(drop, message, tmp_path):
     assert parse_drop("skip:0-1,skip:3,mlp", 4) == {"skip": {0, 1, 3}, "mlp": {0, 1, 2, 3}}
 
 
+@pytest.mark.parametrize("drop, message", [
+    ("mlp:0-", "bad block list '0-' in 'mlp:0-'; use e.g. 'skip:0-3,7'"),  # read as block 0
+    ("skip:1-2-3", "bad block list '1-2-3' in 'skip:1-2-3'; use e.g. 'skip:0-3,7'"),
+    (",", "drop ',' names no component; choose from skip, mlp, norm, final_norm"),  # dropped nothing
+    (" , ", "drop ' , ' names no component; choose from skip, mlp, norm, final_norm"),
+])
+def test_a_malformed_drop_is_an_error(drop, message):
+    with pytest.raises(ConfigError) as info:
+        parse_drop(drop, 4)
+    assert str(info.value) == message
+    assert parse_drop("mlp:0 - 1,3", 4) == {"mlp": {0, 1, 3}} and parse_drop("", 4) == {}
+
+
 def test_reversed_block_range_is_an_error():
     # 'skip:3-1' once meant an empty range, silently widened to every block.
     with pytest.raises(ConfigError, match="3-1"):

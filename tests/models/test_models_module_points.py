@@ -57,3 +57,17 @@ def test_module_points_beside_hidden_states_by_default_and_refusals():
         probe(model, _windows(ids(2, 8)), metrics=("mu",), points="module:encoder.layer")
     with pytest.raises(ModelError, match="not tokens"):
         probe(model, _windows(ids(2, 8)), metrics=("mu",), points="module:pooler.dense")
+
+
+@pytest.mark.parametrize("points, message", [
+    (",", "--points ',' names no point: give hidden_states or all, plus any module:PATH items"),  # read as the default
+    (" , ", "--points ' , ' names no point: give hidden_states or all, plus any module:PATH items"),
+    ("hidden_states,all", "--points 'hidden_states,all': give hidden_states or all, plus any module:PATH items"),
+])
+def test_points_naming_no_point_are_refused(points, message):
+    from rankcollapse.models.probe import check_points
+
+    with pytest.raises(ModelError) as info:
+        check_points(points)
+    assert str(info.value) == message
+    assert check_points("all,module:encoder") == ("all", ["module:encoder"])

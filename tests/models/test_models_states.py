@@ -266,6 +266,14 @@ def test_bad_folders_are_refused(saved, tmp_path_factory):
     ({"family": "martian"}, "family 'martian' is not a model family; known: bert, roberta, albert, gpt2, t5, llama, "
                             "generic"),
     ({"family": ["gpt2"]}, "family ['gpt2'] is not a model family"),
+    ({"mask": 123}, "mask must be null or a mask spec string, got 123"),  # was reported as the mask
+    ({"mask": ""}, "mask must be null or a mask spec string, got ''"),
+    ({"drop": "mlp"}, 'drop must be a list of components such as ["mlp", "skip:0-2"], got \'mlp\''),
+    ({"drop": ["bogus"]}, "drop ['bogus']: unknown component to drop 'bogus'; choose from skip, mlp, norm, final_norm"),
+    ({"clip_massive": "no"}, "clip_massive must be true or false, got 'no'"),  # was reported as clipped
+    ({"model": 5}, "model must be null or a string, got 5"),
+    ({"edits": "x"}, "edits must be a list of point names, got 'x'"),
+    ({"ablate_heads": [[0, 1]]}, 'ablate_heads must be {"heads": [[layer, head], ...], ...}, got [[0, 1]]'),
 ])
 def test_odd_sidecar_values_are_refused(saved, changes, message):
     """What save_states never writes is refused with one StatesError naming the field; what it

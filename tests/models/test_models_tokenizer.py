@@ -134,6 +134,14 @@ def test_cli_refuses_a_folder_without_tokenizer(monkeypatch, capsys, tmp_path, b
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("given", ["", " "])
+def test_an_empty_tokenizer_name_is_named_as_the_tokenizer(bert_dirs, given):
+    """``--tokenizer ''``: once read as the working directory, then named as an empty model."""
+    with pytest.raises(TokenizerError) as info:
+        load_model(str(bert_dirs["bare"]), tokenizer=given)
+    assert str(info.value) == f"tokenizer {given!r} is empty; give 'minilm', 'smollm2', a tokenizer folder or a hub name"
+
+
 def test_tokenizer_option_gives_the_numbers_of_the_complete_folder(monkeypatch, capsys, bert_dirs, tmp_path):
     args = ("--n-samples", "2", "--n-tokens", "16", "--format", "json")
     code, full, err = _main(monkeypatch, capsys, "--model", str(bert_dirs["full"]), *args, "--out", str(tmp_path / "o"))

@@ -4,13 +4,14 @@ line on stderr, exit 2, also in-process), the command line's words for the API's
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import inspect
 import math
 import os
 import sys
 from pathlib import PurePath
-from typing import Any, Collection, get_args
+from typing import Any, Collection, Iterator, get_args
 
 import typer
 from ._click import ParameterSource, click, get_current_context
@@ -39,6 +40,18 @@ def in_flags(exc: RankCollapseError) -> str:
     if exc.argument is None:
         return str(exc)
     return f"{FLAGS.get(exc.argument, exc.argument)} {exc.detail}"
+
+
+@contextlib.contextmanager
+def n_tokens_from(where: str | None) -> Iterator[None]:
+    """An error about ``n_tokens`` names ``where`` the N came from (``the N of FILE 'x.npy'``)
+    instead of ``--n-tokens``, which was not given; ``where=None`` changes nothing."""
+    try:
+        yield
+    except RankCollapseError as exc:
+        if where is not None and exc.argument == "n_tokens":
+            exc.argument = where
+        raise
 
 
 class CliError(click.ClickException):
@@ -86,6 +99,7 @@ class Command(TyperCommand):
         except click.exceptions.BadOptionUsage as exc:  # raised without a context: point to this command's help
             raise click.exceptions.UsageError(_option_usage(exc, self), ctx=ctx) from None
         _refuse_empty_paths(raw, order, ctx)
+        _refuse_options_as_values(raw, order, self, ctx)
         seen: set[str] = set()
         for param in order:
             single = isinstance(param, TyperOption) and not (param.multiple or param.count or param.is_flag)
@@ -108,6 +122,21 @@ def _option_usage(exc: click.exceptions.BadOptionUsage, command: click.Command) 
     if isinstance(param, TyperOption) and not (param.is_flag or param.count):  # it takes values: none came
         return f"option {exc.option_name} needs {'a value' if param.nargs == 1 else f'{param.nargs} values'}"
     return exc.format_message()
+
+
+def _refuse_options_as_values(raw: dict[str, Any], params: list, command: click.Command,
+                              ctx: click.Context) -> None:
+    """Refuse a value that is one of the command's own options (``simulate --mask --depth 3``
+    gave ``--mask`` the value ``--depth``): the option before it was given without its value."""
+    names = {o for p in command.get_params(ctx) if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)}
+    for param in params:
+        if not isinstance(param, TyperOption) or param.is_flag or param.count:
+            continue
+        for value in _values(raw.get(param.name)):
+            for item in _values(value):
+                if isinstance(item, str) and item in names:
+                    raise click.exceptions.UsageError(f"option {param.opts[0]} needs a value; it got the option "
+                                                      f"{item} instead", ctx=ctx)
 
 
 def _refuse_empty_paths(raw: dict[str, Any], params: list, ctx: click.Context) -> None:
@@ -171,7 +200,7 @@ class Group(TyperGroup):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, click.ClickException, KeyboardInterrupt):
-            raise
+        except (typer.Exit, typer.Abort, click.ClickException, KeyboardInterrupt, BrokenPipeError):
+            raise  # a closed stdout (`| head`) is the reader's choice, not an error of the command
         except Exception as exc:  # the boundary: any other error becomes one line, exit 2
             raise CliError(describe(exc)) from exc

@@ -11,6 +11,7 @@ from .. import masks, metrics
 from .._io import load_array, load_npy
 from .._memory import parse_size
 from ..errors import DataError, MetricError
+from ._boundary import n_tokens_from
 from ._output import FORMAT_HELP, check_format, make_table, print_result, print_table
 
 _DTYPES = ("float64", "float32")  # names of torch dtypes: torch is imported only when a command runs
@@ -79,7 +80,8 @@ def metrics_command(
                           f"none of --metrics {','.join(expanded)} uses it")
     import torch
 
-    graph = None if mask is None else masks.parse_mask(mask, X.shape[-2])
+    with n_tokens_from(f"the N of FILE {str(file)!r}"):
+        graph = None if mask is None else masks.parse_mask(mask, X.shape[-2])
     report = metrics.report_metrics(X, chosen, padding_mask=pm, mask=graph, dtype=getattr(torch, dtype),
                                     max_memory=parse_size(max_memory))
     doc = report.rows()  # undefined metrics are null with their reason: always strict JSON

@@ -19,6 +19,8 @@ JSON_COLUMNS = ("mu_relative", "numerical_rank", "stable_rank", "attention_entro
                 "law", "law_exponent", "law_rate", "law_r2_exp", "law_r2_power")
 
 
+#: ``--n-tokens`` when neither the flag nor a .npy mask file gives N.
+N_TOKENS = 32
 #: The files a phase run writes whatever its grid (the heatmaps' names follow the grid).
 NAMES = ("phase.parquet", "report.html")
 
@@ -30,7 +32,8 @@ def phase(
                                    "placement, alpha, qk_norm, headwise_rmsnorm, attention, mask, d_qk, n_tokens, "
                                    "d_model, depth, shared, input"),
     depth: int = typer.Option(64, "--depth", help="layers (an axis 'depth' overrides)"),
-    n_tokens: int = typer.Option(32, "--n-tokens", help="tokens N"),
+    n_tokens: Optional[int] = typer.Option(None, "--n-tokens", help="tokens N (default 32; .npy mask files of the "
+                                           "mask axis: their N)"),
     d_model: int = typer.Option(16, "--d-model", help="width d"),
     samples: int = typer.Option(4, "--n-samples", help="inputs per weight seed"),
     seeds: int = typer.Option(1, "--seeds", help="weight draws per cell (seed, seed+1, ...)"),
@@ -60,6 +63,11 @@ def phase(
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")
     axes = parse_axes(axis)
+    if n_tokens is None:  # .npy mask files fix N (one N for all of them, else the mask's own error)
+        from ..masks.spec import spec_n_tokens
+
+        fixed_n = {spec_n_tokens(m) for m in axes.get("mask", ())} - {None}
+        n_tokens = fixed_n.pop() if len(fixed_n) == 1 else N_TOKENS
     fixed = {name: parse_axis(f"{name}={value}")[1][0]
              for name, value in (("depth", depth), ("n_tokens", n_tokens), ("d_model", d_model))}
     plot_axes = None if plot is None else tuple(p.strip() for p in plot.split(","))

@@ -14,6 +14,7 @@ from .._memory import check_simulate_tokens, parse_size
 from .._outdir import check_out, writing
 from .._validate import Spec
 from ..errors import ConfigError, DataError
+from ._boundary import n_tokens_from
 from ._output import ALLOW_NONEMPTY, check_format, print_result
 
 
@@ -76,7 +77,8 @@ NAMES = ("result.json", "mu_loglog.png")
 
 def simulate_command(
     mask: str = typer.Option("causal", "--mask", help="mask spec, e.g. causal_sliding_window:w=4"),
-    n_tokens: int = typer.Option(None, "--n-tokens", help="tokens per sample N (default 128; a FILE input: its N)"),
+    n_tokens: int = typer.Option(None, "--n-tokens", help="tokens per sample N (default 128; a FILE input or a .npy "
+                                 "mask file: its N)"),
     depth: int = typer.Option(None, "--depth", help="layers T (default 32; with --model its number of layers)"),
     variant: str = typer.Option("pure", "--variant", help="pure | sphere | layernorm | skip | post_ln"),
     norm: str = typer.Option(None, "--norm", help="override: none | sphere | layernorm | rmsnorm | dyt (tanh, "
@@ -129,6 +131,9 @@ def simulate_command(
 ) -> None:
     """Simulate masked self-attention dynamics (spec.md §2) and report metrics per layer."""
     check_format(fmt)
+    asked = list(dict.fromkeys(m.strip() for m in metrics.split(",") if m.strip()))  # each once, as probe
+    if not asked:  # else a table of no metric
+        raise ConfigError(f"--metrics {metrics!r} names no metric; e.g. --metrics mu,mu_relative")
     if dtype not in ("float32", "float64"):
         raise ConfigError(f"--dtype must be float32 or float64, got {dtype!r}")
     if out is not None:
@@ -145,6 +150,10 @@ def simulate_command(
                           alpha_ngpt=alpha_ngpt, dyt_alpha=dyt_alpha, qk_norm=qk_norm, qk_norm_scale=qk_norm_scale,
                           headwise_rmsnorm=headwise_rmsnorm)
     name = input_name(source)
+    if n_tokens is None and name is not None:  # drawn or Wikipedia tokens: a .npy mask file fixes N
+        from .. import masks
+
+        n_tokens = masks.spec_n_tokens(mask)
     weights = loaded = None
     if pretrained is not None:
         loaded = models.load_model(pretrained)
@@ -169,13 +178,13 @@ def simulate_command(
     from ..dynamics.runner import STATE_METRICS
     from ..metrics.floor import UNDERFLOW_METRICS
 
-    asked = [m.strip() for m in metrics.split(",") if m.strip()]
     with warnings.catch_warnings(record=True) as caught:  # a run stopped at a zero matrix: said below, once
         warnings.simplefilter("always", RuntimeWarning)
         run = dynamics.RunConfig(depth=depth, seed=seed, dtype=getattr(torch, dtype), device=device, backend=backend,
                                  record_epsilon=backend != "flex", max_memory=parse_size(max_memory))
-        res = dynamics.simulate(X0, mask, block=cfg, run=run, d_qk=d_qk, value=value, query_key=query_key,
-                                weights=weights, shared=shared, metrics=asked + [m for m in STATE_METRICS if m not in asked])
+        with n_tokens_from(f"the N of --input {source!r}" if n_tokens is None and name is None else None):
+            res = dynamics.simulate(X0, mask, block=cfg, run=run, d_qk=d_qk, value=value, query_key=query_key, weights=weights,
+                                    shared=shared, metrics=asked + [m for m in STATE_METRICS if m not in asked])
     for w in caught:
         if res.stopped is None or not str(w.message).startswith(f"after layer {res.stopped.after_layer}: X is the zero"):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

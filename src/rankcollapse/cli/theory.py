@@ -44,9 +44,19 @@ def _numbers(text: str, flag: str, kind: type = int) -> tuple:
         raise ConfigError(f"{flag} must be comma-separated {what}, got {text!r}") from exc
 
 
+def _n_tokens(mask: str | None, n: int | None, default: int) -> int:
+    """``--n-tokens``, else the N a ``.npy`` mask file of ``--mask`` fixes, else ``default``."""
+    if n is not None or not isinstance(mask, str):
+        return default if n is None else n
+    from ..masks import spec_n_tokens
+
+    fixed_n = spec_n_tokens(mask)
+    return default if fixed_n is None else fixed_n
+
+
 @sub.command("bound")
 def bound_cmd(
-    n: int = typer.Option(32, "--n-tokens", help="Number of tokens N."),
+    n: Optional[int] = typer.Option(None, "--n-tokens", help="Number of tokens N (default 32; a .npy mask file: its N)."),
     widths: str = typer.Option("32,17,9,5,3,2", help="causal_sliding_window widths to sweep."),
     mask: Optional[str] = typer.Option(None, help="Check one mask spec instead of the sweep."),
     d: int = typer.Option(16, "--d-model", help="Token width d."), depth: int = typer.Option(60),
@@ -57,6 +67,7 @@ def bound_cmd(
     """Theorem 1: measured μ decay under pure SA vs the envelope C(1-ε^r)^{t/r}."""
     check_format(fmt)
     kw = dict(d_model=d, depth=depth, n_samples=samples, seed=seed, exponent=exponent)
+    n = _n_tokens(mask, n, 32)
     if mask is not None:
         res = theory.check_collapse_bound(mask, n_tokens=n, **kw)
         exp = (f" L={res.config['scrambling_length']} e={res.config['effective_radius']}"
@@ -162,11 +173,13 @@ def basin_cmd(
 
 @sub.command("sphere")
 def sphere_cmd(
-    mask: str = typer.Option("causal"), n: int = typer.Option(16, "--n-tokens", help="Number of tokens N."),
+    mask: str = typer.Option("causal"),
+    n: Optional[int] = typer.Option(None, "--n-tokens", help="Number of tokens N (default 16; a .npy mask file: its N)."),
     d: int = typer.Option(8, "--d-model", help="Token width d."),
     depth: int = typer.Option(80), beta: float = typer.Option(8.0), seed: int = typer.Option(0), fmt: str = _FORMAT,
 ) -> None:
     """Theorem 2: SA-LN with orthogonal W_V, inputs meeting vs violating the cosine condition."""
+    n = _n_tokens(mask, n, 16)
     rs = [theory.check_sphere_collapse(mask, n_tokens=n, d_model=d, depth=depth, inputs=k, beta=beta, seed=seed)
           for k in theory.sphere.INPUTS]
     _emit({"results": [r.to_dict() for r in rs]}, fmt,

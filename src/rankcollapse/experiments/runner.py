@@ -83,8 +83,13 @@ def plan(name: str | None, scale: str, seed: int, *, text: str | Path | None = N
     given_n = n_tokens
     n_tokens = DEFAULT_N_TOKENS if n_tokens is None else check_int(n_tokens, "n_tokens", low=2)
     data = data_spec(text, n_tokens, seed)
+    seen: dict[str, str] = {}  # canonical spec -> as given: one mask twice would be planned (and computed) twice
     for spec in overrides.get("masks") or ():
-        parse_mask(spec, n_tokens)
+        canonical = parse_mask(spec, n_tokens).spec
+        if canonical in seen:
+            raise ConfigError(f"gives the mask {canonical!r} twice ({seen[canonical]!r} and {spec!r}); give it once",
+                              argument="overrides['masks']")
+        seen[canonical] = spec
     for key in ("depth", "n_samples"):
         if overrides.get(key) is not None:
             check_int(overrides[key], f"overrides[{key!r}]", low=1)

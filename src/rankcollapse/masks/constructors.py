@@ -328,6 +328,8 @@ def from_file(path: str | Path, n_tokens: int, *, check_rows: bool = True) -> Ma
             raise MaskError(f"mask file {str(path)!r} must hold a boolean matrix, got dtype {arr.dtype}")
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
             raise MaskError(f"mask file {str(path)!r} must hold a square (N, N) matrix, got shape {arr.shape}")
+        if arr.shape[0] == 0:  # else reported as an N mismatch with the N=1 that _npy_rows asks for
+            raise MaskError(f"mask file {str(path)!r} holds an empty (0, 0) matrix; a mask has N >= 1 tokens")
         if arr.shape[0] != n:
             raise MaskError(f"is {n}, but mask file {str(path)!r} has N={arr.shape[0]} tokens", argument="n_tokens")
         return Mask.from_dense(arr, spec=spec, check_rows=check_rows)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -68,13 +69,19 @@ def d_qk_scale_for(loaded: Any, d_qk: float | None, d_qk_scale: float = 1.0) -> 
     return float(d_qk) / model_d_qk(loaded)
 
 
+#: One entry of a drop block list: a block ``k`` or a range ``low-high``.
+_BLOCKS = re.compile(r"([0-9]+)(?:\s*-\s*([0-9]+))?")
+
+
 def parse_drop(drop: Sequence[str] | str, n_layers: int | None) -> dict[str, set[int]]:
     """``["mlp", "skip:0-2,5"]`` -> ``{"mlp": {0..L-1}, "skip": {0, 1, 2, 5}}`` (``n_layers=None``:
     checked without a model); :class:`ConfigError` for an unknown component, a block out of
     range, a reversed range, a block list on ``final_norm``, or a component (or one of its blocks)
     given twice (``"skip,skip"``, ``"skip:0-2,skip:2"``)."""
     if isinstance(drop, str):
-        drop = split_drop(drop)
+        text, drop = drop, split_drop(drop)
+        if not drop and text.strip():  # "," would otherwise drop nothing, silently
+            raise ConfigError(f"drop {text!r} names no component; choose from {', '.join(COMPONENTS)}")
     out: dict[str, set[int]] = {}
     given: dict[str, set[int] | None] = {}  # the blocks named so far per component (None: every block)
     for item in drop:
@@ -83,11 +90,10 @@ def parse_drop(drop: Sequence[str] | str, n_layers: int | None) -> dict[str, set
             raise ConfigError(f"unknown component to drop {name!r}; choose from {', '.join(COMPONENTS)}")
         layers: set[int] = set()
         for part in filter(None, (p.strip() for p in spec.split(","))) if spec else []:
-            lo, _, hi = part.partition("-")
-            try:
-                first, last = int(lo), int(hi or lo)
-            except ValueError:
-                raise ConfigError(f"bad block list {spec!r} in {item!r}; use e.g. 'skip:0-3,7'") from None
+            blocks = _BLOCKS.fullmatch(part)  # "0-" would otherwise read as block 0
+            if blocks is None:
+                raise ConfigError(f"bad block list {spec!r} in {item!r}; use e.g. 'skip:0-3,7'")
+            first, last = int(blocks[1]), int(blocks[2] or blocks[1])
             if last < first:  # an empty range would otherwise widen to every block
                 raise ConfigError(f"empty block range {part!r} in {item!r}; write it low-high, e.g. 'skip:1-3'")
             _refuse_twice(name, layers & set(range(first, last + 1)), drop)

@@ -321,6 +321,9 @@ def _given_tokenizer(tokenizer: Any, vocab: int | None, local_files_only: bool) 
     from ..data import check_tokenizer
 
     if isinstance(tokenizer, (str, os.PathLike)):  # a packaged model's tokenizer is always local
+        if not str(tokenizer).strip():  # else named as an empty model
+            raise TokenizerError(f"tokenizer {str(tokenizer)!r} is empty; give 'minilm', 'smollm2', a tokenizer "
+                                 "folder or a hub name")
         source, gguf_file, _ = _source(str(tokenizer), None)
         tokenizer = _tokenizer_from(source, gguf_file, local_files_only or str(tokenizer).strip().lower() in PACKAGED)
     check_tokenizer(tokenizer)

@@ -520,9 +520,11 @@ def _point_list(loaded: Any, points: Sequence[str] | str) -> list[str]:
 
 def check_points(points: str) -> tuple[str, list[str]]:
     """``(base, module items)`` of a comma-separated ``points`` string, checked without a
-    model (``base``: ``hidden_states`` or ``all``); :class:`ModelError` for anything else or
-    a ``module:`` item without a path."""
+    model (``base``: ``hidden_states`` or ``all``); :class:`ModelError` for anything else, no
+    item, or a ``module:`` item without a path."""
     items = [p.strip() for p in points.split(",") if p.strip()]
+    if not items:  # "," would otherwise read as the default points
+        raise ModelError(f"--points {points!r} names no point: give hidden_states or all, plus any module:PATH items")
     modules = [p for p in items if p.startswith(MODULE_PREFIX)]
     rest = [p for p in items if not p.startswith(MODULE_PREFIX)]
     if len(rest) > 1 or (rest and rest[0] not in ("hidden_states", "all")):

@@ -4,7 +4,9 @@ refuses a missing or unreadable model folder with the run's own message, and qui
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 from .. import assets
@@ -45,6 +47,8 @@ def _local_only(given: bool | None) -> bool:
 def _source(name_or_path: str, gguf_file: str | None) -> tuple[str, str | None, list[str]]:
     """``(source, gguf_file, notes)`` that :func:`~.loading.load_model` loads for ``name_or_path``."""
     key = str(name_or_path).strip().lower()
+    if not key:  # "" would read as the working directory, " " as a hub name
+        raise ModelError(f"model {str(name_or_path)!r} is empty; give 'minilm', 'smollm2', a model folder or a hub name")
     if key in PACKAGED and gguf_file is not None:
         raise ModelError(f"gguf_file {gguf_file!r} does not apply to {key!r}: its weights file is fixed by its package")
     if key == "minilm":
@@ -72,6 +76,8 @@ def _check_local(path: Path, gguf_file: str | None) -> None:
     need = gguf_file if gguf_file is not None else "config.json"
     if not (path / need).is_file():
         raise ModelError(f"model folder {str(path)!r} has no {need}; it is not a Hugging Face model folder")
+    if gguf_file is None:
+        _check_config(path / need)
     from safetensors import safe_open
 
     for weights in sorted(path.glob("*.safetensors")):
@@ -83,6 +89,22 @@ def _check_local(path: Path, gguf_file: str | None) -> None:
                              f"{str(exc).splitlines()[0][:200]}") from None
 
 
+def _check_config(path: Path) -> None:
+    """:class:`ModelError` unless ``path`` (a model's ``config.json``) holds a JSON object."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ModelError(f"model config {str(path)!r} is not readable JSON ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
+    if not isinstance(config, dict):
+        raise ModelError(f"model config {str(path)!r} holds a JSON {type(config).__name__}, not an object of settings")
+
+
 def _looks_like_hub_name(source: str) -> bool:
+    """``NAME`` or ``OWNER/NAME`` of letters, digits, ``-``, ``_`` and ``.`` (not first)."""
     parts = source.split("/")
-    return 1 <= len(parts) <= 2 and all(p and not p.startswith(".") for p in parts)
+    return 1 <= len(parts) <= 2 and all(_HUB_PART.fullmatch(p) for p in parts)
+
+
+#: One part of a hub repository id (the hub's own rule: no spaces, no leading dot).
+_HUB_PART = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")

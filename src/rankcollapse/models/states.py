@@ -202,11 +202,27 @@ def _read_own(folder: Path) -> States:
     return states
 
 
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+#: Sidecar fields that :func:`save_states` writes with one type: (key, check, what it must be).
+_SETTING_TYPES = (
+    ("model", lambda v: v is None or isinstance(v, str), "null or a string"),
+    ("mask", lambda v: v is None or (isinstance(v, str) and bool(v.strip())), "null or a mask spec string"),
+    ("drop", _is_str_list, "a list of components such as [\"mlp\", \"skip:0-2\"]"),
+    ("clip_massive", lambda v: isinstance(v, bool), "true or false"),
+    ("edits", _is_str_list, "a list of point names"),
+    ("ablate_heads", lambda v: isinstance(v, dict) and isinstance(v.get("heads"), list), '{"heads": [[layer, head], ...], ...}'),
+)
+
+
 def _check_fields(meta: dict[str, Any], side: str) -> None:
     """:class:`StatesError` for a sidecar field that :func:`save_states` never writes: a
     ``version`` that is not the integer :data:`VERSION` (``true`` equals 1 in Python), a
-    ``d_qk_scale`` (or a ``d_qk`` other than null) that is not a finite number > 0, a
-    ``family`` (other than null) outside :data:`~.loading.FAMILIES`."""
+    ``d_qk_scale`` (or a ``d_qk`` other than null) that is not a finite number > 0, a field of
+    :data:`_SETTING_TYPES` of another type, a ``drop`` that :func:`~.interventions.parse_drop`
+    refuses, a ``family`` (other than null) outside :data:`~.loading.FAMILIES`."""
     version = meta["version"]
     if type(version) is not int:  # noqa: E721 - a bool or a float equal to 1 is not the version
         raise StatesError(f"{side!r}: version must be the integer {VERSION}, got {version!r}")
@@ -216,6 +232,15 @@ def _check_fields(meta: dict[str, Any], side: str) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
             raise StatesError(f"{side!r}: {key} must be a finite number > 0, got {value!r}")
+    for key, ok, what in _SETTING_TYPES:
+        if key in meta and not ok(meta[key]):
+            raise StatesError(f"{side!r}: {key} must be {what}, got {meta[key]!r}")
+    from .interventions import parse_drop
+
+    try:
+        parse_drop(meta.get("drop") or [], None)
+    except ConfigError as exc:
+        raise StatesError(f"{side!r}: drop {meta['drop']!r}: {exc}") from None
     from .loading import FAMILIES
 
     family = meta.get("family")
