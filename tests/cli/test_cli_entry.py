@@ -153,3 +153,18 @@ def test_simulated_numbers_do_not_depend_on_the_thread_settings():
     assert len(mus[0]) == 7
     for other in mus[1:]:  # float32, 6 layers: the thread split changes round-off only
         assert other == pytest.approx(mus[0], rel=1e-5)
+
+
+def test_an_interrupt_says_rerun_only_where_that_resumes(monkeypatch, capsys):
+    """Ctrl-C ends with exit 130 and one line; it says "rerun ... to resume" only for the
+    commands whose finished units are cached (reproduce, phase), not for e.g. mask describe."""
+    from rankcollapse import cli, masks
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(masks, "analyze", stop)
+    assert cli.run(["mask", "describe", "causal", "--n-tokens", "8"]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["rankcollapse: interrupted"]
+    assert cli.interrupted(["--version", "reproduce", "main"]) == "rankcollapse: interrupted; rerun the same command to resume"
+    assert cli.interrupted(["phase"]).endswith("to resume") and cli.interrupted(["simulate"]) == "rankcollapse: interrupted"

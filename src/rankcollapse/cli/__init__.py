@@ -19,7 +19,8 @@ from ._boundary import PREFIX, CliError, Group, describe
 
 app = typer.Typer(name="rankcollapse", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   cls=Group, help="Measure, simulate and explain rank collapse in transformer self-attention.")
-INTERRUPTED = "rankcollapse: interrupted; rerun the same command to resume"
+#: commands whose finished units are cached: the same command rerun resumes where it stopped
+RESUMABLE = ("reproduce", "phase")
 
 
 def _print_version(value: bool) -> None:
@@ -72,8 +73,14 @@ def run(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the boundary before any command runs
         return _fail_line(describe(exc))
     if rv == 130:  # typer also turns a KeyboardInterrupt into exit status 130
-        print(INTERRUPTED, file=sys.stderr)
+        print(interrupted(sys.argv[1:] if argv is None else argv), file=sys.stderr)
     return rv if isinstance(rv, int) else 0
+
+
+def interrupted(argv: Sequence[str]) -> str:
+    """The line an interrupted command ends with: it says to rerun only where that resumes."""
+    command = next((str(w) for w in argv if not str(w).startswith("-")), "")
+    return "rankcollapse: interrupted" + ("; rerun the same command to resume" if command in RESUMABLE else "")
 
 
 def main() -> None:
