@@ -57,6 +57,17 @@ def test_bad_files(tmp_path):
         assert message in str(info.value), str(info.value)
 
 
+def test_a_npy_mask_of_0_1_integers_reads_as_its_boolean_form(tmp_path):
+    """A ``.npy`` mask holds booleans or 0/1 integers, as every other mask matrix may; other
+    integers are refused."""
+    causal = np.tril(np.ones((5, 5), dtype=bool))
+    np.save(tmp_path / "ints.npy", causal.astype(np.int64))
+    np.save(tmp_path / "twos.npy", 2 * causal.astype(np.int8))
+    assert parse_mask(f"file:{tmp_path / 'ints.npy'}", 5) == parse_mask("causal", 5)
+    with pytest.raises(MaskError, match="boolean \\(or 0/1 integers\\), got dtype int8"):
+        parse_mask(f"file:{tmp_path / 'twos.npy'}", 5)
+
+
 def test_bad_matrices():
     with pytest.raises(MaskError, match="square"):
         Mask.from_dense(np.ones((2, 3), dtype=bool))

@@ -16,7 +16,7 @@ from ..errors import MaskError, excerpt
 from ._build import COO_BYTES_PER_EDGE, check_edges, columns_coo, interval_coo, progressions, rows_coo, union_csr
 from .._io import load_npy
 from .._validate import check_int
-from .mask import Mask, lazy_table
+from .mask import Mask, as_bool_matrix, lazy_table
 
 
 def closed(n_tokens: int, *, centers: Any, radius: int | None, strongly: bool,
@@ -323,9 +323,7 @@ def from_file(path: str | Path, n_tokens: int, *, check_rows: bool = True) -> Ma
     if not path.is_file():
         raise MaskError(f"mask file {str(path)!r} does not exist or is not a file")
     if path.suffix == ".npy":
-        arr = load_npy(path, "mask file", error=MaskError)
-        if arr.dtype != np.bool_:
-            raise MaskError(f"mask file {str(path)!r} must hold a boolean matrix, got dtype {arr.dtype}")
+        arr = as_bool_matrix(load_npy(path, "mask file", error=MaskError), what=f"mask file {str(path)!r}")
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
             raise MaskError(f"mask file {str(path)!r} must hold a square (N, N) matrix, got shape {arr.shape}")
         if arr.shape[0] == 0:  # else reported as an N mismatch with the N=1 that _npy_rows asks for
