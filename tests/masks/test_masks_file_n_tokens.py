@@ -126,3 +126,21 @@ def test_an_empty_npy_mask_is_named_as_empty(files, argv):
         "rankcollapse: error: mask file 'empty.npy' holds an empty (0, 0) matrix; a mask has N >= 1 tokens"], err
     with pytest.raises(MaskError, match=r"^mask file 'empty.npy' holds an empty \(0, 0\) matrix"):
         spec_n_tokens("file:empty.npy")
+
+
+def test_compare_takes_n_from_the_npy_mask_files_among_its_specs(files):
+    """``mask compare`` reads N as ``describe`` does: from a ``.npy`` file among the specs (the
+    other specs on that N), refusing files of different N, and without one asks for --n-tokens."""
+    import json
+
+    code, out, err = _cli("mask", "compare", "file:causal12.npy", "sliding_window:w=3", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    code, want, err = _cli("mask", "compare", "causal", "sliding_window:w=3", "--n-tokens", "12", "--format", "json")
+    assert code == 0, err
+    assert [r["radius"] for r in rows] == [r["radius"] for r in json.loads(want)] == [1, 6]
+    for argv, message in ((["file:causal12.npy", "file:full8.npy"], "mask files of different sizes: "
+                           "file:causal12.npy (N=12), file:full8.npy (N=8)"),
+                          (["causal", "complete"], "--n-tokens is needed for 'causal', 'complete'")):
+        code, _, err = _cli("mask", "compare", *argv)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err

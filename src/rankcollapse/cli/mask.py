@@ -29,14 +29,19 @@ _SPEC_HELP = ("Mask spec: NAME or NAME:key=value,... (e.g. causal_sliding_window
               "schedule:MASK*k,MASK,... (e.g. schedule:sliding_window:w=9*5,complete).")
 
 
-def _n_tokens(spec: str, n: Optional[int]) -> int:
-    """``--n-tokens``, or the N a ``.npy`` mask file fixes (:func:`masks.spec_n_tokens`)."""
+def _n_tokens(specs: List[str], n: Optional[int]) -> int:
+    """``--n-tokens``, or the N the ``.npy`` mask files of ``specs`` fix (:func:`masks.spec_n_tokens`;
+    one N for all of them)."""
     if n is not None:
         return check_int(n, "--n-tokens", low=1, error=MaskError)
-    fixed = masks.spec_n_tokens(spec)
-    if fixed is None:
-        raise MaskError(f"--n-tokens is needed for {spec!r} (only a .npy mask file fixes the number of tokens)")
-    return fixed
+    fixed = {spec: masks.spec_n_tokens(spec) for spec in specs}
+    sizes = set(fixed.values()) - {None}
+    if len(sizes) > 1:
+        raise MaskError("mask files of different sizes: " + ", ".join(f"{s} (N={k})" for s, k in fixed.items() if k))
+    if not sizes:
+        raise MaskError(f"--n-tokens is needed for {', '.join(map(repr, specs))} "
+                        "(only a .npy mask file fixes the number of tokens)")
+    return sizes.pop()
 
 
 @mask_app.command("describe")
@@ -53,7 +58,7 @@ def describe(
     For a schedule: the composed graph of one period, plus period, per-layer predicted
     rate and each layer's description (layers)."""
     as_json = check_format(fmt, ("table", "json")) == "json"
-    n = _n_tokens(spec, n)
+    n = _n_tokens([spec], n)
     if masks.is_schedule(spec):
         from ..theory.rates import describe_schedule
 
@@ -88,7 +93,7 @@ def show(
 ) -> None:
     """Draw the mask: query tokens down, key tokens across, centers highlighted.
     A schedule draws its composed graph of one period."""
-    n = _n_tokens(spec, n)
+    n = _n_tokens([spec], n)
     if n > 2048:
         raise MaskError(f"--n-tokens {n} is too large to draw one cell per token pair (at most 2048)")
     if image not in IMAGE_FORMATS:  # the names --out may hold (rankcollapse._outdir.PRODUCED)
@@ -105,7 +110,8 @@ def show(
 @mask_app.command("compare")
 def compare(
     specs: List[str] = typer.Argument(..., help=_SPEC_HELP),
-    n: int = typer.Option(..., "--n-tokens", help="Number of tokens N."),
+    n: Optional[int] = typer.Option(None, "--n-tokens", help="Number of tokens N (optional when a .npy mask "
+                                    "file among the specs fixes it)."),
     d_qk: float = typer.Option(1.0, "--d-qk", help="Attention temperature d_QK (> 0)."),
     token_norm: float = typer.Option(1.0, "--token-norm", help="Bound R on token norms (1 under SA-LN)."),
     weight_norm: float = typer.Option(1.0, "--weight-norm", help="Bound C on ||W_Q||_2, ||W_K||_2."),
@@ -146,7 +152,7 @@ def compare(
         raise ConfigError(f"--exponent must be one of {', '.join(EXPONENTS)}, got {exponent!r}")
     if out is not None:
         check_out(out, ["compare.csv"], allow_nonempty=allow_nonempty, flags=True)
-    n = check_int(n, "--n-tokens", low=1, error=MaskError)
+    n = _n_tokens(specs, n)
     if schedules:
         run = RunConfig(depth=check_int(depth, "--depth", low=1), seed=check_int(seed, "--seed", low=0))
         df = compare_schedules(specs, n, measure=run if measure else None, d_model=check_int(d_model, "--d-model", low=1),
@@ -198,7 +204,7 @@ def influence_command(
         check_writable(plot, folder=False)
     from ..masks.influence import draw_influence, influence
 
-    n, depth, limit = _n_tokens(spec, n), check_int(depth, "--depth", low=1, error=MaskError), parse_size(max_memory)
+    n, depth, limit = _n_tokens([spec], n), check_int(depth, "--depth", low=1, error=MaskError), parse_size(max_memory)
     if as_json:  # the printed document too, before any work
         check_memory(influence_bytes(n, depth, query_all=query == "all", as_json=True),
                      f"the influence profile at N = {n}, depth {depth} as JSON", limit)
